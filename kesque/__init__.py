@@ -1,0 +1,10 @@
+"""kesque: a Kafka-compatible streaming platform in Python."""
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    if name == "Broker":
+        from .testing.broker import Broker
+        return Broker
+    raise AttributeError(name)

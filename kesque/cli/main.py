@@ -1,0 +1,36 @@
+"""The ``kesque`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kesque", description="kesque: a Kafka-compatible streaming platform")
+    p.add_argument("--version", action="version", version=f"kesque {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    from . import serve
+    serve.add_parser(sub)
+    try:
+        from . import tools
+    except ImportError:  # pragma: no cover
+        tools = None
+    if tools is not None:
+        tools.add_parsers(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return args.func(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""Broker configuration: ``server.properties`` plus ``--override``, with Kafka's names,
+defaults and precedence, and the dynamic layers that AlterConfigs writes to the metadata log.
+
+A key kesque uses is parsed and validated (a bad value is an error naming the key). A key
+that Kafka knows but kesque does not use (JVM, thread pools, SSL, ZooKeeper...) is accepted
+with a warning naming it, so a Kafka user's file starts kesque. Anything else is an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .topic import SYNONYM_SCALE, TOPIC_CONFIGS, LogConfig
+from .types import LONG_MAX, ConfigError, ConfigKey, at_least, between, one_of, render
+
+log = logging.getLogger(__name__)
+
+_K = ConfigKey
+
+# DescribeConfigs sources
+SOURCE_UNKNOWN = 0
+DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+_BROKER_KEYS: list[ConfigKey] = [
+    # identity and roles
+    _K("node.id", "INT", -1, "id of this node"),
+    _K("broker.id", "INT", -1, "legacy name of node.id"),
+    _K("process.roles", "LIST", ["broker", "controller"], "broker, controller or both",
+       one_of("broker", "controller")),
+    _K("controller.quorum.voters", "LIST", [], "id@host:port of each controller"),
+    _K("controller.quorum.bootstrap.servers", "LIST", [], "host:port of controllers"),
+    _K("controller.listener.names", "LIST", ["CONTROLLER"], "listeners used by controllers"),
+    _K("cluster.id", "STRING", None, "cluster id (normally read from meta.properties)"),
+    # network
+    _K("listeners", "LIST", ["PLAINTEXT://:9092"], "listener URIs"),
+    _K("advertised.listeners", "LIST", None, "listeners published to clients"),
+    _K("listener.security.protocol.map", "LIST",
+       ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL",
+        "CONTROLLER:PLAINTEXT"], "listener name to security protocol"),
+    _K("inter.broker.listener.name", "STRING", None, "listener brokers use to talk to each other"),
+    _K("socket.request.max.bytes", "INT", 104857600, "largest request frame accepted", at_least(1)),
+    _K("socket.send.buffer.bytes", "INT", 102400, "SO_SNDBUF (-1: OS default)"),
+    _K("socket.receive.buffer.bytes", "INT", 102400, "SO_RCVBUF (-1: OS default)"),
+    _K("connections.max.idle.ms", "LONG", 600000, "idle connections are closed after this"),
+    # logs
+    _K("log.dirs", "LIST", None, "data directories"),
+    _K("log.dir", "STRING", "/tmp/kafka-logs", "data directory when log.dirs is unset"),
+    _K("metadata.log.dir", "STRING", None, "directory of the metadata log (default: first log dir)"),
+    _K("num.partitions", "INT", 1, "partitions of auto-created topics", at_least(1)),
+    _K("default.replication.factor", "INT", 1, "replication factor of auto-created topics", at_least(1)),
+    _K("auto.create.topics.enable", "BOOLEAN", True, "create topics on first Metadata/produce reference"),
+    _K("delete.topic.enable", "BOOLEAN", True, "allow DeleteTopics"),
+    _K("log.segment.bytes", "INT", 1073741824, "", at_least(1048576), dynamic=True),
+    _K("log.roll.ms", "LONG", None, "", dynamic=True),
+    _K("log.roll.hours", "INT", 168, "", at_least(1), dynamic=True),
+    _K("log.roll.jitter.ms", "LONG", None, "", dynamic=True),
+    _K("log.roll.jitter.hours", "INT", 0, "", at_least(0), dynamic=True),
+    _K("log.retention.ms", "LONG", None, "", dynamic=True),
+    _K("log.retention.minutes", "INT", None, "", dynamic=True),
+    _K("log.retention.hours", "INT", 168, "", dynamic=True),
+    _K("log.retention.bytes", "LONG", -1, "", dynamic=True),
+    _K("log.retention.check.interval.ms", "LONG", 300000, "retention check period", at_least(1)),
+    _K("log.segment.delete.delay.ms", "LONG", 60000, "", at_least(0), dynamic=True),
+    _K("log.index.interval.bytes", "INT", 4096, "", at_least(0), dynamic=True),
+    _K("log.index.size.max.bytes", "INT", 10485760, "", at_least(4), dynamic=True),
+    _K("log.flush.interval.messages", "LONG", LONG_MAX, "", at_least(1), dynamic=True),
+    _K("log.flush.interval.ms", "LONG", None, "", dynamic=True),
+    _K("log.flush.scheduler.interval.ms", "LONG", LONG_MAX, "how often flush.ms is checked"),
+    _K("log.flush.offset.checkpoint.interval.ms", "INT", 60000, "recovery point checkpoint period", at_least(0)),
+    _K("log.flush.start.offset.checkpoint.interval.ms", "INT", 60000, "log start checkpoint period", at_least(0)),
+    _K("replica.high.watermark.checkpoint.interval.ms", "LONG", 5000, "HW checkpoint period"),
+    _K("log.cleanup.policy", "LIST", ["delete"], "", one_of("compact", "delete"), dynamic=True),
+    _K("log.message.timestamp.type", "STRING", "CreateTime", "", one_of("CreateTime", "LogAppendTime"),
+       dynamic=True),
+    _K("log.message.timestamp.before.max.ms", "LONG", LONG_MAX, "", at_least(0), dynamic=True),
+    _K("log.message.timestamp.after.max.ms", "LONG", 3600000, "", at_least(0), dynamic=True),
+    _K("log.preallocate", "BOOLEAN", False, "accepted; kesque never preallocates", dynamic=True),
+    _K("log.local.retention.ms", "LONG", -2, "", at_least(-2), dynamic=True),
+    _K("log.local.retention.bytes", "LONG", -2, "", at_least(-2), dynamic=True),
+    _K("log.cleaner.enable", "BOOLEAN", True, "run the log cleaner"),
+    _K("log.cleaner.delete.retention.ms", "LONG", 86400000, "", at_least(0), dynamic=True),
+    _K("log.cleaner.min.compaction.lag.ms", "LONG", 0, "", at_least(0), dynamic=True),
+    _K("log.cleaner.max.compaction.lag.ms", "LONG", LONG_MAX, "", at_least(1), dynamic=True),
+    _K("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, "", between(0, 1), dynamic=True),
+    _K("log.cleaner.backoff.ms", "LONG", 15000, "", at_least(0), dynamic=True),
+    _K("message.max.bytes", "INT", 1048588, "", at_least(0), dynamic=True),
+    _K("compression.type", "STRING", "producer", "",
+       one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer", case_insensitive=True), dynamic=True),
+    _K("compression.gzip.level", "INT", -1, "", between(-1, 9), dynamic=True),
+    _K("compression.lz4.level", "INT", 9, "", between(1, 17), dynamic=True),
+    _K("compression.zstd.level", "INT", 3, "", between(-131072, 22), dynamic=True),
+    _K("min.insync.replicas", "INT", 1, "", at_least(1), dynamic=True),
+    _K("unclean.leader.election.enable", "BOOLEAN", False, "", dynamic=True),
+    _K("file.delete.delay.ms", "LONG", 60000, "", at_least(0)),
+    # replication and fetch
+    _K("replica.fetch.max.bytes", "INT", 1048576, "", at_least(0)),
+    _K("replica.fetch.response.max.bytes", "INT", 10485760, "", at_least(0)),
+    _K("replica.lag.time.max.ms", "LONG", 30000, ""),
+    _K("fetch.max.bytes", "INT", 57671680, "cap on a consumer fetch response", at_least(1024)),
+    _K("max.incremental.fetch.session.cache.slots", "INT", 1000, "", at_least(0)),
+    _K("controlled.shutdown.enable", "BOOLEAN", True, ""),
+    # internal topics (later issues use them)
+    _K("offsets.topic.num.partitions", "INT", 50, "", at_least(1)),
+    _K("offsets.topic.replication.factor", "SHORT", 3, "", at_least(1)),
+    _K("offsets.topic.segment.bytes", "INT", 104857600, "", at_least(1)),
+    _K("transaction.state.log.num.partitions", "INT", 50, "", at_least(1)),
+    _K("transaction.state.log.replication.factor", "SHORT", 3, "", at_least(1)),
+    _K("transaction.state.log.min.isr", "INT", 2, "", at_least(1)),
+    _K("transaction.state.log.segment.bytes", "INT", 104857600, "", at_least(1)),
+    _K("group.initial.rebalance.delay.ms", "INT", 3000, ""),
+    _K("group.min.session.timeout.ms", "INT", 6000, ""),
+    _K("group.max.session.timeout.ms", "INT", 1800000, ""),
+    _K("group.max.size", "INT", 2147483647, "", at_least(1)),
+]
+BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
+
+# KIP-896 et al: keys whose values kesque cannot honour at all (refuse rather than mislead)
+_REJECTED_VALUES = {
+    "log.message.format.version": "kesque stores only record format v2 (as Kafka 4.x does)",
+}
+
+
+def _known_kafka_key(name: str) -> bool:
+    try:
+        from .kafka_keys import KAFKA_BROKER_KEYS, KAFKA_KEY_PREFIXES, REMOVED_IN_4_0
+    except ImportError:  # pragma: no cover - table missing in a broken install
+        return False
+    return name in KAFKA_BROKER_KEYS or name in REMOVED_IN_4_0 or name.startswith(tuple(KAFKA_KEY_PREFIXES))
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties subset: ``key=value`` / ``key: value``, ``#``/``!`` comments,
+    backslash line continuation."""
+    props: dict[str, str] = {}
+    logical: list[str] = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not buf else raw.lstrip()
+        if not buf and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            buf += line[:-1]
+            continue
+        logical.append(buf + line)
+        buf = ""
+    if buf:
+        logical.append(buf)
+    for line in logical:
+        m = re.match(r"^((?:\\.|[^=:\s])+)\s*[=:\s]\s*(.*)$", line)
+        if m:
+            key, value = m.group(1), m.group(2)
+        else:
+            key, value = line, ""
+        props[key.replace("\\", "")] = value.strip()
+    return props
+
+
+@dataclass
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, uri: str) -> "Listener":
+        m = re.match(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)$", uri.strip())
+        if not m:
+            raise ConfigError("listeners", f"Unable to parse {uri} to a broker endpoint")
+        host = m.group(2).strip("[]")
+        return cls(m.group(1).upper(), host, int(m.group(3)))
+
+
+class BrokerConfig:
+    """Static (file + overrides) and dynamic (AlterConfigs) broker configuration."""
+
+    def __init__(self, props: dict[str, str] | None = None, *, strict: bool = True):
+        props = dict(props or {})
+        self.raw = props
+        self.static: dict[str, Any] = {}
+        self.unused: list[str] = []
+        self.dynamic_default: dict[str, Any] = {}
+        self.dynamic_broker: dict[str, Any] = {}
+        for name, value in props.items():
+            key = BROKER_CONFIGS.get(name)
+            if key is not None:
+                self.static[name] = key.parse(value)
+                continue
+            if name in _REJECTED_VALUES:
+                log.warning("Config %s is ignored: %s", name, _REJECTED_VALUES[name])
+                self.unused.append(name)
+                continue
+            if _known_kafka_key(name):
+                log.warning("Kafka config %s is not used by kesque; ignoring it", name)
+                self.unused.append(name)
+                continue
+            if strict:
+                raise ConfigError(name, f"Unknown configuration '{name}': not a Kafka broker config")
+        if "node.id" not in self.static and "broker.id" in self.static:
+            self.static["node.id"] = self.static["broker.id"]
+        self._validate()
+
+    def _validate(self) -> None:
+        for uri in self.get("listeners"):
+            Listener.parse(uri)
+        adv = self.get("advertised.listeners")
+        for uri in adv or []:
+            Listener.parse(uri)
+
+    # ------------------------------------------------------------------ lookup
+    def get(self, name: str) -> Any:
+        for layer in (self.dynamic_broker, self.dynamic_default, self.static):
+            if name in layer:
+                return layer[name]
+        key = BROKER_CONFIGS.get(name)
+        return key.default if key else None
+
+    def is_set(self, name: str) -> bool:
+        return any(name in layer for layer in (self.dynamic_broker, self.dynamic_default, self.static))
+
+    def source(self, name: str) -> int:
+        if name in self.dynamic_broker:
+            return DYNAMIC_BROKER_CONFIG
+        if name in self.dynamic_default:
+            return DYNAMIC_DEFAULT_BROKER_CONFIG
+        if name in self.static:
+            return STATIC_BROKER_CONFIG
+        return DEFAULT_CONFIG
+
+    def synonym_entries(self, name: str) -> list[tuple[str, str | None, int]]:
+        """(name, value, source) for every layer that sets a broker key, highest first."""
+        out = []
+        for layer, src in ((self.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+                           (self.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+                           (self.static, STATIC_BROKER_CONFIG)):
+            if name in layer:
+                out.append((name, render(layer[name]), src))
+        key = BROKER_CONFIGS.get(name)
+        if key is not None and key.default is not None:
+            out.append((name, render(key.default), DEFAULT_CONFIG))
+        return out
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def node_id(self) -> int:
+        return self.get("node.id")
+
+    @property
+    def log_dirs(self) -> list[str]:
+        dirs = self.get("log.dirs")
+        return list(dirs) if dirs else [self.get("log.dir")]
+
+    @property
+    def metadata_log_dir(self) -> str:
+        return self.get("metadata.log.dir") or self.log_dirs[0]
+
+    def listeners(self) -> list[Listener]:
+        return [Listener.parse(u) for u in self.get("listeners")]
+
+    def advertised_listeners(self) -> list[Listener]:
+        adv = self.get("advertised.listeners")
+        if adv:
+            return [Listener.parse(u) for u in adv]
+        controller_names = {n.upper() for n in self.get("controller.listener.names")}
+        return [lis for lis in self.listeners() if lis.name not in controller_names]
+
+    # ------------------------------------------------------------------ topic defaults
+    def topic_default(self, topic_key: str) -> tuple[Any, int, list[tuple[str, str | None, int]]]:
+        """Effective broker-level default of a topic config: (value, source, synonyms)."""
+        key = TOPIC_CONFIGS[topic_key]
+        synonyms: list[tuple[str, str | None, int]] = []
+        chosen = None
+        for broker_key in key.synonyms:
+            for entry in self.synonym_entries(broker_key):
+                synonyms.append(entry)
+                if chosen is None and entry[2] != DEFAULT_CONFIG:
+                    chosen = (broker_key, self.get(broker_key), entry[2])
+        if chosen is None:
+            for broker_key in key.synonyms:
+                bk = BROKER_CONFIGS.get(broker_key)
+                if bk is not None and bk.default is not None:
+                    chosen = (broker_key, bk.default, DEFAULT_CONFIG)
+                    break
+        if chosen is None:
+            return key.default, DEFAULT_CONFIG, synonyms
+        broker_key, value, src = chosen
+        if broker_key in SYNONYM_SCALE and value is not None:
+            value = value * SYNONYM_SCALE[broker_key]
+        if topic_key == "flush.ms" and value is None:
+            value = LONG_MAX
+        return value, src, synonyms
+
+    def log_config(self, overrides: dict[str, Any] | None = None) -> LogConfig:
+        values = {name: self.topic_default(name)[0] for name in TOPIC_CONFIGS}
+        if values.get("flush.ms") is None:
+            values["flush.ms"] = self.get("log.flush.scheduler.interval.ms")
+        values.update(overrides or {})
+        return LogConfig.from_values(values)
+
+    # ------------------------------------------------------------------ dynamic
+    def validate_dynamic(self, name: str, value: str | None) -> Any:
+        key = BROKER_CONFIGS.get(name)
+        if key is None:
+            if _known_kafka_key(name):
+                raise ConfigError(name, f"Cannot update these configs dynamically: Set({name})")
+            raise ConfigError(name, f"Unknown broker config: {name}")
+        if not key.dynamic:
+            raise ConfigError(name, f"Cannot update these configs dynamically: Set({name})")
+        return None if value is None else key.parse(value)
+
+    def set_dynamic(self, broker_scope: bool, name: str, value: Any | None) -> None:
+        layer = self.dynamic_broker if broker_scope else self.dynamic_default
+        if value is None:
+            layer.pop(name, None)
+        else:
+            layer[name] = value

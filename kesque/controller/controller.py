@@ -1,0 +1,358 @@
+"""The controller: validates cluster changes and writes them as metadata records.
+
+Every decision — a topic created, partitions added, a config altered, a broker registered —
+becomes a batch of records appended to the metadata log and replayed into the image; the
+broker side learns of it only through that replay (the delta handed to ``publish``). This
+is the single-node form of Kafka's QuorumController; replication of the metadata log
+among several controllers (Raft) comes with the cluster issue.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from ..config.broker import BrokerConfig
+from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
+from ..config.types import ConfigError
+from ..errors import ErrorCode, KafkaError
+from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
+from ..metadata.log import MetadataLog
+
+log = logging.getLogger(__name__)
+
+LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_LENGTH = 249
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+METADATA_VERSION_LEVEL = 25  # 4.0-IV3: the KRaft feature level kesque's records correspond to
+FEATURES = {"metadata.version": METADATA_VERSION_LEVEL}
+
+# IncrementalAlterConfigs operations
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise KafkaError(ErrorCode.invalid_topic_exception,
+                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_LENGTH} characters, "
+                         f"topic name: {name}")
+    if not LEGAL_TOPIC.match(name):
+        raise KafkaError(ErrorCode.invalid_topic_exception,
+                         f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+                         "alphanumerics, '.', '_' and '-'")
+
+
+@dataclass
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: dict[int, list[int]] = field(default_factory=dict)
+    configs: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class CreatedTopic:
+    name: str
+    topic_id: uuid.UUID | None = None
+    error: KafkaError | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+
+
+class Controller:
+    def __init__(self, config: BrokerConfig, image: MetadataImage, metadata_log: MetadataLog, clock, publish):
+        self.config = config
+        self.image = image
+        self.log = metadata_log
+        self.clock = clock
+        self.publish = publish  # callable(delta) run after every commit
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, records: list[dict]) -> Delta:
+        if not records:
+            return Delta()
+        offset = self.log.append(records)
+        delta = Delta()
+        for rec in records:
+            self.image.replay(rec, delta)
+        self.image.offset = offset
+        self.publish(delta)
+        return delta
+
+    def bootstrap(self) -> None:
+        """First start of a fresh cluster: record the finalized features."""
+        if not self.image.features:
+            self.commit([{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in FEATURES.items()])
+
+    # ------------------------------------------------------------------ brokers
+    def register_broker(self, node_id: int, endpoints: list[dict], rack: str | None = None) -> int:
+        prev = self.image.brokers.get(node_id)
+        epoch = max(self.image.offset + 1, (prev.epoch + 1) if prev else 0)
+        self.commit([{"type": "RegisterBrokerRecord", "broker_id": node_id, "incarnation_id": uuid.uuid4(),
+                      "broker_epoch": epoch, "endpoints": endpoints,
+                      "features": [{"name": k, "min_supported_version": 1, "max_supported_version": v}
+                                   for k, v in FEATURES.items()],
+                      "rack": rack, "fenced": False, "in_controlled_shutdown": False}])
+        return epoch
+
+    # ------------------------------------------------------------------ topics
+    def create_topics(self, topics: list[NewTopic], validate_only: bool = False) -> list[CreatedTopic]:
+        results: list[CreatedTopic] = []
+        records: list[dict] = []
+        seen: set[str] = set()
+        for t in topics:
+            res = CreatedTopic(t.name)
+            results.append(res)
+            try:
+                if t.name in seen:
+                    raise KafkaError(ErrorCode.invalid_request, f"Duplicate topic name {t.name}")
+                seen.add(t.name)
+                recs, n, rf, topic_id = self._plan_topic(t)
+                res.num_partitions, res.replication_factor = n, rf
+                res.topic_id = topic_id
+                if not validate_only:
+                    records.extend(recs)
+            except KafkaError as e:
+                res.error = e
+        if records:
+            self.commit(records)
+        for res in results:
+            if res.error is None and not validate_only:
+                log.info("Created topic %s with topic id %s", res.name, res.topic_id)
+        return results
+
+    def _plan_topic(self, t: NewTopic):
+        validate_topic_name(t.name)
+        if self.image.topic(t.name) is not None:
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+        collide = t.name.replace(".", "_")
+        for existing in self.image.topics_by_name:
+            if existing != t.name and existing.replace(".", "_") == collide:
+                raise KafkaError(ErrorCode.invalid_topic_exception,
+                                 f"Topic '{t.name}' collides with existing topic: {existing}")
+        live = [b.id for b in self.image.live_brokers()]
+        if t.assignments:
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                                 "Both cannot be used at the same time.")
+            assignment = self._check_assignment(t.assignments, live, 0)
+            n = len(assignment)
+            rf = len(assignment[0])
+        else:
+            n = t.num_partitions if t.num_partitions != -1 else self.config.get("num.partitions")
+            rf = t.replication_factor if t.replication_factor != -1 else self.config.get("default.replication.factor")
+            if n <= 0:
+                raise KafkaError(ErrorCode.invalid_partitions,
+                                 "Number of partitions was set to an invalid non-positive value.")
+            if rf <= 0:
+                raise KafkaError(ErrorCode.invalid_replication_factor,
+                                 "Replication factor must be larger than 0, or -1 to use the default value.")
+            if rf > len(live):
+                raise KafkaError(ErrorCode.invalid_replication_factor,
+                                 f"Unable to replicate the partition {rf} time(s): The target replication factor "
+                                 f"of {rf} cannot be reached because only {len(live)} broker(s) are registered.")
+            assignment = self._place(n, rf, live)
+        try:
+            overrides = {k: v for k, v in t.configs.items() if v is not None}
+            validate_topic_configs(overrides)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+        topic_id = uuid.uuid4()
+        while topic_id in self.image.topics_by_id or topic_id.int == 0:
+            topic_id = uuid.uuid4()
+        recs = [{"type": "TopicRecord", "name": t.name, "topic_id": topic_id}]
+        recs += [{"type": "ConfigRecord", "resource_type": RESOURCE_TOPIC, "resource_name": t.name,
+                  "name": k, "value": v} for k, v in sorted(overrides.items())]
+        recs += self._partition_records(topic_id, assignment, 0)
+        return recs, n, rf, topic_id
+
+    def _partition_records(self, topic_id: uuid.UUID, assignment: list[list[int]], first: int) -> list[dict]:
+        live = {b.id for b in self.image.live_brokers()}
+        out = []
+        for i, replicas in enumerate(assignment):
+            isr = [r for r in replicas if r in live] or list(replicas)
+            out.append({"type": "PartitionRecord", "partition_id": first + i, "topic_id": topic_id,
+                        "replicas": replicas, "isr": isr, "removing_replicas": [], "adding_replicas": [],
+                        "leader": isr[0], "leader_recovery_state": 0, "leader_epoch": 0, "partition_epoch": 0})
+        return out
+
+    def _check_assignment(self, assignments: dict[int, list[int]], live: list[int], first: int) -> list[list[int]]:
+        indexes = sorted(assignments)
+        if indexes != list(range(first, first + len(indexes))):
+            raise KafkaError(ErrorCode.invalid_replica_assignment,
+                             "Partitions should be a consecutive 0-based integer sequence")
+        out = []
+        rf = None
+        for i in indexes:
+            replicas = list(assignments[i])
+            if not replicas:
+                raise KafkaError(ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes "
+                                 f"a partition with no replicas: partition {i}")
+            if len(set(replicas)) != len(replicas):
+                raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                 f"The manual partition assignment includes the broker {replicas} more than once.")
+            for r in replicas:
+                if r not in live:
+                    raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                     f"The manual partition assignment includes broker {r}, but no such broker "
+                                     "is registered.")
+            if rf is not None and len(replicas) != rf:
+                raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                 "The manual partition assignment includes partitions with different "
+                                 "replication factors")
+            rf = len(replicas)
+            out.append(replicas)
+        return out
+
+    def _place(self, n: int, rf: int, live: list[int], first: int = 0) -> list[list[int]]:
+        """Striped placement: leaders spread round-robin, followers on the next brokers."""
+        if not live:
+            raise KafkaError(ErrorCode.invalid_replication_factor, "No brokers are registered.")
+        start = random.randrange(len(live))
+        return [[live[(start + first + p + j) % len(live)] for j in range(rf)] for p in range(n)]
+
+    def delete_topics(self, names: list[str | None], ids: list[uuid.UUID | None]) -> list[tuple]:
+        """Returns (name, topic_id, KafkaError|None) per requested topic."""
+        out = []
+        records = []
+        for name, topic_id in zip(names, ids):
+            t = self.image.topic(name) if name else self.image.topics_by_id.get(topic_id)
+            if t is None:
+                code = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
+                out.append((name, topic_id, KafkaError(code, "This server does not host this topic-partition."
+                                                       if name else "This server does not host this topic ID.")))
+                continue
+            if not self.config.get("delete.topic.enable"):
+                out.append((t.name, t.topic_id, KafkaError(ErrorCode.topic_deletion_disabled,
+                                                           "Topic deletion is disabled.")))
+                continue
+            records.append({"type": "RemoveTopicRecord", "topic_id": t.topic_id})
+            out.append((t.name, t.topic_id, None))
+        self.commit(records)
+        for name, _tid, err in out:
+            if err is None:
+                log.info("Deleted topic %s", name)
+        return out
+
+    def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                          validate_only: bool) -> None:
+        t = self.image.topic(name)
+        if t is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
+        current = len(t.partitions)
+        if count < current:
+            raise KafkaError(ErrorCode.invalid_partitions,
+                             f"The topic {name} currently has {current} partition(s); {count} would not be an increase.")
+        if count == current:
+            raise KafkaError(ErrorCode.invalid_partitions, f"Topic already has {current} partition(s).")
+        live = [b.id for b in self.image.live_brokers()]
+        rf = len(t.partitions[0].replicas) if t.partitions else 1
+        if assignments:
+            if len(assignments) != count - current:
+                raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                 f"Attempted to add {count - current} additional partition(s), but only "
+                                 f"{len(assignments)} assignment(s) were specified.")
+            plan = self._check_assignment({current + i: a for i, a in enumerate(assignments)}, live, current)
+        else:
+            if rf > len(live):
+                raise KafkaError(ErrorCode.invalid_replication_factor,
+                                 f"Unable to replicate the partition {rf} time(s): only {len(live)} broker(s) are "
+                                 "registered.")
+            plan = self._place(count - current, rf, live, current)
+        if not validate_only:
+            self.commit(self._partition_records(t.topic_id, plan, current))
+
+    # ------------------------------------------------------------------ configs
+    def _check_resource(self, rtype: int, rname: str) -> None:
+        if rtype == RESOURCE_TOPIC:
+            if self.image.topic(rname) is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic {rname} does not exist.")
+        elif rtype == RESOURCE_BROKER:
+            if rname != "":
+                try:
+                    node = int(rname)
+                except ValueError:
+                    raise KafkaError(ErrorCode.invalid_request, f"Invalid broker name {rname}") from None
+                if node not in self.image.brokers:
+                    raise KafkaError(ErrorCode.invalid_request, f"Unknown broker {node}")
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}")
+
+    def _validate_value(self, rtype: int, name: str, value: str | None) -> None:
+        try:
+            if rtype == RESOURCE_TOPIC:
+                if name not in TOPIC_CONFIGS:
+                    raise ConfigError(name, f"Unknown topic config name: {name}")
+                if value is not None:
+                    validate_topic_configs({name: value})
+            else:
+                self.config.validate_dynamic(name, value)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+
+    def incremental_alter_configs(self, rtype: int, rname: str, ops: list[tuple[str, int, str | None]],
+                                  validate_only: bool) -> None:
+        """Apply SET/DELETE/APPEND/SUBTRACT ops to one resource atomically."""
+        self._check_resource(rtype, rname)
+        current = dict(self.image.configs.get((rtype, rname), {}))
+        new = dict(current)
+        seen = set()
+        for name, op, value in ops:
+            if name in seen:
+                raise KafkaError(ErrorCode.invalid_request, f"Error due to duplicate config keys: {name}")
+            seen.add(name)
+            if op == OP_SET:
+                new[name] = value
+            elif op == OP_DELETE:
+                new.pop(name, None)
+            elif op in (OP_APPEND, OP_SUBTRACT):
+                key = TOPIC_CONFIGS.get(name) if rtype == RESOURCE_TOPIC else None
+                if key is None or key.type != "LIST":
+                    raise KafkaError(ErrorCode.invalid_config,
+                                     f"Config value append is not allowed for config key: {name}")
+                base = new.get(name)
+                items = [x for x in (base.split(",") if base else ",".join(key.default).split(",")) if x]
+                add = [x.strip() for x in (value or "").split(",") if x.strip()]
+                if op == OP_APPEND:
+                    items += [x for x in add if x not in items]
+                else:
+                    items = [x for x in items if x not in add]
+                new[name] = ",".join(items)
+            else:
+                raise KafkaError(ErrorCode.invalid_request, f"Unknown alter config operation {op}")
+            self._validate_value(rtype, name, new.get(name))
+        self._commit_configs(rtype, rname, current, new, validate_only)
+
+    def alter_configs(self, rtype: int, rname: str, configs: dict[str, str | None], validate_only: bool) -> None:
+        """Legacy AlterConfigs: the given set replaces all dynamic configs of the resource."""
+        self._check_resource(rtype, rname)
+        for name, value in configs.items():
+            self._validate_value(rtype, name, value)
+        current = dict(self.image.configs.get((rtype, rname), {}))
+        new = {k: v for k, v in configs.items() if v is not None}
+        self._commit_configs(rtype, rname, current, new, validate_only)
+
+    def _commit_configs(self, rtype, rname, current: dict, new: dict, validate_only: bool) -> None:
+        if rtype == RESOURCE_TOPIC:
+            try:
+                validate_topic_configs(new)
+            except ConfigError as e:
+                raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+        if validate_only:
+            return
+        recs = []
+        for name in sorted(set(current) | set(new)):
+            if current.get(name) != new.get(name):
+                recs.append({"type": "ConfigRecord", "resource_type": rtype, "resource_name": rname,
+                             "name": name, "value": new.get(name)})
+        self.commit(recs)

@@ -1,0 +1,207 @@
+"""MetadataImage: the in-memory state built by replaying metadata records.
+
+The image is the only place brokers, topics, partitions and dynamic configs live; it is
+rebuilt from ``__cluster_metadata`` at start. ``replay`` returns a :class:`Delta` naming
+what changed, which the broker's publishers (ReplicaManager, config handlers) act on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+# ConfigResource types (as in the Kafka protocol)
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+RESOURCE_GROUP = 32
+
+
+@dataclass
+class Endpoint:
+    name: str
+    host: str
+    port: int
+    security_protocol: int = 0
+
+
+@dataclass
+class BrokerRegistration:
+    id: int
+    incarnation_id: uuid.UUID
+    epoch: int
+    endpoints: list[Endpoint]
+    rack: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+    def endpoint(self, listener: str | None = None) -> Endpoint | None:
+        for ep in self.endpoints:
+            if listener is None or ep.name == listener:
+                return ep
+        return None
+
+
+@dataclass
+class PartitionRegistration:
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    removing_replicas: list[int] = field(default_factory=list)
+    adding_replicas: list[int] = field(default_factory=list)
+    leader_recovery_state: int = 0
+
+
+@dataclass
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionRegistration] = field(default_factory=dict)
+
+
+@dataclass
+class Delta:
+    """What one replayed batch of records changed."""
+
+    created_topics: set[uuid.UUID] = field(default_factory=set)
+    deleted_topics: dict[uuid.UUID, TopicImage] = field(default_factory=dict)
+    changed_partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+    changed_configs: set[tuple[int, str]] = field(default_factory=set)
+    changed_brokers: set[int] = field(default_factory=set)
+
+    def merge(self, other: "Delta") -> None:
+        self.created_topics |= other.created_topics
+        self.deleted_topics.update(other.deleted_topics)
+        self.changed_partitions |= other.changed_partitions
+        self.changed_configs |= other.changed_configs
+        self.changed_brokers |= other.changed_brokers
+
+    def __bool__(self) -> bool:
+        return bool(self.created_topics or self.deleted_topics or self.changed_partitions
+                    or self.changed_configs or self.changed_brokers)
+
+
+class MetadataImage:
+    def __init__(self):
+        self.cluster_id: str | None = None
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.topics_by_id: dict[uuid.UUID, TopicImage] = {}
+        self.topics_by_name: dict[str, TopicImage] = {}
+        self.configs: dict[tuple[int, str], dict[str, str]] = {}
+        self.features: dict[str, int] = {}
+        self.next_producer_id = 0
+        self.offset = -1  # last applied metadata log offset
+
+    # ------------------------------------------------------------------ queries
+    def topic(self, name: str) -> TopicImage | None:
+        return self.topics_by_name.get(name)
+
+    def topic_configs(self, name: str) -> dict[str, str]:
+        return self.configs.get((RESOURCE_TOPIC, name), {})
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        return [b for b in sorted(self.brokers.values(), key=lambda b: b.id) if not b.fenced]
+
+    # ------------------------------------------------------------------ replay
+    def replay(self, rec: dict, delta: Delta) -> None:
+        kind = rec["type"]
+        fn = getattr(self, "_replay_" + kind, None)
+        if fn is not None:
+            fn(rec, delta)
+
+    def _replay_RegisterBrokerRecord(self, rec, delta):
+        eps = [Endpoint(e["name"], e["host"], e["port"], e["security_protocol"]) for e in rec["endpoints"]]
+        self.brokers[rec["broker_id"]] = BrokerRegistration(
+            rec["broker_id"], rec["incarnation_id"], rec["broker_epoch"], eps, rec.get("rack"),
+            rec.get("fenced", True), rec.get("in_controlled_shutdown", False))
+        delta.changed_brokers.add(rec["broker_id"])
+
+    def _replay_UnregisterBrokerRecord(self, rec, delta):
+        self.brokers.pop(rec["broker_id"], None)
+        delta.changed_brokers.add(rec["broker_id"])
+
+    def _replay_FenceBrokerRecord(self, rec, delta):
+        b = self.brokers.get(rec["id"])
+        if b:
+            b.fenced = True
+            delta.changed_brokers.add(b.id)
+
+    def _replay_UnfenceBrokerRecord(self, rec, delta):
+        b = self.brokers.get(rec["id"])
+        if b:
+            b.fenced = False
+            delta.changed_brokers.add(b.id)
+
+    def _replay_BrokerRegistrationChangeRecord(self, rec, delta):
+        b = self.brokers.get(rec["broker_id"])
+        if b:
+            if rec.get("fenced", 0) == 1:
+                b.fenced = True
+            elif rec.get("fenced", 0) == -1:
+                b.fenced = False
+            if rec.get("in_controlled_shutdown", 0) == 1:
+                b.in_controlled_shutdown = True
+            delta.changed_brokers.add(b.id)
+
+    def _replay_TopicRecord(self, rec, delta):
+        t = TopicImage(rec["name"], rec["topic_id"])
+        self.topics_by_id[t.topic_id] = t
+        self.topics_by_name[t.name] = t
+        delta.created_topics.add(t.topic_id)
+
+    def _replay_PartitionRecord(self, rec, delta):
+        t = self.topics_by_id.get(rec["topic_id"])
+        if t is None:
+            return
+        t.partitions[rec["partition_id"]] = PartitionRegistration(
+            list(rec["replicas"]), list(rec["isr"]), rec["leader"], rec["leader_epoch"], rec["partition_epoch"],
+            list(rec["removing_replicas"] or []), list(rec["adding_replicas"] or []), rec["leader_recovery_state"])
+        delta.changed_partitions.add((t.topic_id, rec["partition_id"]))
+
+    def _replay_PartitionChangeRecord(self, rec, delta):
+        t = self.topics_by_id.get(rec["topic_id"])
+        if t is None:
+            return
+        p = t.partitions.get(rec["partition_id"])
+        if p is None:
+            return
+        if rec.get("isr") is not None:
+            p.isr = list(rec["isr"])
+        if rec.get("replicas") is not None:
+            p.replicas = list(rec["replicas"])
+        if rec.get("removing_replicas") is not None:
+            p.removing_replicas = list(rec["removing_replicas"])
+        if rec.get("adding_replicas") is not None:
+            p.adding_replicas = list(rec["adding_replicas"])
+        if rec.get("leader_recovery_state", -1) != -1:
+            p.leader_recovery_state = rec["leader_recovery_state"]
+        if rec.get("leader", -2) != -2:
+            p.leader = rec["leader"]
+            p.leader_epoch += 1
+        p.partition_epoch += 1
+        delta.changed_partitions.add((t.topic_id, rec["partition_id"]))
+
+    def _replay_RemoveTopicRecord(self, rec, delta):
+        t = self.topics_by_id.pop(rec["topic_id"], None)
+        if t is not None:
+            self.topics_by_name.pop(t.name, None)
+            self.configs.pop((RESOURCE_TOPIC, t.name), None)
+            delta.deleted_topics[t.topic_id] = t
+            delta.created_topics.discard(t.topic_id)
+
+    def _replay_ConfigRecord(self, rec, delta):
+        key = (rec["resource_type"], rec["resource_name"])
+        if rec["value"] is None:
+            self.configs.get(key, {}).pop(rec["name"], None)
+        else:
+            self.configs.setdefault(key, {})[rec["name"]] = rec["value"]
+        delta.changed_configs.add(key)
+
+    def _replay_FeatureLevelRecord(self, rec, delta):
+        self.features[rec["name"]] = rec["feature_level"]
+
+    def _replay_ProducerIdsRecord(self, rec, delta):
+        self.next_producer_id = rec["next_producer_id"]

@@ -1,0 +1,150 @@
+"""API registry, request/response headers and kio glue.
+
+The version table here is what ApiVersions advertises: an API appears only when a handler
+is registered for it, with the version range that handler serves. Flexible versions (which
+decide request header v2 / response header v1) come from the Kafka schemas; a unit test
+checks this table against kio.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from .primitives import INT16, INT32, ProtocolError, skip_tagged_fields
+
+API_VERSIONS_KEY = 18
+
+# api key -> (name, first flexible version or None). From Kafka's message schemas.
+FLEXIBLE_FROM: dict[int, tuple[str, int | None]] = {
+    0: ("Produce", 9), 1: ("Fetch", 12), 2: ("ListOffsets", 6), 3: ("Metadata", 9),
+    8: ("OffsetCommit", 8), 9: ("OffsetFetch", 6), 10: ("FindCoordinator", 3), 11: ("JoinGroup", 6),
+    12: ("Heartbeat", 4), 13: ("LeaveGroup", 4), 14: ("SyncGroup", 4), 15: ("DescribeGroups", 5),
+    16: ("ListGroups", 3), 17: ("SaslHandshake", None), 18: ("ApiVersions", 3), 19: ("CreateTopics", 5),
+    20: ("DeleteTopics", 4), 21: ("DeleteRecords", 2), 22: ("InitProducerId", 2),
+    23: ("OffsetForLeaderEpoch", 4), 24: ("AddPartitionsToTxn", 3), 25: ("AddOffsetsToTxn", 3),
+    26: ("EndTxn", 3), 27: ("WriteTxnMarkers", 1), 28: ("TxnOffsetCommit", 3), 29: ("DescribeAcls", 2),
+    30: ("CreateAcls", 2), 31: ("DeleteAcls", 2), 32: ("DescribeConfigs", 4), 33: ("AlterConfigs", 2),
+    34: ("AlterReplicaLogDirs", 2), 35: ("DescribeLogDirs", 2), 36: ("SaslAuthenticate", 2),
+    37: ("CreatePartitions", 2), 38: ("CreateDelegationToken", 2), 39: ("RenewDelegationToken", 2),
+    40: ("ExpireDelegationToken", 2), 41: ("DescribeDelegationToken", 2), 42: ("DeleteGroups", 2),
+    43: ("ElectLeaders", 2), 44: ("IncrementalAlterConfigs", 1), 45: ("AlterPartitionReassignments", 0),
+    46: ("ListPartitionReassignments", 0), 47: ("OffsetDelete", None), 48: ("DescribeClientQuotas", 1),
+    49: ("AlterClientQuotas", 1), 50: ("DescribeUserScramCredentials", 0), 51: ("AlterUserScramCredentials", 0),
+    52: ("Vote", 0), 53: ("BeginQuorumEpoch", 1), 54: ("EndQuorumEpoch", 1), 55: ("DescribeQuorum", 0),
+    56: ("AlterPartition", 0), 57: ("UpdateFeatures", 0), 58: ("Envelope", 0), 59: ("FetchSnapshot", 0),
+    60: ("DescribeCluster", 0), 61: ("DescribeProducers", 0), 62: ("BrokerRegistration", 0),
+    63: ("BrokerHeartbeat", 0), 64: ("UnregisterBroker", 0), 65: ("DescribeTransactions", 0),
+    66: ("ListTransactions", 0), 67: ("AllocateProducerIds", 0), 68: ("ConsumerGroupHeartbeat", 0),
+    69: ("ConsumerGroupDescribe", 0), 70: ("ControllerRegistration", 0), 71: ("GetTelemetrySubscriptions", 0),
+    72: ("PushTelemetry", 0), 73: ("AssignReplicasToDirs", 0), 74: ("ListConfigResources", 0),
+    75: ("DescribeTopicPartitions", 0), 76: ("ShareGroupHeartbeat", 0), 77: ("ShareGroupDescribe", 0),
+    78: ("ShareFetch", 0), 79: ("ShareAcknowledge", 0), 80: ("AddRaftVoter", 0), 81: ("RemoveRaftVoter", 0),
+    82: ("UpdateRaftVoter", 0), 83: ("InitializeShareGroupState", 0), 84: ("ReadShareGroupState", 0),
+    85: ("WriteShareGroupState", 0), 86: ("DeleteShareGroupState", 0), 87: ("ReadShareGroupStateSummary", 0),
+    88: ("StreamsGroupHeartbeat", 0), 89: ("StreamsGroupDescribe", 0), 90: ("DescribeShareGroupOffsets", 0),
+    91: ("AlterShareGroupOffsets", 0), 92: ("DeleteShareGroupOffsets", 0),
+}
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    first = FLEXIBLE_FROM.get(api_key, ("", None))[1]
+    return first is not None and version >= first
+
+
+def api_name(api_key: int) -> str:
+    return FLEXIBLE_FROM.get(api_key, (f"Unknown({api_key})", None))[0]
+
+
+@dataclass
+class ApiSpec:
+    key: int
+    min_version: int
+    max_version: int
+    handler: Callable
+    raw: bool = False  # handler decodes the body itself (hot path)
+    # versions inside [min, max] that are advertised but refused (Produce v0-2, see KAFKA-18659)
+    refused_below: int = -1
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+    flexible: bool
+
+
+def parse_request_header(frame) -> RequestHeader:
+    """Header v1 (key, version, correlation id, client id) or v2 (+ tagged fields)."""
+    if len(frame) < 8:
+        raise ProtocolError("request header too short")
+    api_key = INT16.unpack_from(frame, 0)[0]
+    api_version = INT16.unpack_from(frame, 2)[0]
+    correlation_id = INT32.unpack_from(frame, 4)[0]
+    n = INT16.unpack_from(frame, 8)[0] if len(frame) >= 10 else -2
+    if n < -1:
+        raise ProtocolError("bad client id length")
+    pos = 10
+    client_id = None
+    if n >= 0:
+        if pos + n > len(frame):
+            raise ProtocolError("truncated client id")
+        client_id = bytes(frame[pos:pos + n]).decode("utf-8", "replace")
+        pos += n
+    flexible = is_flexible(api_key, api_version)
+    if flexible:
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos, flexible)
+
+
+@lru_cache(maxsize=None)
+def request_class(api_key: int, version: int):
+    return load_request_schema(api_key, version)
+
+
+@lru_cache(maxsize=None)
+def response_class(api_key: int, version: int):
+    return load_response_schema(api_key, version)
+
+
+@lru_cache(maxsize=None)
+def _reader(cls):
+    return entity_reader(cls)
+
+
+@lru_cache(maxsize=None)
+def _writer(cls):
+    return entity_writer(cls)
+
+
+def decode_request(api_key: int, version: int, body) -> Any:
+    cls = request_class(api_key, version)
+    try:
+        if isinstance(body, memoryview) and not body.readonly:
+            body = body.toreadonly()  # kio's compiled reader insists on read-only buffers
+        obj, size = _reader(cls)(body, 0)
+    except Exception as e:
+        raise ProtocolError(f"cannot parse {api_name(api_key)} v{version}: {e}") from e
+    return obj
+
+
+def encode_body(obj) -> bytes:
+    buf = io.BytesIO()
+    _writer(type(obj))(buf, obj)
+    return buf.getvalue()
+
+
+def response_header(correlation_id: int, api_key: int, version: int) -> bytes:
+    """Response header v0, or v1 (with empty tagged fields) for flexible versions.
+    ApiVersions responses always use v0 so clients can parse them before negotiating."""
+    if api_key != API_VERSIONS_KEY and is_flexible(api_key, version):
+        return INT32.pack(correlation_id) + b"\x00"
+    return INT32.pack(correlation_id)

@@ -1,0 +1,309 @@
+"""Records inside a v2 batch: the lean framing scan, full decoding, and a batch builder.
+
+The produce path calls :func:`scan_records` — it walks the record framing with plain
+integer arithmetic and builds no objects, so a malformed record is caught the way Kafka's
+LogValidator catches it without paying for per-record dataclasses. :func:`iter_records`
+decodes everything and is for tools, the log cleaner and coordinators replaying their
+topics. :func:`build_batch` writes batches (control markers, internal topics, tests).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+from . import batch as rb
+from . import compression
+
+_U32 = struct.Struct(">I")
+
+
+class ScanResult:
+    __slots__ = ("count", "null_key", "offsets_ok")
+
+    def __init__(self, count: int, null_key: bool, offsets_ok: bool):
+        self.count = count
+        self.null_key = null_key
+        self.offsets_ok = offsets_ok
+
+
+def _slow_varint(buf, p):
+    v = 0
+    shift = 0
+    while True:
+        b = buf[p]
+        p += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return (v >> 1) ^ -(v & 1), p
+        if shift > 63:
+            raise rb.CorruptRecordError("varint too long")
+
+
+def walk_record_lengths(buf, pos: int, end: int, expected_count: int) -> None:
+    """The cheap check for uncompressed batches: the records' length prefixes must tile
+    ``[pos, end)`` exactly and their number must match the header. Costs one varint per
+    record and builds nothing (the fields inside each record are covered by the CRC)."""
+    count = 0
+    try:
+        while pos < end:
+            b = buf[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = _slow_varint(buf, pos)
+            if length <= 0:
+                raise rb.CorruptRecordError(f"record {count} has invalid length {length}")
+            pos += length
+            count += 1
+    except IndexError as e:
+        raise rb.CorruptRecordError("record framing runs past the end of the batch") from e
+    if pos != end:
+        raise rb.CorruptRecordError("records overrun the batch")
+    if count != expected_count:
+        raise rb.InvalidRecordError(f"batch declares {expected_count} records but contains {count}")
+
+
+def scan_records(buf, pos: int, end: int, expected_count: int) -> ScanResult:
+    """Check the framing of every field of every record in ``buf[pos:end]``.
+
+    Used where the records are in hand anyway (after decompression) or a feature needs
+    them (keys of compacted topics). Raises CorruptRecordError when a record's declared
+    length disagrees with its fields or records overrun the batch, InvalidRecordError when
+    the count differs from the header's. ``offsets_ok`` is False when offset deltas are not
+    0, 1, 2, ... (Kafka then rebuilds the batch instead of assigning offsets in place).
+    """
+    try:
+        return _scan(buf, pos, end, expected_count)
+    except IndexError as e:
+        raise rb.CorruptRecordError("record framing runs past the end of the batch") from e
+
+
+def _scan(buf, pos, end, expected_count):  # noqa: C901 - one flat loop on purpose
+    count = 0
+    null_key = False
+    offsets_ok = True
+    slow = _slow_varint
+    while pos < end:
+        b = buf[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            length, pos = slow(buf, pos)
+        rec_end = pos + length
+        if length <= 0 or rec_end > end:
+            raise rb.CorruptRecordError(f"record {count} has invalid length {length}")
+        p = pos + 1  # attributes
+        if buf[p] < 0x80:  # timestamp delta
+            p += 1
+        else:
+            _, p = slow(buf, p)
+        b = buf[p]  # offset delta
+        if b < 0x80:
+            od = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            od, p = slow(buf, p)
+        if od != count:
+            offsets_ok = False
+        b = buf[p]  # key length
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            n, p = slow(buf, p)
+        if n > 0:
+            p += n
+        elif n == -1:
+            null_key = True
+        elif n < -1:
+            raise rb.CorruptRecordError(f"record {count} has invalid key length {n}")
+        b = buf[p]  # value length
+        if b < 0x80:
+            n = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            n, p = slow(buf, p)
+        if n > 0:
+            p += n
+        elif n < -1:
+            raise rb.CorruptRecordError(f"record {count} has invalid value length {n}")
+        b = buf[p]  # header count
+        if b < 0x80:
+            nh = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            nh, p = slow(buf, p)
+        if nh:
+            if nh < 0:
+                raise rb.CorruptRecordError(f"record {count} has invalid header count {nh}")
+            for _ in range(nh * 2):
+                b = buf[p]
+                if b < 0x80:
+                    n = (b >> 1) ^ -(b & 1)
+                    p += 1
+                else:
+                    n, p = slow(buf, p)
+                if n > 0:
+                    p += n
+                elif n < -1:
+                    raise rb.CorruptRecordError(f"record {count} has invalid header length {n}")
+        if p != rec_end:
+            raise rb.CorruptRecordError(
+                f"record {count}: expected to read {length} bytes in record payload, but read {p - pos}")
+        pos = rec_end
+        count += 1
+    if pos != end:
+        raise rb.CorruptRecordError("records overrun the batch")
+    if count != expected_count:
+        raise rb.InvalidRecordError(f"batch declares {expected_count} records but contains {count}")
+    return ScanResult(count, null_key, offsets_ok)
+
+
+# ----------------------------------------------------------------- decoding
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    attributes: int = 0
+    size: int = 0  # encoded size including the length varint
+
+
+def _varint(buf, p):
+    b = buf[p]
+    p += 1
+    v = b & 0x7F
+    shift = 7
+    while b & 0x80:
+        b = buf[p]
+        p += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+    return (v >> 1) ^ -(v & 1), p
+
+
+def _nbytes(buf, p):
+    n, p = _varint(buf, p)
+    if n < 0:
+        return None, p
+    return bytes(buf[p:p + n]), p + n
+
+
+def records_payload(buf, pos: int, header: rb.BatchHeader) -> memoryview:
+    """The (decompressed) records section of the batch at ``pos``."""
+    mv = memoryview(buf)[pos + rb.HEADER_SIZE: pos + header.size]
+    if header.compression:
+        return compression.decompress(header.compression, mv)
+    return mv
+
+
+def iter_records(buf, pos: int = 0, header: rb.BatchHeader | None = None):
+    """Decode every record of the batch at ``pos`` (tools, cleaner, coordinators)."""
+    if header is None:
+        header = rb.read_header(buf, pos)
+    data = records_payload(buf, pos, header)
+    p = 0
+    end = len(data)
+    for _ in range(header.records_count):
+        if p >= end:
+            break
+        start = p
+        length, p = _varint(data, p)
+        body_end = p + length
+        attributes = data[p]
+        p += 1
+        ts_delta, p = _varint(data, p)
+        off_delta, p = _varint(data, p)
+        key, p = _nbytes(data, p)
+        value, p = _nbytes(data, p)
+        nh, p = _varint(data, p)
+        headers = []
+        for _h in range(nh):
+            hk, p = _nbytes(data, p)
+            hv, p = _nbytes(data, p)
+            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
+        p = body_end
+        ts = header.max_timestamp if header.is_log_append_time else header.base_timestamp + ts_delta
+        yield Record(header.base_offset + off_delta, ts, key, value, headers, attributes, p - start)
+
+
+# ----------------------------------------------------------------- building
+
+def _uvarint(v: int, out: bytearray) -> None:
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _svarint(v: int, out: bytearray) -> None:
+    _uvarint((v << 1) ^ (v >> 63), out)
+
+
+def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key, value, headers=()) -> None:
+    body = bytearray(b"\x00")
+    _svarint(ts_delta, body)
+    _svarint(offset_delta, body)
+    for part in (key, value):
+        if part is None:
+            _svarint(-1, body)
+        else:
+            _svarint(len(part), body)
+            body += part
+    _svarint(len(headers), body)
+    for hk, hv in headers:
+        hkb = hk.encode() if isinstance(hk, str) else hk
+        _svarint(len(hkb), body)
+        body += hkb
+        if hv is None:
+            _svarint(-1, body)
+        else:
+            _svarint(len(hv), body)
+            body += hv
+    _svarint(len(body), out)
+    out += body
+
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def build_batch(records, *, base_offset: int = 0, compression_codec: int = 0,
+                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                transactional: bool = False, control: bool = False,
+                partition_leader_epoch: int = -1, log_append_time: int | None = None,
+                timestamp: int | None = None, xerial: bool = False) -> bytes:
+    """Build one v2 batch. ``records`` is a list of (key, value, headers) or
+    (key, value, headers, timestamp_ms) tuples."""
+    now = int(time.time() * 1000) if timestamp is None else timestamp
+    stamps = [r[3] if len(r) > 3 and r[3] is not None else now for r in records]
+    base_ts = stamps[0] if stamps else now
+    body = bytearray()
+    for i, rec in enumerate(records):
+        encode_record(body, i, stamps[i] - base_ts, rec[0], rec[1], rec[2] if len(rec) > 2 else ())
+    if compression_codec:
+        body = compression.compress(compression_codec, bytes(body), xerial=xerial)
+    attrs = compression_codec
+    if log_append_time is not None:
+        attrs |= rb.TIMESTAMP_TYPE_MASK
+    if transactional:
+        attrs |= rb.TRANSACTIONAL_FLAG
+    if control:
+        attrs |= rb.CONTROL_FLAG
+    max_ts = log_append_time if log_append_time is not None else (max(stamps) if stamps else now)
+    n = len(records)
+    header = bytearray(_HEADER.pack(base_offset, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
+                                    partition_leader_epoch, 2, 0, attrs, max(n - 1, 0), base_ts, max_ts,
+                                    producer_id, producer_epoch, base_sequence, n))
+    out = header + body
+    _U32.pack_into(out, rb.CRC_OFFSET, crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET:]))
+    return bytes(out)

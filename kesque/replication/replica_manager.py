@@ -1,0 +1,160 @@
+"""ReplicaManager: the partitions this broker hosts, appends and reads across them, and the
+watch lists that delayed operations (long-poll fetch, acks=all produce) wait on.
+
+It follows the metadata image: ``apply_delta`` creates logs and partitions for the replicas
+assigned to this broker, makes them leaders or followers, drops deleted topics and pushes
+config changes into the logs. Sans-IO: waiting is done by the server layer, which registers
+callbacks with :meth:`watch` and is called back when a partition gets new data.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..config.broker import BrokerConfig
+from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
+from ..errors import ErrorCode, KafkaError
+from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
+from ..storage.log_manager import LogManager
+from .partition import Partition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    error: int = 0
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+class ReplicaManager:
+    def __init__(self, config: BrokerConfig, log_manager: LogManager, image: MetadataImage, clock):
+        self.config = config
+        self.node_id = config.node_id
+        self.log_manager = log_manager
+        self.image = image
+        self.clock = clock
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.by_id: dict[tuple[uuid.UUID, int], Partition] = {}
+        self._watchers: dict[tuple[str, int], set] = defaultdict(set)
+
+    # ------------------------------------------------------------------ config
+    def log_config_for(self, topic: str):
+        overrides = self.image.topic_configs(topic)
+        try:
+            parsed = validate_topic_configs({k: v for k, v in overrides.items() if k in TOPIC_CONFIGS})
+        except Exception as e:  # a stored value that no longer parses: fall back to defaults
+            log.warning("Ignoring invalid stored config of topic %s: %s", topic, e)
+            parsed = {}
+        return self.config.log_config(parsed)
+
+    def config_for_loading(self, topic: str):
+        t = self.image.topic(topic)
+        return self.log_config_for(topic), (t.topic_id if t else None)
+
+    # ------------------------------------------------------------------ metadata
+    def apply_delta(self, delta: Delta) -> None:
+        for topic_id, t in delta.deleted_topics.items():
+            for p in list(t.partitions):
+                part = self.partitions.pop((t.name, p), None)
+                self.by_id.pop((topic_id, p), None)
+                if part is not None:
+                    self._notify((t.name, p), 0)
+                self.log_manager.delete_log(t.name, p)
+        for rtype, rname in delta.changed_configs:
+            if rtype == RESOURCE_BROKER and rname in ("", str(self.node_id)):
+                layer_broker = rname != ""
+                stored = self.image.configs.get((rtype, rname), {})
+                target = self.config.dynamic_broker if layer_broker else self.config.dynamic_default
+                target.clear()
+                for k, v in stored.items():
+                    try:
+                        target[k] = self.config.validate_dynamic(k, v)
+                    except Exception as e:
+                        log.warning("Ignoring invalid dynamic broker config %s=%s: %s", k, v, e)
+                for (topic, _p), part in self.partitions.items():
+                    part.log.config = self.log_config_for(topic)
+            elif rtype == RESOURCE_TOPIC:
+                cfg = self.log_config_for(rname)
+                for (topic, _p), part in self.partitions.items():
+                    if topic == rname:
+                        part.log.config = cfg
+        for topic_id, p in sorted(delta.changed_partitions, key=lambda x: (str(x[0]), x[1])):
+            t = self.image.topics_by_id.get(topic_id)
+            if t is None:
+                continue
+            reg = t.partitions.get(p)
+            if reg is None or self.node_id not in reg.replicas:
+                continue
+            part = self.partitions.get((t.name, p))
+            if part is None:
+                lg = self.log_manager.get_or_create_log(t.name, p, self.log_config_for(t.name), topic_id)
+                part = Partition(t.name, p, topic_id, lg, self.node_id)
+                self.partitions[(t.name, p)] = part
+                self.by_id[(topic_id, p)] = part
+            if reg.leader == self.node_id:
+                part.make_leader(reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)
+            else:
+                part.make_follower(reg.leader, reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)
+
+    # ------------------------------------------------------------------ lookup
+    def get_partition(self, topic: str, partition: int) -> Partition:
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                             "This server does not host this topic-partition.")
+        return part
+
+    def get_partition_by_id(self, topic_id: uuid.UUID, partition: int) -> Partition:
+        part = self.by_id.get((topic_id, partition))
+        if part is None:
+            raise KafkaError(ErrorCode.unknown_topic_id, "This server does not host this topic ID.")
+        return part
+
+    # ------------------------------------------------------------------ produce
+    def append(self, topic: str, partition: int, buf: memoryview, required_acks: int) -> ProduceResult:
+        try:
+            part = self.get_partition(topic, partition)
+            info = part.append_records_to_leader(buf, required_acks, self.clock.now_ms())
+        except KafkaError as e:
+            return ProduceResult(int(e.code), -1, -1, -1, e.message)
+        self._notify((topic, partition), info.size)
+        return ProduceResult(0, info.first_offset, info.log_append_time, info.log_start_offset)
+
+    # ------------------------------------------------------------------ watchers
+    def watch(self, tp: tuple[str, int], callback) -> None:
+        self._watchers[tp].add(callback)
+
+    def unwatch(self, tp: tuple[str, int], callback) -> None:
+        s = self._watchers.get(tp)
+        if s is not None:
+            s.discard(callback)
+            if not s:
+                del self._watchers[tp]
+
+    def _notify(self, tp: tuple[str, int], nbytes: int) -> None:
+        s = self._watchers.get(tp)
+        if s:
+            for cb in list(s):
+                cb(tp, nbytes)
+
+    # ------------------------------------------------------------------ offsets
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        part = self.get_partition(topic, partition)
+        if not part.is_leader:
+            raise KafkaError(ErrorCode.not_leader_or_follower, "Not the leader")
+        lg = part.log
+        target = lg.high_watermark if offset == -1 else offset
+        if target < 0:
+            raise KafkaError(ErrorCode.offset_out_of_range, f"Invalid offset {offset}")
+        return lg.maybe_increment_log_start_offset(target)
+
+    def image_partition(self, topic: str, partition: int):
+        t = self.image.topic(topic)
+        return t.partitions.get(partition) if t else None

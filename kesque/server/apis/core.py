@@ -1,0 +1,243 @@
+"""ApiVersions, Metadata, DescribeCluster, FindCoordinator."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from ...controller.controller import FEATURES, INTERNAL_TOPICS, NewTopic, validate_topic_name
+from ...errors import ErrorCode, KafkaError
+from ...protocol.primitives import INT16, INT32
+from ...utils import java_string_hash
+from .kiohelp import Msg
+
+log = logging.getLogger(__name__)
+
+# AclOperation codes reported as "authorized operations" when no authorizer is configured
+_TOPIC_OPS = (3, 4, 5, 6, 7, 8, 10, 11)  # READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
+_CLUSTER_OPS = (5, 7, 8, 9, 10, 11, 12, 13, 14)
+OMITTED_OPS = -2147483648
+# KIP-511: client software name and version must match this
+_SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+
+def _bits(ops) -> int:
+    v = 0
+    for op in ops:
+        v |= 1 << op
+    return v
+
+
+def api_versions_v0_error(server) -> bytes:
+    """Body of the v0 answer to an ApiVersions request of a version we do not know."""
+    spec = server.apis[18]
+    return INT16.pack(int(ErrorCode.unsupported_version)) + INT32.pack(1) + INT16.pack(18) + \
+        INT16.pack(spec.min_version) + INT16.pack(spec.max_version)
+
+
+class CoreApis:
+    def __init__(self, server):
+        self.server = server
+        self._api_versions_cache: dict[int, object] = {}
+
+    def register(self) -> None:
+        s = self.server
+        s.register(18, 0, 4, self.api_versions)
+        s.register(3, 0, 13, self.metadata)
+        s.register(60, 0, 2, self.describe_cluster)
+        s.register(10, 0, 6, self.find_coordinator)
+
+    # ------------------------------------------------------------------ ApiVersions
+    def api_versions(self, ctx, req):
+        v = ctx.api_version
+        if v >= 3:
+            name = req.client_software_name
+            version = req.client_software_version
+            if not _SOFTWARE.match(name or "") or not _SOFTWARE.match(version or ""):
+                m = Msg(18, v)
+                return m(error_code=ErrorCode.invalid_request, api_keys=(), throttle_time=0)
+        cached = self._api_versions_cache.get(v)
+        if cached is None:
+            cached = self._build_api_versions(v)
+            self._api_versions_cache[v] = cached
+        return cached
+
+    def _build_api_versions(self, v: int):
+        m = Msg(18, v)
+        keys = tuple(m("ApiVersion", api_key=k, min_version=spec.min_version, max_version=spec.max_version)
+                     for k, spec in sorted(self.server.apis.items()))
+        image = self.server.image
+        supported = tuple(m("SupportedFeatureKey", name=n, min_version=1, max_version=lvl)
+                          for n, lvl in FEATURES.items())
+        finalized = tuple(m("FinalizedFeatureKey", name=n, max_version_level=lvl, min_version_level=lvl)
+                          for n, lvl in image.features.items())
+        return m(error_code=ErrorCode.none, api_keys=keys, throttle_time=0, supported_features=supported,
+                 finalized_features_epoch=max(image.offset, 0) if finalized else -1,
+                 finalized_features=finalized, zk_migration_ready=False)
+
+    # ------------------------------------------------------------------ Metadata
+    def _brokers(self, m, listener: str, struct_name: str):
+        out = []
+        for b in self.server.image.live_brokers():
+            ep = b.endpoint(listener) or b.endpoint()
+            if ep is None:
+                continue
+            out.append(m(struct_name, node_id=b.id, host=ep.host, port=ep.port, rack=b.rack))
+        return tuple(out)
+
+    def metadata(self, ctx, req):
+        s = self.server
+        v = ctx.api_version
+        m = Msg(3, v)
+        image = s.image
+        requested = req.topics
+        if v == 0 and requested is not None and len(requested) == 0:
+            requested = None
+        allow_auto = getattr(req, "allow_auto_topic_creation", True)
+        include_ops = getattr(req, "include_topic_authorized_operations", False)
+        topics = []
+        if requested is None:
+            names = [t.name for t in sorted(image.topics_by_id.values(), key=lambda t: t.name)]
+            items = [(n, None) for n in names]
+        else:
+            items = [(t.name, getattr(t, "topic_id", None)) for t in requested]
+        for name, topic_id in items:
+            t = None
+            if name is None and topic_id is not None:
+                t = image.topics_by_id.get(topic_id)
+                if t is None:
+                    topics.append(m("MetadataResponseTopic", error_code=ErrorCode.unknown_topic_id, name=None,
+                                    topic_id=topic_id, is_internal=False, partitions=(),
+                                    topic_authorized_operations=OMITTED_OPS))
+                    continue
+            else:
+                t = image.topic(name)
+            if t is None:
+                err = self._maybe_auto_create(name, allow_auto)
+                t = image.topic(name)
+                if t is None:
+                    topics.append(m("MetadataResponseTopic", error_code=err, name=name, topic_id=None,
+                                    is_internal=name in INTERNAL_TOPICS, partitions=(),
+                                    topic_authorized_operations=OMITTED_OPS))
+                    continue
+            topics.append(self._topic_metadata(m, t, include_ops))
+        resp = dict(throttle_time=0, brokers=self._brokers(m, ctx.listener, "MetadataResponseBroker"),
+                    cluster_id=image.cluster_id, controller_id=s.node_id, topics=tuple(topics),
+                    error_code=ErrorCode.none)
+        if getattr(req, "include_cluster_authorized_operations", False):
+            resp["cluster_authorized_operations"] = _bits(_CLUSTER_OPS)
+        else:
+            resp["cluster_authorized_operations"] = OMITTED_OPS
+        return m(**resp)
+
+    def _topic_metadata(self, m, t, include_ops: bool):
+        live = {b.id for b in self.server.image.live_brokers()}
+        parts = []
+        for idx in sorted(t.partitions):
+            p = t.partitions[idx]
+            offline = tuple(r for r in p.replicas if r not in live)
+            err = ErrorCode.none if p.leader in live else ErrorCode.leader_not_available
+            parts.append(m("MetadataResponsePartition", error_code=err, partition_index=idx,
+                           leader_id=p.leader, leader_epoch=p.leader_epoch, replica_nodes=tuple(p.replicas),
+                           isr_nodes=tuple(p.isr), offline_replicas=offline))
+        return m("MetadataResponseTopic", error_code=ErrorCode.none, name=t.name, topic_id=t.topic_id,
+                 is_internal=t.name in INTERNAL_TOPICS, partitions=tuple(parts),
+                 topic_authorized_operations=_bits(_TOPIC_OPS) if include_ops else OMITTED_OPS)
+
+    def _maybe_auto_create(self, name: str, allow_auto: bool) -> ErrorCode:
+        s = self.server
+        try:
+            validate_topic_name(name)
+        except KafkaError:
+            return ErrorCode.invalid_topic_exception
+        if not (allow_auto and s.config.get("auto.create.topics.enable")) or name in INTERNAL_TOPICS:
+            return ErrorCode.unknown_topic_or_partition
+        res = s.controller.create_topics([NewTopic(name)])[0]
+        if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
+            log.warning("Auto-creation of topic %s failed: %s", name, res.error)
+            return ErrorCode.leader_not_available if res.error.code == ErrorCode.invalid_replication_factor \
+                else res.error.code
+        return ErrorCode.none
+
+    # ------------------------------------------------------------------ DescribeCluster
+    def describe_cluster(self, ctx, req):
+        s = self.server
+        v = ctx.api_version
+        m = Msg(60, v)
+        endpoint_type = getattr(req, "endpoint_type", 1)
+        if endpoint_type != 1:
+            return m(throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
+                     error_message=f"The endpoint type {endpoint_type} is not supported by this broker",
+                     endpoint_type=endpoint_type, cluster_id=s.image.cluster_id or "", controller_id=-1,
+                     brokers=(), cluster_authorized_operations=OMITTED_OPS)
+        brokers = []
+        for b in sorted(s.image.brokers.values(), key=lambda b: b.id):
+            if b.fenced and not getattr(req, "include_fenced_brokers", False):
+                continue
+            ep = b.endpoint(ctx.listener) or b.endpoint()
+            if ep is None:
+                continue
+            brokers.append(m("DescribeClusterBroker", broker_id=b.id, host=ep.host, port=ep.port, rack=b.rack,
+                             is_fenced=b.fenced))
+        ops = _bits(_CLUSTER_OPS) if req.include_cluster_authorized_operations else OMITTED_OPS
+        return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
+                 cluster_id=s.image.cluster_id or "", controller_id=s.node_id, brokers=tuple(brokers),
+                 cluster_authorized_operations=ops)
+
+    # ------------------------------------------------------------------ FindCoordinator
+    def find_coordinator(self, ctx, req):
+        """A key maps to a partition of its internal topic exactly as Kafka maps it; the
+        coordinator is that partition's leader. The topic is created on first use."""
+        v = ctx.api_version
+        m = Msg(10, v)
+        key_type = getattr(req, "key_type", 0)
+        keys = list(req.coordinator_keys) if v >= 4 else [req.key]
+        results = []
+        for key in keys:
+            node, err, msg = self._coordinator_for(key_type, key)
+            ep = None
+            if node is not None:
+                b = self.server.image.brokers.get(node)
+                ep = b.endpoint(ctx.listener) or b.endpoint() if b else None
+            if ep is None and err == ErrorCode.none:
+                err, msg = ErrorCode.coordinator_not_available, "The coordinator is not available."
+            results.append((key, node if ep else -1, ep.host if ep else "", ep.port if ep else -1, err, msg))
+        if v >= 4:
+            return m(throttle_time=0, coordinators=tuple(
+                m("Coordinator", key=k, node_id=n, host=h, port=p, error_code=e, error_message=em)
+                for k, n, h, p, e, em in results))
+        k, n, h, p, e, em = results[0]
+        return m(throttle_time=0, error_code=e, error_message=em, node_id=n, host=h, port=p)
+
+    def _coordinator_for(self, key_type: int, key: str):
+        s = self.server
+        if key_type == 0:
+            topic, parts_key, rf_key = "__consumer_offsets", "offsets.topic.num.partitions", \
+                "offsets.topic.replication.factor"
+        elif key_type == 1:
+            topic, parts_key, rf_key = "__transaction_state", "transaction.state.log.num.partitions", \
+                "transaction.state.log.replication.factor"
+        else:
+            return None, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}"
+        if not key:
+            return None, ErrorCode.invalid_request, "Coordinator key must not be empty"
+        t = s.image.topic(topic)
+        if t is None:
+            configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                       "segment.bytes": str(s.config.get("offsets.topic.segment.bytes" if key_type == 0
+                                                         else "transaction.state.log.segment.bytes"))}
+            if key_type == 1:
+                configs["min.insync.replicas"] = str(s.config.get("transaction.state.log.min.isr"))
+            rf = s.config.get(rf_key)
+            live = len(s.image.live_brokers())
+            if live < rf:
+                return None, ErrorCode.coordinator_not_available, \
+                    f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' " \
+                    f"for the {topic} topic (configured via '{rf_key}')."
+            res = s.controller.create_topics([NewTopic(topic, s.config.get(parts_key), rf, configs=configs)])[0]
+            if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
+                return None, ErrorCode.coordinator_not_available, str(res.error)
+            t = s.image.topic(topic)
+        partition = (java_string_hash(key) & 0x7FFFFFFF) % len(t.partitions)
+        leader = t.partitions[partition].leader
+        return leader, ErrorCode.none, None

@@ -1,0 +1,223 @@
+"""Fetch: sessions, long poll, and zero-copy responses.
+
+The request is decoded with kio (compiled, ~µs); each partition is read as byte ranges of
+segment files and the response is encoded by hand with those ranges as FileRegions, which
+the connection sends with sendfile. When fewer than ``min_bytes`` are available the request
+waits — on appends to its partitions — until ``min_bytes`` arrive or ``max_wait_ms`` passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ...errors import ErrorCode, KafkaError
+from ...protocol.fetch import FileRegion, FetchPartitionResponse, encode_fetch_response
+from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
+from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
+from .kiohelp import to_ms
+
+log = logging.getLogger(__name__)
+
+MIN_VERSION = 4
+MAX_VERSION = 18
+
+
+class _Item:
+    """One partition of a fetch: where to read and what came back."""
+
+    __slots__ = ("key", "topic", "topic_id", "partition", "fetch_offset", "max_bytes", "current_epoch",
+                 "error", "result", "regions")
+
+    def __init__(self, key, topic, topic_id, partition, fetch_offset, max_bytes, current_epoch):
+        self.key = key
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self.fetch_offset = fetch_offset
+        self.max_bytes = max_bytes
+        self.current_epoch = current_epoch
+        self.error = 0
+        self.result = None
+        self.regions = None
+
+
+class FetchApis:
+    def __init__(self, server):
+        self.server = server
+        self.sessions = FetchSessionCache(server.config.get("max.incremental.fetch.session.cache.slots"))
+
+    def register(self) -> None:
+        self.server.register(1, MIN_VERSION, MAX_VERSION, self.fetch)
+
+    # ------------------------------------------------------------------ request -> partitions
+    def fetch(self, ctx, req):
+        s = self.server
+        v = ctx.api_version
+        replica_id = getattr(req, "replica_id", -1)
+        rs = getattr(req, "replica_state", None)
+        if rs is not None and v >= 15:
+            replica_id = rs.replica_id
+        if replica_id >= 0:
+            # follower fetches arrive with the replication issue; refuse rather than misserve
+            return self._error_response(v, ErrorCode.unknown_server_error, 0)
+        image = s.image
+        now = s.clock.monotonic()
+        session_id = getattr(req, "session_id", 0)
+        epoch = getattr(req, "session_epoch", FINAL_EPOCH)
+        uses_ids = v >= 13
+
+        def resolve(ft):
+            if uses_ids:
+                t = image.topics_by_id.get(ft.topic_id)
+                return (ft.topic_id, t.name if t else None)
+            return (ft.topic, ft.topic)
+
+        session = None
+        incremental = False
+        if epoch == FINAL_EPOCH:
+            if session_id:
+                self.sessions.remove(session_id)
+        elif epoch == INITIAL_EPOCH:
+            if session_id:
+                self.sessions.remove(session_id)
+            session = self.sessions.new_session(uses_ids, now)
+        else:
+            session = self.sessions.get(session_id, now)
+            if session is None:
+                return self._error_response(v, ErrorCode.fetch_session_id_not_found, 0)
+            if session.epoch != epoch:
+                return self._error_response(v, ErrorCode.invalid_fetch_session_epoch, session_id)
+            incremental = True
+
+        items: list[_Item] = []
+        if session is not None:
+            for ft in req.topics:
+                key_topic, _name = resolve(ft)
+                for fp in ft.partitions:
+                    session.update((key_topic, fp.partition), fp.fetch_offset, fp.partition_max_bytes,
+                                   fp.log_start_offset, fp.current_leader_epoch,
+                                   getattr(fp, "last_fetched_epoch", -1))
+            for fg in getattr(req, "forgotten_topics_data", ()) or ():
+                key_topic = fg.topic_id if uses_ids else fg.topic
+                for p in fg.partitions:
+                    session.forget((key_topic, p))
+            session.epoch = epoch + 1 if epoch > 0 else 1
+            for (key_topic, p), cp in session.partitions.items():
+                if uses_ids:
+                    t = image.topics_by_id.get(key_topic)
+                    name = t.name if t else None
+                else:
+                    name = key_topic
+                items.append(_Item((key_topic, p), name, key_topic if uses_ids else None, p, cp.fetch_offset,
+                                   cp.max_bytes, cp.current_leader_epoch))
+        else:
+            for ft in req.topics:
+                key_topic, name = resolve(ft)
+                for fp in ft.partitions:
+                    items.append(_Item((key_topic, fp.partition), name, key_topic if uses_ids else None,
+                                       fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                                       fp.current_leader_epoch))
+
+        isolation = FETCH_TXN_COMMITTED if getattr(req, "isolation_level", 0) == 1 else FETCH_HIGH_WATERMARK
+        max_bytes = min(getattr(req, "max_bytes", 2**31 - 1), s.config.get("fetch.max.bytes"))
+        min_bytes = req.min_bytes
+        max_wait = to_ms(req.max_wait)
+        total, must_answer = self._read_all(items, isolation, max_bytes)
+        if max_wait <= 0 or not items or total >= min_bytes or must_answer:
+            return self._respond(v, items, session, incremental, isolation)
+        return self._delayed(v, items, session, incremental, isolation, max_bytes, min_bytes - total, max_wait)
+
+    # ------------------------------------------------------------------ reading
+    def _read_all(self, items: list[_Item], isolation: int, max_bytes: int) -> tuple[int, bool]:
+        rm = self.server.replica_manager
+        remaining = max_bytes
+        min_one = True
+        total = 0
+        errors = False
+        for it in items:
+            it.error = 0
+            it.result = None
+            it.regions = None
+            try:
+                if it.topic is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id, "unknown topic id")
+                part = rm.get_partition(it.topic, it.partition)
+                res = part.read(it.fetch_offset, min(it.max_bytes, remaining), isolation, min_one, it.current_epoch)
+            except KafkaError as e:
+                it.error = int(e.code)
+                errors = True
+                continue
+            it.result = res
+            size = res.data.size
+            if size:
+                min_one = False
+                remaining = max(0, remaining - size)
+                total += size
+        return total, errors
+
+    async def _delayed(self, v, items, session, incremental, isolation, max_bytes, needed, max_wait_ms):
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        rm = self.server.replica_manager
+        state = {"bytes": 0}
+        tps = {(it.topic, it.partition) for it in items if it.topic is not None}
+
+        def on_data(_tp, nbytes):
+            state["bytes"] += nbytes
+            if (state["bytes"] >= needed or nbytes == 0) and not fut.done():
+                fut.set_result(None)
+
+        for tp in tps:
+            rm.watch(tp, on_data)
+        timer = loop.call_later(max_wait_ms / 1000.0, lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            for tp in tps:
+                rm.unwatch(tp, on_data)
+        self._read_all(items, isolation, max_bytes)
+        return self._respond(v, items, session, incremental, isolation)
+
+    # ------------------------------------------------------------------ response
+    def _respond(self, v, items: list[_Item], session, incremental: bool, isolation: int):
+        s = self.server
+        by_topic: dict = {}
+        order = []
+        for it in items:
+            res = it.result
+            if res is not None:
+                data = res.data
+                regions = [FileRegion(h, pos, size) for h, pos, size in data.regions]
+                pr = FetchPartitionResponse(it.partition, 0, res.high_watermark, res.last_stable_offset,
+                                            res.log_start_offset, regions, data.size,
+                                            aborted_transactions=[] if isolation == FETCH_TXN_COMMITTED else None)
+            else:
+                pr = FetchPartitionResponse(it.partition, it.error, -1, -1, -1, [], 0)
+                if it.error == ErrorCode.not_leader_or_follower and v >= 12 and it.topic is not None:
+                    reg = s.replica_manager.image_partition(it.topic, it.partition)
+                    if reg is not None:
+                        pr.current_leader = (reg.leader, reg.leader_epoch)
+            if incremental:
+                cp = session.partitions.get(it.key)
+                if cp is None or not cp.must_respond(pr.records_size > 0, pr.error_code, pr.high_watermark,
+                                                     pr.last_stable_offset, pr.log_start_offset):
+                    continue
+                if pr.records_size > 0:
+                    session.rotate(it.key)
+            elif session is not None:
+                cp = session.partitions.get(it.key)
+                if cp is not None:
+                    cp.must_respond(pr.records_size > 0, pr.error_code, pr.high_watermark,
+                                    pr.last_stable_offset, pr.log_start_offset)
+            topic_key = it.topic_id if v >= 13 else it.topic
+            if topic_key not in by_topic:
+                by_topic[topic_key] = []
+                order.append(topic_key)
+            by_topic[topic_key].append(pr)
+        topics = [(k, by_topic[k]) for k in order]
+        return encode_fetch_response(v, 0, session.id if session is not None else 0, topics)
+
+    def _error_response(self, v, code, session_id):
+        return encode_fetch_response(v, int(code), session_id, [])

@@ -1,0 +1,133 @@
+"""ListOffsets, DeleteRecords, OffsetForLeaderEpoch."""
+
+from __future__ import annotations
+
+from ...errors import ErrorCode, KafkaError
+from ...records.records import iter_records
+from .kiohelp import Msg
+
+EARLIEST = -2
+LATEST = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
+
+
+class OffsetApis:
+    def __init__(self, server):
+        self.server = server
+
+    def register(self) -> None:
+        s = self.server
+        s.register(2, 1, 11, self.list_offsets)
+        s.register(21, 0, 2, self.delete_records)
+        s.register(23, 2, 4, self.offset_for_leader_epoch)
+
+    # ------------------------------------------------------------------ ListOffsets
+    def list_offsets(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(2, v)
+        committed = getattr(req, "isolation_level", 0) == 1
+        topics = []
+        seen = set()
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                key = (t.name, p.partition_index)
+                if key in seen:
+                    parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index,
+                                   error_code=ErrorCode.invalid_request, timestamp=-1, offset=-1, leader_epoch=-1,
+                                   old_style_offsets=()))
+                    continue
+                seen.add(key)
+                try:
+                    ts, off, epoch = self._offset_for(t.name, p.partition_index, p.timestamp,
+                                                      getattr(p, "current_leader_epoch", -1), committed,
+                                                      req.replica_id)
+                    err = ErrorCode.none
+                except KafkaError as e:
+                    ts, off, epoch, err = -1, -1, -1, e.code
+                parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index, error_code=err,
+                               timestamp=ts, offset=off, leader_epoch=epoch, old_style_offsets=()))
+            topics.append(m("ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
+        return m(throttle_time=0, topics=tuple(topics))
+
+    def _offset_for(self, topic: str, partition: int, timestamp: int, current_epoch: int, committed: bool,
+                    replica_id: int) -> tuple[int, int, int]:
+        part = self.server.replica_manager.get_partition(topic, partition)
+        part.check_leader_epoch(current_epoch, require_leader=replica_id != -2)
+        lg = part.log
+        cache = lg.leader_epoch_cache
+        max_offset = part.last_stable_offset if committed else lg.high_watermark
+        if replica_id == -2:
+            max_offset = lg.log_end_offset
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
+            off = lg.log_start_offset
+            return -1, off, cache.epoch_for_offset(off)
+        if timestamp == LATEST:
+            return -1, max_offset, cache.epoch_for_offset(max_offset) if max_offset > lg.log_start_offset \
+                else cache.latest_epoch()
+        if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+            return -1, -1, -1
+        if timestamp == MAX_TIMESTAMP:
+            best = lg.max_timestamp_offset(max_offset)
+            if best is None:
+                return -1, -1, -1
+            last_offset, max_ts = best
+            off = self._exact_max_ts_offset(lg, last_offset, max_ts)
+            return max_ts, off, cache.epoch_for_offset(off)
+        if timestamp < 0:
+            raise KafkaError(ErrorCode.invalid_request, f"Invalid timestamp {timestamp}")
+        found = lg.fetch_offset_by_timestamp(timestamp, max_offset)
+        if found is None:
+            return -1, -1, -1
+        off, ts, epoch = found
+        return ts, off, epoch
+
+    @staticmethod
+    def _exact_max_ts_offset(lg, last_offset: int, max_ts: int) -> int:
+        """The first record in the batch ending at ``last_offset`` whose timestamp is max_ts."""
+        for h, data in lg.read_batches(last_offset, last_offset + 1):
+            for r in iter_records(data, 0, h):
+                if r.timestamp == max_ts:
+                    return r.offset
+        return last_offset
+
+    # ------------------------------------------------------------------ DeleteRecords
+    def delete_records(self, ctx, req):
+        m = Msg(21, ctx.api_version)
+        rm = self.server.replica_manager
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                try:
+                    low = rm.delete_records(t.name, p.partition_index, p.offset)
+                    err = ErrorCode.none
+                except KafkaError as e:
+                    low, err = -1, e.code
+                parts.append(m("DeleteRecordsPartitionResult", partition_index=p.partition_index,
+                               low_watermark=low, error_code=err))
+            topics.append(m("DeleteRecordsTopicResult", name=t.name, partitions=tuple(parts)))
+        return m(throttle_time=0, topics=tuple(topics))
+
+    # ------------------------------------------------------------------ OffsetForLeaderEpoch
+    def offset_for_leader_epoch(self, ctx, req):
+        m = Msg(23, ctx.api_version)
+        rm = self.server.replica_manager
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                try:
+                    part = rm.get_partition(t.topic, p.partition)
+                    part.check_leader_epoch(p.current_leader_epoch, require_leader=getattr(req, "replica_id", -1) != -2)
+                    epoch, end = part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)
+                    err = ErrorCode.none
+                except KafkaError as e:
+                    epoch, end, err = -1, -1, e.code
+                parts.append(m("EpochEndOffset", error_code=err, partition=p.partition, leader_epoch=epoch,
+                               end_offset=end))
+            topics.append(m("OffsetForLeaderTopicResult", topic=t.topic, partitions=tuple(parts)))
+        return m(throttle_time=0, topics=tuple(topics))

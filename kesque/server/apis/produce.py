@@ -1,0 +1,82 @@
+"""Produce: decode by hand, append each partition's batch, answer by hand.
+
+Produce v0-v2 are advertised (librdkafka decides what it may send from the advertised
+minimum, KAFKA-18659) but refused with UNSUPPORTED_VERSION per partition, as Kafka 4 does.
+acks=0 requests get no response; if any partition failed, the connection is closed so the
+client notices (Kafka's behaviour).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ...errors import ErrorCode
+from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
+from ..context import NO_RESPONSE, CloseConnection
+
+log = logging.getLogger(__name__)
+
+MIN_VERSION = 0
+MIN_USABLE_VERSION = 3
+MAX_VERSION = 13
+ZSTD_MIN_VERSION = 7
+
+
+class ProduceApis:
+    def __init__(self, server):
+        self.server = server
+
+    def register(self) -> None:
+        self.server.register(0, MIN_VERSION, MAX_VERSION, self.produce, raw=True, refused_below=MIN_USABLE_VERSION)
+
+    def produce(self, ctx, body):
+        v = ctx.api_version
+        req = decode_produce_request(body, v)
+        rm = self.server.replica_manager
+        image = self.server.image
+        topics_out = []
+        failed = False
+        for topic in req.topics:
+            name = topic.name
+            key = name
+            if v >= 13:
+                t = image.topics_by_id.get(topic.topic_id)
+                name = t.name if t else None
+                key = topic.topic_id
+            parts_out = []
+            for p in topic.partitions:
+                r = PartitionResponse(p.index)
+                if v < MIN_USABLE_VERSION:
+                    r.error_code = int(ErrorCode.unsupported_version)
+                    r.error_message = f"Produce v{v} is not supported; use v{MIN_USABLE_VERSION} or later"
+                elif name is None:
+                    r.error_code = int(ErrorCode.unknown_topic_id)
+                elif p.records is None or len(p.records) == 0:
+                    r.error_code = int(ErrorCode.invalid_record)
+                    r.error_message = f"Produce requests with version {v} must have at least one record batch " \
+                                      "per partition"
+                elif req.acks not in (0, 1, -1):
+                    r.error_code = int(ErrorCode.invalid_required_acks)
+                elif v < ZSTD_MIN_VERSION and len(p.records) > 22 and (p.records[22] & 0x07) == 4:
+                    r.error_code = int(ErrorCode.unsupported_compression_type)
+                    r.error_message = f"Produce requests with version {v} are not allowed to use ZStandard compression"
+                else:
+                    res = rm.append(name, p.index, p.records, req.acks)
+                    r.error_code = res.error
+                    r.base_offset = res.base_offset
+                    r.log_append_time = res.log_append_time
+                    r.log_start_offset = res.log_start_offset
+                    r.error_message = res.message
+                    if res.error == ErrorCode.invalid_record and res.message:
+                        r.record_errors = []
+                if r.error_code:
+                    failed = True
+                    if r.error_code not in (ErrorCode.unknown_topic_or_partition,):
+                        log.debug("Produce to %s-%d failed: %s %s", name, p.index, r.error_code, r.error_message)
+                parts_out.append(r)
+            topics_out.append((key, parts_out))
+        if req.acks == 0:
+            if failed:
+                raise CloseConnection("acks=0 produce request failed; closing connection to notify the client")
+            return NO_RESPONSE
+        return encode_produce_response(v, topics_out)

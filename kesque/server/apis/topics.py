@@ -1,0 +1,125 @@
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeTopicPartitions."""
+
+from __future__ import annotations
+
+from ...controller.controller import INTERNAL_TOPICS, NewTopic
+from ...errors import ErrorCode, KafkaError
+from .configs import topic_config_entries
+from .core import OMITTED_OPS, _TOPIC_OPS, _bits
+from .kiohelp import Msg
+
+
+class TopicApis:
+    def __init__(self, server):
+        self.server = server
+
+    def register(self) -> None:
+        s = self.server
+        s.register(19, 2, 7, self.create_topics)
+        s.register(20, 1, 6, self.delete_topics)
+        s.register(37, 0, 3, self.create_partitions)
+        s.register(75, 0, 0, self.describe_topic_partitions)
+
+    # ------------------------------------------------------------------ CreateTopics
+    def create_topics(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(19, v)
+        specs = []
+        for t in req.topics:
+            specs.append(NewTopic(t.name, t.num_partitions, t.replication_factor,
+                                  {a.partition_index: list(a.broker_ids) for a in t.assignments},
+                                  {c.name: c.value for c in t.configs}))
+        results = self.server.controller.create_topics(specs, req.validate_only)
+        out = []
+        for spec, res in zip(specs, results):
+            if res.error is None:
+                entries = topic_config_entries(self.server, spec.name,
+                                               overrides={k: v for k, v in spec.configs.items() if v is not None})
+                configs = tuple(m("CreatableTopicConfigs", name=e.name, value=e.value, read_only=e.read_only,
+                                  config_source=e.source, is_sensitive=e.sensitive) for e in entries)
+                out.append(m("CreatableTopicResult", name=spec.name, topic_id=res.topic_id,
+                             error_code=ErrorCode.none, error_message=None, topic_config_error_code=0,
+                             num_partitions=res.num_partitions, replication_factor=res.replication_factor,
+                             configs=configs))
+            else:
+                out.append(m("CreatableTopicResult", name=spec.name, topic_id=None, error_code=res.error.code,
+                             error_message=res.error.message, topic_config_error_code=0, num_partitions=-1,
+                             replication_factor=-1, configs=None))
+        return m(throttle_time=0, topics=tuple(out))
+
+    # ------------------------------------------------------------------ DeleteTopics
+    def delete_topics(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(20, v)
+        if v >= 6:
+            names = [t.name for t in req.topics]
+            ids = [t.topic_id if t.name is None else None for t in req.topics]
+        else:
+            names = list(req.topic_names)
+            ids = [None] * len(names)
+        results = self.server.controller.delete_topics(names, ids)
+        out = []
+        for name, topic_id, err in results:
+            out.append(m("DeletableTopicResult", name=name, topic_id=topic_id,
+                         error_code=err.code if err else ErrorCode.none, error_message=err.message if err else None))
+        return m(throttle_time=0, responses=tuple(out))
+
+    # ------------------------------------------------------------------ CreatePartitions
+    def create_partitions(self, ctx, req):
+        m = Msg(37, ctx.api_version)
+        out = []
+        seen = set()
+        for t in req.topics:
+            try:
+                if t.name in seen:
+                    raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
+                seen.add(t.name)
+                assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+                self.server.controller.create_partitions(t.name, t.count, assignments, req.validate_only)
+                out.append(m("CreatePartitionsTopicResult", name=t.name, error_code=ErrorCode.none, error_message=None))
+            except KafkaError as e:
+                out.append(m("CreatePartitionsTopicResult", name=t.name, error_code=e.code, error_message=e.message))
+        return m(throttle_time=0, results=tuple(out))
+
+    # ------------------------------------------------------------------ DescribeTopicPartitions
+    def describe_topic_partitions(self, ctx, req):
+        m = Msg(75, ctx.api_version)
+        image = self.server.image
+        live = {b.id for b in image.live_brokers()}
+        if req.topics:
+            names = sorted({t.name for t in req.topics})
+        else:
+            names = sorted(image.topics_by_name)
+        cursor = req.cursor
+        if cursor is not None:
+            names = [n for n in names if n >= cursor.topic_name]
+        budget = max(1, req.response_partition_limit)
+        topics = []
+        next_cursor = None
+        for name in names:
+            t = image.topic(name)
+            if t is None:
+                topics.append(m("DescribeTopicPartitionsResponseTopic", error_code=ErrorCode.unknown_topic_or_partition,
+                                name=name, topic_id=None, is_internal=False, partitions=(),
+                                topic_authorized_operations=OMITTED_OPS))
+                continue
+            start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            parts = []
+            for idx in sorted(t.partitions):
+                if idx < start:
+                    continue
+                if budget == 0:
+                    next_cursor = m("Cursor", topic_name=name, partition_index=idx)
+                    break
+                p = t.partitions[idx]
+                parts.append(m("DescribeTopicPartitionsResponsePartition", error_code=ErrorCode.none,
+                               partition_index=idx, leader_id=p.leader, leader_epoch=p.leader_epoch,
+                               replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr), eligible_leader_replicas=(),
+                               last_known_elr=(), offline_replicas=tuple(r for r in p.replicas if r not in live)))
+                budget -= 1
+            topics.append(m("DescribeTopicPartitionsResponseTopic", error_code=ErrorCode.none, name=name,
+                            topic_id=t.topic_id, is_internal=name in INTERNAL_TOPICS, partitions=tuple(parts),
+                            topic_authorized_operations=_bits(_TOPIC_OPS)))
+            if next_cursor is not None:
+                break
+        return m(throttle_time=0, topics=tuple(topics), next_cursor=next_cursor)

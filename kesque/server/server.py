@@ -1,0 +1,275 @@
+"""KesqueServer: wires storage, metadata, controller, replication and the network together
+and runs the periodic work (retention, flushes, checkpoints).
+
+Start-up order follows Kafka's: format/verify the log dirs, replay the metadata log into
+the image, load (and if needed recover) the partition logs, apply the image to the
+ReplicaManager (leaders elected in the image become leaders here), open the listeners, and
+register this broker with the controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import socket
+import time
+
+from ..clock import SYSTEM_CLOCK
+from ..config.broker import BrokerConfig
+from ..controller.controller import Controller
+from ..metadata.image import Delta, MetadataImage
+from ..metadata.log import MetadataLog
+from ..protocol import api as protocol
+from ..protocol.primitives import INT32, ProtocolError
+from ..replication.replica_manager import ReplicaManager
+from ..storage import checkpoint as ck
+from ..storage.log_manager import LogManager
+from .context import NO_RESPONSE, CloseConnection, RequestContext
+from .network import SocketServer
+
+log = logging.getLogger(__name__)
+
+
+class KesqueServer:
+    def __init__(self, config: BrokerConfig, clock=SYSTEM_CLOCK):
+        self.config = config
+        self.clock = clock
+        self.node_id = config.node_id if config.node_id >= 0 else 1
+        if config.node_id < 0:
+            config.static["node.id"] = self.node_id
+        self.apis: dict[int, protocol.ApiSpec] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.socket_server: SocketServer | None = None
+        self.bound: dict[str, tuple[str, int]] = {}
+        self.broker_epoch = -1
+        self.started = asyncio.Event()
+        self._timers: list[asyncio.TimerHandle] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._publishers = []
+        self.stopped = False
+        self.start_time = time.monotonic()
+
+    # ================================================================== lifecycle
+    async def start(self) -> None:
+        t0 = time.monotonic()
+        self.loop = asyncio.get_running_loop()
+        cfg = self.config
+        self.log_manager = LogManager(cfg.log_dirs, self.clock, node_id=self.node_id, cluster_id=cfg.get("cluster.id"))
+        cluster_id = self.log_manager.prepare_dirs()
+        meta_dir = os.path.abspath(cfg.metadata_log_dir)
+        os.makedirs(meta_dir, exist_ok=True)
+        meta_clean = os.path.exists(os.path.join(meta_dir, ck.CLEAN_SHUTDOWN_FILE))
+        self.image = MetadataImage()
+        self.image.cluster_id = cluster_id
+        self.metadata_log = MetadataLog(meta_dir, self.clock, had_clean_shutdown=meta_clean)
+        self.metadata_log.replay_all(self.image)
+        self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, self.clock)
+        self.controller = Controller(cfg, self.image, self.metadata_log, self.clock, self._publish)
+        self.controller.bootstrap()
+        # dynamic broker configs and the logs, as the image describes them
+        full = Delta(changed_configs=set(self.image.configs))
+        self.replica_manager.apply_delta(full)
+        self.log_manager.load_logs(self.replica_manager.config_for_loading)
+        if meta_dir not in self.log_manager.log_dirs:
+            ck.consume_clean_shutdown(meta_dir)
+        self._register_apis()
+        # network
+        self.socket_server = SocketServer(self.loop, self.handle_frame, cfg.get("socket.request.max.bytes"),
+                                          cfg.get("socket.send.buffer.bytes"), cfg.get("socket.receive.buffer.bytes"))
+        controller_names = {n.upper() for n in cfg.get("controller.listener.names")}
+        for lis in cfg.listeners():
+            if lis.name in controller_names:
+                continue  # single node: the controller is in-process, no controller listener needed
+            port = self.socket_server.listen(lis.host, lis.port, lis.name)
+            self.bound[lis.name] = (lis.host, port)
+            log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)
+        self.broker_epoch = self.controller.register_broker(self.node_id, self._endpoints())
+        # partitions of every topic in the image (become leader where this node leads)
+        self.replica_manager.apply_delta(Delta(changed_partitions={
+            (t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions}))
+        self._delete_stray_logs()
+        self._schedule_periodic()
+        self.started.set()
+        log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
+                 (time.monotonic() - t0) * 1000, cluster_id)
+
+    def _endpoints(self) -> list[dict]:
+        adv = self.config.advertised_listeners()
+        out = []
+        for lis in adv:
+            host, port = lis.host, lis.port
+            if lis.name in self.bound:
+                bhost, bport = self.bound[lis.name]
+                port = port or bport
+                if not self.config.get("advertised.listeners"):
+                    port = bport
+            if not host or host in ("0.0.0.0", "::"):
+                host = socket.getfqdn()
+            out.append({"name": lis.name, "host": host, "port": port, "security_protocol": 0})
+        return out
+
+    def _delete_stray_logs(self) -> None:
+        for (topic, partition), lg in list(self.log_manager.logs.items()):
+            part = self.replica_manager.partitions.get((topic, partition))
+            if part is None or (lg.topic_id is not None and part.topic_id != lg.topic_id):
+                log.info("Deleting stray log %s-%d (topic no longer in metadata)", topic, partition)
+                self.log_manager.delete_log(topic, partition)
+
+    def _publish(self, delta: Delta) -> None:
+        self.replica_manager.apply_delta(delta)
+        for fn in self._publishers:
+            fn(delta)
+
+    def add_publisher(self, fn) -> None:
+        self._publishers.append(fn)
+
+    async def stop(self, clean: bool = True) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        for t in self._timers:
+            t.cancel()
+        if self.socket_server is not None:
+            self.socket_server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if clean:
+            self.log_manager.shutdown(self.broker_epoch)
+            self.metadata_log.close()
+            meta_dir = os.path.abspath(self.config.metadata_log_dir)
+            if meta_dir not in self.log_manager.log_dirs:
+                ck.write_clean_shutdown(meta_dir, self.broker_epoch)
+
+    # ================================================================== periodic work
+    def _every(self, interval_ms: int, fn, name: str) -> None:
+        if interval_ms <= 0 or interval_ms >= (1 << 62):
+            return
+        interval = interval_ms / 1000.0
+
+        def run():
+            if self.stopped:
+                return
+            try:
+                fn()
+            except Exception:
+                log.exception("periodic task %s failed", name)
+            self._timers.append(self.loop.call_later(interval, run))
+            if len(self._timers) > 64:
+                self._timers = [t for t in self._timers if not t.cancelled()][-32:]
+
+        self._timers.append(self.loop.call_later(interval, run))
+
+    def _schedule_periodic(self) -> None:
+        cfg = self.config
+        lm = self.log_manager
+        self._every(cfg.get("log.retention.check.interval.ms"), lm.cleanup_logs, "log-retention")
+        self._every(1000, lm.delete_expired, "delete-expired-files")
+        self._every(cfg.get("log.flush.scheduler.interval.ms"), lm.flush_dirty_logs, "log-flusher")
+        self._every(cfg.get("log.flush.offset.checkpoint.interval.ms"),
+                    lambda: lm.checkpoint_recovery_points(fsync=True), "recovery-point-checkpoint")
+        self._every(cfg.get("log.flush.start.offset.checkpoint.interval.ms"),
+                    lambda: lm.checkpoint_log_start_offsets(fsync=True), "log-start-offset-checkpoint")
+        self._every(cfg.get("replica.high.watermark.checkpoint.interval.ms"),
+                    lambda: lm.checkpoint_high_watermarks(fsync=True), "highwatermark-checkpoint")
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ================================================================== requests
+    def _register_apis(self) -> None:
+        from .apis import register_all
+
+        register_all(self)
+
+    def register(self, key: int, min_version: int, max_version: int, handler, raw: bool = False,
+                 refused_below: int = -1) -> None:
+        self.apis[key] = protocol.ApiSpec(key, min_version, max_version, handler, raw, refused_below)
+
+    def handle_frame(self, conn, frame: memoryview) -> None:
+        """Parse one request frame and answer it (now, later, or never for acks=0)."""
+        try:
+            header = protocol.parse_request_header(frame)
+        except ProtocolError as e:
+            log.warning("%s: closing connection: malformed request header (%s)", conn.id, e)
+            conn.close()
+            return
+        spec = self.apis.get(header.api_key)
+        if spec is None:
+            log.warning("%s: closing connection: unknown API key %d (client %s)", conn.id, header.api_key,
+                        header.client_id)
+            conn.close()
+            return
+        version = header.api_version
+        if not spec.min_version <= version <= spec.max_version:
+            if header.api_key == protocol.API_VERSIONS_KEY:
+                # the v0-framed fallback: clients retry with a version from the list
+                slot = conn.new_slot()
+                body = self.api_versions_fallback()
+                conn.complete(slot, [INT32.pack(4 + len(body)), INT32.pack(header.correlation_id), body])
+                return
+            log.warning("%s: closing connection: unsupported version %d of %s (client %s)", conn.id, version,
+                        protocol.api_name(header.api_key), header.client_id)
+            conn.close()
+            return
+        body_view = frame[header.body_offset:]
+        try:
+            request = body_view if spec.raw else protocol.decode_request(header.api_key, version, body_view)
+        except ProtocolError as e:
+            log.warning("%s: closing connection: %s", conn.id, e)
+            conn.close()
+            return
+        ctx = RequestContext(header, conn, conn.listener)
+        slot = conn.new_slot()
+        try:
+            result = spec.handler(ctx, request)
+        except (ProtocolError, CloseConnection) as e:
+            log.warning("%s: closing connection: %s", conn.id, e)
+            conn.close()
+            return
+        if result is NO_RESPONSE:
+            conn.drop_slot(slot)
+        elif inspect.isawaitable(result):
+            self.spawn(self._complete_later(conn, slot, header, result))
+        else:
+            conn.complete(slot, self._frame(header, result))
+
+    async def _complete_later(self, conn, slot, header, awaitable) -> None:
+        try:
+            result = await awaitable
+        except (ProtocolError, CloseConnection) as e:
+            log.warning("%s: closing connection: %s", conn.id, e)
+            conn.close()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: error completing %s", conn.id, protocol.api_name(header.api_key))
+            conn.close()
+            return
+        if result is NO_RESPONSE:
+            conn.drop_slot(slot)
+        else:
+            conn.complete(slot, self._frame(header, result))
+
+    @staticmethod
+    def _frame(header, result) -> list:
+        """Size prefix + response header + body (bytes, list of buffers, or kio object)."""
+        if isinstance(result, (bytes, bytearray)):
+            items = [result]
+        elif isinstance(result, list):
+            items = result
+        else:
+            items = [protocol.encode_body(result)]
+        head = protocol.response_header(header.correlation_id, header.api_key, header.api_version)
+        size = len(head) + sum(len(x) for x in items)
+        return [INT32.pack(size) + head, *items]
+
+    def api_versions_fallback(self) -> bytes:
+        from .apis.core import api_versions_v0_error
+
+        return api_versions_v0_error(self)

@@ -1,0 +1,534 @@
+"""Log: one partition's segments, its offsets and its recovery (Kafka's UnifiedLog,
+LocalLog and LogLoader in one place).
+
+Offsets a reader of Kafka will recognise:
+
+* ``log_start_offset`` — first offset still readable (moved by retention, DeleteRecords);
+* ``log_end_offset`` (LEO) — next offset to be assigned;
+* ``high_watermark`` — first offset not yet replicated to the whole ISR; consumers read
+  below it. Kept here as in UnifiedLog; the Partition (replication layer) moves it;
+* ``recovery_point`` — everything below it is fsynced; after an unclean shutdown,
+  segments from the one holding it onward are scanned and CRC-checked.
+
+The class is sans-IO apart from file access: time comes in as ``now_ms`` arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from ..config.topic import LogConfig
+from ..errors import ErrorCode, KafkaError
+from ..records import batch as rb
+from .checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PartitionMetadataFile
+from .leader_epoch import LeaderEpochFileCache
+from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX,
+                      TXN_INDEX_SUFFIX, LogSegment)
+from .validator import validate_batch
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+DELETE_DIR_SUFFIX = "-delete"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``topic-3`` -> ("topic", 3); None for other names (incl. ``…-delete`` dirs)."""
+    if name.endswith(DELETE_DIR_SUFFIX) or "." in name.rsplit("-", 1)[-1]:
+        return None
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part)
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless LogAppendTime
+    log_start_offset: int
+    num_records: int
+    size: int
+
+
+@dataclass(slots=True)
+class FetchData:
+    """Bytes to send for one partition: ``(handle, position, size)`` regions of segments."""
+
+    regions: list = field(default_factory=list)
+    size: int = 0
+    first_offset: int = -1
+
+
+class Log:
+    def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig, *,
+                 topic_id: uuid.UUID | None = None, recovery_point: int = 0, log_start_offset: int = 0,
+                 had_clean_shutdown: bool = False, now_ms: int = 0):
+        self.dir = dir_path
+        self.topic = topic
+        self.partition = partition
+        self.tp = f"{topic}-{partition}"
+        self.config = config
+        self.topic_id = topic_id
+        os.makedirs(dir_path, exist_ok=True)
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.high_watermark = 0
+        self.unflushed_messages = 0
+        self.last_flush_ms = now_ms
+        self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(dir_path, LEADER_EPOCH_CHECKPOINT), self.tp)
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._hw_position: tuple[int, int] | None = None  # (segment base, position)
+        self._load(had_clean_shutdown, now_ms)
+        if topic_id is not None:
+            self._write_partition_metadata(topic_id)
+
+    # ================================================================== loading
+    def _write_partition_metadata(self, topic_id: uuid.UUID) -> None:
+        f = PartitionMetadataFile(os.path.join(self.dir, PARTITION_METADATA))
+        try:
+            existing = f.read()
+        except Exception:
+            existing = None
+        if existing != topic_id:
+            f.write(topic_id)
+
+    def _load(self, had_clean_shutdown: bool, now_ms: int) -> None:
+        names = sorted(os.listdir(self.dir))
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp"):
+                log.info("%s: deleting leftover file %s", self.tp, name)
+                os.unlink(path)
+            elif name.endswith(SWAP_SUFFIX):
+                log.info("%s: restoring swap file %s", self.tp, name)
+                os.replace(path, path[: -len(SWAP_SUFFIX)])
+        bases = []
+        for name in os.listdir(self.dir):
+            m = _SEGMENT_FILE.match(name)
+            if m:
+                bases.append(int(m.group(1)))
+            elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
+                base = name.split(".")[0]
+                if not os.path.exists(os.path.join(self.dir, base + LOG_SUFFIX)):
+                    log.info("%s: deleting index %s without a log file", self.tp, name)
+                    os.unlink(os.path.join(self.dir, name))
+        bases.sort()
+        for base in bases:
+            self._add_segment(self._open_segment(base, create=False, now_ms=now_ms))
+        if not self.segments:
+            start = max(self.log_start_offset, 0)
+            self._add_segment(self._open_segment(start, create=True, now_ms=now_ms))
+            self.recovery_point = start
+            self.log_start_offset = start
+            self.high_watermark = start
+            return
+
+        if had_clean_shutdown:
+            for seg in self.segments:
+                if not seg.load_indexes():
+                    log.info("%s: rebuilding indexes of %s", self.tp, seg.log_path)
+                    seg.recover()
+            self.recovery_point = self.log_end_offset
+        else:
+            self._recover(now_ms)
+            self.flush()  # what recovery kept is now the durable prefix
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        if self.log_start_offset > self.log_end_offset:
+            self.log_start_offset = self.log_end_offset
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
+
+    def _recover(self, now_ms: int) -> None:
+        """Scan segments from the recovery point; truncate the first corrupt tail."""
+        start_index = max(0, bisect_right(self._bases, self.recovery_point) - 1)
+        for seg in self.segments[:start_index]:
+            if not seg.load_indexes():
+                seg.recover()
+        epoch_cache = self.leader_epoch_cache
+
+        def on_batch(h: rb.BatchHeader, _data) -> None:
+            if h.partition_leader_epoch >= 0 and h.partition_leader_epoch > epoch_cache.latest_epoch():
+                epoch_cache.assign(h.partition_leader_epoch, h.base_offset, flush=False)
+
+        i = start_index
+        while i < len(self.segments):
+            seg = self.segments[i]
+            log.info("%s: recovering segment %s", self.tp, os.path.basename(seg.log_path))
+            truncated = seg.recover(on_batch)
+            if truncated and i + 1 < len(self.segments):
+                for later in self.segments[i + 1:]:
+                    log.warning("%s: deleting segment %s after corrupt tail of %s", self.tp,
+                                os.path.basename(later.log_path), os.path.basename(seg.log_path))
+                    later.delete_files()
+                del self.segments[i + 1:]
+                del self._bases[i + 1:]
+                break
+            i += 1
+        epoch_cache.flush()
+
+    def _open_segment(self, base: int, create: bool, now_ms: int) -> LogSegment:
+        return LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
+                          max_index_size=self.config.segment_index_bytes, create=create, now_ms=now_ms)
+
+    def _add_segment(self, seg: LogSegment) -> None:
+        self.segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    # ================================================================== offsets
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.read_end_offset()
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def latest_epoch(self) -> int:
+        return self.leader_epoch_cache.latest_epoch()
+
+    def update_high_watermark(self, hw: int) -> None:
+        hw = min(max(hw, self.log_start_offset), self.log_end_offset)
+        if hw != self.high_watermark:
+            self.high_watermark = hw
+            self._hw_position = None
+
+    def _position_of(self, offset: int) -> tuple[int, int]:
+        """(segment index, position) of the batch starting at ``offset`` (a batch boundary)."""
+        if offset >= self.log_end_offset:
+            return len(self.segments) - 1, self.active_segment.size
+        i = max(0, bisect_right(self._bases, offset) - 1)
+        while i < len(self.segments):
+            found = self.segments[i].find_batch(offset)
+            if found:
+                return i, found[0]
+            i += 1
+        return len(self.segments) - 1, self.active_segment.size
+
+    # ================================================================== append
+    def append_as_leader(self, buf: memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Validate one produced batch, assign offsets and append it."""
+        v = validate_batch(buf, self.config, now_ms, self.tp)
+        return self._append_validated(v.data, v.header, leader_epoch, now_ms)
+
+    def _append_validated(self, data: memoryview, h: rb.BatchHeader, leader_epoch: int, now_ms: int) -> AppendInfo:
+        size = h.size
+        self._maybe_roll(size, h.max_timestamp, now_ms)
+        base = self.log_end_offset
+        rb.patch_offset_and_epoch(data, 0, base, leader_epoch)
+        last = base + h.last_offset_delta
+        self.active_segment.append(last, h.max_timestamp, last, data[:size])
+        if leader_epoch >= 0 and leader_epoch > self.leader_epoch_cache.latest_epoch():
+            self.leader_epoch_cache.assign(leader_epoch, base)
+        self.unflushed_messages += h.records_count
+        if self.unflushed_messages >= self.config.flush_messages:
+            self.flush()
+            self.last_flush_ms = now_ms
+        return AppendInfo(base, last, h.max_timestamp, h.max_timestamp if h.is_log_append_time else -1,
+                          self.log_start_offset, h.records_count, size)
+
+    def append_raw(self, data: bytes | memoryview, now_ms: int) -> AppendInfo:
+        """Append already-offset batches verbatim (replication follower, internal writes that
+        assigned their own offsets). Batches must start at the log end offset."""
+        mv = memoryview(data)
+        first = last = -1
+        count = 0
+        max_ts = -1
+        for pos, h in rb.iter_headers(mv):
+            if h.base_offset < self.log_end_offset:
+                raise KafkaError(ErrorCode.unknown_server_error,
+                                 f"{self.tp}: out of order append at {h.base_offset}, LEO {self.log_end_offset}")
+            self._maybe_roll(h.size, h.max_timestamp, now_ms)
+            self.active_segment.append(h.last_offset, h.max_timestamp, h.last_offset, mv[pos:pos + h.size])
+            if h.partition_leader_epoch > self.leader_epoch_cache.latest_epoch():
+                self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+            if first < 0:
+                first = h.base_offset
+            last = h.last_offset
+            count += h.records_count
+            max_ts = max(max_ts, h.max_timestamp)
+        self.unflushed_messages += count
+        return AppendInfo(first, last, max_ts, -1, self.log_start_offset, count, len(mv))
+
+    def append_new_batch(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Append a batch the broker built itself (offsets assigned here, no validation)."""
+        mv = memoryview(bytearray(batch))
+        return self._append_validated(mv, rb.read_header(mv), leader_epoch, now_ms)
+
+    # ================================================================== roll
+    def _maybe_roll(self, incoming: int, max_ts: int, now_ms: int) -> None:
+        seg = self.active_segment
+        cfg = self.config
+        if seg.size == 0:
+            return
+        reason = None
+        if seg.size > cfg.segment_bytes - incoming:
+            reason = f"size {seg.size} + {incoming} > segment.bytes {cfg.segment_bytes}"
+        elif seg.offset_index.is_full() or seg.time_index.is_full():
+            reason = "index full"
+        else:
+            started = seg.rolling_based_timestamp if seg.rolling_based_timestamp is not None and seg.rolling_based_timestamp >= 0 else seg.created_ms
+            if now_ms - started > cfg.segment_ms - 0:
+                reason = f"segment.ms {cfg.segment_ms} elapsed"
+        if reason:
+            self.roll(now_ms, reason)
+
+    def roll(self, now_ms: int, reason: str = "requested") -> LogSegment:
+        new_base = self.log_end_offset
+        old = self.active_segment
+        if old.size == 0 and old.base_offset == new_base:
+            return old
+        # trim the finished segment's indexes: already exact-size; record the final time entry
+        old.time_index.maybe_append(old.max_timestamp_so_far, old.offset_of_max_timestamp, True)
+        old.offset_index.close()
+        old.time_index.close()
+        seg = self._open_segment(new_base, create=True, now_ms=now_ms)
+        self._add_segment(seg)
+        log.info("%s: rolled new log segment at offset %d (%s)", self.tp, new_base, reason)
+        return seg
+
+    # ================================================================== read
+    def read(self, start_offset: int, max_bytes: int, max_offset: int, min_one_message: bool) -> FetchData:
+        """Bytes from ``start_offset`` up to ``max_offset`` (exclusive: HW, LEO or LSO)."""
+        leo = self.log_end_offset
+        if start_offset < self.log_start_offset or start_offset > leo:
+            raise KafkaError(ErrorCode.offset_out_of_range,
+                             f"Received request for offset {start_offset} for partition {self.tp}, but we only "
+                             f"have log segments in the range {self.log_start_offset} to {leo}.")
+        if start_offset >= max_offset:
+            return FetchData(first_offset=start_offset)
+        i = max(0, bisect_right(self._bases, start_offset) - 1)
+        max_seg, max_pos = self._max_position(max_offset)
+        while i < len(self.segments) and i <= max_seg:
+            seg = self.segments[i]
+            found = seg.find_batch(start_offset)
+            if found is not None:
+                pos, h = found
+                limit = max_pos if i == max_seg else seg.size
+                if pos >= limit:
+                    return FetchData(first_offset=start_offset)
+                size = min(limit - pos, max_bytes)
+                if min_one_message and size < h.size:
+                    size = min(h.size, limit - pos)
+                if size <= 0:
+                    return FetchData(first_offset=start_offset)
+                return FetchData([(seg.handle, pos, size)], size, h.base_offset)
+            i += 1
+        return FetchData(first_offset=start_offset)
+
+    def _max_position(self, max_offset: int) -> tuple[int, int]:
+        if max_offset >= self.log_end_offset:
+            return len(self.segments) - 1, self.active_segment.size
+        if max_offset == self.high_watermark:
+            if self._hw_position is None:
+                i, pos = self._position_of(max_offset)
+                self._hw_position = (self.segments[i].base_offset, pos)
+            base, pos = self._hw_position
+            i = bisect_right(self._bases, base) - 1
+            if 0 <= i < len(self.segments) and self.segments[i].base_offset == base:
+                return i, pos
+        return self._position_of(max_offset)
+
+    def read_batches(self, start_offset: int, max_offset: int | None = None, max_bytes: int = 1 << 62):
+        """Yield (BatchHeader, bytes) of whole batches from start_offset (tools, replay)."""
+        end = self.log_end_offset if max_offset is None else max_offset
+        i = max(0, bisect_right(self._bases, start_offset) - 1)
+        total = 0
+        while i < len(self.segments):
+            seg = self.segments[i]
+            found = seg.find_batch(start_offset)
+            if found:
+                pos = found[0]
+                for p, h in seg.iter_headers(pos):
+                    if h.base_offset >= end or total >= max_bytes:
+                        return
+                    data = seg.pread(p, h.size)
+                    if len(data) < h.size:
+                        return
+                    total += h.size
+                    yield h, data
+            i += 1
+
+    # ================================================================== offsets by time
+    def fetch_offset_by_timestamp(self, timestamp: int, max_offset: int | None = None):
+        """(offset, timestamp, leader_epoch) of the first record with timestamp >= target."""
+        for seg in self.segments:
+            if seg.largest_timestamp() < timestamp:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                off, ts = found
+                if max_offset is not None and off >= max_offset:
+                    return None
+                return off, ts, self.leader_epoch_cache.epoch_for_offset(off)
+        return None
+
+    def max_timestamp_offset(self, max_offset: int | None = None):
+        """(offset, timestamp) of the batch holding the largest timestamp (ListOffsets -3)."""
+        best = None
+        for seg in self.segments:
+            for _p, h in seg.iter_headers(0):
+                if max_offset is not None and h.base_offset >= max_offset:
+                    break
+                if h.is_control:
+                    continue
+                if best is None or h.max_timestamp > best[1]:
+                    best = (h.last_offset, h.max_timestamp)
+        return best
+
+    # ================================================================== retention
+    def _deletable(self, predicate) -> list[LogSegment]:
+        out = []
+        n = len(self.segments)
+        for i, seg in enumerate(self.segments):
+            is_last = i == n - 1
+            upper = self.segments[i + 1].base_offset if not is_last else self.log_end_offset
+            if is_last and seg.size == 0:
+                break
+            if self.high_watermark < upper:
+                break
+            if not predicate(seg, upper):
+                break
+            out.append(seg)
+        return out
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Apply retention.ms, retention.bytes and the log start offset; returns segments deleted."""
+        deleted = 0
+        cfg = self.config
+        if cfg.delete:
+            if cfg.retention_ms >= 0:
+                deleted += self._delete_segments(
+                    self._deletable(lambda s, _u: now_ms - s.largest_timestamp() > cfg.retention_ms
+                                    if s.largest_timestamp() >= 0 else now_ms - s.last_modified_ms() > cfg.retention_ms),
+                    now_ms, f"retention time {cfg.retention_ms}ms breach")
+            if cfg.retention_bytes >= 0:
+                diff = [self.size_in_bytes() - cfg.retention_bytes]
+
+                def over(seg, _u):
+                    if diff[0] - seg.size >= 0:
+                        diff[0] -= seg.size
+                        return True
+                    return False
+
+                deleted += self._delete_segments(self._deletable(over), now_ms,
+                                                 f"retention size in bytes {cfg.retention_bytes} breach")
+        deleted += self._delete_segments(self._deletable(lambda _s, upper: upper <= self.log_start_offset),
+                                         now_ms, f"log start offset {self.log_start_offset} breach")
+        return deleted
+
+    def _delete_segments(self, segs: list[LogSegment], now_ms: int, reason: str) -> int:
+        if not segs:
+            return 0
+        if len(segs) == len(self.segments):
+            self.roll(now_ms, "all segments deleted by retention")
+        for seg in segs:
+            self.segments.remove(seg)
+            self._bases.remove(seg.base_offset)
+            seg.rename_suffix(DELETED_SUFFIX)
+            self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
+            log.info("%s: deleting segment %s due to %s", self.tp, seg.base_offset, reason)
+        new_start = self.segments[0].base_offset
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self._hw_position = None
+        return len(segs)
+
+    def delete_expired_files(self, now_ms: int, force: bool = False) -> None:
+        keep = []
+        for due, seg in self._pending_deletes:
+            if force or due <= now_ms:
+                seg.delete_files()
+                log.info("%s: deleted %s", self.tp, seg.log_path)
+            else:
+                keep.append((due, seg))
+        self._pending_deletes = keep
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> int:
+        """DeleteRecords: move the log start offset (never past the high watermark)."""
+        if new_start > self.high_watermark:
+            raise KafkaError(ErrorCode.offset_out_of_range,
+                             f"Cannot increment the log start offset to {new_start} of partition {self.tp} "
+                             f"since it is larger than the high watermark {self.high_watermark}")
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+            self.recovery_point = max(self.recovery_point, new_start)
+        return self.log_start_offset
+
+    # ================================================================== truncation
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and after ``offset`` (replication divergence)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
+            seg = self.segments.pop()
+            self._bases.pop()
+            seg.delete_files()
+        if self.active_segment.base_offset >= offset and len(self.segments) == 1:
+            self.truncate_fully_and_start_at(offset)
+            return
+        self.active_segment.truncate_to(offset)
+        self.leader_epoch_cache.truncate_from_end(offset)
+        self.recovery_point = min(self.recovery_point, offset)
+        self.high_watermark = min(self.high_watermark, offset)
+        self._hw_position = None
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        for seg in self.segments:
+            seg.delete_files()
+        self.segments = []
+        self._bases = []
+        self._add_segment(self._open_segment(offset, create=True, now_ms=0))
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self.high_watermark = offset
+        self._hw_position = None
+        self.leader_epoch_cache.clear()
+
+    # ================================================================== flush / close
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery_point, up_to) and advance the
+        recovery point."""
+        target = self.log_end_offset if up_to is None else up_to
+        n = len(self.segments)
+        for i, seg in enumerate(self.segments):
+            if seg.base_offset >= target:
+                break
+            if i + 1 == n or self._bases[i + 1] > self.recovery_point:
+                seg.flush()
+        self.recovery_point = max(self.recovery_point, target)
+        self.unflushed_messages = 0
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.time_index.maybe_append(seg.max_timestamp_so_far, seg.offset_of_max_timestamp, True)
+            seg.close()
+        self.delete_expired_files(0, force=False)
+
+    def delete(self) -> None:
+        """Delete the whole log (topic deleted): files of every segment and the directory."""
+        for seg in self.segments:
+            seg.close()
+        self.delete_expired_files(0, force=True)
+        for name in os.listdir(self.dir):
+            try:
+                os.unlink(os.path.join(self.dir, name))
+            except IsADirectoryError:
+                pass
+        os.rmdir(self.dir)

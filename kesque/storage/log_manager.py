@@ -1,0 +1,216 @@
+"""LogManager: every partition log in the broker's log dirs, their checkpoints and the
+periodic work Kafka's LogManager schedules (retention, flush, checkpoint writes).
+
+At start each log dir is checked for ``meta.properties`` (written on first start, as
+``kafka-storage format`` would), its checkpoints are read, the clean-shutdown marker is
+consumed, and every ``topic-N`` directory is loaded — recovering from the recovery point
+when the previous run did not shut down cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+
+from ..config.topic import LogConfig
+from . import checkpoint as ck
+from .log import DELETE_DIR_SUFFIX, Log, parse_partition_dir
+
+log = logging.getLogger(__name__)
+
+
+class LogDirError(RuntimeError):
+    pass
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[str], clock, *, node_id: int, cluster_id: str | None,
+                 skip_dirs: tuple[str, ...] = ("__cluster_metadata-0",)):
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.clock = clock
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.skip_dirs = skip_dirs
+        self.logs: dict[tuple[str, int], Log] = {}
+        self._dir_of: dict[tuple[str, int], str] = {}
+        self.had_clean_shutdown: dict[str, bool] = {}
+        self.directory_ids: dict[str, uuid.UUID] = {}
+        self._pending_dir_deletes: list[tuple[int, str]] = []
+
+    # ------------------------------------------------------------------ startup
+    def prepare_dirs(self) -> str:
+        """Create/verify meta.properties in each dir; returns the cluster id."""
+        cluster_id = self.cluster_id
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            path = os.path.join(d, ck.META_PROPERTIES)
+            props = ck.read_properties(path)
+            if props is None:
+                continue
+            if props.get("node.id") and int(props["node.id"]) != self.node_id:
+                raise LogDirError(f"Stored node id {props['node.id']} doesn't match previous node id "
+                                  f"{self.node_id} in {path}. If you moved your data, make sure your configured "
+                                  "node id matches. If you intend to create a new node, you should remove all data "
+                                  "in your data directories.")
+            stored = props.get("cluster.id")
+            if stored and cluster_id and stored != cluster_id:
+                raise LogDirError(f"Invalid cluster.id in: {path}. Expected {cluster_id}, but read {stored}")
+            cluster_id = cluster_id or stored
+            if props.get("directory.id"):
+                self.directory_ids[d] = ck.uuid_from_kafka(props["directory.id"])
+        if cluster_id is None:
+            cluster_id = ck.uuid_to_kafka(uuid.uuid4())
+        for d in self.log_dirs:
+            path = os.path.join(d, ck.META_PROPERTIES)
+            if not os.path.exists(path):
+                dir_id = uuid.uuid4()
+                self.directory_ids[d] = dir_id
+                ck.write_properties(path, {"cluster.id": cluster_id, "directory.id": ck.uuid_to_kafka(dir_id),
+                                           "node.id": str(self.node_id), "version": "1"})
+                log.info("Formatted log dir %s for cluster %s", d, cluster_id)
+        self.cluster_id = cluster_id
+        return cluster_id
+
+    def load_logs(self, config_for) -> None:
+        """Load every partition directory. ``config_for(topic) -> (LogConfig, topic_id|None)``."""
+        for d in self.log_dirs:
+            clean = ck.consume_clean_shutdown(d)
+            self.had_clean_shutdown[d] = clean
+            log.info("Loading logs from %s (%s)", d,
+                     "clean shutdown: skipping recovery" if clean else "no clean shutdown marker: recovering")
+            recovery = self._read_checkpoint(d, ck.RECOVERY_POINT_CHECKPOINT)
+            starts = self._read_checkpoint(d, ck.LOG_START_CHECKPOINT)
+            hws = self._read_checkpoint(d, ck.REPLICATION_CHECKPOINT)
+            for name in sorted(os.listdir(d)):
+                path = os.path.join(d, name)
+                if not os.path.isdir(path) or name in self.skip_dirs:
+                    continue
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    log.info("Deleting leftover directory %s of a deleted topic", name)
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                tp = parse_partition_dir(name)
+                if tp is None:
+                    continue
+                cfg, topic_id = config_for(tp[0])
+                lg = Log(path, tp[0], tp[1], cfg, topic_id=topic_id, recovery_point=recovery.get(tp, 0),
+                         log_start_offset=starts.get(tp, 0), had_clean_shutdown=clean, now_ms=self.clock.now_ms())
+                lg.update_high_watermark(hws.get(tp, 0))
+                self.logs[tp] = lg
+                self._dir_of[tp] = d
+
+    @staticmethod
+    def _read_checkpoint(d: str, name: str) -> dict:
+        try:
+            return ck.OffsetCheckpointFile(os.path.join(d, name)).read()
+        except ck.CheckpointError as e:
+            log.warning("Ignoring corrupt checkpoint %s: %s", name, e)
+            return {}
+
+    # ------------------------------------------------------------------ logs
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig, topic_id: uuid.UUID) -> Log:
+        tp = (topic, partition)
+        lg = self.logs.get(tp)
+        if lg is not None:
+            if lg.topic_id != topic_id:
+                lg.topic_id = topic_id
+                lg._write_partition_metadata(topic_id)
+            return lg
+        d = self._pick_dir()
+        lg = Log(os.path.join(d, f"{topic}-{partition}"), topic, partition, config, topic_id=topic_id,
+                 had_clean_shutdown=True, now_ms=self.clock.now_ms())
+        self.logs[tp] = lg
+        self._dir_of[tp] = d
+        log.info("Created log for partition %s-%d in %s", topic, partition, d)
+        return lg
+
+    def _pick_dir(self) -> str:
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def dir_of(self, topic: str, partition: int) -> str | None:
+        return self._dir_of.get((topic, partition))
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Topic deleted: rename to ``topic-N.<id>-delete`` and remove after file.delete.delay.ms."""
+        tp = (topic, partition)
+        lg = self.logs.pop(tp, None)
+        d = self._dir_of.pop(tp, None)
+        if lg is None or d is None:
+            return
+        for seg in lg.segments:
+            seg.close()
+        lg.delete_expired_files(0, force=True)
+        target = os.path.join(d, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.replace(lg.dir, target)
+        self._pending_dir_deletes.append((self.clock.now_ms() + lg.config.file_delete_delay_ms, target))
+        log.info("Log for partition %s-%d is renamed to %s and is scheduled for deletion", topic, partition, target)
+
+    # ------------------------------------------------------------------ periodic work
+    def cleanup_logs(self) -> int:
+        """Retention check (every log.retention.check.interval.ms)."""
+        now = self.clock.now_ms()
+        total = 0
+        for lg in list(self.logs.values()):
+            total += lg.delete_old_segments(now)
+        return total
+
+    def delete_expired(self) -> None:
+        now = self.clock.now_ms()
+        for lg in list(self.logs.values()):
+            lg.delete_expired_files(now)
+        keep = []
+        for due, path in self._pending_dir_deletes:
+            if due <= now:
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                keep.append((due, path))
+        self._pending_dir_deletes = keep
+
+    def flush_dirty_logs(self) -> None:
+        """flush.ms: fsync logs not flushed for longer than their flush.ms."""
+        now = self.clock.now_ms()
+        for lg in list(self.logs.values()):
+            if lg.config.flush_ms < (1 << 62) and now - lg.last_flush_ms >= lg.config.flush_ms:
+                lg.flush()
+                lg.last_flush_ms = now
+
+    def _by_dir(self, value) -> dict[str, dict]:
+        out: dict[str, dict] = {d: {} for d in self.log_dirs}
+        for tp, lg in self.logs.items():
+            out[self._dir_of[tp]][tp] = value(lg)
+        return out
+
+    def checkpoint_recovery_points(self, fsync: bool = True) -> None:
+        for d, entries in self._by_dir(lambda lg: lg.recovery_point).items():
+            ck.OffsetCheckpointFile(os.path.join(d, ck.RECOVERY_POINT_CHECKPOINT)).write(entries, fsync)
+
+    def checkpoint_log_start_offsets(self, fsync: bool = True) -> None:
+        for d, entries in self._by_dir(lambda lg: lg.log_start_offset).items():
+            # as Kafka: only logs whose start is inside their first segment need an entry
+            entries = {tp: off for tp, off in entries.items() if off > self.logs[tp].segments[0].base_offset}
+            ck.OffsetCheckpointFile(os.path.join(d, ck.LOG_START_CHECKPOINT)).write(entries, fsync)
+
+    def checkpoint_high_watermarks(self, fsync: bool = True) -> None:
+        for d, entries in self._by_dir(lambda lg: lg.high_watermark).items():
+            ck.OffsetCheckpointFile(os.path.join(d, ck.REPLICATION_CHECKPOINT)).write(entries, fsync)
+
+    def shutdown(self, broker_epoch: int) -> None:
+        """Clean shutdown: flush, checkpoint, close, and leave the clean-shutdown marker."""
+        for lg in self.logs.values():
+            lg.flush()
+        self.checkpoint_high_watermarks()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        for lg in self.logs.values():
+            lg.close()
+        for d in self.log_dirs:
+            ck.write_clean_shutdown(d, broker_epoch)
+        log.info("Shutdown complete: logs flushed, checkpoints written, clean shutdown marker left")

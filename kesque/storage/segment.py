@@ -1,0 +1,302 @@
+"""LogSegment: one ``.log`` file of verbatim RecordBatch v2 bytes plus its indexes.
+
+Files are named by the 20-digit base offset: ``00000000000000000000.log``, ``.index``,
+``.timeindex``. Appends go to the page cache with ``os.write`` (Kafka's default: the
+kernel flushes, replication provides durability); ``flush()`` fsyncs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from ..records import batch as rb
+from .index import CorruptIndexError, OffsetIndex, TimeIndex
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+READ_CHUNK = 8 * 1024 * 1024
+
+
+def filename_prefix(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class FileHandle:
+    """An fd that outlives the segment's own use of it while sends are queued.
+
+    Fetch responses reference segment bytes by (handle, position, size) and send them with
+    sendfile later; the segment closes its handle when deleted, and a closed handle makes
+    the sender drop the connection rather than read a reused fd number.
+    """
+
+    __slots__ = ("fd", "closed")
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+
+class LogSegment:
+    def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
+                 max_index_size: int = 10 * 1024 * 1024, create: bool = False, now_ms: int | None = None):
+        self.dir = dir_path
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        prefix = os.path.join(dir_path, filename_prefix(base_offset))
+        self.log_path = prefix + LOG_SUFFIX
+        flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if create else 0)
+        self.handle = FileHandle(os.open(self.log_path, flags, 0o644))
+        self.size = os.fstat(self.handle.fd).st_size
+        self.offset_index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, max_index_size)
+        self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX, base_offset, max_index_size)
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp_so_far = rb.NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        self.rolling_based_timestamp: int | None = None
+        self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        self.next_offset: int | None = None  # cached end offset, set by append/recover
+        if create:
+            self.offset_index.reset()
+            self.time_index.reset()
+
+    @property
+    def fd(self) -> int:
+        return self.handle.fd
+
+    # ------------------------------------------------------------------ write
+    def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data) -> int:
+        """Append verbatim batch bytes; returns the physical position they start at."""
+        position = self.size
+        if position == 0:
+            self.rolling_based_timestamp = largest_timestamp
+        mv = memoryview(data)
+        written = 0
+        fd = self.handle.fd
+        while written < len(mv):
+            written += os.pwrite(fd, mv[written:], position + written)
+        self.size = position + written
+        if largest_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = largest_timestamp
+            self.offset_of_max_timestamp = offset_of_max_timestamp
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(largest_offset, position)
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += written
+        self.next_offset = largest_offset + 1
+        return position
+
+    def flush(self) -> None:
+        os.fsync(self.handle.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    # ------------------------------------------------------------------ read
+    def pread(self, position: int, size: int) -> bytes:
+        return os.pread(self.handle.fd, size, position)
+
+    def find_batch(self, target_offset: int, start_position: int = 0):
+        """Position of the first batch whose last offset >= target, scanning headers from
+        the index entry at or before it. Returns (position, BatchHeader) or None."""
+        _off, pos = self.offset_index.lookup(target_offset)
+        pos = max(pos, start_position)
+        fd = self.handle.fd
+        size = self.size
+        while pos + rb.HEADER_SIZE <= size:
+            hdr = os.pread(fd, rb.HEADER_SIZE, pos)
+            if len(hdr) < rb.HEADER_SIZE:
+                return None
+            h = rb.read_header(hdr)
+            if h.last_offset >= target_offset:
+                return pos, h
+            pos += h.size
+        return None
+
+    def find_position_for_offset(self, target_offset: int) -> int:
+        """Physical position where the batch containing ``target_offset`` (or the next one)
+        starts; ``size`` if past the end."""
+        found = self.find_batch(target_offset)
+        return found[0] if found else self.size
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int):
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        from ..records.records import iter_records
+
+        _ts, offset = self.time_index.lookup(timestamp)
+        found = self.find_batch(max(offset, start_offset))
+        if not found:
+            return None
+        pos = found[0]
+        fd = self.handle.fd
+        while pos + rb.HEADER_SIZE <= self.size:
+            h = rb.read_header(os.pread(fd, rb.HEADER_SIZE, pos))
+            if h.max_timestamp >= timestamp and not h.is_control:
+                data = os.pread(fd, h.size, pos)
+                for r in iter_records(data, 0, h):
+                    if r.timestamp >= timestamp and r.offset >= start_offset:
+                        return r.offset, r.timestamp
+            pos += h.size
+        return None
+
+    def iter_headers(self, start_position: int = 0):
+        """Yield (position, BatchHeader) for batches in this segment from a position."""
+        pos = start_position
+        fd = self.handle.fd
+        while pos + rb.HEADER_SIZE <= self.size:
+            hdr = os.pread(fd, rb.HEADER_SIZE, pos)
+            if len(hdr) < rb.HEADER_SIZE:
+                return
+            h = rb.read_header(hdr)
+            yield pos, h
+            pos += h.size
+
+    def read_end_offset(self) -> int:
+        """Next offset after the last batch (base_offset for an empty segment)."""
+        if self.next_offset is not None:
+            return self.next_offset
+        last = None
+        _o, pos = self.offset_index.lookup(1 << 62)
+        for _p, h in self.iter_headers(pos):
+            last = h
+        self.next_offset = last.next_offset if last else self.base_offset
+        return self.next_offset
+
+    def largest_timestamp(self) -> int:
+        return max(self.max_timestamp_so_far, self.time_index.last_entry()[0])
+
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+    # ------------------------------------------------------------------ recovery
+    def load_indexes(self) -> bool:
+        """Load .index/.timeindex; False when they are missing or fail the sanity check."""
+        try:
+            if not os.path.exists(self.offset_index.path) or not os.path.exists(self.time_index.path):
+                return False
+            self.offset_index.load()
+            self.time_index.load()
+            if self.offset_index.positions and self.offset_index.positions[-1] >= max(self.size, 1):
+                raise CorruptIndexError(f"{self.offset_index.path} points past the end of {self.log_path}")
+            ts, off = self.time_index.last_entry()
+            self.max_timestamp_so_far, self.offset_of_max_timestamp = ts, off
+            return True
+        except CorruptIndexError as e:
+            log.warning("Found a corrupted index file %s, rebuilding it: %s", self.offset_index.path, e)
+            return False
+
+    def recover(self, on_batch=None) -> int:
+        """Rebuild indexes by scanning every batch and verifying its CRC; truncate at the
+        first invalid batch. Returns the number of bytes truncated."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp_so_far = rb.NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        valid = 0
+        last_index_entry = 0
+        fd = self.handle.fd
+        size = self.size
+        reason = None
+        next_offset = self.base_offset
+        while valid < size:
+            if valid + rb.HEADER_SIZE > size:
+                reason = "truncated batch header"
+                break
+            head = os.pread(fd, rb.HEADER_SIZE, valid)
+            h = rb.read_header(head)
+            if h.magic != rb.MAGIC_V2:
+                reason = f"unexpected magic {h.magic}"
+                break
+            if h.size < rb.HEADER_SIZE or valid + h.size > size:
+                reason = f"batch of {h.size} bytes runs past the end of the file"
+                break
+            if h.base_offset < self.base_offset or h.last_offset_delta < 0:
+                reason = f"batch offset {h.base_offset} out of range for segment"
+                break
+            data = os.pread(fd, h.size, valid) if h.size > rb.HEADER_SIZE else head
+            if not rb.is_crc_valid(data, 0, h.size):
+                reason = f"CRC mismatch in batch at offset {h.base_offset}"
+                break
+            if h.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = h.max_timestamp
+                self.offset_of_max_timestamp = h.last_offset
+            if valid - last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(h.last_offset, valid)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                last_index_entry = valid
+            if on_batch is not None:
+                on_batch(h, data)
+            valid += h.size
+            next_offset = h.next_offset
+        truncated = size - valid
+        if truncated > 0:
+            log.warning("Found invalid messages in log segment %s at byte offset %d (%s); truncating %d bytes",
+                        self.log_path, valid, reason, truncated)
+            os.ftruncate(fd, valid)
+            self.size = valid
+        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, True)
+        self.bytes_since_last_index_entry = valid - last_index_entry
+        self.next_offset = next_offset
+        return truncated
+
+    # ------------------------------------------------------------------ truncate / delete
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch containing ``offset`` and everything after it (callers pass
+        batch boundaries, as Kafka's do); returns the bytes removed."""
+        found = self.find_batch(offset)
+        if not found:
+            return 0
+        pos = found[0]
+        if pos >= self.size:
+            return 0
+        removed = self.size - pos
+        os.ftruncate(self.handle.fd, pos)
+        self.size = pos
+        self.offset_index.truncate_to_offset(offset)
+        self.time_index.truncate_to_offset(offset)
+        self.next_offset = None
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp_so_far = rb.NO_TIMESTAMP
+        for _p, hh in self.iter_headers(0):
+            if hh.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = hh.max_timestamp
+                self.offset_of_max_timestamp = hh.last_offset
+        return removed
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename all files (e.g. to ``.deleted``) keeping the fd open for queued reads."""
+        new_log = self.log_path + suffix
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        self.offset_index.rename(self.offset_index.path + suffix)
+        self.time_index.rename(self.time_index.path + suffix)
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        self.handle.close()
+
+    def delete_files(self) -> None:
+        self.close()
+        for p in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self.size})"
