@@ -1,0 +1,199 @@
+"""``kesque.Broker``: a real broker for tests and scripts, no JVM or Docker.
+
+    with kesque.Broker() as broker:             # subprocess, temp data dir, free port
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+
+``mode="subprocess"`` (default) runs ``python -m kesque serve`` — a separate process you
+can SIGKILL (:meth:`kill`) and :meth:`restart` on the same port and data. ``mode="thread"``
+runs the broker's event loop in a background thread of the calling process (fastest start,
+shares the GIL with the test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+DEFAULTS = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+class Broker:
+    def __init__(self, data_dir: str | None = None, port: int = 0, config: dict | None = None,
+                 mode: str = "subprocess", host: str = "127.0.0.1", log_file: str | None = None):
+        if mode not in ("subprocess", "thread"):
+            raise ValueError("mode must be 'subprocess' or 'thread'")
+        self.mode = mode
+        self.host = host
+        self.port = port
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="kesque-")
+        self.config = dict(DEFAULTS)
+        self.config.update({k: str(v) for k, v in (config or {}).items()})
+        self.log_file = log_file
+        self.process: subprocess.Popen | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server = None
+        self._stop_event: asyncio.Event | None = None
+        self.start_seconds: float | None = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _props(self) -> dict[str, str]:
+        props = dict(self.config)
+        props.setdefault("log.dirs", self.data_dir)
+        props["listeners"] = f"PLAINTEXT://{self.host}:{self.port}"
+        if self.port:
+            props.setdefault("advertised.listeners", f"PLAINTEXT://{self.host}:{self.port}")
+        return props
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout: float = 30.0) -> "Broker":
+        t0 = time.monotonic()
+        if self.mode == "subprocess":
+            self._start_subprocess(timeout)
+        else:
+            self._start_thread(timeout)
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def _start_subprocess(self, timeout: float) -> None:
+        r, w = os.pipe()
+        args = [sys.executable, "-m", "kesque", "serve"]
+        for k, v in self._props().items():
+            args += ["--override", f"{k}={v}"]
+        env = dict(os.environ, KESQUE_READY_FD=str(w))
+        out = open(self.log_file, "ab") if self.log_file else open(os.path.join(self.data_dir, "kesque.log"), "ab")
+        self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, pass_fds=(w,), env=env)
+        out.close()
+        os.close(w)
+        deadline = time.monotonic() + timeout
+        buf = b""
+        try:
+            while b"\n" not in buf:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("kesque broker did not start in time")
+                ready, _, _ = select.select([r], [], [], 0.2)
+                if ready:
+                    chunk = os.read(r, 4096)
+                    if not chunk:
+                        break
+                    buf += chunk
+                elif self.process.poll() is not None:
+                    break
+        finally:
+            os.close(r)
+        if b"\n" not in buf:
+            code = self.process.poll()
+            raise RuntimeError(f"kesque broker exited during start (code {code}); see {self.log_path}")
+        first = buf.decode().split("\n")[0].split(",")[0]
+        self.port = int(first.rsplit(":", 1)[1])
+
+    def _start_thread(self, timeout: float) -> None:
+        from ..config import BrokerConfig
+        from ..server.server import KesqueServer
+
+        config = BrokerConfig(self._props())
+        started = threading.Event()
+        errors: list[BaseException] = []
+
+        def run():
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+
+            async def main():
+                self._server = KesqueServer(config)
+                self._stop_event = asyncio.Event()
+                try:
+                    await self._server.start()
+                except BaseException as e:  # report start failures to the caller
+                    errors.append(e)
+                    started.set()
+                    return
+                started.set()
+                await self._stop_event.wait()
+                await self._server.stop(clean=self._clean_stop)
+
+            try:
+                loop.run_until_complete(main())
+            finally:
+                loop.close()
+
+        self._clean_stop = True
+        self._thread = threading.Thread(target=run, name="kesque-broker", daemon=True)
+        self._thread.start()
+        if not started.wait(timeout):
+            raise TimeoutError("kesque broker did not start in time")
+        if errors:
+            raise errors[0]
+        self.port = self._server.bound["PLAINTEXT"][1]
+
+    @property
+    def log_path(self) -> str:
+        return self.log_file or os.path.join(self.data_dir, "kesque.log")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Clean shutdown (SIGTERM): flush, checkpoint, clean-shutdown marker."""
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+            self.process = None
+        if self._thread is not None:
+            self._clean_stop = True
+            self._loop.call_soon_threadsafe(self._stop_event.set)
+            self._thread.join(timeout)
+            self._thread = None
+
+    def kill(self) -> None:
+        """Crash the broker (SIGKILL): no flush, no checkpoints (subprocess mode)."""
+        if self.process is None:
+            raise RuntimeError("kill() needs a subprocess broker")
+        self.process.kill()
+        self.process.wait()
+        self.process = None
+
+    def restart(self, timeout: float = 30.0) -> "Broker":
+        """Start again on the same port and data directory."""
+        if self.process is not None or self._thread is not None:
+            self.stop()
+        return self.start(timeout)
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "Broker":
+        if self.process is None and self._thread is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Broker({self.bootstrap_servers}, mode={self.mode}, data_dir={self.data_dir})"
