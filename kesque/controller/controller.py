@@ -104,6 +104,16 @@ class Controller:
                       "rack": rack, "fenced": False, "in_controlled_shutdown": False}])
         return epoch
 
+    # ------------------------------------------------------------------ producer ids
+    PRODUCER_ID_BLOCK = 1000
+
+    def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> tuple[int, int]:
+        """A block of producer ids, unique across restarts and brokers (AllocateProducerIds)."""
+        start = self.image.next_producer_id
+        self.commit([{"type": "ProducerIdsRecord", "broker_id": broker_id, "broker_epoch": broker_epoch,
+                      "next_producer_id": start + self.PRODUCER_ID_BLOCK}])
+        return start, self.PRODUCER_ID_BLOCK
+
     # ------------------------------------------------------------------ topics
     def create_topics(self, topics: list[NewTopic], validate_only: bool = False) -> list[CreatedTopic]:
         results: list[CreatedTopic] = []

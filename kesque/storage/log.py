@@ -27,6 +27,7 @@ from ..errors import ErrorCode, KafkaError
 from ..records import batch as rb
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PartitionMetadataFile
 from .leader_epoch import LeaderEpochFileCache
+from .producer_state import ProducerStateManager
 from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX,
                       TXN_INDEX_SUFFIX, LogSegment)
 from .validator import validate_batch
@@ -56,6 +57,7 @@ class AppendInfo:
     log_start_offset: int
     num_records: int
     size: int
+    duplicate: bool = False
 
 
 @dataclass(slots=True)
@@ -86,6 +88,7 @@ class Log:
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms
         self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(dir_path, LEADER_EPOCH_CHECKPOINT), self.tp)
+        self.producer_state = ProducerStateManager(dir_path, self.tp)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._hw_position: tuple[int, int] | None = None  # (segment base, position)
         self._load(had_clean_shutdown, now_ms)
@@ -148,6 +151,26 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
+        self._rebuild_producer_state()
+
+    def _rebuild_producer_state(self) -> None:
+        """Newest producer snapshot at or below the log end, then replay the batches after it."""
+        ps = self.producer_state
+        start = ps.load_latest(self.log_end_offset)
+        start = max(start, self.log_start_offset)
+        replayed = 0
+        i = max(0, bisect_right(self._bases, start) - 1)
+        for seg in self.segments[i:]:
+            found = seg.find_batch(start)
+            if not found:
+                continue
+            for _pos, h in seg.iter_headers(found[0]):
+                if h.last_offset >= start:
+                    ps.replay_batch(h)
+                    replayed += 1
+        ps.last_map_offset = self.log_end_offset
+        if replayed:
+            log.info("%s: rebuilt producer state from offset %d (%d batches replayed)", self.tp, start, replayed)
 
     def _recover(self, now_ms: int) -> None:
         """Scan segments from the recovery point; truncate the first corrupt tail."""
@@ -220,9 +243,24 @@ class Log:
 
     # ================================================================== append
     def append_as_leader(self, buf: memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
-        """Validate one produced batch, assign offsets and append it."""
+        """Validate one produced batch, check the producer's sequence, assign offsets, append."""
         v = validate_batch(buf, self.config, now_ms, self.tp)
-        return self._append_validated(v.data, v.header, leader_epoch, now_ms)
+        h = v.header
+        if h.producer_id >= 0:
+            if h.is_transactional:
+                raise KafkaError(ErrorCode.invalid_txn_state, "transactions are not supported yet")
+            dup = self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                            self.log_end_offset)
+            if dup is not None:
+                log.debug("%s: duplicate batch from producer %d (seq %d-%d) acknowledged at offset %d", self.tp,
+                          h.producer_id, h.base_sequence, h.last_sequence, dup.first_offset)
+                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, -1, self.log_start_offset,
+                                  0, 0, duplicate=True)
+        info = self._append_validated(v.data, h, leader_epoch, now_ms)
+        if h.producer_id >= 0:
+            self.producer_state.update(h.producer_id, h.producer_epoch, h.last_sequence, info.last_offset,
+                                       h.last_offset_delta, h.max_timestamp)
+        return info
 
     def _append_validated(self, data: memoryview, h: rb.BatchHeader, leader_epoch: int, now_ms: int) -> AppendInfo:
         size = h.size
@@ -297,6 +335,7 @@ class Log:
         old.time_index.close()
         seg = self._open_segment(new_base, create=True, now_ms=now_ms)
         self._add_segment(seg)
+        self.producer_state.take_snapshot(new_base, sync=False)
         log.info("%s: rolled new log segment at offset %d (%s)", self.tp, new_base, reason)
         return seg
 
@@ -442,6 +481,7 @@ class Log:
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
             log.info("%s: deleting segment %s due to %s", self.tp, seg.base_offset, reason)
         new_start = self.segments[0].base_offset
+        self.producer_state.delete_snapshots_below(new_start)
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
             self.leader_epoch_cache.truncate_from_start(new_start)
@@ -488,6 +528,7 @@ class Log:
         self.recovery_point = min(self.recovery_point, offset)
         self.high_watermark = min(self.high_watermark, offset)
         self._hw_position = None
+        self._rebuild_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         for seg in self.segments:
@@ -500,6 +541,9 @@ class Log:
         self.high_watermark = offset
         self._hw_position = None
         self.leader_epoch_cache.clear()
+        self.producer_state.truncate_and_reload(offset, offset)
+        self.producer_state.producers.clear()
+        self.producer_state.last_map_offset = offset
 
     # ================================================================== flush / close
     def flush(self, up_to: int | None = None) -> None:
@@ -516,6 +560,7 @@ class Log:
         self.unflushed_messages = 0
 
     def close(self) -> None:
+        self.producer_state.take_snapshot(self.log_end_offset)
         for seg in self.segments:
             seg.time_index.maybe_append(seg.max_timestamp_so_far, seg.offset_of_max_timestamp, True)
             seg.close()

@@ -10,7 +10,8 @@ def register_all(server) -> None:
     from .logdirs import LogDirApis
     from .offsets import OffsetApis
     from .produce import ProduceApis
+    from .producer import ProducerApis
     from .topics import TopicApis
 
-    for cls in (CoreApis, ProduceApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis):
+    for cls in (CoreApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis):
         cls(server).register()

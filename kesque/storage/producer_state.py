@@ -1,0 +1,225 @@
+"""ProducerStateManager: per-partition state of idempotent producers (seed 003).
+
+For each producer id the partition remembers its epoch and the sequence/offset ranges of
+its last five batches. A batch whose sequence range matches one of them is a retry: it is
+acknowledged with the offsets it got the first time and not written again. Otherwise the
+first sequence must follow the last one (or be 0 for a new epoch), else the batch is
+refused with OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch gets INVALID_PRODUCER_EPOCH.
+
+State survives restarts through ``<offset>.snapshot`` files in Kafka's ProducerSnapshot
+layout (version, CRC32C, entries), written on segment roll and clean shutdown; on load the
+newest snapshot at or below the log end is read and the batches after it are replayed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+from ..errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+_HEAD = struct.Struct(">hIi")  # version, crc, entry count
+_ENTRY = struct.Struct(">qhiqiqiq")  # pid, epoch, lastSeq, lastOffset, offsetDelta, timestamp, coordEpoch, txnFirst
+NO_EPOCH = -1
+
+
+@dataclass(slots=True)
+class BatchMetadata:
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return (self.last_seq - self.offset_delta) & 0x7FFFFFFF if self.last_seq >= 0 else -1
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    epoch: int = NO_EPOCH
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
+    current_txn_first_offset: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == 0x7FFFFFFF)
+
+
+def snapshot_path(dir_path: str, offset: int) -> str:
+    return os.path.join(dir_path, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+
+class ProducerStateManager:
+    def __init__(self, dir_path: str, tp: str = "", expiration_ms: int = 86_400_000):
+        self.dir = dir_path
+        self.tp = tp
+        self.expiration_ms = expiration_ms
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.last_map_offset = 0  # next offset not yet reflected in the state
+
+    # ------------------------------------------------------------------ leader appends
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset_hint: int):
+        """Validate a client batch. Returns the BatchMetadata of the original when the batch is a
+        duplicate, None when it may be appended; raises KafkaError otherwise."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None  # unknown producer (new, or its state expired): accept any sequence
+        if epoch < entry.epoch:
+            raise KafkaError(ErrorCode.invalid_producer_epoch,
+                             f"Epoch of producer {producer_id} at offset {offset_hint} in {self.tp} is {epoch}, "
+                             f"which is smaller than the last seen epoch {entry.epoch}")
+        if epoch == entry.epoch:
+            dup = entry.find_duplicate(first_seq, last_seq)
+            if dup is not None:
+                return dup
+            if entry.batches and not _in_sequence(entry.last_seq, first_seq):
+                raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                                 f"Out of order sequence number for producer {producer_id} at offset {offset_hint} in "
+                                 f"partition {self.tp}: {first_seq} (incoming seq. number), {entry.last_seq} "
+                                 "(current end sequence number)")
+        elif first_seq != 0 and entry.epoch != NO_EPOCH:
+            raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                             f"Invalid sequence number for new epoch of producer {producer_id} at offset "
+                             f"{offset_hint} in partition {self.tp}: {epoch} (request epoch), {first_seq} (seq. "
+                             f"number), {entry.epoch} (current producer epoch)")
+        return None
+
+    def update(self, producer_id: int, epoch: int, last_seq: int, last_offset: int, offset_delta: int,
+               timestamp: int) -> None:
+        """Record an appended batch (leader, follower or recovery replay)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        if epoch != entry.epoch:
+            entry.batches.clear()
+            entry.epoch = epoch
+        if last_seq >= 0:
+            entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        self.last_map_offset = max(self.last_map_offset, last_offset + 1)
+
+    def replay_batch(self, header) -> None:
+        if header.producer_id >= 0 and not header.is_control:
+            self.update(header.producer_id, header.producer_epoch, header.last_sequence, header.last_offset,
+                        header.last_offset_delta, header.max_timestamp)
+        self.last_map_offset = max(self.last_map_offset, header.next_offset)
+
+    def remove_expired(self, now_ms: int) -> int:
+        expired = [pid for pid, e in self.producers.items()
+                   if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot_offsets(self) -> list[int]:
+        out = []
+        for name in os.listdir(self.dir):
+            if name.endswith(SNAPSHOT_SUFFIX):
+                try:
+                    out.append(int(name[: -len(SNAPSHOT_SUFFIX)]))
+                except ValueError:
+                    continue
+        return sorted(out)
+
+    def take_snapshot(self, offset: int | None = None, sync: bool = True) -> None:
+        offset = self.last_map_offset if offset is None else offset
+        entries = []
+        for pid, e in self.producers.items():
+            last = e.batches[-1] if e.batches else None
+            entries.append(_ENTRY.pack(pid, e.epoch, last.last_seq if last else -1, last.last_offset if last else -1,
+                                       last.offset_delta if last else 0, e.last_timestamp, e.coordinator_epoch,
+                                       e.current_txn_first_offset))
+        body = struct.pack(">i", len(entries)) + b"".join(entries)
+        crc = crc32c(body)
+        data = struct.pack(">hI", SNAPSHOT_VERSION, crc) + body
+        path = snapshot_path(self.dir, offset)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    @staticmethod
+    def read_snapshot(path: str) -> list[tuple]:
+        with open(path, "rb") as f:
+            data = f.read()
+        if len(data) < _HEAD.size:
+            raise ValueError(f"snapshot {path} is truncated")
+        version, crc, count = _HEAD.unpack_from(data, 0)
+        if version != SNAPSHOT_VERSION:
+            raise ValueError(f"snapshot {path} has unknown version {version}")
+        if crc32c(memoryview(data)[6:]) != crc:
+            raise ValueError(f"snapshot {path} is corrupt (CRC mismatch)")
+        if len(data) != _HEAD.size + count * _ENTRY.size:
+            raise ValueError(f"snapshot {path} has the wrong size")
+        return [_ENTRY.unpack_from(data, _HEAD.size + i * _ENTRY.size) for i in range(count)]
+
+    def load_latest(self, max_offset: int) -> int:
+        """Load the newest valid snapshot at or below ``max_offset``; returns its offset
+        (0 when none: the whole log must be replayed). Newer snapshots are deleted."""
+        self.producers.clear()
+        self.last_map_offset = 0
+        for off in reversed(self.snapshot_offsets()):
+            path = snapshot_path(self.dir, off)
+            if off > max_offset:
+                os.unlink(path)
+                continue
+            try:
+                entries = self.read_snapshot(path)
+            except (OSError, ValueError) as e:
+                log.warning("%s: deleting unusable producer snapshot %s: %s", self.tp, path, e)
+                os.unlink(path)
+                continue
+            for pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, txn_first in entries:
+                e = ProducerStateEntry(pid, epoch, coordinator_epoch=coord_epoch, last_timestamp=ts,
+                                       current_txn_first_offset=txn_first)
+                if last_offset >= 0:
+                    e.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
+                self.producers[pid] = e
+            self.last_map_offset = off
+            return off
+        return 0
+
+    def truncate_and_reload(self, log_start: int, log_end: int) -> None:
+        for off in self.snapshot_offsets():
+            if off < log_start or off > log_end:
+                os.unlink(snapshot_path(self.dir, off))
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        for off in self.snapshot_offsets():
+            if off < offset:
+                try:
+                    os.unlink(snapshot_path(self.dir, off))
+                except FileNotFoundError:
+                    pass
