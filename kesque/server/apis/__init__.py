@@ -15,3 +15,20 @@ def register_all(server) -> None:
 
     for cls in (CoreApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis):
         cls(server).register()
+
+
+def served_versions() -> dict[int, tuple[int, int]]:
+    """{api key: (min, max)} that a broker advertises, without starting one (docs, tests)."""
+    from ...config.broker import BrokerConfig
+
+    class _Registry:
+        def __init__(self):
+            self.config = BrokerConfig({})
+            self.apis = {}
+
+        def register(self, key, lo, hi, handler, raw=False, refused_below=-1):
+            self.apis[key] = (lo, hi)
+
+    reg = _Registry()
+    register_all(reg)
+    return dict(sorted(reg.apis.items()))
