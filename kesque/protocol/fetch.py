@@ -17,6 +17,7 @@ from .primitives import INT16, INT32, INT64, array_len, compact_string, string, 
 
 FLEXIBLE_FROM = 12
 TOPIC_ID_FROM = 13
+_UNSET = (-1, -1)
 
 
 class FileRegion:
@@ -100,10 +101,11 @@ def encode_fetch_response(version: int, error_code: int, session_id: int,
                     out.extend(p.records)
                     cur = bytearray()
             if flexible:
+                # tagged fields are sent only when they differ from the schema default (-1, -1)
                 fields = []
-                if p.diverging_epoch is not None:
+                if p.diverging_epoch is not None and p.diverging_epoch != _UNSET:
                     fields.append((0, INT32.pack(p.diverging_epoch[0]) + INT64.pack(p.diverging_epoch[1]) + b"\x00"))
-                if p.current_leader is not None:
+                if p.current_leader is not None and p.current_leader != _UNSET:
                     fields.append((1, INT32.pack(p.current_leader[0]) + INT32.pack(p.current_leader[1]) + b"\x00"))
                 cur += tagged(fields)
         if flexible:
