@@ -155,11 +155,15 @@ def patch_offset_and_epoch(buf: bytearray | memoryview, pos: int, base_offset: i
 
 
 def set_max_timestamp_and_type(buf: bytearray | memoryview, pos: int, size: int, log_append_time: int | None) -> None:
-    """Rewrite timestamp type / max timestamp (LogAppendTime) and recompute the CRC."""
+    """Kafka's ``setMaxTimestamp``: with ``log_append_time`` the batch becomes LogAppendTime
+    with that max timestamp; with None it becomes CreateTime keeping its max timestamp.
+    The CRC is recomputed."""
     attrs = _I16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0]
     if log_append_time is not None:
         attrs |= TIMESTAMP_TYPE_MASK
         _I64.pack_into(buf, pos + 35, log_append_time)
+    else:
+        attrs &= ~TIMESTAMP_TYPE_MASK
     _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attrs)
     _U32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
 

@@ -41,7 +41,7 @@ def _slow_varint(buf, p):
         if not b & 0x80:
             return (v >> 1) ^ -(v & 1), p
         if shift > 63:
-            raise rb.CorruptRecordError("varint too long")
+            raise rb.InvalidRecordError("varint too long")
 
 
 def walk_record_lengths(buf, pos: int, end: int, expected_count: int) -> None:
@@ -58,13 +58,13 @@ def walk_record_lengths(buf, pos: int, end: int, expected_count: int) -> None:
             else:
                 length, pos = _slow_varint(buf, pos)
             if length <= 0:
-                raise rb.CorruptRecordError(f"record {count} has invalid length {length}")
+                raise rb.InvalidRecordError(f"record {count} has invalid length {length}")
             pos += length
             count += 1
     except IndexError as e:
-        raise rb.CorruptRecordError("record framing runs past the end of the batch") from e
+        raise rb.InvalidRecordError("Incorrect declared batch size, premature EOF reached") from e
     if pos != end:
-        raise rb.CorruptRecordError("records overrun the batch")
+        raise rb.InvalidRecordError("Invalid record size: the last record runs past the end of the batch")
     if count != expected_count:
         raise rb.InvalidRecordError(f"batch declares {expected_count} records but contains {count}")
 
@@ -73,15 +73,18 @@ def scan_records(buf, pos: int, end: int, expected_count: int) -> ScanResult:
     """Check the framing of every field of every record in ``buf[pos:end]``.
 
     Used where the records are in hand anyway (after decompression) or a feature needs
-    them (keys of compacted topics). Raises CorruptRecordError when a record's declared
-    length disagrees with its fields or records overrun the batch, InvalidRecordError when
-    the count differs from the header's. ``offsets_ok`` is False when offset deltas are not
-    0, 1, 2, ... (Kafka then rebuilds the batch instead of assigning offsets in place).
+    them (keys of compacted topics). Every framing error raises InvalidRecordError, as
+    Kafka's DefaultRecord.readFrom raises InvalidRecordException for them (INVALID_RECORD):
+    a record's declared length disagreeing with its fields, records overrunning the batch,
+    a negative header count or header key size, a count that differs from the header's.
+    Negative key/value sizes read as null (Kafka's ``Utils.readBytes``). ``offsets_ok`` is
+    False when offset deltas are not 0, 1, 2, ... (Kafka then rebuilds the batch instead of
+    assigning offsets in place).
     """
     try:
         return _scan(buf, pos, end, expected_count)
     except IndexError as e:
-        raise rb.CorruptRecordError("record framing runs past the end of the batch") from e
+        raise rb.InvalidRecordError("Incorrect declared batch size, premature EOF reached") from e
 
 
 def _scan(buf, pos, end, expected_count):  # noqa: C901 - one flat loop on purpose
@@ -98,7 +101,7 @@ def _scan(buf, pos, end, expected_count):  # noqa: C901 - one flat loop on purpo
             length, pos = slow(buf, pos)
         rec_end = pos + length
         if length <= 0 or rec_end > end:
-            raise rb.CorruptRecordError(f"record {count} has invalid length {length}")
+            raise rb.InvalidRecordError(f"record {count} has invalid length {length}")
         p = pos + 1  # attributes
         if buf[p] < 0x80:  # timestamp delta
             p += 1
@@ -120,11 +123,9 @@ def _scan(buf, pos, end, expected_count):  # noqa: C901 - one flat loop on purpo
             n, p = slow(buf, p)
         if n > 0:
             p += n
-        elif n == -1:
+        elif n < 0:  # any negative size is a null key
             null_key = True
-        elif n < -1:
-            raise rb.CorruptRecordError(f"record {count} has invalid key length {n}")
-        b = buf[p]  # value length
+        b = buf[p]  # value length (negative: null)
         if b < 0x80:
             n = (b >> 1) ^ -(b & 1)
             p += 1
@@ -132,8 +133,6 @@ def _scan(buf, pos, end, expected_count):  # noqa: C901 - one flat loop on purpo
             n, p = slow(buf, p)
         if n > 0:
             p += n
-        elif n < -1:
-            raise rb.CorruptRecordError(f"record {count} has invalid value length {n}")
         b = buf[p]  # header count
         if b < 0x80:
             nh = (b >> 1) ^ -(b & 1)
@@ -141,10 +140,19 @@ def _scan(buf, pos, end, expected_count):  # noqa: C901 - one flat loop on purpo
         else:
             nh, p = slow(buf, p)
         if nh:
-            if nh < 0:
-                raise rb.CorruptRecordError(f"record {count} has invalid header count {nh}")
-            for _ in range(nh * 2):
-                b = buf[p]
+            if nh < 0 or nh > rec_end - p:
+                raise rb.InvalidRecordError(f"Found invalid number of record headers {nh} in record {count}")
+            for _ in range(nh):
+                b = buf[p]  # header key length: a header key is never null
+                if b < 0x80:
+                    n = (b >> 1) ^ -(b & 1)
+                    p += 1
+                else:
+                    n, p = slow(buf, p)
+                if n < 0:
+                    raise rb.InvalidRecordError(f"Invalid negative header key size {n} in record {count}")
+                p += n
+                b = buf[p]  # header value length (negative: null)
                 if b < 0x80:
                     n = (b >> 1) ^ -(b & 1)
                     p += 1
@@ -152,15 +160,13 @@ def _scan(buf, pos, end, expected_count):  # noqa: C901 - one flat loop on purpo
                     n, p = slow(buf, p)
                 if n > 0:
                     p += n
-                elif n < -1:
-                    raise rb.CorruptRecordError(f"record {count} has invalid header length {n}")
         if p != rec_end:
-            raise rb.CorruptRecordError(
+            raise rb.InvalidRecordError(
                 f"record {count}: expected to read {length} bytes in record payload, but read {p - pos}")
         pos = rec_end
         count += 1
     if pos != end:
-        raise rb.CorruptRecordError("records overrun the batch")
+        raise rb.InvalidRecordError("Incorrect declared batch size, records still remaining")
     if count != expected_count:
         raise rb.InvalidRecordError(f"batch declares {expected_count} records but contains {count}")
     return ScanResult(count, null_key, offsets_ok)

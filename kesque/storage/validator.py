@@ -5,20 +5,22 @@ Which check runs on which path (also in docs/architecture.md):
 * every batch: exactly one v2 batch per partition; size within ``max.message.bytes``;
   CRC32C; baseOffset 0; record count == lastOffsetDelta + 1 > 0; not a control batch;
   producer id implies a sequence; timestamps within ``message.timestamp.*.max.ms`` (from the
-  header's base and max timestamps); no LogAppendTime flag on a CreateTime topic.
+  header's base and max timestamps); a producer's LogAppendTime flag is refused on a
+  LogAppendTime topic and rewritten to CreateTime on a CreateTime topic (as Kafka does).
 * uncompressed: the record length prefixes must tile the batch exactly (one varint per
   record, no objects), so truncation or a lying count is caught cheaply.
 * compressed: decompressed in C, then every field of every record is framed-checked in a
   lean scan (Kafka does the same; the records are in hand anyway).
 * compacted topics: the full scan also runs on uncompressed batches, to find null keys.
 * recompression (topic ``compression.type`` differs from the batch) and non-sequential
-  offset deltas: records are decoded and the batch rebuilt.
+  offset deltas in a compressed batch: records are decoded and the batch rebuilt.
 
 Offsets are assigned afterwards by patching baseOffset/partitionLeaderEpoch in place.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from ..errors import ErrorCode, KafkaError
@@ -27,6 +29,10 @@ from ..records import compression
 from ..records.records import build_batch, iter_records, scan_records, walk_record_lengths
 
 _TOPIC_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_MIN_RECORD_OVERHEAD = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0: below it a batch length is corrupt
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
 
 
 @dataclass(slots=True)
@@ -40,33 +46,57 @@ def _invalid(msg: str) -> KafkaError:
     return KafkaError(ErrorCode.invalid_record, msg)
 
 
+def _next_batch_size(buf, pos: int, n: int) -> int | None:
+    """Kafka's ByteBufferLogInputStream.nextBatchSize: the size of the batch at ``pos``, or
+    None when fewer bytes than its header up to magic are there; a length below the
+    minimum record overhead or an unknown magic is CORRUPT_MESSAGE."""
+    if n - pos < rb.LOG_OVERHEAD:
+        return None
+    length = _I32.unpack_from(buf, pos + 8)[0]
+    if length < _MIN_RECORD_OVERHEAD:
+        raise KafkaError(ErrorCode.corrupt_message,
+                         f"Record size {length} is less than the minimum record overhead ({_MIN_RECORD_OVERHEAD})")
+    if n - pos < rb.MAGIC_OFFSET + 1:
+        return None
+    if buf[pos + rb.MAGIC_OFFSET] > rb.MAGIC_V2:  # a byte: negative magics read as >= 128
+        raise KafkaError(ErrorCode.corrupt_message, f"Invalid magic found in record: {buf[pos + rb.MAGIC_OFFSET]}")
+    return length + rb.LOG_OVERHEAD
+
+
 def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> ValidatedBatch:
-    """Validate one produced partition payload; raises KafkaError with Kafka's code."""
+    """Validate one produced partition payload; raises KafkaError with Kafka's code.
+
+    The shape checks follow Kafka's order: ProduceRequest.validateRecords (a whole batch,
+    magic 2, exactly one batch), then UnifiedLog.analyzeAndValidateRecords (baseOffset 0,
+    ``max.message.bytes``, CRC), then LogValidator (header fields, records, timestamps)."""
     n = len(buf)
-    if n < rb.LOG_OVERHEAD + 5:
-        raise KafkaError(ErrorCode.corrupt_message, f"Record batch in {tp} is too short ({n} bytes)")
+    size = _next_batch_size(buf, 0, n)
+    if size is None or size > n:
+        raise _invalid("Produce requests with version 3 and above must have at least one record batch per "
+                       "partition")
     if buf[rb.MAGIC_OFFSET] != rb.MAGIC_V2:
         raise _invalid("Produce requests with version 3 and above are only allowed to contain record "
                        "batches with magic version 2")
-    if n < rb.HEADER_SIZE:
-        raise KafkaError(ErrorCode.corrupt_message, f"Record batch in {tp} is shorter than its header")
-    h = rb.read_header(buf)
-    size = h.size
-    if size < rb.HEADER_SIZE or size > n:
-        raise KafkaError(ErrorCode.corrupt_message,
-                         f"Record batch size {size} in {tp} does not match the {n} bytes received")
     if size < n:
-        raise _invalid("Produce requests are only allowed to contain exactly one record batch per partition")
+        nxt = _next_batch_size(buf, size, n)
+        if nxt is not None and nxt <= n - size:
+            raise _invalid("Produce requests are only allowed to contain exactly one record batch per partition")
+        # a partial batch after the first is ignored and trimmed, as Kafka's trimInvalidBytes does
+    base_offset = _I64.unpack_from(buf, 0)[0]
+    if base_offset != 0:
+        raise _invalid(f"The baseOffset of the record batch in the append to {tp} should be 0, but it is {base_offset}")
     if size > config.max_message_bytes:
         raise KafkaError(ErrorCode.message_too_large,
                          f"The record batch size in the append to {tp} is {size} bytes which exceeds "
                          f"the maximum configured value of {config.max_message_bytes}.")
-    if not rb.is_crc_valid(buf, 0, size):
-        raise KafkaError(ErrorCode.corrupt_message, f"Record is corrupt (stored crc = {h.crc}) in topic partition {tp}.")
-    if h.base_offset != 0:
-        raise _invalid(f"The baseOffset of the record batch in the append to {tp} should be 0, but it is {h.base_offset}")
+    if size < rb.HEADER_SIZE or not rb.is_crc_valid(buf, 0, size):
+        crc = _U32.unpack_from(buf, rb.CRC_OFFSET)[0] if n >= rb.CRC_OFFSET + 4 else -1
+        raise KafkaError(ErrorCode.corrupt_message, f"Record is corrupt (stored crc = {crc}) in topic partition {tp}.")
+    h = rb.read_header(buf)
     count = h.records_count
-    if h.last_offset_delta < 0 or count <= 0:
+    if h.last_offset_delta < 0:
+        raise _invalid(f"Batch has an invalid offset range: [0, {h.last_offset_delta}] in topic partition {tp}")
+    if count <= 0:
         raise _invalid(f"Invalid reported count for record batch: {count} in topic partition {tp}")
     if count != h.last_offset_delta + 1:
         raise _invalid(f"Inconsistent batch offset range [0, {h.last_offset_delta}] and count of records "
@@ -79,7 +109,6 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
     codec = h.compression
     if codec > 4:
         raise KafkaError(ErrorCode.corrupt_message, f"Unknown compression codec {codec}")
-    _check_timestamps(h, config, now_ms)
 
     target = _TOPIC_CODECS.get(config.compression_type.lower(), codec)
     if config.compression_type.lower() == "producer":
@@ -91,16 +120,19 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
         except compression.CompressionError as e:
             raise KafkaError(ErrorCode.corrupt_message, str(e)) from None
         scan = _scan(payload, 0, len(payload), count)
+        # Kafka assigns offsets in place only when inner offsets are 0, 1, 2, ... (compressed path)
         offsets_ok = scan.offsets_ok
         if config.compact and scan.null_key:
             raise _invalid(f"Compacted topic cannot accept message without key in topic partition {tp}.")
     elif config.compact:
-        scan = _scan(buf, rb.HEADER_SIZE, size, count)
-        offsets_ok = scan.offsets_ok
-        if scan.null_key:
+        if _scan(buf, rb.HEADER_SIZE, size, count).null_key:
             raise _invalid(f"Compacted topic cannot accept message without key in topic partition {tp}.")
     else:
-        walk_record_lengths(buf, rb.HEADER_SIZE, size, count)
+        try:
+            walk_record_lengths(buf, rb.HEADER_SIZE, size, count)
+        except rb.InvalidRecordError as e:
+            raise KafkaError(e.error_code, str(e)) from None
+    _check_timestamps(h, config, now_ms)
 
     if target != codec or not offsets_ok:
         return _rebuild(buf, h, target, config, now_ms)
@@ -108,6 +140,10 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
         rb.set_max_timestamp_and_type(buf, 0, size, now_ms)
         h.max_timestamp = now_ms
         h.attributes |= rb.TIMESTAMP_TYPE_MASK
+    elif h.is_log_append_time:
+        # Kafka rewrites a LogAppendTime batch accepted on a CreateTime topic to CreateTime
+        rb.set_max_timestamp_and_type(buf, 0, size, None)
+        h.attributes &= ~rb.TIMESTAMP_TYPE_MASK
     return ValidatedBatch(buf[:size], h, False)
 
 
@@ -119,18 +155,27 @@ def _scan(buf, pos, end, count):
 
 
 def _check_timestamps(h: rb.BatchHeader, config, now_ms: int) -> None:
+    """Kafka's validateTimestamp, from the header: every record of a CreateTime batch lies
+    between its base and max timestamps (exact for Kafka's defaults); the records of a
+    LogAppendTime batch all carry its max timestamp."""
     if config.log_append_time:
+        if h.is_log_append_time:
+            raise KafkaError(ErrorCode.invalid_timestamp, "Invalid timestamp type in message. Producer should not "
+                             "set timestamp type to LogAppendTime.")
         return
     if h.is_log_append_time:
-        raise KafkaError(ErrorCode.invalid_timestamp,
-                         "Invalid timestamp type in message. Producer should not set timestamp type to LogAppendTime.")
+        if h.max_timestamp == rb.NO_TIMESTAMP:
+            raise KafkaError(ErrorCode.invalid_timestamp, "Invalid timestamp type in message. Producer should not "
+                             "set timestamp type to LogAppendTime.")
+        lo = h.max_timestamp
+    else:
+        lo = h.base_timestamp if h.base_timestamp >= 0 else h.max_timestamp
     before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-    lo = h.base_timestamp if h.base_timestamp >= 0 else h.max_timestamp
-    if h.max_timestamp >= 0 and after < (1 << 62) and h.max_timestamp > now_ms + after:
+    if h.max_timestamp >= 0 and h.max_timestamp - now_ms > after:
         raise KafkaError(ErrorCode.invalid_timestamp,
                          f"Timestamp {h.max_timestamp} of message is out of range. The timestamp should be "
                          f"within [{now_ms - before}, {now_ms + after}]")
-    if lo >= 0 and before < (1 << 62) and lo < now_ms - before:
+    if lo >= 0 and now_ms - lo > before:
         raise KafkaError(ErrorCode.invalid_timestamp,
                          f"Timestamp {lo} of message is out of range. The timestamp should be "
                          f"within [{now_ms - before}, {now_ms + after}]")
@@ -139,9 +184,11 @@ def _check_timestamps(h: rb.BatchHeader, config, now_ms: int) -> None:
 def _rebuild(buf, h: rb.BatchHeader, target: int, config, now_ms: int) -> ValidatedBatch:
     """Decode and re-encode (recompression or non-sequential inner offsets)."""
     records = [(r.key, r.value, r.headers, r.timestamp) for r in iter_records(buf, 0, h)]
+    # Kafka's broker-side snappy is the Java client's xerial framing
     data = build_batch(records, compression_codec=target, producer_id=h.producer_id,
                        producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
                        transactional=h.is_transactional,
-                       log_append_time=now_ms if config.log_append_time else None)
+                       log_append_time=now_ms if config.log_append_time else None,
+                       xerial=target == compression.SNAPPY)
     mv = memoryview(bytearray(data))
     return ValidatedBatch(mv, rb.read_header(mv), True)
