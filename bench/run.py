@@ -1,0 +1,520 @@
+"""kesque benchmarks: figures and the machine limits they are compared with, measured in the
+same run. A benchmark is not a test: it prints, it never fails on a timing (exit code 0
+unless the harness itself breaks).
+
+    python bench/run.py                 # full scale
+    python bench/run.py --quick         # smoke scale
+    python bench/run.py --only produce,latency
+    python bench/run.py --quick --profile   # py-spy the broker of every group
+
+Results: a table on stdout and bench/results/latest.json. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+
+GROUPS = ("produce", "consume", "raw-produce", "small", "latency")
+
+SCALES = {
+    "full": {"records": 1_000_000, "disk_bytes": 1 << 30, "loopback_seconds": 1.5, "small_requests": 200_000,
+             "small_confluent": 200_000, "echo_requests": 200_000, "latency_seconds": 20.0, "latency_warmup": 2.0},
+    "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
+              "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5},
+}
+
+BARS = {  # figure -> (kind, threshold, text)
+    "produce": ("ratio", 0.25, ">= 25%"),
+    "raw-produce": ("ratio", 0.25, ">= 25% (info)"),
+    "consume": ("ratio", 0.40, ">= 40%"),
+    "small": ("ratio", 0.50, ">= 50%"),
+    "latency": ("max", 5.0, "p99 <= 5 ms"),
+}
+
+
+# ================================================================== setup
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke scale (50k records, 3 s latency run)")
+    ap.add_argument("--only", default="", help=f"comma-separated figure groups: {','.join(GROUPS)}")
+    ap.add_argument("--records", type=int, help="override the record count of the throughput figures")
+    ap.add_argument("--partitions", type=int, default=4, help="partitions of the throughput topics (default 4)")
+    ap.add_argument("--data-dir", default=tempfile.gettempdir(),
+                    help="parent directory of the brokers' data dirs and of the disk-write limit file")
+    ap.add_argument("--profile", action="store_true", help="sample each broker with py-spy, print hot functions")
+    ap.add_argument("--src", help="run brokers (and import kesque) from another source tree, e.g. a git "
+                                  "export of a commit, instead of this checkout")
+    ap.add_argument("--commit", help="run brokers from a clean `git archive` of this commit (e.g. HEAD) instead "
+                                     "of the working tree, which may hold others' unfinished edits")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "latest.json"))
+    args = ap.parse_args(argv)
+    only = [x.strip() for x in args.only.split(",") if x.strip()]
+    bad = [x for x in only if x not in GROUPS and x != "memory"]
+    if bad:
+        ap.error(f"unknown figure group(s) {bad}; choose from {','.join(GROUPS)}")
+    args.groups = [g for g in GROUPS if not only or g in only]
+    args.scale = dict(SCALES["quick" if args.quick else "full"])
+    if args.records:
+        args.scale["records"] = args.records
+    return args
+
+
+def git(*cmd: str) -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", REPO, *cmd], capture_output=True, text=True, check=True).stdout.strip()
+    except Exception:
+        return ""
+
+
+def export_commit(rev: str) -> str:
+    import subprocess
+
+    sha = git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    if not sha:
+        raise SystemExit(f"unknown commit {rev!r}")
+    dest = tempfile.mkdtemp(prefix=f"kesque-src-{sha[:10]}-")
+    archive = subprocess.Popen(["git", "-C", REPO, "archive", sha], stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", dest], stdin=archive.stdout, check=True)
+    archive.wait()
+    return dest
+
+
+def use_source_tree(src: str | None) -> None:
+    if src:
+        src = os.path.abspath(src)
+        sys.path.insert(0, src)
+        os.environ["PYTHONPATH"] = src + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+        os.chdir(src)  # `python -m kesque` puts the working directory first on sys.path
+    elif REPO not in sys.path:
+        sys.path.insert(0, REPO)
+        os.chdir(REPO)
+
+
+def proc_status(pid: int) -> dict:
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM"):
+                    out[k] = int(v.split()[0]) / 1024.0  # MiB
+    except OSError:
+        pass
+    return out
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def self_cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Meter:
+    """Wall time, broker CPU and this process's CPU around one measurement."""
+
+    def __init__(self, broker_pid: int | None):
+        self.pid = broker_pid
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        self.b0 = proc_cpu_seconds(self.pid) if self.pid else float("nan")
+        self.c0 = self_cpu_seconds()
+        return self
+
+    def __exit__(self, *exc):
+        wall = time.perf_counter() - self.t0
+        self.wall = wall
+        self.broker_cpu = ((proc_cpu_seconds(self.pid) - self.b0) / wall) if self.pid and wall else float("nan")
+        self.client_cpu = (self_cpu_seconds() - self.c0) / wall if wall else float("nan")
+
+    def note(self) -> str:
+        return f"broker CPU {self.broker_cpu:.0%}, client CPU {self.client_cpu:.0%}"
+
+
+class BrokerGroup:
+    """One fresh broker for one figure group; records its memory and (optionally) a profile."""
+
+    def __init__(self, name: str, args, report: dict):
+        self.name = name
+        self.args = args
+        self.report = report
+
+    def __enter__(self):
+        from kesque.testing.broker import Broker
+
+        os.makedirs(RESULTS, exist_ok=True)
+        self.dir = tempfile.mkdtemp(prefix=f"kesque-bench-{self.name}-", dir=self.args.data_dir)
+        self.log_path = os.path.join(RESULTS, f"broker-{self.name}.log")
+        if os.path.exists(self.log_path):
+            os.unlink(self.log_path)
+        self.broker = Broker(data_dir=self.dir, log_file=self.log_path,
+                             config={"log.dirs": self.dir, "auto.create.topics.enable": "false"})
+        self.broker.start(60)
+        self.pid = self.broker.process.pid
+        self.sampler = None
+        if self.args.profile:
+            import profiling
+
+            self.prof_path = os.path.join(RESULTS, f"profile-{self.name}.txt")
+            if os.path.exists(self.prof_path):
+                os.unlink(self.prof_path)
+            self.sampler = profiling.Sampler(self.pid, self.prof_path)
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap_servers
+
+    def alive(self) -> bool:
+        return self.broker.process is not None and self.broker.process.poll() is None
+
+    def __exit__(self, *exc):
+        info = {"alive_at_end": self.alive()}
+        info.update(proc_status(self.pid))
+        info["data_bytes"] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(self.dir) for f in fs)
+        if self.sampler is not None:
+            import profiling
+
+            self.sampler.stop()
+            if self.sampler.error:
+                info["profile_error"] = self.sampler.error
+            else:
+                s = profiling.summarize(self.prof_path)
+                info["profile"] = s
+                info["profile_file"] = self.prof_path
+        if not info["alive_at_end"]:
+            info["exit_code"] = self.broker.process.poll() if self.broker.process else None
+        try:
+            self.broker.stop(30)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        self.report["brokers"][self.name] = info
+        return False
+
+
+# ================================================================== figures table
+
+def add_figure(report, name, group, value, unit, limit_name=None, limit_value=None, note="", bar_key=None,
+               ratio=None, extra=None):
+    bar = BARS.get(bar_key) if bar_key else None
+    if ratio is None and limit_value:
+        ratio = value / limit_value
+    verdict = ""
+    if bar is not None:
+        kind, threshold, _text = bar
+        if value != value:  # NaN
+            verdict = "MISS"
+        elif kind == "ratio":
+            verdict = "PASS" if ratio is not None and ratio >= threshold else "MISS"
+        else:
+            verdict = "PASS" if value <= threshold else "MISS"
+    report["figures"].append({
+        "name": name, "group": group, "value": value, "unit": unit, "limit": limit_name, "limit_value": limit_value,
+        "ratio": ratio, "bar": bar[2] if bar else None, "verdict": verdict or None, "note": note,
+        **({"detail": extra} if extra else {}),
+    })
+
+
+def _fmt(v, unit=""):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v != v:
+            return "nan"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        if abs(v) >= 10:
+            return f"{v:.1f}"
+        return f"{v:.2f}"
+    return str(v)
+
+
+def print_table(report) -> None:
+    rows = [("figure", "value", "unit", "limit", "limit value", "ratio", "bar", "", "note")]
+    for f in report["figures"]:
+        rows.append((f["name"], _fmt(f["value"]), f["unit"], f["limit"] or "-", _fmt(f["limit_value"]),
+                     f"{f['ratio'] * 100:.0f}%" if f["ratio"] is not None else "-", f["bar"] or "-",
+                     f["verdict"] or "", f["note"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    print()
+    for i, r in enumerate(rows):
+        print("  ".join(c.rjust(w) if 1 <= j <= 5 and i else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths)))
+              + "  " + r[-1])
+        if i == 0:
+            print("  ".join("-" * w for w in widths) + "  " + "-" * 4)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ================================================================== main
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    exported = None
+    if args.commit:
+        exported = args.src = export_commit(args.commit)
+    source = {"tree": os.path.abspath(args.src) if args.src else REPO,
+              "commit": git("rev-parse", "--short", args.commit or "HEAD"),
+              "working_tree": not (args.src or args.commit)}
+    if source["working_tree"]:
+        source["uncommitted_kesque_files"] = len(git("status", "--porcelain", "--", "kesque").splitlines())
+    use_source_tree(args.src)
+    sys.path.insert(0, HERE)
+    import figures
+    import limits
+    import kesque
+
+    sc = args.scale
+    report = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scale": "quick" if args.quick else "full",
+        "parameters": {**sc, "partitions": args.partitions, "groups": args.groups},
+        "host": {"hostname": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                 "platform": platform.platform(), "loadavg_start": os.getloadavg(),
+                 "kesque_imported_from": os.path.dirname(os.path.dirname(os.path.abspath(kesque.__file__)))},
+        "source": source,
+        "limits": {}, "figures": [], "brokers": {}, "errors": [],
+    }
+    tree = (f", working tree with {source['uncommitted_kesque_files']} uncommitted kesque/ files"
+            if source["working_tree"] else "")
+    log(f"scale={report['scale']} groups={','.join(args.groups)} data-dir={args.data_dir} "
+        f"kesque={report['host']['kesque_imported_from']} (commit {source['commit']}{tree})")
+    records = sc["records"]
+    small_topic = "bench-small"
+
+    def guarded(name, fn):
+        try:
+            return fn()
+        except Exception as e:  # a broken figure is reported, the others still run
+            traceback.print_exc()
+            report["errors"].append(f"{name}: {e!r}")
+            log(f"{name} FAILED: {e!r}")
+            return None
+
+    # ---------------------------------------------------------------- machine limits
+    need_net = bool({"produce", "consume", "raw-produce"} & set(args.groups))
+    need_disk = bool({"produce", "raw-produce"} & set(args.groups))
+    L = report["limits"]
+    if need_net:
+        log("limit: loopback TCP socket sink, best of 3 ...")
+        L["loopback"] = guarded("loopback", lambda: limits.best_of(
+            3, lambda: limits.loopback_tcp(sc["loopback_seconds"]), "mb_s"))
+        if L["loopback"]:
+            log(f"  loopback {L['loopback']['mb_s']:.0f} MB/s")
+    if need_disk:
+        log(f"limit: sequential write + fsync of {sc['disk_bytes'] >> 20} MiB in {args.data_dir}, best of 2 ...")
+        L["disk"] = guarded("disk", lambda: limits.best_of(
+            2, lambda: limits.disk_write(args.data_dir, sc["disk_bytes"]), "mb_s"))
+        if L["disk"]:
+            log(f"  disk {L['disk']['mb_s']:.0f} MB/s")
+    if "small" in args.groups:
+        frame = figures.small_frame(small_topic)
+        for loop in ("asyncio", "uvloop"):
+            if loop == "uvloop" and not limits.uvloop_available():
+                L["echo_uvloop"] = None
+                continue
+            log(f"limit: bare {loop} echo server, {len(frame)}-byte requests, window 64, best of 3 ...")
+            L[f"echo_{loop}"] = guarded(f"echo_{loop}", lambda: limits.best_of(
+                3, lambda: limits.echo_rate(frame, sc["echo_requests"], 64, loop), "rate"))
+            if L[f"echo_{loop}"]:
+                log(f"  echo ({loop}) {L[f'echo_{loop}']['rate']:.0f} req/s")
+
+    loop_mb = (L.get("loopback") or {}).get("mb_s")
+    disk_mb = (L.get("disk") or {}).get("mb_s")
+    net_disk = min(x for x in (loop_mb, disk_mb) if x) if (loop_mb or disk_mb) else None
+    net_disk_name = ("disk" if disk_mb and (not loop_mb or disk_mb <= loop_mb) else "loopback") if net_disk else None
+    echo = (L.get("echo_asyncio") or {}).get("rate")
+    parts = args.partitions
+
+    # ---------------------------------------------------------------- 1 + 2: produce / consume
+    if "produce" in args.groups or "consume" in args.groups:
+        with BrokerGroup("produce-consume", args, report) as g:
+            topic = "bench-none"
+            figures.create_topic(g.bootstrap, topic, parts)
+            if "produce" in args.groups:
+                for codec, t in (("none", topic), ("lz4", "bench-lz4")):
+                    if t != topic:
+                        figures.create_topic(g.bootstrap, t, parts)
+                    log(f"produce: {records:,} x 1 KiB, confluent-kafka, compression={codec} ...")
+                    with Meter(g.pid) as m:
+                        r = guarded(f"produce-{codec}", lambda: figures.produce_confluent(g.bootstrap, t, records,
+                                                                                          compression=codec))
+                    if r:
+                        ends = figures.end_offsets(g.bootstrap, t, parts)
+                        r["stored_records"] = sum(ends.values())
+                        ok = r["stored_records"] == records and not r["errors"] and not r["undelivered"]
+                        note = f"{m.note()}; linger 5 ms, batch 1 MiB, acks=1"
+                        if not ok:
+                            note += f"; CHECK: stored {r['stored_records']}/{records}, errors {r['errors'][:2]}"
+                        add_figure(report, f"produce {codec} (confluent)", "produce", r["mb_s"], "MB/s",
+                                   f"min(loopback,disk)={net_disk_name}", net_disk, note, "produce", extra=r)
+                        log(f"  {r['mb_s']:.0f} MB/s in {r['seconds']:.1f} s ({m.note()})")
+            else:
+                log(f"consume: filling {topic} with {records:,} records (unmeasured) ...")
+                figures.produce_raw(g.bootstrap, topic, parts, records)
+            if "consume" in args.groups:
+                ends = figures.end_offsets(g.bootstrap, topic, parts)
+                log(f"consume: {sum(ends.values()):,} records, confluent-kafka assign() from offset 0 ...")
+                with Meter(g.pid) as m:
+                    r = guarded("consume", lambda: figures.consume_confluent(g.bootstrap, topic, ends))
+                if r:
+                    note = f"{m.note()}; consume(10000) batches"
+                    if r["records"] != r["expected"] or r["errors"]:
+                        note += f"; CHECK: got {r['records']}/{r['expected']}, errors {r['errors']}"
+                    add_figure(report, "consume (confluent)", "consume", r["mb_s"], "MB/s", "loopback", loop_mb, note,
+                               "consume", extra=r)
+                    log(f"  {r['mb_s']:.0f} MB/s in {r['seconds']:.1f} s ({m.note()})")
+                log("consume: raw pipelined Fetch client (window 8, 4 MiB per partition) ...")
+                with Meter(g.pid) as m:
+                    r = guarded("consume-raw", lambda: limits.best_of(
+                        3, lambda: figures.consume_raw(g.bootstrap, topic, ends), "mb_s"))
+                if r:
+                    note = f"{m.note()}; record-set bytes, best of 3 passes; fetch path: sendfile"
+                    if r["records"] != r["expected"]:
+                        note += f"; CHECK: {r['records']}/{r['expected']} records"
+                    add_figure(report, "consume (raw fetch)", "consume", r["mb_s"], "MB/s", "loopback", loop_mb, note,
+                               "consume", extra=r)
+                    log(f"  {r['mb_s']:.0f} MB/s in {r['seconds']:.2f} s ({m.note()})")
+
+    # ---------------------------------------------------------------- 3: raw produce capacity
+    if "raw-produce" in args.groups:
+        with BrokerGroup("raw-produce", args, report) as g:
+            topic = "bench-raw"
+            figures.create_topic(g.bootstrap, topic, parts)
+            log(f"raw produce: {records:,} x 1 KiB as pre-encoded 1 MiB ProduceRequests, 2 conns x window 8 ...")
+            with Meter(g.pid) as m:
+                r = guarded("raw-produce", lambda: figures.produce_raw(g.bootstrap, topic, parts, records))
+            if r:
+                ends = figures.end_offsets(g.bootstrap, topic, parts)
+                r["stored_records"] = sum(ends.values())
+                note = f"{m.note()}; Produce v9, acks=1"
+                if r["errors"] or r["stored_records"] != r["records"]:
+                    note += f"; CHECK: stored {r['stored_records']}/{r['records']}, errors {r['errors'][:2]}"
+                add_figure(report, "produce (raw pipelined)", "raw-produce", r["mb_s"], "MB/s",
+                           f"min(loopback,disk)={net_disk_name}", net_disk, note, "raw-produce", extra=r)
+                log(f"  {r['mb_s']:.0f} MB/s in {r['seconds']:.1f} s ({m.note()})")
+
+    # ---------------------------------------------------------------- 4: small requests
+    if "small" in args.groups:
+        with BrokerGroup("small", args, report) as g:
+            figures.create_topic(g.bootstrap, small_topic, 1)
+            n = sc["small_confluent"]
+            log(f"small: {n:,} x 100 B, one record per request, confluent-kafka linger.ms=0 ...")
+            with Meter(g.pid) as m:
+                r = guarded("small-confluent", lambda: figures.small_confluent(g.bootstrap, small_topic, n))
+            if r:
+                note = f"{m.note()}; {r['records_per_request']:.2f} records/request"
+                if r["errors"] or r["undelivered"]:
+                    note += f"; CHECK: errors {r['errors'][:2]}, undelivered {r['undelivered']}"
+                add_figure(report, "small produce (confluent)", "small", r["rate"], "req/s", "echo asyncio", echo, note,
+                           "small", extra=r)
+                log(f"  {r['rate']:.0f} req/s ({m.note()})")
+            n = sc["small_requests"]
+            before = sum(figures.end_offsets(g.bootstrap, small_topic, 1).values())
+            log(f"small: {n:,} pre-encoded 1-record ProduceRequests, raw socket, window 64 ...")
+            with Meter(g.pid) as m:
+                r = guarded("small-raw", lambda: figures.small_raw(g.bootstrap, small_topic, n))
+            if r:
+                stored = sum(figures.end_offsets(g.bootstrap, small_topic, 1).values()) - before
+                r["stored_records"] = stored
+                note = f"{m.note()}; {r['request_bytes']} B request, {r['response_bytes']} B response"
+                if stored != n or any(r["first_response_errors"]):
+                    note += f"; CHECK: stored {stored}/{n}, first errors {r['first_response_errors']}"
+                add_figure(report, "small produce (raw, window 64)", "small", r["rate"], "req/s", "echo asyncio", echo,
+                           note, "small", extra=r)
+                log(f"  {r['rate']:.0f} req/s ({m.note()})")
+            uv = (L.get("echo_uvloop") or {}).get("rate")
+            if uv:
+                add_figure(report, "  (same, vs uvloop echo)", "small", r["rate"] if r else float("nan"), "req/s",
+                           "echo uvloop", uv, "information: kesque runs on the asyncio loop")
+
+    # ---------------------------------------------------------------- 5: latency
+    if "latency" in args.groups:
+        with BrokerGroup("latency", args, report) as g:
+            topic = "bench-latency"
+            figures.create_topic(g.bootstrap, topic, 1)
+            secs = sc["latency_seconds"]
+            log(f"latency: 10,000 x 1 KiB records/s for {secs:.0f} s, acks=1, linger.ms=0 ...")
+            with Meter(g.pid) as m:
+                r = guarded("latency", lambda: figures.latency(g.bootstrap, topic, 10000, secs,
+                                                               warmup=sc["latency_warmup"]))
+            if r:
+                note = (f"{m.note()}; {r['measured']:,} samples, send rate {r['send_rate']:.0f}/s, "
+                        f"max {r['max_ms']:.1f} ms")
+                if r["received"] != r["expected"]:
+                    note += f"; CHECK: received {r['received']}/{r['expected']}"
+                add_figure(report, "e2e latency p99", "latency", r["p99_ms"], "ms", None, None, note, "latency",
+                           extra=r)
+                add_figure(report, "e2e latency p50", "latency", r["p50_ms"], "ms", None, None, "")
+                add_figure(report, "e2e latency p99.9", "latency", r["p999_ms"], "ms", None, None, "")
+                log(f"  p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, p99.9 {r['p999_ms']:.2f} ms")
+
+    # ---------------------------------------------------------------- 6: memory
+    for name, info in report["brokers"].items():
+        if "VmRSS" in info:
+            note = f"peak {info.get('VmHWM', float('nan')):.0f} MiB; data {info['data_bytes'] / 1e6:.0f} MB"
+            if not info["alive_at_end"]:
+                note += f"; BROKER DIED (exit {info.get('exit_code')})"
+            add_figure(report, f"broker RSS after {name}", "memory", info["VmRSS"], "MiB", note=note)
+        elif not info.get("alive_at_end", True):
+            add_figure(report, f"broker RSS after {name}", "memory", float("nan"), "MiB",
+                       note=f"BROKER DIED (exit {info.get('exit_code')})")
+
+    # ---------------------------------------------------------------- output
+    report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    report["host"]["loadavg_end"] = os.getloadavg()
+    print_table(report)
+    print()
+    print(f"limits: loopback {_fmt(loop_mb)} MB/s, disk {_fmt(disk_mb)} MB/s (write+fsync), "
+          f"echo asyncio {_fmt(echo)} req/s, echo uvloop "
+          f"{_fmt((L.get('echo_uvloop') or {}).get('rate')) if L.get('echo_uvloop') else 'not installed'}")
+    print(f"load average at start {report['host']['loadavg_start'][0]:.2f}, at end {os.getloadavg()[0]:.2f} "
+          f"on {os.cpu_count()} CPUs (figures from a loaded machine are provisional)")
+    if args.profile:
+        import profiling
+
+        for name, info in report["brokers"].items():
+            print()
+            if "profile" in info:
+                print(profiling.format_summary(name, info["profile"]))
+            elif "profile_error" in info:
+                print(f"broker profile, {name}: {info['profile_error']}")
+    if report["errors"]:
+        print("\nerrors:\n  " + "\n  ".join(report["errors"]))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2, default=str)
+    print(f"\nwritten: {args.out}")
+    if exported:
+        shutil.rmtree(exported, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
