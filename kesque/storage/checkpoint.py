@@ -15,7 +15,7 @@ Offset checkpoints (``recovery-point-offset-checkpoint``, ``replication-offset-c
     0 0               <- epoch startOffset
     1 57
 
-``partition.metadata``::
+``partition.metadata`` (no newline after the id, as Kafka writes it)::
 
     version: 0
     topic_id: <base64 Uuid>
@@ -27,9 +27,11 @@ CheckpointFile does, so a crash leaves either the old or the new content.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import logging
 import os
+import re
 import time
 import uuid
 
@@ -76,34 +78,55 @@ def _fsync_dir(path: str) -> None:
 
 def _read_lines(path: str) -> list[str] | None:
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return f.read().splitlines()
     except FileNotFoundError:
         return None
 
 
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _java_int(path: str, text: str, bits: int) -> int:
+    """Integer.parseInt / Long.parseLong: digits with an optional sign, nothing else."""
+    if not _JAVA_INT.fullmatch(text):
+        raise CheckpointError(f"Malformed line in checkpoint file [{path}]: {text}")
+    v = int(text)
+    if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+        raise CheckpointError(f"Malformed line in checkpoint file [{path}]: {text}")
+    return v
+
+
+def _java_split(pattern: re.Pattern, line: str) -> list[str]:
+    """String.split(regex): trailing empty strings are dropped, leading ones kept."""
+    parts = pattern.split(line)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
 def _parse(path: str, fields: int) -> list[list[str]]:
+    """Kafka's CheckpointFile read: a missing or empty file (or one with only a version
+    line) has no entries; otherwise version 0, a count, then exactly that many entries of
+    ``fields`` whitespace-separated values."""
     lines = _read_lines(path)
-    if lines is None:
+    if not lines:
         return []
+    version = _java_int(path, lines[0], 32)
+    if version != 0:
+        raise CheckpointError(f"Unrecognised version:{version}, expected version: 0 in checkpoint file at: {path}")
     if len(lines) < 2:
-        raise CheckpointError(f"{path}: missing version or count line")
-    if lines[0].strip() != "0":
-        raise CheckpointError(f"{path}: unrecognized version {lines[0]!r}")
-    try:
-        count = int(lines[1])
-    except ValueError as e:
-        raise CheckpointError(f"{path}: bad count line {lines[1]!r}") from e
+        return []
+    count = _java_int(path, lines[1], 32)
     entries = []
     for line in lines[2:]:
-        if not line.strip():
-            continue
-        parts = line.split()
+        parts = _java_split(_WHITESPACE, line)
         if len(parts) != fields:
-            raise CheckpointError(f"{path}: malformed line {line!r}")
+            raise CheckpointError(f"Malformed line in checkpoint file [{path}]: {line}")
         entries.append(parts)
     if len(entries) != count:
-        raise CheckpointError(f"{path}: expected {count} entries, found {len(entries)}")
+        raise CheckpointError(f"Expected [{count}] entries in checkpoint file [{path}], but found only [{len(entries)}]")
     return entries
 
 
@@ -116,7 +139,7 @@ class OffsetCheckpointFile:
     def read(self) -> dict[tuple[str, int], int]:
         out = {}
         for topic, part, off in _parse(self.path, 3):
-            out[(topic, int(part))] = int(off)
+            out[(topic, _java_int(self.path, part, 32))] = _java_int(self.path, off, 64)
         return out
 
     def write(self, offsets: dict[tuple[str, int], int], fsync: bool = True) -> None:
@@ -130,7 +153,7 @@ class LeaderEpochCheckpointFile:
         self.path = path
 
     def read(self) -> list[tuple[int, int]]:
-        return [(int(e), int(o)) for e, o in _parse(self.path, 2)]
+        return [(_java_int(self.path, e, 32), _java_int(self.path, o, 64)) for e, o in _parse(self.path, 2)]
 
     def write(self, entries: list[tuple[int, int]], fsync: bool = True) -> None:
         lines = ["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]
@@ -143,11 +166,29 @@ def uuid_to_kafka(u: uuid.UUID) -> str:
 
 
 def uuid_from_kafka(s: str) -> uuid.UUID:
+    """Kafka's Uuid.fromString: at most 24 URL-safe base64 characters decoding to 16 bytes;
+    raises ValueError otherwise."""
     s = s.strip()
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
+    if len(s) > 24 or not _URL_BASE64.fullmatch(s):
+        raise ValueError(f"Input string `{s}` is not a base64 encoded UUID")
+    try:
+        raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    except binascii.Error as e:
+        raise ValueError(f"Input string `{s}` is not a base64 encoded UUID") from e
+    if len(raw) != 16:
+        raise ValueError(f"Input string `{s}` decoded as {len(raw)} bytes, which is not equal to the expected "
+                         "16 bytes of a base64-encoded UUID")
+    return uuid.UUID(bytes=raw)
+
+
+_URL_BASE64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
+_PARTITION_METADATA_SEP = re.compile(r":\s+")
 
 
 class PartitionMetadataFile:
+    """``partition.metadata``: ``version: 0\ntopic_id: <Uuid>`` (no trailing newline), read
+    as Kafka's PartitionMetadataReadBuffer does (any version >= 0, a non-zero topic id)."""
+
     def __init__(self, path: str):
         self.path = path
 
@@ -155,31 +196,35 @@ class PartitionMetadataFile:
         lines = _read_lines(self.path)
         if lines is None:
             return None
-        fields = {}
-        for line in lines:
-            if ":" in line:
-                k, v = line.split(":", 1)
-                fields[k.strip()] = v.strip()
-        if fields.get("version") != "0" or "topic_id" not in fields:
-            raise CheckpointError(f"{self.path}: malformed partition.metadata")
-        return uuid_from_kafka(fields["topic_id"])
+        line = lines[0] if lines else ""
+        version = _java_split(_PARTITION_METADATA_SEP, line)
+        if len(version) != 2:
+            raise CheckpointError(f"Malformed line in checkpoint file [{self.path}]: {line}")
+        if _java_int(self.path, version[1], 32) < 0:
+            raise CheckpointError(f"Unrecognized version of partition metadata file ({self.path}): {version[1]}")
+        line = lines[1] if len(lines) > 1 else ""
+        topic_id = _java_split(_PARTITION_METADATA_SEP, line)
+        if len(topic_id) != 2:
+            raise CheckpointError(f"Malformed line in checkpoint file [{self.path}]: {line}")
+        try:
+            tid = uuid_from_kafka(topic_id[1])
+        except ValueError as e:
+            raise CheckpointError(f"Malformed line in checkpoint file [{self.path}]: {line}") from e
+        if tid.int == 0:
+            raise CheckpointError(f"Invalid topic ID in partition metadata file ({self.path})")
+        return tid
 
     def write(self, topic_id: uuid.UUID) -> None:
-        atomic_write(self.path, f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n")
+        atomic_write(self.path, f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}")
 
 
 def read_properties(path: str) -> dict[str, str] | None:
+    """A Java .properties file (``meta.properties``), or None when it does not exist."""
     lines = _read_lines(path)
     if lines is None:
         return None
-    props = {}
-    for line in lines:
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        k, _, v = line.partition("=")
-        props[k.strip()] = v.strip()
-    return props
+    from ..config.broker import parse_properties
+    return parse_properties("\n".join(lines))
 
 
 def write_properties(path: str, props: dict[str, str]) -> None:
@@ -190,7 +235,7 @@ def write_properties(path: str, props: dict[str, str]) -> None:
 
 def write_clean_shutdown(log_dir: str, broker_epoch: int) -> None:
     atomic_write(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE),
-                 json.dumps({"version": 0, "brokerEpoch": broker_epoch}))
+                 json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":")))
 
 
 def consume_clean_shutdown(log_dir: str) -> bool:

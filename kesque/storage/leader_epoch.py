@@ -22,11 +22,14 @@ class LeaderEpochFileCache:
     def __init__(self, path: str, topic_partition: str = ""):
         self.file = LeaderEpochCheckpointFile(path)
         self.tp = topic_partition
+        self.entries: list[tuple[int, int]] = []
         try:
-            self.entries: list[tuple[int, int]] = self.file.read()
+            stored = self.file.read()
         except Exception as e:  # a corrupt checkpoint is rebuilt from the log's batches
             log.warning("Ignoring unreadable leader epoch checkpoint %s: %s", path, e)
-            self.entries = []
+            stored = []
+        for epoch, start in stored:  # as Kafka: re-assigned, so a non-monotonic file is repaired
+            self.assign(epoch, start, flush=False)
 
     def latest_epoch(self) -> int:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
@@ -35,16 +38,21 @@ class LeaderEpochFileCache:
         return self.entries[0] if self.entries else None
 
     def assign(self, epoch: int, start_offset: int, flush: bool = True) -> None:
-        if epoch < 0:
+        """Kafka's assign: a new epoch, or the latest epoch starting earlier, is recorded after
+        removing every entry (from the end) with an epoch >= it or a start offset >= its
+        start. Batches without a leader epoch (-1) are not assigned."""
+        if epoch < 0 or start_offset < 0:
             return
-        if self.entries and self.entries[-1][0] == epoch:
-            return
-        if self.entries and epoch < self.entries[-1][0]:
-            log.warning("%s: not assigning epoch %d at %d below latest %s", self.tp, epoch, start_offset, self.entries[-1])
-            return
-        # drop entries made obsolete by the new one (start offset at or after it)
-        while self.entries and self.entries[-1][1] >= start_offset:
-            self.entries.pop()
+        if self.entries:
+            latest_epoch, latest_start = self.entries[-1]
+            if epoch == latest_epoch and start_offset >= latest_start:
+                return
+        removed = []
+        while self.entries and (self.entries[-1][0] >= epoch or self.entries[-1][1] >= start_offset):
+            removed.append(self.entries.pop())
+        if len(removed) > 1 or (removed and removed[0][1] != start_offset):
+            log.warning("%s: new epoch entry (%d, %d) caused truncation of conflicting entries %s", self.tp, epoch,
+                        start_offset, removed)
         self.entries.append((epoch, start_offset))
         if flush:
             self.flush()
@@ -59,7 +67,9 @@ class LeaderEpochFileCache:
         for i, (epoch, start) in enumerate(self.entries):
             if epoch > requested_epoch:
                 if i == 0:
-                    return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+                    # older than every known epoch: Kafka answers the requested epoch with the
+                    # start of the first larger one, so the follower truncates to the leader's start
+                    return requested_epoch, start
                 return self.entries[i - 1][0], start
         return UNDEFINED_EPOCH, UNDEFINED_OFFSET
 
@@ -74,6 +84,8 @@ class LeaderEpochFileCache:
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Remove entries whose start offset is >= end_offset (log truncated there)."""
+        if end_offset < 0:
+            return
         before = len(self.entries)
         self.entries = [e for e in self.entries if e[1] < end_offset]
         if len(self.entries) != before:

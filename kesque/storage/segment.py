@@ -51,6 +51,14 @@ class FileHandle:
             os.close(self.fd)
 
 
+class LogSegmentOffsetOverflowError(Exception):
+    """An offset that the segment's indexes cannot hold relative to its base offset (Kafka's
+    LogSegmentOffsetOverflowException): the log must roll first."""
+
+
+_MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+
+
 class LogSegment:
     def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = 10 * 1024 * 1024, create: bool = False, now_ms: int | None = None):
@@ -73,6 +81,9 @@ class LogSegment:
         if create:
             self.offset_index.reset()
             self.time_index.reset()
+        elif self.size >= rb.HEADER_SIZE:
+            # Kafka's loadFirstBatchTimestamp: segment.ms counts from the first batch's timestamp
+            self.rolling_based_timestamp = rb.read_header(os.pread(self.handle.fd, rb.HEADER_SIZE, 0)).max_timestamp
 
     @property
     def fd(self) -> int:
@@ -81,6 +92,9 @@ class LogSegment:
     # ------------------------------------------------------------------ write
     def append(self, largest_offset: int, largest_timestamp: int, offset_of_max_timestamp: int, data) -> int:
         """Append verbatim batch bytes; returns the physical position they start at."""
+        if not 0 <= largest_offset - self.base_offset <= _MAX_RELATIVE_OFFSET:
+            raise LogSegmentOffsetOverflowError(
+                f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
         position = self.size
         if position == 0:
             self.rolling_based_timestamp = largest_timestamp
@@ -145,7 +159,7 @@ class LogSegment:
         fd = self.handle.fd
         while pos + rb.HEADER_SIZE <= self.size:
             h = rb.read_header(os.pread(fd, rb.HEADER_SIZE, pos))
-            if h.max_timestamp >= timestamp and not h.is_control:
+            if h.max_timestamp >= timestamp:  # control batches too, as Kafka's findOffsetByTimestamp
                 data = os.pread(fd, h.size, pos)
                 for r in iter_records(data, 0, h):
                     if r.timestamp >= timestamp and r.offset >= start_offset:
@@ -240,6 +254,8 @@ class LogSegment:
                 last_index_entry = valid
             if on_batch is not None:
                 on_batch(h, data)
+            if valid == 0:
+                self.rolling_based_timestamp = h.max_timestamp
             valid += h.size
             next_offset = h.next_offset
         truncated = size - valid
@@ -248,6 +264,8 @@ class LogSegment:
                         self.log_path, valid, reason, truncated)
             os.ftruncate(fd, valid)
             self.size = valid
+        if valid == 0:
+            self.rolling_based_timestamp = None
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, True)
         self.bytes_since_last_index_entry = valid - last_index_entry
         self.next_offset = next_offset
@@ -271,6 +289,10 @@ class LogSegment:
         self.next_offset = None
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = rb.NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        if pos == 0:  # empty again: the segment.ms clock restarts, as in Kafka's truncateTo
+            self.created_ms = int(time.time() * 1000)
+            self.rolling_based_timestamp = None
         for _p, hh in self.iter_headers(0):
             if hh.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = hh.max_timestamp
