@@ -176,6 +176,11 @@ class BrokerGroup:
                              config={"log.dirs": self.dir, "auto.create.topics.enable": "false"})
         self.broker.start(60)
         self.pid = self.broker.process.pid
+        import figures
+
+        t0 = time.perf_counter()
+        figures.warm_up_consumer_path(self.bootstrap)
+        self.warm_up_seconds = time.perf_counter() - t0
         self.sampler = None
         if self.args.profile:
             import profiling
@@ -194,7 +199,7 @@ class BrokerGroup:
         return self.broker.process is not None and self.broker.process.poll() is None
 
     def __exit__(self, *exc):
-        info = {"alive_at_end": self.alive()}
+        info = {"alive_at_end": self.alive(), "consumer_warm_up_seconds": round(self.warm_up_seconds, 3)}
         info.update(proc_status(self.pid))
         info["data_bytes"] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(self.dir) for f in fs)
         if self.sampler is not None:
@@ -478,7 +483,8 @@ def main(argv=None) -> int:
     # ---------------------------------------------------------------- 6: memory
     for name, info in report["brokers"].items():
         if "VmRSS" in info:
-            note = f"peak {info.get('VmHWM', float('nan')):.0f} MiB; data {info['data_bytes'] / 1e6:.0f} MB"
+            note = (f"peak {info.get('VmHWM', float('nan')):.0f} MiB; data {info['data_bytes'] / 1e6:.0f} MB; "
+                    f"first consumer (FindCoordinator) took {info['consumer_warm_up_seconds']:.1f} s")
             if not info["alive_at_end"]:
                 note += f"; BROKER DIED (exit {info.get('exit_code')})"
             add_figure(report, f"broker RSS after {name}", "memory", info["VmRSS"], "MiB", note=note)
