@@ -56,7 +56,13 @@ def walk_record_lengths(buf, pos: int, end: int, expected_count: int) -> None:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                length, pos = _slow_varint(buf, pos)
+                b2 = buf[pos + 1]
+                if b2 < 0x80:  # records of 64 B - 8 KiB: a two-byte length, no call
+                    v = (b & 0x7F) | (b2 << 7)
+                    length = (v >> 1) ^ -(v & 1)
+                    pos += 2
+                else:
+                    length, pos = _slow_varint(buf, pos)
             if length <= 0:
                 raise rb.InvalidRecordError(f"record {count} has invalid length {length}")
             pos += length

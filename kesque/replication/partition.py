@@ -62,7 +62,9 @@ class Partition:
         self.partition_epoch = partition_epoch
         if new_epoch:
             # Kafka records the epoch's start offset as soon as the replica becomes leader
-            self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
+            leo = self.log.log_end_offset
+            # on an empty log the entry is cheap to lose (recovery rebuilds epochs from batches)
+            self.log.leader_epoch_cache.assign(leader_epoch, leo, fsync=leo > 0)
             log.info("%s: became leader at epoch %d, LEO %d", self.tp, leader_epoch, self.log.log_end_offset)
         self.maybe_increment_high_watermark()
         return new_epoch

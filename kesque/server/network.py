@@ -70,6 +70,7 @@ class Connection:
         self._head = 0  # bytes of _out[0] already sent
         self._writing = False
         self._reading = True
+        self._in_read = False  # responses completed while reading are sent in one batch
         self.loop.add_reader(self.fd, self._on_readable)
 
     # ================================================================== reading
@@ -92,16 +93,22 @@ class Connection:
         if n == 0:
             self.close()
             return
-        if self._big is not None:
-            self._big_pos += n
-            if self._big_pos == len(self._big):
-                frame = self._big_view
-                self._big = self._big_view = None
-                self._big_pos = 0
-                self._dispatch(frame)
-            return
-        self._end += n
-        self._parse_frames()
+        self._in_read = True
+        try:
+            if self._big is not None:
+                self._big_pos += n
+                if self._big_pos == len(self._big):
+                    frame = self._big_view
+                    self._big = self._big_view = None
+                    self._big_pos = 0
+                    self._dispatch(frame)
+            else:
+                self._end += n
+                self._parse_frames()
+        finally:
+            self._in_read = False
+        if self._out and not self._writing and not self.closed:
+            self._flush()
 
     def _compact(self) -> None:
         n = self._end - self._start
@@ -117,8 +124,11 @@ class Connection:
                 break
             size = INT32.unpack_from(buf, self._start)[0]
             if size < 0 or size > self.max_request:
-                log.warning("%s: closing connection: request of %d bytes exceeds socket.request.max.bytes %d",
-                            self.id, size, self.max_request)
+                if size < 0:
+                    log.warning("%s: closing connection: invalid request size %d", self.id, size)
+                else:
+                    log.warning("%s: closing connection: request size %d is larger than socket.request.max.bytes %d",
+                                self.id, size, self.max_request)
                 self.close()
                 return
             if avail - 4 >= size:
@@ -165,7 +175,7 @@ class Connection:
             self._out.extend(s.items)
             for it in s.items:
                 self._out_bytes += len(it)
-        if not self._writing:
+        if not self._writing and not self._in_read:
             self._flush()
         self._maybe_resume_reading()
 

@@ -10,6 +10,7 @@ register this broker with the controller.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import os
@@ -48,6 +49,8 @@ class KesqueServer:
         self._timers: list[asyncio.TimerHandle] = []
         self._tasks: set[asyncio.Task] = set()
         self._publishers = []
+        # file writes that must not stall the event loop (checkpoint fsyncs), one at a time
+        self.io_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kesque-io")
         self.stopped = False
         self.start_time = time.monotonic()
 
@@ -135,6 +138,7 @@ class KesqueServer:
             self.socket_server.close()
         for task in list(self._tasks):
             task.cancel()
+        self.io_executor.shutdown(wait=True)
         if clean:
             self.log_manager.shutdown(self.broker_epoch)
             self.metadata_log.close()
@@ -168,11 +172,15 @@ class KesqueServer:
         self._every(1000, lm.delete_expired, "delete-expired-files")
         self._every(cfg.get("log.flush.scheduler.interval.ms"), lm.flush_dirty_logs, "log-flusher")
         self._every(cfg.get("log.flush.offset.checkpoint.interval.ms"),
-                    lambda: lm.checkpoint_recovery_points(fsync=True), "recovery-point-checkpoint")
+                    lambda: self._write_in_background(lm.recovery_point_checkpoints()), "recovery-point-checkpoint")
         self._every(cfg.get("log.flush.start.offset.checkpoint.interval.ms"),
-                    lambda: lm.checkpoint_log_start_offsets(fsync=True), "log-start-offset-checkpoint")
+                    lambda: self._write_in_background(lm.log_start_checkpoints()), "log-start-offset-checkpoint")
         self._every(cfg.get("replica.high.watermark.checkpoint.interval.ms"),
-                    lambda: lm.checkpoint_high_watermarks(fsync=True), "highwatermark-checkpoint")
+                    lambda: self._write_in_background(lm.high_watermark_checkpoints()), "highwatermark-checkpoint")
+
+    def _write_in_background(self, jobs) -> None:
+        fut = self.io_executor.submit(self.log_manager.write_checkpoints, jobs)
+        fut.add_done_callback(lambda f: f.exception() and log.error("checkpoint write failed: %s", f.exception()))
 
     def spawn(self, coro) -> asyncio.Task:
         task = self.loop.create_task(coro)

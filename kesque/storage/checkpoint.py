@@ -214,8 +214,8 @@ class PartitionMetadataFile:
             raise CheckpointError(f"Invalid topic ID in partition metadata file ({self.path})")
         return tid
 
-    def write(self, topic_id: uuid.UUID) -> None:
-        atomic_write(self.path, f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}")
+    def write(self, topic_id: uuid.UUID, fsync: bool = True) -> None:
+        atomic_write(self.path, f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}", fsync)
 
 
 def read_properties(path: str) -> dict[str, str] | None:

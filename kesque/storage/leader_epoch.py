@@ -37,7 +37,7 @@ class LeaderEpochFileCache:
     def earliest_entry(self) -> tuple[int, int] | None:
         return self.entries[0] if self.entries else None
 
-    def assign(self, epoch: int, start_offset: int, flush: bool = True) -> None:
+    def assign(self, epoch: int, start_offset: int, flush: bool = True, fsync: bool = True) -> None:
         """Kafka's assign: a new epoch, or the latest epoch starting earlier, is recorded after
         removing every entry (from the end) with an epoch >= it or a start offset >= its
         start. Batches without a leader epoch (-1) are not assigned."""
@@ -55,7 +55,7 @@ class LeaderEpochFileCache:
                         start_offset, removed)
         self.entries.append((epoch, start_offset))
         if flush:
-            self.flush()
+            self.flush(fsync)
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) answering OffsetForLeaderEpoch as Kafka does."""
@@ -105,5 +105,5 @@ class LeaderEpochFileCache:
         self.entries = []
         self.flush()
 
-    def flush(self) -> None:
-        self.file.write(self.entries)
+    def flush(self, fsync: bool = True) -> None:
+        self.file.write(self.entries, fsync)

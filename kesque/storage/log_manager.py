@@ -188,19 +188,38 @@ class LogManager:
             out[self._dir_of[tp]][tp] = value(lg)
         return out
 
-    def checkpoint_recovery_points(self, fsync: bool = True) -> None:
-        for d, entries in self._by_dir(lambda lg: lg.recovery_point).items():
-            ck.OffsetCheckpointFile(os.path.join(d, ck.RECOVERY_POINT_CHECKPOINT)).write(entries, fsync)
+    # Checkpoint writes are split in two: the entries are taken on the caller's thread (a
+    # consistent view of the logs) and the files written by ``write_checkpoints``, which the
+    # server runs on its I/O thread so an fsync never stalls the event loop.
+    def recovery_point_checkpoints(self) -> list[tuple[str, dict]]:
+        return [(os.path.join(d, ck.RECOVERY_POINT_CHECKPOINT), e)
+                for d, e in self._by_dir(lambda lg: lg.recovery_point).items()]
 
-    def checkpoint_log_start_offsets(self, fsync: bool = True) -> None:
+    def log_start_checkpoints(self) -> list[tuple[str, dict]]:
+        out = []
         for d, entries in self._by_dir(lambda lg: lg.log_start_offset).items():
             # as Kafka: only logs whose start is inside their first segment need an entry
             entries = {tp: off for tp, off in entries.items() if off > self.logs[tp].segments[0].base_offset}
-            ck.OffsetCheckpointFile(os.path.join(d, ck.LOG_START_CHECKPOINT)).write(entries, fsync)
+            out.append((os.path.join(d, ck.LOG_START_CHECKPOINT), entries))
+        return out
+
+    def high_watermark_checkpoints(self) -> list[tuple[str, dict]]:
+        return [(os.path.join(d, ck.REPLICATION_CHECKPOINT), e)
+                for d, e in self._by_dir(lambda lg: lg.high_watermark).items()]
+
+    @staticmethod
+    def write_checkpoints(jobs: list[tuple[str, dict]], fsync: bool = True) -> None:
+        for path, entries in jobs:
+            ck.OffsetCheckpointFile(path).write(entries, fsync)
+
+    def checkpoint_recovery_points(self, fsync: bool = True) -> None:
+        self.write_checkpoints(self.recovery_point_checkpoints(), fsync)
+
+    def checkpoint_log_start_offsets(self, fsync: bool = True) -> None:
+        self.write_checkpoints(self.log_start_checkpoints(), fsync)
 
     def checkpoint_high_watermarks(self, fsync: bool = True) -> None:
-        for d, entries in self._by_dir(lambda lg: lg.high_watermark).items():
-            ck.OffsetCheckpointFile(os.path.join(d, ck.REPLICATION_CHECKPOINT)).write(entries, fsync)
+        self.write_checkpoints(self.high_watermark_checkpoints(), fsync)
 
     def shutdown(self, broker_epoch: int) -> None:
         """Clean shutdown: flush, checkpoint, close, and leave the clean-shutdown marker."""
