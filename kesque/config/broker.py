@@ -36,21 +36,21 @@ _BROKER_KEYS: list[ConfigKey] = [
        one_of("broker", "controller")),
     _K("controller.quorum.voters", "LIST", [], "id@host:port of each controller"),
     _K("controller.quorum.bootstrap.servers", "LIST", [], "host:port of controllers"),
-    _K("controller.listener.names", "LIST", ["CONTROLLER"], "listeners used by controllers"),
+    _K("controller.listener.names", "STRING", ["CONTROLLER"], "listeners used by controllers", parse_as="LIST"),
     _K("cluster.id", "STRING", None, "cluster id (normally read from meta.properties)"),
     # network
-    _K("listeners", "LIST", ["PLAINTEXT://:9092"], "listener URIs"),
-    _K("advertised.listeners", "LIST", None, "listeners published to clients"),
-    _K("listener.security.protocol.map", "LIST",
+    _K("listeners", "STRING", ["PLAINTEXT://:9092"], "listener URIs", parse_as="LIST"),
+    _K("advertised.listeners", "STRING", None, "listeners published to clients", parse_as="LIST"),
+    _K("listener.security.protocol.map", "STRING",
        ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL",
-        "CONTROLLER:PLAINTEXT"], "listener name to security protocol"),
+        "CONTROLLER:PLAINTEXT"], "listener name to security protocol", parse_as="LIST"),
     _K("inter.broker.listener.name", "STRING", None, "listener brokers use to talk to each other"),
     _K("socket.request.max.bytes", "INT", 104857600, "largest request frame accepted", at_least(1)),
     _K("socket.send.buffer.bytes", "INT", 102400, "SO_SNDBUF (-1: OS default)"),
     _K("socket.receive.buffer.bytes", "INT", 102400, "SO_RCVBUF (-1: OS default)"),
     _K("connections.max.idle.ms", "LONG", 600000, "idle connections are closed after this"),
     # logs
-    _K("log.dirs", "LIST", None, "data directories"),
+    _K("log.dirs", "STRING", None, "data directories", parse_as="LIST"),
     _K("log.dir", "STRING", "/tmp/kafka-logs", "data directory when log.dirs is unset"),
     _K("metadata.log.dir", "STRING", None, "directory of the metadata log (default: first log dir)"),
     _K("num.partitions", "INT", 1, "partitions of auto-created topics", at_least(1)),
@@ -92,13 +92,12 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("log.cleaner.backoff.ms", "LONG", 15000, "", at_least(0), dynamic=True),
     _K("message.max.bytes", "INT", 1048588, "", at_least(0), dynamic=True),
     _K("compression.type", "STRING", "producer", "",
-       one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer", case_insensitive=True), dynamic=True),
+       one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), dynamic=True),
     _K("compression.gzip.level", "INT", -1, "", between(-1, 9), dynamic=True),
     _K("compression.lz4.level", "INT", 9, "", between(1, 17), dynamic=True),
     _K("compression.zstd.level", "INT", 3, "", between(-131072, 22), dynamic=True),
     _K("min.insync.replicas", "INT", 1, "", at_least(1), dynamic=True),
     _K("unclean.leader.election.enable", "BOOLEAN", False, "", dynamic=True),
-    _K("file.delete.delay.ms", "LONG", 60000, "", at_least(0)),
     # replication and fetch
     _K("replica.fetch.max.bytes", "INT", 1048576, "", at_least(0)),
     _K("replica.fetch.response.max.bytes", "INT", 10485760, "", at_least(0)),
@@ -121,6 +120,17 @@ _BROKER_KEYS: list[ConfigKey] = [
 ]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 
+# Where kesque's defaults knowingly differ from Kafka 4.0's (every other key has Kafka's
+# default; tests/test_config.py checks it against the table in kafka_keys.py).
+DEFAULTS_DIFFERING_FROM_KAFKA = {
+    "node.id": "Kafka requires it; -1 means 'not set' and a single kesque node then runs as node 1",
+    "process.roles": "Kafka requires it; kesque defaults to a combined broker+controller node",
+    "controller.listener.names": "Kafka requires it in KRaft mode; kesque names its controller listener CONTROLLER",
+    "listener.security.protocol.map": "Kafka maps controller listeners to PLAINTEXT when the map is not set; "
+                                      "kesque writes that mapping into the default",
+    "cluster.id": "not a Kafka broker config: kesque accepts it to pin the id meta.properties gets",
+}
+
 # KIP-896 et al: keys whose values kesque cannot honour at all (refuse rather than mislead)
 _REJECTED_VALUES = {
     "log.message.format.version": "kesque stores only record format v2 (as Kafka 4.x does)",
@@ -135,17 +145,49 @@ def _known_kafka_key(name: str) -> bool:
     return name in KAFKA_BROKER_KEYS or name in REMOVED_IN_4_0 or name.startswith(tuple(KAFKA_KEY_PREFIXES))
 
 
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    """java.util.Properties escapes: ``\\t \\n \\r \\f \\uXXXX``; any other escaped
+    character stands for itself (``\\:`` ``\\=`` ``\\\\``)."""
+    if "\\" not in s:
+        return s
+    out = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            nxt = s[i + 1]
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2:i + 6]):
+                out.append(chr(int(s[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        if c != "\\":
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _continues(line: str) -> bool:
+    """A logical line goes on when the physical one ends in an odd number of backslashes."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
 def parse_properties(text: str) -> dict[str, str]:
-    """Java .properties subset: ``key=value`` / ``key: value``, ``#``/``!`` comments,
-    backslash line continuation."""
+    """Java .properties as ``Properties.load`` reads them: ``key=value`` / ``key: value`` /
+    ``key value``, ``#``/``!`` comments, backslash line continuation, backslash escapes."""
     props: dict[str, str] = {}
     logical: list[str] = []
     buf = ""
     for raw in text.splitlines():
-        line = raw.strip() if not buf else raw.lstrip()
+        line = raw.lstrip()
         if not buf and (not line or line[0] in "#!"):
             continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
+        if _continues(line):
             buf += line[:-1]
             continue
         logical.append(buf + line)
@@ -153,12 +195,12 @@ def parse_properties(text: str) -> dict[str, str]:
     if buf:
         logical.append(buf)
     for line in logical:
-        m = re.match(r"^((?:\\.|[^=:\s])+)\s*[=:\s]\s*(.*)$", line)
+        m = re.match(r"^((?:\\.|[^=:\s\\])+)\s*[=:\s]\s*(.*)$", line, re.S)
         if m:
             key, value = m.group(1), m.group(2)
         else:
             key, value = line, ""
-        props[key.replace("\\", "")] = value.strip()
+        props[_unescape(key)] = _unescape(value).strip()
     return props
 
 
@@ -169,10 +211,11 @@ class Listener:
     port: int
 
     @classmethod
-    def parse(cls, uri: str) -> "Listener":
+    def parse(cls, uri: str, key: str = "listeners") -> "Listener":
         m = re.match(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)$", uri.strip())
         if not m:
-            raise ConfigError("listeners", f"Unable to parse {uri} to a broker endpoint")
+            raise ConfigError(key, f"Invalid value {uri} for configuration {key}: Unable to parse {uri} to a "
+                                   "broker endpoint")
         host = m.group(2).strip("[]")
         return cls(m.group(1).upper(), host, int(m.group(3)))
 
@@ -208,10 +251,10 @@ class BrokerConfig:
 
     def _validate(self) -> None:
         for uri in self.get("listeners"):
-            Listener.parse(uri)
+            Listener.parse(uri, "listeners")
         adv = self.get("advertised.listeners")
         for uri in adv or []:
-            Listener.parse(uri)
+            Listener.parse(uri, "advertised.listeners")
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> Any:

@@ -14,7 +14,7 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in [
     _K("cleanup.policy", "LIST", ["delete"], "delete or compact (or both)", one_of("compact", "delete"),
        ("log.cleanup.policy",)),
     _K("compression.type", "STRING", "producer", "final compression of the topic's batches",
-       one_of(*_COMPRESSION, case_insensitive=True), ("compression.type",)),
+       one_of(*_COMPRESSION), ("compression.type",)),
     _K("compression.gzip.level", "INT", -1, "", between(-1, 9), ("compression.gzip.level",)),
     _K("compression.lz4.level", "INT", 9, "", between(1, 17), ("compression.lz4.level",)),
     _K("compression.zstd.level", "INT", 3, "", between(-131072, 22), ("compression.zstd.level",)),

@@ -115,11 +115,14 @@ class ConfigKey:
     synonyms: tuple[str, ...] = field(default=())
     # broker key updatable with AlterConfigs (per broker or cluster default)
     dynamic: bool = False
+    # how the value is parsed when that differs from Kafka's declared type (Kafka declares
+    # ``listeners`` a STRING and splits it itself; DescribeConfigs reports the declared type)
+    parse_as: str | None = None
 
     def parse(self, value) -> Any:
         if value is None:
             return None
-        v = PARSERS[self.type](self.name, value)
+        v = PARSERS[self.parse_as or self.type](self.name, value)
         if self.validator is not None:
             self.validator(self.name, v)
         return v

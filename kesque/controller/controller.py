@@ -20,7 +20,8 @@ from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
 from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
-from ..metadata.log import MetadataLog
+from ..metadata.log import METADATA_TOPIC, MetadataLog
+from ..storage.checkpoint import uuid_to_kafka
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,15 @@ FEATURES = {"metadata.version": METADATA_VERSION_LEVEL}
 
 # IncrementalAlterConfigs operations
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def random_topic_id() -> uuid.UUID:
+    """Kafka's Uuid.randomUuid: never the zero id, the metadata topic's id (0, 1), or one
+    whose text starts with '-' (command lines would take it for an option)."""
+    while True:
+        u = uuid.uuid4()
+        if u.int > 1 and not uuid_to_kafka(u).startswith("-"):
+            return u
 
 
 def validate_topic_name(name: str) -> None:
@@ -118,14 +128,19 @@ class Controller:
     def create_topics(self, topics: list[NewTopic], validate_only: bool = False) -> list[CreatedTopic]:
         results: list[CreatedTopic] = []
         records: list[dict] = []
-        seen: set[str] = set()
+        counts: dict[str, int] = {}
+        for t in topics:
+            counts[t.name] = counts.get(t.name, 0) + 1
         for t in topics:
             res = CreatedTopic(t.name)
             results.append(res)
             try:
-                if t.name in seen:
-                    raise KafkaError(ErrorCode.invalid_request, f"Duplicate topic name {t.name}")
-                seen.add(t.name)
+                # as Kafka's ControllerApis: a name given twice is refused and created for neither
+                if counts[t.name] > 1:
+                    raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
+                if t.name == METADATA_TOPIC:
+                    raise KafkaError(ErrorCode.invalid_request,
+                                     f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
                 recs, n, rf, topic_id = self._plan_topic(t)
                 res.num_partitions, res.replication_factor = n, rf
                 res.topic_id = topic_id
@@ -149,13 +164,22 @@ class Controller:
             if existing != t.name and existing.replace(".", "_") == collide:
                 raise KafkaError(ErrorCode.invalid_topic_exception,
                                  f"Topic '{t.name}' collides with existing topic: {existing}")
+        # configs before partitions, as Kafka's ReplicationControlManager.createTopics
+        null = [k for k, v in t.configs.items() if v is None]
+        if null:
+            raise KafkaError(ErrorCode.invalid_config, f"Null value not supported for topic configs: {','.join(null)}")
+        try:
+            overrides = dict(t.configs)
+            validate_topic_configs(overrides)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
         live = [b.id for b in self.image.live_brokers()]
         if t.assignments:
             if t.num_partitions != -1 or t.replication_factor != -1:
                 raise KafkaError(ErrorCode.invalid_request,
                                  "Both numPartitions or replicationFactor and replicasAssignments were set. "
                                  "Both cannot be used at the same time.")
-            assignment = self._check_assignment(t.assignments, live, 0)
+            assignment = self._check_assignment(t.assignments, 0)
             n = len(assignment)
             rf = len(assignment[0])
         else:
@@ -172,14 +196,9 @@ class Controller:
                                  f"Unable to replicate the partition {rf} time(s): The target replication factor "
                                  f"of {rf} cannot be reached because only {len(live)} broker(s) are registered.")
             assignment = self._place(n, rf, live)
-        try:
-            overrides = {k: v for k, v in t.configs.items() if v is not None}
-            validate_topic_configs(overrides)
-        except ConfigError as e:
-            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
-        topic_id = uuid.uuid4()
-        while topic_id in self.image.topics_by_id or topic_id.int == 0:
-            topic_id = uuid.uuid4()
+        topic_id = random_topic_id()
+        while topic_id in self.image.topics_by_id:
+            topic_id = random_topic_id()
         recs = [{"type": "TopicRecord", "name": t.name, "topic_id": topic_id}]
         recs += [{"type": "ConfigRecord", "resource_type": RESOURCE_TOPIC, "resource_name": t.name,
                   "name": k, "value": v} for k, v in sorted(overrides.items())]
@@ -196,30 +215,40 @@ class Controller:
                         "leader": isr[0], "leader_recovery_state": 0, "leader_epoch": 0, "partition_epoch": 0})
         return out
 
-    def _check_assignment(self, assignments: dict[int, list[int]], live: list[int], first: int) -> list[list[int]]:
+    def _check_assignment(self, assignments: dict[int, list[int]], first: int,
+                          rf: int | None = None) -> list[list[int]]:
+        """Kafka's validateManualPartitionAssignment: replicas non-empty, registered (fenced
+        ones too), distinct, one replication factor (the topic's, when adding partitions),
+        at least one of them active; partition indexes consecutive."""
         indexes = sorted(assignments)
         if indexes != list(range(first, first + len(indexes))):
             raise KafkaError(ErrorCode.invalid_replica_assignment,
-                             "Partitions should be a consecutive 0-based integer sequence")
+                             "partitions should be a consecutive 0-based integer sequence")
+        live = {b.id for b in self.image.live_brokers()}
         out = []
-        rf = None
         for i in indexes:
             replicas = list(assignments[i])
             if not replicas:
-                raise KafkaError(ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes "
-                                 f"a partition with no replicas: partition {i}")
-            if len(set(replicas)) != len(replicas):
                 raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"The manual partition assignment includes the broker {replicas} more than once.")
-            for r in replicas:
-                if r not in live:
+                                 "The manual partition assignment includes an empty replica list.")
+            for r in sorted(replicas):
+                if r not in self.image.brokers:
                     raise KafkaError(ErrorCode.invalid_replica_assignment,
                                      f"The manual partition assignment includes broker {r}, but no such broker "
                                      "is registered.")
+            if len(set(replicas)) != len(replicas):
+                dup = next(r for r in replicas if replicas.count(r) > 1)
+                raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                 f"The manual partition assignment includes the broker {dup} more than once.")
             if rf is not None and len(replicas) != rf:
                 raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 "The manual partition assignment includes partitions with different "
-                                 "replication factors")
+                                 f"The manual partition assignment includes a partition with {len(replicas)} "
+                                 f"replica(s), but this is not consistent with previous partitions, which have "
+                                 f"{rf} replica(s).")
+            if not any(r in live for r in replicas):
+                raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                 f"All brokers specified in the manual partition assignment for partition {i} are "
+                                 "fenced or in controlled shutdown.")
             rf = len(replicas)
             out.append(replicas)
         return out
@@ -235,7 +264,12 @@ class Controller:
         """Returns (name, topic_id, KafkaError|None) per requested topic."""
         out = []
         records = []
+        given = [name if name else topic_id for name, topic_id in zip(names, ids)]
         for name, topic_id in zip(names, ids):
+            if given.count(name if name else topic_id) > 1:  # as Kafka's ControllerApis.deleteTopics
+                out.append((name, topic_id, KafkaError(ErrorCode.invalid_request,
+                                                       "Duplicate topic name." if name else "Duplicate topic id.")))
+                continue
             t = self.image.topic(name) if name else self.image.topics_by_id.get(topic_id)
             if t is None:
                 code = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
@@ -272,7 +306,7 @@ class Controller:
                 raise KafkaError(ErrorCode.invalid_replica_assignment,
                                  f"Attempted to add {count - current} additional partition(s), but only "
                                  f"{len(assignments)} assignment(s) were specified.")
-            plan = self._check_assignment({current + i: a for i, a in enumerate(assignments)}, live, current)
+            plan = self._check_assignment({current + i: a for i, a in enumerate(assignments)}, current, rf)
         else:
             if rf > len(live):
                 raise KafkaError(ErrorCode.invalid_replication_factor,

@@ -118,6 +118,11 @@ def encode(rec: dict) -> bytes:
     return b"".join(out)
 
 
+def _need(buf, pos: int, n: int) -> None:
+    if n < 0 or pos + n > len(buf):
+        raise ProtocolError("truncated metadata record")
+
+
 def _dec_value(typ, buf, pos):
     if isinstance(typ, list):
         n, pos = read_uvarint(buf, pos)
@@ -128,26 +133,35 @@ def _dec_value(typ, buf, pos):
         return items, pos
     if typ in _FIXED:
         s = _FIXED[typ]
-        if pos + s.size > len(buf):
-            raise ProtocolError("truncated metadata record")
+        _need(buf, pos, s.size)
         return s.unpack_from(buf, pos)[0], pos + s.size
     if typ == "bool":
+        _need(buf, pos, 1)
         return buf[pos] != 0, pos + 1
     if typ == "uuid":
+        _need(buf, pos, 16)
         return uuid.UUID(bytes=bytes(buf[pos:pos + 16])), pos + 16
     if typ in ("string", "nstring"):
         n, pos = read_uvarint(buf, pos)
         if n == 0:
             return None, pos
-        return bytes(buf[pos:pos + n - 1]).decode(), pos + n - 1
+        _need(buf, pos, n - 1)
+        try:
+            return bytes(buf[pos:pos + n - 1]).decode(), pos + n - 1
+        except UnicodeDecodeError as e:
+            raise ProtocolError("metadata record string is not UTF-8") from e
     if typ in ("[int32]", "[int32]?"):
         n, pos = read_uvarint(buf, pos)
         if n == 0:
             return None, pos
+        _need(buf, pos, 4 * (n - 1))
         vals = [_I32.unpack_from(buf, pos + 4 * i)[0] for i in range(n - 1)]
         return vals, pos + 4 * (n - 1)
     if typ == "[uuid]":
         n, pos = read_uvarint(buf, pos)
+        if n == 0:
+            return None, pos
+        _need(buf, pos, 16 * (n - 1))
         return [uuid.UUID(bytes=bytes(buf[pos + 16 * i:pos + 16 * i + 16])) for i in range(n - 1)], pos + 16 * (n - 1)
     raise ValueError(f"unknown type {typ}")  # pragma: no cover
 
@@ -165,9 +179,10 @@ def _dec_struct(fields, buf, pos):
     for _ in range(n):
         tag, pos = read_uvarint(buf, pos)
         size, pos = read_uvarint(buf, pos)
-        if tag in by_tag:
+        _need(buf, pos, size)
+        if tag in by_tag:  # unknown tags (newer versions) are skipped
             name, typ = by_tag[tag]
-            rec[name], _ = _dec_value(typ, buf, pos)
+            rec[name], _ = _dec_value(typ, buf[:pos + size], pos)
         pos += size
     return rec, pos
 
@@ -175,14 +190,33 @@ def _dec_struct(fields, buf, pos):
 def decode(value: bytes) -> dict:
     """Decode one record value; unknown record types come back as ``{"type": "Unknown…"}``."""
     frame, pos = read_uvarint(value, 0)
+    if frame != 1:
+        raise ProtocolError(f"Could not deserialize metadata record due to unknown frame version {frame}")
     api_key, pos = read_uvarint(value, pos)
     version, pos = read_uvarint(value, pos)
     name = BY_KEY.get(api_key)
     if name is None:
         return {"type": f"UnknownRecord{api_key}", "version": version}
-    _k, _v, fields = SCHEMAS[name]
-    if name == "RegisterBrokerRecord" and version < 1:
-        fields = [f for f in fields if f[0] != "in_controlled_shutdown"]
-    rec, _ = _dec_struct(fields, value, pos)
+    rec, _ = _dec_struct(fields_for(name, version), value, pos)
     rec["type"] = name
     return rec
+
+
+def fields_for(name: str, version: int) -> list:
+    """The fields of a record type at ``version``: the written version's list adjusted where
+    other versions add or drop untagged fields (so other writers' records decode too)."""
+    _k, written, fields = SCHEMAS[name]
+    if version == written:
+        return fields
+    if name == "RegisterBrokerRecord":
+        if version < 1:
+            fields = [f for f in fields if f[0] != "in_controlled_shutdown"]
+        if version >= 2:
+            fields = fields[:1] + [("is_migrating_zk_broker", "bool", None, False)] + fields[1:]
+        if version >= 3:
+            fields = fields + [("log_dirs", "[uuid]", 0, [])]
+    elif name == "PartitionRecord" and version >= 1:
+        fields = fields + [("directories", "[uuid]", None, [])]
+        if version >= 2:
+            fields = fields + [("eligible_leader_replicas", "[int32]?", 1, None), ("last_known_elr", "[int32]?", 2, None)]
+    return fields

@@ -1,0 +1,288 @@
+"""kesque.config: Java .properties parsing, broker config precedence, unknown and ignored
+keys, value validation, topic configs, and Kafka 4.0's names, types and defaults.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kesque.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigError, LogConfig, parse_properties
+from kesque.config.broker import (DEFAULT_CONFIG, DEFAULTS_DIFFERING_FROM_KAFKA, DYNAMIC_BROKER_CONFIG,
+                                  DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, Listener)
+from kesque.config.kafka_keys import KAFKA_BROKER_KEYS, REMOVED_IN_4_0
+from kesque.config.topic import SYNONYM_SCALE, validate_topic_configs
+from kesque.config.types import LONG_MAX, render
+
+# ======================================================================== .properties
+
+def test_parse_properties_java_rules():
+    text = "\n".join([
+        "# a comment",
+        "! another comment",
+        "   # indented comment",
+        "",
+        "plain=value",
+        "spaced  =   value with spaces   ",
+        "colon: value",
+        "colon.nospace:value",
+        "whitespace.sep   value",
+        "empty=",
+        "bare",
+        "listeners=PLAINTEXT://:9092,\\",
+        "    CONTROLLER://:9093",
+        "escaped=PLAINTEXT\\://localhost\\:9092",  # as java.util.Properties.store writes ':'
+        "key\\=with\\:seps=v",
+        "unicode=caf\\u00e9",
+        "tab=a\\tb",
+        "path=C:\\\\kafka\\\\data",  # an escaped backslash
+        "even.backslashes=x\\\\",  # ends in an escaped backslash: no continuation
+        "next=1",
+        "equals=a=b=c",
+        "dup=1",
+        "dup=2",
+        "log.dirs = /a , /b",
+    ])
+    p = parse_properties(text)
+    assert p == {
+        "plain": "value", "spaced": "value with spaces", "colon": "value", "colon.nospace": "value",
+        "whitespace.sep": "value", "empty": "", "bare": "", "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+        "escaped": "PLAINTEXT://localhost:9092", "key=with:seps": "v", "unicode": "café", "tab": "a\tb",
+        "path": "C:\\kafka\\data", "even.backslashes": "x\\", "next": "1", "equals": "a=b=c", "dup": "2",
+        "log.dirs": "/a , /b",
+    }
+
+
+def test_continuation_lines_keep_going_and_ignore_comment_markers():
+    assert parse_properties("a=1\\\n  # not a comment\\\n  2\nb=3") == {"a": "1# not a comment2", "b": "3"}
+    assert parse_properties("last=1\\") == {"last": "1"}  # a dangling continuation at the end of the file
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.from_regex(r"[a-z][a-z0-9._-]{0,20}", fullmatch=True),
+                       st.from_regex(r"[A-Za-z0-9/:,._=-]{0,20}", fullmatch=True).map(str.strip), max_size=8))
+def test_parse_properties_round_trip(props):
+    # written the way java.util.Properties.store escapes '=' and ':'
+    text = "\n".join(f"{k}={v.replace(':', chr(92) + ':').replace('=', chr(92) + '=')}" for k, v in props.items())
+    assert parse_properties(text) == props
+
+
+# ======================================================================== broker config
+
+def test_defaults_and_static_values():
+    c = BrokerConfig({"num.partitions": "3", "log.dirs": "/a,/b", "auto.create.topics.enable": "FALSE"})
+    assert c.get("num.partitions") == 3 and c.source("num.partitions") == STATIC_BROKER_CONFIG
+    assert c.log_dirs == ["/a", "/b"] and c.metadata_log_dir == "/a"
+    assert c.get("auto.create.topics.enable") is False
+    assert c.get("default.replication.factor") == 1 and c.source("default.replication.factor") == DEFAULT_CONFIG
+    assert BrokerConfig({}).log_dirs == ["/tmp/kafka-logs"]
+    assert c.get("no.such.key") is None
+
+
+@pytest.mark.parametrize("props,expected_ms", [
+    ({}, 168 * 3_600_000),
+    ({"log.retention.hours": "2"}, 2 * 3_600_000),
+    ({"log.retention.minutes": "5", "log.retention.hours": "2"}, 5 * 60_000),
+    ({"log.retention.ms": "1234", "log.retention.minutes": "5", "log.retention.hours": "2"}, 1234),
+    ({"log.retention.ms": "-1"}, -1),
+])
+def test_retention_precedence_ms_over_minutes_over_hours(props, expected_ms):
+    c = BrokerConfig(props)
+    value, source, synonyms = c.topic_default("retention.ms")
+    assert value == expected_ms
+    assert c.log_config().retention_ms == expected_ms
+    assert source == (STATIC_BROKER_CONFIG if props else DEFAULT_CONFIG)
+    # synonyms in Kafka's order: ms before minutes before hours, each with its source
+    names = [n for n, _v, _s in synonyms]
+    assert names == sorted(names, key=["log.retention.ms", "log.retention.minutes", "log.retention.hours"].index)
+
+
+def test_roll_precedence():
+    assert BrokerConfig({}).log_config().segment_ms == 168 * 3_600_000
+    assert BrokerConfig({"log.roll.hours": "1"}).log_config().segment_ms == 3_600_000
+    assert BrokerConfig({"log.roll.hours": "1", "log.roll.ms": "500"}).log_config().segment_ms == 500
+    assert BrokerConfig({"log.roll.jitter.hours": "1"}).log_config().segment_jitter_ms == 3_600_000
+
+
+def test_dynamic_layers():
+    c = BrokerConfig({"log.retention.ms": "100"})
+    assert c.topic_default("retention.ms")[:2] == (100, STATIC_BROKER_CONFIG)
+    c.set_dynamic(False, "log.retention.ms", c.validate_dynamic("log.retention.ms", "200"))
+    assert c.topic_default("retention.ms")[:2] == (200, DYNAMIC_DEFAULT_BROKER_CONFIG)
+    c.set_dynamic(True, "log.retention.ms", c.validate_dynamic("log.retention.ms", "300"))
+    assert c.topic_default("retention.ms")[:2] == (300, DYNAMIC_BROKER_CONFIG)
+    assert c.get("log.retention.ms") == 300 and c.source("log.retention.ms") == DYNAMIC_BROKER_CONFIG
+    assert [s for _n, _v, s in c.synonym_entries("log.retention.ms")] == [
+        DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG]
+    # a dynamic hours setting does not beat a static ms setting: ms wins at any level
+    c.set_dynamic(True, "log.retention.hours", 5)
+    assert c.topic_default("retention.ms")[0] == 300
+    c.set_dynamic(True, "log.retention.ms", None)  # removing the per-broker value
+    assert c.topic_default("retention.ms")[:2] == (200, DYNAMIC_DEFAULT_BROKER_CONFIG)
+    with pytest.raises(ConfigError) as e:
+        c.validate_dynamic("node.id", "4")
+    assert e.value.name == "node.id" and "node.id" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        c.validate_dynamic("no.such.key", "4")
+    assert e.value.name == "no.such.key" and "no.such.key" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        c.validate_dynamic("num.network.threads", "4")  # a Kafka key kesque does not use
+    assert "num.network.threads" in str(e.value)
+
+
+def test_unknown_key_is_an_error_naming_it():
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({"num.partitons": "3"})
+    assert e.value.name == "num.partitons" and "num.partitons" in str(e.value)
+    # the same key from a non-strict caller is tolerated
+    assert BrokerConfig({"num.partitons": "3"}, strict=False).get("num.partitions") == 1
+
+
+@pytest.mark.parametrize("key", ["num.network.threads", "zookeeper.connect", "ssl.keystore.location",
+                                 "listener.name.internal.ssl.keystore.type", "log.message.format.version",
+                                 "metrics.context.env", "group.share.enable" if "group.share.enable" in
+                                 KAFKA_BROKER_KEYS else "background.threads"])
+def test_kafka_keys_kesque_ignores_warn_naming_the_key(caplog, key):
+    with caplog.at_level(logging.WARNING, logger="kesque.config.broker"):
+        c = BrokerConfig({key: "x"})
+    assert key in c.unused
+    assert any(key in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("num.partitions", "abc"), ("num.partitions", "0"), ("num.partitions", "2147483648"),
+    ("log.retention.bytes", "1.5"), ("auto.create.topics.enable", "yes"), ("log.cleanup.policy", "shred"),
+    ("compression.type", "GZIP"), ("compression.type", "brotli"), ("log.message.timestamp.type", "createtime"),
+    ("log.segment.bytes", "1000"), ("log.cleaner.min.cleanable.ratio", "1.5"), ("log.cleaner.min.cleanable.ratio", "x"),
+    ("listeners", "PLAINTEXT://:notaport"), ("advertised.listeners", "nonsense"), ("process.roles", "observer"),
+    ("offsets.topic.replication.factor", "40000"), ("compression.gzip.level", "10"),
+])
+def test_invalid_values_name_the_key(key, value):
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({key: value})
+    assert e.value.name == key and key in str(e.value)
+
+
+def test_listeners():
+    c = BrokerConfig({"listeners": "PLAINTEXT://:9092,CONTROLLER://127.0.0.1:9093,EXTERNAL://[::1]:9094",
+                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:SSL"})
+    assert [(l.name, l.host, l.port) for l in c.listeners()] == [
+        ("PLAINTEXT", "", 9092), ("CONTROLLER", "127.0.0.1", 9093), ("EXTERNAL", "::1", 9094)]
+    assert [l.name for l in c.advertised_listeners()] == ["PLAINTEXT", "EXTERNAL"]  # not the controller's
+    c = BrokerConfig({"advertised.listeners": "PLAINTEXT://broker:19092"})
+    assert [(l.host, l.port) for l in c.advertised_listeners()] == [("broker", 19092)]
+    assert Listener.parse("plaintext://h:1").name == "PLAINTEXT"
+
+
+def test_node_id_falls_back_to_broker_id():
+    assert BrokerConfig({"broker.id": "7"}).node_id == 7
+    assert BrokerConfig({"broker.id": "7", "node.id": "3"}).node_id == 3
+
+
+# ======================================================================== topic configs
+
+def test_validate_topic_configs():
+    out = validate_topic_configs({"retention.ms": "1000", "cleanup.policy": "compact,delete",
+                                  "min.cleanable.dirty.ratio": "0.1", "preallocate": "true"})
+    assert out == {"retention.ms": 1000, "cleanup.policy": ["compact", "delete"], "min.cleanable.dirty.ratio": 0.1,
+                   "preallocate": True}
+    for key, value in [("retention.ms", "-2"), ("segment.bytes", "1"), ("segment.ms", "0"),
+                       ("message.timestamp.type", "Now"), ("max.message.bytes", "-1"),
+                       ("compression.type", "Snappy"), ("min.insync.replicas", "0")]:
+        with pytest.raises(ConfigError) as e:
+            validate_topic_configs({key: value})
+        assert e.value.name == key and key in str(e.value)
+    for bad in ({"retention.hours": "1"}, {"log.retention.ms": "1"}):
+        with pytest.raises(ConfigError) as e:
+            validate_topic_configs(bad)
+        assert e.value.name in bad and e.value.name in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        validate_topic_configs({"retention.ms": None})
+    assert e.value.name == "retention.ms"
+    with pytest.raises(ConfigError) as e:
+        validate_topic_configs({"retention.bytes": "100", "local.retention.bytes": "200"})
+    assert e.value.name == "local.retention.bytes"
+    validate_topic_configs({"retention.bytes": "-1", "local.retention.bytes": "200"})
+
+
+def test_log_config_from_broker_and_overrides():
+    c = BrokerConfig({"log.segment.bytes": "2000000", "log.cleanup.policy": "compact",
+                      "log.message.timestamp.type": "LogAppendTime", "message.max.bytes": "5000"})
+    lc = c.log_config()
+    assert (lc.segment_bytes, lc.compact, lc.delete, lc.log_append_time, lc.max_message_bytes) == \
+        (2000000, True, False, True, 5000)
+    lc = c.log_config(validate_topic_configs({"segment.bytes": "3000000", "cleanup.policy": "delete"}))
+    assert (lc.segment_bytes, lc.compact, lc.delete) == (3000000, False, True)
+    assert lc.flush_ms == LONG_MAX and lc.file_delete_delay_ms == 60000
+    assert LogConfig().retention_ms == 604800000
+
+
+# ======================================================================== Kafka 4.0 names, types, defaults
+
+def _kafka_default(name: str):
+    return KAFKA_BROKER_KEYS[name][1]
+
+
+def test_every_broker_key_is_kafkas_with_kafkas_type_and_default():
+    for name, key in BROKER_CONFIGS.items():
+        if name in DEFAULTS_DIFFERING_FROM_KAFKA:
+            continue
+        assert name in KAFKA_BROKER_KEYS, f"{name} is not a Kafka broker config"
+        assert name not in REMOVED_IN_4_0, name
+        kafka_type, kafka_default = KAFKA_BROKER_KEYS[name]
+        assert key.type == kafka_type, name
+        assert render(key.default) == kafka_default, name
+
+
+def test_the_documented_differences_are_real_and_few():
+    assert set(DEFAULTS_DIFFERING_FROM_KAFKA) == {"node.id", "process.roles", "controller.listener.names",
+                                                  "listener.security.protocol.map", "cluster.id"}
+    for name in DEFAULTS_DIFFERING_FROM_KAFKA:
+        assert name in BROKER_CONFIGS
+        if name in KAFKA_BROKER_KEYS:
+            assert BROKER_CONFIGS[name].type == KAFKA_BROKER_KEYS[name][0], name
+            assert render(BROKER_CONFIGS[name].default) != _kafka_default(name), name
+        else:
+            assert name == "cluster.id"
+
+
+def test_kafka_4_defaults_that_changed():
+    assert _kafka_default("log.message.timestamp.after.max.ms") == "3600000"  # KIP-1030
+    assert BROKER_CONFIGS["log.message.timestamp.after.max.ms"].default == 3_600_000
+    assert TOPIC_CONFIGS["message.timestamp.after.max.ms"].default == 3_600_000
+
+
+def test_every_topic_key_synonym_is_kafkas_and_defaults_agree():
+    for name, key in TOPIC_CONFIGS.items():
+        for syn in key.synonyms:
+            assert syn in KAFKA_BROKER_KEYS and syn in BROKER_CONFIGS, (name, syn)
+        with_default = [s for s in key.synonyms if _kafka_default(s) is not None]
+        if not with_default:
+            continue
+        syn = with_default[0]  # Kafka: the first synonym that has a value supplies the default
+        expected = _kafka_default(syn)
+        if syn in SYNONYM_SCALE:
+            expected = str(int(expected) * SYNONYM_SCALE[syn])
+        assert render(key.default) == expected, name
+        if syn not in SYNONYM_SCALE:
+            assert key.type == KAFKA_BROKER_KEYS[syn][0], name
+    # flush.ms: log.flush.interval.ms has no default; the topic default is Long.MAX_VALUE
+    assert TOPIC_CONFIGS["flush.ms"].default == LONG_MAX
+    assert BrokerConfig({}).log_config().flush_ms == LONG_MAX
+
+
+def test_broker_defaults_give_the_topic_defaults():
+    c = BrokerConfig({})
+    for name, key in TOPIC_CONFIGS.items():
+        assert c.topic_default(name)[0] == key.default, name
+
+
+def test_file_delete_delay_is_a_topic_key_only():
+    # the broker key is log.segment.delete.delay.ms; file.delete.delay.ms is not a broker config
+    assert "file.delete.delay.ms" not in KAFKA_BROKER_KEYS
+    with pytest.raises(ConfigError):
+        BrokerConfig({"file.delete.delay.ms": "1"})
+    assert BrokerConfig({"log.segment.delete.delay.ms": "5"}).log_config().file_delete_delay_ms == 5
