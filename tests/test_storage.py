@@ -399,9 +399,6 @@ def test_roll_on_segment_ms(tmp_path):
     log.close()
 
 
-@pytest.mark.xfail(strict=True, reason="log.py _maybe_roll measures segment.ms as now - first batch timestamp; "
-                   "Kafka's LogSegment.timeWaitedForRoll uses the incoming batch's max timestamp - first batch "
-                   "timestamp (wall clock only when the segment has no timestamp)")
 def test_roll_on_segment_ms_uses_message_timestamps(tmp_path):
     log = new_log(tmp_path, LogConfig(segment_ms=1000))
     append(log, ts=NOW, now=NOW)
@@ -501,9 +498,6 @@ def test_log_start_offset_movement(tmp_path):
     log.close()
 
 
-@pytest.mark.xfail(strict=True, reason="log.py deletes the active segment when the log start offset reaches the "
-                   "log end; Kafka's deleteLogStartOffsetBreachedSegments only deletes a segment whose next "
-                   "segment starts at or below the log start offset, so the active segment is kept")
 def test_log_start_offset_breach_keeps_the_active_segment(tmp_path):
     log = new_log(tmp_path, LogConfig(retention_ms=-1))
     for _ in range(3):
@@ -998,9 +992,6 @@ def test_segment_refuses_offsets_its_index_cannot_hold(tmp_path):
     seg.close()
 
 
-@pytest.mark.xfail(strict=True, reason="log.py _maybe_roll lacks Kafka's canConvertToRelativeOffset check: a "
-                   "batch more than 2^31 offsets past the active segment's base (follower appends, compacted "
-                   "topics) is not given a new segment, and the index cannot hold it")
 def test_roll_when_offsets_overflow_the_segment(tmp_path):
     log = new_log(tmp_path, LogConfig(index_interval_bytes=0))
     log.append_raw(build_batch([(b"k", b"v", ())], base_offset=0, partition_leader_epoch=0, timestamp=NOW), NOW)

@@ -127,12 +127,19 @@ def _writer(cls):
 
 def decode_request(api_key: int, version: int, body) -> Any:
     cls = request_class(api_key, version)
+    if isinstance(body, memoryview) and not body.readonly:
+        body = body.toreadonly()  # kio's compiled reader insists on read-only buffers
     try:
-        if isinstance(body, memoryview) and not body.readonly:
-            body = body.toreadonly()  # kio's compiled reader insists on read-only buffers
         obj, size = _reader(cls)(body, 0)
     except Exception as e:
-        raise ProtocolError(f"cannot parse {api_name(api_key)} v{version}: {e}") from e
+        if "Unknown tagged field" not in str(e):
+            raise ProtocolError(f"cannot parse {api_name(api_key)} v{version}: {e}") from e
+        # KIP-482: unknown tagged fields are skipped, never rejected (kio refuses them)
+        from .tagged import strip_unknown_tagged_fields
+        try:
+            obj, size = _reader(cls)(strip_unknown_tagged_fields(cls, body), 0)
+        except Exception as e2:
+            raise ProtocolError(f"cannot parse {api_name(api_key)} v{version}: {e2}") from e2
     return obj
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import uuid
 from bisect import bisect_right
@@ -203,8 +204,11 @@ class Log:
         epoch_cache.flush()
 
     def _open_segment(self, base: int, create: bool, now_ms: int) -> LogSegment:
-        return LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
-                          max_index_size=self.config.segment_index_bytes, create=create, now_ms=now_ms)
+        seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
+                         max_index_size=self.config.segment_index_bytes, create=create, now_ms=now_ms)
+        jitter = self.config.segment_jitter_ms
+        seg.roll_jitter_ms = random.randrange(min(jitter, self.config.segment_ms)) if jitter > 0 else 0
+        return seg
 
     def _add_segment(self, seg: LogSegment) -> None:
         self.segments.append(seg)
@@ -266,7 +270,7 @@ class Log:
 
     def _append_validated(self, data: memoryview, h: rb.BatchHeader, leader_epoch: int, now_ms: int) -> AppendInfo:
         size = h.size
-        self._maybe_roll(size, h.max_timestamp, now_ms)
+        self._maybe_roll(size, h.max_timestamp, now_ms, self.log_end_offset + h.last_offset_delta)
         base = self.log_end_offset
         rb.patch_offset_and_epoch(data, 0, base, leader_epoch)
         last = base + h.last_offset_delta
@@ -291,7 +295,7 @@ class Log:
             if h.base_offset < self.log_end_offset:
                 raise KafkaError(ErrorCode.unknown_server_error,
                                  f"{self.tp}: out of order append at {h.base_offset}, LEO {self.log_end_offset}")
-            self._maybe_roll(h.size, h.max_timestamp, now_ms)
+            self._maybe_roll(h.size, h.max_timestamp, now_ms, h.last_offset, h.base_offset)
             self.active_segment.append(h.last_offset, h.max_timestamp, h.last_offset, mv[pos:pos + h.size])
             if h.partition_leader_epoch > self.leader_epoch_cache.latest_epoch():
                 self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
@@ -309,7 +313,11 @@ class Log:
         return self._append_validated(mv, rb.read_header(mv), leader_epoch, now_ms)
 
     # ================================================================== roll
-    def _maybe_roll(self, incoming: int, max_ts: int, now_ms: int) -> None:
+    def _maybe_roll(self, incoming: int, max_ts: int, now_ms: int, last_offset: int | None = None,
+                    first_offset: int | None = None) -> None:
+        """Kafka's LogSegment.shouldRoll: size, segment.ms (measured with message timestamps
+        from the segment's first batch, wall clock only for a segment without timestamps),
+        a full index, or an offset the index cannot hold relative to the segment base."""
         seg = self.active_segment
         cfg = self.config
         if seg.size == 0:
@@ -319,15 +327,19 @@ class Log:
             reason = f"size {seg.size} + {incoming} > segment.bytes {cfg.segment_bytes}"
         elif seg.offset_index.is_full() or seg.time_index.is_full():
             reason = "index full"
+        elif last_offset is not None and last_offset - seg.base_offset > 0x7FFFFFFF:
+            reason = f"offset {last_offset} cannot be relative to base {seg.base_offset}"
         else:
-            started = seg.rolling_based_timestamp if seg.rolling_based_timestamp is not None and seg.rolling_based_timestamp >= 0 else seg.created_ms
-            if now_ms - started > cfg.segment_ms - 0:
+            first_ts = seg.rolling_based_timestamp
+            waited = max_ts - first_ts if first_ts is not None and first_ts >= 0 else now_ms - seg.created_ms
+            if waited > cfg.segment_ms - seg.roll_jitter_ms:
                 reason = f"segment.ms {cfg.segment_ms} elapsed"
         if reason:
-            self.roll(now_ms, reason)
+            self.roll(now_ms, reason, first_offset)
 
-    def roll(self, now_ms: int, reason: str = "requested") -> LogSegment:
-        new_base = self.log_end_offset
+    def roll(self, now_ms: int, reason: str = "requested", next_offset: int | None = None) -> LogSegment:
+        # a follower's next batch may start past the log end (compaction gaps): start there
+        new_base = max(self.log_end_offset, next_offset or 0)
         old = self.active_segment
         if old.size == 0 and old.base_offset == new_base:
             return old
@@ -467,8 +479,9 @@ class Log:
 
                 deleted += self._delete_segments(self._deletable(over), now_ms,
                                                  f"retention size in bytes {cfg.retention_bytes} breach")
-        deleted += self._delete_segments(self._deletable(lambda _s, upper: upper <= self.log_start_offset),
-                                         now_ms, f"log start offset {self.log_start_offset} breach")
+        deleted += self._delete_segments(
+            self._deletable(lambda s, upper: s is not self.active_segment and upper <= self.log_start_offset),
+            now_ms, f"log start offset {self.log_start_offset} breach")
         return deleted
 
     def _delete_segments(self, segs: list[LogSegment], now_ms: int, reason: str) -> int:

@@ -76,6 +76,7 @@ class LogSegment:
         self.max_timestamp_so_far = rb.NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
         self.rolling_based_timestamp: int | None = None
+        self.roll_jitter_ms = 0  # Kafka's per-segment random share of segment.jitter.ms
         self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
         self.next_offset: int | None = None  # cached end offset, set by append/recover
         if create:

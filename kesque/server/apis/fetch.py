@@ -96,7 +96,7 @@ class FetchApis:
                 key_topic, _name = resolve(ft)
                 for fp in ft.partitions:
                     session.update((key_topic, fp.partition), fp.fetch_offset, fp.partition_max_bytes,
-                                   fp.log_start_offset, fp.current_leader_epoch,
+                                   getattr(fp, "log_start_offset", -1), getattr(fp, "current_leader_epoch", -1),
                                    getattr(fp, "last_fetched_epoch", -1))
             for fg in getattr(req, "forgotten_topics_data", ()) or ():
                 key_topic = fg.topic_id if uses_ids else fg.topic
@@ -117,7 +117,7 @@ class FetchApis:
                 for fp in ft.partitions:
                     items.append(_Item((key_topic, fp.partition), name, key_topic if uses_ids else None,
                                        fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                                       fp.current_leader_epoch))
+                                       getattr(fp, "current_leader_epoch", -1)))
 
         isolation = FETCH_TXN_COMMITTED if getattr(req, "isolation_level", 0) == 1 else FETCH_HIGH_WATERMARK
         max_bytes = min(getattr(req, "max_bytes", 2**31 - 1), s.config.get("fetch.max.bytes"))
