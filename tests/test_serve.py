@@ -1,0 +1,103 @@
+"""`kesque serve FILE [--override k=v]`: a Kafka user's server.properties starts kesque."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from confluent_kafka.admin import AdminClient
+
+# Keys as a Kafka 3.x/4.x KRaft server.properties carries them: some kesque uses, some it
+# does not (thread pools, socket buffers, ZooKeeper leftovers), all of them Kafka's.
+KAFKA_STYLE = """\
+# written the way Kafka's sample configuration is laid out
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{cport}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs={data}
+num.partitions=2
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+inter.broker.protocol.version=3.7
+"""
+
+
+def _free_port() -> int:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _serve(args, timeout=20):
+    return subprocess.Popen([sys.executable, "-m", "kesque", "serve", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_kafka_server_properties_start_kesque(tmp_path):
+    port, cport = _free_port(), _free_port()
+    cfg = tmp_path / "server.properties"
+    cfg.write_text(KAFKA_STYLE.format(port=port, cport=cport, data=tmp_path / "data"))
+    proc = _serve([str(cfg), "--override", "num.partitions=3"])
+    try:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        deadline = time.time() + 20
+        while True:
+            try:
+                md = admin.list_topics(timeout=1)
+                break
+            except Exception:
+                assert time.time() < deadline, "broker did not come up"
+                assert proc.poll() is None, proc.stdout.read()
+        assert 1 in md.brokers
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=20)[0]
+    assert proc.returncode == 0, out
+    # Kafka keys kesque does not use are warnings naming each key
+    for key in ("num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
+                "inter.broker.protocol.version"):
+        assert key in out, f"no warning naming {key}:\n{out}"
+    assert "clean shutdown" in out.lower() or "Shutdown complete" in out
+    assert os.path.exists(tmp_path / "data" / "meta.properties")
+
+
+def test_unknown_key_is_an_error_naming_it(tmp_path):
+    proc = _serve(["--override", f"log.dirs={tmp_path}", "--override", "not.a.kafka.key=1"])
+    out = proc.communicate(timeout=20)[0]
+    assert proc.returncode != 0
+    assert "not.a.kafka.key" in out
+
+
+def test_invalid_value_is_an_error_naming_the_key(tmp_path):
+    proc = _serve(["--override", f"log.dirs={tmp_path}", "--override", "num.partitions=zero"])
+    out = proc.communicate(timeout=20)[0]
+    assert proc.returncode != 0
+    assert "num.partitions" in out
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path):
+    proc = _serve([str(tmp_path / "nope.properties")])
+    out = proc.communicate(timeout=20)[0]
+    assert proc.returncode != 0
+    assert "nope.properties" in out
