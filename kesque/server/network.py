@@ -172,9 +172,11 @@ class Connection:
         slot.items = items
         while self._slots and self._slots[0].items is not None:
             s = self._slots.popleft()
-            self._out.extend(s.items)
             for it in s.items:
-                self._out_bytes += len(it)
+                n = len(it)
+                if n:  # an empty buffer would never be popped by _flush and would wedge the queue
+                    self._out.append(it)
+                    self._out_bytes += n
         if not self._writing and not self._in_read:
             self._flush()
         self._maybe_resume_reading()
