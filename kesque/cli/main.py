@@ -25,7 +25,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # an unknown option of a tool subcommand is reported by that tool's own parser
+        (getattr(args, "_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    # the subcommand's own arguments, verbatim (tools quote them in error messages)
+    if getattr(args, "command", None) in argv:
+        args._argv = argv[argv.index(args.command) + 1:]
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -1,0 +1,162 @@
+"""Kafka's command-line tools, re-done on confluent-kafka.
+
+Each tool is a module of :mod:`kesque.cli` with ``NAME`` (the ``kesque`` subcommand),
+``SCRIPT`` (Kafka's script name, installed as a console script), ``DESCRIPTION``,
+``configure(parser)`` and ``run(args) -> int``. The same module serves both
+``kesque topics ...`` and ``kafka-topics.sh ...`` with identical flags and output.
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+
+from ._common import ToolExit, kafkaize, new_parser
+
+_MODULES = ("topics", "configs", "console_producer", "console_consumer", "dump_log", "get_offsets",
+            "delete_records", "log_dirs", "producer_perf", "consumer_perf")
+
+
+def _module(name: str):
+    return importlib.import_module(f"{__package__}.{name}")
+
+
+def _wrap(mod):
+    def func(args) -> int:
+        try:
+            return mod.run(args)
+        except ToolExit as e:
+            return e.code
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:
+            try:
+                sys.stdout = None  # type: ignore[assignment]
+            except Exception:
+                pass
+            return 1
+    return func
+
+
+def add_parsers(sub) -> None:
+    """Register the tool subcommands on ``kesque``'s subparsers."""
+    for name in _MODULES:
+        try:
+            mod = _module(name)
+        except Exception:  # a broken tool must never take `kesque serve` down with it
+            continue
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.DESCRIPTION, allow_abbrev=True)
+        _style(p, mod)
+        mod.configure(p)
+        p.set_defaults(func=_wrap(mod), _parser=p)
+
+
+def _style(p, mod) -> None:
+    """jopt-simple behaviour (Kafka's usual) or argparse4j's (ProducerPerformance)."""
+    if getattr(mod, "ARGPARSE_STYLE", False):
+        def error(message, p=p):
+            sys.stderr.write(p.format_usage())
+            sys.stderr.write(f"{mod.PROG}: error: {message}\n")
+            raise ToolExit(1)
+        p.error = error
+        p.description = mod.DESCRIPTION
+    else:
+        kafkaize(p, mod.DESCRIPTION)
+
+
+def _console(module_name: str, argv: list[str] | None = None) -> int:
+    mod = _module(module_name)
+    if getattr(mod, "ARGPARSE_STYLE", False):
+        import argparse
+        p = argparse.ArgumentParser(prog=getattr(mod, "PROG", mod.SCRIPT))
+    else:
+        p = new_parser(mod.SCRIPT, mod.DESCRIPTION)
+    _style(p, mod)
+    mod.configure(p)
+    p.set_defaults(_parser=p)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = p.parse_args(argv)
+    except ToolExit as e:
+        return e.code
+    args._argv = argv
+    return _wrap(mod)(args)
+
+
+def _exit(code: int) -> None:
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    sys.exit(code)
+
+
+def kafka_topics() -> None:
+    _exit(_console("topics"))
+
+
+def kafka_configs() -> None:
+    _exit(_console("configs"))
+
+
+def kafka_console_producer() -> None:
+    _exit(_console("console_producer"))
+
+
+def kafka_console_consumer() -> None:
+    _exit(_console("console_consumer"))
+
+
+def kafka_dump_log() -> None:
+    _exit(_console("dump_log"))
+
+
+def kafka_get_offsets() -> None:
+    _exit(_console("get_offsets"))
+
+
+def kafka_delete_records() -> None:
+    _exit(_console("delete_records"))
+
+
+def kafka_log_dirs() -> None:
+    _exit(_console("log_dirs"))
+
+
+def kafka_producer_perf_test() -> None:
+    _exit(_console("producer_perf"))
+
+
+def kafka_consumer_perf_test() -> None:
+    _exit(_console("consumer_perf"))
+
+
+def kafka_server_start(argv: list[str] | None = None) -> None:
+    """``kafka-server-start.sh [-daemon] server.properties [--override property=value]*``."""
+    from . import serve
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        out = sys.stdout if argv else sys.stderr
+        print("USAGE: kafka-server-start.sh [-daemon] server.properties [--override property=value]*", file=out)
+        _exit(0 if argv else 1)
+    if argv[0] == "-daemon":
+        argv = argv[1:]
+    p = new_parser("kafka-server-start.sh", "Run a kesque broker (combined broker and controller roles).")
+    p.add_argument("config", metavar="server.properties")
+    p.add_argument("--override", action="append", default=[], metavar="property=value",
+                   help="Optional property that should override values set in server.properties file")
+    import os
+    p.add_argument("--log-level", default=os.environ.get("KESQUE_LOG_LEVEL", "INFO"), help="logging level")
+    try:
+        args = p.parse_args(argv)
+    except ToolExit as e:
+        _exit(e.code)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _exit(serve.run(args))
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience
+    from .main import main as kesque_main
+    return kesque_main(argv)
