@@ -278,6 +278,7 @@ def test_unknown_tagged_fields_in_request_body_are_ignored(srv, client):
     req = req[:name_end] + tagged_fields({3: b"abc"}) + req[name_end + 1:]
     r = client.request(3, 12, req)
     assert r.topics[0].error_code == NONE
+    assert_served(srv)
 
 
 # ====================================================================== pipelining
@@ -548,6 +549,7 @@ def test_one_bad_partition_does_not_fail_the_others(srv, client):
     assert got == {0: NONE, 1: CORRUPT_MESSAGE, 2: NONE, 7: UNKNOWN_TOPIC_OR_PARTITION}
     data = consume_all(srv.bootstrap_servers, topic, partitions=(0, 1, 2))
     assert data == {0: [(0, b"p0")], 1: [], 2: [(0, b"p2")]}
+    assert_served(srv)
 
 
 # ====================================================================== missing topics
@@ -585,6 +587,7 @@ def test_metadata_auto_creates_when_enabled(srv, client):
     # an invalid name is refused, not created
     md = api.metadata(["bad/name"], allow_auto=True)
     assert md.topics[0].error_code == INVALID_TOPIC_EXCEPTION
+    assert_served(srv)
 
 
 # ====================================================================== admin validation
@@ -617,6 +620,7 @@ def test_create_topics_replication_factor_above_broker_count(srv, api):
     r = api.create_topics([{"name": topic, "num_partitions": 0}])
     assert r.topics[0].error_code == INVALID_PARTITIONS
     assert api.metadata([topic]).topics[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
+    assert_served(srv)
 
 
 @pytest.mark.xfail(strict=True, reason="no cap on the records one CreateTopics/CreatePartitions writes: Kafka's "
@@ -681,6 +685,7 @@ def test_incremental_alter_configs_bad_operation_on_scalar(srv, client):
                                                         value="5"),)),),
                                 validate_only=False))
     assert r.responses[0].error_code == INVALID_CONFIG
+    assert_served(srv)
 
 
 # ====================================================================== fetch errors
@@ -710,6 +715,7 @@ def test_fetch_future_leader_epoch(srv, api):
     assert p.error_code == UNKNOWN_LEADER_EPOCH
     p = api.fetch(topic, 0, current_leader_epoch=epoch).responses[0].partitions[0]
     assert p.error_code == NONE and records_of(p.records)[0][2] == b"x"
+    assert_served(srv)
 
 
 @pytest.fixture
@@ -753,6 +759,7 @@ def test_fetch_stale_leader_epoch(own_broker):
         assert p.error_code == NONE and records_of(p.records)[0][2] == b"x"
         lo = api.list_offsets(topic, -1)
         assert (lo.error_code, lo.offset) == (NONE, 1)
+    assert_served(broker, topic)
 
 
 def test_incremental_fetch_session_errors(srv, api):
@@ -808,31 +815,33 @@ def _fuzz_bases() -> list[bytes]:
     return [frame_for(k, v, b, 17) for k, v, b in reqs]
 
 
-def _apply(data: bytes, mutations) -> bytes:
-    buf = bytearray(data)
+def _apply(frame: bytes, mutations) -> bytes:
+    """Mutate the request inside its frame; the size prefix follows the mutated length
+    unless a mutation sets it (so most inputs reach the parsers, some test the framing)."""
+    body = bytearray(frame[4:])
+    size = None
+    trailer = b""
     for m in mutations:
         kind = m[0]
-        if kind == "flip" and buf:
-            buf[m[1] % len(buf)] ^= m[2]
-        elif kind == "set" and buf:
-            pos = m[1] % len(buf)
-            val = m[2].to_bytes(m[3], "big", signed=False)
-            buf[pos:pos + m[3]] = val
+        if kind == "flip" and body:
+            body[m[1] % len(body)] ^= m[2]
+        elif kind == "set" and body:
+            pos = m[1] % len(body)
+            body[pos:pos + m[3]] = m[2].to_bytes(m[3], "big", signed=False)
         elif kind == "truncate":
-            del buf[m[1] % (len(buf) + 1):]
+            del body[m[1] % (len(body) + 1):]
         elif kind == "extend":
-            buf += m[1]
-        elif kind == "insert" and buf:
-            pos = m[1] % len(buf)
-            buf[pos:pos] = m[2]
+            body += m[1]
+        elif kind == "insert" and body:
+            pos = m[1] % len(body)
+            body[pos:pos] = m[2]
         elif kind == "size":
-            if len(buf) >= 4:
-                buf[0:4] = struct.pack(">i", m[1])
+            size = m[1]
         elif kind == "size_delta":
-            if len(buf) >= 4:
-                n = struct.unpack_from(">i", buf, 0)[0] + m[1]
-                buf[0:4] = struct.pack(">i", max(-(2 ** 31), min(2 ** 31 - 1, n)))
-    return bytes(buf)
+            size = max(-(2 ** 31), min(2 ** 31 - 1, len(body) + m[1]))
+        elif kind == "trailer":
+            trailer += m[1]
+    return struct.pack(">i", len(body) if size is None else size) + bytes(body) + trailer
 
 
 def _too_costly(data: bytes) -> bool:
@@ -918,10 +927,11 @@ def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
         st.tuples(st.just("insert"), st.integers(0, 4096), st.binary(min_size=1, max_size=16)),
         st.tuples(st.just("size"), st.integers(-(2 ** 31), 2 ** 31 - 1)),
         st.tuples(st.just("size_delta"), st.integers(-16, 16)),
+        st.tuples(st.just("trailer"), st.binary(min_size=1, max_size=32)),
     )
     counts = {"sent": 0}
 
-    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(base=st.integers(0, len(bases) - 1), mutations=st.lists(mutation, min_size=1, max_size=4))
     def one(base, mutations):
@@ -1026,6 +1036,7 @@ def test_every_advertised_version_is_answered(srv, client):
             client.request(k.api_key, v, req)
             answered += 1
     assert answered > 100
+    assert_served(srv)
 
 
 @pytest.mark.parametrize("version", range(3, 14))
