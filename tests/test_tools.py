@@ -199,6 +199,52 @@ def test_server_start_runs_a_broker(tmp_path):
     assert (tmp_path / "logs" / "meta.properties").exists()
 
 
+def test_server_start_daemon(tmp_path):
+    exe = os.path.join(BIN, "kafka-server-start.sh")
+    if not os.path.exists(exe):
+        pytest.skip("console scripts not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    props = dict(DEFAULTS)
+    props.update({"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(tmp_path / "logs")})
+    cfg = tmp_path / "daemon.properties"
+    cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    r = subprocess.run([exe, "-daemon", str(cfg)], env=dict(os.environ, LOG_DIR=str(tmp_path / "out")),
+                       capture_output=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == b""  # returns at once, the broker runs detached
+
+    def daemon_pids():
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().split(b"\0")
+            except OSError:
+                continue
+            if str(cfg).encode() in cmd and b"serve" in cmd:
+                pids.append(int(pid))
+        return pids
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "out" / "kafkaServer.out").read_text()
+                time.sleep(0.1)
+        assert out(kesque("topics", "--bootstrap-server", f"127.0.0.1:{port}", "--list")) == "\n"
+        assert (tmp_path / "out" / "kafkaServer.out").exists()
+    finally:
+        for pid in daemon_pids():  # the broker this test started
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while daemon_pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
 # ----------------------------------------------------------------- topics
 
 DESCRIBE_TOPIC = re.compile(r"^Topic: (\S+)\tTopicId: [A-Za-z0-9_-]{22}\tPartitionCount: (\d+)\tReplicationFactor: "
@@ -403,6 +449,21 @@ def test_configs_errors(bs, topic_name):
     assert r.returncode == 1
     assert err(r).startswith("Error while executing config command with args ")
     assert "InvalidConfigurationException" in err(r)
+
+
+def test_configs_add_config_file_and_entity_default(bs, topic_name, tmp_path):
+    create(bs, topic_name)
+    f = tmp_path / "topic.properties"
+    f.write_text("retention.ms=5000\nmax.message.bytes=2000\n")
+    r = kesque("configs", "--bootstrap-server", bs, "--entity-type", "topics", "--entity-name", topic_name, "--alter",
+               "--add-config-file", str(f))
+    assert out(r) == f"Completed updating config for topic {topic_name}.\n", err(r)
+    r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--describe")
+    assert [line.split("=")[0].strip() for line in out(r).splitlines()[1:]] == ["max.message.bytes", "retention.ms"]
+    r = kesque("configs", "--bootstrap-server", bs, "--entity-type", "brokers", "--entity-default", "--describe")
+    assert out(r).splitlines()[0] == "Default configs for brokers in the cluster are:"
+    r = kesque("configs", "--bootstrap-server", bs, "--entity-type", "topics", "--entity-default", "--describe")
+    assert r.returncode == 1 and err(r) == "--entity-default must not be specified with --describe of topics\n"
 
 
 def test_configs_broker_describe_all(bs):
@@ -702,6 +763,65 @@ def test_dump_log_trailing_garbage_and_cluster_metadata(module_broker, tmp_path)
     assert out(r).splitlines()[-1] == f"Found 3 invalid bytes at the end of {torn.name}"
 
 
+def test_dump_log_idempotent_batches_and_producer_snapshots(module_broker, topic_name):
+    bs = module_broker.bootstrap_servers
+    create(bs, topic_name, 1, "--config", "segment.ms=1")  # every append rolls: segments and snapshots
+    produce(bs, topic_name, ["record 1", "record 2", "record 3"], "--producer-property", "enable.idempotence=true",
+            "--sync")
+    pdir = os.path.join(module_broker.data_dir, f"{topic_name}-0")
+    logs = sorted(f for f in os.listdir(pdir) if f.endswith(".log"))
+    assert len(logs) >= 2
+    r = kesque("dump-log", "--print-data-log", "--files", ",".join(os.path.join(pdir, f) for f in logs))
+    batches = [m for m in map(BATCH_LINE.match, out(r).splitlines()) if m]
+    records = [m for m in map(RECORD_LINE.match, out(r).splitlines()) if m]
+    assert len(batches) == 3 and len(records) == 3
+    pid = batches[0].group(6)
+    assert int(pid) >= 0
+    for i, b in enumerate(batches):  # one producer, sequences follow the offsets
+        assert b.group(1, 3, 4, 5, 6, 7) == (str(i), "1", str(i), str(i), pid, "0")
+    assert [m.group(5, 10) for m in records] == [("0", "record 1"), ("1", "record 2"), ("2", "record 3")]
+    snapshots = sorted(f for f in os.listdir(pdir) if f.endswith(".snapshot"))
+    assert snapshots
+    r = kesque("dump-log", "--files", os.path.join(pdir, snapshots[-1]))
+    line = out(r).splitlines()[1]
+    last = int(snapshots[-1].split(".")[0]) - 1  # a snapshot at offset N holds the state up to N - 1
+    assert re.fullmatch(rf"producerId: {pid} producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
+                        rf"OptionalLong.empty lastTimestamp: (\d+) firstSequence: {last} lastSequence: {last} "
+                        rf"lastOffset: {last} offsetDelta: 0 timestamp: \1", line), line
+
+
+def test_dump_log_control_and_transactional_batches(tmp_path):
+    """Transaction markers as DumpLogSegments prints them (segment built with kesque's own builder)."""
+    import struct as _struct
+
+    from kesque.records.records import build_batch
+
+    data = build_batch([(b"k", b"v", [("h1", b"x"), ("h2", None)])], base_offset=7, producer_id=42,
+                       producer_epoch=3, base_sequence=10, transactional=True, partition_leader_epoch=5,
+                       timestamp=1700000000000)
+    marker = build_batch([(_struct.pack(">hh", 0, 1), _struct.pack(">hi", 0, 9), [])], base_offset=8,
+                         producer_id=42, producer_epoch=3, transactional=True, control=True,
+                         partition_leader_epoch=5, timestamp=1700000000001)
+    seg = tmp_path / "00000000000000000007.log"
+    seg.write_bytes(data + marker)
+    r = kesque("dump-log", "--print-data-log", "--files", str(seg))
+    lines = out(r).splitlines()
+    assert lines[2] == (f"baseOffset: 7 lastOffset: 7 count: 1 baseSequence: 10 lastSequence: 10 producerId: 42 "
+                        f"producerEpoch: 3 partitionLeaderEpoch: 5 isTransactional: true isControl: false "
+                        f"deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1700000000000 size: {len(data)} "
+                        f"magic: 2 compresscodec: none crc: {_struct.unpack_from('>I', data, 17)[0]} isvalid: true")
+    assert lines[3] == ("| offset: 7 CreateTime: 1700000000000 keySize: 1 valueSize: 1 sequence: 10 "
+                        "headerKeys: [h1,h2] key: k payload: v")
+    assert "isTransactional: true isControl: true" in lines[4] and f"position: {len(data)} " in lines[4]
+    assert lines[5] == ("| offset: 8 CreateTime: 1700000000001 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+                        "endTxnMarker: COMMIT coordinatorEpoch: 9")
+    # a flipped byte: the CRC no longer matches
+    bad = bytearray(data)
+    bad[-1] ^= 0xFF
+    seg.write_bytes(bytes(bad))
+    assert "isvalid: false" in out(kesque("dump-log", "--files", str(seg)))
+
+
 # ----------------------------------------------------------------- get-offsets / delete-records / log-dirs
 
 
@@ -720,6 +840,10 @@ def test_get_offsets(bs, topic_name):
     assert out(r).splitlines() == [f"{topic_name}:0:0", f"{topic_name}:2:0"]
     r = kesque("get-offsets", "--bootstrap-server", bs, "--topic-partitions", f"{topic_name}:1-")
     assert [line.rsplit(":", 1)[0] for line in out(r).splitlines()] == [f"{topic_name}:1", f"{topic_name}:2"]
+    r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name, "--time", "earliest-local")
+    assert out(r).splitlines() == [f"{topic_name}:{p}:0" for p in range(3)]
+    r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name, "--time", "-5")
+    assert r.returncode == 0 and out(r) == ""  # no tiered storage: no latest-tiered offset
     r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name, "--time", "9999999999999")
     assert out(r) == ""  # no record that late: Kafka prints nothing for the partition
     r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name, "--time", "sometime")

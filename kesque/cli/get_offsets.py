@@ -97,6 +97,31 @@ def _filters(a):
              (lambda p: True) if not parts else (lambda p, s=parts: p in s))]
 
 
+def _print(results: dict) -> None:
+    """``topic:partition:offset`` sorted as Kafka sorts TopicPartition.toString()."""
+    for (t, pn) in sorted(results, key=lambda k: f"{k[0]}-{k[1]}"):
+        print(f"{t}:{pn}:{results[(t, pn)]}")
+
+
+def _wire_offsets(a, tps: list[tuple[str, int]], ts: int) -> dict:
+    from ._fetcher import FetchError, WireConsumer
+
+    c = WireConsumer(a.bootstrap_server, client_id="GetOffsetShell")
+    out = {}
+    try:
+        for tp in tps:
+            try:
+                off = c.list_offsets([tp], ts)[tp]
+            except FetchError as e:
+                print(f"Skip getting offsets for topic-partition {tp[0]}-{tp[1]} due to error: {e}", file=sys.stderr)
+                continue
+            if off != -1:
+                out[tp] = off
+    finally:
+        c.close()
+    return out
+
+
 def run(a) -> int:
     from confluent_kafka import TopicCollection, TopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -131,6 +156,10 @@ def run(a) -> int:
                         tps.append((name, part.id))
         if not tps:
             raise Terse("Could not match any topic-partitions with the specified filters")
+        if ts in (-4, -5):
+            # librdkafka refuses these specs locally; ask the leaders directly
+            _print(_wire_offsets(a, tps, ts))
+            return 0
         if ts == -2:
             spec = OffsetSpec.earliest()
         elif ts == -1:
@@ -150,8 +179,7 @@ def run(a) -> int:
                 continue
             if info.offset != -1:
                 results[(tp.topic, tp.partition)] = info.offset
-        for (t, pn) in sorted(results, key=lambda k: f"{k[0]}-{k[1]}"):
-            print(f"{t}:{pn}:{results[(t, pn)]}")
+        _print(results)
     except Terse as e:
         print(f"Error occurred: {e}", file=sys.stderr)
         return 1

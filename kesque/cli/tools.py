@@ -9,7 +9,9 @@ Each tool is a module of :mod:`kesque.cli` with ``NAME`` (the ``kesque`` subcomm
 from __future__ import annotations
 
 import importlib
+import os
 import signal
+import subprocess
 import sys
 
 from ._common import ToolExit, kafkaize, new_parser
@@ -142,12 +144,17 @@ def kafka_server_start(argv: list[str] | None = None) -> None:
         print("USAGE: kafka-server-start.sh [-daemon] server.properties [--override property=value]*", file=out)
         _exit(0 if argv else 1)
     if argv[0] == "-daemon":
-        argv = argv[1:]
+        # as kafka-run-class.sh -daemon: detach, output to $LOG_DIR/kafkaServer.out
+        log_dir = os.environ.get("LOG_DIR") or os.path.join(os.getcwd(), "logs")
+        os.makedirs(log_dir, exist_ok=True)
+        with open(os.path.join(log_dir, "kafkaServer.out"), "ab") as out:
+            subprocess.Popen([sys.executable, "-m", "kesque", "serve", *argv[1:]], stdout=out,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        _exit(0)
     p = new_parser("kafka-server-start.sh", "Run a kesque broker (combined broker and controller roles).")
     p.add_argument("config", metavar="server.properties")
     p.add_argument("--override", action="append", default=[], metavar="property=value",
                    help="Optional property that should override values set in server.properties file")
-    import os
     p.add_argument("--log-level", default=os.environ.get("KESQUE_LOG_LEVEL", "INFO"), help="logging level")
     try:
         args = p.parse_args(argv)
