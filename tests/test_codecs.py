@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -34,7 +34,8 @@ from kesque.protocol.api import FLEXIBLE_FROM, is_flexible, parse_request_header
 from kesque.protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response, flatten, total_size
 from kesque.protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 PRODUCE_VERSIONS = sorted(schema_name_map["produce"])
 FETCH_VERSIONS = sorted(schema_name_map["fetch"])
@@ -156,7 +157,7 @@ def test_decode_produce_request_records_are_views_into_the_frame(case):
                 assert p.records.obj is frame
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(produce_requests())
 def test_decode_produce_request_truncated_raises_protocol_error(case):
     version = case[0]
@@ -392,7 +393,8 @@ def kio_fetch_response(version, error_code, session_id, topics, throttle, endpoi
         if "diverging_epoch" in pfields and p["diverging"] is not None:
             kw["diverging_epoch"] = nested(cls, "EpochEndOffset")(epoch=p["diverging"][0], end_offset=p["diverging"][1])
         if "current_leader" in pfields and p["leader"] is not None:
-            kw["current_leader"] = nested(cls, "LeaderIdAndEpoch")(leader_id=p["leader"][0], leader_epoch=p["leader"][1])
+            kw["current_leader"] = nested(cls, "LeaderIdAndEpoch")(leader_id=p["leader"][0],
+                                                                   leader_epoch=p["leader"][1])
         return make(Part, **kw)
 
     resp = make(cls, throttle_time=ms_delta(throttle), error_code=ErrorCode(error_code), session_id=session_id,

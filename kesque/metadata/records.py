@@ -218,5 +218,6 @@ def fields_for(name: str, version: int) -> list:
     elif name == "PartitionRecord" and version >= 1:
         fields = fields + [("directories", "[uuid]", None, [])]
         if version >= 2:
-            fields = fields + [("eligible_leader_replicas", "[int32]?", 1, None), ("last_known_elr", "[int32]?", 2, None)]
+            fields = fields + [("eligible_leader_replicas", "[int32]?", 1, None),
+                               ("last_known_elr", "[int32]?", 2, None)]
     return fields

@@ -126,7 +126,8 @@ def _parse(path: str, fields: int) -> list[list[str]]:
             raise CheckpointError(f"Malformed line in checkpoint file [{path}]: {line}")
         entries.append(parts)
     if len(entries) != count:
-        raise CheckpointError(f"Expected [{count}] entries in checkpoint file [{path}], but found only [{len(entries)}]")
+        raise CheckpointError(f"Expected [{count}] entries in checkpoint file [{path}], "
+                              f"but found only [{len(entries)}]")
     return entries
 
 
