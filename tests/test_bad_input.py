@@ -108,10 +108,26 @@ def new_topic() -> str:
     return "bad-" + uuid.uuid4().hex[:10]
 
 
+_log_checked: dict[str, int] = {}
+
+
+def assert_no_handler_crash(broker: Broker) -> None:
+    """No request handler raised since the last check: bad input is answered or the
+    connection closed on purpose, never by an unexpected exception."""
+    with open(broker.log_path, errors="replace") as f:
+        f.seek(_log_checked.get(broker.log_path, 0))
+        new = f.read()
+        _log_checked[broker.log_path] = f.tell()
+    crashes = [line for line in new.splitlines() if "unexpected error" in line or "Traceback" in line
+               or line.startswith(("AttributeError", "TypeError", "KeyError", "IndexError", "ValueError"))]
+    assert not crashes, "handler crashed:\n" + "\n".join(crashes[:20])
+
+
 def assert_served(broker: Broker, topic: str = HEALTH) -> None:
-    """The broker process is alive and serves a fresh raw connection and a fresh
-    confluent-kafka producer and consumer."""
+    """The broker process is alive, no handler crashed, and it serves a fresh raw
+    connection and a fresh confluent-kafka producer and consumer."""
     assert broker.process is not None and broker.process.poll() is None, "broker process died"
+    assert_no_handler_crash(broker)
     with WireClient(broker.bootstrap_servers) as c:
         a = Api(c)
         assert a.api_versions().error_code == NONE
@@ -632,6 +648,39 @@ def test_create_topics_excessive_partition_count_refused(srv, api):
     assert r.topics[0].error_code == POLICY_VIOLATION, r.topics[0]
 
 
+@pytest.mark.xfail(strict=True, reason="no cap on the partitions one CreatePartitions adds: Kafka's controller "
+                                       "refuses more than 10000 records per operation (POLICY_VIOLATION)")
+def test_create_partitions_excessive_count_refused(srv, client):
+    topic = new_topic()
+    Api(client).create_topic(topic)
+    m = Msg(37, 3)
+    r = client.request(37, 3, m(topics=(m("CreatePartitionsTopic", name=topic, count=10002, assignments=None),),
+                                timeout=5000, validate_only=True))
+    assert r.results[0].error_code == POLICY_VIOLATION, r.results[0]
+
+
+def test_client_gone_before_its_response(srv):
+    """A client that disconnects with a long poll pending, or with a large response not
+    yet read, costs nothing but that connection."""
+    topic = new_topic()
+    with WireClient(srv.bootstrap_servers) as c:
+        api = Api(c)
+        api.create_topic(topic)
+        for i in range(40):
+            assert api.produce(topic, build_batch([(None, b"%d" % i + b"x" * 50_000, ())])).error_code == NONE
+    with WireClient(srv.bootstrap_servers) as c:
+        c.send(1, 12, Api(c).fetch_request(topic, 40, max_wait=3000, min_bytes=1))
+    with WireClient(srv.bootstrap_servers) as c:  # ~2 MB answer, never read
+        c.send(1, 12, Api(c).fetch_request(topic, 0, max_bytes=50 << 20))
+        c.send(1, 12, Api(c).fetch_request(topic, 0, max_bytes=50 << 20))
+    with WireClient(srv.bootstrap_servers) as c:
+        # wakes the abandoned long poll
+        assert Api(c).produce(topic, build_batch([(None, b"wake", ())])).error_code == NONE
+        got = consume_all(srv.bootstrap_servers, topic, start=38)[0]
+        assert [o for o, _v in got] == [38, 39, 40] and got[-1][1] == b"wake"
+    assert_served(srv)
+
+
 def test_create_partitions_decrease_or_same(srv, client):
     topic = new_topic()
     api = Api(client)
@@ -945,6 +994,7 @@ def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
     one()
     assert counts["sent"] >= 200
     assert time.monotonic() - t0 < 60
+    assert_no_handler_crash(b)
 
     # the broker is alive and serves normal clients; the data is intact
     assert_served(b)

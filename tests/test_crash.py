@@ -122,39 +122,42 @@ def test_sigkill_while_producing_acks1_loses_nothing_acknowledged(kb):
     p = Producer({"bootstrap.servers": kb.bootstrap_servers, "acks": "1", "linger.ms": 2,
                   "batch.num.messages": 50, "enable.idempotence": False, "message.timeout.ms": 5000,
                   "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200})
-    kill_after = total * 3 // 5
-    killed = threading.Event()
 
-    def killer():
-        # crash the broker while the producer is still writing: batches are in flight
-        deadline = time.monotonic() + 30
-        while len(acked) < kill_after and time.monotonic() < deadline:
-            time.sleep(0.0005)
-        kb.kill()
-        killed.set()
-
-    t = threading.Thread(target=killer, daemon=True)
-    t.start()
-    for i in range(total):
+    def send(i):
         while True:
             try:
                 p.produce(topic, b"value-%06d" % i + pad, partition=i % parts, on_delivery=on_delivery)
-                break
+                return
             except BufferError:
                 p.poll(0.01)
+
+    # phase 1: most records, all acknowledged (each partition rolls a segment)
+    phase1 = total * 3 // 5
+    for i in range(phase1):
+        send(i)
+        if i % 50 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    assert len(acked) == phase1, failed[:3]
+    # phase 2: keep writing and crash the broker in the middle of it, at a moment when
+    # records have been sent that are not acknowledged yet
+    killed_at = None
+    for i in range(phase1, total):
+        send(i)
         if i % 20 == 0:
-            p.poll(0.001)  # keep the stream going for a while rather than queueing all at once
-    t.join(30)
-    assert killed.is_set()
+            p.poll(0.001)
+        if killed_at is None and i >= phase1 + 200 and i + 1 > len(acked) + len(failed):
+            kb.kill()
+            killed_at = i
+    assert killed_at is not None and killed_at < total - 1
     p.purge()  # whatever is still queued or in flight was never acknowledged
     assert p.flush(10) == 0
     assert len(acked) + len(failed) == total
-    assert kill_after <= len(acked) < total, f"{len(acked)} acked: the kill did not land mid-stream"
+    assert phase1 <= len(acked) < total
 
     started = restart(kb)
     assert "no clean shutdown marker: recovering" in started
     assert f"{topic}-0: recovering segment" in started
-
     segments = [f for f in os.listdir(os.path.join(kb.data_dir, f"{topic}-0")) if f.endswith(".log")]
     assert len(segments) >= 2, f"expected a rolled segment before the crash: {segments}"
     data = read_values(kb, topic, range(parts))
