@@ -142,7 +142,8 @@ class DefaultMessageFormatter:
         def sep(i):
             out.extend(self.key_sep if any(rest[i:]) else self.line_sep)
         if self.ts:
-            out += f"{m.timestamp_type}:{m.timestamp}".encode() if m.timestamp >= 0 else b"NO_TIMESTAMP"
+            out += b"NO_TIMESTAMP" if m.timestamp_type == "NO_TIMESTAMP" else \
+                f"{m.timestamp_type}:{m.timestamp}".encode()
             sep(0)
         if self.partition:
             out += f"Partition:{m.partition}".encode()
