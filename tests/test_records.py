@@ -12,6 +12,7 @@ import datetime
 import io
 import struct
 
+import cramjam
 import pytest
 from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
@@ -132,6 +133,42 @@ def test_xerial_snappy_multi_block():
     packed = compression.compress(compression.SNAPPY, data, xerial=True)
     assert packed.startswith(compression.XERIAL_MAGIC + struct.pack(">ii", 1, 1))
     assert bytes(compression.decompress(compression.SNAPPY, packed)) == data
+
+
+def _kafka_lz4_read(frame: bytes, total: int) -> bytes:
+    """Kafka's Lz4BlockInputStream: magic, FLG (version 1, reserved bits 0, independent
+    blocks or it refuses the stream), BD, optional content size, HC, then blocks each
+    decompressed on its own (every block but the last holds the maximum block size)."""
+    assert frame[:4] == b"\x04\x22\x4d\x18"
+    flg, bd = frame[4], frame[5]
+    version, independent, block_checksum = flg >> 6, (flg >> 5) & 1, (flg >> 4) & 1
+    content_size, content_checksum, reserved = (flg >> 3) & 1, (flg >> 2) & 1, flg & 3
+    assert (version, independent, reserved) == (1, 1, 0), "Kafka: Dependent block stream is unsupported"
+    assert bd & 0x8F == 0 and (bd >> 4) & 7 >= 4
+    max_block = 1 << (8 + 2 * ((bd >> 4) & 7))
+    pos = 6 + (8 if content_size else 0) + 1
+    out = []
+    while True:
+        (size,) = struct.unpack_from("<I", frame, pos)
+        pos += 4
+        if size == 0:
+            break
+        raw, size = size & 0x80000000, size & 0x7FFFFFFF
+        block = frame[pos:pos + size]
+        expect = min(max_block, total - sum(map(len, out)))
+        out.append(block if raw else bytes(cramjam.lz4.decompress_block(block, output_len=expect)))
+        pos += size + (4 if block_checksum else 0)
+    pos += 4 if content_checksum else 0
+    assert pos == len(frame)
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("size", [0, 10, 70_000, 300_000])
+def test_lz4_frames_are_readable_by_kafkas_java_reader(size):
+    data = bytes((i * 31 + i // 1000) & 0xFF for i in range(size))
+    assert _kafka_lz4_read(compression.compress(compression.LZ4, data), len(data)) == data
+    batch = build_batch([(b"k", data, ())], compression_codec=compression.LZ4)
+    assert bytes(iter_records(batch).__next__().value) == data
 
 
 @pytest.mark.parametrize("bad", [compression.XERIAL_MAGIC + b"\x00\x00",  # short header

@@ -1,9 +1,10 @@
 """Batch compression codecs (all in C via cramjam).
 
-Kafka's framings: gzip is a gzip member, lz4 is the LZ4 *frame* format, zstd is a zstd
-frame, and snappy comes in two framings — librdkafka sends raw snappy, the Java client
-and aiokafka send xerial-framed snappy. We accept both and, because batches are stored as
-produced, we never need to re-frame what a producer sent.
+Kafka's framings: gzip is a gzip member, lz4 is the LZ4 *frame* format with independent
+blocks (the only kind Kafka's Java client reads), zstd is a zstd frame, and snappy comes in
+two framings — librdkafka sends raw snappy, the Java client and aiokafka send xerial-framed
+snappy. We accept both and, because batches are stored as produced, we never need to
+re-frame what a producer sent.
 """
 
 from __future__ import annotations
@@ -79,7 +80,12 @@ def compress(codec: int, data, level: int | None = None, xerial: bool = False) -
             parts.append(block)
         return b"".join(parts)
     if codec == LZ4:
-        return bytes(cramjam.lz4.compress(data, level=1 if level is None else level))
+        # Kafka's Java reader (Lz4BlockInputStream) refuses linked blocks ("Dependent block
+        # stream is unsupported"), which cramjam's one-shot compress writes: independent
+        # blocks, and no content checksum, as Kafka's own Lz4BlockOutputStream writes
+        c = cramjam.lz4.Compressor(level=1 if level is None else level, content_checksum=False, block_linked=False)
+        c.compress(data if isinstance(data, bytes) else bytes(data))
+        return bytes(c.finish())
     if codec == ZSTD:
         return bytes(cramjam.zstd.compress(data, level=level) if level is not None else cramjam.zstd.compress(data))
     if codec == NONE:
