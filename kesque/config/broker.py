@@ -245,8 +245,11 @@ class BrokerConfig:
                 continue
             if strict:
                 raise ConfigError(name, f"Unknown configuration '{name}': not a Kafka broker config")
+        # KRaft: broker.id and node.id are the same id, whichever the file sets
         if "node.id" not in self.static and "broker.id" in self.static:
             self.static["node.id"] = self.static["broker.id"]
+        elif "broker.id" not in self.static and "node.id" in self.static:
+            self.static["broker.id"] = self.static["node.id"]
         self._validate()
 
     def _validate(self) -> None:

@@ -39,7 +39,7 @@ class KesqueServer:
         self.clock = clock
         self.node_id = config.node_id if config.node_id >= 0 else 1
         if config.node_id < 0:
-            config.static["node.id"] = self.node_id
+            config.static["node.id"] = config.static["broker.id"] = self.node_id
         self.apis: dict[int, protocol.ApiSpec] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.socket_server: SocketServer | None = None

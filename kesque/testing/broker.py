@@ -42,6 +42,7 @@ class Broker:
         self.port = port
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="kesque-")
+        os.makedirs(self.data_dir, exist_ok=True)
         self.config = dict(DEFAULTS)
         self.config.update({k: str(v) for k, v in (config or {}).items()})
         self.log_file = log_file
