@@ -609,6 +609,11 @@ def test_broker_config_changes(cluster):
     assert code(c.incremental_alter_configs, RESOURCE_BROKER, "42", [("log.retention.ms", OP_SET, "1")],
                 False) == ErrorCode.invalid_request  # unknown broker
     assert code(c.incremental_alter_configs, 99, "x", [], False) == ErrorCode.invalid_request
+    # APPEND/SUBTRACT work on a broker's LIST keys too, starting from the default
+    c.incremental_alter_configs(RESOURCE_BROKER, "", [("log.cleanup.policy", OP_APPEND, "compact")], False)
+    assert cluster.image.configs[(RESOURCE_BROKER, "")]["log.cleanup.policy"] == "delete,compact"
+    assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("log.retention.ms", OP_APPEND, "1")],
+                False) == ErrorCode.invalid_config
     assert cluster.restart().image.configs[(RESOURCE_BROKER, "1")] == {"log.retention.ms": "99"}
 
 

@@ -15,7 +15,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from ..config.broker import BrokerConfig
+from ..config.broker import BROKER_CONFIGS, BrokerConfig
 from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
 from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
@@ -360,12 +360,13 @@ class Controller:
             elif op == OP_DELETE:
                 new.pop(name, None)
             elif op in (OP_APPEND, OP_SUBTRACT):
-                key = TOPIC_CONFIGS.get(name) if rtype == RESOURCE_TOPIC else None
+                # Kafka's isSplittable: the resource's key must be a LIST (topic or broker)
+                key = (TOPIC_CONFIGS if rtype == RESOURCE_TOPIC else BROKER_CONFIGS).get(name)
                 if key is None or key.type != "LIST":
                     raise KafkaError(ErrorCode.invalid_config,
                                      f"Config value append is not allowed for config key: {name}")
                 base = new.get(name)
-                items = [x for x in (base.split(",") if base else ",".join(key.default).split(",")) if x]
+                items = [x for x in (base.split(",") if base else list(key.default or ())) if x]
                 add = [x.strip() for x in (value or "").split(",") if x.strip()]
                 if op == OP_APPEND:
                     items += [x for x in add if x not in items]
