@@ -1003,3 +1003,20 @@ def test_roll_when_offsets_overflow_the_segment(tmp_path):
     assert log.log_end_offset == far + 2
     assert log.read(far, 1, log.log_end_offset, True).first_offset == far
     log.close()
+
+
+def test_segment_scans_stop_at_a_corrupt_length(tmp_path):
+    # a segment trusted after a clean shutdown, with a batch length of 0 in the middle: the
+    # header scans must end rather than loop forever
+    seg = LogSegment(str(tmp_path), 0, index_interval_bytes=10**6, create=True, now_ms=NOW)
+    layout = fill_segment(seg, 5)
+    seg.close()
+    with open(seg.log_path, "r+b") as f:
+        f.seek(layout[2][0] + 8)
+        f.write(struct.pack(">i", 0))
+    seg = LogSegment(str(tmp_path), 0, index_interval_bytes=10**6, now_ms=NOW)
+    assert seg.find_batch(layout[1][1])[0] == layout[1][0]
+    assert seg.find_batch(layout[4][1]) is None
+    assert [p for p, _h in seg.iter_headers()] == [layout[0][0], layout[1][0]]
+    assert seg.find_offset_by_timestamp(layout[4][3], 0) is None
+    seg.close()

@@ -137,6 +137,8 @@ class LogSegment:
             if len(hdr) < rb.HEADER_SIZE:
                 return None
             h = rb.read_header(hdr)
+            if h.size < rb.HEADER_SIZE:  # a corrupt length would loop forever
+                return None
             if h.last_offset >= target_offset:
                 return pos, h
             pos += h.size
@@ -160,6 +162,8 @@ class LogSegment:
         fd = self.handle.fd
         while pos + rb.HEADER_SIZE <= self.size:
             h = rb.read_header(os.pread(fd, rb.HEADER_SIZE, pos))
+            if h.size < rb.HEADER_SIZE:
+                return None
             if h.max_timestamp >= timestamp:  # control batches too, as Kafka's findOffsetByTimestamp
                 data = os.pread(fd, h.size, pos)
                 for r in iter_records(data, 0, h):
@@ -177,6 +181,8 @@ class LogSegment:
             if len(hdr) < rb.HEADER_SIZE:
                 return
             h = rb.read_header(hdr)
+            if h.size < rb.HEADER_SIZE:
+                return
             yield pos, h
             pos += h.size
 
