@@ -3,11 +3,14 @@
 It speaks the wire protocol over a plain blocking socket so tests can send exactly the
 bytes they mean — valid requests encoded with kio, hand-corrupted ones, several requests
 in one ``send`` — and observe exactly what the broker answers (or that it closes the
-connection). Nothing here knows about kesque internals beyond the flexible-version table.
+connection). From kesque it takes only the flexible-version table and the record-batch
+builder/reader (to build batches and to check what a Fetch returned).
 
     with WireClient(broker.bootstrap_servers) as c:
-        resp = c.request(3, 12, c.msg(3, 12)(topics=None, allow_auto_topic_creation=False,
-                                               include_topic_authorized_operations=False))
+        m = Msg(3, 12)
+        resp = c.request(3, 12, m(topics=None, allow_auto_topic_creation=False,
+                                  include_topic_authorized_operations=False))
+        Api(c).produce("topic", build_batch([(b"key", b"value", ())]))
 
 Framing reminders (Kafka's protocol guide):
 
