@@ -32,6 +32,10 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 METADATA_VERSION_LEVEL = 25  # 4.0-IV3: the KRaft feature level kesque's records correspond to
 FEATURES = {"metadata.version": METADATA_VERSION_LEVEL}
 
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one request may not write more records
+MAX_RECORDS_PER_USER_OP = 10000
+_TOO_LARGE = "Unable to perform excessively large batch operation."
+
 # IncrementalAlterConfigs operations
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -131,6 +135,7 @@ class Controller:
         counts: dict[str, int] = {}
         for t in topics:
             counts[t.name] = counts.get(t.name, 0) + 1
+        budget = [MAX_RECORDS_PER_USER_OP]
         for t in topics:
             res = CreatedTopic(t.name)
             results.append(res)
@@ -141,12 +146,14 @@ class Controller:
                 if t.name == METADATA_TOPIC:
                     raise KafkaError(ErrorCode.invalid_request,
                                      f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
-                recs, n, rf, topic_id = self._plan_topic(t)
+                recs, n, rf, topic_id = self._plan_topic(t, budget)
                 res.num_partitions, res.replication_factor = n, rf
                 res.topic_id = topic_id
                 if not validate_only:
                     records.extend(recs)
             except KafkaError as e:
+                if e.message == _TOO_LARGE:  # the whole request fails, as in Kafka
+                    return [CreatedTopic(x.name, error=e) for x in topics]
                 res.error = e
         if records:
             self.commit(records)
@@ -155,7 +162,7 @@ class Controller:
                 log.info("Created topic %s with topic id %s", res.name, res.topic_id)
         return results
 
-    def _plan_topic(self, t: NewTopic):
+    def _plan_topic(self, t: NewTopic, budget: list[int] | None = None):
         validate_topic_name(t.name)
         if self.image.topic(t.name) is not None:
             raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
@@ -195,7 +202,13 @@ class Controller:
                 raise KafkaError(ErrorCode.invalid_replication_factor,
                                  f"Unable to replicate the partition {rf} time(s): The target replication factor "
                                  f"of {rf} cannot be reached because only {len(live)} broker(s) are registered.")
+            if budget is not None and n + len(t.configs) + 1 > budget[0]:
+                raise KafkaError(ErrorCode.policy_violation, _TOO_LARGE)
             assignment = self._place(n, rf, live)
+        if budget is not None:
+            budget[0] -= len(assignment) + len(t.configs) + 1
+            if budget[0] < 0:
+                raise KafkaError(ErrorCode.policy_violation, _TOO_LARGE)
         topic_id = random_topic_id()
         while topic_id in self.image.topics_by_id:
             topic_id = random_topic_id()
@@ -312,6 +325,8 @@ class Controller:
                 raise KafkaError(ErrorCode.invalid_replication_factor,
                                  f"Unable to replicate the partition {rf} time(s): only {len(live)} broker(s) are "
                                  "registered.")
+            if count - current > MAX_RECORDS_PER_USER_OP:
+                raise KafkaError(ErrorCode.policy_violation, _TOO_LARGE)
             plan = self._place(count - current, rf, live, current)
         if not validate_only:
             self.commit(self._partition_records(t.topic_id, plan, current))
