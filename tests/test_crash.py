@@ -322,10 +322,6 @@ def test_crc_mismatch_in_middle_batch_truncates_from_there(kb):
     _assert_recovered_to(kb, "middle", path, 6, started, positions[6][0])
 
 
-@pytest.mark.xfail(strict=True, reason="with the clean-shutdown marker present recovery is skipped (as Kafka), "
-                                       "and the log end is computed by walking batch headers without checking that "
-                                       "the last batch fits in the file: the partial batch counts as offset 9, the "
-                                       "next append lands after the torn bytes, and offset 9 onward is unreadable")
 def test_torn_tail_with_clean_shutdown_marker(kb):
     """Kafka skips recovery when the marker is there (LogLoader.recoverLog), so it would not
     truncate the torn bytes either: its LogSegment.readNextOffset ignores the partial batch
@@ -416,10 +412,6 @@ def test_corrupt_or_missing_index_rebuilt(kb, case):
     assert len(rebuilt) % 8 == 0 and len(rebuilt) >= 8 * 20
 
 
-@pytest.mark.xfail(strict=True, reason="after an unclean shutdown, a segment below the recovery point whose .index "
-                                       "is missing is rebuilt silently (Log._recover: load_indexes() False -> "
-                                       "recover() with no log line); Kafka logs 'Could not find offset index file "
-                                       "... recovering segment and rebuilding index files'")
 def test_missing_index_below_recovery_point_rebuilt_after_crash(kb):
     """Two segments; the first one's .index disappears; the broker is killed, so the next
     start recovers from the recovery point (the active segment) and has to notice the

@@ -144,6 +144,11 @@ class Log:
                 if not seg.load_indexes():
                     log.info("%s: rebuilding indexes of %s", self.tp, seg.log_path)
                     seg.recover()
+            active = self.active_segment
+            if not active.tail_is_intact():
+                log.warning("%s: the tail of %s is torn or corrupt despite the clean shutdown marker; recovering it",
+                            self.tp, os.path.basename(active.log_path))
+                active.recover()
             self.recovery_point = self.log_end_offset
         else:
             self._recover(now_ms)
