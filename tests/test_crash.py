@@ -12,7 +12,9 @@ Kafka's rules these tests hold kesque to (LogLoader / LogSegment / UnifiedLog):
   its CRC is where the segment is truncated ("Found invalid messages in log segment <file>
   at byte offset <n>"), later segments are deleted;
 * with the marker, recovery is skipped, but a missing or corrupt ``.index``/``.timeindex``
-  still makes the segment be rebuilt (LogSegment.sanityCheck -> recoverSegment);
+  still makes the segment be rebuilt (LogSegment.sanityCheck -> recoverSegment); kesque
+  also checks the active segment's tail then, where Kafka would append after torn bytes
+  (see test_damaged_tail_with_clean_shutdown_marker);
 * the marker is consumed on start, and written (after the flush and the checkpoints) on a
   clean shutdown.
 """
@@ -322,24 +324,36 @@ def test_crc_mismatch_in_middle_batch_truncates_from_there(kb):
     _assert_recovered_to(kb, "middle", path, 6, started, positions[6][0])
 
 
-def test_torn_tail_with_clean_shutdown_marker(kb):
+@pytest.mark.parametrize("damage_kind", ["torn", "crc"])
+def test_damaged_tail_with_clean_shutdown_marker(kb, damage_kind):
     """Kafka skips recovery when the marker is there (LogLoader.recoverLog), so it would not
-    truncate the torn bytes either: its LogSegment.readNextOffset ignores the partial batch
+    truncate the damaged bytes: its LogSegment.readNextOffset ignores a partial batch
     (FileLogInputStream stops at a batch that runs past the end), so the log end offset is 9,
     but the next append goes to the end of the file, after the torn bytes, and a fetch of
-    offset 9 then returns the torn header glued to the new batch — Kafka would also serve a
-    corrupt tail here. What the user needs, and what this test asks, is the recovered log:
-    every complete batch served, the log end at 9, and new records readable."""
-    def damage(path, _positions):
-        os.truncate(path, os.path.getsize(path) - 5)
+    offset 9 then returns the torn header glued to the new batch — Kafka would serve a corrupt
+    tail here (and a flipped byte would reach consumers as a CRC error). kesque checks the
+    active segment's tail even after a clean shutdown (a few header reads and one CRC) and
+    recovers it: every complete batch served, the log end at 9, new records readable."""
+    def damage(path, positions):
+        if damage_kind == "torn":
+            os.truncate(path, os.path.getsize(path) - 5)
+        else:
+            pos, _base, size = positions[-1]
+            with open(path, "r+b") as f:
+                f.seek(pos + size - 1)
+                b = f.read(1)
+                f.seek(pos + size - 1)
+                f.write(bytes([b[0] ^ 0x80]))
 
-    path, positions, started = _damaged_log(kb, "tornclean", damage, keep_marker=True)
+    path, positions, started = _damaged_log(kb, "tailclean", damage, keep_marker=True)
     assert "clean shutdown: skipping recovery" in started
+    needle = f"Found invalid messages in log segment {path} at byte offset {positions[-1][0]}"
+    assert needle in started, started
     api = wire(kb)
-    assert api.list_offsets("tornclean", -1).offset == 9, "the partial batch must not count"
-    r = api.produce("tornclean", build_batch([(None, b"after", ())]))
+    assert api.list_offsets("tailclean", -1).offset == 9, "the damaged batch must not count"
+    r = api.produce("tailclean", build_batch([(None, b"after", ())]))
     assert (r.error_code, r.base_offset) == (0, 9)
-    assert read_values(kb, "tornclean")[0] == list(enumerate(VALUES[:9])) + [(9, b"after")]
+    assert read_values(kb, "tailclean")[0] == list(enumerate(VALUES[:9])) + [(9, b"after")]
 
 
 # ====================================================================== indexes
@@ -413,9 +427,10 @@ def test_corrupt_or_missing_index_rebuilt(kb, case):
 
 
 def test_missing_index_below_recovery_point_rebuilt_after_crash(kb):
-    """Two segments; the first one's .index disappears; the broker is killed, so the next
-    start recovers from the recovery point (the active segment) and has to notice the
-    missing index of the older segment on its own."""
+    """Two segments; the first one's .index disappears and the clean-shutdown marker is gone
+    (as after a crash), so the next start recovers from the recovery point (the active
+    segment) and has to notice the missing index of the older segment on its own, with
+    Kafka's log line ("Could not find index file ... recovering segment")."""
     topic = "idx2"
     api = wire(kb)
     api.create_topic(topic, configs={"segment.bytes": str(1 << 20), "index.interval.bytes": "4096"})
@@ -433,4 +448,4 @@ def test_missing_index_below_recovery_point_rebuilt_after_crash(kb):
     got = consume_all(kb.bootstrap_servers, topic, start=3)[0]
     assert [(o, v[-2:]) for o, v in got] == [(i, b"%02d" % i) for i in range(3, 14)]
     assert os.path.exists(os.path.join(pdir, SEGMENT0 + ".index"))
-    assert _lines(started, f"{topic}-0", SEGMENT0), started
+    assert _lines(started, "Could not find index file", f"{topic}-0", SEGMENT0), started
