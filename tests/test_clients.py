@@ -18,6 +18,13 @@ lines, so kcat data sets have no null-key + empty-value record, and no null valu
 
 Consumers use ``assign()`` with explicit offsets: consumer groups are not implemented yet.
 
+Also: idempotent producers (producer ids and sequences checked on disk), ListOffsets by
+timestamp / earliest / latest / max-timestamp from every client, DeleteRecords,
+CreatePartitions, topic and broker configs, DescribeCluster / DescribeTopicPartitions,
+auto-creation on produce (on and off), long-poll Fetch timing (raw and through librdkafka),
+fetches starting inside a compressed batch, LogAppendTime, Kafka's produce error codes,
+kafka-python pinned to older protocol versions, and fetch sizes below one batch (KIP-74).
+
 aiokafka and kcat fetch with non-flexible Fetch versions (v11); a bug in that path once hung
 the whole broker, so tests whose consumer is one of them run on a second shared broker
 (``v11_broker``) and the main one stays healthy if it comes back.
@@ -868,3 +875,127 @@ def test_old_timestamps_do_not_roll_a_segment_per_batch(module_broker):
     assert len(segment_batches(module_broker.data_dir, topic, 0)) == 20
     files = segment_files(module_broker.data_dir, topic, 0)
     assert len(files) == 1, f"{len(files)} segments for 20 batches"
+
+
+# =============================================================================== more broker behaviour
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_log_append_time(module_broker, codec):
+    """message.timestamp.type=LogAppendTime: the broker stamps the batch (attributes bit 3,
+    maxTimestamp) and consumers see the broker's time, type LogAppendTime, for every record."""
+    from clientlib import Rec
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+    topic = new_topic()
+    create_topic(module_broker, topic, 1, {"message.timestamp.type": "LogAppendTime"})
+    bs = module_broker.bootstrap_servers
+    recs = [Rec(0, b"k%d" % i, b"value %d " % i * 10, (("h", b"1"),), 1000 + i) for i in range(300)]
+    t0 = int(time.time() * 1000)
+    produce_confluent(bs, topic, recs, codec)
+    t1 = int(time.time() * 1000)
+    batches = segment_batches(module_broker.data_dir, topic, 0)
+    assert all(b.timestamp_type == 1 and t0 <= b.max_timestamp <= t1 for b in batches), batches
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bs, "group.id": "unused", "check.crcs": True})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 300 and time.monotonic() < deadline:
+            got += [m for m in c.consume(1000, 0.5) if m.error() is None]
+    finally:
+        c.close()
+    assert len(got) == 300
+    assert {m.timestamp()[0] for m in got} == {TIMESTAMP_LOG_APPEND_TIME}
+    assert all(t0 <= m.timestamp()[1] <= t1 for m in got)
+    assert [(m.key(), m.value(), m.headers()) for m in got] == [(r.key, r.value, list(r.headers)) for r in recs]
+    from kafka import KafkaConsumer, TopicPartition as KTP
+    kc = KafkaConsumer(bootstrap_servers=bs, check_crcs=True, enable_auto_commit=False)
+    try:
+        kc.assign([KTP(topic, 0)])
+        kc.seek(KTP(topic, 0), 0)
+        kg = []
+        deadline = time.monotonic() + 10
+        while len(kg) < 300 and time.monotonic() < deadline:
+            for _tp, rs in kc.poll(500).items():
+                kg += rs
+    finally:
+        kc.close()
+    assert len(kg) == 300 and {r.timestamp_type for r in kg} == {1}
+    assert all(t0 <= r.timestamp <= t1 for r in kg)
+
+
+def test_produce_errors_are_kafkas(module_broker):
+    """Refused produces come back with Kafka's error codes."""
+    from confluent_kafka import KafkaError, Producer
+    from kafka import KafkaProducer
+    from kafka.errors import NotEnoughReplicasError
+    bs = module_broker.bootstrap_servers
+
+    def confluent_error(topic, **kw):
+        errors = []
+        p = Producer({"bootstrap.servers": bs, "message.max.bytes": 5_000_000, "message.timeout.ms": 5000})
+        p.produce(topic, partition=0, on_delivery=lambda err, _m: errors.append(err), **kw)
+        p.flush(10)
+        assert len(errors) == 1 and errors[0] is not None, errors
+        return errors[0].code()
+
+    t = new_topic()
+    create_topic(module_broker, t, 1)
+    # batch above message.max.bytes (1 MiB default)
+    assert confluent_error(t, value=b"x" * 1_200_000) == KafkaError.MSG_SIZE_TOO_LARGE
+    # timestamp more than log.message.timestamp.after.max.ms (1 h, Kafka 4.0) in the future
+    future = int(time.time() * 1000) + 2 * 3_600_000
+    assert confluent_error(t, value=b"v", timestamp=future) == KafkaError.INVALID_TIMESTAMP
+    # compacted topics refuse records without a key
+    t2 = new_topic()
+    create_topic(module_broker, t2, 1, {"cleanup.policy": "compact"})
+    assert confluent_error(t2, value=b"v") == KafkaError.INVALID_RECORD
+    # acks=all with min.insync.replicas above the ISR size
+    t3 = new_topic()
+    create_topic(module_broker, t3, 1, {"min.insync.replicas": "2"})
+    kp = KafkaProducer(bootstrap_servers=bs, acks="all", retries=0, enable_idempotence=False)
+    try:
+        with pytest.raises(NotEnoughReplicasError):
+            kp.send(t3, b"v", partition=0).get(10)
+        kp1 = KafkaProducer(bootstrap_servers=bs, acks=1, enable_idempotence=False)
+        try:
+            assert kp1.send(t3, b"v", partition=0).get(10).offset == 0  # acks=1 is not held to min.isr
+        finally:
+            kp1.close(5)
+    finally:
+        kp.close(5)
+
+
+@pytest.mark.parametrize("api_version", [(0, 11), (2, 0), (3, 0)], ids=lambda v: "%d.%d" % v)
+def test_kafka_python_older_protocol_versions(module_broker, api_version):
+    """kafka-python pinned to an older broker version uses older, non-flexible versions of
+    Metadata/Produce/Fetch/ListOffsets (e.g. Fetch v4 for 0.11): round trip still identical."""
+    topic = new_topic()
+    create_topic(module_broker, topic)
+    recs = make_records(3000, seed=200 + api_version[0])
+    bs = module_broker.bootstrap_servers
+    produce_kafka_python(bs, topic, recs, "gzip", api_version=api_version)
+    expected = expected_by_partition(recs)
+    got = consume_kafka_python(bs, topic, counts(expected), api_version=api_version)
+    assert_same(got, expected, f"kafka-python api_version={api_version}")
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
+def test_fetch_max_bytes_below_batch_size(request, client):
+    """max.partition.fetch.bytes / fetch.max.bytes far below a batch (and a 30 KB record):
+    the broker still returns the first batch whole (KIP-74), consumers make progress."""
+    broker = broker_for(request, client)
+    bs = broker.bootstrap_servers
+    topic = new_topic()
+    create_topic(broker, topic)
+    recs = make_records(3000, seed=300)
+    produce_confluent(bs, topic, recs, "zstd")
+    expected = expected_by_partition(recs)
+    if client == "confluent":
+        got = consume_confluent(bs, topic, counts(expected), **{"max.partition.fetch.bytes": 100,
+                                                                "fetch.max.bytes": 1000, "message.max.bytes": 1000})
+    elif client == "kafka-python":
+        got = consume_kafka_python(bs, topic, counts(expected), max_partition_fetch_bytes=100, fetch_max_bytes=100)
+    else:
+        got = consume_aiokafka(bs, topic, counts(expected), max_partition_fetch_bytes=100, fetch_max_bytes=100)
+    assert_same(got, expected, f"{client} with tiny fetch sizes")
