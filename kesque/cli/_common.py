@@ -132,6 +132,16 @@ def jopt_help(parser: argparse.ArgumentParser, with_description: bool = True) ->
     return "\n".join(out) + "\n"
 
 
+def usage_or_version(args, parser, description: str) -> None:
+    """Kafka's tool prologue: no options prints the usage (exit 1), --version the version."""
+    if is_empty(args, parser):
+        print_usage_and_exit(parser, description)
+    if getattr(args, "version", False):
+        from .. import __version__
+        print(__version__)
+        raise ToolExit(0)
+
+
 def is_empty(args, parser: argparse.ArgumentParser) -> bool:
     """True when no option was given (Kafka's tools then print their usage)."""
     for action in parser._actions:

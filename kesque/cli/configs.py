@@ -18,7 +18,7 @@ import re
 import sys
 
 from . import _admin
-from ._common import BrokerError, ToolExit, error_line, is_empty, load_props, print_usage_and_exit
+from ._common import BrokerError, ToolExit, error_line, load_props, print_usage_and_exit, usage_or_version
 
 NAME = "configs"
 SCRIPT = "kafka-configs.sh"
@@ -119,12 +119,7 @@ def entity_names(a) -> list[str]:
 
 
 def _check_args(p, a) -> None:
-    if is_empty(a, p):
-        print_usage_and_exit(p, DESCRIPTION)
-    if a.version:
-        from .. import __version__
-        print(__version__)
-        raise ToolExit(0)
+    usage_or_version(a, p, DESCRIPTION)
     if int(a.alter) + int(a.describe) != 1:
         print_usage_and_exit(p, "Command must include exactly one action: --describe, --alter")
     if a.describe:

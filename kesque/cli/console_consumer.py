@@ -19,8 +19,15 @@ import sys
 import time
 import uuid
 
-from ._common import (ToolExit, is_empty, load_props, log4j_stamp, parse_key_value_args,
-                      print_usage_and_exit)
+from ._common import (
+    ToolExit,
+    check_required,
+    load_props,
+    log4j_stamp,
+    parse_key_value_args,
+    print_usage_and_exit,
+    usage_or_version,
+)
 
 NAME = "console-consumer"
 SCRIPT = "kafka-console-consumer.sh"
@@ -191,12 +198,7 @@ class Options:
 
 
 def _check(p, a) -> Options:
-    if is_empty(a, p):
-        print_usage_and_exit(p, DESCRIPTION)
-    if a.version:
-        from .. import __version__
-        print(__version__)
-        raise ToolExit(0)
+    usage_or_version(a, p, DESCRIPTION)
     if (a.topic is not None) + (a.include is not None) != 1:
         print_usage_and_exit(p, "Exactly one of --include/--topic is required. ")
     if a.partition is not None:
@@ -206,8 +208,7 @@ def _check(p, a) -> Options:
             print_usage_and_exit(p, "Options from-beginning and offset cannot be specified together.")
     elif a.offset is not None:
         print_usage_and_exit(p, "The partition is required when offset is specified.")
-    if not a.bootstrap_server:
-        print_usage_and_exit(p, 'Missing required argument "[bootstrap-server]"')
+    check_required(p, a, "bootstrap-server")
     o = Options()
     file_props = load_props(a.consumer_config) if a.consumer_config else {}
     extra = parse_key_value_args(a.consumer_property)

@@ -14,8 +14,15 @@ from __future__ import annotations
 import re
 import sys
 
-from ._common import (ToolExit, bootstrap_check, check_required, error_line, is_empty, load_props,
-                      parse_key_value_args, print_usage_and_exit)
+from ._common import (
+    bootstrap_check,
+    check_required,
+    error_line,
+    load_props,
+    parse_key_value_args,
+    print_usage_and_exit,
+    usage_or_version,
+)
 
 NAME = "console-producer"
 SCRIPT = "kafka-console-producer.sh"
@@ -244,12 +251,7 @@ def to_librdkafka(props: dict[str, str]) -> dict:
 
 
 def _check_args(p, a) -> None:
-    if is_empty(a, p):
-        print_usage_and_exit(p, DESCRIPTION)
-    if a.version:
-        from .. import __version__
-        print(__version__)
-        raise ToolExit(0)
+    usage_or_version(a, p, DESCRIPTION)
     check_required(p, a, "topic")
     msg = bootstrap_check(a.bootstrap_server)
     if msg:

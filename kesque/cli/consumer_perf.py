@@ -16,7 +16,13 @@ from __future__ import annotations
 import sys
 import time
 
-from ._common import (ToolExit, is_empty, java_simple_date, load_props, print_usage_and_exit)
+from ._common import (
+    check_required,
+    java_simple_date,
+    load_props,
+    print_usage_and_exit,
+    usage_or_version,
+)
 from .producer_perf import jf
 
 NAME = "consumer-perf-test"
@@ -119,17 +125,11 @@ class _Source:
 
 def run(a) -> int:
     p = a._parser
-    if is_empty(a, p):
-        print_usage_and_exit(p, DESCRIPTION)
-    if a.version:
-        from .. import __version__
-        print(__version__)
-        raise ToolExit(0)
+    usage_or_version(a, p, DESCRIPTION)
     for req in ("topic", "messages"):
         if getattr(a, req) is None:
             print_usage_and_exit(p, f'Missing required argument "[{req}]"')
-    if not a.bootstrap_server:
-        print_usage_and_exit(p, 'Missing required argument "[bootstrap-server]"')
+    check_required(p, a, "bootstrap-server")
     if a.reporting_interval <= 0:
         print("Reporting interval must be greater than 0.", file=sys.stderr)
         return 1

@@ -17,8 +17,13 @@ import json
 import sys
 
 from . import _admin
-from ._common import (ToolExit, error_line, is_empty, java_hash_order, print_usage_and_exit,
-                      topic_partition_hash)
+from ._common import (
+    error_line,
+    java_hash_order,
+    print_usage_and_exit,
+    topic_partition_hash,
+    usage_or_version,
+)
 
 NAME = "delete-records"
 SCRIPT = "kafka-delete-records.sh"
@@ -67,12 +72,7 @@ def run(a) -> int:
     from confluent_kafka import TopicPartition
 
     p = a._parser
-    if is_empty(a, p):
-        print_usage_and_exit(p, DESCRIPTION)
-    if a.version:
-        from .. import __version__
-        print(__version__)
-        raise ToolExit(0)
+    usage_or_version(a, p, DESCRIPTION)
     for req in ("bootstrap_server", "offset_json_file"):
         if not getattr(a, req):
             print_usage_and_exit(p, f'Missing required argument "[{req.replace("_", "-")}]"')

@@ -29,7 +29,7 @@ from crc32c import crc32c
 from ..records import batch as rb
 from ..records.records import iter_records
 from ..storage import checkpoint as ck
-from ._common import ToolExit, is_empty, kafka_uuid, print_usage_and_exit
+from ._common import kafka_uuid, print_usage_and_exit, usage_or_version
 
 NAME = "dump-log"
 SCRIPT = "kafka-dump-log.sh"
@@ -483,12 +483,7 @@ class Dumper:
 
 def run(a) -> int:
     p = a._parser
-    if is_empty(a, p):
-        print_usage_and_exit(p, DESCRIPTION)
-    if a.version:
-        from .. import __version__
-        print(__version__)
-        raise ToolExit(0)
+    usage_or_version(a, p, DESCRIPTION)
     if not a.files:
         print_usage_and_exit(p, 'Missing required argument "[files]"')
     for name in (a.value_decoder_class, a.key_decoder_class):

@@ -11,7 +11,13 @@ import re
 import sys
 
 from . import _admin
-from ._common import (ToolExit, bootstrap_check, error_message, is_empty, print_usage_and_exit)
+from ._common import (
+    bootstrap_check,
+    check_required,
+    error_message,
+    print_usage_and_exit,
+    usage_or_version,
+)
 
 NAME = "get-offsets"
 SCRIPT = "kafka-get-offsets.sh"
@@ -127,14 +133,8 @@ def run(a) -> int:
     from confluent_kafka.admin import OffsetSpec
 
     p = a._parser
-    if is_empty(a, p):
-        print_usage_and_exit(p, DESCRIPTION)
-    if a.version:
-        from .. import __version__
-        print(__version__)
-        raise ToolExit(0)
-    if not a.bootstrap_server:
-        print_usage_and_exit(p, 'Missing required argument "[bootstrap-server]"')
+    usage_or_version(a, p, DESCRIPTION)
+    check_required(p, a, "bootstrap-server")
     msg = bootstrap_check(a.bootstrap_server)
     if msg:
         print_usage_and_exit(p, msg)

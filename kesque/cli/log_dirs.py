@@ -15,8 +15,17 @@ import json
 import sys
 
 from . import _admin
-from ._common import (BrokerError, ToolExit, error_message, is_empty, java_hash_order, java_hashmap_order,
-                      java_string_hash, print_usage_and_exit, topic_partition_hash)
+from ._common import (
+    BrokerError,
+    check_required,
+    error_message,
+    java_hash_order,
+    java_hashmap_order,
+    java_string_hash,
+    print_usage_and_exit,
+    topic_partition_hash,
+    usage_or_version,
+)
 
 NAME = "log-dirs"
 SCRIPT = "kafka-log-dirs.sh"
@@ -70,14 +79,8 @@ _DIR_ERRORS = {57: "org.apache.kafka.common.errors.KafkaStorageException",
 
 def run(a) -> int:
     p = a._parser
-    if is_empty(a, p):
-        print_usage_and_exit(p, DESCRIPTION)
-    if a.version:
-        from .. import __version__
-        print(__version__)
-        raise ToolExit(0)
-    if not a.bootstrap_server:
-        print_usage_and_exit(p, 'Missing required argument "[bootstrap-server]"')
+    usage_or_version(a, p, DESCRIPTION)
+    check_required(p, a, "bootstrap-server")
     if not a.describe:
         print_usage_and_exit(p, 'Missing required argument "[describe]"')
     topics = {t for t in a.topic_list.split(",") if t}

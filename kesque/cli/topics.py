@@ -10,8 +10,16 @@ from __future__ import annotations
 import sys
 
 from . import _admin
-from ._common import (ToolExit, check_invalid, check_required, error_message, is_empty, kafka_error_of, kafka_uuid,
-                      print_usage_and_exit)
+from ._common import (
+    ToolExit,
+    check_invalid,
+    check_required,
+    error_message,
+    kafka_error_of,
+    kafka_uuid,
+    print_usage_and_exit,
+    usage_or_version,
+)
 
 NAME = "topics"
 SCRIPT = "kafka-topics.sh"
@@ -85,12 +93,7 @@ def configure(p) -> None:
 # ----------------------------------------------------------------- argument checks
 
 def _check_args(p, a) -> None:
-    if is_empty(a, p):
-        print_usage_and_exit(p, "Create, delete, describe, or change a topic.")
-    if a.version:
-        from .. import __version__
-        print(__version__)
-        raise ToolExit(0)
+    usage_or_version(a, p, "Create, delete, describe, or change a topic.")
     if sum(bool(getattr(a, x)) for x in _ACTIONS) != 1:
         print_usage_and_exit(p, "Command must include exactly one action: --list, --describe, --create, --alter "
                                 "or --delete")
