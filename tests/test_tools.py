@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from kesque.testing.broker import DEFAULTS, Broker
+from kesque.testing.broker import DEFAULTS
 
 BIN = os.path.dirname(sys.executable)
 
@@ -78,20 +78,6 @@ def out(r) -> str:
 
 def err(r) -> str:
     return r.stderr.decode()
-
-
-@pytest.fixture(scope="module")
-def module_broker(tmp_path_factory):
-    """One broker for the module. (conftest's fixture passes a data dir that does not exist
-    yet and Broker.start() then fails opening kesque.log in it; create the dir first.)"""
-    data = tmp_path_factory.mktemp("kesque-tools") / "data"
-    data.mkdir()
-    b = Broker(data_dir=str(data))
-    b.start()
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture(scope="module")

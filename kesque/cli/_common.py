@@ -348,6 +348,6 @@ def bootstrap_check(value: str | None) -> str | None:
     for part in value.split(","):
         part = part.strip()
         if not re.match(r"^\[?[^\s\]]*\]?:\d+$", part):
-            return f"Please provide valid host:port like host1:9091,host2:9092\n "
+            return "Please provide valid host:port like host1:9091,host2:9092\n "
     return None
 

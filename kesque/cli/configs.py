@@ -287,7 +287,7 @@ def describe(a) -> None:
     names = entity_names(a)
     etype = types[0]
     if etype in (USER, CLIENT, IP):
-        raise BrokerError(35, f"The broker does not support DESCRIBE_CLIENT_QUOTAS", "UNSUPPORTED_VERSION")
+        raise BrokerError(35, "The broker does not support DESCRIBE_CLIENT_QUOTAS", "UNSUPPORTED_VERSION")
     if etype not in (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP):
         raise Fail(f"Invalid entity type: {etype}")
     if names:

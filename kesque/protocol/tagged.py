@@ -12,8 +12,7 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveField, PrimitiveTupleField,
-                                    classify_field, get_field_tag, get_schema_field_type, is_optional)
+from kio.serial._introspect import (EntityField, EntityTupleField, classify_field, get_field_tag, get_schema_field_type, is_optional)
 
 from .primitives import INT16, INT32, ProtocolError, read_uvarint, uvarint
 
