@@ -64,6 +64,40 @@ def decompress(codec: int, data) -> memoryview:
     return memoryview(out)
 
 
+_INTO = {GZIP: cramjam.gzip.decompress_into, LZ4: cramjam.lz4.decompress_into,
+         ZSTD: cramjam.zstd.decompress_into, SNAPPY: cramjam.snappy.decompress_raw_into}
+SCRATCH_START = 8 * 1024 * 1024
+#: a batch may not decompress to more than this (a decompression bomb must not exhaust memory)
+MAX_DECOMPRESSED = 256 * 1024 * 1024
+_scratch = bytearray(0)
+
+
+def decompress_transient(codec: int, data) -> memoryview:
+    """Decompress into a reused buffer: about twice as fast as :func:`decompress`, which
+    allocates and grows its output. The view is valid until the next call (the produce
+    path validates one batch at a time on one thread). Refuses batches that expand beyond
+    MAX_DECOMPRESSED."""
+    global _scratch
+    if codec == SNAPPY and memoryview(data)[:8] == XERIAL_MAGIC:
+        return decompress(codec, data)
+    into = _INTO.get(codec)
+    if into is None:
+        raise CompressionError(f"unknown compression codec {codec}")
+    size = max(len(_scratch), SCRATCH_START)
+    while True:
+        if len(_scratch) < size:
+            _scratch = bytearray(size)
+        try:
+            n = into(data, _scratch)
+            return memoryview(_scratch)[:n]
+        except Exception as e:
+            if "smaller than required" not in str(e) and "failed to write whole buffer" not in str(e):
+                raise CompressionError(f"cannot decompress {codec}: {e}") from e
+        if size >= MAX_DECOMPRESSED:
+            raise CompressionError(f"batch decompresses to more than {MAX_DECOMPRESSED} bytes")
+        size = min(size * 4, MAX_DECOMPRESSED)
+
+
 def compress(codec: int, data, level: int | None = None, xerial: bool = False) -> bytes:
     """Compress a records section. LZ4 uses level 1 unless told otherwise (the default
     level is about ten times slower for a few percent)."""

@@ -118,7 +118,7 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
     offsets_ok = True
     if codec:
         try:
-            payload = compression.decompress(codec, buf[rb.HEADER_SIZE:size])
+            payload = compression.decompress_transient(codec, buf[rb.HEADER_SIZE:size])
         except compression.CompressionError as e:
             raise KafkaError(ErrorCode.corrupt_message, str(e)) from None
         scan = _scan(payload, 0, len(payload), count)
