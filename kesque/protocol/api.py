@@ -9,6 +9,7 @@ checks this table against kio.
 from __future__ import annotations
 
 import io
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
@@ -82,14 +83,19 @@ class RequestHeader:
     flexible: bool
 
 
+_HEADER_V1 = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+
+
 def parse_request_header(frame) -> RequestHeader:
     """Header v1 (key, version, correlation id, client id) or v2 (+ tagged fields)."""
-    if len(frame) < 8:
+    size = len(frame)
+    if size >= 10:
+        api_key, api_version, correlation_id, n = _HEADER_V1.unpack_from(frame, 0)
+    elif size >= 8:
+        api_key, api_version, correlation_id = _HEADER_V1.unpack_from(bytes(frame) + b"\xff\xfe", 0)[:3]
+        n = -2
+    else:
         raise ProtocolError("request header too short")
-    api_key = INT16.unpack_from(frame, 0)[0]
-    api_version = INT16.unpack_from(frame, 2)[0]
-    correlation_id = INT32.unpack_from(frame, 4)[0]
-    n = INT16.unpack_from(frame, 8)[0] if len(frame) >= 10 else -2
     if n < -1:
         raise ProtocolError("bad client id length")
     pos = 10
@@ -101,7 +107,10 @@ def parse_request_header(frame) -> RequestHeader:
         pos += n
     flexible = is_flexible(api_key, api_version)
     if flexible:
-        pos = skip_tagged_fields(frame, pos)
+        if pos < size and frame[pos] == 0:
+            pos += 1  # no tagged fields
+        else:
+            pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos, flexible)
 
 

@@ -47,6 +47,8 @@ def read_int64(buf, pos: int) -> tuple[int, int]:
 
 
 def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:  # the one-byte case: almost every length and count
+        return buf[pos], pos + 1
     result = 0
     shift = 0
     n = len(buf)

@@ -8,11 +8,12 @@ answer needs. Both are property-tested byte-for-byte against kio (tests/test_cod
 
 from __future__ import annotations
 
+import struct
 import uuid
 from dataclasses import dataclass
 
-from .primitives import (INT16, INT32, INT64, ProtocolError, array_len, compact_string, read_array_len,
-                         read_bytes_view, read_compact_string, read_int16, read_int32, read_string, read_uuid,
+from .primitives import (I16_I32, INT16, INT32, INT64, ProtocolError, array_len, compact_string, read_array_len,
+                         read_bytes_view, read_compact_string, read_string, read_uuid,
                          skip_tagged_fields, string, tagged)
 
 FLEXIBLE_FROM = 9
@@ -41,14 +42,22 @@ class ProduceRequest:
 
 
 def decode_produce_request(body: memoryview, version: int) -> ProduceRequest:
+    """Decode without copying records. One-byte varints and empty tagged-field sections —
+    nearly all of them in practice — are read inline; the helpers handle the rest."""
     flexible = version >= FLEXIBLE_FROM
     read_str = read_compact_string if flexible else read_string
+    n = len(body)
     pos = 0
     txn_id = None
     if version >= 3:
-        txn_id, pos = read_str(body, pos)
-    acks, pos = read_int16(body, pos)
-    timeout, pos = read_int32(body, pos)
+        if flexible and pos < n and body[pos] == 0:
+            pos += 1  # null transactional id
+        else:
+            txn_id, pos = read_str(body, pos)
+    if pos + 6 > n:
+        raise ProtocolError("truncated produce request")
+    acks, timeout = I16_I32.unpack_from(body, pos)
+    pos += 6
     ntopics, pos = read_array_len(body, pos, flexible)
     if ntopics < 0:
         raise ProtocolError("null topic array")
@@ -66,15 +75,23 @@ def decode_produce_request(body: memoryview, version: int) -> ProduceRequest:
             raise ProtocolError("null partition array")
         parts = []
         for _ in range(nparts):
-            index, pos = read_int32(body, pos)
-            records, pos = read_bytes_view(body, pos, flexible)
+            if pos + 4 > n:
+                raise ProtocolError("truncated int32")
+            index = INT32.unpack_from(body, pos)[0]
+            records, pos = read_bytes_view(body, pos + 4, flexible)
             if flexible:
-                pos = skip_tagged_fields(body, pos)
+                if pos < n and body[pos] == 0:
+                    pos += 1
+                else:
+                    pos = skip_tagged_fields(body, pos)
             parts.append(ProducePartition(index, records))
         if flexible:
-            pos = skip_tagged_fields(body, pos)
+            if pos < n and body[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(body, pos)
         topics.append(ProduceTopic(name, topic_id, parts))
-    if flexible:
+    if flexible and not (pos < n and body[pos] == 0):
         pos = skip_tagged_fields(body, pos)
     return ProduceRequest(txn_id, acks, timeout, topics)
 
@@ -92,6 +109,11 @@ class PartitionResponse:
     leader_epoch: int = -1
 
 
+# index, error code, base offset [, log append time [, log start offset]] by version
+_PARTITION_FIXED = {0: struct.Struct(">ihq"), 1: struct.Struct(">ihq"), 2: struct.Struct(">ihqq"),
+                    3: struct.Struct(">ihqq"), 4: struct.Struct(">ihqq"), 5: struct.Struct(">ihqqq")}
+
+
 def encode_produce_response(version: int, topics: list[tuple[str | uuid.UUID, list[PartitionResponse]]],
                             throttle_ms: int = 0, node_endpoints: list[tuple[int, str, int, str | None]] = ()) -> bytes:
     """``topics`` pairs a topic name (or topic id for v13+) with its partition responses."""
@@ -101,14 +123,19 @@ def encode_produce_response(version: int, topics: list[tuple[str | uuid.UUID, li
     for topic, parts in topics:
         out.append(topic.bytes if version >= TOPIC_ID_FROM else s(topic))
         out.append(array_len(len(parts), flexible))
+        fixed = _PARTITION_FIXED[min(version, 5)]
         for p in parts:
-            out.append(INT32.pack(p.index))
-            out.append(INT16.pack(p.error_code))
-            out.append(INT64.pack(p.base_offset))
-            if version >= 2:
-                out.append(INT64.pack(p.log_append_time))
             if version >= 5:
-                out.append(INT64.pack(p.log_start_offset))
+                out.append(fixed.pack(p.index, p.error_code, p.base_offset, p.log_append_time, p.log_start_offset))
+            elif version >= 2:
+                out.append(fixed.pack(p.index, p.error_code, p.base_offset, p.log_append_time))
+            else:
+                out.append(fixed.pack(p.index, p.error_code, p.base_offset))
+            if version >= 8 and not p.record_errors and p.error_message is None and (
+                    version < 10 or (p.leader_id == -1 and p.leader_epoch == -1)):
+                # the usual answer: no record errors, no message, no tagged fields
+                out.append(b"\x01\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff")
+                continue
             if version >= 8:
                 errs = p.record_errors or []
                 out.append(array_len(len(errs), flexible))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
 
 from ..config.broker import BrokerConfig
 from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
@@ -22,15 +21,6 @@ from ..storage.log_manager import LogManager
 from .partition import Partition
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class ProduceResult:
-    error: int = 0
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
 
 
 class ReplicaManager:
@@ -118,14 +108,16 @@ class ReplicaManager:
         return part
 
     # ------------------------------------------------------------------ produce
-    def append(self, topic: str, partition: int, buf: memoryview, required_acks: int) -> ProduceResult:
-        try:
-            part = self.get_partition(topic, partition)
-            info = part.append_records_to_leader(buf, required_acks, self.clock.now_ms())
-        except KafkaError as e:
-            return ProduceResult(int(e.code), -1, -1, -1, e.message)
-        self._notify((topic, partition), info.size)
-        return ProduceResult(0, info.first_offset, info.log_append_time, info.log_start_offset)
+    def append(self, topic: str, partition: int, buf: memoryview, required_acks: int):
+        """Append a produced batch to a leader partition; returns the Log's AppendInfo or
+        raises KafkaError. Waiting fetches on the partition are told about the new bytes."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+        info = part.append_records_to_leader(buf, required_acks, self.clock.now_ms())
+        if (topic, partition) in self._watchers:
+            self._notify((topic, partition), info.size)
+        return info
 
     # ------------------------------------------------------------------ watchers
     def watch(self, tp: tuple[str, int], callback) -> None:

@@ -112,9 +112,7 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
     if codec > 4:
         raise KafkaError(ErrorCode.corrupt_message, f"Unknown compression codec {codec}")
 
-    target = _TOPIC_CODECS.get(config.compression_type.lower(), codec)
-    if config.compression_type.lower() == "producer":
-        target = codec
+    target = _TOPIC_CODECS.get(config.compression_type, codec)  # "producer" keeps the batch's codec
     offsets_ok = True
     if codec:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from ...errors import ErrorCode
+from ...errors import ErrorCode, KafkaError
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
 from ..context import NO_RESPONSE, CloseConnection
 
@@ -61,14 +61,16 @@ class ProduceApis:
                     r.error_code = int(ErrorCode.unsupported_compression_type)
                     r.error_message = f"Produce requests with version {v} are not allowed to use ZStandard compression"
                 else:
-                    res = rm.append(name, p.index, p.records, req.acks)
-                    r.error_code = res.error
-                    r.base_offset = res.base_offset
-                    r.log_append_time = res.log_append_time
-                    r.log_start_offset = res.log_start_offset
-                    r.error_message = res.message
-                    if res.error == ErrorCode.invalid_record and res.message:
-                        r.record_errors = []
+                    try:
+                        info = rm.append(name, p.index, p.records, req.acks)
+                        r.base_offset = info.first_offset
+                        r.log_append_time = info.log_append_time
+                        r.log_start_offset = info.log_start_offset
+                    except KafkaError as e:
+                        r.error_code = int(e.code)
+                        r.error_message = e.message
+                        if e.code == ErrorCode.invalid_record and e.message:
+                            r.record_errors = []
                 if r.error_code:
                     failed = True
                     if r.error_code not in (ErrorCode.unknown_topic_or_partition,):
