@@ -32,9 +32,11 @@ GROUPS = ("produce", "consume", "raw-produce", "small", "latency")
 
 SCALES = {
     "full": {"records": 1_000_000, "disk_bytes": 1 << 30, "loopback_seconds": 1.5, "small_requests": 200_000,
-             "small_confluent": 200_000, "echo_requests": 200_000, "latency_seconds": 20.0, "latency_warmup": 2.0},
+             "small_confluent": 200_000, "echo_requests": 200_000, "latency_seconds": 20.0, "latency_warmup": 2.0,
+             "passes": 3},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
-              "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5},
+              "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
+              "passes": 1},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -363,18 +365,27 @@ def main(argv=None) -> int:
             topic = "bench-none"
             figures.create_topic(g.bootstrap, topic, parts)
             if "produce" in args.groups:
-                for codec, t in (("none", topic), ("lz4", "bench-lz4")):
-                    if t != topic:
-                        figures.create_topic(g.bootstrap, t, parts)
-                    log(f"produce: {records:,} x 1 KiB, confluent-kafka, compression={codec} ...")
-                    with Meter(g.pid) as m:
-                        r = guarded(f"produce-{codec}", lambda: figures.produce_confluent(g.bootstrap, t, records,
-                                                                                          compression=codec))
+                for codec, t0 in (("none", topic), ("lz4", "bench-lz4")):
+                    # best of N passes, each into a topic of its own, like the machine limits
+                    # (this VM's throughput swings by 2x between identical runs)
+                    best = m = None
+                    for n in range(sc["passes"]):
+                        t = t0 if n == 0 else f"{t0}-{n}"
+                        if t != topic:
+                            figures.create_topic(g.bootstrap, t, parts)
+                        log(f"produce: {records:,} x 1 KiB, confluent-kafka, compression={codec}, "
+                            f"pass {n + 1}/{sc['passes']} ...")
+                        with Meter(g.pid) as mm:
+                            rr = guarded(f"produce-{codec}", lambda: figures.produce_confluent(
+                                g.bootstrap, t, records, compression=codec))
+                        if rr and (best is None or rr["mb_s"] > best[0]["mb_s"]):
+                            best, m = (rr, t), mm
+                    r, t = best if best else (None, t0)
                     if r:
                         ends = figures.end_offsets(g.bootstrap, t, parts)
                         r["stored_records"] = sum(ends.values())
                         ok = r["stored_records"] == records and not r["errors"] and not r["undelivered"]
-                        note = f"{m.note()}; linger 5 ms, batch 1 MiB, acks=1"
+                        note = f"{m.note()}; linger 5 ms, batch 1 MiB, acks=1; best of {sc['passes']}"
                         if not ok:
                             note += f"; CHECK: stored {r['stored_records']}/{records}, errors {r['errors'][:2]}"
                         add_figure(report, f"produce {codec} (confluent)", "produce", r["mb_s"], "MB/s",
@@ -386,10 +397,14 @@ def main(argv=None) -> int:
             if "consume" in args.groups:
                 ends = figures.end_offsets(g.bootstrap, topic, parts)
                 log(f"consume: {sum(ends.values()):,} records, confluent-kafka assign() from offset 0 ...")
-                with Meter(g.pid) as m:
-                    r = guarded("consume", lambda: figures.consume_confluent(g.bootstrap, topic, ends))
+                r = m = None
+                for _ in range(sc["passes"]):
+                    with Meter(g.pid) as mm:
+                        rr = guarded("consume", lambda: figures.consume_confluent(g.bootstrap, topic, ends))
+                    if rr and (r is None or rr["mb_s"] > r["mb_s"]):
+                        r, m = rr, mm
                 if r:
-                    note = f"{m.note()}; consume(10000) batches"
+                    note = f"{m.note()}; consume(10000) batches; best of {sc['passes']}"
                     if r["records"] != r["expected"] or r["errors"]:
                         note += f"; CHECK: got {r['records']}/{r['expected']}, errors {r['errors']}"
                     add_figure(report, "consume (confluent)", "consume", r["mb_s"], "MB/s", "loopback", loop_mb, note,
