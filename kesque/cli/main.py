@@ -12,14 +12,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kesque", description="kesque: a Kafka-compatible streaming platform")
     p.add_argument("--version", action="version", version=f"kesque {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    from . import serve
+    from . import serve, tools
     serve.add_parser(sub)
-    try:
-        from . import tools
-    except ImportError:  # pragma: no cover
-        tools = None
-    if tools is not None:
-        tools.add_parsers(sub)
+    tools.add_parsers(sub)
     return p
 
 

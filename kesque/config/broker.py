@@ -138,10 +138,8 @@ _REJECTED_VALUES = {
 
 
 def _known_kafka_key(name: str) -> bool:
-    try:
-        from .kafka_keys import KAFKA_BROKER_KEYS, KAFKA_KEY_PREFIXES, REMOVED_IN_4_0
-    except ImportError:  # pragma: no cover - table missing in a broken install
-        return False
+    from .kafka_keys import KAFKA_BROKER_KEYS, KAFKA_KEY_PREFIXES, REMOVED_IN_4_0
+
     return name in KAFKA_BROKER_KEYS or name in REMOVED_IN_4_0 or name.startswith(tuple(KAFKA_KEY_PREFIXES))
 
 
