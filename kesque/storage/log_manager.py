@@ -38,6 +38,7 @@ class LogManager:
         self.had_clean_shutdown: dict[str, bool] = {}
         self.directory_ids: dict[str, uuid.UUID] = {}
         self._pending_dir_deletes: list[tuple[int, str]] = []
+        self._formatted: set[str] = set()  # dirs formatted by this start (nothing to recover)
 
     # ------------------------------------------------------------------ startup
     def prepare_dirs(self) -> str:
@@ -70,6 +71,7 @@ class LogManager:
                 ck.write_properties(path, {"cluster.id": cluster_id, "directory.id": ck.uuid_to_kafka(dir_id),
                                            "node.id": str(self.node_id), "version": "1"})
                 log.info("Formatted log dir %s for cluster %s", d, cluster_id)
+                self._formatted.add(d)
         self.cluster_id = cluster_id
         return cluster_id
 
@@ -78,8 +80,13 @@ class LogManager:
         for d in self.log_dirs:
             clean = ck.consume_clean_shutdown(d)
             self.had_clean_shutdown[d] = clean
-            log.info("Loading logs from %s (%s)", d,
-                     "clean shutdown: skipping recovery" if clean else "no clean shutdown marker: recovering")
+            if d in self._formatted:
+                state = "new log dir"
+            elif clean:
+                state = "clean shutdown: skipping recovery"
+            else:
+                state = "no clean shutdown marker: recovering"
+            log.info("Loading logs from %s (%s)", d, state)
             recovery = self._read_checkpoint(d, ck.RECOVERY_POINT_CHECKPOINT)
             starts = self._read_checkpoint(d, ck.LOG_START_CHECKPOINT)
             hws = self._read_checkpoint(d, ck.REPLICATION_CHECKPOINT)
