@@ -20,6 +20,8 @@ from functools import lru_cache
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from kesque.protocol.primitives import read_uvarint as _uvarint
+from kesque.protocol.primitives import skip_tagged_fields as _skip_tags
 from kesque.records.records import build_batch
 
 INT16 = struct.Struct(">h")
@@ -97,27 +99,6 @@ def decode_response(api_key: int, version: int, body: bytes):
 
 
 # ================================================================== reading
-
-def _uvarint(buf, p: int) -> tuple[int, int]:
-    v = 0
-    shift = 0
-    while True:
-        b = buf[p]
-        p += 1
-        v |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return v, p
-        shift += 7
-
-
-def _skip_tags(buf, p: int) -> int:
-    n, p = _uvarint(buf, p)
-    for _ in range(n):
-        _tag, p = _uvarint(buf, p)
-        size, p = _uvarint(buf, p)
-        p += size
-    return p
-
 
 def response_body_offset(flexible_header: bool, frame) -> int:
     """Offset of the body in a response frame (frame excludes the size prefix)."""
