@@ -117,6 +117,22 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("group.min.session.timeout.ms", "INT", 6000, ""),
     _K("group.max.session.timeout.ms", "INT", 1800000, ""),
     _K("group.max.size", "INT", 2147483647, "", at_least(1)),
+    _K("offsets.retention.minutes", "INT", 10080, "offsets of empty groups expire after this", at_least(1)),
+    _K("offsets.retention.check.interval.ms", "LONG", 600000, "how often offsets expire", at_least(1)),
+    _K("offset.metadata.max.bytes", "INT", 4096, "largest metadata string of an offset commit"),
+    _K("group.coordinator.rebalance.protocols", "LIST", ["classic", "consumer"], "enabled group protocols",
+       one_of("classic", "consumer", "share", "streams")),
+    _K("group.consumer.assignors", "LIST",
+       ["org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor"],
+       "server-side assignors of the consumer protocol (uniform, range), the first is the default"),
+    _K("group.consumer.heartbeat.interval.ms", "INT", 5000, "", at_least(1)),
+    _K("group.consumer.min.heartbeat.interval.ms", "INT", 5000, "", at_least(1)),
+    _K("group.consumer.max.heartbeat.interval.ms", "INT", 15000, "", at_least(1)),
+    _K("group.consumer.session.timeout.ms", "INT", 45000, "", at_least(1)),
+    _K("group.consumer.min.session.timeout.ms", "INT", 45000, "", at_least(1)),
+    _K("group.consumer.max.session.timeout.ms", "INT", 60000, "", at_least(1)),
+    _K("group.consumer.max.size", "INT", 2147483647, "", at_least(1)),
 ]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from .primitives import INT16, INT32, ProtocolError, skip_tagged_fields
+from .primitives import INT32, ProtocolError, skip_tagged_fields
 
 API_VERSIONS_KEY = 18
 

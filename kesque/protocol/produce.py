@@ -12,7 +12,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from .primitives import (I16_I32, INT16, INT32, INT64, ProtocolError, array_len, compact_string, read_array_len,
+from .primitives import (I16_I32, INT32, ProtocolError, array_len, compact_string, read_array_len,
                          read_bytes_view, read_compact_string, read_string, read_uuid,
                          skip_tagged_fields, string, tagged)
 

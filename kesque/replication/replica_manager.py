@@ -33,6 +33,16 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.by_id: dict[tuple[uuid.UUID, int], Partition] = {}
         self._watchers: dict[tuple[str, int], set] = defaultdict(set)
+        # callables (topic, partition, is_leader) told when this broker gains or loses
+        # leadership of a partition (coordinators load and unload their state with it)
+        self._leadership_listeners: list = []
+
+    def add_leadership_listener(self, fn) -> None:
+        self._leadership_listeners.append(fn)
+
+    def _tell_leadership(self, topic: str, partition: int, is_leader: bool) -> None:
+        for fn in self._leadership_listeners:
+            fn(topic, partition, is_leader)
 
     # ------------------------------------------------------------------ config
     def log_config_for(self, topic: str):
@@ -56,6 +66,8 @@ class ReplicaManager:
                 self.by_id.pop((topic_id, p), None)
                 if part is not None:
                     self._notify((t.name, p), 0)
+                    if part.is_leader:
+                        self._tell_leadership(t.name, p, False)
                 self.log_manager.delete_log(t.name, p)
         for rtype, rname in delta.changed_configs:
             if rtype == RESOURCE_BROKER and rname in ("", str(self.node_id)):
@@ -88,10 +100,13 @@ class ReplicaManager:
                 part = Partition(t.name, p, topic_id, lg, self.node_id)
                 self.partitions[(t.name, p)] = part
                 self.by_id[(topic_id, p)] = part
+            was_leader = part.is_leader
             if reg.leader == self.node_id:
                 part.make_leader(reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)
             else:
                 part.make_follower(reg.leader, reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)
+            if part.is_leader != was_leader or part.is_leader:
+                self._tell_leadership(t.name, p, part.is_leader)
 
     # ------------------------------------------------------------------ lookup
     def get_partition(self, topic: str, partition: int) -> Partition:
@@ -129,6 +144,11 @@ class ReplicaManager:
             s.discard(callback)
             if not s:
                 del self._watchers[tp]
+
+    def notify_append(self, topic: str, partition: int, nbytes: int) -> None:
+        """Bytes were appended by the broker itself (coordinators): wake waiting fetches."""
+        if (topic, partition) in self._watchers:
+            self._notify((topic, partition), nbytes)
 
     def _notify(self, tp: tuple[str, int], nbytes: int) -> None:
         s = self._watchers.get(tp)

@@ -70,6 +70,9 @@ class KesqueServer:
         self.metadata_log.replay_all(self.image)
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, self.clock)
         self.controller = Controller(cfg, self.image, self.metadata_log, self.clock, self._publish)
+        from ..coordinator.group.runtime import GroupCoordinator
+        self.group_coordinator = GroupCoordinator(self)
+        self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
         self.controller.bootstrap()
         # dynamic broker configs and the logs, as the image describes them
         full = Delta(changed_configs=set(self.image.configs))
@@ -136,6 +139,8 @@ class KesqueServer:
             t.cancel()
         if self.socket_server is not None:
             self.socket_server.close()
+        if getattr(self, "group_coordinator", None) is not None:
+            self.group_coordinator.shutdown()
         for task in list(self._tasks):
             task.cancel()
         self.io_executor.shutdown(wait=True)
@@ -175,6 +180,8 @@ class KesqueServer:
                     lambda: self._write_in_background(lm.recovery_point_checkpoints()), "recovery-point-checkpoint")
         self._every(cfg.get("log.flush.start.offset.checkpoint.interval.ms"),
                     lambda: self._write_in_background(lm.log_start_checkpoints()), "log-start-offset-checkpoint")
+        self._every(cfg.get("offsets.retention.check.interval.ms"), self.group_coordinator.expire_offsets,
+                    "offset-expiration")
         self._every(cfg.get("replica.high.watermark.checkpoint.interval.ms"),
                     lambda: self._write_in_background(lm.high_watermark_checkpoints()), "highwatermark-checkpoint")
 

@@ -7,13 +7,15 @@ def register_all(server) -> None:
     from .configs import ConfigApis
     from .core import CoreApis
     from .fetch import FetchApis
+    from .groups import GroupApis
     from .logdirs import LogDirApis
     from .offsets import OffsetApis
     from .produce import ProduceApis
     from .producer import ProducerApis
     from .topics import TopicApis
 
-    for cls in (CoreApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis):
+    for cls in (CoreApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis,
+                GroupApis):
         cls(server).register()
 
 

@@ -1,0 +1,618 @@
+"""KIP-848 consumer groups: ConsumerGroupHeartbeat with server-side assignment.
+
+The coordinator keeps a *group epoch* (bumped when membership, subscriptions or the
+subscribed topics' partition counts change), a *target assignment* computed by a server
+assignor for an *assignment epoch*, and per member its *member epoch* and current
+assignment. Members converge on the target one heartbeat at a time, as Kafka's
+CurrentAssignmentBuilder does: partitions to give up are revoked first (the member stays at
+its epoch until it stops owning them), then the member moves to the target epoch and gets
+the partitions no other member still holds.
+
+Classic-protocol members joining a non-empty consumer group (Kafka's online migration) are
+not supported: they get INCONSISTENT_GROUP_PROTOCOL.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from . import records as R
+from .assignors import ASSIGNORS
+
+log = logging.getLogger(__name__)
+
+# member states (Kafka's MemberState)
+MEMBER_STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS, MEMBER_UNKNOWN = 0, 1, 2, 127
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+Assignment = dict  # {topic_id: set(partitions)}
+
+
+def _copy(a: Assignment) -> Assignment:
+    return {t: set(p) for t, p in a.items() if p}
+
+
+def _to_records(a: Assignment) -> list[dict]:
+    return [{"topic_id": t, "partitions": sorted(p)} for t, p in sorted(a.items(), key=lambda x: str(x[0])) if p]
+
+
+def _from_records(items) -> Assignment:
+    return {tp["topic_id"]: set(tp["partitions"]) for tp in items or [] if tp["partitions"]}
+
+
+@dataclass
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: int = MEMBER_STABLE
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+
+    def metadata_value(self) -> dict:
+        return {"instance_id": self.instance_id, "rack_id": self.rack_id, "client_id": self.client_id,
+                "client_host": self.client_host, "subscribed_topic_names": list(self.subscribed_topic_names),
+                "subscribed_topic_regex": self.subscribed_topic_regex,
+                "rebalance_timeout_ms": self.rebalance_timeout_ms, "server_assignor": self.server_assignor}
+
+    def assignment_value(self) -> dict:
+        return {"member_epoch": self.member_epoch, "previous_member_epoch": self.previous_member_epoch,
+                "state": self.state, "assigned_partitions": _to_records(self.assigned),
+                "partitions_pending_revocation": _to_records(self.pending_revocation)}
+
+
+@dataclass
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    target: dict[str, Assignment] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)
+    subscription_signature: tuple = ()  # (topic id, partitions) of subscribed topics at the group epoch
+    current_state_timestamp: int = -1
+
+    type = "consumer"
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def state_name(self) -> str:
+        if not self.members:
+            return "Empty"
+        if self.assignment_epoch != self.group_epoch:
+            return "Assigning"
+        if any(m.member_epoch != self.assignment_epoch or m.state != MEMBER_STABLE for m in self.members.values()):
+            return "Reconciling"
+        return "Stable"
+
+    def subscribed_topic_names(self, image=None) -> set[str]:
+        out: set[str] = set()
+        for m in self.members.values():
+            out.update(member_topics(m, image))
+        return out
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        return topic in self.subscribed_topic_names()
+
+    def partition_owner_epoch(self, topic_id, partition: int, excluding: str) -> int:
+        for mid, m in self.members.items():
+            if mid == excluding:
+                continue
+            if partition in m.assigned.get(topic_id, ()) or partition in m.pending_revocation.get(topic_id, ()):
+                return m.member_epoch
+        return -1
+
+
+def member_topics(m: "ConsumerMember", image=None) -> set[str]:
+    """Topic names a member subscribes to: its names plus, with an image, the topics its
+    regex matches in full (internal topics excluded, as Kafka does)."""
+    names = set(m.subscribed_topic_names)
+    if m.subscribed_topic_regex and image is not None:
+        pattern = re.compile(m.subscribed_topic_regex)
+        names.update(t for t in image.topics_by_name if not t.startswith("__") and pattern.fullmatch(t))
+    return names
+
+
+# ====================================================================== replay
+def replay_consumer_record(shard, version: int, key: dict, value: dict | None) -> None:
+    gid = key["group"]
+    g = shard.groups.get(gid)
+    if value is None:
+        if g is None or not isinstance(g, ConsumerGroup):
+            return
+        mid = key.get("member_id")
+        if version == R.CONSUMER_GROUP_MEMBER_METADATA:
+            m = g.members.pop(mid, None)
+            if m is not None and m.instance_id is not None:
+                g.static_members.pop(m.instance_id, None)
+        elif version == R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+            g.target.pop(mid, None)
+        elif version == R.CONSUMER_GROUP_METADATA:
+            shard.groups.pop(gid, None)
+        return
+    if g is None or not isinstance(g, ConsumerGroup):
+        g = shard.groups[gid] = ConsumerGroup(gid)
+    if version == R.CONSUMER_GROUP_METADATA:
+        g.group_epoch = value["epoch"]
+    elif version == R.CONSUMER_GROUP_MEMBER_METADATA:
+        m = g.members.get(key["member_id"]) or ConsumerMember(key["member_id"])
+        m.instance_id = value["instance_id"]
+        m.rack_id = value["rack_id"]
+        m.client_id = value["client_id"]
+        m.client_host = value["client_host"]
+        m.subscribed_topic_names = list(value["subscribed_topic_names"])
+        m.subscribed_topic_regex = value["subscribed_topic_regex"]
+        m.rebalance_timeout_ms = value["rebalance_timeout_ms"]
+        m.server_assignor = value["server_assignor"]
+        g.members[m.member_id] = m
+        if m.instance_id is not None:
+            g.static_members[m.instance_id] = m.member_id
+    elif version == R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
+        g.assignment_epoch = value["assignment_epoch"]
+    elif version == R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+        g.target[key["member_id"]] = _from_records(value["topic_partitions"])
+    elif version == R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+        m = g.members.get(key["member_id"])
+        if m is None:
+            m = g.members[key["member_id"]] = ConsumerMember(key["member_id"])
+        m.member_epoch = value["member_epoch"]
+        m.previous_member_epoch = value["previous_member_epoch"]
+        m.state = value["state"]
+        m.assigned = _from_records(value["assigned_partitions"])
+        m.pending_revocation = _from_records(value["partitions_pending_revocation"])
+
+
+def on_consumer_groups_loaded(shard) -> None:
+    for g in shard.groups.values():
+        if isinstance(g, ConsumerGroup):
+            for m in g.members.values():
+                _schedule_session_timeout(shard, g, m)
+
+
+def consumer_group_tombstones(g: ConsumerGroup) -> list:
+    recs = []
+    for mid in g.members:
+        recs += _member_tombstones(g.group_id, mid)
+    recs.append((R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, g.group_id), None))
+    recs.append((R.group_key(R.CONSUMER_GROUP_PARTITION_METADATA, g.group_id), None))
+    recs.append((R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id), None))
+    return recs
+
+
+def _member_tombstones(group_id: str, member_id: str) -> list:
+    return [(R.group_key(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, member_id), None),
+            (R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group_id, member_id), None),
+            (R.group_key(R.CONSUMER_GROUP_MEMBER_METADATA, group_id, member_id), None)]
+
+
+# ====================================================================== heartbeat
+class HeartbeatError(Exception):
+    def __init__(self, error: str, message: str | None = None):
+        super().__init__(message or error)
+        self.error = error
+        self.message = message
+
+
+def _validate_request(req: dict, version: int) -> None:
+    if not req["group_id"]:
+        raise HeartbeatError("invalid_request", "GroupId can't be empty.")
+    epoch = req["member_epoch"]
+    if req.get("instance_id") == "":
+        raise HeartbeatError("invalid_request", "InstanceId can't be empty.")
+    if req.get("rack_id") == "":
+        raise HeartbeatError("invalid_request", "RackId can't be empty.")
+    if epoch == 0:
+        if version >= 1 and not req["member_id"]:
+            raise HeartbeatError("invalid_request", "MemberId can't be empty.")
+        if req.get("rebalance_timeout_ms", -1) == -1:
+            raise HeartbeatError("invalid_request", "RebalanceTimeoutMs must be provided in first request.")
+        if req.get("topic_partitions") is None or req["topic_partitions"]:
+            raise HeartbeatError("invalid_request", "TopicPartitions must be empty when (re-)joining.")
+        if req.get("subscribed_topic_names") is None and not req.get("subscribed_topic_regex"):
+            raise HeartbeatError("invalid_request",
+                                 "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+    elif epoch > 0 or epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+        if not req["member_id"]:
+            raise HeartbeatError("invalid_request", "MemberId can't be empty.")
+        if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.get("instance_id") is None:
+            raise HeartbeatError("invalid_request", "InstanceId can't be null.")
+    else:
+        raise HeartbeatError("invalid_request", f"MemberEpoch is invalid: {epoch}")
+
+
+def consumer_group_heartbeat(shard, req: dict, version: int) -> dict:
+    """``req``: group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+    subscribed_topic_names (None: unchanged), subscribed_topic_regex, server_assignor,
+    topic_partitions (owned: {topic_id: set} or None), client_id, client_host."""
+    try:
+        _validate_request(req, version)
+        assignor = req.get("server_assignor")
+        if assignor is not None and assignor not in shard.config.consumer_assignors:
+            raise HeartbeatError("unsupported_assignor", f"ServerAssignor {assignor} is not supported. "
+                                 f"Supported assignors: {', '.join(shard.config.consumer_assignors)}.")
+        regex = req.get("subscribed_topic_regex")
+        if regex:
+            try:
+                re.compile(regex)
+            except re.error as e:
+                raise HeartbeatError("invalid_regular_expression",
+                                     f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
+        if req["member_epoch"] in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+            return _leave(shard, req)
+        return _heartbeat(shard, req, version)
+    except HeartbeatError as e:
+        return {"error": e.error, "message": e.message, "member_id": None, "member_epoch": -1,
+                "heartbeat_interval_ms": 0, "assignment": None}
+
+
+def _get_group(shard, group_id: str, create: bool) -> ConsumerGroup:
+    g = shard.groups.get(group_id)
+    if g is None or getattr(g, "type", None) == "classic":
+        if g is not None:
+            if not g.is_empty():
+                raise HeartbeatError("group_id_not_found", f"Group {group_id} is not a consumer group.")
+            # an empty classic group is replaced by a consumer group
+            shard.write([(R.group_key(R.GROUP_METADATA, group_id), None)])
+            del shard.groups[group_id]
+        if not create:
+            raise HeartbeatError("group_id_not_found", f"Group {group_id} not found.")
+        g = shard.groups[group_id] = ConsumerGroup(group_id, current_state_timestamp=shard.clock.now_ms())
+    return g
+
+
+def _heartbeat(shard, req: dict, version: int) -> dict:
+    cfg = shard.config
+    epoch = req["member_epoch"]
+    owned = req.get("topic_partitions")
+    g = _get_group(shard, req["group_id"], create=epoch == 0)
+    records: list = []
+    bump = False
+    instance_id = req.get("instance_id")
+    if epoch == 0:
+        member_id = req["member_id"] or str(uuid.uuid4()).replace("-", "")[:22]
+        if instance_id is not None and instance_id in g.static_members:
+            old_id = g.static_members[instance_id]
+            old = g.members[old_id]
+            if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise HeartbeatError("unreleased_instance_id",
+                                     f"Static member {old_id} with instance id {instance_id} is not released.")
+            # KIP-848 static rejoin: the new member id takes over the old one's epoch and
+            # assignment, so the group does not rebalance
+            member = ConsumerMember(member_id, instance_id, old.rack_id, old.client_id, old.client_host,
+                                    list(old.subscribed_topic_names), old.subscribed_topic_regex,
+                                    old.rebalance_timeout_ms, old.server_assignor,
+                                    member_epoch=old.previous_member_epoch, previous_member_epoch=-1,
+                                    state=old.state, assigned=_copy(old.assigned),
+                                    pending_revocation=_copy(old.pending_revocation))
+            records += _member_tombstones(g.group_id, old_id)
+            g.members.pop(old_id, None)
+            if old_id in g.target:
+                g.target[member_id] = g.target.pop(old_id)
+                records.append(_target_record(g, member_id))
+            shard.timer.cancel(_session_key(g.group_id, old_id))
+        elif member_id in g.members:
+            member = g.members[member_id]  # a rejoin with epoch 0: same id, starts over
+            member.member_epoch = 0
+            member.assigned, member.pending_revocation = {}, {}
+        else:
+            if len(g.members) >= cfg.consumer_max_size:
+                raise HeartbeatError("group_max_size_reached", f"The consumer group has reached its maximum "
+                                     f"capacity of {cfg.consumer_max_size} members.")
+            member = ConsumerMember(member_id, instance_id)
+            bump = True
+        g.members[member.member_id] = member
+        if instance_id is not None:
+            g.static_members[instance_id] = member.member_id
+    else:
+        member = g.members.get(req["member_id"])
+        if member is None:
+            raise HeartbeatError("unknown_member_id", f"Member {req['member_id']} is not a member of group "
+                                 f"{g.group_id}.")
+        if epoch > member.member_epoch:
+            raise HeartbeatError("fenced_member_epoch", f"The consumer group member has a greater member epoch "
+                                 f"({epoch}) than the one known by the group coordinator ({member.member_epoch}).")
+        if epoch < member.member_epoch:
+            if epoch != member.previous_member_epoch or owned is None or not _subset(owned, member.assigned):
+                raise HeartbeatError("fenced_member_epoch", f"The consumer group member has a smaller member epoch "
+                                     f"({epoch}) than the one known by the group coordinator "
+                                     f"({member.member_epoch}).")
+    # subscription changes
+    changed = False
+    for attr, key in (("rack_id", "rack_id"), ("client_id", "client_id"), ("client_host", "client_host"),
+                      ("server_assignor", "server_assignor")):
+        val = req.get(key)
+        if val is not None and getattr(member, attr) != val:
+            setattr(member, attr, val)
+            changed = True
+    if req.get("subscribed_topic_names") is not None:
+        names = sorted(set(req["subscribed_topic_names"]))
+        if names != member.subscribed_topic_names:
+            member.subscribed_topic_names = names
+            changed = bump = True
+    if req.get("subscribed_topic_regex") is not None:  # "" clears the regex, None keeps it
+        regex = req["subscribed_topic_regex"] or None
+        if regex != member.subscribed_topic_regex:
+            member.subscribed_topic_regex = regex
+            changed = bump = True
+    if req.get("rebalance_timeout_ms", -1) != -1 and req["rebalance_timeout_ms"] != member.rebalance_timeout_ms:
+        member.rebalance_timeout_ms = req["rebalance_timeout_ms"]
+        changed = True
+    if changed or epoch == 0:
+        records.append(_member_metadata_record(g, member))
+    signature = _subscription_signature(shard, g)
+    if signature != g.subscription_signature:
+        g.subscription_signature = signature
+        bump = True
+    if bump:
+        g.group_epoch += 1
+        records.append((R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id),
+                        R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch})))
+    if g.assignment_epoch < g.group_epoch:
+        records += _compute_target_assignment(shard, g)
+    before = (member.member_epoch, member.state, _copy(member.assigned), _copy(member.pending_revocation))
+    _reconcile(g, member, owned)
+    after = (member.member_epoch, member.state, member.assigned, member.pending_revocation)
+    if after != before or epoch == 0:
+        records.append(_current_assignment_record(g, member))
+    if records:
+        shard.write(records)
+    _schedule_session_timeout(shard, g, member)
+    if member.state == UNREVOKED_PARTITIONS:
+        _schedule_rebalance_timeout(shard, g, member)
+    else:
+        shard.timer.cancel(_rebalance_key(g.group_id, member.member_id))
+    send_assignment = epoch == 0 or before[2] != member.assigned or (
+        owned is not None and _normalize(owned) != _normalize(member.assigned))
+    return {"error": None, "message": None, "member_id": member.member_id, "member_epoch": member.member_epoch,
+            "heartbeat_interval_ms": cfg.consumer_heartbeat_interval_ms,
+            "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send_assignment else None}
+
+
+def _normalize(a) -> dict:
+    return {t: set(p) for t, p in (a or {}).items() if p}
+
+
+def _subset(owned: dict, assigned: Assignment) -> bool:
+    return all(set(p) <= assigned.get(t, set()) for t, p in owned.items())
+
+
+def _subscription_signature(shard, g: ConsumerGroup) -> tuple:
+    image = shard.topics() if shard.topics else None
+    if image is None:
+        return ()
+    sig = []
+    for name in sorted(g.subscribed_topic_names(image)):
+        t = image.topic(name)
+        if t is not None:
+            sig.append((str(t.topic_id), len(t.partitions)))
+    return tuple(sig)
+
+
+def _compute_target_assignment(shard, g: ConsumerGroup) -> list:
+    image = shard.topics()
+    topics: dict[uuid.UUID, int] = {}
+    subs: dict[str, set] = {}
+    for mid, m in g.members.items():
+        ids = set()
+        for name in member_topics(m, image):
+            t = image.topic(name)
+            if t is not None:
+                ids.add(t.topic_id)
+                topics[t.topic_id] = len(t.partitions)
+        subs[mid] = ids
+    preferred = [m.server_assignor for m in g.members.values() if m.server_assignor]
+    name = preferred[0] if preferred else shard.config.consumer_assignors[0]
+    new_target = ASSIGNORS[name](subs, topics, g.target)
+    records = []
+    for mid, a in new_target.items():
+        if _normalize(g.target.get(mid)) != _normalize(a):
+            g.target[mid] = a
+            records.append(_target_record(g, mid))
+    g.assignment_epoch = g.group_epoch
+    records.append((R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, g.group_id),
+                    R.encode_value(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+                                   {"assignment_epoch": g.assignment_epoch})))
+    return records
+
+
+def _reconcile(g: ConsumerGroup, m: ConsumerMember, owned: dict | None) -> None:
+    """Kafka's CurrentAssignmentBuilder.build for one member."""
+    target = g.target.get(m.member_id, {})
+
+    def owns_revoked(pending: Assignment) -> bool:
+        if owned is None:
+            return True
+        return any(set(p) & pending.get(t, set()) for t, p in owned.items())
+
+    def next_assignment(epoch: int) -> None:
+        new_assigned: Assignment = {}
+        revoke: Assignment = {}
+        pending_assign: Assignment = {}
+        unreleased = False
+        for t in set(target) | set(m.assigned):
+            tgt = target.get(t, set())
+            cur = m.assigned.get(t, set())
+            keep = cur & tgt
+            if keep:
+                new_assigned[t] = set(keep)
+            if cur - keep:
+                revoke[t] = cur - keep
+            want = tgt - keep
+            free = {p for p in want if g.partition_owner_epoch(t, p, m.member_id) == -1}
+            if free != want:
+                unreleased = True
+            if free:
+                pending_assign[t] = free
+        if revoke and owns_revoked(revoke):
+            m.state = UNREVOKED_PARTITIONS
+            _set_epoch(m, epoch)
+            m.assigned, m.pending_revocation = new_assigned, revoke
+            return
+        for t, ps in pending_assign.items():
+            new_assigned.setdefault(t, set()).update(ps)
+        m.state = UNRELEASED_PARTITIONS if unreleased else MEMBER_STABLE
+        _set_epoch(m, g.assignment_epoch)
+        m.assigned, m.pending_revocation = new_assigned, {}
+
+    if m.state == MEMBER_STABLE:
+        if m.member_epoch != g.assignment_epoch:
+            next_assignment(m.member_epoch)
+    elif m.state == UNREVOKED_PARTITIONS:
+        if not owns_revoked(m.pending_revocation):
+            next_assignment(m.member_epoch + 1)
+    elif m.state == UNRELEASED_PARTITIONS:
+        next_assignment(m.member_epoch)
+    else:
+        next_assignment(g.assignment_epoch)
+
+
+def _set_epoch(m: ConsumerMember, epoch: int) -> None:
+    if epoch != m.member_epoch:
+        m.previous_member_epoch = m.member_epoch
+        m.member_epoch = epoch
+
+
+def _member_metadata_record(g: ConsumerGroup, m: ConsumerMember):
+    return (R.group_key(R.CONSUMER_GROUP_MEMBER_METADATA, g.group_id, m.member_id),
+            R.encode_value(R.CONSUMER_GROUP_MEMBER_METADATA, m.metadata_value()))
+
+
+def _target_record(g: ConsumerGroup, member_id: str):
+    return (R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, g.group_id, member_id),
+            R.encode_value(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                           {"topic_partitions": _to_records(g.target.get(member_id, {}))}))
+
+
+def _current_assignment_record(g: ConsumerGroup, m: ConsumerMember):
+    return (R.group_key(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, g.group_id, m.member_id),
+            R.encode_value(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, m.assignment_value()))
+
+
+# ====================================================================== leave / timeouts
+def _leave(shard, req: dict) -> dict:
+    g = shard.groups.get(req["group_id"])
+    if g is None or not isinstance(g, ConsumerGroup):
+        raise HeartbeatError("group_id_not_found", f"Group {req['group_id']} not found.")
+    member_id = req["member_id"]
+    epoch = req["member_epoch"]
+    instance_id = req.get("instance_id")
+    if instance_id is not None and instance_id in g.static_members:
+        member_id = g.static_members[instance_id] if not member_id else member_id
+    m = g.members.get(member_id)
+    if m is None:
+        raise HeartbeatError("unknown_member_id", f"Member {member_id} is not a member of group {g.group_id}.")
+    if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        # a static member going away temporarily keeps its assignment until its session expires
+        m.previous_member_epoch, m.member_epoch = m.member_epoch, LEAVE_GROUP_STATIC_MEMBER_EPOCH
+        shard.write([_current_assignment_record(g, m)])
+        _schedule_session_timeout(shard, g, m)
+    else:
+        remove_member(shard, g, member_id, "member left the group")
+    return {"error": None, "message": None, "member_id": member_id, "member_epoch": epoch,
+            "heartbeat_interval_ms": 0, "assignment": None}
+
+
+def remove_member(shard, g: ConsumerGroup, member_id: str, reason: str) -> None:
+    m = g.members.pop(member_id, None)
+    if m is None:
+        return
+    log.info("Removing member %s from consumer group %s: %s", member_id, g.group_id, reason)
+    if m.instance_id is not None and g.static_members.get(m.instance_id) == member_id:
+        del g.static_members[m.instance_id]
+    g.target.pop(member_id, None)
+    shard.timer.cancel(_session_key(g.group_id, member_id))
+    shard.timer.cancel(_rebalance_key(g.group_id, member_id))
+    g.group_epoch += 1
+    records = _member_tombstones(g.group_id, member_id)
+    records.append((R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id),
+                    R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch})))
+    if not g.members:
+        g.current_state_timestamp = shard.clock.now_ms()
+    shard.write(records)
+
+
+def _session_key(group_id: str, member_id: str) -> str:
+    return f"consumer-session-{group_id}-{member_id}"
+
+
+def _rebalance_key(group_id: str, member_id: str) -> str:
+    return f"consumer-rebalance-{group_id}-{member_id}"
+
+
+def _schedule_session_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> None:
+    gid, mid = g.group_id, m.member_id
+
+    def expire():
+        group = shard.groups.get(gid)
+        if isinstance(group, ConsumerGroup) and mid in group.members:
+            remove_member(shard, group, mid, "session timeout expired")
+
+    shard.timer.schedule(_session_key(gid, mid), shard.config.consumer_session_timeout_ms, expire)
+
+
+def _schedule_rebalance_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> None:
+    gid, mid, epoch = g.group_id, m.member_id, m.member_epoch
+
+    def expire():
+        group = shard.groups.get(gid)
+        member = group.members.get(mid) if isinstance(group, ConsumerGroup) else None
+        if member is not None and member.state == UNREVOKED_PARTITIONS and member.member_epoch == epoch:
+            remove_member(shard, group, mid, "did not revoke partitions within the rebalance timeout")
+
+    timeout = m.rebalance_timeout_ms if m.rebalance_timeout_ms > 0 else 300000
+    shard.timer.schedule(_rebalance_key(gid, mid), timeout, expire)
+
+
+# ====================================================================== offsets and classic requests
+def validate_consumer_group_commit(shard, g: ConsumerGroup, req: dict) -> str | None:
+    member_id = req["member_id"]
+    epoch = req["generation_id"]
+    if not member_id and epoch < 0:
+        return None if g.is_empty() else "unknown_member_id"
+    m = g.members.get(member_id)
+    if m is None:
+        return "unknown_member_id"
+    if epoch != m.member_epoch:
+        return "stale_member_epoch" if req.get("api_version", 9) >= 9 else "illegal_generation"
+    return None
+
+
+def validate_consumer_group_fetch(g: ConsumerGroup, member_id: str, member_epoch: int) -> str | None:
+    if member_id == "" and member_epoch < 0:
+        return None
+    m = g.members.get(member_id)
+    if m is None:
+        return "unknown_member_id"
+    if member_epoch != m.member_epoch:
+        return "stale_member_epoch"
+    return None
+
+
+def classic_join_to_consumer_group(shard, g, req: dict, respond) -> None:
+    respond({"error": "inconsistent_group_protocol", "member_id": req["member_id"], "generation_id": -1,
+             "protocol_type": None, "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
+
+
+def classic_sync_to_consumer_group(shard, g, req: dict, respond) -> None:
+    respond({"error": "unknown_member_id", "assignment": b""})
+
+
+def classic_heartbeat_to_consumer_group(shard, g, req: dict) -> str | None:
+    return "unknown_member_id"
+
+
+def classic_leave_to_consumer_group(shard, g, members) -> tuple[str | None, list]:
+    return None, [(mid, iid, "unknown_member_id") for mid, iid in members]

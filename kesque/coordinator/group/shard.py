@@ -1,0 +1,790 @@
+"""GroupCoordinatorShard: the groups and committed offsets of one ``__consumer_offsets``
+partition (Kafka's GroupMetadataManager + OffsetMetadataManager for one partition).
+
+Sans-IO. The runtime hands in:
+
+* ``write(records)`` — durably append ``[(key, value|None), ...]`` to the partition; raises
+  on failure. Every state change below is written before it is acknowledged;
+* ``timer`` — ``schedule(key, delay_ms, fn)`` / ``cancel(key)`` (a key scheduled again
+  replaces the earlier timer, as Kafka's coordinator timer does);
+* ``clock`` — ``now_ms()``.
+
+Requests that wait (JoinGroup, SyncGroup) pass a callback that receives the response dict.
+State is rebuilt at load by :meth:`replay` of every record of the partition, so moving the
+partition to another broker (replication) moves the groups with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ...errors import ErrorCode
+from . import records as R
+from .classic import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup, ClassicMember)
+
+log = logging.getLogger(__name__)
+
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's classic new-member join timeout
+
+
+@dataclass(slots=True)
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1
+
+
+@dataclass
+class GroupConfig:
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+    initial_rebalance_delay_ms: int = 3000
+    max_size: int = 2147483647
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offset_metadata_max_bytes: int = 4096
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_session_timeout_ms: int = 45000
+    consumer_min_session_timeout_ms: int = 45000
+    consumer_max_session_timeout_ms: int = 60000
+    consumer_min_heartbeat_interval_ms: int = 5000
+    consumer_max_heartbeat_interval_ms: int = 15000
+    consumer_max_size: int = 2147483647
+    consumer_assignors: tuple = ("uniform", "range")
+
+    @classmethod
+    def from_broker(cls, cfg) -> "GroupConfig":
+        return cls(
+            min_session_timeout_ms=cfg.get("group.min.session.timeout.ms"),
+            max_session_timeout_ms=cfg.get("group.max.session.timeout.ms"),
+            initial_rebalance_delay_ms=cfg.get("group.initial.rebalance.delay.ms"),
+            max_size=cfg.get("group.max.size"),
+            offsets_retention_ms=cfg.get("offsets.retention.minutes") * 60_000,
+            offset_metadata_max_bytes=cfg.get("offset.metadata.max.bytes"),
+            consumer_heartbeat_interval_ms=cfg.get("group.consumer.heartbeat.interval.ms"),
+            consumer_session_timeout_ms=cfg.get("group.consumer.session.timeout.ms"),
+            consumer_min_session_timeout_ms=cfg.get("group.consumer.min.session.timeout.ms"),
+            consumer_max_session_timeout_ms=cfg.get("group.consumer.max.session.timeout.ms"),
+            consumer_min_heartbeat_interval_ms=cfg.get("group.consumer.min.heartbeat.interval.ms"),
+            consumer_max_heartbeat_interval_ms=cfg.get("group.consumer.max.heartbeat.interval.ms"),
+            consumer_max_size=cfg.get("group.consumer.max.size"),
+            consumer_assignors=tuple(a.split(".")[-1].replace("Assignor", "").lower()
+                                     for a in cfg.get("group.consumer.assignors")),
+        )
+
+
+class CoordinatorError(Exception):
+    def __init__(self, error: str, message: str | None = None):
+        super().__init__(message or error)
+        self.error = error
+        self.message = message
+
+
+def _join_error(member_id: str, error: str) -> dict:
+    return {"error": error, "member_id": member_id, "generation_id": -1, "protocol_type": None,
+            "protocol_name": None, "leader": "", "skip_assignment": False, "members": []}
+
+
+class GroupCoordinatorShard:
+    def __init__(self, partition: int, config: GroupConfig, write, timer, clock, topics=None):
+        self.partition = partition
+        self.config = config
+        self.write = write
+        self.timer = timer
+        self.clock = clock
+        self.topics = topics  # callable() -> MetadataImage-like (topic lookups for KIP-848)
+        self.groups: dict[str, object] = {}
+        self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+
+    # ================================================================== loading
+    def replay(self, key: bytes, value: bytes | None) -> None:
+        version, k = R.decode_key(key)
+        v = R.decode_value(version, value)
+        if version in (0, R.OFFSET_COMMIT):
+            self._replay_offset(k, v)
+        elif version == R.GROUP_METADATA:
+            self._replay_group_metadata(k["group"], v)
+        else:
+            from .consumer import replay_consumer_record
+            replay_consumer_record(self, version, k, v)
+
+    def _replay_offset(self, k: dict, v: dict | None) -> None:
+        group, tp = k["group"], (k["topic"], k["partition"])
+        if v is None:
+            offsets = self.offsets.get(group)
+            if offsets is not None:
+                offsets.pop(tp, None)
+                if not offsets:
+                    del self.offsets[group]
+            return
+        self.offsets.setdefault(group, {})[tp] = OffsetAndMetadata(
+            v["offset"], v.get("leader_epoch", -1), v.get("metadata", ""), v.get("commit_timestamp", -1),
+            v.get("expire_timestamp", -1))
+        if group not in self.groups:  # standalone committers get an Empty classic group
+            self.groups[group] = ClassicGroup(group)
+
+    def _replay_group_metadata(self, group_id: str, v: dict | None) -> None:
+        if v is None:
+            self.groups.pop(group_id, None)
+            return
+        g = ClassicGroup(group_id, generation_id=v["generation"], protocol_type=v["protocol_type"] or None,
+                         protocol_name=v["protocol"], leader_id=v["leader"],
+                         current_state_timestamp=v.get("current_state_timestamp", -1))
+        for m in v["members"]:
+            member = ClassicMember(m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],
+                                   m.get("rebalance_timeout", -1), m["session_timeout"], v["protocol_type"],
+                                   [(v["protocol"] or "", m["subscription"])], m["assignment"])
+            g.members[member.member_id] = member
+            if member.group_instance_id is not None:
+                g.static_members[member.group_instance_id] = member.member_id
+        g.state = STABLE if g.members else EMPTY
+        g.subscribed_topics = g.compute_subscribed_topics()
+        self.groups[group_id] = g
+
+    def on_loaded(self) -> None:
+        """After the replay: members of loaded classic groups must heartbeat again."""
+        for g in self.groups.values():
+            if isinstance(g, ClassicGroup):
+                for m in g.members.values():
+                    self._reschedule_heartbeat(g, m)
+        from .consumer import on_consumer_groups_loaded
+        on_consumer_groups_loaded(self)
+
+    def on_unloaded(self) -> None:
+        """The partition moved away: waiting members learn the coordinator moved."""
+        for g in self.groups.values():
+            if isinstance(g, ClassicGroup):
+                for m in g.members.values():
+                    if m.awaiting_join is not None:
+                        m.awaiting_join(_join_error(m.member_id, "not_coordinator"))
+                        m.awaiting_join = None
+                    if m.awaiting_sync is not None:
+                        m.awaiting_sync({"error": "not_coordinator", "assignment": b""})
+                        m.awaiting_sync = None
+                    self.timer.cancel(self._hb_key(g.group_id, m.member_id))
+                g.state = DEAD
+        self.groups.clear()
+        self.offsets.clear()
+
+    # ================================================================== records
+    def _group_record(self, g: ClassicGroup, assignments: dict[str, bytes] | None) -> tuple[bytes, bytes]:
+        members = []
+        for m in g.members.values():
+            members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                            "client_id": m.client_id, "client_host": m.client_host,
+                            "rebalance_timeout": m.rebalance_timeout_ms, "session_timeout": m.session_timeout_ms,
+                            "subscription": m.metadata(g.protocol_name or ""),
+                            "assignment": (assignments or {}).get(m.member_id, b"")})
+        value = {"protocol_type": g.protocol_type or "", "generation": g.generation_id,
+                 "protocol": g.protocol_name, "leader": g.leader_id if g.members else None,
+                 "current_state_timestamp": self.clock.now_ms(), "members": members}
+        return R.group_key(R.GROUP_METADATA, g.group_id), R.encode_value(R.GROUP_METADATA, value)
+
+    def _group_tombstones(self, group_id: str) -> list:
+        recs = [R.offset_tombstone(group_id, t, p) for (t, p) in sorted(self.offsets.get(group_id, {}))]
+        g = self.groups.get(group_id)
+        if isinstance(g, ClassicGroup):
+            recs.append((R.group_key(R.GROUP_METADATA, group_id), None))
+        elif g is not None:
+            from .consumer import consumer_group_tombstones
+            recs.extend(consumer_group_tombstones(g))
+        return recs
+
+    # ================================================================== timers
+    @staticmethod
+    def _hb_key(group_id: str, member_id: str) -> str:
+        return f"heartbeat-{group_id}-{member_id}"
+
+    @staticmethod
+    def _join_key(group_id: str) -> str:
+        return f"join-{group_id}"
+
+    @staticmethod
+    def _sync_key(group_id: str) -> str:
+        return f"sync-{group_id}"
+
+    def _reschedule_heartbeat(self, g: ClassicGroup, m: ClassicMember, timeout_ms: int | None = None) -> None:
+        gid, mid = g.group_id, m.member_id
+        self.timer.schedule(self._hb_key(gid, mid), m.session_timeout_ms if timeout_ms is None else timeout_ms,
+                            lambda: self._expire_heartbeat(gid, mid))
+
+    # ================================================================== JoinGroup
+    def classic_group(self, group_id: str, create: bool) -> ClassicGroup | None:
+        g = self.groups.get(group_id)
+        if g is None and create:
+            g = self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=self.clock.now_ms())
+        return g if isinstance(g, ClassicGroup) else None
+
+    def join_group(self, req: dict, respond) -> None:
+        """``req``: group_id, member_id, group_instance_id, protocol_type, protocols [(name, bytes)],
+        session_timeout_ms, rebalance_timeout_ms, client_id, client_host, require_known_member_id,
+        supports_skip_assignment. ``respond(dict)`` is called now or when the rebalance completes."""
+        group_id, member_id = req["group_id"], req["member_id"]
+        cfg = self.config
+        if not group_id:
+            respond(_join_error(member_id, "invalid_group_id"))
+            return
+        if not cfg.min_session_timeout_ms <= req["session_timeout_ms"] <= cfg.max_session_timeout_ms:
+            respond(_join_error(member_id, "invalid_session_timeout"))
+            return
+        existing = self.groups.get(group_id)
+        if existing is not None and not isinstance(existing, ClassicGroup):
+            from .consumer import classic_join_to_consumer_group
+            if not existing.is_empty():
+                classic_join_to_consumer_group(self, existing, req, respond)
+                return
+            # an empty consumer group becomes a classic group (Kafka's downgrade of empty groups)
+            from .consumer import consumer_group_tombstones
+            self.write(consumer_group_tombstones(existing))
+            del self.groups[group_id]
+        is_new_group = group_id not in self.groups
+        unknown = member_id == ""
+        g = self.classic_group(group_id, create=unknown)
+        if g is None:
+            respond(_join_error(member_id, "unknown_member_id"))
+            return
+        if not self._accept_joining_member(g, member_id):
+            g.remove(member_id)
+            respond(_join_error("", "group_max_size_reached"))
+            return
+        wrote = self._join_new_member(g, req, respond) if unknown else self._join_existing_member(g, req, respond)
+        if is_new_group and not wrote:
+            self.write([self._group_record(g, {})])
+
+    def _accept_joining_member(self, g: ClassicGroup, member_id: str) -> bool:
+        if g.state in (EMPTY, DEAD):
+            return True
+        if g.state == PREPARING_REBALANCE:
+            m = g.members.get(member_id)
+            return (m is not None and m.awaiting_join is not None) or g.num_awaiting_join() < self.config.max_size
+        return member_id in g.members or len(g.members) < self.config.max_size
+
+    def _join_new_member(self, g: ClassicGroup, req: dict, respond) -> bool:
+        if g.state == DEAD:
+            respond(_join_error("", "coordinator_not_available"))
+            return False
+        if not g.supports_protocols(req["protocol_type"], req["protocols"]):
+            respond(_join_error("", "inconsistent_group_protocol"))
+            return False
+        instance_id = req.get("group_instance_id")
+        new_id = g.generate_member_id(req.get("client_id"), instance_id)
+        if instance_id is not None:
+            existing = g.static_member_id(instance_id)
+            if existing is not None:
+                return self._update_static_member(g, req, existing, new_id, respond)
+            return self._add_member_and_rebalance(g, req, new_id, respond)
+        if req.get("require_known_member_id"):
+            g.pending_join_members.add(new_id)
+            gid = g.group_id
+            self.timer.schedule(self._hb_key(gid, new_id), req["session_timeout_ms"],
+                                lambda: self._expire_heartbeat(gid, new_id))
+            respond(_join_error(new_id, "member_id_required"))
+            return False
+        return self._add_member_and_rebalance(g, req, new_id, respond)
+
+    def _join_existing_member(self, g: ClassicGroup, req: dict, respond) -> bool:
+        member_id = req["member_id"]
+        if g.state == DEAD:
+            respond(_join_error(member_id, "coordinator_not_available"))
+            return False
+        if not g.supports_protocols(req["protocol_type"], req["protocols"]):
+            respond(_join_error(member_id, "inconsistent_group_protocol"))
+            return False
+        if g.is_pending_member(member_id):
+            return self._add_member_and_rebalance(g, req, member_id, respond)
+        err = g.validate_member(member_id, req.get("group_instance_id"))
+        if err:
+            respond(_join_error(member_id, err))
+            return False
+        m = g.members[member_id]
+        if g.state == PREPARING_REBALANCE:
+            return self._update_member_and_rebalance(g, m, req, respond)
+        if g.state == COMPLETING_REBALANCE:
+            if m.matches(req["protocols"]):
+                respond(self._join_response(g, m, g.is_leader(member_id)))
+                return False
+            return self._update_member_and_rebalance(g, m, req, respond)
+        if g.state == STABLE:
+            if g.is_leader(member_id) or not m.matches(req["protocols"]):
+                return self._update_member_and_rebalance(g, m, req, respond)
+            respond(self._join_response(g, m, False))
+            return False
+        respond(_join_error(member_id, "unknown_member_id"))
+        return False
+
+    def _join_response(self, g: ClassicGroup, m: ClassicMember, with_members: bool, skip: bool = False) -> dict:
+        return {"error": None, "member_id": m.member_id, "generation_id": g.generation_id,
+                "protocol_type": g.protocol_type, "protocol_name": g.protocol_name, "leader": g.leader_id or "",
+                "skip_assignment": skip, "members": g.current_members_for_leader() if with_members else []}
+
+    def _update_member_and_rebalance(self, g, m, req, respond) -> bool:
+        m.protocols = [(n, bytes(md)) for n, md in req["protocols"]]
+        m.rebalance_timeout_ms = req["rebalance_timeout_ms"]
+        m.session_timeout_ms = req["session_timeout_ms"]
+        m.awaiting_join = respond
+        return self._maybe_prepare_rebalance_or_complete_join(g, f"member {m.member_id} rejoining")
+
+    def _add_member_and_rebalance(self, g: ClassicGroup, req: dict, member_id: str, respond) -> bool:
+        m = ClassicMember(member_id, req.get("group_instance_id"), req.get("client_id") or "",
+                          req.get("client_host") or "", req["rebalance_timeout_ms"], req["session_timeout_ms"],
+                          req["protocol_type"], [(n, bytes(md)) for n, md in req["protocols"]], is_new=True)
+        if g.state == PREPARING_REBALANCE and g.previous_state == EMPTY:
+            g.new_member_added = True
+        g.add(m, respond)
+        self._reschedule_heartbeat(g, m, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        return self._maybe_prepare_rebalance_or_complete_join(g, f"adding new member {member_id}")
+
+    def _update_static_member(self, g: ClassicGroup, req: dict, old_id: str, new_id: str, respond) -> bool:
+        """KIP-345: a restarted static member takes over its old member id's place — in a
+        Stable group with an unchanged protocol, without a rebalance."""
+        m = g.replace_static_member(req["group_instance_id"], old_id, new_id)
+        self._reschedule_heartbeat(g, m)
+        self.timer.cancel(self._hb_key(g.group_id, old_id))
+        m.protocols = [(n, bytes(md)) for n, md in req["protocols"]]
+        m.rebalance_timeout_ms = req["rebalance_timeout_ms"]
+        m.session_timeout_ms = req["session_timeout_ms"]
+        if g.state == STABLE:
+            if g.select_protocol() == g.protocol_name:
+                self.write([self._group_record(g, g.assignments())])
+                is_leader = g.is_leader(new_id)
+                if req.get("supports_skip_assignment"):
+                    respond(self._join_response(g, m, is_leader, skip=is_leader))
+                else:
+                    resp = self._join_response(g, m, False)
+                    respond(resp)
+                return True
+            m.awaiting_join = respond
+            return self._maybe_prepare_rebalance_or_complete_join(g, f"static member {new_id} changed protocols")
+        m.awaiting_join = respond
+        if g.state == COMPLETING_REBALANCE:
+            return self._prepare_rebalance(g, f"updating metadata for static member {new_id}")
+        return self._maybe_complete_join_phase(g)
+
+    # ================================================================== rebalance
+    def _maybe_prepare_rebalance_or_complete_join(self, g: ClassicGroup, reason: str) -> bool:
+        if g.can_rebalance():
+            return self._prepare_rebalance(g, reason)
+        return self._maybe_complete_join_phase(g)
+
+    def _maybe_complete_join_phase(self, g: ClassicGroup) -> bool:
+        if g.state != PREPARING_REBALANCE or g.previous_state == EMPTY or not g.has_all_members_joined():
+            return False
+        return self._complete_join(g)
+
+    def _prepare_rebalance(self, g: ClassicGroup, reason: str) -> bool:
+        if g.state == COMPLETING_REBALANCE:
+            self._propagate_assignment(g, "rebalance_in_progress", reset=True)
+        g.pending_sync_members.clear()
+        self.timer.cancel(self._sync_key(g.group_id))
+        initial = g.state == EMPTY
+        if initial:
+            delay = self.config.initial_rebalance_delay_ms
+            remaining = max(self._rebalance_timeout(g) - delay, 0)
+            gid = g.group_id
+            self.timer.schedule(self._join_key(gid), delay,
+                                lambda: self._try_complete_initial_rebalance(gid, delay, remaining))
+        g.transition_to(PREPARING_REBALANCE, self.clock.now_ms())
+        log.info("Preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
+                 g.group_id, g.state, g.generation_id, reason)
+        if initial:
+            return False
+        if g.has_all_members_joined():
+            return self._complete_join(g)
+        gid = g.group_id
+        self.timer.schedule(self._join_key(gid), self._rebalance_timeout(g), lambda: self._complete_join_by_id(gid))
+        return False
+
+    @staticmethod
+    def _rebalance_timeout(g: ClassicGroup) -> int:
+        return max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
+
+    def _try_complete_initial_rebalance(self, group_id: str, delay: int, remaining: int) -> None:
+        g = self.classic_group(group_id, False)
+        if g is None:
+            return
+        if g.new_member_added and remaining != 0:
+            g.new_member_added = False
+            new_delay = min(self.config.initial_rebalance_delay_ms, remaining)
+            new_remaining = max(remaining - delay, 0)
+            self.timer.schedule(self._join_key(group_id), new_delay,
+                                lambda: self._try_complete_initial_rebalance(group_id, new_delay, new_remaining))
+        else:
+            self._complete_join(g)
+
+    def _complete_join_by_id(self, group_id: str) -> None:
+        g = self.classic_group(group_id, False)
+        if g is not None:
+            self._complete_join(g)
+
+    def _complete_join(self, g: ClassicGroup) -> bool:
+        """End of the join phase: drop dynamic members that did not rejoin, open the next
+        generation and answer every waiting JoinGroup."""
+        self.timer.cancel(self._join_key(g.group_id))
+        for m in [m for m in g.not_yet_rejoined() if not m.is_static]:
+            g.remove(m.member_id)
+            self.timer.cancel(self._hb_key(g.group_id, m.member_id))
+        if g.state == DEAD:
+            return False
+        if not g.maybe_elect_new_joined_leader() and g.members:
+            gid = g.group_id
+            self.timer.schedule(self._join_key(gid), self._rebalance_timeout(g),
+                                lambda: self._complete_join_by_id(gid))
+            return False
+        g.init_next_generation(self.clock.now_ms())
+        if g.state == EMPTY:
+            self.write([self._group_record(g, {})])
+            return True
+        log.info("Stabilized group %s generation %d with %d members", g.group_id, g.generation_id, len(g.members))
+        for m in g.members.values():
+            respond = m.awaiting_join
+            m.awaiting_join = None
+            if respond is not None:
+                respond(self._join_response(g, m, g.is_leader(m.member_id)))
+            self._reschedule_heartbeat(g, m)
+            m.is_new = False
+            g.pending_sync_members.add(m.member_id)
+        gid, gen = g.group_id, g.generation_id
+        self.timer.schedule(self._sync_key(gid), self._rebalance_timeout(g), lambda: self._expire_pending_sync(gid, gen))
+        return False
+
+    def _expire_pending_sync(self, group_id: str, generation: int) -> None:
+        g = self.classic_group(group_id, False)
+        if g is None or g.generation_id != generation or g.state not in (COMPLETING_REBALANCE, STABLE):
+            return
+        if g.pending_sync_members:
+            for mid in list(g.pending_sync_members):
+                g.remove(mid)
+                self.timer.cancel(self._hb_key(group_id, mid))
+            self._prepare_rebalance(g, "pending sync request expiration")
+
+    def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
+        g = self.classic_group(group_id, False)
+        if g is None or g.state == DEAD:
+            return
+        if g.is_pending_member(member_id):
+            g.remove(member_id)
+            if g.state == PREPARING_REBALANCE and g.has_all_members_joined():
+                self._complete_join(g)
+            return
+        m = g.members.get(member_id)
+        if m is None:
+            return
+        log.info("Member %s in group %s has failed, removing it from the group", member_id, group_id)
+        self._remove_member_and_update(g, m, f"removing member {member_id} on heartbeat expiration")
+
+    def _remove_member_and_update(self, g: ClassicGroup, m: ClassicMember, reason: str) -> None:
+        if m.awaiting_join is not None:
+            m.awaiting_join(_join_error("", "unknown_member_id"))
+            m.awaiting_join = None
+        g.remove(m.member_id)
+        if g.state in (STABLE, COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance_or_complete_join(g, reason)
+        elif g.state == PREPARING_REBALANCE and g.has_all_members_joined():
+            self._complete_join(g)
+
+    def _propagate_assignment(self, g: ClassicGroup, error: str | None, reset: bool = False) -> None:
+        if reset:
+            for m in g.members.values():
+                m.assignment = b""
+        for m in g.members.values():
+            if m.awaiting_sync is not None:
+                respond = m.awaiting_sync
+                m.awaiting_sync = None
+                respond({"error": error, "assignment": m.assignment,
+                         "protocol_type": g.protocol_type if not error else None,
+                         "protocol_name": g.protocol_name if not error else None})
+                self._reschedule_heartbeat(g, m)
+
+    # ================================================================== SyncGroup
+    def sync_group(self, req: dict, respond) -> None:
+        """``req``: group_id, member_id, group_instance_id, generation_id, protocol_type,
+        protocol_name, assignments {member_id: bytes}."""
+        g = self.groups.get(req["group_id"])
+        if g is None or g.is_empty():
+            respond({"error": "unknown_member_id", "assignment": b""})
+            return
+        if not isinstance(g, ClassicGroup):
+            from .consumer import classic_sync_to_consumer_group
+            classic_sync_to_consumer_group(self, g, req, respond)
+            return
+        member_id = req["member_id"]
+        err = self._validate_sync(g, req)
+        if err:
+            respond({"error": err, "assignment": b""})
+        elif g.state == PREPARING_REBALANCE:
+            respond({"error": "rebalance_in_progress", "assignment": b""})
+        elif g.state == COMPLETING_REBALANCE:
+            g.members[member_id].awaiting_sync = respond
+            self._remove_pending_sync(g, member_id)
+            if g.is_leader(member_id):
+                assignment = dict(req.get("assignments") or {})
+                for mid in g.members:
+                    assignment.setdefault(mid, b"")
+                self.write([self._group_record(g, assignment)])
+                if g.state == COMPLETING_REBALANCE and req["generation_id"] == g.generation_id:
+                    for mid, m in g.members.items():
+                        m.assignment = assignment.get(mid, b"")
+                    self._propagate_assignment(g, None)
+                    g.transition_to(STABLE, self.clock.now_ms())
+        elif g.state == STABLE:
+            self._remove_pending_sync(g, member_id)
+            m = g.members[member_id]
+            respond({"error": None, "assignment": m.assignment, "protocol_type": g.protocol_type,
+                     "protocol_name": g.protocol_name})
+
+    def _validate_sync(self, g: ClassicGroup, req: dict) -> str | None:
+        if g.state == DEAD:
+            return "coordinator_not_available"
+        err = g.validate_member(req["member_id"], req.get("group_instance_id"))
+        if err:
+            return err
+        if req["generation_id"] != g.generation_id:
+            return "illegal_generation"
+        if (req.get("protocol_type") is not None and g.protocol_type is not None
+                and req["protocol_type"] != g.protocol_type) or \
+                (req.get("protocol_name") is not None and g.protocol_name is not None
+                 and req["protocol_name"] != g.protocol_name):
+            return "inconsistent_group_protocol"
+        return None
+
+    def _remove_pending_sync(self, g: ClassicGroup, member_id: str) -> None:
+        g.pending_sync_members.discard(member_id)
+        if g.state in (DEAD, EMPTY, PREPARING_REBALANCE) or not g.pending_sync_members:
+            self.timer.cancel(self._sync_key(g.group_id))
+
+    # ================================================================== Heartbeat / LeaveGroup
+    def heartbeat(self, req: dict) -> str | None:
+        g = self.groups.get(req["group_id"])
+        if g is None:
+            return "unknown_member_id"
+        if not isinstance(g, ClassicGroup):
+            from .consumer import classic_heartbeat_to_consumer_group
+            return classic_heartbeat_to_consumer_group(self, g, req)
+        if g.state == DEAD:
+            return "coordinator_not_available"
+        err = g.validate_member(req["member_id"], req.get("group_instance_id"))
+        if err:
+            return err
+        if req["generation_id"] != g.generation_id:
+            return "illegal_generation"
+        if g.state == EMPTY:
+            return "unknown_member_id"
+        self._reschedule_heartbeat(g, g.members[req["member_id"]])
+        if g.state == PREPARING_REBALANCE:
+            return "rebalance_in_progress"
+        return None
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[str | None, list]:
+        """``members``: (member_id, group_instance_id). Returns (top-level error, per-member errors)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return "unknown_member_id", []
+        if not isinstance(g, ClassicGroup):
+            from .consumer import classic_leave_to_consumer_group
+            return classic_leave_to_consumer_group(self, g, members)
+        if g.state == DEAD:
+            return "coordinator_not_available", []
+        results = []
+        left = []
+        for member_id, instance_id in members:
+            if member_id == "":
+                static_id = g.static_member_id(instance_id)
+                if static_id is not None:
+                    self._remove_current_member(g, static_id)
+                    results.append((member_id, instance_id, None))
+                    left.append(static_id)
+                else:
+                    results.append((member_id, instance_id, "unknown_member_id"))
+            elif g.is_pending_member(member_id):
+                g.remove(member_id)
+                self.timer.cancel(self._hb_key(group_id, member_id))
+                results.append((member_id, instance_id, None))
+                left.append(member_id)
+            else:
+                err = g.validate_member(member_id, instance_id)
+                if err:
+                    results.append((member_id, instance_id, err))
+                else:
+                    self._remove_current_member(g, member_id)
+                    results.append((member_id, instance_id, None))
+                    left.append(member_id)
+        if left:
+            if g.state in (STABLE, COMPLETING_REBALANCE):
+                self._maybe_prepare_rebalance_or_complete_join(g, f"explicit LeaveGroup for {left}")
+            elif g.state == PREPARING_REBALANCE:
+                self._maybe_complete_join_phase(g)
+        return None, results
+
+    def _remove_current_member(self, g: ClassicGroup, member_id: str) -> None:
+        m = g.members[member_id]
+        self.timer.cancel(self._hb_key(g.group_id, member_id))
+        if m.awaiting_join is not None:
+            m.awaiting_join(_join_error("", "unknown_member_id"))
+            m.awaiting_join = None
+        g.remove(member_id)
+
+    # ================================================================== offsets
+    def commit_offsets(self, req: dict) -> dict:
+        """``req``: group_id, generation_id (or member epoch), member_id, group_instance_id,
+        retention_ms, topics {topic: [(partition, offset, leader_epoch, metadata)]}, api_version.
+        Returns {(topic, partition): error or None} or {"_group": error} for a group-level error."""
+        group_id = req["group_id"]
+        g = self.groups.get(group_id)
+        generation = req["generation_id"]
+        err = None
+        if g is None:
+            if generation >= 0 or req["member_id"]:
+                err = "illegal_generation" if generation >= 0 else "unknown_member_id"
+        elif isinstance(g, ClassicGroup):
+            err = self._validate_classic_commit(g, req["member_id"], req.get("group_instance_id"), generation)
+        else:
+            from .consumer import validate_consumer_group_commit
+            err = validate_consumer_group_commit(self, g, req)
+        if err:
+            return {"_group": err}
+        now = self.clock.now_ms()
+        expire = now + req["retention_ms"] if req.get("retention_ms", -1) >= 0 else -1
+        results = {}
+        records = []
+        for topic, parts in req["topics"].items():
+            for partition, offset, epoch, metadata in parts:
+                metadata = metadata or ""
+                if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                    results[(topic, partition)] = "offset_metadata_too_large"
+                    continue
+                records.append(R.offset_commit(group_id, topic, partition, offset, epoch, metadata, now, expire))
+                results[(topic, partition)] = None
+        if records:
+            self.write(records)
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
+            offsets = self.offsets.setdefault(group_id, {})
+            for topic, parts in req["topics"].items():
+                for partition, offset, epoch, metadata in parts:
+                    if results.get((topic, partition)) is None:
+                        offsets[(topic, partition)] = OffsetAndMetadata(offset, epoch, metadata or "", now, expire)
+        return results
+
+    @staticmethod
+    def _validate_classic_commit(g: ClassicGroup, member_id: str, instance_id: str | None,
+                                 generation: int) -> str | None:
+        if g.state == DEAD:
+            return "coordinator_not_available"
+        if generation < 0 and g.state == EMPTY:
+            return None
+        if generation >= 0 or member_id or instance_id is not None:
+            err = g.validate_member(member_id, instance_id)
+            if err:
+                return err
+            if generation != g.generation_id:
+                return "illegal_generation"
+        elif g.state != EMPTY:
+            return "unknown_member_id"
+        if g.state == COMPLETING_REBALANCE:
+            return "rebalance_in_progress"
+        return None
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None, member_id: str | None = None,
+                      member_epoch: int = -1) -> tuple[str | None, dict]:
+        """Committed offsets of a group: {(topic, partition): OffsetAndMetadata | None}."""
+        g = self.groups.get(group_id)
+        if g is not None and not isinstance(g, ClassicGroup) and member_id is not None:
+            from .consumer import validate_consumer_group_fetch
+            err = validate_consumer_group_fetch(g, member_id, member_epoch)
+            if err:
+                return err, {}
+        committed = self.offsets.get(group_id, {})
+        if topics is None:
+            return None, dict(committed)
+        return None, {(t, p): committed.get((t, p)) for t, parts in topics for p in parts}
+
+    def delete_offsets(self, group_id: str, topics: dict[str, list[int]]) -> tuple[str | None, dict]:
+        g = self.groups.get(group_id)
+        if g is None:
+            return "group_id_not_found", {}
+        if isinstance(g, ClassicGroup):
+            if g.state == DEAD:
+                return "group_id_not_found", {}
+            if g.state in (STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE) and g.protocol_type != "consumer":
+                return "non_empty_group", {}
+        results = {}
+        records = []
+        committed = self.offsets.get(group_id, {})
+        for topic, parts in topics.items():
+            subscribed = g.is_subscribed_to(topic) and not g.is_empty()
+            for p in parts:
+                if subscribed:
+                    results[(topic, p)] = "group_subscribed_to_topic"
+                else:
+                    results[(topic, p)] = None
+                    if (topic, p) in committed:
+                        records.append(R.offset_tombstone(group_id, topic, p))
+        if records:
+            self.write(records)
+            for (topic, p), e in results.items():
+                if e is None:
+                    committed.pop((topic, p), None)
+        return None, results
+
+    def expire_offsets(self) -> int:
+        """Offsets of groups without members expire ``offsets.retention.minutes`` after the
+        group became empty (or after their commit, for groups that never had members)."""
+        now = self.clock.now_ms()
+        retention = self.config.offsets_retention_ms
+        records = []
+        expired_groups = []
+        for group_id, committed in list(self.offsets.items()):
+            g = self.groups.get(group_id)
+            if g is not None and not g.is_empty():
+                continue
+            base = getattr(g, "current_state_timestamp", -1) if g is not None else -1
+            drop = []
+            for tp, om in committed.items():
+                if om.expire_timestamp >= 0:
+                    expired = now >= om.expire_timestamp
+                else:
+                    expired = now - max(base, om.commit_timestamp) >= retention
+                if expired:
+                    drop.append(tp)
+            for tp in drop:
+                records.append(R.offset_tombstone(group_id, *tp))
+            if drop and len(drop) == len(committed):
+                expired_groups.append(group_id)
+        for group_id in expired_groups:
+            g = self.groups.get(group_id)
+            if isinstance(g, ClassicGroup) and g.is_empty():
+                records.append((R.group_key(R.GROUP_METADATA, group_id), None))
+        if records:
+            self.write(records)
+            for key, _v in records:
+                self.replay(key, None)
+        return len(records)
+
+    # ================================================================== admin
+    def delete_group(self, group_id: str) -> str | None:
+        g = self.groups.get(group_id)
+        if g is None:
+            return "group_id_not_found"
+        if not g.is_empty():
+            return "non_empty_group"
+        records = self._group_tombstones(group_id)
+        self.write(records)
+        self.groups.pop(group_id, None)
+        self.offsets.pop(group_id, None)
+        return None
+
+    def list_groups(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type)."""
+        out = []
+        for gid, g in self.groups.items():
+            if isinstance(g, ClassicGroup):
+                out.append((gid, g.protocol_type or "", g.state, "classic"))
+            else:
+                out.append((gid, "consumer", g.state_name(), "consumer"))
+        return out
+
+
+def error_code(name: str | None) -> ErrorCode:
+    return ErrorCode.none if name is None else ErrorCode[name]

@@ -1,0 +1,389 @@
+"""Group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+OffsetDelete, DescribeGroups, ListGroups, DeleteGroups, ConsumerGroupHeartbeat,
+ConsumerGroupDescribe. Thin: they translate to the coordinator shard owning the group."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ...errors import ErrorCode, KafkaError
+from ...coordinator.group.classic import ClassicGroup
+from ...coordinator.group.consumer import ConsumerGroup, consumer_group_heartbeat
+from .core import OMITTED_OPS
+from .kiohelp import Msg, to_ms
+
+_GROUP_OPS = 0
+for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
+    _GROUP_OPS |= 1 << _op
+
+
+def _code(name: str | None) -> ErrorCode:
+    return ErrorCode.none if name is None else ErrorCode[name]
+
+
+class GroupApis:
+    def __init__(self, server):
+        self.server = server
+
+    def register(self) -> None:
+        s = self.server
+        s.register(11, 0, 9, self.join_group)
+        s.register(14, 0, 5, self.sync_group)
+        s.register(12, 0, 4, self.heartbeat)
+        s.register(13, 0, 5, self.leave_group)
+        s.register(8, 2, 10, self.offset_commit)
+        s.register(9, 1, 10, self.offset_fetch)
+        s.register(47, 0, 0, self.offset_delete)
+        s.register(15, 0, 6, self.describe_groups)
+        s.register(16, 0, 5, self.list_groups)
+        s.register(42, 0, 2, self.delete_groups)
+        s.register(68, 0, 1, self.consumer_group_heartbeat)
+        s.register(69, 0, 1, self.consumer_group_describe)
+
+    @property
+    def gc(self):
+        return self.server.group_coordinator
+
+    def _host(self, ctx) -> str:
+        return "/" + ctx.client_host
+
+    # ------------------------------------------------------------------ JoinGroup
+    def join_group(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(11, v)
+
+        def build(r: dict):
+            members = tuple(m("JoinGroupResponseMember", member_id=x["member_id"],
+                              group_instance_id=x["group_instance_id"], metadata=x["metadata"])
+                            for x in r.get("members") or [])
+            return m(throttle_time=0, error_code=_code(r["error"]), generation_id=r["generation_id"],
+                     protocol_type=r["protocol_type"], protocol_name=r["protocol_name"] if v >= 7 or r["protocol_name"]
+                     else ("" if v < 7 else None), leader=r["leader"], skip_assignment=r["skip_assignment"],
+                     member_id=r["member_id"], members=members)
+
+        try:
+            shard = self.gc.shard_for(req.group_id)
+        except KafkaError as e:
+            return build({"error": e.code.name, "member_id": req.member_id, "generation_id": -1, "protocol_type": None,
+                          "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
+        session = to_ms(req.session_timeout)
+        rebalance = to_ms(req.rebalance_timeout) if v >= 1 else session
+        fut = asyncio.get_running_loop().create_future()
+        shard.join_group({
+            "group_id": req.group_id, "member_id": req.member_id,
+            "group_instance_id": getattr(req, "group_instance_id", None), "protocol_type": req.protocol_type,
+            "protocols": [(p.name, p.metadata) for p in req.protocols], "session_timeout_ms": session,
+            "rebalance_timeout_ms": rebalance, "client_id": ctx.client_id, "client_host": self._host(ctx),
+            "require_known_member_id": v >= 4, "supports_skip_assignment": v >= 9,
+        }, lambda r: fut.done() or fut.set_result(r))
+        return self._await(fut, build)
+
+    @staticmethod
+    async def _await(fut, build):
+        return build(await fut)
+
+    # ------------------------------------------------------------------ SyncGroup
+    def sync_group(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(14, v)
+
+        def build(r: dict):
+            return m(throttle_time=0, error_code=_code(r["error"]), protocol_type=r.get("protocol_type"),
+                     protocol_name=r.get("protocol_name"), assignment=r.get("assignment") or b"")
+
+        try:
+            shard = self.gc.shard_for(req.group_id)
+        except KafkaError as e:
+            return build({"error": e.code.name})
+        fut = asyncio.get_running_loop().create_future()
+        shard.sync_group({
+            "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
+            "group_instance_id": getattr(req, "group_instance_id", None),
+            "protocol_type": getattr(req, "protocol_type", None), "protocol_name": getattr(req, "protocol_name", None),
+            "assignments": {a.member_id: a.assignment for a in req.assignments},
+        }, lambda r: fut.done() or fut.set_result(r))
+        return self._await(fut, build)
+
+    # ------------------------------------------------------------------ Heartbeat / LeaveGroup
+    def heartbeat(self, ctx, req):
+        m = Msg(12, ctx.api_version)
+        try:
+            err = self.gc.shard_for(req.group_id).heartbeat({
+                "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
+                "group_instance_id": getattr(req, "group_instance_id", None)})
+            code = _code(err)
+        except KafkaError as e:
+            code = e.code
+        return m(throttle_time=0, error_code=code)
+
+    def leave_group(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(13, v)
+        members = ([(x.member_id, x.group_instance_id) for x in req.members] if v >= 3 else [(req.member_id, None)])
+        try:
+            err, results = self.gc.shard_for(req.group_id).leave_group(req.group_id, members)
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, members=())
+        if v < 3:
+            code = _code(err) if err else (_code(results[0][2]) if results else ErrorCode.none)
+            return m(throttle_time=0, error_code=code)
+        return m(throttle_time=0, error_code=_code(err), members=tuple(
+            m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=_code(e)) for mid, iid, e in results))
+
+    # ------------------------------------------------------------------ OffsetCommit
+    def offset_commit(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(8, v)
+        image = self.server.image
+        topics: dict[str, list] = {}
+        errors: dict[tuple, ErrorCode] = {}
+        keys = []  # response order: (topic key, partition, topic name or None)
+        for t in req.topics:
+            if v >= 10:
+                ti = image.topics_by_id.get(t.topic_id)
+                name, key = (ti.name if ti else None), t.topic_id
+            else:
+                ti = image.topic(t.name)
+                name, key = t.name, t.name
+            for p in t.partitions:
+                keys.append((key, p.partition_index, name))
+                if ti is None or p.partition_index not in ti.partitions:
+                    errors[(key, p.partition_index)] = (ErrorCode.unknown_topic_id if v >= 10
+                                                        else ErrorCode.unknown_topic_or_partition)
+                    continue
+                topics.setdefault(name, []).append((p.partition_index, p.committed_offset,
+                                                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+        group_error = None
+        results = {}
+        if topics:
+            try:
+                results = self.gc.shard_for(req.group_id).commit_offsets({
+                    "group_id": req.group_id, "generation_id": getattr(req, "generation_id_or_member_epoch", -1),
+                    "member_id": req.member_id, "group_instance_id": getattr(req, "group_instance_id", None),
+                    "retention_ms": to_ms(req.retention_time) if hasattr(req, "retention_time") else -1,
+                    "topics": topics, "api_version": v})
+                if "_group" in results:
+                    group_error = _code(results["_group"])
+            except KafkaError as e:
+                group_error = e.code
+        by_topic: dict = {}
+        for key, part, name in keys:
+            code = errors.get((key, part))
+            if code is None:
+                code = group_error if group_error is not None else _code(results.get((name, part)))
+            by_topic.setdefault(key, []).append(m("OffsetCommitResponsePartition", partition_index=part,
+                                                  error_code=code))
+        out = []
+        for key, parts in by_topic.items():
+            out.append(m("OffsetCommitResponseTopic", topic_id=key, partitions=tuple(parts)) if v >= 10
+                       else m("OffsetCommitResponseTopic", name=key, partitions=tuple(parts)))
+        return m(throttle_time=0, topics=tuple(out))
+
+    # ------------------------------------------------------------------ OffsetFetch
+    def offset_fetch(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(9, v)
+        if v >= 8:
+            groups = []
+            for g in req.groups:
+                groups.append(self._fetch_group(m, v, g.group_id, g.topics, getattr(g, "member_id", None),
+                                                getattr(g, "member_epoch", -1)))
+            return m(throttle_time=0, groups=tuple(groups))
+        topics, err = self._fetch_topics(m, v, req.group_id, req.topics, None, -1)
+        if v == 1 and err != ErrorCode.none:
+            # v1 has no top-level error: every partition carries it
+            topics = tuple(m("OffsetFetchResponseTopic", name=t.name, partitions=tuple(
+                m("OffsetFetchResponsePartition", partition_index=p.partition_index, committed_offset=-1,
+                  metadata="", error_code=err) for p in t.partitions)) for t in topics)
+        return m(throttle_time=0, topics=topics, error_code=err)
+
+    def _fetch_group(self, m, v, group_id, topics, member_id, member_epoch):
+        out, err = self._fetch_topics(m, v, group_id, topics, member_id, member_epoch, grouped=True)
+        return m("OffsetFetchResponseGroup", group_id=group_id, topics=out, error_code=err)
+
+    def _fetch_topics(self, m, v, group_id, topics, member_id, member_epoch, grouped=False):
+        image = self.server.image
+        by_id = v >= 10
+        topic_struct = "OffsetFetchResponseTopics" if grouped else "OffsetFetchResponseTopic"
+        part_struct = "OffsetFetchResponsePartitions" if grouped else "OffsetFetchResponsePartition"
+        wanted = None
+        names = {}
+        if topics is not None:
+            wanted = []
+            for t in topics:
+                if by_id:
+                    ti = image.topics_by_id.get(t.topic_id)
+                    name = ti.name if ti else None
+                    names[name] = t.topic_id
+                else:
+                    name = t.name
+                wanted.append((name, list(t.partition_indexes)))
+        try:
+            err, offsets = self.gc.shard_for(group_id).fetch_offsets(group_id, wanted, member_id, member_epoch)
+        except KafkaError as e:
+            return (), e.code
+        if err:
+            return (), _code(err)
+        grouped_offsets: dict = {}
+        for (topic, part), om in offsets.items():
+            grouped_offsets.setdefault(topic, []).append((part, om))
+        out = []
+        for topic, parts in grouped_offsets.items():
+            pr = []
+            for part, om in sorted(parts):
+                pr.append(m(part_struct, partition_index=part, committed_offset=om.offset if om else -1,
+                            committed_leader_epoch=om.leader_epoch if om else -1,
+                            metadata=om.metadata if om else "", error_code=ErrorCode.none))
+            if by_id:
+                tid = names.get(topic)
+                if tid is None:
+                    ti = image.topic(topic)
+                    tid = ti.topic_id if ti else None
+                out.append(m(topic_struct, topic_id=tid, partitions=tuple(pr)))
+            else:
+                out.append(m(topic_struct, name=topic, partitions=tuple(pr)))
+        return tuple(out), ErrorCode.none
+
+    # ------------------------------------------------------------------ OffsetDelete
+    def offset_delete(self, ctx, req):
+        m = Msg(47, ctx.api_version)
+        wanted = {t.name: [p.partition_index for p in t.partitions] for t in req.topics}
+        try:
+            err, results = self.gc.shard_for(req.group_id).delete_offsets(req.group_id, wanted)
+        except KafkaError as e:
+            return m(error_code=e.code, throttle_time=0, topics=())
+        if err:
+            return m(error_code=_code(err), throttle_time=0, topics=())
+        topics = tuple(m("OffsetDeleteResponseTopic", name=t, partitions=tuple(
+            m("OffsetDeleteResponsePartition", partition_index=p, error_code=_code(results.get((t, p)))) for p in ps))
+            for t, ps in wanted.items())
+        return m(error_code=ErrorCode.none, throttle_time=0, topics=topics)
+
+    # ------------------------------------------------------------------ admin
+    def describe_groups(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(15, v)
+        out = []
+        for gid in req.groups:
+            ops = _GROUP_OPS if getattr(req, "include_authorized_operations", False) else OMITTED_OPS
+            try:
+                g = self.gc.shard_for(gid).groups.get(gid)
+            except KafkaError as e:
+                out.append(m("DescribedGroup", error_code=e.code, group_id=gid, group_state="", protocol_type="",
+                             protocol_data="", members=(), authorized_operations=ops))
+                continue
+            if not isinstance(g, ClassicGroup):
+                msg = f"Group {gid} not found." if g is None else f"Group {gid} is not a classic group."
+                if v >= 6:
+                    out.append(m("DescribedGroup", error_code=ErrorCode.group_id_not_found, error_message=msg,
+                                 group_id=gid, group_state="Dead", protocol_type="", protocol_data="", members=(),
+                                 authorized_operations=ops))
+                else:
+                    out.append(m("DescribedGroup", error_code=ErrorCode.none, group_id=gid, group_state="Dead",
+                                 protocol_type="", protocol_data="", members=(), authorized_operations=ops))
+                continue
+            # as Kafka's group summary: metadata, assignments and the protocol only once Stable
+            stable = g.state == "Stable"
+            members = tuple(m("DescribedGroupMember", member_id=x.member_id, group_instance_id=x.group_instance_id,
+                              client_id=x.client_id, client_host=x.client_host,
+                              member_metadata=x.metadata(g.protocol_name) if stable else b"",
+                              member_assignment=x.assignment if stable else b"")
+                            for x in g.members.values())
+            out.append(m("DescribedGroup", error_code=ErrorCode.none, group_id=gid, group_state=g.state,
+                         protocol_type=g.protocol_type or "", protocol_data=(g.protocol_name or "") if stable else "",
+                         members=members, authorized_operations=ops))
+        return m(throttle_time=0, groups=tuple(out))
+
+    def list_groups(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(16, v)
+        states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
+        out = []
+        for shard in list(self.gc.shards.values()):
+            for gid, ptype, state, gtype in shard.list_groups():
+                if states and state.lower() not in states:
+                    continue
+                if types and gtype not in types:
+                    continue
+                out.append(m("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype))
+        return m(throttle_time=0, error_code=ErrorCode.none, groups=tuple(out))
+
+    def delete_groups(self, ctx, req):
+        m = Msg(42, ctx.api_version)
+        out = []
+        for gid in req.groups_names:
+            try:
+                code = _code(self.gc.shard_for(gid).delete_group(gid))
+            except KafkaError as e:
+                code = e.code
+            out.append(m("DeletableGroupResult", group_id=gid, error_code=code))
+        return m(throttle_time=0, results=tuple(out))
+
+    # ------------------------------------------------------------------ KIP-848
+    def consumer_group_heartbeat(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(68, v)
+        owned = None
+        if req.topic_partitions is not None:
+            owned = {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions}
+        try:
+            shard = self.gc.shard_for(req.group_id)
+            r = consumer_group_heartbeat(shard, {
+                "group_id": req.group_id, "member_id": req.member_id, "member_epoch": req.member_epoch,
+                "instance_id": req.instance_id, "rack_id": req.rack_id,
+                "rebalance_timeout_ms": to_ms(req.rebalance_timeout),
+                "subscribed_topic_names": list(req.subscribed_topic_names)
+                if req.subscribed_topic_names is not None else None,
+                "subscribed_topic_regex": getattr(req, "subscribed_topic_regex", None),
+                "server_assignor": req.server_assignor, "topic_partitions": owned,
+                "client_id": ctx.client_id or "", "client_host": self._host(ctx)}, v)
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, error_message=e.message, member_id=None, member_epoch=-1,
+                     heartbeat_interval=0, assignment=None)
+        assignment = None
+        if r["assignment"] is not None:
+            assignment = m("Assignment", topic_partitions=tuple(
+                m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in r["assignment"].items()))
+        return m(throttle_time=0, error_code=_code(r["error"]), error_message=r["message"], member_id=r["member_id"],
+                 member_epoch=r["member_epoch"], heartbeat_interval=r["heartbeat_interval_ms"], assignment=assignment)
+
+    def consumer_group_describe(self, ctx, req):
+        m = Msg(69, ctx.api_version)
+        image = self.server.image
+        out = []
+        ops = _GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
+
+        def assignment(a):
+            tps = []
+            for tid, ps in a.items():
+                t = image.topics_by_id.get(tid)
+                tps.append(m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "",
+                             partitions=tuple(sorted(ps))))
+            return m("Assignment", topic_partitions=tuple(tps))
+
+        for gid in req.group_ids:
+            try:
+                g = self.gc.shard_for(gid).groups.get(gid)
+            except KafkaError as e:
+                out.append(m("DescribedGroup", error_code=e.code, group_id=gid, group_state="", group_epoch=-1,
+                             assignment_epoch=-1, assignor_name="", members=(), authorized_operations=ops))
+                continue
+            if not isinstance(g, ConsumerGroup):
+                msg = f"Group {gid} not found." if g is None else f"Group {gid} is not a consumer group."
+                out.append(m("DescribedGroup", error_code=ErrorCode.group_id_not_found, error_message=msg,
+                             group_id=gid, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
+                             members=(), authorized_operations=ops))
+                continue
+            assignors = [x.server_assignor for x in g.members.values() if x.server_assignor]
+            members = tuple(m("Member", member_id=x.member_id, instance_id=x.instance_id, rack_id=x.rack_id,
+                              member_epoch=x.member_epoch, client_id=x.client_id, client_host=x.client_host,
+                              subscribed_topic_names=tuple(x.subscribed_topic_names),
+                              subscribed_topic_regex=x.subscribed_topic_regex, assignment=assignment(x.assigned),
+                              target_assignment=assignment(g.target.get(x.member_id, {})), member_type=1)
+                            for x in g.members.values())
+            out.append(m("DescribedGroup", error_code=ErrorCode.none, group_id=gid, group_state=g.state_name(),
+                         group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch,
+                         assignor_name=assignors[0] if assignors else self.gc.config.consumer_assignors[0],
+                         members=members, authorized_operations=ops))
+        return m(throttle_time=0, groups=tuple(out))
