@@ -9,6 +9,16 @@ Without ``--group`` no consumer group is used at all: partitions are assigned di
 start offsets resolved with ListOffsets, nothing is ever committed (see
 :mod:`kesque.cli._fetcher`). With ``--group`` (or ``group.id`` in the consumer
 properties) the topic is subscribed through a group with confluent-kafka's Consumer.
+
+Committing in a group follows Kafka's ConsoleConsumer: auto commit is on unless
+``enable.auto.commit=false`` is given, and only what was printed is ever committed. Kafka gets
+this by committing in ``poll()`` (every record of the previous poll has been written by then)
+and, on exit, by seeking back to the first record it did not print before ``close()``
+(``resetUnconsumedOffsets``); here librdkafka's automatic offset store is turned off and each
+record's offset is stored once it has been written and flushed to stdout, so the periodic
+auto commit and the commit on close both cover exactly the printed records. Killed between
+printing and the next commit, the consumer re-reads what it printed since that commit: the
+console consumer is at-least-once.
 """
 
 from __future__ import annotations
@@ -362,6 +372,8 @@ class GroupSource:
         conf = {k: v for k, v in o.props.items() if k not in self._JAVA_ONLY}
         conf["group.id"] = o.group
         conf.setdefault("log_level", 0)
+        # offsets are stored by hand once printed (see the module docstring)
+        self.store = str(conf.setdefault("enable.auto.offset.store", "false")).lower() == "false"
         self.consumer = Consumer(conf)
         if a.include is not None:
             from ._admin import IncludeList
@@ -386,6 +398,30 @@ class GroupSource:
                                else -1))
         return out
 
+    def printed(self, msgs) -> None:
+        """Store the offsets after the printed records: the next commit covers them."""
+        if not self.store or not msgs:
+            return
+        from confluent_kafka import TopicPartition
+
+        last: dict[tuple[str, int], object] = {}
+        for m in msgs:
+            last[(m.topic, m.partition)] = m
+        tps = []
+        for (topic, partition), m in last.items():
+            if m.leader_epoch is not None and m.leader_epoch >= 0:
+                tps.append(TopicPartition(topic, partition, m.offset + 1, leader_epoch=m.leader_epoch))
+            else:
+                tps.append(TopicPartition(topic, partition, m.offset + 1))
+        try:
+            self.consumer.store_offsets(offsets=tps)
+        except Exception:  # a partition revoked meanwhile: its offsets are not ours to commit
+            for tp in tps:
+                try:
+                    self.consumer.store_offsets(offsets=[tp])
+                except Exception:
+                    pass
+
     def close(self) -> None:
         self.consumer.close()
 
@@ -408,6 +444,7 @@ def run(a) -> int:
     old = signal.signal(signal.SIGTERM, on_term)
     source = None
     out = sys.stdout.buffer
+    printed: list = []  # written, offsets not stored yet
     try:
         source = GroupSource(a, o) if o.group else WireSource(a, o)
         last = time.monotonic()
@@ -431,6 +468,7 @@ def run(a) -> int:
                 if 0 <= o.max_messages <= count:
                     break
                 count += 1
+                printed.append(m)
                 try:
                     out.write(o.formatter.format(m))
                 except BrokenPipeError:
@@ -446,6 +484,9 @@ def run(a) -> int:
             except BrokenPipeError:
                 print("Unable to write to standard out, closing consumer.", file=sys.stderr)
                 break
+            if isinstance(source, GroupSource):
+                source.printed(printed)
+            printed.clear()
     except KeyboardInterrupt:
         status = 130
     except _Stop as e:
@@ -458,6 +499,8 @@ def run(a) -> int:
         signal.signal(signal.SIGTERM, old)
         try:
             out.flush()
+            if isinstance(source, GroupSource):
+                source.printed(printed)  # written before the stop: commit them on close
         except Exception:
             pass
         if source is not None:

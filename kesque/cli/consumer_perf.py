@@ -8,7 +8,9 @@ Prints Kafka's header and summary line::
 or, with ``--show-detailed-stats``, one progress line per reporting interval. Without
 ``--group`` the partitions are read with no consumer group (assignment, see
 :mod:`kesque.cli._fetcher`), so the rebalance time is 0; with ``--group`` the topic is
-subscribed through that group.
+subscribed through that group and, as Kafka's rebalance listener measures it, the time from
+subscribing (or from a revocation) to the assignment is ``rebalance.time.ms``, left out of
+``fetch.time.ms``.
 """
 
 from __future__ import annotations
@@ -79,6 +81,9 @@ def _div(a: float, b: float) -> float:
 
 
 class _Source:
+    join_ms = 0  # total rebalance time (group members only)
+    join_round_ms = 0  # rebalance time since the last progress line
+
     def __init__(self, a, props: dict):
         self.group = a.group is not None or "group.id" in props
         if self.group:
@@ -92,7 +97,10 @@ class _Source:
                          "check.crcs": False, "log_level": 0})
             conf.setdefault("client.id", "perf-consumer-client")
             self.c = Consumer(conf)
-            self.c.subscribe([a.topic])
+            # ConsumerPerfRebListener: the time from subscribing (or a revocation) to an
+            # assignment is rebalance time, not fetch time
+            self._join_start = _now()
+            self.c.subscribe([a.topic], on_assign=self._assigned, on_revoke=self._revoked)
         else:
             from ._fetcher import EARLIEST, LATEST, WireConsumer
             self.c = WireConsumer(a.bootstrap_server, client_id=props.get("client.id", "perf-consumer-client"),
@@ -102,6 +110,14 @@ class _Source:
             self.topic = a.topic
             self.start = LATEST if a.from_latest else EARLIEST
             self._next = 0.0
+
+    def _assigned(self, consumer, partitions) -> None:
+        elapsed = _now() - self._join_start
+        self.join_ms += elapsed
+        self.join_round_ms += elapsed
+
+    def _revoked(self, consumer, partitions) -> None:
+        self._join_start = _now()
 
     def poll(self, timeout: float) -> list[tuple[bytes | None, bytes | None]]:
         if self.group:
@@ -162,7 +178,9 @@ def run(a) -> int:
                     nbytes += len(value)
                 if now - last_report >= a.reporting_interval:
                     if a.show_detailed_stats:
-                        _progress(fmt, nbytes, last_bytes, messages, last_msgs, last_report, now)
+                        _progress(fmt, nbytes, last_bytes, messages, last_msgs, last_report, now,
+                                  source.join_round_ms)
+                    source.join_round_ms = 0
                     last_report = now
                     last_msgs = messages
                     last_bytes = nbytes
@@ -177,7 +195,7 @@ def run(a) -> int:
               "exceeded. You can use the --timeout option to increase the timeout.")
     end_ms = _now()
     elapsed_sec = (end_ms - start_ms) / 1000.0
-    join_ms = 0
+    join_ms = source.join_ms
     fetch_ms = (end_ms - start_ms) - join_ms
     if not a.show_detailed_stats:
         mb = nbytes / (1024 * 1024)
@@ -193,14 +211,14 @@ def run(a) -> int:
     return 0
 
 
-def _progress(fmt, nbytes, last_bytes, msgs, last_msgs, start, end) -> None:
+def _progress(fmt, nbytes, last_bytes, msgs, last_msgs, start, end, join_ms: int = 0) -> None:
     elapsed = end - start
     total_mb = nbytes / (1024 * 1024)
     interval_mb = (nbytes - last_bytes) / (1024 * 1024)
     line = (f"{java_simple_date(fmt, end)}, 0, {jf(total_mb, 4)}, {jf(_div(1000.0 * interval_mb, elapsed), 4)}, "
             f"{msgs}, {jf(_div(msgs - last_msgs, elapsed) * 1000.0, 4)}")
-    fetch_ms = elapsed
-    line += (f", 0, {fetch_ms}, {jf(1000.0 * interval_mb / fetch_ms if fetch_ms > 0 else 0.0, 4)}, "
+    fetch_ms = elapsed - join_ms
+    line += (f", {join_ms}, {fetch_ms}, {jf(1000.0 * interval_mb / fetch_ms if fetch_ms > 0 else 0.0, 4)}, "
              f"{jf(1000.0 * (msgs - last_msgs) / fetch_ms if fetch_ms > 0 else 0.0, 4)}")
     print(line)
     sys.stdout.flush()

@@ -5,7 +5,9 @@ one ``baseOffset: ... isvalid: true`` line per batch and, with ``--deep-iteratio
 ``--print-data-log``, one ``| offset: ...`` line per record (``payload:`` with the data),
 ``offset: N position: P`` for ``.index``, ``timestamp: T offset: O`` for ``.timeindex``,
 transaction index and producer snapshot entries. ``--cluster-metadata-decoder`` prints
-``__cluster_metadata`` records as JSON.
+``__cluster_metadata`` records as JSON, ``--offsets-decoder`` the keys and values of
+``__consumer_offsets`` records as Kafka's OffsetsMessageParser does (``key: {"type":"1",
+"data":{...}} payload: {"version":"3","data":{...}}``).
 
 Beyond Kafka's tool (which rejects them), the text files a log dir holds are dumped too:
 ``replication-offset-checkpoint``, ``recovery-point-offset-checkpoint``,
@@ -70,6 +72,8 @@ def configure(p) -> None:
                    metavar="key-decoder-class",
                    help="If set, used to deserialize the keys. Only the string decoder "
                         "(org.apache.kafka.tools.api.StringDecoder) is available.")
+    p.add_argument("--offsets-decoder", action="store_true",
+                   help="If set, log data will be parsed as offset data from the __consumer_offsets topic.")
     p.add_argument("--cluster-metadata-decoder", action="store_true",
                    help="If set, log data will be parsed as cluster metadata records.")
     p.add_argument("--skip-record-metadata", action="store_true",
@@ -134,6 +138,156 @@ def cluster_metadata_json(value: bytes) -> str:
     return json.dumps({"type": type_name, "version": version, "data": data}, separators=(",", ":"))
 
 
+# ----------------------------------------------------------------- __consumer_offsets
+
+# JSON field names of the group coordinator records (Kafka's *JsonConverter use the schema
+# names in camelCase); kesque's record module names the same fields in snake_case
+_OFFSETS_NAMES = {"group_id": "groupId", "member_id": "memberId"}
+_KIP848_KEY = {"group": "groupId", "member_id": "memberId"}
+_OFFSETS_VALUES = {0: "OffsetCommitValue", 1: "OffsetCommitValue", 2: "GroupMetadataValue",
+                   3: "ConsumerGroupMetadataValue", 4: "ConsumerGroupPartitionMetadataValue",
+                   5: "ConsumerGroupMemberMetadataValue", 6: "ConsumerGroupTargetAssignmentMetadataValue",
+                   7: "ConsumerGroupTargetAssignmentMemberValue", 8: "ConsumerGroupCurrentMemberAssignmentValue"}
+
+
+def _offsets_json(v):
+    """A decoded __consumer_offsets value as Jackson writes it: camelCase names, Kafka Uuid
+    strings, bytes in base64."""
+    import base64
+    import uuid as _uuid
+
+    if isinstance(v, _uuid.UUID):
+        return kafka_uuid(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(v)).decode()
+    if isinstance(v, dict):
+        return {_OFFSETS_NAMES.get(k) or _camel(k): _offsets_json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_offsets_json(x) for x in v]
+    return v
+
+
+def _consumer_protocol(data: bytes, kind: str):
+    """ConsumerProtocolSubscription / ConsumerProtocolAssignment (versions 0-3) as JSON, or
+    None when the bytes do not parse (the tool then keeps them as base64)."""
+    import base64
+
+    pos = 0
+
+    def i16():
+        nonlocal pos
+        v = struct.unpack_from(">h", data, pos)[0]
+        pos += 2
+        return v
+
+    def i32():
+        nonlocal pos
+        v = struct.unpack_from(">i", data, pos)[0]
+        pos += 4
+        return v
+
+    def string(nullable=False):
+        nonlocal pos
+        n = i16()
+        if n < 0:
+            if nullable:
+                return None
+            raise ValueError("null string")
+        if pos + n > len(data):
+            raise ValueError("truncated")
+        v = bytes(data[pos:pos + n]).decode()
+        pos += n
+        return v
+
+    def nbytes():
+        nonlocal pos
+        n = i32()
+        if n < 0:
+            return None
+        if pos + n > len(data):
+            raise ValueError("truncated")
+        v = base64.b64encode(bytes(data[pos:pos + n])).decode()
+        pos += n
+        return v
+
+    def topic_partitions():
+        out = []
+        for _ in range(i32()):
+            topic = string()
+            parts = [i32() for _ in range(max(i32(), 0))]
+            out.append({"topic": topic, "partitions": parts})
+        return out
+
+    try:
+        version = i16()
+        if not 0 <= version <= 3:
+            return None
+        if kind == "subscription":
+            out = {"topics": [string() for _ in range(max(i32(), 0))], "userData": nbytes()}
+            if version >= 1:
+                out["ownedPartitions"] = topic_partitions()
+            if version >= 2:
+                out["generationId"] = i32()
+            if version >= 3:
+                out["rackId"] = string(nullable=True)
+            return out
+        assigned = topic_partitions()
+        return {"assignedPartitions": assigned, "userData": nbytes()}
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return None
+
+
+def offsets_key_value(r) -> tuple[str | None, str | None]:
+    """Kafka's OffsetsMessageParser: ``{"type":"<key version>","data":{...}}`` for the key and
+    ``{"version":"<value version>","data":{...}}`` (or ``<DELETE>`` for a tombstone) for the
+    payload; a classic group's consumer-protocol subscriptions and assignments are decoded."""
+    from ..coordinator.group import records as gr
+
+    if r.key is None:
+        raise DumpError(f"java.lang.RuntimeException: Failed to decode message at offset {r.offset} using offset "
+                        "topic decoder (message had a missing key)")
+    key_bytes = bytes(r.key)
+    key_version = struct.unpack_from(">h", key_bytes, 0)[0] if len(key_bytes) >= 2 else -1
+    try:
+        key_version, key = gr.decode_key(key_bytes)
+    except gr.UnknownRecordType:
+        return f"Unknown record type {key_version} at offset {r.offset}, skipping.", None
+    except Exception as e:  # noqa: BLE001 - Kafka reports and goes on
+        return (f"Error at offset {r.offset}, skipping. Could not read record with version {key_version} from "
+                f"key's buffer due to: {e}"), None
+    value_bytes = bytes(r.value) if r.value is not None else None
+    try:
+        value = gr.decode_value(key_version, value_bytes)
+    except Exception as e:  # noqa: BLE001
+        version = struct.unpack_from(">h", value_bytes, 0)[0] if len(value_bytes) >= 2 else -1
+        why = f"Can't read version {version} of {_OFFSETS_VALUES[key_version]}" \
+            if isinstance(e, gr.UnknownRecordType) else str(e)
+        return (f"Error at offset {r.offset}, skipping. Could not read record with version {version} from value's "
+                f"buffer due to: {why}"), None
+    names = _KIP848_KEY if key_version >= 3 else {}
+    key_json = json.dumps({"type": str(key_version), "data": {names.get(k, k): v for k, v in key.items()}},
+                          separators=(",", ":"), ensure_ascii=False)
+    if value is None:
+        return key_json, "<DELETE>"
+    version = value.pop("_version")
+    fields = gr.VALUES[key_version][version][0]
+    data = {}
+    for name, _typ, tag, default in fields:
+        if name not in value or (tag is not None and value[name] == default):
+            continue  # tagged fields are written only when they differ from their default
+        data[name] = value[name]
+    data = _offsets_json(data)
+    if key_version == gr.GROUP_METADATA and data.get("protocolType") == "consumer":
+        for raw_member, member in zip(value.get("members") or [], data.get("members") or [], strict=False):
+            for fname in ("subscription", "assignment"):
+                raw = raw_member.get(fname)
+                decoded = _consumer_protocol(raw, fname) if raw is not None else None
+                if decoded is not None:
+                    member[fname] = decoded
+    value_json = json.dumps({"version": str(version), "data": data}, separators=(",", ":"), ensure_ascii=False)
+    return key_json, value_json
+
+
 # ----------------------------------------------------------------- .log
 
 def _seq(base_sequence: int, delta: int) -> int:
@@ -145,8 +299,8 @@ def _seq(base_sequence: int, delta: int) -> int:
 class Dumper:
     def __init__(self, a):
         self.a = a
-        self.print_data = bool(a.print_data_log or a.cluster_metadata_decoder or a.value_decoder_class
-                               or a.key_decoder_class)
+        self.print_data = bool(a.print_data_log or a.cluster_metadata_decoder or a.offsets_decoder
+                               or a.value_decoder_class or a.key_decoder_class)
         self.deep = bool(a.deep_iteration or self.print_data)
         self.index_mismatches: dict[str, list[tuple[int, int]]] = {}
         self.nonconsecutive: dict[str, list[tuple[int, int]]] = {}
@@ -155,6 +309,8 @@ class Dumper:
         self.ts_not_found: dict[str, list[tuple[int, int]]] = {}
 
     def payload(self, r) -> tuple[str | None, str | None]:
+        if self.a.offsets_decoder:
+            return offsets_key_value(r)
         if self.a.cluster_metadata_decoder:
             try:
                 return None, cluster_metadata_json(r.value or b"")

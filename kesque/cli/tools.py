@@ -17,7 +17,7 @@ import sys
 from ._common import ToolExit, kafkaize, new_parser
 
 _MODULES = ("topics", "configs", "console_producer", "console_consumer", "dump_log", "get_offsets",
-            "delete_records", "log_dirs", "producer_perf", "consumer_perf")
+            "delete_records", "log_dirs", "producer_perf", "consumer_perf", "consumer_groups")
 
 
 def _module(name: str):
@@ -132,6 +132,10 @@ def kafka_producer_perf_test() -> None:
 
 def kafka_consumer_perf_test() -> None:
     _exit(_console("consumer_perf"))
+
+
+def kafka_consumer_groups() -> None:
+    _exit(_console("consumer_groups"))
 
 
 def kafka_server_start(argv: list[str] | None = None) -> None:
