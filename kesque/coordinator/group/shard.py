@@ -339,6 +339,7 @@ class GroupCoordinatorShard:
     def _update_static_member(self, g: ClassicGroup, req: dict, old_id: str, new_id: str, respond) -> bool:
         """KIP-345: a restarted static member takes over its old member id's place — in a
         Stable group with an unchanged protocol, without a rebalance."""
+        current_leader = g.leader_id
         m = g.replace_static_member(req["group_instance_id"], old_id, new_id)
         self._reschedule_heartbeat(g, m)
         self.timer.cancel(self._hb_key(g.group_id, old_id))
@@ -352,8 +353,10 @@ class GroupCoordinatorShard:
                 if req.get("supports_skip_assignment"):
                     respond(self._join_response(g, m, is_leader, skip=is_leader))
                 else:
-                    resp = self._join_response(g, m, False)
-                    respond(resp)
+                    # before SkipAssignment (v9) the answer names the leader the group had
+                    # before the replacement: a restarted static leader must not act as a
+                    # leader without the member list (Kafka does the same)
+                    respond(dict(self._join_response(g, m, False), leader=current_leader or ""))
                 return True
             m.awaiting_join = respond
             return self._maybe_prepare_rebalance_or_complete_join(g, f"static member {new_id} changed protocols")
