@@ -91,6 +91,8 @@ class GroupApis:
             return m(throttle_time=0, error_code=_code(r["error"]), protocol_type=r.get("protocol_type"),
                      protocol_name=r.get("protocol_name"), assignment=r.get("assignment") or b"")
 
+        if not req.group_id:
+            return build({"error": "invalid_group_id"})
         try:
             shard = self.gc.shard_for(req.group_id)
         except KafkaError as e:
@@ -107,6 +109,8 @@ class GroupApis:
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
     def heartbeat(self, ctx, req):
         m = Msg(12, ctx.api_version)
+        if not req.group_id:
+            return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         try:
             err = self.gc.shard_for(req.group_id).heartbeat({
                 "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
@@ -120,6 +124,8 @@ class GroupApis:
         v = ctx.api_version
         m = Msg(13, v)
         members = ([(x.member_id, x.group_instance_id) for x in req.members] if v >= 3 else [(req.member_id, None)])
+        if not req.group_id:
+            return m(throttle_time=0, error_code=ErrorCode.invalid_group_id, members=())
         try:
             err, results = self.gc.shard_for(req.group_id).leave_group(req.group_id, members)
         except KafkaError as e:
@@ -248,6 +254,8 @@ class GroupApis:
     def offset_delete(self, ctx, req):
         m = Msg(47, ctx.api_version)
         wanted = {t.name: [p.partition_index for p in t.partitions] for t in req.topics}
+        if not req.group_id:
+            return m(error_code=ErrorCode.invalid_group_id, throttle_time=0, topics=())
         try:
             err, results = self.gc.shard_for(req.group_id).delete_offsets(req.group_id, wanted)
         except KafkaError as e:
@@ -363,6 +371,11 @@ class GroupApis:
             return m("Assignment", topic_partitions=tuple(tps))
 
         for gid in req.group_ids:
+            if not gid:
+                out.append(m("DescribedGroup", error_code=ErrorCode.invalid_group_id, group_id=gid, group_state="",
+                             group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
+                             authorized_operations=ops))
+                continue
             try:
                 g = self.gc.shard_for(gid).groups.get(gid)
             except KafkaError as e:
