@@ -147,6 +147,9 @@ def replay_consumer_record(shard, version: int, key: dict, value: dict | None) -
         g = shard.groups[gid] = ConsumerGroup(gid)
     if version == R.CONSUMER_GROUP_METADATA:
         g.group_epoch = value["epoch"]
+    elif version == R.CONSUMER_GROUP_PARTITION_METADATA:
+        g.subscription_signature = tuple((str(t["topic_id"]), t["num_partitions"])
+                                         for t in sorted(value["topics"], key=lambda t: t["topic_name"]))
     elif version == R.CONSUMER_GROUP_MEMBER_METADATA:
         m = g.members.get(key["member_id"]) or ConsumerMember(key["member_id"])
         m.instance_id = value["instance_id"]
@@ -355,6 +358,7 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
     signature = _subscription_signature(shard, g)
     if signature != g.subscription_signature:
         g.subscription_signature = signature
+        records.append(_partition_metadata_record(shard, g))
         bump = True
     if bump:
         g.group_epoch += 1
@@ -399,6 +403,20 @@ def _subscription_signature(shard, g: ConsumerGroup) -> tuple:
         if t is not None:
             sig.append((str(t.topic_id), len(t.partitions)))
     return tuple(sig)
+
+
+def _partition_metadata_record(shard, g: ConsumerGroup):
+    """Kafka's ConsumerGroupPartitionMetadata record: the subscribed topics' metadata the
+    group epoch was computed with, so a reloaded group does not bump its epoch again."""
+    image = shard.topics() if shard.topics else None
+    topics = []
+    for name in sorted(g.subscribed_topic_names(image)) if image is not None else []:
+        t = image.topic(name)
+        if t is not None:
+            topics.append({"topic_id": t.topic_id, "topic_name": name, "num_partitions": len(t.partitions),
+                           "partition_metadata": []})
+    return (R.group_key(R.CONSUMER_GROUP_PARTITION_METADATA, g.group_id),
+            R.encode_value(R.CONSUMER_GROUP_PARTITION_METADATA, {"topics": topics}))
 
 
 def _compute_target_assignment(shard, g: ConsumerGroup) -> list:
@@ -580,8 +598,8 @@ def _schedule_rebalance_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> N
 def validate_consumer_group_commit(shard, g: ConsumerGroup, req: dict) -> str | None:
     member_id = req["member_id"]
     epoch = req["generation_id"]
-    if not member_id and epoch < 0:
-        return None if g.is_empty() else "unknown_member_id"
+    if epoch < 0 and g.is_empty():  # admin clients and standalone consumers (Kafka: whatever the member id)
+        return None
     m = g.members.get(member_id)
     if m is None:
         return "unknown_member_id"
