@@ -3,8 +3,8 @@ server-side assignors, and the property that matters most for failover — the r
 writes rebuild, in a fresh shard, everything it holds durably.
 
 Kafka's group coordinator is the reference (GroupMetadataManager, OffsetMetadataManager,
-ClassicGroup, CurrentAssignmentBuilder, UniformAssignor, RangeAssignor). Tests marked xfail
-(strict) pin down a divergence from Kafka's rule named in the reason.
+ClassicGroup, CurrentAssignmentBuilder, UniformAssignor, RangeAssignor); tests name the rule
+they hold kesque to.
 """
 
 from __future__ import annotations
@@ -745,11 +745,6 @@ def test_group_max_size():
     assert not env.join(replies[0].r["leader"]).done
 
 
-@pytest.mark.xfail(reason="the record persisting a group created by JoinGroup must be Kafka's "
-                          "newEmptyGroupMetadataRecord (no members, no leader, no protocol); kesque writes the "
-                          "joining member in it, so after a failover the group loads as Stable generation 0 "
-                          "with a member whose protocol is '' and rejoins fail with INCONSISTENT_GROUP_PROTOCOL",
-                   strict=True)
 def test_new_group_is_persisted_without_members():
     env = Env()
     env.join(instance="i0")  # a static member (or a JoinGroup < v4) creating the group
@@ -838,18 +833,11 @@ def test_commit_to_a_missing_group_with_a_generation():
     assert env.group() is None and env.log.records == []
 
 
-@pytest.mark.xfail(reason="OffsetCommit v9+ with a generation/member epoch to a group that does not exist must "
-                          "fail with GROUP_ID_NOT_FOUND (Kafka's OffsetMetadataManager.validateOffsetCommit; "
-                          "ILLEGAL_GENERATION only below v9); kesque answers ILLEGAL_GENERATION", strict=True)
 def test_commit_v9_to_a_missing_group_is_group_id_not_found():
     env = Env()
     assert env.commit({("t", 0): 1}, member_id="m", generation=3, api_version=9) == {"_group": "group_id_not_found"}
 
 
-@pytest.mark.xfail(reason="a commit with generation -1 to a group that does not exist creates a simple group and "
-                          "is accepted whatever the member id (Kafka's validateOffsetCommit creates the group, then "
-                          "ClassicGroup.validateOffsetCommit accepts generation < 0 on an Empty group); kesque "
-                          "rejects it with UNKNOWN_MEMBER_ID when a member id is set", strict=True)
 def test_commit_generation_minus_one_with_member_id_to_a_missing_group_is_accepted():
     env = Env()
     assert env.commit({("t", 0): 1}, member_id="some-consumer", generation=-1) == {("t", 0): None}
@@ -872,10 +860,6 @@ def test_commit_keeps_the_last_offset_and_round_trips_leader_epoch_and_metadata(
     assert (om.offset, om.leader_epoch, om.metadata, om.commit_timestamp) == (2, 6, "b", env.clock.now)
 
 
-@pytest.mark.xfail(reason="in the classic protocol an OffsetCommit from a member of a Stable or "
-                          "PreparingRebalance group keeps its session alive (Kafka's "
-                          "OffsetMetadataManager.commitOffset reschedules the member's heartbeat); kesque lets a "
-                          "member that commits but does not heartbeat expire", strict=True)
 def test_offset_commit_from_a_member_keeps_its_session_alive():
     env = Env()
     sg = env.stable_group(2)
@@ -944,10 +928,6 @@ def test_offset_delete_on_a_non_consumer_group_with_members_is_non_empty_group()
     assert env.shard.delete_offsets(GID, {"t": [0]}) == ("non_empty_group", {})
 
 
-@pytest.mark.xfail(reason="when a consumer-protocol group's subscriptions cannot be parsed, Kafka's "
-                          "ClassicGroup.isSubscribedToTopic assumes it is subscribed (OffsetDelete answers "
-                          "GROUP_SUBSCRIBED_TO_TOPIC); kesque treats unknown subscriptions as 'not subscribed' and "
-                          "deletes the offsets of a live consumer group", strict=True)
 def test_offset_delete_when_subscriptions_are_unknown_keeps_offsets():
     env = Env()
     sg = env.stable_group(1, protocols=[("range", b"not a subscription")])
@@ -990,10 +970,6 @@ def test_offsets_of_a_simple_group_expire_retention_after_their_commit():
     assert env.group() is None
 
 
-@pytest.mark.xfail(reason="KIP-496: in a Stable consumer-protocol group, offsets of topics the group is no longer "
-                          "subscribed to expire offsets.retention.minutes after their commit (Kafka's "
-                          "ClassicGroup.offsetExpirationCondition + isSubscribedToTopic); kesque never expires "
-                          "offsets of a group with members", strict=True)
 def test_offsets_of_unsubscribed_topics_expire_in_a_stable_group():
     env = Env(offsets_retention_ms=1000)
     sg = env.stable_group(1, topics=("t",))
@@ -1035,11 +1011,6 @@ def test_failed_delete_group_changes_nothing():
     assert env.group() is not None and env.committed() == {("t", 0): 1}
 
 
-@pytest.mark.xfail(reason="a state change whose records fail to append must not be applied (Kafka's coordinator "
-                          "runtime reverts to the last committed snapshot and rolls back a static-member "
-                          "replacement explicitly); kesque replaces the static member in memory before the write, "
-                          "so after a failed append the live group and the log disagree on the member id",
-                   strict=True)
 def test_failed_static_member_replacement_keeps_the_old_member():
     env = Env()
     sg = env.stable_group(2, instances=["i0", "i1"])
@@ -1057,11 +1028,6 @@ def test_failed_static_member_replacement_keeps_the_old_member():
     assert env.heartbeat(sg.ids[1], sg.gen, instance="i1") is None
 
 
-@pytest.mark.xfail(reason="when the group-metadata append of the leader's SyncGroup fails, Kafka answers every "
-                          "member waiting in SyncGroup with the mapped error and rebalances "
-                          "(classicGroupSyncToClassicGroup: resetAndPropagateAssignmentWithError + "
-                          "maybePrepareRebalanceOrCompleteJoin); kesque raises out of sync_group, leaving the "
-                          "followers parked and the group stuck in CompletingRebalance", strict=True)
 def test_failed_leader_sync_answers_the_waiting_members_and_rebalances():
     env = Env()
     replies = [env.join(client_id=f"c{i}") for i in range(2)]
@@ -1080,9 +1046,6 @@ def test_failed_leader_sync_answers_the_waiting_members_and_rebalances():
     assert env.group().state != COMPLETING_REBALANCE
 
 
-@pytest.mark.xfail(reason="a ConsumerGroupHeartbeat whose records fail to append must leave no trace (Kafka "
-                          "reverts the timeline snapshot); kesque has already created the group and the member "
-                          "and bumped the epochs in memory, so the live state runs ahead of the log", strict=True)
 def test_failed_consumer_group_join_leaves_no_trace():
     env = Env(topics={"t": 2})
     env.log.fail = True
@@ -1204,11 +1167,6 @@ def test_member_epoch_fencing():
     assert len(env.log.records) == writes
 
 
-@pytest.mark.xfail(reason="every reconciliation step records the epoch the member had as its previous epoch, also "
-                          "when the epoch does not change (Kafka's CurrentAssignmentBuilder uses "
-                          "ConsumerGroupMember.Builder.updateMemberEpoch); kesque keeps the older previous epoch "
-                          "when a member enters UNREVOKED_PARTITIONS at its current epoch, so a stale heartbeat "
-                          "two epochs back is accepted instead of fenced", strict=True)
 def test_previous_epoch_is_the_epoch_before_the_last_reconciliation():
     env = Env(topics={"t": 6})
     t = env.image.tid("t")
@@ -1283,10 +1241,6 @@ def test_unreleased_instance_id():
     assert set(env.group().members) == {"A"}
 
 
-@pytest.mark.xfail(reason="a ConsumerGroupHeartbeat carrying an instance id that belongs to another member id is "
-                          "fenced with FENCED_INSTANCE_ID (Kafka's throwIfInstanceIdIsFenced in "
-                          "getOrMaybeSubscribeStaticConsumerGroupMember / consumerGroupLeave); kesque ignores "
-                          "the instance id of heartbeats and answers UNKNOWN_MEMBER_ID", strict=True)
 def test_heartbeat_of_a_replaced_static_member_is_fenced_instance_id():
     env = Env(topics={"t": 1})
     env.chb("A", 0, names=["t"], instance="i")
@@ -1295,10 +1249,6 @@ def test_heartbeat_of_a_replaced_static_member_is_fenced_instance_id():
     assert env.chb("A", 1, owned={}, instance="i")["error"] == "fenced_instance_id"
 
 
-@pytest.mark.xfail(reason="a static member leaving temporarily (epoch -2) gives up its partitions pending "
-                          "revocation (Kafka's consumerGroupStaticMemberGroupLeave writes the member with epoch -2 "
-                          "and an empty PartitionsPendingRevocation); kesque keeps them, so their new owner waits "
-                          "in UNRELEASED_PARTITIONS until the static member's session expires", strict=True)
 def test_static_leave_releases_partitions_pending_revocation():
     env = Env(topics={"t": 2})
     t = env.image.tid("t")
@@ -1326,11 +1276,6 @@ def test_session_timeout_removes_the_member():
     assert tp_set(g.members["A"].assigned) == tp_set({env.image.tid("t"): {0, 1}})
 
 
-@pytest.mark.xfail(reason="the rebalance timeout of a member asked to revoke partitions starts when the revocation "
-                          "is requested and is not extended by its heartbeats (Kafka schedules it in maybeReconcile "
-                          "only when the member's assignment state changes); kesque reschedules it on every "
-                          "heartbeat, so a member that keeps heartbeating without revoking blocks the new owner "
-                          "forever", strict=True)
 def test_member_that_never_revokes_is_fenced_after_its_rebalance_timeout():
     env = Env(topics={"t": 2}, consumer_session_timeout_ms=45_000)
     t = env.image.tid("t")
@@ -1429,10 +1374,6 @@ def test_offset_delete_on_a_consumer_group():
         None, {("t", 0): "group_subscribed_to_topic", ("u", 0): None})
 
 
-@pytest.mark.xfail(reason="topics a consumer group subscribes to through a regex count as subscribed for OffsetDelete "
-                          "(Kafka's ConsumerGroup.isSubscribedToTopic includes the resolved regular expressions); "
-                          "kesque only looks at subscribed topic names and deletes the offsets of regex-subscribed "
-                          "topics", strict=True)
 def test_offset_delete_respects_regex_subscriptions():
     env = Env(topics={"orders": 1})
     env.chb("A", 0, regex="ord.*")
@@ -1455,9 +1396,6 @@ def test_empty_groups_change_protocol():
     assert offsets_view(fresh) == offsets_view(env.shard)
 
 
-@pytest.mark.xfail(reason="the range assignor orders members with an instance id first, by instance id, then the "
-                          "others by member id (Kafka's RangeAssignor.sortMemberIds), so a restarted static member "
-                          "gets its ranges back; kesque orders by member id only", strict=True)
 def test_range_assignor_orders_static_members_by_instance_id():
     env = Env(topics={"t": 2}, consumer_assignors=("range", "uniform"))
     t = env.image.tid("t")
@@ -1541,11 +1479,6 @@ def test_range_assigns_every_subscribed_partition_exactly_once(history):
         _check_complete(assignors.range_(members, topics, {}), members, topics)
 
 
-@pytest.mark.xfail(reason="uniform assignor, homogeneous subscriptions: every member gets floor or ceil of "
-                          "partitions/members and only partitions % members of them the ceiling (Kafka's "
-                          "UniformHomogeneousAssignmentBuilder minQuota/extra); kesque lets every sticky owner keep "
-                          "ceil(partitions/members), so a member joining a group at its ceiling gets nothing",
-                   strict=True)
 def test_uniform_balance_when_a_member_joins_a_group_at_its_ceiling():
     t = TOPIC_IDS[0]
     members = {"a": {t}, "b": {t}, "c": {t}}
@@ -1554,9 +1487,6 @@ def test_uniform_balance_when_a_member_joins_a_group_at_its_ceiling():
     assert sorted(len(result[m].get(t, ())) for m in members) == [1, 1, 2]
 
 
-@pytest.mark.xfail(reason="uniform assignor with homogeneous subscriptions must balance: sizes differ by at most "
-                          "one (Kafka's UniformHomogeneousAssignmentBuilder); kesque's sticky phase lets owners keep "
-                          "ceil(partitions/members) each, starving newcomers", strict=True)
 @PROPERTY
 @given(membership_histories(homogeneous=True))
 def test_uniform_homogeneous_is_balanced(history):
@@ -1905,15 +1835,10 @@ class Simulation:
 @PROPERTY
 @given(OP_LISTS)
 def test_replay_rebuilds_the_durable_state(ops):
-    """Groups exist (as simple groups) before members join them, which keeps clear of the new-group
-    record bug pinned by test_new_group_is_persisted_without_members."""
+    """Groups exist (as simple groups, created by a commit) before members join them."""
     Simulation(precreate=True).run(ops)
 
 
-@pytest.mark.xfail(reason="replaying __consumer_offsets must rebuild the durable state: a classic group created by a "
-                          "JoinGroup is persisted with its joining member (see "
-                          "test_new_group_is_persisted_without_members), so a coordinator that fails over during "
-                          "the first rebalance loads a Stable generation-0 group with a phantom member", strict=True)
 @settings(PROPERTY, max_examples=50, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(OP_LISTS)
 def test_replay_rebuilds_the_durable_state_of_groups_created_by_join(ops):

@@ -147,11 +147,6 @@ def test_consumer_group_values_v0_golden():
         (8, {"group": "g", "member_id": "m"})
 
 
-@pytest.mark.xfail(reason="ClassicMemberMetadata is a nullable struct carried as tagged field 0: Kafka's generator "
-                          "writes tag, uvarint(size + 1), a presence varint 1, then the struct (and reads a "
-                          "varint <= 0 as null); kesque writes the struct without the presence marker, so Kafka's "
-                          "records (online-migration members) do not decode and kesque's are unreadable by Kafka",
-                   strict=True)
 def test_member_metadata_tagged_classic_member_metadata_golden():
     cmm = {"session_timeout_ms": 45000, "supported_protocols": [{"name": "range", "metadata": b"\x00\x01"}]}
     struct_bytes = I32.pack(45000) + uvarint(2) + cstr("range") + uvarint(3) + b"\x00\x01" + b"\x00" + b"\x00"
@@ -448,9 +443,6 @@ def test_key_layout_matches_kafka_schema(key_version, data):
     assert R.decode_key(expected) == (key_version, value)
 
 
-@pytest.mark.xfail(reason="nullable tagged struct ClassicMemberMetadata (ConsumerGroupMemberMetadataValue tag 0) is "
-                          "encoded without Kafka's presence varint, so the bytes differ from Kafka's generator",
-                   strict=True)
 @SETTINGS
 @given(data=st.data())
 def test_member_metadata_with_classic_member_metadata_matches_kafka_schema(data):

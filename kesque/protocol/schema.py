@@ -10,8 +10,9 @@ described here as field lists written from Kafka's schema JSONs:
 
 types: ``int8 int16 uint16 int32 int64 bool uuid string nstring bytes nbytes [int32]
 [int32]? [uuid] [string]``, a list of field tuples (an array of structs), or
-``("struct", fields)`` (one nested struct, used for tagged fields). Values are dicts keyed
-by field name.
+``("struct", fields)`` (one nested struct, used for tagged fields) or ``("nstruct", fields)``
+(a nullable nested struct: a presence varint, 1, before it; 0 or less reads as null — how
+Kafka's generator carries nullable tagged structs). Values are dicts keyed by field name.
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ def _length(n: int, flexible: bool, width: int = 4) -> bytes:
 
 
 def _enc_value(typ, value, out: list, flexible: bool) -> None:
-    if isinstance(typ, tuple):  # ("struct", fields)
+    if isinstance(typ, tuple):  # ("struct" | "nstruct", fields)
+        if typ[0] == "nstruct":
+            if value is None:
+                out.append(uvarint(0))
+                return
+            out.append(uvarint(1))
         encode_struct(typ[1], value or {}, out, flexible)
         return
     if isinstance(typ, list):
@@ -123,6 +129,10 @@ def _read_length(buf, pos: int, flexible: bool, width: int = 4) -> tuple[int, in
 
 def _dec_value(typ, buf, pos, flexible: bool):
     if isinstance(typ, tuple):
+        if typ[0] == "nstruct":
+            present, pos = read_uvarint(buf, pos)
+            if present <= 0:
+                return None, pos
         return decode_struct(typ[1], buf, pos, flexible)
     if isinstance(typ, list):
         n, pos = _read_length(buf, pos, flexible)

@@ -176,6 +176,13 @@ class ClassicGroup:
         self.static_members[instance_id] = new_id
         return new
 
+    def undo_static_member_replacement(self, instance_id: str, new_id: str, old: ClassicMember,
+                                       leader_id: str | None) -> None:
+        self.members.pop(new_id, None)
+        self.members[old.member_id] = old
+        self.static_members[instance_id] = old.member_id
+        self.leader_id = leader_id
+
     def generate_member_id(self, client_id: str | None, instance_id: str | None) -> str:
         return f"{instance_id if instance_id is not None else client_id or ''}-{uuid.uuid4()}"
 
@@ -239,10 +246,22 @@ class ClassicGroup:
             topics |= parsed
         return topics
 
-    def is_subscribed_to(self, topic: str) -> bool:
-        if self.subscribed_topics is None:
-            return False
+    def is_subscribed_to(self, topic: str, image=None) -> bool:
+        if self.subscribed_topics is None:  # subscriptions unknown: a consumer group may hold it
+            return self.protocol_type == "consumer"
         return topic in self.subscribed_topics
+
+    def offset_expiration_base(self):
+        """KIP-496 (Kafka's ClassicGroup.offsetExpirationCondition): a function giving the
+        timestamp an offset's retention counts from, or None when no offset may expire now."""
+        if self.protocol_type is None:  # simple group: retention from the commit
+            return lambda om: om.commit_timestamp
+        if self.state == EMPTY:  # retention from the moment the group became empty
+            ts = self.current_state_timestamp
+            return (lambda om: ts) if ts >= 0 else (lambda om: om.commit_timestamp)
+        if self.protocol_type == "consumer" and self.subscribed_topics is not None and self.state == STABLE:
+            return lambda om: om.commit_timestamp  # offsets of topics no longer subscribed
+        return None
 
     def current_members_for_leader(self) -> list[dict]:
         return [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,

@@ -89,6 +89,25 @@ class ConsumerGroup:
     def is_empty(self) -> bool:
         return not self.members
 
+    def snapshot(self) -> tuple:
+        """What a heartbeat may change: the group's fields, its maps, and every member's
+        mutable fields (members are small; a heartbeat touches one or two of them)."""
+        fields = {k: (dict(v) if isinstance(v, dict) else v) for k, v in vars(self).items()}
+        members = {mid: (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation,
+                         m.rack_id, m.client_id, m.client_host, list(m.subscribed_topic_names),
+                         m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor)
+                   for mid, m in self.members.items()}
+        return fields, members
+
+    def restore(self, snapshot: tuple) -> None:
+        fields, members = snapshot
+        vars(self).update(fields)
+        for mid, saved in members.items():
+            m = self.members[mid]
+            (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation, m.rack_id,
+             m.client_id, m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
+             m.rebalance_timeout_ms, m.server_assignor) = saved
+
     def state_name(self) -> str:
         if not self.members:
             return "Empty"
@@ -104,8 +123,14 @@ class ConsumerGroup:
             out.update(member_topics(m, image))
         return out
 
-    def is_subscribed_to(self, topic: str) -> bool:
-        return topic in self.subscribed_topic_names()
+    def is_subscribed_to(self, topic: str, image=None) -> bool:
+        """``image`` resolves regex subscriptions; without it only named topics count."""
+        return topic in self.subscribed_topic_names(image)
+
+    @staticmethod
+    def offset_expiration_base():
+        """Offsets of topics the group does not subscribe to expire from their commit."""
+        return lambda om: om.commit_timestamp
 
     def partition_owner_epoch(self, topic_id, partition: int, excluding: str) -> int:
         for mid, m in self.members.items():
@@ -255,7 +280,7 @@ def consumer_group_heartbeat(shard, req: dict, version: int) -> dict:
                                      f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
         if req["member_epoch"] in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return _leave(shard, req)
-        return _heartbeat(shard, req, version)
+        return _heartbeat_or_revert(shard, req, version)
     except HeartbeatError as e:
         return {"error": e.error, "message": e.message, "member_id": None, "member_epoch": -1,
                 "heartbeat_interval_ms": 0, "assignment": None}
@@ -276,6 +301,22 @@ def _get_group(shard, group_id: str, create: bool) -> ConsumerGroup:
     return g
 
 
+def _heartbeat_or_revert(shard, req: dict, version: int) -> dict:
+    """A heartbeat whose records fail to append leaves no trace (Kafka reverts its timeline
+    snapshot): the group is restored from a snapshot of what a heartbeat can change."""
+    gid = req["group_id"]
+    g = shard.groups.get(gid)
+    snapshot = g.snapshot() if isinstance(g, ConsumerGroup) else None
+    try:
+        return _heartbeat(shard, req, version)
+    except Exception:
+        if snapshot is not None:
+            g.restore(snapshot)
+        elif isinstance(shard.groups.get(gid), ConsumerGroup):
+            del shard.groups[gid]  # created by this heartbeat (an empty classic group it replaced is gone for good)
+        raise
+
+
 def _heartbeat(shard, req: dict, version: int) -> dict:
     cfg = shard.config
     epoch = req["member_epoch"]
@@ -283,6 +324,7 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
     g = _get_group(shard, req["group_id"], create=epoch == 0)
     records: list = []
     bump = False
+    replaced = None
     instance_id = req.get("instance_id")
     if epoch == 0:
         member_id = req["member_id"] or str(uuid.uuid4()).replace("-", "")[:22]
@@ -297,7 +339,7 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
             member = ConsumerMember(member_id, instance_id, old.rack_id, old.client_id, old.client_host,
                                     list(old.subscribed_topic_names), old.subscribed_topic_regex,
                                     old.rebalance_timeout_ms, old.server_assignor,
-                                    member_epoch=old.previous_member_epoch, previous_member_epoch=-1,
+                                    member_epoch=0, previous_member_epoch=0,
                                     state=old.state, assigned=_copy(old.assigned),
                                     pending_revocation=_copy(old.pending_revocation))
             records += _member_tombstones(g.group_id, old_id)
@@ -305,7 +347,7 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
             if old_id in g.target:
                 g.target[member_id] = g.target.pop(old_id)
                 records.append(_target_record(g, member_id))
-            shard.timer.cancel(_session_key(g.group_id, old_id))
+            replaced = old_id
         elif member_id in g.members:
             member = g.members[member_id]  # a rejoin with epoch 0: same id, starts over
             member.member_epoch = 0
@@ -320,6 +362,8 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
         if instance_id is not None:
             g.static_members[instance_id] = member.member_id
     else:
+        if instance_id is not None:
+            _static_member(g, req["member_id"], instance_id)
         member = g.members.get(req["member_id"])
         if member is None:
             raise HeartbeatError("unknown_member_id", f"Member {req['member_id']} is not a member of group "
@@ -366,19 +410,25 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
                         R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch})))
     if g.assignment_epoch < g.group_epoch:
         records += _compute_target_assignment(shard, g)
-    before = (member.member_epoch, member.state, _copy(member.assigned), _copy(member.pending_revocation))
+    before = (member.member_epoch, member.previous_member_epoch, member.state, _copy(member.assigned),
+              _copy(member.pending_revocation))
     _reconcile(g, member, owned)
-    after = (member.member_epoch, member.state, member.assigned, member.pending_revocation)
+    after = (member.member_epoch, member.previous_member_epoch, member.state, member.assigned,
+             member.pending_revocation)
     if after != before or epoch == 0:
         records.append(_current_assignment_record(g, member))
     if records:
         shard.write(records)
+    if replaced is not None:
+        shard.timer.cancel(_session_key(g.group_id, replaced))
+        shard.timer.cancel(_rebalance_key(g.group_id, replaced))
     _schedule_session_timeout(shard, g, member)
-    if member.state == UNREVOKED_PARTITIONS:
-        _schedule_rebalance_timeout(shard, g, member)
-    else:
-        shard.timer.cancel(_rebalance_key(g.group_id, member.member_id))
-    send_assignment = epoch == 0 or before[2] != member.assigned or (
+    if after != before:  # the rebalance timeout runs from the moment a revocation is asked
+        if member.state == UNREVOKED_PARTITIONS:
+            _schedule_rebalance_timeout(shard, g, member)
+        else:
+            shard.timer.cancel(_rebalance_key(g.group_id, member.member_id))
+    send_assignment = epoch == 0 or before[3] != member.assigned or (
         owned is not None and _normalize(owned) != _normalize(member.assigned))
     return {"error": None, "message": None, "member_id": member.member_id, "member_epoch": member.member_epoch,
             "heartbeat_interval_ms": cfg.consumer_heartbeat_interval_ms,
@@ -433,7 +483,7 @@ def _compute_target_assignment(shard, g: ConsumerGroup) -> list:
         subs[mid] = ids
     preferred = [m.server_assignor for m in g.members.values() if m.server_assignor]
     name = preferred[0] if preferred else shard.config.consumer_assignors[0]
-    new_target = ASSIGNORS[name](subs, topics, g.target)
+    new_target = ASSIGNORS[name](subs, topics, g.target, {mid: m.instance_id for mid, m in g.members.items()})
     records = []
     for mid, a in new_target.items():
         if _normalize(g.target.get(mid)) != _normalize(a):
@@ -498,9 +548,9 @@ def _reconcile(g: ConsumerGroup, m: ConsumerMember, owned: dict | None) -> None:
 
 
 def _set_epoch(m: ConsumerMember, epoch: int) -> None:
-    if epoch != m.member_epoch:
-        m.previous_member_epoch = m.member_epoch
-        m.member_epoch = epoch
+    """Every reconciliation step: the epoch the member had becomes its previous epoch."""
+    m.previous_member_epoch = m.member_epoch
+    m.member_epoch = epoch
 
 
 def _member_metadata_record(g: ConsumerGroup, m: ConsumerMember):
@@ -527,15 +577,20 @@ def _leave(shard, req: dict) -> dict:
     member_id = req["member_id"]
     epoch = req["member_epoch"]
     instance_id = req.get("instance_id")
-    if instance_id is not None and instance_id in g.static_members:
-        member_id = g.static_members[instance_id] if not member_id else member_id
-    m = g.members.get(member_id)
+    m = _static_member(g, member_id, instance_id) if instance_id is not None else g.members.get(member_id)
     if m is None:
         raise HeartbeatError("unknown_member_id", f"Member {member_id} is not a member of group {g.group_id}.")
     if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        # a static member going away temporarily keeps its assignment until its session expires
-        m.previous_member_epoch, m.member_epoch = m.member_epoch, LEAVE_GROUP_STATIC_MEMBER_EPOCH
-        shard.write([_current_assignment_record(g, m)])
+        # a static member going away temporarily keeps its assignment until its session
+        # expires, but gives up what it was asked to revoke
+        saved = (m.member_epoch, m.pending_revocation)
+        m.member_epoch, m.pending_revocation = LEAVE_GROUP_STATIC_MEMBER_EPOCH, {}
+        try:
+            shard.write([_current_assignment_record(g, m)])
+        except Exception:
+            m.member_epoch, m.pending_revocation = saved
+            raise
+        shard.timer.cancel(_rebalance_key(g.group_id, m.member_id))
         _schedule_session_timeout(shard, g, m)
     else:
         remove_member(shard, g, member_id, "member left the group")
@@ -543,23 +598,36 @@ def _leave(shard, req: dict) -> dict:
             "heartbeat_interval_ms": 0, "assignment": None}
 
 
+def _static_member(g: ConsumerGroup, member_id: str, instance_id: str) -> ConsumerMember:
+    """The member holding ``instance_id``, which must be ``member_id`` (Kafka's
+    throwIfStaticMemberIsUnknown / throwIfInstanceIdIsFenced)."""
+    owner = g.static_members.get(instance_id)
+    if owner is None:
+        raise HeartbeatError("unknown_member_id", f"Instance id {instance_id} is unknown.")
+    if owner != member_id:
+        raise HeartbeatError("fenced_instance_id", f"Static member {member_id} with instance id {instance_id} "
+                             f"was fenced by member {owner}.")
+    return g.members[owner]
+
+
 def remove_member(shard, g: ConsumerGroup, member_id: str, reason: str) -> None:
-    m = g.members.pop(member_id, None)
+    m = g.members.get(member_id)
     if m is None:
         return
+    records = _member_tombstones(g.group_id, member_id)
+    records.append((R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id),
+                    R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch + 1})))
+    shard.write(records)  # first: a failed append leaves the member in place
     log.info("Removing member %s from consumer group %s: %s", member_id, g.group_id, reason)
+    del g.members[member_id]
     if m.instance_id is not None and g.static_members.get(m.instance_id) == member_id:
         del g.static_members[m.instance_id]
     g.target.pop(member_id, None)
     shard.timer.cancel(_session_key(g.group_id, member_id))
     shard.timer.cancel(_rebalance_key(g.group_id, member_id))
     g.group_epoch += 1
-    records = _member_tombstones(g.group_id, member_id)
-    records.append((R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id),
-                    R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch})))
     if not g.members:
         g.current_state_timestamp = shard.clock.now_ms()
-    shard.write(records)
 
 
 def _session_key(group_id: str, member_id: str) -> str:

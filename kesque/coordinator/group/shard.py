@@ -82,6 +82,23 @@ class CoordinatorError(Exception):
         self.message = message
 
 
+_APPEND_ERRORS = {"unknown_topic_or_partition": "coordinator_not_available",
+                  "not_enough_replicas": "coordinator_not_available",
+                  "request_timed_out": "coordinator_not_available",
+                  "not_leader_or_follower": "not_coordinator", "kafka_storage_error": "not_coordinator",
+                  "message_too_large": "unknown_server_error", "record_list_too_large": "unknown_server_error",
+                  "invalid_fetch_size": "unknown_server_error"}
+
+
+def append_error(exc: BaseException) -> str:
+    """The error a group member is told when the group's records fail to append (Kafka's
+    appendGroupMetadataErrorToResponseError); a failure without a Kafka code is a storage error."""
+    from ...errors import KafkaError
+
+    name = exc.code.name if isinstance(exc, KafkaError) else "kafka_storage_error"
+    return _APPEND_ERRORS.get(name, name)
+
+
 def _join_error(member_id: str, error: str) -> dict:
     return {"error": error, "member_id": member_id, "generation_id": -1, "protocol_type": None,
             "protocol_name": None, "leader": "", "skip_assignment": False, "members": []}
@@ -182,8 +199,14 @@ class GroupCoordinatorShard:
                  "current_state_timestamp": self.clock.now_ms(), "members": members}
         return R.group_key(R.GROUP_METADATA, g.group_id), R.encode_value(R.GROUP_METADATA, value)
 
-    def _group_tombstones(self, group_id: str) -> list:
-        recs = [R.offset_tombstone(group_id, t, p) for (t, p) in sorted(self.offsets.get(group_id, {}))]
+    def _empty_group_record(self, g: ClassicGroup) -> tuple[bytes, bytes]:
+        value = {"protocol_type": "", "generation": 0, "protocol": None, "leader": None,
+                 "current_state_timestamp": g.current_state_timestamp, "members": []}
+        return R.group_key(R.GROUP_METADATA, g.group_id), R.encode_value(R.GROUP_METADATA, value)
+
+    def _group_tombstones(self, group_id: str, offsets: bool = True) -> list:
+        recs = [R.offset_tombstone(group_id, t, p) for (t, p) in sorted(self.offsets.get(group_id, {}))] \
+            if offsets else []
         g = self.groups.get(group_id)
         if isinstance(g, ClassicGroup):
             recs.append((R.group_key(R.GROUP_METADATA, group_id), None))
@@ -251,7 +274,8 @@ class GroupCoordinatorShard:
             return
         wrote = self._join_new_member(g, req, respond) if unknown else self._join_existing_member(g, req, respond)
         if is_new_group and not wrote:
-            self.write([self._group_record(g, {})])
+            # commit the new group to the log (Kafka's empty group record: no members yet)
+            self.write([self._empty_group_record(g)])
 
     def _accept_joining_member(self, g: ClassicGroup, member_id: str) -> bool:
         if g.state in (EMPTY, DEAD):
@@ -340,6 +364,7 @@ class GroupCoordinatorShard:
         """KIP-345: a restarted static member takes over its old member id's place — in a
         Stable group with an unchanged protocol, without a rebalance."""
         current_leader = g.leader_id
+        old = g.members[old_id]
         m = g.replace_static_member(req["group_instance_id"], old_id, new_id)
         self._reschedule_heartbeat(g, m)
         self.timer.cancel(self._hb_key(g.group_id, old_id))
@@ -348,7 +373,17 @@ class GroupCoordinatorShard:
         m.session_timeout_ms = req["session_timeout_ms"]
         if g.state == STABLE:
             if g.select_protocol() == g.protocol_name:
-                self.write([self._group_record(g, g.assignments())])
+                try:
+                    self.write([self._group_record(g, g.assignments())])
+                except Exception as e:
+                    # not durable: the old member keeps its place (the replacement is undone)
+                    log.warning("Failed to persist the replacement of static member %s of group %s: %s",
+                                req["group_instance_id"], g.group_id, e)
+                    g.undo_static_member_replacement(req["group_instance_id"], new_id, old, current_leader)
+                    self.timer.cancel(self._hb_key(g.group_id, new_id))
+                    self._reschedule_heartbeat(g, old)
+                    respond(_join_error("", append_error(e)))
+                    return True
                 is_leader = g.is_leader(new_id)
                 if req.get("supports_skip_assignment"):
                     respond(self._join_response(g, m, is_leader, skip=is_leader))
@@ -525,7 +560,18 @@ class GroupCoordinatorShard:
                 assignment = dict(req.get("assignments") or {})
                 for mid in g.members:
                     assignment.setdefault(mid, b"")
-                self.write([self._group_record(g, assignment)])
+                try:
+                    self.write([self._group_record(g, assignment)])
+                except Exception as e:
+                    # the assignment is not durable: every waiting member learns why and the
+                    # group rebalances (Kafka resets and propagates the error)
+                    log.warning("Failed to persist the assignment of group %s generation %d: %s",
+                                g.group_id, g.generation_id, e)
+                    if g.state == COMPLETING_REBALANCE and req["generation_id"] == g.generation_id:
+                        self._propagate_assignment(g, append_error(e), reset=True)
+                        self._maybe_prepare_rebalance_or_complete_join(
+                            g, f"error {append_error(e)} when storing group assignment during SyncGroup")
+                    return
                 if g.state == COMPLETING_REBALANCE and req["generation_id"] == g.generation_id:
                     for mid, m in g.members.items():
                         m.assignment = assignment.get(mid, b"")
@@ -638,10 +684,14 @@ class GroupCoordinatorShard:
         generation = req["generation_id"]
         err = None
         if g is None:
-            if generation >= 0 or req["member_id"]:
-                err = "illegal_generation" if generation >= 0 else "unknown_member_id"
+            # generation < 0: a simple (admin / manual-assignment) committer, which creates an
+            # Empty group that accepts it whatever its member id; otherwise the group is gone
+            if generation >= 0:
+                err = "group_id_not_found" if req.get("api_version", 9) >= 9 else "illegal_generation"
         elif isinstance(g, ClassicGroup):
             err = self._validate_classic_commit(g, req["member_id"], req.get("group_instance_id"), generation)
+            if err is None and g.state in (STABLE, PREPARING_REBALANCE) and req["member_id"] in g.members:
+                self._reschedule_heartbeat(g, g.members[req["member_id"]])  # a commit keeps the session
         else:
             from .consumer import validate_consumer_group_commit
             err = validate_consumer_group_commit(self, g, req)
@@ -715,8 +765,9 @@ class GroupCoordinatorShard:
         results = {}
         records = []
         committed = self.offsets.get(group_id, {})
+        image = self._image()
         for topic, parts in topics.items():
-            subscribed = g.is_subscribed_to(topic) and not g.is_empty()
+            subscribed = g.is_subscribed_to(topic, image) and not g.is_empty()
             for p in parts:
                 if subscribed:
                     results[(topic, p)] = "group_subscribed_to_topic"
@@ -731,34 +782,37 @@ class GroupCoordinatorShard:
                     committed.pop((topic, p), None)
         return None, results
 
+    def _image(self):
+        return self.topics() if self.topics is not None else None
+
     def expire_offsets(self) -> int:
-        """Offsets of groups without members expire ``offsets.retention.minutes`` after the
-        group became empty (or after their commit, for groups that never had members)."""
+        """KIP-496 offset expiration (Kafka's OffsetMetadataManager.cleanupExpiredOffsets): offsets
+        of topics a group does not subscribe to expire ``offsets.retention.minutes`` after the
+        base the group's state gives (see ``offset_expiration_base``); a group left without
+        offsets and without members goes too."""
         now = self.clock.now_ms()
         retention = self.config.offsets_retention_ms
+        image = self._image()
         records = []
-        expired_groups = []
-        for group_id, committed in list(self.offsets.items()):
+        for group_id in list(self.groups.keys() | self.offsets.keys()):
             g = self.groups.get(group_id)
-            if g is not None and not g.is_empty():
+            committed = self.offsets.get(group_id, {})
+            base = g.offset_expiration_base() if g is not None else (lambda om: om.commit_timestamp)
+            if committed and base is None:
                 continue
-            base = getattr(g, "current_state_timestamp", -1) if g is not None else -1
             drop = []
             for tp, om in committed.items():
+                if g is not None and g.is_subscribed_to(tp[0], image):
+                    continue
                 if om.expire_timestamp >= 0:
                     expired = now >= om.expire_timestamp
                 else:
-                    expired = now - max(base, om.commit_timestamp) >= retention
+                    expired = now - base(om) >= retention
                 if expired:
                     drop.append(tp)
-            for tp in drop:
-                records.append(R.offset_tombstone(group_id, *tp))
-            if drop and len(drop) == len(committed):
-                expired_groups.append(group_id)
-        for group_id in expired_groups:
-            g = self.groups.get(group_id)
-            if isinstance(g, ClassicGroup) and g.is_empty():
-                records.append((R.group_key(R.GROUP_METADATA, group_id), None))
+            records.extend(R.offset_tombstone(group_id, *tp) for tp in drop)
+            if len(drop) == len(committed) and g is not None and g.is_empty():
+                records.extend(self._group_tombstones(group_id, offsets=False))
         if records:
             self.write(records)
             for key, _v in records:
