@@ -32,6 +32,7 @@ from kio.static.primitive import i32Timedelta
 from kesque.protocol import primitives as pr
 from kesque.protocol.api import FLEXIBLE_FROM, is_flexible, parse_request_header
 from kesque.protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response, flatten, total_size
+from kesque.protocol.offset_commit import encode_offset_commit_response
 from kesque.protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
@@ -631,3 +632,34 @@ def test_varint_round_trip(v):
 def test_tagged_sorts_by_tag():
     assert pr.tagged([(5, b"x"), (1, b"yz")]) == b"\x02\x01\x02yz\x05\x01x"
     assert pr.tagged([]) == b"\x00"
+
+
+# ------------------------------------------------------------------------ OffsetCommitResponse
+OFFSET_COMMIT_VERSIONS = sorted(schema_name_map["offset_commit"])
+
+
+@st.composite
+def offset_commit_responses(draw):
+    version = draw(st.sampled_from(OFFSET_COMMIT_VERSIONS))
+    topic = st.uuids() if version >= 10 else st.text(max_size=20)
+    parts = st.lists(st.tuples(I32, st.sampled_from([int(e) for e in ErrorCode])), max_size=4)
+    topics = draw(st.lists(st.tuples(topic, parts), max_size=4))
+    return version, topics, draw(st.integers(0, 2**31 - 1))
+
+
+def kio_offset_commit_response(version, topics, throttle) -> bytes:
+    cls = load_response_schema(8, version)
+    Topic, Part = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
+    resp = make(cls, throttle_time=ms_delta(throttle), topics=tuple(
+        make(Topic, name=t, topic_id=t, partitions=tuple(Part(partition_index=p, error_code=ErrorCode(e))
+                                                          for p, e in parts))
+        for t, parts in topics))
+    return kio_encode(resp)
+
+
+@SETTINGS
+@given(offset_commit_responses())
+def test_encode_offset_commit_response_matches_kio(case):
+    version, topics, throttle = case
+    assert encode_offset_commit_response(version, topics, throttle) == \
+        kio_offset_commit_response(version, topics, throttle)

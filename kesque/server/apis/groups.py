@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from ...errors import ErrorCode, KafkaError
 from ...coordinator.group.classic import ClassicGroup
 from ...coordinator.group.consumer import ConsumerGroup, consumer_group_heartbeat
+from ...errors import ErrorCode, KafkaError
+from ...protocol.offset_commit import encode_offset_commit_response
 from .core import OMITTED_OPS
 from .kiohelp import Msg, to_ms
 
@@ -139,7 +140,6 @@ class GroupApis:
     # ------------------------------------------------------------------ OffsetCommit
     def offset_commit(self, ctx, req):
         v = ctx.api_version
-        m = Msg(8, v)
         image = self.server.image
         topics: dict[str, list] = {}
         errors: dict[tuple, ErrorCode] = {}
@@ -177,13 +177,8 @@ class GroupApis:
             code = errors.get((key, part))
             if code is None:
                 code = group_error if group_error is not None else _code(results.get((name, part)))
-            by_topic.setdefault(key, []).append(m("OffsetCommitResponsePartition", partition_index=part,
-                                                  error_code=code))
-        out = []
-        for key, parts in by_topic.items():
-            out.append(m("OffsetCommitResponseTopic", topic_id=key, partitions=tuple(parts)) if v >= 10
-                       else m("OffsetCommitResponseTopic", name=key, partitions=tuple(parts)))
-        return m(throttle_time=0, topics=tuple(out))
+            by_topic.setdefault(key, []).append((part, code))
+        return encode_offset_commit_response(v, list(by_topic.items()))
 
     # ------------------------------------------------------------------ OffsetFetch
     def offset_fetch(self, ctx, req):
