@@ -7,7 +7,9 @@ one ``baseOffset: ... isvalid: true`` line per batch and, with ``--deep-iteratio
 transaction index and producer snapshot entries. ``--cluster-metadata-decoder`` prints
 ``__cluster_metadata`` records as JSON, ``--offsets-decoder`` the keys and values of
 ``__consumer_offsets`` records as Kafka's OffsetsMessageParser does (``key: {"type":"1",
-"data":{...}} payload: {"version":"3","data":{...}}``).
+"data":{...}} payload: {"version":"3","data":{...}}``), ``--transaction-log-decoder`` those of
+``__transaction_state`` as its TransactionLogMessageParser does (``key: {"type":"0","data":
+{"transactionalId":"..."}} payload: {"version":"1","data":{"producerId":...}}``).
 
 Beyond Kafka's tool (which rejects them), the text files a log dir holds are dumped too:
 ``replication-offset-checkpoint``, ``recovery-point-offset-checkpoint``,
@@ -74,6 +76,9 @@ def configure(p) -> None:
                         "(org.apache.kafka.tools.api.StringDecoder) is available.")
     p.add_argument("--offsets-decoder", action="store_true",
                    help="If set, log data will be parsed as offset data from the __consumer_offsets topic.")
+    p.add_argument("--transaction-log-decoder", action="store_true",
+                   help="If set, log data will be parsed as transaction metadata from the __transaction_state "
+                        "topic.")
     p.add_argument("--cluster-metadata-decoder", action="store_true",
                    help="If set, log data will be parsed as cluster metadata records.")
     p.add_argument("--skip-record-metadata", action="store_true",
@@ -288,6 +293,52 @@ def offsets_key_value(r) -> tuple[str | None, str | None]:
     return key_json, value_json
 
 
+# ----------------------------------------------------------------- __transaction_state
+
+def transaction_log_key_value(r) -> tuple[str | None, str | None]:
+    """Kafka's TransactionLogMessageParser (a CoordinatorRecordMessageParser, Kafka 4):
+    ``{"type":"0","data":{"transactionalId":"..."}}`` for the key and ``{"version":"<value
+    version>","data":{...}}`` for the payload, the TransactionLogValue fields in schema order
+    with camelCase names, tagged fields only when not at their default, ``<DELETE>`` for a
+    tombstone. Records it cannot read are reported in place of the key, as Kafka's serde does."""
+    from ..coordinator.transaction import records as tr
+
+    if r.key is None:
+        raise DumpError(f"java.lang.RuntimeException: Failed to decode message at offset {r.offset} using the "
+                        "specified decoder (message had a missing key)")
+    key_bytes = bytes(r.key)
+    skip = f"Error at offset {r.offset}, skipping."
+    if len(key_bytes) < 2:
+        return f"{skip} Could not read version from key's buffer.", None
+    key_version = struct.unpack_from(">h", key_bytes, 0)[0]
+    try:
+        tid = tr.decode_key(key_bytes)
+    except tr.UnknownRecordType:
+        return f"Unknown record type {key_version} at offset {r.offset}, skipping.", None
+    except Exception as e:  # noqa: BLE001 - Kafka reports and goes on
+        return f"{skip} Could not read record with version {key_version} from key's buffer due to: {e}.", None
+    key_json = json.dumps({"type": str(key_version), "data": {"transactionalId": tid}}, separators=(",", ":"),
+                          ensure_ascii=False)
+    if r.value is None:
+        return key_json, "<DELETE>"
+    value_bytes = bytes(r.value)
+    if len(value_bytes) < 2:
+        return f"{skip} Could not read version from value's buffer.", None
+    version = struct.unpack_from(">h", value_bytes, 0)[0]
+    try:
+        value = tr.decode_value_fields(value_bytes)
+    except Exception as e:  # noqa: BLE001
+        return f"{skip} Could not read record with version {version} from value's buffer due to: {e}.", None
+    data = {}
+    for name in tr.VALUE_FIELD_ORDER[version]:
+        v = value[name]
+        if name in tr.TAGGED_DEFAULTS and v == tr.TAGGED_DEFAULTS[name]:
+            continue
+        data[_camel(name)] = _json_value(v)
+    value_json = json.dumps({"version": str(version), "data": data}, separators=(",", ":"), ensure_ascii=False)
+    return key_json, value_json
+
+
 # ----------------------------------------------------------------- .log
 
 def _seq(base_sequence: int, delta: int) -> int:
@@ -300,7 +351,7 @@ class Dumper:
     def __init__(self, a):
         self.a = a
         self.print_data = bool(a.print_data_log or a.cluster_metadata_decoder or a.offsets_decoder
-                               or a.value_decoder_class or a.key_decoder_class)
+                               or a.transaction_log_decoder or a.value_decoder_class or a.key_decoder_class)
         self.deep = bool(a.deep_iteration or self.print_data)
         self.index_mismatches: dict[str, list[tuple[int, int]]] = {}
         self.nonconsecutive: dict[str, list[tuple[int, int]]] = {}
@@ -311,10 +362,12 @@ class Dumper:
     def payload(self, r) -> tuple[str | None, str | None]:
         if self.a.offsets_decoder:
             return offsets_key_value(r)
+        if self.a.transaction_log_decoder:
+            return transaction_log_key_value(r)
         if self.a.cluster_metadata_decoder:
             try:
                 return None, cluster_metadata_json(r.value or b"")
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - Kafka reports and goes on
                 return None, f"Error at {r.offset}, skipping. {e}"
         return _string_decoder(r.key), _string_decoder(r.value)
 
@@ -392,7 +445,7 @@ class Dumper:
         ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
         try:
             records = list(iter_records(data, pos, h))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any decoding failure is a corrupt record
             raise DumpError(f"org.apache.kafka.common.errors.CorruptRecordException: {e}") from None
         for r in records:
             if last_offset == -1:
