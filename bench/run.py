@@ -28,15 +28,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
-GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups")
+GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence")
 
 SCALES = {
     "full": {"records": 1_000_000, "disk_bytes": 1 << 30, "loopback_seconds": 1.5, "small_requests": 200_000,
              "small_confluent": 200_000, "echo_requests": 200_000, "latency_seconds": 20.0, "latency_warmup": 2.0,
-             "passes": 3, "group_passes": 3, "sync_requests": 5000, "raw_commits": 100_000, "load_groups": 10_000},
+             "passes": 3, "group_passes": 3, "sync_requests": 5000, "raw_commits": 100_000, "load_groups": 10_000,
+             "idem_records": 1_000_000, "idem_passes": 5},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
-              "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000},
+              "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
+              "idem_records": 500_000, "idem_passes": 3},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -48,6 +50,7 @@ BARS = {  # figure -> (kind, threshold, text)
     "kip848": ("below", 1.0, "< 1 s"),
     "classic": ("within", 0.5, "<= timers+0.5s"),  # value <= limit (the timers it waits on) + 0.5 s
     "commit": ("ratio", 0.50, ">= 50%"),
+    "idempotence": ("ratio", 0.90, ">= 90%"),
 }
 
 
@@ -746,6 +749,74 @@ def main(argv=None) -> int:
                            extra={"best": lr, "runs": runs})
                 add_figure(report, f"  broker RSS after reload ({what})", "groups", runs[-1].get("VmRSS", float("nan")),
                            "MiB", note=f"before the first restart {before.get('VmRSS', float('nan')):.1f} MiB")
+
+    # ---------------------------------------------------------------- 8: idempotent producer
+    if "idempotence" in args.groups:
+        import idempotence as I
+
+        with BrokerGroup("idempotence", args, report) as g:
+            n, np_ = sc["idem_records"], sc["idem_passes"]
+            passes: dict = {k: [] for k in I.KINDS}
+            meters: dict = {}
+            checks: list[str] = []
+            for k in range(np_):
+                # interleaved, and the order flips every pass, so neither kind always goes first
+                order = I.KINDS if k % 2 == 0 else tuple(reversed(I.KINDS))
+                log(f"idempotence: pass {k + 1}/{np_}: {n:,} x {I.VALUE_SIZE} B, acks=all, 5 in flight, "
+                    f"{' then '.join(order)} ...")
+                for kind in order:
+                    topic = f"bench-idem-{kind}-{k}"
+                    figures.create_topic(g.bootstrap, topic, parts)
+                    prep = guarded(f"idempotence-{kind}-prepare", lambda t=topic, kd=kind: I.prepare(
+                        g.bootstrap, t, kd == "idempotent"))
+                    rr = None
+                    if prep:
+                        with Meter(g.pid) as mm:  # the timed part only
+                            rr = guarded(f"idempotence-{kind}", lambda pr=prep: I.produce(pr, n))
+                    prep = None  # the producer goes now, not after the broker has stopped
+                    passes[kind].append(rr)
+                    if not rr:
+                        continue
+                    rr["broker_cpu_seconds"] = mm.broker_cpu * mm.wall
+                    if kind not in meters or rr["rate"] > meters[kind][0]["rate"]:
+                        meters[kind] = (rr, mm)
+                    stored = sum(figures.end_offsets(g.bootstrap, topic, parts).values())
+                    ids = I.stored_producer_ids(g.dir, topic, parts)
+                    rr.update(stored_records=stored, **ids)
+                    want = n + rr["warm_up_records"]
+                    if stored != want or rr["errors"] or rr["undelivered"]:
+                        checks.append(f"{topic}: stored {stored}/{want}, errors {rr['errors'][:2]}")
+                    if kind == "idempotent" and (len(ids["producer_ids"]) != 1 or ids["producer_ids"][0] < 0
+                                                 or not ids["sequences_gap_free"]):
+                        checks.append(f"{topic}: producer ids {ids['producer_ids']}, gap-free "
+                                      f"{ids['sequences_gap_free']}")
+                    if kind == "plain" and ids["producer_ids"] != [-1]:
+                        checks.append(f"{topic}: plain batches carry producer ids {ids['producer_ids']}")
+                    guarded(f"idempotence-delete-{topic}", lambda t=topic: I.delete_topic(g.bootstrap, t))
+                log("  " + ", ".join(f"{kd} {passes[kd][-1]['rate']:,.0f}/s" if passes[kd] and passes[kd][-1]
+                                     else f"{kd} failed" for kd in order))
+            sm = I.summary(passes)
+            check = f"; CHECK: {'; '.join(checks[:3])}" if checks else ""
+            plain = meters.get("plain")
+            if plain:
+                r, m = plain
+                add_figure(report, f"produce {I.VALUE_SIZE} B, acks=all (confluent, plain)", "idempotence",
+                           r["rate"], "rec/s", note=f"{m.note()}; enable.idempotence=false, max.in.flight 5, "
+                           f"linger 5 ms; best of {sm['plain']['rates']}{check}",
+                           extra={"summary": sm, "passes": passes["plain"]})
+            idem = meters.get("idempotent")
+            if idem:
+                r, m = idem
+                ratios = "/".join(f"{x:.0%}" for x in sm["pass_ratios"])
+                add_figure(report, f"produce {I.VALUE_SIZE} B, acks=all (confluent, idempotent)", "idempotence",
+                           r["rate"], "rec/s", "plain (same run)", plain[0]["rate"] if plain else None,
+                           f"{m.note()}; enable.idempotence=true; best of {sm['idempotent']['rates']}; "
+                           f"per-pass ratio {ratios}; broker CPU per 1M records, all passes: plain "
+                           f"{sm['plain']['broker_cpu_per_million']:.2f} s, idempotent "
+                           f"{sm['idempotent']['broker_cpu_per_million']:.2f} s{check}", "idempotence",
+                           extra={"summary": sm, "passes": passes["idempotent"]})
+            log(f"  best: plain {sm['plain']['best'] or float('nan'):,.0f}/s, idempotent "
+                f"{sm['idempotent']['best'] or float('nan'):,.0f}/s, per-pass ratios {sm['pass_ratios']}")
 
     # ---------------------------------------------------------------- 6: memory
     for name, info in report["brokers"].items():
