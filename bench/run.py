@@ -28,17 +28,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
-GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence")
+GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions")
 
 SCALES = {
     "full": {"records": 1_000_000, "disk_bytes": 1 << 30, "loopback_seconds": 1.5, "small_requests": 200_000,
              "small_confluent": 200_000, "echo_requests": 200_000, "latency_seconds": 20.0, "latency_warmup": 2.0,
              "passes": 3, "group_passes": 3, "sync_requests": 5000, "raw_commits": 100_000, "load_groups": 10_000,
-             "idem_records": 1_000_000, "idem_passes": 5},
+             "idem_records": 1_000_000, "idem_passes": 5, "txn_records": 1_000_000},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
               "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
-              "idem_records": 500_000, "idem_passes": 3},
+              "idem_records": 500_000, "idem_passes": 3, "txn_records": 200_000},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -817,6 +817,26 @@ def main(argv=None) -> int:
                            extra={"summary": sm, "passes": passes["idempotent"]})
             log(f"  best: plain {sm['plain']['best'] or float('nan'):,.0f}/s, idempotent "
                 f"{sm['idempotent']['best'] or float('nan'):,.0f}/s, per-pass ratios {sm['pass_ratios']}")
+
+    # ---------------------------------------------------------------- 9: transactions
+    if "transactions" in args.groups:
+        import transactions as T
+
+        with BrokerGroup("transactions", args, report) as g:
+            n = sc["txn_records"]
+            topic = "bench-txn"
+            figures.create_topic(g.bootstrap, topic, parts)
+            log(f"transactions: plain produce of {n:,} x 100 B, acks=all (the limit) ...")
+            plain = guarded("txn-plain", lambda: T.plain_rate(g.bootstrap, topic, n, parts))
+            for size in (1, 100, 10_000):
+                log(f"transactions: transactions of {size:,} record(s), {n:,} records at most ...")
+                with Meter(g.pid) as mm:
+                    r = guarded(f"txn-{size}", lambda sz=size: T.txn_rate(g.bootstrap, topic, sz, n, parts))
+                if r:
+                    add_figure(report, f"transactional produce, {size:,} record(s) per transaction", "transactions",
+                               r["rate"], "rec/s", "plain acks=all (same run)", plain["rate"] if plain else None,
+                               f"{mm.note()}; {r['txn_rate']:,.0f} transactions/s over {r['seconds']:.1f} s "
+                               f"({r['transactions']:,} transactions); the issue sets no bar", extra=r)
 
     # ---------------------------------------------------------------- 6: memory
     for name, info in report["brokers"].items():

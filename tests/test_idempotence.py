@@ -17,8 +17,7 @@ broker's memory of each producer's last five batches, held to Kafka 4's rules
 * **Producer state across a crash** (``test_producer_state_survives_sigkill``): SIGKILL before
   any snapshot covers the last batches; recovery replays the log, the last five batches are
   still recognised as retries, and no producer id is handed out twice. Kafka then writes
-  ``<log end offset>.snapshot`` (``test_snapshot_written_after_recovery``: kesque does not,
-  a strict xfail).
+  ``<log end offset>.snapshot``, and so does kesque (``test_snapshot_written_after_recovery``).
 * **An emptied partition** (``test_producer_continues_after_log_emptied``): retention or
   DeleteRecords moves the log start offset to the log end; Kafka 4 keeps the producer's
   state (``onLogStartOffsetIncremented`` evicts nothing), so the same producer goes on with
@@ -453,8 +452,6 @@ def test_producer_state_survives_sigkill(kb):
         assert new_pid > pid
 
 
-@pytest.mark.xfail(strict=True, reason="kesque bug: Log._rebuild_producer_state does not take a producer snapshot "
-                                       "at the log end offset after recovery, as Kafka's rebuildProducerState does")
 def test_snapshot_written_after_recovery(kb):
     """After an unclean restart Kafka rebuilds the producer state and writes
     ``<log end offset>.snapshot`` (UnifiedLog.rebuildProducerState: updateMapEndOffset(lastOffset);

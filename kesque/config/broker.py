@@ -133,6 +133,24 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("group.consumer.min.session.timeout.ms", "INT", 45000, "", at_least(1)),
     _K("group.consumer.max.session.timeout.ms", "INT", 60000, "", at_least(1)),
     _K("group.consumer.max.size", "INT", 2147483647, "", at_least(1)),
+    # transactions and idempotent producers
+    _K("transaction.max.timeout.ms", "INT", 900000, "largest transaction.timeout.ms a producer may ask for",
+       at_least(1)),
+    _K("transactional.id.expiration.ms", "INT", 604800000, "idle transactional ids are removed after this",
+       at_least(1)),
+    _K("transaction.abort.timed.out.transaction.cleanup.interval.ms", "INT", 10000,
+       "how often timed-out transactions are aborted", at_least(1)),
+    _K("transaction.remove.expired.transaction.cleanup.interval.ms", "INT", 3600000,
+       "how often expired transactional ids are removed", at_least(1)),
+    _K("transaction.partition.verification.enable", "BOOLEAN", True,
+       "check with the coordinator that a partition is in the transaction before a transactional append (KIP-890)",
+       dynamic=True),
+    _K("transaction.two.phase.commit.enable", "BOOLEAN", False,
+       "allow producers to take part in two-phase commit (KIP-939: transactions that never time out)"),
+    _K("producer.id.expiration.ms", "INT", 86400000, "idle producer state is removed after this", at_least(1),
+       dynamic=True),
+    _K("producer.id.expiration.check.interval.ms", "INT", 600000, "how often idle producer state is removed",
+       at_least(1)),
 ]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 

@@ -382,6 +382,7 @@ KAFKA_BROKER_KEYS: dict[str, tuple[str, str | None]] = {
     "transaction.state.log.num.partitions": ("INT", "50"),
     "transaction.state.log.replication.factor": ("SHORT", "3"),
     "transaction.state.log.segment.bytes": ("INT", "104857600"),
+    "transaction.two.phase.commit.enable": ("BOOLEAN", "false"),  # Kafka 4.1 (KIP-939)
     "transactional.id.expiration.ms": ("INT", "604800000"),
     "unclean.leader.election.enable": ("BOOLEAN", "false"),
     "unclean.leader.election.interval.ms": ("LONG", "300000"),

@@ -374,3 +374,35 @@ def build_batch(records, *, base_offset: int = 0, compression_codec: int = 0,
     out = header + body
     _U32.pack_into(out, rb.CRC_OFFSET, crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET:]))
     return bytes(out)
+
+
+# ------------------------------------------------------------------ transaction markers
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_MARKER_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def build_end_txn_marker(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                         timestamp: int | None = None, partition_leader_epoch: int = -1) -> bytes:
+    """A COMMIT or ABORT control batch (Kafka's EndTransactionMarker): transactional and
+    control flags set, one record with key (0, type) and value (0, coordinator epoch)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch([(key, value, ())], producer_id=producer_id, producer_epoch=producer_epoch,
+                       transactional=True, control=True, timestamp=timestamp,
+                       partition_leader_epoch=partition_leader_epoch)
+
+
+def read_end_txn_marker(data, header: rb.BatchHeader) -> tuple[int, int] | None:
+    """(control type, coordinator epoch) of a control batch; None when it holds no marker
+    (an unknown control type: Kafka skips those too)."""
+    for r in iter_records(data, 0, header):
+        if r.key is None or len(r.key) < _CONTROL_KEY.size:
+            return None
+        _version, ctype = _CONTROL_KEY.unpack_from(r.key)
+        if ctype not in (CONTROL_ABORT, CONTROL_COMMIT):
+            return None
+        epoch = _MARKER_VALUE.unpack_from(r.value)[1] if r.value is not None and len(r.value) >= 6 else -1
+        return ctype, epoch
+    return None

@@ -30,6 +30,7 @@ class ReadResult:
     last_stable_offset: int
     log_start_offset: int
     log_end_offset: int
+    aborted_transactions: list | None = None  # AbortedTxn entries (read_committed)
 
 
 class Partition:
@@ -121,15 +122,21 @@ class Partition:
     def max_offset_for(self, isolation: int) -> int:
         if isolation == FETCH_LOG_END:
             return self.log.log_end_offset
-        return self.log.high_watermark  # LSO equals HW until transactions exist
+        if isolation == FETCH_TXN_COMMITTED:
+            return self.log.last_stable_offset
+        return self.log.high_watermark
 
     @property
     def last_stable_offset(self) -> int:
-        return self.log.high_watermark
+        return self.log.last_stable_offset
 
     def read(self, fetch_offset: int, max_bytes: int, isolation: int, min_one_message: bool,
              current_leader_epoch: int = -1, fetch_only_from_leader: bool = True) -> ReadResult:
         self.check_leader_epoch(current_leader_epoch, fetch_only_from_leader)
         lg = self.log
+        lso = lg.last_stable_offset
         data = lg.read(fetch_offset, max_bytes, self.max_offset_for(isolation), min_one_message)
-        return ReadResult(data, lg.high_watermark, self.last_stable_offset, lg.log_start_offset, lg.log_end_offset)
+        aborted = None
+        if isolation == FETCH_TXN_COMMITTED:
+            aborted = lg.collect_aborted_transactions(fetch_offset, data.upper_bound) if data.size else []
+        return ReadResult(data, lg.high_watermark, lso, lg.log_start_offset, lg.log_end_offset, aborted)

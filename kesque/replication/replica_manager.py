@@ -36,6 +36,8 @@ class ReplicaManager:
         # callables (topic, partition, is_leader) told when this broker gains or loses
         # leadership of a partition (coordinators load and unload their state with it)
         self._leadership_listeners: list = []
+        # callables (topic, partition, producer id, commit) told after a transaction marker
+        self._marker_listeners: list = []
 
     def add_leadership_listener(self, fn) -> None:
         self._leadership_listeners.append(fn)
@@ -133,6 +135,27 @@ class ReplicaManager:
         if (topic, partition) in self._watchers:
             self._notify((topic, partition), info.size)
         return info
+
+    def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                          coordinator_epoch: int):
+        """Write a transaction's COMMIT/ABORT marker to a partition this broker leads
+        (WriteTxnMarkers); marker listeners (the group coordinator) are told afterwards."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+        if not part.is_leader:
+            raise KafkaError(ErrorCode.not_leader_or_follower,
+                             f"Leader not local for partition {part.tp} on broker {self.node_id}")
+        info = part.log.append_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, part.leader_epoch,
+                                          self.clock.now_ms())
+        part.maybe_increment_high_watermark()
+        self.notify_append(topic, partition, info.size)
+        for fn in self._marker_listeners:
+            fn(topic, partition, producer_id, commit)
+        return info
+
+    def add_marker_listener(self, fn) -> None:
+        self._marker_listeners.append(fn)
 
     # ------------------------------------------------------------------ watchers
     def watch(self, tp: tuple[str, int], callback) -> None:

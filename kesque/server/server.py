@@ -73,6 +73,13 @@ class KesqueServer:
         from ..coordinator.group.runtime import GroupCoordinator
         self.group_coordinator = GroupCoordinator(self)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
+        from ..coordinator.producer_id import ProducerIdManager
+        from ..coordinator.transaction.runtime import TransactionCoordinator
+        self.producer_ids = ProducerIdManager(lambda: self.controller.allocate_producer_ids(self.node_id,
+                                                                                           self.broker_epoch))
+        self.txn_coordinator = TransactionCoordinator(self, self.producer_ids)
+        self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
+        self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.controller.bootstrap()
         # dynamic broker configs and the logs, as the image describes them
         full = Delta(changed_configs=set(self.image.configs))
@@ -141,6 +148,8 @@ class KesqueServer:
             self.socket_server.close()
         if getattr(self, "group_coordinator", None) is not None:
             self.group_coordinator.shutdown()
+        if getattr(self, "txn_coordinator", None) is not None:
+            self.txn_coordinator.shutdown()
         for task in list(self._tasks):
             task.cancel()
         self.io_executor.shutdown(wait=True)
@@ -182,8 +191,19 @@ class KesqueServer:
                     lambda: self._write_in_background(lm.log_start_checkpoints()), "log-start-offset-checkpoint")
         self._every(cfg.get("offsets.retention.check.interval.ms"), self.group_coordinator.expire_offsets,
                     "offset-expiration")
+        tc = self.txn_coordinator
+        self._every(cfg.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"), tc.abort_timed_out,
+                    "transaction-abort")
+        self._every(cfg.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
+                    tc.expire_transactional_ids, "transactionalId-expiration")
+        self._every(cfg.get("producer.id.expiration.check.interval.ms"),
+                    lambda: lm.remove_expired_producers(cfg.get("producer.id.expiration.ms")), "producer-id-expiration")
         self._every(cfg.get("replica.high.watermark.checkpoint.interval.ms"),
                     lambda: self._write_in_background(lm.high_watermark_checkpoints()), "highwatermark-checkpoint")
+
+    def _on_txn_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
+        if topic == self.group_coordinator.TOPIC:
+            self.group_coordinator.on_txn_marker(partition, producer_id, commit)
 
     def _write_in_background(self, jobs) -> None:
         fut = self.io_executor.submit(self.log_manager.write_checkpoints, jobs)

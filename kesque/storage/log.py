@@ -7,6 +7,10 @@ Offsets a reader of Kafka will recognise:
 * ``log_end_offset`` (LEO) — next offset to be assigned;
 * ``high_watermark`` — first offset not yet replicated to the whole ISR; consumers read
   below it. Kept here as in UnifiedLog; the Partition (replication layer) moves it;
+* ``last_stable_offset`` (LSO) — the high watermark, or the first offset of the oldest
+  transaction still open (or whose marker is not yet below the HW) if that is lower;
+  read_committed consumers read below it and drop aborted transactions, which the
+  segments' ``.txnindex`` files list;
 * ``recovery_point`` — everything below it is fsynced; after an unclean shutdown,
   segments from the one holding it onward are scanned and CRC-checked.
 
@@ -26,11 +30,21 @@ from dataclasses import dataclass, field
 from ..config.topic import LogConfig
 from ..errors import ErrorCode, KafkaError
 from ..records import batch as rb
+from ..records.records import CONTROL_COMMIT, build_end_txn_marker, read_end_txn_marker
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PartitionMetadataFile
 from .leader_epoch import LeaderEpochFileCache
 from .producer_state import ProducerStateManager
-from .segment import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX,
-                      TXN_INDEX_SUFFIX, LogSegment)
+from .segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+)
+from .txn_index import AbortedTxn
 from .validator import validate_batch
 
 log = logging.getLogger(__name__)
@@ -68,6 +82,7 @@ class FetchData:
     regions: list = field(default_factory=list)
     size: int = 0
     first_offset: int = -1
+    upper_bound: int = -1  # end of the segment read from (bounds the aborted-transaction search)
 
 
 class Log:
@@ -172,13 +187,41 @@ class Log:
             found = seg.find_batch(start)
             if not found:
                 continue
-            for _pos, h in seg.iter_headers(found[0]):
+            for pos, h in seg.iter_headers(found[0]):
                 if h.last_offset >= start:
-                    ps.replay_batch(h)
+                    self._replay_batch(seg, h, seg.pread(pos, h.size) if h.is_control else None)
                     replayed += 1
         ps.last_map_offset = self.log_end_offset
+        ps.on_high_watermark(self.high_watermark)
         if replayed:
+            ps.take_snapshot(self.log_end_offset, sync=False)  # as Kafka's rebuildProducerState
             log.info("%s: rebuilt producer state from offset %d (%d batches replayed)", self.tp, start, replayed)
+
+    def _replay_batch(self, seg: LogSegment, h: rb.BatchHeader, data) -> None:
+        """Bring the producer state (and, for ABORT markers, the segment's transaction index)
+        up to date with a batch already in the log: recovery and follower appends."""
+        ps = self.producer_state
+        if h.producer_id >= 0:
+            if not h.is_control:
+                ps.update(h.producer_id, h.producer_epoch, h.last_sequence, h.last_offset, h.last_offset_delta,
+                          h.max_timestamp, h.is_transactional)
+            elif data is not None:
+                marker = read_end_txn_marker(memoryview(data), h)
+                if marker is not None:
+                    self._complete_txn(seg, h.producer_id, h.producer_epoch, marker[0] == CONTROL_COMMIT, marker[1],
+                                       h.base_offset, h.max_timestamp)
+        ps.last_map_offset = max(ps.last_map_offset, h.next_offset)
+
+    def _complete_txn(self, seg: LogSegment, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
+                      offset: int, timestamp: int) -> None:
+        ps = self.producer_state
+        completed = ps.append_marker(producer_id, epoch, commit, coordinator_epoch, offset, timestamp)
+        if completed is None:
+            return
+        if completed.aborted:
+            seg.txn_index.append(AbortedTxn(producer_id, completed.first_offset, completed.last_offset,
+                                            ps.last_stable_offset_after(completed)))
+        ps.complete_txn(completed, self.high_watermark)
 
     def _recover(self, now_ms: int) -> None:
         """Scan segments from the recovery point; truncate the first corrupt tail."""
@@ -239,6 +282,28 @@ class Log:
         if hw != self.high_watermark:
             self.high_watermark = hw
             self._hw_position = None
+            self.producer_state.on_high_watermark(hw)
+
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        if first_unstable is None or first_unstable >= self.high_watermark:
+            return self.high_watermark
+        return max(first_unstable, self.log_start_offset)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound), from the segment holding
+        ``fetch_offset`` onward (an entry lives in the segment of its marker)."""
+        out: list[AbortedTxn] = []
+        i = max(0, bisect_right(self._bases, fetch_offset) - 1)
+        for seg in self.segments[i:]:
+            if seg.base_offset >= upper_bound:
+                break
+            found, complete = seg.txn_index.collect(fetch_offset, upper_bound)
+            out.extend(found)
+            if complete:
+                break
+        return out
 
     def _position_of(self, offset: int) -> tuple[int, int]:
         """(segment index, position) of the batch starting at ``offset`` (a batch boundary)."""
@@ -258,10 +323,8 @@ class Log:
         v = validate_batch(buf, self.config, now_ms, self.tp)
         h = v.header
         if h.producer_id >= 0:
-            if h.is_transactional:
-                raise KafkaError(ErrorCode.invalid_txn_state, "transactions are not supported yet")
             dup = self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                            self.log_end_offset)
+                                            self.log_end_offset, h.is_transactional)
             if dup is not None:
                 log.debug("%s: duplicate batch from producer %d (seq %d-%d) acknowledged at offset %d", self.tp,
                           h.producer_id, h.base_sequence, h.last_sequence, dup.first_offset)
@@ -270,7 +333,18 @@ class Log:
         info = self._append_validated(v.data, h, leader_epoch, now_ms)
         if h.producer_id >= 0:
             self.producer_state.update(h.producer_id, h.producer_epoch, h.last_sequence, info.last_offset,
-                                       h.last_offset_delta, h.max_timestamp)
+                                       h.last_offset_delta, h.max_timestamp, h.is_transactional)
+        return info
+
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                          leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Write a COMMIT/ABORT marker for a producer as the leader (WriteTxnMarkers): closes
+        its open transaction here, indexes it if aborted, and may move the LSO."""
+        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch, self.log_end_offset)
+        batch = build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, timestamp=now_ms)
+        info = self.append_new_batch(batch, leader_epoch, now_ms)
+        self._complete_txn(self.active_segment, producer_id, producer_epoch, commit, coordinator_epoch,
+                           info.first_offset, now_ms)
         return info
 
     def _append_validated(self, data: memoryview, h: rb.BatchHeader, leader_epoch: int, now_ms: int) -> AppendInfo:
@@ -302,6 +376,7 @@ class Log:
                                  f"{self.tp}: out of order append at {h.base_offset}, LEO {self.log_end_offset}")
             self._maybe_roll(h.size, h.max_timestamp, now_ms, h.last_offset, h.base_offset)
             self.active_segment.append(h.last_offset, h.max_timestamp, h.last_offset, mv[pos:pos + h.size])
+            self._replay_batch(self.active_segment, h, mv[pos:pos + h.size] if h.is_control else None)
             if h.partition_leader_epoch > self.leader_epoch_cache.latest_epoch():
                 self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
             if first < 0:
@@ -315,7 +390,12 @@ class Log:
     def append_new_batch(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
         """Append a batch the broker built itself (offsets assigned here, no validation)."""
         mv = memoryview(bytearray(batch))
-        return self._append_validated(mv, rb.read_header(mv), leader_epoch, now_ms)
+        h = rb.read_header(mv)
+        info = self._append_validated(mv, h, leader_epoch, now_ms)
+        if h.producer_id >= 0 and not h.is_control:  # a coordinator's transactional write
+            self.producer_state.update(h.producer_id, h.producer_epoch, h.last_sequence, info.last_offset,
+                                       h.last_offset_delta, h.max_timestamp, h.is_transactional)
+        return info
 
     # ================================================================== roll
     def _maybe_roll(self, incoming: int, max_ts: int, now_ms: int, last_offset: int | None = None,
@@ -383,7 +463,8 @@ class Log:
                     size = min(h.size, limit - pos)
                 if size <= 0:
                     return FetchData(first_offset=start_offset)
-                return FetchData([(seg.handle, pos, size)], size, h.base_offset)
+                upper = self._bases[i + 1] if i + 1 < len(self.segments) else self.log_end_offset
+                return FetchData([(seg.handle, pos, size)], size, h.base_offset, min(upper, max_offset))
             i += 1
         return FetchData(first_offset=start_offset)
 
@@ -562,8 +643,7 @@ class Log:
         self._hw_position = None
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_and_reload(offset, offset)
-        self.producer_state.producers.clear()
-        self.producer_state.last_map_offset = offset
+        self.producer_state.clear(offset)
 
     # ================================================================== flush / close
     def flush(self, up_to: int | None = None) -> None:

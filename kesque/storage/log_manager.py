@@ -169,6 +169,15 @@ class LogManager:
             total += lg.delete_old_segments(now)
         return total
 
+    def remove_expired_producers(self, expiration_ms: int) -> int:
+        """Forget idle producers (producer.id.expiration.ms); open transactions are kept."""
+        now = self.clock.now_ms()
+        total = 0
+        for lg in list(self.logs.values()):
+            lg.producer_state.expiration_ms = expiration_ms
+            total += lg.producer_state.remove_expired(now)
+        return total
+
     def delete_expired(self) -> None:
         now = self.clock.now_ms()
         for lg in list(self.logs.values()):

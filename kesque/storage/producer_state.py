@@ -6,6 +6,11 @@ acknowledged with the offsets it got the first time and not written again. Other
 first sequence must follow the last one (or be 0 for a new epoch), else the batch is
 refused with OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch gets INVALID_PRODUCER_EPOCH.
 
+Transactions (seed 004): a producer's first transactional batch opens a transaction at its
+offset; the COMMIT/ABORT marker closes it. The first offset of the oldest transaction not
+yet decided — or decided by a marker not yet below the high watermark — is the partition's
+first unstable offset, which bounds the last stable offset (LSO) read_committed readers see.
+
 State survives restarts through ``<offset>.snapshot`` files in Kafka's ProducerSnapshot
 layout (version, CRC32C, entries), written on segment roll and clean shutdown; on load the
 newest snapshot at or below the log end is read and the batches after it are replayed.
@@ -69,6 +74,14 @@ class ProducerStateEntry:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == 0x7FFFFFFF)
 
@@ -84,14 +97,21 @@ class ProducerStateManager:
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         self.last_map_offset = 0  # next offset not yet reflected in the state
+        self.ongoing_txns: dict[int, int] = {}  # first offset -> producer id (undecided)
+        self.unreplicated_txns: dict[int, int] = {}  # first offset -> marker offset (marker above HW)
 
     # ------------------------------------------------------------------ leader appends
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset_hint: int):
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset_hint: int,
+              transactional: bool = False):
         """Validate a client batch. Returns the BatchMetadata of the original when the batch is a
         duplicate, None when it may be appended; raises KafkaError otherwise."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return None  # unknown producer (new, or its state expired): accept any sequence
+        if not transactional and entry.current_txn_first_offset >= 0 and epoch >= entry.epoch:
+            raise KafkaError(ErrorCode.invalid_txn_state,
+                             f"Expected transactional write from producer {producer_id} at offset {offset_hint} in "
+                             f"partition {self.tp}")
         if epoch < entry.epoch:
             raise KafkaError(ErrorCode.invalid_producer_epoch,
                              f"Epoch of producer {producer_id} at offset {offset_hint} in {self.tp} is {epoch}, "
@@ -100,7 +120,9 @@ class ProducerStateManager:
             dup = entry.find_duplicate(first_seq, last_seq)
             if dup is not None:
                 return dup
-            if entry.batches and not _in_sequence(entry.last_seq, first_seq):
+            # no remembered batch (only a marker): the sequence must start again at 0, as Kafka's
+            # inSequence(NO_SEQUENCE, seq) requires
+            if not _in_sequence(entry.last_seq, first_seq) if entry.batches else first_seq != 0:
                 raise KafkaError(ErrorCode.out_of_order_sequence_number,
                                  f"Out of order sequence number for producer {producer_id} at offset {offset_hint} in "
                                  f"partition {self.tp}: {first_seq} (incoming seq. number), {entry.last_seq} "
@@ -113,24 +135,82 @@ class ProducerStateManager:
         return None
 
     def update(self, producer_id: int, epoch: int, last_seq: int, last_offset: int, offset_delta: int,
-               timestamp: int) -> None:
+               timestamp: int, transactional: bool = False) -> None:
         """Record an appended batch (leader, follower or recovery replay)."""
+        entry = self._entry(producer_id, epoch)
+        if last_seq >= 0:
+            entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        if transactional and entry.current_txn_first_offset < 0:
+            first = last_offset - offset_delta
+            entry.current_txn_first_offset = first
+            self.ongoing_txns[first] = producer_id
+        self.last_map_offset = max(self.last_map_offset, last_offset + 1)
+
+    def _entry(self, producer_id: int, epoch: int) -> ProducerStateEntry:
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
         if epoch != entry.epoch:
             entry.batches.clear()
             entry.epoch = epoch
-        if last_seq >= 0:
-            entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
-        entry.last_timestamp = max(entry.last_timestamp, timestamp)
-        self.last_map_offset = max(self.last_map_offset, last_offset + 1)
+        return entry
 
-    def replay_batch(self, header) -> None:
-        if header.producer_id >= 0 and not header.is_control:
-            self.update(header.producer_id, header.producer_epoch, header.last_sequence, header.last_offset,
-                        header.last_offset_delta, header.max_timestamp)
-        self.last_map_offset = max(self.last_map_offset, header.next_offset)
+    # ------------------------------------------------------------------ transactions
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, offset_hint: int) -> None:
+        """Kafka's checks of an end-transaction marker written by a coordinator."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise KafkaError(ErrorCode.invalid_producer_epoch,
+                             f"Epoch of producer {producer_id} at offset {offset_hint} in {self.tp} is {epoch}, "
+                             f"which is smaller than the last seen epoch {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(ErrorCode.transaction_coordinator_fenced,
+                             f"Invalid coordinator epoch for producer {producer_id} at offset {offset_hint} in "
+                             f"partition {self.tp}: {coordinator_epoch} (zombie), {entry.coordinator_epoch} "
+                             "(current)")
+
+    def append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, offset: int,
+                      timestamp: int) -> CompletedTxn | None:
+        """Record a COMMIT/ABORT marker at ``offset``; returns the transaction it completes
+        (None for a marker of a producer with no data in this partition's transaction).
+        The caller indexes an aborted one and then calls :meth:`complete_txn`."""
+        entry = self._entry(producer_id, epoch)
+        completed = None
+        if entry.current_txn_first_offset >= 0:
+            completed = CompletedTxn(producer_id, entry.current_txn_first_offset, offset, not commit)
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        self.last_map_offset = max(self.last_map_offset, offset + 1)
+        return completed
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` is decided: the first offset of the oldest other open
+        transaction, else the offset after the marker (Kafka's lastStableOffset(completedTxn))."""
+        others = [first for first, pid in self.ongoing_txns.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn, high_watermark: int | None = None) -> None:
+        self.ongoing_txns.pop(completed.first_offset, None)
+        if high_watermark is None or completed.last_offset >= high_watermark:
+            self.unreplicated_txns[completed.first_offset] = completed.last_offset
+
+    def on_high_watermark(self, hw: int) -> None:
+        if self.unreplicated_txns:
+            for first in [f for f, last in self.unreplicated_txns.items() if last < hw]:
+                del self.unreplicated_txns[first]
+
+    def first_unstable_offset(self) -> int | None:
+        if not self.ongoing_txns and not self.unreplicated_txns:
+            return None
+        return min(min(self.ongoing_txns, default=1 << 63), min(self.unreplicated_txns, default=1 << 63))
+
+    def ongoing_txn_of(self, producer_id: int) -> int:
+        entry = self.producers.get(producer_id)
+        return entry.current_txn_first_offset if entry is not None else -1
 
     def remove_expired(self, now_ms: int) -> int:
         expired = [pid for pid, e in self.producers.items()
@@ -185,11 +265,16 @@ class ProducerStateManager:
             raise ValueError(f"snapshot {path} has the wrong size")
         return [_ENTRY.unpack_from(data, _HEAD.size + i * _ENTRY.size) for i in range(count)]
 
+    def clear(self, offset: int = 0) -> None:
+        self.producers.clear()
+        self.ongoing_txns.clear()
+        self.unreplicated_txns.clear()
+        self.last_map_offset = offset
+
     def load_latest(self, max_offset: int) -> int:
         """Load the newest valid snapshot at or below ``max_offset``; returns its offset
         (0 when none: the whole log must be replayed). Newer snapshots are deleted."""
-        self.producers.clear()
-        self.last_map_offset = 0
+        self.clear()
         for off in reversed(self.snapshot_offsets()):
             path = snapshot_path(self.dir, off)
             if off > max_offset:
@@ -207,6 +292,8 @@ class ProducerStateManager:
                 if last_offset >= 0:
                     e.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
                 self.producers[pid] = e
+                if txn_first >= 0:
+                    self.ongoing_txns[txn_first] = pid
             self.last_map_offset = off
             return off
         return 0

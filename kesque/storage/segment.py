@@ -13,6 +13,7 @@ import time
 
 from ..records import batch as rb
 from .index import CorruptIndexError, OffsetIndex, TimeIndex
+from .txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class LogSegment:
         self.size = os.fstat(self.handle.fd).st_size
         self.offset_index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, max_index_size)
         self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX, base_offset, max_index_size)
+        self.txn_index = TransactionIndex(prefix + TXN_INDEX_SUFFIX, base_offset)
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = rb.NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
@@ -82,6 +84,7 @@ class LogSegment:
         if create:
             self.offset_index.reset()
             self.time_index.reset()
+            self.txn_index.reset()
         elif self.size >= rb.HEADER_SIZE:
             # Kafka's loadFirstBatchTimestamp: segment.ms counts from the first batch's timestamp
             self.rolling_based_timestamp = rb.read_header(os.pread(self.handle.fd, rb.HEADER_SIZE, 0)).max_timestamp
@@ -120,6 +123,7 @@ class LogSegment:
         os.fsync(self.handle.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     # ------------------------------------------------------------------ read
     def pread(self, position: int, size: int) -> bytes:
@@ -299,6 +303,7 @@ class LogSegment:
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, True)
         self.bytes_since_last_index_entry = valid - last_index_entry
         self.next_offset = next_offset
+        self.txn_index.truncate_to(next_offset)  # markers past the valid end are gone
         return truncated
 
     # ------------------------------------------------------------------ truncate / delete
@@ -316,6 +321,7 @@ class LogSegment:
         self.size = pos
         self.offset_index.truncate_to_offset(offset)
         self.time_index.truncate_to_offset(offset)
+        self.txn_index.truncate_to(offset)
         self.next_offset = None
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = rb.NO_TIMESTAMP
@@ -336,15 +342,17 @@ class LogSegment:
         self.log_path = new_log
         self.offset_index.rename(self.offset_index.path + suffix)
         self.time_index.rename(self.time_index.path + suffix)
+        self.txn_index.rename(self.txn_index.path + suffix)
 
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self.handle.close()
 
     def delete_files(self) -> None:
         self.close()
-        for p in (self.log_path, self.offset_index.path, self.time_index.path):
+        for p in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(p)
             except FileNotFoundError:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ...errors import ErrorCode
 from . import records as R
-from .classic import (COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup, ClassicMember)
+from .classic import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup, ClassicMember
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,9 @@ class GroupCoordinatorShard:
         self.topics = topics  # callable() -> MetadataImage-like (topic lookups for KIP-848)
         self.groups: dict[str, object] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        # transactional offset commits waiting for their transaction's marker:
+        # producer id -> group -> {(topic, partition): OffsetAndMetadata}
+        self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
 
     # ================================================================== loading
     def replay(self, key: bytes, value: bytes | None) -> None:
@@ -126,6 +129,33 @@ class GroupCoordinatorShard:
         else:
             from .consumer import replay_consumer_record
             replay_consumer_record(self, version, k, v)
+
+    def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None) -> None:
+        """A record of a transactional batch: an offset commit pending until its marker."""
+        version, k = R.decode_key(key)
+        v = R.decode_value(version, value)
+        if version in (0, R.OFFSET_COMMIT) and v is not None:
+            self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(k["group"], {})[
+                (k["topic"], k["partition"])] = OffsetAndMetadata(
+                    v["offset"], v.get("leader_epoch", -1), v.get("metadata", ""), v.get("commit_timestamp", -1),
+                    v.get("expire_timestamp", -1))
+            if k["group"] not in self.groups:
+                self.groups[k["group"]] = ClassicGroup(k["group"])
+        else:
+            self.replay(key, value)
+
+    def replay_end_txn(self, producer_id: int, commit: bool) -> None:
+        """A COMMIT marker makes the producer's pending offsets the committed ones; ABORT drops them."""
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if not pending or not commit:
+            return
+        for group, offsets in pending.items():
+            self.offsets.setdefault(group, {}).update(offsets)
+            if group not in self.groups:
+                self.groups[group] = ClassicGroup(group)
+
+    def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
+        return any(tp in groups.get(group_id, ()) for groups in self.pending_txn_offsets.values())
 
     def _replay_offset(self, k: dict, v: dict | None) -> None:
         group, tp = k["group"], (k["topic"], k["partition"])
@@ -184,6 +214,7 @@ class GroupCoordinatorShard:
                 g.state = DEAD
         self.groups.clear()
         self.offsets.clear()
+        self.pending_txn_offsets.clear()
 
     # ================================================================== records
     def _group_record(self, g: ClassicGroup, assignments: dict[str, bytes] | None) -> tuple[bytes, bytes]:
@@ -722,7 +753,7 @@ class GroupCoordinatorShard:
 
     @staticmethod
     def _validate_classic_commit(g: ClassicGroup, member_id: str, instance_id: str | None,
-                                 generation: int) -> str | None:
+                                 generation: int, transactional: bool = False) -> str | None:
         if g.state == DEAD:
             return "coordinator_not_available"
         if generation < 0 and g.state == EMPTY:
@@ -733,11 +764,59 @@ class GroupCoordinatorShard:
                 return err
             if generation != g.generation_id:
                 return "illegal_generation"
-        elif g.state != EMPTY:
+        elif not transactional and g.state != EMPTY:
+            # TxnOffsetCommit v0-2 carry no member: the group is not checked (KIP-447 adds it)
             return "unknown_member_id"
-        if g.state == COMPLETING_REBALANCE:
+        if not transactional and g.state == COMPLETING_REBALANCE:
             return "rebalance_in_progress"
         return None
+
+    def commit_txn_offsets(self, req: dict) -> dict:
+        """TxnOffsetCommit: ``req`` has group_id, producer_id, producer_epoch, generation_id,
+        member_id, group_instance_id, topics {topic: [(partition, offset, leader_epoch,
+        metadata)]}. The offsets are written in a transactional batch of the producer and stay
+        pending (invisible to OffsetFetch) until the transaction's marker lands here. The
+        group metadata is checked as KIP-447 says, so a zombie that lost its partitions in a
+        rebalance cannot commit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID)."""
+        group_id = req["group_id"]
+        g = self.groups.get(group_id)
+        generation = req.get("generation_id", -1)
+        err = None
+        if g is None:
+            if generation >= 0:
+                err = "illegal_generation"
+        elif isinstance(g, ClassicGroup):
+            err = self._validate_classic_commit(g, req.get("member_id", ""), req.get("group_instance_id"),
+                                                generation, transactional=True)
+        else:
+            from .consumer import validate_consumer_group_commit
+            if not (generation == -1 and not req.get("member_id") and req.get("group_instance_id") is None):
+                err = validate_consumer_group_commit(self, g, {**req, "api_version": 9})
+                if err == "stale_member_epoch":
+                    err = "illegal_generation"
+        if err:
+            return {"_group": err}
+        now = self.clock.now_ms()
+        results = {}
+        records = []
+        for topic, parts in req["topics"].items():
+            for partition, offset, epoch, metadata in parts:
+                metadata = metadata or ""
+                if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                    results[(topic, partition)] = "offset_metadata_too_large"
+                    continue
+                records.append(R.offset_commit(group_id, topic, partition, offset, epoch, metadata, now, -1))
+                results[(topic, partition)] = None
+        if records:
+            self.write(records, req["producer_id"], req["producer_epoch"])
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
+            pending = self.pending_txn_offsets.setdefault(req["producer_id"], {}).setdefault(group_id, {})
+            for topic, parts in req["topics"].items():
+                for partition, offset, epoch, metadata in parts:
+                    if results.get((topic, partition)) is None:
+                        pending[(topic, partition)] = OffsetAndMetadata(offset, epoch, metadata or "", now, -1)
+        return results
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None, member_id: str | None = None,
                       member_epoch: int = -1) -> tuple[str | None, dict]:

@@ -11,10 +11,10 @@ def register_all(server) -> None:
     from .logdirs import LogDirApis
     from .offsets import OffsetApis
     from .produce import ProduceApis
-    from .producer import ProducerApis
     from .topics import TopicApis
+    from .transactions import TransactionApis
 
-    for cls in (CoreApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis,
+    for cls in (CoreApis, ProduceApis, TransactionApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis,
                 GroupApis):
         cls(server).register()
 

@@ -192,7 +192,8 @@ class FetchApis:
                 regions = [FileRegion(h, pos, size) for h, pos, size in data.regions]
                 pr = FetchPartitionResponse(it.partition, 0, res.high_watermark, res.last_stable_offset,
                                             res.log_start_offset, regions, data.size,
-                                            aborted_transactions=[] if isolation == FETCH_TXN_COMMITTED else None)
+                                            aborted_transactions=None if res.aborted_transactions is None else
+                                            [(t.producer_id, t.first_offset) for t in res.aborted_transactions])
             else:
                 pr = FetchPartitionResponse(it.partition, it.error, -1, -1, -1, [], 0)
                 if it.error == ErrorCode.not_leader_or_follower and v >= 12 and it.topic is not None:

@@ -188,9 +188,10 @@ class GroupApis:
             groups = []
             for g in req.groups:
                 groups.append(self._fetch_group(m, v, g.group_id, g.topics, getattr(g, "member_id", None),
-                                                getattr(g, "member_epoch", -1)))
+                                                getattr(g, "member_epoch", -1), req.require_stable))
             return m(throttle_time=0, groups=tuple(groups))
-        topics, err = self._fetch_topics(m, v, req.group_id, req.topics, None, -1)
+        topics, err = self._fetch_topics(m, v, req.group_id, req.topics, None, -1,
+                                         stable=getattr(req, "require_stable", False))
         if v == 1 and err != ErrorCode.none:
             # v1 has no top-level error: every partition carries it
             topics = tuple(m("OffsetFetchResponseTopic", name=t.name, partitions=tuple(
@@ -198,11 +199,13 @@ class GroupApis:
                   metadata="", error_code=err) for p in t.partitions)) for t in topics)
         return m(throttle_time=0, topics=topics, error_code=err)
 
-    def _fetch_group(self, m, v, group_id, topics, member_id, member_epoch):
-        out, err = self._fetch_topics(m, v, group_id, topics, member_id, member_epoch, grouped=True)
+    def _fetch_group(self, m, v, group_id, topics, member_id, member_epoch, stable):
+        out, err = self._fetch_topics(m, v, group_id, topics, member_id, member_epoch, grouped=True, stable=stable)
         return m("OffsetFetchResponseGroup", group_id=group_id, topics=out, error_code=err)
 
-    def _fetch_topics(self, m, v, group_id, topics, member_id, member_epoch, grouped=False):
+    def _fetch_topics(self, m, v, group_id, topics, member_id, member_epoch, grouped=False, stable=False):
+        """``stable`` (require_stable): a partition with a pending transactional commit
+        answers UNSTABLE_OFFSET_COMMIT, and the client retries."""
         image = self.server.image
         by_id = v >= 10
         topic_struct = "OffsetFetchResponseTopics" if grouped else "OffsetFetchResponseTopic"
@@ -220,7 +223,8 @@ class GroupApis:
                     name = t.name
                 wanted.append((name, list(t.partition_indexes)))
         try:
-            err, offsets = self.gc.shard_for(group_id).fetch_offsets(group_id, wanted, member_id, member_epoch)
+            shard = self.gc.shard_for(group_id)
+            err, offsets = shard.fetch_offsets(group_id, wanted, member_id, member_epoch)
         except KafkaError as e:
             return (), e.code
         if err:
@@ -232,6 +236,10 @@ class GroupApis:
         for topic, parts in grouped_offsets.items():
             pr = []
             for part, om in sorted(parts):
+                if stable and shard.has_pending_txn_offset(group_id, (topic, part)):
+                    pr.append(m(part_struct, partition_index=part, committed_offset=-1, committed_leader_epoch=-1,
+                                metadata="", error_code=ErrorCode.unstable_offset_commit))
+                    continue
                 pr.append(m(part_struct, partition_index=part, committed_offset=om.offset if om else -1,
                             committed_leader_epoch=om.leader_epoch if om else -1,
                             metadata=om.metadata if om else "", error_code=ErrorCode.none))

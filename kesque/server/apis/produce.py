@@ -12,6 +12,7 @@ import logging
 
 from ...errors import ErrorCode, KafkaError
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
+from ...records import batch as rb
 from ..context import NO_RESPONSE, CloseConnection
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,10 @@ class ProduceApis:
                 elif v < ZSTD_MIN_VERSION and len(p.records) > 22 and (p.records[22] & 0x07) == 4:
                     r.error_code = int(ErrorCode.unsupported_compression_type)
                     r.error_message = f"Produce requests with version {v} are not allowed to use ZStandard compression"
+                elif (len(p.records) >= rb.HEADER_SIZE
+                      and p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) == rb.TRANSACTIONAL_FLAG
+                      and not self._verified(req.transactional_id, name, p, r, v)):
+                    pass  # the coordinator does not know this partition is in the transaction
                 else:
                     try:
                         info = rm.append(name, p.index, p.records, req.acks)
@@ -82,3 +87,20 @@ class ProduceApis:
                 raise CloseConnection("acks=0 produce request failed; closing connection to notify the client")
             return NO_RESPONSE
         return encode_produce_response(v, topics_out)
+
+    def _verified(self, txn_id: str | None, topic: str, p, r: PartitionResponse, version: int) -> bool:
+        """KIP-890 part 1: the first transactional batch a producer sends to a partition in a
+        transaction is appended only once the coordinator confirms the partition was added."""
+        tc = self.server.txn_coordinator
+        part = self.server.replica_manager.partitions.get((topic, p.index))
+        if not tc.verification_enabled or part is None:
+            return True
+        h = rb.read_header(p.records)
+        if part.log.producer_state.ongoing_txn_of(h.producer_id) >= 0:
+            return True  # already verified when the transaction's first batch arrived here
+        code, msg = tc.verify_produce(txn_id, h.producer_id, h.producer_epoch, topic, p.index, version > 10)
+        if code == ErrorCode.none:
+            return True
+        r.error_code = int(code)
+        r.error_message = msg
+        return False

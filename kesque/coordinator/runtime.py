@@ -1,0 +1,168 @@
+"""CoordinatorRuntime: what the group and transaction coordinators share (Kafka's
+CoordinatorRuntime and the loading halves of its state managers, on one event loop).
+
+A coordinator keeps its state in an internal compacted topic. Each key (a group id, a
+transactional id) maps to one partition exactly as Kafka maps it, and the leader of that
+partition runs a *shard* holding the state of its keys. When the ReplicaManager makes this
+broker the leader of a partition, the shard is built by replaying the partition; when
+leadership moves away the shard is unloaded. A shard's writes become batches appended to
+the partition as its leader; its timers run on the server's event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..errors import ErrorCode, KafkaError
+from ..records.records import CONTROL_COMMIT, build_batch, iter_records, read_end_txn_marker
+from ..utils import java_string_hash
+
+log = logging.getLogger(__name__)
+
+
+class LoopTimer:
+    """Keyed one-shot timers on an asyncio loop; scheduling a key again replaces it."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.handles: dict[str, object] = {}
+
+    def schedule(self, key: str, delay_ms: int, fn) -> None:
+        self.cancel(key)
+        self.handles[key] = self.loop.call_later(max(delay_ms, 0) / 1000.0, self._fire, key, fn)
+
+    def cancel(self, key: str) -> None:
+        h = self.handles.pop(key, None)
+        if h is not None:
+            h.cancel()
+
+    def cancel_prefixed(self, prefix: str) -> None:
+        for key in [k for k in self.handles if k.startswith(prefix)]:
+            self.cancel(key)
+
+    def _fire(self, key: str, fn) -> None:
+        self.handles.pop(key, None)
+        try:
+            fn()
+        except Exception:
+            log.exception("coordinator timer %s failed", key)
+
+
+class ShardTimer:
+    """A shard's view of the shared timer: keys are prefixed with the partition."""
+
+    def __init__(self, timer: LoopTimer, partition: int):
+        self.timer = timer
+        self.prefix = f"{partition}/"
+
+    def schedule(self, key: str, delay_ms: int, fn) -> None:
+        self.timer.schedule(self.prefix + key, delay_ms, fn)
+
+    def cancel(self, key: str) -> None:
+        self.timer.cancel(self.prefix + key)
+
+
+class CoordinatorRuntime:
+    TOPIC = ""
+    PARTITIONS_KEY = ""  # broker config with the topic's partition count
+    NAME = "coordinator"
+
+    def __init__(self, server):
+        self.server = server
+        self.timer = LoopTimer(server.loop)
+        self.shards: dict = {}
+        self.load_seconds: dict[int, float] = {}
+
+    # ------------------------------------------------------------------ placement
+    def partition_for(self, key: str) -> int:
+        t = self.server.image.topic(self.TOPIC)
+        n = len(t.partitions) if t is not None else self.server.config.get(self.PARTITIONS_KEY)
+        return (java_string_hash(key) & 0x7FFFFFFF) % n
+
+    def shard_for(self, key: str):
+        p = self.partition_for(key)
+        shard = self.shards.get(p)
+        if shard is None:
+            part = self.server.replica_manager.partitions.get((self.TOPIC, p))
+            if part is not None and part.is_leader:
+                raise KafkaError(ErrorCode.coordinator_load_in_progress,
+                                 "The coordinator is loading and hence can't process requests.")
+            raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
+        return shard
+
+    # ------------------------------------------------------------------ leadership
+    def on_leadership(self, topic: str, partition: int, is_leader: bool) -> None:
+        if topic != self.TOPIC:
+            return
+        if is_leader and partition not in self.shards:
+            self._load(partition)
+        elif not is_leader and partition in self.shards:
+            self._unload(partition)
+
+    def new_shard(self, partition: int, leader_epoch: int):
+        raise NotImplementedError
+
+    def _load(self, partition: int) -> None:
+        t0 = time.monotonic()
+        part = self.server.replica_manager.partitions[(self.TOPIC, partition)]
+        shard = self.new_shard(partition, part.leader_epoch)
+        n = 0
+        lg = part.log
+        for h, data in lg.read_batches(lg.log_start_offset):
+            if h.is_control:
+                marker = read_end_txn_marker(memoryview(data), h)
+                if marker is not None and hasattr(shard, "replay_end_txn"):
+                    shard.replay_end_txn(h.producer_id, marker[0] == CONTROL_COMMIT)
+                continue
+            pid = h.producer_id if h.is_transactional else -1
+            for r in iter_records(data, 0, h):
+                if r.key is None:
+                    continue
+                try:
+                    if pid >= 0:
+                        shard.replay_transactional(pid, r.key, r.value)
+                    else:
+                        shard.replay(r.key, r.value)
+                    n += 1
+                except Exception as e:  # a record this version does not understand is skipped
+                    log.warning("%s-%d: skipping record at offset %d: %s", self.TOPIC, partition, r.offset, e)
+        self.shards[partition] = shard
+        shard.on_loaded()
+        self.load_seconds[partition] = time.monotonic() - t0
+        if n:
+            log.info("Loaded %s state of %s-%d: %d records in %.0f ms", self.NAME, self.TOPIC, partition, n,
+                     self.load_seconds[partition] * 1000)
+
+    def _unload(self, partition: int) -> None:
+        shard = self.shards.pop(partition)
+        if hasattr(shard, "on_unloaded"):
+            shard.on_unloaded()
+        self.timer.cancel_prefixed(f"{partition}/")
+        log.info("Unloaded %s state of %s-%d", self.NAME, self.TOPIC, partition)
+
+    # ------------------------------------------------------------------ writes
+    def write(self, partition: int, records: list, producer_id: int = -1, producer_epoch: int = -1) -> None:
+        """Append records as the partition's leader; a producer id makes the batch part of
+        that producer's transaction (transactional offset commits)."""
+        if not records:
+            return
+        rm = self.server.replica_manager
+        part = rm.partitions.get((self.TOPIC, partition))
+        if part is None or not part.is_leader:
+            raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
+        if producer_id >= 0:
+            entry = part.log.producer_state.producers.get(producer_id)
+            if entry is not None and producer_epoch < entry.epoch:
+                raise KafkaError(ErrorCode.invalid_producer_epoch,
+                                 f"Producer epoch {producer_epoch} is older than {entry.epoch} in {part.tp}")
+        now = self.server.clock.now_ms()
+        batch = build_batch([(k, v, ()) for k, v in records], timestamp=now, producer_id=producer_id,
+                            producer_epoch=producer_epoch, transactional=producer_id >= 0)
+        info = part.log.append_new_batch(batch, part.leader_epoch, now)
+        part.maybe_increment_high_watermark()
+        rm.notify_append(self.TOPIC, partition, info.size)
+
+    def shutdown(self) -> None:
+        for p in list(self.shards):
+            self._unload(p)

@@ -1,0 +1,298 @@
+"""Producer ids and transactions: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+WriteTxnMarkers and TxnOffsetCommit — translations between the wire and the transaction
+coordinator (coordinator/transaction/) or the group coordinator (transactional offsets).
+
+A producer without a transactional id gets a fresh producer id at epoch 0 on every
+InitProducerId, as Kafka's coordinator does. Error codes old clients do not know are mapped
+as KafkaApis maps them (PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH before the version
+that introduced it; TRANSACTION_ABORTABLE becomes INVALID_TXN_STATE).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...coordinator.group.runtime import OFFSETS_TOPIC
+from ...coordinator.transaction.records import TxnState
+from ...coordinator.group.shard import error_code as group_error_code
+from ...errors import ErrorCode, KafkaError
+from .kiohelp import Msg, to_ms
+
+
+def _fenced(code: ErrorCode, version: int, since: int) -> ErrorCode:
+    return ErrorCode.invalid_producer_epoch if code == ErrorCode.producer_fenced and version < since else code
+
+
+class TransactionApis:
+    def __init__(self, server):
+        self.server = server
+
+    @property
+    def tc(self):
+        return self.server.txn_coordinator
+
+    def register(self) -> None:
+        r = self.server.register
+        r(22, 0, 6, self.init_producer_id)
+        r(24, 0, 5, self.add_partitions_to_txn)
+        r(25, 0, 4, self.add_offsets_to_txn)
+        r(26, 0, 5, self.end_txn)
+        r(27, 1, 2, self.write_txn_markers)
+        r(28, 0, 5, self.txn_offset_commit)
+        r(61, 0, 0, self.describe_producers)
+        r(65, 0, 0, self.describe_transactions)
+        r(66, 0, 2, self.list_transactions)
+
+    # ------------------------------------------------------------------ InitProducerId
+    def init_producer_id(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(22, v)
+        if req.transactional_id is None:
+            return m(throttle_time=0, error_code=ErrorCode.none, producer_id=self.server.producer_ids.generate(),
+                     producer_epoch=0)
+        try:
+            shard = self.tc.shard_for(req.transactional_id) if req.transactional_id else None
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
+        if shard is None:
+            return m(throttle_time=0, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
+        try:
+            res = shard.init_producer_id(req.transactional_id, to_ms(req.transaction_timeout),
+                                         getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1),
+                                         getattr(req, "enable2_pc", False), getattr(req, "keep_prepared_txn", False))
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
+        return m(throttle_time=0, error_code=_fenced(res.error, v, 4), producer_id=res.producer_id,
+                 producer_epoch=res.producer_epoch, ongoing_txn_producer_id=res.ongoing_producer_id,
+                 ongoing_txn_producer_epoch=res.ongoing_producer_epoch)
+
+    # ------------------------------------------------------------------ AddPartitionsToTxn
+    def add_partitions_to_txn(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(24, v)
+        if v <= 3:
+            results = self._add_partitions(m, v, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                           req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
+            return m(throttle_time=0, results_by_topic_v3_and_below=results)
+        out = []
+        for t in req.transactions:
+            out.append(m("AddPartitionsToTxnResult", transactional_id=t.transactional_id,
+                         topic_results=self._add_partitions(m, v, t.transactional_id, t.producer_id,
+                                                            t.producer_epoch, t.topics, t.verify_only)))
+        return m(throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(out))
+
+    def _add_partitions(self, m, v, txn_id, producer_id, producer_epoch, topics, verify_only):
+        wanted = [(t.name, p) for t in topics for p in t.partitions]
+        image = self.server.image
+        errors: dict = {}
+        missing = {tp for tp in wanted if image.topic(tp[0]) is None or tp[1] not in image.topic(tp[0]).partitions}
+        if missing:
+            # any failed partition fails the whole request; the others are not attempted
+            errors = {tp: ErrorCode.unknown_topic_or_partition if tp in missing else ErrorCode.operation_not_attempted
+                      for tp in wanted}
+        elif verify_only:
+            errors = self.tc.verify(txn_id, producer_id, producer_epoch, wanted)
+        else:
+            try:
+                self.tc.shard_for(txn_id).add_partitions(txn_id, producer_id, producer_epoch, set(wanted))
+                code = ErrorCode.none
+            except KafkaError as e:
+                code = e.code
+            errors = {tp: _fenced(code, v, 2) for tp in wanted}
+        by_topic: dict = {}
+        for (topic, p), code in errors.items():
+            by_topic.setdefault(topic, []).append(m("AddPartitionsToTxnPartitionResult", partition_index=p,
+                                                    partition_error_code=code))
+        return tuple(m("AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(rs))
+                     for t, rs in by_topic.items())
+
+    # ------------------------------------------------------------------ AddOffsetsToTxn
+    def add_offsets_to_txn(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(25, v)
+        if not req.group_id:
+            return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
+        tp = (OFFSETS_TOPIC, self.server.group_coordinator.partition_for(req.group_id))
+        try:
+            self.tc.shard_for(req.transactional_id).add_partitions(req.transactional_id, req.producer_id,
+                                                                   req.producer_epoch, {tp})
+            code = ErrorCode.none
+        except KafkaError as e:
+            code = e.code
+        return m(throttle_time=0, error_code=_fenced(code, v, 2))
+
+    # ------------------------------------------------------------------ EndTxn
+    def end_txn(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(26, v)
+        try:
+            shard = self.tc.shard_for(req.transactional_id)
+            shard.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+            code = ErrorCode.none
+        except KafkaError as e:
+            code = e.code
+        ok = code == ErrorCode.none
+        return m(throttle_time=0, error_code=_fenced(code, v, 2), producer_id=req.producer_id if ok else -1,
+                 producer_epoch=req.producer_epoch if ok else -1)
+
+    # ------------------------------------------------------------------ WriteTxnMarkers
+    def write_txn_markers(self, ctx, req):
+        """Markers a (remote) transaction coordinator asks this broker, as partition leader, to write."""
+        m = Msg(27, ctx.api_version)
+        rm = self.server.replica_manager
+        out = []
+        for mk in req.markers:
+            topics = []
+            for t in mk.topics:
+                parts = []
+                for p in t.partition_indexes:
+                    try:
+                        rm.append_txn_marker(t.name, p, mk.producer_id, mk.producer_epoch, mk.transaction_result,
+                                             mk.coordinator_epoch)
+                        code = ErrorCode.none
+                    except KafkaError as e:
+                        code = e.code
+                    parts.append(m("WritableTxnMarkerPartitionResult", partition_index=p, error_code=code))
+                topics.append(m("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(parts)))
+            out.append(m("WritableTxnMarkerResult", producer_id=mk.producer_id, topics=tuple(topics)))
+        return m(markers=tuple(out))
+
+    # ------------------------------------------------------------------ TxnOffsetCommit
+    def txn_offset_commit(self, ctx, req):
+        v = ctx.api_version
+        m = Msg(28, v)
+        image = self.server.image
+        wanted = {t.name: [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                            p.committed_metadata) for p in t.partitions] for t in req.topics}
+
+        def respond(codes: dict):
+            return m(throttle_time=0, topics=tuple(
+                m("TxnOffsetCommitResponseTopic", name=t, partitions=tuple(
+                    m("TxnOffsetCommitResponsePartition", partition_index=p[0], error_code=codes[(t, p[0])])
+                    for p in parts)) for t, parts in wanted.items()))
+
+        def all_(code):
+            return respond({(t, p[0]): code for t, parts in wanted.items() for p in parts})
+
+        if not req.group_id:
+            return all_(ErrorCode.invalid_group_id)
+        gc = self.server.group_coordinator
+        try:
+            shard = gc.shard_for(req.group_id)
+        except KafkaError as e:
+            return all_(e.code)
+        # KIP-890: the group's partition must be in the producer's transaction
+        if self.tc.verification_enabled:
+            code, _msg = self.tc.verify_produce(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                OFFSETS_TOPIC, gc.partition_for(req.group_id), v >= 5)
+            if code != ErrorCode.none:
+                return all_(ErrorCode.coordinator_not_available if code == ErrorCode.not_enough_replicas else code)
+        codes = {}
+        known = {}
+        for t, parts in wanted.items():
+            ti = image.topic(t)
+            for p in parts:
+                if ti is None or p[0] not in ti.partitions:
+                    codes[(t, p[0])] = ErrorCode.unknown_topic_or_partition
+                else:
+                    known.setdefault(t, []).append(p)
+        if known:
+            try:
+                res = shard.commit_txn_offsets({
+                    "group_id": req.group_id, "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
+                    "generation_id": getattr(req, "generation_id", -1), "member_id": getattr(req, "member_id", ""),
+                    "group_instance_id": getattr(req, "group_instance_id", None), "topics": known})
+            except KafkaError as e:
+                from ...coordinator.group.shard import append_error
+                return all_(group_error_code(append_error(e)) if e.code != ErrorCode.invalid_producer_epoch
+                            else _fenced(ErrorCode.producer_fenced, v, 3))
+            if "_group" in res:
+                return all_(group_error_code(res["_group"]))
+            for tp, err in res.items():
+                codes[tp] = group_error_code(err) if err else ErrorCode.none
+        return respond(codes)
+
+    # ------------------------------------------------------------------ admin
+    def describe_producers(self, ctx, req):
+        """The active producers of partitions this broker leads (Kafka's ProducerStateManager view)."""
+        m = Msg(61, ctx.api_version)
+        rm = self.server.replica_manager
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partition_indexes:
+                part = rm.partitions.get((t.name, p))
+                if part is None:
+                    code, msg, active = ErrorCode.unknown_topic_or_partition, None, ()
+                elif not part.is_leader:
+                    code, msg, active = ErrorCode.not_leader_or_follower, None, ()
+                else:
+                    code, msg = ErrorCode.none, None
+                    active = tuple(m("ProducerState", producer_id=e.producer_id, producer_epoch=e.epoch,
+                                     last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
+                                     coordinator_epoch=e.coordinator_epoch,
+                                     current_txn_start_offset=e.current_txn_first_offset)
+                                   for e in part.log.producer_state.producers.values())
+                parts.append(m("PartitionResponse", partition_index=p, error_code=code, error_message=msg,
+                               active_producers=active))
+            topics.append(m("TopicResponse", name=t.name, partitions=tuple(parts)))
+        return m(throttle_time=0, topics=tuple(topics))
+
+    def describe_transactions(self, ctx, req):
+        m = Msg(65, ctx.api_version)
+        out = []
+        for txn_id in req.transactional_ids:
+            code, txn = ErrorCode.none, None
+            if not txn_id:
+                code = ErrorCode.invalid_request
+            else:
+                try:
+                    txn = self.tc.shard_for(txn_id).txns.get(txn_id)
+                    if txn is None or txn.state == TxnState.DEAD:
+                        code = ErrorCode.transactional_id_not_found
+                except KafkaError as e:
+                    code = e.code
+            if txn is None or code != ErrorCode.none:
+                out.append(m("TransactionState", error_code=code, transactional_id=txn_id, transaction_state="",
+                             transaction_timeout=0, transaction_start_time=-1, producer_id=-1, producer_epoch=-1,
+                             topics=()))
+                continue
+            by_topic: dict = {}
+            for t, p in sorted(txn.partitions):
+                by_topic.setdefault(t, []).append(p)
+            out.append(m("TransactionState", error_code=code, transactional_id=txn_id,
+                         transaction_state=txn.state.kafka_name, transaction_timeout=txn.timeout_ms,
+                         transaction_start_time=txn.start_ms, producer_id=txn.producer_id,
+                         producer_epoch=txn.producer_epoch,
+                         topics=tuple(m("TopicData", topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+        return m(throttle_time=0, transaction_states=tuple(out))
+
+    def list_transactions(self, ctx, req):
+        m = Msg(66, ctx.api_version)
+        names = {s.kafka_name for s in TxnState}
+        states = set(req.state_filters)
+        unknown = tuple(s for s in req.state_filters if s not in names)
+        pids = set(req.producer_id_filters)
+        duration = getattr(req, "duration_filter", -1)
+        pattern = getattr(req, "transactional_id_pattern", None)
+        try:
+            regex = re.compile(pattern) if pattern else None
+        except re.error:
+            return m(throttle_time=0, error_code=ErrorCode.invalid_regular_expression, unknown_state_filters=(),
+                     transaction_states=())
+        now = self.server.clock.now_ms()
+        out = []
+        for shard in list(self.tc.shards.values()):
+            for txn_id, txn in shard.txns.items():
+                if states and txn.state.kafka_name not in states:
+                    continue
+                if pids and txn.producer_id not in pids:
+                    continue
+                if duration >= 0 and now - txn.start_ms <= duration:
+                    continue
+                if regex is not None and not regex.fullmatch(txn_id):
+                    continue
+                out.append(m("TransactionState", transactional_id=txn_id, producer_id=txn.producer_id,
+                             transaction_state=txn.state.kafka_name))
+        return m(throttle_time=0, error_code=ErrorCode.none, unknown_state_filters=unknown,
+                 transaction_states=tuple(out))
