@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import uuid
 
@@ -10,26 +11,29 @@ import pytest
 from kesque.testing.broker import Broker
 
 
-@pytest.fixture
-def broker(tmp_path):
-    """A fresh broker per test (subprocess, its own data dir)."""
-    b = Broker(data_dir=str(tmp_path / "data"))
+@contextlib.contextmanager
+def running_broker(data_dir, config: dict | None = None):
+    """A broker subprocess on ``data_dir`` for the duration of the block."""
+    b = Broker(data_dir=str(data_dir), config=config)
     b.start()
     try:
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture
+def broker(tmp_path):
+    """A fresh broker per test (subprocess, its own data dir)."""
+    with running_broker(tmp_path / "data") as b:
+        yield b
 
 
 @pytest.fixture(scope="module")
 def module_broker(tmp_path_factory):
     """One broker shared by the tests of a module (use unique topic names)."""
-    b = Broker(data_dir=str(tmp_path_factory.mktemp("kesque") / "data"))
-    b.start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("kesque") / "data") as b:
         yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from conftest import running_broker
 from kesque.records.records import build_batch
-from kesque.testing.broker import Broker
 from wire import Msg, WireClient
 
 TXN_BROKER = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
@@ -31,22 +31,14 @@ TXN_BROKER = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "30
 
 @pytest.fixture(scope="module")
 def txn_broker(tmp_path_factory):
-    b = Broker(data_dir=str(tmp_path_factory.mktemp("txn") / "data"), config=TXN_BROKER)
-    b.start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("txn") / "data", TXN_BROKER) as b:
         yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture
 def fresh_broker(tmp_path):
-    b = Broker(data_dir=str(tmp_path / "data"), config=TXN_BROKER)
-    b.start()
-    try:
+    with running_broker(tmp_path / "data", TXN_BROKER) as b:
         yield b
-    finally:
-        b.stop()
 
 
 def new_topic(bs: str, partitions: int = 1) -> str:
@@ -307,22 +299,17 @@ def test_two_phase_commit_across_processes(txn_broker, commit):
     assert lso(bs, topic) == 4  # three records and the marker
 
 
-def test_two_phase_commit_needs_the_broker_config(tmp_path):
-    b = Broker(data_dir=str(tmp_path / "data"))
-    b.start()
-    try:
-        with WireClient(b.bootstrap_servers) as c:
-            _find_coordinator(c, "no-2pc")
-            m = Msg(22, 6)
-            for _ in range(50):
-                r = c.request(22, 6, m(transactional_id="no-2pc", transaction_timeout=1000, producer_id=-1,
-                                       producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False))
-                if r.error_code not in (14, 15):
-                    break
-                time.sleep(0.1)
-            assert r.error_code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
-    finally:
-        b.stop()
+def test_two_phase_commit_needs_the_broker_config(broker):
+    with WireClient(broker.bootstrap_servers) as c:
+        _find_coordinator(c, "no-2pc")
+        m = Msg(22, 6)
+        for _ in range(50):
+            r = c.request(22, 6, m(transactional_id="no-2pc", transaction_timeout=1000, producer_id=-1,
+                                   producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False))
+            if r.error_code not in (14, 15):
+                break
+            time.sleep(0.1)
+        assert r.error_code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
 
 
 # ============================================================================ test 10: bad input

@@ -112,10 +112,7 @@ class ProducerStateManager:
             raise KafkaError(ErrorCode.invalid_txn_state,
                              f"Expected transactional write from producer {producer_id} at offset {offset_hint} in "
                              f"partition {self.tp}")
-        if epoch < entry.epoch:
-            raise KafkaError(ErrorCode.invalid_producer_epoch,
-                             f"Epoch of producer {producer_id} at offset {offset_hint} in {self.tp} is {epoch}, "
-                             f"which is smaller than the last seen epoch {entry.epoch}")
+        self._check_epoch(entry, epoch, offset_hint)
         if epoch == entry.epoch:
             dup = entry.find_duplicate(first_seq, last_seq)
             if dup is not None:
@@ -156,16 +153,19 @@ class ProducerStateManager:
             entry.epoch = epoch
         return entry
 
+    def _check_epoch(self, entry: ProducerStateEntry, epoch: int, offset_hint: int) -> None:
+        if epoch < entry.epoch:
+            raise KafkaError(ErrorCode.invalid_producer_epoch,
+                             f"Epoch of producer {entry.producer_id} at offset {offset_hint} in {self.tp} is {epoch}, "
+                             f"which is smaller than the last seen epoch {entry.epoch}")
+
     # ------------------------------------------------------------------ transactions
     def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, offset_hint: int) -> None:
         """Kafka's checks of an end-transaction marker written by a coordinator."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return
-        if epoch < entry.epoch:
-            raise KafkaError(ErrorCode.invalid_producer_epoch,
-                             f"Epoch of producer {producer_id} at offset {offset_hint} in {self.tp} is {epoch}, "
-                             f"which is smaller than the last seen epoch {entry.epoch}")
+        self._check_epoch(entry, epoch, offset_hint)
         if coordinator_epoch < entry.coordinator_epoch:
             raise KafkaError(ErrorCode.transaction_coordinator_fenced,
                              f"Invalid coordinator epoch for producer {producer_id} at offset {offset_hint} in "

@@ -110,13 +110,6 @@ class TransactionIndex:
             os.replace(self.path, new_path)
         self.path = new_path
 
-    def delete(self) -> None:
-        self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
     # ------------------------------------------------------------------ read
     def collect(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
         """Aborted transactions overlapping [fetch_offset, upper_bound), and whether the search

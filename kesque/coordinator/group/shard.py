@@ -730,9 +730,18 @@ class GroupCoordinatorShard:
             return {"_group": err}
         now = self.clock.now_ms()
         expire = now + req["retention_ms"] if req.get("retention_ms", -1) >= 0 else -1
-        results = {}
-        records = []
-        for topic, parts in req["topics"].items():
+        results, records, accepted = self._offset_records(group_id, req["topics"], now, expire)
+        if records:
+            self.write(records)
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
+            self.offsets.setdefault(group_id, {}).update(accepted)
+        return results
+
+    def _offset_records(self, group_id: str, topics: dict, now: int, expire: int) -> tuple[dict, list, dict]:
+        """(per-partition error or None, records to write, offsets they set) of a commit."""
+        results, records, accepted = {}, [], {}
+        for topic, parts in topics.items():
             for partition, offset, epoch, metadata in parts:
                 metadata = metadata or ""
                 if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
@@ -740,16 +749,8 @@ class GroupCoordinatorShard:
                     continue
                 records.append(R.offset_commit(group_id, topic, partition, offset, epoch, metadata, now, expire))
                 results[(topic, partition)] = None
-        if records:
-            self.write(records)
-            if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
-            offsets = self.offsets.setdefault(group_id, {})
-            for topic, parts in req["topics"].items():
-                for partition, offset, epoch, metadata in parts:
-                    if results.get((topic, partition)) is None:
-                        offsets[(topic, partition)] = OffsetAndMetadata(offset, epoch, metadata or "", now, expire)
-        return results
+                accepted[(topic, partition)] = OffsetAndMetadata(offset, epoch, metadata, now, expire)
+        return results, records, accepted
 
     @staticmethod
     def _validate_classic_commit(g: ClassicGroup, member_id: str, instance_id: str | None,
@@ -797,25 +798,12 @@ class GroupCoordinatorShard:
         if err:
             return {"_group": err}
         now = self.clock.now_ms()
-        results = {}
-        records = []
-        for topic, parts in req["topics"].items():
-            for partition, offset, epoch, metadata in parts:
-                metadata = metadata or ""
-                if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                    results[(topic, partition)] = "offset_metadata_too_large"
-                    continue
-                records.append(R.offset_commit(group_id, topic, partition, offset, epoch, metadata, now, -1))
-                results[(topic, partition)] = None
+        results, records, accepted = self._offset_records(group_id, req["topics"], now, -1)
         if records:
             self.write(records, req["producer_id"], req["producer_epoch"])
             if group_id not in self.groups:
                 self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
-            pending = self.pending_txn_offsets.setdefault(req["producer_id"], {}).setdefault(group_id, {})
-            for topic, parts in req["topics"].items():
-                for partition, offset, epoch, metadata in parts:
-                    if results.get((topic, partition)) is None:
-                        pending[(topic, partition)] = OffsetAndMetadata(offset, epoch, metadata or "", now, -1)
+            self.pending_txn_offsets.setdefault(req["producer_id"], {}).setdefault(group_id, {}).update(accepted)
         return results
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None, member_id: str | None = None,
