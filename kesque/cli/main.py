@@ -15,12 +15,20 @@ def build_parser() -> argparse.ArgumentParser:
     from . import serve, tools
     serve.add_parser(sub)
     tools.add_parsers(sub)
+    # listed here for --help; main() hands its arguments to the tool, which parses them itself
+    sub.add_parser("transactions", help="list, describe and abort transactions, find hanging ones "
+                                        "(kafka-transactions.sh)", add_help=False)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "transactions":
+        # Kafka's TransactionsCommand parses with argparse4j (options, then a command with its own
+        # options): the tool reads everything after its name itself
+        from .transactions import main as transactions_main
+        return transactions_main(argv[1:])
+    parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
         # an unknown option of a tool subcommand is reported by that tool's own parser
