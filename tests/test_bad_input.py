@@ -478,10 +478,10 @@ def _base_offset():
     return bytes(b)
 
 
-def _control_batch():
+def _control_batch(transactional: bool = False):
     # an end-transaction marker (key: version 0, type 1 = commit), value: version 0, epoch 0
     return build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", ())], control=True,
-                       producer_id=1000, producer_epoch=0, base_sequence=-1, transactional=True)
+                       producer_id=1000, producer_epoch=0, base_sequence=-1, transactional=transactional)
 
 
 GOOD0, GOOD1 = b"good-before", b"good-after"
@@ -499,6 +499,8 @@ PRODUCE_CASES = [
     # LogValidator.validateBatch: count vs offset range, control batches from clients
     pytest.param(_count_mismatch(), INVALID_RECORD, 9, -1, id="count-mismatch"),
     pytest.param(_control_batch(), INVALID_RECORD, 9, -1, id="control-batch"),
+    # KafkaApis.handleProduceRequest: transactional records need a transactional id
+    pytest.param(_control_batch(transactional=True), 53, 9, -1, id="transactional-without-id"),
     # ProduceRequest.validateRecords: zstd needs produce v7+
     pytest.param(build_batch([(b"k", b"bad", ())], compression_codec=4), UNSUPPORTED_COMPRESSION_TYPE, 3, -1,
                  id="zstd-v3"),

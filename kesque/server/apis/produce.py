@@ -37,6 +37,11 @@ class ProduceApis:
         image = self.server.image
         topics_out = []
         failed = False
+        # KafkaApis.handleProduceRequest: transactional records (markers included) without a
+        # transactional id fail the whole request
+        unauthorized = req.transactional_id is None and any(
+            p.records is not None and len(p.records) >= rb.HEADER_SIZE and p.records[22] & rb.TRANSACTIONAL_FLAG
+            for t in req.topics for p in t.partitions)
         for topic in req.topics:
             name = topic.name
             key = name
@@ -47,7 +52,9 @@ class ProduceApis:
             parts_out = []
             for p in topic.partitions:
                 r = PartitionResponse(p.index)
-                if v < MIN_USABLE_VERSION:
+                if unauthorized and v >= MIN_USABLE_VERSION:
+                    r.error_code = int(ErrorCode.transactional_id_authorization_failed)
+                elif v < MIN_USABLE_VERSION:
                     r.error_code = int(ErrorCode.unsupported_version)
                     r.error_message = f"Produce v{v} is not supported; use v{MIN_USABLE_VERSION} or later"
                 elif name is None:

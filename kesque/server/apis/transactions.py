@@ -10,13 +10,19 @@ that introduced it; TRANSACTION_ABORTABLE becomes INVALID_TXN_STATE).
 
 from __future__ import annotations
 
+import datetime
 import re
 
 from ...coordinator.group.runtime import OFFSETS_TOPIC
 from ...coordinator.transaction.records import TxnState
 from ...coordinator.group.shard import error_code as group_error_code
 from ...errors import ErrorCode, KafkaError
-from .kiohelp import Msg, to_ms
+from .kiohelp import _EPOCH, Msg, to_ms
+
+
+def _ms_time(ms: int) -> datetime.datetime:
+    """A timestamp field as kio writes it; -1 (none) stays -1 on the wire."""
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
 def _fenced(code: ErrorCode, version: int, since: int) -> ErrorCode:
@@ -254,15 +260,15 @@ class TransactionApis:
                     code = e.code
             if txn is None or code != ErrorCode.none:
                 out.append(m("TransactionState", error_code=code, transactional_id=txn_id, transaction_state="",
-                             transaction_timeout=0, transaction_start_time=-1, producer_id=-1, producer_epoch=-1,
-                             topics=()))
+                             transaction_timeout=0, transaction_start_time=_ms_time(-1), producer_id=-1,
+                             producer_epoch=-1, topics=()))
                 continue
             by_topic: dict = {}
             for t, p in sorted(txn.partitions):
                 by_topic.setdefault(t, []).append(p)
             out.append(m("TransactionState", error_code=code, transactional_id=txn_id,
                          transaction_state=txn.state.kafka_name, transaction_timeout=txn.timeout_ms,
-                         transaction_start_time=txn.start_ms, producer_id=txn.producer_id,
+                         transaction_start_time=_ms_time(txn.start_ms), producer_id=txn.producer_id,
                          producer_epoch=txn.producer_epoch,
                          topics=tuple(m("TopicData", topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
         return m(throttle_time=0, transaction_states=tuple(out))
