@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 
 from ..utils import java_string_hash
+from ._common import _ERRORS as _COMMON_ERRORS
 from ._common import java_hash_order, load_props, topic_partition_hash
 
 NAME = "transactions"
@@ -592,18 +593,12 @@ def build_parser() -> ArgParser:
 
 # ============================================================================ Kafka's vocabulary
 
-# error code -> (exception class, Errors' default message), for the codes these APIs answer
+# error code -> (exception class, Errors' default message): the shared table plus the codes of the
+# transaction APIs
 _ERRORS: dict[int, tuple[str, str]] = {
-    -1: ("UnknownServerException", "The server experienced an unexpected error when processing the request."),
+    **_COMMON_ERRORS,
     2: ("CorruptRecordException", "This message has failed its CRC checksum, exceeds the valid size, has a null key "
         "for a compacted topic, or is otherwise corrupt."),
-    3: ("UnknownTopicOrPartitionException", "This server does not host this topic-partition."),
-    5: ("LeaderNotAvailableException",
-        "There is no leader for this topic-partition as we are in the middle of a leadership election."),
-    6: ("NotLeaderOrFollowerException", "For requests intended only for the leader, this error indicates that the "
-        "broker is not the current leader. For requests intended for any replica, this error indicates that the "
-        "broker is not a replica of the topic partition."),
-    7: ("TimeoutException", "The request timed out."),
     8: ("BrokerNotAvailableException", "The broker is not available."),
     9: ("ReplicaNotAvailableException", "The replica is not available for the requested topic-partition. "
         "Produce/Fetch requests and other requests intended only for the leader or follower return "
@@ -612,13 +607,7 @@ _ERRORS: dict[int, tuple[str, str]] = {
     14: ("CoordinatorLoadInProgressException", "The coordinator is loading and hence can't process requests."),
     15: ("CoordinatorNotAvailableException", "The coordinator is not available."),
     16: ("NotCoordinatorException", "This is not the correct coordinator."),
-    17: ("InvalidTopicException", "The request attempted to perform an operation on an invalid topic."),
     19: ("NotEnoughReplicasException", "Messages are rejected since there are fewer in-sync replicas than required."),
-    29: ("TopicAuthorizationException", "Topic authorization failed."),
-    31: ("ClusterAuthorizationException", "Cluster authorization failed."),
-    35: ("UnsupportedVersionException", "The version of API is not supported."),
-    42: ("InvalidRequestException", "This most likely occurs because of a request being malformed by the client "
-         "library or the message was sent to an incompatible broker. See the broker logs for more details."),
     45: ("OutOfOrderSequenceException", "The broker received an out of order sequence number."),
     47: ("InvalidProducerEpochException", "Producer attempted to produce with an old epoch."),
     48: ("InvalidTxnStateException", "The producer attempted a transactional operation in an invalid state."),
