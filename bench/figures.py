@@ -73,6 +73,26 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
         c.close()
 
 
+def timed_produce(p, topic: str, values: list[bytes], records: int, partitions: int = 0) -> tuple[float, int]:
+    """Produce ``records`` values (cycling through ``values``; round robin over ``partitions``
+    when given, else the client's partitioner) and flush: (seconds, records left undelivered)."""
+    nv = len(values)
+    produce, poll = p.produce, p.poll
+    t0 = time.perf_counter()
+    for i in range(records):
+        v = values[i % nv]
+        kw = {"partition": i % partitions} if partitions else {}
+        try:
+            produce(topic, v, **kw)
+        except BufferError:
+            poll(0.01)
+            produce(topic, v, **kw)
+        if not i & 0x3FFF:
+            poll(0)
+    left = p.flush(600)
+    return time.perf_counter() - t0, left
+
+
 def value_pool(size: int, count: int = 256, seed: int = 1) -> list[bytes]:
     """Random-looking values that LZ4 halves: each is a random half repeated once."""
     rnd = random.Random(seed)
@@ -106,22 +126,7 @@ def produce_confluent(bootstrap: str, topic: str, records: int, value_size: int 
         "log_level": 3,
     })
     p.list_topics(topic, timeout=30)  # metadata and connection up before the clock starts
-    values = value_pool(value_size)
-    nv = len(values)
-    produce = p.produce
-    poll = p.poll
-    t0 = time.perf_counter()
-    for i in range(records):
-        v = values[i % nv]
-        try:
-            produce(topic, v)
-        except BufferError:
-            poll(0.01)
-            produce(topic, v)
-        if not i & 0x3FFF:
-            poll(0)
-    left = p.flush(600)
-    elapsed = time.perf_counter() - t0
+    elapsed, left = timed_produce(p, topic, value_pool(value_size), records)
     payload = records * value_size
     return {"records": records, "payload_bytes": payload, "seconds": elapsed, "mb_s": payload / elapsed / MB,
             "undelivered": left, "errors": errors, "compression": compression}

@@ -14,8 +14,8 @@ from __future__ import annotations
 import glob
 import os
 import struct
-import time
 
+import figures
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -81,20 +81,7 @@ def produce(prep: Prepared, records: int, value_size: int = VALUE_SIZE) -> dict:
     p, topic = prep.producer, prep.topic
     pad = b"." * value_size
     values = [(b"%012d" % i + pad)[:value_size] for i in range(min(records, 65536))]
-    nv = len(values)
-    produce_, poll = p.produce, p.poll
-    t0 = time.perf_counter()
-    for i in range(records):
-        v = values[i % nv]
-        try:
-            produce_(topic, v)
-        except BufferError:
-            poll(0.01)
-            produce_(topic, v)
-        if not i & 0x3FFF:
-            poll(0)
-    left = p.flush(600)
-    elapsed = time.perf_counter() - t0
+    elapsed, left = figures.timed_produce(p, topic, values, records)
     return {"kind": "idempotent" if prep.idempotent else "plain", "records": records, "value_size": value_size,
             "seconds": elapsed, "rate": records / elapsed, "mb_s": records * value_size / elapsed / 1e6,
             "undelivered": left + prep.warm_left, "errors": prep.errors, "warm_up_records": WARM_UP}

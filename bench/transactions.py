@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import figures
 from confluent_kafka import Producer
 
 VALUE = b"x" * 100
@@ -17,17 +18,8 @@ VALUE = b"x" * 100
 def plain_rate(bootstrap: str, topic: str, records: int, partitions: int) -> dict:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": False,
                   "queue.buffering.max.messages": 1_000_000})
-    t0 = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                p.produce(topic, VALUE, partition=i % partitions)
-                break
-            except BufferError:
-                p.poll(0.01)
-    p.flush(120)
-    dt = time.perf_counter() - t0
-    return {"records": records, "seconds": dt, "rate": records / dt}
+    dt, left = figures.timed_produce(p, topic, [VALUE], records, partitions)
+    return {"records": records, "seconds": dt, "rate": records / dt, "undelivered": left}
 
 
 def txn_rate(bootstrap: str, topic: str, txn_size: int, records: int, partitions: int,
