@@ -342,9 +342,6 @@ def test_list_describe_and_describe_producers(broker, tmp_path):
     ongoing.abort_transaction(15)
 
 
-@pytest.mark.xfail(strict=True, reason="the tool decodes DescribeTransactions with kio, whose compiled reader refuses "
-                                       "the transaction_start_time -1 that Kafka (and kesque) send for an unknown "
-                                       "or Empty id; the tool needs its own reader for that field")
 def test_describe_unknown_transactional_id(broker, tmp_path):
     r = tx("--command-config", fast_config(tmp_path), "--bootstrap-server", broker.bootstrap_servers, "describe",
            "--transactional-id", "never-used")

@@ -210,7 +210,7 @@ def parse_configs_to_delete(a) -> list[str]:
 
 def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, node_id: int | None = None):
     """[(name, value, sensitive, source, [(syn_source, syn_name, syn_value)])] for one resource."""
-    from ._wire import Connection
+    from ..client.wire import Connection
 
     bootstrap = a.bootstrap_server or a.bootstrap_controller
     target = None
@@ -358,7 +358,7 @@ def alter(a) -> None:
 
 
 def _incremental_alter_wire(a, rtype: int, name: str, to_add: dict, to_delete: list) -> None:
-    from ._wire import Connection, make
+    from ..client.wire import Connection, make
 
     with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
         def build(mod, v):

@@ -7,7 +7,7 @@ Options and output follow Kafka's ConsoleConsumer and DefaultMessageFormatter
 
 Without ``--group`` no consumer group is used at all: partitions are assigned directly,
 start offsets resolved with ListOffsets, nothing is ever committed (see
-:mod:`kesque.cli._fetcher`). With ``--group`` (or ``group.id`` in the consumer
+:mod:`kesque.client.consumer`). With ``--group`` (or ``group.id`` in the consumer
 properties) the topic is subscribed through a group with confluent-kafka's Consumer.
 
 Committing in a group follows Kafka's ConsoleConsumer: auto commit is on unless
@@ -294,10 +294,10 @@ def _check(p, a) -> Options:
 # ----------------------------------------------------------------- sources
 
 class WireSource:
-    """Group-less: direct assignment (see _fetcher)."""
+    """Group-less: direct assignment (see kesque.client.consumer)."""
 
     def __init__(self, a, o):
-        from ._fetcher import WireConsumer
+        from ..client.consumer import WireConsumer
 
         props = o.props
         self.consumer = WireConsumer(
@@ -382,7 +382,7 @@ class GroupSource:
             self.consumer.subscribe([a.topic])
 
     def poll(self, timeout: float):
-        from ._fetcher import Message
+        from ..client.consumer import Message
 
         msgs = self.consumer.consume(500, timeout)
         out = []

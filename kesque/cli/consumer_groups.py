@@ -14,8 +14,8 @@ Where the data comes from, as Kafka's Admin client gets it:
 * groups are listed with ListGroups on every broker (state and type filters, KIP-848 states
   ``Assigning``/``Reconciling`` included) and described with ConsumerGroupDescribe, falling back
   to DescribeGroups for classic groups (exactly the Admin client's order) - both over
-  :mod:`._wire`, because confluent-kafka maps the KIP-848 states to UNKNOWN;
-* OffsetDelete goes over :mod:`._wire` too (confluent-kafka has no call for it);
+  :mod:`kesque.client.wire`, because confluent-kafka maps the KIP-848 states to UNKNOWN;
+* OffsetDelete goes over :mod:`kesque.client.wire` too (confluent-kafka has no call for it);
 * committed offsets, ListOffsets, altering offsets, deleting groups and describing topics use
   confluent-kafka's AdminClient.
 
@@ -319,7 +319,7 @@ class GroupService:
         return time.monotonic() + max(self.timeout_ms, 1) / 1000.0
 
     def _conn(self, host: str, port: int):
-        from ._wire import Connection
+        from ..client.wire import Connection
 
         key = (host, port)
         c = self._conns.get(key)
@@ -335,7 +335,7 @@ class GroupService:
             c.close()
 
     def _boot(self):
-        from ._wire import WireError, parse_bootstrap
+        from ..client.wire import WireError, parse_bootstrap
 
         last: Exception | None = None
         for host, port in parse_bootstrap(self.bootstrap):
@@ -351,7 +351,7 @@ class GroupService:
         self._conns.clear()
 
     def brokers(self) -> list[tuple[int, str, int]]:
-        from ._wire import make
+        from ..client.wire import make
 
         def build(mod, v):
             return make(mod.request.MetadataRequest, topics=(), allow_auto_topic_creation=False,
@@ -361,7 +361,7 @@ class GroupService:
 
     def coordinators(self, groups: list[str]) -> dict[str, tuple[int, str, int]]:
         """FindCoordinator (GROUP), retried while the coordinator loads or is not there yet."""
-        from ._wire import make
+        from ..client.wire import make
 
         wanted = [g for g in groups if g not in self._coordinators]
         deadline = self._deadline()
@@ -405,7 +405,7 @@ class GroupService:
     def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[Listing]:
         """ListGroups on every broker; consumer-protocol (and empty-protocol) groups only,
         in the iteration order of the Admin client's HashMap of listings."""
-        from ._wire import make
+        from ..client.wire import make
 
         listings: dict[str, Listing] = {}
         for _node, host, port in self.brokers():
@@ -485,7 +485,7 @@ class GroupService:
         return done
 
     def _consumer_group_describe(self, conn, node, groups, done, failed, classic) -> list[str]:
-        from ._wire import make
+        from ..client.wire import make
 
         def build(mod, v):
             return make(mod.request.ConsumerGroupDescribeRequest, group_ids=tuple(groups),
@@ -516,7 +516,7 @@ class GroupService:
         return retry
 
     def _describe_groups(self, conn, node, groups, done, failed) -> list[str]:
-        from ._wire import make
+        from ..client.wire import make
 
         def build(mod, v):
             return make(mod.request.DescribeGroupsRequest, groups=tuple(groups), include_authorized_operations=False)
@@ -632,7 +632,7 @@ class GroupService:
 
     def delete_offsets(self, group: str, tps: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete at the group's coordinator: (group error, {tp: partition error})."""
-        from ._wire import make
+        from ..client.wire import make
 
         topics: dict[str, list[int]] = {}
         for t, p in tps:
@@ -784,7 +784,7 @@ def run(a) -> int:
 
 
 def _java_text(e: BaseException) -> str:
-    from ._wire import WireError
+    from ..client.wire import WireError
 
     if isinstance(e, (OSError, WireError)):
         return (f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. "

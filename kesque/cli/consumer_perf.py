@@ -7,7 +7,7 @@ Prints Kafka's header and summary line::
 
 or, with ``--show-detailed-stats``, one progress line per reporting interval. Without
 ``--group`` the partitions are read with no consumer group (assignment, see
-:mod:`kesque.cli._fetcher`), so the rebalance time is 0; with ``--group`` the topic is
+:mod:`kesque.client.consumer`), so the rebalance time is 0; with ``--group`` the topic is
 subscribed through that group and, as Kafka's rebalance listener measures it, the time from
 subscribing (or from a revocation) to the assignment is ``rebalance.time.ms``, left out of
 ``fetch.time.ms``.
@@ -102,7 +102,7 @@ class _Source:
             self._join_start = _now()
             self.c.subscribe([a.topic], on_assign=self._assigned, on_revoke=self._revoked)
         else:
-            from ._fetcher import EARLIEST, LATEST, WireConsumer
+            from ..client.consumer import EARLIEST, LATEST, WireConsumer
             self.c = WireConsumer(a.bootstrap_server, client_id=props.get("client.id", "perf-consumer-client"),
                                   auto_offset_reset="latest" if a.from_latest else "earliest",
                                   partition_max_bytes=a.fetch_size,

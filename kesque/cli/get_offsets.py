@@ -110,7 +110,7 @@ def _print(results: dict) -> None:
 
 
 def _wire_offsets(a, tps: list[tuple[str, int]], ts: int) -> dict:
-    from ._fetcher import FetchError, WireConsumer
+    from ..client.consumer import FetchError, WireConsumer
 
     c = WireConsumer(a.bootstrap_server, client_id="GetOffsetShell")
     out = {}

@@ -6,7 +6,7 @@
     "isFuture":false}],"error":null,"logDir":"/data/kafka-logs"}]}],"version":1}
 
 Key order is the order Kafka's tool prints (it builds the JSON from HashMaps).
-confluent-kafka has no DescribeLogDirs, so the request goes over :mod:`._wire`.
+confluent-kafka has no DescribeLogDirs, so the request goes over :mod:`kesque.client.wire`.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _ordered(d: dict) -> dict:
 
 def describe_log_dirs(host: str, port: int) -> list[tuple[str, int, list]]:
     """[(log_dir, error_code, [(topic, partition, size, lag, is_future)])] of one broker."""
-    from ._wire import Connection
+    from ..client.wire import Connection
 
     with Connection(host, port, client_id="log-dirs-tool") as conn:
         resp = conn.request(35, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))

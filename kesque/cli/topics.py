@@ -247,7 +247,7 @@ def _alter(admin, a) -> None:
 
 def _elr(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], tuple[list[int], list[int]] | None]:
     """Eligible leader replicas per partition via DescribeTopicPartitions (None: N/A)."""
-    from ._wire import Connection
+    from ..client.wire import Connection
 
     out: dict = {}
     try:

@@ -25,7 +25,7 @@ argparse4j: prefix abbreviations of options and commands, the justified 75-colum
 messages (``argument --partition is required``, ``could not convert 'x' to Integer (For input
 string: "x")``, ``Did you mean:`` hints).
 
-The Admin client calls are made over :mod:`._wire` (confluent-kafka has none of these APIs), as
+The Admin client calls are made over :mod:`kesque.client.wire` (confluent-kafka has none of these APIs), as
 Kafka's Admin client makes them: DescribeProducers (v0) to the partition leader found with
 Metadata (or to ``--broker-id``), DescribeTransactions (v0) to the transaction coordinator found
 with FindCoordinator (key type 1, batched from v4), ListTransactions (v0-1) to every broker,
@@ -733,6 +733,67 @@ _STATES = ("Ongoing", "PrepareAbort", "PrepareCommit", "CompleteAbort", "Complet
            "PrepareEpochFence")
 
 
+@dataclass
+class _TxnStateV0:
+    error_code: int
+    transactional_id: str
+    transaction_state: str
+    transaction_timeout: int
+    transaction_start_time: int
+    producer_id: int
+    producer_epoch: int
+    topics: list
+
+
+@dataclass
+class _TxnTopicV0:
+    topic: str
+    partitions: list
+
+
+@dataclass
+class _DescribeTransactionsV0:
+    transaction_states: list
+
+
+def read_describe_transactions_v0(buf, pos: int, version: int) -> _DescribeTransactionsV0:
+    """DescribeTransactionsResponse v0, read by hand: kio's reader refuses the
+    ``TransactionStartTimeMs`` -1 that Kafka sends for an unknown or Empty id."""
+    from ..protocol.primitives import (
+        read_array_len,
+        read_compact_string,
+        read_int16,
+        read_int32,
+        read_int64,
+        skip_tagged_fields,
+    )
+    _throttle, pos = read_int32(buf, pos)
+    n, pos = read_array_len(buf, pos, True)
+    states = []
+    for _ in range(max(n, 0)):
+        err, pos = read_int16(buf, pos)
+        tid, pos = read_compact_string(buf, pos)
+        state, pos = read_compact_string(buf, pos)
+        timeout, pos = read_int32(buf, pos)
+        start, pos = read_int64(buf, pos)
+        pid, pos = read_int64(buf, pos)
+        epoch, pos = read_int16(buf, pos)
+        nt, pos = read_array_len(buf, pos, True)
+        topics = []
+        for _ in range(max(nt, 0)):
+            name, pos = read_compact_string(buf, pos)
+            np_, pos = read_array_len(buf, pos, True)
+            parts = []
+            for _ in range(max(np_, 0)):
+                p, pos = read_int32(buf, pos)
+                parts.append(p)
+            pos = skip_tagged_fields(buf, pos)
+            topics.append(_TxnTopicV0(name, parts))
+        pos = skip_tagged_fields(buf, pos)
+        states.append(_TxnStateV0(err, tid, state, timeout, start, pid, epoch, topics))
+    return _DescribeTransactionsV0(states)
+
+
 def parse_state(name: str) -> str:
     """Admin's TransactionState.parse: an unknown name is ``Unknown``."""
     return name if name in _STATES else "Unknown"
@@ -777,7 +838,7 @@ def parse_bootstrap_servers(value: str) -> list[tuple[str, int]]:
 
 
 class Admin:
-    """What TransactionsCommand asks of Kafka's Admin client, over :mod:`._wire`."""
+    """What TransactionsCommand asks of Kafka's Admin client, over :mod:`kesque.client.wire`."""
 
     def __init__(self, bootstrap: str, props: dict[str, str] | None = None):
         props = dict(props or {})
@@ -799,7 +860,7 @@ class Admin:
         return time.monotonic() + self.api_timeout_ms / 1000.0
 
     def _conn(self, host: str, port: int):
-        from ._wire import Connection
+        from ..client.wire import Connection
 
         c = self._conns.get((host, port))
         if c is None:
@@ -812,15 +873,15 @@ class Admin:
         if c is not None:
             c.close()
 
-    def _send(self, addr: tuple[str, int], api_key: int, build, max_version: int | None = None):
+    def _send(self, addr: tuple[str, int], api_key: int, build, max_version: int | None = None, reader=None):
         """One request; a connection problem is retriable (the connection is dropped)."""
-        from ._wire import WireError
+        from ..client.wire import WireError
 
         try:
             conn = self._conn(*addr)
             if conn.version_for(api_key, max_version) is None:
                 raise kafka_error(35, f"The node does not support {_API_NAMES.get(api_key, api_key)}")
-            return conn.request(api_key, build, max_version=max_version)
+            return conn.request(api_key, build, max_version=max_version, reader=reader)
         except (OSError, WireError) as e:
             self._drop(addr)
             raise _Retry(str(e)) from None
@@ -853,7 +914,7 @@ class Admin:
         """Metadata for ``topics`` (None: all); updates the broker map. Returns the topics as
         ``{name: (error_code, is_internal, [(partition, error_code, leader, replicas)])}`` in
         the response's order."""
-        from ._wire import make
+        from ..client.wire import make
 
         def build(mod, v):
             ts = None if topics is None else tuple(make(mod.request.MetadataRequestTopic, name=t, topic_id=None)
@@ -956,7 +1017,7 @@ class Admin:
 
     # ------------------------------------------------------------------ DescribeProducers
     def describe_producers(self, tps: list, broker_id: int | None = None) -> tuple[dict, dict]:
-        from ._wire import make
+        from ..client.wire import make
 
         if broker_id is not None:
             def lookup(keys):
@@ -1010,7 +1071,7 @@ class Admin:
     def _coordinator_lookup(self, ids: list) -> tuple[dict, dict]:
         """CoordinatorStrategy for transactional ids: FindCoordinator (key type 1), batched
         from v4, one key per request before."""
-        from ._wire import make
+        from ..client.wire import make
 
         found = {}
         remaining = list(ids)
@@ -1049,11 +1110,12 @@ class Admin:
         return mapped, failed
 
     def describe_transactions(self, ids: list) -> tuple[dict, dict]:
-        from ._wire import make
+        from ..client.wire import make
 
         def fulfil(node, keys):
             resp = self._send(self._node(node), 65, lambda mod, v: make(mod.request.DescribeTransactionsRequest,
-                                                                         transactional_ids=tuple(keys)), max_version=0)
+                                                                         transactional_ids=tuple(keys)), max_version=0,
+                              reader=read_describe_transactions_v0)
             completed, failed, unmapped = {}, {}, []
             for st in resp.transaction_states:
                 tid = st.transactional_id
@@ -1078,7 +1140,7 @@ class Admin:
                     tps = [(td.topic, int(p)) for td in st.topics for p in td.partitions]
                     completed[tid] = TransactionDescription(
                         node, parse_state(st.transaction_state), int(st.producer_id), int(st.producer_epoch),
-                        _ms(st.transaction_timeout), _ms(st.transaction_start_time),
+                        st.transaction_timeout, st.transaction_start_time,
                         java_hash_order(list(dict.fromkeys(tps)), topic_partition_hash))
             return completed, failed, unmapped
         return self._drive("describeTransactions", ids, self._coordinator_lookup, "FIND_COORDINATOR", fulfil,
@@ -1087,7 +1149,7 @@ class Admin:
     # ------------------------------------------------------------------ ListTransactions
     def list_transactions(self, producer_ids=(), duration_ms: int = -1) -> dict[int, list[TransactionListing]]:
         """ListTransactions on every broker (AllBrokersStrategy); raises the first failure."""
-        from ._wire import make
+        from ..client.wire import make
 
         def lookup(keys):
             return {k: k for k in keys}, {}
@@ -1126,7 +1188,7 @@ class Admin:
     # ------------------------------------------------------------------ WriteTxnMarkers
     def abort_transaction(self, spec: AbortTransactionSpec) -> None:
         """AbortTransactionHandler: an ABORT marker through WriteTxnMarkers to the leader."""
-        from ._wire import make
+        from ..client.wire import make
 
         def fulfil(node, keys):
             def build(mod, v):

@@ -1,5 +1,5 @@
 """A group-less consumer for the console and perf tools: Metadata, ListOffsets and Fetch
-over :mod:`._wire`, record batches decoded with :mod:`kesque.records`.
+over :mod:`.wire`, record batches decoded with :mod:`kesque.records`.
 
 Why not confluent-kafka's Consumer? librdkafka insists on a ``group.id`` and, once it has
 one, looks the group coordinator up even for a consumer that only uses ``assign()`` —
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from ..records import batch as rb
 from ..records.records import iter_records
-from ._wire import Connection, WireError, make, parse_bootstrap
+from .cluster import Cluster
+from .wire import WireError, make
 
 EARLIEST = -2
 LATEST = -1
@@ -58,81 +59,20 @@ class _PartitionState:
     log_start_offset: int = -1
 
 
-class WireConsumer:
+class WireConsumer(Cluster):
     def __init__(self, bootstrap: str, *, client_id: str = "console-consumer", isolation_level: int = 0,
                  auto_offset_reset: str = "latest", max_wait_ms: int = 500, fetch_min_bytes: int = 1,
                  fetch_max_bytes: int = 52428800, partition_max_bytes: int = 1048576, timeout: float = 30.0):
-        self.bootstrap = bootstrap
-        self.client_id = client_id
+        super().__init__(bootstrap, client_id=client_id, timeout=timeout)
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
         self.max_wait_ms = max_wait_ms
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_bytes = fetch_max_bytes
         self.partition_max_bytes = partition_max_bytes
-        self.timeout = timeout
-        self._conns: dict[int, Connection] = {}
-        self._boot: Connection | None = None
-        self.brokers: dict[int, tuple[str, int]] = {}
         self.assignment: dict[tuple[str, int], _PartitionState] = {}
         self._buffer: list[Message] = []
         self._need_metadata = True
-
-    # ------------------------------------------------------------------ connections
-    def _bootstrap_conn(self) -> Connection:
-        if self._boot is None:
-            self._boot = Connection.to_any(self.bootstrap, self.client_id, self.timeout)
-        return self._boot
-
-    def _conn(self, node: int) -> Connection:
-        c = self._conns.get(node)
-        if c is None:
-            host, port = self.brokers.get(node) or parse_bootstrap(self.bootstrap)[0]
-            c = Connection(host, port, self.client_id, self.timeout)
-            self._conns[node] = c
-        return c
-
-    def _drop(self, node: int) -> None:
-        c = self._conns.pop(node, None)
-        if c is not None:
-            c.close()
-
-    def close(self) -> None:
-        for c in self._conns.values():
-            c.close()
-        self._conns.clear()
-        if self._boot is not None:
-            self._boot.close()
-            self._boot = None
-
-    # ------------------------------------------------------------------ metadata
-    def metadata(self, topics: list[str] | None) -> dict[str, dict]:
-        """{topic: {"error": code, "partitions": {p: (leader, epoch)}, "internal": bool}}."""
-        def build(mod, v):
-            rq = mod.request
-            ts = None if topics is None else tuple(make(rq.MetadataRequestTopic, name=t, topic_id=None)
-                                                   for t in topics)
-            return make(rq.MetadataRequest, topics=ts, allow_auto_topic_creation=False,
-                        include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
-        try:
-            resp = self._bootstrap_conn().request(3, build, max_version=12)
-        except (OSError, WireError):
-            if self._boot is not None:
-                self._boot.close()
-                self._boot = None
-            raise
-        self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
-        out = {}
-        for t in resp.topics:
-            parts = {int(p.partition_index): (int(p.leader_id), int(p.leader_epoch)) for p in t.partitions}
-            out[t.name] = {"error": int(t.error_code), "partitions": parts, "internal": bool(t.is_internal)}
-        return out
-
-    def partitions_for(self, topic: str) -> list[int] | None:
-        md = self.metadata([topic]).get(topic)
-        if md is None or md["error"] != 0:
-            return None
-        return sorted(md["partitions"])
 
     def _refresh_leaders(self) -> None:
         topics = sorted({t for t, _p in self.assignment})

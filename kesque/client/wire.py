@@ -114,7 +114,7 @@ class Connection:
             buf += chunk
         return bytes(buf)
 
-    def _roundtrip(self, api_key: int, version: int, body_obj) -> object:
+    def _send(self, api_key: int, version: int, body_obj) -> None:
         self._corr += 1
         req_cls = type(body_obj)
         header_cls = req_cls.__header_schema__
@@ -125,6 +125,9 @@ class Connection:
         entity_writer(req_cls)(out, body_obj)
         payload = out.getvalue()
         self.sock.sendall(_I32.pack(len(payload)) + payload)
+
+    def _roundtrip(self, api_key: int, version: int, body_obj, reader=None) -> object:
+        self._send(api_key, version, body_obj)
         size = _I32.unpack(self._recv_exact(4))[0]
         frame = self._recv_exact(size)
         resp_cls = load_response_schema(api_key, version)
@@ -135,6 +138,8 @@ class Connection:
         rh, pos = entity_reader(rh_cls)(mv, 0)
         if rh.correlation_id != self._corr:
             raise WireError(f"correlation id mismatch: {rh.correlation_id} != {self._corr}")
+        if reader is not None:
+            return reader(mv, pos, version)
         obj, _ = entity_reader(resp_cls)(mv, pos)
         return obj
 
@@ -154,11 +159,21 @@ class Connection:
                   and (max_version is None or v <= max_version)]
         return max(common) if common else None
 
-    def request(self, api_key: int, build, max_version: int | None = None) -> object:
-        """``build(module_of_version, version) -> request object``; returns the response."""
+    def _build(self, api_key: int, build, max_version: int | None):
         version = self.version_for(api_key, max_version)
         if version is None:
             raise WireError(f"the broker does not support API {api_key}")
         cls = load_request_schema(api_key, version)
         mod = importlib.import_module(cls.__module__.rsplit(".", 1)[0])  # kio.schema.<api>.v<N>
-        return self._roundtrip(api_key, version, build(mod, version))
+        return version, build(mod, version)
+
+    def request(self, api_key: int, build, max_version: int | None = None, reader=None) -> object:
+        """``build(module_of_version, version) -> request object``; returns the response,
+        decoded by kio or by ``reader(body_view, pos, version)`` where kio cannot read it."""
+        version, body = self._build(api_key, build, max_version)
+        return self._roundtrip(api_key, version, body, reader)
+
+    def send_only(self, api_key: int, build, max_version: int | None = None) -> None:
+        """A request the broker does not answer (Produce with acks=0)."""
+        version, body = self._build(api_key, build, max_version)
+        self._send(api_key, version, body)
