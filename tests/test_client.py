@@ -181,3 +181,21 @@ def test_two_phase_commit_refused_without_broker_config(tmp_path):
             assert e.value.code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         finally:
             p.close()
+
+
+def test_two_phase_recovery_survives_a_coordinator_restart(tmp_path):
+    """The recovering process takes over (epoch bump), the broker is SIGKILLed, a second
+    recovery still reports the preparer's state, so the commit goes through."""
+    with running_broker(tmp_path / "data", TXN_BROKER) as kb:
+        bs = kb.bootstrap_servers
+        topic = new_topic(bs, 2)
+        txn_id = "2pc-restart-" + uuid.uuid4().hex[:6]
+        state = _prepare_in_another_process(bs, txn_id, topic)
+        with Producer(bs, transactional_id=txn_id, enable_2pc=True) as b:
+            assert b.init_transactions(keep_prepared_txn=True) == state
+        kb.kill()
+        kb.restart()
+        with Producer(bs, transactional_id=txn_id, enable_2pc=True) as b:
+            assert b.init_transactions(keep_prepared_txn=True) == state
+            assert b.complete_transaction(state) is True
+        assert sorted(m.value.decode() for m in _read(bs, topic, 2)) == sorted(f"r{i}" for i in range(50))

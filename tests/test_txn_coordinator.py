@@ -197,16 +197,21 @@ def test_keep_prepared_transaction():
         (ErrorCode.none, pid, 1, pid, 0)
     r = s.init_producer_id("t", 1000, enable_2pc=True, keep_prepared_txn=True)  # a crash loop
     assert (r.producer_epoch, r.ongoing_producer_epoch) == (2, 0)
+    # the coordinator restarts between recoveries: the kept epoch comes back from the log
+    h.shard = s = h.replayed()
+    r = s.init_producer_id("t", 1000, enable_2pc=True, keep_prepared_txn=True)
+    assert (r.producer_epoch, r.ongoing_producer_id, r.ongoing_producer_epoch) == (3, pid, 0)
     assert s.txns["t"].state == TxnState.ONGOING and s.txns["t"].partitions == {("a", 0)}
     with pytest.raises(KafkaError) as e:
         s.end_txn("t", pid, 0, True)
     assert e.value.code == ErrorCode.producer_fenced
-    s.end_txn("t", pid, 2, True)
-    assert [(t.producer_epoch, c) for t, c in h.markers] == [(2, True)]
+    s.end_txn("t", pid, 3, True)
+    assert [(t.producer_epoch, c) for t, c in h.markers] == [(3, True)]
     # with nothing open there is nothing to keep: a plain epoch bump, no ongoing transaction
     h.complete_markers()
     r = s.init_producer_id("t", 1000, enable_2pc=True, keep_prepared_txn=True)
-    assert (r.producer_epoch, r.ongoing_producer_id, r.ongoing_producer_epoch) == (3, -1, -1)
+    assert (r.producer_epoch, r.ongoing_producer_id, r.ongoing_producer_epoch) == (4, -1, -1)
+    assert h.replayed().txns["t"].ongoing_pid_epoch == (-1, -1)
 
 
 def test_loaded_prepare_state_resends_markers():

@@ -169,6 +169,19 @@ def test_value_v1_empty_is_a_null_array_and_all_tags_in_order():
                                      + I64.pack(5) + I64.pack(-1) + b"\x00")
 
 
+def test_kesque_ongoing_epoch_tag():
+    """kesque's own tagged field (1000): the epoch a KIP-939 keepPreparedTxn kept open."""
+    v = TxnLogValue(producer_id=7, producer_epoch=4, transaction_timeout_ms=2**31 - 1,
+                    transaction_status=TxnState.ONGOING, transaction_partitions={"a": [0]},
+                    transaction_last_update_timestamp_ms=5, transaction_start_timestamp_ms=5,
+                    ongoing_txn_producer_epoch=2)
+    data = R.encode_value(v)
+    assert data.endswith(b"\x01" + uvarint(1000) + b"\x02" + I16.pack(2))
+    assert R.decode_value(data) == v
+    with pytest.raises(ValueError):
+        R.encode_value(v, 0)  # like every tagged field, not at version 0
+
+
 def test_value_v0_golden():
     done = TxnLogValue(producer_id=1000, producer_epoch=3, transaction_timeout_ms=60000,
                        transaction_status=TxnState.COMPLETE_COMMIT, transaction_partitions={},

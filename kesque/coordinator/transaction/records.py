@@ -16,6 +16,13 @@ TransactionLogValue.json) has two versions:
        plus three tagged fields: PreviousProducerId (tag 0, default -1), NextProducerId
        (tag 1, default -1), ClientTransactionVersion (tag 2, int16, default 0)
 
+kesque adds one tagged field of its own to version 1: OngoingTxnProducerEpoch (tag 1000,
+int16, default -1), the epoch of the transaction a KIP-939 ``keepPreparedTxn`` kept open
+while the producer epoch moved on. Kafka 4.x's TV1 keeps it in memory only, so a coordinator
+that restarted between two recoveries would report the wrong epoch and the external
+coordinator would abort a transaction it meant to commit; written only when set, it is
+skipped by Kafka's readers (unknown tagged fields are ignored) and shown by the dump tool.
+
 Kafka writes the version its ``transaction.version`` feature asks for
 (TransactionVersion.transactionLogValueVersion: level 0 -> 0, levels 1 and 2 -> 1); a new Kafka 4
 cluster is at level 2, so kesque writes version 1 (WRITE_VERSION). As in Kafka's
@@ -100,6 +107,7 @@ class TxnLogValue:
     transaction_last_update_timestamp_ms: int
     transaction_start_timestamp_ms: int
     client_transaction_version: int = 0      # v1+, tagged
+    ongoing_txn_producer_epoch: int = -1     # v1+, tagged, kesque's (tag 1000)
 
 
 def _F(name: str, typ, tag: int | None = None, default=None) -> tuple:
@@ -113,7 +121,7 @@ _VALUE_HEAD = [_F("producer_id", "int64"), _F("producer_epoch", "int16"), _F("tr
                _F("transaction_status", "int8")]
 PARTITION_FIELDS = [_F("topic", "string"), _F("partition_ids", "[int32]", default=[])]
 _TAGGED_V1 = [_F("previous_producer_id", "int64", 0, -1), _F("next_producer_id", "int64", 1, -1),
-              _F("client_transaction_version", "int16", 2, 0)]
+              _F("client_transaction_version", "int16", 2, 0), _F("ongoing_txn_producer_epoch", "int16", 1000, -1)]
 _VALUE_TAIL = {
     0: [_F("transaction_last_update_timestamp_ms", "int64"), _F("transaction_start_timestamp_ms", "int64")],
     1: [_F("transaction_last_update_timestamp_ms", "int64"), _F("transaction_start_timestamp_ms", "int64"),
@@ -125,7 +133,7 @@ VALUE_FIELD_ORDER = {
         "transaction_last_update_timestamp_ms", "transaction_start_timestamp_ms"],
     1: ["producer_id", "previous_producer_id", "next_producer_id", "producer_epoch", "transaction_timeout_ms",
         "transaction_status", "transaction_partitions", "transaction_last_update_timestamp_ms",
-        "transaction_start_timestamp_ms", "client_transaction_version"],
+        "transaction_start_timestamp_ms", "client_transaction_version", "ongoing_txn_producer_epoch"],
 }
 # tagged fields: written (and shown by the dump tool) only when not at their default
 TAGGED_DEFAULTS = {name: default for name, _typ, _tag, default in _TAGGED_V1}
@@ -243,6 +251,7 @@ def encode_value(value: TxnLogValue | None, version: int = WRITE_VERSION) -> byt
         "transaction_last_update_timestamp_ms": value.transaction_last_update_timestamp_ms,
         "transaction_start_timestamp_ms": value.transaction_start_timestamp_ms,
         "client_transaction_version": value.client_transaction_version,
+        "ongoing_txn_producer_epoch": value.ongoing_txn_producer_epoch,
     }
     return encode_value_fields(fields, version)
 
@@ -272,4 +281,5 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
         transaction_partitions=partitions,
         transaction_last_update_timestamp_ms=f["transaction_last_update_timestamp_ms"],
         transaction_start_timestamp_ms=f["transaction_start_timestamp_ms"],
-        client_transaction_version=f["client_transaction_version"])
+        client_transaction_version=f["client_transaction_version"],
+        ongoing_txn_producer_epoch=f["ongoing_txn_producer_epoch"])

@@ -85,14 +85,17 @@ class TxnMetadata:
                            producer_epoch=self.producer_epoch, transaction_timeout_ms=self.timeout_ms,
                            transaction_status=self.state, transaction_partitions=parts,
                            transaction_last_update_timestamp_ms=self.last_update_ms,
-                           transaction_start_timestamp_ms=self.start_ms)
+                           transaction_start_timestamp_ms=self.start_ms,
+                           ongoing_txn_producer_epoch=self.ongoing_pid_epoch[1])
 
     @classmethod
     def from_value(cls, txn_id: str, v: TxnLogValue) -> TxnMetadata:
+        ongoing = (v.producer_id, v.ongoing_txn_producer_epoch) if v.ongoing_txn_producer_epoch >= 0 else \
+            (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         return cls(txn_id, v.producer_id, v.producer_epoch, NO_PRODUCER_EPOCH, v.previous_producer_id,
                    v.transaction_timeout_ms, TxnState(v.transaction_status),
                    {(t, p) for t, ps in v.transaction_partitions.items() for p in ps},
-                   v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms)
+                   v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms, ongoing_pid_epoch=ongoing)
 
 
 @dataclass
