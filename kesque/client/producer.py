@@ -122,6 +122,7 @@ class Producer(Cluster):
         self.epoch = -1
         self._seq: dict[tuple[str, int], int] = {}
         self._buffer: dict[tuple[str, int], list] = {}
+        self._buffered = 0  # approximate bytes in _buffer
         self._partitions: dict[str, list[int]] = {}
         self._leaders: dict[tuple[str, int], int] = {}
         self._sticky: dict[str, int] = {}
@@ -261,6 +262,7 @@ class Producer(Cluster):
 
     def abort_transaction(self) -> None:
         self._buffer.clear()
+        self._buffered = 0
         self._end(False)
 
     def complete_transaction(self, state: PreparedTxnState) -> bool:
@@ -314,12 +316,16 @@ class Producer(Cluster):
                 if partition is None:
                     partition = self._sticky[topic] = random.choice(parts)
         self._buffer.setdefault((topic, partition), []).append((key, value, tuple(headers or ()), timestamp))
+        self._buffered += 24 + len(key or b"") + len(value or b"")
+        if self._buffered >= self.batch_size:  # a full batch goes out now, as the Java producer sends it
+            self.flush()
 
     def flush(self) -> None:
         if not self._buffer:
             return
         self._ensure_producer_id()
         buffered, self._buffer = self._buffer, {}
+        self._buffered = 0
         self._sticky.clear()
         pending: list[_Pending] = []
         for (t, p), recs in buffered.items():

@@ -1,0 +1,348 @@
+"""The writer side: every task writes its rows in a kesque transaction that it *prepares*
+(KIP-939 two-phase commit) but does not commit; the driver commits them all.
+
+Protocol (``deliveryGuarantee=exactly-once``, the default):
+
+1. **Task** (executor): transactional id ``<prefix>.s<writer uuid>.<task attempt id>``
+   (``.b`` for a batch write) — unique per task attempt, so attempts never fence each
+   other. ``init_transactions`` with 2PC, write every row, ``prepare_transaction``; the
+   commit message carries (transactional id, producer id, epoch). A failing task aborts its
+   transaction on the way out (best effort; step 4 catches the rest).
+2. **Driver, commit(messages, batchId)**: read this sink's last record from the sink log
+   (topic ``sinkLogTopic``, key ``transactionalIdPrefix``).
+   * batchId already *committed*: a replay — the new transactions are aborted, nothing
+     else happens.
+   * a batch left *committing* (the driver died inside step 3): its transactions are
+     committed first (roll forward: a transaction already committed is simply no longer
+     open), then it is marked committed; if it was this batchId, the new transactions are
+     aborted — the first run's output stands.
+3. Otherwise: append ``{batchId, committing, transactions}`` (acks=all), commit every
+   transaction — ``init_transactions(keep_prepared_txn=True)`` under its id, which fences
+   the (finished) task and returns the prepared state, then ``complete_transaction`` —
+   and append ``{batchId, committed}``.
+4. **Sweep**: every transaction of this sink still open (ListTransactions, state Ongoing,
+   id prefix) and not just committed is aborted: failed and speculative attempts, and the
+   tasks of a run whose driver died before committing. A prepared transaction never times
+   out, so without the sweep it would hold the partition's last stable offset back and
+   stall every read_committed reader.
+
+``abort(messages, batchId)`` aborts the given transactions and sweeps.
+What is guaranteed, and to whom, is spelled out in docs/spark.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from ..client.cluster import Cluster
+from ..client.consumer import EARLIEST, LATEST, WireConsumer
+from ..client.producer import PreparedTxnState, Producer
+from ..client.wire import WireError, make
+from ..errors import KafkaError
+from .options import SinkOptions
+
+log = logging.getLogger("kesque.spark")
+
+
+COMPRESSION = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+class KesqueSinkError(RuntimeError):
+    pass
+
+
+try:  # the commit message must be a WriterCommitMessage for Spark to accept it
+    from pyspark.sql.datasource import WriterCommitMessage as _Base
+except ImportError:  # pragma: no cover - the sink always runs under pyspark
+    _Base = object
+
+
+@dataclass
+class KesqueCommitMessage(_Base):
+    transactional_id: str | None
+    producer_id: int = -1
+    epoch: int = -1
+    rows: int = 0
+    partitions: list = field(default_factory=list)
+
+    @property
+    def state(self) -> PreparedTxnState:
+        return PreparedTxnState(self.producer_id, self.epoch)
+
+
+# ---------------------------------------------------------------------- validation
+def check_schema(schema, o: SinkOptions) -> None:
+    """Spark's KafkaWriter.validateQuery, on the driver, before any task runs."""
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if o.topic is None:
+        if "topic" not in fields:
+            raise KesqueSinkError("topic option required when no 'topic' attribute is present. Use the topic "
+                                  "option for setting a topic.")
+        if not isinstance(fields["topic"], StringType):
+            raise KesqueSinkError(f"Topic type must be a StringType, got {fields['topic'].simpleString()}")
+    if "value" not in fields:
+        raise KesqueSinkError("Required attribute 'value' not found")
+    for name in ("key", "value"):
+        if name in fields and not isinstance(fields[name], (StringType, BinaryType)):
+            raise KesqueSinkError(f"{name} attribute type must be a StringType or BinaryType, got "
+                                  f"{fields[name].simpleString()}")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise KesqueSinkError(f"partition attribute type must be an IntegerType, got "
+                              f"{fields['partition'].simpleString()}")
+    if "headers" in fields:
+        h = fields["headers"]
+        ok = isinstance(h, ArrayType) and isinstance(h.elementType, StructType) and \
+            [(f.name, type(f.dataType)) for f in h.elementType.fields] == [("key", StringType), ("value", BinaryType)]
+        if not ok:
+            raise KesqueSinkError(f"headers attribute type must be array<struct<key:string,value:binary>>, got "
+                                  f"{h.simpleString()}")
+
+
+def _bytes(v):
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    return bytes(v)
+
+
+# ---------------------------------------------------------------------- executor side
+def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
+    """Write one task's Arrow batches; returns the commit message (prepared transaction)."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    attempt = ctx.taskAttemptId() if ctx is not None else uuid.uuid4().int & 0xFFFFFFFF
+    kw = dict(client_id="kesque-spark-writer", timeout=o.api_timeout_ms / 1000,
+              batch_size=int(o.params.get("batch.size", 1 << 20)),
+              compression=COMPRESSION[o.params.get("compression.type", "none")])
+    if o.exactly_once:
+        txn_id = f"{id_prefix}.{attempt}"
+        p = Producer(o.bootstrap, transactional_id=txn_id, enable_2pc=True, **kw)
+    else:
+        txn_id = None
+        p = Producer(o.bootstrap, **kw)
+    rows = 0
+    try:
+        if txn_id is not None:
+            try:
+                p.init_transactions()
+            except KafkaError as e:
+                if int(e.code) == 53:
+                    raise KesqueSinkError(
+                        "the kesque sink writes exactly once with two-phase commit, which the brokers refused "
+                        "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED): set transaction.two.phase.commit.enable=true on "
+                        "the brokers, or the option deliveryGuarantee=at-least-once") from None
+                raise
+            p.begin_transaction()
+        for batch in batches:
+            cols = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+            n = batch.num_rows
+            values = cols["value"]
+            keys = cols.get("key") or [None] * n
+            topics = [o.topic] * n if o.topic is not None else cols["topic"]
+            parts = cols.get("partition") or [None] * n
+            headers = cols.get("headers") or [None] * n
+            for i in range(n):
+                topic = topics[i]
+                if topic is None:
+                    raise KesqueSinkError("null topic present in the data. Use the topic option for setting a "
+                                          "topic.")
+                hs = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else ()
+                p.send(topic, _bytes(values[i]), key=_bytes(keys[i]), headers=hs, partition=parts[i])
+            rows += n
+        if txn_id is None:
+            p.flush()
+            return KesqueCommitMessage(None, rows=rows)
+        state = p.prepare_transaction()
+        return KesqueCommitMessage(txn_id, state.producer_id, state.epoch, rows)
+    except BaseException:
+        if txn_id is not None and p.producer_id >= 0:
+            try:
+                p.abort_transaction()
+            except Exception:  # the sweep aborts it later
+                pass
+        raise
+    finally:
+        p.close()
+
+
+# ---------------------------------------------------------------------- driver side
+class SinkLog:
+    """This sink's commit records in a compacted kesque topic, key = transactional id prefix."""
+
+    WINDOW = 256
+
+    def __init__(self, o: SinkOptions):
+        self.o = o
+        self.key = o.transactional_id_prefix.encode()
+
+    def _ensure_topic(self) -> None:
+        with Cluster(self.o.bootstrap, client_id="kesque-spark-driver") as c:
+            if c.partitions_for(self.o.sink_log_topic) is not None:
+                return
+
+            def build(mod, v):
+                rq = mod.request
+                cfg = (make(rq.CreatableTopicConfig, name="cleanup.policy", value="compact"),)
+                return make(rq.CreateTopicsRequest, topics=(make(rq.CreatableTopic, name=self.o.sink_log_topic,
+                                                                 num_partitions=1, replication_factor=-1,
+                                                                 assignments=(), configs=cfg),),
+                            timeout=30000, validate_only=False)
+            resp = c._bootstrap_conn().request(19, build)
+            code = int(resp.topics[0].error_code)
+            if code not in (0, 36):  # TOPIC_ALREADY_EXISTS: another driver won the race
+                raise KafkaError(code, f"cannot create the sink log topic {self.o.sink_log_topic}")
+            deadline = time.monotonic() + 30
+            while c.partitions_for(self.o.sink_log_topic) is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    def last(self) -> dict | None:
+        self._ensure_topic()
+        c = WireConsumer(self.o.bootstrap, client_id="kesque-spark-driver", auto_offset_reset="earliest",
+                         max_wait_ms=100)
+        try:
+            tp = (self.o.sink_log_topic, 0)
+            first = c.list_offsets([tp], EARLIEST)[tp]
+            end = c.list_offsets([tp], LATEST)[tp]
+            window = self.WINDOW
+            hi = end
+            while hi > first:
+                lo = max(first, hi - window)
+                c.assign({tp: lo})
+                found = None
+                while c.assignment[tp].position < hi:
+                    for m in c.poll(1.0):
+                        if m.offset < hi and m.key == self.key and m.value is not None:
+                            found = m.value
+                if found is not None:
+                    return json.loads(found)
+                hi, window = lo, window * 4
+            return None
+        finally:
+            c.close()
+
+    def append(self, record: dict) -> None:
+        with Producer(self.o.bootstrap, client_id="kesque-spark-driver") as p:
+            p.send(self.o.sink_log_topic, json.dumps(record).encode(), key=self.key, partition=0)
+            p.flush()
+
+
+def _complete(o: SinkOptions, txn_id: str, state: PreparedTxnState | None, commit: bool) -> None:
+    """Commit (when ``state`` is still the open transaction) or abort what ``txn_id`` has open."""
+    with Producer(o.bootstrap, transactional_id=txn_id, enable_2pc=True, client_id="kesque-spark-driver",
+                  timeout=o.api_timeout_ms / 1000) as p:
+        kept = p.init_transactions(keep_prepared_txn=True)
+        if kept is None:
+            return  # nothing open: completed before (a roll-forward after a crash)
+        if commit:
+            if kept != state:
+                p.abort_transaction()
+                raise KesqueSinkError(f"transaction {txn_id} is open as {kept}, not as the prepared {state}; "
+                                      "it was aborted")
+            p.complete_transaction(state)
+        else:
+            p.abort_transaction()
+
+
+def open_transactions(o: SinkOptions, prefix: str) -> list[str]:
+    """Ids starting with ``prefix`` whose transaction is open, from every broker."""
+    out: set[str] = set()
+    with Cluster(o.bootstrap, client_id="kesque-spark-driver") as c:
+        c.metadata([])
+        for node in list(c.brokers):
+            def build(mod, v):
+                return make(mod.request.ListTransactionsRequest, state_filters=("Ongoing",), producer_id_filters=(),
+                            duration_filter=-1, transactional_id_pattern=None)
+            try:
+                resp = c._conn(node).request(66, build)
+            except (OSError, WireError) as e:
+                raise KesqueSinkError(f"ListTransactions on broker {node} failed: {e}") from None
+            out.update(s.transactional_id for s in resp.transaction_states
+                       if s.transactional_id.startswith(prefix))
+    return sorted(out)
+
+
+def sweep(o: SinkOptions, prefix: str, keep: set[str] = frozenset()) -> int:
+    n = 0
+    for txn_id in open_transactions(o, prefix):
+        if txn_id not in keep:
+            _complete(o, txn_id, None, commit=False)
+            n += 1
+    if n:
+        log.info("kesque sink %s: aborted %d leftover transaction(s)", o.transactional_id_prefix, n)
+    return n
+
+
+def _txns(messages) -> list[tuple[str, int, int]]:
+    return [(m.transactional_id, m.producer_id, m.epoch) for m in messages
+            if isinstance(m, KesqueCommitMessage) and m.transactional_id]
+
+
+def _pause_point(stage: str) -> None:
+    """Fault injection for the crash tests: with KESQUE_SPARK_PAUSE=<stage>:<file> the commit
+    touches <file> at <stage> and waits there to be killed (tests/test_spark.py)."""
+    spec = os.environ.get("KESQUE_SPARK_PAUSE", "")
+    if spec.startswith(stage + ":"):
+        with open(spec.split(":", 1)[1], "w"):
+            pass
+        time.sleep(3600)
+
+
+def commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
+    if not o.exactly_once:
+        return
+    _pause_point("before-commit")
+    sink_log = SinkLog(o)
+    new = _txns(messages)
+    stream_prefix = f"{o.transactional_id_prefix}.s"
+    last = sink_log.last()
+    if last is not None and last.get("state") == "committing":
+        for txn_id, pid, epoch in last["txns"]:
+            _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True)
+        sink_log.append({"batchId": last["batchId"], "state": "committed"})
+        last = {"batchId": last["batchId"], "state": "committed"}
+    if last is not None and last["batchId"] >= batch_id:
+        log.info("kesque sink %s: batch %d is already committed; this replay writes nothing",
+                 o.transactional_id_prefix, batch_id)
+        for txn_id, _pid, _epoch in new:
+            _complete(o, txn_id, None, commit=False)
+        sweep(o, stream_prefix)
+        return
+    sink_log.append({"batchId": batch_id, "state": "committing", "txns": new})
+    for i, (txn_id, pid, epoch) in enumerate(new):
+        _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True)
+        if i == 0:
+            _pause_point("mid-commit")
+    sink_log.append({"batchId": batch_id, "state": "committed"})
+    sweep(o, stream_prefix)
+
+
+def abort_stream(o: SinkOptions, messages) -> None:
+    if not o.exactly_once:
+        return
+    for txn_id, _pid, _epoch in _txns(messages):
+        _complete(o, txn_id, None, commit=False)
+    sweep(o, f"{o.transactional_id_prefix}.s")
+
+
+def commit_batch(o: SinkOptions, messages, id_prefix: str) -> None:
+    if not o.exactly_once:
+        return
+    new = _txns(messages)
+    for txn_id, pid, epoch in new:
+        _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True)
+    sweep(o, id_prefix + ".")
+
+
+def abort_batch(o: SinkOptions, messages, id_prefix: str) -> None:
+    if not o.exactly_once:
+        return
+    for txn_id, _pid, _epoch in _txns(messages):
+        _complete(o, txn_id, None, commit=False)
+    sweep(o, id_prefix + ".")

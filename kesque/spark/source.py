@@ -1,0 +1,311 @@
+"""The reader side: plan offset ranges on the driver, read them on the executors as Arrow
+record batches.
+
+Offsets are Kafka-style JSON, ``{"topic": {"0": 23}}``: what Spark's Kafka source writes
+to the checkpoint's offset log, so a reader of the checkpoint sees the same shape.
+
+A range ``[start, end)`` of one partition is one Spark task (split further when
+``minPartitions`` asks for more tasks than there are partitions). The task fetches from the
+leader with kesque's own consumer (:mod:`kesque.client.consumer`) until its position reaches
+``end``: with read_committed the aborted records and the control markers leave gaps in the
+offsets, so the position — not a record count — decides when a range is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+
+from ..client.consumer import EARLIEST, LATEST, FetchError, WireConsumer
+from ..client.wire import WireError
+from .options import Bound, SourceOptions
+
+log = logging.getLogger("kesque.spark")
+
+BATCH_ROWS = 65536  # rows per Arrow record batch handed to Spark
+
+
+class KesqueSourceError(RuntimeError):
+    pass
+
+
+DATA_LOSS = ("Some data may have been lost because they are not available in Kafka any more; either the data was "
+             "aged out by Kafka or the topic may have been deleted before all the data in the topic was processed. "
+             "If you want your streaming query to fail on such cases, set the source option \"failOnDataLoss\" to "
+             "\"true\".")
+DATA_LOSS_FAIL = ("Some data may have been lost because they are not available in Kafka any more; either the data "
+                  "was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+                  "processed. If you don't want your streaming query to fail on such cases, set the source option "
+                  "\"failOnDataLoss\" to \"false\".")
+
+
+def data_loss(o: SourceOptions, detail: str) -> None:
+    """Fail the query (failOnDataLoss=true) or log a warning, as Spark's source does."""
+    if o.fail_on_data_loss:
+        raise KesqueSourceError(f"{detail}\n{DATA_LOSS_FAIL}")
+    log.warning("%s\n%s", detail, DATA_LOSS)
+
+
+# ---------------------------------------------------------------------- offset JSON
+def to_json_offsets(offsets: dict[tuple[str, int], int]) -> dict:
+    out: dict = {}
+    for (t, p), o in sorted(offsets.items()):
+        out.setdefault(t, {})[str(p)] = o
+    return out
+
+
+def from_json_offsets(obj: dict) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, parts in (obj or {}).items() for p, o in parts.items()}
+
+
+# ---------------------------------------------------------------------- driver side
+class OffsetPlanner:
+    """The driver's view of the subscribed partitions and their offsets."""
+
+    def __init__(self, o: SourceOptions):
+        self.o = o
+        self._consumer: WireConsumer | None = None
+
+    def _client(self) -> WireConsumer:
+        if self._consumer is None:
+            self._consumer = WireConsumer(self.o.bootstrap, client_id="kesque-spark-driver",
+                                          isolation_level=self.o.isolation_level, auto_offset_reset="none",
+                                          timeout=max(1.0, min(30.0, self.o.api_timeout_ms / 1000)))
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def _retrying(self, what: str, fn):
+        """Retry connection problems until ``kafka.default.api.timeout.ms``, then fail
+        with a message that names the servers and the timeout."""
+        deadline = time.monotonic() + self.o.api_timeout_ms / 1000
+        last: Exception | None = None
+        while True:
+            try:
+                return fn(self._client())
+            except (OSError, WireError) as e:
+                last = e
+                self.close()
+            if time.monotonic() >= deadline:
+                raise KesqueSourceError(
+                    f"{what}: cannot reach kafka.bootstrap.servers={self.o.bootstrap} within "
+                    f"kafka.default.api.timeout.ms={self.o.api_timeout_ms} ms ({last})") from last
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def partitions(self) -> list[tuple[str, int]]:
+        o = self.o
+        if o.strategy == "assign":
+            return sorted((t, p) for t, ps in o.assign.items() for p in ps)
+        md = self._retrying("fetching topic metadata",
+                            lambda c: c.metadata(o.topics if o.strategy == "subscribe" else None))
+        out = []
+        for t, info in md.items():
+            if info["error"] != 0:
+                continue
+            if o.strategy == "subscribePattern" and (info["internal"] or not re.fullmatch(o.pattern, t)):
+                continue
+            if o.strategy == "subscribe" and t not in o.topics:
+                continue
+            out += [(t, p) for p in info["partitions"]]
+        return sorted(out)
+
+    def list_offsets(self, tps: list[tuple[str, int]], spec: int) -> dict[tuple[str, int], int]:
+        if not tps:
+            return {}
+        try:
+            return self._retrying("listing offsets", lambda c: c.list_offsets(tps, spec))
+        except FetchError as e:
+            raise KesqueSourceError(f"ListOffsets failed for {tps}: {e}") from None
+
+    def earliest(self, tps):
+        return self.list_offsets(tps, EARLIEST)
+
+    def latest(self, tps):
+        return self.list_offsets(tps, LATEST)
+
+    def by_timestamp(self, timestamps: dict[tuple[str, int], int], is_start: bool) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        by_ts: dict[int, list] = {}
+        for tp, ts in timestamps.items():
+            by_ts.setdefault(ts, []).append(tp)
+        for ts, tps in by_ts.items():
+            found = self.list_offsets(tps, ts)
+            missing = [tp for tp, off in found.items() if off < 0]
+            if missing:
+                if is_start and self.o.timestamp_strategy == "error":
+                    raise KesqueSourceError(
+                        f"No offset matched the timestamp {ts} for partitions {missing}: the timestamp is later "
+                        "than every record. Set 'startingOffsetsByTimestampStrategy' to 'latest' to start from "
+                        "the latest offset instead.")
+                latest = self.latest(missing)
+                for tp in missing:
+                    found[tp] = latest[tp]
+            out.update(found)
+        return out
+
+    def resolve(self, bound: Bound, tps: list[tuple[str, int]], is_start: bool) -> dict[tuple[str, int], int]:
+        """Concrete offsets of ``bound`` for ``tps``."""
+        if bound.kind == "earliest":
+            return self.earliest(tps)
+        if bound.kind == "latest":
+            return self.latest(tps)
+        if bound.kind == "timestamp":
+            return self.by_timestamp({tp: bound.timestamp for tp in tps}, is_start)
+        if bound.kind == "timestamps":
+            missing = set(tps) - set(bound.offsets)
+            if missing:
+                raise KesqueSourceError(f"option '{'starting' if is_start else 'ending'}OffsetsByTimestamp' has no "
+                                        f"timestamp for {sorted(missing)}")
+            return self.by_timestamp({tp: bound.offsets[tp] for tp in tps}, is_start)
+        # explicit offsets, with -2/-1 inside
+        missing = set(tps) - set(bound.offsets)
+        if missing and is_start:
+            raise KesqueSourceError(f"option 'startingOffsets' has no offset for {sorted(missing)}; specify all "
+                                    "TopicPartitions")
+        out: dict[tuple[str, int], int] = {}
+        specials = {tp: off for tp, off in bound.offsets.items() if off < 0 and tp in tps}
+        for spec in (EARLIEST, LATEST):
+            group = [tp for tp, off in specials.items() if off == spec]
+            out.update(self.list_offsets(group, spec))
+        for tp in tps:
+            if tp in bound.offsets and bound.offsets[tp] >= 0:
+                out[tp] = bound.offsets[tp]
+        if missing:  # ending offsets not given: latest
+            out.update(self.latest(sorted(missing)))
+        return out
+
+
+@dataclass
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Spark's KafkaOffsetRangeCalculator: with ``minPartitions`` above the number of
+    ranges, big ranges are cut into parts proportional to their share of the total."""
+    ranges = [r for r in ranges if r.size > 0]
+    if not min_partitions or min_partitions <= len(ranges):
+        return ranges
+    total = sum(r.size for r in ranges)
+    out: list[OffsetRange] = []
+    for r in ranges:
+        parts = max(1, round(r.size / total * min_partitions))
+        step = r.size / parts
+        for i in range(parts):
+            s = r.start + int(i * step)
+            e = r.end if i == parts - 1 else r.start + int((i + 1) * step)
+            if e > s:
+                out.append(OffsetRange(r.topic, r.partition, s, e))
+    return out
+
+
+def rate_limit(limit: int, start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int]
+               ) -> dict[tuple[str, int], int]:
+    """maxOffsetsPerTrigger split by backlog, as Spark's KafkaMicroBatchStream.rateLimit."""
+    sizes = {tp: latest[tp] - start.get(tp, latest[tp]) for tp in latest}
+    total = sum(max(0, s) for s in sizes.values())
+    if total <= limit:
+        return dict(latest)
+    out = {}
+    for tp, end in latest.items():
+        begin = start.get(tp)
+        if begin is None or sizes[tp] <= 0:
+            out[tp] = end
+            continue
+        prorate = limit * (sizes[tp] / total)
+        step = int(prorate) if prorate >= 1 else (1 if prorate > 0 else 0)
+        out[tp] = min(end, begin + step)
+    return out
+
+
+# ---------------------------------------------------------------------- executor side
+def arrow_schema(include_headers: bool):
+    import pyarrow as pa
+    fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
+              pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
+              pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32())]
+    if include_headers:
+        fields.append(pa.field("headers", pa.list_(pa.struct([pa.field("key", pa.string()),
+                                                              pa.field("value", pa.binary())]))))
+    return pa.schema(fields)
+
+
+SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+              "timestampType int")
+HEADERS_DDL = ", headers array<struct<key:string,value:binary>>"
+
+
+def read_range(o: SourceOptions, r: OffsetRange):
+    """Yield Arrow record batches of the records of ``r`` (a task's whole job)."""
+    import pyarrow as pa
+    schema = arrow_schema(o.include_headers)
+    c = WireConsumer(o.bootstrap, client_id="kesque-spark-executor", isolation_level=o.isolation_level,
+                     auto_offset_reset="none", max_wait_ms=500,
+                     timeout=max(1.0, min(30.0, o.api_timeout_ms / 1000)))
+    tp = (r.topic, r.partition)
+    try:
+        c.assign({tp: r.start})
+        state = c.assignment[tp]
+        cols: tuple[list, ...] = ([], [], [], [], [])
+        headers: list = []
+        idle_since = time.monotonic()
+        while state.position < r.end:
+            try:
+                msgs = c.poll(0.5)
+            except FetchError as e:
+                if e.code != 1:  # not OFFSET_OUT_OF_RANGE
+                    raise KesqueSourceError(f"reading {r.topic}-{r.partition}: {e}") from None
+                earliest = c.list_offsets([tp], EARLIEST)[tp]
+                if state.position >= earliest:
+                    raise KesqueSourceError(f"reading {r.topic}-{r.partition}: offset {state.position} is out of "
+                                            "range") from None
+                data_loss(o, f"Cannot fetch offset {state.position} of {r.topic}-{r.partition}: the earliest "
+                             f"available offset is {earliest}; offsets {state.position} to {earliest - 1} are "
+                             "skipped.")
+                state.position = min(earliest, r.end)
+                continue
+            if msgs:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > o.poll_timeout_ms / 1000:
+                raise KesqueSourceError(f"Timed out waiting for offset {state.position} of {r.topic}-{r.partition} "
+                                        f"(range ends at {r.end}) after kafkaConsumer.pollTimeoutMs="
+                                        f"{o.poll_timeout_ms} ms")
+            for m in msgs:
+                if m.offset >= r.end:
+                    break
+                cols[0].append(m.key)
+                cols[1].append(m.value)
+                cols[2].append(m.offset)
+                cols[3].append(m.timestamp * 1000)
+                cols[4].append(0 if m.timestamp_type == "CreateTime" else 1)
+                if o.include_headers:
+                    headers.append([{"key": k, "value": v} for k, v in m.headers])
+            if len(cols[0]) >= BATCH_ROWS or (state.position >= r.end and cols[0]):
+                yield _batch(pa, schema, r, cols, headers if o.include_headers else None)
+                cols = ([], [], [], [], [])
+                headers = []
+    finally:
+        c.close()
+
+
+def _batch(pa, schema, r: OffsetRange, cols, headers):
+    n = len(cols[0])
+    arrays = [pa.array(cols[0], pa.binary()), pa.array(cols[1], pa.binary()),
+              pa.array([r.topic] * n, pa.string()), pa.array([r.partition] * n, pa.int32()),
+              pa.array(cols[2], pa.int64()), pa.array(cols[3], pa.timestamp("us", tz="UTC")),
+              pa.array(cols[4], pa.int32())]
+    if headers is not None:
+        arrays.append(pa.array(headers, schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
