@@ -193,21 +193,26 @@ class OffsetRange:
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Spark's KafkaOffsetRangeCalculator: with ``minPartitions`` above the number of
-    ranges, big ranges are cut into parts proportional to their share of the total."""
+    """With ``minPartitions`` above the number of ranges, ranges are cut into parts
+    proportional to their share of all offsets (largest remainders get the spare parts), so
+    there are at least ``minPartitions`` tasks when there are that many offsets."""
     ranges = [r for r in ranges if r.size > 0]
     if not min_partitions or min_partitions <= len(ranges):
         return ranges
     total = sum(r.size for r in ranges)
+    shares = [r.size / total * min_partitions for r in ranges]
+    parts = [max(1, int(x)) for x in shares]
+    spare = min_partitions - sum(parts)
+    for i in sorted(range(len(ranges)), key=lambda i: shares[i] - int(shares[i]), reverse=True)[:max(0, spare)]:
+        parts[i] += 1
     out: list[OffsetRange] = []
-    for r in ranges:
-        parts = max(1, round(r.size / total * min_partitions))
-        step = r.size / parts
-        for i in range(parts):
+    for r, n in zip(ranges, parts):
+        n = min(n, r.size)
+        step = r.size / n
+        for i in range(n):
             s = r.start + int(i * step)
-            e = r.end if i == parts - 1 else r.start + int((i + 1) * step)
-            if e > s:
-                out.append(OffsetRange(r.topic, r.partition, s, e))
+            e = r.end if i == n - 1 else r.start + int((i + 1) * step)
+            out.append(OffsetRange(r.topic, r.partition, s, e))
     return out
 
 

@@ -1,0 +1,311 @@
+"""The PySpark connector (format ``kesque``) on Spark local[2] against a real broker process.
+
+1. batch reads return exactly what was produced, for every way to say where to start/end;
+2. a streaming query with maxOffsetsPerTrigger makes micro-batches of the right sizes and
+   resumes from its checkpoint with no gap and no repeat;
+3. the exactly-once sink under failure: a task failing on its first attempt; a driver
+   SIGKILLed between the tasks' writes and the commit, and one killed in the middle of the
+   commit, each restarted from its checkpoint;
+4. read_committed skips aborted records and control markers, read_uncommitted does not;
+6. bad options fail fast naming the option; an unreachable broker fails within the
+   configured timeout; failOnDataLoss as Spark's.
+(5, the examples, is tests/test_examples.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from confluent_kafka import TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from conftest import running_broker  # noqa: E402
+
+from kesque.client.consumer import EARLIEST, WireConsumer  # noqa: E402
+from kesque.client.producer import Producer  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BROKER = {"transaction.two.phase.commit.enable": "true", "transaction.state.log.num.partitions": "3",
+          "offsets.topic.num.partitions": "3"}
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory):
+    with running_broker(tmp_path_factory.mktemp("spark") / "data", BROKER) as b:
+        b.admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
+        yield b
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+    s = (SparkSession.builder.master("local[2,4]").appName("kesque-tests").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2").getOrCreate())  # local[2,4]: 4 task attempts
+    s.sparkContext.setLogLevel("ERROR")
+    import kesque.spark
+    kesque.spark.register(s)
+    yield s
+    s.stop()
+
+
+def topic(kb, partitions: int = 3, config: dict | None = None) -> str:
+    name = "sp-" + uuid.uuid4().hex[:8]
+    kb.admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(10)
+    return name
+
+
+def produce(kb, t: str, n: int, partitions: int = 3, start: int = 0, ts: int | None = None) -> None:
+    with Producer(kb.bootstrap_servers) as p:
+        for i in range(start, start + n):
+            p.send(t, f"v{i}".encode(), key=f"k{i}".encode(), partition=i % partitions,
+                   headers=[("n", str(i).encode())], timestamp=None if ts is None else ts + i)
+        p.flush()
+
+
+def read(spark, kb, **opts):
+    r = spark.read.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def values(df) -> list[str]:
+    return sorted(r.value.decode() for r in df.select("value").collect())
+
+
+def committed_values(kb, t: str, partitions: int) -> list[str]:
+    c = WireConsumer(kb.bootstrap_servers, isolation_level=1)
+    try:
+        c.assign({(t, p): EARLIEST for p in range(partitions)})
+        out = []
+        while True:
+            msgs = c.poll(1.0)
+            if not msgs:
+                return sorted(m.value.decode() for m in out)
+            out += msgs
+    finally:
+        c.close()
+
+
+# ============================================================================ 1. batch reads
+
+def test_batch_read_returns_what_was_produced(spark, kb):
+    t = topic(kb)
+    produce(kb, t, 30, ts=1_700_000_000_000)
+    rows = read(spark, kb, subscribe=t, includeHeaders="true").collect()
+    assert len(rows) == 30
+    for r in rows:
+        i = int(r.value[1:])
+        assert (r.key, r.topic, r.partition, r.offset, r.timestampType) == (f"k{i}".encode(), t, i % 3, i // 3, 0)
+        assert int(r.timestamp.timestamp() * 1000) == 1_700_000_000_000 + i
+        assert [(h.key, h.value) for h in r.headers] == [("n", str(i).encode())]
+    assert "headers" not in read(spark, kb, subscribe=t).columns
+
+
+def test_batch_read_bounds(spark, kb):
+    t = topic(kb)
+    produce(kb, t, 30, ts=1_700_000_000_000)
+    assert len(values(read(spark, kb, subscribe=t, startingOffsets="earliest", endingOffsets="latest"))) == 30
+    # JSON offsets with -2 (earliest) and an explicit end
+    got = values(read(spark, kb, subscribe=t, startingOffsets=json.dumps({t: {"0": 5, "1": -2, "2": 9}}),
+                      endingOffsets=json.dumps({t: {"0": 8, "1": -1, "2": 10}})))
+    assert got == sorted([f"v{i}" for i in (15, 18, 21)] + [f"v{3 * k + 1}" for k in range(10)] + ["v29"])
+    # timestamps: records from 1_700_000_000_020 on
+    assert values(read(spark, kb, subscribe=t, startingTimestamp="1700000000020")) == \
+        sorted(f"v{i}" for i in range(20, 30))
+    by_ts = {t: {"0": 1_700_000_000_012, "1": 1_700_000_000_000, "2": 1_700_000_000_029}}
+    assert values(read(spark, kb, subscribe=t, startingOffsetsByTimestamp=json.dumps(by_ts))) == \
+        sorted([f"v{i}" for i in range(12, 30, 3)] + [f"v{i}" for i in range(1, 30, 3)] + ["v29"])
+    assert values(read(spark, kb, subscribe=t, endingTimestamp="1700000000010")) == sorted(f"v{i}" for i in range(10))
+    # assign and subscribePattern
+    assert values(read(spark, kb, assign=json.dumps({t: [1]}))) == sorted(f"v{i}" for i in range(1, 30, 3))
+    assert len(values(read(spark, kb, subscribePattern=t[:6] + ".*"))) >= 30
+    # minPartitions splits the ranges into more tasks, same rows
+    df = read(spark, kb, subscribe=t, minPartitions="7")
+    assert df.rdd.getNumPartitions() >= 7 and len(values(df)) == 30
+
+
+# ============================================================================ 2. streaming
+
+def _stream_once(spark, kb, t, checkpoint, sizes: list[int], seen: list[str], **opts):
+    df = (spark.readStream.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
+          .option("subscribe", t).option("startingOffsets", "earliest"))
+    for k, v in opts.items():
+        df = df.option(k, v)
+
+    def batch(bdf, batch_id):
+        vals = [r.value.decode() for r in bdf.collect()]
+        sizes.append(len(vals))
+        seen.extend(vals)
+    q = (df.load().writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert not q.isActive
+
+
+def test_streaming_max_offsets_per_trigger_and_resume(spark, kb, tmp_path):
+    t = topic(kb, 2)
+    produce(kb, t, 50, partitions=2)
+    sizes: list[int] = []
+    seen: list[str] = []
+    cp = str(tmp_path / "cp")
+    _stream_once(spark, kb, t, cp, sizes, seen, maxOffsetsPerTrigger="20")
+    assert sizes == [20, 20, 10]
+    produce(kb, t, 30, partitions=2, start=50)
+    sizes2: list[int] = []
+    _stream_once(spark, kb, t, cp, sizes2, seen, maxOffsetsPerTrigger="20")
+    assert sizes2 == [20, 10]
+    assert sorted(seen) == sorted(f"v{i}" for i in range(80))  # no gap, no repeat
+
+
+def test_streaming_picks_up_new_partitions(spark, kb, tmp_path):
+    from confluent_kafka.admin import NewPartitions
+    t = topic(kb, 1)
+    produce(kb, t, 5, partitions=1)
+    seen: list[str] = []
+    cp = str(tmp_path / "cp")
+    _stream_once(spark, kb, t, cp, [], seen)
+    kb.admin.create_partitions([NewPartitions(t, 2)])[t].result(10)
+    time.sleep(0.5)
+    with Producer(kb.bootstrap_servers) as p:
+        p.send(t, b"new-partition", partition=1)
+        p.send(t, b"old-partition", partition=0)
+        p.flush()
+    _stream_once(spark, kb, t, cp, [], seen)
+    assert sorted(seen) == sorted([f"v{i}" for i in range(5)] + ["new-partition", "old-partition"])
+
+
+# ============================================================================ 3. exactly-once sink
+
+def test_batch_write_with_a_failing_first_attempt(spark, kb):
+    """The first attempt of task 0 meets a null topic half-way through, after it has sent
+    records (kafka.batch.size is tiny): it fails, its transaction is aborted, the retry
+    writes everything once."""
+    from pyspark.sql.functions import udf
+    src, dst = topic(kb), topic(kb, 2)
+    produce(kb, src, 300)
+
+    @udf("string")
+    def topic_of(v):
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        return None if ctx.attemptNumber() == 0 and ctx.partitionId() == 0 and v == b"v150" else dst
+    df = read(spark, kb, subscribe=src).selectExpr("key", "value").withColumn("topic", topic_of("value"))
+    (df.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
+     .option("kafka.batch.size", "200").option("transactionalIdPrefix", "flaky").mode("append").save())
+    assert committed_values(kb, dst, 2) == sorted(f"v{i}" for i in range(300))
+    # the failed attempt's records are in the log, aborted: only read_uncommitted sees them
+    assert len(read(spark, kb, subscribe=dst).collect()) > 300
+    assert _open_txns(kb, "flaky.") == []
+
+
+def _open_txns(kb, prefix):
+    from kesque.spark.options import sink_options
+    from kesque.spark.sink import open_transactions
+    return open_transactions(sink_options({"kafka.bootstrap.servers": kb.bootstrap_servers}), prefix)
+
+
+@pytest.mark.parametrize("stage", ["before-commit", "mid-commit"])
+def test_driver_killed_around_the_commit(kb, tmp_path, stage):
+    src, dst = topic(kb, 2), topic(kb, 2)
+    produce(kb, src, 60, partitions=2)
+    cp, prefix = str(tmp_path / "cp"), "crash" + uuid.uuid4().hex[:6]
+    marker = tmp_path / "paused"
+    args = [sys.executable, os.path.join(HERE, "spark_driver.py"), kb.bootstrap_servers, src, dst, cp, prefix]
+    env = {**os.environ, "KESQUE_SPARK_PAUSE": f"{stage}:{marker}", "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while not marker.exists():
+            assert proc.poll() is None, "the driver ended before it reached the commit"
+            assert time.time() < deadline, "the driver never reached the commit"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
+        proc.wait()
+    assert _open_txns(kb, prefix + ".") != []  # prepared transactions are waiting for a decision
+    env.pop("KESQUE_SPARK_PAUSE")
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert "done" in out.stdout, out.stderr[-3000:]
+    assert committed_values(kb, dst, 2) == sorted(f"v{i}" for i in range(60))
+    assert _open_txns(kb, prefix + ".") == []
+
+
+# ============================================================================ 4. isolation levels
+
+def test_read_committed_skips_aborted_records_and_markers(spark, kb):
+    t = topic(kb, 1)
+    with Producer(kb.bootstrap_servers, transactional_id="ab-" + uuid.uuid4().hex[:6]) as p:
+        p.init_transactions()
+        for word, commit in (("c1", True), ("a1", False), ("c2", True)):
+            p.begin_transaction()
+            for i in range(3):
+                p.send(t, f"{word}-{i}".encode(), partition=0)
+            p.commit_transaction() if commit else (p.flush(), p.abort_transaction())
+    rc = read(spark, kb, subscribe=t, **{"kafka.isolation.level": "read_committed"}).collect()
+    assert sorted(r.value.decode() for r in rc) == sorted(f"c{k}-{i}" for k in (1, 2) for i in range(3))
+    assert sorted(r.offset for r in rc) == [0, 1, 2, 8, 9, 10]  # gaps: markers at 3, 7, 11; aborted 4-6
+    ru = read(spark, kb, subscribe=t).collect()
+    assert len(ru) == 9 and sorted(r.offset for r in ru) == [0, 1, 2, 4, 5, 6, 8, 9, 10]  # no markers
+
+
+# ============================================================================ 6. bad options, data loss
+
+@pytest.mark.parametrize("opts, fragment", [
+    ({}, "subscribe, subscribePattern, assign"),
+    ({"subscribe": "a", "assign": '{"a":[0]}'}, "subscribe, subscribePattern, assign"),
+    ({"subscribe": "a", "startingOffsets": "{not json"}, "startingOffsets"),
+    ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "auto.offset.reset"),
+    ({"subscribe": "a", "kafka.value.deserializer": "x"}, "value.deserializer"),
+    ({"subscribe": "a", "startingOffsets": "latest"}, "startingOffsets"),  # batch: latest start is refused
+    ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+])
+def test_bad_options_fail_fast(spark, kb, opts, fragment):
+    with pytest.raises(Exception) as e:
+        read(spark, kb, **opts).collect()
+    assert fragment in str(e.value)
+
+
+def test_bad_sink_options(spark, kb):
+    df = spark.createDataFrame([("x",)], "value string")
+    for opts, fragment in (({}, "topic option required"), ({"topic": "t", "kafka.key.serializer": "x"},
+                                                            "key.serializer")):
+        w = df.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
+        for k, v in opts.items():
+            w = w.option(k, v)
+        with pytest.raises(Exception) as e:
+            w.mode("append").save()
+        assert fragment in str(e.value)
+
+
+def test_unreachable_broker_fails_within_the_timeout(spark):
+    started = time.monotonic()
+    with pytest.raises(Exception) as e:
+        (spark.read.format("kesque").option("kafka.bootstrap.servers", "127.0.0.1:1")
+         .option("subscribe", "x").option("kafka.default.api.timeout.ms", "3000").load().collect())
+    assert time.monotonic() - started < 30
+    assert "cannot reach kafka.bootstrap.servers=127.0.0.1:1" in str(e.value)
+
+
+def test_fail_on_data_loss(spark, kb):
+    t = topic(kb, 1)
+    produce(kb, t, 20, partitions=1)
+    for f in kb.admin.delete_records([TopicPartition(t, 0, 10)]).values():
+        f.result(10)
+    start = json.dumps({t: {"0": 0}})
+    with pytest.raises(Exception) as e:
+        read(spark, kb, subscribe=t, startingOffsets=start).collect()
+    assert "failOnDataLoss" in str(e.value)
+    got = values(read(spark, kb, subscribe=t, startingOffsets=start, failOnDataLoss="false"))
+    assert got == sorted(f"v{i}" for i in range(10, 20))
