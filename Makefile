@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-all slow compat bench install install-test kcat clean-data help
+.PHONY: serve test test-all slow compat bench examples install install-test kcat clean-data help
 
 help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
@@ -13,17 +13,22 @@ help:
 	@echo "make slow     - long suites (soak, crash loops)"
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
+	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# compat mode puts the checkout itself on sys.path, so Spark's data-source lookup (which
+# lists top-level modules with pkgutil) finds pyspark_kesque and registers format "kesque"
+EDITABLE := --config-settings editable_mode=compat
+
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e . $(EDITABLE)
 	@touch $@
 
 $(TSTAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,spark]' $(EDITABLE)
 	@touch $@
 
 install: $(STAMP)
@@ -48,6 +53,9 @@ slow: $(TSTAMP) kcat
 compat: $(TSTAMP)
 	cd tests/compat && npm install --no-audit --no-fund --silent
 	$(BIN)/python -m pytest -q -m compat
+
+examples: $(TSTAMP)
+	$(BIN)/python examples/run_all.py
 
 bench: $(TSTAMP)
 	$(BIN)/python bench/run.py

@@ -309,3 +309,15 @@ def test_fail_on_data_loss(spark, kb):
     assert "failOnDataLoss" in str(e.value)
     got = values(read(spark, kb, subscribe=t, startingOffsets=start, failOnDataLoss="false"))
     assert got == sorted(f"v{i}" for i in range(10, 20))
+
+
+def test_format_is_registered_automatically(tmp_path):
+    """No register() call: Spark finds pyspark_kesque.DefaultSource by itself."""
+    script = ("import os, sys\nos.environ['PYSPARK_PYTHON'] = sys.executable\n"
+              "from pyspark.sql import SparkSession\n"
+              "s = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+              "print(s.read.format('kesque').option('kafka.bootstrap.servers', 'x:1').option('subscribe', 't')"
+              ".load().columns)\ns.stop()\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert "['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType']" in out.stdout, \
+        out.stderr[-2000:]
