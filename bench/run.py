@@ -28,17 +28,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
-GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions")
+GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions",
+          "spark")
 
 SCALES = {
     "full": {"records": 1_000_000, "disk_bytes": 1 << 30, "loopback_seconds": 1.5, "small_requests": 200_000,
              "small_confluent": 200_000, "echo_requests": 200_000, "latency_seconds": 20.0, "latency_warmup": 2.0,
              "passes": 3, "group_passes": 3, "sync_requests": 5000, "raw_commits": 100_000, "load_groups": 10_000,
-             "idem_records": 1_000_000, "idem_passes": 5, "txn_records": 1_000_000},
+             "idem_records": 1_000_000, "idem_passes": 5, "txn_records": 1_000_000,
+             "spark_records": 1_000_000, "spark_latency_seconds": 30.0},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
               "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
-              "idem_records": 500_000, "idem_passes": 3, "txn_records": 200_000},
+              "idem_records": 500_000, "idem_passes": 3, "txn_records": 200_000,
+              "spark_records": 100_000, "spark_latency_seconds": 10.0},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -837,6 +840,37 @@ def main(argv=None) -> int:
                                r["rate"], "rec/s", "plain acks=all (same run)", plain["rate"] if plain else None,
                                f"{mm.note()}; {r['txn_rate']:,.0f} transactions/s over {r['seconds']:.1f} s "
                                f"({r['transactions']:,} transactions); the issue sets no bar", extra=r)
+
+    # ---------------------------------------------------------------- 10: the Spark connector
+    if "spark" in args.groups:
+        import spark as S
+
+        with BrokerGroup("spark", args, report, config={"transaction.two.phase.commit.enable": "true"}) as g:
+            n = sc["spark_records"]
+            topic = "bench-spark"
+            figures.create_topic(g.bootstrap, topic, parts)
+            log(f"spark: {n:,} records of {len(S.VALUE)} B into {topic} ...")
+            S.fill(g.bootstrap, topic, n, parts)
+            spark = S.session()
+            try:
+                log("spark: batch read, kesque vs an in-memory Python data source ...")
+                r = guarded("spark-read", lambda: S.batch_read(spark, g.bootstrap, topic, n, parts))
+                if r:
+                    add_figure(report, f"Spark batch read of {n:,} x {len(S.VALUE)} B records (local[2])", "spark",
+                               r["rate"], "rows/s", "in-memory Python data source, same Arrow batches (same run)",
+                               r["ceiling"], f"best of {len(r['kesque_seconds'])} passes, noop sink; {parts} "
+                               f"partitions; the issue sets no bar", extra=r)
+                log("spark: streaming end-to-end latency (default trigger, exactly-once sink) ...")
+                lat = guarded("spark-latency", lambda: S.streaming_latency(
+                    spark, g.bootstrap, sc["spark_latency_seconds"], tempfile.mkdtemp(prefix="kesque-cp-")))
+                if lat and lat.get("visible"):
+                    for q in ("p50", "p99"):
+                        add_figure(report, f"Spark streaming append -> visible in the sink, {q}", "spark",
+                                   lat[f"{q}_ms"], "ms", note=f"{lat['visible']} of {lat['records']} records, one "
+                                   "every 100 ms, read_committed reader of the output; default trigger; the issue "
+                                   "sets no bar", extra=lat)
+            finally:
+                spark.stop()
 
     # ---------------------------------------------------------------- 6: memory
     for name, info in report["brokers"].items():
