@@ -81,7 +81,7 @@ def _memory_source():
 
 def fill(bootstrap: str, topic: str, records: int, partitions: int) -> None:
     from kesque.client.producer import Producer
-    with Producer(bootstrap, acks=1, enable_idempotence=False, batch_size=4 << 20) as p:
+    with Producer(bootstrap, acks=1, enable_idempotence=False) as p:
         for i in range(records):
             p.send(topic, VALUE, partition=i % partitions)
         p.flush()

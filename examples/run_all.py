@@ -33,14 +33,14 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from confluent_kafka.admin import AdminClient, NewTopic
+    from offline_load_to_parquet import load
     from pyspark.sql import SparkSession
+    from spark_streaming_pipeline import build
 
     import kesque.spark
     from kesque.client.consumer import EARLIEST, WireConsumer
     from kesque.client.producer import Producer
     from kesque.testing.broker import Broker
-    from offline_load_to_parquet import load
-    from spark_streaming_pipeline import build
 
     work = tempfile.mkdtemp(prefix="kesque-examples-")
     with Broker(data_dir=os.path.join(work, "data"), config={"transaction.two.phase.commit.enable": "true"}) as b:

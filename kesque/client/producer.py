@@ -31,7 +31,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from ..errors import KafkaError
+from ..errors import ErrorCode, KafkaError
 from ..records.records import build_batch
 from .cluster import COORDINATOR_RETRIABLE, Cluster
 from .wire import WireError, make
@@ -402,7 +402,7 @@ class Producer(Cluster):
                         if code in STALE_METADATA:
                             self._leaders.pop((x.topic, x.partition), None)
                     else:
-                        raise KafkaError(code, f"produce to {x.topic}-{x.partition} failed")
+                        raise KafkaError(code, f"produce to {x.topic}-{x.partition} failed: {ErrorCode(code).name}")
             if retry:
                 if time.monotonic() > deadline:
                     raise KafkaError(last if last > 0 else 7, "produce retries exhausted")
