@@ -229,8 +229,10 @@ class WireConsumer(Cluster):
                     out += self._decode(st, bytes(data), aborted)
         return out
 
-    def _decode(self, st: _PartitionState, data: bytes, aborted: list[tuple[int, int]]) -> list[Message]:
-        out: list[Message] = []
+    def _visible_batches(self, st: _PartitionState, data: bytes, aborted: list[tuple[int, int]]):
+        """The data batches of a fetched partition a consumer at this isolation level
+        returns, as (position, header); advances ``st.position`` past each batch read,
+        returned or skipped (control batches, aborted transactions, old formats)."""
         aborting: set[int] = set()
         committed = self.isolation_level == 1
         for pos, h in rb.iter_headers(data):
@@ -252,11 +254,19 @@ class WireConsumer(Cluster):
             if committed and h.is_transactional and h.producer_id in aborting:
                 st.position = h.next_offset
                 continue
+            yield pos, h
+            st.position = h.next_offset
+
+    def _decode(self, st: _PartitionState, data: bytes, aborted: list[tuple[int, int]]) -> list:
+        """What :meth:`poll` returns for one fetched partition: :class:`Message` objects
+        (a subclass may return other things, e.g. column chunks)."""
+        out: list[Message] = []
+        for pos, h in self._visible_batches(st, data, aborted):
             ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
+            start = st.position
             for r in iter_records(data, pos, h):
-                if r.offset < st.position:
+                if r.offset < start:
                     continue
                 out.append(Message(st.topic, st.partition, r.offset, r.timestamp, ts_type, r.key, r.value,
                                    r.headers, h.partition_leader_epoch))
-            st.position = h.next_offset
         return out

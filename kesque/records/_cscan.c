@@ -8,11 +8,15 @@
  *
  * scan(buf, pos, end, expected_count) -> (count, null_key, offsets_ok)
  * walk(buf, pos, end, expected_count) -> count      (length prefixes only)
+ * columns(payload, count) -> the records of one batch as column buffers (see records.py,
+ *     record_columns): the reader side of the Spark connector builds Arrow arrays from them
+ *     without a Python object per record.
  * Errors raise ValueError with Kafka's messages; the caller turns them into INVALID_RECORD.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* zig-zag varint of at most max_bytes bytes (5 for int, 10 for long), as Kafka's ByteUtils */
 static int read_varint(const unsigned char *b, Py_ssize_t *p, Py_ssize_t lim, int max_bytes, int64_t *out)
@@ -179,9 +183,144 @@ done:
     return result;
 }
 
+
+/* ---------------------------------------------------------------- columns */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} growbuf;
+
+static int gb_reserve(growbuf *g, Py_ssize_t extra)
+{
+    if (g->len + extra <= g->cap)
+        return 0;
+    Py_ssize_t cap = g->cap ? g->cap : 256;
+    while (cap < g->len + extra)
+        cap *= 2;
+    char *d = PyMem_Realloc(g->data, cap);
+    if (!d) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    g->data = d;
+    g->cap = cap;
+    return 0;
+}
+
+static int gb_put(growbuf *g, const void *src, Py_ssize_t n)
+{
+    if (gb_reserve(g, n) < 0)
+        return -1;
+    memcpy(g->data + g->len, src, n);
+    g->len += n;
+    return 0;
+}
+
+static PyObject *gb_bytes(growbuf *g)
+{
+    return PyBytes_FromStringAndSize(g->data ? g->data : "", g->len);
+}
+
+/* one nullable bytes field: validity bit, running int32 offset, data */
+static int put_field(const unsigned char *b, Py_ssize_t *p, Py_ssize_t lim, long i, unsigned char *valid,
+                     int32_t *offsets, growbuf *data, long count)
+{
+    int64_t n;
+    int rc;
+    if ((rc = read_varint(b, p, lim, 5, &n)) < 0) {
+        varint_error(rc, count);
+        return -1;
+    }
+    if (n >= 0) {
+        if (n > lim - *p) {
+            invalid("record %ld: a field runs past the end of the record", count);
+            return -1;
+        }
+        if (data->len + n > INT32_MAX) {
+            invalid("batch too large for one Arrow binary column");
+            return -1;
+        }
+        valid[i >> 3] |= (unsigned char)(1u << (i & 7));
+        if (gb_put(data, b + *p, n) < 0)
+            return -1;
+        *p += n;
+    }
+    offsets[i + 1] = (int32_t)data->len;
+    return 0;
+}
+
+static PyObject *columns(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    long count;
+    if (!PyArg_ParseTuple(args, "Ol", &obj, &count))
+        return NULL;
+    if (count < 0)
+        return invalid("negative record count %ld", count);
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    Py_ssize_t nbits = (count + 7) / 8;
+    PyObject *result = NULL;
+    growbuf kd = {0}, vd = {0};
+    int64_t *ts = PyMem_Calloc(count ? count : 1, sizeof(int64_t));
+    int64_t *off = PyMem_Calloc(count ? count : 1, sizeof(int64_t));
+    int32_t *ko = PyMem_Calloc(count + 1, sizeof(int32_t));
+    int32_t *vo = PyMem_Calloc(count + 1, sizeof(int32_t));
+    unsigned char *kv = PyMem_Calloc(nbits ? nbits : 1, 1);
+    unsigned char *vv = PyMem_Calloc(nbits ? nbits : 1, 1);
+    if (!ts || !off || !ko || !vo || !kv || !vv) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long i;
+    for (i = 0; i < count && pos < end; i++) {
+        int64_t length;
+        int rc;
+        if ((rc = read_varint(b, &pos, end, 5, &length)) < 0) { varint_error(rc, i); goto done; }
+        if (length <= 0 || length > end - pos) {
+            invalid("record %ld has invalid length %lld", i, (long long)length);
+            goto done;
+        }
+        Py_ssize_t rec_end = pos + length;
+        Py_ssize_t p = pos + 1; /* attributes */
+        if ((rc = read_varint(b, &p, rec_end, 10, &ts[i])) < 0) { varint_error(rc, i); goto done; }
+        if ((rc = read_varint(b, &p, rec_end, 5, &off[i])) < 0) { varint_error(rc, i); goto done; }
+        if (put_field(b, &p, rec_end, i, kv, ko, &kd, i) < 0) goto done;
+        if (put_field(b, &p, rec_end, i, vv, vo, &vd, i) < 0) goto done;
+        pos = rec_end; /* headers are not columns here (the broker validated their framing) */
+    }
+    if (i != count) {
+        invalid("batch declares %ld records but contains %ld", count, i);
+        goto done;
+    }
+    PyObject *kdb = gb_bytes(&kd), *vdb = gb_bytes(&vd);
+    result = Py_BuildValue("(ly#y#y#y#Ny#y#N)", count,
+                           (const char *)ts, (Py_ssize_t)(count * sizeof(int64_t)),
+                           (const char *)off, (Py_ssize_t)(count * sizeof(int64_t)),
+                           (const char *)kv, nbits, (const char *)ko, (Py_ssize_t)((count + 1) * sizeof(int32_t)),
+                           kdb, (const char *)vv, nbits, (const char *)vo,
+                           (Py_ssize_t)((count + 1) * sizeof(int32_t)), vdb);
+done:
+    PyMem_Free(ts);
+    PyMem_Free(off);
+    PyMem_Free(ko);
+    PyMem_Free(vo);
+    PyMem_Free(kv);
+    PyMem_Free(vv);
+    PyMem_Free(kd.data);
+    PyMem_Free(vd.data);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Check the framing of every field of every record."},
     {"walk", walk, METH_VARARGS, "Check that record length prefixes tile the range."},
+    {"columns", columns, METH_VARARGS, "The records of one batch payload as column buffers."},
     {NULL, NULL, 0, NULL},
 };
 

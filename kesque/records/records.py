@@ -304,6 +304,62 @@ def iter_records(buf, pos: int = 0, header: rb.BatchHeader | None = None):
         yield Record(header.base_offset + off_delta, ts, key, value, headers, attributes, p - start)
 
 
+def record_columns(payload, count: int) -> tuple:
+    """The records of one batch payload (decompressed records section) as column buffers:
+    ``(count, ts_deltas, offset_deltas, key_validity, key_offsets, key_data, value_validity,
+    value_offsets, value_data)`` — int64 deltas, Arrow validity bitmaps (LSB first) and int32
+    offsets, native byte order. Headers are skipped. The compiled ``_cscan.columns`` does the
+    same without a Python object per record; this is its reference and fallback."""
+    if _cscan is not None:
+        return _cscan.columns(payload, count)
+    return _record_columns_py(payload, count)
+
+
+def _record_columns_py(payload, count: int) -> tuple:
+    import array
+    data = memoryview(payload)
+    ts, off = array.array("q"), array.array("q")
+    kv, vv = bytearray((count + 7) // 8), bytearray((count + 7) // 8)
+    ko, vo = array.array("i", [0]), array.array("i", [0])
+    kd, vd = bytearray(), bytearray()
+    p, end = 0, len(data)
+    i = 0
+
+    def varint(p, lim, max_bytes=5):
+        try:
+            v, q = _slow_varint(data, p, max_bytes)
+        except IndexError:
+            q = lim + 1
+        if q > lim:
+            raise ValueError(f"record {i}: a varint runs past the end of the record")
+        return v, q
+    while i < count and p < end:
+        length, p = varint(p, end)
+        if length <= 0 or length > end - p:
+            raise ValueError(f"record {i} has invalid length {length}")
+        rec_end = p + length
+        p += 1
+        t, p = varint(p, rec_end, 10)
+        o, p = varint(p, rec_end)
+        ts.append(t)
+        off.append(o)
+        for valid, offsets, out in ((kv, ko, kd), (vv, vo, vd)):
+            n, p = varint(p, rec_end)
+            if n >= 0:
+                if n > rec_end - p:
+                    raise ValueError(f"record {i}: a field runs past the end of the record")
+                valid[i >> 3] |= 1 << (i & 7)
+                out += data[p:p + n]
+                p += n
+            offsets.append(len(out))
+        p = rec_end
+        i += 1
+    if i != count:
+        raise ValueError(f"batch declares {count} records but contains {i}")
+    return (count, ts.tobytes(), off.tobytes(), bytes(kv), ko.tobytes(), bytes(kd), bytes(vv), vo.tobytes(),
+            bytes(vd))
+
+
 # ----------------------------------------------------------------- building
 
 def _uvarint(v: int, out: bytearray) -> None:

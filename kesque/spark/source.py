@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..client.consumer import EARLIEST, LATEST, FetchError, WireConsumer
 from ..client.wire import WireError
+from ..records.records import iter_records, record_columns, records_payload
 from .options import Bound, SourceOptions
 
 log = logging.getLogger("kesque.spark")
@@ -252,23 +253,72 @@ SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset lon
 HEADERS_DDL = ", headers array<struct<key:string,value:binary>>"
 
 
+class _Chunk:
+    """One batch's visible records as Arrow arrays (offset, timestamp-in-us, key, value)."""
+    __slots__ = ("offsets", "stamps", "keys", "values", "ts_type", "headers")
+
+
+class ColumnConsumer(WireConsumer):
+    """A consumer whose :meth:`poll` returns Arrow column chunks, one per record batch,
+    decoded by ``records.record_columns`` (compiled: no Python object per record). With
+    ``headers=True`` it falls back to decoding records one by one, for the header column."""
+
+    def __init__(self, *a, headers: bool = False, **kw):
+        super().__init__(*a, **kw)
+        self.headers = headers
+
+    def _decode(self, st, data, aborted):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        out = []
+        for pos, h in self._visible_batches(st, data, aborted):
+            c = _Chunk()
+            if self.headers:
+                recs = [r for r in iter_records(data, pos, h) if r.offset >= st.position]
+                c.offsets = pa.array([r.offset for r in recs], pa.int64())
+                c.stamps = pa.array([r.timestamp * 1000 for r in recs], pa.int64())
+                c.keys = pa.array([r.key for r in recs], pa.binary())
+                c.values = pa.array([r.value for r in recs], pa.binary())
+                c.headers = [[{"key": k, "value": v} for k, v in r.headers] for r in recs]
+            else:
+                n, ts, off, kv, ko, kd, vv, vo, vd = record_columns(records_payload(data, pos, h), h.records_count)
+                c.offsets = pc.add(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(off)]), h.base_offset)
+                if h.is_log_append_time:
+                    c.stamps = pa.array([h.max_timestamp * 1000] * n, pa.int64())
+                else:
+                    c.stamps = pc.multiply(pc.add(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(ts)]),
+                                                  h.base_timestamp), 1000)
+                c.keys = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(kv), pa.py_buffer(ko), pa.py_buffer(kd)])
+                c.values = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(vv), pa.py_buffer(vo),
+                                                                 pa.py_buffer(vd)])
+                c.headers = None
+                if h.base_offset < st.position:  # a fetch from the middle of a batch
+                    keep = pc.greater_equal(c.offsets, st.position)
+                    c.offsets, c.stamps, c.keys, c.values = (pc.filter(x, keep) for x in
+                                                             (c.offsets, c.stamps, c.keys, c.values))
+            c.ts_type = 1 if h.is_log_append_time else 0
+            out.append(c)
+        return out
+
+
 def read_range(o: SourceOptions, r: OffsetRange):
     """Yield Arrow record batches of the records of ``r`` (a task's whole job)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     schema = arrow_schema(o.include_headers)
-    c = WireConsumer(o.bootstrap, client_id="kesque-spark-executor", isolation_level=o.isolation_level,
-                     auto_offset_reset="none", max_wait_ms=500,
-                     timeout=max(1.0, min(30.0, o.api_timeout_ms / 1000)))
+    c = ColumnConsumer(o.bootstrap, client_id="kesque-spark-executor", isolation_level=o.isolation_level,
+                       auto_offset_reset="none", max_wait_ms=500, headers=o.include_headers,
+                       timeout=max(1.0, min(30.0, o.api_timeout_ms / 1000)))
     tp = (r.topic, r.partition)
+    pending: list[_Chunk] = []
+    rows = 0
     try:
         c.assign({tp: r.start})
         state = c.assignment[tp]
-        cols: tuple[list, ...] = ([], [], [], [], [])
-        headers: list = []
         idle_since = time.monotonic()
         while state.position < r.end:
             try:
-                msgs = c.poll(0.5)
+                chunks = c.poll(0.5)
             except FetchError as e:
                 if e.code != 1:  # not OFFSET_OUT_OF_RANGE
                     raise KesqueSourceError(f"reading {r.topic}-{r.partition}: {e}") from None
@@ -281,36 +331,39 @@ def read_range(o: SourceOptions, r: OffsetRange):
                              "skipped.")
                 state.position = min(earliest, r.end)
                 continue
-            if msgs:
+            if chunks:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > o.poll_timeout_ms / 1000:
                 raise KesqueSourceError(f"Timed out waiting for offset {state.position} of {r.topic}-{r.partition} "
                                         f"(range ends at {r.end}) after kafkaConsumer.pollTimeoutMs="
                                         f"{o.poll_timeout_ms} ms")
-            for m in msgs:
-                if m.offset >= r.end:
-                    break
-                cols[0].append(m.key)
-                cols[1].append(m.value)
-                cols[2].append(m.offset)
-                cols[3].append(m.timestamp * 1000)
-                cols[4].append(0 if m.timestamp_type == "CreateTime" else 1)
-                if o.include_headers:
-                    headers.append([{"key": k, "value": v} for k, v in m.headers])
-            if len(cols[0]) >= BATCH_ROWS or (state.position >= r.end and cols[0]):
-                yield _batch(pa, schema, r, cols, headers if o.include_headers else None)
-                cols = ([], [], [], [], [])
-                headers = []
+            for ch in chunks:
+                n = len(ch.offsets)
+                if n and ch.offsets[n - 1].as_py() >= r.end:  # the range ends inside this batch
+                    keep = pc.less(ch.offsets, r.end)
+                    ch.offsets, ch.stamps, ch.keys, ch.values = (pc.filter(x, keep) for x in
+                                                                 (ch.offsets, ch.stamps, ch.keys, ch.values))
+                    if ch.headers is not None:
+                        ch.headers = ch.headers[:len(ch.offsets)]
+                pending.append(ch)
+                rows += len(ch.offsets)
+            if pending and (rows >= BATCH_ROWS or state.position >= r.end):
+                yield _batch(pa, schema, r, pending, o.include_headers)
+                pending, rows = [], 0
     finally:
         c.close()
 
 
-def _batch(pa, schema, r: OffsetRange, cols, headers):
-    n = len(cols[0])
-    arrays = [pa.array(cols[0], pa.binary()), pa.array(cols[1], pa.binary()),
-              pa.array([r.topic] * n, pa.string()), pa.array([r.partition] * n, pa.int32()),
-              pa.array(cols[2], pa.int64()), pa.array(cols[3], pa.timestamp("us", tz="UTC")),
-              pa.array(cols[4], pa.int32())]
-    if headers is not None:
-        arrays.append(pa.array(headers, schema.field("headers").type))
+def _batch(pa, schema, r: OffsetRange, chunks: list[_Chunk], include_headers: bool):
+    n = sum(len(ch.offsets) for ch in chunks)
+    ts_type = pa.array([t for ch in chunks for t in (ch.ts_type,) * len(ch.offsets)], pa.int32()) \
+        if any(ch.ts_type for ch in chunks) else pa.repeat(pa.scalar(0, pa.int32()), n)
+
+    def cat(name):
+        return pa.concat_arrays([getattr(ch, name) for ch in chunks])
+    arrays = [cat("keys"), cat("values"), pa.repeat(pa.scalar(r.topic, pa.string()), n),
+              pa.repeat(pa.scalar(r.partition, pa.int32()), n), cat("offsets"),
+              cat("stamps").cast(pa.timestamp("us", tz="UTC")), ts_type]
+    if include_headers:
+        arrays.append(pa.array([h for ch in chunks for h in ch.headers], schema.field("headers").type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
