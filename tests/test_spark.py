@@ -35,7 +35,7 @@ from kesque.client.producer import Producer  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BROKER = {"transaction.two.phase.commit.enable": "true", "transaction.state.log.num.partitions": "3",
-          "offsets.topic.num.partitions": "3"}
+          "offsets.topic.num.partitions": "3", "log.retention.check.interval.ms": "200"}
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +59,11 @@ def spark():
 
 
 def topic(kb, partitions: int = 3, config: dict | None = None) -> str:
+    """A new topic; no time-based retention unless asked (tests write 2023 timestamps and the
+    broker checks retention every 200 ms for the data-loss test)."""
     name = "sp-" + uuid.uuid4().hex[:8]
-    kb.admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(10)
+    config = {"retention.ms": "-1", **(config or {})}
+    kb.admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(10)
     return name
 
 
@@ -270,6 +273,8 @@ def test_read_committed_skips_aborted_records_and_markers(spark, kb):
     ({"subscribe": "a", "kafka.value.deserializer": "x"}, "value.deserializer"),
     ({"subscribe": "a", "startingOffsets": "latest"}, "startingOffsets"),  # batch: latest start is refused
     ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ({"subscribe": "a", "kafka.security.protocol": "SSL"}, "kafka.security.protocol"),
+    ({"subscribe": "a", "kafka.fetch.max.bytes": "lots"}, "kafka.fetch.max.bytes"),
 ])
 def test_bad_options_fail_fast(spark, kb, opts, fragment):
     with pytest.raises(Exception) as e:
@@ -299,16 +304,29 @@ def test_unreachable_broker_fails_within_the_timeout(spark):
 
 
 def test_fail_on_data_loss(spark, kb):
-    t = topic(kb, 1)
-    produce(kb, t, 20, partitions=1)
-    for f in kb.admin.delete_records([TopicPartition(t, 0, 10)]).values():
-        f.result(10)
+    """Retention (retention.bytes, checked every 200 ms) deletes the first segment of a
+    topic; a read from offset 0 then fails with failOnDataLoss=true (the default) and skips
+    the deleted offsets with failOnDataLoss=false."""
+    t = topic(kb, 1, {"segment.bytes": str(1 << 20), "retention.bytes": "1000000"})
+    value = b"x" * 1000
+    with Producer(kb.bootstrap_servers) as p:
+        for i in range(2500):
+            p.send(t, value + str(i).encode(), partition=0)
+        p.flush()
+    c = WireConsumer(kb.bootstrap_servers)
+    try:
+        deadline = time.time() + 30
+        while (first := c.list_offsets([(t, 0)], EARLIEST)[(t, 0)]) == 0:
+            assert time.time() < deadline, "retention never deleted the first segment"
+            time.sleep(0.2)
+    finally:
+        c.close()
     start = json.dumps({t: {"0": 0}})
     with pytest.raises(Exception) as e:
         read(spark, kb, subscribe=t, startingOffsets=start).collect()
     assert "failOnDataLoss" in str(e.value)
-    got = values(read(spark, kb, subscribe=t, startingOffsets=start, failOnDataLoss="false"))
-    assert got == sorted(f"v{i}" for i in range(10, 20))
+    rows = read(spark, kb, subscribe=t, startingOffsets=start, failOnDataLoss="false").select("offset").collect()
+    assert sorted(r.offset for r in rows) == list(range(first, 2500))
 
 
 def test_format_is_registered_automatically(tmp_path):

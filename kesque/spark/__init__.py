@@ -107,7 +107,8 @@ class KesqueBatchReader(DataSourceReader):
         return [RangePartition(r) for r in split_ranges(ranges, self.o.min_partitions)]
 
     def read(self, partition):
-        yield from read_range(self.o, partition.range)
+        if isinstance(partition, RangePartition):  # Spark plans one empty InputPartition for no ranges
+            yield from read_range(self.o, partition.range)
 
 
 class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -177,7 +178,8 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r) for r in split_ranges(ranges, self.o.min_partitions)]
 
     def read(self, partition):
-        yield from read_range(self.o, partition.range)
+        if isinstance(partition, RangePartition):  # Spark plans one empty InputPartition for no ranges
+            yield from read_range(self.o, partition.range)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in kesque."""

@@ -89,6 +89,31 @@ def _check_rejected(params: dict, table: dict) -> None:
     for key, message in table.items():
         if key in params:
             raise OptionError(message)
+    proto = params.get("security.protocol", "PLAINTEXT").upper()
+    if proto != "PLAINTEXT":
+        raise OptionError(f"option 'kafka.security.protocol' = {proto}: kesque's client speaks PLAINTEXT only")
+
+
+# kafka.* options handed to kesque's consumer / producer (Kafka config name -> keyword)
+CONSUMER_PARAMS = {"client.id": ("client_id", str), "fetch.min.bytes": ("fetch_min_bytes", int),
+                   "fetch.max.bytes": ("fetch_max_bytes", int),
+                   "max.partition.fetch.bytes": ("partition_max_bytes", int),
+                   "fetch.max.wait.ms": ("max_wait_ms", int)}
+PRODUCER_PARAMS = {"client.id": ("client_id", str), "batch.size": ("batch_size", int),
+                   "request.timeout.ms": ("request_timeout_ms", int)}
+
+
+def client_kwargs(params: dict, table: dict, **defaults) -> dict:
+    """Keyword arguments for a kesque client from the ``kafka.`` options it understands;
+    the others (Java-client tuning that has no counterpart here) are ignored."""
+    out = dict(defaults)
+    for key, (kw, typ) in table.items():
+        if key in params:
+            try:
+                out[kw] = typ(params[key])
+            except ValueError:
+                raise OptionError(f"option 'kafka.{key}' must be a number, got {params[key]!r}") from None
+    return out
 
 
 def parse_partition_json(name: str, text: str, *, allowed_special: tuple[int, ...]) -> dict[tuple[str, int], int]:
@@ -242,6 +267,7 @@ def source_options(options, streaming: bool) -> SourceOptions:
     o.timestamp_strategy = strategy
     o.poll_timeout_ms = _int(options, "kafkaConsumer.pollTimeoutMs", 120000, 1)
     o.api_timeout_ms = int(params.get("default.api.timeout.ms", 60000))
+    client_kwargs(params, CONSUMER_PARAMS)  # numbers must be numbers
     return o
 
 
@@ -266,8 +292,7 @@ def sink_options(options) -> SinkOptions:
     if params.get("compression.type", "none") not in ("none", "gzip", "snappy", "lz4", "zstd"):
         raise OptionError(f"option 'kafka.compression.type' must be one of none, gzip, snappy, lz4, zstd, got "
                           f"{params['compression.type']!r}")
-    if "batch.size" in params and not params["batch.size"].isdigit():
-        raise OptionError(f"option 'kafka.batch.size' must be a number of bytes, got {params['batch.size']!r}")
+    client_kwargs(params, PRODUCER_PARAMS)  # numbers must be numbers
     prefix = _get(options, "transactionalIdPrefix") or f"kesque-spark-{topic or 'sink'}"
     if "." in prefix:
         raise OptionError(f"option 'transactionalIdPrefix' must not contain '.', got {prefix!r}")

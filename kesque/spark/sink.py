@@ -44,7 +44,7 @@ from ..client.consumer import EARLIEST, LATEST, WireConsumer
 from ..client.producer import PreparedTxnState, Producer
 from ..client.wire import WireError, make
 from ..errors import KafkaError
-from .options import SinkOptions
+from .options import PRODUCER_PARAMS, SinkOptions, client_kwargs
 
 log = logging.getLogger("kesque.spark")
 
@@ -118,9 +118,8 @@ def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
     from pyspark import TaskContext
     ctx = TaskContext.get()
     attempt = ctx.taskAttemptId() if ctx is not None else uuid.uuid4().int & 0xFFFFFFFF
-    kw = dict(client_id="kesque-spark-writer", timeout=o.api_timeout_ms / 1000,
-              batch_size=int(o.params.get("batch.size", 1 << 20)),
-              compression=COMPRESSION[o.params.get("compression.type", "none")])
+    kw = client_kwargs(o.params, PRODUCER_PARAMS, client_id="kesque-spark-writer", timeout=o.api_timeout_ms / 1000,
+                       compression=COMPRESSION[o.params.get("compression.type", "none")])
     if o.exactly_once:
         txn_id = f"{id_prefix}.{attempt}"
         p = Producer(o.bootstrap, transactional_id=txn_id, enable_2pc=True, **kw)

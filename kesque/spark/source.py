@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..client.consumer import EARLIEST, LATEST, FetchError, WireConsumer
 from ..client.wire import WireError
 from ..records.records import iter_records, record_columns, records_payload
-from .options import Bound, SourceOptions
+from .options import CONSUMER_PARAMS, Bound, SourceOptions, client_kwargs
 
 log = logging.getLogger("kesque.spark")
 
@@ -306,9 +306,10 @@ def read_range(o: SourceOptions, r: OffsetRange):
     import pyarrow as pa
     import pyarrow.compute as pc
     schema = arrow_schema(o.include_headers)
-    c = ColumnConsumer(o.bootstrap, client_id="kesque-spark-executor", isolation_level=o.isolation_level,
-                       auto_offset_reset="none", max_wait_ms=500, headers=o.include_headers,
-                       timeout=max(1.0, min(30.0, o.api_timeout_ms / 1000)))
+    c = ColumnConsumer(o.bootstrap, isolation_level=o.isolation_level, auto_offset_reset="none",
+                       headers=o.include_headers, timeout=max(1.0, min(30.0, o.api_timeout_ms / 1000)),
+                       **client_kwargs(o.params, CONSUMER_PARAMS, client_id="kesque-spark-executor",
+                                       max_wait_ms=500))
     tp = (r.topic, r.partition)
     pending: list[_Chunk] = []
     rows = 0
