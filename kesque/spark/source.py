@@ -76,6 +76,9 @@ class OffsetPlanner:
                                           timeout=max(1.0, min(30.0, self.o.api_timeout_ms / 1000)))
         return self._consumer
 
+    def __getstate__(self):  # a reader may be pickled to the executors: never with a socket
+        return {**self.__dict__, "_consumer": None}
+
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
