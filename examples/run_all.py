@@ -65,9 +65,7 @@ def main(argv=None) -> int:
         # what the pipeline wrote, as a read_committed consumer sees it
         c = WireConsumer(bs, isolation_level=1)
         c.assign({("clicks-per-minute", p): EARLIEST for p in range(2)})
-        got = []
-        while msgs := c.poll(1.0):
-            got += [json.loads(m.value) for m in msgs]
+        got = [json.loads(m.value) for m in c.drain()]
         c.close()
     expected = Counter((e["page"], e["ts"][:16]) for e in evs)
     # append mode emits the windows the watermark (latest event - 30 s) has passed

@@ -49,12 +49,7 @@ def _read(bs, topic, partitions=1, isolation="read_committed"):
     c = WireConsumer(bs, isolation_level=1 if isolation == "read_committed" else 0)
     try:
         c.assign({(topic, p): EARLIEST for p in range(partitions)})
-        out = []
-        while True:
-            msgs = c.poll(1.0)
-            if not msgs:
-                return out
-            out += msgs
+        return c.drain()
     finally:
         c.close()
 

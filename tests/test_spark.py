@@ -26,7 +26,6 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from confluent_kafka import TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from conftest import running_broker  # noqa: E402
 
@@ -90,12 +89,7 @@ def committed_values(kb, t: str, partitions: int) -> list[str]:
     c = WireConsumer(kb.bootstrap_servers, isolation_level=1)
     try:
         c.assign({(t, p): EARLIEST for p in range(partitions)})
-        out = []
-        while True:
-            msgs = c.poll(1.0)
-            if not msgs:
-                return sorted(m.value.decode() for m in out)
-            out += msgs
+        return sorted(m.value.decode() for m in c.drain())
     finally:
         c.close()
 

@@ -172,6 +172,13 @@ class WireConsumer(Cluster):
             if msgs or time.monotonic() >= deadline:
                 return msgs
 
+    def drain(self, timeout: float = 1.0) -> list:
+        """Everything :meth:`poll` returns until a poll of ``timeout`` seconds comes back empty."""
+        out: list = []
+        while msgs := self.poll(timeout):
+            out += msgs
+        return out
+
     def _fetch_once(self, wait_ms: int) -> list[Message]:
         by_leader: dict[int, list[_PartitionState]] = {}
         for st in self.assignment.values():

@@ -189,13 +189,21 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 # ---------------------------------------------------------------------- writers
-class KesqueBatchWriter(DataSourceArrowWriter):
+class _TaskWriter:
+    """What both writers' tasks do: write the rows in a prepared transaction whose id starts
+    with ``<prefix>.<kind><writer uuid>`` (``kind``: ``b`` batch, ``s`` streaming)."""
+    kind = ""
+
     def __init__(self, o):
         self.o = o
-        self.id_prefix = f"{o.transactional_id_prefix}.b{uuid.uuid4().hex[:12]}"
+        self.id_prefix = f"{o.transactional_id_prefix}.{self.kind}{uuid.uuid4().hex[:12]}"
 
     def write(self, iterator):
         return sink.write_task(self.o, iterator, self.id_prefix)
+
+
+class KesqueBatchWriter(_TaskWriter, DataSourceArrowWriter):
+    kind = "b"
 
     def commit(self, messages) -> None:
         sink.commit_batch(self.o, messages, self.id_prefix)
@@ -204,13 +212,8 @@ class KesqueBatchWriter(DataSourceArrowWriter):
         sink.abort_batch(self.o, messages, self.id_prefix)
 
 
-class KesqueStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, o):
-        self.o = o
-        self.id_prefix = f"{o.transactional_id_prefix}.s{uuid.uuid4().hex[:12]}"
-
-    def write(self, iterator):
-        return sink.write_task(self.o, iterator, self.id_prefix)
+class KesqueStreamWriter(_TaskWriter, DataSourceStreamArrowWriter):
+    kind = "s"
 
     def commit(self, messages, batchId: int) -> None:
         sink.commit_stream(self.o, messages, batchId)
