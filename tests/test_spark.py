@@ -333,3 +333,40 @@ def test_format_is_registered_automatically(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert "['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType']" in out.stdout, \
         out.stderr[-2000:]
+
+
+# ============================================================================ the commit protocol, without Spark
+
+def _prepared(kb, txn_id: str, t: str, values: list[str]):
+    from kesque.spark.sink import KesqueCommitMessage
+    p = Producer(kb.bootstrap_servers, transactional_id=txn_id, enable_2pc=True)
+    p.init_transactions()
+    p.begin_transaction()
+    for v in values:
+        p.send(t, v.encode(), partition=0)
+    st = p.prepare_transaction()
+    p.close()
+    return KesqueCommitMessage(txn_id, st.producer_id, st.epoch, len(values))
+
+
+def test_commit_protocol_replay_and_takeover(kb):
+    from kesque.spark import sink
+    from kesque.spark.options import sink_options
+    t = topic(kb, 1)
+    prefix = "proto" + uuid.uuid4().hex[:6]
+    o = sink_options({"kafka.bootstrap.servers": kb.bootstrap_servers, "topic": t,
+                      "transactionalIdPrefix": prefix})
+    first = _prepared(kb, f"{prefix}.sA.0.0", t, ["a", "b"])
+    sink.commit_stream(o, [first], 0)
+    # batch 0 again (a replay after a restart): its new transaction is aborted, nothing is added
+    sink.commit_stream(o, [_prepared(kb, f"{prefix}.sB.0.0", t, ["a", "b"])], 0)
+    assert committed_values(kb, t, 1) == ["a", "b"]
+    # a prepared transaction whose id another attempt took over: the commit refuses, logs nothing
+    taken = _prepared(kb, f"{prefix}.sB.1.0", t, ["c"])
+    _prepared(kb, f"{prefix}.sB.1.0", t, ["c-again"])  # same id: aborts the first, prepares anew
+    with pytest.raises(sink.KesqueSinkError, match="no longer open"):
+        sink.commit_stream(o, [taken], 1)
+    assert sink.SinkLog(o).last() == {"batchId": 0, "state": "committed"}
+    sink.abort_stream(o, [taken])  # what Spark does next: nothing stays open
+    assert _open_txns(kb, prefix + ".") == []
+    assert committed_values(kb, t, 1) == ["a", "b"]

@@ -3,11 +3,13 @@
 
 Protocol (``deliveryGuarantee=exactly-once``, the default):
 
-1. **Task** (executor): transactional id ``<prefix>.s<writer uuid>.<task attempt id>``
-   (``.b`` for a batch write) — unique per task attempt, so attempts never fence each
-   other. ``init_transactions`` with 2PC, write every row, ``prepare_transaction``; the
-   commit message carries (transactional id, producer id, epoch). A failing task aborts its
-   transaction on the way out (best effort; step 4 catches the rest).
+1. **Task** (executor): transactional id ``<prefix>.s<writer uuid>.<partition>.<attempt>``
+   (``.b`` for a batch write) — one per attempt of a task, so attempts never fence each
+   other, and the same ids serve every micro-batch of a run (the coordinator keeps a
+   bounded set of ids, not one per task ever run). ``init_transactions`` with 2PC, write
+   every row, ``prepare_transaction``; the commit message carries (transactional id,
+   producer id, epoch). A failing task aborts its transaction on the way out (best effort;
+   step 4 catches the rest).
 2. **Driver, commit(messages, batchId)**: read this sink's last record from the sink log
    (topic ``sinkLogTopic``, key ``transactionalIdPrefix``).
    * batchId already *committed*: a replay — the new transactions are aborted, nothing
@@ -16,7 +18,9 @@ Protocol (``deliveryGuarantee=exactly-once``, the default):
      committed first (roll forward: a transaction already committed is simply no longer
      open), then it is marked committed; if it was this batchId, the new transactions are
      aborted — the first run's output stands.
-3. Otherwise: append ``{batchId, committing, transactions}`` (acks=all), commit every
+3. Otherwise: check that every prepared transaction is still open as prepared (a
+   transaction a later attempt took over fails the commit, and the batch is replayed), append
+   ``{batchId, committing, transactions}`` (acks=all), commit every
    transaction — ``init_transactions(keep_prepared_txn=True)`` under its id, which fences
    the (finished) task and returns the prepared state, then ``complete_transaction`` —
    and append ``{batchId, committed}``.
@@ -117,7 +121,9 @@ def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
     """Write one task's Arrow batches; returns the commit message (prepared transaction)."""
     from pyspark import TaskContext
     ctx = TaskContext.get()
-    attempt = ctx.taskAttemptId() if ctx is not None else uuid.uuid4().int & 0xFFFFFFFF
+    # one id per (partition, attempt) of this writer: a bounded set of ids, reused batch after
+    # batch (the driver has committed batch N's before batch N+1's tasks start)
+    attempt = f"{ctx.partitionId()}.{ctx.attemptNumber()}" if ctx is not None else uuid.uuid4().hex[:8]
     kw = client_kwargs(o.params, PRODUCER_PARAMS, client_id="kesque-spark-writer", timeout=o.api_timeout_ms / 1000,
                        compression=COMPRESSION[o.params.get("compression.type", "none")])
     if o.exactly_once:
@@ -155,7 +161,7 @@ def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
                 hs = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else ()
                 p.send(topic, _bytes(values[i]), key=_bytes(keys[i]), headers=hs, partition=parts[i])
             rows += n
-        if txn_id is None:
+        if txn_id is None or rows == 0:  # nothing written: no transaction was opened
             p.flush()
             return KesqueCommitMessage(None, rows=rows)
         state = p.prepare_transaction()
@@ -232,21 +238,37 @@ class SinkLog:
             p.flush()
 
 
-def _complete(o: SinkOptions, txn_id: str, state: PreparedTxnState | None, commit: bool) -> None:
-    """Commit (when ``state`` is still the open transaction) or abort what ``txn_id`` has open."""
+def _complete(o: SinkOptions, txn_id: str, state: PreparedTxnState | None, commit: bool,
+              rolling_forward: bool = False) -> None:
+    """Commit ``txn_id``'s prepared transaction when it is still ``state``, or abort what it
+    has open. Committing a transaction that is no longer open is an error — unless rolling
+    a logged commit forward, where it means that commit went through before the crash."""
     with Producer(o.bootstrap, transactional_id=txn_id, enable_2pc=True, client_id="kesque-spark-driver",
                   timeout=o.api_timeout_ms / 1000) as p:
         kept = p.init_transactions(keep_prepared_txn=True)
-        if kept is None:
-            return  # nothing open: completed before (a roll-forward after a crash)
-        if commit:
-            if kept != state:
+        if not commit:
+            if kept is not None:
                 p.abort_transaction()
-                raise KesqueSinkError(f"transaction {txn_id} is open as {kept}, not as the prepared {state}; "
-                                      "it was aborted")
-            p.complete_transaction(state)
-        else:
-            p.abort_transaction()
+            return
+        if kept is None and rolling_forward:
+            return
+        if kept != state:
+            raise KesqueSinkError(f"the prepared transaction {txn_id} ({state}) is no longer open "
+                                  f"({'nothing' if kept is None else kept} is): another attempt of the task took "
+                                  "its id over; the batch is not committed and will be replayed")
+        p.complete_transaction(state)
+
+
+def _verify(o: SinkOptions, txns) -> None:
+    """Before a commit is logged: each prepared transaction is still open as prepared."""
+    for txn_id, pid, epoch in txns:
+        with Producer(o.bootstrap, transactional_id=txn_id, enable_2pc=True, client_id="kesque-spark-driver",
+                      timeout=o.api_timeout_ms / 1000) as p:
+            kept = p.init_transactions(keep_prepared_txn=True)
+        if kept != PreparedTxnState(pid, epoch):
+            raise KesqueSinkError(f"the prepared transaction {txn_id} ({pid}:{epoch}) is no longer open "
+                                  f"({'nothing' if kept is None else kept} is): another attempt of the task took "
+                                  "its id over; the batch is not committed and will be replayed")
 
 
 def open_transactions(o: SinkOptions, prefix: str) -> list[str]:
@@ -303,7 +325,7 @@ def commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
     last = sink_log.last()
     if last is not None and last.get("state") == "committing":
         for txn_id, pid, epoch in last["txns"]:
-            _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True)
+            _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True, rolling_forward=True)
         sink_log.append({"batchId": last["batchId"], "state": "committed"})
         last = {"batchId": last["batchId"], "state": "committed"}
     if last is not None and last["batchId"] >= batch_id:
@@ -313,6 +335,7 @@ def commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
             _complete(o, txn_id, None, commit=False)
         sweep(o, stream_prefix)
         return
+    _verify(o, new)
     sink_log.append({"batchId": batch_id, "state": "committing", "txns": new})
     for i, (txn_id, pid, epoch) in enumerate(new):
         _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True)
@@ -334,6 +357,7 @@ def commit_batch(o: SinkOptions, messages, id_prefix: str) -> None:
     if not o.exactly_once:
         return
     new = _txns(messages)
+    _verify(o, new)
     for txn_id, pid, epoch in new:
         _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True)
     sweep(o, id_prefix + ".")
