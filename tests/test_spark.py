@@ -370,3 +370,32 @@ def test_commit_protocol_replay_and_takeover(kb):
     sink.abort_stream(o, [taken])  # what Spark does next: nothing stays open
     assert _open_txns(kb, prefix + ".") == []
     assert committed_values(kb, t, 1) == ["a", "b"]
+
+
+def test_streaming_query_survives_a_broker_sigkill(tmp_path):
+    """The broker is SIGKILLed just as the driver starts a commit and is back 3 s later: the
+    commit retries through it, the query finishes, each input is in the output once."""
+    with running_broker(tmp_path / "data", BROKER) as b:
+        b.admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
+        src, dst = topic(b, 2), topic(b, 2)
+        produce(b, src, 60, partitions=2)
+        marker = tmp_path / "committing"
+        args = [sys.executable, os.path.join(HERE, "spark_driver.py"), b.bootstrap_servers, src, dst,
+                str(tmp_path / "cp"), "bk" + uuid.uuid4().hex[:6]]
+        env = {**os.environ, "KESQUE_SPARK_PAUSE": f"before-commit:{marker}:2", "PYTHONPATH": os.getcwd()}
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            deadline = time.time() + 180
+            while not marker.exists():
+                assert proc.poll() is None and time.time() < deadline, "the driver never reached a commit"
+                time.sleep(0.1)
+            b.kill()
+            time.sleep(3)
+            b.restart()
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert "done" in out, err[-3000:]
+        assert committed_values(b, dst, 2) == sorted(f"v{i}" for i in range(60))

@@ -306,16 +306,18 @@ def _txns(messages) -> list[tuple[str, int, int]]:
 
 
 def _pause_point(stage: str) -> None:
-    """Fault injection for the crash tests: with KESQUE_SPARK_PAUSE=<stage>:<file> the commit
-    touches <file> at <stage> and waits there to be killed (tests/test_spark.py)."""
+    """Fault injection for the crash tests: with KESQUE_SPARK_PAUSE=<stage>:<file>[:<seconds>]
+    the commit touches <file> at <stage> and waits there — to be killed, or for <seconds>
+    (tests/test_spark.py)."""
     spec = os.environ.get("KESQUE_SPARK_PAUSE", "")
     if spec.startswith(stage + ":"):
-        with open(spec.split(":", 1)[1], "w"):
+        path, _, seconds = spec.split(":", 1)[1].partition(":")
+        with open(path, "w"):
             pass
-        time.sleep(3600)
+        time.sleep(float(seconds) if seconds else 3600)
 
 
-def commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
+def _commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
     if not o.exactly_once:
         return
     _pause_point("before-commit")
@@ -345,7 +347,7 @@ def commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
     sweep(o, stream_prefix)
 
 
-def abort_stream(o: SinkOptions, messages) -> None:
+def _abort_stream(o: SinkOptions, messages) -> None:
     if not o.exactly_once:
         return
     for txn_id, _pid, _epoch in _txns(messages):
@@ -353,7 +355,7 @@ def abort_stream(o: SinkOptions, messages) -> None:
     sweep(o, f"{o.transactional_id_prefix}.s")
 
 
-def commit_batch(o: SinkOptions, messages, id_prefix: str) -> None:
+def _commit_batch(o: SinkOptions, messages, id_prefix: str) -> None:
     if not o.exactly_once:
         return
     new = _txns(messages)
@@ -363,9 +365,38 @@ def commit_batch(o: SinkOptions, messages, id_prefix: str) -> None:
     sweep(o, id_prefix + ".")
 
 
-def abort_batch(o: SinkOptions, messages, id_prefix: str) -> None:
+def _abort_batch(o: SinkOptions, messages, id_prefix: str) -> None:
     if not o.exactly_once:
         return
     for txn_id, _pid, _epoch in _txns(messages):
         _complete(o, txn_id, None, commit=False)
     sweep(o, id_prefix + ".")
+
+
+def _driver_step(step):
+    """A driver-side step, retried through broker restarts and coordinator moves until
+    ``kafka.default.api.timeout.ms``, as a Kafka client retries. Every step may run again
+    from the start: the sink log makes a repeated commit a roll-forward, then a replay."""
+    def run(o: SinkOptions, *args) -> None:
+        deadline = time.monotonic() + o.api_timeout_ms / 1000
+        while True:
+            try:
+                return step(o, *args)
+            except (OSError, WireError, KafkaError) as e:
+                if isinstance(e, KafkaError) and not e.retriable and int(e.code) != 15:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise KesqueSinkError(f"{step.__name__.strip('_')} gave up after kafka.default.api.timeout.ms="
+                                          f"{o.api_timeout_ms} ms: {e}") from e
+                log.warning("kesque sink %s: %s failed (%s); retrying", o.transactional_id_prefix,
+                            step.__name__.strip("_"), e)
+                time.sleep(0.5)
+    run.__name__ = step.__name__.strip("_")
+    run.__doc__ = step.__doc__
+    return run
+
+
+commit_stream = _driver_step(_commit_stream)
+abort_stream = _driver_step(_abort_stream)
+commit_batch = _driver_step(_commit_batch)
+abort_batch = _driver_step(_abort_batch)
