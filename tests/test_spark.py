@@ -165,6 +165,37 @@ def test_streaming_max_offsets_per_trigger_and_resume(spark, kb, tmp_path):
     assert sorted(seen) == sorted(f"v{i}" for i in range(80))  # no gap, no repeat
 
 
+def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, kb, tmp_path):
+    t = topic(kb, 1)
+    batches: list[tuple[float, int]] = []
+
+    def batch(bdf, batch_id):
+        n = bdf.count()
+        if n:
+            batches.append((time.monotonic(), n))
+    q = (spark.readStream.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
+         .option("subscribe", t).option("startingOffsets", "earliest").option("minOffsetsPerTrigger", "30")
+         .option("maxTriggerDelay", "4s").load()
+         .writeStream.foreachBatch(batch).option("checkpointLocation", str(tmp_path / "cp"))
+         .trigger(processingTime="200 milliseconds").start())
+    try:
+        time.sleep(1)  # the query is running and has seen the (empty) topic
+        t0 = time.monotonic()
+        produce(kb, t, 10, partitions=1)
+        while not batches:
+            assert time.monotonic() - t0 < 30, "no batch after maxTriggerDelay"
+            time.sleep(0.05)
+        assert batches[0][1] == 10 and batches[0][0] - t0 >= 2.0  # held back until the delay (4 s) passed
+        t1 = time.monotonic()
+        produce(kb, t, 40, partitions=1, start=10)
+        while len(batches) < 2:
+            assert time.monotonic() - t1 < 30
+            time.sleep(0.05)
+        assert batches[1][1] == 40 and batches[1][0] - t1 < 2.5  # enough offsets: no waiting
+    finally:
+        q.stop()
+
+
 def test_streaming_picks_up_new_partitions(spark, kb, tmp_path):
     from confluent_kafka.admin import NewPartitions
     t = topic(kb, 1)

@@ -12,6 +12,7 @@ See docs/spark.md for the options, the schemas and the delivery guarantee.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from pyspark.sql.datasource import (
@@ -116,6 +117,7 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.o = o
         self._planner = OffsetPlanner(o)
         self._target: dict | None = None   # Trigger.AvailableNow: do not read past this
+        self._last_trigger = time.monotonic()  # minOffsetsPerTrigger waits at most maxTriggerDelay
 
     def initialOffset(self) -> dict:
         tps = self._planner.partitions()
@@ -148,6 +150,8 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     data_loss(self.o, f"Added partition {tp[0]}-{tp[1]} starts from {first[tp]} instead of 0. "
                                       "Some data may have been missed.")
                 begin[tp] = first[tp]
+        if self._waits_for_more(begin, latest):
+            return start
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(limit.max_rows, begin, latest)
         else:
@@ -157,6 +161,19 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if tp in end and end[tp] < off:
                 end[tp] = off
         return to_json_offsets(end)
+
+    def _waits_for_more(self, begin: dict, latest: dict) -> bool:
+        """minOffsetsPerTrigger: no batch while fewer new offsets than that are available,
+        unless maxTriggerDelay has passed since the last batch (never under AvailableNow)."""
+        need = self.o.min_offsets_per_trigger
+        if not need or self._target is not None:
+            return False
+        backlog = sum(max(0, off - begin.get(tp, off)) for tp, off in latest.items())
+        now = time.monotonic()
+        if backlog >= need or (backlog and now - self._last_trigger >= self.o.max_trigger_delay_ms / 1000):
+            self._last_trigger = now
+            return False
+        return True
 
     def reportLatestOffset(self):
         return to_json_offsets(self._latest())

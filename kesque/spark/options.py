@@ -80,6 +80,17 @@ def _int(options, name: str, default: int | None, minimum: int = 0) -> int | Non
     return n
 
 
+_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60000, "min": 60000, "h": 3600000, "d": 86400000}
+
+
+def duration_ms(name: str, text: str) -> int:
+    """Spark's time strings (``15m``, ``30s``, ``500ms``; a bare number is milliseconds)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if not m or (m.group(2) and m.group(2) not in _UNITS):
+        raise OptionError(f"option '{name}' must be a duration such as 15m, 30s or 500ms, got {text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2) or "ms"]
+
+
 def kafka_params(options) -> dict[str, str]:
     """The ``kafka.``-prefixed options, prefix removed, keys lower-cased."""
     return {k[6:].lower(): str(v) for k, v in options.items() if k.lower().startswith("kafka.")}
@@ -193,6 +204,8 @@ class SourceOptions:
     starting: Bound = field(default_factory=lambda: Bound("latest"))
     ending: Bound = field(default_factory=lambda: Bound("latest"))
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
@@ -254,6 +267,14 @@ def source_options(options, streaming: bool) -> SourceOptions:
         o.ending = _bound(options, "ending", "latest", allow_earliest=False, allow_latest=True,
                           json_special=(LATEST,))
     o.max_offsets_per_trigger = _int(options, "maxOffsetsPerTrigger", None, 1)
+    o.min_offsets_per_trigger = _int(options, "minOffsetsPerTrigger", None, 1)
+    if o.min_offsets_per_trigger and o.max_offsets_per_trigger and \
+            o.min_offsets_per_trigger > o.max_offsets_per_trigger:
+        raise OptionError(f"value of minOffsetPerTrigger({o.min_offsets_per_trigger}) is higher than the "
+                          f"maxOffsetsPerTrigger({o.max_offsets_per_trigger}).")
+    delay = _get(options, "maxTriggerDelay")
+    if delay is not None:
+        o.max_trigger_delay_ms = duration_ms("maxTriggerDelay", str(delay))
     o.min_partitions = _int(options, "minPartitions", None, 1)
     o.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
     o.include_headers = _bool(options, "includeHeaders", False)
