@@ -69,6 +69,16 @@ def test_idempotent_produce_and_keyed_partitioning(kb):
         assert m.headers == [("h", b"x")]
 
 
+def test_producer_creates_a_missing_topic_as_kafkas_does(kb):
+    """Metadata with allow_auto_topic_creation (auto.create.topics.enable is on by default)."""
+    bs = kb.bootstrap_servers
+    topic = "auto-" + uuid.uuid4().hex[:6]
+    with Producer(bs) as p:
+        p.send(topic, b"first")
+        p.flush()
+    assert [m.value for m in _read(bs, topic, 1, "read_uncommitted")] == [b"first"]
+
+
 def test_resent_batch_is_deduplicated(kb):
     bs = kb.bootstrap_servers
     topic = new_topic(bs)

@@ -60,13 +60,15 @@ class Cluster:
         self.close()
 
     # ------------------------------------------------------------------ metadata
-    def metadata(self, topics: list[str] | None) -> dict[str, dict]:
-        """{topic: {"error": code, "partitions": {p: (leader, epoch)}, "internal": bool}}."""
+    def metadata(self, topics: list[str] | None, allow_auto_create: bool = False) -> dict[str, dict]:
+        """{topic: {"error": code, "partitions": {p: (leader, epoch)}, "internal": bool}}.
+        ``allow_auto_create``: a producer's request, which creates a missing topic when the
+        broker has ``auto.create.topics.enable`` (the Java producer asks the same)."""
         def build(mod, v):
             rq = mod.request
             ts = None if topics is None else tuple(make(rq.MetadataRequestTopic, name=t, topic_id=None)
                                                    for t in topics)
-            return make(rq.MetadataRequest, topics=ts, allow_auto_topic_creation=False,
+            return make(rq.MetadataRequest, topics=ts, allow_auto_topic_creation=allow_auto_create,
                         include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
         try:
             resp = self._bootstrap_conn().request(3, build, max_version=12)

@@ -293,10 +293,15 @@ class Producer(Cluster):
     # ------------------------------------------------------------------ sending
     def _topic_partitions(self, topic: str) -> list[int]:
         parts = self._partitions.get(topic)
-        if parts is None:
-            md = self.metadata([topic]).get(topic)
-            if md is None or md["error"] != 0:
-                raise KafkaError(md["error"] if md else 3, f"topic {topic!r} is not available")
+        deadline = time.monotonic() + self.timeout
+        while parts is None:
+            md = self.metadata([topic], allow_auto_create=True).get(topic)
+            code = md["error"] if md else 3
+            if code in (5, 3) and time.monotonic() < deadline:  # being created: LEADER_NOT_AVAILABLE
+                time.sleep(0.05)
+                continue
+            if code != 0:
+                raise KafkaError(code, f"topic {topic!r} is not available")
             for p, (leader, _e) in md["partitions"].items():
                 self._leaders[(topic, p)] = leader
             parts = self._partitions[topic] = sorted(md["partitions"])
@@ -413,7 +418,7 @@ class Producer(Cluster):
 
     def _refresh(self, topic: str) -> None:
         try:
-            md = self.metadata([topic]).get(topic)
+            md = self.metadata([topic], allow_auto_create=True).get(topic)
         except (OSError, WireError):
             return
         if md and md["error"] == 0:

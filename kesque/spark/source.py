@@ -26,6 +26,9 @@ from .options import CONSUMER_PARAMS, Bound, SourceOptions, client_kwargs
 log = logging.getLogger("kesque.spark")
 
 BATCH_ROWS = 65536  # rows per Arrow record batch handed to Spark
+# ListOffsets errors the driver asks again after: LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
+# REQUEST_TIMED_OUT, FENCED/UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE
+RETRIABLE_OFFSETS = frozenset({5, 6, 7, 74, 76, 78})
 
 
 class KesqueSourceError(RuntimeError):
@@ -95,6 +98,10 @@ class OffsetPlanner:
             except (OSError, WireError) as e:
                 last = e
                 self.close()
+            except FetchError as e:
+                if e.code not in RETRIABLE_OFFSETS:
+                    raise
+                last = e  # a leader is being elected (a broker restarted): ask again
             if time.monotonic() >= deadline:
                 raise KesqueSourceError(
                     f"{what}: cannot reach kafka.bootstrap.servers={self.o.bootstrap} within "
