@@ -28,7 +28,7 @@ log = logging.getLogger("kesque.spark")
 BATCH_ROWS = 65536  # rows per Arrow record batch handed to Spark
 # ListOffsets errors the driver asks again after: LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
 # REQUEST_TIMED_OUT, FENCED/UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE
-RETRIABLE_OFFSETS = frozenset({5, 6, 7, 74, 76, 78})
+RETRIABLE_OFFSETS = frozenset({5, 6, 7, 74, 75, 78})
 
 
 class KesqueSourceError(RuntimeError):
