@@ -860,6 +860,14 @@ def main(argv=None) -> int:
                                r["rate"], "rows/s", "in-memory Python data source, same Arrow batches (same run)",
                                r["ceiling"], f"best of {len(r['kesque_seconds'])} passes, noop sink; {parts} "
                                f"partitions; the issue sets no bar", extra=r)
+                log("spark: batch write through the exactly-once sink vs the noop sink ...")
+                figures.create_topic(g.bootstrap, topic + "-w", parts)
+                w = guarded("spark-write", lambda: S.batch_write(spark, g.bootstrap, topic + "-w", n, parts))
+                if w:
+                    add_figure(report, f"Spark batch write of {n:,} x {len(S.VALUE)} B rows, exactly once (local[2])",
+                               "spark", w["rate"], "rows/s", "the same rows into the noop sink (same run)",
+                               w["ceiling"], f"best of {len(w['kesque_seconds'])} passes; one prepared transaction "
+                               "per task, committed by the driver; the issue sets no bar", extra=w)
                 log("spark: streaming end-to-end latency (default trigger, exactly-once sink) ...")
                 lat = guarded("spark-latency", lambda: S.streaming_latency(
                     spark, g.bootstrap, sc["spark_latency_seconds"], tempfile.mkdtemp(prefix="kesque-cp-")))

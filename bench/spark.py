@@ -108,6 +108,22 @@ def batch_read(spark, bootstrap: str, topic: str, records: int, partitions: int,
             "rate": records / min(kesque_s), "ceiling": records / min(memory_s)}
 
 
+def batch_write(spark, bootstrap: str, topic: str, records: int, partitions: int, passes: int = 3) -> dict:
+    """In-memory rows (key null, 100 B values) written through the exactly-once sink, against
+    the same rows into the noop sink (the ceiling of the path without kesque)."""
+    src = (spark.read.format("kesque-memory").option("rows", str(records)).option("partitions", str(partitions))
+           .load().select("key", "value"))
+    kesque_s, noop_s = [], []
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        (src.write.format("kesque").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+         .option("transactionalIdPrefix", "bench-w" + uuid.uuid4().hex[:6]).mode("append").save())
+        kesque_s.append(time.perf_counter() - t0)
+        noop_s.append(_noop(src))
+    return {"records": records, "kesque_seconds": kesque_s, "noop_seconds": noop_s,
+            "rate": records / min(kesque_s), "ceiling": records / min(noop_s)}
+
+
 def streaming_latency(spark, bootstrap: str, seconds: float, checkpoint: str, interval: float = 0.1) -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -178,5 +194,7 @@ if __name__ == "__main__":  # a quick standalone run: python bench/spark.py
         fill(b.bootstrap_servers, "bench-spark", n, 4)
         s = session()
         print(batch_read(s, b.bootstrap_servers, "bench-spark", n, 4, passes=2))
+        admin.create_topics([NewTopic("bench-spark-w", 4, 1)])["bench-spark-w"].result(15)
+        print(batch_write(s, b.bootstrap_servers, "bench-spark-w", n, 4, passes=2))
         print(streaming_latency(s, b.bootstrap_servers, 10, tempfile.mkdtemp()))
         s.stop()

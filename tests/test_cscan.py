@@ -121,3 +121,49 @@ def test_record_columns_agree_with_iter_records(recs, data):
     cut = bytes(damaged[:data.draw(st.integers(0, len(damaged)))])
     for p in (bytes(damaged), cut):
         assert _columns_outcome(rr._cscan.columns, p, n) == _columns_outcome(rr._record_columns_py, p, n)
+
+
+# ---------------------------------------------------------------------- encode (the Spark writer)
+
+def _column(vals, offset: int = 0):
+    """Arrow binary buffers by hand: (validity, int32 offsets, data, slice offset), with
+    ``offset`` leading rows that are not part of the column."""
+    import array
+    vals = [b"junk"] * offset + vals
+    valid = bytearray((len(vals) + 7) // 8)
+    offs, data = array.array("i", [0]), bytearray()
+    for i, v in enumerate(vals):
+        if v is not None:
+            valid[i >> 3] |= 1 << (i & 7)
+            data += v
+        offs.append(len(data))
+    return bytes(valid), offs.tobytes(), bytes(data), offset
+
+
+@SETTINGS
+@given(st.lists(st.tuples(values, values), min_size=1, max_size=40), st.integers(0, 9), st.data())
+def test_encode_columns_agree_with_the_record_encoder(rows, offset, data):
+    import array
+    picked = data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=40))
+    keys = _column([k for k, _ in rows], offset)
+    vals = _column([v for _, v in rows], offset)
+    idx = array.array("i", picked).tobytes()
+    body = bytearray()
+    for i, r in enumerate(picked):
+        rr.encode_record(body, i, 0, rows[r][0], rows[r][1])
+    assert rr._cscan.encode(keys, vals, idx) == rr._encode_columns_py(keys, vals, idx) == bytes(body)
+    assert rr._cscan.encode(None, vals, idx) == rr._encode_columns_py(None, vals, idx)
+    parts = rr._cscan.murmur2_partitions(keys, len(rows), 7)
+    assert parts == rr._murmur2_partitions_py(keys, len(rows), 7)
+    from kesque.utils import murmur2
+    expected = [-1 if k is None else (murmur2(k) & 0x7FFFFFFF) % 7 for k, _ in rows]
+    assert list(array.array("i", parts)) == expected
+
+
+def test_encode_refuses_rows_outside_the_columns():
+    import array
+    col = _column([b"a", b"b"])
+    with pytest.raises(ValueError):
+        rr._cscan.encode(col, col, array.array("i", [2]).tobytes())
+    with pytest.raises(ValueError):
+        rr._cscan.encode(col, col, array.array("i", [-1]).tobytes())

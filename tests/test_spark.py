@@ -237,6 +237,34 @@ def test_batch_write_with_a_failing_first_attempt(spark, kb):
     assert _open_txns(kb, "flaky.") == []
 
 
+def test_sink_places_rows_as_kafka_and_keeps_their_order(spark, kb):
+    """Keyed rows go where murmur2 puts them, a partition column wins, unkeyed rows stick to
+    one partition; within a partition the rows keep the task's order (column-wise path)."""
+    from kesque.utils import murmur2
+    dst = topic(kb, 3)
+    rows = [(f"k{i % 5}", f"v{i}", 2 if i % 7 == 0 else None) for i in range(300)] + \
+        [(None, f"n{i}", None) for i in range(20)]
+    df = spark.createDataFrame(rows, "key string, value string, partition int").coalesce(1)
+    (df.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers).option("topic", dst)
+     .option("kafka.batch.size", "2048").mode("append").save())
+    got = read(spark, kb, subscribe=dst).collect()
+    assert len(got) == 320
+    by_part: dict[int, list[str]] = {}
+    for r in sorted(got, key=lambda r: (r.partition, r.offset)):
+        by_part.setdefault(r.partition, []).append(r.value.decode())
+        i = int(r.value[1:])
+        if r.key is not None:
+            expected = 2 if i % 7 == 0 else (murmur2(r.key) & 0x7FFFFFFF) % 3
+            assert r.partition == expected, r
+    assert len({r.partition for r in got if r.key is None}) == 1
+    for vals in by_part.values():  # the order of the rows, partition by partition
+        assert vals == [v for _k, v, _p in rows if v in set(vals)]
+    bad = spark.createDataFrame([("x", 9)], "value string, partition int")
+    with pytest.raises(Exception, match="Invalid partition given with record: 9"):
+        (bad.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers).option("topic", dst)
+         .mode("append").save())
+
+
 def _open_txns(kb, prefix):
     from kesque.spark.options import sink_options
     from kesque.spark.sink import open_transactions

@@ -32,7 +32,8 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ErrorCode, KafkaError
-from ..records.records import build_batch
+from ..records.records import build_batch, wrap_batch
+from ..utils import murmur2
 from .cluster import COORDINATOR_RETRIABLE, Cluster
 from .wire import WireError, make
 
@@ -42,32 +43,6 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 RETRY_PRODUCE = frozenset({3, 5, 6, 7, 19, 20, 56, 74, 75, 100})
 # metadata is stale for these
 STALE_METADATA = frozenset({3, 5, 6, 74, 75, 100})
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (seed 0x9747b28c), as a signed 32-bit int."""
-    m, r = 0x5BD1E995, 24
-    length = len(data)
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    n4 = length & ~3
-    for i in range(0, n4, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    rest = length & 3
-    if rest == 3:
-        h ^= data[n4 + 2] << 16
-    if rest >= 2:
-        h ^= data[n4 + 1] << 8
-    if rest >= 1:
-        h ^= data[n4]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h >= (1 << 31) else h
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
@@ -97,6 +72,17 @@ class _Pending:
     records: list
     batch: bytes | None = None   # built once, resent as is
     sequence: int = -1
+    encoded: "_Encoded | None" = None  # a records section encoded elsewhere, instead of records
+
+    @property
+    def count(self) -> int:
+        return self.encoded.count if self.encoded is not None else len(self.records)
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    body: bytes
+    count: int
 
 
 class Producer(Cluster):
@@ -320,10 +306,31 @@ class Producer(Cluster):
                 partition = self._sticky.get(topic)
                 if partition is None:
                     partition = self._sticky[topic] = random.choice(parts)
+        else:
+            self._check_partition(topic, partition)
         self._buffer.setdefault((topic, partition), []).append((key, value, tuple(headers or ()), timestamp))
         self._buffered += 24 + len(key or b"") + len(value or b"")
         if self._buffered >= self.batch_size:  # a full batch goes out now, as the Java producer sends it
             self.flush()
+
+    def send_encoded(self, topic: str, partition: int, body: bytes, count: int) -> None:
+        """Buffer ``count`` records already encoded as a batch's records section (offset
+        deltas 0..count-1, timestamp deltas 0: they get the time of sending). They become one
+        batch of their own, in order with the partition's other records; keep ``body`` under
+        ``batch_size``."""
+        if self.transactional_id is not None and not self._in_txn:
+            raise KafkaError(48, "send outside a transaction: call begin_transaction() first")
+        self._check_partition(topic, partition)
+        self._buffer.setdefault((topic, partition), []).append(_Encoded(body, count))
+        self._buffered += len(body)
+        if self._buffered >= self.batch_size:
+            self.flush()
+
+    def _check_partition(self, topic: str, partition: int) -> None:
+        parts = self._topic_partitions(topic)
+        if not 0 <= partition <= parts[-1]:
+            raise KafkaError(3, f"Invalid partition given with record: {partition} is not in the range "
+                                f"[0...{len(parts)}].")
 
     def flush(self) -> None:
         if not self._buffer:
@@ -337,13 +344,20 @@ class Producer(Cluster):
             chunk: list = []
             size = 0
             for r in recs:
+                if isinstance(r, _Encoded):  # its own batch, in its place in the partition's order
+                    if chunk:
+                        pending.append(_Pending(t, p, chunk))
+                        chunk, size = [], 0
+                    pending.append(_Pending(t, p, [], encoded=r))
+                    continue
                 n = 24 + len(r[0] or b"") + len(r[1] or b"") + sum(len(k) + len(v or b"") for k, v in r[2])
                 if chunk and size + n > self.batch_size:
                     pending.append(_Pending(t, p, chunk))
                     chunk, size = [], 0
                 chunk.append(r)
                 size += n
-            pending.append(_Pending(t, p, chunk))
+            if chunk:
+                pending.append(_Pending(t, p, chunk))
         if self.transactional_id is not None:
             self._add_partitions([(x.topic, x.partition) for x in pending])
         # one batch per partition per request keeps every partition's batches in sequence order
@@ -364,12 +378,16 @@ class Producer(Cluster):
         seq = -1
         if self.idempotent:
             seq = self._seq.get((x.topic, x.partition), 0)
-            self._seq[(x.topic, x.partition)] = (seq + len(x.records)) & 0x7FFFFFFF
+            self._seq[(x.topic, x.partition)] = (seq + x.count) & 0x7FFFFFFF
         x.sequence = seq
-        x.batch = build_batch(x.records, compression_codec=self.compression,
-                              producer_id=self.producer_id if self.idempotent else -1,
-                              producer_epoch=self.epoch if self.idempotent else -1, base_sequence=seq,
-                              transactional=self.transactional_id is not None)
+        ids = dict(compression_codec=self.compression, producer_id=self.producer_id if self.idempotent else -1,
+                   producer_epoch=self.epoch if self.idempotent else -1, base_sequence=seq,
+                   transactional=self.transactional_id is not None)
+        if x.encoded is not None:
+            now = int(time.time() * 1000)
+            x.batch = wrap_batch(x.encoded.body, x.encoded.count, now, now, **ids)
+        else:
+            x.batch = build_batch(x.records, **ids)
 
     def _produce(self, batches: list[_Pending]) -> None:
         deadline = time.monotonic() + self.timeout

@@ -11,6 +11,10 @@
  * columns(payload, count) -> the records of one batch as column buffers (see records.py,
  *     record_columns): the reader side of the Spark connector builds Arrow arrays from them
  *     without a Python object per record.
+ * encode(key_col, value_col, rows) -> the records section of a batch for the given rows of
+ *     two Arrow binary columns (see records.py, encode_columns): the writer side.
+ * murmur2_partitions(key_col, n, partitions) -> int32 partition per row (-1: null key),
+ *     Kafka's default partitioner.
  * Errors raise ValueError with Kafka's messages; the caller turns them into INVALID_RECORD.
  */
 #define PY_SSIZE_T_CLEAN
@@ -317,10 +321,184 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------- encode */
+
+/* an Arrow binary column: (validity bitmap or None, int32 offsets, data, slice offset) */
+typedef struct {
+    Py_buffer valid, offsets, data;
+    int has_valid, present;
+    Py_ssize_t offset;
+} bincol;
+
+static void col_release(bincol *c)
+{
+    if (c->has_valid) PyBuffer_Release(&c->valid);
+    if (c->present) {
+        PyBuffer_Release(&c->offsets);
+        PyBuffer_Release(&c->data);
+    }
+}
+
+static int col_get(PyObject *obj, bincol *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (obj == Py_None)
+        return 0; /* no column: every value null */
+    PyObject *v, *o, *d;
+    if (!PyArg_ParseTuple(obj, "OOOn", &v, &o, &d, &c->offset))
+        return -1;
+    if (v != Py_None) {
+        if (PyObject_GetBuffer(v, &c->valid, PyBUF_SIMPLE) < 0) return -1;
+        c->has_valid = 1;
+    }
+    if (PyObject_GetBuffer(o, &c->offsets, PyBUF_SIMPLE) < 0) { col_release(c); return -1; }
+    if (PyObject_GetBuffer(d, &c->data, PyBUF_SIMPLE) < 0) { PyBuffer_Release(&c->offsets); col_release(c); return -1; }
+    c->present = 1;
+    return 0;
+}
+
+/* value i of the column: 0 and (*p, *n) set, 1 when null, -1 out of bounds */
+static int col_value(const bincol *c, Py_ssize_t i, const char **p, Py_ssize_t *n)
+{
+    if (!c->present)
+        return 1;
+    Py_ssize_t j = i + c->offset;
+    if (j < 0 || (j + 2) * (Py_ssize_t)sizeof(int32_t) > c->offsets.len)
+        return -1;
+    if (c->has_valid) {
+        if (j / 8 >= c->valid.len) return -1;
+        if (!(((const unsigned char *)c->valid.buf)[j >> 3] >> (j & 7) & 1)) return 1;
+    }
+    const int32_t *off = (const int32_t *)c->offsets.buf;
+    int32_t a = off[j], b = off[j + 1];
+    if (a < 0 || b < a || b > c->data.len)
+        return -1;
+    *p = (const char *)c->data.buf + a;
+    *n = b - a;
+    return 0;
+}
+
+static Py_ssize_t put_uvarint(unsigned char *out, uint64_t v)
+{
+    Py_ssize_t n = 0;
+    while (v >= 0x80) { out[n++] = (unsigned char)(v | 0x80); v >>= 7; }
+    out[n++] = (unsigned char)v;
+    return n;
+}
+
+static Py_ssize_t put_svarint(unsigned char *out, int64_t v)
+{
+    return put_uvarint(out, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+static PyObject *encode(PyObject *self, PyObject *args)
+{
+    PyObject *kobj, *vobj, *robj;
+    if (!PyArg_ParseTuple(args, "OOO", &kobj, &vobj, &robj))
+        return NULL;
+    bincol k, v;
+    Py_buffer rows;
+    if (col_get(kobj, &k) < 0) return NULL;
+    if (col_get(vobj, &v) < 0) { col_release(&k); return NULL; }
+    if (PyObject_GetBuffer(robj, &rows, PyBUF_SIMPLE) < 0) { col_release(&k); col_release(&v); return NULL; }
+    PyObject *result = NULL;
+    growbuf out = {0};
+    Py_ssize_t n = rows.len / (Py_ssize_t)sizeof(int32_t);
+    const int32_t *idx = (const int32_t *)rows.buf;
+    unsigned char head[64];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *kp = NULL, *vp = NULL;
+        Py_ssize_t kn = -1, vn = -1;
+        int rk = col_value(&k, idx[i], &kp, &kn), rv = col_value(&v, idx[i], &vp, &vn);
+        if (rk < 0 || rv < 0) { invalid("row %ld is out of the columns' bounds", (long)idx[i]); goto done; }
+        if (rk) kn = -1;
+        if (rv) vn = -1;
+        /* body: attributes, timestamp delta 0, offset delta i, key, value, 0 headers */
+        Py_ssize_t h = 0;
+        head[h++] = 0;
+        head[h++] = 0;
+        h += put_svarint(head + h, i);
+        Py_ssize_t kh = put_svarint(head + h, kn);
+        Py_ssize_t body = h + kh + (kn > 0 ? kn : 0);
+        unsigned char vhead[16];
+        Py_ssize_t vh = put_svarint(vhead, vn);
+        body += vh + (vn > 0 ? vn : 0) + 1;
+        unsigned char len[16];
+        Py_ssize_t lh = put_svarint(len, body);
+        if (gb_reserve(&out, lh + body) < 0) goto done;
+        memcpy(out.data + out.len, len, lh); out.len += lh;
+        memcpy(out.data + out.len, head, h + kh); out.len += h + kh;
+        if (kn > 0) { memcpy(out.data + out.len, kp, kn); out.len += kn; }
+        memcpy(out.data + out.len, vhead, vh); out.len += vh;
+        if (vn > 0) { memcpy(out.data + out.len, vp, vn); out.len += vn; }
+        out.data[out.len++] = 0;
+    }
+    result = gb_bytes(&out);
+done:
+    PyMem_Free(out.data);
+    PyBuffer_Release(&rows);
+    col_release(&k);
+    col_release(&v);
+    return result;
+}
+
+static int32_t murmur2(const unsigned char *data, Py_ssize_t length)
+{
+    const uint32_t m = 0x5bd1e995;
+    const int r = 24;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t n4 = length & ~(Py_ssize_t)3;
+    for (Py_ssize_t i = 0; i < n4; i += 4) {
+        uint32_t k = (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8) | ((uint32_t)data[i + 2] << 16) |
+                     ((uint32_t)data[i + 3] << 24);
+        k *= m;
+        k ^= k >> r;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    switch (length & 3) {
+    case 3: h ^= (uint32_t)data[n4 + 2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)data[n4 + 1] << 8;  /* fall through */
+    case 1: h ^= (uint32_t)data[n4]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+static PyObject *murmur2_partitions(PyObject *self, PyObject *args)
+{
+    PyObject *kobj;
+    Py_ssize_t n;
+    long parts;
+    if (!PyArg_ParseTuple(args, "Onl", &kobj, &n, &parts))
+        return NULL;
+    if (parts <= 0 || n < 0)
+        return invalid("bad partition count %ld or row count %ld", parts, (long)n);
+    bincol k;
+    if (col_get(kobj, &k) < 0) return NULL;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
+    if (!result) { col_release(&k); return NULL; }
+    int32_t *out = (int32_t *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *kp = NULL;
+        Py_ssize_t kn = 0;
+        int rk = col_value(&k, i, &kp, &kn);
+        if (rk < 0) { Py_DECREF(result); result = NULL; invalid("row %ld is out of the key column", (long)i); break; }
+        out[i] = rk ? -1 : (int32_t)((uint32_t)(murmur2((const unsigned char *)kp, kn) & 0x7fffffff) % (uint32_t)parts);
+    }
+    col_release(&k);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Check the framing of every field of every record."},
     {"walk", walk, METH_VARARGS, "Check that record length prefixes tile the range."},
     {"columns", columns, METH_VARARGS, "The records of one batch payload as column buffers."},
+    {"encode", encode, METH_VARARGS, "The records section of a batch for rows of two binary columns."},
+    {"murmur2_partitions", murmur2_partitions, METH_VARARGS, "Kafka's default partition of each key."},
     {NULL, NULL, 0, NULL},
 };
 

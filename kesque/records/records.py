@@ -360,6 +360,54 @@ def _record_columns_py(payload, count: int) -> tuple:
             bytes(vd))
 
 
+# A binary column for encode_columns / murmur2_partitions: (validity bitmap or None, int32
+# offsets, data, slice offset) — an Arrow binary array's buffers — or None (all values null).
+
+def _column_value(col, i: int):
+    valid, offsets, data, off = col
+    j = i + off
+    if valid is not None and not (valid[j >> 3] >> (j & 7)) & 1:
+        return None
+    a, b = struct.unpack_from("=ii", offsets, 4 * j)
+    return bytes(data[a:b])
+
+
+def encode_columns(keys, values, rows) -> bytes:
+    """The records section of a batch holding ``rows`` (int32 row numbers, in order) of two
+    binary columns: offset deltas 0..n-1, timestamp deltas 0, no headers. Compiled in
+    ``_cscan.encode``; this is its reference and fallback."""
+    if _cscan is not None:
+        return _cscan.encode(keys, values, rows)
+    return _encode_columns_py(keys, values, rows)
+
+
+def _encode_columns_py(keys, values, rows) -> bytes:
+    import array
+    body = bytearray()
+    for i, r in enumerate(array.array("i", bytes(rows))):
+        encode_record(body, i, 0, None if keys is None else _column_value(keys, r),
+                      None if values is None else _column_value(values, r))
+    return bytes(body)
+
+
+def murmur2_partitions(keys, n: int, partitions: int) -> bytes:
+    """int32 per row: Kafka's default partition of its key, -1 for a null key."""
+    if _cscan is not None:
+        return _cscan.murmur2_partitions(keys, n, partitions)
+    return _murmur2_partitions_py(keys, n, partitions)
+
+
+def _murmur2_partitions_py(keys, n: int, partitions: int) -> bytes:
+    import array
+
+    from ..utils import murmur2
+    out = array.array("i")
+    for i in range(n):
+        k = None if keys is None else _column_value(keys, i)
+        out.append(-1 if k is None else (murmur2(k) & 0x7FFFFFFF) % partitions)
+    return out.tobytes()
+
+
 # ----------------------------------------------------------------- building
 
 def _uvarint(v: int, out: bytearray) -> None:
@@ -413,20 +461,31 @@ def build_batch(records, *, base_offset: int = 0, compression_codec: int = 0,
     body = bytearray()
     for i, rec in enumerate(records):
         encode_record(body, i, stamps[i] - base_ts, rec[0], rec[1], rec[2] if len(rec) > 2 else ())
+    return wrap_batch(body, len(records), base_ts, max(stamps) if stamps else now, base_offset=base_offset,
+                      compression_codec=compression_codec, producer_id=producer_id, producer_epoch=producer_epoch,
+                      base_sequence=base_sequence, transactional=transactional, control=control,
+                      partition_leader_epoch=partition_leader_epoch, log_append_time=log_append_time, xerial=xerial)
+
+
+def wrap_batch(body, count: int, base_ts: int, max_ts: int, *, base_offset: int = 0, compression_codec: int = 0,
+               producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+               transactional: bool = False, control: bool = False, partition_leader_epoch: int = -1,
+               log_append_time: int | None = None, xerial: bool = False) -> bytes:
+    """A v2 batch around an encoded records section of ``count`` records (compressed here
+    when ``compression_codec`` says so): the header, the attributes and the CRC."""
     if compression_codec:
         body = compression.compress(compression_codec, bytes(body), xerial=xerial)
     attrs = compression_codec
     if log_append_time is not None:
         attrs |= rb.TIMESTAMP_TYPE_MASK
+        max_ts = log_append_time
     if transactional:
         attrs |= rb.TRANSACTIONAL_FLAG
     if control:
         attrs |= rb.CONTROL_FLAG
-    max_ts = log_append_time if log_append_time is not None else (max(stamps) if stamps else now)
-    n = len(records)
     header = bytearray(_HEADER.pack(base_offset, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
-                                    partition_leader_epoch, 2, 0, attrs, max(n - 1, 0), base_ts, max_ts,
-                                    producer_id, producer_epoch, base_sequence, n))
+                                    partition_leader_epoch, 2, 0, attrs, max(count - 1, 0), base_ts, max_ts,
+                                    producer_id, producer_epoch, base_sequence, count))
     out = header + body
     _U32.pack_into(out, rb.CRC_OFFSET, crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET:]))
     return bytes(out)

@@ -48,6 +48,7 @@ from ..client.consumer import EARLIEST, LATEST, WireConsumer
 from ..client.producer import PreparedTxnState, Producer
 from ..client.wire import WireError, make
 from ..errors import KafkaError
+from ..records.records import encode_columns, murmur2_partitions
 from .options import PRODUCER_PARAMS, SinkOptions, client_kwargs
 
 log = logging.getLogger("kesque.spark")
@@ -146,21 +147,9 @@ def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
                 raise
             p.begin_transaction()
         for batch in batches:
-            cols = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
-            n = batch.num_rows
-            values = cols["value"]
-            keys = cols.get("key") or [None] * n
-            topics = [o.topic] * n if o.topic is not None else cols["topic"]
-            parts = cols.get("partition") or [None] * n
-            headers = cols.get("headers") or [None] * n
-            for i in range(n):
-                topic = topics[i]
-                if topic is None:
-                    raise KesqueSinkError("null topic present in the data. Use the topic option for setting a "
-                                          "topic.")
-                hs = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else ()
-                p.send(topic, _bytes(values[i]), key=_bytes(keys[i]), headers=hs, partition=parts[i])
-            rows += n
+            if not _write_columns(p, o, batch):
+                _write_rows(p, o, batch)
+            rows += batch.num_rows
         if txn_id is None or rows == 0:  # nothing written: no transaction was opened
             p.flush()
             return KesqueCommitMessage(None, rows=rows)
@@ -175,6 +164,100 @@ def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
         raise
     finally:
         p.close()
+
+
+def _write_rows(p: Producer, o: SinkOptions, batch) -> None:
+    """Row by row: any topic column, headers."""
+    cols = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+    n = batch.num_rows
+    values = cols["value"]
+    keys = cols.get("key") or [None] * n
+    topics = [o.topic] * n if o.topic is not None else cols["topic"]
+    parts = cols.get("partition") or [None] * n
+    headers = cols.get("headers") or [None] * n
+    for i in range(n):
+        topic = topics[i]
+        if topic is None:
+            raise KesqueSinkError("null topic present in the data. Use the topic option for setting a topic.")
+        hs = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else ()
+        p.send(topic, _bytes(values[i]), key=_bytes(keys[i]), headers=hs, partition=parts[i])
+
+
+def _binary_column(batch, name: str):
+    """An Arrow column as encode_columns' (validity, offsets, data, slice offset), or None."""
+    import pyarrow as pa
+    names = [x.lower() for x in batch.schema.names]
+    if name not in names:
+        return None
+    arr = batch.column(names.index(name))
+    if arr.type != pa.binary():
+        arr = arr.cast(pa.binary())  # string -> binary shares the buffers
+    valid, offsets, data = arr.buffers()[:3]
+    return valid, offsets, data if data is not None else b"", arr.offset
+
+
+def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
+    """Column-wise, when every row goes to one topic and there are no headers: partitions
+    from the partition column or murmur2 of the keys (compiled), rows grouped by partition
+    (a stable sort, so each partition keeps the rows' order) and encoded straight from the
+    Arrow buffers into batch bodies. False when the batch needs the row path."""
+    import numpy as np
+    import pyarrow.compute as pc
+    names = [x.lower() for x in batch.schema.names]
+    n = batch.num_rows
+    if n == 0:
+        return True
+    if "headers" in names:
+        return False
+    topic = o.topic
+    if topic is None:
+        col = batch.column(names.index("topic"))
+        if col.null_count or len(pc.unique(col)) != 1:
+            return False
+        topic = col[0].as_py()
+    keys, values = _binary_column(batch, "key"), _binary_column(batch, "value")
+    nparts = len(p._topic_partitions(topic))
+    parts = np.frombuffer(murmur2_partitions(keys, n, nparts), dtype=np.int32).copy()
+    unkeyed = parts < 0
+    if unkeyed.any():  # no key: one sticky partition for the batch, as the Java producer
+        parts[unkeyed] = np.random.randint(nparts)
+    if "partition" in names:
+        given = batch.column(names.index("partition"))
+        mask = np.asarray(given.is_valid())
+        if mask.any():
+            parts[mask] = np.asarray(given.fill_null(0), dtype=np.int32)[mask]
+        bad = parts[(parts < 0) | (parts >= nparts)]
+        if len(bad):
+            raise KesqueSinkError(f"Invalid partition given with record: {int(bad[0])} is not in the range "
+                                  f"[0...{nparts}].")
+    order = np.argsort(parts, kind="stable").astype(np.int32)
+    sorted_parts = parts[order]
+    sizes = 16 + _lengths(keys, n) + _lengths(values, n)
+    cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+    for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [n]))):
+        rows = order[lo:hi]
+        total = np.cumsum(sizes[rows])
+        # chunks of at most batch_size bytes with room for the batch header (one row at least)
+        limit = max(1, p.batch_size - 1024)
+        starts = [0]
+        while True:
+            nxt = int(np.searchsorted(total, total[starts[-1]] - sizes[rows[starts[-1]]] + limit, "right"))
+            nxt = max(nxt, starts[-1] + 1)
+            if nxt >= len(rows):
+                break
+            starts.append(nxt)
+        for a, b in zip(starts, starts[1:] + [len(rows)]):
+            chunk = rows[a:b]
+            p.send_encoded(topic, int(sorted_parts[lo]), encode_columns(keys, values, chunk.tobytes()), len(chunk))
+    return True
+
+
+def _lengths(col, n: int):
+    import numpy as np
+    if col is None:
+        return np.zeros(n, dtype=np.int64)
+    offsets = np.frombuffer(col[1], dtype=np.int32)[col[3]:col[3] + n + 1]
+    return np.diff(offsets).astype(np.int64)
 
 
 # ---------------------------------------------------------------------- driver side
