@@ -336,10 +336,14 @@ def _complete(o: SinkOptions, txn_id: str, state: PreparedTxnState | None, commi
         if kept is None and rolling_forward:
             return
         if kept != state:
-            raise KesqueSinkError(f"the prepared transaction {txn_id} ({state}) is no longer open "
-                                  f"({'nothing' if kept is None else kept} is): another attempt of the task took "
-                                  "its id over; the batch is not committed and will be replayed")
+            raise _taken_over(txn_id, state, kept)
         p.complete_transaction(state)
+
+
+def _taken_over(txn_id: str, state: PreparedTxnState, kept: PreparedTxnState | None) -> KesqueSinkError:
+    return KesqueSinkError(f"the prepared transaction {txn_id} ({state}) is no longer open "
+                           f"({'nothing' if kept is None else kept} is): another attempt of the task took its id "
+                           "over; the batch is not committed and will be replayed")
 
 
 def _verify(o: SinkOptions, txns) -> None:
@@ -349,9 +353,7 @@ def _verify(o: SinkOptions, txns) -> None:
                       timeout=o.api_timeout_ms / 1000) as p:
             kept = p.init_transactions(keep_prepared_txn=True)
         if kept != PreparedTxnState(pid, epoch):
-            raise KesqueSinkError(f"the prepared transaction {txn_id} ({pid}:{epoch}) is no longer open "
-                                  f"({'nothing' if kept is None else kept} is): another attempt of the task took "
-                                  "its id over; the batch is not committed and will be replayed")
+            raise _taken_over(txn_id, PreparedTxnState(pid, epoch), kept)
 
 
 def open_transactions(o: SinkOptions, prefix: str) -> list[str]:
