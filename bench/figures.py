@@ -24,6 +24,20 @@ _error_of = operator.methodcaller("error")
 
 # ================================================================== helpers
 
+def rss_mib(pid: int) -> dict:
+    """VmRSS and VmHWM of a process, in MiB (empty when it is gone)."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM"):
+                    out[k] = int(v.split()[0]) / 1024.0
+    except OSError:
+        pass
+    return out
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int, config: dict | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     fut = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})], operation_timeout=30)

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.index import load_request_schema
 
 import wire
+from figures import rss_mib
 from kesque.protocol.primitives import read_uvarint as _uvarint
 from kesque.protocol.primitives import skip_tagged_fields as _skip_tags
 
@@ -582,19 +583,6 @@ def produce_raw_sync(bootstrap: str, topic: str, requests: int, window: int = 1)
 
 
 # ================================================================== 3. coordinator load time and memory
-
-def rss_mib(pid: int) -> dict:
-    out = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                if k in ("VmRSS", "VmHWM"):
-                    out[k] = int(v.split()[0]) / 1024.0
-    except OSError:
-        pass
-    return out
-
 
 def group_name(i: int) -> str:
     return f"bench-group-{i:05d}"

@@ -122,19 +122,6 @@ def use_source_tree(src: str | None) -> None:
         os.chdir(REPO)
 
 
-def proc_status(pid: int) -> dict:
-    out = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                if k in ("VmRSS", "VmHWM"):
-                    out[k] = int(v.split()[0]) / 1024.0  # MiB
-    except OSError:
-        pass
-    return out
-
-
 def proc_cpu_seconds(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -221,7 +208,8 @@ class BrokerGroup:
 
     def __exit__(self, *exc):
         info = {"alive_at_end": self.alive(), "consumer_warm_up_seconds": round(self.warm_up_seconds, 3)}
-        info.update(proc_status(self.pid))
+        import figures
+        info.update(figures.rss_mib(self.pid))
         info["data_bytes"] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(self.dir) for f in fs)
         if self.sampler is not None:
             import profiling

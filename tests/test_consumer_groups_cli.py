@@ -4,7 +4,6 @@ demonstrations of docs/delivery-semantics.md - all against real brokers and real
 
 from __future__ import annotations
 
-import io
 import os
 import pathlib
 import re
@@ -17,6 +16,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from test_tools import kesque as run_in_process
 
 from kesque.utils import java_string_hash
 
@@ -27,30 +27,9 @@ BIN = os.path.dirname(sys.executable)
 # ----------------------------------------------------------------- helpers
 
 def kesque(*args, input: str | None = None) -> subprocess.CompletedProcess:
-    """``kesque <args>`` in this process (a fresh interpreter per command would dominate the
-    run time); real processes are used where a crash or a pipe is the point."""
-    from kesque.cli.main import main
-
-    class Buf(io.BytesIO):
-        def close(self):
-            pass
-
-    saved = sys.stdin, sys.stdout, sys.stderr
-    out_b, err_b = Buf(), Buf()
-    sys.stdin = io.TextIOWrapper(io.BytesIO((input or "").encode()), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(out_b, encoding="utf-8", write_through=True)
-    sys.stderr = io.TextIOWrapper(err_b, encoding="utf-8", write_through=True)
-    try:
-        try:
-            code = main(list(args))
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        sys.stdin, sys.stdout, sys.stderr = saved
-    return subprocess.CompletedProcess(["kesque", *args], code or 0, out_b.getvalue().decode(),
-                                       err_b.getvalue().decode())
+    """``kesque <args>`` in this process (test_tools' runner), output as text."""
+    r = run_in_process(*args, input=input)
+    return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())
 
 
 def cg(bs, *args) -> subprocess.CompletedProcess:

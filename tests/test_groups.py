@@ -47,6 +47,7 @@ import pytest
 # a member subprocess (this file run as a script) needs confluent-kafka only
 if __name__ != "__main__":
     sys.path.insert(0, os.path.dirname(__file__))
+    from conftest import running_broker
     from wire import Msg, WireClient
 
     from kesque.testing.broker import Broker
@@ -391,12 +392,8 @@ def check_journal(journal: Journal, ends: dict[int, int]) -> dict:
 # ============================================================================ fixtures
 @pytest.fixture(scope="module")
 def gbroker(tmp_path_factory):
-    b = Broker(data_dir=str(tmp_path_factory.mktemp("kesque-groups") / "data"), config=BROKER_CONFIG)
-    b.start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("kesque-groups") / "data", BROKER_CONFIG) as b:
         yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture

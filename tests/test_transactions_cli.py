@@ -22,7 +22,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_transactions import _add, _end, _find_coordinator, _init, _txn_produce
+from test_transactions import _add, _end, _find_coordinator, _init, _txn_produce, lso
 from wire import WireClient
 
 from kesque.cli._common import java_hash_order, topic_partition_hash
@@ -109,15 +109,6 @@ def read_committed(bs: str, topic: str, partition: int, expect: int, timeout: fl
     finally:
         c.close()
     return got
-
-
-def lso(bs: str, topic: str, partition: int) -> int:
-    c = Consumer({"bootstrap.servers": bs, "group.id": "w-" + uuid.uuid4().hex[:6],
-                  "isolation.level": "read_committed"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=5, cached=False)[1]
-    finally:
-        c.close()
 
 
 HANGING_HEADER = ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",

@@ -25,6 +25,23 @@ class ToolExit(SystemExit):
     """Raised to stop a tool with a status code (message already printed)."""
 
 
+def run_tool(fn, *args) -> int:
+    """A tool's exit status: ``fn(*args)``'s, a ToolExit's code, 130 on Ctrl-C, 1 when the
+    reader of stdout went away (a closed pipe: say nothing more)."""
+    try:
+        return fn(*args)
+    except ToolExit as e:
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        try:
+            sys.stdout = None  # type: ignore[assignment]
+        except Exception:
+            pass
+        return 1
+
+
 def print_usage_and_exit(parser: argparse.ArgumentParser, message: str) -> None:
     sys.stdout.flush()
     print(message, file=sys.stderr)

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 
-from ._common import ToolExit, kafkaize, new_parser
+from ._common import ToolExit, kafkaize, new_parser, run_tool
 
 _MODULES = ("topics", "configs", "console_producer", "console_consumer", "dump_log", "get_offsets",
             "delete_records", "log_dirs", "producer_perf", "consumer_perf", "consumer_groups")
@@ -26,18 +26,7 @@ def _module(name: str):
 
 def _wrap(mod):
     def func(args) -> int:
-        try:
-            return mod.run(args)
-        except ToolExit as e:
-            return e.code
-        except KeyboardInterrupt:
-            return 130
-        except BrokenPipeError:
-            try:
-                sys.stdout = None  # type: ignore[assignment]
-            except Exception:
-                pass
-            return 1
+        return run_tool(mod.run, args)
     return func
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from ..utils import java_string_hash
 from ._common import _ERRORS as _COMMON_ERRORS
-from ._common import java_hash_order, load_props, topic_partition_hash
+from ._common import java_hash_order, load_props, run_tool, topic_partition_hash
 
 NAME = "transactions"
 SCRIPT = "kafka-transactions.sh"
@@ -1520,16 +1520,7 @@ def execute(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``kesque transactions ...`` (the arguments after the subcommand)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        return execute(argv)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        try:
-            sys.stdout = None  # type: ignore[assignment]
-        except Exception:
-            pass
-        return 1
+    return run_tool(execute, argv)
 
 
 def kafka_transactions() -> None:

@@ -49,6 +49,19 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+def _add_partitions_error(resp) -> int:
+    """AddPartitionsToTxn v0-3 answers per partition: the first fatal code, else a retriable
+    one (OPERATION_NOT_ATTEMPTED only means another partition failed)."""
+    codes = {int(p.partition_error_code) for t in resp.results_by_topic_v3_and_below for p in t.results_by_partition}
+    codes.discard(0)
+    if not codes:
+        return 0
+    fatal = codes - {CONCURRENT_TRANSACTIONS, 65} - COORDINATOR_RETRIABLE
+    if fatal:
+        return min(fatal)
+    return min(codes & COORDINATOR_RETRIABLE or {CONCURRENT_TRANSACTIONS})
+
+
 @dataclass(frozen=True)
 class PreparedTxnState:
     """What KIP-939 calls PreparedTxnState: the producer id and epoch of a prepared
@@ -148,9 +161,11 @@ class Producer(Cluster):
                 raise KafkaError(48, "init_transactions() must be called first")
             self.init_transactions()
 
-    def _coordinator_call(self, api_key: int, build, min_version: int = 0):
+    def _coordinator_call(self, api_key: int, build, min_version: int = 0, max_version: int | None = None,
+                          error_of=lambda resp: int(resp.error_code)):
         """A request to the transaction coordinator (any broker for an idempotent-only
-        InitProducerId), retried through coordinator moves and CONCURRENT_TRANSACTIONS."""
+        InitProducerId), retried through lost connections, coordinator moves and
+        CONCURRENT_TRANSACTIONS until ``timeout``; ``error_of`` reads the response's error."""
         deadline = time.monotonic() + self.timeout
         backoff = 0.02
         while True:
@@ -161,11 +176,11 @@ class Producer(Cluster):
                     if self._coordinator is None:
                         self._coordinator = self.find_coordinator(self.transactional_id, 1, deadline)
                     conn = self._conn(self._coordinator)
-                v = conn.version_for(api_key)
+                v = conn.version_for(api_key, max_version)
                 if v is None or v < min_version:
                     raise KafkaError(35, f"the broker does not support API {api_key} v{min_version}+")
-                resp = conn.request(api_key, build)
-                code = int(resp.error_code)
+                resp = conn.request(api_key, build, max_version=max_version)
+                code = error_of(resp)
             except (OSError, WireError):
                 self._drop_all()
                 self._coordinator = None
@@ -206,32 +221,8 @@ class Producer(Cluster):
             return make(rq.AddPartitionsToTxnRequest, v3_and_below_transactional_id=self.transactional_id,
                         v3_and_below_producer_id=self.producer_id, v3_and_below_producer_epoch=self.epoch,
                         v3_and_below_topics=topics)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            resp = self._coordinator_call_raw(24, build, max_version=3)
-            codes = {int(p.partition_error_code) for t in resp.results_by_topic_v3_and_below
-                     for p in t.results_by_partition}
-            codes.discard(0)
-            if not codes:
-                self._txn_partitions.update(new)
-                return
-            retry = codes - {CONCURRENT_TRANSACTIONS, 65} - COORDINATOR_RETRIABLE  # 65: OPERATION_NOT_ATTEMPTED
-            if retry or time.monotonic() > deadline:
-                raise KafkaError(min(retry or codes), "AddPartitionsToTxn failed")
-            if codes & COORDINATOR_RETRIABLE:
-                self._coordinator = None
-            time.sleep(0.02)
-
-    def _coordinator_call_raw(self, api_key: int, build, max_version: int | None = None):
-        while True:
-            try:
-                if self._coordinator is None:
-                    self._coordinator = self.find_coordinator(self.transactional_id, 1)
-                return self._conn(self._coordinator).request(api_key, build, max_version=max_version)
-            except (OSError, WireError):
-                self._drop_all()
-                self._coordinator = None
-                time.sleep(0.05)
+        self._coordinator_call(24, build, max_version=3, error_of=_add_partitions_error)
+        self._txn_partitions.update(new)
 
     def prepare_transaction(self) -> PreparedTxnState:
         """KIP-939 phase one: flush everything and return the state to commit later."""

@@ -367,8 +367,7 @@ def read_range(o: SourceOptions, r: OffsetRange):
 
 def _batch(pa, schema, r: OffsetRange, chunks: list[_Chunk], include_headers: bool):
     n = sum(len(ch.offsets) for ch in chunks)
-    ts_type = pa.array([t for ch in chunks for t in (ch.ts_type,) * len(ch.offsets)], pa.int32()) \
-        if any(ch.ts_type for ch in chunks) else pa.repeat(pa.scalar(0, pa.int32()), n)
+    ts_type = pa.concat_arrays([pa.repeat(pa.scalar(ch.ts_type, pa.int32()), len(ch.offsets)) for ch in chunks])
 
     def cat(name):
         return pa.concat_arrays([getattr(ch, name) for ch in chunks])

@@ -614,7 +614,10 @@ class GroupCoordinatorShard:
             respond({"error": None, "assignment": m.assignment, "protocol_type": g.protocol_type,
                      "protocol_name": g.protocol_name})
 
-    def _validate_sync(self, g: ClassicGroup, req: dict) -> str | None:
+    @staticmethod
+    def _validate_generation(g: ClassicGroup, req: dict) -> str | None:
+        """SyncGroup's and Heartbeat's first checks: a live group, a known member (static
+        members by instance id), the current generation."""
         if g.state == DEAD:
             return "coordinator_not_available"
         err = g.validate_member(req["member_id"], req.get("group_instance_id"))
@@ -622,6 +625,12 @@ class GroupCoordinatorShard:
             return err
         if req["generation_id"] != g.generation_id:
             return "illegal_generation"
+        return None
+
+    def _validate_sync(self, g: ClassicGroup, req: dict) -> str | None:
+        err = self._validate_generation(g, req)
+        if err:
+            return err
         if (req.get("protocol_type") is not None and g.protocol_type is not None
                 and req["protocol_type"] != g.protocol_type) or \
                 (req.get("protocol_name") is not None and g.protocol_name is not None
@@ -642,13 +651,9 @@ class GroupCoordinatorShard:
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_heartbeat_to_consumer_group
             return classic_heartbeat_to_consumer_group(self, g, req)
-        if g.state == DEAD:
-            return "coordinator_not_available"
-        err = g.validate_member(req["member_id"], req.get("group_instance_id"))
+        err = self._validate_generation(g, req)
         if err:
             return err
-        if req["generation_id"] != g.generation_id:
-            return "illegal_generation"
         if g.state == EMPTY:
             return "unknown_member_id"
         self._reschedule_heartbeat(g, g.members[req["member_id"]])
