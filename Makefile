@@ -19,16 +19,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# compat mode puts the checkout itself on sys.path, so Spark's data-source lookup (which
-# lists top-level modules with pkgutil) finds pyspark_kesque and registers format "kesque"
-EDITABLE := --config-settings editable_mode=compat
-
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q -e . $(EDITABLE)
+	$(BIN)/pip install -q -e .
 	@touch $@
 
 $(TSTAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[test,spark]' $(EDITABLE)
+	$(BIN)/pip install -q -e '.[test,spark]'
 	@touch $@
 
 install: $(STAMP)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shutil
+import subprocess
 import uuid
 
 import pytest
@@ -43,3 +46,22 @@ def topic_name():
 
 def has_kcat() -> bool:
     return shutil.which("kcat") is not None
+
+
+def java_missing(min_major: int = 17) -> str | None:
+    """Why the JVM that Spark would start cannot be used (None when it can): the ``java`` of
+    ``JAVA_HOME`` or else of ``PATH``, at least ``min_major``."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        return f"needs a JDK {min_major}+ (no java in JAVA_HOME or on PATH)"
+    try:
+        r = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"needs a JDK {min_major}+ ({java} -version failed: {e})"
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', r.stderr + r.stdout)
+    major = int(m.group(1)) if m else 0
+    major = int(m.group(2)) if m and major == 1 and m.group(2) else major  # "1.8" is 8
+    if major < min_major:
+        return f"needs a JDK {min_major}+ ({java} is Java {major or 'of an unknown version'})"
+    return None

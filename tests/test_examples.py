@@ -9,6 +9,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from conftest import java_missing  # noqa: E402
+
+if java_missing():
+    pytest.skip(f"Spark {java_missing()}", allow_module_level=True)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -26,6 +26,11 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
+from conftest import java_missing  # noqa: E402
+
+if java_missing():
+    pytest.skip(f"Spark {java_missing()}", allow_module_level=True)
+
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from conftest import running_broker  # noqa: E402
 

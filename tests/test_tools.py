@@ -291,7 +291,7 @@ def test_topics_describe_or_delete_missing_topic(bs):
     for action in ("--describe", "--delete"):
         r = kesque("topics", "--bootstrap-server", bs, action, "--topic", "no-such-topic")
         assert r.returncode == 1
-        assert out(r) == "Error while executing topic command : Topic 'Optional[no-such-topic]' does not exist as " \
+        assert out(r) == "Error while executing topic command : Topic 'no-such-topic' does not exist as " \
                          "expected\n"
         r = kesque("topics", "--bootstrap-server", bs, action, "--topic", "no-such-topic", "--if-exists")
         assert r.returncode == 0 and out(r) == ""

@@ -163,8 +163,8 @@ def _parse_configs(items: list[str] | None) -> dict[str, str]:
 
 def _ensure_exists(found: list, requested: str | None, require: bool) -> None:
     if requested and require and not found:
-        # Kafka formats the Optional holding the name, hence "Optional[...]"
-        raise CommandError(f"Topic 'Optional[{requested}]' does not exist as expected")
+        # Kafka's text, less the "Optional[...]" that Java's formatting of the name adds there
+        raise CommandError(f"Topic '{requested}' does not exist as expected")
 
 
 def _get_topics(admin, topic: str | None, exclude_internal: bool) -> list[str]:
