@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import uuid
 
 import pytest
 from wire import Api, WireClient, build_batch, consume_all
@@ -41,7 +42,7 @@ def api(module_broker):
 
 
 def new_topic(api: Api, **configs) -> str:
-    topic = "t-" + time.strftime("%H%M%S") + "-" + str(time.monotonic_ns())[-8:]
+    topic = "t-" + uuid.uuid4().hex[:10]
     api.create_topic(topic, configs={k.replace("_", "."): str(v) for k, v in configs.items()})
     return topic
 
@@ -133,7 +134,7 @@ def send_aiokafka(bs: str, topic: str, msgs) -> list:
     from aiokafka import AIOKafkaProducer
 
     async def run():
-        p = AIOKafkaProducer(bootstrap_servers=bs, linger_ms=5000)
+        p = AIOKafkaProducer(bootstrap_servers=bs, linger_ms=500)  # flush does not cut the linger short
         await p.start()
         try:
             futures = [await p.send(topic, value=v, key=k, partition=0, timestamp_ms=ts) for k, v, ts in msgs]
