@@ -286,6 +286,18 @@ def test_encode_produce_response_decodes_with_kio(version):
         assert obj.node_endpoints[0].host == "h"
 
 
+@pytest.mark.parametrize("version", [v for v in PRODUCE_VERSIONS if v >= 8])
+def test_encode_produce_response_with_record_errors_matches_kio(version):
+    # a KIP-467 answer as the validator gives it: many record errors, messages longer than a
+    # one-byte length varint, a null message, a summary error_message, beside a good partition
+    topic = uuid.uuid4() if version >= 13 else "topïc-ü"
+    msg = "Compacted topic cannot accept message without key in topic partition topïc-ü-0" + "…" * 60
+    errs = [(i, msg) for i in range(3, 1000, 10)] + [(1001, None), (-1, "")]
+    bad = PartitionResponse(1, 87, -1, -1, 17, "One or more records have been rejected " + "x" * 500, errs)
+    case = [(topic, [PartitionResponse(0, 0, 42, -1, 0), bad])]
+    assert encode_produce_response(version, case, 3) == kio_produce_response(version, case, 3, ())
+
+
 def test_produce_response_current_leader_tag_only_when_set():
     unset = encode_produce_response(10, [("t", [PartitionResponse(0, 6)])])
     the_set = encode_produce_response(10, [("t", [PartitionResponse(0, 6, leader_id=1, leader_epoch=3)])])

@@ -30,7 +30,7 @@ from kesque.records import batch as rb
 from kesque.records import compression
 from kesque.records.records import (build_batch, encode_record, iter_records, records_payload, scan_records,
                                     walk_record_lengths)
-from kesque.storage.validator import validate_batch
+from kesque.storage.validator import RecordValidationError, validate_batch
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -609,6 +609,112 @@ def test_log_append_time_topic(codec):
     assert v.header.is_log_append_time and v.header.max_timestamp == NOW + 7
     assert rb.is_crc_valid(v.data, 0, len(v.data)) and not v.rebuilt
     assert [r.timestamp for r in iter_records(v.data)] == [NOW + 7] * 3
+
+
+def record_errors_of(buf, config=None, now=NOW) -> RecordValidationError:
+    with pytest.raises(RecordValidationError) as e:
+        validate(buf, config, now)
+    return e.value
+
+
+def no_key_error(i: int) -> tuple[int, str]:
+    return i, "Compacted topic cannot accept message without key in topic partition t-0"
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_keyless_records_on_a_compacted_topic_are_listed(codec):
+    # KIP-467: Kafka lists each failing record (index, message), and sums up the first three
+    records = [(None if i % 10 == 3 else b"k%d" % i, b"v", ()) for i in range(100)]
+    e = record_errors_of(bytearray(build_batch(records, compression_codec=codec, timestamp=NOW)),
+                         cfg(cleanup_policy=("compact",)))
+    assert e.code == INVALID_RECORD
+    assert e.record_errors == [no_key_error(i) for i in range(3, 100, 10)]
+    assert e.message == (
+        "One or more records have been rejected due to 10 record errors in total, and only showing the first "
+        "three errors at most: [RecordError(batchIndex=3, message='Compacted topic cannot accept message without "
+        "key in topic partition t-0'), RecordError(batchIndex=13, message='Compacted topic cannot accept message "
+        "without key in topic partition t-0'), RecordError(batchIndex=23, message='Compacted topic cannot accept "
+        "message without key in topic partition t-0')]")
+    one = record_errors_of(bytearray(build_batch([(None, b"v", ())], timestamp=NOW)), cfg(cleanup_policy=("compact",)))
+    assert one.message == ("One or more records have been rejected due to 1 record errors in total, and only "
+                           "showing the first three errors at most: [RecordError(batchIndex=0, message='Compacted "
+                           "topic cannot accept message without key in topic partition t-0')]")
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_out_of_range_timestamps_are_listed(codec):
+    after, before = 3_600_000, 86_400_000
+    c = cfg(message_timestamp_after_max_ms=after, message_timestamp_before_max_ms=before)
+    stamps = [NOW - before - 1, NOW, NOW + after + 1, NOW + after, -1, NOW - before]
+    e = record_errors_of(bytearray(build_batch([(b"k", b"v", (), t) for t in stamps], compression_codec=codec)), c)
+    assert e.code == INVALID_TIMESTAMP
+    assert e.message == "One or more records have been rejected due to invalid timestamp"
+    bounds = f"[{NOW - before}, {NOW + after}]"
+    assert e.record_errors == [
+        (0, f"Timestamp {NOW - before - 1} of message with offset 0 is out of range. The timestamp should be "
+            f"within {bounds}"),
+        (2, f"Timestamp {NOW + after + 1} of message with offset 2 is out of range. The timestamp should be "
+            f"within {bounds}")]
+    # Kafka's defaults: the lower bound is Long.MAX_VALUE ms back, computed in Java longs
+    e = record_errors_of(bytearray(build_batch([(b"k", b"v", (), NOW + after + 1)], compression_codec=codec)))
+    assert e.record_errors == [(0, f"Timestamp {NOW + after + 1} of message with offset 0 is out of range. The "
+                                   f"timestamp should be within [{NOW - 2**63 + 1}, {NOW + after}]")]
+    # ... and an upper bound of Long.MAX_VALUE ms ahead wraps around, as in Java
+    e = record_errors_of(bytearray(build_batch([(b"k", b"v", (), NOW - 2)], compression_codec=codec)),
+                         cfg(message_timestamp_before_max_ms=1, message_timestamp_after_max_ms=2**63 - 1))
+    assert e.record_errors[0][1].endswith(f"within [{NOW - 1}, {NOW - 2**63 - 1}]")
+
+
+def test_record_errors_name_the_offset_the_producer_wrote():
+    body = records_body([(b"k", b"v", ())] * 2, offset_deltas=[0, 7])  # a delta Kafka keeps in the message
+    late = NOW + 3_600_001
+    e = record_errors_of(raw_batch(body, 2, base_ts=late, max_ts=late))
+    assert [m.split(" is out")[0] for _, m in e.record_errors] == [
+        f"Timestamp {late} of message with offset 0", f"Timestamp {late} of message with offset 7"]
+
+
+def test_a_keyless_record_fails_on_its_key_before_its_timestamp():
+    late = NOW + 3_600_001
+    records = [(None, b"v", (), late), (b"k", b"v", (), late), (None, b"v", (), NOW), (b"k", b"v", (), NOW)]
+    e = record_errors_of(bytearray(build_batch(records)), cfg(cleanup_policy=("compact",)))
+    assert e.code == INVALID_TIMESTAMP  # any timestamp error makes the batch's error INVALID_TIMESTAMP
+    assert [i for i, _ in e.record_errors] == [0, 1, 2]
+    assert e.record_errors[0] == no_key_error(0) and e.record_errors[2] == no_key_error(2)
+    assert e.record_errors[1][1].startswith(f"Timestamp {late} of message with offset 1 is out of range")
+
+
+@pytest.mark.parametrize("codec,topic_type,shown", [
+    (0, "producer", "DefaultRecord(offset={i}, timestamp={t}, key={k} bytes, value=1 bytes)"),
+    (0, "gzip", "DefaultRecord(offset={i}, timestamp={t}, key={k} bytes, value=1 bytes)"),
+    (1, "lz4", "DefaultRecord(offset={i}, timestamp={t}, key={k} bytes, value=1 bytes)"),
+    # compressed and kept as is: Kafka reads only the sizes (a null key is -1 bytes)
+    (1, "producer", "PartialDefaultRecord(offset={i}, timestamp={t}, key={kw} bytes, value=1 bytes)"),
+])
+def test_log_append_time_flag_is_refused_per_record(codec, topic_type, shown):
+    records = [(b"key", b"v", (), NOW - 5), (None, b"v", (), NOW)]
+    flagged = bytearray(build_batch(records, compression_codec=codec))
+    flagged[rb.ATTRIBUTES_OFFSET + 1] |= rb.TIMESTAMP_TYPE_MASK
+    struct.pack_into(">I", flagged, rb.CRC_OFFSET, crc32c(bytes(flagged[rb.ATTRIBUTES_OFFSET:])))
+    e = record_errors_of(flagged, cfg(message_timestamp_type="LogAppendTime", compression_type=topic_type))
+    assert e.code == INVALID_TIMESTAMP
+    assert e.message == "One or more records have been rejected due to invalid timestamp"
+    expect = [shown.format(i=0, t=NOW, k=3, kw=3), shown.format(i=1, t=NOW, k=0, kw=-1)]
+    assert e.record_errors == [(i, f"Invalid timestamp type in message {r}. Producer should not set timestamp type "
+                                   "to LogAppendTime.") for i, r in enumerate(expect)]
+    # on a CreateTime topic only a LogAppendTime batch without a max timestamp is refused so
+    e = record_errors_of(raw_batch(records_body([(b"k", b"v", ())]), 1, attributes=rb.TIMESTAMP_TYPE_MASK,
+                                   base_ts=-1, max_ts=-1))
+    assert e.record_errors == [(0, "Invalid timestamp type in message DefaultRecord(offset=0, timestamp=-1, "
+                                   "key=1 bytes, value=1 bytes). Producer should not set timestamp type to "
+                                   "LogAppendTime.")]
+
+
+def test_framing_errors_are_not_record_errors():
+    # Kafka's record iterator throws before any record error is reported: a plain INVALID_RECORD
+    body = records_body([(None, b"v", ())] * 3)
+    with pytest.raises(KafkaError) as e:
+        validate(raw_batch(body[:-1], 3), cfg(cleanup_policy=("compact",)))
+    assert e.value.code == INVALID_RECORD and not isinstance(e.value, RecordValidationError)
 
 
 TOPIC_TYPES = ["uncompressed", "gzip", "snappy", "lz4", "zstd", "producer"]

@@ -4,9 +4,14 @@ Which check runs on which path (also in docs/architecture.md):
 
 * every batch: exactly one v2 batch per partition; size within ``max.message.bytes``;
   CRC32C; baseOffset 0; record count == lastOffsetDelta + 1 > 0; not a control batch;
-  producer id implies a sequence; timestamps within ``message.timestamp.*.max.ms`` (from the
-  header's base and max timestamps); a producer's LogAppendTime flag is refused on a
-  LogAppendTime topic and rewritten to CreateTime on a CreateTime topic (as Kafka does).
+  producer id implies a sequence; a LogAppendTime batch accepted on a CreateTime topic is
+  rewritten to CreateTime (as Kafka does).
+* Kafka's per-record checks (LogValidator.validateRecord): a key on a compacted topic,
+  timestamps within ``message.timestamp.*.max.ms``, no producer-set LogAppendTime. They fail
+  the whole batch with RecordValidationError, which lists each bad record's index and message
+  (KIP-467: a client fails those records and tells the others apart). The header decides
+  whether they can fail at all (a null key seen by the scan, the max or base timestamp out of
+  bounds, the LogAppendTime flag); only then are the records decoded (in C) and checked.
 * every record of every batch: the framing of each field is checked (Kafka's LogValidator
   reads every record too) by the compiled scan (kesque/records/_cscan.c, a few ns per
   record, no Python objects); compressed batches are decompressed in C first.
@@ -28,7 +33,8 @@ from dataclasses import dataclass
 from ..errors import ErrorCode, KafkaError
 from ..records import batch as rb
 from ..records import compression
-from ..records.records import COMPILED_SCAN, build_batch, iter_records, scan_records, walk_record_lengths
+from ..records.records import (COMPILED_SCAN, build_batch, iter_records, record_columns, scan_records,
+                               walk_record_lengths)
 
 _TOPIC_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _MIN_RECORD_OVERHEAD = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0: below it a batch length is corrupt
@@ -42,6 +48,22 @@ class ValidatedBatch:
     data: memoryview  # the bytes to append (patched in place or rebuilt)
     header: rb.BatchHeader
     rebuilt: bool
+
+
+class RecordValidationError(KafkaError):
+    """Kafka's RecordValidationException: some records fail a per-record check, so the batch
+    is refused; ``record_errors`` holds (batch index, message) of each failing record."""
+
+    def __init__(self, record_errors: list[tuple[int, str]], bad_timestamp: bool):
+        if bad_timestamp:
+            super().__init__(ErrorCode.invalid_timestamp,
+                             "One or more records have been rejected due to invalid timestamp")
+        else:
+            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3])
+            super().__init__(ErrorCode.invalid_record,
+                             f"One or more records have been rejected due to {len(record_errors)} record errors "
+                             f"in total, and only showing the first three errors at most: [{shown}]")
+        self.record_errors = record_errors
 
 
 def _invalid(msg: str) -> KafkaError:
@@ -122,19 +144,22 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
         scan = _scan(payload, 0, len(payload), count)
         # Kafka assigns offsets in place only when inner offsets are 0, 1, 2, ... (compressed path)
         offsets_ok = scan.offsets_ok
-        if config.compact and scan.null_key:
-            raise _invalid(f"Compacted topic cannot accept message without key in topic partition {tp}.")
-    elif config.compact or COMPILED_SCAN:
-        # the full scan: always when compiled (nanoseconds a record, Kafka's LogValidator
-        # reads every record too), else only where a feature needs the keys
-        if _scan(buf, rb.HEADER_SIZE, size, count).null_key and config.compact:
-            raise _invalid(f"Compacted topic cannot accept message without key in topic partition {tp}.")
+        null_key = scan.null_key
     else:
-        try:
-            walk_record_lengths(buf, rb.HEADER_SIZE, size, count)
-        except rb.InvalidRecordError as e:
-            raise KafkaError(e.error_code, str(e)) from None
-    _check_timestamps(h, config, now_ms)
+        payload = buf[rb.HEADER_SIZE:size]
+        if config.compact or COMPILED_SCAN:
+            # the full scan: always when compiled (nanoseconds a record, Kafka's LogValidator
+            # reads every record too), else only where a feature needs the keys
+            null_key = _scan(buf, rb.HEADER_SIZE, size, count).null_key
+        else:
+            null_key = False  # not needed: only a compacted topic refuses null keys
+            try:
+                walk_record_lengths(buf, rb.HEADER_SIZE, size, count)
+            except rb.InvalidRecordError as e:
+                raise KafkaError(e.error_code, str(e)) from None
+    if (config.compact and null_key) or _timestamps_need_records(h, config, now_ms):
+        # Kafka's skipKeyValueIterator (sizes as written) only where it assigns in place
+        _check_records(payload, h, config, now_ms, tp, sizes_as_written=bool(codec) and target == codec)
 
     if target != codec or not offsets_ok:
         return _rebuild(buf, h, target, config, now_ms)
@@ -156,31 +181,82 @@ def _scan(buf, pos, end, count):
         raise KafkaError(e.error_code, str(e)) from None
 
 
-def _check_timestamps(h: rb.BatchHeader, config, now_ms: int) -> None:
-    """Kafka's validateTimestamp, from the header: every record of a CreateTime batch lies
-    between its base and max timestamps (exact for Kafka's defaults); the records of a
-    LogAppendTime batch all carry its max timestamp."""
+def _timestamps_need_records(h: rb.BatchHeader, config, now_ms: int) -> bool:
+    """Whether some record's timestamp may fail Kafka's validateTimestamp, judged from the
+    header. The records of a LogAppendTime batch all carry its max timestamp and those of a
+    CreateTime batch lie at or below it, so the upper bound is exact; for the lower bound the
+    base timestamp stands for the smallest (exact when records are in timestamp order, as
+    producers stamp them; Kafka's default bound is infinite). Reading every record's
+    timestamp would cost as much as the rest of the validation."""
     if config.log_append_time:
-        if h.is_log_append_time:
-            raise KafkaError(ErrorCode.invalid_timestamp, "Invalid timestamp type in message. Producer should not "
-                             "set timestamp type to LogAppendTime.")
-        return
+        return h.is_log_append_time  # refused for every record
     if h.is_log_append_time:
-        if h.max_timestamp == rb.NO_TIMESTAMP:
-            raise KafkaError(ErrorCode.invalid_timestamp, "Invalid timestamp type in message. Producer should not "
-                             "set timestamp type to LogAppendTime.")
-        lo = h.max_timestamp
-    else:
-        lo = h.base_timestamp if h.base_timestamp >= 0 else h.max_timestamp
-    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-    if h.max_timestamp >= 0 and h.max_timestamp - now_ms > after:
-        raise KafkaError(ErrorCode.invalid_timestamp,
-                         f"Timestamp {h.max_timestamp} of message is out of range. The timestamp should be "
-                         f"within [{now_ms - before}, {now_ms + after}]")
-    if lo >= 0 and now_ms - lo > before:
-        raise KafkaError(ErrorCode.invalid_timestamp,
-                         f"Timestamp {lo} of message is out of range. The timestamp should be "
-                         f"within [{now_ms - before}, {now_ms + after}]")
+        return h.max_timestamp == rb.NO_TIMESTAMP or _out_of_range(h.max_timestamp, config, now_ms)
+    return (h.max_timestamp - now_ms > config.message_timestamp_after_max_ms
+            or (h.base_timestamp != rb.NO_TIMESTAMP and _out_of_range(h.base_timestamp, config, now_ms)))
+
+
+def _out_of_range(t: int, config, now_ms: int) -> bool:
+    """Kafka's recordHasInvalidTimestamp, in Java long arithmetic."""
+    diff = _i64(now_ms - t)
+    return diff > config.message_timestamp_before_max_ms or -diff > config.message_timestamp_after_max_ms
+
+
+def _check_records(payload, h: rb.BatchHeader, config, now_ms: int, tp: str, sizes_as_written: bool) -> None:
+    """Kafka's validateRecord for every record (only once the batch is known or likely to
+    fail): the key on a compacted topic, then the timestamp. Raises RecordValidationError
+    listing each failing record."""
+    _, ts, offs, key_valid, key_offs, _, value_valid, value_offs, _ = _columns(payload, h.records_count)
+    ts, offs = memoryview(ts).cast("q"), memoryview(offs).cast("q")
+    create_time, lat, compact = not config.log_append_time, h.is_log_append_time, config.compact
+    bounds = (f"[{_i64(now_ms - config.message_timestamp_before_max_ms)}, "
+              f"{_i64(now_ms + config.message_timestamp_after_max_ms)}]")
+    errors: list[tuple[int, str]] = []
+    bad_timestamp = False
+    for i in range(h.records_count):
+        if compact and not _bit(key_valid, i):
+            errors.append((i, f"Compacted topic cannot accept message without key in topic partition {tp}"))
+            continue
+        t = h.max_timestamp if lat else _i64(h.base_timestamp + ts[i])
+        if create_time and t != rb.NO_TIMESTAMP:
+            if _out_of_range(t, config, now_ms):
+                errors.append((i, f"Timestamp {t} of message with offset {offs[i]} is out of range. "
+                                  f"The timestamp should be within {bounds}"))
+                bad_timestamp = True
+        elif lat:
+            record = (f"{'PartialDefaultRecord' if sizes_as_written else 'DefaultRecord'}(offset={offs[i]}, "
+                      f"timestamp={t}, key={_field_size(key_valid, key_offs, i, sizes_as_written)} bytes, "
+                      f"value={_field_size(value_valid, value_offs, i, sizes_as_written)} bytes)")
+            errors.append((i, f"Invalid timestamp type in message {record}. Producer should not set timestamp "
+                              "type to LogAppendTime."))
+            bad_timestamp = True
+    if errors:
+        raise RecordValidationError(errors, bad_timestamp)
+
+
+def _columns(payload, count: int):
+    try:
+        return record_columns(payload, count)
+    except ValueError as e:  # without the compiled scan only the record lengths were walked
+        raise _invalid(str(e)) from None
+
+
+def _bit(bitmap, i: int) -> bool:
+    return bool(bitmap[i >> 3] >> (i & 7) & 1)
+
+
+def _field_size(valid, offsets, i: int, as_written: bool) -> int:
+    """A key or value size as Kafka's record toString shows it: a null one is -1 in the
+    sizes the record was written with, 0 in a decoded record."""
+    if not _bit(valid, i):
+        return -1 if as_written else 0
+    offsets = memoryview(offsets).cast("i")
+    return offsets[i + 1] - offsets[i]
+
+
+def _i64(v: int) -> int:
+    """Java long arithmetic (wraps around)."""
+    return (v + 2**63) % 2**64 - 2**63
 
 
 def _rebuild(buf, h: rb.BatchHeader, target: int, config, now_ms: int) -> ValidatedBatch:

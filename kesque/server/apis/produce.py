@@ -13,6 +13,7 @@ import logging
 from ...errors import ErrorCode, KafkaError
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
 from ...records import batch as rb
+from ...storage.validator import RecordValidationError
 from ..context import NO_RESPONSE, CloseConnection
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,15 @@ class ProduceApis:
                         r.base_offset = info.first_offset
                         r.log_append_time = info.log_append_time
                         r.log_start_offset = info.log_start_offset
+                    except RecordValidationError as e:
+                        # KIP-467: the batch is refused; the client learns which records failed
+                        r.error_code = int(e.code)
+                        r.error_message = e.message
+                        r.record_errors = e.record_errors
+                        r.log_start_offset = self._log_start_offset(name, p.index)
                     except KafkaError as e:
                         r.error_code = int(e.code)
                         r.error_message = e.message
-                        if e.code == ErrorCode.invalid_record and e.message:
-                            r.record_errors = []
                 if r.error_code:
                     failed = True
                     if r.error_code not in (ErrorCode.unknown_topic_or_partition,):
@@ -94,6 +99,10 @@ class ProduceApis:
                 raise CloseConnection("acks=0 produce request failed; closing connection to notify the client")
             return NO_RESPONSE
         return encode_produce_response(v, topics_out)
+
+    def _log_start_offset(self, topic: str, partition: int) -> int:
+        part = self.server.replica_manager.partitions.get((topic, partition))
+        return part.log.log_start_offset if part is not None else -1
 
     def _verified(self, txn_id: str | None, topic: str, p, r: PartitionResponse, version: int) -> bool:
         """KIP-890 part 1: the first transactional batch a producer sends to a partition in a
