@@ -298,6 +298,9 @@ def describe(a) -> None:
             entities = _admin.list_topic_names(admin)
         elif etype in (BROKER, BROKER_LOGGER):
             entities = [str(n.id) for n in _admin.cluster_nodes(admin)] + [""]
+        elif etype == GROUP:  # as ConfigCommand: the consumer groups there are
+            groups = admin.list_consumer_groups(request_timeout=_admin.TIMEOUT).result(_admin.TIMEOUT)
+            entities = [g.group_id for g in groups.valid]
         else:
             entities = []
     for entity in entities:
@@ -339,9 +342,10 @@ def alter(a) -> None:
     if rtype is None:
         rtype = {BROKER_LOGGER: "BROKER_LOGGER", GROUP: "GROUP"}.get(etype)
         rtype = getattr(ResourceType, rtype or "UNKNOWN", ResourceType.UNKNOWN)
-    if name == "":
+    if name == "" or etype == GROUP:
         # confluent-kafka refuses a ConfigResource with an empty name (the cluster-wide
-        # broker defaults), so this one goes over the wire
+        # broker defaults) and has no GROUP config resource (its GROUP is the ACL type 3),
+        # so these go over the wire
         _incremental_alter_wire(a, _RESOURCE[etype], name, to_add, to_delete)
     else:
         ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_add.items()]
