@@ -1,7 +1,13 @@
-"""Group configs (the GROUP config resource, type 32) against a real broker: DescribeConfigs,
-IncrementalAlterConfigs and AlterConfigs with Kafka 4.0's keys, sources and errors, the
-metadata log keeping them across a restart, ``kafka-configs.sh --group``, and the KIP-848
-coordinator using a group's session timeout and heartbeat interval."""
+"""Dynamic configs against a real broker.
+
+* BROKER resources take Kafka's whole dynamic set (``background.threads``, the per-listener
+  ``ssl.*`` and ``sasl.*`` keys, ...) with DynamicBrokerConfig's refusals and error codes,
+  store and describe them, and the broker logs once the ones kesque does not act on.
+* GROUP resources (type 32): DescribeConfigs, IncrementalAlterConfigs and AlterConfigs with
+  Kafka 4.0's keys, sources and errors, the metadata log keeping them across a restart,
+  ``kafka-configs.sh --group``, and the KIP-848 coordinator using a group's session timeout
+  and heartbeat interval.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from wire import Api, Msg, WireClient
 
 from kesque.testing.broker import Broker
 
-GROUP = 32
+GROUP, BROKER = 32, 4
 GROUP_CONFIG, DEFAULT_CONFIG = 8, 5
 # bounds low enough for a member to expire in seconds; the broker's own session timeout stays long
 BROKER_CONFIG = {"group.consumer.min.session.timeout.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "500",
@@ -36,16 +42,17 @@ def group():
     return "g-" + uuid.uuid4().hex[:10]
 
 
-def describe(bs: str, group: str, keys=None):
+def describe(bs: str, group: str, keys=None, rtype: int = GROUP):
     m = Msg(32, 4)
     with WireClient(bs) as c:
-        r = c.request(32, 4, m(resources=(m("DescribeConfigsResource", resource_type=GROUP, resource_name=group,
+        r = c.request(32, 4, m(resources=(m("DescribeConfigsResource", resource_type=rtype, resource_name=group,
                                             configuration_keys=keys),),
                                include_synonyms=True, include_documentation=False))
     return r.results[0]
 
 
-def alter(bs: str, group: str, ops: dict, incremental: bool = True, validate_only: bool = False):
+def alter(bs: str, group: str, ops: dict, incremental: bool = True, validate_only: bool = False,
+          rtype: int = GROUP):
     """ops: name -> value (SET) or None (DELETE)."""
     api = 44 if incremental else 33
     version = 1 if incremental else 2
@@ -56,7 +63,7 @@ def alter(bs: str, group: str, ops: dict, incremental: bool = True, validate_onl
     else:
         configs = tuple(m("AlterableConfig", name=k, value=v) for k, v in ops.items())
     with WireClient(bs) as c:
-        r = c.request(api, version, m(resources=(m("AlterConfigsResource", resource_type=GROUP, resource_name=group,
+        r = c.request(api, version, m(resources=(m("AlterConfigsResource", resource_type=rtype, resource_name=group,
                                                    configs=configs),), validate_only=validate_only))
     return r.responses[0]
 
@@ -66,6 +73,53 @@ def entries(result) -> dict:
     return {c.name: (c.value, c.config_source, [(s.name, s.value, s.source) for s in c.synonyms])
             for c in result.configs}
 
+
+# ============================================================================ BROKER
+
+def test_kafkas_dynamic_broker_set_is_stored_and_described(gb):
+    bs = gb.bootstrap_servers
+    assert alter(bs, "", {"background.threads": "12", "log.cleaner.threads": "2"}, rtype=BROKER).error_code == 0
+    assert alter(bs, "1", {"listener.name.plaintext.ssl.keystore.password": "secret",
+                           "sasl.enabled.mechanisms": "PLAIN"}, rtype=BROKER).error_code == E.none
+    try:
+        got = {c.name: c for c in describe(bs, "1", rtype=BROKER).configs}
+        bt = got["background.threads"]
+        assert (bt.value, bt.config_source, bt.read_only, bt.config_type) == ("12", 3, False, 3)  # INT
+        assert [(s.name, s.value, s.source) for s in bt.synonyms] == [("background.threads", "12", 3)]
+        pw = got["listener.name.plaintext.ssl.keystore.password"]
+        assert (pw.value, pw.is_sensitive, pw.config_source) == (None, True, 2)
+        assert [s.value for s in pw.synonyms] == [None]  # never shown, at any level
+        assert got["sasl.enabled.mechanisms"].value == "PLAIN"
+        assert got["num.partitions"].read_only and not got["log.retention.ms"].read_only
+        defaults = {c.name: c.value for c in describe(bs, "", rtype=BROKER).configs}
+        assert defaults == {"background.threads": "12", "log.cleaner.threads": "2"}
+    finally:
+        alter(bs, "", {"background.threads": None, "log.cleaner.threads": None}, rtype=BROKER)
+        alter(bs, "1", {"listener.name.plaintext.ssl.keystore.password": None, "sasl.enabled.mechanisms": None},
+              rtype=BROKER)
+    log = open(gb.log_path).read()
+    assert log.count("Dynamic broker config(s) background.threads, log.cleaner.threads stored, but kesque does not "
+                     "act on them (yet)") == 1, log
+
+
+@pytest.mark.parametrize("name,ops,message", [
+    ("1", {"num.partitions": "3"}, "Cannot update these configs dynamically: Set(num.partitions)"),
+    ("1", {"ssl.keystore.location": "/ks"}, "These security configs can be dynamically updated only per-listener "
+                                            "using the listener prefix: Set(ssl.keystore.location)"),
+    ("", {"sasl.enabled.mechanisms": "PLAIN"}, "Cannot update these configs at default cluster level, broker id "
+                                               "must be specified: Set(sasl.enabled.mechanisms)"),
+    ("", {"background.threads": "many"}, "Invalid value many for configuration background.threads: Not a number of "
+                                         "type INT"),
+    ("1", {"listeners": "SSL://127.0.0.1:9999"}, "Listener SSL in listeners=SSL://127.0.0.1:9999 uses security "
+                                                 "protocol SSL"),
+])
+def test_dynamic_broker_changes_kafka_refuses(gb, name, ops, message):
+    for incremental in (True, False):
+        r = alter(gb.bootstrap_servers, name, ops, incremental=incremental, rtype=BROKER)
+        assert r.error_code == E.invalid_request and message in r.error_message, r
+
+
+# ============================================================================ GROUP
 
 def test_describe_shows_every_group_key_with_the_brokers_value_as_default(gb, group):
     got = entries(describe(gb.bootstrap_servers, group))
