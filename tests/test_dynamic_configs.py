@@ -239,3 +239,9 @@ def test_the_consumer_coordinator_uses_the_groups_timeouts(gb, group):
         assert time.monotonic() < deadline, "the member outlived the group's session timeout"
         time.sleep(0.2)
     assert len(cg_describe(bs, group + "-other").members) == 1
+    # kafka-configs.sh --entity-type groups without a name goes over the consumer groups there are
+    r = kesque("configs", "--bootstrap-server", bs, "--entity-type", "groups", "--describe")
+    assert r.returncode == 0, err(r)
+    assert (f"Dynamic configs for group {group} are:\n"
+            "  consumer.heartbeat.interval.ms=700 sensitive=false "
+            "synonyms={GROUP_CONFIG:consumer.heartbeat.interval.ms=700}\n") in out(r)

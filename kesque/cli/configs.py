@@ -342,10 +342,9 @@ def alter(a) -> None:
     if rtype is None:
         rtype = {BROKER_LOGGER: "BROKER_LOGGER", GROUP: "GROUP"}.get(etype)
         rtype = getattr(ResourceType, rtype or "UNKNOWN", ResourceType.UNKNOWN)
-    if name == "" or etype == GROUP:
+    if name == "":
         # confluent-kafka refuses a ConfigResource with an empty name (the cluster-wide
-        # broker defaults) and has no GROUP config resource (its GROUP is the ACL type 3),
-        # so these go over the wire
+        # broker defaults), so this one goes over the wire
         _incremental_alter_wire(a, _RESOURCE[etype], name, to_add, to_delete)
     else:
         ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_add.items()]
