@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import select
+import subprocess
+import sys
 import time
 import uuid
 from datetime import timedelta
@@ -245,3 +248,39 @@ def test_the_consumer_coordinator_uses_the_groups_timeouts(gb, group):
     assert (f"Dynamic configs for group {group} are:\n"
             "  consumer.heartbeat.interval.ms=700 sensitive=false "
             "synonyms={GROUP_CONFIG:consumer.heartbeat.interval.ms=700}\n") in out(r)
+
+
+KIP848_MEMBER = """
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "group.protocol": "consumer",
+              "auto.offset.reset": "earliest"})
+c.subscribe([sys.argv[3]], on_assign=lambda _c, parts: print("assigned", len(parts), flush=True))
+while True:
+    c.poll(0.1)
+"""
+
+
+def test_a_crashed_kip848_client_expires_on_the_groups_session_timeout(gb, group, tmp_path):
+    """confluent-kafka with group.protocol=consumer, SIGKILLed: the coordinator drops it after
+    the group's consumer.session.timeout.ms (2 s), not the broker's (60 s)."""
+    bs = gb.bootstrap_servers
+    topic = "t-" + uuid.uuid4().hex[:10]
+    with WireClient(bs) as c:
+        Api(c).create_topic(topic, 2)
+    assert alter(bs, group, {"consumer.session.timeout.ms": "2000", "consumer.heartbeat.interval.ms": "500"}) \
+        .error_code == E.none
+    script = tmp_path / "member.py"
+    script.write_text(KIP848_MEMBER)
+    proc = subprocess.Popen([sys.executable, str(script), bs, group, topic], stdout=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready and proc.stdout.readline().startswith("assigned"), "the KIP-848 member got no assignment"
+        assert len(cg_describe(bs, group).members) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 30
+    while cg_describe(bs, group).members:
+        assert time.monotonic() < deadline, "the crashed member outlived the group's session timeout"
+        time.sleep(0.2)
