@@ -140,6 +140,7 @@ def test_dynamic_layers():
     ("listener.name.external.plain.sasl.jaas.config", "x", True, "x"),
     ("leader.replication.throttled.rate", "10", False, 10),  # a dynamic-only quota key
     ("my.plugin.setting", "v", False, "v"),  # not Kafka's: a custom config, kept as given
+    ("metrics.context.env", "prod", False, "prod"),  # under a Kafka prefix, but not a key Kafka defines
     ("log.retention.ms", "5", False, 5),
 ])
 def test_kafkas_dynamic_broker_keys_are_accepted(name, value, per_broker, expected):

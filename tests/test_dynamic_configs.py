@@ -233,8 +233,8 @@ def test_the_consumer_coordinator_uses_the_groups_timeouts(gb, group):
         r = cg_heartbeat(c, group, uuid.uuid4().hex[:22], 0, subscribed_topic_names=(topic,), rebalance_timeout=30000,
                          topic_partitions={})
         assert r.error_code == E.none and r.heartbeat_interval == timedelta(milliseconds=700)  # not the broker's
-        other = cg_heartbeat(c, group + "-other", uuid.uuid4().hex[:22], 0, subscribed_topic_names=(topic,), rebalance_timeout=30000,
-                             topic_partitions={})
+        other = cg_heartbeat(c, group + "-other", uuid.uuid4().hex[:22], 0, subscribed_topic_names=(topic,),
+                             rebalance_timeout=30000, topic_partitions={})
         assert other.heartbeat_interval == timedelta(milliseconds=5000)
     # the member stops heartbeating: it is gone after the group's 1.5 s, long before the broker's 60 s
     deadline = time.monotonic() + 30

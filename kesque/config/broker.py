@@ -4,6 +4,12 @@ defaults and precedence, and the dynamic layers that AlterConfigs writes to the 
 A key kesque uses is parsed and validated (a bad value is an error naming the key). A key
 that Kafka knows but kesque does not use (JVM, thread pools, SSL, ZooKeeper...) is accepted
 with a warning naming it, so a Kafka user's file starts kesque. Anything else is an error.
+A listener whose security protocol is not PLAINTEXT is an error too (kesque has no TLS or
+SASL: it must not serve it as plaintext); what kesque refuses or only warns about because it
+does not do it yet (a controller quorum, a log cleaner, ...) is in ``not_yet``.
+
+Dynamic changes (AlterConfigs on a BROKER) follow Kafka's DynamicBrokerConfig: its whole
+dynamic set is accepted, stored and described, including the keys kesque does not act on.
 """
 
 from __future__ import annotations
@@ -497,14 +503,14 @@ class BrokerConfig:
         ``per_broker`` is false) and return its parsed value. Kafka's whole dynamic set is
         accepted, so is a key that is not Kafka's (a custom config); a Kafka key outside the
         set is refused. The caller answers a refusal with INVALID_REQUEST, as Kafka does."""
-        from .kafka_keys import KAFKA_CLUSTER_LEVEL_LISTENER_KEYS, KAFKA_LISTENER_ONLY_DYNAMIC_KEYS, \
-            KAFKA_PER_BROKER_DYNAMIC_KEYS
+        from .kafka_keys import (KAFKA_BROKER_KEYS, KAFKA_CLUSTER_LEVEL_LISTENER_KEYS,
+                                 KAFKA_LISTENER_ONLY_DYNAMIC_KEYS, KAFKA_PER_BROKER_DYNAMIC_KEYS)
 
         base = listener_base(name)
         if base == name and name in KAFKA_LISTENER_ONLY_DYNAMIC_KEYS:
             raise ConfigError(name, "These security configs can be dynamically updated only per-listener using the "
                                     f"listener prefix: Set({name})")
-        if not is_dynamic(name) and (name in BROKER_CONFIGS or _known_kafka_key(name)) and base == name:
+        if not is_dynamic(name) and (name in BROKER_CONFIGS or name in KAFKA_BROKER_KEYS):
             raise ConfigError(name, f"Cannot update these configs dynamically: Set({name})")
         if not per_broker and (base in KAFKA_PER_BROKER_DYNAMIC_KEYS
                                or (base != name and base not in KAFKA_CLUSTER_LEVEL_LISTENER_KEYS)):

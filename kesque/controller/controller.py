@@ -388,7 +388,8 @@ class Controller:
                 new.pop(name, None)
             elif op in (OP_APPEND, OP_SUBTRACT):
                 # Kafka's isSplittable: the resource's key must be a LIST (topic or broker)
-                key = {RESOURCE_TOPIC: TOPIC_CONFIGS, RESOURCE_GROUP: GROUP_CONFIGS}.get(rtype, BROKER_CONFIGS).get(name)
+                keys = {RESOURCE_TOPIC: TOPIC_CONFIGS, RESOURCE_GROUP: GROUP_CONFIGS}.get(rtype, BROKER_CONFIGS)
+                key = keys.get(name)
                 if key is None or key.type != "LIST":
                     raise KafkaError(ErrorCode.invalid_config,
                                      f"Config value append is not allowed for config key: {name}")
