@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from kesque.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigError, LogConfig, parse_properties
 from kesque.config.broker import (DEFAULT_CONFIG, DEFAULTS_DIFFERING_FROM_KAFKA, DYNAMIC_BROKER_CONFIG,
-                                  DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, Listener)
+                                  DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_WITHOUT_EFFECT, STATIC_BROKER_CONFIG, Listener,
+                                  is_dynamic)
 from kesque.config.kafka_keys import KAFKA_BROKER_KEYS, REMOVED_IN_4_0
 from kesque.config.topic import SYNONYM_SCALE, validate_topic_configs
 from kesque.config.types import LONG_MAX, render
@@ -125,12 +126,56 @@ def test_dynamic_layers():
     with pytest.raises(ConfigError) as e:
         c.validate_dynamic("node.id", "4")
     assert e.value.name == "node.id" and "node.id" in str(e.value)
+
+
+# Kafka's DynamicBrokerConfig.validateConfigs, checked against a Kafka 4.x build
+@pytest.mark.parametrize("name,value,per_broker,expected", [
+    ("background.threads", "4", False, 4),  # Kafka's dynamic set, not used by kesque
+    ("num.network.threads", "4", False, 4),
+    ("log.cleaner.threads", "2", False, 2),
+    ("sasl.enabled.mechanisms", "PLAIN", True, ["PLAIN"]),
+    ("ssl.cipher.suites", "x", True, ["x"]),
+    ("listener.name.external.ssl.keystore.location", "/ks", True, "/ks"),
+    ("listener.name.external.max.connections", "2", False, 2),  # cluster-wide even per listener
+    ("listener.name.external.plain.sasl.jaas.config", "x", True, "x"),
+    ("leader.replication.throttled.rate", "10", False, 10),  # a dynamic-only quota key
+    ("my.plugin.setting", "v", False, "v"),  # not Kafka's: a custom config, kept as given
+    ("metrics.context.env", "prod", False, "prod"),  # under a Kafka prefix, but not a key Kafka defines
+    ("log.retention.ms", "5", False, 5),
+])
+def test_kafkas_dynamic_broker_keys_are_accepted(name, value, per_broker, expected):
+    assert BrokerConfig({}).validate_dynamic(name, value, per_broker) == expected
+
+
+@pytest.mark.parametrize("name,value,per_broker,message", [
+    ("num.partitions", "3", True, "Cannot update these configs dynamically: Set(num.partitions)"),
+    ("log.retention.hours", "3", True, "Cannot update these configs dynamically: Set(log.retention.hours)"),
+    ("node.id", "4", True, "Cannot update these configs dynamically: Set(node.id)"),
+    ("ssl.keystore.location", "/ks", True, "These security configs can be dynamically updated only per-listener "
+                                           "using the listener prefix: Set(ssl.keystore.location)"),
+    ("listener.name.external.ssl.keystore.location", "/ks", False, "Cannot update these configs at default cluster "
+     "level, broker id must be specified: Set(listener.name.external.ssl.keystore.location)"),
+    ("sasl.enabled.mechanisms", "PLAIN", False, "Cannot update these configs at default cluster level, broker id "
+                                                "must be specified: Set(sasl.enabled.mechanisms)"),
+    ("background.threads", "abc", False, "Invalid value abc for configuration background.threads: Not a number of "
+                                         "type INT"),
+    ("message.max.bytes", "-1", False, "Invalid value -1 for configuration message.max.bytes: Value must be at "
+                                       "least 0"),
+    # listeners are dynamic, but kesque serves PLAINTEXT only, now or at the next start
+    ("listeners", "SSL://:9093", True, "Listener SSL in listeners=SSL://:9093 uses security protocol SSL"),
+    ("listener.security.protocol.map", "PLAINTEXT:SASL_SSL", True, "uses security protocol SASL_SSL"),
+])
+def test_dynamic_broker_keys_kafka_refuses(name, value, per_broker, message):
+    c = BrokerConfig({})
     with pytest.raises(ConfigError) as e:
-        c.validate_dynamic("no.such.key", "4")
-    assert e.value.name == "no.such.key" and "no.such.key" in str(e.value)
-    with pytest.raises(ConfigError) as e:
-        c.validate_dynamic("num.network.threads", "4")  # a Kafka key kesque does not use
-    assert "num.network.threads" in str(e.value)
+        c.validate_dynamic(name, value, per_broker)
+    assert message in str(e.value) and name in str(e.value)
+    assert c.dynamic_broker == {}  # a refused listener change leaves nothing behind
+
+
+def test_dynamic_flags_are_kafkas():
+    assert [n for n, k in BROKER_CONFIGS.items() if k.dynamic != is_dynamic(n)] == []
+    assert all(is_dynamic(n) for n in DYNAMIC_WITHOUT_EFFECT)
 
 
 def test_unknown_key_is_an_error_naming_it():
@@ -143,8 +188,7 @@ def test_unknown_key_is_an_error_naming_it():
 
 @pytest.mark.parametrize("key", ["num.network.threads", "zookeeper.connect", "ssl.keystore.location",
                                  "listener.name.internal.ssl.keystore.type", "log.message.format.version",
-                                 "metrics.context.env", "group.share.enable" if "group.share.enable" in
-                                 KAFKA_BROKER_KEYS else "background.threads"])
+                                 "metrics.context.env", "background.threads"])
 def test_kafka_keys_kesque_ignores_warn_naming_the_key(caplog, key):
     with caplog.at_level(logging.WARNING, logger="kesque.config.broker"):
         c = BrokerConfig({key: "x"})
@@ -168,7 +212,7 @@ def test_invalid_values_name_the_key(key, value):
 
 def test_listeners():
     c = BrokerConfig({"listeners": "PLAINTEXT://:9092,CONTROLLER://127.0.0.1:9093,EXTERNAL://[::1]:9094",
-                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:SSL"})
+                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT"})
     assert [(l.name, l.host, l.port) for l in c.listeners()] == [
         ("PLAINTEXT", "", 9092), ("CONTROLLER", "127.0.0.1", 9093), ("EXTERNAL", "::1", 9094)]
     assert [l.name for l in c.advertised_listeners()] == ["PLAINTEXT", "EXTERNAL"]  # not the controller's

@@ -163,13 +163,15 @@ class Reply:
 
 
 class Env:
-    def __init__(self, topics: dict[str, int] | None = None, **cfg):
+    def __init__(self, topics: dict[str, int] | None = None, group_configs: dict | None = None, **cfg):
         self.clock = ManualClock()
         self.timer = FakeTimer(self.clock, after_fire=self._after_step)
         self.log = WriteLog()
         self.image = FakeImage(topics)
         self.config = GroupConfig(**cfg)
-        self.shard = GroupCoordinatorShard(0, self.config, self.log, self.timer, self.clock, topics=lambda: self.image)
+        self.group_configs = group_configs or {}  # group id -> its own configs (the GROUP resource)
+        self.shard = GroupCoordinatorShard(0, self.config, self.log, self.timer, self.clock, topics=lambda: self.image,
+                                           group_configs=lambda gid: self.group_configs.get(gid, {}))
         self.step_hooks: list = []
 
     def _after_step(self) -> None:
@@ -1274,6 +1276,19 @@ def test_session_timeout_removes_the_member():
         env.chb("A", g.members["A"].member_epoch, owned={t: set(p) for t, p in g.members["A"].assigned.items()})
     assert "B" not in g.members and g.group_epoch > epoch
     assert tp_set(g.members["A"].assigned) == tp_set({env.image.tid("t"): {0, 1}})
+
+
+def test_a_groups_own_session_timeout_and_heartbeat_interval_win_over_the_brokers():
+    own = {"consumer.session.timeout.ms": "50000", "consumer.heartbeat.interval.ms": "7000"}
+    env = Env(topics={"t": 1}, group_configs={GID: own}, consumer_session_timeout_ms=45_000,
+              consumer_heartbeat_interval_ms=5000)
+    assert env.chb("A", 0, names=["t"])["heartbeat_interval_ms"] == 7000
+    assert env.chb("B", 0, "other", names=["t"])["heartbeat_interval_ms"] == 5000  # the broker's
+    env.timer.advance(45_000)
+    assert "B" not in env.shard.groups["other"].members  # group.consumer.session.timeout.ms
+    assert "A" in env.group().members
+    env.timer.advance(5_000)
+    assert "A" not in env.group().members  # the group's consumer.session.timeout.ms
 
 
 def test_member_that_never_revokes_is_fenced_after_its_rebalance_timeout():

@@ -24,7 +24,7 @@ from kesque.config.broker import BrokerConfig
 from kesque.controller.controller import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, Controller, NewTopic
 from kesque.errors import ErrorCode, KafkaError
 from kesque.metadata import records as mr
-from kesque.metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
+from kesque.metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, Delta, MetadataImage
 from kesque.metadata.log import MetadataLog
 from kesque.protocol.primitives import ProtocolError, uvarint
 from kesque.storage.checkpoint import uuid_to_kafka
@@ -600,12 +600,21 @@ def test_broker_config_changes(cluster):
     c.incremental_alter_configs(RESOURCE_BROKER, "1", [("log.retention.ms", OP_SET, "99")], False)
     assert cluster.image.configs[(RESOURCE_BROKER, "")] == {"log.retention.ms": "1234"}
     assert cluster.image.configs[(RESOURCE_BROKER, "1")] == {"log.retention.ms": "99"}
+    # Kafka checks broker changes on the broker: every refusal there is INVALID_REQUEST
     assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("broker.id", OP_SET, "3")], False) == \
-        ErrorCode.invalid_config  # not dynamic
-    assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("no.such", OP_SET, "3")], False) == \
-        ErrorCode.invalid_config
+        ErrorCode.invalid_request  # not dynamic
     assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("log.retention.ms", OP_SET, "x")], False) == \
-        ErrorCode.invalid_config
+        ErrorCode.invalid_request
+    assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("ssl.cipher.suites", OP_SET, "x")], False) == \
+        ErrorCode.invalid_request  # per broker only
+    # Kafka's whole dynamic set is stored, and so is a custom (non-Kafka) key
+    c.incremental_alter_configs(RESOURCE_BROKER, "1", [("ssl.cipher.suites", OP_SET, "x"),
+                                                       ("listener.name.ext.ssl.keystore.location", OP_SET, "/ks")],
+                                False)
+    c.incremental_alter_configs(RESOURCE_BROKER, "", [("background.threads", OP_SET, "4"),
+                                                      ("no.such", OP_SET, "3")], False)
+    assert cluster.image.configs[(RESOURCE_BROKER, "")] == {"log.retention.ms": "1234", "background.threads": "4",
+                                                            "no.such": "3"}
     assert code(c.incremental_alter_configs, RESOURCE_BROKER, "42", [("log.retention.ms", OP_SET, "1")],
                 False) == ErrorCode.invalid_request  # unknown broker
     assert code(c.incremental_alter_configs, 99, "x", [], False) == ErrorCode.invalid_request
@@ -614,7 +623,46 @@ def test_broker_config_changes(cluster):
     assert cluster.image.configs[(RESOURCE_BROKER, "")]["log.cleanup.policy"] == "delete,compact"
     assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("log.retention.ms", OP_APPEND, "1")],
                 False) == ErrorCode.invalid_config
-    assert cluster.restart().image.configs[(RESOURCE_BROKER, "1")] == {"log.retention.ms": "99"}
+    assert cluster.restart().image.configs[(RESOURCE_BROKER, "1")] == {
+        "log.retention.ms": "99", "ssl.cipher.suites": "x", "listener.name.ext.ssl.keystore.location": "/ks"}
+
+
+def test_dynamic_broker_configs_without_effect_are_logged_once(cluster, caplog):
+    c = cluster.controller
+    with caplog.at_level("WARNING", logger="kesque.controller.controller"):
+        c.incremental_alter_configs(RESOURCE_BROKER, "", [("background.threads", OP_SET, "4"),
+                                                          ("log.retention.ms", OP_SET, "5")], False)
+        c.incremental_alter_configs(RESOURCE_BROKER, "", [("background.threads", OP_SET, "5")], False)
+    lines = [r.getMessage() for r in caplog.records if "does not act on" in r.getMessage()]
+    assert lines == ["Dynamic broker config(s) background.threads stored, but kesque does not act on it (yet)"]
+
+
+def test_group_config_changes(cluster):
+    c = cluster.controller
+    G = RESOURCE_GROUP
+    c.incremental_alter_configs(G, "g1", [("consumer.session.timeout.ms", OP_SET, "50000"),
+                                          ("consumer.heartbeat.interval.ms", OP_SET, "6000")], False)
+    assert cluster.image.configs[(G, "g1")] == {"consumer.session.timeout.ms": "50000",
+                                                "consumer.heartbeat.interval.ms": "6000"}
+    errors = {
+        "unknown": ([("no.such", OP_SET, "1")], ErrorCode.invalid_config),
+        "not a number": ([("consumer.session.timeout.ms", OP_SET, "x")], ErrorCode.invalid_config),
+        # bounds from group.consumer.min/max.* (45000..60000, 5000..15000)
+        "below min": ([("consumer.session.timeout.ms", OP_SET, "44999")], ErrorCode.invalid_config),
+        "above max": ([("consumer.heartbeat.interval.ms", OP_SET, "15001")], ErrorCode.invalid_config),
+        "share below": ([("share.record.lock.duration.ms", OP_SET, "14999")], ErrorCode.invalid_config),
+        "bad reset": ([("share.auto.offset.reset", OP_SET, "none")], ErrorCode.invalid_config),
+        "not a list": ([("consumer.session.timeout.ms", OP_APPEND, "1")], ErrorCode.invalid_config),
+    }
+    for ops, expected in errors.values():
+        assert code(c.incremental_alter_configs, G, "g1", ops, False) == expected, ops
+    assert code(c.incremental_alter_configs, G, "", [("consumer.session.timeout.ms", OP_SET, "50000")],
+                False) == ErrorCode.invalid_request  # no default group resource
+    c.incremental_alter_configs(G, "g1", [("consumer.heartbeat.interval.ms", OP_DELETE, None)], False)
+    c.alter_configs(G, "g2", {"share.auto.offset.reset": "earliest"}, False)
+    image = cluster.restart().image  # ConfigRecords in the metadata log, as Kafka keeps them
+    assert image.configs[(G, "g1")] == {"consumer.session.timeout.ms": "50000"}
+    assert image.configs[(G, "g2")] == {"share.auto.offset.reset": "earliest"}
 
 
 def test_producer_id_blocks_survive_restarts(cluster):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 from confluent_kafka.admin import AdminClient
+
+from kesque.testing.broker import Broker
 
 # Keys as a Kafka 3.x/4.x KRaft server.properties carries them: some kesque uses, some it
 # does not (thread pools, socket buffers, ZooKeeper leftovers), all of them Kafka's.
@@ -101,3 +105,145 @@ def test_missing_config_file_is_a_clear_error(tmp_path):
     out = proc.communicate(timeout=20)[0]
     assert proc.returncode != 0
     assert "nope.properties" in out
+
+
+# ------------------------------------------------------------------ listeners kesque cannot serve
+
+BIN = os.path.dirname(sys.executable)
+_MAP = "listener.security.protocol.map"
+
+
+def _refused(overrides: dict, data) -> str:
+    """``kesque serve`` with these settings: it must exit non-zero before listening; its output."""
+    args = ["--override", f"log.dirs={data}"]
+    for k, v in overrides.items():
+        args += ["--override", f"{k}={v}"]
+    proc = _serve(args)
+    try:
+        out = proc.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"kesque serve started with {overrides}:\n{proc.communicate()[0]}")
+    assert proc.returncode != 0, out
+    assert "Listening on" not in out, out
+    return out
+
+
+REFUSED_PROTOCOLS = [
+    ({"listeners": "SSL://127.0.0.1:0"}, "Listener SSL in listeners=SSL://127.0.0.1:0 uses security protocol SSL"),
+    ({"listeners": "SASL_PLAINTEXT://127.0.0.1:0"},
+     "Listener SASL_PLAINTEXT in listeners=SASL_PLAINTEXT://127.0.0.1:0 uses security protocol SASL_PLAINTEXT"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0,CLIENTS://127.0.0.1:0", _MAP: "PLAINTEXT:PLAINTEXT,CLIENTS:SSL"},
+     "Listener CLIENTS in listeners=CLIENTS://127.0.0.1:0 uses security protocol SSL "
+     "(listener.security.protocol.map maps CLIENTS to SSL)"),
+    ({"security.inter.broker.protocol": "SSL"}, "security.inter.broker.protocol=SSL"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", REFUSED_PROTOCOLS)
+def test_serve_refuses_a_protocol_it_cannot_serve(tmp_path, overrides, message):
+    out = _refused(overrides, tmp_path)
+    assert f"kesque: configuration error: {message}" in out, out
+    assert "no TLS or SASL" in out
+
+
+@pytest.mark.parametrize("overrides,message", REFUSED_PROTOCOLS)
+def test_kafka_server_start_refuses_a_protocol_it_cannot_serve(tmp_path, overrides, message):
+    exe = os.path.join(BIN, "kafka-server-start.sh")
+    if not os.path.exists(exe):
+        pytest.skip("console scripts not installed")
+    cfg = tmp_path / "server.properties"
+    cfg.write_text("".join(f"{k}={v}\n" for k, v in {"log.dirs": tmp_path / "data", **overrides}.items()))
+    r = subprocess.run([exe, str(cfg)], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and message in r.stderr, r
+
+
+@pytest.mark.parametrize("overrides,message", REFUSED_PROTOCOLS)
+def test_broker_class_refuses_a_protocol_it_cannot_serve(tmp_path, overrides, message):
+    b = Broker(data_dir=str(tmp_path), config=overrides)
+    try:
+        with pytest.raises(RuntimeError) as e:
+            b.start()
+    finally:
+        b.stop()  # if it did start
+    assert re.search(r"exited during start \(code [1-9]\d*\)", str(e.value)) and message in str(e.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"listeners": "PLAINTEXT://127.0.0.1:0"},
+    {"listeners": "CLIENTS://127.0.0.1:0", _MAP: "CLIENTS:PLAINTEXT,CONTROLLER:PLAINTEXT"},
+])
+def test_plaintext_listeners_still_serve(tmp_path, overrides):
+    with Broker(data_dir=str(tmp_path), config=overrides) as b:
+        md = AdminClient({"bootstrap.servers": b.bootstrap_servers}).list_topics(timeout=10)
+        assert 1 in md.brokers
+        # the listener is advertised under its own name
+        assert f"Listening on {overrides['listeners'].split(':')[0]}://127.0.0.1:{b.port}" in open(b.log_path).read()
+
+
+# ------------------------------------------------------------------ settings kesque does not act on yet
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"},
+     "controller.quorum.voters names 3 controllers (node ids 1, 2, 3): kesque does not run a multi-node controller "
+     "quorum yet"),
+    ({"controller.quorum.bootstrap.servers": "127.0.0.1:9093,127.0.0.1:9094"},
+     "controller.quorum.bootstrap.servers names 2 controllers"),
+])
+def test_a_multi_node_quorum_is_refused(tmp_path, overrides, message):
+    out = _refused(overrides, tmp_path)
+    assert f"kesque: configuration error: {message}" in out, out
+
+
+NOT_YET = [
+    ({"controller.quorum.voters": "2@127.0.0.1:9093"},
+     "controller.quorum.voters names node 2 only, not this node (node.id=1): kesque does not join another node's "
+     "controller quorum yet"),
+    ({"controller.quorum.bootstrap.servers": "10.1.2.3:9093"},
+     "controller.quorum.bootstrap.servers names 10.1.2.3:9093, which is not one of this node's listeners"),
+    ({"process.roles": "broker"}, "process.roles=broker: kesque does not run separate broker and controller nodes "
+                                  "yet"),
+    ({"log.cleaner.threads": "2", "log.cleaner.min.cleanable.ratio": "0.7"},
+     "kesque has no log cleaner yet (log compaction is not implemented): log.cleaner.min.cleanable.ratio, "
+     "log.cleaner.threads have no effect"),
+    ({"group.share.enable": "true"}, "kesque does not implement share groups (KIP-932) yet: group.share.enable=true "
+                                     "has no effect"),
+    ({"unclean.leader.election.enable": "true"}, "unclean.leader.election.enable=true has no effect"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", NOT_YET)
+def test_settings_kesque_does_not_act_on_warn_once_at_start(tmp_path, overrides, message):
+    with Broker(data_dir=str(tmp_path), config=overrides) as b:
+        pass
+    log = open(b.log_path).read()
+    assert log.count(message) == 1, log
+    assert " WARNING " in next(line for line in log.splitlines() if message in line)
+    for key in overrides:  # the one warning replaces the generic "not used" line
+        assert f"Kafka config {key} is not used" not in log
+
+
+def test_compacted_topics_warn_once(tmp_path):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+
+    b = Broker(data_dir=str(tmp_path)).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
+        for f in admin.create_topics([NewTopic("cmp", 1, 1, config={"cleanup.policy": "compact"}),
+                                      NewTopic("plain", 1, 1), NewTopic("later", 1, 1)]).values():
+            f.result()
+        later = ConfigResource(ResourceType.TOPIC, "later", incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+        for _ in range(2):  # the second change leaves it compacted: no second warning
+            for f in admin.incremental_alter_configs([later]).values():
+                f.result()
+        b.restart()
+    finally:
+        b.stop()
+    log = open(b.log_path).read()
+    warning = "Topic cmp has cleanup.policy=compact, but kesque has no log cleaner yet"
+    assert log.count(warning) == 1, log  # at creation
+    assert log.count("Topic later has cleanup.policy=compact") == 1, log  # when altered to compact
+    assert log.count("Topics cmp, later have cleanup.policy=compact") == 1, log  # at the next start
+    warned = [line for line in log.splitlines() if "no log cleaner yet" in line]
+    assert len(warned) == 3 and not any("plain" in w or "__consumer_offsets" in w for w in warned), warned

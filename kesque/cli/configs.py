@@ -298,6 +298,9 @@ def describe(a) -> None:
             entities = _admin.list_topic_names(admin)
         elif etype in (BROKER, BROKER_LOGGER):
             entities = [str(n.id) for n in _admin.cluster_nodes(admin)] + [""]
+        elif etype == GROUP:  # as ConfigCommand: the consumer groups there are
+            groups = admin.list_consumer_groups(request_timeout=_admin.TIMEOUT).result(_admin.TIMEOUT)
+            entities = [g.group_id for g in groups.valid]
         else:
             entities = []
     for entity in entities:

@@ -4,6 +4,12 @@ defaults and precedence, and the dynamic layers that AlterConfigs writes to the 
 A key kesque uses is parsed and validated (a bad value is an error naming the key). A key
 that Kafka knows but kesque does not use (JVM, thread pools, SSL, ZooKeeper...) is accepted
 with a warning naming it, so a Kafka user's file starts kesque. Anything else is an error.
+A listener whose security protocol is not PLAINTEXT is an error too (kesque has no TLS or
+SASL: it must not serve it as plaintext); what kesque refuses or only warns about because it
+does not do it yet (a controller quorum, a log cleaner, ...) is in ``not_yet``.
+
+Dynamic changes (AlterConfigs on a BROKER) follow Kafka's DynamicBrokerConfig: its whole
+dynamic set is accepted, stored and described, including the keys kesque does not act on.
 """
 
 from __future__ import annotations
@@ -13,12 +19,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from . import not_yet
 from .topic import SYNONYM_SCALE, TOPIC_CONFIGS, LogConfig
-from .types import LONG_MAX, ConfigError, ConfigKey, at_least, between, one_of, render
+from .types import LONG_MAX, PARSERS, ConfigError, ConfigKey, at_least, between, one_of, render
 
 log = logging.getLogger(__name__)
 
 _K = ConfigKey
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 # DescribeConfigs sources
 SOURCE_UNKNOWN = 0
@@ -27,6 +36,7 @@ DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+GROUP_CONFIG = 8
 
 _BROKER_KEYS: list[ConfigKey] = [
     # identity and roles
@@ -39,12 +49,14 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("controller.listener.names", "STRING", ["CONTROLLER"], "listeners used by controllers", parse_as="LIST"),
     _K("cluster.id", "STRING", None, "cluster id (normally read from meta.properties)"),
     # network
-    _K("listeners", "STRING", ["PLAINTEXT://:9092"], "listener URIs", parse_as="LIST"),
-    _K("advertised.listeners", "STRING", None, "listeners published to clients", parse_as="LIST"),
+    _K("listeners", "STRING", ["PLAINTEXT://:9092"], "listener URIs", parse_as="LIST", dynamic=True),
+    _K("advertised.listeners", "STRING", None, "listeners published to clients", parse_as="LIST", dynamic=True),
     _K("listener.security.protocol.map", "STRING",
        ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL",
-        "CONTROLLER:PLAINTEXT"], "listener name to security protocol", parse_as="LIST"),
+        "CONTROLLER:PLAINTEXT"], "listener name to security protocol", parse_as="LIST", dynamic=True),
     _K("inter.broker.listener.name", "STRING", None, "listener brokers use to talk to each other"),
+    _K("security.inter.broker.protocol", "STRING", "PLAINTEXT", "security protocol brokers use to talk to each other",
+       one_of(*SECURITY_PROTOCOLS)),
     _K("socket.request.max.bytes", "INT", 104857600, "largest request frame accepted", at_least(1)),
     _K("socket.send.buffer.bytes", "INT", 102400, "SO_SNDBUF (-1: OS default)"),
     _K("socket.receive.buffer.bytes", "INT", 102400, "SO_RCVBUF (-1: OS default)"),
@@ -59,12 +71,12 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("delete.topic.enable", "BOOLEAN", True, "allow DeleteTopics"),
     _K("log.segment.bytes", "INT", 1073741824, "", at_least(1048576), dynamic=True),
     _K("log.roll.ms", "LONG", None, "", dynamic=True),
-    _K("log.roll.hours", "INT", 168, "", at_least(1), dynamic=True),
+    _K("log.roll.hours", "INT", 168, "", at_least(1)),
     _K("log.roll.jitter.ms", "LONG", None, "", dynamic=True),
-    _K("log.roll.jitter.hours", "INT", 0, "", at_least(0), dynamic=True),
+    _K("log.roll.jitter.hours", "INT", 0, "", at_least(0)),
     _K("log.retention.ms", "LONG", None, "", dynamic=True),
-    _K("log.retention.minutes", "INT", None, "", dynamic=True),
-    _K("log.retention.hours", "INT", 168, "", dynamic=True),
+    _K("log.retention.minutes", "INT", None, ""),
+    _K("log.retention.hours", "INT", 168, ""),
     _K("log.retention.bytes", "LONG", -1, "", dynamic=True),
     _K("log.retention.check.interval.ms", "LONG", 300000, "retention check period", at_least(1)),
     _K("log.segment.delete.delay.ms", "LONG", 60000, "", at_least(0), dynamic=True),
@@ -133,6 +145,16 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("group.consumer.min.session.timeout.ms", "INT", 45000, "", at_least(1)),
     _K("group.consumer.max.session.timeout.ms", "INT", 60000, "", at_least(1)),
     _K("group.consumer.max.size", "INT", 2147483647, "", at_least(1)),
+    # the share-group bounds a group's share.* configs (IncrementalAlterConfigs on a GROUP) are checked against
+    _K("group.share.session.timeout.ms", "INT", 45000, "", at_least(1)),
+    _K("group.share.min.session.timeout.ms", "INT", 45000, "", at_least(1)),
+    _K("group.share.max.session.timeout.ms", "INT", 60000, "", at_least(1)),
+    _K("group.share.heartbeat.interval.ms", "INT", 5000, "", at_least(1)),
+    _K("group.share.min.heartbeat.interval.ms", "INT", 5000, "", at_least(1)),
+    _K("group.share.max.heartbeat.interval.ms", "INT", 15000, "", at_least(1)),
+    _K("group.share.record.lock.duration.ms", "INT", 30000, "", between(1000, 3600000)),
+    _K("group.share.min.record.lock.duration.ms", "INT", 15000, "", between(1000, 30000)),
+    _K("group.share.max.record.lock.duration.ms", "INT", 60000, "", between(30000, 3600000)),
     # transactions and idempotent producers
     _K("transaction.max.timeout.ms", "INT", 900000, "largest transaction.timeout.ms a producer may ask for",
        at_least(1)),
@@ -169,6 +191,58 @@ DEFAULTS_DIFFERING_FROM_KAFKA = {
 _REJECTED_VALUES = {
     "log.message.format.version": "kesque stores only record format v2 (as Kafka 4.x does)",
 }
+
+
+# kesque keys Kafka can change at runtime that kesque accepts, stores and describes but does
+# not act on while running (bound at start, or a feature kesque does not have yet)
+DYNAMIC_WITHOUT_EFFECT = frozenset({
+    "listeners", "advertised.listeners", "listener.security.protocol.map", "log.preallocate",
+    "log.local.retention.ms", "log.local.retention.bytes", "unclean.leader.election.enable",
+    "transaction.partition.verification.enable",
+    "log.cleaner.backoff.ms", "log.cleaner.delete.retention.ms", "log.cleaner.max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
+})
+
+_LISTENER_KEYS = ("listeners", "advertised.listeners", "listener.security.protocol.map")
+_LISTENER_KEY = re.compile(r"^listener\.name\.[^.]*\.(.+)$")
+
+
+def listener_base(name: str) -> str:
+    """``listener.name.<l>.<key>`` (or ``.<mechanism>.<key>`` for the SASL login keys) -> key."""
+    from .kafka_keys import KAFKA_LISTENER_MECHANISM_KEYS
+
+    m = _LISTENER_KEY.match(name)
+    if not m:
+        return name
+    return next((k for k in KAFKA_LISTENER_MECHANISM_KEYS if m.group(1).endswith(k)), m.group(1))
+
+
+def is_dynamic(name: str) -> bool:
+    """Kafka can change this broker key with AlterConfigs (its DynamicBrokerConfig set)."""
+    from .kafka_keys import KAFKA_DYNAMIC_BROKER_KEYS, KAFKA_DYNAMIC_ONLY_BROKER_KEYS
+
+    return name in KAFKA_DYNAMIC_BROKER_KEYS or name in KAFKA_DYNAMIC_ONLY_BROKER_KEYS
+
+
+def has_effect(name: str) -> bool:
+    """A dynamic change of this key changes what kesque does (without a restart)."""
+    key = BROKER_CONFIGS.get(name)
+    return key is not None and key.dynamic and name not in DYNAMIC_WITHOUT_EFFECT
+
+
+def key_type(name: str) -> str:
+    """Kafka's declared type of a broker key (STRING for a custom one)."""
+    from .kafka_keys import KAFKA_BROKER_KEYS, KAFKA_DYNAMIC_ONLY_BROKER_KEYS
+
+    name = listener_base(name)
+    if name in BROKER_CONFIGS:
+        return BROKER_CONFIGS[name].type
+    entry = KAFKA_BROKER_KEYS.get(name) or KAFKA_DYNAMIC_ONLY_BROKER_KEYS.get(name)
+    return entry[0] if entry else "STRING"
+
+
+_NO_TLS_OR_SASL = ("kesque has no TLS or SASL yet and serves PLAINTEXT listeners only; it does not start rather "
+                   "than serve another protocol as plaintext")
 
 
 def _known_kafka_key(name: str) -> bool:
@@ -272,7 +346,8 @@ class BrokerConfig:
                 self.unused.append(name)
                 continue
             if _known_kafka_key(name):
-                log.warning("Kafka config %s is not used by kesque; ignoring it", name)
+                if not not_yet.covers(name):  # those get one warning about the missing feature instead
+                    log.warning("Kafka config %s is not used by kesque; ignoring it", name)
                 self.unused.append(name)
                 continue
             if strict:
@@ -283,13 +358,53 @@ class BrokerConfig:
         elif "broker.id" not in self.static and "node.id" in self.static:
             self.static["broker.id"] = self.static["node.id"]
         self._validate()
+        if strict:
+            not_yet.check(self)
 
     def _validate(self) -> None:
-        for uri in self.get("listeners"):
-            Listener.parse(uri, "listeners")
-        adv = self.get("advertised.listeners")
-        for uri in adv or []:
-            Listener.parse(uri, "advertised.listeners")
+        protocols = self.security_protocol_map()
+        for key in ("listeners", "advertised.listeners"):
+            for uri in self.get(key) or []:
+                self._check_plaintext(key, uri, Listener.parse(uri, key).name, protocols)
+        inter = self.get("inter.broker.listener.name")
+        if inter:
+            self._check_plaintext("inter.broker.listener.name", inter, inter.upper(), protocols)
+        if self.get("security.inter.broker.protocol") != "PLAINTEXT":
+            raise ConfigError("security.inter.broker.protocol",
+                              f"security.inter.broker.protocol={self.get('security.inter.broker.protocol')}: "
+                              f"{_NO_TLS_OR_SASL}")
+
+    def security_protocol_map(self) -> dict[str, str]:
+        """listener name -> security protocol (Kafka's listener.security.protocol.map; when
+        the map is not set, the controller listeners are PLAINTEXT as in Kafka)."""
+        key = "listener.security.protocol.map"
+        out = {}
+        if not self.is_set(key):
+            out.update({n.upper(): "PLAINTEXT" for n in self.get("controller.listener.names")})
+        for entry in self.get(key):
+            name, sep, proto = entry.partition(":")
+            proto = proto.strip().upper()
+            if not sep or not name.strip():
+                raise ConfigError(key, f"Invalid value {entry} for configuration {key}: Map entry should be of "
+                                       "form <key>:<value>")
+            if proto not in SECURITY_PROTOCOLS:
+                raise ConfigError(key, f"Invalid value {entry} for configuration {key}: {proto} is not a security "
+                                       f"protocol (one of {', '.join(SECURITY_PROTOCOLS)})")
+            out[name.strip().upper()] = proto
+        return out
+
+    @staticmethod
+    def _check_plaintext(key: str, value: str, listener: str, protocols: dict[str, str]) -> None:
+        """kesque serves PLAINTEXT only: any other protocol stops the start rather than
+        being served as plaintext."""
+        proto = protocols.get(listener)
+        if proto is None:
+            raise ConfigError(key, f"Invalid value {value} for configuration {key}: No security protocol defined "
+                                   f"for listener {listener} (listener.security.protocol.map)")
+        if proto != "PLAINTEXT":
+            how = "" if proto == listener else f" (listener.security.protocol.map maps {listener} to {proto})"
+            raise ConfigError(key, f"Listener {listener} in {key}={value} uses security protocol {proto}{how}: "
+                                   f"{_NO_TLS_OR_SASL}")
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> Any:
@@ -382,15 +497,47 @@ class BrokerConfig:
         return LogConfig.from_values(values)
 
     # ------------------------------------------------------------------ dynamic
-    def validate_dynamic(self, name: str, value: str | None) -> Any:
-        key = BROKER_CONFIGS.get(name)
-        if key is None:
-            if _known_kafka_key(name):
-                raise ConfigError(name, f"Cannot update these configs dynamically: Set({name})")
-            raise ConfigError(name, f"Unknown broker config: {name}")
-        if not key.dynamic:
+    def validate_dynamic(self, name: str, value: str | None, per_broker: bool = True) -> Any:
+        """Check one key of an AlterConfigs on a BROKER resource as Kafka's
+        DynamicBrokerConfig.validateConfigs does (per broker, or the cluster default when
+        ``per_broker`` is false) and return its parsed value. Kafka's whole dynamic set is
+        accepted, so is a key that is not Kafka's (a custom config); a Kafka key outside the
+        set is refused. The caller answers a refusal with INVALID_REQUEST, as Kafka does."""
+        from .kafka_keys import (KAFKA_BROKER_KEYS, KAFKA_CLUSTER_LEVEL_LISTENER_KEYS,
+                                 KAFKA_LISTENER_ONLY_DYNAMIC_KEYS, KAFKA_PER_BROKER_DYNAMIC_KEYS)
+
+        base = listener_base(name)
+        if base == name and name in KAFKA_LISTENER_ONLY_DYNAMIC_KEYS:
+            raise ConfigError(name, "These security configs can be dynamically updated only per-listener using the "
+                                    f"listener prefix: Set({name})")
+        if not is_dynamic(name) and (name in BROKER_CONFIGS or name in KAFKA_BROKER_KEYS):
             raise ConfigError(name, f"Cannot update these configs dynamically: Set({name})")
-        return None if value is None else key.parse(value)
+        if not per_broker and (base in KAFKA_PER_BROKER_DYNAMIC_KEYS
+                               or (base != name and base not in KAFKA_CLUSTER_LEVEL_LISTENER_KEYS)):
+            raise ConfigError(name, "Cannot update these configs at default cluster level, broker id must be "
+                                    f"specified: Set({name})")
+        if value is None:
+            return None
+        key = BROKER_CONFIGS.get(base)
+        if key is not None and key.dynamic:
+            parsed = key.parse(value)
+            if base == name and name in _LISTENER_KEYS:
+                self._check_listener_change(name, parsed)
+            return parsed
+        if is_dynamic(base):
+            return PARSERS[key_type(base)](base, value)
+        return value  # a custom config: Kafka keeps it as given
+
+    def _check_listener_change(self, name: str, value: list[str]) -> None:
+        """A dynamic listener setting takes effect at the next start: it must name PLAINTEXT
+        listeners only, as the static one must."""
+        before = dict(self.dynamic_broker)
+        self.dynamic_broker[name] = value
+        try:
+            self._validate()
+        finally:
+            self.dynamic_broker.clear()
+            self.dynamic_broker.update(before)
 
     def set_dynamic(self, broker_scope: bool, name: str, value: Any | None) -> None:
         layer = self.dynamic_broker if broker_scope else self.dynamic_default

@@ -498,3 +498,86 @@ KAFKA_KEY_PREFIXES: tuple[str, ...] = (
     "rlmm.config.",
     "rsm.config.",
 )
+
+
+# ---------------------------------------------------------------------------- dynamic configs
+# The broker keys AlterConfigs / IncrementalAlterConfigs accept on a BROKER resource
+# (Kafka's DynamicBrokerConfig.AllDynamicConfigs), taken from a dump of the set of a
+# Kafka 4.x build and restricted to the 4.0 keys of the table above; 4.0 also still had
+# ``advertised.listeners`` in it.  Every other key of the table is refused ("Cannot update
+# these configs dynamically"); a key that is not Kafka's is accepted as a custom config.
+KAFKA_DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset({
+    "advertised.listeners", "background.threads", "compression.gzip.level", "compression.lz4.level",
+    "compression.type", "compression.zstd.level", "listener.security.protocol.map", "listeners",
+    "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.delete.retention.ms",
+    "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.max.compaction.lag.ms", "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.min.compaction.lag.ms", "log.cleaner.threads", "log.cleanup.policy",
+    "log.flush.interval.messages", "log.flush.interval.ms", "log.index.interval.bytes",
+    "log.index.size.max.bytes", "log.local.retention.bytes", "log.local.retention.ms",
+    "log.message.timestamp.after.max.ms", "log.message.timestamp.before.max.ms", "log.message.timestamp.type",
+    "log.preallocate", "log.retention.bytes", "log.retention.ms", "log.roll.jitter.ms", "log.roll.ms",
+    "log.segment.bytes", "log.segment.delete.delay.ms", "max.connection.creation.rate", "max.connections",
+    "max.connections.per.ip", "max.connections.per.ip.overrides", "message.max.bytes", "metric.reporters",
+    "min.insync.replicas", "num.io.threads", "num.network.threads", "num.recovery.threads.per.data.dir",
+    "num.replica.fetchers", "principal.builder.class", "producer.id.expiration.ms",
+    "remote.fetch.max.wait.ms", "remote.list.offsets.request.timeout.ms",
+    "remote.log.index.file.cache.total.size.bytes", "remote.log.manager.copier.thread.pool.size",
+    "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.expiration.thread.pool.size",
+    "remote.log.manager.fetch.max.bytes.per.second", "remote.log.reader.threads", "sasl.enabled.mechanisms",
+    "sasl.jaas.config", "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.service.name",
+    "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.login.refresh.buffer.seconds", "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter",
+    "sasl.mechanism.inter.broker.protocol", "ssl.cipher.suites", "ssl.client.auth", "ssl.enabled.protocols",
+    "ssl.endpoint.identification.algorithm", "ssl.engine.factory.class", "ssl.key.password",
+    "ssl.keymanager.algorithm", "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.keystore.location",
+    "ssl.keystore.password", "ssl.keystore.type", "ssl.protocol", "ssl.provider",
+    "ssl.secure.random.implementation", "ssl.trustmanager.algorithm", "ssl.truststore.certificates",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.type",
+    "transaction.partition.verification.enable", "unclean.leader.election.enable",
+})
+
+# Dynamic-only broker keys (Kafka's QuotaConfig.brokerQuotaConfigs): not in a
+# server.properties, settable only with AlterConfigs.  key -> (TYPE, default)
+KAFKA_DYNAMIC_ONLY_BROKER_KEYS: dict[str, tuple[str, str | None]] = {
+    "follower.replication.throttled.rate": ("LONG", "9223372036854775807"),
+    "leader.replication.throttled.rate": ("LONG", "9223372036854775807"),
+    "replica.alter.log.dirs.io.max.bytes.per.second": ("LONG", "9223372036854775807"),
+}
+
+# Dynamic keys that may be set per broker only, never at the cluster-default level.
+KAFKA_PER_BROKER_DYNAMIC_KEYS: frozenset[str] = frozenset({
+    "advertised.listeners", "listener.security.protocol.map", "listeners", "principal.builder.class",
+    "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+    "sasl.kerberos.service.name", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.login.refresh.buffer.seconds",
+    "sasl.login.refresh.min.period.seconds", "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter", "sasl.mechanism.inter.broker.protocol", "ssl.cipher.suites",
+    "ssl.client.auth", "ssl.enabled.protocols", "ssl.endpoint.identification.algorithm",
+    "ssl.engine.factory.class", "ssl.key.password", "ssl.keymanager.algorithm",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.keystore.location", "ssl.keystore.password",
+    "ssl.keystore.type", "ssl.protocol", "ssl.provider", "ssl.secure.random.implementation",
+    "ssl.trustmanager.algorithm", "ssl.truststore.certificates", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.type",
+})
+
+# Security keys that may be updated dynamically only under a ``listener.name.<l>.`` prefix.
+KAFKA_LISTENER_ONLY_DYNAMIC_KEYS: frozenset[str] = frozenset({
+    "ssl.key.password", "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.keystore.location",
+    "ssl.keystore.password", "ssl.keystore.type", "ssl.truststore.certificates", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.type",
+})
+
+# Listener keys that stay cluster-wide even under a ``listener.name.<l>.`` prefix.
+KAFKA_CLUSTER_LEVEL_LISTENER_KEYS: frozenset[str] = frozenset({
+    "max.connection.creation.rate", "max.connections", "num.network.threads",
+})
+
+# SASL keys given as ``listener.name.<l>.<mechanism>.<key>``.
+KAFKA_LISTENER_MECHANISM_KEYS: tuple[str, ...] = (
+    "sasl.jaas.config", "sasl.login.callback.handler.class", "sasl.login.class",
+    "sasl.server.callback.handler.class", "connections.max.reauth.ms",
+)

@@ -15,11 +15,12 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from ..config.broker import BROKER_CONFIGS, BrokerConfig
+from ..config.broker import BROKER_CONFIGS, BrokerConfig, has_effect
+from ..config.group import GROUP_CONFIGS, validate_group_configs
 from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
 from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
-from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
+from ..metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, Delta, MetadataImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
 from ..storage.checkpoint import uuid_to_kafka
 
@@ -89,6 +90,7 @@ class Controller:
         self.log = metadata_log
         self.clock = clock
         self.publish = publish  # callable(delta) run after every commit
+        self._warned_without_effect: set[str] = set()
 
     # ------------------------------------------------------------------ commit
     def commit(self, records: list[dict]) -> Delta:
@@ -344,20 +346,30 @@ class Controller:
                     raise KafkaError(ErrorCode.invalid_request, f"Invalid broker name {rname}") from None
                 if node not in self.image.brokers:
                     raise KafkaError(ErrorCode.invalid_request, f"Unknown broker {node}")
+        elif rtype == RESOURCE_GROUP:
+            if rname == "":
+                raise KafkaError(ErrorCode.invalid_request, "Default group resources are not allowed.")
         else:
             raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}")
 
-    def _validate_value(self, rtype: int, name: str, value: str | None) -> None:
+    def _validate_value(self, rtype: int, rname: str, name: str, value: str | None) -> None:
         try:
             if rtype == RESOURCE_TOPIC:
                 if name not in TOPIC_CONFIGS:
                     raise ConfigError(name, f"Unknown topic config name: {name}")
                 if value is not None:
                     validate_topic_configs({name: value})
+            elif rtype == RESOURCE_GROUP:
+                if name not in GROUP_CONFIGS:
+                    raise ConfigError(name, f"Unknown group config name: {name}")
+                GROUP_CONFIGS[name].parse(value)
             else:
-                self.config.validate_dynamic(name, value)
+                self.config.validate_dynamic(name, value, per_broker=rname != "")
         except ConfigError as e:
-            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+            # Kafka checks broker changes on the broker (ConfigAdminManager), where a
+            # refusal is INVALID_REQUEST; the controller's checks answer INVALID_CONFIG
+            code = ErrorCode.invalid_request if rtype == RESOURCE_BROKER else ErrorCode.invalid_config
+            raise KafkaError(code, str(e)) from None
 
     def incremental_alter_configs(self, rtype: int, rname: str, ops: list[tuple[str, int, str | None]],
                                   validate_only: bool) -> None:
@@ -376,7 +388,8 @@ class Controller:
                 new.pop(name, None)
             elif op in (OP_APPEND, OP_SUBTRACT):
                 # Kafka's isSplittable: the resource's key must be a LIST (topic or broker)
-                key = (TOPIC_CONFIGS if rtype == RESOURCE_TOPIC else BROKER_CONFIGS).get(name)
+                keys = {RESOURCE_TOPIC: TOPIC_CONFIGS, RESOURCE_GROUP: GROUP_CONFIGS}.get(rtype, BROKER_CONFIGS)
+                key = keys.get(name)
                 if key is None or key.type != "LIST":
                     raise KafkaError(ErrorCode.invalid_config,
                                      f"Config value append is not allowed for config key: {name}")
@@ -390,24 +403,26 @@ class Controller:
                 new[name] = ",".join(items)
             else:
                 raise KafkaError(ErrorCode.invalid_request, f"Unknown alter config operation {op}")
-            self._validate_value(rtype, name, new.get(name))
+            self._validate_value(rtype, rname, name, new.get(name))
         self._commit_configs(rtype, rname, current, new, validate_only)
 
     def alter_configs(self, rtype: int, rname: str, configs: dict[str, str | None], validate_only: bool) -> None:
         """Legacy AlterConfigs: the given set replaces all dynamic configs of the resource."""
         self._check_resource(rtype, rname)
         for name, value in configs.items():
-            self._validate_value(rtype, name, value)
+            self._validate_value(rtype, rname, name, value)
         current = dict(self.image.configs.get((rtype, rname), {}))
         new = {k: v for k, v in configs.items() if v is not None}
         self._commit_configs(rtype, rname, current, new, validate_only)
 
     def _commit_configs(self, rtype, rname, current: dict, new: dict, validate_only: bool) -> None:
-        if rtype == RESOURCE_TOPIC:
-            try:
+        try:
+            if rtype == RESOURCE_TOPIC:
                 validate_topic_configs(new)
-            except ConfigError as e:
-                raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+            elif rtype == RESOURCE_GROUP:
+                validate_group_configs(new, self.config)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
         if validate_only:
             return
         recs = []
@@ -416,3 +431,16 @@ class Controller:
                 recs.append({"type": "ConfigRecord", "resource_type": rtype, "resource_name": rname,
                              "name": name, "value": new.get(name)})
         self.commit(recs)
+        if rtype == RESOURCE_BROKER:
+            self.warn_without_effect(r["name"] for r in recs if r["value"] is not None)
+
+    def warn_without_effect(self, names=None) -> None:
+        """Log once per key the dynamic broker configs kesque stores and describes but does
+        not act on (by default: every one the image holds, as at start)."""
+        if names is None:
+            names = [n for (rtype, _r), cfg in self.image.configs.items() if rtype == RESOURCE_BROKER for n in cfg]
+        fresh = sorted({n for n in names if not has_effect(n)} - self._warned_without_effect)
+        if fresh:
+            self._warned_without_effect.update(fresh)
+            log.warning("Dynamic broker config(s) %s stored, but kesque does not act on %s (yet)",
+                        ", ".join(fresh), "it" if len(fresh) == 1 else "them")

@@ -18,9 +18,10 @@ import socket
 import time
 
 from ..clock import SYSTEM_CLOCK
+from ..config import not_yet
 from ..config.broker import BrokerConfig
 from ..controller.controller import Controller
-from ..metadata.image import Delta, MetadataImage
+from ..metadata.image import RESOURCE_TOPIC, Delta, MetadataImage
 from ..metadata.log import MetadataLog
 from ..protocol import api as protocol
 from ..protocol.primitives import INT32, ProtocolError
@@ -103,6 +104,7 @@ class KesqueServer:
         self.replica_manager.apply_delta(Delta(changed_partitions={
             (t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions}))
         self._delete_stray_logs()
+        self._warn_not_yet()
         self._schedule_periodic()
         self.started.set()
         log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
@@ -122,6 +124,20 @@ class KesqueServer:
                 host = socket.getfqdn()
             out.append({"name": lis.name, "host": host, "port": port, "security_protocol": 0})
         return out
+
+    def _warn_not_yet(self) -> None:
+        """Once at start, then as configs change: what is stored but not acted on."""
+        self.controller.warn_without_effect()
+        rm = self.replica_manager
+        compaction = not_yet.CompactionWarnings(
+            lambda topic: self.image.topic(topic) is not None and rm.log_config_for(topic).compact)
+        compaction.check(self.image.topics_by_name)
+
+        def on_delta(delta: Delta) -> None:
+            created = [self.image.topics_by_id[t].name for t in delta.created_topics if t in self.image.topics_by_id]
+            compaction.check(created + [name for rtype, name in delta.changed_configs if rtype == RESOURCE_TOPIC])
+
+        self.add_publisher(on_delta)
 
     def _delete_stray_logs(self) -> None:
         for (topic, partition), lg in list(self.log_manager.logs.items()):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import select
 import shutil
 import signal
@@ -61,6 +62,12 @@ class Broker:
     def _props(self) -> dict[str, str]:
         props = dict(self.config)
         props.setdefault("log.dirs", self.data_dir)
+        if "listeners" in props:
+            # the caller's listeners, names and protocols as given (a protocol kesque does not
+            # serve stops the start); port 0 of the first one is the port bound at the first start
+            if self.port:
+                props["listeners"] = re.sub(r"^([^,]*):0(?=,|$)", rf"\g<1>:{self.port}", props["listeners"])
+            return props
         props["listeners"] = f"PLAINTEXT://{self.host}:{self.port}"
         if self.port:
             props.setdefault("advertised.listeners", f"PLAINTEXT://{self.host}:{self.port}")
@@ -103,8 +110,12 @@ class Broker:
         finally:
             os.close(r)
         if b"\n" not in buf:
-            code = self.process.poll()
-            raise RuntimeError(f"kesque broker exited during start (code {code}); see {self.log_path}")
+            try:
+                code = self.process.wait(10)  # its error is in the log once it has exited
+            except subprocess.TimeoutExpired:
+                code = None
+            raise RuntimeError(f"kesque broker exited during start (code {code}){self._start_error()}; "
+                               f"see {self.log_path}")
         first = buf.decode().split("\n")[0].split(",")[0]
         self.port = int(first.rsplit(":", 1)[1])
 
@@ -146,7 +157,16 @@ class Broker:
             raise TimeoutError("kesque broker did not start in time")
         if errors:
             raise errors[0]
-        self.port = self._server.bound["PLAINTEXT"][1]
+        self.port = next(iter(self._server.bound.values()))[1]
+
+    def _start_error(self) -> str:
+        """The error the broker printed before exiting (``kesque: ...``), if any."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                lines = [line.strip() for line in f if line.startswith("kesque: ")]
+        except OSError:
+            return ""
+        return f": {lines[-1]}" if lines else ""
 
     @property
     def log_path(self) -> str:

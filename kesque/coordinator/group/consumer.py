@@ -431,7 +431,7 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
     send_assignment = epoch == 0 or before[3] != member.assigned or (
         owned is not None and _normalize(owned) != _normalize(member.assigned))
     return {"error": None, "message": None, "member_id": member.member_id, "member_epoch": member.member_epoch,
-            "heartbeat_interval_ms": cfg.consumer_heartbeat_interval_ms,
+            "heartbeat_interval_ms": shard.consumer_heartbeat_interval_ms(g.group_id),
             "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send_assignment else None}
 
 
@@ -646,7 +646,7 @@ def _schedule_session_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> Non
         if isinstance(group, ConsumerGroup) and mid in group.members:
             remove_member(shard, group, mid, "session timeout expired")
 
-    shard.timer.schedule(_session_key(gid, mid), shard.config.consumer_session_timeout_ms, expire)
+    shard.timer.schedule(_session_key(gid, mid), shard.consumer_session_timeout_ms(gid), expire)
 
 
 def _schedule_rebalance_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> None:

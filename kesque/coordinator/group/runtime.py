@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from ...errors import KafkaError
+from ...metadata.image import RESOURCE_GROUP
 from ..runtime import CoordinatorRuntime, ShardTimer
 from .shard import GroupConfig, GroupCoordinatorShard
 
@@ -27,7 +28,8 @@ class GroupCoordinator(CoordinatorRuntime):
         return GroupCoordinatorShard(partition, self.config,
                                      lambda recs, pid=-1, epoch=-1: self.write(partition, recs, pid, epoch),
                                      ShardTimer(self.timer, partition), self.server.clock,
-                                     topics=lambda: self.server.image)
+                                     topics=lambda: self.server.image,
+                                     group_configs=lambda gid: self.server.image.configs.get((RESOURCE_GROUP, gid), {}))
 
     # ------------------------------------------------------------------ periodic
     def expire_offsets(self) -> None:

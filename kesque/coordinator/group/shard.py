@@ -105,18 +105,33 @@ def _join_error(member_id: str, error: str) -> dict:
 
 
 class GroupCoordinatorShard:
-    def __init__(self, partition: int, config: GroupConfig, write, timer, clock, topics=None):
+    def __init__(self, partition: int, config: GroupConfig, write, timer, clock, topics=None, group_configs=None):
         self.partition = partition
         self.config = config
         self.write = write
         self.timer = timer
         self.clock = clock
         self.topics = topics  # callable() -> MetadataImage-like (topic lookups for KIP-848)
+        # callable(group_id) -> {name: value} of the group's own configs (GROUP resource)
+        self.group_configs = group_configs
         self.groups: dict[str, object] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         # transactional offset commits waiting for their transaction's marker:
         # producer id -> group -> {(topic, partition): OffsetAndMetadata}
         self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
+
+    def consumer_session_timeout_ms(self, group_id: str) -> int:
+        """The group's consumer.session.timeout.ms, else group.consumer.session.timeout.ms."""
+        return self._group_config(group_id, "consumer.session.timeout.ms", self.config.consumer_session_timeout_ms)
+
+    def consumer_heartbeat_interval_ms(self, group_id: str) -> int:
+        """The group's consumer.heartbeat.interval.ms, else group.consumer.heartbeat.interval.ms."""
+        return self._group_config(group_id, "consumer.heartbeat.interval.ms",
+                                  self.config.consumer_heartbeat_interval_ms)
+
+    def _group_config(self, group_id: str, name: str, default: int) -> int:
+        own = self.group_configs(group_id) if self.group_configs is not None else {}
+        return int(own[name]) if name in own else default
 
     # ================================================================== loading
     def replay(self, key: bytes, value: bytes | None) -> None:

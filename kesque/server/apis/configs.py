@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...config.broker import (BROKER_CONFIGS, DEFAULT_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG,
-                              STATIC_BROKER_CONFIG)
+                              GROUP_CONFIG, STATIC_BROKER_CONFIG, is_dynamic, key_type)
+from ...config.group import GROUP_CONFIGS, effective_group_configs
 from ...config.topic import TOPIC_CONFIGS
 from ...config.types import CONFIG_TYPE_CODES, render
 from ...errors import ErrorCode, KafkaError
-from ...metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
+from ...metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC
 from .kiohelp import Msg
 
 
@@ -54,32 +55,49 @@ def topic_config_entries(server, topic: str, overrides: dict[str, str] | None = 
     return out
 
 
+def _broker_entry(cfg, name: str, layers) -> ConfigEntry:
+    """One broker key as DescribeConfigs shows it; ``layers`` are the synonyms it lists."""
+    ktype = key_type(name)
+    sensitive = ktype == "PASSWORD"
+    key = BROKER_CONFIGS.get(name)
+    synonyms = [(n, None if sensitive else v, src) for n, v, src in layers]
+    source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
+    value = None if sensitive else (synonyms[0][1] if synonyms else render(key.default if key else None))
+    return ConfigEntry(name, value, source, not is_dynamic(name), sensitive, synonyms, ktype,
+                       (key.doc if key else "") or None)
+
+
 def broker_config_entries(server, resource_name: str, keys=None) -> list[ConfigEntry]:
     cfg = server.config
-    out = []
     if resource_name == "":
         # the cluster-wide dynamic defaults only
-        for name, value in sorted(cfg.dynamic_default.items()):
-            if keys is not None and name not in keys:
-                continue
-            key = BROKER_CONFIGS[name]
-            out.append(ConfigEntry(name, render(value), DYNAMIC_DEFAULT_BROKER_CONFIG, False, key.type == "PASSWORD",
-                                   [(name, render(value), DYNAMIC_DEFAULT_BROKER_CONFIG)], key.type, key.doc or None))
-        return out
-    for name in sorted(BROKER_CONFIGS):
+        names = sorted(cfg.dynamic_default)
+        layers = {n: [(n, render(cfg.dynamic_default[n]), DYNAMIC_DEFAULT_BROKER_CONFIG)] for n in names}
+    else:
+        # kesque's keys, the Kafka keys of its file it does not use, and every dynamic key
+        # set on this broker or the cluster (Kafka's whole dynamic set and custom keys)
+        names = sorted(set(BROKER_CONFIGS) | set(cfg.unused) | set(cfg.dynamic_broker) | set(cfg.dynamic_default))
+        layers = {n: cfg.synonym_entries(n) for n in names}
+        for n in cfg.unused:
+            layers[n] = [e for e in layers[n] if e[2] != STATIC_BROKER_CONFIG] + \
+                [(n, cfg.raw.get(n), STATIC_BROKER_CONFIG)]
+    return [_broker_entry(cfg, n, layers[n]) for n in names if keys is None or n in keys]
+
+
+def group_config_entries(server, group: str, keys=None) -> list[ConfigEntry]:
+    """Kafka's GROUP resource: every group key, the group's own value (GROUP_CONFIG) or its
+    broker key's (DEFAULT_CONFIG)."""
+    stored = server.image.configs.get((RESOURCE_GROUP, group), {})
+    values = effective_group_configs(server.config, stored)
+    out = []
+    for name in sorted(GROUP_CONFIGS):
         if keys is not None and name not in keys:
             continue
-        key = BROKER_CONFIGS[name]
-        value = cfg.get(name)
-        sensitive = key.type == "PASSWORD"
-        synonyms = cfg.synonym_entries(name)
-        out.append(ConfigEntry(name, None if sensitive else render(value), cfg.source(name), not key.dynamic,
-                               sensitive, synonyms, key.type, key.doc or None))
-    for name in sorted(cfg.unused):
-        if keys is not None and name not in keys:
-            continue
-        out.append(ConfigEntry(name, cfg.raw.get(name), STATIC_BROKER_CONFIG, True, False,
-                               [(name, cfg.raw.get(name), STATIC_BROKER_CONFIG)]))
+        key = GROUP_CONFIGS[name]
+        source = GROUP_CONFIG if name in stored else DEFAULT_CONFIG
+        value = render(values[name])
+        out.append(ConfigEntry(name, value, source, False, False, [(name, value, source)], key.type,
+                               key.doc or None))
     return out
 
 
@@ -112,6 +130,10 @@ class ConfigApis:
                                          f"Unexpected broker id, expected {s.node_id} or empty string, but received "
                                          f"{r.resource_name}")
                     entries = broker_config_entries(s, r.resource_name, keys)
+                elif r.resource_type == RESOURCE_GROUP:
+                    if not r.resource_name:
+                        raise KafkaError(ErrorCode.invalid_request, "Group name must not be empty")
+                    entries = group_config_entries(s, r.resource_name, keys)
                 else:
                     raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}")
                 configs = []
