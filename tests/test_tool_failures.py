@@ -95,20 +95,24 @@ def test_unreachable_bootstrap_fails_naming_the_address(tool, dead, tmp_path):
     assert f"Could not connect to the bootstrap server {dead} (Connection refused)" in text(r)
 
 
-def test_every_unreachable_server_is_named(dead):
-    r = kesque("topics", "--bootstrap-server", f"{dead},nosuchhost.invalid:9092", "--list")
+def _request_timeout(tmp_path, ms: int) -> str:
+    """A --command-config file setting request.timeout.ms."""
+    path = tmp_path / "admin.properties"
+    path.write_text(f"request.timeout.ms={ms}\n")
+    return str(path)
+
+
+def test_every_unreachable_server_is_named(dead, silent, tmp_path):
+    r = kesque("topics", "--bootstrap-server", f"{dead},{silent}", "--list", "--command-config",
+               _request_timeout(tmp_path, 300))
     assert r.returncode == 1
-    line = r.stdout.decode()
-    assert line.startswith(f"Error while executing topic command : Could not connect to any of the bootstrap "
-                           f"servers {dead} (Connection refused), nosuchhost.invalid:9092 (unknown host: ")
-    assert line.count("\n") == 1
+    assert r.stdout.decode() == (f"Error while executing topic command : Could not connect to any of the bootstrap "
+                                 f"servers {dead} (Connection refused), {silent} (no answer within 300 ms)\n")
 
 
 def test_silent_server_fails_within_the_tools_timeout(silent, tmp_path):
     """A server that never answers: the tool's own request.timeout.ms bounds the wait."""
-    cfg = tmp_path / "admin.properties"
-    cfg.write_text("request.timeout.ms=300\n")
-    r = kesque("topics", "--bootstrap-server", silent, "--list", "--command-config", str(cfg))
+    r = kesque("topics", "--bootstrap-server", silent, "--list", "--command-config", _request_timeout(tmp_path, 300))
     assert r.returncode == 1
     assert r.stdout.decode() == (f"Error while executing topic command : Could not connect to the bootstrap server "
                                  f"{silent} (no answer within 300 ms)\n")

@@ -55,7 +55,7 @@ def check_reachable(props: dict, bound: str = "default.api.timeout.ms", bound_de
     connection fails at once and a silent server after ``socket.connection.setup.timeout.ms``
     (10 s), the answer is awaited ``request.timeout.ms`` (30 s) - both capped by the tool's own
     bound (``bound``: ``default.api.timeout.ms`` for admin and consumer tools, ``max.block.ms``
-    for producers; a flag such as consumer-groups' ``--timeout`` passes its own)."""
+    for producers). ``props`` are the tool's client settings, Kafka's names."""
     from ..client.wire import Connection
 
     limit = _seconds(props, bound, bound_default_ms)
