@@ -1,4 +1,5 @@
-"""confluent-kafka AdminClient helpers shared by the tools."""
+"""confluent-kafka AdminClient helpers shared by the tools, and the reachability check every
+tool makes before it starts working (:func:`check_reachable`)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,40 @@ def client_config(bootstrap: str | None, command_config: str | None = None, extr
 
 
 def make_admin(bootstrap: str | None, command_config: str | None = None, client_id: str | None = None):
+    """An AdminClient, once one of the bootstrap servers answered (else :class:`Unreachable`)."""
     from confluent_kafka.admin import AdminClient
 
     extra = {"client.id": client_id} if client_id else None
-    return AdminClient(client_config(bootstrap, command_config, extra))
+    conf = client_config(bootstrap, command_config, extra)
+    admin = AdminClient(conf)
+    check_reachable(conf)
+    return admin
+
+
+def _seconds(props: dict, key: str, default_ms: int) -> float:
+    try:
+        return max(int(props.get(key, default_ms)), 1) / 1000.0
+    except (TypeError, ValueError):
+        return default_ms / 1000.0
+
+
+def check_reachable(props: dict, bound: str = "default.api.timeout.ms", bound_default_ms: int = 60000) -> None:
+    """Raise :class:`kesque.client.wire.Unreachable`, naming the servers, unless one of
+    ``props["bootstrap.servers"]`` answers ApiVersions.
+
+    Kafka's clients retry unreachable bootstrap servers until the call's timeout and only then
+    fail (``Timed out waiting for a node assignment``, exit 1 after 60 s). Here a refused
+    connection fails at once and a silent server after ``socket.connection.setup.timeout.ms``
+    (10 s), the answer is awaited ``request.timeout.ms`` (30 s) - both capped by the tool's own
+    bound (``bound``: ``default.api.timeout.ms`` for admin and consumer tools, ``max.block.ms``
+    for producers). ``props`` are the tool's client settings, Kafka's names."""
+    from ..client.wire import Connection
+
+    limit = _seconds(props, bound, bound_default_ms)
+    setup = min(_seconds(props, "socket.connection.setup.timeout.ms", 10000), limit)
+    request = min(_seconds(props, "request.timeout.ms", 30000), limit)
+    client_id = str(props.get("client.id") or "kesque-tools")
+    Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, request, setup).close()
 
 
 class IncludeList:

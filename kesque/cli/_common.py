@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import re
+import signal
 import sys
 import textwrap
 import time
@@ -25,15 +27,62 @@ class ToolExit(SystemExit):
     """Raised to stop a tool with a status code (message already printed)."""
 
 
-def run_tool(fn, *args) -> int:
-    """A tool's exit status: ``fn(*args)``'s, a ToolExit's code, 130 on Ctrl-C, 1 when the
-    reader of stdout went away (a closed pipe: say nothing more)."""
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived: the tool stops cleanly and exits ``128 + signal`` (130, 143),
+    as a JVM ends on those signals once its shutdown hooks have run."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signum)
+        self.status = 128 + int(signum)
+
+
+def interrupted_status(exc: KeyboardInterrupt) -> int:
+    return getattr(exc, "status", 128 + signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """SIGINT and SIGTERM raise :class:`Interrupted` while the block runs, even when the tool was
+    started with them ignored (a background job of a non-interactive shell, ``nohup``, some CI
+    runners). Only the first one does: a second signal does not break the clean-up it started.
+    The previous handlers come back afterwards."""
+    fired = []
+
+    def handler(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise Interrupted(signum)
+
+    saved = {}
     try:
-        return fn(*args)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            saved[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+
+
+def run_tool(fn, *args) -> int:
+    """A tool's exit status: ``fn(*args)``'s, a ToolExit's code, 130 / 143 on SIGINT / SIGTERM
+    (see :func:`stop_signals`), 1 when no bootstrap server could be reached (the message names
+    them) or when the reader of stdout went away (a closed pipe: say nothing more)."""
+    from ..client.wire import Unreachable
+
+    try:
+        with stop_signals():
+            return fn(*args)
     except ToolExit as e:
         return e.code
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:
+        return interrupted_status(e)
+    except Unreachable as e:
+        sys.stdout.flush()
+        print(error_line(e), file=sys.stderr)
+        return 1
     except BrokenPipeError:
         try:
             sys.stdout = None  # type: ignore[assignment]
@@ -287,6 +336,8 @@ def error_line(exc: BaseException) -> str:
         return f"org.apache.kafka.common.errors.{name}: {msg}"
     if isinstance(exc, BrokerError):
         return f"org.apache.kafka.common.errors.{exc.java_name}: {exc.message}"
+    if getattr(exc, "java_name", None):
+        return f"org.apache.kafka.common.errors.{exc.java_name}: {exc}"
     return f"{type(exc).__name__}: {exc}"
 
 

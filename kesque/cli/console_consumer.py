@@ -23,15 +23,18 @@ console consumer is at-least-once.
 
 from __future__ import annotations
 
-import signal
 import struct
 import sys
 import time
 import uuid
 
+from ..client.wire import Unreachable
+from ._admin import check_reachable
 from ._common import (
     ToolExit,
     check_required,
+    error_line,
+    interrupted_status,
     load_props,
     log4j_stamp,
     parse_key_value_args,
@@ -429,7 +432,7 @@ class GroupSource:
 # ----------------------------------------------------------------- main loop
 
 class _Stop(Exception):
-    pass
+    """Nobody reads standard output any more."""
 
 
 def run(a) -> int:
@@ -437,15 +440,11 @@ def run(a) -> int:
     o = _check(p, a)
     count = 0
     status = 0
-
-    def on_term(signum, frame):
-        raise _Stop(signum)
-
-    old = signal.signal(signal.SIGTERM, on_term)
     source = None
     out = sys.stdout.buffer
     printed: list = []  # written, offsets not stored yet
     try:
+        check_reachable(o.props)
         source = GroupSource(a, o) if o.group else WireSource(a, o)
         last = time.monotonic()
         while o.max_messages < 0 or count < o.max_messages:
@@ -487,16 +486,18 @@ def run(a) -> int:
             if isinstance(source, GroupSource):
                 source.printed(printed)
             printed.clear()
-    except KeyboardInterrupt:
-        status = 130
-    except _Stop as e:
-        status = 143 if e.args and e.args[0] == signal.SIGTERM else 0
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (see _common.stop_signals): close, leave the group
+        status = interrupted_status(e)
+    except _Stop:
+        pass
+    except Unreachable as e:
+        print(error_line(e), file=sys.stderr)
+        status = 1
     except Exception as e:
         print(f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  "
               f"(org.apache.kafka.tools.consumer.ConsoleConsumer)\n{e}", file=sys.stderr)
         status = 1
     finally:
-        signal.signal(signal.SIGTERM, old)
         try:
             out.flush()
             if isinstance(source, GroupSource):

@@ -14,10 +14,12 @@ from __future__ import annotations
 import re
 import sys
 
+from ._admin import check_reachable
 from ._common import (
     bootstrap_check,
     check_required,
     error_line,
+    interrupted_status,
     load_props,
     parse_key_value_args,
     print_usage_and_exit,
@@ -246,6 +248,8 @@ def to_librdkafka(props: dict[str, str]) -> dict:
                          "be one of: none, gzip, snappy, lz4, zstd")
     if "message.timeout.ms" not in out:
         out.setdefault("delivery.timeout.ms", "120000")  # the Java producer's default
+    if "max.block.ms" in props:  # the wait for a topic's metadata
+        out.setdefault("topic.metadata.propagation.max.ms", str(_metadata_wait_ms(props)))
     out.setdefault("log_level", 0)
     return out
 
@@ -277,8 +281,28 @@ def _lines():
         yield line
 
 
+def make_producer(props: dict[str, str]):
+    """A confluent-kafka Producer for Java producer settings, made once one of the bootstrap
+    servers answered. Raises ValueError / KafkaException for bad settings and
+    :class:`kesque.client.wire.Unreachable` (naming the servers) when none answers."""
+    from confluent_kafka import Producer
+
+    producer = Producer(to_librdkafka(props))
+    check_reachable(props, "max.block.ms")
+    return producer
+
+
+def _metadata_wait_ms(props: dict[str, str]) -> int:
+    """How long librdkafka waits for a missing topic (topic.metadata.propagation.max.ms): the Java
+    producer's max.block.ms, at most librdkafka's 30 s default."""
+    try:
+        return min(int(props.get("max.block.ms", 60000)), 30000)
+    except ValueError:
+        return 30000
+
+
 def run(a) -> int:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaException
 
     p = a._parser
     _check_args(p, a)
@@ -287,10 +311,10 @@ def run(a) -> int:
         reader_props.update(load_props(a.reader_config))
     reader_props["topic"] = a.topic
     reader_props.update(parse_key_value_args(a.property))
+    props = producer_config(a)
     try:
         reader = LineReader(reader_props)
-        conf = to_librdkafka(producer_config(a))
-        producer = Producer(conf)
+        producer = make_producer(props)
     except ReaderError as e:
         print(f"org.apache.kafka.common.KafkaException: {e}", file=sys.stderr)
         return 1
@@ -308,8 +332,8 @@ def run(a) -> int:
             print(f"[{_stamp()}] ERROR Error when sending message to topic {msg.topic()} with key: "
                   f"{'null' if key is None else f'{len(key)} bytes'}, value: "
                   f"{'null' if value is None else f'{len(value)} bytes'} with error: "
-                  f"(org.apache.kafka.clients.producer.internals.ErrorLoggingCallback)\n{error_line(KafkaException(err))}",
-                  file=sys.stderr)
+                  f"(org.apache.kafka.clients.producer.internals.ErrorLoggingCallback)\n"
+                  f"{error_line(KafkaException(err))}", file=sys.stderr)
 
     status = 0
     try:
@@ -324,18 +348,19 @@ def run(a) -> int:
             if a.sync:
                 producer.flush()
                 if failures:
-                    status = 1
                     break
             else:
                 producer.poll(0)
     except ReaderError as e:
         print(f"org.apache.kafka.common.KafkaException: {e}", file=sys.stderr)
         status = 1
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM: what was read is still sent, as Kafka's close() does
+        status = interrupted_status(e)
     finally:
         producer.flush()
-    return status
+    # Kafka's tool exits 0 when an asynchronous send failed (it only logs it); a record that was
+    # not delivered is a failure here (kesque issue 11)
+    return status or (1 if failures else 0)
 
 
 def _stamp() -> str:

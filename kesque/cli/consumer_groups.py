@@ -6,8 +6,8 @@ CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID, columns as wide as
 value and at least 15), ``--members`` / ``--state`` their tables, ``--reset-offsets`` the
 NEW-OFFSET plan (or ``--export`` CSV), ``--delete`` / ``--delete-offsets`` Kafka's messages.
 Informational notes ("Consumer group 'g' has no active members.") go to stderr, errors
-("Error: ...") to stdout, and - as Kafka's tool - the exit status stays 0 after an error the
-command reported itself; usage errors exit 1.
+("Error: ...") to stdout. Any error makes the exit status 1 (Kafka's tool exits 0 after an error
+it reported itself; kesque issue 11 asks for non-zero on any failure), usage errors too.
 
 Where the data comes from, as Kafka's Admin client gets it:
 
@@ -32,6 +32,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from ..client.wire import Unreachable, WireError
 from ..utils import java_string_hash
 from ._common import (
     ToolExit,
@@ -318,6 +319,11 @@ class GroupService:
     def _deadline(self) -> float:
         return time.monotonic() + max(self.timeout_ms, 1) / 1000.0
 
+    @property
+    def _connect_timeout(self) -> float:
+        """socket.connection.setup.timeout.ms (10 s), at most --timeout."""
+        return min(self.request_timeout, 10.0)
+
     def _conn(self, host: str, port: int):
         from ..client.wire import Connection
 
@@ -325,7 +331,7 @@ class GroupService:
         c = self._conns.get(key)
         if c is None:
             c = Connection(host, port, client_id=self.props.get("client.id", "adminclient-1"),
-                           timeout=max(self.timeout_ms / 1000.0, 5.0))
+                           timeout=max(self.timeout_ms / 1000.0, 5.0), connect_timeout=self._connect_timeout)
             self._conns[key] = c
         return c
 
@@ -335,15 +341,9 @@ class GroupService:
             c.close()
 
     def _boot(self):
-        from ..client.wire import WireError, parse_bootstrap
+        from ..client.wire import connect_any
 
-        last: Exception | None = None
-        for host, port in parse_bootstrap(self.bootstrap):
-            try:
-                return self._conn(host, port)
-            except (OSError, WireError) as e:
-                last = e
-        raise JavaError(_ERRORS_PKG + "TimeoutException", f"Timed out waiting for a node assignment. ({last})")
+        return connect_any(self.bootstrap, self._conn, self._connect_timeout)
 
     def close(self) -> None:
         for c in self._conns.values():
@@ -753,6 +753,7 @@ def run(a) -> int:
         print_usage_and_exit(p, "Command must include exactly one action: --list, --describe, --delete, "
                                 "--reset-offsets, --delete-offsets")
     svc = GroupService(a)
+    _reported.errors = 0
     try:
         if a.list:
             list_groups(svc, a)
@@ -776,16 +777,16 @@ def run(a) -> int:
         detail = str(e) if isinstance(e, JavaError) else _java_text(e)
         print_error(f"Executing consumer group command failed due to {detail}")
         sys.stdout.flush()
-        print(detail if isinstance(e, JavaError) else f"{type(e).__name__}: {e}", file=sys.stderr)
+        print(detail if isinstance(e, (JavaError, Unreachable)) else f"{type(e).__name__}: {e}", file=sys.stderr)
     finally:
         sys.stdout.flush()
         svc.close()
-    return 0
+    return 1 if _reported.errors else 0
 
 
 def _java_text(e: BaseException) -> str:
-    from ..client.wire import WireError
-
+    if isinstance(e, Unreachable):
+        return f"{_ERRORS_PKG}{e.java_name}: {e}"
     if isinstance(e, (OSError, WireError)):
         return (f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. "
                 f"({type(e).__name__}: {e})")
@@ -794,7 +795,13 @@ def _java_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+class _reported:
+    """Whether this run printed an ``Error:`` (the exit status is then 1)."""
+    errors = 0
+
+
 def print_error(msg: str) -> None:
+    _reported.errors += 1
     print(f"\nError: {msg}")
 
 

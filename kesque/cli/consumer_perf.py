@@ -18,8 +18,10 @@ from __future__ import annotations
 import sys
 import time
 
+from ._admin import check_reachable
 from ._common import (
     check_required,
+    interrupted_status,
     java_simple_date,
     load_props,
     print_usage_and_exit,
@@ -85,6 +87,7 @@ class _Source:
     join_round_ms = 0  # rebalance time since the last progress line
 
     def __init__(self, a, props: dict):
+        check_reachable({**props, "bootstrap.servers": a.bootstrap_server})
         self.group = a.group is not None or "group.id" in props
         if self.group:
             from confluent_kafka import Consumer
@@ -186,8 +189,10 @@ def run(a) -> int:
                     last_bytes = nbytes
                 if messages >= a.messages:
                     break
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt as e:
+        status = interrupted_status(e)
+    else:
+        status = 0
     finally:
         source.close()
     if messages < a.messages:
@@ -208,7 +213,7 @@ def run(a) -> int:
               f"{float(messages):.3f}")
         print(f"{'consumer-fetch-manager-metrics:bytes-consumed-total:{client-id=perf-consumer-client}':<60}: "
               f"{float(nbytes):.3f}")
-    return 0
+    return status
 
 
 def _progress(fmt, nbytes, last_bytes, msgs, last_msgs, start, end, join_ms: int = 0) -> None:

@@ -96,15 +96,18 @@ def run(a) -> int:
                                        request_timeout=60, operation_timeout=30) if tps else {}
         by_tp = {(tp.topic, tp.partition): fut for tp, fut in futures.items()}
         print("Records delete operation completed:")
+        status = 0
         for tp in java_hash_order(tps, topic_partition_hash, len(tps)):
             fut = by_tp[tp]
             try:
                 low = fut.result().low_watermark
                 print(f"partition: {tp[0]}-{tp[1]}\tlow_watermark: {low}")
             except Exception as e:
+                # Kafka's tool exits 0 here; a partition left undeleted is a failure (kesque issue 11)
                 print(f"partition: {tp[0]}-{tp[1]}\terror: {error_line(e)}")
+                status = 1
     except (CommandFailed, OSError) as e:
         sys.stdout.flush()
         print(str(e), file=sys.stderr)
         return 1
-    return 0
+    return status

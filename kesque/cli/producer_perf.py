@@ -20,7 +20,8 @@ import sys
 import time
 import uuid
 
-from ._common import ToolExit, load_props
+from ..client.wire import Unreachable
+from ._common import ToolExit, interrupted_status, load_props
 
 NAME = "producer-perf-test"
 SCRIPT = "kafka-producer-perf-test.sh"
@@ -194,9 +195,7 @@ def producer_props(a) -> dict[str, str]:
 
 
 def run(a) -> int:
-    from confluent_kafka import Producer
-
-    from .console_producer import to_librdkafka
+    from .console_producer import make_producer
 
     p = a._parser
     if all(getattr(a, n) in (None, False, "\\n") for n in ("topic", "num_records", "record_size", "payload_file",
@@ -245,7 +244,9 @@ def run(a) -> int:
         props["transactional.id"] = txn_id or f"performance-producer-{uuid.uuid4()}"
         duration = duration or 3000
     try:
-        producer = Producer(to_librdkafka(props))
+        producer = make_producer(props)
+    except Unreachable:
+        raise
     except Exception as e:
         print(f"org.apache.kafka.common.config.ConfigException: {e}", file=sys.stderr)
         return 1
@@ -302,13 +303,16 @@ def run(a) -> int:
             throttler.maybe_throttle(i + 1)
         if transactions and in_txn:
             producer.commit_transaction()
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt as e:
+        status = interrupted_status(e)
+    else:
+        status = 0
     producer.flush()
     stats.print_total()
     if a.print_metrics:
         _print_metrics(stats, props.get("client.id", "perf-producer-client"))
-    return 0
+    # Kafka's tool prints the failed sends' stack traces and exits 0; here they fail the run
+    return status or (1 if failures[0] else 0)
 
 
 def _print_metrics(stats: Stats, client_id: str) -> None:

@@ -367,8 +367,8 @@ def run(a) -> int:
         _check_args(p, a)
     except ToolExit as e:
         return e.code
-    admin = _admin.make_admin(a.bootstrap_server, a.command_config)
     try:
+        admin = _admin.make_admin(a.bootstrap_server, a.command_config)
         if a.create:
             _create(admin, a)
         elif a.alter:

@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 
 from ..utils import java_string_hash
+from ._admin import check_reachable
 from ._common import _ERRORS as _COMMON_ERRORS
 from ._common import java_hash_order, load_props, run_tool, topic_partition_hash
 
@@ -847,6 +848,7 @@ class Admin:
         self.request_timeout_s = int(props.get("request.timeout.ms", 30000)) / 1000.0
         self.backoff_s = int(props.get("retry.backoff.ms", 100)) / 1000.0
         self.client_id = props.get("client.id", "adminclient-1")
+        self._probe: dict | None = {**props, "bootstrap.servers": bootstrap}
         self._conns: dict[tuple[str, int], object] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
 
@@ -877,6 +879,11 @@ class Admin:
         """One request; a connection problem is retriable (the connection is dropped)."""
         from ..client.wire import WireError
 
+        if self._probe is not None:
+            # before the first request: when no bootstrap server answers, say which at once
+            # (run_tool prints it, exit 1) instead of retrying until default.api.timeout.ms
+            check_reachable(self._probe)
+            self._probe = None
         try:
             conn = self._conn(*addr)
             if conn.version_for(api_key, max_version) is None:

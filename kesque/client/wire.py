@@ -30,6 +30,32 @@ class WireError(Exception):
     pass
 
 
+class Unreachable(WireError):
+    """None of the bootstrap servers answered: the one-line message names each with its reason
+    (Kafka's clients retry them silently until a timeout; the tools say so at once)."""
+
+    java_name = "TimeoutException"  # what a Kafka client reports in the end
+
+    def __init__(self, failures: dict[str, str]):
+        self.failures = failures
+        if not failures:
+            text = "No resolvable bootstrap urls given in bootstrap.servers"
+        else:
+            which = "the bootstrap server" if len(failures) == 1 else "any of the bootstrap servers"
+            text = f"Could not connect to {which} " + ", ".join(f"{a} ({r})" for a, r in failures.items())
+        super().__init__(text)
+
+
+def _reason(e: Exception, connect_timeout: float) -> str:
+    if isinstance(e, socket.gaierror):
+        return f"unknown host: {e.strerror or e}"
+    if isinstance(e, TimeoutError):
+        return f"connection not established within {round(connect_timeout * 1000)} ms"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
+
+
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
@@ -64,33 +90,60 @@ def _kio_versions(api_key: int) -> tuple[int, ...]:
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    return [addr for _text, addr in _bootstrap_entries(servers)]
+
+
+def _bootstrap_entries(servers: str) -> list[tuple[str, tuple[str, int]]]:
+    """``(as written, (host, port))`` for each entry of a bootstrap list."""
     out = []
     for part in servers.split(","):
         part = part.strip()
         if not part:
             continue
         host, _, port = part.rpartition(":")
-        out.append((host.strip("[]") or "localhost", int(port)))
+        out.append((part, (host.strip("[]") or "localhost", int(port))))
     return out
 
 
+def connect_any(bootstrap: str, connect, connect_timeout: float):
+    """``connect(host, port)`` for each bootstrap server in turn until one succeeds, or
+    :class:`Unreachable` naming every one with its reason: one attempt each, so a refused
+    connection fails at once and a silent one after ``connect_timeout`` seconds."""
+    failures: dict[str, str] = {}
+    for text, (host, port) in _bootstrap_entries(bootstrap):
+        try:
+            return connect(host, port)
+        except (OSError, WireError) as e:
+            failures[text] = _reason(e, connect_timeout)
+    raise Unreachable(failures)
+
+
 class Connection:
-    def __init__(self, host: str, port: int, client_id: str = "kesque-tools", timeout: float = 30.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host: str, port: int, client_id: str = "kesque-tools", timeout: float = 30.0,
+                 connect_timeout: float | None = None):
+        """``timeout`` bounds each request, ``connect_timeout`` (default: ``timeout``) the TCP
+        connection setup."""
+        self.sock = socket.create_connection((host, port), timeout=connect_timeout or timeout)
+        self.sock.settimeout(timeout)
         self.client_id = client_id
         self._corr = 0
         self.versions: dict[int, tuple[int, int]] = {}
-        self._negotiate()
+        try:
+            self._negotiate()
+        except TimeoutError:
+            self.close()
+            raise WireError(f"no answer within {round(timeout * 1000)} ms") from None
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
-    def to_any(cls, bootstrap: str, client_id: str = "kesque-tools", timeout: float = 30.0) -> "Connection":
-        last: Exception | None = None
-        for host, port in parse_bootstrap(bootstrap):
-            try:
-                return cls(host, port, client_id, timeout)
-            except OSError as e:
-                last = e
-        raise WireError(f"cannot connect to any of {bootstrap}: {last}")
+    def to_any(cls, bootstrap: str, client_id: str = "kesque-tools", timeout: float = 30.0,
+               connect_timeout: float | None = None) -> "Connection":
+        """A connection to the first bootstrap server that answers ApiVersions (see
+        :func:`connect_any`)."""
+        return connect_any(bootstrap, lambda host, port: cls(host, port, client_id, timeout, connect_timeout),
+                           connect_timeout or timeout)
 
     def close(self) -> None:
         try:
