@@ -82,7 +82,7 @@ class FetchData:
     regions: list = field(default_factory=list)
     size: int = 0
     first_offset: int = -1
-    upper_bound: int = -1  # end of the segment read from (bounds the aborted-transaction search)
+    upper_bound: int = -1  # end of the range read: segment end, capped by the fetch's max offset (LSO)
 
 
 class Log:
@@ -165,8 +165,9 @@ class Log:
                             self.tp, os.path.basename(active.log_path))
                 active.recover()
             self.recovery_point = self.log_end_offset
+            replay_from = self.log_end_offset
         else:
-            self._recover(now_ms)
+            replay_from = self._recover(now_ms)
             self.flush()  # what recovery kept is now the durable prefix
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         if self.log_start_offset > self.log_end_offset:
@@ -174,12 +175,14 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(replay_from)
 
-    def _rebuild_producer_state(self) -> None:
-        """Newest producer snapshot at or below the log end, then replay the batches after it."""
+    def _rebuild_producer_state(self, replay_from: int | None = None) -> None:
+        """Newest producer snapshot at or below the log end (and at or below ``replay_from``,
+        the first offset whose ``.txnindex`` recovery rebuilds), then replay the batches after it."""
         ps = self.producer_state
-        start = ps.load_latest(self.log_end_offset)
+        limit = self.log_end_offset if replay_from is None else min(replay_from, self.log_end_offset)
+        start = ps.load_latest(limit)
         start = max(start, self.log_start_offset)
         replayed = 0
         i = max(0, bisect_right(self._bases, start) - 1)
@@ -223,8 +226,11 @@ class Log:
                                             ps.last_stable_offset_after(completed)))
         ps.complete_txn(completed, self.high_watermark)
 
-    def _recover(self, now_ms: int) -> None:
-        """Scan segments from the recovery point; truncate the first corrupt tail."""
+    def _recover(self, now_ms: int) -> int:
+        """Scan segments from the recovery point; truncate the first corrupt tail. Returns the
+        base of the first segment scanned: its ``.txnindex`` and the later ones are reset, to be
+        rebuilt by the producer-state replay from there (as Kafka's LogSegment.recover does; an
+        entry lost in a crash while its ABORT marker survived would expose aborted records)."""
         start_index = max(0, bisect_right(self._bases, self.recovery_point) - 1)
         for seg in self.segments[:start_index]:
             if not seg.load_indexes():
@@ -239,6 +245,7 @@ class Log:
         while i < len(self.segments):
             seg = self.segments[i]
             log.info("%s: recovering segment %s", self.tp, os.path.basename(seg.log_path))
+            seg.txn_index.reset()
             truncated = seg.recover(on_batch)
             if truncated and i + 1 < len(self.segments):
                 for later in self.segments[i + 1:]:
@@ -250,6 +257,7 @@ class Log:
                 break
             i += 1
         epoch_cache.flush()
+        return self.segments[start_index].base_offset if start_index < len(self.segments) else self.log_end_offset
 
     def _open_segment(self, base: int, create: bool, now_ms: int) -> LogSegment:
         seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
@@ -293,12 +301,12 @@ class Log:
 
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound), from the segment holding
-        ``fetch_offset`` onward (an entry lives in the segment of its marker)."""
+        ``fetch_offset`` onward. An entry lives in the segment of its ABORT marker, which may lie
+        past ``upper_bound`` (a transaction spanning a roll), so the search goes on through later
+        segments until an entry's LSO reaches the bound, as Kafka's collectAbortedTransactions."""
         out: list[AbortedTxn] = []
         i = max(0, bisect_right(self._bases, fetch_offset) - 1)
         for seg in self.segments[i:]:
-            if seg.base_offset >= upper_bound:
-                break
             found, complete = seg.txn_index.collect(fetch_offset, upper_bound)
             out.extend(found)
             if complete:
