@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -255,3 +256,153 @@ def test_search_stops_at_an_entry_whose_lso_reaches_the_bound(tmp_path):
     first_upper = lg.segments[1].base_offset
     assert lg.collect_aborted_transactions(0, first_upper) == [AbortedTxn(1, 0, 3, 4)]
     assert consume_committed(w.part, 0, 1 << 20) == []
+
+
+# ============================================================================ real clients
+
+SEGMENT_BYTES = 1 << 20  # the smallest segment.bytes: 1,000 records of 1 KB fill a segment
+VALUE = 1000
+
+
+SPAN_BROKER = {"log.flush.interval.messages": "1000000", "log.retention.check.interval.ms": "200"}
+
+
+@pytest.fixture(scope="module")
+def span_broker(tmp_path_factory):
+    from conftest import running_broker
+
+    with running_broker(tmp_path_factory.mktemp("span") / "data", SPAN_BROKER) as b:
+        yield b
+
+
+def _txn_producer(bs: str):
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "span-" + uuid.uuid4().hex[:8], "linger.ms": 5})
+    p.init_transactions(15)
+    return p
+
+
+def _values(tag: str, n: int) -> list[bytes]:
+    return [f"{tag}-{i}-".encode().ljust(VALUE, b".") for i in range(n)]
+
+
+def _write_span_topic(bs: str) -> tuple[str, list[bytes], list[bytes]]:
+    """The issue's aborted 1,500-record transaction (one roll), then a committed and an aborted
+    transaction of 2,500 records each (several rolls) interleaved in chunks with each other
+    and with a plain producer, then a committed one. Returns (topic, log order of every
+    value, the committed values in log order)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = "span-" + uuid.uuid4().hex[:8]
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"segment.bytes": str(SEGMENT_BYTES)})])[topic].result(10)
+    plain = Producer({"bootstrap.servers": bs, "linger.ms": 5})
+    t1, t2 = _txn_producer(bs), _txn_producer(bs)
+    written, visible = [], []
+
+    def send(p, vals, keep: bool):
+        for v in vals:
+            p.produce(topic, v, partition=0)
+        p.flush(30)
+        written.extend(vals)
+        if keep:
+            visible.extend(vals)
+
+    t1.begin_transaction()
+    send(t1, _values("abort1500", 1500), False)
+    t1.abort_transaction(30)
+    t1.begin_transaction()
+    t2.begin_transaction()
+    commit, abort = _values("commit2500", 2500), _values("abort2500", 2500)
+    for i in range(0, 2500, 250):
+        send(t1, commit[i:i + 250], True)
+        send(plain, _values(f"plain{i}", 20), True)
+        send(t2, abort[i:i + 250], False)
+    t2.abort_transaction(30)
+    t1.commit_transaction(30)
+    t1.begin_transaction()
+    send(t1, _values("commit1200", 1200), True)
+    t1.commit_transaction(30)
+    return topic, written, visible
+
+
+@pytest.fixture(scope="module")
+def span_topic(span_broker):
+    return _write_span_topic(span_broker.bootstrap_servers)
+
+
+def _consume(client: str, bs: str, topic: str, want: int, start: int, isolation: str) -> list[tuple[int, bytes]]:
+    """(offset, value) of the records a client reads from ``start``."""
+    from clientlib import consume_confluent, consume_kafka_python
+
+    if client == "confluent":
+        rows = consume_confluent(bs, topic, {0: want}, {0: start}, idle_timeout=5, **{"isolation.level": isolation})
+    else:
+        rows = consume_kafka_python(bs, topic, {0: want}, {0: start}, idle_timeout=5, isolation_level=isolation)
+    return [(r[0], r[2]) for r in rows[0]]
+
+
+def test_spanning_transactions_roll_segments(span_broker, span_topic):
+    from clientlib import segment_files
+
+    topic, _written, _visible = span_topic
+    logs = [f for f in segment_files(span_broker.data_dir, topic, 0) if f.endswith(".log")]
+    assert len(logs) >= 9, logs  # ~10 MB in 1 MB segments: every transaction spans rolls
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_both_isolation_levels_across_rolls(span_broker, span_topic, client):
+    bs = span_broker.bootstrap_servers
+    topic, written, visible = span_topic
+    everything = _consume(client, bs, topic, len(written), 0, "read_uncommitted")
+    assert [v for _o, v in everything] == written
+    committed = _consume(client, bs, topic, len(visible), 0, "read_committed")
+    assert len(committed) == len(visible)
+    assert [v for _o, v in committed] == visible
+
+    # from inside the interleaved aborted transaction, several rolls before its marker
+    start = next(o for o, v in everything if v == _values("abort2500", 301)[300])
+    expected = _committed_from(everything, visible, start)
+    got = _consume(client, bs, topic, len(expected), start, "read_committed")
+    assert [v for _o, v in got] == expected
+
+
+def _committed_from(rows: list[tuple[int, bytes]], visible: list[bytes], start: int) -> list[bytes]:
+    keep = set(visible)
+    return [v for o, v in rows if o >= start and v in keep]
+
+
+def test_spanning_transactions_after_crash_recovery_and_retention(tmp_path):
+    """SIGKILL (recovery rescans the segments past the recovery point and rebuilds their
+    .txnindex), then DeleteRecords past the first roll and retention deleting the segments
+    before it: read_committed still drops every aborted record, for both clients."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from clientlib import segment_files
+    from conftest import running_broker
+
+    with running_broker(tmp_path / "data", SPAN_BROKER) as b:
+        bs = b.bootstrap_servers
+        topic, written, visible = _write_span_topic(bs)
+        everything = _consume("confluent", bs, topic, len(written), 0, "read_uncommitted")
+        b.kill()
+        b.restart()
+        for client in ("confluent", "kafka-python"):
+            got = _consume(client, bs, topic, len(visible), 0, "read_committed")
+            assert [v for _o, v in got] == visible, client
+
+        first_logs = [f for f in segment_files(b.data_dir, topic, 0) if f.endswith(".log")]
+        start = int(os.path.basename(first_logs[2]).split(".")[0])  # two segments go
+        admin = AdminClient({"bootstrap.servers": bs})
+        admin.delete_records([TopicPartition(topic, 0, start)])[TopicPartition(topic, 0, start)].result(10)
+        deadline = time.monotonic() + 10
+        while first_logs[0] in segment_files(b.data_dir, topic, 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert first_logs[0] not in segment_files(b.data_dir, topic, 0)
+        expected = _committed_from(everything, visible, start)
+        for client in ("confluent", "kafka-python"):
+            got = _consume(client, bs, topic, len(expected), start, "read_committed")
+            assert [v for _o, v in got] == expected, client
