@@ -31,7 +31,7 @@ from ..config.topic import LogConfig
 from ..errors import ErrorCode, KafkaError
 from ..records import batch as rb
 from ..records.records import CONTROL_COMMIT, build_end_txn_marker, read_end_txn_marker
-from .checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PartitionMetadataFile
+from .checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PartitionMetadataFile, fsync_dir
 from .leader_epoch import LeaderEpochFileCache
 from .producer_state import ProducerStateManager
 from .segment import (
@@ -107,6 +107,10 @@ class Log:
         self.producer_state = ProducerStateManager(dir_path, self.tp)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._hw_position: tuple[int, int] | None = None  # (segment base, position)
+        # directory entries to fsync at the next flush (files created since the last one), and
+        # whether this process has synced the partition directory's own entry in the log dir
+        self._dir_dirty = True
+        self._parent_synced = False
         self._load(had_clean_shutdown, now_ms)
         if topic_id is not None:
             self._write_partition_metadata(topic_id)
@@ -171,7 +175,12 @@ class Log:
             self.flush()  # what recovery kept is now the durable prefix
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         if self.log_start_offset > self.log_end_offset:
-            self.log_start_offset = self.log_end_offset
+            # the checkpointed start is past what survived (DeleteRecords or retention above
+            # data lost in a crash): start empty there, as Kafka's LogLoader, so offsets below
+            # it are never handed out again
+            log.warning("%s: deleting all segments because the log end offset %d is smaller than the log start "
+                        "offset %d", self.tp, self.log_end_offset, self.log_start_offset)
+            self.truncate_fully_and_start_at(self.log_start_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
@@ -262,6 +271,7 @@ class Log:
     def _open_segment(self, base: int, create: bool, now_ms: int) -> LogSegment:
         seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
                          max_index_size=self.config.segment_index_bytes, create=create, now_ms=now_ms)
+        self._dir_dirty |= create
         jitter = self.config.segment_jitter_ms
         seg.roll_jitter_ms = random.randrange(min(jitter, self.config.segment_ms)) if jitter > 0 else 0
         return seg
@@ -589,6 +599,10 @@ class Log:
             seg.rename_suffix(DELETED_SUFFIX)
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
             log.info("%s: deleting segment %s due to %s", self.tp, seg.base_offset, reason)
+        # the renames must be durable before a checkpoint relies on them: the log start
+        # checkpoint has no entry for a log starting at its first segment, so a deleted
+        # segment reappearing after a power cut would bring its records back
+        fsync_dir(self.dir)
         new_start = self.segments[0].base_offset
         self.producer_state.delete_snapshots_below(new_start)
         if new_start > self.log_start_offset:
@@ -656,7 +670,11 @@ class Log:
     # ================================================================== flush / close
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery_point, up_to) and advance the
-        recovery point."""
+        recovery point. Segments created since the last flush also need their directory
+        entries synced, and a new partition directory its entry in the log dir, or a power
+        cut loses them with their fsynced content (Kafka's LocalLog.flush syncs the directory
+        after a roll). A ``.txnindex`` created later in a segment needs no more: until a
+        roll and its flush move the recovery point past that segment, recovery rescans it."""
         target = self.log_end_offset if up_to is None else up_to
         n = len(self.segments)
         for i, seg in enumerate(self.segments):
@@ -664,6 +682,12 @@ class Log:
                 break
             if i + 1 == n or self._bases[i + 1] > self.recovery_point:
                 seg.flush()
+        if self._dir_dirty:
+            self._dir_dirty = False
+            fsync_dir(self.dir)
+            if not self._parent_synced:
+                self._parent_synced = True
+                fsync_dir(os.path.dirname(self.dir))
         self.recovery_point = max(self.recovery_point, target)
         self.unflushed_messages = 0
 
