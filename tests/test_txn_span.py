@@ -148,7 +148,7 @@ def consume_committed(part: Partition, start: int, max_bytes: int) -> list:
 
 OP = st.one_of(
     st.tuples(st.just("txn"), st.integers(0, 3), st.integers(1, 6), st.integers(1, 150)),
-    st.tuples(st.just("plain"), st.integers(-1, -1) | st.just(9), st.integers(1, 6), st.integers(1, 150)),
+    st.tuples(st.just("plain"), st.sampled_from([-1, 9]), st.integers(1, 6), st.integers(1, 150)),
     st.tuples(st.just("end"), st.integers(0, 3), st.booleans()),
 )
 
@@ -177,22 +177,26 @@ def run_workload(path, segment_bytes: int, ops, close_all: bool) -> Workload:
 
 
 def restart(w: Workload, how: str) -> None:
-    """Reopen the log: cleanly, or after a crash with the ``.txnindex`` files and producer
-    snapshots gone (recovery rebuilds them from the log; with the snapshots kept it must still
-    rebuild the index of every segment it recovers), or after retention deleted the
-    first half of the segments."""
+    """Reopen the log: cleanly; after a crash that lost every ``.txnindex`` file and producer
+    snapshot (recovery from offset 0 rebuilds them from the log); after a crash past a
+    recovery point in the middle of the log that lost the ``.txnindex`` files of the
+    segments from there on but kept the snapshots (recovery must rebuild the index of every
+    segment it rescans, not only replay the batches after the newest snapshot); or after
+    retention deleted the first half of the segments."""
     lg = w.log
     if how == "clean":
         lg.close()
         lg = Log(lg.dir, "t", 0, lg.config, had_clean_shutdown=True, now_ms=NOW)
-    elif how in ("rebuilt", "rebuilt from snapshots"):
+    elif how in ("rebuilt", "crash past a recovery point"):
+        rp = 0 if how == "rebuilt" else lg.segments[len(lg.segments) // 2].base_offset
         for seg in lg.segments:
             seg.close()
-        lost = ("*.txnindex",) if how == "rebuilt from snapshots" else ("*.txnindex", "*.snapshot")
-        for pattern in lost:
-            for p in glob.glob(os.path.join(lg.dir, pattern)):
+            if seg.base_offset >= rp and os.path.exists(seg.txn_index.path):
+                os.unlink(seg.txn_index.path)
+        if how == "rebuilt":
+            for p in glob.glob(os.path.join(lg.dir, "*.snapshot")):
                 os.unlink(p)
-        lg = Log(lg.dir, "t", 0, lg.config, had_clean_shutdown=False, now_ms=NOW)
+        lg = Log(lg.dir, "t", 0, lg.config, recovery_point=rp, had_clean_shutdown=False, now_ms=NOW)
     elif how == "retention":
         half = lg.segments[len(lg.segments) // 2].base_offset
         lg.maybe_increment_log_start_offset(min(half, lg.high_watermark))
@@ -206,8 +210,8 @@ FETCH = st.tuples(st.floats(0, 1), st.integers(1, 4000), st.booleans())
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(workloads(), st.sampled_from(["live", "clean", "rebuilt", "rebuilt from snapshots", "retention"]), st.lists(FETCH, max_size=8),
-       st.integers(60, 3000))
+@given(workloads(), st.sampled_from(["live", "clean", "rebuilt", "crash past a recovery point", "retention"]),
+       st.lists(FETCH, max_size=8), st.integers(60, 3000))
 def test_read_committed_fetches_match_the_model(tmp_path_factory, workload, after, fetches, consume_size):
     w = run_workload(tmp_path_factory.mktemp("span"), *workload)
     if after != "live":
@@ -255,6 +259,20 @@ def test_search_stops_at_an_entry_whose_lso_reaches_the_bound(tmp_path):
     lg = w.log
     first_upper = lg.segments[1].base_offset
     assert lg.collect_aborted_transactions(0, first_upper) == [AbortedTxn(1, 0, 3, 4)]
+    assert consume_committed(w.part, 0, 1 << 20) == []
+
+
+def test_recovery_rebuilds_the_txnindex_of_rescanned_segments(tmp_path):
+    """A crash past a recovery point in the middle of the log lost the ``.txnindex`` files
+    from there on; the producer snapshots of later rolls survived. Replaying only the batches
+    after the newest snapshot would leave the aborted transactions in between unlisted."""
+    w = Workload(leader(new_log(tmp_path, segment_bytes=300)))
+    for _ in range(8):
+        w.produce(1, 2, 100, transactional=True)
+        w.end(1, commit=False)
+    assert len(w.log.segments) > 8
+    restart(w, "crash past a recovery point")
+    assert sum(len(s.txn_index.entries) for s in w.log.segments) == 8
     assert consume_committed(w.part, 0, 1 << 20) == []
 
 
