@@ -11,8 +11,9 @@ would, and checked:
 * the recovery-point checkpoint never points past the durable log, the log start offset
   never falls behind its checkpoint;
 * the indexes point at batch starts, the leader epoch cache matches the batches' epochs,
-  the producer state and the last stable offset match the batches, and the ``.txnindex``
-  files list exactly the aborted transactions.
+  the producer state and the last stable offset match the batches, the ``.txnindex``
+  files list exactly the aborted transactions, and a read_committed consumer gets exactly
+  the committed records.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from hypothesis import strategies as st
 from kesque.clock import ManualClock
 from kesque.config.topic import LogConfig
 from kesque.records import batch as rb
-from kesque.records.records import CONTROL_ABORT, build_batch, read_end_txn_marker
+from kesque.records.records import CONTROL_ABORT, CONTROL_COMMIT, build_batch, iter_records, read_end_txn_marker
+from kesque.replication.partition import Partition
 from kesque.storage import checkpoint as ck
 from kesque.storage.log import Log
 from kesque.storage.log_manager import LogManager
 from powerloss import PowerLossFS
+from test_txn_span import fetch_committed
 
 TOPIC = "p"
 TP = (TOPIC, 0)
@@ -220,7 +223,38 @@ def lose_power(node: Node, m: Model, fs: PowerLossFS, root: str) -> Node:
         info = lg.append_txn_marker(pid, epoch, False, 0, m.epoch, node.clock.now_ms())
         lg.update_high_watermark(lg.log_end_offset)
         m.batches.update(_stored(lg, info.first_offset, info.last_offset))
+    check_read_committed(lg)
     return node
+
+
+def check_read_committed(lg: Log) -> None:
+    """A read_committed consumer from the log start gets exactly the records of committed
+    transactions and of plain producers, below the LSO: what a lost or stale ``.txnindex``
+    or producer state would break."""
+    outcome: dict[int, bool] = {}  # data batch base offset -> committed
+    pending: dict[int, list[int]] = {}
+    for h, data in lg.read_batches(lg.segments[0].base_offset):
+        if h.is_control:
+            marker = read_end_txn_marker(data, h)
+            for base in pending.pop(h.producer_id, []):
+                outcome[base] = marker is not None and marker[0] == CONTROL_COMMIT
+        elif h.is_transactional:
+            pending.setdefault(h.producer_id, []).append(h.base_offset)
+        else:
+            outcome[h.base_offset] = True
+    start, lso = lg.log_start_offset, lg.last_stable_offset
+    expected = [(r.offset, r.value) for h, data in lg.read_batches(start, lso) if outcome.get(h.base_offset)
+                for r in iter_records(data, 0, h) if r.offset >= start]
+    part = Partition(TOPIC, 0, TOPIC_ID, lg, local_id=1)
+    part.leader_id, part.leader_epoch = 1, lg.latest_epoch()
+    got, offset = [], start
+    while offset < lso:
+        kept, nxt = fetch_committed(part, offset, 1 << 20, True)
+        if nxt == offset:  # only a gap of lost offsets before the log end
+            break
+        got += kept
+        offset = nxt
+    assert got == expected, "read_committed after the power cut"
 
 
 def check_consistent(lg: Log, m: Model) -> None:
