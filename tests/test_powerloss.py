@@ -341,7 +341,9 @@ OPS = st.one_of(
 )
 
 
-def run(root: str, fs: PowerLossFS, cfg: LogConfig, ops, m: Model) -> Model:
+def run(disk: str, fs: PowerLossFS, cfg: LogConfig, ops, m: Model) -> Model:
+    """Apply ``ops`` to a broker whose log dir the first start creates on ``disk``, then cut."""
+    root = os.path.join(disk, "data")
     clock = ManualClock()
     node = Node(root, clock, cfg)
     for op in ops:
