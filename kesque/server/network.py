@@ -4,7 +4,7 @@ Connections are non-blocking sockets driven by the event loop's ``add_reader`` /
 ``add_writer`` rather than asyncio transports, for two reasons measured on the data path:
 
 * reads go straight into a per-connection buffer (``recv_into``); a frame that does not
-  fit gets its own buffer, which grows (x4) as the frame's bytes arrive up to the size
+  fit gets its own buffer, which grows (x8) as the frame's bytes arrive up to the size
   the length prefix declares, and is handed to the log as a writable memoryview;
 * responses are lists of buffers written with ``sendmsg`` and :class:`FileRegion` items
   written with ``os.sendfile`` — zero-copy from the page cache to the socket, which an
@@ -40,7 +40,7 @@ IOV_MAX = 512
 PAUSE_OUTPUT_BYTES = 32 * 1024 * 1024
 PAUSE_PENDING = 128
 FRAME_FIRST = 256 * 1024  # a large frame's first buffer (capped at its declared size) ...
-FRAME_GROWTH = 4  # ... multiplied by this each time it fills up
+FRAME_GROWTH = 8  # ... multiplied by this each time it fills up (a 1 MiB produce: two buffers)
 
 
 class FrameBuffer(bytearray):
