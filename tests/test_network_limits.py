@@ -22,10 +22,8 @@ import termios
 import threading
 import time
 
-import pytest
-from confluent_kafka import Producer
-
-from clientlib import wait_for_log
+from clientlib import (assert_same, consume_confluent, counts, expected_by_partition, make_records, produce_confluent,
+                       wait_for_log)
 from conftest import running_broker
 from wire import Api, WireClient, build_batch, consume_all, encode_request
 
@@ -101,20 +99,15 @@ def test_declared_sizes_cost_nothing_until_the_bytes_arrive(tmp_path):
     topic = "attacked"
     with running_broker(tmp_path / "data") as b:
         with WireClient(b.bootstrap_servers) as c:
-            Api(c).create_topic(topic)
+            Api(c).create_topic(topic, partitions=3)
         attackers = [WireClient(b.bootstrap_servers) for _ in range(ATTACKERS)]
         try:
             for a in attackers:
                 a.send_raw(I32.pack(DECLARED) + b"\x00" * 1024)
-            reports = []
-            p = Producer({"bootstrap.servers": b.bootstrap_servers, "linger.ms": 5})
-            for i in range(1000):
-                p.produce(topic, b"record-%d" % i, partition=0,
-                          on_delivery=lambda err, msg: reports.append(err))
-            assert p.flush(30) == 0
-            assert reports == [None] * 1000
-            got = consume_all(b.bootstrap_servers, topic)
-            assert [v for _o, v in got[0]] == [b"record-%d" % i for i in range(1000)]
+            recs = make_records(1000, partitions=3)
+            expected = expected_by_partition(recs)
+            produce_confluent(b.bootstrap_servers, topic, recs)
+            assert_same(consume_confluent(b.bootstrap_servers, topic, counts(expected)), expected)
             mem = rss_bytes(b.process.pid)
             assert mem["VmRSS"] < RSS_BOUND and mem["VmHWM"] < RSS_BOUND, mem
             # the attackers are still connected, their frames pending
