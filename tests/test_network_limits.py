@@ -71,6 +71,15 @@ def produce_frame(api: Api, topic: str, value: bytes, corr: int) -> bytes:
     return encode_request(0, 9, api.produce_request(topic, build_batch([(None, value, ())]), acks=1), corr)
 
 
+def frame_of_size(api: Api, topic: str, corr: int, size: int) -> bytes:
+    """A one-record Produce request frame whose size prefix says exactly ``size``."""
+    probe = size - 256  # varints as long as the answer's
+    overhead = len(produce_frame(api, topic, value(corr, probe), corr)) - 4 - probe
+    frame = produce_frame(api, topic, value(corr, size - overhead), corr)
+    assert len(frame) == 4 + size, len(frame)
+    return frame
+
+
 def produced(c: WireClient) -> tuple[int, int]:
     """(correlation id, error code) of the Produce v9 answer on ``c``."""
     corr, resp = c.recv(0, 9, timeout=15)
@@ -123,36 +132,32 @@ LIMITS = {"socket.request.max.bytes": str(MiB), "queued.max.request.bytes": str(
 
 
 def test_reads_pause_while_the_request_memory_is_used_up_then_resume(tmp_path):
-    """Two clients hold ~1 MB frames short of their last bytes, more than the 1 MiB bound
-    together: a third client's 300 KB request waits unread (its connection muted) until
-    they finish; then every request is answered and every record is in the log."""
+    """A client holds a frame as large as the 1 MiB bound, short of its last bytes: another
+    client's 300 KB request waits unread (its connection muted) until that frame is complete;
+    then both requests are answered and both records are in the log."""
     topic = "pool"
     with running_broker(tmp_path / "data", LIMITS) as b, WireClient(b.bootstrap_servers) as c:
         api = Api(c)
         api.create_topic(topic)
-        fa, fb = (produce_frame(api, topic, value(t, 1_000_000), corr=t) for t in (1, 2))
-        fc = produce_frame(api, topic, value(3, 300_000), corr=3)
-        a, bb, cc = (WireClient(b.bootstrap_servers) for _ in range(3))
+        big, small = frame_of_size(api, topic, 1, MiB), produce_frame(api, topic, value(2, 300_000), corr=2)
+        holder, waiter = WireClient(b.bootstrap_servers), WireClient(b.bootstrap_servers)
         try:
-            send_and_drain(a, fa[:-100])
-            send_and_drain(bb, fb[:-100])
+            send_and_drain(holder, big[:-100])
             barrier(api)
-            sending = send_in_background(cc, fc)
+            sending = send_in_background(waiter, small)
             wait_for_log(b, "Request memory pool exhausted")
             barrier(api)
-            assert not readable(cc), "the third request was read although the pool was used up"
-            a.send_raw(fa[-100:])
-            assert produced(a) == (1, 0)
-            bb.send_raw(fb[-100:])
-            assert produced(bb) == (2, 0)
-            assert produced(cc) == (3, 0)
+            assert not readable(waiter), "the request was read although the pool was used up"
+            holder.send_raw(big[-100:])
+            assert produced(holder) == (1, 0)
+            assert produced(waiter) == (2, 0)
             sending.join()
         finally:
-            for x in (a, bb, cc):
-                x.close()
+            holder.close()
+            waiter.close()
         got = consume_all(b.bootstrap_servers, topic)
-        assert sorted(v for _o, v in got[0]) == sorted([value(1, 1_000_000), value(2, 1_000_000),
-                                                        value(3, 300_000)])
+        assert [v[:1] for _o, v in got[0]] == [value(1, 1), value(2, 1)]
+        assert [len(v) for _o, v in got[0]] == [len(big) - (len(small) - 300_000), 300_000]
 
 
 def test_frames_that_all_wait_for_memory_still_complete(tmp_path):
@@ -204,3 +209,39 @@ def test_idle_connections_are_closed_active_ones_are_not(tmp_path):
         assert half.is_closed(timeout=20)
         assert api.api_versions().error_code == 0
         assert Api(polling).api_versions().error_code == 0
+
+
+# ====================================================================== buffer reuse (in process)
+
+def test_a_frame_its_handler_keeps_is_never_reused():
+    """The buffers of large frames are reused, except one a handler still holds a view of
+    (an async handler does): its bytes stay intact, and every byte returns to the pool."""
+    import asyncio
+    import socket
+
+    from kesque.server.network import SocketServer
+
+    loop = asyncio.new_event_loop()
+    frames, kept, done = [bytes([i]) * (MiB + 100) for i in range(12)], [], loop.create_future()
+
+    def handle(conn, frame):
+        if frame[0] % 2:
+            kept.append(frame[1:])  # a slice outlives the handler, as an awaiting handler's would
+        if frame[0] == len(frames) - 1:
+            done.set_result(None)
+
+    server = SocketServer(loop, handle, 2 * MiB, queued_max_bytes=64 * MiB)
+    port = server.listen("127.0.0.1", 0)
+    sender = threading.Thread(target=lambda: socket.create_connection(("127.0.0.1", port)).sendall(
+        b"".join(I32.pack(len(f)) + f for f in frames)), daemon=True)
+    sender.start()
+    try:
+        loop.run_until_complete(asyncio.wait_for(done, 30))
+        assert [bytes(v) for v in kept] == [f[1:] for f in frames if f[0] % 2]
+        assert server.pool.used == sum(len(v.obj) for v in kept)  # the kept ones only
+        kept.clear()
+        assert server.pool.used == 0
+    finally:
+        sender.join()
+        server.close()
+        loop.close()

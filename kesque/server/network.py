@@ -27,6 +27,7 @@ import errno
 import logging
 import os
 import socket
+import sys
 from collections import deque
 
 from ..protocol.fetch import FileRegion
@@ -41,21 +42,33 @@ PAUSE_OUTPUT_BYTES = 32 * 1024 * 1024
 PAUSE_PENDING = 128
 FRAME_FIRST = 256 * 1024  # a large frame's first buffer (capped at its declared size) ...
 FRAME_GROWTH = 8  # ... multiplied by this each time it fills up (a 1 MiB produce: two buffers)
+FRAME_ROUND = 64 * 1024  # a frame's final buffer is rounded up to this, to be reused for others
+# Buffers kept for reuse (per kind: first buffers, final buffers up to SPARE_MAX bytes). A
+# frame's memory freed and allocated again made glibc trim its heap and fault every page in
+# again: a third more broker CPU per produced byte.
+SPARES = 8
+SPARE_MAX = 4 * 1024 * 1024
 
 
 class FrameBuffer(bytearray):
-    """A large frame's buffer; its bytes return to the pool when the last view of it goes."""
+    """A large frame's final buffer, handed to the request's handler. Its bytes return to the
+    pool when the connection sees the handler kept no reference, or else when it is freed."""
 
     __slots__ = ("pool",)
 
     def __del__(self):
-        self.pool.release(len(self))
+        if self.pool is not None:
+            self.pool.release(len(self))
 
 
 class MemoryPool:
     """``queued.max.request.bytes``: the bytes of large request frames being received or
     still referenced by a request in progress (the per-connection read buffers are a fixed
     cost and are not counted).
+
+    Buffers are reused (a few of each kind are kept; a frame's final buffer is rounded up to
+    FRAME_ROUND so that it fits other frames of about its size); a final buffer comes back
+    when its handler returns without keeping a view of it, or when it is freed.
 
     Like Kafka's pool (non-strict) a buffer is granted while anything is left, so usage can
     pass the bound by one allocation; a connection refused a buffer stops reading and waits
@@ -73,19 +86,47 @@ class MemoryPool:
         self.exempt: Connection | None = None
         self._wake_pending = False
         self._exhausted = False  # logged once per episode
+        self._firsts: list[bytearray] = []  # spare FRAME_FIRST buffers
+        self._finals: list[FrameBuffer] = []  # spare final buffers
 
-    def allocate(self, conn: "Connection", size: int, holding: bool) -> FrameBuffer | None:
-        """A buffer of ``size`` bytes for ``conn``, or None: ``conn`` must wait (it is queued).
-        ``holding``: conn already has a partial frame in a pool buffer."""
+    def take(self, conn: "Connection", size: int, final: bool, holding: bool) -> bytearray | None:
+        """A buffer of at least ``size`` bytes for ``conn``'s large frame (``final``: for the
+        whole frame), or None: ``conn`` must wait (it is queued). ``holding``: conn already
+        has part of the frame in a pool buffer."""
         if self.limit is not None and self.used >= self.limit and conn is not self.exempt:
             if not holding or self.exempt is not None:
                 self._wait(conn)
                 return None
             self.exempt = conn
-        buf = FrameBuffer(size)
-        buf.pool = self
-        self.used += size
+        if final:
+            buf = self._final(size)
+        elif size == FRAME_FIRST and self._firsts:
+            buf = self._firsts.pop()
+        else:
+            buf = bytearray(size)
+        self.used += len(buf)
         return buf
+
+    def _final(self, size: int) -> FrameBuffer:
+        for i, buf in enumerate(self._finals):
+            if size <= len(buf) <= size + size // 8 + FRAME_ROUND:
+                del self._finals[i]
+                break
+        else:
+            buf = FrameBuffer(-(-size // FRAME_ROUND) * FRAME_ROUND)
+        buf.pool = self
+        return buf
+
+    def give_back(self, buf: bytearray) -> None:
+        """A buffer nobody references any more: its bytes are free, the buffer may be reused."""
+        if type(buf) is FrameBuffer:
+            buf.pool = None  # released here, not again when it is freed
+            spares = self._finals if len(buf) <= SPARE_MAX else None
+        else:
+            spares = self._firsts if len(buf) == FRAME_FIRST else None
+        if spares is not None and len(spares) < SPARES:
+            spares.append(buf)
+        self.release(len(buf))
 
     def _wait(self, conn: "Connection") -> None:
         if not self._exhausted:
@@ -158,9 +199,10 @@ class Connection:
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
-        self._big: FrameBuffer | None = None  # dedicated, growing buffer for a large frame
-        self._big_view: memoryview | None = None
-        self._big_pos = 0
+        self._big: bytearray | None = None  # dedicated, growing buffer for a large frame
+        self._big_view: memoryview | None = None  # all of it
+        self._big_pos = 0  # bytes received
+        self._big_cap = 0  # bytes it can receive before growing (or the frame is complete)
         self._big_size = 0  # the large frame's declared size
         self._slots: deque[Slot] = deque()
         self._out: deque = deque()
@@ -181,7 +223,7 @@ class Connection:
             return
         try:
             if self._big is not None:
-                n = self.sock.recv_into(self._big_view[self._big_pos:])
+                n = self.sock.recv_into(self._big_view[self._big_pos:self._big_cap])
             else:
                 if self._end == len(self._buf):
                     self._compact()
@@ -200,7 +242,7 @@ class Connection:
         try:
             if self._big is not None:
                 self._big_pos += n
-                if self._big_pos == len(self._big):
+                if self._big_pos == self._big_cap:
                     if self._big_pos == self._big_size:
                         self._dispatch_big()
                     else:
@@ -242,8 +284,8 @@ class Connection:
             if 4 + size > len(buf):
                 # too big for the shared buffer: give it its own and read the rest into it
                 have = avail - 4
+                self._big_size = size
                 if self._set_big(min(size, max(FRAME_FIRST, have)), self._view[self._start + 4:self._end], have):
-                    self._big_size = size
                     self._start = self._end = 0
                 break
             if self._start + 4 + size > len(buf):
@@ -253,30 +295,45 @@ class Connection:
             self._start = self._end = 0
 
     def _set_big(self, capacity: int, data: memoryview, n: int) -> bool:
-        """Receive the large frame into a new pool buffer of ``capacity`` bytes that starts
-        with ``data`` (``n`` bytes). False when the pool has none: reading pauses until it has."""
-        new = self.pool.allocate(self, capacity, self._big is not None)
+        """Receive the large frame into a pool buffer for ``capacity`` bytes that starts with
+        ``data`` (``n`` bytes). False when the pool has none: reading pauses until it has."""
+        new = self.pool.take(self, capacity, capacity == self._big_size, self._big is not None)
         if new is None:
             self._needs_memory = True
             self._update_reader()
             return False
         view = memoryview(new)
         view[:n] = data
-        if self._big_view is not None:
-            self._big_view.release()
-        self._big, self._big_view, self._big_pos = new, view, n
+        self._drop_big()
+        self._big, self._big_view, self._big_pos, self._big_cap = new, view, n, capacity
         return True
 
+    def _drop_big(self) -> None:
+        """Give the buffer of a frame not handed to a handler back to the pool."""
+        big = self._big
+        if big is not None:
+            self._big_view.release()
+            self._big = self._big_view = None
+            self.pool.give_back(big)
+
     def _grow_big(self) -> None:
-        self._set_big(min(self._big_size, len(self._big) * FRAME_GROWTH), self._big_view[:self._big_pos],
+        self._set_big(min(self._big_size, self._big_cap * FRAME_GROWTH), self._big_view[:self._big_pos],
                       self._big_pos)
 
     def _dispatch_big(self) -> None:
-        frame = self._big_view
+        buf, whole = self._big, self._big_view
+        frame = whole[:self._big_size]
         self._big = self._big_view = None
-        self._big_pos = self._big_size = 0
+        self._big_pos = self._big_cap = self._big_size = 0
         self.pool.frame_done(self)
         self._dispatch(frame)
+        try:
+            frame.release()
+            whole.release()
+        except BufferError:  # exported by something still running: freed (and released) later
+            return
+        if sys.getrefcount(buf) == 2:  # ``buf`` and the argument: the handler kept no view
+            self.pool.give_back(buf)
 
     @property
     def holds_frame(self) -> bool:
@@ -445,7 +502,7 @@ class Connection:
             pass
         self._out.clear()
         self._slots.clear()
-        self._big = self._big_view = None
+        self._drop_big()
         self.pool.forget(self)
         self.server.connection_closed(self)
 
