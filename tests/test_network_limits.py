@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import select
+import socket
 import struct
 import termios
 import threading
@@ -54,8 +55,14 @@ def send_and_drain(c: WireClient, data: bytes, timeout: float = 10.0) -> None:
 
 
 def send_in_background(c: WireClient, data: bytes) -> threading.Thread:
-    """sendall from a thread: the broker may leave the bytes unread for a while."""
-    t = threading.Thread(target=c.send_raw, args=(data,), daemon=True)
+    """sendall from a thread: the broker may leave the bytes unread for a while (or for
+    good: the send ends quietly when the connection is shut down)."""
+    def send():
+        try:
+            c.send_raw(data)
+        except OSError:
+            pass
+    t = threading.Thread(target=send, daemon=True)
     t.start()
     return t
 
@@ -158,6 +165,32 @@ def test_reads_pause_while_the_request_memory_is_used_up_then_resume(tmp_path):
         got = consume_all(b.bootstrap_servers, topic)
         assert [v[:1] for _o, v in got[0]] == [value(1, 1), value(2, 1)]
         assert [len(v) for _o, v in got[0]] == [len(big) - (len(small) - 300_000), 300_000]
+
+
+def test_the_bound_holds_when_clients_send_most_of_their_frames(tmp_path):
+    """30 clients each send 8 MB of a frame declared 8 MiB and stop: the broker reads until
+    queued.max.request.bytes (8 MiB) is used up and holds about that, not 240 MB, while
+    small requests are still served."""
+    limit, clients = 8 * MiB, 30
+    config = {"socket.request.max.bytes": str(limit), "queued.max.request.bytes": str(limit)}
+    with running_broker(tmp_path / "data", config) as b, WireClient(b.bootstrap_servers) as c:
+        api = Api(c)
+        api.create_topic("bound")
+        before = rss_bytes(b.process.pid)["VmRSS"]
+        senders = [WireClient(b.bootstrap_servers) for _ in range(clients)]
+        threads = [send_in_background(x, I32.pack(limit) + bytes(limit - 100)) for x in senders]
+        try:
+            wait_for_log(b, "Request memory pool exhausted")
+            barrier(api, 20)
+            grown = rss_bytes(b.process.pid)["VmRSS"] - before
+            assert grown < 64 * MiB, f"{grown / MiB:.0f} MiB more resident"
+            assert api.metadata(["bound"]).topics[0].error_code == 0
+        finally:
+            for x in senders:
+                x.sock.shutdown(socket.SHUT_RDWR)  # wakes its sender thread
+                x.close()
+            for t in threads:
+                t.join()
 
 
 def test_frames_that_all_wait_for_memory_still_complete(tmp_path):
