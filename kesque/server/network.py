@@ -326,13 +326,14 @@ class Connection:
         self._big = self._big_view = None
         self._big_pos = self._big_cap = self._big_size = 0
         self.pool.frame_done(self)
+        held = sys.getrefcount(buf)  # ours and the views' (they share one reference)
         self._dispatch(frame)
         try:
             frame.release()
             whole.release()
         except BufferError:  # exported by something still running: freed (and released) later
             return
-        if sys.getrefcount(buf) == 2:  # ``buf`` and the argument: the handler kept no view
+        if sys.getrefcount(buf) < held:  # the views' reference went: the handler kept no view
             self.pool.give_back(buf)
 
     @property
