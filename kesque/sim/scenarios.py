@@ -202,23 +202,27 @@ def chaos(seed: int, **kw) -> Sim:
     c.start_all()
     end = s.now + 20_000
     while s.now < end:
-        s.run_for(rng.randint(100, 2000))
+        s.run_for(rng.randint(50, 3000))
         roll = rng.random()
         up = [sn.node_id for sn in c.running()]
         down = [i for i in c.ids if not c.is_running(i)]
-        if roll < 0.25 and up:
-            c.kill(rng.choice(up))
-        elif roll < 0.35 and up:
-            c.shutdown(rng.choice(up))
-        elif roll < 0.6 and down:
+        leader = c.leader_id()
+        victim = leader if leader >= 0 and rng.random() < 0.7 else (rng.choice(up) if up else -1)
+        if len(down) > len(c.voters) // 2 and rng.random() < 0.7:
+            c.start(rng.choice(down))       # mostly keep a majority up: more elections, more to check
+        elif roll < 0.25 and victim >= 0:
+            c.kill(victim)
+        elif roll < 0.35 and victim >= 0:
+            c.shutdown(victim)
+        elif roll < 0.7 and down:
             c.start(rng.choice(down))
-        elif roll < 0.75:
+        elif roll < 0.82:
             ids = list(c.ids)
             rng.shuffle(ids)
             k = rng.randint(1, len(ids) - 1)
             c.router.partition(set(ids[:k]), set(ids[k:]))
-        elif roll < 0.85 and c.leader_id() >= 0:
-            c.router.isolate(c.leader_id(), c.ids)
+        elif roll < 0.9 and leader >= 0:
+            c.router.isolate(leader, c.ids)
         else:
             c.router.heal()
     c.router.heal()
