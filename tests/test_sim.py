@@ -68,3 +68,12 @@ def test_liveness_failure_is_reported_with_its_bound():
 def test_scenario_holds_on_2000_seeds(scenario):
     for seed in range(SEEDS, 2000):
         run(scenario, seed)
+
+
+def test_replaced_disk_without_directory_ids_loses_committed_records():
+    """Why kesque keeps KIP-853's directory ids: with a static voter set (Kafka's
+    controller.quorum.voters), a voter back with an empty disk votes, and committed data is lost."""
+    for seed in range(10):
+        run("disk_loss_then_leader_cut", seed)
+        with pytest.raises(InvariantViolation):
+            run("disk_loss_then_leader_cut", seed, "static_voters")

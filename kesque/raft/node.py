@@ -62,6 +62,9 @@ class Knobs:
     grant_vote_to_shorter_log: bool = False
     commit_without_own_epoch: bool = False
     count_unflushed_leader_end: bool = False
+    # not a bug in itself but a weaker protocol: no directory ids, as Kafka's static
+    # controller.quorum.voters; a voter whose disk was replaced keeps voting
+    static_voters: bool = False
 
 
 class RaftNode:
@@ -71,12 +74,12 @@ class RaftNode:
         self.node_id = node_id
         self.directory_id = directory_id
         self.voters = dict(voters)
-        self.is_voter = node_id in voters and voters[node_id] == directory_id
+        self.knobs = knobs or Knobs()
+        self.is_voter = node_id in voters and self._is_voter_key(node_id, directory_id)
         self.log = log
         self.store = store
         self.config = config
         self.rng = rng
-        self.knobs = knobs or Knobs()
         self.high_watermark = 0          # this incarnation's: only grows; re-learned after a restart
         self.applied = 0                 # next offset to hand to the application
         self.state: EpochState | None = None
@@ -157,6 +160,10 @@ class RaftNode:
     @property
     def leader_id(self) -> int:
         return self.state.leader_id
+
+    def _is_voter_key(self, node_id: int, directory_id: str | None) -> bool:
+        return self.voters.get(node_id, "-") == directory_id or (
+            self.knobs.static_voters and node_id in self.voters)
 
     def _known_leader(self) -> int:
         """The leader id to put in answers: a resigned leader no longer leads its epoch."""
@@ -405,11 +412,12 @@ class RaftNode:
             return answer(m.INVALID_REQUEST)
         if r.replica_epoch < self.state.epoch:
             return answer(m.FENCED_LEADER_EPOCH)
-        if self.voters.get(r.candidate_id, "-") != r.candidate_directory_id:
+        if not self._is_voter_key(r.candidate_id, r.candidate_directory_id):
             return answer(m.INVALID_REQUEST)    # not a voter: Kafka answers INCONSISTENT_VOTER_SET
         if not r.pre_vote and r.replica_epoch > self.state.epoch:
             self._to_unattached(r.replica_epoch, now)
-        if not self.is_voter or r.voter_id != self.node_id or r.voter_directory_id != self.directory_id:
+        if not self.is_voter or r.voter_id != self.node_id or (
+                r.voter_directory_id != self.directory_id and not self.knobs.static_voters):
             # KIP-853: a voter that lost its disk has a new directory id and no vote
             return answer(m.INVALID_VOTER_KEY)
         up_to_date = (r.last_offset_epoch, r.last_offset) >= (self.log.last_fetched_epoch(),
@@ -459,7 +467,8 @@ class RaftNode:
         st = self.state
         if r.leader_epoch < st.epoch:
             code = m.FENCED_LEADER_EPOCH
-        elif r.voter_id != self.node_id or r.voter_directory_id != self.directory_id:
+        elif r.voter_id != self.node_id or (r.voter_directory_id != self.directory_id
+                                             and not self.knobs.static_voters):
             code = m.INVALID_VOTER_KEY
         else:
             code = m.NONE
@@ -471,8 +480,9 @@ class RaftNode:
         if not self._expected(src, r.correlation_id) or self._learn(r.leader_epoch, r.leader_id, now):
             return
         st = self.state
-        if st.name == LEADER and r.error_code == m.NONE and r.leader_epoch == st.epoch:
-            st.unacked.discard(src)
+        if st.name == LEADER and (r.error_code == m.INVALID_VOTER_KEY
+                                  or (r.error_code == m.NONE and r.leader_epoch == st.epoch)):
+            st.unacked.discard(src)     # told, or not the voter we know (a replaced disk): stop
         elif r.error_code != m.NONE:
             self._backoff[src] = now + self.config.retry_backoff_ms
 
@@ -543,7 +553,7 @@ class RaftNode:
 
     def _update_replica(self, st: LeaderState, rid: int, end: int, now: int,
                         directory_id: str | None = None) -> None:
-        if rid == self.node_id or (rid in self.voters and self.voters[rid] == directory_id):
+        if rid == self.node_id or self._is_voter_key(rid, directory_id):
             st.voter_end[rid] = end       # may go back (a truncated follower); the HW never does
             st.fetched.add(rid)
             st.unacked.discard(rid)
