@@ -232,11 +232,21 @@ def test_voter_with_another_directory_id_has_no_vote():
 
 
 def test_prevote_changes_neither_epoch_nor_vote():
-    n = Node()
-    n.recv(2, vote_req(3, last_epoch=0, pre=True))
+    n = follower(epoch=3, leader=2)
+    n.recv(3, vote_req(3, cand=3, last_epoch=0, pre=True))
     r = n.reply(m.VoteResponse)
-    assert r.vote_granted and r.pre_vote and r.leader_epoch == 0
-    assert (n.state.epoch, n.state.voted_id) == (0, -1) and n.store.state == ElectionState(0)
+    assert r.vote_granted and r.pre_vote and r.leader_epoch == 3
+    assert (n.state.name, n.state.epoch, n.state.voted_id) == (FOLLOWER, 3, -1)
+    assert n.store.state == ElectionState(3, 2, -1)
+
+
+def test_prevote_from_a_newer_epoch_moves_the_voter_there():
+    """Its sender stood in that epoch; left behind, it would only ever hear older epochs."""
+    n = follower(epoch=3, leader=2)
+    n.recv(3, vote_req(5, cand=3, last_epoch=3, pre=True))
+    r = n.reply(m.VoteResponse)
+    assert (n.state.name, n.state.epoch, n.state.voted_id) == (UNATTACHED, 5, -1)
+    assert r.leader_epoch == 5 and r.vote_granted
 
 
 def test_follower_refuses_prevotes_once_it_has_fetched():

@@ -414,7 +414,10 @@ class RaftNode:
             return answer(m.FENCED_LEADER_EPOCH)
         if not self._is_voter_key(r.candidate_id, r.candidate_directory_id):
             return answer(m.INVALID_REQUEST)    # not a voter: Kafka answers INCONSISTENT_VOTER_SET
-        if not r.pre_vote and r.replica_epoch > self.state.epoch:
+        if r.replica_epoch > self.state.epoch:
+            # a pre-vote moves nobody, but one from a *newer* epoch comes from a voter that really
+            # stood in it: stay behind and that voter is stranded there, answered only with older
+            # epochs it ignores (tests/test_sim.py, scenario stranded_candidate)
             self._to_unattached(r.replica_epoch, now)
         if not self.is_voter or r.voter_id != self.node_id or (
                 r.voter_directory_id != self.directory_id and not self.knobs.static_voters):

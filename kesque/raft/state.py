@@ -33,7 +33,8 @@ States and transitions (as Kafka's ``QuorumState``; E = the current epoch)
 ==============  ==========================================  =============================================
 from            to                                          when
 ==============  ==========================================  =============================================
-Unattached      Unattached (E' > E, or E and voted)         higher epoch seen; vote granted in E
+Unattached      Unattached (E' > E, or E and voted)         higher epoch seen (a pre-vote from E' too);
+                                                            vote granted in E
 Unattached      Prospective (E)                             election timeout (voters only)
 Unattached      Follower (E' >= E)                          leader of E' discovered
 Prospective     Candidate (E + 1)                           majority of pre-votes

@@ -1,7 +1,8 @@
 """The simulated network: every message goes through :meth:`Router.send`.
 
 Faults: a random delay per message (so messages between two nodes are reordered), drops,
-duplicates, and partitions (a set of blocked directed links). A message is dropped if its link is
+duplicates, partitions (a set of blocked directed links), and filters that drop chosen messages
+(e.g. only the Vote requests of one node). A message is dropped if its link is
 blocked when it is sent or when it would be delivered (the connection broke while in flight).
 """
 
@@ -27,13 +28,15 @@ class Router:
         self.deliver = deliver            # deliver(src, dst, message)
         self.faults = faults or NetworkFaults()
         self.blocked: set[tuple[int, int]] = set()
+        self.filters: list[Callable[[int, int, object], bool]] = []   # drop when one says True
         self.sent = 0
         self.dropped = 0
 
     def send(self, src: int, dst: int, msg) -> None:
         self.sent += 1
         f = self.faults
-        if (src, dst) in self.blocked or (f.drop and self.rng.random() < f.drop):
+        if ((src, dst) in self.blocked or (f.drop and self.rng.random() < f.drop)
+                or any(drop(src, dst, msg) for drop in self.filters)):
             self.dropped += 1
             return
         copies = 2 if f.duplicate and self.rng.random() < f.duplicate else 1
@@ -69,3 +72,4 @@ class Router:
 
     def heal(self) -> None:
         self.blocked = set()
+        self.filters = []

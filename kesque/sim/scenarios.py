@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from ..raft import Knobs
+from ..raft.messages import VoteRequest
 from .cluster import RaftCluster
 from .invariants import Invariants
 from .network import NetworkFaults
@@ -170,6 +171,35 @@ def back_to_back(seed: int, **kw) -> Sim:
     return sim
 
 
+def stranded_candidate(seed: int, **kw) -> Sim:
+    """A voter wins its pre-votes while the leader is cut off, but its real Vote requests are
+    lost: it is alone in epoch E + 1 when the leader comes back and the others follow it again in
+    E. Pre-votes move nobody to a new epoch, so only the rule that a pre-vote from a *higher*
+    epoch moves its receiver there (as every newer epoch does) brings it back."""
+    kw.setdefault("voters", 3)
+    kw.setdefault("observers", 0)
+    sim = Sim(seed, **kw)
+    c = sim.c
+    c.start_all()
+    leader = sim.elect()
+    sim.progress(10)
+    epoch = c.nodes[leader].raft.epoch
+    c.router.isolate(leader, c.ids)
+    # x: the follower with the longer log, so that the other one grants it a pre-vote
+    x, y = sorted((v for v in c.voters if v != leader), key=lambda v: (
+        -c.nodes[v].disk.log.last_fetched_epoch(), -c.nodes[v].disk.log.end_offset()))
+    c.router.filters.append(lambda src, dst, msg: isinstance(msg, VoteRequest) and (
+        src == y or (src == x and not msg.pre_vote)))
+    sim.until(lambda: c.nodes[x].raft.epoch > epoch and c.nodes[x].raft.state.name == "Prospective",
+              f"node {x} back to pre-votes in epoch {epoch + 1}")
+    c.router.filters = [lambda src, dst, msg: src == x and isinstance(msg, VoteRequest)]
+    c.router.reconnect(leader)
+    sim.s.run_for(3_000)            # the others settle with the old leader; x is still muted
+    c.router.heal()
+    sim.progress(10, everyone=True)
+    return sim
+
+
 def disk_loss(seed: int, **kw) -> Sim:
     """A node's disk is replaced. It comes back with a new directory id: no longer the voter the
     quorum knows (KIP-853), it cannot vote and fetches as an observer; no committed record is lost.
@@ -261,7 +291,7 @@ def chaos(seed: int, **kw) -> Sim:
 
 
 SCENARIOS = {f.__name__: f for f in (initial_election, leader_failure, all_killed, leader_partitioned,
-                                     majority_reachable, back_to_back, disk_loss,
+                                     majority_reachable, back_to_back, stranded_candidate, disk_loss,
                                      disk_loss_then_leader_cut, chaos)}
 
 
