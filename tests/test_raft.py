@@ -448,7 +448,7 @@ def test_graceful_resign_sends_end_quorum_epoch_with_successors_by_progress():
     assert n.state.name == RESIGNED
     reqs = n.take(m.EndQuorumEpochRequest)
     assert {d for d, _ in reqs} == {2, 3}
-    assert reqs[0][1].preferred_successors == [3, 2]
+    assert reqs[0][1].preferred_candidates == [3, 2]
 
 
 def test_end_quorum_epoch_lets_the_first_successor_run_at_once():

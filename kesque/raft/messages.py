@@ -2,9 +2,10 @@
 
 Each message is the single-partition body of ``__cluster_metadata-0`` of Kafka's request or
 response (``VoteRequest.json``, ``BeginQuorumEpochRequest.json``, ``EndQuorumEpochRequest.json``,
-``FetchRequest.json`` as a replica sends it, ``FetchSnapshotRequest.json``), flattened: the
-topic/partition nesting and the cluster id are added when they are mapped to kio's wire
-messages, which the server wiring does (kio is too slow to encode inside the simulator's loop).
+``FetchRequest.json`` as a replica sends it, ``FetchSnapshotRequest.json``), flattened, with
+the field names of kio's generated classes (``kio.schema.vote.v2`` and so on). The
+topic/partition nesting, the cluster id and the endpoints are added when the server wiring maps
+them to kio's wire messages (kio is too slow to encode inside the simulator's loop).
 
 ``correlation_id`` pairs a response with its request: a node only accepts the response to the
 request it has in flight to that destination (Kafka's ``RequestManager``), which makes duplicated
@@ -30,9 +31,9 @@ BROKER_NOT_AVAILABLE = int(ErrorCode.broker_not_available)
 class VoteRequest:
     correlation_id: int
     replica_epoch: int              # CandidateEpoch before KIP-996; the prospective's epoch for a pre-vote
-    candidate_id: int
-    candidate_directory_id: str | None
-    voter_id: int
+    replica_id: int                 # the candidate (CandidateId before KIP-996)
+    replica_directory_id: str | None
+    voter_id: int                   # top level in the wire request
     voter_directory_id: str | None  # KIP-853: the voter key the candidate believes in
     last_offset_epoch: int
     last_offset: int
@@ -71,7 +72,7 @@ class EndQuorumEpochRequest:
     correlation_id: int
     leader_id: int
     leader_epoch: int
-    preferred_successors: list[int] = field(default_factory=list)
+    preferred_candidates: list[int] = field(default_factory=list)   # v1: ids (directory ids later)
 
 
 @dataclass(slots=True)

@@ -412,7 +412,7 @@ class RaftNode:
             return answer(m.INVALID_REQUEST)
         if r.replica_epoch < self.state.epoch:
             return answer(m.FENCED_LEADER_EPOCH)
-        if not self._is_voter_key(r.candidate_id, r.candidate_directory_id):
+        if not self._is_voter_key(r.replica_id, r.replica_directory_id):
             return answer(m.INVALID_REQUEST)    # not a voter: Kafka answers INCONSISTENT_VOTER_SET
         if r.replica_epoch > self.state.epoch:
             # a pre-vote moves nobody, but one from a *newer* epoch comes from a voter that really
@@ -427,12 +427,12 @@ class RaftNode:
                                                               self.log.end_offset())
         if self.knobs.grant_vote_to_shorter_log:
             up_to_date = True
-        granted = self._can_grant_vote(r.candidate_id, up_to_date, r.pre_vote)
+        granted = self._can_grant_vote(r.replica_id, up_to_date, r.pre_vote)
         st = self.state
         if granted and not r.pre_vote and st.name == UNATTACHED and st.voted_id < 0:
             self._transition(UnattachedState(UNATTACHED, st.epoch, self._election_deadline(now),
-                                             voted_id=r.candidate_id,
-                                             voted_directory_id=r.candidate_directory_id), now)
+                                             voted_id=r.replica_id,
+                                             voted_directory_id=r.replica_directory_id), now)
         answer(m.NONE, granted)
 
     def _can_grant_vote(self, candidate: int, up_to_date: bool, pre_vote: bool) -> bool:
@@ -497,7 +497,7 @@ class RaftNode:
             code = m.NONE
             if self.is_voter and st.name in (FOLLOWER, UNATTACHED) and st.leader_id in (-1, r.leader_id):
                 # the leader resigned: elect a successor now, the preferred ones first
-                succ = r.preferred_successors
+                succ = r.preferred_candidates
                 pos = succ.index(self.node_id) if self.node_id in succ else len(succ)
                 backoff = 0 if pos == 0 else min(self.config.election_backoff_max_ms,
                                                  self.config.retry_backoff_ms << pos)
