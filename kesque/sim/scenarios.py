@@ -248,8 +248,9 @@ def disk_loss_then_leader_cut(seed: int, **kw) -> Sim:
 
 
 def chaos(seed: int, **kw) -> Sim:
-    """Random crashes (with torn tails), graceful stops, partitions, drops and duplicates for 20 s;
-    then everything heals and restarts, and the quorum must progress within the bound."""
+    """Random crashes (with torn tails), graceful stops, partitions, leader isolation, lost Vote
+    requests, drops and duplicates for 20 s; then everything heals and restarts, and the quorum
+    must progress within the bound."""
     kw.setdefault("torn_tail", True)
     kw.setdefault("faults", NetworkFaults(1, 30, drop=0.03, duplicate=0.05))
     sim = Sim(seed, **kw)
@@ -277,8 +278,13 @@ def chaos(seed: int, **kw) -> Sim:
             rng.shuffle(ids)
             k = rng.randint(1, len(ids) - 1)
             c.router.partition(set(ids[:k]), set(ids[k:]))
-        elif roll < 0.9 and leader >= 0:
+        elif roll < 0.87 and leader >= 0:
             c.router.isolate(leader, c.ids)
+        elif roll < 0.92 and up:
+            # one node's real Vote requests are lost (its pre-votes pass) until the next heal
+            mute = rng.choice(up)
+            c.router.filters.append(lambda src, dst, msg, mute=mute: (
+                src == mute and isinstance(msg, VoteRequest) and not msg.pre_vote))
         else:
             c.router.heal()
     c.router.heal()
