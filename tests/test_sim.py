@@ -31,8 +31,8 @@ def first_violation(bug, scenarios=("leader_partitioned", "majority_reachable", 
     return None
 
 
-@pytest.mark.parametrize("bug", ["grant_vote_to_shorter_log", "commit_without_own_epoch",
-                                 "count_unflushed_leader_end"])
+@pytest.mark.parametrize("bug", ["grant_vote_to_shorter_log", "vote_twice_in_an_epoch",
+                                 "commit_without_own_epoch", "count_unflushed_leader_end"])
 def test_invariants_catch_a_deliberate_bug(bug):
     e = first_violation(bug)
     assert e is not None, f"no invariant caught {bug} in {SEEDS} seeds"

@@ -60,6 +60,7 @@ class Knobs:
     """Deliberate bugs, for the tests that prove the simulator catches them. All off normally."""
 
     grant_vote_to_shorter_log: bool = False
+    vote_twice_in_an_epoch: bool = False
     commit_without_own_epoch: bool = False
     count_unflushed_leader_end: bool = False
     # not a bug in itself but a weaker protocol: no directory ids, as Kafka's static
@@ -445,7 +446,7 @@ class RaftNode:
                 return False
             return up_to_date
         if name == UNATTACHED or (name == PROSPECTIVE and st.leader_id < 0):
-            if st.voted_id >= 0:
+            if st.voted_id >= 0 and not self.knobs.vote_twice_in_an_epoch:
                 return st.voted_id == candidate
             return up_to_date
         return False

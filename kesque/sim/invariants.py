@@ -35,6 +35,7 @@ class Invariants:
         self.node_hw: dict[tuple, int] = {}    # (node id, incarnation) -> high watermark
         self.verified: dict[tuple, int] = {}   # (node id, incarnation) -> log checked up to
         self.leader_hw: dict[int, int] = {}   # epoch -> its leader's high watermark
+        self.store_seen: dict = {}            # store -> its write count at the last check
         cluster.on_commit.append(self.on_applied)
         cluster.scheduler.add_invariant(self.check)
 
@@ -50,9 +51,11 @@ class Invariants:
             self._check_majority()
 
     def _check_disk(self, sn) -> None:
-        es = sn.disk.store.state
-        if es is None:
-            return
+        store = sn.disk.store
+        es = store.state
+        if es is None or self.store_seen.get(store) == store.writes:
+            return      # unchanged since the last check (a running node changes epoch only by a write)
+        self.store_seen[store] = store.writes
         if es.leader_id >= 0:
             self._leader(es.epoch, es.leader_id)
         d = sn.disk.directory_id
