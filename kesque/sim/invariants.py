@@ -11,7 +11,8 @@
 - **committed on a majority**: every committed record is on the durable log of a majority of
   the voters (checked at the end of the committed prefix; log matching covers the rest);
 - **committed prefix identical**: below its high watermark, every node's log is the one committed
-  history (the *ledger* this module keeps), and no running node truncates below that point;
+  history (the *ledger* this module keeps), and no running node truncates below that point; the
+  client appends each value once, so no value is committed twice;
 - **applied only once committed**: the records a node hands to its application arrive in offset
   order, each the ledger's record at that offset.
 
@@ -30,6 +31,7 @@ class Invariants:
         self.cluster = cluster
         self.check_majority = majority
         self.ledger: list = []                 # committed (epoch, value) by offset
+        self.values: set = set()               # the client's values in the ledger (each appended once)
         self.leaders: dict[int, int] = {}      # epoch -> leader id
         self.disk_epoch: dict[str, int] = {}   # directory id -> epoch last seen
         self.node_hw: dict[tuple, int] = {}    # (node id, incarnation) -> high watermark
@@ -102,6 +104,10 @@ class Invariants:
                     self.fail(f"node {node_id}: committed offset {o} is {(rec.epoch, rec.value)}, "
                               f"elsewhere {ledger[o]}")
             else:
+                if rec.value is not None:
+                    if rec.value in self.values:
+                        self.fail(f"node {node_id}: value {rec.value!r} committed twice (offset {o})")
+                    self.values.add(rec.value)
                 ledger.append((rec.epoch, rec.value))
 
     def _check_leader_hw(self, r) -> None:
