@@ -526,3 +526,39 @@ def test_leader_epoch_cache_end_offsets():
     assert log.end_offset_for_epoch(0) == (0, 0)
     log.truncate_to(3)
     assert log.end_offset_for_epoch(6) == (3, 3)
+
+
+# -- learning about epochs and leaders ---------------------------------------------------------------
+
+def test_observer_finds_the_leader_through_any_voter():
+    n = Node(node_id=9)
+    ((dest, f),) = n.take(m.FetchRequest)
+    n.recv(dest, m.FetchResponse(f.correlation_id, m.FENCED_LEADER_EPOCH, 2, 4))
+    assert (n.state.name, n.state.epoch, n.state.leader_id) == (FOLLOWER, 4, 2)
+    n.tick()
+    assert n.take(m.FetchRequest, 2)
+
+
+def test_leader_steps_down_on_a_newer_epoch():
+    n = elect(Node())
+    n.recv(3, vote_req(2, cand=3, last_epoch=1, last_offset=1))
+    assert (n.state.name, n.state.epoch) == (UNATTACHED, 2)
+    assert n.reply(m.VoteResponse).vote_granted
+
+
+def test_candidate_follows_a_leader_of_its_epoch():
+    n = Node()
+    n.timeout()
+    pre = n.reply(m.VoteRequest, 2)
+    n.recv(2, m.VoteResponse(pre.correlation_id, m.NONE, -1, 0, True, True))
+    ((_, req),) = [(d, r) for d, r in n.take(m.VoteRequest, 3) if not r.pre_vote]
+    n.recv(3, m.VoteResponse(req.correlation_id, m.NONE, 2, 1, False))   # 2 won epoch 1
+    assert (n.state.name, n.state.epoch, n.state.leader_id, n.state.voted_id) == (FOLLOWER, 1, 2, 1)
+
+
+def test_a_resigned_leader_names_no_leader():
+    n = elect(Node())
+    again = Node(log=n.log, store=n.store)
+    again.recv(2, m.FetchRequest(1, 2, "d2", 1, 0, 0))
+    r = again.reply(m.FetchResponse, 2)
+    assert (r.error_code, r.leader_id, r.leader_epoch) == (m.NOT_LEADER_OR_FOLLOWER, -1, 1)

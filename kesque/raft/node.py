@@ -460,9 +460,8 @@ class RaftNode:
         if r.error_code != m.NONE:
             self._backoff[src] = now + self.config.retry_backoff_ms
             return
-        # a pre-vote does not move the voter to our epoch: its answer may carry an older one
-        if ((st.name == PROSPECTIVE and r.pre_vote and r.leader_epoch <= st.epoch)
-                or (st.name == CANDIDATE and not r.pre_vote and r.leader_epoch == st.epoch)):
+        if r.leader_epoch == st.epoch and r.pre_vote == (st.name == PROSPECTIVE) and (
+                st.name == PROSPECTIVE or st.name == CANDIDATE):
             (st.granted if r.vote_granted else st.rejected).add(src)
             self._maybe_win(st, now)
 
