@@ -77,3 +77,9 @@ def test_replaced_disk_without_directory_ids_loses_committed_records():
         run("disk_loss_then_leader_cut", seed)
         with pytest.raises(InvariantViolation):
             run("disk_loss_then_leader_cut", seed, "static_voters")
+
+
+def test_a_restarted_node_schedules_its_own_timer():
+    """Seed 3335 restarts a node whose first deadline is the time its previous incarnation's
+    (void) timer was set for: the simulator skipped the new timer and the node never ticked."""
+    run("chaos", 3335)

@@ -123,16 +123,19 @@ class RaftCluster:
     def kill(self, node_id: int) -> None:
         """Crash: the process stops, unflushed writes are lost (a torn tail may keep some)."""
         sn = self.nodes[node_id]
-        sn.raft = None
-        sn.timer_gen += 1
+        self._stop(sn)
         sn.disk.crash(self.rng, self.torn_tail)
 
     def shutdown(self, node_id: int) -> None:
         """Graceful: a leader resigns (EndQuorumEpoch), everything is flushed, then the stop."""
         sn = self.nodes[node_id]
         self._process(sn, sn.raft.resign(self.scheduler.now))
+        self._stop(sn)
+
+    def _stop(self, sn: SimNode) -> None:
         sn.raft = None
-        sn.timer_gen += 1
+        sn.timer_gen += 1       # its pending tick is void
+        sn.timer_at = -1        # and the next incarnation schedules its own, whatever its time
 
     def kill_and_wipe(self, node_id: int) -> None:
         """The node's disk is replaced: it restarts empty, with a new directory id."""
