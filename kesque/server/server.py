@@ -26,7 +26,7 @@ from ..protocol import api as protocol
 from ..protocol.primitives import INT32, ProtocolError
 from ..replication.replica_manager import ReplicaManager
 from ..storage import checkpoint as ck
-from ..storage.log_manager import LogManager
+from ..storage.log_manager import DirLock, LogManager
 from .context import NO_RESPONSE, CloseConnection, RequestContext
 from .network import SocketServer
 
@@ -53,15 +53,39 @@ class KesqueServer:
         self.io_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kesque-io")
         self.stopped = False
         self.start_time = time.monotonic()
+        self.metadata_dir_lock: DirLock | None = None
 
     # ================================================================== lifecycle
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            self._release_locks()  # a refused or failed start leaves the dirs to the next one
+            raise
+
+    def _lock_dirs(self, meta_dir: str) -> None:
+        """Every log dir, and the metadata log dir when it is not one of them (as Kafka's
+        KafkaRaftManager), before anything in them is read or written."""
+        self.log_manager.lock_dirs()
+        if meta_dir not in self.log_manager.log_dirs:
+            os.makedirs(meta_dir, exist_ok=True)
+            self.metadata_dir_lock = DirLock(meta_dir)
+
+    def _release_locks(self) -> None:
+        if getattr(self, "log_manager", None) is not None:
+            self.log_manager.release_locks()
+        if self.metadata_dir_lock is not None:
+            self.metadata_dir_lock.release()
+            self.metadata_dir_lock = None
+
+    async def _start(self) -> None:
         t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
         cfg = self.config
         self.log_manager = LogManager(cfg.log_dirs, self.clock, node_id=self.node_id, cluster_id=cfg.get("cluster.id"))
-        cluster_id = self.log_manager.prepare_dirs()
         meta_dir = os.path.abspath(cfg.metadata_log_dir)
+        self._lock_dirs(meta_dir)
+        cluster_id = self.log_manager.prepare_dirs()
         os.makedirs(meta_dir, exist_ok=True)
         meta_clean = os.path.exists(os.path.join(meta_dir, ck.CLEAN_SHUTDOWN_FILE))
         self.image = MetadataImage()
@@ -159,6 +183,7 @@ class KesqueServer:
             meta_dir = os.path.abspath(self.config.metadata_log_dir)
             if meta_dir not in self.log_manager.log_dirs:
                 ck.write_clean_shutdown(meta_dir, self.broker_epoch)
+        self._release_locks()
 
     # ================================================================== periodic work
     def _every(self, interval_ms: int, fn, name: str) -> None:

@@ -9,6 +9,7 @@ when the previous run did not shut down cleanly.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -25,6 +26,38 @@ class LogDirError(RuntimeError):
     pass
 
 
+LOCK_FILE = ".lock"
+
+
+class DirLock:
+    """An exclusive ``flock`` on ``<dir>/.lock``, as Kafka's FileLock holds on every log dir and
+    on a separate metadata log dir. The kernel drops it when the process ends, SIGKILL
+    included, so a ``.lock`` file left behind never blocks a start; and since a flock belongs
+    to an open file description, a second broker in the same process is refused too. The file
+    stays after release: deleting it would let a process that opened the old file before the
+    delete and one that creates a new file both hold "the" lock."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        self.path = os.path.join(directory, LOCK_FILE)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogDirError(f"Failed to acquire lock on file .lock in {directory}. A kesque instance in another "
+                              "process or thread is using this directory.") from None
+        except OSError:
+            os.close(fd)
+            raise
+        self.fd: int | None = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor of the description releases the flock
+            self.fd = None
+
+
 class LogManager:
     def __init__(self, log_dirs: list[str], clock, *, node_id: int, cluster_id: str | None,
                  skip_dirs: tuple[str, ...] = ("__cluster_metadata-0",)):
@@ -39,10 +72,29 @@ class LogManager:
         self.directory_ids: dict[str, uuid.UUID] = {}
         self._pending_dir_deletes: list[tuple[int, str]] = []
         self._formatted: set[str] = set()  # dirs formatted by this start (nothing to recover)
+        self.locks: list[DirLock] = []
+
+    def lock_dirs(self) -> None:
+        """Lock every log dir before anything in it is read or written (Kafka's lockLogDirs);
+        raises LogDirError naming the first dir another broker holds."""
+        try:
+            for d in self.log_dirs:
+                os.makedirs(d, exist_ok=True)
+                self.locks.append(DirLock(d))
+        except BaseException:
+            self.release_locks()
+            raise
+
+    def release_locks(self) -> None:
+        for lock in self.locks:
+            lock.release()
+        self.locks = []
 
     # ------------------------------------------------------------------ startup
     def prepare_dirs(self) -> str:
         """Create/verify meta.properties in each dir; returns the cluster id."""
+        if not self.locks:
+            self.lock_dirs()
         cluster_id = self.cluster_id
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)

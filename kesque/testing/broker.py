@@ -103,7 +103,10 @@ class Broker:
         finally:
             os.close(r)
         if b"\n" not in buf:
-            code = self.process.poll()
+            try:  # the ready pipe closes as the process exits: give it a moment to report its code
+                code = self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                code = None
             raise RuntimeError(f"kesque broker exited during start (code {code}); see {self.log_path}")
         first = buf.decode().split("\n")[0].split(",")[0]
         self.port = int(first.rsplit(":", 1)[1])
