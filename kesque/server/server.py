@@ -127,10 +127,20 @@ class KesqueServer:
         self.replica_manager.apply_delta(Delta(changed_partitions={
             (t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions}))
         self._delete_stray_logs()
+        self._write_checkpoints_at_start()
         self._schedule_periodic()
         self.started.set()
         log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
                  (time.monotonic() - t0) * 1000, cluster_id)
+
+    def _write_checkpoints_at_start(self) -> None:
+        """The log dir's checkpoints exist from the start, not from the first periodic write a
+        minute later (Kafka creates them when its LogManager and ReplicaManager start and
+        writes the high watermarks as soon as the partitions are applied); written here with
+        what loading and leader election settled."""
+        lm = self.log_manager
+        lm.write_checkpoints(lm.high_watermark_checkpoints() + lm.recovery_point_checkpoints()
+                             + lm.log_start_checkpoints())
 
     def _endpoints(self) -> list[dict]:
         adv = self.config.advertised_listeners()
