@@ -26,7 +26,7 @@ from ..protocol import api as protocol
 from ..protocol.primitives import INT32, ProtocolError
 from ..replication.replica_manager import ReplicaManager
 from ..storage import checkpoint as ck
-from ..storage.log_manager import DirLock, LogManager
+from ..storage.log_manager import DirLock, LogManager, check_fd_limit
 from .context import NO_RESPONSE, CloseConnection, RequestContext
 from .network import SocketServer
 
@@ -85,6 +85,7 @@ class KesqueServer:
         self.log_manager = LogManager(cfg.log_dirs, self.clock, node_id=self.node_id, cluster_id=cfg.get("cluster.id"))
         meta_dir = os.path.abspath(cfg.metadata_log_dir)
         self._lock_dirs(meta_dir)
+        check_fd_limit(list(dict.fromkeys([*self.log_manager.log_dirs, meta_dir])))
         cluster_id = self.log_manager.prepare_dirs()
         os.makedirs(meta_dir, exist_ok=True)
         meta_clean = os.path.exists(os.path.join(meta_dir, ck.CLEAN_SHUTDOWN_FILE))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import resource
 import shutil
 import uuid
 
@@ -56,6 +57,59 @@ class DirLock:
         if self.fd is not None:
             os.close(self.fd)  # closing the only descriptor of the description releases the flock
             self.fd = None
+
+
+# descriptors beside one per segment: connections, the files opened while working
+# (checkpoints, snapshots), the interpreter's own
+FD_HEADROOM = 256
+
+
+def count_segments(dirs) -> int:
+    """``.log`` files in the partition directories of ``dirs`` (each holds a descriptor)."""
+    total = 0
+    for d in dirs:
+        try:
+            parts = [e.path for e in os.scandir(d) if e.is_dir()]
+        except FileNotFoundError:
+            continue
+        for p in parts:
+            with os.scandir(p) as it:
+                total += sum(1 for e in it if e.name.endswith(".log"))
+    return total
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft open-file limit to the hard one (as the JVM does); returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                target = int(f.read())
+        except (OSError, ValueError):
+            target = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("Raised the open file limit from %d to %d", soft, target)
+        except (ValueError, OSError) as e:
+            log.warning("Could not raise the open file limit from %d to %d: %s", soft, target, e)
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def check_fd_limit(dirs) -> None:
+    """Refuse to start when the open-file limit, raised as far as allowed, cannot hold one
+    descriptor per segment on disk: recovery would otherwise fail half-way with EMFILE."""
+    limit = raise_fd_limit()
+    segments = count_segments(dirs)
+    needed = segments + FD_HEADROOM
+    if limit != resource.RLIM_INFINITY and limit < needed:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        raise LogDirError(
+            f"The open file limit ({limit}, hard limit {'unlimited' if hard == resource.RLIM_INFINITY else hard}) is "
+            f"too low for the {segments} log segments in {', '.join(dirs)}: at least {needed} file descriptors are "
+            f"needed (one per segment and {FD_HEADROOM} for connections and other files). Raise the limit "
+            "(ulimit -n, or LimitNOFILE for a systemd service) and start again.")
 
 
 class LogManager:
