@@ -24,7 +24,7 @@ TOPIC_CONFIG = {"index.interval.bytes": "0"}
 
 
 def _create(bootstrap: str, topics: list[str], partitions: int) -> None:
-    api = Api(WireClient(bootstrap))
+    api = Api(WireClient(bootstrap, timeout=120))
     for i in range(0, len(topics), 200):
         r = api.create_topics([{"name": t, "num_partitions": partitions, "configs": TOPIC_CONFIG}
                                for t in topics[i:i + 200]])
@@ -32,13 +32,15 @@ def _create(bootstrap: str, topics: list[str], partitions: int) -> None:
 
 
 def _produce_rounds(bootstrap: str, tps: list[tuple[str, int]], rounds: range) -> None:
-    """A single-record batch per round to every partition (flushed per round)."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 1})
+    """A record per round to every partition, flushed per round: a batch each."""
+    # idempotent: a request retried on a loaded machine must not store a record twice
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000,
+                  "enable.idempotence": True})
     for r in rounds:
         for t, part in tps:
             p.produce(t, value=b"%s-%d-%d" % (t.encode(), part, r), partition=part)
             p.poll(0)
-        assert p.flush(60) == 0
+        assert p.flush(600) == 0
 
 
 def _consume_everything(bootstrap: str, tps: list[tuple[str, int]], rounds: int, timeout: float = 120) -> None:
@@ -118,6 +120,7 @@ def test_recovery_keeps_one_descriptor_per_segment_under_a_low_limit(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_ten_thousand_partitions_recover_after_sigkill(tmp_path):
     """The issue's case: 2,000 topics of 5 partitions, SIGKILL, restart, everything served,
     under a limit (20,000) that two descriptors per segment exceed."""
