@@ -616,6 +616,30 @@ def test_recovery_rebuilds_indexes(tmp_path, damage):
     assert os.path.getsize(seg.offset_index.path) == 8 * len(want_offsets)
 
 
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_one_descriptor_per_segment(tmp_path):
+    """Indexes keep no descriptor (the active ones are mapped, recovery writes them whole): a
+    segment holds its .log open and nothing else, after appends, after recovery (which used
+    to leave three per segment) and after appends to the recovered log."""
+    cfg = LogConfig(segment_bytes=4 * len(make_batch()), index_interval_bytes=0)
+    before = _open_descriptors()
+    log = _write_log(tmp_path, n=40, cfg=cfg)
+    assert len(log.segments) >= 10 and all(len(s.offset_index) and len(s.time_index) for s in log.segments)
+    assert _open_descriptors() - before == len(log.segments)
+    crash(log)
+    assert _open_descriptors() == before
+    log = _reopen(tmp_path, clean=False, cfg=cfg)
+    assert log.log_end_offset == 40 and all(len(s.offset_index) for s in log.segments)
+    assert _open_descriptors() - before == len(log.segments)
+    for i in range(3):
+        append(log, ts=NOW + 100 + i)
+    assert len(log.active_segment.offset_index) and _open_descriptors() - before == len(log.segments)
+    log.close()
+
+
 def test_recovery_garbage_after_unclean_shutdown(tmp_path):
     log = _write_log(tmp_path)
     active = log.active_segment.log_path

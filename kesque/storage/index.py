@@ -148,6 +148,7 @@ class _Index:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
+            self._unsynced = True  # what was stored into the mapping is flushed by path now
 
     def close(self) -> None:
         """Unmap and trim the file to its entries (roll, shutdown): the exact-size file."""
