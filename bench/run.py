@@ -896,8 +896,8 @@ def main(argv=None) -> int:
                            extra={"fill": filled, "clean_seconds": clean, "descriptors": fds, "segments": segments})
                 add_figure(report, "open descriptors per partition after recovery", "recovery", fds / n, "fd",
                            note=f"{fds:,} descriptors for {n:,} partitions ({segments:,} segments): one per segment "
-                                "(its log file) plus the listener, connections and log files; was 3 per recovered "
-                                "segment")
+                                "(its log file) plus the listener, connections and log files; was up to 3 per "
+                                "recovered segment")
                 log(f"  recovery {crash:.1f} s, clean restart {clean_txt}, {fds:,} descriptors")
 
     # ---------------------------------------------------------------- 6: memory
