@@ -57,6 +57,17 @@ def crash(log: Log) -> None:
 
 # ======================================================================== OffsetIndex
 
+def assert_index_file(idx, expected: bytes) -> None:
+    """While appended to, an index file is preallocated (the entries, then zeros, which
+    loading stops at); closing trims it to exactly the entries."""
+    with open(idx.path, "rb") as f:
+        raw = f.read()
+    assert raw[:len(expected)] == expected and raw[len(expected):] == bytes(len(raw) - len(expected))
+    idx.close()
+    with open(idx.path, "rb") as f:
+        assert f.read() == expected
+
+
 @st.composite
 def offset_entries(draw):
     base = draw(st.integers(0, 2**40))
@@ -71,7 +82,7 @@ def offset_entries(draw):
 def test_offset_index_matches_brute_force(case, targets, data):
     base, entries = case
     with tempfile.TemporaryDirectory() as d:
-        idx = OffsetIndex(os.path.join(d, "0.index"), base)
+        idx = OffsetIndex(os.path.join(d, "0.index"), base, max_index_size=8 * 64)
         idx.reset()
         for off, pos in entries:
             idx.append(off, pos)
@@ -80,8 +91,7 @@ def test_offset_index_matches_brute_force(case, targets, data):
             le = [e for e in entries if e[0] <= t]
             assert idx.lookup(t) == (le[-1] if le else (base, 0))
         # Kafka's layout: 8-byte entries, relative offset then position, big-endian
-        with open(idx.path, "rb") as f:
-            assert f.read() == b"".join(struct.pack(">ii", o - base, p) for o, p in entries)
+        assert_index_file(idx, b"".join(struct.pack(">ii", o - base, p) for o, p in entries))
         loaded = OffsetIndex(idx.path, base)
         loaded.load()
         assert list(loaded.offsets) == [o for o, _ in entries] and list(loaded.positions) == [p for _, p in entries]
@@ -135,7 +145,7 @@ def time_appends(draw):
 def test_time_index_matches_kafka_model(case, targets, data):
     base, appends = case
     with tempfile.TemporaryDirectory() as d:
-        idx = TimeIndex(os.path.join(d, "0.timeindex"), base)
+        idx = TimeIndex(os.path.join(d, "0.timeindex"), base, max_index_size=12 * 64)
         idx.reset()
         model: list[tuple[int, int]] = []
         for ts, off in appends:
@@ -148,8 +158,7 @@ def test_time_index_matches_kafka_model(case, targets, data):
         for t in targets + [ts for ts, _ in model]:
             le = [e for e in model if e[0] <= t]
             assert idx.lookup(t) == (le[-1] if le else (-1, base))
-        with open(idx.path, "rb") as f:
-            assert f.read() == b"".join(struct.pack(">qi", ts, o - base) for ts, o in model)
+        assert_index_file(idx, b"".join(struct.pack(">qi", ts, o - base) for ts, o in model))
         loaded = TimeIndex(idx.path, base)
         loaded.load()
         assert list(zip(loaded.timestamps, loaded.offsets)) == model
@@ -599,11 +608,35 @@ def test_recovery_rebuilds_indexes(tmp_path, damage):
     seg = log.active_segment
     assert (list(seg.offset_index.offsets), list(seg.offset_index.positions)) == (want_offsets, want_positions)
     assert list(zip(seg.time_index.timestamps, seg.time_index.offsets)) == want_times
-    assert os.path.getsize(seg.offset_index.path) == 8 * len(want_offsets)
     assert log.log_end_offset == 40
     for off in range(40):
         assert log.read(off, 1, 40, True).first_offset == off
     assert log.fetch_offset_by_timestamp(NOW + 17)[:2] == (17, NOW + 17)
+    log.close()  # rebuilt in place; trimmed to the entries on close
+    assert os.path.getsize(seg.offset_index.path) == 8 * len(want_offsets)
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_one_descriptor_per_segment(tmp_path):
+    """Indexes keep no descriptor (the active ones are mapped, recovery writes them whole): a
+    segment holds its .log open and nothing else, after appends, after recovery (which used
+    to leave three per segment) and after appends to the recovered log."""
+    cfg = LogConfig(segment_bytes=4 * len(make_batch()), index_interval_bytes=0)
+    before = _open_descriptors()
+    log = _write_log(tmp_path, n=40, cfg=cfg)
+    assert len(log.segments) >= 10 and all(len(s.offset_index) and len(s.time_index) for s in log.segments)
+    assert _open_descriptors() - before == len(log.segments)
+    crash(log)
+    assert _open_descriptors() == before
+    log = _reopen(tmp_path, clean=False, cfg=cfg)
+    assert log.log_end_offset == 40 and all(len(s.offset_index) for s in log.segments)
+    assert _open_descriptors() - before == len(log.segments)
+    for i in range(3):
+        append(log, ts=NOW + 100 + i)
+    assert len(log.active_segment.offset_index) and _open_descriptors() - before == len(log.segments)
     log.close()
 
 
