@@ -155,6 +155,11 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("group.share.record.lock.duration.ms", "INT", 30000, "", between(1000, 3600000)),
     _K("group.share.min.record.lock.duration.ms", "INT", 15000, "", between(1000, 30000)),
     _K("group.share.max.record.lock.duration.ms", "INT", 60000, "", between(30000, 3600000)),
+    _K("group.share.max.size", "INT", 200, "most members of one share group", between(10, 1000)),
+    _K("group.share.delivery.count.limit", "INT", 5, "deliveries of a record before it is archived",
+       between(2, 10)),
+    _K("group.share.partition.max.record.locks", "INT", 200, "most in-flight records of a share-partition",
+       between(100, 10000)),
     # transactions and idempotent producers
     _K("transaction.max.timeout.ms", "INT", 900000, "largest transaction.timeout.ms a producer may ask for",
        at_least(1)),
