@@ -1,8 +1,8 @@
 """Settings kesque accepts but cannot act on yet, and the ones it must refuse.
 
 A Kafka user's ``server.properties`` may ask for things kesque does not do yet: a
-multi-node controller quorum, separate broker and controller nodes, a log cleaner, share
-groups, unclean leader election. Each of those gets one warning at start saying so (not
+multi-node controller quorum, separate broker and controller nodes, a log cleaner, durable
+share-group state, unclean leader election. Each of those gets one warning at start saying so (not
 the generic "not used" line), so nobody believes a lone node is a cluster or that a
 compacted topic is compacted. A voter set or bootstrap list naming several controllers is
 refused: starting would form a cluster of one where the file describes a quorum.
@@ -106,8 +106,9 @@ def _check_share_groups(config) -> None:
     if "share" in config.get("group.coordinator.rebalance.protocols"):
         asked.append("group.coordinator.rebalance.protocols includes share")
     if asked:
-        log.warning("kesque does not implement share groups (KIP-932) yet: %s has no effect, and the share-group "
-                    "APIs are not served", " and ".join(asked))
+        log.warning("kesque keeps share-group delivery state (KIP-932) in memory only, without "
+                    "__share_group_state yet (%s): a broker restart forgets which records were acknowledged",
+                    " and ".join(asked))
 
 
 def _check_unclean(config) -> None:

@@ -1,14 +1,20 @@
 """Share-group APIs (KIP-932): ShareGroupHeartbeat and ShareGroupDescribe (the coordinator's
-side). Thin: they translate to the coordinator shard owning the group. Served only when
-share groups are enabled (see kesque.share.enabled), at the versions librdkafka sends."""
+side), ShareFetch and ShareAcknowledge (the partition leaders' side, with share sessions).
+Thin: they translate to the coordinator shard owning the group and to the
+SharePartitionManager. Served only when share groups are enabled (see kesque.share.enabled),
+at the versions librdkafka sends."""
 
 from __future__ import annotations
+
+import asyncio
 
 from ...coordinator.group.share import ShareGroup, share_group_heartbeat
 from ...errors import ErrorCode, KafkaError
 from ...share import enabled
+from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
+from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from .core import OMITTED_OPS
-from .kiohelp import Msg
+from .kiohelp import Msg, to_ms
 
 _GROUP_OPS = 0
 for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
@@ -22,13 +28,19 @@ def _code(name: str | None) -> ErrorCode:
 class ShareGroupApis:
     def __init__(self, server):
         self.server = server
+        self.manager: SharePartitionManager | None = None
+        self._sessions_checked = 0
 
     def register(self) -> None:
         s = self.server
         if not enabled(s.config):
             return
+        if hasattr(s, "replica_manager"):
+            self.manager = s.share_manager = SharePartitionManager(s)
         s.register(76, 1, 1, self.share_group_heartbeat)
         s.register(77, 1, 1, self.share_group_describe)
+        s.register(78, 1, 1, self.share_fetch)
+        s.register(79, 1, 1, self.share_acknowledge)
 
     @property
     def gc(self):
@@ -93,3 +105,177 @@ class ShareGroupApis:
                          group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch, assignor_name="simple",
                          members=members, authorized_operations=ops))
         return m(throttle_time=0, groups=tuple(out))
+
+    # ------------------------------------------------------------------ ShareFetch / ShareAcknowledge
+    def _expire_sessions(self, now: int) -> None:
+        if now - self._sessions_checked >= 1000:
+            self._sessions_checked = now
+            self.manager.expire_sessions()
+
+    def _acks(self, group_id, member_id, topics, now) -> dict:
+        """Apply every partition's acknowledgements: {(topic id, partition): KafkaError | None}."""
+        out = {}
+        for t in topics:
+            for p in t.partitions:
+                if p.acknowledgement_batches:
+                    batches = [(b.first_offset, b.last_offset, list(b.acknowledge_types))
+                               for b in p.acknowledgement_batches]
+                    out[(t.topic_id, p.partition_index)] = self.manager.acknowledge(
+                        group_id, member_id, t.topic_id, p.partition_index, batches, now)
+        return out
+
+    def share_fetch(self, ctx, req):
+        m = Msg(78, ctx.api_version)
+        mgr = self.manager
+        now = mgr.now_ms()
+        self._expire_sessions(now)
+        gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
+
+        def top_error(code, msg=None):
+            return m(throttle_time=0, error_code=code, error_message=msg, acquisition_lock_timeout=0, responses=(),
+                     node_endpoints=())
+
+        if not gid:
+            return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
+        if not mid:
+            return top_error(ErrorCode.invalid_request, "The member id must be given.")
+        has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
+        try:
+            if epoch == INITIAL_EPOCH:
+                if has_acks:
+                    return top_error(ErrorCode.invalid_request, "Acknowledge data present on initial fetch.")
+                session, old = mgr.sessions.open(gid, mid, now)
+                if old is not None:
+                    mgr.release(gid, mid, list(old.partitions), now)
+            else:
+                if epoch == FINAL_EPOCH and any(not p.acknowledgement_batches for t in req.topics
+                                                for p in t.partitions):
+                    return top_error(ErrorCode.invalid_request, "Fetch data present on final fetch.")
+                session = mgr.sessions.use(gid, mid, epoch, now)
+        except KafkaError as e:
+            return top_error(e.code, e.message)
+        acks = self._acks(gid, mid, req.topics, now)
+        if epoch == FINAL_EPOCH:
+            mgr.release(gid, mid, list(session.partitions), now)
+            return self._fetch_response(m, gid, acks, {})
+        for t in req.topics:
+            for p in t.partitions:
+                session.partitions[(t.topic_id, p.partition_index)] = None
+        for f in req.forgotten_topics_data:
+            for p in f.partitions:
+                session.partitions.pop((f.topic_id, p), None)
+        fetched = self._fetch_all(gid, mid, session, req, now)
+        if any(r.acquired or r.error for r in fetched.values()) or to_ms(req.max_wait) <= 0 or not session.partitions:
+            return self._fetch_response(m, gid, acks, fetched)
+        return self._delayed(m, gid, mid, session, req, acks, fetched)
+
+    def _fetch_all(self, gid, mid, session, req, now) -> dict:
+        remaining = min(req.max_bytes, self.server.config.get("fetch.max.bytes"))
+        max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
+        out = {}
+        for topic_id, p in list(session.partitions):
+            r = out[(topic_id, p)] = self.manager.fetch(gid, mid, topic_id, p, max_records, max(remaining, 1), now)
+            remaining -= len(r.records)
+            max_records -= sum(a.last - a.first + 1 for a in r.acquired)
+            if max_records <= 0 or remaining <= 0:
+                break
+        return out
+
+    async def _delayed(self, m, gid, mid, session, req, acks, fetched):
+        """Nothing to hand out: wait until an append to one of the partitions, an acknowledgement
+        or release on one of its share partitions, or a lock expiry yields records (each tries
+        the fetch again at once), or max_wait passes."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        mgr = self.manager
+        rm = self.server.replica_manager
+        image = self.server.image
+        keys = [(gid, *tp) for tp in session.partitions]
+        tps = {(t.name, p) for _g, tid, p in keys if (t := image.topics_by_id.get(tid)) is not None}
+
+        def retry(*_):
+            if fut.done():
+                return
+            if mgr.sessions.sessions.get((gid, mid)) is not session:
+                fut.set_result(fetched)
+                return
+            again = self._fetch_all(gid, mid, session, req, mgr.now_ms())
+            if any(r.acquired or r.error for r in again.values()):
+                fut.set_result(again)
+
+        def timeout():
+            if not fut.done():
+                fut.set_result(fetched)
+
+        timers = [loop.call_later(to_ms(req.max_wait) / 1000.0, timeout)]
+        deadline = mgr.next_lock_deadline(gid, list(session.partitions))
+        if deadline is not None:
+            timers.append(loop.call_later(max(0, deadline - mgr.now_ms()) / 1000.0, retry))
+        for tp in tps:
+            rm.watch(tp, retry)
+        for key in keys:
+            mgr.watch(key, retry)
+        try:
+            result = await fut
+        finally:
+            for t in timers:
+                t.cancel()
+            for tp in tps:
+                rm.unwatch(tp, retry)
+            for key in keys:
+                mgr.unwatch(key, retry)
+        return self._fetch_response(m, gid, acks, result)
+
+    def _fetch_response(self, m, gid, acks: dict, fetched: dict):
+        by_topic: dict = {}
+        for key in list(fetched) + [k for k in acks if k not in fetched]:
+            topic_id, p = key
+            r = fetched.get(key)
+            if r is not None and not (r.acquired or r.error) and key not in acks:
+                continue
+            ack = acks.get(key)
+            by_topic.setdefault(topic_id, []).append(m(
+                "PartitionData", partition_index=p,
+                error_code=ErrorCode(r.error) if r is not None else ErrorCode.none,
+                error_message=r.message if r is not None else None,
+                acknowledge_error_code=int(ack.code) if ack is not None else 0,
+                acknowledge_error_message=ack.message if ack is not None else None,
+                current_leader=m("LeaderIdAndEpoch", leader_id=self.server.node_id if r is not None and not r.error
+                                 else -1, leader_epoch=r.leader_epoch if r is not None else -1),
+                records=r.records if r is not None else b"",
+                acquired_records=tuple(m("AcquiredRecords", first_offset=a.first, last_offset=a.last,
+                                         delivery_count=a.delivery_count) for a in (r.acquired if r else ()))))
+        responses = tuple(m("ShareFetchableTopicResponse", topic_id=t, partitions=tuple(ps))
+                          for t, ps in by_topic.items())
+        return m(throttle_time=0, error_code=ErrorCode.none, acquisition_lock_timeout=self.manager.lock_duration_ms(gid),
+                 responses=responses, node_endpoints=())
+
+    def share_acknowledge(self, ctx, req):
+        m = Msg(79, ctx.api_version)
+        mgr = self.manager
+        now = mgr.now_ms()
+        gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
+
+        def top_error(code, msg=None):
+            return m(throttle_time=0, error_code=code, error_message=msg, responses=(), node_endpoints=())
+
+        if not gid:
+            return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
+        if epoch == INITIAL_EPOCH:
+            return top_error(ErrorCode.invalid_share_session_epoch, "A share acknowledge cannot open a session.")
+        try:
+            session = mgr.sessions.use(gid, mid or "", epoch, now)
+        except KafkaError as e:
+            return top_error(e.code, e.message)
+        acks = self._acks(gid, mid, req.topics, now)
+        if epoch == FINAL_EPOCH:
+            mgr.release(gid, mid, list(session.partitions), now)
+        by_topic: dict = {}
+        for (topic_id, p), err in acks.items():
+            by_topic.setdefault(topic_id, []).append(m(
+                "PartitionData", partition_index=p, error_code=err.code if err is not None else ErrorCode.none,
+                error_message=err.message if err is not None else None,
+                current_leader=m("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)))
+        return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
+            m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            node_endpoints=())
