@@ -10,6 +10,8 @@ import uuid
 import pytest
 from conftest import running_broker
 from test_clients import admin, create_topic
+from test_groups_bad_input import find_coordinator
+from wire import Msg, WireClient
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -105,3 +107,76 @@ def test_three_share_consumers_share_one_partition(share_broker):
     late.stop.set()
     late.join(30)
     assert late.values == []
+
+
+# ---------------------------------------------------------------------------- bad input on the wire
+
+def _share_fetch(c, group, member, epoch, topic_id, acks=(), max_wait=0):
+    m = Msg(78, 1)
+    batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
+                    for f, last, t in acks)
+    body = m(group_id=group, member_id=member, share_session_epoch=epoch, max_wait=max_wait, min_bytes=1,
+             max_bytes=1 << 20, max_records=500, batch_size=500,
+             topics=(m("FetchTopic", topic_id=topic_id, partitions=(
+                 m("FetchPartition", partition_index=0, acknowledgement_batches=batches),)),),
+             forgotten_topics_data=())
+    return c.request(78, 1, body)
+
+
+def _share_ack(c, group, member, epoch, topic_id, acks):
+    m = Msg(79, 1)
+    batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
+                    for f, last, t in acks)
+    body = m(group_id=group, member_id=member, share_session_epoch=epoch, topics=(
+        m("AcknowledgeTopic", topic_id=topic_id, partitions=(
+            m("AcknowledgePartition", partition_index=0, acknowledgement_batches=batches),)),))
+    return c.request(79, 1, body)
+
+
+def _acquired(resp) -> list[tuple[int, int, int]]:
+    return [(a.first_offset, a.last_offset, a.delivery_count)
+            for t in resp.responses for p in t.partitions for a in p.acquired_records]
+
+
+def _partition_errors(resp) -> list[tuple[int, int]]:
+    return [(int(p.error_code), int(getattr(p, "acknowledge_error_code", 0)))
+            for t in resp.responses for p in t.partitions]
+
+
+def test_bad_share_requests_get_kafkas_errors_and_change_nothing(share_broker):
+    from kio.schema.errors import ErrorCode
+
+    topic, group = "t-" + uuid.uuid4().hex[:10], "sg-" + uuid.uuid4().hex[:8]
+    create_topic(share_broker, topic, partitions=1)
+    set_group_configs(share_broker, group, {"share.auto.offset.reset": "earliest"})
+    produce(share_broker, topic, 10)
+    find_coordinator(share_broker.bootstrap_servers, group)
+    with WireClient(share_broker.bootstrap_servers) as c:
+        hb = Msg(76, 1)
+        r = c.request(76, 1, hb(group_id=group, member_id="m1", member_epoch=0, subscribed_topic_names=(topic,)))
+        assert r.error_code == ErrorCode.none
+        topic_id = r.assignment.topic_partitions[0].topic_id
+        r = _share_fetch(c, group, "m1", 0, topic_id)
+        assert _acquired(r) == [(0, 9, 1)]
+        # acknowledgements on an opening fetch, a wrong session epoch: refused, the session still expects 1
+        for bad in (0, 5):
+            r = _share_fetch(c, group, "m1", bad, topic_id, acks=[(0, 0, 1)])
+            assert r.error_code == (ErrorCode.invalid_request if bad == 0 else ErrorCode.invalid_share_session_epoch)
+        # no session for this member
+        r = _share_ack(c, group, "m2", 1, topic_id, [(1, 1, 1)])
+        assert r.error_code == ErrorCode.share_session_not_found
+        # m2 opens a session but cannot acknowledge m1's records
+        assert _acquired(_share_fetch(c, group, "m2", 0, topic_id)) == []
+        r = _share_ack(c, group, "m2", 1, topic_id, [(1, 1, 1)])
+        assert _partition_errors(r) == [(int(ErrorCode.invalid_record_state), 0)]
+        # acknowledging past what was acquired
+        r = _share_ack(c, group, "m1", 1, topic_id, [(5, 12, 1)])
+        assert _partition_errors(r) == [(int(ErrorCode.invalid_request), 0)]
+        # none of that moved a record: m1 still holds all ten and accepts them at epoch 2
+        r = _share_fetch(c, group, "m1", 2, topic_id, acks=[(0, 9, 1)])
+        assert r.error_code == ErrorCode.none and _partition_errors(r) == [(0, 0)]
+        # a share group id is not a consumer group's
+        cg = Msg(68, 1)
+        r = c.request(68, 1, cg(group_id=group, member_id="c1", member_epoch=0, rebalance_timeout=30000,
+                                subscribed_topic_names=(topic,), topic_partitions=()))
+        assert r.error_code == ErrorCode.group_id_not_found
