@@ -4,5 +4,4 @@
 def enabled(config) -> bool:
     """Share groups are served when ``group.share.enable=true`` (Kafka 4.0's switch) or when
     ``group.coordinator.rebalance.protocols`` lists ``share``."""
-    return str(config.raw.get("group.share.enable", "")).strip().lower() == "true" \
-        or "share" in config.get("group.coordinator.rebalance.protocols")
+    return config.get("group.share.enable") or "share" in config.get("group.coordinator.rebalance.protocols")

@@ -6,7 +6,10 @@ from the group's ``share.auto.offset.reset``). A fetch reads the log from the sh
 partition's next fetch offset, finds the batches it got (their last offset, and which offsets
 must never be delivered: control batches, and aborted transactions for groups with
 ``share.isolation.level=read_committed``), and acquires records in that range for the member.
-The state lives in memory; the share coordinator (``__share_group_state``) will keep it.
+Every acknowledgement or release is written to the share coordinator (``__share_group_state``)
+before it is answered, and a share partition created after a restart starts from that state:
+what was acknowledged stays done, what was acquired but not acknowledged is available again
+with its delivery count.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..config.group import effective_group_configs
+from ..coordinator.share.runtime import coordinator_key
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_GROUP
 from ..records.batch import iter_headers
@@ -91,12 +95,33 @@ class SharePartitionManager:
         cfg = self.group_configs(group_id)
         if sp is None:
             part = part or self._log_partition(topic_id, partition)
-            lg = part.log
-            start = lg.log_start_offset if cfg["share.auto.offset.reset"] == "earliest" else lg.high_watermark
-            sp = self.partitions[key] = SharePartition(start, delivery_count_limit=self.delivery_count_limit,
-                                                       max_record_locks=self.max_record_locks)
+            shard = self._state_shard(key)
+            limits = {"delivery_count_limit": self.delivery_count_limit, "max_record_locks": self.max_record_locks}
+            state = shard.read(key)
+            if state is not None:
+                sp = SharePartition.restore(state.start_offset, state.batches, **limits)
+            else:
+                lg = part.log
+                start = lg.log_start_offset if cfg["share.auto.offset.reset"] == "earliest" else lg.high_watermark
+                shard.initialize(key, start, part.leader_epoch)
+                sp = SharePartition(start, **limits)
+            self.partitions[key] = sp
         sp.lock_duration_ms = cfg["share.record.lock.duration.ms"]
         return sp
+
+    def _state_shard(self, key: tuple):
+        """The share coordinator shard keeping ``key``'s state (its topic made on first use)."""
+        from ..server.apis.core import coordinator_for
+
+        ckey = coordinator_key(*key)
+        _node, err, msg = coordinator_for(self.server, 2, ckey)
+        if err != ErrorCode.none:
+            raise KafkaError(err, msg)
+        return self.server.share_coordinator.shard_for(ckey)
+
+    def _persist(self, key: tuple, sp: SharePartition) -> None:
+        part = self._log_partition(key[1], key[2])
+        self._state_shard(key).write_state(key, sp.start_offset, sp.state_batches(), part.leader_epoch)
 
     # ------------------------------------------------------------------ operations
     def acknowledge(self, group_id: str, member_id: str, topic_id, partition: int, batches, now_ms: int) -> KafkaError | None:
@@ -107,6 +132,7 @@ class SharePartitionManager:
             if sp is None:
                 raise KafkaError(ErrorCode.invalid_record_state, "No records of this partition were acquired.")
             sp.acknowledge(member_id, batches, now_ms)
+            self._persist((group_id, topic_id, partition), sp)
         except KafkaError as e:
             return e
         self.notify((group_id, topic_id, partition))
@@ -143,6 +169,10 @@ class SharePartitionManager:
         for topic_id, p in partitions:
             sp = self.partitions.get((group_id, topic_id, p))
             if sp is not None and sp.release_member(member_id, now_ms):
+                try:
+                    self._persist((group_id, topic_id, p), sp)
+                except KafkaError as e:
+                    log.warning("share state of %s-%s-%d not written: %s", group_id, topic_id, p, e)
                 self.notify((group_id, topic_id, p))
 
     def expire_sessions(self) -> None:
