@@ -15,7 +15,8 @@ from wire import Msg, WireClient
 
 ck = pytest.importorskip("confluent_kafka")
 
-SHARE_CONFIG = {"group.share.enable": "true"}
+# a share group may lower its lock duration to 1 s (the lock-expiry test)
+SHARE_CONFIG = {"group.share.enable": "true", "group.share.min.record.lock.duration.ms": "1000"}
 
 
 @pytest.fixture(scope="module")
@@ -143,19 +144,47 @@ def _partition_errors(resp) -> list[tuple[int, int]]:
             for t in resp.responses for p in t.partitions]
 
 
+def _wire_group(broker, records: int, **group_configs):
+    """A fresh single-partition topic with ``records`` records and a share group reading it
+    from the start; (topic, group, topic id) after member m1 joined over the wire."""
+    topic, group = "t-" + uuid.uuid4().hex[:10], "sg-" + uuid.uuid4().hex[:8]
+    create_topic(broker, topic, partitions=1)
+    set_group_configs(broker, group, {"share.auto.offset.reset": "earliest", **group_configs})
+    produce(broker, topic, records)
+    find_coordinator(broker.bootstrap_servers, group)
+    with WireClient(broker.bootstrap_servers) as c:
+        r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=0,
+                                        subscribed_topic_names=(topic,)))
+        assert r.error_code == 0, r
+    return topic, group, r.assignment.topic_partitions[0].topic_id
+
+
+def test_release_reject_lock_expiry_and_the_delivery_limit(share_broker):
+    """Released records come again with delivery count 2, a rejected one never; records a
+    member stops acknowledging go to another member when the lock expires; a record delivered
+    group.share.delivery.count.limit (5) times and released again is archived for good."""
+    _topic, group, tid = _wire_group(share_broker, 5, **{"share.record.lock.duration.ms": "1000"})
+    with WireClient(share_broker.bootstrap_servers) as c:
+        assert _acquired(_share_fetch(c, group, "m1", 0, tid)) == [(0, 4, 1)]
+        r = _share_ack(c, group, "m1", 1, tid, [(0, 0, 1), (1, 1, 2), (2, 2, 3)])  # accept, release, reject
+        assert _partition_errors(r) == [(0, 0)]
+        assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(1, 1, 2)]
+        # m1 never acknowledges 3 and 4: m2's waiting fetch gets them when the lock runs out
+        assert _acquired(_share_fetch(c, group, "m2", 1, tid, max_wait=10000)) == [(3, 4, 2)]
+        epoch = 2
+        for count in (3, 4, 5):
+            r = _share_fetch(c, group, "m2", epoch, tid, acks=[(1, 1, 2), (3, 4, 2)])
+            assert _acquired(r) == [(1, 1, count), (3, 4, count)]
+            epoch += 1
+        r = _share_fetch(c, group, "m2", epoch, tid, acks=[(1, 1, 2), (3, 4, 2)])
+        assert _partition_errors(r) == [(0, 0)] and _acquired(r) == []   # archived: nothing left
+
+
 def test_bad_share_requests_get_kafkas_errors_and_change_nothing(share_broker):
     from kio.schema.errors import ErrorCode
 
-    topic, group = "t-" + uuid.uuid4().hex[:10], "sg-" + uuid.uuid4().hex[:8]
-    create_topic(share_broker, topic, partitions=1)
-    set_group_configs(share_broker, group, {"share.auto.offset.reset": "earliest"})
-    produce(share_broker, topic, 10)
-    find_coordinator(share_broker.bootstrap_servers, group)
+    topic, group, topic_id = _wire_group(share_broker, 10)
     with WireClient(share_broker.bootstrap_servers) as c:
-        hb = Msg(76, 1)
-        r = c.request(76, 1, hb(group_id=group, member_id="m1", member_epoch=0, subscribed_topic_names=(topic,)))
-        assert r.error_code == ErrorCode.none
-        topic_id = r.assignment.topic_partitions[0].topic_id
         r = _share_fetch(c, group, "m1", 0, topic_id)
         assert _acquired(r) == [(0, 9, 1)]
         # acknowledgements on an opening fetch, a wrong session epoch: refused, the session still expects 1
@@ -230,3 +259,33 @@ def test_sigkill_loses_no_acknowledgement_and_redelivers_the_rest(tmp_path):
 def test_group_share_enable_is_a_setting_kesque_acts_on(share_broker):
     log = open(share_broker.log_path).read()
     assert "group.share.enable" not in log, [ln for ln in log.splitlines() if "group.share.enable" in ln]
+
+
+def _produce_transactions(broker, topic: str, txns: list[tuple[range, bool]]) -> None:
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "tx-" + topic})
+    p.init_transactions(30)
+    for values, commit in txns:
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic, str(v).encode())
+        p.flush(15)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_read_committed_share_group_skips_aborted_records(share_broker, isolation):
+    topic = "t-" + uuid.uuid4().hex[:10]
+    create_topic(share_broker, topic, partitions=1)
+    _produce_transactions(share_broker, topic, [(range(0, 10), True), (range(100, 110), False),
+                                                (range(10, 20), True)])
+    group = "sg-" + uuid.uuid4().hex[:8]
+    set_group_configs(share_broker, group, {"share.auto.offset.reset": "earliest",
+                                            "share.isolation.level": isolation})
+    m = Member(share_broker, group, topic)
+    m.start()
+    want = list(range(20)) + ([] if isolation == "read_committed" else list(range(100, 110)))
+    wait_for(lambda: len(m.values) >= len(want))
+    time.sleep(0.5)  # an aborted record would come with the next fetches
+    m.stop.set()
+    m.join(30)
+    assert sorted(m.values) == sorted(want)
