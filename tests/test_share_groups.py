@@ -79,6 +79,16 @@ def wait_for(cond, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+def wait_for_members(broker, group: str, n: int) -> None:
+    """Until ShareGroupDescribe shows ``n`` members, each with an assignment."""
+    def joined():
+        with WireClient(broker.bootstrap_servers) as c:
+            g = c.request(77, 1, Msg(77, 1)(group_ids=(group,), include_authorized_operations=False)).groups[0]
+        return len(g.members) == n and all(m.assignment.topic_partitions for m in g.members)
+    wait_for(joined, timeout=30)
+    assert joined(), f"the share group did not reach {n} members"
+
+
 def test_three_share_consumers_share_one_partition(share_broker):
     """Three members of one share group on a single-partition topic: together they get all
     3,000 records, each gets some, and none is delivered twice (each accepted once)."""
@@ -90,6 +100,7 @@ def test_three_share_consumers_share_one_partition(share_broker):
         m.start()
     for m in members:
         assert m.polled.wait(30), "a share consumer never completed a poll"
+    wait_for_members(share_broker, group, 3)
     produce(share_broker, topic, 3000)
     wait_for(lambda: sum(len(m.values) for m in members) >= 3000)
     for m in members:
@@ -289,3 +300,26 @@ def test_read_committed_share_group_skips_aborted_records(share_broker, isolatio
     m.stop.set()
     m.join(30)
     assert sorted(m.values) == sorted(want)
+
+
+def test_deleting_an_empty_share_group_deletes_its_share_state(share_broker):
+    """DeleteGroups on a share group: refused while it has members; once empty the group and
+    its share-partition state go, so the group id starts over (from the beginning again)."""
+    from kio.schema.errors import ErrorCode
+
+    _topic, group, tid = _wire_group(share_broker, 3)
+    a = admin(share_broker)
+    with WireClient(share_broker.bootstrap_servers) as c:
+        r = _share_fetch(c, group, "m1", 0, tid)
+        _share_fetch(c, group, "m1", 1, tid, acks=[(0, 2, 1)])
+        assert _acquired(r) == [(0, 2, 1)]
+        with pytest.raises(ck.KafkaException) as e:
+            a.delete_consumer_groups([group])[group].result(15)
+        assert e.value.args[0].code() == ck.KafkaError.NON_EMPTY_GROUP
+        r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        assert r.error_code == ErrorCode.none
+        a.delete_consumer_groups([group])[group].result(15)
+        r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m2", member_epoch=0,
+                                        subscribed_topic_names=(_topic,)))
+        assert r.error_code == ErrorCode.none
+        assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(0, 2, 1)]

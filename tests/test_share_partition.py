@@ -353,3 +353,12 @@ class SharePartitionMachine(RuleBasedStateMachine):
 SharePartitionMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
                                                    derandomize=True, database=None)
 test_share_partition_model = SharePartitionMachine.TestCase
+
+
+def test_copy_is_independent():
+    p = sp()
+    p.acquire("a", 3, 100, 0)
+    q = p.copy()
+    p.acknowledge("a", [(0, 3, [ACCEPT])], 0)
+    assert (q.start_offset, q.state_of(0)) == (0, (ACQUIRED, 1, "a"))
+    assert q.next_lock_deadline() == LOCK

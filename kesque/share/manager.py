@@ -131,8 +131,13 @@ class SharePartitionManager:
             sp = self.partitions.get((group_id, topic_id, partition))
             if sp is None:
                 raise KafkaError(ErrorCode.invalid_record_state, "No records of this partition were acquired.")
+            saved = sp.copy()
             sp.acknowledge(member_id, batches, now_ms)
-            self._persist((group_id, topic_id, partition), sp)
+            try:
+                self._persist((group_id, topic_id, partition), sp)
+            except KafkaError:
+                self.partitions[(group_id, topic_id, partition)] = saved  # not durable: not done
+                raise
         except KafkaError as e:
             return e
         self.notify((group_id, topic_id, partition))
@@ -181,6 +186,16 @@ class SharePartitionManager:
         idle = self.server.config.get("group.share.session.timeout.ms")
         for s in self.sessions.expired(idle, now):
             self.release(s.key[0], s.key[1], list(s.partitions), now)
+
+    def delete_group(self, group_id: str) -> None:
+        """The (empty) share group was deleted: its share partitions and their durable state go
+        (Kafka's DeleteShareGroupState)."""
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            del self.partitions[key]
+        sc = self.server.share_coordinator
+        for shard in list(sc.shards.values()):
+            for key in [k for k in shard.states if k[0] == group_id]:
+                shard.delete(key)
 
     # ------------------------------------------------------------------ waiting fetches
     def watch(self, key: tuple, callback) -> None:

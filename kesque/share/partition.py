@@ -246,6 +246,16 @@ class SharePartition:
             self._window, self.start_offset = [], log_start_offset
         self._advance_start()
 
+    def copy(self) -> "SharePartition":
+        """An independent copy (to go back to when an acknowledgement cannot be persisted)."""
+        sp = SharePartition(self.start_offset, delivery_count_limit=self.delivery_count_limit,
+                            max_record_locks=self.max_record_locks, lock_duration_ms=self.lock_duration_ms)
+        for rec in self._window:
+            c = _InFlight(rec.state, rec.delivery_count)
+            c.member_id, c.deadline = rec.member_id, rec.deadline
+            sp._window.append(c)
+        return sp
+
     # -- durable form ---------------------------------------------------------------------------
 
     def state_batches(self) -> list[StateBatch]:
