@@ -264,7 +264,10 @@ def test_sigkill_loses_no_acknowledgement_and_redelivers_the_rest(tmp_path):
         time.sleep(0.5)  # a duplicate would come with the next fetches
         after.stop.set()
         after.join(30)
-    assert sorted(after.values) == sorted(set(range(1000)) - accepted)
+    want = set(range(1000)) - accepted
+    got = sorted(after.values)
+    assert got == sorted(want), (f"missing {sorted(want - set(got))[:20]}, accepted again "
+                                 f"{sorted(set(got) & accepted)[:20]}, twice {len(got) - len(set(got))}")
 
 
 def test_group_share_enable_is_a_setting_kesque_acts_on(share_broker):
