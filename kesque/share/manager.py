@@ -124,7 +124,8 @@ class SharePartitionManager:
         self._state_shard(key).write_state(key, sp.start_offset, sp.state_batches(), part.leader_epoch)
 
     # ------------------------------------------------------------------ operations
-    def acknowledge(self, group_id: str, member_id: str, topic_id, partition: int, batches, now_ms: int) -> KafkaError | None:
+    def acknowledge(self, group_id: str, member_id: str, topic_id, partition: int, batches,
+                    now_ms: int) -> KafkaError | None:
         """Apply one partition's acknowledgement batches; the error, if refused (nothing moved)."""
         try:
             self._log_partition(topic_id, partition)

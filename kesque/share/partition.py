@@ -17,11 +17,12 @@ and the time its acquisition lock runs out:
 * ``ARCHIVED``: given up (rejected, a gap, aborted, below the log start offset, or delivered
   ``delivery_count_limit`` times); never delivered again.
 
-ACKNOWLEDGED and ARCHIVED are terminal. The window is a list indexed by offset - SPSO; whenever the records at the SPSO are terminal, the
-SPSO moves past them and they leave the window. New records enter the window as AVAILABLE
-with delivery count 0 when a fetch acquires them; at most ``max_record_locks`` offsets may be
-in flight, so a slow group cannot pin an unbounded window (records already in the window are
-still re-acquired when the window is full).
+ACKNOWLEDGED and ARCHIVED are terminal. The window is a list indexed by offset - SPSO;
+whenever the records at the SPSO are terminal, the SPSO moves past them and they leave the
+window. New records enter the window as AVAILABLE with delivery count 0 when a fetch
+acquires them; at most ``max_record_locks`` offsets may be in flight, so a slow group cannot
+pin an unbounded window (records already in the window are still re-acquired when the window
+is full).
 
 Every state change goes through :meth:`SharePartition._move`, driven by ``_TRANSITIONS``:
 

@@ -247,8 +247,8 @@ class ShareGroupApis:
                                          delivery_count=a.delivery_count) for a in (r.acquired if r else ()))))
         responses = tuple(m("ShareFetchableTopicResponse", topic_id=t, partitions=tuple(ps))
                           for t, ps in by_topic.items())
-        return m(throttle_time=0, error_code=ErrorCode.none, acquisition_lock_timeout=self.manager.lock_duration_ms(gid),
-                 responses=responses, node_endpoints=())
+        return m(throttle_time=0, error_code=ErrorCode.none,
+                 acquisition_lock_timeout=self.manager.lock_duration_ms(gid), responses=responses, node_endpoints=())
 
     def share_acknowledge(self, ctx, req):
         m = Msg(79, ctx.api_version)
