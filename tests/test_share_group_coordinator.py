@@ -157,3 +157,16 @@ def test_stale_member_epoch_is_fenced():
     assert hb(e, "m1", 1, topics=None)["member_epoch"] == 2
     r = hb(e, "m1", 1, topics=None)
     assert r["error"] == "fenced_member_epoch" and e.shard.groups[GID].members["m1"].member_epoch == 2
+
+
+def test_offset_requests_on_a_share_group_find_no_group():
+    """Kafka's ShareGroup.validateOffsetCommit / validateOffsetFetch / validateOffsetDelete."""
+    e = env()
+    hb(e, "m1", 0)
+    records = len(e.log.records)
+    r = e.shard.commit_offsets({"group_id": GID, "generation_id": -1, "member_id": "", "group_instance_id": None,
+                                "topics": {"t": [(0, 5, -1, "")]}, "api_version": 9})
+    assert r == {"_group": "group_id_not_found"}
+    assert e.shard.fetch_offsets(GID, None) == ("group_id_not_found", {})
+    assert e.shard.delete_offsets(GID, {"t": [0]}) == ("group_id_not_found", {})
+    assert len(e.log.records) == records

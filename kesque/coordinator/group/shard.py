@@ -762,6 +762,8 @@ class GroupCoordinatorShard:
             # Empty group that accepts it whatever its member id; otherwise the group is gone
             if generation >= 0:
                 err = "group_id_not_found" if req.get("api_version", 9) >= 9 else "illegal_generation"
+        elif _is_share(g):
+            err = "group_id_not_found"  # Kafka's ShareGroup.validateOffsetCommit
         elif isinstance(g, ClassicGroup):
             err = self._validate_classic_commit(g, req["member_id"], req.get("group_instance_id"), generation)
             if err is None and g.state in (STABLE, PREPARING_REBALANCE) and req["member_id"] in g.members:
@@ -829,6 +831,8 @@ class GroupCoordinatorShard:
         if g is None:
             if generation >= 0:
                 err = "illegal_generation"
+        elif _is_share(g):
+            err = "group_id_not_found"
         elif isinstance(g, ClassicGroup):
             err = self._validate_classic_commit(g, req.get("member_id", ""), req.get("group_instance_id"),
                                                 generation, transactional=True)
@@ -853,6 +857,8 @@ class GroupCoordinatorShard:
                       member_epoch: int = -1) -> tuple[str | None, dict]:
         """Committed offsets of a group: {(topic, partition): OffsetAndMetadata | None}."""
         g = self.groups.get(group_id)
+        if _is_share(g):
+            return "group_id_not_found", {}  # Kafka's ShareGroup.validateOffsetFetch
         if g is not None and not isinstance(g, ClassicGroup) and member_id is not None:
             from .consumer import validate_consumer_group_fetch
             err = validate_consumer_group_fetch(g, member_id, member_epoch)
@@ -865,7 +871,7 @@ class GroupCoordinatorShard:
 
     def delete_offsets(self, group_id: str, topics: dict[str, list[int]]) -> tuple[str | None, dict]:
         g = self.groups.get(group_id)
-        if g is None:
+        if g is None or _is_share(g):
             return "group_id_not_found", {}
         if isinstance(g, ClassicGroup):
             if g.state == DEAD:
@@ -953,6 +959,11 @@ class GroupCoordinatorShard:
             else:
                 out.append((gid, "consumer", g.state_name(), "consumer"))
         return out
+
+
+def _is_share(g) -> bool:
+    """Share groups have no committed offsets: offset requests on one get GROUP_ID_NOT_FOUND."""
+    return getattr(g, "type", None) == "share"
 
 
 def error_code(name: str | None) -> ErrorCode:
