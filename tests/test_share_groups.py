@@ -326,3 +326,17 @@ def test_deleting_an_empty_share_group_deletes_its_share_state(share_broker):
                                         subscribed_topic_names=(_topic,)))
         assert r.error_code == ErrorCode.none
         assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(0, 2, 1)]
+
+
+def test_a_member_leaving_the_group_releases_its_records_at_once(share_broker):
+    """Records held by a member that leaves (ShareGroupHeartbeat epoch -1) are available to the
+    others right away, not only when their 30 s locks expire."""
+    _topic, group, tid = _wire_group(share_broker, 4)
+    with WireClient(share_broker.bootstrap_servers) as c:
+        assert _acquired(_share_fetch(c, group, "m1", 0, tid)) == [(0, 3, 1)]
+        assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == []
+        r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        assert r.error_code == 0
+        assert _acquired(_share_fetch(c, group, "m2", 1, tid)) == [(0, 3, 2)]
+        r = _share_fetch(c, group, "m1", 1, tid)   # m1's share session ended with it
+        assert r.error_code == 122  # SHARE_SESSION_NOT_FOUND

@@ -181,6 +181,12 @@ class SharePartitionManager:
                     log.warning("share state of %s-%s-%d not written: %s", group_id, topic_id, p, e)
                 self.notify((group_id, topic_id, p))
 
+    def member_left(self, group_id: str, member_id: str) -> None:
+        """The member left the share group (or its session timed out): its share session ends
+        and every record it holds here is released."""
+        self.sessions.remove_member(group_id, member_id)
+        self.release(group_id, member_id, [(t, p) for g, t, p in self.partitions if g == group_id], self.now_ms())
+
     def expire_sessions(self) -> None:
         """Sessions idle longer than their group's share session timeout: the member is gone."""
         now = self.now_ms()

@@ -276,6 +276,9 @@ def remove_member(shard, g: ShareGroup, member_id: str, reason: str) -> None:
     g.target.pop(member_id, None)
     shard.timer.cancel(_session_key(g.group_id, member_id))
     g.group_epoch += 1
+    listener = getattr(shard, "share_member_removed", None)
+    if listener is not None:  # the partition leaders release what the member held
+        listener(g.group_id, member_id)
 
 
 def _session_key(group_id: str, member_id: str) -> str:
