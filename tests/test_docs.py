@@ -23,8 +23,8 @@ def test_compatibility_table_matches_the_advertised_versions():
 
 def test_share_group_table_matches_the_versions_served_with_share_groups_on():
     text = (ROOT / "docs" / "compatibility.md").read_text()
-    rows = {int(k): (name, int(v), int(v))
-            for k, name, v in re.findall(r"^\| (\d+) \| (\w+) \| v(\d+) \|", text, re.M)}
+    rows = {int(k): (name, int(lo), int(hi or lo))
+            for k, name, lo, hi in re.findall(r"^\| (\d+) \| (\w+) \| v(\d+)(?:–(\d+))? \|", text, re.M)}
     extra = {k: v for k, v in served_versions({"group.share.enable": "true"}).items() if k not in served_versions()}
     assert set(rows) == set(extra)
     for key, (lo, hi) in extra.items():

@@ -340,3 +340,26 @@ def test_a_member_leaving_the_group_releases_its_records_at_once(share_broker):
         assert _acquired(_share_fetch(c, group, "m2", 1, tid)) == [(0, 3, 2)]
         r = _share_fetch(c, group, "m1", 1, tid)   # m1's share session ended with it
         assert r.error_code == 122  # SHARE_SESSION_NOT_FOUND
+
+
+def test_describe_share_group_offsets(share_broker):
+    """DescribeShareGroupOffsets: the durable start offset and the lag (records below the high
+    watermark not yet acknowledged or archived); no state: start offset -1."""
+    topic, group, tid = _wire_group(share_broker, 10)
+    m = Msg(90, 1)
+
+    def describe(topics=None):
+        body = m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id=group, topics=topics),))
+        g = c.request(90, 1, body).groups[0]
+        assert g.error_code == 0, g
+        return [(t.topic_name, p.partition_index, p.start_offset, p.lag) for t in g.topics for p in t.partitions]
+
+    with WireClient(share_broker.bootstrap_servers) as c:
+        assert describe() == []
+        _share_fetch(c, group, "m1", 0, tid)
+        _share_fetch(c, group, "m1", 1, tid, acks=[(0, 3, 1), (6, 6, 3)])
+        assert describe() == [(topic, 0, 4, 5)]
+        assert describe((m("DescribeShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(0, 1)),)) == \
+            [(topic, 0, 4, 5), (topic, 1, -1, -1)]
+        r = c.request(90, 1, m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id="nope", topics=None),)))
+        assert r.groups[0].error_code == 69  # GROUP_ID_NOT_FOUND

@@ -24,7 +24,7 @@ from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_GROUP
 from ..records.batch import iter_headers
 from ..replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
-from .partition import SharePartition
+from .partition import ACKNOWLEDGED, ARCHIVED, SharePartition
 from .session import ShareSessionCache
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,21 @@ class SharePartitionManager:
                 except KafkaError as e:
                     log.warning("share state of %s-%s-%d not written: %s", group_id, topic_id, p, e)
                 self.notify((group_id, topic_id, p))
+
+    def group_states(self, group_id: str) -> dict:
+        """{(group, topic id, partition): ShareState} of the group's durable share state."""
+        sc = self.server.share_coordinator
+        return {k: s for shard in list(sc.shards.values()) for k, s in shard.states.items() if k[0] == group_id}
+
+    def lag(self, topic: str, partition: int, state) -> int:
+        """Records below the high watermark not delivery-complete (KIP-1226's share lag), -1 if
+        the partition is not here."""
+        part = self.server.replica_manager.partitions.get((topic, partition))
+        if part is None:
+            return -1
+        done = sum(b.last - b.first + 1 for b in state.batches
+                   if b.state in (ACKNOWLEDGED, ARCHIVED) and b.first >= state.start_offset)
+        return max(0, part.log.high_watermark - state.start_offset - done)
 
     def member_left(self, group_id: str, member_id: str) -> None:
         """The member left the share group (or its session timed out): its share session ends

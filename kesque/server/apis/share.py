@@ -1,5 +1,6 @@
-"""Share-group APIs (KIP-932): ShareGroupHeartbeat and ShareGroupDescribe (the coordinator's
-side), ShareFetch and ShareAcknowledge (the partition leaders' side, with share sessions).
+"""Share-group APIs (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe and
+DescribeShareGroupOffsets (the coordinator's side), ShareFetch and ShareAcknowledge (the
+partition leaders' side, with share sessions).
 Thin: they translate to the coordinator shard owning the group and to the
 SharePartitionManager. Served only when share groups are enabled (see kesque.share.enabled),
 at the versions librdkafka sends."""
@@ -41,6 +42,7 @@ class ShareGroupApis:
         s.register(77, 1, 1, self.share_group_describe)
         s.register(78, 1, 1, self.share_fetch)
         s.register(79, 1, 1, self.share_acknowledge)
+        s.register(90, 0, 1, self.describe_share_group_offsets)
 
     @property
     def gc(self):
@@ -279,3 +281,53 @@ class ShareGroupApis:
         return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
             m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
             node_endpoints=())
+
+    # ------------------------------------------------------------------ DescribeShareGroupOffsets
+    def describe_share_group_offsets(self, ctx, req):
+        """Each share-partition's start offset and leader epoch from ``__share_group_state``, and
+        (v1) its lag: records below the high watermark not yet delivery-complete. A partition
+        without share state has start offset -1."""
+        m = Msg(90, ctx.api_version)
+        image = self.server.image
+        out = []
+        for rg in req.groups:
+            try:
+                g = self.gc.shard_for(rg.group_id).groups.get(rg.group_id)
+            except KafkaError as e:
+                out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=(),
+                             error_code=e.code, error_message=e.message))
+                continue
+            if not isinstance(g, ShareGroup):
+                out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=(),
+                             error_code=ErrorCode.group_id_not_found,
+                             error_message=f"Group {rg.group_id} not found." if g is None
+                             else f"Group {rg.group_id} is not a share group."))
+                continue
+            states = self.manager.group_states(rg.group_id)
+            if rg.topics is None:
+                wanted: dict = {}
+                for _g, tid, p in states:
+                    t = image.topics_by_id.get(tid)
+                    if t is not None:
+                        wanted.setdefault(t.name, []).append(p)
+            else:
+                wanted = {t.topic_name: list(t.partitions) for t in rg.topics}
+            topics = []
+            for name, parts in sorted(wanted.items()):
+                t = image.topic(name)
+                tid = t.topic_id if t is not None else None
+                rows = []
+                for p in sorted(parts):
+                    st = states.get((rg.group_id, tid, p))
+                    if st is None:
+                        rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p, start_offset=-1,
+                                      leader_epoch=-1, lag=-1, error_code=ErrorCode.none))
+                        continue
+                    rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p,
+                                  start_offset=st.start_offset, leader_epoch=st.leader_epoch,
+                                  lag=self.manager.lag(name, p, st), error_code=ErrorCode.none))
+                topics.append(m("DescribeShareGroupOffsetsResponseTopic", topic_name=name, topic_id=tid,
+                                partitions=tuple(rows)))
+            out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=tuple(topics),
+                         error_code=ErrorCode.none))
+        return m(throttle_time=0, groups=tuple(out))
