@@ -363,3 +363,25 @@ def test_describe_share_group_offsets(share_broker):
             [(topic, 0, 4, 5), (topic, 1, -1, -1)]
         r = c.request(90, 1, m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id="nope", topics=None),)))
         assert r.groups[0].error_code == 69  # GROUP_ID_NOT_FOUND
+
+
+def test_alter_share_group_offsets_resets_an_empty_group(share_broker):
+    """AlterShareGroupOffsets: refused while the group has members; on an empty group the
+    partition starts over at the new offset, so accepted records are delivered again."""
+    topic, group, tid = _wire_group(share_broker, 5)
+    m = Msg(91, 0)
+
+    def alter(offset):
+        partition = m("AlterShareGroupOffsetsRequestPartition", partition_index=0, start_offset=offset)
+        return c.request(91, 0, m(group_id=group, topics=(
+            m("AlterShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(partition,)),)))
+
+    with WireClient(share_broker.bootstrap_servers) as c:
+        _share_fetch(c, group, "m1", 0, tid)
+        _share_fetch(c, group, "m1", 1, tid, acks=[(0, 4, 1)])
+        assert alter(1).error_code == 68  # NON_EMPTY_GROUP: m1 is still a member
+        c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        r = alter(1)
+        assert r.error_code == 0 and [p.error_code for t in r.responses for p in t.partitions] == [0]
+        c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m2", member_epoch=0, subscribed_topic_names=(topic,)))
+        assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(1, 4, 1)]

@@ -181,6 +181,13 @@ class SharePartitionManager:
                     log.warning("share state of %s-%s-%d not written: %s", group_id, topic_id, p, e)
                 self.notify((group_id, topic_id, p))
 
+    def reset(self, group_id: str, topic_id, partition: int, start_offset: int) -> None:
+        """AlterShareGroupOffsets: the share-partition starts over at ``start_offset``."""
+        key = (group_id, topic_id, partition)
+        part = self._log_partition(topic_id, partition)
+        self._state_shard(key).initialize(key, start_offset, part.leader_epoch)
+        self.partitions.pop(key, None)
+
     def group_states(self, group_id: str) -> dict:
         """{(group, topic id, partition): ShareState} of the group's durable share state."""
         sc = self.server.share_coordinator

@@ -43,6 +43,7 @@ class ShareGroupApis:
         s.register(78, 1, 1, self.share_fetch)
         s.register(79, 1, 1, self.share_acknowledge)
         s.register(90, 0, 1, self.describe_share_group_offsets)
+        s.register(91, 0, 0, self.alter_share_group_offsets)
 
     @property
     def gc(self):
@@ -331,3 +332,43 @@ class ShareGroupApis:
             out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=tuple(topics),
                          error_code=ErrorCode.none))
         return m(throttle_time=0, groups=tuple(out))
+
+    # ------------------------------------------------------------------ AlterShareGroupOffsets
+    def alter_share_group_offsets(self, ctx, req):
+        """Set share-partition start offsets of an empty share group: each partition's state
+        starts over at the offset (a new state epoch), so what was in flight is forgotten."""
+        m = Msg(91, ctx.api_version)
+
+        def top(code, msg):
+            return m(throttle_time=0, error_code=code, error_message=msg, responses=())
+
+        try:
+            g = self.gc.shard_for(req.group_id).groups.get(req.group_id)
+        except KafkaError as e:
+            return top(e.code, e.message)
+        if not isinstance(g, ShareGroup):
+            return top(ErrorCode.group_id_not_found, f"Group {req.group_id} not found." if g is None
+                       else f"Group {req.group_id} is not a share group.")
+        if not g.is_empty():
+            return top(ErrorCode.non_empty_group, "The group is not empty.")
+        image = self.server.image
+        out = []
+        for rt in req.topics:
+            t = image.topic(rt.topic_name)
+            rows = []
+            for rp in rt.partitions:
+                code, msg = ErrorCode.none, None
+                if t is None or rp.partition_index not in t.partitions:
+                    code, msg = ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
+                elif rp.start_offset < 0:
+                    code, msg = ErrorCode.invalid_request, f"Invalid start offset {rp.start_offset}."
+                else:
+                    try:
+                        self.manager.reset(req.group_id, t.topic_id, rp.partition_index, rp.start_offset)
+                    except KafkaError as e:
+                        code, msg = e.code, e.message
+                rows.append(m("AlterShareGroupOffsetsResponsePartition", partition_index=rp.partition_index,
+                              error_code=code, error_message=msg))
+            out.append(m("AlterShareGroupOffsetsResponseTopic", topic_name=rt.topic_name,
+                         topic_id=t.topic_id if t is not None else None, partitions=tuple(rows)))
+        return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(out))
