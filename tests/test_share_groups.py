@@ -385,3 +385,14 @@ def test_alter_share_group_offsets_resets_an_empty_group(share_broker):
         assert r.error_code == 0 and [p.error_code for t in r.responses for p in t.partitions] == [0]
         c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m2", member_epoch=0, subscribed_topic_names=(topic,)))
         assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(1, 4, 1)]
+
+
+def test_find_coordinator_serves_the_share_key_type(share_broker):
+    """FindCoordinator key type 2 (SHARE): keys group:topic id:partition map to the leader of
+    their __share_group_state partition, the topic made on first use."""
+    with WireClient(share_broker.bootstrap_servers) as c:
+        m = Msg(10, 6)
+        r = c.request(10, 6, m(key_type=2, coordinator_keys=("g:AAAAAAAAAAAAAAAAAAAAAA:0",)))
+        assert [(x.error_code, x.node_id) for x in r.coordinators] == [(0, 1)]
+        r = c.request(10, 6, m(key_type=3, coordinator_keys=("x",)))
+        assert r.coordinators[0].error_code == 42  # INVALID_REQUEST
