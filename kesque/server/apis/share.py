@@ -8,6 +8,7 @@ at the versions librdkafka sends."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from ...coordinator.group.share import ShareGroup, share_group_heartbeat
 from ...errors import ErrorCode, KafkaError
@@ -16,6 +17,8 @@ from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from .core import OMITTED_OPS
 from .kiohelp import Msg, to_ms
+
+log = logging.getLogger(__name__)
 
 _GROUP_OPS = 0
 for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
@@ -180,6 +183,8 @@ class ShareGroupApis:
             r = out[(topic_id, p)] = self.manager.fetch(gid, mid, topic_id, p, max_records, max(remaining, 1), now)
             remaining -= len(r.records)
             max_records -= sum(a.last - a.first + 1 for a in r.acquired)
+            if r.acquired:  # a partition that gave records goes to the back, so none starves
+                session.partitions.move_to_end((topic_id, p))
             if max_records <= 0 or remaining <= 0:
                 break
         return out
@@ -202,7 +207,12 @@ class ShareGroupApis:
             if mgr.sessions.sessions.get((gid, mid)) is not session:
                 fut.set_result(fetched)
                 return
-            again = self._fetch_all(gid, mid, session, req, mgr.now_ms())
+            try:
+                again = self._fetch_all(gid, mid, session, req, mgr.now_ms())
+            except Exception:  # runs inside another request's acknowledgement: never fail that one
+                log.exception("share fetch of %s in %s failed", mid, gid)
+                fut.set_result(fetched)
+                return
             if any(r.acquired or r.error for r in again.values()):
                 fut.set_result(again)
 
