@@ -396,3 +396,16 @@ def test_find_coordinator_serves_the_share_key_type(share_broker):
         assert [(x.error_code, x.node_id) for x in r.coordinators] == [(0, 1)]
         r = c.request(10, 6, m(key_type=3, coordinator_keys=("x",)))
         assert r.coordinators[0].error_code == 42  # INVALID_REQUEST
+
+
+def test_one_share_consumer_reads_every_partition(share_broker):
+    topic, group = "t-" + uuid.uuid4().hex[:10], "sg-" + uuid.uuid4().hex[:8]
+    create_topic(share_broker, topic, partitions=3)
+    set_group_configs(share_broker, group, {"share.auto.offset.reset": "earliest"})
+    produce(share_broker, topic, 900)
+    m = Member(share_broker, group, topic)
+    m.start()
+    wait_for(lambda: len(m.values) >= 900)
+    m.stop.set()
+    m.join(30)
+    assert sorted(m.values) == list(range(900))
