@@ -409,3 +409,23 @@ def test_one_share_consumer_reads_every_partition(share_broker):
     m.stop.set()
     m.join(30)
     assert sorted(m.values) == list(range(900))
+
+
+def test_delete_share_group_offsets_forgets_a_topics_state(share_broker):
+    topic, group, tid = _wire_group(share_broker, 3)
+    m = Msg(92, 0)
+
+    def delete(name):
+        return c.request(92, 0, m(group_id=group, topics=(m("DeleteShareGroupOffsetsRequestTopic", topic_name=name),)))
+
+    with WireClient(share_broker.bootstrap_servers) as c:
+        _share_fetch(c, group, "m1", 0, tid)
+        _share_fetch(c, group, "m1", 1, tid, acks=[(0, 2, 1)])
+        assert delete(topic).error_code == 68  # NON_EMPTY_GROUP
+        c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        r = delete("no-such-topic")
+        assert [t.error_code for t in r.responses] == [3]  # UNKNOWN_TOPIC_OR_PARTITION
+        r = delete(topic)
+        assert r.error_code == 0 and [t.error_code for t in r.responses] == [0]
+        c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m2", member_epoch=0, subscribed_topic_names=(topic,)))
+        assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(0, 2, 1)]   # earliest again

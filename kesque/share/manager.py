@@ -219,11 +219,15 @@ class SharePartitionManager:
     def delete_group(self, group_id: str) -> None:
         """The (empty) share group was deleted: its share partitions and their durable state go
         (Kafka's DeleteShareGroupState)."""
-        for key in [k for k in self.partitions if k[0] == group_id]:
+        self.delete_states(lambda key: key[0] == group_id)
+
+    def delete_states(self, wanted) -> None:
+        """Drop the share partitions whose (group, topic id, partition) key is ``wanted``, here
+        and in ``__share_group_state``."""
+        for key in [k for k in self.partitions if wanted(k)]:
             del self.partitions[key]
-        sc = self.server.share_coordinator
-        for shard in list(sc.shards.values()):
-            for key in [k for k in shard.states if k[0] == group_id]:
+        for shard in list(self.server.share_coordinator.shards.values()):
+            for key in [k for k in shard.states if wanted(k)]:
                 shard.delete(key)
 
     # ------------------------------------------------------------------ waiting fetches

@@ -47,6 +47,7 @@ class ShareGroupApis:
         s.register(79, 1, 1, self.share_acknowledge)
         s.register(90, 0, 1, self.describe_share_group_offsets)
         s.register(91, 0, 0, self.alter_share_group_offsets)
+        s.register(92, 0, 0, self.delete_share_group_offsets)
 
     @property
     def gc(self):
@@ -352,15 +353,9 @@ class ShareGroupApis:
         def top(code, msg):
             return m(throttle_time=0, error_code=code, error_message=msg, responses=())
 
-        try:
-            g = self.gc.shard_for(req.group_id).groups.get(req.group_id)
-        except KafkaError as e:
-            return top(e.code, e.message)
-        if not isinstance(g, ShareGroup):
-            return top(ErrorCode.group_id_not_found, f"Group {req.group_id} not found." if g is None
-                       else f"Group {req.group_id} is not a share group.")
-        if not g.is_empty():
-            return top(ErrorCode.non_empty_group, "The group is not empty.")
+        err = self._empty_share_group(req.group_id)
+        if err is not None:
+            return top(*err)
         image = self.server.image
         out = []
         for rt in req.topics:
@@ -381,4 +376,40 @@ class ShareGroupApis:
                               error_code=code, error_message=msg))
             out.append(m("AlterShareGroupOffsetsResponseTopic", topic_name=rt.topic_name,
                          topic_id=t.topic_id if t is not None else None, partitions=tuple(rows)))
+        return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(out))
+
+    def _empty_share_group(self, group_id: str) -> tuple | None:
+        """(error code, message) unless ``group_id`` is a share group without members."""
+        try:
+            g = self.gc.shard_for(group_id).groups.get(group_id)
+        except KafkaError as e:
+            return e.code, e.message
+        if not isinstance(g, ShareGroup):
+            return ErrorCode.group_id_not_found, (f"Group {group_id} not found." if g is None
+                                                  else f"Group {group_id} is not a share group.")
+        if not g.is_empty():
+            return ErrorCode.non_empty_group, "The group is not empty."
+        return None
+
+    # ------------------------------------------------------------------ DeleteShareGroupOffsets
+    def delete_share_group_offsets(self, ctx, req):
+        """Forget an empty share group's state for whole topics (their next fetch starts from
+        share.auto.offset.reset again)."""
+        m = Msg(92, ctx.api_version)
+        err = self._empty_share_group(req.group_id)
+        if err is not None:
+            return m(throttle_time=0, error_code=err[0], error_message=err[1], responses=())
+        out = []
+        for rt in req.topics:
+            t = self.server.image.topic(rt.topic_name)
+            code, msg = ErrorCode.none, None
+            if t is None:
+                code, msg = ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
+            else:
+                try:
+                    self.manager.delete_states(lambda k, tid=t.topic_id: k[0] == req.group_id and k[1] == tid)
+                except KafkaError as e:
+                    code, msg = e.code, e.message
+            out.append(m("DeleteShareGroupOffsetsResponseTopic", topic_name=rt.topic_name,
+                         topic_id=t.topic_id if t is not None else None, error_code=code, error_message=msg))
         return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(out))
