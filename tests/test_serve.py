@@ -206,8 +206,6 @@ NOT_YET = [
     ({"log.cleaner.threads": "2", "log.cleaner.min.cleanable.ratio": "0.7"},
      "kesque has no log cleaner yet (log compaction is not implemented): log.cleaner.min.cleanable.ratio, "
      "log.cleaner.threads have no effect"),
-    ({"group.share.enable": "true"}, "kesque does not implement share groups (KIP-932) yet: group.share.enable=true "
-                                     "has no effect"),
     ({"unclean.leader.election.enable": "true"}, "unclean.leader.election.enable=true has no effect"),
 ]
 

@@ -106,6 +106,12 @@ class KesqueServer:
         self.txn_coordinator = TransactionCoordinator(self, self.producer_ids)
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
+        self.share_coordinator = None
+        from ..share import enabled as share_groups_enabled
+        if share_groups_enabled(cfg):
+            from ..coordinator.share.runtime import ShareCoordinator
+            self.share_coordinator = ShareCoordinator(self)
+            self.replica_manager.add_leadership_listener(self.share_coordinator.on_leadership)
         self.controller.bootstrap()
         # dynamic broker configs and the logs, as the image describes them
         full = Delta(changed_configs=set(self.image.configs))
@@ -200,6 +206,8 @@ class KesqueServer:
             self.socket_server.close()
         if getattr(self, "group_coordinator", None) is not None:
             self.group_coordinator.shutdown()
+        if getattr(self, "share_coordinator", None) is not None:
+            self.share_coordinator.shutdown()
         if getattr(self, "txn_coordinator", None) is not None:
             self.txn_coordinator.shutdown()
         for task in list(self._tasks):

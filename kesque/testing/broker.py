@@ -28,6 +28,7 @@ DEFAULTS = {
     "node.id": "1",
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
 }

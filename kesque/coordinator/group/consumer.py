@@ -288,6 +288,8 @@ def consumer_group_heartbeat(shard, req: dict, version: int) -> dict:
 
 def _get_group(shard, group_id: str, create: bool) -> ConsumerGroup:
     g = shard.groups.get(group_id)
+    if getattr(g, "type", None) == "share":
+        raise HeartbeatError("group_id_not_found", f"Group {group_id} is not a consumer group.")
     if g is None or getattr(g, "type", None) == "classic":
         if g is not None:
             if not g.is_empty():
