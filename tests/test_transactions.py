@@ -189,11 +189,18 @@ def test_broker_sigkill_mid_transaction(fresh_broker):
     b.kill()
     b.restart()
     bs = b.bootstrap_servers
-    # the open transaction is recovered as Ongoing and aborted by its timeout; nothing of it
-    # ever becomes visible, the committed one stays whole
+    # the open transaction is recovered as Ongoing and aborted by its timeout: each partition
+    # holds 5 committed records, the COMMIT marker, 5 open records and then the ABORT marker,
+    # so the LSO reaches 12 only once the timeout abort wrote its markers (before any new
+    # producer of "k-open" could abort it by fencing). Nothing of it ever becomes visible.
     deadline = time.time() + 15
-    while time.time() < deadline and (lso(bs, topic, 0) < 11 or lso(bs, topic, 1) < 11):
+    while time.time() < deadline and (lso(bs, topic, 0) < 12 or lso(bs, topic, 1) < 12):
         time.sleep(0.3)
+    assert (lso(bs, topic, 0), lso(bs, topic, 1)) == (12, 12)
+    assert sorted(read_all(bs, topic, "read_uncommitted", 2)) == sorted(
+        [f"done-{i}" for i in range(10)] + [f"open-{i}" for i in range(10)])
+    with pytest.raises(KafkaException):
+        open_.commit_transaction(5)  # its epoch was bumped by the timeout abort
     got = sorted(read_all(bs, topic, "read_committed", 2))
     assert got == sorted(f"done-{i}" for i in range(10))
     # the same transactional id starts again after the restart
