@@ -90,6 +90,21 @@ def lso(bs: str, topic: str, partition: int = 0) -> int:
         c.close()
 
 
+def wait_past_a_timeout_abort(bs: str, timeout_ms: int) -> None:
+    """Open a plain transaction with ``timeout_ms`` now and wait until the coordinator has
+    aborted it for its timeout (its ABORT marker moves the LSO): by then a transaction opened
+    earlier with the same timeout would have been aborted too, were it subject to it."""
+    topic = new_topic(bs)
+    p = txn_producer(bs, "timeout-" + uuid.uuid4().hex[:6], **{"transaction.timeout.ms": timeout_ms})
+    p.begin_transaction()
+    p.produce(topic, b"times-out", partition=0)
+    p.flush(10)
+    deadline = time.time() + 30
+    while lso(bs, topic) == 0:
+        assert time.time() < deadline, "the control transaction was never aborted by its timeout"
+        time.sleep(0.1)
+
+
 # ============================================================================ tests 5 and 6
 
 def test_aborted_records_are_invisible_to_read_committed(txn_broker):
@@ -292,7 +307,7 @@ def test_two_phase_commit_across_processes(txn_broker, commit):
         assert _add(a, txn_id, pid, epoch, topic, [0]) == [0]
         r = _txn_produce(a, txn_id, topic, 0, pid, epoch, 0, ["p0", "p1", "p2"])
         assert r.error_code == 0
-    time.sleep(1.5)  # longer than the 1 s timeout A asked for: a 2PC transaction does not time out
+    wait_past_a_timeout_abort(bs, 1000)  # A asked for 1 s: a 2PC transaction does not time out
     assert lso(bs, topic) == 0
     # process B: same transactional id, keep the prepared transaction, then decide
     with WireClient(bs) as b:
