@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 # Keys as a Kafka 3.x/4.x KRaft server.properties carries them: some kesque uses, some it
 # does not (thread pools, socket buffers, ZooKeeper leftovers), all of them Kafka's.
@@ -70,6 +70,10 @@ def test_kafka_server_properties_start_kesque(tmp_path):
                 assert time.time() < deadline, "broker did not come up"
                 assert proc.poll() is None, proc.stdout.read()
         assert 1 in md.brokers
+        # a topic created without a partition count gets num.partitions: the override's 3,
+        # not the file's 2 nor the default 1
+        admin.create_topics([NewTopic("default-partitions")])["default-partitions"].result(10)
+        assert len(admin.list_topics("default-partitions", timeout=10).topics["default-partitions"].partitions) == 3
     finally:
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=20)[0]
