@@ -942,6 +942,7 @@ def fuzz_srv(tmp_path_factory):
 
 
 def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
+    from conftest import examples
     from hypothesis import HealthCheck, assume, given, settings
     from hypothesis import strategies as st
 
@@ -978,7 +979,7 @@ def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
     )
     counts = {"sent": 0}
 
-    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=examples(400),
               suppress_health_check=list(HealthCheck))
     @given(base=st.integers(0, len(bases) - 1), mutations=st.lists(mutation, min_size=1, max_size=4))
     def one(base, mutations):

@@ -15,6 +15,7 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +34,7 @@ from kesque.coordinator.group.shard import GroupConfig, GroupCoordinatorShard
 GID = "g"
 SESSION = 10_000
 REBALANCE = 30_000
-PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+PROPERTY = settings(max_examples=examples(150),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
 
@@ -1838,7 +1839,7 @@ def test_replay_rebuilds_the_durable_state(ops):
     Simulation(precreate=True).run(ops)
 
 
-@settings(PROPERTY, max_examples=50, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@settings(PROPERTY, max_examples=examples(50), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(OP_LISTS)
 def test_replay_rebuilds_the_durable_state_of_groups_created_by_join(ops):
     Simulation(precreate=False).run(ops)

@@ -15,6 +15,7 @@ import struct
 import cramjam
 import pytest
 from crc32c import crc32c
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.records.readers import read_batch as kio_read_batch
@@ -32,7 +33,7 @@ from kesque.records.records import (build_batch, encode_record, iter_records, re
                                     walk_record_lengths)
 from kesque.storage.validator import validate_batch
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=examples(150),
                     suppress_health_check=[HealthCheck.too_slow])
 CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP = 2, 87, 10, 32
 NOW = 1_700_000_000_000
@@ -412,7 +413,7 @@ def test_scans_reject_every_truncation(records):
         assert not _ours_walk(body, wrong)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(300),
           suppress_health_check=[HealthCheck.too_slow])
 @given(records=record_lists(max_size=4, stamps=False), data=st.data())
 def test_scans_on_altered_bytes_agree_with_reference(records, data):

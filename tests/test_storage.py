@@ -10,6 +10,7 @@ import tempfile
 import uuid
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,8 +24,7 @@ from kesque.storage.leader_epoch import LeaderEpochFileCache
 from kesque.storage.log import Log
 from kesque.storage.segment import LogSegment
 
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 NOW = 1_700_000_000_000
 
 
@@ -658,7 +658,7 @@ def log_operations(draw):
     ), min_size=1, max_size=30))
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(60),
           suppress_health_check=[HealthCheck.too_slow])
 @given(ops=log_operations())
 def test_random_appends_rolls_restarts_never_lose_or_expose_corruption(ops):
