@@ -31,7 +31,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta
 
 from kesque.protocol import primitives as pr
-from kesque.protocol.api import FLEXIBLE_FROM, is_flexible, parse_request_header
+from kesque.protocol.api import FLEXIBLE_FROM, decode_request, is_flexible, parse_request_header
 from kesque.protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response, flatten, total_size
 from kesque.protocol.offset_commit import encode_offset_commit_response
 from kesque.protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
@@ -495,6 +495,13 @@ def test_parse_request_header_truncated():
     bad_tags = frame[:-1] + b"\x01\x05\x10abc"  # tag claims 16 bytes, 3 follow
     with pytest.raises(pr.ProtocolError):
         parse_request_header(memoryview(bad_tags))
+
+
+def test_null_where_the_schema_does_not_allow_it_is_refused():
+    # ListOffsets v1: replica id, then a null topics array (never nullable); Metadata v1's is nullable
+    with pytest.raises(pr.ProtocolError, match="non-nullable field topics was serialized as null"):
+        decode_request(2, 1, memoryview(struct.pack(">ii", -1, -1)))
+    assert decode_request(3, 1, memoryview(struct.pack(">i", -1))).topics is None
 
 
 def _snake(name: str) -> str:
