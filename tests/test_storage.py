@@ -10,6 +10,7 @@ import tempfile
 import uuid
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,8 +24,7 @@ from kesque.storage.leader_epoch import LeaderEpochFileCache
 from kesque.storage.log import Log
 from kesque.storage.segment import LogSegment
 
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 NOW = 1_700_000_000_000
 
 
@@ -454,6 +454,7 @@ def test_retention_ms_renames_then_deletes(tmp_path):
     now = NOW + 1000 + 10_001  # the first segment's newest record is 10001 ms old
     assert log.delete_old_segments(now) == 0  # nothing is deletable above the high watermark
     log.update_high_watermark(log.log_end_offset)
+    assert log.delete_old_segments(now - 1) == 0  # its first record is 11000 ms old, its newest 10000
     assert log.delete_old_segments(now) == 1
     assert [s.base_offset for s in log.segments] == [2, 4] and log.log_start_offset == 2
     names = set(os.listdir(tmp_path))
@@ -468,6 +469,23 @@ def test_retention_ms_renames_then_deletes(tmp_path):
     # everything expired: the active segment goes too, a new one starts at the log end
     assert log.delete_old_segments(NOW + 10**6) == 2
     assert [s.base_offset for s in log.segments] == [6] and log.log_start_offset == 6 == log.log_end_offset
+    log.close()
+
+
+def test_retention_ms_judges_a_segment_by_its_newest_record(tmp_path):
+    """As Kafka's deleteRetentionMsBreachedSegments (segment.largestTimestamp): a segment whose
+    first and last batches are past retention.ms stays while any record in it is younger."""
+    size = len(make_batch())
+    log = new_log(tmp_path, LogConfig(segment_bytes=3 * size, retention_ms=10_000))
+    for ts in (NOW, NOW + 9000, NOW + 1000, NOW + 20_000):  # out of order, as producers may set them
+        append(log, ts=ts, now=NOW)
+    log.update_high_watermark(log.log_end_offset)
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    # the first batch is 15000 ms old and the last 14000 ms, the newest record only 6000 ms
+    assert log.delete_old_segments(NOW + 15_000) == 0
+    assert log.delete_old_segments(NOW + 9000 + 10_000) == 0  # exactly retention.ms is no breach
+    assert log.delete_old_segments(NOW + 9000 + 10_001) == 1
+    assert [s.base_offset for s in log.segments] == [3] and log.log_start_offset == 3
     log.close()
 
 
@@ -673,7 +691,7 @@ def log_operations(draw):
     ), min_size=1, max_size=30))
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(60),
           suppress_health_check=[HealthCheck.too_slow])
 @given(ops=log_operations())
 def test_random_appends_rolls_restarts_never_lose_or_expose_corruption(ops):
