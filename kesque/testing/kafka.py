@@ -90,14 +90,19 @@ def libs_dir() -> Path:
     return Path(os.environ.get(LIBS_ENV) or DEFAULT_LIBS)
 
 
+def jars_missing() -> str | None:
+    """Why Kafka's jars are not here (one line, saying how to get them), or None."""
+    if not list(libs_dir().glob("kafka_2.13-*.jar")):
+        return (f"Apache Kafka jars not found in {libs_dir()}: run `make kafka` (needs java + mvn) "
+                f"or set {LIBS_ENV} to a folder of Kafka jars")
+    return None
+
+
 def unavailable() -> str | None:
     """Why Kafka cannot run here (one line), or None when it can."""
     if shutil.which("java") is None:
-        return "Apache Kafka oracle needs a JDK: no `java` on PATH"
-    if not list(libs_dir().glob("kafka_2.13-*.jar")):
-        return (f"Apache Kafka jars not found in {libs_dir()}: run `make kafka` (java + mvn) "
-                f"or set {LIBS_ENV} to a folder of Kafka jars")
-    return None
+        return "the Apache Kafka oracle needs a JDK: no `java` on PATH"
+    return jars_missing()
 
 
 def kafka_version() -> str:
