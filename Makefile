@@ -13,6 +13,7 @@ KAFKA_DIR     := build/kafka
 KAFKA_STAMP   := $(KAFKA_DIR)/.resolved-$(KAFKA_VERSION)
 MVN           := mvn -q -B -Dstyle.color=never
 COPY_DEPS     := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies
+JAVA_CLIENTS  := $(KAFKA_DIR)/java/kesque-oracle-clients.jar
 
 help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
@@ -49,22 +50,27 @@ kcat:
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null) \
 		|| echo "warning: kcat could not be installed; kcat tests will be skipped"
 
-# resolved once, kept until oracle/pom.xml changes: a warm build/kafka needs neither Maven nor the
+# resolved once, kept until a pom changes: a warm build/kafka needs neither Maven nor the
 # network. Online first, then offline from ~/.m2 (Maven Central briefly unreachable).
-$(KAFKA_STAMP): oracle/pom.xml
+$(KAFKA_STAMP): oracle/pom.xml oracle/kafka/pom.xml
 	rm -rf $(KAFKA_DIR)/libs.tmp
-	$(MVN) -f oracle/pom.xml $(COPY_DEPS) -DoutputDirectory=$(CURDIR)/$(KAFKA_DIR)/libs.tmp \
-		|| $(MVN) -o -f oracle/pom.xml $(COPY_DEPS) -DoutputDirectory=$(CURDIR)/$(KAFKA_DIR)/libs.tmp
+	$(MVN) -f oracle/kafka/pom.xml $(COPY_DEPS) -DoutputDirectory=$(CURDIR)/$(KAFKA_DIR)/libs.tmp \
+		|| $(MVN) -o -f oracle/kafka/pom.xml $(COPY_DEPS) -DoutputDirectory=$(CURDIR)/$(KAFKA_DIR)/libs.tmp
 	rm -rf $(KAFKA_DIR)/libs $(KAFKA_DIR)/.resolved-*
 	mv $(KAFKA_DIR)/libs.tmp $(KAFKA_DIR)/libs
 	@touch $@
 
-kafka: $(KAFKA_STAMP)
+# the Java client driver (kafka-clients) of tests/test_oracle_java_clients.py
+$(JAVA_CLIENTS): oracle/pom.xml oracle/java/pom.xml $(shell find oracle/java/src -name '*.java')
+	$(MVN) -f oracle/java/pom.xml package || $(MVN) -o -f oracle/java/pom.xml package
+	@touch $@
+
+kafka: $(KAFKA_STAMP) $(JAVA_CLIENTS)
 
 # make test: Kafka too when a JDK and Maven are here; otherwise the oracle tests skip (one line why)
 oracle-kafka:
 	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
-		$(MAKE) --no-print-directory kafka || echo "warning: Kafka could not be resolved; oracle tests will be skipped"; \
+		$(MAKE) --no-print-directory -s kafka || echo "warning: Kafka could not be resolved; oracle tests will be skipped"; \
 	else echo "note: no java/mvn on PATH; the Kafka oracle tests will be skipped"; fi
 
 test: $(TSTAMP) kcat oracle-kafka
