@@ -2,8 +2,8 @@
 
 The command lines are those of the seeds (001/002, the single-broker part that tests/test_seeds.py
 also runs, typos corrected as there) and of the README tour. Each tool family runs the whole
-sequence against each broker on its own topic names (``<topic>-j`` for Kafka's tools, ``<topic>-k``
-for kesque's), so the four transcripts are independent; outputs are compared line by line after
+sequence against brokers of its own (topics named ``<topic>-j`` for Kafka's tools, ``<topic>-k`` for
+kesque's), so the four transcripts are independent; outputs are compared line by line after
 :func:`oracle.mask`. Three comparisons per step, all against Kafka's tools on Kafka:
 
 * ``broker``: Kafka's tools on kesque (is kesque the broker Kafka's tools expect?);
@@ -15,17 +15,18 @@ Known differences are xfails naming them (docs/compatibility.md, "Differences fr
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import oracle
 from kesque.testing import kafka as K
-from oracle import pair  # noqa: F401  (module fixture)
 
 pytestmark = oracle.MARKS
 
@@ -103,8 +104,8 @@ KNOWN: dict[str, tuple[set[str], str]] = {
     "tour-produce": (BY_KESQUE_TOOLS, PROPERTY), "tour-consume": (BY_KESQUE_TOOLS, f"{PROPERTY}; {PARTITIONER}"),
     "tour-get-offsets": (BY_KESQUE_TOOLS, PARTITIONER),
     "tour-topic-configs": (ON_KESQUE, SYNONYMS),
-    "tour-groups": ({"tools"}, "kesque's consumer-groups --list lists none of Kafka 4.4's groups (the console "
-                               "consumers' Empty classic groups); Kafka's tool lists them on both brokers"),
+    "tour-groups": (BY_KESQUE_TOOLS, "kesque's console-consumer leaves no group behind; Kafka's joins group "
+                                     "console-consumer-<n>, commits, and the group stays listed (Empty)"),
 }
 
 TOPICS = ("peter-test01", "peter-test02", "peter-test03", "orders")
@@ -136,17 +137,25 @@ def run_steps(tool: str, broker) -> dict[str, tuple[int, list[str], str]]:
     out = {}
     for step, command, stdin in STEPS:
         line = suffixed(command, tool).format(bs=broker.bootstrap_servers, data=broker.data_dir)
+        t0 = time.monotonic()
         r = subprocess.run(argv(tool, line), input=stdin, capture_output=True, text=True, timeout=120)
         out[step] = (r.returncode, normalise(r.stdout, tool, broker).splitlines(), r.stderr)
+        TIMES[tool, type(broker).__name__, step] = time.monotonic() - t0
     return out
 
 
+TIMES: dict = {}
+
+
 @pytest.fixture(scope="module")
-def transcripts(pair):
-    """{(tool, broker name): {step: (exit code, stdout lines, stderr)}}."""
-    runs = [(tool, name) for name in pair for tool in TOOLS]
-    with ThreadPoolExecutor(2) as pool:  # two transcripts at a time: the JVM tools start in ~1.5 s of CPU
-        return dict(zip(runs, pool.map(lambda run: run_steps(run[0], pair[run[1]]), runs)))
+def transcripts(tmp_path_factory):
+    """{(tool, broker name): {step: (exit code, stdout lines, stderr)}}: each tool family on brokers of
+    its own (group listings show every group of a broker), the four transcripts at once (tools mostly wait)."""
+    with contextlib.ExitStack() as stack:
+        pairs = {tool: stack.enter_context(oracle.brokers(tmp_path_factory)) for tool in TOOLS}
+        runs = [(tool, name) for tool in TOOLS for name in pairs[tool]]
+        with ThreadPoolExecutor(len(runs)) as pool:
+            return dict(zip(runs, pool.map(lambda run: run_steps(run[0], pairs[run[0]][run[1]]), runs)))
 
 
 COMPARISONS = {"broker": ("j", "kesque"), "tools": ("k", "kafka"), "both": ("k", "kesque")}

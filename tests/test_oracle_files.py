@@ -17,7 +17,6 @@ import time
 import pytest
 
 import oracle
-from kesque.testing import kafka as K
 from wire import Api, Msg, WireClient, build_batch
 
 pytestmark = oracle.MARKS

@@ -83,7 +83,8 @@ def test_features_differences_are_documented(pair):
     ours = {f.name: (f.min_version_level, f.max_version_level) for f in kesque.finalized_features}
     for name in sorted(set(theirs) | set(ours)):
         if theirs.get(name) != ours.get(name):
-            assert f"`{name}`" in section, f"finalized feature {name}: kesque {ours.get(name)}, Kafka {theirs.get(name)}"
+            assert f"`{name}`" in section, \
+                f"finalized feature {name}: kesque {ours.get(name)}, Kafka {theirs.get(name)}"
 
 
 # ====================================================================== error codes
