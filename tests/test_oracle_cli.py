@@ -20,7 +20,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -137,14 +136,9 @@ def run_steps(tool: str, broker) -> dict[str, tuple[int, list[str], str]]:
     out = {}
     for step, command, stdin in STEPS:
         line = suffixed(command, tool).format(bs=broker.bootstrap_servers, data=broker.data_dir)
-        t0 = time.monotonic()
         r = subprocess.run(argv(tool, line), input=stdin, capture_output=True, text=True, timeout=120)
         out[step] = (r.returncode, normalise(r.stdout, tool, broker).splitlines(), r.stderr)
-        TIMES[tool, type(broker).__name__, step] = time.monotonic() - t0
     return out
-
-
-TIMES: dict = {}
 
 
 @pytest.fixture(scope="module")
