@@ -317,7 +317,11 @@ class KafkaBroker:
 
     def start(self, timeout: float = 90.0) -> "KafkaBroker":
         self.launch()
-        wait_ready([self], timeout)
+        try:
+            wait_ready([self], timeout)
+        except BaseException:  # no JVM left behind by a start that failed
+            self.stop()
+            raise
         return self
 
     def check_alive(self) -> None:
@@ -389,9 +393,13 @@ class KafkaCluster:
     def start(self, timeout: float = 120.0) -> "KafkaCluster":
         for node in self.nodes:
             node.format()
-        for node in self.nodes:
-            node.launch()
-        wait_ready(self.nodes, timeout)
+        try:
+            for node in self.nodes:
+                node.launch()
+            wait_ready(self.nodes, timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def node(self, node_id: int) -> KafkaBroker:
