@@ -74,8 +74,13 @@ def parse_args(argv=None):
                                      "of the working tree, which may hold others' unfinished edits")
     ap.add_argument("--load-groups", type=int, help="override the group count of the coordinator load figure "
                                                     "(10,000; 1,000 with --quick)")
-    ap.add_argument("--out", default=os.path.join(RESULTS, "latest.json"))
+    ap.add_argument("--against", choices=("kesque", "kafka"), default="kesque",
+                    help="the broker measured: kesque, or Apache Kafka (make kafka) for the same figures side by side")
+    ap.add_argument("--out", help="results file (default bench/results/latest.json, latest-kafka.json with "
+                                  "--against kafka)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = os.path.join(RESULTS, "latest-kafka.json" if args.against == "kafka" else "latest.json")
     only = [x.strip() for x in args.only.split(",") if x.strip()]
     bad = [x for x in only if x not in GROUPS and x != "memory"]
     if bad:
@@ -87,6 +92,15 @@ def parse_args(argv=None):
     if args.load_groups:
         args.scale["load_groups"] = args.load_groups
     return args
+
+
+def kafka_version() -> str:
+    from kesque.testing import kafka
+
+    reason = kafka.unavailable()
+    if reason:
+        raise SystemExit(f"--against kafka: {reason}")
+    return kafka.kafka_version()
 
 
 def git(*cmd: str) -> str:
@@ -175,9 +189,17 @@ class BrokerGroup:
         self.log_path = os.path.join(RESULTS, f"broker-{self.name}.log")
         if os.path.exists(self.log_path):
             os.unlink(self.log_path)
-        self.broker = Broker(data_dir=self.dir, log_file=self.log_path,
-                             config={"log.dirs": self.dir, "auto.create.topics.enable": "false", **self.config})
-        self.broker.start(60)
+        if self.args.against == "kafka":  # Apache Kafka on the same figures (its log: broker.log_path)
+            from kesque.testing.kafka import KafkaBroker
+
+            self.broker = KafkaBroker(data_dir=self.dir, heap="1g",
+                                      config={"auto.create.topics.enable": "false", **self.config})
+            self.broker.start(120)
+            self.log_path = self.broker.log_path
+        else:
+            self.broker = Broker(data_dir=self.dir, log_file=self.log_path,
+                                 config={"log.dirs": self.dir, "auto.create.topics.enable": "false", **self.config})
+            self.broker.start(60)
         self.pid = self.broker.process.pid
         import figures
 
@@ -226,6 +248,8 @@ class BrokerGroup:
         try:
             self.broker.stop(30)
         finally:
+            if self.args.against == "kafka":
+                self.broker.close()  # its work dir (config, server.log)
             shutil.rmtree(self.dir, ignore_errors=True)
         self.report["brokers"][self.name] = info
         return False
@@ -325,11 +349,12 @@ def main(argv=None) -> int:
                  "platform": platform.platform(), "loadavg_start": os.getloadavg(),
                  "kesque_imported_from": os.path.dirname(os.path.dirname(os.path.abspath(kesque.__file__)))},
         "source": source,
+        "broker": "kesque" if args.against == "kesque" else f"Apache Kafka {kafka_version()}",
         "limits": {}, "figures": [], "brokers": {}, "errors": [],
     }
     tree = (f", working tree with {source['uncommitted_kesque_files']} uncommitted kesque/ files"
             if source["working_tree"] else "")
-    log(f"scale={report['scale']} groups={','.join(args.groups)} data-dir={args.data_dir} "
+    log(f"broker={report['broker']} scale={report['scale']} groups={','.join(args.groups)} data-dir={args.data_dir} "
         f"kesque={report['host']['kesque_imported_from']} (commit {source['commit']}{tree})")
     records = sc["records"]
     small_topic = "bench-small"

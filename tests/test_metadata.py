@@ -13,7 +13,6 @@ import json
 import re
 import struct
 import uuid
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,9 +27,11 @@ from kesque.metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPI
 from kesque.metadata.log import MetadataLog
 from kesque.protocol.primitives import ProtocolError, uvarint
 from kesque.storage.checkpoint import uuid_to_kafka
+from kesque.testing import kafka
 
 SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow])
-SCHEMA_DIR = Path("/work/kafka-src/metadata/src/main/resources/common/metadata")
+# Kafka's KRaft record schemas, from the kafka-metadata jar resolved by `make kafka`
+KAFKA_SCHEMAS = kafka.jar_resources("kafka-metadata", "common/metadata")
 
 # ======================================================================== a Kafka-schema encoder
 
@@ -116,7 +117,7 @@ def _kafka_struct(fields, rec: dict, version: int) -> bytes:
 
 
 def kafka_schema(name: str) -> dict:
-    return json.loads(re.sub(r"//.*", "", (SCHEMA_DIR / f"{name}.json").read_text()))
+    return json.loads(re.sub(r"//.*", "", KAFKA_SCHEMAS[f"{name}.json"]))
 
 
 def kafka_encode(rec: dict, version: int | None = None) -> bytes:
@@ -127,7 +128,7 @@ def kafka_encode(rec: dict, version: int | None = None) -> bytes:
     return uvarint(1) + uvarint(schema["apiKey"]) + uvarint(version) + _kafka_struct(schema["fields"], rec, version)
 
 
-needs_schemas = pytest.mark.skipif(not SCHEMA_DIR.is_dir(), reason="Kafka metadata schemas not present")
+needs_schemas = pytest.mark.skipif(KAFKA_SCHEMAS is None, reason=kafka.jars_missing() or "")
 
 # ======================================================================== record strategies
 

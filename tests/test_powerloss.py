@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -385,7 +386,7 @@ def record_flushes(mp, m: Model) -> None:
     mp.setattr(Log, "flush", flush)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from([1, 3, LONG_MAX]), st.sampled_from([400, 1000, 4000]), st.lists(OPS, max_size=40))
 def test_power_cut_at_random_points(tmp_path_factory, flush_messages, segment_bytes, ops):
     root = str(tmp_path_factory.mktemp("power"))

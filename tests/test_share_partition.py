@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -350,8 +351,8 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert self.p.in_flight_count() <= 8
 
 
-SharePartitionMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
-                                                   derandomize=True, database=None)
+# the loaded profile (tests/conftest.py: ci derandomized, fuzz fresh and 20x) governs
+SharePartitionMachine.TestCase.settings = settings(max_examples=examples(150), stateful_step_count=40)
 test_share_partition_model = SharePartitionMachine.TestCase
 
 
