@@ -50,7 +50,28 @@ from .validator import validate_batch
 log = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+_SEGMENT_FILES = re.compile(r"^\d{20}\.(log|index|timeindex|txnindex)$")
 DELETE_DIR_SUFFIX = "-delete"
+
+
+def _file_offset(name: str) -> int:
+    return int(name.split(".", 1)[0])
+
+
+def _next_offset_of_file(path: str, base: int) -> int:
+    """Offset after the last whole batch of a segment file (its base when it has none)."""
+    next_offset = base
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size, pos = os.fstat(fd).st_size, 0
+        while pos + rb.HEADER_SIZE <= size:
+            h = rb.read_header(os.pread(fd, rb.HEADER_SIZE, pos))
+            if h.size < rb.HEADER_SIZE or pos + h.size > size:
+                break
+            next_offset, pos = h.next_offset, pos + h.size
+    finally:
+        os.close(fd)
+    return next_offset
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -128,15 +149,7 @@ class Log:
             f.write(topic_id, fsync=self.log_end_offset > 0)
 
     def _load(self, had_clean_shutdown: bool, now_ms: int) -> None:
-        names = sorted(os.listdir(self.dir))
-        for name in names:
-            path = os.path.join(self.dir, name)
-            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp"):
-                log.info("%s: deleting leftover file %s", self.tp, name)
-                os.unlink(path)
-            elif name.endswith(SWAP_SUFFIX):
-                log.info("%s: restoring swap file %s", self.tp, name)
-                os.replace(path, path[: -len(SWAP_SUFFIX)])
+        self._complete_swaps()
         bases = []
         for name in os.listdir(self.dir):
             m = _SEGMENT_FILE.match(name)
@@ -188,6 +201,44 @@ class Log:
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
         self._rebuild_producer_state(replay_from)
+
+    def _complete_swaps(self) -> None:
+        """Leftovers of an interrupted cleaning (Kafka's LogLoader rules): ``.deleted`` and
+        ``.cleaned`` files go (a ``.cleaned`` segment was never complete); a ``.swap`` file at or
+        past the lowest ``.cleaned`` offset belongs to an unfinished operation and goes too. The
+        remaining ``.swap`` segments are complete replacements: the regular segment files whose
+        base lies in [lowest swap base, highest swap end) are the ones they replace and are
+        deleted, then the ``.swap`` suffixes are dropped."""
+        names = sorted(os.listdir(self.dir))
+        min_cleaned = min((_file_offset(n) for n in names if n.endswith(CLEANED_SUFFIX)), default=None)
+        swaps = []
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
+                log.info("%s: deleting leftover file %s", self.tp, name)
+                os.unlink(path)
+            elif name.endswith(SWAP_SUFFIX):
+                if min_cleaned is not None and _file_offset(name) >= min_cleaned:
+                    log.info("%s: deleting invalid swap file %s (an unfinished cleaning)", self.tp, name)
+                    os.unlink(path)
+                else:
+                    swaps.append(name)
+        if not swaps:
+            return
+        lo, hi = 1 << 63, -1
+        for name in swaps:
+            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                base = _file_offset(name)
+                lo = min(lo, base)
+                hi = max(hi, _next_offset_of_file(os.path.join(self.dir, name), base))
+        for name in os.listdir(self.dir):
+            if _SEGMENT_FILES.match(name) and lo <= _file_offset(name) < hi:
+                log.info("%s: deleting %s, replaced by an interrupted swap", self.tp, name)
+                os.unlink(os.path.join(self.dir, name))
+        for name in swaps:
+            log.info("%s: recovering file %s by renaming from %s files", self.tp, name, SWAP_SUFFIX)
+            os.replace(os.path.join(self.dir, name), os.path.join(self.dir, name[: -len(SWAP_SUFFIX)]))
+        fsync_dir(self.dir)
 
     def _rebuild_producer_state(self, replay_from: int | None = None) -> None:
         """Newest producer snapshot at or below the log end (and at or below ``replay_from``,
@@ -616,6 +667,30 @@ class Log:
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self._hw_position = None
         return len(segs)
+
+    def replace_segments(self, new: LogSegment, old: list[LogSegment], now_ms: int, hook=None) -> None:
+        """Swap a cleaned segment (files suffixed ``.cleaned``, content fsynced) in for the
+        consecutive segments ``old`` it was copied from, as Kafka's replaceSegments: rename it to
+        ``.swap`` (from here a crash completes the swap at load), rename the old segments to
+        ``.deleted`` (their descriptors stay open for queued sends until file.delete.delay.ms),
+        drop the ``.swap`` suffix, and sync the directory. ``hook(stage)`` is a test-only
+        crash point after each step."""
+        hook = hook or (lambda _stage: None)
+        new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+        hook("swap")
+        first = self.segments.index(old[0])
+        if self.segments[first:first + len(old)] != old:
+            raise ValueError(f"{self.tp}: segments to replace are not consecutive in the log")
+        for seg in old:
+            seg.rename_suffix(DELETED_SUFFIX)
+            self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
+        hook("deleted")
+        new.change_file_suffixes(SWAP_SUFFIX, "")
+        self.segments[first:first + len(old)] = [new]
+        self._bases[first:first + len(old)] = [new.base_offset]
+        fsync_dir(self.dir)
+        self._hw_position = None
+        hook("done")
 
     def delete_expired_files(self, now_ms: int, force: bool = False) -> None:
         keep = []

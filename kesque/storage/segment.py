@@ -62,18 +62,19 @@ _MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 
 class LogSegment:
     def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
-                 max_index_size: int = 10 * 1024 * 1024, create: bool = False, now_ms: int | None = None):
+                 max_index_size: int = 10 * 1024 * 1024, create: bool = False, now_ms: int | None = None,
+                 file_suffix: str = ""):
         self.dir = dir_path
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         prefix = os.path.join(dir_path, filename_prefix(base_offset))
-        self.log_path = prefix + LOG_SUFFIX
+        self.log_path = prefix + LOG_SUFFIX + file_suffix
         flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if create else 0)
         self.handle = FileHandle(os.open(self.log_path, flags | os.O_CLOEXEC, 0o644))
         self.size = os.fstat(self.handle.fd).st_size
-        self.offset_index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, max_index_size)
-        self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX, base_offset, max_index_size)
-        self.txn_index = TransactionIndex(prefix + TXN_INDEX_SUFFIX, base_offset)
+        self.offset_index = OffsetIndex(prefix + INDEX_SUFFIX + file_suffix, base_offset, max_index_size)
+        self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX + file_suffix, base_offset, max_index_size)
+        self.txn_index = TransactionIndex(prefix + TXN_INDEX_SUFFIX + file_suffix, base_offset)
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = rb.NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
@@ -341,12 +342,19 @@ class LogSegment:
 
     def rename_suffix(self, suffix: str) -> None:
         """Rename all files (e.g. to ``.deleted``) keeping the fd open for queued reads."""
-        new_log = self.log_path + suffix
+        self.change_file_suffixes("", suffix)
+
+    def change_file_suffixes(self, old: str, new: str) -> None:
+        """Swap the ``old`` file suffix for ``new`` on every file (``.cleaned`` -> ``.swap`` -> none,
+        Kafka's changeFileSuffixes), keeping the descriptor open for queued reads."""
+        def renamed(path: str) -> str:
+            return (path[: -len(old)] if old and path.endswith(old) else path) + new
+
+        new_log = renamed(self.log_path)
         os.replace(self.log_path, new_log)
         self.log_path = new_log
-        self.offset_index.rename(self.offset_index.path + suffix)
-        self.time_index.rename(self.time_index.path + suffix)
-        self.txn_index.rename(self.txn_index.path + suffix)
+        for idx in (self.offset_index, self.time_index, self.txn_index):
+            idx.rename(renamed(idx.path))
 
     def close(self) -> None:
         self.offset_index.close()

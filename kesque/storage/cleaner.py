@@ -1,0 +1,414 @@
+"""Log compaction of one log (Kafka's Cleaner): keep at least the last record of every key.
+
+One cleaning of a log whose records below ``first_dirty`` are already clean:
+
+1. the *offset map* (key -> latest offset) is built from the dirty section
+   [first_dirty, first_uncleanable), stopping when it holds ``max_entries`` keys; records
+   of aborted transactions and control batches are not mapped;
+2. every segment from the log start up to the map's end is recopied, in groups that fit
+   one segment, into ``<base>.log.cleaned`` files, keeping a record only when it is the
+   latest of its key (or past the map's end), dropping records of aborted transactions,
+   and keeping tombstones and transaction markers by KIP-534's rules: a batch that keeps
+   a tombstone (or a marker whose transaction has no data left) gets a *delete horizon*
+   (now + delete.retention.ms, in its base timestamp with the delete-horizon attribute);
+   a later cleaning past the horizon drops it. A marker is kept while its transaction has
+   data in the log (KIP-98's two passes). A batch left empty is kept as a bare header when
+   it is the last of an active producer, so idempotence survives a restart;
+3. each group's ``.cleaned`` segment is fsynced and swapped in through ``.swap`` by
+   :meth:`Log.replace_segments`; the load of a log completes or discards an interrupted
+   swap (see ``Log._complete_swaps``).
+
+Offsets never change: a batch keeps its base and last offset, records their offset deltas.
+The active segment is never cleaned (``first_uncleanable`` is at most its base). Time comes
+in as ``now_ms``; the only I/O is the log's files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass
+
+from ..records import batch as rb
+from ..records import compression
+from ..records.records import CONTROL_ABORT, CONTROL_COMMIT, _svarint, _varint, read_end_txn_marker
+from .segment import CLEANED_SUFFIX, LogSegment
+from .txn_index import AbortedTxn
+
+log = logging.getLogger(__name__)
+
+#: bytes per offset-map entry, as Kafka's SkimpyOffsetMap (16-byte MD5 + 8-byte offset)
+MAP_ENTRY_BYTES = 24
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_U32 = struct.Struct(">I")
+
+
+class OffsetMap:
+    """Latest offset of each key of the dirty section, bounded like Kafka's SkimpyOffsetMap:
+    ``memory`` bytes at 24 bytes an entry, filled to ``load_factor``."""
+
+    def __init__(self, memory: int, load_factor: float = 0.9):
+        self.max_entries = max(1, int(memory // MAP_ENTRY_BYTES * load_factor))
+        self.offsets: dict[bytes, int] = {}
+        self.latest_offset = -1
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def full(self) -> bool:
+        return len(self.offsets) >= self.max_entries
+
+    def put(self, key: bytes, offset: int) -> bool:
+        """Map ``key`` to ``offset``; False (nothing stored) when the map is full and the key new."""
+        if key not in self.offsets and self.full:
+            return False
+        self.offsets[key] = offset
+        self.latest_offset = offset
+        return True
+
+    def get(self, key: bytes) -> int:
+        return self.offsets.get(key, -1)
+
+
+@dataclass
+class CleanStats:
+    first_dirty: int = 0
+    end_offset: int = 0  # the new first dirty offset (cleaner-offset-checkpoint)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    map_records: int = 0
+    groups: int = 0
+
+
+class _TxnTracker:
+    """Kafka's CleanedTransactionMetadata: which batches belong to aborted transactions, and
+    which markers may go because no data of their transaction is left."""
+
+    def __init__(self):
+        self.aborted: deque[AbortedTxn] = deque()
+        self.ongoing_aborted: dict[int, list] = {}  # pid -> [AbortedTxn, data seen this pass]
+        self.ongoing_committed: set[int] = set()
+        self.index_out: list[AbortedTxn] | None = None  # entries the cleaned segment keeps
+
+    def add_aborted(self, txns) -> None:
+        known = {(t.producer_id, t.first_offset) for t in self.aborted}
+        for t in sorted(txns, key=lambda t: t.first_offset):
+            if (t.producer_id, t.first_offset) not in known:
+                self.aborted.append(t)
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self.aborted and self.aborted[0].first_offset <= offset:
+            t = self.aborted.popleft()
+            self.ongoing_aborted.setdefault(t.producer_id, [t, False])
+
+    def on_batch(self, h: rb.BatchHeader) -> bool:
+        """True when the data batch belongs to an aborted transaction (to be dropped)."""
+        self._consume_up_to(h.last_offset)
+        if not h.is_transactional:
+            return False
+        ongoing = self.ongoing_aborted.get(h.producer_id)
+        if ongoing is not None:
+            ongoing[1] = True
+            return True
+        self.ongoing_committed.add(h.producer_id)
+        return False
+
+    def on_marker(self, h: rb.BatchHeader, ctype: int | None) -> bool:
+        """True when the marker's transaction has no data left in the log (it may go once its
+        delete horizon has passed)."""
+        self._consume_up_to(h.last_offset)
+        if ctype == CONTROL_ABORT:
+            ongoing = self.ongoing_aborted.pop(h.producer_id, None)
+            if ongoing is not None and ongoing[1]:
+                if self.index_out is not None:
+                    self.index_out.append(ongoing[0])
+                return False
+            return True
+        if ctype == CONTROL_COMMIT:
+            if h.producer_id in self.ongoing_committed:
+                self.ongoing_committed.discard(h.producer_id)
+                return False
+            return True
+        return ctype is None and h.records_count == 0  # an emptied control batch can go
+
+
+# ------------------------------------------------------------------ records of one batch
+
+def _records(payload, count: int):
+    """(start, end, ts_delta_end, ts_delta, offset_delta, key, value_is_null) per record."""
+    out = []
+    p, end = 0, len(payload)
+    for _ in range(count):
+        if p >= end:
+            break
+        start = p
+        length, p = _varint(payload, p)
+        rec_end = p + length
+        q = p + 1
+        ts_delta, q = _varint(payload, q)
+        ts_end = q
+        off_delta, q = _varint(payload, q)
+        klen, q = _varint(payload, q)
+        key = bytes(payload[q:q + klen]) if klen >= 0 else None
+        q += max(klen, 0)
+        vlen, q = _varint(payload, q)
+        out.append((start, rec_end, p, ts_end, ts_delta, off_delta, key, vlen < 0))
+        p = rec_end
+    return out
+
+
+def delete_horizon(h: rb.BatchHeader) -> int | None:
+    return h.base_timestamp if h.attributes & rb.DELETE_HORIZON_FLAG else None
+
+
+def _rebuild(h: rb.BatchHeader, payload, kept: list, horizon: int | None) -> bytes:
+    """A batch with only the ``kept`` records of ``h`` (same offsets, producer fields and
+    compression); with ``horizon`` its base timestamp becomes the delete horizon and the
+    records' timestamp deltas are re-based so their timestamps do not change."""
+    base_ts = h.base_timestamp
+    attrs = h.attributes
+    if horizon is not None:
+        attrs |= rb.DELETE_HORIZON_FLAG
+        base_ts = horizon
+    body = bytearray()
+    mv = memoryview(payload)
+    for start, end, body_start, ts_end, ts_delta, _od, _k, _n in kept:
+        if base_ts == h.base_timestamp:
+            body += mv[start:end]
+            continue
+        rec = bytearray(mv[body_start:body_start + 1])
+        _svarint(h.base_timestamp + ts_delta - base_ts, rec)
+        rec += mv[ts_end:end]
+        _svarint(len(rec), body)
+        body += rec
+    if not kept:
+        attrs &= ~rb.COMPRESSION_MASK  # Kafka writes an emptied batch's header uncompressed
+    elif h.compression:
+        body = compression.compress(h.compression, bytes(body))
+    out = bytearray(_HEADER.pack(h.base_offset, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
+                                 h.partition_leader_epoch, rb.MAGIC_V2, 0, attrs, h.last_offset_delta, base_ts,
+                                 h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, len(kept)))
+    out += body
+    _U32.pack_into(out, rb.CRC_OFFSET, rb.compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+def _payload(data, h: rb.BatchHeader):
+    mv = memoryview(data)[rb.HEADER_SIZE:h.size]
+    return compression.decompress(h.compression, mv) if h.compression else mv
+
+
+# ------------------------------------------------------------------ the cleaner
+
+class Cleaner:
+    """Cleans one log at a time. ``hook(stage)`` is a test-only crash point called with
+    ``"copy"`` (after each batch written to a ``.cleaned`` file), ``"cleaned"`` (a group's
+    ``.cleaned`` segment complete and fsynced) and the stages of Log.replace_segments."""
+
+    def __init__(self, map_memory: int = 128 * 1024 * 1024, hook=None, throttle=None):
+        self.map_memory = map_memory
+        self.hook = hook or (lambda _stage: None)
+        self.throttle = throttle or (lambda _nbytes: None)  # log.cleaner.io.max.bytes.per.second
+
+    # ---------------------------------------------------------------- offset map
+    def build_offset_map(self, lg, start: int, end: int, omap: OffsetMap, stats: CleanStats) -> int:
+        """Map the keys of [start, end); returns the end of the mapped range (the map's end)."""
+        txn = _TxnTracker()
+        txn.add_aborted(lg.collect_aborted_transactions(start, end))
+        mapped_end = start
+        for seg in list(lg.segments):
+            if seg.base_offset >= end:
+                break
+            found = seg.find_batch(start)
+            if found is None:
+                continue
+            for pos, h in seg.iter_headers(found[0]):
+                if h.base_offset >= end:
+                    return mapped_end
+                data = seg.pread(pos, h.size)
+                self.throttle(h.size)
+                stats.bytes_read += h.size
+                if h.is_control:
+                    marker = read_end_txn_marker(data, h) if h.records_count else None
+                    txn.on_marker(h, marker[0] if marker else None)
+                elif not txn.on_batch(h) and h.records_count:
+                    recs = _records(_payload(data, h), h.records_count)
+                    if not omap.full or all(r[6] is None or r[6] in omap.offsets for r in recs):
+                        for r in recs:
+                            if r[6] is not None and h.base_offset + r[5] >= start:
+                                omap.put(r[6], h.base_offset + r[5])
+                                stats.map_records += 1
+                    else:
+                        return mapped_end  # the map is full: clean up to here
+                mapped_end = h.next_offset
+                omap.latest_offset = max(omap.latest_offset, h.last_offset)
+        return mapped_end
+
+    # ---------------------------------------------------------------- one log
+    def clean(self, lg, first_dirty: int, first_uncleanable: int, now_ms: int) -> CleanStats | None:
+        """Clean ``lg`` with dirty section [first_dirty, first_uncleanable); None when there is
+        nothing to clean. ``first_uncleanable`` must be at most the active segment's base."""
+        first_uncleanable = min(first_uncleanable, lg.active_segment.base_offset)
+        stats = CleanStats(first_dirty=first_dirty)
+        if first_dirty >= first_uncleanable:
+            return None
+        omap = OffsetMap(self.map_memory)
+        end = self.build_offset_map(lg, first_dirty, first_uncleanable, omap, stats)
+        if end <= first_dirty:
+            return None
+        stats.end_offset = end
+        txn = _TxnTracker()
+        last_of_producer = {pid: e.batches[-1].last_offset for pid, e in lg.producer_state.producers.items()
+                            if e.batches}
+        cfg = lg.config
+        for group in self.group_segments(lg, end):
+            upper = lg.segments[lg.segments.index(group[-1]) + 1].base_offset
+            txn.add_aborted(lg.collect_aborted_transactions(group[0].base_offset, upper))
+            self.clean_segments(lg, group, omap, txn, last_of_producer, now_ms, cfg.delete_retention_ms, stats)
+            stats.groups += 1
+        log.info("%s: cleaned offsets %d to %d: %d records read, %d kept, %d bytes read, %d written", lg.tp,
+                 first_dirty, end, stats.records_read, stats.records_written, stats.bytes_read, stats.bytes_written)
+        return stats
+
+    @staticmethod
+    def group_segments(lg, end: int) -> list[list[LogSegment]]:
+        """Consecutive segments below ``end`` (never the active one) in groups whose sizes add
+        up to one segment.bytes and whose offsets fit one segment's relative index entries."""
+        cfg = lg.config
+        segs = [s for s in lg.segments[:-1] if s.base_offset < end]
+        groups: list[list[LogSegment]] = []
+        i = 0
+        while i < len(segs):
+            group, size = [segs[i]], segs[i].size
+            i += 1
+            while i < len(segs):
+                nxt = lg.segments[lg.segments.index(segs[i]) + 1].base_offset
+                if size + segs[i].size > cfg.segment_bytes or nxt - 1 - group[0].base_offset > 0x7FFFFFFF:
+                    break
+                group.append(segs[i])
+                size += segs[i].size
+                i += 1
+            groups.append(group)
+        return groups
+
+    def clean_segments(self, lg, group: list[LogSegment], omap: OffsetMap, txn: _TxnTracker,
+                       last_of_producer: dict, now_ms: int, delete_retention_ms: int, stats: CleanStats) -> None:
+        base = group[0].base_offset
+        stale = os.path.join(lg.dir, f"{base:020d}")
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+            try:
+                os.unlink(stale + suffix + CLEANED_SUFFIX)
+            except FileNotFoundError:
+                pass
+        cleaned = LogSegment(lg.dir, base, index_interval_bytes=lg.config.index_interval_bytes,
+                             max_index_size=lg.config.segment_index_bytes, create=True, now_ms=now_ms,
+                             file_suffix=CLEANED_SUFFIX)
+        txn.index_out = []
+        try:
+            for seg in group:
+                for pos, h in seg.iter_headers(0):
+                    data = seg.pread(pos, h.size)
+                    self.throttle(h.size)
+                    stats.bytes_read += h.size
+                    stats.records_read += h.records_count
+                    out = self._filter_batch(h, data, omap, txn, last_of_producer, now_ms, delete_retention_ms)
+                    if out is None:
+                        continue
+                    oh = rb.read_header(out)
+                    cleaned.append(oh.last_offset, oh.max_timestamp, oh.last_offset, out)
+                    stats.bytes_written += len(out)
+                    stats.records_written += oh.records_count
+                    self.hook("copy")
+            for entry in txn.index_out:
+                cleaned.txn_index.append(entry)
+            cleaned.time_index.maybe_append(cleaned.max_timestamp_so_far, cleaned.offset_of_max_timestamp, True)
+            cleaned.flush()
+            cleaned.offset_index.close()
+            cleaned.time_index.close()
+        except BaseException:
+            cleaned.delete_files()
+            raise
+        finally:
+            txn.index_out = None
+        self.hook("cleaned")
+        lg.replace_segments(cleaned, group, now_ms, self.hook)
+
+    def _filter_batch(self, h: rb.BatchHeader, data: bytes, omap: OffsetMap, txn: _TxnTracker,
+                      last_of_producer: dict, now_ms: int, delete_retention_ms: int) -> bytes | None:
+        """The batch to write for ``h`` (itself, rebuilt, or a bare header), or None to drop it."""
+        horizon = delete_horizon(h)
+        if h.is_control:
+            marker = read_end_txn_marker(data, h) if h.records_count else None
+            can_discard = txn.on_marker(h, marker[0] if marker else None)
+            if not can_discard:
+                return data
+            if h.records_count == 0 or (horizon is not None and horizon <= now_ms):
+                return None
+            if horizon is not None:
+                return data
+            payload = _payload(data, h)
+            return _rebuild(h, payload, _records(payload, h.records_count), now_ms + delete_retention_ms)
+        if txn.on_batch(h):  # aborted: all of it goes
+            return self._empty_or_none(h, last_of_producer)
+        if h.records_count == 0:
+            return self._empty_or_none(h, last_of_producer)
+        payload = _payload(data, h)
+        recs = _records(payload, h.records_count)
+        kept = []
+        tombstones = False
+        for r in recs:
+            offset = h.base_offset + r[5]
+            if offset > omap.latest_offset:
+                kept.append(r)
+                tombstones |= r[7]
+            elif r[6] is None or omap.get(r[6]) > offset:
+                continue
+            elif r[7]:  # tombstone: kept until its delete horizon has passed
+                if horizon is None or now_ms < horizon:
+                    kept.append(r)
+                    tombstones = True
+            else:
+                kept.append(r)
+        if not kept:
+            return self._empty_or_none(h, last_of_producer)
+        new_horizon = now_ms + delete_retention_ms if tombstones and horizon is None else None
+        if len(kept) == len(recs) and new_horizon is None:
+            return data
+        return _rebuild(h, payload, kept, new_horizon)
+
+    @staticmethod
+    def _empty_or_none(h: rb.BatchHeader, last_of_producer: dict) -> bytes | None:
+        """A batch whose records all went: its bare header when it is the last batch of an
+        active producer (its sequence numbers must survive), else nothing."""
+        if h.producer_id >= 0 and last_of_producer.get(h.producer_id) == h.last_offset:
+            return _rebuild(h, b"", [], None)
+        return None
+
+
+# ------------------------------------------------------------------ the cleanable range
+
+def first_dirty_offset(lg, checkpoint: int | None) -> int:
+    """Where cleaning resumes: the cleaner-offset-checkpoint entry, or the log start when it
+    has none or the entry is outside the log (truncation, retention past it)."""
+    if checkpoint is None or not lg.log_start_offset <= checkpoint <= lg.log_end_offset:
+        return lg.log_start_offset
+    return checkpoint
+
+
+def first_uncleanable_offset(lg, now_ms: int) -> int:
+    """Kafka's firstUncleanableDirtyOffset: never past the last stable offset nor into the
+    active segment, nor into the first segment holding a record newer than
+    min.compaction.lag.ms."""
+    bounds = [lg.last_stable_offset, lg.active_segment.base_offset]
+    lag = lg.config.min_compaction_lag_ms
+    if lag > 0:
+        for seg in lg.segments[:-1]:
+            if seg.largest_timestamp() > now_ms - lag:
+                bounds.append(seg.base_offset)
+                break
+    return min(bounds)
