@@ -289,7 +289,42 @@ def test_compaction_model(tmp_path_factory, ops, long_retention, map_memory):
     reopened.close()
 
 
-@pytest.mark.parametrize("stage", ["copy", "cleaned", "swap", "deleted", "done"])
+# ------------------------------------------------------------------ crashes
+
+STAGES = ["copy", "cleaned", "swap", "deleted", "done"]
+
+
+class Crash(BaseException):
+    """The process dies here (a BaseException: no clean-up handler runs)."""
+
+
+def crash_while_cleaning(lg: Log, stage: str) -> None:
+    def hook(s):
+        if s == stage:
+            raise Crash
+
+    with pytest.raises(Crash):
+        Cleaner(hook=hook).clean(lg, 0, first_uncleanable_offset(lg, NOW), NOW)
+    for seg in lg.segments + [s for _due, s in lg._pending_deletes]:
+        seg.close()
+
+
+def last_per_key(recs) -> list:
+    last = {}
+    for off, k, v in recs:
+        last[k] = (off, k, v)
+    return sorted(last.values())
+
+
+def assert_recovered(path, before, stage: str, cleaned_stages=("swap", "deleted", "done")) -> None:
+    reopened = new_log(path)
+    assert records(reopened) == (last_per_key(before) if stage in cleaned_stages else before)
+    assert not [n for n in os.listdir(reopened.dir) if n.endswith((".cleaned", ".swap", ".deleted"))]
+    assert reopened.log_end_offset == 40
+    reopened.close()
+
+
+@pytest.mark.parametrize("stage", STAGES)
 def test_crash_at_each_stage_recovers_a_consistent_log(tmp_path, stage):
     """A crash (the process dies, the page cache survives) at each step of a cleaning: the
     reopened log holds either the old segments or the cleaned one, never both or neither."""
@@ -297,26 +332,34 @@ def test_crash_at_each_stage_recovers_a_consistent_log(tmp_path, stage):
     user_emails(lg, updates=40)
     lg.roll(NOW)
     before = records(lg)
+    crash_while_cleaning(lg, stage)
+    assert_recovered(tmp_path / "t-0", before, stage)
 
-    class Crash(Exception):
-        pass
 
-    def hook(s):
-        if s == stage:
-            raise Crash
+@pytest.mark.parametrize("stage", STAGES)
+def test_power_cut_at_each_stage_recovers_a_consistent_log(tmp_path, monkeypatch, stage):
+    """The same with the power cut (only what was fsynced survives): up to the directory sync
+    that ends the swap the old segments come back, from it on the cleaned one."""
+    from powerloss import PowerLossFS
 
-    with pytest.raises(Crash):
-        Cleaner(hook=hook).clean(lg, 0, first_uncleanable_offset(lg, NOW), NOW)
-    for seg in lg.segments:
-        seg.handle.close()
-    reopened = new_log(tmp_path / "t-0")
-    after = records(reopened)
-    last = {}
-    for off, k, v in before:
-        last[k] = (off, k, v)
-    if stage in ("copy", "cleaned"):
-        assert after == before
-    else:
-        assert after == sorted(last.values())
-    assert not [n for n in os.listdir(reopened.dir) if n.endswith((".cleaned", ".swap"))]
-    assert reopened.log_end_offset == 40
+    fs = PowerLossFS(tmp_path).install(monkeypatch)
+    lg = new_log(tmp_path / "t-0")
+    user_emails(lg, updates=40)
+    lg.roll(NOW)
+    lg.flush()
+    before = records(lg)
+    crash_while_cleaning(lg, stage)
+    fs.lose_power()
+    assert_recovered(tmp_path / "t-0", before, stage, cleaned_stages=("done",))
+
+
+def test_load_drops_a_swap_file_of_an_unfinished_operation(tmp_path):
+    """Kafka's KAFKA-6264 rule: a .swap at or past the lowest .cleaned offset is not complete."""
+    lg = new_log(tmp_path / "t-0")
+    user_emails(lg, updates=40)
+    lg.roll(NOW)
+    before = records(lg)
+    crash_while_cleaning(lg, "swap")
+    swap = [n for n in os.listdir(lg.dir) if n.endswith(".log.swap")][0]
+    open(os.path.join(lg.dir, swap.replace(".log.swap", ".log.cleaned")), "wb").close()
+    assert_recovered(tmp_path / "t-0", before, "swap", cleaned_stages=())
