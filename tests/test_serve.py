@@ -207,9 +207,6 @@ NOT_YET = [
      "controller.quorum.bootstrap.servers names 10.1.2.3:9093, which is not one of this node's listeners"),
     ({"process.roles": "broker"}, "process.roles=broker: kesque does not run separate broker and controller nodes "
                                   "yet"),
-    ({"log.cleaner.threads": "2", "log.cleaner.min.cleanable.ratio": "0.7"},
-     "kesque has no log cleaner yet (log compaction is not implemented): log.cleaner.min.cleanable.ratio, "
-     "log.cleaner.threads have no effect"),
     ({"unclean.leader.election.enable": "true"}, "unclean.leader.election.enable=true has no effect"),
 ]
 
@@ -223,29 +220,3 @@ def test_settings_kesque_does_not_act_on_warn_once_at_start(tmp_path, overrides,
     assert " WARNING " in next(line for line in log.splitlines() if message in line)
     for key in overrides:  # the one warning replaces the generic "not used" line
         assert f"Kafka config {key} is not used" not in log
-
-
-def test_compacted_topics_warn_once(tmp_path):
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
-
-    b = Broker(data_dir=str(tmp_path)).start()
-    try:
-        admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
-        for f in admin.create_topics([NewTopic("cmp", 1, 1, config={"cleanup.policy": "compact"}),
-                                      NewTopic("plain", 1, 1), NewTopic("later", 1, 1)]).values():
-            f.result()
-        later = ConfigResource(ResourceType.TOPIC, "later", incremental_configs=[
-            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
-        for _ in range(2):  # the second change leaves it compacted: no second warning
-            for f in admin.incremental_alter_configs([later]).values():
-                f.result()
-        b.restart()
-    finally:
-        b.stop()
-    log = open(b.log_path).read()
-    warning = "Topic cmp has cleanup.policy=compact, but kesque has no log cleaner yet"
-    assert log.count(warning) == 1, log  # at creation
-    assert log.count("Topic later has cleanup.policy=compact") == 1, log  # when altered to compact
-    assert log.count("Topics cmp, later have cleanup.policy=compact") == 1, log  # at the next start
-    warned = [line for line in log.splitlines() if "no log cleaner yet" in line]
-    assert len(warned) == 3 and not any("plain" in w or "__consumer_offsets" in w for w in warned), warned

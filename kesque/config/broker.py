@@ -6,7 +6,7 @@ that Kafka knows but kesque does not use (JVM, thread pools, SSL, ZooKeeper...) 
 with a warning naming it, so a Kafka user's file starts kesque. Anything else is an error.
 A listener whose security protocol is not PLAINTEXT is an error too (kesque has no TLS or
 SASL: it must not serve it as plaintext); what kesque refuses or only warns about because it
-does not do it yet (a controller quorum, a log cleaner, ...) is in ``not_yet``.
+does not do it yet (a controller quorum, unclean leader election, ...) is in ``not_yet``.
 
 Dynamic changes (AlterConfigs on a BROKER) follow Kafka's DynamicBrokerConfig: its whole
 dynamic set is accepted, stored and described, including the keys kesque does not act on.
@@ -104,6 +104,13 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("log.cleaner.max.compaction.lag.ms", "LONG", LONG_MAX, "", at_least(1), dynamic=True),
     _K("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, "", between(0, 1), dynamic=True),
     _K("log.cleaner.backoff.ms", "LONG", 15000, "", at_least(0), dynamic=True),
+    _K("log.cleaner.threads", "INT", 1, "log cleaner worker threads", at_least(0), dynamic=True),
+    _K("log.cleaner.dedupe.buffer.size", "LONG", 134217728, "offset map memory of all cleaner threads",
+       dynamic=True),
+    _K("log.cleaner.io.max.bytes.per.second", "DOUBLE", 1.7976931348623157e308, "cleaner I/O bound", dynamic=True),
+    _K("log.cleaner.io.buffer.size", "INT", 524288, "accepted; kesque reads whole batches", at_least(0),
+       dynamic=True),
+    _K("log.cleaner.io.buffer.load.factor", "DOUBLE", 0.9, "accepted; the offset map fills to 0.9", dynamic=True),
     _K("message.max.bytes", "INT", 1048588, "", at_least(0), dynamic=True),
     _K("compression.type", "STRING", "producer", "",
        one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), dynamic=True),
@@ -214,8 +221,7 @@ DYNAMIC_WITHOUT_EFFECT = frozenset({
     "listeners", "advertised.listeners", "listener.security.protocol.map", "log.preallocate",
     "log.local.retention.ms", "log.local.retention.bytes", "unclean.leader.election.enable",
     "transaction.partition.verification.enable",
-    "log.cleaner.backoff.ms", "log.cleaner.delete.retention.ms", "log.cleaner.max.compaction.lag.ms",
-    "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.threads", "log.cleaner.io.buffer.size", "log.cleaner.io.buffer.load.factor",
 })
 
 _LISTENER_KEYS = ("listeners", "advertised.listeners", "listener.security.protocol.map")
@@ -361,8 +367,7 @@ class BrokerConfig:
                 self.unused.append(name)
                 continue
             if _known_kafka_key(name):
-                if not not_yet.covers(name):  # those get one warning about the missing feature instead
-                    log.warning("Kafka config %s is not used by kesque; ignoring it", name)
+                log.warning("Kafka config %s is not used by kesque; ignoring it", name)
                 self.unused.append(name)
                 continue
             if strict:

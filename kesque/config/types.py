@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Callable
 
 INT_MAX = 2**31 - 1
@@ -136,4 +138,13 @@ def render(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, list):
         return ",".join(value)
+    if isinstance(value, float) and math.isfinite(value) and value and not 1e-3 <= abs(value) < 1e7:
+        return _java_scientific(value)
     return str(value)
+
+
+def _java_scientific(value: float) -> str:
+    """Java's Double.toString outside [1e-3, 1e7): shortest digits as ``d.dddE<exp>``."""
+    sign, digits, exp = Decimal(repr(value)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0") or "0"
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{len(digits) - 1 + exp}"

@@ -21,7 +21,7 @@ from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
 from ..config.broker import BrokerConfig
 from ..controller.controller import Controller
-from ..metadata.image import RESOURCE_TOPIC, Delta, MetadataImage
+from ..metadata.image import Delta, MetadataImage
 from ..metadata.log import MetadataLog
 from ..protocol import api as protocol
 from ..protocol.primitives import INT32, ProtocolError
@@ -53,6 +53,7 @@ class KesqueServer:
         # file writes that must not stall the event loop (checkpoint fsyncs), one at a time
         self.io_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kesque-io")
         self.stopped = False
+        self.log_cleaner = None
         self.start_time = time.monotonic()
         self.metadata_dir_lock: DirLock | None = None
 
@@ -139,6 +140,7 @@ class KesqueServer:
         self._warn_not_yet()
         self._write_checkpoints_at_start()
         self._schedule_periodic()
+        self._start_log_cleaner()
         self.started.set()
         log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
                  (time.monotonic() - t0) * 1000, cluster_id)
@@ -168,18 +170,28 @@ class KesqueServer:
         return out
 
     def _warn_not_yet(self) -> None:
-        """Once at start, then as configs change: what is stored but not acted on."""
+        """Once at start: what is stored but not acted on."""
         self.controller.warn_without_effect()
-        rm = self.replica_manager
-        compaction = not_yet.CompactionWarnings(
-            lambda topic: self.image.topic(topic) is not None and rm.log_config_for(topic).compact)
-        compaction.check(self.image.topics_by_name)
 
-        def on_delta(delta: Delta) -> None:
-            created = [self.image.topics_by_id[t].name for t in delta.created_topics if t in self.image.topics_by_id]
-            compaction.check(created + [name for rtype, name in delta.changed_configs if rtype == RESOURCE_TOPIC])
+    def _start_log_cleaner(self) -> None:
+        """log.cleaner.enable: the background cleaner of compacted logs, woken every
+        log.cleaner.backoff.ms (read each time: it is dynamic) and after each cleaning."""
+        from ..storage.cleaner_manager import LogCleaner
 
-        self.add_publisher(on_delta)
+        if not self.config.get("log.cleaner.enable"):
+            return
+        self.log_cleaner = LogCleaner(self.config, self.log_manager, self.clock, self.loop, self._write_in_background)
+
+        def tick():
+            if self.stopped:
+                return
+            try:
+                self.log_cleaner.kick()
+            except Exception:
+                log.exception("log cleaner selection failed")
+            self._timers.append(self.loop.call_later(self.config.get("log.cleaner.backoff.ms") / 1000.0, tick))
+
+        self._timers.append(self.loop.call_soon(tick))
 
     def _delete_stray_logs(self) -> None:
         for (topic, partition), lg in list(self.log_manager.logs.items()):
@@ -212,6 +224,10 @@ class KesqueServer:
             self.txn_coordinator.shutdown()
         for task in list(self._tasks):
             task.cancel()
+        if self.log_cleaner is not None:
+            await self.log_cleaner.stop()
+            if clean:
+                self.log_manager.write_checkpoints(self.log_cleaner.manager.checkpoint_jobs(self.log_manager))
         self.io_executor.shutdown(wait=True)
         if clean:
             self.log_manager.shutdown(self.broker_epoch)

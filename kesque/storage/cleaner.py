@@ -210,10 +210,13 @@ class Cleaner:
     ``"copy"`` (after each batch written to a ``.cleaned`` file), ``"cleaned"`` (a group's
     ``.cleaned`` segment complete and fsynced) and the stages of Log.replace_segments."""
 
-    def __init__(self, map_memory: int = 128 * 1024 * 1024, hook=None, throttle=None):
+    def __init__(self, map_memory: int = 128 * 1024 * 1024, hook=None, throttle=None, swap=None):
         self.map_memory = map_memory
         self.hook = hook or (lambda _stage: None)
         self.throttle = throttle or (lambda _nbytes: None)  # log.cleaner.io.max.bytes.per.second
+        # how a cleaned segment replaces its group: in place here; a background cleaner runs
+        # Log.replace_segments on the event loop that owns the log
+        self.swap = swap or (lambda lg, new, old, now_ms, hook: lg.replace_segments(new, old, now_ms, hook))
 
     # ---------------------------------------------------------------- offset map
     def build_offset_map(self, lg, start: int, end: int, omap: OffsetMap, stats: CleanStats) -> int:
@@ -250,9 +253,12 @@ class Cleaner:
         return mapped_end
 
     # ---------------------------------------------------------------- one log
-    def clean(self, lg, first_dirty: int, first_uncleanable: int, now_ms: int) -> CleanStats | None:
+    def clean(self, lg, first_dirty: int, first_uncleanable: int, now_ms: int,
+              last_of_producer: dict | None = None) -> CleanStats | None:
         """Clean ``lg`` with dirty section [first_dirty, first_uncleanable); None when there is
-        nothing to clean. ``first_uncleanable`` must be at most the active segment's base."""
+        nothing to clean. ``first_uncleanable`` must be at most the active segment's base.
+        ``last_of_producer`` (producer id -> offset of its last data batch) is read from the
+        log's producer state when not given (a background cleaner takes it on the loop)."""
         first_uncleanable = min(first_uncleanable, lg.active_segment.base_offset)
         stats = CleanStats(first_dirty=first_dirty)
         if first_dirty >= first_uncleanable:
@@ -263,8 +269,8 @@ class Cleaner:
             return None
         stats.end_offset = end
         txn = _TxnTracker()
-        last_of_producer = {pid: e.batches[-1].last_offset for pid, e in lg.producer_state.producers.items()
-                            if e.batches}
+        if last_of_producer is None:
+            last_of_producer = last_batches_of_producers(lg)
         cfg = lg.config
         for group in self.group_segments(lg, end):
             upper = lg.segments[lg.segments.index(group[-1]) + 1].base_offset
@@ -336,7 +342,12 @@ class Cleaner:
         finally:
             txn.index_out = None
         self.hook("cleaned")
-        lg.replace_segments(cleaned, group, now_ms, self.hook)
+        try:
+            self.swap(lg, cleaned, group, now_ms, self.hook)
+        except Exception:
+            if cleaned.log_path.endswith(CLEANED_SUFFIX):  # refused before the swap began
+                cleaned.delete_files()
+            raise
 
     def _filter_batch(self, h: rb.BatchHeader, data: bytes, omap: OffsetMap, txn: _TxnTracker,
                       last_of_producer: dict, now_ms: int, delete_retention_ms: int) -> bytes | None:
@@ -391,6 +402,11 @@ class Cleaner:
 
 
 # ------------------------------------------------------------------ the cleanable range
+
+def last_batches_of_producers(lg) -> dict[int, int]:
+    """Producer id -> last offset of its last data batch (that batch is kept, even emptied)."""
+    return {pid: e.batches[-1].last_offset for pid, e in lg.producer_state.producers.items() if e.batches}
+
 
 def first_dirty_offset(lg, checkpoint: int | None) -> int:
     """Where cleaning resumes: the cleaner-offset-checkpoint entry, or the log start when it

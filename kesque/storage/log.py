@@ -84,6 +84,10 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
+class SegmentsChangedError(Exception):
+    """Segments a cleaning copied left the log before the swap (retention, truncation)."""
+
+
 @dataclass(slots=True)
 class AppendInfo:
     first_offset: int
@@ -676,11 +680,12 @@ class Log:
         drop the ``.swap`` suffix, and sync the directory. ``hook(stage)`` is a test-only
         crash point after each step."""
         hook = hook or (lambda _stage: None)
+        first = self.segments.index(old[0]) if old[0] in self.segments else -1
+        if first < 0 or self.segments[first:first + len(old)] != old or old[-1] is self.active_segment:
+            # retention or a truncation changed the log while it was being cleaned
+            raise SegmentsChangedError(f"{self.tp}: the segments cleaned are no longer in the log")
         new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
         hook("swap")
-        first = self.segments.index(old[0])
-        if self.segments[first:first + len(old)] != old:
-            raise ValueError(f"{self.tp}: segments to replace are not consecutive in the log")
         for seg in old:
             seg.rename_suffix(DELETED_SUFFIX)
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))

@@ -1,0 +1,82 @@
+"""Log compaction in a running broker: the background cleaner, seen through real clients."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from clientlib import wait_for_log
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from conftest import running_broker
+
+CLEANER = {"log.cleaner.backoff.ms": "50"}
+COMPACTED = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
+
+
+def create(bootstrap: str, topic: str, config: dict) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, 1, 1, config=config)]).values():
+        f.result()
+
+
+def read_all(bootstrap: str, topic: str, start: int = 0, end: int | None = None) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) from ``start`` up to the partition's end."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False})
+    try:
+        if end is None:
+            end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        c.assign([TopicPartition(topic, 0, start)])
+        out = []
+        while not out or out[-1][0] < end - 1:
+            m = c.poll(10)
+            assert m is not None, f"no record after {out[-1:]} (end {end})"
+            assert not m.error(), m.error()
+            out.append((m.offset(), m.key(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def test_user_email_topic_keeps_the_last_address_of_every_user(tmp_path):
+    """Seed 000's example: users change addresses many times; after cleaning each user keeps
+    the last one at its offset, and a fetch from a removed offset starts at the next survivor."""
+    with running_broker(tmp_path / "data", CLEANER) as b:
+        create(b.bootstrap_servers, "user-emails", COMPACTED)
+        p = Producer({"bootstrap.servers": b.bootstrap_servers, "linger.ms": 0})
+        last = {}
+        for rnd in range(4):  # rounds 150 ms apart: segment.ms rolls a segment per round
+            for i in range(25):
+                uid = b"%d" % (123 + i % 5)
+                last[uid] = b"user%s@round-%d-%d.example" % (uid, rnd, i)
+                p.produce("user-emails", key=uid, value=last[uid])
+            p.flush(10)
+            time.sleep(0.15)
+        p.produce("user-emails", key=b"999", value=b"rolls the last round out of the active segment")
+        p.flush(10)
+        deadline = time.monotonic() + 30
+        while True:  # the cleaner runs in the background: wait until it has caught up
+            got = read_all(b.bootstrap_servers, "user-emails")
+            survivors = [r for r in got if r[1] != b"999"]
+            if len(survivors) == len(last) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert sorted((k, v) for _o, k, v in survivors) == sorted(last.items())  # each user's last address
+        assert [o for o, k, _v in survivors] == [95 + j for j in range(5)]  # at its offset
+        text = wait_for_log(b, "Log cleaner finished user-emails-0")
+        assert "no log cleaner" not in text
+        assert "cleaner-recopy-percent=" in text and "uncleanable-partitions-count=0" in text
+        first = survivors[0][0]
+        for start in (first - 3, first - 1):  # inside the compacted gap: the next survivor
+            assert read_all(b.bootstrap_servers, "user-emails", start, got[-1][0] + 1)[0][0] == first
+
+
+@pytest.mark.parametrize("key,value", [("min.cleanable.dirty.ratio", "1.5"), ("delete.retention.ms", "-1"),
+                                       ("cleanup.policy", "compcat"), ("max.compaction.lag.ms", "0"),
+                                       ("min.compaction.lag.ms", "-5")])
+def test_bad_compaction_settings_are_refused(module_broker, topic_name, key, value):
+    admin = AdminClient({"bootstrap.servers": module_broker.bootstrap_servers})
+    with pytest.raises(KafkaException) as e:
+        admin.create_topics([NewTopic(topic_name, 1, 1, config={key: value})])[topic_name].result()
+    err = e.value.args[0]
+    assert err.name() == "INVALID_CONFIG" and key in err.str(), err
