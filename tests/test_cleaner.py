@@ -363,3 +363,68 @@ def test_load_drops_a_swap_file_of_an_unfinished_operation(tmp_path):
     swap = [n for n in os.listdir(lg.dir) if n.endswith(".log.swap")][0]
     open(os.path.join(lg.dir, swap.replace(".log.swap", ".log.cleaned")), "wb").close()
     assert_recovered(tmp_path / "t-0", before, "swap", cleaned_stages=())
+
+
+# ------------------------------------------------------------------ choosing the log (CleanerManager)
+
+def _dirty_log(path, updates: int, **cfg) -> Log:
+    lg = new_log(path, **cfg)
+    user_emails(lg, updates=updates)
+    lg.roll(NOW)
+    return lg
+
+
+def test_the_filthiest_log_above_the_ratio_is_chosen(tmp_path):
+    from kesque.storage.cleaner_manager import CleanerManager
+
+    a = _dirty_log(tmp_path / "a-0", 40)
+    b = _dirty_log(tmp_path / "b-0", 40)
+    plain = _dirty_log(tmp_path / "p-0", 40, cleanup_policy=("delete",))
+    m = CleanerManager()
+    m.checkpoints[("a", 0)] = 35  # most of a is clean already
+    job = m.grab_filthiest({("a", 0): a, ("b", 0): b, ("p", 0): plain}, NOW)
+    assert job.tp == ("b", 0) and job.ratio == 1.0 and ("b", 0) in m.in_progress
+    job2 = m.grab_filthiest({("a", 0): a, ("b", 0): b}, NOW)  # b is busy; a's ratio is under 0.5
+    assert job2 is None
+    a.config.min_cleanable_dirty_ratio = 0.01
+    assert m.grab_filthiest({("a", 0): a, ("b", 0): b}, NOW).tp == ("a", 0)
+
+
+def test_max_compaction_lag_cleans_whatever_the_ratio(tmp_path):
+    from kesque.storage.cleaner_manager import CleanerManager
+
+    lg = _dirty_log(tmp_path / "a-0", 40, min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=1000)
+    m = CleanerManager()
+    m.checkpoints[("a", 0)] = 35
+    assert m.grab_filthiest({("a", 0): lg}, NOW + 1000) is None
+    job = m.grab_filthiest({("a", 0): lg}, NOW + 1001)
+    assert job is not None and job.needs_now and m.max_compaction_delay_secs > 0
+
+
+def test_min_compaction_lag_keeps_recent_segments_dirty(tmp_path):
+    lg = _dirty_log(tmp_path / "a-0", 40, min_compaction_lag_ms=1000)
+    assert first_uncleanable_offset(lg, NOW + 999) == 0
+    assert first_uncleanable_offset(lg, NOW + 1001) == lg.active_segment.base_offset
+
+
+def test_cleaner_checkpoint_survives_a_restart(tmp_path):
+    from kesque.storage.cleaner_manager import CleanerManager
+    from kesque.storage.log_manager import LogManager
+
+    class Clock:
+        def now_ms(self):
+            return NOW
+
+    lm = LogManager([str(tmp_path)], Clock(), node_id=1, cluster_id="c")
+    lm.prepare_dirs()
+    lg = lm.get_or_create_log("a", 0, LogConfig(cleanup_policy=("compact",)), None)
+    m = CleanerManager()
+    job = m.grab_filthiest(lm.logs, NOW)
+    assert job is None  # empty
+    m.checkpoints[("a", 0)] = lg.log_end_offset
+    m.checkpoints[("gone", 0)] = 7  # a deleted log's entry is not written
+    lm.write_checkpoints(m.checkpoint_jobs(lm))
+    again = CleanerManager()
+    again.load_checkpoints(lm.log_dirs)
+    assert again.checkpoints == {("a", 0): 0}
+    lm.release_locks()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
-from clientlib import wait_for_log
+from clientlib import segment_batches, segment_files, wait_for_log
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import running_broker
@@ -80,3 +81,44 @@ def test_bad_compaction_settings_are_refused(module_broker, topic_name, key, val
         admin.create_topics([NewTopic(topic_name, 1, 1, config={key: value})])[topic_name].result()
     err = e.value.args[0]
     assert err.name() == "INVALID_CONFIG" and key in err.str(), err
+
+
+INTERNAL = {**CLEANER, "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "1048576",
+            "log.cleaner.min.cleanable.ratio": "0.1"}
+
+
+def _wait_for(predicate, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_consumer_offsets_are_compacted_and_load_after_a_restart(tmp_path):
+    """A group committing again and again keeps about one record per partition in
+    __consumer_offsets once cleaned, and the coordinator loads the right offsets from it."""
+    commits = 2500  # with 1000 bytes of metadata each: three segments of 1 MiB (the least segment.bytes)
+    with running_broker(tmp_path / "data", INTERNAL) as b:
+        create(b.bootstrap_servers, "src", {})
+        early = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "early", "enable.auto.commit": False})
+        early.commit(offsets=[TopicPartition("src", 0, 7)], asynchronous=False)  # lands in a cleaned segment
+        early.close()
+        c = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "committer", "enable.auto.commit": False})
+        for i in range(1, commits + 1):
+            c.commit(offsets=[TopicPartition("src", 0, i, metadata="m" * 1000)], asynchronous=False)
+        c.close()
+        data_dir = str(tmp_path / "data")
+
+        def cleaned_records():  # records left in the segments before the active one
+            segs = segment_files(data_dir, "__consumer_offsets", 0)
+            active = int(os.path.basename(segs[-1]).split(".")[0])
+            return sum(h.count for h in segment_batches(data_dir, "__consumer_offsets", 0) if h.base_offset < active)
+
+        assert _wait_for(lambda: cleaned_records() <= 2), cleaned_records()  # a key per group and partition
+        b.restart()
+        for group, offset in (("early", 7), ("committer", commits)):
+            c = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": group})
+            try:
+                assert c.committed([TopicPartition("src", 0)], timeout=10)[0].offset == offset
+            finally:
+                c.close()

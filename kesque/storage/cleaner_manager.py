@@ -84,7 +84,6 @@ class CleanerManager:
         self.max_clean_time_secs = 0.0
         self.max_compaction_delay_secs = 0.0
         self.cleaner_recopy_percent = 0
-        self.max_buffer_utilization_percent = 0
 
     def load_checkpoints(self, log_dirs) -> None:
         for d in log_dirs:
@@ -120,12 +119,6 @@ class CleanerManager:
     def failed(self, job: LogToClean) -> None:
         self.in_progress.discard(job.tp)
         self.uncleanable.add(job.tp)
-
-    def forget(self, tps) -> None:
-        """Logs gone (deleted topics): their checkpoint entries go with them."""
-        for tp in tps:
-            self.checkpoints.pop(tp, None)
-            self.uncleanable.discard(tp)
 
     def checkpoint_jobs(self, log_manager) -> list[tuple[str, dict]]:
         out = []
