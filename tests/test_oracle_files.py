@@ -31,7 +31,7 @@ TOPICS = {PLAIN: {"segment.bytes": str(SEGMENT)}, IDEMPOTENT: {"segment.bytes": 
 BATCHES = 500  # 2750 records, ~2.8 segments
 # root files Kafka and kesque both keep, compared by content
 ROOT_CHECKPOINTS = ("replication-offset-checkpoint", "recovery-point-offset-checkpoint",
-                    "log-start-offset-checkpoint")
+                    "log-start-offset-checkpoint", "cleaner-offset-checkpoint")
 
 
 def batches(t0: int, producer_id: int = -1):
@@ -162,7 +162,7 @@ def test_same_files(disks):
 
 
 # in the log directory besides the partitions (after a clean stop); docs/compatibility.md
-ONLY_KAFKA = {"cleaner-offset-checkpoint"}  # the log cleaner's (empty: no compacted topics here)
+ONLY_KAFKA: set[str] = set()
 ONLY_KESQUE = {"kesque.log"}  # kesque.Broker's log file (KafkaBroker keeps server.log outside)
 
 
