@@ -428,3 +428,28 @@ def test_cleaner_checkpoint_survives_a_restart(tmp_path):
     again.load_checkpoints(lm.log_dirs)
     assert again.checkpoints == {("a", 0): 0}
     lm.release_locks()
+
+
+# ------------------------------------------------------------------ the compiled per-record work
+
+RECORDS = st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b""])), VALUES,
+                             st.lists(st.tuples(st.just("h"), st.one_of(st.none(), st.binary(max_size=2))),
+                                      max_size=2)), min_size=1, max_size=8)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(recs=RECORDS, base=st.integers(0, 1000), start=st.integers(0, 1010), latest=st.integers(-1, 1010),
+       mapped=st.dictionaries(st.sampled_from([b"a", b"b", b"c", b""]), st.integers(0, 1010)),
+       max_entries=st.integers(1, 4), drop=st.booleans())
+def test_compiled_map_and_retain_match_the_reference(recs, base, start, latest, mapped, max_entries, drop):
+    from kesque.records import records as rr
+
+    if rr._cscan is None:
+        pytest.skip("the compiled scan is not built")
+    payload = build_batch(recs, timestamp=NOW)[61:]
+    m1, m2 = dict(mapped), dict(mapped)
+    assert rr._cscan.map_keys(payload, len(recs), base, start, m1, max_entries) == \
+        rr._map_keys_py(payload, len(recs), base, start, m2, max_entries)
+    assert m1 == m2
+    assert rr._cscan.retain(payload, len(recs), base, mapped, latest, drop) == \
+        rr._retain_py(payload, len(recs), base, mapped, latest, drop)

@@ -15,6 +15,12 @@
  *     two Arrow binary columns (see records.py, encode_columns): the writer side.
  * murmur2_partitions(key_col, n, partitions) -> int32 partition per row (-1: null key),
  *     Kafka's default partitioner.
+ * map_keys(payload, count, base_offset, start, mapping, max_entries) -> (records, full): the log
+ *     cleaner's offset map: mapping[key] = offset for each keyed record at or past start, until
+ *     the dict holds max_entries keys (full: a new key did not fit).
+ * retain(payload, count, base_offset, mapping, latest_offset, drop_tombstones) -> (records,
+ *     kept, tombstone_kept): the records of one batch the cleaner keeps, verbatim (see
+ *     kesque/storage/cleaner.py for the rule).
  * Errors raise ValueError with Kafka's messages; the caller turns them into INVALID_RECORD.
  */
 #define PY_SSIZE_T_CLEAN
@@ -493,12 +499,145 @@ static PyObject *murmur2_partitions(PyObject *self, PyObject *args)
     return result;
 }
 
+/* ---------------------------------------------------------------- log cleaner */
+
+/* one record's framing: [start, end), offset delta, key (NULL if null), value null */
+typedef struct {
+    Py_ssize_t start, end;
+    int64_t offset_delta;
+    const unsigned char *key;
+    int64_t key_len;
+    int value_null;
+} rec_view;
+
+static int next_record(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end, long i, rec_view *r)
+{
+    int64_t length, v;
+    int rc;
+    r->start = *pos;
+    if ((rc = read_varint(b, pos, end, 5, &length)) < 0) { varint_error(rc, i); return -1; }
+    if (length <= 0 || length > end - *pos) { invalid("record %ld has invalid length %lld", i, (long long)length); return -1; }
+    Py_ssize_t p = *pos + 1;
+    r->end = *pos + length;
+    if ((rc = read_varint(b, &p, r->end, 10, &v)) < 0) { varint_error(rc, i); return -1; }
+    if ((rc = read_varint(b, &p, r->end, 5, &r->offset_delta)) < 0) { varint_error(rc, i); return -1; }
+    if ((rc = read_varint(b, &p, r->end, 5, &r->key_len)) < 0) { varint_error(rc, i); return -1; }
+    r->key = NULL;
+    if (r->key_len >= 0) {
+        if (r->key_len > r->end - p) { invalid("record %ld: a field runs past the end of the record", i); return -1; }
+        r->key = b + p;
+        p += r->key_len;
+    }
+    if ((rc = read_varint(b, &p, r->end, 5, &v)) < 0) { varint_error(rc, i); return -1; }
+    r->value_null = v < 0;
+    *pos = r->end;
+    return 0;
+}
+
+static PyObject *map_keys(PyObject *self, PyObject *args)
+{
+    PyObject *obj, *mapping;
+    long count;
+    long long base, start;
+    Py_ssize_t max_entries;
+    if (!PyArg_ParseTuple(args, "OlLLO!n", &obj, &count, &base, &start, &PyDict_Type, &mapping, &max_entries))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0;
+    long i;
+    int full = 0;
+    PyObject *result = NULL;
+    for (i = 0; i < count && pos < view.len; i++) {
+        rec_view r;
+        if (next_record(b, &pos, view.len, i, &r) < 0) goto done;
+        long long offset = base + r.offset_delta;
+        if (r.key == NULL || offset < start)
+            continue;
+        PyObject *key = PyBytes_FromStringAndSize((const char *)r.key, r.key_len);
+        if (!key) goto done;
+        int has = PyDict_Contains(mapping, key);
+        if (has < 0) { Py_DECREF(key); goto done; }
+        if (!has && PyDict_GET_SIZE(mapping) >= max_entries) {
+            Py_DECREF(key);
+            full = 1;
+            break;
+        }
+        PyObject *off = PyLong_FromLongLong(offset);
+        int rc = off ? PyDict_SetItem(mapping, key, off) : -1;
+        Py_XDECREF(off);
+        Py_DECREF(key);
+        if (rc < 0) goto done;
+    }
+    result = Py_BuildValue("(lO)", i, full ? Py_True : Py_False);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *retain(PyObject *self, PyObject *args)
+{
+    PyObject *obj, *mapping;
+    long count;
+    long long base, latest;
+    int drop_tombstones;
+    if (!PyArg_ParseTuple(args, "OlLO!Lp", &obj, &count, &base, &PyDict_Type, &mapping, &latest, &drop_tombstones))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0;
+    long i, kept = 0;
+    int tombstone_kept = 0;
+    PyObject *result = NULL;
+    growbuf out = {0};
+    for (i = 0; i < count && pos < view.len; i++) {
+        rec_view r;
+        if (next_record(b, &pos, view.len, i, &r) < 0) goto done;
+        long long offset = base + r.offset_delta;
+        int keep;
+        if (offset > latest) {
+            keep = 1;
+        } else if (r.key == NULL) {
+            keep = 0;
+        } else {
+            PyObject *key = PyBytes_FromStringAndSize((const char *)r.key, r.key_len);
+            if (!key) goto done;
+            PyObject *found = PyDict_GetItemWithError(mapping, key); /* borrowed */
+            Py_DECREF(key);
+            if (!found && PyErr_Occurred()) goto done;
+            long long latest_for_key = found ? PyLong_AsLongLong(found) : -1;
+            if (latest_for_key == -1 && PyErr_Occurred()) goto done;
+            keep = latest_for_key <= offset && !(r.value_null && drop_tombstones);
+        }
+        if (keep) {
+            if (gb_put(&out, b + r.start, r.end - r.start) < 0) goto done;
+            kept++;
+            tombstone_kept |= r.value_null;
+        }
+    }
+    if (i != count) {
+        invalid("batch declares %ld records but contains %ld", count, i);
+        goto done;
+    }
+    result = Py_BuildValue("(NlO)", gb_bytes(&out), kept, tombstone_kept ? Py_True : Py_False);
+done:
+    PyMem_Free(out.data);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Check the framing of every field of every record."},
     {"walk", walk, METH_VARARGS, "Check that record length prefixes tile the range."},
     {"columns", columns, METH_VARARGS, "The records of one batch payload as column buffers."},
     {"encode", encode, METH_VARARGS, "The records section of a batch for rows of two binary columns."},
     {"murmur2_partitions", murmur2_partitions, METH_VARARGS, "Kafka's default partition of each key."},
+    {"map_keys", map_keys, METH_VARARGS, "The log cleaner's offset map from one batch payload."},
+    {"retain", retain, METH_VARARGS, "The records of one batch payload the log cleaner keeps."},
     {NULL, NULL, 0, NULL},
 };
 

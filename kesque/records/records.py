@@ -408,6 +408,79 @@ def _murmur2_partitions_py(keys, n: int, partitions: int) -> bytes:
     return out.tobytes()
 
 
+# ----------------------------------------------------------------- log cleaner
+
+def record_spans(payload, count: int) -> list[tuple]:
+    """(start, end, body_start, ts_end, ts_delta, offset_delta, key, value_is_null) of each
+    record of a batch payload: the framing the log cleaner needs to keep records verbatim."""
+    out = []
+    p, end = 0, len(payload)
+    for _ in range(count):
+        if p >= end:
+            break
+        start = p
+        length, p = _varint(payload, p)
+        rec_end = p + length
+        q = p + 1
+        ts_delta, q = _varint(payload, q)
+        ts_end = q
+        off_delta, q = _varint(payload, q)
+        klen, q = _varint(payload, q)
+        key = bytes(payload[q:q + klen]) if klen >= 0 else None
+        q += max(klen, 0)
+        vlen, q = _varint(payload, q)
+        out.append((start, rec_end, p, ts_end, ts_delta, off_delta, key, vlen < 0))
+        p = rec_end
+    return out
+
+
+def map_keys(payload, count: int, base_offset: int, start: int, mapping: dict, max_entries: int):
+    """``mapping[key] = offset`` for each keyed record at or past ``start`` while ``mapping``
+    holds fewer than ``max_entries`` keys; returns (records looked at, full). Compiled in
+    ``_cscan.map_keys``; this is its reference and fallback."""
+    if _cscan is not None:
+        return _cscan.map_keys(payload, count, base_offset, start, mapping, max_entries)
+    return _map_keys_py(payload, count, base_offset, start, mapping, max_entries)
+
+
+def _map_keys_py(payload, count, base_offset, start, mapping, max_entries):
+    spans = record_spans(payload, count)
+    for i, r in enumerate(spans):
+        offset = base_offset + r[5]
+        if r[6] is None or offset < start:
+            continue
+        if r[6] not in mapping and len(mapping) >= max_entries:
+            return i, True
+        mapping[r[6]] = offset
+    return len(spans), False
+
+
+def retain_records(payload, count: int, base_offset: int, mapping: dict, latest_offset: int,
+                   drop_tombstones: bool) -> tuple[bytes, int, bool]:
+    """The records of a batch payload the log cleaner keeps, verbatim: those past
+    ``latest_offset`` (the offset map's end), and keyed ones that are the latest of their key
+    (tombstones only when not ``drop_tombstones``). Returns (records, how many, whether a
+    tombstone is among them). Compiled in ``_cscan.retain``; this is its reference and fallback."""
+    if _cscan is not None:
+        return _cscan.retain(payload, count, base_offset, mapping, latest_offset, drop_tombstones)
+    return _retain_py(payload, count, base_offset, mapping, latest_offset, drop_tombstones)
+
+
+def _retain_py(payload, count, base_offset, mapping, latest_offset, drop_tombstones):
+    mv = memoryview(payload)
+    out = bytearray()
+    kept = 0
+    tombstone = False
+    for start, end, _b, _t, _ts, od, key, null in record_spans(payload, count):
+        offset = base_offset + od
+        if offset > latest_offset or (key is not None and mapping.get(key, -1) <= offset
+                                      and not (null and drop_tombstones)):
+            out += mv[start:end]
+            kept += 1
+            tombstone |= null
+    return bytes(out), kept, tombstone
+
+
 # ----------------------------------------------------------------- building
 
 def _uvarint(v: int, out: bytearray) -> None:

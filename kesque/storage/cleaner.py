@@ -33,7 +33,15 @@ from dataclasses import dataclass
 
 from ..records import batch as rb
 from ..records import compression
-from ..records.records import CONTROL_ABORT, CONTROL_COMMIT, _svarint, _varint, read_end_txn_marker
+from ..records.records import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    _svarint,
+    map_keys,
+    read_end_txn_marker,
+    record_spans,
+    retain_records,
+)
 from .segment import CLEANED_SUFFIX, LogSegment
 from .txn_index import AbortedTxn
 
@@ -56,18 +64,6 @@ class OffsetMap:
 
     def __len__(self) -> int:
         return len(self.offsets)
-
-    @property
-    def full(self) -> bool:
-        return len(self.offsets) >= self.max_entries
-
-    def put(self, key: bytes, offset: int) -> bool:
-        """Map ``key`` to ``offset``; False (nothing stored) when the map is full and the key new."""
-        if key not in self.offsets and self.full:
-            return False
-        self.offsets[key] = offset
-        self.latest_offset = offset
-        return True
 
     def get(self, key: bytes) -> int:
         return self.offsets.get(key, -1)
@@ -137,62 +133,44 @@ class _TxnTracker:
         return ctype is None and h.records_count == 0  # an emptied control batch can go
 
 
-# ------------------------------------------------------------------ records of one batch
-
-def _records(payload, count: int):
-    """(start, end, ts_delta_end, ts_delta, offset_delta, key, value_is_null) per record."""
-    out = []
-    p, end = 0, len(payload)
-    for _ in range(count):
-        if p >= end:
-            break
-        start = p
-        length, p = _varint(payload, p)
-        rec_end = p + length
-        q = p + 1
-        ts_delta, q = _varint(payload, q)
-        ts_end = q
-        off_delta, q = _varint(payload, q)
-        klen, q = _varint(payload, q)
-        key = bytes(payload[q:q + klen]) if klen >= 0 else None
-        q += max(klen, 0)
-        vlen, q = _varint(payload, q)
-        out.append((start, rec_end, p, ts_end, ts_delta, off_delta, key, vlen < 0))
-        p = rec_end
-    return out
-
+# ------------------------------------------------------------------ batches
 
 def delete_horizon(h: rb.BatchHeader) -> int | None:
     return h.base_timestamp if h.attributes & rb.DELETE_HORIZON_FLAG else None
 
 
-def _rebuild(h: rb.BatchHeader, payload, kept: list, horizon: int | None) -> bytes:
-    """A batch with only the ``kept`` records of ``h`` (same offsets, producer fields and
-    compression); with ``horizon`` its base timestamp becomes the delete horizon and the
-    records' timestamp deltas are re-based so their timestamps do not change."""
+def _rebase_timestamps(body, count: int, old_base: int, new_base: int) -> bytes:
+    """The records section ``body`` with each timestamp delta re-based from ``old_base`` to
+    ``new_base`` (the timestamps themselves do not change). Per record in Python: only batches
+    getting their delete horizon, once, come here."""
+    out = bytearray()
+    mv = memoryview(body)
+    for _start, end, body_start, ts_end, ts_delta, _od, _k, _n in record_spans(body, count):
+        rec = bytearray(mv[body_start:body_start + 1])
+        _svarint(old_base + ts_delta - new_base, rec)
+        rec += mv[ts_end:end]
+        _svarint(len(rec), out)
+        out += rec
+    return bytes(out)
+
+
+def _rebuild(h: rb.BatchHeader, body, count: int, horizon: int | None) -> bytes:
+    """A batch of ``count`` records (the records section ``body``, uncompressed) in place of
+    ``h``: same offsets, producer fields and compression. With ``horizon`` its base timestamp
+    becomes the delete horizon (KIP-534) and the records' timestamp deltas follow."""
     base_ts = h.base_timestamp
     attrs = h.attributes
     if horizon is not None:
         attrs |= rb.DELETE_HORIZON_FLAG
         base_ts = horizon
-    body = bytearray()
-    mv = memoryview(payload)
-    for start, end, body_start, ts_end, ts_delta, _od, _k, _n in kept:
-        if base_ts == h.base_timestamp:
-            body += mv[start:end]
-            continue
-        rec = bytearray(mv[body_start:body_start + 1])
-        _svarint(h.base_timestamp + ts_delta - base_ts, rec)
-        rec += mv[ts_end:end]
-        _svarint(len(rec), body)
-        body += rec
-    if not kept:
+        body = _rebase_timestamps(body, count, h.base_timestamp, horizon)
+    if not count:
         attrs &= ~rb.COMPRESSION_MASK  # Kafka writes an emptied batch's header uncompressed
     elif h.compression:
         body = compression.compress(h.compression, bytes(body))
     out = bytearray(_HEADER.pack(h.base_offset, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
                                  h.partition_leader_epoch, rb.MAGIC_V2, 0, attrs, h.last_offset_delta, base_ts,
-                                 h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, len(kept)))
+                                 h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, count))
     out += body
     _U32.pack_into(out, rb.CRC_OFFSET, rb.compute_crc(out, 0, len(out)))
     return bytes(out)
@@ -240,14 +218,11 @@ class Cleaner:
                     marker = read_end_txn_marker(data, h) if h.records_count else None
                     txn.on_marker(h, marker[0] if marker else None)
                 elif not txn.on_batch(h) and h.records_count:
-                    recs = _records(_payload(data, h), h.records_count)
-                    if not omap.full or all(r[6] is None or r[6] in omap.offsets for r in recs):
-                        for r in recs:
-                            if r[6] is not None and h.base_offset + r[5] >= start:
-                                omap.put(r[6], h.base_offset + r[5])
-                                stats.map_records += 1
-                    else:
-                        return mapped_end  # the map is full: clean up to here
+                    n, full = map_keys(_payload(data, h), h.records_count, h.base_offset, start, omap.offsets,
+                                       omap.max_entries)
+                    stats.map_records += n
+                    if full:  # clean up to here; keys mapped from this batch only remove older records
+                        return mapped_end
                 mapped_end = h.next_offset
                 omap.latest_offset = max(omap.latest_offset, h.last_offset)
         return mapped_end
@@ -362,42 +337,28 @@ class Cleaner:
                 return None
             if horizon is not None:
                 return data
-            payload = _payload(data, h)
-            return _rebuild(h, payload, _records(payload, h.records_count), now_ms + delete_retention_ms)
+            return _rebuild(h, _payload(data, h), h.records_count, now_ms + delete_retention_ms)
         if txn.on_batch(h):  # aborted: all of it goes
             return self._empty_or_none(h, last_of_producer)
         if h.records_count == 0:
             return self._empty_or_none(h, last_of_producer)
-        payload = _payload(data, h)
-        recs = _records(payload, h.records_count)
-        kept = []
-        tombstones = False
-        for r in recs:
-            offset = h.base_offset + r[5]
-            if offset > omap.latest_offset:
-                kept.append(r)
-                tombstones |= r[7]
-            elif r[6] is None or omap.get(r[6]) > offset:
-                continue
-            elif r[7]:  # tombstone: kept until its delete horizon has passed
-                if horizon is None or now_ms < horizon:
-                    kept.append(r)
-                    tombstones = True
-            else:
-                kept.append(r)
+        # a record stays when past the map's end or the latest of its key; a tombstone also
+        # only until its batch's delete horizon has passed
+        body, kept, tombstones = retain_records(_payload(data, h), h.records_count, h.base_offset, omap.offsets,
+                                                omap.latest_offset, horizon is not None and now_ms >= horizon)
         if not kept:
             return self._empty_or_none(h, last_of_producer)
         new_horizon = now_ms + delete_retention_ms if tombstones and horizon is None else None
-        if len(kept) == len(recs) and new_horizon is None:
+        if kept == h.records_count and new_horizon is None:
             return data
-        return _rebuild(h, payload, kept, new_horizon)
+        return _rebuild(h, body, kept, new_horizon)
 
     @staticmethod
     def _empty_or_none(h: rb.BatchHeader, last_of_producer: dict) -> bytes | None:
         """A batch whose records all went: its bare header when it is the last batch of an
         active producer (its sequence numbers must survive), else nothing."""
         if h.producer_id >= 0 and last_of_producer.get(h.producer_id) == h.last_offset:
-            return _rebuild(h, b"", [], None)
+            return _rebuild(h, b"", 0, None)
         return None
 
 
