@@ -438,18 +438,20 @@ RECORDS = st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([b"a", b"b", b
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(recs=RECORDS, base=st.integers(0, 1000), start=st.integers(0, 1010), latest=st.integers(-1, 1010),
-       mapped=st.dictionaries(st.sampled_from([b"a", b"b", b"c", b""]), st.integers(0, 1010)),
-       max_entries=st.integers(1, 4), drop=st.booleans())
-def test_compiled_map_and_retain_match_the_reference(recs, base, start, latest, mapped, max_entries, drop):
+@given(mapped=RECORDS, recs=RECORDS, base=st.integers(0, 20), start=st.integers(0, 25), latest=st.integers(-1, 40),
+       memory=st.sampled_from([48, 72, 1 << 12]), drop=st.booleans())
+def test_compiled_offset_map_matches_the_reference(mapped, recs, base, start, latest, memory, drop):
+    """The compiled map (a table of key hashes, no GIL) and the dict reference agree."""
     from kesque.records import records as rr
+    from kesque.storage.cleaner import OffsetMap
 
     if rr._cscan is None:
         pytest.skip("the compiled scan is not built")
+    maps = [OffsetMap(memory, compiled=True), OffsetMap(memory, compiled=False)]
+    first = build_batch(mapped, timestamp=NOW)[61:]
+    assert maps[0].map_batch(first, len(mapped), base, start) == maps[1].map_batch(first, len(mapped), base, start)
+    assert len(maps[0]) == len(maps[1])
     payload = build_batch(recs, timestamp=NOW)[61:]
-    m1, m2 = dict(mapped), dict(mapped)
-    assert rr._cscan.map_keys(payload, len(recs), base, start, m1, max_entries) == \
-        rr._map_keys_py(payload, len(recs), base, start, m2, max_entries)
-    assert m1 == m2
-    assert rr._cscan.retain(payload, len(recs), base, mapped, latest, drop) == \
-        rr._retain_py(payload, len(recs), base, mapped, latest, drop)
+    for m in maps:
+        m.latest_offset = latest
+    assert maps[0].retain(payload, len(recs), base + 10, drop) == maps[1].retain(payload, len(recs), base + 10, drop)

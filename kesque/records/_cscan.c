@@ -15,12 +15,13 @@
  *     two Arrow binary columns (see records.py, encode_columns): the writer side.
  * murmur2_partitions(key_col, n, partitions) -> int32 partition per row (-1: null key),
  *     Kafka's default partitioner.
- * map_keys(payload, count, base_offset, start, mapping, max_entries) -> (records, full): the log
- *     cleaner's offset map: mapping[key] = offset for each keyed record at or past start, until
- *     the dict holds max_entries keys (full: a new key did not fit).
- * retain(payload, count, base_offset, mapping, latest_offset, drop_tombstones) -> (records,
- *     kept, tombstone_kept): the records of one batch the cleaner keeps, verbatim (see
- *     kesque/storage/cleaner.py for the rule).
+ * map_keys(payload, count, base_offset, start, table, size, max_entries) -> (records, full, size):
+ *     the log cleaner's offset map (a bytearray of 24-byte slots, see below): key -> offset for
+ *     each keyed record at or past start, until it holds max_entries keys (full: a new key did
+ *     not fit). Runs without the GIL.
+ * retain(payload, count, base_offset, table, latest_offset, drop_tombstones) -> (records, kept,
+ *     tombstone_kept): the records of one batch the cleaner keeps, verbatim (the rule is in
+ *     kesque/storage/cleaner.py). Runs without the GIL.
  * Errors raise ValueError with Kafka's messages; the caller turns them into INVALID_RECORD.
  */
 #define PY_SSIZE_T_CLEAN
@@ -510,93 +511,146 @@ typedef struct {
     int value_null;
 } rec_view;
 
-static int next_record(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end, long i, rec_view *r)
+static int next_record_nogil(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end, rec_view *r)
 {
     int64_t length, v;
-    int rc;
     r->start = *pos;
-    if ((rc = read_varint(b, pos, end, 5, &length)) < 0) { varint_error(rc, i); return -1; }
-    if (length <= 0 || length > end - *pos) { invalid("record %ld has invalid length %lld", i, (long long)length); return -1; }
+    if (read_varint(b, pos, end, 5, &length) < 0 || length <= 0 || length > end - *pos)
+        return -1;
     Py_ssize_t p = *pos + 1;
     r->end = *pos + length;
-    if ((rc = read_varint(b, &p, r->end, 10, &v)) < 0) { varint_error(rc, i); return -1; }
-    if ((rc = read_varint(b, &p, r->end, 5, &r->offset_delta)) < 0) { varint_error(rc, i); return -1; }
-    if ((rc = read_varint(b, &p, r->end, 5, &r->key_len)) < 0) { varint_error(rc, i); return -1; }
+    if (read_varint(b, &p, r->end, 10, &v) < 0 || read_varint(b, &p, r->end, 5, &r->offset_delta) < 0
+        || read_varint(b, &p, r->end, 5, &r->key_len) < 0)
+        return -1;
     r->key = NULL;
     if (r->key_len >= 0) {
-        if (r->key_len > r->end - p) { invalid("record %ld: a field runs past the end of the record", i); return -1; }
+        if (r->key_len > r->end - p)
+            return -1;
         r->key = b + p;
         p += r->key_len;
     }
-    if ((rc = read_varint(b, &p, r->end, 5, &v)) < 0) { varint_error(rc, i); return -1; }
+    if (read_varint(b, &p, r->end, 5, &v) < 0)
+        return -1;
     r->value_null = v < 0;
     *pos = r->end;
     return 0;
 }
 
+/* The offset map of the log cleaner (Kafka's SkimpyOffsetMap): a caller-owned buffer of
+ * slots of 24 bytes (two 64-bit halves of a 128-bit key hash, the offset; an empty slot holds
+ * offset -1), open addressing with linear probing. Everything here runs without the GIL. */
+static inline uint64_t fmix64(uint64_t k)
+{
+    k ^= k >> 33; k *= 0xff51afd7ed558ccdULL; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ULL; k ^= k >> 33;
+    return k;
+}
+
+static void key_hash(const unsigned char *p, int64_t n, uint64_t *h1, uint64_t *h2)
+{
+    uint64_t a = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n, b = 0xC2B2AE3D27D4EB4FULL + (uint64_t)n;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t k;
+        memcpy(&k, p + i, 8);
+        a = fmix64(a ^ k) * 0x87c37b91114253d5ULL;
+        b = fmix64(b + k * 0x4cf5ad432745937fULL) ^ (b >> 29);
+    }
+    uint64_t tail = 0;
+    for (int64_t j = 0; i + j < n; j++)
+        tail |= (uint64_t)p[i + j] << (8 * j);
+    a = fmix64(a ^ tail ^ 0x52dce729ULL);
+    b = fmix64(b + tail * 0x38495ab5ULL + a);
+    *h1 = a;
+    *h2 = b;
+}
+
+typedef struct { uint64_t h1, h2; int64_t offset; } map_slot;
+
+/* the slot of the key: its own or the empty one where it would go */
+static map_slot *map_find(map_slot *t, Py_ssize_t slots, uint64_t h1, uint64_t h2)
+{
+    Py_ssize_t i = (Py_ssize_t)(h1 % (uint64_t)slots);
+    for (;;) {
+        map_slot *s = &t[i];
+        if (s->offset == -1 || (s->h1 == h1 && s->h2 == h2))
+            return s;
+        if (++i == slots)
+            i = 0;
+    }
+}
+
 static PyObject *map_keys(PyObject *self, PyObject *args)
 {
-    PyObject *obj, *mapping;
+    PyObject *obj, *tobj;
     long count;
     long long base, start;
-    Py_ssize_t max_entries;
-    if (!PyArg_ParseTuple(args, "OlLLO!n", &obj, &count, &base, &start, &PyDict_Type, &mapping, &max_entries))
+    Py_ssize_t size, max_entries;
+    if (!PyArg_ParseTuple(args, "OlLLOnn", &obj, &count, &base, &start, &tobj, &size, &max_entries))
         return NULL;
-    Py_buffer view;
+    Py_buffer view, table;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
         return NULL;
+    if (PyObject_GetBuffer(tobj, &table, PyBUF_WRITABLE) < 0) { PyBuffer_Release(&view); return NULL; }
+    Py_ssize_t slots = table.len / (Py_ssize_t)sizeof(map_slot);
+    if (slots <= 0 || max_entries >= slots) {
+        PyBuffer_Release(&view); PyBuffer_Release(&table);
+        return invalid("offset map of %ld slots cannot hold %ld entries", (long)slots, (long)max_entries);
+    }
     const unsigned char *b = (const unsigned char *)view.buf;
+    map_slot *t = (map_slot *)table.buf;
     Py_ssize_t pos = 0;
     long i;
-    int full = 0;
-    PyObject *result = NULL;
+    int full = 0, failed = 0;
+    Py_BEGIN_ALLOW_THREADS
     for (i = 0; i < count && pos < view.len; i++) {
         rec_view r;
-        if (next_record(b, &pos, view.len, i, &r) < 0) goto done;
+        if (next_record_nogil(b, &pos, view.len, &r) < 0) { failed = 1; break; }
         long long offset = base + r.offset_delta;
         if (r.key == NULL || offset < start)
             continue;
-        PyObject *key = PyBytes_FromStringAndSize((const char *)r.key, r.key_len);
-        if (!key) goto done;
-        int has = PyDict_Contains(mapping, key);
-        if (has < 0) { Py_DECREF(key); goto done; }
-        if (!has && PyDict_GET_SIZE(mapping) >= max_entries) {
-            Py_DECREF(key);
-            full = 1;
-            break;
+        uint64_t h1, h2;
+        key_hash(r.key, r.key_len, &h1, &h2);
+        map_slot *s = map_find(t, slots, h1, h2);
+        if (s->offset == -1) {
+            if (size >= max_entries) { full = 1; break; }
+            s->h1 = h1;
+            s->h2 = h2;
+            size++;
         }
-        PyObject *off = PyLong_FromLongLong(offset);
-        int rc = off ? PyDict_SetItem(mapping, key, off) : -1;
-        Py_XDECREF(off);
-        Py_DECREF(key);
-        if (rc < 0) goto done;
+        s->offset = offset;
     }
-    result = Py_BuildValue("(lO)", i, full ? Py_True : Py_False);
-done:
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    return result;
+    PyBuffer_Release(&table);
+    if (failed)
+        return invalid("record %ld of the batch is malformed", i);
+    return Py_BuildValue("(lOn)", i, full ? Py_True : Py_False, size);
 }
 
 static PyObject *retain(PyObject *self, PyObject *args)
 {
-    PyObject *obj, *mapping;
+    PyObject *obj, *tobj;
     long count;
     long long base, latest;
     int drop_tombstones;
-    if (!PyArg_ParseTuple(args, "OlLO!Lp", &obj, &count, &base, &PyDict_Type, &mapping, &latest, &drop_tombstones))
+    if (!PyArg_ParseTuple(args, "OlLOLp", &obj, &count, &base, &tobj, &latest, &drop_tombstones))
         return NULL;
-    Py_buffer view;
+    Py_buffer view, table;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
         return NULL;
+    if (PyObject_GetBuffer(tobj, &table, PyBUF_SIMPLE) < 0) { PyBuffer_Release(&view); return NULL; }
+    Py_ssize_t slots = table.len / (Py_ssize_t)sizeof(map_slot);
     const unsigned char *b = (const unsigned char *)view.buf;
-    Py_ssize_t pos = 0;
+    const map_slot *t = (const map_slot *)table.buf;
+    char *out = PyMem_Malloc(view.len ? view.len : 1);
+    if (!out) { PyBuffer_Release(&view); PyBuffer_Release(&table); return PyErr_NoMemory(); }
+    Py_ssize_t pos = 0, olen = 0;
     long i, kept = 0;
-    int tombstone_kept = 0;
-    PyObject *result = NULL;
-    growbuf out = {0};
+    int tombstone_kept = 0, failed = 0;
+    Py_BEGIN_ALLOW_THREADS
     for (i = 0; i < count && pos < view.len; i++) {
         rec_view r;
-        if (next_record(b, &pos, view.len, i, &r) < 0) goto done;
+        if (next_record_nogil(b, &pos, view.len, &r) < 0) { failed = 1; break; }
         long long offset = base + r.offset_delta;
         int keep;
         if (offset > latest) {
@@ -604,29 +658,32 @@ static PyObject *retain(PyObject *self, PyObject *args)
         } else if (r.key == NULL) {
             keep = 0;
         } else {
-            PyObject *key = PyBytes_FromStringAndSize((const char *)r.key, r.key_len);
-            if (!key) goto done;
-            PyObject *found = PyDict_GetItemWithError(mapping, key); /* borrowed */
-            Py_DECREF(key);
-            if (!found && PyErr_Occurred()) goto done;
-            long long latest_for_key = found ? PyLong_AsLongLong(found) : -1;
-            if (latest_for_key == -1 && PyErr_Occurred()) goto done;
+            long long latest_for_key = -1;
+            if (slots > 0) {
+                uint64_t h1, h2;
+                key_hash(r.key, r.key_len, &h1, &h2);
+                latest_for_key = map_find((map_slot *)t, slots, h1, h2)->offset;
+            }
             keep = latest_for_key <= offset && !(r.value_null && drop_tombstones);
         }
         if (keep) {
-            if (gb_put(&out, b + r.start, r.end - r.start) < 0) goto done;
+            memcpy(out + olen, b + r.start, r.end - r.start);
+            olen += r.end - r.start;
             kept++;
             tombstone_kept |= r.value_null;
         }
     }
-    if (i != count) {
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL;
+    if (failed)
+        invalid("record %ld of the batch is malformed", i);
+    else if (i != count)
         invalid("batch declares %ld records but contains %ld", count, i);
-        goto done;
-    }
-    result = Py_BuildValue("(NlO)", gb_bytes(&out), kept, tombstone_kept ? Py_True : Py_False);
-done:
-    PyMem_Free(out.data);
+    else
+        result = Py_BuildValue("(y#lO)", out, olen, kept, tombstone_kept ? Py_True : Py_False);
+    PyMem_Free(out);
     PyBuffer_Release(&view);
+    PyBuffer_Release(&table);
     return result;
 }
 

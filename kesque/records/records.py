@@ -434,16 +434,11 @@ def record_spans(payload, count: int) -> list[tuple]:
     return out
 
 
-def map_keys(payload, count: int, base_offset: int, start: int, mapping: dict, max_entries: int):
+def map_keys_py(payload, count: int, base_offset: int, start: int, mapping: dict, max_entries: int):
     """``mapping[key] = offset`` for each keyed record at or past ``start`` while ``mapping``
-    holds fewer than ``max_entries`` keys; returns (records looked at, full). Compiled in
-    ``_cscan.map_keys``; this is its reference and fallback."""
-    if _cscan is not None:
-        return _cscan.map_keys(payload, count, base_offset, start, mapping, max_entries)
-    return _map_keys_py(payload, count, base_offset, start, mapping, max_entries)
-
-
-def _map_keys_py(payload, count, base_offset, start, mapping, max_entries):
+    holds fewer than ``max_entries`` keys; returns (records looked at, full). The reference of
+    ``_cscan.map_keys`` (which keeps the map in a table of key hashes, without the GIL) and the
+    fallback without a compiler."""
     spans = record_spans(payload, count)
     for i, r in enumerate(spans):
         offset = base_offset + r[5]
@@ -455,18 +450,11 @@ def _map_keys_py(payload, count, base_offset, start, mapping, max_entries):
     return len(spans), False
 
 
-def retain_records(payload, count: int, base_offset: int, mapping: dict, latest_offset: int,
-                   drop_tombstones: bool) -> tuple[bytes, int, bool]:
+def retain_py(payload, count: int, base_offset: int, mapping: dict, latest_offset: int, drop_tombstones: bool):
     """The records of a batch payload the log cleaner keeps, verbatim: those past
     ``latest_offset`` (the offset map's end), and keyed ones that are the latest of their key
     (tombstones only when not ``drop_tombstones``). Returns (records, how many, whether a
-    tombstone is among them). Compiled in ``_cscan.retain``; this is its reference and fallback."""
-    if _cscan is not None:
-        return _cscan.retain(payload, count, base_offset, mapping, latest_offset, drop_tombstones)
-    return _retain_py(payload, count, base_offset, mapping, latest_offset, drop_tombstones)
-
-
-def _retain_py(payload, count, base_offset, mapping, latest_offset, drop_tombstones):
+    tombstone is among them). The reference of ``_cscan.retain`` and its fallback."""
     mv = memoryview(payload)
     out = bytearray()
     kept = 0

@@ -36,11 +36,12 @@ from ..records import compression
 from ..records.records import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
+    _cscan,
     _svarint,
-    map_keys,
+    map_keys_py,
     read_end_txn_marker,
     record_spans,
-    retain_records,
+    retain_py,
 )
 from .segment import CLEANED_SUFFIX, LogSegment
 from .txn_index import AbortedTxn
@@ -55,18 +56,36 @@ _U32 = struct.Struct(">I")
 
 class OffsetMap:
     """Latest offset of each key of the dirty section, bounded like Kafka's SkimpyOffsetMap:
-    ``memory`` bytes at 24 bytes an entry, filled to ``load_factor``."""
+    ``memory`` bytes of 24-byte slots (a 128-bit key hash and the offset), filled to
+    ``load_factor``. Compiled (``_cscan``): a table the per-record work fills and reads without
+    the GIL, so the event loop runs meanwhile; else a dict of keys (same results)."""
 
-    def __init__(self, memory: int, load_factor: float = 0.9):
-        self.max_entries = max(1, int(memory // MAP_ENTRY_BYTES * load_factor))
+    def __init__(self, memory: int, load_factor: float = 0.9, compiled: bool = _cscan is not None):
+        slots = max(2, int(memory // MAP_ENTRY_BYTES))
+        self.max_entries = max(1, min(slots - 1, int(slots * load_factor)))
+        self.table = bytearray(b"\xff" * (slots * MAP_ENTRY_BYTES)) if compiled else None
         self.offsets: dict[bytes, int] = {}
+        self.size = 0
         self.latest_offset = -1
 
-    def __len__(self) -> int:
-        return len(self.offsets)
+    def map_batch(self, payload, count: int, base_offset: int, start: int) -> tuple[int, bool]:
+        """Map the keyed records of one batch at or past ``start``: (records, full)."""
+        if self.table is not None:
+            n, full, self.size = _cscan.map_keys(payload, count, base_offset, start, self.table, self.size,
+                                                 self.max_entries)
+            return n, full
+        n, full = map_keys_py(payload, count, base_offset, start, self.offsets, self.max_entries)
+        self.size = len(self.offsets)
+        return n, full
 
-    def get(self, key: bytes) -> int:
-        return self.offsets.get(key, -1)
+    def retain(self, payload, count: int, base_offset: int, drop_tombstones: bool) -> tuple[bytes, int, bool]:
+        """The records of one batch to keep: (records section, how many, a tombstone among them)."""
+        if self.table is not None:
+            return _cscan.retain(payload, count, base_offset, self.table, self.latest_offset, drop_tombstones)
+        return retain_py(payload, count, base_offset, self.offsets, self.latest_offset, drop_tombstones)
+
+    def __len__(self) -> int:
+        return self.size
 
 
 @dataclass
@@ -218,8 +237,7 @@ class Cleaner:
                     marker = read_end_txn_marker(data, h) if h.records_count else None
                     txn.on_marker(h, marker[0] if marker else None)
                 elif not txn.on_batch(h) and h.records_count:
-                    n, full = map_keys(_payload(data, h), h.records_count, h.base_offset, start, omap.offsets,
-                                       omap.max_entries)
+                    n, full = omap.map_batch(_payload(data, h), h.records_count, h.base_offset, start)
                     stats.map_records += n
                     if full:  # clean up to here; keys mapped from this batch only remove older records
                         return mapped_end
@@ -247,8 +265,8 @@ class Cleaner:
         if last_of_producer is None:
             last_of_producer = last_batches_of_producers(lg)
         cfg = lg.config
-        for group in self.group_segments(lg, end):
-            upper = lg.segments[lg.segments.index(group[-1]) + 1].base_offset
+        segments = list(lg.segments)  # the event loop may roll or delete meanwhile: one view
+        for group, upper in self.group_segments(segments, end, cfg.segment_bytes):
             txn.add_aborted(lg.collect_aborted_transactions(group[0].base_offset, upper))
             self.clean_segments(lg, group, omap, txn, last_of_producer, now_ms, cfg.delete_retention_ms, stats)
             stats.groups += 1
@@ -257,24 +275,23 @@ class Cleaner:
         return stats
 
     @staticmethod
-    def group_segments(lg, end: int) -> list[list[LogSegment]]:
-        """Consecutive segments below ``end`` (never the active one) in groups whose sizes add
-        up to one segment.bytes and whose offsets fit one segment's relative index entries."""
-        cfg = lg.config
-        segs = [s for s in lg.segments[:-1] if s.base_offset < end]
-        groups: list[list[LogSegment]] = []
-        i = 0
-        while i < len(segs):
-            group, size = [segs[i]], segs[i].size
+    def group_segments(segments: list[LogSegment], end: int, segment_bytes: int) -> list[tuple[list, int]]:
+        """Consecutive segments below ``end`` (never the last, active one) in groups whose sizes
+        add up to one segment.bytes and whose offsets fit one segment's relative index entries,
+        each with the base offset of the segment after it."""
+        groups: list[tuple[list, int]] = []
+        i, n = 0, len(segments) - 1
+        while i < n and segments[i].base_offset < end:
+            group, size = [segments[i]], segments[i].size
             i += 1
-            while i < len(segs):
-                nxt = lg.segments[lg.segments.index(segs[i]) + 1].base_offset
-                if size + segs[i].size > cfg.segment_bytes or nxt - 1 - group[0].base_offset > 0x7FFFFFFF:
+            while i < n and segments[i].base_offset < end:
+                after = segments[i + 1].base_offset
+                if size + segments[i].size > segment_bytes or after - 1 - group[0].base_offset > 0x7FFFFFFF:
                     break
-                group.append(segs[i])
-                size += segs[i].size
+                group.append(segments[i])
+                size += segments[i].size
                 i += 1
-            groups.append(group)
+            groups.append((group, segments[i].base_offset))
         return groups
 
     def clean_segments(self, lg, group: list[LogSegment], omap: OffsetMap, txn: _TxnTracker,
@@ -344,8 +361,8 @@ class Cleaner:
             return self._empty_or_none(h, last_of_producer)
         # a record stays when past the map's end or the latest of its key; a tombstone also
         # only until its batch's delete horizon has passed
-        body, kept, tombstones = retain_records(_payload(data, h), h.records_count, h.base_offset, omap.offsets,
-                                                omap.latest_offset, horizon is not None and now_ms >= horizon)
+        body, kept, tombstones = omap.retain(_payload(data, h), h.records_count, h.base_offset,
+                                             horizon is not None and now_ms >= horizon)
         if not kept:
             return self._empty_or_none(h, last_of_producer)
         new_horizon = now_ms + delete_retention_ms if tombstones and horizon is None else None

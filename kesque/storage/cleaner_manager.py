@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 from . import checkpoint as ck
+from .checkpoint import fsync_dir
 from .cleaner import Cleaner, CleanStats, first_dirty_offset, first_uncleanable_offset, last_batches_of_producers
 from .log import SegmentsChangedError
 
@@ -240,10 +241,11 @@ class LogCleaner:
             try:
                 if self.stopping:
                     raise CleanerStopped
-                lg.replace_segments(new, old, now_ms, hook)
+                lg.replace_segments(new, old, now_ms, hook, sync=False)
                 done.set_result(None)
             except BaseException as e:  # noqa: BLE001 - handed to the worker
                 done.set_exception(e)
 
         self.loop.call_soon_threadsafe(swap)
         done.result()
+        fsync_dir(lg.dir)  # here, not on the event loop

@@ -672,13 +672,16 @@ class Log:
         self._hw_position = None
         return len(segs)
 
-    def replace_segments(self, new: LogSegment, old: list[LogSegment], now_ms: int, hook=None) -> None:
+    def replace_segments(self, new: LogSegment, old: list[LogSegment], now_ms: int, hook=None,
+                         sync: bool = True) -> None:
         """Swap a cleaned segment (files suffixed ``.cleaned``, content fsynced) in for the
         consecutive segments ``old`` it was copied from, as Kafka's replaceSegments: rename it to
         ``.swap`` (from here a crash completes the swap at load), rename the old segments to
         ``.deleted`` (their descriptors stay open for queued sends until file.delete.delay.ms),
-        drop the ``.swap`` suffix, and sync the directory. ``hook(stage)`` is a test-only
-        crash point after each step."""
+        drop the ``.swap`` suffix, and sync the directory (unless ``sync`` is False: the
+        background cleaner syncs it on its own thread, off the event loop; until then a power
+        cut brings the old segments back, whole). ``hook(stage)`` is a test-only crash point
+        after each step."""
         hook = hook or (lambda _stage: None)
         first = self.segments.index(old[0]) if old[0] in self.segments else -1
         if first < 0 or self.segments[first:first + len(old)] != old or old[-1] is self.active_segment:
@@ -693,7 +696,8 @@ class Log:
         new.change_file_suffixes(SWAP_SUFFIX, "")
         self.segments[first:first + len(old)] = [new]
         self._bases[first:first + len(old)] = [new.base_offset]
-        fsync_dir(self.dir)
+        if sync:
+            fsync_dir(self.dir)
         self._hw_position = None
         hook("done")
 
