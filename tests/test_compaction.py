@@ -122,3 +122,42 @@ def test_consumer_offsets_are_compacted_and_load_after_a_restart(tmp_path):
                 assert c.committed([TopicPartition("src", 0)], timeout=10)[0].offset == offset
             finally:
                 c.close()
+
+
+def test_transaction_state_is_compacted_and_loads_after_a_restart(tmp_path):
+    """__transaction_state keeps about the last record of each transactional id once cleaned,
+    and the coordinator loads it: the producer's next generation fences the old one."""
+    config = {**CLEANER, "transaction.state.log.num.partitions": "1", "transaction.state.log.segment.bytes": "1048576",
+              "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
+              "log.cleaner.min.cleanable.ratio": "0.1"}
+    txn_id = "t" * 3000  # big records: three 1 MiB segments in a few hundred transactions
+    with running_broker(tmp_path / "data", config) as b:
+        create(b.bootstrap_servers, "src", {})
+        p = Producer({"bootstrap.servers": b.bootstrap_servers, "transactional.id": txn_id, "linger.ms": 0})
+        p.init_transactions(10)
+        n = 150
+        for i in range(n):
+            p.begin_transaction()
+            p.produce("src", key=b"k", value=b"%d" % i)
+            p.commit_transaction(10)
+        data_dir = str(tmp_path / "data")
+
+        def cleaned_records():
+            segs = segment_files(data_dir, "__transaction_state", 0)
+            active = int(os.path.basename(segs[-1]).split(".")[0])
+            return sum(h.count for h in segment_batches(data_dir, "__transaction_state", 0) if h.base_offset < active)
+
+        assert len(segment_files(data_dir, "__transaction_state", 0)) > 1
+        assert _wait_for(lambda: cleaned_records() <= 1), cleaned_records()
+        b.restart()
+        again = Producer({"bootstrap.servers": b.bootstrap_servers, "transactional.id": txn_id})
+        again.init_transactions(10)  # loads the id's state and bumps its epoch
+        again.begin_transaction()
+        again.produce("src", key=b"k", value=b"after")
+        again.commit_transaction(10)
+        with pytest.raises(KafkaException):  # the old generation is fenced
+            p.begin_transaction()
+            p.produce("src", key=b"k", value=b"zombie")
+            p.commit_transaction(10)
+        got = read_all(b.bootstrap_servers, "src", 0, 2 * n + 1)  # each transaction: a record and its marker
+        assert got[-1][2] == b"after" and b"zombie" not in [v for _o, _k, v in got]
