@@ -11,6 +11,7 @@ from kesque.errors import KafkaError
 from kesque.raft import (ElectionState, IllegalTransition, Knobs, MemoryQuorumStateStore, MemoryRaftLog,
                          QuorumConfig, RaftNode, Record)
 from kesque.raft import messages as m
+from kesque.raft.log import LeaderChange
 from kesque.raft.state import (CANDIDATE, FOLLOWER, LEADER, PROSPECTIVE, RESIGNED, UNATTACHED,
                                LeaderState, UnattachedState, check_transition)
 
@@ -122,7 +123,7 @@ def test_majority_of_prevotes_makes_a_candidate_that_votes_for_itself_durably():
 def test_candidate_with_a_majority_leads_and_writes_leader_change_and_begin_epoch():
     n = elect(Node())
     assert n.state.epoch == 1 and n.store.state.leader_id == 1
-    assert n.log.read(0, 10)[0].value is None and n.log.read(0, 10)[0].epoch == 1
+    assert n.log.read(0, 10)[0].value == LeaderChange(1, (1, 2, 3), (1, 2)) and n.log.read(0, 10)[0].epoch == 1
     assert {d for d, _ in n.take(m.BeginQuorumEpochRequest)} == {2, 3}
 
 

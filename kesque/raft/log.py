@@ -20,11 +20,22 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 NO_TRUNCATION = 1 << 62
+NO_DIRECTORY_ID = "AAAAAAAAAAAAAAAAAAAAAA"    # Kafka's Uuid.ZERO_UUID, base64
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChange:
+    """The control record a new leader writes first in its epoch (Kafka's LeaderChangeMessage)."""
+
+    leader_id: int
+    voters: tuple = ()
+    granting_voters: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One entry of the replicated log. ``value`` None marks a control record (LeaderChange)."""
+    """One entry of the replicated log. ``value`` is the application's (``bytes`` in the file
+    log, anything in memory) or a control record (:class:`LeaderChange`, ``batches.ControlRecord``)."""
 
     offset: int
     epoch: int
@@ -134,19 +145,28 @@ class ElectionState:
     voted_directory_id: str | None = None
 
     def to_json(self) -> str:
-        """The JSON Kafka writes (``QuorumStateData`` v1, as ``FileQuorumStateStore``)."""
+        """The line Kafka's ``FileQuorumStateStore`` writes: ``QuorumStateData`` v1 as compact
+        JSON in schema order, then ``data_version``, no newline."""
         return json.dumps({
             "leaderId": self.leader_id, "leaderEpoch": self.epoch, "votedId": self.voted_id,
-            "votedDirectoryId": self.voted_directory_id or "AAAAAAAAAAAAAAAAAAAAAA",
+            "votedDirectoryId": self.voted_directory_id or NO_DIRECTORY_ID,
             "data_version": 1,
-        })
+        }, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> ElectionState:
+        """Read v1, or v0 (kraft.version 0: no directory ids; its voter list is ignored)."""
         d = json.loads(text)
+        if not isinstance(d, dict):
+            raise ValueError(f"Deserialized node {text.strip()} is not an object node")
+        if "data_version" not in d:
+            raise ValueError(f"Deserialized node {text.strip()} does not have data_version field")
+        version = d["data_version"]
+        if version not in (0, 1):
+            raise ValueError(f"data_version ({version}) is not within the min (0) and max (1) supported version")
         vd = d.get("votedDirectoryId")
         return cls(d["leaderEpoch"], d.get("leaderId", -1), d.get("votedId", -1),
-                   None if vd in (None, "AAAAAAAAAAAAAAAAAAAAAA") else vd)
+                   None if vd in (None, NO_DIRECTORY_ID) else vd)
 
 
 class QuorumStateStore(Protocol):

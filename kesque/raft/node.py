@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import KafkaError, error
 from . import messages as m
-from .log import RaftLog, QuorumStateStore, ElectionState, Record
+from .log import RaftLog, QuorumStateStore, ElectionState, LeaderChange, Record
 from .state import (
     CANDIDATE, FOLLOWER, LEADER, PROSPECTIVE, RESIGNED, UNATTACHED,
     CandidateState, EpochState, FollowerState, LeaderState, ProspectiveState, ResignedState,
@@ -255,7 +255,8 @@ class RaftNode:
         elif isinstance(st, CandidateState):
             self._transition(LeaderState(LEADER, st.epoch, now + self._check_quorum_ms(),
                                          leader_id=self.node_id, voted_id=st.voted_id,
-                                         voted_directory_id=st.voted_directory_id), now)
+                                         voted_directory_id=st.voted_directory_id,
+                                         granting_voters=set(st.granted)), now)
 
     def _check_quorum_ms(self) -> int:
         return self.config.fetch_timeout_ms * 3 // 2
@@ -267,7 +268,8 @@ class RaftNode:
         st.fetched = {self.node_id}
         # the LeaderChange control record: the high watermark can only move past an offset of
         # this epoch, so write one at once rather than wait for the application to append
-        self.log.append(st.epoch, [None])
+        self.log.append(st.epoch, [LeaderChange(self.node_id, tuple(sorted(self.voters)),
+                                                tuple(sorted(st.granting_voters)))])
         st.flush_at = now
 
     # -- the poll loop -----------------------------------------------------------------------------

@@ -140,6 +140,7 @@ class LeaderState(EpochState):
     parked: dict = field(default_factory=dict)          # replica id -> (FetchRequest, expiry)
     sent_hw: dict = field(default_factory=dict)         # replica id -> high watermark last sent to it
     flush_at: int = -1
+    granting_voters: set = field(default_factory=set)   # for the LeaderChange record
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ exactly the loss of a committed copy (a replaced disk), as Kafka's simulation do
 
 from __future__ import annotations
 
-from ..raft.log import NO_TRUNCATION
+from ..raft.log import NO_TRUNCATION, LeaderChange
 from .scheduler import InvariantViolation
 
 
@@ -104,7 +104,7 @@ class Invariants:
                     self.fail(f"node {node_id}: committed offset {o} is {(rec.epoch, rec.value)}, "
                               f"elsewhere {ledger[o]}")
             else:
-                if rec.value is not None:
+                if not isinstance(rec.value, LeaderChange):
                     if rec.value in self.values:
                         self.fail(f"node {node_id}: value {rec.value!r} committed twice (offset {o})")
                     self.values.add(rec.value)
