@@ -411,6 +411,20 @@ def test_leader_parks_an_empty_fetch_until_new_data_or_max_wait():
     assert n.take(m.FetchResponse, 3)
 
 
+def test_describe_quorum_is_the_leaders_view_and_refused_elsewhere():
+    n = elect(Node())
+    n.tick(CFG.append_linger_ms)
+    n.recv(2, m.FetchRequest(5, 2, "d2", 1, 1, 1, 0, 0))
+    n.recv(7, m.FetchRequest(6, 7, "d7", 1, 0, 0, 0, 0))
+    d = n.raft.describe_quorum()
+    assert (d.error_code, d.leader_id, d.leader_epoch, d.high_watermark) == (m.NONE, 1, 1, 1)
+    assert [(r.replica_id, r.replica_directory_id, r.log_end_offset) for r in d.current_voters] == [
+        (1, "d1", 1), (2, "d2", 1), (3, "d3", -1)]
+    assert [(r.replica_id, r.log_end_offset) for r in d.observers] == [(7, 0)]
+    f = follower().raft.describe_quorum()
+    assert (f.error_code, f.leader_id, f.leader_epoch) == (m.NOT_LEADER_OR_FOLLOWER, 2, 1)
+
+
 def test_append_on_a_non_leader_is_refused():
     n = Node()
     with pytest.raises(KafkaError) as e:

@@ -171,6 +171,17 @@ class RaftNode:
         st = self.state
         return -1 if st.name == RESIGNED else st.leader_id
 
+    def describe_quorum(self) -> m.DescribeQuorumResponse:
+        """DescribeQuorum's answer: the leader's view of each replica's end offset (its own
+        log end for itself); other nodes answer NOT_LEADER_OR_FOLLOWER, as Kafka's."""
+        st = self.state
+        if not isinstance(st, LeaderState):
+            return m.DescribeQuorumResponse(m.NOT_LEADER_OR_FOLLOWER, self._known_leader(), st.epoch, -1)
+        voters = [m.ReplicaState(v, d, self.log.end_offset() if v == self.node_id else st.voter_end.get(v, -1))
+                  for v, d in sorted(self.voters.items())]
+        observers = [m.ReplicaState(o, None, end) for o, end in sorted(st.observer_end.items())]
+        return m.DescribeQuorumResponse(m.NONE, self.node_id, st.epoch, st.high_watermark, voters, observers)
+
     def is_leader(self) -> bool:
         return self.state.name == LEADER
 
