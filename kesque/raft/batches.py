@@ -28,8 +28,8 @@ _CONTROL_KEY = struct.Struct(">hh")
 _VOTER = [("voter_id", "int32", None, 0)]
 _LEADER_CHANGE = [("version", "int16", None, 0), ("leader_id", "int32", None, -1),
                   ("voters", _VOTER, None, []), ("granting_voters", _VOTER, None, [])]
-_SNAPSHOT_HEADER = [("version", "int16", None, 0), ("last_contained_log_timestamp", "int64", None, 0)]
-_SNAPSHOT_FOOTER = [("version", "int16", None, 0)]
+SNAPSHOT_HEADER_FIELDS = [("version", "int16", None, 0), ("last_contained_log_timestamp", "int64", None, 0)]
+SNAPSHOT_FOOTER_FIELDS = [("version", "int16", None, 0)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,8 @@ import time
 from ..config.topic import LogConfig
 from ..storage.checkpoint import atomic_write
 from ..storage.log import Log
-from . import batches
-from .log import ElectionState, Record
+from . import batches, snapshot
+from .log import ElectionState, Record, SnapshotId
 
 METADATA_PARTITION = "__cluster_metadata-0"
 QUORUM_STATE = "quorum-state"
@@ -47,18 +47,29 @@ class FileRaftLog:
         self.path = os.path.join(metadata_dir, METADATA_PARTITION)
         cfg = LogConfig(segment_bytes=segment_bytes, retention_ms=-1, cleanup_policy=("delete",))
         # never trust a clean-shutdown marker: recovery scans the segments and cuts a torn tail
+        os.makedirs(self.path, exist_ok=True)
+        self.snapshots = snapshot.list_snapshots(self.path)     # deletes partial ones
+        latest = self.latest_snapshot()
         self.log = Log(self.path, "__cluster_metadata", 0, cfg, had_clean_shutdown=False,
-                       recovery_point=0, now_ms=clock())
+                       recovery_point=0, log_start_offset=latest.end_offset if latest else 0, now_ms=clock())
+        if latest:
+            self._delete_before(latest)
 
     # -- reads -------------------------------------------------------------------------------
     def end_offset(self) -> int:
         return self.log.log_end_offset
 
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
     def durable_end_offset(self) -> int:
         return min(self.log.recovery_point, self.log.log_end_offset)
 
     def last_fetched_epoch(self) -> int:
-        return max(self.log.latest_epoch(), 0)
+        if self.log.leader_epoch_cache.entries:
+            return self.log.latest_epoch()
+        latest = self.latest_snapshot()
+        return latest.epoch if latest else 0
 
     def read(self, start: int, max_records: int) -> list[Record]:
         out: list[Record] = []
@@ -73,6 +84,9 @@ class FileRaftLog:
         return out
 
     def epoch_at(self, offset: int) -> int:
+        latest = self.latest_snapshot()
+        if latest is not None and offset == latest.end_offset - 1:
+            return latest.epoch
         return self.log.leader_epoch_cache.epoch_for_offset(offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -80,6 +94,9 @@ class FileRaftLog:
         entries = self.log.leader_epoch_cache.entries
         i = bisect.bisect_right([e for e, _ in entries], epoch) - 1
         if i < 0:
+            latest = self.latest_snapshot()
+            if latest is not None and latest.epoch <= epoch:
+                return latest.epoch, entries[0][1] if entries else self.end_offset()
             return 0, 0
         end = entries[i + 1][1] if i + 1 < len(entries) else self.end_offset()
         return entries[i][0], end
@@ -121,6 +138,51 @@ class FileRaftLog:
 
     def flush(self) -> None:
         self.log.flush()
+
+    # -- snapshots (KIP-630) ---------------------------------------------------------------------
+    def latest_snapshot(self) -> SnapshotId | None:
+        return max(self.snapshots) if self.snapshots else None
+
+    def create_snapshot(self, end_offset: int, values: list) -> SnapshotId:
+        """Write ``<end offset>-<epoch>.checkpoint`` from the application's record values, then
+        move the log start offset to it and delete the segments and snapshots below it."""
+        start, durable = self.log_start_offset(), self.durable_end_offset()
+        if not start < end_offset <= durable:
+            raise ValueError(f"snapshot end {end_offset} outside ({start}, {durable}]")
+        sid = SnapshotId(end_offset, self.epoch_at(end_offset - 1))
+        data = snapshot.encode(sid, values, self.clock())
+        snapshot.write(self.path, sid, data)
+        self.snapshots.add(sid)
+        self._delete_before(sid)
+        return sid
+
+    def _delete_before(self, sid: SnapshotId) -> None:
+        log = self.log
+        if sid.end_offset > log.log_end_offset:
+            log.truncate_fully_and_start_at(sid.end_offset)
+        else:
+            log.update_high_watermark(max(log.high_watermark, sid.end_offset))
+            log.maybe_increment_log_start_offset(sid.end_offset)
+            log.delete_old_segments(self.clock())
+            log.delete_expired_files(self.clock(), force=True)
+        for old in [s for s in self.snapshots if s < sid]:
+            snapshot.delete(self.path, old)
+            self.snapshots.discard(old)
+
+    def snapshot_bytes(self, sid: SnapshotId) -> bytes | None:
+        return snapshot.read(self.path, sid) if sid in self.snapshots else None
+
+    def install_snapshot(self, sid: SnapshotId, data: bytes) -> list:
+        """A snapshot fetched from the leader (its file's bytes) replaces the whole log."""
+        values = snapshot.decode(data)
+        snapshot.write(self.path, sid, data)
+        self.snapshots.add(sid)
+        self.log.truncate_fully_and_start_at(sid.end_offset)
+        self._delete_before(sid)
+        return values
+
+    def snapshot_values(self, sid: SnapshotId) -> list:
+        return snapshot.decode(snapshot.read(self.path, sid))
 
     def close(self) -> None:
         self.log.flush()

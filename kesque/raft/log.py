@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import pickle
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,8 +43,17 @@ class Record:
     value: Any
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class SnapshotId:
+    """A snapshot holds every record below ``end_offset``; ``epoch`` is that of the last one."""
+
+    end_offset: int
+    epoch: int
+
+
 class RaftLog(Protocol):
     def end_offset(self) -> int: ...
+    def log_start_offset(self) -> int: ...
     def last_fetched_epoch(self) -> int: ...
     def durable_end_offset(self) -> int: ...
     def append(self, epoch: int, values: list) -> int: ...
@@ -53,69 +63,97 @@ class RaftLog(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
     def epoch_at(self, offset: int) -> int: ...
     def flush(self) -> None: ...
+    # snapshots (KIP-630): written whole and durable at once; the log start moves to the latest
+    def latest_snapshot(self) -> SnapshotId | None: ...
+    def create_snapshot(self, end_offset: int, values: list) -> SnapshotId: ...
+    def snapshot_bytes(self, sid: SnapshotId) -> bytes | None: ...
+    def install_snapshot(self, sid: SnapshotId, data: bytes) -> list: ...
+    def snapshot_values(self, sid: SnapshotId) -> list: ...
 
 
 class MemoryRaftLog:
-    """A list of records with a leader epoch cache and a durable watermark."""
+    """A list of records from the log start offset, a leader epoch cache, a durable watermark,
+    and snapshots (kept as pickled value lists: their bytes are what FetchSnapshot carries)."""
 
-    __slots__ = ("records", "epochs", "starts", "durable", "truncated_to")
+    __slots__ = ("records", "start", "epochs", "starts", "durable", "truncated_to", "snapshots")
 
     def __init__(self):
-        self.records: list[Record] = []
+        self.records: list[Record] = []     # records[i].offset == start + i
+        self.start = 0
         self.epochs: list[int] = []     # leader epoch cache: epochs[i] starts at starts[i]
         self.starts: list[int] = []
         self.durable = 0
         self.truncated_to = NO_TRUNCATION   # lowest truncation point since the simulator last looked
+        self.snapshots: dict[SnapshotId, bytes] = {}
 
     # -- reads -------------------------------------------------------------------------------
     def end_offset(self) -> int:
-        return len(self.records)
+        return self.start + len(self.records)
+
+    def log_start_offset(self) -> int:
+        return self.start
 
     def durable_end_offset(self) -> int:
         return self.durable
 
     def last_fetched_epoch(self) -> int:
-        return self.epochs[-1] if self.epochs else 0
+        if self.epochs:
+            return self.epochs[-1]
+        snap = self.latest_snapshot()
+        return snap.epoch if snap else 0
 
     def read(self, start: int, max_records: int) -> list[Record]:
-        return self.records[start:start + max_records]
+        i = max(start - self.start, 0)
+        return self.records[i:max(start + max_records - self.start, 0)]
 
     def epoch_at(self, offset: int) -> int:
-        return self.records[offset].epoch
+        if offset < self.start:
+            snap = self.latest_snapshot()
+            if snap is not None and offset == snap.end_offset - 1:
+                return snap.epoch
+            raise IndexError(f"offset {offset} is below the log start offset {self.start}")
+        return self.records[offset - self.start].epoch
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """(largest epoch <= ``epoch`` in the log, its end offset); (0, 0) when none."""
+        """(largest epoch <= ``epoch`` in the log, its end offset); (0, 0) when none. The
+        latest snapshot's epoch counts as in the log, ending at the first epoch after it."""
         i = bisect.bisect_right(self.epochs, epoch) - 1
         if i < 0:
+            snap = self.latest_snapshot()
+            if snap is not None and snap.epoch <= epoch:
+                return snap.epoch, self.starts[0] if self.starts else self.end_offset()
             return 0, 0
-        end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.records)
+        end = self.starts[i + 1] if i + 1 < len(self.starts) else self.end_offset()
         return self.epochs[i], end
 
     # -- writes ------------------------------------------------------------------------------
     def _put(self, epoch: int, value) -> None:
+        end = self.end_offset()
         if not self.epochs or self.epochs[-1] != epoch:
-            if self.epochs and epoch < self.epochs[-1]:
-                raise ValueError(f"epoch {epoch} below the log's latest epoch {self.epochs[-1]}")
+            if epoch < self.last_fetched_epoch():
+                raise ValueError(f"epoch {epoch} below the log's latest epoch {self.last_fetched_epoch()}")
             self.epochs.append(epoch)
-            self.starts.append(len(self.records))
-        self.records.append(Record(len(self.records), epoch, value))
+            self.starts.append(end)
+        self.records.append(Record(end, epoch, value))
 
     def append(self, epoch: int, values: list) -> int:
         """Leader append; returns the last offset written."""
         for v in values:
             self._put(epoch, v)
-        return len(self.records) - 1
+        return self.end_offset() - 1
 
     def append_as_follower(self, records: list[Record]) -> None:
         for r in records:
-            if r.offset != len(self.records):
-                raise ValueError(f"non-contiguous append at {r.offset}, end offset {len(self.records)}")
+            if r.offset != self.end_offset():
+                raise ValueError(f"non-contiguous append at {r.offset}, end offset {self.end_offset()}")
             self._put(r.epoch, r.value)
 
     def truncate_to(self, offset: int) -> None:
-        if offset >= len(self.records):
+        if offset >= self.end_offset():
             return
-        del self.records[offset:]
+        if offset < self.start:
+            raise ValueError(f"truncation to {offset}, below the log start offset {self.start}")
+        del self.records[offset - self.start:]
         while self.starts and self.starts[-1] >= offset:
             self.starts.pop()
             self.epochs.pop()
@@ -125,12 +163,59 @@ class MemoryRaftLog:
         self.truncated_to = min(self.truncated_to, offset)
 
     def flush(self) -> None:
-        self.durable = len(self.records)
+        self.durable = self.end_offset()
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def latest_snapshot(self) -> SnapshotId | None:
+        return max(self.snapshots) if self.snapshots else None
+
+    def create_snapshot(self, end_offset: int, values: list) -> SnapshotId:
+        """The application's state after the records below ``end_offset`` (flushed ones)."""
+        if not self.start < end_offset <= self.durable:
+            raise ValueError(f"snapshot end {end_offset} outside ({self.start}, {self.durable}]")
+        sid = SnapshotId(end_offset, self.epoch_at(end_offset - 1))
+        self.snapshots[sid] = pickle.dumps(values)
+        self._delete_before(sid)
+        return sid
+
+    def _delete_before(self, sid: SnapshotId) -> None:
+        """Move the log start to the snapshot: records, epoch entries, older snapshots go."""
+        end = sid.end_offset
+        if end <= self.end_offset() and end > self.start:
+            del self.records[:end - self.start]
+        elif end > self.end_offset():
+            self.records = []
+            self.durable = end
+        self.start = end
+        self.durable = max(self.durable, end)
+        i = bisect.bisect_right(self.starts, end)
+        # the epoch that holds ``end``, if records follow: its entry now starts at ``end``
+        keep_epochs, keep_starts = self.epochs[i:], self.starts[i:]
+        if i > 0 and self.records and (not keep_starts or keep_starts[0] > end):
+            keep_epochs.insert(0, self.epochs[i - 1])
+            keep_starts.insert(0, end)
+        self.epochs, self.starts = keep_epochs, keep_starts
+        for old in [s for s in self.snapshots if s < sid]:
+            del self.snapshots[old]
+
+    def snapshot_bytes(self, sid: SnapshotId) -> bytes | None:
+        return self.snapshots.get(sid)
+
+    def install_snapshot(self, sid: SnapshotId, data: bytes) -> list:
+        """A snapshot fetched from the leader replaces the whole log; returns its values."""
+        values = pickle.loads(data)
+        self.snapshots[sid] = bytes(data)
+        self.records, self.epochs, self.starts = [], [], []
+        self._delete_before(sid)
+        return values
+
+    def snapshot_values(self, sid: SnapshotId) -> list:
+        return pickle.loads(self.snapshots[sid])
 
     # -- faults (simulator) ------------------------------------------------------------------
     def crash(self, keep_unflushed: int = 0) -> None:
         """Lose what was not flushed, except a prefix of ``keep_unflushed`` records (torn tail)."""
-        keep = min(self.durable + keep_unflushed, len(self.records))
+        keep = min(self.durable + keep_unflushed, self.end_offset())
         self.truncate_to(keep)
         self.durable = keep
 

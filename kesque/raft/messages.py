@@ -25,6 +25,8 @@ NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower)
 INVALID_REQUEST = int(ErrorCode.invalid_request)
 INVALID_VOTER_KEY = int(ErrorCode.invalid_voter_key)
 BROKER_NOT_AVAILABLE = int(ErrorCode.broker_not_available)
+SNAPSHOT_NOT_FOUND = int(ErrorCode.snapshot_not_found)
+POSITION_OUT_OF_RANGE = int(ErrorCode.position_out_of_range)
 
 
 @dataclass(slots=True)
@@ -114,7 +116,7 @@ class FetchResponse:
 
 @dataclass(slots=True)
 class FetchSnapshotRequest:
-    """KIP-630. Declared for the seam; the state machine does not send it yet."""
+    """KIP-630: a follower told to fetch a snapshot reads it in chunks from ``position``."""
 
     correlation_id: int
     replica_id: int

@@ -127,6 +127,8 @@ class CandidateState(EpochState):
 class FollowerState(EpochState):
     has_fetched: bool = False       # a successful fetch since becoming follower (KIP-996)
     high_watermark: int = -1
+    fetching_snapshot: object = None    # SnapshotId the leader told us to fetch (KIP-630)
+    snapshot_buf: bytearray = field(default_factory=bytearray)
 
 
 @dataclass(slots=True)
