@@ -577,3 +577,67 @@ def test_a_resigned_leader_names_no_leader():
     again.recv(2, m.FetchRequest(1, 2, "d2", 1, 0, 0))
     r = again.reply(m.FetchResponse, 2)
     assert (r.error_code, r.leader_id, r.leader_epoch) == (m.NOT_LEADER_OR_FOLLOWER, -1, 1)
+
+
+# -- snapshots (KIP-630) ---------------------------------------------------------------------------
+
+def leader_with_snapshot():
+    """Leader of epoch 1 with offsets 0-5 committed and a snapshot of 0-3."""
+    n = elect(Node())
+    n.raft.append(["a", "b", "c", "d", "e"], n.now)
+    n.tick(CFG.append_linger_ms)
+    fetch(n, 2, 6, 1)
+    assert n.raft.high_watermark == 6
+    sid = n.raft.snapshot(4, ["state"])
+    assert (sid.end_offset, sid.epoch, n.log.log_start_offset()) == (4, 1, 4)
+    return n, sid
+
+
+def test_a_fetch_below_the_log_start_is_told_the_snapshot_id():
+    n, sid = leader_with_snapshot()
+    r = fetch(n, 3, 0, 0)
+    assert (r.snapshot_end_offset, r.snapshot_epoch, r.records) == (4, 1, [])
+    assert fetch(n, 3, 4, 1).records[0].offset == 4       # at the snapshot's end: records
+    with pytest.raises(ValueError):
+        n.raft.snapshot(7, ["past the applied offset"])
+
+
+def test_fetch_snapshot_serves_chunks_and_refuses_unknown_ids_and_positions():
+    n, sid = leader_with_snapshot()
+    data = n.log.snapshot_bytes(sid)
+    n.recv(3, m.FetchSnapshotRequest(9, 3, 1, 4, 1, 0, 10, "d3"))
+    r = n.reply(m.FetchSnapshotResponse, 3)
+    assert (r.error_code, r.size, r.position, r.unaligned_records) == (m.NONE, len(data), 0, data[:10])
+    n.recv(3, m.FetchSnapshotRequest(10, 3, 1, 4, 2, 0, 10, "d3"))
+    assert n.reply(m.FetchSnapshotResponse, 3).error_code == m.SNAPSHOT_NOT_FOUND
+    n.recv(3, m.FetchSnapshotRequest(11, 3, 1, 4, 1, len(data) + 1, 10, "d3"))
+    assert n.reply(m.FetchSnapshotResponse, 3).error_code == m.POSITION_OUT_OF_RANGE
+    n.recv(3, m.FetchSnapshotRequest(12, 3, 0, 4, 1, 0, 10, "d3"))
+    assert n.reply(m.FetchSnapshotResponse, 3).error_code == m.FENCED_LEADER_EPOCH
+
+
+def test_a_follower_loads_the_snapshot_in_chunks_and_goes_on_from_its_end():
+    leader, sid = leader_with_snapshot()
+    data = leader.log.snapshot_bytes(sid)
+    f = Node(node_id=2)
+    f.recv(1, m.BeginQuorumEpochRequest(1, 1, 1, 2, "d2"))
+    f.take(m.BeginQuorumEpochResponse)
+    f.raft.config = QuorumConfig(fetch_snapshot_max_bytes=16)
+    req = f.reply(m.FetchRequest, 1)
+    out = f.recv(1, m.FetchResponse(req.correlation_id, m.NONE, 1, 1, 6, snapshot_end_offset=4, snapshot_epoch=1))
+    chunks = 0
+    while True:
+        (_, fs), = f.take(m.FetchSnapshotRequest)
+        assert (fs.snapshot_end_offset, fs.snapshot_epoch, fs.position, fs.max_bytes) == (4, 1, 16 * chunks, 16)
+        leader.recv(2, fs)
+        out = f.recv(1, leader.reply(m.FetchSnapshotResponse, 2))
+        chunks += 1
+        if out.snapshot:
+            break
+    assert chunks == -(-len(data) // 16) and out.snapshot == (sid, ["state"])
+    assert (f.log.log_start_offset(), f.log.end_offset(), f.raft.applied) == (4, 4, 4)
+    req = f.reply(m.FetchRequest, 1)
+    assert (req.fetch_offset, req.last_fetched_epoch) == (4, 1)
+    leader.recv(2, req)
+    out = f.recv(1, leader.reply(m.FetchResponse, 2))
+    assert [r.offset for r in out.committed] == [4, 5]

@@ -206,3 +206,69 @@ def test_a_single_voter_quorum_runs_and_restarts_on_files(tmp_path):
     assert (again.state.name, again.epoch) == ("Resigned", 1)
     assert again.log.read(0, 10) == committed
     assert (tmp_path / "quorum-state").read_text() == ElectionState(1, 1, 1, "d1").to_json()
+
+
+# -- snapshots (KIP-630) -------------------------------------------------------------------------
+def test_snapshot_file_in_kafkas_layout_moves_the_log_start(tmp_path):
+    log = FileRaftLog(str(tmp_path), segment_bytes=200)
+    fill(log)
+    log.append(4, [v(i) for i in range(7, 30)])
+    log.flush()
+    sid = log.create_snapshot(20, [b"state-a", b"state-b"])
+    assert (sid.end_offset, sid.epoch) == (20, 4)
+    part = tmp_path / "__cluster_metadata-0"
+    data = (part / "00000000000000000020-0000000004.checkpoint").read_bytes()
+    heads = [h for _, h in rb.iter_headers(data)]
+    assert [(h.base_offset, h.records_count, h.is_control, h.partition_leader_epoch) for h in heads] == [
+        (0, 1, True, 4), (1, 2, False, 4), (3, 1, True, 4)]
+    keys = [next(iter_records(data[p:p + h.size], 0, h)).key for p, h in rb.iter_headers(data) if h.is_control]
+    assert keys == [b"\x00\x00\x00\x03", b"\x00\x00\x00\x04"]        # SnapshotHeader, SnapshotFooter
+    assert log.log_start_offset() == 20 and log.read(20, 1)[0].offset == 20
+    assert min(int(f[:20]) for f in os.listdir(part) if f.endswith(".log")) <= 20 < log.end_offset()
+    log.close()
+    again = FileRaftLog(str(tmp_path), segment_bytes=200)
+    assert (again.log_start_offset(), again.latest_snapshot()) == (20, sid)
+    assert again.snapshot_values(sid) == [b"state-a", b"state-b"]
+    assert again.epoch_at(19) == 4 and again.end_offset_for_epoch(4) == (4, again.end_offset())
+
+
+def test_segments_below_the_snapshot_are_deleted(tmp_path):
+    log = FileRaftLog(str(tmp_path), segment_bytes=200)
+    log.append(1, [v(i) for i in range(40)])
+    for i in range(40, 80):
+        log.append(1, [v(i)])
+    log.flush()
+    part = tmp_path / "__cluster_metadata-0"
+    before = sorted(f for f in os.listdir(part) if f.endswith(".log"))
+    log.create_snapshot(70, [b"s"])
+    after = sorted(f for f in os.listdir(part) if f.endswith(".log"))
+    assert len(after) < len(before) and int(after[0][:20]) <= 70
+    assert log.read(70, 100) == [Record(o, 1, v(o)) for o in range(70, 80)]
+
+
+def test_installed_snapshot_replaces_the_log_and_partial_files_are_dropped(tmp_path):
+    leader = FileRaftLog(str(tmp_path / "a"))
+    leader.append(1, [v(i) for i in range(10)])
+    leader.flush()
+    sid = leader.create_snapshot(8, [b"x", b"y"])
+    follower = FileRaftLog(str(tmp_path / "b"))
+    follower.append(1, [v(0), v(1)])
+    assert follower.install_snapshot(sid, leader.snapshot_bytes(sid)) == [b"x", b"y"]
+    assert (follower.log_start_offset(), follower.end_offset(), follower.last_fetched_epoch()) == (8, 8, 1)
+    follower.append_as_follower(leader.read(8, 2))
+    (tmp_path / "b" / "__cluster_metadata-0" / "00000000000000000009-0000000001.checkpoint.part").write_bytes(b"torn")
+    follower.flush()
+    follower.close()
+    again = FileRaftLog(str(tmp_path / "b"))
+    assert again.latest_snapshot() == sid and again.read(8, 5) == leader.read(8, 5)
+    assert not [f for f in os.listdir(again.path) if f.endswith(".part")]
+
+
+def test_a_torn_or_headless_snapshot_is_refused():
+    from kesque.raft import snapshot
+    from kesque.raft.log import SnapshotId
+    data = snapshot.encode(SnapshotId(5, 2), [b"a"], 0)
+    assert snapshot.decode(data) == [b"a"]
+    for bad in (data[:-3], data[len(data) // 2:], b""):
+        with pytest.raises(ValueError):
+            snapshot.decode(bad)
