@@ -323,7 +323,14 @@ def snapshot_catch_up(seed: int, **kw) -> Sim:
     return sim
 
 
-SCENARIOS = {f.__name__: f for f in (snapshot_catch_up, initial_election, leader_failure, all_killed, leader_partitioned,
+def chaos_snapshots(seed: int, **kw) -> Sim:
+    """``chaos`` with every node snapshotting each ~40 records: crashes, torn tails, truncations
+    and elections meet log start offsets, FetchSnapshot and snapshots loaded at restart."""
+    kw.setdefault("snapshot_every", 40)
+    return chaos(seed, **kw)
+
+
+SCENARIOS = {f.__name__: f for f in (snapshot_catch_up, chaos_snapshots, initial_election, leader_failure, all_killed, leader_partitioned,
                                      majority_reachable, back_to_back, stranded_candidate, disk_loss,
                                      disk_loss_then_leader_cut, chaos)}
 
