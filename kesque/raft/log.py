@@ -4,8 +4,13 @@ Both are interfaces (``RaftLog``, ``QuorumStateStore``) with an in-memory implem
 by the simulator and the unit tests. The in-memory log keeps a *durable* end offset: what
 ``flush`` made durable survives :meth:`MemoryRaftLog.crash`; the rest is lost (or, with a torn
 tail, a random prefix of it survives, as a crash in the middle of a write leaves it). The file
-implementations (``__cluster_metadata-0`` segments and the ``quorum-state`` JSON file) come with
-the server wiring.
+implementations (``__cluster_metadata-0`` segments, ``.checkpoint`` snapshots and the
+``quorum-state`` JSON file) are in :mod:`kesque.raft.file_log`.
+
+Snapshots (KIP-630): a snapshot holds the application's state after every record below its end
+offset; creating or installing one moves the log start offset to that end and drops the records
+below it. The latest snapshot's epoch stands for the records it replaced (``epoch_at`` of its
+last offset, ``end_offset_for_epoch``, ``last_fetched_epoch`` of an empty log).
 
 Offsets are Kafka's: a record's offset, the log's *end offset* (the next offset to be written).
 An epoch's *end offset* is the start offset of the next epoch in the log, or the log end offset
