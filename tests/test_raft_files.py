@@ -300,7 +300,7 @@ def test_three_voters_on_files_talking_through_kios_wire_messages(tmp_path):
                             QuorumConfig(fetch_snapshot_max_bytes=300), random.Random(i), now[0])
 
     def over_the_wire(msg):
-        api, _kind = wire._API[type(msg)]
+        api, _kind = wire.API[type(msg)]
         obj = wire.to_wire(msg, latest[api], cluster_id="MkU3OEVBNTcwNTJENDM2Qg")
         buf = io.BytesIO()
         entity_writer(type(obj))(buf, obj)

@@ -32,7 +32,7 @@ VERSIONS = {
     "vote": range(0, 3), "begin_quorum_epoch": range(0, 2), "end_quorum_epoch": range(0, 2),
     "fetch": range(12, 19), "fetch_snapshot": range(0, 2), "describe_quorum": range(0, 3),
 }
-_API = {
+API = {
     m.VoteRequest: ("vote", "request"), m.VoteResponse: ("vote", "response"),
     m.BeginQuorumEpochRequest: ("begin_quorum_epoch", "request"),
     m.BeginQuorumEpochResponse: ("begin_quorum_epoch", "response"),
@@ -87,7 +87,7 @@ def to_wire(msg, version: int, *, cluster_id: str | None = None, endpoints: tupl
             timestamp: int = 0):
     """The kio body of ``msg`` at ``version``. ``endpoints``: (name, host, port) of the leader
     (BeginQuorumEpoch/EndQuorumEpoch v1). ``timestamp``: of the batches built for records."""
-    api, kind = _API[type(msg)]
+    api, kind = API[type(msg)]
     mod = _module(api, version, kind)
     return _TO[type(msg)](msg, mod, cluster_id=cluster_id, endpoints=endpoints, timestamp=timestamp)
 
