@@ -54,6 +54,9 @@ class FileRaftLog:
                        recovery_point=0, log_start_offset=latest.end_offset if latest else 0, now_ms=clock())
         if latest:
             self._delete_before(latest)
+        # what recovery kept is the durable prefix: fsync it once, so that the node may report
+        # it (Log leaves the recovery point behind until a flush)
+        self.log.flush()
 
     # -- reads -------------------------------------------------------------------------------
     def end_offset(self) -> int:
