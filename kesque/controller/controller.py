@@ -22,6 +22,7 @@ from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, Delta, MetadataImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
+from ..server import quotas as qm
 from ..storage.checkpoint import uuid_to_kafka
 
 log = logging.getLogger(__name__)
@@ -433,6 +434,54 @@ class Controller:
         self.commit(recs)
         if rtype == RESOURCE_BROKER:
             self.warn_without_effect(r["name"] for r in recs if r["value"] is not None)
+
+    # ------------------------------------------------------------------ client quotas
+    def alter_client_quotas(self, alterations: list[tuple[list[tuple[str, str | None]], list[tuple[str, float | None]]]],
+                            validate_only: bool) -> list[tuple[list[tuple[str, str | None]], KafkaError | None]]:
+        """AlterClientQuotas as Kafka's ClientQuotaControlManager: each entity's ops (value
+        None removes the key) are validated on their own; the valid entities' changes are
+        written as one batch of ClientQuotaRecords. Returns (entity entries, error) per entity."""
+        results: dict[tuple, tuple[list, KafkaError | None]] = {}
+        records: list[dict] = []
+        for entries, ops in alterations:
+            entity = qm.entity_key(dict(entries))
+            changes: dict[str, float | None] = {}
+            error = None
+            for key, value in ops:
+                if key in changes:
+                    error = KafkaError(ErrorCode.invalid_request, f"Duplicate quota key {key} not updating quota for "
+                                                                  f"this entity {qm.entity_text(entity)}")
+                changes[key] = value
+            if error is not None or entity in results:
+                results[entity] = (entries, KafkaError(ErrorCode.invalid_request,
+                                                       f"Ignoring duplicate entity {qm.entity_text(entity)}"))
+                continue
+            try:
+                records.extend(self._quota_records(entries, changes))
+            except KafkaError as e:
+                error = e
+            results[entity] = (entries, error)
+        if records and not validate_only:
+            self.commit(records)
+        return list(results.values())
+
+    def _quota_records(self, entries, changes: dict[str, float | None]) -> list[dict]:
+        entity = qm.validate_entity(entries)
+        keys = qm.quota_keys_for(entity)
+        current = self.image.client_quotas.get(qm.entity_key(entity), {})
+        rec_entity = [{"entity_type": t, "entity_name": n} for t, n in entity.items()]
+        out = []
+        for key, value in changes.items():
+            if value is None:
+                if key in current:
+                    out.append({"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": 0.0,
+                                "remove": True})
+                continue
+            qm.validate_quota_value(keys, key, value)
+            if current.get(key) != value:
+                out.append({"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": value,
+                            "remove": False})
+        return out
 
     def warn_without_effect(self, names=None) -> None:
         """Log once per key the dynamic broker configs kesque stores and describes but does

@@ -11,11 +11,12 @@ def register_all(server) -> None:
     from .logdirs import LogDirApis
     from .offsets import OffsetApis
     from .produce import ProduceApis
+    from .quotas import QuotaApis
     from .topics import TopicApis
     from .transactions import TransactionApis
 
     for cls in (CoreApis, ProduceApis, TransactionApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis,
-                GroupApis):
+                GroupApis, QuotaApis):
         cls(server).register()
 
 
