@@ -4,7 +4,8 @@ the metadata log, Kafka's answers to bad input, and enforcement (throttle_time_m
 from __future__ import annotations
 
 import pytest
-from wire import Api, WireClient
+from conftest import running_broker
+from wire import Api, Msg, WireClient, build_batch, records_of
 
 from kesque.errors import ErrorCode
 
@@ -82,3 +83,82 @@ def test_bad_describe_filters(module_broker, components, code, message):
     with WireClient(module_broker.bootstrap_servers) as c:
         r = Api(c).describe_client_quotas(components=components)
         assert (r.error_code, r.error_message, r.entries) == (code, message, None)
+
+
+# ------------------------------------------------------------------ enforcement
+def throttle_ms(response) -> int:
+    return int(response.throttle_time.total_seconds() * 1000)
+
+
+def test_throttled_produce_and_fetch_answer_at_once_then_mute_only_that_connection(broker, topic_name):
+    bs = broker.bootstrap_servers
+    batch = build_batch([(None, b"x" * 1000, ())])
+    with WireClient(bs, client_id="slow") as slow, WireClient(bs, client_id="fast") as fast:
+        api = Api(fast)
+        api.create_topic(topic_name)
+        alter_ok(api, [({CLIENT: "slow"}, {"producer_byte_rate": 1})])
+        # ~1 kB at 1 B/s over the 10 s minimum window: throttled for ~1000 s, answered now
+        r = slow.request(0, 9, Api(slow).produce_request(topic_name, batch))
+        assert r.responses[0].partition_responses[0].error_code == 0
+        assert throttle_ms(r) > 600_000
+        # the slow connection is muted: its next request is not even read...
+        slow.send(18, 3, Msg(18, 3)(client_software_name="t", client_software_version="1"))
+        with pytest.raises(TimeoutError):
+            slow.recv_frame(timeout=1.0)
+        # ...while other connections are served, unthrottled
+        r = fast.request(0, 9, api.produce_request(topic_name, batch))
+        assert (r.responses[0].partition_responses[0].error_code, throttle_ms(r)) == (0, 0)
+    with WireClient(bs, client_id="slow-reader") as slow, WireClient(bs, client_id="fast") as fast:
+        alter_ok(Api(fast), [({CLIENT: "slow-reader"}, {"consumer_byte_rate": 1})])
+        # over its quota: an empty response with the throttle time (as Kafka), then muted
+        r = Api(slow).fetch(topic_name, 0)
+        assert throttle_ms(r) > 600_000 and r.responses == ()
+        slow.send(18, 3, Msg(18, 3)(client_software_name="t", client_software_version="1"))
+        with pytest.raises(TimeoutError):
+            slow.recv_frame(timeout=1.0)
+        r = Api(fast).fetch(topic_name, 0)
+        assert throttle_ms(r) == 0 and len(records_of(r.responses[0].partitions[0].records)) == 2
+
+
+def test_precedence_on_a_real_broker(broker, topic_name):
+    """<default> client, a client id, and user ANONYMOUS with a client id: each client gets
+    its most specific level (the only user without authentication is ANONYMOUS)."""
+    bs = broker.bootstrap_servers
+    batch = build_batch([(None, b"x" * 1000, ())])
+    with WireClient(bs, client_id="admin") as admin:
+        api = Api(admin)
+        api.create_topic(topic_name)
+        alter_ok(api, [({CLIENT: None}, {"producer_byte_rate": 1}),  # every client by default
+                       ({CLIENT: "named"}, {"producer_byte_rate": 10**9}),
+                       ({USER: "ANONYMOUS", CLIENT: "anon-named"}, {"producer_byte_rate": 10**9}),
+                       ({USER: "ANONYMOUS", CLIENT: "anon-slow"}, {"producer_byte_rate": 1}),
+                       ({CLIENT: "anon-slow"}, {"producer_byte_rate": 10**9})])
+
+    def throttled(client_id: str) -> bool:
+        with WireClient(bs, client_id=client_id) as c:
+            return throttle_ms(c.request(0, 9, Api(c).produce_request(topic_name, batch))) > 0
+
+    assert throttled("anyone")  # /clients/<default>
+    assert not throttled("named")  # /clients/named beats /clients/<default>
+    assert not throttled("anon-named")  # /users/ANONYMOUS/clients/anon-named
+    assert throttled("anon-slow")  # /users/ANONYMOUS/clients/anon-slow beats /clients/anon-slow
+
+
+def test_request_percentage_throttles_a_metadata_flood_without_starving_others(tmp_path):
+    # two 1 s samples: the rate is over 1-2 s rather than 10-11 s, so the flood is noticed sooner
+    with running_broker(tmp_path / "data", {"quota.window.num": 2}) as broker:
+        flood_metadata(broker.bootstrap_servers)
+
+
+def flood_metadata(bs: str) -> None:
+    with WireClient(bs, client_id="flood") as flood, WireClient(bs, client_id="calm") as calm:
+        alter_ok(Api(calm), [({CLIENT: "flood"}, {"request_percentage": 10})])
+        m = Msg(3, 12)
+        req = m(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        delays = []
+        for _ in range(3000):  # bounded; the handler time of these is well over 10% of the loop's time
+            delays = [throttle_ms(r) for _c, r in flood.pipeline([(3, 12, req)] * 100, timeout=30)]
+            if any(delays):
+                break
+        assert 0 < max(delays) <= 1000  # a request-time delay is at most one sample window
+        assert throttle_ms(Api(calm).metadata(None)) == 0

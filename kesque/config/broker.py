@@ -155,6 +155,9 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("group.share.record.lock.duration.ms", "INT", 30000, "", between(1000, 3600000)),
     _K("group.share.min.record.lock.duration.ms", "INT", 15000, "", between(1000, 30000)),
     _K("group.share.max.record.lock.duration.ms", "INT", 60000, "", between(30000, 3600000)),
+    # client quotas (KIP-13/124): the sampled window rates are measured over
+    _K("quota.window.num", "INT", 11, "samples kept for client quota rates", at_least(1)),
+    _K("quota.window.size.seconds", "INT", 1, "time span of each client quota sample", at_least(1)),
     # transactions and idempotent producers
     _K("transaction.max.timeout.ms", "INT", 900000, "largest transaction.timeout.ms a producer may ask for",
        at_least(1)),

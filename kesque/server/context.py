@@ -23,6 +23,12 @@ class RequestContext:
     header: RequestHeader
     connection: object  # network.Connection
     listener: str
+    # client quotas: when the request started (perf_counter_ns; 0 when no request-time
+    # quota is configured), the throttle time its response carries, and whether its
+    # request time has been recorded (a handler that encodes its own response does it)
+    start_ns: int = 0
+    throttle_ms: int = 0
+    recorded: bool = False
 
     @property
     def api_version(self) -> int:

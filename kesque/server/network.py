@@ -193,9 +193,25 @@ class Connection:
 
     def _maybe_resume_reading(self) -> None:
         if (not self._reading and not self.closed and len(self._slots) <= PAUSE_PENDING // 2
-                and self._out_bytes < PAUSE_OUTPUT_BYTES // 2):
+                and self._out_bytes < PAUSE_OUTPUT_BYTES // 2 and not self.muted_until):
             self._reading = True
             self.loop.add_reader(self.fd, self._on_readable)
+
+    # client quotas (KIP-219): a throttled connection reads no request until the deadline
+    muted_until = 0.0
+
+    def mute_until(self, deadline: float) -> None:
+        """Read nothing more until ``deadline`` (loop time); responses already due still go out."""
+        if self.closed or deadline <= self.muted_until:
+            return
+        self.muted_until = deadline
+        self._pause_reading()
+        self.loop.call_at(deadline, self._unmute, deadline)
+
+    def _unmute(self, deadline: float) -> None:
+        if self.muted_until == deadline:
+            self.muted_until = 0.0
+            self._maybe_resume_reading()
 
     # ================================================================== writing
     def _flush(self) -> None:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import datetime
+import functools
 import inspect
 import logging
 import os
@@ -30,8 +33,16 @@ from ..storage import checkpoint as ck
 from ..storage.log_manager import LogManager
 from .context import NO_RESPONSE, CloseConnection, RequestContext
 from .network import SocketServer
+from .quotas import ANONYMOUS, Quotas
 
 log = logging.getLogger(__name__)
+
+QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
+
+
+@functools.lru_cache(maxsize=None)
+def _has_throttle_field(cls) -> bool:
+    return dataclasses.is_dataclass(cls) and any(f.name == "throttle_time" for f in dataclasses.fields(cls))
 
 
 class KesqueServer:
@@ -54,6 +65,7 @@ class KesqueServer:
         self.io_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kesque-io")
         self.stopped = False
         self.start_time = time.monotonic()
+        self.quotas = Quotas.from_config(config)
 
     # ================================================================== lifecycle
     async def start(self) -> None:
@@ -82,6 +94,8 @@ class KesqueServer:
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.controller.bootstrap()
+        self.quotas.update(self.image.client_quotas)
+        self.add_publisher(lambda delta: delta.changed_quotas and self.quotas.update(self.image.client_quotas))
         # dynamic broker configs and the logs, as the image describes them
         full = Delta(changed_configs=set(self.image.configs))
         self.replica_manager.apply_delta(full)
@@ -214,6 +228,7 @@ class KesqueServer:
                     tc.expire_transactional_ids, "transactionalId-expiration")
         self._every(cfg.get("producer.id.expiration.check.interval.ms"),
                     lambda: lm.remove_expired_producers(cfg.get("producer.id.expiration.ms")), "producer-id-expiration")
+        self._every(QUOTA_REPORT_INTERVAL_MS, self._report_quotas, "client-quota-metrics")
         self._every(cfg.get("replica.high.watermark.checkpoint.interval.ms"),
                     lambda: self._write_in_background(lm.high_watermark_checkpoints()), "highwatermark-checkpoint")
 
@@ -275,6 +290,8 @@ class KesqueServer:
             conn.close()
             return
         ctx = RequestContext(header, conn, conn.listener)
+        if self.quotas.request.enabled:
+            ctx.start_ns = time.perf_counter_ns()
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
@@ -285,11 +302,17 @@ class KesqueServer:
         if result is NO_RESPONSE:
             conn.drop_slot(slot)
         elif inspect.isawaitable(result):
-            self.spawn(self._complete_later(conn, slot, header, result))
+            if ctx.start_ns:  # the request time of a delayed answer is what its handler spent now
+                ctx.throttle_ms = self._record_request_time(ctx, self._now_ms())
+            self.spawn(self._complete_later(conn, slot, ctx, result))
+            return
         else:
-            conn.complete(slot, self._frame(header, result))
+            conn.complete(slot, self._frame(header, self._throttled(ctx, result)))
+        if ctx.throttle_ms:
+            self._mute(conn, ctx)
 
-    async def _complete_later(self, conn, slot, header, awaitable) -> None:
+    async def _complete_later(self, conn, slot, ctx, awaitable) -> None:
+        header = ctx.header
         try:
             result = await awaitable
         except (ProtocolError, CloseConnection) as e:
@@ -305,7 +328,49 @@ class KesqueServer:
         if result is NO_RESPONSE:
             conn.drop_slot(slot)
         else:
-            conn.complete(slot, self._frame(header, result))
+            conn.complete(slot, self._frame(header, self._throttled(ctx, result)))
+        if ctx.throttle_ms:
+            self._mute(conn, ctx)
+
+    # ================================================================== client quotas
+    def _now_ms(self) -> int:
+        return int(self.clock.monotonic() * 1000)
+
+    def throttle(self, ctx, manager, value: float) -> int:
+        """Record ``value`` (bytes) against the client's ``manager`` quota, and the request's
+        time against its request quota; the request's throttle time (the larger delay), also
+        kept in ``ctx`` for the dispatcher to mute the connection. For handlers that encode
+        their own response (Produce, Fetch); call only when a quota is configured."""
+        now = self._now_ms()
+        ms = manager.record(ANONYMOUS, ctx.client_id or "", value, now) if manager.enabled else 0
+        ctx.throttle_ms = max(ctx.throttle_ms, ms, self._record_request_time(ctx, now))
+        return ctx.throttle_ms
+
+    def _record_request_time(self, ctx, now_ms: int) -> int:
+        """request_percentage: the handler's time for this request, as a percentage of a second."""
+        if ctx.recorded or not ctx.start_ns:
+            return 0
+        ctx.recorded = True
+        percent = (time.perf_counter_ns() - ctx.start_ns) * 1e-7
+        return self.quotas.request.record(ANONYMOUS, ctx.client_id or "", percent, now_ms)
+
+    def _throttled(self, ctx, result):
+        """The response with the request's throttle time in it (versions that have the field)."""
+        if ctx.start_ns and not ctx.recorded:
+            ctx.throttle_ms = max(ctx.throttle_ms, self._record_request_time(ctx, self._now_ms()))
+        if ctx.throttle_ms and _has_throttle_field(type(result)):
+            result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=ctx.throttle_ms))
+        return result
+
+    def _mute(self, conn, ctx) -> None:
+        """KIP-219: the response went out at once; the connection reads nothing more until
+        the throttle time has passed (other connections are served meanwhile)."""
+        log.debug("%s: throttling client %s for %d ms", conn.id, ctx.client_id, ctx.throttle_ms)
+        conn.mute_until(self.loop.time() + ctx.throttle_ms / 1000.0)
+
+    def _report_quotas(self) -> None:
+        for line in self.quotas.report(self._now_ms()):
+            log.info("Client quota %s", line)
 
     @staticmethod
     def _frame(header, result) -> list:
