@@ -162,3 +162,27 @@ def flood_metadata(bs: str) -> None:
                 break
         assert 0 < max(delays) <= 1000  # a request-time delay is at most one sample window
         assert throttle_ms(Api(calm).metadata(None)) == 0
+
+
+def test_controller_mutation_rate_strict_and_permissive(broker, topic_name):
+    bs = broker.bootstrap_servers
+    with WireClient(bs, client_id="admin") as c:
+        alter_ok(Api(c), [({CLIENT: "creator"}, {"controller_mutation_rate": 1})])
+
+    def create(name: str, partitions: int, version: int):
+        with WireClient(bs, client_id="creator") as c:  # a fresh connection: a throttled one is muted
+            r = Api(c).create_topics([{"name": name, "num_partitions": partitions}], version=version)
+            t = r.topics[0]
+            return t.error_code, t.error_message, throttle_ms(r)
+
+    # the bucket holds 11 s x 1/s = 11 partitions: a 20-partition topic overdraws it (accepted)
+    assert create(topic_name + "-a", 20, 7) == (0, None, 0)
+    # strict (v6+): refused while the bucket is below zero, with the time until it is not
+    code, message, delay = create(topic_name + "-b", 1, 7)
+    assert (code, message) == (ErrorCode.throttling_quota_exceeded, "The throttling quota has been exceeded.")
+    assert 0 < delay <= 9000
+    # permissive (v5): created, and the client is told to wait
+    code, _message, delay = create(topic_name + "-c", 1, 5)
+    assert code == 0 and 0 < delay <= 10000
+    with WireClient(bs, client_id="admin") as c:  # other clients are not limited
+        assert Api(c).create_topics([{"name": topic_name + "-d", "num_partitions": 50}]).topics[0].error_code == 0

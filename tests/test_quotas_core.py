@@ -155,3 +155,39 @@ def test_bad_values(key, value, message):
 def test_good_values():
     q.validate_quota_value(q.CLIENT_QUOTA_KEYS, "request_percentage", 12.5)
     q.validate_quota_value(q.IP_QUOTA_KEYS, "connection_creation_rate", 10.0)
+
+
+# ------------------------------------------------------------------ controller mutations (KIP-599)
+def mutation_quota(strict: bool, clock: list[int], rate: float = 2.0):
+    m = q.MutationQuotaManager(11, 1)
+    m.update({entity_key({CLIENT_ID: C}): rate})
+    return m, lambda: m.new_quota(q.ANONYMOUS, C, strict, lambda: clock[0])
+
+
+def test_strict_mutation_quota_refuses_once_the_bucket_is_empty():
+    clock = [0]
+    _m, new = mutation_quota(True, clock)
+    quota = new()
+    quota.record(30)  # a full bucket (11 s x 2/s = 22) takes a request that overdraws it
+    assert quota.throttle_time() == 0
+    with pytest.raises(KafkaError) as e:
+        new().record(1)
+    assert (e.value.code, e.value.message) == (ErrorCode.throttling_quota_exceeded,
+                                               "The throttling quota has been exceeded.")
+    clock[0] = 4000  # refilled at 2/s: back to 0 tokens
+    new().record(1)
+
+
+def test_permissive_mutation_quota_accepts_and_delays():
+    clock = [0]
+    _m, new = mutation_quota(False, clock)
+    quota = new()
+    quota.record(30)
+    assert quota.throttle_time() == 4000  # 8 tokens short at 2/s
+    clock[0] = 1000
+    assert quota.throttle_time() == 3000  # less the time since it was recorded
+
+
+def test_no_mutation_quota_for_other_clients():
+    m, _new = mutation_quota(True, [0])
+    assert m.new_quota(q.ANONYMOUS, "other", True, lambda: 0) is None

@@ -158,6 +158,9 @@ _BROKER_KEYS: list[ConfigKey] = [
     # client quotas (KIP-13/124): the sampled window rates are measured over
     _K("quota.window.num", "INT", 11, "samples kept for client quota rates", at_least(1)),
     _K("quota.window.size.seconds", "INT", 1, "time span of each client quota sample", at_least(1)),
+    _K("controller.quota.window.num", "INT", 11, "samples of controller_mutation_rate quotas", at_least(1)),
+    _K("controller.quota.window.size.seconds", "INT", 1, "time span of each controller mutation quota sample",
+       at_least(1)),
     # transactions and idempotent producers
     _K("transaction.max.timeout.ms", "INT", 900000, "largest transaction.timeout.ms a producer may ask for",
        at_least(1)),

@@ -132,7 +132,9 @@ class Controller:
         return start, self.PRODUCER_ID_BLOCK
 
     # ------------------------------------------------------------------ topics
-    def create_topics(self, topics: list[NewTopic], validate_only: bool = False) -> list[CreatedTopic]:
+    def create_topics(self, topics: list[NewTopic], validate_only: bool = False, quota=None) -> list[CreatedTopic]:
+        """``quota``: the request's controller mutation quota (server.quotas.MutationQuota),
+        charged each topic's partitions; a strict one refuses a topic once exhausted."""
         results: list[CreatedTopic] = []
         records: list[dict] = []
         counts: dict[str, int] = {}
@@ -150,6 +152,8 @@ class Controller:
                     raise KafkaError(ErrorCode.invalid_request,
                                      f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
                 recs, n, rf, topic_id = self._plan_topic(t, budget)
+                if quota is not None and not validate_only:
+                    quota.record(n)
                 res.num_partitions, res.replication_factor = n, rf
                 res.topic_id = topic_id
                 if not validate_only:
@@ -276,8 +280,9 @@ class Controller:
         start = random.randrange(len(live))
         return [[live[(start + first + p + j) % len(live)] for j in range(rf)] for p in range(n)]
 
-    def delete_topics(self, names: list[str | None], ids: list[uuid.UUID | None]) -> list[tuple]:
-        """Returns (name, topic_id, KafkaError|None) per requested topic."""
+    def delete_topics(self, names: list[str | None], ids: list[uuid.UUID | None], quota=None) -> list[tuple]:
+        """Returns (name, topic_id, KafkaError|None) per requested topic; ``quota`` as for
+        create_topics (charged the deleted topic's partitions)."""
         out = []
         records = []
         given = [name if name else topic_id for name, topic_id in zip(names, ids)]
@@ -296,6 +301,12 @@ class Controller:
                 out.append((t.name, t.topic_id, KafkaError(ErrorCode.topic_deletion_disabled,
                                                            "Topic deletion is disabled.")))
                 continue
+            if quota is not None:
+                try:
+                    quota.record(len(t.partitions))
+                except KafkaError as e:
+                    out.append((t.name, t.topic_id, e))
+                    continue
             records.append({"type": "RemoveTopicRecord", "topic_id": t.topic_id})
             out.append((t.name, t.topic_id, None))
         self.commit(records)
@@ -305,7 +316,7 @@ class Controller:
         return out
 
     def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
-                          validate_only: bool) -> None:
+                          validate_only: bool, quota=None) -> None:
         t = self.image.topic(name)
         if t is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
@@ -332,6 +343,8 @@ class Controller:
                 raise KafkaError(ErrorCode.policy_violation, _TOO_LARGE)
             plan = self._place(count - current, rf, live, current)
         if not validate_only:
+            if quota is not None:
+                quota.record(count - current)
             self.commit(self._partition_records(t.topic_id, plan, current))
 
     # ------------------------------------------------------------------ configs

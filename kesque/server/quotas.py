@@ -296,6 +296,84 @@ class ClientQuotaManager:
         return lines
 
 
+# ================================================================== controller mutations (KIP-599)
+THROTTLING_QUOTA_EXCEEDED = "The throttling quota has been exceeded."
+
+
+class TokenBucket:
+    """Kafka's TokenBucket stat: full (``burst`` = samples x window x quota) at first,
+    refilled at ``quota`` tokens per second, emptied by each mutation (partitions)."""
+
+    __slots__ = ("tokens", "last_ms")
+
+    def __init__(self):
+        self.tokens: float | None = None
+        self.last_ms = 0
+
+    def measure(self, quota: float, burst: float, now_ms: int) -> float:
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + quota * (now_ms - self.last_ms) / 1000)
+        self.last_ms = now_ms
+        return self.tokens
+
+    def record(self, quota: float, burst: float, permits: float, now_ms: int) -> float:
+        self.tokens = min(burst, self.measure(quota, burst, now_ms) - permits)
+        return self.tokens
+
+
+class MutationQuota:
+    """One request's controller mutation quota (Kafka's Strict/PermissiveControllerMutationQuota).
+    ``record(partitions)`` is called per topic; a strict quota (the versions that know
+    THROTTLING_QUOTA_EXCEEDED) refuses a topic once the bucket is below zero, a permissive one
+    accepts it and only delays the client."""
+
+    def __init__(self, bucket: TokenBucket, bound: float, burst: float, strict: bool, clock):
+        self.bucket, self.bound, self.burst, self.strict, self.clock = bucket, bound, burst, strict, clock
+        self._throttle_ms = 0
+        self._recorded_ms = 0
+
+    def _violated(self, tokens: float, now_ms: int) -> None:
+        self._throttle_ms = int(math.floor(-tokens / self.bound * 1000 + 0.5))
+        self._recorded_ms = now_ms
+
+    def record(self, permits: float) -> None:
+        now = self.clock()
+        if self.strict:
+            tokens = self.bucket.measure(self.bound, self.burst, now)
+            if tokens < 0:
+                self._violated(tokens, now)
+                raise KafkaError(ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED)
+            self.bucket.record(self.bound, self.burst, permits, now)
+        else:
+            tokens = self.bucket.record(self.bound, self.burst, permits, now)
+            if tokens < 0:
+                self._violated(tokens, now)
+
+    def throttle_time(self) -> int:
+        """The delay recorded, less the time since (the request may have waited)."""
+        return max(0, self._throttle_ms - (self.clock() - self._recorded_ms))
+
+
+class MutationQuotaManager(ClientQuotaManager):
+    """controller_mutation_rate: partitions created or deleted per second, as a token bucket."""
+
+    def __init__(self, samples: int, window_seconds: int):
+        super().__init__(MUTATION, samples, window_seconds)
+        self.buckets: dict[tuple[str, str], TokenBucket] = {}
+
+    def new_quota(self, user: str, client_id: str, strict: bool, clock) -> MutationQuota | None:
+        """The request's quota (None: unbounded); ``clock()`` gives milliseconds."""
+        bound, tags = self.quota(user, client_id)
+        if bound is None:
+            return None
+        bucket = self.buckets.get(tags)
+        if bucket is None:
+            bucket = self.buckets[tags] = TokenBucket()
+        return MutationQuota(bucket, bound, self.samples * self.window_ms / 1000 * bound, strict, clock)
+
+
 class Quotas:
     """All client quota managers of a broker, fed from the metadata image."""
 
@@ -304,11 +382,13 @@ class Quotas:
         self.produce = ClientQuotaManager(PRODUCE, samples, window_seconds)
         self.fetch = ClientQuotaManager(FETCH, samples, window_seconds)
         self.request = ClientQuotaManager(REQUEST, samples, window_seconds, max_throttle_ms=window_seconds * 1000)
-        self.managers = (self.produce, self.fetch, self.request)
+        self.mutation = MutationQuotaManager(controller_samples, controller_window_seconds)
+        self.managers = (self.produce, self.fetch, self.request, self.mutation)
 
     @classmethod
     def from_config(cls, config) -> "Quotas":
-        return cls(config.get("quota.window.num"), config.get("quota.window.size.seconds"))
+        return cls(config.get("quota.window.num"), config.get("quota.window.size.seconds"),
+                   config.get("controller.quota.window.num"), config.get("controller.quota.window.size.seconds"))
 
     def update(self, client_quotas: dict[Entity, dict[str, float]]) -> None:
         for m in self.managers:

@@ -346,6 +346,19 @@ class KesqueServer:
         ctx.throttle_ms = max(ctx.throttle_ms, ms, self._record_request_time(ctx, now))
         return ctx.throttle_ms
 
+    def mutation_quota(self, ctx, strict_since: int):
+        """The request's controller_mutation_rate quota (KIP-599), None when it has none:
+        strict (THROTTLING_QUOTA_EXCEEDED per topic) from ``strict_since``, else permissive."""
+        m = self.quotas.mutation
+        if not m.enabled:
+            return None
+        return m.new_quota(ANONYMOUS, ctx.client_id or "", ctx.api_version >= strict_since, self._now_ms)
+
+    def charge_mutations(self, ctx, quota) -> None:
+        """The mutation quota's delay becomes the request's throttle time (if larger)."""
+        if quota is not None:
+            ctx.throttle_ms = max(ctx.throttle_ms, quota.throttle_time())
+
     def _record_request_time(self, ctx, now_ms: int) -> int:
         """request_percentage: the handler's time for this request, as a percentage of a second."""
         if ctx.recorded or not ctx.start_ns:
