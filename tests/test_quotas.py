@@ -3,9 +3,11 @@ the metadata log, Kafka's answers to bad input, and enforcement (throttle_time_m
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from conftest import running_broker
-from wire import Api, Msg, WireClient, build_batch, records_of
+from wire import Api, ConnectionClosed, Msg, WireClient, build_batch, records_of
 
 from kesque.errors import ErrorCode
 
@@ -186,3 +188,40 @@ def test_controller_mutation_rate_strict_and_permissive(broker, topic_name):
     assert code == 0 and 0 < delay <= 10000
     with WireClient(bs, client_id="admin") as c:  # other clients are not limited
         assert Api(c).create_topics([{"name": topic_name + "-d", "num_partitions": 50}]).topics[0].error_code == 0
+
+
+def test_connection_limits_per_ip(tmp_path):
+    config = {"quota.window.num": 2, "max.connections.per.ip.overrides": "127.0.0.1:3"}
+    with running_broker(tmp_path / "data", config) as broker:
+        bs = broker.bootstrap_servers
+
+        def answers(c: WireClient) -> bool:
+            try:
+                Api(c).api_versions()
+                return True
+            except (ConnectionClosed, ConnectionError, TimeoutError):
+                return False
+
+        # max.connections.per.ip.overrides: a 4th connection from 127.0.0.1 is closed at once
+        clients = [WireClient(bs, timeout=5) for _ in range(3)]
+        assert all(answers(c) for c in clients)
+        with WireClient(bs, timeout=5) as extra:
+            assert extra.is_closed(timeout=5)
+        clients.pop().close()
+
+        def reconnects() -> bool:  # once the broker has seen the close
+            with WireClient(bs, timeout=5) as again:
+                return answers(again)
+
+        assert any(reconnects() or time.sleep(0.2) for _ in range(50))
+        for c in clients:
+            c.close()
+        # connection_creation_rate on the default IP: new connections past 2/s are refused
+        with WireClient(bs) as c:
+            alter_ok(Api(c), [({"ip": None}, {"connection_creation_rate": 2})])
+        refused = 0
+        for _ in range(10):  # bounded: far more than 2/s over a 1-2 s window
+            with WireClient(bs, timeout=5) as c:
+                if not answers(c):
+                    refused += 1
+        assert refused > 0

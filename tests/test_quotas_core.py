@@ -191,3 +191,29 @@ def test_permissive_mutation_quota_accepts_and_delays():
 def test_no_mutation_quota_for_other_clients():
     m, _new = mutation_quota(True, [0])
     assert m.new_quota(q.ANONYMOUS, "other", True, lambda: 0) is None
+
+
+# ------------------------------------------------------------------ connections
+def test_connections_per_ip_are_counted_and_released():
+    cq = q.ConnectionQuotas()
+    assert cq.admit("10.0.0.1", 2, 0)[0] and cq.admit("10.0.0.1", 2, 0)[0]
+    assert cq.admit("10.0.0.1", 2, 0) == (False, 0, "Too many connections from 10.0.0.1 (maximum = 2)")
+    assert cq.admit("10.0.0.2", 2, 0)[0]  # per IP
+    cq.release("10.0.0.1")
+    assert cq.admit("10.0.0.1", 2, 0)[0]
+
+
+def test_connection_creation_rate_per_ip_with_default():
+    cq = q.ConnectionQuotas(2, 1)  # the rate is over at least one 1 s sample
+    cq.update({entity_key({q.IP: None}): {q.CONNECTION: 2.0}, entity_key({q.IP: "10.0.0.9"}): {q.CONNECTION: 100.0}})
+    big = 2**31 - 1
+    assert cq.admit("10.0.0.1", big, 0)[0] and cq.admit("10.0.0.1", big, 0)[0]
+    ok, delay, reason = cq.admit("10.0.0.1", big, 0)
+    assert not ok and 0 < delay <= 1000 and reason == "Connection rate from 10.0.0.1 exceeds its quota of 2/s"
+    assert cq.counts["10.0.0.1"] == 2  # the refused one is not counted (nor in the rate)
+    assert all(cq.admit("10.0.0.9", big, 0)[0] for _ in range(50))  # its own, higher quota
+    assert cq.admit("10.0.0.1", big, 2500)[0]  # later, within the rate again
+
+
+def test_parse_ip_overrides():
+    assert q.parse_ip_overrides("127.0.0.1:5, host.example:7,bad:x,:3") == {"127.0.0.1": 5, "host.example": 7}

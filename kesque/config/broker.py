@@ -61,6 +61,9 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("socket.send.buffer.bytes", "INT", 102400, "SO_SNDBUF (-1: OS default)"),
     _K("socket.receive.buffer.bytes", "INT", 102400, "SO_RCVBUF (-1: OS default)"),
     _K("connections.max.idle.ms", "LONG", 600000, "idle connections are closed after this"),
+    _K("max.connections.per.ip", "INT", 2147483647, "connections one IP may hold open", at_least(0), dynamic=True),
+    _K("max.connections.per.ip.overrides", "STRING", "", "per-IP or per-host limits: host:count,ip:count",
+       dynamic=True),
     # logs
     _K("log.dirs", "STRING", None, "data directories", parse_as="LIST"),
     _K("log.dir", "STRING", "/tmp/kafka-logs", "data directory when log.dirs is unset"),

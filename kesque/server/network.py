@@ -331,6 +331,8 @@ class SocketServer:
                 log.warning("accept failed: %s", e)
                 return
             sock.setblocking(False)
+            if self.admit is not None and not self.admit(sock, _addr):
+                continue  # connection quotas: refused (admit closes it)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.send_buffer > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
@@ -338,8 +340,14 @@ class SocketServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer)
             self.connections.add(Connection(self, sock, name))
 
+    # connection quotas: admit(sock, addr) -> bool for each accepted socket, release(ip) on close
+    admit = None
+    release = None
+
     def connection_closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        if self.release is not None:
+            self.release(conn.peer[0])
 
     def close(self) -> None:
         for sock, _name in self.listeners:

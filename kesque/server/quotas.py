@@ -374,6 +374,69 @@ class MutationQuotaManager(ClientQuotaManager):
         return MutationQuota(bucket, bound, self.samples * self.window_ms / 1000 * bound, strict, clock)
 
 
+# ================================================================== connections (KIP-612, max.connections.per.ip)
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count,ip:count`` (hosts as given; an
+    entry whose count is not a number is left out)."""
+    out = {}
+    for item in (text or "").split(","):
+        host, _, count = item.strip().rpartition(":")
+        if host.strip() and count.strip().isdigit():
+            out[host.strip()] = int(count)
+    return out
+
+
+class ConnectionQuotas:
+    """Kafka's ConnectionQuotas for one broker: the number of connections per IP
+    (``max.connections.per.ip`` and its overrides) and the rate of new connections per IP
+    (``connection_creation_rate`` quotas on ip entities: /ips/<ip>, else /ips/<default>).
+    ``admit`` answers (accepted, delay ms, reason); a refused connection is closed (by Kafka
+    after the delay when the rate was exceeded, at once when the count was)."""
+
+    def __init__(self, samples: int = 11, window_seconds: int = 1):
+        self.samples = samples
+        self.window_ms = window_seconds * 1000
+        self.counts: dict[str, int] = {}
+        self.rate_quotas: dict[str | None, float] = {}
+        self.rates: dict[str, Rate] = {}
+
+    def update(self, client_quotas: dict[Entity, dict[str, float]]) -> None:
+        self.rate_quotas = {dict(e)[IP]: v[CONNECTION] for e, v in client_quotas.items()
+                            if CONNECTION in v and len(e) == 1 and e[0][0] == IP}
+        for ip in [ip for ip in self.rates if self._rate_bound(ip) is None]:
+            del self.rates[ip]
+
+    def _rate_bound(self, ip: str) -> float | None:
+        bound = self.rate_quotas.get(ip)
+        return self.rate_quotas.get(None) if bound is None else bound
+
+    def admit(self, ip: str, limit: int, now_ms: int) -> tuple[bool, int, str]:
+        """``limit``: this IP's max.connections.per.ip (override or default)."""
+        n = self.counts.get(ip, 0)
+        if n >= limit:
+            return False, 0, f"Too many connections from {ip} (maximum = {limit})"
+        bound = self._rate_bound(ip)
+        if bound is not None:
+            rate = self.rates.get(ip)
+            if rate is None:
+                rate = self.rates[ip] = Rate(self.samples, self.window_ms)
+            rate.record(1.0, now_ms)
+            observed = rate.measure(now_ms)
+            if observed > bound:
+                rate.record(-1.0, now_ms)  # the connection is closed: it does not count
+                delay = min(throttle_time(observed, bound, rate.window_size(now_ms)), self.window_ms)
+                return False, delay, f"Connection rate from {ip} exceeds its quota of {bound:g}/s"
+        self.counts[ip] = n + 1
+        return True, 0, ""
+
+    def release(self, ip: str) -> None:
+        n = self.counts.get(ip, 0) - 1
+        if n > 0:
+            self.counts[ip] = n
+        else:
+            self.counts.pop(ip, None)
+
+
 class Quotas:
     """All client quota managers of a broker, fed from the metadata image."""
 
@@ -384,6 +447,7 @@ class Quotas:
         self.request = ClientQuotaManager(REQUEST, samples, window_seconds, max_throttle_ms=window_seconds * 1000)
         self.mutation = MutationQuotaManager(controller_samples, controller_window_seconds)
         self.managers = (self.produce, self.fetch, self.request, self.mutation)
+        self.connections = ConnectionQuotas(samples, window_seconds)
 
     @classmethod
     def from_config(cls, config) -> "Quotas":
@@ -393,6 +457,7 @@ class Quotas:
     def update(self, client_quotas: dict[Entity, dict[str, float]]) -> None:
         for m in self.managers:
             m.update({e: q[m.quota_type] for e, q in client_quotas.items() if m.quota_type in q})
+        self.connections.update(client_quotas)
 
     def report(self, now_ms: int) -> list[str]:
         return [line for m in self.managers for line in m.report(now_ms)]

@@ -33,6 +33,7 @@ from ..storage import checkpoint as ck
 from ..storage.log_manager import LogManager
 from .context import NO_RESPONSE, CloseConnection, RequestContext
 from .network import SocketServer
+from . import quotas as quota_core
 from .quotas import ANONYMOUS, Quotas
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class KesqueServer:
         self.stopped = False
         self.start_time = time.monotonic()
         self.quotas = Quotas.from_config(config)
+        self._ip_overrides: tuple[str | None, dict[str, int]] = (None, {})
 
     # ================================================================== lifecycle
     async def start(self) -> None:
@@ -106,6 +108,8 @@ class KesqueServer:
         # network
         self.socket_server = SocketServer(self.loop, self.handle_frame, cfg.get("socket.request.max.bytes"),
                                           cfg.get("socket.send.buffer.bytes"), cfg.get("socket.receive.buffer.bytes"))
+        self.socket_server.admit = self._admit_connection
+        self.socket_server.release = self.quotas.connections.release
         controller_names = {n.upper() for n in cfg.get("controller.listener.names")}
         for lis in cfg.listeners():
             if lis.name in controller_names:
@@ -380,6 +384,34 @@ class KesqueServer:
         the throttle time has passed (other connections are served meanwhile)."""
         log.debug("%s: throttling client %s for %d ms", conn.id, ctx.client_id, ctx.throttle_ms)
         conn.mute_until(self.loop.time() + ctx.throttle_ms / 1000.0)
+
+    def _admit_connection(self, sock, addr) -> bool:
+        """max.connections.per.ip (and overrides) and connection_creation_rate: a refused
+        connection is closed, after the throttle delay when its IP's rate was exceeded."""
+        ip = addr[0]
+        ok, delay_ms, reason = self.quotas.connections.admit(ip, self._ip_limit(ip), self._now_ms())
+        if ok:
+            return True
+        log.info("Rejected connection from %s: %s", ip, reason)
+        if delay_ms:
+            self.loop.call_later(delay_ms / 1000.0, sock.close)
+        else:
+            sock.close()
+        return False
+
+    def _ip_limit(self, ip: str) -> int:
+        raw = self.config.get("max.connections.per.ip.overrides") or ""
+        if raw != self._ip_overrides[0]:
+            by_host = quota_core.parse_ip_overrides(raw)
+            by_ip = {}
+            for host, count in by_host.items():
+                try:
+                    by_ip[socket.gethostbyname(host)] = count
+                except OSError:
+                    by_ip[host] = count
+            self._ip_overrides = (raw, by_ip)
+        limit = self._ip_overrides[1].get(ip)
+        return self.config.get("max.connections.per.ip") if limit is None else limit
 
     def _report_quotas(self) -> None:
         for line in self.quotas.report(self._now_ms()):
