@@ -217,3 +217,50 @@ def test_connection_creation_rate_per_ip_with_default():
 
 def test_parse_ip_overrides():
     assert q.parse_ip_overrides("127.0.0.1:5, host.example:7,bad:x,:3") == {"127.0.0.1": 5, "host.example": 7}
+
+
+class _PlainRate:
+    """Kafka's Rate/SampledStat written plainly (every measure walks the samples)."""
+
+    def __init__(self, num, window_ms):
+        self.num, self.window_ms, self.samples, self.current = num, window_ms, [], 0
+
+    def record(self, value, now):
+        if not self.samples:
+            self.samples.append([0.0, now, now])
+        s = self.samples[self.current]
+        if now - s[1] >= self.window_ms:
+            self.current = (self.current + 1) % (self.num + 1)
+            if self.current >= len(self.samples):
+                self.samples.append([0.0, now, now])
+            else:
+                self.samples[self.current][:] = [0.0, now, now]
+            s = self.samples[self.current]
+        s[0] += value
+        s[2] = now
+
+    def measure(self, now):
+        if not self.samples:
+            self.samples.append([0.0, now, now])
+        for s in self.samples:
+            if now - s[2] >= self.num * self.window_ms:
+                s[:] = [0.0, now, now]
+        elapsed = now - min(s[1] for s in self.samples)
+        full = elapsed // self.window_ms
+        if full < self.num - 1:
+            elapsed += (self.num - 1 - full) * self.window_ms
+        return sum(s[0] for s in self.samples) / (max(elapsed, 1) / 1000)
+
+
+def test_incremental_rate_equals_kafkas_plain_algorithm():
+    import random
+
+    rnd = random.Random(7)
+    fast, plain, now = Rate(3, 1000), _PlainRate(3, 1000), 0
+    for _ in range(20_000):
+        now += rnd.choice([0, 1, 5, 50, 300, 1200, 4000])
+        if rnd.random() < 0.7:
+            v = rnd.random() * 100
+            fast.record(v, now)
+            plain.record(v, now)
+        assert fast.measure(now) == pytest.approx(plain.measure(now), rel=1e-9, abs=1e-9)

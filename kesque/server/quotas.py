@@ -132,20 +132,33 @@ def validate_quota_value(keys: dict[str, str], key: str, value: float) -> None:
 # ================================================================== rates
 class Rate:
     """Kafka's Rate over a WindowedSum: ``num`` samples of ``window_ms``, plus one
-    overlapping placeholder. A sample is ``[value, start_ms, last_event_ms, count]``."""
+    overlapping placeholder. A sample is ``[value, start_ms, last_event_ms, count]``.
+    The sum, the oldest start and the time of the next expiry are kept up to date, so a
+    record and a measure cost a few operations (the samples are walked about once a window)."""
 
-    __slots__ = ("num", "window_ms", "samples", "current")
+    __slots__ = ("num", "window_ms", "expire_ms", "samples", "current", "total", "oldest_start", "purge_at")
 
     def __init__(self, num: int, window_ms: int):
         self.num = num
         self.window_ms = window_ms
+        self.expire_ms = num * window_ms
         self.samples: list[list] = []
         self.current = 0
+        self.total = 0.0
+        self.oldest_start = 0
+        self.purge_at = math.inf
+
+    def _refresh(self) -> None:
+        samples = self.samples
+        self.total = sum(s[0] for s in samples)
+        self.oldest_start = min(s[1] for s in samples)
+        self.purge_at = min(s[2] for s in samples) + self.expire_ms
 
     def record(self, value: float, now_ms: int) -> None:
         samples = self.samples
         if not samples:
             samples.append([0.0, now_ms, now_ms, 0])
+            self._refresh()
         s = samples[self.current]
         if now_ms - s[1] >= self.window_ms:
             self.current = (self.current + 1) % (self.num + 1)
@@ -155,22 +168,28 @@ class Rate:
             else:
                 s = samples[self.current]
                 s[0], s[1], s[2], s[3] = 0.0, now_ms, now_ms, 0
+            self._refresh()
         s[0] += value
         s[2] = now_ms
         s[3] += 1
+        self.total += value
 
     def _purge(self, now_ms: int) -> None:
-        expire = self.num * self.window_ms
+        if now_ms < self.purge_at:
+            return
+        expire = self.expire_ms
         for s in self.samples:
             if now_ms - s[2] >= expire:
                 s[0], s[1], s[2], s[3] = 0.0, now_ms, now_ms, 0
+        self._refresh()
 
     def window_size(self, now_ms: int) -> int:
         """Rate.windowSize: time since the oldest live sample, at least num - 1 windows."""
-        self._purge(now_ms)
         if not self.samples:
             self.samples.append([0.0, now_ms, now_ms, 0])
-        elapsed = now_ms - min(s[1] for s in self.samples)
+            self._refresh()
+        self._purge(now_ms)
+        elapsed = now_ms - self.oldest_start
         full = elapsed // self.window_ms
         if full < self.num - 1:
             elapsed += (self.num - 1 - full) * self.window_ms
@@ -178,9 +197,8 @@ class Rate:
 
     def measure(self, now_ms: int) -> float:
         """Per second."""
-        self._purge(now_ms)
-        total = sum(s[0] for s in self.samples)
-        return total / (self.window_size(now_ms) / 1000.0)
+        window = self.window_size(now_ms)
+        return self.total / (window / 1000.0)
 
     @property
     def last_ms(self) -> int:
@@ -218,6 +236,7 @@ class ClientQuotaManager:
         self.enabled = False
         self.sensors: dict[tuple[str, str], Sensor] = {}
         self._resolved: dict[tuple[str, str], tuple[float | None, tuple[str, str]]] = {}
+        self._sensor_of: dict[tuple[str, str], Sensor] = {}  # (user, client id) -> its rate, when it has a quota
 
     def update(self, quotas: dict[Entity, float]) -> None:
         """Replace this type's quotas (the rates measured so far are kept, as in Kafka)."""
@@ -231,6 +250,7 @@ class ClientQuotaManager:
         self.quotas = dict(quotas)
         self.enabled = bool(quotas)
         self._resolved.clear()
+        self._sensor_of.clear()
 
     def quota(self, user: str, client_id: str) -> tuple[float | None, tuple[str, str]]:
         key = (user, client_id)
@@ -247,25 +267,30 @@ class ClientQuotaManager:
 
     def record(self, user: str, client_id: str, value: float, now_ms: int) -> int:
         """Record ``value`` for the client; the throttle time in ms (0: within its quota)."""
-        bound, tags = self.quota(user, client_id)
-        if bound is None:
-            return 0
-        sensor = self._sensor(tags)
-        sensor.bound = bound
+        key = (user, client_id)
+        sensor = self._sensor_of.get(key)
+        if sensor is None:
+            bound, tags = self.quota(user, client_id)
+            if bound is None:
+                return 0
+            sensor = self._sensor_of[key] = self._sensor(tags)
+            sensor.bound = bound
+        bound = sensor.bound
         rate = sensor.rate
         rate.record(value, now_ms)
         sensor.recorded += value
-        observed = rate.measure(now_ms)
+        window = rate.window_size(now_ms)
+        observed = rate.total / (window / 1000.0)
         if observed <= bound:
             return 0
-        ms = throttle_time(observed, bound, rate.window_size(now_ms))
+        ms = throttle_time(observed, bound, window)
         if self.max_throttle_ms is not None:
             ms = min(ms, self.max_throttle_ms)
         if ms > 0:
             sensor.throttle_ms += ms
             sensor.throttle_count += 1
             log.debug("Quota %s violated for user=%s client-id=%s: rate %.1f > %s; delay %d ms", self.quota_type,
-                      tags[0], tags[1], observed, bound, ms)
+                      user, client_id, observed, bound, ms)
         return max(ms, 0)
 
     def unrecord(self, user: str, client_id: str, value: float, now_ms: int) -> None:
@@ -286,6 +311,7 @@ class ClientQuotaManager:
         for tags, s in list(self.sensors.items()):
             if now_ms - s.rate.last_ms >= INACTIVE_SENSOR_EXPIRATION_MS:
                 del self.sensors[tags]
+                self._sensor_of.clear()
                 continue
             if s.recorded or s.throttle_count:
                 lines.append(f"{self.quota_type} user={tags[0]!r} client-id={tags[1]!r}: rate "
