@@ -311,7 +311,9 @@ class KesqueServer:
             self.spawn(self._complete_later(conn, slot, ctx, result))
             return
         else:
-            conn.complete(slot, self._frame(header, self._throttled(ctx, result)))
+            if ctx.start_ns or ctx.throttle_ms:
+                result = self._throttled(ctx, result)
+            conn.complete(slot, self._frame(header, result))
         if ctx.throttle_ms:
             self._mute(conn, ctx)
 
@@ -332,7 +334,9 @@ class KesqueServer:
         if result is NO_RESPONSE:
             conn.drop_slot(slot)
         else:
-            conn.complete(slot, self._frame(header, self._throttled(ctx, result)))
+            if ctx.start_ns or ctx.throttle_ms:
+                result = self._throttled(ctx, result)
+            conn.complete(slot, self._frame(header, result))
         if ctx.throttle_ms:
             self._mute(conn, ctx)
 
