@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-all slow compat bench examples install install-test kcat clean-data help
+.PHONY: serve test test-all slow compat bench examples sim install install-test kcat clean-data help
 
 help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
@@ -14,6 +14,7 @@ help:
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
 	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
+	@echo "make sim      - the KRaft quorum simulator: every scenario on SEEDS seeds (default 1000)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +56,10 @@ examples: $(TSTAMP)
 
 bench: $(TSTAMP)
 	$(BIN)/python bench/run.py
+
+SEEDS ?= 1000
+sim: $(STAMP)
+	$(BIN)/python -m kesque.sim --seeds $(SEEDS)
 
 clean-data:
 	rm -rf data

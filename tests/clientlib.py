@@ -537,6 +537,23 @@ def broker_alive(bootstrap: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def log_text(broker) -> str:
+    with open(broker.log_path, errors="replace") as f:
+        return f.read()
+
+
+def wait_for_log(broker, needle: str, timeout: float = 5.0) -> str:
+    """The broker's log once it contains ``needle`` (AssertionError after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = log_text(broker)
+        if needle in text:
+            return text
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{needle!r} not in broker log")
+        time.sleep(0.02)
+
+
 def fetch_v12_body(topic: str, partition: int, offset: int, max_wait_ms: int, min_bytes: int = 1,
                    max_bytes: int = 1 << 20) -> bytes:
     """Fetch v12 (flexible, topic names, no session)."""

@@ -21,6 +21,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
+from clientlib import log_text, wait_for_log
 from kesque.testing.broker import Broker
 from wire import (Api, Msg, WireClient, build_batch, consume_all, decode_request_frame, encode_body, encode_request,
                   legacy_message_set, records_of, set_crc, string16, tagged_fields)
@@ -152,22 +153,6 @@ def raw_closed(broker: Broker, data: bytes, timeout: float = 5.0) -> bool:
 
 def frame(body: bytes) -> bytes:
     return I32.pack(len(body)) + body
-
-
-def log_text(broker: Broker) -> str:
-    with open(broker.log_path, errors="replace") as f:
-        return f.read()
-
-
-def wait_for_log(broker: Broker, needle: str, timeout: float = 5.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        text = log_text(broker)
-        if needle in text:
-            return text
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{needle!r} not in broker log")
-        time.sleep(0.02)
 
 
 # ====================================================================== framing

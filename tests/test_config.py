@@ -221,6 +221,17 @@ def test_listeners():
     assert Listener.parse("plaintext://h:1").name == "PLAINTEXT"
 
 
+def test_queued_max_request_bytes_must_hold_the_largest_request():
+    # KafkaConfig: a bound (> 0) smaller than socket.request.max.bytes could never admit that request
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({"queued.max.request.bytes": "1000"})
+    assert e.value.name == "queued.max.request.bytes" and "socket.request.max.bytes" in str(e.value)
+    assert BrokerConfig({"queued.max.request.bytes": "1000", "socket.request.max.bytes": "1000"})
+    assert BrokerConfig({"queued.max.request.bytes": "-1"}).get("queued.max.request.bytes") == -1
+    # the default is kesque's own, so a Kafka file with a larger socket.request.max.bytes still starts
+    assert BrokerConfig({"socket.request.max.bytes": str(1 << 30)})
+
+
 def test_node_id_falls_back_to_broker_id():
     assert BrokerConfig({"broker.id": "7"}).node_id == 7
     assert BrokerConfig({"broker.id": "7", "node.id": "3"}).node_id == 3
@@ -283,7 +294,8 @@ def test_every_broker_key_is_kafkas_with_kafkas_type_and_default():
 
 def test_the_documented_differences_are_real_and_few():
     assert set(DEFAULTS_DIFFERING_FROM_KAFKA) == {"node.id", "process.roles", "controller.listener.names",
-                                                  "listener.security.protocol.map", "cluster.id"}
+                                                  "listener.security.protocol.map", "cluster.id",
+                                                  "queued.max.request.bytes"}
     for name in DEFAULTS_DIFFERING_FROM_KAFKA:
         assert name in BROKER_CONFIGS
         if name in KAFKA_BROKER_KEYS:

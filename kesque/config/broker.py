@@ -61,6 +61,8 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("socket.send.buffer.bytes", "INT", 102400, "SO_SNDBUF (-1: OS default)"),
     _K("socket.receive.buffer.bytes", "INT", 102400, "SO_RCVBUF (-1: OS default)"),
     _K("connections.max.idle.ms", "LONG", 600000, "idle connections are closed after this"),
+    _K("queued.max.request.bytes", "LONG", 256 * 1024 * 1024,
+       "bytes of large requests being received or queued before reads pause (-1: unbounded; Kafka: -1)"),
     _K("max.connections.per.ip", "INT", 2147483647, "connections one IP may hold open", at_least(0), dynamic=True),
     _K("max.connections.per.ip.overrides", "STRING", "", "per-IP or per-host limits: host:count,ip:count",
        dynamic=True),
@@ -194,6 +196,8 @@ DEFAULTS_DIFFERING_FROM_KAFKA = {
     "listener.security.protocol.map": "Kafka maps controller listeners to PLAINTEXT when the map is not set; "
                                       "kesque writes that mapping into the default",
     "cluster.id": "not a Kafka broker config: kesque accepts it to pin the id meta.properties gets",
+    "queued.max.request.bytes": "Kafka's -1 (unbounded) lets clients that declare large frames and send slowly "
+                                "exhaust the machine's memory; kesque bounds it at 256 MiB (docs/compatibility.md)",
 }
 
 # KIP-896 et al: keys whose values kesque cannot honour at all (refuse rather than mislead)
@@ -371,6 +375,10 @@ class BrokerConfig:
             not_yet.check(self)
 
     def _validate(self) -> None:
+        queued = self.get("queued.max.request.bytes")
+        if self.is_set("queued.max.request.bytes") and 0 < queued < self.get("socket.request.max.bytes"):
+            raise ConfigError("queued.max.request.bytes",
+                              "queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
         protocols = self.security_protocol_map()
         for key in ("listeners", "advertised.listeners"):
             for uri in self.get(key) or []:

@@ -4,8 +4,8 @@ Connections are non-blocking sockets driven by the event loop's ``add_reader`` /
 ``add_writer`` rather than asyncio transports, for two reasons measured on the data path:
 
 * reads go straight into a per-connection buffer (``recv_into``); a frame that does not
-  fit gets its own buffer sized from the length prefix, so a 1 MiB produce request is
-  received with no intermediate copies and handed to the log as a writable memoryview;
+  fit gets its own buffer, which grows (x8) as the frame's bytes arrive up to the size
+  the length prefix declares, and is handed to the log as a writable memoryview;
 * responses are lists of buffers written with ``sendmsg`` and :class:`FileRegion` items
   written with ``os.sendfile`` — zero-copy from the page cache to the socket, which an
   asyncio transport cannot do for one item inside a pipelined stream.
@@ -13,6 +13,12 @@ Connections are non-blocking sockets driven by the event loop's ``add_reader`` /
 Requests are processed in arrival order as soon as they are read; each gets a response
 slot, and slots are flushed strictly in order even when a later request (a metadata
 call) finishes before an earlier one (a long-poll fetch).
+
+Memory a client can make the broker hold is bounded. A size prefix costs nothing until its
+bytes arrive; the buffers of large frames come from a :class:`MemoryPool` sized by
+``queued.max.request.bytes``, and while it is used up the connections that need more wait
+with their reads paused (Kafka's memory pool). Connections idle for
+``connections.max.idle.ms`` are closed (:meth:`SocketServer.expire_idle`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import errno
 import logging
 import os
 import socket
+import sys
 from collections import deque
 
 from ..protocol.fetch import FileRegion
@@ -33,6 +40,136 @@ SMALL_REGION = 16 * 1024  # regions below this are pread into the sendmsg batch
 IOV_MAX = 512
 PAUSE_OUTPUT_BYTES = 32 * 1024 * 1024
 PAUSE_PENDING = 128
+FRAME_FIRST = 256 * 1024  # a large frame's first buffer (capped at its declared size) ...
+FRAME_GROWTH = 8  # ... multiplied by this each time it fills up (a 1 MiB produce: two buffers)
+FRAME_ROUND = 64 * 1024  # a frame's final buffer is rounded up to this, to be reused for others
+# Buffers kept for reuse (per kind: first buffers, final buffers up to SPARE_MAX bytes). A
+# frame's memory freed and allocated again made glibc trim its heap and fault every page in
+# again: a third more broker CPU per produced byte.
+SPARES = 8
+SPARE_MAX = 4 * 1024 * 1024
+
+
+class FrameBuffer(bytearray):
+    """A large frame's final buffer, handed to the request's handler. Its bytes return to the
+    pool when the connection sees the handler kept no reference, or else when it is freed."""
+
+    __slots__ = ("pool",)
+
+    def __del__(self):
+        if self.pool is not None:
+            self.pool.release(len(self))
+
+
+class MemoryPool:
+    """``queued.max.request.bytes``: the bytes of large request frames being received or
+    still referenced by a request in progress (the per-connection read buffers are a fixed
+    cost and are not counted).
+
+    Buffers are reused (a few of each kind are kept; a frame's final buffer is rounded up to
+    FRAME_ROUND so that it fits other frames of about its size); a final buffer comes back
+    when its handler returns without keeping a view of it, or when it is freed.
+
+    Like Kafka's pool (non-strict) a buffer is granted while anything is left, so usage can
+    pass the bound by one allocation; a connection refused a buffer stops reading and waits
+    in line. When the bound is reached and every byte of it belongs to frames whose
+    connections are waiting, nothing would ever free — so one connection with a partial
+    frame (the first refused) is exempt and may finish its frame. A client that stops
+    sending half-way through holds its bytes until ``connections.max.idle.ms`` closes it.
+    """
+
+    def __init__(self, loop, limit: int):
+        self.loop = loop
+        self.limit = limit if limit > 0 else None
+        self.used = 0
+        self.waiting: deque[Connection] = deque()
+        self.exempt: Connection | None = None
+        self._wake_pending = False
+        self._exhausted = False  # logged once per episode
+        self._firsts: list[bytearray] = []  # spare FRAME_FIRST buffers
+        self._finals: list[FrameBuffer] = []  # spare final buffers
+
+    def take(self, conn: "Connection", size: int, final: bool, holding: bool) -> bytearray | None:
+        """A buffer of at least ``size`` bytes for ``conn``'s large frame (``final``: for the
+        whole frame), or None: ``conn`` must wait (it is queued). ``holding``: conn already
+        has part of the frame in a pool buffer."""
+        if self.limit is not None and self.used >= self.limit and conn is not self.exempt:
+            if not holding or self.exempt is not None:
+                self._wait(conn)
+                return None
+            self.exempt = conn
+        if final:
+            buf = self._final(size)
+        elif size == FRAME_FIRST and self._firsts:
+            buf = self._firsts.pop()
+        else:
+            buf = bytearray(size)
+        self.used += len(buf)
+        return buf
+
+    def _final(self, size: int) -> FrameBuffer:
+        for i, buf in enumerate(self._finals):
+            if size <= len(buf) <= size + size // 8 + FRAME_ROUND:
+                del self._finals[i]
+                break
+        else:
+            buf = FrameBuffer(-(-size // FRAME_ROUND) * FRAME_ROUND)
+        buf.pool = self
+        return buf
+
+    def give_back(self, buf: bytearray) -> None:
+        """A buffer nobody references any more: its bytes are free, the buffer may be reused."""
+        if type(buf) is FrameBuffer:
+            buf.pool = None  # released here, not again when it is freed
+            spares = self._finals if len(buf) <= SPARE_MAX else None
+        else:
+            spares = self._firsts if len(buf) == FRAME_FIRST else None
+        if spares is not None and len(spares) < SPARES:
+            spares.append(buf)
+        self.release(len(buf))
+
+    def _wait(self, conn: "Connection") -> None:
+        if not self._exhausted:
+            self._exhausted = True
+            log.info("Request memory pool exhausted (%d bytes in use, queued.max.request.bytes=%d): "
+                     "pausing reads of connections that need more", self.used, self.limit)
+        log.debug("%s: waiting for request memory", conn.id)
+        self.waiting.append(conn)
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        if self.waiting and not self._wake_pending:
+            self._wake_pending = True
+            self.loop.call_soon(self._wake)
+
+    def frame_done(self, conn: "Connection") -> None:
+        """``conn`` finished (or dropped) its frame: it no longer needs the exemption."""
+        if self.exempt is conn:
+            self.exempt = None
+
+    def forget(self, conn: "Connection") -> None:
+        self.frame_done(conn)
+        if conn in self.waiting:
+            self.waiting.remove(conn)
+            self._exhausted = bool(self.waiting)
+
+    def _wake(self) -> None:
+        """Let waiting connections retry, in arrival order, while memory is left; when none
+        is left and no connection is exempt, the first waiter holding a partial frame."""
+        self._wake_pending = False
+        while self.waiting:
+            if self.limit is None or self.used < self.limit:
+                conn = self.waiting.popleft()
+            elif self.exempt is None:
+                conn = next((c for c in self.waiting if c.holds_frame), None)
+                if conn is None:
+                    break
+                self.waiting.remove(conn)
+            else:
+                break
+            conn.memory_available()
+        if not self.waiting:
+            self._exhausted = False
 
 
 class Slot:
@@ -57,20 +194,27 @@ class Connection:
         self.id = f"{sock.getsockname()[0]}:{sock.getsockname()[1]}-{self.peer[0]}:{self.peer[1]}"
         self.closed = False
         self.max_request = server.max_request_size
+        self.pool: MemoryPool = server.pool
         self._buf = bytearray(READ_BUFFER)
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
-        self._big: bytearray | None = None  # dedicated buffer for a large frame
-        self._big_view: memoryview | None = None
-        self._big_pos = 0
+        self._big: bytearray | None = None  # dedicated, growing buffer for a large frame
+        self._big_view: memoryview | None = None  # all of it
+        self._big_pos = 0  # bytes received
+        self._big_cap = 0  # bytes it can receive before growing (or the frame is complete)
+        self._big_size = 0  # the large frame's declared size
         self._slots: deque[Slot] = deque()
         self._out: deque = deque()
         self._out_bytes = 0
         self._head = 0  # bytes of _out[0] already sent
         self._writing = False
         self._reading = True
+        self._paused = False  # too many responses pending (back-pressure)
+        self._needs_memory = False  # queued in the memory pool
         self._in_read = False  # responses completed while reading are sent in one batch
+        self.active = False  # bytes read or written since the last idle check
+        self.idle_since = self.loop.time()
         self.loop.add_reader(self.fd, self._on_readable)
 
     # ================================================================== reading
@@ -79,7 +223,7 @@ class Connection:
             return
         try:
             if self._big is not None:
-                n = self.sock.recv_into(self._big_view[self._big_pos:])
+                n = self.sock.recv_into(self._big_view[self._big_pos:self._big_cap])
             else:
                 if self._end == len(self._buf):
                     self._compact()
@@ -93,15 +237,16 @@ class Connection:
         if n == 0:
             self.close()
             return
+        self.active = True
         self._in_read = True
         try:
             if self._big is not None:
                 self._big_pos += n
-                if self._big_pos == len(self._big):
-                    frame = self._big_view
-                    self._big = self._big_view = None
-                    self._big_pos = 0
-                    self._dispatch(frame)
+                if self._big_pos == self._big_cap:
+                    if self._big_pos == self._big_size:
+                        self._dispatch_big()
+                    else:
+                        self._grow_big()
             else:
                 self._end += n
                 self._parse_frames()
@@ -138,18 +283,81 @@ class Connection:
                 continue
             if 4 + size > len(buf):
                 # too big for the shared buffer: give it its own and read the rest into it
-                self._big = bytearray(size)
-                self._big_view = memoryview(self._big)
                 have = avail - 4
-                self._big[0:have] = buf[self._start + 4:self._end]
-                self._big_pos = have
-                self._start = self._end = 0
+                self._big_size = size
+                if self._set_big(min(size, max(FRAME_FIRST, have)), self._view[self._start + 4:self._end], have):
+                    self._start = self._end = 0
                 break
             if self._start + 4 + size > len(buf):
                 self._compact()
             break
         if self._start == self._end:
             self._start = self._end = 0
+
+    def _set_big(self, capacity: int, data: memoryview, n: int) -> bool:
+        """Receive the large frame into a pool buffer for ``capacity`` bytes that starts with
+        ``data`` (``n`` bytes). False when the pool has none: reading pauses until it has."""
+        new = self.pool.take(self, capacity, capacity == self._big_size, self._big is not None)
+        if new is None:
+            self._needs_memory = True
+            self._update_reader()
+            return False
+        view = memoryview(new)
+        view[:n] = data
+        self._drop_big()
+        self._big, self._big_view, self._big_pos, self._big_cap = new, view, n, capacity
+        return True
+
+    def _drop_big(self) -> None:
+        """Give the buffer of a frame not handed to a handler back to the pool."""
+        big = self._big
+        if big is not None:
+            self._big_view.release()
+            self._big = self._big_view = None
+            self.pool.give_back(big)
+
+    def _grow_big(self) -> None:
+        self._set_big(min(self._big_size, self._big_cap * FRAME_GROWTH), self._big_view[:self._big_pos],
+                      self._big_pos)
+
+    def _dispatch_big(self) -> None:
+        buf, whole = self._big, self._big_view
+        frame = whole[:self._big_size]
+        self._big = self._big_view = None
+        self._big_pos = self._big_cap = self._big_size = 0
+        self.pool.frame_done(self)
+        held = sys.getrefcount(buf)  # ours and the views' (they share one reference)
+        self._dispatch(frame)
+        try:
+            frame.release()
+            whole.release()
+        except BufferError:  # exported by something still running: freed (and released) later
+            return
+        if sys.getrefcount(buf) < held:  # the views' reference went: the handler kept no view
+            self.pool.give_back(buf)
+
+    @property
+    def holds_frame(self) -> bool:
+        return self._big is not None
+
+    def memory_available(self) -> None:
+        """The pool has memory again: retry what was refused, then read on."""
+        if self.closed:
+            return
+        self._needs_memory = False
+        self.active = True  # the wait was the broker's, not the client's
+        self._in_read = True
+        try:
+            if self._big is not None:
+                self._grow_big()
+            else:
+                self._parse_frames()
+        finally:
+            self._in_read = False
+        if not self.closed:
+            self._update_reader()
+            if self._out and not self._writing:
+                self._flush()
 
     def _dispatch(self, frame: memoryview) -> None:
         try:
@@ -187,15 +395,28 @@ class Connection:
         self.complete(slot, [])
 
     def _pause_reading(self) -> None:
-        if self._reading and not self.closed:
-            self.loop.remove_reader(self.fd)
-            self._reading = False
+        self._paused = True
+        self._update_reader()
 
     def _maybe_resume_reading(self) -> None:
-        if (not self._reading and not self.closed and len(self._slots) <= PAUSE_PENDING // 2
-                and self._out_bytes < PAUSE_OUTPUT_BYTES // 2 and not self.muted_until):
-            self._reading = True
+        if (self._paused and not self.closed and len(self._slots) <= PAUSE_PENDING // 2
+                and self._out_bytes < PAUSE_OUTPUT_BYTES // 2):
+            self._paused = False
+            self._update_reader()
+
+    def _update_reader(self) -> None:
+        """Read while neither back-pressure, the memory pool nor a quota holds this connection back."""
+        want = not (self.closed or self._paused or self._needs_memory or self.muted_until)
+        if want and not self._reading:
             self.loop.add_reader(self.fd, self._on_readable)
+        elif self._reading and not want:
+            self.loop.remove_reader(self.fd)
+        self._reading = want
+
+    @property
+    def busy(self) -> bool:
+        """A request is in progress, or the broker holds this connection back: not idle."""
+        return bool(self._slots) or self._needs_memory or bool(self.muted_until)
 
     # client quotas (KIP-219): a throttled connection reads no request until the deadline
     muted_until = 0.0
@@ -205,13 +426,13 @@ class Connection:
         if self.closed or deadline <= self.muted_until:
             return
         self.muted_until = deadline
-        self._pause_reading()
+        self._update_reader()
         self.loop.call_at(deadline, self._unmute, deadline)
 
     def _unmute(self, deadline: float) -> None:
         if self.muted_until == deadline:
             self.muted_until = 0.0
-            self._maybe_resume_reading()
+            self._update_reader()
 
     # ================================================================== writing
     def _flush(self) -> None:
@@ -277,6 +498,7 @@ class Connection:
 
     def _on_writable(self) -> None:
         if not self.closed:
+            self.active = True
             self._flush()
 
     # ================================================================== close
@@ -297,14 +519,19 @@ class Connection:
             pass
         self._out.clear()
         self._slots.clear()
+        self._drop_big()
+        self.pool.forget(self)
         self.server.connection_closed(self)
 
 
 class SocketServer:
-    def __init__(self, loop, handle_frame, max_request_size: int, send_buffer: int = -1, recv_buffer: int = -1):
+    def __init__(self, loop, handle_frame, max_request_size: int, send_buffer: int = -1, recv_buffer: int = -1,
+                 queued_max_bytes: int = -1, max_idle_ms: int = -1):
         self.loop = loop
         self.handle_frame = handle_frame
         self.max_request_size = max_request_size
+        self.pool = MemoryPool(loop, queued_max_bytes)
+        self.max_idle = max_idle_ms / 1000.0
         self.send_buffer = send_buffer
         self.recv_buffer = recv_buffer
         self.listeners: list[tuple[socket.socket, str]] = []
@@ -348,6 +575,22 @@ class SocketServer:
         self.connections.discard(conn)
         if self.release is not None:
             self.release(conn.peer[0])
+
+    def expire_idle(self) -> None:
+        """Close connections that neither sent nor received a byte for ``connections.max.idle.ms``
+        (a half-received frame does not count; a request in progress, or reads paused by the
+        broker, does). Called periodically; a connection is closed within one period of expiry."""
+        if self.max_idle < 0:
+            return
+        now = self.loop.time()
+        for conn in list(self.connections):
+            if conn.active or conn.busy:
+                conn.active = False
+                conn.idle_since = now
+            elif now - conn.idle_since >= self.max_idle:
+                log.debug("%s: closing connection idle for more than connections.max.idle.ms=%d", conn.id,
+                          self.max_idle * 1000)
+                conn.close()
 
     def close(self) -> None:
         for sock, _name in self.listeners:

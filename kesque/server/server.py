@@ -107,7 +107,8 @@ class KesqueServer:
         self._register_apis()
         # network
         self.socket_server = SocketServer(self.loop, self.handle_frame, cfg.get("socket.request.max.bytes"),
-                                          cfg.get("socket.send.buffer.bytes"), cfg.get("socket.receive.buffer.bytes"))
+                                          cfg.get("socket.send.buffer.bytes"), cfg.get("socket.receive.buffer.bytes"),
+                                          cfg.get("queued.max.request.bytes"), cfg.get("connections.max.idle.ms"))
         self.socket_server.admit = self._admit_connection
         self.socket_server.release = self.quotas.connections.release
         controller_names = {n.upper() for n in cfg.get("controller.listener.names")}
@@ -217,6 +218,9 @@ class KesqueServer:
         cfg = self.config
         lm = self.log_manager
         self._every(cfg.get("log.retention.check.interval.ms"), lm.cleanup_logs, "log-retention")
+        idle_ms = cfg.get("connections.max.idle.ms")
+        if idle_ms >= 0:  # checked every tenth of the period, at most every 10 s
+            self._every(min(max(idle_ms // 10, 50), 10000), self.socket_server.expire_idle, "idle-connections")
         self._every(1000, lm.delete_expired, "delete-expired-files")
         self._every(cfg.get("log.flush.scheduler.interval.ms"), lm.flush_dirty_logs, "log-flusher")
         self._every(cfg.get("log.flush.offset.checkpoint.interval.ms"),

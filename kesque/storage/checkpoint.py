@@ -60,10 +60,10 @@ def atomic_write(path: str, text: str, fsync: bool = True) -> None:
             os.fsync(f.fileno())
     os.replace(tmp, path)
     if fsync:
-        _fsync_dir(os.path.dirname(path) or ".")
+        fsync_dir(os.path.dirname(path) or ".")
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -240,9 +240,12 @@ def write_clean_shutdown(log_dir: str, broker_epoch: int) -> None:
 
 
 def consume_clean_shutdown(log_dir: str) -> bool:
-    """True when the previous run shut down cleanly; removes the marker either way."""
+    """True when the previous run shut down cleanly; removes the marker either way, durably:
+    a marker brought back by a power cut would make the next start skip recovery of a log
+    written since."""
     path = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
     if os.path.exists(path):
         os.unlink(path)
+        fsync_dir(log_dir)
         return True
     return False

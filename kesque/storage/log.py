@@ -31,7 +31,7 @@ from ..config.topic import LogConfig
 from ..errors import ErrorCode, KafkaError
 from ..records import batch as rb
 from ..records.records import CONTROL_COMMIT, build_end_txn_marker, read_end_txn_marker
-from .checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PartitionMetadataFile
+from .checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PartitionMetadataFile, fsync_dir
 from .leader_epoch import LeaderEpochFileCache
 from .producer_state import ProducerStateManager
 from .segment import (
@@ -82,7 +82,7 @@ class FetchData:
     regions: list = field(default_factory=list)
     size: int = 0
     first_offset: int = -1
-    upper_bound: int = -1  # end of the segment read from (bounds the aborted-transaction search)
+    upper_bound: int = -1  # end of the range read: segment end, capped by the fetch's max offset (LSO)
 
 
 class Log:
@@ -107,6 +107,10 @@ class Log:
         self.producer_state = ProducerStateManager(dir_path, self.tp)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._hw_position: tuple[int, int] | None = None  # (segment base, position)
+        # directory entries to fsync at the next flush (files created since the last one), and
+        # whether this process has synced the partition directory's own entry in the log dir
+        self._dir_dirty = True
+        self._parent_synced = False
         self._load(had_clean_shutdown, now_ms)
         if topic_id is not None:
             self._write_partition_metadata(topic_id)
@@ -165,21 +169,29 @@ class Log:
                             self.tp, os.path.basename(active.log_path))
                 active.recover()
             self.recovery_point = self.log_end_offset
+            replay_from = self.log_end_offset
         else:
-            self._recover(now_ms)
+            replay_from = self._recover(now_ms)
             self.flush()  # what recovery kept is now the durable prefix
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         if self.log_start_offset > self.log_end_offset:
-            self.log_start_offset = self.log_end_offset
+            # the checkpointed start is past what survived (DeleteRecords or retention above
+            # data lost in a crash): start empty there, as Kafka's LogLoader, so offsets below
+            # it are never handed out again
+            log.warning("%s: deleting all segments because the log end offset %d is smaller than the log start "
+                        "offset %d", self.tp, self.log_end_offset, self.log_start_offset)
+            self.truncate_fully_and_start_at(self.log_start_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), self.log_end_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(replay_from)
 
-    def _rebuild_producer_state(self) -> None:
-        """Newest producer snapshot at or below the log end, then replay the batches after it."""
+    def _rebuild_producer_state(self, replay_from: int | None = None) -> None:
+        """Newest producer snapshot at or below the log end (and at or below ``replay_from``,
+        the first offset whose ``.txnindex`` recovery rebuilds), then replay the batches after it."""
         ps = self.producer_state
-        start = ps.load_latest(self.log_end_offset)
+        limit = self.log_end_offset if replay_from is None else min(replay_from, self.log_end_offset)
+        start = ps.load_latest(limit)
         start = max(start, self.log_start_offset)
         replayed = 0
         i = max(0, bisect_right(self._bases, start) - 1)
@@ -223,8 +235,11 @@ class Log:
                                             ps.last_stable_offset_after(completed)))
         ps.complete_txn(completed, self.high_watermark)
 
-    def _recover(self, now_ms: int) -> None:
-        """Scan segments from the recovery point; truncate the first corrupt tail."""
+    def _recover(self, now_ms: int) -> int:
+        """Scan segments from the recovery point; truncate the first corrupt tail. Returns the
+        base of the first segment scanned: its ``.txnindex`` and the later ones are reset, to be
+        rebuilt by the producer-state replay from there (as Kafka's LogSegment.recover does; an
+        entry lost in a crash while its ABORT marker survived would expose aborted records)."""
         start_index = max(0, bisect_right(self._bases, self.recovery_point) - 1)
         for seg in self.segments[:start_index]:
             if not seg.load_indexes():
@@ -239,6 +254,7 @@ class Log:
         while i < len(self.segments):
             seg = self.segments[i]
             log.info("%s: recovering segment %s", self.tp, os.path.basename(seg.log_path))
+            seg.txn_index.reset()
             truncated = seg.recover(on_batch)
             if truncated and i + 1 < len(self.segments):
                 for later in self.segments[i + 1:]:
@@ -250,10 +266,12 @@ class Log:
                 break
             i += 1
         epoch_cache.flush()
+        return self.segments[start_index].base_offset if start_index < len(self.segments) else self.log_end_offset
 
     def _open_segment(self, base: int, create: bool, now_ms: int) -> LogSegment:
         seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
                          max_index_size=self.config.segment_index_bytes, create=create, now_ms=now_ms)
+        self._dir_dirty |= create
         jitter = self.config.segment_jitter_ms
         seg.roll_jitter_ms = random.randrange(min(jitter, self.config.segment_ms)) if jitter > 0 else 0
         return seg
@@ -293,12 +311,12 @@ class Log:
 
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound), from the segment holding
-        ``fetch_offset`` onward (an entry lives in the segment of its marker)."""
+        ``fetch_offset`` onward. An entry lives in the segment of its ABORT marker, which may lie
+        past ``upper_bound`` (a transaction spanning a roll), so the search goes on through later
+        segments until an entry's LSO reaches the bound, as Kafka's collectAbortedTransactions."""
         out: list[AbortedTxn] = []
         i = max(0, bisect_right(self._bases, fetch_offset) - 1)
         for seg in self.segments[i:]:
-            if seg.base_offset >= upper_bound:
-                break
             found, complete = seg.txn_index.collect(fetch_offset, upper_bound)
             out.extend(found)
             if complete:
@@ -581,6 +599,10 @@ class Log:
             seg.rename_suffix(DELETED_SUFFIX)
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
             log.info("%s: deleting segment %s due to %s", self.tp, seg.base_offset, reason)
+        # the renames must be durable before a checkpoint relies on them: the log start
+        # checkpoint has no entry for a log starting at its first segment, so a deleted
+        # segment reappearing after a power cut would bring its records back
+        fsync_dir(self.dir)
         new_start = self.segments[0].base_offset
         self.producer_state.delete_snapshots_below(new_start)
         if new_start > self.log_start_offset:
@@ -648,7 +670,11 @@ class Log:
     # ================================================================== flush / close
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery_point, up_to) and advance the
-        recovery point."""
+        recovery point. Segments created since the last flush also need their directory
+        entries synced, and a new partition directory its entry in the log dir, or a power
+        cut loses them with their fsynced content (Kafka's LocalLog.flush syncs the directory
+        after a roll). A ``.txnindex`` created later in a segment needs no more: until a
+        roll and its flush move the recovery point past that segment, recovery rescans it."""
         target = self.log_end_offset if up_to is None else up_to
         n = len(self.segments)
         for i, seg in enumerate(self.segments):
@@ -656,6 +682,12 @@ class Log:
                 break
             if i + 1 == n or self._bases[i + 1] > self.recovery_point:
                 seg.flush()
+        if self._dir_dirty:
+            self._dir_dirty = False
+            fsync_dir(self.dir)
+            if not self._parent_synced:
+                self._parent_synced = True
+                fsync_dir(os.path.dirname(self.dir))
         self.recovery_point = max(self.recovery_point, target)
         self.unflushed_messages = 0
 

@@ -45,7 +45,10 @@ class LogManager:
         """Create/verify meta.properties in each dir; returns the cluster id."""
         cluster_id = self.cluster_id
         for d in self.log_dirs:
-            os.makedirs(d, exist_ok=True)
+            if not os.path.isdir(d):
+                log.info("Log directory %s not found, creating it.", d)
+                os.makedirs(d, exist_ok=True)
+                ck.fsync_dir(os.path.dirname(d))  # as Kafka: its entry must outlive a power cut
             path = os.path.join(d, ck.META_PROPERTIES)
             props = ck.read_properties(path)
             if props is None:

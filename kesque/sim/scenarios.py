@@ -1,0 +1,319 @@
+"""The quorum scenarios (those of Kafka's RaftEventSimulationTest, plus a chaos run).
+
+Each scenario is a function of a seed: the seed draws the cluster's shape, the network's faults
+and every timing, so ``run(name, seed)`` replays a run exactly. Every phase waits for progress
+with a bound of simulated time (:data:`BOUND_MS`): a quorum with a majority up and connected must
+elect a leader and commit again within it, or the run fails with a liveness violation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ..raft import Knobs
+from ..raft.messages import VoteRequest
+from .cluster import RaftCluster
+from .invariants import Invariants
+from .network import NetworkFaults
+from .scheduler import Scheduler
+
+BOUND_MS = 15_000          # liveness bound of one phase: 7.5 fetch timeouts (Kafka defaults)
+APPEND_EVERY_MS = 20
+
+
+@dataclass
+class Run:
+    scenario: str
+    seed: int
+    bug: str | None = None
+    sim_ms: int = 0
+    events: int = 0
+    wall_s: float = 0.0
+    committed: int = 0
+
+    def replay(self) -> str:
+        bug = f" --bug {self.bug}" if self.bug else ""
+        return f"python -m kesque.sim --scenario {self.scenario} --seed {self.seed}{bug}"
+
+
+class Sim:
+    """One scenario run: scheduler, cluster, invariants, and the helpers scenarios share."""
+
+    def __init__(self, seed: int, voters: int | None = None, observers: int | None = None,
+                 faults: NetworkFaults | None = None, majority_invariant: bool = True,
+                 knobs: Knobs | None = None, torn_tail: bool = False):
+        self.s = Scheduler(seed)
+        rng = self.s.rng
+        voters = voters if voters is not None else rng.randint(3, 5)
+        observers = observers if observers is not None else rng.randint(0, 2)
+        if faults is None:
+            faults = NetworkFaults(1, rng.randint(2, 20), drop=rng.choice((0, 0.005, 0.02)),
+                                   duplicate=rng.choice((0, 0.01, 0.05)))
+        self.c = RaftCluster(self.s, voters, observers, faults=faults, knobs=knobs, torn_tail=torn_tail)
+        self.inv = Invariants(self.c, majority=majority_invariant)
+        self.s.every(APPEND_EVERY_MS, APPEND_EVERY_MS // 2, self.c.append)
+
+    def until(self, cond, what: str, bound: int = BOUND_MS) -> None:
+        self.s.run_until(cond, bound, what)
+
+    def elect(self) -> int:
+        self.until(self.c.has_consistent_leader, "a leader every running node knows")
+        return self.c.leader_id()
+
+    def progress(self, more: int = 10, among=None, everyone: bool = False) -> int:
+        c = self.c
+        target = c.max_high_watermark() + more
+        if everyone:
+            self.until(lambda: c.all_reached(target, among), f"every node{_of(among)} reaches HW {target}")
+        else:
+            self.until(lambda: c.any_reached(target, among), f"a node{_of(among)} reaches HW {target}")
+        return target
+
+
+def _of(among) -> str:
+    return "" if among is None else f" of {sorted(among)}"
+
+
+# -- the scenarios ---------------------------------------------------------------------------------
+
+def initial_election(seed: int, **kw) -> Sim:
+    sim = Sim(seed, **kw)
+    sim.c.start_all()
+    sim.elect()
+    sim.progress(10)
+    return sim
+
+
+def leader_failure(seed: int, **kw) -> Sim:
+    """The leader stops (gracefully or not); a new one takes over; the old one catches up."""
+    sim = Sim(seed, **kw)
+    c = sim.c
+    c.start_all()
+    old = sim.elect()
+    sim.progress(10)
+    if sim.s.rng.random() < 0.5:
+        c.shutdown(old)
+    else:
+        c.kill(old)
+    sim.progress(10, everyone=True, among=set(c.ids) - {old})
+    c.start(old)
+    sim.progress(10, everyone=True)
+    return sim
+
+
+def all_killed(seed: int, **kw) -> Sim:
+    """Every node crashes; a bare majority of the voters restarts and carries on."""
+    kw.setdefault("voters", Scheduler(seed).rng.randint(1, 5))
+    sim = Sim(seed, **kw)
+    c = sim.c
+    c.start_all()
+    sim.elect()
+    sim.progress(10)
+    for i in c.ids:
+        c.kill(i)
+    back = sorted(c.voters)[:c.majority()]
+    for i in back:
+        c.start(i)
+    sim.progress(10, everyone=True)
+    return sim
+
+
+def leader_partitioned(seed: int, **kw) -> Sim:
+    """The leader is cut off; the rest elect a new one and progress; then the partition heals."""
+    sim = Sim(seed, **kw)
+    c = sim.c
+    c.start_all()
+    old = sim.elect()
+    sim.progress(10)
+    c.router.isolate(old, c.ids)
+    rest = set(c.ids) - {old}
+    sim.progress(10, everyone=True, among=rest)
+    c.router.heal()
+    sim.progress(10, everyone=True)
+    return sim
+
+
+def majority_reachable(seed: int, **kw) -> Sim:
+    """Five voters split 2 | 3: the three progress, the two do not; healed, all catch up."""
+    kw.setdefault("voters", 5)
+    sim = Sim(seed, **kw)
+    c = sim.c
+    c.start_all()
+    sim.elect()
+    sim.progress(10)
+    minority, majority = {0, 1}, {2, 3, 4}
+    c.router.partition(minority, majority)
+    sim.progress(20, among=majority)
+    lo, hi = c.max_high_watermark(minority), c.max_high_watermark(majority)
+    if hi <= lo:
+        sim.inv.fail(f"the majority's HW {hi} is not above the minority's {lo}")
+    c.router.heal()
+    sim.progress(10, everyone=True)
+    return sim
+
+
+def back_to_back(seed: int, **kw) -> Sim:
+    """The leader is cut off; as soon as another leads, the old one returns and the new is cut off."""
+    sim = Sim(seed, **kw)
+    c = sim.c
+    c.start_all()
+    first = sim.elect()
+    sim.progress(10)
+    c.router.isolate(first, c.ids)
+    sim.until(lambda: c.leader_id() not in (-1, first), "a second leader")
+    second = c.leader_id()
+    c.router.heal()
+    c.router.isolate(second, c.ids)
+    sim.progress(10, among=set(c.ids) - {second})
+    c.router.heal()
+    sim.progress(10, everyone=True)
+    return sim
+
+
+def stranded_candidate(seed: int, **kw) -> Sim:
+    """A voter wins its pre-votes while the leader is cut off, but its real Vote requests are
+    lost: it is alone in epoch E + 1 when the leader comes back and the others follow it again in
+    E. Pre-votes move nobody to a new epoch, so only the rule that a pre-vote from a *higher*
+    epoch moves its receiver there (as every newer epoch does) brings it back."""
+    kw.setdefault("voters", 3)
+    kw.setdefault("observers", 0)
+    sim = Sim(seed, **kw)
+    c = sim.c
+    c.start_all()
+    leader = sim.elect()
+    sim.progress(10)
+    epoch = c.nodes[leader].raft.epoch
+    c.router.isolate(leader, c.ids)
+    # x: the follower with the longer log, so that the other one grants it a pre-vote
+    x, y = sorted((v for v in c.voters if v != leader), key=lambda v: (
+        -c.nodes[v].disk.log.last_fetched_epoch(), -c.nodes[v].disk.log.end_offset()))
+    c.router.filters.append(lambda src, dst, msg: isinstance(msg, VoteRequest) and (
+        src == y or (src == x and not msg.pre_vote)))
+    sim.until(lambda: c.nodes[x].raft.epoch > epoch and c.nodes[x].raft.state.name == "Prospective",
+              f"node {x} back to pre-votes in epoch {epoch + 1}")
+    c.router.filters = [lambda src, dst, msg: src == x and isinstance(msg, VoteRequest)]
+    c.router.reconnect(leader)
+    sim.s.run_for(3_000)            # the others settle with the old leader; x is still muted
+    c.router.heal()
+    sim.progress(10, everyone=True)
+    return sim
+
+
+def disk_loss(seed: int, **kw) -> Sim:
+    """A node's disk is replaced. It comes back with a new directory id: no longer the voter the
+    quorum knows (KIP-853), it cannot vote and fetches as an observer; no committed record is lost.
+    The majority check is off: losing a committed copy is the fault itself."""
+    kw.setdefault("majority_invariant", False)
+    sim = Sim(seed, **kw)
+    c = sim.c
+    c.start_all()
+    sim.elect()
+    sim.progress(10)
+    victim = sim.s.rng.choice(sorted(c.voters))
+    c.kill_and_wipe(victim)
+    rest = set(c.ids) - {victim}
+    sim.until(lambda: c.has_consistent_leader(rest), "a leader the others agree on")
+    c.start(victim)
+    sim.progress(10, everyone=True)
+    if c.nodes[victim].raft.is_voter:
+        sim.inv.fail(f"node {victim} votes again with a new disk")
+    return sim
+
+
+def disk_loss_then_leader_cut(seed: int, **kw) -> Sim:
+    """Three voters: F2 lags (cut off), the leader commits with F1 alone; F1's disk is replaced
+    and it restarts at once; then the leader is cut off and F2 rejoins. F2 and the empty F1 are
+    a majority of node ids, but not of voters: F1 has a new directory id and no vote, so nothing
+    committed can be lost; once the leader is back the quorum carries on. With
+    ``--bug static_voters`` (no directory ids) F1 votes for F2 and committed records are lost."""
+    kw.setdefault("majority_invariant", False)
+    kw.setdefault("voters", 3)
+    sim = Sim(seed, **kw)
+    c = sim.c
+    c.start_all()
+    leader = sim.elect()
+    sim.progress(10)
+    f1, f2 = (v for v in sorted(c.voters) if v != leader)
+    c.router.isolate(f2, c.ids)
+    sim.progress(20, among={leader, f1})
+    c.kill_and_wipe(f1)
+    c.start(f1)
+    c.router.heal()
+    c.router.isolate(leader, c.ids)
+    sim.s.run_for(5_000)
+    c.router.heal()
+    sim.progress(10, everyone=True)
+    return sim
+
+
+def chaos(seed: int, **kw) -> Sim:
+    """Random crashes (with torn tails), graceful stops, partitions, leader isolation, lost Vote
+    requests, drops and duplicates for 20 s; then everything heals and restarts, and the quorum
+    must progress within the bound."""
+    kw.setdefault("torn_tail", True)
+    kw.setdefault("faults", NetworkFaults(1, 30, drop=0.03, duplicate=0.05))
+    sim = Sim(seed, **kw)
+    c, s = sim.c, sim.s
+    rng = s.rng
+    c.start_all()
+    end = s.now + 20_000
+    while s.now < end:
+        s.run_for(rng.randint(50, 3000))
+        roll = rng.random()
+        up = [sn.node_id for sn in c.running()]
+        down = [i for i in c.ids if not c.is_running(i)]
+        leader = c.leader_id()
+        victim = leader if leader >= 0 and rng.random() < 0.7 else (rng.choice(up) if up else -1)
+        if len(down) > len(c.voters) // 2 and rng.random() < 0.7:
+            c.start(rng.choice(down))       # mostly keep a majority up: more elections, more to check
+        elif roll < 0.25 and victim >= 0:
+            c.kill(victim)
+        elif roll < 0.35 and victim >= 0:
+            c.shutdown(victim)
+        elif roll < 0.7 and down:
+            c.start(rng.choice(down))
+        elif roll < 0.82:
+            ids = list(c.ids)
+            rng.shuffle(ids)
+            k = rng.randint(1, len(ids) - 1)
+            c.router.partition(set(ids[:k]), set(ids[k:]))
+        elif roll < 0.87 and leader >= 0:
+            c.router.isolate(leader, c.ids)
+        elif roll < 0.92 and up:
+            # one node's real Vote requests are lost (its pre-votes pass) until the next heal
+            mute = rng.choice(up)
+            c.router.filters.append(lambda src, dst, msg, mute=mute: (
+                src == mute and isinstance(msg, VoteRequest) and not msg.pre_vote))
+        else:
+            c.router.heal()
+    c.router.heal()
+    c.router.faults = NetworkFaults(1, 10)
+    for i in c.ids:
+        if not c.is_running(i):
+            c.start(i)
+    sim.progress(10, everyone=True)
+    return sim
+
+
+SCENARIOS = {f.__name__: f for f in (initial_election, leader_failure, all_killed, leader_partitioned,
+                                     majority_reachable, back_to_back, stranded_candidate, disk_loss,
+                                     disk_loss_then_leader_cut, chaos)}
+
+
+def run(name: str, seed: int, bug: str | None = None) -> Run:
+    """Run one scenario; any failure's message ends with the command that replays it.
+    ``bug`` names a :class:`~kesque.raft.Knobs` field to switch on (a deliberate bug)."""
+    t0 = time.perf_counter()
+    result = Run(name, seed, bug)
+    kw = {"knobs": Knobs(**{bug: True})} if bug else {}
+    try:
+        sim = SCENARIOS[name](seed, **kw)
+    except Exception as e:
+        e.args = (f"{e.args[0] if e.args else type(e).__name__}\n  replay: {result.replay()}",)
+        raise
+    result.sim_ms = sim.s.now
+    result.events = sim.s.events
+    result.committed = len(sim.inv.ledger)
+    result.wall_s = time.perf_counter() - t0
+    return result
