@@ -225,3 +225,21 @@ def test_connection_limits_per_ip(tmp_path):
                 if not answers(c):
                     refused += 1
         assert refused > 0
+
+
+def test_requests_already_received_wait_for_the_throttle_too(broker, topic_name):
+    """Kafka reads one request at a time per connection; requests that arrived pipelined
+    behind the throttled one are not processed before the delay is over either."""
+    bs = broker.bootstrap_servers
+    batch = build_batch([(None, b"x" * 1000, ())])
+    with WireClient(bs, client_id="admin") as c:
+        Api(c).create_topic(topic_name)
+        alter_ok(Api(c), [({CLIENT: "piped"}, {"producer_byte_rate": 1})])
+    with WireClient(bs, client_id="piped") as c:
+        req = Api(c).produce_request(topic_name, batch)
+        data = b"".join(c.encode(0, 9, req)[1] for _ in range(2))
+        c.send_raw(data)  # both requests in one segment: the broker reads them together
+        _corr, first = c.recv(0, 9)
+        assert throttle_ms(first) > 600_000
+        with pytest.raises(TimeoutError):
+            c.recv_frame(timeout=1.0)

@@ -263,7 +263,7 @@ class Connection:
 
     def _parse_frames(self) -> None:
         buf = self._buf
-        while not self.closed:
+        while not self.closed and not self.muted_until:  # a throttled connection's next request waits
             avail = self._end - self._start
             if avail < 4:
                 break
@@ -432,6 +432,8 @@ class Connection:
     def _unmute(self, deadline: float) -> None:
         if self.muted_until == deadline:
             self.muted_until = 0.0
+            if self._big is None and self._end > self._start:
+                self._parse_frames()  # requests that arrived with or behind the throttled one
             self._update_reader()
 
     # ================================================================== writing
