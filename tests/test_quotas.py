@@ -123,27 +123,38 @@ def test_throttled_produce_and_fetch_answer_at_once_then_mute_only_that_connecti
 
 
 def test_precedence_on_a_real_broker(broker, topic_name):
-    """<default> client, a client id, and user ANONYMOUS with a client id: each client gets
-    its most specific level (the only user without authentication is ANONYMOUS)."""
+    """Kafka's eight levels, all of which apply without authentication (the user is
+    ANONYMOUS): quotas are added from the least specific level to the most specific, each
+    one flipping a client between throttled (1 B/s) and not (1 GB/s), so each level is seen
+    to win over the less specific ones already set."""
     bs = broker.bootstrap_servers
     batch = build_batch([(None, b"x" * 1000, ())])
-    with WireClient(bs, client_id="admin") as admin:
-        api = Api(admin)
-        api.create_topic(topic_name)
-        alter_ok(api, [({CLIENT: None}, {"producer_byte_rate": 1}),  # every client by default
-                       ({CLIENT: "named"}, {"producer_byte_rate": 10**9}),
-                       ({USER: "ANONYMOUS", CLIENT: "anon-named"}, {"producer_byte_rate": 10**9}),
-                       ({USER: "ANONYMOUS", CLIENT: "anon-slow"}, {"producer_byte_rate": 1}),
-                       ({CLIENT: "anon-slow"}, {"producer_byte_rate": 10**9})])
+    slow, fast = 1, 10**9
+
+    def set_level(entity: dict, bound: int) -> None:
+        with WireClient(bs, client_id="admin") as c:
+            alter_ok(Api(c), [(entity, {"producer_byte_rate": bound})])
 
     def throttled(client_id: str) -> bool:
-        with WireClient(bs, client_id=client_id) as c:
+        with WireClient(bs, client_id=client_id) as c:  # a fresh connection: a throttled one is muted
             return throttle_ms(c.request(0, 9, Api(c).produce_request(topic_name, batch))) > 0
 
-    assert throttled("anyone")  # /clients/<default>
-    assert not throttled("named")  # /clients/named beats /clients/<default>
-    assert not throttled("anon-named")  # /users/ANONYMOUS/clients/anon-named
-    assert throttled("anon-slow")  # /users/ANONYMOUS/clients/anon-slow beats /clients/anon-slow
+    with WireClient(bs, client_id="admin") as c:
+        Api(c).create_topic(topic_name)
+    anon = "ANONYMOUS"
+    steps = [  # (level, entity, bound, client that checks it, throttled?)
+        (8, {CLIENT: None}, slow, "c-8", True),
+        (7, {CLIENT: "c-7"}, fast, "c-7", False),
+        (6, {USER: None}, slow, "c-7", True),
+        (5, {USER: None, CLIENT: None}, fast, "c-5", False),
+        (4, {USER: None, CLIENT: "c-4"}, slow, "c-4", True),
+        (3, {USER: anon}, fast, "c-4", False),
+        (2, {USER: anon, CLIENT: None}, slow, "c-2", True),
+        (1, {USER: anon, CLIENT: "c-2"}, fast, "c-2", False),
+    ]
+    for level, entity, bound, client, expected in steps:
+        set_level(entity, bound)
+        assert throttled(client) == expected, f"level {level}: {entity}"
 
 
 def test_request_percentage_throttles_a_metadata_flood_without_starving_others(tmp_path):
