@@ -74,7 +74,8 @@ def test_bad_alterations_are_refused_and_nothing_is_written(module_broker, entit
 
 @pytest.mark.parametrize("components,code,message", [
     ([("group", 0, "g")], ErrorCode.unsupported_version, "Unsupported entity type group"),
-    ([(CLIENT, 0, None)], ErrorCode.invalid_request, "Request specified MATCH_TYPE_EXACT, but set match string to null."),
+    ([(CLIENT, 0, None)], ErrorCode.invalid_request,
+     "Request specified MATCH_TYPE_EXACT, but set match string to null."),
     ([(CLIENT, 2, None), (CLIENT, 1, None)], ErrorCode.invalid_request,
      "Entity type client-id cannot appear more than once in the filter."),
     ([("ip", 2, None), (USER, 2, None)], ErrorCode.invalid_request,

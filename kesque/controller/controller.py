@@ -449,8 +449,8 @@ class Controller:
             self.warn_without_effect(r["name"] for r in recs if r["value"] is not None)
 
     # ------------------------------------------------------------------ client quotas
-    def alter_client_quotas(self, alterations: list[tuple[list[tuple[str, str | None]], list[tuple[str, float | None]]]],
-                            validate_only: bool) -> list[tuple[list[tuple[str, str | None]], KafkaError | None]]:
+    def alter_client_quotas(self, alterations: list[tuple[list, list[tuple[str, float | None]]]],
+                            validate_only: bool) -> list[tuple[list, KafkaError | None]]:
         """AlterClientQuotas as Kafka's ClientQuotaControlManager: each entity's ops (value
         None removes the key) are validated on their own; the valid entities' changes are
         written as one batch of ClientQuotaRecords. Returns (entity entries, error) per entity."""

@@ -315,7 +315,8 @@ class ClientQuotaManager:
                 continue
             if s.recorded or s.throttle_count:
                 lines.append(f"{self.quota_type} user={tags[0]!r} client-id={tags[1]!r}: rate "
-                             f"{s.rate.measure(now_ms):.1f}/s (quota {s.bound:g}), throttled {s.throttle_count} time(s) "
+                             f"{s.rate.measure(now_ms):.1f}/s (quota {s.bound:g}), "
+                             f"throttled {s.throttle_count} time(s) "
                              f"for {s.throttle_ms} ms")
                 s.recorded = 0.0
                 s.throttle_ms = s.throttle_count = 0

@@ -23,7 +23,8 @@ def parse_filter(components) -> tuple[dict[str, str | None], set[str]]:
         if not etype:
             raise KafkaError(ErrorCode.invalid_request, "Invalid empty entity type.")
         if etype in exact or etype in specified:
-            raise KafkaError(ErrorCode.invalid_request, f"Entity type {etype} cannot appear more than once in the filter.")
+            raise KafkaError(ErrorCode.invalid_request,
+                             f"Entity type {etype} cannot appear more than once in the filter.")
         if etype not in (qm.IP, qm.USER, qm.CLIENT_ID):
             raise KafkaError(ErrorCode.unsupported_version, f"Unsupported entity type {etype}")
         if c.match_type == MATCH_EXACT:
