@@ -255,3 +255,15 @@ def test_requests_already_received_wait_for_the_throttle_too(broker, topic_name)
         assert throttle_ms(first) > 600_000
         with pytest.raises(TimeoutError):
             c.recv_frame(timeout=1.0)
+
+
+def test_request_time_does_not_count_a_long_poll_wait(broker, topic_name):
+    bs = broker.bootstrap_servers
+    with WireClient(bs, client_id="admin") as c:
+        Api(c).create_topic(topic_name)
+        alter_ok(Api(c), [({CLIENT: "poller"}, {"request_percentage": 1})])
+    with WireClient(bs, client_id="poller") as c:
+        # 2 x 500 ms of waiting would be 10% of the 10 s window; the handler's own time is far below 1%
+        for _ in range(2):
+            r = Api(c).fetch(topic_name, 0, max_wait=500, min_bytes=1)
+            assert throttle_ms(r) == 0

@@ -264,3 +264,32 @@ def test_incremental_rate_equals_kafkas_plain_algorithm():
             fast.record(v, now)
             plain.record(v, now)
         assert fast.measure(now) == pytest.approx(plain.measure(now), rel=1e-9, abs=1e-9)
+
+
+def test_request_time_of_a_delayed_answer_counts_its_steps_not_its_waits(monkeypatch):
+    import asyncio
+
+    from kesque.server import server
+    from kesque.server.context import RequestContext
+
+    clock = [10**9]
+    monkeypatch.setattr(server.time, "perf_counter_ns", lambda: clock[0])
+
+    async def main():
+        fut = asyncio.get_running_loop().create_future()
+
+        async def handler():
+            clock[0] += 10  # working
+            await fut  # waiting (a long poll)
+            clock[0] += 5
+            return "answer"
+
+        ctx = RequestContext(None, None, "PLAINTEXT")
+        task = asyncio.ensure_future(server._timed(handler(), ctx))
+        await asyncio.sleep(0)
+        clock[0] += 1000  # time passes while the handler waits
+        fut.set_result(None)
+        assert await task == "answer"
+        return ctx.busy_ns
+
+    assert asyncio.run(main()) == 15

@@ -29,6 +29,9 @@ class RequestContext:
     start_ns: int = 0
     throttle_ms: int = 0
     recorded: bool = False
+    # the handler's own time so far: finished steps, and when the running one began (0: none)
+    busy_ns: int = 0
+    step_ns: int = 0
 
     @property
     def api_version(self) -> int:

@@ -41,6 +41,38 @@ log = logging.getLogger(__name__)
 QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
 
 
+async def _timed(awaitable, ctx):
+    """Await ``awaitable``, adding the time each of its steps runs (not the time it waits)
+    to ``ctx.busy_ns``, for request_percentage."""
+    gen = awaitable.__await__()
+    send, error = None, None
+    while True:
+        ctx.step_ns = t0 = time.perf_counter_ns()
+        try:
+            future = gen.throw(error) if error is not None else gen.send(send)
+        except StopIteration as done:
+            return done.value
+        finally:
+            ctx.busy_ns += time.perf_counter_ns() - t0
+            ctx.step_ns = 0
+        try:
+            send, error = await _Yield(future), None
+        except BaseException as e:  # noqa: BLE001 - handed back to the awaitable, as await does
+            send, error = None, e
+
+
+class _Yield:
+    """Passes one future of the wrapped awaitable up to the event loop."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future):
+        self.future = future
+
+    def __await__(self):
+        return (yield self.future)
+
+
 @functools.lru_cache(maxsize=None)
 def _has_throttle_field(cls) -> bool:
     return dataclasses.is_dataclass(cls) and any(f.name == "throttle_time" for f in dataclasses.fields(cls))
@@ -299,7 +331,7 @@ class KesqueServer:
             return
         ctx = RequestContext(header, conn, conn.listener)
         if self.quotas.request.enabled:
-            ctx.start_ns = time.perf_counter_ns()
+            ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
@@ -310,8 +342,10 @@ class KesqueServer:
         if result is NO_RESPONSE:
             conn.drop_slot(slot)
         elif inspect.isawaitable(result):
-            if ctx.start_ns:  # the request time of a delayed answer is what its handler spent now
-                ctx.throttle_ms = self._record_request_time(ctx, self._now_ms())
+            if ctx.start_ns:  # a delayed answer's request time: the handler's steps, not its waits
+                ctx.busy_ns = time.perf_counter_ns() - ctx.step_ns
+                ctx.step_ns = 0
+                result = _timed(result, ctx)
             self.spawn(self._complete_later(conn, slot, ctx, result))
             return
         else:
@@ -376,7 +410,8 @@ class KesqueServer:
         if ctx.recorded or not ctx.start_ns:
             return 0
         ctx.recorded = True
-        percent = (time.perf_counter_ns() - ctx.start_ns) * 1e-7
+        busy = ctx.busy_ns + (time.perf_counter_ns() - ctx.step_ns if ctx.step_ns else 0)
+        percent = busy * 1e-7
         return self.quotas.request.record(ANONYMOUS, ctx.client_id or "", percent, now_ms)
 
     def _throttled(self, ctx, result):
