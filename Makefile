@@ -5,12 +5,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-all slow compat bench examples sim install install-test kcat clean-data help
+.PHONY: serve test test-all slow fuzz compat bench examples sim install install-test kcat clean-data help
 
 help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
 	@echo "make test     - install test dependencies and run the default test suite"
 	@echo "make slow     - long suites (soak, crash loops)"
+	@echo "make fuzz     - the hypothesis suites with fresh random examples, 20x as many (profile fuzz)"
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
 	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
@@ -46,6 +47,11 @@ test-all: $(TSTAMP) kcat
 
 slow: $(TSTAMP) kcat
 	$(BIN)/python -m pytest -q -m slow
+
+# the hypothesis suites (pytest's "hypothesis" marker) with the fuzz profile (tests/conftest.py):
+# not derandomized, 20x the examples, no per-test time limit
+fuzz: $(TSTAMP)
+	$(BIN)/python -m pytest -q -m hypothesis --hypothesis-profile=fuzz --timeout=0
 
 compat: $(TSTAMP)
 	cd tests/compat && npm install --no-audit --no-fund --silent

@@ -29,21 +29,21 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
 GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions",
-          "spark", "quotas")
+          "spark", "recovery", "quotas")
 
 SCALES = {
     "full": {"records": 1_000_000, "disk_bytes": 1 << 30, "loopback_seconds": 1.5, "small_requests": 200_000,
              "small_confluent": 200_000, "echo_requests": 200_000, "latency_seconds": 20.0, "latency_warmup": 2.0,
              "passes": 3, "group_passes": 3, "sync_requests": 5000, "raw_commits": 100_000, "load_groups": 10_000,
              "idem_records": 1_000_000, "idem_passes": 5, "txn_records": 1_000_000,
-             "spark_records": 1_000_000, "spark_latency_seconds": 30.0, "quota_seconds": 20.0,
-             "quota_passes": 3},
+             "spark_records": 1_000_000, "spark_latency_seconds": 30.0, "recovery_partitions": 10_000,
+             "quota_seconds": 20.0, "quota_passes": 3},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
               "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
               "idem_records": 500_000, "idem_passes": 3, "txn_records": 200_000,
-              "spark_records": 100_000, "spark_latency_seconds": 10.0, "quota_seconds": 5.0,
-              "quota_passes": 2},
+              "spark_records": 100_000, "spark_latency_seconds": 10.0, "recovery_partitions": 1_000,
+              "quota_seconds": 5.0, "quota_passes": 2},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -815,7 +815,7 @@ def main(argv=None) -> int:
             log(f"  best: plain {sm['plain']['best'] or float('nan'):,.0f}/s, idempotent "
                 f"{sm['idempotent']['best'] or float('nan'):,.0f}/s, per-pass ratios {sm['pass_ratios']}")
 
-    # ---------------------------------------------------------------- client quotas
+    # ---------------------------------------------------------------- 12: client quotas
     if "quotas" in args.groups:
         import quotas as Q
 
@@ -913,6 +913,38 @@ def main(argv=None) -> int:
                                    "sets no bar", extra=lat)
             finally:
                 spark.stop()
+
+    # ---------------------------------------------------------------- 11: many partitions, recovery
+    if "recovery" in args.groups:
+        import recovery as R
+        from kesque.storage.log_manager import count_segments
+
+        with BrokerGroup("recovery", args, report) as g:
+            n = sc["recovery_partitions"]
+            topics = R.topics_for(n)
+            log(f"recovery: {len(topics):,} topics x {R.PARTITIONS_PER_TOPIC} partitions, one record each ...")
+            filled = guarded("recovery-fill", lambda: R.fill(g.bootstrap, topics))
+            clean = guarded("recovery-clean", lambda: R.restart_seconds(g.broker, kill=False))
+            g.restarted()
+            log("recovery: SIGKILL and restart ...")
+            crash = guarded("recovery-crash", lambda: R.restart_seconds(g.broker, kill=True))
+            g.restarted()
+            if crash is not None:
+                fds = g.broker.open_descriptors()
+                segments = count_segments([g.dir])
+                clean_txt = f"{clean:.1f} s" if clean is not None else "failed"
+                note = (f"{n:,} partitions; clean restart ({clean_txt}) is the limit; {segments:,} segments on disk "
+                        f"(__cluster_metadata and internal topics included); the issue sets no bar")
+                if filled is None or filled["undelivered"]:
+                    note += f"; CHECK: fill {filled}"
+                add_figure(report, f"restart after SIGKILL, {n:,} partitions (recovery)", "recovery", crash, "s",
+                           "clean restart of the same data (same run)", clean, note,
+                           extra={"fill": filled, "clean_seconds": clean, "descriptors": fds, "segments": segments})
+                add_figure(report, "open descriptors per partition after recovery", "recovery", fds / n, "fd",
+                           note=f"{fds:,} descriptors for {n:,} partitions ({segments:,} segments): one per segment "
+                                "(its log file) plus the listener, connections and log files; was up to 3 per "
+                                "recovered segment")
+                log(f"  recovery {crash:.1f} s, clean restart {clean_txt}, {fds:,} descriptors")
 
     # ---------------------------------------------------------------- 6: memory
     for name, info in report["brokers"].items():

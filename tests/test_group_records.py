@@ -22,13 +22,14 @@ import subprocess
 import uuid
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kesque.coordinator.group import records as R
 from kesque.protocol.primitives import uvarint
 
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=examples(60),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # ====================================================================== golden bytes

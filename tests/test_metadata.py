@@ -29,8 +29,7 @@ from kesque.metadata.log import MetadataLog
 from kesque.protocol.primitives import ProtocolError, uvarint
 from kesque.storage.checkpoint import uuid_to_kafka
 
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow])
 SCHEMA_DIR = Path("/work/kafka-src/metadata/src/main/resources/common/metadata")
 
 # ======================================================================== a Kafka-schema encoder

@@ -135,9 +135,11 @@ class Node:
         self.log.update_high_watermark(self.log.log_end_offset)
 
     def crash(self) -> None:
-        """The process dies with the machine: descriptors go, nothing is flushed."""
+        """The process dies with the machine: descriptors go (its log-dir locks with them),
+        nothing is flushed."""
         for seg in self.log.segments + [s for _due, s in self.log._pending_deletes]:
             seg.close()
+        self.lm.release_locks()
 
 
 def _stored(lg: Log, first: int, last: int) -> dict[int, bytes]:
@@ -194,6 +196,7 @@ def checkpoint(node: Node, m: Model) -> None:
 
 def clean_restart(node: Node, m: Model, root: str) -> Node:
     node.lm.shutdown(broker_epoch=1)
+    node.lm.release_locks()  # as the server does once its log manager has shut down
     m.log_start_checkpointed = max(m.log_start_checkpointed, node.log.log_start_offset)
     return Node(root, node.clock, node.cfg)
 

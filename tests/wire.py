@@ -35,7 +35,7 @@ from functools import lru_cache
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from kesque.protocol.api import FLEXIBLE_FROM
+from kesque.protocol.api import FLEXIBLE_FROM, decode_request
 from kesque.records.records import build_batch  # noqa: F401  (re-exported for tests)
 
 API_VERSIONS = 18
@@ -180,8 +180,8 @@ def decode_request_frame(data: bytes):
     pos = 10 + max(n, 0)
     if is_flexible(api_key, version):
         pos = skip_tagged_fields(frame, pos)
-    obj, _size = entity_reader(request_class(api_key, version))(frame[pos:], 0)
-    return api_key, version, obj
+    # kesque's decoder: it bounds array counts before kio reserves room for them
+    return api_key, version, decode_request(api_key, version, memoryview(frame)[pos:])
 
 
 def decode_response(api_key: int, version: int, frame: bytes):

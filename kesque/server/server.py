@@ -30,7 +30,7 @@ from ..protocol import api as protocol
 from ..protocol.primitives import INT32, ProtocolError
 from ..replication.replica_manager import ReplicaManager
 from ..storage import checkpoint as ck
-from ..storage.log_manager import LogManager
+from ..storage.log_manager import DirLock, LogManager, check_fd_limit
 from .context import NO_RESPONSE, CloseConnection, RequestContext
 from .network import SocketServer
 from . import quotas as quota_core
@@ -100,15 +100,40 @@ class KesqueServer:
         self.start_time = time.monotonic()
         self.quotas = Quotas.from_config(config)
         self._ip_overrides: tuple[str | None, dict[str, int]] = (None, {})
+        self.metadata_dir_lock: DirLock | None = None
 
     # ================================================================== lifecycle
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            self._release_locks()  # a refused or failed start leaves the dirs to the next one
+            raise
+
+    def _lock_dirs(self, meta_dir: str) -> None:
+        """Every log dir, and the metadata log dir when it is not one of them (as Kafka's
+        KafkaRaftManager), before anything in them is read or written."""
+        self.log_manager.lock_dirs()
+        if meta_dir not in self.log_manager.log_dirs:
+            os.makedirs(meta_dir, exist_ok=True)
+            self.metadata_dir_lock = DirLock(meta_dir)
+
+    def _release_locks(self) -> None:
+        if getattr(self, "log_manager", None) is not None:
+            self.log_manager.release_locks()
+        if self.metadata_dir_lock is not None:
+            self.metadata_dir_lock.release()
+            self.metadata_dir_lock = None
+
+    async def _start(self) -> None:
         t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
         cfg = self.config
         self.log_manager = LogManager(cfg.log_dirs, self.clock, node_id=self.node_id, cluster_id=cfg.get("cluster.id"))
-        cluster_id = self.log_manager.prepare_dirs()
         meta_dir = os.path.abspath(cfg.metadata_log_dir)
+        self._lock_dirs(meta_dir)
+        check_fd_limit(list(dict.fromkeys([*self.log_manager.log_dirs, meta_dir])))
+        cluster_id = self.log_manager.prepare_dirs()
         os.makedirs(meta_dir, exist_ok=True)
         meta_clean = os.path.exists(os.path.join(meta_dir, ck.CLEAN_SHUTDOWN_FILE))
         self.image = MetadataImage()
@@ -127,6 +152,12 @@ class KesqueServer:
         self.txn_coordinator = TransactionCoordinator(self, self.producer_ids)
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
+        self.share_coordinator = None
+        from ..share import enabled as share_groups_enabled
+        if share_groups_enabled(cfg):
+            from ..coordinator.share.runtime import ShareCoordinator
+            self.share_coordinator = ShareCoordinator(self)
+            self.replica_manager.add_leadership_listener(self.share_coordinator.on_leadership)
         self.controller.bootstrap()
         self.quotas.update(self.image.client_quotas)
         self.add_publisher(lambda delta: delta.changed_quotas and self.quotas.update(self.image.client_quotas))
@@ -156,10 +187,20 @@ class KesqueServer:
             (t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions}))
         self._delete_stray_logs()
         self._warn_not_yet()
+        self._write_checkpoints_at_start()
         self._schedule_periodic()
         self.started.set()
         log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
                  (time.monotonic() - t0) * 1000, cluster_id)
+
+    def _write_checkpoints_at_start(self) -> None:
+        """The log dir's checkpoints exist from the start, not from the first periodic write a
+        minute later (Kafka creates them when its LogManager and ReplicaManager start and
+        writes the high watermarks as soon as the partitions are applied); written here with
+        what loading and leader election settled."""
+        lm = self.log_manager
+        lm.write_checkpoints(lm.high_watermark_checkpoints() + lm.recovery_point_checkpoints()
+                             + lm.log_start_checkpoints())
 
     def _endpoints(self) -> list[dict]:
         adv = self.config.advertised_listeners()
@@ -215,6 +256,8 @@ class KesqueServer:
             self.socket_server.close()
         if getattr(self, "group_coordinator", None) is not None:
             self.group_coordinator.shutdown()
+        if getattr(self, "share_coordinator", None) is not None:
+            self.share_coordinator.shutdown()
         if getattr(self, "txn_coordinator", None) is not None:
             self.txn_coordinator.shutdown()
         for task in list(self._tasks):
@@ -226,6 +269,7 @@ class KesqueServer:
             meta_dir = os.path.abspath(self.config.metadata_log_dir)
             if meta_dir not in self.log_manager.log_dirs:
                 ck.write_clean_shutdown(meta_dir, self.broker_epoch)
+        self._release_locks()
 
     # ================================================================== periodic work
     def _every(self, interval_ms: int, fn, name: str) -> None:
