@@ -5,14 +5,24 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-all slow compat bench examples sim install install-test kcat clean-data help
+.PHONY: serve test test-all slow fuzz compat bench examples sim install install-test kcat kafka oracle-kafka clean-data help
+
+# Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
+KAFKA_DIR     := build/kafka
+KAFKA_STAMP   := $(KAFKA_DIR)/.resolved-$(KAFKA_VERSION)
+MVN           := mvn -q -B -Dstyle.color=never
+COPY_DEPS     := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies
+JAVA_CLIENTS  := $(KAFKA_DIR)/java/kesque-oracle-clients.jar
 
 help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
 	@echo "make test     - install test dependencies and run the default test suite"
 	@echo "make slow     - long suites (soak, crash loops)"
+	@echo "make fuzz     - the hypothesis suites with fresh random examples, 20x as many (profile fuzz)"
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
+	@echo "make kafka    - resolve Apache Kafka $(KAFKA_VERSION) with Maven into $(KAFKA_DIR)/libs (oracle tests)"
 	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
 	@echo "make sim      - the KRaft quorum simulator: every scenario on SEEDS seeds (default 1000)"
 
@@ -38,14 +48,42 @@ kcat:
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null) \
 		|| echo "warning: kcat could not be installed; kcat tests will be skipped"
 
-test: $(TSTAMP) kcat
+# resolved once, kept until a pom changes: a warm build/kafka needs neither Maven nor the
+# network. Online first, then offline from ~/.m2 (Maven Central briefly unreachable).
+$(KAFKA_STAMP): oracle/pom.xml oracle/kafka/pom.xml
+	rm -rf $(KAFKA_DIR)/libs.tmp
+	$(MVN) -f oracle/kafka/pom.xml $(COPY_DEPS) -DoutputDirectory=$(CURDIR)/$(KAFKA_DIR)/libs.tmp \
+		|| $(MVN) -o -f oracle/kafka/pom.xml $(COPY_DEPS) -DoutputDirectory=$(CURDIR)/$(KAFKA_DIR)/libs.tmp
+	rm -rf $(KAFKA_DIR)/libs $(KAFKA_DIR)/.resolved-*
+	mv $(KAFKA_DIR)/libs.tmp $(KAFKA_DIR)/libs
+	@touch $@
+
+# the Java client driver (kafka-clients) of tests/test_oracle_java_clients.py
+$(JAVA_CLIENTS): oracle/pom.xml oracle/java/pom.xml $(shell find oracle/java/src -name '*.java')
+	$(MVN) -f oracle/java/pom.xml package || $(MVN) -o -f oracle/java/pom.xml package
+	@touch $@
+
+kafka: $(KAFKA_STAMP) $(JAVA_CLIENTS)
+
+# make test: Kafka too when a JDK and Maven are here; otherwise the oracle tests skip (one line why)
+oracle-kafka:
+	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory -s kafka || echo "warning: Kafka could not be resolved; oracle tests will be skipped"; \
+	else echo "note: no java/mvn on PATH; the Kafka oracle tests will be skipped"; fi
+
+test: $(TSTAMP) kcat oracle-kafka
 	$(BIN)/python -m pytest -q
 
-test-all: $(TSTAMP) kcat
+test-all: $(TSTAMP) kcat oracle-kafka
 	$(BIN)/python -m pytest -q -m ""
 
 slow: $(TSTAMP) kcat
 	$(BIN)/python -m pytest -q -m slow
+
+# the hypothesis suites (pytest's "hypothesis" marker) with the fuzz profile (tests/conftest.py):
+# not derandomized, 20x the examples, no per-test time limit
+fuzz: $(TSTAMP)
+	$(BIN)/python -m pytest -q -m hypothesis --hypothesis-profile=fuzz --timeout=0
 
 compat: $(TSTAMP)
 	cd tests/compat && npm install --no-audit --no-fund --silent

@@ -29,19 +29,21 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
 GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions",
-          "spark")
+          "spark", "recovery", "quotas")
 
 SCALES = {
     "full": {"records": 1_000_000, "disk_bytes": 1 << 30, "loopback_seconds": 1.5, "small_requests": 200_000,
              "small_confluent": 200_000, "echo_requests": 200_000, "latency_seconds": 20.0, "latency_warmup": 2.0,
              "passes": 3, "group_passes": 3, "sync_requests": 5000, "raw_commits": 100_000, "load_groups": 10_000,
              "idem_records": 1_000_000, "idem_passes": 5, "txn_records": 1_000_000,
-             "spark_records": 1_000_000, "spark_latency_seconds": 30.0},
+             "spark_records": 1_000_000, "spark_latency_seconds": 30.0, "recovery_partitions": 10_000,
+             "quota_seconds": 20.0, "quota_passes": 3},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
               "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
               "idem_records": 500_000, "idem_passes": 3, "txn_records": 200_000,
-              "spark_records": 100_000, "spark_latency_seconds": 10.0},
+              "spark_records": 100_000, "spark_latency_seconds": 10.0, "recovery_partitions": 1_000,
+              "quota_seconds": 5.0, "quota_passes": 2},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -54,6 +56,8 @@ BARS = {  # figure -> (kind, threshold, text)
     "classic": ("within", 0.5, "<= timers+0.5s"),  # value <= limit (the timers it waits on) + 0.5 s
     "commit": ("ratio", 0.50, ">= 50%"),
     "idempotence": ("ratio", 0.90, ">= 90%"),
+    "quota-accuracy": ("band", 0.15, "within 15%"),
+    "quota-cost": ("ratio", 0.95, ">= 95%"),
 }
 
 
@@ -74,8 +78,13 @@ def parse_args(argv=None):
                                      "of the working tree, which may hold others' unfinished edits")
     ap.add_argument("--load-groups", type=int, help="override the group count of the coordinator load figure "
                                                     "(10,000; 1,000 with --quick)")
-    ap.add_argument("--out", default=os.path.join(RESULTS, "latest.json"))
+    ap.add_argument("--against", choices=("kesque", "kafka"), default="kesque",
+                    help="the broker measured: kesque, or Apache Kafka (make kafka) for the same figures side by side")
+    ap.add_argument("--out", help="results file (default bench/results/latest.json, latest-kafka.json with "
+                                  "--against kafka)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = os.path.join(RESULTS, "latest-kafka.json" if args.against == "kafka" else "latest.json")
     only = [x.strip() for x in args.only.split(",") if x.strip()]
     bad = [x for x in only if x not in GROUPS and x != "memory"]
     if bad:
@@ -87,6 +96,15 @@ def parse_args(argv=None):
     if args.load_groups:
         args.scale["load_groups"] = args.load_groups
     return args
+
+
+def kafka_version() -> str:
+    from kesque.testing import kafka
+
+    reason = kafka.unavailable()
+    if reason:
+        raise SystemExit(f"--against kafka: {reason}")
+    return kafka.kafka_version()
 
 
 def git(*cmd: str) -> str:
@@ -175,9 +193,17 @@ class BrokerGroup:
         self.log_path = os.path.join(RESULTS, f"broker-{self.name}.log")
         if os.path.exists(self.log_path):
             os.unlink(self.log_path)
-        self.broker = Broker(data_dir=self.dir, log_file=self.log_path,
-                             config={"log.dirs": self.dir, "auto.create.topics.enable": "false", **self.config})
-        self.broker.start(60)
+        if self.args.against == "kafka":  # Apache Kafka on the same figures (its log: broker.log_path)
+            from kesque.testing.kafka import KafkaBroker
+
+            self.broker = KafkaBroker(data_dir=self.dir, heap="1g",
+                                      config={"auto.create.topics.enable": "false", **self.config})
+            self.broker.start(120)
+            self.log_path = self.broker.log_path
+        else:
+            self.broker = Broker(data_dir=self.dir, log_file=self.log_path,
+                                 config={"log.dirs": self.dir, "auto.create.topics.enable": "false", **self.config})
+            self.broker.start(60)
         self.pid = self.broker.process.pid
         import figures
 
@@ -226,6 +252,8 @@ class BrokerGroup:
         try:
             self.broker.stop(30)
         finally:
+            if self.args.against == "kafka":
+                self.broker.close()  # its work dir (config, server.log)
             shutil.rmtree(self.dir, ignore_errors=True)
         self.report["brokers"][self.name] = info
         return False
@@ -253,6 +281,8 @@ def add_figure(report, name, group, value, unit, limit_name=None, limit_value=No
             verdict = "PASS" if ratio is not None and ratio >= threshold else "MISS"
         elif kind == "below":
             verdict = "PASS" if value < threshold else "MISS"
+        elif kind == "band":  # the ratio within +-threshold of 1
+            verdict = "PASS" if ratio is not None and abs(ratio - 1) <= threshold else "MISS"
         elif kind == "within":
             verdict = "PASS" if limit_value is not None and value <= limit_value + threshold else "MISS"
         else:
@@ -325,11 +355,12 @@ def main(argv=None) -> int:
                  "platform": platform.platform(), "loadavg_start": os.getloadavg(),
                  "kesque_imported_from": os.path.dirname(os.path.dirname(os.path.abspath(kesque.__file__)))},
         "source": source,
+        "broker": "kesque" if args.against == "kesque" else f"Apache Kafka {kafka_version()}",
         "limits": {}, "figures": [], "brokers": {}, "errors": [],
     }
     tree = (f", working tree with {source['uncommitted_kesque_files']} uncommitted kesque/ files"
             if source["working_tree"] else "")
-    log(f"scale={report['scale']} groups={','.join(args.groups)} data-dir={args.data_dir} "
+    log(f"broker={report['broker']} scale={report['scale']} groups={','.join(args.groups)} data-dir={args.data_dir} "
         f"kesque={report['host']['kesque_imported_from']} (commit {source['commit']}{tree})")
     records = sc["records"]
     small_topic = "bench-small"
@@ -809,6 +840,46 @@ def main(argv=None) -> int:
             log(f"  best: plain {sm['plain']['best'] or float('nan'):,.0f}/s, idempotent "
                 f"{sm['idempotent']['best'] or float('nan'):,.0f}/s, per-pass ratios {sm['pass_ratios']}")
 
+    # ---------------------------------------------------------------- 12: client quotas
+    if "quotas" in args.groups:
+        import quotas as Q
+
+        # two 1 s samples: a throttled rate is measured over 1-2 s (Kafka's default 11 samples
+        # let a client burst ~10 s of quota every ~11 s, which a short run cannot average out)
+        with BrokerGroup("quotas", args, report, config={"quota.window.num": "2"}) as g:
+            topic = "bench-quotas"
+            figures.create_topic(g.bootstrap, topic, 1)
+            secs = sc["quota_seconds"]
+            for rate in (100_000, 1_000_000, 10_000_000):
+                log(f"quotas: producer_byte_rate={rate:,} B/s, 1 KiB records flat out, {secs:.0f} s after 2 s ...")
+                with Meter(g.pid) as m:
+                    r = guarded(f"quota-{rate}", lambda rt=rate: Q.accuracy(g.bootstrap, topic, rt, secs, 2.0))
+                if r:
+                    note = f"{m.note()}; record value bytes acknowledged per s; {r['records']:,} records"
+                    if r["errors"]:
+                        note += f"; CHECK: errors {r['errors'][:2]}"
+                    add_figure(report, f"produce under a {rate / 1e6:g} MB/s quota (confluent)", "quotas", r["rate"],
+                               "B/s", "the quota", rate, note, "quota-accuracy", extra=r)
+                    log(f"  {r['rate']:,.0f} B/s ({r['ratio']:.1%} of the quota)")
+            small = "bench-quota-small"
+            figures.create_topic(g.bootstrap, small, 1)
+            n, np_ = sc["small_requests"], sc["quota_passes"]
+            log(f"quotas: small requests, {n:,} raw 1-record ProduceRequests, with and without quotas, "
+                f"{np_} interleaved passes ...")
+            with Meter(g.pid) as m:
+                r = guarded("quota-cost", lambda: Q.cost(g.bootstrap, small, n, np_))
+            if r:
+                note = (f"{m.note()}; producer_byte_rate and request_percentage on /clients/<default>, never "
+                        f"throttling; passes: none {[round(x['rate']) for x in r['passes']['none']]}, quotas "
+                        f"{[round(x['rate']) for x in r['passes']['quotas']]}")
+                if any(r["first_response_errors"]):
+                    note += f"; CHECK: errors {r['first_response_errors']}"
+                add_figure(report, "small produce with quota accounting (raw, window 64)", "quotas",
+                           r["best"]["quotas"], "req/s", "no quotas (same run)", r["best"]["none"], note, "quota-cost",
+                           extra=r)
+                log(f"  quotas {r['best']['quotas']:,.0f} req/s, none {r['best']['none']:,.0f} req/s "
+                    f"({r['ratio']:.1%})")
+
     # ---------------------------------------------------------------- 9: transactions
     if "transactions" in args.groups:
         import transactions as T
@@ -867,6 +938,38 @@ def main(argv=None) -> int:
                                    "sets no bar", extra=lat)
             finally:
                 spark.stop()
+
+    # ---------------------------------------------------------------- 11: many partitions, recovery
+    if "recovery" in args.groups:
+        import recovery as R
+        from kesque.storage.log_manager import count_segments
+
+        with BrokerGroup("recovery", args, report) as g:
+            n = sc["recovery_partitions"]
+            topics = R.topics_for(n)
+            log(f"recovery: {len(topics):,} topics x {R.PARTITIONS_PER_TOPIC} partitions, one record each ...")
+            filled = guarded("recovery-fill", lambda: R.fill(g.bootstrap, topics))
+            clean = guarded("recovery-clean", lambda: R.restart_seconds(g.broker, kill=False))
+            g.restarted()
+            log("recovery: SIGKILL and restart ...")
+            crash = guarded("recovery-crash", lambda: R.restart_seconds(g.broker, kill=True))
+            g.restarted()
+            if crash is not None:
+                fds = g.broker.open_descriptors()
+                segments = count_segments([g.dir])
+                clean_txt = f"{clean:.1f} s" if clean is not None else "failed"
+                note = (f"{n:,} partitions; clean restart ({clean_txt}) is the limit; {segments:,} segments on disk "
+                        f"(__cluster_metadata and internal topics included); the issue sets no bar")
+                if filled is None or filled["undelivered"]:
+                    note += f"; CHECK: fill {filled}"
+                add_figure(report, f"restart after SIGKILL, {n:,} partitions (recovery)", "recovery", crash, "s",
+                           "clean restart of the same data (same run)", clean, note,
+                           extra={"fill": filled, "clean_seconds": clean, "descriptors": fds, "segments": segments})
+                add_figure(report, "open descriptors per partition after recovery", "recovery", fds / n, "fd",
+                           note=f"{fds:,} descriptors for {n:,} partitions ({segments:,} segments): one per segment "
+                                "(its log file) plus the listener, connections and log files; was up to 3 per "
+                                "recovered segment")
+                log(f"  recovery {crash:.1f} s, clean restart {clean_txt}, {fds:,} descriptors")
 
     # ---------------------------------------------------------------- 6: memory
     for name, info in report["brokers"].items():

@@ -537,9 +537,11 @@ def broker_alive(bootstrap: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def log_text(broker) -> str:
-    with open(broker.log_path, errors="replace") as f:
-        return f.read()
+def log_text(broker, start: int = 0) -> str:
+    """The broker log from byte offset ``start`` (fuzzed input puts bytes of any kind in it)."""
+    with open(broker.log_path, "rb") as f:
+        f.seek(start)
+        return f.read().decode(errors="replace")
 
 
 def wait_for_log(broker, needle: str, timeout: float = 5.0) -> str:

@@ -10,8 +10,26 @@ import subprocess
 import uuid
 
 import pytest
+from hypothesis import settings
 
 from kesque.testing.broker import Broker
+
+# Hypothesis profiles. "ci", the default, is derandomized: every run explores the same examples,
+# so what fails once fails again. "fuzz" (make fuzz) explores fresh examples, 20 times as many.
+# Choose with HYPOTHESIS_PROFILE=fuzz or --hypothesis-profile=fuzz. No example database: a test
+# depends on nothing left on the machine (a fuzz failure prints its example and a blob to replay
+# it with @reproduce_failure).
+CI_EXAMPLES = 100
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, max_examples=CI_EXAMPLES)
+settings.register_profile("fuzz", derandomize=False, database=None, deadline=None, max_examples=20 * CI_EXAMPLES,
+                          print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def examples(n: int) -> int:
+    """A suite's own example count (slow suites ask fewer, cheap ones more): ``n`` in the ci
+    profile, scaled as the loaded profile scales the default."""
+    return max(1, n * settings.default.max_examples // CI_EXAMPLES)
 
 
 @contextlib.contextmanager

@@ -181,6 +181,13 @@ def test_garbage_bytes_close_only_that_connection(srv, client, garbage):
     pytest.param(b"\x00\x03\x00\x0c\x00\x00\x00\x01\x00\x00" + b"\x01\x05\x7f" + b"\x00", id="header-tag-overrun"),
     # Metadata v12 with a body that is not a Metadata request
     pytest.param(b"\x00\x03\x00\x0c\x00\x00\x00\x01\x00\x00\x00" + b"\xff" * 7, id="junk-body"),
+    # ListOffsets v1 whose topics array (not nullable in any version) is null: Kafka's reader
+    # refuses it; the handler must never see it (make fuzz found it crashing the handler)
+    pytest.param(b"\x00\x02\x00\x01\x00\x00\x00\x01\xff\xff" + b"\xff" * 8, id="null-non-nullable-array"),
+    # CreateTopics v7 whose topics array claims ~12 billion entries in 37 bytes: kio reserved
+    # room for them (98 GB) and the failed allocation aborted the broker (found by make fuzz)
+    pytest.param(bytes.fromhex("0013000700000011ffff00" "ffffffff2d" "6e6577000000010001") + b"\x00" * 28,
+                 id="huge-array-count"),
 ])
 def test_valid_size_prefix_junk_header_closes(srv, body):
     assert raw_closed(srv, frame(body))
@@ -885,9 +892,9 @@ def _too_costly(data: bytes) -> bool:
     except Exception:
         return False
     if key == 19:
-        return any(t.num_partitions > 64 or len(t.assignments) > 64 for t in req.topics)
+        return any(t.num_partitions > 64 or len(t.assignments or ()) > 64 for t in req.topics or ())
     if key == 37:
-        return any(t.count > 64 for t in req.topics)
+        return any(t.count > 64 for t in req.topics or ())
     return False
 
 
@@ -926,7 +933,9 @@ def fuzz_srv(tmp_path_factory):
         b.stop()
 
 
+@pytest.mark.hypothesis  # its @given is inside (for the broker fixture): make fuzz selects it by this mark
 def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
+    from conftest import examples
     from hypothesis import HealthCheck, assume, given, settings
     from hypothesis import strategies as st
 
@@ -963,7 +972,7 @@ def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
     )
     counts = {"sent": 0}
 
-    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=examples(400),
               suppress_health_check=list(HealthCheck))
     @given(base=st.integers(0, len(bases) - 1), mutations=st.lists(mutation, min_size=1, max_size=4))
     def one(base, mutations):
@@ -973,10 +982,8 @@ def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
         counts["sent"] += 1
         assert b.process.poll() is None, f"broker died on {data.hex()}"
 
-    t0 = time.monotonic()
     one()
     assert counts["sent"] >= 200
-    assert time.monotonic() - t0 < 60
     assert_no_handler_crash(b)
 
     # the broker is alive and serves normal clients; the data is intact
@@ -1003,7 +1010,7 @@ def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
     os.unlink(os.path.join(b.data_dir, ".kafka_cleanshutdown"))
     mark = os.path.getsize(b.log_path)
     b.restart()
-    text = log_text(b)[mark:]
+    text = log_text(b, mark)
     assert "no clean shutdown marker: recovering" in text
     assert f"{FUZZ_TOPIC}-0: recovering segment" in text
     for bad in ("Found invalid messages", "truncating", "Corrupt", "corrupt", "Traceback", "ERROR"):

@@ -19,17 +19,18 @@ import textwrap
 import uuid
 
 import pytest
-from conftest import running_broker
+from conftest import examples, running_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_transactions import lso, new_topic
+from test_transactions import lso, new_topic, wait_past_a_timeout_abort
 
 from kesque.client.consumer import EARLIEST, WireConsumer
 from kesque.client.producer import PreparedTxnState, Producer, _Pending, murmur2
 from kesque.errors import KafkaError
 from kesque.records.records import build_batch
 
-TXN_BROKER = {"transaction.two.phase.commit.enable": "true", "transaction.state.log.num.partitions": "3"}
+TXN_BROKER = {"transaction.two.phase.commit.enable": "true", "transaction.state.log.num.partitions": "3",
+              "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def kb(tmp_path_factory):
         yield b
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=64))
 def test_murmur2_matches_kafka_python(data):
     from kafka.partitioner.default import murmur2 as reference
@@ -155,7 +156,8 @@ def test_two_phase_commit_with_kesque_client(kb, decision):
     topic = new_topic(bs, 2)
     txn_id = "2pc-client-" + uuid.uuid4().hex[:6]
     state = _prepare_in_another_process(bs, txn_id, topic)
-    assert lso(bs, topic) == 0  # prepared, not visible, and it does not time out (A asked for 1 s)
+    wait_past_a_timeout_abort(bs, 1000)  # A asked for 1 s: a prepared 2PC transaction does not time out
+    assert lso(bs, topic) == 0  # prepared, not visible, not aborted
     b = Producer(bs, transactional_id=txn_id, enable_2pc=True)
     try:
         kept = b.init_transactions(keep_prepared_txn=True)

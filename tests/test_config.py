@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,7 +63,7 @@ def test_continuation_lines_keep_going_and_ignore_comment_markers():
     assert parse_properties("last=1\\") == {"last": "1"}  # a dangling continuation at the end of the file
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(200))
 @given(st.dictionaries(st.from_regex(r"[a-z][a-z0-9._-]{0,20}", fullmatch=True),
                        st.from_regex(r"[A-Za-z0-9/:,._=-]{0,20}", fullmatch=True).map(str.strip), max_size=8))
 def test_parse_properties_round_trip(props):

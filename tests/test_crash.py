@@ -236,6 +236,32 @@ def test_clean_shutdown_leaves_marker_and_checkpoints_and_skips_recovery(kb):
     assert (r.error_code, r.base_offset) == (0, 3)
 
 
+OFFSET_CHECKPOINTS = ("recovery-point-offset-checkpoint", "replication-offset-checkpoint",
+                      "log-start-offset-checkpoint")
+
+
+def test_checkpoints_exist_right_after_start(kb):
+    """The README and the seeds ``cat`` them right after starting a broker; the periodic
+    writes come a minute later, so start-up writes them (Kafka creates them at start)."""
+    d = kb.data_dir
+    for name in OFFSET_CHECKPOINTS:  # a fresh dir: files with no entries
+        assert checkpoint(os.path.join(d, name)) == (0, {}), name
+    api = wire(kb)
+    api.create_topic("startcp", partitions=1)
+    produce_batches(api, "startcp", [b"x0", b"x1"])
+    kb.kill()
+    for name in OFFSET_CHECKPOINTS:
+        os.unlink(os.path.join(d, name))
+    restart(kb)  # files written before the broker reports itself started, not a minute later
+    _count, hws = checkpoint(os.path.join(d, "replication-offset-checkpoint"))
+    assert hws[("startcp", 0)] == 2, hws
+    _count, points = checkpoint(os.path.join(d, "recovery-point-offset-checkpoint"))
+    assert points[("startcp", 0)] == 0, points  # as Kafka: only a flush advances it, not recovery
+    assert checkpoint(os.path.join(d, "log-start-offset-checkpoint")) == (0, {})
+    with open(os.path.join(d, "startcp-0", "leader-epoch-checkpoint")) as f:
+        assert f.read().splitlines()[:2] == ["0", "1"]
+
+
 # ====================================================================== torn and corrupt tails
 
 VALUES = [b"value-%02d" % i for i in range(10)]

@@ -7,6 +7,7 @@ inserted — and must accept the same ones with the same result and refuse the s
 from __future__ import annotations
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,7 @@ from kesque.records import records as rr
 
 pytestmark = pytest.mark.skipif(not rr.COMPILED_SCAN, reason="compiled scan not built (no C compiler)")
 
-SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=examples(300),
                     suppress_health_check=[HealthCheck.too_slow])
 
 values = st.one_of(st.none(), st.binary(max_size=300))

@@ -15,6 +15,7 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +34,7 @@ from kesque.coordinator.group.shard import GroupConfig, GroupCoordinatorShard
 GID = "g"
 SESSION = 10_000
 REBALANCE = 30_000
-PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+PROPERTY = settings(max_examples=examples(150),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
 
@@ -1019,13 +1020,13 @@ def test_failed_static_member_replacement_keeps_the_old_member():
     before = classic_view(env.group())
     env.log.fail = True
     r = Reply()
-    try:
-        env.shard.join_group({"group_id": GID, "member_id": "", "group_instance_id": "i1", "protocol_type": "consumer",
-                              "protocols": [("range", sub(["t"]))], "session_timeout_ms": SESSION,
-                              "rebalance_timeout_ms": REBALANCE, "client_id": "c", "client_host": "/h",
-                              "require_known_member_id": False, "supports_skip_assignment": False}, r)
-    except WriteFailed:
-        pass
+    env.shard.join_group({"group_id": GID, "member_id": "", "group_instance_id": "i1", "protocol_type": "consumer",
+                          "protocols": [("range", sub(["t"]))], "session_timeout_ms": SESSION,
+                          "rebalance_timeout_ms": REBALANCE, "client_id": "c", "client_host": "/h",
+                          "require_known_member_id": False, "supports_skip_assignment": False}, r)
+    # the joiner is told why (a storage failure: NOT_COORDINATOR, as Kafka's
+    # appendGroupMetadataErrorToResponseError), and is not given the member's place
+    assert r.done and r.r["error"] == "not_coordinator" and r.r["member_id"] == ""
     assert classic_view(env.group()) == before
     assert env.heartbeat(sg.ids[1], sg.gen, instance="i1") is None
 
@@ -1039,22 +1040,21 @@ def test_failed_leader_sync_answers_the_waiting_members_and_rebalances():
     waiting = env.sync(follower, gen)
     env.log.fail = True
     lr = Reply()
-    try:
-        env.shard.sync_group({"group_id": GID, "member_id": leader, "group_instance_id": None, "generation_id": gen,
-                              "protocol_type": None, "protocol_name": None, "assignments": {}}, lr)
-    except WriteFailed:
-        pass
-    assert waiting.done and waiting.r["error"] is not None
-    assert env.group().state != COMPLETING_REBALANCE
+    env.shard.sync_group({"group_id": GID, "member_id": leader, "group_instance_id": None, "generation_id": gen,
+                          "protocol_type": None, "protocol_name": None, "assignments": {}}, lr)
+    # the leader and the waiting follower are both told why, with no assignment
+    for reply in (lr, waiting):
+        assert reply.done and reply.r["error"] == "not_coordinator" and reply.r["assignment"] == b""
+    assert env.group().state == PREPARING_REBALANCE
 
 
 def test_failed_consumer_group_join_leaves_no_trace():
     env = Env(topics={"t": 2})
     env.log.fail = True
-    try:
-        env.chb("m1", 0, names=["t"])
-    except WriteFailed:
-        pass
+    r = env.chb("m1", 0, names=["t"])
+    # the member is told why (NOT_COORDINATOR for a storage failure, as Kafka's
+    # handleOperationException), with no member epoch nor assignment
+    assert (r["error"], r["member_epoch"], r["assignment"]) == ("not_coordinator", -1, None)
     assert env.group() is None
 
 
@@ -1854,7 +1854,7 @@ def test_replay_rebuilds_the_durable_state(ops):
     Simulation(precreate=True).run(ops)
 
 
-@settings(PROPERTY, max_examples=50, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@settings(PROPERTY, max_examples=examples(50), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(OP_LISTS)
 def test_replay_rebuilds_the_durable_state_of_groups_created_by_join(ops):
     Simulation(precreate=False).run(ops)

@@ -101,11 +101,16 @@ def member_loop(conf: dict, topic: str, emit, should_stop, process_delay: float 
         if not offs:
             return
         try:
-            c.commit(offsets=offs, asynchronous=False)
+            done = c.commit(offsets=offs, asynchronous=False)
         except KafkaException as e:
             emit("commit_error", code=e.args[0].code(), error=str(e.args[0]))
             return
-        for tp in offs:
+        for tp in done:
+            if tp.error:
+                emit("commit_error", code=tp.error.code(), error=str(tp.error), partition=tp.partition)
+        done = [tp for tp in done if not tp.error]
+        emit("commit", offsets=[[tp.partition, tp.offset] for tp in done])
+        for tp in done:
             if pending.get(tp.partition) == tp.offset:
                 del pending[tp.partition]
 
@@ -357,6 +362,53 @@ def ownership_intervals(events: list[dict]) -> dict[int, list[tuple[float, float
     return out
 
 
+def check_exactly_once(p: int, end: int, events: list[dict], intervals: list[tuple[float, float, str]]) -> None:
+    """Partition ``p`` is processed in offset order, each record once: every owner resumes
+    exactly at the last acknowledged commit, which is where its predecessor stopped, and
+    continues without a gap; commits never move back nor past what was processed. The one
+    exception is an owner that ended abruptly (SIGKILLed, or its partitions lost): what it
+    processed after its last acknowledged commit is processed again by the next owner (and
+    its last commit may have landed unacknowledged, so the next owner may start up to where
+    it stopped)."""
+    abrupt = {(e["member"], e["t"]) for e in events if e["kind"] == "dead"
+              or (e["kind"] == "lost" and p in e["partitions"])}
+    committed = 0  # the last acknowledged commit of p
+    nxt = 0  # the first offset of p never processed
+    owner = None  # the ownership interval of the last records processed
+    last = -1  # the last offset the current owner processed
+    for e in events:
+        if e["kind"] == "commit":
+            for cp, off in e["offsets"]:
+                if cp == p:
+                    assert committed <= off <= nxt, f"partition {p}: {e['member']} committed {off} " \
+                        f"after a commit of {committed}, with records up to {nxt - 1} processed"
+                    committed = off
+            continue
+        if e["kind"] != "processed":
+            continue
+        offs = [o for rp, o in e["records"] if rp == p]
+        if not offs:
+            continue
+        iv = next(iv for iv in intervals if iv[2] == e["member"] and iv[0] <= e["t"] <= iv[1])
+        if iv != owner:
+            before = [x for x in intervals if x[1] <= iv[0]]
+            prev = max(before, key=lambda x: x[1]) if before else None
+            if prev is not None and (prev[2], prev[1]) in abrupt:
+                assert committed <= offs[0] <= nxt, f"partition {p}: {e['member']} resumed at {offs[0]} " \
+                    f"after {prev[2]} ended abruptly; acknowledged commit {committed}, processed up to {nxt - 1}"
+            else:
+                assert offs[0] == committed == nxt, f"partition {p}: {e['member']} resumed at {offs[0]}; " \
+                    f"acknowledged commit {committed}, processed up to {nxt - 1}"
+            owner = iv
+        else:
+            assert offs[0] == last + 1, f"partition {p}: {e['member']} went from {last} to {offs[0]}"
+        assert offs == list(range(offs[0], offs[0] + len(offs))), f"partition {p}: {e['member']} processed {offs}"
+        last = offs[-1]
+        nxt = max(nxt, last + 1)
+    assert nxt == end, f"partition {p}: processed up to {nxt - 1}, the log ends at {end}"
+    assert committed == end, f"partition {p}: the last acknowledged commit is {committed}, the log ends at {end}"
+
+
 def check_journal(journal: Journal, ends: dict[int, int]) -> dict:
     events = journal.snapshot()
     intervals = ownership_intervals(events)
@@ -384,6 +436,7 @@ def check_journal(journal: Journal, ends: dict[int, int]) -> dict:
     for p, end in ends.items():
         missing = set(range(end)) - processed[p]
         assert not missing, f"partition {p}: records never processed: {sorted(missing)[:20]}"
+        check_exactly_once(p, end, events, intervals[p])
     fatal = [e for e in events if e["kind"] == "error" and e.get("fatal")]
     assert not fatal, fatal
     return {"intervals": intervals, "processed": processed, "events": events}

@@ -13,7 +13,6 @@ import json
 import re
 import struct
 import uuid
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,14 +27,15 @@ from kesque.metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPI
 from kesque.metadata.log import MetadataLog
 from kesque.protocol.primitives import ProtocolError, uvarint
 from kesque.storage.checkpoint import uuid_to_kafka
+from kesque.testing import kafka
 
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
-SCHEMA_DIR = Path("/work/kafka-src/metadata/src/main/resources/common/metadata")
+SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow])
+# Kafka's KRaft record schemas, from the kafka-metadata jar resolved by `make kafka`
+KAFKA_SCHEMAS = kafka.jar_resources("kafka-metadata", "common/metadata")
 
 # ======================================================================== a Kafka-schema encoder
 
-_INTS = {"int8": ">b", "int16": ">h", "uint16": ">H", "int32": ">i", "int64": ">q"}
+_INTS = {"int8": ">b", "int16": ">h", "uint16": ">H", "int32": ">i", "int64": ">q", "float64": ">d"}
 _NAME_OVERRIDES = {"EndPoints": "endpoints"}
 
 
@@ -117,7 +117,7 @@ def _kafka_struct(fields, rec: dict, version: int) -> bytes:
 
 
 def kafka_schema(name: str) -> dict:
-    return json.loads(re.sub(r"//.*", "", (SCHEMA_DIR / f"{name}.json").read_text()))
+    return json.loads(re.sub(r"//.*", "", KAFKA_SCHEMAS[f"{name}.json"]))
 
 
 def kafka_encode(rec: dict, version: int | None = None) -> bytes:
@@ -128,7 +128,7 @@ def kafka_encode(rec: dict, version: int | None = None) -> bytes:
     return uvarint(1) + uvarint(schema["apiKey"]) + uvarint(version) + _kafka_struct(schema["fields"], rec, version)
 
 
-needs_schemas = pytest.mark.skipif(not SCHEMA_DIR.is_dir(), reason="Kafka metadata schemas not present")
+needs_schemas = pytest.mark.skipif(KAFKA_SCHEMAS is None, reason=kafka.jars_missing() or "")
 
 # ======================================================================== record strategies
 
@@ -142,7 +142,8 @@ def _value_strategy(typ):
     if isinstance(typ, list):
         return st.lists(_struct_strategy(typ), max_size=3)
     return {
-        "int8": I8, "int16": I16, "uint16": U16, "int32": I32, "int64": I64, "bool": st.booleans(),
+        "int8": I8, "int16": I16, "uint16": U16, "int32": I32, "int64": I64, "float64": st.floats(allow_nan=False),
+        "bool": st.booleans(),
         "uuid": st.uuids(), "string": TEXT, "nstring": st.one_of(st.none(), TEXT),
         "[int32]": INT_LISTS, "[int32]?": st.one_of(st.none(), INT_LISTS), "[uuid]": st.lists(st.uuids(), max_size=3),
     }[typ]

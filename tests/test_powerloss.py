@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -135,9 +136,11 @@ class Node:
         self.log.update_high_watermark(self.log.log_end_offset)
 
     def crash(self) -> None:
-        """The process dies with the machine: descriptors go, nothing is flushed."""
+        """The process dies with the machine: descriptors go (its log-dir locks with them),
+        nothing is flushed."""
         for seg in self.log.segments + [s for _due, s in self.log._pending_deletes]:
             seg.close()
+        self.lm.release_locks()
 
 
 def _stored(lg: Log, first: int, last: int) -> dict[int, bytes]:
@@ -194,6 +197,7 @@ def checkpoint(node: Node, m: Model) -> None:
 
 def clean_restart(node: Node, m: Model, root: str) -> Node:
     node.lm.shutdown(broker_epoch=1)
+    node.lm.release_locks()  # as the server does once its log manager has shut down
     m.log_start_checkpointed = max(m.log_start_checkpointed, node.log.log_start_offset)
     return Node(root, node.clock, node.cfg)
 
@@ -382,7 +386,7 @@ def record_flushes(mp, m: Model) -> None:
     mp.setattr(Log, "flush", flush)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from([1, 3, LONG_MAX]), st.sampled_from([400, 1000, 4000]), st.lists(OPS, max_size=40))
 def test_power_cut_at_random_points(tmp_path_factory, flush_messages, segment_bytes, ops):
     root = str(tmp_path_factory.mktemp("power"))

@@ -15,6 +15,7 @@ import struct
 import cramjam
 import pytest
 from crc32c import crc32c
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.records.readers import read_batch as kio_read_batch
@@ -32,7 +33,7 @@ from kesque.records.records import (build_batch, encode_record, iter_records, re
                                     walk_record_lengths)
 from kesque.storage.validator import RecordValidationError, validate_batch
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=examples(150),
                     suppress_health_check=[HealthCheck.too_slow])
 CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP = 2, 87, 10, 32
 NOW = 1_700_000_000_000
@@ -283,24 +284,31 @@ def test_iter_batch_positions_stops_at_partial_tail():
 
 # ======================================================================== framing scans
 
+def _kafka_varint(buf: bytes, p: int, end: int, long: bool = False) -> tuple[int, int]:
+    """Kafka's ByteUtils.readVarint (at most 5 bytes, 32-bit) or readVarlong (10 bytes)."""
+    v = shift = 0
+    while True:
+        if p >= end:
+            raise IndexError
+        b = buf[p]
+        p += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if not long:
+                v &= 0xFFFFFFFF
+            return (v >> 1) ^ -(v & 1), p
+        shift += 7
+        if shift >= (70 if long else 35):
+            raise ValueError("Varint is too long")
+
+
 def _reference_scan(buf: bytes, expected: int):
     """Kafka's DefaultRecord.readFrom over a records section: ("ok", null_key, offsets_ok)
-    or ("invalid",). Varints may run to 10 bytes (kesque is lenient there)."""
+    or ("invalid",). The timestamp delta is a varlong, every other field a varint."""
     pos, end = 0, len(buf)
 
-    def varint(p):
-        v = shift = 0
-        while True:
-            if p >= end:
-                raise IndexError
-            b = buf[p]
-            p += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return (v >> 1) ^ -(v & 1), p
-            if shift > 63:
-                raise ValueError
+    def varint(p, long=False):
+        return _kafka_varint(buf, p, end, long)
 
     null_key, offsets_ok, count = False, True, 0
     try:
@@ -314,7 +322,7 @@ def _reference_scan(buf: bytes, expected: int):
             sub_end, end = end, rec_end
             try:
                 p = pos + 1
-                _ts, p = varint(p)
+                _ts, p = varint(p, long=True)
                 od, p = varint(p)
                 offsets_ok &= od == count
                 n, p = varint(p)
@@ -366,19 +374,10 @@ def _ours_walk(buf: bytes, expected: int) -> bool:
 def _walk_reference(buf: bytes, expected: int) -> bool:
     pos = count = 0
     while pos < len(buf):
-        v = shift = 0
-        while True:
-            if pos >= len(buf):
-                return False
-            b = buf[pos]
-            pos += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
-            if shift > 63:
-                return False
-        length = (v >> 1) ^ -(v & 1)
+        try:
+            length, pos = _kafka_varint(buf, pos, len(buf))
+        except (IndexError, ValueError):
+            return False
         if length <= 0:
             return False
         pos += length
@@ -412,7 +411,7 @@ def test_scans_reject_every_truncation(records):
         assert not _ours_walk(body, wrong)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(300),
           suppress_health_check=[HealthCheck.too_slow])
 @given(records=record_lists(max_size=4, stamps=False), data=st.data())
 def test_scans_on_altered_bytes_agree_with_reference(records, data):

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kesque.testing.broker import Broker
 
@@ -74,6 +74,10 @@ def test_kafka_server_properties_start_kesque(tmp_path):
                 assert time.time() < deadline, "broker did not come up"
                 assert proc.poll() is None, proc.stdout.read()
         assert 1 in md.brokers
+        # a topic created without a partition count gets num.partitions: the override's 3,
+        # not the file's 2 nor the default 1
+        admin.create_topics([NewTopic("default-partitions")])["default-partitions"].result(10)
+        assert len(admin.list_topics("default-partitions", timeout=10).topics["default-partitions"].partitions) == 3
     finally:
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=20)[0]
@@ -206,8 +210,6 @@ NOT_YET = [
     ({"log.cleaner.threads": "2", "log.cleaner.min.cleanable.ratio": "0.7"},
      "kesque has no log cleaner yet (log compaction is not implemented): log.cleaner.min.cleanable.ratio, "
      "log.cleaner.threads have no effect"),
-    ({"group.share.enable": "true"}, "kesque does not implement share groups (KIP-932) yet: group.share.enable=true "
-                                     "has no effect"),
     ({"unclean.leader.election.enable": "true"}, "unclean.leader.election.enable=true has no effect"),
 ]
 

@@ -90,13 +90,35 @@ def values(df) -> list[str]:
     return sorted(r.value.decode() for r in df.select("value").collect())
 
 
-def committed_values(kb, t: str, partitions: int) -> list[str]:
+def committed_messages(kb, t: str, partitions: int) -> list:
+    """What read_committed sees of the topic, partition by partition in offset order."""
     c = WireConsumer(kb.bootstrap_servers, isolation_level=1)
     try:
         c.assign({(t, p): EARLIEST for p in range(partitions)})
-        return sorted(m.value.decode() for m in c.drain())
+        return sorted(c.drain(), key=lambda m: (m.partition, m.offset))
     finally:
         c.close()
+
+
+def committed_values(kb, t: str, partitions: int) -> list[str]:
+    return sorted(m.value.decode() for m in committed_messages(kb, t, partitions))
+
+
+def assert_copied(kb, dst: str, n: int, src_partitions: int, dst_partitions: int) -> None:
+    """``dst`` holds, committed, each of the ``n`` records ``produce`` wrote (key k<i>, value
+    v<i>, source partition i % src_partitions) once, with its key, in the partition the
+    default partitioner gives its key, and each source partition's records in their order
+    (records of different source partitions interleave as their tasks ran)."""
+    from kesque.utils import murmur2
+    got = [(m.partition, m.key, m.value) for m in committed_messages(kb, dst, dst_partitions)]
+    assert sorted(v for _p, _k, v in got) == sorted(f"v{i}".encode() for i in range(n))  # each once
+    for p, k, v in got:
+        assert k == b"k" + v[1:], f"{v.decode()} lost its key: {k!r}"
+        assert p == (murmur2(k) & 0x7FFFFFFF) % dst_partitions, f"{k!r} in partition {p}"
+    for p in range(dst_partitions):
+        for q in range(src_partitions):
+            seq = [int(v[1:]) for pp, _k, v in got if pp == p and int(v[1:]) % src_partitions == q]
+            assert seq == sorted(seq), f"partition {p}: source partition {q}'s records out of order: {seq}"
 
 
 # ============================================================================ 1. batch reads
@@ -236,7 +258,7 @@ def test_batch_write_with_a_failing_first_attempt(spark, kb):
     df = read(spark, kb, subscribe=src).selectExpr("key", "value").withColumn("topic", topic_of("value"))
     (df.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
      .option("kafka.batch.size", "200").option("transactionalIdPrefix", "flaky").mode("append").save())
-    assert committed_values(kb, dst, 2) == sorted(f"v{i}" for i in range(300))
+    assert_copied(kb, dst, 300, 3, 2)
     # the failed attempt's records are in the log, aborted: only read_uncommitted sees them
     assert len(read(spark, kb, subscribe=dst).collect()) > 300
     assert _open_txns(kb, "flaky.") == []
@@ -299,7 +321,7 @@ def test_driver_killed_around_the_commit(kb, tmp_path, stage):
     env.pop("KESQUE_SPARK_PAUSE")
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert "done" in out.stdout, out.stderr[-3000:]
-    assert committed_values(kb, dst, 2) == sorted(f"v{i}" for i in range(60))
+    assert_copied(kb, dst, 60, 2, 2)
     assert _open_txns(kb, prefix + ".") == []
 
 
@@ -462,4 +484,4 @@ def test_streaming_query_survives_a_broker_sigkill(tmp_path):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
         assert "done" in out, err[-3000:]
-        assert committed_values(b, dst, 2) == sorted(f"v{i}" for i in range(60))
+        assert_copied(b, dst, 60, 2, 2)

@@ -10,6 +10,7 @@ import tempfile
 import uuid
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,8 +24,7 @@ from kesque.storage.leader_epoch import LeaderEpochFileCache
 from kesque.storage.log import Log
 from kesque.storage.segment import LogSegment
 
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 NOW = 1_700_000_000_000
 
 
@@ -57,6 +57,17 @@ def crash(log: Log) -> None:
 
 # ======================================================================== OffsetIndex
 
+def assert_index_file(idx, expected: bytes) -> None:
+    """While appended to, an index file is preallocated (the entries, then zeros, which
+    loading stops at); closing trims it to exactly the entries."""
+    with open(idx.path, "rb") as f:
+        raw = f.read()
+    assert raw[:len(expected)] == expected and raw[len(expected):] == bytes(len(raw) - len(expected))
+    idx.close()
+    with open(idx.path, "rb") as f:
+        assert f.read() == expected
+
+
 @st.composite
 def offset_entries(draw):
     base = draw(st.integers(0, 2**40))
@@ -71,7 +82,7 @@ def offset_entries(draw):
 def test_offset_index_matches_brute_force(case, targets, data):
     base, entries = case
     with tempfile.TemporaryDirectory() as d:
-        idx = OffsetIndex(os.path.join(d, "0.index"), base)
+        idx = OffsetIndex(os.path.join(d, "0.index"), base, max_index_size=8 * 64)
         idx.reset()
         for off, pos in entries:
             idx.append(off, pos)
@@ -80,8 +91,7 @@ def test_offset_index_matches_brute_force(case, targets, data):
             le = [e for e in entries if e[0] <= t]
             assert idx.lookup(t) == (le[-1] if le else (base, 0))
         # Kafka's layout: 8-byte entries, relative offset then position, big-endian
-        with open(idx.path, "rb") as f:
-            assert f.read() == b"".join(struct.pack(">ii", o - base, p) for o, p in entries)
+        assert_index_file(idx, b"".join(struct.pack(">ii", o - base, p) for o, p in entries))
         loaded = OffsetIndex(idx.path, base)
         loaded.load()
         assert list(loaded.offsets) == [o for o, _ in entries] and list(loaded.positions) == [p for _, p in entries]
@@ -135,7 +145,7 @@ def time_appends(draw):
 def test_time_index_matches_kafka_model(case, targets, data):
     base, appends = case
     with tempfile.TemporaryDirectory() as d:
-        idx = TimeIndex(os.path.join(d, "0.timeindex"), base)
+        idx = TimeIndex(os.path.join(d, "0.timeindex"), base, max_index_size=12 * 64)
         idx.reset()
         model: list[tuple[int, int]] = []
         for ts, off in appends:
@@ -148,8 +158,7 @@ def test_time_index_matches_kafka_model(case, targets, data):
         for t in targets + [ts for ts, _ in model]:
             le = [e for e in model if e[0] <= t]
             assert idx.lookup(t) == (le[-1] if le else (-1, base))
-        with open(idx.path, "rb") as f:
-            assert f.read() == b"".join(struct.pack(">qi", ts, o - base) for ts, o in model)
+        assert_index_file(idx, b"".join(struct.pack(">qi", ts, o - base) for ts, o in model))
         loaded = TimeIndex(idx.path, base)
         loaded.load()
         assert list(zip(loaded.timestamps, loaded.offsets)) == model
@@ -445,6 +454,7 @@ def test_retention_ms_renames_then_deletes(tmp_path):
     now = NOW + 1000 + 10_001  # the first segment's newest record is 10001 ms old
     assert log.delete_old_segments(now) == 0  # nothing is deletable above the high watermark
     log.update_high_watermark(log.log_end_offset)
+    assert log.delete_old_segments(now - 1) == 0  # its first record is 11000 ms old, its newest 10000
     assert log.delete_old_segments(now) == 1
     assert [s.base_offset for s in log.segments] == [2, 4] and log.log_start_offset == 2
     names = set(os.listdir(tmp_path))
@@ -459,6 +469,23 @@ def test_retention_ms_renames_then_deletes(tmp_path):
     # everything expired: the active segment goes too, a new one starts at the log end
     assert log.delete_old_segments(NOW + 10**6) == 2
     assert [s.base_offset for s in log.segments] == [6] and log.log_start_offset == 6 == log.log_end_offset
+    log.close()
+
+
+def test_retention_ms_judges_a_segment_by_its_newest_record(tmp_path):
+    """As Kafka's deleteRetentionMsBreachedSegments (segment.largestTimestamp): a segment whose
+    first and last batches are past retention.ms stays while any record in it is younger."""
+    size = len(make_batch())
+    log = new_log(tmp_path, LogConfig(segment_bytes=3 * size, retention_ms=10_000))
+    for ts in (NOW, NOW + 9000, NOW + 1000, NOW + 20_000):  # out of order, as producers may set them
+        append(log, ts=ts, now=NOW)
+    log.update_high_watermark(log.log_end_offset)
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    # the first batch is 15000 ms old and the last 14000 ms, the newest record only 6000 ms
+    assert log.delete_old_segments(NOW + 15_000) == 0
+    assert log.delete_old_segments(NOW + 9000 + 10_000) == 0  # exactly retention.ms is no breach
+    assert log.delete_old_segments(NOW + 9000 + 10_001) == 1
+    assert [s.base_offset for s in log.segments] == [3] and log.log_start_offset == 3
     log.close()
 
 
@@ -599,11 +626,35 @@ def test_recovery_rebuilds_indexes(tmp_path, damage):
     seg = log.active_segment
     assert (list(seg.offset_index.offsets), list(seg.offset_index.positions)) == (want_offsets, want_positions)
     assert list(zip(seg.time_index.timestamps, seg.time_index.offsets)) == want_times
-    assert os.path.getsize(seg.offset_index.path) == 8 * len(want_offsets)
     assert log.log_end_offset == 40
     for off in range(40):
         assert log.read(off, 1, 40, True).first_offset == off
     assert log.fetch_offset_by_timestamp(NOW + 17)[:2] == (17, NOW + 17)
+    log.close()  # rebuilt in place; trimmed to the entries on close
+    assert os.path.getsize(seg.offset_index.path) == 8 * len(want_offsets)
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_one_descriptor_per_segment(tmp_path):
+    """Indexes keep no descriptor (the active ones are mapped, recovery writes them whole): a
+    segment holds its .log open and nothing else, after appends, after recovery (which used
+    to leave three per segment) and after appends to the recovered log."""
+    cfg = LogConfig(segment_bytes=4 * len(make_batch()), index_interval_bytes=0)
+    before = _open_descriptors()
+    log = _write_log(tmp_path, n=40, cfg=cfg)
+    assert len(log.segments) >= 10 and all(len(s.offset_index) and len(s.time_index) for s in log.segments)
+    assert _open_descriptors() - before == len(log.segments)
+    crash(log)
+    assert _open_descriptors() == before
+    log = _reopen(tmp_path, clean=False, cfg=cfg)
+    assert log.log_end_offset == 40 and all(len(s.offset_index) for s in log.segments)
+    assert _open_descriptors() - before == len(log.segments)
+    for i in range(3):
+        append(log, ts=NOW + 100 + i)
+    assert len(log.active_segment.offset_index) and _open_descriptors() - before == len(log.segments)
     log.close()
 
 
@@ -640,7 +691,7 @@ def log_operations(draw):
     ), min_size=1, max_size=30))
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(60),
           suppress_health_check=[HealthCheck.too_slow])
 @given(ops=log_operations())
 def test_random_appends_rolls_restarts_never_lose_or_expose_corruption(ops):

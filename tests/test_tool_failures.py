@@ -292,6 +292,35 @@ def test_perf_tools_stop_on_signal_with_sigint_ignored(bs, topic_name, sig, tool
         _reap(proc)
 
 
+BLOCKING_CLEANUP = """
+import sys, time
+from kesque.cli import _common
+_common.STOP_GRACE_SECONDS = 1.0
+def tool():
+    try:
+        time.sleep(600)
+    finally:
+        print("cleaning up", flush=True)
+        time.sleep(600)  # a clean-up that never ends, as a client stuck on a dead broker
+sys.exit(_common.run_tool(tool))
+"""
+
+
+@needs_proc
+def test_a_clean_up_that_blocks_is_cut_short_after_the_grace_period():
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKING_CLEANUP], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        _wait_catching(proc)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert out.decode() == "cleaning up\n"
+        assert "Still running 1 s after signal 15" in err.decode() and "line 10 in tool" in err.decode()
+    finally:
+        _reap(proc)
+
+
 @needs_proc
 @SIGNALS
 def test_serve_stops_on_signal_with_sigint_ignored(tmp_path, sig):

@@ -90,6 +90,21 @@ def lso(bs: str, topic: str, partition: int = 0) -> int:
         c.close()
 
 
+def wait_past_a_timeout_abort(bs: str, timeout_ms: int) -> None:
+    """Open a plain transaction with ``timeout_ms`` now and wait until the coordinator has
+    aborted it for its timeout (its ABORT marker moves the LSO): by then a transaction opened
+    earlier with the same timeout would have been aborted too, were it subject to it."""
+    topic = new_topic(bs)
+    p = txn_producer(bs, "timeout-" + uuid.uuid4().hex[:6], **{"transaction.timeout.ms": timeout_ms})
+    p.begin_transaction()
+    p.produce(topic, b"times-out", partition=0)
+    p.flush(10)
+    deadline = time.time() + 30
+    while lso(bs, topic) == 0:
+        assert time.time() < deadline, "the control transaction was never aborted by its timeout"
+        time.sleep(0.1)
+
+
 # ============================================================================ tests 5 and 6
 
 def test_aborted_records_are_invisible_to_read_committed(txn_broker):
@@ -189,11 +204,18 @@ def test_broker_sigkill_mid_transaction(fresh_broker):
     b.kill()
     b.restart()
     bs = b.bootstrap_servers
-    # the open transaction is recovered as Ongoing and aborted by its timeout; nothing of it
-    # ever becomes visible, the committed one stays whole
+    # the open transaction is recovered as Ongoing and aborted by its timeout: each partition
+    # holds 5 committed records, the COMMIT marker, 5 open records and then the ABORT marker,
+    # so the LSO reaches 12 only once the timeout abort wrote its markers (before any new
+    # producer of "k-open" could abort it by fencing). Nothing of it ever becomes visible.
     deadline = time.time() + 15
-    while time.time() < deadline and (lso(bs, topic, 0) < 11 or lso(bs, topic, 1) < 11):
+    while time.time() < deadline and (lso(bs, topic, 0) < 12 or lso(bs, topic, 1) < 12):
         time.sleep(0.3)
+    assert (lso(bs, topic, 0), lso(bs, topic, 1)) == (12, 12)
+    assert sorted(read_all(bs, topic, "read_uncommitted", 2)) == sorted(
+        [f"done-{i}" for i in range(10)] + [f"open-{i}" for i in range(10)])
+    with pytest.raises(KafkaException):
+        open_.commit_transaction(5)  # its epoch was bumped by the timeout abort
     got = sorted(read_all(bs, topic, "read_committed", 2))
     assert got == sorted(f"done-{i}" for i in range(10))
     # the same transactional id starts again after the restart
@@ -285,7 +307,7 @@ def test_two_phase_commit_across_processes(txn_broker, commit):
         assert _add(a, txn_id, pid, epoch, topic, [0]) == [0]
         r = _txn_produce(a, txn_id, topic, 0, pid, epoch, 0, ["p0", "p1", "p2"])
         assert r.error_code == 0
-    time.sleep(1.5)  # longer than the 1 s timeout A asked for: a 2PC transaction does not time out
+    wait_past_a_timeout_abort(bs, 1000)  # A asked for 1 s: a 2PC transaction does not time out
     assert lso(bs, topic) == 0
     # process B: same transactional id, keep the prepared transaction, then decide
     with WireClient(bs) as b:

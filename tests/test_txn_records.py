@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,7 @@ from kesque.coordinator.transaction import records as R
 from kesque.coordinator.transaction.records import TxnLogValue, TxnState
 from kesque.protocol.primitives import ProtocolError, uvarint
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=examples(150),
                     suppress_health_check=[HealthCheck.too_slow])
 
 I8, I16, I32, I64 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")

@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
+from conftest import examples, running_broker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -209,7 +210,7 @@ def restart(w: Workload, how: str) -> None:
 FETCH = st.tuples(st.floats(0, 1), st.integers(1, 4000), st.booleans())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(workloads(), st.sampled_from(["live", "clean", "rebuilt", "crash past a recovery point", "retention"]),
        st.lists(FETCH, max_size=8), st.integers(60, 3000))
 def test_read_committed_fetches_match_the_model(tmp_path_factory, workload, after, fetches, consume_size):
@@ -287,7 +288,7 @@ SPAN_BROKER = {"log.flush.interval.messages": "1000000", "log.retention.check.in
 
 @pytest.fixture(scope="module")
 def span_broker(tmp_path_factory):
-    from conftest import running_broker
+
 
     with running_broker(tmp_path_factory.mktemp("span") / "data", SPAN_BROKER) as b:
         yield b
@@ -400,7 +401,7 @@ def test_spanning_transactions_after_crash_recovery_and_retention(tmp_path):
     from confluent_kafka.admin import AdminClient
 
     from clientlib import segment_files
-    from conftest import running_broker
+
 
     with running_broker(tmp_path / "data", SPAN_BROKER) as b:
         bs = b.bootstrap_servers

@@ -8,6 +8,7 @@ needs no JVM.
 from __future__ import annotations
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,7 +69,7 @@ def _reference(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(300))
 @given(st.text(alphabet=st.characters(blacklist_categories=())))
 def test_matches_definition(s):
     h = java_string_hash(s)

@@ -35,7 +35,7 @@ from functools import lru_cache
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from kesque.protocol.api import FLEXIBLE_FROM
+from kesque.protocol.api import FLEXIBLE_FROM, decode_request
 from kesque.records.records import build_batch  # noqa: F401  (re-exported for tests)
 
 API_VERSIONS = 18
@@ -180,8 +180,8 @@ def decode_request_frame(data: bytes):
     pos = 10 + max(n, 0)
     if is_flexible(api_key, version):
         pos = skip_tagged_fields(frame, pos)
-    obj, _size = entity_reader(request_class(api_key, version))(frame[pos:], 0)
-    return api_key, version, obj
+    # kesque's decoder: it bounds array counts before kio reserves room for them
+    return api_key, version, decode_request(api_key, version, memoryview(frame)[pos:])
 
 
 def decode_response(api_key: int, version: int, frame: bytes):
@@ -409,6 +409,22 @@ class Api:
     def fetch(self, topic: str, offset: int, **kw):
         """The whole Fetch v12 response."""
         return self.c.request(1, 12, self.fetch_request(topic, offset, **kw))
+
+    def alter_client_quotas(self, entries: list[tuple[dict, dict]], validate_only: bool = False, version: int = 1):
+        """``entries``: (entity {type: name or None for the default}, {key: value or None to remove})."""
+        m = Msg(49, version)
+        items = tuple(m("EntryData", entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in e.items()),
+                        ops=tuple(m("OpData", key=k, value=0.0 if v is None else float(v), remove=v is None)
+                                  for k, v in ops.items()))
+                      for e, ops in entries)
+        return self.c.request(49, version, m(entries=items, validate_only=validate_only))
+
+    def describe_client_quotas(self, components: list[tuple[str, int, str | None]] = (), strict: bool = False,
+                               version: int = 1):
+        """``components``: (entity type, match type 0 exact / 1 default / 2 any, match)."""
+        m = Msg(48, version)
+        comps = tuple(m("ComponentData", entity_type=t, match_type=mt, match=n) for t, mt, n in components)
+        return self.c.request(48, version, m(components=comps, strict=strict))
 
     def list_offsets_request(self, topic: str, timestamp: int, partition: int = 0, version: int = 7):
         m = Msg(2, version)

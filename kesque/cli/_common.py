@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import faulthandler
+import os
 import re
 import signal
 import sys
@@ -40,17 +42,35 @@ def interrupted_status(exc: KeyboardInterrupt) -> int:
     return getattr(exc, "status", 128 + signal.SIGINT)
 
 
+STOP_GRACE_SECONDS = 30.0
+
+
+def _stop_overdue(signum: int) -> None:
+    print(f"Still running {STOP_GRACE_SECONDS:g} s after signal {signum}: exiting without the rest of the "
+          "clean-up. Where it was:", file=sys.stderr)
+    faulthandler.dump_traceback(sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
 @contextlib.contextmanager
 def stop_signals():
     """SIGINT and SIGTERM raise :class:`Interrupted` while the block runs, even when the tool was
     started with them ignored (a background job of a non-interactive shell, ``nohup``, some CI
     runners). Only the first one does: a second signal does not break the clean-up it started.
-    The previous handlers come back afterwards."""
+    A clean-up that blocks (a client library waiting on a broker that no longer answers) is cut
+    short ``STOP_GRACE_SECONDS`` after the signal, with the stacks printed, so a signal always
+    ends the tool. The previous handlers come back afterwards."""
+    import threading
+
     fired = []
 
     def handler(signum, frame):
         if not fired:
             fired.append(signum)
+            watchdog = threading.Timer(STOP_GRACE_SECONDS, _stop_overdue, (signum,))
+            watchdog.daemon = True
+            watchdog.start()
             raise Interrupted(signum)
 
     saved = {}

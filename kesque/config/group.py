@@ -1,9 +1,9 @@
-"""Group-level configs (Kafka 4.0's GroupConfig): set with IncrementalAlterConfigs on a GROUP
+"""Group-level configs (Kafka 4.0's GroupConfig, plus 4.1's ``share.isolation.level``): set with IncrementalAlterConfigs on a GROUP
 resource, kept as ConfigRecords in the metadata log, and each defaulting to its broker key.
 
 ``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` are honoured by the
-KIP-848 coordinator; the ``share.*`` keys are accepted, validated and described (kesque has
-no share groups yet).
+KIP-848 coordinator; the ``share.*`` keys by the share-group coordinator and the leaders'
+share partitions (kesque/share).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ GROUP_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in [
     _K("share.heartbeat.interval.ms", "INT", 5000, "", at_least(1), ("group.share.heartbeat.interval.ms",)),
     _K("share.record.lock.duration.ms", "INT", 30000, "", at_least(1000), ("group.share.record.lock.duration.ms",)),
     _K("share.auto.offset.reset", "STRING", "latest", "", one_of("latest", "earliest")),
+    _K("share.isolation.level", "STRING", "read_uncommitted", "", one_of("read_committed", "read_uncommitted")),
 ]}
 
 # (group key, broker key of its lower bound, broker key of its upper bound)

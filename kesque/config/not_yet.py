@@ -1,8 +1,8 @@
 """Settings kesque accepts but cannot act on yet, and the ones it must refuse.
 
 A Kafka user's ``server.properties`` may ask for things kesque does not do yet: a
-multi-node controller quorum, separate broker and controller nodes, a log cleaner, share
-groups, unclean leader election. Each of those gets one warning at start saying so (not
+multi-node controller quorum, separate broker and controller nodes, a log cleaner, unclean
+leader election. Each of those gets one warning at start saying so (not
 the generic "not used" line), so nobody believes a lone node is a cluster or that a
 compacted topic is compacted. A voter set or bootstrap list naming several controllers is
 refused: starting would form a cluster of one where the file describes a quorum.
@@ -20,7 +20,6 @@ log = logging.getLogger("kesque.config")
 VOTERS = "controller.quorum.voters"
 BOOTSTRAP = "controller.quorum.bootstrap.servers"
 CLEANER_PREFIX = "log.cleaner."
-SHARE_ENABLE = "group.share.enable"
 UNCLEAN = "unclean.leader.election.enable"
 
 _VOTER = re.compile(r"^(\d+)@(\[[^\]]*\]|[^:]*):(\d+)$")
@@ -28,7 +27,7 @@ _VOTER = re.compile(r"^(\d+)@(\[[^\]]*\]|[^:]*):(\d+)$")
 
 def covers(name: str) -> bool:
     """A key whose not-yet warning replaces the generic "Kafka config ... is not used" one."""
-    return name.startswith(CLEANER_PREFIX) or name == SHARE_ENABLE
+    return name.startswith(CLEANER_PREFIX)
 
 
 def check(config) -> None:
@@ -38,7 +37,6 @@ def check(config) -> None:
     _check_bootstrap_servers(config)
     _check_roles(config)
     _check_cleaner(config)
-    _check_share_groups(config)
     _check_unclean(config)
 
 
@@ -97,17 +95,6 @@ def _check_cleaner(config) -> None:
         log.warning("kesque has no log cleaner yet (log compaction is not implemented): %s %s no effect, and "
                     "topics with cleanup.policy=compact keep every record", ", ".join(sorted(keys)),
                     "has" if len(keys) == 1 else "have")
-
-
-def _check_share_groups(config) -> None:
-    asked = []
-    if str(config.raw.get(SHARE_ENABLE, "")).strip().lower() == "true":
-        asked.append(f"{SHARE_ENABLE}=true")
-    if "share" in config.get("group.coordinator.rebalance.protocols"):
-        asked.append("group.coordinator.rebalance.protocols includes share")
-    if asked:
-        log.warning("kesque does not implement share groups (KIP-932) yet: %s has no effect, and the share-group "
-                    "APIs are not served", " and ".join(asked))
 
 
 def _check_unclean(config) -> None:

@@ -138,6 +138,8 @@ def decode_request(api_key: int, version: int, body) -> Any:
     cls = request_class(api_key, version)
     if isinstance(body, memoryview) and not body.readonly:
         body = body.toreadonly()  # kio's compiled reader insists on read-only buffers
+    from .tagged import check_counts
+    check_counts(cls, body)  # before kio, which reserves room for whatever count it is told
     try:
         obj, size = _reader(cls)(body, 0)
     except Exception as e:
@@ -149,7 +151,50 @@ def decode_request(api_key: int, version: int, body) -> Any:
             obj, size = _reader(cls)(strip_unknown_tagged_fields(cls, body), 0)
         except Exception as e2:
             raise ProtocolError(f"cannot parse {api_name(api_key)} v{version}: {e2}") from e2
+    _check_nulls(obj)
     return obj
+
+
+@lru_cache(maxsize=None)
+def _null_rules(cls) -> tuple:
+    """(field, nullable, entity class of its items or None) for the fields of a kio entity
+    that may read as null (arrays, strings, bytes) or hold entities that have such fields:
+    kio reads a null length even where the schema does not allow null, so the check is here."""
+    import dataclasses
+    import types
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    rules = []
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        args = typing.get_args(t)
+        nullable = isinstance(t, types.UnionType) and type(None) in args
+        if nullable:
+            t = next(a for a in args if a is not type(None))
+        is_array = typing.get_origin(t) is tuple
+        if is_array:
+            t = typing.get_args(t)[0]
+        while hasattr(t, "__supertype__"):  # NewType
+            t = t.__supertype__
+        child = t if dataclasses.is_dataclass(t) and _null_rules(t) else None
+        may_be_null = is_array or (isinstance(t, type) and issubclass(t, (str, bytes)))
+        if (may_be_null and not nullable) or child is not None:
+            rules.append((f.name, nullable, child))
+    return tuple(rules)
+
+
+def _check_nulls(obj) -> None:
+    """A null where the schema has no nullable version is an invalid request (Kafka's
+    generated readers throw "non-nullable field ... was serialized as null")."""
+    for name, nullable, child in _null_rules(type(obj)):
+        value = getattr(obj, name)
+        if value is None:
+            if not nullable:
+                raise ProtocolError(f"non-nullable field {name} was serialized as null")
+        elif child is not None:
+            for item in value if isinstance(value, tuple) else (value,):
+                _check_nulls(item)
 
 
 def encode_body(obj) -> bytes:

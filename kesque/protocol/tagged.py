@@ -1,10 +1,15 @@
-"""Drop tagged fields the schema does not know, so kio can parse the request.
+"""Walk a request body by its kio schema class: bound its array counts, drop unknown tags.
+
+kio's compiled reader reserves room for an array's declared count before reading a single
+element, so a few bytes claiming billions of entries make it ask for gigabytes and abort
+the whole process. Every request body is walked here first, guided by the same kio schema
+classes, and an array count larger than the bytes left is refused the way Kafka's
+generated readers refuse it ("Tried to allocate a collection of size ...").
 
 KIP-482 says a receiver skips tagged fields it does not understand; kio's compiled reader
 refuses them instead ("Unknown tagged field tag"). When that happens the request is walked
-once more here, guided by the same kio schema classes: every field is copied through
-byte-for-byte and each tagged-field section keeps only the tags the schema declares. The
-rewritten buffer then goes to kio as usual. Only this rare path pays for the walk.
+once more, every field copied through byte-for-byte and each tagged-field section keeping
+only the tags the schema declares; the rewritten buffer then goes to kio as usual.
 """
 
 from __future__ import annotations
@@ -65,6 +70,15 @@ class _Walker:
         self.pos += width
         return n
 
+    def count(self, flexible: bool) -> int:
+        """An array's element count, at most one element per byte left (as Kafka's readers)."""
+        n = self.length(flexible, 4)
+        left = len(self.buf) - self.pos
+        if n > left:
+            raise ProtocolError(f"Tried to allocate a collection of size {n}, but there are only {left} bytes "
+                                "remaining.")
+        return n
+
     def primitive(self, kafka_type: str, flexible: bool) -> None:
         size = _FIXED.get(kafka_type)
         if size is not None:
@@ -86,11 +100,11 @@ class _Walker:
             if kind == "PrimitiveField":
                 self.primitive(typ, flexible)
             elif kind == "PrimitiveTupleField":
-                n = self.length(flexible, 4)
+                n = self.count(flexible)
                 for _ in range(max(n, 0)):
                     self.primitive(typ, flexible)
             elif kind == "EntityTupleField":
-                n = self.length(flexible, 4)
+                n = self.count(flexible)
                 for _ in range(max(n, 0)):
                     self.entity(typ)
             else:  # nested struct, possibly nullable (int8 marker)
@@ -131,3 +145,9 @@ def strip_unknown_tagged_fields(cls, buf) -> bytes:
     w.entity(cls)
     w._flush_to(len(w.buf))
     return b"".join(w.out)
+
+
+def check_counts(cls, buf) -> None:
+    """Raise ProtocolError when an array of ``buf`` (a ``cls`` body) claims more elements
+    than there are bytes left, or the body ends before the schema does."""
+    _Walker(buf).entity(cls)

@@ -9,8 +9,10 @@ when the previous run did not shut down cleanly.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import resource
 import shutil
 import uuid
 
@@ -23,6 +25,91 @@ log = logging.getLogger(__name__)
 
 class LogDirError(RuntimeError):
     pass
+
+
+LOCK_FILE = ".lock"
+
+
+class DirLock:
+    """An exclusive ``flock`` on ``<dir>/.lock``, as Kafka's FileLock holds on every log dir and
+    on a separate metadata log dir. The kernel drops it when the process ends, SIGKILL
+    included, so a ``.lock`` file left behind never blocks a start; and since a flock belongs
+    to an open file description, a second broker in the same process is refused too. The file
+    stays after release: deleting it would let a process that opened the old file before the
+    delete and one that creates a new file both hold "the" lock."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        self.path = os.path.join(directory, LOCK_FILE)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogDirError(f"Failed to acquire lock on file .lock in {directory}. A kesque instance in another "
+                              "process or thread is using this directory.") from None
+        except OSError:
+            os.close(fd)
+            raise
+        self.fd: int | None = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor of the description releases the flock
+            self.fd = None
+
+
+# descriptors beside one per segment: connections, the files opened while working
+# (checkpoints, snapshots), the interpreter's own
+FD_HEADROOM = 256
+
+
+def count_segments(dirs) -> int:
+    """``.log`` files in the partition directories of ``dirs`` (each holds a descriptor)."""
+    total = 0
+    for d in dirs:
+        try:
+            parts = [e.path for e in os.scandir(d) if e.is_dir()]
+        except FileNotFoundError:
+            continue
+        for p in parts:
+            with os.scandir(p) as it:
+                total += sum(1 for e in it if e.name.endswith(".log"))
+    return total
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft open-file limit to the hard one (as the JVM does); returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                target = int(f.read())
+        except (OSError, ValueError):
+            target = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("Raised the open file limit from %d to %d", soft, target)
+        except (ValueError, OSError) as e:
+            log.warning("Could not raise the open file limit from %d to %d: %s", soft, target, e)
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def check_fd_limit(dirs) -> None:
+    """Refuse to start when the open-file limit, raised as far as allowed, cannot hold one
+    descriptor per segment on disk: recovery would otherwise fail half-way with EMFILE."""
+    limit = raise_fd_limit()
+    segments = count_segments(dirs)
+    needed = segments + FD_HEADROOM
+    if limit != resource.RLIM_INFINITY and limit < needed:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        raise LogDirError(
+            f"The open file limit ({limit}, hard limit {'unlimited' if hard == resource.RLIM_INFINITY else hard}) is "
+            f"too low for the {segments} log segments in {', '.join(dirs)}: at least {needed} file descriptors are "
+            f"needed (one per segment and {FD_HEADROOM} for connections and other files). Raise the limit "
+            "(ulimit -n, or LimitNOFILE for a systemd service) and start again.")
 
 
 class LogManager:
@@ -39,16 +126,34 @@ class LogManager:
         self.directory_ids: dict[str, uuid.UUID] = {}
         self._pending_dir_deletes: list[tuple[int, str]] = []
         self._formatted: set[str] = set()  # dirs formatted by this start (nothing to recover)
+        self.locks: list[DirLock] = []
+
+    def lock_dirs(self) -> None:
+        """Lock every log dir before anything in it is read or written (Kafka's lockLogDirs);
+        raises LogDirError naming the first dir another broker holds."""
+        try:
+            for d in self.log_dirs:
+                if not os.path.isdir(d):
+                    log.info("Log directory %s not found, creating it.", d)
+                    os.makedirs(d, exist_ok=True)
+                    ck.fsync_dir(os.path.dirname(d))  # as Kafka: its entry must outlive a power cut
+                self.locks.append(DirLock(d))
+        except BaseException:
+            self.release_locks()
+            raise
+
+    def release_locks(self) -> None:
+        for lock in self.locks:
+            lock.release()
+        self.locks = []
 
     # ------------------------------------------------------------------ startup
     def prepare_dirs(self) -> str:
         """Create/verify meta.properties in each dir; returns the cluster id."""
+        if not self.locks:
+            self.lock_dirs()
         cluster_id = self.cluster_id
-        for d in self.log_dirs:
-            if not os.path.isdir(d):
-                log.info("Log directory %s not found, creating it.", d)
-                os.makedirs(d, exist_ok=True)
-                ck.fsync_dir(os.path.dirname(d))  # as Kafka: its entry must outlive a power cut
+        for d in self.log_dirs:  # lock_dirs created the missing ones
             path = os.path.join(d, ck.META_PROPERTIES)
             props = ck.read_properties(path)
             if props is None:

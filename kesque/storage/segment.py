@@ -69,7 +69,7 @@ class LogSegment:
         prefix = os.path.join(dir_path, filename_prefix(base_offset))
         self.log_path = prefix + LOG_SUFFIX
         flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if create else 0)
-        self.handle = FileHandle(os.open(self.log_path, flags, 0o644))
+        self.handle = FileHandle(os.open(self.log_path, flags | os.O_CLOEXEC, 0o644))
         self.size = os.fstat(self.handle.fd).st_size
         self.offset_index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, max_index_size)
         self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX, base_offset, max_index_size)
@@ -249,9 +249,11 @@ class LogSegment:
 
     def recover(self, on_batch=None) -> int:
         """Rebuild indexes by scanning every batch and verifying its CRC; truncate at the
-        first invalid batch. Returns the number of bytes truncated."""
-        self.offset_index.reset()
-        self.time_index.reset()
+        first invalid batch. Returns the number of bytes truncated. The indexes are built in
+        memory and each written once at the end; the segment is left holding no descriptor
+        but its log file's."""
+        self.offset_index.begin_rebuild()
+        self.time_index.begin_rebuild()
         self.max_timestamp_so_far = rb.NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
         valid = 0
@@ -301,6 +303,8 @@ class LogSegment:
         if valid == 0:
             self.rolling_based_timestamp = None
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, True)
+        self.offset_index.end_rebuild()
+        self.time_index.end_rebuild()
         self.bytes_since_last_index_entry = valid - last_index_entry
         self.next_offset = next_offset
         self.txn_index.truncate_to(next_offset)  # markers past the valid end are gone

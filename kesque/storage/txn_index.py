@@ -8,6 +8,8 @@ overlap the fetched range so the client can drop the aborted records.
 
 Like Kafka's, the file is created lazily with its first entry, and entries are kept in
 memory too (a segment holds few aborted transactions; Kafka also scans the whole file).
+The file is opened for each entry written (one per aborted transaction), so an index holds
+no descriptor: a broker keeps to one per segment, its log file's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import logging
 import os
 import struct
 from dataclasses import dataclass
+
+from .index import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +41,7 @@ class TransactionIndex:
         self.path = path
         self.base_offset = base_offset
         self.entries: list[AbortedTxn] = []
-        self._fd: int | None = None
+        self._unsynced = False
         if os.path.exists(path):
             self._load()
 
@@ -55,13 +59,8 @@ class TransactionIndex:
         if whole != len(raw) or len(self.entries) * ENTRY_SIZE != len(raw):
             self._rewrite()
 
-    def _open(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
-
     def _rewrite(self) -> None:
-        self.close()
+        self._unsynced = True
         if not self.entries:
             try:
                 os.unlink(self.path)
@@ -83,7 +82,12 @@ class TransactionIndex:
             self._rewrite()
             return
         self.entries.append(txn)
-        os.write(self._open(), _ENTRY.pack(VERSION, *_fields(txn)))
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, _ENTRY.pack(VERSION, *_fields(txn)))
+        finally:
+            os.close(fd)
+        self._unsynced = True
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries whose marker is at or after ``offset``."""
@@ -97,13 +101,12 @@ class TransactionIndex:
         self._rewrite()
 
     def flush(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
+        if self._unsynced:
+            fsync_path(self.path)
+            self._unsynced = False
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        pass  # no descriptor is kept
 
     def rename(self, new_path: str) -> None:
         if os.path.exists(self.path):

@@ -28,6 +28,7 @@ DEFAULTS = {
     "node.id": "1",
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
@@ -35,9 +36,13 @@ DEFAULTS = {
 
 class Broker:
     def __init__(self, data_dir: str | None = None, port: int = 0, config: dict | None = None,
-                 mode: str = "subprocess", host: str = "127.0.0.1", log_file: str | None = None):
+                 mode: str = "subprocess", host: str = "127.0.0.1", log_file: str | None = None,
+                 fd_limit: int | None = None):
         if mode not in ("subprocess", "thread"):
             raise ValueError("mode must be 'subprocess' or 'thread'")
+        if fd_limit is not None and mode != "subprocess":
+            raise ValueError("fd_limit needs a subprocess broker")
+        self.fd_limit = fd_limit  # soft and hard RLIMIT_NOFILE of the broker process
         self.mode = mode
         self.host = host
         self.port = port
@@ -90,7 +95,8 @@ class Broker:
             args += ["--override", f"{k}={v}"]
         env = dict(os.environ, KESQUE_READY_FD=str(w))
         out = open(self.log_file, "ab") if self.log_file else open(os.path.join(self.data_dir, "kesque.log"), "ab")
-        self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, pass_fds=(w,), env=env)
+        self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, pass_fds=(w,), env=env,
+                                        preexec_fn=self._limit_fds if self.fd_limit is not None else None)
         out.close()
         os.close(w)
         deadline = time.monotonic() + timeout
@@ -167,6 +173,16 @@ class Broker:
         except OSError:
             return ""
         return f": {lines[-1]}" if lines else ""
+
+    def _limit_fds(self) -> None:
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.fd_limit, self.fd_limit))
+
+    def open_descriptors(self) -> int:
+        """How many file descriptors the broker process has open (Linux, subprocess mode)."""
+        if self.process is None:
+            raise RuntimeError("open_descriptors() needs a running subprocess broker")
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
 
     @property
     def log_path(self) -> str:

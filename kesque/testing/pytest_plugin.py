@@ -4,6 +4,10 @@
   free port). Use ``kesque_broker.bootstrap_servers``.
 * ``kesque_broker_factory`` — call it to start extra brokers (each cleaned up after the
   test): ``kesque_broker_factory(config={"num.partitions": 3})``.
+* ``kafka_broker`` / ``kafka_broker_factory`` — the same with Apache Kafka
+  (:class:`kesque.testing.kafka.KafkaBroker`, KRaft combined mode) as the oracle to compare
+  kesque with; they skip the test, saying why in one line, when Kafka's jars (``make kafka``)
+  or ``java`` are missing.
 """
 
 from __future__ import annotations
@@ -23,14 +27,13 @@ def kesque_broker():
         broker.close()
 
 
-@pytest.fixture
-def kesque_broker_factory():
-    brokers: list[Broker] = []
+def _factory(cls):
+    brokers = []
 
-    def make(**kwargs) -> Broker:
-        b = Broker(**kwargs)
-        b.start()
+    def make(**kwargs):
+        b = cls(**kwargs)
         brokers.append(b)
+        b.start()
         return b
 
     try:
@@ -38,3 +41,32 @@ def kesque_broker_factory():
     finally:
         for b in brokers:
             b.close()
+
+
+@pytest.fixture
+def kesque_broker_factory():
+    yield from _factory(Broker)
+
+
+def _kafka_class():
+    from . import kafka
+
+    reason = kafka.unavailable()
+    if reason:
+        pytest.skip(reason)
+    return kafka.KafkaBroker
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    broker = _kafka_class()()
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture
+def kafka_broker_factory():
+    yield from _factory(_kafka_class())

@@ -282,12 +282,22 @@ def consumer_group_heartbeat(shard, req: dict, version: int) -> dict:
             return _leave(shard, req)
         return _heartbeat_or_revert(shard, req, version)
     except HeartbeatError as e:
-        return {"error": e.error, "message": e.message, "member_id": None, "member_epoch": -1,
-                "heartbeat_interval_ms": 0, "assignment": None}
+        return _error_response(e.error, e.message)
+    except Exception as e:  # the group's records failed to append (the heartbeat was reverted)
+        from .shard import append_error
+        log.warning("ConsumerGroupHeartbeat of member %s of group %s failed: %s", req["member_id"], req["group_id"], e)
+        return _error_response(append_error(e), None)
+
+
+def _error_response(error: str, message: str | None) -> dict:
+    return {"error": error, "message": message, "member_id": None, "member_epoch": -1,
+            "heartbeat_interval_ms": 0, "assignment": None}
 
 
 def _get_group(shard, group_id: str, create: bool) -> ConsumerGroup:
     g = shard.groups.get(group_id)
+    if getattr(g, "type", None) == "share":
+        raise HeartbeatError("group_id_not_found", f"Group {group_id} is not a consumer group.")
     if g is None or getattr(g, "type", None) == "classic":
         if g is not None:
             if not g.is_empty():

@@ -8,6 +8,8 @@ may drop it). Key versions name the record type, as in Kafka's group coordinator
     3 ConsumerGroupMetadata 4 ConsumerGroupPartitionMetadata 5 ConsumerGroupMemberMetadata
     6 ConsumerGroupTargetAssignmentMetadata  7 ConsumerGroupTargetAssignmentMember
     8 ConsumerGroupCurrentMemberAssignment
+    10 ShareGroupMemberMetadata  11 ShareGroupMetadata  12 ShareGroupTargetAssignmentMetadata
+    13 ShareGroupTargetAssignmentMember  14 ShareGroupCurrentMemberAssignment
 
 Field lists follow the JSON schemas in Kafka's group-coordinator/src/main/resources; values
 are written at the versions Kafka 4 writes (OffsetCommitValue v3, GroupMetadataValue v3,
@@ -30,6 +32,12 @@ CONSUMER_GROUP_MEMBER_METADATA = 5
 CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
 CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
 CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+SHARE_GROUP_MEMBER_METADATA = 10
+SHARE_GROUP_METADATA = 11
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
+SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
+SHARE_GROUP_RECORDS = range(10, 15)
 
 _F = lambda name, typ, tag=None, default=None: (name, typ, tag, default)  # noqa: E731
 
@@ -40,6 +48,7 @@ KEYS = {
     1: [_F("group", "string"), _F("topic", "string"), _F("partition", "int32", default=0)],
     2: _GROUP_KEY, 3: _GROUP_KEY, 4: _GROUP_KEY, 5: _GROUP_MEMBER_KEY, 6: _GROUP_KEY,
     7: _GROUP_MEMBER_KEY, 8: _GROUP_MEMBER_KEY,
+    10: _GROUP_MEMBER_KEY, 11: _GROUP_KEY, 12: _GROUP_KEY, 13: _GROUP_MEMBER_KEY, 14: _GROUP_MEMBER_KEY,
 }
 
 _MEMBER_METADATA = {
@@ -88,11 +97,20 @@ VALUES = {
         _F("member_epoch", "int32", default=0), _F("previous_member_epoch", "int32", default=0),
         _F("state", "int8", default=0), _F("assigned_partitions", _TOPIC_PARTITIONS, default=[]),
         _F("partitions_pending_revocation", _TOPIC_PARTITIONS, default=[])], True)},
+    SHARE_GROUP_MEMBER_METADATA: {0: ([
+        _F("rack_id", "nstring"), _F("client_id", "string", default=""), _F("client_host", "string", default=""),
+        _F("subscribed_topic_names", "[string]", default=[])], True)},
+    SHARE_GROUP_METADATA: {0: ([_F("epoch", "int32", default=0)], True)},
+    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: {0: ([_F("assignment_epoch", "int32", default=0)], True)},
+    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: {0: ([_F("topic_partitions", _TOPIC_PARTITIONS, default=[])], True)},
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: {0: ([
+        _F("member_epoch", "int32", default=0), _F("previous_member_epoch", "int32", default=0),
+        _F("state", "int8", default=0), _F("assigned_partitions", _TOPIC_PARTITIONS, default=[])], True)},
 }
 VALUES[0] = VALUES[OFFSET_COMMIT]
 
 # the value version Kafka 4 writes for each record type
-WRITE_VERSION = {OFFSET_COMMIT: 3, GROUP_METADATA: 3, **{k: 0 for k in range(3, 9)}}
+WRITE_VERSION = {OFFSET_COMMIT: 3, GROUP_METADATA: 3, **{k: 0 for k in (*range(3, 9), *SHARE_GROUP_RECORDS)}}
 
 
 class UnknownRecordType(ValueError):

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from ...errors import ErrorCode
+from ...share import enabled as share_groups_enabled
 from . import records as R
 from .classic import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup, ClassicMember
 
@@ -53,6 +54,10 @@ class GroupConfig:
     consumer_max_heartbeat_interval_ms: int = 15000
     consumer_max_size: int = 2147483647
     consumer_assignors: tuple = ("uniform", "range")
+    share_enabled: bool = False
+    share_session_timeout_ms: int = 45000
+    share_heartbeat_interval_ms: int = 5000
+    share_max_size: int = 200
 
     @classmethod
     def from_broker(cls, cfg) -> "GroupConfig":
@@ -72,6 +77,10 @@ class GroupConfig:
             consumer_max_size=cfg.get("group.consumer.max.size"),
             consumer_assignors=tuple(a.split(".")[-1].replace("Assignor", "").lower()
                                      for a in cfg.get("group.consumer.assignors")),
+            share_enabled=share_groups_enabled(cfg),
+            share_session_timeout_ms=cfg.get("group.share.session.timeout.ms"),
+            share_heartbeat_interval_ms=cfg.get("group.share.heartbeat.interval.ms"),
+            share_max_size=cfg.get("group.share.max.size"),
         )
 
 
@@ -129,6 +138,12 @@ class GroupCoordinatorShard:
         return self._group_config(group_id, "consumer.heartbeat.interval.ms",
                                   self.config.consumer_heartbeat_interval_ms)
 
+    def share_session_timeout_ms(self, group_id: str) -> int:
+        return self._group_config(group_id, "share.session.timeout.ms", self.config.share_session_timeout_ms)
+
+    def share_heartbeat_interval_ms(self, group_id: str) -> int:
+        return self._group_config(group_id, "share.heartbeat.interval.ms", self.config.share_heartbeat_interval_ms)
+
     def _group_config(self, group_id: str, name: str, default: int) -> int:
         own = self.group_configs(group_id) if self.group_configs is not None else {}
         return int(own[name]) if name in own else default
@@ -141,6 +156,9 @@ class GroupCoordinatorShard:
             self._replay_offset(k, v)
         elif version == R.GROUP_METADATA:
             self._replay_group_metadata(k["group"], v)
+        elif version in R.SHARE_GROUP_RECORDS:
+            from .share import replay_share_record
+            replay_share_record(self, version, k, v)
         else:
             from .consumer import replay_consumer_record
             replay_consumer_record(self, version, k, v)
@@ -212,7 +230,9 @@ class GroupCoordinatorShard:
                 for m in g.members.values():
                     self._reschedule_heartbeat(g, m)
         from .consumer import on_consumer_groups_loaded
+        from .share import on_share_groups_loaded
         on_consumer_groups_loaded(self)
+        on_share_groups_loaded(self)
 
     def on_unloaded(self) -> None:
         """The partition moved away: waiting members learn the coordinator moved."""
@@ -256,6 +276,9 @@ class GroupCoordinatorShard:
         g = self.groups.get(group_id)
         if isinstance(g, ClassicGroup):
             recs.append((R.group_key(R.GROUP_METADATA, group_id), None))
+        elif getattr(g, "type", None) == "share":
+            from .share import share_group_tombstones
+            recs.extend(share_group_tombstones(g))
         elif g is not None:
             from .consumer import consumer_group_tombstones
             recs.extend(consumer_group_tombstones(g))
@@ -739,6 +762,8 @@ class GroupCoordinatorShard:
             # Empty group that accepts it whatever its member id; otherwise the group is gone
             if generation >= 0:
                 err = "group_id_not_found" if req.get("api_version", 9) >= 9 else "illegal_generation"
+        elif _is_share(g):
+            err = "group_id_not_found"  # Kafka's ShareGroup.validateOffsetCommit
         elif isinstance(g, ClassicGroup):
             err = self._validate_classic_commit(g, req["member_id"], req.get("group_instance_id"), generation)
             if err is None and g.state in (STABLE, PREPARING_REBALANCE) and req["member_id"] in g.members:
@@ -806,6 +831,8 @@ class GroupCoordinatorShard:
         if g is None:
             if generation >= 0:
                 err = "illegal_generation"
+        elif _is_share(g):
+            err = "group_id_not_found"
         elif isinstance(g, ClassicGroup):
             err = self._validate_classic_commit(g, req.get("member_id", ""), req.get("group_instance_id"),
                                                 generation, transactional=True)
@@ -830,6 +857,8 @@ class GroupCoordinatorShard:
                       member_epoch: int = -1) -> tuple[str | None, dict]:
         """Committed offsets of a group: {(topic, partition): OffsetAndMetadata | None}."""
         g = self.groups.get(group_id)
+        if _is_share(g):
+            return "group_id_not_found", {}  # Kafka's ShareGroup.validateOffsetFetch
         if g is not None and not isinstance(g, ClassicGroup) and member_id is not None:
             from .consumer import validate_consumer_group_fetch
             err = validate_consumer_group_fetch(g, member_id, member_epoch)
@@ -842,7 +871,7 @@ class GroupCoordinatorShard:
 
     def delete_offsets(self, group_id: str, topics: dict[str, list[int]]) -> tuple[str | None, dict]:
         g = self.groups.get(group_id)
-        if g is None:
+        if g is None or _is_share(g):
             return "group_id_not_found", {}
         if isinstance(g, ClassicGroup):
             if g.state == DEAD:
@@ -925,9 +954,16 @@ class GroupCoordinatorShard:
         for gid, g in self.groups.items():
             if isinstance(g, ClassicGroup):
                 out.append((gid, g.protocol_type or "", g.state, "classic"))
+            elif g.type == "share":
+                out.append((gid, "share", g.state_name(), "share"))
             else:
                 out.append((gid, "consumer", g.state_name(), "consumer"))
         return out
+
+
+def _is_share(g) -> bool:
+    """Share groups have no committed offsets: offset requests on one get GROUP_ID_NOT_FOUND."""
+    return getattr(g, "type", None) == "share"
 
 
 def error_code(name: str | None) -> ErrorCode:

@@ -11,21 +11,24 @@ def register_all(server) -> None:
     from .logdirs import LogDirApis
     from .offsets import OffsetApis
     from .produce import ProduceApis
+    from .quotas import QuotaApis
+    from .share import ShareGroupApis
     from .topics import TopicApis
     from .transactions import TransactionApis
 
     for cls in (CoreApis, ProduceApis, TransactionApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis,
-                GroupApis):
+                GroupApis, ShareGroupApis, QuotaApis):
         cls(server).register()
 
 
-def served_versions() -> dict[int, tuple[int, int]]:
-    """{api key: (min, max)} that a broker advertises, without starting one (docs, tests)."""
+def served_versions(config: dict | None = None) -> dict[int, tuple[int, int]]:
+    """{api key: (min, max)} that a broker with ``config`` advertises, without starting one
+    (docs, tests)."""
     from ...config.broker import BrokerConfig
 
     class _Registry:
         def __init__(self):
-            self.config = BrokerConfig({})
+            self.config = BrokerConfig(config or {})
             self.apis = {}
 
         def register(self, key, lo, hi, handler, raw=False, refused_below=-1):

@@ -210,34 +210,45 @@ class CoreApis:
         return m(throttle_time=0, error_code=e, error_message=em, node_id=n, host=h, port=p)
 
     def _coordinator_for(self, key_type: int, key: str):
-        s = self.server
-        if key_type == 0:
-            topic, parts_key, rf_key = "__consumer_offsets", "offsets.topic.num.partitions", \
-                "offsets.topic.replication.factor"
-        elif key_type == 1:
-            topic, parts_key, rf_key = "__transaction_state", "transaction.state.log.num.partitions", \
-                "transaction.state.log.replication.factor"
-        else:
-            return None, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}"
-        if not key:
-            return None, ErrorCode.invalid_request, "Coordinator key must not be empty"
+        return coordinator_for(self.server, key_type, key)
+
+
+def coordinator_for(s, key_type: int, key: str):
+    """(leader node or None, error code, message) of ``key``'s coordinator (key types 0 group,
+    1 transaction, 2 share); the internal topic is created on first use."""
+    if key_type == 0:
+        topic, parts_key, rf_key = "__consumer_offsets", "offsets.topic.num.partitions", \
+            "offsets.topic.replication.factor"
+    elif key_type == 1:
+        topic, parts_key, rf_key = "__transaction_state", "transaction.state.log.num.partitions", \
+            "transaction.state.log.replication.factor"
+    elif key_type == 2 and getattr(s, "share_coordinator", None) is not None:
+        topic, parts_key, rf_key = "__share_group_state", "share.coordinator.state.topic.num.partitions", \
+            "share.coordinator.state.topic.replication.factor"
+    else:
+        return None, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}"
+    if not key:
+        return None, ErrorCode.invalid_request, "Coordinator key must not be empty"
+    t = s.image.topic(topic)
+    if t is None:
+        segment_key = ("offsets.topic.segment.bytes", "transaction.state.log.segment.bytes",
+                       "share.coordinator.state.topic.segment.bytes")[key_type]
+        configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                   "segment.bytes": str(s.config.get(segment_key))}
+        if key_type == 1:
+            configs["min.insync.replicas"] = str(s.config.get("transaction.state.log.min.isr"))
+        elif key_type == 2:
+            configs["min.insync.replicas"] = str(s.config.get("share.coordinator.state.topic.min.isr"))
+        rf = s.config.get(rf_key)
+        live = len(s.image.live_brokers())
+        if live < rf:
+            return None, ErrorCode.coordinator_not_available, \
+                f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' " \
+                f"for the {topic} topic (configured via '{rf_key}')."
+        res = s.controller.create_topics([NewTopic(topic, s.config.get(parts_key), rf, configs=configs)])[0]
+        if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
+            return None, ErrorCode.coordinator_not_available, str(res.error)
         t = s.image.topic(topic)
-        if t is None:
-            configs = {"cleanup.policy": "compact", "compression.type": "producer",
-                       "segment.bytes": str(s.config.get("offsets.topic.segment.bytes" if key_type == 0
-                                                         else "transaction.state.log.segment.bytes"))}
-            if key_type == 1:
-                configs["min.insync.replicas"] = str(s.config.get("transaction.state.log.min.isr"))
-            rf = s.config.get(rf_key)
-            live = len(s.image.live_brokers())
-            if live < rf:
-                return None, ErrorCode.coordinator_not_available, \
-                    f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' " \
-                    f"for the {topic} topic (configured via '{rf_key}')."
-            res = s.controller.create_topics([NewTopic(topic, s.config.get(parts_key), rf, configs=configs)])[0]
-            if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
-                return None, ErrorCode.coordinator_not_available, str(res.error)
-            t = s.image.topic(topic)
-        partition = (java_string_hash(key) & 0x7FFFFFFF) % len(t.partitions)
-        leader = t.partitions[partition].leader
-        return leader, ErrorCode.none, None
+    partition = (java_string_hash(key) & 0x7FFFFFFF) % len(t.partitions)
+    leader = t.partitions[partition].leader
+    return leader, ErrorCode.none, None

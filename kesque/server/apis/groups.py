@@ -325,7 +325,11 @@ class GroupApis:
         out = []
         for gid in req.groups_names:
             try:
-                code = _code(self.gc.shard_for(gid).delete_group(gid))
+                shard = self.gc.shard_for(gid)
+                share = getattr(shard.groups.get(gid), "type", None) == "share"
+                code = _code(shard.delete_group(gid))
+                if share and code == ErrorCode.none:
+                    self.server.share_manager.delete_group(gid)  # its share-partition state goes too
             except KafkaError as e:
                 code = e.code
             out.append(m("DeletableGroupResult", group_id=gid, error_code=code))

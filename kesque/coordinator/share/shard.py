@@ -1,0 +1,122 @@
+"""ShareCoordinatorShard: the durable state of the share-partitions whose keys map to one
+``__share_group_state`` partition (Kafka's ShareCoordinatorShard), sans-IO.
+
+A share-partition's state is its start offset (SPSO), its state epoch (bumped when the state
+is initialized again, e.g. an offset reset) and state batches: offset ranges with a delivery
+state (0 Available, 2 Acknowledged, 4 Archived) and delivery count. A write is a ShareUpdate
+record whose batches are laid over the state (the newer batch wins for each offset, and
+anything below the new start offset goes); every ``records_per_snapshot`` writes a
+ShareSnapshot with the merged state is written instead, so a reload replays at most one
+snapshot and a few updates per share-partition. The runtime hands in ``write(records)``;
+state changes only after the write succeeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...share.partition import StateBatch
+from . import records as R
+
+
+@dataclass
+class ShareState:
+    state_epoch: int = 0
+    start_offset: int = 0
+    leader_epoch: int = -1
+    batches: list[StateBatch] = field(default_factory=list)
+    snapshot_epoch: int = 0
+    updates: int = 0  # ShareUpdate records since the last snapshot
+
+
+def merge(start_offset: int, old: list[StateBatch], new: list[StateBatch]) -> list[StateBatch]:
+    """``new`` laid over ``old``, offsets below ``start_offset`` dropped, neighbours joined."""
+    per_offset: dict[int, tuple[int, int]] = {}
+    for b in [*old, *new]:
+        for o in range(max(b.first, start_offset), b.last + 1):
+            per_offset[o] = (b.state, b.delivery_count)
+    out: list[StateBatch] = []
+    for o in sorted(per_offset):
+        state, count = per_offset[o]
+        if out and out[-1].last == o - 1 and (out[-1].state, out[-1].delivery_count) == (state, count):
+            out[-1] = StateBatch(out[-1].first, o, state, count)
+        else:
+            out.append(StateBatch(o, o, state, count))
+    return out
+
+
+def _batches_value(batches: list[StateBatch]) -> list[dict]:
+    return [{"first_offset": b.first, "last_offset": b.last, "delivery_state": b.state,
+             "delivery_count": b.delivery_count} for b in batches]
+
+
+def _batches(value: list[dict]) -> list[StateBatch]:
+    return [StateBatch(b["first_offset"], b["last_offset"], b["delivery_state"], b["delivery_count"])
+            for b in value]
+
+
+class ShareCoordinatorShard:
+    def __init__(self, partition: int, write, records_per_snapshot: int = 500):
+        self.partition = partition
+        self.write = write
+        self.records_per_snapshot = records_per_snapshot
+        self.states: dict[tuple, ShareState] = {}
+
+    # ------------------------------------------------------------------ replay
+    def replay(self, key: bytes, value: bytes | None) -> None:
+        version, k = R.decode_key(key)
+        skey = (k["group_id"], k["topic_id"], k["partition"])
+        v = R.decode_value(version, value)
+        if v is None:
+            self.states.pop(skey, None)
+            return
+        if version == R.SHARE_SNAPSHOT:
+            self.states[skey] = ShareState(v["state_epoch"], v["start_offset"], v["leader_epoch"],
+                                           _batches(v["state_batches"]), v["snapshot_epoch"], 0)
+            return
+        s = self.states.get(skey)
+        if s is None:
+            return  # an update without its snapshot (compacted away with a deleted state)
+        start = v["start_offset"] if v["start_offset"] >= 0 else s.start_offset
+        s.batches = merge(start, s.batches, _batches(v["state_batches"]))
+        s.start_offset, s.leader_epoch, s.updates = start, v["leader_epoch"], s.updates + 1
+
+    def on_loaded(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ reads and writes
+    def read(self, key: tuple) -> ShareState | None:
+        return self.states.get(key)
+
+    def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1) -> ShareState:
+        """(Re)initialize a share-partition's state at ``start_offset``: a new state epoch."""
+        old = self.states.get(key)
+        s = ShareState((old.state_epoch + 1) if old else 0, start_offset, leader_epoch, [],
+                       (old.snapshot_epoch + 1) if old else 0)
+        self._write_snapshot(key, s)
+        self.states[key] = s
+        return s
+
+    def write_state(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1) -> None:
+        old = self.states.get(key)
+        if old is None:
+            old = ShareState(0, start_offset)
+        merged = merge(start_offset, old.batches, batches)
+        if key not in self.states or old.updates + 1 >= self.records_per_snapshot:
+            s = ShareState(old.state_epoch, start_offset, leader_epoch, merged, old.snapshot_epoch + 1, 0)
+            self._write_snapshot(key, s)
+        else:
+            self.write([(R.encode_key(R.SHARE_UPDATE, *key), R.encode_value(R.SHARE_UPDATE, {
+                "snapshot_epoch": old.snapshot_epoch, "leader_epoch": leader_epoch, "start_offset": start_offset,
+                "state_batches": _batches_value(batches)}))])
+            s = ShareState(old.state_epoch, start_offset, leader_epoch, merged, old.snapshot_epoch, old.updates + 1)
+        self.states[key] = s
+
+    def delete(self, key: tuple) -> None:
+        self.write([(R.encode_key(R.SHARE_SNAPSHOT, *key), None), (R.encode_key(R.SHARE_UPDATE, *key), None)])
+        self.states.pop(key, None)
+
+    def _write_snapshot(self, key: tuple, s: ShareState) -> None:
+        self.write([(R.encode_key(R.SHARE_SNAPSHOT, *key), R.encode_value(R.SHARE_SNAPSHOT, {
+            "snapshot_epoch": s.snapshot_epoch, "state_epoch": s.state_epoch, "leader_epoch": s.leader_epoch,
+            "start_offset": s.start_offset, "state_batches": _batches_value(s.batches)}))])

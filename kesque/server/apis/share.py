@@ -1,0 +1,415 @@
+"""Share-group APIs (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe and
+DescribeShareGroupOffsets (the coordinator's side), ShareFetch and ShareAcknowledge (the
+partition leaders' side, with share sessions).
+Thin: they translate to the coordinator shard owning the group and to the
+SharePartitionManager. Served only when share groups are enabled (see kesque.share.enabled),
+at the versions librdkafka sends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ...coordinator.group.share import ShareGroup, share_group_heartbeat
+from ...errors import ErrorCode, KafkaError
+from ...share import enabled
+from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
+from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
+from .core import OMITTED_OPS
+from .kiohelp import Msg, to_ms
+
+log = logging.getLogger(__name__)
+
+_GROUP_OPS = 0
+for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
+    _GROUP_OPS |= 1 << _op
+
+
+def _code(name: str | None) -> ErrorCode:
+    return ErrorCode.none if name is None else ErrorCode[name]
+
+
+class ShareGroupApis:
+    def __init__(self, server):
+        self.server = server
+        self.manager: SharePartitionManager | None = None
+        self._sessions_checked = 0
+
+    def register(self) -> None:
+        s = self.server
+        if not enabled(s.config):
+            return
+        if hasattr(s, "replica_manager"):
+            self.manager = s.share_manager = SharePartitionManager(s)
+        s.register(76, 1, 1, self.share_group_heartbeat)
+        s.register(77, 1, 1, self.share_group_describe)
+        s.register(78, 1, 1, self.share_fetch)
+        s.register(79, 1, 1, self.share_acknowledge)
+        s.register(90, 0, 1, self.describe_share_group_offsets)
+        s.register(91, 0, 0, self.alter_share_group_offsets)
+        s.register(92, 0, 0, self.delete_share_group_offsets)
+
+    @property
+    def gc(self):
+        return self.server.group_coordinator
+
+    def share_group_heartbeat(self, ctx, req):
+        m = Msg(76, ctx.api_version)
+        try:
+            r = share_group_heartbeat(self.gc.shard_for(req.group_id), {
+                "group_id": req.group_id, "member_id": req.member_id, "member_epoch": req.member_epoch,
+                "rack_id": req.rack_id,
+                "subscribed_topic_names": list(req.subscribed_topic_names)
+                if req.subscribed_topic_names is not None else None,
+                "client_id": ctx.client_id or "", "client_host": "/" + ctx.client_host})
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, error_message=e.message, member_id=None, member_epoch=-1,
+                     heartbeat_interval=0, assignment=None)
+        assignment = None
+        if r["assignment"] is not None:
+            assignment = m("Assignment", topic_partitions=tuple(
+                m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in r["assignment"].items()))
+        return m(throttle_time=0, error_code=_code(r["error"]), error_message=r["message"], member_id=r["member_id"],
+                 member_epoch=r["member_epoch"], heartbeat_interval=r["heartbeat_interval_ms"], assignment=assignment)
+
+    def share_group_describe(self, ctx, req):
+        m = Msg(77, ctx.api_version)
+        image = self.server.image
+        ops = _GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
+
+        def assignment(a):
+            tps = []
+            for tid, ps in a.items():
+                t = image.topics_by_id.get(tid)
+                tps.append(m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "",
+                             partitions=tuple(sorted(ps))))
+            return m("Assignment", topic_partitions=tuple(tps))
+
+        def failed(gid, code, msg=None):
+            return m("DescribedGroup", error_code=code, error_message=msg, group_id=gid, group_state="",
+                     group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(), authorized_operations=ops)
+
+        out = []
+        for gid in req.group_ids:
+            if not gid:
+                out.append(failed(gid, ErrorCode.invalid_group_id))
+                continue
+            try:
+                g = self.gc.shard_for(gid).groups.get(gid)
+            except KafkaError as e:
+                out.append(failed(gid, e.code))
+                continue
+            if not isinstance(g, ShareGroup):
+                msg = f"Group {gid} not found." if g is None else f"Group {gid} is not a share group."
+                out.append(failed(gid, ErrorCode.group_id_not_found, msg))
+                continue
+            members = tuple(m("Member", member_id=x.member_id, rack_id=x.rack_id, member_epoch=x.member_epoch,
+                              client_id=x.client_id, client_host=x.client_host,
+                              subscribed_topic_names=tuple(x.subscribed_topic_names),
+                              assignment=assignment(x.assigned))
+                            for x in g.members.values())
+            out.append(m("DescribedGroup", error_code=ErrorCode.none, group_id=gid, group_state=g.state_name(),
+                         group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch, assignor_name="simple",
+                         members=members, authorized_operations=ops))
+        return m(throttle_time=0, groups=tuple(out))
+
+    # ------------------------------------------------------------------ ShareFetch / ShareAcknowledge
+    def _expire_sessions(self, now: int) -> None:
+        if now - self._sessions_checked >= 1000:
+            self._sessions_checked = now
+            self.manager.expire_sessions()
+
+    def _acks(self, group_id, member_id, topics, now) -> dict:
+        """Apply every partition's acknowledgements: {(topic id, partition): KafkaError | None}."""
+        out = {}
+        for t in topics:
+            for p in t.partitions:
+                if p.acknowledgement_batches:
+                    batches = [(b.first_offset, b.last_offset, list(b.acknowledge_types))
+                               for b in p.acknowledgement_batches]
+                    out[(t.topic_id, p.partition_index)] = self.manager.acknowledge(
+                        group_id, member_id, t.topic_id, p.partition_index, batches, now)
+        return out
+
+    def share_fetch(self, ctx, req):
+        m = Msg(78, ctx.api_version)
+        mgr = self.manager
+        now = mgr.now_ms()
+        self._expire_sessions(now)
+        gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
+
+        def top_error(code, msg=None):
+            return m(throttle_time=0, error_code=code, error_message=msg, acquisition_lock_timeout=0, responses=(),
+                     node_endpoints=())
+
+        if not gid:
+            return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
+        if not mid:
+            return top_error(ErrorCode.invalid_request, "The member id must be given.")
+        has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
+        try:
+            if epoch == INITIAL_EPOCH:
+                if has_acks:
+                    return top_error(ErrorCode.invalid_request, "Acknowledge data present on initial fetch.")
+                session, old = mgr.sessions.open(gid, mid, now)
+                if old is not None:
+                    mgr.release(gid, mid, list(old.partitions), now)
+            else:
+                if epoch == FINAL_EPOCH and any(not p.acknowledgement_batches for t in req.topics
+                                                for p in t.partitions):
+                    return top_error(ErrorCode.invalid_request, "Fetch data present on final fetch.")
+                session = mgr.sessions.use(gid, mid, epoch, now)
+        except KafkaError as e:
+            return top_error(e.code, e.message)
+        acks = self._acks(gid, mid, req.topics, now)
+        if epoch == FINAL_EPOCH:
+            mgr.release(gid, mid, list(session.partitions), now)
+            return self._fetch_response(m, gid, acks, {})
+        for t in req.topics:
+            for p in t.partitions:
+                session.partitions[(t.topic_id, p.partition_index)] = None
+        for f in req.forgotten_topics_data:
+            for p in f.partitions:
+                session.partitions.pop((f.topic_id, p), None)
+        fetched = self._fetch_all(gid, mid, session, req, now)
+        if any(r.acquired or r.error for r in fetched.values()) or to_ms(req.max_wait) <= 0 or not session.partitions:
+            return self._fetch_response(m, gid, acks, fetched)
+        return self._delayed(m, gid, mid, session, req, acks, fetched)
+
+    def _fetch_all(self, gid, mid, session, req, now) -> dict:
+        remaining = min(req.max_bytes, self.server.config.get("fetch.max.bytes"))
+        max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
+        out = {}
+        for topic_id, p in list(session.partitions):
+            r = out[(topic_id, p)] = self.manager.fetch(gid, mid, topic_id, p, max_records, max(remaining, 1), now)
+            remaining -= len(r.records)
+            max_records -= sum(a.last - a.first + 1 for a in r.acquired)
+            if r.acquired:  # a partition that gave records goes to the back, so none starves
+                session.partitions.move_to_end((topic_id, p))
+            if max_records <= 0 or remaining <= 0:
+                break
+        return out
+
+    async def _delayed(self, m, gid, mid, session, req, acks, fetched):
+        """Nothing to hand out: wait until an append to one of the partitions, an acknowledgement
+        or release on one of its share partitions, or a lock expiry yields records (each tries
+        the fetch again at once), or max_wait passes."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        mgr = self.manager
+        rm = self.server.replica_manager
+        image = self.server.image
+        keys = [(gid, *tp) for tp in session.partitions]
+        tps = {(t.name, p) for _g, tid, p in keys if (t := image.topics_by_id.get(tid)) is not None}
+
+        def retry(*_):
+            if fut.done():
+                return
+            if mgr.sessions.sessions.get((gid, mid)) is not session:
+                fut.set_result(fetched)
+                return
+            try:
+                again = self._fetch_all(gid, mid, session, req, mgr.now_ms())
+            except Exception:  # runs inside another request's acknowledgement: never fail that one
+                log.exception("share fetch of %s in %s failed", mid, gid)
+                fut.set_result(fetched)
+                return
+            if any(r.acquired or r.error for r in again.values()):
+                fut.set_result(again)
+
+        def timeout():
+            if not fut.done():
+                fut.set_result(fetched)
+
+        timers = [loop.call_later(to_ms(req.max_wait) / 1000.0, timeout)]
+        deadline = mgr.next_lock_deadline(gid, list(session.partitions))
+        if deadline is not None:
+            timers.append(loop.call_later(max(0, deadline - mgr.now_ms()) / 1000.0, retry))
+        for tp in tps:
+            rm.watch(tp, retry)
+        for key in keys:
+            mgr.watch(key, retry)
+        try:
+            result = await fut
+        finally:
+            for t in timers:
+                t.cancel()
+            for tp in tps:
+                rm.unwatch(tp, retry)
+            for key in keys:
+                mgr.unwatch(key, retry)
+        return self._fetch_response(m, gid, acks, result)
+
+    def _fetch_response(self, m, gid, acks: dict, fetched: dict):
+        by_topic: dict = {}
+        for key in list(fetched) + [k for k in acks if k not in fetched]:
+            topic_id, p = key
+            r = fetched.get(key)
+            if r is not None and not (r.acquired or r.error) and key not in acks:
+                continue
+            ack = acks.get(key)
+            by_topic.setdefault(topic_id, []).append(m(
+                "PartitionData", partition_index=p,
+                error_code=ErrorCode(r.error) if r is not None else ErrorCode.none,
+                error_message=r.message if r is not None else None,
+                acknowledge_error_code=int(ack.code) if ack is not None else 0,
+                acknowledge_error_message=ack.message if ack is not None else None,
+                current_leader=m("LeaderIdAndEpoch", leader_id=self.server.node_id if r is not None and not r.error
+                                 else -1, leader_epoch=r.leader_epoch if r is not None else -1),
+                records=r.records if r is not None else b"",
+                acquired_records=tuple(m("AcquiredRecords", first_offset=a.first, last_offset=a.last,
+                                         delivery_count=a.delivery_count) for a in (r.acquired if r else ()))))
+        responses = tuple(m("ShareFetchableTopicResponse", topic_id=t, partitions=tuple(ps))
+                          for t, ps in by_topic.items())
+        return m(throttle_time=0, error_code=ErrorCode.none,
+                 acquisition_lock_timeout=self.manager.lock_duration_ms(gid), responses=responses, node_endpoints=())
+
+    def share_acknowledge(self, ctx, req):
+        m = Msg(79, ctx.api_version)
+        mgr = self.manager
+        now = mgr.now_ms()
+        gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
+
+        def top_error(code, msg=None):
+            return m(throttle_time=0, error_code=code, error_message=msg, responses=(), node_endpoints=())
+
+        if not gid:
+            return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
+        if epoch == INITIAL_EPOCH:
+            return top_error(ErrorCode.invalid_share_session_epoch, "A share acknowledge cannot open a session.")
+        try:
+            session = mgr.sessions.use(gid, mid or "", epoch, now)
+        except KafkaError as e:
+            return top_error(e.code, e.message)
+        acks = self._acks(gid, mid, req.topics, now)
+        if epoch == FINAL_EPOCH:
+            mgr.release(gid, mid, list(session.partitions), now)
+        by_topic: dict = {}
+        for (topic_id, p), err in acks.items():
+            by_topic.setdefault(topic_id, []).append(m(
+                "PartitionData", partition_index=p, error_code=err.code if err is not None else ErrorCode.none,
+                error_message=err.message if err is not None else None,
+                current_leader=m("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)))
+        return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
+            m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            node_endpoints=())
+
+    # ------------------------------------------------------------------ DescribeShareGroupOffsets
+    def describe_share_group_offsets(self, ctx, req):
+        """Each share-partition's start offset and leader epoch from ``__share_group_state``, and
+        (v1) its lag: records below the high watermark not yet delivery-complete. A partition
+        without share state has start offset -1."""
+        m = Msg(90, ctx.api_version)
+        image = self.server.image
+        out = []
+        for rg in req.groups:
+            try:
+                g = self.gc.shard_for(rg.group_id).groups.get(rg.group_id)
+            except KafkaError as e:
+                out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=(),
+                             error_code=e.code, error_message=e.message))
+                continue
+            if not isinstance(g, ShareGroup):
+                out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=(),
+                             error_code=ErrorCode.group_id_not_found,
+                             error_message=f"Group {rg.group_id} not found." if g is None
+                             else f"Group {rg.group_id} is not a share group."))
+                continue
+            states = self.manager.group_states(rg.group_id)
+            if rg.topics is None:
+                wanted: dict = {}
+                for _g, tid, p in states:
+                    t = image.topics_by_id.get(tid)
+                    if t is not None:
+                        wanted.setdefault(t.name, []).append(p)
+            else:
+                wanted = {t.topic_name: list(t.partitions) for t in rg.topics}
+            topics = []
+            for name, parts in sorted(wanted.items()):
+                t = image.topic(name)
+                tid = t.topic_id if t is not None else None
+                rows = []
+                for p in sorted(parts):
+                    st = states.get((rg.group_id, tid, p))
+                    if st is None:
+                        rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p, start_offset=-1,
+                                      leader_epoch=-1, lag=-1, error_code=ErrorCode.none))
+                        continue
+                    rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p,
+                                  start_offset=st.start_offset, leader_epoch=st.leader_epoch,
+                                  lag=self.manager.lag(name, p, st), error_code=ErrorCode.none))
+                topics.append(m("DescribeShareGroupOffsetsResponseTopic", topic_name=name, topic_id=tid,
+                                partitions=tuple(rows)))
+            out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=tuple(topics),
+                         error_code=ErrorCode.none))
+        return m(throttle_time=0, groups=tuple(out))
+
+    # ------------------------------------------------------------------ AlterShareGroupOffsets
+    def alter_share_group_offsets(self, ctx, req):
+        """Set share-partition start offsets of an empty share group: each partition's state
+        starts over at the offset (a new state epoch), so what was in flight is forgotten."""
+        m = Msg(91, ctx.api_version)
+
+        def top(code, msg):
+            return m(throttle_time=0, error_code=code, error_message=msg, responses=())
+
+        err = self._empty_share_group(req.group_id)
+        if err is not None:
+            return top(*err)
+        image = self.server.image
+        out = []
+        for rt in req.topics:
+            t = image.topic(rt.topic_name)
+            rows = []
+            for rp in rt.partitions:
+                code, msg = ErrorCode.none, None
+                if t is None or rp.partition_index not in t.partitions:
+                    code, msg = ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
+                elif rp.start_offset < 0:
+                    code, msg = ErrorCode.invalid_request, f"Invalid start offset {rp.start_offset}."
+                else:
+                    try:
+                        self.manager.reset(req.group_id, t.topic_id, rp.partition_index, rp.start_offset)
+                    except KafkaError as e:
+                        code, msg = e.code, e.message
+                rows.append(m("AlterShareGroupOffsetsResponsePartition", partition_index=rp.partition_index,
+                              error_code=code, error_message=msg))
+            out.append(m("AlterShareGroupOffsetsResponseTopic", topic_name=rt.topic_name,
+                         topic_id=t.topic_id if t is not None else None, partitions=tuple(rows)))
+        return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(out))
+
+    def _empty_share_group(self, group_id: str) -> tuple | None:
+        """(error code, message) unless ``group_id`` is a share group without members."""
+        try:
+            g = self.gc.shard_for(group_id).groups.get(group_id)
+        except KafkaError as e:
+            return e.code, e.message
+        if not isinstance(g, ShareGroup):
+            return ErrorCode.group_id_not_found, (f"Group {group_id} not found." if g is None
+                                                  else f"Group {group_id} is not a share group.")
+        if not g.is_empty():
+            return ErrorCode.non_empty_group, "The group is not empty."
+        return None
+
+    # ------------------------------------------------------------------ DeleteShareGroupOffsets
+    def delete_share_group_offsets(self, ctx, req):
+        """Forget an empty share group's state for whole topics (their next fetch starts from
+        share.auto.offset.reset again)."""
+        m = Msg(92, ctx.api_version)
+        err = self._empty_share_group(req.group_id)
+        if err is not None:
+            return m(throttle_time=0, error_code=err[0], error_message=err[1], responses=())
+        out = []
+        for rt in req.topics:
+            t = self.server.image.topic(rt.topic_name)
+            code, msg = ErrorCode.none, None
+            if t is None:
+                code, msg = ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
+            else:
+                try:
+                    self.manager.delete_states(lambda k, tid=t.topic_id: k[0] == req.group_id and k[1] == tid)
+                except KafkaError as e:
+                    code, msg = e.code, e.message
+            out.append(m("DeleteShareGroupOffsetsResponseTopic", topic_name=rt.topic_name,
+                         topic_id=t.topic_id if t is not None else None, error_code=code, error_message=msg))
+        return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(out))

@@ -1,0 +1,317 @@
+package io.kesque.oracle;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.zip.CRC32;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+/**
+ * kafka-clients against one broker (kesque or Apache Kafka): each scenario prints lines that do not
+ * depend on which broker ran it (no ids, no timestamps), so tests/test_oracle_java_clients.py
+ * compares the two transcripts.
+ *
+ * <pre>java -cp ... io.kesque.oracle.Clients SCENARIO BOOTSTRAP [ARGS]</pre>
+ * scenarios: codecs N | idempotent | transactions | group classic|consumer | admin
+ */
+public final class Clients {
+    private static final Duration POLL = Duration.ofMillis(200);
+    private static final long DEADLINE_MS = 60_000;
+
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[1];
+        switch (args[0]) {
+            case "codecs" -> codecs(bootstrap, Integer.parseInt(args[2]));
+            case "idempotent" -> idempotent(bootstrap);
+            case "transactions" -> transactions(bootstrap);
+            case "group" -> group(bootstrap, args[2]);
+            case "admin" -> admin(bootstrap);
+            default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
+        }
+    }
+
+    // ------------------------------------------------------------------ helpers
+    private static Properties common(String bootstrap) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        return p;
+    }
+
+    private static KafkaProducer<byte[], byte[]> producer(String bootstrap, Map<String, Object> extra) {
+        Properties p = common(bootstrap);
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        p.put("acks", "all");
+        p.putAll(extra);
+        return new KafkaProducer<>(p);
+    }
+
+    private static KafkaConsumer<byte[], byte[]> consumer(String bootstrap, Map<String, Object> extra) {
+        Properties p = common(bootstrap);
+        p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("enable.auto.commit", "false");
+        p.put("auto.offset.reset", "earliest");
+        p.putAll(extra);
+        return new KafkaConsumer<>(p);
+    }
+
+    private static String topic(Admin admin, String prefix, int partitions, Map<String, String> configs)
+            throws Exception {
+        String name = prefix + "-" + UUID.randomUUID().toString().substring(0, 8);
+        admin.createTopics(List.of(new NewTopic(name, partitions, (short) 1).configs(configs))).all().get();
+        return name;
+    }
+
+    /** Every record of the partitions from the beginning to their end offsets (as the consumer sees them). */
+    private static List<ConsumerRecord<byte[], byte[]>> readAll(KafkaConsumer<byte[], byte[]> c,
+                                                                List<TopicPartition> parts, long expected) {
+        c.assign(parts);
+        c.seekToBeginning(parts);
+        List<ConsumerRecord<byte[], byte[]>> out = new ArrayList<>();
+        long deadline = System.currentTimeMillis() + DEADLINE_MS;
+        while (out.size() < expected && System.currentTimeMillis() < deadline) {
+            c.poll(POLL).forEach(out::add);
+        }
+        return out;
+    }
+
+    private static byte[] value(String codec, int i) {
+        return ("value-" + codec + "-" + i + "-" + "x".repeat(i % 97)).getBytes();
+    }
+
+    // ------------------------------------------------------------------ scenarios
+    /** N records per codec through the (idempotent) producer, read back in order by a consumer. */
+    static void codecs(String bootstrap, int n) throws Exception {
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            for (String codec : List.of("none", "gzip", "snappy", "lz4", "zstd")) {
+                String t = topic(admin, "codec-" + codec, 1, Map.of());
+                try (var p = producer(bootstrap, Map.of("compression.type", codec, "linger.ms", "5",
+                                                        "batch.size", "65536"))) {
+                    for (int i = 0; i < n; i++) {
+                        p.send(new ProducerRecord<>(t, ("k" + i).getBytes(), value(codec, i)));
+                    }
+                    p.flush();
+                }
+                try (var c = consumer(bootstrap, Map.of())) {
+                    var records = readAll(c, List.of(new TopicPartition(t, 0)), n);
+                    CRC32 crc = new CRC32();
+                    boolean inOrder = true;
+                    for (int i = 0; i < records.size(); i++) {
+                        var r = records.get(i);
+                        inOrder &= r.offset() == i && new String(r.value()).equals(new String(value(codec, i)));
+                        crc.update(r.value());
+                    }
+                    System.out.printf("codec %s: produced %d, consumed %d, in order %s, crc %d%n",
+                                      codec, n, records.size(), inOrder, crc.getValue());
+                }
+            }
+        }
+    }
+
+    /** An idempotent producer with 5 requests in flight over 3 partitions: every record once, in order. */
+    static void idempotent(String bootstrap) throws Exception {
+        int n = 30_000;
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            String t = topic(admin, "idem", 3, Map.of());
+            try (var p = producer(bootstrap, Map.of("enable.idempotence", "true",
+                                                    "max.in.flight.requests.per.connection", "5",
+                                                    "linger.ms", "0", "batch.size", "2048"))) {
+                for (int i = 0; i < n; i++) {
+                    p.send(new ProducerRecord<>(t, i % 3, null, ("" + i).getBytes()));
+                }
+                p.flush();
+            }
+            List<TopicPartition> parts = List.of(new TopicPartition(t, 0), new TopicPartition(t, 1),
+                                                 new TopicPartition(t, 2));
+            try (var c = consumer(bootstrap, Map.of())) {
+                var records = readAll(c, parts, n);
+                Set<String> seen = new HashSet<>();
+                Map<Integer, Integer> last = new TreeMap<>();
+                boolean ordered = true;
+                for (var r : records) {
+                    seen.add(new String(r.value()));
+                    int v = Integer.parseInt(new String(r.value()));
+                    ordered &= v > last.getOrDefault(r.partition(), -1);
+                    last.put(r.partition(), v);
+                }
+                System.out.printf("idempotent: sent %d, read %d, distinct %d, ordered per partition %s%n",
+                                  n, records.size(), seen.size(), ordered);
+                var ends = c.endOffsets(parts);
+                System.out.println("end offsets " + parts.stream().map(ends::get).toList());
+            }
+        }
+    }
+
+    /** A committed, an aborted and a committed transaction; what each isolation level reads. */
+    static void transactions(String bootstrap) throws Exception {
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            String t = topic(admin, "txn", 1, Map.of());
+            try (var p = producer(bootstrap, Map.of("transactional.id", "oracle-" + UUID.randomUUID()))) {
+                p.initTransactions();
+                int i = 0;
+                for (boolean commit : new boolean[] {true, false, true}) {
+                    p.beginTransaction();
+                    for (int j = 0; j < 10; j++, i++) {
+                        p.send(new ProducerRecord<>(t, ((commit ? "c" : "a") + i).getBytes()));
+                    }
+                    if (commit) {
+                        p.commitTransaction();
+                    } else {
+                        p.flush();
+                        p.abortTransaction();
+                    }
+                }
+            }
+            TopicPartition tp = new TopicPartition(t, 0);
+            for (String isolation : List.of("read_committed", "read_uncommitted")) {
+                try (var c = consumer(bootstrap, Map.of("isolation.level", isolation))) {
+                    long end = c.endOffsets(List.of(tp)).get(tp);
+                    var records = readAll(c, List.of(tp), isolation.equals("read_committed") ? 20 : 30);
+                    long aborted = records.stream().filter(r -> new String(r.value()).startsWith("a")).count();
+                    System.out.printf("%s: %d records, %d aborted, end offset %d, position %d%n", isolation,
+                                      records.size(), aborted, end, c.position(tp));
+                }
+            }
+        }
+    }
+
+    /** Two consumers of one group share 4 partitions (group.protocol classic or consumer). */
+    static void group(String bootstrap, String protocol) throws Exception {
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            String t = topic(admin, "group-" + protocol, 4, Map.of());
+            try (var p = producer(bootstrap, Map.of())) {
+                for (int i = 0; i < 400; i++) {
+                    p.send(new ProducerRecord<>(t, i % 4, null, ("" + i).getBytes()));
+                }
+                p.flush();
+            }
+            String groupId = "g-" + UUID.randomUUID();
+            Map<String, Set<TopicPartition>> assigned = new ConcurrentHashMap<>();
+            Set<String> consumed = ConcurrentHashMap.newKeySet();
+            AtomicBoolean stop = new AtomicBoolean();
+            List<Thread> members = new ArrayList<>();
+            for (String member : List.of("m1", "m2")) {
+                Thread th = new Thread(() -> {
+                    try (var c = consumer(bootstrap, Map.of("group.id", groupId, "group.protocol", protocol))) {
+                        c.subscribe(List.of(t));
+                        while (!stop.get()) {
+                            for (var r : c.poll(POLL)) {
+                                consumed.add(r.partition() + ":" + r.offset());
+                            }
+                            assigned.put(member, new HashSet<>(c.assignment()));
+                            c.commitSync();
+                        }
+                    }
+                });
+                th.start();
+                members.add(th);
+            }
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
+            while (System.currentTimeMillis() < deadline && !(consumed.size() == 400 && balanced(assigned.values()))) {
+                Thread.sleep(100);
+            }
+            var sizes = assigned.values().stream().map(Set::size).sorted().toList();
+            stop.set(true);
+            for (Thread th : members) {
+                th.join();
+            }
+            var offsets = admin.listConsumerGroupOffsets(groupId).partitionsToOffsetAndMetadata().get();
+            long committed = offsets.values().stream().mapToLong(o -> o.offset()).sum();
+            System.out.printf("group %s: members %d, partitions per member %s, consumed %d, committed %d%n",
+                              protocol, assigned.size(), sizes, consumed.size(), committed);
+        }
+    }
+
+    private static boolean balanced(Collection<Set<TopicPartition>> assignments) {
+        Set<TopicPartition> all = new HashSet<>();
+        int total = 0;
+        for (var a : assignments) {
+            if (a.size() != 2) {
+                return false;
+            }
+            all.addAll(a);
+            total += a.size();
+        }
+        return assignments.size() == 2 && all.size() == 4 && total == 4;
+    }
+
+    /** AdminClient: create, describe, alter and delete topics and configs. */
+    static void admin(String bootstrap) throws Exception {
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            System.out.println("cluster nodes " + admin.describeCluster().nodes().get().size());
+            String t = topic(admin, "admin", 2, Map.of("retention.ms", "1000000"));
+            TopicDescription d = admin.describeTopics(List.of(t)).allTopicNames().get().get(t);
+            System.out.printf("created: partitions %d, replicas %d, internal %s%n", d.partitions().size(),
+                              d.partitions().get(0).replicas().size(), d.isInternal());
+            ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, t);
+            printConfigs(admin, res, "after create");
+            admin.incrementalAlterConfigs(Map.of(res, List.of(
+                new AlterConfigOp(new ConfigEntry("cleanup.policy", "compact"), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("retention.ms", null), AlterConfigOp.OpType.DELETE),
+                new AlterConfigOp(new ConfigEntry("max.message.bytes", "200000"), AlterConfigOp.OpType.SET))))
+                .all().get();
+            // Kafka's brokers apply the change when its metadata record reaches them: wait for it
+            long until = System.currentTimeMillis() + DEADLINE_MS;
+            while (!"compact".equals(admin.describeConfigs(List.of(res)).all().get().get(res)
+                                          .get("cleanup.policy").value())
+                   && System.currentTimeMillis() < until) {
+                Thread.sleep(100);
+            }
+            printConfigs(admin, res, "after alter");
+            try {
+                admin.incrementalAlterConfigs(Map.of(res, List.of(new AlterConfigOp(
+                    new ConfigEntry("retention.ms", "soon"), AlterConfigOp.OpType.SET)))).all().get();
+                System.out.println("bad alter: accepted");
+            } catch (Exception e) {
+                System.out.println("bad alter: " + e.getCause().getClass().getSimpleName());
+            }
+            admin.createPartitions(Map.of(t, NewPartitions.increaseTo(4))).all().get();
+            System.out.println("after create partitions: "
+                               + admin.describeTopics(List.of(t)).allTopicNames().get().get(t).partitions().size());
+            try {
+                admin.createTopics(List.of(new NewTopic(t, 1, (short) 1))).all().get();
+            } catch (Exception e) {
+                System.out.println("create again: " + e.getCause().getClass().getSimpleName());
+            }
+            admin.deleteTopics(List.of(t)).all().get();
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
+            while (admin.listTopics().names().get().contains(t) && System.currentTimeMillis() < deadline) {
+                Thread.sleep(100);
+            }
+            System.out.println("listed after delete: " + admin.listTopics().names().get().contains(t));
+        }
+    }
+
+    private static void printConfigs(Admin admin, ConfigResource res, String when) throws Exception {
+        Config config = admin.describeConfigs(List.of(res)).all().get().get(res);
+        for (String name : List.of("cleanup.policy", "retention.ms", "max.message.bytes", "segment.bytes")) {
+            ConfigEntry e = config.get(name);
+            System.out.printf("%s: %s=%s (%s)%n", when, name, e.value(), e.source());
+        }
+    }
+}

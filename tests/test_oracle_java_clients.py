@@ -1,0 +1,68 @@
+"""Java clients (kafka-clients of the pinned Kafka release) against kesque, with Apache Kafka as the oracle.
+
+oracle/java (built by ``make kafka``) drives the producer (every codec, idempotent, transactional),
+the consumer (read_committed and read_uncommitted; a group of two with each group.protocol, classic
+and consumer) and the AdminClient (topics and configs). Each scenario prints lines that do not
+depend on the broker; the transcripts from kesque and from Kafka must be equal.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+import oracle
+from kesque.testing import kafka as K
+from oracle import pair  # noqa: F401  (module fixture)
+
+JAR = K.libs_dir().parent / "java" / "kesque-oracle-clients.jar"
+pytestmark = [*oracle.MARKS, pytest.mark.skipif(not JAR.exists() and oracle.REASON is None,
+                                                 reason=f"{JAR} not built: run `make kafka`")]
+
+RECORDS_PER_CODEC = 100_000
+
+
+def run(scenario: str, broker, *args) -> list[str]:
+    argv = ["java", "-Xmx256m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={K._tools_log4j()}",
+            "-cp", os.pathsep.join([str(JAR), K.classpath()]), "io.kesque.oracle.Clients", scenario,
+            broker.bootstrap_servers, *map(str, args)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"{scenario} on {broker}:\n{r.stdout}\n{r.stderr[-3000:]}"
+    return r.stdout.splitlines()
+
+
+def on_both(pair, scenario: str, *args) -> dict[str, list[str]]:
+    return {name: run(scenario, broker, *args) for name, broker in pair.items()}
+
+
+def test_every_codec_100k_records(pair):
+    out = on_both(pair, "codecs", RECORDS_PER_CODEC)
+    assert out["kesque"] == out["kafka"]
+    assert all(f"produced {RECORDS_PER_CODEC}, consumed {RECORDS_PER_CODEC}, in order true" in line
+               for line in out["kafka"])
+
+
+def test_idempotent_producer(pair):
+    out = on_both(pair, "idempotent")
+    assert out["kesque"] == out["kafka"]
+
+
+def test_transactions_committed_and_aborted(pair):
+    out = on_both(pair, "transactions")
+    assert out["kesque"] == out["kafka"]
+    assert out["kafka"][0].startswith("read_committed: 20 records, 0 aborted")
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_two_consumers_in_a_group(pair, protocol):
+    out = on_both(pair, "group", protocol)
+    assert out["kesque"] == out["kafka"]
+    assert out["kafka"] == [f"group {protocol}: members 2, partitions per member [2, 2], consumed 400, "
+                            "committed 400"]
+
+
+def test_admin_client_topics_and_configs(pair):
+    out = on_both(pair, "admin")
+    assert out["kesque"] == out["kafka"]

@@ -1,0 +1,70 @@
+"""The share coordinator shard (sans-IO): ShareSnapshot / ShareUpdate records of
+``__share_group_state``, merging, snapshots every N writes, and replay after a move."""
+
+from __future__ import annotations
+
+import uuid
+
+from kesque.coordinator.share import records as R
+from kesque.coordinator.share.runtime import coordinator_key
+from kesque.coordinator.share.shard import ShareCoordinatorShard, merge
+from kesque.share.partition import ACKNOWLEDGED, ARCHIVED, AVAILABLE, SharePartition, StateBatch
+
+TID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+KEY = ("g", TID, 3)
+
+
+class Log(list):
+    def __call__(self, records):
+        self.extend(records)
+
+
+def replayed(log: Log) -> ShareCoordinatorShard:
+    shard = ShareCoordinatorShard(0, Log())
+    for k, v in log:
+        shard.replay(k, v)
+    return shard
+
+
+def test_merge_lays_new_batches_over_old_and_drops_below_start():
+    old = [StateBatch(0, 9, AVAILABLE, 1)]
+    new = [StateBatch(3, 4, ACKNOWLEDGED, 1), StateBatch(12, 12, ARCHIVED, 2)]
+    assert merge(2, old, new) == [StateBatch(2, 2, AVAILABLE, 1), StateBatch(3, 4, ACKNOWLEDGED, 1),
+                                  StateBatch(5, 9, AVAILABLE, 1), StateBatch(12, 12, ARCHIVED, 2)]
+
+
+def test_writes_are_updates_then_a_snapshot_and_replay_rebuilds_the_state():
+    log = Log()
+    shard = ShareCoordinatorShard(0, log, records_per_snapshot=3)
+    shard.initialize(KEY, 0)
+    p = SharePartition(0)
+    p.acquire("m", 9, 100, 0)
+    kinds = []
+    for o in range(5):
+        p.acknowledge("m", [(o, o, [1])], 0)
+        shard.write_state(KEY, p.start_offset, p.state_batches())
+        kinds.append(R.decode_key(log[-1][0])[0])
+    assert kinds == [R.SHARE_UPDATE, R.SHARE_UPDATE, R.SHARE_SNAPSHOT, R.SHARE_UPDATE, R.SHARE_UPDATE]
+    state = replayed(log).read(KEY)
+    assert (state.start_offset, state.batches) == (5, [StateBatch(5, 9, AVAILABLE, 1)])
+    assert (state.snapshot_epoch, state.state_epoch) == (shard.read(KEY).snapshot_epoch, 0)
+    q = SharePartition.restore(state.start_offset, state.batches)
+    assert q.acquire("n", 20, 100, 0)[0].first == 5
+
+
+def test_initialize_again_bumps_the_state_epoch_and_delete_leaves_nothing():
+    log = Log()
+    shard = ShareCoordinatorShard(0, log)
+    shard.initialize(KEY, 0)
+    shard.write_state(KEY, 4, [StateBatch(4, 6, ACKNOWLEDGED, 1)])
+    s = shard.initialize(KEY, 100)
+    assert (s.state_epoch, s.start_offset, s.batches) == (1, 100, [])
+    assert replayed(log).read(KEY).state_epoch == 1
+    shard.delete(KEY)
+    assert replayed(log).read(KEY) is None
+
+
+def test_key_layout_is_kafkas():
+    k = R.encode_key(R.SHARE_UPDATE, *KEY)
+    assert k[:2] == b"\x00\x01" and R.decode_key(k) == (1, {"group_id": "g", "topic_id": TID, "partition": 3})
+    assert coordinator_key(*KEY) == "g:a6e4EJ2tEdGAtADAT9QwyA:3"
