@@ -169,7 +169,7 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("group.share.max.size", "INT", 200, "most members of one share group", between(10, 1000)),
     _K("group.share.delivery.count.limit", "INT", 5, "deliveries of a record before it is archived",
        between(2, 10)),
-    _K("group.share.partition.max.record.locks", "INT", 200, "most in-flight records of a share-partition",
+    _K("group.share.partition.max.record.locks", "INT", 2000, "most in-flight records of a share-partition",
        between(100, 10000)),
     # client quotas (KIP-13/124): the sampled window rates are measured over
     _K("quota.window.num", "INT", 11, "samples kept for client quota rates", at_least(1)),

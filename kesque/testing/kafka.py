@@ -229,6 +229,8 @@ DEFAULTS = {
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
     "controller.listener.names": "CONTROLLER",
     "inter.broker.listener.name": "PLAINTEXT",
@@ -381,7 +383,9 @@ class KafkaCluster:
         voters = ",".join(f"{i + 1}@{host}:{p}" for i, p in enumerate(controller_ports))
         cfg = {"offsets.topic.replication.factor": str(min(3, size)),
                "transaction.state.log.replication.factor": str(min(3, size)),
-               "transaction.state.log.min.isr": str(min(2, size)), **(config or {})}
+               "transaction.state.log.min.isr": str(min(2, size)),
+               "share.coordinator.state.topic.replication.factor": str(min(3, size)),
+               "share.coordinator.state.topic.min.isr": str(min(2, size)), **(config or {})}
         self.nodes = [KafkaBroker(config=cfg, host=host, heap=heap, node_id=i + 1, controller_port=cp,
                                   voters=voters, cluster_id=cluster_id)
                       for i, cp in enumerate(controller_ports)]
