@@ -2,7 +2,8 @@
 
 oracle/java (built by ``make kafka``) drives the producer (every codec, idempotent, transactional),
 the consumer (read_committed and read_uncommitted; a group of two with each group.protocol, classic
-and consumer) and the AdminClient (topics and configs). Each scenario prints lines that do not
+and consumer), the AdminClient (topics and configs) and the KafkaShareConsumer (a share group of
+two, on a pair of its own with share groups on). Each scenario prints lines that do not
 depend on the broker; the transcripts from kesque and from Kafka must be equal.
 """
 
