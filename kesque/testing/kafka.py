@@ -220,8 +220,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def random_cluster_id() -> str:
-    """A cluster id as ``kafka-storage.sh random-uuid`` prints it (base64url, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id as ``kafka-storage.sh random-uuid`` prints it (base64url, no padding), never
+    starting with ``-`` (as Kafka's Uuid avoids: ``format -t -x...`` reads it as an option)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 DEFAULTS = {
