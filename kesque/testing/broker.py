@@ -80,7 +80,7 @@ class Broker:
         return props
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, timeout: float = 30.0) -> "Broker":
+    def start(self, timeout: float = 60.0) -> "Broker":
         t0 = time.monotonic()
         if self.mode == "subprocess":
             self._start_subprocess(timeout)
