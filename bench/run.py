@@ -29,19 +29,21 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
 GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions",
-          "spark", "recovery")
+          "spark", "recovery", "quotas")
 
 SCALES = {
     "full": {"records": 1_000_000, "disk_bytes": 1 << 30, "loopback_seconds": 1.5, "small_requests": 200_000,
              "small_confluent": 200_000, "echo_requests": 200_000, "latency_seconds": 20.0, "latency_warmup": 2.0,
              "passes": 3, "group_passes": 3, "sync_requests": 5000, "raw_commits": 100_000, "load_groups": 10_000,
              "idem_records": 1_000_000, "idem_passes": 5, "txn_records": 1_000_000,
-             "spark_records": 1_000_000, "spark_latency_seconds": 30.0, "recovery_partitions": 10_000},
+             "spark_records": 1_000_000, "spark_latency_seconds": 30.0, "recovery_partitions": 10_000,
+             "quota_seconds": 20.0, "quota_passes": 3},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
               "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
               "idem_records": 500_000, "idem_passes": 3, "txn_records": 200_000,
-              "spark_records": 100_000, "spark_latency_seconds": 10.0, "recovery_partitions": 1_000},
+              "spark_records": 100_000, "spark_latency_seconds": 10.0, "recovery_partitions": 1_000,
+              "quota_seconds": 5.0, "quota_passes": 2},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -54,6 +56,8 @@ BARS = {  # figure -> (kind, threshold, text)
     "classic": ("within", 0.5, "<= timers+0.5s"),  # value <= limit (the timers it waits on) + 0.5 s
     "commit": ("ratio", 0.50, ">= 50%"),
     "idempotence": ("ratio", 0.90, ">= 90%"),
+    "quota-accuracy": ("band", 0.15, "within 15%"),
+    "quota-cost": ("ratio", 0.95, ">= 95%"),
 }
 
 
@@ -277,6 +281,8 @@ def add_figure(report, name, group, value, unit, limit_name=None, limit_value=No
             verdict = "PASS" if ratio is not None and ratio >= threshold else "MISS"
         elif kind == "below":
             verdict = "PASS" if value < threshold else "MISS"
+        elif kind == "band":  # the ratio within +-threshold of 1
+            verdict = "PASS" if ratio is not None and abs(ratio - 1) <= threshold else "MISS"
         elif kind == "within":
             verdict = "PASS" if limit_value is not None and value <= limit_value + threshold else "MISS"
         else:
@@ -833,6 +839,46 @@ def main(argv=None) -> int:
                            extra={"summary": sm, "passes": passes["idempotent"]})
             log(f"  best: plain {sm['plain']['best'] or float('nan'):,.0f}/s, idempotent "
                 f"{sm['idempotent']['best'] or float('nan'):,.0f}/s, per-pass ratios {sm['pass_ratios']}")
+
+    # ---------------------------------------------------------------- 12: client quotas
+    if "quotas" in args.groups:
+        import quotas as Q
+
+        # two 1 s samples: a throttled rate is measured over 1-2 s (Kafka's default 11 samples
+        # let a client burst ~10 s of quota every ~11 s, which a short run cannot average out)
+        with BrokerGroup("quotas", args, report, config={"quota.window.num": "2"}) as g:
+            topic = "bench-quotas"
+            figures.create_topic(g.bootstrap, topic, 1)
+            secs = sc["quota_seconds"]
+            for rate in (100_000, 1_000_000, 10_000_000):
+                log(f"quotas: producer_byte_rate={rate:,} B/s, 1 KiB records flat out, {secs:.0f} s after 2 s ...")
+                with Meter(g.pid) as m:
+                    r = guarded(f"quota-{rate}", lambda rt=rate: Q.accuracy(g.bootstrap, topic, rt, secs, 2.0))
+                if r:
+                    note = f"{m.note()}; record value bytes acknowledged per s; {r['records']:,} records"
+                    if r["errors"]:
+                        note += f"; CHECK: errors {r['errors'][:2]}"
+                    add_figure(report, f"produce under a {rate / 1e6:g} MB/s quota (confluent)", "quotas", r["rate"],
+                               "B/s", "the quota", rate, note, "quota-accuracy", extra=r)
+                    log(f"  {r['rate']:,.0f} B/s ({r['ratio']:.1%} of the quota)")
+            small = "bench-quota-small"
+            figures.create_topic(g.bootstrap, small, 1)
+            n, np_ = sc["small_requests"], sc["quota_passes"]
+            log(f"quotas: small requests, {n:,} raw 1-record ProduceRequests, with and without quotas, "
+                f"{np_} interleaved passes ...")
+            with Meter(g.pid) as m:
+                r = guarded("quota-cost", lambda: Q.cost(g.bootstrap, small, n, np_))
+            if r:
+                note = (f"{m.note()}; producer_byte_rate and request_percentage on /clients/<default>, never "
+                        f"throttling; passes: none {[round(x['rate']) for x in r['passes']['none']]}, quotas "
+                        f"{[round(x['rate']) for x in r['passes']['quotas']]}")
+                if any(r["first_response_errors"]):
+                    note += f"; CHECK: errors {r['first_response_errors']}"
+                add_figure(report, "small produce with quota accounting (raw, window 64)", "quotas",
+                           r["best"]["quotas"], "req/s", "no quotas (same run)", r["best"]["none"], note, "quota-cost",
+                           extra=r)
+                log(f"  quotas {r['best']['quotas']:,.0f} req/s, none {r['best']['none']:,.0f} req/s "
+                    f"({r['ratio']:.1%})")
 
     # ---------------------------------------------------------------- 9: transactions
     if "transactions" in args.groups:

@@ -127,7 +127,8 @@ def test_dynamic_broker_changes_kafka_refuses(gb, name, ops, message):
 def test_describe_shows_every_group_key_with_the_brokers_value_as_default(gb, group):
     got = entries(describe(gb.bootstrap_servers, group))
     assert sorted(got) == ["consumer.heartbeat.interval.ms", "consumer.session.timeout.ms", "share.auto.offset.reset",
-                           "share.heartbeat.interval.ms", "share.record.lock.duration.ms", "share.session.timeout.ms"]
+                           "share.heartbeat.interval.ms", "share.isolation.level", "share.record.lock.duration.ms",
+                           "share.session.timeout.ms"]
     # the broker's group.consumer.session.timeout.ms, not Kafka's 45000
     assert got["consumer.session.timeout.ms"] == ("60000", DEFAULT_CONFIG,
                                                   [("consumer.session.timeout.ms", "60000", DEFAULT_CONFIG)])
@@ -206,7 +207,7 @@ def test_kafka_configs_group_entity(gb, group):
                       "synonyms={GROUP_CONFIG:consumer.session.timeout.ms=50000}\n")
     r = kesque("configs", "--bootstrap-server", bs, "--group", group, "--describe", "--all")
     lines = out(r).splitlines()
-    assert lines[0] == f"All configs for group {group} are:" and len(lines) == 7
+    assert lines[0] == f"All configs for group {group} are:" and len(lines) == 8
     assert "  share.session.timeout.ms=45000 sensitive=false synonyms={DEFAULT_CONFIG:share.session.timeout.ms=45000}" \
         in lines
     r = kesque("configs", "--bootstrap-server", bs, "--group", group, "--alter", "--delete-config",

@@ -35,7 +35,7 @@ KAFKA_SCHEMAS = kafka.jar_resources("kafka-metadata", "common/metadata")
 
 # ======================================================================== a Kafka-schema encoder
 
-_INTS = {"int8": ">b", "int16": ">h", "uint16": ">H", "int32": ">i", "int64": ">q"}
+_INTS = {"int8": ">b", "int16": ">h", "uint16": ">H", "int32": ">i", "int64": ">q", "float64": ">d"}
 _NAME_OVERRIDES = {"EndPoints": "endpoints"}
 
 
@@ -142,7 +142,8 @@ def _value_strategy(typ):
     if isinstance(typ, list):
         return st.lists(_struct_strategy(typ), max_size=3)
     return {
-        "int8": I8, "int16": I16, "uint16": U16, "int32": I32, "int64": I64, "bool": st.booleans(),
+        "int8": I8, "int16": I16, "uint16": U16, "int32": I32, "int64": I64, "float64": st.floats(allow_nan=False),
+        "bool": st.booleans(),
         "uuid": st.uuids(), "string": TEXT, "nstring": st.one_of(st.none(), TEXT),
         "[int32]": INT_LISTS, "[int32]?": st.one_of(st.none(), INT_LISTS), "[uuid]": st.lists(st.uuids(), max_size=3),
     }[typ]

@@ -26,6 +26,12 @@ def test_the_jars_are_found_repo_relative_by_default(monkeypatch):
     assert K.libs_dir() == K.REPO / "build" / "kafka" / "libs"
 
 
+def test_cluster_ids_never_start_with_a_dash():
+    """kafka-storage.sh format -t ID: an id starting with '-' (1 in 64) is read as an option."""
+    ids = [K.random_cluster_id() for _ in range(3000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
 @pytest.mark.skipif(K.jars_missing() is not None, reason=K.jars_missing() or "")
 def test_schemas_come_from_the_jars():
     messages = K.jar_resources("kafka-clients", "common/message")

@@ -11,6 +11,7 @@ from kesque.errors import KafkaError
 from kesque.raft import (ElectionState, IllegalTransition, Knobs, MemoryQuorumStateStore, MemoryRaftLog,
                          QuorumConfig, RaftNode, Record)
 from kesque.raft import messages as m
+from kesque.raft.log import LeaderChange
 from kesque.raft.state import (CANDIDATE, FOLLOWER, LEADER, PROSPECTIVE, RESIGNED, UNATTACHED,
                                LeaderState, UnattachedState, check_transition)
 
@@ -122,7 +123,7 @@ def test_majority_of_prevotes_makes_a_candidate_that_votes_for_itself_durably():
 def test_candidate_with_a_majority_leads_and_writes_leader_change_and_begin_epoch():
     n = elect(Node())
     assert n.state.epoch == 1 and n.store.state.leader_id == 1
-    assert n.log.read(0, 10)[0].value is None and n.log.read(0, 10)[0].epoch == 1
+    assert n.log.read(0, 10)[0].value == LeaderChange(1, (1, 2, 3), (1, 2)) and n.log.read(0, 10)[0].epoch == 1
     assert {d for d, _ in n.take(m.BeginQuorumEpochRequest)} == {2, 3}
 
 
@@ -410,6 +411,20 @@ def test_leader_parks_an_empty_fetch_until_new_data_or_max_wait():
     assert n.take(m.FetchResponse, 3)
 
 
+def test_describe_quorum_is_the_leaders_view_and_refused_elsewhere():
+    n = elect(Node())
+    n.tick(CFG.append_linger_ms)
+    n.recv(2, m.FetchRequest(5, 2, "d2", 1, 1, 1, 0, 0))
+    n.recv(7, m.FetchRequest(6, 7, "d7", 1, 0, 0, 0, 0))
+    d = n.raft.describe_quorum()
+    assert (d.error_code, d.leader_id, d.leader_epoch, d.high_watermark) == (m.NONE, 1, 1, 1)
+    assert [(r.replica_id, r.replica_directory_id, r.log_end_offset) for r in d.current_voters] == [
+        (1, "d1", 1), (2, "d2", 1), (3, "d3", -1)]
+    assert [(r.replica_id, r.log_end_offset) for r in d.observers] == [(7, 0)]
+    f = follower().raft.describe_quorum()
+    assert (f.error_code, f.leader_id, f.leader_epoch) == (m.NOT_LEADER_OR_FOLLOWER, 2, 1)
+
+
 def test_append_on_a_non_leader_is_refused():
     n = Node()
     with pytest.raises(KafkaError) as e:
@@ -562,3 +577,67 @@ def test_a_resigned_leader_names_no_leader():
     again.recv(2, m.FetchRequest(1, 2, "d2", 1, 0, 0))
     r = again.reply(m.FetchResponse, 2)
     assert (r.error_code, r.leader_id, r.leader_epoch) == (m.NOT_LEADER_OR_FOLLOWER, -1, 1)
+
+
+# -- snapshots (KIP-630) ---------------------------------------------------------------------------
+
+def leader_with_snapshot():
+    """Leader of epoch 1 with offsets 0-5 committed and a snapshot of 0-3."""
+    n = elect(Node())
+    n.raft.append(["a", "b", "c", "d", "e"], n.now)
+    n.tick(CFG.append_linger_ms)
+    fetch(n, 2, 6, 1)
+    assert n.raft.high_watermark == 6
+    sid = n.raft.snapshot(4, ["state"])
+    assert (sid.end_offset, sid.epoch, n.log.log_start_offset()) == (4, 1, 4)
+    return n, sid
+
+
+def test_a_fetch_below_the_log_start_is_told_the_snapshot_id():
+    n, sid = leader_with_snapshot()
+    r = fetch(n, 3, 0, 0)
+    assert (r.snapshot_end_offset, r.snapshot_epoch, r.records) == (4, 1, [])
+    assert fetch(n, 3, 4, 1).records[0].offset == 4       # at the snapshot's end: records
+    with pytest.raises(ValueError):
+        n.raft.snapshot(7, ["past the applied offset"])
+
+
+def test_fetch_snapshot_serves_chunks_and_refuses_unknown_ids_and_positions():
+    n, sid = leader_with_snapshot()
+    data = n.log.snapshot_bytes(sid)
+    n.recv(3, m.FetchSnapshotRequest(9, 3, 1, 4, 1, 0, 10, "d3"))
+    r = n.reply(m.FetchSnapshotResponse, 3)
+    assert (r.error_code, r.size, r.position, r.unaligned_records) == (m.NONE, len(data), 0, data[:10])
+    n.recv(3, m.FetchSnapshotRequest(10, 3, 1, 4, 2, 0, 10, "d3"))
+    assert n.reply(m.FetchSnapshotResponse, 3).error_code == m.SNAPSHOT_NOT_FOUND
+    n.recv(3, m.FetchSnapshotRequest(11, 3, 1, 4, 1, len(data) + 1, 10, "d3"))
+    assert n.reply(m.FetchSnapshotResponse, 3).error_code == m.POSITION_OUT_OF_RANGE
+    n.recv(3, m.FetchSnapshotRequest(12, 3, 0, 4, 1, 0, 10, "d3"))
+    assert n.reply(m.FetchSnapshotResponse, 3).error_code == m.FENCED_LEADER_EPOCH
+
+
+def test_a_follower_loads_the_snapshot_in_chunks_and_goes_on_from_its_end():
+    leader, sid = leader_with_snapshot()
+    data = leader.log.snapshot_bytes(sid)
+    f = Node(node_id=2)
+    f.recv(1, m.BeginQuorumEpochRequest(1, 1, 1, 2, "d2"))
+    f.take(m.BeginQuorumEpochResponse)
+    f.raft.config = QuorumConfig(fetch_snapshot_max_bytes=16)
+    req = f.reply(m.FetchRequest, 1)
+    out = f.recv(1, m.FetchResponse(req.correlation_id, m.NONE, 1, 1, 6, snapshot_end_offset=4, snapshot_epoch=1))
+    chunks = 0
+    while True:
+        (_, fs), = f.take(m.FetchSnapshotRequest)
+        assert (fs.snapshot_end_offset, fs.snapshot_epoch, fs.position, fs.max_bytes) == (4, 1, 16 * chunks, 16)
+        leader.recv(2, fs)
+        out = f.recv(1, leader.reply(m.FetchSnapshotResponse, 2))
+        chunks += 1
+        if out.snapshot:
+            break
+    assert chunks == -(-len(data) // 16) and out.snapshot == (sid, ["state"])
+    assert (f.log.log_start_offset(), f.log.end_offset(), f.raft.applied) == (4, 4, 4)
+    req = f.reply(m.FetchRequest, 1)
+    assert (req.fetch_offset, req.last_fetched_epoch) == (4, 1)
+    leader.recv(2, req)
+    out = f.recv(1, leader.reply(m.FetchResponse, 2))
+    assert [r.offset for r in out.committed] == [4, 5]

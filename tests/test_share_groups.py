@@ -174,11 +174,14 @@ def test_release_reject_lock_expiry_and_the_delivery_limit(share_broker):
     """Released records come again with delivery count 2, a rejected one never; records a
     member stops acknowledging go to another member when the lock expires; a record delivered
     group.share.delivery.count.limit (5) times and released again is archived for good."""
-    _topic, group, tid = _wire_group(share_broker, 5, **{"share.record.lock.duration.ms": "1000"})
+    _topic, group, tid = _wire_group(share_broker, 5, **{"share.record.lock.duration.ms": "3000"})
     with WireClient(share_broker.bootstrap_servers) as c:
         assert _acquired(_share_fetch(c, group, "m1", 0, tid)) == [(0, 4, 1)]
         r = _share_ack(c, group, "m1", 1, tid, [(0, 0, 1), (1, 1, 2), (2, 2, 3)])  # accept, release, reject
         assert _partition_errors(r) == [(0, 0)]
+        # m2 takes record 1 half a lock later than m1 took 3 and 4, so m1's locks run out well
+        # before m2's: a slow machine cannot expire both in one sweep (a gap, not a timing check)
+        time.sleep(1.5)
         assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(1, 1, 2)]
         # m1 never acknowledges 3 and 4: m2's waiting fetch gets them when the lock runs out
         assert _acquired(_share_fetch(c, group, "m2", 1, tid, max_wait=10000)) == [(3, 4, 2)]

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -982,3 +983,58 @@ def test_console_producer_output_readable_by_kcat(bs, topic_name):
     r = subprocess.run(["kcat", "-b", bs, "-C", "-t", topic_name, "-o", "beginning", "-c", "1", "-f", "%k=%s\n"],
                        capture_output=True, timeout=30)
     assert r.stdout == b"k=v\n"
+
+
+# ----------------------------------------------------------------- configs: client quotas
+
+def test_configs_client_quotas_alter_describe_delete(bs):
+    client = "q-" + uuid.uuid4().hex[:8]
+
+    def configs(*args):
+        return kesque("configs", "--bootstrap-server", bs, *args)
+
+    r = configs("--entity-type", "clients", "--entity-name", client, "--alter", "--add-config",
+                "producer_byte_rate=1024,consumer_byte_rate=20000000,request_percentage=12.5")
+    assert (r.returncode, out(r)) == (0, f"Completed updating config for client {client}.\n"), err(r)
+    r = configs("--entity-type", "clients", "--entity-name", client, "--describe")
+    # Java's Double.toString of each value, in the admin client's HashMap order
+    assert out(r) == (f"Quota configs for client-id '{client}' are consumer_byte_rate=2.0E7, "
+                      "producer_byte_rate=1024.0, request_percentage=12.5\n")
+    r = configs("--entity-type", "users", "--entity-name", "ANONYMOUS", "--entity-type", "clients",
+                "--entity-default", "--alter", "--add-config", "producer_byte_rate=5")
+    assert out(r) == "Completed updating config for user ANONYMOUS.\n", err(r)
+    r = configs("--user", "ANONYMOUS", "--client-defaults", "--describe")
+    assert out(r) == "Quota configs for user-principal 'ANONYMOUS', the default client-id are producer_byte_rate=5.0\n"
+    r = configs("--entity-type", "clients", "--entity-default", "--alter", "--add-config", "consumer_byte_rate=7")
+    assert out(r) == "Completed updating default config for clients in the cluster.\n", err(r)
+    r = configs("--client-defaults", "--describe")  # strict: only the <default> client entity
+    assert out(r) == "Quota configs for the default client-id are consumer_byte_rate=7.0\n"
+    r = configs("--entity-type", "clients", "--entity-name", client, "--alter", "--delete-config",
+                "producer_byte_rate,request_percentage")
+    assert r.returncode == 0, err(r)
+    r = configs("--entity-type", "clients", "--entity-name", client, "--describe")
+    assert out(r) == f"Quota configs for client-id '{client}' are consumer_byte_rate=2.0E7\n"
+
+
+def test_configs_client_quota_errors(bs):
+    def configs(*args):
+        return kesque("configs", "--bootstrap-server", bs, *args)
+
+    r = configs("--client", "c", "--alter", "--add-config", "producer_byte_rate=-5")
+    assert r.returncode == 1
+    assert err(r) == (f"Error while executing config command with args '--bootstrap-server {bs} --client c --alter "
+                      "--add-config producer_byte_rate=-5'\njava.util.concurrent.ExecutionException: "
+                      "org.apache.kafka.common.errors.InvalidRequestException: Quota producer_byte_rate must be "
+                      "greater than 0\n")
+    r = configs("--client", "c", "--alter", "--add-config", "retention.ms=5")
+    assert (r.returncode, err(r)) == (1, "Only quota configs can be added for 'clients' using --bootstrap-server. "
+                                         "Unexpected config names: Set(retention.ms)\n")
+    r = configs("--client", "c", "--alter", "--add-config", "producer_byte_rate=fast")
+    assert err(r) == "Cannot parse quota configuration value for producer_byte_rate: fast\n"
+    r = configs("--client", "c", "--alter", "--delete-config", "consumer_byte_rate")
+    assert err(r) == "Invalid config(s): consumer_byte_rate\n"
+    r = configs("--ip", "127.0.0.1", "--alter", "--add-config", "producer_byte_rate=5")
+    assert err(r) == ("Only connection quota configs can be added for 'ips' using --bootstrap-server. Unexpected "
+                      "config names: producer_byte_rate\n")
+    r = configs("--client", "never-set", "--describe")
+    assert (r.returncode, out(r)) == (0, "")

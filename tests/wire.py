@@ -410,6 +410,22 @@ class Api:
         """The whole Fetch v12 response."""
         return self.c.request(1, 12, self.fetch_request(topic, offset, **kw))
 
+    def alter_client_quotas(self, entries: list[tuple[dict, dict]], validate_only: bool = False, version: int = 1):
+        """``entries``: (entity {type: name or None for the default}, {key: value or None to remove})."""
+        m = Msg(49, version)
+        items = tuple(m("EntryData", entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in e.items()),
+                        ops=tuple(m("OpData", key=k, value=0.0 if v is None else float(v), remove=v is None)
+                                  for k, v in ops.items()))
+                      for e, ops in entries)
+        return self.c.request(49, version, m(entries=items, validate_only=validate_only))
+
+    def describe_client_quotas(self, components: list[tuple[str, int, str | None]] = (), strict: bool = False,
+                               version: int = 1):
+        """``components``: (entity type, match type 0 exact / 1 default / 2 any, match)."""
+        m = Msg(48, version)
+        comps = tuple(m("ComponentData", entity_type=t, match_type=mt, match=n) for t, mt, n in components)
+        return self.c.request(48, version, m(components=comps, strict=strict))
+
     def list_offsets_request(self, topic: str, timestamp: int, partition: int = 0, version: int = 7):
         m = Msg(2, version)
         part = m.loose("ListOffsetsPartition", partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)

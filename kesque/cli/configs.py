@@ -1,11 +1,13 @@
-"""``kafka-configs.sh``: describe and alter topic and broker configs.
+"""``kafka-configs.sh``: describe and alter topic, broker, group and client quota configs.
 
 Follows Kafka's ConfigCommand: ``--entity-type/--entity-name`` or the shorthands ``--topic``,
 ``--broker``, ``--broker-defaults`` (and the other entity flags); ``--describe [--all]``
 prints ``Dynamic configs for topic X are:`` / ``All configs for broker 1 are:`` followed by
 ``  key=value sensitive=false synonyms={SOURCE:key=value, ...}``; ``--alter`` with
 ``--add-config k=v,k2=[a,b]`` / ``--add-config-file`` / ``--delete-config k1,k2`` uses
-IncrementalAlterConfigs and prints ``Completed updating config for topic X.``.
+IncrementalAlterConfigs and prints ``Completed updating config for topic X.``. Users, clients
+and ips are client quotas (DescribeClientQuotas / AlterClientQuotas): ``Quota configs for
+client-id 'app' are producer_byte_rate=1024.0``.
 
 Describe goes over the wire directly (DescribeConfigs) because confluent-kafka keys a
 config's synonyms by name and so loses a key that is set at two levels (e.g. both
@@ -24,7 +26,7 @@ NAME = "configs"
 SCRIPT = "kafka-configs.sh"
 DESCRIPTION = ("This tool helps to manipulate and describe entity config for a topic, client, user, broker, ip, "
                "client-metrics or group")
-HELP = "describe or alter topic and broker configs (kafka-configs.sh)"
+HELP = "describe or alter topic, broker, group and client quota configs (kafka-configs.sh)"
 
 TOPIC, CLIENT, USER, BROKER, BROKER_LOGGER, IP, CLIENT_METRICS, GROUP = (
     "topics", "clients", "users", "brokers", "broker-loggers", "ips", "client-metrics", "groups")
@@ -287,7 +289,8 @@ def describe(a) -> None:
     names = entity_names(a)
     etype = types[0]
     if etype in (USER, CLIENT, IP):
-        raise BrokerError(35, "The broker does not support DESCRIBE_CLIENT_QUOTAS", "UNSUPPORTED_VERSION")
+        describe_quotas(a, types, names)
+        return
     if etype not in (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP):
         raise Fail(f"Invalid entity type: {etype}")
     if names:
@@ -325,10 +328,12 @@ def alter(a) -> None:
     etype, name = types[0], names[0]
     to_add = parse_configs_to_add(a)
     to_delete = parse_configs_to_delete(a)
-    if etype in (USER, CLIENT, IP):
-        raise BrokerError(35, "The broker does not support ALTER_CLIENT_QUOTAS", "UNSUPPORTED_VERSION")
-    if etype not in (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP):
+    if etype not in (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP, USER, CLIENT, IP):
         raise Fail(f"Unsupported entity type: {etype}")
+    if etype in (USER, CLIENT, IP):
+        alter_quotas(a, types, names, to_add, to_delete)
+        _print_completed(etype, name)
+        return
     current = {e[0]: e for e in get_resource_config(a, etype, name, False, False)}
     if etype == BROKER_LOGGER:
         invalid = [k for k in to_delete if k not in current] + [k for k in to_add if k not in current]
@@ -354,10 +359,146 @@ def alter(a) -> None:
                                                   request_timeout=30)
         for f in futures.values():
             f.result()
+    _print_completed(etype, name)
+
+
+def _print_completed(etype: str, name: str) -> None:
     if name:
         print(f"Completed updating config for {etype[:-1]} {name}.")
     else:
         print(f"Completed updating default config for {etype} in the cluster.")
+
+
+# ----------------------------------------------------------------- client quotas (users, clients, ips)
+
+_QUOTA_ENTITY = {USER: "user", CLIENT: "client-id", IP: "ip"}
+_QUOTA_LABEL = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+
+
+def _quota_filter(types: list[str], names: list[str]) -> list[tuple[str, int, str | None]]:
+    """ConfigCommand's filter: per type, its name (exact), '' (the default) or none given (any name)."""
+    if len(names) > len(types):
+        raise Fail("More entity names specified than entity types")
+    out = []
+    for i, t in enumerate(types):
+        name = names[i] if i < len(names) else None
+        out.append((_QUOTA_ENTITY[t], 2 if name is None else 1 if name == "" else 0, name or None))
+    return out
+
+
+def describe_client_quotas(a, components) -> list[tuple[list[tuple[str, str | None]], list[tuple[str, float]]]]:
+    """[(entity [(type, name or None)], [(key, value)])] of a strict DescribeClientQuotas."""
+    from ..client.wire import Connection, make
+
+    with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+        def build(mod, v):
+            rq = mod.request
+            return make(rq.DescribeClientQuotasRequest, strict=True, components=tuple(
+                make(rq.ComponentData, entity_type=t, match_type=mt, match=n) for t, mt, n in components))
+        resp = conn.request(48, build)
+    if int(resp.error_code):
+        raise BrokerError(int(resp.error_code), resp.error_message, resp.error_code.name)
+    return [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
+            for entry in resp.entries or ()]
+
+
+def java_double(v: float) -> str:
+    """Java's Double.toString."""
+    import decimal
+
+    if v != v:
+        return "NaN"
+    if v in (float("inf"), float("-inf")):
+        return "Infinity" if v > 0 else "-Infinity"
+    if v == 0 or 1e-3 <= abs(v) < 1e7:
+        text = repr(float(v))
+        return text if "e" not in text else f"{v:.1f}"
+    sign, digits, exp = decimal.Decimal(repr(float(v))).normalize().as_tuple()
+    mantissa = str(digits[0]) + "." + ("".join(map(str, digits[1:])) or "0")
+    return ("-" if sign else "") + f"{mantissa}E{exp + len(digits) - 1}"
+
+
+def java_hashmap_order(keys: list[str]) -> list[str]:
+    """The iteration order of a java.util.HashMap(n) holding ``keys`` (as the admin client
+    builds a quota entity's values): by bucket of the final table, then insertion order."""
+    from ..utils import java_string_hash
+
+    cap = 1
+    while cap < len(keys):
+        cap *= 2
+    size = 0
+    for _k in keys:
+        size += 1
+        if size > cap * 0.75:
+            cap *= 2
+
+    def bucket(k: str) -> int:
+        h = java_string_hash(k) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (cap - 1)
+
+    return sorted(keys, key=lambda k: (bucket(k), keys.index(k)))
+
+
+def describe_quotas(a, types: list[str], names: list[str]) -> None:
+    """``Quota configs for user-principal 'u', the default client-id are k=v, ...`` per entity
+    (ConfigCommand.describeQuotaConfigs). SCRAM credentials are not listed: kesque has none."""
+    for entity, values in describe_client_quotas(a, _quota_filter(types, names)):
+        given = dict(entity)
+        parts = [f"{_QUOTA_LABEL[t]} '{given[t]}'" if given[t] is not None else f"the default {_QUOTA_LABEL[t]}"
+                 for t in ("user", "client-id", "ip") if t in given]
+        by_key = dict(values)
+        entries = ", ".join(f"{k}={java_double(by_key[k])}" for k in java_hashmap_order(list(by_key)))
+        print(f"Quota configs for {', '.join(parts)} are {entries}")
+
+
+def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], to_delete: list[str]) -> None:
+    """ConfigCommand's checks for users/clients/ips, then AlterClientQuotas."""
+    from ..client.wire import Connection, make
+    from ..server.quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
+
+    etype = types[0]
+    if etype == IP:
+        unknown = [k for k in list(to_add) + to_delete if k not in IP_QUOTA_KEYS]
+        if unknown:
+            raise Fail("Only connection quota configs can be added for 'ips' using --bootstrap-server. Unexpected "
+                       f"config names: {','.join(unknown)}")
+    else:
+        bad_add = [k for k in to_add if k not in CLIENT_QUOTA_KEYS]
+        bad_del = [k for k in to_delete if k not in CLIENT_QUOTA_KEYS]
+        what = "quota configs" if etype == CLIENT or len(types) == 2 else "quota and SCRAM credential configs"
+        target = CLIENT if etype == CLIENT or len(types) == 2 else USER
+        if bad_add:
+            raise Fail(f"Only {what} can be added for '{target}' using --bootstrap-server. Unexpected config names: "
+                       f"Set({', '.join(bad_add)})")
+        if bad_del:
+            raise Fail(f"Only {what} can be deleted for '{target}' using --bootstrap-server. Unexpected config "
+                       f"names: List({', '.join(bad_del)})")
+    if len(types) != len(names):
+        raise Fail("Exactly one entity name must be specified for every entity type")
+    found = describe_client_quotas(a, _quota_filter(types, names))
+    current = dict(found[0][1]) if found else {}
+    invalid = [k for k in to_delete if k not in current]
+    if invalid:
+        raise Fail(f"Invalid config(s): {','.join(invalid)}")
+    ops = []
+    for k, v in to_add.items():
+        try:
+            ops.append((k, float(v)))
+        except ValueError:
+            raise Fail(f"Cannot parse quota configuration value for {k}: {v}") from None
+    ops += [(k, None) for k in to_delete]
+    entity = [(_QUOTA_ENTITY[t], n or None) for t, n in zip(types, names)]
+    with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+        def build(mod, v):
+            rq = mod.request
+            return make(rq.AlterClientQuotasRequest, validate_only=False, entries=(make(
+                rq.EntryData, entity=tuple(make(rq.EntityData, entity_type=t, entity_name=n) for t, n in entity),
+                ops=tuple(make(rq.OpData, key=k, value=0.0 if val is None else val, remove=val is None)
+                          for k, val in ops)),))
+        resp = conn.request(49, build)
+    for r in resp.entries:
+        if int(r.error_code):
+            raise BrokerError(int(r.error_code), r.error_message, r.error_code.name)
 
 
 def _incremental_alter_wire(a, rtype: int, name: str, to_add: dict, to_delete: list) -> None:

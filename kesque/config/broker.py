@@ -63,6 +63,9 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("connections.max.idle.ms", "LONG", 600000, "idle connections are closed after this"),
     _K("queued.max.request.bytes", "LONG", 256 * 1024 * 1024,
        "bytes of large requests being received or queued before reads pause (-1: unbounded; Kafka: -1)"),
+    _K("max.connections.per.ip", "INT", 2147483647, "connections one IP may hold open", at_least(0), dynamic=True),
+    _K("max.connections.per.ip.overrides", "STRING", "", "per-IP or per-host limits: host:count,ip:count",
+       dynamic=True),
     # logs
     _K("log.dirs", "STRING", None, "data directories", parse_as="LIST"),
     _K("log.dir", "STRING", "/tmp/kafka-logs", "data directory when log.dirs is unset"),
@@ -173,8 +176,14 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("group.share.max.size", "INT", 200, "most members of one share group", between(10, 1000)),
     _K("group.share.delivery.count.limit", "INT", 5, "deliveries of a record before it is archived",
        between(2, 10)),
-    _K("group.share.partition.max.record.locks", "INT", 200, "most in-flight records of a share-partition",
+    _K("group.share.partition.max.record.locks", "INT", 2000, "most in-flight records of a share-partition",
        between(100, 10000)),
+    # client quotas (KIP-13/124): the sampled window rates are measured over
+    _K("quota.window.num", "INT", 11, "samples kept for client quota rates", at_least(1)),
+    _K("quota.window.size.seconds", "INT", 1, "time span of each client quota sample", at_least(1)),
+    _K("controller.quota.window.num", "INT", 11, "samples of controller_mutation_rate quotas", at_least(1)),
+    _K("controller.quota.window.size.seconds", "INT", 1, "time span of each controller mutation quota sample",
+       at_least(1)),
     # transactions and idempotent producers
     _K("transaction.max.timeout.ms", "INT", 900000, "largest transaction.timeout.ms a producer may ask for",
        at_least(1)),

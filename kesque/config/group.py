@@ -1,4 +1,4 @@
-"""Group-level configs (Kafka 4.0's GroupConfig): set with IncrementalAlterConfigs on a GROUP
+"""Group-level configs (Kafka 4.0's GroupConfig, plus 4.1's ``share.isolation.level``): set with IncrementalAlterConfigs on a GROUP
 resource, kept as ConfigRecords in the metadata log, and each defaulting to its broker key.
 
 ``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` are honoured by the

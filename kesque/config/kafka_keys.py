@@ -30,6 +30,8 @@ Hand adjustments on top of the snapshot, to match 4.0.0 as released:
   ``remote.log.manager.{copier,expiration,}.thread.pool.size``;
   ``node.id`` and ``process.roles`` have no default (KRaft requires them);
 * ``group.share.persister.class.name`` (internal, share groups) was added;
+* ``group.share.partition.max.record.locks`` takes Kafka 4.4's default (2000, from
+  200 in 4.0), as the differential tests against the pinned Kafka 4.4 measure it;
 * ``super.users`` and ``allow.everyone.if.no.acl.found`` are not part of the
   broker ``ConfigDef`` -- the standard authorizer reads them from the same
   properties -- but they are common in real files, so they are listed too.
@@ -144,7 +146,7 @@ KAFKA_BROKER_KEYS: dict[str, tuple[str, str | None]] = {
     "group.share.min.heartbeat.interval.ms": ("INT", "5000"),
     "group.share.min.record.lock.duration.ms": ("INT", "15000"),
     "group.share.min.session.timeout.ms": ("INT", "45000"),
-    "group.share.partition.max.record.locks": ("INT", "200"),
+    "group.share.partition.max.record.locks": ("INT", "2000"),
     "group.share.persister.class.name": ("STRING", "org.apache.kafka.server.share.persister.DefaultStatePersister"),
     "group.share.record.lock.duration.ms": ("INT", "30000"),
     "group.share.session.timeout.ms": ("INT", "45000"),

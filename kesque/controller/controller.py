@@ -22,6 +22,7 @@ from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, Delta, MetadataImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
+from ..server import quotas as qm
 from ..storage.checkpoint import uuid_to_kafka
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,9 @@ class Controller:
         return start, self.PRODUCER_ID_BLOCK
 
     # ------------------------------------------------------------------ topics
-    def create_topics(self, topics: list[NewTopic], validate_only: bool = False) -> list[CreatedTopic]:
+    def create_topics(self, topics: list[NewTopic], validate_only: bool = False, quota=None) -> list[CreatedTopic]:
+        """``quota``: the request's controller mutation quota (server.quotas.MutationQuota),
+        charged each topic's partitions; a strict one refuses a topic once exhausted."""
         results: list[CreatedTopic] = []
         records: list[dict] = []
         counts: dict[str, int] = {}
@@ -149,6 +152,8 @@ class Controller:
                     raise KafkaError(ErrorCode.invalid_request,
                                      f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
                 recs, n, rf, topic_id = self._plan_topic(t, budget)
+                if quota is not None and not validate_only:
+                    quota.record(n)
                 res.num_partitions, res.replication_factor = n, rf
                 res.topic_id = topic_id
                 if not validate_only:
@@ -275,8 +280,9 @@ class Controller:
         start = random.randrange(len(live))
         return [[live[(start + first + p + j) % len(live)] for j in range(rf)] for p in range(n)]
 
-    def delete_topics(self, names: list[str | None], ids: list[uuid.UUID | None]) -> list[tuple]:
-        """Returns (name, topic_id, KafkaError|None) per requested topic."""
+    def delete_topics(self, names: list[str | None], ids: list[uuid.UUID | None], quota=None) -> list[tuple]:
+        """Returns (name, topic_id, KafkaError|None) per requested topic; ``quota`` as for
+        create_topics (charged the deleted topic's partitions)."""
         out = []
         records = []
         given = [name if name else topic_id for name, topic_id in zip(names, ids)]
@@ -295,6 +301,12 @@ class Controller:
                 out.append((t.name, t.topic_id, KafkaError(ErrorCode.topic_deletion_disabled,
                                                            "Topic deletion is disabled.")))
                 continue
+            if quota is not None:
+                try:
+                    quota.record(len(t.partitions))
+                except KafkaError as e:
+                    out.append((t.name, t.topic_id, e))
+                    continue
             records.append({"type": "RemoveTopicRecord", "topic_id": t.topic_id})
             out.append((t.name, t.topic_id, None))
         self.commit(records)
@@ -304,7 +316,7 @@ class Controller:
         return out
 
     def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
-                          validate_only: bool) -> None:
+                          validate_only: bool, quota=None) -> None:
         t = self.image.topic(name)
         if t is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
@@ -331,6 +343,8 @@ class Controller:
                 raise KafkaError(ErrorCode.policy_violation, _TOO_LARGE)
             plan = self._place(count - current, rf, live, current)
         if not validate_only:
+            if quota is not None:
+                quota.record(count - current)
             self.commit(self._partition_records(t.topic_id, plan, current))
 
     # ------------------------------------------------------------------ configs
@@ -433,6 +447,54 @@ class Controller:
         self.commit(recs)
         if rtype == RESOURCE_BROKER:
             self.warn_without_effect(r["name"] for r in recs if r["value"] is not None)
+
+    # ------------------------------------------------------------------ client quotas
+    def alter_client_quotas(self, alterations: list[tuple[list, list[tuple[str, float | None]]]],
+                            validate_only: bool) -> list[tuple[list, KafkaError | None]]:
+        """AlterClientQuotas as Kafka's ClientQuotaControlManager: each entity's ops (value
+        None removes the key) are validated on their own; the valid entities' changes are
+        written as one batch of ClientQuotaRecords. Returns (entity entries, error) per entity."""
+        results: dict[tuple, tuple[list, KafkaError | None]] = {}
+        records: list[dict] = []
+        for entries, ops in alterations:
+            entity = qm.entity_key(dict(entries))
+            changes: dict[str, float | None] = {}
+            error = None
+            for key, value in ops:
+                if key in changes:
+                    error = KafkaError(ErrorCode.invalid_request, f"Duplicate quota key {key} not updating quota for "
+                                                                  f"this entity {qm.entity_text(entity)}")
+                changes[key] = value
+            if error is not None or entity in results:
+                results[entity] = (entries, KafkaError(ErrorCode.invalid_request,
+                                                       f"Ignoring duplicate entity {qm.entity_text(entity)}"))
+                continue
+            try:
+                records.extend(self._quota_records(entries, changes))
+            except KafkaError as e:
+                error = e
+            results[entity] = (entries, error)
+        if records and not validate_only:
+            self.commit(records)
+        return list(results.values())
+
+    def _quota_records(self, entries, changes: dict[str, float | None]) -> list[dict]:
+        entity = qm.validate_entity(entries)
+        keys = qm.quota_keys_for(entity)
+        current = self.image.client_quotas.get(qm.entity_key(entity), {})
+        rec_entity = [{"entity_type": t, "entity_name": n} for t, n in entity.items()]
+        out = []
+        for key, value in changes.items():
+            if value is None:
+                if key in current:
+                    out.append({"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": 0.0,
+                                "remove": True})
+                continue
+            qm.validate_quota_value(keys, key, value)
+            if current.get(key) != value:
+                out.append({"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": value,
+                            "remove": False})
+        return out
 
     def warn_without_effect(self, names=None) -> None:
         """Log once per key the dynamic broker configs kesque stores and describes but does

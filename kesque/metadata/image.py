@@ -71,6 +71,7 @@ class Delta:
     changed_partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
     changed_configs: set[tuple[int, str]] = field(default_factory=set)
     changed_brokers: set[int] = field(default_factory=set)
+    changed_quotas: bool = False
 
     def merge(self, other: "Delta") -> None:
         self.created_topics |= other.created_topics
@@ -78,10 +79,11 @@ class Delta:
         self.changed_partitions |= other.changed_partitions
         self.changed_configs |= other.changed_configs
         self.changed_brokers |= other.changed_brokers
+        self.changed_quotas |= other.changed_quotas
 
     def __bool__(self) -> bool:
         return bool(self.created_topics or self.deleted_topics or self.changed_partitions
-                    or self.changed_configs or self.changed_brokers)
+                    or self.changed_configs or self.changed_brokers or self.changed_quotas)
 
 
 class MetadataImage:
@@ -91,6 +93,8 @@ class MetadataImage:
         self.topics_by_id: dict[uuid.UUID, TopicImage] = {}
         self.topics_by_name: dict[str, TopicImage] = {}
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
+        # client quotas: {entity (sorted (type, name or None) pairs): {quota key: value}}
+        self.client_quotas: dict[tuple, dict[str, float]] = {}
         self.features: dict[str, int] = {}
         self.next_producer_id = 0
         self.offset = -1  # last applied metadata log offset
@@ -199,6 +203,17 @@ class MetadataImage:
         else:
             self.configs.setdefault(key, {})[rec["name"]] = rec["value"]
         delta.changed_configs.add(key)
+
+    def _replay_ClientQuotaRecord(self, rec, delta):
+        entity = tuple(sorted((e["entity_type"], e["entity_name"]) for e in rec["entity"]))
+        if rec["remove"]:
+            values = self.client_quotas.get(entity, {})
+            values.pop(rec["key"], None)
+            if not values:
+                self.client_quotas.pop(entity, None)
+        else:
+            self.client_quotas.setdefault(entity, {})[rec["key"]] = rec["value"]
+        delta.changed_quotas = True
 
     def _replay_FeatureLevelRecord(self, rec, delta):
         self.features[rec["name"]] = rec["feature_level"]

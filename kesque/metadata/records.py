@@ -43,6 +43,9 @@ SCHEMAS: dict[str, tuple[int, int, list]] = {
     "UnfenceBrokerRecord": (8, 0, [("id", "int32", None, 0), ("epoch", "int64", None, 0)]),
     "RemoveTopicRecord": (9, 0, [("topic_id", "uuid", None, None)]),
     "FeatureLevelRecord": (12, 0, [("name", "string", None, ""), ("feature_level", "int16", None, 0)]),
+    "ClientQuotaRecord": (14, 0, [
+        ("entity", [("entity_type", "string", None, ""), ("entity_name", "nstring", None, None)], None, []),
+        ("key", "string", None, ""), ("value", "float64", None, 0.0), ("remove", "bool", None, False)]),
     "ProducerIdsRecord": (15, 0, [("broker_id", "int32", None, 0), ("broker_epoch", "int64", None, -1),
                                   ("next_producer_id", "int64", None, 0)]),
     "BrokerRegistrationChangeRecord": (17, 1, [

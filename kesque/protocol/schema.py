@@ -8,7 +8,7 @@ described here as field lists written from Kafka's schema JSONs:
 
     (name, type, tag or None, default)
 
-types: ``int8 int16 uint16 int32 int64 bool uuid string nstring bytes nbytes [int32]
+types: ``int8 int16 uint16 int32 int64 float64 bool uuid string nstring bytes nbytes [int32]
 [int32]? [uuid] [string]``, a list of field tuples (an array of structs), or
 ``("struct", fields)`` (one nested struct, used for tagged fields) or ``("nstruct", fields)``
 (a nullable nested struct: a presence varint, 1, before it; 0 or less reads as null — how
@@ -23,7 +23,7 @@ import uuid
 from .primitives import ProtocolError, read_uvarint, uvarint
 
 _FIXED = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "uint16": struct.Struct(">H"),
-          "int32": struct.Struct(">i"), "int64": struct.Struct(">q")}
+          "int32": struct.Struct(">i"), "int64": struct.Struct(">q"), "float64": struct.Struct(">d")}
 _I16 = _FIXED["int16"]
 _I32 = _FIXED["int32"]
 ZERO_UUID = uuid.UUID(int=0)

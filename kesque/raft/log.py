@@ -4,8 +4,13 @@ Both are interfaces (``RaftLog``, ``QuorumStateStore``) with an in-memory implem
 by the simulator and the unit tests. The in-memory log keeps a *durable* end offset: what
 ``flush`` made durable survives :meth:`MemoryRaftLog.crash`; the rest is lost (or, with a torn
 tail, a random prefix of it survives, as a crash in the middle of a write leaves it). The file
-implementations (``__cluster_metadata-0`` segments and the ``quorum-state`` JSON file) come with
-the server wiring.
+implementations (``__cluster_metadata-0`` segments, ``.checkpoint`` snapshots and the
+``quorum-state`` JSON file) are in :mod:`kesque.raft.file_log`.
+
+Snapshots (KIP-630): a snapshot holds the application's state after every record below its end
+offset; creating or installing one moves the log start offset to that end and drops the records
+below it. The latest snapshot's epoch stands for the records it replaced (``epoch_at`` of its
+last offset, ``end_offset_for_epoch``, ``last_fetched_epoch`` of an empty log).
 
 Offsets are Kafka's: a record's offset, the log's *end offset* (the next offset to be written).
 An epoch's *end offset* is the start offset of the next epoch in the log, or the log end offset
@@ -16,23 +21,44 @@ from __future__ import annotations
 
 import bisect
 import json
+import pickle
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 NO_TRUNCATION = 1 << 62
+NO_DIRECTORY_ID = "AAAAAAAAAAAAAAAAAAAAAA"    # Kafka's Uuid.ZERO_UUID, base64
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChange:
+    """The control record a new leader writes first in its epoch (Kafka's LeaderChangeMessage)."""
+
+    leader_id: int
+    voters: tuple = ()
+    granting_voters: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One entry of the replicated log. ``value`` None marks a control record (LeaderChange)."""
+    """One entry of the replicated log. ``value`` is the application's (``bytes`` in the file
+    log, anything in memory) or a control record (:class:`LeaderChange`, ``batches.ControlRecord``)."""
 
     offset: int
     epoch: int
     value: Any
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class SnapshotId:
+    """A snapshot holds every record below ``end_offset``; ``epoch`` is that of the last one."""
+
+    end_offset: int
+    epoch: int
+
+
 class RaftLog(Protocol):
     def end_offset(self) -> int: ...
+    def log_start_offset(self) -> int: ...
     def last_fetched_epoch(self) -> int: ...
     def durable_end_offset(self) -> int: ...
     def append(self, epoch: int, values: list) -> int: ...
@@ -42,69 +68,97 @@ class RaftLog(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
     def epoch_at(self, offset: int) -> int: ...
     def flush(self) -> None: ...
+    # snapshots (KIP-630): written whole and durable at once; the log start moves to the latest
+    def latest_snapshot(self) -> SnapshotId | None: ...
+    def create_snapshot(self, end_offset: int, values: list) -> SnapshotId: ...
+    def snapshot_bytes(self, sid: SnapshotId) -> bytes | None: ...
+    def install_snapshot(self, sid: SnapshotId, data: bytes) -> list: ...
+    def snapshot_values(self, sid: SnapshotId) -> list: ...
 
 
 class MemoryRaftLog:
-    """A list of records with a leader epoch cache and a durable watermark."""
+    """A list of records from the log start offset, a leader epoch cache, a durable watermark,
+    and snapshots (kept as pickled value lists: their bytes are what FetchSnapshot carries)."""
 
-    __slots__ = ("records", "epochs", "starts", "durable", "truncated_to")
+    __slots__ = ("records", "start", "epochs", "starts", "durable", "truncated_to", "snapshots")
 
     def __init__(self):
-        self.records: list[Record] = []
+        self.records: list[Record] = []     # records[i].offset == start + i
+        self.start = 0
         self.epochs: list[int] = []     # leader epoch cache: epochs[i] starts at starts[i]
         self.starts: list[int] = []
         self.durable = 0
         self.truncated_to = NO_TRUNCATION   # lowest truncation point since the simulator last looked
+        self.snapshots: dict[SnapshotId, bytes] = {}
 
     # -- reads -------------------------------------------------------------------------------
     def end_offset(self) -> int:
-        return len(self.records)
+        return self.start + len(self.records)
+
+    def log_start_offset(self) -> int:
+        return self.start
 
     def durable_end_offset(self) -> int:
         return self.durable
 
     def last_fetched_epoch(self) -> int:
-        return self.epochs[-1] if self.epochs else 0
+        if self.epochs:
+            return self.epochs[-1]
+        snap = self.latest_snapshot()
+        return snap.epoch if snap else 0
 
     def read(self, start: int, max_records: int) -> list[Record]:
-        return self.records[start:start + max_records]
+        i = max(start - self.start, 0)
+        return self.records[i:max(start + max_records - self.start, 0)]
 
     def epoch_at(self, offset: int) -> int:
-        return self.records[offset].epoch
+        if offset < self.start:
+            snap = self.latest_snapshot()
+            if snap is not None and offset == snap.end_offset - 1:
+                return snap.epoch
+            raise IndexError(f"offset {offset} is below the log start offset {self.start}")
+        return self.records[offset - self.start].epoch
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """(largest epoch <= ``epoch`` in the log, its end offset); (0, 0) when none."""
+        """(largest epoch <= ``epoch`` in the log, its end offset); (0, 0) when none. The
+        latest snapshot's epoch counts as in the log, ending at the first epoch after it."""
         i = bisect.bisect_right(self.epochs, epoch) - 1
         if i < 0:
+            snap = self.latest_snapshot()
+            if snap is not None and snap.epoch <= epoch:
+                return snap.epoch, self.starts[0] if self.starts else self.end_offset()
             return 0, 0
-        end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.records)
+        end = self.starts[i + 1] if i + 1 < len(self.starts) else self.end_offset()
         return self.epochs[i], end
 
     # -- writes ------------------------------------------------------------------------------
     def _put(self, epoch: int, value) -> None:
+        end = self.end_offset()
         if not self.epochs or self.epochs[-1] != epoch:
-            if self.epochs and epoch < self.epochs[-1]:
-                raise ValueError(f"epoch {epoch} below the log's latest epoch {self.epochs[-1]}")
+            if epoch < self.last_fetched_epoch():
+                raise ValueError(f"epoch {epoch} below the log's latest epoch {self.last_fetched_epoch()}")
             self.epochs.append(epoch)
-            self.starts.append(len(self.records))
-        self.records.append(Record(len(self.records), epoch, value))
+            self.starts.append(end)
+        self.records.append(Record(end, epoch, value))
 
     def append(self, epoch: int, values: list) -> int:
         """Leader append; returns the last offset written."""
         for v in values:
             self._put(epoch, v)
-        return len(self.records) - 1
+        return self.end_offset() - 1
 
     def append_as_follower(self, records: list[Record]) -> None:
         for r in records:
-            if r.offset != len(self.records):
-                raise ValueError(f"non-contiguous append at {r.offset}, end offset {len(self.records)}")
+            if r.offset != self.end_offset():
+                raise ValueError(f"non-contiguous append at {r.offset}, end offset {self.end_offset()}")
             self._put(r.epoch, r.value)
 
     def truncate_to(self, offset: int) -> None:
-        if offset >= len(self.records):
+        if offset >= self.end_offset():
             return
-        del self.records[offset:]
+        if offset < self.start:
+            raise ValueError(f"truncation to {offset}, below the log start offset {self.start}")
+        del self.records[offset - self.start:]
         while self.starts and self.starts[-1] >= offset:
             self.starts.pop()
             self.epochs.pop()
@@ -114,12 +168,59 @@ class MemoryRaftLog:
         self.truncated_to = min(self.truncated_to, offset)
 
     def flush(self) -> None:
-        self.durable = len(self.records)
+        self.durable = self.end_offset()
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def latest_snapshot(self) -> SnapshotId | None:
+        return max(self.snapshots) if self.snapshots else None
+
+    def create_snapshot(self, end_offset: int, values: list) -> SnapshotId:
+        """The application's state after the records below ``end_offset`` (flushed ones)."""
+        if not self.start < end_offset <= self.durable:
+            raise ValueError(f"snapshot end {end_offset} outside ({self.start}, {self.durable}]")
+        sid = SnapshotId(end_offset, self.epoch_at(end_offset - 1))
+        self.snapshots[sid] = pickle.dumps(values)
+        self._delete_before(sid)
+        return sid
+
+    def _delete_before(self, sid: SnapshotId) -> None:
+        """Move the log start to the snapshot: records, epoch entries, older snapshots go."""
+        end = sid.end_offset
+        if end <= self.end_offset() and end > self.start:
+            del self.records[:end - self.start]
+        elif end > self.end_offset():
+            self.records = []
+            self.durable = end
+        self.start = end
+        self.durable = max(self.durable, end)
+        i = bisect.bisect_right(self.starts, end)
+        # the epoch that holds ``end``, if records follow: its entry now starts at ``end``
+        keep_epochs, keep_starts = self.epochs[i:], self.starts[i:]
+        if i > 0 and self.records and (not keep_starts or keep_starts[0] > end):
+            keep_epochs.insert(0, self.epochs[i - 1])
+            keep_starts.insert(0, end)
+        self.epochs, self.starts = keep_epochs, keep_starts
+        for old in [s for s in self.snapshots if s < sid]:
+            del self.snapshots[old]
+
+    def snapshot_bytes(self, sid: SnapshotId) -> bytes | None:
+        return self.snapshots.get(sid)
+
+    def install_snapshot(self, sid: SnapshotId, data: bytes) -> list:
+        """A snapshot fetched from the leader replaces the whole log; returns its values."""
+        values = pickle.loads(data)
+        self.snapshots[sid] = bytes(data)
+        self.records, self.epochs, self.starts = [], [], []
+        self._delete_before(sid)
+        return values
+
+    def snapshot_values(self, sid: SnapshotId) -> list:
+        return pickle.loads(self.snapshots[sid])
 
     # -- faults (simulator) ------------------------------------------------------------------
     def crash(self, keep_unflushed: int = 0) -> None:
         """Lose what was not flushed, except a prefix of ``keep_unflushed`` records (torn tail)."""
-        keep = min(self.durable + keep_unflushed, len(self.records))
+        keep = min(self.durable + keep_unflushed, self.end_offset())
         self.truncate_to(keep)
         self.durable = keep
 
@@ -134,19 +235,28 @@ class ElectionState:
     voted_directory_id: str | None = None
 
     def to_json(self) -> str:
-        """The JSON Kafka writes (``QuorumStateData`` v1, as ``FileQuorumStateStore``)."""
+        """The line Kafka's ``FileQuorumStateStore`` writes: ``QuorumStateData`` v1 as compact
+        JSON in schema order, then ``data_version``, no newline."""
         return json.dumps({
             "leaderId": self.leader_id, "leaderEpoch": self.epoch, "votedId": self.voted_id,
-            "votedDirectoryId": self.voted_directory_id or "AAAAAAAAAAAAAAAAAAAAAA",
+            "votedDirectoryId": self.voted_directory_id or NO_DIRECTORY_ID,
             "data_version": 1,
-        })
+        }, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> ElectionState:
+        """Read v1, or v0 (kraft.version 0: no directory ids; its voter list is ignored)."""
         d = json.loads(text)
+        if not isinstance(d, dict):
+            raise ValueError(f"Deserialized node {text.strip()} is not an object node")
+        if "data_version" not in d:
+            raise ValueError(f"Deserialized node {text.strip()} does not have data_version field")
+        version = d["data_version"]
+        if version not in (0, 1):
+            raise ValueError(f"data_version ({version}) is not within the min (0) and max (1) supported version")
         vd = d.get("votedDirectoryId")
         return cls(d["leaderEpoch"], d.get("leaderId", -1), d.get("votedId", -1),
-                   None if vd in (None, "AAAAAAAAAAAAAAAAAAAAAA") else vd)
+                   None if vd in (None, NO_DIRECTORY_ID) else vd)
 
 
 class QuorumStateStore(Protocol):

@@ -25,6 +25,8 @@ NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower)
 INVALID_REQUEST = int(ErrorCode.invalid_request)
 INVALID_VOTER_KEY = int(ErrorCode.invalid_voter_key)
 BROKER_NOT_AVAILABLE = int(ErrorCode.broker_not_available)
+SNAPSHOT_NOT_FOUND = int(ErrorCode.snapshot_not_found)
+POSITION_OUT_OF_RANGE = int(ErrorCode.position_out_of_range)
 
 
 @dataclass(slots=True)
@@ -106,14 +108,15 @@ class FetchResponse:
     # DivergingEpoch: set when the fetcher's log diverges from the leader's
     diverging_epoch: int = -1
     diverging_end_offset: int = -1
-    # SnapshotId: set when the fetch offset is below the log start offset (KIP-630, later)
+    # SnapshotId: set when the fetch offset is below the log start offset (KIP-630)
     snapshot_end_offset: int = -1
     snapshot_epoch: int = -1
+    log_start_offset: int = -1
 
 
 @dataclass(slots=True)
 class FetchSnapshotRequest:
-    """KIP-630. Declared for the seam; the state machine does not send it yet."""
+    """KIP-630: a follower told to fetch a snapshot reads it in chunks from ``position``."""
 
     correlation_id: int
     replica_id: int
@@ -122,6 +125,7 @@ class FetchSnapshotRequest:
     snapshot_epoch: int
     position: int
     max_bytes: int = 0x7FFFFFFF
+    replica_directory_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -138,3 +142,29 @@ class FetchSnapshotResponse:
 
 
 REQUESTS = (VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest, FetchSnapshotRequest)
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """One replica in a DescribeQuorum answer (timestamps -1 where unknown)."""
+
+    replica_id: int
+    replica_directory_id: str | None
+    log_end_offset: int
+    last_fetch_timestamp: int = -1
+    last_caught_up_timestamp: int = -1
+
+
+@dataclass(slots=True)
+class DescribeQuorumResponse:
+    """The ``__cluster_metadata-0`` partition of DescribeQuorum's answer (the request has no
+    fields of its own: it names the partition). ``nodes``: (id, [(listener, host, port)]), v2."""
+
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    current_voters: list = field(default_factory=list)
+    observers: list = field(default_factory=list)
+    error_message: str | None = None
+    nodes: list = field(default_factory=list)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import KafkaError, error
 from . import messages as m
-from .log import RaftLog, QuorumStateStore, ElectionState, Record
+from .log import RaftLog, QuorumStateStore, ElectionState, LeaderChange, Record, SnapshotId
 from .state import (
     CANDIDATE, FOLLOWER, LEADER, PROSPECTIVE, RESIGNED, UNATTACHED,
     CandidateState, EpochState, FollowerState, LeaderState, ProspectiveState, ResignedState,
@@ -37,6 +37,7 @@ class QuorumConfig:
     append_linger_ms: int = 25
     fetch_max_wait_ms: int = 500
     fetch_max_records: int = 500
+    fetch_snapshot_max_bytes: int = 0x7FFFFFFF
 
 
 @dataclass(slots=True)
@@ -53,6 +54,9 @@ class Output:
     messages: list = field(default_factory=list)    # (destination id, message)
     committed: list = field(default_factory=list)   # Record, in offset order
     state_changes: list = field(default_factory=list)
+    # (SnapshotId, values) fetched from the leader: the application loads it in place of its
+    # state, and ``committed`` goes on from the snapshot's end offset
+    snapshot: tuple | None = None
 
 
 @dataclass(slots=True)
@@ -81,8 +85,10 @@ class RaftNode:
         self.store = store
         self.config = config
         self.rng = rng
-        self.high_watermark = 0          # this incarnation's: only grows; re-learned after a restart
-        self.applied = 0                 # next offset to hand to the application
+        # this incarnation's: only grows; re-learned after a restart, from the log start offset
+        # (the application loads the latest snapshot first: ``log.snapshot_values``)
+        self.high_watermark = log.log_start_offset()
+        self.applied = self.high_watermark  # next offset to hand to the application
         self.state: EpochState | None = None
         self._out = Output()
         self._corr = 0
@@ -135,6 +141,13 @@ class RaftNode:
         self.log.flush()
         return self.drain()
 
+    def snapshot(self, end_offset: int, values: list) -> SnapshotId:
+        """The application's state after applying every record below ``end_offset`` (a
+        committed, applied offset): written as a snapshot, and the log start moves to it."""
+        if end_offset > self.applied:
+            raise ValueError(f"snapshot end {end_offset} past the applied offset {self.applied}")
+        return self.log.create_snapshot(end_offset, values)
+
     def next_deadline(self) -> int:
         st = self.state
         d = st.deadline
@@ -170,6 +183,17 @@ class RaftNode:
         """The leader id to put in answers: a resigned leader no longer leads its epoch."""
         st = self.state
         return -1 if st.name == RESIGNED else st.leader_id
+
+    def describe_quorum(self) -> m.DescribeQuorumResponse:
+        """DescribeQuorum's answer: the leader's view of each replica's end offset (its own
+        log end for itself); other nodes answer NOT_LEADER_OR_FOLLOWER, as Kafka's."""
+        st = self.state
+        if not isinstance(st, LeaderState):
+            return m.DescribeQuorumResponse(m.NOT_LEADER_OR_FOLLOWER, self._known_leader(), st.epoch, -1)
+        voters = [m.ReplicaState(v, d, self.log.end_offset() if v == self.node_id else st.voter_end.get(v, -1))
+                  for v, d in sorted(self.voters.items())]
+        observers = [m.ReplicaState(o, None, end) for o, end in sorted(st.observer_end.items())]
+        return m.DescribeQuorumResponse(m.NONE, self.node_id, st.epoch, st.high_watermark, voters, observers)
 
     def is_leader(self) -> bool:
         return self.state.name == LEADER
@@ -255,7 +279,8 @@ class RaftNode:
         elif isinstance(st, CandidateState):
             self._transition(LeaderState(LEADER, st.epoch, now + self._check_quorum_ms(),
                                          leader_id=self.node_id, voted_id=st.voted_id,
-                                         voted_directory_id=st.voted_directory_id), now)
+                                         voted_directory_id=st.voted_directory_id,
+                                         granting_voters=set(st.granted)), now)
 
     def _check_quorum_ms(self) -> int:
         return self.config.fetch_timeout_ms * 3 // 2
@@ -267,7 +292,8 @@ class RaftNode:
         st.fetched = {self.node_id}
         # the LeaderChange control record: the high watermark can only move past an offset of
         # this epoch, so write one at once rather than wait for the application to append
-        self.log.append(st.epoch, [None])
+        self.log.append(st.epoch, [LeaderChange(self.node_id, tuple(sorted(self.voters)),
+                                                tuple(sorted(st.granting_voters)))])
         st.flush_at = now
 
     # -- the poll loop -----------------------------------------------------------------------------
@@ -283,7 +309,10 @@ class RaftNode:
                 else:
                     self._to_unattached(st.epoch, now, keep_vote=True)
                 return self._poll(now)
-            self._send_fetch(st.leader_id, now)
+            if st.fetching_snapshot is not None:
+                self._send_fetch_snapshot(st, now)
+            else:
+                self._send_fetch(st.leader_id, now)
         elif name == UNATTACHED:
             if self.is_voter:
                 if now >= st.deadline:
@@ -383,6 +412,15 @@ class RaftNode:
                                         self.state.epoch, self.log.end_offset(),
                                         self.log.last_fetched_epoch(), 0,
                                         self.config.fetch_max_wait_ms), now)
+
+    def _send_fetch_snapshot(self, st: FollowerState, now: int) -> None:
+        dest = st.leader_id
+        if not self._can_send(dest, now):
+            return
+        sid = st.fetching_snapshot
+        self._send(dest, m.FetchSnapshotRequest(self._next_corr(), self.node_id, st.epoch, sid.end_offset,
+                                                sid.epoch, len(st.snapshot_buf),
+                                                self.config.fetch_snapshot_max_bytes, self.directory_id), now)
 
     # -- common response handling ----------------------------------------------------------------
     def _learn(self, epoch: int, leader: int, now: int) -> bool:
@@ -527,6 +565,13 @@ class RaftNode:
             code = m.INVALID_REQUEST
         if code != m.NONE:
             return self._reply(src, m.FetchResponse(r.correlation_id, code, self._known_leader(), st.epoch))
+        snap = self._snapshot_for(r)
+        if snap is not None:        # KIP-630: what it needs next is only in our snapshot
+            st.parked.pop(src, None)
+            return self._reply(src, m.FetchResponse(r.correlation_id, m.NONE, self.node_id, st.epoch,
+                                                    st.high_watermark, snapshot_end_offset=snap.end_offset,
+                                                    snapshot_epoch=snap.epoch,
+                                                    log_start_offset=self.log.log_start_offset()))
         # validate the fetcher's log against ours (KIP-595's diverging epoch)
         if r.fetch_offset > 0 or r.last_fetched_epoch > 0:
             e, end = self.log.end_offset_for_epoch(r.last_fetched_epoch)
@@ -541,6 +586,20 @@ class RaftNode:
             st.parked[src] = (r, now + r.max_wait_ms)      # long poll until there is something new
             return
         self._answer_fetch(src, r, st, now)
+
+    def _snapshot_for(self, r: m.FetchRequest) -> SnapshotId | None:
+        """The snapshot a fetcher must load first: its offset is below our log start, or at
+        it with an epoch our trimmed epoch cache cannot check (Kafka's validateOffsetAndEpoch)."""
+        start = self.log.log_start_offset()
+        if start == 0:
+            return None
+        snap = self.log.latest_snapshot()
+        if r.fetch_offset < start:
+            return snap
+        if r.fetch_offset == start and r.last_fetched_epoch == snap.epoch:
+            return None
+        e, end = self.log.end_offset_for_epoch(r.last_fetched_epoch)
+        return snap if (e != r.last_fetched_epoch or end < r.fetch_offset) and end <= start else None
 
     def _answer_fetch(self, src: int, r: m.FetchRequest, st: LeaderState, now: int) -> None:
         recs = self.log.read(r.fetch_offset, self.config.fetch_max_records)
@@ -601,7 +660,10 @@ class RaftNode:
             log.truncate_to(self._truncation_offset(r.diverging_epoch, r.diverging_end_offset))
             return
         if r.snapshot_end_offset >= 0:
-            raise NotImplementedError("FetchSnapshot (KIP-630) is not implemented yet")
+            sid = SnapshotId(r.snapshot_end_offset, r.snapshot_epoch)
+            if st.fetching_snapshot != sid:
+                st.fetching_snapshot, st.snapshot_buf = sid, bytearray()
+            return
         recs = r.records
         if recs and recs[0].offset == log.end_offset():
             log.append_as_follower(recs)
@@ -617,9 +679,56 @@ class RaftNode:
         local_epoch, local_end = self.log.end_offset_for_epoch(epoch)
         return min(local_end, end) if local_epoch == epoch else local_end
 
-    def _on_fetch_snapshot(self, src: int, r, now: int) -> None:
+    def _on_fetch_snapshot(self, src: int, r: m.FetchSnapshotRequest, now: int) -> None:
         st = self.state
-        self._reply(src, m.FetchSnapshotResponse(r.correlation_id, m.INVALID_REQUEST, self._known_leader(), st.epoch))
+        code = m.NONE
+        if r.current_leader_epoch < st.epoch:
+            code = m.FENCED_LEADER_EPOCH
+        elif r.current_leader_epoch > st.epoch:
+            code = m.UNKNOWN_LEADER_EPOCH
+        elif st.name != LEADER:
+            code = m.NOT_LEADER_OR_FOLLOWER
+        sid = SnapshotId(r.snapshot_end_offset, r.snapshot_epoch)
+        data = self.log.snapshot_bytes(sid) if code == m.NONE else None
+        if code == m.NONE and data is None:
+            code = m.SNAPSHOT_NOT_FOUND
+        elif code == m.NONE and not 0 <= r.position <= len(data):
+            code = m.POSITION_OUT_OF_RANGE
+        if code != m.NONE:
+            return self._reply(src, m.FetchSnapshotResponse(r.correlation_id, code, self._known_leader(), st.epoch,
+                                                            r.snapshot_end_offset, r.snapshot_epoch))
+        if self._is_voter_key(src, r.replica_directory_id):
+            st.fetched.add(src)         # it is alive and following: check quorum counts it
+        chunk = data[r.position:r.position + max(r.max_bytes, 1)]
+        self._reply(src, m.FetchSnapshotResponse(r.correlation_id, m.NONE, self.node_id, st.epoch,
+                                                 sid.end_offset, sid.epoch, len(data), r.position, bytes(chunk)))
+
+    def _on_fetch_snapshot_response(self, src: int, r: m.FetchSnapshotResponse, now: int) -> None:
+        if not self._expected(src, r.correlation_id) or self._learn(r.leader_epoch, r.leader_id, now):
+            return
+        st = self.state
+        if st.name != FOLLOWER or r.leader_id != src or st.fetching_snapshot is None:
+            return
+        sid = st.fetching_snapshot
+        if r.error_code != m.NONE or SnapshotId(r.snapshot_end_offset, r.snapshot_epoch) != sid:
+            if r.error_code == m.SNAPSHOT_NOT_FOUND or r.error_code == m.POSITION_OUT_OF_RANGE:
+                st.fetching_snapshot, st.snapshot_buf = None, bytearray()     # fetch again: a newer one
+            else:
+                self._backoff[src] = now + self.config.retry_backoff_ms
+            return
+        st.has_fetched = True
+        st.deadline = now + self.config.fetch_timeout_ms
+        if r.position != len(st.snapshot_buf):
+            return
+        st.snapshot_buf += r.unaligned_records
+        if len(st.snapshot_buf) < r.size:
+            return
+        values = self.log.install_snapshot(sid, bytes(st.snapshot_buf))
+        st.fetching_snapshot, st.snapshot_buf = None, bytearray()
+        self._out.snapshot = (sid, values)
+        self._out.committed = [c for c in self._out.committed if c.offset >= sid.end_offset]
+        self.applied = max(self.applied, sid.end_offset)
+        self.high_watermark = max(self.high_watermark, sid.end_offset)
 
     def _ignore(self, src: int, r, now: int) -> None:
         pass
@@ -635,7 +744,7 @@ _HANDLERS = {
     m.FetchRequest: RaftNode._on_fetch_request,
     m.FetchResponse: RaftNode._on_fetch_response,
     m.FetchSnapshotRequest: RaftNode._on_fetch_snapshot,
-    m.FetchSnapshotResponse: RaftNode._ignore,
+    m.FetchSnapshotResponse: RaftNode._on_fetch_snapshot_response,
 }
 
 __all__ = ["RaftNode", "QuorumConfig", "Output", "StateChange", "Knobs", "KafkaError", "Record"]

@@ -127,6 +127,8 @@ class CandidateState(EpochState):
 class FollowerState(EpochState):
     has_fetched: bool = False       # a successful fetch since becoming follower (KIP-996)
     high_watermark: int = -1
+    fetching_snapshot: object = None    # SnapshotId the leader told us to fetch (KIP-630)
+    snapshot_buf: bytearray = field(default_factory=bytearray)
 
 
 @dataclass(slots=True)
@@ -140,6 +142,7 @@ class LeaderState(EpochState):
     parked: dict = field(default_factory=dict)          # replica id -> (FetchRequest, expiry)
     sent_hw: dict = field(default_factory=dict)         # replica id -> high watermark last sent to it
     flush_at: int = -1
+    granting_voters: set = field(default_factory=set)   # for the LeaderChange record
 
 
 @dataclass(slots=True)

@@ -23,6 +23,15 @@ class RequestContext:
     header: RequestHeader
     connection: object  # network.Connection
     listener: str
+    # client quotas: when the request started (perf_counter_ns; 0 when no request-time
+    # quota is configured), the throttle time its response carries, and whether its
+    # request time has been recorded (a handler that encodes its own response does it)
+    start_ns: int = 0
+    throttle_ms: int = 0
+    recorded: bool = False
+    # the handler's own time so far: finished steps, and when the running one began (0: none)
+    busy_ns: int = 0
+    step_ns: int = 0
 
     @property
     def api_version(self) -> int:

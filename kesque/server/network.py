@@ -263,7 +263,7 @@ class Connection:
 
     def _parse_frames(self) -> None:
         buf = self._buf
-        while not self.closed:
+        while not self.closed and not self.muted_until:  # a throttled connection's next request waits
             avail = self._end - self._start
             if avail < 4:
                 break
@@ -405,8 +405,8 @@ class Connection:
             self._update_reader()
 
     def _update_reader(self) -> None:
-        """Read while neither back-pressure nor the memory pool holds this connection back."""
-        want = not (self.closed or self._paused or self._needs_memory)
+        """Read while neither back-pressure, the memory pool nor a quota holds this connection back."""
+        want = not (self.closed or self._paused or self._needs_memory or self.muted_until)
         if want and not self._reading:
             self.loop.add_reader(self.fd, self._on_readable)
         elif self._reading and not want:
@@ -416,7 +416,25 @@ class Connection:
     @property
     def busy(self) -> bool:
         """A request is in progress, or the broker holds this connection back: not idle."""
-        return bool(self._slots) or self._needs_memory
+        return bool(self._slots) or self._needs_memory or bool(self.muted_until)
+
+    # client quotas (KIP-219): a throttled connection reads no request until the deadline
+    muted_until = 0.0
+
+    def mute_until(self, deadline: float) -> None:
+        """Read nothing more until ``deadline`` (loop time); responses already due still go out."""
+        if self.closed or deadline <= self.muted_until:
+            return
+        self.muted_until = deadline
+        self._update_reader()
+        self.loop.call_at(deadline, self._unmute, deadline)
+
+    def _unmute(self, deadline: float) -> None:
+        if self.muted_until == deadline:
+            self.muted_until = 0.0
+            if self._big is None and self._end > self._start:
+                self._parse_frames()  # requests that arrived with or behind the throttled one
+            self._update_reader()
 
     # ================================================================== writing
     def _flush(self) -> None:
@@ -542,6 +560,8 @@ class SocketServer:
                 log.warning("accept failed: %s", e)
                 return
             sock.setblocking(False)
+            if self.admit is not None and not self.admit(sock, _addr):
+                continue  # connection quotas: refused (admit closes it)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.send_buffer > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
@@ -549,8 +569,14 @@ class SocketServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer)
             self.connections.add(Connection(self, sock, name))
 
+    # connection quotas: admit(sock, addr) -> bool for each accepted socket, release(ip) on close
+    admit = None
+    release = None
+
     def connection_closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        if self.release is not None:
+            self.release(conn.peer[0])
 
     def expire_idle(self) -> None:
         """Close connections that neither sent nor received a byte for ``connections.max.idle.ms``

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import datetime
+import functools
 import inspect
 import logging
 import os
@@ -30,8 +33,49 @@ from ..storage import checkpoint as ck
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
 from .context import NO_RESPONSE, CloseConnection, RequestContext
 from .network import SocketServer
+from . import quotas as quota_core
+from .quotas import ANONYMOUS, Quotas
 
 log = logging.getLogger(__name__)
+
+QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
+
+
+async def _timed(awaitable, ctx):
+    """Await ``awaitable``, adding the time each of its steps runs (not the time it waits)
+    to ``ctx.busy_ns``, for request_percentage."""
+    gen = awaitable.__await__()
+    send, error = None, None
+    while True:
+        ctx.step_ns = t0 = time.perf_counter_ns()
+        try:
+            future = gen.throw(error) if error is not None else gen.send(send)
+        except StopIteration as done:
+            return done.value
+        finally:
+            ctx.busy_ns += time.perf_counter_ns() - t0
+            ctx.step_ns = 0
+        try:
+            send, error = await _Yield(future), None
+        except BaseException as e:  # noqa: BLE001 - handed back to the awaitable, as await does
+            send, error = None, e
+
+
+class _Yield:
+    """Passes one future of the wrapped awaitable up to the event loop."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future):
+        self.future = future
+
+    def __await__(self):
+        return (yield self.future)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_throttle_field(cls) -> bool:
+    return dataclasses.is_dataclass(cls) and any(f.name == "throttle_time" for f in dataclasses.fields(cls))
 
 
 class KesqueServer:
@@ -55,6 +99,8 @@ class KesqueServer:
         self.stopped = False
         self.log_cleaner = None
         self.start_time = time.monotonic()
+        self.quotas = Quotas.from_config(config)
+        self._ip_overrides: tuple[str | None, dict[str, int]] = (None, {})
         self.metadata_dir_lock: DirLock | None = None
 
     # ================================================================== lifecycle
@@ -114,6 +160,8 @@ class KesqueServer:
             self.share_coordinator = ShareCoordinator(self)
             self.replica_manager.add_leadership_listener(self.share_coordinator.on_leadership)
         self.controller.bootstrap()
+        self.quotas.update(self.image.client_quotas)
+        self.add_publisher(lambda delta: delta.changed_quotas and self.quotas.update(self.image.client_quotas))
         # dynamic broker configs and the logs, as the image describes them
         full = Delta(changed_configs=set(self.image.configs))
         self.replica_manager.apply_delta(full)
@@ -125,6 +173,8 @@ class KesqueServer:
         self.socket_server = SocketServer(self.loop, self.handle_frame, cfg.get("socket.request.max.bytes"),
                                           cfg.get("socket.send.buffer.bytes"), cfg.get("socket.receive.buffer.bytes"),
                                           cfg.get("queued.max.request.bytes"), cfg.get("connections.max.idle.ms"))
+        self.socket_server.admit = self._admit_connection
+        self.socket_server.release = self.quotas.connections.release
         controller_names = {n.upper() for n in cfg.get("controller.listener.names")}
         for lis in cfg.listeners():
             if lis.name in controller_names:
@@ -278,6 +328,7 @@ class KesqueServer:
                     tc.expire_transactional_ids, "transactionalId-expiration")
         self._every(cfg.get("producer.id.expiration.check.interval.ms"),
                     lambda: lm.remove_expired_producers(cfg.get("producer.id.expiration.ms")), "producer-id-expiration")
+        self._every(QUOTA_REPORT_INTERVAL_MS, self._report_quotas, "client-quota-metrics")
         self._every(cfg.get("replica.high.watermark.checkpoint.interval.ms"),
                     lambda: self._write_in_background(lm.high_watermark_checkpoints()), "highwatermark-checkpoint")
 
@@ -339,6 +390,8 @@ class KesqueServer:
             conn.close()
             return
         ctx = RequestContext(header, conn, conn.listener)
+        if self.quotas.request.enabled:
+            ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
@@ -349,11 +402,21 @@ class KesqueServer:
         if result is NO_RESPONSE:
             conn.drop_slot(slot)
         elif inspect.isawaitable(result):
-            self.spawn(self._complete_later(conn, slot, header, result))
+            if ctx.start_ns:  # a delayed answer's request time: the handler's steps, not its waits
+                ctx.busy_ns = time.perf_counter_ns() - ctx.step_ns
+                ctx.step_ns = 0
+                result = _timed(result, ctx)
+            self.spawn(self._complete_later(conn, slot, ctx, result))
+            return
         else:
+            if ctx.start_ns or ctx.throttle_ms:
+                result = self._throttled(ctx, result)
             conn.complete(slot, self._frame(header, result))
+        if ctx.throttle_ms:
+            self._mute(conn, ctx)
 
-    async def _complete_later(self, conn, slot, header, awaitable) -> None:
+    async def _complete_later(self, conn, slot, ctx, awaitable) -> None:
+        header = ctx.header
         try:
             result = await awaitable
         except (ProtocolError, CloseConnection) as e:
@@ -369,7 +432,93 @@ class KesqueServer:
         if result is NO_RESPONSE:
             conn.drop_slot(slot)
         else:
+            if ctx.start_ns or ctx.throttle_ms:
+                result = self._throttled(ctx, result)
             conn.complete(slot, self._frame(header, result))
+        if ctx.throttle_ms:
+            self._mute(conn, ctx)
+
+    # ================================================================== client quotas
+    def _now_ms(self) -> int:
+        return int(self.clock.monotonic() * 1000)
+
+    def throttle(self, ctx, manager, value: float) -> int:
+        """Record ``value`` (bytes) against the client's ``manager`` quota, and the request's
+        time against its request quota; the request's throttle time (the larger delay), also
+        kept in ``ctx`` for the dispatcher to mute the connection. For handlers that encode
+        their own response (Produce, Fetch); call only when a quota is configured."""
+        now = self._now_ms()
+        ms = manager.record(ANONYMOUS, ctx.client_id or "", value, now) if manager.enabled else 0
+        ctx.throttle_ms = max(ctx.throttle_ms, ms, self._record_request_time(ctx, now))
+        return ctx.throttle_ms
+
+    def mutation_quota(self, ctx, strict_since: int):
+        """The request's controller_mutation_rate quota (KIP-599), None when it has none:
+        strict (THROTTLING_QUOTA_EXCEEDED per topic) from ``strict_since``, else permissive."""
+        m = self.quotas.mutation
+        if not m.enabled:
+            return None
+        return m.new_quota(ANONYMOUS, ctx.client_id or "", ctx.api_version >= strict_since, self._now_ms)
+
+    def charge_mutations(self, ctx, quota) -> None:
+        """The mutation quota's delay becomes the request's throttle time (if larger)."""
+        if quota is not None:
+            ctx.throttle_ms = max(ctx.throttle_ms, quota.throttle_time())
+
+    def _record_request_time(self, ctx, now_ms: int) -> int:
+        """request_percentage: the handler's time for this request, as a percentage of a second."""
+        if ctx.recorded or not ctx.start_ns:
+            return 0
+        ctx.recorded = True
+        busy = ctx.busy_ns + (time.perf_counter_ns() - ctx.step_ns if ctx.step_ns else 0)
+        percent = busy * 1e-7
+        return self.quotas.request.record(ANONYMOUS, ctx.client_id or "", percent, now_ms)
+
+    def _throttled(self, ctx, result):
+        """The response with the request's throttle time in it (versions that have the field)."""
+        if ctx.start_ns and not ctx.recorded:
+            ctx.throttle_ms = max(ctx.throttle_ms, self._record_request_time(ctx, self._now_ms()))
+        if ctx.throttle_ms and _has_throttle_field(type(result)):
+            result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=ctx.throttle_ms))
+        return result
+
+    def _mute(self, conn, ctx) -> None:
+        """KIP-219: the response went out at once; the connection reads nothing more until
+        the throttle time has passed (other connections are served meanwhile)."""
+        log.debug("%s: throttling client %s for %d ms", conn.id, ctx.client_id, ctx.throttle_ms)
+        conn.mute_until(self.loop.time() + ctx.throttle_ms / 1000.0)
+
+    def _admit_connection(self, sock, addr) -> bool:
+        """max.connections.per.ip (and overrides) and connection_creation_rate: a refused
+        connection is closed, after the throttle delay when its IP's rate was exceeded."""
+        ip = addr[0]
+        ok, delay_ms, reason = self.quotas.connections.admit(ip, self._ip_limit(ip), self._now_ms())
+        if ok:
+            return True
+        log.info("Rejected connection from %s: %s", ip, reason)
+        if delay_ms:
+            self.loop.call_later(delay_ms / 1000.0, sock.close)
+        else:
+            sock.close()
+        return False
+
+    def _ip_limit(self, ip: str) -> int:
+        raw = self.config.get("max.connections.per.ip.overrides") or ""
+        if raw != self._ip_overrides[0]:
+            by_host = quota_core.parse_ip_overrides(raw)
+            by_ip = {}
+            for host, count in by_host.items():
+                try:
+                    by_ip[socket.gethostbyname(host)] = count
+                except OSError:
+                    by_ip[host] = count
+            self._ip_overrides = (raw, by_ip)
+        limit = self._ip_overrides[1].get(ip)
+        return self.config.get("max.connections.per.ip") if limit is None else limit
+
+    def _report_quotas(self) -> None:
+        for line in self.quotas.report(self._now_ms()):
+            log.info("Client quota %s", line)
 
     @staticmethod
     def _frame(header, result) -> list:

@@ -19,12 +19,13 @@ from .scheduler import Scheduler
 
 def sim_config() -> QuorumConfig:
     """Kafka's defaults, except a request timeout below the fetch timeout: the simulated network
-    drops messages, where TCP would retransmit, and one lost fetch must not start an election."""
-    return QuorumConfig(request_timeout_ms=500)
+    drops messages, where TCP would retransmit, and one lost fetch must not start an election;
+    and small FetchSnapshot chunks, so that a snapshot takes several."""
+    return QuorumConfig(request_timeout_ms=500, fetch_snapshot_max_bytes=256)
 
 
 class SimNode:
-    __slots__ = ("node_id", "disk", "raft", "incarnation", "timer_at", "timer_gen", "applied")
+    __slots__ = ("node_id", "disk", "raft", "incarnation", "timer_at", "timer_gen", "applied", "state")
 
     def __init__(self, node_id: int, disk: Disk):
         self.node_id = node_id
@@ -34,12 +35,13 @@ class SimNode:
         self.timer_at = -1
         self.timer_gen = 0
         self.applied = 0         # next offset the application expects (checked by the invariants)
+        self.state: list = []    # the application: (epoch, value) of every record applied
 
 
 class RaftCluster:
     def __init__(self, scheduler: Scheduler, voters: int, observers: int = 0,
                  config: QuorumConfig | None = None, faults: NetworkFaults | None = None,
-                 knobs: Knobs | None = None, torn_tail: bool = False):
+                 knobs: Knobs | None = None, torn_tail: bool = False, snapshot_every: int = 0):
         self.scheduler = scheduler
         self.rng = scheduler.rng
         self.config = config or sim_config()
@@ -50,6 +52,9 @@ class RaftCluster:
         self.voters = {i: self.nodes[i].disk.directory_id for i in range(voters)}
         self.observers = set(range(voters, voters + observers))
         self.on_commit = []           # callbacks (node id, [Record]) for the invariants
+        self.on_snapshot = []         # callbacks (node, SnapshotId, values, installed) likewise
+        self.snapshot_every = snapshot_every    # records applied past the log start: snapshot
+        self.snapshots_installed = 0
         self.next_value = 0
         self.appended = 0
 
@@ -110,7 +115,10 @@ class RaftCluster:
         sn = self.nodes[node_id]
         assert sn.raft is None, f"node {node_id} already runs"
         sn.incarnation += 1
-        sn.applied = 0
+        log = sn.disk.log
+        sn.applied = log.log_start_offset()         # the application loads the latest snapshot
+        snap = log.latest_snapshot()
+        sn.state = list(log.snapshot_values(snap)) if snap else []
         sn.raft = RaftNode(node_id, sn.disk.directory_id, self.voters, sn.disk.log, sn.disk.store,
                            self.config, random.Random(self.rng.getrandbits(64)),
                            self.scheduler.now, self.knobs)
@@ -172,11 +180,29 @@ class RaftCluster:
         send = self.router.send
         for dst, msg in out.messages:
             send(sn.node_id, dst, msg)
+        if out.snapshot is not None:
+            sid, values = out.snapshot
+            self.snapshots_installed += 1
+            for cb in self.on_snapshot:
+                cb(sn, sid, values, True)
+            sn.state = list(values)
         if out.committed:
             for cb in self.on_commit:
                 cb(sn, out.committed)
+            sn.state.extend((r.epoch, r.value) for r in out.committed)
+            if self.snapshot_every and sn.raft is not None:
+                self._maybe_snapshot(sn)
         if sn.raft is not None:
             self._reschedule(sn)
+
+    def _maybe_snapshot(self, sn: SimNode) -> None:
+        log = sn.disk.log
+        end = min(sn.applied, log.durable_end_offset())
+        if end - log.log_start_offset() >= self.snapshot_every:
+            values = sn.state[:end]
+            sid = sn.raft.snapshot(end, values)
+            for cb in self.on_snapshot:
+                cb(sn, sid, values, False)
 
     def _reschedule(self, sn: SimNode) -> None:
         d = sn.raft.next_deadline()

@@ -22,7 +22,7 @@ exactly the loss of a committed copy (a replaced disk), as Kafka's simulation do
 
 from __future__ import annotations
 
-from ..raft.log import NO_TRUNCATION
+from ..raft.log import NO_TRUNCATION, LeaderChange
 from .scheduler import InvariantViolation
 
 
@@ -39,6 +39,7 @@ class Invariants:
         self.leader_hw: dict[int, int] = {}   # epoch -> its leader's high watermark
         self.store_seen: dict = {}            # store -> its write count at the last check
         cluster.on_commit.append(self.on_applied)
+        cluster.on_snapshot.append(self.on_snapshot)
         cluster.scheduler.add_invariant(self.check)
 
     def fail(self, what: str) -> None:
@@ -84,6 +85,13 @@ class Invariants:
         self.node_hw[key] = hw
         log = sn.disk.log
         done = self.verified.get(key, 0)
+        start = log.log_start_offset()
+        if start > done:
+            # below its log start a node holds a snapshot, checked against the ledger when it
+            # was taken or installed (on_snapshot)
+            if start > len(self.ledger):
+                self.fail(f"node {sn.node_id}: log starts at {start}, past the committed offset {len(self.ledger)}")
+            done = start
         if log.truncated_to != NO_TRUNCATION:
             if log.truncated_to < done:
                 self.fail(f"node {sn.node_id}: truncated its log to {log.truncated_to}, below "
@@ -104,7 +112,7 @@ class Invariants:
                     self.fail(f"node {node_id}: committed offset {o} is {(rec.epoch, rec.value)}, "
                               f"elsewhere {ledger[o]}")
             else:
-                if rec.value is not None:
+                if not isinstance(rec.value, LeaderChange):
                     if rec.value in self.values:
                         self.fail(f"node {node_id}: value {rec.value!r} committed twice (offset {o})")
                     self.values.add(rec.value)
@@ -137,6 +145,23 @@ class Invariants:
                 have += 1
         if have < self.cluster.majority():
             self.fail(f"committed offset {c - 1} is durable on {have} voters, fewer than a majority")
+
+    def on_snapshot(self, sn, sid, values, installed: bool) -> None:
+        """A snapshot (taken by the node's application, or fetched from the leader) is the
+        committed prefix below its end offset, and the application goes on from there."""
+        self._check_node(sn)
+        end = sid.end_offset
+        how = "installed" if installed else "took"
+        if end > len(self.ledger):
+            self.fail(f"node {sn.node_id} {how} a snapshot to {end}, past the committed offset {len(self.ledger)}")
+        if values != self.ledger[:end]:
+            bad = next(i for i, (a, b) in enumerate(zip(values + [None] * end, self.ledger[:end])) if a != b)
+            self.fail(f"node {sn.node_id} {how} snapshot {sid}: offset {bad} is {values[bad] if bad < len(values) else None}, "
+                      f"committed {self.ledger[bad]}")
+        if sid.epoch != self.ledger[end - 1][0]:
+            self.fail(f"node {sn.node_id} {how} snapshot {sid}: epoch of offset {end - 1} is {self.ledger[end - 1][0]}")
+        if installed:
+            sn.applied = max(sn.applied, end)
 
     def on_applied(self, sn, records) -> None:
         self._check_node(sn)          # learn the ledger up to this node's high watermark first

@@ -42,7 +42,7 @@ class Sim:
 
     def __init__(self, seed: int, voters: int | None = None, observers: int | None = None,
                  faults: NetworkFaults | None = None, majority_invariant: bool = True,
-                 knobs: Knobs | None = None, torn_tail: bool = False):
+                 knobs: Knobs | None = None, torn_tail: bool = False, snapshot_every: int = 0):
         self.s = Scheduler(seed)
         rng = self.s.rng
         voters = voters if voters is not None else rng.randint(3, 5)
@@ -50,7 +50,8 @@ class Sim:
         if faults is None:
             faults = NetworkFaults(1, rng.randint(2, 20), drop=rng.choice((0, 0.005, 0.02)),
                                    duplicate=rng.choice((0, 0.01, 0.05)))
-        self.c = RaftCluster(self.s, voters, observers, faults=faults, knobs=knobs, torn_tail=torn_tail)
+        self.c = RaftCluster(self.s, voters, observers, faults=faults, knobs=knobs, torn_tail=torn_tail,
+                             snapshot_every=snapshot_every)
         self.inv = Invariants(self.c, majority=majority_invariant)
         self.s.every(APPEND_EVERY_MS, APPEND_EVERY_MS // 2, self.c.append)
 
@@ -296,7 +297,40 @@ def chaos(seed: int, **kw) -> Sim:
     return sim
 
 
-SCENARIOS = {f.__name__: f for f in (initial_election, leader_failure, all_killed, leader_partitioned,
+def snapshot_catch_up(seed: int, **kw) -> Sim:
+    """KIP-630: every node snapshots each ~50 records and drops the log below. A node (voter or
+    observer) is down while the leader's log start passes its log end; back, it is told to fetch
+    the snapshot, loads it in chunks (FetchSnapshot), and catches up from there."""
+    kw.setdefault("snapshot_every", 50)
+    sim = Sim(seed, **kw)
+    c, s = sim.c, sim.s
+    c.start_all()
+    leader = sim.elect()
+    sim.progress(10)
+    victim = s.rng.choice([i for i in c.ids if i != leader])
+    if s.rng.random() < 0.5:
+        c.shutdown(victim)
+    else:
+        c.kill(victim)
+    behind = c.nodes[victim].disk.log.end_offset()
+    others = set(c.ids) - {victim}
+    sim.until(lambda: all(c.nodes[i].disk.log.log_start_offset() > behind for i in others if c.is_running(i)),
+              f"every other node's log start passes node {victim}'s end {behind}")
+    installed = c.snapshots_installed
+    c.start(victim)
+    sim.until(lambda: c.snapshots_installed > installed, f"node {victim} installs a snapshot")
+    sim.progress(10, everyone=True)
+    return sim
+
+
+def chaos_snapshots(seed: int, **kw) -> Sim:
+    """``chaos`` with every node snapshotting each ~40 records: crashes, torn tails, truncations
+    and elections meet log start offsets, FetchSnapshot and snapshots loaded at restart."""
+    kw.setdefault("snapshot_every", 40)
+    return chaos(seed, **kw)
+
+
+SCENARIOS = {f.__name__: f for f in (snapshot_catch_up, chaos_snapshots, initial_election, leader_failure, all_killed, leader_partitioned,
                                      majority_reachable, back_to_back, stranded_candidate, disk_loss,
                                      disk_loss_then_leader_cut, chaos)}
 

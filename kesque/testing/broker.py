@@ -29,6 +29,7 @@ DEFAULTS = {
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
     "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
     "transaction.state.log.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
@@ -79,7 +80,7 @@ class Broker:
         return props
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, timeout: float = 30.0) -> "Broker":
+    def start(self, timeout: float = 60.0) -> "Broker":
         t0 = time.monotonic()
         if self.mode == "subprocess":
             self._start_subprocess(timeout)

@@ -220,8 +220,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def random_cluster_id() -> str:
-    """A cluster id as ``kafka-storage.sh random-uuid`` prints it (base64url, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A cluster id as ``kafka-storage.sh random-uuid`` prints it (base64url, no padding), never
+    starting with ``-`` (as Kafka's Uuid avoids: ``format -t -x...`` reads it as an option)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 DEFAULTS = {
@@ -229,6 +233,8 @@ DEFAULTS = {
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
     "controller.listener.names": "CONTROLLER",
     "inter.broker.listener.name": "PLAINTEXT",
@@ -381,7 +387,9 @@ class KafkaCluster:
         voters = ",".join(f"{i + 1}@{host}:{p}" for i, p in enumerate(controller_ports))
         cfg = {"offsets.topic.replication.factor": str(min(3, size)),
                "transaction.state.log.replication.factor": str(min(3, size)),
-               "transaction.state.log.min.isr": str(min(2, size)), **(config or {})}
+               "transaction.state.log.min.isr": str(min(2, size)),
+               "share.coordinator.state.topic.replication.factor": str(min(3, size)),
+               "share.coordinator.state.topic.min.isr": str(min(2, size)), **(config or {})}
         self.nodes = [KafkaBroker(config=cfg, host=host, heap=heap, node_id=i + 1, controller_port=cp,
                                   voters=voters, cluster_id=cluster_id)
                       for i, cp in enumerate(controller_ports)]

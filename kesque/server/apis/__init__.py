@@ -11,12 +11,13 @@ def register_all(server) -> None:
     from .logdirs import LogDirApis
     from .offsets import OffsetApis
     from .produce import ProduceApis
+    from .quotas import QuotaApis
     from .share import ShareGroupApis
     from .topics import TopicApis
     from .transactions import TransactionApis
 
     for cls in (CoreApis, ProduceApis, TransactionApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis,
-                GroupApis, ShareGroupApis):
+                GroupApis, ShareGroupApis, QuotaApis):
         cls(server).register()
 
 

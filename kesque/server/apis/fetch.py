@@ -15,6 +15,7 @@ from ...errors import ErrorCode, KafkaError
 from ...protocol.fetch import FileRegion, FetchPartitionResponse, encode_fetch_response
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
+from ..quotas import ANONYMOUS
 from .kiohelp import to_ms
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class FetchApis:
             replica_id = rs.replica_id
         if replica_id >= 0:
             # follower fetches arrive with the replication issue; refuse rather than misserve
+            # (they are never throttled by client quotas: keep them ahead of the quota checks)
             return self._error_response(v, ErrorCode.unknown_server_error, 0)
         image = s.image
         now = s.clock.monotonic()
@@ -123,10 +125,13 @@ class FetchApis:
         max_bytes = min(getattr(req, "max_bytes", 2**31 - 1), s.config.get("fetch.max.bytes"))
         min_bytes = req.min_bytes
         max_wait = to_ms(req.max_wait)
+        quotas = s.quotas
+        if quotas.fetch.enabled:  # never more than the client's quota allows in one window
+            max_bytes = int(min(max_bytes, quotas.fetch.max_value_in_window(ANONYMOUS, ctx.client_id or "")))
         total, must_answer = self._read_all(items, isolation, max_bytes)
         if max_wait <= 0 or not items or total >= min_bytes or must_answer:
-            return self._respond(v, items, session, incremental, isolation)
-        return self._delayed(v, items, session, incremental, isolation, max_bytes, min_bytes - total, max_wait)
+            return self._answer(ctx, v, items, session, incremental, isolation, total)
+        return self._delayed(ctx, v, items, session, incremental, isolation, max_bytes, min_bytes - total, max_wait)
 
     # ------------------------------------------------------------------ reading
     def _read_all(self, items: list[_Item], isolation: int, max_bytes: int) -> tuple[int, bool]:
@@ -156,7 +161,7 @@ class FetchApis:
                 total += size
         return total, errors
 
-    async def _delayed(self, v, items, session, incremental, isolation, max_bytes, needed, max_wait_ms):
+    async def _delayed(self, ctx, v, items, session, incremental, isolation, max_bytes, needed, max_wait_ms):
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         rm = self.server.replica_manager
@@ -177,7 +182,22 @@ class FetchApis:
             timer.cancel()
             for tp in tps:
                 rm.unwatch(tp, on_data)
-        self._read_all(items, isolation, max_bytes)
+        total, _errors = self._read_all(items, isolation, max_bytes)
+        return self._answer(ctx, v, items, session, incremental, isolation, total)
+
+    def _answer(self, ctx, v, items, session, incremental: bool, isolation: int, total: int):
+        """The response, unless the client is over its fetch or request quota: then, as
+        Kafka does, an empty response carrying the throttle time (the bytes read are not
+        counted against the quota, as they are not sent)."""
+        s = self.server
+        fetch_quota = s.quotas.fetch
+        if fetch_quota.enabled or ctx.start_ns:
+            if s.throttle(ctx, fetch_quota, total):
+                fetch_quota.unrecord(ANONYMOUS, ctx.client_id or "", total, s._now_ms())
+                if session is not None and not incremental:  # a full fetch opens no session when throttled
+                    self.sessions.remove(session.id)
+                    session = None
+                return encode_fetch_response(v, 0, session.id if session is not None else 0, [], ctx.throttle_ms)
         return self._respond(v, items, session, incremental, isolation)
 
     # ------------------------------------------------------------------ response

@@ -94,11 +94,15 @@ class ProduceApis:
                         log.debug("Produce to %s-%d failed: %s %s", name, p.index, r.error_code, r.error_message)
                 parts_out.append(r)
             topics_out.append((key, parts_out))
+        throttle_ms = 0
+        quotas = self.server.quotas
+        if quotas.produce.enabled or ctx.start_ns:  # the request's size, as Kafka's produce quota counts it
+            throttle_ms = self.server.throttle(ctx, quotas.produce, ctx.header.body_offset + len(body))
         if req.acks == 0:
             if failed:
                 raise CloseConnection("acks=0 produce request failed; closing connection to notify the client")
-            return NO_RESPONSE
-        return encode_produce_response(v, topics_out)
+            return NO_RESPONSE  # a throttled acks=0 producer is muted all the same
+        return encode_produce_response(v, topics_out, throttle_ms)
 
     def _log_start_offset(self, topic: str, partition: int) -> int:
         part = self.server.replica_manager.partitions.get((topic, partition))

@@ -29,7 +29,9 @@ class TopicApis:
             specs.append(NewTopic(t.name, t.num_partitions, t.replication_factor,
                                   {a.partition_index: list(a.broker_ids) for a in t.assignments},
                                   {c.name: c.value for c in t.configs}))
-        results = self.server.controller.create_topics(specs, req.validate_only)
+        quota = self.server.mutation_quota(ctx, strict_since=6)
+        results = self.server.controller.create_topics(specs, req.validate_only, quota)
+        self.server.charge_mutations(ctx, quota)
         out = []
         for spec, res in zip(specs, results):
             if res.error is None:
@@ -57,7 +59,9 @@ class TopicApis:
         else:
             names = list(req.topic_names)
             ids = [None] * len(names)
-        results = self.server.controller.delete_topics(names, ids)
+        quota = self.server.mutation_quota(ctx, strict_since=5)
+        results = self.server.controller.delete_topics(names, ids, quota)
+        self.server.charge_mutations(ctx, quota)
         out = []
         for name, topic_id, err in results:
             out.append(m("DeletableTopicResult", name=name, topic_id=topic_id,
@@ -69,16 +73,18 @@ class TopicApis:
         m = Msg(37, ctx.api_version)
         out = []
         seen = set()
+        quota = self.server.mutation_quota(ctx, strict_since=3)
         for t in req.topics:
             try:
                 if t.name in seen:
                     raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
                 seen.add(t.name)
                 assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
-                self.server.controller.create_partitions(t.name, t.count, assignments, req.validate_only)
+                self.server.controller.create_partitions(t.name, t.count, assignments, req.validate_only, quota)
                 out.append(m("CreatePartitionsTopicResult", name=t.name, error_code=ErrorCode.none, error_message=None))
             except KafkaError as e:
                 out.append(m("CreatePartitionsTopicResult", name=t.name, error_code=e.code, error_message=e.message))
+        self.server.charge_mutations(ctx, quota)
         return m(throttle_time=0, results=tuple(out))
 
     # ------------------------------------------------------------------ DescribeTopicPartitions

@@ -9,9 +9,12 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.zip.CRC32;
 
 import org.apache.kafka.clients.admin.Admin;
@@ -21,12 +24,15 @@ import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.GroupIdNotFoundException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
@@ -36,7 +42,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * compares the two transcripts.
  *
  * <pre>java -cp ... io.kesque.oracle.Clients SCENARIO BOOTSTRAP [ARGS]</pre>
- * scenarios: codecs N | idempotent | transactions | group classic|consumer | admin
+ * scenarios: codecs N | idempotent | transactions | group classic|consumer | admin | share N
  */
 public final class Clients {
     private static final Duration POLL = Duration.ofMillis(200);
@@ -50,6 +56,7 @@ public final class Clients {
             case "transactions" -> transactions(bootstrap);
             case "group" -> group(bootstrap, args[2]);
             case "admin" -> admin(bootstrap);
+            case "share" -> share(bootstrap, Integer.parseInt(args[2]));
             default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
         }
     }
@@ -78,6 +85,15 @@ public final class Clients {
         p.put("auto.offset.reset", "earliest");
         p.putAll(extra);
         return new KafkaConsumer<>(p);
+    }
+
+    private static KafkaShareConsumer<byte[], byte[]> shareConsumer(String bootstrap, String groupId) {
+        Properties p = common(bootstrap);
+        p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("group.id", groupId);
+        p.put("share.acknowledgement.mode", "explicit");
+        return new KafkaShareConsumer<>(p);
     }
 
     private static String topic(Admin admin, String prefix, int partitions, Map<String, String> configs)
@@ -312,6 +328,110 @@ public final class Clients {
         for (String name : List.of("cleanup.policy", "retention.ms", "max.message.bytes", "segment.bytes")) {
             ConfigEntry e = config.get(name);
             System.out.printf("%s: %s=%s (%s)%n", when, name, e.value(), e.source());
+        }
+    }
+
+    /**
+     * Two KafkaShareConsumers of one share group (explicit acknowledgement) on one partition: half the
+     * records are there before the group exists (share.auto.offset.reset=earliest, a group config), the
+     * rest arrive while both members poll. Each member accepts what it gets, except the first delivery of
+     * every tenth record, which it releases: that record must come back with delivery count 2.
+     */
+    static void share(String bootstrap, int n) throws Exception {
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            String t = topic(admin, "share", 1, Map.of());
+            String groupId = "sg-" + UUID.randomUUID();
+            ConfigResource group = new ConfigResource(ConfigResource.Type.GROUP, groupId);
+            admin.incrementalAlterConfigs(Map.of(group, List.of(new AlterConfigOp(
+                new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET)))).all().get();
+            try (var p = producer(bootstrap, Map.of())) {
+                produceShare(p, t, 0, n / 2);
+                Set<Integer> accepted = ConcurrentHashMap.newKeySet();
+                Set<String> errors = ConcurrentHashMap.newKeySet();
+                AtomicInteger acceptedTwice = new AtomicInteger();
+                AtomicInteger released = new AtomicInteger();
+                AtomicInteger redelivered = new AtomicInteger();
+                Set<String> membersWithRecords = ConcurrentHashMap.newKeySet();
+                AtomicBoolean stop = new AtomicBoolean();
+                List<Thread> members = new ArrayList<>();
+                for (String member : List.of("m1", "m2")) {
+                    Thread th = new Thread(() -> {
+                        try (var c = shareConsumer(bootstrap, groupId)) {
+                            c.subscribe(List.of(t));
+                            while (!stop.get()) {
+                                var records = c.poll(POLL);
+                                for (var r : records) {
+                                    membersWithRecords.add(member);
+                                    int v = Integer.parseInt(new String(r.value()));
+                                    short count = r.deliveryCount().orElse((short) -1);
+                                    if (count == 1 && v % 10 == 0) {
+                                        released.incrementAndGet();
+                                        c.acknowledge(r, AcknowledgeType.RELEASE);
+                                        continue;
+                                    }
+                                    if (count == 2) {
+                                        redelivered.incrementAndGet();
+                                    } else if (count != 1) {
+                                        errors.add("delivery count " + count);
+                                    }
+                                    c.acknowledge(r, AcknowledgeType.ACCEPT);
+                                    if (!accepted.add(v)) {
+                                        acceptedTwice.incrementAndGet();
+                                    }
+                                }
+                                if (!records.isEmpty()) {
+                                    c.commitSync().values().forEach(e -> e.ifPresent(
+                                        x -> errors.add("commit " + x.getClass().getSimpleName())));
+                                }
+                            }
+                        }
+                    });
+                    th.start();
+                    members.add(th);
+                }
+                try {
+                    long deadline = System.currentTimeMillis() + DEADLINE_MS;
+                    while (System.currentTimeMillis() < deadline && shareMembers(admin, groupId) < 2) {
+                        Thread.sleep(100);
+                    }
+                    produceShare(p, t, n / 2, n);
+                    while (System.currentTimeMillis() < deadline && accepted.size() < n) {
+                        Thread.sleep(100);
+                    }
+                } finally {
+                    stop.set(true);
+                    for (Thread th : members) {
+                        th.join();
+                    }
+                }
+                System.out.printf("share: accepted %d distinct, accepted twice %d, released %d redelivered %d "
+                                  + "with delivery count 2, members with records %d%n", accepted.size(),
+                                  acceptedTwice.get(), released.get(), redelivered.get(), membersWithRecords.size());
+                System.out.println("share errors: " + new TreeSet<>(errors));
+            }
+        }
+    }
+
+    /** Records from..to-1 (value = its number) in batches of 10, each batch flushed. */
+    private static void produceShare(KafkaProducer<byte[], byte[]> p, String t, int from, int to) {
+        for (int i = from; i < to; i++) {
+            p.send(new ProducerRecord<>(t, 0, null, ("" + i).getBytes()));
+            if (i % 10 == 9) {
+                p.flush();
+            }
+        }
+        p.flush();
+    }
+
+    /** Members of a share group (0 until its first member joins). */
+    private static int shareMembers(Admin admin, String groupId) throws Exception {
+        try {
+            return admin.describeShareGroups(List.of(groupId)).all().get().get(groupId).members().size();
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof GroupIdNotFoundException) {
+                return 0;
+            }
+            throw e;
         }
     }
 }

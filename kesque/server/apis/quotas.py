@@ -1,0 +1,91 @@
+"""DescribeClientQuotas and AlterClientQuotas.
+
+Describe filters the image's quota entities as Kafka's ClientQuotasImage.describe does (a
+bad filter fails the whole request); Alter goes to the controller, which validates each
+entity as ClientQuotaControlManager and writes ClientQuotaRecords.
+"""
+
+from __future__ import annotations
+
+from ...errors import ErrorCode, KafkaError
+from .. import quotas as qm
+from .kiohelp import Msg
+
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+
+
+def parse_filter(components) -> tuple[dict[str, str | None], set[str]]:
+    """(exact matches {type: name or None for the default}, types that must be present)."""
+    exact: dict[str, str | None] = {}
+    specified: set[str] = set()
+    for c in components:
+        etype = c.entity_type
+        if not etype:
+            raise KafkaError(ErrorCode.invalid_request, "Invalid empty entity type.")
+        if etype in exact or etype in specified:
+            raise KafkaError(ErrorCode.invalid_request,
+                             f"Entity type {etype} cannot appear more than once in the filter.")
+        if etype not in (qm.IP, qm.USER, qm.CLIENT_ID):
+            raise KafkaError(ErrorCode.unsupported_version, f"Unsupported entity type {etype}")
+        if c.match_type == MATCH_EXACT:
+            if c.match is None:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 "Request specified MATCH_TYPE_EXACT, but set match string to null.")
+            exact[etype] = c.match
+        elif c.match_type == MATCH_DEFAULT:
+            if c.match is not None:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 "Request specified MATCH_TYPE_DEFAULT, but also specified a match string.")
+            exact[etype] = None
+        elif c.match_type == MATCH_SPECIFIED:
+            if c.match is not None:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.")
+            specified.add(etype)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"Unknown match type {c.match_type}")
+    types = set(exact) | specified
+    if qm.IP in types and (qm.USER in types or qm.CLIENT_ID in types):
+        raise KafkaError(ErrorCode.invalid_request, "Invalid entity filter component combination. IP filter component "
+                                                    "should not be used with user or clientId filter component.")
+    return exact, specified
+
+
+def matches(entity: dict[str, str | None], exact: dict, specified: set, strict: bool) -> bool:
+    if strict and len(entity) != len(exact) + len(specified):
+        return False
+    return all(t in entity and entity[t] == n for t, n in exact.items()) and all(t in entity for t in specified)
+
+
+class QuotaApis:
+    def __init__(self, server):
+        self.server = server
+
+    def register(self) -> None:
+        self.server.register(48, 0, 1, self.describe_client_quotas)
+        self.server.register(49, 0, 1, self.alter_client_quotas)
+
+    def describe_client_quotas(self, ctx, req):
+        m = Msg(48, ctx.api_version)
+        try:
+            exact, specified = parse_filter(req.components)
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, error_message=e.message, entries=None)
+        entries = []
+        for entity, values in sorted(self.server.image.client_quotas.items(), key=lambda kv: repr(kv[0])):
+            if matches(dict(entity), exact, specified, req.strict):
+                entries.append(m("EntryData",
+                                 entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in entity),
+                                 values=tuple(m("ValueData", key=k, value=v) for k, v in sorted(values.items()))))
+        return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
+
+    def alter_client_quotas(self, ctx, req):
+        m = Msg(49, ctx.api_version)
+        alterations = [([(e.entity_type, e.entity_name) for e in entry.entity],
+                        [(op.key, None if op.remove else op.value) for op in entry.ops]) for entry in req.entries]
+        results = self.server.controller.alter_client_quotas(alterations, req.validate_only)
+        out = tuple(m("EntryData", error_code=err.code if err else ErrorCode.none,
+                      error_message=err.message if err else None,
+                      entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in entries))
+                    for entries, err in results)
+        return m(throttle_time=0, entries=out)
