@@ -85,13 +85,24 @@ class CleanerManager:
         self.max_clean_time_secs = 0.0
         self.max_compaction_delay_secs = 0.0
         self.cleaner_recopy_percent = 0
+        self._written_dirs: set[str] = set()  # dirs whose checkpoint file has held entries
 
     def load_checkpoints(self, log_dirs) -> None:
+        """Read each dir's checkpoint; a missing one is created empty, as Kafka's
+        OffsetCheckpointFile does, and stays empty until a log of that dir is cleaned."""
         for d in log_dirs:
+            path = os.path.join(d, ck.CLEANER_CHECKPOINT)
+            if not os.path.exists(path):
+                open(path, "ab").close()
+                continue
             try:
-                self.checkpoints.update(ck.OffsetCheckpointFile(os.path.join(d, ck.CLEANER_CHECKPOINT)).read())
+                found = ck.OffsetCheckpointFile(path).read()
             except ck.CheckpointError as e:
                 log.warning("Ignoring corrupt checkpoint %s in %s: %s", ck.CLEANER_CHECKPOINT, d, e)
+                continue
+            self.checkpoints.update(found)
+            if found:
+                self._written_dirs.add(d)
 
     def grab_filthiest(self, logs: dict, now_ms: int) -> LogToClean | None:
         """The compacted log to clean next (marked in progress), or None."""
@@ -122,10 +133,14 @@ class CleanerManager:
         self.uncleanable.add(job.tp)
 
     def checkpoint_jobs(self, log_manager) -> list[tuple[str, dict]]:
+        """Checkpoint writes for the dirs with something to say (a dir never cleaned keeps its
+        empty file, as in Kafka)."""
         out = []
         for d, entries in log_manager._by_dir(lambda _lg: None).items():
-            out.append((os.path.join(d, ck.CLEANER_CHECKPOINT),
-                        {tp: self.checkpoints[tp] for tp in entries if tp in self.checkpoints}))
+            kept = {tp: self.checkpoints[tp] for tp in entries if tp in self.checkpoints}
+            if kept or d in self._written_dirs:
+                self._written_dirs.add(d)
+                out.append((os.path.join(d, ck.CLEANER_CHECKPOINT), kept))
         return out
 
     def metrics(self) -> str:
