@@ -360,7 +360,8 @@ def main(argv=None) -> int:
                  "platform": platform.platform(), "loadavg_start": os.getloadavg(),
                  "kesque_imported_from": os.path.dirname(os.path.dirname(os.path.abspath(kesque.__file__)))},
         "source": source,
-        "broker": f"Apache Kafka {kafka_version()}" if args.against == "kafka-only" else "kesque",
+        "broker": {"kafka-only": lambda: f"Apache Kafka {kafka_version()}",
+                   "kafka": lambda: f"kesque and Apache Kafka {kafka_version()}"}.get(args.against, lambda: "kesque")(),
         "limits": {}, "figures": [], "brokers": {}, "errors": [],
     }
     tree = (f", working tree with {source['uncommitted_kesque_files']} uncommitted kesque/ files"

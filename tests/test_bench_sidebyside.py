@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests import oracle
+import oracle
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
@@ -35,8 +35,8 @@ def test_two_runs_give_each_figure_both_values_and_the_ratio_spread():
     assert md[2].startswith("| produce | MB/s (higher is better) | 100.0 | 200.0 | 0.50 | 110.0 | 200.0 | 0.55 | 10% |")
 
 
-@pytest.mark.oracle
-@pytest.mark.skipif(oracle.REASON is not None, reason=oracle.REASON or "")
+@oracle.MARKS[0]
+@oracle.MARKS[1]
 def test_quick_small_figure_runs_on_both_brokers(tmp_path):
     out = tmp_path / "sbs.json"
     r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "run.py"), "--against", "kafka", "--quick",
