@@ -117,7 +117,7 @@ def value_pool(size: int, count: int = 256, seed: int = 1) -> list[bytes]:
 # ================================================================== 1. produce with confluent-kafka
 
 def produce_confluent(bootstrap: str, topic: str, records: int, value_size: int = KIB,
-                      compression: str = "none") -> dict:
+                      compression: str = "none", acks: int | str = 1, values: list[bytes] | None = None) -> dict:
     errors: list[str] = []
 
     def on_delivery(err, _msg):  # called for failures only (delivery.report.only.error)
@@ -126,7 +126,7 @@ def produce_confluent(bootstrap: str, topic: str, records: int, value_size: int 
 
     p = Producer({
         "bootstrap.servers": bootstrap,
-        "acks": 1,
+        "acks": acks,
         "linger.ms": 5,
         "batch.size": 1048576,
         "batch.num.messages": 1000000,
@@ -140,7 +140,7 @@ def produce_confluent(bootstrap: str, topic: str, records: int, value_size: int 
         "log_level": 3,
     })
     p.list_topics(topic, timeout=30)  # metadata and connection up before the clock starts
-    elapsed, left = timed_produce(p, topic, value_pool(value_size), records)
+    elapsed, left = timed_produce(p, topic, values or value_pool(value_size), records)
     payload = records * value_size
     return {"records": records, "payload_bytes": payload, "seconds": elapsed, "mb_s": payload / elapsed / MB,
             "undelivered": left, "errors": errors, "compression": compression}

@@ -63,7 +63,9 @@ def _name(frame: str) -> str:
     return f"{m.group('func')} ({_short(m.group('file'))})"
 
 
-IDLE_LEAVES = ("EpollSelector.select (selectors.py)", "select (selectors.py)", "PollSelector.select (selectors.py)")
+# a thread pool worker waiting for work (queue.get is C: no deeper Python frame) is idle too
+IDLE_LEAVES = ("EpollSelector.select (selectors.py)", "select (selectors.py)", "PollSelector.select (selectors.py)",
+               "_worker (concurrent/futures/thread.py)")
 
 
 def summarize(raw_path: str, top: int = 15) -> dict:

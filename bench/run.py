@@ -29,7 +29,8 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
 GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions",
-          "spark", "recovery", "quotas")
+           "spark", "recovery", "quotas")
+SIDE_BY_SIDE = ("startup", "produce", "consume", "small", "latency")  # --against kafka (bench/sidebyside.py)
 
 SCALES = {
     "full": {"records": 1_000_000, "disk_bytes": 1 << 30, "loopback_seconds": 1.5, "small_requests": 200_000,
@@ -78,18 +79,28 @@ def parse_args(argv=None):
                                      "of the working tree, which may hold others' unfinished edits")
     ap.add_argument("--load-groups", type=int, help="override the group count of the coordinator load figure "
                                                     "(10,000; 1,000 with --quick)")
-    ap.add_argument("--against", choices=("kesque", "kafka"), default="kesque",
-                    help="the broker measured: kesque, or Apache Kafka (make kafka) for the same figures side by side")
+    ap.add_argument("--against", choices=("kesque", "kafka", "kafka-only"), default="kesque",
+                    help="kafka: the side-by-side table, kesque and Apache Kafka (make kafka) on the same workloads "
+                         "and clients in one run (bench/sidebyside.py); kafka-only: this script's kesque figures "
+                         "measured on Kafka alone")
+    ap.add_argument("--runs", type=int, default=1, help="--against kafka: runs of the whole table (the spread "
+                                                        "between them is reported)")
+    ap.add_argument("--max-load", type=float, default=2.5, help="--against kafka: before each measured run, wait "
+                                                                "for the 1-minute load average to fall below this")
+    ap.add_argument("--load-wait", type=float, help="--against kafka: the longest wait for that, in seconds "
+                                                    "(30; 10 with --quick)")
     ap.add_argument("--out", help="results file (default bench/results/latest.json, latest-kafka.json with "
                                   "--against kafka)")
     args = ap.parse_args(argv)
     if args.out is None:
-        args.out = os.path.join(RESULTS, "latest-kafka.json" if args.against == "kafka" else "latest.json")
+        args.out = os.path.join(RESULTS, {"kafka": "latest-sidebyside.json", "kafka-only": "latest-kafka.json"}
+                                .get(args.against, "latest.json"))
     only = [x.strip() for x in args.only.split(",") if x.strip()]
-    bad = [x for x in only if x not in GROUPS and x != "memory"]
+    groups = SIDE_BY_SIDE if args.against == "kafka" else GROUPS
+    bad = [x for x in only if x not in groups and x != "memory"]
     if bad:
-        ap.error(f"unknown figure group(s) {bad}; choose from {','.join(GROUPS)}")
-    args.groups = [g for g in GROUPS if not only or g in only]
+        ap.error(f"unknown figure group(s) {bad}; choose from {','.join(groups)}")
+    args.groups = [g for g in groups if not only or g in only]
     args.scale = dict(SCALES["quick" if args.quick else "full"])
     if args.records:
         args.scale["records"] = args.records
@@ -193,7 +204,7 @@ class BrokerGroup:
         self.log_path = os.path.join(RESULTS, f"broker-{self.name}.log")
         if os.path.exists(self.log_path):
             os.unlink(self.log_path)
-        if self.args.against == "kafka":  # Apache Kafka on the same figures (its log: broker.log_path)
+        if self.args.against == "kafka-only":  # Apache Kafka on the same figures (its log: broker.log_path)
             from kesque.testing.kafka import KafkaBroker
 
             self.broker = KafkaBroker(data_dir=self.dir, heap="1g",
@@ -252,7 +263,7 @@ class BrokerGroup:
         try:
             self.broker.stop(30)
         finally:
-            if self.args.against == "kafka":
+            if self.args.against == "kafka-only":
                 self.broker.close()  # its work dir (config, server.log)
             shutil.rmtree(self.dir, ignore_errors=True)
         self.report["brokers"][self.name] = info
@@ -355,13 +366,19 @@ def main(argv=None) -> int:
                  "platform": platform.platform(), "loadavg_start": os.getloadavg(),
                  "kesque_imported_from": os.path.dirname(os.path.dirname(os.path.abspath(kesque.__file__)))},
         "source": source,
-        "broker": "kesque" if args.against == "kesque" else f"Apache Kafka {kafka_version()}",
+        "broker": {"kafka-only": lambda: f"Apache Kafka {kafka_version()}",
+                   "kafka": lambda: f"kesque and Apache Kafka {kafka_version()}"}.get(args.against, lambda: "kesque")(),
         "limits": {}, "figures": [], "brokers": {}, "errors": [],
     }
     tree = (f", working tree with {source['uncommitted_kesque_files']} uncommitted kesque/ files"
             if source["working_tree"] else "")
     log(f"broker={report['broker']} scale={report['scale']} groups={','.join(args.groups)} data-dir={args.data_dir} "
         f"kesque={report['host']['kesque_imported_from']} (commit {source['commit']}{tree})")
+    if args.against == "kafka":  # the side-by-side table: its own workloads, both brokers
+        import sidebyside
+
+        sidebyside.main(args, report, log)
+        return finish(report, args, exported)
     records = sc["records"]
     small_topic = "bench-small"
 
@@ -1002,6 +1019,13 @@ def main(argv=None) -> int:
                 print(profiling.format_summary(name, info["profile"]))
             elif "profile_error" in info:
                 print(f"broker profile, {name}: {info['profile_error']}")
+    return finish(report, args, exported)
+
+
+def finish(report: dict, args, exported: str | None) -> int:
+    """Errors, the JSON file, the exported tree removed."""
+    report.setdefault("finished", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    report["host"].setdefault("loadavg_end", os.getloadavg())
     if report["errors"]:
         print("\nerrors:\n  " + "\n  ".join(report["errors"]))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
