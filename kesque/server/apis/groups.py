@@ -13,13 +13,29 @@ from ...protocol.offset_commit import encode_offset_commit_response
 from .core import OMITTED_OPS
 from .kiohelp import Msg, to_ms
 
-_GROUP_OPS = 0
+GROUP_OPS = 0
 for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
-    _GROUP_OPS |= 1 << _op
+    GROUP_OPS |= 1 << _op
 
 
-def _code(name: str | None) -> ErrorCode:
+def code_of(name: str | None) -> ErrorCode:
     return ErrorCode.none if name is None else ErrorCode[name]
+
+
+def heartbeat_failed(m, e: KafkaError):
+    """A ConsumerGroupHeartbeat / ShareGroupHeartbeat answer for a refused heartbeat."""
+    return m(throttle_time=0, error_code=e.code, error_message=e.message, member_id=None, member_epoch=-1,
+             heartbeat_interval=0, assignment=None)
+
+
+def heartbeat_answer(m, r: dict):
+    """A ConsumerGroupHeartbeat / ShareGroupHeartbeat answer from the coordinator's result."""
+    assignment = None
+    if r["assignment"] is not None:
+        assignment = m("Assignment", topic_partitions=tuple(
+            m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in r["assignment"].items()))
+    return m(throttle_time=0, error_code=code_of(r["error"]), error_message=r["message"], member_id=r["member_id"],
+             member_epoch=r["member_epoch"], heartbeat_interval=r["heartbeat_interval_ms"], assignment=assignment)
 
 
 class GroupApis:
@@ -57,7 +73,7 @@ class GroupApis:
             members = tuple(m("JoinGroupResponseMember", member_id=x["member_id"],
                               group_instance_id=x["group_instance_id"], metadata=x["metadata"])
                             for x in r.get("members") or [])
-            return m(throttle_time=0, error_code=_code(r["error"]), generation_id=r["generation_id"],
+            return m(throttle_time=0, error_code=code_of(r["error"]), generation_id=r["generation_id"],
                      protocol_type=r["protocol_type"], protocol_name=r["protocol_name"] if v >= 7 or r["protocol_name"]
                      else ("" if v < 7 else None), leader=r["leader"], skip_assignment=r["skip_assignment"],
                      member_id=r["member_id"], members=members)
@@ -89,7 +105,7 @@ class GroupApis:
         m = Msg(14, v)
 
         def build(r: dict):
-            return m(throttle_time=0, error_code=_code(r["error"]), protocol_type=r.get("protocol_type"),
+            return m(throttle_time=0, error_code=code_of(r["error"]), protocol_type=r.get("protocol_type"),
                      protocol_name=r.get("protocol_name"), assignment=r.get("assignment") or b"")
 
         if not req.group_id:
@@ -116,7 +132,7 @@ class GroupApis:
             err = self.gc.shard_for(req.group_id).heartbeat({
                 "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
                 "group_instance_id": getattr(req, "group_instance_id", None)})
-            code = _code(err)
+            code = code_of(err)
         except KafkaError as e:
             code = e.code
         return m(throttle_time=0, error_code=code)
@@ -132,10 +148,11 @@ class GroupApis:
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, members=())
         if v < 3:
-            code = _code(err) if err else (_code(results[0][2]) if results else ErrorCode.none)
+            code = code_of(err) if err else (code_of(results[0][2]) if results else ErrorCode.none)
             return m(throttle_time=0, error_code=code)
-        return m(throttle_time=0, error_code=_code(err), members=tuple(
-            m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=_code(e)) for mid, iid, e in results))
+        return m(throttle_time=0, error_code=code_of(err), members=tuple(
+            m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=code_of(e))
+            for mid, iid, e in results))
 
     # ------------------------------------------------------------------ OffsetCommit
     def offset_commit(self, ctx, req):
@@ -169,14 +186,14 @@ class GroupApis:
                     "retention_ms": to_ms(req.retention_time) if hasattr(req, "retention_time") else -1,
                     "topics": topics, "api_version": v})
                 if "_group" in results:
-                    group_error = _code(results["_group"])
+                    group_error = code_of(results["_group"])
             except KafkaError as e:
                 group_error = e.code
         by_topic: dict = {}
         for key, part, name in keys:
             code = errors.get((key, part))
             if code is None:
-                code = group_error if group_error is not None else _code(results.get((name, part)))
+                code = group_error if group_error is not None else code_of(results.get((name, part)))
             by_topic.setdefault(key, []).append((part, code))
         return encode_offset_commit_response(v, list(by_topic.items()))
 
@@ -228,7 +245,7 @@ class GroupApis:
         except KafkaError as e:
             return (), e.code
         if err:
-            return (), _code(err)
+            return (), code_of(err)
         grouped_offsets: dict = {}
         for (topic, part), om in offsets.items():
             grouped_offsets.setdefault(topic, []).append((part, om))
@@ -264,9 +281,9 @@ class GroupApis:
         except KafkaError as e:
             return m(error_code=e.code, throttle_time=0, topics=())
         if err:
-            return m(error_code=_code(err), throttle_time=0, topics=())
+            return m(error_code=code_of(err), throttle_time=0, topics=())
         topics = tuple(m("OffsetDeleteResponseTopic", name=t, partitions=tuple(
-            m("OffsetDeleteResponsePartition", partition_index=p, error_code=_code(results.get((t, p)))) for p in ps))
+            m("OffsetDeleteResponsePartition", partition_index=p, error_code=code_of(results.get((t, p)))) for p in ps))
             for t, ps in wanted.items())
         return m(error_code=ErrorCode.none, throttle_time=0, topics=topics)
 
@@ -276,7 +293,7 @@ class GroupApis:
         m = Msg(15, v)
         out = []
         for gid in req.groups:
-            ops = _GROUP_OPS if getattr(req, "include_authorized_operations", False) else OMITTED_OPS
+            ops = GROUP_OPS if getattr(req, "include_authorized_operations", False) else OMITTED_OPS
             try:
                 g = self.gc.shard_for(gid).groups.get(gid)
             except KafkaError as e:
@@ -327,7 +344,7 @@ class GroupApis:
             try:
                 shard = self.gc.shard_for(gid)
                 share = getattr(shard.groups.get(gid), "type", None) == "share"
-                code = _code(shard.delete_group(gid))
+                code = code_of(shard.delete_group(gid))
                 if share and code == ErrorCode.none:
                     self.server.share_manager.delete_group(gid)  # its share-partition state goes too
             except KafkaError as e:
@@ -354,20 +371,14 @@ class GroupApis:
                 "server_assignor": req.server_assignor, "topic_partitions": owned,
                 "client_id": ctx.client_id or "", "client_host": self._host(ctx)}, v)
         except KafkaError as e:
-            return m(throttle_time=0, error_code=e.code, error_message=e.message, member_id=None, member_epoch=-1,
-                     heartbeat_interval=0, assignment=None)
-        assignment = None
-        if r["assignment"] is not None:
-            assignment = m("Assignment", topic_partitions=tuple(
-                m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in r["assignment"].items()))
-        return m(throttle_time=0, error_code=_code(r["error"]), error_message=r["message"], member_id=r["member_id"],
-                 member_epoch=r["member_epoch"], heartbeat_interval=r["heartbeat_interval_ms"], assignment=assignment)
+            return heartbeat_failed(m, e)
+        return heartbeat_answer(m, r)
 
     def consumer_group_describe(self, ctx, req):
         m = Msg(69, ctx.api_version)
         image = self.server.image
         out = []
-        ops = _GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
+        ops = GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
 
         def assignment(a):
             tps = []

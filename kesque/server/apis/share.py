@@ -16,17 +16,10 @@ from ...share import enabled
 from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from .core import OMITTED_OPS
+from .groups import GROUP_OPS, heartbeat_answer, heartbeat_failed
 from .kiohelp import Msg, to_ms
 
 log = logging.getLogger(__name__)
-
-_GROUP_OPS = 0
-for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
-    _GROUP_OPS |= 1 << _op
-
-
-def _code(name: str | None) -> ErrorCode:
-    return ErrorCode.none if name is None else ErrorCode[name]
 
 
 class ShareGroupApis:
@@ -63,19 +56,13 @@ class ShareGroupApis:
                 if req.subscribed_topic_names is not None else None,
                 "client_id": ctx.client_id or "", "client_host": "/" + ctx.client_host})
         except KafkaError as e:
-            return m(throttle_time=0, error_code=e.code, error_message=e.message, member_id=None, member_epoch=-1,
-                     heartbeat_interval=0, assignment=None)
-        assignment = None
-        if r["assignment"] is not None:
-            assignment = m("Assignment", topic_partitions=tuple(
-                m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in r["assignment"].items()))
-        return m(throttle_time=0, error_code=_code(r["error"]), error_message=r["message"], member_id=r["member_id"],
-                 member_epoch=r["member_epoch"], heartbeat_interval=r["heartbeat_interval_ms"], assignment=assignment)
+            return heartbeat_failed(m, e)
+        return heartbeat_answer(m, r)
 
     def share_group_describe(self, ctx, req):
         m = Msg(77, ctx.api_version)
         image = self.server.image
-        ops = _GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
+        ops = GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
 
         def assignment(a):
             tps = []
