@@ -23,6 +23,17 @@ import tempfile
 import threading
 import time
 
+def terminate(process: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM (a broker's clean shutdown), SIGKILL if it has not exited within ``timeout``."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 DEFAULTS = {
     "process.roles": "broker,controller",
     "node.id": "1",
@@ -192,13 +203,7 @@ class Broker:
     def stop(self, timeout: float = 30.0) -> None:
         """Clean shutdown (SIGTERM): flush, checkpoint, clean-shutdown marker."""
         if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
+            terminate(self.process, timeout)
             self.process = None
         if self._thread is not None:
             self._clean_stop = True

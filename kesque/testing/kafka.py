@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -32,6 +31,8 @@ import uuid
 import zipfile
 from functools import lru_cache
 from pathlib import Path
+
+from .broker import terminate
 
 LIBS_ENV = "KESQUE_KAFKA_LIBS"
 REPO = Path(__file__).resolve().parents[2]
@@ -339,13 +340,7 @@ class KafkaBroker:
     def stop(self, timeout: float = 60.0) -> None:
         """Clean shutdown (SIGTERM, as kafka-server-stop.sh): Kafka flushes and writes its checkpoints."""
         if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
+            terminate(self.process, timeout)
             self.process = None
 
     def kill(self) -> None:
