@@ -786,6 +786,8 @@ class Log:
             seg.time_index.maybe_append(seg.max_timestamp_so_far, seg.offset_of_max_timestamp, True)
             seg.close()
         self.delete_expired_files(0, force=False)
+        for _due, seg in self._pending_deletes:  # their .deleted files go at the next load
+            seg.close()
 
     def delete(self) -> None:
         """Delete the whole log (topic deleted): files of every segment and the directory."""
