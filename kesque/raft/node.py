@@ -552,16 +552,19 @@ class RaftNode:
             st.unacked.discard(src)
 
     # -- Fetch ----------------------------------------------------------------------------------
+    def _leader_error(self, current_leader_epoch: int) -> int:
+        """The error a fetch or snapshot fetch gets for the epoch it names (NONE: we lead it)."""
+        st = self.state
+        if current_leader_epoch < st.epoch:
+            return m.FENCED_LEADER_EPOCH
+        if current_leader_epoch > st.epoch:
+            return m.UNKNOWN_LEADER_EPOCH
+        return m.NONE if st.name == LEADER else m.NOT_LEADER_OR_FOLLOWER
+
     def _on_fetch_request(self, src: int, r: m.FetchRequest, now: int) -> None:
         st = self.state
-        code = m.NONE
-        if r.current_leader_epoch < st.epoch:
-            code = m.FENCED_LEADER_EPOCH
-        elif r.current_leader_epoch > st.epoch:
-            code = m.UNKNOWN_LEADER_EPOCH
-        elif st.name != LEADER:
-            code = m.NOT_LEADER_OR_FOLLOWER
-        elif r.fetch_offset < 0 or r.last_fetched_epoch < 0 or r.last_fetched_epoch > st.epoch:
+        code = self._leader_error(r.current_leader_epoch)
+        if code == m.NONE and (r.fetch_offset < 0 or r.last_fetched_epoch < 0 or r.last_fetched_epoch > st.epoch):
             code = m.INVALID_REQUEST
         if code != m.NONE:
             return self._reply(src, m.FetchResponse(r.correlation_id, code, self._known_leader(), st.epoch))
@@ -681,13 +684,7 @@ class RaftNode:
 
     def _on_fetch_snapshot(self, src: int, r: m.FetchSnapshotRequest, now: int) -> None:
         st = self.state
-        code = m.NONE
-        if r.current_leader_epoch < st.epoch:
-            code = m.FENCED_LEADER_EPOCH
-        elif r.current_leader_epoch > st.epoch:
-            code = m.UNKNOWN_LEADER_EPOCH
-        elif st.name != LEADER:
-            code = m.NOT_LEADER_OR_FOLLOWER
+        code = self._leader_error(r.current_leader_epoch)
         sid = SnapshotId(r.snapshot_end_offset, r.snapshot_epoch)
         data = self.log.snapshot_bytes(sid) if code == m.NONE else None
         if code == m.NONE and data is None:
