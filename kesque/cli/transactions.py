@@ -102,9 +102,10 @@ class Arg:
     type: str = "String"  # String, Integer, Long, Short
     required: bool = False
     metavar: str | None = None
-    action: str = "store"  # store, help, version
+    action: str = "store"  # store, help, version, store_true
     default: object = None
     group: Group | None = None
+    mutex: Group | None = None
 
     @property
     def dest(self) -> str:
@@ -114,6 +115,10 @@ class Arg:
     @property
     def consumes(self) -> bool:
         return self.action == "store"
+
+    @property
+    def stores(self) -> bool:
+        return self.action in ("store", "store_true")
 
     def textual_name(self) -> str:
         return "/".join(self.flags)
@@ -148,12 +153,24 @@ class Group:
     title: str
     description: str
     args: list
+    mutex: bool = False  # a mutually exclusive group (its args are listed with the parser's own)
+    required: bool = False
+
+    def usage_tokens(self, brackets: bool = True) -> list[str]:
+        """``(--a A | --b B)`` (``[...]`` when optional), cut where argparse4j's usage may wrap it."""
+        opening, closing = ("(", ")") if self.required or not brackets else ("[", "]")
+        out = []
+        for i, a in enumerate(self.args):
+            out += ["|"] if i else []
+            out.append(a.short_syntax(brackets=False))
+        out[0], out[-1] = opening + out[0], out[-1] + closing
+        return out
 
 
 class ArgParser:
     """An argparse4j ``ArgumentParser`` (or ``Subparser``), reduced to what the tool uses:
-    optional arguments that store one value, help/version actions, argument groups and one
-    level of subcommands."""
+    optional arguments that store one value, help/version actions, argument groups (also
+    mutually exclusive ones) and one level of subcommands."""
 
     def __init__(self, prog: str, description: str = "", command: str | None = None,
                  main: ArgParser | None = None, help: str = ""):
@@ -175,11 +192,20 @@ class ArgParser:
         arg = Arg(tuple(flags), group=group, **kw)
         self.args.append(arg)
         if group is not None:
+            if group.mutex:
+                arg.group = None  # listed among the parser's own arguments
+                arg.mutex = group
             group.args.append(arg)
         return arg
 
     def add_group(self, title: str, description: str) -> Group:
         g = Group(title, description, [])
+        self.groups.append(g)
+        return g
+
+    def add_mutex_group(self, required: bool = False) -> Group:
+        """``addMutuallyExclusiveGroup()``: its args go with the parser's own in the help."""
+        g = Group("", "", [], mutex=True, required=required)
         self.groups.append(g)
         return g
 
@@ -239,12 +265,12 @@ class ArgParser:
             from .. import __version__
             print(f"{__version__} (Commit:unknown)")
             raise _Exit(0)
-        attrs[arg.dest] = value
+        attrs[arg.dest] = True if arg.action == "store_true" else value
 
     def _parse(self, state: _State, attrs: dict) -> None:
         for a in self.args:
-            if a.action == "store":
-                attrs[a.dest] = a.default
+            if a.stores:
+                attrs[a.dest] = False if a.action == "store_true" and a.default is None else a.default
         used: set[int] = set()
         index = {f: a for a in self.args for f in a.flags}
         while state.index < len(state.args):
@@ -276,6 +302,7 @@ class ArgParser:
                                                       kind="argument")
                 state.index += 1
                 if arg is not None:
+                    self._check_mutex(arg, used)
                     self._process(attrs, state, arg, embedded_value)
                     used.add(id(arg))
             elif term == "--" and not state.separator:
@@ -308,12 +335,21 @@ class ArgParser:
             raise ArgumentParserException("expected one argument", self, arg)
         self._run(arg, attrs, arg.convert(self, value))
 
+    def _check_mutex(self, arg: Arg, used: set[int]) -> None:
+        other = next((a for a in (arg.mutex.args if arg.mutex else ()) if a is not arg and id(a) in used), None)
+        if other is not None:
+            raise ArgumentParserException(f"not allowed with argument {other.textual_name()}", self, arg)
+
     def _check_required(self, state: _State, used: set[int]) -> None:
         if state.deferred is not None:
             return
         for a in self.args:  # as argparse4j: the last missing one is reported
             if a.required and id(a) not in used:
                 state.deferred = ArgumentParserException(f"argument {a.textual_name()} is required", self)
+        for g in self.groups:
+            if g.mutex and g.required and not any(id(a) in used for a in g.args):
+                names = " ".join(a.textual_name() for a in g.args)
+                state.deferred = ArgumentParserException(f"one of the arguments {names} is required", self)
 
     def _parse_command(self, state: _State, attrs: dict) -> None:
         word = state.args[state.index]
@@ -338,7 +374,10 @@ class ArgParser:
         if self.main is None:
             return []
         out = self.main._upper_usage()
-        out += [a.short_syntax() for a in self.main.args if a.required]
+        out += [a.short_syntax() for a in self.main.args if a.required and a.mutex is None]
+        for g in self.main.groups:
+            if g.mutex and g.required:
+                out += g.usage_tokens()
         return out
 
     def format_usage(self, width: int | None = None) -> str:
@@ -353,7 +392,10 @@ class ArgParser:
         opts = self._upper_usage()
         if self.command is not None:
             opts.append(self.command)
-        opts += [a.short_syntax() for a in self.args]
+        opts += [a.short_syntax() for a in self.args if a.mutex is None]
+        for g in self.groups:
+            if g.mutex:
+                opts += g.usage_tokens()
         if self.commands:
             opts += [self.commands_metavar, "..."]
         first = True
@@ -374,15 +416,20 @@ class ArgParser:
         out = [self.format_usage(width)]
         if self.description:
             out.append("\n" + wrap(self.description, width, 0, "", "") + "\n")
+        commands = []
+        if self.commands:
+            commands.append(f"\n{self.commands_title}:\n")
+            commands.append(_help_line(self.commands_metavar, "", width))
+            commands += [_help_line("  " + c, p.help, width) for c, p in self.commands.items() if p.help]
+        if self.commands_title == "positional arguments":  # subparsers without a title of their own
+            out += commands
+            commands = []
         default = [a for a in self.args if a.group is None]
         if default:
             out.append("\noptional arguments:\n")
             out += [_help_line(a.help_title(), a.help, width) for a in default]
-        if self.commands:
-            out.append(f"\n{self.commands_title}:\n")
-            out.append(_help_line(self.commands_metavar, "", width))
-            out += [_help_line("  " + c, p.help, width) for c, p in self.commands.items() if p.help]
-        for g in self.groups:
+        out += commands
+        for g in (g for g in self.groups if not g.mutex):
             out.append("\n")
             if g.title:
                 out.append(g.title + ":\n")
@@ -396,7 +443,7 @@ class ArgParser:
             return
         err = sys.stderr
         err.write(e.parser.format_usage())
-        err.write(wrap(f"{PROG}: error: {e.message}\n", format_width(), 0, "", ""))
+        err.write(wrap(f"{self.prog}: error: {e.message}\n", format_width(), 0, "", ""))
         if e.kind == "argument" and self._is_flag(e.token or ""):
             body = e.token.lstrip("-")
             if len(body) >= 2:
