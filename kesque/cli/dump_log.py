@@ -22,6 +22,7 @@ Everything is read with kesque's own storage and record modules; no broker is ne
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -30,6 +31,7 @@ import sys
 
 from crc32c import crc32c
 
+from ..protocol import schema
 from ..records import batch as rb
 from ..records.records import iter_records
 from ..storage import checkpoint as ck
@@ -46,6 +48,23 @@ _OFFSET_CHECKPOINTS = {ck.REPLICATION_CHECKPOINT, ck.RECOVERY_POINT_CHECKPOINT, 
                        ck.CLEANER_CHECKPOINT}
 _CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
                   5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
+
+# KRaft's control records (ControlRecordUtils), printed as Kafka's JSON converters write them:
+# type -> (label, fields of the version Kafka writes)
+_VOTER_ENDPOINT = [("name", "string", None, ""), ("host", "string", None, ""), ("port", "uint16", None, 0)]
+_KRAFT_CONTROL = {
+    2: ("LeaderChange:", [("version", "int16", None, 0), ("leader_id", "int32", None, -1),
+                          ("voters", [("voter_id", "int32", None, 0)], None, []),
+                          ("granting_voters", [("voter_id", "int32", None, 0)], None, [])]),
+    3: ("SnapshotHeader", [("version", "int16", None, 0), ("last_contained_log_timestamp", "int64", None, 0)]),
+    4: ("SnapshotFooter", [("version", "int16", None, 0)]),
+    5: ("KRaftVersion", [("version", "int16", None, 0), ("k_raft_version", "int16", None, 0)]),
+    6: ("KRaftVoters", [("version", "int16", None, 0), ("voters", [
+        ("voter_id", "int32", None, 0), ("voter_directory_id", "uuid", None, None),
+        ("endpoints", _VOTER_ENDPOINT, None, []),
+        ("k_raft_version_feature", ("struct", [("min_supported_version", "int16", None, 0),
+                                               ("max_supported_version", "int16", None, 0)]), None, {})], None, [])]),
+}
 
 
 def configure(p) -> None:
@@ -112,6 +131,8 @@ def _json_value(v):
     import uuid as _uuid
     if isinstance(v, _uuid.UUID):
         return kafka_uuid(v)
+    if isinstance(v, bytes):  # Jackson writes binary fields in base64
+        return base64.b64encode(v).decode()
     if isinstance(v, dict):
         return {_camel(k): _json_value(x) for k, x in v.items()}
     if isinstance(v, list):
@@ -131,7 +152,7 @@ def cluster_metadata_json(value: bytes) -> str:
     kind = rec.pop("type")
     if kind.startswith("Unknown"):
         raise ValueError(f"Unknown metadata id {_key}")
-    fields = mr.SCHEMAS[kind][2]
+    fields = mr.fields_for(kind, version)
     data = {}
     for name, _typ, tag, default in fields:
         if name not in rec:
@@ -163,6 +184,8 @@ def _offsets_json(v):
 
     if isinstance(v, _uuid.UUID):
         return kafka_uuid(v)
+    if isinstance(v, bytes):  # Jackson writes binary fields in base64
+        return base64.b64encode(v).decode()
     if isinstance(v, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(v)).decode()
     if isinstance(v, dict):
@@ -469,8 +492,8 @@ class Dumper:
                 if key is not None:
                     line += f"{prefix}key: {key}"
                     prefix = " "
-                if value is not None:
-                    line += f" payload: {value}"
+                if value is not None:  # after the prefix, as Kafka 4.4 ("| payload: ..." without metadata)
+                    line += f"{prefix}payload: {value}"
             _out(line)
         return last_offset
 
@@ -483,6 +506,10 @@ class Dumper:
         if ctype in (0, 1):
             coordinator_epoch = struct.unpack_from(">i", r.value, 2)[0] if r.value and len(r.value) >= 6 else -1
             return f" endTxnMarker: {name} coordinatorEpoch: {coordinator_epoch}"
+        if ctype in _KRAFT_CONTROL:
+            label, fields = _KRAFT_CONTROL[ctype]
+            rec = schema.decode(fields, r.value or b"", 0, flexible=True)
+            return f" {label} {json.dumps(_json_value(rec), separators=(',', ':'))}"
         return f" controlType: {name}({ctype})"
 
     # ------------------------------------------------------------------ indexes

@@ -52,6 +52,31 @@ SCHEMAS: dict[str, tuple[int, int, list]] = {
         ("broker_id", "int32", None, 0), ("broker_epoch", "int64", None, 0), ("fenced", "int8", 0, 0),
         ("in_controlled_shutdown", "int8", 1, 0)]),
     "NoOpRecord": (20, 0, []),
+    # written by Kafka's controllers, not by kesque: decoded by dump-log --cluster-metadata-decoder
+    "DelegationTokenRecord": (10, 0, [
+        ("owner", "string", None, ""), ("requester", "string", None, ""), ("renewers", "[string]", None, []),
+        ("issue_timestamp", "int64", None, 0), ("max_timestamp", "int64", None, 0),
+        ("expiration_timestamp", "int64", None, 0), ("token_id", "string", None, "")]),
+    "UserScramCredentialRecord": (11, 0, [
+        ("name", "string", None, ""), ("mechanism", "int8", None, 0), ("salt", "bytes", None, b""),
+        ("stored_key", "bytes", None, b""), ("server_key", "bytes", None, b""), ("iterations", "int32", None, 0)]),
+    "AccessControlEntryRecord": (18, 0, [
+        ("id", "uuid", None, None), ("resource_type", "int8", None, 0), ("resource_name", "string", None, ""),
+        ("pattern_type", "int8", None, 0), ("principal", "string", None, ""), ("host", "string", None, ""),
+        ("operation", "int8", None, 0), ("permission_type", "int8", None, 0)]),
+    "RemoveAccessControlEntryRecord": (19, 0, [("id", "uuid", None, None)]),
+    "ZkMigrationStateRecord": (21, 0, [("zk_migration_state", "int8", None, 0)]),
+    "RemoveUserScramCredentialRecord": (22, 0, [("name", "string", None, ""), ("mechanism", "int8", None, 0)]),
+    "BeginTransactionRecord": (23, 0, [("name", "nstring", 0, None)]),
+    "EndTransactionRecord": (24, 0, []),
+    "AbortTransactionRecord": (25, 0, [("reason", "nstring", 0, None)]),
+    "RemoveDelegationTokenRecord": (26, 0, [("token_id", "string", None, "")]),
+    "RegisterControllerRecord": (27, 0, [
+        ("controller_id", "int32", None, 0), ("incarnation_id", "uuid", None, None),
+        ("zk_migration_ready", "bool", None, False), ("endpoints", _ENDPOINT, None, []),
+        ("features", _FEATURE, None, [])]),
+    "ClearElrRecord": (28, 0, [("topic_name", "string", None, "")]),
+    "UnregisterControllerRecord": (29, 0, [("controller_id", "int32", None, 0)]),
 }
 BY_KEY = {key: name for name, (key, _v, _f) in SCHEMAS.items()}
 
@@ -88,9 +113,23 @@ def fields_for(name: str, version: int) -> list:
             fields = fields[:1] + [("is_migrating_zk_broker", "bool", None, False)] + fields[1:]
         if version >= 3:
             fields = fields + [("log_dirs", "[uuid]", 0, [])]
+        if version >= 4:
+            fields = fields + [("cordoned_log_dirs", "[uuid]", 1, None)]
     elif name == "PartitionRecord" and version >= 1:
         fields = fields + [("directories", "[uuid]", None, [])]
         if version >= 2:
             fields = fields + [("eligible_leader_replicas", "[int32]?", 1, None),
                                ("last_known_elr", "[int32]?", 2, None)]
+    elif name == "PartitionChangeRecord" and version >= 1:
+        fields = fields + [("directories", "[uuid]", 8, None)]
+        if version >= 2:
+            fields = fields + [("eligible_leader_replicas", "[int32]?", 6, None),
+                               ("last_known_elr", "[int32]?", 7, None)]
+    elif name == "BrokerRegistrationChangeRecord":
+        if version < 1:
+            fields = [f for f in fields if f[0] != "in_controlled_shutdown"]
+        if version >= 2:
+            fields = fields + [("log_dirs", "[uuid]", 2, [])]
+        if version >= 3:
+            fields = fields + [("cordoned_log_dirs", "[uuid]", 3, None)]
     return fields
