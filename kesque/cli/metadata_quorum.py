@@ -107,15 +107,37 @@ class QuorumAdmin(Admin):
         super().__init__(bootstrap, props)
         self.controllers = controllers
         self.active: tuple[str, int] | None = None
+        self.tries = 0
+
+    def _send(self, addr, api_key, build, max_version=None, reader=None):
+        try:
+            return super()._send(addr, api_key, build, max_version, reader)
+        except _Retry as e:
+            if "timed out" in str(e):  # the request went out and got no answer in request.timeout.ms
+                self.tries += 1
+            raise
 
     def _retrying(self, call: str, attempt):
-        """``attempt()`` until it does not raise _Retry, then a TimeoutException naming ``call``."""
+        """``attempt()`` until it does not raise _Retry, then Kafka's TimeoutException for ``call``:
+        "Timed out waiting for a node assignment" when no request got as far as a node, the
+        call's own timeout message when requests were sent and went unanswered."""
+        self.tries = 0
         deadline = self._deadline()
+        deadline_ms = int(time.time() * 1000) + self.api_timeout_ms
         while True:
             try:
                 return attempt()
             except _Retry:
-                self._pause(deadline, call)
+                if not self.tries:
+                    self._pause(deadline, call)
+                elif time.monotonic() + self.backoff_s >= deadline:
+                    now_ms = int(time.time() * 1000)
+                    raise JavaError(_ERRORS_PKG + "TimeoutException",
+                                    f"Call(callName={call}, deadlineMs={deadline_ms}, tries={self.tries}, "
+                                    f"nextAllowedTryMs={now_ms + round(self.backoff_s * 1000)}) timed out at "
+                                    f"{now_ms} after {self.tries} attempt(s)") from None
+                else:
+                    time.sleep(self.backoff_s)
 
     def _describe_cluster(self):
         from ..client.wire import make
