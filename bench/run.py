@@ -29,7 +29,8 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
 GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions",
-           "spark", "recovery", "quotas")
+           "spark", "recovery", "quotas", "controller")
+OPT_IN = ("controller",)  # minutes of cluster restarts: only with --only controller
 SIDE_BY_SIDE = ("startup", "produce", "consume", "small", "latency")  # --against kafka (bench/sidebyside.py)
 
 SCALES = {
@@ -38,13 +39,13 @@ SCALES = {
              "passes": 3, "group_passes": 3, "sync_requests": 5000, "raw_commits": 100_000, "load_groups": 10_000,
              "idem_records": 1_000_000, "idem_passes": 5, "txn_records": 1_000_000,
              "spark_records": 1_000_000, "spark_latency_seconds": 30.0, "recovery_partitions": 10_000,
-             "quota_seconds": 20.0, "quota_passes": 3},
+             "quota_seconds": 20.0, "quota_passes": 3, "failover_runs": 20, "commit_requests": 200},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
               "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
               "idem_records": 500_000, "idem_passes": 3, "txn_records": 200_000,
               "spark_records": 100_000, "spark_latency_seconds": 10.0, "recovery_partitions": 1_000,
-              "quota_seconds": 5.0, "quota_passes": 2},
+              "quota_seconds": 5.0, "quota_passes": 2, "failover_runs": 3, "commit_requests": 50},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -100,7 +101,7 @@ def parse_args(argv=None):
     bad = [x for x in only if x not in groups and x != "memory"]
     if bad:
         ap.error(f"unknown figure group(s) {bad}; choose from {','.join(groups)}")
-    args.groups = [g for g in groups if not only or g in only]
+    args.groups = [g for g in groups if g in only or not only and g not in OPT_IN]
     args.scale = dict(SCALES["quick" if args.quick else "full"])
     if args.records:
         args.scale["records"] = args.records
@@ -334,6 +335,27 @@ def print_table(report) -> None:
               + "  " + r[-1])
         if i == 0:
             print("  ".join("-" * w for w in widths) + "  " + "-" * 4)
+
+
+def add_controller_figures(report, measured: dict, runs: int, requests: int, why: str) -> None:
+    """One row per figure: kesque's value against Kafka's from the same run (the ratio is
+    kesque / Kafka), or Kafka's alone, named so, while kesque cannot be measured."""
+    kafka, kesque = measured.get("kafka"), measured.get("kesque")
+    rows = [(f"controller failover p{p}, {label} (SIGKILL -> CreateTopics)", "s",
+             lambda m, s=setting, p=p: m["failover"][s][f"p{p}"], f"{runs} runs")
+            for setting, label in (("defaults", "Kafka's default timeouts"), ("test", "test timeouts"))
+            for p in (50, 99)]
+    rows += [(f"metadata commit p{p}, {c} controller{'s' * (c > 1)} (CreateTopics round trip)", "ms",
+              lambda m, c=c, p=p: m["commit"][c][f"p{p}"], f"{requests} sequential requests")
+             for c in (1, 3) for p in (50, 99)]
+    for name, unit, get, how in rows:
+        k = get(kafka) if kafka else None
+        if kesque:
+            add_figure(report, name, "controller", get(kesque), unit, "Apache Kafka (same run)", k, how,
+                       extra={"kesque": kesque, "kafka": kafka})
+        elif k is not None:
+            add_figure(report, f"{name} [Apache Kafka]", "controller", k, unit, note=f"{how}; {why}",
+                       extra={"kafka": kafka})
 
 
 def log(msg: str) -> None:
@@ -987,6 +1009,23 @@ def main(argv=None) -> int:
                                 "(its log file) plus the listener, connections and log files; was up to 3 per "
                                 "recovered segment")
                 log(f"  recovery {crash:.1f} s, clean restart {clean_txt}, {fds:,} descriptors")
+
+    # ---------------------------------------------------------------- 13: controller failover, commit latency
+    if "controller" in args.groups:
+        import controller as C
+
+        runs, n = sc["failover_runs"], sc["commit_requests"]
+        measured = {}
+        log(f"controller: Apache Kafka, {runs} failovers per setting, {n} CreateTopics per commit figure ...")
+        measured["kafka"] = guarded("controller-kafka", lambda: C.measure("kafka", runs, n, log))
+        log("controller: kesque, the same ...")
+        try:
+            measured["kesque"] = C.measure("kesque", runs, n, log)
+            why = ""
+        except Exception as e:  # noqa: BLE001 - a multi-node kesque needs issue 13's quorum
+            measured["kesque"], why = None, f"kesque not measured: {type(e).__name__}: {e}"[:200]
+            log(f"  {why}")
+        add_controller_figures(report, measured, runs, n, why)
 
     # ---------------------------------------------------------------- 6: memory
     for name, info in report["brokers"].items():
