@@ -70,7 +70,12 @@ def kafka_cluster(size: int, config: dict):
     from kesque.testing import kafka as K
 
     with K.KafkaCluster(size, config={**COMMON, **config}) as c:
-        yield Nodes("kafka", c)
+        try:
+            yield Nodes("kafka", c)
+        finally:  # SIGKILL: a clean stop of the last nodes waits a minute for a quorum that is gone
+            for node in c.nodes:
+                if node.process is not None:
+                    node.kill()
 
 
 @contextlib.contextmanager
