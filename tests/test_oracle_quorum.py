@@ -263,7 +263,8 @@ def test_metadata_quorum_describe(cluster, via):
 
 # usage errors and failures that need no cluster: byte for byte (stack traces aside)
 TOOL_ERRORS = [
-    [], ["--help"], ["describe", "--status"], ["--bootstrap-server", "{bs}"], ["--bootstrap-server", "{bs}", "describe"],
+    [], ["--help"], ["describe", "--status"], ["--bootstrap-server", "{bs}"],
+    ["--bootstrap-server", "{bs}", "describe"],
     ["--bootstrap-server", "{bs}", "describe", "--help"],
     ["--bootstrap-server", "{bs}", "describe", "--status", "--replication"],
     ["--bootstrap-server", "{bs}", "describe", "--status", "--human-readable"],

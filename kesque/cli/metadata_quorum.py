@@ -36,7 +36,6 @@ from .transactions import (
     _Retry,
     kafka_error,
     pretty_print_table,
-    timeout_error,
 )
 from ._common import kafka_uuid, load_props, run_tool
 
