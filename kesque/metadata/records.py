@@ -65,7 +65,6 @@ SCHEMAS: dict[str, tuple[int, int, list]] = {
         ("pattern_type", "int8", None, 0), ("principal", "string", None, ""), ("host", "string", None, ""),
         ("operation", "int8", None, 0), ("permission_type", "int8", None, 0)]),
     "RemoveAccessControlEntryRecord": (19, 0, [("id", "uuid", None, None)]),
-    "ZkMigrationStateRecord": (21, 0, [("zk_migration_state", "int8", None, 0)]),
     "RemoveUserScramCredentialRecord": (22, 0, [("name", "string", None, ""), ("mechanism", "int8", None, 0)]),
     "BeginTransactionRecord": (23, 0, [("name", "nstring", 0, None)]),
     "EndTransactionRecord": (24, 0, []),
