@@ -232,3 +232,28 @@ def test_cleaning_while_producers_and_consumers_run(tmp_path):
         assert {k: seen[k] for k in last} == last
         wait_for_log(b, "Log cleaner finished live-0")
         assert len(read_all(b.bootstrap_servers, "live")) < 30 * 50 + 1  # the cleaner did remove records
+
+
+def test_spark_sink_log_reads_the_last_commit_of_each_query_after_cleaning(tmp_path):
+    """The Spark sink's commit log is a compacted topic read backwards in windows: once cleaned
+    (gaps where older commits were), each query's last commit is still the one found."""
+    from kesque.spark import sink
+    from kesque.spark.options import sink_options
+
+    config = {**CLEANER, "log.roll.ms": "100", "log.cleaner.min.cleanable.ratio": "0.01"}
+    with running_broker(tmp_path / "data", config) as b:
+        opts = {q: sink_options({"kafka.bootstrap.servers": b.bootstrap_servers, "topic": "out",
+                                 "transactionalIdPrefix": q}) for q in ("qa", "qb")}
+        assert sink.SinkLog(opts["qa"]).last() is None  # as a commit does first: creates the compacted topic
+        for batch in range(300):  # qb commits rarely: its last record lies far behind qa's
+            sink.SinkLog(opts["qa"]).append({"batchId": batch, "state": "committed"})
+            if batch % 100 == 0:
+                sink.SinkLog(opts["qb"]).append({"batchId": batch, "state": "committed"})
+            if batch % 50 == 49:
+                time.sleep(0.12)  # log.roll.ms: a segment per round, cleanable behind the active one
+        sink.SinkLog(opts["qa"]).append({"batchId": 300, "state": "committed"})
+        topic = opts["qa"].sink_log_topic
+        data_dir = str(tmp_path / "data")
+        assert _wait_for(lambda: sum(h.count for h in segment_batches(data_dir, topic, 0)) < 20)
+        assert sink.SinkLog(opts["qa"]).last() == {"batchId": 300, "state": "committed"}
+        assert sink.SinkLog(opts["qb"]).last() == {"batchId": 200, "state": "committed"}
