@@ -176,3 +176,11 @@ def test_against_cluster_control_until_unfenced_and_let_go():
     assert b.shutdown_finished and b.shutdown_reason == "the controller let the broker shut down"
     assert image.brokers[1].fenced and [r["type"] for r in log] == [
         "RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "BrokerRegistrationChangeRecord"]
+
+
+def test_a_failure_is_never_followed_by_an_immediate_retry():
+    b = running()
+    b.poll(3000)
+    b.begin_controlled_shutdown(3001)          # due while in flight
+    b.on_request_failed(3002)
+    assert b.poll(3002) is None and b.next_deadline() == 3102

@@ -261,8 +261,12 @@ def test_controlled_shutdown_moves_leadership_then_lets_the_broker_go():
     assert (h.part("t", 1).leader, h.part("t", 1).isr) == (2, [2])
     assert (h.part("t", 2).leader, h.part("t", 2).isr) == (-1, [1])
     shutdown_offset = h.image.offset
-    # it leads nothing now, but the other brokers have not seen the moves yet
+    # it leads nothing now, but the other brokers have not seen the moves yet (all of them)
     reply, _ = h.heartbeat(1, now=200, want_shut_down=True)
+    assert not reply.should_shut_down
+    h.heartbeat(2, now=210, offset=shutdown_offset - 1)
+    h.heartbeat(3, now=210, offset=shutdown_offset - 1)
+    reply, _ = h.heartbeat(1, now=220, want_shut_down=True)
     assert not reply.should_shut_down
     h.heartbeat(2, now=250, offset=shutdown_offset)
     reply, _ = h.heartbeat(1, now=300, want_shut_down=True)
@@ -328,3 +332,39 @@ def test_lifecycle_config_from_broker_config():
     from kesque.config.broker import BrokerConfig
     c = cc.LifecycleConfig.of(BrokerConfig({"broker.session.timeout.ms": "3000", "controlled.shutdown.enable": "false"}))
     assert (c.session_timeout_ms, c.heartbeat_interval_ms, c.controlled_shutdown_enable) == (3000, 2000, False)
+
+
+def test_only_an_isr_member_is_elected():
+    h = Controller()
+    for b in (1, 2, 3):
+        h.unfenced_broker(b)
+    h.topic("t", [1, 2, 3])
+    h.apply([{"type": "PartitionChangeRecord", "topic_id": h.image.topic("t").topic_id, "partition_id": 0,
+              "isr": [1, 3], "leader": -2, "replicas": None, "removing_replicas": None, "adding_replicas": None,
+              "leader_recovery_state": -1}])
+    h.heartbeat(1, want_fence=True)
+    assert (h.part("t").leader, h.part("t").isr) == (3, [3])
+
+
+def test_a_new_controller_does_not_elect_a_broker_in_controlled_shutdown():
+    """The new active controller's sessions start unfenced from the image; the image's
+    in_controlled_shutdown still excludes the broker, even where it is in an ISR."""
+    h = Controller()
+    for b in (1, 2, 3):
+        h.unfenced_broker(b)
+    h.topic("t", [1, 2, 3])
+    h.image.brokers[2].in_controlled_shutdown = True
+    h.c.deactivate()
+    h.c.activate(100)
+    h.heartbeat(1, now=100, want_fence=True)
+    assert h.part("t", 0).leader == 3
+
+
+def test_a_broker_whose_session_is_shutting_down_is_not_elected():
+    h = Controller()
+    for b in (1, 2, 3):
+        h.unfenced_broker(b)
+    h.topic("t", [1, 2, 3])
+    h.c.sessions[2].shutdown_offset = 5        # its controlled shutdown began, not yet in the image
+    h.heartbeat(1, want_fence=True)
+    assert h.part("t", 0).leader == 3
