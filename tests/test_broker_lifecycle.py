@@ -184,3 +184,6 @@ def test_a_failure_is_never_followed_by_an_immediate_retry():
     b.begin_controlled_shutdown(3001)          # due while in flight
     b.on_request_failed(3002)
     assert b.poll(3002) is None and b.next_deadline() == 3102
+    assert b.poll(3102).want_shut_down
+    b.on_heartbeat_response(HeartbeatReply(0, True, False, False, True), 3103)
+    assert b.next_deadline() == 3153           # the failure cleared what was due
