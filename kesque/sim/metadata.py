@@ -21,8 +21,10 @@ Invariants (:class:`MetadataInvariants`, after every applied batch on every node
   leader is in its ISR: a controller that fences a broker (session expiry, controlled shutdown,
   a new incarnation) moves its leaderships in the same batch;
 - a running controller that does not lead holds only committed records;
+- a broker is unfenced only once it has applied its own RegisterBrokerRecord;
 - at the end (``check_converged``): every topic the client was told is created is in every
-  node's image with the id it was acknowledged with, and all images are equal.
+  node's image with the id it was acknowledged with, all images are equal, and no partition
+  is leaderless while a broker of its ISR is unfenced.
 """
 
 from __future__ import annotations
@@ -227,7 +229,6 @@ class ControllerApp(MetadataApp):
         if not self.active or not self.sn.raft.is_leader():
             self._reply(src, msg, int(ErrorCode.not_controller))
             return
-        self.meta.last_heard[src] = now
         next_offset = self.sn.raft.log.end_offset()
         try:
             if isinstance(msg.body, RegistrationRequest):
@@ -237,6 +238,9 @@ class ControllerApp(MetadataApp):
         except KafkaError as e:
             self._reply(src, msg, int(e.code))
             return
+        if not isinstance(msg.body, RegistrationRequest):
+            self.meta.last_heard[src] = now       # a heartbeat the session counts
+        self.meta.inv.check_unfenced_caught_up(self, records)
         self.propose(records, now, lambda: self._reply(src, msg, 0, answer))
 
     def _reply(self, dst: int, msg: Rpc, error_code: int, body=None) -> None:
@@ -261,10 +265,14 @@ class ControllerApp(MetadataApp):
 
     # -- the simulated client's CreateTopics -------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, rf: int, now: int, on_created) -> str:
-        """'exists', 'not enough brokers', or 'proposed' (``on_created(topic_id)`` once committed)."""
+        """'not enough brokers', or 'proposed': ``on_created(topic_id)`` once committed. A topic
+        that exists is answered too, once everything proposed so far is committed (as Kafka
+        answers TOPIC_ALREADY_EXISTS: the image may hold the topic only as a proposal)."""
         image = self.image
-        if name in image.topics_by_name:
-            return "exists"
+        t = image.topic(name)
+        if t is not None:
+            self.propose([], now, lambda: on_created(t.topic_id))
+            return "proposed"
         live = [b.id for b in image.live_brokers() if not b.in_controlled_shutdown]
         if len(live) < rf:
             return "not enough brokers"
@@ -358,6 +366,16 @@ class MetadataInvariants:
             self.fail(f"node {app.sn.node_id} at offset {app.image.offset}: {topic}-{pid} is led by broker "
                       f"{p.leader}, which {why}")
 
+    def check_unfenced_caught_up(self, ctl: "ControllerApp", records: list[dict]) -> None:
+        """A broker is unfenced only once it has applied its own registration."""
+        for rec in records:
+            if rec["type"] == "BrokerRegistrationChangeRecord" and rec["fenced"] == -1:
+                b = rec["broker_id"]
+                broker = self.meta.broker(b)
+                reg = ctl.control.registration_offsets[b]
+                if broker is None or broker.image.offset < reg:
+                    self.fail(f"broker {b} unfenced before it applied its registration at offset {reg}")
+
     def check_committed_image(self, app: ControllerApp) -> None:
         """A controller that stopped leading holds the committed log's image, nothing more."""
         fresh = MetadataImage()
@@ -375,7 +393,14 @@ class MetadataInvariants:
                 t = app.image.topic(name)
                 if t is None or t.topic_id != tid:
                     self.fail(f"node {app.sn.node_id} lacks acknowledged topic {name} ({tid})")
-        want = image_records(apps[0].image)
+        image = apps[0].image
+        active = {b for b, r in image.brokers.items() if not r.fenced and not r.in_controlled_shutdown}
+        for t in image.topics_by_id.values():
+            for pid, p in t.partitions.items():
+                if p.leader < 0 and active & set(p.isr):
+                    self.fail(f"{t.name}-{pid} has no leader though ISR member(s) {sorted(active & set(p.isr))} "
+                              f"are unfenced")
+        want = image_records(image)
         for app in apps[1:]:
             if image_records(app.image) != want:
                 self.fail(f"nodes {apps[0].sn.node_id} and {app.sn.node_id} hold different images at "
@@ -452,9 +477,7 @@ class MetadataCluster:
         rf = self.rng.randint(1, 3)
         result = ctl.create_topic(name, self.rng.randint(1, 3), rf, now,
                                   lambda tid, name=name: self._created(name, tid))
-        if result == "exists":                       # an earlier attempt committed
-            self.acked[name] = ctl.image.topic(name).topic_id
-        elif result == "proposed":
+        if result == "proposed":
             self.creating = (name, now + 2000)
 
     def _created(self, name: str, tid: uuid.UUID) -> None:

@@ -383,20 +383,28 @@ def _leader_of_most(meta) -> int:
 
 
 def controller_failover(seed: int, **kw) -> Sim:
-    """A client keeps creating topics at the active controller while it is killed or stopped,
-    twice; each name is retried until acknowledged. An acknowledged topic must exist on every
-    node, none may be created twice, and the images must agree."""
+    """A client keeps creating topics at the active controller while it is killed, stopped or
+    cut off (then it goes on proposing records that never commit), twice; each name is retried
+    until acknowledged. An acknowledged topic must exist on every node, none may be created
+    twice, a controller that lost the lead must hold only committed records, images must agree."""
     sim = metadata_sim(seed, **kw)
     c, meta, rng = sim.c, sim.meta, sim.s.rng
     for _ in range(2):
         meta.create_topics(10)
         sim.s.run_for(rng.randint(0, 300))
         old = c.leader_id()
-        c.kill(old) if rng.random() < 0.5 else c.shutdown(old)
+        how = rng.choice((c.kill, c.shutdown, "isolate"))
+        if how == "isolate":
+            c.router.isolate(old, c.ids)
+        else:
+            how(old)
         sim.until(lambda: meta.controller() is not None and meta.controller().sn.node_id != old,
                   "a new active controller")
         sim.until(lambda: len(meta.acked) >= meta.topics_wanted, f"{meta.topics_wanted} topics acknowledged")
-        c.start(old)
+        if how == "isolate":
+            c.router.heal()
+        else:
+            c.start(old)
     _converged(sim)
     return sim
 
@@ -404,20 +412,25 @@ def controller_failover(seed: int, **kw) -> Sim:
 def broker_killed(seed: int, **kw) -> Sim:
     """The broker leading the most partitions is killed: the controller fences it once its
     session times out (broker.session.timeout.ms), not before, and moves its leaderships in the
-    same batch. Restarted, it registers anew, catches up and is unfenced."""
+    same batch. Restarted (at once, or once fenced), it registers anew, catches up and is unfenced
+    (and leads again where it was the last ISR member)."""
     sim = metadata_sim(seed, **kw)
     c, meta, s = sim.c, sim.meta, sim.s
     _topics(sim, 5)
     victim = _leader_of_most(meta)
     killed_at = s.now
     c.kill(victim)
+    quick = s.rng.random() < 0.5
+    if quick:       # back at once: DUPLICATE_BROKER_REGISTRATION until the old session expires
+        c.start(victim)
     sim.until(lambda: meta.controller() is not None and meta.controller().image.brokers[victim].fenced,
               f"broker {victim} fenced")
     fenced_at = next(t for t, b in meta.fenced_by_expiry if b == victim and t >= killed_at)
     since = fenced_at - meta.last_heard[victim]
     if since <= meta.lifecycle_config.session_timeout_ms:
         sim.inv.fail(f"broker {victim} fenced {since} ms after its last heartbeat, within its session")
-    c.start(victim)
+    if not quick:
+        c.start(victim)
     sim.until(lambda: meta.broker(victim).lifecycle.unfenced, f"broker {victim} unfenced again")
     _topics(sim, 3)
     _converged(sim)
