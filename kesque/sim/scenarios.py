@@ -425,7 +425,9 @@ def broker_killed(seed: int, **kw) -> Sim:
         c.start(victim)
     sim.until(lambda: meta.controller() is not None and meta.controller().image.brokers[victim].fenced,
               f"broker {victim} fenced")
-    fenced_at = next(t for t, b in meta.fenced_by_expiry if b == victim and t >= killed_at)
+    fenced_at = next((t for t, b in meta.fenced_by_expiry if b == victim and t >= killed_at), None)
+    if fenced_at is None:
+        sim.inv.fail(f"broker {victim} was fenced, but not by the expiry of its session")
     since = fenced_at - meta.last_heard[victim]
     if since <= meta.lifecycle_config.session_timeout_ms:
         sim.inv.fail(f"broker {victim} fenced {since} ms after its last heartbeat, within its session")
