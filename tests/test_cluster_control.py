@@ -330,7 +330,8 @@ def test_heartbeat_through_kio(version):
 
 def test_lifecycle_config_from_broker_config():
     from kesque.config.broker import BrokerConfig
-    c = cc.LifecycleConfig.of(BrokerConfig({"broker.session.timeout.ms": "3000", "controlled.shutdown.enable": "false"}))
+    c = cc.LifecycleConfig.of(BrokerConfig({"broker.session.timeout.ms": "3000",
+                                            "controlled.shutdown.enable": "false"}))
     assert (c.session_timeout_ms, c.heartbeat_interval_ms, c.controlled_shutdown_enable) == (3000, 2000, False)
 
 

@@ -42,7 +42,8 @@ def random_history(rng: random.Random, n: int) -> list[dict]:
         if roll < 0.12 or not brokers:
             b = rng.randint(0, 5)
             brokers[b] = i
-            out.append({"type": "RegisterBrokerRecord", "broker_id": b, "incarnation_id": uuid.UUID(int=rng.getrandbits(128)),
+            out.append({"type": "RegisterBrokerRecord", "broker_id": b,
+                        "incarnation_id": uuid.UUID(int=rng.getrandbits(128)),
                         "broker_epoch": i, "endpoints": [{"name": "PLAINTEXT", "host": f"h{b}", "port": 9000 + b,
                                                           "security_protocol": 0}],
                         "features": [], "rack": rng.choice((None, "r1")), "fenced": rng.random() < 0.5,
@@ -71,7 +72,8 @@ def random_history(rng: random.Random, n: int) -> list[dict]:
         elif roll < 0.6 and topics:
             tid = rng.choice(sorted(topics))
             out.append({"type": "PartitionChangeRecord", "topic_id": tid, "partition_id": rng.randrange(topics[tid][1]),
-                        "isr": rng.choice((None, [rng.randint(0, 5)])), "leader": rng.choice((-2, -1, rng.randint(0, 5))),
+                        "isr": rng.choice((None, [rng.randint(0, 5)])),
+                        "leader": rng.choice((-2, -1, rng.randint(0, 5))),
                         "replicas": None, "removing_replicas": rng.choice((None, [1])), "adding_replicas": None,
                         "leader_recovery_state": rng.choice((-1, 0, 1))})
         elif roll < 0.65 and topics:

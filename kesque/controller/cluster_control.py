@@ -422,8 +422,8 @@ def from_kio(obj):
     """This module's dataclass for a kio BrokerRegistration/BrokerHeartbeat request or response."""
     name = type(obj).__name__
     if name == "BrokerRegistrationRequest":
-        return RegistrationRequest(int(obj.broker_id), obj.cluster_id, obj.incarnation_id,
-                                   [Endpoint(e.name, e.host, int(e.port), int(e.security_protocol)) for e in obj.listeners],
+        listeners = [Endpoint(e.name, e.host, int(e.port), int(e.security_protocol)) for e in obj.listeners]
+        return RegistrationRequest(int(obj.broker_id), obj.cluster_id, obj.incarnation_id, listeners,
                                    {f.name: (int(f.min_supported_version), int(f.max_supported_version))
                                     for f in obj.features}, obj.rack, int(getattr(obj, "previous_broker_epoch", -1)))
     if name == "BrokerRegistrationResponse":

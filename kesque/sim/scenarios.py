@@ -472,9 +472,9 @@ def broker_controlled_shutdown(seed: int, **kw) -> Sim:
 
 METADATA_SCENARIOS = (controller_failover, broker_killed, broker_controlled_shutdown)
 
-SCENARIOS = {f.__name__: f for f in METADATA_SCENARIOS + (snapshot_catch_up, chaos_snapshots, initial_election, leader_failure, all_killed, leader_partitioned,
-                                     majority_reachable, back_to_back, stranded_candidate, disk_loss,
-                                     disk_loss_then_leader_cut, chaos)}
+SCENARIOS = {f.__name__: f for f in METADATA_SCENARIOS + (
+    snapshot_catch_up, chaos_snapshots, initial_election, leader_failure, all_killed, leader_partitioned,
+    majority_reachable, back_to_back, stranded_candidate, disk_loss, disk_loss_then_leader_cut, chaos)}
 
 
 def run(name: str, seed: int, bug: str | None = None) -> Run:
