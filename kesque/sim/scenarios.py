@@ -433,7 +433,10 @@ def broker_killed(seed: int, **kw) -> Sim:
         sim.inv.fail(f"broker {victim} fenced {since} ms after its last heartbeat, within its session")
     if not quick:
         c.start(victim)
-    sim.until(lambda: meta.broker(victim).lifecycle.unfenced, f"broker {victim} unfenced again")
+    # refused while its old session lived, it retries with a backoff that reaches the session
+    # timeout (Kafka's): a retry at that cap, and one more if a request is lost, come on top
+    bound = BOUND_MS + (2 * meta.lifecycle_config.session_timeout_ms if quick else 0)
+    sim.until(lambda: meta.broker(victim).lifecycle.unfenced, f"broker {victim} unfenced again", bound)
     _topics(sim, 3)
     _converged(sim)
     return sim
