@@ -162,11 +162,12 @@ def create_topic(bootstrap: str, name: str, timeout_ms: int = 5000, wait: float 
         return int(conn.request(19, build).topics[0].error_code)
 
 
-def quorum(bootstrap: str):
-    """DescribeQuorum's partition data, asked as kesque's metadata-quorum tool asks it."""
+def quorum(bootstrap: str, controllers: bool = False):
+    """DescribeQuorum's partition data, asked as kesque's metadata-quorum tool asks it (of the
+    brokers, or of the active controller among ``bootstrap`` controllers)."""
     from kesque.cli.metadata_quorum import QuorumAdmin
 
-    admin = QuorumAdmin(bootstrap, {"default.api.timeout.ms": "5000", "request.timeout.ms": "2000"}, False)
+    admin = QuorumAdmin(bootstrap, {"default.api.timeout.ms": "5000", "request.timeout.ms": "2000"}, controllers)
     try:
         return admin.describe_quorum()[0]
     finally:
@@ -355,6 +356,10 @@ def test_sigkill_of_the_active_controller(cluster):
     survivors = [i for i in cluster.ids if i != old]
     cluster.kill(old)
     t0 = time.monotonic()
+    controllers = ",".join(cluster.controller_address(i) for i in survivors)
+    wait_for("a new leader among the controllers", lambda: int(quorum(controllers, True).leader_id) in survivors,
+             pause=0.05)
+    elected = time.monotonic() - t0
     topic = oracle.new_topic("failover")
     wait_for("a topic created after the failover",
              lambda: create_topic(cluster.bootstrap(survivors), topic, wait=10) in (0, 36), pause=0.05)
@@ -362,9 +367,9 @@ def test_sigkill_of_the_active_controller(cluster):
     after = wait_for("a new leader", lambda: (lambda q: q if int(q.leader_id) in survivors else None)(
         quorum(cluster.bootstrap(survivors))))
     assert int(after.leader_epoch) > int(before.leader_epoch)
-    print(f"\n{cluster.kind}: SIGKILL of controller {old} -> first CreateTopics {elapsed:.2f}s, "
-          f"new leader {int(after.leader_id)} in epoch {int(after.leader_epoch)}")
-    SEEN.setdefault("failover", {})[cluster.kind] = elapsed
+    print(f"\n{cluster.kind}: SIGKILL of controller {old} -> leader {int(after.leader_id)} elected in epoch "
+          f"{int(after.leader_epoch)} after {elected:.2f}s, first CreateTopics after {elapsed:.2f}s")
+    SEEN.setdefault("failover", {})[cluster.kind] = (elected, elapsed)
     r = kesque_tool("kafka-topics.sh", "--bootstrap-server", cluster.bootstrap(survivors), "--describe",
                     "--topic", topic)
     assert r.returncode == 0 and f"Topic: {topic}\t" in r.stdout, r.stderr

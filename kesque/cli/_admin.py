@@ -89,7 +89,13 @@ def list_topic_names(admin, timeout: float = TIMEOUT) -> list[str]:
 
 
 def cluster_nodes(admin, timeout: float = TIMEOUT) -> list:
-    return list(admin.describe_cluster(request_timeout=timeout).result().nodes)
+    """The live brokers (``.id``, ``.host``, ``.port``), by id, from any broker's Metadata answer.
+    Not librdkafka's describe_cluster: it sends DescribeCluster to "the controller", which a KRaft
+    broker's Metadata names at random among the brokers not yet fenced - a broker that has just
+    died, for ``broker.session.timeout.ms``, and then the call times out (Kafka's Admin asks the
+    least loaded broker)."""
+    brokers = admin.list_topics(timeout=timeout).brokers
+    return [brokers[i] for i in sorted(brokers)]
 
 
 def node_address(admin, node_id: int) -> str | None:
