@@ -99,7 +99,7 @@ def create_topic(conn, name: str, timeout_ms: int = 5000) -> int:
 
     def build(mod, v):
         rq = mod.request
-        return make(rq.CreateTopicsRequest, timeout_ms=timeout_ms, validate_only=False, topics=(
+        return make(rq.CreateTopicsRequest, timeout=timeout_ms, validate_only=False, topics=(
             make(rq.CreatableTopic, name=name, num_partitions=1, replication_factor=1, assignments=(), configs=()),))
     return int(conn.request(19, build).topics[0].error_code)
 

@@ -155,7 +155,7 @@ def create_topic(bootstrap: str, name: str, timeout_ms: int = 5000, wait: float 
 
     def build(mod, v):
         rq = mod.request
-        return make(rq.CreateTopicsRequest, timeout_ms=timeout_ms, validate_only=False, topics=(
+        return make(rq.CreateTopicsRequest, timeout=timeout_ms, validate_only=False, topics=(
             make(rq.CreatableTopic, name=name, num_partitions=1, replication_factor=1, assignments=(),
                  configs=()),))
     with Connection.to_any(bootstrap, "quorum-test", wait, connect_timeout=2.0) as conn:

@@ -39,6 +39,22 @@ def make_admin(bootstrap: str | None, command_config: str | None = None, client_
     return admin
 
 
+def any_broker_request(props: dict, api_key: int, build, client_id: str = "adminclient-1"):
+    """One request to the first of ``props["bootstrap.servers"]`` that answers, as Kafka's Admin
+    client sends CreateTopics, DeleteTopics and CreatePartitions: to any broker, which forwards it
+    to the active controller. (librdkafka sends them to "the controller" of its metadata, which a
+    KRaft broker names at random among the unfenced brokers - for ``broker.session.timeout.ms``
+    after a broker died, possibly that one, and the call then times out waiting for it.) The
+    answer is awaited ``default.api.timeout.ms``: a broker holds the request while it looks for a
+    controller."""
+    from ..client.wire import Connection
+
+    wait = _seconds(props, "default.api.timeout.ms", 60000)
+    setup = min(_seconds(props, "socket.connection.setup.timeout.ms", 10000), wait)
+    with Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, wait, setup) as conn:
+        return conn.request(api_key, build)
+
+
 def _seconds(props: dict, key: str, default_ms: int) -> float:
     try:
         return max(int(props.get(key, default_ms)), 1) / 1000.0

@@ -11,11 +11,11 @@ import sys
 
 from . import _admin
 from ._common import (
+    BrokerError,
     ToolExit,
     check_invalid,
     check_required,
     error_message,
-    kafka_error_of,
     kafka_uuid,
     print_usage_and_exit,
     usage_or_version,
@@ -182,11 +182,23 @@ def _result(future):
     return future.result()
 
 
+def _controller_request(a, api_key: int, build) -> list:
+    """CreateTopics / DeleteTopics / CreatePartitions to any broker (see
+    :func:`_admin.any_broker_request`); raises the first topic error as the broker worded it."""
+    from ..client.wire import make
+
+    props = _admin.client_config(a.bootstrap_server, a.command_config)
+    timeout_ms = round(_admin.TIMEOUT * 1000)
+    resp = _admin.any_broker_request(props, api_key, lambda mod, v: build(mod.request, make, timeout_ms))
+    for t in getattr(resp, {19: "topics", 20: "responses", 37: "results"}[api_key]):
+        if int(t.error_code):
+            raise BrokerError(int(t.error_code), t.error_message, t.error_code.name)
+    return resp
+
+
 # ----------------------------------------------------------------- actions
 
 def _create(admin, a) -> None:
-    from confluent_kafka.admin import NewTopic
-
     name = a.topic
     if "." in name or "_" in name:
         print("WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') could "
@@ -197,16 +209,18 @@ def _create(admin, a) -> None:
         raise CommandError("The partitions must be greater than 0")
     configs = _parse_configs(a.config)
     assignment = _parse_replica_assignment(a.replica_assignment) if a.replica_assignment else None
-    if assignment:
-        nt = NewTopic(name, len(assignment), replica_assignment=assignment, config=configs)
-    else:
-        nt = NewTopic(name, a.partitions if a.partitions is not None else -1,
-                      a.replication_factor if a.replication_factor is not None else -1, config=configs)
+    def build(rq, make, timeout_ms):
+        topic = make(rq.CreatableTopic, name=name,
+                     num_partitions=-1 if assignment or a.partitions is None else a.partitions,
+                     replication_factor=-1 if assignment or a.replication_factor is None else a.replication_factor,
+                     assignments=tuple(make(rq.CreatableReplicaAssignment, partition_index=i, broker_ids=tuple(r))
+                                       for i, r in enumerate(assignment or [])),
+                     configs=tuple(make(rq.CreatableTopicConfig, name=k, value=v) for k, v in configs.items()))
+        return make(rq.CreateTopicsRequest, topics=(topic,), timeout=timeout_ms, validate_only=False)
     try:
-        _result(admin.create_topics([nt], request_timeout=_admin.TIMEOUT)[name])
-    except Exception as e:
-        err = kafka_error_of(e)
-        if err is not None and err.code() == 36 and a.if_not_exists:
+        _controller_request(a, 19, build)
+    except BrokerError as e:
+        if e.code == 36 and a.if_not_exists:
             return
         raise
     print(f"Created topic {name}.")
@@ -220,29 +234,30 @@ def _delete(admin, a) -> None:
     topics = _get_topics(admin, a.topic, a.exclude_internal)
     _ensure_exists(topics, a.topic, not a.if_exists)
     if topics:
-        for f in admin.delete_topics(topics, request_timeout=_admin.TIMEOUT).values():
-            _result(f)
+        _controller_request(a, 20, lambda rq, make, timeout_ms: make(
+            rq.DeleteTopicsRequest, topic_names=tuple(topics), timeout=timeout_ms,
+            topics=tuple(make(rq.DeleteTopicState, name=t, topic_id=None) for t in topics)))
 
 
 def _alter(admin, a) -> None:
     from confluent_kafka import TopicCollection
-    from confluent_kafka.admin import NewPartitions
 
     topics = _get_topics(admin, a.topic, a.exclude_internal)
     _ensure_exists(topics, a.topic, not a.if_exists)
     if not topics:
         return
     assignment = _parse_replica_assignment(a.replica_assignment) if a.replica_assignment else None
-    reqs = []
+    added = {}  # topic -> the replicas of each new partition (None: the controller places them)
     for t in topics:
         if assignment:
             desc = _result(admin.describe_topics(TopicCollection([t]))[t])
-            start = len(desc.partitions)
-            reqs.append(NewPartitions(t, a.partitions, assignment[start:]))
+            added[t] = assignment[len(desc.partitions):]
         else:
-            reqs.append(NewPartitions(t, a.partitions))
-    for f in admin.create_partitions(reqs, request_timeout=_admin.TIMEOUT).values():
-        _result(f)
+            added[t] = None
+    _controller_request(a, 37, lambda rq, make, timeout_ms: make(
+        rq.CreatePartitionsRequest, timeout=timeout_ms, validate_only=False, topics=tuple(
+            make(rq.CreatePartitionsTopic, name=t, count=a.partitions, assignments=None if new is None else tuple(
+                make(rq.CreatePartitionsAssignment, broker_ids=tuple(r)) for r in new)) for t, new in added.items())))
 
 
 def _elr(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], tuple[list[int], list[int]] | None]:
