@@ -352,6 +352,31 @@ def test_topics_replica_assignment(bs, topic_name):
                      "entries: 1\n"
 
 
+def test_topics_never_ask_librdkafkas_controller(bs, topic_name, monkeypatch, capsys):
+    """--create, --alter, --delete and --describe go to any broker, as Kafka's Admin sends them.
+    librdkafka's create_topics, create_partitions, delete_topics and describe_cluster wait for "the
+    controller" of its metadata, which a KRaft broker names at random among the unfenced brokers:
+    for broker.session.timeout.ms after a SIGKILL possibly the dead one, and the tool failed after
+    60 s (seen on a 3-node Kafka: tests/test_oracle_quorum.py)."""
+    from kesque.cli import _admin
+    from kesque.cli.main import main
+
+    make_admin = _admin.make_admin
+
+    class NoController:
+        def __init__(self, admin):
+            self.admin = admin
+
+        def __getattr__(self, name):
+            if name in ("create_topics", "create_partitions", "delete_topics", "describe_cluster"):
+                raise AssertionError(f"librdkafka's {name} waits for a controller")
+            return getattr(self.admin, name)
+    monkeypatch.setattr(_admin, "make_admin", lambda *a, **kw: NoController(make_admin(*a, **kw)))
+    for args in (["--create", "--partitions", "2"], ["--alter", "--partitions", "3"], ["--describe"], ["--delete"]):
+        assert main(["topics", "--bootstrap-server", bs, "--topic", topic_name, *args]) == 0, capsys.readouterr()
+    assert capsys.readouterr().out.startswith(f"Created topic {topic_name}.\nTopic: {topic_name}\t")
+
+
 def test_topics_with_overrides_filter(bs, topic_name):
     create(bs, topic_name)
     create(bs, topic_name + "-o", 1, "--config", "retention.ms=1000")
