@@ -353,7 +353,8 @@ def test_topics_replica_assignment(bs, topic_name):
 
 
 def test_topics_never_ask_librdkafkas_controller(bs, topic_name, monkeypatch, capsys):
-    """--create, --alter, --delete and --describe go to any broker, as Kafka's Admin sends them.
+    """--create, --alter, --delete and --describe (and configs --alter of a topic) go to any broker,
+    as Kafka's Admin sends them.
     librdkafka's create_topics, create_partitions, delete_topics and describe_cluster wait for "the
     controller" of its metadata, which a KRaft broker names at random among the unfenced brokers:
     for broker.session.timeout.ms after a SIGKILL possibly the dead one, and the tool failed after
@@ -368,13 +369,19 @@ def test_topics_never_ask_librdkafkas_controller(bs, topic_name, monkeypatch, ca
             self.admin = admin
 
         def __getattr__(self, name):
-            if name in ("create_topics", "create_partitions", "delete_topics", "describe_cluster"):
+            if name in ("create_topics", "create_partitions", "delete_topics", "describe_cluster", "describe_configs",
+                        "incremental_alter_configs"):
                 raise AssertionError(f"librdkafka's {name} waits for a controller")
             return getattr(self.admin, name)
     monkeypatch.setattr(_admin, "make_admin", lambda *a, **kw: NoController(make_admin(*a, **kw)))
-    for args in (["--create", "--partitions", "2"], ["--alter", "--partitions", "3"], ["--describe"], ["--delete"]):
+    for args in (["--create", "--partitions", "2"], ["--alter", "--partitions", "3"], ["--describe"]):
         assert main(["topics", "--bootstrap-server", bs, "--topic", topic_name, *args]) == 0, capsys.readouterr()
     assert capsys.readouterr().out.startswith(f"Created topic {topic_name}.\nTopic: {topic_name}\t")
+    assert main(["configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter", "--add-config",
+                 "retention.ms=1000"]) == 0
+    assert main(["topics", "--bootstrap-server", bs, "--topic", topic_name, "--describe"]) == 0
+    assert "\tConfigs: retention.ms=1000\n" in capsys.readouterr().out
+    assert main(["topics", "--bootstrap-server", bs, "--topic", topic_name, "--delete"]) == 0
 
 
 def test_topics_with_overrides_filter(bs, topic_name):

@@ -347,9 +347,10 @@ def alter(a) -> None:
     if rtype is None:
         rtype = {BROKER_LOGGER: "BROKER_LOGGER", GROUP: "GROUP"}.get(etype)
         rtype = getattr(ResourceType, rtype or "UNKNOWN", ResourceType.UNKNOWN)
-    if name == "":
-        # confluent-kafka refuses a ConfigResource with an empty name (the cluster-wide
-        # broker defaults), so this one goes over the wire
+    if name == "" or etype in (TOPIC, GROUP):
+        # confluent-kafka refuses a ConfigResource with an empty name (the cluster-wide broker
+        # defaults), and sends a topic's or group's to "the controller" of its metadata, possibly a
+        # broker that just died (see _admin.any_broker_request): these go to any broker over the wire
         _incremental_alter_wire(a, _RESOURCE[etype], name, to_add, to_delete)
     else:
         ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_add.items()]

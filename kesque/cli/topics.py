@@ -292,9 +292,30 @@ def _elr(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], tuple[list[
     return out
 
 
+_DEFAULT_CONFIG = 5  # DescribeConfigs' config_source of a default nobody set
+
+
+def _topic_configs(a, topics: list[str]) -> dict[str, list[tuple[str, str | None, int]]]:
+    """{topic: [(name, value, config source)]}: one DescribeConfigs to any broker (librdkafka
+    sends topic DescribeConfigs to "the controller", see :func:`_admin.any_broker_request`)."""
+    from ..client.wire import make
+
+    def build(mod, v):
+        rq = mod.request
+        return make(rq.DescribeConfigsRequest, include_synonyms=False, include_documentation=False, resources=tuple(
+            make(rq.DescribeConfigsResource, resource_type=2, resource_name=t, configuration_keys=None)
+            for t in topics))
+    resp = _admin.any_broker_request(_admin.client_config(a.bootstrap_server, a.command_config), 32, build)
+    out = {}
+    for r in resp.results:
+        if int(r.error_code):
+            raise BrokerError(int(r.error_code), r.error_message, r.error_code.name)
+        out[r.resource_name] = [(c.name, c.value, int(c.config_source)) for c in r.configs]
+    return out
+
+
 def _describe(admin, a) -> None:
     from confluent_kafka import TopicCollection
-    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
     if a.topic_id:
         # describe by id: find the name that has this id
@@ -318,19 +339,15 @@ def _describe(admin, a) -> None:
     descriptions = {}
     for name, f in admin.describe_topics(TopicCollection(topics), request_timeout=_admin.TIMEOUT).items():
         descriptions[name] = _result(f)
-    cfg_futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in topics],
-                                         request_timeout=_admin.TIMEOUT)
-    configs = {}
-    for res, f in cfg_futures.items():
-        configs[res.name] = _result(f)
+    configs = _topic_configs(a, topics)
     live = {n.id for n in _admin.cluster_nodes(admin)}
     elr = _elr(a.bootstrap_server, topics)
     describe_configs = not any(getattr(a, r) for r in _REPORTS)
     describe_partitions = not a.topics_with_overrides
     for name in topics:
         td = descriptions[name]
-        entries = list(configs.get(name, {}).values())
-        non_default = [e for e in entries if not e.is_default and e.source != ConfigSource.DEFAULT_CONFIG.value]
+        entries = configs.get(name, [])
+        non_default = [(k, v) for k, v, source in entries if source != _DEFAULT_CONFIG]
         parts = sorted(td.partitions, key=lambda p: p.id)
         if describe_configs and (not a.topics_with_overrides or non_default):
             line = f"Topic: {name}"
@@ -338,14 +355,14 @@ def _describe(admin, a) -> None:
                 line += f"\tTopicId: {kafka_uuid(td.topic_id)}"
             line += f"\tPartitionCount: {len(parts)}"
             line += f"\tReplicationFactor: {len(parts[0].replicas) if parts else 0}"
-            line += "\tConfigs: " + ",".join(f"{e.name}={e.value}" for e in non_default)
+            line += "\tConfigs: " + ",".join(f"{k}={'null' if v is None else v}" for k, v in non_default)
             print(line)
         if not describe_partitions:
             continue
         min_isr = None
-        for e in entries:
-            if e.name == "min.insync.replicas":
-                min_isr = int(e.value)
+        for k, v, _source in entries:
+            if k == "min.insync.replicas":
+                min_isr = int(v)
         for p in parts:
             leader = p.leader.id if p.leader is not None and p.leader.id >= 0 else None
             isr = [n.id for n in p.isr]
