@@ -162,12 +162,13 @@ def create_topic(bootstrap: str, name: str, timeout_ms: int = 5000, wait: float 
         return int(conn.request(19, build).topics[0].error_code)
 
 
-def quorum(bootstrap: str, controllers: bool = False):
+def quorum(bootstrap: str, controllers: bool = False, timeout_ms: int = 5000):
     """DescribeQuorum's partition data, asked as kesque's metadata-quorum tool asks it (of the
     brokers, or of the active controller among ``bootstrap`` controllers)."""
     from kesque.cli.metadata_quorum import QuorumAdmin
 
-    admin = QuorumAdmin(bootstrap, {"default.api.timeout.ms": "5000", "request.timeout.ms": "2000"}, controllers)
+    admin = QuorumAdmin(bootstrap, {"default.api.timeout.ms": str(timeout_ms),
+                                    "request.timeout.ms": str(min(2000, timeout_ms))}, controllers)
     try:
         return admin.describe_quorum()[0]
     finally:
@@ -357,8 +358,8 @@ def test_sigkill_of_the_active_controller(cluster):
     cluster.kill(old)
     t0 = time.monotonic()
     controllers = ",".join(cluster.controller_address(i) for i in survivors)
-    wait_for("a new leader among the controllers", lambda: int(quorum(controllers, True).leader_id) in survivors,
-             pause=0.05)
+    wait_for("a new leader among the controllers",
+             lambda: int(quorum(controllers, True, timeout_ms=300).leader_id) in survivors, pause=0.05)
     elected = time.monotonic() - t0
     topic = oracle.new_topic("failover")
     wait_for("a topic created after the failover",
