@@ -405,7 +405,10 @@ class ShareConsumer(Cluster):
 
     def close(self) -> None:
         """Acknowledge what is pending (implicit: the last poll's records are accepted), end the
-        share sessions and leave the group."""
+        share sessions and leave the group. Fresh connections: a poll cut short by a signal may
+        have left an answer unread on the old ones."""
+        for node in list(self._conns):
+            self._drop(node)
         try:
             if not self.explicit:
                 self._settle_delivered()

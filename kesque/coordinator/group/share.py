@@ -136,6 +136,18 @@ def _get_group(shard, group_id: str, create: bool) -> ShareGroup:
     return g
 
 
+def create_empty_group(shard, group_id: str) -> ShareGroup:
+    """An empty share group made by AlterShareGroupOffsets on an unknown id (Kafka's tool resets
+    a new group's start offsets before any member joins); its metadata record makes it durable."""
+    g = _get_group(shard, group_id, create=True)
+    try:
+        shard.write([_metadata_record(g)])
+    except Exception:
+        shard.groups.pop(group_id, None)
+        raise
+    return g
+
+
 def _heartbeat_or_revert(shard, req: dict) -> dict:
     """A heartbeat whose records fail to append leaves the group as it was."""
     gid = req["group_id"]
