@@ -6,6 +6,9 @@ broker and state, and want the same bytes."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
 import time
 import uuid
 
@@ -114,6 +117,28 @@ def test_console_share_consumer_prints_delivery_counts_and_acknowledges(share_br
     r = share_groups(share_broker, "--describe", "--group", group)
     assert r.stdout == table(f"{'GROUP':<15} {'TOPIC':<15} PARTITION  START-OFFSET  LAG",
                              f"{group:<15} {topic:<15} 0          3             7")
+
+
+def test_sigterm_stops_the_console_share_consumer_and_its_member_leaves(share_broker):
+    """A signal mid-poll left the poll's answer unread on the connection; the leave heartbeat on
+    that connection then failed, and the member stayed until its session timed out."""
+    topic, group = fresh(share_broker, records=0)
+    proc = subprocess.Popen([sys.executable, "-m", "kesque", "console-share-consumer", "--bootstrap-server",
+                             share_broker.bootstrap_servers, "--topic", topic, "--group", group],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        end = time.monotonic() + 30
+        stable = f"\n{group:<15} Stable\n".encode()
+        while stable not in share_groups(share_broker, "--list", "--state").stdout and time.monotonic() < end:
+            time.sleep(0.2)
+        time.sleep(2)  # inside a ShareFetch that waits for records
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, err) == (143, b"Processed a total of 0 messages\n")
+    assert f"\n{group:<15} Empty\n".encode() in share_groups(share_broker, "--list", "--state").stdout
 
 
 def test_console_share_consumer_usage_errors(share_broker):
