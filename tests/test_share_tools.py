@@ -259,3 +259,98 @@ def test_kafka_share_groups_sh_prints_what_kesque_prints(share_broker):
         mine = share_groups(share_broker, *args)
         theirs = K.run_tool("kafka-share-groups.sh", *bs, *args)
         assert theirs.stdout == mine.stdout.decode(), args
+
+
+# ---------------------------------------------------------------------- the same scenario on Apache Kafka
+class Side:
+    """One broker with its own tools: Kafka's scripts on Kafka, kesque's on kesque."""
+
+    def __init__(self, broker, kafka: bool):
+        self.broker, self.kafka = broker, kafka
+        self.bs = ["--bootstrap-server", broker.bootstrap_servers]
+
+    def run(self, tool: str, *args) -> tuple[int, str, str]:
+        if self.kafka:
+            r = K.run_tool(f"kafka-{tool}.sh", *self.bs, *args)
+            return r.returncode, r.stdout, r.stderr
+        r = kesque(tool, *self.bs, *args)
+        return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+    def spawn(self, *args) -> subprocess.Popen:
+        argv = ["console-share-consumer", *self.bs, *args]
+        cmd = (K.java_command(K.TOOLS["kafka-console-share-consumer.sh"], argv[1:]) if self.kafka
+               else [sys.executable, "-m", "kesque", *argv])
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+_STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] ", re.M)
+
+
+def _scenario(side: Side, topic: str, group: str, csv: str) -> list:
+    """What each step prints: (args, stdout, stderr) with ids, ports and times masked."""
+    out = []
+
+    def step(tool, *args, stderr=True):
+        code, so, se = side.run(tool, *args)
+        out.append((tool, args, oracle.mask(so), oracle.mask(_STAMP.sub("[<time>] ", se)) if stderr else None))
+
+    fmt = ["--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true",
+           "--formatter-property", "print.delivery=true"]
+    step("console-share-consumer", "--topic", topic, "--group", group, "--max-messages", "4", *fmt)
+    step("console-share-consumer", "--topic", topic, "--group", group, "--max-messages", "2", "--release", *fmt)
+    step("console-share-consumer", "--topic", topic, "--group", group, "--max-messages", "1", "--reject", *fmt)
+    sg = ["--group", group]
+    step("share-groups", "--list", "--state")
+    step("share-groups", "--list", "--state", "Stable")
+    step("share-groups", "--describe", *sg)
+    step("share-groups", "--describe", *sg, "--verbose")
+    step("share-groups", "--describe", *sg, "--members")
+    step("share-groups", "--describe", *sg, "--state")
+    live = side.spawn("--topic", topic, "--group", group)
+    try:
+        end = time.monotonic() + 60
+        while "console-share-consumer" not in side.run("share-groups", "--describe", *sg, "--members")[1]:
+            assert time.monotonic() < end and live.poll() is None
+            time.sleep(0.5)
+        step("share-groups", "--describe", *sg, "--members")
+        step("share-groups", "--describe", *sg, "--state")
+        step("share-groups", "--reset-offsets", *sg, "--topic", topic, "--to-earliest", "--dry-run")
+        step("share-groups", "--delete", *sg)
+    finally:
+        live.send_signal(signal.SIGTERM)
+        live.communicate(timeout=60)
+    # (no --describe here: Kafka's durable start offset trails the acknowledgement that completed
+    # the last records until its next state write - 9 / lag 0 where kesque shows 10 / lag 0)
+    step("share-groups", "--reset-offsets", *sg, "--topic", topic, "--to-earliest", "--dry-run")
+    step("share-groups", "--reset-offsets", *sg, "--all-topics", "--to-offset", "99", "--dry-run", "--export")
+    step("share-groups", "--reset-offsets", *sg, "--from-file", csv, "--execute")
+    step("share-groups", "--describe", *sg)
+    step("share-groups", "--reset-offsets", "--group", f"{group}-new", "--topic", f"{topic}:0", "--to-latest",
+         "--execute")
+    step("share-groups", "--delete-offsets", *sg, "--topic", topic, "--topic", f"{topic}-missing")
+    step("share-groups", "--describe", *sg)
+    step("share-groups", "--delete", *sg)
+    step("share-groups", "--delete", *sg, stderr=False)  # Kafka adds a stack trace
+    step("share-groups", "--list")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.oracle
+@pytest.mark.skipif(oracle.REASON is not None, reason=oracle.REASON or "")
+def test_share_tools_print_what_kafkas_print_on_kafka(tmp_path_factory, tmp_path):
+    """The same share-group story on Apache Kafka 4.4 (its own scripts) and on kesque (kesque's
+    tools): every step prints the same bytes, ids, ports and log times masked."""
+    topic, group = "orders", "sg1"
+    csv = tmp_path / "plan.csv"
+    csv.write_text(f"{topic},0,3\n")
+    with oracle.brokers(tmp_path_factory, {"group.share.enable": "true"}) as b:
+        results = {}
+        for name in ("kafka", "kesque"):
+            create_topic(b[name], topic, 1)
+            produce(b[name], topic, 10)
+            set_group_configs(b[name], group, {"share.auto.offset.reset": "earliest"})
+            results[name] = _scenario(Side(b[name], name == "kafka"), topic, group, str(csv))
+    assert len(results["kafka"]) == len(results["kesque"])
+    for theirs, mine in zip(results["kafka"], results["kesque"]):
+        assert mine == theirs

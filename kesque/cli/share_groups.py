@@ -29,6 +29,7 @@ from .consumer_groups import (
     Usage,
     _java_text,
     _parse_topic_partitions,
+    _reset_plan_from_file,
     _reported,
     _UsageExit,
     _wrapped,
@@ -460,6 +461,8 @@ def _print_plan(gid: str, plan: dict[tuple[str, int], int]) -> None:
 
 
 def _partitions_to_reset(svc: ShareGroupService, a, gid: str) -> list[tuple[str, int]]:
+    if a.from_file and not (a.topic or a.all_topics):
+        return []
     if a.all_topics:
         try:
             topics = sorted({t for t, *_ in svc.share_offsets(gid)})
@@ -529,6 +532,10 @@ def _prepare(svc: ShareGroupService, a, gid: str, partitions: list[tuple[str, in
         ends = _wrapped(svc.log_offsets, [tp for tp in partitions if tp not in current], "latest")
         return {tp: current.get(tp, ends.get(tp, 0)) for tp in hash_order(partitions)}
     if a.from_file is not None:
-        raise _UsageExit("--from-file is not supported by kesque share-groups yet")
+        mine = _reset_plan_from_file(a).get(gid)
+        if mine is None:
+            print_error(f"No reset plan for group {gid} found")
+            return {}
+        return _check_range(svc, mine)
     raise _UsageExit("Option '[reset-offsets]' requires one of the following scenarios: ["
                      + ", ".join(f"[{s}]" for s in _SCENARIOS) + "]")

@@ -45,7 +45,12 @@ class ShareMessage(Message):
 
 
 def random_member_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Uuid as Kafka's clients print it (base64url, no padding), never starting with ``-``
+    (Kafka's Uuid.randomUuid draws again: such an id would read as an option on a command line)."""
+    while True:
+        mid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not mid.startswith("-"):
+            return mid
 
 
 def ack_batches(acks: dict[int, int]) -> list[tuple[int, int, list[int]]]:
