@@ -15,7 +15,7 @@ import uuid
 import oracle
 import pytest
 from conftest import running_broker
-from test_clients import admin, create_topic
+from test_clients import create_topic
 from test_share_groups import produce, set_group_configs
 from test_tools import kesque
 
