@@ -261,6 +261,25 @@ def test_kafka_share_groups_sh_prints_what_kesque_prints(share_broker):
         assert theirs.stdout == mine.stdout.decode(), args
 
 
+@pytest.mark.oracle
+@pytest.mark.skipif(oracle.REASON is not None, reason=oracle.REASON or "")
+def test_kafka_console_share_consumer_prints_what_kesque_prints(share_broker):
+    """Kafka 4.4's kafka-console-share-consumer.sh (KafkaShareConsumer) and kesque's, each with
+    its own new group on the same topic of a kesque broker: the same stdout and stderr."""
+    topic, group = fresh(share_broker, records=6)
+    other = f"{group}-java"
+    set_group_configs(share_broker, other, {"share.auto.offset.reset": "earliest"})
+    fmt = ["--formatter-property", "print.offset=true", "--formatter-property", "print.delivery=true",
+           "--formatter-property", "print.key=true", "--formatter-property", "null.literal=<none>"]
+    for args in (["--max-messages", "2", "--release"], ["--max-messages", "3", "--reject"], ["--max-messages", "9",
+                                                                                             "--timeout-ms", "3000"]):
+        mine = console(share_broker, topic, group, *fmt, *args)
+        theirs = K.run_tool("kafka-console-share-consumer.sh", "--bootstrap-server", share_broker.bootstrap_servers,
+                            "--topic", topic, "--group", other, *fmt, *args)
+        assert (mine.stdout.decode(), _STAMP.sub("", mine.stderr.decode())) == \
+            (theirs.stdout, _STAMP.sub("", theirs.stderr)), args
+
+
 # ---------------------------------------------------------------------- the same scenario on Apache Kafka
 class Side:
     """One broker with its own tools: Kafka's scripts on Kafka, kesque's on kesque."""

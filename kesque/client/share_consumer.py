@@ -14,6 +14,10 @@ of a poll at the next poll, commit or close; ``explicit`` wants :meth:`acknowled
 record of a poll before the next poll (IllegalStateException in Java, ValueError here).
 Offsets of an acquired range without a record to hand out (control records, aborted
 transactional records) are acknowledged as gaps.
+
+Blocking and single-threaded: heartbeats go out from :meth:`ShareConsumer.poll` (Kafka's client
+has a background thread), so a caller must poll within ``share.session.timeout.ms`` (45 s) to
+stay in the group; fetches wait at most until the next heartbeat is due.
 """
 
 from __future__ import annotations
