@@ -222,6 +222,24 @@ def test_delete_offsets_and_delete(share_broker):
     assert f"GroupIdNotFoundException: Group '{group}' is not a share group.".encode() in r.stdout
 
 
+def test_errors_print_as_kafkas_tool_prints_them(share_broker):
+    """Outputs of Kafka 4.4's kafka-share-groups.sh on a Kafka broker, same cases."""
+    topic, group = fresh(share_broker, records=1)
+    r = share_groups(share_broker, "--delete-offsets", "--group", "no-such-sg", "--topic", topic)
+    assert (r.returncode, r.stdout) == (1, ("\nError: Group no-such-sg not found.\n\nTOPIC           STATUS\n"
+                                            f"{topic:<15} Error: Group no-such-sg not found.\n").encode())
+    r = share_groups(share_broker, "--reset-offsets", "--group", group, "--topic", "no-such-topic", "--to-earliest",
+                     "--dry-run")
+    assert r.stdout == (b"\nError: Executing share group command failed due to This server does not host this "
+                        b"topic-partition.\n")
+    assert r.stderr == (b"org.apache.kafka.common.errors.UnknownTopicOrPartitionException: This server does not "
+                        b"host this topic-partition.\n")
+    r = share_groups(share_broker, "--describe", "--group", group, "--members", "--offsets")
+    assert r.returncode == 1
+    assert r.stderr.startswith(b"Option [describe] takes at most one of these options: [members], [offsets], "
+                               b"[state]\n")
+
+
 def test_describe_a_missing_group(share_broker):
     r = share_groups(share_broker, "--describe", "--group", "no-such-share-group")
     assert r.returncode == 1

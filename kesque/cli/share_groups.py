@@ -132,12 +132,19 @@ def _check_args(p, a) -> None:
             print_usage_and_exit(p, "Option [reset-offsets] takes one of these options: [all-topics], [topic]")
     if a.delete_offsets and (not a.group or not a.topic):
         print_usage_and_exit(p, "Option [delete-offsets] takes the following options: [group], [topic]")
+    if a.describe and sum(1 for x in (a.members, a.offsets, a.state is not None) if x) > 1:
+        print_usage_and_exit(p, "Option [describe] takes at most one of these options: [members], [offsets], [state]")
     if (a.members or a.offsets or a.verbose) and not a.describe:
         name = "members" if a.members else "offsets" if a.offsets else "verbose"
         print_usage_and_exit(p, f"Option [{name}] can be used only with [describe]")
 
 
 # ----------------------------------------------------------------- the service
+
+class Unwrapped(JavaError):
+    """An exception Kafka's tool meets unwrapped (not inside an ExecutionException): its
+    ``Error:`` line shows only the message."""
+
 
 class ShareGroupService(GroupService):
     """What Kafka's ShareGroupService asks of its Admin client."""
@@ -256,10 +263,15 @@ def run(a) -> int:
     except ToolExit:
         raise
     except Exception as e:  # noqa: BLE001 - Kafka's tool reports every failure the same way
-        detail = str(e) if isinstance(e, JavaError) else _java_text(e)
+        if isinstance(e, Unwrapped):
+            detail, trace = e.message, str(e)
+        elif isinstance(e, JavaError):
+            detail, trace = str(e), execution(e)
+        else:
+            detail = trace = _java_text(e)
         print_error(f"Executing share group command failed due to {detail}")
         sys.stdout.flush()
-        print(execution(e) if isinstance(e, JavaError) else detail, file=sys.stderr)
+        print(trace, file=sys.stderr)
     finally:
         sys.stdout.flush()
         svc.close()
@@ -411,7 +423,13 @@ def delete_groups(svc: ShareGroupService, a) -> None:
 def delete_offsets(svc: ShareGroupService, a) -> None:
     gid = a.group[0]
     topics = list(dict.fromkeys(a.topic))
-    results = svc.delete_share_offsets(gid, topics)
+    try:
+        results = svc.delete_share_offsets(gid, topics)
+    except JavaError as e:
+        if e.code is None:
+            raise
+        print_error(e.message)  # Kafka's tool reports the group's error, then every topic with it
+        results = {t: e for t in topics}
     width = max([15] + [len(t) for t in topics])
     out = [f"\n{'TOPIC':<{width}} STATUS"]
     for t in topics:
@@ -482,7 +500,7 @@ def _partitions_to_reset(svc: ShareGroupService, a, gid: str) -> list[tuple[str,
     for t in java_hashmap_order(list(dict.fromkeys(plain))):
         parts = described[t]
         if isinstance(parts, JavaError):
-            raise JavaError("java.lang.RuntimeException", execution(parts))
+            raise Unwrapped(parts.java_class, parts.message, parts.code)
         specified += [(t, p) for p in parts]
     return specified
 
