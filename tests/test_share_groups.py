@@ -347,7 +347,8 @@ def test_a_member_leaving_the_group_releases_its_records_at_once(share_broker):
 
 def test_describe_share_group_offsets(share_broker):
     """DescribeShareGroupOffsets: the durable start offset and the lag (records below the high
-    watermark not yet acknowledged or archived); no state: start offset -1."""
+    watermark not yet acknowledged or archived); no state: start offset -1, and the whole group
+    lists every partition of its subscribed topics, as Kafka does."""
     topic, group, tid = _wire_group(share_broker, 10)
     m = Msg(90, 1)
 
@@ -358,7 +359,7 @@ def test_describe_share_group_offsets(share_broker):
         return [(t.topic_name, p.partition_index, p.start_offset, p.lag) for t in g.topics for p in t.partitions]
 
     with WireClient(share_broker.bootstrap_servers) as c:
-        assert describe() == []
+        assert describe() == [(topic, 0, -1, -1)]
         _share_fetch(c, group, "m1", 0, tid)
         _share_fetch(c, group, "m1", 1, tid, acks=[(0, 3, 1), (6, 6, 3)])
         assert describe() == [(topic, 0, 4, 5)]

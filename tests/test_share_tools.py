@@ -119,6 +119,17 @@ def test_console_share_consumer_prints_delivery_counts_and_acknowledges(share_br
                              f"{group:<15} {topic:<15} 0          3             7")
 
 
+def test_describe_shows_dashes_for_a_partition_nothing_was_handed_out_from(share_broker):
+    """Kafka 4.4 shows `-` for a share-partition a member fetched from but got nothing: its state
+    is written at the first acquisition, not at the first fetch (kesque showed 0 / 0)."""
+    topic, group = fresh(share_broker, partitions=2, records=3)  # all in partition 1
+    assert console(share_broker, topic, group, "--max-messages", "3").stdout == b"0\n1\n2\n"
+    r = share_groups(share_broker, "--describe", "--group", group, "--verbose")
+    assert r.stdout == table(f"{'GROUP':<15} {'TOPIC':<15} PARTITION  LEADER-EPOCH  START-OFFSET  LAG",
+                             f"{group:<15} {topic:<15} 0          -             -             -",
+                             f"{group:<15} {topic:<15} 1          0             3             0")
+
+
 def test_sigterm_stops_the_console_share_consumer_and_its_member_leaves(share_broker):
     """A signal mid-poll left the poll's answer unread on the connection; the leave heartbeat on
     that connection then failed, and the member stayed until its session timed out."""

@@ -285,7 +285,7 @@ class ShareGroupApis:
     def describe_share_group_offsets(self, ctx, req):
         """Each share-partition's start offset and leader epoch from ``__share_group_state``, and
         (v1) its lag: records below the high watermark not yet delivery-complete. A partition
-        without share state has start offset -1."""
+        without share state (nothing handed out yet) has start offset -1."""
         m = Msg(90, ctx.api_version)
         image = self.server.image
         out = []
@@ -304,11 +304,11 @@ class ShareGroupApis:
                 continue
             states = self.manager.group_states(rg.group_id)
             if rg.topics is None:
-                wanted: dict = {}
-                for _g, tid, p in states:
-                    t = image.topics_by_id.get(tid)
-                    if t is not None:
-                        wanted.setdefault(t.name, []).append(p)
+                # as Kafka: every partition of the group's topics (those with share state and those
+                # its members subscribe to), -1 for a partition without state yet
+                names = {t.name for _g, tid, _p in states if (t := image.topics_by_id.get(tid)) is not None}
+                names |= {n for n in g.subscribed_topic_names() if image.topic(n) is not None}
+                wanted: dict = {n: sorted(image.topic(n).partitions) for n in names}
             else:
                 wanted = {t.topic_name: list(t.partitions) for t in rg.topics}
             topics = []
