@@ -222,6 +222,7 @@ def test_delete_offsets_and_delete(share_broker):
     topic, group = fresh(share_broker, records=3)
     console(share_broker, topic, group, "--max-messages", "3")
     r = share_groups(share_broker, "--delete-offsets", "--group", group, "--topic", topic, "--topic", "nope")
+    assert r.returncode == 1  # a topic failed (Kafka's tool exits 0)
     assert r.stdout == table(f"{'TOPIC':<15} STATUS", f"{topic:<15} Successful",
                              f"{'nope':<15} Error: This server does not host this topic-partition.")
     r = share_groups(share_broker, "--describe", "--group", group)

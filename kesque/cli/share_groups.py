@@ -430,6 +430,8 @@ def delete_offsets(svc: ShareGroupService, a) -> None:
             raise
         print_error(e.message)  # Kafka's tool reports the group's error, then every topic with it
         results = {t: e for t in topics}
+    if any(results.get(t) is not None for t in topics) and not _reported.errors:
+        _reported.errors += 1  # a topic that failed fails the command (Kafka's tool exits 0)
     width = max([15] + [len(t) for t in topics])
     out = [f"\n{'TOPIC':<{width}} STATUS"]
     for t in topics:
