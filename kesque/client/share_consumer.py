@@ -46,6 +46,7 @@ _STALE_LEADER = {3, 5, 6, 74, 75, 100}  # metadata is stale: refresh and retry
 @dataclass(slots=True)
 class ShareMessage(Message):
     delivery_count: int = 1
+    topic_id: object = None
 
 
 def random_member_id() -> str:
@@ -181,6 +182,8 @@ class ShareConsumer(Cluster):
         delivered[msg.offset] = ack_type
 
     def _tp_of(self, msg: Message) -> tuple:
+        if getattr(msg, "topic_id", None) is not None:
+            return msg.topic_id, msg.partition
         for tp, name in self.assignment.items():
             if name == msg.topic and tp[1] == msg.partition:
                 return tp
@@ -355,7 +358,7 @@ class ShareConsumer(Cluster):
                 dc = count.pop(r.offset, None)
                 if dc is not None:
                     out.append(ShareMessage(topic, tp[1], r.offset, r.timestamp, ts_type, r.key, r.value, r.headers,
-                                            h.partition_leader_epoch, dc))
+                                            h.partition_leader_epoch, dc, tp[0]))
         if count:  # acquired offsets without a record to hand out
             pending = self._pending.setdefault(tp, {})
             for off in count:
