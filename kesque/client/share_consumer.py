@@ -349,12 +349,17 @@ class ShareConsumer(Cluster):
             for off in range(first, last + 1):
                 count[off] = dc
         topic = self.assignment[tp]
+        first, last = min(count, default=0), max(count, default=-1)
         out: list[ShareMessage] = []
         for pos, h in rb.iter_headers(data):
-            if h.magic != rb.MAGIC_V2 or h.is_control:
+            if h.base_offset > last:
+                break
+            if h.magic != rb.MAGIC_V2 or h.is_control or h.last_offset < first:
                 continue
             ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
             for r in iter_records(data, pos, h):
+                if r.offset > last:
+                    break
                 dc = count.pop(r.offset, None)
                 if dc is not None:
                     out.append(ShareMessage(topic, tp[1], r.offset, r.timestamp, ts_type, r.key, r.value, r.headers,

@@ -57,6 +57,15 @@ def scan_batches(buf: bytes, aborted=None) -> tuple[int, list[tuple[int, int]]]:
     return last, skip
 
 
+def _through(buf: bytes, last_offset: int) -> bytes:
+    """The batches of ``buf`` up to the one holding ``last_offset``: a response carries the
+    batches of the acquired records, not everything read (Kafka slices them too)."""
+    for pos, h in iter_headers(buf):
+        if h.last_offset >= last_offset:
+            return buf[:pos + h.size] if pos + h.size < len(buf) else buf
+    return buf
+
+
 class SharePartitionManager:
     def __init__(self, server):
         self.server = server
@@ -171,7 +180,7 @@ class SharePartitionManager:
                 return out
             out.acquired = sp.acquire(member_id, last, max_records, now_ms, skip)
             if out.acquired:
-                out.records = buf
+                out.records = _through(buf, max(a.last for a in out.acquired))
         except KafkaError as e:
             out.error, out.message = int(e.code), e.message
         return out
