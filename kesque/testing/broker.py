@@ -23,6 +23,9 @@ import tempfile
 import threading
 import time
 
+from ..config.broker import SINGLE_NODE
+
+
 def terminate(process: subprocess.Popen, timeout: float) -> None:
     """SIGTERM (a broker's clean shutdown), SIGKILL if it has not exited within ``timeout``."""
     if process.poll() is None:
@@ -34,16 +37,9 @@ def terminate(process: subprocess.Popen, timeout: float) -> None:
             process.wait()
 
 
-DEFAULTS = {
-    "process.roles": "broker,controller",
-    "node.id": "1",
-    "offsets.topic.replication.factor": "1",
-    "transaction.state.log.replication.factor": "1",
-    "share.coordinator.state.topic.replication.factor": "1",
-    "share.coordinator.state.topic.min.isr": "1",
-    "transaction.state.log.min.isr": "1",
-    "group.initial.rebalance.delay.ms": "0",
-}
+# a lone node's settings (as `kesque serve` without a file), with Kafka's default of two-phase
+# commit (off) and no initial rebalance delay
+DEFAULTS = {**SINGLE_NODE, "transaction.two.phase.commit.enable": "false", "group.initial.rebalance.delay.ms": "0"}
 
 
 class Broker:
