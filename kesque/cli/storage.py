@@ -130,27 +130,31 @@ def run_format(config: BrokerConfig, args) -> int:
     if args.release_version and args.release_version != version:
         print(f"kesque's metadata.version is {version}; --release-version {args.release_version} is not used",
               file=sys.stderr)
+    formatted = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted)
+    if not formatted:
+        print("All of the log directories are already formatted.")
+    for kind, d in formatted:
+        if kind == "metadata" and (args.standalone or args.initial_controllers):
+            kind = "dynamic metadata voter"
+        print(f"Formatting {kind} directory {d} with metadata.version {version}.")
+    return 0
+
+
+def format_storage(config: BrokerConfig, cluster_id: str, *, ignore_formatted: bool = False) -> list[tuple[str, str]]:
+    """``storage format``: meta.properties into each of the node's dirs that has none, after
+    checking those that have one (their cluster id must be ``cluster_id``); returns ("data" or
+    "metadata", dir) for each dir formatted. Raises LogDirError naming a problem, having written
+    nothing."""
     dirs = storage_dirs(config)
     metas = read_meta_properties(dirs)
-    formatted = [d for d in dirs if metas[d] is not None]
-    if formatted and not args.ignore_formatted:
-        raise LogDirError(f"Log directory {formatted[0]} is already formatted. Use --ignore-formatted to ignore this "
+    done = [d for d in dirs if metas[d] is not None]
+    if done and not ignore_formatted:
+        raise LogDirError(f"Log directory {done[0]} is already formatted. Use --ignore-formatted to ignore this "
                           "directory and format the others.")
-    node_id = config.node_id if config.node_id >= 0 else 1
-    verify_meta_properties(metas, node_id, args.cluster_id)
-    if len(formatted) == len(dirs):
-        print("All of the log directories are already formatted.")
-        return 0
-    meta_dir = storage_dirs(config)[-1]
-    for d in format_dirs(metas, args.cluster_id, node_id):
-        if d != meta_dir:
-            kind = "data directory"
-        elif args.standalone or args.initial_controllers:
-            kind = "dynamic metadata voter directory"
-        else:
-            kind = "metadata directory"
-        print(f"Formatting {kind} {d} with metadata.version {version}.")
-    return 0
+    verify_meta_properties(metas, config.node_id if config.node_id >= 0 else 1, cluster_id)
+    written = format_dirs(metas, cluster_id, config.node_id if config.node_id >= 0 else 1)
+    meta_dir = os.path.abspath(config.metadata_log_dir)
+    return [("metadata" if d == meta_dir else "data", d) for d in written]
 
 
 def main(argv: list[str] | None = None) -> int:
