@@ -170,6 +170,7 @@ def _masked(r: subprocess.CompletedProcess, base) -> tuple[int, list[str]]:
     text = (r.stdout + r.stderr).replace(str(base), "{dir}")
     text = re.sub(r"directory\.id=[\w-]+", "directory.id={id}", text)
     text = re.sub(r"metadata\.version \S+\.", "metadata.version {v}.", text)
+    text = re.sub(r"\{dir}/\w is already formatted", "{dir}/? is already formatted", text)  # which first: hash order
     text = re.sub(r"^Exception in thread \"main\" java\.lang\.RuntimeException: ", "", text)
     lines = [line for line in text.splitlines()
              if not line.startswith(("Bootstrap metadata:", "\tat ", "usage:", " "))]
