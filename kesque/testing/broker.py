@@ -45,7 +45,8 @@ DEFAULTS = {**SINGLE_NODE, "transaction.two.phase.commit.enable": "false", "grou
 class Broker:
     def __init__(self, data_dir: str | None = None, port: int = 0, config: dict | None = None,
                  mode: str = "subprocess", host: str = "127.0.0.1", log_file: str | None = None,
-                 fd_limit: int | None = None):
+                 fd_limit: int | None = None, properties_file: str | None = None, detach: bool = False,
+                 cluster_id: str | None = None):
         if mode not in ("subprocess", "thread"):
             raise ValueError("mode must be 'subprocess' or 'thread'")
         if fd_limit is not None and mode != "subprocess":
@@ -66,6 +67,13 @@ class Broker:
         self._server = None
         self._stop_event: asyncio.Event | None = None
         self.start_seconds: float | None = None
+        # the settings are written to this file and the process runs `kesque serve FILE`
+        # (otherwise each one is an --override)
+        self.properties_file = properties_file
+        self.detach = detach  # a session of its own: it outlives the caller (`kesque cluster up`)
+        # the cluster id a node that is not a lone one is formatted with before its first start
+        self.cluster_id = cluster_id
+        self._ready_fd: int | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -97,16 +105,48 @@ class Broker:
         return self
 
     def _start_subprocess(self, timeout: float) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def format_storage(self) -> None:
+        """``kesque storage format --ignore-formatted`` unless the node is a lone one (which
+        formats itself at start), as a Kafka node is formatted before its first start."""
+        from ..cli.storage import format_storage, random_uuid
+        from ..config import BrokerConfig, ConfigError
+
+        try:
+            config = BrokerConfig(self._props(), strict=False)
+        except ConfigError:
+            return  # the node says so when it starts
+        if not config.lone_node:
+            self.cluster_id = self.cluster_id or random_uuid()
+            format_storage(config, self.cluster_id, ignore_formatted=True)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (a cluster's nodes start together, then
+        :meth:`wait_ready`)."""
+        self.format_storage()
         r, w = os.pipe()
         args = [sys.executable, "-m", "kesque", "serve"]
-        for k, v in self._props().items():
-            args += ["--override", f"{k}={v}"]
+        if self.properties_file:
+            with open(self.properties_file, "w") as f:
+                f.writelines(f"{k}={v}\n" for k, v in self._props().items())
+            args.append(self.properties_file)
+        else:
+            for k, v in self._props().items():
+                args += ["--override", f"{k}={v}"]
         env = dict(os.environ, KESQUE_READY_FD=str(w))
         out = open(self.log_file, "ab") if self.log_file else open(os.path.join(self.data_dir, "kesque.log"), "ab")
         self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, pass_fds=(w,), env=env,
+                                        start_new_session=self.detach, stdin=subprocess.DEVNULL,
                                         preexec_fn=self._limit_fds if self.fd_limit is not None else None)
         out.close()
         os.close(w)
+        self._ready_fd = r
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for the ready line (the ports it listens on) of a :meth:`launch`-ed process."""
+        r, self._ready_fd = self._ready_fd, None
         deadline = time.monotonic() + timeout
         buf = b""
         poller = select.poll()  # not select(): a test process may hold descriptors past 1023
@@ -132,13 +172,18 @@ class Broker:
             raise RuntimeError(f"kesque broker exited during start (code {code}){self._start_error()}; "
                                f"see {self.log_path}")
         first = buf.decode().split("\n")[0].split(",")[0]
-        self.port = int(first.rsplit(":", 1)[1])
+        if first:
+            self.port = int(first.rsplit(":", 1)[1])
 
     def _start_thread(self, timeout: float) -> None:
         from ..config import BrokerConfig
         from ..server.server import KesqueServer
 
+        from ..storage.log_manager import ensure_storage
+
+        self.format_storage()
         config = BrokerConfig(self._props())
+        ensure_storage(config)
         started = threading.Event()
         errors: list[BaseException] = []
 
