@@ -109,8 +109,9 @@ class Broker:
         self.wait_ready(timeout)
 
     def format_storage(self) -> None:
-        """``kesque storage format --ignore-formatted`` unless the node is a lone one (which
-        formats itself at start), as a Kafka node is formatted before its first start."""
+        """``kesque storage format --ignore-formatted`` with ``cluster_id``, as a Kafka node is
+        formatted before its first start; without a ``cluster_id``, a lone node formats itself
+        at start."""
         from ..cli.storage import format_storage, random_uuid
         from ..config import BrokerConfig, ConfigError
 
@@ -118,7 +119,7 @@ class Broker:
             config = BrokerConfig(self._props(), strict=False)
         except ConfigError:
             return  # the node says so when it starts
-        if not config.lone_node:
+        if self.cluster_id or not config.lone_node:
             self.cluster_id = self.cluster_id or random_uuid()
             format_storage(config, self.cluster_id, ignore_formatted=True)
 
