@@ -130,7 +130,7 @@ listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
 inter.broker.listener.name=PLAINTEXT
 advertised.listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+listener.security.protocol.map={protocols}
 num.network.threads=3
 num.io.threads=8
 socket.send.buffer.bytes=102400
@@ -155,7 +155,9 @@ my.plugin.setting=42
 def test_kafka_4_server_properties_start_kesque(tmp_path):
     port, cport = _free_port(), _free_port()
     cfg = tmp_path / "server.properties"
-    cfg.write_text(KAFKA_4_SERVER_PROPERTIES.format(port=port, cport=cport, data=tmp_path / "data"))
+    protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+    cfg.write_text(KAFKA_4_SERVER_PROPERTIES.format(port=port, cport=cport, data=tmp_path / "data",
+                                                    protocols=protocols))
     proc = _serve([str(cfg)])
     try:
         assert 1 in _wait_up(proc, port).brokers

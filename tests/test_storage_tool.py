@@ -188,14 +188,27 @@ def test_storage_tool_beside_kafkas(tmp_path):
              ("info", "-c", "{cfg}"),
              ("format", "-t", CLUSTER_ID, "-c", "{cfg}"),
              ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--ignore-formatted"),
-             ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--standalone")]
+             ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--standalone"),
+             "another cluster id in b",
+             ("info", "-c", "{cfg}"),
+             ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--ignore-formatted"),
+             "b unformatted",
+             ("info", "-c", "{cfg}")]
     for step in steps:
+        if isinstance(step, str):  # the same change to both sides' files
+            for side in sides:
+                meta = tmp_path / side / "b" / "meta.properties"
+                if step == "b unformatted":
+                    meta.unlink()
+                else:
+                    meta.write_text(meta.read_text().replace(CLUSTER_ID, "AAAAAAAAAAAAAAAAAAAAAA"))
+            continue
         got = {}
         for side, run in sides.items():
             got[side] = _masked(run(*[a.replace("{cfg}", cfgs[side]) for a in step]), tmp_path / side)
         assert got["kesque"] == got["kafka"], step
     metas = {side: [f for f in _files(tmp_path / side) if f.endswith("meta.properties")] for side in sides}
-    assert metas["kesque"] == metas["kafka"] == ["a/meta.properties", "b/meta.properties", "m/meta.properties"]
+    assert metas["kesque"] == metas["kafka"] == ["a/meta.properties", "m/meta.properties"]  # b's removed
     for side in sides:  # the same keys (Kafka writes the metadata dir's bootstrap checkpoint too)
         for f in metas[side]:
             assert sorted(read_properties(str(tmp_path / side / f))) == ["cluster.id", "directory.id", "node.id",
