@@ -6,7 +6,10 @@
 ``mode="subprocess"`` (default) runs ``python -m kesque serve`` — a separate process you
 can SIGKILL (:meth:`kill`) and :meth:`restart` on the same port and data. ``mode="thread"``
 runs the broker's event loop in a background thread of the calling process (fastest start,
-shares the GIL with the test).
+shares the GIL with the test). A node that is not a lone combined one (``process.roles``,
+``controller.quorum.voters`` naming others), or any node given a ``cluster_id``, has its storage
+formatted first, as ``kesque storage format --ignore-formatted``; :class:`kesque.Cluster` starts
+several with :meth:`launch` then :meth:`wait_ready`.
 """
 
 from __future__ import annotations
