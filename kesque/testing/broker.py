@@ -123,7 +123,7 @@ class Broker:
         except ConfigError:
             return  # the node says so when it starts
         if self.cluster_id or not config.lone_node:
-            self.cluster_id = self.cluster_id or random_uuid()
+            self.cluster_id = self.cluster_id or config.get("cluster.id") or random_uuid()
             format_storage(config, self.cluster_id, ignore_formatted=True)
 
     def launch(self) -> None:
