@@ -154,7 +154,7 @@ def _brokers_seen(bootstrap: str) -> set[int]:
 
 @NEEDS_QUORUM
 def test_up_three_nodes_each_answers_with_three_brokers(cluster_dir):
-    r = cluster("up", "--nodes", "3", "--dir", cluster_dir)
+    r = cluster("up", "--nodes", "3", "--dir", cluster_dir, "--timeout", "30")
     assert r.returncode == 0, r.stderr
     servers = r.stdout.strip().split(",")
     assert len(servers) == 3
@@ -170,5 +170,5 @@ def test_up_three_nodes_each_answers_with_three_brokers(cluster_dir):
 
 @NEEDS_QUORUM
 def test_the_cluster_class_with_separate_controllers(tmp_path):
-    with Cluster(nodes=2, controllers=1, data_dir=str(tmp_path)) as c:
+    with Cluster(nodes=2, controllers=1, data_dir=str(tmp_path)).start(timeout=30) as c:
         assert _brokers_seen(c.bootstrap_servers) == {2, 3}

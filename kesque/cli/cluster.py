@@ -103,8 +103,9 @@ def up(args) -> int:
             b.launch()
             with open(os.path.join(b.data_dir, PID), "w") as f:
                 f.write(f"{b.process.pid}\n")
+        deadline = time.monotonic() + args.timeout
         for b in cluster.nodes.values():
-            b.wait_ready(args.timeout)
+            b.wait_ready(max(0.1, deadline - time.monotonic()))
     except Exception as e:
         cluster.stop()
         print(f"kesque cluster: the cluster did not start: {e}", file=sys.stderr)

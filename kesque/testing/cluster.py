@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 
 from .broker import Broker
@@ -119,11 +120,12 @@ class Cluster:
     def start(self, timeout: float = 60.0) -> "Cluster":
         """Format every node with the one cluster id, start them all, then wait for each (a
         node may need the others to answer before it is ready)."""
+        deadline = time.monotonic() + timeout
         try:
             for b in self.nodes.values():
                 b.launch()
             for b in self.nodes.values():
-                b.wait_ready(timeout)
+                b.wait_ready(max(0.1, deadline - time.monotonic()))
         except BaseException:
             self.stop()
             raise
