@@ -171,7 +171,9 @@ def format_dirs(metas: dict[str, dict[str, str] | None], cluster_id: str, node_i
     for d, props in metas.items():
         if props is not None:
             continue
-        os.makedirs(d, exist_ok=True)
+        if not os.path.isdir(d):
+            os.makedirs(d)
+            ck.fsync_dir(os.path.dirname(d))  # its entry must outlive a power cut, as the file's
         formatted[d] = dir_id = uuid.uuid4()
         ck.write_properties(os.path.join(d, ck.META_PROPERTIES),
                             {"cluster.id": cluster_id, "directory.id": ck.uuid_to_kafka(dir_id),
@@ -194,7 +196,10 @@ def ensure_storage(config) -> str | None:
     locks = []
     try:
         for d in dirs:
-            os.makedirs(d, exist_ok=True)
+            if not os.path.isdir(d):
+                log.info("Log directory %s not found, creating it.", d)
+                os.makedirs(d)
+                ck.fsync_dir(os.path.dirname(d))
             locks.append(DirLock(d))
         metas = read_meta_properties(dirs)  # another process may have formatted them meanwhile
         cluster_id = verify_meta_properties(metas, node_id, cluster_id) or ck.uuid_to_kafka(uuid.uuid4())
