@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib import import_module
 
 from .. import __version__
-
-# subcommand -> module of kesque.cli that parses its own arguments (argparse4j-style tools)
-SELF_PARSING = {"transactions": "transactions", "metadata-quorum": "metadata_quorum"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,17 +16,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     tools.add_parsers(sub)
     # listed here for --help; main() hands its arguments to the tool, which parses them itself
-    for name, module in SELF_PARSING.items():
-        sub.add_parser(name, help=import_module(f"{__package__}.{module}").HELP, add_help=False)
+    sub.add_parser("transactions", help="list, describe and abort transactions, find hanging ones "
+                                        "(kafka-transactions.sh)", add_help=False)
+    sub.add_parser("storage", help="format a node's storage, show it, print a cluster id (kafka-storage.sh)",
+                   add_help=False)
+    sub.add_parser("cluster", help="start, stop and show a local cluster of kesque processes", add_help=False)
+    sub.add_parser("metadata-quorum", help="describe the KRaft metadata quorum (kafka-metadata-quorum.sh)",
+                   add_help=False)
     return p
+
+
+# subcommands that parse their own arguments: name -> module of kesque.cli with main(argv)
+_OWN_PARSERS = {"transactions": "transactions", "storage": "storage", "cluster": "cluster",
+                "metadata-quorum": "metadata_quorum"}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in SELF_PARSING:
-        # Kafka's TransactionsCommand and MetadataQuorumCommand parse with argparse4j (options, then
-        # a command with its own options): the tool reads everything after its name itself
-        return import_module(f"{__package__}.{SELF_PARSING[argv[0]]}").main(argv[1:])
+    if argv and argv[0] in _OWN_PARSERS:
+        # Kafka's TransactionsCommand and StorageTool parse with argparse4j (options, then a
+        # command with its own options): the tool reads everything after its name itself
+        import importlib
+        return importlib.import_module(f"{__package__}.{_OWN_PARSERS[argv[0]]}").main(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -242,9 +242,12 @@ def coordinator_for(s, key_type: int, key: str):
         rf = s.config.get(rf_key)
         live = len(s.image.live_brokers())
         if live < rf:
-            return None, ErrorCode.coordinator_not_available, \
-                f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' " \
-                f"for the {topic} topic (configured via '{rf_key}')."
+            # as Kafka's broker did, an ERROR naming the setting: the clients only retry
+            msg = (f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' "
+                   f"for the {topic} topic (configured via '{rf_key}').")
+            log.error("%s This error can be ignored if the cluster is starting up and not all brokers are up yet.",
+                      msg)
+            return None, ErrorCode.coordinator_not_available, msg
         res = s.controller.create_topics([NewTopic(topic, s.config.get(parts_key), rf, configs=configs)])[0]
         if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
             return None, ErrorCode.coordinator_not_available, str(res.error)
