@@ -12,8 +12,8 @@ showed (recorded in :data:`SEEN` while the Kafka half runs) is what kesque's mus
 ids, ports and placement. The time until a new controller is elected is measured on both and
 printed (``-s``), never asserted: the figures are bench/controller.py's.
 
-The kesque half needs a multi-node kesque (KRaft in the server, ``kesque.Cluster``): until that
-lands it is an expected failure.
+The kesque half needs a multi-node kesque (KRaft in the server): until that lands it is an
+expected failure.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from kesque.testing import kafka as K
 pytestmark = oracle.MARKS
 
 KESQUE_PENDING = pytest.mark.xfail(
-    strict=False, reason="a multi-node kesque cluster needs KRaft wired into the server (issue 13 item 2) and "
-                         "kesque.Cluster (item 1); until both land the kesque half cannot run")
+    strict=False, reason="a multi-node kesque cluster needs KRaft wired into the server (issue 13 item 2): until "
+                         "then kesque refuses controller.quorum.voters naming several controllers")
 
 # both clusters: Kafka's default quorum timeouts; a metadata snapshot every few KB so that one
 # exists by the time the files are dumped
@@ -100,7 +100,7 @@ def kafka_cluster(tmp_path_factory):
 
 @contextlib.contextmanager
 def kesque_cluster(tmp_path_factory):
-    from kesque.testing.cluster import Cluster  # lands with issue 13 item 1
+    from kesque.testing.cluster import Cluster
 
     with Cluster(nodes=3, data_dir=str(tmp_path_factory.mktemp("kesque-cluster")), config=CONFIG) as c:
         yield Nodes("kesque", c)
