@@ -240,8 +240,6 @@ def _delete(admin, a) -> None:
 
 
 def _alter(admin, a) -> None:
-    from confluent_kafka import TopicCollection
-
     topics = _get_topics(admin, a.topic, a.exclude_internal)
     _ensure_exists(topics, a.topic, not a.if_exists)
     if not topics:
@@ -250,7 +248,7 @@ def _alter(admin, a) -> None:
     added = {}  # topic -> the replicas of each new partition (None: the controller places them)
     for t in topics:
         if assignment:
-            desc = _result(admin.describe_topics(TopicCollection([t]))[t])
+            desc = _describe_topics(admin, a, [t])[0][t]
             added[t] = assignment[len(desc.partitions):]
         else:
             added[t] = None
@@ -260,36 +258,48 @@ def _alter(admin, a) -> None:
                 make(rq.CreatePartitionsAssignment, broker_ids=tuple(r)) for r in new)) for t, new in added.items())))
 
 
-def _elr(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], tuple[list[int], list[int]] | None]:
-    """Eligible leader replicas per partition via DescribeTopicPartitions (None: N/A)."""
+def _describe_topics(admin, a, topics: list[str]) -> tuple[dict, dict]:
+    """({topic: description}, {(topic, partition): (elr, last known elr) or None}) with
+    DescribeTopicPartitions to any broker, as Kafka's Admin describes topics (librdkafka's
+    describe_topics waits for "the controller" of its metadata, see
+    :func:`_admin.any_broker_request`); librdkafka's, without ELR, where a broker lacks the API.
+    A description has confluent-kafka's shape: ``topic_id``, ``partitions`` of ``id``,
+    ``leader.id``, ``replicas[].id``, ``isr[].id``."""
+    from types import SimpleNamespace as NS
+
+    from confluent_kafka import TopicCollection
+
     from ..client.wire import Connection
 
-    out: dict = {}
-    try:
-        with Connection.to_any(bootstrap, client_id="kafka-topics") as conn:
-            if conn.version_for(75) is None:
-                return out
-            cursor = None
-            while True:
-                def build(mod, v, cursor=cursor):
-                    return mod.request.DescribeTopicPartitionsRequest(
-                        topics=tuple(mod.request.TopicRequest(name=t) for t in topics),
-                        response_partition_limit=2000, cursor=cursor)
-                resp = conn.request(75, build)
-                for t in resp.topics:
-                    for p in t.partitions:
-                        out[(t.name, int(p.partition_index))] = (
-                            [int(x) for x in p.eligible_leader_replicas] if p.eligible_leader_replicas is not None
-                            else None,
-                            [int(x) for x in p.last_known_elr] if p.last_known_elr is not None else None)
-                if resp.next_cursor is None:
-                    break
-                import kio.schema.describe_topic_partitions.v0.request as rq
-                cursor = rq.Cursor(topic_name=resp.next_cursor.topic_name,
-                                   partition_index=resp.next_cursor.partition_index)
-    except Exception:
-        return out
-    return out
+    props = _admin.client_config(a.bootstrap_server, a.command_config)
+    with Connection.to_any(props["bootstrap.servers"], "kafka-topics", _admin.TIMEOUT) as conn:
+        if conn.version_for(75) is None:
+            return {n: _result(f) for n, f in admin.describe_topics(
+                TopicCollection(topics), request_timeout=_admin.TIMEOUT).items()}, {}
+        descriptions: dict = {}
+        elr: dict = {}
+        cursor = None
+        while True:
+            def build(mod, v, cursor=cursor):
+                return mod.request.DescribeTopicPartitionsRequest(
+                    topics=tuple(mod.request.TopicRequest(name=t) for t in topics),
+                    response_partition_limit=2000, cursor=cursor)
+            resp = conn.request(75, build)
+            for t in resp.topics:
+                if int(t.error_code):
+                    raise BrokerError(int(t.error_code), None, t.error_code.name)
+                td = descriptions.setdefault(t.name, NS(topic_id=t.topic_id, partitions=[]))
+                for p in t.partitions:
+                    td.partitions.append(NS(id=int(p.partition_index), leader=NS(id=int(p.leader_id)),
+                                            replicas=[NS(id=int(r)) for r in p.replica_nodes],
+                                            isr=[NS(id=int(r)) for r in p.isr_nodes]))
+                    elr[(t.name, int(p.partition_index))] = tuple(
+                        None if x is None else [int(r) for r in x]
+                        for x in (p.eligible_leader_replicas, p.last_known_elr))
+            if resp.next_cursor is None:
+                return descriptions, elr
+            import kio.schema.describe_topic_partitions.v0.request as rq
+            cursor = rq.Cursor(topic_name=resp.next_cursor.topic_name, partition_index=resp.next_cursor.partition_index)
 
 
 _DEFAULT_CONFIG = 5  # DescribeConfigs' config_source of a default nobody set
@@ -315,18 +325,10 @@ def _topic_configs(a, topics: list[str]) -> dict[str, list[tuple[str, str | None
 
 
 def _describe(admin, a) -> None:
-    from confluent_kafka import TopicCollection
-
     if a.topic_id:
         # describe by id: find the name that has this id
         names = _admin.list_topic_names(admin)
-        descs = {}
-        if names:
-            for n, f in admin.describe_topics(TopicCollection(names)).items():
-                try:
-                    descs[n] = _result(f)
-                except Exception:
-                    continue
+        descs = _describe_topics(admin, a, names)[0] if names else {}
         topics = [n for n, d in descs.items() if kafka_uuid(d.topic_id) == a.topic_id
                   and not (a.exclude_internal and _admin.is_internal(n))]
         if not topics and not a.if_exists:
@@ -336,12 +338,9 @@ def _describe(admin, a) -> None:
         _ensure_exists(topics, a.topic, not a.if_exists)
     if not topics:
         return
-    descriptions = {}
-    for name, f in admin.describe_topics(TopicCollection(topics), request_timeout=_admin.TIMEOUT).items():
-        descriptions[name] = _result(f)
+    descriptions, elr = _describe_topics(admin, a, topics)
     configs = _topic_configs(a, topics)
     live = {n.id for n in _admin.cluster_nodes(admin)}
-    elr = _elr(a.bootstrap_server, topics)
     describe_configs = not any(getattr(a, r) for r in _REPORTS)
     describe_partitions = not a.topics_with_overrides
     for name in topics:
