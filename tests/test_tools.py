@@ -371,8 +371,7 @@ def test_topics_never_ask_librdkafkas_controller(bs, topic_name, monkeypatch, ca
 
         def __getattr__(self, name):
             if name in ("create_topics", "create_partitions", "delete_topics", "describe_cluster", "describe_configs",
-                        "describe_topics",
-                        "incremental_alter_configs"):
+                        "describe_topics", "incremental_alter_configs"):
                 raise AssertionError(f"librdkafka's {name} waits for a controller")
             return getattr(self.admin, name)
     monkeypatch.setattr(_admin, "make_admin", lambda *a, **kw: NoController(make_admin(*a, **kw)))
