@@ -60,6 +60,9 @@ def quorum_config(config) -> QuorumConfig:
             from ..config.types import ConfigError
             raise ConfigError(key, f"Invalid value {value} for configuration {key}: Not a number of type INT") \
                 from None
+    # a parked Fetch must be answered before its sender gives up on it (Kafka waits 500 ms,
+    # with a 2 s request timeout): shorter request timeouts shorten the long poll
+    qc.fetch_max_wait_ms = max(min(qc.fetch_max_wait_ms, qc.request_timeout_ms // 2), 1)
     return qc
 
 
@@ -88,7 +91,8 @@ class RaftManager:
         self._commit_listeners = []     # fn(list[Record])
         self._snapshot_listeners = []   # fn(list of values)
         self._state_listeners = []      # fn(StateChange)
-        self._pending: dict[tuple[int, int], asyncio.Future] = {}
+        self._pending: dict[tuple[int, int], asyncio.Future] = {}   # (src, our corr) -> its answer
+        self._latest: dict[tuple[int, type], tuple[int, int]] = {}   # (src, request type) -> key
         self._corr = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = -1
@@ -194,12 +198,21 @@ class RaftManager:
         msg = wire.from_wire(request, self._corr)
         src = _source(msg)
         fut = self.loop.create_future()
-        self._pending[(src, self._corr)] = fut
+        key = (src, self._corr)
+        self._pending[key] = fut
+        # one request of a kind per sender: a newer one replaces it in the node (a parked Fetch),
+        # so the older one will never be answered; drop it rather than hold up its connection
+        older = self._latest.get((src, type(msg)))
+        self._latest[(src, type(msg))] = key
+        if older is not None:
+            self._drop(older)
         self._run(lambda now: self.node.handle(src, msg, now))
         try:
             resp = await asyncio.wait_for(fut, (self.qconfig.request_timeout_ms + 500) / 1000.0)
         except (asyncio.TimeoutError, asyncio.CancelledError):
-            self._pending.pop((src, msg.correlation_id), None)
+            self._pending.pop(key, None)
+            return None
+        if resp is None:
             return None
         return wire.to_wire(resp, version, cluster_id=self.cluster_id, endpoints=self.endpoints,
                             timestamp=int(time.time() * 1000))
@@ -225,6 +238,10 @@ class RaftManager:
                 fut = self._pending.pop((dest, msg.correlation_id), None)
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
+        if out.state_changes:
+            # a node that changes state drops the fetches it parked: they get no answer
+            for key in [k for k, f in self._pending.items() if not f.done()]:
+                self._drop(key)
         for change in out.state_changes:
             log.info("Raft node %d: %s -> %s in epoch %d (leader %d)", self.node_id, change.old, change.new,
                      change.epoch, change.leader_id)
@@ -248,6 +265,11 @@ class RaftManager:
                 and node.applied >= node.high_watermark:
             self._caught_up.set()
         self._reschedule()
+
+    def _drop(self, key: tuple[int, int]) -> None:
+        fut = self._pending.pop(key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def _reschedule(self) -> None:
         if self.closed:

@@ -241,9 +241,14 @@ class KesqueServer:
         self.controller_listener_names = {n.upper() for n in cfg.get("controller.listener.names")}
         self.voters = not_yet.voter_addresses(cfg, self.node_id)
         qc = quorum_config(cfg)
-        self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}",
+        # two channels, as Kafka's raft and controller clients: responses come back in request
+        # order on a connection, and a forwarded request that waits for a commit must not
+        # hold up the raft Fetch whose answer the commit needs
+        raft_channel = Channel(self.voters.get, client_id=f"raft-client-{self.node_id}",
                                request_timeout_ms=qc.request_timeout_ms)
-        self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, self.channel, cluster_id)
+        self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
+        self._channels = (raft_channel, self.channel)
+        self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id)
         if "controller" in self.roles and self.node_id in self.voters:
             self.quorum = QuorumController(cfg, self.clock, self.raft, cluster_id)
             self.controller = self.quorum.controller
@@ -371,8 +376,8 @@ class KesqueServer:
         self.io_executor.shutdown(wait=True)
         if self.raft is not None and self.raft.node is not None:
             await self.raft.close(graceful=clean)
-        if self.channel is not None:
-            self.channel.close()
+        for channel in getattr(self, "_channels", ()):
+            channel.close()
         if clean:
             self.log_manager.shutdown(self.broker_epoch)
             meta_dir = os.path.abspath(self.config.metadata_log_dir)
