@@ -25,17 +25,24 @@ FAST_QUORUM = {"controller.quorum.election.timeout.ms": "300", "controller.quoru
 class Nodes:
     """``n`` combined nodes of one cluster (one cluster id, one voter set)."""
 
-    def __init__(self, n: int = 3, extra: dict | None = None):
+    def __init__(self, n: int = 3, extra: dict | None = None, brokers_only: int = 0):
+        """``n`` combined nodes (ids 1..n), then ``brokers_only`` broker-only nodes."""
         self.cluster_id = random_cluster_id()
         ports = [(free_port(), free_port()) for _ in range(n)]
+        self.controller_ports = [c for _p, c in ports]
         voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_p, c) in enumerate(ports))
         self.brokers = []
+        common = {"cluster.id": self.cluster_id, "controller.listener.names": "CONTROLLER",
+                  "controller.quorum.voters": voters, "offsets.topic.replication.factor": "3", **FAST_QUORUM,
+                  **(extra or {})}
         for i, (p, c) in enumerate(ports):
-            config = {"node.id": str(i + 1), "cluster.id": self.cluster_id,
-                      "listeners": f"PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
-                      "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}",
-                      "controller.listener.names": "CONTROLLER", "controller.quorum.voters": voters,
-                      "offsets.topic.replication.factor": "3", **FAST_QUORUM, **(extra or {})}
+            config = {"node.id": str(i + 1), "listeners": f"PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
+                      "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}", **common}
+            self.brokers.append(Broker(port=p, config=config))
+        for i in range(brokers_only):
+            p = free_port()
+            config = {"node.id": str(n + i + 1), "process.roles": "broker",
+                      "listeners": f"PLAINTEXT://127.0.0.1:{p}", **common}
             self.brokers.append(Broker(port=p, config=config))
 
     def start(self, which=None, timeout: float = 60.0) -> "Nodes":
@@ -150,6 +157,20 @@ def test_a_second_create_of_the_same_name_is_refused_by_whichever_node(nodes):
         assert create(api, "once").error_code == 36  # TOPIC_ALREADY_EXISTS
 
 
+def test_a_standby_controller_answers_not_controller(nodes):
+    """On its controller listener a standby answers NOT_CONTROLLER (as Kafka's ControllerApis);
+    the active one creates the topic. Vote is not served on a broker listener."""
+    leader = nodes.leader()
+    standby = next(i for i in range(3) if i + 1 != leader)
+    with WireClient(("127.0.0.1", nodes.controller_ports[standby])) as c:
+        assert create(Api(c), "direct").error_code == NOT_CONTROLLER
+    with WireClient(("127.0.0.1", nodes.controller_ports[leader - 1])) as c:
+        assert create(Api(c), "direct").error_code == 0
+    c, api = nodes.api(standby)
+    with c:
+        assert 52 not in {k.api_key for k in api.api_versions().api_keys}
+
+
 def test_controller_failover_then_the_old_leader_rejoins(nodes):
     """SIGKILL of the active controller: another is elected, topics can still be created and
     are seen by the survivors; the killed node restarts, catches up and follows."""
@@ -197,3 +218,27 @@ def test_a_minority_commits_nothing_and_the_majority_loses_nothing(nodes):
         assert create(api, "later").error_code == 0
         names = {t.name for t in api.metadata(None).topics}
         assert {"kept", "later"} <= names
+
+
+def test_a_broker_only_node_follows_the_log_as_an_observer():
+    """A broker-only node (process.roles=broker) fetches the metadata log as an observer: it
+    registers through the active controller, hosts replicas, and its admin requests reach
+    the controller; it never votes (DescribeQuorum lists it as an observer)."""
+    n = Nodes(3, brokers_only=1)
+    try:
+        n.start()
+        c, api = n.api(3)
+        with c:
+            r = create(api, "four", partitions=4, rf=2)
+            assert r.error_code == 0, r
+            seen = placement(api, "four")
+            assert {b.node_id for b in api.metadata(None).brokers} == {1, 2, 3, 4}
+            assert 4 in {leader for leader, _r in seen.values()}
+            q = describe_quorum(c).topics[0].partitions[0]
+            assert sorted(v.replica_id for v in q.current_voters) == [1, 2, 3]
+            assert [o.replica_id for o in q.observers] == [4]
+        c, api = n.api(0)
+        with c:
+            assert placement(api, "four") == seen
+    finally:
+        n.close()
