@@ -33,6 +33,12 @@ class ProducerIdManager:
         self._fetching = True
         self._spawn(self._fetch())
 
+    async def load(self) -> None:
+        """The first block, awaited (at start: the first InitProducerId is answered at once)."""
+        if self._ready is None and not self._fetching:
+            self._fetching = True
+            await self._fetch()
+
     async def _fetch(self) -> None:
         try:
             self._ready = await self._allocate()

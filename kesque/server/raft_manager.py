@@ -48,11 +48,15 @@ QUORUM_KEYS = {
 }
 
 
-def quorum_config(config) -> QuorumConfig:
-    """The node's QuorumConfig from the ``controller.quorum.*`` settings of ``config``."""
+def quorum_config(config, lone_voter: bool = False) -> QuorumConfig:
+    """The node's QuorumConfig from the ``controller.quorum.*`` settings of ``config``. A lone
+    voter has no followers to batch appends for: unless the linger is set, it flushes each
+    commit at once (as kesque's single node always has) rather than after Kafka's 25 ms."""
     qc = QuorumConfig()
     raw = getattr(config, "raw", {}) or {}
     for key, (attr, default) in QUORUM_KEYS.items():
+        if lone_voter and attr == "append_linger_ms":
+            default = 0
         value = config.get(key) if config.get(key) is not None else raw.get(key, default)
         try:
             setattr(qc, attr, int(value))

@@ -203,7 +203,7 @@ class KesqueServer:
         if "broker" in self.roles:
             self.broker_epoch = await self.controllers.register_broker(
                 self.node_id, self._endpoints(), cluster_id, uuid.uuid4(), FEATURES, cfg.get("broker.rack"))
-            self.producer_ids.prefetch()
+            await self.producer_ids.load()
         # partitions of every topic in the image (become leader where this node leads)
         self.replica_manager.apply_delta(Delta(changed_partitions={
             (t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions}))
@@ -240,7 +240,7 @@ class KesqueServer:
         self.roles = set(cfg.get("process.roles") or ("broker", "controller"))
         self.controller_listener_names = {n.upper() for n in cfg.get("controller.listener.names")}
         self.voters = not_yet.voter_addresses(cfg, self.node_id)
-        qc = quorum_config(cfg)
+        qc = quorum_config(cfg, lone_voter=list(self.voters) == [self.node_id])
         # two channels, as Kafka's raft and controller clients: responses come back in request
         # order on a connection, and a forwarded request that waits for a commit must not
         # hold up the raft Fetch whose answer the commit needs
