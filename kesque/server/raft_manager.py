@@ -134,9 +134,18 @@ class RaftManager:
                              self.qconfig, self.rng, self._now())
         self._run(self.node.tick)
 
-    async def wait_caught_up(self) -> None:
-        """Until a leader is known and everything up to its high watermark is applied."""
-        await self._caught_up.wait()
+    async def wait_caught_up(self, log_every_s: float = 10.0) -> None:
+        """Until a leader is known and everything up to its high watermark is applied (logged
+        every ``log_every_s`` while it lasts: a quorum without a majority never gets there)."""
+        while True:
+            try:
+                await asyncio.wait_for(self._caught_up.wait(), log_every_s)
+                return
+            except asyncio.TimeoutError:
+                node = self.node
+                log.info("Waiting for the metadata quorum: leader %s, epoch %d, high watermark %d, applied %d "
+                         "(voters %s)", self.leader_id if self.leader_id >= 0 else "unknown", node.epoch,
+                         node.high_watermark, node.applied, ", ".join(map(str, sorted(self.voters))))
 
     async def close(self, graceful: bool = True) -> None:
         """Resign (EndQuorumEpoch to the voters, briefly awaited) and close the log."""
