@@ -129,7 +129,8 @@ class RaftManager:
             values = self.log.snapshot_values(latest)
             for fn in self._snapshot_listeners:
                 fn(values)
-        store = FileQuorumStateStore(self.metadata_dir)
+        # quorum-state beside the segments, in __cluster_metadata-0, as Kafka's KafkaRaftManager
+        store = FileQuorumStateStore(self.log.path)
         self.node = RaftNode(self.node_id, None, {v: None for v in self.voters}, self.log, store,
                              self.qconfig, self.rng, self._now())
         self._run(self.node.tick)
