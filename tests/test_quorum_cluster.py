@@ -242,3 +242,16 @@ def test_a_broker_only_node_follows_the_log_as_an_observer():
             assert placement(api, "four") == seen
     finally:
         n.close()
+
+
+def test_a_node_of_another_cluster_is_refused(nodes):
+    """A Vote carrying another cluster id gets INCONSISTENT_CLUSTER_ID, as Kafka answers."""
+    m = Msg(52, 2)
+    part = m("PartitionData", partition_index=0, replica_epoch=99, replica_id=7, replica_directory_id=None,
+             voter_directory_id=None, last_offset_epoch=99, last_offset=999, pre_vote=False)
+    req = m(cluster_id="another-cluster-id", voter_id=1,
+            topics=(m("TopicData", topic_name="__cluster_metadata", partitions=(part,)),))
+    with WireClient(("127.0.0.1", nodes.controller_ports[0])) as c:
+        p = c.request(52, 2, req).topics[0].partitions[0]
+    assert (p.error_code, p.vote_granted) == (104, False)
+    assert nodes.leader() in (1, 2, 3)

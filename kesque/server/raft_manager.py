@@ -70,6 +70,20 @@ def quorum_config(config, lone_voter: bool = False) -> QuorumConfig:
     return qc
 
 
+INCONSISTENT_CLUSTER_ID = 104
+_RESPONSE = {m.VoteRequest: m.VoteResponse, m.BeginQuorumEpochRequest: m.BeginQuorumEpochResponse,
+             m.EndQuorumEpochRequest: m.EndQuorumEpochResponse, m.FetchRequest: m.FetchResponse,
+             m.FetchSnapshotRequest: m.FetchSnapshotResponse}
+
+
+def _refusal(msg, code: int):
+    """The error response to a raft request (no leader, no epoch)."""
+    cls = _RESPONSE[type(msg)]
+    if cls is m.VoteResponse:
+        return cls(msg.correlation_id, code, -1, -1, False, msg.pre_vote)
+    return cls(msg.correlation_id, code, -1, -1)
+
+
 def _source(msg) -> int:
     """The node a raft request comes from."""
     if isinstance(msg, (m.BeginQuorumEpochRequest, m.EndQuorumEpochRequest)):
@@ -211,6 +225,12 @@ class RaftManager:
         self._corr += 1
         msg = wire.from_wire(request, self._corr)
         src = _source(msg)
+        theirs = getattr(request, "cluster_id", None)
+        if theirs and self.cluster_id and theirs != self.cluster_id:
+            # as Kafka's raft client: another cluster's node gets an error, never an answer
+            log.error("Refusing a %s from node %d of cluster %s (this is cluster %s): INCONSISTENT_CLUSTER_ID",
+                      type(msg).__name__, src, theirs, self.cluster_id)
+            return wire.to_wire(_refusal(msg, INCONSISTENT_CLUSTER_ID), version, cluster_id=self.cluster_id)
         fut = self.loop.create_future()
         key = (src, self._corr)
         self._pending[key] = fut
