@@ -25,8 +25,9 @@ FAST_QUORUM = {"controller.quorum.election.timeout.ms": "300", "controller.quoru
 class Nodes:
     """``n`` combined nodes of one cluster (one cluster id, one voter set)."""
 
-    def __init__(self, n: int = 3, extra: dict | None = None, brokers_only: int = 0):
-        """``n`` combined nodes (ids 1..n), then ``brokers_only`` broker-only nodes."""
+    def __init__(self, n: int = 3, extra: dict | None = None, brokers_only: int = 0, bootstrap: bool = False):
+        """``n`` combined nodes (ids 1..n), then ``brokers_only`` broker-only nodes (given the
+        voters, or with ``bootstrap`` only controller.quorum.bootstrap.servers)."""
         self.cluster_id = random_cluster_id()
         ports = [(free_port(), free_port()) for _ in range(n)]
         self.controller_ports = [c for _p, c in ports]
@@ -43,6 +44,9 @@ class Nodes:
             p = free_port()
             config = {"node.id": str(n + i + 1), "process.roles": "broker",
                       "listeners": f"PLAINTEXT://127.0.0.1:{p}", **common}
+            if bootstrap:
+                del config["controller.quorum.voters"]
+                config["controller.quorum.bootstrap.servers"] = ",".join(f"127.0.0.1:{c}" for _p, c in ports)
             self.brokers.append(Broker(port=p, config=config))
 
     def start(self, which=None, timeout: float = 60.0) -> "Nodes":
@@ -220,11 +224,13 @@ def test_a_minority_commits_nothing_and_the_majority_loses_nothing(nodes):
         assert {"kept", "later"} <= names
 
 
-def test_a_broker_only_node_follows_the_log_as_an_observer():
+@pytest.mark.parametrize("bootstrap", [False, True], ids=["voters", "bootstrap-servers"])
+def test_a_broker_only_node_follows_the_log_as_an_observer(bootstrap):
     """A broker-only node (process.roles=broker) fetches the metadata log as an observer: it
     registers through the active controller, hosts replicas, and its admin requests reach
-    the controller; it never votes (DescribeQuorum lists it as an observer)."""
-    n = Nodes(3, brokers_only=1)
+    the controller; it never votes (DescribeQuorum lists it as an observer). Given only
+    controller.quorum.bootstrap.servers, it learns the voters from them."""
+    n = Nodes(3, brokers_only=1, bootstrap=bootstrap)
     try:
         n.start()
         c, api = n.api(3)

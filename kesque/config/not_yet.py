@@ -3,7 +3,8 @@ settings kesque accepts but cannot act on yet.
 
 ``controller.quorum.voters`` names the controllers (``id@host:port``, their controller
 listeners). A node that runs the controller role must be one of them; a broker-only node must
-be able to find them (voters or ``controller.quorum.bootstrap.servers``). Without voters, a
+be able to find them (voters, or ``controller.quorum.bootstrap.servers``: it then asks them for
+the voters with DescribeQuorum). Without voters, a
 combined node is the only voter of its own single-node quorum, as ``kesque serve`` has always
 run. Each refusal is a :class:`ConfigError` naming the setting; what kesque does not do yet
 gets one warning at start.
@@ -71,11 +72,8 @@ def _check_quorum(config, node_id: int) -> None:
                           f"The node id {node_id} runs the controller role (process.roles="
                           f"{','.join(sorted(roles))}) but is not in the set of voters {VOTERS}={set(ids)}")
     servers = [s.strip() for s in config.get(BOOTSTRAP) or [] if s.strip()]
-    if roles == {"broker"} and not ids:
-        if not servers:
-            raise ConfigError(VOTERS, f"process.roles=broker needs the controllers: set {VOTERS} or {BOOTSTRAP}")
-        raise ConfigError(BOOTSTRAP, f"{BOOTSTRAP} without {VOTERS}: kesque does not discover a dynamic "
-                                     f"quorum yet; set {VOTERS}")
+    if roles == {"broker"} and not ids and not servers:
+        raise ConfigError(VOTERS, f"process.roles=broker needs the controllers: set {VOTERS} or {BOOTSTRAP}")
     if servers and not ids and "controller" in roles:
         own = {lis.port for lis in config.listeners()}
         others = [s for s in servers if not (s.rsplit(":", 1)[-1].isdigit() and int(s.rsplit(":", 1)[-1]) in own)]

@@ -91,6 +91,44 @@ def _source(msg) -> int:
     return msg.replica_id
 
 
+async def discover_voters(servers: list[tuple[str, int]], controller_listeners: set[str], node_id: int,
+                          log_every_s: float = 10.0) -> dict[int, tuple[str, int]]:
+    """The voters and their controller endpoints, asked of the bootstrap servers with
+    DescribeQuorum v2 (every voter answers with the nodes it knows), retried until one answers."""
+    from ..protocol.api import request_class
+    from .channel import Channel
+
+    channel = Channel(lambda i: servers[i] if 0 <= i < len(servers) else None,
+                      client_id=f"raft-bootstrap-{node_id}", request_timeout_ms=2000)
+    cls = request_class(55, 2)
+    mod = __import__(cls.__module__, fromlist=["x"])
+    body = cls(topics=(mod.TopicData(topic_name=wire.METADATA_TOPIC,
+                                     partitions=(mod.PartitionData(partition_index=0),)),))
+    loop = asyncio.get_running_loop()
+    next_log = loop.time() + log_every_s
+    try:
+        while True:
+            for i in range(len(servers)):
+                try:
+                    resp = await channel.send(i, 55, 2, body)
+                except ChannelError:
+                    continue
+                found = {}
+                for n in resp.nodes:
+                    eps = [x for x in n.listeners if x.name.upper() in controller_listeners] or list(n.listeners)
+                    if eps:
+                        found[n.node_id] = (eps[0].host, eps[0].port)
+                if found:
+                    return found
+            if loop.time() >= next_log:
+                next_log = loop.time() + log_every_s
+                log.info("Waiting for the controllers at %s to describe the quorum",
+                         ", ".join(f"{h}:{p}" for h, p in servers))
+            await asyncio.sleep(0.2)
+    finally:
+        channel.close()
+
+
 class RaftManager:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int] | None], metadata_dir: str,
                  qconfig: QuorumConfig, channel, cluster_id: str | None, endpoints: tuple = (),

@@ -153,6 +153,8 @@ class KesqueServer:
         self.image = MetadataImage()
         self.image.cluster_id = cluster_id
         self._start_quorum(meta_dir, cluster_id)
+        if not self.voters:
+            await self._discover_voters()
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, self.clock)
         from ..coordinator.group.runtime import GroupCoordinator
         self.group_coordinator = GroupCoordinator(self)
@@ -259,6 +261,19 @@ class KesqueServer:
         self.raft.on_commit(self._apply_committed)
         self.controllers = ControllerRouter(self.node_id, self.quorum, lambda: self.raft.leader_id, self.channel,
                                             self.controller_listener_names)
+
+    async def _discover_voters(self) -> None:
+        """A broker-only node given controller.quorum.bootstrap.servers and no voters asks
+        them (DescribeQuorum v2) for the voters and their controller endpoints."""
+        from .raft_manager import discover_voters
+
+        servers = [s.strip() for s in self.config.get(not_yet.BOOTSTRAP) or [] if s.strip()]
+        addrs = [(host.strip("[]") or "localhost", int(port)) for host, _, port in (s.rpartition(":") for s in servers)]
+        found = await discover_voters(addrs, self.controller_listener_names, self.node_id)
+        self.voters.update(found)
+        self.raft.voters.update(found)
+        log.info("Controller quorum voters from %s: %s", not_yet.BOOTSTRAP,
+                 ", ".join(f"{v}@{h}:{p}" for v, (h, p) in sorted(found.items())))
 
     def _load_snapshot(self, values: list) -> None:
         """A metadata snapshot (at start, or fetched from the leader): the image is rebuilt."""
