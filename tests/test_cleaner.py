@@ -228,6 +228,17 @@ def test_small_offset_map_cleans_in_several_rounds(tmp_path):
     assert [r[0] for r in records(lg)] == list(range(20, 30))
 
 
+def test_a_batch_larger_than_the_offset_map_is_an_error_naming_the_setting(tmp_path):
+    """Kafka refuses a dirty section whose first unit does not fit the map (the partition then
+    becomes uncleanable); returning "nothing to clean" would pick the log again forever."""
+    lg = new_log(tmp_path / "t-0")
+    put(lg, [(b"k%d" % i, b"v") for i in range(10)])
+    lg.roll(NOW)
+    with pytest.raises(ValueError, match="log.cleaner.dedupe.buffer.size"):
+        clean(lg, map_memory=24 * 5)
+    assert len(records(lg)) == 10
+
+
 def test_cleaning_groups_segments_into_one(tmp_path):
     lg = new_log(tmp_path / "t-0")
     user_emails(lg, updates=30)

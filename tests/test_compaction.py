@@ -23,7 +23,8 @@ def create(bootstrap: str, topic: str, config: dict) -> None:
 
 def read_all(bootstrap: str, topic: str, start: int = 0, end: int | None = None) -> list[tuple[int, bytes, bytes]]:
     """(offset, key, value) from ``start`` up to the partition's end."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})  # from the log start when retention moved it past ``start``
     try:
         if end is None:
             end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
@@ -70,6 +71,42 @@ def test_user_email_topic_keeps_the_last_address_of_every_user(tmp_path):
         first = survivors[0][0]
         for start in (first - 3, first - 1):  # inside the compacted gap: the next survivor
             assert read_all(b.bootstrap_servers, "user-emails", start, got[-1][0] + 1)[0][0] == first
+
+
+def test_compact_delete_both_compacts_and_applies_retention(tmp_path):
+    """cleanup.policy=compact,delete: the head is compacted to the last value of each key and
+    segments past retention.ms go whole, whatever keys they hold."""
+    with running_broker(tmp_path / "data", {**CLEANER, "log.retention.check.interval.ms": "100"}) as b:
+        create(b.bootstrap_servers, "both", {**COMPACTED, "cleanup.policy": "compact,delete",
+                                             "retention.ms": "600000"})
+        p = Producer({"bootstrap.servers": b.bootstrap_servers, "linger.ms": 0})
+        hour_ago = int(time.time() * 1000) - 3_600_000
+        for i in range(25):  # past retention: their segment goes, keys "old-*" with it
+            p.produce("both", key=b"old-%d" % (i % 5), value=b"%d" % i, timestamp=hour_ago)
+        p.flush(10)
+        time.sleep(0.15)  # segment.ms: the next round starts a segment of its own
+        last = {}
+        for i in range(25):
+            last[b"k%d" % (i % 5)] = b"%d" % i
+            p.produce("both", key=b"k%d" % (i % 5), value=b"%d" % i)
+        p.flush(10)
+        time.sleep(0.15)
+        p.produce("both", key=b"tail", value=b"rolls the last round out of the active segment")
+        p.flush(10)
+
+        def settled():
+            got = read_all(b.bootstrap_servers, "both")
+            return [(o, k, v) for o, k, v in got if k != b"tail"]
+
+        assert _wait_for(lambda: len(settled()) == len(last)), settled()
+        survivors = settled()
+        assert sorted((k, v) for _o, k, v in survivors) == sorted(last.items())
+        assert [o for o, _k, _v in survivors] == list(range(45, 50))
+        c = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "g"})
+        try:  # retention moved the log start past the old round (compaction alone never does)
+            assert c.get_watermark_offsets(TopicPartition("both", 0), timeout=10)[0] >= 25
+        finally:
+            c.close()
 
 
 @pytest.mark.parametrize("key,value", [("min.cleanable.dirty.ratio", "1.5"), ("delete.retention.ms", "-1"),
@@ -195,3 +232,28 @@ def test_cleaning_while_producers_and_consumers_run(tmp_path):
         assert {k: seen[k] for k in last} == last
         wait_for_log(b, "Log cleaner finished live-0")
         assert len(read_all(b.bootstrap_servers, "live")) < 30 * 50 + 1  # the cleaner did remove records
+
+
+def test_spark_sink_log_reads_the_last_commit_of_each_query_after_cleaning(tmp_path):
+    """The Spark sink's commit log is a compacted topic read backwards in windows: once cleaned
+    (gaps where older commits were), each query's last commit is still the one found."""
+    from kesque.spark import sink
+    from kesque.spark.options import sink_options
+
+    config = {**CLEANER, "log.roll.ms": "100", "log.cleaner.min.cleanable.ratio": "0.01"}
+    with running_broker(tmp_path / "data", config) as b:
+        opts = {q: sink_options({"kafka.bootstrap.servers": b.bootstrap_servers, "topic": "out",
+                                 "transactionalIdPrefix": q}) for q in ("qa", "qb")}
+        assert sink.SinkLog(opts["qa"]).last() is None  # as a commit does first: creates the compacted topic
+        for batch in range(300):  # qb commits rarely: its last record lies far behind qa's
+            sink.SinkLog(opts["qa"]).append({"batchId": batch, "state": "committed"})
+            if batch % 100 == 0:
+                sink.SinkLog(opts["qb"]).append({"batchId": batch, "state": "committed"})
+            if batch % 50 == 49:
+                time.sleep(0.12)  # log.roll.ms: a segment per round, cleanable behind the active one
+        sink.SinkLog(opts["qa"]).append({"batchId": 300, "state": "committed"})
+        topic = opts["qa"].sink_log_topic
+        data_dir = str(tmp_path / "data")
+        assert _wait_for(lambda: sum(h.count for h in segment_batches(data_dir, topic, 0)) < 20)
+        assert sink.SinkLog(opts["qa"]).last() == {"batchId": 300, "state": "committed"}
+        assert sink.SinkLog(opts["qb"]).last() == {"batchId": 200, "state": "committed"}

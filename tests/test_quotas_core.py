@@ -293,3 +293,24 @@ def test_request_time_of_a_delayed_answer_counts_its_steps_not_its_waits(monkeyp
         return ctx.busy_ns
 
     assert asyncio.run(main()) == 15
+
+
+def test_unmeasured_records_within_the_headroom_throttle_exactly_as_measured_ones():
+    """ClientQuotaManager.record skips measuring while the recorded values stay within the
+    headroom of the last measure; every throttle decision must be the one a measure gives."""
+    import random
+
+    rnd = random.Random(11)
+    for samples in (2, 3, 11):
+        fast, slow = ClientQuotaManager("Produce", samples, 1), ClientQuotaManager("Produce", samples, 1)
+        for m in (fast, slow):
+            m.update({entity_key({CLIENT_ID: "c"}): 1000.0})
+        now, skipped = 0, 0
+        for _ in range(20_000):
+            now += rnd.choice([0, 0, 1, 3, 40, 300, 999, 1000, 1001, 2500])
+            v = rnd.random() * rnd.choice([1, 10, 400])
+            sensor = fast._sensor_of.get(("", "c"))
+            skipped += sensor is not None and now < sensor.fast_until and v <= sensor.headroom
+            assert fast.record("", "c", v, now) == slow.record("", "c", v, now)
+            slow._sensor_of[("", "c")].fast_until = 0  # always measured
+        assert skipped > 1000  # the unmeasured path was taken

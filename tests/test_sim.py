@@ -83,3 +83,30 @@ def test_a_restarted_node_schedules_its_own_timer():
     """Seed 3335 restarts a node whose first deadline is the time its previous incarnation's
     (void) timer was set for: the simulator skipped the new timer and the node never ticked."""
     run("chaos", 3335)
+
+
+# -- the metadata layer (controllers, brokers, the broker lifecycle) ------------------------------------
+def test_a_metadata_seed_replays_exactly():
+    a, b = run("controller_failover", 5), run("controller_failover", 5)
+    assert (a.sim_ms, a.events, a.committed) == (b.sim_ms, b.events, b.committed)
+
+
+def first_metadata_violation(scenario, seeds=20):
+    for seed in range(seeds):
+        try:
+            run(scenario, seed)
+        except InvariantViolation as e:
+            return str(e)
+    return None
+
+
+def test_invariants_catch_a_fence_that_leaves_leaderships(monkeypatch):
+    from kesque.controller.cluster_control import ClusterControl
+    monkeypatch.setattr(ClusterControl, "_move_off", lambda self, image, b: [])
+    assert "which is fenced" in first_metadata_violation("broker_killed")
+
+
+def test_invariants_catch_a_controlled_shutdown_granted_too_early(monkeypatch):
+    from kesque.controller.cluster_control import ClusterControl
+    monkeypatch.setattr(ClusterControl, "lowest_active_offset", lambda self: 1 << 62)
+    assert "still sees it lead" in first_metadata_violation("broker_controlled_shutdown")

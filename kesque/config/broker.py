@@ -129,6 +129,16 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("fetch.max.bytes", "INT", 57671680, "cap on a consumer fetch response", at_least(1024)),
     _K("max.incremental.fetch.session.cache.slots", "INT", 1000, "", at_least(0)),
     _K("controlled.shutdown.enable", "BOOLEAN", True, ""),
+    # broker lifecycle (KRaft): registration, heartbeats, fencing
+    _K("broker.heartbeat.interval.ms", "INT", 2000, "time between a broker's heartbeats to the controller"),
+    _K("broker.session.timeout.ms", "INT", 9000, "a broker without a heartbeat for this long is fenced"),
+    _K("initial.broker.registration.timeout.ms", "INT", 60000,
+       "a broker that cannot register with the controller quorum within this stops"),
+    # metadata snapshots
+    _K("metadata.log.max.record.bytes.between.snapshots", "LONG", 20971520,
+       "metadata bytes applied between two snapshots", at_least(1)),
+    _K("metadata.log.max.snapshot.interval.ms", "LONG", 3600000,
+       "longest time between two metadata snapshots (0: no time rule)", at_least(0)),
     # internal topics (later issues use them)
     _K("offsets.topic.num.partitions", "INT", 50, "", at_least(1)),
     _K("offsets.topic.replication.factor", "SHORT", 3, "", at_least(1)),

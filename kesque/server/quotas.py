@@ -208,7 +208,7 @@ class Rate:
 class Sensor:
     """One measured rate (a set of metric tags) and its throttle statistics."""
 
-    __slots__ = ("rate", "bound", "throttle_ms", "throttle_count", "recorded")
+    __slots__ = ("rate", "bound", "throttle_ms", "throttle_count", "recorded", "fast_until", "headroom")
 
     def __init__(self, num: int, window_ms: int):
         self.rate = Rate(num, window_ms)
@@ -216,6 +216,10 @@ class Sensor:
         self.throttle_ms = 0
         self.throttle_count = 0
         self.recorded = 0.0
+        # until ``fast_until`` (ms), ``headroom`` more can be recorded without measuring: see
+        # ClientQuotaManager.record
+        self.fast_until = 0
+        self.headroom = 0.0
 
 
 def throttle_time(observed: float, bound: float, window_ms: int) -> int:
@@ -275,6 +279,18 @@ class ClientQuotaManager:
                 return 0
             sensor = self._sensor_of[key] = self._sensor(tags)
             sensor.bound = bound
+            sensor.fast_until = 0
+        elif now_ms < sensor.fast_until and value <= sensor.headroom:
+            # the common case, without measuring: the rate cannot pass the bound (see below)
+            sensor.headroom -= value
+            sensor.recorded += value
+            rate = sensor.rate
+            s = rate.samples[rate.current]
+            s[0] += value
+            s[2] = now_ms
+            s[3] += 1
+            rate.total += value
+            return 0
         bound = sensor.bound
         rate = sensor.rate
         rate.record(value, now_ms)
@@ -282,7 +298,16 @@ class ClientQuotaManager:
         window = rate.window_size(now_ms)
         observed = rate.total / (window / 1000.0)
         if observed <= bound:
+            # Until the current sample ends, a sample expires, or the window's padding drops
+            # (window_size steps down at each whole window past the oldest start), no sample
+            # moves and the window only grows: the rate stays within the bound while what is
+            # recorded meanwhile adds up to at most the headroom measured now.
+            elapsed = now_ms - rate.oldest_start
+            sensor.fast_until = min(rate.samples[rate.current][1] + rate.window_ms, rate.purge_at,
+                                    rate.oldest_start + (elapsed // rate.window_ms + 1) * rate.window_ms)
+            sensor.headroom = bound * window / 1000.0 - rate.total
             return 0
+        sensor.fast_until = 0  # over the bound: measure every record until it is back within
         ms = throttle_time(observed, bound, window)
         if self.max_throttle_ms is not None:
             ms = min(ms, self.max_throttle_ms)

@@ -4,6 +4,11 @@ A node id maps to a :class:`SimNode`: its :class:`~kesque.sim.disk.Disk` (which 
 and, while it runs, its :class:`~kesque.raft.RaftNode` (rebuilt from the disk at each start).
 Voters are nodes ``0 .. voters-1``, observers (brokers) the ones after. The next issue adds
 partition replicas to the same cluster: anything that is not Raft goes beside ``SimNode.raft``.
+
+An *application* (``app_factory(cluster, sn)``, built at each start, e.g. the metadata layer of
+:mod:`kesque.sim.metadata`) rides on a node beside its Raft: it sees what the node commits and
+installs (``on_output``, after the node's state is updated), gets the messages that are not
+Raft's (``handle``), and is ticked at its own ``next_deadline``.
 """
 
 from __future__ import annotations
@@ -12,9 +17,14 @@ import random
 
 from ..errors import KafkaError
 from ..raft import Knobs, QuorumConfig, RaftNode
+from ..raft import messages as rm
 from .disk import Disk
 from .network import NetworkFaults, Router
 from .scheduler import Scheduler
+
+
+RAFT_MESSAGES = frozenset(rm.REQUESTS) | {rm.VoteResponse, rm.BeginQuorumEpochResponse, rm.EndQuorumEpochResponse,
+                                          rm.FetchResponse, rm.FetchSnapshotResponse}
 
 
 def sim_config() -> QuorumConfig:
@@ -25,7 +35,7 @@ def sim_config() -> QuorumConfig:
 
 
 class SimNode:
-    __slots__ = ("node_id", "disk", "raft", "incarnation", "timer_at", "timer_gen", "applied", "state")
+    __slots__ = ("node_id", "disk", "raft", "incarnation", "timer_at", "timer_gen", "applied", "state", "app")
 
     def __init__(self, node_id: int, disk: Disk):
         self.node_id = node_id
@@ -36,12 +46,14 @@ class SimNode:
         self.timer_gen = 0
         self.applied = 0         # next offset the application expects (checked by the invariants)
         self.state: list = []    # the application: (epoch, value) of every record applied
+        self.app = None          # an application beside the Raft node (see the module doc)
 
 
 class RaftCluster:
     def __init__(self, scheduler: Scheduler, voters: int, observers: int = 0,
                  config: QuorumConfig | None = None, faults: NetworkFaults | None = None,
-                 knobs: Knobs | None = None, torn_tail: bool = False, snapshot_every: int = 0):
+                 knobs: Knobs | None = None, torn_tail: bool = False, snapshot_every: int = 0,
+                 app_factory=None):
         self.scheduler = scheduler
         self.rng = scheduler.rng
         self.config = config or sim_config()
@@ -55,6 +67,7 @@ class RaftCluster:
         self.on_snapshot = []         # callbacks (node, SnapshotId, values, installed) likewise
         self.snapshot_every = snapshot_every    # records applied past the log start: snapshot
         self.snapshots_installed = 0
+        self.app_factory = app_factory
         self.next_value = 0
         self.appended = 0
 
@@ -122,6 +135,7 @@ class RaftCluster:
         sn.raft = RaftNode(node_id, sn.disk.directory_id, self.voters, sn.disk.log, sn.disk.store,
                            self.config, random.Random(self.rng.getrandbits(64)),
                            self.scheduler.now, self.knobs)
+        sn.app = self.app_factory(self, sn) if self.app_factory else None
         self._process(sn, sn.raft.tick(self.scheduler.now))
 
     def start_all(self) -> None:
@@ -142,6 +156,7 @@ class RaftCluster:
 
     def _stop(self, sn: SimNode) -> None:
         sn.raft = None
+        sn.app = None
         sn.timer_gen += 1       # its pending tick is void
         sn.timer_at = -1        # and the next incarnation schedules its own, whatever its time
 
@@ -164,17 +179,33 @@ class RaftCluster:
         self.appended += 1
         self._reschedule(self.nodes[r.node_id])
 
+    def wake(self, node_id: int) -> None:
+        """Something outside changed the node's application (a scenario's action): tick it now."""
+        sn = self.nodes[node_id]
+        if sn.raft is not None:
+            sn.timer_at = -1
+            sn.timer_gen += 1
+            self.scheduler.at(self.scheduler.now, self._tick, sn, sn.timer_gen)
+
     # -- plumbing -----------------------------------------------------------------------------------
     def _deliver(self, src: int, dst: int, msg) -> None:
         sn = self.nodes[dst]
-        if sn.raft is not None:
+        if sn.raft is None:
+            return
+        if type(msg) in RAFT_MESSAGES:
             self._process(sn, sn.raft.handle(src, msg, self.scheduler.now))
+        elif sn.app is not None:
+            sn.app.handle(src, msg, self.scheduler.now)
+            self._reschedule(sn)
 
     def _tick(self, sn: SimNode, gen: int) -> None:
         if gen != sn.timer_gen or sn.raft is None:
             return
         sn.timer_at = -1
         self._process(sn, sn.raft.tick(self.scheduler.now))
+        if sn.app is not None and sn.raft is not None:
+            sn.app.tick(self.scheduler.now)
+            self._reschedule(sn)
 
     def _process(self, sn: SimNode, out) -> None:
         send = self.router.send
@@ -192,6 +223,8 @@ class RaftCluster:
             sn.state.extend((r.epoch, r.value) for r in out.committed)
             if self.snapshot_every and sn.raft is not None:
                 self._maybe_snapshot(sn)
+        if sn.app is not None:
+            sn.app.on_output(out, self.scheduler.now)
         if sn.raft is not None:
             self._reschedule(sn)
 
@@ -206,6 +239,8 @@ class RaftCluster:
 
     def _reschedule(self, sn: SimNode) -> None:
         d = sn.raft.next_deadline()
+        if sn.app is not None:
+            d = min(d, sn.app.next_deadline())
         if d != sn.timer_at:
             sn.timer_at = d
             sn.timer_gen += 1

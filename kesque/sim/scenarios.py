@@ -15,11 +15,13 @@ from ..raft import Knobs
 from ..raft.messages import VoteRequest
 from .cluster import RaftCluster
 from .invariants import Invariants
+from .metadata import MetadataCluster
 from .network import NetworkFaults
 from .scheduler import Scheduler
 
 BOUND_MS = 15_000          # liveness bound of one phase: 7.5 fetch timeouts (Kafka defaults)
 APPEND_EVERY_MS = 20
+CREATE_EVERY_MS = 30
 
 
 @dataclass
@@ -42,7 +44,8 @@ class Sim:
 
     def __init__(self, seed: int, voters: int | None = None, observers: int | None = None,
                  faults: NetworkFaults | None = None, majority_invariant: bool = True,
-                 knobs: Knobs | None = None, torn_tail: bool = False, snapshot_every: int = 0):
+                 knobs: Knobs | None = None, torn_tail: bool = False, snapshot_every: int = 0,
+                 metadata: bool = False):
         self.s = Scheduler(seed)
         rng = self.s.rng
         voters = voters if voters is not None else rng.randint(3, 5)
@@ -53,7 +56,12 @@ class Sim:
         self.c = RaftCluster(self.s, voters, observers, faults=faults, knobs=knobs, torn_tail=torn_tail,
                              snapshot_every=snapshot_every)
         self.inv = Invariants(self.c, majority=majority_invariant)
-        self.s.every(APPEND_EVERY_MS, APPEND_EVERY_MS // 2, self.c.append)
+        self.meta = None
+        if metadata:    # controllers and brokers over the quorum; the client creates topics
+            self.meta = MetadataCluster(self.c)
+            self.s.every(CREATE_EVERY_MS, CREATE_EVERY_MS // 2, self.meta.client_step)
+        else:           # the client appends integers
+            self.s.every(APPEND_EVERY_MS, APPEND_EVERY_MS // 2, self.c.append)
 
     def until(self, cond, what: str, bound: int = BOUND_MS) -> None:
         self.s.run_until(cond, bound, what)
@@ -330,9 +338,146 @@ def chaos_snapshots(seed: int, **kw) -> Sim:
     return chaos(seed, **kw)
 
 
-SCENARIOS = {f.__name__: f for f in (snapshot_catch_up, chaos_snapshots, initial_election, leader_failure, all_killed, leader_partitioned,
-                                     majority_reachable, back_to_back, stranded_candidate, disk_loss,
-                                     disk_loss_then_leader_cut, chaos)}
+# -- the metadata layer: controllers, brokers, the broker lifecycle ------------------------------------
+
+def metadata_sim(seed: int, **kw) -> Sim:
+    """3-5 controllers (the voters) and 3-4 brokers (the observers), every broker registered and
+    unfenced, and a few topics created."""
+    kw.setdefault("observers", 3 + seed % 2)
+    sim = Sim(seed, metadata=True, **kw)
+    sim.c.start_all()
+    sim.elect()
+    sim.until(sim.meta.all_brokers_unfenced, "every broker registered and unfenced")
+    _topics(sim, 5)
+    return sim
+
+
+def _topics(sim: Sim, more: int) -> None:
+    meta = sim.meta
+    meta.create_topics(more)
+    sim.until(lambda: len(meta.acked) >= meta.topics_wanted, f"{meta.topics_wanted} topics acknowledged")
+
+
+def _converged(sim: Sim) -> None:
+    """Every running node applies the same committed offset; then every image must be equal
+    and hold every acknowledged topic."""
+    meta, c = sim.meta, sim.c
+    target = max(sn.app.applied_end for sn in c.running())
+
+    def same():
+        ctl = meta.controller()
+        ends = {sn.app.applied_end for sn in c.running()}
+        return ctl is not None and ctl.ahead == ctl.applied_end and len(ends) == 1 and min(ends) >= target
+    sim.until(same, f"every node applies the same offset, at least {target}")
+    meta.inv.check_converged()
+
+
+def _leader_of_most(meta) -> int:
+    image = meta.controller().image
+    counts = {b: 0 for b in meta.brokers()}
+    for t in image.topics_by_id.values():
+        for p in t.partitions.values():
+            if p.leader in counts:
+                counts[p.leader] += 1
+    return max(sorted(counts), key=lambda b: counts[b])
+
+
+def controller_failover(seed: int, **kw) -> Sim:
+    """A client keeps creating topics at the active controller while it is killed, stopped or
+    cut off (then it goes on proposing records that never commit), twice; each name is retried
+    until acknowledged. An acknowledged topic must exist on every node, none may be created
+    twice, a controller that lost the lead must hold only committed records, images must agree."""
+    sim = metadata_sim(seed, **kw)
+    c, meta, rng = sim.c, sim.meta, sim.s.rng
+    for _ in range(2):
+        meta.create_topics(10)
+        sim.s.run_for(rng.randint(0, 300))
+        old = c.leader_id()
+        how = rng.choice((c.kill, c.shutdown, "isolate"))
+        if how == "isolate":
+            c.router.isolate(old, c.ids)
+        else:
+            how(old)
+        sim.until(lambda: meta.controller() is not None and meta.controller().sn.node_id != old,
+                  "a new active controller")
+        sim.until(lambda: len(meta.acked) >= meta.topics_wanted, f"{meta.topics_wanted} topics acknowledged")
+        if how == "isolate":
+            c.router.heal()
+        else:
+            c.start(old)
+    _converged(sim)
+    return sim
+
+
+def broker_killed(seed: int, **kw) -> Sim:
+    """The broker leading the most partitions is killed: the controller fences it once its
+    session times out (broker.session.timeout.ms), not before, and moves its leaderships in the
+    same batch. Restarted (at once, or once fenced), it registers anew, catches up and is unfenced
+    (and leads again where it was the last ISR member)."""
+    sim = metadata_sim(seed, **kw)
+    c, meta, s = sim.c, sim.meta, sim.s
+    _topics(sim, 5)
+    victim = _leader_of_most(meta)
+    killed_at = s.now
+    c.kill(victim)
+    quick = s.rng.random() < 0.5
+    if quick:       # back at once: DUPLICATE_BROKER_REGISTRATION until the old session expires
+        c.start(victim)
+    sim.until(lambda: meta.controller() is not None and meta.controller().image.brokers[victim].fenced,
+              f"broker {victim} fenced")
+    fenced_at = next((t for t, b in meta.fenced_by_expiry if b == victim and t >= killed_at), None)
+    if fenced_at is None:
+        sim.inv.fail(f"broker {victim} was fenced, but not by the expiry of its session")
+    since = fenced_at - meta.last_heard[victim]
+    if since <= meta.lifecycle_config.session_timeout_ms:
+        sim.inv.fail(f"broker {victim} fenced {since} ms after its last heartbeat, within its session")
+    if not quick:
+        c.start(victim)
+    # refused while its old session lived, it retries with a backoff that reaches the session
+    # timeout (Kafka's): a retry at that cap, and one more if a request is lost, come on top
+    bound = BOUND_MS + (2 * meta.lifecycle_config.session_timeout_ms if quick else 0)
+    sim.until(lambda: meta.broker(victim).lifecycle.unfenced, f"broker {victim} unfenced again", bound)
+    _topics(sim, 3)
+    _converged(sim)
+    return sim
+
+
+def broker_controlled_shutdown(seed: int, **kw) -> Sim:
+    """The broker leading the most partitions shuts down (controlled.shutdown.enable): the
+    controller moves its leaderships; it may stop only once it leads nothing and every active
+    broker has seen that. Then it stops, and comes back."""
+    sim = metadata_sim(seed, **kw)
+    c, meta, s = sim.c, sim.meta, sim.s
+    _topics(sim, 5)
+    victim = _leader_of_most(meta)
+    lc = meta.broker(victim).lifecycle
+    lc.begin_controlled_shutdown(s.now)
+    c.wake(victim)
+    sim.until(lambda: lc.shutdown_finished, f"broker {victim} allowed to shut down")
+    if lc.shutdown_reason != "the controller let the broker shut down":
+        sim.inv.fail(f"broker {victim} shut down because {lc.shutdown_reason}")
+    for b in meta.brokers():
+        other = meta.broker(b)
+        if b != victim and other.lifecycle.unfenced:
+            led = [f"{t.name}-{i}" for t in other.image.topics_by_id.values()
+                   for i, p in t.partitions.items() if p.leader == victim]
+            if led:
+                sim.inv.fail(f"broker {victim} left while broker {b} still sees it lead {led}")
+    c.shutdown(victim)
+    sim.until(lambda: meta.controller() is not None and meta.controller().image.brokers[victim].fenced,
+              f"broker {victim} fenced")
+    s.run_for(s.rng.randint(0, 3000))
+    c.start(victim)
+    sim.until(lambda: meta.broker(victim).lifecycle.unfenced, f"broker {victim} unfenced again")
+    _converged(sim)
+    return sim
+
+
+METADATA_SCENARIOS = (controller_failover, broker_killed, broker_controlled_shutdown)
+
+SCENARIOS = {f.__name__: f for f in METADATA_SCENARIOS + (
+    snapshot_catch_up, chaos_snapshots, initial_election, leader_failure, all_killed, leader_partitioned,
+    majority_reachable, back_to_back, stranded_candidate, disk_loss, disk_loss_then_leader_cut, chaos)}
 
 
 def run(name: str, seed: int, bug: str | None = None) -> Run:

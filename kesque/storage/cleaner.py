@@ -240,6 +240,11 @@ class Cleaner:
                     n, full = omap.map_batch(_payload(data, h), h.records_count, h.base_offset, start)
                     stats.map_records += n
                     if full:  # clean up to here; keys mapped from this batch only remove older records
+                        if mapped_end == start:
+                            raise ValueError(
+                                f"{h.records_count} records in the first dirty batch of {lg.tp[0]}-{lg.tp[1]} "
+                                f"(offset {h.base_offset}) but the offset map can fit only {omap.max_entries}. "
+                                "You can increase log.cleaner.dedupe.buffer.size or decrease log.cleaner.threads")
                         return mapped_end
                 mapped_end = h.next_offset
                 omap.latest_offset = max(omap.latest_offset, h.last_offset)
