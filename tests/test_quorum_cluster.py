@@ -19,7 +19,8 @@ from wire import Api, Msg, WireClient
 NOT_CONTROLLER = 41
 REQUEST_TIMED_OUT = 7
 FAST_QUORUM = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fetch.timeout.ms": "600",
-               "controller.quorum.request.timeout.ms": "500"}
+               "controller.quorum.request.timeout.ms": "500", "broker.heartbeat.interval.ms": "300",
+               "broker.session.timeout.ms": "3000"}
 
 
 class Nodes:
@@ -188,7 +189,7 @@ def test_controller_failover_then_the_old_leader_rejoins(nodes):
     assert new_leader != leader
     c, api = nodes.api(survivors[0])
     with c:
-        r = create(api, "after")
+        r = create(api, "after", rf=2)     # the killed broker is fenced once its session expires
         assert r.error_code == 0, r
     nodes.start([leader - 1])
     c, api = nodes.api(leader - 1)
@@ -219,7 +220,7 @@ def test_a_minority_commits_nothing_and_the_majority_loses_nothing(nodes):
     c, api = nodes.api(1)
     with c:
         assert set(placement(api, "kept")) == {0, 1, 2}
-        assert create(api, "later").error_code == 0
+        assert create(api, "later", rf=2).error_code == 0
         names = {t.name for t in api.metadata(None).topics}
         assert {"kept", "later"} <= names
 
@@ -261,3 +262,55 @@ def test_a_node_of_another_cluster_is_refused(nodes):
         p = c.request(52, 2, req).topics[0].partitions[0]
     assert (p.error_code, p.vote_granted) == (104, False)
     assert nodes.leader() in (1, 2, 3)
+
+
+def leaders(api: Api, name: str) -> set[int]:
+    return {leader for leader, _r in placement(api, name).values()}
+
+
+def live_brokers(api: Api) -> set[int]:
+    return {b.node_id for b in api.metadata(None).brokers}
+
+
+def wait_until(check, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_sigterm_moves_leadership_before_the_broker_exits():
+    """Controlled shutdown: SIGTERM of a broker has the controller move its leaderships off it
+    before it exits (the session timeout is long: only the controlled shutdown can do it)."""
+    n = Nodes(3, extra={"broker.session.timeout.ms": "60000"})
+    try:
+        n.start()
+        leader = n.leader()
+        x = next(i for i in range(3) if i + 1 != leader)
+        c, api = n.api(leader - 1)
+        with c:
+            assert create(api, "moving").error_code == 0
+            assert x + 1 in leaders(api, "moving")
+            n.brokers[x].stop()
+            assert x + 1 not in leaders(api, "moving")
+            assert live_brokers(api) == {1, 2, 3} - {x + 1}
+        assert "Controlled shutdown finished: the controller let the broker shut down" in open(n.brokers[x].log_path).read()
+    finally:
+        n.close()
+
+
+def test_sigkill_fences_the_broker_after_its_session_and_it_comes_back(nodes):
+    """A SIGKILLed broker is fenced once broker.session.timeout.ms passes without a heartbeat,
+    and its leaderships move; restarted, it is unfenced once it has caught up."""
+    leader = nodes.leader()
+    x = next(i for i in range(3) if i + 1 != leader)
+    c, api = nodes.api(leader - 1)
+    with c:
+        assert create(api, "fenced").error_code == 0
+        assert x + 1 in leaders(api, "fenced")
+        nodes.brokers[x].kill()
+        wait_until(lambda: x + 1 not in live_brokers(api), what="the fence")
+        assert x + 1 not in leaders(api, "fenced")
+        nodes.start([x])
+        assert live_brokers(api) == {1, 2, 3}

@@ -28,6 +28,7 @@ from ..errors import ErrorCode, KafkaError
 from ..metadata import records as mr
 from ..metadata.image import Delta, MetadataImage
 from ..raft.log import LeaderChange
+from .cluster_control import ClusterControl, HeartbeatReply, HeartbeatRequest, RegistrationRequest
 from .controller import Controller
 
 log = logging.getLogger(__name__)
@@ -39,10 +40,14 @@ def not_controller() -> KafkaError:
 
 class QuorumController:
     """``raft``: the narrow interface of the raft manager this controller proposes through:
-    ``append(values) -> last offset``, ``is_leader()``, ``epoch``, ``node_id``."""
+    ``append(values) -> last offset``, ``end_offset()``, ``is_leader()``, ``epoch``, ``node_id``.
+    ``lifecycle``: brokers register fenced, heartbeat, and are fenced when their session expires
+    (:class:`ClusterControl`); without it (a lone node) a registration is unfenced at once."""
 
-    def __init__(self, config, clock, raft, cluster_id: str | None):
+    def __init__(self, config, clock, raft, cluster_id: str | None, lifecycle: bool = False):
         self.raft = raft
+        self.clock = clock
+        self.lifecycle = lifecycle
         self.committed = MetadataImage()
         self.committed.cluster_id = cluster_id
         # the Controller's commit seam: its ``log.append`` is our raft append (``append``); it
@@ -51,6 +56,11 @@ class QuorumController:
         self.active_epoch = -1
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._proposed = -1
+        self.cluster = ClusterControl(config, lambda: self.controller.image, cluster_id)
+        self._expiry: asyncio.TimerHandle | None = None
+
+    def _now_ms(self) -> int:
+        return int(self.clock.monotonic() * 1000)
 
     # ------------------------------------------------------------------ state
     @property
@@ -77,7 +87,9 @@ class QuorumController:
         delta = Delta()
         for rec in records:
             if isinstance(rec.value, (bytes, bytearray)):
-                self.committed.replay(mr.decode(rec.value), delta)
+                record = mr.decode(rec.value)
+                self.committed.replay(record, delta)
+                self.cluster.replay(record, rec.offset)
             elif isinstance(rec.value, LeaderChange):
                 if rec.value.leader_id == self.raft.node_id and self.raft.is_leader() \
                         and rec.epoch == self.raft.epoch and not self.active:
@@ -99,11 +111,18 @@ class QuorumController:
             self.controller.bootstrap()
         except KafkaError as e:
             log.warning("could not record the finalized features: %s", e)
+        if self.lifecycle:
+            self.cluster.activate(self._now_ms())
+            self._schedule_expiry()
 
     def _deactivate(self) -> None:
         log.info("Controller %d is no longer active (epoch %d)", self.raft.node_id, self.active_epoch)
         self.active_epoch = -1
         self.controller.image = self.committed
+        self.cluster.deactivate()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         waiters, self._waiters = self._waiters, []
         for _offset, fut in waiters:
             if not fut.done():
@@ -131,15 +150,75 @@ class QuorumController:
         self._proposed = -1
         result = getattr(self.controller, method)(*args, **kwargs)
         offset, self._proposed = self._proposed, -1
-        if offset >= 0 and offset > self.committed.offset:
-            fut = asyncio.get_running_loop().create_future()
-            self._waiters.append((offset, fut))
-            try:
-                await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000.0)
-            except asyncio.TimeoutError:
-                raise KafkaError(ErrorCode.request_timed_out,
-                                 f"The controller did not commit the change within {timeout_ms} ms.") from None
+        await self._committed(offset, timeout_ms)
         return result
+
+    async def _committed(self, offset: int, timeout_ms: int) -> None:
+        if offset < 0 or offset <= self.committed.offset:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, fut))
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000.0)
+        except asyncio.TimeoutError:
+            raise KafkaError(ErrorCode.request_timed_out,
+                             f"The controller did not commit the change within {timeout_ms} ms.") from None
+
+    def _write(self, records: list[dict]) -> int:
+        """Propose ``records`` (one batch) and apply them to the working image; the last offset."""
+        self._proposed = -1
+        self.controller.commit(records)
+        offset, self._proposed = self._proposed, -1
+        return offset
+
+    # ------------------------------------------------------------------ broker lifecycle
+    async def register(self, req: RegistrationRequest, timeout_ms: int = 30000) -> int:
+        """BrokerRegistration: the broker's epoch once its registration is committed."""
+        if not self.active:
+            raise not_controller()
+        if not self.lifecycle:
+            return await self.call("register_broker", req.broker_id, [_endpoint(e) for e in req.listeners],
+                                   req.rack, timeout_ms=timeout_ms)
+        records, epoch = self.cluster.register(req, self._now_ms(), self.raft.end_offset())
+        await self._committed(self._write(records), timeout_ms)
+        return epoch
+
+    async def heartbeat(self, req: HeartbeatRequest, timeout_ms: int = 30000) -> HeartbeatReply:
+        """BrokerHeartbeat: the reply once the records it caused (fence, unfence, controlled
+        shutdown) are committed."""
+        if not self.active:
+            raise not_controller()
+        records, reply = self.cluster.heartbeat(req, self._now_ms(), self.raft.end_offset())
+        offset = self._write(records)
+        self._schedule_expiry()
+        await self._committed(offset, timeout_ms)
+        return reply
+
+    def _schedule_expiry(self) -> None:
+        """Fence the brokers whose session ran out, one batch per broker, at the deadline."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        if not self.active or not self.lifecycle:
+            return
+        deadline = self.cluster.next_deadline()
+        if deadline >= (1 << 62):
+            return
+        delay = max(deadline - self._now_ms(), 0) / 1000.0
+        self._expiry = asyncio.get_running_loop().call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._expiry = None
+        if not self.active:
+            return
+        try:
+            records = self.cluster.expire(self._now_ms())
+            if records:
+                log.info("Fencing broker %s: its session expired", records[-1].get("broker_id"))
+                self._write(records)
+        except KafkaError as e:
+            log.warning("session expiry failed: %s", e)
+        self._schedule_expiry()
 
     def _complete(self, offset: int) -> None:
         if not self._waiters:
@@ -152,3 +231,7 @@ class QuorumController:
             else:
                 keep.append((at, fut))
         self._waiters = keep
+
+
+def _endpoint(e) -> dict:
+    return {"name": e.name, "host": e.host, "port": e.port, "security_protocol": e.security_protocol}

@@ -120,19 +120,32 @@ class ControllerRouter:
             raise _not_controller()
         return await self.quorum.call(method, *args, timeout_ms=timeout_ms, **kwargs)
 
+    async def lifecycle_call(self, method: str, req, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+        """``QuorumController.register`` / ``.heartbeat`` on the local active controller."""
+        forced = _forced.get()
+        if forced is not None:
+            raise forced
+        if self.quorum is None:
+            raise _not_controller()
+        return await getattr(self.quorum, method)(req, timeout_ms=timeout_ms)
+
     # ------------------------------------------------------------------ the broker's own calls
-    async def _rpc(self, method: str, args: tuple, api_key: int, version: int, body, timeout_ms: int):
-        """Local call when the local controller is active, else the RPC to the leader; retried
-        on NOT_CONTROLLER and unreachable leaders until ``timeout_ms``. Returns the local result
-        or the kio response."""
+    async def _rpc(self, method: str, args: tuple, api_key: int, version: int, body, timeout_ms: int,
+                   retry: bool = True):
+        """Local call when the local controller is active (``Controller.<method>``, or
+        ``QuorumController.<method>`` for a ``quorum.`` name), else the RPC to the leader;
+        retried on NOT_CONTROLLER and unreachable leaders until ``timeout_ms`` (once without
+        ``retry``). Returns the local result or the kio response."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
         while True:
             if self.local_active():
                 try:
+                    if method.startswith("quorum."):
+                        return await getattr(self.quorum, method[7:])(*args, timeout_ms=timeout_ms)
                     return await self.quorum.call(method, *args, timeout_ms=timeout_ms)
                 except KafkaError as e:
-                    if e.code != ErrorCode.not_controller:
+                    if e.code != ErrorCode.not_controller or not retry:
                         raise
             else:
                 leader = self.leader_id()
@@ -140,10 +153,14 @@ class ControllerRouter:
                     try:
                         resp = await self.channel.send(leader, api_key, version, body,
                                                        timeout_ms=max(int((deadline - loop.time()) * 1000), 1))
-                        if not has_error(resp, NOT_CONTROLLER):
+                        if not has_error(resp, NOT_CONTROLLER) or not retry:
                             return resp
                     except ChannelError as e:
                         log.debug("%s to controller %d failed: %s", method, leader, e)
+                        if not retry:
+                            raise KafkaError(ErrorCode.network_exception, str(e)) from None
+            if not retry:
+                raise _not_controller()
             if loop.time() >= deadline:
                 raise timed_out(method, timeout_ms)
             await asyncio.sleep(RETRY_BACKOFF_S)
@@ -195,6 +212,28 @@ class ControllerRouter:
         if result.error_code:
             raise KafkaError(result.error_code, "producer id block refused")
         return result.producer_id_start, result.producer_id_len
+
+
+    # ------------------------------------------------------------------ broker lifecycle RPCs
+    async def broker_registration(self, req, timeout_ms: int) -> "RegistrationReply":
+        """One BrokerRegistration attempt (BrokerLifecycle retries): the reply."""
+        from ..controller.cluster_control import RegistrationReply, from_kio, to_kio
+
+        try:
+            result = await self._rpc("quorum.register", (req,), 62, 4, to_kio(req, 4), timeout_ms, retry=False)
+        except KafkaError as e:
+            return RegistrationReply(int(e.code), -1)
+        return RegistrationReply(0, result) if isinstance(result, int) else from_kio(result)
+
+    async def broker_heartbeat(self, req, timeout_ms: int):
+        """One BrokerHeartbeat attempt: the reply."""
+        from ..controller.cluster_control import HeartbeatReply, from_kio, to_kio
+
+        try:
+            result = await self._rpc("quorum.heartbeat", (req,), 63, 1, to_kio(req, 1), timeout_ms, retry=False)
+        except KafkaError as e:
+            return HeartbeatReply(int(e.code))
+        return result if isinstance(result, HeartbeatReply) else from_kio(result)
 
 
 def _not_controller() -> KafkaError:

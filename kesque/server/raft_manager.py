@@ -232,6 +232,10 @@ class RaftManager:
     def epoch(self) -> int:
         return self.node.epoch
 
+    def end_offset(self) -> int:
+        """The offset the next appended record will get (the leader's log end)."""
+        return self.node.log.end_offset()
+
     def is_leader(self) -> bool:
         return self.node is not None and self.node.is_leader()
 

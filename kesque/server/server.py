@@ -20,6 +20,7 @@ import functools
 import inspect
 import logging
 import os
+import random
 import socket
 import time
 import uuid
@@ -99,6 +100,8 @@ class KesqueServer:
         self.controller = None
         self.channel = None
         self._metadata_ready = False
+        self.lifecycle = None      # BrokerLifecycle (registration, heartbeats) in a cluster
+        self.heartbeats = None
         self._pending_delta = Delta()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.socket_server: SocketServer | None = None
@@ -203,8 +206,11 @@ class KesqueServer:
         self.bound.update(self._listen(lambda name: name not in self.controller_listener_names))
         self.bound.update(controller_bound)
         if "broker" in self.roles:
-            self.broker_epoch = await self.controllers.register_broker(
-                self.node_id, self._endpoints(), cluster_id, uuid.uuid4(), FEATURES, cfg.get("broker.rack"))
+            if len(self.voters) > 1:
+                await self._join_cluster(cluster_id)
+            else:   # a lone node: registered and unfenced at once, as before the quorum
+                self.broker_epoch = await self.controllers.register_broker(
+                    self.node_id, self._endpoints(), cluster_id, uuid.uuid4(), FEATURES, cfg.get("broker.rack"))
             await self.producer_ids.load()
         # partitions of every topic in the image (become leader where this node leads)
         self.replica_manager.apply_delta(Delta(changed_partitions={
@@ -217,6 +223,40 @@ class KesqueServer:
         self.started.set()
         log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
                  (time.monotonic() - t0) * 1000, cluster_id)
+
+    async def _join_cluster(self, cluster_id: str | None) -> None:
+        """BrokerRegistration, then heartbeats until the controller unfences this broker (it
+        has caught up with the metadata log and its logs are loaded), as Kafka's broker
+        start-up waits for; heartbeats every broker.heartbeat.interval.ms from then on."""
+        from ..controller.controller import METADATA_VERSION_LEVEL
+        from ..metadata.image import Endpoint
+        from .heartbeats import LifecycleDriver
+        from .lifecycle import BrokerLifecycle
+
+        lc = BrokerLifecycle(self.node_id, uuid.uuid4(), self.config, cluster_id=cluster_id or "",
+                             listeners=[Endpoint(**e) for e in self._endpoints()],
+                             features={"metadata.version": (1, METADATA_VERSION_LEVEL)},
+                             rack=self.config.get("broker.rack"), rng=random.Random(), now=self._now_ms())
+        lc.on_metadata_offset(self.image.offset)
+        lc.set_ready_to_unfence(self._now_ms())     # the logs are loaded
+        self.lifecycle = lc
+        self.heartbeats = LifecycleDriver(lc, self.controllers, self._now_ms)
+        self.heartbeats.start()
+        await self.heartbeats.until(lambda: lc.unfenced or lc.shutdown_finished)
+        if lc.shutdown_finished:
+            raise RuntimeError(f"broker {self.node_id} could not join the cluster: {lc.shutdown_reason}")
+        self.broker_epoch = lc.broker_epoch
+
+    async def _controlled_shutdown(self) -> None:
+        """SIGTERM in a cluster: the controller moves this broker's leaderships off it
+        (controlled.shutdown.enable) before the broker stops serving."""
+        lc = self.lifecycle
+        if lc is None or lc.shutdown_finished:
+            return
+        lc.begin_controlled_shutdown(self._now_ms())
+        self.heartbeats.wake()
+        await self.heartbeats.until(lambda: lc.shutdown_finished)
+        log.info("Controlled shutdown finished: %s", lc.shutdown_reason)
 
     def _listen(self, which) -> dict[str, tuple[str, int]]:
         out = {}
@@ -252,7 +292,7 @@ class KesqueServer:
         self._channels = (raft_channel, self.channel)
         self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id)
         if "controller" in self.roles and self.node_id in self.voters:
-            self.quorum = QuorumController(cfg, self.clock, self.raft, cluster_id)
+            self.quorum = QuorumController(cfg, self.clock, self.raft, cluster_id, lifecycle=len(self.voters) > 1)
             self.controller = self.quorum.controller
             self.raft.on_snapshot(self.quorum.load_snapshot)
             self.raft.on_commit(self.quorum.apply_committed)
@@ -294,6 +334,8 @@ class KesqueServer:
             if isinstance(rec.value, (bytes, bytearray)):
                 self.image.replay(metadata_records.decode(rec.value), delta)
             self.image.offset = rec.offset
+        if self.lifecycle is not None:
+            self.lifecycle.on_metadata_offset(self.image.offset)
         self._deliver(delta)
 
     def _deliver(self, delta: Delta) -> None:
@@ -371,7 +413,14 @@ class KesqueServer:
     async def stop(self, clean: bool = True) -> None:
         if self.stopped:
             return
+        if clean and self.lifecycle is not None:
+            try:
+                await self._controlled_shutdown()
+            except Exception:
+                log.exception("controlled shutdown failed")
         self.stopped = True
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
         for t in self._timers:
             t.cancel()
         if self.socket_server is not None:

@@ -9,6 +9,7 @@ DescribeQuorum on every listener (a broker listener sends it on to the active co
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
+from ...controller import cluster_control
 from ...raft import wire
 from ..context import NO_RESPONSE
 from .kiohelp import Msg
@@ -25,6 +26,7 @@ class QuorumApis:
             versions = wire.VERSIONS[api]
             s.register(key, versions.start, versions.stop - 1, self.raft_rpc, controller_only=True)
         s.register(62, 0, 4, self.broker_registration, controller_only=True)
+        s.register(63, 0, 1, self.broker_heartbeat, controller_only=True)
         s.register(67, 0, 0, self.allocate_producer_ids, controller_only=True)
         s.register(55, 0, 2, self.describe_quorum)
 
@@ -53,16 +55,22 @@ class QuorumApis:
 
     async def _register(self, ctx, req):
         m = Msg(62, ctx.api_version)
-        s = self.server
-        if req.cluster_id and s.image.cluster_id and req.cluster_id != s.image.cluster_id:
-            return m(throttle_time=0, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1)
-        endpoints = [{"name": x.name, "host": x.host, "port": x.port, "security_protocol": x.security_protocol}
-                     for x in req.listeners]
         try:
-            epoch = await s.controllers.call("register_broker", req.broker_id, endpoints, req.rack)
+            epoch = await self.server.controllers.lifecycle_call("register", cluster_control.from_kio(req))
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, broker_epoch=-1)
         return m(throttle_time=0, error_code=ErrorCode.none, broker_epoch=epoch)
+
+    # ------------------------------------------------------------------ BrokerHeartbeat
+    def broker_heartbeat(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._heartbeat(ctx, req))
+
+    async def _heartbeat(self, ctx, req):
+        try:
+            reply = await self.server.controllers.lifecycle_call("heartbeat", cluster_control.from_kio(req))
+        except KafkaError as e:
+            reply = cluster_control.HeartbeatReply(int(e.code))
+        return cluster_control.to_kio(reply, ctx.api_version)
 
     # ------------------------------------------------------------------ AllocateProducerIds
     def allocate_producer_ids(self, ctx, req):
