@@ -7,6 +7,7 @@ together: none finishes its start before a quorum has elected a leader.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -314,3 +315,29 @@ def test_sigkill_fences_the_broker_after_its_session_and_it_comes_back(nodes):
         assert x + 1 not in leaders(api, "fenced")
         nodes.start([x])
         assert live_brokers(api) == {1, 2, 3}
+
+
+def test_a_node_down_past_a_snapshot_catches_up_through_fetch_snapshot():
+    """With metadata.log.max.record.bytes.between.snapshots small, the nodes write snapshots
+    (.checkpoint) and their log starts move past them; a node that was down meanwhile is
+    answered with the snapshot id and loads it through FetchSnapshot, then follows the log."""
+    n = Nodes(3, extra={"metadata.log.max.record.bytes.between.snapshots": "1500"})
+    try:
+        n.start()
+        leader = n.leader()
+        x = next(i for i in range(3) if i + 1 != leader)
+        n.brokers[x].kill()
+        c, api = n.api(leader - 1)
+        with c:
+            for i in range(12):
+                assert create(api, f"snap-{i}", rf=2).error_code == 0
+        meta = os.path.join(n.brokers[leader - 1].data_dir, "__cluster_metadata-0")
+        assert [f for f in os.listdir(meta) if f.endswith(".checkpoint")]
+        n.start([x])
+        c, api = n.api(x)
+        with c:
+            for i in range(12):
+                placement(api, f"snap-{i}")
+        assert "Loading the metadata snapshot" in open(n.brokers[x].log_path).read()
+    finally:
+        n.close()
