@@ -67,8 +67,9 @@ class QuorumController:
     def active(self) -> bool:
         return self.active_epoch >= 0
 
-    def load_snapshot(self, values: list) -> None:
+    def load_snapshot(self, values: list, end_offset: int) -> None:
         self.committed = self._fresh()
+        self.committed.offset = end_offset - 1
         delta = Delta()
         for v in values:
             if isinstance(v, (bytes, bytearray)):

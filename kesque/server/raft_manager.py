@@ -145,7 +145,7 @@ class RaftManager:
         self.log: FileRaftLog | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._commit_listeners = []     # fn(list[Record])
-        self._snapshot_listeners = []   # fn(list of values)
+        self._snapshot_listeners = []   # fn(list of values, snapshot end offset)
         self._state_listeners = []      # fn(StateChange)
         self._pending: dict[tuple[int, int], asyncio.Future] = {}   # (src, our corr) -> its answer
         self._latest: dict[tuple[int, type], tuple[int, int]] = {}   # (src, request type) -> key
@@ -180,7 +180,7 @@ class RaftManager:
         if latest is not None:
             values = self.log.snapshot_values(latest)
             for fn in self._snapshot_listeners:
-                fn(values)
+                fn(values, latest.end_offset)
         # quorum-state beside the segments, in __cluster_metadata-0, as Kafka's KafkaRaftManager
         store = FileQuorumStateStore(self.log.path)
         self.node = RaftNode(self.node_id, None, {v: None for v in self.voters}, self.log, store,
@@ -231,6 +231,12 @@ class RaftManager:
     @property
     def epoch(self) -> int:
         return self.node.epoch
+
+    def snapshot(self, end_offset: int, values: list) -> None:
+        """Write the application's state after every record below ``end_offset`` as a
+        snapshot; the log start moves to it (the segments below go)."""
+        sid = self.node.snapshot(end_offset, values)
+        log.info("Wrote metadata snapshot %d-%d (%d records)", sid.end_offset, sid.epoch, len(values))
 
     def end_offset(self) -> int:
         """The offset the next appended record will get (the leader's log end)."""
@@ -327,9 +333,10 @@ class RaftManager:
                 except Exception:
                     log.exception("raft state listener failed")
         if out.snapshot is not None:
-            _sid, values = out.snapshot
+            sid, values = out.snapshot
+            log.info("Loading the metadata snapshot %d-%d fetched from the leader", sid.end_offset, sid.epoch)
             for fn in self._snapshot_listeners:
-                fn(values)
+                fn(values, sid.end_offset)
         if out.committed:
             for fn in self._commit_listeners:
                 try:

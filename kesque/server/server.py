@@ -31,6 +31,7 @@ from ..config.broker import BrokerConfig
 from ..controller.controller import FEATURES
 from ..controller.quorum import QuorumController
 from ..metadata import records as metadata_records
+from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import Delta, MetadataImage
 from ..protocol import api as protocol
 from ..protocol.primitives import INT32, ProtocolError
@@ -291,6 +292,7 @@ class KesqueServer:
         self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
         self._channels = (raft_channel, self.channel)
         self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id)
+        self.snapshots = metadata_snapshot.SnapshotPolicy.from_config(cfg, self._now_ms())
         if "controller" in self.roles and self.node_id in self.voters:
             self.quorum = QuorumController(cfg, self.clock, self.raft, cluster_id, lifecycle=len(self.voters) > 1)
             self.controller = self.quorum.controller
@@ -315,11 +317,13 @@ class KesqueServer:
         log.info("Controller quorum voters from %s: %s", not_yet.BOOTSTRAP,
                  ", ".join(f"{v}@{h}:{p}" for v, (h, p) in sorted(found.items())))
 
-    def _load_snapshot(self, values: list) -> None:
+    def _load_snapshot(self, values: list, end_offset: int) -> None:
         """A metadata snapshot (at start, or fetched from the leader): the image is rebuilt."""
         cluster_id = self.image.cluster_id
         fresh = MetadataImage()
         fresh.cluster_id = cluster_id
+        fresh.offset = end_offset - 1
+        self.snapshots.reset(self._now_ms())
         delta = Delta()
         for v in values:
             if isinstance(v, (bytes, bytearray)):
@@ -330,13 +334,26 @@ class KesqueServer:
     def _apply_committed(self, records: list) -> None:
         """Committed metadata records, in offset order: replayed into the broker's image."""
         delta = Delta()
+        size = 0
         for rec in records:
             if isinstance(rec.value, (bytes, bytearray)):
                 self.image.replay(metadata_records.decode(rec.value), delta)
+                size += len(rec.value)
             self.image.offset = rec.offset
+        if records and self.snapshots.on_batch(size, self._now_ms()):
+            self._take_snapshot()
         if self.lifecycle is not None:
             self.lifecycle.on_metadata_offset(self.image.offset)
         self._deliver(delta)
+
+    def _take_snapshot(self) -> None:
+        """metadata.log.max.record.bytes.between.snapshots (or .max.snapshot.interval.ms)
+        reached: the image, as records, becomes a snapshot and the log behind it goes."""
+        try:
+            self.raft.snapshot(self.image.offset + 1,
+                               [metadata_records.encode(r) for r in metadata_snapshot.image_records(self.image)])
+        except Exception:
+            log.exception("metadata snapshot failed")
 
     def _deliver(self, delta: Delta) -> None:
         if not delta:
