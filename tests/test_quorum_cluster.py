@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from kesque.records.records import build_batch
 from kesque.testing.broker import Broker
 from kesque.testing.kafka import free_port, random_cluster_id
 from wire import Api, Msg, WireClient
@@ -152,6 +153,14 @@ def test_three_nodes_agree_on_a_topic_created_through_any_of_them(nodes):
             assert brokers == {1, 2, 3}
     assert {leader for leader, _r in seen.values()} == {1, 2, 3}
     assert all(sorted(r) == [1, 2, 3] for _l, r in seen.values())
+    # a replica that does not lead (data replication is the next issue) refuses produce
+    part, (lead, _r) = next((p, lr) for p, lr in seen.items() if lr[0] != via + 1)
+    c, api = nodes.api(via)
+    with c:
+        assert api.produce("spread", build_batch([(None, b"x", ())]), partition=part).error_code == 6
+    c, api = nodes.api(lead - 1)
+    with c:
+        assert api.produce("spread", build_batch([(None, b"x", ())]), partition=part).error_code == 0
 
 
 def test_a_second_create_of_the_same_name_is_refused_by_whichever_node(nodes):
