@@ -5,6 +5,7 @@ keys, value validation, topic configs, and Kafka 4.0's names, types and defaults
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 from conftest import examples
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kesque.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigError, LogConfig, parse_properties
-from kesque.config.broker import (DEFAULT_CONFIG, DEFAULTS_DIFFERING_FROM_KAFKA, DYNAMIC_BROKER_CONFIG,
+from kesque.config.broker import (DEFAULT_CONFIG, DEFAULTS_DIFFERING_FROM_KAFKA, DYNAMIC_BROKER_CONFIG, SINGLE_NODE,
                                   DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_WITHOUT_EFFECT, STATIC_BROKER_CONFIG, Listener,
                                   is_dynamic)
 from kesque.config.kafka_keys import KAFKA_BROKER_KEYS, REMOVED_IN_4_0
@@ -179,12 +180,37 @@ def test_dynamic_flags_are_kafkas():
     assert all(is_dynamic(n) for n in DYNAMIC_WITHOUT_EFFECT)
 
 
-def test_unknown_key_is_an_error_naming_it():
-    with pytest.raises(ConfigError) as e:
-        BrokerConfig({"num.partitons": "3"})
-    assert e.value.name == "num.partitons" and "num.partitons" in str(e.value)
-    # the same key from a non-strict caller is tolerated
-    assert BrokerConfig({"num.partitons": "3"}, strict=False).get("num.partitions") == 1
+def test_unknown_key_warns_naming_it_and_is_ignored(caplog):
+    # Kafka hands keys it does not know to plugins and goes on: a typo or a plugin's key is a
+    # warning naming it, never a refused start
+    with caplog.at_level(logging.WARNING, logger="kesque.config.broker"):
+        c = BrokerConfig({"num.partitons": "3", "confluent.metrics.reporter.topic": "x"})
+    assert c.get("num.partitions") == 1 and c.unused == ["num.partitons", "confluent.metrics.reporter.topic"]
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "The configuration 'num.partitons' was supplied but isn't a known config." in messages
+
+
+def test_single_node_settings_are_those_of_config_server_properties():
+    """`kesque serve` without a file runs SINGLE_NODE: config/server.properties must set the same."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "config", "server.properties")) as f:
+        shipped = parse_properties(f.read())
+    assert {k: shipped.get(k) for k in SINGLE_NODE} == SINGLE_NODE
+    c = BrokerConfig(SINGLE_NODE)
+    assert c.get("offsets.topic.replication.factor") == 1 and c.get("transaction.two.phase.commit.enable") is True
+
+
+@pytest.mark.parametrize("props,lone", [
+    ({}, True),
+    ({"controller.quorum.voters": "1@127.0.0.1:9093", "node.id": "1"}, True),
+    ({"controller.quorum.bootstrap.servers": "localhost:9093",
+      "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093"}, True),  # Kafka 4.x's config/server.properties
+    ({"controller.quorum.voters": "1@h:9093,2@h:9094,3@h:9095", "node.id": "1"}, False),
+    ({"controller.quorum.voters": "2@127.0.0.1:9093", "node.id": "1"}, False),
+    ({"controller.quorum.bootstrap.servers": "10.0.0.1:9093"}, False),
+    ({"process.roles": "broker"}, False),
+])
+def test_lone_node(props, lone):
+    assert BrokerConfig(props, strict=False).lone_node is lone
 
 
 @pytest.mark.parametrize("key", ["num.network.threads", "zookeeper.connect", "ssl.keystore.location",
@@ -340,6 +366,6 @@ def test_broker_defaults_give_the_topic_defaults():
 def test_file_delete_delay_is_a_topic_key_only():
     # the broker key is log.segment.delete.delay.ms; file.delete.delay.ms is not a broker config
     assert "file.delete.delay.ms" not in KAFKA_BROKER_KEYS
-    with pytest.raises(ConfigError):
-        BrokerConfig({"file.delete.delay.ms": "1"})
+    c = BrokerConfig({"file.delete.delay.ms": "1"})  # not a known config: ignored
+    assert c.unused == ["file.delete.delay.ms"] and c.log_config().file_delete_delay_ms == 60000
     assert BrokerConfig({"log.segment.delete.delay.ms": "5"}).log_config().file_delete_delay_ms == 5

@@ -90,11 +90,150 @@ def test_kafka_server_properties_start_kesque(tmp_path):
     assert os.path.exists(tmp_path / "data" / "meta.properties")
 
 
-def test_unknown_key_is_an_error_naming_it(tmp_path):
-    proc = _serve(["--override", f"log.dirs={tmp_path}", "--override", "not.a.kafka.key=1"])
+def _wait_up(proc, port: int, timeout: float = 20):
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return admin.list_topics(timeout=1)
+        except Exception:
+            assert time.time() < deadline, "broker did not come up"
+            assert proc.poll() is None, proc.stdout.read()
+
+
+def _stop(proc) -> str:
+    proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=20)[0]
-    assert proc.returncode != 0
-    assert "not.a.kafka.key" in out
+    assert proc.returncode == 0, out
+    return out
+
+
+def test_unknown_key_is_a_warning_naming_it(tmp_path):
+    # as Kafka: a key it does not know (a plugin's, a typo) is named and ignored, the node starts
+    port = _free_port()
+    proc = _serve(["--override", f"log.dirs={tmp_path}", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                   "--override", "not.a.kafka.key=1"])
+    try:
+        _wait_up(proc, port)
+    finally:
+        out = _stop(proc)
+    line = next(line for line in out.splitlines() if "not.a.kafka.key" in line)
+    assert " WARNING The configuration 'not.a.kafka.key' was supplied but isn't a known config." in line, out
+
+
+# Kafka 4.x's config/server.properties (KRaft, combined, a dynamic quorum of one through
+# controller.quorum.bootstrap.servers), as shipped, plus keys of plugins it passes on.
+KAFKA_4_SERVER_PROPERTIES = """process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:{cport}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map={protocols}
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs={data}
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+confluent.support.metrics.enable=false
+my.plugin.setting=42
+"""
+
+
+def test_kafka_4_server_properties_start_kesque(tmp_path):
+    port, cport = _free_port(), _free_port()
+    cfg = tmp_path / "server.properties"
+    protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+    cfg.write_text(KAFKA_4_SERVER_PROPERTIES.format(port=port, cport=cport, data=tmp_path / "data",
+                                                    protocols=protocols))
+    proc = _serve([str(cfg)])
+    try:
+        assert 1 in _wait_up(proc, port).brokers
+    finally:
+        out = _stop(proc)
+    for key in ("confluent.support.metrics.enable", "my.plugin.setting"):
+        assert f"The configuration '{key}' was supplied but isn't a known config." in out, out
+    assert "Kafka config num.io.threads is not used by kesque" in out  # known to Kafka: the other warning
+    assert (tmp_path / "data" / "meta.properties").exists()  # a lone node formats itself
+
+
+def _group_and_transaction(bootstrap: str) -> None:
+    """A consumer group commits an offset and a transaction commits: both need their
+    coordinator, so their internal topic."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-1"})
+    p.init_transactions(20)
+    p.begin_transaction()
+    p.produce("t", b"v")
+    p.commit_transaction(20)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        c.subscribe(["t"])
+        deadline = time.time() + 30
+        msg = None
+        while msg is None or msg.error():
+            assert time.time() < deadline, "no record consumed"
+            msg = c.poll(0.5)
+        assert msg.value() == b"v"
+        c.commit(msg, asynchronous=False)
+        assert c.committed([TopicPartition("t", 0)], timeout=10)[0].offset == msg.offset() + 1
+    finally:
+        c.close()
+
+
+def test_serve_without_a_file_runs_the_single_node_settings(tmp_path):
+    # Kafka's defaults (internal topics with 3 replicas) could never create __consumer_offsets
+    # or __transaction_state on one node: groups and transactions would wait forever
+    port = _free_port()
+    proc = _serve(["--override", f"log.dirs={tmp_path}", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}"])
+    try:
+        _wait_up(proc, port)
+        _group_and_transaction(f"127.0.0.1:{port}")
+    finally:
+        out = _stop(proc)
+    assert " ERROR " not in out, out
+
+
+@pytest.mark.parametrize("key,client", [
+    ("offsets.topic.replication.factor", "group"),
+    ("transaction.state.log.replication.factor", "transaction"),
+])
+def test_internal_topic_replication_factor_above_the_brokers_is_an_error_naming_it(tmp_path, key, client):
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    port = _free_port()
+    proc = _serve(["--override", f"log.dirs={tmp_path}", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                   "--override", f"{key}=3"])
+    try:
+        _wait_up(proc, port)
+        bootstrap = f"127.0.0.1:{port}"
+        if client == "transaction":
+            with pytest.raises(KafkaException):
+                Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx"}).init_transactions(3)
+        else:
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g"})
+            c.subscribe(["t"])
+            c.poll(3)
+            c.close()
+    finally:
+        out = _stop(proc)
+    errors = [line for line in out.splitlines() if " ERROR " in line]
+    assert any(f"(configured via '{key}')" in line and "required replication factor '3'" in line
+               for line in errors), out
 
 
 def test_invalid_value_is_an_error_naming_the_key(tmp_path):

@@ -116,6 +116,31 @@ def test_leave_and_session_timeout_reassign_the_partitions():
     assert e.shard.groups[GID].is_empty() and e.shard.groups[GID].state_name() == "Empty"
 
 
+def test_a_member_leaving_moves_the_target_assignment_at_once():
+    """The assignment epoch catches up with the group epoch when a member goes, even when no
+    member is left to heartbeat (Kafka's `--describe --state --verbose` shows them equal)."""
+    e = env()
+    hb(e, "a", 0, topics=("u",))
+    hb(e, "b", 0, topics=("u",))
+    share_group_heartbeat(e.shard, {"group_id": GID, "member_id": "b", "member_epoch": -1})
+    g = e.shard.groups[GID]
+    assert (g.group_epoch, g.assignment_epoch, g.target["a"]) == (3, 3, {e.image.tid("u"): {0, 1, 2, 3}})
+    e.timer.advance(e.config.share_session_timeout_ms)
+    g = e.shard.groups[GID]
+    assert (g.state_name(), g.group_epoch, g.assignment_epoch, g.target) == ("Empty", 4, 4, {})
+
+
+def test_a_failed_leave_leaves_the_member():
+    e = env()
+    hb(e, "a", 0)
+    e.log.fail = True
+    with pytest.raises(Exception):
+        share_group_heartbeat(e.shard, {"group_id": GID, "member_id": "a", "member_epoch": -1})
+    e.log.fail = False
+    g = e.shard.groups[GID]
+    assert list(g.members) == ["a"] and (g.group_epoch, g.assignment_epoch) == (1, 1)
+
+
 def test_failed_write_leaves_no_trace():
     e = env()
     hb(e, "a", 0)

@@ -123,12 +123,12 @@ def test_three_share_consumers_share_one_partition(share_broker):
 
 # ---------------------------------------------------------------------------- bad input on the wire
 
-def _share_fetch(c, group, member, epoch, topic_id, acks=(), max_wait=0):
+def _share_fetch(c, group, member, epoch, topic_id, acks=(), max_wait=0, max_records=500):
     m = Msg(78, 1)
     batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
                     for f, last, t in acks)
     body = m(group_id=group, member_id=member, share_session_epoch=epoch, max_wait=max_wait, min_bytes=1,
-             max_bytes=1 << 20, max_records=500, batch_size=500,
+             max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
              topics=(m("FetchTopic", topic_id=topic_id, partitions=(
                  m("FetchPartition", partition_index=0, acknowledgement_batches=batches),)),),
              forgotten_topics_data=())
@@ -345,9 +345,24 @@ def test_a_member_leaving_the_group_releases_its_records_at_once(share_broker):
         assert r.error_code == 122  # SHARE_SESSION_NOT_FOUND
 
 
+def test_a_share_fetch_carries_only_the_batches_of_its_acquired_records(share_broker):
+    """The response held everything read from the log (up to max_bytes), whatever was acquired:
+    a consumer taking 50 records at a time got the whole partition with each."""
+    from kesque.records.batch import iter_headers
+
+    topic, group, tid = _wire_group(share_broker, 300)  # batches of at most 100 records
+    with WireClient(share_broker.bootstrap_servers) as c:
+        r = _share_fetch(c, group, "m1", 0, tid, max_records=50)
+        assert _acquired(r) == [(0, 49, 1)]
+        heads = [h for _pos, h in iter_headers(bytes(r.responses[0].partitions[0].records))]
+        assert heads[0].base_offset == 0 and heads[-1].last_offset >= 49
+        assert all(h.base_offset <= 49 for h in heads)
+
+
 def test_describe_share_group_offsets(share_broker):
     """DescribeShareGroupOffsets: the durable start offset and the lag (records below the high
-    watermark not yet acknowledged or archived); no state: start offset -1."""
+    watermark not yet acknowledged or archived); no state: start offset -1, and the whole group
+    lists every partition of its subscribed topics, as Kafka does."""
     topic, group, tid = _wire_group(share_broker, 10)
     m = Msg(90, 1)
 
@@ -358,7 +373,7 @@ def test_describe_share_group_offsets(share_broker):
         return [(t.topic_name, p.partition_index, p.start_offset, p.lag) for t in g.topics for p in t.partitions]
 
     with WireClient(share_broker.bootstrap_servers) as c:
-        assert describe() == []
+        assert describe() == [(topic, 0, -1, -1)]
         _share_fetch(c, group, "m1", 0, tid)
         _share_fetch(c, group, "m1", 1, tid, acks=[(0, 3, 1), (6, 6, 3)])
         assert describe() == [(topic, 0, 4, 5)]

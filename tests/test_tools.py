@@ -25,6 +25,7 @@ TOOLS = {
     "console-consumer": "kafka-console-consumer.sh", "dump-log": "kafka-dump-log.sh",
     "get-offsets": "kafka-get-offsets.sh", "delete-records": "kafka-delete-records.sh", "log-dirs": "kafka-log-dirs.sh",
     "producer-perf-test": "kafka-producer-perf-test.sh", "consumer-perf-test": "kafka-consumer-perf-test.sh",
+    "console-share-consumer": "kafka-console-share-consumer.sh", "share-groups": "kafka-share-groups.sh",
 }
 
 

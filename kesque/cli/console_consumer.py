@@ -172,7 +172,8 @@ class DefaultMessageFormatter:
             out += f"Offset:{m.offset}".encode()
             sep(2)
         if self.delivery:
-            out += b"Delivery:NOT_PRESENT"
+            dc = getattr(m, "delivery_count", None)  # share consumers' records have one
+            out += f"Delivery:{dc}".encode() if dc is not None else b"Delivery:NOT_PRESENT"
             sep(3)
         if self.epoch:
             out += f"Epoch:{m.leader_epoch}".encode() if m.leader_epoch is not None and m.leader_epoch >= 0 \

@@ -18,16 +18,23 @@ def build_parser() -> argparse.ArgumentParser:
     # listed here for --help; main() hands its arguments to the tool, which parses them itself
     sub.add_parser("transactions", help="list, describe and abort transactions, find hanging ones "
                                         "(kafka-transactions.sh)", add_help=False)
+    sub.add_parser("storage", help="format a node's storage, show it, print a cluster id (kafka-storage.sh)",
+                   add_help=False)
+    sub.add_parser("cluster", help="start, stop and show a local cluster of kesque processes", add_help=False)
     return p
+
+
+# subcommands that parse their own arguments: name -> module of kesque.cli with main(argv)
+_OWN_PARSERS = {"transactions": "transactions", "storage": "storage", "cluster": "cluster"}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "transactions":
-        # Kafka's TransactionsCommand parses with argparse4j (options, then a command with its own
-        # options): the tool reads everything after its name itself
-        from .transactions import main as transactions_main
-        return transactions_main(argv[1:])
+    if argv and argv[0] in _OWN_PARSERS:
+        # Kafka's TransactionsCommand and StorageTool parse with argparse4j (options, then a
+        # command with its own options): the tool reads everything after its name itself
+        import importlib
+        return importlib.import_module(f"{__package__}.{_OWN_PARSERS[argv[0]]}").main(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:

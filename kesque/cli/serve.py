@@ -9,14 +9,16 @@ import signal
 import sys
 
 from ..config import BrokerConfig, ConfigError, parse_properties
+from ..config.broker import SINGLE_NODE
 
 log = logging.getLogger("kesque")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run a kesque broker",
-                       description="Run a single kesque broker (combined broker and controller roles). "
-                                   "FILE is a Kafka server.properties file; --override sets or replaces keys.")
+                       description="Run a kesque node. FILE is a Kafka server.properties file; --override sets "
+                                   "or replaces keys. Without FILE the node runs the single-node settings of "
+                                   "config/server.properties (internal topics with one replica).")
     p.add_argument("config", nargs="?", metavar="FILE", help="server.properties file")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="set a config key (repeatable), as kafka-server-start.sh --override")
@@ -26,7 +28,7 @@ def add_parser(sub) -> None:
 
 
 def load_config(path: str | None, overrides: list[str]) -> BrokerConfig:
-    props: dict[str, str] = {}
+    props: dict[str, str] = {} if path else dict(SINGLE_NODE)
     if path:
         with open(path) as f:
             props.update(parse_properties(f.read()))
@@ -69,6 +71,8 @@ def run(args) -> int:
         return 2
     ready = os.environ.get("KESQUE_READY_FD")
     try:
+        from ..storage.log_manager import ensure_storage
+        ensure_storage(config)
         asyncio.run(serve(config, int(ready) if ready else None))
     except KeyboardInterrupt:
         pass

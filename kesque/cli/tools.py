@@ -17,7 +17,8 @@ import sys
 from ._common import ToolExit, kafkaize, new_parser, run_tool
 
 _MODULES = ("topics", "configs", "console_producer", "console_consumer", "dump_log", "get_offsets",
-            "delete_records", "log_dirs", "producer_perf", "consumer_perf", "consumer_groups")
+            "delete_records", "log_dirs", "producer_perf", "consumer_perf", "consumer_groups",
+            "console_share_consumer", "share_groups")
 
 
 def _module(name: str):
@@ -125,6 +126,14 @@ def kafka_consumer_perf_test() -> None:
 
 def kafka_consumer_groups() -> None:
     _exit(_console("consumer_groups"))
+
+
+def kafka_console_share_consumer() -> None:
+    _exit(_console("console_share_consumer"))
+
+
+def kafka_share_groups() -> None:
+    _exit(_console("share_groups"))
 
 
 def kafka_server_start(argv: list[str] | None = None) -> None:

@@ -61,7 +61,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ metadata
     def metadata(self, topics: list[str] | None, allow_auto_create: bool = False) -> dict[str, dict]:
-        """{topic: {"error": code, "partitions": {p: (leader, epoch)}, "internal": bool}}.
+        """{topic: {"error": code, "partitions": {p: (leader, epoch)}, "internal": bool, "topic_id": uuid}}.
         ``allow_auto_create``: a producer's request, which creates a missing topic when the
         broker has ``auto.create.topics.enable`` (the Java producer asks the same)."""
         def build(mod, v):
@@ -81,7 +81,8 @@ class Cluster:
         out = {}
         for t in resp.topics:
             parts = {int(p.partition_index): (int(p.leader_id), int(p.leader_epoch)) for p in t.partitions}
-            out[t.name] = {"error": int(t.error_code), "partitions": parts, "internal": bool(t.is_internal)}
+            out[t.name] = {"error": int(t.error_code), "partitions": parts, "internal": bool(t.is_internal),
+                           "topic_id": getattr(t, "topic_id", None)}
         return out
 
     def partitions_for(self, topic: str) -> list[int] | None:

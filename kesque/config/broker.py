@@ -3,7 +3,8 @@ defaults and precedence, and the dynamic layers that AlterConfigs writes to the 
 
 A key kesque uses is parsed and validated (a bad value is an error naming the key). A key
 that Kafka knows but kesque does not use (JVM, thread pools, SSL, ZooKeeper...) is accepted
-with a warning naming it, so a Kafka user's file starts kesque. Anything else is an error.
+with a warning naming it, so a Kafka user's file starts kesque. Any other key (a plugin's, a
+typo) is logged as not a known config and ignored, as Kafka does.
 A listener whose security protocol is not PLAINTEXT is an error too (kesque has no TLS or
 SASL: it must not serve it as plaintext); what kesque refuses or only warns about because it
 does not do it yet (a controller quorum, unclean leader election, ...) is in ``not_yet``.
@@ -228,6 +229,20 @@ DEFAULTS_DIFFERING_FROM_KAFKA = {
                                 "exhaust the machine's memory; kesque bounds it at 256 MiB (docs/compatibility.md)",
 }
 
+# The single-node settings of config/server.properties: what `kesque serve` runs with when
+# given no file. Kafka's defaults are a cluster's (internal topics with 3 replicas), which one
+# node can never create; tests/test_config.py checks config/server.properties sets these too.
+SINGLE_NODE = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "transaction.two.phase.commit.enable": "true",
+}
+
 # KIP-896 et al: keys whose values kesque cannot honour at all (refuse rather than mislead)
 _REJECTED_VALUES = {
     "log.message.format.version": "kesque stores only record format v2 (as Kafka 4.x does)",
@@ -389,8 +404,9 @@ class BrokerConfig:
                 log.warning("Kafka config %s is not used by kesque; ignoring it", name)
                 self.unused.append(name)
                 continue
-            if strict:
-                raise ConfigError(name, f"Unknown configuration '{name}': not a Kafka broker config")
+            # Kafka passes such keys on to plugins and goes on (AbstractConfig.logUnused)
+            log.warning("The configuration '%s' was supplied but isn't a known config.", name)
+            self.unused.append(name)
         # KRaft: broker.id and node.id are the same id, whichever the file sets
         if "node.id" not in self.static and "broker.id" in self.static:
             self.static["node.id"] = self.static["broker.id"]
@@ -495,6 +511,20 @@ class BrokerConfig:
     @property
     def metadata_log_dir(self) -> str:
         return self.get("metadata.log.dir") or self.log_dirs[0]
+
+    @property
+    def lone_node(self) -> bool:
+        """A combined broker+controller whose voters and bootstrap servers name no other node:
+        it may format its own storage on first start (``make serve``); any other node needs
+        ``kesque storage format`` first, as Kafka's does."""
+        if set(self.get("process.roles")) != {"broker", "controller"}:
+            return False
+        voters = {v.strip().split("@", 1)[0] for v in self.get("controller.quorum.voters") or [] if v.strip()}
+        if voters - {str(self.node_id if self.node_id >= 0 else 1)}:
+            return False
+        own_ports = {str(lis.port) for lis in self.listeners()}
+        servers = [s.strip() for s in self.get("controller.quorum.bootstrap.servers") or [] if s.strip()]
+        return all(s.rsplit(":", 1)[-1] in own_ports for s in servers)
 
     def listeners(self) -> list[Listener]:
         return [Listener.parse(u) for u in self.get("listeners")]

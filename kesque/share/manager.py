@@ -57,10 +57,20 @@ def scan_batches(buf: bytes, aborted=None) -> tuple[int, list[tuple[int, int]]]:
     return last, skip
 
 
+def _through(buf: bytes, last_offset: int) -> bytes:
+    """The batches of ``buf`` up to the one holding ``last_offset``: a response carries the
+    batches of the acquired records, not everything read (Kafka slices them too)."""
+    for pos, h in iter_headers(buf):
+        if h.last_offset >= last_offset:
+            return buf[:pos + h.size] if pos + h.size < len(buf) else buf
+    return buf
+
+
 class SharePartitionManager:
     def __init__(self, server):
         self.server = server
         self.partitions: dict[tuple, SharePartition] = {}
+        self._uninitialized: set[tuple] = set()  # share partitions whose state is not durable yet
         cfg = server.config
         self.sessions = ShareSessionCache()
         # fetches waiting for records of a share partition: (group, topic id, partition) -> callbacks
@@ -100,11 +110,11 @@ class SharePartitionManager:
             state = shard.read(key)
             if state is not None:
                 sp = SharePartition.restore(state.start_offset, state.batches, **limits)
-            else:
+            else:  # durable at its first acquisition (see fetch), as Kafka writes it
                 lg = part.log
                 start = lg.log_start_offset if cfg["share.auto.offset.reset"] == "earliest" else lg.high_watermark
-                shard.initialize(key, start, part.leader_epoch)
                 sp = SharePartition(start, **limits)
+                self._uninitialized.add(key)
             self.partitions[key] = sp
         sp.lock_duration_ms = cfg["share.record.lock.duration.ms"]
         return sp
@@ -158,6 +168,11 @@ class SharePartitionManager:
             isolation = FETCH_TXN_COMMITTED if committed else FETCH_HIGH_WATERMARK
             if max_records <= 0 or offset >= part.max_offset_for(isolation):
                 return out
+            key = (group_id, topic_id, partition)
+            if key in self._uninitialized:
+                # records are about to be handed out: their start offset must survive a restart
+                self._state_shard(key).initialize(key, sp.start_offset, part.leader_epoch)
+                self._uninitialized.discard(key)
             res = part.read(offset, max_bytes, isolation, True)
             buf = b"".join(os.pread(h.fd, size, pos) for h, pos, size in res.data.regions)
             last, skip = scan_batches(buf, res.aborted_transactions)
@@ -165,7 +180,7 @@ class SharePartitionManager:
                 return out
             out.acquired = sp.acquire(member_id, last, max_records, now_ms, skip)
             if out.acquired:
-                out.records = buf
+                out.records = _through(buf, max(a.last for a in out.acquired))
         except KafkaError as e:
             out.error, out.message = int(e.code), e.message
         return out
@@ -187,6 +202,7 @@ class SharePartitionManager:
         part = self._log_partition(topic_id, partition)
         self._state_shard(key).initialize(key, start_offset, part.leader_epoch)
         self.partitions.pop(key, None)
+        self._uninitialized.discard(key)
 
     def group_states(self, group_id: str) -> dict:
         """{(group, topic id, partition): ShareState} of the group's durable share state."""
@@ -226,6 +242,7 @@ class SharePartitionManager:
         and in ``__share_group_state``."""
         for key in [k for k in self.partitions if wanted(k)]:
             del self.partitions[key]
+            self._uninitialized.discard(key)
         for shard in list(self.server.share_coordinator.shards.values()):
             for key in [k for k in shard.states if wanted(k)]:
                 shard.delete(key)

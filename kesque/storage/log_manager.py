@@ -112,6 +112,105 @@ def check_fd_limit(dirs) -> None:
             "(ulimit -n, or LimitNOFILE for a systemd service) and start again.")
 
 
+# ---------------------------------------------------------------------- meta.properties
+# Every log dir and the metadata log dir hold a meta.properties (version=1, cluster.id,
+# node.id, directory.id) that ``kesque storage format`` (kafka-storage.sh format) writes and
+# every start checks, as Kafka's MetaPropertiesEnsemble does.
+
+def storage_dirs(config) -> list[str]:
+    """The log dirs and the metadata log dir of a node (absolute, each once)."""
+    return list(dict.fromkeys(os.path.abspath(d) for d in [*config.log_dirs, config.metadata_log_dir]))
+
+
+def read_meta_properties(dirs) -> dict[str, dict[str, str] | None]:
+    """dir -> its meta.properties (None: the dir has none, or does not exist)."""
+    return {d: ck.read_properties(os.path.join(d, ck.META_PROPERTIES)) for d in dirs}
+
+
+def verify_meta_properties(metas: dict[str, dict[str, str] | None], node_id: int,
+                           cluster_id: str | None = None, *, require_formatted: bool = False) -> str | None:
+    """Check the dirs agree with each other and with this node (one cluster id, this node's
+    id, no directory id twice) and return their cluster id (None: none formatted yet).
+    ``require_formatted``: a dir without meta.properties is an error too (every node but a
+    lone one must be formatted with ``kesque storage format`` first). Raises LogDirError with
+    Kafka's messages; reads only."""
+    if require_formatted:
+        if not any(metas.values()):
+            raise LogDirError("No readable meta.properties files found. Format the storage of this node first: "
+                              "kesque storage format --cluster-id ID --config FILE")
+        for d, props in metas.items():
+            if props is None:
+                raise LogDirError(f"No `meta.properties` found in {d} (have you run `kesque storage format` to "
+                                  "format the directory?)")
+    seen: dict[str, str] = {}
+    for d, props in metas.items():
+        if props is None:
+            continue
+        path = os.path.join(d, ck.META_PROPERTIES)
+        stored = props.get("cluster.id")
+        if stored and cluster_id and stored != cluster_id:
+            raise LogDirError(f"Invalid cluster.id in: {path}. Expected {cluster_id}, but read {stored}")
+        cluster_id = cluster_id or stored
+        if props.get("node.id") and int(props["node.id"]) != node_id:
+            raise LogDirError(f"Stored node id {props['node.id']} doesn't match previous node id {node_id} in "
+                              f"{path}. If you moved your data, make sure your configured node id matches. If you "
+                              "intend to create a new node, you should remove all data in your data directories.")
+        dir_id = props.get("directory.id")
+        if dir_id and dir_id in seen:
+            raise LogDirError(f"Duplicate directory ID {dir_id} found. It was the ID of {seen[dir_id]}, but also "
+                              f"of {d}")
+        if dir_id:
+            seen[dir_id] = d
+    return cluster_id
+
+
+def format_dirs(metas: dict[str, dict[str, str] | None], cluster_id: str, node_id: int) -> dict[str, uuid.UUID]:
+    """Write meta.properties (a new directory id each) into the dirs that have none, creating
+    them; returns those dirs and their directory ids."""
+    formatted = {}
+    for d, props in metas.items():
+        if props is not None:
+            continue
+        if not os.path.isdir(d):
+            os.makedirs(d)
+            ck.fsync_dir(os.path.dirname(d))  # its entry must outlive a power cut, as the file's
+        formatted[d] = dir_id = uuid.uuid4()
+        ck.write_properties(os.path.join(d, ck.META_PROPERTIES),
+                            {"cluster.id": cluster_id, "directory.id": ck.uuid_to_kafka(dir_id),
+                             "node.id": str(node_id), "version": "1"})
+    return formatted
+
+
+def ensure_storage(config) -> str | None:
+    """The start-up check of a node's storage, before anything else is read or written: the
+    dirs must agree (cluster id, node id); a node other than a lone combined one must have been
+    formatted (``kesque storage format``), and a lone one formats what is missing, the metadata
+    log dir included. Raises LogDirError naming the problem, having written nothing."""
+    dirs = storage_dirs(config)
+    node_id = config.node_id if config.node_id >= 0 else 1
+    metas = read_meta_properties(dirs)
+    cluster_id = verify_meta_properties(metas, node_id, config.get("cluster.id"),
+                                        require_formatted=not config.lone_node)
+    if all(metas.values()):
+        return cluster_id
+    locks = []
+    try:
+        for d in dirs:
+            if not os.path.isdir(d):
+                log.info("Log directory %s not found, creating it.", d)
+                os.makedirs(d)
+                ck.fsync_dir(os.path.dirname(d))
+            locks.append(DirLock(d))
+        metas = read_meta_properties(dirs)  # another process may have formatted them meanwhile
+        cluster_id = verify_meta_properties(metas, node_id, cluster_id) or ck.uuid_to_kafka(uuid.uuid4())
+        for d in format_dirs(metas, cluster_id, node_id):
+            log.info("Formatted %s for cluster %s", d, cluster_id)
+    finally:
+        for lock in locks:
+            lock.release()
+    return cluster_id
+
+
 class LogManager:
     def __init__(self, log_dirs: list[str], clock, *, node_id: int, cluster_id: str | None,
                  skip_dirs: tuple[str, ...] = ("__cluster_metadata-0",)):
@@ -152,34 +251,16 @@ class LogManager:
         """Create/verify meta.properties in each dir; returns the cluster id."""
         if not self.locks:
             self.lock_dirs()
-        cluster_id = self.cluster_id
-        for d in self.log_dirs:  # lock_dirs created the missing ones
-            path = os.path.join(d, ck.META_PROPERTIES)
-            props = ck.read_properties(path)
-            if props is None:
-                continue
-            if props.get("node.id") and int(props["node.id"]) != self.node_id:
-                raise LogDirError(f"Stored node id {props['node.id']} doesn't match previous node id "
-                                  f"{self.node_id} in {path}. If you moved your data, make sure your configured "
-                                  "node id matches. If you intend to create a new node, you should remove all data "
-                                  "in your data directories.")
-            stored = props.get("cluster.id")
-            if stored and cluster_id and stored != cluster_id:
-                raise LogDirError(f"Invalid cluster.id in: {path}. Expected {cluster_id}, but read {stored}")
-            cluster_id = cluster_id or stored
-            if props.get("directory.id"):
+        metas = read_meta_properties(self.log_dirs)  # lock_dirs created the missing ones
+        cluster_id = verify_meta_properties(metas, self.node_id, self.cluster_id)
+        for d, props in metas.items():
+            if props and props.get("directory.id"):
                 self.directory_ids[d] = ck.uuid_from_kafka(props["directory.id"])
-        if cluster_id is None:
-            cluster_id = ck.uuid_to_kafka(uuid.uuid4())
-        for d in self.log_dirs:
-            path = os.path.join(d, ck.META_PROPERTIES)
-            if not os.path.exists(path):
-                dir_id = uuid.uuid4()
-                self.directory_ids[d] = dir_id
-                ck.write_properties(path, {"cluster.id": cluster_id, "directory.id": ck.uuid_to_kafka(dir_id),
-                                           "node.id": str(self.node_id), "version": "1"})
-                log.info("Formatted log dir %s for cluster %s", d, cluster_id)
-                self._formatted.add(d)
+        cluster_id = cluster_id or ck.uuid_to_kafka(uuid.uuid4())
+        for d, dir_id in format_dirs(metas, cluster_id, self.node_id).items():
+            self.directory_ids[d] = dir_id
+            log.info("Formatted log dir %s for cluster %s", d, cluster_id)
+            self._formatted.add(d)
         self.cluster_id = cluster_id
         return cluster_id
 

@@ -6,7 +6,10 @@
 ``mode="subprocess"`` (default) runs ``python -m kesque serve`` — a separate process you
 can SIGKILL (:meth:`kill`) and :meth:`restart` on the same port and data. ``mode="thread"``
 runs the broker's event loop in a background thread of the calling process (fastest start,
-shares the GIL with the test).
+shares the GIL with the test). A node that is not a lone combined one (``process.roles``,
+``controller.quorum.voters`` naming others), or any node given a ``cluster_id``, has its storage
+formatted first, as ``kesque storage format --ignore-formatted``; :class:`kesque.Cluster` starts
+several with :meth:`launch` then :meth:`wait_ready`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ import tempfile
 import threading
 import time
 
+from ..config.broker import SINGLE_NODE
+
+
 def terminate(process: subprocess.Popen, timeout: float) -> None:
     """SIGTERM (a broker's clean shutdown), SIGKILL if it has not exited within ``timeout``."""
     if process.poll() is None:
@@ -34,22 +40,16 @@ def terminate(process: subprocess.Popen, timeout: float) -> None:
             process.wait()
 
 
-DEFAULTS = {
-    "process.roles": "broker,controller",
-    "node.id": "1",
-    "offsets.topic.replication.factor": "1",
-    "transaction.state.log.replication.factor": "1",
-    "share.coordinator.state.topic.replication.factor": "1",
-    "share.coordinator.state.topic.min.isr": "1",
-    "transaction.state.log.min.isr": "1",
-    "group.initial.rebalance.delay.ms": "0",
-}
+# a lone node's settings (as `kesque serve` without a file), with Kafka's default of two-phase
+# commit (off) and no initial rebalance delay
+DEFAULTS = {**SINGLE_NODE, "transaction.two.phase.commit.enable": "false", "group.initial.rebalance.delay.ms": "0"}
 
 
 class Broker:
     def __init__(self, data_dir: str | None = None, port: int = 0, config: dict | None = None,
                  mode: str = "subprocess", host: str = "127.0.0.1", log_file: str | None = None,
-                 fd_limit: int | None = None):
+                 fd_limit: int | None = None, properties_file: str | None = None, detach: bool = False,
+                 cluster_id: str | None = None):
         if mode not in ("subprocess", "thread"):
             raise ValueError("mode must be 'subprocess' or 'thread'")
         if fd_limit is not None and mode != "subprocess":
@@ -70,6 +70,13 @@ class Broker:
         self._server = None
         self._stop_event: asyncio.Event | None = None
         self.start_seconds: float | None = None
+        # the settings are written to this file and the process runs `kesque serve FILE`
+        # (otherwise each one is an --override)
+        self.properties_file = properties_file
+        self.detach = detach  # a session of its own: it outlives the caller (`kesque cluster up`)
+        # the cluster id a node that is not a lone one is formatted with before its first start
+        self.cluster_id = cluster_id
+        self._ready_fd: int | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -101,16 +108,49 @@ class Broker:
         return self
 
     def _start_subprocess(self, timeout: float) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def format_storage(self) -> None:
+        """``kesque storage format --ignore-formatted`` with ``cluster_id``, as a Kafka node is
+        formatted before its first start; without a ``cluster_id``, a lone node formats itself
+        at start."""
+        from ..cli.storage import format_storage, random_uuid
+        from ..config import BrokerConfig, ConfigError
+
+        try:
+            config = BrokerConfig(self._props(), strict=False)
+        except ConfigError:
+            return  # the node says so when it starts
+        if self.cluster_id or not config.lone_node:
+            self.cluster_id = self.cluster_id or config.get("cluster.id") or random_uuid()
+            format_storage(config, self.cluster_id, ignore_formatted=True)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (a cluster's nodes start together, then
+        :meth:`wait_ready`)."""
+        self.format_storage()
         r, w = os.pipe()
         args = [sys.executable, "-m", "kesque", "serve"]
-        for k, v in self._props().items():
-            args += ["--override", f"{k}={v}"]
+        if self.properties_file:
+            with open(self.properties_file, "w") as f:
+                f.writelines(f"{k}={v}\n" for k, v in self._props().items())
+            args.append(self.properties_file)
+        else:
+            for k, v in self._props().items():
+                args += ["--override", f"{k}={v}"]
         env = dict(os.environ, KESQUE_READY_FD=str(w))
         out = open(self.log_file, "ab") if self.log_file else open(os.path.join(self.data_dir, "kesque.log"), "ab")
         self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, pass_fds=(w,), env=env,
+                                        start_new_session=self.detach, stdin=subprocess.DEVNULL,
                                         preexec_fn=self._limit_fds if self.fd_limit is not None else None)
         out.close()
         os.close(w)
+        self._ready_fd = r
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for the ready line (the ports it listens on) of a :meth:`launch`-ed process."""
+        r, self._ready_fd = self._ready_fd, None
         deadline = time.monotonic() + timeout
         buf = b""
         poller = select.poll()  # not select(): a test process may hold descriptors past 1023
@@ -136,13 +176,18 @@ class Broker:
             raise RuntimeError(f"kesque broker exited during start (code {code}){self._start_error()}; "
                                f"see {self.log_path}")
         first = buf.decode().split("\n")[0].split(",")[0]
-        self.port = int(first.rsplit(":", 1)[1])
+        if first:
+            self.port = int(first.rsplit(":", 1)[1])
 
     def _start_thread(self, timeout: float) -> None:
         from ..config import BrokerConfig
         from ..server.server import KesqueServer
 
+        from ..storage.log_manager import ensure_storage
+
+        self.format_storage()
         config = BrokerConfig(self._props())
+        ensure_storage(config)
         started = threading.Event()
         errors: list[BaseException] = []
 

@@ -45,6 +45,8 @@ TOOLS = {
     "kafka-console-producer.sh": "org.apache.kafka.tools.ConsoleProducer",
     "kafka-console-consumer.sh": "org.apache.kafka.tools.consumer.ConsoleConsumer",
     "kafka-consumer-groups.sh": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-console-share-consumer.sh": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+    "kafka-share-groups.sh": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
     "kafka-dump-log.sh": "org.apache.kafka.tools.DumpLogSegments",
     "kafka-get-offsets.sh": "org.apache.kafka.tools.GetOffsetShell",
     "kafka-delete-records.sh": "org.apache.kafka.tools.DeleteRecordsCommand",

@@ -4,6 +4,8 @@
   free port). Use ``kesque_broker.bootstrap_servers``.
 * ``kesque_broker_factory`` — call it to start extra brokers (each cleaned up after the
   test): ``kesque_broker_factory(config={"num.partitions": 3})``.
+* ``kesque_cluster_factory`` — call it to start a cluster of kesque processes
+  (:class:`kesque.Cluster`, closed after the test): ``kesque_cluster_factory(nodes=3)``.
 * ``kafka_broker`` / ``kafka_broker_factory`` — the same with Apache Kafka
   (:class:`kesque.testing.kafka.KafkaBroker`, KRaft combined mode) as the oracle to compare
   kesque with; they skip the test, saying why in one line, when Kafka's jars (``make kafka``)
@@ -46,6 +48,13 @@ def _factory(cls):
 @pytest.fixture
 def kesque_broker_factory():
     yield from _factory(Broker)
+
+
+@pytest.fixture
+def kesque_cluster_factory():
+    from .cluster import Cluster
+
+    yield from _factory(Cluster)
 
 
 def _kafka_class():

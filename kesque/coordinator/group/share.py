@@ -136,6 +136,18 @@ def _get_group(shard, group_id: str, create: bool) -> ShareGroup:
     return g
 
 
+def create_empty_group(shard, group_id: str) -> ShareGroup:
+    """An empty share group made by AlterShareGroupOffsets on an unknown id (Kafka's tool resets
+    a new group's start offsets before any member joins); its metadata record makes it durable."""
+    g = _get_group(shard, group_id, create=True)
+    try:
+        shard.write([_metadata_record(g)])
+    except Exception:
+        shard.groups.pop(group_id, None)
+        raise
+    return g
+
+
 def _heartbeat_or_revert(shard, req: dict) -> dict:
     """A heartbeat whose records fail to append leaves the group as it was."""
     gid = req["group_id"]
@@ -267,15 +279,21 @@ def _leave(shard, req: dict) -> dict:
 def remove_member(shard, g: ShareGroup, member_id: str, reason: str) -> None:
     if member_id not in g.members:
         return
-    records = _member_tombstones(g.group_id, member_id)
-    records.append((R.group_key(R.SHARE_GROUP_METADATA, g.group_id),
-                    R.encode_value(R.SHARE_GROUP_METADATA, {"epoch": g.group_epoch + 1})))
-    shard.write(records)
-    log.info("Removing member %s from share group %s: %s", member_id, g.group_id, reason)
+    saved = _snapshot(g)
     del g.members[member_id]
     g.target.pop(member_id, None)
-    shard.timer.cancel(_session_key(g.group_id, member_id))
     g.group_epoch += 1
+    g.subscription_signature = _signature(shard, g)
+    # the target assignment follows at once (as Kafka's coordinator does): the assignment epoch
+    # catches up with the group epoch even when no member is left to heartbeat
+    records = _member_tombstones(g.group_id, member_id) + [_metadata_record(g)] + _compute_target(shard, g)
+    try:
+        shard.write(records)
+    except Exception:
+        shard.groups[g.group_id] = saved
+        raise
+    log.info("Removing member %s from share group %s: %s", member_id, g.group_id, reason)
+    shard.timer.cancel(_session_key(g.group_id, member_id))
     listener = getattr(shard, "share_member_removed", None)
     if listener is not None:  # the partition leaders release what the member held
         listener(g.group_id, member_id)

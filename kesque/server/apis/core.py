@@ -319,9 +319,12 @@ def coordinator_for(s, key_type: int, key: str):
         rf = s.config.get(rf_key)
         live = len(s.image.live_brokers())
         if live < rf:
-            return None, ErrorCode.coordinator_not_available, \
-                f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' " \
-                f"for the {topic} topic (configured via '{rf_key}')."
+            # as Kafka's broker did, an ERROR naming the setting: the clients only retry
+            msg = (f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' "
+                   f"for the {topic} topic (configured via '{rf_key}').")
+            log.error("%s This error can be ignored if the cluster is starting up and not all brokers are up yet.",
+                      msg)
+            return None, ErrorCode.coordinator_not_available, msg
         spec = internal_topic_to_create(s, key_type)
         if spec is not None:
             s.spawn(_create_quietly(s, spec))

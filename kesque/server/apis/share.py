@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ...coordinator.group.share import ShareGroup, share_group_heartbeat
+from ...coordinator.group.share import ShareGroup, ShareHeartbeatError, create_empty_group, share_group_heartbeat
 from ...errors import ErrorCode, KafkaError
 from ...share import enabled
 from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
@@ -301,7 +301,7 @@ class ShareGroupApis:
     def describe_share_group_offsets(self, ctx, req):
         """Each share-partition's start offset and leader epoch from ``__share_group_state``, and
         (v1) its lag: records below the high watermark not yet delivery-complete. A partition
-        without share state has start offset -1."""
+        without share state (nothing handed out yet) has start offset -1."""
         m = Msg(90, ctx.api_version)
         image = self.server.image
         out = []
@@ -320,11 +320,11 @@ class ShareGroupApis:
                 continue
             states = self.manager.group_states(rg.group_id)
             if rg.topics is None:
-                wanted: dict = {}
-                for _g, tid, p in states:
-                    t = image.topics_by_id.get(tid)
-                    if t is not None:
-                        wanted.setdefault(t.name, []).append(p)
+                # as Kafka: every partition of the group's topics (those with share state and those
+                # its members subscribe to), -1 for a partition without state yet
+                names = {t.name for _g, tid, _p in states if (t := image.topics_by_id.get(tid)) is not None}
+                names |= {n for n in g.subscribed_topic_names() if image.topic(n) is not None}
+                wanted: dict = {n: sorted(image.topic(n).partitions) for n in names}
             else:
                 wanted = {t.topic_name: list(t.partitions) for t in rg.topics}
             topics = []
@@ -356,7 +356,7 @@ class ShareGroupApis:
         def top(code, msg):
             return m(throttle_time=0, error_code=code, error_message=msg, responses=())
 
-        err = self._empty_share_group(req.group_id)
+        err = self._empty_share_group(req.group_id, create=True)
         if err is not None:
             return top(*err)
         image = self.server.image
@@ -381,12 +381,21 @@ class ShareGroupApis:
                          topic_id=t.topic_id if t is not None else None, partitions=tuple(rows)))
         return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(out))
 
-    def _empty_share_group(self, group_id: str) -> tuple | None:
-        """(error code, message) unless ``group_id`` is a share group without members."""
+    def _empty_share_group(self, group_id: str, create: bool = False) -> tuple | None:
+        """(error code, message) unless ``group_id`` is a share group without members; with
+        ``create``, an unknown id becomes a new empty share group (as Kafka's coordinator does
+        for AlterShareGroupOffsets)."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, "The group id must be given."
         try:
-            g = self.gc.shard_for(group_id).groups.get(group_id)
+            shard = self.gc.shard_for(group_id)
+            g = shard.groups.get(group_id)
+            if g is None and create:
+                g = create_empty_group(shard, group_id)
         except KafkaError as e:
             return e.code, e.message
+        except ShareHeartbeatError as e:
+            return ErrorCode[e.error], e.message
         if not isinstance(g, ShareGroup):
             return ErrorCode.group_id_not_found, (f"Group {group_id} not found." if g is None
                                                   else f"Group {group_id} is not a share group.")

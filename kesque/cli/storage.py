@@ -1,0 +1,186 @@
+"""``kesque storage`` (``kafka-storage.sh``): format a node's storage before its first start.
+
+    kesque storage random-uuid
+    kesque storage format --cluster-id ID --config server.properties [--ignore-formatted] [--standalone]
+    kesque storage info --config server.properties
+
+As Kafka's StorageTool (argparse4j: usage errors print the usage and ``kafka-storage: error: ...``
+on stderr, exit 1). ``format`` writes ``meta.properties`` (version 1, cluster.id, node.id, a new
+directory.id) into every log dir and the metadata log dir, and nothing else: kesque's
+controller writes the bootstrap records (feature levels) into the metadata log at first start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import uuid
+
+from ..config import BrokerConfig, ConfigError, parse_properties
+from ..controller.controller import METADATA_VERSION_LEVEL
+from ..storage import checkpoint as ck
+from ..storage.log_manager import (LogDirError, format_dirs, read_meta_properties, storage_dirs,
+                                   verify_meta_properties)
+
+PROG = "kafka-storage"
+# Kafka's name of kesque's metadata.version feature level
+METADATA_VERSIONS = {25: "4.0-IV3"}
+
+
+class _Exit(Exception):
+    def __init__(self, code: int):
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse4j's behaviour: the usage and ``prog: error: message`` on stderr, exit 1."""
+
+    def error(self, message):
+        m = re.match(r"the following arguments are required: ([^,]+)", message)
+        if m:
+            message = f"argument {m.group(1)} is required"
+        sys.stderr.write(self.format_usage())
+        sys.stderr.write(f"{PROG}: error: {message}\n")
+        raise _Exit(1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="The Kafka storage tool.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    info = sub.add_parser("info", help="Get information about the Kafka log directories on this node.")
+    info.add_argument("--config", "-c", required=True, help="The Kafka configuration file to use.")
+    fmt = sub.add_parser("format", help="Format the Kafka log directories on this node.")
+    fmt.add_argument("--config", "-c", required=True, help="The Kafka configuration file to use.")
+    fmt.add_argument("--cluster-id", "-t", required=True, help="The cluster ID to use.")
+    fmt.add_argument("--add-scram", "-S", action="append", help="A SCRAM_CREDENTIAL to add (kesque has no SASL: "
+                                                                "refused)")
+    fmt.add_argument("--ignore-formatted", "-g", action="store_true",
+                     help="When this option is passed, the format command will skip over already formatted "
+                          "directories rather than failing.")
+    fmt.add_argument("--release-version", "-r", help="The release version to use for the initial feature "
+                                                     "settings (kesque has one: 4.0-IV3).")
+    fmt.add_argument("--feature", "-f", action="append", help="The setting to use for a specific feature "
+                                                              "(accepted, not used).")
+    quorum = fmt.add_mutually_exclusive_group()
+    quorum.add_argument("--standalone", "-s", action="store_true",
+                        help="Used to initialize a controller as a single-node dynamic quorum.")
+    quorum.add_argument("--no-initial-controllers", "-N", action="store_true",
+                        help="Used to initialize a server without specifying a dynamic quorum.")
+    quorum.add_argument("--initial-controllers", "-I",
+                        help="Used to initialize a server with the specified dynamic quorum "
+                             "(id@hostname:port:directory,...).")
+    sub.add_parser("random-uuid", help="Print a random UUID.")
+    return p
+
+
+def random_uuid() -> str:
+    """A cluster id as Kafka's Uuid.randomUuid prints it: never starting with '-' (it would
+    read as an option on a command line)."""
+    while True:
+        cid = ck.uuid_to_kafka(uuid.uuid4())
+        if not cid.startswith("-"):
+            return cid
+
+
+def load(path: str) -> BrokerConfig:
+    with open(path) as f:
+        return BrokerConfig(parse_properties(f.read()), strict=False)
+
+
+def run_info(config: BrokerConfig) -> int:
+    dirs = sorted(storage_dirs(config))
+    metas = read_meta_properties(dirs)
+    problems = []
+    for d in dirs:
+        if not os.path.isdir(d):
+            problems.append(f"{d} does not exist")
+        elif metas[d] is None:
+            problems.append(f"{d} is not formatted.")
+    found = [d for d in dirs if os.path.isdir(d)]
+    formatted = [metas[d] for d in dirs if metas[d] is not None]
+    out = []
+    if found:
+        out.append(f"Found log director{'y' if len(found) == 1 else 'ies'}:")
+        out += [f"  {d}" for d in found]
+        out.append("")
+    if formatted:
+        shown = ", ".join(f"{k}={formatted[0][k]}" for k in sorted(formatted[0]))
+        out.append(f"Found metadata: {{{shown}}}")
+        out.append("")
+        if len({props.get("cluster.id") for props in formatted}) > 1:
+            problems.append("Mismatched cluster IDs between storage directories.")
+    if problems:
+        out.append(f"Found problem{'' if len(problems) == 1 else 's'}:")
+        out += [f"  {p}" for p in problems]
+        out.append("")
+    print("\n".join(out))
+    return 1 if problems else 0
+
+
+def run_format(config: BrokerConfig, args) -> int:
+    if args.add_scram:
+        raise LogDirError("--add-scram: kesque has no SASL, so no SCRAM credentials")
+    if (args.standalone or args.initial_controllers) and config.get("controller.quorum.voters"):
+        raise LogDirError("You cannot specify controller.quorum.voters and format the node with --initial-controllers "
+                          "or --standalone. If you want to use dynamic quorum, please remove "
+                          "controller.quorum.voters and specify controller.quorum.bootstrap.servers instead.")
+    version = METADATA_VERSIONS[METADATA_VERSION_LEVEL]
+    if args.release_version and args.release_version != version:
+        print(f"kesque's metadata.version is {version}; --release-version {args.release_version} is not used",
+              file=sys.stderr)
+    formatted = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted)
+    if not formatted:
+        print("All of the log directories are already formatted.")
+    for kind, d in formatted:
+        if kind == "metadata" and (args.standalone or args.initial_controllers):
+            kind = "dynamic metadata voter"
+        print(f"Formatting {kind} directory {d} with metadata.version {version}.")
+    return 0
+
+
+def format_storage(config: BrokerConfig, cluster_id: str, *, ignore_formatted: bool = False) -> list[tuple[str, str]]:
+    """``storage format``: meta.properties into each of the node's dirs that has none, after
+    checking those that have one (their cluster id must be ``cluster_id``); returns ("data" or
+    "metadata", dir) for each dir formatted. Raises LogDirError naming a problem, having written
+    nothing."""
+    dirs = storage_dirs(config)
+    metas = read_meta_properties(dirs)
+    done = [d for d in dirs if metas[d] is not None]
+    if done and not ignore_formatted:
+        raise LogDirError(f"Log directory {done[0]} is already formatted. Use --ignore-formatted to ignore this "
+                          "directory and format the others.")
+    verify_meta_properties(metas, config.node_id if config.node_id >= 0 else 1, cluster_id)
+    written = format_dirs(metas, cluster_id, config.node_id if config.node_id >= 0 else 1)
+    meta_dir = os.path.abspath(config.metadata_log_dir)
+    return [("metadata" if d == meta_dir else "data", d) for d in written]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().error("too few arguments")
+        if args.command == "random-uuid":
+            print(random_uuid())
+            return 0
+        try:
+            config = load(args.config)
+        except OSError as e:
+            print(f"Error: cannot read {args.config}: {e.strerror}", file=sys.stderr)
+            return 1
+        if args.command == "info":
+            return run_info(config)
+        return run_format(config, args)
+    except _Exit as e:
+        return e.code
+    except (LogDirError, ConfigError) as e:
+        print(e, file=sys.stderr)
+        return 1
+
+
+def kafka_storage() -> None:
+    """The ``kafka-storage.sh`` console script."""
+    sys.exit(main())

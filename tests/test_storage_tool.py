@@ -1,0 +1,215 @@
+"""``kesque storage`` (kafka-storage.sh) and the start-up checks of meta.properties.
+
+A node's storage is its log dirs and its metadata log dir, each with a meta.properties
+(version=1, cluster.id, node.id, directory.id). ``storage format`` writes them; every start checks
+they agree, and a node that is not a lone combined one refuses to start unformatted, writing
+nothing. The differential test runs Kafka's own StorageTool beside kesque's on twin configs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+import oracle
+from kesque.storage.checkpoint import read_properties
+from kesque.testing import kafka as K
+
+CLUSTER_ID = "ir1hlE8vTBephz9AgK0ouQ"
+
+
+def _config(base, **extra) -> str:
+    """A node with two log dirs and a separate metadata dir under ``base``; returns the file."""
+    props = {"process.roles": "broker,controller", "node.id": "1",
+             "controller.quorum.voters": "1@127.0.0.1:9193",
+             "listeners": "PLAINTEXT://127.0.0.1:9192,CONTROLLER://127.0.0.1:9193",
+             "controller.listener.names": "CONTROLLER",
+             "log.dirs": f"{base}/a,{base}/b", "metadata.log.dir": f"{base}/m", **extra}
+    os.makedirs(base, exist_ok=True)
+    path = os.path.join(base, "server.properties")
+    with open(path, "w") as f:
+        f.writelines(f"{k}={v}\n" for k, v in props.items())
+    return path
+
+
+def storage(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kesque", "storage", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def _files(base) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), base) for d, _, fs in os.walk(base) for f in fs)
+
+
+# ---------------------------------------------------------------------- the tool
+
+def test_random_uuid_is_a_kafka_uuid():
+    ids = {storage("random-uuid").stdout.strip() for _ in range(2)}
+    assert len(ids) == 2 and all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", i) for i in ids)
+
+
+def test_format_writes_meta_properties_in_every_dir(tmp_path):
+    cfg = _config(tmp_path)
+    r = storage("format", "--cluster-id", CLUSTER_ID, "--config", cfg)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"Formatting data directory {tmp_path}/a with metadata.version 4.0-IV3.",
+                                     f"Formatting data directory {tmp_path}/b with metadata.version 4.0-IV3.",
+                                     f"Formatting metadata directory {tmp_path}/m with metadata.version 4.0-IV3."]
+    metas = [read_properties(str(tmp_path / d / "meta.properties")) for d in "abm"]
+    for m in metas:
+        assert {k: m[k] for k in ("version", "cluster.id", "node.id")} == {"version": "1", "cluster.id": CLUSTER_ID,
+                                                                          "node.id": "1"}
+    assert len({m["directory.id"] for m in metas}) == 3
+    # a second format refuses, naming the dir; --ignore-formatted says all is done
+    r = storage("format", "-t", CLUSTER_ID, "-c", cfg)
+    assert r.returncode == 1 and f"Log directory {tmp_path}/a is already formatted." in r.stderr
+    r = storage("format", "-t", CLUSTER_ID, "-c", cfg, "--ignore-formatted")
+    assert (r.returncode, r.stdout) == (0, "All of the log directories are already formatted.\n")
+    # ... and another cluster id is a mismatch, even with --ignore-formatted
+    r = storage("format", "-t", "AAAAAAAAAAAAAAAAAAAAAA", "-c", cfg, "-g")
+    assert r.returncode == 1 and "Invalid cluster.id in:" in r.stderr
+
+
+def test_info_names_what_is_wrong(tmp_path):
+    cfg = _config(tmp_path)
+    r = storage("info", "-c", cfg)
+    assert r.returncode == 1 and f"  {tmp_path}/a does not exist" in r.stdout
+    storage("format", "-t", CLUSTER_ID, "-c", cfg)
+    r = storage("info", "-c", cfg)
+    assert r.returncode == 0 and f"Found metadata: {{cluster.id={CLUSTER_ID}, directory.id=" in r.stdout
+    meta = tmp_path / "b" / "meta.properties"
+    meta.write_text(meta.read_text().replace(CLUSTER_ID, "AAAAAAAAAAAAAAAAAAAAAA"))
+    r = storage("info", "-c", cfg)
+    assert r.returncode == 1 and "Mismatched cluster IDs between storage directories." in r.stdout
+
+
+def test_usage_errors_exit_1():
+    for args, message in ((["format", "-c", "x"], "kafka-storage: error: argument --cluster-id/-t is required"),
+                          ([], "kafka-storage: error: too few arguments"),
+                          (["bogus"], "invalid choice: 'bogus'")):
+        r = storage(*args)
+        assert r.returncode == 1 and message in r.stderr, r
+
+
+# ---------------------------------------------------------------------- start-up checks
+
+def _serve(cfg, *overrides) -> subprocess.CompletedProcess:
+    """``kesque serve`` expected to refuse to start."""
+    args = [sys.executable, "-m", "kesque", "serve", cfg]
+    for o in overrides:
+        args += ["--override", o]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+# a broker of a cluster whose controller is another node: Kafka's broker must be formatted first
+BROKER_OF_A_CLUSTER = {"process.roles": "broker", "controller.quorum.voters": "2@127.0.0.1:9193",
+                       "listeners": "PLAINTEXT://127.0.0.1:0"}
+
+
+def test_an_unformatted_node_of_a_cluster_does_not_start(tmp_path):
+    cfg = _config(tmp_path, **BROKER_OF_A_CLUSTER)
+    before = _files(tmp_path)
+    r = _serve(cfg)
+    assert r.returncode == 1 and "No readable meta.properties files found." in r.stderr, r
+    assert _files(tmp_path) == before  # nothing written
+    # one dir formatted, the other not: named
+    storage("format", "-t", CLUSTER_ID, "-c", cfg)
+    os.unlink(tmp_path / "b" / "meta.properties")
+    before = _files(tmp_path)
+    r = _serve(cfg)
+    assert r.returncode == 1 and f"No `meta.properties` found in {tmp_path}/b" in r.stderr, r
+    assert _files(tmp_path) == before
+
+
+def test_a_cluster_id_mismatch_does_not_start(tmp_path):
+    cfg = _config(tmp_path, **{"controller.quorum.voters": "", "listeners": "PLAINTEXT://127.0.0.1:0"})
+    storage("format", "-t", CLUSTER_ID, "-c", cfg)
+    meta = tmp_path / "m" / "meta.properties"
+    meta.write_text(meta.read_text().replace(CLUSTER_ID, "AAAAAAAAAAAAAAAAAAAAAA"))
+    before = _files(tmp_path)
+    r = _serve(cfg)
+    assert r.returncode == 1 and f"Invalid cluster.id in: {tmp_path}/m/meta.properties" in r.stderr, r
+    assert _files(tmp_path) == before
+    # the same with the cluster.id the file pins
+    meta.write_text(meta.read_text().replace("AAAAAAAAAAAAAAAAAAAAAA", CLUSTER_ID))
+    r = _serve(cfg, "cluster.id=BBBBBBBBBBBBBBBBBBBBBB")
+    assert r.returncode == 1 and "Expected BBBBBBBBBBBBBBBBBBBBBB, but read " + CLUSTER_ID in r.stderr, r
+    assert _files(tmp_path) == before
+
+
+def test_a_formatted_node_starts_with_its_cluster_id(tmp_path):
+    from kesque.testing.broker import Broker
+
+    cfg = _config(tmp_path, **BROKER_OF_A_CLUSTER)
+    storage("format", "-t", CLUSTER_ID, "-c", cfg)
+    with Broker(data_dir=str(tmp_path / "a"), config={"log.dirs": f"{tmp_path}/a,{tmp_path}/b",
+                                                      "metadata.log.dir": f"{tmp_path}/m"}) as b:
+        md = AdminClient({"bootstrap.servers": b.bootstrap_servers}).list_topics(timeout=10)
+        assert md.cluster_id == CLUSTER_ID
+
+
+def test_a_lone_node_formats_every_dir_itself(tmp_path):
+    from kesque.testing.broker import Broker
+
+    with Broker(data_dir=str(tmp_path / "a"), config={"metadata.log.dir": f"{tmp_path}/m"}):
+        pass
+    metas = [read_properties(str(tmp_path / d / "meta.properties")) for d in "am"]
+    assert metas[0]["cluster.id"] == metas[1]["cluster.id"] and metas[0]["directory.id"] != metas[1]["directory.id"]
+
+
+# ---------------------------------------------------------------------- beside Kafka's StorageTool
+
+def _masked(r: subprocess.CompletedProcess, base) -> tuple[int, list[str]]:
+    """Exit code and output lines, the dirs and directory ids masked, Kafka's bootstrap-record
+    line and stack trace dropped, the lines sorted (Kafka formats dirs in hash order)."""
+    text = (r.stdout + r.stderr).replace(str(base), "{dir}")
+    text = re.sub(r"directory\.id=[\w-]+", "directory.id={id}", text)
+    text = re.sub(r"metadata\.version \S+\.", "metadata.version {v}.", text)
+    text = re.sub(r"\{dir}/\w is already formatted", "{dir}/? is already formatted", text)  # which first: hash order
+    text = re.sub(r"^Exception in thread \"main\" java\.lang\.RuntimeException: ", "", text)
+    lines = [line for line in text.splitlines()
+             if not line.startswith(("Bootstrap metadata:", "\tat ", "usage:", " "))]
+    return r.returncode, sorted(lines)
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(oracle.REASON is not None, reason=oracle.REASON or "")
+def test_storage_tool_beside_kafkas(tmp_path):
+    sides = {"kafka": lambda *a: K.run_tool("kafka-storage.sh", *a), "kesque": storage}
+    cfgs = {side: _config(tmp_path / side) for side in sides}
+    steps = [("info", "-c", "{cfg}"),
+             ("format", "-c", "{cfg}"),
+             ("format", "-t", CLUSTER_ID, "-c", "{cfg}"),
+             ("info", "-c", "{cfg}"),
+             ("format", "-t", CLUSTER_ID, "-c", "{cfg}"),
+             ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--ignore-formatted"),
+             ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--standalone"),
+             "another cluster id in b",
+             ("info", "-c", "{cfg}"),
+             ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--ignore-formatted"),
+             "b unformatted",
+             ("info", "-c", "{cfg}")]
+    for step in steps:
+        if isinstance(step, str):  # the same change to both sides' files
+            for side in sides:
+                meta = tmp_path / side / "b" / "meta.properties"
+                if step == "b unformatted":
+                    meta.unlink()
+                else:
+                    meta.write_text(meta.read_text().replace(CLUSTER_ID, "AAAAAAAAAAAAAAAAAAAAAA"))
+            continue
+        got = {}
+        for side, run in sides.items():
+            got[side] = _masked(run(*[a.replace("{cfg}", cfgs[side]) for a in step]), tmp_path / side)
+        assert got["kesque"] == got["kafka"], step
+    metas = {side: [f for f in _files(tmp_path / side) if f.endswith("meta.properties")] for side in sides}
+    assert metas["kesque"] == metas["kafka"] == ["a/meta.properties", "m/meta.properties"]  # b's removed
+    for side in sides:  # the same keys (Kafka writes the metadata dir's bootstrap checkpoint too)
+        for f in metas[side]:
+            assert sorted(read_properties(str(tmp_path / side / f))) == ["cluster.id", "directory.id", "node.id",
+                                                                          "version"]
