@@ -112,9 +112,8 @@ class QuorumController:
             self.controller.bootstrap()
         except KafkaError as e:
             log.warning("could not record the finalized features: %s", e)
-        if self.lifecycle:
-            self.cluster.activate(self._now_ms())
-            self._schedule_expiry()
+        self.cluster.activate(self._now_ms())
+        self._schedule_expiry()
 
     def _deactivate(self) -> None:
         log.info("Controller %d is no longer active (epoch %d)", self.raft.node_id, self.active_epoch)

@@ -186,7 +186,7 @@ class KesqueServer:
         # the controller listener first: the quorum needs it to elect a leader and to replicate
         # (a lone voter needs none: its controller is in-process, as before)
         controller_bound = {}
-        if len(self.voters) > 1 and self.node_id in self.voters:
+        if self.cluster_mode and self.node_id in self.voters:
             controller_bound = self._listen(lambda name: name in self.controller_listener_names)
         self.raft.endpoints = tuple((name, *self._advertised(host, port)) for name, (host, port)
                                     in controller_bound.items())
@@ -207,7 +207,7 @@ class KesqueServer:
         self.bound.update(self._listen(lambda name: name not in self.controller_listener_names))
         self.bound.update(controller_bound)
         if "broker" in self.roles:
-            if len(self.voters) > 1:
+            if self.cluster_mode:
                 await self._join_cluster(cluster_id)
             else:   # a lone node: registered and unfenced at once, as before the quorum
                 self.broker_epoch = await self.controllers.register_broker(
@@ -283,6 +283,9 @@ class KesqueServer:
         self.roles = set(cfg.get("process.roles") or ("broker", "controller"))
         self.controller_listener_names = {n.upper() for n in cfg.get("controller.listener.names")}
         self.voters = not_yet.voter_addresses(cfg, self.node_id)
+        # several nodes (voters, or separate broker and controller roles): the controller
+        # listener, broker heartbeats and fencing; a lone combined node keeps it all in process
+        self.cluster_mode = len(self.voters) > 1 or self.roles != {"broker", "controller"}
         qc = quorum_config(cfg, lone_voter=list(self.voters) == [self.node_id])
         # two channels, as Kafka's raft and controller clients: responses come back in request
         # order on a connection, and a forwarded request that waits for a commit must not
@@ -294,7 +297,7 @@ class KesqueServer:
         self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id)
         self.snapshots = metadata_snapshot.SnapshotPolicy.from_config(cfg, self._now_ms())
         if "controller" in self.roles and self.node_id in self.voters:
-            self.quorum = QuorumController(cfg, self.clock, self.raft, cluster_id, lifecycle=len(self.voters) > 1)
+            self.quorum = QuorumController(cfg, self.clock, self.raft, cluster_id, lifecycle=self.cluster_mode)
             self.controller = self.quorum.controller
             self.raft.on_snapshot(self.quorum.load_snapshot)
             self.raft.on_commit(self.quorum.apply_committed)
