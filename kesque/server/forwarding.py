@@ -215,7 +215,7 @@ class ControllerRouter:
 
 
     # ------------------------------------------------------------------ broker lifecycle RPCs
-    async def broker_registration(self, req, timeout_ms: int) -> "RegistrationReply":
+    async def broker_registration(self, req, timeout_ms: int):
         """One BrokerRegistration attempt (BrokerLifecycle retries): the reply."""
         from ..controller.cluster_control import RegistrationReply, from_kio, to_kio
 
