@@ -290,21 +290,25 @@ def wait_until(check, timeout: float = 20.0, what: str = "condition"):
         time.sleep(0.1)
 
 
-def test_sigterm_moves_leadership_before_the_broker_exits():
+@pytest.mark.parametrize("which", ["standby", "active controller"])
+def test_sigterm_moves_leadership_before_the_broker_exits(which):
     """Controlled shutdown: SIGTERM of a broker has the controller move its leaderships off it
-    before it exits (the session timeout is long: only the controlled shutdown can do it)."""
+    before it exits (the session timeout is long: only the controlled shutdown can do it). The
+    active controller's node then resigns: another controller takes over at once."""
     n = Nodes(3, extra={"broker.session.timeout.ms": "60000"})
     try:
         n.start()
         leader = n.leader()
-        x = next(i for i in range(3) if i + 1 != leader)
-        c, api = n.api(leader - 1)
+        x = leader - 1 if which == "active controller" else next(i for i in range(3) if i + 1 != leader)
+        other = next(i for i in range(3) if i != x)
+        c, api = n.api(other)
         with c:
             assert create(api, "moving").error_code == 0
             assert x + 1 in leaders(api, "moving")
             n.brokers[x].stop()
             assert x + 1 not in leaders(api, "moving")
             assert live_brokers(api) == {1, 2, 3} - {x + 1}
+            assert create(api, "after", rf=2).error_code == 0
         assert "Controlled shutdown finished: the controller let the broker shut down" in open(n.brokers[x].log_path).read()
     finally:
         n.close()
