@@ -57,7 +57,8 @@ def quorum_config(config, lone_voter: bool = False) -> QuorumConfig:
     for key, (attr, default) in QUORUM_KEYS.items():
         if lone_voter and attr == "append_linger_ms":
             default = 0
-        value = config.get(key) if config.get(key) is not None else raw.get(key, default)
+        static = getattr(config, "static", None)
+        value = static[key] if static is not None and key in static else raw.get(key, default)
         try:
             setattr(qc, attr, int(value))
         except (TypeError, ValueError):
