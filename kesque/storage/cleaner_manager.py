@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 from . import checkpoint as ck
+from . import cleaner_process
 from .checkpoint import fsync_dir
 from .cleaner import Cleaner, CleanStats, first_dirty_offset, first_uncleanable_offset, last_batches_of_producers
 from .log import SegmentsChangedError
@@ -162,6 +163,10 @@ class Throttler:
         self.count = 0
 
     def maybe_throttle(self, nbytes: int) -> None:
+        self.sleep(self.pause_for(nbytes))  # also yields the GIL to the event loop between batches
+
+    def pause_for(self, nbytes: int) -> float:
+        """Count ``nbytes`` of work; how long to sleep to keep under the rate."""
         pause = 0.0
         with self.lock:
             self.count += nbytes
@@ -172,7 +177,7 @@ class Throttler:
                 desired = self.count / rate if rate > 0 else 0.0
                 pause = max(0.0, desired - elapsed)
                 self.start, self.count = now + pause, 0
-        self.sleep(pause)  # also yields the GIL to the event loop between batches
+        return pause
 
 
 class CleanerStopped(Exception):
@@ -197,6 +202,9 @@ class LogCleaner:
         self.stopping = False
         self.running: set[concurrent.futures.Future] = set()
         self.hook = None  # test-only crash point (Cleaner's stages)
+        self.in_child = hasattr(os, "fork")  # each cleaning in a forked process (cleaner_process)
+        self.children: set[cleaner_process.Child] = set()
+        self.children_lock = threading.Lock()
 
     # ---------------------------------------------------------------- on the event loop
     def kick(self) -> None:
@@ -232,6 +240,9 @@ class LogCleaner:
     async def stop(self) -> None:
         """Abort cleanings in progress (their ``.cleaned`` files go) and wait for the workers."""
         self.stopping = True
+        with self.children_lock:
+            for child in self.children:
+                child.kill()
         while self.running:
             await asyncio.wait([asyncio.wrap_future(f) for f in list(self.running)])
             await asyncio.sleep(0)  # let the done callbacks run
@@ -242,7 +253,38 @@ class LogCleaner:
         cfg = self.config
         cleaner = Cleaner(map_memory=max(1, cfg.get("log.cleaner.dedupe.buffer.size") // self.threads),
                           throttle=self._throttle, swap=self._swap_on_loop, hook=self.hook)
-        return cleaner.clean(job.log, job.first_dirty, job.first_uncleanable, self.clock.now_ms(), producers)
+        now_ms = self.clock.now_ms()
+        if not self.in_child:
+            return cleaner.clean(job.log, job.first_dirty, job.first_uncleanable, now_ms, producers)
+        with self.children_lock:
+            if self.stopping:
+                raise CleanerStopped
+            child = cleaner_process.fork_cleaner(cleaner, job.log, job.first_dirty, job.first_uncleanable, now_ms,
+                                                 producers)
+            self.children.add(child)
+        answered = False
+        try:
+            stats = cleaner_process.serve(child, job.log, now_ms, self._pause_for,
+                                          lambda lg, new, old, now: self._swap_on_loop(lg, new, old, now, self.hook))
+            answered = True
+            return stats
+        except cleaner_process.CleanerDied:
+            if self.stopping:
+                raise CleanerStopped from None
+            raise
+        finally:
+            if not answered:
+                child.kill()
+            with self.children_lock:
+                self.children.discard(child)
+            child.reap()
+            if not answered:
+                cleaner_process.remove_cleaned_files(job.log)
+
+    def _pause_for(self, nbytes: int) -> float:
+        if self.stopping:
+            raise CleanerStopped
+        return self.throttler.pause_for(nbytes)
 
     def _throttle(self, nbytes: int) -> None:
         if self.stopping:
