@@ -94,7 +94,7 @@ def serve(child: Child, lg, now_ms: int, pause_for, swap) -> CleanStats | None:
         try:
             msg = conn.recv()
         except (EOFError, OSError) as e:
-            raise CleanerDied(f"the cleaner process of {lg.tp[0]}-{lg.tp[1]} died") from e
+            raise CleanerDied(f"the cleaner process of {lg.tp} died") from e
         kind = msg[0]
         if kind == "io":
             conn.send(pause_for(msg[1]))
