@@ -140,6 +140,7 @@ async def test_stopping_kills_the_child_and_removes_its_cleaned_files(tmp_path):
     assert TP not in cleaner.manager.uncleanable and TP not in cleaner.manager.checkpoints
 
 
+@pytest.mark.timeout(60)
 @on_a_loop
 async def test_an_error_in_the_child_marks_the_log_uncleanable(tmp_path, caplog):
     lg = new_log(tmp_path / "t-0", min_cleanable_dirty_ratio=0.01)
