@@ -16,13 +16,14 @@ sees a half-changed log.
 Processes rather than threads (issue 15: produce p99 while cleaning at most 2x idle), measured
 with bench/cleaner_latency.py on the shared 2-core machine (figures in bench/README.md): on a
 thread, with the per-record work compiled and the GIL released, the loop still waited for the
-cleaner's GIL — 120-240 ms once per cleaning while the 128 MiB offset map was filled, and up to
+cleaner's GIL — 110-250 ms once per cleaning while the 128 MiB offset map was filled, and up to
 a switch interval (5 ms) whenever the loop wanted the GIL back from the cleaner's Python between
 C calls, worst when the machine was busy and the thread holding the GIL was descheduled. In a
 child the cleaner's GIL is its own; what is left is CPU competition, which the child's lower
-priority gives to the broker. The cost: a fork per cleaning and a message per swap and per
-0.1 s of I/O; the cleaner's MB/s is the same (bench/cleaner.py --child). Without ``os.fork``
-the worker thread cleans itself.
+priority gives to the broker. The cost: a fork per cleaning (the GIL held while the page
+tables are copied, ~30 ms at 512 MiB resident) and a message per swap and per 0.1 s of I/O;
+the cleaner's MB/s is the same (bench/cleaner.py --child). Without ``os.fork`` the worker
+thread cleans itself.
 """
 
 from __future__ import annotations
@@ -266,6 +267,11 @@ class LogCleaner:
         now_ms = self.clock.now_ms()
         if not self.in_child:
             return cleaner.clean(job.log, job.first_dirty, job.first_uncleanable, now_ms, producers)
+        return self._clean_in_child(cleaner, job, producers, now_ms)
+
+    def _clean_in_child(self, cleaner: Cleaner, job: LogToClean, producers: dict, now_ms: int) -> CleanStats | None:
+        """Fork the cleaning, answer the child until it is done; a child that did not finish
+        (stopped, failed) is killed and its ``.cleaned`` files removed."""
         with self.children_lock:
             if self.stopping:
                 raise CleanerStopped
