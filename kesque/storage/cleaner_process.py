@@ -19,7 +19,8 @@ The child drops what it must not hold: every descriptor but its segments', the s
 taken, so a stray finaliser never closes a file the child opened), the broker's signal handlers
 are reset, the cyclic GC is off, it runs at a lower priority (:data:`CHILD_NICENESS`), and it
 dies with the worker thread that forked it (PR_SET_PDEATHSIG). The broker kills it (SIGKILL)
-to stop a cleaning and removes its ``.cleaned`` files. Test-only stage hooks run in the child as they would on the thread.
+to stop a cleaning and removes its ``.cleaned`` files. Test-only stage hooks run in the child
+as they would on the thread.
 """
 
 from __future__ import annotations
