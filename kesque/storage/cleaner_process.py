@@ -68,7 +68,10 @@ class Child:
         self.conn.close()
         if self.alive:
             self.alive = False
-            os.waitpid(self.pid, 0)
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:  # reaped by a waitpid(-1) elsewhere
+                pass
 
 
 def fork_cleaner(cleaner: Cleaner, lg, first_dirty: int, first_uncleanable: int, now_ms: int,
