@@ -161,21 +161,24 @@ class KesqueServer:
             await self._discover_voters()
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, self.clock)
         from ..coordinator.group.runtime import GroupCoordinator
-        self.group_coordinator = GroupCoordinator(self)
+        from ..coordinator.runtime import CoordinatorHost
+        host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image,
+                               lambda: getattr(self, "share_manager", None))
+        self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
         from ..coordinator.producer_id import ProducerIdManager
         from ..coordinator.transaction.runtime import TransactionCoordinator
         self.producer_ids = ProducerIdManager(lambda: self.controllers.allocate_producer_ids(self.node_id,
                                                                                             self.broker_epoch),
                                               self.spawn)
-        self.txn_coordinator = TransactionCoordinator(self, self.producer_ids)
+        self.txn_coordinator = TransactionCoordinator(host, self.producer_ids)
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.share_coordinator = None
         from ..share import enabled as share_groups_enabled
         if share_groups_enabled(cfg):
             from ..coordinator.share.runtime import ShareCoordinator
-            self.share_coordinator = ShareCoordinator(self)
+            self.share_coordinator = ShareCoordinator(host)
             self.replica_manager.add_leadership_listener(self.share_coordinator.on_leadership)
         self._register_apis()
         self.socket_server = SocketServer(self.loop, self.handle_frame, cfg.get("socket.request.max.bytes"),
