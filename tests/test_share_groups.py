@@ -155,10 +155,11 @@ def _partition_errors(resp) -> list[tuple[int, int]]:
             for t in resp.responses for p in t.partitions]
 
 
-def _wire_group(broker, records: int, **group_configs):
-    """A fresh single-partition topic with ``records`` records and a share group reading it
-    from the start; (topic, group, topic id) after member m1 joined over the wire."""
-    topic, group = "t-" + uuid.uuid4().hex[:10], "sg-" + uuid.uuid4().hex[:8]
+def _wire_group(broker, records: int, group: str | None = None, **group_configs):
+    """A fresh single-partition topic with ``records`` records and a share group (``group`` or
+    a fresh id) reading it from the start; (topic, group, topic id) after member m1 joined
+    over the wire."""
+    topic, group = "t-" + uuid.uuid4().hex[:10], group or "sg-" + uuid.uuid4().hex[:8]
     create_topic(broker, topic, partitions=1)
     set_group_configs(broker, group, {"share.auto.offset.reset": "earliest", **group_configs})
     produce(broker, topic, records)
