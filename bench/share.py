@@ -125,7 +125,8 @@ def share(bootstrap: str, topic: str, n: int, members: int) -> dict:
     values = [v for m in ms for v in m.values]
     distinct = len(set(values))
     secs = shared.get("last", t0) - t0
-    return {"first_record_s": shared["first"] - t0 if "first" in shared else None, "members": members, "records": len(values), "distinct": distinct, "duplicates": len(values) - distinct,
+    return {"first_record_s": shared["first"] - t0 if "first" in shared else None, "members": members,
+            "records": len(values), "distinct": distinct, "duplicates": len(values) - distinct,
             "per_member": [len(m.values) for m in ms], "errors": [e for m in ms for e in m.errors][:5],
             "seconds": secs, "rate": distinct / secs if secs > 0 else float("nan")}
 

@@ -10,7 +10,7 @@ from clientlib import segment_batches, segment_files, wait_for_log
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import running_broker
-from wire import Msg
+from wire import Msg, WireClient
 
 CLEANER = {"log.cleaner.backoff.ms": "50"}
 COMPACTED = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
@@ -265,7 +265,6 @@ def test_share_group_state_is_compacted_and_loads_after_a_restart(tmp_path):
     once __share_group_state is cleaned, the share coordinator still loads every one of them,
     so after a restart no accepted record comes again and every held one does."""
     from test_share_groups import SHARE_CONFIG, _acquired, _share_ack, _share_fetch, _wire_group
-    from wire import WireClient  # noqa: I001
 
     config = {**CLEANER, **SHARE_CONFIG, "share.coordinator.state.topic.num.partitions": "1",
               "share.coordinator.state.topic.segment.bytes": "1048576", "log.cleaner.min.cleanable.ratio": "0.1"}
@@ -276,7 +275,8 @@ def test_share_group_state_is_compacted_and_loads_after_a_restart(tmp_path):
         with WireClient(b.bootstrap_servers) as c:
             epoch, acquired = 0, 0
             while acquired < n:
-                acquired += sum(last - first + 1 for first, last, _ in _acquired(_share_fetch(c, group, "m1", epoch, tid)))
+                ranges = _acquired(_share_fetch(c, group, "m1", epoch, tid))
+                acquired += sum(last - first + 1 for first, last, _ in ranges)
                 epoch += 1
             held = set(range(0, n, 10))  # acquired, never acknowledged: the start offset stays at 0
             for o in sorted(set(range(n)) - held):  # ~1000 writes: the updates after the last snapshot span segments
