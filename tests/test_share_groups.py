@@ -360,6 +360,19 @@ def test_a_share_fetch_carries_only_the_batches_of_its_acquired_records(share_br
         assert all(h.base_offset <= 49 for h in heads)
 
 
+def test_a_share_fetch_reads_on_until_it_holds_max_records(share_broker):
+    """The leader reads the log in growing chunks for a share fetch (not max_bytes every time):
+    300 records of 1 KiB, far more than the first chunk, still come in one fetch of 300."""
+    topic, group, tid = _wire_group(share_broker, 0)
+    p = ck.Producer({"bootstrap.servers": share_broker.bootstrap_servers, "linger.ms": 0})
+    for _ in range(3):  # batches of 100 records
+        for i in range(100):
+            p.produce(topic, b"v" * 1024)
+        p.flush(15)
+    with WireClient(share_broker.bootstrap_servers) as c:
+        assert _acquired(_share_fetch(c, group, "m1", 0, tid, max_records=300)) == [(0, 299, 1)]
+
+
 def test_describe_share_group_offsets(share_broker):
     """DescribeShareGroupOffsets: the durable start offset and the lag (records below the high
     watermark not yet acknowledged or archived); no state: start offset -1, and the whole group
