@@ -53,9 +53,14 @@ def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> No
     admin.incremental_alter_configs([res])[res].result(30)
 
 
+# the confluent consume figure's settings (figures.confluent_consume): prefetch never stalls
+CLASSIC = {"fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20, "receive.message.max.bytes": 100 << 20,
+           "queued.max.messages.kbytes": 1 << 20, "queued.min.messages": 1000000, "fetch.wait.max.ms": 100}
+
+
 def classic(bootstrap: str, topic: str, n: int) -> dict:
     """A classic consumer assigned to partition 0 from offset 0, ``assign()`` to the last record."""
-    c = Consumer(figures.consumer_conf(bootstrap, **{"fetch.max.bytes": 64 << 20}))
+    c = Consumer(figures.consumer_conf(bootstrap, **CLASSIC))
     got, first = 0, None
     try:
         t0 = time.perf_counter()
