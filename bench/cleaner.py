@@ -3,6 +3,7 @@ of the same log in the same run (the machine limit).
 
     .venv/bin/python bench/cleaner.py                 # 1 GiB log, 10 % distinct keys
     .venv/bin/python bench/cleaner.py --mib 128       # smaller
+    .venv/bin/python bench/cleaner.py --child         # in a forked child, as the broker cleans
 
 The log is built with the storage API (no broker): 100-byte values, batches of 1000 records,
 keys ``k<i mod distinct>``, 128 MiB segments. Both reads come from the page cache (the plain
@@ -22,7 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kesque.config.topic import LogConfig  # noqa: E402
 from kesque.records.records import encode_columns, wrap_batch  # noqa: E402
-from kesque.storage.cleaner import Cleaner, first_uncleanable_offset  # noqa: E402
+from kesque.storage import cleaner_process  # noqa: E402
+from kesque.storage.cleaner import Cleaner, first_uncleanable_offset, last_batches_of_producers  # noqa: E402
 from kesque.storage.log import Log  # noqa: E402
 
 NOW = 1_700_000_000_000
@@ -66,10 +68,23 @@ def plain_read(lg: Log) -> tuple[int, float]:
     return total, time.perf_counter() - t0
 
 
+def clean(lg: Log, child: bool):
+    end = first_uncleanable_offset(lg, NOW)
+    if not child:
+        return Cleaner().clean(lg, 0, end, NOW)
+    proc = cleaner_process.fork_cleaner(Cleaner(), lg, 0, end, NOW, last_batches_of_producers(lg))
+    try:
+        return cleaner_process.serve(proc, lg, NOW, lambda _nbytes: 0.0,
+                                     lambda lg, new, old, now: lg.replace_segments(new, old, now))
+    finally:
+        proc.reap()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--distinct", type=float, default=0.1)
+    ap.add_argument("--child", action="store_true", help="clean in a forked child (the broker's way)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
@@ -78,13 +93,14 @@ def main() -> None:
         plain_read(lg)  # warm the page cache
         nbytes, plain_s = plain_read(lg)
         t0 = time.perf_counter()
-        stats = Cleaner().clean(lg, 0, first_uncleanable_offset(lg, NOW), NOW)
+        stats = clean(lg, args.child)
         clean_s = time.perf_counter() - t0
         plain = nbytes / plain_s / 1e6
         cleaner = stats.bytes_read / clean_s / 1e6
         print(f"log {nbytes / 1e6:.0f} MB ({args.distinct:.0%} distinct keys) built in {built:.1f} s")
         print(f"plain sequential read  {plain:10.1f} MB/s")
-        print(f"cleaner (read)         {cleaner:10.1f} MB/s   ratio {cleaner / plain:.4f}   "
+        label = "cleaner, child (read)" if args.child else "cleaner (read)"
+        print(f"{label:<22} {cleaner:10.1f} MB/s   ratio {cleaner / plain:.4f}   "
               f"({stats.bytes_read / 1e6:.0f} MB read, {stats.bytes_written / 1e6:.0f} MB written, "
               f"{clean_s:.1f} s)")
         lg.close()

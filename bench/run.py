@@ -29,7 +29,7 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
 GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions",
-           "spark", "recovery", "quotas", "controller")
+           "spark", "recovery", "quotas", "share", "controller")
 OPT_IN = ("controller",)  # minutes of cluster restarts: only with --only controller
 SIDE_BY_SIDE = ("startup", "produce", "consume", "small", "latency")  # --against kafka (bench/sidebyside.py)
 
@@ -39,13 +39,15 @@ SCALES = {
              "passes": 3, "group_passes": 3, "sync_requests": 5000, "raw_commits": 100_000, "load_groups": 10_000,
              "idem_records": 1_000_000, "idem_passes": 5, "txn_records": 1_000_000,
              "spark_records": 1_000_000, "spark_latency_seconds": 30.0, "recovery_partitions": 10_000,
-             "quota_seconds": 20.0, "quota_passes": 3, "failover_runs": 20, "commit_requests": 200},
+             "quota_seconds": 20.0, "quota_passes": 3, "share_records": 1_000_000, "share_passes": 3,
+             "redelivery_passes": 5, "failover_runs": 20, "commit_requests": 200},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
               "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
               "idem_records": 500_000, "idem_passes": 3, "txn_records": 200_000,
               "spark_records": 100_000, "spark_latency_seconds": 10.0, "recovery_partitions": 1_000,
-              "quota_seconds": 5.0, "quota_passes": 2, "failover_runs": 3, "commit_requests": 50},
+              "quota_seconds": 5.0, "quota_passes": 2, "share_records": 200_000, "share_passes": 1,
+              "redelivery_passes": 2, "failover_runs": 3, "commit_requests": 50},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -60,6 +62,7 @@ BARS = {  # figure -> (kind, threshold, text)
     "idempotence": ("ratio", 0.90, ">= 90%"),
     "quota-accuracy": ("band", 0.15, "within 15%"),
     "quota-cost": ("ratio", 0.95, ">= 95%"),
+    "redelivery": ("within", 0.1, "<= lock+fetch+0.1s"),
 }
 
 
@@ -918,6 +921,66 @@ def main(argv=None) -> int:
                            extra=r)
                 log(f"  quotas {r['best']['quotas']:,.0f} req/s, none {r['best']['none']:,.0f} req/s "
                     f"({r['ratio']:.1%})")
+
+    # ---------------------------------------------------------------- 14: share groups
+    if "share" in args.groups:
+        import share as SH
+
+        with BrokerGroup("share", args, report, config=SH.BROKER_CONFIG) as g:
+            n, np_ = sc["share_records"], sc["share_passes"]
+            topic = "bench-share"
+            figures.create_topic(g.bootstrap, topic, 1)
+            log(f"share: {n:,} records of {SH.VALUE_SIZE} B into one partition ...")
+            SH.fill(g.bootstrap, topic, n)
+            best: dict = {}
+            for k in range(np_):
+                # 0: the classic consumer, 3 times a pass (a fraction of a second each, so noisy)
+                for members in (0, 0, 0, 1, 2, 4):
+                    label = f"{members} share consumer(s)" if members else "classic consumer"
+                    log(f"share: {label}, pass {k + 1}/{np_} ...")
+                    with Meter(g.pid) as m:
+                        r = guarded(f"share-{members}", lambda mb=members: SH.share(g.bootstrap, topic, n, mb)
+                                    if mb else SH.classic(g.bootstrap, topic, n))
+                    if r:
+                        log(f"  {r['rate']:,.0f} records/s")
+                        cpu = m.broker_cpu * m.wall / n * 1e6  # broker CPU s per 1M records: steadier under load
+                        best.setdefault(members, []).append((r, f"{m.note()}, {cpu:.2f} s per 1M records"))
+            classic = max((r for r, _ in best.get(0, [])), key=lambda r: r["rate"], default=None)
+            for members, runs in sorted(best.items()):
+                r, mnote = max(runs, key=lambda x: x[0]["rate"])
+                rates = [round(x["rate"]) for x, _ in runs]
+                note = f"{mnote}; first record after {r['first_record_s'] or float('nan'):.2f} s; best of {rates}"
+                if members:
+                    note += f"; per member {r['per_member']}; confluent-kafka ShareConsumer threads, implicit acks"
+                    if r["distinct"] != n or r["duplicates"] or r["errors"]:
+                        note += (f"; CHECK: {r['distinct']}/{n} distinct, {r['duplicates']} duplicates, "
+                                 f"errors {r['errors'][:2]}")
+                    add_figure(report, f"share group, {members} consumer(s), 1 partition", "share", r["rate"],
+                               "rec/s", "classic consumer (same run)", classic["rate"] if classic else None, note,
+                               extra={"passes": [x for x, _ in runs]})
+                else:
+                    if r["records"] != n:
+                        note += f"; CHECK: {r['records']}/{n} records"
+                    add_figure(report, "classic consumer, assign(), 1 partition", "share", r["rate"], "rec/s",
+                               note=note + "; confluent-kafka Consumer, consume(10000)",
+                               extra={"passes": [x for x, _ in runs]})
+            passes = []
+            for k in range(sc["redelivery_passes"]):
+                log(f"share: redelivery after a {SH.LOCK_MS} ms lock, pass {k + 1}/{sc['redelivery_passes']} ...")
+                r = guarded(f"share-redelivery-{k}", lambda kk=k: SH.redelivery(g.bootstrap, f"bench-redeliver-{kk}"))
+                if r:
+                    passes.append(r)
+                    log(f"  {r['latency_s']:.3f} s (limit {r['limit_s']:.3f} s)")
+            if passes:
+                sm = SH.summary_redelivery(passes)
+                note = (f"median of {len(passes)}, max {sm['max_s']:.3f} s; share.record.lock.duration.ms="
+                        f"{SH.LOCK_MS}; raw holder, confluent-kafka ShareConsumer receiver")
+                bad = [p for p in passes if p["redelivered"] != p["acquired"] or p["delivery_counts"] != [2]]
+                if bad:
+                    note += f"; CHECK: {bad[0]}"
+                add_figure(report, "redelivery after a lock expiry", "share", sm["median_s"], "s",
+                           "lock duration + one ShareFetch (same run)", sm["limit_s"], note, "redelivery",
+                           extra={"passes": passes, "summary": sm}, judged=sm["max_s"])
 
     # ---------------------------------------------------------------- 9: transactions
     if "transactions" in args.groups:

@@ -234,7 +234,7 @@ def test_a_batch_larger_than_the_offset_map_is_an_error_naming_the_setting(tmp_p
     lg = new_log(tmp_path / "t-0")
     put(lg, [(b"k%d" % i, b"v") for i in range(10)])
     lg.roll(NOW)
-    with pytest.raises(ValueError, match="log.cleaner.dedupe.buffer.size"):
+    with pytest.raises(ValueError, match=r"first dirty batch of t-0 \(offset 0\).*log.cleaner.dedupe.buffer.size"):
         clean(lg, map_memory=24 * 5)
     assert len(records(lg)) == 10
 
@@ -320,8 +320,10 @@ def _check(lg: Log, model: list, retention_passed_never: bool, head: int):
                 assert off in have
 
 
+# 96 bytes: the smallest map holding a put of 3 keys (a first dirty batch larger than the map is
+# an error, see above); 144 and 96 still clean a long log in several rounds
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS, long_retention=st.booleans(), map_memory=st.sampled_from([48, 96, 1 << 20]))
+@given(ops=OPS, long_retention=st.booleans(), map_memory=st.sampled_from([96, 144, 1 << 20]))
 def test_compaction_model(tmp_path_factory, ops, long_retention, map_memory):
     """Random keys, values, tombstones, committed and aborted transactions, rolls and cleaning
     points: the cleaned log keeps order and offsets, every record of the uncleaned head, the

@@ -1,8 +1,7 @@
 """``kesque cluster up|down|status`` and ``kesque.Cluster``: a local cluster in one command.
 
 The node configurations are checked as data; the processes for real (pid files, SIGTERM then
-SIGKILL, one cluster id everywhere). Several nodes only form a cluster once the KRaft quorum is
-wired in (issue 13): those tests are xfail until then.
+SIGKILL, one cluster id everywhere).
 """
 
 from __future__ import annotations
@@ -19,9 +18,6 @@ from confluent_kafka.admin import AdminClient
 from kesque.config import BrokerConfig
 from kesque.storage.checkpoint import read_properties
 from kesque.testing.cluster import Cluster, plan, properties
-
-NEEDS_QUORUM = pytest.mark.xfail(reason="needs the quorum wiring", strict=False)
-
 
 def cluster(*args, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kesque", "cluster", *args], capture_output=True, text=True,
@@ -151,7 +147,6 @@ def _brokers_seen(bootstrap: str) -> set[int]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers)
 
 
-@NEEDS_QUORUM
 def test_up_three_nodes_each_answers_with_three_brokers(cluster_dir):
     r = cluster("up", "--nodes", "3", "--dir", cluster_dir, "--timeout", "30")
     assert r.returncode == 0, r.stderr
@@ -167,7 +162,6 @@ def test_up_three_nodes_each_answers_with_three_brokers(cluster_dir):
     assert len(ids) == 1
 
 
-@NEEDS_QUORUM
 def test_the_cluster_class_with_separate_controllers(tmp_path):
     with Cluster(nodes=2, controllers=1, data_dir=str(tmp_path)).start(timeout=30) as c:
         assert _brokers_seen(c.bootstrap_servers) == {2, 3}

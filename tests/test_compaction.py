@@ -10,6 +10,7 @@ from clientlib import segment_batches, segment_files, wait_for_log
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import running_broker
+from wire import Msg, WireClient
 
 CLEANER = {"log.cleaner.backoff.ms": "50"}
 COMPACTED = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
@@ -257,3 +258,50 @@ def test_spark_sink_log_reads_the_last_commit_of_each_query_after_cleaning(tmp_p
         assert _wait_for(lambda: sum(h.count for h in segment_batches(data_dir, topic, 0)) < 20)
         assert sink.SinkLog(opts["qa"]).last() == {"batchId": 300, "state": "committed"}
         assert sink.SinkLog(opts["qb"]).last() == {"batchId": 200, "state": "committed"}
+
+
+def test_share_group_state_is_compacted_and_loads_after_a_restart(tmp_path):
+    """Acknowledgements one at a time write a ShareUpdate each (a ShareSnapshot every 500):
+    once __share_group_state is cleaned, the share coordinator still loads every one of them,
+    so after a restart no accepted record comes again and every held one does."""
+    from test_share_groups import SHARE_CONFIG, _acquired, _share_ack, _share_fetch, _wire_group
+
+    config = {**CLEANER, **SHARE_CONFIG, "share.coordinator.state.topic.num.partitions": "1",
+              "share.coordinator.state.topic.segment.bytes": "1048576", "log.cleaner.min.cleanable.ratio": "0.1"}
+    group = "s" * 3000  # big state records: a 1 MiB segment in about 340 writes
+    n = 1100
+    with running_broker(tmp_path / "data", config) as b:
+        _topic, group, tid = _wire_group(b, n, group, **{"share.record.lock.duration.ms": "60000"})
+        with WireClient(b.bootstrap_servers) as c:
+            epoch, acquired = 0, 0
+            while acquired < n:
+                ranges = _acquired(_share_fetch(c, group, "m1", epoch, tid))
+                acquired += sum(last - first + 1 for first, last, _ in ranges)
+                epoch += 1
+            held = set(range(0, n, 10))  # acquired, never acknowledged: the start offset stays at 0
+            for o in sorted(set(range(n)) - held):  # ~1000 writes: the updates after the last snapshot span segments
+                epoch += 1
+                _share_ack(c, group, "m1", epoch - 1, tid, [(o, o, 1)])
+        data_dir = str(tmp_path / "data")
+
+        def cleaned_records():  # a ShareSnapshot and a ShareUpdate once cleaned
+            segs = segment_files(data_dir, "__share_group_state", 0)
+            active = int(os.path.basename(segs[-1]).split(".")[0])
+            return sum(h.count for h in segment_batches(data_dir, "__share_group_state", 0) if h.base_offset < active)
+
+        assert len(segment_files(data_dir, "__share_group_state", 0)) > 2
+        assert _wait_for(lambda: cleaned_records() <= 2), cleaned_records()
+        b.restart()
+        with WireClient(b.bootstrap_servers) as c:
+            r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m2", member_epoch=0,
+                                            subscribed_topic_names=(_topic,)))
+            assert r.error_code == 0, r
+            got, epoch = [], 0
+            while True:
+                ranges = _acquired(_share_fetch(c, group, "m2", epoch, tid, max_wait=500))
+                epoch += 1
+                if not ranges:
+                    break
+                got += [(o, count) for first, last, count in ranges for o in range(first, last + 1)]
+    assert sorted(o for o, _ in got) == sorted(held), f"accepted again: {sorted({o for o, _ in got} - held)[:20]}"
+    assert {count for _, count in got} == {2}

@@ -768,3 +768,19 @@ def test_negative_timestamp_deltas_and_no_timestamp():
     h = rb.read_header(data)
     assert (h.base_timestamp, h.max_timestamp) == (5000, 5000)
     assert [r.timestamp for r in iter_records(data)] == [5000, 1000, -1]
+
+
+def test_transient_decompression_buffers_are_per_thread():
+    """Several nodes may run in one process, each on its own thread: a view one thread holds
+    must not be overwritten by another thread's decompression."""
+    import threading
+
+    from kesque.records import compression as comp
+
+    payloads = [bytes([i]) * 100_000 for i in range(2)]
+    frames = [comp.compress(comp.ZSTD, p) for p in payloads]
+    held = comp.decompress_transient(comp.ZSTD, frames[0])
+    other = threading.Thread(target=lambda: comp.decompress_transient(comp.ZSTD, frames[1]))
+    other.start()
+    other.join()
+    assert bytes(held) == payloads[0]

@@ -326,26 +326,7 @@ def test_plaintext_listeners_still_serve(tmp_path, overrides):
 
 # ------------------------------------------------------------------ settings kesque does not act on yet
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"},
-     "controller.quorum.voters names 3 controllers (node ids 1, 2, 3): kesque does not run a multi-node controller "
-     "quorum yet"),
-    ({"controller.quorum.bootstrap.servers": "127.0.0.1:9093,127.0.0.1:9094"},
-     "controller.quorum.bootstrap.servers names 2 controllers"),
-])
-def test_a_multi_node_quorum_is_refused(tmp_path, overrides, message):
-    out = _refused(overrides, tmp_path)
-    assert f"kesque: configuration error: {message}" in out, out
-
-
 NOT_YET = [
-    ({"controller.quorum.voters": "2@127.0.0.1:9093"},
-     "controller.quorum.voters names node 2 only, not this node (node.id=1): kesque does not join another node's "
-     "controller quorum yet"),
-    ({"controller.quorum.bootstrap.servers": "10.1.2.3:9093"},
-     "controller.quorum.bootstrap.servers names 10.1.2.3:9093, which is not one of this node's listeners"),
-    ({"process.roles": "broker"}, "process.roles=broker: kesque does not run separate broker and controller nodes "
-                                  "yet"),
     ({"unclean.leader.election.enable": "true"}, "unclean.leader.election.enable=true has no effect"),
 ]
 

@@ -155,10 +155,11 @@ def _partition_errors(resp) -> list[tuple[int, int]]:
             for t in resp.responses for p in t.partitions]
 
 
-def _wire_group(broker, records: int, **group_configs):
-    """A fresh single-partition topic with ``records`` records and a share group reading it
-    from the start; (topic, group, topic id) after member m1 joined over the wire."""
-    topic, group = "t-" + uuid.uuid4().hex[:10], "sg-" + uuid.uuid4().hex[:8]
+def _wire_group(broker, records: int, group: str | None = None, **group_configs):
+    """A fresh single-partition topic with ``records`` records and a share group (``group`` or
+    a fresh id) reading it from the start; (topic, group, topic id) after member m1 joined
+    over the wire."""
+    topic, group = "t-" + uuid.uuid4().hex[:10], group or "sg-" + uuid.uuid4().hex[:8]
     create_topic(broker, topic, partitions=1)
     set_group_configs(broker, group, {"share.auto.offset.reset": "earliest", **group_configs})
     produce(broker, topic, records)
@@ -357,6 +358,19 @@ def test_a_share_fetch_carries_only_the_batches_of_its_acquired_records(share_br
         heads = [h for _pos, h in iter_headers(bytes(r.responses[0].partitions[0].records))]
         assert heads[0].base_offset == 0 and heads[-1].last_offset >= 49
         assert all(h.base_offset <= 49 for h in heads)
+
+
+def test_a_share_fetch_reads_on_until_it_holds_max_records(share_broker):
+    """The leader reads the log in growing chunks for a share fetch (not max_bytes every time):
+    300 records of 1 KiB, far more than the first chunk, still come in one fetch of 300."""
+    topic, group, tid = _wire_group(share_broker, 0)
+    p = ck.Producer({"bootstrap.servers": share_broker.bootstrap_servers, "linger.ms": 0})
+    for _ in range(3):  # batches of 100 records
+        for i in range(100):
+            p.produce(topic, b"v" * 1024)
+        p.flush(15)
+    with WireClient(share_broker.bootstrap_servers) as c:
+        assert _acquired(_share_fetch(c, group, "m1", 0, tid, max_records=300)) == [(0, 299, 1)]
 
 
 def test_describe_share_group_offsets(share_broker):

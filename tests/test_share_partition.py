@@ -356,10 +356,13 @@ SharePartitionMachine.TestCase.settings = settings(max_examples=examples(150), s
 test_share_partition_model = SharePartitionMachine.TestCase
 
 
-def test_copy_is_independent():
+def test_undo_puts_an_acknowledgement_back():
+    """The acknowledgement could not be persisted: every record, the SPSO and the locks are
+    as before it."""
     p = sp()
     p.acquire("a", 3, 100, 0)
-    q = p.copy()
-    p.acknowledge("a", [(0, 3, [ACCEPT])], 0)
-    assert (q.start_offset, q.state_of(0)) == (0, (ACQUIRED, 1, "a"))
-    assert q.next_lock_deadline() == LOCK
+    before = [p.state_of(o) for o in range(4)]
+    p.undo(p.acknowledge("a", [(0, 1, [ACCEPT]), (2, 2, [RELEASE]), (3, 3, [REJECT])], 0))
+    assert p.start_offset == 0 and [p.state_of(o) for o in range(4)] == before
+    assert p.next_lock_deadline() == LOCK
+    assert p.expire_locks(LOCK) == 4  # the locks still run out

@@ -1,10 +1,13 @@
-"""Settings kesque accepts but cannot act on yet, and the ones it must refuse.
+"""The quorum settings a node starts from, the combinations that cannot work, and the
+settings kesque accepts but cannot act on yet.
 
-A Kafka user's ``server.properties`` may ask for things kesque does not do yet: a
-multi-node controller quorum, separate broker and controller nodes, unclean leader
-election. Each of those gets one warning at start saying so, so nobody believes a lone node
-is a cluster. A voter set or bootstrap list naming several controllers is
-refused: starting would form a cluster of one where the file describes a quorum.
+``controller.quorum.voters`` names the controllers (``id@host:port``, their controller
+listeners). A node that runs the controller role must be one of them; a broker-only node must
+be able to find them (voters, or ``controller.quorum.bootstrap.servers``: it then asks them for
+the voters with DescribeQuorum). Without voters, a
+combined node is the only voter of its own single-node quorum, as ``kesque serve`` has always
+run. Each refusal is a :class:`ConfigError` naming the setting; what kesque does not do yet
+gets one warning at start.
 """
 
 from __future__ import annotations
@@ -24,11 +27,9 @@ _VOTER = re.compile(r"^(\d+)@(\[[^\]]*\]|[^:]*):(\d+)$")
 
 
 def check(config) -> None:
-    """Refuse what would mislead, warn once about each feature kesque does not do yet."""
+    """Refuse what cannot work, warn once about each feature kesque does not do yet."""
     node_id = config.node_id if config.node_id >= 0 else 1
-    _check_voters(config, node_id)
-    _check_bootstrap_servers(config)
-    _check_roles(config)
+    _check_quorum(config, node_id)
     _check_unclean(config)
 
 
@@ -43,39 +44,44 @@ def parse_voters(entries: list[str]) -> list[tuple[int, str, int]]:
     return out
 
 
-def _check_voters(config, node_id: int) -> None:
+def _roles(config) -> set[str]:
+    return set(config.get("process.roles") or ("broker", "controller"))
+
+
+def voter_addresses(config, node_id: int) -> dict[int, tuple[str, int] | None]:
+    """{voter id: (host, port) of its controller listener}. Without voters, a node with the
+    controller role is the single voter of its own quorum (no address needed)."""
+    voters = {v: (host or "localhost", port) for v, host, port in parse_voters(config.get(VOTERS) or [])}
+    if not voters and "controller" in _roles(config):
+        return {node_id: None}
+    return voters
+
+
+def _check_quorum(config, node_id: int) -> None:
     voters = parse_voters(config.get(VOTERS) or [])
-    ids = sorted({v[0] for v in voters})
-    if len(ids) > 1:
-        raise ConfigError(VOTERS, f"{VOTERS} names {len(ids)} controllers (node ids {', '.join(map(str, ids))}): "
-                                  "kesque does not run a multi-node controller quorum yet, and does not start "
-                                  "rather than form a cluster of one")
-    if ids and ids[0] != node_id:
-        log.warning("%s names node %d only, not this node (node.id=%d): kesque does not join another node's "
-                    "controller quorum yet; node %d runs as the only controller of a single-node cluster",
-                    VOTERS, ids[0], node_id, node_id)
-
-
-def _check_bootstrap_servers(config) -> None:
+    ids = [v[0] for v in voters]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ConfigError(VOTERS, f"Invalid value {','.join(config.get(VOTERS))} for configuration {VOTERS}: "
+                                  f"node id {dup} appears more than once")
+    roles = _roles(config)
+    if "controller" in roles and ids and node_id not in ids:
+        raise ConfigError(VOTERS, f"If process.roles contains just the 'controller' role, the node id {node_id} "
+                                  f"must be included in the set of voters {VOTERS}={set(ids)}"
+                          if roles == {"controller"} else
+                          f"The node id {node_id} runs the controller role (process.roles="
+                          f"{','.join(sorted(roles))}) but is not in the set of voters {VOTERS}={set(ids)}")
     servers = [s.strip() for s in config.get(BOOTSTRAP) or [] if s.strip()]
-    if len(servers) > 1:
-        raise ConfigError(BOOTSTRAP, f"{BOOTSTRAP} names {len(servers)} controllers ({', '.join(servers)}): kesque "
-                                     "does not run a multi-node controller quorum yet, and does not start rather "
-                                     "than form a cluster of one")
-    if servers:
-        own_ports = {lis.port for lis in config.listeners()}
-        port = servers[0].rsplit(":", 1)[-1]
-        if not (port.isdigit() and int(port) in own_ports):
-            log.warning("%s names %s, which is not one of this node's listeners: kesque does not join another "
-                        "node's controller quorum yet; this node runs as the only controller of a single-node "
-                        "cluster", BOOTSTRAP, servers[0])
-
-
-def _check_roles(config) -> None:
-    roles = config.get("process.roles")
-    if config.is_set("process.roles") and set(roles) != {"broker", "controller"}:
-        log.warning("process.roles=%s: kesque does not run separate broker and controller nodes yet; this node "
-                    "runs both roles (its controller in-process) as a single-node cluster", ",".join(roles))
+    if roles == {"broker"} and not ids and not servers:
+        raise ConfigError(VOTERS, f"process.roles=broker needs the controllers: set {VOTERS} or {BOOTSTRAP}")
+    if servers and not ids and "controller" in roles:
+        own = {lis.port for lis in config.listeners()}
+        others = [s for s in servers if not (s.rsplit(":", 1)[-1].isdigit() and int(s.rsplit(":", 1)[-1]) in own)]
+        if others:
+            raise ConfigError(BOOTSTRAP, f"{BOOTSTRAP} names {', '.join(others)}, not this node: kesque does not "
+                                         f"join a dynamic quorum yet; list the controllers in {VOTERS}")
+    if servers and ids:
+        log.warning("%s is ignored: %s names the controllers", BOOTSTRAP, VOTERS)
 
 
 def _check_unclean(config) -> None:

@@ -1,10 +1,12 @@
-"""The controller: validates cluster changes and writes them as metadata records.
+"""The controller's rules: validates cluster changes and writes them as metadata records.
 
 Every decision — a topic created, partitions added, a config altered, a broker registered —
-becomes a batch of records appended to the metadata log and replayed into the image; the
-broker side learns of it only through that replay (the delta handed to ``publish``). This
-is the single-node form of Kafka's QuorumController; replication of the metadata log
-among several controllers (Raft) comes with the cluster issue.
+becomes one batch of records handed to ``log.append`` (the commit seam) and replayed into
+``image``. In the server the seam is :class:`kesque.controller.quorum.QuorumController`: the
+batch is proposed to the raft quorum, ``image`` is the active controller's working image, and
+the request is answered once the batch is committed; brokers learn of it only through the
+committed records. Given a :class:`~kesque.metadata.log.MetadataLog` instead, the commit is a
+local fsynced append (the unit tests' single-node form).
 """
 
 from __future__ import annotations

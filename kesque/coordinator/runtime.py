@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..errors import ErrorCode, KafkaError
 from ..records.records import CONTROL_COMMIT, build_batch, iter_records, read_end_txn_marker
@@ -63,28 +65,43 @@ class ShardTimer:
         self.timer.cancel(self.prefix + key)
 
 
+@dataclass(frozen=True)
+class CoordinatorHost:
+    """What a coordinator needs from the node it runs on, and nothing more: the event loop
+    its timers run on, the clock, the broker config, the replica manager (its partitions'
+    leadership and logs) and the current metadata image (a getter: the node replaces its
+    image when it loads a metadata snapshot)."""
+
+    loop: Any
+    clock: Any
+    config: Any
+    replica_manager: Any
+    image: Callable[[], Any]
+    share_manager: Callable[[], Any] = lambda: None  # the share-partition manager, once it exists
+
+
 class CoordinatorRuntime:
     TOPIC = ""
     PARTITIONS_KEY = ""  # broker config with the topic's partition count
     NAME = "coordinator"
 
-    def __init__(self, server):
-        self.server = server
-        self.timer = LoopTimer(server.loop)
+    def __init__(self, host: CoordinatorHost):
+        self.host = host
+        self.timer = LoopTimer(host.loop)
         self.shards: dict = {}
         self.load_seconds: dict[int, float] = {}
 
     # ------------------------------------------------------------------ placement
     def partition_for(self, key: str) -> int:
-        t = self.server.image.topic(self.TOPIC)
-        n = len(t.partitions) if t is not None else self.server.config.get(self.PARTITIONS_KEY)
+        t = self.host.image().topic(self.TOPIC)
+        n = len(t.partitions) if t is not None else self.host.config.get(self.PARTITIONS_KEY)
         return (java_string_hash(key) & 0x7FFFFFFF) % n
 
     def shard_for(self, key: str):
         p = self.partition_for(key)
         shard = self.shards.get(p)
         if shard is None:
-            part = self.server.replica_manager.partitions.get((self.TOPIC, p))
+            part = self.host.replica_manager.partitions.get((self.TOPIC, p))
             if part is not None and part.is_leader:
                 raise KafkaError(ErrorCode.coordinator_load_in_progress,
                                  "The coordinator is loading and hence can't process requests.")
@@ -105,7 +122,7 @@ class CoordinatorRuntime:
 
     def _load(self, partition: int) -> None:
         t0 = time.monotonic()
-        part = self.server.replica_manager.partitions[(self.TOPIC, partition)]
+        part = self.host.replica_manager.partitions[(self.TOPIC, partition)]
         shard = self.new_shard(partition, part.leader_epoch)
         n = 0
         lg = part.log
@@ -147,7 +164,7 @@ class CoordinatorRuntime:
         that producer's transaction (transactional offset commits)."""
         if not records:
             return
-        rm = self.server.replica_manager
+        rm = self.host.replica_manager
         part = rm.partitions.get((self.TOPIC, partition))
         if part is None or not part.is_leader:
             raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
@@ -156,7 +173,7 @@ class CoordinatorRuntime:
             if entry is not None and producer_epoch < entry.epoch:
                 raise KafkaError(ErrorCode.invalid_producer_epoch,
                                  f"Producer epoch {producer_epoch} is older than {entry.epoch} in {part.tp}")
-        now = self.server.clock.now_ms()
+        now = self.host.clock.now_ms()
         batch = build_batch([(k, v, ()) for k, v in records], timestamp=now, producer_id=producer_id,
                             producer_epoch=producer_epoch, transactional=producer_id >= 0)
         info = part.log.append_new_batch(batch, part.leader_epoch, now)

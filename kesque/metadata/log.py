@@ -1,9 +1,11 @@
 """The metadata log: ``__cluster_metadata-0``, an append-only log of metadata records.
 
 Each committed change is one RecordBatch (atomic: a topic and all its partitions land
-together), fsynced before the change is applied to the image. At start the whole log is
-replayed into a fresh :class:`MetadataImage`. A later issue replicates this log with Raft
-among controllers; nothing else in kesque stores cluster metadata.
+together), fsynced before the change is applied to the image. This is the writer kesque used
+before the metadata quorum; the server now runs ``__cluster_metadata-0`` with KRaft
+(:mod:`kesque.server.raft_manager`, whose ``FileRaftLog`` reads the logs written here). It stays
+as a local, synchronous commit for unit tests of the controller's rules and for tests that
+write metadata records behind a stopped broker's back.
 """
 
 from __future__ import annotations

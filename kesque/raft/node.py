@@ -244,6 +244,8 @@ class RaftNode:
     def _election_deadline(self, now: int) -> int:
         if not self.is_voter:
             return NEVER        # observers never stand for election
+        if len(self.voters) == 1:
+            return now          # the only voter: no one to wait for, it elects itself at once (as Kafka's)
         t = self.config.election_timeout_ms
         return now + t + self.rng.randrange(t)
 

@@ -10,6 +10,7 @@ re-frame what a producer sent.
 from __future__ import annotations
 
 import struct
+import threading
 
 import cramjam
 
@@ -69,27 +70,31 @@ _INTO = {GZIP: cramjam.gzip.decompress_into, LZ4: cramjam.lz4.decompress_into,
 SCRATCH_START = 8 * 1024 * 1024
 #: a batch may not decompress to more than this (a decompression bomb must not exhaust memory)
 MAX_DECOMPRESSED = 256 * 1024 * 1024
-_scratch = bytearray(0)
+# one reused buffer per thread: each node's event loop (several may run in one process, each
+# on its own thread) and each worker thread gets its own
+_local = threading.local()
 
 
 def decompress_transient(codec: int, data) -> memoryview:
     """Decompress into a reused buffer: about twice as fast as :func:`decompress`, which
-    allocates and grows its output. The view is valid until the next call (the produce
-    path validates one batch at a time on one thread). Refuses batches that expand beyond
+    allocates and grows its output. The view is valid until the calling thread's next call
+    (the produce path validates one batch at a time). Refuses batches that expand beyond
     MAX_DECOMPRESSED."""
-    global _scratch
     if codec == SNAPPY and memoryview(data)[:8] == XERIAL_MAGIC:
         return decompress(codec, data)
     into = _INTO.get(codec)
     if into is None:
         raise CompressionError(f"unknown compression codec {codec}")
-    size = max(len(_scratch), SCRATCH_START)
+    scratch = getattr(_local, "scratch", None)
+    if scratch is None:
+        scratch = _local.scratch = bytearray(0)
+    size = max(len(scratch), SCRATCH_START)
     while True:
-        if len(_scratch) < size:
-            _scratch = bytearray(size)
+        if len(scratch) < size:
+            scratch = _local.scratch = bytearray(size)
         try:
-            n = into(data, _scratch)
-            return memoryview(_scratch)[:n]
+            n = into(data, scratch)
+            return memoryview(scratch)[:n]
         except Exception as e:
             if "smaller than required" not in str(e) and "failed to write whole buffer" not in str(e):
                 raise CompressionError(f"cannot decompress {codec}: {e}") from e

@@ -1,10 +1,13 @@
 """KesqueServer: wires storage, metadata, controller, replication and the network together
 and runs the periodic work (retention, flushes, checkpoints).
 
-Start-up order follows Kafka's: format/verify the log dirs, replay the metadata log into
-the image, load (and if needed recover) the partition logs, apply the image to the
-ReplicaManager (leaders elected in the image become leaders here), open the listeners, and
-register this broker with the controller.
+Start-up order follows Kafka's: format/verify the log dirs, open the controller listener
+(when the quorum has other members) and start the raft node of ``__cluster_metadata``, wait
+until the committed metadata is applied to the image, load (and if needed recover) the
+partition logs, apply the image to the ReplicaManager (leaders elected in the image become
+leaders here), open the broker listeners, and register this broker with the active controller.
+The broker's image is fed only by committed metadata records; the controller (when this node
+is one) keeps its own images (kesque.controller.quorum).
 """
 
 from __future__ import annotations
@@ -17,21 +20,27 @@ import functools
 import inspect
 import logging
 import os
+import random
 import socket
 import time
+import uuid
 
 from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
 from ..config.broker import BrokerConfig
-from ..controller.controller import Controller
+from ..controller.controller import FEATURES
+from ..controller.quorum import QuorumController
+from ..metadata import records as metadata_records
+from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import Delta, MetadataImage
-from ..metadata.log import MetadataLog
 from ..protocol import api as protocol
 from ..protocol.primitives import INT32, ProtocolError
 from ..replication.replica_manager import ReplicaManager
 from ..storage import checkpoint as ck
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
+from .channel import Channel
 from .context import NO_RESPONSE, CloseConnection, RequestContext
+from .forwarding import ControllerRouter
 from .network import SocketServer
 from . import quotas as quota_core
 from .quotas import ANONYMOUS, Quotas
@@ -86,6 +95,15 @@ class KesqueServer:
         if config.node_id < 0:
             config.static["node.id"] = config.static["broker.id"] = self.node_id
         self.apis: dict[int, protocol.ApiSpec] = {}
+        self.controller_apis: dict[int, protocol.ApiSpec] = {}  # served on controller listeners only
+        self.raft = None
+        self.quorum = None
+        self.controller = None
+        self.channel = None
+        self._metadata_ready = False
+        self.lifecycle = None      # BrokerLifecycle (registration, heartbeats) in a cluster
+        self.heartbeats = None
+        self._pending_delta = Delta()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.socket_server: SocketServer | None = None
         self.bound: dict[str, tuple[str, int]] = {}
@@ -136,53 +154,68 @@ class KesqueServer:
         check_fd_limit(list(dict.fromkeys([*self.log_manager.log_dirs, meta_dir])))
         cluster_id = self.log_manager.prepare_dirs()
         os.makedirs(meta_dir, exist_ok=True)
-        meta_clean = os.path.exists(os.path.join(meta_dir, ck.CLEAN_SHUTDOWN_FILE))
         self.image = MetadataImage()
         self.image.cluster_id = cluster_id
-        self.metadata_log = MetadataLog(meta_dir, self.clock, had_clean_shutdown=meta_clean)
-        self.metadata_log.replay_all(self.image)
+        self._start_quorum(meta_dir, cluster_id)
+        if not self.voters:
+            await self._discover_voters()
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, self.clock)
-        self.controller = Controller(cfg, self.image, self.metadata_log, self.clock, self._publish)
         from ..coordinator.group.runtime import GroupCoordinator
-        self.group_coordinator = GroupCoordinator(self)
+        from ..coordinator.runtime import CoordinatorHost
+        host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image,
+                               lambda: getattr(self, "share_manager", None))
+        self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
         from ..coordinator.producer_id import ProducerIdManager
         from ..coordinator.transaction.runtime import TransactionCoordinator
-        self.producer_ids = ProducerIdManager(lambda: self.controller.allocate_producer_ids(self.node_id,
-                                                                                           self.broker_epoch))
-        self.txn_coordinator = TransactionCoordinator(self, self.producer_ids)
+        self.producer_ids = ProducerIdManager(lambda: self.controllers.allocate_producer_ids(self.node_id,
+                                                                                            self.broker_epoch),
+                                              self.spawn)
+        self.txn_coordinator = TransactionCoordinator(host, self.producer_ids)
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.share_coordinator = None
         from ..share import enabled as share_groups_enabled
         if share_groups_enabled(cfg):
             from ..coordinator.share.runtime import ShareCoordinator
-            self.share_coordinator = ShareCoordinator(self)
+            self.share_coordinator = ShareCoordinator(host)
             self.replica_manager.add_leadership_listener(self.share_coordinator.on_leadership)
-        self.controller.bootstrap()
-        self.quotas.update(self.image.client_quotas)
-        self.add_publisher(lambda delta: delta.changed_quotas and self.quotas.update(self.image.client_quotas))
-        # dynamic broker configs and the logs, as the image describes them
-        full = Delta(changed_configs=set(self.image.configs))
-        self.replica_manager.apply_delta(full)
-        self.log_manager.load_logs(self.replica_manager.config_for_loading)
-        if meta_dir not in self.log_manager.log_dirs:
-            ck.consume_clean_shutdown(meta_dir)
         self._register_apis()
-        # network
         self.socket_server = SocketServer(self.loop, self.handle_frame, cfg.get("socket.request.max.bytes"),
                                           cfg.get("socket.send.buffer.bytes"), cfg.get("socket.receive.buffer.bytes"),
                                           cfg.get("queued.max.request.bytes"), cfg.get("connections.max.idle.ms"))
         self.socket_server.admit = self._admit_connection
         self.socket_server.release = self.quotas.connections.release
-        controller_names = {n.upper() for n in cfg.get("controller.listener.names")}
-        for lis in cfg.listeners():
-            if lis.name in controller_names:
-                continue  # single node: the controller is in-process, no controller listener needed
-            port = self.socket_server.listen(lis.host, lis.port, lis.name)
-            self.bound[lis.name] = (lis.host, port)
-            log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)
-        self.broker_epoch = self.controller.register_broker(self.node_id, self._endpoints())
+        # the controller listener first: the quorum needs it to elect a leader and to replicate
+        # (a lone voter needs none: its controller is in-process, as before)
+        controller_bound = {}
+        if self.cluster_mode and self.node_id in self.voters:
+            controller_bound = self._listen(lambda name: name in self.controller_listener_names)
+        self.raft.endpoints = tuple((name, *self._advertised(host, port)) for name, (host, port)
+                                    in controller_bound.items())
+        self.raft.start()
+        await self.raft.wait_caught_up()
+        log.info("Metadata caught up to offset %d", self.image.offset)
+        # the committed metadata is in the image: now the logs and the broker listeners
+        self.quotas.update(self.image.client_quotas)
+        self.add_publisher(lambda delta: delta.changed_quotas and self.quotas.update(self.image.client_quotas))
+        full = Delta(changed_configs=set(self.image.configs))
+        self.replica_manager.apply_delta(full)
+        self.log_manager.load_logs(self.replica_manager.config_for_loading)
+        if meta_dir not in self.log_manager.log_dirs:
+            ck.consume_clean_shutdown(meta_dir)
+        self._metadata_ready = True
+        self._publish(self._pending_delta)
+        self._pending_delta = Delta()
+        self.bound.update(self._listen(lambda name: name not in self.controller_listener_names))
+        self.bound.update(controller_bound)
+        if "broker" in self.roles:
+            if self.cluster_mode:
+                await self._join_cluster(cluster_id)
+            else:   # a lone node: registered and unfenced at once, as before the quorum
+                self.broker_epoch = await self.controllers.register_broker(
+                    self.node_id, self._endpoints(), cluster_id, uuid.uuid4(), FEATURES, cfg.get("broker.rack"))
+            await self.producer_ids.load()
         # partitions of every topic in the image (become leader where this node leads)
         self.replica_manager.apply_delta(Delta(changed_partitions={
             (t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions}))
@@ -194,6 +227,147 @@ class KesqueServer:
         self.started.set()
         log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
                  (time.monotonic() - t0) * 1000, cluster_id)
+
+    async def _join_cluster(self, cluster_id: str | None) -> None:
+        """BrokerRegistration, then heartbeats until the controller unfences this broker (it
+        has caught up with the metadata log and its logs are loaded), as Kafka's broker
+        start-up waits for; heartbeats every broker.heartbeat.interval.ms from then on."""
+        from ..controller.controller import METADATA_VERSION_LEVEL
+        from ..metadata.image import Endpoint
+        from .heartbeats import LifecycleDriver
+        from .lifecycle import BrokerLifecycle
+
+        lc = BrokerLifecycle(self.node_id, uuid.uuid4(), self.config, cluster_id=cluster_id or "",
+                             listeners=[Endpoint(**e) for e in self._endpoints()],
+                             features={"metadata.version": (1, METADATA_VERSION_LEVEL)},
+                             rack=self.config.get("broker.rack"), rng=random.Random(), now=self._now_ms())
+        lc.on_metadata_offset(self.image.offset)
+        lc.set_ready_to_unfence(self._now_ms())     # the logs are loaded
+        self.lifecycle = lc
+        self.heartbeats = LifecycleDriver(lc, self.controllers, self._now_ms)
+        self.heartbeats.start()
+        await self.heartbeats.until(lambda: lc.unfenced or lc.shutdown_finished)
+        if lc.shutdown_finished:
+            raise RuntimeError(f"broker {self.node_id} could not join the cluster: {lc.shutdown_reason}")
+        self.broker_epoch = lc.broker_epoch
+
+    async def _controlled_shutdown(self) -> None:
+        """SIGTERM in a cluster: the controller moves this broker's leaderships off it
+        (controlled.shutdown.enable) before the broker stops serving."""
+        lc = self.lifecycle
+        if lc is None or lc.shutdown_finished:
+            return
+        lc.begin_controlled_shutdown(self._now_ms())
+        self.heartbeats.wake()
+        await self.heartbeats.until(lambda: lc.shutdown_finished)
+        log.info("Controlled shutdown finished: %s", lc.shutdown_reason)
+
+    def _listen(self, which) -> dict[str, tuple[str, int]]:
+        out = {}
+        for lis in self.config.listeners():
+            if not which(lis.name):
+                continue
+            port = self.socket_server.listen(lis.host, lis.port, lis.name)
+            out[lis.name] = (lis.host, port)
+            log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)
+        return out
+
+    @staticmethod
+    def _advertised(host: str, port: int) -> tuple[str, int]:
+        return (host if host and host not in ("0.0.0.0", "::") else socket.getfqdn()), port
+
+    def _start_quorum(self, meta_dir: str, cluster_id: str | None) -> None:
+        """The raft node of __cluster_metadata (a voter when this node is a controller in
+        controller.quorum.voters, else an observer), the controller when this node is one, and
+        the router that takes the broker's controller calls where the active controller is."""
+        from .raft_manager import RaftManager, quorum_config
+
+        cfg = self.config
+        self.roles = set(cfg.get("process.roles") or ("broker", "controller"))
+        self.controller_listener_names = {n.upper() for n in cfg.get("controller.listener.names")}
+        self.voters = not_yet.voter_addresses(cfg, self.node_id)
+        # several nodes (voters, or separate broker and controller roles): the controller
+        # listener, broker heartbeats and fencing; a lone combined node keeps it all in process
+        self.cluster_mode = len(self.voters) > 1 or self.roles != {"broker", "controller"}
+        qc = quorum_config(cfg, lone_voter=list(self.voters) == [self.node_id])
+        # two channels, as Kafka's raft and controller clients: responses come back in request
+        # order on a connection, and a forwarded request that waits for a commit must not
+        # hold up the raft Fetch whose answer the commit needs
+        raft_channel = Channel(self.voters.get, client_id=f"raft-client-{self.node_id}",
+                               request_timeout_ms=qc.request_timeout_ms)
+        self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
+        self._channels = (raft_channel, self.channel)
+        self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id)
+        self.snapshots = metadata_snapshot.SnapshotPolicy.from_config(cfg, self._now_ms())
+        if "controller" in self.roles and self.node_id in self.voters:
+            self.quorum = QuorumController(cfg, self.clock, self.raft, cluster_id, lifecycle=self.cluster_mode)
+            self.controller = self.quorum.controller
+            self.raft.on_snapshot(self.quorum.load_snapshot)
+            self.raft.on_commit(self.quorum.apply_committed)
+            self.raft.on_state_change(self.quorum.on_state_change)
+        self.raft.on_snapshot(self._load_snapshot)
+        self.raft.on_commit(self._apply_committed)
+        self.controllers = ControllerRouter(self.node_id, self.quorum, lambda: self.raft.leader_id, self.channel,
+                                            self.controller_listener_names)
+
+    async def _discover_voters(self) -> None:
+        """A broker-only node given controller.quorum.bootstrap.servers and no voters asks
+        them (DescribeQuorum v2) for the voters and their controller endpoints."""
+        from .raft_manager import discover_voters
+
+        servers = [s.strip() for s in self.config.get(not_yet.BOOTSTRAP) or [] if s.strip()]
+        addrs = [(host.strip("[]") or "localhost", int(port)) for host, _, port in (s.rpartition(":") for s in servers)]
+        found = await discover_voters(addrs, self.controller_listener_names, self.node_id)
+        self.voters.update(found)
+        self.raft.voters.update(found)
+        log.info("Controller quorum voters from %s: %s", not_yet.BOOTSTRAP,
+                 ", ".join(f"{v}@{h}:{p}" for v, (h, p) in sorted(found.items())))
+
+    def _load_snapshot(self, values: list, end_offset: int) -> None:
+        """A metadata snapshot (at start, or fetched from the leader): the image is rebuilt."""
+        cluster_id = self.image.cluster_id
+        fresh = MetadataImage()
+        fresh.cluster_id = cluster_id
+        fresh.offset = end_offset - 1
+        self.snapshots.reset(self._now_ms())
+        delta = Delta()
+        for v in values:
+            if isinstance(v, (bytes, bytearray)):
+                fresh.replay(metadata_records.decode(v), delta)
+        self.image.__dict__.update(fresh.__dict__)
+        self._deliver(delta)
+
+    def _apply_committed(self, records: list) -> None:
+        """Committed metadata records, in offset order: replayed into the broker's image."""
+        delta = Delta()
+        size = 0
+        for rec in records:
+            if isinstance(rec.value, (bytes, bytearray)):
+                self.image.replay(metadata_records.decode(rec.value), delta)
+                size += len(rec.value)
+            self.image.offset = rec.offset
+        if records and self.snapshots.on_batch(size, self._now_ms()):
+            self._take_snapshot()
+        if self.lifecycle is not None:
+            self.lifecycle.on_metadata_offset(self.image.offset)
+        self._deliver(delta)
+
+    def _take_snapshot(self) -> None:
+        """metadata.log.max.record.bytes.between.snapshots (or .max.snapshot.interval.ms)
+        reached: the image, as records, becomes a snapshot and the log behind it goes."""
+        try:
+            self.raft.snapshot(self.image.offset + 1,
+                               [metadata_records.encode(r) for r in metadata_snapshot.image_records(self.image)])
+        except Exception:
+            log.exception("metadata snapshot failed")
+
+    def _deliver(self, delta: Delta) -> None:
+        if not delta:
+            return
+        if self._metadata_ready:
+            self._publish(delta)
+        else:
+            self._pending_delta.merge(delta)
 
     def _write_checkpoints_at_start(self) -> None:
         """The log dir's checkpoints exist from the start, not from the first periodic write a
@@ -221,7 +395,8 @@ class KesqueServer:
 
     def _warn_not_yet(self) -> None:
         """Once at start: what is stored but not acted on."""
-        self.controller.warn_without_effect()
+        if self.controller is not None:
+            self.controller.warn_without_effect()
 
     def _start_log_cleaner(self) -> None:
         """log.cleaner.enable: the background cleaner of compacted logs, woken every
@@ -261,7 +436,14 @@ class KesqueServer:
     async def stop(self, clean: bool = True) -> None:
         if self.stopped:
             return
+        if clean and self.lifecycle is not None:
+            try:
+                await self._controlled_shutdown()
+            except Exception:
+                log.exception("controlled shutdown failed")
         self.stopped = True
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
         for t in self._timers:
             t.cancel()
         if self.socket_server is not None:
@@ -279,9 +461,12 @@ class KesqueServer:
             if clean:
                 self.log_manager.write_checkpoints(self.log_cleaner.manager.checkpoint_jobs(self.log_manager))
         self.io_executor.shutdown(wait=True)
+        if self.raft is not None and self.raft.node is not None:
+            await self.raft.close(graceful=clean)
+        for channel in getattr(self, "_channels", ()):
+            channel.close()
         if clean:
             self.log_manager.shutdown(self.broker_epoch)
-            self.metadata_log.close()
             meta_dir = os.path.abspath(self.config.metadata_log_dir)
             if meta_dir not in self.log_manager.log_dirs:
                 ck.write_clean_shutdown(meta_dir, self.broker_epoch)
@@ -353,8 +538,11 @@ class KesqueServer:
         register_all(self)
 
     def register(self, key: int, min_version: int, max_version: int, handler, raw: bool = False,
-                 refused_below: int = -1) -> None:
-        self.apis[key] = protocol.ApiSpec(key, min_version, max_version, handler, raw, refused_below)
+                 refused_below: int = -1, controller_only: bool = False) -> None:
+        """``controller_only``: served on the controller listeners only (as Kafka's raft and
+        controller RPCs), and not advertised on the others."""
+        table = self.controller_apis if controller_only else self.apis
+        table[key] = protocol.ApiSpec(key, min_version, max_version, handler, raw, refused_below)
 
     def handle_frame(self, conn, frame: memoryview) -> None:
         """Parse one request frame and answer it (now, later, or never for acks=0)."""
@@ -365,6 +553,8 @@ class KesqueServer:
             conn.close()
             return
         spec = self.apis.get(header.api_key)
+        if self.controller_apis and conn.listener in self.controller_listener_names:
+            spec = self.controller_apis.get(header.api_key, spec)
         if spec is None:
             log.warning("%s: closing connection: unknown API key %d (client %s)", conn.id, header.api_key,
                         header.client_id)

@@ -66,6 +66,24 @@ def _through(buf: bytes, last_offset: int) -> bytes:
     return buf
 
 
+FIRST_READ = 64 << 10
+
+
+def _read(part, offset: int, max_bytes: int, max_records: int, isolation) -> tuple[bytes, int, list]:
+    """Read from ``offset`` for a fetch of at most ``max_records``: (bytes, last offset of their
+    complete batches, ranges never to deliver). Reads grow from FIRST_READ up to ``max_bytes``
+    until they hold ``max_records`` offsets, so a fetch of a few hundred small records does not
+    read ``max_bytes`` of the log (most of which it would not hand out)."""
+    size = min(max_bytes, FIRST_READ)
+    while True:
+        res = part.read(offset, size, isolation, True)
+        buf = b"".join(os.pread(h.fd, n, pos) for h, pos, n in res.data.regions)
+        last, skip = scan_batches(buf, res.aborted_transactions)
+        if last - offset + 1 >= max_records or size >= max_bytes or len(buf) < size:
+            return buf, last, skip
+        size = min(max_bytes, size * 4)
+
+
 class SharePartitionManager:
     def __init__(self, server):
         self.server = server
@@ -142,12 +160,11 @@ class SharePartitionManager:
             sp = self.partitions.get((group_id, topic_id, partition))
             if sp is None:
                 raise KafkaError(ErrorCode.invalid_record_state, "No records of this partition were acquired.")
-            saved = sp.copy()
-            sp.acknowledge(member_id, batches, now_ms)
+            undo = sp.acknowledge(member_id, batches, now_ms)
             try:
                 self._persist((group_id, topic_id, partition), sp)
             except KafkaError:
-                self.partitions[(group_id, topic_id, partition)] = saved  # not durable: not done
+                sp.undo(undo)  # not durable: not done
                 raise
         except KafkaError as e:
             return e
@@ -173,9 +190,7 @@ class SharePartitionManager:
                 # records are about to be handed out: their start offset must survive a restart
                 self._state_shard(key).initialize(key, sp.start_offset, part.leader_epoch)
                 self._uninitialized.discard(key)
-            res = part.read(offset, max_bytes, isolation, True)
-            buf = b"".join(os.pread(h.fd, size, pos) for h, pos, size in res.data.regions)
-            last, skip = scan_batches(buf, res.aborted_transactions)
+            buf, last, skip = _read(part, offset, max_bytes, max_records, isolation)
             if last < offset:
                 return out
             out.acquired = sp.acquire(member_id, last, max_records, now_ms, skip)

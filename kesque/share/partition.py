@@ -113,6 +113,9 @@ class SharePartition:
         self.lock_duration_ms = lock_duration_ms
         self.start_offset = start_offset   # SPSO: the offset of self._window[0]
         self._window: list[_InFlight] = []
+        # no lock runs out before this: expire_locks skips its scan until then (a lower bound,
+        # lowered by every acquisition, made exact by every scan)
+        self._next_expiry = _NEVER
 
     # -- views ---------------------------------------------------------------------------------
 
@@ -154,6 +157,7 @@ class SharePartition:
             new = ARCHIVED
         if event == "acquire":
             rec.delivery_count += 1
+            self._next_expiry = min(self._next_expiry, deadline)
         rec.state = new
         rec.member_id = member_id if new == ACQUIRED else None
         rec.deadline = deadline if new == ACQUIRED else 0
@@ -170,31 +174,39 @@ class SharePartition:
         self.expire_locks(now_ms)
         deadline = now_ms + self.lock_duration_ms
         limit_end = self.start_offset + self.max_record_locks  # new records stop here
-        acquired: list[AcquiredRange] = []
+        runs: list[list[int]] = []  # [first, last, delivery count]
         offset = self.next_fetch_offset(now_ms)
+        w, base = self._window, self.start_offset
         while offset <= last_offset and max_records > 0:
-            if offset >= self.end_offset:
+            i = offset - base
+            if i >= len(w):
                 if offset >= limit_end:
                     break
-                self._window.append(_InFlight())
-            rec = self._window[offset - self.start_offset]
+                w.append(_InFlight())
+            rec = w[i]
             if rec.state == AVAILABLE:
-                if _in_ranges(offset, skip):
+                if skip and _in_ranges(offset, skip):
                     self._move(offset, rec, "archive")
                 else:
                     self._move(offset, rec, "acquire", member_id, deadline)
-                    _extend(acquired, offset, rec.delivery_count)
+                    if runs and runs[-1][1] == offset - 1 and runs[-1][2] == rec.delivery_count:
+                        runs[-1][1] = offset
+                    else:
+                        runs.append([offset, offset, rec.delivery_count])
                     max_records -= 1
             offset += 1
         self._advance_start()
-        return acquired
+        return [AcquiredRange(*r) for r in runs]
 
     def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], now_ms: int) -> None:
         """Apply acknowledgement batches ``(first, last, types)`` from ``member_id``: ``types`` has
         one acknowledge type for the whole range or one per offset. All or nothing: a bad batch
-        raises INVALID_REQUEST / INVALID_RECORD_STATE and no record moves."""
+        raises INVALID_REQUEST / INVALID_RECORD_STATE and no record moves.
+
+        Returns what :meth:`undo` needs to put the records back (the acknowledgement could not
+        be made durable)."""
         self.expire_locks(now_ms)
-        plan: dict[int, str] = {}
+        plan: dict[int, tuple[_InFlight, str]] = {}
         for first, last, types in batches:
             for offset, event in self._ack_events(first, last, types):
                 if offset in plan:
@@ -203,10 +215,19 @@ class SharePartition:
                 if rec is None or rec.state != ACQUIRED or rec.member_id != member_id:
                     raise error("invalid_record_state",
                                 f"Offset {offset} is not acquired by member {member_id}; it cannot be acknowledged.")
-                plan[offset] = event
-        for offset, event in plan.items():
-            self._move(offset, self._get(offset), event)
+                plan[offset] = rec, event
+        token = (self.start_offset, list(self._window),
+                 [(rec, rec.state, rec.delivery_count, rec.member_id, rec.deadline) for rec, _ in plan.values()])
+        for offset, (rec, event) in plan.items():
+            self._move(offset, rec, event)
         self._advance_start()
+        return token
+
+    def undo(self, token) -> None:
+        """Back to before the :meth:`acknowledge` that returned ``token`` (nothing else since)."""
+        self.start_offset, self._window, recs = token
+        for rec, state, count, member_id, deadline in recs:
+            rec.state, rec.delivery_count, rec.member_id, rec.deadline = state, count, member_id, deadline
 
     def _ack_events(self, first: int, last: int, types: list[int]):
         if first > last or not types or (len(types) != 1 and len(types) != last - first + 1):
@@ -230,7 +251,17 @@ class SharePartition:
 
     def expire_locks(self, now_ms: int) -> int:
         """Make acquired records whose lock ran out available again (or archive them)."""
-        n = self._move_where(lambda r: r.state == ACQUIRED and r.deadline <= now_ms, "expire")
+        if now_ms < self._next_expiry:
+            return 0
+        n, nxt = 0, _NEVER
+        for i, rec in enumerate(self._window):
+            if rec.state == ACQUIRED:
+                if rec.deadline <= now_ms:
+                    self._move(self.start_offset + i, rec, "expire")
+                    n += 1
+                else:
+                    nxt = min(nxt, rec.deadline)
+        self._next_expiry = nxt
         if n:
             self._advance_start()
         return n
@@ -247,29 +278,20 @@ class SharePartition:
             self._window, self.start_offset = [], log_start_offset
         self._advance_start()
 
-    def copy(self) -> "SharePartition":
-        """An independent copy (to go back to when an acknowledgement cannot be persisted)."""
-        sp = SharePartition(self.start_offset, delivery_count_limit=self.delivery_count_limit,
-                            max_record_locks=self.max_record_locks, lock_duration_ms=self.lock_duration_ms)
-        for rec in self._window:
-            c = _InFlight(rec.state, rec.delivery_count)
-            c.member_id, c.deadline = rec.member_id, rec.deadline
-            sp._window.append(c)
-        return sp
-
     # -- durable form ---------------------------------------------------------------------------
 
     def state_batches(self) -> list[StateBatch]:
         """The window from the SPSO as persisted state batches (acquired written as available)."""
         out: list[StateBatch] = []
+        first, run = self.start_offset, None
         for i, rec in enumerate(self._window):
-            state = AVAILABLE if rec.state == ACQUIRED else rec.state
-            offset = self.start_offset + i
-            if out and out[-1].last == offset - 1 and out[-1].state == state \
-                    and out[-1].delivery_count == rec.delivery_count:
-                out[-1] = StateBatch(out[-1].first, offset, state, rec.delivery_count)
-            else:
-                out.append(StateBatch(offset, offset, state, rec.delivery_count))
+            key = (AVAILABLE if rec.state == ACQUIRED else rec.state, rec.delivery_count)
+            if key != run:
+                if run is not None:
+                    out.append(StateBatch(first, self.start_offset + i - 1, *run))
+                first, run = self.start_offset + i, key
+        if run is not None:
+            out.append(StateBatch(first, self.end_offset - 1, *run))
         return out
 
     @classmethod
@@ -314,13 +336,8 @@ class SharePartition:
             self.start_offset += i
 
 
+_NEVER = float("inf")
+
+
 def _in_ranges(offset: int, ranges) -> bool:
     return any(first <= offset <= last for first, last in ranges)
-
-
-def _extend(acquired: list[AcquiredRange], offset: int, delivery_count: int) -> None:
-    last = acquired[-1] if acquired else None
-    if last is not None and last.last == offset - 1 and last.delivery_count == delivery_count:
-        acquired[-1] = AcquiredRange(last.first, offset, delivery_count)
-    else:
-        acquired.append(AcquiredRange(offset, offset, delivery_count))

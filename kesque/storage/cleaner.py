@@ -242,7 +242,7 @@ class Cleaner:
                     if full:  # clean up to here; keys mapped from this batch only remove older records
                         if mapped_end == start:
                             raise ValueError(
-                                f"{h.records_count} records in the first dirty batch of {lg.tp[0]}-{lg.tp[1]} "
+                                f"{h.records_count} records in the first dirty batch of {lg.tp} "
                                 f"(offset {h.base_offset}) but the offset map can fit only {omap.max_entries}. "
                                 "You can increase log.cleaner.dedupe.buffer.size or decrease log.cleaner.threads")
                         return mapped_end

@@ -20,21 +20,21 @@ class GroupCoordinator(CoordinatorRuntime):
     PARTITIONS_KEY = "offsets.topic.num.partitions"
     NAME = "group coordinator"
 
-    def __init__(self, server):
-        super().__init__(server)
-        self.config = GroupConfig.from_broker(server.config)
+    def __init__(self, host):
+        super().__init__(host)
+        self.config = GroupConfig.from_broker(host.config)
 
     def new_shard(self, partition: int, leader_epoch: int) -> GroupCoordinatorShard:
         shard = GroupCoordinatorShard(partition, self.config,
                                       lambda recs, pid=-1, epoch=-1: self.write(partition, recs, pid, epoch),
-                                      ShardTimer(self.timer, partition), self.server.clock,
-                                      topics=lambda: self.server.image,
-                                      group_configs=lambda gid: self.server.image.configs.get((RESOURCE_GROUP, gid), {}))
+                                      ShardTimer(self.timer, partition), self.host.clock,
+                                      topics=self.host.image,
+                                      group_configs=lambda gid: self.host.image().configs.get((RESOURCE_GROUP, gid), {}))
         shard.share_member_removed = self._share_member_removed
         return shard
 
     def _share_member_removed(self, group_id: str, member_id: str) -> None:
-        manager = getattr(self.server, "share_manager", None)  # set once the share APIs are registered
+        manager = self.host.share_manager()  # set once the share APIs are registered
         if manager is not None:
             manager.member_left(group_id, member_id)
 

@@ -22,7 +22,7 @@ class ShareCoordinator(CoordinatorRuntime):
 
     def new_shard(self, partition: int, leader_epoch: int) -> ShareCoordinatorShard:
         return ShareCoordinatorShard(partition, lambda recs: self.write(partition, recs),
-                                     self.server.config.get("share.coordinator.snapshot.update.records.per.snapshot"))
+                                     self.host.config.get("share.coordinator.snapshot.update.records.per.snapshot"))
 
     def shard_for_partition(self, group_id: str, topic_id, partition: int) -> ShareCoordinatorShard:
         return self.shard_for(coordinator_key(group_id, topic_id, partition))

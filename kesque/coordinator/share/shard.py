@@ -13,6 +13,7 @@ state changes only after the write succeeds.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from ...share.partition import StateBatch
@@ -30,18 +31,29 @@ class ShareState:
 
 
 def merge(start_offset: int, old: list[StateBatch], new: list[StateBatch]) -> list[StateBatch]:
-    """``new`` laid over ``old``, offsets below ``start_offset`` dropped, neighbours joined."""
-    per_offset: dict[int, tuple[int, int]] = {}
-    for b in [*old, *new]:
-        for o in range(max(b.first, start_offset), b.last + 1):
-            per_offset[o] = (b.state, b.delivery_count)
+    """``new`` laid over ``old`` (a later batch wins where batches overlap), offsets below
+    ``start_offset`` dropped, neighbours joined. A sweep over batch edges, not over offsets:
+    a state is a few batches spanning thousands of offsets."""
+    ranked = [(b, rank) for rank, b in enumerate([*old, *new]) if b.last >= start_offset]
+    starts = sorted(ranked, key=lambda x: max(x[0].first, start_offset))
+    edges = sorted({max(b.first, start_offset) for b, _ in ranked} | {b.last + 1 for b, _ in ranked})
+    active: list[tuple[int, int, StateBatch]] = []  # (-rank, end, batch): the latest batch on top
     out: list[StateBatch] = []
-    for o in sorted(per_offset):
-        state, count = per_offset[o]
-        if out and out[-1].last == o - 1 and (out[-1].state, out[-1].delivery_count) == (state, count):
-            out[-1] = StateBatch(out[-1].first, o, state, count)
+    i = 0
+    for lo, hi in zip(edges, edges[1:]):
+        while i < len(starts) and max(starts[i][0].first, start_offset) <= lo:
+            b, rank = starts[i]
+            heapq.heappush(active, (-rank, b.last + 1, b))
+            i += 1
+        while active and active[0][1] <= lo:  # ended: not under this interval any more
+            heapq.heappop(active)
+        if not active:
+            continue
+        b = active[0][2]
+        if out and out[-1].last == lo - 1 and (out[-1].state, out[-1].delivery_count) == (b.state, b.delivery_count):
+            out[-1] = StateBatch(out[-1].first, hi - 1, b.state, b.delivery_count)
         else:
-            out.append(StateBatch(o, o, state, count))
+            out.append(StateBatch(lo, hi - 1, b.state, b.delivery_count))
     return out
 
 

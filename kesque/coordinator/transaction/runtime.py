@@ -39,20 +39,20 @@ class TransactionCoordinator(CoordinatorRuntime):
     PARTITIONS_KEY = "transaction.state.log.num.partitions"
     NAME = "transaction coordinator"
 
-    def __init__(self, server, producer_ids):
-        super().__init__(server)
-        self.config = TxnConfig.from_broker(server.config)
+    def __init__(self, host, producer_ids):
+        super().__init__(host)
+        self.config = TxnConfig.from_broker(host.config)
         self.producer_ids = producer_ids
-        self.verification_enabled = server.config.get("transaction.partition.verification.enable")
+        self.verification_enabled = host.config.get("transaction.partition.verification.enable")
 
     def new_shard(self, partition: int, leader_epoch: int) -> TransactionCoordinatorShard:
         return TransactionCoordinatorShard(partition, self.config, lambda recs: self.write(partition, recs),
                                            lambda txn, commit: self._queue_markers(partition, txn, commit),
-                                           self.server.clock, self.producer_ids.generate, leader_epoch)
+                                           self.host.clock, self.producer_ids.generate, leader_epoch)
 
     # ------------------------------------------------------------------ markers
     def _queue_markers(self, partition: int, txn: TxnMetadata, commit: bool) -> None:
-        self.server.loop.call_soon(self._write_markers, partition, txn, commit, set(txn.partitions))
+        self.host.loop.call_soon(self._write_markers, partition, txn, commit, set(txn.partitions))
 
     def _write_markers(self, partition: int, txn: TxnMetadata, commit: bool, remaining: set) -> None:
         shard = self.shards.get(partition)
@@ -60,13 +60,13 @@ class TransactionCoordinator(CoordinatorRuntime):
         if current is None or current.pending is None or current.producer_id != txn.producer_id or \
                 current.producer_epoch != txn.producer_epoch:
             return  # unloaded, or the transaction moved on
-        rm = self.server.replica_manager
+        rm = self.host.replica_manager
         retry = set()
         for topic, p in sorted(remaining):
             try:
                 rm.append_txn_marker(topic, p, txn.producer_id, txn.producer_epoch, commit, shard.coordinator_epoch)
             except KafkaError as e:
-                t = self.server.image.topic(topic)
+                t = self.host.image().topic(topic)
                 if t is None or p not in t.partitions:
                     log.info("Dropping %s-%d from transaction %s: the partition no longer exists", topic, p,
                              txn.transactional_id)

@@ -11,13 +11,14 @@ def register_all(server) -> None:
     from .logdirs import LogDirApis
     from .offsets import OffsetApis
     from .produce import ProduceApis
+    from .quorum import QuorumApis
     from .quotas import QuotaApis
     from .share import ShareGroupApis
     from .topics import TopicApis
     from .transactions import TransactionApis
 
     for cls in (CoreApis, ProduceApis, TransactionApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis,
-                GroupApis, ShareGroupApis, QuotaApis):
+                GroupApis, ShareGroupApis, QuotaApis, QuorumApis):
         cls(server).register()
 
 
@@ -31,8 +32,9 @@ def served_versions(config: dict | None = None) -> dict[int, tuple[int, int]]:
             self.config = BrokerConfig(config or {})
             self.apis = {}
 
-        def register(self, key, lo, hi, handler, raw=False, refused_below=-1):
-            self.apis[key] = (lo, hi)
+        def register(self, key, lo, hi, handler, raw=False, refused_below=-1, controller_only=False):
+            if not controller_only:  # the broker listener's APIs
+                self.apis[key] = (lo, hi)
 
     reg = _Registry()
     register_all(reg)

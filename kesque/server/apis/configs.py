@@ -154,17 +154,20 @@ class ConfigApis:
         return m(throttle_time=0, results=tuple(results))
 
     def _alter(self, ctx, req, api_key: int, incremental: bool):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._alter_here(ctx, req, api_key, incremental))
+
+    async def _alter_here(self, ctx, req, api_key: int, incremental: bool):
         m = Msg(api_key, ctx.api_version)
         out = []
         for r in req.resources:
             try:
                 if incremental:
                     ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-                    self.server.controller.incremental_alter_configs(r.resource_type, r.resource_name, ops,
-                                                                     req.validate_only)
+                    await self.server.controllers.call("incremental_alter_configs", r.resource_type,
+                                                       r.resource_name, ops, req.validate_only)
                 else:
-                    self.server.controller.alter_configs(r.resource_type, r.resource_name,
-                                                         {c.name: c.value for c in r.configs}, req.validate_only)
+                    await self.server.controllers.call("alter_configs", r.resource_type, r.resource_name,
+                                                       {c.name: c.value for c in r.configs}, req.validate_only)
                 out.append(m("AlterConfigsResourceResponse", error_code=ErrorCode.none, error_message=None,
                              resource_type=r.resource_type, resource_name=r.resource_name))
             except KafkaError as e:

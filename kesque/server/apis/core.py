@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
-from ...controller.controller import FEATURES, INTERNAL_TOPICS, NewTopic, validate_topic_name
+from ...controller.controller import FEATURES, INTERNAL_TOPICS, CreatedTopic, NewTopic, validate_topic_name
 from ...errors import ErrorCode, KafkaError
 from ...protocol.primitives import INT16, INT32
 from ...utils import java_string_hash
@@ -86,6 +86,40 @@ class CoreApis:
         return tuple(out)
 
     def metadata(self, ctx, req):
+        """Topics to auto-create go to the active controller first (the answer waits for the
+        commit); a topic created elsewhere and not yet in this broker's image is
+        LEADER_NOT_AVAILABLE, as in Kafka, and the client asks again."""
+        wanted = self._auto_create_candidates(ctx, req)
+        if not wanted:
+            return self._metadata(ctx, req, {})
+        return self._metadata_after_create(ctx, req, wanted)
+
+    async def _metadata_after_create(self, ctx, req, wanted: list[str]):
+        try:
+            results = await self.server.controllers.create_topics([NewTopic(n) for n in wanted])
+        except KafkaError as e:
+            results = [CreatedTopic(n, error=e) for n in wanted]
+        return self._metadata(ctx, req, {r.name: r for r in results})
+
+    def _auto_create_candidates(self, ctx, req) -> list[str]:
+        requested = req.topics
+        if not requested or not getattr(req, "allow_auto_topic_creation", True) \
+                or not self.server.config.get("auto.create.topics.enable"):
+            return []
+        image = self.server.image
+        out = []
+        for t in requested:
+            name = t.name
+            if name is None or name in INTERNAL_TOPICS or image.topic(name) is not None or name in out:
+                continue
+            try:
+                validate_topic_name(name)
+            except KafkaError:
+                continue
+            out.append(name)
+        return out
+
+    def _metadata(self, ctx, req, created: dict):
         s = self.server
         v = ctx.api_version
         m = Msg(3, v)
@@ -113,9 +147,11 @@ class CoreApis:
             else:
                 t = image.topic(name)
             if t is None:
-                err = self._maybe_auto_create(name, allow_auto)
+                err = self._maybe_auto_create(name, allow_auto, created)
                 t = image.topic(name)
                 if t is None:
+                    if err == ErrorCode.none:
+                        err = ErrorCode.leader_not_available
                     topics.append(m("MetadataResponseTopic", error_code=err, name=name, topic_id=None,
                                     is_internal=name in INTERNAL_TOPICS, partitions=(),
                                     topic_authorized_operations=OMITTED_OPS))
@@ -144,7 +180,7 @@ class CoreApis:
                  is_internal=t.name in INTERNAL_TOPICS, partitions=tuple(parts),
                  topic_authorized_operations=_bits(_TOPIC_OPS) if include_ops else OMITTED_OPS)
 
-    def _maybe_auto_create(self, name: str, allow_auto: bool) -> ErrorCode:
+    def _maybe_auto_create(self, name: str, allow_auto: bool, created: dict) -> ErrorCode:
         s = self.server
         try:
             validate_topic_name(name)
@@ -152,7 +188,9 @@ class CoreApis:
             return ErrorCode.invalid_topic_exception
         if not (allow_auto and s.config.get("auto.create.topics.enable")) or name in INTERNAL_TOPICS:
             return ErrorCode.unknown_topic_or_partition
-        res = s.controller.create_topics([NewTopic(name)])[0]
+        res = created.get(name)
+        if res is None:
+            return ErrorCode.leader_not_available
         if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
             log.warning("Auto-creation of topic %s failed: %s", name, res.error)
             return ErrorCode.leader_not_available if res.error.code == ErrorCode.invalid_replication_factor \
@@ -187,14 +225,34 @@ class CoreApis:
     # ------------------------------------------------------------------ FindCoordinator
     def find_coordinator(self, ctx, req):
         """A key maps to a partition of its internal topic exactly as Kafka maps it; the
-        coordinator is that partition's leader. The topic is created on first use."""
+        coordinator is that partition's leader. The topic is created on first use (the answer
+        waits for the controller to commit it)."""
+        key_type = getattr(req, "key_type", 0)
+        keys = list(req.coordinator_keys) if ctx.api_version >= 4 else [req.key]
+        spec = internal_topic_to_create(self.server, key_type) if any(keys) else None
+        if spec is None:
+            return self._find_coordinator(ctx, req, None)
+        return self._find_after_create(ctx, req, spec)
+
+    async def _find_after_create(self, ctx, req, spec):
+        try:
+            res = (await self.server.controllers.create_topics([spec]))[0]
+        except KafkaError as e:
+            res = CreatedTopic(spec.name, error=e)
+        failed = res.error if res.error is not None and res.error.code != ErrorCode.topic_already_exists else None
+        return self._find_coordinator(ctx, req, failed)
+
+    def _find_coordinator(self, ctx, req, failed):
         v = ctx.api_version
         m = Msg(10, v)
         key_type = getattr(req, "key_type", 0)
         keys = list(req.coordinator_keys) if v >= 4 else [req.key]
         results = []
         for key in keys:
-            node, err, msg = self._coordinator_for(key_type, key)
+            if failed is not None and key:
+                node, err, msg = None, ErrorCode.coordinator_not_available, str(failed)
+            else:
+                node, err, msg = self._coordinator_for(key_type, key)
             ep = None
             if node is not None:
                 b = self.server.image.brokers.get(node)
@@ -213,32 +271,51 @@ class CoreApis:
         return coordinator_for(self.server, key_type, key)
 
 
+def _internal_topic(s, key_type: int):
+    """(topic, partitions key, replication factor key) of a coordinator key type, or None."""
+    if key_type == 0:
+        return "__consumer_offsets", "offsets.topic.num.partitions", "offsets.topic.replication.factor"
+    if key_type == 1:
+        return "__transaction_state", "transaction.state.log.num.partitions", \
+            "transaction.state.log.replication.factor"
+    if key_type == 2 and getattr(s, "share_coordinator", None) is not None:
+        return "__share_group_state", "share.coordinator.state.topic.num.partitions", \
+            "share.coordinator.state.topic.replication.factor"
+    return None
+
+
+def internal_topic_to_create(s, key_type: int) -> NewTopic | None:
+    """The internal topic of ``key_type`` when it is missing and the live brokers can host it."""
+    names = _internal_topic(s, key_type)
+    if names is None or s.image.topic(names[0]) is not None:
+        return None
+    topic, parts_key, rf_key = names
+    rf = s.config.get(rf_key)
+    if len(s.image.live_brokers()) < rf:
+        return None
+    segment_key = ("offsets.topic.segment.bytes", "transaction.state.log.segment.bytes",
+                   "share.coordinator.state.topic.segment.bytes")[key_type]
+    configs = {"cleanup.policy": "compact", "compression.type": "producer",
+               "segment.bytes": str(s.config.get(segment_key))}
+    if key_type == 1:
+        configs["min.insync.replicas"] = str(s.config.get("transaction.state.log.min.isr"))
+    elif key_type == 2:
+        configs["min.insync.replicas"] = str(s.config.get("share.coordinator.state.topic.min.isr"))
+    return NewTopic(topic, s.config.get(parts_key), rf, configs=configs)
+
+
 def coordinator_for(s, key_type: int, key: str):
     """(leader node or None, error code, message) of ``key``'s coordinator (key types 0 group,
-    1 transaction, 2 share); the internal topic is created on first use."""
-    if key_type == 0:
-        topic, parts_key, rf_key = "__consumer_offsets", "offsets.topic.num.partitions", \
-            "offsets.topic.replication.factor"
-    elif key_type == 1:
-        topic, parts_key, rf_key = "__transaction_state", "transaction.state.log.num.partitions", \
-            "transaction.state.log.replication.factor"
-    elif key_type == 2 and getattr(s, "share_coordinator", None) is not None:
-        topic, parts_key, rf_key = "__share_group_state", "share.coordinator.state.topic.num.partitions", \
-            "share.coordinator.state.topic.replication.factor"
-    else:
+    1 transaction, 2 share). A missing internal topic is asked of the controller and the
+    answer is COORDINATOR_NOT_AVAILABLE until this broker's image has it."""
+    names = _internal_topic(s, key_type)
+    if names is None:
         return None, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}"
     if not key:
         return None, ErrorCode.invalid_request, "Coordinator key must not be empty"
+    topic, _parts_key, rf_key = names
     t = s.image.topic(topic)
     if t is None:
-        segment_key = ("offsets.topic.segment.bytes", "transaction.state.log.segment.bytes",
-                       "share.coordinator.state.topic.segment.bytes")[key_type]
-        configs = {"cleanup.policy": "compact", "compression.type": "producer",
-                   "segment.bytes": str(s.config.get(segment_key))}
-        if key_type == 1:
-            configs["min.insync.replicas"] = str(s.config.get("transaction.state.log.min.isr"))
-        elif key_type == 2:
-            configs["min.insync.replicas"] = str(s.config.get("share.coordinator.state.topic.min.isr"))
         rf = s.config.get(rf_key)
         live = len(s.image.live_brokers())
         if live < rf:
@@ -248,10 +325,19 @@ def coordinator_for(s, key_type: int, key: str):
             log.error("%s This error can be ignored if the cluster is starting up and not all brokers are up yet.",
                       msg)
             return None, ErrorCode.coordinator_not_available, msg
-        res = s.controller.create_topics([NewTopic(topic, s.config.get(parts_key), rf, configs=configs)])[0]
-        if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
-            return None, ErrorCode.coordinator_not_available, str(res.error)
-        t = s.image.topic(topic)
+        spec = internal_topic_to_create(s, key_type)
+        if spec is not None:
+            s.spawn(_create_quietly(s, spec))
+        return None, ErrorCode.coordinator_not_available, "The coordinator is not available."
     partition = (java_string_hash(key) & 0x7FFFFFFF) % len(t.partitions)
     leader = t.partitions[partition].leader
     return leader, ErrorCode.none, None
+
+
+async def _create_quietly(s, spec: NewTopic) -> None:
+    try:
+        res = (await s.controllers.create_topics([spec]))[0]
+        if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
+            log.warning("Creation of internal topic %s failed: %s", spec.name, res.error)
+    except KafkaError as e:
+        log.warning("Creation of internal topic %s failed: %s", spec.name, e)

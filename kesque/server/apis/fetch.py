@@ -16,6 +16,8 @@ from ...protocol.fetch import FileRegion, FetchPartitionResponse, encode_fetch_r
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
 from ..quotas import ANONYMOUS
+from ...raft.wire import METADATA_TOPIC, METADATA_TOPIC_ID
+from ..context import NO_RESPONSE
 from .kiohelp import to_ms
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,16 @@ class _Item:
         self.regions = None
 
 
+def _is_metadata_fetch(req) -> bool:
+    """A raft replica's Fetch: the one partition __cluster_metadata-0 (by name, or by the
+    metadata topic id in v13+)."""
+    ts = req.topics
+    if len(ts) != 1 or len(ts[0].partitions) != 1 or ts[0].partitions[0].partition != 0:
+        return False
+    t = ts[0]
+    return getattr(t, "topic", None) == METADATA_TOPIC or getattr(t, "topic_id", None) == METADATA_TOPIC_ID
+
+
 class FetchApis:
     def __init__(self, server):
         self.server = server
@@ -50,6 +62,10 @@ class FetchApis:
 
     def register(self) -> None:
         self.server.register(1, MIN_VERSION, MAX_VERSION, self.fetch)
+
+    async def _raft_fetch(self, ctx, req):
+        resp = await self.server.raft.handle_request(1, ctx.api_version, req)
+        return NO_RESPONSE if resp is None else resp
 
     # ------------------------------------------------------------------ request -> partitions
     def fetch(self, ctx, req):
@@ -59,6 +75,9 @@ class FetchApis:
         rs = getattr(req, "replica_state", None)
         if rs is not None and v >= 15:
             replica_id = rs.replica_id
+        if replica_id >= 0 and s.raft is not None and ctx.listener in s.controller_listener_names \
+                and _is_metadata_fetch(req):
+            return self._raft_fetch(ctx, req)
         if replica_id >= 0:
             # follower fetches arrive with the replication issue; refuse rather than misserve
             # (they are never throttled by client quotas: keep them ahead of the quota checks)

@@ -80,10 +80,16 @@ class QuotaApis:
         return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
 
     def alter_client_quotas(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._alter_client_quotas(ctx, req))
+
+    async def _alter_client_quotas(self, ctx, req):
         m = Msg(49, ctx.api_version)
         alterations = [([(e.entity_type, e.entity_name) for e in entry.entity],
                         [(op.key, None if op.remove else op.value) for op in entry.ops]) for entry in req.entries]
-        results = self.server.controller.alter_client_quotas(alterations, req.validate_only)
+        try:
+            results = await self.server.controllers.call("alter_client_quotas", alterations, req.validate_only)
+        except KafkaError as e:
+            results = [(entries, e) for entries, _ops in alterations]
         out = tuple(m("EntryData", error_code=err.code if err else ErrorCode.none,
                       error_message=err.message if err else None,
                       entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in entries))

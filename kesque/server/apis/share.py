@@ -15,7 +15,7 @@ from ...errors import ErrorCode, KafkaError
 from ...share import enabled
 from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
-from .core import OMITTED_OPS
+from .core import OMITTED_OPS, internal_topic_to_create
 from .groups import GROUP_OPS, heartbeat_answer, heartbeat_failed
 from .kiohelp import Msg, to_ms
 
@@ -47,6 +47,22 @@ class ShareGroupApis:
         return self.server.group_coordinator
 
     def share_group_heartbeat(self, ctx, req):
+        """A share consumer's first call: the share-group state topic is asked of the
+        controller before the answer (its ShareFetch needs the topic, and would fail on
+        COORDINATOR_NOT_AVAILABLE while it is being created)."""
+        spec = internal_topic_to_create(self.server, 2)
+        if spec is None:
+            return self._share_group_heartbeat(ctx, req)
+        return self._heartbeat_after_create(ctx, req, spec)
+
+    async def _heartbeat_after_create(self, ctx, req, spec):
+        try:
+            await self.server.controllers.create_topics([spec])
+        except KafkaError as e:
+            log.warning("Creation of internal topic %s failed: %s", spec.name, e)
+        return self._share_group_heartbeat(ctx, req)
+
+    def _share_group_heartbeat(self, ctx, req):
         m = Msg(76, ctx.api_version)
         try:
             r = share_group_heartbeat(self.gc.shard_for(req.group_id), {

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from ...controller.controller import INTERNAL_TOPICS, NewTopic
+from ...controller.controller import INTERNAL_TOPICS, CreatedTopic, NewTopic
 from ...errors import ErrorCode, KafkaError
 from .configs import topic_config_entries
 from .core import OMITTED_OPS, _TOPIC_OPS, _bits
 from .kiohelp import Msg
+
+
+def _timeout_ms(req) -> int:
+    """The request's timeout (the controller's deadline for committing the change)."""
+    t = getattr(req, "timeout", None)
+    ms = int(t.total_seconds() * 1000) if t is not None else 0
+    return ms if ms > 0 else 30000
 
 
 class TopicApis:
@@ -22,6 +29,9 @@ class TopicApis:
 
     # ------------------------------------------------------------------ CreateTopics
     def create_topics(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._create_topics(ctx, req))
+
+    async def _create_topics(self, ctx, req):
         v = ctx.api_version
         m = Msg(19, v)
         specs = []
@@ -30,7 +40,11 @@ class TopicApis:
                                   {a.partition_index: list(a.broker_ids) for a in t.assignments},
                                   {c.name: c.value for c in t.configs}))
         quota = self.server.mutation_quota(ctx, strict_since=6)
-        results = self.server.controller.create_topics(specs, req.validate_only, quota)
+        try:
+            results = await self.server.controllers.call("create_topics", specs, req.validate_only, quota,
+                                                         timeout_ms=_timeout_ms(req))
+        except KafkaError as e:
+            results = [CreatedTopic(t.name, error=e) for t in specs]
         self.server.charge_mutations(ctx, quota)
         out = []
         for spec, res in zip(specs, results):
@@ -51,6 +65,9 @@ class TopicApis:
 
     # ------------------------------------------------------------------ DeleteTopics
     def delete_topics(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._delete_topics(ctx, req))
+
+    async def _delete_topics(self, ctx, req):
         v = ctx.api_version
         m = Msg(20, v)
         if v >= 6:
@@ -60,7 +77,11 @@ class TopicApis:
             names = list(req.topic_names)
             ids = [None] * len(names)
         quota = self.server.mutation_quota(ctx, strict_since=5)
-        results = self.server.controller.delete_topics(names, ids, quota)
+        try:
+            results = await self.server.controllers.call("delete_topics", names, ids, quota,
+                                                         timeout_ms=_timeout_ms(req))
+        except KafkaError as e:
+            results = [(name, topic_id, e) for name, topic_id in zip(names, ids)]
         self.server.charge_mutations(ctx, quota)
         out = []
         for name, topic_id, err in results:
@@ -70,6 +91,9 @@ class TopicApis:
 
     # ------------------------------------------------------------------ CreatePartitions
     def create_partitions(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._create_partitions(ctx, req))
+
+    async def _create_partitions(self, ctx, req):
         m = Msg(37, ctx.api_version)
         out = []
         seen = set()
@@ -80,7 +104,8 @@ class TopicApis:
                     raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
                 seen.add(t.name)
                 assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
-                self.server.controller.create_partitions(t.name, t.count, assignments, req.validate_only, quota)
+                await self.server.controllers.call("create_partitions", t.name, t.count, assignments,
+                                                   req.validate_only, quota, timeout_ms=_timeout_ms(req))
                 out.append(m("CreatePartitionsTopicResult", name=t.name, error_code=ErrorCode.none, error_message=None))
             except KafkaError as e:
                 out.append(m("CreatePartitionsTopicResult", name=t.name, error_code=e.code, error_message=e.message))

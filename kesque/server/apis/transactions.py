@@ -54,8 +54,11 @@ class TransactionApis:
         v = ctx.api_version
         m = Msg(22, v)
         if req.transactional_id is None:
-            return m(throttle_time=0, error_code=ErrorCode.none, producer_id=self.server.producer_ids.generate(),
-                     producer_epoch=0)
+            try:
+                pid = self.server.producer_ids.generate()
+            except KafkaError as e:
+                return m(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
+            return m(throttle_time=0, error_code=ErrorCode.none, producer_id=pid, producer_epoch=0)
         try:
             shard = self.tc.shard_for(req.transactional_id) if req.transactional_id else None
         except KafkaError as e:

@@ -1,0 +1,86 @@
+"""The KRaft and controller RPCs: Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot (and
+Fetch of ``__cluster_metadata``, see fetch.py) go to the raft manager; BrokerRegistration and
+AllocateProducerIds to the active controller; DescribeQuorum is answered by the raft leader.
+
+As in Kafka, the raft and controller RPCs are served on the controller listeners only;
+DescribeQuorum on every listener (a broker listener sends it on to the active controller).
+"""
+
+from __future__ import annotations
+
+from ...errors import ErrorCode, KafkaError
+from ...controller import cluster_control
+from ...raft import wire
+from ..context import NO_RESPONSE
+from .kiohelp import Msg
+
+
+class QuorumApis:
+    def __init__(self, server):
+        self.server = server
+
+    def register(self) -> None:
+        s = self.server
+        for key, api in ((52, "vote"), (53, "begin_quorum_epoch"), (54, "end_quorum_epoch"),
+                         (59, "fetch_snapshot")):
+            versions = wire.VERSIONS[api]
+            s.register(key, versions.start, versions.stop - 1, self.raft_rpc, controller_only=True)
+        s.register(62, 0, 4, self.broker_registration, controller_only=True)
+        s.register(63, 0, 1, self.broker_heartbeat, controller_only=True)
+        s.register(67, 0, 0, self.allocate_producer_ids, controller_only=True)
+        s.register(55, 0, 2, self.describe_quorum)
+
+    async def raft_rpc(self, ctx, req):
+        raft = self.server.raft
+        if raft is None:
+            return NO_RESPONSE
+        resp = await raft.handle_request(ctx.header.api_key, ctx.api_version, req)
+        return NO_RESPONSE if resp is None else resp
+
+    # ------------------------------------------------------------------ DescribeQuorum
+    def describe_quorum(self, ctx, req):
+        s = self.server
+        if not wire.is_metadata_partition(req):
+            m = Msg(55, ctx.api_version)
+            return m(error_code=ErrorCode.unknown_topic_or_partition, error_message=None, topics=(), nodes=())
+        return s.controllers.dispatch(ctx, req, lambda: self._describe_local(ctx))
+
+    def _describe_local(self, ctx):
+        raft = self.server.raft
+        return wire.describe_quorum_response(raft.describe_quorum(), ctx.api_version)
+
+    # ------------------------------------------------------------------ BrokerRegistration
+    def broker_registration(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._register(ctx, req))
+
+    async def _register(self, ctx, req):
+        m = Msg(62, ctx.api_version)
+        try:
+            epoch = await self.server.controllers.lifecycle_call("register", cluster_control.from_kio(req))
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, broker_epoch=-1)
+        return m(throttle_time=0, error_code=ErrorCode.none, broker_epoch=epoch)
+
+    # ------------------------------------------------------------------ BrokerHeartbeat
+    def broker_heartbeat(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._heartbeat(ctx, req))
+
+    async def _heartbeat(self, ctx, req):
+        try:
+            reply = await self.server.controllers.lifecycle_call("heartbeat", cluster_control.from_kio(req))
+        except KafkaError as e:
+            reply = cluster_control.HeartbeatReply(int(e.code))
+        return cluster_control.to_kio(reply, ctx.api_version)
+
+    # ------------------------------------------------------------------ AllocateProducerIds
+    def allocate_producer_ids(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._allocate(ctx, req))
+
+    async def _allocate(self, ctx, req):
+        m = Msg(67, ctx.api_version)
+        try:
+            start, length = await self.server.controllers.call("allocate_producer_ids", req.broker_id,
+                                                              req.broker_epoch)
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, producer_id_start=-1, producer_id_len=0)
+        return m(throttle_time=0, error_code=ErrorCode.none, producer_id_start=start, producer_id_len=length)
