@@ -113,7 +113,9 @@ class ReplicaLog(Protocol):
     def update_high_watermark(self, hw: int) -> None:
         """Set the HW, bounded by [log start, log end] (it may go back on a follower)."""
 
-    def truncate_to(self, offset: int) -> None: ...
+    def truncate_to(self, offset: int) -> None:
+        """Remove offsets >= ``offset``; past the end, still drop the leader-epoch entries that
+        start at the log end (an epoch begun as leader without a write)."""
 
     def truncate_fully_and_start_at(self, offset: int) -> None: ...
 
