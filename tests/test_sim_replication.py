@@ -71,6 +71,16 @@ def test_a_leader_that_never_reports_a_diverging_epoch_is_caught(monkeypatch):
     assert "in the ISR of partition" in first_violation()
 
 
+def test_a_follower_joining_the_isr_before_it_caught_up_is_caught(monkeypatch):
+    """Elected right after it rejoined, a follower that joined below the HW lacks committed records."""
+    def expand_at_once(self, b, st, log):
+        if self.pending is None and b not in self.isr and self._isr_eligible(b, st):
+            return self._propose("expand", self.isr + [b], frozenset([b]))
+        return None
+    monkeypatch.setattr(LeaderReplication, "_maybe_expand_isr", expand_at_once)
+    assert "are lost" in first_violation(scenarios=("repl_rejoin_then_leader_cut",))
+
+
 def test_an_election_outside_the_isr_is_caught(monkeypatch):
     """The controller moving leadership to any live replica (an unclean election while
     unclean.leader.election.enable is false) loses committed records."""

@@ -1104,6 +1104,29 @@ def repl_unclean_on(seed: int, **kw) -> ReplicationSim:
     return sim
 
 
+def repl_rejoin_then_leader_cut(seed: int, **kw) -> ReplicationSim:
+    """RF 2, min.insync.replicas 1: the follower is down while the leader commits alone; back, it
+    rejoins the ISR, and at that moment the leader is cut off: the follower is elected and must
+    hold everything committed (a follower joins only once it reaches the HW and the epoch start)."""
+    sim = ReplicationSim(seed, rf=2, min_isr=1)
+    sim.start()
+    pid = _victim_partition(sim)
+    sim.progress(pid, 5)
+    p = sim.partition(pid)
+    leader = p.leader
+    follower = next(r for r in p.replicas if r != leader)
+    sim.brokers[follower].kill()
+    sim.until(lambda: sim.partition(pid).isr == [leader], f"broker {follower} out of the ISR")
+    sim.progress(pid, 20)
+    sim.restart(follower)
+    sim.until(lambda: follower in sim.partition(pid).isr, f"broker {follower} back in the ISR")
+    sim.router.isolate(leader, [CONTROLLER] + list(sim.brokers))
+    sim.until(lambda: sim.leader(pid) == follower, f"broker {follower} elected")
+    sim.progress(pid, 5)
+    sim.converge()
+    return sim
+
+
 def _only_full_copy(sim: ReplicationSim, bid: int) -> bool:
     """Would a power loss of ``bid`` leave a partition without a running ISR member holding every
     committed record? (Kafka acknowledges before fsync: it counts on one in-sync copy surviving.)"""
@@ -1161,6 +1184,6 @@ def repl_chaos(seed: int, **kw) -> ReplicationSim:
 
 REPLICATION_SCENARIOS = {f.__name__: f for f in (
     repl_leader_kill, repl_follower_kill, repl_leader_partitioned, repl_disk_loss, repl_unclean_off,
-    repl_unclean_on, repl_chaos)}
+    repl_unclean_on, repl_rejoin_then_leader_cut, repl_chaos)}
 
 REPLICATION_BUGS = ("truncate_to_high_watermark",)
