@@ -127,3 +127,41 @@ def test_periodic_unclean_elections_follow_the_topic_config():
     assert ReplicationControl(lambda: img).elect_unclean_leaders() == []
     records = ReplicationControl(lambda: img, lambda t: t == "t").elect_unclean_leaders()
     assert [(r["leader"], r["isr"]) for r in records] == [(1, [1])]
+
+
+# -- KIP-966's eligible leader replicas (the election rules; the image does not carry the ELR yet) ----------
+def registration(isr, leader, elr=(), last_known_elr=(), replicas=(1, 2, 3)):
+    from types import SimpleNamespace
+    return SimpleNamespace(replicas=list(replicas), isr=list(isr), leader=leader, elr=list(elr),
+                           last_known_elr=list(last_known_elr), leader_recovery_state=RECOVERED)
+
+
+def elr_change(p, target_isr, live=(1, 2, 3), **kw):
+    return partition_change(TID, 0, p, lambda b: b in live, target_isr, elr_enabled=True, min_isr=2, **kw)
+
+
+def test_below_min_isr_the_leaving_members_stay_eligible_and_the_isr_may_empty():
+    rec = elr_change(registration([1, 2], 1), [1], live=(1,))
+    assert (rec["isr"], rec["eligible_leader_replicas"], rec["leader"]) == ([1], [2], -2)
+    rec = elr_change(registration([1], 1, elr=[2]), [], live=())
+    assert (rec["isr"], rec["eligible_leader_replicas"], rec["leader"]) == ([], [2, 1], -1)
+
+
+def test_an_empty_isr_elects_from_the_elr_and_an_unclean_shutdown_is_not_eligible():
+    rec = elr_change(registration([], -1, elr=[2, 1]), [], live=(2,))
+    assert (rec["leader"], rec["isr"], rec["eligible_leader_replicas"]) == (2, [2], [1])
+    rec = elr_change(registration([1], 1), [], live=(), unclean_shutdown=(1,))
+    assert rec["isr"] == [] and "eligible_leader_replicas" not in rec and rec["last_known_elr"] == [1]
+
+
+def test_the_elr_clears_once_the_isr_is_back_at_min_isr_or_after_an_unclean_election():
+    rec = elr_change(registration([2], 2, elr=[1]), [2, 3])
+    assert (rec["isr"], rec["eligible_leader_replicas"]) == ([2, 3], [])
+    rec = elr_change(registration([], -1, elr=[1]), [], live=(3,), election=UNCLEAN)
+    assert (rec["leader"], rec["isr"], rec["eligible_leader_replicas"]) == (3, [3], [])
+
+
+def test_without_elr_the_last_isr_member_stays():
+    p = registration([1], 1, replicas=(1, 2, 3))
+    rec = partition_change(TID, 0, p, lambda b: b in (2, 3), [])
+    assert (rec["leader"], rec["isr"]) == (-1, None)

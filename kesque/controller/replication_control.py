@@ -20,20 +20,28 @@ one batch; the driver applies them to that image before the next call.
   moves the leadership (a completed reassignment) is answered NEW_LEADER_ELECTED (v>1, else
   FENCED_LEADER_EPOCH), record kept.
 - ``partition_change(topic_id, partition_id, p, acceptable, target_isr=None, election=ONLINE,
-  target_leader_recovery_state=None) -> dict | None``: Kafka's PartitionChangeBuilder without
-  reassignment and ELR: keep the leader if it is in the target ISR and acceptable, else the
-  first replica (assignment order) in the target ISR that is acceptable; PREFERRED tries the first
-  replica first; UNCLEAN, when no ISR member is acceptable, takes the first acceptable replica
-  and sets the ISR to it alone and the leader recovery state to RECOVERING (data may be lost).
-  The ISR is never emptied (without ELR the last member stays).
+  target_leader_recovery_state=None, elr_enabled=False, min_isr=1, unclean_shutdown=()) ->
+  dict | None``: Kafka's PartitionChangeBuilder without reassignment: keep the leader if it is in
+  the target ISR and acceptable, else the first replica (assignment order) in the target ISR that
+  is acceptable; PREFERRED tries the first replica first; UNCLEAN, when no ISR member is
+  acceptable, takes the first acceptable replica and sets the ISR to it alone and the leader
+  recovery state to RECOVERING (data may be lost). Without ELR the ISR is never emptied (the last
+  member stays). With ELR (KIP-966, ``elr_enabled``): while the target ISR is below ``min_isr``
+  the members leaving it become eligible leader replicas (not those in ``unclean_shutdown``), the
+  ISR may become empty, and an empty ISR elects from the ELR (the one elected becomes the ISR);
+  an ISR back at ``min_isr`` clears the ELR; an unclean election clears it too. The ELR is read
+  from ``p.elr`` / ``p.last_known_elr`` when the registration has them (the image does not yet)
+  and written as ``eligible_leader_replicas`` / ``last_known_elr``. Kafka's recovery from the last
+  known leader (balanced unclean recovery) is not here.
 - ``elect_unclean_leaders(unclean_enabled) -> records``: Kafka's periodic
   maybeElectUncleanLeaders (``unclean.leader.election.interval.ms``): every leaderless partition
   of a topic with ``unclean_enabled(topic)`` gets an unclean election.
 - ``acceptable(image, broker)``: registered, unfenced, not in controlled shutdown (Kafka's
   ``isActive``).
 
-Not here yet: ELR (KIP-966's eligible leader replicas need ``elr``/``last_known_elr`` in the image's
-PartitionRegistration), reassignment, preferred-leader rebalancing, ElectLeaders.
+Not here yet: ELR in the image (``elr``/``last_known_elr`` in PartitionRegistration and the
+records' tagged fields) and in ClusterControl's fencing, unclean-shutdown detection at
+registration, reassignment, preferred-leader rebalancing, ElectLeaders.
 """
 
 from __future__ import annotations
@@ -74,14 +82,18 @@ def acceptable(image: MetadataImage, broker: int) -> bool:
 
 def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistration, acceptable_fn,
                      target_isr: list[int] | None = None, election: str = ONLINE,
-                     target_leader_recovery_state: int | None = None) -> dict | None:
+                     target_leader_recovery_state: int | None = None, elr_enabled: bool = False,
+                     min_isr: int = 1, unclean_shutdown: tuple[int, ...] = ()) -> dict | None:
     isr = list(p.isr) if target_isr is None else list(target_isr)
+    old_elr, old_lkelr = list(getattr(p, "elr", None) or []), list(getattr(p, "last_known_elr", None) or [])
+    elr, lkelr = (_target_elr(p, isr, old_elr, old_lkelr, min_isr, unclean_shutdown) if elr_enabled
+                  else (old_elr, old_lkelr))
     rec = {"type": "PartitionChangeRecord", "topic_id": topic_id, "partition_id": partition_id,
            "isr": None, "leader": NO_LEADER_CHANGE, "replicas": None, "removing_replicas": None,
            "adding_replicas": None, "leader_recovery_state": -1}
 
     def valid(r: int) -> bool:
-        return r in isr and acceptable_fn(r)
+        return (r in isr or (not isr and r in elr)) and acceptable_fn(r)
 
     leader, unclean = NO_LEADER, False
     if election == PREFERRED and p.replicas and valid(p.replicas[0]):
@@ -94,19 +106,41 @@ def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
             leader = next((r for r in p.replicas if acceptable_fn(r)), NO_LEADER)
             unclean = leader != NO_LEADER
     if leader != p.leader:
+        if leader in elr:                       # elected from the ELR: it is the ISR now
+            isr, elr = [leader], [r for r in elr if r != leader]
         rec["leader"] = leader
         if unclean:
             rec["isr"] = [leader]
             if p.leader_recovery_state != RECOVERING:
                 rec["leader_recovery_state"] = RECOVERING
-    if rec["isr"] is None and isr and isr != list(p.isr):
+    if elr_enabled or old_elr or old_lkelr:
+        if unclean or not elr_enabled:
+            elr, lkelr = [], []
+        if elr != old_elr:
+            rec["eligible_leader_replicas"] = elr
+        if lkelr != old_lkelr:
+            rec["last_known_elr"] = lkelr
+    if rec["isr"] is None and (isr or elr_enabled) and isr != list(p.isr):
         rec["isr"] = isr
     if target_leader_recovery_state is not None and target_leader_recovery_state != p.leader_recovery_state \
             and rec["leader_recovery_state"] == -1:
         rec["leader_recovery_state"] = target_leader_recovery_state
-    if rec["leader"] == NO_LEADER_CHANGE and rec["isr"] is None and rec["leader_recovery_state"] == -1:
+    if (rec["leader"] == NO_LEADER_CHANGE and rec["isr"] is None and rec["leader_recovery_state"] == -1
+            and "eligible_leader_replicas" not in rec and "last_known_elr" not in rec):
         return None
     return rec
+
+
+def _target_elr(p, isr: list[int], elr: list[int], lkelr: list[int], min_isr: int,
+                unclean_shutdown) -> tuple[list[int], list[int]]:
+    """KIP-966: while the ISR is below min.insync.replicas, the members that leave it (and not
+    after an unclean shutdown) stay eligible leaders; the last known ELR keeps the others."""
+    if len(isr) >= min_isr:
+        return [], []
+    candidates = list(dict.fromkeys(elr + list(p.isr)))
+    new_elr = [r for r in candidates if r not in isr and r not in unclean_shutdown]
+    new_lkelr = [r for r in dict.fromkeys(candidates + lkelr) if r not in isr and r not in new_elr]
+    return new_elr, new_lkelr
 
 
 def merged(p: PartitionRegistration, rec: dict | None) -> AlterPartitionReply:
