@@ -8,7 +8,7 @@ import pytest
 
 from kesque.errors import ErrorCode as E
 from kesque.replication.replica_state import (
-    FETCHING, RECOVERED, TRUNCATING, WAIT_FOR_METADATA, AlterPartitionReply, FetchPartitionResponse, FollowerFetch,
+    FETCHING, TRUNCATING, WAIT_FOR_METADATA, AlterPartitionReply, FetchPartitionResponse, FollowerFetch,
     LeaderReplication, StorageReplicaLog)
 from kesque.sim.replication import MemLog
 

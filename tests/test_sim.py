@@ -10,7 +10,7 @@ import pytest
 
 from kesque.sim import SCENARIOS, InvariantViolation, SimulationError, run
 from kesque.sim.__main__ import main
-from kesque.sim.replication import REPLICATION_SCENARIOS
+from kesque.sim.repl_scenarios import REPLICATION_SCENARIOS
 
 SEEDS = 100
 

@@ -11,7 +11,7 @@ from kesque.controller import cluster_control
 from kesque.replication.replica_state import LeaderReplication
 from kesque.sim import InvariantViolation, run
 from kesque.sim.__main__ import main
-from kesque.sim.replication import REPLICATION_SCENARIOS
+from kesque.sim.repl_scenarios import REPLICATION_SCENARIOS
 
 SEEDS = 100
 

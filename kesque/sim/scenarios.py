@@ -19,7 +19,7 @@ from .cluster import RaftCluster
 from .invariants import Invariants
 from .metadata import MetadataCluster
 from .network import NetworkFaults
-from .replication import REPLICATION_BUGS, REPLICATION_SCENARIOS
+from .repl_scenarios import REPLICATION_BUGS, REPLICATION_SCENARIOS
 from .scheduler import Scheduler
 
 BOUND_MS = 15_000          # liveness bound of one phase: 7.5 fetch timeouts (Kafka defaults)
@@ -501,7 +501,7 @@ def replication_bug(bug: str | None):
 def run(name: str, seed: int, bug: str | None = None) -> Run:
     """Run one scenario; any failure's message ends with the command that replays it.
     ``bug`` names a :class:`~kesque.raft.Knobs` field to switch on (a deliberate bug), or one of
-    :data:`~kesque.sim.replication.REPLICATION_BUGS` (a test-only switch of the replication logic)."""
+    :data:`~kesque.sim.repl_scenarios.REPLICATION_BUGS` (a test-only switch of the replication logic)."""
     t0 = time.perf_counter()
     result = Run(name, seed, bug)
     kw = {"knobs": Knobs(**{bug: True})} if bug in Knobs.__dataclass_fields__ else {}
