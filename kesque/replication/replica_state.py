@@ -31,13 +31,16 @@ Kafka's Partition keeps its epochs):
   Fetch before reading (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER as
   Kafka, OFFSET_OUT_OF_RANGE, the diverging epoch of KIP-320), then the follower's fetch state
   (its log end offset is its fetch offset; ``last_caught_up_time`` as Kafka's Replica), an ISR
-  expansion if it caught up (``alter`` to send) and the HW. The caller then reads the log from
-  ``fetch_offset`` (up to the log end: follower fetches are not bounded by the HW) and answers
-  with the HW and log start *as they were before the read* (``check.high_watermark`` ...).
+  expansion if it caught up (``alter`` to send) and the HW. Unless there is an error or a
+  diverging epoch, the caller then reads the log from ``fetch_offset`` (up to the log end:
+  follower fetches are not bounded by the HW) and answers with the HW and log start *as they were
+  before this fetch moved them* (the check's ``high_watermark`` and ``log_start_offset``): a
+  follower learns a HW one fetch later, as in Kafka.
 - ``maybe_shrink_isr(log, now) -> AlterPartition | None``: call every
   ``replica.lag.time.max.ms / 2`` (Kafka's isr-expiration task): ISR members that have not been
   caught up for ``replica.lag.time.max.ms`` leave.
-- ``on_alter_partition_response(proposal, error_code, reply, log) -> (retry, hw_changed)``.
+- ``on_alter_partition_response(proposal, error_code, reply, log, now) -> (retry, hw_changed)``:
+  the controller's answer (``reply``: an :class:`AlterPartitionReply`, None on an error).
 
   Kafka's in-flight rules: one proposal at a time (no shrink or expand while one is pending); an
   expansion counts the new member at once in the *maximal* ISR (the HW waits for it, and acks=all
