@@ -34,11 +34,14 @@ def first_violation(bug=None, scenarios=("repl_leader_kill", "repl_leader_partit
 
 
 def test_truncating_to_the_high_watermark_is_caught():
-    """Seed 001 §4.1.5: a follower that truncates to its HW (not by epoch) when it follows a new
-    leader drops records already committed: caught, and the replay names the switch."""
+    """Seed 001 §4.1.5: the follower that crashed after fetching message2, before learning HW 2,
+    truncates it when it restarts if it truncates to its HW instead of by epoch. Caught on the
+    scenario's first seed, and by the leader-change scenarios (a follower of a new leader does
+    the same); the replay command names the switch and fails again."""
+    e = first_violation("truncate_to_high_watermark", ("repl_seed_4_1_5",))
+    assert "seed 0 --bug truncate_to_high_watermark" in e and "truncated committed offset" in e
     e = first_violation("truncate_to_high_watermark")
     assert e is not None and "truncated committed offset" in e
-    assert "--bug truncate_to_high_watermark" in e
     cmd = e.rsplit("replay: ", 1)[1]
     assert main(cmd.split()[3:]) == 1
 

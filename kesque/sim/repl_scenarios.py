@@ -159,6 +159,47 @@ def repl_rejoin_then_leader_cut(seed: int, **kw) -> ReplicationSim:
     return sim
 
 
+def repl_seed_4_1_5(seed: int, **kw) -> ReplicationSim:
+    """Seed 001 §4.1.5 on two brokers, RF 2, min.insync.replicas 1: the follower fetches
+    message2 and crashes before a fetch answer tells it HW 2; it restarts, rejoins the ISR, and
+    the leader dies. The follower leads, and message2 must still be at offset 1: a restarted
+    follower fetches from its log end with its last epoch, never truncating to its HW first."""
+    sim = ReplicationSim(seed, brokers=2, partitions=1, rf=2, min_isr=1,      # no drops: the timing is the point
+                         faults=NetworkFaults(1, Scheduler(seed).rng.randint(2, 15)))
+    clients = sim.clients
+    clients.producing = False
+    sim.start()
+    leader = sim.leader(0)
+    follower = next(r for r in sim.partition(0).replicas if r != leader)
+
+    def produced(value: int) -> bool:
+        return value in [v for _, v in sim.brokers[leader].logs[0].records]
+
+    values = []
+    for i in (1, 2):
+        value = 0
+        while not value:
+            sim.s.run_for(10)
+            value = clients.send_one(0, -1)
+        values.append(value)
+        sim.until(lambda: produced(value), f"message{i} appended", 2_000)
+    flog = sim.brokers[follower].logs[0]
+    sim.until(lambda: flog.log_end_offset == 2 and flog.high_watermark < 2, "the follower holds message2, not HW 2")
+    sim.brokers[follower].kill()
+    sim.until(lambda: follower not in sim.partition(0).isr, f"broker {follower} out of the ISR")
+    sim.restart(follower)
+    sim.until(lambda: follower in sim.partition(0).isr, f"broker {follower} back in the ISR")
+    sim.brokers[leader].kill()
+    sim.until(lambda: sim.leader(0) == follower and sim.inv._current_leader(0, sim.partition(0)) is not None,
+              f"broker {follower} leads")
+    if [v for _, v in flog.records[:2]] != values:
+        sim.inv.fail(f"the new leader holds {flog.records[:2]}, not message1 and message2 {values}")
+    clients.producing = True
+    sim.progress(0, 10)
+    sim.converge()
+    return sim
+
+
 def _only_full_copy(sim: ReplicationSim, bid: int) -> bool:
     """Would a power loss of ``bid`` leave a partition without a running ISR member holding every
     committed record? (Kafka acknowledges before fsync: it counts on one in-sync copy surviving.)"""
@@ -216,6 +257,6 @@ def repl_chaos(seed: int, **kw) -> ReplicationSim:
 
 REPLICATION_SCENARIOS = {f.__name__: f for f in (
     repl_leader_kill, repl_follower_kill, repl_leader_partitioned, repl_disk_loss, repl_unclean_off,
-    repl_unclean_on, repl_rejoin_then_leader_cut, repl_chaos)}
+    repl_unclean_on, repl_rejoin_then_leader_cut, repl_seed_4_1_5, repl_chaos)}
 
 REPLICATION_BUGS = ("truncate_to_high_watermark",)

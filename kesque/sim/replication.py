@@ -652,17 +652,19 @@ class Clients:
         sim = self.sim
         now = sim.s.now
         self.pending = {c: v for c, v in self.pending.items() if now - v[3] < 2 * PRODUCE_TIMEOUT_MS}
-        if not self.producing:
-            return
-        pid = sim.rng.randrange(sim.partitions)
+        if self.producing:
+            self.send_one(sim.rng.randrange(sim.partitions), -1 if sim.rng.random() < self.acks_all_share else 1)
+
+    def send_one(self, pid: int, acks: int) -> int:
+        """Produce the next value to ``pid``'s leader; returns the value (0: no leader known)."""
         leader = self.leader_of(pid)
         if leader < 0:
-            return
-        acks = -1 if sim.rng.random() < self.acks_all_share else 1
+            return 0
         self.corr += 1
         self.next_value += 1
-        self.pending[self.corr] = (pid, self.next_value, acks, now)
-        sim.send(PRODUCER, leader, Produce(self.corr, pid, self.next_value, acks))
+        self.pending[self.corr] = (pid, self.next_value, acks, self.sim.s.now)
+        self.sim.send(PRODUCER, leader, Produce(self.corr, pid, self.next_value, acks))
+        return self.next_value
 
     def consume(self) -> None:
         sim = self.sim
