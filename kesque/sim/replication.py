@@ -352,6 +352,7 @@ class SimBroker:
             listeners=[Endpoint("PLAINTEXT", f"broker{self.id}", 9092)], features={"metadata.version": (1, 25)},
             request_timeout_ms=REQUEST_TIMEOUT_MS, rng=rng, now=now)
         self.corr = 0
+        self.lifecycle_corr = -1          # the registration/heartbeat in flight
         self.parts: dict[int, BrokerPartition] = {}
         self.next_flush = now + rng.randint(50, 400)
         self._fetch_metadata(now)
@@ -448,7 +449,7 @@ class SimBroker:
                 if hw:
                     self._on_hw(pid, bp, now)
                 return
-        if msg.correlation_id != getattr(self, "lifecycle_corr", None):
+        if msg.correlation_id != self.lifecycle_corr:
             return
         lc = self.lifecycle
         if not lc.registered:
