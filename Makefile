@@ -24,7 +24,7 @@ help:
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
 	@echo "make kafka    - resolve Apache Kafka $(KAFKA_VERSION) with Maven into $(KAFKA_DIR)/libs (oracle tests)"
 	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
-	@echo "make sim      - the KRaft quorum simulator: every scenario on SEEDS seeds (default 1000)"
+	@echo "make sim      - the simulator (KRaft quorum, partition replication): every scenario on SEEDS seeds (default 1000)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -7,8 +7,7 @@ import sys
 import time
 import traceback
 
-from ..raft import Knobs
-from .scenarios import SCENARIOS, run
+from .scenarios import BUGS, SCENARIOS, run
 from .scheduler import SimulationError
 
 
@@ -19,7 +18,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, help="run this one seed")
     p.add_argument("--seeds", type=int, default=100, help="number of seeds per scenario (default 100)")
     p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--bug", choices=sorted(Knobs.__dataclass_fields__), help="switch on a deliberate bug")
+    p.add_argument("--bug", choices=sorted(BUGS), help="switch on a deliberate bug")
     p.add_argument("-v", "--verbose", action="store_true", help="print every run")
     a = p.parse_args(argv)
     names = a.scenario or sorted(SCENARIOS)

@@ -8,15 +8,18 @@ elect a leader and commit again within it, or the run fails with a liveness viol
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
 from ..raft import Knobs
 from ..raft.messages import VoteRequest
+from ..replication.replica_state import FollowerFetch
 from .cluster import RaftCluster
 from .invariants import Invariants
 from .metadata import MetadataCluster
 from .network import NetworkFaults
+from .repl_scenarios import REPLICATION_BUGS, REPLICATION_SCENARIOS
 from .scheduler import Scheduler
 
 BOUND_MS = 15_000          # liveness bound of one phase: 7.5 fetch timeouts (Kafka defaults)
@@ -478,21 +481,38 @@ METADATA_SCENARIOS = (controller_failover, broker_killed, broker_controlled_shut
 SCENARIOS = {f.__name__: f for f in METADATA_SCENARIOS + (
     snapshot_catch_up, chaos_snapshots, initial_election, leader_failure, all_killed, leader_partitioned,
     majority_reachable, back_to_back, stranded_candidate, disk_loss, disk_loss_then_leader_cut, chaos)}
+SCENARIOS.update(REPLICATION_SCENARIOS)
+BUGS = tuple(Knobs.__dataclass_fields__) + REPLICATION_BUGS
+
+
+@contextlib.contextmanager
+def replication_bug(bug: str | None):
+    """Switch on a replication test-only switch (a class attribute) for one run."""
+    if bug not in REPLICATION_BUGS:
+        yield
+        return
+    setattr(FollowerFetch, bug, True)
+    try:
+        yield
+    finally:
+        setattr(FollowerFetch, bug, False)
 
 
 def run(name: str, seed: int, bug: str | None = None) -> Run:
     """Run one scenario; any failure's message ends with the command that replays it.
-    ``bug`` names a :class:`~kesque.raft.Knobs` field to switch on (a deliberate bug)."""
+    ``bug`` names a :class:`~kesque.raft.Knobs` field to switch on (a deliberate bug), or one of
+    :data:`~kesque.sim.repl_scenarios.REPLICATION_BUGS` (a test-only switch of the replication logic)."""
     t0 = time.perf_counter()
     result = Run(name, seed, bug)
-    kw = {"knobs": Knobs(**{bug: True})} if bug else {}
+    kw = {"knobs": Knobs(**{bug: True})} if bug in Knobs.__dataclass_fields__ else {}
     try:
-        sim = SCENARIOS[name](seed, **kw)
+        with replication_bug(bug):
+            sim = SCENARIOS[name](seed, **kw)
     except Exception as e:
         e.args = (f"{e.args[0] if e.args else type(e).__name__}\n  replay: {result.replay()}",)
         raise
     result.sim_ms = sim.s.now
     result.events = sim.s.events
-    result.committed = len(sim.inv.ledger)
+    result.committed = sim.inv.committed if hasattr(sim.inv, "committed") else len(sim.inv.ledger)
     result.wall_s = time.perf_counter() - t0
     return result

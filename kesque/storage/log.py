@@ -725,8 +725,11 @@ class Log:
 
     # ================================================================== truncation
     def truncate_to(self, offset: int) -> None:
-        """Remove everything at and after ``offset`` (replication divergence)."""
+        """Remove everything at and after ``offset`` (replication divergence). Past the end it
+        still drops leader-epoch entries that start at the log end: an epoch this replica began
+        as leader without writing must not survive into a follower's divergence check (Kafka)."""
         if offset >= self.log_end_offset:
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
         while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
             seg = self.segments.pop()

@@ -1,0 +1,221 @@
+"""Partition elections and AlterPartition on the active controller (sans-IO).
+
+The replication rules ClusterControl (broker lifecycle) does not have: Kafka's
+ReplicationControlManager.alterPartition and the PartitionChangeBuilder's elections with
+``unclean.leader.election.enable``. Like ClusterControl it reads the active controller's image
+(``image_fn()``, including its own uncommitted proposals) and answers with records to propose as
+one batch; the driver applies them to that image before the next call.
+
+- ``alter_partition(req, version=3) -> (records, AlterPartitionResponse)``: STALE_BROKER_EPOCH
+  for the whole request when the broker's registration has another epoch; per partition, as
+  Kafka validates in this order: UNKNOWN_TOPIC_ID (v>1, else UNKNOWN_TOPIC_OR_PARTITION) /
+  UNKNOWN_TOPIC_OR_PARTITION, NOT_CONTROLLER for a leader or partition epoch *above* the image's
+  (this controller is behind), FENCED_LEADER_EPOCH for an older leader epoch, INVALID_REQUEST
+  from a broker that does not lead, INVALID_UPDATE_VERSION for an older partition epoch,
+  INVALID_REQUEST for an ISR outside the replicas or without the leader, or with more than the
+  leader while it recovers from an unclean election; INELIGIBLE_REPLICA (v>1, else
+  OPERATION_NOT_ATTEMPTED) for an ISR member that is unregistered, fenced, shutting down or
+  gives another broker epoch. Accepted, it answers with the partition's state after the change
+  (a request that changes nothing is answered with the current state, no record); a change that
+  moves the leadership (a completed reassignment) is answered NEW_LEADER_ELECTED (v>1, else
+  FENCED_LEADER_EPOCH), record kept.
+- ``partition_change(topic_id, partition_id, p, acceptable, target_isr=None, election=ONLINE,
+  target_leader_recovery_state=None, elr_enabled=False, min_isr=1, unclean_shutdown=()) ->
+  dict | None``: Kafka's PartitionChangeBuilder without reassignment: keep the leader if it is in
+  the target ISR and acceptable, else the first replica (assignment order) in the target ISR that
+  is acceptable; PREFERRED tries the first replica first; UNCLEAN, when no ISR member is
+  acceptable, takes the first acceptable replica and sets the ISR to it alone and the leader
+  recovery state to RECOVERING (data may be lost). Without ELR the ISR is never emptied (the last
+  member stays). With ELR (KIP-966, ``elr_enabled``): while the target ISR is below ``min_isr``
+  the members leaving it become eligible leader replicas (not those in ``unclean_shutdown``), the
+  ISR may become empty, and an empty ISR elects from the ELR (the one elected becomes the ISR);
+  an ISR back at ``min_isr`` clears the ELR; an unclean election clears it too. The ELR is read
+  from ``p.elr`` / ``p.last_known_elr`` when the registration has them (the image does not yet)
+  and written as ``eligible_leader_replicas`` / ``last_known_elr``. Kafka's recovery from the last
+  known leader (balanced unclean recovery) is not here.
+- ``elect_unclean_leaders(unclean_enabled) -> records``: Kafka's periodic
+  maybeElectUncleanLeaders (``unclean.leader.election.interval.ms``): every leaderless partition
+  of a topic with ``unclean_enabled(topic)`` gets an unclean election.
+- ``acceptable(image, broker)``: registered, unfenced, not in controlled shutdown (Kafka's
+  ``isActive``).
+
+Not here yet: ELR in the image (``elr``/``last_known_elr`` in PartitionRegistration and the
+records' tagged fields) and in ClusterControl's fencing, unclean-shutdown detection at
+registration, reassignment, preferred-leader rebalancing, ElectLeaders.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from ..errors import ErrorCode, KafkaError
+from ..metadata.image import MetadataImage, PartitionRegistration
+from ..replication.replica_state import RECOVERED, RECOVERING, AlterPartitionReply
+
+NO_LEADER = -1
+NO_LEADER_CHANGE = -2
+PREFERRED, ONLINE, UNCLEAN = "PREFERRED", "ONLINE", "UNCLEAN"
+E = ErrorCode
+
+
+@dataclass(slots=True)
+class AlterPartitionRequest:
+    """One partition of an AlterPartition request (Kafka's broker_id / broker_epoch and
+    PartitionData with new_isr_with_epochs)."""
+
+    broker_id: int
+    broker_epoch: int
+    topic_id: uuid.UUID
+    partition_id: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: list[tuple[int, int]] = field(default_factory=list)    # (broker id, broker epoch or -1)
+    leader_recovery_state: int = RECOVERED
+    topic_name: str | None = None        # versions 0-1 name the topic
+
+
+def acceptable(image: MetadataImage, broker: int) -> bool:
+    reg = image.brokers.get(broker)
+    return reg is not None and not reg.fenced and not reg.in_controlled_shutdown
+
+
+def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistration, acceptable_fn,
+                     target_isr: list[int] | None = None, election: str = ONLINE,
+                     target_leader_recovery_state: int | None = None, elr_enabled: bool = False,
+                     min_isr: int = 1, unclean_shutdown: tuple[int, ...] = ()) -> dict | None:
+    isr = list(p.isr) if target_isr is None else list(target_isr)
+    old_elr, old_lkelr = list(getattr(p, "elr", None) or []), list(getattr(p, "last_known_elr", None) or [])
+    elr, lkelr = (_target_elr(p, isr, old_elr, old_lkelr, min_isr, unclean_shutdown) if elr_enabled
+                  else (old_elr, old_lkelr))
+    rec = {"type": "PartitionChangeRecord", "topic_id": topic_id, "partition_id": partition_id,
+           "isr": None, "leader": NO_LEADER_CHANGE, "replicas": None, "removing_replicas": None,
+           "adding_replicas": None, "leader_recovery_state": -1}
+
+    def valid(r: int) -> bool:
+        return (r in isr or (not isr and r in elr)) and acceptable_fn(r)
+
+    leader, unclean = NO_LEADER, False
+    if election == PREFERRED and p.replicas and valid(p.replicas[0]):
+        leader = p.replicas[0]
+    elif valid(p.leader):
+        leader = p.leader
+    else:
+        leader = next((r for r in p.replicas if valid(r)), NO_LEADER)
+        if leader == NO_LEADER and election == UNCLEAN:
+            leader = next((r for r in p.replicas if acceptable_fn(r)), NO_LEADER)
+            unclean = leader != NO_LEADER
+    if leader != p.leader:
+        if leader in elr:                       # elected from the ELR: it is the ISR now
+            isr, elr = [leader], [r for r in elr if r != leader]
+        rec["leader"] = leader
+        if unclean:
+            rec["isr"] = [leader]
+            if p.leader_recovery_state != RECOVERING:
+                rec["leader_recovery_state"] = RECOVERING
+    if elr_enabled or old_elr or old_lkelr:
+        if unclean or not elr_enabled:
+            elr, lkelr = [], []
+        if elr != old_elr:
+            rec["eligible_leader_replicas"] = elr
+        if lkelr != old_lkelr:
+            rec["last_known_elr"] = lkelr
+    if rec["isr"] is None and (isr or elr_enabled) and isr != list(p.isr):
+        rec["isr"] = isr
+    if target_leader_recovery_state is not None and target_leader_recovery_state != p.leader_recovery_state \
+            and rec["leader_recovery_state"] == -1:
+        rec["leader_recovery_state"] = target_leader_recovery_state
+    if (rec["leader"] == NO_LEADER_CHANGE and rec["isr"] is None and rec["leader_recovery_state"] == -1
+            and "eligible_leader_replicas" not in rec and "last_known_elr" not in rec):
+        return None
+    return rec
+
+
+def _target_elr(p, isr: list[int], elr: list[int], lkelr: list[int], min_isr: int,
+                unclean_shutdown) -> tuple[list[int], list[int]]:
+    """KIP-966: while the ISR is below min.insync.replicas, the members that leave it (and not
+    after an unclean shutdown) stay eligible leaders; the last known ELR keeps the others."""
+    if len(isr) >= min_isr:
+        return [], []
+    candidates = list(dict.fromkeys(elr + list(p.isr)))
+    new_elr = [r for r in candidates if r not in isr and r not in unclean_shutdown]
+    new_lkelr = [r for r in dict.fromkeys(candidates + lkelr) if r not in isr and r not in new_elr]
+    return new_elr, new_lkelr
+
+
+def merged(p: PartitionRegistration, rec: dict | None) -> AlterPartitionReply:
+    """The partition's state once ``rec`` is applied (the image's PartitionChangeRecord replay)."""
+    if rec is None:
+        return AlterPartitionReply(0, p.leader, list(p.isr), p.leader_epoch, p.partition_epoch, p.leader_recovery_state)
+    leader_moves = rec["leader"] != NO_LEADER_CHANGE
+    return AlterPartitionReply(
+        0, rec["leader"] if leader_moves else p.leader, list(rec["isr"] if rec["isr"] is not None else p.isr),
+        p.leader_epoch + (1 if leader_moves else 0), p.partition_epoch + 1,
+        rec["leader_recovery_state"] if rec["leader_recovery_state"] != -1 else p.leader_recovery_state)
+
+
+class ReplicationControl:
+    def __init__(self, image_fn, unclean_enabled=lambda topic: False):
+        self.image_fn = image_fn
+        self.unclean_enabled = unclean_enabled
+
+    def alter_partition(self, req: AlterPartitionRequest, version: int = 3) -> tuple[list[dict], AlterPartitionReply]:
+        image = self.image_fn()
+        reg = image.brokers.get(req.broker_id)
+        if reg is None or reg.epoch != req.broker_epoch:
+            raise KafkaError(E.stale_broker_epoch, f"Expected broker epoch {reg.epoch if reg else -1}, but got "
+                                                   f"broker epoch {req.broker_epoch}")
+        t = image.topics_by_id.get(req.topic_id) if version > 1 else image.topics_by_name.get(req.topic_name)
+        if t is None:
+            return [], AlterPartitionReply(int(E.unknown_topic_id if version > 1 else E.unknown_topic_or_partition))
+        p = t.partitions.get(req.partition_id)
+        err = self._validate(image, req, p, version)
+        if err:
+            return [], AlterPartitionReply(err)
+        rec = partition_change(t.topic_id, req.partition_id, p, lambda b: acceptable(image, b),
+                               [b for b, _ in req.new_isr], UNCLEAN if self.unclean_enabled(t.name) else ONLINE,
+                               req.leader_recovery_state)
+        reply = merged(p, rec)
+        records = [rec] if rec is not None else []
+        if reply.leader != req.broker_id:
+            return records, AlterPartitionReply(int(E.new_leader_elected if version > 1 else E.fenced_leader_epoch))
+        return records, reply
+
+    @staticmethod
+    def _validate(image: MetadataImage, req: AlterPartitionRequest, p: PartitionRegistration | None,
+                  version: int) -> int:
+        if p is None:
+            return int(E.unknown_topic_or_partition)
+        if req.leader_epoch > p.leader_epoch or req.partition_epoch > p.partition_epoch:
+            return int(E.not_controller)
+        if req.leader_epoch < p.leader_epoch:
+            return int(E.fenced_leader_epoch)
+        if req.broker_id != p.leader:
+            return int(E.invalid_request)
+        if req.partition_epoch < p.partition_epoch:
+            return int(E.invalid_update_version)
+        isr = [b for b, _ in req.new_isr]
+        if len(set(isr)) != len(isr) or not set(isr) <= set(p.replicas) or p.leader not in isr:
+            return int(E.invalid_request)
+        if req.leader_recovery_state == RECOVERING and len(isr) > 1:
+            return int(E.invalid_request)
+        if p.leader_recovery_state == RECOVERED and req.leader_recovery_state == RECOVERING:
+            return int(E.invalid_request)
+        for b, epoch in req.new_isr:
+            reg = image.brokers.get(b)
+            if reg is None or reg.in_controlled_shutdown or reg.fenced or (epoch != -1 and reg.epoch != epoch):
+                return int(E.ineligible_replica if version > 1 else E.operation_not_attempted)
+        return 0
+
+    def elect_unclean_leaders(self) -> list[dict]:
+        image = self.image_fn()
+        out = []
+        for t in image.topics_by_id.values():
+            if not self.unclean_enabled(t.name):
+                continue
+            for pid, p in t.partitions.items():
+                if p.leader == NO_LEADER:
+                    rec = partition_change(t.topic_id, pid, p, lambda b: acceptable(image, b), election=UNCLEAN)
+                    if rec is not None:
+                        out.append(rec)
+        return out

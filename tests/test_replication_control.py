@@ -1,0 +1,168 @@
+"""AlterPartition and elections on the controller (kesque/controller/replication_control.py):
+Kafka's validation order and error codes, the answer's epochs, unclean elections."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from kesque.controller.replication_control import (
+    ONLINE, PREFERRED, UNCLEAN, AlterPartitionRequest, ReplicationControl, acceptable, partition_change)
+from kesque.errors import ErrorCode as E
+from kesque.errors import KafkaError
+from kesque.metadata.image import Delta, MetadataImage
+from kesque.replication.replica_state import RECOVERED, RECOVERING
+
+TID = uuid.UUID(int=7)
+
+
+def image(isr=(1, 2, 3), leader=1, fenced=(), shutting_down=(), leader_epoch=4, partition_epoch=9, recovery=0):
+    img = MetadataImage()
+    d = Delta()
+    for b in (1, 2, 3):
+        img.replay({"type": "RegisterBrokerRecord", "broker_id": b, "incarnation_id": uuid.UUID(int=b),
+                    "broker_epoch": 100 + b, "endpoints": [], "fenced": b in fenced,
+                    "in_controlled_shutdown": b in shutting_down}, d)
+    img.replay({"type": "TopicRecord", "name": "t", "topic_id": TID}, d)
+    img.replay({"type": "PartitionRecord", "partition_id": 0, "topic_id": TID, "replicas": [1, 2, 3],
+                "isr": list(isr), "removing_replicas": [], "adding_replicas": [], "leader": leader,
+                "leader_recovery_state": recovery, "leader_epoch": leader_epoch,
+                "partition_epoch": partition_epoch}, d)
+    return img
+
+
+def req(isr=((1, 101), (2, 102)), broker=1, broker_epoch=101, leader_epoch=4, partition_epoch=9, **kw):
+    return AlterPartitionRequest(broker, broker_epoch, kw.pop("topic_id", TID), kw.pop("partition_id", 0),
+                                 leader_epoch, partition_epoch, list(isr), **kw)
+
+
+def alter(img, r, version=3, unclean=False):
+    return ReplicationControl(lambda: img, lambda t: unclean).alter_partition(r, version)
+
+
+def test_a_shrink_is_recorded_and_answered_with_the_new_partition_epoch():
+    img = image()
+    records, reply = alter(img, req())
+    assert records == [{"type": "PartitionChangeRecord", "topic_id": TID, "partition_id": 0, "isr": [1, 2],
+                        "leader": -2, "replicas": None, "removing_replicas": None, "adding_replicas": None,
+                        "leader_recovery_state": -1}]
+    assert (reply.error_code, reply.leader, reply.isr) == (0, 1, [1, 2])
+    assert (reply.leader_epoch, reply.partition_epoch) == (4, 10)
+    img.replay(records[0], Delta())
+    p = img.topics_by_id[TID].partitions[0]
+    assert (p.isr, p.leader_epoch, p.partition_epoch) == ([1, 2], 4, 10)     # no leader epoch bump
+    records, reply = alter(img, req(partition_epoch=10))                      # the same again: no record
+    assert records == [] and reply.partition_epoch == 10
+
+
+@pytest.mark.parametrize("kw,version,code", [
+    ({"topic_id": uuid.UUID(int=8)}, 3, E.unknown_topic_id),
+    ({"partition_id": 5}, 3, E.unknown_topic_or_partition),
+    ({"leader_epoch": 5}, 3, E.not_controller),
+    ({"partition_epoch": 10}, 3, E.not_controller),
+    ({"leader_epoch": 3}, 3, E.fenced_leader_epoch),
+    ({"broker": 2, "broker_epoch": 102}, 3, E.invalid_request),
+    ({"partition_epoch": 8}, 3, E.invalid_update_version),
+    ({"isr": ((1, 101), (4, -1))}, 3, E.invalid_request),          # not a replica
+    ({"isr": ((2, 102),)}, 3, E.invalid_request),                  # without the leader
+    ({"isr": ((1, 101), (1, 101))}, 3, E.invalid_request),
+    ({"isr": ((1, 101), (2, 99))}, 3, E.ineligible_replica),       # another broker epoch
+    ({"isr": ((1, 101), (2, 99)), "topic_name": "t"}, 1, E.operation_not_attempted),
+    ({"isr": ((1, 101), (3, -1))}, 3, E.ineligible_replica),       # fenced
+    ({"isr": ((1, 101), (2, -1)), "leader_recovery_state": RECOVERING}, 3, E.invalid_request),
+])
+def test_validation_errors(kw, version, code):
+    records, reply = alter(image(fenced=(3,)), req(**kw), version)
+    assert records == [] and reply.error_code == code
+
+
+def test_the_order_of_the_checks():
+    """An older leader epoch is FENCED_LEADER_EPOCH even from a broker that does not lead, and
+    an older partition epoch from a non-leader is INVALID_REQUEST (Kafka checks in this order)."""
+    assert alter(image(), req(broker=2, broker_epoch=102, leader_epoch=3))[1].error_code == E.fenced_leader_epoch
+    assert alter(image(), req(broker=2, broker_epoch=102, partition_epoch=8))[1].error_code == E.invalid_request
+
+
+def test_stale_broker_epoch_fails_the_whole_request():
+    with pytest.raises(KafkaError) as e:
+        alter(image(), req(broker_epoch=100))
+    assert e.value.code == E.stale_broker_epoch
+
+
+def test_shutting_down_broker_cannot_join():
+    assert alter(image(shutting_down=(2,)), req())[1].error_code == E.ineligible_replica
+
+
+def test_an_expansion_after_an_unclean_election_marks_the_leader_recovered():
+    img = image(isr=(1,), recovery=RECOVERING)
+    records, reply = alter(img, req(isr=((1, 101), (2, 102)), leader_recovery_state=RECOVERED))
+    assert records[0]["leader_recovery_state"] == RECOVERED and reply.leader_recovery_state == RECOVERED
+    assert alter(image(), req(leader_recovery_state=RECOVERING, isr=((1, 101),)))[1].error_code == E.invalid_request
+    assert alter(image(isr=(1,), recovery=RECOVERING), req(leader_recovery_state=RECOVERING))[1].error_code == \
+        E.invalid_request                             # still recovering: the leader alone
+
+
+# -- elections -------------------------------------------------------------------------------------------
+def test_clean_election_only_from_the_isr():
+    img = image(isr=(3,), leader=-1, fenced=(3,))
+    p = img.topics_by_id[TID].partitions[0]
+    assert partition_change(TID, 0, p, lambda b: acceptable(img, b)) is None
+    rec = partition_change(TID, 0, p, lambda b: acceptable(img, b), election=UNCLEAN)
+    assert (rec["leader"], rec["isr"], rec["leader_recovery_state"]) == (1, [1], RECOVERING)
+
+
+def test_unclean_election_prefers_the_isr_and_preferred_takes_the_first_replica():
+    img = image(isr=(2, 3), leader=-1)
+    p = img.topics_by_id[TID].partitions[0]
+    rec = partition_change(TID, 0, p, lambda b: acceptable(img, b), election=UNCLEAN)
+    assert (rec["leader"], rec["isr"], rec["leader_recovery_state"]) == (2, None, -1)
+    img = image(isr=(1, 2, 3), leader=2)
+    p = img.topics_by_id[TID].partitions[0]
+    assert partition_change(TID, 0, p, lambda b: acceptable(img, b), election=ONLINE) is None
+    assert partition_change(TID, 0, p, lambda b: acceptable(img, b), election=PREFERRED)["leader"] == 1
+
+
+def test_periodic_unclean_elections_follow_the_topic_config():
+    img = image(isr=(3,), leader=-1, fenced=(3,))
+    assert ReplicationControl(lambda: img).elect_unclean_leaders() == []
+    records = ReplicationControl(lambda: img, lambda t: t == "t").elect_unclean_leaders()
+    assert [(r["leader"], r["isr"]) for r in records] == [(1, [1])]
+
+
+# -- KIP-966's eligible leader replicas (the election rules; the image does not carry the ELR yet) ----------
+def registration(isr, leader, elr=(), last_known_elr=(), replicas=(1, 2, 3)):
+    from types import SimpleNamespace
+    return SimpleNamespace(replicas=list(replicas), isr=list(isr), leader=leader, elr=list(elr),
+                           last_known_elr=list(last_known_elr), leader_recovery_state=RECOVERED)
+
+
+def elr_change(p, target_isr, live=(1, 2, 3), **kw):
+    return partition_change(TID, 0, p, lambda b: b in live, target_isr, elr_enabled=True, min_isr=2, **kw)
+
+
+def test_below_min_isr_the_leaving_members_stay_eligible_and_the_isr_may_empty():
+    rec = elr_change(registration([1, 2], 1), [1], live=(1,))
+    assert (rec["isr"], rec["eligible_leader_replicas"], rec["leader"]) == ([1], [2], -2)
+    rec = elr_change(registration([1], 1, elr=[2]), [], live=())
+    assert (rec["isr"], rec["eligible_leader_replicas"], rec["leader"]) == ([], [2, 1], -1)
+
+
+def test_an_empty_isr_elects_from_the_elr_and_an_unclean_shutdown_is_not_eligible():
+    rec = elr_change(registration([], -1, elr=[2, 1]), [], live=(2,))
+    assert (rec["leader"], rec["isr"], rec["eligible_leader_replicas"]) == (2, [2], [1])
+    rec = elr_change(registration([1], 1), [], live=(), unclean_shutdown=(1,))
+    assert rec["isr"] == [] and "eligible_leader_replicas" not in rec and rec["last_known_elr"] == [1]
+
+
+def test_the_elr_clears_once_the_isr_is_back_at_min_isr_or_after_an_unclean_election():
+    rec = elr_change(registration([2], 2, elr=[1]), [2, 3])
+    assert (rec["isr"], rec["eligible_leader_replicas"]) == ([2, 3], [])
+    rec = elr_change(registration([], -1, elr=[1]), [], live=(3,), election=UNCLEAN)
+    assert (rec["leader"], rec["isr"], rec["eligible_leader_replicas"]) == (3, [3], [])
+
+
+def test_without_elr_the_last_isr_member_stays():
+    p = registration([1], 1, replicas=(1, 2, 3))
+    rec = partition_change(TID, 0, p, lambda b: b in (2, 3), [])
+    assert (rec["leader"], rec["isr"]) == (-1, None)
