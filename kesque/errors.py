@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["ErrorCode", "KafkaError", "error"]
+__all__ = ["ErrorCode", "KafkaError", "error", "error_name"]
 
 
 class KafkaError(Exception):
@@ -23,6 +23,14 @@ class KafkaError(Exception):
 def error(name: str, message: str | None = None) -> KafkaError:
     """``error("unknown_topic_or_partition", "...")``."""
     return KafkaError(ErrorCode[name], message)
+
+
+def error_name(code: ErrorCode | int) -> str:
+    """Kafka's name of an error code (``DUPLICATE_BROKER_REGISTRATION``), as its logs print it."""
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"UNKNOWN_ERROR_CODE_{int(code)}"
 
 
 def code_of(exc: BaseException) -> ErrorCode:

@@ -354,3 +354,31 @@ def test_a_node_down_past_a_snapshot_catches_up_through_fetch_snapshot():
         assert "Loading the metadata snapshot" in open(n.brokers[x].log_path).read()
     finally:
         n.close()
+
+
+def test_a_second_broker_with_the_same_id_is_refused_by_the_controller():
+    """Two brokers with one node.id: the controller refuses the second registration while the
+    first one's session lives (DUPLICATE_BROKER_REGISTRATION); the second stops after
+    initial.broker.registration.timeout.ms, its log naming the error, and the first serves on."""
+    n = Nodes(3, brokers_only=1, extra={"initial.broker.registration.timeout.ms": "3000"})
+    try:
+        n.start()
+        first = n.brokers[3]
+        p = free_port()
+        twin = Broker(port=p, config={**first.config, "listeners": f"PLAINTEXT://127.0.0.1:{p}",
+                                      "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}"})
+        try:
+            with pytest.raises(RuntimeError, match="exited during start"):
+                twin.start(30)
+            text = open(twin.log_path).read()
+            assert "Unable to register broker 4 because the controller returned error " \
+                   "DUPLICATE_BROKER_REGISTRATION" in text, text[-2000:]
+            assert "unable to register with the controller quorum (the controller's last answer: " \
+                   "DUPLICATE_BROKER_REGISTRATION)" in text
+        finally:
+            twin.close()
+        c, api = n.api(3)
+        with c:
+            assert create(api, "still-here", partitions=1, rf=1).error_code == 0
+    finally:
+        n.close()

@@ -79,7 +79,8 @@ class LifecycleDriver:
                 reply = await self.router.broker_registration(req, self.request_timeout_ms)
                 lc.on_registration_response(reply.error_code, reply.broker_epoch, self.now_ms())
                 if reply.error_code:
-                    log.warning("Broker registration refused: error %d", reply.error_code)
+                    log.warning("Unable to register broker %d because the controller returned error %s",
+                                req.broker_id, lc.registration_error)
                 else:
                     log.info("Registered with the controller: broker epoch %d", reply.broker_epoch)
             else:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import random
 import uuid
 
+from ..errors import error_name
 from ..controller.cluster_control import (
     UNBOUNDED, HeartbeatReply, HeartbeatRequest, LifecycleConfig, RegistrationRequest,
 )
@@ -62,6 +63,7 @@ class BrokerLifecycle:
         self.rng = rng
         self.state = STARTING
         self.shutdown_reason: str | None = None
+        self.registration_error: str | None = None  # Kafka's name of the last error a registration got
         self.broker_epoch = -1
         self.registered = False
         self.ever_registered = False
@@ -101,7 +103,8 @@ class BrokerLifecycle:
         if self.state == SHUTTING_DOWN:
             return None
         if not self.ever_registered and now >= self.registration_deadline:
-            self._shut_down("unable to register with the controller quorum")
+            why = f" (the controller's last answer: {self.registration_error})" if self.registration_error else ""
+            self._shut_down("unable to register with the controller quorum" + why)
             return None
         if now >= self.shutdown_deadline:
             self._shut_down("timed out waiting for the controller to approve controlled shutdown")
@@ -124,6 +127,7 @@ class BrokerLifecycle:
         if not self._answered():
             return
         if error_code:
+            self.registration_error = error_name(error_code)
             self._failed(now)
             return
         self.failed_attempts = 0
