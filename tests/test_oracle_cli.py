@@ -176,7 +176,9 @@ def _configs(lines: list[str]) -> dict[str, str]:
 # set by KafkaBroker (a controller listener, static voters), not by kesque.Broker: only their
 # defaults (the DEFAULT_CONFIG synonym) are compared
 HARNESS = {"advertised.listeners", "controller.listener.names", "controller.quorum.voters",
-           "inter.broker.listener.name", "listener.security.protocol.map", "listeners"}
+           "inter.broker.listener.name", "listener.security.protocol.map", "listeners",
+           # kesque.Broker sets Kafka's default explicitly: `kesque serve` without a file turns it on
+           "transaction.two.phase.commit.enable"}
 # broker configs both describe, differently (docs/compatibility.md)
 CONFIG_DIFFERENCES = {
     "group.consumer.assignors": "Kafka 4.4's default names the assignors (uniform,range), kesque's the classes",

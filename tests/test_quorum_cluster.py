@@ -382,3 +382,15 @@ def test_a_second_broker_with_the_same_id_is_refused_by_the_controller():
             assert create(api, "still-here", partitions=1, rf=1).error_code == 0
     finally:
         n.close()
+
+
+def test_the_active_controller_writes_noop_records_while_idle(nodes):
+    """KIP-835: with nothing to change, the active controller still appends a NoOpRecord every
+    metadata.max.idle.interval.ms (500 ms), so the metadata high watermark keeps moving."""
+    c, _api = nodes.api(0)
+    with c:
+        start = describe_quorum(c).topics[0].partitions[0].high_watermark
+        deadline = time.monotonic() + 30
+        while describe_quorum(c).topics[0].partitions[0].high_watermark < start + 3:
+            assert time.monotonic() < deadline, "the metadata log stood still"
+            time.sleep(0.2)

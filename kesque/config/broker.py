@@ -149,6 +149,8 @@ _BROKER_KEYS: list[ConfigKey] = [
     # metadata snapshots
     _K("metadata.log.max.record.bytes.between.snapshots", "LONG", 20971520,
        "metadata bytes applied between two snapshots", at_least(1)),
+    _K("metadata.max.idle.interval.ms", "INT", 500,
+       "the active controller of a cluster writes a NoOpRecord this often (0: never)", at_least(0)),
     _K("metadata.log.max.snapshot.interval.ms", "LONG", 3600000,
        "longest time between two metadata snapshots (0: no time rule)", at_least(0)),
     # internal topics (later issues use them)

@@ -58,6 +58,11 @@ class QuorumController:
         self._proposed = -1
         self.cluster = ClusterControl(config, lambda: self.controller.image, cluster_id)
         self._expiry: asyncio.TimerHandle | None = None
+        # KIP-835: the active controller of a cluster appends a NoOpRecord every
+        # metadata.max.idle.interval.ms, so that the log (and the high watermark every broker
+        # learns) moves even when nothing changes
+        self.idle_interval_ms = config.get("metadata.max.idle.interval.ms") if lifecycle else 0
+        self._noop: asyncio.TimerHandle | None = None
 
     def _now_ms(self) -> int:
         return int(self.clock.monotonic() * 1000)
@@ -114,15 +119,17 @@ class QuorumController:
             log.warning("could not record the finalized features: %s", e)
         self.cluster.activate(self._now_ms())
         self._schedule_expiry()
+        self._schedule_noop()
 
     def _deactivate(self) -> None:
         log.info("Controller %d is no longer active (epoch %d)", self.raft.node_id, self.active_epoch)
         self.active_epoch = -1
         self.controller.image = self.committed
         self.cluster.deactivate()
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
+        for timer in (self._expiry, self._noop):
+            if timer is not None:
+                timer.cancel()
+        self._expiry = self._noop = None
         waiters, self._waiters = self._waiters, []
         for _offset, fut in waiters:
             if not fut.done():
@@ -219,6 +226,20 @@ class QuorumController:
         except KafkaError as e:
             log.warning("session expiry failed: %s", e)
         self._schedule_expiry()
+
+    def _schedule_noop(self) -> None:
+        if self.active and self.idle_interval_ms > 0:
+            self._noop = asyncio.get_running_loop().call_later(self.idle_interval_ms / 1000.0, self._write_noop)
+
+    def _write_noop(self) -> None:
+        self._noop = None
+        if not self.active:
+            return
+        try:
+            self._write([{"type": "NoOpRecord"}])
+        except KafkaError as e:
+            log.debug("no NoOpRecord written: %s", e)
+        self._schedule_noop()
 
     def _complete(self, offset: int) -> None:
         if not self._waiters:

@@ -88,7 +88,10 @@ def decode_batch(h: rb.BatchHeader, data) -> list[Record]:
     """The records of one batch (``data`` holds exactly the batch)."""
     epoch = h.partition_leader_epoch
     if not h.is_control:
-        return [Record(r.offset, epoch, r.value) for r in iter_records(data, 0, h)]
+        out = [Record(r.offset, epoch, r.value) for r in iter_records(data, 0, h)]
+        if out:
+            out[0] = Record(out[0].offset, epoch, out[0].value, h.size)
+        return out
     out = []
     for r in iter_records(data, 0, h):
         ctype = _CONTROL_KEY.unpack_from(r.key)[1] if r.key is not None and len(r.key) >= 4 else -1

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import json
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 NO_TRUNCATION = 1 << 62
@@ -46,6 +46,9 @@ class Record:
     offset: int
     epoch: int
     value: Any
+    # the size of the batch on disk, on the first record read from each batch of a file log (0
+    # elsewhere): what Kafka counts for metadata.log.max.record.bytes.between.snapshots
+    batch_bytes: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True, order=True)

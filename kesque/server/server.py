@@ -344,7 +344,7 @@ class KesqueServer:
         for rec in records:
             if isinstance(rec.value, (bytes, bytearray)):
                 self.image.replay(metadata_records.decode(rec.value), delta)
-                size += len(rec.value)
+            size += rec.batch_bytes  # the batches' bytes, as Kafka counts between snapshots
             self.image.offset = rec.offset
         if records and self.snapshots.on_batch(size, self._now_ms()):
             self._take_snapshot()

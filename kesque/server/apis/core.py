@@ -203,11 +203,23 @@ class CoreApis:
         v = ctx.api_version
         m = Msg(60, v)
         endpoint_type = getattr(req, "endpoint_type", 1)
-        if endpoint_type != 1:
+        # KIP-919: a controller listener answers with the controllers (endpoint type 2) and
+        # names the active one; a broker listener with the brokers (type 1)
+        on_controller = ctx.listener in getattr(s, "controller_listener_names", ())
+        expected, role = (2, "controller") if on_controller else (1, "broker")
+        if endpoint_type != expected:
             return m(throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
-                     error_message=f"The endpoint type {endpoint_type} is not supported by this broker",
+                     error_message=f"The endpoint type {endpoint_type} is not supported by this {role}",
                      endpoint_type=endpoint_type, cluster_id=s.image.cluster_id or "", controller_id=-1,
                      brokers=(), cluster_authorized_operations=OMITTED_OPS)
+        if on_controller:
+            controllers = tuple(m("DescribeClusterBroker", broker_id=vid, host=addr[0], port=addr[1], rack=None,
+                                  is_fenced=False)
+                                for vid, addr in sorted(s.voters.items()) if addr is not None)
+            ops = _bits(_CLUSTER_OPS) if req.include_cluster_authorized_operations else OMITTED_OPS
+            return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=2,
+                     cluster_id=s.image.cluster_id or "", controller_id=s.raft.leader_id, brokers=controllers,
+                     cluster_authorized_operations=ops)
         brokers = []
         for b in sorted(s.image.brokers.values(), key=lambda b: b.id):
             if b.fenced and not getattr(req, "include_fenced_brokers", False):
