@@ -267,3 +267,35 @@ def test_request_time_does_not_count_a_long_poll_wait(broker, topic_name):
         for _ in range(2):
             r = Api(c).fetch(topic_name, 0, max_wait=500, min_bytes=1)
             assert throttle_ms(r) == 0
+
+
+def test_an_alter_on_one_node_of_a_cluster_applies_on_every_node():
+    """A quota altered through one node is a ClientQuotaRecord in the replicated metadata log:
+    every node describes it and throttles the client on the partitions it leads."""
+    from test_quorum_cluster import Nodes, create, placement
+
+    nodes = Nodes(3)
+    try:
+        nodes.start()
+        c, api = nodes.api(0)
+        with c:
+            alter_ok(api, [({CLIENT: "slow"}, {"producer_byte_rate": 1})])
+            assert create(api, "quota-spread", partitions=3, rf=1).error_code == 0
+            leaders = {leader: p for p, (leader, _r) in placement(api, "quota-spread").items()}
+        assert len(leaders) >= 2, leaders  # placement spreads leaders: other nodes than the altered one
+        batch = build_batch([(None, b"x" * 1000, ())])
+        for i in range(3):
+            c, api = nodes.api(i)
+            with c:
+                deadline = time.monotonic() + 10
+                while described(api) != {((CLIENT, "slow"),): {"producer_byte_rate": 1.0}}:
+                    assert time.monotonic() < deadline, described(api)
+                    time.sleep(0.1)
+            if i + 1 not in leaders:
+                continue
+            with WireClient(("127.0.0.1", nodes.brokers[i].port), client_id="slow") as slow:
+                r = slow.request(0, 9, Api(slow).produce_request("quota-spread", batch, partition=leaders[i + 1]))
+                assert r.responses[0].partition_responses[0].error_code == 0
+                assert throttle_ms(r) > 600_000, f"node {i + 1} did not throttle"
+    finally:
+        nodes.close()
