@@ -161,6 +161,10 @@ def test_three_nodes_agree_on_a_topic_created_through_any_of_them(nodes):
     c, api = nodes.api(lead - 1)
     with c:
         assert api.produce("spread", build_batch([(None, b"x", ())]), partition=part).error_code == 0
+    # ...and nobody is led to believe otherwise: each broker and the controller say so
+    logs = [open(b.log_path).read() for b in nodes.brokers]
+    assert all("kesque does not replicate partition data yet" in text for text in logs)
+    assert any("Topic spread has replication factor 3, but kesque does not replicate" in text for text in logs)
 
 
 def test_a_second_create_of_the_same_name_is_refused_by_whichever_node(nodes):

@@ -397,6 +397,9 @@ class KesqueServer:
         """Once at start: what is stored but not acted on."""
         if self.controller is not None:
             self.controller.warn_without_effect()
+        if self.cluster_mode and "broker" in self.roles:
+            log.warning("kesque does not replicate partition data yet: this broker's partitions whose leader is "
+                        "another broker stay empty here, and acks=all is answered by the leader alone")
 
     def _start_log_cleaner(self) -> None:
         """log.cleaner.enable: the background cleaner of compacted logs, woken every
