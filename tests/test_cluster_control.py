@@ -369,3 +369,18 @@ def test_a_broker_whose_session_is_shutting_down_is_not_elected():
     h.c.sessions[2].shutdown_offset = 5        # its controlled shutdown began, not yet in the image
     h.heartbeat(1, want_fence=True)
     assert h.part("t", 0).leader == 3
+
+
+def test_unregister_moves_leadership_then_removes_the_registration():
+    h = Controller()
+    for b in (1, 2):
+        h.unfenced_broker(b)
+    h.topic("t", [1, 2])
+    with pytest.raises(KafkaError) as e:
+        h.c.unregister(7)
+    assert code(e) == ErrorCode.broker_id_not_registered
+    records = h.apply(h.c.unregister(1))
+    assert records[-1] == {"type": "UnregisterBrokerRecord", "broker_id": 1, "broker_epoch": 10}
+    assert 1 not in h.image.brokers
+    p = h.part("t")
+    assert (p.leader, p.isr) == (2, [2])

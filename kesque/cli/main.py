@@ -23,12 +23,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("cluster", help="start, stop and show a local cluster of kesque processes", add_help=False)
     sub.add_parser("metadata-quorum", help="describe the KRaft metadata quorum (kafka-metadata-quorum.sh)",
                    add_help=False)
+    sub.add_parser("cluster-tool", help="the cluster id, its endpoints, unregister a broker (kafka-cluster.sh)",
+                   add_help=False)
     return p
 
 
 # subcommands that parse their own arguments: name -> module of kesque.cli with main(argv)
 _OWN_PARSERS = {"transactions": "transactions", "storage": "storage", "cluster": "cluster",
-                "metadata-quorum": "metadata_quorum"}
+                "metadata-quorum": "metadata_quorum", "cluster-tool": "cluster_tool"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -320,6 +320,17 @@ class ClusterControl:
         reg = image.brokers.get(b)
         return self._fence(image, b, reg.epoch) if reg is not None else []
 
+    def unregister(self, broker_id: int) -> list[dict]:
+        """UnregisterBroker (KIP-500's kafka-cluster.sh unregister): the broker's leaderships and ISR
+        places go, then its registration; BROKER_ID_NOT_REGISTERED for an id with none."""
+        image = self.image_fn()
+        reg = image.brokers.get(broker_id)
+        if reg is None:
+            raise KafkaError(ErrorCode.broker_id_not_registered,
+                             f"Broker ID {broker_id} is not currently registered")
+        return self._move_off(image, broker_id) + [{"type": "UnregisterBrokerRecord", "broker_id": broker_id,
+                                                    "broker_epoch": reg.epoch}]
+
     # -- the records of each transition (Kafka's ReplicationControlManager.handleBroker*) ------------
     def _fence(self, image: MetadataImage, b: int, epoch: int) -> list[dict]:
         return self._move_off(image, b) + [{"type": "BrokerRegistrationChangeRecord", "broker_id": b,

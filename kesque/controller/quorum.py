@@ -201,6 +201,16 @@ class QuorumController:
         await self._committed(offset, timeout_ms)
         return reply
 
+    async def unregister(self, broker_id: int, timeout_ms: int = 30000) -> None:
+        """UnregisterBroker: answered once the broker's registration is gone (committed)."""
+        if not self.active:
+            raise not_controller()
+        if not self.lifecycle and broker_id == self.raft.node_id:
+            raise KafkaError(ErrorCode.invalid_request, "A single kesque node cannot unregister its own broker: "
+                                                        "without heartbeats it would never register again")
+        records = self.cluster.unregister(broker_id)
+        await self._committed(self._write(records), timeout_ms)
+
     def _schedule_expiry(self) -> None:
         """Fence the brokers whose session ran out, one batch per broker, at the deadline."""
         if self._expiry is not None:

@@ -121,7 +121,8 @@ class ControllerRouter:
         return await self.quorum.call(method, *args, timeout_ms=timeout_ms, **kwargs)
 
     async def lifecycle_call(self, method: str, req, timeout_ms: int = DEFAULT_TIMEOUT_MS):
-        """``QuorumController.register`` / ``.heartbeat`` on the local active controller."""
+        """``QuorumController.register`` / ``.heartbeat`` / ``.unregister`` on the local active
+        controller."""
         forced = _forced.get()
         if forced is not None:
             raise forced

@@ -28,6 +28,7 @@ class QuorumApis:
         s.register(62, 0, 4, self.broker_registration, controller_only=True)
         s.register(63, 0, 1, self.broker_heartbeat, controller_only=True)
         s.register(67, 0, 0, self.allocate_producer_ids, controller_only=True)
+        s.register(64, 0, 0, self.unregister_broker)  # kafka-cluster.sh unregister: any listener
         s.register(55, 0, 2, self.describe_quorum)
 
     async def raft_rpc(self, ctx, req):
@@ -71,6 +72,18 @@ class QuorumApis:
         except KafkaError as e:
             reply = cluster_control.HeartbeatReply(int(e.code))
         return cluster_control.to_kio(reply, ctx.api_version)
+
+    # ------------------------------------------------------------------ UnregisterBroker
+    def unregister_broker(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._unregister(ctx, req))
+
+    async def _unregister(self, ctx, req):
+        m = Msg(64, ctx.api_version)
+        try:
+            await self.server.controllers.lifecycle_call("unregister", req.broker_id)
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, error_message=e.message)
+        return m(throttle_time=0, error_code=ErrorCode.none, error_message=None)
 
     # ------------------------------------------------------------------ AllocateProducerIds
     def allocate_producer_ids(self, ctx, req):

@@ -1,0 +1,161 @@
+"""``kafka-cluster.sh``: the cluster's id, its endpoints, and unregistering a broker (Kafka's ClusterTool).
+
+    kafka-cluster.sh cluster-id     (--bootstrap-server B | --bootstrap-controller C) [--command-config F]
+    kafka-cluster.sh list-endpoints (--bootstrap-server B | --bootstrap-controller C) [--include-fenced-brokers]
+    kafka-cluster.sh unregister     (--bootstrap-server B | --bootstrap-controller C) --id N
+
+``cluster-id`` and ``list-endpoints`` send DescribeCluster (endpoint type 1 to brokers, 2 to
+controllers, KIP-919); ``unregister`` sends UnregisterBroker, which the active controller answers
+once the broker's registration is gone (its leaderships move first). ``unregister-controller``
+and ``api-versions`` are parsed as in Kafka 4.4 but not done: kesque has no dynamic controller
+membership, and prints so.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ._common import run_tool
+from .metadata_quorum import QuorumAdmin, TerseException, _properties
+from .transactions import (
+    _ERRORS_PKG,
+    ArgParser,
+    ArgumentParserException,
+    JavaError,
+    _Exit,
+    kafka_error,
+    pretty_print_table,
+)
+
+PROG = "kafka-cluster"
+DESCRIPTION = "The Kafka cluster tool."
+COMMANDS = "{cluster-id,unregister,unregister-controller,list-endpoints,api-versions}"
+ENDPOINT_HEADERS = ["ID", "HOST", "PORT", "RACK", "STATE", "ENDPOINT_TYPE"]
+
+
+def _connection_options(p: ArgParser) -> None:
+    g = p.add_mutex_group(required=True)
+    p.add_argument("--bootstrap-server", "-b", group=g,
+                   help="A list of host/port pairs to use for establishing the connection to the Kafka cluster.")
+    p.add_argument("--bootstrap-controller", "-C", group=g,
+                   help="A list of host/port pairs to use for establishing the connection to the KRaft "
+                        "controllers.")
+    p.add_argument("--config",
+                   help="(DEPRECATED) A property file containing configurations for the Admin client. This option "
+                        "will be removed in a future version. Use --command-config instead.")
+    p.add_argument("--command-config", "-c", help="Config properties file for the Admin client.")
+
+
+def build_parser() -> ArgParser:
+    p = ArgParser(PROG, DESCRIPTION)
+    p.add_subparsers(dest="command", title="positional arguments", metavar=COMMANDS)
+    s = p.add_parser("cluster-id", help="Get information about the ID of a cluster.")
+    _connection_options(s)
+    s = p.add_parser("unregister", help="Unregister a broker.")
+    _connection_options(s)
+    s.add_argument("--id", "-i", type="Integer", required=True, help="The ID of the broker to unregister.")
+    s = p.add_parser("unregister-controller", help="Unregister a controller.")
+    _connection_options(s)
+    s.add_argument("--id", "-i", type="Integer", required=True, help="The ID of the controller to unregister.")
+    s = p.add_parser("list-endpoints", help="List endpoints")
+    _connection_options(s)
+    s.add_argument("--include-fenced-brokers", action="store_true",
+                   help="Whether to include fenced brokers when listing broker endpoints")
+    s = p.add_parser("api-versions", help="Get information about the api versions of the brokers or controllers.")
+    _connection_options(s)
+    return p
+
+
+class ClusterAdmin(QuorumAdmin):
+    def describe(self, include_fenced: bool = False):
+        from ..client.wire import make
+
+        def build(mod, v):
+            return make(mod.request.DescribeClusterRequest, include_cluster_authorized_operations=False,
+                        endpoint_type=2 if self.controllers else 1, include_fenced_brokers=include_fenced)
+
+        def once():
+            resp = self._any(60, build)
+            if int(resp.error_code):
+                raise self._error(int(resp.error_code), resp.error_message)
+            return resp
+        return self._retrying("listNodes", once)
+
+    def unregister(self, broker_id: int) -> None:
+        from ..client.wire import make
+
+        def once():
+            resp = self._any(64, lambda mod, v: make(mod.request.UnregisterBrokerRequest, broker_id=broker_id))
+            if int(resp.error_code):
+                raise self._error(int(resp.error_code), resp.error_message)
+        self._retrying("unregisterBroker", once)
+
+
+def endpoint_rows(resp, controllers: bool) -> list[list[str]]:
+    kind = "controller" if controllers else "broker"
+    return [[str(int(b.broker_id)), b.host, str(int(b.port)), str(b.rack), "fenced" if b.is_fenced else "unfenced",
+             kind] for b in sorted(resp.brokers, key=lambda b: int(b.broker_id))]
+
+
+def execute(argv: list[str]) -> int:
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+    except ArgumentParserException as e:
+        parser.handle_error(e)
+        return 0 if e.kind == "help" else 1
+    except _Exit as e:
+        return e.code
+    admin = None
+    try:
+        props = _properties(ns.get("command_config") or ns.get("config"))
+        controllers = ns["bootstrap_controller"] is not None
+        admin = ClusterAdmin(ns["bootstrap_controller"] if controllers else ns["bootstrap_server"], props,
+                             controllers)
+        command = ns["command"]
+        if command == "cluster-id":
+            cluster_id = admin.describe().cluster_id
+            print(f"Cluster ID: {cluster_id}" if cluster_id else
+                  "No cluster ID found. The Kafka version is probably too old.")
+        elif command == "list-endpoints":
+            resp = admin.describe(bool(ns.get("include_fenced_brokers")))
+            pretty_print_table(ENDPOINT_HEADERS, endpoint_rows(resp, controllers))
+        elif command == "unregister":
+            admin.unregister(ns["id"])
+            print(f"Broker {ns['id']} is no longer registered.")
+        else:
+            raise JavaError(_ERRORS_PKG + "UnsupportedVersionException",
+                            f"kesque does not support {command} (no dynamic controller membership, no per-node "
+                            "ApiVersions listing yet)")
+    except TerseException as e:
+        sys.stdout.flush()
+        print(e, file=sys.stderr)
+        return 1
+    except JavaError as e:
+        sys.stdout.flush()
+        print(f"{e.java_class}: {e.message}", file=sys.stderr)
+        return 1
+    finally:
+        if admin is not None:
+            admin.close()
+    sys.stdout.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``kesque cluster-tool ...`` (the arguments after the subcommand)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return run_tool(execute, argv)
+
+
+def kafka_cluster() -> None:
+    """The ``kafka-cluster.sh`` console script."""
+    code = main()
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    sys.exit(code)
+
+
+__all__ = ["main", "kafka_cluster", "execute", "kafka_error"]
