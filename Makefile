@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-all slow fuzz compat bench examples sim install install-test kcat kafka oracle-kafka clean-data help
+.PHONY: serve test test-all slow oracle fuzz compat bench examples sim install install-test kcat kafka oracle-kafka clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -23,6 +23,7 @@ help:
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
 	@echo "make kafka    - resolve Apache Kafka $(KAFKA_VERSION) with Maven into $(KAFKA_DIR)/libs (oracle tests)"
+	@echo "make oracle   - every differential test against Kafka, the slow 3-node ones included"
 	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
 	@echo "make sim      - the simulator (KRaft quorum, partition replication): every scenario on SEEDS seeds (default 1000)"
 
@@ -79,6 +80,10 @@ test-all: $(TSTAMP) kcat oracle-kafka
 
 slow: $(TSTAMP) kcat
 	$(BIN)/python -m pytest -q -m slow
+
+# every differential test against Apache Kafka, the slow 3-node ones included
+oracle: $(TSTAMP) kcat oracle-kafka
+	$(BIN)/python -m pytest -q -m oracle
 
 # the hypothesis suites (pytest's "hypothesis" marker) with the fuzz profile (tests/conftest.py):
 # not derandomized, 20x the examples, no per-test time limit

@@ -7,8 +7,13 @@ import subprocess
 import sys
 import time
 
+import oracle
+import pytest
+from oracle import pair  # noqa: F401 - the fixture
 from test_quorum_cluster import Nodes
 from wire import Api, WireClient
+
+from kesque.testing import kafka as K
 
 
 def tool(*args) -> subprocess.CompletedProcess:
@@ -49,3 +54,22 @@ def test_cluster_id_endpoints_and_unregister():
         assert [line.split()[0] for line in r.stdout.splitlines()[1:]] == ["1", "2", "3"], r.stdout
     finally:
         nodes.close()
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(oracle.REASON is not None, reason=oracle.REASON or "")
+def test_the_same_output_as_kafkas_tool(pair):
+    """kafka-cluster.sh and kesque's, each against its own broker: the same bytes, ports masked
+    (Kafka's tool adds a Java stack trace after the error's first line)."""
+    for args in (["list-endpoints"], ["list-endpoints", "--include-fenced-brokers"], ["unregister", "--id", "9"],
+                 ["--help"], ["unregister"], ["cluster-id", "--bootstrap-server"]):
+        out = {}
+        for kind, b in pair.items():
+            full = args if args[0] == "--help" or args[-1].startswith("--") or args == ["unregister"] else \
+                [args[0], "--bootstrap-server", b.bootstrap_servers, *args[1:]]
+            r = K.run_tool("kafka-cluster.sh", *full) if kind == "kafka" else tool(*full)
+            port = b.bootstrap_servers.rsplit(":", 1)[1]
+            lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("[")]  # not Kafka's log lines
+            first = lines[:1] if r.returncode and not r.stdout else lines
+            out[kind] = (r.returncode, r.stdout.replace(port, "<port>"), first)
+        assert out["kesque"] == out["kafka"], args

@@ -13,6 +13,8 @@ ids, ports and placement. The time until a new controller is elected is measured
 printed (``-s``), never asserted: the figures are bench/controller.py's.
 
 Both halves run: the kesque cluster is three `kesque.Broker` processes with the same settings.
+The scenarios on the two 3-node clusters take minutes (three JVMs, failovers): they are marked
+``slow`` and run with ``make oracle`` (and ``make slow``), not in ``make test``.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def kesque_cluster(tmp_path_factory):
         yield Nodes("kesque", c)
 
 
-@pytest.fixture(scope="module", params=["kafka", "kesque"])
+@pytest.fixture(scope="module", params=[pytest.param("kafka", marks=pytest.mark.slow), pytest.param("kesque", marks=pytest.mark.slow)])
 def cluster(request, tmp_path_factory):
     start = kafka_cluster if request.param == "kafka" else kesque_cluster
     with start(tmp_path_factory) as nodes:

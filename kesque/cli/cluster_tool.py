@@ -24,7 +24,6 @@ from .transactions import (
     JavaError,
     _Exit,
     kafka_error,
-    pretty_print_table,
 )
 
 PROG = "kafka-cluster"
@@ -91,10 +90,18 @@ class ClusterAdmin(QuorumAdmin):
         self._retrying("unregisterBroker", once)
 
 
-def endpoint_rows(resp, controllers: bool) -> list[list[str]]:
+def endpoints_text(resp, controllers: bool) -> str:
+    """ClusterTool's table: fixed-width columns (the host column as wide as the longest host),
+    one space apart, a missing rack as ``null``."""
     kind = "controller" if controllers else "broker"
-    return [[str(int(b.broker_id)), b.host, str(int(b.port)), str(b.rack), "fenced" if b.is_fenced else "unfenced",
-             kind] for b in sorted(resp.brokers, key=lambda b: int(b.broker_id))]
+    nodes = sorted(resp.brokers, key=lambda b: int(b.broker_id))
+    width = max([len("HOST")] + [len(b.host) for b in nodes])
+    line = "{:<10} {:<%d} {:<10} {:<10} {:<10} {:<15}\n" % width
+    out = [line.format(*ENDPOINT_HEADERS)]
+    for b in nodes:
+        out.append(line.format(int(b.broker_id), b.host, int(b.port), "null" if b.rack is None else b.rack,
+                               "fenced" if b.is_fenced else "unfenced", kind))
+    return "".join(out)
 
 
 def execute(argv: list[str]) -> int:
@@ -103,7 +110,7 @@ def execute(argv: list[str]) -> int:
         ns = parser.parse_args(argv)
     except ArgumentParserException as e:
         parser.handle_error(e)
-        return 0 if e.kind == "help" else 1
+        return 1  # --help too: ClusterTool exits 1 after argparse4j's help screen
     except _Exit as e:
         return e.code
     admin = None
@@ -119,7 +126,7 @@ def execute(argv: list[str]) -> int:
                   "No cluster ID found. The Kafka version is probably too old.")
         elif command == "list-endpoints":
             resp = admin.describe(bool(ns.get("include_fenced_brokers")))
-            pretty_print_table(ENDPOINT_HEADERS, endpoint_rows(resp, controllers))
+            sys.stdout.write(endpoints_text(resp, controllers))
         elif command == "unregister":
             admin.unregister(ns["id"])
             print(f"Broker {ns['id']} is no longer registered.")

@@ -654,6 +654,7 @@ _ERRORS: dict[int, tuple[str, str]] = {
     13: ("NetworkException", "The server disconnected before a response was received."),
     14: ("CoordinatorLoadInProgressException", "The coordinator is loading and hence can't process requests."),
     15: ("CoordinatorNotAvailableException", "The coordinator is not available."),
+    102: ("BrokerIdNotRegisteredException", "The given broker ID was not registered."),
     16: ("NotCoordinatorException", "This is not the correct coordinator."),
     19: ("NotEnoughReplicasException", "Messages are rejected since there are fewer in-sync replicas than required."),
     45: ("OutOfOrderSequenceException", "The broker received an out of order sequence number."),

@@ -41,6 +41,7 @@ DEFAULT_LIBS = REPO / "build" / "kafka" / "libs"
 # the classes behind Kafka's bin/*.sh scripts (Kafka 4.x)
 TOOLS = {
     "kafka-topics.sh": "org.apache.kafka.tools.TopicCommand",
+    "kafka-cluster.sh": "org.apache.kafka.tools.ClusterTool",
     "kafka-configs.sh": "org.apache.kafka.tools.ConfigCommand",
     "kafka-console-producer.sh": "org.apache.kafka.tools.ConsoleProducer",
     "kafka-console-consumer.sh": "org.apache.kafka.tools.consumer.ConsoleConsumer",
