@@ -86,6 +86,15 @@ def stop_signals():
             signal.signal(sig, old)
 
 
+def exit_flushed(code: int) -> None:
+    """A console script's end: stdout flushed (a closed pipe is not an error), then ``code``."""
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    sys.exit(code)
+
+
 def run_tool(fn, *args) -> int:
     """A tool's exit status: ``fn(*args)``'s, a ToolExit's code, 130 / 143 on SIGINT / SIGTERM
     (see :func:`stop_signals`), 1 when no bootstrap server could be reached (the message names

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import run_tool
+from ._common import exit_flushed, run_tool
 from .metadata_quorum import QuorumAdmin, TerseException, _properties
 from .transactions import (
     _ERRORS_PKG,
@@ -157,12 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def kafka_cluster() -> None:
     """The ``kafka-cluster.sh`` console script."""
-    code = main()
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
-    sys.exit(code)
+    exit_flushed(main())
 
 
 __all__ = ["main", "kafka_cluster", "execute", "kafka_error"]

@@ -37,7 +37,7 @@ from .transactions import (
     kafka_error,
     pretty_print_table,
 )
-from ._common import kafka_uuid, load_props, run_tool
+from ._common import exit_flushed, kafka_uuid, load_props, run_tool
 
 NAME = "metadata-quorum"
 SCRIPT = "kafka-metadata-quorum.sh"
@@ -376,9 +376,4 @@ def main(argv: list[str] | None = None) -> int:
 
 def kafka_metadata_quorum() -> None:
     """The ``kafka-metadata-quorum.sh`` console script."""
-    code = main()
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
-    sys.exit(code)
+    exit_flushed(main())

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 
-from ._common import ToolExit, kafkaize, new_parser, run_tool
+from ._common import ToolExit, exit_flushed, kafkaize, new_parser, run_tool
 
 _MODULES = ("topics", "configs", "console_producer", "console_consumer", "dump_log", "get_offsets",
             "delete_records", "log_dirs", "producer_perf", "consumer_perf", "consumer_groups",
@@ -76,12 +76,7 @@ def _console(module_name: str, argv: list[str] | None = None) -> int:
     return _wrap(mod)(args)
 
 
-def _exit(code: int) -> None:
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
-    sys.exit(code)
+_exit = exit_flushed
 
 
 def kafka_topics() -> None:

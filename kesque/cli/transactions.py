@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from ..utils import java_string_hash
 from ._admin import check_reachable
 from ._common import _ERRORS as _COMMON_ERRORS
-from ._common import java_hash_order, load_props, run_tool, topic_partition_hash
+from ._common import exit_flushed, java_hash_order, load_props, run_tool, topic_partition_hash
 
 NAME = "transactions"
 SCRIPT = "kafka-transactions.sh"
@@ -1580,9 +1580,4 @@ def main(argv: list[str] | None = None) -> int:
 
 def kafka_transactions() -> None:
     """The ``kafka-transactions.sh`` console script."""
-    code = main()
-    try:
-        sys.stdout.flush()
-    except Exception:
-        pass
-    sys.exit(code)
+    exit_flushed(main())
