@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from ._common import exit_flushed, run_tool
-from .metadata_quorum import QuorumAdmin, TerseException, _properties
+from .metadata_quorum import QuorumAdmin, _admin, run_admin
 from .transactions import (
     _ERRORS_PKG,
     ArgParser,
@@ -113,40 +113,23 @@ def execute(argv: list[str]) -> int:
         return 1  # --help too: ClusterTool exits 1 after argparse4j's help screen
     except _Exit as e:
         return e.code
-    admin = None
-    try:
-        props = _properties(ns.get("command_config") or ns.get("config"))
-        controllers = ns["bootstrap_controller"] is not None
-        admin = ClusterAdmin(ns["bootstrap_controller"] if controllers else ns["bootstrap_server"], props,
-                             controllers)
-        command = ns["command"]
-        if command == "cluster-id":
+    def command(admin) -> None:
+        name = ns["command"]
+        if name == "cluster-id":
             cluster_id = admin.describe().cluster_id
             print(f"Cluster ID: {cluster_id}" if cluster_id else
                   "No cluster ID found. The Kafka version is probably too old.")
-        elif command == "list-endpoints":
+        elif name == "list-endpoints":
             resp = admin.describe(bool(ns.get("include_fenced_brokers")))
-            sys.stdout.write(endpoints_text(resp, controllers))
-        elif command == "unregister":
+            sys.stdout.write(endpoints_text(resp, admin.controllers))
+        elif name == "unregister":
             admin.unregister(ns["id"])
             print(f"Broker {ns['id']} is no longer registered.")
         else:
             raise JavaError(_ERRORS_PKG + "UnsupportedVersionException",
-                            f"kesque does not support {command} (no dynamic controller membership, no per-node "
+                            f"kesque does not support {name} (no dynamic controller membership, no per-node "
                             "ApiVersions listing yet)")
-    except TerseException as e:
-        sys.stdout.flush()
-        print(e, file=sys.stderr)
-        return 1
-    except JavaError as e:
-        sys.stdout.flush()
-        print(f"{e.java_class}: {e.message}", file=sys.stderr)
-        return 1
-    finally:
-        if admin is not None:
-            admin.close()
-    sys.stdout.flush()
-    return 0
+    return run_admin(lambda: _admin(ClusterAdmin, ns, ns.get("command_config") or ns.get("config")), command)
 
 
 def main(argv: list[str] | None = None) -> int:

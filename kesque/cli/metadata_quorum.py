@@ -337,11 +337,8 @@ def execute(argv: list[str]) -> int:
         return 0 if e.kind == "help" else 1
     except _Exit as e:
         return e.code
-    admin = None
-    try:
-        props = _properties(ns["command_config"])
-        controllers = ns["bootstrap_controller"] is not None
-        admin = QuorumAdmin(ns["bootstrap_controller"] if controllers else ns["bootstrap_server"], props, controllers)
+
+    def command(admin) -> None:
         if ns["command"] == "describe":
             _describe(admin, ns)
         elif ns["command"] == "add-controller":
@@ -351,6 +348,23 @@ def execute(argv: list[str]) -> int:
             raise _not_supported("AddRaftVoter")
         else:
             raise _not_supported("RemoveRaftVoter")
+    return run_admin(lambda: _admin(QuorumAdmin, ns, ns["command_config"]), command)
+
+
+def _admin(cls, ns: dict, config_path: str | None):
+    """The Admin client of ``--bootstrap-server`` or ``--bootstrap-controller``."""
+    props = _properties(config_path)
+    controllers = ns["bootstrap_controller"] is not None
+    return cls(ns["bootstrap_controller"] if controllers else ns["bootstrap_server"], props, controllers)
+
+
+def run_admin(make_admin, command) -> int:
+    """``command(admin)`` with the Admin client ``make_admin()`` gives, as Kafka's Admin tools end:
+    a TerseException's message, or the Java exception's, on stderr and exit 1; the client closed."""
+    admin = None
+    try:
+        admin = make_admin()
+        command(admin)
     except TerseException as e:
         sys.stdout.flush()
         print(e, file=sys.stderr)
