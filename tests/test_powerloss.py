@@ -250,7 +250,7 @@ def check_read_committed(lg: Log) -> None:
     expected = [(r.offset, r.value) for h, data in lg.read_batches(start, lso) if outcome.get(h.base_offset)
                 for r in iter_records(data, 0, h) if r.offset >= start]
     part = Partition(TOPIC, 0, TOPIC_ID, lg, local_id=1)
-    part.leader_id, part.leader_epoch = 1, lg.latest_epoch()
+    part.repl.leader_id, part.repl.leader_epoch = 1, lg.latest_epoch()  # leads, HW left as recovered
     got, offset = [], start
     while offset < lso:
         kept, nxt = fetch_committed(part, offset, 1 << 20, True)

@@ -176,8 +176,7 @@ class CoordinatorRuntime:
         now = self.host.clock.now_ms()
         batch = build_batch([(k, v, ()) for k, v in records], timestamp=now, producer_id=producer_id,
                             producer_epoch=producer_epoch, transactional=producer_id >= 0)
-        info = part.log.append_new_batch(batch, part.leader_epoch, now)
-        part.maybe_increment_high_watermark()
+        info = part.append_new_batch(batch, now)
         rm.notify_append(self.TOPIC, partition, info.size)
 
     def shutdown(self) -> None:

@@ -2,9 +2,13 @@
 watch lists that delayed operations (long-poll fetch, acks=all produce) wait on.
 
 It follows the metadata image: ``apply_delta`` creates logs and partitions for the replicas
-assigned to this broker, makes them leaders or followers, drops deleted topics and pushes
-config changes into the logs. Sans-IO: waiting is done by the server layer, which registers
-callbacks with :meth:`watch` and is called back when a partition gets new data.
+assigned to this broker, makes them leaders or followers (a follower's partition goes to the
+replica fetchers, a leader's leaves them), drops deleted topics and replicas moved elsewhere, and
+pushes config changes into the logs. It is the partitions' :class:`ReplicaEnv`: their ISR
+changes go to the AlterPartition manager, and a moved high watermark wakes what waits on it.
+Waiting itself is in :mod:`kesque.replication.delayed`, on the watch lists kept here: ``hw``
+(consumer fetches, acks=all produces: told the bytes a HW move made visible) and ``replica``
+(follower fetches: told the bytes a leader append added).
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
 from ..storage.log_manager import LogManager
-from .partition import Partition
+from .partition import Partition, ReplicaEnv
 
 log = logging.getLogger(__name__)
 
 
-class ReplicaManager:
+class ReplicaManager(ReplicaEnv):
     def __init__(self, config: BrokerConfig, log_manager: LogManager, image: MetadataImage, clock):
         self.config = config
         self.node_id = config.node_id
@@ -32,7 +36,12 @@ class ReplicaManager:
         self.clock = clock
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.by_id: dict[tuple[uuid.UUID, int], Partition] = {}
-        self._watchers: dict[tuple[str, int], set] = defaultdict(set)
+        self._watchers: dict[str, dict[tuple[str, int], set]] = {"hw": defaultdict(set), "replica": defaultdict(set)}
+        self.local_broker_epoch = -1
+        # set by the server in a cluster: the replica fetchers (ReplicaFetcherManager) and the
+        # AlterPartition sender (a callable (partition, proposal))
+        self.fetchers = None
+        self.send_alter_partition = None
         # callables (topic, partition, is_leader) told when this broker gains or loses
         # leadership of a partition (coordinators load and unload their state with it)
         self._leadership_listeners: list = []
@@ -45,6 +54,36 @@ class ReplicaManager:
     def _tell_leadership(self, topic: str, partition: int, is_leader: bool) -> None:
         for fn in self._leadership_listeners:
             fn(topic, partition, is_leader)
+
+    # ------------------------------------------------------------------ ReplicaEnv
+    @property
+    def replica_lag_time_max_ms(self) -> int:
+        return self.config.get("replica.lag.time.max.ms")
+
+    def now_ms(self) -> int:
+        return int(self.clock.monotonic() * 1000)
+
+    def broker_epoch_of(self, broker_id: int) -> int | None:
+        """The registered epoch of an unfenced broker not shutting down (may join an ISR)."""
+        reg = self.image.brokers.get(broker_id)
+        if reg is None or reg.fenced or reg.in_controlled_shutdown:
+            return None
+        return reg.epoch
+
+    def alter_partition(self, part: Partition, proposal) -> None:
+        if self.send_alter_partition is not None:
+            self.send_alter_partition(part, proposal)
+        else:   # nobody to ask (a lone node never changes its ISR): back to the committed state
+            part.on_alter_partition_response(proposal, int(ErrorCode.operation_not_attempted), None)
+
+    def hw_moved(self, part: Partition, visible_bytes: int) -> None:
+        self._notify("hw", (part.topic, part.partition), visible_bytes)
+
+    def shrink_isrs(self) -> None:
+        """The ISR-expiration task, every replica.lag.time.max.ms / 2."""
+        for part in list(self.partitions.values()):
+            if part.is_leader and len(part.isr) > 1:
+                part.maybe_shrink_isr()
 
     # ------------------------------------------------------------------ config
     def log_config_for(self, topic: str):
@@ -67,9 +106,7 @@ class ReplicaManager:
                 part = self.partitions.pop((t.name, p), None)
                 self.by_id.pop((topic_id, p), None)
                 if part is not None:
-                    self._notify((t.name, p), 0)
-                    if part.is_leader:
-                        self._tell_leadership(t.name, p, False)
+                    self._drop(part)
                 self.log_manager.delete_log(t.name, p)
         for rtype, rname in delta.changed_configs:
             if rtype == RESOURCE_BROKER and rname in ("", str(self.node_id)):
@@ -89,26 +126,57 @@ class ReplicaManager:
                 for (topic, _p), part in self.partitions.items():
                     if topic == rname:
                         part.log.config = cfg
+        to_fetch: dict = {}
         for topic_id, p in sorted(delta.changed_partitions, key=lambda x: (str(x[0]), x[1])):
             t = self.image.topics_by_id.get(topic_id)
             if t is None:
                 continue
             reg = t.partitions.get(p)
-            if reg is None or self.node_id not in reg.replicas:
-                continue
             part = self.partitions.get((t.name, p))
+            if reg is None or self.node_id not in reg.replicas:
+                if part is not None:   # reassigned away from this broker: the replica goes
+                    log.info("%s: no longer a replica here; deleting the local log", part.tp)
+                    del self.partitions[(t.name, p)]
+                    self.by_id.pop((topic_id, p), None)
+                    self._drop(part)
+                    self.log_manager.delete_log(t.name, p)
+                continue
             if part is None:
                 lg = self.log_manager.get_or_create_log(t.name, p, self.log_config_for(t.name), topic_id)
-                part = Partition(t.name, p, topic_id, lg, self.node_id)
+                part = Partition(t.name, p, topic_id, lg, self.node_id, self)
                 self.partitions[(t.name, p)] = part
                 self.by_id[(topic_id, p)] = part
             was_leader = part.is_leader
             if reg.leader == self.node_id:
                 part.make_leader(reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)
+                if not was_leader and self.fetchers is not None:
+                    self.fetchers.remove_partitions([part])
             else:
-                part.make_follower(reg.leader, reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)
+                changed = part.make_follower(reg.leader, reg.replicas, reg.leader_epoch, reg.partition_epoch)
+                if self.fetchers is not None:
+                    if reg.leader < 0:
+                        self.fetchers.remove_partitions([part])
+                    elif changed or self.fetchers.leader_of(part) is None:
+                        to_fetch[part] = (reg.leader, reg.leader_epoch)
+            if part.is_leader != was_leader:
+                self._wake(part)
             if part.is_leader != was_leader or part.is_leader:
                 self._tell_leadership(t.name, p, part.is_leader)
+        if to_fetch:
+            self.fetchers.add_partitions(to_fetch)
+
+    def _wake(self, part: Partition) -> None:
+        """A role change: everything waiting on the partition looks again (and fails over)."""
+        tp = (part.topic, part.partition)
+        self._notify("hw", tp, 0)
+        self._notify("replica", tp, 0)
+
+    def _drop(self, part: Partition) -> None:
+        if self.fetchers is not None:
+            self.fetchers.remove_partitions([part])
+        self._wake(part)
+        if part.is_leader:
+            self._tell_leadership(part.topic, part.partition, False)
 
     # ------------------------------------------------------------------ lookup
     def get_partition(self, topic: str, partition: int) -> Partition:
@@ -132,8 +200,7 @@ class ReplicaManager:
         if part is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
         info = part.append_records_to_leader(buf, required_acks, self.clock.now_ms())
-        if (topic, partition) in self._watchers:
-            self._notify((topic, partition), info.size)
+        self._notify("replica", (topic, partition), info.size)
         return info
 
     def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
@@ -143,12 +210,7 @@ class ReplicaManager:
         part = self.partitions.get((topic, partition))
         if part is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
-        if not part.is_leader:
-            raise KafkaError(ErrorCode.not_leader_or_follower,
-                             f"Leader not local for partition {part.tp} on broker {self.node_id}")
-        info = part.log.append_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, part.leader_epoch,
-                                          self.clock.now_ms())
-        part.maybe_increment_high_watermark()
+        info = part.append_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, self.clock.now_ms())
         self.notify_append(topic, partition, info.size)
         for fn in self._marker_listeners:
             fn(topic, partition, producer_id, commit)
@@ -158,23 +220,24 @@ class ReplicaManager:
         self._marker_listeners.append(fn)
 
     # ------------------------------------------------------------------ watchers
-    def watch(self, tp: tuple[str, int], callback) -> None:
-        self._watchers[tp].add(callback)
+    def watch(self, tp: tuple[str, int], callback, kind: str = "hw") -> None:
+        self._watchers[kind][tp].add(callback)
 
-    def unwatch(self, tp: tuple[str, int], callback) -> None:
-        s = self._watchers.get(tp)
+    def unwatch(self, tp: tuple[str, int], callback, kind: str = "hw") -> None:
+        w = self._watchers[kind]
+        s = w.get(tp)
         if s is not None:
             s.discard(callback)
             if not s:
-                del self._watchers[tp]
+                del w[tp]
 
     def notify_append(self, topic: str, partition: int, nbytes: int) -> None:
-        """Bytes were appended by the broker itself (coordinators): wake waiting fetches."""
-        if (topic, partition) in self._watchers:
-            self._notify((topic, partition), nbytes)
+        """Bytes were appended by the broker itself as leader (coordinators, markers): wake
+        waiting follower fetches (consumers are woken when the high watermark passes them)."""
+        self._notify("replica", (topic, partition), nbytes)
 
-    def _notify(self, tp: tuple[str, int], nbytes: int) -> None:
-        s = self._watchers.get(tp)
+    def _notify(self, kind: str, tp: tuple[str, int], nbytes: int) -> None:
+        s = self._watchers[kind].get(tp)
         if s:
             for cb in list(s):
                 cb(tp, nbytes)

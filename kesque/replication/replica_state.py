@@ -142,7 +142,8 @@ class StorageReplicaLog:
         return self.log.leader_epoch_cache.end_offset_for(epoch, self.log.log_end_offset)
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
-        self.log.leader_epoch_cache.assign(epoch, start_offset)
+        # on an empty log the entry is cheap to lose (recovery rebuilds epochs from batches)
+        self.log.leader_epoch_cache.assign(epoch, start_offset, fsync=start_offset > 0)
 
     def update_high_watermark(self, hw: int) -> None:
         self.log.update_high_watermark(hw)

@@ -3,16 +3,22 @@
 The request is decoded with kio (compiled, ~µs); each partition is read as byte ranges of
 segment files and the response is encoded by hand with those ranges as FileRegions, which
 the connection sends with sendfile. When fewer than ``min_bytes`` are available the request
-waits — on appends to its partitions — until ``min_bytes`` arrive or ``max_wait_ms`` passes.
+waits (``replication.delayed.wait_for_bytes``) until ``min_bytes`` arrive or ``max_wait_ms``
+passes: a consumer for bytes below the high watermark, a follower for bytes the leader appended.
+
+A follower's Fetch (a replica id >= 0) is served by :meth:`FetchApis._replica_fetch`: each
+partition is checked and its follower's position recorded by the leader's Partition
+(``read_for_follower``: epochs, diverging epoch, ISR expansion, high watermark), then read up to
+the log end. It has no session and is never throttled or filtered by isolation.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from ...errors import ErrorCode, KafkaError
 from ...protocol.fetch import FileRegion, FetchPartitionResponse, encode_fetch_response
+from ...replication.delayed import wait_for_bytes
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
 from ..quotas import ANONYMOUS
@@ -79,9 +85,8 @@ class FetchApis:
                 and _is_metadata_fetch(req):
             return self._raft_fetch(ctx, req)
         if replica_id >= 0:
-            # follower fetches arrive with the replication issue; refuse rather than misserve
-            # (they are never throttled by client quotas: keep them ahead of the quota checks)
-            return self._error_response(v, ErrorCode.unknown_server_error, 0)
+            # never throttled by client quotas: ahead of the quota checks
+            return self._replica_fetch(v, req, replica_id, getattr(rs, "replica_epoch", -1) if rs is not None else -1)
         image = s.image
         now = s.clock.monotonic()
         session_id = getattr(req, "session_id", 0)
@@ -181,28 +186,81 @@ class FetchApis:
         return total, errors
 
     async def _delayed(self, ctx, v, items, session, incremental, isolation, max_bytes, needed, max_wait_ms):
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
         rm = self.server.replica_manager
-        state = {"bytes": 0}
-        tps = {(it.topic, it.partition) for it in items if it.topic is not None}
-
-        def on_data(_tp, nbytes):
-            state["bytes"] += nbytes
-            if (state["bytes"] >= needed or nbytes == 0) and not fut.done():
-                fut.set_result(None)
-
-        for tp in tps:
-            rm.watch(tp, on_data)
-        timer = loop.call_later(max_wait_ms / 1000.0, lambda: fut.done() or fut.set_result(None))
-        try:
-            await fut
-        finally:
-            timer.cancel()
-            for tp in tps:
-                rm.unwatch(tp, on_data)
+        await wait_for_bytes(rm, {(it.topic, it.partition) for it in items if it.topic is not None}, needed,
+                             max_wait_ms)
         total, _errors = self._read_all(items, isolation, max_bytes)
         return self._answer(ctx, v, items, session, incremental, isolation, total)
+
+    # ------------------------------------------------------------------ followers
+    def _replica_fetch(self, v, req, replica_id: int, broker_epoch: int):
+        image = self.server.image
+        items = []
+        for ft in req.topics:
+            if v >= 13:
+                t = image.topics_by_id.get(ft.topic_id)
+                name, key = (t.name if t else None), ft.topic_id
+            else:
+                name = key = ft.topic
+            for fp in ft.partitions:
+                items.append((key, name, fp))
+        max_bytes = min(req.max_bytes, self.server.config.get("replica.fetch.response.max.bytes"))
+        out, total, must_answer = self._read_for_followers(items, replica_id, broker_epoch, max_bytes)
+        max_wait = to_ms(req.max_wait)
+        if max_wait <= 0 or total >= req.min_bytes or must_answer or not items:
+            return self._follower_response(v, out)
+        return self._replica_delayed(v, items, replica_id, broker_epoch, max_bytes, req.min_bytes - total, max_wait)
+
+    async def _replica_delayed(self, v, items, replica_id, broker_epoch, max_bytes, needed, max_wait_ms):
+        tps = {(name, fp.partition) for _key, name, fp in items if name is not None}
+        await wait_for_bytes(self.server.replica_manager, tps, needed, max_wait_ms, replica=True)
+        out, _total, _must = self._read_for_followers(items, replica_id, broker_epoch, max_bytes)
+        return self._follower_response(v, out)
+
+    def _read_for_followers(self, items, replica_id: int, broker_epoch: int, max_bytes: int):
+        """Per partition (topic key, FetchPartitionResponse); the bytes read; whether to answer
+        at once (an error or a diverging epoch)."""
+        rm = self.server.replica_manager
+        out = []
+        total = 0
+        must = False
+        min_one = True
+        for key, name, fp in items:
+            pr = None
+            try:
+                if name is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id, "unknown topic id")
+                part = rm.get_partition(name, fp.partition)
+                check, data = part.read_for_follower(
+                    replica_id, fp.fetch_offset, getattr(fp, "last_fetched_epoch", -1), fp.current_leader_epoch,
+                    fp.log_start_offset, broker_epoch, min(fp.partition_max_bytes, max(max_bytes - total, 0)), min_one)
+            except KafkaError as e:
+                pr = FetchPartitionResponse(fp.partition, int(e.code), -1, -1, -1, [], 0)
+                must = True
+            else:
+                if check.error_code:
+                    pr = FetchPartitionResponse(fp.partition, check.error_code, -1, -1, -1, [], 0)
+                    must = True
+                elif data is None:      # KIP-320: where the follower's log diverges
+                    pr = FetchPartitionResponse(fp.partition, 0, check.high_watermark, check.high_watermark,
+                                                check.log_start_offset, [], 0, diverging_epoch=check.diverging_epoch)
+                    must = True
+                else:
+                    regions = [FileRegion(h, pos, size) for h, pos, size in data.regions]
+                    pr = FetchPartitionResponse(fp.partition, 0, check.high_watermark, check.high_watermark,
+                                                check.log_start_offset, regions, data.size)
+                    if data.size:
+                        min_one = False
+                        total += data.size
+            out.append((key, pr))
+        return out, total, must
+
+    @staticmethod
+    def _follower_response(v, out):
+        by_topic: dict = {}
+        for key, pr in out:
+            by_topic.setdefault(key, []).append(pr)
+        return encode_fetch_response(v, 0, 0, list(by_topic.items()))
 
     def _answer(self, ctx, v, items, session, incremental: bool, isolation: int, total: int):
         """The response, unless the client is over its fetch or request quota: then, as

@@ -3,7 +3,8 @@
 Produce v0-v2 are advertised (librdkafka decides what it may send from the advertised
 minimum, KAFKA-18659) but refused with UNSUPPORTED_VERSION per partition, as Kafka 4 does.
 acks=0 requests get no response; if any partition failed, the connection is closed so the
-client notices (Kafka's behaviour).
+client notices (Kafka's behaviour). An acks=all request whose appends the high watermark has
+not passed yet waits for it (``replication.delayed.wait_for_acks``) up to the request's timeout.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 from ...errors import ErrorCode, KafkaError
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
 from ...records import batch as rb
+from ...replication.delayed import wait_for_acks
 from ...storage.validator import RecordValidationError
 from ..context import NO_RESPONSE, CloseConnection
 
@@ -38,6 +40,7 @@ class ProduceApis:
         image = self.server.image
         topics_out = []
         failed = False
+        waiting: dict = {}   # acks=all: (topic, partition) -> the offset the HW must pass, and its response
         # KafkaApis.handleProduceRequest: transactional records (markers included) without a
         # transactional id fail the whole request
         unauthorized = req.transactional_id is None and any(
@@ -76,6 +79,8 @@ class ProduceApis:
                 else:
                     try:
                         info = rm.append(name, p.index, p.records, req.acks)
+                        if req.acks == -1 and rm.partitions[(name, p.index)].log.high_watermark <= info.last_offset:
+                            waiting[(name, p.index)] = (info.last_offset + 1, r)
                         r.base_offset = info.first_offset
                         r.log_append_time = info.log_append_time
                         r.log_start_offset = info.log_start_offset
@@ -102,6 +107,22 @@ class ProduceApis:
             if failed:
                 raise CloseConnection("acks=0 produce request failed; closing connection to notify the client")
             return NO_RESPONSE  # a throttled acks=0 producer is muted all the same
+        if waiting:
+            return self._after_acks(v, topics_out, throttle_ms, waiting, req.timeout_ms)
+        return encode_produce_response(v, topics_out, throttle_ms)
+
+    async def _after_acks(self, v, topics_out, throttle_ms: int, waiting: dict, timeout_ms: int):
+        """Kafka's DelayedProduce: answered once every acks=all append is below the high
+        watermark (or failed over, or timed out)."""
+        codes = await wait_for_acks(self.server.replica_manager, {tp: off for tp, (off, _r) in waiting.items()},
+                                    timeout_ms)
+        for tp, (_off, r) in waiting.items():
+            code = codes[tp]
+            if code:
+                r.error_code = code
+                r.error_message = None
+                if code == ErrorCode.request_timed_out:
+                    log.debug("Produce to %s-%d timed out waiting for the ISR", *tp)
         return encode_produce_response(v, topics_out, throttle_ms)
 
     def _log_start_offset(self, topic: str, partition: int) -> int:
