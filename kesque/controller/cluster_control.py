@@ -40,11 +40,15 @@ leader's log end offset, Kafka's ``nextWriteOffset``):
   without it the broker epoch stands for the registration's offset; they differ only after a
   registration was amended).
 
-Moving leadership follows Kafka's PartitionChangeBuilder with ELR and unclean election off:
-the broker leaves the ISR unless it is the last member; the leader stays if it is still an
-acceptable ISR member, else the first replica (in assignment order) that is in the new ISR and
-registered, unfenced and not shutting down; else -1 with the ISR kept. A leader change bumps the
-leader epoch (the image does it); an ISR shrink alone does not (metadata.version >= 3.6).
+Moving leadership follows Kafka's generateLeaderAndIsrUpdates (PartitionChangeBuilder, without
+ELR; :func:`~kesque.controller.replication_control.partition_change`): the broker leaves the ISR
+unless it is the last member; the leader stays if it is still an acceptable ISR member, else the
+first replica (in assignment order) that is in the new ISR and registered, unfenced and not
+shutting down; else, when ``unclean_enabled(topic)`` (the topic's effective
+``unclean.leader.election.enable``), the first acceptable replica with the ISR set to it alone
+(an unclean election, RECOVERING); else -1 with the ISR kept. Unfencing a broker retries the
+election of every leaderless partition (Kafka's ``partitionsWithNoLeader``). A leader change bumps
+the leader epoch (the image does it); an ISR shrink alone does not (metadata.version >= 3.6).
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError, error
-from ..metadata.image import Endpoint, MetadataImage, PartitionRegistration
+from ..metadata.image import Endpoint, MetadataImage
+from .replication_control import ONLINE, UNCLEAN, partition_change
 
 NO_LEADER = -1
 UNBOUNDED = 1 << 62
@@ -155,10 +160,11 @@ class Session:
 
 
 class ClusterControl:
-    def __init__(self, config, image_fn, cluster_id: str | None = None):
+    def __init__(self, config, image_fn, cluster_id: str | None = None, unclean_enabled=lambda topic: False):
         self.config = LifecycleConfig.of(config)
         self.image_fn = image_fn
         self.cluster_id = cluster_id
+        self.unclean_enabled = unclean_enabled      # topic -> its unclean.leader.election.enable
         self.sessions: dict[int, Session] | None = None     # None: not the active controller
         self.registration_offsets: dict[int, int] = {}
 
@@ -339,7 +345,7 @@ class ClusterControl:
     def _unfence(self, image: MetadataImage, b: int, epoch: int) -> list[dict]:
         records = [{"type": "BrokerRegistrationChangeRecord", "broker_id": b, "broker_epoch": epoch,
                     "fenced": UNFENCE, "in_controlled_shutdown": 0}]
-        return records + self._changes(image, lambda p: p.leader == NO_LEADER and b in p.isr, add=b)
+        return records + self._changes(image, lambda p: p.leader == NO_LEADER, add=b)
 
     def _enter_controlled_shutdown(self, image: MetadataImage, b: int, epoch: int) -> list[dict]:
         records = []
@@ -366,9 +372,11 @@ class ClusterControl:
 
         out = []
         for t in image.topics_by_id.values():
+            election = UNCLEAN if self.unclean_enabled(t.name) else ONLINE
             for pid, p in t.partitions.items():
                 if which(p):
-                    rec = partition_change(t.topic_id, pid, p, acceptable, remove)
+                    rec = partition_change(t.topic_id, pid, p, acceptable, [r for r in p.isr if r != remove],
+                                           election)
                     if rec is not None:
                         out.append(rec)
         return out
@@ -376,25 +384,6 @@ class ClusterControl:
 
 def leads_any(image: MetadataImage, broker_id: int) -> bool:
     return any(p.leader == broker_id for t in image.topics_by_id.values() for p in t.partitions.values())
-
-
-def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistration, acceptable,
-                     remove: int = NO_LEADER) -> dict | None:
-    """The PartitionChangeRecord that takes ``remove`` out of the ISR and elects a leader
-    (Kafka's PartitionChangeBuilder, ONLINE election, no ELR), or None if nothing changes."""
-    isr = [r for r in p.isr if r != remove]
-    if p.leader in isr and acceptable(p.leader):
-        leader = p.leader
-    else:
-        leader = next((r for r in p.replicas if r in isr and acceptable(r)), NO_LEADER)
-    rec = {"type": "PartitionChangeRecord", "topic_id": topic_id, "partition_id": partition_id,
-           "isr": None, "leader": -2, "replicas": None, "removing_replicas": None, "adding_replicas": None,
-           "leader_recovery_state": -1}
-    if leader != p.leader:
-        rec["leader"] = leader
-    if isr and isr != p.isr:          # never an empty ISR: the last member stays
-        rec["isr"] = isr
-    return rec if rec["leader"] != -2 or rec["isr"] is not None else None
 
 
 # -- kio mapping (the network edge) --------------------------------------------------------------------

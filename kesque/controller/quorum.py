@@ -30,6 +30,7 @@ from ..metadata.image import Delta, MetadataImage
 from ..raft.log import LeaderChange
 from .cluster_control import ClusterControl, HeartbeatReply, HeartbeatRequest, RegistrationRequest
 from .controller import Controller
+from .replication_control import ReplicationControl, unclean_enabled_in
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,18 @@ class QuorumController:
         self.active_epoch = -1
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._proposed = -1
-        self.cluster = ClusterControl(config, lambda: self.controller.image, cluster_id)
+        self._static_unclean = bool(getattr(config, "static", {}).get("unclean.leader.election.enable", False))
+        self.cluster = ClusterControl(config, lambda: self.controller.image, cluster_id, self.unclean_enabled)
+        self.replication = ReplicationControl(lambda: self.controller.image, self.unclean_enabled)
+        self._written_end = -1
+        # the active controller's periodic elections (Kafka's maybeElectUncleanLeaders and
+        # maybeBalancePartitionLeaders): {name: (interval ms, task)}, and their timers
+        rebalance = config.get("auto.leader.rebalance.enable")
+        self._periodic_tasks = {
+            "unclean": (config.get("unclean.leader.election.interval.ms") or 0, self._unclean_elections),
+            "balance": ((config.get("leader.imbalance.check.interval.seconds") or 0) * 1000 if rebalance else 0,
+                        self.replication.balance_partition_leaders)}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
         self._expiry: asyncio.TimerHandle | None = None
         # KIP-835: the active controller of a cluster appends a NoOpRecord every
         # metadata.max.idle.interval.ms, so that the log (and the high watermark every broker
@@ -120,6 +132,8 @@ class QuorumController:
         self.cluster.activate(self._now_ms())
         self._schedule_expiry()
         self._schedule_noop()
+        for name in self._periodic_tasks:
+            self._schedule_periodic(name)
 
     def _deactivate(self) -> None:
         log.info("Controller %d is no longer active (epoch %d)", self.raft.node_id, self.active_epoch)
@@ -130,6 +144,9 @@ class QuorumController:
             if timer is not None:
                 timer.cancel()
         self._expiry = self._noop = None
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
         waiters, self._waiters = self._waiters, []
         for _offset, fut in waiters:
             if not fut.done():
@@ -146,6 +163,7 @@ class QuorumController:
         except KafkaError:
             raise not_controller() from None
         self._proposed = max(self._proposed, offset)
+        self._written_end = max(self._written_end, offset)
         return offset
 
     async def call(self, method: str, *args, timeout_ms: int = 30000, **kwargs):
@@ -157,6 +175,8 @@ class QuorumController:
         self._proposed = -1
         result = getattr(self.controller, method)(*args, **kwargs)
         offset, self._proposed = self._proposed, -1
+        if method in ("incremental_alter_configs", "alter_configs") and offset >= 0:
+            self._run_periodic("unclean")     # as Kafka: turning unclean election on elects at once
         await self._committed(offset, timeout_ms)
         return result
 
@@ -250,6 +270,65 @@ class QuorumController:
         except KafkaError as e:
             log.debug("no NoOpRecord written: %s", e)
         self._schedule_noop()
+
+    # ------------------------------------------------------------------ replication
+    def unclean_enabled(self, topic: str) -> bool:
+        """The topic's effective unclean.leader.election.enable, from the working image."""
+        return unclean_enabled_in(self.controller.image, topic, self.raft.node_id, self._static_unclean)
+
+    async def alter_partition(self, reqs: list, version: int = 3, timeout_ms: int = 30000) -> list:
+        """AlterPartition (one broker's request): an AlterPartitionReply per partition once the
+        PartitionChangeRecords (one batch) are committed. STALE_BROKER_EPOCH / NOT_CONTROLLER
+        fail the whole request."""
+        if not self.active:
+            raise not_controller()
+        records, replies = self.replication.alter_partitions(reqs, version)
+        await self._committed(self._written(records), timeout_ms)
+        return replies
+
+    async def elect_leaders(self, election: str, partitions: dict[str, list[int]] | None,
+                            timeout_ms: int = 30000) -> dict:
+        """ElectLeaders (PREFERRED or UNCLEAN; ``partitions`` None: all): {topic: [(partition,
+        error code, message)]} once the elections are committed."""
+        if not self.active:
+            raise not_controller()
+        records, results = self.replication.elect_leaders(election, partitions)
+        await self._committed(self._written(records), timeout_ms)
+        return results
+
+    def _written(self, records: list[dict]) -> int:
+        """Write ``records``; the offset to wait for. Without records, the last one written: an
+        answer read from the working image waits until what it saw is committed (as Kafka)."""
+        offset = self._write(records)
+        return offset if offset >= 0 else self._written_end
+
+    def _unclean_elections(self) -> list[dict]:
+        records = self.replication.elect_unclean_leaders()
+        names = {t.topic_id: t.name for t in self.controller.image.topics_by_id.values()}
+        for r in records:
+            log.error("Triggering unclean leader election for offline partition %s-%d.", names.get(r["topic_id"]),
+                      r["partition_id"])
+        return records
+
+    def _schedule_periodic(self, name: str) -> None:
+        interval_ms = self._periodic_tasks[name][0]
+        if self.active and self.lifecycle and interval_ms > 0:
+            self._timers[name] = asyncio.get_running_loop().call_later(interval_ms / 1000.0, self._periodic, name)
+
+    def _periodic(self, name: str) -> None:
+        self._timers.pop(name, None)
+        self._run_periodic(name)
+        self._schedule_periodic(name)
+
+    def _run_periodic(self, name: str) -> None:
+        if not self.active:
+            return
+        try:
+            records = self._periodic_tasks[name][1]()
+            if records:
+                self._write(records)
+        except KafkaError as e:
+            log.warning("%s elections failed: %s", name, e)
 
     def _complete(self, offset: int) -> None:
         if not self._waiters:

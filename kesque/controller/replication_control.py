@@ -219,3 +219,89 @@ class ReplicationControl:
                     if rec is not None:
                         out.append(rec)
         return out
+
+    # -- a whole AlterPartition request, ElectLeaders and the periodic elections ----------------------
+    def alter_partitions(self, reqs: list[AlterPartitionRequest], version: int = 3) -> tuple[list[dict], list]:
+        """One AlterPartition request (every partition of one broker's request): the records to
+        write as one batch and an :class:`AlterPartitionReply` per partition, in order.
+        STALE_BROKER_EPOCH (a KafkaError) fails the whole request."""
+        records, replies = [], []
+        for r in reqs:
+            recs, reply = self.alter_partition(r, version)
+            records += recs
+            replies.append(reply)
+        return records, replies
+
+    def elect_leader(self, topic: str, partition_id: int, election: str) -> tuple[dict | None, int, str | None]:
+        """Kafka's electLeader for one partition of ElectLeaders: (record or None, error code,
+        message)."""
+        image = self.image_fn()
+        t = image.topics_by_name.get(topic)
+        if t is None:
+            return None, int(E.unknown_topic_or_partition), f"No such topic as {topic}"
+        p = t.partitions.get(partition_id)
+        if p is None:
+            return None, int(E.unknown_topic_or_partition), f"No such partition as {topic}-{partition_id}"
+        preferred = p.replicas[0] if p.replicas else NO_LEADER
+        if (election == PREFERRED and p.leader == preferred) or (election == UNCLEAN and p.leader != NO_LEADER):
+            return None, int(E.election_not_needed), ELECTION_MESSAGES[E.election_not_needed]
+        rec = partition_change(t.topic_id, partition_id, p, lambda b: acceptable(image, b), election=election)
+        if rec is None:
+            code = E.preferred_leader_not_available if election == PREFERRED else E.eligible_leaders_not_available
+            return None, int(code), ELECTION_MESSAGES[code]
+        return rec, 0, None
+
+    def elect_leaders(self, election: str, partitions: dict[str, list[int]] | None
+                      ) -> tuple[list[dict], dict[str, list[tuple[int, int, str | None]]]]:
+        """Kafka's electLeaders: ``partitions`` None means every partition, and then the
+        partitions that already have the wanted leader are left out of the answer. Returns the
+        records and {topic: [(partition, error code, message)]}."""
+        image = self.image_fn()
+        if partitions is None:
+            partitions = {name: sorted(t.partitions) for name, t in sorted(image.topics_by_name.items())}
+            skip = int(E.election_not_needed)
+        else:
+            skip = None
+        records, results = [], {}
+        for topic, ids in partitions.items():
+            out = results.setdefault(topic, [])
+            for pid in ids:
+                rec, code, message = self.elect_leader(topic, pid, election)
+                if rec is not None:
+                    records.append(rec)
+                if code != skip:
+                    out.append((pid, code, message))
+        return records, results
+
+    def balance_partition_leaders(self) -> list[dict]:
+        """Kafka 4's maybeBalancePartitionLeaders (``auto.leader.rebalance.enable``): a preferred
+        election for every partition not led by its first replica."""
+        image = self.image_fn()
+        out = []
+        for t in image.topics_by_id.values():
+            for pid, p in t.partitions.items():
+                if p.replicas and p.leader != p.replicas[0]:
+                    rec = partition_change(t.topic_id, pid, p, lambda b: acceptable(image, b), election=PREFERRED)
+                    if rec is not None:
+                        out.append(rec)
+        return out
+
+
+ELECTION_TYPES = {0: PREFERRED, 1: UNCLEAN}      # ElectLeaders' election_type
+ELECTION_MESSAGES = {E.election_not_needed: "Leader election not needed for topic partition.",
+                     E.preferred_leader_not_available: "The preferred leader was not available.",
+                     E.eligible_leaders_not_available: "Eligible topic partition leaders are not available."}
+UNCLEAN_KEY = "unclean.leader.election.enable"
+
+
+def unclean_enabled_in(image: MetadataImage, topic: str, node_id: int, static_default: bool) -> bool:
+    """A topic's effective ``unclean.leader.election.enable`` as the controller resolves it: the
+    topic's config, else this controller's broker config, else the cluster default, else the
+    static config."""
+    from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
+
+    for resource in ((RESOURCE_TOPIC, topic), (RESOURCE_BROKER, str(node_id)), (RESOURCE_BROKER, "")):
+        value = image.configs.get(resource, {}).get(UNCLEAN_KEY)
+        if value is not None:
+            return str(value).strip().lower() == "true"
+    return bool(static_default)

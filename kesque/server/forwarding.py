@@ -8,8 +8,9 @@ the new leader on NOT_CONTROLLER, until the request's timeout; then REQUEST_TIME
 Kafka's forwarding manager answers). A request that arrives on a controller listener is never
 forwarded: a controller that is not active answers NOT_CONTROLLER, as Kafka's ControllerApis.
 
-The broker's own calls (internal topic creation, broker registration, producer id blocks) go
-the same way, as CreateTopics, BrokerRegistration and AllocateProducerIds RPCs.
+The broker's own calls (internal topic creation, broker registration, producer id blocks, ISR
+changes) go the same way, as CreateTopics, BrokerRegistration, AllocateProducerIds and
+AlterPartition RPCs.
 
 Narrow collaborators: ``quorum`` (the local QuorumController or None on a broker-only node),
 ``leader_id()`` (the raft leader as this node knows it), the channel, and this node's id.
@@ -120,15 +121,15 @@ class ControllerRouter:
             raise _not_controller()
         return await self.quorum.call(method, *args, timeout_ms=timeout_ms, **kwargs)
 
-    async def lifecycle_call(self, method: str, req, timeout_ms: int = DEFAULT_TIMEOUT_MS):
-        """``QuorumController.register`` / ``.heartbeat`` / ``.unregister`` on the local active
-        controller."""
+    async def lifecycle_call(self, method: str, *args, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+        """``QuorumController.<method>`` (``register``, ``heartbeat``, ``unregister``,
+        ``alter_partition``, ``elect_leaders``) on the local active controller."""
         forced = _forced.get()
         if forced is not None:
             raise forced
         if self.quorum is None:
             raise _not_controller()
-        return await getattr(self.quorum, method)(req, timeout_ms=timeout_ms)
+        return await getattr(self.quorum, method)(*args, timeout_ms=timeout_ms)
 
     # ------------------------------------------------------------------ the broker's own calls
     async def _rpc(self, method: str, args: tuple, api_key: int, version: int, body, timeout_ms: int,
@@ -214,6 +215,17 @@ class ControllerRouter:
             raise KafkaError(result.error_code, "producer id block refused")
         return result.producer_id_start, result.producer_id_len
 
+    async def alter_partition(self, broker_id: int, broker_epoch: int, reqs: list,
+                              timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list:
+        """AlterPartition (the broker's ISR changes, :mod:`kesque.replication.alter_partition`):
+        an AlterPartitionReply per request partition (None: left out of the answer); a top-level
+        error (STALE_BROKER_EPOCH, REQUEST_TIMED_OUT, ...) raised as a KafkaError."""
+        from ..replication import alter_partition as ap
+
+        body = ap.request_to_kio(broker_id, broker_epoch, reqs, ap.LATEST)
+        result = await self._rpc("quorum.alter_partition", (reqs, ap.LATEST), ap.API_KEY, ap.LATEST, body,
+                                 timeout_ms)
+        return result if isinstance(result, list) else ap.response_from_kio(result, reqs)
 
     # ------------------------------------------------------------------ broker lifecycle RPCs
     async def broker_registration(self, req, timeout_ms: int):

@@ -1,16 +1,20 @@
 """The KRaft and controller RPCs: Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot (and
-Fetch of ``__cluster_metadata``, see fetch.py) go to the raft manager; BrokerRegistration and
-AllocateProducerIds to the active controller; DescribeQuorum is answered by the raft leader.
+Fetch of ``__cluster_metadata``, see fetch.py) go to the raft manager; BrokerRegistration,
+AllocateProducerIds, AlterPartition and ElectLeaders to the active controller; DescribeQuorum is
+answered by the raft leader.
 
 As in Kafka, the raft and controller RPCs are served on the controller listeners only;
-DescribeQuorum on every listener (a broker listener sends it on to the active controller).
+DescribeQuorum and ElectLeaders on every listener (a broker listener sends them on to the active
+controller).
 """
 
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
 from ...controller import cluster_control
+from ...controller.replication_control import ELECTION_TYPES
 from ...raft import wire
+from ...replication import alter_partition
 from ..context import NO_RESPONSE
 from .kiohelp import Msg
 
@@ -30,6 +34,9 @@ class QuorumApis:
         s.register(67, 0, 0, self.allocate_producer_ids, controller_only=True)
         s.register(64, 0, 0, self.unregister_broker)  # kafka-cluster.sh unregister: any listener
         s.register(55, 0, 2, self.describe_quorum)
+        s.register(56, alter_partition.VERSIONS.start, alter_partition.VERSIONS.stop - 1, self.alter_partition,
+                   controller_only=True)
+        s.register(43, 0, 2, self.elect_leaders)
 
     async def raft_rpc(self, ctx, req):
         raft = self.server.raft
@@ -97,3 +104,46 @@ class QuorumApis:
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, producer_id_start=-1, producer_id_len=0)
         return m(throttle_time=0, error_code=ErrorCode.none, producer_id_start=start, producer_id_len=length)
+
+    # ------------------------------------------------------------------ AlterPartition
+    def alter_partition(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._alter_partition(ctx, req))
+
+    async def _alter_partition(self, ctx, req):
+        reqs = alter_partition.request_from_kio(req, ctx.api_version)
+        try:
+            replies = await self.server.controllers.lifecycle_call("alter_partition", reqs, ctx.api_version)
+        except KafkaError as e:
+            return alter_partition.response_to_kio(int(e.code), reqs, [], ctx.api_version)
+        return alter_partition.response_to_kio(0, reqs, replies, ctx.api_version)
+
+    # ------------------------------------------------------------------ ElectLeaders
+    def elect_leaders(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._elect_leaders(ctx, req))
+
+    async def _elect_leaders(self, ctx, req):
+        m = Msg(43, ctx.api_version)
+        asked = None if req.topic_partitions is None else {}
+        for t in req.topic_partitions or ():
+            asked.setdefault(t.topic, []).extend(int(p) for p in t.partitions)
+        election = ELECTION_TYPES.get(int(getattr(req, "election_type", 0)))
+        try:
+            if election is None:
+                raise KafkaError(ErrorCode.invalid_request, f"Unknown election type {int(req.election_type)}")
+            results = {} if asked == {} else await self.server.controllers.lifecycle_call(
+                "elect_leaders", election, asked, timeout_ms=_timeout_ms(req))
+            error = ErrorCode.none
+        except KafkaError as e:        # as Kafka's getErrorResponse: the error for every partition asked
+            error = e.code
+            results = {topic: [(p, int(e.code), e.message or None) for p in ids] for topic, ids in (asked or {}).items()}
+        return m(throttle_time=0, error_code=error, replica_election_results=tuple(
+            m("ReplicaElectionResult", topic=topic, partition_result=tuple(
+                m("PartitionResult", partition_id=p, error_code=ErrorCode(code), error_message=message)
+                for p, code, message in parts))
+            for topic, parts in results.items()))
+
+
+def _timeout_ms(req) -> int:
+    t = getattr(req, "timeout", None)
+    ms = int(t.total_seconds() * 1000) if t is not None else 0
+    return ms if ms > 0 else 60000
