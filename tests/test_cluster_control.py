@@ -384,3 +384,40 @@ def test_unregister_moves_leadership_then_removes_the_registration():
     assert 1 not in h.image.brokers
     p = h.part("t")
     assert (p.leader, p.isr) == (2, [2])
+
+
+# -- unclean.leader.election.enable (Kafka's generateLeaderAndIsrUpdates with UNCLEAN) ----------------------
+def unclean_controller(topics=("u",)):
+    h = Controller()
+    h.c.unclean_enabled = lambda topic: topic in topics
+    for b in (1, 2):
+        h.unfenced_broker(b)
+    return h
+
+
+def test_fencing_the_last_isr_member_elects_an_out_of_sync_replica_where_the_topic_allows_it():
+    h = unclean_controller()
+    h.topic("u", [1, 2])
+    h.topic("clean", [1, 2])
+    for name in ("u", "clean"):
+        t = h.image.topic(name)
+        h.apply([{"type": "PartitionChangeRecord", "topic_id": t.topic_id, "partition_id": 0, "isr": [1],
+                  "leader": -2, "replicas": None, "removing_replicas": None, "adding_replicas": None,
+                  "leader_recovery_state": -1}])
+    h.apply(h.c.heartbeat(HeartbeatRequest(1, 10, h.image.offset, want_fence=True), 0, h.next_offset)[0])
+    u, clean = h.part("u"), h.part("clean")
+    assert (u.leader, u.isr, u.leader_recovery_state) == (2, [2], 1)          # unclean: RECOVERING
+    assert (clean.leader, clean.isr) == (-1, [1])
+
+
+def test_unfencing_elects_an_out_of_sync_replica_of_a_leaderless_partition_where_allowed():
+    h = unclean_controller()
+    h.topic("u", [1, 2])
+    h.topic("clean", [1, 2])
+    h.apply(h.c.heartbeat(HeartbeatRequest(2, 12, h.image.offset, want_fence=True), 0, h.next_offset)[0])
+    h.apply(h.c.heartbeat(HeartbeatRequest(1, 10, h.image.offset, want_fence=True), 0, h.next_offset)[0])
+    assert (h.part("u").leader, h.part("u").isr) == (-1, [1])
+    reply, _ = h.heartbeat(2)
+    assert not reply.is_fenced
+    assert (h.part("u").leader, h.part("u").isr) == (2, [2])
+    assert (h.part("clean").leader, h.part("clean").isr) == (-1, [1])

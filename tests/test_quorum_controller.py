@@ -115,3 +115,85 @@ def test_an_old_leader_change_does_not_make_a_follower_active():
     raft.append([LeaderChange(1, (1, 2, 3), (1, 2))])
     raft.commit(qc)
     assert not qc.active
+
+
+# -- replication: AlterPartition, ElectLeaders and the periodic elections ---------------------------------
+def cluster(config=None):
+    """An active lifecycle controller whose image holds brokers 1-3 (3 fenced) and topic t:
+    partition 0 led by 2 (replicas 1,2,3), partition 1 leaderless with ISR [3]."""
+    import uuid
+
+    raft = Raft()
+    qc = QuorumController(BrokerConfig(config or {}), ManualClock(), raft, "cluster", lifecycle=True)
+    raft.append([LeaderChange(1, (1,), (1,))])
+    raft.commit(qc)
+    tid = uuid.UUID(int=5)
+    qc._write([{"type": "RegisterBrokerRecord", "broker_id": b, "incarnation_id": uuid.UUID(int=b), "broker_epoch": b,
+                "endpoints": [], "fenced": b == 3, "in_controlled_shutdown": False} for b in (1, 2, 3)]
+              + [{"type": "TopicRecord", "name": "t", "topic_id": tid}]
+              + [{"type": "PartitionRecord", "partition_id": p, "topic_id": tid, "replicas": [1, 2, 3], "isr": isr,
+                  "removing_replicas": [], "adding_replicas": [], "leader": leader, "leader_recovery_state": 0,
+                  "leader_epoch": 0, "partition_epoch": 0} for p, leader, isr in ((0, 2, [1, 2, 3]), (1, -1, [3]))])
+    raft.commit(qc)
+    return raft, qc, tid
+
+
+def test_alter_partition_is_answered_once_committed_and_a_stale_broker_epoch_fails_it_all():
+    from kesque.controller.replication_control import AlterPartitionRequest
+
+    async def scenario():
+        raft, qc, tid = cluster()
+        shrink = AlterPartitionRequest(2, 2, tid, 0, 0, 0, [(1, 1), (2, 2)])
+        replies = await committed(raft, qc, qc.alter_partition([shrink]))
+        assert (replies[0].error_code, replies[0].isr, replies[0].partition_epoch) == (0, [1, 2], 1)
+        assert qc.committed.topic("t").partitions[0].isr == [1, 2]
+        with pytest.raises(KafkaError) as e:
+            await qc.alter_partition([AlterPartitionRequest(2, 7, tid, 0, 0, 1, [(2, 2)])])
+        assert e.value.code == ErrorCode.stale_broker_epoch
+    run(scenario)
+
+
+def test_elect_leaders_waits_for_the_commit():
+    async def scenario():
+        raft, qc, _tid = cluster()
+        results = await committed(raft, qc, qc.elect_leaders("PREFERRED", {"t": [0]}))
+        assert results == {"t": [(0, 0, None)]} and qc.committed.topic("t").partitions[0].leader == 1
+    run(scenario)
+
+
+def test_the_periodic_elections_run_on_the_active_controller_only():
+    async def scenario():
+        raft, qc, _tid = cluster({"unclean.leader.election.enable": "true",
+                                  "unclean.leader.election.interval.ms": "10"})
+        assert set(qc._timers) == {"unclean", "balance"}
+        assert qc.committed.topic("t").partitions[1].leader == -1
+        for _ in range(100):                     # the unclean task's timer fires
+            await asyncio.sleep(0.01)
+            if qc.controller.image.topic("t").partitions[1].leader != -1:
+                break
+        assert qc.controller.image.topic("t").partitions[1].leader == 1
+        qc._run_periodic("balance")              # leader.imbalance.check.interval.seconds' task
+        assert qc.controller.image.topic("t").partitions[0].leader == 1
+        raft.leader = False
+        qc.on_state_change(StateChange(1, "Leader", "Resigned", 1, 1))
+        assert qc._timers == {}
+    run(scenario)
+
+
+def test_turning_unclean_election_on_elects_at_once():
+    from kesque.metadata.image import RESOURCE_TOPIC
+
+    async def scenario():
+        raft, qc, _tid = cluster()
+        assert qc.controller.image.topic("t").partitions[1].leader == -1
+        await committed(raft, qc, qc.call("incremental_alter_configs", RESOURCE_TOPIC, "t",
+                                          [("unclean.leader.election.enable", 0, "true")], False))
+        assert qc.committed.topic("t").partitions[1].leader == 1
+    run(scenario)
+
+
+def test_auto_leader_rebalance_off_schedules_no_balancing():
+    async def scenario():
+        _raft, qc, _tid = cluster({"auto.leader.rebalance.enable": "false"})
+        assert set(qc._timers) == {"unclean"}
+    run(scenario)

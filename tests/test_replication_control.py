@@ -166,3 +166,71 @@ def test_without_elr_the_last_isr_member_stays():
     p = registration([1], 1, replicas=(1, 2, 3))
     rec = partition_change(TID, 0, p, lambda b: b in (2, 3), [])
     assert (rec["leader"], rec["isr"]) == (-1, None)
+
+
+# -- ElectLeaders, preferred-leader balancing, the effective unclean config --------------------------------
+def two_partitions(leader0=2, isr0=(1, 2, 3), fenced=(), leader1=1):
+    img = image(isr=isr0, leader=leader0, fenced=fenced)
+    img.replay({"type": "PartitionRecord", "partition_id": 1, "topic_id": TID, "replicas": [1, 2, 3], "isr": [1, 2, 3],
+                "removing_replicas": [], "adding_replicas": [], "leader": leader1, "leader_recovery_state": 0,
+                "leader_epoch": 0, "partition_epoch": 0}, Delta())
+    return img
+
+
+def test_elect_leaders_preferred_answers_per_partition_as_kafka():
+    img = two_partitions()
+    records, results = ReplicationControl(lambda: img).elect_leaders(PREFERRED, {"t": [0, 1, 7], "nope": [0]})
+    assert [(r["partition_id"], r["leader"]) for r in records] == [(0, 1)]
+    assert results["t"] == [(0, 0, None), (1, E.election_not_needed, "Leader election not needed for topic partition."),
+                            (7, E.unknown_topic_or_partition, "No such partition as t-7")]
+    assert results["nope"] == [(0, E.unknown_topic_or_partition, "No such topic as nope")]
+
+
+def test_a_preferred_replica_out_of_the_isr_or_fenced_is_not_available():
+    for img in (two_partitions(isr0=(2, 3)), two_partitions(fenced=(1,))):
+        records, results = ReplicationControl(lambda: img).elect_leaders(PREFERRED, {"t": [0]})
+        assert records == [] and results["t"][0][1] == E.preferred_leader_not_available
+
+
+def test_all_partitions_leave_out_those_already_led_by_the_wanted_leader():
+    img = two_partitions()
+    records, results = ReplicationControl(lambda: img).elect_leaders(PREFERRED, None)
+    assert results == {"t": [(0, 0, None)]} and len(records) == 1
+
+
+def test_elect_leaders_unclean_only_for_leaderless_partitions():
+    img = two_partitions(leader0=-1, isr0=(3,), fenced=(3,))
+    records, results = ReplicationControl(lambda: img).elect_leaders(UNCLEAN, {"t": [0, 1]})
+    assert [(r["leader"], r["isr"], r["leader_recovery_state"]) for r in records] == [(1, [1], RECOVERING)]
+    assert [code for _p, code, _m in results["t"]] == [0, E.election_not_needed]
+    img = image(isr=(3,), leader=-1, fenced=(1, 2, 3))
+    assert ReplicationControl(lambda: img).elect_leaders(UNCLEAN, {"t": [0]})[1]["t"][0][1] == \
+        E.eligible_leaders_not_available
+
+
+def test_balancing_elects_the_preferred_replica_only_where_it_is_an_acceptable_isr_member():
+    assert [(r["partition_id"], r["leader"]) for r in ReplicationControl(lambda: two_partitions()).balance_partition_leaders()] \
+        == [(0, 1)]
+    assert ReplicationControl(lambda: two_partitions(isr0=(2, 3))).balance_partition_leaders() == []
+    assert ReplicationControl(lambda: two_partitions(fenced=(1,))).balance_partition_leaders() == []
+
+
+def test_the_effective_unclean_config_topic_then_this_controller_then_the_cluster_default():
+    from kesque.controller.replication_control import unclean_enabled_in
+    from kesque.metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
+
+    img = image()
+    assert not unclean_enabled_in(img, "t", 1, False) and unclean_enabled_in(img, "t", 1, True)
+    img.configs[(RESOURCE_BROKER, "")] = {"unclean.leader.election.enable": "true"}
+    assert unclean_enabled_in(img, "t", 1, False)
+    img.configs[(RESOURCE_BROKER, "1")] = {"unclean.leader.election.enable": "false"}
+    assert not unclean_enabled_in(img, "t", 1, False) and unclean_enabled_in(img, "t", 2, False)
+    img.configs[(RESOURCE_TOPIC, "t")] = {"unclean.leader.election.enable": "true"}
+    assert unclean_enabled_in(img, "t", 1, False)
+
+
+def test_alter_partitions_answers_each_partition_and_writes_one_batch():
+    img = two_partitions(leader0=1)
+    records, replies = ReplicationControl(lambda: img).alter_partitions(
+        [req(), req(partition_id=1, leader_epoch=0, partition_epoch=0), req(partition_id=1, partition_epoch=0)])
+    assert len(records) == 2 and [r.error_code for r in replies] == [0, 0, E.not_controller]

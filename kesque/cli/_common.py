@@ -202,7 +202,8 @@ def jopt_help(parser: argparse.ArgumentParser, with_description: bool = True) ->
             left = name
         else:
             meta = action.metavar or action.dest
-            kind = "Integer" if action.type is int else ("Double" if action.type is float else "String")
+            kind = getattr(action, "jopt_kind", None) or (
+                "Integer" if action.type is int else ("Double" if action.type is float else "String"))
             left = f"{name} <{kind}: {meta}>" if action.nargs != "?" else f"{name} [{kind}: {meta}]"
         text = action.help or ""
         if action.default not in (None, False, [], argparse.SUPPRESS) and action.nargs != 0 \

@@ -47,7 +47,7 @@ def configure(p) -> None:
                         "election or \"unclean\" for unclean leader election. If preferred election is selection, "
                         "the election is only performed if the current leader is not the preferred leader for the "
                         "topic partition. If unclean election is selected, the election is only performed if there "
-                        "are no leader for the topic partition. REQUIRED.")
+                        "are no leader for the topic partition. REQUIRED.").jopt_kind = "[PREFERRED,UNCLEAN]"
     p.add_argument("--partition", type=int, metavar="partition id",
                    help="Partition id for which to perform an election. REQUIRED if --topic is specified.")
     p.add_argument("--path-to-json-file", metavar="Path to JSON file",
