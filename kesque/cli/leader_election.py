@@ -15,11 +15,20 @@ then, when some failed, ``N replica(s) could not be elected`` on stderr and exit
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
 from . import _admin
-from ._common import error_line, java_hash_order, print_usage_and_exit, topic_partition_hash, usage_or_version
+from ._common import (
+    ToolExit,
+    error_line,
+    java_hash_order,
+    jopt_help,
+    print_usage_and_exit,
+    topic_partition_hash,
+    usage_or_version,
+)
 
 NAME = "leader-election"
 SCRIPT = "kafka-leader-election.sh"
@@ -30,7 +39,19 @@ ELECTION_TYPES = ("PREFERRED", "UNCLEAN")
 ELECTION_NOT_NEEDED = 84
 
 
+class _HelpOnStderr(argparse._HelpAction):
+    """LeaderElectionCommand prints its help on stderr and exits 1."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.flush()
+        sys.stderr.write(jopt_help(parser))
+        raise ToolExit(1)
+
+
 def configure(p) -> None:
+    for action in p._actions:
+        if isinstance(action, argparse._HelpAction):
+            action.__class__ = _HelpOnStderr
     p.add_argument("--admin.config", dest="admin_config", metavar="config file",
                    help="(DEPRECATED) Configuration properties files to pass to the admin client. This option will "
                         "be removed in a future version. Use --command-config instead.")
@@ -99,11 +120,10 @@ def _validate(a, p) -> None:
 
 
 def elect(admin, election: str, partitions: list[tuple[str, int]] | None) -> int:
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import ElectionType
+    from confluent_kafka import ElectionType, KafkaException, TopicPartition
 
     tps = None if partitions is None else [TopicPartition(t, p) for t, p in partitions]
-    results = admin.elect_leaders(ElectionType[election], tps, request_timeout=30).result()
+    results = admin.elect_leaders(ElectionType[election], tps).result()
     done, noop, failed = [], [], []
     for tp, err in results.items():
         key = (tp.topic, tp.partition)
@@ -112,7 +132,7 @@ def elect(admin, election: str, partitions: list[tuple[str, int]] | None) -> int
         elif _code(err) == ELECTION_NOT_NEEDED:
             noop.append(key)
         else:
-            failed.append((key, err))
+            failed.append((key, err if isinstance(err, BaseException) else KafkaException(err)))
     order = lambda keys: java_hash_order(keys, topic_partition_hash)  # noqa: E731
     if done:
         print(f"Successfully completed leader election ({election}) for partitions "
@@ -130,7 +150,8 @@ def elect(admin, election: str, partitions: list[tuple[str, int]] | None) -> int
 
 
 def _code(err) -> int:
-    inner = err.args[0] if getattr(err, "args", None) else err
+    """The error code of a per-partition result (a KafkaError, or a KafkaException holding one)."""
+    inner = err if hasattr(err, "code") else (err.args[0] if getattr(err, "args", None) else None)
     return inner.code() if hasattr(inner, "code") else -1
 
 
