@@ -144,7 +144,7 @@ class AlterPartitionManager:
 
     def _maybe_send(self) -> None:
         if self.pending and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._send(list(self.pending.values())))
+            self._task = asyncio.get_running_loop().create_task(self._send())
 
     def _request(self, item: _Item, broker_epoch: int):
         from ..controller.replication_control import AlterPartitionRequest
@@ -153,7 +153,8 @@ class AlterPartitionManager:
         return AlterPartitionRequest(self.node_id, broker_epoch, item.topic_id, item.partition, p.leader_epoch,
                                      p.partition_epoch, list(p.new_isr), p.leader_recovery_state, item.topic_name)
 
-    async def _send(self, batch: list[_Item]) -> None:
+    async def _send(self) -> None:
+        batch = list(self.pending.values())      # what was submitted until the task runs
         epoch = self.broker_epoch_fn()
         error, replies = 0, [None] * len(batch)
         try:
