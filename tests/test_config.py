@@ -178,6 +178,7 @@ def test_dynamic_broker_keys_kafka_refuses(name, value, per_broker, message):
 def test_dynamic_flags_are_kafkas():
     assert [n for n, k in BROKER_CONFIGS.items() if k.dynamic != is_dynamic(n)] == []
     assert all(is_dynamic(n) for n in DYNAMIC_WITHOUT_EFFECT)
+    assert "unclean.leader.election.enable" not in DYNAMIC_WITHOUT_EFFECT     # the controller reads it
 
 
 def test_unknown_key_warns_naming_it_and_is_ignored(caplog):

@@ -324,19 +324,12 @@ def test_plaintext_listeners_still_serve(tmp_path, overrides):
         assert f"Listening on {overrides['listeners'].split(':')[0]}://127.0.0.1:{b.port}" in open(b.log_path).read()
 
 
-# ------------------------------------------------------------------ settings kesque does not act on yet
+# ------------------------------------------------------------------ unclean.leader.election.enable
 
-NOT_YET = [
-    ({"unclean.leader.election.enable": "true"}, "unclean.leader.election.enable=true has no effect"),
-]
-
-
-@pytest.mark.parametrize("overrides,message", NOT_YET)
-def test_settings_kesque_does_not_act_on_warn_once_at_start(tmp_path, overrides, message):
-    with Broker(data_dir=str(tmp_path), config=overrides) as b:
+def test_unclean_leader_election_enable_is_taken_without_a_warning(tmp_path):
+    """The controller acts on it now (elections on fencing, unfencing and every
+    unclean.leader.election.interval.ms): no "has no effect" warning at start."""
+    with Broker(data_dir=str(tmp_path), config={"unclean.leader.election.enable": "true"}) as b:
         pass
     log = open(b.log_path).read()
-    assert log.count(message) == 1, log
-    assert " WARNING " in next(line for line in log.splitlines() if message in line)
-    for key in overrides:  # the one warning replaces the generic "not used" line
-        assert f"Kafka config {key} is not used" not in log
+    assert "has no effect" not in log and "Kafka config unclean.leader.election.enable is not used" not in log

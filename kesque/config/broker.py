@@ -7,7 +7,7 @@ with a warning naming it, so a Kafka user's file starts kesque. Any other key (a
 typo) is logged as not a known config and ignored, as Kafka does.
 A listener whose security protocol is not PLAINTEXT is an error too (kesque has no TLS or
 SASL: it must not serve it as plaintext); what kesque refuses or only warns about because it
-does not do it yet (a controller quorum, unclean leader election, ...) is in ``not_yet``.
+does not do it yet is in ``not_yet``.
 
 Dynamic changes (AlterConfigs on a BROKER) follow Kafka's DynamicBrokerConfig: its whole
 dynamic set is accepted, stored and described, including the keys kesque does not act on.
@@ -274,7 +274,7 @@ _REJECTED_VALUES = {
 # not act on while running (bound at start, or a feature kesque does not have yet)
 DYNAMIC_WITHOUT_EFFECT = frozenset({
     "listeners", "advertised.listeners", "listener.security.protocol.map", "log.preallocate",
-    "log.local.retention.ms", "log.local.retention.bytes", "unclean.leader.election.enable",
+    "log.local.retention.ms", "log.local.retention.bytes",
     "transaction.partition.verification.enable",
     "log.cleaner.threads", "log.cleaner.io.buffer.size", "log.cleaner.io.buffer.load.factor",
 })

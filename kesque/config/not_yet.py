@@ -21,7 +21,6 @@ log = logging.getLogger("kesque.config")
 
 VOTERS = "controller.quorum.voters"
 BOOTSTRAP = "controller.quorum.bootstrap.servers"
-UNCLEAN = "unclean.leader.election.enable"
 
 _VOTER = re.compile(r"^(\d+)@(\[[^\]]*\]|[^:]*):(\d+)$")
 
@@ -30,7 +29,6 @@ def check(config) -> None:
     """Refuse what cannot work, warn once about each feature kesque does not do yet."""
     node_id = config.node_id if config.node_id >= 0 else 1
     _check_quorum(config, node_id)
-    _check_unclean(config)
 
 
 def parse_voters(entries: list[str]) -> list[tuple[int, str, int]]:
@@ -82,9 +80,3 @@ def _check_quorum(config, node_id: int) -> None:
                                          f"join a dynamic quorum yet; list the controllers in {VOTERS}")
     if servers and ids:
         log.warning("%s is ignored: %s names the controllers", BOOTSTRAP, VOTERS)
-
-
-def _check_unclean(config) -> None:
-    if config.static.get(UNCLEAN) is True:
-        log.warning("kesque does not replicate between brokers yet, so there is no leader election, clean or "
-                    "unclean: %s=true has no effect", UNCLEAN)
