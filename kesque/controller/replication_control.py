@@ -39,9 +39,20 @@ one batch; the driver applies them to that image before the next call.
 - ``acceptable(image, broker)``: registered, unfenced, not in controlled shutdown (Kafka's
   ``isActive``).
 
+- ``alter_partitions(reqs, version) -> (records, replies)``: a whole AlterPartition request (one
+  batch of records, a reply per partition).
+- ``elect_leaders(election, {topic: [partition]} | None) -> (records, {topic: [(partition, error
+  code, message)]})``: Kafka's electLeaders (ElectLeaders, PREFERRED or UNCLEAN); ``elect_leader``
+  for one partition.
+- ``balance_partition_leaders() -> records``: Kafka 4's maybeBalancePartitionLeaders
+  (``auto.leader.rebalance.enable``): a PREFERRED election wherever the first replica does not lead.
+- ``unclean_enabled_in(image, topic, node_id, static_default)``: the topic's effective
+  ``unclean.leader.election.enable`` (topic, this controller's broker config, cluster default,
+  static config).
+
 Not here yet: ELR in the image (``elr``/``last_known_elr`` in PartitionRegistration and the
 records' tagged fields) and in ClusterControl's fencing, unclean-shutdown detection at
-registration, reassignment, preferred-leader rebalancing, ElectLeaders.
+registration, reassignment, Kafka's cap of elections per balancing run.
 """
 
 from __future__ import annotations
