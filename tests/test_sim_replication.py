@@ -89,10 +89,11 @@ def test_an_election_outside_the_isr_is_caught(monkeypatch):
     unclean.leader.election.enable is false) loses committed records."""
     change = cluster_control.partition_change
 
-    def any_live_replica(tid, pid, p, acceptable, remove=-1):
-        rec = change(tid, pid, p, acceptable, remove)
-        live = [r for r in p.replicas if r != remove and acceptable(r)]
-        if rec is not None and p.leader == remove and live:
+    def any_live_replica(tid, pid, p, acceptable, target_isr=None, *args, **kw):
+        rec = change(tid, pid, p, acceptable, target_isr, *args, **kw)
+        gone = [r for r in p.isr if target_isr is not None and r not in target_isr]
+        live = [r for r in p.replicas if r not in gone and acceptable(r)]
+        if rec is not None and p.leader in gone and live:
             rec["leader"], rec["isr"] = live[-1], [live[-1]]
         return rec
     monkeypatch.setattr(cluster_control, "partition_change", any_live_replica)
