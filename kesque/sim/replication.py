@@ -221,7 +221,7 @@ class SimController:
         self.sim = sim
         self.image = MetadataImage()
         self.records: list[dict] = []
-        self.control = ClusterControl(sim.lifecycle_config, lambda: self.image, CLUSTER_ID)
+        self.control = ClusterControl(sim.lifecycle_config, lambda: self.image, CLUSTER_ID, lambda topic: sim.unclean)
         self.control.activate(0)
         self.repl = ReplicationControl(lambda: self.image, lambda topic: sim.unclean)
         self.parked: dict[int, int] = {}           # broker -> offset of its parked MetaFetch
