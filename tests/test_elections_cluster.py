@@ -98,7 +98,7 @@ def test_alter_partition_over_the_wire_and_preferred_elections(nodes, tmp_path):
         # the preferred replica shut down: leadership moves, and it cannot be elected back
         nodes.brokers[x - 1].stop()
         wait_until(lambda: leader_is(c, "pe", y), what="y leads pe")
-        bs = f"127.0.0.1:{nodes.brokers[active - 1].port}"
+        bs = f"127.0.0.1:{nodes.brokers[y - 1].port}"      # a broker that sends it on to the controller
         r = tool("--bootstrap-server", bs, "--election-type", "preferred", "--topic", "pe", "--partition", "0")
         assert (r.returncode, r.stdout) == (1, "Error completing leader election (PREFERRED) for partition: pe-0: "
                                                "org.apache.kafka.common.errors.PreferredLeaderNotAvailableException: "
@@ -124,6 +124,14 @@ def test_alter_partition_over_the_wire_and_preferred_elections(nodes, tmp_path):
         again = ["--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", "pe", "--partition", "0"]
         r = tool(*again)
         assert (r.returncode, r.stdout) == (0, "Valid replica already elected for partitions pe-0\n")
+        for version in (0, 2):                           # over the wire, through a broker that forwards it
+            m = Msg(43, version)
+            with WireClient(("127.0.0.1", nodes.brokers[y - 1].port)) as fwd:
+                kind = {"election_type": 0} if version else {}
+                resp = fwd.request(43, version, m(**kind, timeout=10000, topic_partitions=(
+                    m("TopicPartitions", topic="pe", partitions=(0, 9)),)))
+            assert [(p.partition_id, p.error_code) for p in resp.replica_election_results[0].partition_result] == \
+                [(0, E.election_not_needed), (9, E.unknown_topic_or_partition)]
         if K.unavailable() is None:                      # Kafka's AdminClient and tool against kesque
             j = K.run_tool("kafka-leader-election.sh", *again)
             assert (j.returncode, j.stdout) == (r.returncode, r.stdout), j.stderr
