@@ -209,8 +209,8 @@ def test_elect_leaders_unclean_only_for_leaderless_partitions():
 
 
 def test_balancing_elects_the_preferred_replica_only_where_it_is_an_acceptable_isr_member():
-    assert [(r["partition_id"], r["leader"]) for r in ReplicationControl(lambda: two_partitions()).balance_partition_leaders()] \
-        == [(0, 1)]
+    records = ReplicationControl(lambda: two_partitions()).balance_partition_leaders()
+    assert [(r["partition_id"], r["leader"]) for r in records] == [(0, 1)]
     assert ReplicationControl(lambda: two_partitions(isr0=(2, 3))).balance_partition_leaders() == []
     assert ReplicationControl(lambda: two_partitions(fenced=(1,))).balance_partition_leaders() == []
 

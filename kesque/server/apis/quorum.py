@@ -135,7 +135,8 @@ class QuorumApis:
             error = ErrorCode.none
         except KafkaError as e:        # as Kafka's getErrorResponse: the error for every partition asked
             error = e.code
-            results = {topic: [(p, int(e.code), e.message or None) for p in ids] for topic, ids in (asked or {}).items()}
+            results = {topic: [(p, int(e.code), e.message or None) for p in ids]
+                       for topic, ids in (asked or {}).items()}
         return m(throttle_time=0, error_code=error, replica_election_results=tuple(
             m("ReplicaElectionResult", topic=topic, partition_result=tuple(
                 m("PartitionResult", partition_id=p, error_code=ErrorCode(code), error_message=message)
