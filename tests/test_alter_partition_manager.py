@@ -128,3 +128,28 @@ def test_the_router_sends_it_to_the_active_controller_and_reads_the_answer():
 def test_version_2_carries_the_isr_without_broker_epochs():
     req = AlterPartitionRequest(1, 10, T1, 0, 5, 3, [(1, 10), (2, 20)])
     assert ap.request_from_kio(through_kio(ap.request_to_kio(1, 10, [req], 2)), 2)[0].new_isr == [(1, -1), (2, -1)]
+
+
+def test_the_sender_hands_the_answer_to_the_partition_and_resubmits_on_retry():
+    class Part:
+        topic_id, topic, partition = T1, "a", 3
+
+        def __init__(self):
+            self.answers = []
+
+        def on_alter_partition_response(self, proposal, code, reply):
+            self.answers.append(code)
+            return code == E.not_controller          # retried once
+
+    async def scenario():
+        router = Router()
+        part = Part()
+        ap.AlterPartitionManager(router, 1, lambda: 10).sender()(part, proposal())
+        await settle()
+        router.gates[0].set_result([AlterPartitionReply(int(E.not_controller))])
+        await settle()
+        assert [(r.topic_id, r.partition_id, r.topic_name) for r in router.requests[1]] == [(T1, 3, "a")]
+        router.gates[1].set_result([ok(router.requests[1][0])])
+        await settle()
+        assert part.answers == [E.not_controller, 0]
+    asyncio.run(scenario())

@@ -10,7 +10,8 @@ an :class:`~kesque.replication.replica_state.AlterPartitionReply` on success, No
 partition's error, or with the request's top-level error (STALE_BROKER_EPOCH, NOT_CONTROLLER,
 REQUEST_TIMED_OUT) for each of its partitions. After a top-level error the next request waits
 ``retry_backoff_ms`` (Kafka's 50 ms). A partition the answer leaves out stays pending and is sent
-again.
+again. ``sender()`` is the callable ``ReplicaManager.send_alter_partition`` takes: it hands the
+answer to ``Partition.on_alter_partition_response`` and resubmits when that asks for a retry.
 
 The wire form (API key 56, versions 2-3 as Kafka 4.x; v3 carries each ISR member's broker
 epoch): ``request_to_kio`` / ``request_from_kio`` and ``response_to_kio`` / ``response_from_kio``
@@ -136,6 +137,17 @@ class AlterPartitionManager:
         self.pending[key] = _Item(topic_id, topic_name, partition, proposal, callback)
         self._maybe_send()
         return True
+
+    def sender(self) -> Callable:
+        """A ``ReplicaManager.send_alter_partition``: ``(partition, proposal)`` is submitted, the
+        answer goes to ``partition.on_alter_partition_response``, and the proposal is submitted
+        again when that asks for a retry (as Kafka's Partition resubmits)."""
+        def send(part, proposal: AlterPartition) -> None:
+            def answered(code: int, reply: AlterPartitionReply | None) -> None:
+                if part.on_alter_partition_response(proposal, code, reply):
+                    send(part, proposal)
+            self.submit(part.topic_id, part.topic, part.partition, proposal, answered)
+        return send
 
     def close(self) -> None:
         if self._task is not None:
