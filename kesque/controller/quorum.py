@@ -138,6 +138,7 @@ class QuorumController:
     def _deactivate(self) -> None:
         log.info("Controller %d is no longer active (epoch %d)", self.raft.node_id, self.active_epoch)
         self.active_epoch = -1
+        self._written_end = -1       # what it proposed may be truncated by the next leader
         self.controller.image = self.committed
         self.cluster.deactivate()
         for timer in (self._expiry, self._noop):
