@@ -16,6 +16,12 @@ Controller method on the working image: its records are appended to the raft log
 call returns when they are committed, REQUEST_TIMED_OUT past the deadline, NOT_CONTROLLER if
 leadership is lost first or this controller is not active. Nothing here reaches the broker: the
 broker's image is fed by the same committed records, through its own listener.
+
+Replication (docs/replication.md): ``alter_partition`` and ``elect_leaders`` run
+:class:`~kesque.controller.replication_control.ReplicationControl` on the working image and answer
+once committed; the active controller of a cluster runs the unclean elections every
+``unclean.leader.election.interval.ms`` (and at a config change) and the preferred ones every
+``leader.imbalance.check.interval.seconds`` with ``auto.leader.rebalance.enable``.
 """
 
 from __future__ import annotations
@@ -177,7 +183,7 @@ class QuorumController:
         result = getattr(self.controller, method)(*args, **kwargs)
         offset, self._proposed = self._proposed, -1
         if method in ("incremental_alter_configs", "alter_configs") and offset >= 0:
-            self._run_periodic("unclean")     # as Kafka: turning unclean election on elects at once
+            self._run_periodic("unclean")     # turning unclean election on elects at once (docs/replication.md)
         await self._committed(offset, timeout_ms)
         return result
 
