@@ -26,6 +26,7 @@ from ..metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, De
 from ..metadata.log import METADATA_TOPIC, MetadataLog
 from ..server import quotas as qm
 from ..storage.checkpoint import uuid_to_kafka
+from . import reassignment
 
 log = logging.getLogger(__name__)
 
@@ -254,23 +255,7 @@ class Controller:
         out = []
         for i in indexes:
             replicas = list(assignments[i])
-            if not replicas:
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 "The manual partition assignment includes an empty replica list.")
-            for r in sorted(replicas):
-                if r not in self.image.brokers:
-                    raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                     f"The manual partition assignment includes broker {r}, but no such broker "
-                                     "is registered.")
-            if len(set(replicas)) != len(replicas):
-                dup = next(r for r in replicas if replicas.count(r) > 1)
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"The manual partition assignment includes the broker {dup} more than once.")
-            if rf is not None and len(replicas) != rf:
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"The manual partition assignment includes a partition with {len(replicas)} "
-                                 f"replica(s), but this is not consistent with previous partitions, which have "
-                                 f"{rf} replica(s).")
+            reassignment.validate_manual_assignment(self.image, replicas, rf)
             if not any(r in live for r in replicas):
                 raise KafkaError(ErrorCode.invalid_replica_assignment,
                                  f"All brokers specified in the manual partition assignment for partition {i} are "
@@ -352,6 +337,27 @@ class Controller:
             if quota is not None:
                 quota.record(count - current)
             self.commit(self._partition_records(t.topic_id, plan, current))
+
+    # ------------------------------------------------------------------ reassignment
+    def alter_partition_reassignments(self, topics: list, allow_rf_change: bool = True) -> list:
+        """AlterPartitionReassignments (``reassignment.alter_reassignments``): the records of
+        every accepted partition in one batch; [(topic, [(partition, KafkaError | None)])]."""
+        records, results = reassignment.alter_reassignments(self.image, topics, self.unclean_enabled, allow_rf_change)
+        self.commit(records)
+        ok = sum(err is None for _t, parts in results for _p, err in parts)
+        log.info("Successfully altered %d out of %d partition reassignment(s).", ok,
+                 sum(len(parts) for _t, parts in results))
+        return results
+
+    def unclean_enabled(self, topic: str) -> bool:
+        """``unclean.leader.election.enable`` of a topic: its override, else the cluster-wide
+        dynamic value, else the static one."""
+        value = self.image.topic_configs(topic).get("unclean.leader.election.enable")
+        if value is None:
+            value = self.image.configs.get((RESOURCE_BROKER, ""), {}).get("unclean.leader.election.enable")
+        if value is None:
+            return bool(self.config.get("unclean.leader.election.enable"))
+        return value.strip().lower() == "true"
 
     # ------------------------------------------------------------------ configs
     def _check_resource(self, rtype: int, rname: str) -> None:

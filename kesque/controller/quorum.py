@@ -34,6 +34,7 @@ from ..errors import ErrorCode, KafkaError
 from ..metadata import records as mr
 from ..metadata.image import Delta, MetadataImage
 from ..raft.log import LeaderChange
+from . import reassignment
 from .cluster_control import ClusterControl, HeartbeatReply, HeartbeatRequest, RegistrationRequest
 from .controller import Controller
 from .replication_control import ReplicationControl, unclean_enabled_in
@@ -204,6 +205,13 @@ class QuorumController:
         self.controller.commit(records)
         offset, self._proposed = self._proposed, -1
         return offset
+
+    async def list_partition_reassignments(self, topics, timeout_ms: int = 30000) -> list:
+        """ListPartitionReassignments, read from the committed image as Kafka's controller
+        reads at its last committed offset (``reassignment.list_reassignments``)."""
+        if not self.active:
+            raise not_controller()
+        return reassignment.list_reassignments(self.committed, topics)
 
     # ------------------------------------------------------------------ broker lifecycle
     async def register(self, req: RegistrationRequest, timeout_ms: int = 30000) -> int:

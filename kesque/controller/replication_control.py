@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import MetadataImage, PartitionRegistration
 from ..replication.replica_state import RECOVERED, RECOVERING, AlterPartitionReply
+from .reassignment import change_partition
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
@@ -183,7 +184,8 @@ class ReplicationControl:
         err = self._validate(image, req, p, version)
         if err:
             return [], AlterPartitionReply(err)
-        rec = partition_change(t.topic_id, req.partition_id, p, lambda b: acceptable(image, b),
+        # with reassignment: the ISR that brings the last adding replica in completes it
+        rec = change_partition(t.topic_id, req.partition_id, p, lambda b: acceptable(image, b),
                                [b for b, _ in req.new_isr], UNCLEAN if self.unclean_enabled(t.name) else ONLINE,
                                req.leader_recovery_state)
         reply = merged(p, rec)
