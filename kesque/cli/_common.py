@@ -309,6 +309,7 @@ _ERRORS: dict[int, tuple[str, str]] = {
          "library or the message was sent to an incompatible broker. See the broker logs for more details."),
     44: ("PolicyViolationException", "Request parameters do not satisfy the configured policy."),
     73: ("TopicDeletionDisabledException", "Topic deletion is disabled."),
+    85: ("NoReassignmentInProgressException", "No partition reassignment is in progress."),
     100: ("UnknownTopicIdException", "This server does not host this topic ID."),
 }
 

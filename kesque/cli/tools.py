@@ -18,7 +18,7 @@ from ._common import ToolExit, exit_flushed, kafkaize, new_parser, run_tool
 
 _MODULES = ("topics", "configs", "console_producer", "console_consumer", "dump_log", "get_offsets",
             "delete_records", "log_dirs", "producer_perf", "consumer_perf", "consumer_groups",
-            "console_share_consumer", "share_groups", "leader_election")
+            "console_share_consumer", "share_groups", "leader_election", "reassign_partitions")
 
 
 def _module(name: str):
@@ -133,6 +133,10 @@ def kafka_share_groups() -> None:
 
 def kafka_leader_election() -> None:
     _exit(_console("leader_election"))
+
+
+def kafka_reassign_partitions() -> None:
+    _exit(_console("reassign_partitions"))
 
 
 def kafka_server_start(argv: list[str] | None = None) -> None:

@@ -1,7 +1,8 @@
 """ControllerRouter: how the broker side of a node reaches the active controller.
 
 Admin requests that change metadata (CreateTopics, DeleteTopics, CreatePartitions,
-AlterConfigs, IncrementalAlterConfigs, AlterClientQuotas) run where the active controller is:
+AlterConfigs, IncrementalAlterConfigs, AlterClientQuotas, AlterPartitionReassignments, and
+ListPartitionReassignments, which Kafka's brokers forward too) run where the active controller is:
 in-process when the local controller is active, otherwise the client's request is sent as it
 came over the channel to the active controller's listener and its answer returned (resent to
 the new leader on NOT_CONTROLLER, until the request's timeout; then REQUEST_TIMED_OUT, as
@@ -123,7 +124,8 @@ class ControllerRouter:
 
     async def lifecycle_call(self, method: str, *args, timeout_ms: int = DEFAULT_TIMEOUT_MS):
         """``QuorumController.<method>`` (``register``, ``heartbeat``, ``unregister``,
-        ``alter_partition``, ``elect_leaders``) on the local active controller."""
+        ``alter_partition``, ``elect_leaders``,
+        ``list_partition_reassignments``) on the local active controller."""
         forced = _forced.get()
         if forced is not None:
             raise forced

@@ -13,12 +13,13 @@ def register_all(server) -> None:
     from .produce import ProduceApis
     from .quorum import QuorumApis
     from .quotas import QuotaApis
+    from .reassignment import ReassignmentApis
     from .share import ShareGroupApis
     from .topics import TopicApis
     from .transactions import TransactionApis
 
     for cls in (CoreApis, ProduceApis, TransactionApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis,
-                GroupApis, ShareGroupApis, QuotaApis, QuorumApis):
+                GroupApis, ShareGroupApis, QuotaApis, QuorumApis, ReassignmentApis):
         cls(server).register()
 
 

@@ -1,0 +1,584 @@
+"""``kafka-reassign-partitions.sh``: move partitions between brokers (Kafka's ReassignPartitionsCommand).
+
+    kafka-reassign-partitions.sh --bootstrap-server B --generate --topics-to-move-json-file F --broker-list 1,2,3
+    kafka-reassign-partitions.sh --bootstrap-server B --execute --reassignment-json-file F [--additional]
+    kafka-reassign-partitions.sh --bootstrap-server B --verify --reassignment-json-file F [--preserve-throttles]
+    kafka-reassign-partitions.sh --bootstrap-server B --cancel --reassignment-json-file F
+    kafka-reassign-partitions.sh --bootstrap-server B --list
+
+The JSON files are Kafka's (``{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3,4]}]}``,
+``{"version":1,"topics":[{"topic":"t"}]}``) and so is the output, line for line. Requests go over
+:mod:`kesque.client.wire`: ListPartitionReassignments / AlterPartitionReassignments to any broker
+(which sends them on to the active controller), Metadata for the current replicas, DescribeCluster
+for the brokers, IncrementalAlterConfigs to clear the throttles as ``--verify`` and ``--cancel`` do.
+
+Not done (kesque has neither): ``--throttle`` / ``--replica-alter-log-dirs-throttle`` (replication is
+not throttled) and ``log_dirs`` other than ``"any"`` (one log directory per broker, no
+AlterReplicaLogDirs); the tool says so and exits 1. ``--generate`` places replicas as Kafka's
+rack-unaware assignment (random start and shift), also when every broker has a rack.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+from ._common import check_required, java_hash_order, java_string_hash, print_usage_and_exit, usage_or_version
+from .metadata_quorum import QuorumAdmin, TerseException, _properties
+from .transactions import _ERRORS_PKG, JavaError, _Retry, kafka_error
+
+NAME = "reassign-partitions"
+SCRIPT = "kafka-reassign-partitions.sh"
+DESCRIPTION = "This tool helps to move topic partitions between replicas."
+HELP = "move partitions between brokers: generate, execute, verify, cancel, list (kafka-reassign-partitions.sh)"
+
+ACTIONS = ("generate", "execute", "verify", "cancel", "list")
+ANY_LOG_DIR = "any"
+_ADMIN_PKG = "org.apache.kafka.tools."
+BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                    "replica.alter.log.dirs.io.max.bytes.per.second")
+TOPIC_THROTTLES = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+EXISTING = ("Cannot execute because there is an existing partition assignment.  Use --additional to override "
+            "this and create a new partition assignment in addition to the existing one. The --additional flag "
+            "can also be used to change the throttle by resubmitting the current reassignment.")
+
+
+def configure(p) -> None:
+    for action, text in (
+            ("verify", "Verify if the reassignment completed as specified by the --reassignment-json-file option. "
+                       "If there is a throttle engaged for the replicas specified, and the rebalance has completed, "
+                       "the throttle will be removed"),
+            ("generate", "Generate a candidate partition reassignment configuration. Note that this only generates "
+                         "a candidate assignment, it does not execute it."),
+            ("execute", "Kick off the reassignment as specified by the --reassignment-json-file option."),
+            ("cancel", "Cancel an active reassignment."),
+            ("list", "List all active partition reassignments.")):
+        p.add_argument(f"--{action}", action="store_true", help=text)
+    p.add_argument("--bootstrap-server", nargs="?", const="", metavar="Server(s) to use for bootstrapping",
+                   help="the server(s) to use for bootstrapping.")
+    p.add_argument("--command-config", metavar="Admin client property file",
+                   help="Property file containing configs to be passed to Admin Client.")
+    p.add_argument("--reassignment-json-file", metavar="manual assignment json file path",
+                   help="The JSON file with the partition reassignment configurationThe format to use is - \n"
+                        "{\"partitions\":\n\t[{\"topic\": \"foo\",\n\t  \"partition\": 1,\n\t  \"replicas\": [1,2,3],\n"
+                        "\t  \"log_dirs\": [\"dir1\",\"dir2\",\"dir3\"] }],\n\"version\":1\n}\nNote that \"log_dirs\" "
+                        "is optional. When it is specified, its length must equal the length of the replicas list. "
+                        "The value in this list can be either \"any\" or the absolution path of the log directory on "
+                        "the broker. If absolute log directory path is specified, the replica will be moved to the "
+                        "specified log directory on the broker.")
+    p.add_argument("--topics-to-move-json-file", metavar="topics to reassign json file path",
+                   help="Generate a reassignment configuration to move the partitions of the specified topics to the "
+                        "list of brokers specified by the --broker-list option. The format to use is - \n"
+                        "{\"topics\":\n\t[{\"topic\": \"foo\"},{\"topic\": \"foo1\"}],\n\"version\":1\n}")
+    p.add_argument("--broker-list", metavar="brokerlist",
+                   help="The list of brokers to which the partitions need to be reassigned in the form \"0,1,2\". "
+                        "This is required if --topics-to-move-json-file is used to generate reassignment "
+                        "configuration")
+    p.add_argument("--bootstrap-controller", nargs="?", const="", metavar="bootstrap controller to connect to",
+                   help="The controller to use for reassignment. By default, the tool will get the quorum "
+                        "controller. This option supports the actions --cancel and --list.")
+    p.add_argument("--disable-rack-aware", action="store_true", help="Disable rack aware replica assignment")
+    for name, meta, text in (
+            ("throttle", "throttle", "The movement of partitions between brokers will be throttled to this value "
+                                     "(bytes/sec)."),
+            ("replica-alter-log-dirs-throttle", "replicaAlterLogDirsThrottle",
+             "The movement of replicas between log directories on the same broker will be throttled to this value "
+             "(bytes/sec).")):
+        a = p.add_argument(f"--{name}", type=int, default=-1, metavar=meta,
+                           help=text + " This option can be included with --execute when a reassignment is started, "
+                                       "and it can be altered by resubmitting the current reassignment along with the "
+                                       "--additional flag. The throttle rate should be at least 1 KB/s.")
+        a.jopt_kind = "Long"
+    a = p.add_argument("--timeout", type=int, default=10000, metavar="timeout",
+                       help="The maximum time in ms to wait for log directory replica assignment to begin.")
+    a.jopt_kind = "Long"
+    p.add_argument("--additional", action="store_true",
+                   help="Execute this reassignment in addition to any other ongoing ones. This option can also be "
+                        "used to change the throttle of an ongoing reassignment.")
+    p.add_argument("--preserve-throttles", action="store_true", help="Do not modify broker or topic throttles.")
+    p.add_argument("--disallow-replication-factor-change", action="store_true",
+                   help="Denies the ability to change a partition's replication factor as part of this reassignment "
+                        "through adding validation against it.")
+    p.add_argument("--version", action="store_true", help="Display Kafka version.")
+
+
+# ------------------------------------------------------------------ arguments
+
+REQUIRED = {"verify": ("reassignment-json-file",), "generate": ("topics-to-move-json-file", "broker-list"),
+            "execute": ("reassignment-json-file",), "cancel": ("reassignment-json-file",), "list": ()}
+
+
+def _permitted(action: str, controller: bool) -> tuple[str, ...]:
+    bootstrap = "bootstrap-controller" if controller else "bootstrap-server"
+    return {"verify": ("bootstrap-server", "command-config", "preserve-throttles"),
+            "generate": ("bootstrap-server", "broker-list", "command-config", "disable-rack-aware"),
+            "execute": ("additional", "bootstrap-server", "command-config", "throttle",
+                        "replica-alter-log-dirs-throttle", "timeout", "disallow-replication-factor-change"),
+            "cancel": (bootstrap, "command-config", "preserve-throttles", "timeout"),
+            "list": (bootstrap, "command-config")}[action]
+
+
+def _given_options(p, argv: list[str]) -> list[str]:
+    """The options on the command line, in their order (jopt-simple's ``specs()``)."""
+    names = {}
+    for act in p._actions:
+        for s in act.option_strings:
+            names[s] = s.lstrip("-")
+    out = []
+    for tok in argv:
+        name = tok.split("=", 1)[0]
+        if name in names:
+            full = names[name]
+        else:
+            full = next((v for k, v in names.items() if name.startswith("--") and k.startswith(name)), None)
+        if full is not None and full not in out:
+            out.append(full)
+    return out
+
+
+def validate(p, a) -> str:
+    """Kafka's validateAndParseArgs: the action."""
+    usage_or_version(a, p, DESCRIPTION)
+    actions = [x for x in ACTIONS if getattr(a, x)]
+    if len(actions) != 1:
+        print_usage_and_exit(p, "Command must include exactly one action: --generate, --execute, --verify, "
+                                "--cancel, --list")
+    action = actions[0]
+    server, controller = a.bootstrap_server is not None, a.bootstrap_controller is not None
+    if server and controller:
+        print_usage_and_exit(p, "Please don't specify both --bootstrap-server and --bootstrap-controller")
+    if not server and not controller:
+        print_usage_and_exit(p, "Please specify either --bootstrap-server or --bootstrap-controller")
+    check_required(p, a, *REQUIRED[action])
+    allowed = {action, *REQUIRED[action], *_permitted(action, controller)}
+    for opt in _given_options(p, getattr(a, "_argv", None) or sys.argv[1:]):
+        if opt not in allowed:
+            print_usage_and_exit(p, f'Option "[{opt}]" can\'t be used with action "[{action}]"')
+    return action
+
+
+# ------------------------------------------------------------------ JSON files
+
+def _admin_failed(message: str) -> JavaError:
+    return JavaError(_ADMIN_PKG + "AdminCommandFailedException", message)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise JavaError("java.nio.file.NoSuchFileException", path) from e
+
+
+def _json(text: str):
+    try:
+        js = json.loads(text)
+    except ValueError:
+        js = None
+    if not isinstance(js, dict):
+        raise JavaError(_ADMIN_PKG + "AdminOperationException", "The input string is not a valid JSON")
+    version = js.get("version", 1)
+    if version != 1:
+        raise JavaError(_ADMIN_PKG + "AdminOperationException", f"Not supported version field value {version}")
+    return js
+
+
+def parse_reassignment(text: str) -> tuple[list[tuple[tuple[str, int], list[int]]], dict]:
+    """([(topic-partition, replicas)] in file order, {(topic, partition, broker): log dir} of the
+    log_dirs other than "any")."""
+    js = _json(text)
+    parts, dirs = [], {}
+    for entry in js.get("partitions") or []:
+        tp = (str(entry["topic"]), int(entry["partition"]))
+        replicas = [int(r) for r in entry["replicas"]]
+        log_dirs = entry.get("log_dirs") or [ANY_LOG_DIR] * len(replicas)
+        if len(log_dirs) != len(replicas):
+            raise _admin_failed(f"Size of replicas list {_jlist(replicas)} is different from size of log dirs list "
+                                f"{_jlist(log_dirs)} for partition {tp_name(tp)}")
+        parts.append((tp, replicas))
+        dirs.update({(tp[0], tp[1], r): d for r, d in zip(replicas, log_dirs) if d != ANY_LOG_DIR})
+    return parts, dirs
+
+
+def parse_topics(text: str) -> list[str]:
+    return [str(t["topic"]) for t in _json(text).get("topics") or []]
+
+
+def _duplicates(items) -> list:
+    seen, dup = set(), []
+    for x in items:
+        if x in seen and x not in dup:
+            dup.append(x)
+        seen.add(x)
+    return dup
+
+
+def _jlist(items) -> str:
+    return "[" + ", ".join(str(x) for x in items) + "]"
+
+
+def _jset(items) -> str:
+    """A small HashSet<Integer> / HashSet<String> as Java prints it."""
+    return "[" + ", ".join(str(x) for x in _hash_ordered(items)) + "]"
+
+
+def _hash_ordered(items) -> list:
+    items = list(items)
+    if all(isinstance(x, int) for x in items):
+        return java_hash_order(sorted(items), lambda x: x)
+    return java_hash_order(items, java_string_hash)
+
+
+def tp_name(tp) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+def reassignment_json(assignment: dict, log_dirs: dict | None = None) -> str:
+    """formatAsReassignmentJson: compact, partitions by topic then partition; each replica's log
+    dir from ``log_dirs`` {(topic, partition, broker): dir}, else "any"."""
+    dirs = log_dirs or {}
+    parts = [{"topic": t, "partition": p, "replicas": assignment[(t, p)],
+              "log_dirs": [dirs.get((t, p, r), ANY_LOG_DIR) for r in assignment[(t, p)]]}
+             for t, p in sorted(assignment)]
+    return json.dumps({"version": 1, "partitions": parts}, separators=(",", ":"))
+
+
+# ------------------------------------------------------------------ the admin calls
+
+class ReassignAdmin(QuorumAdmin):
+    def list_reassignments(self, tps=None) -> dict:
+        """{(topic, partition): (replicas, adding, removing)} (listPartitionReassignments)."""
+        from ..client.wire import make
+
+        def build(mod, v):
+            topics = None
+            if tps is not None:
+                by_topic: dict = {}
+                for t, p in tps:
+                    by_topic.setdefault(t, []).append(p)
+                topics = tuple(make(mod.request.ListPartitionReassignmentsTopics, name=t, partition_indexes=tuple(ps))
+                               for t, ps in by_topic.items())
+            return make(mod.request.ListPartitionReassignmentsRequest, timeout=_ms(self.api_timeout_ms),
+                        topics=topics)
+
+        def once():
+            resp = self._any(46, build)
+            if int(resp.error_code):
+                raise kafka_error(int(resp.error_code), resp.error_message)
+            return {(t.name, int(p.partition_index)): ([int(r) for r in p.replicas], [int(r) for r in p.adding_replicas],
+                                                       [int(r) for r in p.removing_replicas])
+                    for t in resp.topics for p in t.partitions}
+        return self._retrying("listPartitionReassignments", once)
+
+    def alter_reassignments(self, targets: dict, allow_rf_change: bool = True) -> dict:
+        """{(topic, partition): JavaError} of the partitions refused (targets: replicas or None to cancel)."""
+        from ..client.wire import make
+
+        def build(mod, v):
+            by_topic: dict = {}
+            for (t, p), replicas in targets.items():
+                by_topic.setdefault(t, []).append(make(mod.request.ReassignablePartition, partition_index=p,
+                                                       replicas=None if replicas is None else tuple(replicas)))
+            return make(mod.request.AlterPartitionReassignmentsRequest, timeout=_ms(self.api_timeout_ms),
+                        allow_replication_factor_change=allow_rf_change,
+                        topics=tuple(make(mod.request.ReassignableTopic, name=t, partitions=tuple(ps))
+                                     for t, ps in by_topic.items()))
+
+        def once():
+            resp = self._any(45, build)
+            if int(resp.error_code):
+                err = kafka_error(int(resp.error_code), resp.error_message)
+                return {tp: err for tp in targets}
+            return {(t.name, int(p.partition_index)): kafka_error(int(p.error_code), p.error_message)
+                    for t in resp.responses for p in t.partitions if int(p.error_code)}
+        return self._retrying("alterPartitionReassignments", once)
+
+    def broker_ids(self) -> list[int]:
+        self._retrying("listNodes", self._describe_cluster)
+        return sorted(self.brokers)
+
+    def broker_racks(self) -> dict:
+        resp = self._retrying("listNodes", self._describe_cluster)
+        return {int(b.broker_id): b.rack for b in resp.brokers}
+
+    def replicas_of(self, topics) -> dict:
+        """{(topic, partition): replicas} of ``topics`` (describeTopics); an unknown topic is
+        UnknownTopicOrPartitionException "Topic t not found."."""
+        md = self._retrying("describeTopics", lambda: self.metadata(sorted(set(topics))))
+        out = {}
+        for name in topics:
+            err, _internal, parts = md.get(name, (3, False, []))
+            if err == 3:
+                raise JavaError("java.util.concurrent.ExecutionException",
+                                f"{_ERRORS_PKG}UnknownTopicOrPartitionException: Topic {name} not found.")
+            if err:
+                raise kafka_error(err)
+            out.update({(name, pid): replicas for pid, _e, _leader, replicas in parts})
+        return out
+
+    def replica_log_dirs(self, assignment: dict) -> dict:
+        """{(topic, partition, broker): log dir} of the replicas of ``assignment`` whose broker
+        reports them (describeReplicaLogDirs: DescribeLogDirs to each broker)."""
+        from ..client.wire import make
+
+        by_broker: dict = {}
+        for (t, p), replicas in assignment.items():
+            for b in replicas:
+                by_broker.setdefault(b, {}).setdefault(t, []).append(p)
+        out = {}
+        for b, topics in sorted(by_broker.items()):
+            def build(mod, v, topics=topics):
+                return make(mod.request.DescribeLogDirsRequest, topics=tuple(
+                    make(mod.request.DescribableLogDirTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
+            try:
+                resp = self._send(self._node(b), 35, build)
+            except _Retry:
+                continue
+            for r in resp.results:
+                if int(r.error_code):
+                    continue
+                for t in r.topics:
+                    for p in t.partitions:
+                        if not p.is_future_key:
+                            out[(t.name, int(p.partition_index), b)] = r.log_dir
+        return out
+
+    def delete_configs(self, resources: list[tuple[int, str, tuple[str, ...]]]) -> None:
+        """IncrementalAlterConfigs DELETE of ``names`` on each (resource type, name, names)."""
+        from ..client.wire import make
+
+        def build(mod, v):
+            return make(mod.request.IncrementalAlterConfigsRequest, validate_only=False, resources=tuple(
+                make(mod.request.AlterConfigsResource, resource_type=rtype, resource_name=name, configs=tuple(
+                    make(mod.request.AlterableConfig, name=k, config_operation=1, value=None) for k in keys))
+                for rtype, name, keys in resources))
+
+        def once():
+            resp = self._any(44, build)
+            for r in resp.responses:
+                if int(r.error_code):
+                    raise kafka_error(int(r.error_code), r.error_message)
+        self._retrying("incrementalAlterConfigs", once)
+
+
+def _ms(ms: int):
+    import datetime
+    return datetime.timedelta(milliseconds=ms)
+
+
+# ------------------------------------------------------------------ the actions
+
+def generate(admin: ReassignAdmin, a) -> None:
+    try:
+        brokers = [int(b) for b in a.broker_list.split(",")]
+    except ValueError as e:
+        raise JavaError("java.lang.NumberFormatException",
+                        f"For input string: \"{str(e).split(': ', 1)[-1].strip(chr(39))}\"") from None
+    if _duplicates(brokers):
+        raise _admin_failed(f"Broker list contains duplicate entries: {_jset(_duplicates(brokers))}")
+    topics = parse_topics(_read(a.topics_to_move_json_file))
+    if _duplicates(topics):
+        raise _admin_failed(f"List of topics to reassign contains duplicate entries: {_jset(_duplicates(topics))}")
+    current = admin.replicas_of(topics)
+    racks = {b: r for b, r in admin.broker_racks().items() if b in set(brokers)}
+    rackless = [b for b, r in racks.items() if r is None]
+    if not a.disable_rack_aware and rackless and len(rackless) != len(racks):
+        raise JavaError(_ADMIN_PKG + "AdminOperationException",
+                        "Not all brokers have rack information. Add --disable-rack-aware in command line to make "
+                        "replica assignment without rack information.")
+    proposed = {}
+    for topic in dict.fromkeys(t for t, _p in current):
+        parts = sorted(p for t, p in current if t == topic)
+        rf = len(current[(topic, parts[0])])
+        for pid, replicas in assign_replicas(sorted(racks), len(parts), rf).items():
+            proposed[(topic, pid)] = replicas
+    print(f"Current partition replica assignment\n{reassignment_json(current, admin.replica_log_dirs(current))}\n")
+    print(f"Proposed partition reassignment configuration\n{reassignment_json(proposed)}")
+
+
+def assign_replicas(brokers: list[int], partitions: int, rf: int, rng=random) -> dict[int, list[int]]:
+    """AdminUtils.assignReplicasToBrokers without racks: the first replicas round-robin from a
+    random broker, the followers shifted by a random amount that grows each round."""
+    if partitions <= 0:
+        raise JavaError(_ERRORS_PKG + "InvalidPartitionsException", "Number of partitions must be larger than 0.")
+    if rf <= 0:
+        raise JavaError(_ERRORS_PKG + "InvalidReplicationFactorException",
+                        "Replication factor must be larger than 0.")
+    if rf > len(brokers):
+        raise JavaError(_ERRORS_PKG + "InvalidReplicationFactorException",
+                        f"Replication factor: {rf} larger than available brokers: {len(brokers)}.")
+    n = len(brokers)
+    start, shift = rng.randrange(n), rng.randrange(n)
+    out = {}
+    for pid in range(partitions):
+        if pid > 0 and pid % n == 0:
+            shift += 1
+        first = (pid + start) % n
+        out[pid] = [brokers[first]] + [brokers[(first + 1 + (shift + j) % (n - 1)) % n] for j in range(rf - 1)]
+    return out
+
+
+def execute(admin: ReassignAdmin, a) -> None:
+    parts, dirs = parse_reassignment(_read(a.reassignment_json_file))
+    if not parts:
+        raise _admin_failed("Partition reassignment list cannot be empty")
+    if any(not replicas for _tp, replicas in parts):
+        raise _admin_failed("Partition replica list cannot be empty")
+    dup = _duplicates(tp for tp, _r in parts)
+    if dup:
+        raise _admin_failed("Partition reassignment contains duplicate topic partitions: "
+                            + ",".join(tp_name(tp) for tp in _hash_ordered_tps(dup)))
+    dup_replicas = [(tp, _duplicates(r)) for tp, r in parts if _duplicates(r)]
+    if dup_replicas:
+        raise _admin_failed("Partition replica lists may not contain duplicate entries: " + ". ".join(
+            f"{tp_name(tp)} contains multiple entries for {','.join(str(x) for x in _hash_ordered(d))}"
+            for tp, d in dup_replicas))
+    if dirs or a.throttle >= 0 or a.replica_alter_log_dirs_throttle >= 0:
+        raise TerseException("kesque does not throttle replication or move replicas between log directories: "
+                             "--throttle, --replica-alter-log-dirs-throttle and log_dirs other than \"any\" are "
+                             "not supported")
+    proposed = dict(parts)
+    if not a.additional and admin.list_reassignments():
+        raise TerseException(EXISTING)
+    known = set(admin.broker_ids())
+    unknown = next((b for r in proposed.values() for b in r if b not in known), None)
+    if unknown is not None:
+        raise _admin_failed(f"Unknown broker id {unknown}")
+    current = admin.replicas_of(list(dict.fromkeys(t for t, _p in proposed)))
+    missing = [tp for tp in proposed if tp not in current]
+    if missing:
+        raise JavaError("java.util.concurrent.ExecutionException",
+                        f"{_ERRORS_PKG}UnknownTopicOrPartitionException: Unable to find partition: "
+                        + ", ".join(tp_name(tp) for tp in missing))
+    moving = {tp: current[tp] for tp in proposed}
+    print("Current partition replica assignment\n\n"
+          f"{reassignment_json(moving, admin.replica_log_dirs(moving))}\n\n"
+          "Save this to use as the --reassignment-json-file option during rollback")
+    errors = admin.alter_reassignments(proposed, not a.disallow_replication_factor_change)
+    if errors:
+        raise TerseException("Error reassigning partition(s):\n" + "\n".join(
+            f"{tp_name(tp)}: {errors[tp].message}" for tp in sorted(errors)))
+    print(f"Successfully started partition reassignment{'' if len(proposed) == 1 else 's'} for "
+          + ",".join(tp_name(tp) for tp in sorted(proposed)))
+
+
+def _hash_ordered_tps(tps) -> list:
+    from ._common import topic_partition_hash
+    return java_hash_order(list(tps), topic_partition_hash)
+
+
+def verify(admin: ReassignAdmin, a) -> None:
+    parts, dirs = parse_reassignment(_read(a.reassignment_json_file))
+    if dirs:
+        raise TerseException("kesque does not move replicas between log directories: log_dirs other than \"any\" "
+                             "are not supported")
+    ongoing = admin.list_reassignments()
+    states = {}
+    unknown_topics = {t for (t, _p), _r in parts if (t, _p) not in ongoing}
+    current = {}
+    for topic in sorted(unknown_topics):
+        try:
+            current.update(admin.replicas_of([topic]))
+        except JavaError as e:
+            if "UnknownTopicOrPartitionException" not in e.message:
+                raise
+    for tp, target in parts:
+        if tp in ongoing:
+            states[tp] = (ongoing[tp][0], target, False)
+        else:
+            states[tp] = (current.get(tp, []), target, True)
+    lines = ["Status of partition reassignment:"]
+    for tp in sorted(states):
+        replicas, target, done = states[tp]
+        if not done:
+            lines.append(f"Reassignment of partition {tp_name(tp)} is still in progress.")
+        elif replicas == target:
+            lines.append(f"Reassignment of partition {tp_name(tp)} is completed.")
+        else:
+            lines.append(f"There is no active reassignment of partition {tp_name(tp)}, but replica set is "
+                         f"{','.join(map(str, replicas))} rather than {','.join(map(str, target))}.")
+    print("\n".join(lines))
+    print("")          # the log-directory moves: none
+    if not ongoing and not a.preserve_throttles:
+        clear_throttles(admin, parts)
+    if ongoing:
+        sys.stdout.flush()
+
+
+def clear_throttles(admin: ReassignAdmin, parts) -> None:
+    brokers = set(admin.broker_ids()) | {b for _tp, r in parts for b in r}
+    print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
+          + ",".join(str(b) for b in _hash_ordered(brokers)))
+    admin.delete_configs([(4, str(b), BROKER_THROTTLES) for b in _hash_ordered(brokers)])
+    topics = list(dict.fromkeys(t for (t, _p), _r in parts))
+    print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} "
+          + ",".join(_hash_ordered(topics)))
+    admin.delete_configs([(2, t, TOPIC_THROTTLES) for t in topics])
+
+
+def cancel(admin: ReassignAdmin, a) -> None:
+    parts, dirs = parse_reassignment(_read(a.reassignment_json_file))
+    if dirs:
+        raise TerseException("kesque does not move replicas between log directories: log_dirs other than \"any\" "
+                             "are not supported")
+    found = admin.list_reassignments([tp for tp, _r in parts])
+    # as Kafka's tool: a reassignment that only adds replicas is not cancelled
+    active = sorted(tp for tp, (_r, adding, removing) in found.items() if not adding or removing)
+    if active:
+        errors = admin.alter_reassignments({tp: None for tp in active})
+        if errors:
+            raise TerseException(f"Error cancelling partition reassignment{'' if len(errors) == 1 else 's'} for:\n"
+                                 + "\n".join(f"{tp_name(tp)}: {errors[tp].message}" for tp in sorted(errors)))
+        print(f"Successfully cancelled partition reassignment{'' if len(active) == 1 else 's'} for: "
+              + ",".join(tp_name(tp) for tp in active))
+    else:
+        print("None of the specified partition reassignments are active.")
+    sys.stdout.write("None of the specified partition moves are active.")
+    if not a.preserve_throttles:
+        clear_throttles(admin, parts)
+
+
+def list_(admin: ReassignAdmin, _a) -> None:
+    found = admin.list_reassignments()
+    if not found:
+        print("No partition reassignments found.")
+        return
+    lines = ["Current partition reassignments:"]
+    for tp in sorted(found):
+        replicas, adding, removing = found[tp]
+        line = f"{tp_name(tp)}: replicas: {','.join(map(str, replicas))}."
+        if adding:
+            line += f" adding: {','.join(map(str, adding))}."
+        if removing:
+            line += f" removing: {','.join(map(str, removing))}."
+        lines.append(line)
+    print("\n".join(lines))
+
+
+def run(a) -> int:
+    p = a._parser
+    action = validate(p, a)
+    admin = None
+    try:
+        props = _properties(a.command_config)
+        props.setdefault("client.id", "reassign-partitions-tool")
+        controller = a.bootstrap_controller is not None
+        admin = ReassignAdmin(a.bootstrap_controller if controller else a.bootstrap_server, props, controller)
+        {"generate": generate, "execute": execute, "verify": verify, "cancel": cancel, "list": list_}[action](admin, a)
+    except TerseException as e:
+        print(e)
+        return 1
+    except JavaError as e:
+        # Kafka prints "Error: " + getMessage() and the stack trace, whose first line names the exception
+        print(f"Error: {e.message}")
+        print(f"{e.java_class}: {e.message}")
+        return 1
+    except _Retry as e:
+        print(f"Error: {e}")
+        return 1
+    finally:
+        if admin is not None:
+            admin.close()
+    return 0

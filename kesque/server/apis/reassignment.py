@@ -1,0 +1,67 @@
+"""AlterPartitionReassignments and ListPartitionReassignments.
+
+Both run where the active controller is (a broker listener sends them on, as Kafka's brokers
+forward them): AlterPartitionReassignments is answered once its records are committed,
+ListPartitionReassignments from the controller's committed image
+(kesque/controller/reassignment.py has the rules).
+"""
+
+from __future__ import annotations
+
+from ...errors import ErrorCode, KafkaError
+from .kiohelp import Msg
+from .topics import _timeout_ms
+
+
+class ReassignmentApis:
+    def __init__(self, server):
+        self.server = server
+
+    def register(self) -> None:
+        s = self.server
+        s.register(45, 0, 1, self.alter_partition_reassignments)
+        s.register(46, 0, 0, self.list_partition_reassignments)
+
+    # ------------------------------------------------------------------ AlterPartitionReassignments
+    def alter_partition_reassignments(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._alter(ctx, req))
+
+    async def _alter(self, ctx, req):
+        m = Msg(45, ctx.api_version)
+        topics = [(t.name, [(p.partition_index, None if p.replicas is None else [int(r) for r in p.replicas])
+                            for p in t.partitions]) for t in req.topics]
+        allow = bool(getattr(req, "allow_replication_factor_change", True))
+        try:
+            results = await self.server.controllers.call("alter_partition_reassignments", topics, allow,
+                                                         timeout_ms=_timeout_ms(req))
+        except KafkaError as e:
+            return m(throttle_time=0, allow_replication_factor_change=allow, error_code=e.code,
+                     error_message=e.message, responses=())
+        responses = tuple(
+            m("ReassignableTopicResponse", name=name, partitions=tuple(
+                m("ReassignablePartitionResponse", partition_index=pid,
+                  error_code=err.code if err else ErrorCode.none, error_message=err.message if err else None)
+                for pid, err in parts))
+            for name, parts in results)
+        return m(throttle_time=0, allow_replication_factor_change=allow, error_code=ErrorCode.none,
+                 error_message=None, responses=responses)
+
+    # ------------------------------------------------------------------ ListPartitionReassignments
+    def list_partition_reassignments(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._list(ctx, req))
+
+    async def _list(self, ctx, req):
+        m = Msg(46, ctx.api_version)
+        topics = None if req.topics is None else [(t.name, [int(i) for i in t.partition_indexes])
+                                                   for t in req.topics]
+        try:
+            found = await self.server.controllers.lifecycle_call("list_partition_reassignments", topics,
+                                                                 timeout_ms=_timeout_ms(req))
+        except KafkaError as e:
+            return m(throttle_time=0, error_code=e.code, error_message=e.message, topics=())
+        return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, topics=tuple(
+            m("OngoingTopicReassignment", name=name, partitions=tuple(
+                m("OngoingPartitionReassignment", partition_index=pid, replicas=tuple(replicas),
+                  adding_replicas=tuple(adding), removing_replicas=tuple(removing))
+                for pid, replicas, adding, removing in parts))
+            for name, parts in found))
