@@ -7,6 +7,7 @@ and errors as ``Error while executing topic command : <message>`` with exit stat
 
 from __future__ import annotations
 
+import datetime
 import sys
 
 from . import _admin
@@ -324,6 +325,32 @@ def _topic_configs(a, topics: list[str]) -> dict[str, list[tuple[str, str | None
     return out
 
 
+def _reassignments(a, descriptions: dict) -> dict:
+    """{(topic, partition): (replicas, adding, removing)} of the partitions being reassigned
+    (listPartitionReassignments, as TopicCommand asks before describing)."""
+    from ..client.wire import make
+
+    def build(mod, v):
+        rq = mod.request
+        return make(rq.ListPartitionReassignmentsRequest, timeout=datetime.timedelta(seconds=60), topics=tuple(
+            make(rq.ListPartitionReassignmentsTopics, name=name,
+                 partition_indexes=tuple(sorted(p.id for p in td.partitions)))
+            for name, td in descriptions.items()))
+    resp = _admin.any_broker_request(_admin.client_config(a.bootstrap_server, a.command_config), 46, build)
+    if int(resp.error_code):
+        raise BrokerError(int(resp.error_code), resp.error_message, resp.error_code.name)
+    return {(t.name, int(p.partition_index)): ([int(r) for r in p.replicas], [int(r) for r in p.adding_replicas],
+                                               [int(r) for r in p.removing_replicas])
+            for t in resp.topics for p in t.partitions}
+
+
+def _replication_factor(replicas: list[int], ra) -> int:
+    """TopicCommand.getReplicationFactor: during a reassignment, the replicas less the adding."""
+    if ra is not None and set(replicas) & set(ra[1] + ra[2]):
+        return len(ra[0]) - len(ra[1])
+    return len(replicas)
+
+
 def _describe(admin, a) -> None:
     if a.topic_id:
         # describe by id: find the name that has this id
@@ -341,6 +368,7 @@ def _describe(admin, a) -> None:
     descriptions, elr = _describe_topics(admin, a, topics)
     configs = _topic_configs(a, topics)
     live = {n.id for n in _admin.cluster_nodes(admin)}
+    moving = _reassignments(a, {n: descriptions[n] for n in topics})
     describe_configs = not any(getattr(a, r) for r in _REPORTS)
     describe_partitions = not a.topics_with_overrides
     for name in topics:
@@ -353,7 +381,8 @@ def _describe(admin, a) -> None:
             if td.topic_id is not None and kafka_uuid(td.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA":
                 line += f"\tTopicId: {kafka_uuid(td.topic_id)}"
             line += f"\tPartitionCount: {len(parts)}"
-            line += f"\tReplicationFactor: {len(parts[0].replicas) if parts else 0}"
+            line += (f"\tReplicationFactor: "
+                     f"{_replication_factor([n.id for n in parts[0].replicas], moving.get((name, parts[0].id))) if parts else 0}")
             line += "\tConfigs: " + ",".join(f"{k}={'null' if v is None else v}" for k, v in non_default)
             print(line)
         if not describe_partitions:
@@ -366,9 +395,10 @@ def _describe(admin, a) -> None:
             leader = p.leader.id if p.leader is not None and p.leader.id >= 0 else None
             isr = [n.id for n in p.isr]
             replicas = [n.id for n in p.replicas]
+            ra = moving.get((name, p.id))
             if not describe_configs:
                 show = False
-                if a.under_replicated_partitions and len(replicas) - len(isr) > 0:
+                if a.under_replicated_partitions and _replication_factor(replicas, ra) - len(isr) > 0:
                     show = True
                 if a.unavailable_partitions and (leader is None or leader not in live):
                     show = True
@@ -381,6 +411,8 @@ def _describe(admin, a) -> None:
             e = elr.get((name, p.id))
             line = (f"\tTopic: {name}\tPartition: {p.id}\tLeader: {leader if leader is not None else 'none'}"
                     f"\tReplicas: {','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}")
+            if ra is not None:
+                line += f"\tAdding Replicas: {','.join(map(str, ra[1]))}\tRemoving Replicas: {','.join(map(str, ra[2]))}"
             if e is None or e[0] is None:
                 line += "\tElr: N/A"
             else:

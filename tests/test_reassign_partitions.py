@@ -1,0 +1,189 @@
+"""``kesque reassign-partitions`` (kafka-reassign-partitions.sh) and the reassignment APIs on real
+processes: one broker for the APIs' errors and the tool's no-op paths; a cluster of three combined
+nodes and a broker-only node 4 for a reassignment from 1,2,3 to 2,3,4 that --list, --verify and
+``topics --describe`` report in progress, and one that completes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import oracle
+import pytest
+from test_quorum_cluster import Nodes
+from wire import Msg, WireClient
+
+from kesque.testing import kafka as K
+
+NO_ACTIVE = "None of the specified partition reassignments are active.\n"
+
+
+def tool(*args, name: str = "reassign-partitions") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kesque", name, *args], capture_output=True, text=True, timeout=120)
+
+
+def plan(path, topic: str, replicas: list[int], partition: int = 0) -> str:
+    path.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": partition, "replicas": replicas}]}))
+    return str(path)
+
+
+def alter(c: WireClient, topic: str, partition: int, replicas, version: int = 1):
+    m = Msg(45, version)
+    extra = {"allow_replication_factor_change": True} if version else {}
+    body = m(timeout=10000, **extra, topics=(
+        m("ReassignableTopic", name=topic, partitions=(
+            m("ReassignablePartition", partition_index=partition,
+              replicas=None if replicas is None else tuple(replicas)),)),))
+    p = c.request(45, version, body).responses[0].partitions[0]
+    return int(p.error_code), p.error_message
+
+
+# ------------------------------------------------------------------ one broker
+
+def test_the_apis_answer_with_kafkas_errors(broker):
+    assert tool("--bootstrap-server", broker.bootstrap_servers, "--list").stdout == "No partition reassignments found.\n"
+    with WireClient(broker.bootstrap_servers) as c:
+        m = Msg(19, 7)
+        c.request(19, 7, m(topics=(m("CreatableTopic", name="one", num_partitions=1, replication_factor=1,
+                                     assignments=(), configs=()),), timeout=10000, validate_only=False))
+        assert alter(c, "nope", 0, [1]) == (3, "Unable to find a topic named nope.")
+        assert alter(c, "one", 4, [1], version=0) == (3, "Unable to find partition one:4.")
+        assert alter(c, "one", 0, [1, 9]) == (
+            39, "The manual partition assignment includes broker 9, but no such broker is registered.")
+        assert alter(c, "one", 0, None) == (85, None)             # NO_REASSIGNMENT_IN_PROGRESS
+        assert alter(c, "one", 0, [1]) == (0, None)
+        m = Msg(46, 0)
+        resp = c.request(46, 0, m(timeout=10000, topics=None))
+        assert (resp.error_code, resp.topics) == (0, ())
+
+
+def test_the_tool_on_one_broker(broker, tmp_path):
+    bs = broker.bootstrap_servers
+    assert tool("--bootstrap-server", bs, "--create", "--topic", "solo", "--partitions", "2", name="topics").returncode == 0
+    (tmp_path / "topics.json").write_text('{"version":1,"topics":[{"topic":"solo"}]}')
+    r = tool("--bootstrap-server", bs, "--generate", "--topics-to-move-json-file", str(tmp_path / "topics.json"),
+             "--broker-list", "1")
+    current, proposed = r.stdout.split("\n\n")
+    assert current.startswith("Current partition replica assignment\n{\"version\":1,\"partitions\":[{\"topic\":\"solo\"")
+    assert proposed == ("Proposed partition reassignment configuration\n"
+                        '{"version":1,"partitions":[{"topic":"solo","partition":0,"replicas":[1],"log_dirs":["any"]},'
+                        '{"topic":"solo","partition":1,"replicas":[1],"log_dirs":["any"]}]}\n')
+    same = plan(tmp_path / "same.json", "solo", [1])
+    r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", same)
+    assert r.returncode == 0 and r.stdout.endswith("during rollback\nSuccessfully started partition reassignment "
+                                                   "for solo-0\n"), r.stdout + r.stderr
+    r = tool("--bootstrap-server", bs, "--verify", "--reassignment-json-file", same)
+    assert r.stdout == ("Status of partition reassignment:\nReassignment of partition solo-0 is completed.\n\n"
+                        "Clearing broker-level throttles on broker 1\nClearing topic-level throttles on topic solo\n")
+    r = tool("--bootstrap-server", bs, "--cancel", "--reassignment-json-file", same, "--preserve-throttles")
+    assert r.stdout == NO_ACTIVE + "None of the specified partition moves are active."
+    r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", plan(tmp_path / "b.json", "solo", [7]))
+    assert (r.returncode, r.stdout.splitlines()[0]) == (1, "Error: Unknown broker id 7")
+
+
+# ------------------------------------------------------------------ a cluster
+
+@pytest.fixture(scope="module")
+def cluster():
+    # node 4 is paused during the in-progress test: its session must outlive it (it stays unfenced,
+    # so the tool's DescribeCluster still lists it)
+    nodes = Nodes(3, extra={"broker.session.timeout.ms": "60000"}, brokers_only=1)
+    try:
+        yield nodes.start()
+    finally:
+        nodes.close()
+
+
+def _create(bs: str, topic: str) -> None:
+    r = tool("--bootstrap-server", bs, "--create", "--topic", topic, "--replica-assignment", "1:2:3", name="topics")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _partition_line(bs: str, topic: str) -> str:
+    r = tool("--bootstrap-server", bs, "--describe", "--topic", topic, name="topics")
+    return r.stdout
+
+
+def _pause(nodes: Nodes, i: int, sig) -> None:
+    os.kill(nodes.brokers[i].process.pid, sig)
+
+
+def test_a_reassignment_in_progress_is_listed_verified_described_and_cancelled(cluster, tmp_path):
+    bs = f"127.0.0.1:{cluster.brokers[0].port}"
+    _create(bs, "moving")
+    _pause(cluster, 3, signal.SIGSTOP)     # node 4 cannot catch up: the reassignment stays in progress
+    try:
+        target = plan(tmp_path / "plan.json", "moving", [2, 3, 4])
+        r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", target)
+        assert r.returncode == 0 and r.stdout.endswith("Successfully started partition reassignment for moving-0\n"), \
+            r.stdout + r.stderr
+        assert '"replicas":[1,2,3]' in r.stdout          # the rollback plan
+        r = tool("--bootstrap-server", bs, "--list")
+        assert r.stdout == "Current partition reassignments:\nmoving-0: replicas: 2,3,4,1. adding: 4. removing: 1.\n"
+        r = tool("--bootstrap-server", bs, "--verify", "--reassignment-json-file", target)
+        assert (r.returncode, r.stdout) == (
+            0, "Status of partition reassignment:\nReassignment of partition moving-0 is still in progress.\n\n")
+        out = _partition_line(bs, "moving")
+        assert "\tReplicationFactor: 3\t" in out
+        assert "\tReplicas: 2,3,4,1\tIsr: 1,2,3\tAdding Replicas: 4\tRemoving Replicas: 1\t" in out, out
+        r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", target)
+        assert r.returncode == 1 and r.stdout.startswith("Cannot execute because there is an existing partition "
+                                                         "assignment.  Use --additional"), r.stdout
+        r = tool("--bootstrap-server", bs, "--cancel", "--reassignment-json-file", target)
+        assert r.stdout == ("Successfully cancelled partition reassignment for: moving-0\nNone of the specified "
+                            "partition moves are active.Clearing broker-level throttles on brokers 1,2,3,4\n"
+                            "Clearing topic-level throttles on topic moving\n"), r.stdout + r.stderr
+        assert tool("--bootstrap-server", bs, "--list").stdout == "No partition reassignments found.\n"
+        out = _partition_line(bs, "moving")
+        assert "\tReplicas: 2,3,1\tIsr: 1,2,3\tElr" in out, out     # Kafka's revert keeps the widened order
+    finally:
+        _pause(cluster, 3, signal.SIGCONT)
+
+
+@pytest.mark.oracle
+@pytest.mark.slow       # six JVM tool runs: about 35 s
+@pytest.mark.skipif(oracle.REASON is not None, reason=oracle.REASON or "")
+def test_kafkas_tools_see_the_same_reassignment(cluster, tmp_path):
+    """kafka-reassign-partitions.sh and kafka-topics.sh (Kafka 4.4) on kesque print what kesque's print."""
+    bs = f"127.0.0.1:{cluster.brokers[0].port}"
+    _create(bs, "watched")
+    _pause(cluster, 3, signal.SIGSTOP)
+    try:
+        target = plan(tmp_path / "plan.json", "watched", [2, 3, 4])
+        r = K.run_tool("kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--execute",
+                       "--reassignment-json-file", target)
+        assert r.returncode == 0, r.stdout + r.stderr
+        for args in (["--list"], ["--verify", "--reassignment-json-file", target]):
+            theirs = K.run_tool("kafka-reassign-partitions.sh", "--bootstrap-server", bs, *args)
+            assert tool("--bootstrap-server", bs, *args).stdout == theirs.stdout, args
+        theirs = K.run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--describe", "--topic", "watched")
+        assert _partition_line(bs, "watched") == theirs.stdout
+    finally:
+        _pause(cluster, 3, signal.SIGCONT)
+    # (Kafka's Admin sends node 4's throttle removal to node 4 itself: it must run again)
+    r = K.run_tool("kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--cancel",
+                   "--reassignment-json-file", target)
+    assert r.stdout.startswith("Successfully cancelled partition reassignment for: watched-0\n"), r.stdout
+
+
+@pytest.mark.xfail(reason="needs the broker replication wiring (node 4 must fetch and join the ISR)", strict=False)
+def test_a_reassignment_completes_once_the_new_replica_caught_up(cluster, tmp_path):
+    bs = f"127.0.0.1:{cluster.brokers[0].port}"
+    _create(bs, "moved")
+    target = plan(tmp_path / "plan.json", "moved", [2, 3, 4])
+    r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", target)
+    assert r.returncode == 0, r.stdout + r.stderr
+    deadline = time.monotonic() + 15
+    while True:
+        r = tool("--bootstrap-server", bs, "--verify", "--reassignment-json-file", target)
+        if "Reassignment of partition moved-0 is completed." in r.stdout:
+            break
+        assert time.monotonic() < deadline, r.stdout
+        time.sleep(0.5)
+    out = _partition_line(bs, "moved")
+    assert "\tReplicas: 2,3,4\tIsr: 2,3,4\tElr" in out and "\tLeader: 2\t" in out, out
