@@ -9,12 +9,13 @@ import uuid
 import pytest
 from test_quorum_controller import ENDPOINT, committed, started
 
-from kesque.controller.controller import NewTopic
+from kesque.config.broker import BrokerConfig
+from kesque.controller.controller import Controller, NewTopic
 from kesque.controller.reassignment import alter_reassignments, list_reassignments
 from kesque.controller.replication_control import AlterPartitionRequest, ReplicationControl
 from kesque.errors import ErrorCode as E
 from kesque.metadata import records as mr
-from kesque.metadata.image import Delta, MetadataImage
+from kesque.metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
 
 TID = uuid.UUID(int=7)
 BROKERS = (1, 2, 3, 4, 5)
@@ -288,3 +289,13 @@ def test_the_quorum_controller_answers_once_committed_and_lists_from_the_committ
         assert (await task) == [("t", [(0, None)])]
         assert await qc.list_partition_reassignments(None) == [("t", [(0, [2, 3, 4, 1], [4], [1])])]
     asyncio.run(scenario())
+
+
+def test_a_cancel_reads_unclean_election_from_the_topic_then_the_cluster_default():
+    img = image()
+    c = Controller(BrokerConfig({}), img, None, None, lambda delta: None)
+    assert not c.unclean_enabled("t")
+    for rtype, name, value, expected in ((RESOURCE_BROKER, "", "true", True), (RESOURCE_TOPIC, "t", "false", False)):
+        img.replay({"type": "ConfigRecord", "resource_type": rtype, "resource_name": name,
+                    "name": "unclean.leader.election.enable", "value": value}, Delta())
+        assert c.unclean_enabled("t") is expected
