@@ -267,8 +267,7 @@ class ReassignAdmin(QuorumAdmin):
             resp = self._any(46, build)
             if int(resp.error_code):
                 raise kafka_error(int(resp.error_code), resp.error_message)
-            return {(t.name, int(p.partition_index)): ([int(r) for r in p.replicas], [int(r) for r in p.adding_replicas],
-                                                       [int(r) for r in p.removing_replicas])
+            return {(t.name, int(p.partition_index)): _ints(p.replicas, p.adding_replicas, p.removing_replicas)
                     for t in resp.topics for p in t.partitions}
         return self._retrying("listPartitionReassignments", once)
 
@@ -330,8 +329,9 @@ class ReassignAdmin(QuorumAdmin):
         out = {}
         for b, topics in sorted(by_broker.items()):
             def build(mod, v, topics=topics):
-                return make(mod.request.DescribeLogDirsRequest, topics=tuple(
-                    make(mod.request.DescribableLogDirTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
+                rq = mod.request
+                return make(rq.DescribeLogDirsRequest, topics=tuple(
+                    make(rq.DescribableLogDirTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
             try:
                 resp = self._send(self._node(b), 35, build)
             except _Retry:
@@ -361,6 +361,10 @@ class ReassignAdmin(QuorumAdmin):
                 if int(r.error_code):
                     raise kafka_error(int(r.error_code), r.error_message)
         self._retrying("incrementalAlterConfigs", once)
+
+
+def _ints(*lists) -> tuple[list[int], ...]:
+    return tuple([int(x) for x in xs] for xs in lists)
 
 
 def _ms(ms: int):
@@ -503,8 +507,6 @@ def verify(admin: ReassignAdmin, a) -> None:
     print("")          # the log-directory moves: none
     if not ongoing and not a.preserve_throttles:
         clear_throttles(admin, parts)
-    if ongoing:
-        sys.stdout.flush()
 
 
 def clear_throttles(admin: ReassignAdmin, parts) -> None:

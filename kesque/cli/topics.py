@@ -381,8 +381,8 @@ def _describe(admin, a) -> None:
             if td.topic_id is not None and kafka_uuid(td.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA":
                 line += f"\tTopicId: {kafka_uuid(td.topic_id)}"
             line += f"\tPartitionCount: {len(parts)}"
-            line += (f"\tReplicationFactor: "
-                     f"{_replication_factor([n.id for n in parts[0].replicas], moving.get((name, parts[0].id))) if parts else 0}")
+            rf = _replication_factor([n.id for n in parts[0].replicas], moving.get((name, parts[0].id))) if parts else 0
+            line += f"\tReplicationFactor: {rf}"
             line += "\tConfigs: " + ",".join(f"{k}={'null' if v is None else v}" for k, v in non_default)
             print(line)
         if not describe_partitions:
@@ -412,7 +412,8 @@ def _describe(admin, a) -> None:
             line = (f"\tTopic: {name}\tPartition: {p.id}\tLeader: {leader if leader is not None else 'none'}"
                     f"\tReplicas: {','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}")
             if ra is not None:
-                line += f"\tAdding Replicas: {','.join(map(str, ra[1]))}\tRemoving Replicas: {','.join(map(str, ra[2]))}"
+                line += (f"\tAdding Replicas: {','.join(map(str, ra[1]))}"
+                         f"\tRemoving Replicas: {','.join(map(str, ra[2]))}")
             if e is None or e[0] is None:
                 line += "\tElr: N/A"
             else:

@@ -89,7 +89,8 @@ def validate_manual_assignment(image: MetadataImage, replicas: list[int], rf: in
     """Kafka's validateManualPartitionAssignment: not empty; in id order, each registered
     (fenced ones too) and given once; ``rf`` replicas when given."""
     if not replicas:
-        raise KafkaError(E.invalid_replica_assignment, "The manual partition assignment includes an empty replica list.")
+        raise KafkaError(E.invalid_replica_assignment,
+                         "The manual partition assignment includes an empty replica list.")
     previous = None
     for r in sorted(replicas):
         if r not in image.brokers:
