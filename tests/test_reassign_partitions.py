@@ -190,3 +190,23 @@ def test_a_reassignment_completes_once_the_new_replica_caught_up(cluster, tmp_pa
     fields = dict(f.split(": ", 1) for f in _partition_line(bs, "moved").splitlines()[1].strip("\t").split("\t"))
     assert (fields["Leader"], fields["Replicas"]) == ("2", "2,3,4"), fields      # 1 left: the first ISR replica leads
     assert sorted(fields["Isr"].split(",")) == ["2", "3", "4"] and "Adding Replicas" not in fields, fields
+
+
+@pytest.mark.parametrize("text,error", [
+    ('{"version":1,"partitions":[{"topic":"a","partition":0}]}', "No such field exists: `replicas`"),
+    ('{"version":1,"partitions":[{"topic":"a","partition":"x","replicas":[1]}]}',
+     'Expected `Integer` value, received "x"'),
+    ('{"version":1,"partitions":[{"topic":"a","partition":0,"replicas":1}]}', "Expected `JSON array` value, received 1"),
+    ("[1,2]", "Expected JSON object, received [1,2]"),
+    ('{"version":2,"partitions":[]}', "Not supported version field value 2"),
+    ("{{", "The input string is not a valid JSON"),
+    ('{"partitions":[{"topic":"a","partition":0,"replicas":[1,2],"log_dirs":["any"]}]}',
+     'Size of replicas list [1, 2] is different from size of log dirs list [any] for partition a-0'),
+])
+def test_bad_plan_files_get_kafkas_messages(text, error):
+    from kesque.cli.reassign_partitions import parse_reassignment
+    from kesque.cli.transactions import JavaError
+
+    with pytest.raises(JavaError) as e:
+        parse_reassignment(text)
+    assert e.value.message == error

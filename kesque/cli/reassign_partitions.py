@@ -168,21 +168,61 @@ def _read(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
-    except OSError as e:
-        raise JavaError("java.nio.file.NoSuchFileException", path) from e
+    except OSError:
+        raise JavaError("java.io.IOException", f"Unable to read file {path}") from None
 
 
-def _json(text: str):
+def _json(text: str) -> dict:
     try:
         js = json.loads(text)
     except ValueError:
-        js = None
-    if not isinstance(js, dict):
-        raise JavaError(_ADMIN_PKG + "AdminOperationException", "The input string is not a valid JSON")
-    version = js.get("version", 1)
+        raise JavaError(_ADMIN_PKG + "AdminOperationException", "The input string is not a valid JSON") from None
+    js = _object(js)
+    version = _field(js, "version", _int) if "version" in js else 1
     if version != 1:
         raise JavaError(_ADMIN_PKG + "AdminOperationException", f"Not supported version field value {version}")
     return js
+
+
+def _mapping_error(message: str) -> JavaError:
+    return JavaError("com.fasterxml.jackson.databind.JsonMappingException", message)
+
+
+def _received(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _object(value) -> dict:
+    if not isinstance(value, dict):
+        raise _mapping_error(f"Expected JSON object, received {_received(value)}")
+    return value
+
+
+def _int(value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not -(1 << 31) <= value < (1 << 31):
+        raise _mapping_error(f"Expected `Integer` value, received {_received(value)}")
+    return value
+
+
+def _str(value) -> str:
+    if not isinstance(value, str):
+        raise _mapping_error(f"Expected `String` value, received {_received(value)}")
+    return value
+
+
+def _list(convert):
+    def read(value) -> list:
+        if not isinstance(value, list):
+            raise _mapping_error(f"Expected `JSON array` value, received {_received(value)}")
+        return [convert(v) for v in value]
+    return read
+
+
+def _field(obj: dict, name: str, convert):
+    """Kafka's JsonObject.apply(name).to(type), with its JsonMappingException messages."""
+    if name not in obj:
+        raise _mapping_error(f"No such field exists: `{name}`")
+    return convert(obj[name])
 
 
 def parse_reassignment(text: str) -> tuple[list[tuple[tuple[str, int], list[int]]], dict]:
@@ -190,10 +230,10 @@ def parse_reassignment(text: str) -> tuple[list[tuple[tuple[str, int], list[int]
     log_dirs other than "any")."""
     js = _json(text)
     parts, dirs = [], {}
-    for entry in js.get("partitions") or []:
-        tp = (str(entry["topic"]), int(entry["partition"]))
-        replicas = [int(r) for r in entry["replicas"]]
-        log_dirs = entry.get("log_dirs") or [ANY_LOG_DIR] * len(replicas)
+    for entry in _list(_object)(js["partitions"]) if "partitions" in js else []:
+        tp = (_field(entry, "topic", _str), _field(entry, "partition", _int))
+        replicas = _field(entry, "replicas", _list(_int))
+        log_dirs = _field(entry, "log_dirs", _list(_str)) if "log_dirs" in entry else [ANY_LOG_DIR] * len(replicas)
         if len(log_dirs) != len(replicas):
             raise _admin_failed(f"Size of replicas list {_jlist(replicas)} is different from size of log dirs list "
                                 f"{_jlist(log_dirs)} for partition {tp_name(tp)}")
@@ -203,7 +243,8 @@ def parse_reassignment(text: str) -> tuple[list[tuple[tuple[str, int], list[int]
 
 
 def parse_topics(text: str) -> list[str]:
-    return [str(t["topic"]) for t in _json(text).get("topics") or []]
+    js = _json(text)
+    return [_field(t, "topic", _str) for t in _list(_object)(js["topics"])] if "topics" in js else []
 
 
 def _duplicates(items) -> list:
