@@ -125,8 +125,11 @@ def test_a_reassignment_in_progress_is_listed_verified_described_and_cancelled(c
         assert r.returncode == 0 and r.stdout.endswith("Successfully started partition reassignment for moving-0\n"), \
             r.stdout + r.stderr
         assert '"replicas":[1,2,3]' in r.stdout          # the rollback plan
-        r = tool("--bootstrap-server", bs, "--list")
-        assert r.stdout == "Current partition reassignments:\nmoving-0: replicas: 2,3,4,1. adding: 4. removing: 1.\n"
+        listed = "Current partition reassignments:\nmoving-0: replicas: 2,3,4,1. adding: 4. removing: 1.\n"
+        assert tool("--bootstrap-server", bs, "--list").stdout == listed
+        for port in cluster.controller_ports:
+            r = tool("--bootstrap-controller", f"127.0.0.1:{port}", "--list")
+            assert r.stdout == listed, r.stdout + r.stderr
         r = tool("--bootstrap-server", bs, "--verify", "--reassignment-json-file", target)
         assert (r.returncode, r.stdout) == (
             0, "Status of partition reassignment:\nReassignment of partition moving-0 is still in progress.\n\n")

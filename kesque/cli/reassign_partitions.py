@@ -289,6 +289,20 @@ def reassignment_json(assignment: dict, log_dirs: dict | None = None) -> str:
 # ------------------------------------------------------------------ the admin calls
 
 class ReassignAdmin(QuorumAdmin):
+    def _to_controller(self, api_key: int, build):
+        """To any broker (which sends it on), or with --bootstrap-controller to the active controller."""
+        if not self.controllers:
+            return self._any(api_key, build)
+        if self.active is None:
+            self._describe_cluster()
+        if self.active is None:
+            raise _Retry("no active controller")
+        resp = self._send(self.active, api_key, build)
+        if int(resp.error_code) == 41:        # NOT_CONTROLLER: find the new one
+            self.active = None
+            raise _Retry("not the active controller")
+        return resp
+
     def list_reassignments(self, tps=None) -> dict:
         """{(topic, partition): (replicas, adding, removing)} (listPartitionReassignments)."""
         from ..client.wire import make
@@ -305,7 +319,7 @@ class ReassignAdmin(QuorumAdmin):
                         topics=topics)
 
         def once():
-            resp = self._any(46, build)
+            resp = self._to_controller(46, build)
             if int(resp.error_code):
                 raise kafka_error(int(resp.error_code), resp.error_message)
             return {(t.name, int(p.partition_index)): _ints(p.replicas, p.adding_replicas, p.removing_replicas)
@@ -327,7 +341,7 @@ class ReassignAdmin(QuorumAdmin):
                                      for t, ps in by_topic.items()))
 
         def once():
-            resp = self._any(45, build)
+            resp = self._to_controller(45, build)
             if int(resp.error_code):
                 err = kafka_error(int(resp.error_code), resp.error_message)
                 return {tp: err for tp in targets}
