@@ -27,6 +27,7 @@ from ..metadata.log import METADATA_TOPIC, MetadataLog
 from ..server import quotas as qm
 from ..storage.checkpoint import uuid_to_kafka
 from . import reassignment
+from .replication_control import unclean_enabled_in
 
 log = logging.getLogger(__name__)
 
@@ -350,14 +351,9 @@ class Controller:
         return results
 
     def unclean_enabled(self, topic: str) -> bool:
-        """``unclean.leader.election.enable`` of a topic: its override, else the cluster-wide
-        dynamic value, else the static one."""
-        value = self.image.topic_configs(topic).get("unclean.leader.election.enable")
-        if value is None:
-            value = self.image.configs.get((RESOURCE_BROKER, ""), {}).get("unclean.leader.election.enable")
-        if value is None:
-            return bool(self.config.get("unclean.leader.election.enable"))
-        return value.strip().lower() == "true"
+        """``unclean.leader.election.enable`` of a topic, resolved as the controller does."""
+        return unclean_enabled_in(self.image, topic, self.config.get("node.id"),
+                                  bool(self.config.get("unclean.leader.election.enable")))
 
     # ------------------------------------------------------------------ configs
     def _check_resource(self, rtype: int, rname: str) -> None:
