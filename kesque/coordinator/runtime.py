@@ -7,6 +7,13 @@ partition runs a *shard* holding the state of its keys. When the ReplicaManager 
 broker the leader of a partition, the shard is built by replaying the partition; when
 leadership moves away the shard is unloaded. A shard's writes become batches appended to
 the partition as its leader; its timers run on the server's event loop.
+
+A write is applied to the shard's state at once, but answered only once committed (as Kafka's
+CoordinatorRuntime waits for the high watermark): the runtime remembers the end offset of each
+partition's last write, and the API handler that made it waits (``replication.delayed
+.wait_for_acks``) until the high watermark passes it. A partition whose leadership is lost
+meanwhile is unloaded, and the waiting request answers NOT_COORDINATOR; the next leader replays
+only what its log holds.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class CoordinatorHost:
 class CoordinatorRuntime:
     TOPIC = ""
     PARTITIONS_KEY = ""  # broker config with the topic's partition count
+    WRITE_TIMEOUT_KEY = "offsets.commit.timeout.ms"  # how long a write may wait to be committed
     NAME = "coordinator"
 
     def __init__(self, host: CoordinatorHost):
@@ -90,6 +98,8 @@ class CoordinatorRuntime:
         self.timer = LoopTimer(host.loop)
         self.shards: dict = {}
         self.load_seconds: dict[int, float] = {}
+        # partition -> end offset (last offset + 1) of its last write the HW may not have passed yet
+        self.write_ends: dict[int, int] = {}
 
     # ------------------------------------------------------------------ placement
     def partition_for(self, key: str) -> int:
@@ -145,6 +155,7 @@ class CoordinatorRuntime:
                 except Exception as e:  # a record this version does not understand is skipped
                     log.warning("%s-%d: skipping record at offset %d: %s", self.TOPIC, partition, r.offset, e)
         self.shards[partition] = shard
+        self.write_ends.pop(partition, None)  # an earlier incarnation's writes: in the log, or gone
         shard.on_loaded()
         self.load_seconds[partition] = time.monotonic() - t0
         if n:
@@ -177,7 +188,27 @@ class CoordinatorRuntime:
         batch = build_batch([(k, v, ()) for k, v in records], timestamp=now, producer_id=producer_id,
                             producer_epoch=producer_epoch, transactional=producer_id >= 0)
         info = part.append_new_batch(batch, now)
+        self.write_ends[partition] = info.last_offset + 1
         rm.notify_append(self.TOPIC, partition, info.size)
+
+    def uncommitted(self, partitions=None) -> dict[tuple[str, int], int]:
+        """``{(topic, partition): end offset}`` of the writes to ``partitions`` (default: all)
+        that the high watermark has not passed yet: what an answer must wait for."""
+        parts = self.host.replica_manager.partitions
+        out = {}
+        for p in list(self.write_ends if partitions is None else partitions):
+            end = self.write_ends.get(p)
+            if end is None:
+                continue
+            part = parts.get((self.TOPIC, p))
+            if part is not None and part.is_leader and part.log.high_watermark >= end:
+                del self.write_ends[p]
+            else:
+                out[(self.TOPIC, p)] = end
+        return out
+
+    def write_timeout_ms(self) -> int:
+        return self.host.config.get(self.WRITE_TIMEOUT_KEY)
 
     def shutdown(self) -> None:
         for p in list(self.shards):

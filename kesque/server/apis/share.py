@@ -15,6 +15,7 @@ from ...errors import ErrorCode, KafkaError
 from ...share import enabled
 from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
+from .committed import when_committed
 from .core import OMITTED_OPS, internal_topic_to_create
 from .groups import GROUP_OPS, heartbeat_answer, heartbeat_failed
 from .kiohelp import Msg, to_ms
@@ -73,7 +74,8 @@ class ShareGroupApis:
                 "client_id": ctx.client_id or "", "client_host": "/" + ctx.client_host})
         except KafkaError as e:
             return heartbeat_failed(m, e)
-        return heartbeat_answer(m, r)
+        return when_committed(self.gc, [self.gc.partition_for(req.group_id)], heartbeat_answer(m, r),
+                              lambda code: heartbeat_failed(m, KafkaError(code)))
 
     def share_group_describe(self, ctx, req):
         m = Msg(77, ctx.api_version)
@@ -293,9 +295,10 @@ class ShareGroupApis:
                 "PartitionData", partition_index=p, error_code=err.code if err is not None else ErrorCode.none,
                 error_message=err.message if err is not None else None,
                 current_leader=m("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)))
-        return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
+        resp = m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
             m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
             node_endpoints=())
+        return when_committed(self.server.share_coordinator, None, resp, top_error)  # the share state is durable
 
     # ------------------------------------------------------------------ DescribeShareGroupOffsets
     def describe_share_group_offsets(self, ctx, req):
