@@ -1,0 +1,145 @@
+"""A coordinator write is answered only once committed (the high watermark of its partition
+passed it), as Kafka's CoordinatorRuntime answers (issue 14, item 6).
+
+One node in this process: the high watermark of ``__consumer_offsets-0`` is held where it is (a
+follower that never fetches, in effect), so that an OffsetCommit's record is appended but not
+committed. Whether an answer went out is told without timing: a round trip on a second
+connection after the append is seen guarantees that an answer sent with the append has reached
+the first connection's socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import select
+import time
+
+import pytest
+
+from kesque.metadata.image import Delta
+from kesque.testing.broker import Broker
+from wire import Api, Msg, WireClient
+
+GROUP = "g-commit"
+TOPIC = "t-commit"
+NONE, REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 7, 15, 16
+
+
+@pytest.fixture
+def node(tmp_path):
+    b = Broker(data_dir=str(tmp_path / "data"), mode="thread",
+               config={"offsets.topic.num.partitions": "1", "offsets.commit.timeout.ms": "30000"}).start()
+    try:
+        with WireClient(b.bootstrap_servers) as c:
+            Api(c).create_topic(TOPIC)
+            find_coordinator(c)
+            assert commit(c, 1).topics[0].partitions[0].error_code == NONE  # __consumer_offsets is there
+        yield b
+    finally:
+        b.stop()
+
+
+def find_coordinator(c: WireClient):
+    m = Msg(10, 4)
+    r = c.request(10, 4, m(key_type=0, coordinator_keys=(GROUP,)))
+    assert r.coordinators[0].error_code == NONE
+
+
+def commit_request(offset: int):
+    m = Msg(8, 8)
+    return m(group_id=GROUP, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=(
+        m("OffsetCommitRequestTopic", name=TOPIC, partitions=(
+            m("OffsetCommitRequestPartition", partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+              committed_metadata=""),)),))
+
+
+def commit(c: WireClient, offset: int):
+    return c.request(8, 8, commit_request(offset))
+
+
+def on_loop(b: Broker, fn):
+    """Run ``fn`` on the broker's event loop (where its state is changed) and return its result."""
+    async def run():
+        return fn()
+    return asyncio.run_coroutine_threadsafe(run(), b._loop).result(10)
+
+
+def offsets_partition(b: Broker):
+    return b._server.replica_manager.partitions[("__consumer_offsets", 0)]
+
+
+def hold_high_watermark(b: Broker) -> None:
+    part = offsets_partition(b)
+    on_loop(b, lambda: setattr(part, "maybe_increment_high_watermark", lambda: False))
+
+
+def release_high_watermark(b: Broker) -> None:
+    part = offsets_partition(b)
+
+    def release():
+        del part.maybe_increment_high_watermark
+        part.maybe_increment_high_watermark()
+    on_loop(b, release)
+
+
+def send_uncommitted_commit(b: Broker, c: WireClient, offset: int) -> None:
+    """Send an OffsetCommit and return once its record is in the log above the high watermark
+    and any answer sent with the append would be readable on ``c``."""
+    lg = offsets_partition(b).log
+    end = lg.log_end_offset
+    c.send(8, 8, commit_request(offset))
+    deadline = time.monotonic() + 10
+    while lg.log_end_offset == end:
+        assert time.monotonic() < deadline, "the commit was never appended"
+        time.sleep(0.01)
+    assert lg.high_watermark < lg.log_end_offset
+    with WireClient(b.bootstrap_servers) as other:
+        Api(other).api_versions()
+
+
+def answered(c: WireClient) -> bool:
+    return bool(c._buf) or bool(select.select([c.sock], [], [], 0)[0])
+
+
+def test_an_offset_commit_is_answered_once_the_high_watermark_passes_its_record(node):
+    with WireClient(node.bootstrap_servers) as c:
+        hold_high_watermark(node)
+        send_uncommitted_commit(node, c, 5)
+        assert not answered(c), "answered before the commit record was committed"
+        release_high_watermark(node)
+        _corr, r = c.recv(8, 8)
+        assert r.topics[0].partitions[0].error_code == NONE
+
+
+def test_an_offset_commit_whose_coordinator_loses_leadership_meanwhile_gets_not_coordinator(node):
+    with WireClient(node.bootstrap_servers) as c:
+        hold_high_watermark(node)
+        send_uncommitted_commit(node, c, 6)
+
+        def lose_leadership():  # the controller elected broker 2 (as a new image would say)
+            server = node._server
+            t = server.image.topic("__consumer_offsets")
+            reg = t.partitions[0]
+            t.partitions[0] = dataclasses.replace(reg, leader=2, replicas=[1, 2], isr=[2],
+                                                  leader_epoch=reg.leader_epoch + 1,
+                                                  partition_epoch=reg.partition_epoch + 1)
+            server.replica_manager.apply_delta(Delta(changed_partitions={(t.topic_id, 0)}))
+        on_loop(node, lose_leadership)
+        _corr, r = c.recv(8, 8)
+        assert r.topics[0].partitions[0].error_code == NOT_COORDINATOR
+        assert 0 not in node._server.group_coordinator.shards  # its uncommitted state is gone
+
+
+def test_an_offset_commit_not_committed_in_offsets_commit_timeout_gets_coordinator_not_available(tmp_path):
+    b = Broker(data_dir=str(tmp_path / "data"), mode="thread",
+               config={"offsets.topic.num.partitions": "1", "offsets.commit.timeout.ms": "200"}).start()
+    try:
+        with WireClient(b.bootstrap_servers) as c:
+            Api(c).create_topic(TOPIC)
+            find_coordinator(c)
+            assert commit(c, 1).topics[0].partitions[0].error_code == NONE
+            hold_high_watermark(b)
+            assert commit(c, 2).topics[0].partitions[0].error_code == COORDINATOR_NOT_AVAILABLE
+    finally:
+        b.stop()
