@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import select
+import threading
 import time
 
 import pytest
+from confluent_kafka import Producer
 
 from kesque.metadata.image import Delta
 from kesque.testing.broker import Broker
@@ -29,7 +31,8 @@ NONE, REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 7, 15, 
 @pytest.fixture
 def node(tmp_path):
     b = Broker(data_dir=str(tmp_path / "data"), mode="thread",
-               config={"offsets.topic.num.partitions": "1", "offsets.commit.timeout.ms": "30000"}).start()
+               config={"offsets.topic.num.partitions": "1", "offsets.commit.timeout.ms": "30000",
+                       "transaction.state.log.num.partitions": "1"}).start()
     try:
         with WireClient(b.bootstrap_servers) as c:
             Api(c).create_topic(TOPIC)
@@ -65,17 +68,17 @@ def on_loop(b: Broker, fn):
     return asyncio.run_coroutine_threadsafe(run(), b._loop).result(10)
 
 
-def offsets_partition(b: Broker):
-    return b._server.replica_manager.partitions[("__consumer_offsets", 0)]
+def offsets_partition(b: Broker, topic: str = "__consumer_offsets"):
+    return b._server.replica_manager.partitions[(topic, 0)]
 
 
-def hold_high_watermark(b: Broker) -> None:
-    part = offsets_partition(b)
+def hold_high_watermark(b: Broker, topic: str = "__consumer_offsets") -> None:
+    part = offsets_partition(b, topic)
     on_loop(b, lambda: setattr(part, "maybe_increment_high_watermark", lambda: False))
 
 
-def release_high_watermark(b: Broker) -> None:
-    part = offsets_partition(b)
+def release_high_watermark(b: Broker, topic: str = "__consumer_offsets") -> None:
+    part = offsets_partition(b, topic)
 
     def release():
         del part.maybe_increment_high_watermark
@@ -86,9 +89,13 @@ def release_high_watermark(b: Broker) -> None:
 def send_uncommitted_commit(b: Broker, c: WireClient, offset: int) -> None:
     """Send an OffsetCommit and return once its record is in the log above the high watermark
     and any answer sent with the append would be readable on ``c``."""
-    lg = offsets_partition(b).log
+    send_uncommitted(b, c, "__consumer_offsets", 8, 8, commit_request(offset))
+
+
+def send_uncommitted(b: Broker, c: WireClient, topic: str, api_key: int, version: int, body) -> None:
+    lg = offsets_partition(b, topic).log
     end = lg.log_end_offset
-    c.send(8, 8, commit_request(offset))
+    c.send(api_key, version, body)
     deadline = time.monotonic() + 10
     while lg.log_end_offset == end:
         assert time.monotonic() < deadline, "the commit was never appended"
@@ -143,3 +150,62 @@ def test_an_offset_commit_not_committed_in_offsets_commit_timeout_gets_coordinat
             assert commit(c, 2).topics[0].partitions[0].error_code == COORDINATOR_NOT_AVAILABLE
     finally:
         b.stop()
+
+
+def test_markers_are_written_only_once_the_prepare_commit_record_is_committed(node):
+    """A coordinator that failed over before its PrepareCommit was committed must not have
+    sent markers: the next one may never know the transaction was committed."""
+    p = Producer({"bootstrap.servers": node.bootstrap_servers, "transactional.id": "tx-commit", "linger.ms": 0})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(TOPIC, value=b"v", partition=0)
+    assert p.flush(30) == 0
+    data = offsets_partition(node, TOPIC).log
+    txn_log = offsets_partition(node, "__transaction_state").log
+    assert data.last_stable_offset < data.log_end_offset  # the transaction is open on the data partition
+    hold_high_watermark(node, "__transaction_state")
+    end = txn_log.log_end_offset
+    committing = threading.Thread(target=p.commit_transaction, args=(30,))
+    committing.start()
+    try:
+        deadline = time.monotonic() + 10
+        while txn_log.log_end_offset == end:  # PrepareCommit appended, not committed
+            assert time.monotonic() < deadline, "EndTxn never wrote PrepareCommit"
+            time.sleep(0.01)
+
+        async def spin():  # the loop turns: a marker sent without waiting would be written by now
+            for _ in range(20):
+                await asyncio.sleep(0)
+        asyncio.run_coroutine_threadsafe(spin(), node._loop).result(10)
+        assert data.last_stable_offset < data.log_end_offset, "a marker was written before PrepareCommit committed"
+    finally:
+        release_high_watermark(node, "__transaction_state")
+        committing.join(30)
+    assert not committing.is_alive()
+    deadline = time.monotonic() + 10
+    while data.last_stable_offset < data.log_end_offset:  # the COMMIT marker
+        assert time.monotonic() < deadline, "no marker after PrepareCommit was committed"
+        time.sleep(0.01)
+
+
+def test_write_txn_markers_answers_a_marker_once_it_is_committed(node):
+    """Kafka appends markers with acks=all: the coordinator counts a marker only once the
+    partition's high watermark passed it."""
+    p = Producer({"bootstrap.servers": node.bootstrap_servers, "transactional.id": "tx-markers", "linger.ms": 0})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(TOPIC, value=b"v", partition=0)
+    assert p.flush(30) == 0
+    tc = node._server.txn_coordinator
+    txn = on_loop(node, lambda: tc.shard_for("tx-markers").txns["tx-markers"])
+    m = Msg(27, 1)
+    body = m(markers=(m("WritableTxnMarker", producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                        transaction_result=True, coordinator_epoch=tc.shard_for("tx-markers").coordinator_epoch,
+                        topics=(m("WritableTxnMarkerTopic", name=TOPIC, partition_indexes=(0,)),)),))
+    hold_high_watermark(node, TOPIC)
+    with WireClient(node.bootstrap_servers) as c:
+        send_uncommitted(node, c, TOPIC, 27, 1, body)
+        assert not answered(c), "the marker was answered before it was committed"
+        release_high_watermark(node, TOPIC)
+        _corr, r = c.recv(27, 1)
+        assert r.markers[0].topics[0].partitions[0].error_code == NONE
