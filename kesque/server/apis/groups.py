@@ -384,7 +384,8 @@ class GroupApis:
     def _deleted(self, m, out: list, failed: dict):
         """The DeleteGroups answer; ``failed``: {group partition: error} of writes not committed."""
         return m(throttle_time=0, results=tuple(
-            m("DeletableGroupResult", group_id=gid, error_code=code or failed.get(self.gc.partition_for(gid)) or 0)
+            m("DeletableGroupResult", group_id=gid,
+              error_code=code or failed.get(self.gc.partition_for(gid)) or ErrorCode.none)
             for gid, code in out))
 
     async def _deleted_once_committed(self, m, out: list, pending: dict):
