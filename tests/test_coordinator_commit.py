@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kesque.metadata.image import Delta
+from kesque.replication.partition import Partition
 from kesque.testing.broker import Broker
 from wire import Api, Msg, WireClient
 
@@ -209,3 +210,22 @@ def test_write_txn_markers_answers_a_marker_once_it_is_committed(node):
         release_high_watermark(node, TOPIC)
         _corr, r = c.recv(27, 1)
         assert r.markers[0].topics[0].partitions[0].error_code == NONE
+
+
+def test_a_transaction_log_write_below_min_insync_replicas_is_refused_before_it_is_applied(node, monkeypatch):
+    """The transaction log is appended with acks=-1 (Kafka's TransactionStateManager): below
+    min.insync.replicas nothing is written, and the client retries on COORDINATOR_NOT_AVAILABLE."""
+    with WireClient(node.bootstrap_servers) as c:
+        m = Msg(10, 4)
+        deadline = time.monotonic() + 10
+        while c.request(10, 4, m(key_type=1, coordinator_keys=("tx-isr",))).coordinators[0].error_code:
+            assert time.monotonic() < deadline, "__transaction_state was not created"
+            time.sleep(0.05)
+        txn_log = offsets_partition(node, "__transaction_state").log
+        end = txn_log.log_end_offset
+        monkeypatch.setattr(Partition, "is_under_min_isr", property(lambda p: p.topic == "__transaction_state"))
+        m = Msg(22, 4)
+        r = c.request(22, 4, m(transactional_id="tx-isr", transaction_timeout=60000, producer_id=-1,
+                               producer_epoch=-1))
+        assert r.error_code == COORDINATOR_NOT_AVAILABLE
+        assert txn_log.log_end_offset == end

@@ -30,6 +30,27 @@ from ..utils import java_string_hash
 log = logging.getLogger(__name__)
 
 
+# append failures as a coordinator answers them (Kafka's CoordinatorOperationExceptionHelper and
+# TransactionStateManager): retry (COORDINATOR_NOT_AVAILABLE) or look the coordinator up again
+_APPEND_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
+}
+
+
+def coordinator_error(code: int) -> ErrorCode:
+    """The error a coordinator answers for a write that failed (to append or to commit) with ``code``."""
+    code = ErrorCode(code)
+    return _APPEND_ERRORS.get(code, code)
+
+
 class LoopTimer:
     """Keyed one-shot timers on an asyncio loop; scheduling a key again replaces it."""
 
@@ -91,6 +112,9 @@ class CoordinatorRuntime:
     TOPIC = ""
     PARTITIONS_KEY = ""  # broker config with the topic's partition count
     WRITE_TIMEOUT_KEY = "offsets.commit.timeout.ms"  # how long a write may wait to be committed
+    # appended with acks=-1, as Kafka's transaction log: refused below min.insync.replicas
+    # (the group and share coordinators append with acks=1 and wait for the HW all the same)
+    ACKS_ALL_AT_APPEND = False
     NAME = "coordinator"
 
     def __init__(self, host: CoordinatorHost):
@@ -179,6 +203,9 @@ class CoordinatorRuntime:
         part = rm.partitions.get((self.TOPIC, partition))
         if part is None or not part.is_leader:
             raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
+        if self.ACKS_ALL_AT_APPEND and part.is_under_min_isr:
+            raise KafkaError(coordinator_error(ErrorCode.not_enough_replicas),
+                             f"The ISR {part.isr} of {part.tp} is below its min.insync.replicas")
         if producer_id >= 0:
             entry = part.log.producer_state.producers.get(producer_id)
             if entry is not None and producer_epoch < entry.epoch:

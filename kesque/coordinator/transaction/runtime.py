@@ -45,6 +45,7 @@ class TransactionCoordinator(CoordinatorRuntime):
     TOPIC = TRANSACTION_STATE_TOPIC
     PARTITIONS_KEY = "transaction.state.log.num.partitions"
     NAME = "transaction coordinator"
+    ACKS_ALL_AT_APPEND = True
 
     def __init__(self, host, producer_ids, markers=None):
         super().__init__(host)

@@ -10,25 +10,9 @@ TransactionStateManager): the client retries, or looks the coordinator up again.
 
 from __future__ import annotations
 
+from ...coordinator.runtime import coordinator_error
 from ...errors import ErrorCode
 from ...replication.delayed import wait_for_acks
-
-_TO_COORDINATOR = {
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
-    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
-}
-
-
-def coordinator_error(code: int) -> ErrorCode:
-    """The error a coordinator answers for a write that failed to commit with ``code``."""
-    code = ErrorCode(code)
-    return _TO_COORDINATOR.get(code, code)
 
 
 async def committed(runtime, pending: dict, timeout_ms: int | None = None) -> dict:
