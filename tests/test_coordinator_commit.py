@@ -229,3 +229,22 @@ def test_a_transaction_log_write_below_min_insync_replicas_is_refused_before_it_
                                producer_epoch=-1))
         assert r.error_code == COORDINATOR_NOT_AVAILABLE
         assert txn_log.log_end_offset == end
+
+
+def test_a_share_acknowledgement_is_answered_once_the_share_state_is_committed(tmp_path):
+    from test_share_groups import SHARE_CONFIG, _acquired, _share_fetch, _wire_group, share_ack_body
+
+    b = Broker(data_dir=str(tmp_path / "data"), mode="thread",
+               config={**SHARE_CONFIG, "share.coordinator.state.topic.num.partitions": "1"}).start()
+    try:
+        _topic, group, tid = _wire_group(b, 2)
+        with WireClient(b.bootstrap_servers) as c:
+            assert _acquired(_share_fetch(c, group, "m1", 0, tid)) == [(0, 1, 1)]
+            hold_high_watermark(b, "__share_group_state")
+            send_uncommitted(b, c, "__share_group_state", 79, 1, share_ack_body(group, "m1", 1, tid, [(0, 1, 1)]))
+            assert not answered(c), "answered before the share state was committed"
+            release_high_watermark(b, "__share_group_state")
+            _corr, r = c.recv(79, 1)
+            assert r.error_code == NONE and r.responses[0].partitions[0].error_code == NONE
+    finally:
+        b.stop()
