@@ -106,6 +106,28 @@ def send_uncommitted(b: Broker, c: WireClient, topic: str, api_key: int, version
         Api(other).api_versions()
 
 
+def elect(b: Broker, topic: str, leader: int, isr: list[int] | None = None) -> None:
+    """Partition 0 of ``topic`` gets ``leader`` (1 is this broker) and ``isr`` in a new leader
+    epoch, as the controller's next image would say."""
+    def change():
+        server = b._server
+        t = server.image.topic(topic)
+        reg = t.partitions[0]
+        t.partitions[0] = dataclasses.replace(reg, leader=leader, replicas=[1, 2], isr=isr or [leader],
+                                              leader_epoch=reg.leader_epoch + 1,
+                                              partition_epoch=reg.partition_epoch + 1)
+        server.replica_manager.apply_delta(Delta(changed_partitions={(t.topic_id, 0)}))
+    on_loop(b, change)
+
+
+def spin(b: Broker) -> None:
+    """Let the broker's event loop turn a few times (what it had scheduled runs)."""
+    async def turns():
+        for _ in range(20):
+            await asyncio.sleep(0)
+    asyncio.run_coroutine_threadsafe(turns(), b._loop).result(10)
+
+
 def answered(c: WireClient) -> bool:
     return bool(c._buf) or bool(select.select([c.sock], [], [], 0)[0])
 
@@ -125,15 +147,7 @@ def test_an_offset_commit_whose_coordinator_loses_leadership_meanwhile_gets_not_
         hold_high_watermark(node)
         send_uncommitted_commit(node, c, 6)
 
-        def lose_leadership():  # the controller elected broker 2 (as a new image would say)
-            server = node._server
-            t = server.image.topic("__consumer_offsets")
-            reg = t.partitions[0]
-            t.partitions[0] = dataclasses.replace(reg, leader=2, replicas=[1, 2], isr=[2],
-                                                  leader_epoch=reg.leader_epoch + 1,
-                                                  partition_epoch=reg.partition_epoch + 1)
-            server.replica_manager.apply_delta(Delta(changed_partitions={(t.topic_id, 0)}))
-        on_loop(node, lose_leadership)
+        elect(node, "__consumer_offsets", 2)
         _corr, r = c.recv(8, 8)
         assert r.topics[0].partitions[0].error_code == NOT_COORDINATOR
         assert 0 not in node._server.group_coordinator.shards  # its uncommitted state is gone
@@ -173,11 +187,7 @@ def test_markers_are_written_only_once_the_prepare_commit_record_is_committed(no
         while txn_log.log_end_offset == end:  # PrepareCommit appended, not committed
             assert time.monotonic() < deadline, "EndTxn never wrote PrepareCommit"
             time.sleep(0.01)
-
-        async def spin():  # the loop turns: a marker sent without waiting would be written by now
-            for _ in range(20):
-                await asyncio.sleep(0)
-        asyncio.run_coroutine_threadsafe(spin(), node._loop).result(10)
+        spin(node)  # a marker sent without waiting would be written by now
         assert data.last_stable_offset < data.log_end_offset, "a marker was written before PrepareCommit committed"
     finally:
         release_high_watermark(node, "__transaction_state")
@@ -248,3 +258,40 @@ def test_a_share_acknowledgement_is_answered_once_the_share_state_is_committed(t
             assert r.error_code == NONE and r.responses[0].partitions[0].error_code == NONE
     finally:
         b.stop()
+
+
+def test_a_reloaded_prepare_commit_above_the_high_watermark_gets_its_markers_once_committed(node):
+    """A new leader of a __transaction_state partition replays records the previous leader
+    wrote but the high watermark had not passed: their markers wait for it."""
+    p = Producer({"bootstrap.servers": node.bootstrap_servers, "transactional.id": "tx-reload", "linger.ms": 0})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(TOPIC, value=b"v", partition=0)
+    assert p.flush(30) == 0
+    data = offsets_partition(node, TOPIC).log
+    txn_log = offsets_partition(node, "__transaction_state").log
+    hold_high_watermark(node, "__transaction_state")
+    end = txn_log.log_end_offset
+    committing = threading.Thread(target=p.commit_transaction, args=(30,))
+    committing.start()
+    try:
+        deadline = time.monotonic() + 10
+        while txn_log.log_end_offset == end:
+            assert time.monotonic() < deadline, "EndTxn never wrote PrepareCommit"
+            time.sleep(0.01)
+        elect(node, "__transaction_state", 2)
+        # leads again, with a follower that has not fetched yet: PrepareCommit is replayed, and
+        # stays above the high watermark
+        elect(node, "__transaction_state", 1, isr=[1, 2])
+        spin(node)
+        assert txn_log.high_watermark < txn_log.log_end_offset
+        assert data.last_stable_offset < data.log_end_offset, "a marker was written for an uncommitted PrepareCommit"
+    finally:
+        release_high_watermark(node, "__transaction_state")
+        elect(node, "__transaction_state", 1)  # the follower left the ISR: the HW moves
+        committing.join(30)
+    assert not committing.is_alive()
+    deadline = time.monotonic() + 10
+    while data.last_stable_offset < data.log_end_offset:
+        assert time.monotonic() < deadline, "no marker after PrepareCommit was committed"
+        time.sleep(0.01)

@@ -179,7 +179,9 @@ class CoordinatorRuntime:
                 except Exception as e:  # a record this version does not understand is skipped
                     log.warning("%s-%d: skipping record at offset %d: %s", self.TOPIC, partition, r.offset, e)
         self.shards[partition] = shard
-        self.write_ends.pop(partition, None)  # an earlier incarnation's writes: in the log, or gone
+        # what was replayed may be above the high watermark (written by the previous leader, not
+        # yet committed): answers, and the markers of loaded Prepare transactions, wait for it
+        self.write_ends[partition] = lg.log_end_offset
         shard.on_loaded()
         self.load_seconds[partition] = time.monotonic() - t0
         if n:
