@@ -19,6 +19,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
+from kesque.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
 from kesque.metadata.image import Delta
 from kesque.replication.partition import Partition
 from kesque.testing.broker import Broker
@@ -295,3 +296,24 @@ def test_a_reloaded_prepare_commit_above_the_high_watermark_gets_its_markers_onc
     while data.last_stable_offset < data.log_end_offset:
         assert time.monotonic() < deadline, "no marker after PrepareCommit was committed"
         time.sleep(0.01)
+
+
+def test_a_partition_unloaded_with_a_write_pending_holds_up_no_other_answer():
+    """``uncommitted()`` of every partition (what a ShareAcknowledge waits for) must not keep
+    the end offset of a partition this broker no longer leads: every answer would fail."""
+    class Part:
+        def __init__(self, leader: bool, hw: int):
+            self.is_leader = leader
+            self.log = type("L", (), {"high_watermark": hw})()
+
+    class Runtime(CoordinatorRuntime):
+        TOPIC = "__share_group_state"
+
+    rm = type("RM", (), {"partitions": {("__share_group_state", 0): Part(True, 3),
+                                        ("__share_group_state", 1): Part(True, 3)}})()
+    rt = Runtime(CoordinatorHost(loop=None, clock=None, config=None, replica_manager=rm, image=lambda: None))
+    rt.shards = {0: object(), 1: object()}
+    rt.write_ends = {0: 5, 1: 7}
+    rm.partitions[("__share_group_state", 0)].is_leader = False
+    rt._unload(0)
+    assert rt.uncommitted() == {("__share_group_state", 1): 7}

@@ -190,6 +190,7 @@ class CoordinatorRuntime:
 
     def _unload(self, partition: int) -> None:
         shard = self.shards.pop(partition)
+        self.write_ends.pop(partition, None)  # whoever waits on it is told NOT_LEADER_OR_FOLLOWER
         if hasattr(shard, "on_unloaded"):
             shard.on_unloaded()
         self.timer.cancel_prefixed(f"{partition}/")
