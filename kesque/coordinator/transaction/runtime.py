@@ -110,16 +110,21 @@ class TransactionCoordinator(CoordinatorRuntime):
             log.exception("markers of transaction %s failed", txn.transactional_id)
 
     async def _prepare_committed(self, partition: int, txn: TxnMetadata, pending: dict) -> bool:
-        """Wait until the Prepare record is committed, for as long as this broker leads."""
-        while pending:
-            codes = await wait_for_acks(self.host.replica_manager, pending, self.write_timeout_ms())
-            if not any(codes.values()):
-                return True
-            if self._current(partition, txn) is None or ErrorCode.not_leader_or_follower in codes.values():
+        """Wait until the high watermark passed the Prepare record, for as long as this broker
+        leads and the transaction waits for its markers."""
+        rm = self.host.replica_manager
+        while self._current(partition, txn) is not None:
+            parts = {tp: rm.partitions.get(tp) for tp in pending}
+            if any(part is None or not part.is_leader for part in parts.values()):
                 return False
-            log.info("The %s record of transaction %s is not committed yet (%s); waiting",
-                     txn.state.kafka_name, txn.transactional_id, ErrorCode(next(iter(codes.values()))).name)
-        return True
+            left = {tp: end for tp, end in pending.items() if parts[tp].log.high_watermark < end}
+            if not left:
+                return True
+            codes = await wait_for_acks(rm, left, self.write_timeout_ms())
+            if any(codes.values()):
+                log.info("The %s record of transaction %s is not committed yet (%s); waiting",
+                         txn.state.kafka_name, txn.transactional_id, ErrorCode(next(iter(codes.values()))).name)
+        return False
 
     async def _write_markers(self, partition: int, shard, txn: TxnMetadata, commit: bool, remaining: set):
         """One round of markers: the partitions to retry, or None to stop (a newer coordinator
