@@ -136,13 +136,16 @@ def _share_fetch(c, group, member, epoch, topic_id, acks=(), max_wait=0, max_rec
 
 
 def _share_ack(c, group, member, epoch, topic_id, acks):
+    return c.request(79, 1, share_ack_body(group, member, epoch, topic_id, acks))
+
+
+def share_ack_body(group, member, epoch, topic_id, acks):
     m = Msg(79, 1)
     batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
                     for f, last, t in acks)
-    body = m(group_id=group, member_id=member, share_session_epoch=epoch, topics=(
+    return m(group_id=group, member_id=member, share_session_epoch=epoch, topics=(
         m("AcknowledgeTopic", topic_id=topic_id, partitions=(
             m("AcknowledgePartition", partition_index=0, acknowledgement_batches=batches),)),))
-    return c.request(79, 1, body)
 
 
 def _acquired(resp) -> list[tuple[int, int, int]]:

@@ -7,6 +7,13 @@ partition runs a *shard* holding the state of its keys. When the ReplicaManager 
 broker the leader of a partition, the shard is built by replaying the partition; when
 leadership moves away the shard is unloaded. A shard's writes become batches appended to
 the partition as its leader; its timers run on the server's event loop.
+
+A write is applied to the shard's state at once, but answered only once committed (as Kafka's
+CoordinatorRuntime waits for the high watermark): the runtime remembers the end offset of each
+partition's last write, and the API handler that made it waits (``replication.delayed
+.wait_for_acks``) until the high watermark passes it. A partition whose leadership is lost
+meanwhile is unloaded, and the waiting request answers NOT_COORDINATOR; the next leader replays
+only what its log holds.
 """
 
 from __future__ import annotations
@@ -21,6 +28,27 @@ from ..records.records import CONTROL_COMMIT, build_batch, iter_records, read_en
 from ..utils import java_string_hash
 
 log = logging.getLogger(__name__)
+
+
+# append failures as a coordinator answers them (Kafka's CoordinatorOperationExceptionHelper and
+# TransactionStateManager): retry (COORDINATOR_NOT_AVAILABLE) or look the coordinator up again
+_APPEND_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
+}
+
+
+def coordinator_error(code: int) -> ErrorCode:
+    """The error a coordinator answers for a write that failed (to append or to commit) with ``code``."""
+    code = ErrorCode(code)
+    return _APPEND_ERRORS.get(code, code)
 
 
 class LoopTimer:
@@ -83,6 +111,10 @@ class CoordinatorHost:
 class CoordinatorRuntime:
     TOPIC = ""
     PARTITIONS_KEY = ""  # broker config with the topic's partition count
+    WRITE_TIMEOUT_KEY = "offsets.commit.timeout.ms"  # how long a write may wait to be committed
+    # appended with acks=-1, as Kafka's transaction log: refused below min.insync.replicas
+    # (the group and share coordinators append with acks=1 and wait for the HW all the same)
+    ACKS_ALL_AT_APPEND = False
     NAME = "coordinator"
 
     def __init__(self, host: CoordinatorHost):
@@ -90,6 +122,8 @@ class CoordinatorRuntime:
         self.timer = LoopTimer(host.loop)
         self.shards: dict = {}
         self.load_seconds: dict[int, float] = {}
+        # partition -> end offset (last offset + 1) of its last write the HW may not have passed yet
+        self.write_ends: dict[int, int] = {}
 
     # ------------------------------------------------------------------ placement
     def partition_for(self, key: str) -> int:
@@ -145,6 +179,9 @@ class CoordinatorRuntime:
                 except Exception as e:  # a record this version does not understand is skipped
                     log.warning("%s-%d: skipping record at offset %d: %s", self.TOPIC, partition, r.offset, e)
         self.shards[partition] = shard
+        # what was replayed may be above the high watermark (written by the previous leader, not
+        # yet committed): answers, and the markers of loaded Prepare transactions, wait for it
+        self.write_ends[partition] = lg.log_end_offset
         shard.on_loaded()
         self.load_seconds[partition] = time.monotonic() - t0
         if n:
@@ -153,6 +190,7 @@ class CoordinatorRuntime:
 
     def _unload(self, partition: int) -> None:
         shard = self.shards.pop(partition)
+        self.write_ends.pop(partition, None)  # whoever waits on it is told NOT_LEADER_OR_FOLLOWER
         if hasattr(shard, "on_unloaded"):
             shard.on_unloaded()
         self.timer.cancel_prefixed(f"{partition}/")
@@ -168,6 +206,9 @@ class CoordinatorRuntime:
         part = rm.partitions.get((self.TOPIC, partition))
         if part is None or not part.is_leader:
             raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
+        if self.ACKS_ALL_AT_APPEND and part.is_under_min_isr:
+            raise KafkaError(coordinator_error(ErrorCode.not_enough_replicas),
+                             f"The ISR {part.isr} of {part.tp} is below its min.insync.replicas")
         if producer_id >= 0:
             entry = part.log.producer_state.producers.get(producer_id)
             if entry is not None and producer_epoch < entry.epoch:
@@ -177,7 +218,27 @@ class CoordinatorRuntime:
         batch = build_batch([(k, v, ()) for k, v in records], timestamp=now, producer_id=producer_id,
                             producer_epoch=producer_epoch, transactional=producer_id >= 0)
         info = part.append_new_batch(batch, now)
+        self.write_ends[partition] = info.last_offset + 1
         rm.notify_append(self.TOPIC, partition, info.size)
+
+    def uncommitted(self, partitions=None) -> dict[tuple[str, int], int]:
+        """``{(topic, partition): end offset}`` of the writes to ``partitions`` (default: all)
+        that the high watermark has not passed yet: what an answer must wait for."""
+        parts = self.host.replica_manager.partitions
+        out = {}
+        for p in list(self.write_ends if partitions is None else partitions):
+            end = self.write_ends.get(p)
+            if end is None:
+                continue
+            part = parts.get((self.TOPIC, p))
+            if part is not None and part.is_leader and part.log.high_watermark >= end:
+                del self.write_ends[p]
+            else:
+                out[(self.TOPIC, p)] = end
+        return out
+
+    def write_timeout_ms(self) -> int:
+        return self.host.config.get(self.WRITE_TIMEOUT_KEY)
 
     def shutdown(self) -> None:
         for p in list(self.shards):

@@ -172,6 +172,8 @@ class KesqueServer:
                                                                                             self.broker_epoch),
                                               self.spawn)
         self.txn_coordinator = TransactionCoordinator(host, self.producer_ids)
+        from . import txn_channels
+        self._channels += txn_channels.wire(self)
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.share_coordinator = None

@@ -91,21 +91,13 @@ class CoordinatorError(Exception):
         self.message = message
 
 
-_APPEND_ERRORS = {"unknown_topic_or_partition": "coordinator_not_available",
-                  "not_enough_replicas": "coordinator_not_available",
-                  "request_timed_out": "coordinator_not_available",
-                  "not_leader_or_follower": "not_coordinator", "kafka_storage_error": "not_coordinator",
-                  "message_too_large": "unknown_server_error", "record_list_too_large": "unknown_server_error",
-                  "invalid_fetch_size": "unknown_server_error"}
-
-
 def append_error(exc: BaseException) -> str:
     """The error a group member is told when the group's records fail to append (Kafka's
     appendGroupMetadataErrorToResponseError); a failure without a Kafka code is a storage error."""
-    from ...errors import KafkaError
+    from ...errors import ErrorCode, KafkaError
+    from ..runtime import coordinator_error
 
-    name = exc.code.name if isinstance(exc, KafkaError) else "kafka_storage_error"
-    return _APPEND_ERRORS.get(name, name)
+    return coordinator_error(exc.code if isinstance(exc, KafkaError) else ErrorCode.kafka_storage_error).name
 
 
 def _join_error(member_id: str, error: str) -> dict:

@@ -18,6 +18,7 @@ def coordinator_key(group_id: str, topic_id, partition: int) -> str:
 class ShareCoordinator(CoordinatorRuntime):
     TOPIC = SHARE_STATE_TOPIC
     PARTITIONS_KEY = "share.coordinator.state.topic.num.partitions"
+    WRITE_TIMEOUT_KEY = "share.coordinator.write.timeout.ms"
     NAME = "share coordinator"
 
     def new_shard(self, partition: int, leader_epoch: int) -> ShareCoordinatorShard:

@@ -2,18 +2,24 @@
 ``__transaction_state`` partition this broker leads, and writes the transactions' markers
 (Kafka's TransactionCoordinator + TransactionMarkerChannelManager).
 
-Markers are written by the leader of each partition of a transaction. On one node every
-leader is local, so the coordinator appends them through the ReplicaManager; a partition
-whose leader is unavailable is retried, a partition whose topic was deleted leaves the
-transaction (as Kafka's marker channel does). When every partition has its marker, the shard
-writes CompleteCommit/CompleteAbort.
+Once a transaction's PrepareCommit/PrepareAbort record is committed (the high watermark of its
+``__transaction_state`` partition passed it: a coordinator that fails over before that never
+sends markers), a marker goes to the leader of each of its partitions from the metadata image,
+through ``markers`` (:class:`~kesque.server.txn_channels.TxnMarkerSender`: appended directly
+when this broker leads the partition, else sent with WriteTxnMarkers, batched per broker); a
+marker counts once committed on its partition. A partition whose leader is unavailable is
+retried, a partition whose topic was deleted leaves the transaction (as Kafka's marker
+channel does). When every partition has its marker, the shard writes
+CompleteCommit/CompleteAbort.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from ...errors import ErrorCode, KafkaError
+from ...replication.delayed import wait_for_acks
 from ..runtime import CoordinatorRuntime
 from .shard import TransactionCoordinatorShard, TxnConfig, TxnMetadata
 
@@ -22,10 +28,11 @@ log = logging.getLogger(__name__)
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 MARKER_RETRY_MS = 100
 
-# errors after which a marker is sent again (TransactionMarkerRequestCompletionHandler)
+# errors after which a marker is sent again (TransactionMarkerRequestCompletionHandler), also
+# when the request did not reach the leader (NETWORK_EXCEPTION, REQUEST_TIMED_OUT)
 _RETRY = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
                     ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
-                    ErrorCode.request_timed_out, ErrorCode.kafka_storage_error})
+                    ErrorCode.request_timed_out, ErrorCode.kafka_storage_error, ErrorCode.network_exception})
 # the coordinator itself is stale: stop (the new coordinator completes the transaction)
 _FENCED = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced})
 # produce-path verification errors as a producer must see them (ReplicaManager, KIP-890)
@@ -38,62 +45,134 @@ class TransactionCoordinator(CoordinatorRuntime):
     TOPIC = TRANSACTION_STATE_TOPIC
     PARTITIONS_KEY = "transaction.state.log.num.partitions"
     NAME = "transaction coordinator"
+    ACKS_ALL_AT_APPEND = True
 
-    def __init__(self, host, producer_ids):
+    def __init__(self, host, producer_ids, markers=None):
         super().__init__(host)
         self.config = TxnConfig.from_broker(host.config)
         self.producer_ids = producer_ids
         self.verification_enabled = host.config.get("transaction.partition.verification.enable")
+        self.markers = markers  # a TxnMarkerSender (the server sets it)
+        self._tasks: set[asyncio.Task] = set()
 
     def new_shard(self, partition: int, leader_epoch: int) -> TransactionCoordinatorShard:
         return TransactionCoordinatorShard(partition, self.config, lambda recs: self.write(partition, recs),
                                            lambda txn, commit: self._queue_markers(partition, txn, commit),
                                            self.host.clock, self.producer_ids.generate, leader_epoch)
 
+    def write_timeout_ms(self, txn_id: str | None = None) -> int:
+        """A transaction's write may wait its transaction timeout (Kafka's TransactionStateManager)."""
+        shard = self.shards.get(self.partition_for(txn_id)) if txn_id else None
+        txn = shard.txns.get(txn_id) if shard is not None else None
+        return min(txn.timeout_ms, self.config.max_timeout_ms) if txn is not None else \
+            self.host.config.get("request.timeout.ms")
+
     # ------------------------------------------------------------------ markers
     def _queue_markers(self, partition: int, txn: TxnMetadata, commit: bool) -> None:
-        self.host.loop.call_soon(self._write_markers, partition, txn, commit, set(txn.partitions))
+        pending = self.uncommitted([partition])  # the Prepare record just written (none when loaded)
+        task = self.host.loop.create_task(self._complete(partition, txn, commit, pending))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    def _write_markers(self, partition: int, txn: TxnMetadata, commit: bool, remaining: set) -> None:
+    def _current(self, partition: int, txn: TxnMetadata):
+        """The shard, while it still holds this transaction waiting for its markers."""
         shard = self.shards.get(partition)
         current = shard.txns.get(txn.transactional_id) if shard is not None else None
         if current is None or current.pending is None or current.producer_id != txn.producer_id or \
                 current.producer_epoch != txn.producer_epoch:
-            return  # unloaded, or the transaction moved on
+            return None  # unloaded, or the transaction moved on
+        return shard
+
+    async def _complete(self, partition: int, txn: TxnMetadata, commit: bool, pending: dict) -> None:
+        try:
+            if not await self._prepare_committed(partition, txn, pending):
+                return
+            remaining = set(txn.partitions)
+            while remaining:
+                shard = self._current(partition, txn)
+                if shard is None:
+                    return
+                remaining = await self._write_markers(partition, shard, txn, commit, remaining)
+                if remaining is None:
+                    return
+                if remaining:
+                    await asyncio.sleep(MARKER_RETRY_MS / 1000)
+            while (shard := self._current(partition, txn)) is not None:
+                try:
+                    shard.markers_written(txn.transactional_id, txn.producer_id, txn.producer_epoch)
+                    return
+                except KafkaError as e:
+                    log.warning("Could not complete transaction %s: %s; retrying", txn.transactional_id, e)
+                    await asyncio.sleep(MARKER_RETRY_MS / 1000)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("markers of transaction %s failed", txn.transactional_id)
+
+    async def _prepare_committed(self, partition: int, txn: TxnMetadata, pending: dict) -> bool:
+        """Wait until the high watermark passed the Prepare record, for as long as this broker
+        leads and the transaction waits for its markers."""
         rm = self.host.replica_manager
+        while self._current(partition, txn) is not None:
+            parts = {tp: rm.partitions.get(tp) for tp in pending}
+            if any(part is None or not part.is_leader for part in parts.values()):
+                return False
+            left = {tp: end for tp, end in pending.items() if parts[tp].log.high_watermark < end}
+            if not left:
+                return True
+            codes = await wait_for_acks(rm, left, self.write_timeout_ms())
+            if any(codes.values()):
+                log.info("The %s record of transaction %s is not committed yet (%s); waiting",
+                         txn.state.kafka_name, txn.transactional_id, ErrorCode(next(iter(codes.values()))).name)
+        return False
+
+    async def _write_markers(self, partition: int, shard, txn: TxnMetadata, commit: bool, remaining: set):
+        """One round of markers: the partitions to retry, or None to stop (a newer coordinator
+        or producer epoch exists)."""
+        image = self.host.image()
+        by_leader: dict[int, list] = {}
         retry = set()
         for topic, p in sorted(remaining):
-            try:
-                rm.append_txn_marker(topic, p, txn.producer_id, txn.producer_epoch, commit, shard.coordinator_epoch)
-            except KafkaError as e:
-                t = self.host.image().topic(topic)
+            t = image.topic(topic)
+            reg = t.partitions.get(p) if t is not None else None
+            if reg is None:
+                self._drop(shard, txn, topic, p, "the partition no longer exists")
+            elif reg.leader < 0:
+                retry.add((topic, p))
+            else:
+                by_leader.setdefault(reg.leader, []).append((topic, p))
+        results = await asyncio.gather(*(
+            self.markers.write(node, txn.producer_id, txn.producer_epoch, commit, shard.coordinator_epoch, tps)
+            for node, tps in by_leader.items()))
+        if self._current(partition, txn) is None:
+            return None
+        image = self.host.image()
+        for codes in results:
+            for (topic, p), code in codes.items():
+                if code == ErrorCode.none:
+                    continue
+                t = image.topic(topic)
                 if t is None or p not in t.partitions:
-                    log.info("Dropping %s-%d from transaction %s: the partition no longer exists", topic, p,
-                             txn.transactional_id)
-                    shard.drop_partitions(txn.transactional_id, {(topic, p)})
-                elif e.code in _FENCED:
+                    self._drop(shard, txn, topic, p, "the partition no longer exists")
+                elif code in _FENCED:
                     log.warning("Stopping markers of transaction %s: %s (a newer coordinator or producer epoch "
-                                "exists)", txn.transactional_id, e)
-                    return
-                elif e.code in _RETRY:
+                                "exists)", txn.transactional_id, ErrorCode(code).name)
+                    return None
+                elif code in _RETRY:
                     retry.add((topic, p))
                 else:
-                    log.error("Marker for %s-%d of transaction %s failed with %s; removing the partition",
-                              topic, p, txn.transactional_id, e)
-                    shard.drop_partitions(txn.transactional_id, {(topic, p)})
-            except OSError as e:
-                log.error("Marker for %s-%d of transaction %s failed: %s; retrying", topic, p, txn.transactional_id, e)
-                retry.add((topic, p))
-        if retry:
-            self.timer.schedule(f"{partition}/markers/{txn.transactional_id}", MARKER_RETRY_MS,
-                                lambda: self._write_markers(partition, txn, commit, retry))
-            return
-        try:
-            shard.markers_written(txn.transactional_id, txn.producer_id, txn.producer_epoch)
-        except KafkaError as e:
-            log.warning("Could not complete transaction %s: %s; retrying", txn.transactional_id, e)
-            self.timer.schedule(f"{partition}/markers/{txn.transactional_id}", MARKER_RETRY_MS,
-                                lambda: self._write_markers(partition, txn, commit, set()))
+                    self._drop(shard, txn, topic, p, f"its marker failed with {ErrorCode(code).name}")
+        return retry
+
+    @staticmethod
+    def _drop(shard, txn: TxnMetadata, topic: str, p: int, why: str) -> None:
+        log.info("Dropping %s-%d from transaction %s: %s", topic, p, txn.transactional_id, why)
+        shard.drop_partitions(txn.transactional_id, {(topic, p)})
+
+    def shutdown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        super().shutdown()
 
     # ------------------------------------------------------------------ KIP-890 verification
     def verify(self, txn_id: str, producer_id: int, producer_epoch: int,
@@ -112,6 +191,11 @@ class TransactionCoordinator(CoordinatorRuntime):
         if not txn_id:
             return ErrorCode.invalid_txn_state, "Transactional batches need a transactional id"
         err = self.verify(txn_id, producer_id, producer_epoch, [(topic, partition)])[(topic, partition)]
+        return self.verification_error(err, supports_abortable)
+
+    @staticmethod
+    def verification_error(err: ErrorCode, supports_abortable: bool) -> tuple[ErrorCode, str | None]:
+        """A coordinator's verification answer as the produce path maps it (ReplicaManager)."""
         if err == ErrorCode.none:
             return err, None
         if err == ErrorCode.producer_fenced:

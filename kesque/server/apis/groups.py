@@ -1,6 +1,8 @@
 """Group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
 OffsetDelete, DescribeGroups, ListGroups, DeleteGroups, ConsumerGroupHeartbeat,
-ConsumerGroupDescribe. Thin: they translate to the coordinator shard owning the group."""
+ConsumerGroupDescribe. Thin: they translate to the coordinator shard owning the group, and
+answer a request that wrote to the group's partition once the write is committed
+(``committed.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from ...coordinator.group.classic import ClassicGroup
 from ...coordinator.group.consumer import ConsumerGroup, consumer_group_heartbeat
 from ...errors import ErrorCode, KafkaError
 from ...protocol.offset_commit import encode_offset_commit_response
+from .committed import committed, first_error, when_committed
 from .core import OMITTED_OPS
 from .kiohelp import Msg, to_ms
 
@@ -78,26 +81,41 @@ class GroupApis:
                      else ("" if v < 7 else None), leader=r["leader"], skip_assignment=r["skip_assignment"],
                      member_id=r["member_id"], members=members)
 
+        def failed(code: ErrorCode):
+            return build({"error": code.name, "member_id": req.member_id, "generation_id": -1, "protocol_type": None,
+                          "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
+
         try:
             shard = self.gc.shard_for(req.group_id)
         except KafkaError as e:
-            return build({"error": e.code.name, "member_id": req.member_id, "generation_id": -1, "protocol_type": None,
-                          "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
+            return failed(e.code)
         session = to_ms(req.session_timeout)
         rebalance = to_ms(req.rebalance_timeout) if v >= 1 else session
-        fut = asyncio.get_running_loop().create_future()
+        fut, reply = self._reply(req.group_id)
         shard.join_group({
             "group_id": req.group_id, "member_id": req.member_id,
             "group_instance_id": getattr(req, "group_instance_id", None), "protocol_type": req.protocol_type,
             "protocols": [(p.name, p.metadata) for p in req.protocols], "session_timeout_ms": session,
             "rebalance_timeout_ms": rebalance, "client_id": ctx.client_id, "client_host": self._host(ctx),
             "require_known_member_id": v >= 4, "supports_skip_assignment": v >= 9,
-        }, lambda r: fut.done() or fut.set_result(r))
-        return self._await(fut, build)
+        }, reply)
+        return self._await(fut, build, failed)
 
-    @staticmethod
-    async def _await(fut, build):
-        return build(await fut)
+    def _reply(self, group_id: str):
+        """A future for a shard's answer, and the callback that sets it with the group
+        partition's uncommitted writes at the time of the answer."""
+        gc = self.gc
+        partition = gc.partition_for(group_id)
+        fut = asyncio.get_running_loop().create_future()
+        return fut, lambda r: fut.done() or fut.set_result((r, gc.uncommitted([partition])))
+
+    async def _await(self, fut, build, failed):
+        r, pending = await fut
+        code = first_error(await committed(self.gc, pending))
+        return failed(code) if code else build(r)
+
+    def _when_committed(self, group_id: str, response, failed):
+        return when_committed(self.gc, [self.gc.partition_for(group_id)], response, failed)
 
     # ------------------------------------------------------------------ SyncGroup
     def sync_group(self, ctx, req):
@@ -114,14 +132,14 @@ class GroupApis:
             shard = self.gc.shard_for(req.group_id)
         except KafkaError as e:
             return build({"error": e.code.name})
-        fut = asyncio.get_running_loop().create_future()
+        fut, reply = self._reply(req.group_id)
         shard.sync_group({
             "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
             "group_instance_id": getattr(req, "group_instance_id", None),
             "protocol_type": getattr(req, "protocol_type", None), "protocol_name": getattr(req, "protocol_name", None),
             "assignments": {a.member_id: a.assignment for a in req.assignments},
-        }, lambda r: fut.done() or fut.set_result(r))
-        return self._await(fut, build)
+        }, reply)
+        return self._await(fut, build, lambda code: build({"error": code.name}))
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
     def heartbeat(self, ctx, req):
@@ -149,10 +167,13 @@ class GroupApis:
             return m(throttle_time=0, error_code=e.code, members=())
         if v < 3:
             code = code_of(err) if err else (code_of(results[0][2]) if results else ErrorCode.none)
-            return m(throttle_time=0, error_code=code)
-        return m(throttle_time=0, error_code=code_of(err), members=tuple(
-            m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=code_of(e))
-            for mid, iid, e in results))
+            resp = m(throttle_time=0, error_code=code)
+        else:
+            resp = m(throttle_time=0, error_code=code_of(err), members=tuple(
+                m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=code_of(e))
+                for mid, iid, e in results))
+        return self._when_committed(req.group_id, resp,
+                                    lambda code: m(throttle_time=0, error_code=code, members=()))
 
     # ------------------------------------------------------------------ OffsetCommit
     def offset_commit(self, ctx, req):
@@ -189,13 +210,17 @@ class GroupApis:
                     group_error = code_of(results["_group"])
             except KafkaError as e:
                 group_error = e.code
-        by_topic: dict = {}
-        for key, part, name in keys:
-            code = errors.get((key, part))
-            if code is None:
-                code = group_error if group_error is not None else code_of(results.get((name, part)))
-            by_topic.setdefault(key, []).append((part, code))
-        return encode_offset_commit_response(v, list(by_topic.items()))
+
+        def respond(group_error):
+            by_topic: dict = {}
+            for key, part, name in keys:
+                code = errors.get((key, part))
+                if code is None:
+                    code = group_error if group_error is not None else code_of(results.get((name, part)))
+                by_topic.setdefault(key, []).append((part, code))
+            return encode_offset_commit_response(v, list(by_topic.items()))
+
+        return self._when_committed(req.group_id, respond(group_error), respond)
 
     # ------------------------------------------------------------------ OffsetFetch
     def offset_fetch(self, ctx, req):
@@ -285,7 +310,8 @@ class GroupApis:
         topics = tuple(m("OffsetDeleteResponseTopic", name=t, partitions=tuple(
             m("OffsetDeleteResponsePartition", partition_index=p, error_code=code_of(results.get((t, p)))) for p in ps))
             for t, ps in wanted.items())
-        return m(error_code=ErrorCode.none, throttle_time=0, topics=topics)
+        return self._when_committed(req.group_id, m(error_code=ErrorCode.none, throttle_time=0, topics=topics),
+                                    lambda code: m(error_code=code, throttle_time=0, topics=()))
 
     # ------------------------------------------------------------------ admin
     def describe_groups(self, ctx, req):
@@ -349,8 +375,22 @@ class GroupApis:
                     self.server.share_manager.delete_group(gid)  # its share-partition state goes too
             except KafkaError as e:
                 code = e.code
-            out.append(m("DeletableGroupResult", group_id=gid, error_code=code))
-        return m(throttle_time=0, results=tuple(out))
+            out.append((gid, code))
+        pending = self.gc.uncommitted({self.gc.partition_for(gid) for gid, code in out if not code})
+        if not pending:
+            return self._deleted(m, out, {})
+        return self._deleted_once_committed(m, out, pending)
+
+    def _deleted(self, m, out: list, failed: dict):
+        """The DeleteGroups answer; ``failed``: {group partition: error} of writes not committed."""
+        return m(throttle_time=0, results=tuple(
+            m("DeletableGroupResult", group_id=gid,
+              error_code=code or failed.get(self.gc.partition_for(gid)) or ErrorCode.none)
+            for gid, code in out))
+
+    async def _deleted_once_committed(self, m, out: list, pending: dict):
+        codes = await committed(self.gc, pending)
+        return self._deleted(m, out, {p: c for (_t, p), c in codes.items()})
 
     # ------------------------------------------------------------------ KIP-848
     def consumer_group_heartbeat(self, ctx, req):
@@ -372,7 +412,8 @@ class GroupApis:
                 "client_id": ctx.client_id or "", "client_host": self._host(ctx)}, v)
         except KafkaError as e:
             return heartbeat_failed(m, e)
-        return heartbeat_answer(m, r)
+        return self._when_committed(req.group_id, heartbeat_answer(m, r),
+                                    lambda code: heartbeat_failed(m, KafkaError(code)))
 
     def consumer_group_describe(self, ctx, req):
         m = Msg(69, ctx.api_version)

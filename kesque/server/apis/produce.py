@@ -9,6 +9,7 @@ not passed yet waits for it (``replication.delayed.wait_for_acks``) up to the re
 
 from __future__ import annotations
 
+import inspect
 import logging
 
 from ...errors import ErrorCode, KafkaError
@@ -33,9 +34,15 @@ class ProduceApis:
     def register(self) -> None:
         self.server.register(0, MIN_VERSION, MAX_VERSION, self.produce, raw=True, refused_below=MIN_USABLE_VERSION)
 
-    def produce(self, ctx, body):
+    def produce(self, ctx, body, verdicts: dict | None = None):
+        """``verdicts``: KIP-890 answers of a transaction coordinator on another broker, asked
+        before (``_remote_verifications``)."""
         v = ctx.api_version
         req = decode_produce_request(body, v)
+        if verdicts is None:
+            asked = self._remote_verifications(req, v)
+            if asked is not None:  # the request's buffer is the connection's: keep a copy while waiting
+                return self._produce_verified(ctx, memoryview(bytearray(body)), asked)
         rm = self.server.replica_manager
         image = self.server.image
         topics_out = []
@@ -74,7 +81,7 @@ class ProduceApis:
                     r.error_message = f"Produce requests with version {v} are not allowed to use ZStandard compression"
                 elif (len(p.records) >= rb.HEADER_SIZE
                       and p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) == rb.TRANSACTIONAL_FLAG
-                      and not self._verified(req.transactional_id, name, p, r, v)):
+                      and not self._verified(req.transactional_id, name, p, r, v, verdicts)):
                     pass  # the coordinator does not know this partition is in the transaction
                 else:
                     try:
@@ -129,19 +136,66 @@ class ProduceApis:
         part = self.server.replica_manager.partitions.get((topic, partition))
         return part.log.log_start_offset if part is not None else -1
 
-    def _verified(self, txn_id: str | None, topic: str, p, r: PartitionResponse, version: int) -> bool:
+    def _verified(self, txn_id: str | None, topic: str, p, r: PartitionResponse, version: int,
+                  verdicts: dict | None = None) -> bool:
         """KIP-890 part 1: the first transactional batch a producer sends to a partition in a
         transaction is appended only once the coordinator confirms the partition was added."""
-        tc = self.server.txn_coordinator
-        part = self.server.replica_manager.partitions.get((topic, p.index))
-        if not tc.verification_enabled or part is None:
+        h = self._to_verify(topic, p)
+        if h is None:
             return True
-        h = rb.read_header(p.records)
-        if part.log.producer_state.ongoing_txn_of(h.producer_id) >= 0:
-            return True  # already verified when the transaction's first batch arrived here
-        code, msg = tc.verify_produce(txn_id, h.producer_id, h.producer_epoch, topic, p.index, version > 10)
+        if verdicts is not None and (topic, p.index) in verdicts:
+            code, msg = verdicts[(topic, p.index)]
+        else:
+            code, msg = self.server.txn_coordinator.verify_produce(txn_id, h.producer_id, h.producer_epoch, topic,
+                                                                   p.index, version > 10)
         if code == ErrorCode.none:
             return True
         r.error_code = int(code)
         r.error_message = msg
         return False
+
+    def _to_verify(self, topic: str | None, p):
+        """The header of a transactional batch that needs the coordinator's verification (the
+        first of its transaction here), else None."""
+        if topic is None or not self.server.txn_coordinator.verification_enabled or p.records is None or \
+                len(p.records) < rb.HEADER_SIZE or \
+                p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) != rb.TRANSACTIONAL_FLAG:
+            return None
+        part = self.server.replica_manager.partitions.get((topic, p.index))
+        if part is None:
+            return None
+        h = rb.read_header(p.records)
+        if part.log.producer_state.ongoing_txn_of(h.producer_id) >= 0:
+            return None  # already verified when the transaction's first batch arrived here
+        return h
+
+    def _remote_verifications(self, req, version: int):
+        """The verifications this request needs from a transaction coordinator on another
+        broker (Kafka's AddPartitionsToTxnManager): an awaitable of ``{(topic, partition):
+        (error, message)}``, or None when there are none (the local coordinator answers inline)."""
+        verifier = self.server.txn_verifier
+        if not req.transactional_id or not self.server.txn_coordinator.verification_enabled:
+            return None
+        node = verifier.coordinator_node(req.transactional_id)
+        if node is None or node == self.server.node_id:
+            return None
+        image = self.server.image
+        tps, h = [], None
+        for topic in req.topics:
+            if version >= 13:
+                t = image.topics_by_id.get(topic.topic_id)
+                name = t.name if t else None
+            else:
+                name = topic.name
+            for p in topic.partitions:
+                ph = self._to_verify(name, p)
+                if ph is not None:
+                    tps.append((name, p.index))
+                    h = ph
+        if not tps:
+            return None
+        return verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch, tps, version > 10)
+
+    async def _produce_verified(self, ctx, body, asked):
+        res = self.produce(ctx, body, await asked)
+        return await res if inspect.isawaitable(res) else res

@@ -8,6 +8,7 @@ at the versions librdkafka sends."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 
 from ...coordinator.group.share import ShareGroup, ShareHeartbeatError, create_empty_group, share_group_heartbeat
@@ -15,6 +16,7 @@ from ...errors import ErrorCode, KafkaError
 from ...share import enabled
 from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
+from .committed import when_committed
 from .core import OMITTED_OPS, internal_topic_to_create
 from .groups import GROUP_OPS, heartbeat_answer, heartbeat_failed
 from .kiohelp import Msg, to_ms
@@ -73,7 +75,8 @@ class ShareGroupApis:
                 "client_id": ctx.client_id or "", "client_host": "/" + ctx.client_host})
         except KafkaError as e:
             return heartbeat_failed(m, e)
-        return heartbeat_answer(m, r)
+        return when_committed(self.gc, [self.gc.partition_for(req.group_id)], heartbeat_answer(m, r),
+                              lambda code: heartbeat_failed(m, KafkaError(code)))
 
     def share_group_describe(self, ctx, req):
         m = Msg(77, ctx.api_version)
@@ -167,7 +170,7 @@ class ShareGroupApis:
         acks = self._acks(gid, mid, req.topics, now)
         if epoch == FINAL_EPOCH:
             mgr.release(gid, mid, list(session.partitions), now)
-            return self._fetch_response(m, gid, acks, {})
+            return self._durable(self._fetch_response(m, gid, acks, {}), top_error)
         for t in req.topics:
             for p in t.partitions:
                 session.partitions[(t.topic_id, p.partition_index)] = None
@@ -176,8 +179,13 @@ class ShareGroupApis:
                 session.partitions.pop((f.topic_id, p), None)
         fetched = self._fetch_all(gid, mid, session, req, now)
         if any(r.acquired or r.error for r in fetched.values()) or to_ms(req.max_wait) <= 0 or not session.partitions:
-            return self._fetch_response(m, gid, acks, fetched)
-        return self._delayed(m, gid, mid, session, req, acks, fetched)
+            return self._durable(self._fetch_response(m, gid, acks, fetched), top_error)
+        return self._delayed(m, gid, mid, session, req, acks, fetched, top_error)
+
+    def _durable(self, response, failed):
+        """``response`` once the share state written for it (acknowledgements, releases, start
+        offsets) is committed in ``__share_group_state``."""
+        return when_committed(self.server.share_coordinator, None, response, failed)
 
     def _fetch_all(self, gid, mid, session, req, now) -> dict:
         remaining = min(req.max_bytes, self.server.config.get("fetch.max.bytes"))
@@ -193,7 +201,7 @@ class ShareGroupApis:
                 break
         return out
 
-    async def _delayed(self, m, gid, mid, session, req, acks, fetched):
+    async def _delayed(self, m, gid, mid, session, req, acks, fetched, failed):
         """Nothing to hand out: wait until an append to one of the partitions, an acknowledgement
         or release on one of its share partitions, or a lock expiry yields records (each tries
         the fetch again at once), or max_wait passes."""
@@ -241,7 +249,8 @@ class ShareGroupApis:
                 rm.unwatch(tp, retry)
             for key in keys:
                 mgr.unwatch(key, retry)
-        return self._fetch_response(m, gid, acks, result)
+        response = self._durable(self._fetch_response(m, gid, acks, result), failed)
+        return await response if inspect.isawaitable(response) else response
 
     def _fetch_response(self, m, gid, acks: dict, fetched: dict):
         by_topic: dict = {}
@@ -293,9 +302,10 @@ class ShareGroupApis:
                 "PartitionData", partition_index=p, error_code=err.code if err is not None else ErrorCode.none,
                 error_message=err.message if err is not None else None,
                 current_leader=m("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)))
-        return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
+        resp = m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
             m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
             node_endpoints=())
+        return self._durable(resp, top_error)
 
     # ------------------------------------------------------------------ DescribeShareGroupOffsets
     def describe_share_group_offsets(self, ctx, req):

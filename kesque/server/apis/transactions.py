@@ -3,20 +3,26 @@ WriteTxnMarkers and TxnOffsetCommit — translations between the wire and the tr
 coordinator (coordinator/transaction/) or the group coordinator (transactional offsets).
 
 A producer without a transactional id gets a fresh producer id at epoch 0 on every
-InitProducerId, as Kafka's coordinator does. Error codes old clients do not know are mapped
-as KafkaApis maps them (PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH before the version
-that introduced it; TRANSACTION_ABORTABLE becomes INVALID_TXN_STATE).
+InitProducerId, as Kafka's coordinator does. A request that wrote to ``__transaction_state`` (or
+``__consumer_offsets``) is answered once the write is committed (``committed.py``); the
+markers of WriteTxnMarkers once committed on their partitions (acks=all, as Kafka appends them).
+Error codes old clients do not know are mapped as KafkaApis maps them (PRODUCER_FENCED becomes
+INVALID_PRODUCER_EPOCH before the version that introduced it; TRANSACTION_ABORTABLE becomes
+INVALID_TXN_STATE).
 """
 
 from __future__ import annotations
 
 import datetime
+import inspect
 import re
 
 from ...coordinator.group.runtime import OFFSETS_TOPIC
 from ...coordinator.transaction.records import TxnState
 from ...coordinator.group.shard import error_code as group_error_code
 from ...errors import ErrorCode, KafkaError
+from ..txn_channels import append_marker, markers_committed
+from .committed import when_committed
 from .kiohelp import _EPOCH, Msg, to_ms
 
 
@@ -29,6 +35,16 @@ def _fenced(code: ErrorCode, version: int, since: int) -> ErrorCode:
     return ErrorCode.invalid_producer_epoch if code == ErrorCode.producer_fenced and version < since else code
 
 
+def _topic_results(m, errors: dict) -> tuple:
+    """AddPartitionsToTxn's per-topic results of ``{(topic, partition): error}``."""
+    by_topic: dict = {}
+    for (topic, p), code in errors.items():
+        by_topic.setdefault(topic, []).append(m("AddPartitionsToTxnPartitionResult", partition_index=p,
+                                                partition_error_code=code))
+    return tuple(m("AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(rs))
+                 for t, rs in by_topic.items())
+
+
 class TransactionApis:
     def __init__(self, server):
         self.server = server
@@ -36,6 +52,13 @@ class TransactionApis:
     @property
     def tc(self):
         return self.server.txn_coordinator
+
+    def _when_committed(self, txn_ids, response, failed):
+        """``response`` once the transaction records of ``txn_ids`` are committed."""
+        tc = self.tc
+        txn_ids = [t for t in txn_ids if t]
+        return when_committed(tc, {tc.partition_for(t) for t in txn_ids}, response, failed,
+                              tc.write_timeout_ms(txn_ids[0]) if txn_ids else None)
 
     def register(self) -> None:
         r = self.server.register
@@ -71,26 +94,37 @@ class TransactionApis:
                                          getattr(req, "enable2_pc", False), getattr(req, "keep_prepared_txn", False))
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
-        return m(throttle_time=0, error_code=_fenced(res.error, v, 4), producer_id=res.producer_id,
-                 producer_epoch=res.producer_epoch, ongoing_txn_producer_id=res.ongoing_producer_id,
-                 ongoing_txn_producer_epoch=res.ongoing_producer_epoch)
+        return self._when_committed(
+            [req.transactional_id],
+            m(throttle_time=0, error_code=_fenced(res.error, v, 4), producer_id=res.producer_id,
+              producer_epoch=res.producer_epoch, ongoing_txn_producer_id=res.ongoing_producer_id,
+              ongoing_txn_producer_epoch=res.ongoing_producer_epoch),
+            lambda code: m(throttle_time=0, error_code=code, producer_id=-1, producer_epoch=-1))
 
     # ------------------------------------------------------------------ AddPartitionsToTxn
     def add_partitions_to_txn(self, ctx, req):
         v = ctx.api_version
         m = Msg(24, v)
         if v <= 3:
-            results = self._add_partitions(m, v, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
-                                           req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
-            return m(throttle_time=0, results_by_topic_v3_and_below=results)
-        out = []
-        for t in req.transactions:
-            out.append(m("AddPartitionsToTxnResult", transactional_id=t.transactional_id,
-                         topic_results=self._add_partitions(m, v, t.transactional_id, t.producer_id,
-                                                            t.producer_epoch, t.topics, t.verify_only)))
-        return m(throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(out))
+            txns = [(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                     req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)]
+        else:
+            txns = [(t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only)
+                    for t in req.transactions]
+        errors = [self._add_partitions(v, *t) for t in txns]
 
-    def _add_partitions(self, m, v, txn_id, producer_id, producer_epoch, topics, verify_only):
+        def respond(failed=None):
+            """``failed``: the error of every partition whose addition was not committed."""
+            results = [_topic_results(m, {tp: failed for tp in errs} if failed and not t[4] else errs)
+                       for t, errs in zip(txns, errors)]
+            if v <= 3:
+                return m(throttle_time=0, results_by_topic_v3_and_below=results[0])
+            return m(throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(
+                m("AddPartitionsToTxnResult", transactional_id=t[0], topic_results=r) for t, r in zip(txns, results)))
+
+        return self._when_committed([t[0] for t in txns if not t[4]], respond(), respond)
+
+    def _add_partitions(self, v, txn_id, producer_id, producer_epoch, topics, verify_only) -> dict:
         wanted = [(t.name, p) for t in topics for p in t.partitions]
         image = self.server.image
         errors: dict = {}
@@ -108,12 +142,7 @@ class TransactionApis:
             except KafkaError as e:
                 code = e.code
             errors = {tp: _fenced(code, v, 2) for tp in wanted}
-        by_topic: dict = {}
-        for (topic, p), code in errors.items():
-            by_topic.setdefault(topic, []).append(m("AddPartitionsToTxnPartitionResult", partition_index=p,
-                                                    partition_error_code=code))
-        return tuple(m("AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(rs))
-                     for t, rs in by_topic.items())
+        return errors
 
     # ------------------------------------------------------------------ AddOffsetsToTxn
     def add_offsets_to_txn(self, ctx, req):
@@ -128,7 +157,8 @@ class TransactionApis:
             code = ErrorCode.none
         except KafkaError as e:
             code = e.code
-        return m(throttle_time=0, error_code=_fenced(code, v, 2))
+        return self._when_committed([req.transactional_id], m(throttle_time=0, error_code=_fenced(code, v, 2)),
+                                    lambda failed: m(throttle_time=0, error_code=failed))
 
     # ------------------------------------------------------------------ EndTxn
     def end_txn(self, ctx, req):
@@ -141,36 +171,51 @@ class TransactionApis:
         except KafkaError as e:
             code = e.code
         ok = code == ErrorCode.none
-        return m(throttle_time=0, error_code=_fenced(code, v, 2), producer_id=req.producer_id if ok else -1,
-                 producer_epoch=req.producer_epoch if ok else -1)
+        return self._when_committed(
+            [req.transactional_id],
+            m(throttle_time=0, error_code=_fenced(code, v, 2), producer_id=req.producer_id if ok else -1,
+              producer_epoch=req.producer_epoch if ok else -1),
+            lambda failed: m(throttle_time=0, error_code=failed, producer_id=-1, producer_epoch=-1))
 
     # ------------------------------------------------------------------ WriteTxnMarkers
     def write_txn_markers(self, ctx, req):
-        """Markers a (remote) transaction coordinator asks this broker, as partition leader, to write."""
-        m = Msg(27, ctx.api_version)
+        """Markers a (remote) transaction coordinator asks this broker, as partition leader, to
+        write; each is answered once committed (acks=all)."""
         rm = self.server.replica_manager
-        out = []
-        for mk in req.markers:
-            topics = []
+        codes: dict = {}    # (marker index, topic, partition) -> error of the append
+        written: dict = {}  # (topic, partition) -> the offset the HW must reach
+        for i, mk in enumerate(req.markers):
             for t in mk.topics:
-                parts = []
                 for p in t.partition_indexes:
                     try:
-                        rm.append_txn_marker(t.name, p, mk.producer_id, mk.producer_epoch, mk.transaction_result,
-                                             mk.coordinator_epoch)
-                        code = ErrorCode.none
+                        end = append_marker(rm, t.name, p, mk.producer_id, mk.producer_epoch, mk.transaction_result,
+                                            mk.coordinator_epoch)
+                        written[(t.name, p)] = max(end, written.get((t.name, p), 0))
+                        codes[(i, t.name, p)] = ErrorCode.none
                     except KafkaError as e:
-                        code = e.code
-                    parts.append(m("WritableTxnMarkerPartitionResult", partition_index=p, error_code=code))
-                topics.append(m("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(parts)))
-            out.append(m("WritableTxnMarkerResult", producer_id=mk.producer_id, topics=tuple(topics)))
-        return m(markers=tuple(out))
+                        codes[(i, t.name, p)] = e.code
+        if any(rm.partitions[tp].log.high_watermark < end for tp, end in written.items()):
+            return self._markers_answer(ctx, req, codes, written)
+        return self._markers_response(ctx, req, codes, {})
+
+    async def _markers_answer(self, ctx, req, codes: dict, written: dict):
+        acked = await markers_committed(self.server.replica_manager, written,
+                                        self.server.config.get("request.timeout.ms"))
+        return self._markers_response(ctx, req, codes, acked)
+
+    @staticmethod
+    def _markers_response(ctx, req, codes: dict, acked: dict):
+        m = Msg(27, ctx.api_version)
+        return m(markers=tuple(m("WritableTxnMarkerResult", producer_id=mk.producer_id, topics=tuple(
+            m("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
+                m("WritableTxnMarkerPartitionResult", partition_index=p,
+                  error_code=codes[(i, t.name, p)] or acked.get((t.name, p), ErrorCode.none))
+                for p in t.partition_indexes)) for t in mk.topics)) for i, mk in enumerate(req.markers)))
 
     # ------------------------------------------------------------------ TxnOffsetCommit
     def txn_offset_commit(self, ctx, req):
         v = ctx.api_version
         m = Msg(28, v)
-        image = self.server.image
         wanted = {t.name: [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                             p.committed_metadata) for p in t.partitions] for t in req.topics}
 
@@ -187,15 +232,42 @@ class TransactionApis:
             return all_(ErrorCode.invalid_group_id)
         gc = self.server.group_coordinator
         try:
+            gc.shard_for(req.group_id)
+        except KafkaError as e:
+            return all_(e.code)
+
+        def commit():
+            return self._commit_txn_offsets(req, v, wanted, respond, all_)
+
+        if not self.tc.verification_enabled:
+            return commit()
+        # KIP-890: the group's partition must be in the producer's transaction (asked of its
+        # coordinator, wherever it lives)
+        tp = (OFFSETS_TOPIC, gc.partition_for(req.group_id))
+        verdict = self.server.txn_verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, [tp],
+                                                  v >= 5)
+        if isinstance(verdict, dict):
+            return self._after_verification(verdict[tp], commit, all_)
+        return self._verified_later(verdict, tp, commit, all_)
+
+    @staticmethod
+    def _after_verification(verdict: tuple, commit, all_):
+        code, _msg = verdict
+        if code != ErrorCode.none:
+            return all_(ErrorCode.coordinator_not_available if code == ErrorCode.not_enough_replicas else code)
+        return commit()
+
+    async def _verified_later(self, verdict, tp, commit, all_):
+        res = self._after_verification((await verdict)[tp], commit, all_)
+        return await res if inspect.isawaitable(res) else res
+
+    def _commit_txn_offsets(self, req, v, wanted: dict, respond, all_):
+        image = self.server.image
+        gc = self.server.group_coordinator
+        try:
             shard = gc.shard_for(req.group_id)
         except KafkaError as e:
             return all_(e.code)
-        # KIP-890: the group's partition must be in the producer's transaction
-        if self.tc.verification_enabled:
-            code, _msg = self.tc.verify_produce(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                OFFSETS_TOPIC, gc.partition_for(req.group_id), v >= 5)
-            if code != ErrorCode.none:
-                return all_(ErrorCode.coordinator_not_available if code == ErrorCode.not_enough_replicas else code)
         codes = {}
         known = {}
         for t, parts in wanted.items():
@@ -219,7 +291,7 @@ class TransactionApis:
                 return all_(group_error_code(res["_group"]))
             for tp, err in res.items():
                 codes[tp] = group_error_code(err) if err else ErrorCode.none
-        return respond(codes)
+        return when_committed(gc, [gc.partition_for(req.group_id)], respond(codes), all_)
 
     # ------------------------------------------------------------------ admin
     def describe_producers(self, ctx, req):

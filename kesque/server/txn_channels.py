@@ -1,0 +1,270 @@
+"""The transaction coordinator's inter-broker requests (Kafka's TransactionMarkerChannelManager
+and AddPartitionsToTxnManager).
+
+- :class:`TxnMarkerSender` writes a transaction's COMMIT/ABORT markers on the leader of each
+  partition: directly when this broker leads it, else with WriteTxnMarkers to the leader. Either
+  way a marker counts only once committed (acks=all, as Kafka appends markers with acks=-1).
+- :class:`TxnVerifier` asks the coordinator of a transactional id whether partitions were added
+  to the transaction (KIP-890 part 1): the local coordinator synchronously, another broker's with
+  AddPartitionsToTxn verify_only.
+
+Both keep one request in flight per destination broker; what is queued meanwhile goes out in
+the next request, batched (:class:`NodeQueue`). A broker's address is its inter-broker listener
+in the metadata image. Channel failures come back as NETWORK_EXCEPTION (disconnected) or
+REQUEST_TIMED_OUT, which the callers retry or map as Kafka's managers do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from ..errors import ErrorCode, KafkaError
+from ..replication.delayed import wait_for_acks
+from .apis.kiohelp import Msg
+from .channel import ChannelError, RequestTimedOut
+
+log = logging.getLogger(__name__)
+
+WRITE_TXN_MARKERS = 27
+WRITE_TXN_MARKERS_VERSION = 1
+ADD_PARTITIONS_TO_TXN = 24
+ADD_PARTITIONS_TO_TXN_VERSION = 5
+
+
+def broker_resolver(image, config):
+    """``node id -> (host, port)`` of an unfenced broker's inter-broker listener (``image`` is a
+    getter of the current metadata image)."""
+    listener = (config.get("inter.broker.listener.name") or config.get("security.inter.broker.protocol")).upper()
+
+    def resolve(node: int):
+        reg = image().brokers.get(node)
+        if reg is None or reg.fenced:
+            return None
+        ep = reg.endpoint(listener)
+        return (ep.host, ep.port) if ep is not None else None
+
+    return resolve
+
+
+def channel_error(exc: ChannelError) -> ErrorCode:
+    return ErrorCode.request_timed_out if isinstance(exc, RequestTimedOut) else ErrorCode.network_exception
+
+
+def by_topic(tps) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for t, p in sorted(tps):
+        out.setdefault(t, []).append(p)
+    return out
+
+
+@dataclass(eq=False)
+class _Entry:
+    fut: asyncio.Future
+    data: tuple
+    tps: list = field(default_factory=list)
+
+    def settle(self, codes: dict) -> None:
+        if not self.fut.done():  # its waiter may be gone (cancelled at shutdown)
+            self.fut.set_result(codes)
+
+
+class NodeQueue:
+    """Entries for one destination broker queue up while a request to it is in flight, and go
+    out together in the next: ``send_batch(node, entries)`` sends one request and settles every
+    entry's future."""
+
+    def __init__(self, send_batch):
+        self.send_batch = send_batch
+        self.queued: dict[int, list[_Entry]] = {}
+        self._busy: set[int] = set()
+        self._tasks: set[asyncio.Task] = set()
+
+    def add(self, node: int, data: tuple, tps: list) -> asyncio.Future:
+        entry = _Entry(asyncio.get_running_loop().create_future(), data, list(tps))
+        self.queued.setdefault(node, []).append(entry)
+        if node not in self._busy:
+            self._busy.add(node)
+            task = asyncio.get_running_loop().create_task(self._drain(node))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return entry.fut
+
+    async def _drain(self, node: int) -> None:
+        try:
+            while self.queued.get(node):
+                entries = self.queued.pop(node)
+                try:
+                    await self.send_batch(node, entries)
+                except Exception:  # noqa: BLE001 - settle what is left, never leave a waiter hanging
+                    log.exception("request to broker %d failed", node)
+                for e in entries:
+                    e.settle({tp: ErrorCode.unknown_server_error for tp in e.tps})
+        finally:
+            self._busy.discard(node)
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def append_marker(rm, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                  coordinator_epoch: int) -> int:
+    """Append one marker as the partition's leader with acks=all's check (NOT_ENOUGH_REPLICAS
+    below min.insync.replicas); the offset the high watermark must reach for it to count."""
+    part = rm.partitions.get((topic, partition))
+    if part is not None and part.is_leader and part.is_under_min_isr:
+        raise KafkaError(ErrorCode.not_enough_replicas,
+                         f"The size of the current ISR {part.isr} is insufficient to satisfy the min.isr "
+                         f"requirement for partition {part.tp}")
+    try:
+        info = rm.append_txn_marker(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch)
+    except OSError as e:
+        raise KafkaError(ErrorCode.kafka_storage_error, str(e)) from None
+    return info.last_offset + 1
+
+
+async def markers_committed(rm, written: dict, timeout_ms: int) -> dict:
+    """``{tp: error}`` of appended markers (``{tp: end offset}``) once the HW passed them."""
+    waiting = {tp: end for tp, end in written.items() if rm.partitions[tp].log.high_watermark < end}
+    codes = await wait_for_acks(rm, waiting, timeout_ms) if waiting else {}
+    return {tp: ErrorCode(codes.get(tp, 0)) for tp in written}
+
+
+class TxnMarkerSender:
+    """Markers of one transaction for the partitions one broker leads: ``write`` answers
+    ``{tp: error}`` once each marker is committed there (or failed)."""
+
+    def __init__(self, node_id: int, replica_manager, channel, timeout_ms: int):
+        self.node_id = node_id
+        self.rm = replica_manager
+        self.channel = channel
+        self.timeout_ms = timeout_ms
+        self.queue = NodeQueue(self._send)
+
+    async def write(self, node: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                    tps: list) -> dict:
+        if node != self.node_id:
+            return await self.queue.add(node, (producer_id, producer_epoch, commit, coordinator_epoch), tps)
+        codes, written = {}, {}
+        for topic, p in tps:
+            try:
+                written[(topic, p)] = append_marker(self.rm, topic, p, producer_id, producer_epoch, commit,
+                                                    coordinator_epoch)
+            except KafkaError as e:
+                codes[(topic, p)] = e.code
+        codes.update(await markers_committed(self.rm, written, self.timeout_ms))
+        return codes
+
+    async def _send(self, node: int, entries: list[_Entry]) -> None:
+        m = Msg(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request=True)
+        body = m(markers=tuple(
+            m("WritableTxnMarker", producer_id=e.data[0], producer_epoch=e.data[1], transaction_result=e.data[2],
+              coordinator_epoch=e.data[3], topics=tuple(m("WritableTxnMarkerTopic", name=t, partition_indexes=ps)
+                                                        for t, ps in by_topic(e.tps).items()))
+            for e in entries))
+        try:
+            resp = await self.channel.send(node, WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
+                                           self.timeout_ms + 5000)
+        except ChannelError as exc:
+            log.info("WriteTxnMarkers to broker %d failed: %s", node, exc)
+            for e in entries:
+                e.settle({tp: channel_error(exc) for tp in e.tps})
+            return
+        for e, result in zip(entries, resp.markers):
+            codes = {(t.name, p.partition_index): ErrorCode(p.error_code) for t in result.topics for p in t.partitions}
+            e.settle({tp: codes.get(tp, ErrorCode.unknown_server_error) for tp in e.tps})
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+class TxnVerifier:
+    """KIP-890 verification of a producer's partitions wherever its coordinator lives.
+    ``verify`` answers ``{tp: (error, message)}`` (as the produce path maps them), at once
+    when the coordinator is local, else as an awaitable."""
+
+    def __init__(self, node_id: int, txn_coordinator, image, channel, timeout_ms: int):
+        self.node_id = node_id
+        self.tc = txn_coordinator
+        self.image = image
+        self.channel = channel
+        self.timeout_ms = timeout_ms
+        self.queue = NodeQueue(self._send)
+
+    def coordinator_node(self, txn_id: str) -> int | None:
+        t = self.image().topic(self.tc.TOPIC)
+        reg = t.partitions.get(self.tc.partition_for(txn_id)) if t is not None else None
+        return reg.leader if reg is not None and reg.leader >= 0 else None
+
+    def verify(self, txn_id: str | None, producer_id: int, producer_epoch: int, tps: list,
+               supports_abortable: bool):
+        node = self.coordinator_node(txn_id) if txn_id else None
+        if node is None or node == self.node_id:
+            return {tp: self.tc.verify_produce(txn_id, producer_id, producer_epoch, *tp, supports_abortable)
+                    for tp in tps}
+        return self._remote(node, txn_id, producer_id, producer_epoch, tps, supports_abortable)
+
+    async def _remote(self, node, txn_id, producer_id, producer_epoch, tps, supports_abortable) -> dict:
+        # one verification per transactional id in a request: an older one queued for the same
+        # id gives way (Kafka's AddPartitionsToTxnManager.addTxnData)
+        for e in list(self.queue.queued.get(node, ())):
+            if e.data[0] != txn_id:
+                continue
+            if e.data[2] > producer_epoch:
+                return {tp: self.tc.verification_error(ErrorCode.invalid_producer_epoch, supports_abortable)
+                        for tp in tps}
+            self.queue.queued[node].remove(e)
+            code = ErrorCode.invalid_producer_epoch if e.data[2] < producer_epoch else ErrorCode.network_exception
+            e.settle({tp: code for tp in e.tps})
+        codes = await self.queue.add(node, (txn_id, producer_id, producer_epoch), tps)
+        return {tp: self.tc.verification_error(codes[tp], supports_abortable) for tp in tps}
+
+    async def _send(self, node: int, entries: list[_Entry]) -> None:
+        v = ADD_PARTITIONS_TO_TXN_VERSION
+        m = Msg(ADD_PARTITIONS_TO_TXN, v, request=True)
+        body = m(transactions=tuple(
+            m("AddPartitionsToTxnTransaction", transactional_id=e.data[0], producer_id=e.data[1],
+              producer_epoch=e.data[2], verify_only=True,
+              topics=tuple(m("AddPartitionsToTxnTopic", name=t, partitions=ps) for t, ps in by_topic(e.tps).items()))
+            for e in entries))
+        try:
+            resp = await self.channel.send(node, ADD_PARTITIONS_TO_TXN, v, body, self.timeout_ms)
+        except ChannelError as exc:
+            log.info("AddPartitionsToTxn (verification) to broker %d failed: %s", node, exc)
+            for e in entries:
+                e.settle({tp: ErrorCode.network_exception for tp in e.tps})
+            return
+        if resp.error_code:
+            code = ErrorCode(resp.error_code)
+            if code == ErrorCode.cluster_authorization_failed:
+                code = ErrorCode.invalid_txn_state
+            for e in entries:
+                e.settle({tp: code for tp in e.tps})
+            return
+        results = {r.transactional_id: {(t.name, p.partition_index): ErrorCode(p.partition_error_code)
+                                        for t in r.topic_results for p in t.results_by_partition}
+                   for r in resp.results_by_transaction}
+        for e in entries:
+            codes = results.get(e.data[0], {})
+            e.settle({tp: codes.get(tp, ErrorCode.none) for tp in e.tps})
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+def wire(server) -> tuple:
+    """Give ``server`` its marker sender (``txn_coordinator.markers``) and verifier
+    (``txn_verifier``), each on its own channel (a WriteTxnMarkers waiting for its markers to be
+    committed must not hold up a verification); returns the channels, for the server to close."""
+    from .channel import Channel
+
+    cfg = server.config
+    resolve = broker_resolver(lambda: server.image, cfg)
+    timeout = cfg.get("request.timeout.ms")
+    markers = Channel(resolve, client_id=f"txn-marker-sender-{server.node_id}", request_timeout_ms=timeout)
+    verify = Channel(resolve, client_id=f"add-partitions-to-txn-sender-{server.node_id}", request_timeout_ms=timeout)
+    server.txn_coordinator.markers = TxnMarkerSender(server.node_id, server.replica_manager, markers, timeout)
+    server.txn_verifier = TxnVerifier(server.node_id, server.txn_coordinator, lambda: server.image, verify, timeout)
+    return markers, verify
