@@ -484,7 +484,7 @@ def test_shutdown_stops_every_fetcher(tmp_path):
         f.follow(ld, 0, 0, 1)
         await until(lambda: len(ld.fetches) >= 2, "fetching")
         tasks = [x.task for x in f.mgr.fetchers.values()]
-        await f.mgr.shutdown()
+        await asyncio.wait_for(f.mgr.shutdown(), 10)          # a deadlock guard
         assert all(t.done() for t in tasks) and not f.mgr.fetchers
         n = len(ld.fetches)
         await asyncio.sleep(0.1)
