@@ -66,6 +66,7 @@ class FakeLeader:
         self.logs = {p: new_log(path, p) for p in range(partitions)}
         self.reps = {p: LeaderReplication(node_id, min_insync_replicas=1) for p in range(partitions)}
         self.errors: dict[int, list[int]] = {}
+        self.top_errors: list[int] = []  # top-level error codes answered first, one per fetch
         self.fetches: list = []          # (client id, kio request)
         self.list_offsets: list = []
         self.server = None
@@ -118,6 +119,8 @@ class FakeLeader:
 
     async def fetch(self, h, req):
         self.fetches.append((h.client_id, req))
+        if self.top_errors:
+            return encode_fetch_response(h.api_version, self.top_errors.pop(0), 0, [])
         parts = self.answer(req)
         if not any(p.records_size or p.error_code or p.diverging_epoch for p in parts):
             await asyncio.sleep(to_ms(req.max_wait) / 1000)        # the long poll, without a wake-up
@@ -446,6 +449,23 @@ def test_connection_refused_then_the_leader_appears(tmp_path, caplog):
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and "cannot connect" in warnings[0].getMessage()
         assert any("fetching from broker 1 again" in r.getMessage() for r in caplog.records)
+
+    run(tmp_path, scenario)
+
+
+def test_a_top_level_fetch_error_backs_off_and_retries(tmp_path, caplog):
+    """A Fetch answered with a top-level error (today's handler refuses replica fetches with
+    UNKNOWN_SERVER_ERROR): one WARNING for the streak, retries, then catch-up."""
+    caplog.set_level(logging.INFO, logger="kesque.replication.fetcher")
+
+    async def scenario(f, ld):
+        ld.lead(0)
+        ld.produce(0, b"a")
+        ld.top_errors = [int(E.unknown_server_error)] * 3
+        f.follow(ld, 0)
+        await until(caught_up(f, ld), "catch-up")
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "UNKNOWN_SERVER_ERROR" in warnings[0] and len(ld.fetches) >= 4
 
     run(tmp_path, scenario)
 

@@ -228,6 +228,9 @@ class _Fetcher:
                       e.fetch.fetch_offset, exc)
             self.restart_from_log(e)
             state = BACKOFF
+        if resp.error_code:
+            log.debug("%s: %s for %s at offset %d", self.name, error_name(resp.error_code), e.part.tp,
+                      e.fetch.fetch_offset)
         if state == BACKOFF:
             self.back_off([e])
         elif resp.error_code and state == WAIT_FOR_METADATA:
