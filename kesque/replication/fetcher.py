@@ -155,7 +155,10 @@ class _Fetcher:
     async def sleep(self, now: float) -> None:
         """Until add_partitions wakes the fetcher, or the first backed-off partition is due."""
         due = [e.ready_at for e in self.entries.values() if e.fetch.state in (BACKOFF, OUT_OF_RANGE)]
-        timeout = max(min(due) - now, 0.0) if due else None
+        timeout = min(due) - now if due else None
+        if timeout is not None and timeout <= 0:
+            await asyncio.sleep(0)              # wait_for(..., 0) would not yield to the loop
+            return
         try:
             await asyncio.wait_for(self.wake.wait(), timeout)
         except asyncio.TimeoutError:
