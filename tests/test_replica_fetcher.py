@@ -52,6 +52,13 @@ def raw_batches(lg: Log) -> list[bytes]:
     return [bytes(data) for _h, data in lg.read_batches(lg.log_start_offset)]
 
 
+def record_truncations(lg: Log, monkeypatch) -> list[int]:
+    out: list[int] = []
+    real = lg.truncate_to
+    monkeypatch.setattr(lg, "truncate_to", lambda offset: (out.append(offset), real(offset)))
+    return out
+
+
 def checkpoint(lg: Log) -> str:
     with open(os.path.join(lg.dir, LEADER_EPOCH_CHECKPOINT)) as f:
         return f.read()
@@ -238,19 +245,23 @@ def run(tmp_path, scenario, partitions: int = 1, leaders: int = 1, **config):
 
 
 # -- catch-up ------------------------------------------------------------------------------------------------
-def test_catch_up_across_rounds_keeps_offsets_epochs_and_the_epoch_checkpoint(tmp_path):
-    """Breaks without whole-batch trimming' first offset, or without the HW from the answers."""
+def test_catch_up_across_rounds_keeps_offsets_epochs_and_the_epoch_checkpoint(tmp_path, monkeypatch):
+    """2.5 batches a fetch: two whole batches a round, the partial third dropped, rounds across
+    the epoch changes, never a truncation. Breaks with a wrong first offset (every answer looks
+    stale), the epoch of another batch than the last (a false divergence), or without the HW
+    from the answers."""
     size = len(batch(b"v0"))
 
     async def scenario(f, ld):
         for epoch in (0, 1, 3):
             ld.lead(epoch)
             ld.produce(0, *[b"v%d-%d" % (epoch, i) for i in range(5)])
+        truncations = record_truncations(f.log(), monkeypatch)
         f.follow(ld, 3)
         await until(caught_up(f, ld), "catch-up")
         assert raw_batches(f.log()) == raw_batches(ld.logs[0])            # offsets and epochs kept
         assert checkpoint(f.log()) == checkpoint(ld.logs[0]) == "0\n3\n0 0\n1 5\n3 10\n"
-        assert len(ld.fetches) >= 8                # 1.5 batches per fetch: one whole batch a round
+        assert truncations == [] and len(ld.fetches) >= 8
         client, req = ld.fetches[0]
         assert client == f"replica-fetcher-{FOLLOWER}-{LEADER}-0"
         assert (req.replica_state.replica_id, req.replica_state.replica_epoch) == (FOLLOWER, BROKER_EPOCH)
@@ -258,11 +269,11 @@ def test_catch_up_across_rounds_keeps_offsets_epochs_and_the_epoch_checkpoint(tm
                 req.session_epoch) == (20, 1, 10485760, 0, 0, -1)
         fp = req.topics[0].partitions[0]
         assert (fp.fetch_offset, fp.last_fetched_epoch, fp.current_leader_epoch, fp.log_start_offset,
-                fp.partition_max_bytes) == (0, -1, 3, 0, size * 3 // 2)
+                fp.partition_max_bytes) == (0, -1, 3, 0, size * 5 // 2)
         assert f.progress and set(f.progress) == {"t-0"}
         assert f.mgr.leader_of(f.parts[0]) == LEADER
 
-    run(tmp_path, scenario, replica_fetch_max_bytes=size * 3 // 2)
+    run(tmp_path, scenario, replica_fetch_max_bytes=size * 5 // 2)
 
 
 def test_fetch_versions_are_served_by_kesque():
@@ -304,7 +315,6 @@ def test_diverging_epoch_truncates_to_the_epoch_end_and_keeps_message2(tmp_path,
     a message3 of epoch 0 the leader never had. The leader wrote message3' in epoch 1 from
     offset 2. The follower truncates to 2 (never to its HW 1): message2 survives. Breaks with
     FollowerFetch.truncate_to_high_watermark, or without the diverging epoch from the answer."""
-    truncations = []
 
     async def scenario(f, ld):
         ld.lead(0)
@@ -315,8 +325,7 @@ def test_diverging_epoch_truncates_to_the_epoch_end_and_keeps_message2(tmp_path,
         for v in (b"message1", b"message2", b"message3"):
             lg.append_as_leader(batch(v), 0, NOW)
         lg.update_high_watermark(1)
-        real = lg.truncate_to
-        monkeypatch.setattr(lg, "truncate_to", lambda off: (truncations.append(off), real(off)))
+        truncations = record_truncations(lg, monkeypatch)
         f.follow(ld, 1)
         await until(caught_up(f, ld), "catch-up")
         assert values(lg) == [b"message1", b"message2", b"message3'"]
