@@ -8,8 +8,9 @@ the destination keeps failing. Failures surface as :class:`ChannelError` (``Disc
 ``RequestTimedOut``); the caller decides whether to retry.
 
 Requests and responses are kio objects, encoded with :mod:`kesque.protocol`. Used for the
-raft RPCs and the controller RPCs (and follower fetch next). ``kesque.client`` is the blocking
-client of the tools; this one runs on the node's event loop and nothing in it is process-wide.
+raft RPCs, the controller RPCs and the replica fetchers (a channel each). ``kesque.client`` is
+the blocking client of the tools; this one runs on the node's event loop and nothing in it is
+process-wide.
 """
 
 from __future__ import annotations

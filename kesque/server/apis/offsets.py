@@ -12,6 +12,7 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
+CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
 class OffsetApis:
@@ -56,12 +57,16 @@ class OffsetApis:
     def _offset_for(self, topic: str, partition: int, timestamp: int, current_epoch: int, committed: bool,
                     replica_id: int) -> tuple[int, int, int]:
         part = self.server.replica_manager.get_partition(topic, partition)
-        part.check_leader_epoch(current_epoch, require_leader=replica_id != -2)
+        part.check_leader_epoch(current_epoch, require_leader=replica_id != DEBUGGING_REPLICA_ID)
         lg = part.log
         cache = lg.leader_epoch_cache
-        max_offset = part.last_stable_offset if committed else lg.high_watermark
-        if replica_id == -2:
+        # a consumer sees up to the HW (LSO for read_committed); a follower (replica id >= 0: it
+        # asks the leader's log end after OFFSET_OUT_OF_RANGE) and the debugging id -2 see the
+        # log end, as Kafka's (isolation only for CONSUMER_REPLICA_ID)
+        if replica_id != CONSUMER_REPLICA_ID:
             max_offset = lg.log_end_offset
+        else:
+            max_offset = part.last_stable_offset if committed else lg.high_watermark
         if timestamp in (EARLIEST, EARLIEST_LOCAL):
             off = lg.log_start_offset
             return -1, off, cache.epoch_for_offset(off)
