@@ -549,6 +549,6 @@ def test_list_offsets_latest_for_a_replica_is_the_log_end(tmp_path, replica_id, 
     assert ask(-1) == (0, latest)
     assert ask(-2) == (0, 0)
     follower = Partition(TOPIC, 0, TOPIC_ID, lg, FOLLOWER)
-    follower.make_follower(LEADER, [1, 2], [1, 2], 0, 0)
+    follower.make_follower(LEADER, [1, 2], 0, 0)
     assert ask(-1, target=follower)[0] == (0 if replica_id == -2 else int(E.not_leader_or_follower))
     lg.close()

@@ -171,10 +171,6 @@ class Controller:
         for res in results:
             if res.error is None and not validate_only:
                 log.info("Created topic %s with topic id %s", res.name, res.topic_id)
-                if res.replication_factor > 1:
-                    log.warning("Topic %s has replication factor %d, but kesque does not replicate partition "
-                                "data yet: only each partition's leader holds its records", res.name,
-                                res.replication_factor)
         return results
 
     def _plan_topic(self, t: NewTopic, budget: list[int] | None = None):

@@ -217,6 +217,9 @@ class KesqueServer:
             else:   # a lone node: registered and unfenced at once, as before the quorum
                 self.broker_epoch = await self.controllers.register_broker(
                     self.node_id, self._endpoints(), cluster_id, uuid.uuid4(), FEATURES, cfg.get("broker.rack"))
+            self.replica_manager.local_broker_epoch = self.broker_epoch
+            if self.cluster_mode:
+                self._start_replication()
             await self.producer_ids.load()
         # partitions of every topic in the image (become leader where this node leads)
         self.replica_manager.apply_delta(Delta(changed_partitions={
@@ -252,6 +255,26 @@ class KesqueServer:
         if lc.shutdown_finished:
             raise RuntimeError(f"broker {self.node_id} could not join the cluster: {lc.shutdown_reason}")
         self.broker_epoch = lc.broker_epoch
+
+    def _start_replication(self) -> None:
+        """A broker of a cluster: replica fetchers for the partitions it follows, and the
+        AlterPartition sender for the ISR changes of those it leads."""
+        from ..replication.alter_partition import AlterPartitionManager
+        from ..replication.fetcher import ReplicaFetcherManager
+
+        rm = self.replica_manager
+        listener = (self.config.get("inter.broker.listener.name") or "PLAINTEXT").upper()
+
+        def resolve(broker_id: int):
+            reg = self.image.brokers.get(broker_id)
+            ep = reg and (reg.endpoint(listener) or reg.endpoint())
+            return (ep.host, ep.port) if ep else None
+
+        # on_progress: nothing to wake on a follower (consumers fetch from leaders only: no KIP-392)
+        rm.fetchers = ReplicaFetcherManager(self.node_id, self.config, self.clock, resolve,
+                                            lambda: self.broker_epoch, lambda _part: None, loop=self.loop)
+        self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
+        rm.send_alter_partition = self.alter_partitions.sender()
 
     async def _controlled_shutdown(self) -> None:
         """SIGTERM in a cluster: the controller moves this broker's leaderships off it
@@ -399,9 +422,6 @@ class KesqueServer:
         """Once at start: what is stored but not acted on."""
         if self.controller is not None:
             self.controller.warn_without_effect()
-        if self.cluster_mode and "broker" in self.roles:
-            log.warning("kesque does not replicate partition data yet: this broker's partitions whose leader is "
-                        "another broker stay empty here, and acks=all is answered by the leader alone")
 
     def _start_log_cleaner(self) -> None:
         """log.cleaner.enable: the background cleaner of compacted logs, woken every
@@ -461,6 +481,9 @@ class KesqueServer:
             self.txn_coordinator.shutdown()
         for task in list(self._tasks):
             task.cancel()
+        if getattr(self, "replica_manager", None) is not None and self.replica_manager.fetchers is not None:
+            self.alter_partitions.close()
+            await self.replica_manager.fetchers.shutdown()
         if self.log_cleaner is not None:
             await self.log_cleaner.stop()
             if clean:
@@ -519,6 +542,7 @@ class KesqueServer:
         self._every(cfg.get("producer.id.expiration.check.interval.ms"),
                     lambda: lm.remove_expired_producers(cfg.get("producer.id.expiration.ms")), "producer-id-expiration")
         self._every(QUOTA_REPORT_INTERVAL_MS, self._report_quotas, "client-quota-metrics")
+        self._every(cfg.get("replica.lag.time.max.ms") // 2, self.replica_manager.shrink_isrs, "isr-expiration")
         self._every(cfg.get("replica.high.watermark.checkpoint.interval.ms"),
                     lambda: self._write_in_background(lm.high_watermark_checkpoints()), "highwatermark-checkpoint")
 
