@@ -731,6 +731,7 @@ class Log:
         if offset >= self.log_end_offset:
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
+        log.info("%s: truncating to offset %d (log end offset %d)", self.tp, offset, self.log_end_offset)
         while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
             seg = self.segments.pop()
             self._bases.pop()
