@@ -157,7 +157,8 @@ def test_three_nodes_agree_on_a_topic_created_through_any_of_them(nodes):
     part, (lead, _r) = next((p, lr) for p, lr in seen.items() if lr[0] != via + 1)
     c, api = nodes.api(via)
     with c:
-        assert api.produce("spread", build_batch([(None, b"x", ())]), partition=part).error_code == 6
+        r = api.produce("spread", build_batch([(None, b"x", ())]), partition=part, version=10)
+        assert r.error_code == 6 and r.current_leader.leader_id == lead     # KIP-951: where to go
     c, api = nodes.api(lead - 1)
     with c:
         assert api.produce("spread", build_batch([(None, b"x", ())]), partition=part).error_code == 0

@@ -100,6 +100,7 @@ class ProduceApis:
                     except KafkaError as e:
                         r.error_code = int(e.code)
                         r.error_message = e.message
+                        self._current_leader(r, name, p.index)
                 if r.error_code:
                     failed = True
                     if r.error_code not in (ErrorCode.unknown_topic_or_partition,):
@@ -128,9 +129,18 @@ class ProduceApis:
             if code:
                 r.error_code = code
                 r.error_message = None
+                self._current_leader(r, *tp)
                 if code == ErrorCode.request_timed_out:
                     log.debug("Produce to %s-%d timed out waiting for the ISR", *tp)
         return encode_produce_response(v, topics_out, throttle_ms)
+
+    def _current_leader(self, r: PartitionResponse, topic: str, partition: int) -> None:
+        """KIP-951: NOT_LEADER_OR_FOLLOWER carries the leader the image names, so that the
+        client can go there without a metadata round trip."""
+        if r.error_code == ErrorCode.not_leader_or_follower:
+            reg = self.server.replica_manager.image_partition(topic, partition)
+            if reg is not None:
+                r.leader_id, r.leader_epoch = reg.leader, reg.leader_epoch
 
     def _log_start_offset(self, topic: str, partition: int) -> int:
         part = self.server.replica_manager.partitions.get((topic, partition))
