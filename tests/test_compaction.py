@@ -305,3 +305,73 @@ def test_share_group_state_is_compacted_and_loads_after_a_restart(tmp_path):
                 got += [(o, count) for first, last, count in ranges for o in range(first, last + 1)]
     assert sorted(o for o, _ in got) == sorted(held), f"accepted again: {sorted({o for o, _ in got} - held)[:20]}"
     assert {count for _, count in got} == {2}
+
+
+def replica_records(cluster, node: int, topic: str) -> dict[int, tuple[bytes, bytes]]:
+    """offset -> (key, value) of every record in one replica's segment files (dump-log)."""
+    import re
+    import subprocess
+    import sys
+
+    d = os.path.join(cluster.data_dir, f"node-{node}", "data", f"{topic}-0")
+    files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".log"))
+    r = subprocess.run([sys.executable, "-m", "kesque", "dump-log", "--print-data-log", "--files", ",".join(files)],
+                       capture_output=True, text=True, timeout=60)
+    return {int(m.group(1)): (m.group(2).encode(), m.group(3).encode())
+            for m in re.finditer(r"\| offset: (\d+) .* key: (\S+) payload: (\S+)", r.stdout)}
+
+
+def latest_by_key(records: dict) -> dict:
+    out = {}
+    for offset in sorted(records):
+        k, v = records[offset]
+        out[k] = (offset, v)
+    return out
+
+
+def test_every_replica_of_a_compacted_topic_cleans_its_own_copy(tmp_path):
+    """Issue 15 test 6: on a replicated compacted topic (RF 3) each replica's cleaner compacts
+    its own log, and a follower that was down catches up from the compacted leader (fetching
+    across the offsets cleaning removed): every replica ends with the same last value of every
+    key at the same offset, and no replica holds an offset with a record another does not agree on."""
+    from test_replication import create as create_replicated
+
+    from kesque.testing.cluster import Cluster
+
+    topic = "replicated-emails"
+    with Cluster(nodes=3, data_dir=str(tmp_path), config={**CLEANER, "broker.heartbeat.interval.ms": "300",
+                                                           "broker.session.timeout.ms": "3000"}) as c:
+        try:
+            create_replicated(c, topic, 3, *(f"{k}={v}" for k, v in COMPACTED.items()), assignment="1:2:3")
+            p = Producer({"bootstrap.servers": c.bootstrap_servers, "linger.ms": 0, "acks": "all"})
+
+            def rounds(first: int, n: int) -> None:
+                for rnd in range(first, first + n):   # segment.ms rolls a segment per round
+                    for i in range(20):
+                        p.produce(topic, key=b"user%d" % (i % 4), value=b"r%d-%d" % (rnd, i))
+                    p.flush(10)
+                    time.sleep(0.15)
+
+            rounds(0, 3)
+            c.kill(3)                           # a follower misses the next rounds and their cleaning
+            rounds(3, 3)
+            p.produce(topic, key=b"last", value=b"rolls-the-last-round-out")
+            p.flush(10)
+            for node in (1, 2):
+                wait_for_log(c.node(node), f"Log cleaner finished {topic}-0", timeout=30)
+            c.restart(3)
+            deadline = time.monotonic() + 30
+            while True:
+                replicas = {n: replica_records(c, n, topic) for n in (1, 2, 3)}
+                latest = {n: latest_by_key(r) for n, r in replicas.items()}
+                if latest[1] == latest[2] == latest[3] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            assert latest[1] == latest[2] == latest[3] and len(latest[1]) == 5
+            assert len(replicas[1]) < 6 * 20       # the leader's copy was cleaned
+            for offset in set(replicas[1]) & set(replicas[3]):   # no divergence where both hold an offset
+                assert replicas[1][offset] == replicas[3][offset]
+        finally:
+            for b in c.nodes.values():
+                if b.process is not None:
+                    b.kill()

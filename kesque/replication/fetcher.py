@@ -76,13 +76,14 @@ class _Entry:
     """One partition on a fetcher: replaced (never reused) when the partition is re-added, so
     that an answer to a request sent before is recognised as stale."""
 
-    __slots__ = ("part", "rlog", "fetch", "ready_at")
+    __slots__ = ("part", "rlog", "fetch", "ready_at", "sent_offset")
 
     def __init__(self, part, leader_id: int, leader_epoch: int):
         self.part = part
         self.rlog = StorageReplicaLog(part.log)
         self.fetch = FollowerFetch(leader_id, leader_epoch, self.rlog)
         self.ready_at = 0.0                     # loop time before which a backed-off partition waits
+        self.sent_offset = -1                   # the fetch offset of the request in flight
 
 
 class _Fetcher:
@@ -186,6 +187,7 @@ class _Fetcher:
         topics: dict = {}
         for e in ready:
             r = e.fetch.request(e.rlog)
+            e.sent_offset = r.fetch_offset
             topics.setdefault(e.part.topic_id, []).append(m(
                 "FetchPartition", partition=e.part.partition, current_leader_epoch=r.current_leader_epoch,
                 fetch_offset=r.fetch_offset, last_fetched_epoch=r.last_fetched_epoch,
@@ -214,7 +216,8 @@ class _Fetcher:
 
     def apply(self, e: _Entry, p, now_ms: int) -> bool:
         """One partition's answer; returns whether records came."""
-        resp = FetchPartitionResponse(int(p.error_code), p.high_watermark, p.log_start_offset)
+        resp = FetchPartitionResponse(int(p.error_code), p.high_watermark, p.log_start_offset,
+                                      request_offset=e.sent_offset)
         de = p.diverging_epoch
         if de is not None and de.epoch >= 0:
             resp.diverging_epoch = (de.epoch, de.end_offset)

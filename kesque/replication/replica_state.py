@@ -473,6 +473,7 @@ class FetchPartitionResponse:
     records: list = field(default_factory=list)        # opaque to this module: given to append()
     first_offset: int = UNDEFINED                      # of the records (-1: none)
     last_epoch: int = UNDEFINED                        # the epoch of the last record batch
+    request_offset: int = UNDEFINED                    # the fetch offset asked (-1: not known)
 
 
 FETCHING, TRUNCATING, WAIT_FOR_METADATA, BACKOFF, OUT_OF_RANGE = (
@@ -512,7 +513,7 @@ class FollowerFetch:
         elif resp.diverging_epoch is not None:
             self.truncate_to_epoch_end(*resp.diverging_epoch, log)
         else:
-            if resp.records and resp.first_offset == self.fetch_offset == log.log_end_offset:
+            if resp.records and self._answers_this_fetch(resp) and self.fetch_offset == log.log_end_offset:
                 append(resp.records)
                 self.last_fetched_epoch = resp.last_epoch
             elif resp.records:
@@ -523,6 +524,13 @@ class FollowerFetch:
                 log.maybe_increment_log_start_offset(resp.log_start_offset)
             self.state = FETCHING
         return self.state
+
+    def _answers_this_fetch(self, resp: FetchPartitionResponse) -> bool:
+        """Records for the current fetch offset: asked at it (the first batch may start later,
+        past offsets a compacted leader removed), or, when the request is not known, starting at it."""
+        if resp.request_offset == UNDEFINED:
+            return resp.first_offset == self.fetch_offset
+        return resp.request_offset == self.fetch_offset <= resp.first_offset
 
     def truncate_to_epoch_end(self, leader_epoch: int, leader_end: int, log: ReplicaLog) -> None:
         """Kafka's getOffsetTruncationState for the leader's (epoch, end offset)."""
