@@ -40,7 +40,8 @@ TEST_SETTINGS = {"controller.quorum.election.timeout.ms": "300", "controller.quo
                  "auto.create.topics.enable": "false"}
 PAUSE = 0.01             # between two probes of the failover
 PROBE_TIMEOUT_MS = 2000  # the Produce's own timeout (acks=all waits at most this long for the ISR)
-PROBLEM = re.compile(r"Traceback|\bERROR\b|Exception|CRITICAL")
+PROBLEM = re.compile(r"^Traceback|\] (ERROR|CRITICAL) ")  # kesque's and Kafka's log layout
+TIMESTAMP = re.compile(r"^\[[^]]*\] ")
 
 
 # ------------------------------------------------------------------ a small raw client
@@ -334,17 +335,25 @@ def failover(nodes: C.Nodes, client: Client, runs: int, how: str, log=print) -> 
 
 # ------------------------------------------------------------------ all of one kind
 def log_problems(nodes: C.Nodes, limit: int = 20) -> list[str]:
-    """The lines of each node's log that name an error (kesque's logs; Kafka's only ERROR lines)."""
-    out = []
+    """The ERROR lines of each node's log and, for kesque, the exception line ending each traceback;
+    repeats counted (timestamps stripped)."""
+    seen: collections.Counter = collections.Counter()
     for n in nodes.ids:
         try:
             with open(nodes.log_path(n), errors="replace") as f:
+                in_traceback = False
                 for line in f:
-                    if (PROBLEM.search(line) if nodes.kind == "kesque" else " ERROR " in line) and len(out) < limit:
-                        out.append(f"node {n}: {line.rstrip()[:300]}")
+                    line = line.rstrip()
+                    if in_traceback and line and not line[0].isspace():
+                        in_traceback = False
+                        seen[f"node {n}: {line[:300]}"] += 1
+                    elif PROBLEM.search(line):
+                        in_traceback = nodes.kind == "kesque" and line.startswith("Traceback")
+                        if not in_traceback:
+                            seen[f"node {n}: {TIMESTAMP.sub('', line)[:300]}"] += 1
         except OSError:
             pass
-    return out
+    return [f"{line} (x{count})" if count > 1 else line for line, count in list(seen.items())[:limit]]
 
 
 def keep_logs(nodes: C.Nodes, results: str) -> list[str]:
