@@ -20,6 +20,7 @@ here asserts on timing.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -63,6 +64,23 @@ class Nodes:
             self.cluster.node(node_id).start(timeout=180)
         else:
             self.cluster.restart(node_id)
+
+    def stop(self, node_id: int) -> None:
+        """Clean shutdown (SIGTERM, SIGKILL past the broker's stop timeout); returns once it exited."""
+        self.cluster.node(node_id).stop()
+
+    def pid(self, node_id: int) -> int | None:
+        process = self.cluster.node(node_id).process
+        return None if process is None else process.pid
+
+    def data_dir(self, node_id: int) -> str:
+        """The node's ``log.dirs`` (Kafka's on-disk layout on both)."""
+        if self.kind == "kafka":
+            return self.cluster.node(node_id).data_dir
+        return os.path.join(self.cluster.data_dir, f"node-{node_id}", "data")
+
+    def log_path(self, node_id: int) -> str:
+        return self.cluster.node(node_id).log_path
 
 
 @contextlib.contextmanager

@@ -29,8 +29,8 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
 GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions",
-           "spark", "recovery", "quotas", "share", "controller")
-OPT_IN = ("controller",)  # minutes of cluster restarts: only with --only controller
+           "spark", "recovery", "quotas", "share", "controller", "replication")
+OPT_IN = ("controller", "replication")  # minutes of cluster restarts: only with --only controller / replication
 SIDE_BY_SIDE = ("startup", "produce", "consume", "small", "latency")  # --against kafka (bench/sidebyside.py)
 
 SCALES = {
@@ -40,14 +40,16 @@ SCALES = {
              "idem_records": 1_000_000, "idem_passes": 5, "txn_records": 1_000_000,
              "spark_records": 1_000_000, "spark_latency_seconds": 30.0, "recovery_partitions": 10_000,
              "quota_seconds": 20.0, "quota_passes": 3, "share_records": 1_000_000, "share_passes": 3,
-             "redelivery_passes": 5, "failover_runs": 20, "commit_requests": 200},
+             "redelivery_passes": 5, "failover_runs": 20, "commit_requests": 200,
+             "repl_records": 500_000, "repl_passes": 3, "catchup_bytes": 1 << 30},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
               "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
               "idem_records": 500_000, "idem_passes": 3, "txn_records": 200_000,
               "spark_records": 100_000, "spark_latency_seconds": 10.0, "recovery_partitions": 1_000,
               "quota_seconds": 5.0, "quota_passes": 2, "share_records": 200_000, "share_passes": 1,
-              "redelivery_passes": 2, "failover_runs": 3, "commit_requests": 50},
+              "redelivery_passes": 2, "failover_runs": 3, "commit_requests": 50,
+              "repl_records": 200_000, "repl_passes": 1, "catchup_bytes": 128 << 20},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -63,6 +65,8 @@ BARS = {  # figure -> (kind, threshold, text)
     "quota-accuracy": ("band", 0.15, "within 15%"),
     "quota-cost": ("ratio", 0.95, ">= 95%"),
     "redelivery": ("within", 0.1, "<= lock+fetch+0.1s"),
+    "replication-produce": ("ratio", 0.40, ">= 40%"),
+    "controlled-shutdown": ("below", 1.0, "< 1 s"),
 }
 
 
@@ -359,6 +363,52 @@ def add_controller_figures(report, measured: dict, runs: int, requests: int, why
         elif k is not None:
             add_figure(report, f"{name} [Apache Kafka]", "controller", k, unit, note=f"{how}; {why}",
                        extra={"kafka": kafka})
+
+
+def add_replication_figures(report, measured: dict, sc: dict, partitions: int) -> None:
+    """kesque's rows against the same run's limits (RF 1 acks=1 on the same brokers; Apache Kafka),
+    Kafka's own RF 3 / RF 1 row, and Kafka's alone where kesque's part failed."""
+    kesque, kafka = measured.get("kesque") or {}, measured.get("kafka") or {}
+    runs = f"{sc['failover_runs']} runs, test settings"
+
+    def tput(m, key):
+        return (m.get("throughput") or {}).get(key, {}).get("mb_s")
+
+    mb = f"{sc['repl_records']:,} x 1 KiB, {partitions}-partition topics, best of {sc['repl_passes']}"
+    k3, k1, a3, a1 = tput(kesque, "rf3"), tput(kesque, "rf1"), tput(kafka, "rf3"), tput(kafka, "rf1")
+    if k3 is not None:
+        t = kesque["throughput"]
+        checks = "".join(f"; CHECK: {c}" for key in ("rf3", "rf1") for c in t[key]["checks"])
+        cpu = "cluster CPU {:.1f} s against {:.1f} s".format(*(t[k]["best"]["cluster_cpu_seconds"] for k in ("rf3", "rf1")))
+        add_figure(report, "produce RF 3 acks=all (confluent, 3 nodes)", "replication", k3, "MB/s",
+                   "RF 1 acks=1, same brokers", k1, f"{mb}; {cpu}{checks}", "replication-produce", extra=t)
+        if a3 is not None:
+            add_figure(report, "produce RF 3 acks=all, kesque / Kafka", "replication", k3, "MB/s",
+                       "Apache Kafka (same run)", a3, mb)
+    if a3 is not None:
+        add_figure(report, "produce RF 3 acks=all (confluent, 3 nodes) [Apache Kafka]", "replication", a3, "MB/s",
+                   "RF 1 acks=1, same brokers", a1, mb, extra=kafka["throughput"])
+    rows = [("follower catch-up", "MB/s", "catch_up", lambda r: r["mb_s"], None,
+             f"{sc['catchup_bytes'] >> 20} MiB behind, first fetched byte -> logs equal")]
+    rows += [(f"leader failover p{p}, {label}", "s", part, lambda r, p=p: r[f"p{p}"], bar, runs)
+             for part, label, bar in (("kill", "SIGKILL -> acks=all ack on the new leader", None),
+                                      ("term", "controlled shutdown (SIGTERM) -> acks=all ack on the new leader",
+                                       "controlled-shutdown"))
+             for p in (50, 99)]
+    for name, unit, part, get, bar, how in rows:
+        mine, theirs = kesque.get(part), kafka.get(part)
+        if part == "catch_up":
+            for m in (mine, theirs):
+                if m:
+                    how += (f"; {'kesque' if m is mine else 'Kafka'}: {m['bytes_behind'] / 1e6:.0f} MB in "
+                            f"{m['seconds']:.1f} s, restart -> ISR {m['restart_to_isr']:.1f} s")
+        if mine:
+            add_figure(report, name, "replication", get(mine), unit, "Apache Kafka (same run)",
+                       get(theirs) if theirs else None, how, bar, extra={"kesque": mine, "kafka": theirs})
+        elif theirs:
+            why = "; ".join(e for e in kesque.get("errors", []) if f" {part}:" in e) or "kesque not measured"
+            add_figure(report, f"{name} [Apache Kafka]", "replication", get(theirs), unit,
+                       note=f"{how}; {why}"[:300], extra={"kafka": theirs})
 
 
 def log(msg: str) -> None:
@@ -1089,6 +1139,22 @@ def main(argv=None) -> int:
             measured["kesque"], why = None, f"kesque not measured: {type(e).__name__}: {e}"[:200]
             log(f"  {why}")
         add_controller_figures(report, measured, runs, n, why)
+
+    # ---------------------------------------------------------------- 16: partition replication
+    if "replication" in args.groups:
+        import replication as R
+
+        measured = {}
+        for kind in ("kesque", "kafka"):
+            log(f"replication: {kind}, 3 nodes: produce RF 3/RF 1, catch-up of {sc['catchup_bytes'] >> 20} MiB, "
+                f"{sc['failover_runs']} SIGKILL and {sc['failover_runs']} SIGTERM failovers ...")
+            measured[kind] = guarded(f"replication-{kind}", lambda k=kind: R.measure(
+                k, sc, parts, RESULTS, log))
+            for e in (measured[kind] or {}).get("errors", []):
+                report["errors"].append(f"replication: {e}")
+            for line in (measured[kind] or {}).get("log_problems", []) if kind == "kesque" else ():
+                report["errors"].append(f"replication: kesque log: {line}")
+        add_replication_figures(report, measured, sc, parts)
 
     # ---------------------------------------------------------------- 6: memory
     for name, info in report["brokers"].items():
