@@ -167,8 +167,16 @@ class Channel:
         if waiting is None:
             waiting = asyncio.ensure_future(self._connect(node))
             self._connecting[node] = waiting
-            waiting.add_done_callback(lambda _f: self._connecting.pop(node, None))
+            waiting.add_done_callback(lambda f: self._connected(node, f))
         return await asyncio.shield(waiting)
+
+    def _connected(self, node: int, f: asyncio.Future) -> None:
+        """The connect attempt ended. Its error is read here: the caller that started it may
+        have given up (its deadline passed in the reconnect backoff), and an error nobody reads
+        is logged by asyncio as 'Task exception was never retrieved'."""
+        self._connecting.pop(node, None)
+        if not f.cancelled():
+            f.exception()
 
     async def _connect(self, node: int) -> _Connection:
         if self._closed:
