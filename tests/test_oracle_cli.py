@@ -213,7 +213,4 @@ def test_broker_configs_both_know_agree(transcripts):
               if (_default(kesque[name]) != _default(kafka[name]) if name in HARNESS else kesque[name] != kafka[name])}
     assert differ == set(CONFIG_DIFFERENCES), {n: (kesque[n], kafka[n]) for n in differ ^ set(CONFIG_DIFFERENCES)}
     extra = sorted(set(kesque) - set(kafka) - set(KESQUE_ONLY_CONFIGS))
-    if extra == ["cluster.id", "producer.id.expiration.check.interval.ms"]:
-        pytest.xfail("kesque describes cluster.id and producer.id.expiration.check.interval.ms (internal in "
-                     "Kafka) among the broker configs; Kafka 4.4 does not")
     assert extra == [], extra

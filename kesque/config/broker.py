@@ -275,6 +275,12 @@ _REJECTED_VALUES = {
 }
 
 
+# keys Kafka defines as internal (ConfigDef.defineInternal): not in a DescribeConfigs of all keys
+KAFKA_INTERNAL_BROKER_KEYS = frozenset({
+    "cluster.id", "producer.id.expiration.check.interval.ms", "unclean.leader.election.interval.ms",
+})
+
+
 # kesque keys Kafka can change at runtime that kesque accepts, stores and describes but does
 # not act on while running (bound at start, or a feature kesque does not have yet)
 DYNAMIC_WITHOUT_EFFECT = frozenset({

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...config.broker import (BROKER_CONFIGS, DEFAULT_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG,
-                              GROUP_CONFIG, STATIC_BROKER_CONFIG, is_dynamic, key_type)
+                              GROUP_CONFIG, KAFKA_INTERNAL_BROKER_KEYS, STATIC_BROKER_CONFIG, is_dynamic, key_type)
 from ...config.group import GROUP_CONFIGS, effective_group_configs
 from ...config.topic import TOPIC_CONFIGS
 from ...config.types import CONFIG_TYPE_CODES, render
@@ -77,6 +77,8 @@ def broker_config_entries(server, resource_name: str, keys=None) -> list[ConfigE
         # kesque's keys, the Kafka keys of its file it does not use, and every dynamic key
         # set on this broker or the cluster (Kafka's whole dynamic set and custom keys)
         names = sorted(set(BROKER_CONFIGS) | set(cfg.unused) | set(cfg.dynamic_broker) | set(cfg.dynamic_default))
+        if keys is None:   # Kafka defines these as internal: described only when asked by name
+            names = [n for n in names if n not in KAFKA_INTERNAL_BROKER_KEYS]
         layers = {n: cfg.synonym_entries(n) for n in names}
         for n in cfg.unused:
             layers[n] = [e for e in layers[n] if e[2] != STATIC_BROKER_CONFIG] + \
