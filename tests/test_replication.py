@@ -223,6 +223,7 @@ def describe_via(bootstrap: str, topic: str, isr: bool = False):
     return -1 if m.group(3) == "none" else int(m.group(3))
 
 
+@pytest.mark.slow      # about 22 s (a 5 s fetch wait, two session expiries): make slow
 def test_seed_415_the_follower_keeps_message2_it_had_not_seen_committed(tmp_path):
     """§4.1.5 deterministically (RF 2, min.insync.replicas 1): the follower fetches message2 and is
     killed before it learns high watermark 2 (its fetch that moved the leader's HW waits out
