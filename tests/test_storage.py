@@ -994,6 +994,18 @@ def test_leader_epoch_cache_matches_kafka(ops, queries):
         assert LeaderEpochFileCache(path).entries == model.entries()
 
 
+def test_a_new_log_has_an_empty_leader_epoch_checkpoint(tmp_path):
+    """As Kafka's CheckpointFile, the file exists from the log's creation: a follower that has
+    fetched nothing yet shows an empty leader-epoch-checkpoint (issue 14, test 10); the first
+    entry replaces it, and an empty file reads as no entries."""
+    log = new_log(str(tmp_path / "t-0"))
+    assert (tmp_path / "t-0" / "leader-epoch-checkpoint").read_text() == ""
+    log.leader_epoch_cache.assign(0, 0)
+    assert (tmp_path / "t-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+    log.close()
+    assert LeaderEpochFileCache(str(tmp_path / "empty")).entries == []
+
+
 def test_leader_epoch_cache_examples(tmp_path):
     cache = LeaderEpochFileCache(str(tmp_path / "leader-epoch-checkpoint"))
     cache.assign(2, 10)

@@ -22,7 +22,7 @@ from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
 from ..storage.log_manager import LogManager
-from .partition import Partition, ReplicaEnv
+from .partition import Partition, ReplicaEnv, not_leader
 
 log = logging.getLogger(__name__)
 
@@ -198,10 +198,19 @@ class ReplicaManager(ReplicaEnv):
         raises KafkaError. Waiting fetches on the partition are told about the new bytes."""
         part = self.partitions.get((topic, partition))
         if part is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+            raise self._not_hosted(topic, partition)
         info = part.append_records_to_leader(buf, required_acks, self.clock.now_ms())
         self._notify("replica", (topic, partition), info.size)
         return info
+
+    def _not_hosted(self, topic: str, partition: int) -> KafkaError:
+        """As Kafka's getPartitionOrError: a partition of a topic in the metadata that this broker
+        is not a replica of is NOT_LEADER_OR_FOLLOWER (the client refreshes its metadata and
+        retries), one the metadata does not have UNKNOWN_TOPIC_OR_PARTITION."""
+        t = self.image.topic(topic)
+        if t is not None and partition in t.partitions:
+            return not_leader(f"{topic}-{partition}", self.node_id)
+        return KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
 
     def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
                           coordinator_epoch: int):

@@ -152,6 +152,12 @@ class OffsetCheckpointFile:
 class LeaderEpochCheckpointFile:
     def __init__(self, path: str):
         self.path = path
+        # created empty if absent, as Kafka's CheckpointFile: a follower that has fetched nothing
+        # yet has an empty leader-epoch-checkpoint, as every partition directory has one
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            pass
 
     def read(self) -> list[tuple[int, int]]:
         return [(_java_int(self.path, e, 32), _java_int(self.path, o, 64)) for e, o in _parse(self.path, 2)]

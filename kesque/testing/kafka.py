@@ -289,10 +289,13 @@ class KafkaBroker:
 
     def _props(self) -> dict[str, str]:
         props = dict(self.config)
+        listeners = f"PLAINTEXT://{self.host}:{self.port}"
+        if "controller" in props["process.roles"].split(","):
+            listeners += f",CONTROLLER://{self.host}:{self.controller_port}"
         props.update({
             "node.id": str(self.node_id),
             "controller.quorum.voters": self.voters,
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "listeners": listeners,
             "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
         })
         props.setdefault("log.dirs", self.data_dir)
@@ -376,21 +379,25 @@ class KafkaBroker:
 
 
 class KafkaCluster:
-    """``size`` Kafka nodes in combined mode forming one KRaft quorum (static voters), node ids 1..size."""
+    """``size`` Kafka nodes forming one KRaft cluster (static voters), node ids 1..size: the first
+    ``controllers`` (all by default) in combined mode, the others broker-only (as
+    ``kesque.Cluster(combined=True)``)."""
 
     def __init__(self, size: int = 3, config: dict | None = None, host: str = "127.0.0.1",
-                 heap: str = BROKER_HEAP):
+                 heap: str = BROKER_HEAP, controllers: int | None = None):
         cluster_id = random_cluster_id()
-        controller_ports = [free_port(host) for _ in range(size)]
+        controller_ports = [free_port(host) for _ in range(size if controllers is None else controllers)]
         voters = ",".join(f"{i + 1}@{host}:{p}" for i, p in enumerate(controller_ports))
         cfg = {"offsets.topic.replication.factor": str(min(3, size)),
                "transaction.state.log.replication.factor": str(min(3, size)),
                "transaction.state.log.min.isr": str(min(2, size)),
                "share.coordinator.state.topic.replication.factor": str(min(3, size)),
                "share.coordinator.state.topic.min.isr": str(min(2, size)), **(config or {})}
-        self.nodes = [KafkaBroker(config=cfg, host=host, heap=heap, node_id=i + 1, controller_port=cp,
+        roles = [{}] * len(controller_ports) + [{"process.roles": "broker"}] * (size - len(controller_ports))
+        self.nodes = [KafkaBroker(config={**cfg, **role}, host=host, heap=heap, node_id=i + 1,
+                                  controller_port=controller_ports[i] if i < len(controller_ports) else 0,
                                   voters=voters, cluster_id=cluster_id)
-                      for i, cp in enumerate(controller_ports)]
+                      for i, role in enumerate(roles)]
 
     @property
     def bootstrap_servers(self) -> str:

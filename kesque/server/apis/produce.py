@@ -98,8 +98,10 @@ class ProduceApis:
                         r.record_errors = e.record_errors
                         r.log_start_offset = self._log_start_offset(name, p.index)
                     except KafkaError as e:
+                        # as Kafka, no message: only record validation errors (above) carry one
+                        # (ReplicaManager's hasCustomErrorMessage); it goes to the debug log
                         r.error_code = int(e.code)
-                        r.error_message = e.message
+                        log.debug("Produce to %s-%d failed: %s", name, p.index, e.message)
                         self._current_leader(r, name, p.index)
                 if r.error_code:
                     failed = True
