@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from test_coordinators_cluster import GROUP_KEY, coordinator
 from test_replication import FAST, create, describe, tool, wait_for
 from test_transactions_eos import Cluster as Clients
@@ -93,9 +94,11 @@ class Writer(threading.Thread):
         self.topic = topic
         self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                            "linger.ms": 5, "message.timeout.ms": 120000, "topic.metadata.refresh.interval.ms": 500,
-                           "retry.backoff.ms": 50, **conf})
+                           "retry.backoff.ms": 50, "queue.buffering.max.messages": 20000,
+                           "error_cb": self._error, **conf})
         self.acked: list[tuple[bytes, int]] = []
         self.errors: list[tuple[bytes, str]] = []
+        self.fatal = None
         self.sent = 0
         self.stopping = threading.Event()
 
@@ -105,12 +108,25 @@ class Writer(threading.Thread):
         else:
             self.errors.append((msg.value(), str(err)))
 
+    def _error(self, err) -> None:
+        if err.fatal():
+            self.fatal = err
+
+    def progress(self) -> int:
+        assert self.fatal is None, f"the producer failed: {self.fatal}"
+        return len(self.acked)
+
     def run(self) -> None:
-        while not self.stopping.is_set():
-            for _ in range(10):
+        while not self.stopping.is_set() and self.fatal is None:
+            try:   # as fast as the producer's queue allows: the followers lag a little behind
                 self.p.produce(self.topic, b"%08d" % self.sent, partition=0, on_delivery=self._report)
-                self.sent += 1
-            self.p.poll(0.02)
+            except BufferError:
+                self.p.poll(0.05)
+                continue
+            except KafkaException:   # fatal (error_cb has it)
+                break
+            self.sent += 1
+            self.p.poll(0.05 if self.sent % 1000 == 0 else 0)   # at most about 20000 a second
         self.p.flush(150)
 
     def stop(self) -> None:
@@ -122,28 +138,50 @@ def leader_of(cluster: Cluster, topic: str) -> int:
     return describe(cluster, topic).get(0, (-1,))[0]
 
 
-def kill_leaders(cluster: Cluster, rng: random.Random, rounds: int, leader, progress=lambda: None) -> list[str]:
-    """``rounds`` times: after a random pause, SIGKILL the broker ``leader()`` names, wait for
-    another leader, restart it after a random pause, wait for it to be back (``progress`` is
-    sampled before each kill; it must have moved). Returns the schedule, for the messages."""
-    schedule, seen = [], [progress()]
+def kill_leaders(cluster: Cluster, rng: random.Random, rounds: int, leader, progress, schedule: list[str]) -> None:
+    """``rounds`` times, after a random pause, one of (seeded):
+
+    - SIGKILL the broker ``leader()`` names;
+    - SIGKILL it, then another broker a moment later: while the leader's session expires, the
+      next leader may be the second victim, and the survivor briefly follows a dead leader
+      (what it truncated then must not be lost when it leads);
+    - SIGSTOP the other brokers, then SIGKILL the leader, then SIGCONT them: the followers lag
+      when their leader dies (nothing above what they hold may have been acknowledged);
+
+    then wait for another leader, restart the dead after random pauses, and wait for
+    ``progress()`` to move. ``schedule`` gets what was done, for the messages."""
+    brokers = [s.node_id for s in cluster.specs if s.is_broker]
     for _ in range(rounds):
         time.sleep(rng.uniform(0.5, 2.0))
-        victim = leader()
-        schedule.append(f"kill {victim}")
-        cluster.kill(victim)
-        wait_for(lambda: leader() not in (victim, -1), timeout=30, what=f"a leader other than {victim} ({schedule})")
-        time.sleep(rng.uniform(0.0, 1.5))
-        cluster.restart(victim)
-        schedule.append(f"restart {victim}")
-        seen.append(progress())
-    assert len(set(seen)) == len(seen), f"no progress between kills: {seen} ({schedule})"
-    return schedule
+        victims = [leader()]
+        others = [b for b in brokers if b != victims[0]]
+        kind = rng.choice(("kill", "kill-two", "pause-followers"))
+        schedule.append(f"{kind} {victims[0]}")
+        if kind == "pause-followers":
+            for b in others:
+                cluster.node(b).process.send_signal(signal.SIGSTOP)
+            time.sleep(rng.uniform(0.3, 1.0))
+        cluster.kill(victims[0])
+        if kind == "pause-followers":
+            for b in others:
+                cluster.node(b).process.send_signal(signal.SIGCONT)
+        elif kind == "kill-two":
+            time.sleep(rng.uniform(0.0, 1.0))
+            victims.append(rng.choice(others))
+            schedule[-1] += f" {victims[1]}"
+            cluster.kill(victims[1])
+        wait_for(lambda: leader() not in (*victims, -1), timeout=30, what=f"a leader other than {victims} ({schedule})")
+        for v in victims:
+            time.sleep(rng.uniform(0.0, 1.5))
+            cluster.restart(v)
+        before = progress()
+        wait_for(lambda: progress() > before, timeout=60, what=f"progress after the restarts ({schedule})")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with Cluster(nodes=3, data_dir=str(tmp_path_factory.mktemp("chaos")), config=CONFIG) as c:
+    # a controller of its own (node 1) and brokers 2, 3, 4: two brokers can die at once
+    with Cluster(nodes=3, controllers=1, data_dir=str(tmp_path_factory.mktemp("chaos")), config=CONFIG) as c:
         yield c
         for b in c.nodes.values():   # the last node's controlled shutdown would wait for a lost quorum
             if b.process is not None:
@@ -167,28 +205,31 @@ def test_acks_all_idempotent_production_survives_leader_kills(cluster):
     writer, tailer = Writer(cluster.bootstrap_servers, topic), Tailer(cluster.bootstrap_servers, topic)
     writer.start()
     tailer.start()
+    schedule, failure = [], None
     try:
-        schedule = kill_leaders(cluster, rng, 5, lambda: leader_of(cluster, topic), lambda: len(writer.acked))
+        kill_leaders(cluster, rng, 5, lambda: leader_of(cluster, topic), writer.progress, schedule)
         full_isr(cluster, topic)
-        time.sleep(1)
+        writer.stop()
+        wait_for(lambda: tailer.served and tailer.served[-1][1] == max(v for v, _ in writer.acked), timeout=30,
+                 what="the tailing consumer to reach the last acknowledged record")
+    except AssertionError as e:   # what was lost is the better message
+        failure = e
     finally:
         writer.stop()
-    wait_for(lambda: tailer.served and tailer.served[-1][1] == max(v for v, _ in writer.acked), timeout=30,
-             what="the tailing consumer to reach the last acknowledged record")
-    tailer.stop()
+        tailer.stop()
     why = f"seed {SEED}, {schedule}"
     print(f"{why}: {writer.sent} sent, {len(writer.acked)} acknowledged, {len(tailer.served)} served")
-    assert not writer.errors, f"{why}: {len(writer.errors)} delivery errors, e.g. {writer.errors[:3]}"
     final = read_log(cluster.bootstrap_servers, topic)
-    offsets = [o for o, _ in final]
-    values = [v for _, v in final]
-    assert offsets == list(range(len(final))), f"{why}: offsets with gaps"
-    assert values == sorted(set(values)), f"{why}: duplicates or reordering in the final log"
     at = dict(final)
     lost = [(v, o) for v, o in writer.acked if at.get(o) != v]
     assert not lost, f"{why}: {len(lost)} acknowledged records not at their offsets, e.g. {lost[:5]}"
     truncated = [(o, v, at.get(o)) for o, v in tailer.served if at.get(o) != v]
     assert not truncated, f"{why}: served then truncated (offset, served, final): {truncated[:5]}"
+    assert failure is None, f"{why}: {failure}"
+    assert not writer.errors, f"{why}: {len(writer.errors)} delivery errors, e.g. {writer.errors[:3]}"
+    values = [v for _, v in final]
+    assert [o for o, _ in final] == list(range(len(final))), f"{why}: offsets with gaps"
+    assert values == sorted(set(values)), f"{why}: duplicates or reordering in the final log"
     assert len(writer.acked) == writer.sent and len(values) == writer.sent
     assert len(tailer.served) >= len(final)
 
@@ -220,7 +261,8 @@ def test_transactional_read_process_write_survives_leader_kills(cluster):
 
     try:
         wait_for(lambda: procs[-1].events("COMMITTED"), timeout=60, what="a first transaction")
-        schedule = kill_leaders(cluster, rng, 4, lambda: leader_of(cluster, out), progress)
+        schedule = []
+        kill_leaders(cluster, rng, 4, lambda: leader_of(cluster, out), progress, schedule)
         assert progress() < n, f"the input was done before the last kill: {schedule}"
 
         def done():
