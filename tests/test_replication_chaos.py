@@ -89,9 +89,10 @@ class Writer(threading.Thread):
     """An idempotent acks=all producer writing b"%08d" % i for i = 0, 1, ... until stopped:
     the acknowledged (value, offset) and the errors of its delivery reports."""
 
-    def __init__(self, bootstrap: str, topic: str, **conf):
+    def __init__(self, bootstrap: str, topic: str, pace: tuple[int, float] = (1000, 0.05), **conf):
         super().__init__(daemon=True)
         self.topic = topic
+        self.pace = pace   # (records, seconds): a pause after so many
         self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                            "linger.ms": 5, "message.timeout.ms": 120000, "topic.metadata.refresh.interval.ms": 500,
                            "retry.backoff.ms": 50, "queue.buffering.max.messages": 20000,
@@ -126,7 +127,7 @@ class Writer(threading.Thread):
             except KafkaException:   # fatal (error_cb has it)
                 break
             self.sent += 1
-            self.p.poll(0.05 if self.sent % 1000 == 0 else 0)   # at most about 20000 a second
+            self.p.poll(self.pace[1] if self.sent % self.pace[0] == 0 else 0)
         self.p.flush(150)
 
     def stop(self) -> None:
@@ -237,43 +238,48 @@ def test_acks_all_idempotent_production_survives_leader_kills(cluster):
 @pytest.mark.slow
 def test_transactional_read_process_write_survives_leader_kills(cluster):
     """tests/eos_processor.py turns an input topic into an output topic, transaction by
-    transaction with its offsets (send_offsets_to_transaction), while the leader of the output
-    partition is killed and restarted; a processor that died of a fatal error is replaced (the
-    same transactional.id fences it). The read_committed output holds each input once."""
+    transaction with its offsets (send_offsets_to_transaction), while an idempotent producer
+    feeds the input and the leader of the output partition is killed and restarted (a processor
+    that exits is replaced; the same transactional.id fences it). The read_committed output
+    holds each input once."""
     rng = random.Random(SEED)
-    inp, out, group, n = "chaos-rpw-in", "chaos-rpw-out", "chaos-rpw", 3000
+    inp, out, group = "chaos-rpw-in", "chaos-rpw-out", "chaos-rpw"
     create(cluster, inp, 3, MIN_ISR_2)
     create(cluster, out, 3, MIN_ISR_2)
     clients = Clients(cluster)
-    values = [f"v{i:05d}" for i in range(n)]
-    writer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "enable.idempotence": True})
-    for v in values:
-        writer.produce(inp, v.encode(), partition=0)
-    assert writer.flush(60) == 0
+    feed = Writer(cluster.bootstrap_servers, inp, pace=(10, 0.05))   # about 150 records a second
     spec = {"bootstrap": cluster.bootstrap_servers, "group": group, "input": inp, "output": out, "txn_id": "chaos-rpw",
             "batch": 20, "txn_delay": 0.05, "consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 300}}
     procs = [Processor(spec)]
+    feed.start()
 
     def progress():
         if not procs[-1].alive():
             procs.append(Processor(spec))
         return sum(p.committed_records() for p in procs)
 
+    schedule = []
     try:
         wait_for(lambda: procs[-1].events("COMMITTED"), timeout=60, what="a first transaction")
-        schedule = []
         kill_leaders(cluster, rng, 4, lambda: leader_of(cluster, out), progress, schedule)
-        assert progress() < n, f"the input was done before the last kill: {schedule}"
+        feed.stop()
+        assert feed.fatal is None and not feed.errors, (feed.fatal, feed.errors[:3])
 
         def done():
             progress()
-            return clients.committed(group, inp, 1) == {0: n}
+            return clients.committed(group, inp, 1) == {0: feed.sent}
 
-        wait_for(done, timeout=120, what=f"the group's offsets at the input's end ({schedule})")
+        wait_for(done, timeout=120, what="the group's offsets at the input's end")
+    except AssertionError as e:
+        raise AssertionError(f"seed {SEED}, {schedule}: {e}\n" +
+                             "\n".join(f"processor {i}:{p.tail()}" for i, p in enumerate(procs))) from None
     finally:
+        feed.stop()
         for p in procs:
             p.kill()
-    check_exactly_once(clients, out, 1, values)
+    check_exactly_once(clients, out, 1, [v.decode() for _, v in read_log(cluster.bootstrap_servers, inp)])
+    exits = [p.tail(3) for p in procs[:-1]]
+    assert not exits, f"seed {SEED}, {schedule}: processors exited: {exits}"
 
 
 @pytest.mark.slow
