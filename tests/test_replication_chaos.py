@@ -32,6 +32,10 @@ CONFIG = {**FAST, "group.min.session.timeout.ms": "1000", "group.initial.rebalan
           "offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
           "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
 MIN_ISR_2 = "min.insync.replicas=2"
+# a consumer's session outlives a coordinator's failover (the dead broker is fenced after
+# broker.session.timeout.ms, 3 s, before a new coordinator is elected), as Kafka's defaults do
+# (45 s against 9 s): with 3 s, every failover expires the member
+GROUP_SESSION = {"session.timeout.ms": "10000", "heartbeat.interval.ms": "500"}
 
 
 def read_log(bootstrap: str, topic: str, partition: int = 0, isolation: str = "read_uncommitted",
@@ -127,7 +131,9 @@ class Writer(threading.Thread):
             except KafkaException:   # fatal (error_cb has it)
                 break
             self.sent += 1
-            self.p.poll(self.pace[1] if self.sent % self.pace[0] == 0 else 0)
+            self.p.poll(0)
+            if self.sent % self.pace[0] == 0:
+                time.sleep(self.pace[1])
         self.p.flush(150)
 
     def stop(self) -> None:
@@ -235,6 +241,18 @@ def test_acks_all_idempotent_production_survives_leader_kills(cluster):
     assert len(tailer.served) >= len(final)
 
 
+def group_state(clients: Clients, group: str, topic: str) -> str:
+    """For a failure message: the group's state and its committed offset (require_stable)."""
+    out = []
+    for what, f in (("state", lambda: clients.describe(group).state), ("committed", lambda: clients.committed(group, topic, 1)),
+                    ("end", lambda: clients.end_offsets(topic, 1))):
+        try:
+            out.append(f"{what}: {f()}")
+        except Exception as e:   # noqa: BLE001
+            out.append(f"{what}: {e!r}")
+    return ", ".join(out)
+
+
 @pytest.mark.slow
 def test_transactional_read_process_write_survives_leader_kills(cluster):
     """tests/eos_processor.py turns an input topic into an output topic, transaction by
@@ -249,7 +267,7 @@ def test_transactional_read_process_write_survives_leader_kills(cluster):
     clients = Clients(cluster)
     feed = Writer(cluster.bootstrap_servers, inp, pace=(10, 0.05))   # about 150 records a second
     spec = {"bootstrap": cluster.bootstrap_servers, "group": group, "input": inp, "output": out, "txn_id": "chaos-rpw",
-            "batch": 20, "txn_delay": 0.05, "consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 300}}
+            "batch": 20, "txn_delay": 0.05, "consumer": GROUP_SESSION}
     procs = [Processor(spec)]
     feed.start()
 
@@ -271,7 +289,7 @@ def test_transactional_read_process_write_survives_leader_kills(cluster):
 
         wait_for(done, timeout=120, what="the group's offsets at the input's end")
     except AssertionError as e:
-        raise AssertionError(f"seed {SEED}, {schedule}: {e}\n" +
+        raise AssertionError(f"seed {SEED}, {schedule}: {e}\n{group_state(clients, group, inp)}\n" +
                              "\n".join(f"processor {i}:{p.tail()}" for i, p in enumerate(procs))) from None
     finally:
         feed.stop()
@@ -296,7 +314,7 @@ def test_a_group_keeps_its_offsets_when_its_coordinator_fails_over(cluster):
     assert p.flush(60) == 0
     clients = Clients(cluster)
     c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "session.timeout.ms": 3000, "heartbeat.interval.ms": 300})
+                  "auto.offset.reset": "earliest", **GROUP_SESSION})
     seen: list[bytes] = []
     committed_before = -1
     victim = None
