@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-all slow oracle fuzz compat bench examples sim install install-test kcat kafka oracle-kafka clean-data help
+.PHONY: serve test test-all slow chaos oracle fuzz compat bench examples sim install install-test kcat kafka oracle-kafka clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -19,6 +19,7 @@ help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
 	@echo "make test     - install test dependencies and run the default test suite"
 	@echo "make slow     - long suites (soak, crash loops)"
+	@echo "make chaos    - partition replication under SIGKILLed leaders (KESQUE_CHAOS_SEED=N replays a schedule)"
 	@echo "make fuzz     - the hypothesis suites with fresh random examples, 20x as many (profile fuzz)"
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
@@ -80,6 +81,10 @@ test-all: $(TSTAMP) kcat oracle-kafka
 
 slow: $(TSTAMP) kcat
 	$(BIN)/python -m pytest -q -m slow
+
+# issue 14's test 5: acks=all, transactions and a group while partition leaders are killed
+chaos: $(TSTAMP)
+	$(BIN)/python -m pytest -q -m slow tests/test_replication_chaos.py
 
 # every differential test against Apache Kafka, the slow 3-node ones included
 oracle: $(TSTAMP) kcat oracle-kafka
