@@ -359,6 +359,7 @@ def four(tmp_path_factory):
                 b.kill()
 
 
+@pytest.mark.slow      # about 24 s: make chaos (the default suite has the shorter reassignment and election tests)
 def test_a_reassignment_under_load_loses_nothing_and_preferred_election_moves_leadership_back(four, tmp_path):
     """1,2,3 -> 2,3,4 (``reassign-partitions --execute``, ``--verify`` until completed) under
     acks=all idempotent load with min.insync.replicas=2: every acknowledged record is read back
