@@ -183,33 +183,40 @@ def test_seed_leader_epoch_walkthrough(cluster):
     assert consume_all(cluster.bootstrap_servers, topic, idle=2) == [b"message1", b"message2"]
 
 
-def test_acks_1_above_the_high_watermark_is_never_served(cluster):
-    """§4.1.3: with both followers paused (inside replica.lag.time.max.ms), an acks=1 write stays
-    above the high watermark: no consumer sees it; the leader is killed and the new leader does
-    not have it, so no consumer ever saw a record that was then lost."""
-    topic = "seed-413"
-    create(cluster, topic, 3)
-    assert produce(cluster.bootstrap_servers, topic, [b"committed"]) == [None]
-    wait_for(lambda: consume_all(cluster.bootstrap_servers, topic, idle=1) == [b"committed"], what="committed")
-    leader, replicas, _ = describe(cluster, topic)[0]
-    followers = [r for r in replicas if r != leader]
-    for f in followers:
-        cluster.node(f).process.send_signal(signal.SIGSTOP)
-    time.sleep(1.5)   # the followers' fetches already waiting at the leader end (replica.fetch.wait.max.ms)
-    try:
-        leader_bs = cluster.node(leader).bootstrap_servers
-        assert produce(leader_bs, topic, [b"uncommitted"], acks="1") == [None]
-        assert consume_all(leader_bs, topic, idle=2) == [b"committed"]
-        cluster.kill(leader)
-    finally:
-        for f in followers:
-            cluster.node(f).process.send_signal(signal.SIGCONT)
-    others = ",".join(cluster.node(f).bootstrap_servers for f in followers)
-    wait_for(lambda: describe_via(others, topic) in followers, what="a follower elected")
-    assert consume_all(others, topic, idle=2) == [b"committed"]
-    cluster.restart(leader)
-    wait_for(lambda: len(describe(cluster, topic)[0][2]) == 3, what="the old leader back in the ISR")
-    assert consume_all(cluster.bootstrap_servers, topic, idle=2) == [b"committed"]
+def test_acks_1_above_the_high_watermark_is_never_served(tmp_path):
+    """§4.1.3: with both followers paused (inside replica.lag.time.max.ms, and inside their broker
+    sessions), an acks=1 write stays above the high watermark: no consumer sees it; the leader is
+    killed and the new leader does not have it, so no consumer ever saw a record that was then
+    lost. (Own cluster: a pause longer than the 3 s sessions of the others would fence the
+    followers, and an ISR of the dead leader alone stays offline, as in Kafka.)"""
+    with Cluster(nodes=3, data_dir=str(tmp_path), config={**FAST, "broker.session.timeout.ms": "8000"}) as c:
+        try:
+            topic = "seed-413"
+            create(c, topic, 3, assignment="3:1:2")
+            assert produce(c.bootstrap_servers, topic, [b"committed"]) == [None]
+            wait_for(lambda: consume_all(c.bootstrap_servers, topic, idle=1) == [b"committed"], what="committed")
+            leader, followers = 3, [1, 2]
+            for f in followers:
+                c.node(f).process.send_signal(signal.SIGSTOP)
+            time.sleep(1)   # the followers' fetches already waiting at the leader end (replica.fetch.wait.max.ms)
+            try:
+                leader_bs = c.node(leader).bootstrap_servers
+                assert produce(leader_bs, topic, [b"uncommitted"], acks="1") == [None]
+                assert consume_all(leader_bs, topic, idle=1.5) == [b"committed"]
+                c.kill(leader)
+            finally:
+                for f in followers:
+                    c.node(f).process.send_signal(signal.SIGCONT)
+            others = ",".join(c.node(f).bootstrap_servers for f in followers)
+            wait_for(lambda: describe_via(others, topic) in followers, what="a follower elected")
+            assert consume_all(others, topic, idle=2) == [b"committed"]
+            c.restart(leader)
+            wait_for(lambda: len(describe(c, topic)[0][2]) == 3, what="the old leader back in the ISR")
+            assert consume_all(c.bootstrap_servers, topic, idle=2) == [b"committed"]
+        finally:
+            for b in c.nodes.values():
+                if b.process is not None:
+                    b.kill()
 
 
 def describe_via(bootstrap: str, topic: str, isr: bool = False):
