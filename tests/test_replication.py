@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+import test_seeds as seeds
 
 from kesque.records.records import build_batch
 from kesque.testing.cluster import Cluster
@@ -33,21 +34,7 @@ def tool(*args: str, timeout: float = 60, input: str | None = None) -> subproces
 
 
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+    return seeds.wait_for(predicate, timeout, what)
 
 
 def data_dir(cluster: Cluster, node_id: int) -> str:
@@ -90,7 +77,7 @@ def raw_produce(cluster: Cluster, node: int, topic: str, value: bytes, acks: int
 
 
 def checkpoint_line(cluster: Cluster, node: int, name: str, topic: str) -> str | None:
-    text = read(os.path.join(data_dir(cluster, node), name)) or ""
+    text = seeds.read(os.path.join(data_dir(cluster, node), name)) or ""
     return next((line for line in text.splitlines() if line.startswith(topic + " ")), None)
 
 
@@ -148,7 +135,7 @@ def test_seed_001_three_replicas(cluster):
     assert r.returncode == 0, r.stderr
     for node in (1, 2, 3):
         d = data_dir(cluster, node)
-        wait_for(lambda: "peter-test01 0 1\n" in (read(os.path.join(d, "replication-offset-checkpoint")) or ""),
+        wait_for(lambda: "peter-test01 0 1\n" in (seeds.read(os.path.join(d, "replication-offset-checkpoint")) or ""),
                  what=f"node {node}'s high watermark checkpoint")
         r = tool("dump-log", "--print-data-log", "--files", os.path.join(d, "peter-test01-0", "00000000000000000000.log"))
         assert r.returncode == 0, r.stderr
@@ -165,7 +152,7 @@ def test_seed_leader_epoch_walkthrough(cluster):
     follower = next(r for r in replicas if r != leader)
 
     def epochs(node):
-        return read(os.path.join(data_dir(cluster, node), f"{topic}-0", "leader-epoch-checkpoint"))
+        return seeds.read(os.path.join(data_dir(cluster, node), f"{topic}-0", "leader-epoch-checkpoint"))
 
     assert epochs(leader) == "0\n1\n0 0\n"
     assert produce(cluster.bootstrap_servers, topic, [b"message1"]) == [None]
