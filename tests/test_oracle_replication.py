@@ -28,7 +28,8 @@ import pytest
 
 import oracle
 from kesque.testing import kafka as K
-from test_replication import consume_all, data_dir, produce, read, tool
+from test_replication import consume_all, data_dir, produce, tool
+from test_seeds import read
 
 pytestmark = [*oracle.MARKS, pytest.mark.slow]
 
