@@ -10,6 +10,7 @@ depend on the broker; the transcripts from kesque and from Kafka must be equal.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -83,7 +84,13 @@ def test_share_consumers(tmp_path_factory):
     and comes back with delivery count 2. A pair of its own: share groups on, on both brokers."""
     with oracle.brokers(tmp_path_factory, SHARE_CONFIG) as pair:
         out = on_both(pair, "share", SHARE_RECORDS)
-    assert out["kesque"] == out["kafka"]
-    assert out["kafka"] == [f"share: accepted {SHARE_RECORDS} distinct, accepted twice 0, released "
-                            f"{SHARE_RECORDS // 10} redelivered {SHARE_RECORDS // 10} with delivery count 2, "
-                            "members with records 2", "share errors: []"]
+    # how many of the two members got records is timing: Kafka itself sometimes hands all 600 to
+    # the first member before the second joins (seen in a CI run); the rest must agree exactly
+    members = {side: int(re.search(r"members with records (\d+)", lines[0]).group(1)) for side, lines in out.items()}
+    assert all(1 <= n <= 2 for n in members.values()), members
+    same = {side: [re.sub(r"members with records \d+", "members with records N", x) for x in lines]
+            for side, lines in out.items()}
+    assert same["kesque"] == same["kafka"]
+    assert same["kafka"] == [f"share: accepted {SHARE_RECORDS} distinct, accepted twice 0, released "
+                             f"{SHARE_RECORDS // 10} redelivered {SHARE_RECORDS // 10} with delivery count 2, "
+                             "members with records N", "share errors: []"]
