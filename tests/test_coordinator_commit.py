@@ -168,16 +168,21 @@ def test_an_offset_commit_not_committed_in_offsets_commit_timeout_gets_coordinat
         b.stop()
 
 
-def test_markers_are_written_only_once_the_prepare_commit_record_is_committed(node):
-    """A coordinator that failed over before its PrepareCommit was committed must not have
-    sent markers: the next one may never know the transaction was committed."""
-    p = Producer({"bootstrap.servers": node.bootstrap_servers, "transactional.id": "tx-commit", "linger.ms": 0})
+def open_transaction(node, txn_id: str):
+    """A producer with an open transaction holding one record of TOPIC-0; the data partition's
+    and the __transaction_state partition's logs."""
+    p = Producer({"bootstrap.servers": node.bootstrap_servers, "transactional.id": txn_id, "linger.ms": 0})
     p.init_transactions(30)
     p.begin_transaction()
     p.produce(TOPIC, value=b"v", partition=0)
     assert p.flush(30) == 0
-    data = offsets_partition(node, TOPIC).log
-    txn_log = offsets_partition(node, "__transaction_state").log
+    return p, offsets_partition(node, TOPIC).log, offsets_partition(node, "__transaction_state").log
+
+
+def test_markers_are_written_only_once_the_prepare_commit_record_is_committed(node):
+    """A coordinator that failed over before its PrepareCommit was committed must not have
+    sent markers: the next one may never know the transaction was committed."""
+    p, data, txn_log = open_transaction(node, "tx-commit")
     assert data.last_stable_offset < data.log_end_offset  # the transaction is open on the data partition
     hold_high_watermark(node, "__transaction_state")
     end = txn_log.log_end_offset
@@ -264,13 +269,7 @@ def test_a_share_acknowledgement_is_answered_once_the_share_state_is_committed(t
 def test_a_reloaded_prepare_commit_above_the_high_watermark_gets_its_markers_once_committed(node):
     """A new leader of a __transaction_state partition replays records the previous leader
     wrote but the high watermark had not passed: their markers wait for it."""
-    p = Producer({"bootstrap.servers": node.bootstrap_servers, "transactional.id": "tx-reload", "linger.ms": 0})
-    p.init_transactions(30)
-    p.begin_transaction()
-    p.produce(TOPIC, value=b"v", partition=0)
-    assert p.flush(30) == 0
-    data = offsets_partition(node, TOPIC).log
-    txn_log = offsets_partition(node, "__transaction_state").log
+    p, data, txn_log = open_transaction(node, "tx-reload")
     hold_high_watermark(node, "__transaction_state")
     end = txn_log.log_end_offset
     committing = threading.Thread(target=p.commit_transaction, args=(30,))
