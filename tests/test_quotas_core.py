@@ -314,3 +314,79 @@ def test_unmeasured_records_within_the_headroom_throttle_exactly_as_measured_one
             assert fast.record("", "c", v, now) == slow.record("", "c", v, now)
             slow._sensor_of[("", "c")].fast_until = 0  # always measured
         assert skipped > 1000  # the unmeasured path was taken
+
+
+def _fast_and_always_measured(samples: int, bound: float) -> tuple[ClientQuotaManager, ClientQuotaManager]:
+    fast, slow = ClientQuotaManager("Produce", samples, 1), ClientQuotaManager("Produce", samples, 1)
+    for m in (fast, slow):
+        m.update({entity_key({CLIENT_ID: "c"}): bound})
+    return fast, slow
+
+
+def test_values_added_up_on_the_fast_path_reach_the_rate_before_it_is_read():
+    """Fast-path records wait in Sensor.pending; the report (and an unrecord) fold them into
+    the current sample first, so what it prints is what recording each one would give."""
+    import random
+
+    rnd = random.Random(5)
+    fast, slow = _fast_and_always_measured(3, 1000.0)
+    now = 0
+    for i in range(5_000):
+        now += rnd.choice([0, 0, 1, 3, 40, 300, 1001])
+        v = rnd.random() * rnd.choice([1, 10, 400])
+        fast.record("", "c", v, now)
+        slow.record("", "c", v, now)
+        slow._sensor_of[("", "c")].fast_until = 0
+        if i % 97 == 0:
+            fast.unrecord("", "c", v / 2, now)
+            slow.unrecord("", "c", v / 2, now)
+        if i % 250 == 0:
+            assert fast.report(now) == slow.report(now)
+    assert fast.report(now) == slow.report(now) != []
+
+
+def test_the_servers_inline_fast_path_throttles_exactly_as_the_managers():
+    """KesqueServer.throttle takes ClientQuotaManager.record's fast path inline (every produce
+    and fetch under a quota): its decisions must be those of always-measured managers."""
+    import random
+    import types
+
+    from kesque.server import server
+    from kesque.server.context import RequestContext
+
+    rnd = random.Random(3)
+    clock = [0.0]
+    busy = [1]  # 0 would mean "no request-time quota" (ctx.start_ns)
+    for samples in (2, 11):
+        fast, slow = q.Quotas(samples, 1), q.Quotas(samples, 1)
+        for qs in (fast, slow):
+            qs.update({entity_key({CLIENT_ID: "c"}): {q.PRODUCE: 300.0, q.REQUEST: 0.08}})
+        srv = types.SimpleNamespace(quotas=fast, _monotonic=lambda: clock[0])
+        throttle = server.KesqueServer.throttle.__get__(srv)
+        header = types.SimpleNamespace(client_id="c")
+        orig = server.time.perf_counter_ns
+        server.time.perf_counter_ns = lambda: busy[0]
+        try:
+            fast_taken, throttled = 0, [0, 0]
+            for _ in range(20_000):
+                clock[0] += rnd.choice([0, 0, 0.001, 0.003, 0.04, 0.3, 0.999, 1.0, 1.001])
+                now = int(clock[0] * 1000)
+                v = rnd.random() * rnd.choice([1, 10, 400])
+                ctx = RequestContext(header, None, "PLAINTEXT")
+                ctx.start_ns = ctx.step_ns = busy[0]
+                busy[0] += rnd.choice([10_000, 100_000, 2_000_000])
+                s = fast.produce._sensor_of.get((q.ANONYMOUS, "c"))
+                fast_taken += s is not None and now < s.fast_until and v <= s.headroom
+                by_bytes = slow.produce.record(q.ANONYMOUS, "c", v, now)
+                by_time = slow.request.record(q.ANONYMOUS, "c", (busy[0] - ctx.start_ns) * 1e-7, now)
+                throttled[0] += by_bytes > 0
+                throttled[1] += by_time > 0
+                want = max(by_bytes, by_time)
+                for m in (slow.produce, slow.request):
+                    m._sensor_of[(q.ANONYMOUS, "c")].fast_until = 0
+                # the fast path adds values up before they reach the sample: the sums may differ
+                # in the last bit, and a delay rounded to the ms by 1
+                assert abs(throttle(ctx, fast.produce, v) - want) <= 1
+        finally:
+            server.time.perf_counter_ns = orig
+        assert fast_taken > 1000 and min(throttled) > 500, (fast_taken, throttled)

@@ -206,9 +206,16 @@ class Rate:
 
 
 class Sensor:
-    """One measured rate (a set of metric tags) and its throttle statistics."""
+    """One measured rate (a set of metric tags) and its throttle statistics.
 
-    __slots__ = ("rate", "bound", "throttle_ms", "throttle_count", "recorded", "fast_until", "headroom")
+    Records taken on the fast path (within the headroom of the last measure, see
+    :meth:`ClientQuotaManager.record`) are only added to ``pending``; :meth:`fold` moves them
+    into the rate's current sample before anything reads or moves the samples. The fast path
+    never runs past the end of the current sample, so the fold lands where recording each
+    value would have."""
+
+    __slots__ = ("rate", "bound", "throttle_ms", "throttle_count", "recorded", "fast_until", "headroom",
+                 "pending", "pending_ms", "pending_n")
 
     def __init__(self, num: int, window_ms: int):
         self.rate = Rate(num, window_ms)
@@ -220,6 +227,21 @@ class Sensor:
         # ClientQuotaManager.record
         self.fast_until = 0
         self.headroom = 0.0
+        self.pending = 0.0  # recorded on the fast path, not yet in the current sample
+        self.pending_ms = 0  # the time of the last of them
+        self.pending_n = 0
+
+    def fold(self) -> None:
+        if self.pending_n:
+            rate = self.rate
+            s = rate.samples[rate.current]
+            s[0] += self.pending
+            s[2] = self.pending_ms
+            s[3] += self.pending_n
+            rate.total += self.pending
+            self.recorded += self.pending
+            self.pending = 0.0
+            self.pending_n = 0
 
 
 def throttle_time(observed: float, bound: float, window_ms: int) -> int:
@@ -271,26 +293,25 @@ class ClientQuotaManager:
 
     def record(self, user: str, client_id: str, value: float, now_ms: int) -> int:
         """Record ``value`` for the client; the throttle time in ms (0: within its quota)."""
-        key = (user, client_id)
-        sensor = self._sensor_of.get(key)
+        sensor = self._sensor_of.get((user, client_id))
+        if sensor is not None and now_ms < sensor.fast_until and value <= sensor.headroom:
+            # the common case, without measuring: the rate cannot pass the bound (see below)
+            sensor.headroom -= value
+            sensor.pending += value
+            sensor.pending_ms = now_ms
+            sensor.pending_n += 1
+            return 0
+        return self._record_measured(user, client_id, sensor, value, now_ms)
+
+    def _record_measured(self, user: str, client_id: str, sensor: Sensor | None, value: float, now_ms: int) -> int:
         if sensor is None:
             bound, tags = self.quota(user, client_id)
             if bound is None:
                 return 0
-            sensor = self._sensor_of[key] = self._sensor(tags)
+            sensor = self._sensor_of[(user, client_id)] = self._sensor(tags)
             sensor.bound = bound
             sensor.fast_until = 0
-        elif now_ms < sensor.fast_until and value <= sensor.headroom:
-            # the common case, without measuring: the rate cannot pass the bound (see below)
-            sensor.headroom -= value
-            sensor.recorded += value
-            rate = sensor.rate
-            s = rate.samples[rate.current]
-            s[0] += value
-            s[2] = now_ms
-            s[3] += 1
-            rate.total += value
-            return 0
+        sensor.fold()
         bound = sensor.bound
         rate = sensor.rate
         rate.record(value, now_ms)
@@ -321,8 +342,10 @@ class ClientQuotaManager:
     def unrecord(self, user: str, client_id: str, value: float, now_ms: int) -> None:
         bound, tags = self.quota(user, client_id)
         if bound is not None:
-            self._sensor(tags).rate.record(-value, now_ms)
-            self._sensor(tags).recorded -= value
+            sensor = self._sensor(tags)
+            sensor.fold()
+            sensor.rate.record(-value, now_ms)
+            sensor.recorded -= value
 
     def max_value_in_window(self, user: str, client_id: str) -> float:
         """getMaxValueInQuotaWindow: the most one request may take (fetch max bytes)."""
@@ -334,6 +357,7 @@ class ClientQuotaManager:
         rates idle for an hour forgotten."""
         lines = []
         for tags, s in list(self.sensors.items()):
+            s.fold()
             if now_ms - s.rate.last_ms >= INACTIVE_SENSOR_EXPIRATION_MS:
                 del self.sensors[tags]
                 self._sensor_of.clear()
