@@ -9,7 +9,9 @@
 * cost: the raw small-request figure (1-record ProduceRequests, 64 in flight) on one broker,
   with quotas configured that every request is accounted against but none throttles
   (``producer_byte_rate`` and ``request_percentage`` on ``/clients/<default>``), and with no
-  quota at all, interleaved passes, best of each; the ratio is quotas / none.
+  quota at all, interleaved passes, best of each; the ratio is quotas / none. Each pass also
+  counts the broker's CPU seconds (/proc): requests per broker CPU second is the same ratio
+  measured by work done rather than wall time, which other load on the machine disturbs less.
 
 Nothing here asserts on timing. See bench/README.md, "Client quotas".
 """
@@ -73,17 +75,24 @@ def accuracy(bootstrap: str, topic: str, rate: int, seconds: float, warmup: floa
             "warmup": warmup, "errors": errors}
 
 
-def cost(bootstrap: str, topic: str, requests: int, passes: int) -> dict:
-    """Interleaved passes of the raw small-request figure without and with quotas."""
+def cost(bootstrap: str, topic: str, requests: int, passes: int, pid: int | None = None) -> dict:
+    """Interleaved passes of the raw small-request figure without and with quotas (and, with
+    the broker's ``pid``, its requests per CPU second in each pass)."""
+    from run import proc_cpu_seconds
+
     out: dict = {"none": [], "quotas": []}
     default = [("client-id", None)]
     for k in range(passes):
         order = ("none", "quotas") if k % 2 == 0 else ("quotas", "none")
         for kind in order:
             alter_quotas(bootstrap, default, KEYS_ON_DEFAULT if kind == "quotas" else dict.fromkeys(KEYS_ON_DEFAULT))
+            cpu0 = proc_cpu_seconds(pid) if pid else float("nan")
             r = figures.small_raw(bootstrap, topic, requests)
+            r["per_cpu_second"] = requests / (proc_cpu_seconds(pid) - cpu0) if pid else float("nan")
             out[kind].append(r)
     alter_quotas(bootstrap, default, dict.fromkeys(KEYS_ON_DEFAULT))
     best = {kind: max(r["rate"] for r in runs) for kind, runs in out.items()}
-    return {"passes": out, "best": best, "ratio": best["quotas"] / best["none"],
+    best_cpu = {kind: max(r["per_cpu_second"] for r in runs) for kind, runs in out.items()}
+    return {"passes": out, "best": best, "ratio": best["quotas"] / best["none"], "best_per_cpu_second": best_cpu,
+            "cpu_ratio": best_cpu["quotas"] / best_cpu["none"],
             "first_response_errors": [e for runs in out.values() for r in runs for e in r["first_response_errors"]]}
