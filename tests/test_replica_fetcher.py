@@ -178,6 +178,7 @@ class Part:
 
     def __init__(self, partition: int, log: Log):
         self.topic, self.partition, self.topic_id, self.log = TOPIC, partition, TOPIC_ID, log
+        self.rlog = StorageReplicaLog(log)  # the view the fetcher shares with the partition
         self.tp = f"{TOPIC}-{partition}"
 
 

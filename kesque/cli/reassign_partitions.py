@@ -11,10 +11,11 @@ The JSON files are Kafka's (``{"version":1,"partitions":[{"topic":"t","partition
 :mod:`kesque.client.wire`: ListPartitionReassignments / AlterPartitionReassignments to any broker
 (which sends them on to the active controller), Metadata for the current replicas, DescribeCluster
 for the brokers, IncrementalAlterConfigs to clear the throttles as ``--verify`` and ``--cancel`` do.
+``log_dirs`` other than ``"any"`` move replicas between their brokers' log dirs: AlterReplicaLogDirs
+and DescribeLogDirs to each replica's broker, as Kafka's tool.
 
-Not done (kesque has neither): ``--throttle`` / ``--replica-alter-log-dirs-throttle`` (replication is
-not throttled) and ``log_dirs`` other than ``"any"`` (one log directory per broker, no
-AlterReplicaLogDirs); the tool says so and exits 1. ``--generate`` places replicas as Kafka's
+Not done: ``--throttle`` / ``--replica-alter-log-dirs-throttle`` (replication is not throttled);
+the tool says so and exits 1. ``--generate`` places replicas as Kafka's
 rack-unaware assignment (random start and shift), also when every broker has a rack.
 """
 
@@ -375,12 +376,17 @@ class ReassignAdmin(QuorumAdmin):
     def replica_log_dirs(self, assignment: dict) -> dict:
         """{(topic, partition, broker): log dir} of the replicas of ``assignment`` whose broker
         reports them (describeReplicaLogDirs: DescribeLogDirs to each broker)."""
+        return {r: current for r, (current, _future) in self.describe_replica_log_dirs(
+            [(t, p, b) for (t, p), replicas in assignment.items() for b in replicas]).items() if current}
+
+    def describe_replica_log_dirs(self, replicas) -> dict:
+        """{(topic, partition, broker): (current log dir, future log dir)} (None where there is
+        none) of the ``replicas`` whose broker answered: DescribeLogDirs to each broker."""
         from ..client.wire import make
 
         by_broker: dict = {}
-        for (t, p), replicas in assignment.items():
-            for b in replicas:
-                by_broker.setdefault(b, {}).setdefault(t, []).append(p)
+        for t, p, b in replicas:
+            by_broker.setdefault(b, {}).setdefault(t, []).append(p)
         out = {}
         for b, topics in sorted(by_broker.items()):
             def build(mod, v, topics=topics):
@@ -391,13 +397,37 @@ class ReassignAdmin(QuorumAdmin):
                 resp = self._send(self._node(b), 35, build)
             except _Retry:
                 continue
+            found: dict = {(t, p, b): [None, None] for t, ps in topics.items() for p in ps}
             for r in resp.results:
                 if int(r.error_code):
                     continue
                 for t in r.topics:
                     for p in t.partitions:
-                        if not p.is_future_key:
-                            out[(t.name, int(p.partition_index), b)] = r.log_dir
+                        key = (t.name, int(p.partition_index), b)
+                        if key in found:
+                            found[key][1 if p.is_future_key else 0] = r.log_dir
+            out.update({k: tuple(v) for k, v in found.items()})
+        return out
+
+    def alter_replica_log_dirs(self, moves: dict) -> dict:
+        """AlterReplicaLogDirs to each replica's broker: {(topic, partition, broker): error code}."""
+        from ..client.wire import make
+
+        by_broker: dict = {}
+        for (t, p, b), d in moves.items():
+            by_broker.setdefault(b, {}).setdefault(d, {}).setdefault(t, []).append(p)
+        out = {}
+        for b, dirs in sorted(by_broker.items()):
+            def build(mod, v, dirs=dirs):
+                rq = mod.request
+                return make(rq.AlterReplicaLogDirsRequest, dirs=tuple(
+                    make(rq.AlterReplicaLogDir, path=d, topics=tuple(
+                        make(rq.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps)) for t, ps in ts.items()))
+                    for d, ts in dirs.items()))
+            resp = self._send(self._node(b), 34, build)
+            for t in resp.results:
+                for p in t.partitions:
+                    out[(t.topic_name, int(p.partition_index), b)] = int(p.error_code)
         return out
 
     def delete_configs(self, resources: list[tuple[int, str, tuple[str, ...]]]) -> None:
@@ -494,10 +524,9 @@ def execute(admin: ReassignAdmin, a) -> None:
         raise _admin_failed("Partition replica lists may not contain duplicate entries: " + ". ".join(
             f"{tp_name(tp)} contains multiple entries for {','.join(str(x) for x in _hash_ordered(d))}"
             for tp, d in dup_replicas))
-    if dirs or a.throttle >= 0 or a.replica_alter_log_dirs_throttle >= 0:
-        raise TerseException("kesque does not throttle replication or move replicas between log directories: "
-                             "--throttle, --replica-alter-log-dirs-throttle and log_dirs other than \"any\" are "
-                             "not supported")
+    if a.throttle >= 0 or a.replica_alter_log_dirs_throttle >= 0:
+        raise TerseException("kesque does not throttle replication or moves between log directories: "
+                             "--throttle and --replica-alter-log-dirs-throttle are not supported")
     proposed = dict(parts)
     if not a.additional and admin.list_reassignments():
         raise TerseException(EXISTING)
@@ -521,6 +550,82 @@ def execute(admin: ReassignAdmin, a) -> None:
             f"{tp_name(tp)}: {errors[tp].message}" for tp in sorted(errors)))
     print(f"Successfully started partition reassignment{'' if len(proposed) == 1 else 's'} for "
           + ",".join(tp_name(tp) for tp in sorted(proposed)))
+    if dirs:
+        execute_moves(admin, dirs, a.timeout)
+
+
+def _replica_order(r):
+    """Kafka's compareTopicPartitionReplicas: broker, topic, partition."""
+    return r[2], r[0], r[1]
+
+
+def replica_name(r) -> str:
+    return f"{r[0]}-{r[1]}-{r[2]}"  # TopicPartitionReplica.toString
+
+
+def execute_moves(admin: ReassignAdmin, moves: dict, timeout_ms: int) -> None:
+    """AlterReplicaLogDirs until each replica's move has started (a replica that is not on its
+    new broker yet answers REPLICA_NOT_AVAILABLE: asked again every 100 ms until --timeout)."""
+    import time
+
+    pending = dict(moves)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        errors = admin.alter_replica_log_dirs(pending)
+        failed = sorted((r for r, code in errors.items() if code not in (0, 9)), key=_replica_order)
+        if failed:
+            r = failed[0]
+            raise TerseException(f"Failed to alter dir for {replica_name(r)}: "
+                                 f"{kafka_error(errors[r]).message}")
+        for r in sorted((r for r, code in errors.items() if code == 0), key=_replica_order):
+            print(f"Successfully started moving log directory to {pending[r]} for replica {r[0]}-{r[1]} with broker "
+                  f"{r[2]} ")
+            del pending[r]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise TerseException(f"Timed out before log directory move{'' if len(pending) == 1 else 's'} could be "
+                                 "started for: " + ",".join(replica_name(r) for r in sorted(pending, key=_replica_order)))
+        time.sleep(0.1)
+
+
+def move_states(admin: ReassignAdmin, moves: dict) -> dict:
+    """findLogDirMoveStates: {replica: (state, current dir, target dir, future dir)}."""
+    infos = admin.describe_replica_log_dirs(list(moves))
+    out = {}
+    for r, target in moves.items():
+        if r not in infos:
+            out[r] = ("missing-replica", None, target, None)
+            continue
+        current, future = infos[r]
+        if current is None:
+            out[r] = ("missing-log-dir", None, target, None)
+        elif future is None:
+            out[r] = ("completed" if current == target else "cancelled", current, target, None)
+        else:
+            out[r] = ("active", current, target, future)
+    return out
+
+
+def move_states_text(states: dict) -> str:
+    """replicaMoveStatesToString."""
+    lines = []
+    for r in sorted(states, key=_replica_order):
+        state, current, target, future = states[r]
+        where = f"Partition {r[0]}-{r[1]}"
+        if state == "missing-log-dir":
+            lines.append(f"{where} is not found in any live log dir on broker {r[2]}. There is likely an offline log "
+                         "directory on the broker.")
+        elif state == "missing-replica":
+            lines.append(f"{where} cannot be found in any live log directory on broker {r[2]}.")
+        elif state == "active":
+            lines.append(f"Reassignment of replica {replica_name(r)} is still in progress." if target == future else
+                         f"{where} on broker {r[2]} is being moved to log dir {future} instead of {target}.")
+        elif state == "cancelled":
+            lines.append(f"{where} on broker {r[2]} is not being moved from log dir {current} to {target}.")
+        else:
+            lines.append(f"Reassignment of replica {replica_name(r)} completed successfully.")
+    return "\n".join(lines)
 
 
 def _hash_ordered_tps(tps) -> list:
@@ -530,9 +635,6 @@ def _hash_ordered_tps(tps) -> list:
 
 def verify(admin: ReassignAdmin, a) -> None:
     parts, dirs = parse_reassignment(_read(a.reassignment_json_file))
-    if dirs:
-        raise TerseException("kesque does not move replicas between log directories: log_dirs other than \"any\" "
-                             "are not supported")
     ongoing = admin.list_reassignments()
     states = {}
     unknown_topics = {t for (t, _p), _r in parts if (t, _p) not in ongoing}
@@ -559,8 +661,9 @@ def verify(admin: ReassignAdmin, a) -> None:
             lines.append(f"There is no active reassignment of partition {tp_name(tp)}, but replica set is "
                          f"{','.join(map(str, replicas))} rather than {','.join(map(str, target))}.")
     print("\n".join(lines))
-    print("")          # the log-directory moves: none
-    if not ongoing and not a.preserve_throttles:
+    states = move_states(admin, dirs)
+    print(move_states_text(states))
+    if not ongoing and all(st[0] == "completed" for st in states.values()) and not a.preserve_throttles:
         clear_throttles(admin, parts)
 
 
@@ -577,9 +680,6 @@ def clear_throttles(admin: ReassignAdmin, parts) -> None:
 
 def cancel(admin: ReassignAdmin, a) -> None:
     parts, dirs = parse_reassignment(_read(a.reassignment_json_file))
-    if dirs:
-        raise TerseException("kesque does not move replicas between log directories: log_dirs other than \"any\" "
-                             "are not supported")
     found = admin.list_reassignments([tp for tp, _r in parts])
     # as Kafka's tool: a reassignment that only adds replicas is not cancelled
     active = sorted(tp for tp, (_r, adding, removing) in found.items() if not adding or removing)
@@ -592,7 +692,11 @@ def cancel(admin: ReassignAdmin, a) -> None:
               + ",".join(tp_name(tp) for tp in active))
     else:
         print("None of the specified partition reassignments are active.")
-    sys.stdout.write("None of the specified partition moves are active.")
+    moving = {r: st[1] for r, st in move_states(admin, dirs).items() if st[0] == "active"}
+    if moving:
+        execute_moves(admin, moving, a.timeout)   # back to the dir each replica is in: the copy is dropped
+    else:
+        sys.stdout.write("None of the specified partition moves are active.")
     if not a.preserve_throttles:
         clear_throttles(admin, parts)
 

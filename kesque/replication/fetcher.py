@@ -36,7 +36,7 @@ from ..server.channel import Channel, ChannelError
 from ..utils import java_string_hash
 from .replica_state import (
     BACKOFF, FETCHING, OUT_OF_RANGE, TRUNCATING, UNDEFINED, WAIT_FOR_METADATA, FetchPartitionResponse,
-    FollowerFetch, StorageReplicaLog)
+    FollowerFetch)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class _Entry:
 
     def __init__(self, part, leader_id: int, leader_epoch: int):
         self.part = part
-        self.rlog = StorageReplicaLog(part.log)
+        self.rlog = part.rlog  # the partition's: it follows a move between log dirs (Partition.replace_log)
         self.fetch = FollowerFetch(leader_id, leader_epoch, self.rlog)
         self.ready_at = 0.0                     # loop time before which a backed-off partition waits
         self.sent_offset = -1                   # the fetch offset of the request in flight

@@ -89,6 +89,11 @@ class Partition:
     def tp(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    def replace_log(self, log_: Log) -> None:
+        """The log moved to another log dir (AlterReplicaLogDirs): same offsets, new files."""
+        self.log = log_
+        self.rlog.log = log_  # the replica fetcher's entry shares this view
+
     @property
     def is_leader(self) -> bool:
         return self.repl.is_leader

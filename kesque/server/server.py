@@ -35,6 +35,7 @@ from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import Delta, MetadataImage
 from ..protocol import api as protocol
 from ..protocol.primitives import INT32, ProtocolError
+from ..replication.alter_log_dirs import LogDirMover
 from ..replication.replica_manager import ReplicaManager
 from ..storage import checkpoint as ck
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
@@ -161,6 +162,9 @@ class KesqueServer:
         if not self.voters:
             await self._discover_voters()
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, self.clock)
+        # AlterReplicaLogDirs: copies run as tasks of this server (spawn is bound at call time)
+        self.log_dir_mover = LogDirMover(self.log_manager, self.replica_manager, cfg.get("replica.fetch.max.bytes"),
+                                         lambda coro: self.spawn(coro))
         from ..coordinator.group.runtime import GroupCoordinator
         from ..coordinator.runtime import CoordinatorHost
         host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image,
@@ -230,6 +234,7 @@ class KesqueServer:
         self._write_checkpoints_at_start()
         self._schedule_periodic()
         self._start_log_cleaner()
+        self.log_dir_mover.resume()  # moves between log dirs a restart interrupted
         self.started.set()
         log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
                  (time.monotonic() - t0) * 1000, cluster_id)

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 _SEGMENT_FILES = re.compile(r"^\d{20}\.(log|index|timeindex|txnindex)$")
 DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"  # a replica being moved into this log dir (AlterReplicaLogDirs)
 
 
 def _file_offset(name: str) -> int:
@@ -344,6 +345,11 @@ class Log:
     @property
     def active_segment(self) -> LogSegment:
         return self.segments[-1]
+
+    @property
+    def parent_dir(self) -> str:
+        """The log dir holding this partition's directory."""
+        return os.path.dirname(self.dir)
 
     @property
     def log_end_offset(self) -> int:
@@ -791,6 +797,13 @@ class Log:
             seg.close()
         self.delete_expired_files(0, force=False)
         for _due, seg in self._pending_deletes:  # their .deleted files go at the next load
+            seg.close()
+
+    def close_handles(self) -> None:
+        """Close the files without writing anything (a log whose directory was renamed away)."""
+        for seg in self.segments:
+            seg.close()
+        for _due, seg in self._pending_deletes:
             seg.close()
 
     def delete(self) -> None:

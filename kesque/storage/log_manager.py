@@ -18,7 +18,7 @@ import uuid
 
 from ..config.topic import LogConfig
 from . import checkpoint as ck
-from .log import DELETE_DIR_SUFFIX, Log, parse_partition_dir
+from .log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, Log, parse_partition_dir
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +224,11 @@ class LogManager:
         self.had_clean_shutdown: dict[str, bool] = {}
         self.directory_ids: dict[str, uuid.UUID] = {}
         self._pending_dir_deletes: list[tuple[int, str]] = []
+        # moves between log dirs (AlterReplicaLogDirs, KIP-113): the future log of a partition
+        # being copied into another dir, and the dir asked for a partition not created yet
+        self.future_logs: dict[tuple[str, int], Log] = {}
+        self.preferred_dirs: dict[tuple[str, int], str] = {}
+        self._closing_later: list[tuple[int, Log]] = []  # replaced logs, closed after file.delete.delay.ms
         self._formatted: set[str] = set()  # dirs formatted by this start (nothing to recover)
         self.locks: list[DirLock] = []
 
@@ -287,15 +292,44 @@ class LogManager:
                     log.info("Deleting leftover directory %s of a deleted topic", name)
                     shutil.rmtree(path, ignore_errors=True)
                     continue
-                tp = parse_partition_dir(name)
+                future = name.endswith(FUTURE_DIR_SUFFIX)
+                tp = parse_partition_dir(name.rsplit(".", 1)[0] if future else name)
                 if tp is None:
                     continue
                 cfg, topic_id = config_for(tp[0])
                 lg = Log(path, tp[0], tp[1], cfg, topic_id=topic_id, recovery_point=recovery.get(tp, 0),
-                         log_start_offset=starts.get(tp, 0), had_clean_shutdown=clean, now_ms=self.clock.now_ms())
+                         log_start_offset=starts.get(tp, 0), had_clean_shutdown=clean and not future,
+                         now_ms=self.clock.now_ms())
+                if future:
+                    # a move between log dirs that a restart interrupted: it goes on (the mover
+                    # copies from where this copy ends), as Kafka resumes its future replicas
+                    log.info("Loaded future log %s: its move to %s resumes", name, d)
+                    self.future_logs[tp] = lg
+                    self.preferred_dirs[tp] = d
+                    continue
                 lg.update_high_watermark(hws.get(tp, 0))
+                if tp in self.logs:
+                    lg = self._keep_one_copy(tp, lg, d)
                 self.logs[tp] = lg
-                self._dir_of[tp] = d
+                self._dir_of[tp] = lg.parent_dir
+        for tp in [tp for tp in self.future_logs if tp not in self.logs]:
+            # the current log is gone (a crash after the future one was renamed but before the
+            # the future dir was renamed cannot leave this: the future is renamed first)
+            log.warning("Deleting future log %s: no current log of %s-%d", self.future_logs[tp].dir, *tp)
+            self.future_logs.pop(tp).delete()
+
+    def _keep_one_copy(self, tp: tuple[str, int], lg: Log, d: str) -> Log:
+        """Two current logs of one partition: a crash between the two renames of a move
+        between log dirs (the copy renamed into place, the source not yet renamed for
+        deletion). Kafka refuses to start; both copies were identical when the move swapped
+        them, so the one that recovered more is kept and the other deleted."""
+        other = self.logs[tp]
+        keep, drop = (lg, other) if lg.log_end_offset > other.log_end_offset else (other, lg)
+        log.warning("Duplicate log directories for %s-%d in %s and %s (a move between log directories was "
+                    "interrupted): keeping %s (log end offset %d), deleting %s (log end offset %d)", tp[0], tp[1],
+                    other.dir, lg.dir, keep.dir, keep.log_end_offset, drop.dir, drop.log_end_offset)
+        drop.delete()
+        return keep
 
     @staticmethod
     def _read_checkpoint(d: str, name: str) -> dict:
@@ -317,7 +351,7 @@ class LogManager:
                 lg.topic_id = topic_id
                 lg._write_partition_metadata(topic_id)
             return lg
-        d = self._pick_dir()
+        d = self._pick_dir(tp)
         lg = Log(os.path.join(d, f"{topic}-{partition}"), topic, partition, config, topic_id=topic_id,
                  had_clean_shutdown=True, now_ms=self.clock.now_ms())
         self.logs[tp] = lg
@@ -325,7 +359,10 @@ class LogManager:
         log.info("Created log for partition %s-%d in %s", topic, partition, d)
         return lg
 
-    def _pick_dir(self) -> str:
+    def _pick_dir(self, tp: tuple[str, int] | None = None) -> str:
+        preferred = self.preferred_dirs.pop(tp, None) if tp is not None else None
+        if preferred is not None and preferred in self.log_dirs:
+            return preferred  # asked for by AlterReplicaLogDirs before the replica was created here
         counts = {d: 0 for d in self.log_dirs}
         for d in self._dir_of.values():
             counts[d] = counts.get(d, 0) + 1
@@ -337,6 +374,8 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> None:
         """Topic deleted: rename to ``topic-N.<id>-delete`` and remove after file.delete.delay.ms."""
         tp = (topic, partition)
+        self.delete_future_log(topic, partition)
+        self.preferred_dirs.pop(tp, None)
         lg = self.logs.pop(tp, None)
         d = self._dir_of.pop(tp, None)
         if lg is None or d is None:
@@ -348,6 +387,62 @@ class LogManager:
         os.replace(lg.dir, target)
         self._pending_dir_deletes.append((self.clock.now_ms() + lg.config.file_delete_delay_ms, target))
         log.info("Log for partition %s-%d is renamed to %s and is scheduled for deletion", topic, partition, target)
+
+    # ------------------------------------------------------------------ moves between log dirs
+    def create_future_log(self, topic: str, partition: int, dest: str, config: LogConfig,
+                          topic_id: uuid.UUID | None, start_offset: int) -> Log:
+        """An empty copy of the partition in ``dest``, named ``topic-N.<id>-future`` until it
+        has caught up and replaces the current log (:meth:`replace_current_with_future`)."""
+        path = os.path.join(dest, f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
+        lg = Log(path, topic, partition, config, topic_id=topic_id, log_start_offset=start_offset,
+                 had_clean_shutdown=True, now_ms=self.clock.now_ms())
+        self.future_logs[(topic, partition)] = lg
+        log.info("Created future log %s for partition %s-%d", path, topic, partition)
+        return lg
+
+    def delete_future_log(self, topic: str, partition: int) -> None:
+        lg = self.future_logs.pop((topic, partition), None)
+        if lg is not None:
+            lg.close()
+            shutil.rmtree(lg.dir, ignore_errors=True)
+            log.info("Deleted future log %s", lg.dir)
+
+    def replace_current_with_future(self, topic: str, partition: int, crash_hook=None) -> Log:
+        """The move's last step, with no await inside (nothing appends meanwhile): the caught-up
+        future log is flushed, closed and renamed to ``topic-N`` in its dir, then reopened in
+        place; the source directory is renamed ``…-delete`` and removed after
+        file.delete.delay.ms (fetches may still be sending from its files); both dirs'
+        checkpoints are written. A crash between the renames leaves two copies, which the next
+        start resolves (:meth:`_keep_one_copy`). Returns the new current log."""
+        tp = (topic, partition)
+        source, future = self.logs[tp], self.future_logs.pop(tp)
+        hw, start = source.high_watermark, source.log_start_offset
+        future.flush()
+        future.close()
+        dest = future.parent_dir
+        final = os.path.join(dest, f"{topic}-{partition}")
+        os.replace(future.dir, final)
+        ck.fsync_dir(dest)
+        if crash_hook is not None:
+            crash_hook("renamed-future")
+        lg = Log(final, topic, partition, source.config, topic_id=source.topic_id, recovery_point=future.log_end_offset,
+                 log_start_offset=max(start, future.log_start_offset), had_clean_shutdown=True,
+                 now_ms=self.clock.now_ms())
+        lg.update_high_watermark(hw)
+        src_dir = source.parent_dir
+        target = os.path.join(src_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.replace(source.dir, target)
+        ck.fsync_dir(src_dir)
+        self.logs[tp] = lg
+        self._dir_of[tp] = dest
+        now = self.clock.now_ms()
+        self._closing_later.append((now + source.config.file_delete_delay_ms, source))
+        self._pending_dir_deletes.append((now + source.config.file_delete_delay_ms, target))
+        for d in {src_dir, dest}:
+            self.write_checkpoints([(p, e) for p, e in self.recovery_point_checkpoints() + self.log_start_checkpoints()
+                                    if os.path.dirname(p) == d])
+        log.info("The current replica of %s-%d is replaced with the future replica in %s", topic, partition, dest)
+        return lg
 
     # ------------------------------------------------------------------ periodic work
     def cleanup_logs(self) -> int:
@@ -371,6 +466,8 @@ class LogManager:
         now = self.clock.now_ms()
         for lg in list(self.logs.values()):
             lg.delete_expired_files(now)
+        while self._closing_later and self._closing_later[0][0] <= now:
+            self._closing_later.pop(0)[1].close_handles()  # its directory is deleted below, once due
         keep = []
         for due, path in self._pending_dir_deletes:
             if due <= now:
@@ -435,6 +532,11 @@ class LogManager:
         self.checkpoint_log_start_offsets()
         for lg in self.logs.values():
             lg.close()
+        for lg in self.future_logs.values():  # a move between log dirs resumes at the next start
+            lg.flush()
+            lg.close()
+        for _due, lg in self._closing_later:
+            lg.close_handles()
         for d in self.log_dirs:
             ck.write_clean_shutdown(d, broker_epoch)
         log.info("Shutdown complete: logs flushed, checkpoints written, clean shutdown marker left")

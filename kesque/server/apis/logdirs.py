@@ -1,4 +1,5 @@
-"""DescribeLogDirs."""
+"""DescribeLogDirs and AlterReplicaLogDirs (moves between this broker's log dirs:
+:mod:`kesque.replication.alter_log_dirs`)."""
 
 from __future__ import annotations
 
@@ -7,32 +8,54 @@ import shutil
 from ...errors import ErrorCode
 from .kiohelp import Msg
 
+# the longest topic-N.<32 hex>-future directory name a file system takes (Kafka's KAFKA-4893 check)
+MAX_DIR_NAME = 255
+
 
 class LogDirApis:
     def __init__(self, server):
+        self.log_manager = server.log_manager
+        self.mover = server.log_dir_mover
         self.server = server
 
     def register(self) -> None:
+        self.server.register(34, 1, 2, self.alter_replica_log_dirs)
         self.server.register(35, 1, 5, self.describe_log_dirs)
+
+    def alter_replica_log_dirs(self, ctx, req):
+        m = Msg(34, ctx.api_version)
+        wanted: dict[tuple[str, int], str] = {}
+        for d in req.dirs:
+            for t in d.topics:
+                for p in t.partitions:
+                    wanted[(t.name, p)] = d.path
+        by_topic: dict[str, list] = {}
+        for (topic, partition), path in wanted.items():
+            if len(f"{topic}-{partition}.{'0' * 32}-future") > MAX_DIR_NAME:
+                code = ErrorCode.invalid_topic_exception
+            else:
+                code = self.mover.alter(topic, partition, path)
+            by_topic.setdefault(topic, []).append(
+                m("AlterReplicaLogDirPartitionResult", partition_index=partition, error_code=code))
+        return m(throttle_time=0, results=tuple(
+            m("AlterReplicaLogDirTopicResult", topic_name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
 
     def describe_log_dirs(self, ctx, req):
         m = Msg(35, ctx.api_version)
-        lm = self.server.log_manager
+        lm = self.log_manager
         wanted = None
         if req.topics is not None:
             wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
+        logs = [(tp, lg, False) for tp, lg in lm.logs.items()] + [(tp, lg, True) for tp, lg in lm.future_logs.items()]
         results = []
         for d in lm.log_dirs:
             by_topic: dict[str, list] = {}
-            for (topic, partition), lg in sorted(lm.logs.items()):
-                if lm.dir_of(topic, partition) != d:
+            for (topic, partition), lg, future in sorted(logs, key=lambda x: (x[0], x[2])):
+                if lg.parent_dir != d or (wanted is not None and (topic, partition) not in wanted):
                     continue
-                if wanted is not None and (topic, partition) not in wanted:
-                    continue
-                lag = max(0, lg.log_end_offset - lg.high_watermark)
                 by_topic.setdefault(topic, []).append(
                     m("DescribeLogDirsPartition", partition_index=partition, partition_size=lg.size_in_bytes(),
-                      offset_lag=lag, is_future_key=False))
+                      offset_lag=self.mover.offset_lag(topic, partition, future), is_future_key=future))
             try:
                 usage = shutil.disk_usage(d)
                 total, free = usage.total, usage.free
