@@ -701,7 +701,8 @@ def test_producer_id_blocks_survive_restarts(cluster):
 
 
 def test_bootstrap_records_features_once(cluster):
-    assert cluster.image.features == {"metadata.version": 25}
+    # a new cluster has ELR (KIP-966) on, as a Kafka 4.4 cluster formatted by default
+    assert cluster.image.features == {"metadata.version": 25, "eligible.leader.replicas.version": 1}
     offset = cluster.image.offset
     cluster.controller.bootstrap()
     assert cluster.image.offset == offset
