@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import MetadataImage, PartitionRegistration
 from ..replication.replica_state import RECOVERED, RECOVERING, AlterPartitionReply
+from ..utils import hash_set_order
 from .reassignment import change_partition
 
 NO_LEADER = -1
@@ -172,18 +173,6 @@ def _target_elr(p, isr: list[int], elr: list[int], min_isr: int, unclean_shutdow
     if len(isr) >= min_isr:
         return []
     return [r for r in hash_set_order(elr + list(p.isr)) if r not in isr and r not in unclean_shutdown]
-
-
-def hash_set_order(ids) -> list[int]:
-    """The distinct broker ids in the iteration order of a Java HashSet (or Scala HashSet) of
-    Integers: by bucket (the spread hash modulo the table size), then by value. For ids below 16
-    this is ascending order. Kafka's ELR and the ISR a Kafka leader sends in AlterPartition come
-    out of such sets."""
-    ids = list(dict.fromkeys(ids))
-    cap = 16
-    while len(ids) > cap * 3 // 4:
-        cap *= 2
-    return sorted(ids, key=lambda h: ((h ^ (h >> 16)) & (cap - 1), h))
 
 
 def elr_enabled_in(image: MetadataImage) -> bool:
