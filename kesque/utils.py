@@ -39,3 +39,15 @@ def murmur2(data: bytes) -> int:
     h = (h * m) & 0xFFFFFFFF
     h ^= h >> 15
     return h - (1 << 32) if h >= (1 << 31) else h
+
+
+def hash_set_order(ids) -> list[int]:
+    """The distinct broker ids in the iteration order of a Java HashSet (or Scala HashSet) of
+    Integers: by bucket (the spread hash modulo the table size), then by value. For ids below 16
+    this is ascending order. Kafka's ELR and the ISR a Kafka leader sends in AlterPartition come
+    out of such sets."""
+    ids = list(dict.fromkeys(ids))
+    cap = 16
+    while len(ids) > cap * 3 // 4:
+        cap *= 2
+    return sorted(ids, key=lambda h: ((h ^ (h >> 16)) & (cap - 1), h))

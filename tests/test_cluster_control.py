@@ -421,3 +421,64 @@ def test_unfencing_elects_an_out_of_sync_replica_of_a_leaderless_partition_where
     assert not reply.is_fenced
     assert (h.part("u").leader, h.part("u").isr) == (2, [2])
     assert (h.part("clean").leader, h.part("clean").isr) == (-1, [1])
+
+
+# -- KIP-966 (ELR on): fencing keeps the last ISR member eligible, an unclean shutdown does not --------
+ELR_FEATURES = {"metadata.version": (1, 25), "eligible.leader.replicas.version": (0, 1)}
+
+
+def elr_controller():
+    h = Controller()
+    h.image.features = {"metadata.version": 25, "eligible.leader.replicas.version": 1}
+    for b in (1, 2):
+        h.register(b, features=ELR_FEATURES)
+        h.heartbeat(b)
+    h.topic("t", [1, 2])
+    return h
+
+
+def test_with_elr_a_fenced_last_isr_member_stays_eligible_and_leads_again_once_back():
+    h = elr_controller()
+    h.apply(h.c.expire(TIMEOUT + 1))                  # both sessions expire: one broker per call
+    h.apply(h.c.expire(TIMEOUT + 1))
+    p = h.part("t")
+    # min ISR 1: the first fenced broker leaves an ISR still at min ISR (not eligible); the last
+    # one empties it and stays eligible, and is the last known leader
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (-1, [], [2], [2])
+    reply, _ = h.heartbeat(1, now=TIMEOUT + 2)
+    assert not reply.is_fenced and h.part("t").leader == -1      # not eligible
+    # the same incarnation heartbeats again (a clean return): elected from the ELR, ISR itself
+    reply, _ = h.heartbeat(2, now=TIMEOUT + 2)
+    p = h.part("t")
+    assert not reply.is_fenced and (p.leader, p.isr, p.elr, p.last_known_elr) == (2, [2], [], [])
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_new_incarnation_after_an_unclean_shutdown_leaves_the_elr(clean):
+    h = elr_controller()
+    h.apply(h.c.expire(TIMEOUT + 1))
+    h.apply(h.c.expire(TIMEOUT + 1))
+    epoch = h.image.brokers[2].epoch
+    h.register(2, now=TIMEOUT + 2, incarnation=uuid.uuid4(), features=ELR_FEATURES,
+               previous_broker_epoch=epoch if clean else -1)
+    p = h.part("t")
+    assert p.elr == ([2] if clean else []) and p.leader == -1
+
+
+def test_balanced_recovery_elects_the_last_known_leader_once_the_isr_and_elr_are_empty():
+    """Both brokers come back after unclean shutdowns: nobody is eligible, and the last known
+    leader is elected when it is unfenced, uncleanly (RECOVERING), as Kafka 4.4 does."""
+    h = elr_controller()
+    h.apply(h.c.expire(TIMEOUT + 1))
+    h.apply(h.c.expire(TIMEOUT + 1))
+    last = h.part("t").last_known_elr
+    for b in (1, 2):
+        h.register(b, now=TIMEOUT + 2, incarnation=uuid.uuid4(), features=ELR_FEATURES)
+    p = h.part("t")
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (-1, [], [], last)
+    other = 3 - last[0]
+    h.heartbeat(other, now=TIMEOUT + 3)
+    assert h.part("t").leader == -1                   # not the last known leader: not elected
+    h.heartbeat(last[0], now=TIMEOUT + 3)
+    p = h.part("t")
+    assert (p.leader, p.isr, p.leader_recovery_state, p.last_known_elr) == (last[0], last, 1, [])

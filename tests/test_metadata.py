@@ -701,7 +701,38 @@ def test_producer_id_blocks_survive_restarts(cluster):
 
 
 def test_bootstrap_records_features_once(cluster):
-    assert cluster.image.features == {"metadata.version": 25}
+    # a new cluster has ELR (KIP-966) on, as a Kafka 4.4 cluster formatted by default
+    assert cluster.image.features == {"metadata.version": 25, "eligible.leader.replicas.version": 1}
     offset = cluster.image.offset
     cluster.controller.bootstrap()
     assert cluster.image.offset == offset
+
+
+def test_elr_fields_round_trip_through_records_image_and_snapshot():
+    """KIP-966: a record carrying the ELR is written at version 2 (tagged fields); the image keeps
+    them and a snapshot rebuilds them."""
+    from kesque.metadata.snapshot import image_records
+
+    tid = uuid.uuid4()
+    rec = {"type": "PartitionRecord", "partition_id": 0, "topic_id": tid, "replicas": [1, 2, 3], "isr": [],
+           "removing_replicas": [], "adding_replicas": [], "leader": -1, "leader_recovery_state": 0,
+           "leader_epoch": 3, "partition_epoch": 5, "eligible_leader_replicas": [1, 2], "last_known_elr": [2]}
+    raw = mr.encode(rec)
+    assert raw[:3] == bytes([1, 3, 2])                 # frame 1, PartitionRecord, version 2
+    back = mr.decode(raw)
+    assert (back["eligible_leader_replicas"], back["last_known_elr"], back["directories"]) == ([1, 2], [2], [])
+    change = {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": tid, "leader": 2, "isr": [2],
+              "eligible_leader_replicas": [1], "last_known_elr": []}
+    assert mr.encode(change)[:3] == bytes([1, 5, 2])
+    plain = {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": tid, "leader": 2}
+    assert mr.encode(plain)[:3] == bytes([1, 5, 0])   # no ELR field: version 0 as before
+    image = MetadataImage()
+    replay_all(image, [{"type": "TopicRecord", "name": "t", "topic_id": tid}, back])
+    p = image.topic("t").partitions[0]
+    assert (p.elr, p.last_known_elr) == ([1, 2], [2])
+    replay_all(image, [mr.decode(mr.encode(change))])
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (2, [2], [1], [])
+    p.elr = [3]
+    rebuilt = MetadataImage()
+    replay_all(rebuilt, [mr.decode(mr.encode(r)) for r in image_records(image)])
+    assert rebuilt.topic("t").partitions[0] == p

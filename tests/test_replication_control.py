@@ -130,7 +130,7 @@ def test_periodic_unclean_elections_follow_the_topic_config():
     assert [(r["leader"], r["isr"]) for r in records] == [(1, [1])]
 
 
-# -- KIP-966's eligible leader replicas (the election rules; the image does not carry the ELR yet) ----------
+# -- KIP-966's eligible leader replicas: Kafka 4.4's PartitionChangeBuilder rules -------------------------------
 def registration(isr, leader, elr=(), last_known_elr=(), replicas=(1, 2, 3)):
     from types import SimpleNamespace
     return SimpleNamespace(replicas=list(replicas), isr=list(isr), leader=leader, elr=list(elr),
@@ -145,7 +145,8 @@ def test_below_min_isr_the_leaving_members_stay_eligible_and_the_isr_may_empty()
     rec = elr_change(registration([1, 2], 1), [1], live=(1,))
     assert (rec["isr"], rec["eligible_leader_replicas"], rec["leader"]) == ([1], [2], -2)
     rec = elr_change(registration([1], 1, elr=[2]), [], live=())
-    assert (rec["isr"], rec["eligible_leader_replicas"], rec["leader"]) == ([], [2, 1], -1)
+    # the order of Kafka's HashSet (ascending for small ids), not the order the members left in
+    assert (rec["isr"], rec["eligible_leader_replicas"], rec["leader"]) == ([], [1, 2], -1)
 
 
 def test_an_empty_isr_elects_from_the_elr_and_an_unclean_shutdown_is_not_eligible():
@@ -234,3 +235,44 @@ def test_alter_partitions_answers_each_partition_and_writes_one_batch():
     records, replies = ReplicationControl(lambda: img).alter_partitions(
         [req(), req(partition_id=1, leader_epoch=0, partition_epoch=0), req(partition_id=1, partition_epoch=0)])
     assert len(records) == 2 and [r.error_code for r in replies] == [0, 0, E.not_controller]
+
+
+def test_the_last_known_leader_is_recorded_when_the_partition_loses_its_leader_and_cleared_after():
+    rec = elr_change(registration([1], 1), [], live=())
+    assert (rec["leader"], rec["isr"], rec["eligible_leader_replicas"], rec["last_known_elr"]) == (-1, [], [1], [1])
+    rec = elr_change(registration([], -1, elr=[1], last_known_elr=[1]), [], live=(1,))
+    assert (rec["leader"], rec["isr"], rec["eligible_leader_replicas"], rec["last_known_elr"]) == (1, [1], [], [])
+    assert "leader_recovery_state" not in rec or rec["leader_recovery_state"] == -1   # a clean election
+
+
+def test_balanced_recovery_elects_the_last_known_leader_uncleanly_with_an_empty_isr_and_elr():
+    p = registration([], -1, last_known_elr=[2])
+    rec = elr_change(p, [], live=(1, 2, 3))
+    assert (rec["leader"], rec["isr"], rec["leader_recovery_state"], rec["last_known_elr"]) == (2, [2], RECOVERING, [])
+    assert elr_change(p, [], live=(1, 3)) is None                       # not alive: nobody
+    assert partition_change(TID, 0, p, lambda b: True, []) is None      # ELR off: no such election
+
+
+def test_kafka_hash_set_order():
+    from kesque.utils import hash_set_order
+    assert hash_set_order([3, 2]) == [2, 3] and hash_set_order([4, 1, 4]) == [1, 4]
+    assert hash_set_order([17, 2]) == [17, 2]           # 17 lands in bucket 1 of 16
+
+
+def test_a_change_of_min_insync_replicas_clears_the_elr():
+    from kesque.controller.replication_control import clear_elr_records
+    img = image()
+    cfg = [{"type": "ConfigRecord", "resource_type": 2, "resource_name": "t", "name": "min.insync.replicas",
+            "value": "2"},
+           {"type": "ConfigRecord", "resource_type": 4, "resource_name": "", "name": "min.insync.replicas",
+            "value": "2"},
+           {"type": "ConfigRecord", "resource_type": 2, "resource_name": "t", "name": "retention.ms", "value": "1"}]
+    assert clear_elr_records(img, cfg) == []                            # ELR off
+    img.features["eligible.leader.replicas.version"] = 1
+    clear = clear_elr_records(img, cfg)
+    assert clear == [{"type": "ClearElrRecord", "topic_name": "t"}, {"type": "ClearElrRecord", "topic_name": ""}]
+    p = img.topics_by_id[TID].partitions[0]
+    p.elr, p.last_known_elr, epoch = [2], [3], p.partition_epoch
+    d = Delta()
+    img.replay(clear[0], d)
+    assert (p.elr, p.last_known_elr, p.partition_epoch, d.changed_partitions) == ([], [], epoch + 1, {(TID, 0)})

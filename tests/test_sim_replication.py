@@ -98,3 +98,20 @@ def test_an_election_outside_the_isr_is_caught(monkeypatch):
         return rec
     monkeypatch.setattr(cluster_control, "partition_change", any_live_replica)
     assert "elected from outside the ISR" in first_violation()
+
+
+def test_a_hw_that_advances_below_min_isr_is_caught_by_an_elr_election():
+    """KIP-966: the leader alone (ISR below min.insync.replicas) must not commit; with the HW rule
+    broken (test-only switch) the follower elected from the ELR lacks what was committed."""
+    e = first_violation("hw_ignores_min_isr", ("repl_elr",))
+    assert e is not None and "are lost" in e and "--bug hw_ignores_min_isr" in e
+
+
+def test_an_elr_that_keeps_members_who_left_at_min_isr_is_caught(monkeypatch):
+    """A broken ELR rule: every member leaving the ISR stays eligible, also the follower that left
+    while the ISR was still at min.insync.replicas (it misses what was committed after)."""
+    from kesque.controller import replication_control as rc
+    monkeypatch.setattr(rc, "_target_elr", lambda p, isr, elr, min_isr, unclean: [
+        r for r in dict.fromkeys(elr + list(p.isr) + list(p.replicas)) if r not in isr and r not in unclean])
+    e = first_violation(scenarios=("repl_elr",))
+    assert e is not None and "are lost" in e, e

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError, error
 from ..metadata.image import Endpoint, MetadataImage
-from .replication_control import ONLINE, UNCLEAN, partition_change
+from .replication_control import ONLINE, UNCLEAN, elr_args, elr_enabled_in, partition_change
 
 NO_LEADER = -1
 UNBOUNDED = 1 << 62
@@ -160,11 +160,13 @@ class Session:
 
 
 class ClusterControl:
-    def __init__(self, config, image_fn, cluster_id: str | None = None, unclean_enabled=lambda topic: False):
+    def __init__(self, config, image_fn, cluster_id: str | None = None, unclean_enabled=lambda topic: False,
+                 min_isr=lambda topic: 1):
         self.config = LifecycleConfig.of(config)
         self.image_fn = image_fn
         self.cluster_id = cluster_id
         self.unclean_enabled = unclean_enabled      # topic -> its unclean.leader.election.enable
+        self.min_isr = min_isr                      # topic -> its min.insync.replicas
         self.sessions: dict[int, Session] | None = None     # None: not the active controller
         self.registration_offsets: dict[int, int] = {}
 
@@ -212,8 +214,8 @@ class ClusterControl:
         if same:
             epoch, fenced, in_cs = existing.epoch, existing.fenced, existing.in_controlled_shutdown
         else:
-            if existing is not None:        # the previous incarnation stopped without telling us
-                records += self._move_off(image, b)
+            if existing is not None:        # a new incarnation: the previous one shut down
+                records += self._shutdown(image, b, clean=existing.epoch == req.previous_broker_epoch)
             epoch, fenced, in_cs = next_offset + len(records), True, False
         records.append({"type": "RegisterBrokerRecord", "broker_id": b, "incarnation_id": req.incarnation_id,
                         "broker_epoch": epoch,
@@ -334,8 +336,9 @@ class ClusterControl:
         if reg is None:
             raise KafkaError(ErrorCode.broker_id_not_registered,
                              f"Broker ID {broker_id} is not currently registered")
-        return self._move_off(image, broker_id) + [{"type": "UnregisterBrokerRecord", "broker_id": broker_id,
-                                                    "broker_epoch": reg.epoch}]
+        return (self._move_off(image, broker_id)
+                + self._changes(image, lambda p: broker_id in p.elr, remove=broker_id)
+                + [{"type": "UnregisterBrokerRecord", "broker_id": broker_id, "broker_epoch": reg.epoch}])
 
     # -- the records of each transition (Kafka's ReplicationControlManager.handleBroker*) ------------
     def _fence(self, image: MetadataImage, b: int, epoch: int) -> list[dict]:
@@ -357,11 +360,25 @@ class ClusterControl:
     def _move_off(self, image: MetadataImage, b: int) -> list[dict]:
         return self._changes(image, lambda p: b in p.isr, remove=b)
 
-    def _changes(self, image: MetadataImage, which, remove: int = NO_LEADER, add: int = NO_LEADER) -> list[dict]:
+    def _shutdown(self, image: MetadataImage, b: int, clean: bool) -> list[dict]:
+        """A new incarnation of ``b`` registers (Kafka's handleBrokerShutdown). With ELR on, a
+        broker whose previous broker epoch is not the registered one did not shut down cleanly
+        (its log may have lost what it acknowledged): it leaves every ISR and ELR and leads
+        nothing. Otherwise it leaves the ISRs as a fenced broker does."""
+        if elr_enabled_in(image) and not clean:
+            return (self._changes(image, lambda p: b in p.isr, unclean=b)
+                    + self._changes(image, lambda p: b in p.elr, unclean=b))
+        return self._move_off(image, b)
+
+    def _changes(self, image: MetadataImage, which, remove: int = NO_LEADER, add: int = NO_LEADER,
+                 unclean: int = NO_LEADER) -> list[dict]:
+        """Kafka's generateLeaderAndIsrUpdates: ``remove`` leaves the ISR (and leads nothing),
+        ``add`` may lead although the image still has it fenced, ``unclean`` (shut down
+        uncleanly) leaves the ISR and the ELR and leads nothing."""
         sessions = self.sessions or {}
 
         def acceptable(r: int) -> bool:
-            if r == remove:
+            if r in (remove, unclean):
                 return False
             if r == add:
                 return True
@@ -375,8 +392,10 @@ class ClusterControl:
             election = UNCLEAN if self.unclean_enabled(t.name) else ONLINE
             for pid, p in t.partitions.items():
                 if which(p):
-                    rec = partition_change(t.topic_id, pid, p, acceptable, [r for r in p.isr if r != remove],
-                                           election)
+                    rec = partition_change(t.topic_id, pid, p, acceptable,
+                                           [r for r in p.isr if r not in (remove, unclean)], election,
+                                           unclean_shutdown=(unclean,) if unclean != NO_LEADER else (),
+                                           **elr_args(image, t.name, p, self.min_isr))
                     if rec is not None:
                         out.append(rec)
         return out

@@ -27,7 +27,7 @@ from ..metadata.log import METADATA_TOPIC, MetadataLog
 from ..server import quotas as qm
 from ..storage.checkpoint import uuid_to_kafka
 from . import reassignment
-from .replication_control import unclean_enabled_in
+from .replication_control import clear_elr_records, min_isr_in, unclean_enabled_in
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,16 @@ MAX_TOPIC_LENGTH = 249
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 METADATA_VERSION_LEVEL = 25  # 4.0-IV3: the KRaft feature level kesque's records correspond to
-FEATURES = {"metadata.version": METADATA_VERSION_LEVEL}
+# the feature levels a new cluster finalizes, as a Kafka 4.4 cluster formatted by default has ELR
+# (KIP-966) on: eligible.leader.replicas.version 1
+FEATURES = {"metadata.version": METADATA_VERSION_LEVEL, "eligible.leader.replicas.version": 1}
+# the lowest level kesque supports of each (metadata.version starts at 1, the others at 0)
+FEATURE_MIN = {"eligible.leader.replicas.version": 0}
+
+
+def supported_features() -> dict[str, tuple[int, int]]:
+    """{feature: (min, max)} of what this broker supports (BrokerRegistration, ApiVersions)."""
+    return {k: (FEATURE_MIN.get(k, 1), v) for k, v in FEATURES.items()}
 
 # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one request may not write more records
 MAX_RECORDS_PER_USER_OP = 10000
@@ -120,8 +129,8 @@ class Controller:
         epoch = max(self.image.offset + 1, (prev.epoch + 1) if prev else 0)
         self.commit([{"type": "RegisterBrokerRecord", "broker_id": node_id, "incarnation_id": uuid.uuid4(),
                       "broker_epoch": epoch, "endpoints": endpoints,
-                      "features": [{"name": k, "min_supported_version": 1, "max_supported_version": v}
-                                   for k, v in FEATURES.items()],
+                      "features": [{"name": k, "min_supported_version": FEATURE_MIN.get(k, 1),
+                                    "max_supported_version": v} for k, v in FEATURES.items()],
                       "rack": rack, "fenced": False, "in_controlled_shutdown": False}])
         return epoch
 
@@ -346,6 +355,10 @@ class Controller:
                  sum(len(parts) for _t, parts in results))
         return results
 
+    def min_isr(self, topic: str) -> int:
+        """``min.insync.replicas`` of a topic, resolved as the controller does."""
+        return min_isr_in(self.image, topic, self.config.get("node.id"), self.config.get("min.insync.replicas") or 1)
+
     def unclean_enabled(self, topic: str) -> bool:
         """``unclean.leader.election.enable`` of a topic, resolved as the controller does."""
         return unclean_enabled_in(self.image, topic, self.config.get("node.id"),
@@ -448,7 +461,7 @@ class Controller:
             if current.get(name) != new.get(name):
                 recs.append({"type": "ConfigRecord", "resource_type": rtype, "resource_name": rname,
                              "name": name, "value": new.get(name)})
-        self.commit(recs)
+        self.commit(recs + clear_elr_records(self.image, recs))
         if rtype == RESOURCE_BROKER:
             self.warn_without_effect(r["name"] for r in recs if r["value"] is not None)
 

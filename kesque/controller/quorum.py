@@ -37,7 +37,7 @@ from ..raft.log import LeaderChange
 from . import reassignment
 from .cluster_control import ClusterControl, HeartbeatReply, HeartbeatRequest, RegistrationRequest
 from .controller import Controller
-from .replication_control import ReplicationControl, unclean_enabled_in
+from .replication_control import ReplicationControl, min_isr_in, unclean_enabled_in
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,10 @@ class QuorumController:
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._proposed = -1
         self._static_unclean = bool(getattr(config, "static", {}).get("unclean.leader.election.enable", False))
-        self.cluster = ClusterControl(config, lambda: self.controller.image, cluster_id, self.unclean_enabled)
-        self.replication = ReplicationControl(lambda: self.controller.image, self.unclean_enabled)
+        self._static_min_isr = int(getattr(config, "static", {}).get("min.insync.replicas", 1) or 1)
+        self.cluster = ClusterControl(config, lambda: self.controller.image, cluster_id, self.unclean_enabled,
+                                      self.min_isr)
+        self.replication = ReplicationControl(lambda: self.controller.image, self.unclean_enabled, self.min_isr)
         self._written_end = -1
         # the active controller's periodic elections (Kafka's maybeElectUncleanLeaders and
         # maybeBalancePartitionLeaders): {name: (interval ms, task)}, and their timers
@@ -287,6 +289,10 @@ class QuorumController:
         self._schedule_noop()
 
     # ------------------------------------------------------------------ replication
+    def min_isr(self, topic: str) -> int:
+        """The topic's min.insync.replicas, from the working image."""
+        return min_isr_in(self.controller.image, topic, self.raft.node_id, self._static_min_isr)
+
     def unclean_enabled(self, topic: str) -> bool:
         """The topic's effective unclean.leader.election.enable, from the working image."""
         return unclean_enabled_in(self.controller.image, topic, self.raft.node_id, self._static_unclean)

@@ -109,7 +109,8 @@ def validate_manual_assignment(image: MetadataImage, replicas: list[int], rf: in
 def change_partition(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistration, acceptable_fn,
                      target_isr: list[int] | None = None, election: str | None = None,
                      target_leader_recovery_state: int | None = None, *, replicas: list[int] | None = None,
-                     removing: list[int] | None = None, adding: list[int] | None = None) -> dict | None:
+                     removing: list[int] | None = None, adding: list[int] | None = None,
+                     elr_enabled: bool = False, min_isr: int = 1) -> dict | None:
     """Kafka's PartitionChangeBuilder.build with reassignment; ``replicas`` / ``removing`` /
     ``adding`` None keep the partition's."""
     from .replication_control import ONLINE, partition_change
@@ -124,9 +125,9 @@ def change_partition(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
     # the election runs in the target order (the first replica leads a preferred election)
     view = dataclasses.replace(p, replicas=replicas)
     rec = partition_change(topic_id, partition_id, view, acceptable_fn, isr, election or ONLINE,
-                           target_leader_recovery_state) or _unchanged(topic_id, partition_id)
-    if rec["leader"] == NO_LEADER_CHANGE and not set(p.replicas) <= set(replicas):
-        rec["leader"] = p.leader            # a replica leaves: the leader epoch bumps
+                           target_leader_recovery_state, elr_enabled=elr_enabled, min_isr=min_isr,
+                           bump_leader_epoch=not set(p.replicas) <= set(replicas)) \
+        or _unchanged(topic_id, partition_id)
     if replicas and replicas != list(p.replicas):
         rec["replicas"] = replicas
     if removing != list(p.removing_replicas):

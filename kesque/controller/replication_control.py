@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import MetadataImage, PartitionRegistration
 from ..replication.replica_state import RECOVERED, RECOVERING, AlterPartitionReply
+from ..utils import hash_set_order
 from .reassignment import change_partition
 
 NO_LEADER = -1
@@ -95,18 +96,30 @@ def acceptable(image: MetadataImage, broker: int) -> bool:
 def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistration, acceptable_fn,
                      target_isr: list[int] | None = None, election: str = ONLINE,
                      target_leader_recovery_state: int | None = None, elr_enabled: bool = False,
-                     min_isr: int = 1, unclean_shutdown: tuple[int, ...] = ()) -> dict | None:
+                     min_isr: int = 1, unclean_shutdown: tuple[int, ...] = (),
+                     bump_leader_epoch: bool = False) -> dict | None:
+    """Kafka 4.4's PartitionChangeBuilder.build (the reassignment part is
+    :func:`~kesque.controller.reassignment.change_partition`'s). Its steps, in Kafka's order:
+    the target ELR, the election, the leader epoch bump of a reassignment, the ELR fields, the
+    ISR, the last known leader."""
     isr = list(p.isr) if target_isr is None else list(target_isr)
-    old_elr, old_lkelr = list(getattr(p, "elr", None) or []), list(getattr(p, "last_known_elr", None) or [])
-    elr, lkelr = (_target_elr(p, isr, old_elr, old_lkelr, min_isr, unclean_shutdown) if elr_enabled
-                  else (old_elr, old_lkelr))
+    old_elr, old_lkelr = list(p.elr), list(p.last_known_elr)
+    elr = _target_elr(p, isr, old_elr, min_isr, unclean_shutdown) if elr_enabled else old_elr
     rec = {"type": "PartitionChangeRecord", "topic_id": topic_id, "partition_id": partition_id,
            "isr": None, "leader": NO_LEADER_CHANGE, "replicas": None, "removing_replicas": None,
            "adding_replicas": None, "leader_recovery_state": -1}
 
-    def valid(r: int) -> bool:
+    def valid(r: int) -> bool:      # Kafka's isValidNewLeader: in the ISR, or in the ELR when the ISR is empty
         return (r in isr or (not isr and r in elr)) and acceptable_fn(r)
 
+    def last_known_leader() -> int:
+        """Kafka's canElectLastKnownLeader (balanced recovery, on in 4.4 with ELR): with the ISR
+        and the ELR empty, the last known leader may lead again, as an unclean election."""
+        if elr_enabled and not isr and not elr and len(old_lkelr) == 1 and acceptable_fn(old_lkelr[0]):
+            return old_lkelr[0]
+        return NO_LEADER
+
+    # the election (Kafka's electPreferredLeader / electAnyLeader)
     leader, unclean = NO_LEADER, False
     if election == PREFERRED and p.replicas and valid(p.replicas[0]):
         leader = p.replicas[0]
@@ -114,7 +127,9 @@ def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
         leader = p.leader
     else:
         leader = next((r for r in p.replicas if valid(r)), NO_LEADER)
-        if leader == NO_LEADER and election == UNCLEAN:
+        if leader == NO_LEADER and last_known_leader() != NO_LEADER:
+            leader, unclean = last_known_leader(), True
+        elif leader == NO_LEADER and election == UNCLEAN:
             leader = next((r for r in p.replicas if acceptable_fn(r)), NO_LEADER)
             unclean = leader != NO_LEADER
     if leader != p.leader:
@@ -125,15 +140,23 @@ def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
             rec["isr"] = [leader]
             if p.leader_recovery_state != RECOVERING:
                 rec["leader_recovery_state"] = RECOVERING
-    if elr_enabled or old_elr or old_lkelr:
-        if unclean or not elr_enabled:
-            elr, lkelr = [], []
-        if elr != old_elr:
-            rec["eligible_leader_replicas"] = elr
-        if lkelr != old_lkelr:
-            rec["last_known_elr"] = lkelr
+    if bump_leader_epoch and rec["leader"] == NO_LEADER_CHANGE:
+        rec["leader"] = p.leader                # a replica leaves the assignment: the leader epoch bumps
+    # the ELR fields (Kafka's maybeUpdateRecordElr): cleared by an unclean election or with ELR off
+    if rec["isr"] is not None or not elr_enabled:
+        elr = []
+    if elr != old_elr:
+        rec["eligible_leader_replicas"] = elr
+    # with ELR the ISR may become empty
     if rec["isr"] is None and (isr or elr_enabled) and isr != list(p.isr):
         rec["isr"] = isr
+    # the last known leader (Kafka's maybeUpdateLastKnownLeader): kept in the last known ELR from
+    # the moment the partition loses its leader, cleared once it has one again
+    if elr_enabled:
+        if rec["leader"] == NO_LEADER and not old_lkelr:
+            rec["last_known_elr"] = [p.leader]
+        elif rec["leader"] >= 0 and old_lkelr:
+            rec["last_known_elr"] = []
     if target_leader_recovery_state is not None and target_leader_recovery_state != p.leader_recovery_state \
             and rec["leader_recovery_state"] == -1:
         rec["leader_recovery_state"] = target_leader_recovery_state
@@ -143,16 +166,28 @@ def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
     return rec
 
 
-def _target_elr(p, isr: list[int], elr: list[int], lkelr: list[int], min_isr: int,
-                unclean_shutdown) -> tuple[list[int], list[int]]:
-    """KIP-966: while the ISR is below min.insync.replicas, the members that leave it (and not
-    after an unclean shutdown) stay eligible leaders; the last known ELR keeps the others."""
+def _target_elr(p, isr: list[int], elr: list[int], min_isr: int, unclean_shutdown) -> list[int]:
+    """Kafka's maybePopulateTargetElr: an ISR at ``min_isr`` or above has no ELR; below it, the
+    ELR is the current ELR and ISR that are not in the target ISR, less the replicas that shut
+    down uncleanly, in the order of Kafka's HashSet."""
     if len(isr) >= min_isr:
-        return [], []
-    candidates = list(dict.fromkeys(elr + list(p.isr)))
-    new_elr = [r for r in candidates if r not in isr and r not in unclean_shutdown]
-    new_lkelr = [r for r in dict.fromkeys(candidates + lkelr) if r not in isr and r not in new_elr]
-    return new_elr, new_lkelr
+        return []
+    return [r for r in hash_set_order(elr + list(p.isr)) if r not in isr and r not in unclean_shutdown]
+
+
+def elr_enabled_in(image: MetadataImage) -> bool:
+    """KIP-966 is on when the finalized ``eligible.leader.replicas.version`` is at least 1 (Kafka
+    4.4's FeatureControlManager.isElrFeatureEnabled; a new Kafka 4.4 cluster is formatted with 1)."""
+    return image.features.get(ELR_FEATURE, 0) >= 1
+
+
+ELR_FEATURE = "eligible.leader.replicas.version"
+
+
+def elr_args(image: MetadataImage, topic: str, p: PartitionRegistration, min_isr_fn) -> dict:
+    """The ELR keywords of :func:`partition_change` for one partition: ELR on or off, and the
+    topic's effective min ISR, Kafka's getTopicEffectiveMinIsr: min(min.insync.replicas, RF)."""
+    return {"elr_enabled": elr_enabled_in(image), "min_isr": min(int(min_isr_fn(topic)), len(p.replicas) or 1)}
 
 
 def merged(p: PartitionRegistration, rec: dict | None) -> AlterPartitionReply:
@@ -167,9 +202,10 @@ def merged(p: PartitionRegistration, rec: dict | None) -> AlterPartitionReply:
 
 
 class ReplicationControl:
-    def __init__(self, image_fn, unclean_enabled=lambda topic: False):
+    def __init__(self, image_fn, unclean_enabled=lambda topic: False, min_isr=lambda topic: 1):
         self.image_fn = image_fn
         self.unclean_enabled = unclean_enabled
+        self.min_isr = min_isr              # topic -> its min.insync.replicas
 
     def alter_partition(self, req: AlterPartitionRequest, version: int = 3) -> tuple[list[dict], AlterPartitionReply]:
         image = self.image_fn()
@@ -187,7 +223,7 @@ class ReplicationControl:
         # with reassignment: the ISR that brings the last adding replica in completes it
         rec = change_partition(t.topic_id, req.partition_id, p, lambda b: acceptable(image, b),
                                [b for b, _ in req.new_isr], UNCLEAN if self.unclean_enabled(t.name) else ONLINE,
-                               req.leader_recovery_state)
+                               req.leader_recovery_state, **elr_args(image, t.name, p, self.min_isr))
         reply = merged(p, rec)
         records = [rec] if rec is not None else []
         if reply.leader != req.broker_id:
@@ -228,7 +264,8 @@ class ReplicationControl:
                 continue
             for pid, p in t.partitions.items():
                 if p.leader == NO_LEADER:
-                    rec = partition_change(t.topic_id, pid, p, lambda b: acceptable(image, b), election=UNCLEAN)
+                    rec = partition_change(t.topic_id, pid, p, lambda b: acceptable(image, b), election=UNCLEAN,
+                                           **elr_args(image, t.name, p, self.min_isr))
                     if rec is not None:
                         out.append(rec)
         return out
@@ -258,7 +295,8 @@ class ReplicationControl:
         preferred = p.replicas[0] if p.replicas else NO_LEADER
         if (election == PREFERRED and p.leader == preferred) or (election == UNCLEAN and p.leader != NO_LEADER):
             return None, int(E.election_not_needed), ELECTION_MESSAGES[E.election_not_needed]
-        rec = partition_change(t.topic_id, partition_id, p, lambda b: acceptable(image, b), election=election)
+        rec = partition_change(t.topic_id, partition_id, p, lambda b: acceptable(image, b), election=election,
+                               **elr_args(image, topic, p, self.min_isr))
         if rec is None:
             code = E.preferred_leader_not_available if election == PREFERRED else E.eligible_leaders_not_available
             return None, int(code), ELECTION_MESSAGES[code]
@@ -294,7 +332,8 @@ class ReplicationControl:
         for t in image.topics_by_id.values():
             for pid, p in t.partitions.items():
                 if p.replicas and p.leader != p.replicas[0]:
-                    rec = partition_change(t.topic_id, pid, p, lambda b: acceptable(image, b), election=PREFERRED)
+                    rec = partition_change(t.topic_id, pid, p, lambda b: acceptable(image, b), election=PREFERRED,
+                                           **elr_args(image, t.name, p, self.min_isr))
                     if rec is not None:
                         out.append(rec)
         return out
@@ -318,3 +357,33 @@ def unclean_enabled_in(image: MetadataImage, topic: str, node_id: int, static_de
         if value is not None:
             return str(value).strip().lower() == "true"
     return bool(static_default)
+
+
+MIN_ISR_KEY = "min.insync.replicas"
+
+
+def min_isr_in(image: MetadataImage, topic: str, node_id: int, static_default: int) -> int:
+    """A topic's ``min.insync.replicas`` as the controller resolves it (the same order as
+    :func:`unclean_enabled_in`)."""
+    from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
+
+    for resource in ((RESOURCE_TOPIC, topic), (RESOURCE_BROKER, str(node_id)), (RESOURCE_BROKER, "")):
+        value = image.configs.get(resource, {}).get(MIN_ISR_KEY)
+        if value is not None:
+            try:
+                return max(int(value), 1)
+            except ValueError:
+                break
+    return max(int(static_default or 1), 1)
+
+
+def clear_elr_records(image: MetadataImage, config_records: list[dict]) -> list[dict]:
+    """Kafka's createClearElrRecordsAsNeeded: with ELR on, every change of min.insync.replicas
+    clears the ELR it was computed against, a topic's with a ClearElrRecord naming it, a broker's
+    or the cluster default's with one naming no topic (all of them)."""
+    from ..metadata.image import RESOURCE_TOPIC
+
+    if not elr_enabled_in(image):
+        return []
+    return [{"type": "ClearElrRecord", "topic_name": r["resource_name"] if r["resource_type"] == RESOURCE_TOPIC else ""}
+            for r in config_records if r["type"] == "ConfigRecord" and r["name"] == MIN_ISR_KEY]

@@ -53,6 +53,10 @@ class PartitionRegistration:
     removing_replicas: list[int] = field(default_factory=list)
     adding_replicas: list[int] = field(default_factory=list)
     leader_recovery_state: int = 0
+    # KIP-966: the eligible leader replicas (left the ISR while it was below min.insync.replicas,
+    # cleanly) and the last known ELR (Kafka 4.4 keeps the last known leader there)
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -162,7 +166,8 @@ class MetadataImage:
             return
         t.partitions[rec["partition_id"]] = PartitionRegistration(
             list(rec["replicas"]), list(rec["isr"]), rec["leader"], rec["leader_epoch"], rec["partition_epoch"],
-            list(rec["removing_replicas"] or []), list(rec["adding_replicas"] or []), rec["leader_recovery_state"])
+            list(rec["removing_replicas"] or []), list(rec["adding_replicas"] or []), rec["leader_recovery_state"],
+            list(rec.get("eligible_leader_replicas") or []), list(rec.get("last_known_elr") or []))
         delta.changed_partitions.add((t.topic_id, rec["partition_id"]))
 
     def _replay_PartitionChangeRecord(self, rec, delta):
@@ -182,11 +187,30 @@ class MetadataImage:
             p.adding_replicas = list(rec["adding_replicas"])
         if rec.get("leader_recovery_state", -1) != -1:
             p.leader_recovery_state = rec["leader_recovery_state"]
+        if rec.get("eligible_leader_replicas") is not None:
+            p.elr = list(rec["eligible_leader_replicas"])
+        if rec.get("last_known_elr") is not None:
+            p.last_known_elr = list(rec["last_known_elr"])
         if rec.get("leader", -2) != -2:
             p.leader = rec["leader"]
             p.leader_epoch += 1
         p.partition_epoch += 1
         delta.changed_partitions.add((t.topic_id, rec["partition_id"]))
+
+    def _replay_ClearElrRecord(self, rec, delta):
+        """KIP-966: min.insync.replicas changed: the ELR and last known ELR of the topic's
+        partitions (an empty name: of every topic) are cleared; each partition that had one gets a
+        partition epoch, as Kafka merges an ELR-clearing PartitionChangeRecord into it."""
+        name = rec.get("topic_name") or ""
+        topics = [self.topics_by_name.get(name)] if name else list(self.topics_by_id.values())
+        for t in topics:
+            if t is None:
+                continue
+            for pid, p in t.partitions.items():
+                if p.elr or p.last_known_elr:
+                    p.elr, p.last_known_elr = [], []
+                    p.partition_epoch += 1
+                    delta.changed_partitions.add((t.topic_id, pid))
 
     def _replay_RemoveTopicRecord(self, rec, delta):
         t = self.topics_by_id.pop(rec["topic_id"], None)

@@ -79,8 +79,21 @@ SCHEMAS: dict[str, tuple[int, int, list]] = {
 }
 BY_KEY = {key: name for name, (key, _v, _f) in SCHEMAS.items()}
 
+# the record types whose KIP-966 fields (eligible_leader_replicas, last_known_elr) exist from version 2
+ELR_RECORDS = ("PartitionRecord", "PartitionChangeRecord")
+
+
 def encode(rec: dict) -> bytes:
     api_key, version, fields = SCHEMAS[rec["type"]]
+    if rec["type"] in ELR_RECORDS and (rec.get("eligible_leader_replicas") is not None
+                                       or rec.get("last_known_elr") is not None):
+        # the ELR fields are tagged fields of version 2: a record that carries them is written at
+        # version 2 (a PartitionRecord then has its directories: none known, as a broker that
+        # registered no log directories)
+        version = 2
+        fields = fields_for(rec["type"], version)
+        if rec["type"] == "PartitionRecord" and rec.get("directories") is None:
+            rec = {**rec, "directories": []}
     return uvarint(1) + uvarint(api_key) + uvarint(version) + schema.encode(fields, rec, flexible=True)
 
 

@@ -42,6 +42,8 @@ def image_records(image: MetadataImage) -> list[dict]:
                         "removing_replicas": list(p.removing_replicas), "adding_replicas": list(p.adding_replicas),
                         "leader": p.leader, "leader_recovery_state": p.leader_recovery_state,
                         "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch})
+            if p.elr or p.last_known_elr:
+                out[-1].update(eligible_leader_replicas=list(p.elr), last_known_elr=list(p.last_known_elr))
     for (rtype, rname), values in sorted(image.configs.items()):
         out += [{"type": "ConfigRecord", "resource_type": rtype, "resource_name": rname, "name": k, "value": v}
                 for k, v in sorted(values.items())]

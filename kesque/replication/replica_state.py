@@ -88,6 +88,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from ..errors import ErrorCode
+from ..utils import hash_set_order
 
 UNDEFINED = -1
 RECOVERED, RECOVERING = 0, 1      # LeaderRecoveryState
@@ -223,6 +224,10 @@ _WAIT_FOR_METADATA = {int(E.unknown_topic_or_partition), int(E.unknown_topic_id)
 
 
 class LeaderReplication:
+    # test-only switch (the simulator's --bug hw_ignores_min_isr): the HW also advances while the
+    # ISR is below min.insync.replicas, the rule KIP-966's ELR elections depend on
+    hw_ignores_min_isr = False
+
     def __init__(self, local_id: int, *, min_insync_replicas: int = 1, replica_lag_time_max_ms: int = 30_000,
                  broker_epoch_of: Callable[[int], int | None] | None = None, local_broker_epoch: int = -1):
         self.local_id = local_id
@@ -328,7 +333,7 @@ class LeaderReplication:
 
     # -- the high watermark ------------------------------------------------------------------------------
     def maybe_increment_high_watermark(self, log: ReplicaLog, now: int) -> bool:
-        if not self.is_leader or self.is_under_min_isr:
+        if not self.is_leader or (self.is_under_min_isr and not self.hw_ignores_min_isr):
             return False
         leo = log.log_end_offset
         new_hw = leo
@@ -432,8 +437,10 @@ class LeaderReplication:
                 return self.local_broker_epoch
             st = self.followers.get(b)
             return -1 if st is None or st.broker_epoch is None else st.broker_epoch
+        # Kafka's leader builds the new ISR as a Scala HashSet (isr + follower, isr diff out of sync):
+        # it is sent in that set's order, ascending for small broker ids
         self.pending = AlterPartition(kind, self.local_id, self.leader_epoch, self.partition_epoch,
-                                      tuple((b, epoch(b)) for b in isr), changed, tuple(self.isr))
+                                      tuple((b, epoch(b)) for b in hash_set_order(isr)), changed, tuple(self.isr))
         return self.pending
 
     def on_alter_partition_response(self, proposal: AlterPartition, error_code: int,

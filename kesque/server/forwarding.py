@@ -24,6 +24,7 @@ import contextvars
 import dataclasses
 import logging
 
+from ..controller.controller import FEATURE_MIN
 from ..errors import ErrorCode, KafkaError
 from ..protocol.api import request_class
 from .channel import ChannelError
@@ -197,8 +198,8 @@ class ControllerRouter:
         body = cls(broker_id=node_id, cluster_id=cluster_id or "", incarnation_id=incarnation_id,
                    listeners=tuple(mod.Listener(name=e["name"], host=e["host"], port=e["port"],
                                                 security_protocol=e["security_protocol"]) for e in endpoints),
-                   features=tuple(mod.Feature(name=k, min_supported_version=1, max_supported_version=v)
-                                  for k, v in features.items()), rack=rack)
+                   features=tuple(mod.Feature(name=k, min_supported_version=FEATURE_MIN.get(k, 1),
+                                              max_supported_version=v) for k, v in features.items()), rack=rack)
         result = await self._rpc("register_broker", (node_id, endpoints, rack), 62, 4, body, timeout_ms)
         if isinstance(result, int):
             return result

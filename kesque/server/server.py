@@ -243,14 +243,14 @@ class KesqueServer:
         """BrokerRegistration, then heartbeats until the controller unfences this broker (it
         has caught up with the metadata log and its logs are loaded), as Kafka's broker
         start-up waits for; heartbeats every broker.heartbeat.interval.ms from then on."""
-        from ..controller.controller import METADATA_VERSION_LEVEL
+        from ..controller.controller import supported_features
         from ..metadata.image import Endpoint
         from .heartbeats import LifecycleDriver
         from .lifecycle import BrokerLifecycle
 
         lc = BrokerLifecycle(self.node_id, uuid.uuid4(), self.config, cluster_id=cluster_id or "",
                              listeners=[Endpoint(**e) for e in self._endpoints()],
-                             features={"metadata.version": (1, METADATA_VERSION_LEVEL)},
+                             features=supported_features(),
                              rack=self.config.get("broker.rack"), rng=random.Random(), now=self._now_ms())
         lc.on_metadata_offset(self.image.offset)
         lc.set_ready_to_unfence(self._now_ms())     # the logs are loaded

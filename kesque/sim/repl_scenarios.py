@@ -162,6 +162,43 @@ def repl_rejoin_then_leader_cut(seed: int, **kw) -> ReplicationSim:
     return sim
 
 
+def repl_elr(seed: int, **kw) -> ReplicationSim:
+    """KIP-966 (ELR on), RF 3, min.insync.replicas 2: one follower is cut off and leaves the ISR
+    (at min ISR: not eligible), then the other (below min ISR: it stays eligible, and the HW stops),
+    then the leader, the last ISR member, is killed: the ISR is empty and the ELR holds the leader
+    and the second follower. Healed, the second follower is elected from the ELR (a clean election)
+    and must hold everything committed; the first may not lead. The old leader comes back after
+    an unclean shutdown (it leaves the ELR) and catches up."""
+    sim = ReplicationSim(seed, rf=3, min_isr=2, elr=True)
+    sim.start()
+    pid = _victim_partition(sim)
+    sim.progress(pid, 10)
+    p = sim.partition(pid)
+    leader = p.leader
+    first, second = sim.rng.sample([r for r in p.replicas if r != leader], 2)
+    sim.router.isolate(first, [CONTROLLER] + list(sim.brokers))
+    sim.until(lambda: first not in sim.partition(pid).isr, f"broker {first} leaves the ISR of partition {pid}")
+    sim.progress(pid, 5)
+    sim.router.isolate(second, [CONTROLLER] + list(sim.brokers))
+    sim.until(lambda: sim.partition(pid).isr == [leader], f"broker {second} leaves the ISR of partition {pid}")
+    sim.s.run_for(sim.rng.randint(0, 1000))        # the leader alone: acks=1 only, nothing commits
+    sim.brokers[leader].kill()
+    sim.until(lambda: sim.leader(pid) == -1 and sim.partition(pid).isr == [],
+              f"partition {pid} leaderless with an empty ISR")
+    elr = sorted(sim.partition(pid).elr)
+    sim.router.heal()
+    # whoever the controller elects is checked by the invariants (it must hold every committed
+    # record) before the scenario's own expectations
+    sim.until(lambda: sim.leader(pid) != -1 and sim.inv._current_leader(pid, sim.partition(pid)) is not None,
+              f"a leader for partition {pid}")
+    sim.progress(pid, 5)
+    if elr != sorted([leader, second]) or sim.leader(pid) != second:
+        sim.inv.fail(f"partition {pid}: ELR {elr} (not the leader and broker {second}), "
+                     f"broker {sim.leader(pid)} elected")
+    sim.converge()
+    return sim
+
+
 def repl_seed_4_1_5(seed: int, **kw) -> ReplicationSim:
     """Seed 001 §4.1.5 on two brokers, RF 2, min.insync.replicas 1: the follower fetches
     message2 and crashes before a fetch answer tells it HW 2; it restarts, rejoins the ISR, and
@@ -266,6 +303,6 @@ def repl_chaos(seed: int, **kw) -> ReplicationSim:
 
 REPLICATION_SCENARIOS = {f.__name__: f for f in (
     repl_leader_kill, repl_follower_kill, repl_leader_partitioned, repl_disk_loss, repl_unclean_off,
-    repl_unclean_on, repl_rejoin_then_leader_cut, repl_seed_4_1_5, repl_chaos)}
+    repl_unclean_on, repl_rejoin_then_leader_cut, repl_elr, repl_seed_4_1_5, repl_chaos)}
 
-REPLICATION_BUGS = ("truncate_to_high_watermark",)
+REPLICATION_BUGS = ("truncate_to_high_watermark", "hw_ignores_min_isr")

@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..controller.cluster_control import ClusterControl, HeartbeatReply, LifecycleConfig, RegistrationRequest
-from ..controller.replication_control import AlterPartitionRequest, ReplicationControl
+from ..controller.replication_control import ELR_FEATURE, AlterPartitionRequest, ReplicationControl
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import Delta, Endpoint, MetadataImage
 from ..replication.replica_state import (
@@ -221,14 +221,16 @@ class SimController:
         self.sim = sim
         self.image = MetadataImage()
         self.records: list[dict] = []
-        self.control = ClusterControl(sim.lifecycle_config, lambda: self.image, CLUSTER_ID, lambda topic: sim.unclean)
+        self.control = ClusterControl(sim.lifecycle_config, lambda: self.image, CLUSTER_ID, lambda topic: sim.unclean,
+                                      lambda topic: sim.min_isr)
         self.control.activate(0)
-        self.repl = ReplicationControl(lambda: self.image, lambda topic: sim.unclean)
+        self.repl = ReplicationControl(lambda: self.image, lambda topic: sim.unclean, lambda topic: sim.min_isr)
         self.parked: dict[int, int] = {}           # broker -> offset of its parked MetaFetch
         self.elected: dict[tuple[int, int], int] = {}    # (partition, leader epoch) -> leader
         self.unclean: set[tuple[int, int]] = set()      # (partition, leader epoch) of unclean elections
         self.next_unclean = 0
-        self.propose([{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in FEATURES.items()])
+        features = {**FEATURES, ELR_FEATURE: 1} if sim.elr else FEATURES     # KIP-966 on or off
+        self.propose([{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in features.items()])
 
     def propose(self, records: list[dict]) -> None:
         if not records:
@@ -237,7 +239,8 @@ class SimController:
         for rec in records:
             before = None
             if rec["type"] == "PartitionChangeRecord":
-                before = list(self.partition(rec["partition_id"]).isr)
+                p = self.partition(rec["partition_id"])
+                before = (list(p.isr), list(p.elr))
             self.image.replay(rec, d)
             self.records.append(rec)
             if rec["type"] in ("PartitionRecord", "PartitionChangeRecord"):
@@ -245,13 +248,16 @@ class SimController:
         for b, offset in list(self.parked.items()):
             self._answer(b, offset)
 
-    def _elected(self, rec: dict, isr_before: list[int] | None) -> None:
-        """Who leads each epoch; an election from outside the ISR is unclean."""
+    def _elected(self, rec: dict, before: tuple[list[int], list[int]] | None) -> None:
+        """Who leads each epoch; an election from outside the ISR is unclean, but for one from
+        the ELR while the ISR is empty (KIP-966)."""
         pid = rec["partition_id"]
         p = self.image.topics_by_id[TOPIC_ID].partitions[pid]
+        isr_before, elr_before = before if before is not None else (None, [])
         if rec["type"] == "PartitionRecord" or rec["leader"] != -2:
             self.elected[(pid, p.leader_epoch)] = p.leader
-            if isr_before is not None and p.leader >= 0 and p.leader not in isr_before:
+            from_elr = not isr_before and p.leader in elr_before
+            if isr_before is not None and p.leader >= 0 and p.leader not in isr_before and not from_elr:
                 if not self.sim.unclean:
                     self.sim.inv.fail(f"partition {pid}: broker {p.leader} elected from outside the ISR "
                                       f"{isr_before} with unclean.leader.election.enable=false")
@@ -349,7 +355,7 @@ class SimBroker:
         self.meta_sent = -1
         self.lifecycle = BrokerLifecycle(
             self.id, uuid.UUID(int=rng.getrandbits(128)), self.sim.lifecycle_config, cluster_id=CLUSTER_ID,
-            listeners=[Endpoint("PLAINTEXT", f"broker{self.id}", 9092)], features={"metadata.version": (1, 25)},
+            listeners=[Endpoint("PLAINTEXT", f"broker{self.id}", 9092)], features={"metadata.version": (1, 25), ELR_FEATURE: (0, 1)},
             request_timeout_ms=REQUEST_TIMEOUT_MS, rng=rng, now=now)
         self.corr = 0
         self.lifecycle_corr = -1          # the registration/heartbeat in flight
@@ -699,7 +705,7 @@ class Clients:
 # -- the simulation ---------------------------------------------------------------------------------------
 class ReplicationSim:
     def __init__(self, seed: int, *, brokers: int | None = None, partitions: int | None = None,
-                 rf: int | None = None, min_isr: int | None = None, unclean: bool = False,
+                 rf: int | None = None, min_isr: int | None = None, unclean: bool = False, elr: bool = False,
                  faults: NetworkFaults | None = None, acks_all_share: float = 0.8, produce_every: int = 40):
         self.s = Scheduler(seed)
         rng = self.rng = self.s.rng
@@ -708,6 +714,7 @@ class ReplicationSim:
         self.rf = rf if rf is not None else 3
         self.min_isr = min_isr if min_isr is not None else 2
         self.unclean = unclean
+        self.elr = elr                  # eligible.leader.replicas.version 1 (KIP-966)
         if faults is None:
             # delays (so reordering) and duplicates, no losses: a lost heartbeat or two may fence
             # a broker (BrokerLifecycle backs off), a second fault these scenarios do not intend;

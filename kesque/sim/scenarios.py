@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..raft import Knobs
 from ..raft.messages import VoteRequest
-from ..replication.replica_state import FollowerFetch
+from ..replication.replica_state import FollowerFetch, LeaderReplication
 from .cluster import RaftCluster
 from .invariants import Invariants
 from .metadata import MetadataCluster
@@ -491,11 +491,12 @@ def replication_bug(bug: str | None):
     if bug not in REPLICATION_BUGS:
         yield
         return
-    setattr(FollowerFetch, bug, True)
+    owner = LeaderReplication if hasattr(LeaderReplication, bug) else FollowerFetch
+    setattr(owner, bug, True)
     try:
         yield
     finally:
-        setattr(FollowerFetch, bug, False)
+        setattr(owner, bug, False)
 
 
 def run(name: str, seed: int, bug: str | None = None) -> Run:

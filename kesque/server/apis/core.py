@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
-from ...controller.controller import FEATURES, INTERNAL_TOPICS, CreatedTopic, NewTopic, validate_topic_name
+from ...controller.controller import INTERNAL_TOPICS, supported_features, CreatedTopic, NewTopic, validate_topic_name
 from ...errors import ErrorCode, KafkaError
 from ...protocol.primitives import INT16, INT32
 from ...utils import java_string_hash
@@ -67,8 +67,8 @@ class CoreApis:
         keys = tuple(m("ApiVersion", api_key=k, min_version=spec.min_version, max_version=spec.max_version)
                      for k, spec in sorted(self.server.apis.items()))
         image = self.server.image
-        supported = tuple(m("SupportedFeatureKey", name=n, min_version=1, max_version=lvl)
-                          for n, lvl in FEATURES.items())
+        supported = tuple(m("SupportedFeatureKey", name=n, min_version=lo, max_version=hi)
+                          for n, (lo, hi) in supported_features().items())
         finalized = tuple(m("FinalizedFeatureKey", name=n, max_version_level=lvl, min_version_level=lvl)
                           for n, lvl in image.features.items())
         return m(error_code=ErrorCode.none, api_keys=keys, throttle_time=0, supported_features=supported,

@@ -145,8 +145,9 @@ class TopicApis:
                 p = t.partitions[idx]
                 parts.append(m("DescribeTopicPartitionsResponsePartition", error_code=ErrorCode.none,
                                partition_index=idx, leader_id=p.leader, leader_epoch=p.leader_epoch,
-                               replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr), eligible_leader_replicas=(),
-                               last_known_elr=(), offline_replicas=tuple(r for r in p.replicas if r not in live)))
+                               replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr),
+                               eligible_leader_replicas=tuple(p.elr), last_known_elr=tuple(p.last_known_elr),
+                               offline_replicas=tuple(r for r in p.replicas if r not in live)))
                 budget -= 1
             topics.append(m("DescribeTopicPartitionsResponseTopic", error_code=ErrorCode.none, name=name,
                             topic_id=t.topic_id, is_internal=name in INTERNAL_TOPICS, partitions=tuple(parts),
