@@ -153,6 +153,40 @@ def test_flush_moves_the_durable_end_offset(tmp_path):
     assert (log.end_offset(), log.durable_end_offset()) == (1, 1)
 
 
+def test_a_flush_in_flight_covers_what_was_written_before_it_began(tmp_path):
+    """begin_flush on the loop notes the end and duplicates the descriptors; the appends and
+    segment rolls made while its fsyncs run (a worker thread in the server) are not counted."""
+    log = FileRaftLog(str(tmp_path), segment_bytes=300)
+    log.append(1, [v(i) for i in range(5)])
+    job = log.begin_flush()
+    assert job.end == 5
+    for i in range(5, 40):                        # several rolls while it is in flight
+        log.append(1, [v(i)])
+    assert len([f for f in os.listdir(log.path) if f.endswith(".log")]) > 2
+    job.run()
+    assert log.end_flush(job) == 5 and log.durable_end_offset() == 5
+    job = log.begin_flush()
+    job.run()
+    assert log.end_flush(job) == 40
+
+
+@pytest.mark.parametrize("cut", [3, 20])          # inside the first segment; deleting later ones
+def test_a_truncation_while_a_flush_is_in_flight_is_not_reported_durable(tmp_path, cut):
+    log = FileRaftLog(str(tmp_path), segment_bytes=300)
+    for i in range(30):
+        log.append(1, [v(i)])
+    job = log.begin_flush()                       # covers up to 30
+    log.truncate_to(cut)                          # a follower's divergence: segments may go
+    log.append(2, [v(100 + i) for i in range(30)])    # written again past the cut: new writes
+    job.run()                                     # its descriptors are duplicates: no EBADF
+    assert log.end_flush(job) == cut
+    job = log.begin_flush()
+    job.run()
+    assert log.end_flush(job) == cut + 30
+    log.close()
+    assert [r.value for r in FileRaftLog(str(tmp_path)).read(cut, 2)] == [v(100), v(101)]
+
+
 @pytest.mark.parametrize("tear", ["cut", "garbage", "bad_crc"])
 def test_a_torn_tail_is_truncated_on_open(tmp_path, tear):
     log = FileRaftLog(str(tmp_path))
