@@ -55,3 +55,32 @@ def test_requests_are_answered_while_a_raft_flush_is_held(tmp_path, monkeypatch)
         assert answers and answers[0].topics[0].error_code == 0
         with WireClient(addr) as c:
             assert "held" in {t.name for t in Api(c).metadata(None).topics}
+
+
+def test_a_snapshot_past_the_durable_end_is_written_once_the_flush_completes(tmp_path):
+    """A follower applies records the leader's majority holds, maybe before its own flush of
+    them completes: RaftManager.snapshot then waits for the flush (the log refuses a snapshot
+    past its durable end)."""
+    import asyncio
+
+    from kesque.raft import QuorumConfig
+    from kesque.server.raft_manager import RaftManager
+
+    async def run():
+        mgr = RaftManager(1, {1: None}, str(tmp_path), QuorumConfig(append_linger_ms=0), None, None)
+        mgr.start()
+        await mgr.wait_caught_up()
+        mgr.append([b"a", b"b"])
+        while mgr.node.applied < 3:
+            await asyncio.sleep(0.01)
+        real = mgr.log.durable_end_offset
+        mgr.log.durable_end_offset = lambda: 1          # as a follower whose flush is behind
+        mgr.snapshot(3, [b"image"])
+        assert mgr.log.latest_snapshot() is None and mgr._flush is not None
+        mgr.log.durable_end_offset = real
+        await asyncio.wait([mgr._flush])
+        await asyncio.sleep(0)                          # the flush's completion, on the loop
+        assert mgr.log.latest_snapshot().end_offset == 3 and mgr.log.log_start_offset() == 3
+        await mgr.close()
+
+    asyncio.run(run())

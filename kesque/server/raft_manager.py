@@ -169,6 +169,7 @@ class RaftManager:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._flush: asyncio.Future | None = None   # the flush in flight (its worker-thread half)
         self._flush_again = False
+        self._pending_snapshot: tuple[int, list] | None = None     # (end offset, values) to write once durable
         self.flushes = 0
         # test-only: while the file this names exists, a flush holds in its worker thread (and
         # says so by creating "<file>.held"); tests/test_raft_flush.py proves the loop goes on
@@ -230,7 +231,7 @@ class RaftManager:
                     await asyncio.wait(list(self._tasks), timeout=0.2)
             except Exception:
                 log.exception("raft resign failed")
-        if self._flush is not None:
+        if self._flush is not None and graceful:
             await asyncio.wait([self._flush])       # its fsync, then the log's close flushes the rest
         self.closed = True
         if self._timer is not None:
@@ -256,7 +257,14 @@ class RaftManager:
 
     def snapshot(self, end_offset: int, values: list) -> None:
         """Write the application's state after every record below ``end_offset`` as a
-        snapshot; the log start moves to it (the segments below go)."""
+        snapshot; the log start moves to it (the segments below go). A follower applies what
+        the leader's majority holds, maybe before its own copy is flushed: then the snapshot
+        is written once the flush completes (a newer one replaces it meanwhile)."""
+        if end_offset > self.log.durable_end_offset():
+            self._pending_snapshot = (end_offset, values)
+            self._start_flush()
+            return
+        self._pending_snapshot = None
         sid = self.node.snapshot(end_offset, values)
         log.info("Wrote metadata snapshot %d-%d (%d records)", sid.end_offset, sid.epoch, len(values))
 
@@ -410,9 +418,17 @@ class RaftManager:
             self._flush_again = False
             self.loop.call_later(1.0, self._start_flush)
             return
-        self.log.end_flush(job)
+        durable = self.log.end_flush(job)
         again, self._flush_again = self._flush_again, False
         self._run(self.node.flushed)
+        pending = self._pending_snapshot
+        if pending is not None and pending[0] <= durable:
+            self._pending_snapshot = None
+            if pending[0] > self.log.log_start_offset():    # (else a newer one was installed meanwhile)
+                try:
+                    self.snapshot(*pending)
+                except Exception:
+                    log.exception("metadata snapshot at %d failed", pending[0])
         if again and self._flush is None:     # (the node's answer may have started one already)
             self._start_flush()
 
