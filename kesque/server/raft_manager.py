@@ -174,6 +174,10 @@ class RaftManager:
         # test-only: while the file this names exists, a flush holds in its worker thread (and
         # says so by creating "<file>.held"); tests/test_raft_flush.py proves the loop goes on
         self._test_flush_hold = os.environ.get("KESQUE_TEST_RAFT_FLUSH_HOLD") or None
+        # bench-only (bench/raft_flush.py): a slow disk (each flush sleeps this long first), and
+        # the fsync on the event loop as before, to compare
+        self._test_flush_delay = int(os.environ.get("KESQUE_TEST_RAFT_FLUSH_DELAY_MS") or 0) / 1000.0
+        self._test_flush_on_loop = os.environ.get("KESQUE_TEST_RAFT_FLUSH_ON_LOOP") == "1"
 
     # ------------------------------------------------------------------ listeners
     def on_commit(self, fn) -> None:
@@ -391,7 +395,14 @@ class RaftManager:
             return
         job = self.log.begin_flush()
         self.flushes += 1
-        self._flush = self.loop.run_in_executor(self._executor, self._run_flush, job)
+        if self._test_flush_on_loop:
+            self._flush = self.loop.create_future()
+            try:
+                self._flush.set_result(self._run_flush(job))
+            except Exception as e:  # noqa: BLE001 - handed to _flush_done as the thread's would be
+                self._flush.set_exception(e)
+        else:
+            self._flush = self.loop.run_in_executor(self._executor, self._run_flush, job)
         self._flush.add_done_callback(functools.partial(self._flush_done, job))
 
     def _run_flush(self, job) -> None:
@@ -402,6 +413,8 @@ class RaftManager:
                 pass
             while os.path.exists(hold):
                 time.sleep(0.01)
+        if self._test_flush_delay:
+            time.sleep(self._test_flush_delay)
         job.run()
 
     def _flush_done(self, job, fut: asyncio.Future) -> None:
