@@ -20,14 +20,18 @@ CFG = QuorumConfig()
 
 
 class Node:
-    """One RaftNode with its disk, the messages it sent, and a clock."""
+    """One RaftNode with its disk, the messages it sent, and a clock. It is the node's driver:
+    a flush the node asks for is done at once (``auto_flush``), or held until :meth:`flush`."""
 
-    def __init__(self, node_id=1, voters=VOTERS, directory_id=None, log=None, store=None, knobs=None):
+    def __init__(self, node_id=1, voters=VOTERS, directory_id=None, log=None, store=None, knobs=None,
+                 auto_flush=True):
         self.now = 0
         self.log = log or MemoryRaftLog()
         self.store = store or MemoryQuorumStateStore()
         self.sent: list = []
         self.committed: list = []
+        self.auto_flush = auto_flush
+        self.flush_asked = False
         self.raft = RaftNode(node_id, directory_id or voters.get(node_id, f"d{node_id}"), voters, self.log,
                              self.store, CFG, random.Random(0), self.now, knobs)
         self._take(self.raft.tick(self.now))
@@ -35,7 +39,17 @@ class Node:
     def _take(self, out):
         self.sent += out.messages
         self.committed += out.committed
+        if out.flush:
+            self.flush_asked = True
+            if self.auto_flush:
+                self.flush()
         return out
+
+    def flush(self, job=None):
+        """Complete a flush (``job``, begun earlier, or one begun now) and tell the node."""
+        self.flush_asked = False
+        self.log.end_flush(job or self.log.begin_flush())
+        self._take(self.raft.flushed(self.now))
 
     def tick(self, ms=0):
         self.now += ms
@@ -318,6 +332,75 @@ def test_high_watermark_counts_only_the_leaders_flushed_end():
     assert n.raft.high_watermark == 1
     n.tick(CFG.append_linger_ms)
     assert n.raft.high_watermark == 3
+
+
+# -- asynchronous flushes: the node asks, the driver flushes off the loop, the node is told ------------
+
+def test_leader_counts_its_end_only_once_the_flush_it_asked_for_completes():
+    n = elect(Node(auto_flush=False))
+    n.tick(CFG.append_linger_ms)                  # the LeaderChange: a flush is asked for, not done
+    assert n.flush_asked and n.log.durable_end_offset() == 0
+    job = n.log.begin_flush()                     # the driver begins it (end offset 1)...
+    n.raft.append(["a"], n.now)                   # ...the loop appends meanwhile
+    fetch(n, 2, 1, 1)
+    assert n.raft.high_watermark == 0             # node 2 holds offset 0 durably, the leader not yet
+    n.flush(job)
+    assert n.log.durable_end_offset() == 1 and n.raft.high_watermark == 1    # not past the job's end
+    n.tick(CFG.append_linger_ms)
+    assert n.flush_asked
+    n.flush()
+    fetch(n, 2, 2, 1, corr=2)
+    assert n.raft.high_watermark == 2
+
+
+def test_a_voter_fetches_again_only_once_its_log_is_durable():
+    n = follower(epoch=1, leader=2)
+    n.auto_flush = False
+    n.tick()
+    f = n.reply(m.FetchRequest, 2)
+    n.recv(2, m.FetchResponse(f.correlation_id, m.NONE, 2, 1, 0, [Record(0, 1, "a"), Record(1, 1, "b")]))
+    assert n.flush_asked and n.log.end_offset() == 2 and n.log.durable_end_offset() == 0
+    n.tick(CFG.retry_backoff_ms)
+    assert not n.take(m.FetchRequest)             # its fetch offset would count records not durable
+    n.flush()
+    (_, f), = n.take(m.FetchRequest)
+    assert f.fetch_offset == 2
+
+
+def test_deliberate_bug_fetches_with_the_unflushed_end():
+    n = follower(epoch=1, leader=2)
+    n.raft.knobs.report_unflushed_fetch_offset = True
+    n.auto_flush = False
+    n.tick()
+    f = n.reply(m.FetchRequest, 2)
+    n.recv(2, m.FetchResponse(f.correlation_id, m.NONE, 2, 1, 0, [Record(0, 1, "a")]))
+    assert n.reply(m.FetchRequest, 2).fetch_offset == 1 and n.log.durable_end_offset() == 0
+
+
+def test_an_observer_fetches_on_while_its_flush_runs():
+    n = Node(node_id=9, auto_flush=False)         # not a voter: it asks a voter who leads
+    (dest, f), = n.take(m.FetchRequest)
+    n.recv(dest, m.FetchResponse(f.correlation_id, m.NONE, dest, 1, 0))
+    assert n.state.name == FOLLOWER and n.state.leader_id == dest
+    n.tick()
+    f = n.reply(m.FetchRequest, dest)
+    n.recv(dest, m.FetchResponse(f.correlation_id, m.NONE, dest, 1, 0, [Record(0, 1, "a")]))
+    assert n.flush_asked and n.log.durable_end_offset() == 0
+    assert n.reply(m.FetchRequest, dest).fetch_offset == 1
+
+
+def test_memory_log_flush_is_durable_only_up_to_its_start_and_a_truncation_meanwhile():
+    log = MemoryRaftLog()
+    log.append(1, list(range(10)))
+    job = log.begin_flush()
+    log.append(1, [10, 11])                       # written after the flush began: not covered
+    assert log.end_flush(job) == 10
+    job = log.begin_flush()                       # covers up to 12
+    log.truncate_to(5)                            # a follower's divergence meanwhile
+    log.append(2, ["x"] * 9)                      # offsets 5-13 written again: new writes
+    assert log.end_flush(job) == 5
+    log.crash()
+    assert log.end_offset() == 5
 
 
 def test_observers_do_not_count_for_the_high_watermark():

@@ -153,6 +153,40 @@ def test_flush_moves_the_durable_end_offset(tmp_path):
     assert (log.end_offset(), log.durable_end_offset()) == (1, 1)
 
 
+def test_a_flush_in_flight_covers_what_was_written_before_it_began(tmp_path):
+    """begin_flush on the loop notes the end and duplicates the descriptors; the appends and
+    segment rolls made while its fsyncs run (a worker thread in the server) are not counted."""
+    log = FileRaftLog(str(tmp_path), segment_bytes=300)
+    log.append(1, [v(i) for i in range(5)])
+    job = log.begin_flush()
+    assert job.end == 5
+    for i in range(5, 40):                        # several rolls while it is in flight
+        log.append(1, [v(i)])
+    assert len([f for f in os.listdir(log.path) if f.endswith(".log")]) > 2
+    job.run()
+    assert log.end_flush(job) == 5 and log.durable_end_offset() == 5
+    job = log.begin_flush()
+    job.run()
+    assert log.end_flush(job) == 40
+
+
+@pytest.mark.parametrize("cut", [3, 20])          # inside the first segment; deleting later ones
+def test_a_truncation_while_a_flush_is_in_flight_is_not_reported_durable(tmp_path, cut):
+    log = FileRaftLog(str(tmp_path), segment_bytes=300)
+    for i in range(30):
+        log.append(1, [v(i)])
+    job = log.begin_flush()                       # covers up to 30
+    log.truncate_to(cut)                          # a follower's divergence: segments may go
+    log.append(2, [v(100 + i) for i in range(30)])    # written again past the cut: new writes
+    job.run()                                     # its descriptors are duplicates: no EBADF
+    assert log.end_flush(job) == cut
+    job = log.begin_flush()
+    job.run()
+    assert log.end_flush(job) == cut + 30
+    log.close()
+    assert [r.value for r in FileRaftLog(str(tmp_path)).read(cut, 2)] == [v(100), v(101)]
+
+
 @pytest.mark.parametrize("tear", ["cut", "garbage", "bad_crc"])
 def test_a_torn_tail_is_truncated_on_open(tmp_path, tear):
     log = FileRaftLog(str(tmp_path))
@@ -188,6 +222,18 @@ def test_control_records_kesque_does_not_interpret_survive_verbatim(tmp_path):
     assert FileRaftLog(str(tmp_path)).read(0, 1) == [Record(0, 1, batches.ControlRecord(6, b"\x00voters"))]
 
 
+def flushing(node, out, now):
+    """A driver's part: the flush a node asks for (begin, the fsyncs the server runs in a worker
+    thread, end), then the node's answer to it. Returns the outputs in order."""
+    outs = [out]
+    if out.flush:
+        job = node.log.begin_flush()
+        job.run()
+        node.log.end_flush(job)
+        outs += flushing(node, node.flushed(now), now)
+    return outs
+
+
 def test_a_single_voter_quorum_runs_and_restarts_on_files(tmp_path):
     d = str(tmp_path)
 
@@ -195,12 +241,15 @@ def test_a_single_voter_quorum_runs_and_restarts_on_files(tmp_path):
         return RaftNode(1, "d1", {1: "d1"}, FileRaftLog(d), FileQuorumStateStore(d), QuorumConfig(),
                         random.Random(0), now)
 
+    def tick(node, now):
+        return [r for out in flushing(node, node.tick(now), now) for r in out.committed]
+
     node = start(0)
-    committed = node.tick(node.next_deadline()).committed
+    committed = tick(node, node.next_deadline())
     assert node.is_leader()
     node.append([v(1), v(2)], 3000)
     while len(committed) < 3 and node.next_deadline() < 10_000:  # the linger, then the flush commits
-        committed += node.tick(node.next_deadline()).committed
+        committed += tick(node, node.next_deadline())
     assert [r.value for r in committed] == [LeaderChange(1, (1,), (1,)), v(1), v(2)]
     node.log.close()
     again = start(5000)           # a restarted leader never leads its old epoch again
@@ -313,13 +362,16 @@ def test_three_voters_on_files_talking_through_kios_wire_messages(tmp_path):
     def run(until_ms):
         budget = 20_000                 # messages: a pair spinning at one instant fails the test
         while now[0] < until_ms:
-            queue = [(i, d, msg) for i, n in nodes.items() for d, msg in n.tick(now[0]).messages]
+            queue = [(i, d, msg) for i, n in nodes.items() for out in flushing(n, n.tick(now[0]), now[0])
+                     for d, msg in out.messages]
             while queue:
                 budget -= 1
                 assert budget > 0, f"no progress past t={now[0]}ms"
                 src, dst, msg = queue.pop(0)
                 if dst in nodes:
-                    queue += [(dst, d, x) for d, x in nodes[dst].handle(src, over_the_wire(msg), now[0]).messages]
+                    n = nodes[dst]
+                    queue += [(dst, d, x) for out in flushing(n, n.handle(src, over_the_wire(msg), now[0]), now[0])
+                              for d, x in out.messages]
             now[0] = min([n.next_deadline() for n in nodes.values()] + [until_ms])
 
     for i in (1, 2, 3):

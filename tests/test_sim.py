@@ -33,7 +33,8 @@ def first_violation(bug, scenarios=("leader_partitioned", "majority_reachable", 
 
 
 @pytest.mark.parametrize("bug", ["grant_vote_to_shorter_log", "vote_twice_in_an_epoch",
-                                 "commit_without_own_epoch", "count_unflushed_leader_end"])
+                                 "commit_without_own_epoch", "count_unflushed_leader_end",
+                                 "report_unflushed_fetch_offset"])
 def test_invariants_catch_a_deliberate_bug(bug):
     e = first_violation(bug)
     assert e is not None, f"no invariant caught {bug} in {SEEDS} seeds"

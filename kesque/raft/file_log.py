@@ -5,7 +5,13 @@
 encoded by :mod:`kesque.raft.batches` (each batch's partition leader epoch is its records'
 epoch; a new leader's LeaderChange control batch opens its epoch). The contract is the
 in-memory log's: :meth:`FileRaftLog.flush` makes everything appended durable (fsync) and moves
-:meth:`durable_end_offset`; a truncation is applied to the files at once. On open the log
+:meth:`durable_end_offset`; a truncation is applied to the files at once. The flush also comes
+in three steps (``begin_flush`` / ``FileFlushJob.run`` / ``end_flush``) so that the server runs
+the fsyncs in a worker thread: the job holds duplicates of the segment file descriptors taken
+on the loop, so a segment closed, rolled or deleted meanwhile never leaves the thread with a
+stale descriptor, and ``end_flush`` moves the recovery point to the end noted at the start,
+or to the lowest truncation since, whichever is lower. Only ``.log`` files are synced: the
+indexes are rebuilt by the recovery every open does. On open the log
 always recovers from the start of what was not known durable, as Kafka's ``LogLoader`` does
 after an unclean shutdown: a torn or corrupt tail batch is cut off, so the log is a prefix of
 what was written (KRaft reads no high watermark from disk, so nothing else needs restoring).
@@ -24,10 +30,10 @@ import os
 import time
 
 from ..config.topic import LogConfig
-from ..storage.checkpoint import atomic_write
+from ..storage.checkpoint import atomic_write, fsync_dir
 from ..storage.log import Log
 from . import batches, snapshot
-from .log import ElectionState, Record, SnapshotId
+from .log import NO_TRUNCATION, ElectionState, FlushJob, Record, SnapshotId
 
 METADATA_PARTITION = "__cluster_metadata-0"
 QUORUM_STATE = "quorum-state"
@@ -36,6 +42,29 @@ SEGMENT_BYTES = 1024 * 1024 * 1024      # metadata.log.segment.bytes' default
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class FileFlushJob(FlushJob):
+    """The blocking half of a flush: fsync duplicated descriptors (and directories). Touches no
+    Python state of the log, so it may run in a worker thread while the loop appends."""
+
+    __slots__ = ("fds", "dirs")
+
+    def __init__(self, end: int, fds: list[int], dirs: list[str]):
+        super().__init__(end)
+        self.fds = fds
+        self.dirs = dirs
+
+    def run(self) -> None:
+        for fd in self.fds:
+            os.fsync(fd)
+        for d in self.dirs:
+            fsync_dir(d)
+
+    def close(self) -> None:
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            os.close(fd)
 
 
 class FileRaftLog:
@@ -49,6 +78,7 @@ class FileRaftLog:
         # never trust a clean-shutdown marker: recovery scans the segments and cuts a torn tail
         os.makedirs(self.path, exist_ok=True)
         self.snapshots = snapshot.list_snapshots(self.path)     # deletes partial ones
+        self.flush_floor = NO_TRUNCATION    # lowest truncation point since the flush in flight began
         latest = self.latest_snapshot()
         self.log = Log(self.path, "__cluster_metadata", 0, cfg, had_clean_shutdown=False,
                        recovery_point=0, log_start_offset=latest.end_offset if latest else 0, now_ms=clock())
@@ -133,14 +163,55 @@ class FileRaftLog:
                 keep = [r for r in batches.decode_batch(h, data) if r.offset < offset]
             break
         durable = self.durable_end_offset()
-        self.log.truncate_to(keep[0].offset if keep else offset)
+        cut = keep[0].offset if keep else offset
+        self.log.truncate_to(cut)
+        # what a flush in flight syncs past the cut is not what the log holds there any more
+        self.flush_floor = min(self.flush_floor, cut)
         if keep:
             self._write(keep)
             if durable >= offset:
+                # rare (a divergence inside a batch of durable records): the records before the
+                # cut were durable and must stay so, as they may be committed; one fsync here
                 self.log.flush()
 
     def flush(self) -> None:
         self.log.flush()
+        self.flush_floor = NO_TRUNCATION
+
+    def begin_flush(self) -> FileFlushJob:
+        """On the loop: note the end offset and duplicate the descriptors of the segments that
+        hold unflushed offsets (and take the directories to sync, if segments were created)."""
+        log = self.log
+        end = log.log_end_offset
+        fds = []
+        segs = log.segments
+        for i, seg in enumerate(segs):
+            if i + 1 == len(segs) or log._bases[i + 1] > log.recovery_point:
+                fds.append(os.dup(seg.handle.fd))
+        dirs = []
+        if log._dir_dirty:
+            log._dir_dirty = False
+            dirs.append(log.dir)
+            if not log._parent_synced:
+                log._parent_synced = True
+                dirs.append(os.path.dirname(log.dir))
+        self.flush_floor = NO_TRUNCATION
+        return FileFlushJob(end, fds, dirs)
+
+    def end_flush(self, job: FileFlushJob, ok: bool = True) -> int:
+        """On the loop, once ``job.run()`` returned (``ok``) or failed: the recovery point moves
+        to the job's end, never past a truncation made while it ran; returns the durable end."""
+        job.close()
+        log = self.log
+        if ok:
+            target = min(job.end, self.flush_floor, log.log_end_offset)
+            log.recovery_point = max(log.recovery_point, target)
+        elif job.dirs:                  # sync them next time
+            log._dir_dirty = True
+            if len(job.dirs) > 1:
+                log._parent_synced = False
+        self.flush_floor = NO_TRUNCATION
+        return self.durable_end_offset()
 
     # -- snapshots (KIP-630) ---------------------------------------------------------------------
     def latest_snapshot(self) -> SnapshotId | None:
@@ -163,6 +234,7 @@ class FileRaftLog:
         log = self.log
         if sid.end_offset > log.log_end_offset:
             log.truncate_fully_and_start_at(sid.end_offset)
+            self.flush_floor = min(self.flush_floor, sid.end_offset)
         else:
             log.update_high_watermark(max(log.high_watermark, sid.end_offset))
             log.maybe_increment_log_start_offset(sid.end_offset)
@@ -181,6 +253,7 @@ class FileRaftLog:
         snapshot.write(self.path, sid, data)
         self.snapshots.add(sid)
         self.log.truncate_fully_and_start_at(sid.end_offset)
+        self.flush_floor = min(self.flush_floor, sid.end_offset)   # the old log is gone
         self._delete_before(sid)
         return values
 

@@ -7,6 +7,14 @@ tail, a random prefix of it survives, as a crash in the middle of a write leaves
 implementations (``__cluster_metadata-0`` segments, ``.checkpoint`` snapshots and the
 ``quorum-state`` JSON file) are in :mod:`kesque.raft.file_log`.
 
+Flushing is split in three so that the fsync can run off the event loop: ``begin_flush`` (on
+the loop) notes the end offset X and returns a :class:`FlushJob`; ``job.run()`` is the blocking
+part (the fsyncs, safe in a worker thread while the loop appends: it touches nothing but file
+descriptors); ``end_flush(job)`` (on the loop again) makes the log durable up to X, or up to the
+lowest point the log was truncated to since the flush began, whichever is lower: an fsync makes
+durable only what was written before it started, and records written again after a truncation
+are new writes. One flush at a time per log; ``flush()`` does all three at once.
+
 Snapshots (KIP-630): a snapshot holds the application's state after every record below its end
 offset; creating or installing one moves the log start offset to that end and drops the records
 below it. The latest snapshot's epoch stands for the records it replaced (``epoch_at`` of its
@@ -71,6 +79,8 @@ class RaftLog(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
     def epoch_at(self, offset: int) -> int: ...
     def flush(self) -> None: ...
+    def begin_flush(self) -> "FlushJob": ...
+    def end_flush(self, job: "FlushJob") -> int: ...
     # snapshots (KIP-630): written whole and durable at once; the log start moves to the latest
     def latest_snapshot(self) -> SnapshotId | None: ...
     def create_snapshot(self, end_offset: int, values: list) -> SnapshotId: ...
@@ -79,11 +89,27 @@ class RaftLog(Protocol):
     def snapshot_values(self, sid: SnapshotId) -> list: ...
 
 
+class FlushJob:
+    """One flush of a log up to ``end`` (the log end offset when it began). ``run`` is the
+    blocking part; the in-memory log has none."""
+
+    __slots__ = ("end",)
+
+    def __init__(self, end: int):
+        self.end = end
+
+    def run(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class MemoryRaftLog:
     """A list of records from the log start offset, a leader epoch cache, a durable watermark,
     and snapshots (kept as pickled value lists: their bytes are what FetchSnapshot carries)."""
 
-    __slots__ = ("records", "start", "epochs", "starts", "durable", "truncated_to", "snapshots")
+    __slots__ = ("records", "start", "epochs", "starts", "durable", "truncated_to", "snapshots", "flush_floor")
 
     def __init__(self):
         self.records: list[Record] = []     # records[i].offset == start + i
@@ -93,6 +119,7 @@ class MemoryRaftLog:
         self.durable = 0
         self.truncated_to = NO_TRUNCATION   # lowest truncation point since the simulator last looked
         self.snapshots: dict[SnapshotId, bytes] = {}
+        self.flush_floor = NO_TRUNCATION    # lowest truncation point since the flush in flight began
 
     # -- reads -------------------------------------------------------------------------------
     def end_offset(self) -> int:
@@ -169,9 +196,20 @@ class MemoryRaftLog:
         # before it appends again); the simulator does not model a truncation undone by a crash.
         self.durable = min(self.durable, offset)
         self.truncated_to = min(self.truncated_to, offset)
+        self.flush_floor = min(self.flush_floor, offset)
 
     def flush(self) -> None:
-        self.durable = self.end_offset()
+        self.end_flush(self.begin_flush())
+
+    def begin_flush(self) -> FlushJob:
+        self.flush_floor = NO_TRUNCATION
+        return FlushJob(self.end_offset())
+
+    def end_flush(self, job: FlushJob) -> int:
+        """Durable up to the job's end, never past a truncation made while it ran."""
+        self.durable = max(self.durable, min(job.end, self.flush_floor, self.end_offset()))
+        self.flush_floor = NO_TRUNCATION
+        return self.durable
 
     # -- snapshots -------------------------------------------------------------------------------
     def latest_snapshot(self) -> SnapshotId | None:
@@ -214,6 +252,7 @@ class MemoryRaftLog:
         values = pickle.loads(data)
         self.snapshots[sid] = bytes(data)
         self.records, self.epochs, self.starts = [], [], []
+        self.flush_floor = min(self.flush_floor, sid.end_offset)   # the old log is gone
         self._delete_before(sid)
         return values
 

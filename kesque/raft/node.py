@@ -1,9 +1,23 @@
 """``RaftNode``: one KRaft replica as a sans-IO state machine (Kafka's ``KafkaRaftClient``).
 
 Inputs: :meth:`RaftNode.handle` (a message from a node), :meth:`RaftNode.tick` (the clock's now),
-:meth:`RaftNode.append` (leader only), :meth:`RaftNode.resign` (graceful shutdown).
+:meth:`RaftNode.append` (leader only), :meth:`RaftNode.resign` (graceful shutdown),
+:meth:`RaftNode.flushed` (a flush of the log the node asked for has completed).
 Outputs, collected by :meth:`RaftNode.drain`: messages to send, records newly committed (to
-apply, in offset order, each once per incarnation), and state changes. :meth:`next_deadline` says
+apply, in offset order, each once per incarnation), state changes, and whether the log needs a
+flush (``Output.flush``).
+
+The node never flushes (fsyncs) its log itself: it asks for it, and the driver runs the flush
+where it does not hold anything up (the server: a worker thread; the simulator: after a
+simulated delay), one at a time, as ``log.begin_flush()`` / ``job.run()`` /
+``log.end_flush(job)`` (see :mod:`kesque.raft.log`), then tells the node with ``flushed``.
+Everything the node tells others about its log's end is what is *durable*: the leader counts
+its own end in the high watermark only up to ``log.durable_end_offset()``; a voter sends its
+next Fetch (whose offset the leader counts) only once its log is durable up to its end.
+(Kafka's KafkaRaftClient flushes synchronously on its own raft thread; here the node shares the
+event loop with the requests, so the flush is an output and its completion an input.) The
+quorum-state store is written synchronously in ``_transition``, before any message that
+depends on it is emitted. :meth:`next_deadline` says
 when the node wants its next tick. Time is passed in; randomness comes from the ``random.Random``
 given in. See :mod:`kesque.raft.state` for the theory of operation and the transition table.
 """
@@ -57,6 +71,9 @@ class Output:
     # (SnapshotId, values) fetched from the leader: the application loads it in place of its
     # state, and ``committed`` goes on from the snapshot's end offset
     snapshot: tuple | None = None
+    # the log has records that are not durable and the node waits for them to be: flush it up
+    # to its end (now, or after the flush in flight), then call ``flushed``
+    flush: bool = False
 
 
 @dataclass(slots=True)
@@ -67,6 +84,8 @@ class Knobs:
     vote_twice_in_an_epoch: bool = False
     commit_without_own_epoch: bool = False
     count_unflushed_leader_end: bool = False
+    # a voter sends its next Fetch (its end offset, counted by the leader) before its flush is done
+    report_unflushed_fetch_offset: bool = False
     # not a bug in itself but a weaker protocol: no directory ids, as Kafka's static
     # controller.quorum.voters; a voter whose disk was replaced keeps voting
     static_voters: bool = False
@@ -113,6 +132,15 @@ class RaftNode:
         self._poll(now)
         return self.drain()
 
+    def flushed(self, now: int) -> Output:
+        """A flush asked for with ``Output.flush`` completed (``log.end_flush`` was called): the
+        leader counts its durable end in the high watermark; a voter may fetch again."""
+        st = self.state
+        if isinstance(st, LeaderState):
+            self._update_replica(st, self.node_id, self._leader_end(), now)
+        self._poll(now)
+        return self.drain()
+
     def append(self, values: list, now: int) -> int:
         """Leader only: write ``values`` in this epoch; returns the last offset, else raises
         NOT_LEADER_OR_FOLLOWER. The offset is committed once the high watermark passes it."""
@@ -138,7 +166,7 @@ class RaftNode:
                                            preferred_successors=[v for _, v in ends],
                                            unacked=set(self.voters) - {self.node_id}), now)
             self._poll(now)
-        self.log.flush()
+        self._out.flush = True      # the driver flushes before it stops
         return self.drain()
 
     def snapshot(self, end_offset: int, values: list) -> SnapshotId:
@@ -365,9 +393,13 @@ class RaftNode:
             self._send_fetch(target, now)
 
     def _flush_leader(self, st: LeaderState, now: int) -> None:
-        self.log.flush()
+        """The linger is over: ask for a flush (our end counts once it is done, in ``flushed``)
+        and answer the parked fetches now, so followers write the new records meanwhile (as
+        Kafka's flushLeaderLog lets parked fetches return before its flush)."""
+        self._out.flush = True
         st.flush_at = -1
-        self._update_replica(st, self.node_id, self._leader_end(), now)
+        if self.knobs.count_unflushed_leader_end:
+            self._update_replica(st, self.node_id, self._leader_end(), now)
         self._complete_parked(st, now)
 
     def _leader_end(self) -> int:
@@ -408,6 +440,13 @@ class RaftNode:
                                         v, vdir, last_epoch, end, pre_vote), now)
 
     def _send_fetch(self, dest: int, now: int) -> None:
+        log = self.log
+        if (self.is_voter and log.durable_end_offset() < log.end_offset()
+                and not self.knobs.report_unflushed_fetch_offset):
+            # the fetch offset is our end as the leader counts it: durable first (the flush's
+            # completion polls again). Observers do not count, and fetch on (as Kafka's).
+            self._out.flush = True
+            return
         if not self._can_send(dest, now):
             return
         self._send(dest, m.FetchRequest(self._next_corr(), self.node_id, self.directory_id,
@@ -672,7 +711,7 @@ class RaftNode:
         recs = r.records
         if recs and recs[0].offset == log.end_offset():
             log.append_as_follower(recs)
-            log.flush()                  # durable before the next fetch reports it to the leader
+            self._out.flush = True       # durable before the next fetch reports it (_send_fetch)
         if r.high_watermark >= 0:
             st.high_watermark = r.high_watermark
             self._advance_hw(min(r.high_watermark, log.end_offset()))

@@ -10,7 +10,14 @@ The node is sans-IO; this driver gives it the rest (Kafka's ``KafkaRaftManager``
   EndQuorumEpoch, Fetch and FetchSnapshot of ``__cluster_metadata``) are handed to the node
   and answered when the node emits the response (a Fetch waits: long poll);
 - its outputs: committed records, snapshots to load and state changes go to the listeners
-  (the controller's image and the broker's image), in offset order.
+  (the controller's image and the broker's image), in offset order;
+- its disk: when the node asks for a flush (``Output.flush``), the fsync runs in a worker thread
+  of its own (``raft-flush-N``) while the loop goes on serving requests and appending; the end
+  offset is noted on the loop when the flush begins and the log is durable up to that end once
+  it completes (``FileRaftLog.begin_flush`` / ``end_flush``), then the node is told
+  (``RaftNode.flushed``). One flush at a time; a request meanwhile starts the next one when it
+  ends. Only the ``quorum-state`` file is still written (and fsynced) on the loop: rarely (once
+  per election state change), and a vote must be durable before its answer goes out.
 
 A voter elects itself at once when it is the only voter (a single-node cluster starts as
 fast as before). A node that is not in the voters is an observer: it fetches from the leader
@@ -20,7 +27,10 @@ and never votes. Nothing here is process-wide: several managers may run in one p
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import logging
+import os
 import random
 import time
 
@@ -156,6 +166,18 @@ class RaftManager:
         self._tasks: set[asyncio.Task] = set()
         self._caught_up: asyncio.Event | None = None
         self.closed = False
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._flush: asyncio.Future | None = None   # the flush in flight (its worker-thread half)
+        self._flush_again = False
+        self._pending_snapshot: tuple[int, list] | None = None     # (end offset, values) to write once durable
+        self.flushes = 0
+        # test-only: while the file this names exists, a flush holds in its worker thread (and
+        # says so by creating "<file>.held"); tests/test_raft_flush.py proves the loop goes on
+        self._test_flush_hold = os.environ.get("KESQUE_TEST_RAFT_FLUSH_HOLD") or None
+        # bench-only (bench/raft_flush.py): a slow disk (each flush sleeps this long first), and
+        # the fsync on the event loop as before, to compare
+        self._test_flush_delay = int(os.environ.get("KESQUE_TEST_RAFT_FLUSH_DELAY_MS") or 0) / 1000.0
+        self._test_flush_on_loop = os.environ.get("KESQUE_TEST_RAFT_FLUSH_ON_LOOP") == "1"
 
     # ------------------------------------------------------------------ listeners
     def on_commit(self, fn) -> None:
@@ -176,6 +198,7 @@ class RaftManager:
         voter elects itself here, so its committed records are applied before this returns."""
         self.loop = asyncio.get_running_loop()
         self._caught_up = asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"raft-flush-{self.node_id}")
         self.log = FileRaftLog(self.metadata_dir, clock=lambda: int(time.time() * 1000))
         latest = self.log.latest_snapshot()
         if latest is not None:
@@ -212,6 +235,8 @@ class RaftManager:
                     await asyncio.wait(list(self._tasks), timeout=0.2)
             except Exception:
                 log.exception("raft resign failed")
+        if self._flush is not None and graceful:
+            await asyncio.wait([self._flush])       # its fsync, then the log's close flushes the rest
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -222,6 +247,7 @@ class RaftManager:
                 fut.cancel()
         self._pending.clear()
         self.log.close()
+        self._executor.shutdown(wait=False)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -235,7 +261,14 @@ class RaftManager:
 
     def snapshot(self, end_offset: int, values: list) -> None:
         """Write the application's state after every record below ``end_offset`` as a
-        snapshot; the log start moves to it (the segments below go)."""
+        snapshot; the log start moves to it (the segments below go). A follower applies what
+        the leader's majority holds, maybe before its own copy is flushed: then the snapshot
+        is written once the flush completes (a newer one replaces it meanwhile)."""
+        if end_offset > self.log.durable_end_offset():
+            self._pending_snapshot = (end_offset, values)
+            self._start_flush()
+            return
+        self._pending_snapshot = None
         sid = self.node.snapshot(end_offset, values)
         log.info("Wrote metadata snapshot %d-%d (%d records)", sid.end_offset, sid.epoch, len(values))
 
@@ -344,11 +377,73 @@ class RaftManager:
                     fn(out.committed)
                 except Exception:
                     log.exception("applying committed metadata records failed")
+        if out.flush:
+            self._start_flush()
         node = self.node
         if not self._caught_up.is_set() and self.leader_id >= 0 and node.high_watermark > 0 \
                 and node.applied >= node.high_watermark:
             self._caught_up.set()
         self._reschedule()
+
+    # ------------------------------------------------------------------ the disk
+    def _start_flush(self) -> None:
+        """Begin a flush of the log up to its end now, or once the one in flight is done."""
+        if self.closed:
+            return
+        if self._flush is not None:
+            self._flush_again = True
+            return
+        job = self.log.begin_flush()
+        self.flushes += 1
+        if self._test_flush_on_loop:
+            self._flush = self.loop.create_future()
+            try:
+                self._flush.set_result(self._run_flush(job))
+            except Exception as e:  # noqa: BLE001 - handed to _flush_done as the thread's would be
+                self._flush.set_exception(e)
+        else:
+            self._flush = self.loop.run_in_executor(self._executor, self._run_flush, job)
+        self._flush.add_done_callback(functools.partial(self._flush_done, job))
+
+    def _run_flush(self, job) -> None:
+        """In the worker thread: the fsyncs (nothing else of the log is touched here)."""
+        hold = self._test_flush_hold
+        if hold and os.path.exists(hold):
+            with open(hold + ".held", "w"):
+                pass
+            while os.path.exists(hold):
+                time.sleep(0.01)
+        if self._test_flush_delay:
+            time.sleep(self._test_flush_delay)
+        job.run()
+
+    def _flush_done(self, job, fut: asyncio.Future) -> None:
+        """On the loop: the log is durable up to the job's end (or the cut of a truncation made
+        meanwhile); tell the node, and start the flush asked for in between."""
+        self._flush = None
+        error = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if self.closed:
+            job.close()
+            return
+        if error is not None:
+            self.log.end_flush(job, ok=False)
+            log.error("Flushing the metadata log %s failed (retrying in 1 s): %s", self.log.path, error)
+            self._flush_again = False
+            self.loop.call_later(1.0, self._start_flush)
+            return
+        durable = self.log.end_flush(job)
+        again, self._flush_again = self._flush_again, False
+        self._run(self.node.flushed)
+        pending = self._pending_snapshot
+        if pending is not None and pending[0] <= durable:
+            self._pending_snapshot = None
+            if pending[0] > self.log.log_start_offset():    # (else a newer one was installed meanwhile)
+                try:
+                    self.snapshot(*pending)
+                except Exception:
+                    log.exception("metadata snapshot at %d failed", pending[0])
+        if again and self._flush is None:     # (the node's answer may have started one already)
+            self._start_flush()
 
     def _drop(self, key: tuple[int, int]) -> None:
         fut = self._pending.pop(key, None)

@@ -9,6 +9,13 @@ An *application* (``app_factory(cluster, sn)``, built at each start, e.g. the me
 :mod:`kesque.sim.metadata`) rides on a node beside its Raft: it sees what the node commits and
 installs (``on_output``, after the node's state is updated), gets the messages that are not
 Raft's (``handle``), and is ticked at its own ``next_deadline``.
+
+Flushes are asynchronous, as the server runs them in a worker thread: when a node asks for one
+(``Output.flush``) the cluster begins it at once (``log.begin_flush``: the end it will make
+durable is fixed then) and ends it ``flush_ms`` later (a random delay in that range), then
+tells the node (``RaftNode.flushed``); one at a time per node, a request meanwhile starts
+another when it ends. A crash before the end loses what it would have made durable; a graceful
+shutdown waits for its flush.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ def sim_config() -> QuorumConfig:
 
 
 class SimNode:
-    __slots__ = ("node_id", "disk", "raft", "incarnation", "timer_at", "timer_gen", "applied", "state", "app")
+    __slots__ = ("node_id", "disk", "raft", "incarnation", "timer_at", "timer_gen", "applied", "state", "app",
+                 "flushing", "flush_again")
 
     def __init__(self, node_id: int, disk: Disk):
         self.node_id = node_id
@@ -47,18 +55,22 @@ class SimNode:
         self.applied = 0         # next offset the application expects (checked by the invariants)
         self.state: list = []    # the application: (epoch, value) of every record applied
         self.app = None          # an application beside the Raft node (see the module doc)
+        self.flushing = None     # the FlushJob in flight
+        self.flush_again = False     # asked for while one was in flight
 
 
 class RaftCluster:
     def __init__(self, scheduler: Scheduler, voters: int, observers: int = 0,
                  config: QuorumConfig | None = None, faults: NetworkFaults | None = None,
                  knobs: Knobs | None = None, torn_tail: bool = False, snapshot_every: int = 0,
-                 app_factory=None):
+                 app_factory=None, flush_ms: tuple[int, int] = (0, 0)):
         self.scheduler = scheduler
         self.rng = scheduler.rng
         self.config = config or sim_config()
         self.knobs = knobs or Knobs()
         self.torn_tail = torn_tail
+        self.flush_ms = flush_ms
+        self.flushes = 0
         self.router = Router(scheduler, self._deliver, faults)
         self.nodes = {i: SimNode(i, Disk(self._new_directory_id())) for i in range(voters + observers)}
         self.voters = {i: self.nodes[i].disk.directory_id for i in range(voters)}
@@ -152,11 +164,16 @@ class RaftCluster:
         """Graceful: a leader resigns (EndQuorumEpoch), everything is flushed, then the stop."""
         sn = self.nodes[node_id]
         self._process(sn, sn.raft.resign(self.scheduler.now))
+        if sn.flushing is not None:          # the one in flight completes first
+            sn.disk.log.end_flush(sn.flushing)
+        sn.disk.log.flush()
         self._stop(sn)
 
     def _stop(self, sn: SimNode) -> None:
         sn.raft = None
         sn.app = None
+        sn.flushing = None      # a flush in flight never completes
+        sn.flush_again = False
         sn.timer_gen += 1       # its pending tick is void
         sn.timer_at = -1        # and the next incarnation schedules its own, whatever its time
 
@@ -225,8 +242,29 @@ class RaftCluster:
                 self._maybe_snapshot(sn)
         if sn.app is not None:
             sn.app.on_output(out, self.scheduler.now)
+        if out.flush and sn.raft is not None:
+            self._begin_flush(sn)
         if sn.raft is not None:
             self._reschedule(sn)
+
+    def _begin_flush(self, sn: SimNode) -> None:
+        if sn.flushing is not None:
+            sn.flush_again = True
+            return
+        job = sn.flushing = sn.disk.log.begin_flush()
+        self.flushes += 1
+        lo, hi = self.flush_ms
+        self.scheduler.after(self.rng.randint(lo, hi), self._end_flush, sn, sn.incarnation, job)
+
+    def _end_flush(self, sn: SimNode, incarnation: int, job) -> None:
+        if sn.incarnation != incarnation or sn.flushing is not job or sn.raft is None:
+            return      # the node crashed meanwhile: this flush never completed
+        sn.flushing = None
+        sn.disk.log.end_flush(job)
+        again, sn.flush_again = sn.flush_again, False
+        self._process(sn, sn.raft.flushed(self.scheduler.now))
+        if again and sn.raft is not None and sn.flushing is None:
+            self._begin_flush(sn)
 
     def _maybe_snapshot(self, sn: SimNode) -> None:
         log = sn.disk.log

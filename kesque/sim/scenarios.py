@@ -56,8 +56,10 @@ class Sim:
         if faults is None:
             faults = NetworkFaults(1, rng.randint(2, 20), drop=rng.choice((0, 0.005, 0.02)),
                                    duplicate=rng.choice((0, 0.01, 0.05)))
+        # an fsync takes simulated time: up to 1, 10 or 40 ms (a fast disk, a slow one)
+        flush_ms = (0, rng.choice((1, 10, 40)))
         self.c = RaftCluster(self.s, voters, observers, faults=faults, knobs=knobs, torn_tail=torn_tail,
-                             snapshot_every=snapshot_every)
+                             snapshot_every=snapshot_every, flush_ms=flush_ms)
         self.inv = Invariants(self.c, majority=majority_invariant)
         self.meta = None
         if metadata:    # controllers and brokers over the quorum; the client creates topics
