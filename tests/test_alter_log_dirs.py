@@ -323,3 +323,51 @@ def test_reassign_partitions_moves_a_replica_between_log_dirs(two_dir_broker, tm
                             "--reassignment-json-file", str(spec))
         assert ours == theirs.stdout
     assert len(consume_all(bs, "tooled", 2000)) == 2000
+
+
+# ------------------------------------------------------------------ a follower's replica
+@pytest.mark.slow
+def test_a_follower_replica_moves_while_it_replicates(tmp_path):
+    """On two brokers (and a controller), the follower's replica of an RF 2 topic moves to its other log dir while
+    acks=all writes go on: the replica fetcher appends to the new log from the swap on (it
+    shares the partition's log view), so the follower stays in the ISR and, once the leader is
+    killed, serves every acknowledged record."""
+    from kesque.testing.cluster import Cluster
+
+    fast = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fetch.timeout.ms": "600",
+            "controller.quorum.request.timeout.ms": "500", "broker.heartbeat.interval.ms": "300",
+            "broker.session.timeout.ms": "3000", "replica.fetch.backoff.ms": "200",
+            "replica.lag.time.max.ms": "3000", "replica.fetch.max.bytes": "20000"}
+    c = Cluster(nodes=2, controllers=1, data_dir=str(tmp_path / "c"), config=fast)
+    follower = c.node(3)  # node 1 is the controller, 2 and 3 the brokers
+    dirs = [os.path.realpath(str(tmp_path / "f1")), os.path.realpath(str(tmp_path / "f2"))]
+    follower.config["log.dirs"] = ",".join(dirs)  # two log dirs on the follower
+    with c:
+        bs1, bs2 = c.node(2).bootstrap_servers, follower.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bs1})
+        admin.create_topics([NewTopic("followed", 1, replica_assignment=[[2, 3]])])["followed"].result()
+        p = Producer({"bootstrap.servers": bs1, "acks": "all", "enable.idempotence": True, "linger.ms": 2})
+        acked: list[bytes] = []
+        errors: list = []
+
+        def send(n):
+            for _ in range(n):
+                v = b"r%06d" % (len(acked) + len(errors) + n) + b"." * 100
+                p.produce("followed", v, on_delivery=lambda e, m: errors.append(e) if e else acked.append(m.value()))
+                p.poll(0)
+            p.flush(30)
+
+        send(3000)
+        (src,) = {d for (t, _p, fut), (d, _s, _l) in describe(bs2).items() if t == "followed" and not fut}
+        dest = next(d for d in dirs if d != src)
+        assert alter(bs2, {("followed", 0): dest}) == {("followed", 0): 0}
+        for _ in range(10):
+            send(300)
+        wait_for(lambda: describe(bs2).get(("followed", 0, False), ("",))[0] == dest, what="the move")
+        send(1000)
+        assert not errors
+        # the follower has everything the leader acknowledged (it was in the ISR for acks=all)
+        c.kill(2)
+        got = wait_for(lambda: (vs := consume_all(bs2, "followed", len(acked))) and len(vs) >= len(acked) and vs,
+                       timeout=60, what="the new leader to serve everything")
+        assert got == acked
