@@ -170,7 +170,8 @@ def test_unclean_election_when_the_topic_allows_it():
             n.start([3])
             wait_until(lambda: leader_is(c, "u", 4), what="an unclean election of 4")
             assert list(partition(c, "u").isr_nodes) == [4]
-            assert leader_is(c, "clean", -1) and list(partition(c, "clean").isr_nodes) == [x]
+            # ELR (KIP-966, on as in Kafka 4.4): the last ISR member leaves the ISR, which is empty, for the ELR
+            assert leader_is(c, "clean", -1) and list(partition(c, "clean").isr_nodes) == []
             bs = f"127.0.0.1:{n.brokers[active - 1].port}"
             r = subprocess.run([sys.executable, "-m", "kesque", "configs", "--bootstrap-server", bs, "--alter",
                                 "--entity-type", "topics", "--entity-name", "clean", "--add-config",
