@@ -14,9 +14,10 @@ MAX_DIR_NAME = 255
 
 class LogDirApis:
     def __init__(self, server):
-        self.log_manager = server.log_manager
-        self.mover = server.log_dir_mover
         self.server = server
+
+    log_manager = property(lambda self: self.server.log_manager)
+    mover = property(lambda self: self.server.log_dir_mover)
 
     def register(self) -> None:
         self.server.register(34, 1, 2, self.alter_replica_log_dirs)
