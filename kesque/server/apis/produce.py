@@ -182,8 +182,12 @@ class ProduceApis:
         if part is None:
             return None
         h = rb.read_header(p.records)
-        if part.log.producer_state.ongoing_txn_of(h.producer_id) >= 0:
-            return None  # already verified when the transaction's first batch arrived here
+        ps = part.log.producer_state
+        if ps.ongoing_txn_of(h.producer_id) >= 0 and ps.producers[h.producer_id].epoch == h.producer_epoch:
+            # already verified when the transaction's first batch arrived here. Of the same
+            # epoch only (Kafka's hasOngoingTransaction(producerId, epoch)): a TV2 producer's next
+            # transaction, one epoch up, must not join the previous one before its marker lands
+            return None
         return h
 
     def _pre_verifications(self, req, version: int):
