@@ -701,8 +701,10 @@ def test_producer_id_blocks_survive_restarts(cluster):
 
 
 def test_bootstrap_records_features_once(cluster):
-    # a new cluster has ELR (KIP-966) on, as a Kafka 4.4 cluster formatted by default
-    assert cluster.image.features == {"metadata.version": 25, "eligible.leader.replicas.version": 1}
+    # a new cluster has ELR (KIP-966) and transaction version 2 (KIP-890 part 2) on, as a Kafka
+    # 4.4 cluster formatted by default
+    assert cluster.image.features == {"metadata.version": 25, "eligible.leader.replicas.version": 1,
+                                      "transaction.version": 2}
     offset = cluster.image.offset
     cluster.controller.bootstrap()
     assert cluster.image.offset == offset

@@ -51,10 +51,28 @@ def test_idempotent_producer(pair):
     assert out["kesque"] == out["kafka"]
 
 
+def _describe_oracle_txn(broker) -> dict[str, str]:
+    """kafka-transactions.sh describe of the scenario's transactional id (``oracle-<uuid>``)."""
+    bs = broker.bootstrap_servers
+    listed = K.run_tool("kafka-transactions.sh", "--bootstrap-server", bs, "list")
+    ids = [w for line in listed.stdout.splitlines() for w in line.split() if w.startswith("oracle-")]
+    assert len(ids) == 1, listed.stdout + listed.stderr
+    r = K.run_tool("kafka-transactions.sh", "--bootstrap-server", bs, "describe", "--transactional-id", ids[0])
+    header, values = (re.split(r"\s{2,}|\t", line.strip()) for line in r.stdout.strip().splitlines()[:2])
+    return dict(zip(header, values))
+
+
 def test_transactions_committed_and_aborted(pair):
     out = on_both(pair, "transactions")
     assert out["kesque"] == out["kafka"]
     assert out["kafka"][0].startswith("read_committed: 20 records, 0 aborted")
+    # transaction version 2 (KIP-890 part 2): the Java client sees transaction.version 2 finalized
+    # and every EndTxn (v5) bumps the epoch: three transactions after InitProducerId's epoch 0
+    described = {name: _describe_oracle_txn(broker) for name, broker in pair.items()}
+    keep = ("ProducerEpoch", "TransactionState", "CurrentTransactionStartTimeMs", "TopicPartitions")
+    kafka, kesque = ({k: d.get(k) for k in keep if k != "CurrentTransactionStartTimeMs"} for d in described.values())
+    assert kafka == {"ProducerEpoch": "3", "TransactionState": "CompleteCommit", "TopicPartitions": None}, described
+    assert kesque == kafka, described
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])

@@ -265,6 +265,8 @@ class Producer(Cluster):
         self._txn_partitions.clear()
         v = getattr(resp, "producer_epoch", -1)  # EndTxn v5 (KIP-890 part 2) may bump the epoch
         if isinstance(v, int) and v >= 0 and int(getattr(resp, "producer_id", -1)) >= 0:
+            if (int(resp.producer_id), v) != (self.producer_id, self.epoch):
+                self._seq.clear()  # a new epoch (or producer id) starts every sequence at 0 again
             self.producer_id, self.epoch = int(resp.producer_id), v
 
     # ------------------------------------------------------------------ sending

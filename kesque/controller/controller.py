@@ -37,10 +37,13 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 
 METADATA_VERSION_LEVEL = 25  # 4.0-IV3: the KRaft feature level kesque's records correspond to
 # the feature levels a new cluster finalizes, as a Kafka 4.4 cluster formatted by default has ELR
-# (KIP-966) on: eligible.leader.replicas.version 1
-FEATURES = {"metadata.version": METADATA_VERSION_LEVEL, "eligible.leader.replicas.version": 1}
+# (KIP-966) on: eligible.leader.replicas.version 1, and transactions of version 2 (KIP-890 part 2:
+# an epoch bump per transaction, partitions added by their leaders): transaction.version 2. A
+# cluster bootstrapped before kesque finalized a feature keeps it at 0 (absent from its image).
+FEATURES = {"metadata.version": METADATA_VERSION_LEVEL, "eligible.leader.replicas.version": 1,
+            "transaction.version": 2}
 # the lowest level kesque supports of each (metadata.version starts at 1, the others at 0)
-FEATURE_MIN = {"eligible.leader.replicas.version": 0}
+FEATURE_MIN = {"eligible.leader.replicas.version": 0, "transaction.version": 0}
 
 
 def supported_features() -> dict[str, tuple[int, int]]:

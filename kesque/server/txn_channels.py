@@ -6,7 +6,9 @@ and AddPartitionsToTxnManager).
   way a marker counts only once committed (acks=all, as Kafka appends markers with acks=-1).
 - :class:`TxnVerifier` asks the coordinator of a transactional id whether partitions were added
   to the transaction (KIP-890 part 1): the local coordinator synchronously, another broker's with
-  AddPartitionsToTxn verify_only.
+  AddPartitionsToTxn verify_only. For a transaction version 2 producer (KIP-890 part 2) it adds
+  them instead (AddPartitionsToTxn v5 without verify_only, Kafka's ``addPartition`` operation),
+  answering once the coordinator's record is committed.
 
 Both keep one request in flight per destination broker; what is queued meanwhile goes out in
 the next request, batched (:class:`NodeQueue`). A broker's address is its inter-broker listener
@@ -199,14 +201,39 @@ class TxnVerifier:
         return reg.leader if reg is not None and reg.leader >= 0 else None
 
     def verify(self, txn_id: str | None, producer_id: int, producer_epoch: int, tps: list,
-               supports_abortable: bool):
+               supports_abortable: bool, add: bool = False):
+        """``add``: add the partitions to the transaction (a TV2 producer's Produce v12+ or
+        TxnOffsetCommit v5+) rather than check they were added."""
         node = self.coordinator_node(txn_id) if txn_id else None
         if node is None or node == self.node_id:
+            if add and txn_id:
+                return self._local_add(txn_id, producer_id, producer_epoch, tps, supports_abortable)
             return {tp: self.tc.verify_produce(txn_id, producer_id, producer_epoch, *tp, supports_abortable)
                     for tp in tps}
-        return self._remote(node, txn_id, producer_id, producer_epoch, tps, supports_abortable)
+        return self._remote(node, txn_id, producer_id, producer_epoch, tps, supports_abortable, add)
 
-    async def _remote(self, node, txn_id, producer_id, producer_epoch, tps, supports_abortable) -> dict:
+    def _local_add(self, txn_id: str, producer_id: int, producer_epoch: int, tps: list, supports_abortable: bool):
+        """The local coordinator adds the partitions; the answer waits for its record to commit."""
+        try:
+            self.tc.shard_for(txn_id).add_partitions(txn_id, producer_id, producer_epoch, set(tps), 2)
+            code = ErrorCode.none
+        except KafkaError as e:
+            code = e.code
+        if code != ErrorCode.none:
+            return {tp: self.tc.verification_error(code, supports_abortable) for tp in tps}
+        pending = self.tc.uncommitted([self.tc.partition_for(txn_id)])
+        if not pending:
+            return {tp: (ErrorCode.none, None) for tp in tps}
+        return self._added_when_committed(pending, tps, supports_abortable)
+
+    async def _added_when_committed(self, pending: dict, tps: list, supports_abortable: bool) -> dict:
+        from .apis.committed import committed, first_error
+
+        code = first_error(await committed(self.tc, pending))
+        return {tp: self.tc.verification_error(code, supports_abortable) for tp in tps}
+
+    async def _remote(self, node, txn_id, producer_id, producer_epoch, tps, supports_abortable,
+                      add: bool = False) -> dict:
         # one verification per transactional id in a request: an older one queued for the same
         # id gives way (Kafka's AddPartitionsToTxnManager.addTxnData)
         for e in list(self.queue.queued.get(node, ())):
@@ -218,7 +245,7 @@ class TxnVerifier:
             self.queue.queued[node].remove(e)
             code = ErrorCode.invalid_producer_epoch if e.data[2] < producer_epoch else ErrorCode.network_exception
             e.settle({tp: code for tp in e.tps})
-        codes = await self.queue.add(node, (txn_id, producer_id, producer_epoch), tps)
+        codes = await self.queue.add(node, (txn_id, producer_id, producer_epoch, add), tps)
         return {tp: self.tc.verification_error(codes[tp], supports_abortable) for tp in tps}
 
     async def _send(self, node: int, entries: list[_Entry]) -> None:
@@ -226,13 +253,13 @@ class TxnVerifier:
         m = Msg(ADD_PARTITIONS_TO_TXN, v, request=True)
         body = m(transactions=tuple(
             m("AddPartitionsToTxnTransaction", transactional_id=e.data[0], producer_id=e.data[1],
-              producer_epoch=e.data[2], verify_only=True,
+              producer_epoch=e.data[2], verify_only=not e.data[3],
               topics=tuple(m("AddPartitionsToTxnTopic", name=t, partitions=ps) for t, ps in by_topic(e.tps).items()))
             for e in entries))
         try:
             resp = await self.channel.send(node, ADD_PARTITIONS_TO_TXN, v, body, self.timeout_ms)
         except ChannelError as exc:
-            log.info("AddPartitionsToTxn (verification) to broker %d failed: %s", node, exc)
+            log.info("AddPartitionsToTxn (verification or KIP-890 add) to broker %d failed: %s", node, exc)
             for e in entries:
                 e.settle({tp: ErrorCode.network_exception for tp in e.tps})
             return

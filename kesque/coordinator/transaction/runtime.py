@@ -26,6 +26,7 @@ from .shard import TransactionCoordinatorShard, TxnConfig, TxnMetadata
 log = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+TRANSACTION_VERSION_FEATURE = "transaction.version"
 MARKER_RETRY_MS = 100
 
 # errors after which a marker is sent again (TransactionMarkerRequestCompletionHandler), also
@@ -54,6 +55,19 @@ class TransactionCoordinator(CoordinatorRuntime):
         self.verification_enabled = host.config.get("transaction.partition.verification.enable")
         self.markers = markers  # a TxnMarkerSender (the server sets it)
         self._tasks: set[asyncio.Task] = set()
+
+    def transaction_version(self) -> int:
+        """The finalized ``transaction.version`` (0 when the cluster never finalized it: a data
+        dir formatted before kesque knew the feature keeps today's rules)."""
+        return self.host.image().features.get(TRANSACTION_VERSION_FEATURE, 0)
+
+    def tv2(self, request_is_tv2: bool) -> bool:
+        """KIP-890 part 2 rules for a request: the version a TV2 client sends (EndTxn v5+,
+        Produce v12+, TxnOffsetCommit v5+, AddPartitionsToTxn v4+ from a leader), on a cluster
+        that finalized ``transaction.version`` 2 (Kafka goes by the request version alone; kesque
+        also asks the feature so that a cluster at version 1 keeps version 1's rules whatever a
+        client sends)."""
+        return request_is_tv2 and self.transaction_version() >= 2
 
     def new_shard(self, partition: int, leader_epoch: int) -> TransactionCoordinatorShard:
         return TransactionCoordinatorShard(partition, self.config, lambda recs: self.write(partition, recs),

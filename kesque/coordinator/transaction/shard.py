@@ -15,8 +15,17 @@ changes nothing. While markers are being written the transaction is in PrepareCo
 PrepareAbort with ``pending`` set to the Complete state it will take: requests that would
 change it get CONCURRENT_TRANSACTIONS and the client retries, as with Kafka.
 
-Transaction version 1 semantics (no epoch bump per transaction, KIP-890 part 2 is not
-advertised). KIP-939 (two-phase commit): a producer that enables 2PC gets transactions that
+Transaction version 2 (KIP-890 part 2) where the caller says the client uses it (EndTxn v5+,
+AddPartitionsToTxn v4+ sent by a partition leader, with ``transaction.version`` 2 finalized):
+every EndTxn bumps the producer epoch in its Prepare record (the markers carry the bumped
+epoch, so a zombie of the old epoch is fenced on every partition), and when the epoch is
+exhausted a new producer id is allocated (``next_producer_id``) that the Complete record
+switches to; the answer names the (producer id, epoch) the client goes on with. An abort of a
+transaction with no partitions (Empty or Complete: a TV2 client cannot know whether a leader
+added one) writes PrepareAbort/CompleteAbort with a bumped epoch. A retry of an EndTxn that
+already bumped is recognised by the epoch (one less than the current, or the previous producer
+id at the last epoch) and answered with the current producer id and epoch. Version 1 keeps
+Kafka's older rules (no bump per transaction). KIP-939 (two-phase commit): a producer that enables 2PC gets transactions that
 never time out; InitProducerId with ``keep_prepared_txn`` bumps the epoch (fencing the old
 incarnation) but keeps the open transaction, answering its producer id and epoch so the
 new incarnation can decide to commit or abort it.
@@ -72,6 +81,14 @@ class TxnMetadata:
     pending: TxnState | None = None  # the Complete state markers are being written for
     # KIP-939: (producer id, epoch) of the transaction kept open by keep_prepared_txn
     ongoing_pid_epoch: tuple[int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+    # KIP-890 part 2: the transaction version of the client's last transition (2: an epoch bump
+    # per transaction), and the producer id an exhausted epoch moves to once the markers are written
+    client_transaction_version: int = 0
+    next_producer_id: int = NO_PRODUCER_ID
+
+    @property
+    def tv2(self) -> bool:
+        return self.client_transaction_version >= 2
 
     @property
     def two_phase(self) -> bool:
@@ -86,7 +103,9 @@ class TxnMetadata:
                            transaction_status=self.state, transaction_partitions=parts,
                            transaction_last_update_timestamp_ms=self.last_update_ms,
                            transaction_start_timestamp_ms=self.start_ms,
-                           ongoing_txn_producer_epoch=self.ongoing_pid_epoch[1])
+                           ongoing_txn_producer_epoch=self.ongoing_pid_epoch[1],
+                           next_producer_id=self.next_producer_id,
+                           client_transaction_version=self.client_transaction_version)
 
     @classmethod
     def from_value(cls, txn_id: str, v: TxnLogValue) -> TxnMetadata:
@@ -95,7 +114,8 @@ class TxnMetadata:
         return cls(txn_id, v.producer_id, v.producer_epoch, NO_PRODUCER_EPOCH, v.previous_producer_id,
                    v.transaction_timeout_ms, TxnState(v.transaction_status),
                    {(t, p) for t, ps in v.transaction_partitions.items() for p in ps},
-                   v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms, ongoing_pid_epoch=ongoing)
+                   v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms, ongoing_pid_epoch=ongoing,
+                   client_transaction_version=v.client_transaction_version, next_producer_id=v.next_producer_id)
 
 
 @dataclass
@@ -240,8 +260,11 @@ class TransactionCoordinatorShard:
         return txn
 
     def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
-                       partitions: set[tuple[str, int]]) -> None:
-        """Raises KafkaError with the code every partition of the request gets."""
+                       partitions: set[tuple[str, int]], client_transaction_version: int = 0) -> None:
+        """Raises KafkaError with the code every partition of the request gets.
+        ``client_transaction_version``: 2 when a partition leader adds the partition for a TV2
+        producer (AddPartitionsToTxn v4+ without verify_only, as Kafka's
+        transactionVersionForAddPartitionsToTxn), recorded with the transition."""
         txn = self._check_producer(txn_id, producer_id, producer_epoch)
         if txn.state == TxnState.ONGOING and partitions <= txn.partitions:
             return
@@ -254,6 +277,7 @@ class TransactionCoordinatorShard:
         new.state = TxnState.ONGOING
         new.partitions |= partitions
         new.last_update_ms = now
+        new.client_transaction_version = client_transaction_version
         self._transit(new)
 
     def verify_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
@@ -275,10 +299,16 @@ class TransactionCoordinatorShard:
         return {tp: ErrorCode.none if tp in txn.partitions else ErrorCode.transaction_abortable for tp in partitions}
 
     # ================================================================== EndTxn
-    def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """Raises KafkaError; returns once the Prepare record is written (markers follow)."""
+    def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                tv2: bool = False) -> tuple[int, int]:
+        """Raises KafkaError; returns once the Prepare record is written (markers follow), with
+        the (producer id, epoch) the answer names: the request's under transaction version 1,
+        those the producer goes on with under version 2 (``tv2``: EndTxn v5+ with
+        ``transaction.version`` 2 finalized)."""
         if not txn_id:
             raise KafkaError(ErrorCode.invalid_request)
+        if tv2:
+            return self._end_txn_v2(txn_id, producer_id, producer_epoch, commit)
         txn = self.txns.get(txn_id)
         if txn is None or txn.producer_id != producer_id:
             raise KafkaError(ErrorCode.invalid_producer_id_mapping)
@@ -290,34 +320,98 @@ class TransactionCoordinatorShard:
         st = txn.state
         if st == TxnState.ONGOING:
             self._prepare(txn, commit)
-            return
+            return producer_id, producer_epoch
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if st == done:
-            return  # a retry of an EndTxn that completed
+            return producer_id, producer_epoch  # a retry of an EndTxn that completed
         if st == preparing:
             raise KafkaError(ErrorCode.concurrent_transactions)
-        raise KafkaError(ErrorCode.invalid_txn_state,
-                         f"TransactionalId {txn_id} is in state {st.kafka_name}, which cannot transition to "
-                         f"{preparing.kafka_name}")
+        raise self._invalid_transition(txn, preparing)
 
-    def _prepare(self, txn: TxnMetadata, commit: bool, bump_epoch: bool = False) -> None:
+    @staticmethod
+    def _invalid_transition(txn: TxnMetadata, preparing: TxnState) -> KafkaError:
+        return KafkaError(ErrorCode.invalid_txn_state,
+                          f"TransactionalId {txn.transactional_id} is in state {txn.state.kafka_name}, which cannot "
+                          f"transition to {preparing.kafka_name}")
+
+    def _end_txn_v2(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> tuple[int, int]:
+        """Kafka 4.4's TransactionCoordinator.endTransaction for TV2 clients."""
+        txn = self.txns.get(txn_id)
+        if txn is None:
+            raise KafkaError(ErrorCode.invalid_producer_id_mapping)
+        # a retry of an EndTxn whose epoch bump (or producer id rotation) was already written
+        retry_on_overflow = (txn.previous_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
+                             and txn.producer_epoch == 0)
+        retry_on_bump = txn.producer_epoch == producer_epoch + 1
+        is_retry = retry_on_bump or retry_on_overflow
+        st = txn.state
+        if st in (TxnState.ONGOING, TxnState.EMPTY):
+            valid_epoch = producer_epoch == txn.producer_epoch
+        elif st in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            valid_epoch = retry_on_bump
+        else:  # Complete*: a retry, or an abort of a transaction with no partitions
+            valid_epoch = is_retry or producer_epoch == txn.producer_epoch
+        if txn.pending is not None:
+            raise KafkaError(ErrorCode.concurrent_transactions)
+        if txn.producer_id != producer_id and not retry_on_overflow:
+            raise KafkaError(ErrorCode.invalid_producer_id_mapping)
+        if not valid_epoch:
+            raise KafkaError(ErrorCode.producer_fenced,
+                             f"Producer epoch {producer_epoch} of {txn_id} is fenced by epoch {txn.producer_epoch}")
+        preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if st == TxnState.ONGOING:
+            return self._prepare(txn, commit, tv2=True)
+        if st == TxnState.COMPLETE_COMMIT and commit or st == TxnState.COMPLETE_ABORT and not commit:
+            if is_retry:
+                return txn.producer_id, txn.producer_epoch
+            if commit:
+                raise self._invalid_transition(txn, preparing)
+            return self._prepare(txn, False, tv2=True, empty=True)
+        if st == TxnState.COMPLETE_COMMIT or st == TxnState.EMPTY:
+            if commit or is_retry:
+                raise self._invalid_transition(txn, preparing)
+            return self._prepare(txn, False, tv2=True, empty=True)
+        if st == preparing:
+            raise KafkaError(ErrorCode.concurrent_transactions)
+        raise self._invalid_transition(txn, preparing)
+
+    def _prepare(self, txn: TxnMetadata, commit: bool, bump_epoch: bool = False, tv2: bool = False,
+                 empty: bool = False) -> tuple[int, int]:
+        """Write PrepareCommit/PrepareAbort and queue the markers; the (producer id, epoch) the
+        producer has once they are written. ``bump_epoch``: the fence of InitProducerId or a
+        timeout; ``tv2``: the epoch bump of every TV2 transaction (a new producer id follows an
+        exhausted epoch); ``empty``: a TV2 abort of a transaction with no partitions."""
         new = copy.deepcopy(txn)
         if bump_epoch:
             new.producer_epoch = txn.producer_epoch + 1
             new.last_producer_epoch = NO_PRODUCER_EPOCH
+        if tv2:
+            if epoch_exhausted(txn.producer_epoch) and not bump_epoch:
+                new.next_producer_id = self._allocate()
+            if not (new.producer_epoch == MAX_EPOCH and not commit):
+                new.last_producer_epoch = new.producer_epoch
+                new.producer_epoch += 1
+            new.client_transaction_version = 2
+            if empty:
+                new.start_ms = self._now()
         new.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         new.last_update_ms = self._now()
         new.ongoing_pid_epoch = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         self._transit(new)
         new.pending = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         self._send_markers(copy.deepcopy(new), commit)
+        if tv2 and new.next_producer_id >= 0:
+            return new.next_producer_id, 0
+        return new.producer_id, new.producer_epoch
 
     def _fence_and_abort(self, txn: TxnMetadata) -> None:
+        """InitProducerId on an open transaction, or its timeout: abort it with a bumped epoch
+        (bumped once more for a TV2 transaction, as Kafka's endTransaction after the fence)."""
         if txn.producer_epoch >= MAX_EPOCH:
             raise KafkaError(ErrorCode.unknown_server_error,
                              "Cannot fence producer with epoch equal to Short.MaxValue since this would overflow")
-        self._prepare(txn, commit=False, bump_epoch=True)
+        self._prepare(txn, commit=False, bump_epoch=True, tv2=txn.tv2)
 
     def markers_written(self, txn_id: str, producer_id: int, producer_epoch: int) -> bool:
         """Every partition has its marker: write CompleteCommit/CompleteAbort. Returns False
@@ -331,6 +425,13 @@ class TransactionCoordinatorShard:
         new.pending = None
         new.partitions = set()
         new.last_update_ms = self._now()
+        if txn.tv2 and txn.next_producer_id >= 0:
+            # the epoch was exhausted: the producer goes on with the new producer id at epoch 0
+            new.previous_producer_id = txn.producer_id
+            new.producer_id = txn.next_producer_id
+            new.last_producer_epoch = txn.producer_epoch
+            new.producer_epoch = 0
+        new.next_producer_id = NO_PRODUCER_ID
         self._transit(new)
         log.info("Completed %s of transactionalId %s (producerId %d, epoch %d)",
                  "commit" if new.state == TxnState.COMPLETE_COMMIT else "abort", txn_id, producer_id, producer_epoch)

@@ -40,8 +40,10 @@ class ProduceApis:
         v = ctx.api_version
         req = decode_produce_request(body, v)
         if verdicts is None:
-            asked = self._remote_verifications(req, v)
-            if asked is not None:  # the request's buffer is the connection's: keep a copy while waiting
+            asked = self._pre_verifications(req, v)
+            if isinstance(asked, dict):
+                verdicts = asked
+            elif asked is not None:  # the request's buffer is the connection's: keep a copy while waiting
                 return self._produce_verified(ctx, memoryview(bytearray(body)), asked)
         rm = self.server.replica_manager
         image = self.server.image
@@ -151,8 +153,10 @@ class ProduceApis:
     def _verified(self, txn_id: str | None, topic: str, p, r: PartitionResponse, version: int,
                   verdicts: dict | None = None) -> bool:
         """KIP-890 part 1: the first transactional batch a producer sends to a partition in a
-        transaction is appended only once the coordinator confirms the partition was added."""
-        h = self._to_verify(topic, p)
+        transaction is appended only once the coordinator confirms the partition was added
+        (part 2, Produce v12+ of a TV2 producer: once the coordinator added it, asked before in
+        ``_pre_verifications``)."""
+        h = self._to_verify(topic, p, (topic, p.index) in verdicts if verdicts is not None else False)
         if h is None:
             return True
         if verdicts is not None and (topic, p.index) in verdicts:
@@ -166,10 +170,11 @@ class ProduceApis:
         r.error_message = msg
         return False
 
-    def _to_verify(self, topic: str | None, p):
+    def _to_verify(self, topic: str | None, p, add: bool = False):
         """The header of a transactional batch that needs the coordinator's verification (the
-        first of its transaction here), else None."""
-        if topic is None or not self.server.txn_coordinator.verification_enabled or p.records is None or \
+        first of its transaction here), else None. ``add``: a TV2 producer's batch, which the
+        leader adds to the transaction whether or not verification is enabled."""
+        if topic is None or not (add or self.server.txn_coordinator.verification_enabled) or p.records is None or \
                 len(p.records) < rb.HEADER_SIZE or \
                 p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) != rb.TRANSACTIONAL_FLAG:
             return None
@@ -177,19 +182,30 @@ class ProduceApis:
         if part is None:
             return None
         h = rb.read_header(p.records)
-        if part.log.producer_state.ongoing_txn_of(h.producer_id) >= 0:
-            return None  # already verified when the transaction's first batch arrived here
+        ps = part.log.producer_state
+        if ps.ongoing_txn_of(h.producer_id) >= 0 and ps.producers[h.producer_id].epoch == h.producer_epoch:
+            # already verified when the transaction's first batch arrived here. Of the same
+            # epoch only (Kafka's hasOngoingTransaction(producerId, epoch)): a TV2 producer's next
+            # transaction, one epoch up, must not join the previous one before its marker lands
+            return None
         return h
 
-    def _remote_verifications(self, req, version: int):
-        """The verifications this request needs from a transaction coordinator on another
-        broker (Kafka's AddPartitionsToTxnManager): an awaitable of ``{(topic, partition):
-        (error, message)}``, or None when there are none (the local coordinator answers inline)."""
+    def _pre_verifications(self, req, version: int):
+        """What this request needs from the transaction coordinator before its appends (Kafka's
+        AddPartitionsToTxnManager): ``{(topic, partition): (error, message)}`` or an awaitable of
+        it, or None when there is nothing to ask beforehand (a local coordinator's verification
+        answers inline in ``_verified``). A TV2 producer's Produce v12+ has its partitions added
+        (KIP-890 part 2), by the local coordinator or with AddPartitionsToTxn to a remote one;
+        otherwise only a coordinator on another broker is asked here (verify_only)."""
         verifier = self.server.txn_verifier
-        if not req.transactional_id or not self.server.txn_coordinator.verification_enabled:
+        tc = self.server.txn_coordinator
+        if not req.transactional_id:
+            return None
+        add = tc.tv2(version >= 12)
+        if not add and not tc.verification_enabled:
             return None
         node = verifier.coordinator_node(req.transactional_id)
-        if node is None or node == self.server.node_id:
+        if not add and (node is None or node == self.server.node_id):
             return None
         image = self.server.image
         tps, h = [], None
@@ -200,13 +216,13 @@ class ProduceApis:
             else:
                 name = topic.name
             for p in topic.partitions:
-                ph = self._to_verify(name, p)
+                ph = self._to_verify(name, p, add)
                 if ph is not None:
                     tps.append((name, p.index))
                     h = ph
         if not tps:
             return None
-        return verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch, tps, version > 10)
+        return verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch, tps, version > 10, add)
 
     async def _produce_verified(self, ctx, body, asked):
         res = self.produce(ctx, body, await asked)

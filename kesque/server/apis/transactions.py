@@ -111,7 +111,9 @@ class TransactionApis:
         else:
             txns = [(t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only)
                     for t in req.transactions]
-        errors = [self._add_partitions(v, *t) for t in txns]
+        # v4+ without verify_only comes from a partition leader adding a TV2 producer's partition
+        tv = 2 if self.tc.tv2(v >= 4) else 0
+        errors = [self._add_partitions(v, *t, tv) for t in txns]
 
         def respond(failed=None):
             """``failed``: the error of every partition whose addition was not committed."""
@@ -124,7 +126,7 @@ class TransactionApis:
 
         return self._when_committed([t[0] for t in txns if not t[4]], respond(), respond)
 
-    def _add_partitions(self, v, txn_id, producer_id, producer_epoch, topics, verify_only) -> dict:
+    def _add_partitions(self, v, txn_id, producer_id, producer_epoch, topics, verify_only, tv: int = 0) -> dict:
         wanted = [(t.name, p) for t in topics for p in t.partitions]
         image = self.server.image
         errors: dict = {}
@@ -137,7 +139,7 @@ class TransactionApis:
             errors = self.tc.verify(txn_id, producer_id, producer_epoch, wanted)
         else:
             try:
-                self.tc.shard_for(txn_id).add_partitions(txn_id, producer_id, producer_epoch, set(wanted))
+                self.tc.shard_for(txn_id).add_partitions(txn_id, producer_id, producer_epoch, set(wanted), tv)
                 code = ErrorCode.none
             except KafkaError as e:
                 code = e.code
@@ -164,17 +166,19 @@ class TransactionApis:
     def end_txn(self, ctx, req):
         v = ctx.api_version
         m = Msg(26, v)
+        pid, epoch = -1, -1
         try:
             shard = self.tc.shard_for(req.transactional_id)
-            shard.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+            # v5+ of a TV2 client: the epoch is bumped and the answer names the producer id and
+            # epoch of its next transaction (KIP-890 part 2)
+            pid, epoch = shard.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
+                                       self.tc.tv2(v >= 5))
             code = ErrorCode.none
         except KafkaError as e:
             code = e.code
-        ok = code == ErrorCode.none
         return self._when_committed(
             [req.transactional_id],
-            m(throttle_time=0, error_code=_fenced(code, v, 2), producer_id=req.producer_id if ok else -1,
-              producer_epoch=req.producer_epoch if ok else -1),
+            m(throttle_time=0, error_code=_fenced(code, v, 2), producer_id=pid, producer_epoch=epoch),
             lambda failed: m(throttle_time=0, error_code=failed, producer_id=-1, producer_epoch=-1))
 
     # ------------------------------------------------------------------ WriteTxnMarkers
@@ -239,13 +243,15 @@ class TransactionApis:
         def commit():
             return self._commit_txn_offsets(req, v, wanted, respond, all_)
 
-        if not self.tc.verification_enabled:
+        if not self.tc.verification_enabled and not self.tc.tv2(v >= 5):
             return commit()
         # KIP-890: the group's partition must be in the producer's transaction (asked of its
         # coordinator, wherever it lives)
         tp = (OFFSETS_TOPIC, gc.partition_for(req.group_id))
+        # v5+ of a TV2 client: the partition is added here, the client sends no AddOffsetsToTxn
+        add = self.tc.tv2(v >= 5)
         verdict = self.server.txn_verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, [tp],
-                                                  v >= 5)
+                                                  v >= 5, add)
         if isinstance(verdict, dict):
             return self._after_verification(verdict[tp], commit, all_)
         return self._verified_later(verdict, tp, commit, all_)

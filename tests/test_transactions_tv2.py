@@ -1,0 +1,91 @@
+"""Transaction version 2 (KIP-890 part 2) on a real broker, driven over the wire as a TV2 client
+drives it: no AddPartitionsToTxn (Produce v12 has the leader add the partition), EndTxn v5
+answers the bumped epoch the next transaction uses, and a zombie of an older epoch is fenced on
+the partitions (INVALID_PRODUCER_EPOCH) and at the coordinator (PRODUCER_FENCED)."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import running_broker
+from kesque.records.records import build_batch
+from test_transactions import TXN_BROKER, _add, _find_coordinator, _init, lso, new_topic
+from wire import Msg, WireClient
+
+INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, TRANSACTION_ABORTABLE = 47, 90, 51, 120
+
+
+def produce(c: WireClient, txn_id, topic, pid, epoch, seq, values, version=12):
+    batch = build_batch([(None, v.encode(), ()) for v in values], producer_id=pid, producer_epoch=epoch,
+                        base_sequence=seq, transactional=True)
+    m = Msg(0, version)
+    r = c.request(0, version, m(transactional_id=txn_id, acks=-1, timeout=10000, topic_data=(
+        m("TopicProduceData", name=topic, partition_data=(m("PartitionProduceData", index=0, records=batch),)),)))
+    return r.responses[0].partition_responses[0].error_code
+
+
+def end(c: WireClient, txn_id, pid, epoch, commit, version=5):
+    for _ in range(100):  # the markers of the previous transaction may still be in flight
+        r = c.request(26, version, Msg(26, version)(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                                                    committed=commit))
+        if r.error_code != CONCURRENT_TRANSACTIONS:
+            break
+        time.sleep(0.05)
+    return r.error_code, getattr(r, "producer_id", None), getattr(r, "producer_epoch", None)
+
+
+def produce_retrying(c, *args, **kw):
+    for _ in range(100):  # NOT_ENOUGH_REPLICAS while the coordinator completes the last transaction
+        code = produce(c, *args, **kw)
+        if code != 19:
+            return code
+        time.sleep(0.05)
+    return code
+
+
+def describe(c: WireClient, txn_id):
+    r = c.request(65, 0, Msg(65, 0)(transactional_ids=(txn_id,)))
+    s = r.transaction_states[0]
+    return s.transaction_state, s.producer_epoch, sorted((t.topic, p) for t in s.topics for p in t.partitions)
+
+
+def test_tv2_epoch_bump_implicit_add_and_zombie_fencing(tmp_path):
+    with running_broker(tmp_path / "data", TXN_BROKER) as b, WireClient(b.bootstrap_servers) as c:
+        features = {f.name: f.max_version_level for f in c.request(18, 3, Msg(18, 3)(
+            client_software_name="t", client_software_version="1")).finalized_features}
+        assert features["transaction.version"] == 2
+        topic = new_topic(b.bootstrap_servers)
+        _find_coordinator(c, "tv2")
+        pid, epoch = _init(c, "tv2", 60000)
+        assert epoch == 0
+        for i, commit in enumerate([True, False, True]):
+            # no AddPartitionsToTxn: the leader adds the partition before appending
+            assert produce_retrying(c, "tv2", topic, pid, epoch, 0, [f"r{i}-0", f"r{i}-1"]) == 0
+            assert describe(c, "tv2") == ("Ongoing", epoch, [(topic, 0)])
+            code, new_pid, new_epoch = end(c, "tv2", pid, epoch, commit)
+            assert (code, new_pid, new_epoch) == (0, pid, epoch + 1)
+            epoch = new_epoch
+        deadline = time.monotonic() + 10
+        while describe(c, "tv2")[0] != "CompleteCommit" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert describe(c, "tv2") == ("CompleteCommit", 3, [])
+        # a zombie of an older epoch: fenced on the partition and at the coordinator
+        assert produce(c, "tv2", topic, pid, 1, 0, ["zombie"]) == INVALID_PRODUCER_EPOCH
+        assert end(c, "tv2", pid, 1, True)[0] == PRODUCER_FENCED
+        assert end(c, "tv2", pid, 1, True, version=4)[0] == PRODUCER_FENCED
+        # the current epoch goes on; a retried EndTxn (one epoch back) gets the current one
+        assert end(c, "tv2", pid, 2, True) == (0, pid, 3)
+        assert produce_retrying(c, "tv2", topic, pid, 3, 0, ["last"]) == 0
+        assert end(c, "tv2", pid, 3, True) == (0, pid, 4)
+        # every transaction is closed: the LSO is the log end (7 records and 4 markers)
+        deadline = time.monotonic() + 10
+        while lso(b.bootstrap_servers, topic) < 11 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert lso(b.bootstrap_servers, topic) == 11
+        # a TV1 client (AddPartitionsToTxn v3, Produce v11, EndTxn v4) keeps version 1's rules
+        pid1, e1 = _init(c, "tv1", 60000)
+        assert produce(c, "tv1", topic, pid1, e1, 0, ["x"], version=11) == TRANSACTION_ABORTABLE  # not added
+        assert _add(c, "tv1", pid1, e1, topic, [0]) == [0]
+        assert produce(c, "tv1", topic, pid1, e1, 0, ["x"], version=11) == 0
+        assert end(c, "tv1", pid1, e1, True, version=4)[0] == 0
+        assert describe(c, "tv1")[1] == e1
