@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from conftest import running_broker
 from kesque.records.records import build_batch
 from test_transactions import TXN_BROKER, _add, _find_coordinator, _init, lso, new_topic
@@ -89,3 +91,49 @@ def test_tv2_epoch_bump_implicit_add_and_zombie_fencing(tmp_path):
         assert produce(c, "tv1", topic, pid1, e1, 0, ["x"], version=11) == 0
         assert end(c, "tv1", pid1, e1, True, version=4)[0] == 0
         assert describe(c, "tv1")[1] == e1
+
+
+@pytest.mark.slow
+def test_tv2_on_three_brokers_the_leader_adds_the_partition_at_a_remote_coordinator(tmp_path):
+    """The partition's leader and the transaction coordinator on different brokers: a TV2
+    Produce makes the leader send AddPartitionsToTxn (v5, not verify_only) to the coordinator's
+    broker; EndTxn v5 bumps the epoch; the markers reach the remote leader and read_committed
+    sees the committed records only."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kesque.testing.cluster import Cluster
+    from test_replication import FAST
+
+    with Cluster(nodes=3, data_dir=str(tmp_path), config=FAST) as cl:
+        bs = cl.bootstrap_servers
+        txn_id = "tv2-remote"
+        coordinator, deadline = -1, time.monotonic() + 60
+        with WireClient(cl.node(1).bootstrap_servers) as c:
+            while coordinator < 0 and time.monotonic() < deadline:  # the first call creates __transaction_state
+                found = c.request(10, 4, Msg(10, 4)(key_type=1, coordinator_keys=(txn_id,))).coordinators[0]
+                coordinator = found.node_id if found.error_code == 0 else -1
+                time.sleep(0.2)
+        assert coordinator > 0
+        leader = next(b for b in (1, 2, 3) if b != coordinator)
+        admin = AdminClient({"bootstrap.servers": bs})
+        admin.create_topics([NewTopic("remote-txn", 1, replica_assignment=[[leader]])])["remote-txn"].result(30)
+        with WireClient(cl.node(coordinator).bootstrap_servers) as co, \
+                WireClient(cl.node(leader).bootstrap_servers) as le:
+            pid, epoch = _init(co, txn_id, 60000)
+            for i, commit in enumerate([True, False, True]):
+                assert produce_retrying(le, txn_id, "remote-txn", pid, epoch, 0, [f"r{i}-0", f"r{i}-1"]) == 0
+                assert describe(co, txn_id) == ("Ongoing", epoch, [("remote-txn", 0)])
+                code, new_pid, new_epoch = end(co, txn_id, pid, epoch, commit)
+                assert (code, new_pid, new_epoch) == (0, pid, epoch + 1)
+                epoch = new_epoch
+        consumer = Consumer({"bootstrap.servers": bs, "group.id": "tv2-remote", "isolation.level": "read_committed",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition("remote-txn", 0, 0)])
+        got, deadline = [], time.monotonic() + 30
+        while len(got) < 4 and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value().decode())
+        consumer.close()
+        assert got == ["r0-0", "r0-1", "r2-0", "r2-1"]
