@@ -257,9 +257,6 @@ def group_state(clients: Clients, group: str, topic: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="open bug: after a double kill the processor's send_offsets_to_transaction stays unanswered "
-                          "(about half the runs, e.g. KESQUE_CHAOS_SEED=348099305) while __transaction_state-1's ISR "
-                          "is below transaction.state.log.min.isr; see the issue 14 note", strict=False)
 def test_transactional_read_process_write_survives_leader_kills(cluster):
     """tests/eos_processor.py turns an input topic into an output topic, transaction by
     transaction with its offsets (send_offsets_to_transaction), while an idempotent producer
