@@ -465,7 +465,8 @@ def test_a_reassignment_under_load_loses_nothing_and_preferred_election_moves_le
     assert not writer.errors, writer.errors[:3]
     final = read_log(bs, topic)
     assert [v for _, v in final] == [b"%08d" % i for i in range(writer.sent)]
-    assert all(dict(final).get(o) == v for v, o in writer.acked)
+    at = dict(final)
+    assert all(at.get(o) == v for v, o in writer.acked)
 
     four.node(2).stop()
     wait_for(lambda: describe(four, topic)[0][0] in (3, 4), what="leadership away from broker 2")
