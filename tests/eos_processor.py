@@ -17,6 +17,9 @@ commit_transaction. On an abortable error the transaction is aborted and the con
 rewound to the committed offsets; a retriable error of commit_transaction is retried; a
 fatal error ends the process (exit code 3).
 
+With EOS_DEBUG_DIR set in its environment, the producer's librdkafka debug log (eos, protocol,
+broker) goes to EOS_DEBUG_DIR/proc-<pid>.log.
+
 It prints one line per event on stdout (the test reads them):
     READY <txn_id>                              init_transactions done
     ASSIGN <partitions> / REVOKE <partitions> / LOST <partitions>
@@ -45,16 +48,34 @@ def say(*parts) -> None:
     sys.stdout.flush()
 
 
+def producer_config(spec: dict, debug: bool = False) -> dict:
+    """The transactional producer's configuration (also used by the regression test of the
+    librdkafka hang below, tests/test_replication_chaos.py)."""
+    return {"bootstrap.servers": spec["bootstrap"], "transactional.id": spec["txn_id"], "linger.ms": 5,
+            "transaction.timeout.ms": spec.get("transaction_timeout_ms", 20000),
+            "client.id": spec["txn_id"] + "-producer",
+            # librdkafka 2.16 (its issues #5511 and #5456): a broker that leaves the Metadata
+            # (fenced after a crash) is decommissioned but stays cached as the group coordinator;
+            # send_offsets_to_transaction then waits for that dead handle to come up, past its
+            # timeout, and looks the coordinator up again only when some broker connection goes
+            # up or down. Closing idle connections makes that happen (Kafka drops fenced brokers
+            # from Metadata too: the same hang happens against it).
+            "connections.max.idle.ms": spec.get("producer_idle_ms", 3000),
+            **({"debug": "eos,protocol,broker"} if debug else {})}
+
+
 def main(spec: dict) -> int:
     bootstrap, out_topic = spec["bootstrap"], spec["output"]
     conf = {"bootstrap.servers": bootstrap, "group.id": spec["group"], "client.id": spec["txn_id"],
             "isolation.level": "read_committed", "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 50, "topic.metadata.refresh.interval.ms": 1000}
     conf.update(spec.get("consumer", {}))
+    debug_dir = os.environ.get("EOS_DEBUG_DIR")
+    if debug_dir:  # librdkafka's debug log (it writes to stderr, which the tests discard)
+        fd = os.open(os.path.join(debug_dir, f"proc-{os.getpid()}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(fd, 2)
     consumer = Consumer(conf)
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": spec["txn_id"], "linger.ms": 5,
-                         "transaction.timeout.ms": spec.get("transaction_timeout_ms", 20000),
-                         "client.id": spec["txn_id"] + "-producer"})
+    producer = Producer(producer_config(spec, debug=bool(debug_dir)))
     producer.init_transactions(TIMEOUT)
     say("READY", spec["txn_id"])
 
