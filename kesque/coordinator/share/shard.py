@@ -16,7 +16,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from ...share.partition import StateBatch
+from ...errors import ErrorCode, KafkaError
+from ...share.partition import ACKNOWLEDGED, ARCHIVED, StateBatch
 from . import records as R
 
 
@@ -28,6 +29,22 @@ class ShareState:
     batches: list[StateBatch] = field(default_factory=list)
     snapshot_epoch: int = 0
     updates: int = 0  # ShareUpdate records since the last snapshot
+
+
+@dataclass(frozen=True)
+class ShareSummary:
+    """What ReadShareGroupStateSummary answers: the epochs, the start offset and how many
+    offsets at or above it are delivery-complete (acknowledged or archived)."""
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+
+
+def summary(s: ShareState) -> ShareSummary:
+    done = sum(b.last - max(b.first, s.start_offset) + 1 for b in s.batches
+               if b.state in (ACKNOWLEDGED, ARCHIVED) and b.last >= s.start_offset)
+    return ShareSummary(s.state_epoch, s.leader_epoch, s.start_offset, done)
 
 
 def merge(start_offset: int, old: list[StateBatch], new: list[StateBatch]) -> list[StateBatch]:
@@ -110,7 +127,12 @@ class ShareCoordinatorShard:
         return s
 
     def write_state(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1) -> None:
+        """Lay ``batches`` over the state; a leader older than the last one that read or wrote
+        it is refused (FENCED_LEADER_EPOCH), as Kafka's share coordinator fences it."""
         old = self.states.get(key)
+        if old is not None and 0 <= leader_epoch < old.leader_epoch:
+            raise KafkaError(ErrorCode.fenced_leader_epoch,
+                             f"Leader epoch {leader_epoch} is older than {old.leader_epoch} of the state.")
         if old is None:
             old = ShareState(0, start_offset)
         merged = merge(start_offset, old.batches, batches)
