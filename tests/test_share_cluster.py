@@ -22,6 +22,9 @@ from wire import Msg, WireClient
 
 ck = pytest.importorskip("confluent_kafka")
 
+# a 3-node cluster takes ~15 s to start and each test 5-25 s on a loaded machine: `make slow`
+pytestmark = pytest.mark.slow
+
 SHARE = {**FAST, "group.share.enable": "true", "offsets.topic.num.partitions": "3",
          "share.coordinator.state.topic.num.partitions": "3", "share.coordinator.state.topic.replication.factor": "3",
          "share.coordinator.state.topic.min.isr": "2", "group.share.min.record.lock.duration.ms": "1000"}
@@ -165,7 +168,6 @@ def _restore(cluster: Cluster, node: int, topic: str) -> None:
     wait_for(lambda: len(describe(cluster, topic).get(0, (0, [], []))[2]) == 3, 60, f"{topic} ISR of 3 again")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["partition leader", "share coordinator"])
 def test_sigkill_on_a_cluster_loses_no_acknowledgement(cluster, victim):
     """Test 3 on three brokers: SIGKILL the share-partition leader (its successor reads the
