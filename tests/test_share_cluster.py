@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from test_replication import FAST, create, describe, wait_for
+from test_replication import FAST, create, describe, tool, wait_for
 from test_share_groups import Member, _poll_values, produce, set_group_configs, share_consumer
 
 from kesque.testing.cluster import Cluster
@@ -194,6 +194,79 @@ def test_sigkill_on_a_cluster_loses_no_acknowledgement(cluster, victim):
         _the_rest(cluster, group, topic, n, accepted)
     finally:
         _restore(cluster, dead, topic)
+
+
+def accept(cluster: Cluster, group: str, topic: str, count: int) -> set[int]:
+    """A member that accepts (explicitly, committed) at least ``count`` records and leaves."""
+    c = share_consumer(cluster, group, **{"share.acknowledgement.mode": "explicit",
+                                          "topic.metadata.refresh.interval.ms": 500})
+    c.subscribe([topic])
+    accepted: set[int] = set()
+    deadline = time.monotonic() + 90
+    try:
+        while len(accepted) < count and time.monotonic() < deadline:
+            msgs = _poll_values(c, 1)
+            for msg in msgs:
+                c.acknowledge(msg)
+            c.commit_sync()
+            accepted |= {int(msg.value()) for msg in msgs}
+    finally:
+        c.close()
+    assert len(accepted) >= count
+    return accepted
+
+
+def move_leader(cluster: Cluster, topic: str, replicas: list[int], tmp_path) -> None:
+    """Reorder the replicas (``reassign-partitions``) and run a preferred election: the first
+    replica leads, no process restarted."""
+    bs = cluster.bootstrap_servers
+    plan = tmp_path / f"plan-{replicas[0]}.json"
+    plan.write_text('{"version":1,"partitions":[{"topic":"%s","partition":0,"replicas":%s}]}' % (topic, replicas))
+    r = tool("reassign-partitions", "--bootstrap-server", bs, "--execute", "--reassignment-json-file", str(plan))
+    assert r.returncode == 0, r.stdout + r.stderr
+    wait_for(lambda: "is completed" in tool("reassign-partitions", "--bootstrap-server", bs, "--verify",
+                                            "--reassignment-json-file", str(plan)).stdout, 60, "the reassignment")
+    r = tool("leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
+             "--partition", "0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    wait_for(lambda: describe(cluster, topic)[0][0] == replicas[0], 60, f"broker {replicas[0]} leading")
+
+
+def test_leadership_that_moves_away_and_back_reads_the_share_state_again(cluster, tmp_path):
+    """Broker 1 leads, a member accepts records there; leadership moves to broker 2 (which reads
+    the state from the share coordinator on another broker) and another member accepts more;
+    back on broker 1, its old window was dropped with the leadership: what was accepted on
+    broker 2 is not delivered again, everything else is."""
+    n = 2000  # a fetch hands out up to 500: each member below takes one or two fetches' worth
+    topic = new_topic(cluster, leader=1)
+    group, _gc, _sc = placed_group(cluster, topic, 1, gc_not=set(), sc_not={1, 2}, gc_sc_apart=False)
+    set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest"})
+    produce(cluster, topic, n)
+    first = accept(cluster, group, topic, 50)
+    move_leader(cluster, topic, [2, 1, 3], tmp_path)
+    second = accept(cluster, group, topic, 50)
+    assert not first & second and len(first | second) < n
+    move_leader(cluster, topic, [1, 2, 3], tmp_path)
+    _the_rest(cluster, group, topic, n, first | second)
+
+
+def test_an_offset_reset_answered_by_another_broker_reaches_the_leader(cluster):
+    """kafka-share-groups.sh --reset-offsets --to-earliest sent to the cluster for an empty
+    group whose partition leader, share coordinator and group coordinator are three brokers:
+    the next member gets every record again."""
+    n = 200
+    topic = new_topic(cluster, leader=1)
+    group, gc, sc = placed_group(cluster, topic, 1, gc_not={1}, sc_not={1})
+    set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest"})
+    produce(cluster, topic, n)
+    assert accept(cluster, group, topic, n) == set(range(n))
+    wait_for(lambda: "Empty" in tool("share-groups", "--bootstrap-server", cluster.bootstrap_servers, "--describe",
+                                     "--group", group, "--state").stdout, 60, "the group to be empty")
+    r = tool("share-groups", "--bootstrap-server", cluster.bootstrap_servers, "--reset-offsets", "--to-earliest",
+             "--group", group, "--topic", topic, "--execute")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert describe_offsets(cluster, gc, group, topic) == [(topic, 0, 0, n, 0)]
+    _the_rest(cluster, group, topic, n, set())
 
 
 def test_share_state_rpcs_on_the_wire(cluster):

@@ -105,7 +105,7 @@ def test_a_local_coordinator_is_called_in_process():
     local = FakeLocal()
     p = persister([], node=1, local=local)
     run(p.write(KEY, 7, [], 4))
-    assert p.channel.sent == [] and local.calls == [("write", (KEY, 7, [], 4))]
+    assert p.channel.sent == [] and local.calls == [("write", (KEY, 7, [], 4, -1))]
 
 
 def test_reads_and_summaries_from_a_remote_coordinator():
@@ -144,10 +144,10 @@ class SlowPersister:
         self.max_in_flight = 0
         self.gate = asyncio.Event()
 
-    async def initialize(self, key, start, epoch=-1):
+    async def initialize(self, key, start, epoch=-1, state_epoch=-1):
         pass
 
-    async def write(self, key, start, batches, epoch=-1):
+    async def write(self, key, start, batches, epoch=-1, state_epoch=-1):
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         self.writes.append((start, list(batches)))
@@ -191,3 +191,38 @@ def test_remote_writes_go_one_at_a_time_and_the_next_carries_the_latest_state():
     assert per.max_in_flight == 1
     assert [start for start, _ in per.writes] == [0, 5]
     assert per.writes[-1][1] == [StateBatch(5, 9, 0, 1)]
+
+
+def test_a_write_read_before_the_state_was_initialized_again_is_fenced():
+    """An offset reset initializes the state again with a new state epoch: a leader still
+    writing the window it read before gets FENCED_STATE_EPOCH and changes nothing."""
+    shard = ShareCoordinatorShard(0, lambda recs: None)
+    assert shard.initialize(KEY, 0, 1, 0).state_epoch == 0
+    shard.write_state(KEY, 4, [StateBatch(4, 5, 2, 1)], 1, 0)
+    assert shard.initialize(KEY, 0).state_epoch == 1   # AlterShareGroupOffsets: the next epoch
+    with pytest.raises(KafkaError) as e:
+        shard.write_state(KEY, 6, [], 1, 0)
+    assert e.value.code == ErrorCode.fenced_state_epoch
+    with pytest.raises(KafkaError) as e:
+        shard.initialize(KEY, 9, 1, 1)  # a leader initializing an epoch that is not newer
+    assert e.value.code == ErrorCode.fenced_state_epoch
+    s = shard.read(KEY)
+    assert (s.start_offset, s.state_epoch, s.batches) == (0, 1, [])
+
+
+class FencingPersister(SlowPersister):
+    async def write(self, key, start, batches, epoch=-1, state_epoch=-1):
+        raise KafkaError(ErrorCode.fenced_state_epoch)
+
+
+def test_a_fenced_remote_write_drops_the_share_partition():
+    async def scenario():
+        m = manager(FencingPersister())
+        sp = m.partitions[KEY] = SharePartition(0)
+        sp.acquire("a", 9, 10, 0)
+        err = await asyncio.wait_for(m._persist(KEY, sp), 5)
+        return m, err
+
+    m, err = run(scenario())
+    assert err.code == ErrorCode.fenced_state_epoch
+    assert KEY not in m.partitions  # the next fetch reads the state again

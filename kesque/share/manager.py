@@ -162,10 +162,12 @@ class SharePartitionManager:
         limits = {"delivery_count_limit": self.delivery_count_limit, "max_record_locks": self.max_record_locks}
         if state is not None:
             sp = SharePartition.restore(state.start_offset, state.batches, **limits)
+            sp.state_epoch = state.state_epoch
         else:  # durable at its first acquisition (see fetch), as Kafka writes it
             lg = part.log
             reset = self.group_configs(key[0])["share.auto.offset.reset"]
             sp = SharePartition(lg.log_start_offset if reset == "earliest" else lg.high_watermark, **limits)
+            sp.state_epoch = 0  # the epoch it will be initialized with
             self._uninitialized.add(key)
         self.partitions[key] = sp
         return sp
@@ -208,6 +210,20 @@ class SharePartitionManager:
             self._uninitialized.discard(key)
             self.notify(key)
 
+    def session_opened(self, group_id: str, partitions) -> None:
+        """A member opened a share session: share partitions of ``partitions`` that hold no
+        acquired records and have no write in flight are read again from the share coordinator
+        at their next fetch. The coordinator may have initialized their state again meanwhile
+        (AlterShareGroupOffsets, DeleteShareGroupOffsets or DeleteGroups of the empty group,
+        answered by another broker), and a window that hands nothing out would never write,
+        so a FENCED_STATE_EPOCH would never tell it."""
+        for topic_id, p in partitions:
+            key = (group_id, topic_id, p)
+            sp = self.partitions.get(key)
+            if sp is not None and key not in self._writers and not sp.acquired_count():
+                del self.partitions[key]
+                self._uninitialized.discard(key)
+
     def _leader_epoch(self, key: tuple) -> int:
         t = self.server.image.topics_by_id.get(key[1])
         part = self.server.replica_manager.partitions.get((t.name, key[2])) if t is not None else None
@@ -224,11 +240,15 @@ class SharePartitionManager:
                 shard = None
             if shard is not None:
                 epoch = self._leader_epoch(key)
-                if key in self._uninitialized:
-                    shard.initialize(key, sp.start_offset, epoch)
-                    self._uninitialized.discard(key)
-                if not initialize_only:
-                    shard.write_state(key, sp.start_offset, sp.state_batches(), epoch)
+                try:
+                    if key in self._uninitialized:
+                        shard.initialize(key, sp.start_offset, epoch, sp.state_epoch)
+                        self._uninitialized.discard(key)
+                    if not initialize_only:
+                        shard.write_state(key, sp.start_offset, sp.state_batches(), epoch, sp.state_epoch)
+                except KafkaError as e:
+                    self._fenced(key, sp, e)
+                    raise
                 return None
         fut = asyncio.get_running_loop().create_future()
         waiters = self._writers.get(key)
@@ -237,6 +257,15 @@ class SharePartitionManager:
             self._spawn(self._write_remote(key))
         waiters.append(fut)
         return fut
+
+    def _fenced(self, key: tuple, sp: SharePartition, e: KafkaError) -> None:
+        """A write was fenced: a newer leader read the state (FENCED_LEADER_EPOCH) or it was
+        initialized again, e.g. by AlterShareGroupOffsets (FENCED_STATE_EPOCH). The share
+        partition is dropped, as Kafka's SharePartitionManager drops it; the next fetch here
+        reads the state again."""
+        if e.code in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch) and self.partitions.get(key) is sp:
+            del self.partitions[key]
+            self._uninitialized.discard(key)
 
     async def _write_remote(self, key: tuple) -> None:
         """Send ``key``'s state until no write is asked for any more; each round answers the
@@ -252,15 +281,17 @@ class SharePartitionManager:
                                          "The share partition is no longer led here.")
                     epoch = self._leader_epoch(key)
                     if key in self._uninitialized:
-                        await self.persister.initialize(key, sp.start_offset, epoch)
+                        await self.persister.initialize(key, sp.start_offset, epoch, sp.state_epoch)
                         self._uninitialized.discard(key)
                     if self.partitions.get(key) is sp:
-                        await self.persister.write(key, sp.start_offset, sp.state_batches(), epoch)
+                        await self.persister.write(key, sp.start_offset, sp.state_batches(), epoch, sp.state_epoch)
                 except KafkaError as e:
                     err = e
                     log.warning("share state of %s-%s-%d not written: %s", *key, e)
-                    if e.code == ErrorCode.fenced_leader_epoch and self.partitions.get(key) is sp:
-                        del self.partitions[key]  # a newer leader owns it: read it again
+                    self._fenced(key, sp, e)
+                except Exception as e:  # noqa: BLE001 - never leave a waiting answer hanging
+                    log.exception("share state of %s-%s-%d not written", *key)
+                    err = KafkaError(ErrorCode.unknown_server_error, str(e))
                 for f in waiters:
                     if not f.done():
                         f.set_result(err)

@@ -10,8 +10,8 @@ narrow, asynchronous interface:
 
 * ``read(key, leader_epoch)`` -> ShareState or None (never initialized)
 * ``read_summary(key)``       -> ShareSummary or None (start offset, epochs, delivery-complete count)
-* ``initialize(key, start_offset, leader_epoch)`` (a new state epoch: an offset reset)
-* ``write(key, start_offset, batches, leader_epoch)``
+* ``initialize(key, start_offset, leader_epoch, state_epoch)`` (a new state epoch: an offset reset)
+* ``write(key, start_offset, batches, leader_epoch, state_epoch)``
 * ``delete(key)``
 
 Two implementations:
@@ -80,14 +80,15 @@ class LocalPersister:
         s = self.shard(key).read(key)
         return summary(s) if s is not None else None
 
-    async def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1) -> None:
+    async def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1, state_epoch: int = -1) -> None:
         shard = self.shard(key)
-        shard.initialize(key, start_offset, leader_epoch)
+        shard.initialize(key, start_offset, leader_epoch, state_epoch)
         await self._committed(shard)
 
-    async def write(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1) -> None:
+    async def write(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1,
+                    state_epoch: int = -1) -> None:
         shard = self.shard(key)
-        shard.write_state(key, start_offset, batches, leader_epoch)
+        shard.write_state(key, start_offset, batches, leader_epoch, state_epoch)
         await self._committed(shard)
 
     async def delete(self, key: tuple) -> None:
@@ -139,24 +140,26 @@ class DefaultStatePersister:
         return await self._call(key, READ_SUMMARY, body, result, lambda: self.local.read_summary(key),
                                 absent=ErrorCode.unknown_topic_or_partition)
 
-    async def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1) -> None:
+    async def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1, state_epoch: int = -1) -> None:
+        """A new state at ``start_offset``, with ``state_epoch`` (-1: the coordinator's next)."""
         def body(m):
             return m(group_id=key[0], topics=(m("InitializeStateData", topic_id=key[1], partitions=(
-                m("PartitionData", partition=key[2], state_epoch=-1, start_offset=start_offset),)),))
+                m("PartitionData", partition=key[2], state_epoch=state_epoch, start_offset=start_offset),)),))
 
         await self._call(key, INITIALIZE, body, lambda p: None,
-                         lambda: self.local.initialize(key, start_offset, leader_epoch))
+                         lambda: self.local.initialize(key, start_offset, leader_epoch, state_epoch))
 
-    async def write(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1) -> None:
+    async def write(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1,
+                    state_epoch: int = -1) -> None:
         def body(m):
             return m(group_id=key[0], topics=(m("WriteStateData", topic_id=key[1], partitions=(
-                m("PartitionData", partition=key[2], state_epoch=-1, leader_epoch=leader_epoch,
+                m("PartitionData", partition=key[2], state_epoch=state_epoch, leader_epoch=leader_epoch,
                   start_offset=start_offset, state_batches=tuple(
                       m("StateBatch", first_offset=b.first, last_offset=b.last, delivery_state=b.state,
                         delivery_count=b.delivery_count) for b in batches)),)),))
 
         await self._call(key, WRITE, body, lambda p: None,
-                         lambda: self.local.write(key, start_offset, batches, leader_epoch))
+                         lambda: self.local.write(key, start_offset, batches, leader_epoch, state_epoch))
 
     async def delete(self, key: tuple) -> None:
         def body(m):

@@ -117,22 +117,32 @@ class ShareCoordinatorShard:
     def read(self, key: tuple) -> ShareState | None:
         return self.states.get(key)
 
-    def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1) -> ShareState:
-        """(Re)initialize a share-partition's state at ``start_offset``: a new state epoch."""
+    def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1, state_epoch: int = -1) -> ShareState:
+        """(Re)initialize a share-partition's state at ``start_offset``: a new state epoch, the
+        given one (refused with FENCED_STATE_EPOCH unless newer than the stored one) or the next."""
         old = self.states.get(key)
-        s = ShareState((old.state_epoch + 1) if old else 0, start_offset, leader_epoch, [],
-                       (old.snapshot_epoch + 1) if old else 0)
+        if state_epoch >= 0 and old is not None and state_epoch <= old.state_epoch:
+            raise KafkaError(ErrorCode.fenced_state_epoch,
+                             f"State epoch {state_epoch} is not newer than {old.state_epoch} of the state.")
+        epoch = state_epoch if state_epoch >= 0 else (old.state_epoch + 1) if old else 0
+        s = ShareState(epoch, start_offset, leader_epoch, [], (old.snapshot_epoch + 1) if old else 0)
         self._write_snapshot(key, s)
         self.states[key] = s
         return s
 
-    def write_state(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1) -> None:
-        """Lay ``batches`` over the state; a leader older than the last one that read or wrote
-        it is refused (FENCED_LEADER_EPOCH), as Kafka's share coordinator fences it."""
+    def write_state(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1,
+                    state_epoch: int = -1) -> None:
+        """Lay ``batches`` over the state. As Kafka's share coordinator, a leader older than the
+        last one that read or wrote it is refused (FENCED_LEADER_EPOCH), and so is a writer
+        that read the state before it was initialized again, e.g. by an offset reset
+        (FENCED_STATE_EPOCH); -1 means unknown (not checked)."""
         old = self.states.get(key)
         if old is not None and 0 <= leader_epoch < old.leader_epoch:
             raise KafkaError(ErrorCode.fenced_leader_epoch,
                              f"Leader epoch {leader_epoch} is older than {old.leader_epoch} of the state.")
+        if old is not None and 0 <= state_epoch < old.state_epoch:
+            raise KafkaError(ErrorCode.fenced_state_epoch,
+                             f"State epoch {state_epoch} is older than {old.state_epoch} of the state.")
         if old is None:
             old = ShareState(0, start_offset)
         merged = merge(start_offset, old.batches, batches)

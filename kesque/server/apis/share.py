@@ -167,6 +167,7 @@ class ShareGroupApis:
                 session, old = mgr.sessions.open(gid, mid, now)
                 if old is not None:
                     mgr.release(gid, mid, list(old.partitions), now)
+                mgr.session_opened(gid, [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions])
             else:
                 if epoch == FINAL_EPOCH and any(not p.acknowledgement_batches for t in req.topics
                                                 for p in t.partitions):

@@ -81,7 +81,7 @@ class ShareStateApis:
         m = _Msg(83, "InitializeStateResult")
 
         def op(shard, key, p):
-            shard.initialize(key, p.start_offset)
+            shard.initialize(key, p.start_offset, -1, p.state_epoch)
 
         return self._answer(m, self._each(req, op), lambda p, code, msg, _r: m(
             "PartitionResult", partition=p, error_code=code, error_message=msg))
@@ -112,7 +112,7 @@ class ShareStateApis:
         def op(shard, key, p):
             shard.write_state(key, p.start_offset, [StateBatch(b.first_offset, b.last_offset, b.delivery_state,
                                                                b.delivery_count) for b in p.state_batches],
-                              p.leader_epoch)
+                              p.leader_epoch, p.state_epoch)
 
         return self._answer(m, self._each(req, op), lambda p, code, msg, _r: m(
             "PartitionResult", partition=p, error_code=code, error_message=msg))
