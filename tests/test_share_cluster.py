@@ -15,7 +15,8 @@ import uuid
 
 import pytest
 from test_replication import FAST, create, describe, tool, wait_for
-from test_share_groups import Member, _poll_values, produce, set_group_configs, share_consumer
+from test_share_groups import (Member, _acquired, _partition_errors, _poll_values, _share_ack, _share_fetch, produce,
+                               set_group_configs, share_consumer)
 
 from kesque.testing.cluster import Cluster
 from wire import Msg, WireClient
@@ -233,19 +234,32 @@ def move_leader(cluster: Cluster, topic: str, replicas: list[int], tmp_path) -> 
 
 
 def test_leadership_that_moves_away_and_back_reads_the_share_state_again(cluster, tmp_path):
-    """Broker 1 leads, a member accepts records there; leadership moves to broker 2 (which reads
-    the state from the share coordinator on another broker) and another member accepts more;
-    back on broker 1, its old window was dropped with the leadership: what was accepted on
-    broker 2 is not delivered again, everything else is."""
-    n = 2000  # a fetch hands out up to 500: each member below takes one or two fetches' worth
+    """Broker 1 leads: member A (over the wire) acquires records 0-99 there, accepts 0-49 and
+    keeps holding 50-99. Leadership moves to broker 2 (which reads the state from the share
+    coordinator on the third broker) and a member accepts records there, 50-99 among them.
+    Back on broker 1, its old window (still holding A's locks) was dropped with the
+    leadership: nothing accepted on either broker is delivered again, everything else is."""
+    n = 2000  # a fetch hands out up to 500: the members below leave most records to the last one
     topic = new_topic(cluster, leader=1)
     group, _gc, _sc = placed_group(cluster, topic, 1, gc_not=set(), sc_not={1, 2}, gc_sc_apart=False)
-    set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest"})
+    set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest",
+                                       "share.record.lock.duration.ms": "60000"})
     produce(cluster, topic, n)
-    first = accept(cluster, group, topic, 50)
+    tid = topic_id(cluster, topic)
+    with WireClient(("127.0.0.1", cluster.node(1).port)) as c:
+        epoch = 0
+        while True:  # the first fetch finds the share partition loading (its state is on broker 3)
+            r = _share_fetch(c, group, "member-a", epoch, tid, max_wait=500, max_records=100)
+            epoch += 1
+            if _acquired(r) or epoch > 20:
+                break
+        assert _acquired(r) == [(0, 99, 1)], r
+        r = _share_ack(c, group, "member-a", epoch, tid, [(0, 49, 1)])  # ACCEPT 0-49, 50-99 held
+        assert _partition_errors(r) == [(0, 0)], r
+    first = set(range(50))
     move_leader(cluster, topic, [2, 1, 3], tmp_path)
     second = accept(cluster, group, topic, 50)
-    assert not first & second and len(first | second) < n
+    assert not first & second and set(range(50, 100)) <= second and len(first | second) < n
     move_leader(cluster, topic, [1, 2, 3], tmp_path)
     _the_rest(cluster, group, topic, n, first | second)
 
