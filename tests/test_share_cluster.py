@@ -316,3 +316,15 @@ def test_share_state_rpcs_on_the_wire(cluster):
     assert read(sc) == (0, 5, [(5, 6, 2)])
     assert write(sc, 9, 2) == 74  # FENCED_LEADER_EPOCH
     assert read(sc) == (0, 5, [(5, 6, 2)])
+
+
+def test_a_share_fetch_to_a_follower_gets_not_leader_or_follower_and_the_leader(cluster):
+    """ShareFetch to a broker that holds a replica but does not lead the partition:
+    NOT_LEADER_OR_FOLLOWER with the current leader and its epoch (KIP-951), no records."""
+    topic = new_topic(cluster, leader=1)
+    tid = topic_id(cluster, topic)
+    with WireClient(("127.0.0.1", cluster.node(2).port)) as c:
+        r = _share_fetch(c, "sg-" + uuid.uuid4().hex[:8], "member-x", 0, tid)
+    (p,) = [p for t in r.responses for p in t.partitions]
+    assert (int(p.error_code), p.current_leader.leader_id, p.acquired_records) == (6, 1, ())
+    assert p.current_leader.leader_epoch == 0
