@@ -62,9 +62,9 @@ def topic_id(cluster: Cluster, topic: str):
     return r.topics[0].topic_id
 
 
-def placed_group(cluster: Cluster, topic: str, leader: int, gc_not: set, sc_not: set, gc_sc_apart: bool = True):
-    """A group id whose group coordinator is not in ``gc_not`` and whose share coordinator
-    for ``topic``-0 is not in ``sc_not``; (group, group coordinator, share coordinator)."""
+def placed_group(cluster: Cluster, topic: str, gc_sc_apart: bool = True):
+    """A group id whose group coordinator and share coordinator (for ``topic``-0) are two
+    brokers (``gc_sc_apart``), or any; (group, group coordinator, share coordinator)."""
     tid = str(topic_id(cluster, topic))
     from kesque.storage.checkpoint import uuid_to_kafka
 
@@ -74,7 +74,7 @@ def placed_group(cluster: Cluster, topic: str, leader: int, gc_not: set, sc_not:
     scs = coordinators(cluster, 2, [f"{g}:{kid}:0" for g in cands])
     for g in cands:
         gc, sc = gcs[g], scs[f"{g}:{kid}:0"]
-        if gc not in gc_not and sc not in sc_not and (not gc_sc_apart or gc != sc):
+        if not gc_sc_apart or gc != sc:
             return g, gc, sc
     raise AssertionError(f"no group among {len(cands)} places its coordinators as wanted: {gcs} {scs}")
 
@@ -85,6 +85,23 @@ def new_topic(cluster: Cluster, leader: int) -> str:
     create(cluster, topic, 3, assignment=f"{leader}:{others[0]}:{others[1]}")
     assert describe(cluster, topic)[0][0] == leader
     return topic
+
+
+def roles(cluster: Cluster, tmp_path, gc_sc_apart: bool = True):
+    """A topic (RF 3) and a group whose partition leader is neither the group's share coordinator
+    nor (``gc_sc_apart``: which is then a third broker) its group coordinator; the leader is
+    moved there when needed (which brokers lead the internal topics depends on the restarts of
+    earlier tests). (topic, group, group coordinator, share coordinator, leader)."""
+    topic = new_topic(cluster, leader=1)
+    group, gc, sc = placed_group(cluster, topic, gc_sc_apart)
+    free = [n for n in (1, 2, 3) if n != sc and (n != gc or not gc_sc_apart)]
+    leader = 1 if 1 in free else free[0]
+    # the share coordinator's broker last: the leader's successor (the next replica in the ISR)
+    # is then a third broker too, which reads the state remotely
+    replicas = [leader, next(n for n in (1, 2, 3) if n not in (leader, sc)), sc]
+    if replicas != [1, 2, 3]:
+        move_leader(cluster, topic, replicas, tmp_path)
+    return topic, group, gc, sc, leader
 
 
 def describe_offsets(cluster: Cluster, node: int, group: str, topic: str) -> list:
@@ -98,14 +115,13 @@ def describe_offsets(cluster: Cluster, node: int, group: str, topic: str) -> lis
             for t in g.topics for p in t.partitions]
 
 
-def test_three_roles_on_three_brokers(cluster):
+def test_three_roles_on_three_brokers(cluster, tmp_path):
     """Test 1 with the group coordinator, the share coordinator and the partition leader on three
     different brokers: three share consumers together get all 3,000 records, each accepted
     once (a late member finds nothing left), and DescribeShareGroupOffsets asked of the group
     coordinator reads the start offset from the share coordinator."""
-    topic = new_topic(cluster, leader=1)
-    group, gc, sc = placed_group(cluster, topic, 1, gc_not={1}, sc_not={1})
-    assert len({1, gc, sc}) == 3
+    topic, group, gc, sc, leader = roles(cluster, tmp_path)
+    assert len({leader, gc, sc}) == 3
     set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest"})
     members = [Member(cluster, group, topic) for _ in range(3)]
     for m in members:
@@ -170,19 +186,14 @@ def _restore(cluster: Cluster, node: int, topic: str) -> None:
 
 
 @pytest.mark.parametrize("victim", ["partition leader", "share coordinator"])
-def test_sigkill_on_a_cluster_loses_no_acknowledgement(cluster, victim):
+def test_sigkill_on_a_cluster_loses_no_acknowledgement(cluster, victim, tmp_path):
     """Test 3 on three brokers: SIGKILL the share-partition leader (its successor reads the
     state from the share coordinator on another broker) or the share coordinator's broker (a
     replica of ``__share_group_state`` takes over) while a member holds records. After the
     failover no accepted record is delivered again and every other one is, once."""
     n = 1000
-    topic = new_topic(cluster, leader=1)
-    if victim == "partition leader":
-        group, gc, sc = placed_group(cluster, topic, 1, gc_not=set(), sc_not={1}, gc_sc_apart=False)
-        dead = 1
-    else:
-        group, gc, sc = placed_group(cluster, topic, 1, gc_not=set(), sc_not={1}, gc_sc_apart=False)
-        dead = sc
+    topic, group, _gc, sc, leader = roles(cluster, tmp_path, gc_sc_apart=False)
+    dead = leader if victim == "partition leader" else sc
     set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest"})
     produce(cluster, topic, n)
     c, accepted, held = _accept_then_hold(cluster, group, topic, n)
@@ -218,8 +229,8 @@ def accept(cluster: Cluster, group: str, topic: str, count: int) -> set[int]:
 
 
 def move_leader(cluster: Cluster, topic: str, replicas: list[int], tmp_path) -> None:
-    """Reorder the replicas (``reassign-partitions``) and run a preferred election: the first
-    replica leads, no process restarted."""
+    """Reorder the replicas (``reassign-partitions``) and run a preferred election if the first
+    replica does not lead yet: it leads, no process restarted."""
     bs = cluster.bootstrap_servers
     plan = tmp_path / f"plan-{replicas[0]}.json"
     plan.write_text('{"version":1,"partitions":[{"topic":"%s","partition":0,"replicas":%s}]}' % (topic, replicas))
@@ -227,28 +238,30 @@ def move_leader(cluster: Cluster, topic: str, replicas: list[int], tmp_path) -> 
     assert r.returncode == 0, r.stdout + r.stderr
     wait_for(lambda: "is completed" in tool("reassign-partitions", "--bootstrap-server", bs, "--verify",
                                             "--reassignment-json-file", str(plan)).stdout, 60, "the reassignment")
-    r = tool("leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
-             "--partition", "0")
-    assert r.returncode == 0, r.stdout + r.stderr
+    if describe(cluster, topic)[0][0] != replicas[0]:
+        r = tool("leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
+                 "--partition", "0")
+        assert r.returncode == 0, r.stdout + r.stderr
     wait_for(lambda: describe(cluster, topic)[0][0] == replicas[0], 60, f"broker {replicas[0]} leading")
 
 
 def test_leadership_that_moves_away_and_back_reads_the_share_state_again(cluster, tmp_path):
-    """Broker 1 leads: member A (over the wire) acquires records 0-99 there, accepts 0-49 and
-    keeps holding 50-99. Leadership moves to broker 2 (which reads the state from the share
-    coordinator on the third broker) and a member accepts records there, 50-99 among them.
-    Back on broker 1, its old window (still holding A's locks) was dropped with the
+    """Broker a leads: member A (over the wire) acquires records 0-99 there, accepts 0-49 and
+    keeps holding 50-99. Leadership moves to broker b (which reads the state from the share
+    coordinator on another broker) and a member accepts records there, 50-99 among them.
+    Back on broker a, its old window (still holding A's locks) was dropped with the
     leadership: nothing accepted on either broker is delivered again, everything else is."""
     n = 2000  # a fetch hands out up to 500: the members below leave most records to the last one
-    topic = new_topic(cluster, leader=1)
-    group, _gc, _sc = placed_group(cluster, topic, 1, gc_not=set(), sc_not={1, 2}, gc_sc_apart=False)
+    topic, group, _gc, sc, a = roles(cluster, tmp_path, gc_sc_apart=False)
+    b = next(n for n in (1, 2, 3) if n not in (a, sc))
+    rest = next(n for n in (1, 2, 3) if n not in (a, b))
     set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest",
                                        "share.record.lock.duration.ms": "60000"})
     produce(cluster, topic, n)
     tid = topic_id(cluster, topic)
-    with WireClient(("127.0.0.1", cluster.node(1).port)) as c:
+    with WireClient(("127.0.0.1", cluster.node(a).port)) as c:
         epoch = 0
-        while True:  # the first fetch finds the share partition loading (its state is on broker 3)
+        while True:  # the first fetch finds the share partition loading (its state is elsewhere)
             r = _share_fetch(c, group, "member-a", epoch, tid, max_wait=500, max_records=100)
             epoch += 1
             if _acquired(r) or epoch > 20:
@@ -257,20 +270,19 @@ def test_leadership_that_moves_away_and_back_reads_the_share_state_again(cluster
         r = _share_ack(c, group, "member-a", epoch, tid, [(0, 49, 1)])  # ACCEPT 0-49, 50-99 held
         assert _partition_errors(r) == [(0, 0)], r
     first = set(range(50))
-    move_leader(cluster, topic, [2, 1, 3], tmp_path)
+    move_leader(cluster, topic, [b, a, rest], tmp_path)
     second = accept(cluster, group, topic, 50)
     assert not first & second and set(range(50, 100)) <= second and len(first | second) < n
-    move_leader(cluster, topic, [1, 2, 3], tmp_path)
+    move_leader(cluster, topic, [a, b, rest], tmp_path)
     _the_rest(cluster, group, topic, n, first | second)
 
 
-def test_an_offset_reset_answered_by_another_broker_reaches_the_leader(cluster):
+def test_an_offset_reset_answered_by_another_broker_reaches_the_leader(cluster, tmp_path):
     """kafka-share-groups.sh --reset-offsets --to-earliest sent to the cluster for an empty
     group whose partition leader, share coordinator and group coordinator are three brokers:
     the next member gets every record again."""
     n = 200
-    topic = new_topic(cluster, leader=1)
-    group, gc, sc = placed_group(cluster, topic, 1, gc_not={1}, sc_not={1})
+    topic, group, gc, sc, leader = roles(cluster, tmp_path)
     set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest"})
     produce(cluster, topic, n)
     assert accept(cluster, group, topic, n) == set(range(n))
@@ -289,7 +301,7 @@ def test_share_state_rpcs_on_the_wire(cluster):
     committed, ReadShareGroupState returns it, and a write from an older leader epoch is
     fenced (FENCED_LEADER_EPOCH) and changes nothing."""
     topic = new_topic(cluster, leader=1)
-    group, _gc, sc = placed_group(cluster, topic, 1, gc_not=set(), sc_not=set(), gc_sc_apart=False)
+    group, _gc, sc = placed_group(cluster, topic, gc_sc_apart=False)
     other = next(n for n in (1, 2, 3) if n != sc)
     tid = topic_id(cluster, topic)
 
