@@ -226,3 +226,32 @@ def test_a_fenced_remote_write_drops_the_share_partition():
     m, err = run(scenario())
     assert err.code == ErrorCode.fenced_state_epoch
     assert KEY not in m.partitions  # the next fetch reads the state again
+
+
+class LocalShard:
+    def __init__(self, shard):
+        self._shard = shard
+
+    def shard(self, key):
+        return self._shard
+
+
+def test_a_new_session_rereads_a_share_partition_only_when_its_state_moved():
+    """With the coordinator on this broker, a new share session drops (to reread) an idle share
+    partition only if its state was initialized again (another state epoch) or deleted; one
+    holding acquired records is kept."""
+    shard = ShareCoordinatorShard(0, lambda recs: None)
+    per = SlowPersister()
+    per.local = LocalShard(shard)
+    m = manager(per)
+    shard.initialize(KEY, 0, 1, 0)
+    sp = m.partitions[KEY] = SharePartition(0)
+    m.session_opened("g", [(TID, 0)])
+    assert m.partitions.get(KEY) is sp  # nothing moved
+    shard.initialize(KEY, 0)  # an offset reset answered elsewhere: state epoch 1
+    sp.acquire("a", 3, 10, 0)
+    m.session_opened("g", [(TID, 0)])
+    assert m.partitions.get(KEY) is sp  # records acquired: kept (its next write is fenced)
+    sp.release_member("a", 0)
+    m.session_opened("g", [(TID, 0)])
+    assert KEY not in m.partitions

@@ -216,13 +216,27 @@ class SharePartitionManager:
         at their next fetch. The coordinator may have initialized their state again meanwhile
         (AlterShareGroupOffsets, DeleteShareGroupOffsets or DeleteGroups of the empty group,
         answered by another broker), and a window that hands nothing out would never write,
-        so a FENCED_STATE_EPOCH would never tell it."""
+        so a FENCED_STATE_EPOCH would never tell it. With the coordinator on this broker, only
+        a share partition whose state epoch moved (or whose state went) is dropped; lock expiries
+        are not written (as on one node), so a reread may lower delivery counts of expired
+        records."""
         for topic_id, p in partitions:
             key = (group_id, topic_id, p)
             sp = self.partitions.get(key)
-            if sp is not None and key not in self._writers and not sp.acquired_count():
-                del self.partitions[key]
-                self._uninitialized.discard(key)
+            if sp is None or key in self._writers or sp.acquired_count():
+                continue
+            try:  # a local coordinator answers at once whether the state was initialized again
+                state = self.persister.local.shard(key).read(key)
+                if key in self._uninitialized:
+                    unchanged = state is None
+                else:
+                    unchanged = state is not None and state.state_epoch == sp.state_epoch
+                if unchanged:
+                    continue
+            except KafkaError:
+                pass  # remote: read it again
+            del self.partitions[key]
+            self._uninitialized.discard(key)
 
     def _leader_epoch(self, key: tuple) -> int:
         t = self.server.image.topics_by_id.get(key[1])
