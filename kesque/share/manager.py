@@ -10,10 +10,22 @@ Every acknowledgement or release is written to the share coordinator (``__share_
 before it is answered, and a share partition created after a restart starts from that state:
 what was acknowledged stays done, what was acquired but not acknowledged is available again
 with its delivery count.
+
+The share coordinator is reached through the persister (kesque/share/persister.py). When this
+broker leads the key's ``__share_group_state`` partition, state is read and written through the
+in-process shard synchronously (the answer then waits for the commit, ``_durable`` in the
+handlers). Otherwise a share partition is loaded in the background (the fetch that asked gets
+nothing this time, and waiting fetches are woken once it is loaded), and its writes go out as
+WriteShareGroupState, one in flight per share partition: writes asked for meanwhile are
+coalesced into the next one, which carries the whole window as it is when it is sent, so an
+older state can never overtake a newer one. Share partitions are dropped when leadership of
+their topic partition is lost; a ShareFetch to a broker that does not lead the partition gets
+NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
@@ -25,6 +37,7 @@ from ..metadata.image import RESOURCE_GROUP
 from ..records.batch import iter_headers
 from ..replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from .partition import ACKNOWLEDGED, ARCHIVED, SharePartition
+from .persister import DefaultStatePersister, LocalPersister
 from .session import ShareSessionCache
 
 log = logging.getLogger(__name__)
@@ -39,6 +52,7 @@ class FetchedPartition:
     records: bytes = b""
     acquired: list = field(default_factory=list)
     leader_epoch: int = -1
+    pending: asyncio.Future | None = None  # the remote write this answer waits for (None: none)
 
 
 def scan_batches(buf: bytes, aborted=None) -> tuple[int, list[tuple[int, int]]]:
@@ -85,10 +99,19 @@ def _read(part, offset: int, max_bytes: int, max_records: int, isolation) -> tup
 
 
 class SharePartitionManager:
-    def __init__(self, server):
+    def __init__(self, server, channel=None):
+        from ..server.apis.core import coordinator_for
+
         self.server = server
         self.partitions: dict[tuple, SharePartition] = {}
         self._uninitialized: set[tuple] = set()  # share partitions whose state is not durable yet
+        self._loading: dict[tuple, asyncio.Task] = {}  # share partitions read from a remote coordinator
+        self._load_errors: dict[tuple, KafkaError] = {}  # why the last load failed (told to the next fetch)
+        self._writers: dict[tuple, list] = {}  # share partitions with a remote write in flight: its waiters
+        self.persister = DefaultStatePersister(server.node_id, LocalPersister(server.share_coordinator),
+                                               lambda ckey: coordinator_for(server, 2, ckey), channel,
+                                               server.config)
+        server.replica_manager.add_leadership_listener(self.on_leadership)
         cfg = server.config
         self.sessions = ShareSessionCache()
         # fetches waiting for records of a share partition: (group, topic id, partition) -> callbacks
@@ -117,44 +140,184 @@ class SharePartitionManager:
             raise KafkaError(ErrorCode.not_leader_or_follower, "This server is not the leader for that partition.")
         return part
 
-    def share_partition(self, group_id: str, topic_id, partition: int, part=None) -> SharePartition:
+    def share_partition(self, group_id: str, topic_id, partition: int, part=None) -> SharePartition | None:
+        """The share partition, None while it is being loaded from a remote share coordinator."""
         key = (group_id, topic_id, partition)
         sp = self.partitions.get(key)
-        cfg = self.group_configs(group_id)
         if sp is None:
             part = part or self._log_partition(topic_id, partition)
-            shard = self._state_shard(key)
-            limits = {"delivery_count_limit": self.delivery_count_limit, "max_record_locks": self.max_record_locks}
-            state = shard.read(key)
-            if state is not None:
-                sp = SharePartition.restore(state.start_offset, state.batches, **limits)
-            else:  # durable at its first acquisition (see fetch), as Kafka writes it
-                lg = part.log
-                start = lg.log_start_offset if cfg["share.auto.offset.reset"] == "earliest" else lg.high_watermark
-                sp = SharePartition(start, **limits)
-                self._uninitialized.add(key)
-            self.partitions[key] = sp
-        sp.lock_duration_ms = cfg["share.record.lock.duration.ms"]
+            err = self._load_errors.pop(key, None)
+            if err is not None:
+                raise err
+            try:
+                shard = self.persister.local.shard(key)
+            except KafkaError:
+                self._load(key, part)  # the coordinator is elsewhere (or not ready here yet)
+                return None
+            sp = self._restore(key, shard.read(key), part)
+        sp.lock_duration_ms = self.lock_duration_ms(group_id)
         return sp
 
-    def _state_shard(self, key: tuple):
-        """The share coordinator shard keeping ``key``'s state (its topic made on first use)."""
-        from ..server.apis.core import coordinator_for
+    def _restore(self, key: tuple, state, part) -> SharePartition:
+        limits = {"delivery_count_limit": self.delivery_count_limit, "max_record_locks": self.max_record_locks}
+        if state is not None:
+            sp = SharePartition.restore(state.start_offset, state.batches, **limits)
+            sp.state_epoch = state.state_epoch
+        else:  # durable at its first acquisition (see fetch), as Kafka writes it
+            lg = part.log
+            reset = self.group_configs(key[0])["share.auto.offset.reset"]
+            sp = SharePartition(lg.log_start_offset if reset == "earliest" else lg.high_watermark, **limits)
+            sp.state_epoch = 0  # the epoch it will be initialized with
+            self._uninitialized.add(key)
+        self.partitions[key] = sp
+        return sp
 
-        ckey = coordinator_key(*key)
-        _node, err, msg = coordinator_for(self.server, 2, ckey)
-        if err != ErrorCode.none:
-            raise KafkaError(err, msg)
-        return self.server.share_coordinator.shard_for(ckey)
+    def _load(self, key: tuple, part) -> None:
+        """Read ``key``'s state from its share coordinator in the background; fetches waiting
+        on the share partition are woken when it is here."""
+        if key in self._loading:
+            return
+        epoch = part.leader_epoch
 
-    def _persist(self, key: tuple, sp: SharePartition) -> None:
-        part = self._log_partition(key[1], key[2])
-        self._state_shard(key).write_state(key, sp.start_offset, sp.state_batches(), part.leader_epoch)
+        async def load():
+            try:
+                state = await self.persister.read(key, epoch)
+            except KafkaError as e:
+                log.warning("share state of %s-%s-%d not read: %s", *key, e)
+                self._load_errors[key] = e
+                return
+            finally:
+                self._loading.pop(key, None)
+            if key not in self.partitions and part.is_leader and part.leader_epoch == epoch:
+                self._restore(key, state, part)
+            self.notify(key)
+
+        self._loading[key] = self._spawn(load())
+
+    def _spawn(self, coro) -> asyncio.Task:
+        spawn = getattr(self.server, "spawn", None)
+        return spawn(coro) if spawn is not None else asyncio.ensure_future(coro)
+
+    def on_leadership(self, topic: str, partition: int, is_leader: bool) -> None:
+        """Leadership of a topic partition moved: its share partitions here are dropped when it
+        is lost, and read again from the share coordinator at the next fetch when it is gained
+        (what another leader did meanwhile is only in the coordinator)."""
+        t = self.server.image.topic(topic)
+        if t is None:
+            return
+        for key in [k for k in self.partitions if k[1] == t.topic_id and k[2] == partition]:
+            del self.partitions[key]
+            self._uninitialized.discard(key)
+            self.notify(key)
+
+    def session_opened(self, group_id: str, partitions) -> None:
+        """A member opened a share session: share partitions of ``partitions`` that hold no
+        acquired records and have no write in flight are read again from the share coordinator
+        at their next fetch. The coordinator may have initialized their state again meanwhile
+        (AlterShareGroupOffsets, DeleteShareGroupOffsets or DeleteGroups of the empty group,
+        answered by another broker), and a window that hands nothing out would never write,
+        so a FENCED_STATE_EPOCH would never tell it. With the coordinator on this broker, only
+        a share partition whose state epoch moved (or whose state went) is dropped; lock expiries
+        are not written (as on one node), so a reread may lower delivery counts of expired
+        records."""
+        for topic_id, p in partitions:
+            key = (group_id, topic_id, p)
+            sp = self.partitions.get(key)
+            if sp is None or key in self._writers or sp.acquired_count():
+                continue
+            try:  # a local coordinator answers at once whether the state was initialized again
+                state = self.persister.local.shard(key).read(key)
+                if key in self._uninitialized:
+                    unchanged = state is None
+                else:
+                    unchanged = state is not None and state.state_epoch == sp.state_epoch
+                if unchanged:
+                    continue
+            except KafkaError:
+                pass  # remote: read it again
+            del self.partitions[key]
+            self._uninitialized.discard(key)
+
+    def _leader_epoch(self, key: tuple) -> int:
+        t = self.server.image.topics_by_id.get(key[1])
+        part = self.server.replica_manager.partitions.get((t.name, key[2])) if t is not None else None
+        return part.leader_epoch if part is not None else -1
+
+    def _persist(self, key: tuple, sp: SharePartition, initialize_only: bool = False):
+        """Make ``sp``'s state durable in ``__share_group_state``. Through the local shard at
+        once (None; raises if refused: the answer waits for the commit), or, when the share
+        coordinator is another broker, a remote write: the future of its error (None if done)."""
+        if key not in self._writers:
+            try:
+                shard = self.persister.local.shard(key)
+            except KafkaError:
+                shard = None
+            if shard is not None:
+                epoch = self._leader_epoch(key)
+                try:
+                    if key in self._uninitialized:
+                        shard.initialize(key, sp.start_offset, epoch, sp.state_epoch)
+                        self._uninitialized.discard(key)
+                    if not initialize_only:
+                        shard.write_state(key, sp.start_offset, sp.state_batches(), epoch, sp.state_epoch)
+                except KafkaError as e:
+                    self._fenced(key, sp, e)
+                    raise
+                return None
+        fut = asyncio.get_running_loop().create_future()
+        waiters = self._writers.get(key)
+        if waiters is None:
+            waiters = self._writers[key] = []
+            self._spawn(self._write_remote(key))
+        waiters.append(fut)
+        return fut
+
+    def _fenced(self, key: tuple, sp: SharePartition, e: KafkaError) -> None:
+        """A write was fenced: a newer leader read the state (FENCED_LEADER_EPOCH) or it was
+        initialized again, e.g. by AlterShareGroupOffsets (FENCED_STATE_EPOCH). The share
+        partition is dropped, as Kafka's SharePartitionManager drops it; the next fetch here
+        reads the state again."""
+        if e.code in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch) and self.partitions.get(key) is sp:
+            del self.partitions[key]
+            self._uninitialized.discard(key)
+
+    async def _write_remote(self, key: tuple) -> None:
+        """Send ``key``'s state until no write is asked for any more; each round answers the
+        waiters that were there when it started (their state is in what it sends)."""
+        try:
+            while self._writers.get(key):
+                waiters, self._writers[key] = self._writers[key], []
+                err = None
+                sp = self.partitions.get(key)
+                try:
+                    if sp is None:
+                        raise KafkaError(ErrorCode.not_leader_or_follower,
+                                         "The share partition is no longer led here.")
+                    epoch = self._leader_epoch(key)
+                    if key in self._uninitialized:
+                        await self.persister.initialize(key, sp.start_offset, epoch, sp.state_epoch)
+                        self._uninitialized.discard(key)
+                    if self.partitions.get(key) is sp:
+                        await self.persister.write(key, sp.start_offset, sp.state_batches(), epoch, sp.state_epoch)
+                except KafkaError as e:
+                    err = e
+                    log.warning("share state of %s-%s-%d not written: %s", *key, e)
+                    self._fenced(key, sp, e)
+                except Exception as e:  # noqa: BLE001 - never leave a waiting answer hanging
+                    log.exception("share state of %s-%s-%d not written", *key)
+                    err = KafkaError(ErrorCode.unknown_server_error, str(e))
+                for f in waiters:
+                    if not f.done():
+                        f.set_result(err)
+        finally:
+            self._writers.pop(key, None)
 
     # ------------------------------------------------------------------ operations
     def acknowledge(self, group_id: str, member_id: str, topic_id, partition: int, batches,
-                    now_ms: int) -> KafkaError | None:
-        """Apply one partition's acknowledgement batches; the error, if refused (nothing moved)."""
+                    now_ms: int):
+        """Apply one partition's acknowledgement batches; the error, if refused (nothing moved),
+        or the future of the remote write making them durable (its error, if it failed: the
+        acknowledgement stays applied here and goes out again with the next write)."""
         try:
             self._log_partition(topic_id, partition)
             sp = self.partitions.get((group_id, topic_id, partition))
@@ -162,14 +325,14 @@ class SharePartitionManager:
                 raise KafkaError(ErrorCode.invalid_record_state, "No records of this partition were acquired.")
             undo = sp.acknowledge(member_id, batches, now_ms)
             try:
-                self._persist((group_id, topic_id, partition), sp)
+                pending = self._persist((group_id, topic_id, partition), sp)
             except KafkaError:
                 sp.undo(undo)  # not durable: not done
                 raise
         except KafkaError as e:
             return e
         self.notify((group_id, topic_id, partition))
-        return None
+        return pending
 
     def fetch(self, group_id: str, member_id: str, topic_id, partition: int, max_records: int, max_bytes: int,
               now_ms: int) -> FetchedPartition:
@@ -178,6 +341,8 @@ class SharePartitionManager:
             part = self._log_partition(topic_id, partition)
             out.leader_epoch = part.leader_epoch
             sp = self.share_partition(group_id, topic_id, partition, part)
+            if sp is None:
+                return out  # being loaded: the fetch waits, or the member asks again
             lg = part.log
             sp.advance_log_start(lg.log_start_offset)
             offset = sp.next_fetch_offset(now_ms)
@@ -188,8 +353,7 @@ class SharePartitionManager:
             key = (group_id, topic_id, partition)
             if key in self._uninitialized:
                 # records are about to be handed out: their start offset must survive a restart
-                self._state_shard(key).initialize(key, sp.start_offset, part.leader_epoch)
-                self._uninitialized.discard(key)
+                out.pending = self._persist(key, sp, initialize_only=True)
             buf, last, skip = _read(part, offset, max_bytes, max_records, isolation)
             if last < offset:
                 return out
@@ -206,33 +370,41 @@ class SharePartitionManager:
             sp = self.partitions.get((group_id, topic_id, p))
             if sp is not None and sp.release_member(member_id, now_ms):
                 try:
-                    self._persist((group_id, topic_id, p), sp)
+                    self._persist((group_id, topic_id, p), sp)  # a remote write logs its own failure
                 except KafkaError as e:
                     log.warning("share state of %s-%s-%d not written: %s", group_id, topic_id, p, e)
                 self.notify((group_id, topic_id, p))
 
-    def reset(self, group_id: str, topic_id, partition: int, start_offset: int) -> None:
-        """AlterShareGroupOffsets: the share-partition starts over at ``start_offset``."""
+    async def reset(self, group_id: str, topic_id, partition: int, start_offset: int) -> None:
+        """AlterShareGroupOffsets: the share-partition starts over at ``start_offset`` (a new
+        state epoch at its share coordinator)."""
         key = (group_id, topic_id, partition)
-        part = self._log_partition(topic_id, partition)
-        self._state_shard(key).initialize(key, start_offset, part.leader_epoch)
+        await self.persister.initialize(key, start_offset)
         self.partitions.pop(key, None)
         self._uninitialized.discard(key)
 
-    def group_states(self, group_id: str) -> dict:
-        """{(group, topic id, partition): ShareState} of the group's durable share state."""
+    def local_state_keys(self, group_id: str) -> list[tuple]:
+        """The group's share-partitions whose state this broker's share coordinator keeps."""
         sc = self.server.share_coordinator
-        return {k: s for shard in list(sc.shards.values()) for k, s in shard.states.items() if k[0] == group_id}
+        return [k for shard in list(sc.shards.values()) for k in shard.states if k[0] == group_id]
 
-    def lag(self, topic: str, partition: int, state) -> int:
+    async def summaries(self, keys) -> dict:
+        """{key: ShareSummary | None | KafkaError} from the keys' share coordinators."""
+        got = await asyncio.gather(*(self.persister.read_summary(k) for k in keys), return_exceptions=True)
+        out = {}
+        for k, r in zip(keys, got):
+            if isinstance(r, BaseException) and not isinstance(r, KafkaError):
+                raise r
+            out[k] = r
+        return out
+
+    def lag(self, topic: str, partition: int, summary) -> int:
         """Records below the high watermark not delivery-complete (KIP-1226's share lag), -1 if
-        the partition is not here."""
+        no replica of the partition is here (its high watermark is not known)."""
         part = self.server.replica_manager.partitions.get((topic, partition))
-        if part is None:
+        if part is None or summary.delivery_complete_count < 0:
             return -1
-        done = sum(b.last - b.first + 1 for b in state.batches
-                   if b.state in (ACKNOWLEDGED, ARCHIVED) and b.first >= state.start_offset)
-        return max(0, part.log.high_watermark - state.start_offset - done)
+        return max(0, part.log.high_watermark - summary.start_offset - summary.delivery_complete_count)
 
     def member_left(self, group_id: str, member_id: str) -> None:
         """The member left the share group (or its session timed out): its share session ends
@@ -247,20 +419,27 @@ class SharePartitionManager:
         for s in self.sessions.expired(idle, now):
             self.release(s.key[0], s.key[1], list(s.partitions), now)
 
-    def delete_group(self, group_id: str) -> None:
-        """The (empty) share group was deleted: its share partitions and their durable state go
+    async def delete_states(self, keys) -> None:
+        """Drop these share partitions here and their state in ``__share_group_state``
         (Kafka's DeleteShareGroupState)."""
-        self.delete_states(lambda key: key[0] == group_id)
-
-    def delete_states(self, wanted) -> None:
-        """Drop the share partitions whose (group, topic id, partition) key is ``wanted``, here
-        and in ``__share_group_state``."""
-        for key in [k for k in self.partitions if wanted(k)]:
-            del self.partitions[key]
+        keys = list(keys)
+        for key in keys:
+            self.partitions.pop(key, None)
             self._uninitialized.discard(key)
-        for shard in list(self.server.share_coordinator.shards.values()):
-            for key in [k for k in shard.states if wanted(k)]:
-                shard.delete(key)
+        for r in await asyncio.gather(*(self.persister.delete(k) for k in keys), return_exceptions=True):
+            if isinstance(r, BaseException):
+                raise r
+
+    def group_keys(self, group_id: str) -> list[tuple]:
+        """Every share-partition a deleted group may have state for: those known here, and every
+        partition of every topic (the coordinators answer for those without state at once).
+        Kafka keeps the initialized partitions in ShareGroupStatePartitionMetadata; kesque does
+        not record them yet."""
+        keys = set(self.local_state_keys(group_id)) | {k for k in self.partitions if k[0] == group_id}
+        for t in list(self.server.image.topics_by_id.values()):
+            if not t.name.startswith("__"):
+                keys |= {(group_id, t.topic_id, p) for p in t.partitions}
+        return sorted(keys, key=lambda k: (str(k[1]), k[2]))
 
     # ------------------------------------------------------------------ waiting fetches
     def watch(self, key: tuple, callback) -> None:

@@ -112,6 +112,9 @@ class SharePartition:
         self.max_record_locks = max_record_locks
         self.lock_duration_ms = lock_duration_ms
         self.start_offset = start_offset   # SPSO: the offset of self._window[0]
+        # the share coordinator's state epoch this window was read at (sent with each write, which
+        # is fenced once the state is initialized again, e.g. by an offset reset)
+        self.state_epoch = 0
         self._window: list[_InFlight] = []
         # no lock runs out before this: expire_locks skips its scan until then (a lower bound,
         # lowered by every acquisition, made exact by every scan)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from ...share.partition import StateBatch
+from ...errors import ErrorCode, KafkaError
+from ...share.partition import ACKNOWLEDGED, ARCHIVED, StateBatch
 from . import records as R
 
 
@@ -28,6 +29,22 @@ class ShareState:
     batches: list[StateBatch] = field(default_factory=list)
     snapshot_epoch: int = 0
     updates: int = 0  # ShareUpdate records since the last snapshot
+
+
+@dataclass(frozen=True)
+class ShareSummary:
+    """What ReadShareGroupStateSummary answers: the epochs, the start offset and how many
+    offsets at or above it are delivery-complete (acknowledged or archived)."""
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+
+
+def summary(s: ShareState) -> ShareSummary:
+    done = sum(b.last - max(b.first, s.start_offset) + 1 for b in s.batches
+               if b.state in (ACKNOWLEDGED, ARCHIVED) and b.last >= s.start_offset)
+    return ShareSummary(s.state_epoch, s.leader_epoch, s.start_offset, done)
 
 
 def merge(start_offset: int, old: list[StateBatch], new: list[StateBatch]) -> list[StateBatch]:
@@ -100,17 +117,32 @@ class ShareCoordinatorShard:
     def read(self, key: tuple) -> ShareState | None:
         return self.states.get(key)
 
-    def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1) -> ShareState:
-        """(Re)initialize a share-partition's state at ``start_offset``: a new state epoch."""
+    def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1, state_epoch: int = -1) -> ShareState:
+        """(Re)initialize a share-partition's state at ``start_offset``: a new state epoch, the
+        given one (refused with FENCED_STATE_EPOCH unless newer than the stored one) or the next."""
         old = self.states.get(key)
-        s = ShareState((old.state_epoch + 1) if old else 0, start_offset, leader_epoch, [],
-                       (old.snapshot_epoch + 1) if old else 0)
+        if state_epoch >= 0 and old is not None and state_epoch <= old.state_epoch:
+            raise KafkaError(ErrorCode.fenced_state_epoch,
+                             f"State epoch {state_epoch} is not newer than {old.state_epoch} of the state.")
+        epoch = state_epoch if state_epoch >= 0 else (old.state_epoch + 1) if old else 0
+        s = ShareState(epoch, start_offset, leader_epoch, [], (old.snapshot_epoch + 1) if old else 0)
         self._write_snapshot(key, s)
         self.states[key] = s
         return s
 
-    def write_state(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1) -> None:
+    def write_state(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1,
+                    state_epoch: int = -1) -> None:
+        """Lay ``batches`` over the state. As Kafka's share coordinator, a leader older than the
+        last one that read or wrote it is refused (FENCED_LEADER_EPOCH), and so is a writer
+        that read the state before it was initialized again, e.g. by an offset reset
+        (FENCED_STATE_EPOCH); -1 means unknown (not checked)."""
         old = self.states.get(key)
+        if old is not None and 0 <= leader_epoch < old.leader_epoch:
+            raise KafkaError(ErrorCode.fenced_leader_epoch,
+                             f"Leader epoch {leader_epoch} is older than {old.leader_epoch} of the state.")
+        if old is not None and 0 <= state_epoch < old.state_epoch:
+            raise KafkaError(ErrorCode.fenced_state_epoch,
+                             f"State epoch {state_epoch} is older than {old.state_epoch} of the state.")
         if old is None:
             old = ShareState(0, start_offset)
         merged = merge(start_offset, old.batches, batches)

@@ -15,11 +15,12 @@ def register_all(server) -> None:
     from .quotas import QuotaApis
     from .reassignment import ReassignmentApis
     from .share import ShareGroupApis
+    from .share_state import ShareStateApis
     from .topics import TopicApis
     from .transactions import TransactionApis
 
     for cls in (CoreApis, ProduceApis, TransactionApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis,
-                GroupApis, ShareGroupApis, QuotaApis, QuorumApis, ReassignmentApis):
+                GroupApis, ShareGroupApis, ShareStateApis, QuotaApis, QuorumApis, ReassignmentApis):
         cls(server).register()
 
 

@@ -366,20 +366,38 @@ class GroupApis:
     def delete_groups(self, ctx, req):
         m = Msg(42, ctx.api_version)
         out = []
+        shares = []  # deleted share groups: their share-partition state goes too
         for gid in req.groups_names:
             try:
                 shard = self.gc.shard_for(gid)
                 share = getattr(shard.groups.get(gid), "type", None) == "share"
                 code = code_of(shard.delete_group(gid))
                 if share and code == ErrorCode.none:
-                    self.server.share_manager.delete_group(gid)  # its share-partition state goes too
+                    shares.append(gid)
             except KafkaError as e:
                 code = e.code
             out.append((gid, code))
         pending = self.gc.uncommitted({self.gc.partition_for(gid) for gid, code in out if not code})
+        if shares:
+            return self._share_states_deleted(m, out, pending, shares)
         if not pending:
             return self._deleted(m, out, {})
         return self._deleted_once_committed(m, out, pending)
+
+    async def _share_states_deleted(self, m, out: list, pending: dict, shares: list):
+        """Deleted share groups' state goes from their share coordinators (DeleteShareGroupState,
+        wherever they are) before the answer; a failure there is the group's error."""
+        mgr = self.server.share_manager
+        codes = dict(out)
+        for gid in shares:
+            try:
+                await mgr.delete_states(mgr.group_keys(gid))
+            except KafkaError as e:
+                codes[gid] = e.code
+        out = [(gid, codes[gid]) for gid, _ in out]
+        if not pending:
+            return self._deleted(m, out, {})
+        return await self._deleted_once_committed(m, out, pending)
 
     def _deleted(self, m, out: list, failed: dict):
         """The DeleteGroups answer; ``failed``: {group partition: error} of writes not committed."""

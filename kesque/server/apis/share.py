@@ -35,7 +35,14 @@ class ShareGroupApis:
         if not enabled(s.config):
             return
         if hasattr(s, "replica_manager"):
-            self.manager = s.share_manager = SharePartitionManager(s)
+            from ..channel import Channel
+            from ..txn_channels import broker_resolver
+
+            # the share-state RPCs to other brokers' share coordinators (kesque/share/persister.py)
+            channel = Channel(broker_resolver(lambda: s.image, s.config), client_id=f"share-persister-{s.node_id}",
+                              request_timeout_ms=s.config.get("request.timeout.ms"))
+            s._channels = (*getattr(s, "_channels", ()), channel)
+            self.manager = s.share_manager = SharePartitionManager(s, channel)
         s.register(76, 1, 1, self.share_group_heartbeat)
         s.register(77, 1, 1, self.share_group_describe)
         s.register(78, 1, 1, self.share_fetch)
@@ -160,6 +167,7 @@ class ShareGroupApis:
                 session, old = mgr.sessions.open(gid, mid, now)
                 if old is not None:
                     mgr.release(gid, mid, list(old.partitions), now)
+                mgr.session_opened(gid, [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions])
             else:
                 if epoch == FINAL_EPOCH and any(not p.acknowledgement_batches for t in req.topics
                                                 for p in t.partitions):
@@ -170,7 +178,7 @@ class ShareGroupApis:
         acks = self._acks(gid, mid, req.topics, now)
         if epoch == FINAL_EPOCH:
             mgr.release(gid, mid, list(session.partitions), now)
-            return self._durable(self._fetch_response(m, gid, acks, {}), top_error)
+            return self._respond(lambda: self._fetch_response(m, gid, acks, {}), acks, {}, top_error)
         for t in req.topics:
             for p in t.partitions:
                 session.partitions[(t.topic_id, p.partition_index)] = None
@@ -179,13 +187,35 @@ class ShareGroupApis:
                 session.partitions.pop((f.topic_id, p), None)
         fetched = self._fetch_all(gid, mid, session, req, now)
         if any(r.acquired or r.error for r in fetched.values()) or to_ms(req.max_wait) <= 0 or not session.partitions:
-            return self._durable(self._fetch_response(m, gid, acks, fetched), top_error)
+            return self._respond(lambda: self._fetch_response(m, gid, acks, fetched), acks, fetched, top_error)
         return self._delayed(m, gid, mid, session, req, acks, fetched, top_error)
 
     def _durable(self, response, failed):
         """``response`` once the share state written for it (acknowledgements, releases, start
         offsets) is committed in ``__share_group_state``."""
         return when_committed(self.server.share_coordinator, None, response, failed)
+
+    def _respond(self, build, acks: dict, fetched: dict, failed):
+        """``build()`` once the writes it depends on are durable: the remote writes (futures in
+        ``acks`` and ``fetched``), whose errors become the partitions' errors, then the local
+        ones (``_durable``)."""
+        futures = [v for v in acks.values() if isinstance(v, asyncio.Future)]
+        futures += [r.pending for r in fetched.values() if r.pending is not None]
+        if not futures:
+            return self._durable(build(), failed)
+
+        async def later():
+            await asyncio.wait(futures)
+            for k, v in list(acks.items()):
+                if isinstance(v, asyncio.Future):
+                    acks[k] = v.result()
+            for r in fetched.values():
+                err = r.pending.result() if r.pending is not None else None
+                if err is not None:  # the start offset is not durable: hand nothing out
+                    r.error, r.message, r.acquired, r.records = int(err.code), err.message, [], b""
+            response = self._durable(build(), failed)
+            return await response if inspect.isawaitable(response) else response
+        return later()
 
     def _fetch_all(self, gid, mid, session, req, now) -> dict:
         remaining = min(req.max_bytes, self.server.config.get("fetch.max.bytes"))
@@ -249,7 +279,7 @@ class ShareGroupApis:
                 rm.unwatch(tp, retry)
             for key in keys:
                 mgr.unwatch(key, retry)
-        response = self._durable(self._fetch_response(m, gid, acks, result), failed)
+        response = self._respond(lambda: self._fetch_response(m, gid, acks, result), acks, result, failed)
         return await response if inspect.isawaitable(response) else response
 
     def _fetch_response(self, m, gid, acks: dict, fetched: dict):
@@ -266,8 +296,7 @@ class ShareGroupApis:
                 error_message=r.message if r is not None else None,
                 acknowledge_error_code=int(ack.code) if ack is not None else 0,
                 acknowledge_error_message=ack.message if ack is not None else None,
-                current_leader=m("LeaderIdAndEpoch", leader_id=self.server.node_id if r is not None and not r.error
-                                 else -1, leader_epoch=r.leader_epoch if r is not None else -1),
+                current_leader=self._current_leader(m, topic_id, p, r),
                 records=r.records if r is not None else b"",
                 acquired_records=tuple(m("AcquiredRecords", first_offset=a.first, last_offset=a.last,
                                          delivery_count=a.delivery_count) for a in (r.acquired if r else ()))))
@@ -275,6 +304,17 @@ class ShareGroupApis:
                           for t, ps in by_topic.items())
         return m(throttle_time=0, error_code=ErrorCode.none,
                  acquisition_lock_timeout=self.manager.lock_duration_ms(gid), responses=responses, node_endpoints=())
+
+    def _current_leader(self, m, topic_id, p: int, r):
+        """This broker with its epoch, or (NOT_LEADER_OR_FOLLOWER) the leader the image knows,
+        so that the client moves (KIP-951)."""
+        if r is None or not r.error:
+            return m("LeaderIdAndEpoch", leader_id=self.server.node_id if r is not None else -1,
+                     leader_epoch=r.leader_epoch if r is not None else -1)
+        t = self.server.image.topics_by_id.get(topic_id)
+        reg = t.partitions.get(p) if t is not None and r.error == ErrorCode.not_leader_or_follower else None
+        return m("LeaderIdAndEpoch", leader_id=reg.leader if reg is not None else -1,
+                 leader_epoch=reg.leader_epoch if reg is not None else -1)
 
     def share_acknowledge(self, ctx, req):
         m = Msg(79, ctx.api_version)
@@ -296,22 +336,25 @@ class ShareGroupApis:
         acks = self._acks(gid, mid, req.topics, now)
         if epoch == FINAL_EPOCH:
             mgr.release(gid, mid, list(session.partitions), now)
-        by_topic: dict = {}
-        for (topic_id, p), err in acks.items():
-            by_topic.setdefault(topic_id, []).append(m(
-                "PartitionData", partition_index=p, error_code=err.code if err is not None else ErrorCode.none,
-                error_message=err.message if err is not None else None,
-                current_leader=m("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)))
-        resp = m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
-            m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-            node_endpoints=())
-        return self._durable(resp, top_error)
+
+        def build():
+            by_topic: dict = {}
+            for (topic_id, p), err in acks.items():
+                by_topic.setdefault(topic_id, []).append(m(
+                    "PartitionData", partition_index=p, error_code=err.code if err is not None else ErrorCode.none,
+                    error_message=err.message if err is not None else None,
+                    current_leader=m("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)))
+            return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
+                m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+                node_endpoints=())
+        return self._respond(build, acks, {}, top_error)
 
     # ------------------------------------------------------------------ DescribeShareGroupOffsets
-    def describe_share_group_offsets(self, ctx, req):
-        """Each share-partition's start offset and leader epoch from ``__share_group_state``, and
-        (v1) its lag: records below the high watermark not yet delivery-complete. A partition
-        without share state (nothing handed out yet) has start offset -1."""
+    async def describe_share_group_offsets(self, ctx, req):
+        """Each share-partition's start offset and leader epoch from its share coordinator
+        (ReadShareGroupStateSummary, wherever it is), and (v1) its lag: records below the high
+        watermark not yet delivery-complete. A partition without share state (nothing handed
+        out yet) has start offset -1."""
         m = Msg(90, ctx.api_version)
         image = self.server.image
         out = []
@@ -328,15 +371,18 @@ class ShareGroupApis:
                              error_message=f"Group {rg.group_id} not found." if g is None
                              else f"Group {rg.group_id} is not a share group."))
                 continue
-            states = self.manager.group_states(rg.group_id)
             if rg.topics is None:
                 # as Kafka: every partition of the group's topics (those with share state and those
                 # its members subscribe to), -1 for a partition without state yet
-                names = {t.name for _g, tid, _p in states if (t := image.topics_by_id.get(tid)) is not None}
+                names = {t.name for _g, tid, _p in self.manager.local_state_keys(rg.group_id)
+                         if (t := image.topics_by_id.get(tid)) is not None}
                 names |= {n for n in g.subscribed_topic_names() if image.topic(n) is not None}
                 wanted: dict = {n: sorted(image.topic(n).partitions) for n in names}
             else:
                 wanted = {t.topic_name: list(t.partitions) for t in rg.topics}
+            keys = [(rg.group_id, t.topic_id, p) for name, parts in wanted.items()
+                    if (t := image.topic(name)) is not None for p in parts]
+            states = await self.manager.summaries(keys)
             topics = []
             for name, parts in sorted(wanted.items()):
                 t = image.topic(name)
@@ -344,13 +390,16 @@ class ShareGroupApis:
                 rows = []
                 for p in sorted(parts):
                     st = states.get((rg.group_id, tid, p))
-                    if st is None:
+                    if isinstance(st, KafkaError):
+                        rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p, start_offset=-1,
+                                      leader_epoch=-1, lag=-1, error_code=st.code, error_message=st.message))
+                    elif st is None:
                         rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p, start_offset=-1,
                                       leader_epoch=-1, lag=-1, error_code=ErrorCode.none))
-                        continue
-                    rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p,
-                                  start_offset=st.start_offset, leader_epoch=st.leader_epoch,
-                                  lag=self.manager.lag(name, p, st), error_code=ErrorCode.none))
+                    else:
+                        rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p,
+                                      start_offset=st.start_offset, leader_epoch=st.leader_epoch,
+                                      lag=self.manager.lag(name, p, st), error_code=ErrorCode.none))
                 topics.append(m("DescribeShareGroupOffsetsResponseTopic", topic_name=name, topic_id=tid,
                                 partitions=tuple(rows)))
             out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=tuple(topics),
@@ -358,7 +407,7 @@ class ShareGroupApis:
         return m(throttle_time=0, groups=tuple(out))
 
     # ------------------------------------------------------------------ AlterShareGroupOffsets
-    def alter_share_group_offsets(self, ctx, req):
+    async def alter_share_group_offsets(self, ctx, req):
         """Set share-partition start offsets of an empty share group: each partition's state
         starts over at the offset (a new state epoch), so what was in flight is forgotten."""
         m = Msg(91, ctx.api_version)
@@ -382,7 +431,7 @@ class ShareGroupApis:
                     code, msg = ErrorCode.invalid_request, f"Invalid start offset {rp.start_offset}."
                 else:
                     try:
-                        self.manager.reset(req.group_id, t.topic_id, rp.partition_index, rp.start_offset)
+                        await self.manager.reset(req.group_id, t.topic_id, rp.partition_index, rp.start_offset)
                     except KafkaError as e:
                         code, msg = e.code, e.message
                 rows.append(m("AlterShareGroupOffsetsResponsePartition", partition_index=rp.partition_index,
@@ -414,7 +463,7 @@ class ShareGroupApis:
         return None
 
     # ------------------------------------------------------------------ DeleteShareGroupOffsets
-    def delete_share_group_offsets(self, ctx, req):
+    async def delete_share_group_offsets(self, ctx, req):
         """Forget an empty share group's state for whole topics (their next fetch starts from
         share.auto.offset.reset again)."""
         m = Msg(92, ctx.api_version)
@@ -429,7 +478,7 @@ class ShareGroupApis:
                 code, msg = ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
             else:
                 try:
-                    self.manager.delete_states(lambda k, tid=t.topic_id: k[0] == req.group_id and k[1] == tid)
+                    await self.manager.delete_states([(req.group_id, t.topic_id, p) for p in sorted(t.partitions)])
                 except KafkaError as e:
                     code, msg = e.code, e.message
             out.append(m("DeleteShareGroupOffsetsResponseTopic", topic_name=rt.topic_name,
