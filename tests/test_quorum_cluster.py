@@ -262,6 +262,33 @@ def test_a_broker_only_node_follows_the_log_as_an_observer(bootstrap):
         n.close()
 
 
+def test_broker_only_nodes_join_a_lone_combined_voter():
+    """One combined node, the only voter, with a CONTROLLER listener, and two broker-only
+    nodes that name it in controller.quorum.voters (Kafka's smallest multi-broker layout):
+    they register with it, host replicas of an RF 3 topic and all three are in its ISR.
+    Before, a lone voter kept its controller in process and never opened that listener."""
+    n = Nodes(1, brokers_only=2)
+    try:
+        n.start()
+        c, api = n.api(2)
+        with c:
+            r = create(api, "spread", partitions=3, rf=3)
+            assert r.error_code == 0, r
+            assert {b.node_id for b in api.metadata(None).brokers} == {1, 2, 3}
+            deadline = time.monotonic() + 20
+            while True:
+                parts = api.metadata(["spread"]).topics[0].partitions
+                if all(sorted(p.isr_nodes) == [1, 2, 3] for p in parts) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert [sorted(p.isr_nodes) for p in parts] == [[1, 2, 3]] * 3
+            q = describe_quorum(c).topics[0].partitions[0]
+            assert [v.replica_id for v in q.current_voters] == [1]
+            assert sorted(o.replica_id for o in q.observers) == [2, 3]
+    finally:
+        n.close()
+
+
 def test_a_node_of_another_cluster_is_refused(nodes):
     """A Vote carrying another cluster id gets INCONSISTENT_CLUSTER_ID, as Kafka answers."""
     m = Msg(52, 2)

@@ -318,8 +318,12 @@ class KesqueServer:
         self.controller_listener_names = {n.upper() for n in cfg.get("controller.listener.names")}
         self.voters = not_yet.voter_addresses(cfg, self.node_id)
         # several nodes (voters, or separate broker and controller roles): the controller
-        # listener, broker heartbeats and fencing; a lone combined node keeps it all in process
-        self.cluster_mode = len(self.voters) > 1 or self.roles != {"broker", "controller"}
+        # listener, broker heartbeats and fencing; a lone combined node keeps it all in process,
+        # unless it listens for controller traffic: then broker-only nodes may join it, as a
+        # Kafka combined node with a CONTROLLER listener takes them
+        listens_as_controller = any(lis.name.upper() in self.controller_listener_names for lis in cfg.listeners())
+        self.cluster_mode = len(self.voters) > 1 or self.roles != {"broker", "controller"} or \
+            (listens_as_controller and self.node_id in self.voters)
         qc = quorum_config(cfg, lone_voter=list(self.voters) == [self.node_id])
         # two channels, as Kafka's raft and controller clients: responses come back in request
         # order on a connection, and a forwarded request that waits for a commit must not
