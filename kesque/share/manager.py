@@ -123,7 +123,7 @@ class SharePartitionManager:
         cfg = self.group_configs(group_id)
         if sp is None:
             part = part or self._log_partition(topic_id, partition)
-            shard = self._state_shard(key)
+            shard = self._state_shard(key, committed=True)  # as Kafka's ReadShareGroupState
             limits = {"delivery_count_limit": self.delivery_count_limit, "max_record_locks": self.max_record_locks}
             state = shard.read(key)
             if state is not None:
@@ -137,15 +137,17 @@ class SharePartitionManager:
         sp.lock_duration_ms = cfg["share.record.lock.duration.ms"]
         return sp
 
-    def _state_shard(self, key: tuple):
-        """The share coordinator shard keeping ``key``'s state (its topic made on first use)."""
+    def _state_shard(self, key: tuple, committed: bool = False):
+        """The share coordinator shard keeping ``key``'s state (its topic made on first use);
+        ``committed``: its committed state, to read (``CoordinatorRuntime.read_shard``)."""
         from ..server.apis.core import coordinator_for
 
         ckey = coordinator_key(*key)
         _node, err, msg = coordinator_for(self.server, 2, ckey)
         if err != ErrorCode.none:
             raise KafkaError(err, msg)
-        return self.server.share_coordinator.shard_for(ckey)
+        sc = self.server.share_coordinator
+        return sc.read_shard(ckey) if committed else sc.shard_for(ckey)
 
     def _persist(self, key: tuple, sp: SharePartition) -> None:
         part = self._log_partition(key[1], key[2])
@@ -222,7 +224,7 @@ class SharePartitionManager:
     def group_states(self, group_id: str) -> dict:
         """{(group, topic id, partition): ShareState} of the group's durable share state."""
         sc = self.server.share_coordinator
-        return {k: s for shard in list(sc.shards.values()) for k, s in shard.states.items() if k[0] == group_id}
+        return {k: s for shard in sc.read_shards() for k, s in shard.states.items() if k[0] == group_id}
 
     def lag(self, topic: str, partition: int, state) -> int:
         """Records below the high watermark not delivery-complete (KIP-1226's share lag), -1 if
