@@ -446,3 +446,26 @@ def test_describe_and_list_transactions_show_only_the_committed_transaction_stat
     while describe_txn(node, "tx-read") != "CompleteCommit":
         assert time.monotonic() < deadline, "the committed transaction state never showed"
         time.sleep(0.01)
+
+
+def test_a_classic_group_in_the_committed_view_is_described_as_it_is_now():
+    """Kafka's describeGroups/listGroups look a classic group up at the committed offset but
+    describe the live object (a classic group keeps its join state in memory only); a group
+    only the uncommitted state has is not there."""
+    from kesque.coordinator.group.classic import PREPARING_REBALANCE, STABLE, ClassicGroup
+    from kesque.coordinator.group.runtime import GroupCoordinator
+
+    gc = GroupCoordinator.__new__(GroupCoordinator)
+    live = type("Shard", (), {})()
+    live.partition, live.groups = 0, {"g": ClassicGroup("g"), "new": ClassicGroup("new")}
+    live.groups["g"].state = PREPARING_REBALANCE
+    view = type("Shard", (), {})()
+    view.partition, view.groups = 0, {"g": ClassicGroup("g")}
+    view.groups["g"].state = STABLE
+    view.list_groups = lambda: [("g", "", STABLE, "classic")]
+    gc.shards = {0: live}
+    gc.partition_for = lambda _key: 0
+    gc._read = lambda _p, _shard: view
+    assert gc.read_group("g") is live.groups["g"]
+    assert gc.read_group("new") is None
+    assert gc.list_groups() == [("g", "", PREPARING_REBALANCE, "classic")]
