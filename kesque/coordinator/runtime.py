@@ -243,14 +243,21 @@ class CoordinatorRuntime:
         """The state a read of ``key`` answers from: nothing a failover could lose (see the
         module header). NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as :meth:`shard_for`."""
         shard = self.shard_for(key)
-        return self._read(shard.partition, shard)
+        view = self._read(shard.partition, shard)
+        if view is None:
+            raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
+        return view
 
     def read_shards(self) -> list:
         """The committed state of every partition this coordinator leads (list operations)."""
-        return [self._read(p, shard) for p, shard in list(self.shards.items())]
+        return [v for p, shard in list(self.shards.items()) if (v := self._read(p, shard)) is not None]
 
     def _read(self, partition: int, shard):
-        part = self.host.replica_manager.partitions[(self.TOPIC, partition)]
+        """``shard`` or the partition's committed view; None if the leadership is gone (the
+        shard is about to be unloaded)."""
+        part = self.host.replica_manager.partitions.get((self.TOPIC, partition))
+        if part is None or not part.is_leader:
+            return None
         lg = part.log
         hw = lg.high_watermark
         if hw >= lg.log_end_offset:

@@ -41,7 +41,7 @@ class GroupCoordinator(CoordinatorRuntime):
         (Kafka's describeGroups: ``classicGroup(groupId, committedOffset)`` is the live object;
         a classic group keeps most of its state in memory only)."""
         shard = self.shard_for(group_id)
-        view = self._read(shard.partition, shard)
+        view = self.read_shard(group_id)
         g = view.groups.get(group_id)
         if view is not shard and isinstance(g, ClassicGroup):
             live = shard.groups.get(group_id)
@@ -55,6 +55,8 @@ class GroupCoordinator(CoordinatorRuntime):
         out = []
         for p, shard in list(self.shards.items()):
             view = self._read(p, shard)
+            if view is None:  # leadership just lost
+                continue
             for row in view.list_groups():
                 live = shard.groups.get(row[0]) if view is not shard and row[3] == "classic" else None
                 if isinstance(live, ClassicGroup):
