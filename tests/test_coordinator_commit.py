@@ -51,9 +51,9 @@ def find_coordinator(c: WireClient):
     assert r.coordinators[0].error_code == NONE
 
 
-def commit_request(offset: int):
+def commit_request(offset: int, group: str = GROUP):
     m = Msg(8, 8)
-    return m(group_id=GROUP, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=(
+    return m(group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=(
         m("OffsetCommitRequestTopic", name=TOPIC, partitions=(
             m("OffsetCommitRequestPartition", partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
               committed_metadata=""),)),))
@@ -316,3 +316,156 @@ def test_a_partition_unloaded_with_a_write_pending_holds_up_no_other_answer():
     rm.partitions[("__share_group_state", 0)].is_leader = False
     rt._unload(0)
     assert rt.uncommitted() == {("__share_group_state", 1): 7}
+
+
+# ---------------------------------------------------------------------- reads (committed state only)
+
+def fetch_offset(b: Broker, group: str = GROUP):
+    """The committed offset of TOPIC-0 in ``group`` (OffsetFetch v7, on its own connection)."""
+    m = Msg(9, 7)
+    with WireClient(b.bootstrap_servers) as c:
+        r = c.request(9, 7, m(group_id=group, topics=(m("OffsetFetchRequestTopic", name=TOPIC,
+                                                        partition_indexes=(0,)),), require_stable=False))
+    if r.error_code:
+        return r.error_code, None
+    return r.error_code, r.topics[0].partitions[0].committed_offset
+
+
+def listed_groups(b: Broker) -> dict:
+    m = Msg(16, 4)
+    with WireClient(b.bootstrap_servers) as c:
+        r = c.request(16, 4, m(states_filter=()))
+    return {g.group_id: g.group_state for g in r.groups}
+
+
+def described_state(b: Broker, group: str) -> str:
+    m = Msg(15, 5)
+    with WireClient(b.bootstrap_servers) as c:
+        r = c.request(15, 5, m(groups=(group,), include_authorized_operations=False))
+    return r.groups[0].group_state
+
+
+def test_an_offset_fetch_never_sees_an_uncommitted_offset_and_sees_it_once_committed(node):
+    """Kafka reads at the partition's last committed offset: an OffsetCommit appended but not
+    committed is invisible to OffsetFetch; once the HW passes it (the commit is answered) every
+    read sees it, also through a committed view that was built before (caught up, not rebuilt)."""
+    gc = node._server.group_coordinator
+    with WireClient(node.bootstrap_servers) as c:
+        hold_high_watermark(node)
+        send_uncommitted_commit(node, c, 5)
+        assert fetch_offset(node) == (NONE, 1)  # not 5: a failover may still lose it
+        release_high_watermark(node)
+        assert c.recv(8, 8)[1].topics[0].partitions[0].error_code == NONE
+        assert fetch_offset(node) == (NONE, 5)  # the read after one's own commit sees it
+
+        hold_high_watermark(node)
+        send_uncommitted_commit(node, c, 7)
+        assert fetch_offset(node) == (NONE, 5)  # the view replayed what was committed since
+        release_high_watermark(node)
+        assert c.recv(8, 8)[1].topics[0].partitions[0].error_code == NONE
+    assert fetch_offset(node) == (NONE, 7)
+    assert 0 in gc.views
+
+
+def test_a_read_with_nothing_uncommitted_answers_from_the_shard_itself(node):
+    """No committed view is built (nor replayed into) while the high watermark is at the log end."""
+    gc = node._server.group_coordinator
+    for offset in (2, 3):
+        with WireClient(node.bootstrap_servers) as c:
+            assert commit(c, offset).topics[0].partitions[0].error_code == NONE
+        assert fetch_offset(node) == (NONE, offset)
+    assert on_loop(node, lambda: gc.read_shard(GROUP)) is gc.shards[0]
+    assert gc.views == {}
+
+
+def test_a_group_made_by_an_uncommitted_write_is_neither_listed_nor_described(node):
+    with WireClient(node.bootstrap_servers) as c:
+        hold_high_watermark(node)
+        send_uncommitted(node, c, "__consumer_offsets", 8, 8, commit_request(3, "g-new"))
+        assert "g-new" not in listed_groups(node)
+        assert GROUP in listed_groups(node)
+        assert described_state(node, "g-new") == "Dead"
+        assert fetch_offset(node, "g-new") == (NONE, -1)
+        release_high_watermark(node)
+        assert c.recv(8, 8)[1].topics[0].partitions[0].error_code == NONE
+    assert listed_groups(node)["g-new"] == "Empty"
+    assert described_state(node, "g-new") == "Empty"
+    assert fetch_offset(node, "g-new") == (NONE, 3)
+
+
+def test_a_read_whose_coordinator_lost_leadership_gets_not_coordinator(node):
+    gc = node._server.group_coordinator
+    with WireClient(node.bootstrap_servers) as c:
+        hold_high_watermark(node)
+        send_uncommitted_commit(node, c, 9)
+        assert fetch_offset(node) == (NONE, 1)
+        assert 0 in gc.views
+        elect(node, "__consumer_offsets", 2)
+        assert c.recv(8, 8)[1].topics[0].partitions[0].error_code == NOT_COORDINATOR
+        assert fetch_offset(node)[0] == NOT_COORDINATOR
+        assert 0 not in gc.views  # unloaded with the shard
+
+
+def describe_txn(b: Broker, txn_id: str) -> str:
+    m = Msg(65, 0)
+    with WireClient(b.bootstrap_servers) as c:
+        r = c.request(65, 0, m(transactional_ids=(txn_id,)))
+    return r.transaction_states[0].transaction_state
+
+
+def listed_txns(b: Broker) -> dict:
+    m = Msg(66, 0)
+    with WireClient(b.bootstrap_servers) as c:
+        r = c.request(66, 0, m(state_filters=(), producer_id_filters=()))
+    return {t.transactional_id: t.transaction_state for t in r.transaction_states}
+
+
+def test_describe_and_list_transactions_show_only_the_committed_transaction_state(node):
+    """An EndTxn whose PrepareCommit is appended but not committed: the transaction is still
+    Ongoing to every reader (Kafka applies transaction state only once the write is committed)."""
+    p, _data, txn_log = open_transaction(node, "tx-read")
+    assert describe_txn(node, "tx-read") == "Ongoing"
+    hold_high_watermark(node, "__transaction_state")
+    end = txn_log.log_end_offset
+    committing = threading.Thread(target=p.commit_transaction, args=(30,))
+    committing.start()
+    try:
+        deadline = time.monotonic() + 10
+        while txn_log.log_end_offset == end:
+            assert time.monotonic() < deadline, "EndTxn never wrote PrepareCommit"
+            time.sleep(0.01)
+        tc = node._server.txn_coordinator
+        assert on_loop(node, lambda: tc.shard_for("tx-read").txns["tx-read"].state.kafka_name) == "PrepareCommit"
+        assert describe_txn(node, "tx-read") == "Ongoing"
+        assert listed_txns(node)["tx-read"] == "Ongoing"
+    finally:
+        release_high_watermark(node, "__transaction_state")
+        committing.join(30)
+    assert not committing.is_alive()
+    deadline = time.monotonic() + 10
+    while describe_txn(node, "tx-read") != "CompleteCommit":
+        assert time.monotonic() < deadline, "the committed transaction state never showed"
+        time.sleep(0.01)
+
+
+def test_a_classic_group_in_the_committed_view_is_described_as_it_is_now():
+    """Kafka's describeGroups/listGroups look a classic group up at the committed offset but
+    describe the live object (a classic group keeps its join state in memory only); a group
+    only the uncommitted state has is not there."""
+    from kesque.coordinator.group.classic import PREPARING_REBALANCE, STABLE, ClassicGroup
+    from kesque.coordinator.group.runtime import GroupCoordinator
+
+    gc = GroupCoordinator.__new__(GroupCoordinator)
+    live = type("Shard", (), {})()
+    live.partition, live.groups = 0, {"g": ClassicGroup("g"), "new": ClassicGroup("new")}
+    live.groups["g"].state = PREPARING_REBALANCE
+    view = type("Shard", (), {})()
+    view.partition, view.groups = 0, {"g": ClassicGroup("g")}
+    view.groups["g"].state = STABLE
+    view.list_groups = lambda: [("g", "", STABLE, "classic")]
+    gc.shards = {0: live}
+    gc.partition_for = lambda _key: 0
+    gc._read = lambda _p, _shard: view
+    assert gc.read_group("g") is live.groups["g"]
+    assert gc.read_group("new") is None
+    assert gc.list_groups() == [("g", "", PREPARING_REBALANCE, "classic")]

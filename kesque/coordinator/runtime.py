@@ -14,6 +14,14 @@ partition's last write, and the API handler that made it waits (``replication.de
 .wait_for_acks``) until the high watermark passes it. A partition whose leadership is lost
 meanwhile is unloaded, and the waiting request answers NOT_COORDINATOR; the next leader replays
 only what its log holds.
+
+Reads never show what a failover could lose (Kafka's CoordinatorRuntime answers a read at the
+partition's last committed offset, from timeline data structures). A read asks
+:meth:`CoordinatorRuntime.read_shard`: when everything the partition holds is committed (high
+watermark = log end, the usual case) that is the shard itself, at no cost; otherwise it is the
+partition's *committed view*, a second, read-only shard built by replaying the log only up to the
+high watermark, exactly what a new leader would load, and kept up to date lazily (each read
+replays what was committed since the last one). Reads answer at once: they never wait.
 """
 
 from __future__ import annotations
@@ -108,6 +116,27 @@ class CoordinatorHost:
     share_manager: Callable[[], Any] = lambda: None  # the share-partition manager, once it exists
 
 
+class _ReadOnly:
+    def __call__(self, *args, **kwargs):
+        raise KafkaError(ErrorCode.unknown_server_error, "a coordinator's committed view is read-only")
+
+    def __getattr__(self, name):
+        return self
+
+
+_READ_ONLY = _ReadOnly()
+
+
+@dataclass
+class CommittedView:
+    """A partition's state at its high watermark: a read-only shard fed by replaying the log
+    up to ``position`` (the high watermark when last read)."""
+
+    shard: Any
+    position: int
+    used_ms: int = 0
+
+
 class CoordinatorRuntime:
     TOPIC = ""
     PARTITIONS_KEY = ""  # broker config with the topic's partition count
@@ -124,6 +153,8 @@ class CoordinatorRuntime:
         self.load_seconds: dict[int, float] = {}
         # partition -> end offset (last offset + 1) of its last write the HW may not have passed yet
         self.write_ends: dict[int, int] = {}
+        # partition -> the committed view reads use while the partition holds uncommitted records
+        self.views: dict[int, CommittedView] = {}
 
     # ------------------------------------------------------------------ placement
     def partition_for(self, key: str) -> int:
@@ -158,9 +189,27 @@ class CoordinatorRuntime:
         t0 = time.monotonic()
         part = self.host.replica_manager.partitions[(self.TOPIC, partition)]
         shard = self.new_shard(partition, part.leader_epoch)
-        n = 0
         lg = part.log
-        for h, data in lg.read_batches(lg.log_start_offset):
+        _end, n = self._replay(shard, lg, lg.log_start_offset)
+        self.shards[partition] = shard
+        # what was replayed may be above the high watermark (written by the previous leader, not
+        # yet committed): answers, and the markers of loaded Prepare transactions, wait for it
+        self.write_ends[partition] = lg.log_end_offset
+        shard.on_loaded()
+        self.load_seconds[partition] = time.monotonic() - t0
+        if n:
+            log.info("Loaded %s state of %s-%d: %d records in %.0f ms", self.NAME, self.TOPIC, partition, n,
+                     self.load_seconds[partition] * 1000)
+
+    def _replay(self, shard, lg, start: int, end: int | None = None) -> tuple[int, int]:
+        """Replay the whole batches of ``lg`` from ``start`` that end below ``end`` (default:
+        the log end) into ``shard``: (the offset after the last one replayed, records replayed)."""
+        n = 0
+        position = start
+        for h, data in lg.read_batches(start):
+            if end is not None and h.last_offset >= end:
+                break
+            position = h.last_offset + 1
             if h.is_control:
                 marker = read_end_txn_marker(memoryview(data), h)
                 if marker is not None and hasattr(shard, "replay_end_txn"):
@@ -177,24 +226,62 @@ class CoordinatorRuntime:
                         shard.replay(r.key, r.value)
                     n += 1
                 except Exception as e:  # a record this version does not understand is skipped
-                    log.warning("%s-%d: skipping record at offset %d: %s", self.TOPIC, partition, r.offset, e)
-        self.shards[partition] = shard
-        # what was replayed may be above the high watermark (written by the previous leader, not
-        # yet committed): answers, and the markers of loaded Prepare transactions, wait for it
-        self.write_ends[partition] = lg.log_end_offset
-        shard.on_loaded()
-        self.load_seconds[partition] = time.monotonic() - t0
-        if n:
-            log.info("Loaded %s state of %s-%d: %d records in %.0f ms", self.NAME, self.TOPIC, partition, n,
-                     self.load_seconds[partition] * 1000)
+                    log.warning("%s-%d: skipping record at offset %d: %s", self.TOPIC, shard.partition, r.offset, e)
+        return position, n
 
     def _unload(self, partition: int) -> None:
         shard = self.shards.pop(partition)
+        self.views.pop(partition, None)
         self.write_ends.pop(partition, None)  # whoever waits on it is told NOT_LEADER_OR_FOLLOWER
         if hasattr(shard, "on_unloaded"):
             shard.on_unloaded()
         self.timer.cancel_prefixed(f"{partition}/")
         log.info("Unloaded %s state of %s-%d", self.NAME, self.TOPIC, partition)
+
+    # ------------------------------------------------------------------ reads
+    def read_shard(self, key: str):
+        """The state a read of ``key`` answers from: nothing a failover could lose (see the
+        module header). NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as :meth:`shard_for`."""
+        shard = self.shard_for(key)
+        view = self._read(shard.partition, shard)
+        if view is None:
+            raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
+        return view
+
+    def read_shards(self) -> list:
+        """The committed state of every partition this coordinator leads (list operations)."""
+        return [v for p, shard in list(self.shards.items()) if (v := self._read(p, shard)) is not None]
+
+    def _read(self, partition: int, shard):
+        """``shard`` or the partition's committed view; None if the leadership is gone (the
+        shard is about to be unloaded)."""
+        part = self.host.replica_manager.partitions.get((self.TOPIC, partition))
+        if part is None or not part.is_leader:
+            return None
+        lg = part.log
+        hw = lg.high_watermark
+        if hw >= lg.log_end_offset:
+            return shard  # nothing uncommitted: the shard's state is the committed state
+        view = self.views.get(partition)
+        now = self.host.clock.now_ms()
+        # a view left behind for longer than the cleaner keeps tombstones may never see a
+        # delete that was compacted away meanwhile: it is built again
+        stale_ms = self.host.config.get("log.cleaner.delete.retention.ms") // 2
+        if view is None or view.position < lg.log_start_offset or now - view.used_ms > stale_ms:
+            view = self.views[partition] = CommittedView(self._read_only(self.new_shard(partition, part.leader_epoch)),
+                                                         lg.log_start_offset)
+        if view.position < hw:
+            view.position, _n = self._replay(view.shard, lg, view.position, hw)
+        view.used_ms = now
+        return view.shard
+
+    @staticmethod
+    def _read_only(shard):
+        """A shard for a committed view: replay only, nothing it does may write or schedule."""
+        for name in ("write", "_write", "_send_markers", "timer"):
+            if hasattr(shard, name):
+                setattr(shard, name, _READ_ONLY)
+        return shard
 
     # ------------------------------------------------------------------ writes
     def write(self, partition: int, records: list, producer_id: int = -1, producer_epoch: int = -1) -> None:

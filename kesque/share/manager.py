@@ -150,7 +150,7 @@ class SharePartitionManager:
             if err is not None:
                 raise err
             try:
-                shard = self.persister.local.shard(key)
+                shard = self.persister.local.committed_shard(key)  # as Kafka's ReadShareGroupState
             except KafkaError:
                 self._load(key, part)  # the coordinator is elsewhere (or not ready here yet)
                 return None
@@ -386,7 +386,7 @@ class SharePartitionManager:
     def local_state_keys(self, group_id: str) -> list[tuple]:
         """The group's share-partitions whose state this broker's share coordinator keeps."""
         sc = self.server.share_coordinator
-        return [k for shard in list(sc.shards.values()) for k in shard.states if k[0] == group_id]
+        return [k for shard in sc.read_shards() for k in shard.states if k[0] == group_id]
 
     async def summaries(self, keys) -> dict:
         """{key: ShareSummary | None | KafkaError} from the keys' share coordinators."""

@@ -66,6 +66,13 @@ class LocalPersister:
             raise KafkaError(ErrorCode.coordinator_not_available, "The share coordinator is not enabled.")
         return self.sc.shard_for(coordinator_key(*key))
 
+    def committed_shard(self, key: tuple):
+        """The committed state of the shard keeping ``key`` (what a read answers from:
+        ``CoordinatorRuntime.read_shard``)."""
+        if self.sc is None:
+            raise KafkaError(ErrorCode.coordinator_not_available, "The share coordinator is not enabled.")
+        return self.sc.read_shard(coordinator_key(*key))
+
     async def _committed(self, shard) -> None:
         from ..server.apis.committed import committed, first_error
 
@@ -74,10 +81,10 @@ class LocalPersister:
             raise KafkaError(code)
 
     async def read(self, key: tuple, leader_epoch: int = -1) -> ShareState | None:
-        return self.shard(key).read(key)
+        return self.committed_shard(key).read(key)
 
     async def read_summary(self, key: tuple) -> ShareSummary | None:
-        s = self.shard(key).read(key)
+        s = self.committed_shard(key).read(key)
         return summary(s) if s is not None else None
 
     async def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1, state_epoch: int = -1) -> None:

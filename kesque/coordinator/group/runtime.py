@@ -8,6 +8,7 @@ import logging
 from ...errors import KafkaError
 from ...metadata.image import RESOURCE_GROUP
 from ..runtime import CoordinatorRuntime, ShardTimer
+from .classic import ClassicGroup
 from .shard import GroupConfig, GroupCoordinatorShard
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,36 @@ class GroupCoordinator(CoordinatorRuntime):
                                       group_configs=lambda gid: self.host.image().configs.get((RESOURCE_GROUP, gid), {}))
         shard.share_member_removed = self._share_member_removed
         return shard
+
+    # ------------------------------------------------------------------ reads
+    def read_group(self, group_id: str):
+        """The group a describe answers with: the committed one (``read_shard``), except that a
+        classic group that exists there is described as it is now, joins in progress included
+        (Kafka's describeGroups: ``classicGroup(groupId, committedOffset)`` is the live object;
+        a classic group keeps most of its state in memory only)."""
+        shard = self.shard_for(group_id)
+        view = self.read_shard(group_id)
+        g = view.groups.get(group_id)
+        if view is not shard and isinstance(g, ClassicGroup):
+            live = shard.groups.get(group_id)
+            if isinstance(live, ClassicGroup):
+                return live
+        return g
+
+    def list_groups(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type) of the committed groups of every
+        partition; a classic group's state as it is now (Kafka's listGroups)."""
+        out = []
+        for p, shard in list(self.shards.items()):
+            view = self._read(p, shard)
+            if view is None:  # leadership just lost
+                continue
+            for row in view.list_groups():
+                live = shard.groups.get(row[0]) if view is not shard and row[3] == "classic" else None
+                if isinstance(live, ClassicGroup):
+                    row = (row[0], live.protocol_type or "", live.state, "classic")
+                out.append(row)
+        return out
 
     def _share_member_removed(self, group_id: str, member_id: str) -> None:
         manager = self.host.share_manager()  # set once the share APIs are registered

@@ -265,7 +265,7 @@ class GroupApis:
                     name = t.name
                 wanted.append((name, list(t.partition_indexes)))
         try:
-            shard = self.gc.shard_for(group_id)
+            shard = self.gc.read_shard(group_id)  # committed offsets only (never one a failover may lose)
             err, offsets = shard.fetch_offsets(group_id, wanted, member_id, member_epoch)
         except KafkaError as e:
             return (), e.code
@@ -321,7 +321,7 @@ class GroupApis:
         for gid in req.groups:
             ops = GROUP_OPS if getattr(req, "include_authorized_operations", False) else OMITTED_OPS
             try:
-                g = self.gc.shard_for(gid).groups.get(gid)
+                g = self.gc.read_group(gid)
             except KafkaError as e:
                 out.append(m("DescribedGroup", error_code=e.code, group_id=gid, group_state="", protocol_type="",
                              protocol_data="", members=(), authorized_operations=ops))
@@ -354,13 +354,12 @@ class GroupApis:
         states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
         out = []
-        for shard in list(self.gc.shards.values()):
-            for gid, ptype, state, gtype in shard.list_groups():
-                if states and state.lower() not in states:
-                    continue
-                if types and gtype not in types:
-                    continue
-                out.append(m("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype))
+        for gid, ptype, state, gtype in self.gc.list_groups():  # the committed groups
+            if states and state.lower() not in states:
+                continue
+            if types and gtype not in types:
+                continue
+            out.append(m("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype))
         return m(throttle_time=0, error_code=ErrorCode.none, groups=tuple(out))
 
     def delete_groups(self, ctx, req):
@@ -454,7 +453,7 @@ class GroupApis:
                              authorized_operations=ops))
                 continue
             try:
-                g = self.gc.shard_for(gid).groups.get(gid)
+                g = self.gc.read_shard(gid).groups.get(gid)
             except KafkaError as e:
                 out.append(m("DescribedGroup", error_code=e.code, group_id=gid, group_state="", group_epoch=-1,
                              assignment_epoch=-1, assignor_name="", members=(), authorized_operations=ops))

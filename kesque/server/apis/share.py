@@ -108,7 +108,7 @@ class ShareGroupApis:
                 out.append(failed(gid, ErrorCode.invalid_group_id))
                 continue
             try:
-                g = self.gc.shard_for(gid).groups.get(gid)
+                g = self.gc.read_shard(gid).groups.get(gid)
             except KafkaError as e:
                 out.append(failed(gid, e.code))
                 continue
@@ -360,7 +360,7 @@ class ShareGroupApis:
         out = []
         for rg in req.groups:
             try:
-                g = self.gc.shard_for(rg.group_id).groups.get(rg.group_id)
+                g = self.gc.read_shard(rg.group_id).groups.get(rg.group_id)
             except KafkaError as e:
                 out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=(),
                              error_code=e.code, error_message=e.message))

@@ -334,7 +334,7 @@ class TransactionApis:
                 code = ErrorCode.invalid_request
             else:
                 try:
-                    txn = self.tc.shard_for(txn_id).txns.get(txn_id)
+                    txn = self.tc.read_shard(txn_id).txns.get(txn_id)  # its committed state
                     if txn is None or txn.state == TxnState.DEAD:
                         code = ErrorCode.transactional_id_not_found
                 except KafkaError as e:
@@ -369,7 +369,7 @@ class TransactionApis:
                      transaction_states=())
         now = self.server.clock.now_ms()
         out = []
-        for shard in list(self.tc.shards.values()):
+        for shard in self.tc.read_shards():  # committed states only
             for txn_id, txn in shard.txns.items():
                 if states and txn.state.kafka_name not in states:
                     continue
