@@ -132,6 +132,7 @@ def main() -> None:
                     per1 = {n: _cpu(nodes.pid(n)) for n in nodes.ids}
                     per = {n: sum(per1[n]) - sum(per0[n]) for n in nodes.ids}
                     sys_s = sum(per1[n][1] - per0[n][1] for n in nodes.ids)
+                    user_s = sum(per1[n][0] - per0[n][0] for n in nodes.ids)
                     for s in samplers:
                         s.stop()
                     if perf is not None:
@@ -145,12 +146,12 @@ def main() -> None:
                         stored = -1
                     cpu = sum(per.values())
                     row = {"mb_s": r["mb_s"], "cpu_per_mb": cpu / mb * 1000, "client_per_mb": (c1 - c0) / mb * 1000,
-                           "sys_share": sys_s / cpu if cpu else 0.0,
+                           "sys_share": sys_s / cpu if cpu else 0.0, "user_per_mb": user_s / mb * 1000,
                            "per_node": per, "ok": stored == args.records and not r["undelivered"]}
                     results[(name, case)].append(row)
                     print(f"  pass {i + 1} {name:>6} {case:>6}: {r['mb_s']:6.1f} MB/s, brokers "
                           f"{row['cpu_per_mb']:6.2f} ms CPU/MB ({' '.join(f'{v:.2f}' for v in per.values())} s, "
-                          f"{row['sys_share']:.0%} sys), "
+                          f"{row['sys_share']:.0%} sys; user {row['user_per_mb']:.2f} ms/MB), "
                           f"client {row['client_per_mb']:5.2f} ms/MB{'' if row['ok'] else '  CHECK: not all stored'}",
                           flush=True)
                     if samplers:
@@ -162,12 +163,13 @@ def main() -> None:
           f"(load average {os.getloadavg()[0]:.1f})")
     for name, _d in srcs:
         med = {c: (statistics.median(r["mb_s"] for r in results[(name, c)]),
-                   statistics.median(r["cpu_per_mb"] for r in results[(name, c)])) for c in cases}
-        line = "  ".join(f"{c}: {m:.1f} MB/s {cp:.2f} ms/MB" for c, (m, cp) in med.items())
+                   statistics.median(r["cpu_per_mb"] for r in results[(name, c)]),
+                   statistics.median(r["user_per_mb"] for r in results[(name, c)])) for c in cases}
+        line = "  ".join(f"{c}: {m:.1f} MB/s {cp:.2f} ms/MB (user {u:.2f})" for c, (m, cp, u) in med.items())
         print(f"{name:>6}: {line}")
         if "rf1" in med and "rf3all" in med:
             print(f"{'':>6}  rf3all/rf1: throughput {med['rf3all'][0] / med['rf1'][0]:.0%}, "
-                  f"CPU per MB {med['rf3all'][1] / med['rf1'][1]:.2f}x")
+                  f"CPU per MB {med['rf3all'][1] / med['rf1'][1]:.2f}x (user {med['rf3all'][2] / med['rf1'][2]:.2f}x)")
 
 
 def _cpu(pid) -> tuple[float, float]:
