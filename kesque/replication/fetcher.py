@@ -12,7 +12,10 @@ topics by id, no fetch session, READ_UNCOMMITTED) holding the partitions whose
 each partition's answer to ``FollowerFetch.on_response``: the sans-IO rules decide whether to
 append, truncate, back off or wait. Records are appended as they came (``Log.append_raw``:
 offsets and leader epochs kept), whole batches only. The fetcher's own work is per partition and
-per batch header, never per record.
+per batch header, never per record. The request is encoded and the answer decoded by hand
+(:mod:`kesque.protocol.replica_fetch`, checked byte for byte against kio): the records are views
+of the answer's frame, which the channel read into a buffer of its own, so the leader's bytes
+reach the segment file without a copy in Python.
 
 - BACKOFF: the partition is not sent again for ``replica.fetch.backoff.ms``.
 - WAIT_FOR_METADATA (FENCED_LEADER_EPOCH): not sent again until ``add_partitions`` names it.
@@ -30,6 +33,7 @@ import logging
 import struct
 
 from ..errors import ErrorCode, error_name
+from ..protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
 from ..records.batch import iter_batch_positions
 from ..server.apis.kiohelp import Msg
 from ..server.channel import Channel, ChannelError
@@ -141,7 +145,8 @@ class _Fetcher:
             await self.sleep(now)
             return
         try:
-            resp = await self.channel.send(self.leader, FETCH_KEY, FETCH_VERSION, self.fetch_request(ready))
+            resp = await self.channel.send(self.leader, FETCH_KEY, FETCH_VERSION, self.fetch_request(ready),
+                                           decode=decode_fetch_response)
         except ChannelError as exc:
             self.failed(ready, str(exc))
             return
@@ -180,24 +185,21 @@ class _Fetcher:
             e.ready_at = due
 
     # -- Fetch ----------------------------------------------------------------------------------------------
-    def fetch_request(self, ready: list[_Entry]):
+    def fetch_request(self, ready: list[_Entry]) -> bytes:
+        """The Fetch body, encoded by hand (kesque.protocol.replica_fetch, the bytes kio writes)."""
         cfg = self.mgr.config
-        m = Msg(FETCH_KEY, FETCH_VERSION, request=True)
         max_bytes = cfg.get("replica.fetch.max.bytes")
         topics: dict = {}
         for e in ready:
             r = e.fetch.request(e.rlog)
             e.sent_offset = r.fetch_offset
-            topics.setdefault(e.part.topic_id, []).append(m(
-                "FetchPartition", partition=e.part.partition, current_leader_epoch=r.current_leader_epoch,
-                fetch_offset=r.fetch_offset, last_fetched_epoch=r.last_fetched_epoch,
-                log_start_offset=r.log_start_offset, partition_max_bytes=max_bytes))
-        return m(replica_state=m("ReplicaState", replica_id=self.mgr.node_id, replica_epoch=self.mgr.broker_epoch()),
-                 max_wait=cfg.get("replica.fetch.wait.max.ms"), min_bytes=cfg.get("replica.fetch.min.bytes"),
-                 max_bytes=cfg.get("replica.fetch.response.max.bytes"), isolation_level=READ_UNCOMMITTED,
-                 session_id=0, session_epoch=-1,
-                 topics=tuple(m("FetchTopic", topic_id=tid, partitions=tuple(ps)) for tid, ps in topics.items()),
-                 forgotten_topics_data=(), rack_id="")
+            topics.setdefault(e.part.topic_id, []).append((
+                e.part.partition, r.current_leader_epoch, r.fetch_offset, r.last_fetched_epoch, r.log_start_offset,
+                max_bytes))
+        return encode_replica_fetch_request(
+            FETCH_VERSION, self.mgr.node_id, self.mgr.broker_epoch(), cfg.get("replica.fetch.wait.max.ms"),
+            cfg.get("replica.fetch.min.bytes"), cfg.get("replica.fetch.response.max.bytes"), READ_UNCOMMITTED,
+            list(topics.items()))
 
     def process(self, sent: list[_Entry], resp) -> None:
         by_id = {(e.part.topic_id, e.part.partition): e for e in sent}

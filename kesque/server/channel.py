@@ -49,9 +49,12 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     head = _HEADER.pack(api_key, version, correlation_id) + struct.pack(">h", len(cid)) + cid
     if protocol.is_flexible(api_key, version):
         head += b"\x00"
-    out = io.BytesIO()
-    entity_writer(type(body))(out, body)
-    payload = head + out.getvalue()
+    if isinstance(body, (bytes, bytearray)):
+        payload = head + body
+    else:
+        out = io.BytesIO()
+        entity_writer(type(body))(out, body)
+        payload = head + out.getvalue()
     return _I32.pack(len(payload)) + payload
 
 
@@ -67,46 +70,113 @@ def decode_response(api_key: int, version: int, frame: bytes):
     return corr, obj
 
 
-class _Connection:
-    """One TCP connection to one node, with its requests in flight."""
+READ_BUFFER = 64 * 1024   # the shared read buffer of a connection: small frames are parsed in place
+BIG_FRAME = 16 * 1024     # a frame above this gets its own buffer, read into without copies
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader = reader
-        self.writer = writer
-        self.pending: dict[int, tuple[asyncio.Future, int, int]] = {}
+
+class _Connection(asyncio.BufferedProtocol):
+    """One TCP connection to one node, with its requests in flight.
+
+    A buffered protocol, as the server's connections (``network.py``): the socket is read into a
+    shared buffer, and a frame larger than ``BIG_FRAME`` (a follower's Fetch answer) is read
+    straight into a buffer of its own size, so its bytes are copied once by the kernel and not
+    again in Python (an ``asyncio.StreamReader`` copies each chunk into its buffer and then the
+    frame out of it, and wakes the reading task on every chunk). Each complete frame completes
+    its request's future from the protocol callback."""
+
+    def __init__(self):
+        self.pending: dict[int, tuple[asyncio.Future, int, int, object]] = {}
         self.closed = False
-        self.task: asyncio.Task | None = None
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray(READ_BUFFER)
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0
+        self._big: bytearray | None = None   # the frame being read into its own buffer
+        self._big_view: memoryview | None = None
+        self._big_pos = 0
 
-    async def read_loop(self) -> None:
+    # -- asyncio.BufferedProtocol -----------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big is not None:
+            return self._big_view[self._big_pos:]
+        if self._end == len(self._buf):          # only a partial frame's head is left: move it to the front
+            n = self._end - self._start
+            self._buf[0:n] = self._buf[self._start:self._end]
+            self._start, self._end = 0, n
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._big is not None:
+            self._big_pos += nbytes
+            if self._big_pos == len(self._big):
+                frame = self._big
+                self._big = self._big_view = None
+                self._frame(frame)
+            return
+        self._end += nbytes
+        buf = self._buf
+        while not self.closed:
+            avail = self._end - self._start
+            if avail < 4:
+                break
+            size = _I32.unpack_from(buf, self._start)[0]
+            if size < 4:                          # not even a correlation id
+                self.fail(Disconnected(f"connection lost: invalid response size {size}"))
+                return
+            begin = self._start + 4
+            if avail - 4 >= size:
+                self._start = begin + size
+                self._frame(bytes(self._view[begin:begin + size]))   # the shared buffer is reused
+                continue
+            if size > BIG_FRAME or 4 + size > len(buf):
+                have = avail - 4
+                self._big = bytearray(size)
+                self._big_view = memoryview(self._big)
+                self._big_view[:have] = self._view[begin:self._end]
+                self._big_pos = have
+                self._start = self._end = 0
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def eof_received(self) -> bool:
+        return False                              # close the transport: connection_lost follows
+
+    def connection_lost(self, exc) -> None:
+        self.fail(Disconnected(f"connection lost: {exc or 'closed by the peer'}"))
+
+    # -- frames -----------------------------------------------------------------------------------------
+    def _frame(self, frame) -> None:
+        corr = _I32.unpack_from(frame, 0)[0]
+        entry = self.pending.pop(corr, None)
+        if entry is None:
+            return  # the request timed out meanwhile
+        fut, api_key, version, decode = entry
+        if fut.done():
+            return
         try:
-            while True:
-                size = _I32.unpack(await self.reader.readexactly(4))[0]
-                frame = await self.reader.readexactly(size)
-                corr = _I32.unpack_from(frame, 0)[0]
-                entry = self.pending.pop(corr, None)
-                if entry is None:
-                    continue  # the request timed out meanwhile
-                fut, api_key, version = entry
-                if fut.done():
-                    continue
-                try:
-                    fut.set_result(decode_response(api_key, version, frame)[1])
-                except Exception as e:  # noqa: BLE001 - a bad answer fails that request only
-                    fut.set_exception(ChannelError(f"cannot decode {protocol.api_name(api_key)} v{version} "
-                                                   f"response: {e}"))
-        except (OSError, asyncio.IncompleteReadError, ProtocolError) as e:
-            self.fail(Disconnected(f"connection lost: {e or type(e).__name__}"))
-        except asyncio.CancelledError:
-            self.fail(Disconnected("channel closed"))
-            raise
+            fut.set_result((decode or decode_response)(api_key, version, frame)[1])
+        except Exception as e:  # noqa: BLE001 - a bad answer fails that request only
+            fut.set_exception(ChannelError(f"cannot decode {protocol.api_name(api_key)} v{version} "
+                                           f"response: {e}"))
+
+    def write(self, data: bytes) -> None:
+        if self.closed or self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("connection closed")
+        self.transport.write(data)
 
     def fail(self, exc: Exception) -> None:
         self.closed = True
-        for fut, _k, _v in self.pending.values():
+        pending = list(self.pending.values())
+        self.pending.clear()
+        for fut, _k, _v, _d in pending:
             if not fut.done():
                 fut.set_exception(exc)
-        self.pending.clear()
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
 
 class Channel:
@@ -127,8 +197,12 @@ class Channel:
         self._corr = 0
         self._closed = False
 
-    async def send(self, node: int, api_key: int, version: int, body, timeout_ms: int | None = None):
-        """The kio response of ``body`` sent to ``node``; raises :class:`ChannelError`."""
+    async def send(self, node: int, api_key: int, version: int, body, timeout_ms: int | None = None,
+                   decode=None):
+        """The kio response of ``body`` sent to ``node``; raises :class:`ChannelError`.
+        ``body`` may also be the request body already encoded (bytes, after the header);
+        ``decode(api_key, version, frame) -> (correlation id, response)`` replaces the kio
+        decoding of the answer (a hand-written decoder of a hot response)."""
         loop = asyncio.get_running_loop()
         timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000.0
         deadline = loop.time() + timeout
@@ -141,9 +215,9 @@ class Channel:
         self._corr = (self._corr + 1) & 0x7FFFFFFF
         corr = self._corr
         fut = loop.create_future()
-        conn.pending[corr] = (fut, api_key, version)
+        conn.pending[corr] = (fut, api_key, version, decode)
         try:
-            conn.writer.write(encode_request(api_key, version, corr, self.client_id, body))
+            conn.write(encode_request(api_key, version, corr, self.client_id, body))
         except (OSError, RuntimeError) as e:
             conn.pending.pop(corr, None)
             conn.fail(Disconnected(str(e)))
@@ -190,16 +264,17 @@ class Channel:
             raise Disconnected(f"no address known for node {node}")
         host, port = addr
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
-                                                    self.connect_timeout_ms / 1000.0)
+            _transport, conn = await asyncio.wait_for(loop.create_connection(_Connection, host, port),
+                                                      self.connect_timeout_ms / 1000.0)
         except (OSError, asyncio.TimeoutError) as e:
             delay = min(self.backoff_ms * (2 ** count), self.backoff_max_ms) / 1000.0
             self._failures[node] = (count + 1, loop.time() + delay)
             raise Disconnected(f"cannot connect to node {node} at {host}:{port}: "
                                f"{getattr(e, 'strerror', None) or type(e).__name__}") from None
         self._failures.pop(node, None)
-        conn = _Connection(reader, writer)
-        conn.task = loop.create_task(conn.read_loop())
+        if self._closed:
+            conn.fail(Disconnected("channel closed"))
+            raise Disconnected("channel closed")
         self._conns[node] = conn
         return conn
 
@@ -210,8 +285,6 @@ class Channel:
     def disconnect(self, node: int) -> None:
         conn = self._conns.pop(node, None)
         if conn is not None:
-            if conn.task is not None:
-                conn.task.cancel()
             conn.fail(Disconnected(f"disconnected from node {node}"))
 
     def close(self) -> None:
