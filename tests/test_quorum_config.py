@@ -51,3 +51,19 @@ def test_quorum_timing_keys_are_known_checked_and_read(caplog):
     assert quorum_config(cfg, lone_voter=True).append_linger_ms == 0  # unset: a lone voter flushes at once
     lingering = BrokerConfig({"controller.quorum.append.linger.ms": "25"})
     assert quorum_config(lingering, lone_voter=True).append_linger_ms == 25  # set: as asked
+
+
+def test_an_idle_followers_long_poll_ends_before_its_fetch_timeout():
+    """A leader with nothing new parks a follower's Fetch for the long poll; answered only at
+    Kafka's 500 ms against a 500 ms controller.quorum.fetch.timeout.ms, the follower's timer ran
+    out first, it went prospective, and elections churned (hundreds of epochs in the
+    controller bench's test settings). The long poll is at most half the fetch timeout (and
+    half the request timeout); Kafka's defaults keep 500 ms."""
+    from kesque.config import BrokerConfig
+    from kesque.server.raft_manager import quorum_config
+
+    assert quorum_config(BrokerConfig({})).fetch_max_wait_ms == 500
+    fast = BrokerConfig({"controller.quorum.fetch.timeout.ms": "500", "controller.quorum.election.timeout.ms": "250"})
+    assert quorum_config(fast).fetch_max_wait_ms == 250
+    short_requests = BrokerConfig({"controller.quorum.request.timeout.ms": "400"})
+    assert quorum_config(short_requests).fetch_max_wait_ms == 200

@@ -76,8 +76,10 @@ def quorum_config(config, lone_voter: bool = False) -> QuorumConfig:
             raise ConfigError(key, f"Invalid value {value} for configuration {key}: Not a number of type INT") \
                 from None
     # a parked Fetch must be answered before its sender gives up on it (Kafka waits 500 ms,
-    # with a 2 s request timeout): shorter request timeouts shorten the long poll
-    qc.fetch_max_wait_ms = max(min(qc.fetch_max_wait_ms, qc.request_timeout_ms // 2), 1)
+    # with a 2 s request timeout): shorter request timeouts shorten the long poll; and before
+    # the follower's fetch timeout, or an idle quorum's follower that waited the whole long
+    # poll (500 ms) against a 500 ms fetch timeout goes prospective and elections churn
+    qc.fetch_max_wait_ms = max(min(qc.fetch_max_wait_ms, qc.request_timeout_ms // 2, qc.fetch_timeout_ms // 2), 1)
     return qc
 
 
