@@ -266,19 +266,26 @@ def test_a_share_acknowledgement_is_answered_once_the_share_state_is_committed(t
         b.stop()
 
 
-def test_a_reloaded_prepare_commit_above_the_high_watermark_gets_its_markers_once_committed(node):
-    """A new leader of a __transaction_state partition replays records the previous leader
-    wrote but the high watermark had not passed: their markers wait for it."""
-    p, data, txn_log = open_transaction(node, "tx-reload")
+def commit_above_the_high_watermark(node, p, txn_log) -> threading.Thread:
+    """Hold __transaction_state's high watermark and start ``p``'s commit in a thread; returns
+    it once EndTxn has appended PrepareCommit (above the high watermark)."""
     hold_high_watermark(node, "__transaction_state")
     end = txn_log.log_end_offset
     committing = threading.Thread(target=p.commit_transaction, args=(30,))
     committing.start()
+    deadline = time.monotonic() + 10
+    while txn_log.log_end_offset == end:
+        assert time.monotonic() < deadline, "EndTxn never wrote PrepareCommit"
+        time.sleep(0.01)
+    return committing
+
+
+def test_a_reloaded_prepare_commit_above_the_high_watermark_gets_its_markers_once_committed(node):
+    """A new leader of a __transaction_state partition replays records the previous leader
+    wrote but the high watermark had not passed: their markers wait for it."""
+    p, data, txn_log = open_transaction(node, "tx-reload")
+    committing = commit_above_the_high_watermark(node, p, txn_log)
     try:
-        deadline = time.monotonic() + 10
-        while txn_log.log_end_offset == end:
-            assert time.monotonic() < deadline, "EndTxn never wrote PrepareCommit"
-            time.sleep(0.01)
         elect(node, "__transaction_state", 2)
         # leads again, with a follower that has not fetched yet: PrepareCommit is replayed, and
         # stays above the high watermark
@@ -425,15 +432,8 @@ def test_describe_and_list_transactions_show_only_the_committed_transaction_stat
     Ongoing to every reader (Kafka applies transaction state only once the write is committed)."""
     p, _data, txn_log = open_transaction(node, "tx-read")
     assert describe_txn(node, "tx-read") == "Ongoing"
-    hold_high_watermark(node, "__transaction_state")
-    end = txn_log.log_end_offset
-    committing = threading.Thread(target=p.commit_transaction, args=(30,))
-    committing.start()
+    committing = commit_above_the_high_watermark(node, p, txn_log)
     try:
-        deadline = time.monotonic() + 10
-        while txn_log.log_end_offset == end:
-            assert time.monotonic() < deadline, "EndTxn never wrote PrepareCommit"
-            time.sleep(0.01)
         tc = node._server.txn_coordinator
         assert on_loop(node, lambda: tc.shard_for("tx-read").txns["tx-read"].state.kafka_name) == "PrepareCommit"
         assert describe_txn(node, "tx-read") == "Ongoing"
