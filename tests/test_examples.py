@@ -17,6 +17,7 @@ if java_missing():
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow  # 28 s: `make examples` runs them, and `make slow`
 def test_spark_examples_run_to_completion():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "run_all.py"), "--events", "600"],
                          capture_output=True, text=True, timeout=600)

@@ -277,8 +277,9 @@ def test_broker_only_nodes_join_a_lone_combined_voter():
             assert {b.node_id for b in api.metadata(None).brokers} == {1, 2, 3}
             deadline = time.monotonic() + 20
             while True:
-                parts = api.metadata(["spread"]).topics[0].partitions
-                if all(sorted(p.isr_nodes) == [1, 2, 3] for p in parts) or time.monotonic() > deadline:
+                parts = api.metadata(["spread"]).topics[0].partitions  # empty until this broker has the topic
+                if (len(parts) == 3 and all(sorted(p.isr_nodes) == [1, 2, 3] for p in parts)) \
+                        or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
             assert [sorted(p.isr_nodes) for p in parts] == [[1, 2, 3]] * 3

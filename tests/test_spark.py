@@ -298,7 +298,7 @@ def _open_txns(kb, prefix):
     return open_transactions(sink_options({"kafka.bootstrap.servers": kb.bootstrap_servers}), prefix)
 
 
-@pytest.mark.parametrize("stage", ["before-commit", "mid-commit"])
+@pytest.mark.parametrize("stage", [pytest.param("before-commit", marks=pytest.mark.slow), "mid-commit"])
 def test_driver_killed_around_the_commit(kb, tmp_path, stage):
     src, dst = topic(kb, 2), topic(kb, 2)
     produce(kb, src, 60, partitions=2)
@@ -458,6 +458,7 @@ def test_commit_protocol_replay_and_takeover(kb):
     assert committed_values(kb, t, 1) == ["a", "b"]
 
 
+@pytest.mark.slow  # 33 s (make slow); the default suite keeps the driver kill mid-commit
 def test_streaming_query_survives_a_broker_sigkill(tmp_path):
     """The broker is SIGKILLed just as the driver starts a commit and is back 3 s later: the
     commit retries through it, the query finishes, each input is in the output once."""
