@@ -108,6 +108,9 @@ def test_the_router_sends_it_to_the_active_controller_and_reads_the_answer():
     class Channel:
         calls = 0
 
+        def backing_off(self, node):
+            return False
+
         async def send(self, node, api_key, version, body, timeout_ms=None):
             Channel.calls += 1
             assert (node, api_key, version) == (2, 56, 3)

@@ -233,6 +233,16 @@ class Channel:
             if conn.closed:
                 self._forget(node, conn)
 
+    def backing_off(self, node: int) -> bool:
+        """Is ``node`` unconnected and inside its reconnect backoff? A send to it would wait out the
+        backoff first; a caller whose destination may change meanwhile (the active controller)
+        asks again later instead, as Kafka's NetworkClient treats such a node as not ready."""
+        conn = self._conns.get(node)
+        if conn is not None and not conn.closed:
+            return False
+        _count, retry_at = self._failures.get(node, (0, 0.0))
+        return retry_at > asyncio.get_running_loop().time()
+
     async def _connection(self, node: int) -> _Connection:
         conn = self._conns.get(node)
         if conn is not None and not conn.closed:

@@ -90,7 +90,7 @@ class ControllerRouter:
                 resp = await self._local(local, None)
             else:
                 leader = self.leader_id()
-                if leader >= 0 and leader != self.node_id:
+                if self._reachable(leader):
                     try:
                         resp = await self.channel.send(leader, ctx.header.api_key, ctx.api_version, req,
                                                        timeout_ms=max(int((deadline - loop.time()) * 1000), 1))
@@ -102,6 +102,13 @@ class ControllerRouter:
                 return resp if resp is not None else await self._local(local, timed_out(type(req).__name__,
                                                                                         timeout_ms))
             await asyncio.sleep(RETRY_BACKOFF_S)
+
+    def _reachable(self, leader: int) -> bool:
+        """Send to ``leader`` now? Not when it is unknown or this node, and not while the channel
+        backs off reconnecting to it: the send would wait out the backoff (up to a second) with
+        the old controller in hand, while a new one is elected meanwhile; the loop asks
+        ``leader_id()`` again every RETRY_BACKOFF_S instead."""
+        return leader >= 0 and leader != self.node_id and not self.channel.backing_off(leader)
 
     @staticmethod
     async def _local(local, error: KafkaError | None):
@@ -154,7 +161,7 @@ class ControllerRouter:
                         raise
             else:
                 leader = self.leader_id()
-                if leader >= 0 and leader != self.node_id:
+                if self._reachable(leader):
                     try:
                         resp = await self.channel.send(leader, api_key, version, body,
                                                        timeout_ms=max(int((deadline - loop.time()) * 1000), 1))
