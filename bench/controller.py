@@ -12,8 +12,8 @@
   the request is answered once the TopicRecord and PartitionRecord are committed by the quorum.
 
 Kafka nodes are :class:`kesque.testing.kafka.KafkaCluster`; kesque nodes ``kesque.Cluster``
-(``kesque.testing.cluster``). Until a multi-node kesque runs (KRaft in the server, issue 13),
-:func:`kesque_cluster` fails and run.py reports the Kafka figures alone with the reason. Nothing
+(``kesque.testing.cluster``). Each part (a cluster and its figures) is measured on its own, so a
+node that fails to come back costs that part only (run.py lists it under ``errors``). Nothing
 here asserts on timing.
 """
 
@@ -220,17 +220,40 @@ def commit_latency(nodes: Nodes, requests: int) -> dict:
     return {"ms": ms, "p50": percentile(ms, 50), "p99": percentile(ms, 99), "errors": errors}
 
 
-def measure(kind: str, runs: int, requests: int, log=print) -> dict:
-    """Every figure of one broker kind: {"failover": {"defaults"|"test": {...}}, "commit": {1|3: {...}}}.
-    A kind that cannot run (kesque before issue 13 lands) raises on its first cluster."""
+PARTS = ("defaults", "test", "commit1")
+
+
+def measure(kind: str, runs: int, requests: int, log=print, parts=PARTS, failed=None) -> dict:
+    """Every figure of one broker kind: {"failover": {"defaults"|"test": {...}}, "commit": {1|3: {...}}},
+    of the ``parts`` asked ("defaults": failover with default timeouts and the 3-controller commit
+    latency, "test": failover with TEST_SETTINGS, "commit1": one controller). A part that fails is
+    passed to ``failed(part, exception)`` and the others still run (a Kafka node that does not come
+    back once must not cost the figures already measured); without ``failed`` it raises."""
     out: dict = {"failover": {}, "commit": {}}
-    for setting, config in (("defaults", DEFAULTS), ("test", TEST_SETTINGS)):
+
+    def part(name, fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            if failed is None:
+                raise
+            failed(name, e)
+
+    def cluster3(setting, config):
         log(f"  {kind}: 3 nodes, {setting} quorum timeouts {config or ''} ...")
         with CLUSTERS[kind](3, config) as nodes:
             if setting == "defaults":
                 out["commit"][3] = commit_latency(nodes, requests)
             out["failover"][setting] = failover(nodes, runs, log)
-    log(f"  {kind}: 1 node (one controller) ...")
-    with CLUSTERS[kind](1, {}) as nodes:
-        out["commit"][1] = commit_latency(nodes, requests)
+
+    def cluster1():
+        log(f"  {kind}: 1 node (one controller) ...")
+        with CLUSTERS[kind](1, {}) as nodes:
+            out["commit"][1] = commit_latency(nodes, requests)
+
+    for setting, config in (("defaults", DEFAULTS), ("test", TEST_SETTINGS)):
+        if setting in parts:
+            part(f"{kind} {setting}", lambda s=setting, c=config: cluster3(s, c))
+    if "commit1" in parts:
+        part(f"{kind} commit1", cluster1)
     return out

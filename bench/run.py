@@ -91,6 +91,10 @@ def parse_args(argv=None):
                     help="kafka: the side-by-side table, kesque and Apache Kafka (make kafka) on the same workloads "
                          "and clients in one run (bench/sidebyside.py); kafka-only: this script's kesque figures "
                          "measured on Kafka alone")
+    ap.add_argument("--controller-parts", default="defaults,test,commit1",
+                    help="--only controller: which clusters to measure (defaults: failover with Kafka's quorum "
+                         "timeouts and the 3-controller commit latency; test: failover with test timeouts; "
+                         "commit1: one controller)")
     ap.add_argument("--runs", type=int, default=1, help="--against kafka: runs of the whole table (the spread "
                                                         "between them is reported)")
     ap.add_argument("--max-load", type=float, default=2.5, help="--against kafka: before each measured run, wait "
@@ -355,14 +359,20 @@ def add_controller_figures(report, measured: dict, runs: int, requests: int, why
     rows += [(f"metadata commit p{p}, {c} controller{'s' * (c > 1)} (CreateTopics round trip)", "ms",
               lambda m, c=c, p=p: m["commit"][c][f"p{p}"], f"{requests} sequential requests")
              for c in (1, 3) for p in (50, 99)]
+    def value(m, get):
+        try:
+            return get(m) if m else None
+        except KeyError:                # that part was not asked, or failed (listed under errors)
+            return None
+
     for name, unit, get, how in rows:
-        k = get(kafka) if kafka else None
-        if kesque:
-            add_figure(report, name, "controller", get(kesque), unit, "Apache Kafka (same run)", k, how,
+        k, v = value(kafka, get), value(kesque, get)
+        if v is not None:
+            add_figure(report, name, "controller", v, unit, "Apache Kafka (same run)", k, how,
                        extra={"kesque": kesque, "kafka": kafka})
         elif k is not None:
-            add_figure(report, f"{name} [Apache Kafka]", "controller", k, unit, note=f"{how}; {why}",
-                       extra={"kafka": kafka})
+            add_figure(report, f"{name} [Apache Kafka]", "controller", k, unit,
+                       note=f"{how}; {why or 'kesque not measured (see errors)'}", extra={"kafka": kafka})
 
 
 def add_replication_figures(report, measured: dict, sc: dict, partitions: int) -> None:
@@ -1137,15 +1147,16 @@ def main(argv=None) -> int:
         runs, n = sc["failover_runs"], sc["commit_requests"]
         measured = {}
         log(f"controller: Apache Kafka, {runs} failovers per setting, {n} CreateTopics per commit figure ...")
-        measured["kafka"] = guarded("controller-kafka", lambda: C.measure("kafka", runs, n, log))
+        parts = args.controller_parts.split(",")
+
+        def failed(part, e):
+            traceback.print_exc()
+            report["errors"].append(f"controller {part}: {e!r}")
+            log(f"controller {part} FAILED: {e!r}")
+        measured["kafka"] = C.measure("kafka", runs, n, log, parts, failed)
         log("controller: kesque, the same ...")
-        try:
-            measured["kesque"] = C.measure("kesque", runs, n, log)
-            why = ""
-        except Exception as e:  # noqa: BLE001 - a multi-node kesque needs issue 13's quorum
-            measured["kesque"], why = None, f"kesque not measured: {type(e).__name__}: {e}"[:200]
-            log(f"  {why}")
-        add_controller_figures(report, measured, runs, n, why)
+        measured["kesque"] = C.measure("kesque", runs, n, log, parts, failed)
+        add_controller_figures(report, measured, runs, n, "")
 
     # ---------------------------------------------------------------- 16: partition replication
     if "replication" in args.groups:

@@ -341,7 +341,8 @@ class KafkaBroker:
         if self.process is None or self.process.poll() is not None:
             code = None if self.process is None else self.process.returncode
             raise RuntimeError(f"Kafka node {self.node_id} exited (code {code}); see {self.log_path}:\n"
-                               + _tail(self.log_path) + _tail(os.path.join(self.work_dir, "stdout.log")))
+                               + _errors(self.log_path) + _tail(self.log_path)
+                               + _tail(os.path.join(self.work_dir, "stdout.log")))
 
     def stop(self, timeout: float = 60.0) -> None:
         """Clean shutdown (SIGTERM, as kafka-server-stop.sh): Kafka flushes and writes its checkpoints."""
@@ -459,6 +460,18 @@ def wait_ready(nodes: list[KafkaBroker], timeout: float) -> None:
 _QUIET = logging.getLogger("kesque.testing.kafka.librdkafka")  # connection refused while Kafka starts
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
+
+
+def _errors(path: str, lines: int = 10) -> str:
+    """The log's last ERROR lines and what follows each (the cause of an exit; its tail is the
+    shutdown that came after, and the work dir is gone once the caller's temp dir is)."""
+    try:
+        with open(path, errors="replace") as f:
+            text = f.readlines()
+    except OSError:
+        return ""
+    picked = [i for i, line in enumerate(text) if " ERROR " in line or " FATAL " in line][-lines:]
+    return "".join(text[i] + "".join(text[i + 1:i + 4]) for i in picked)
 
 
 def _tail(path: str, lines: int = 20) -> str:
