@@ -73,8 +73,11 @@ oracle-kafka:
 		$(MAKE) --no-print-directory -s kafka || echo "warning: Kafka could not be resolved; oracle tests will be skipped"; \
 	else echo "note: no java/mvn on PATH; the Kafka oracle tests will be skipped"; fi
 
+# two workers, each taking whole files (module fixtures stay shared): 12 minutes instead of 22
+# on two cores; TEST_WORKERS=0 runs in one process
+TEST_WORKERS ?= 2
 test: $(TSTAMP) kcat oracle-kafka
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 test-all: $(TSTAMP) kcat oracle-kafka
 	$(BIN)/python -m pytest -q -m ""

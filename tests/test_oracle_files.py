@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -143,11 +144,13 @@ def disks(tmp_path_factory):
     out, answers = {}, {}
     with oracle.brokers(tmp_path_factory, CONFIG) as pair:
         names = {name: {kind: f"{kind}-{oracle.new_topic()}" for kind in TOPICS} for name in pair}
-        for name, broker in pair.items():
+        def on(name):           # both brokers at once: the client and the retention waits mostly wait
+            broker = pair[name]
             answers[name] = produce_sequence(broker, t0, names[name])
-        for name, broker in pair.items():
             broker.stop()
             out[name] = snapshot(broker.data_dir, names[name])
+        with ThreadPoolExecutor(len(pair)) as pool:
+            list(pool.map(on, pair))
     return out, answers, names
 
 
