@@ -213,3 +213,25 @@ def test_storage_tool_beside_kafkas(tmp_path):
         for f in metas[side]:
             assert sorted(read_properties(str(tmp_path / side / f))) == ["cluster.id", "directory.id", "node.id",
                                                                           "version"]
+
+
+def test_format_refuses_a_feature_level_it_would_not_use(tmp_path):
+    """``--feature``: the levels kesque finalizes are accepted; another level is refused naming the
+    feature (formatting would otherwise give a cluster at kesque's level, e.g. transaction.version 2
+    where 1 was asked); a name Kafka does not know gets Kafka's message; a Kafka feature kesque
+    does not finalize is named on stderr. Nothing is written when refused."""
+    cfg = _config(tmp_path)
+    for feature, fragment in (("transaction.version=1", "--feature transaction.version=1: kesque formats a new "
+                                                         "cluster with transaction.version 2 only"),
+                              ("metadata.version=33", "metadata.version 25 only"),
+                              ("bogus.version=1", "Unsupported feature: bogus.version. Supported features are: "
+                                                  "eligible.leader.replicas.version, group.version"),
+                              ("transaction.version", "expected NAME=LEVEL")):
+        r = storage("format", "--cluster-id", CLUSTER_ID, "--config", cfg, "--feature", feature)
+        assert r.returncode == 1 and fragment in r.stderr, (feature, r)
+        assert _files(tmp_path) == ["server.properties"], feature
+    r = storage("format", "--cluster-id", CLUSTER_ID, "--config", cfg, "--feature", "transaction.version=2",
+                "--feature", "eligible.leader.replicas.version=1", "--feature", "group.version=1")
+    assert r.returncode == 0, r
+    assert "--feature group.version=1 is not used: kesque does not finalize group.version" in r.stderr
+    assert "meta.properties" in " ".join(_files(tmp_path))

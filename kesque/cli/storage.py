@@ -19,7 +19,7 @@ import sys
 import uuid
 
 from ..config import BrokerConfig, ConfigError, parse_properties
-from ..controller.controller import METADATA_VERSION_LEVEL
+from ..controller.controller import FEATURES, METADATA_VERSION_LEVEL
 from ..storage import checkpoint as ck
 from ..storage.log_manager import (LogDirError, format_dirs, read_meta_properties, storage_dirs,
                                    verify_meta_properties)
@@ -61,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "directories rather than failing.")
     fmt.add_argument("--release-version", "-r", help="The release version to use for the initial feature "
                                                      "settings (kesque has one: 4.0-IV3).")
-    fmt.add_argument("--feature", "-f", action="append", help="The setting to use for a specific feature "
-                                                              "(accepted, not used).")
+    fmt.add_argument("--feature", "-f", action="append", help="The setting to use for a specific feature, "
+                                                              "NAME=LEVEL (kesque formats at its own levels: a "
+                                                              "level it does not use is refused).")
     quorum = fmt.add_mutually_exclusive_group()
     quorum.add_argument("--standalone", "-s", action="store_true",
                         help="Used to initialize a controller as a single-node dynamic quorum.")
@@ -126,6 +127,7 @@ def run_format(config: BrokerConfig, args) -> int:
         raise LogDirError("You cannot specify controller.quorum.voters and format the node with --initial-controllers "
                           "or --standalone. If you want to use dynamic quorum, please remove "
                           "controller.quorum.voters and specify controller.quorum.bootstrap.servers instead.")
+    check_features(args.feature or [])
     version = METADATA_VERSIONS[METADATA_VERSION_LEVEL]
     if args.release_version and args.release_version != version:
         print(f"kesque's metadata.version is {version}; --release-version {args.release_version} is not used",
@@ -138,6 +140,36 @@ def run_format(config: BrokerConfig, args) -> int:
             kind = "dynamic metadata voter"
         print(f"Formatting {kind} directory {d} with metadata.version {version}.")
     return 0
+
+
+# the features Kafka 4.4's format names as supported (metadata.version aside)
+KAFKA_FEATURES = ("eligible.leader.replicas.version", "group.version", "kraft.version", "share.version",
+                  "streams.version", "transaction.version")
+
+
+def check_features(settings: list[str]) -> None:
+    """``--feature NAME=LEVEL``: kesque's controller finalizes its own levels (``FEATURES``) when
+    the cluster first starts, and storing other levels at format time (Kafka's bootstrap
+    checkpoint) is not built yet. So a level kesque would not use is refused, naming the feature,
+    rather than formatting a cluster that silently behaves otherwise (e.g. transaction.version 1
+    asked, 2 finalized); a feature kesque does not finalize at all is named on stderr."""
+    for setting in settings:
+        name, sep, level = setting.partition("=")
+        name = name.strip()
+        try:
+            level_value = int(level.strip())
+        except ValueError:
+            level_value = None
+        if not sep or not name or level_value is None:
+            raise LogDirError(f"--feature {setting}: expected NAME=LEVEL with an integer level")
+        if name not in FEATURES and name not in KAFKA_FEATURES:
+            raise LogDirError(f"Unsupported feature: {name}. Supported features are: {', '.join(KAFKA_FEATURES)}")
+        if name in FEATURES:
+            if level_value != FEATURES[name]:
+                raise LogDirError(f"--feature {name}={level_value}: kesque formats a new cluster with {name} "
+                                  f"{FEATURES[name]} only (other levels at format time are not implemented)")
+        else:
+            print(f"--feature {name}={level_value} is not used: kesque does not finalize {name}", file=sys.stderr)
 
 
 def format_storage(config: BrokerConfig, cluster_id: str, *, ignore_formatted: bool = False) -> list[tuple[str, str]]:
