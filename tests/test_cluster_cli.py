@@ -165,3 +165,15 @@ def test_up_three_nodes_each_answers_with_three_brokers(cluster_dir):
 def test_the_cluster_class_with_separate_controllers(tmp_path):
     with Cluster(nodes=2, controllers=1, data_dir=str(tmp_path)).start(timeout=30) as c:
         assert _brokers_seen(c.bootstrap_servers) == {2, 3}
+
+
+def test_free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice():
+    """A cluster's ports are chosen before its nodes bind them; one from the kernel's ephemeral
+    range could be taken meanwhile by any outgoing connection (a clean-clone run on two workers
+    failed that way: 'Address already in use')."""
+    from kesque.testing.kafka import _ephemeral_range, free_port
+
+    lo, _hi = _ephemeral_range()
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert all(10000 <= p < lo for p in ports), sorted(p for p in ports if not 10000 <= p < lo)

@@ -20,6 +20,7 @@ import base64
 import hashlib
 import logging
 import os
+import random
 import re
 import shutil
 import socket
@@ -217,7 +218,38 @@ def run_tool(script: str, *args, input: str | None = None, timeout: float = 120)
 
 
 # ---------------------------------------------------------------------- brokers
+_PORTS = random.Random()          # seeded from the OS: processes (pytest-xdist workers) pick apart
+_HANDED: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = map(int, f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999       # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on, for a server started later (a cluster's nodes must know each
+    other's ports before they start). Picked at random below the kernel's ephemeral range: a
+    port from ``bind(0)`` comes from that range, which outgoing connections also draw from, so
+    between this call and the server's bind a client's connection could take it (seen as
+    "Address already in use" with two test workers). Each port is handed out once per process."""
+    lo, _hi = _ephemeral_range()
+    if lo - 10000 >= 2000:
+        for _ in range(200):
+            port = _PORTS.randrange(10000, lo)
+            if port in _HANDED:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _HANDED.add(port)
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
