@@ -45,12 +45,8 @@ inter.broker.protocol.version=3.7
 
 
 def _free_port() -> int:
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    from kesque.testing.kafka import free_port    # below the ephemeral range: no client takes it meanwhile
+    return free_port()
 
 
 def _serve(args, timeout=20):

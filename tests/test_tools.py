@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 from kesque.testing.broker import DEFAULTS
+from kesque.testing.kafka import free_port
 
 BIN = os.path.dirname(sys.executable)
 
@@ -154,9 +155,7 @@ def test_server_start_usage():
 
 
 def test_server_start_runs_a_broker(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()                  # below the ephemeral range: no client takes it meanwhile
     props = dict(DEFAULTS)
     props.update({"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(tmp_path / "logs")})
     cfg = tmp_path / "server.properties"
@@ -191,9 +190,7 @@ def test_server_start_daemon(tmp_path):
     exe = os.path.join(BIN, "kafka-server-start.sh")
     if not os.path.exists(exe):
         pytest.skip("console scripts not installed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()                  # below the ephemeral range: no client takes it meanwhile
     props = dict(DEFAULTS)
     props.update({"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(tmp_path / "logs")})
     cfg = tmp_path / "daemon.properties"
