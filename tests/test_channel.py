@@ -160,3 +160,48 @@ def test_a_kio_answer_is_decoded_from_a_big_frame():
     p = resp.responses[0].partitions[0]
     assert resp.responses[0].topic_id == tid and p.partition_index == 3 and p.high_watermark == 7
     assert bytes(p.records) == records
+
+
+def test_a_big_answer_buffer_is_reused_only_once_nothing_refers_to_it():
+    """Answers read one after another into big buffers: one nobody refers to any more is read
+    into again (no new zero-filled buffer per answer), one whose view is still held is not, and
+    a held answer keeps its bytes while later ones arrive."""
+    from kesque.server import channel as ch_mod
+
+    size = 300_000
+    bodies = [bytes([i]) * size for i in range(12)]
+
+    async def handle(reader, writer):
+        try:
+            for body in bodies:
+                n = int.from_bytes(await reader.readexactly(4), "big")
+                req = await reader.readexactly(n)
+                writer.write(_frame(int.from_bytes(req[4:8], "big", signed=True), body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def run():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        ch = Channel(lambda node: ("127.0.0.1", port), client_id="t")
+        held, ids = [], []
+        try:
+            for i in range(len(bodies)):
+                got = await ch.send(1, 18, 3, b"", timeout_ms=5000, decode=_raw)
+                assert bytes(got[:3]) == bodies[i][:3]
+                ids.append(id(got.obj))
+                if i % 4 == 3:                      # kept, as a follower keeping records would
+                    held.append((i, got))
+                del got
+            return held, ids
+        finally:
+            ch.close()
+            server.close()
+    held, ids = asyncio.run(run())
+    assert all(bytes(v) == bodies[i] for i, v in held)          # never overwritten
+    for j, _v in held:                                          # no later answer in a held one's buffer
+        assert ids[j] not in ids[j + 1:], (j, ids)
+    assert len(set(ids)) <= len(held) + ch_mod.SPARES, ids       # the others were read into again

@@ -19,6 +19,7 @@ import asyncio
 import io
 import logging
 import struct
+import sys
 
 from kio.serial import entity_writer
 
@@ -72,6 +73,9 @@ def decode_response(api_key: int, version: int, frame: bytes):
 
 READ_BUFFER = 64 * 1024   # the shared read buffer of a connection: small frames are parsed in place
 BIG_FRAME = 16 * 1024     # a frame above this gets its own buffer, read into without copies
+BIG_ROUND = 64 * 1024     # such a buffer's size is rounded up to this, so that it fits later frames too
+SPARES = 3                # big buffers a connection keeps for reuse ...
+SPARE_MAX = 16 * 1024 * 1024   # ... up to this size each
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -94,6 +98,12 @@ class _Connection(asyncio.BufferedProtocol):
         self._big: bytearray | None = None   # the frame being read into its own buffer
         self._big_view: memoryview | None = None
         self._big_pos = 0
+        self._big_size = 0
+        # Big buffers handed out before: one is reused once no decoded answer refers to it. A
+        # fresh buffer per answer was zero-filled and its pages faulted in again each time
+        # (glibc gives freed multi-MB blocks back to the kernel): a follower paid more CPU for
+        # that than for reading the socket.
+        self._spares: list[bytearray] = []
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -101,7 +111,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big is not None:
-            return self._big_view[self._big_pos:]
+            return self._big_view[self._big_pos:self._big_size]
         if self._end == len(self._buf):          # only a partial frame's head is left: move it to the front
             n = self._end - self._start
             self._buf[0:n] = self._buf[self._start:self._end]
@@ -111,8 +121,8 @@ class _Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._big is not None:
             self._big_pos += nbytes
-            if self._big_pos == len(self._big):
-                frame = self._big
+            if self._big_pos == self._big_size:
+                frame = self._big_view[:self._big_size]
                 self._big = self._big_view = None
                 self._frame(frame)
             return
@@ -133,14 +143,30 @@ class _Connection(asyncio.BufferedProtocol):
                 continue
             if size > BIG_FRAME or 4 + size > len(buf):
                 have = avail - 4
-                self._big = bytearray(size)
+                self._big = self._take(size)
                 self._big_view = memoryview(self._big)
+                self._big_size = size
                 self._big_view[:have] = self._view[begin:self._end]
                 self._big_pos = have
                 self._start = self._end = 0
             break
         if self._start == self._end:
             self._start = self._end = 0
+
+    def _take(self, size: int) -> bytearray:
+        """A buffer of at least ``size`` bytes: a spare nobody refers to any more, or a new one."""
+        spares = self._spares
+        for buf in spares:
+            # free: referred to by the list, ``buf`` and getrefcount's argument only (no view of
+            # it, e.g. a decoded answer's records, is alive)
+            if size <= len(buf) <= size + size // 4 + BIG_ROUND and sys.getrefcount(buf) == 3:
+                return buf                        # stays listed: it is reused again when free
+        buf = bytearray(-(-size // BIG_ROUND) * BIG_ROUND)
+        if len(buf) <= SPARE_MAX:
+            if len(spares) >= SPARES:
+                spares.pop(0)
+            spares.append(buf)
+        return buf
 
     def eof_received(self) -> bool:
         return False                              # close the transport: connection_lost follows
