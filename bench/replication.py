@@ -25,7 +25,9 @@ from __future__ import annotations
 import collections
 import os
 import re
+import resource
 import shutil
+import statistics
 import threading
 import time
 import uuid
@@ -168,9 +170,42 @@ def log_bytes(data_dir: str, topic: str, partitions: int) -> list[int]:
 
 def cpu_seconds(nodes: C.Nodes) -> float:
     """CPU seconds of the live nodes' processes so far."""
-    from run import proc_cpu_seconds
+    return sum(cpu_split(nodes))
 
-    return sum(proc_cpu_seconds(pid) for pid in map(nodes.pid, nodes.ids) if pid is not None)
+
+def self_cpu_seconds() -> float:
+    """This process's CPU seconds so far (the client: confluent-kafka's threads run in it)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_split(nodes: C.Nodes) -> tuple[float, float]:
+    """(user, system) CPU seconds of the live nodes' processes so far."""
+    tck = os.sysconf("SC_CLK_TCK")
+    user = system = 0.0
+    for pid in map(nodes.pid, nodes.ids):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            user += int(fields[11]) / tck
+            system += int(fields[12]) / tck
+        except (OSError, IndexError, ValueError, TypeError):
+            pass
+    return user, system
+
+
+def kernel_ceiling(out: dict) -> dict:
+    """The RF 3 / RF 1 throughput ratio if the brokers' user-space CPU cost nothing, from the
+    passes' medians: on a machine whose cores the brokers and the client saturate, throughput is
+    cores / CPU per MB, so the ratio is bounded by (kernel + client CPU per MB of RF 1) over
+    (the same of RF 3). The kernel part (page-cache writes, loopback copies, TCP) and the
+    client's are what no broker code removes; this is the bar's ceiling on this machine."""
+    def med(key, field):
+        return statistics.median(r[field] for r in out[key]["passes"])
+
+    floor = {key: med(key, "kernel_ms_per_mb") + med(key, "client_ms_per_mb") for key in ("rf1", "rf3")}
+    return {"ratio": floor["rf1"] / floor["rf3"] if floor["rf3"] else float("nan"),
+            "ms_per_mb": floor, "busy": {key: med(key, "busy") for key in ("rf1", "rf3")}}
 
 
 # ------------------------------------------------------------------ 1. produce cost of replication
@@ -185,14 +220,23 @@ def throughput(nodes: C.Nodes, client: Client, records: int, partitions: int, pa
         for key, rf, acks in CASES:
             topic = f"repl-{key}-{i}"
             client.create(topic, spread(nodes.ids, partitions, rf))
-            cpu0 = cpu_seconds(nodes)
+            (u0, s0), c0 = cpu_split(nodes), self_cpu_seconds()
             r = F.produce_confluent(nodes.bootstrap(), topic, records, acks=acks, values=values)
-            r["cluster_cpu_seconds"] = cpu_seconds(nodes) - cpu0
+            (u1, s1), c1 = cpu_split(nodes), self_cpu_seconds()
+            mb = r["payload_bytes"] / F.MB
+            r["cluster_cpu_seconds"] = (u1 - u0) + (s1 - s0)
+            r["cluster_user_seconds"], r["cluster_system_seconds"] = u1 - u0, s1 - s0
+            r["kernel_ms_per_mb"] = (s1 - s0) / mb * 1000
+            r["client_ms_per_mb"] = (c1 - c0) / mb * 1000
+            r["busy"] = (r["cluster_cpu_seconds"] + c1 - c0) / (r["seconds"] * (os.cpu_count() or 1))
             r["stored"] = sum(F.end_offsets(nodes.bootstrap(), topic, partitions).values())
             out[key]["passes"].append(r)
             log(f"    {nodes.kind} pass {i + 1}/{passes}: RF {rf} acks={acks}: {r['mb_s']:.0f} MB/s "
-                f"({r['stored']:,}/{records:,} stored, cluster CPU {r['cluster_cpu_seconds']:.1f} s)")
-    for key in out:
+                f"({r['stored']:,}/{records:,} stored, cluster CPU {r['cluster_cpu_seconds']:.1f} s, "
+                f"{r['cluster_system_seconds'] / (r['cluster_cpu_seconds'] or 1):.0%} system; client "
+                f"{r['client_ms_per_mb']:.1f} ms/MB; cores busy {r['busy']:.0%})")
+    out["ceiling"] = kernel_ceiling(out)
+    for key, _rf, _acks in CASES:
         best = max(out[key]["passes"], key=lambda r: r["mb_s"])
         out[key].update(mb_s=best["mb_s"], best=best)
         out[key]["checks"] = [f"{r['stored']:,} of {records:,} stored, {r['undelivered']} undelivered, "

@@ -398,6 +398,15 @@ def add_replication_figures(report, measured: dict, sc: dict, partitions: int) -
     if a3 is not None:
         add_figure(report, "produce RF 3 acks=all (confluent, 3 nodes) [Apache Kafka]", "replication", a3, "MB/s",
                    "RF 1 acks=1, same brokers", a1, mb, extra=kafka["throughput"])
+    for m, suffix in ((kesque, ""), (kafka, " [Apache Kafka]")):
+        ceiling = (m.get("throughput") or {}).get("ceiling")
+        if ceiling:
+            f = ceiling["ms_per_mb"]
+            add_figure(report, f"produce RF 3 / RF 1 ceiling: the brokers' user CPU free{suffix}", "replication",
+                       100 * ceiling["ratio"], "%",
+                       note=f"kernel + client CPU per MB (medians of the passes): RF 1 {f['rf1']:.2f}, RF 3 "
+                            f"{f['rf3']:.2f} ms/MB; cores busy RF 1 {ceiling['busy']['rf1']:.0%}, RF 3 "
+                            f"{ceiling['busy']['rf3']:.0%}", extra=ceiling)
     rows = [("follower catch-up", "MB/s", "catch_up", lambda r: r["mb_s"], None,
              f"{sc['catchup_bytes'] >> 20} MiB behind, first fetched byte -> logs equal")]
     rows += [(f"leader failover p{p}, {label}", "s", part, lambda r, p=p: r[f"p{p}"], bar, runs)
