@@ -11,7 +11,7 @@ import pytest
 from kesque.raft import ElectionState, MemoryRaftLog, QuorumConfig, RaftNode, Record
 from kesque.raft import batches
 from kesque.raft.file_log import FileQuorumStateStore, FileRaftLog
-from kesque.raft.log import LeaderChange
+from kesque.raft.log import NO_TRUNCATION, LeaderChange
 from kesque.records import batch as rb
 from kesque.records.records import iter_records
 
@@ -312,6 +312,32 @@ def test_installed_snapshot_replaces_the_log_and_partial_files_are_dropped(tmp_p
     again = FileRaftLog(str(tmp_path / "b"))
     assert again.latest_snapshot() == sid and again.read(8, 5) == leader.read(8, 5)
     assert not [f for f in os.listdir(again.path) if f.endswith(".part")]
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_a_snapshot_not_ahead_of_the_log_leaves_it_consistent(tmp_path, kind):
+    """A follower told to load the snapshot it already starts at (its tail is of an epoch the
+    leader does not have) drops the tail: both logs then end at the snapshot, durable there, and
+    the in-memory one reports the truncation to the simulator (the simulator found the in-memory
+    log still durable to the dropped tail's end, past its own end)."""
+    log = MemoryRaftLog() if kind == "memory" else FileRaftLog(str(tmp_path))
+    log.append(1, [v(i) for i in range(10)])
+    log.flush()
+    sid = log.create_snapshot(6, [v(i) for i in range(6)])
+    log.append(2, [v(i) for i in range(10, 20)])
+    log.flush()
+    assert log.durable_end_offset() == 20
+    data = log.snapshot_bytes(sid)
+    if kind == "memory":
+        log.truncated_to = NO_TRUNCATION
+    log.install_snapshot(sid, data)
+    assert (log.log_start_offset(), log.end_offset(), log.durable_end_offset()) == (6, 6, 6)
+    assert log.epoch_at(5) == 1 and log.last_fetched_epoch() == 1
+    if kind == "memory":
+        assert log.truncated_to == 6
+    log.append_as_follower([Record(6, 3, v(6))])
+    log.flush()
+    assert log.durable_end_offset() == 7 and log.read(6, 5) == [Record(6, 3, v(6))]
 
 
 def test_a_torn_or_headless_snapshot_is_refused():

@@ -251,9 +251,14 @@ class MemoryRaftLog:
         """A snapshot fetched from the leader replaces the whole log; returns its values."""
         values = pickle.loads(data)
         self.snapshots[sid] = bytes(data)
+        # the old log is gone, also when the snapshot is not ahead of it: the log is the snapshot,
+        # durable (as the file log's truncate_fully_and_start_at moves its recovery point there)
+        if self.end_offset() > sid.end_offset:      # records past the snapshot are dropped
+            self.truncated_to = min(self.truncated_to, sid.end_offset)
         self.records, self.epochs, self.starts = [], [], []
-        self.flush_floor = min(self.flush_floor, sid.end_offset)   # the old log is gone
+        self.flush_floor = min(self.flush_floor, sid.end_offset)
         self._delete_before(sid)
+        self.durable = sid.end_offset
         return values
 
     def snapshot_values(self, sid: SnapshotId) -> list:
