@@ -685,6 +685,23 @@ def test_a_fetch_below_the_log_start_is_told_the_snapshot_id():
         n.raft.snapshot(7, ["past the applied offset"])
 
 
+def test_a_fetcher_diverging_at_the_log_start_truncates_there_instead_of_loading_the_snapshot():
+    """Kafka's validateOffsetAndEpoch: a fetcher whose epoch is at least the snapshot's and
+    whose log diverges right at our log start is told the diverging epoch (it truncates to the
+    log start), not the snapshot it may already start at; only an older epoch, or the log start
+    with another epoch, or an offset below it needs the snapshot."""
+    log = fill(MemoryRaftLog(), 1, 1, 1, 1)
+    log.create_snapshot(4, ["state"])
+    store = MemoryQuorumStateStore()
+    store.write(ElectionState(2, 3))            # epoch 2 was led by node 3, whose tail we lack
+    n = elect(Node(log=log, store=store))
+    assert (n.state.epoch, n.log.log_start_offset()) == (3, 4)
+    r = fetch(n, 2, 9, 2)                       # node 2 holds epoch 2's records 4-8
+    assert (r.diverging_epoch, r.diverging_end_offset, r.snapshot_end_offset) == (1, 4, -1)
+    assert (fetch(n, 2, 4, 0).snapshot_end_offset, fetch(n, 2, 3, 1).snapshot_end_offset) == (4, 4)
+    assert fetch(n, 2, 4, 2).snapshot_end_offset == 4   # at the start with another epoch
+
+
 def test_fetch_snapshot_serves_chunks_and_refuses_unknown_ids_and_positions():
     n, sid = leader_with_snapshot()
     data = n.log.snapshot_bytes(sid)

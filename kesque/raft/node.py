@@ -632,18 +632,19 @@ class RaftNode:
         self._answer_fetch(src, r, st, now)
 
     def _snapshot_for(self, r: m.FetchRequest) -> SnapshotId | None:
-        """The snapshot a fetcher must load first: its offset is below our log start, or at
-        it with an epoch our trimmed epoch cache cannot check (Kafka's validateOffsetAndEpoch)."""
+        """The snapshot a fetcher must load first (Kafka's validateOffsetAndEpoch): its offset is
+        below our log start, or at it with another epoch than the snapshot's, or its epoch is
+        older than the snapshot's. Otherwise its log is checked against ours by epoch, also
+        when it diverges right at our log start: it truncates there, and does not load again
+        the snapshot it may already start at."""
         start = self.log.log_start_offset()
         if start == 0:
             return None
         snap = self.log.latest_snapshot()
-        if r.fetch_offset < start:
+        if (r.fetch_offset < start or (r.fetch_offset == start and r.last_fetched_epoch != snap.epoch)
+                or r.last_fetched_epoch < snap.epoch):
             return snap
-        if r.fetch_offset == start and r.last_fetched_epoch == snap.epoch:
-            return None
-        e, end = self.log.end_offset_for_epoch(r.last_fetched_epoch)
-        return snap if (e != r.last_fetched_epoch or end < r.fetch_offset) and end <= start else None
+        return None
 
     def _answer_fetch(self, src: int, r: m.FetchRequest, st: LeaderState, now: int) -> None:
         recs = self.log.read(r.fetch_offset, self.config.fetch_max_records)
