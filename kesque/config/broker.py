@@ -311,6 +311,15 @@ def is_dynamic(name: str) -> bool:
     return name in KAFKA_DYNAMIC_BROKER_KEYS or name in KAFKA_DYNAMIC_ONLY_BROKER_KEYS
 
 
+# Kafka's dynamic-only broker keys (QuotaConfig.brokerQuotaConfigs: set with AlterConfigs, never
+# in server.properties) and their validators
+DYNAMIC_ONLY_VALIDATORS = {
+    "leader.replication.throttled.rate": at_least(0),
+    "follower.replication.throttled.rate": at_least(0),
+    "replica.alter.log.dirs.io.max.bytes.per.second": at_least(0),
+}
+
+
 def has_effect(name: str) -> bool:
     """A dynamic change of this key changes what kesque does (without a restart)."""
     key = BROKER_CONFIGS.get(name)
@@ -630,7 +639,11 @@ class BrokerConfig:
                 self._check_listener_change(name, parsed)
             return parsed
         if is_dynamic(base):
-            return PARSERS[key_type(base)](base, value)
+            parsed = PARSERS[key_type(base)](base, value)
+            check = DYNAMIC_ONLY_VALIDATORS.get(base)
+            if check is not None:
+                check(base, parsed)
+            return parsed
         return value  # a custom config: Kafka keeps it as given
 
     def _check_listener_change(self, name: str, value: list[str]) -> None:
