@@ -221,6 +221,15 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("controller.quota.window.num", "INT", 11, "samples of controller_mutation_rate quotas", at_least(1)),
     _K("controller.quota.window.size.seconds", "INT", 1, "time span of each controller mutation quota sample",
        at_least(1)),
+    # replication quotas (KIP-73): the rates leader/follower.replication.throttled.rate bound, and
+    # replica.alter.log.dirs.io.max.bytes.per.second's
+    _K("replication.quota.window.num", "INT", 11, "samples kept for replication quota rates", at_least(1)),
+    _K("replication.quota.window.size.seconds", "INT", 1, "time span of each replication quota sample",
+       at_least(1)),
+    _K("alter.log.dirs.replication.quota.window.num", "INT", 11,
+       "samples kept for the rate of copies between log dirs", at_least(1)),
+    _K("alter.log.dirs.replication.quota.window.size.seconds", "INT", 1,
+       "time span of each sample of the rate of copies between log dirs", at_least(1)),
     # transactions and idempotent producers
     _K("transaction.max.timeout.ms", "INT", 900000, "largest transaction.timeout.ms a producer may ask for",
        at_least(1)),
