@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kesque.config.broker import BrokerConfig
+from kesque.config.broker import BrokerConfig, has_effect
 from kesque.config.types import LONG_MAX
 from kesque.replication.quota import ALL, ReplicationQuota, ReplicationQuotas, throttled_partitions
 from kesque.replication.replica_state import FETCHING, FetchPartitionResponse, FollowerFetch
@@ -147,6 +147,12 @@ def test_rates_come_from_the_dynamic_broker_configs():
     c.set_dynamic(True, "follower.replication.throttled.rate", None)
     qs.update_rates(c.get)
     assert (qs.leader.bound, qs.follower.bound) == (600, LONG_MAX)
+
+
+def test_the_rate_keys_have_an_effect():
+    for key in ("leader.replication.throttled.rate", "follower.replication.throttled.rate"):
+        assert has_effect(key), key
+
 
 
 # ------------------------------------------------------------------ the follower's notion of in sync

@@ -327,10 +327,14 @@ DYNAMIC_ONLY_VALIDATORS = {
     "follower.replication.throttled.rate": at_least(0),
     "replica.alter.log.dirs.io.max.bytes.per.second": at_least(0),
 }
+# the dynamic-only keys kesque acts on (kesque/replication/quota.py)
+DYNAMIC_ONLY_WITH_EFFECT = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
 
 
 def has_effect(name: str) -> bool:
     """A dynamic change of this key changes what kesque does (without a restart)."""
+    if name in DYNAMIC_ONLY_WITH_EFFECT:
+        return True
     key = BROKER_CONFIGS.get(name)
     return key is not None and key.dynamic and name not in DYNAMIC_WITHOUT_EFFECT
 

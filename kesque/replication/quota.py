@@ -117,14 +117,19 @@ class ReplicationQuota:
             return False
         return self.rate.measure(now_ms) > self.bound
 
-    def should_throttle(self, topic: str, partition: int, in_sync: bool, now_ms: int) -> bool:
-        """Kafka's shouldLeaderThrottle / shouldFollowerThrottle: hold the partition back (no
+    def holds(self, topic: str, partition: int, in_sync: bool, now_ms: int) -> bool:
+        """Kafka's shouldLeaderThrottle / shouldFollowerThrottle: is the partition held back (no
         records to or from it this fetch)? Only a replica out of sync, of a throttled
         partition, while the quota is exceeded."""
-        if in_sync or not self.throttled or not self.is_throttled(topic, partition) or not self.is_exceeded(now_ms):
-            return False
-        self.held += 1
-        return True
+        return not in_sync and bool(self.throttled) and self.is_throttled(topic, partition) \
+            and self.is_exceeded(now_ms)
+
+    def should_throttle(self, topic: str, partition: int, in_sync: bool, now_ms: int) -> bool:
+        """:meth:`holds`, counted in the report when it does."""
+        if self.holds(topic, partition, in_sync, now_ms):
+            self.held += 1
+            return True
+        return False
 
     def record(self, nbytes: int, now_ms: int) -> None:
         """Bytes sent or received (counted against the bound, never refused)."""

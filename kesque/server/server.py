@@ -278,7 +278,8 @@ class KesqueServer:
 
         # on_progress: nothing to wake on a follower (consumers fetch from leaders only: no KIP-392)
         rm.fetchers = ReplicaFetcherManager(self.node_id, self.config, self.clock, resolve,
-                                            lambda: self.broker_epoch, lambda _part: None, loop=self.loop)
+                                            lambda: self.broker_epoch, lambda _part: None, loop=self.loop,
+                                            quota=rm.quotas.follower)
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
 
@@ -770,6 +771,8 @@ class KesqueServer:
     def _report_quotas(self) -> None:
         for line in self.quotas.report(self._now_ms()):
             log.info("Client quota %s", line)
+        for line in self.replica_manager.quotas.report(self.replica_manager.now_ms()):
+            log.info("Replication quota: %s", line)
 
     @staticmethod
     def _frame(header, result) -> list:
