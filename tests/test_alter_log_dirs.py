@@ -220,6 +220,28 @@ def test_the_copy_follows_the_log_start_and_skips_compacted_gaps(tmp_path):
     assert _records(moved)[0][0] == 10  # the batch holding offset 12 is kept whole, as the source had it
 
 
+def test_the_copy_is_held_while_the_alter_log_dirs_quota_is_exceeded(tmp_path):
+    """replica.alter.log.dirs.io.max.bytes.per.second: once a chunk took the quota's rate over
+    its bound, no chunk is copied until it is back under (here: until the bound is lifted);
+    every chunk copied counts. Breaks without the check, or if the copies are not counted."""
+    from kesque.replication.quota import ReplicationQuota
+
+    env = _Env(tmp_path)
+    for i in range(10):
+        _append(env.current, 1, [b"x%d" % i] * 5)
+    quota = env.mover.quota = ReplicationQuota("alter-log-dirs")
+    quota.set_bound(100)
+    assert env.mover.alter("t", 0, env.dirs[1]) == ErrorCode.none
+    future = env.lm.future_logs[("t", 0)]
+    assert env.mover.step("t", 0) == "copied"
+    copied = future.log_end_offset
+    assert 0 < copied < env.current.log_end_offset and quota.rate.total > 100
+    assert [env.mover.step("t", 0) for _ in range(3)] == ["held"] * 3 and future.log_end_offset == copied
+    quota.set_bound(None)
+    assert env.run() == "swapped"
+    assert quota.rate.total == os.path.getsize(os.path.join(env.part.log.dir, "00000000000000000000.log"))
+
+
 def test_a_crash_between_the_two_renames_keeps_one_copy(tmp_path):
     """The swap renames the future log into place, then the source for deletion: a crash in
     between leaves topic-N in both dirs. The next load keeps one (Kafka refuses to start)."""

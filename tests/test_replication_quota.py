@@ -150,7 +150,8 @@ def test_rates_come_from_the_dynamic_broker_configs():
 
 
 def test_the_rate_keys_have_an_effect():
-    for key in ("leader.replication.throttled.rate", "follower.replication.throttled.rate"):
+    for key in ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                "replica.alter.log.dirs.io.max.bytes.per.second"):
         assert has_effect(key), key
 
 

@@ -327,8 +327,8 @@ DYNAMIC_ONLY_VALIDATORS = {
     "follower.replication.throttled.rate": at_least(0),
     "replica.alter.log.dirs.io.max.bytes.per.second": at_least(0),
 }
-# the dynamic-only keys kesque acts on (kesque/replication/quota.py)
-DYNAMIC_ONLY_WITH_EFFECT = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+# the dynamic-only keys kesque acts on: all of them (kesque/replication/quota.py)
+DYNAMIC_ONLY_WITH_EFFECT = frozenset(DYNAMIC_ONLY_VALIDATORS)
 
 
 def has_effect(name: str) -> bool:

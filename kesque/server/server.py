@@ -164,7 +164,9 @@ class KesqueServer:
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, self.clock)
         # AlterReplicaLogDirs: copies run as tasks of this server (spawn is bound at call time)
         self.log_dir_mover = LogDirMover(self.log_manager, self.replica_manager, cfg.get("replica.fetch.max.bytes"),
-                                         lambda coro: self.spawn(coro))
+                                         lambda coro: self.spawn(coro),
+                                         quota=self.replica_manager.quotas.alter_log_dirs,
+                                         backoff_ms=cfg.get("replica.fetch.backoff.ms"))
         from ..coordinator.group.runtime import GroupCoordinator
         from ..coordinator.runtime import CoordinatorHost
         host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image,
