@@ -1,6 +1,6 @@
-"""Replication quotas (KIP-73) on real kesque processes: three combined nodes.
+"""Replication quotas (KIP-73) on real kesque processes: a controller (node 1) and brokers 2, 3, 4.
 
-A partition with a few MB on broker 1 gets a new replica on broker 3 (a reassignment). While
+A partition with a few MB on broker 2 gets a new replica on broker 4 (a reassignment). While
 its replication is throttled at 100 kB/s the new replica holds little of it: the first fetch
 takes up to ``replica.fetch.max.bytes`` (1 MiB) and the quota, measured over Kafka's 11 one-second
 samples, then holds the partition back for about ten seconds. Once the throttle is lifted
@@ -22,14 +22,19 @@ from kesque.testing.cluster import Cluster
 from wire import Api, Msg, WireClient
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+LEADER_REPLICAS, FOLLOWER_REPLICAS = "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"
+LEADER_RATE, FOLLOWER_RATE = "leader.replication.throttled.rate", "follower.replication.throttled.rate"
 RATE = 100_000                      # bytes per second: the batches below take ~50 s at this rate
 BATCH = [(None, b"x" * 1000, ())] * 100   # ~100 kB a batch
 BATCHES = 50                        # ~5 MB
+SOURCE, OTHER, NEW = 2, 3, 4        # the partition's broker, a broker not involved, the replica added
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with Cluster(nodes=3, data_dir=str(tmp_path_factory.mktemp("throttle")), config=FAST) as c:
+    # a controller of its own: the brokers stop at once (three combined nodes take 30 s, the last
+    # one's controlled shutdown waiting for a controller quorum that is gone)
+    with Cluster(nodes=3, controllers=1, data_dir=str(tmp_path_factory.mktemp("throttle")), config=FAST) as c:
         yield c
 
 
@@ -38,13 +43,13 @@ def alter_configs(cluster: Cluster, rtype: int, name: str, configs: dict) -> Non
     m = Msg(44, 1)
     ops = tuple(m("AlterableConfig", name=k, config_operation=1 if v is None else 0, value=v)
                 for k, v in configs.items())
-    with WireClient(("127.0.0.1", cluster.node(1).port)) as c:
+    with WireClient(("127.0.0.1", cluster.node(SOURCE).port)) as c:
         r = c.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=rtype, resource_name=name,
                                              configs=ops),), validate_only=False))
     assert r.responses[0].error_code == 0, r
 
 
-def dynamic_configs(cluster: Cluster, rtype: int, name: str, node: int = 1) -> dict:
+def dynamic_configs(cluster: Cluster, rtype: int, name: str, node: int = SOURCE) -> dict:
     """The configs set on the resource (DescribeConfigs, dynamic sources only)."""
     m = Msg(32, 4)
     with WireClient(("127.0.0.1", cluster.node(node).port)) as c:
@@ -57,15 +62,15 @@ def dynamic_configs(cluster: Cluster, rtype: int, name: str, node: int = 1) -> d
 
 
 def fill(cluster: Cluster, topic: str) -> int:
-    """A one-replica topic on broker 1 with ~5 MB; the bytes written."""
+    """A one-replica topic on broker SOURCE with ~5 MB; the bytes written."""
     r = tool("topics", "--bootstrap-server", cluster.bootstrap_servers, "--create", "--topic", topic,
-             "--replica-assignment", "1")
+             "--replica-assignment", str(SOURCE))
     assert r.returncode == 0, r.stdout + r.stderr
-    wait_for(lambda: describe(cluster, topic).get(0, (0, [], []))[2] == [1], what=f"{topic} on broker 1")
-    with WireClient(("127.0.0.1", cluster.node(1).port)) as c:
+    wait_for(lambda: describe(cluster, topic).get(0, (0, [], []))[2] == [SOURCE], what=f"{topic} on {SOURCE}")
+    with WireClient(("127.0.0.1", cluster.node(SOURCE).port)) as c:
         for _ in range(BATCHES):
             assert Api(c).produce(topic, build_batch(BATCH), acks=1).error_code == 0
-    return log_bytes(cluster, 1, topic)
+    return log_bytes(cluster, SOURCE, topic)
 
 
 def log_bytes(cluster: Cluster, node: int, topic: str) -> int:
@@ -89,33 +94,34 @@ def reassign(*args: str) -> str:
 
 
 def held_back(cluster: Cluster, topic: str, total: int, seconds: float = 3.0) -> int:
-    """After ``seconds``, broker 3 holds well under half of the partition (one fetch of at most
-    replica.fetch.max.bytes goes before the quota is exceeded) and is not in the ISR."""
+    """After ``seconds``, broker NEW holds well under half of the partition (one fetch of at most
+    replica.fetch.max.bytes goes before the quota is exceeded; none when bytes of an earlier test
+    still count) and is not in the ISR."""
     time.sleep(seconds)
-    got = log_bytes(cluster, 3, topic)
-    assert 0 < got < total // 2, (got, total)
-    assert describe(cluster, topic)[0][2] == [1]
+    got = log_bytes(cluster, NEW, topic)
+    assert got < total // 2, (got, total)
+    assert describe(cluster, topic)[0][2] == [SOURCE]
     return got
 
 
 def test_a_leader_throttled_partition_holds_a_new_replica_back_until_the_rate_is_lifted(cluster, tmp_path):
-    """The leader side alone (no follower list): broker 1 answers broker 3's fetches of the
+    """The leader side alone (no follower list): the leader answers the new replica's fetches of the
     partition with no records while the leader quota is exceeded; deleting the rate lifts it
     without a restart. Breaks if the leader does not check its quota, or does not count the
     bytes it sends."""
     topic = "leader-held"
     total = fill(cluster, topic)
-    alter_configs(cluster, TOPIC_RESOURCE, topic, {"leader.replication.throttled.replicas": "0:1"})
-    alter_configs(cluster, BROKER_RESOURCE, "1", {"leader.replication.throttled.rate": str(RATE)})
+    alter_configs(cluster, TOPIC_RESOURCE, topic, {LEADER_REPLICAS: f"0:{SOURCE}"})
+    alter_configs(cluster, BROKER_RESOURCE, str(SOURCE), {LEADER_RATE: str(RATE)})
     try:
         reassign("--bootstrap-server", cluster.bootstrap_servers, "--execute", "--reassignment-json-file",
-                 plan(tmp_path, topic, [1, 3]))
+                 plan(tmp_path, topic, [SOURCE, NEW]))
         held_back(cluster, topic, total)
     finally:
-        alter_configs(cluster, BROKER_RESOURCE, "1", {"leader.replication.throttled.rate": None})
-    wait_for(lambda: [sorted(x) for x in describe(cluster, topic)[0][1:]] == [[1, 3], [1, 3]], 30,
-             "broker 3 in the ISR")
-    assert log_bytes(cluster, 3, topic) == total
+        alter_configs(cluster, BROKER_RESOURCE, str(SOURCE), {LEADER_RATE: None})
+    wait_for(lambda: [sorted(x) for x in describe(cluster, topic)[0][1:]] == [[SOURCE, NEW]] * 2, 30,
+             "the new replica in the ISR")
+    assert log_bytes(cluster, NEW, topic) == total
 
 
 def test_an_in_sync_replica_of_a_throttled_partition_keeps_replicating(cluster):
@@ -125,11 +131,10 @@ def test_an_in_sync_replica_of_a_throttled_partition_keeps_replicating(cluster):
     leader or a follower throttles a replica in sync (the HW stops: the writes time out)."""
     topic = "in-sync"
     r = tool("topics", "--bootstrap-server", cluster.bootstrap_servers, "--create", "--topic", topic,
-             "--replica-assignment", "1:2:3", "--config", "leader.replication.throttled.replicas=*",
-             "--config", "follower.replication.throttled.replicas=*")
+             "--replica-assignment", "2:3:4", "--config", f"{LEADER_REPLICAS}=*", "--config", f"{FOLLOWER_REPLICAS}=*")
     assert r.returncode == 0, r.stdout + r.stderr
-    wait_for(lambda: sorted(describe(cluster, topic).get(0, (0, [], []))[2]) == [1, 2, 3], what="ISR 1,2,3")
-    rates = {"leader.replication.throttled.rate": "1", "follower.replication.throttled.rate": "1"}
+    wait_for(lambda: sorted(describe(cluster, topic).get(0, (0, [], []))[2]) == [2, 3, 4], what="ISR 2,3,4")
+    rates = {LEADER_RATE: "1", FOLLOWER_RATE: "1"}
     alter_configs(cluster, BROKER_RESOURCE, "", rates)                 # the cluster default: every broker
     try:
         start = time.monotonic()
@@ -137,6 +142,7 @@ def test_an_in_sync_replica_of_a_throttled_partition_keeps_replicating(cluster):
                           **{"batch.num.messages": 10, "linger.ms": 1})
         took = time.monotonic() - start
         assert reports == [None] * 200 and took < 10, (took, [e for e in reports if e][:3])
-        assert sorted(describe(cluster, topic)[0][2]) == [1, 2, 3]
+        assert sorted(describe(cluster, topic)[0][2]) == [2, 3, 4]
     finally:
         alter_configs(cluster, BROKER_RESOURCE, "", {k: None for k in rates})
+
