@@ -146,3 +146,42 @@ def test_an_in_sync_replica_of_a_throttled_partition_keeps_replicating(cluster):
     finally:
         alter_configs(cluster, BROKER_RESOURCE, "", {k: None for k in rates})
 
+
+def test_reassign_partitions_throttle_holds_the_new_replica_and_verify_clears_it(cluster, tmp_path):
+    """``reassign-partitions --execute --throttle`` as Kafka's tool: it prints Kafka's lines,
+    sets the leader list to the current replicas, the follower list to the one added and the
+    rates on the brokers involved; the new replica is held back; resubmitting with --additional
+    and a higher rate lets it catch up, and --verify then clears every throttle."""
+    topic = "reassigned"
+    bs = cluster.bootstrap_servers
+    total = fill(cluster, topic)
+    target = plan(tmp_path, topic, [SOURCE, NEW])
+    out = reassign("--bootstrap-server", bs, "--execute", "--reassignment-json-file", target, "--throttle", str(RATE))
+    assert out.endswith("Save this to use as the --reassignment-json-file option during rollback\n"
+                        "Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
+                        "throttle is removed.\nThe inter-broker throttle limit was set to 100000 B/s\n"
+                        f"Successfully started partition reassignment for {topic}-0\n"), out
+    assert dynamic_configs(cluster, TOPIC_RESOURCE, topic) == {LEADER_REPLICAS: f"0:{SOURCE}",
+                                                              FOLLOWER_REPLICAS: f"0:{NEW}"}
+    for b in (SOURCE, NEW):
+        assert dynamic_configs(cluster, BROKER_RESOURCE, str(b), node=b) == {LEADER_RATE: "100000",
+                                                                          FOLLOWER_RATE: "100000"}
+    assert dynamic_configs(cluster, BROKER_RESOURCE, str(OTHER), node=OTHER) == {}          # not involved
+    held_back(cluster, topic, total)
+    verify = ("--bootstrap-server", bs, "--verify", "--reassignment-json-file", target)
+    assert reassign(*verify) == f"Status of partition reassignment:\nReassignment of partition {topic}-0 is still in " \
+                                "progress.\n\n"                                  # nothing cleared yet
+    out = reassign("--bootstrap-server", bs, "--execute", "--additional", "--reassignment-json-file", target,
+                   "--throttle", "1000000000")
+    assert "\nThe inter-broker throttle limit was set to 1000000000 B/s\n" in out, out
+    def completed():
+        out = reassign(*verify)
+        return out if "is completed" in out else None
+    done = wait_for(completed, 30, "the reassignment")
+    assert done == (f"Status of partition reassignment:\nReassignment of partition {topic}-0 is completed.\n\n"
+                    "Clearing broker-level throttles on brokers 2,3,4\n"
+                    f"Clearing topic-level throttles on topic {topic}\n")
+    assert dynamic_configs(cluster, TOPIC_RESOURCE, topic) == {}
+    for b in (SOURCE, NEW):
+        assert dynamic_configs(cluster, BROKER_RESOURCE, str(b), node=b) == {}
+    assert sorted(describe(cluster, topic)[0][2]) == [SOURCE, NEW] and log_bytes(cluster, NEW, topic) == total
