@@ -220,6 +220,28 @@ def test_the_copy_follows_the_log_start_and_skips_compacted_gaps(tmp_path):
     assert _records(moved)[0][0] == 10  # the batch holding offset 12 is kept whole, as the source had it
 
 
+def test_the_copy_is_held_while_the_alter_log_dirs_quota_is_exceeded(tmp_path):
+    """replica.alter.log.dirs.io.max.bytes.per.second: once a chunk took the quota's rate over
+    its bound, no chunk is copied until it is back under (here: until the bound is lifted);
+    every chunk copied counts. Breaks without the check, or if the copies are not counted."""
+    from kesque.replication.quota import ReplicationQuota
+
+    env = _Env(tmp_path)
+    for i in range(10):
+        _append(env.current, 1, [b"x%d" % i] * 5)
+    quota = env.mover.quota = ReplicationQuota("alter-log-dirs")
+    quota.set_bound(100)
+    assert env.mover.alter("t", 0, env.dirs[1]) == ErrorCode.none
+    future = env.lm.future_logs[("t", 0)]
+    assert env.mover.step("t", 0) == "copied"
+    copied = future.log_end_offset
+    assert 0 < copied < env.current.log_end_offset and quota.rate.total > 100
+    assert [env.mover.step("t", 0) for _ in range(3)] == ["held"] * 3 and future.log_end_offset == copied
+    quota.set_bound(None)
+    assert env.run() == "swapped"
+    assert quota.rate.total == os.path.getsize(os.path.join(env.part.log.dir, "00000000000000000000.log"))
+
+
 def test_a_crash_between_the_two_renames_keeps_one_copy(tmp_path):
     """The swap renames the future log into place, then the source for deletion: a crash in
     between leaves topic-N in both dirs. The next load keeps one (Kafka refuses to start)."""
@@ -323,6 +345,55 @@ def test_reassign_partitions_moves_a_replica_between_log_dirs(two_dir_broker, tm
                             "--reassignment-json-file", str(spec))
         assert ours == theirs.stdout
     assert len(consume_all(bs, "tooled", 2000)) == 2000
+
+
+def test_reassign_partitions_replica_alter_log_dirs_throttle_holds_the_copy(two_dir_broker, tmp_path):
+    """``--replica-alter-log-dirs-throttle``: the tool sets the rate on the broker of the move
+    (Kafka's lines), the copy stops after its first chunk, resubmitting a higher rate with
+    --additional lets it finish and --verify clears the rate."""
+    import json
+
+    b, dirs = two_dir_broker
+    bs = b.bootstrap_servers
+    create(bs, "paced")
+    p = Producer({"bootstrap.servers": bs, "batch.size": 2000})       # many batches: the copy takes whole ones
+    for _ in range(3000):
+        p.produce("paced", b"v" * 100)
+    p.flush(30)
+    (src,) = {d for (t, _p, fut), (d, _s, _l) in describe(bs).items() if t == "paced" and not fut}
+    dest = next(d for d in dirs if d != src)
+    spec = tmp_path / "plan.json"
+    spec.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "paced", "partition": 0, "replicas": [1], "log_dirs": [dest]}]}))
+    r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", str(spec),
+             "--replica-alter-log-dirs-throttle", "1000")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rollback\nWarning: You must run --verify periodically, until the reassignment completes, to ensure the " \
+           "throttle is removed.\nThe replica-alter-dir throttle limit was set to 1000 B/s\nSuccessfully started " \
+           "partition reassignment for paced-0\n" in r.stdout, r.stdout
+    assert _broker_configs(bs) == {"replica.alter.log.dirs.io.max.bytes.per.second": "1000"}
+    time.sleep(2)
+    d = describe(bs)
+    assert d[("paced", 0, False)][0] == src and d[("paced", 0, True)][2] > 0     # the copy is behind, held
+    r = tool("--bootstrap-server", bs, "--execute", "--additional", "--reassignment-json-file", str(spec),
+             "--replica-alter-log-dirs-throttle", "100000000")
+    assert "The replica-alter-dir throttle limit was set to 100000000 B/s" in r.stdout, r.stdout + r.stderr
+    wait_for(lambda: describe(bs).get(("paced", 0, False), ("",))[0] == dest, what="the move")
+    r = tool("--bootstrap-server", bs, "--verify", "--reassignment-json-file", str(spec))
+    assert r.stdout.endswith("Reassignment of replica paced-0-1 completed successfully.\n"
+                             "Clearing broker-level throttles on broker 1\nClearing topic-level throttles on topic "
+                             "paced\n"), r.stdout
+    assert _broker_configs(bs) == {}
+
+
+def _broker_configs(bs: str) -> dict:
+    """The dynamic throttle configs of broker 1."""
+    with Connection.to_any(bs) as conn:
+        resp = conn.request(32, lambda mod, v: make(mod.request.DescribeConfigsRequest, resources=(
+            make(mod.request.DescribeConfigsResource, resource_type=4, resource_name="1", configuration_keys=None),),
+            include_synonyms=False, include_documentation=False))
+    return {c.name: c.value for c in resp.results[0].configs if "throttl" in c.name or "alter.log.dirs" in c.name
+            if c.config_source == 2}
 
 
 # ------------------------------------------------------------------ a follower's replica

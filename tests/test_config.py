@@ -370,3 +370,36 @@ def test_file_delete_delay_is_a_topic_key_only():
     c = BrokerConfig({"file.delete.delay.ms": "1"})  # not a known config: ignored
     assert c.unused == ["file.delete.delay.ms"] and c.log_config().file_delete_delay_ms == 60000
     assert BrokerConfig({"log.segment.delete.delay.ms": "5"}).log_config().file_delete_delay_ms == 5
+
+
+# replication quotas (KIP-73): the throttled replica lists and the rates, with Kafka 4.4's messages
+
+_LIST_MESSAGE = ("Invalid value [{}] for configuration {key}: {key} must be the literal '*' or a list of replicas in "
+                 "the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+@pytest.mark.parametrize("key", ["leader.replication.throttled.replicas", "follower.replication.throttled.replicas"])
+@pytest.mark.parametrize("value,shown", [
+    ("abc", "abc"), ("0:1,x", "0:1, x"), ("*,0:1", "*, 0:1"), ("0 : 1", "0 : 1"), ("*,*", "*, *"),
+    ("0:1,,x", "0:1, , x"), ("-1:2", "-1:2"), ("0:1:2", "0:1:2"), ("0:1 ,x", "0:1, x"),
+])
+def test_invalid_throttled_replica_lists_are_refused_as_kafka_refuses_them(key, value, shown):
+    with pytest.raises(ConfigError) as e:
+        validate_topic_configs({key: value})
+    assert str(e.value) == _LIST_MESSAGE.format(shown, key=key) and e.value.name == key
+
+
+@pytest.mark.parametrize("value", [" * ", "0:1, 1:2", "", "0:1,", ",0:1", ", *", "*"])
+def test_valid_throttled_replica_lists_kafka_accepts(value):
+    validate_topic_configs({"leader.replication.throttled.replicas": value})
+
+
+@pytest.mark.parametrize("value,message", [
+    ("abc", "Invalid value abc for configuration leader.replication.throttled.rate: Not a number of type LONG"),
+    ("-5", "Invalid value -5 for configuration leader.replication.throttled.rate: Value must be at least 0"),
+])
+def test_invalid_rates_are_refused_as_kafka_refuses_them(value, message):
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({}).validate_dynamic("leader.replication.throttled.rate", value)
+    assert str(e.value) == message
+    assert BrokerConfig({}).validate_dynamic("follower.replication.throttled.rate", "0", per_broker=False) == 0

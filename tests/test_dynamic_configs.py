@@ -115,11 +115,51 @@ def test_kafkas_dynamic_broker_set_is_stored_and_described(gb):
                                          "type INT"),
     ("1", {"listeners": "SSL://127.0.0.1:9999"}, "Listener SSL in listeners=SSL://127.0.0.1:9999 uses security "
                                                  "protocol SSL"),
+    ("1", {"leader.replication.throttled.rate": "-5"}, "Invalid value -5 for configuration "
+                                                      "leader.replication.throttled.rate: Value must be at least 0"),
+    ("", {"follower.replication.throttled.rate": "fast"},
+     "Invalid value fast for configuration follower.replication.throttled.rate: Not a number of type LONG"),
 ])
 def test_dynamic_broker_changes_kafka_refuses(gb, name, ops, message):
     for incremental in (True, False):
         r = alter(gb.bootstrap_servers, name, ops, incremental=incremental, rtype=BROKER)
         assert r.error_code == E.invalid_request and message in r.error_message, r
+
+
+# ============================================================================ TOPIC: throttled replica lists
+
+_THROTTLED = ("Invalid value [{}] for configuration {key}: {key} must be the literal '*' or a list of replicas in "
+              "the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+def test_invalid_throttled_replica_lists_are_refused_with_kafkas_message(gb):
+    """Kafka 4.4 answers INVALID_CONFIG with ThrottledReplicaListValidator's message, at
+    CreateTopics and at (Incremental)AlterConfigs; kesque used to store any value."""
+    bs = gb.bootstrap_servers
+    key = "leader.replication.throttled.replicas"
+    m = Msg(19, 7)
+    topic = "thr-" + uuid.uuid4().hex[:8]
+    with WireClient(bs) as c:
+        for value, shown in (("0:1,x", "0:1, x"), ("*,0:1", "*, 0:1")):
+            r = c.request(19, 7, m(topics=(m("CreatableTopic", name=topic, num_partitions=1, replication_factor=1,
+                                              assignments=(), configs=(m("CreatableTopicConfig", name=key,
+                                                                         value=value),)),),
+                                   timeout=10000, validate_only=False))
+            t = r.topics[0]
+            assert (t.error_code, t.error_message) == (E.invalid_config, _THROTTLED.format(shown, key=key))
+        r = c.request(19, 7, m(topics=(m("CreatableTopic", name=topic, num_partitions=1, replication_factor=1,
+                                          assignments=(), configs=(m("CreatableTopicConfig", name=key,
+                                                                     value="0:1, 0:2"),)),),
+                               timeout=10000, validate_only=False))
+        assert r.topics[0].error_code == E.none
+    follower = "follower.replication.throttled.replicas"
+    for incremental in (True, False):
+        r = alter(bs, topic, {follower: "abc"}, incremental=incremental, rtype=2)
+        assert (r.error_code, r.error_message) == (E.invalid_config, _THROTTLED.format("abc", key=follower))
+    assert alter(bs, topic, {follower: "*"}, rtype=2).error_code == E.none
+    assert alter(bs, topic, {key: ""}, rtype=2).error_code == E.none       # Kafka's tool sets an empty list
+    got = entries(describe(bs, topic, keys=[key, follower], rtype=2))
+    assert got[key][:2] == ("", 1) and got[follower][:2] == ("*", 1)      # DYNAMIC_TOPIC_CONFIG
 
 
 # ============================================================================ GROUP

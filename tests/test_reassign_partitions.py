@@ -218,3 +218,69 @@ def test_bad_plan_files_get_kafkas_messages(text, error):
     with pytest.raises(JavaError) as e:
         parse_reassignment(text)
     assert e.value.message == error
+
+
+# ------------------------------------------------------------------ --throttle (KIP-73)
+
+def test_throttled_replicas_are_kafkas_move_map():
+    """calculateProposedMoveMap and the leader / follower lists: sources are the current
+    replicas (those of a reassignment in progress when the partition has one), destinations the
+    replicas added; another reassignment in progress is throttled too; entries sort as strings."""
+    from kesque.cli.reassign_partitions import move_map, throttled_replicas
+
+    ongoing = {("a", 1): ([4, 5, 1, 2], [4, 5], [1, 2]), ("b", 0): ([1, 2, 3], [3], [])}
+    proposed = {("a", 1): [4, 6], ("a", 10): [3, 1], ("a", 2): [2, 3]}
+    current = {("a", 1): [4, 5, 1, 2], ("a", 10): [1, 2], ("a", 2): [1, 2]}
+    moves = move_map(ongoing, proposed, current)
+    assert moves == {"a": {1: ({1, 2}, {4, 6}), 10: ({1, 2}, {3}), 2: ({1, 2}, {3})}, "b": {0: ({1, 2}, {3})}}
+    leader, follower = throttled_replicas(moves)
+    assert leader == {"a": "10:1,10:2,1:1,1:2,2:1,2:2", "b": "0:1,0:2"}
+    assert follower == {"a": "10:3,1:4,1:6,2:3", "b": "0:3"}
+    assert throttled_replicas(move_map({}, {("c", 0): [1]}, {("c", 0): [1]})) == ({"c": "0:1"}, {"c": ""})
+
+
+def _throttle_configs(cluster, topic: str) -> dict:
+    """The throttle configs set on ``topic`` and on each broker (DescribeConfigs, dynamic only)."""
+    out = {}
+    for rtype, name, port in [(2, topic, cluster.brokers[0].port)] + [(4, str(i + 1), b.port)
+                                                                      for i, b in enumerate(cluster.brokers)]:
+        m = Msg(32, 4)
+        with WireClient(("127.0.0.1", port)) as c:
+            r = c.request(32, 4, m(resources=(m("DescribeConfigsResource", resource_type=rtype, resource_name=name,
+                                                configuration_keys=None),),
+                                   include_synonyms=False, include_documentation=False)).results[0]
+        assert r.error_code == 0, r
+        out[(rtype, "<topic>" if rtype == 2 else name)] = {e.name: e.value for e in r.configs
+                                                           if "throttled" in e.name and e.config_source in (1, 2)}
+    return out
+
+
+@pytest.mark.oracle
+@pytest.mark.skipif(oracle.REASON is not None, reason=oracle.REASON or "")
+def test_kafkas_tool_and_kesques_set_the_same_throttles(cluster, tmp_path):
+    """``--execute --throttle``: Kafka 4.4's tool on one topic, kesque's on a twin: the same
+    output, the same topic lists and broker rates; each tool's --verify clears them alike."""
+    bs = f"127.0.0.1:{cluster.brokers[0].port}"
+    runs = {}
+    for who, topic in (("kafka", "paced-k"), ("kesque", "paced-q")):
+        _create(bs, topic)
+        target = plan(tmp_path / f"{topic}.json", topic, [2, 3, 4])
+        args = ("--bootstrap-server", bs, "--execute", "--reassignment-json-file", target, "--throttle", "30000")
+        r = K.run_tool("kafka-reassign-partitions.sh", *args) if who == "kafka" else tool(*args)
+        assert r.returncode == 0, r.stdout + r.stderr
+        configs = _throttle_configs(cluster, topic)
+        verify = ("--bootstrap-server", bs, "--verify", "--reassignment-json-file", target)
+        deadline = time.monotonic() + 20
+        while "is completed" not in (done := (K.run_tool("kafka-reassign-partitions.sh", *verify) if who == "kafka"
+                                              else tool(*verify)).stdout):
+            assert time.monotonic() < deadline, done
+            time.sleep(0.5)
+        runs[who] = (r.stdout.replace(topic, "<topic>"), configs, done.replace(topic, "<topic>"),
+                     _throttle_configs(cluster, topic))
+    assert runs["kesque"] == runs["kafka"]
+    _out, configs, _done, cleared = runs["kesque"]
+    assert configs[(2, "<topic>")] == {"leader.replication.throttled.replicas": "0:1,0:2,0:3",
+                                       "follower.replication.throttled.replicas": "0:4"}
+    assert configs[(4, "4")] == {"leader.replication.throttled.rate": "30000",
+                                 "follower.replication.throttled.rate": "30000"}
+    assert all(not c for c in cleared.values())

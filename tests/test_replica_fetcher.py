@@ -23,6 +23,7 @@ from kesque.protocol import api
 from kesque.protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response, flatten
 from kesque.records.records import build_batch
 from kesque.replication.fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION, ReplicaFetcherManager, fetcher_id
+from kesque.replication.quota import ReplicationQuota
 from kesque.replication.replica_state import WAIT_FOR_METADATA, LeaderReplication, StorageReplicaLog
 from kesque.server.apis.kiohelp import Msg, to_ms
 from kesque.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
@@ -80,10 +81,14 @@ class FakeLeader:
         self.port = None
 
     # -- the leader's data
-    def lead(self, epoch: int) -> None:
+    def lead(self, epoch: int, isr=(LEADER, FOLLOWER)) -> None:
         for p, rep in self.reps.items():
-            rep.make_leader([self.node_id, FOLLOWER], [self.node_id, FOLLOWER], epoch, epoch,
-                            StorageReplicaLog(self.logs[p]), 0)
+            rep.make_leader([self.node_id, FOLLOWER], list(isr), epoch, epoch, StorageReplicaLog(self.logs[p]), 0)
+
+    def commit(self) -> None:
+        """The HW to where the ISR allows (a real leader tries after each append)."""
+        for p, rep in self.reps.items():
+            rep.maybe_increment_high_watermark(StorageReplicaLog(self.logs[p]), 0)
 
     def produce(self, p: int, *vals: bytes) -> None:
         for v in vals:
@@ -372,6 +377,79 @@ def test_offset_out_of_range_below_the_leader_log_start_starts_over_there(tmp_pa
         assert f.log().log_start_offset == 4 and values(f.log()) == [b"4", b"5"]
 
     run(tmp_path, scenario)
+
+
+# -- the follower's replication quota (KIP-73) ---------------------------------------------------------------
+def throttle(f: Follower, bound: int | None, *partitions: int) -> ReplicationQuota:
+    q = ReplicationQuota("follower")
+    q.mark_throttled(TOPIC, set(partitions))
+    q.set_bound(bound)
+    f.mgr.quota = q
+    return q
+
+
+def test_a_throttled_replica_out_of_sync_is_left_out_while_the_quota_is_exceeded(tmp_path):
+    """A new replica (not in the leader's ISR) of a follower-throttled partition: once its first
+    batch took the quota over its bound it is in no request, while the other partition goes on;
+    only its bytes count; once the bound is lifted it catches up. Breaks without the check in
+    the request building, or if an unthrottled partition's bytes count."""
+    size = len(batch(b"x" * 100))
+
+    async def scenario(f, ld):
+        ld.lead(0, isr=[LEADER])
+        ld.produce(0, *[b"a" * 100] * 5)
+        ld.produce(1, *[b"b" * 100] * 5)
+        ld.commit()
+        q = throttle(f, 1, 0)
+        f.follow(ld, 0, 0, 1)
+        await until(caught_up(f, ld, 1), "catch-up of the partition not throttled")
+        assert f.log(0).log_end_offset == 1 and q.is_exceeded(f.mgr.quota_now_ms())
+        assert q.rate.total == size                               # partition 0's one batch only
+        asked = [ld.fetched_partitions(i) for i in range(len(ld.fetches))]
+        assert asked[0] == {0, 1} and all(ps == {1} for ps in asked[1:]), asked
+        q.set_bound(None)
+        await until(caught_up(f, ld, 0), "catch-up once the quota is lifted")
+        assert q.rate.total == 5 * size
+
+    run(tmp_path, scenario, partitions=2, replica_fetch_max_bytes=size)
+
+
+def test_with_every_partition_held_back_the_fetcher_waits_the_backoff(tmp_path):
+    """Nothing left to fetch: Kafka's fetcher waits replica.fetch.backoff.ms, then looks again.
+    Breaks if it spins (a fetch per loop turn) or if it waits for a wake-up that never comes."""
+    size = len(batch(b"x" * 100))
+
+    async def scenario(f, ld):
+        ld.lead(0, isr=[LEADER])
+        ld.produce(0, *[b"a" * 100] * 3)
+        ld.commit()
+        q = throttle(f, 1, 0)
+        f.follow(ld, 0)
+        await until(lambda: f.log().log_end_offset == 1, "the first batch")
+        await asyncio.sleep(0.5)
+        assert len(ld.fetches) == 1 and q.held >= 2         # held back at every look, 100 ms apart
+        q.set_bound(None)
+        await until(caught_up(f, ld), "catch-up after a backoff")
+
+    run(tmp_path, scenario, replica_fetch_max_bytes=size, replica_fetch_backoff_ms=100)
+
+
+def test_a_replica_in_sync_is_never_held_back(tmp_path):
+    """A follower in the ISR holds the leader's HW back, so its lag to the HW is 0: in sync, it
+    fetches though its partition is throttled and the quota far exceeded. Breaks if the in-sync
+    check is left out."""
+    size = len(batch(b"x" * 100))
+
+    async def scenario(f, ld):
+        ld.lead(0)
+        ld.produce(0, *[b"a" * 100] * 6)
+        ld.commit()
+        q = throttle(f, 1, 0)
+        f.follow(ld, 0)
+        await until(caught_up(f, ld), "catch-up")
+        assert q.rate.total == 6 * size and q.held == 0                 # counted all the same
+
+    run(tmp_path, scenario, replica_fetch_max_bytes=size)
 
 
 # -- errors --------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
     kafka-reassign-partitions.sh --bootstrap-server B --generate --topics-to-move-json-file F --broker-list 1,2,3
     kafka-reassign-partitions.sh --bootstrap-server B --execute --reassignment-json-file F [--additional]
+        [--throttle N] [--replica-alter-log-dirs-throttle N]
     kafka-reassign-partitions.sh --bootstrap-server B --verify --reassignment-json-file F [--preserve-throttles]
     kafka-reassign-partitions.sh --bootstrap-server B --cancel --reassignment-json-file F
     kafka-reassign-partitions.sh --bootstrap-server B --list
@@ -10,13 +11,20 @@ The JSON files are Kafka's (``{"version":1,"partitions":[{"topic":"t","partition
 ``{"version":1,"topics":[{"topic":"t"}]}``) and so is the output, line for line. Requests go over
 :mod:`kesque.client.wire`: ListPartitionReassignments / AlterPartitionReassignments to any broker
 (which sends them on to the active controller), Metadata for the current replicas, DescribeCluster
-for the brokers, IncrementalAlterConfigs to clear the throttles as ``--verify`` and ``--cancel`` do.
-``log_dirs`` other than ``"any"`` move replicas between their brokers' log dirs: AlterReplicaLogDirs
-and DescribeLogDirs to each replica's broker, as Kafka's tool.
+for the brokers, IncrementalAlterConfigs to set the throttles as ``--execute --throttle`` does and to
+clear them as ``--verify`` and ``--cancel`` do. ``log_dirs`` other than ``"any"`` move replicas
+between their brokers' log dirs: AlterReplicaLogDirs and DescribeLogDirs to each replica's broker,
+as Kafka's tool.
 
-Not done: ``--throttle`` / ``--replica-alter-log-dirs-throttle`` (replication is not throttled);
-the tool says so and exits 1. ``--generate`` places replicas as Kafka's
-rack-unaware assignment (random start and shift), also when every broker has a rack.
+``--throttle N`` (KIP-73) sets, before the reassignment starts, ``leader.replication.throttled.replicas``
+of each topic moving to the current replicas of its moving partitions (``partition:broker``),
+``follower.replication.throttled.replicas`` to the replicas being added, and
+``leader/follower.replication.throttled.rate`` = N on every broker involved, counting the
+reassignments already in progress as Kafka's calculateProposedMoveMap does;
+``--replica-alter-log-dirs-throttle N`` sets ``replica.alter.log.dirs.io.max.bytes.per.second`` on
+the brokers of the ``log_dirs`` moves. Resubmitting with ``--additional`` changes them.
+``--generate`` places replicas as Kafka's rack-unaware assignment (random start and shift), also
+when every broker has a rack.
 """
 
 from __future__ import annotations
@@ -40,6 +48,10 @@ _ADMIN_PKG = "org.apache.kafka.tools."
 BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
                     "replica.alter.log.dirs.io.max.bytes.per.second")
 TOPIC_THROTTLES = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+LEADER_RATE, FOLLOWER_RATE, LOG_DIR_RATE = BROKER_THROTTLES
+LEADER_REPLICAS, FOLLOWER_REPLICAS = TOPIC_THROTTLES
+MUST_VERIFY = ("Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle "
+               "is removed.")
 EXISTING = ("Cannot execute because there is an existing partition assignment.  Use --additional to override "
             "this and create a new partition assignment in addition to the existing one. The --additional flag "
             "can also be used to change the throttle by resubmitting the current reassignment.")
@@ -432,13 +444,27 @@ class ReassignAdmin(QuorumAdmin):
 
     def delete_configs(self, resources: list[tuple[int, str, tuple[str, ...]]]) -> None:
         """IncrementalAlterConfigs DELETE of ``names`` on each (resource type, name, names)."""
+        self._alter_configs([(rtype, name, [(k, 1, None) for k in keys]) for rtype, name, keys in resources])
+
+    def set_configs(self, resources: list[tuple[int, str, dict[str, str]]]) -> None:
+        """IncrementalAlterConfigs SET of each (resource type, name, {key: value})."""
+        self._alter_configs([(rtype, name, [(k, 0, v) for k, v in values.items()])
+                             for rtype, name, values in resources])
+
+    def _alter_configs(self, resources: list[tuple[int, str, list[tuple[str, int, str | None]]]]) -> None:
+        """One IncrementalAlterConfigs of (resource type, name, [(key, operation, value)]);
+        the first resource refused raises its error, as ``all().get()``."""
         from ..client.wire import make
+
+        if not resources:
+            return
 
         def build(mod, v):
             return make(mod.request.IncrementalAlterConfigsRequest, validate_only=False, resources=tuple(
                 make(mod.request.AlterConfigsResource, resource_type=rtype, resource_name=name, configs=tuple(
-                    make(mod.request.AlterableConfig, name=k, config_operation=1, value=None) for k in keys))
-                for rtype, name, keys in resources))
+                    make(mod.request.AlterableConfig, name=k, config_operation=op, value=value)
+                    for k, op, value in ops))
+                for rtype, name, ops in resources))
 
         def once():
             resp = self._any(44, build)
@@ -524,11 +550,9 @@ def execute(admin: ReassignAdmin, a) -> None:
         raise _admin_failed("Partition replica lists may not contain duplicate entries: " + ". ".join(
             f"{tp_name(tp)} contains multiple entries for {','.join(str(x) for x in _hash_ordered(d))}"
             for tp, d in dup_replicas))
-    if a.throttle >= 0 or a.replica_alter_log_dirs_throttle >= 0:
-        raise TerseException("kesque does not throttle replication or moves between log directories: "
-                             "--throttle and --replica-alter-log-dirs-throttle are not supported")
     proposed = dict(parts)
-    if not a.additional and admin.list_reassignments():
+    ongoing = admin.list_reassignments()
+    if not a.additional and ongoing:
         raise TerseException(EXISTING)
     known = set(admin.broker_ids())
     unknown = next((b for r in proposed.values() for b in r if b not in known), None)
@@ -544,6 +568,14 @@ def execute(admin: ReassignAdmin, a) -> None:
     print("Current partition replica assignment\n\n"
           f"{reassignment_json(moving, admin.replica_log_dirs(moving))}\n\n"
           "Save this to use as the --reassignment-json-file option during rollback")
+    if a.throttle >= 0 or a.replica_alter_log_dirs_throttle >= 0:
+        print(MUST_VERIFY)
+        if a.throttle >= 0:
+            set_reassignment_throttle(admin, move_map(ongoing, proposed, current), a.throttle)
+        if a.replica_alter_log_dirs_throttle >= 0:
+            rate = str(a.replica_alter_log_dirs_throttle)
+            admin.set_configs([(4, str(b), {LOG_DIR_RATE: rate}) for b in sorted({b for _t, _p, b in dirs})])
+            print(f"The replica-alter-dir throttle limit was set to {rate} B/s")
     errors = admin.alter_reassignments(proposed, not a.disallow_replication_factor_change)
     if errors:
         raise TerseException("Error reassigning partition(s):\n" + "\n".join(
@@ -552,6 +584,42 @@ def execute(admin: ReassignAdmin, a) -> None:
           + ",".join(tp_name(tp) for tp in sorted(proposed)))
     if dirs:
         execute_moves(admin, dirs, a.timeout)
+
+
+def move_map(ongoing: dict, proposed: dict, current: dict) -> dict[str, dict[int, tuple[set, set]]]:
+    """Kafka's calculateProposedMoveMap: {topic: {partition: (sources, destinations)}} of the
+    reassignments in progress (sources: the replicas less those being added; destinations: those
+    being added) and of the proposed ones (sources: those of the partition's reassignment in
+    progress, else its current replicas; destinations: the proposed replicas less the sources)."""
+    moves: dict[str, dict[int, tuple[set, set]]] = {}
+    for (t, p), (replicas, adding, _removing) in ongoing.items():
+        moves.setdefault(t, {})[p] = (set(replicas) - set(adding), set(adding))
+    for (t, p), replicas in proposed.items():
+        parts = moves.setdefault(t, {})
+        sources = parts[p][0] if p in parts else set(current[(t, p)])
+        parts[p] = (sources, set(replicas) - sources)
+    return moves
+
+
+def throttled_replicas(moves: dict) -> tuple[dict[str, str], dict[str, str]]:
+    """calculateLeaderThrottles / calculateFollowerThrottles: per topic of ``moves``, its
+    ``partition:broker`` entries of the sources (leader) and of the destinations that are not
+    sources (follower), each list in Java's TreeSet<String> order."""
+    leader, follower = {}, {}
+    for topic, parts in moves.items():
+        leader[topic] = ",".join(sorted({f"{p}:{b}" for p, (src, _dst) in parts.items() for b in src}))
+        follower[topic] = ",".join(sorted({f"{p}:{b}" for p, (src, dst) in parts.items() for b in dst - src}))
+    return leader, follower
+
+
+def set_reassignment_throttle(admin: ReassignAdmin, moves: dict, rate: int) -> None:
+    """modifyReassignmentThrottle: the topics' throttled replica lists, then the rates of every
+    broker a move involves."""
+    leader, follower = throttled_replicas(moves)
+    admin.set_configs([(2, t, {LEADER_REPLICAS: leader[t], FOLLOWER_REPLICAS: follower[t]}) for t in moves])
+    brokers = sorted({b for parts in moves.values() for src, dst in parts.values() for b in src | dst})
+    admin.set_configs([(4, str(b), {LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)}) for b in brokers])
+    print(f"The inter-broker throttle limit was set to {rate} B/s")
 
 
 def _replica_order(r):

@@ -221,6 +221,15 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("controller.quota.window.num", "INT", 11, "samples of controller_mutation_rate quotas", at_least(1)),
     _K("controller.quota.window.size.seconds", "INT", 1, "time span of each controller mutation quota sample",
        at_least(1)),
+    # replication quotas (KIP-73): the rates leader/follower.replication.throttled.rate bound, and
+    # replica.alter.log.dirs.io.max.bytes.per.second's
+    _K("replication.quota.window.num", "INT", 11, "samples kept for replication quota rates", at_least(1)),
+    _K("replication.quota.window.size.seconds", "INT", 1, "time span of each replication quota sample",
+       at_least(1)),
+    _K("alter.log.dirs.replication.quota.window.num", "INT", 11,
+       "samples kept for the rate of copies between log dirs", at_least(1)),
+    _K("alter.log.dirs.replication.quota.window.size.seconds", "INT", 1,
+       "time span of each sample of the rate of copies between log dirs", at_least(1)),
     # transactions and idempotent producers
     _K("transaction.max.timeout.ms", "INT", 900000, "largest transaction.timeout.ms a producer may ask for",
        at_least(1)),
@@ -311,8 +320,21 @@ def is_dynamic(name: str) -> bool:
     return name in KAFKA_DYNAMIC_BROKER_KEYS or name in KAFKA_DYNAMIC_ONLY_BROKER_KEYS
 
 
+# Kafka's dynamic-only broker keys (QuotaConfig.brokerQuotaConfigs: set with AlterConfigs, never
+# in server.properties) and their validators
+DYNAMIC_ONLY_VALIDATORS = {
+    "leader.replication.throttled.rate": at_least(0),
+    "follower.replication.throttled.rate": at_least(0),
+    "replica.alter.log.dirs.io.max.bytes.per.second": at_least(0),
+}
+# the dynamic-only keys kesque acts on: all of them (kesque/replication/quota.py)
+DYNAMIC_ONLY_WITH_EFFECT = frozenset(DYNAMIC_ONLY_VALIDATORS)
+
+
 def has_effect(name: str) -> bool:
     """A dynamic change of this key changes what kesque does (without a restart)."""
+    if name in DYNAMIC_ONLY_WITH_EFFECT:
+        return True
     key = BROKER_CONFIGS.get(name)
     return key is not None and key.dynamic and name not in DYNAMIC_WITHOUT_EFFECT
 
@@ -630,7 +652,11 @@ class BrokerConfig:
                 self._check_listener_change(name, parsed)
             return parsed
         if is_dynamic(base):
-            return PARSERS[key_type(base)](base, value)
+            parsed = PARSERS[key_type(base)](base, value)
+            check = DYNAMIC_ONLY_VALIDATORS.get(base)
+            if check is not None:
+                check(base, parsed)
+            return parsed
         return value  # a custom config: Kafka keeps it as given
 
     def _check_listener_change(self, name: str, value: list[str]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .types import LONG_MAX, ConfigError, ConfigKey, at_least, between, one_of
+from .types import LONG_MAX, ConfigError, ConfigKey, at_least, between, one_of, throttled_replica_list
 
 _K = ConfigKey
 
@@ -22,9 +22,11 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in [
     _K("file.delete.delay.ms", "LONG", 60000, "", at_least(0), ("log.segment.delete.delay.ms",)),
     _K("flush.messages", "LONG", LONG_MAX, "", at_least(1), ("log.flush.interval.messages",)),
     _K("flush.ms", "LONG", LONG_MAX, "", at_least(0), ("log.flush.interval.ms",)),
-    _K("follower.replication.throttled.replicas", "LIST", [], ""),
+    _K("follower.replication.throttled.replicas", "LIST", [], "", throttled_replica_list,
+       parse_as="LIST_KEEPING_EMPTY"),
     _K("index.interval.bytes", "INT", 4096, "", at_least(0), ("log.index.interval.bytes",)),
-    _K("leader.replication.throttled.replicas", "LIST", [], ""),
+    _K("leader.replication.throttled.replicas", "LIST", [], "", throttled_replica_list,
+       parse_as="LIST_KEEPING_EMPTY"),
     _K("local.retention.bytes", "LONG", -2, "", at_least(-2), ("log.local.retention.bytes",)),
     _K("local.retention.ms", "LONG", -2, "", at_least(-2), ("log.local.retention.ms",)),
     _K("max.compaction.lag.ms", "LONG", LONG_MAX, "", at_least(1), ("log.cleaner.max.compaction.lag.ms",)),

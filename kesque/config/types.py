@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable
@@ -56,6 +57,19 @@ def _parse_list(name: str, v: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()] if s else []
 
 
+_COMMA_WITH_WHITESPACE = re.compile(r"\s*,\s*")
+
+
+def _parse_list_keeping_empty(name: str, v: str) -> list[str]:
+    """Kafka's own LIST parse (ConfigDef.parseType): the trimmed value split at commas and the
+    whitespace around them, empty elements kept (``"0:1,,x"`` is three elements). Keys whose
+    validator reports the list as Kafka prints it use this."""
+    if isinstance(v, list):
+        return v
+    s = str(v).strip()
+    return _COMMA_WITH_WHITESPACE.split(s) if s else []
+
+
 def _parse_str(name: str, v: str) -> str:
     return str(v).strip()
 
@@ -70,6 +84,7 @@ PARSERS: dict[str, Callable[[str, str], Any]] = {
     "LONG": _parse_int(64),
     "DOUBLE": _parse_double,
     "LIST": _parse_list,
+    "LIST_KEEPING_EMPTY": _parse_list_keeping_empty,
 }
 
 # DescribeConfigs config_type codes (KIP-569)
@@ -99,6 +114,20 @@ def one_of(*options, case_insensitive=False):
             if not ok:
                 raise ConfigError(name, f"Invalid value {item} for configuration {name}: String must be one of: {', '.join(options)}")
     return check
+
+
+_REPLICA = re.compile(r"([0-9]+:[0-9]+)?")
+
+
+def throttled_replica_list(name, v):
+    """Kafka's ThrottledReplicaListValidator (``*.replication.throttled.replicas``): the
+    literal ``*`` or ``partition:broker`` entries (empty entries allowed)."""
+    proposed = [str(item).strip() for item in v]
+    if all(_REPLICA.fullmatch(s) for s in proposed) or "".join(proposed) == "*":
+        return
+    raise ConfigError(name, f"Invalid value [{', '.join(map(str, v))}] for configuration {name}: {name} must be "
+                            "the literal '*' or a list of replicas in the following format: "
+                            "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
 
 
 def non_empty_list(name, v):

@@ -20,6 +20,12 @@ asyncio task per moving partition:
    (:meth:`LogManager.replace_current_with_future`), so nothing is appended in between, and the
    partition reads and appends the new log from then on.
 
+The copies are bounded by ``replica.alter.log.dirs.io.max.bytes.per.second`` (the broker's
+alter-log-dirs replication quota, :mod:`kesque.replication.quota`): while the bytes copied
+exceed it, no chunk is copied and the move waits ``replica.fetch.backoff.ms`` before it looks
+again (Kafka's ReplicaAlterLogDirsThread builds no fetch while its quota is exceeded); every
+chunk copied counts in it. The swap is never held back: it copies nothing.
+
 A restart loads a future log and its move goes on from where the copy ended. Cleaning of
 the current log goes on meanwhile: its result is dropped if the log was replaced first.
 """
@@ -36,12 +42,16 @@ log = logging.getLogger(__name__)
 
 
 class LogDirMover:
-    def __init__(self, log_manager, replica_manager, chunk_bytes: int, spawn, crash_hook=None):
+    def __init__(self, log_manager, replica_manager, chunk_bytes: int, spawn, crash_hook=None, quota=None,
+                 backoff_ms: int = 1000):
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.chunk_bytes = max(chunk_bytes, 1)
         self.spawn = spawn
         self.crash_hook = crash_hook  # tests: called with the step name at each crash point
+        # the alter-log-dirs replication quota (is_exceeded, record, held: a ReplicationQuota)
+        self.quota = quota
+        self.backoff_s = backoff_ms / 1000
         self.tasks: dict[tuple[str, int], asyncio.Task] = {}
         self.moved = 0  # moves completed (tests, metrics)
 
@@ -101,7 +111,8 @@ class LogDirMover:
     # ------------------------------------------------------------------ the copy
     def step(self, topic: str, partition: int) -> str:
         """Copy one chunk, or swap once caught up. Returns "copied", "swapped", "waiting" (the
-        replica is not hosted here yet) or "dropped" (its future log went away)."""
+        replica is not hosted here yet), "held" (the quota is exceeded: nothing copied) or
+        "dropped" (its future log went away)."""
         lm = self.log_manager
         tp = (topic, partition)
         future = lm.future_logs.get(tp)
@@ -118,6 +129,11 @@ class LogDirMover:
             part.replace_log(lm.get_log(topic, partition))
             self.moved += 1
             return "swapped"
+        quota = self.quota
+        now_ms = int(lm.clock.monotonic() * 1000)
+        if quota is not None and quota.is_exceeded(now_ms):
+            quota.held += 1
+            return "held"
         chunk = bytearray()
         for h, data in current.read_batches(future.log_end_offset, end, self.chunk_bytes):
             chunk += data  # whole batches from the copy's end (a compacted gap is skipped over)
@@ -126,6 +142,8 @@ class LogDirMover:
         if not chunk:
             raise RuntimeError(f"nothing to copy at offset {future.log_end_offset} below the log end {end}")
         future.append_raw(chunk, lm.clock.now_ms())
+        if quota is not None:
+            quota.record(len(chunk), now_ms)
         return "copied"
 
     @staticmethod
@@ -154,7 +172,7 @@ class LogDirMover:
                 state = self.step(topic, partition)
                 if state in ("swapped", "dropped"):
                     return
-                await asyncio.sleep(0.5 if state == "waiting" else 0)
+                await asyncio.sleep(0.5 if state == "waiting" else self.backoff_s if state == "held" else 0)
         except asyncio.CancelledError:
             raise
         except Exception:

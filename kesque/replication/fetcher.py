@@ -17,6 +17,11 @@ per batch header, never per record. The request is encoded and the answer decode
 of the answer's frame, which the channel read into a buffer of its own, so the leader's bytes
 reach the segment file without a copy in Python.
 
+- Replication quota (KIP-73, :mod:`kesque.replication.quota`): a FETCHING partition is left out
+  of the request while its replica is not in sync (``FollowerFetch.in_sync``), it is
+  follower-throttled on this broker and the follower quota is exceeded; when that leaves nothing
+  to send, the fetcher waits ``replica.fetch.backoff.ms`` (or until partitions change). The bytes
+  received for follower-throttled partitions are counted in the quota.
 - BACKOFF: the partition is not sent again for ``replica.fetch.backoff.ms``.
 - WAIT_FOR_METADATA (FENCED_LEADER_EPOCH): not sent again until ``add_partitions`` names it.
 - OUT_OF_RANGE: ListOffsets to the leader (EARLIEST and LATEST, as a replica: the leader answers
@@ -135,14 +140,22 @@ class _Fetcher:
             if e.fetch.state == OUT_OF_RANGE and e.ready_at <= now:
                 await self.handle_out_of_range(key, e)
         now = asyncio.get_running_loop().time()
+        quota = self.mgr.quota
+        throttling = quota is not None and bool(quota.throttled)
+        now_ms = self.mgr.quota_now_ms() if throttling else 0
         ready = []
+        held = False
         for e in self.entries.values():
             if e.fetch.state == BACKOFF and e.ready_at <= now:
                 e.fetch.state = FETCHING
             if e.fetch.state in _SENDABLE:
+                if throttling and e.fetch.state == FETCHING and quota.should_throttle(
+                        e.part.topic, e.part.partition, e.fetch.in_sync, now_ms):
+                    held = True             # Kafka's shouldFollowerThrottle: not in this request
+                    continue
                 ready.append(e)
         if not ready:
-            await self.sleep(now)
+            await self.sleep(now, self.backoff_s if held else None)
             return
         try:
             resp = await self.channel.send(self.leader, FETCH_KEY, FETCH_VERSION, self.fetch_request(ready),
@@ -158,9 +171,12 @@ class _Fetcher:
             log.info("%s: fetching from broker %d again", self.name, self.leader)
         self.process(ready, resp)
 
-    async def sleep(self, now: float) -> None:
-        """Until add_partitions wakes the fetcher, or the first backed-off partition is due."""
+    async def sleep(self, now: float, at_most: float | None = None) -> None:
+        """Until add_partitions wakes the fetcher, the first backed-off partition is due, or
+        ``at_most`` seconds passed."""
         due = [e.ready_at for e in self.entries.values() if e.fetch.state in (BACKOFF, OUT_OF_RANGE)]
+        if at_most is not None:
+            due.append(now + at_most)
         timeout = min(due) - now if due else None
         if timeout is not None and timeout <= 0:
             await asyncio.sleep(0)              # wait_for(..., 0) would not yield to the loop
@@ -247,6 +263,10 @@ class _Fetcher:
         if lg.log_end_offset < before[0]:
             log.info("%s: truncated %s to offset %d (diverging epoch %s from the leader)", self.name, e.part.tp,
                      lg.log_end_offset, resp.diverging_epoch)
+        elif lg.log_end_offset > before[0] and self.mgr.quota is not None:
+            # as Kafka's processPartitionData: what came for a throttled partition, in sync or not
+            self.mgr.quota.record_if_throttled(e.part.topic, e.part.partition, len(p.records),
+                                               self.mgr.quota_now_ms())
         self.progress(e, before)
         return bool(resp.records)
 
@@ -318,9 +338,11 @@ class _Fetcher:
 class ReplicaFetcherManager:
     """The fetchers of one broker. ``resolve(broker_id) -> (host, port) | None`` is a broker's
     inter-broker listener; ``broker_epoch()`` this broker's epoch; ``on_progress(part)`` is called
-    on the loop after an answer appended to, truncated, or moved the HW or log start of ``part``."""
+    on the loop after an answer appended to, truncated, or moved the HW or log start of ``part``;
+    ``quota`` the follower replication quota (``throttled``, ``should_throttle``,
+    ``record_if_throttled``: :class:`~kesque.replication.quota.ReplicationQuota`), None for none."""
 
-    def __init__(self, node_id: int, config, clock, resolve, broker_epoch, on_progress, loop=None):
+    def __init__(self, node_id: int, config, clock, resolve, broker_epoch, on_progress, loop=None, quota=None):
         self.node_id = node_id
         self.config = config
         self.clock = clock
@@ -328,8 +350,13 @@ class ReplicaFetcherManager:
         self.broker_epoch = broker_epoch
         self.on_progress = on_progress
         self.loop = loop
+        self.quota = quota
         self.fetchers: dict[tuple[int, int], _Fetcher] = {}
         self.where: dict[tuple[str, int], _Fetcher] = {}
+
+    def quota_now_ms(self) -> int:
+        """The time the replication quota measures in (monotonic, as the leader's)."""
+        return int(self.clock.monotonic() * 1000)
 
     def add_partitions(self, parts: dict) -> None:
         """``{part: (leader_id, leader_epoch)}``: (re)start each from its log end, following

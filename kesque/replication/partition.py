@@ -233,11 +233,12 @@ class Partition:
     # ------------------------------------------------------------------ followers
     def read_for_follower(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
                           current_leader_epoch: int, follower_log_start: int, broker_epoch: int, max_bytes: int,
-                          min_one_message: bool) -> tuple[FollowerFetchCheck, FetchData | None]:
+                          min_one_message: bool, held: bool = False) -> tuple[FollowerFetchCheck, FetchData | None]:
         """A follower's Fetch of this partition: the checks and fetch-state update of
         LeaderReplication (an ISR expansion goes to the controller), then the records from
-        ``fetch_offset`` up to the log end. The check carries the HW and log start as they were
-        before this fetch moved them, as Kafka answers."""
+        ``fetch_offset`` up to the log end, or none when ``held`` back by the leader's
+        replication quota. The check carries the HW and log start as they were before this
+        fetch moved them, as Kafka answers."""
         now = self._settings()
         hw = self.log.high_watermark
         check = self.repl.on_follower_fetch(replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch,
@@ -247,6 +248,8 @@ class Partition:
         self._after_hw(hw)
         if check.error_code or check.diverging_epoch is not None:
             return check, None
+        if held:
+            return check, FetchData()
         return check, self.log.read(fetch_offset, max_bytes, self.log.log_end_offset, min_one_message)
 
     def maybe_shrink_isr(self) -> None:

@@ -4,8 +4,9 @@ watch lists that delayed operations (long-poll fetch, acks=all produce) wait on.
 It follows the metadata image: ``apply_delta`` creates logs and partitions for the replicas
 assigned to this broker, makes them leaders or followers (a follower's partition goes to the
 replica fetchers, a leader's leaves them), drops deleted topics and replicas moved elsewhere, and
-pushes config changes into the logs. It is the partitions' :class:`ReplicaEnv`: their ISR
-changes go to the AlterPartition manager, and a moved high watermark wakes what waits on it.
+pushes config changes into the logs and the replication quotas (``quotas``,
+:mod:`kesque.replication.quota`). It is the partitions' :class:`ReplicaEnv`: their ISR changes
+go to the AlterPartition manager, and a moved high watermark wakes what waits on it.
 Waiting itself is in :mod:`kesque.replication.delayed`, on the watch lists kept here: ``hw``
 (consumer fetches, acks=all produces: told the bytes a HW move made visible) and ``replica``
 (follower fetches: told the bytes a leader append added).
@@ -23,6 +24,7 @@ from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
 from ..storage.log_manager import LogManager
 from .partition import Partition, ReplicaEnv, not_leader
+from .quota import ReplicationQuotas
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,10 @@ class ReplicaManager(ReplicaEnv):
         self.by_id: dict[tuple[uuid.UUID, int], Partition] = {}
         self._watchers: dict[str, dict[tuple[str, int], set]] = {"hw": defaultdict(set), "replica": defaultdict(set)}
         self.local_broker_epoch = -1
+        # the replication quotas (KIP-73), kept up to date from the broker's and the topics'
+        # configs here; the leader's is checked in the Fetch handler, the follower's by the
+        # replica fetchers, the alter-log-dirs one by the copies between log dirs
+        self.quotas = ReplicationQuotas.from_config(config)
         # set by the server in a cluster: the replica fetchers (ReplicaFetcherManager) and the
         # AlterPartition sender (a callable (partition, proposal))
         self.fetchers = None
@@ -108,6 +114,7 @@ class ReplicaManager(ReplicaEnv):
                 if part is not None:
                     self._drop(part)
                 self.log_manager.delete_log(t.name, p)
+            self.quotas.remove_topic(t.name)
         for rtype, rname in delta.changed_configs:
             if rtype == RESOURCE_BROKER and rname in ("", str(self.node_id)):
                 layer_broker = rname != ""
@@ -121,7 +128,9 @@ class ReplicaManager(ReplicaEnv):
                         log.warning("Ignoring invalid dynamic broker config %s=%s: %s", k, v, e)
                 for (topic, _p), part in self.partitions.items():
                     part.log.config = self.log_config_for(topic)
+                self.quotas.update_rates(self.config.get)
             elif rtype == RESOURCE_TOPIC:
+                self.quotas.update_topic(rname, self.image.topic_configs(rname))
                 cfg = self.log_config_for(rname)
                 for (topic, _p), part in self.partitions.items():
                     if topic == rname:

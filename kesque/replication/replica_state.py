@@ -76,6 +76,10 @@ replica fetcher, rebuilt whenever the leader or the leader epoch changes):
   needs the leader's log start and end (ListOffsets), given to ``on_out_of_range``.
 - ``on_offsets_for_leader_epoch(epoch, end_offset, log)``: the same truncation for a follower
   that asks OffsetForLeaderEpoch (a leader that does not send diverging epochs).
+- ``lag`` / ``in_sync``: Kafka's PartitionFetchState lag, the leader's HW less the fetch
+  offset after an answer that brought records (or the first answer, or ListOffsets after
+  OFFSET_OUT_OF_RANGE); None (not in sync) in a fresh state. Replication quotas never hold back
+  a partition in sync (:mod:`kesque.replication.quota`).
 
 ``FollowerFetch.truncate_to_high_watermark`` is a test-only switch restoring the pre-KIP-101
 rule (truncate to the HW on becoming a follower, fetch without an epoch): the simulator's
@@ -500,6 +504,15 @@ class FollowerFetch:
             self.last_fetched_epoch = log.latest_epoch()
         self.fetch_offset = log.log_end_offset
         self.state = FETCHING
+        # Kafka's PartitionFetchState.lag: the leader's HW less the fetch offset, learned from an
+        # answer with records (or the first answer), None until then; in sync once it is 0
+        self.lag: int | None = None
+
+    @property
+    def in_sync(self) -> bool:
+        """Kafka's isReplicaInSync, the follower's own view (replication quotas never hold
+        back a replica in sync)."""
+        return self.lag is not None and self.lag <= 0
 
     def request(self, log: ReplicaLog) -> FetchPartition:
         epoch = UNDEFINED if self.truncate_to_high_watermark else self.last_fetched_epoch
@@ -520,12 +533,16 @@ class FollowerFetch:
         elif resp.diverging_epoch is not None:
             self.truncate_to_epoch_end(*resp.diverging_epoch, log)
         else:
+            appended = False
             if resp.records and self._answers_this_fetch(resp) and self.fetch_offset == log.log_end_offset:
                 append(resp.records)
                 self.last_fetched_epoch = resp.last_epoch
+                appended = True
             elif resp.records:
                 return self.state        # a stale answer (a fetch from before a truncation)
             self.fetch_offset = log.log_end_offset
+            if appended or self.lag is None:
+                self.lag = max(0, resp.high_watermark - self.fetch_offset)
             log.update_high_watermark(min(resp.high_watermark, log.log_end_offset))
             if log.log_start_offset < resp.log_start_offset <= log.high_watermark:
                 log.maybe_increment_log_start_offset(resp.log_start_offset)
@@ -568,5 +585,6 @@ class FollowerFetch:
         elif leader_start > leo:
             log.truncate_fully_and_start_at(leader_start)
         self.fetch_offset = log.log_end_offset
+        self.lag = max(0, leader_end - self.fetch_offset)
         self.last_fetched_epoch = log.latest_epoch()
         self.state = FETCHING

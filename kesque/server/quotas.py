@@ -205,6 +205,20 @@ class Rate:
         return max((s[2] for s in self.samples), default=0)
 
 
+class SimpleRate(Rate):
+    """Kafka's SimpleRate (the replication quotas' rate): the window is the time since the
+    oldest live sample began, but at least one sample window (no padding to ``num - 1``)."""
+
+    __slots__ = ()
+
+    def window_size(self, now_ms: int) -> int:
+        if not self.samples:
+            self.samples.append([0.0, now_ms, now_ms, 0])
+            self._refresh()
+        self._purge(now_ms)
+        return max(now_ms - self.oldest_start, self.window_ms)
+
+
 class Sensor:
     """One measured rate (a set of metric tags) and its throttle statistics.
 

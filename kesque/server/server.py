@@ -164,7 +164,9 @@ class KesqueServer:
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, self.clock)
         # AlterReplicaLogDirs: copies run as tasks of this server (spawn is bound at call time)
         self.log_dir_mover = LogDirMover(self.log_manager, self.replica_manager, cfg.get("replica.fetch.max.bytes"),
-                                         lambda coro: self.spawn(coro))
+                                         lambda coro: self.spawn(coro),
+                                         quota=self.replica_manager.quotas.alter_log_dirs,
+                                         backoff_ms=cfg.get("replica.fetch.backoff.ms"))
         from ..coordinator.group.runtime import GroupCoordinator
         from ..coordinator.runtime import CoordinatorHost
         host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image,
@@ -278,7 +280,8 @@ class KesqueServer:
 
         # on_progress: nothing to wake on a follower (consumers fetch from leaders only: no KIP-392)
         rm.fetchers = ReplicaFetcherManager(self.node_id, self.config, self.clock, resolve,
-                                            lambda: self.broker_epoch, lambda _part: None, loop=self.loop)
+                                            lambda: self.broker_epoch, lambda _part: None, loop=self.loop,
+                                            quota=rm.quotas.follower)
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
 
@@ -770,6 +773,8 @@ class KesqueServer:
     def _report_quotas(self) -> None:
         for line in self.quotas.report(self._now_ms()):
             log.info("Client quota %s", line)
+        for line in self.replica_manager.quotas.report(self.replica_manager.now_ms()):
+            log.info("Replication quota: %s", line)
 
     @staticmethod
     def _frame(header, result) -> list:

@@ -9,7 +9,11 @@ passes: a consumer for bytes below the high watermark, a follower for bytes the 
 A follower's Fetch (a replica id >= 0) is served by :meth:`FetchApis._replica_fetch`: each
 partition is checked and its follower's position recorded by the leader's Partition
 (``read_for_follower``: epochs, diverging epoch, ISR expansion, high watermark), then read up to
-the log end. It has no session and is never throttled or filtered by isolation.
+the log end. It has no session and is never throttled by client quotas or filtered by isolation.
+The leader's replication quota (KIP-73, :mod:`kesque.replication.quota`) answers a partition
+with no records while the follower is not in its ISR, the partition is leader-throttled here and
+the quota is exceeded; the records sent for leader-throttled partitions are counted in it, and
+a waiting fetch does not count the bytes appended to a partition held back.
 """
 
 from __future__ import annotations
@@ -205,24 +209,35 @@ class FetchApis:
             for fp in ft.partitions:
                 items.append((key, name, fp))
         max_bytes = min(req.max_bytes, self.server.config.get("replica.fetch.response.max.bytes"))
-        out, total, must_answer = self._read_for_followers(items, replica_id, broker_epoch, max_bytes)
+        out, total, must_answer, throttled = self._read_for_followers(items, replica_id, broker_epoch, max_bytes)
         max_wait = to_ms(req.max_wait)
         if max_wait <= 0 or total >= req.min_bytes or must_answer or not items:
-            return self._follower_response(v, out)
+            return self._follower_response(v, out, throttled)
         return self._replica_delayed(v, items, replica_id, broker_epoch, max_bytes, req.min_bytes - total, max_wait)
 
     async def _replica_delayed(self, v, items, replica_id, broker_epoch, max_bytes, needed, max_wait_ms):
+        rm = self.server.replica_manager
         tps = {(name, fp.partition) for _key, name, fp in items if name is not None}
-        await wait_for_bytes(self.server.replica_manager, tps, needed, max_wait_ms, replica=True)
-        out, _total, _must = self._read_for_followers(items, replica_id, broker_epoch, max_bytes)
-        return self._follower_response(v, out)
+        quota = rm.quotas.leader
+        held = None
+        if quota.throttled:     # as Kafka's DelayedFetch: the bytes of a partition held back do not count
+            def held(tp) -> bool:
+                part = rm.partitions.get(tp)
+                return part is not None and quota.holds(tp[0], tp[1], replica_id in part.isr, rm.now_ms())
+        await wait_for_bytes(rm, tps, needed, max_wait_ms, replica=True, skip=held)
+        out, _total, _must, throttled = self._read_for_followers(items, replica_id, broker_epoch, max_bytes)
+        return self._follower_response(v, out, throttled)
 
     def _read_for_followers(self, items, replica_id: int, broker_epoch: int, max_bytes: int):
         """Per partition (topic key, FetchPartitionResponse); the bytes read; whether to answer
-        at once (an error or a diverging epoch)."""
+        at once (an error or a diverging epoch); the bytes of leader-throttled partitions."""
         rm = self.server.replica_manager
+        quota = rm.quotas.leader
+        throttling = bool(quota.throttled)
+        now_ms = rm.now_ms() if throttling else 0
         out = []
         total = 0
+        throttled = 0
         must = False
         min_one = True
         for key, name, fp in items:
@@ -231,9 +246,11 @@ class FetchApis:
                 if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, "unknown topic id")
                 part = rm.get_partition(name, fp.partition)
+                held = throttling and quota.should_throttle(name, fp.partition, replica_id in part.isr, now_ms)
                 check, data = part.read_for_follower(
                     replica_id, fp.fetch_offset, getattr(fp, "last_fetched_epoch", -1), fp.current_leader_epoch,
-                    fp.log_start_offset, broker_epoch, min(fp.partition_max_bytes, max(max_bytes - total, 0)), min_one)
+                    fp.log_start_offset, broker_epoch, min(fp.partition_max_bytes, max(max_bytes - total, 0)), min_one,
+                    held)
             except KafkaError as e:
                 pr = FetchPartitionResponse(fp.partition, int(e.code), -1, -1, -1, [], 0)
                 must = True
@@ -252,11 +269,17 @@ class FetchApis:
                     if data.size:
                         min_one = False
                         total += data.size
+                        if throttling and quota.is_throttled(name, fp.partition):
+                            throttled += data.size
             out.append((key, pr))
-        return out, total, must
+        return out, total, must, throttled
 
-    @staticmethod
-    def _follower_response(v, out):
+    def _follower_response(self, v, out, throttled: int):
+        """The answer; the records of leader-throttled partitions count in the leader's
+        replication quota, in sync or not (Kafka counts them as the response is sent)."""
+        if throttled:
+            rm = self.server.replica_manager
+            rm.quotas.leader.record(throttled, rm.now_ms())
         by_topic: dict = {}
         for key, pr in out:
             by_topic.setdefault(key, []).append(pr)
