@@ -60,8 +60,10 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-pagecache-", dir=args.data_dir) as d:
         a, b = os.path.join(d, "a"), os.path.join(d, "b")
-        write(a, args.mb, True)
-        os.fsync(fd := os.open(a, os.O_RDONLY)) or os.close(fd)
+        write(a, args.mb, True)                   # in the page cache (clean), for the overwrite
+        fd = os.open(a, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
         rows.append(("overwrite", *write(a, args.mb, False)))
         os.unlink(a)
         rows.append(("new, just freed", *write(b, args.mb, True)))

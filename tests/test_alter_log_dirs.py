@@ -299,6 +299,24 @@ def tool(*args) -> "subprocess.CompletedProcess":
                           text=True, timeout=120)
 
 
+def _move_plan(bs: str, dirs, tmp_path, topic: str, records: int, producer: dict | None = None):
+    """``records`` x 100 bytes in a new 1-partition topic, and a reassignment plan moving its
+    replica on broker 1 to the other log dir: (its dir, the other dir, the plan's path)."""
+    import json
+
+    create(bs, topic)
+    p = Producer({"bootstrap.servers": bs, **(producer or {})})
+    for _ in range(records):
+        p.produce(topic, b"v" * 100)
+    p.flush(30)
+    (src,) = {d for (t, _p, fut), (d, _s, _l) in describe(bs).items() if t == topic and not fut}
+    dest = next(d for d in dirs if d != src)
+    spec = tmp_path / "plan.json"
+    spec.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [1], "log_dirs": [dest]}]}))
+    return src, dest, spec
+
+
 def test_reassign_partitions_moves_a_replica_between_log_dirs(two_dir_broker, tmp_path):
     """kafka-reassign-partitions.sh's log_dirs, with kesque's tool and with Kafka 4.4's (when
     it is here) against the same broker: --execute starts the move, --verify reports it, as
@@ -309,16 +327,7 @@ def test_reassign_partitions_moves_a_replica_between_log_dirs(two_dir_broker, tm
 
     b, dirs = two_dir_broker
     bs = b.bootstrap_servers
-    create(bs, "tooled")
-    p = Producer({"bootstrap.servers": bs})
-    for i in range(2000):
-        p.produce("tooled", b"v" * 100)
-    p.flush(30)
-    (src,) = {d for (t, _p, fut), (d, _s, _l) in describe(bs).items() if t == "tooled" and not fut}
-    dest = next(d for d in dirs if d != src)
-    spec = tmp_path / "plan.json"
-    spec.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": "tooled", "partition": 0, "replicas": [1], "log_dirs": [dest]}]}))
+    src, dest, spec = _move_plan(bs, dirs, tmp_path, "tooled", 2000)
     r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", str(spec))
     assert r.returncode == 0, r.stderr
     assert r.stdout.endswith("Successfully started partition reassignment for tooled-0\n"
@@ -351,20 +360,10 @@ def test_reassign_partitions_replica_alter_log_dirs_throttle_holds_the_copy(two_
     """``--replica-alter-log-dirs-throttle``: the tool sets the rate on the broker of the move
     (Kafka's lines), the copy stops after its first chunk, resubmitting a higher rate with
     --additional lets it finish and --verify clears the rate."""
-    import json
-
     b, dirs = two_dir_broker
     bs = b.bootstrap_servers
-    create(bs, "paced")
-    p = Producer({"bootstrap.servers": bs, "batch.size": 2000})       # many batches: the copy takes whole ones
-    for _ in range(3000):
-        p.produce("paced", b"v" * 100)
-    p.flush(30)
-    (src,) = {d for (t, _p, fut), (d, _s, _l) in describe(bs).items() if t == "paced" and not fut}
-    dest = next(d for d in dirs if d != src)
-    spec = tmp_path / "plan.json"
-    spec.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": "paced", "partition": 0, "replicas": [1], "log_dirs": [dest]}]}))
+    src, dest, spec = _move_plan(bs, dirs, tmp_path, "paced", 3000,
+                                 {"batch.size": 2000})     # many batches: the copy takes whole ones
     r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", str(spec),
              "--replica-alter-log-dirs-throttle", "1000")
     assert r.returncode == 0, r.stdout + r.stderr
