@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -33,11 +32,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 CASES = {"rf1": (1, 1), "rf3all": (3, "all"), "rf3one": (3, 1)}
-
-
-def client_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 @contextlib.contextmanager
@@ -97,6 +91,7 @@ def main() -> None:
     import figures as F
     import profiling
     import replication as R
+    from run import proc_cpu_times, self_cpu_seconds
 
     cases = args.cases.split(",")
     values = F.value_pool(F.KIB)
@@ -125,11 +120,11 @@ def main() -> None:
                         perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-q", "-o", os.path.join(
                             args.profile, f"{name}-{case}-p{i}.perf"), "-p", ",".join(str(nodes.pid(n)) for n in nodes.ids)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    per0 = {n: _cpu(nodes.pid(n)) for n in nodes.ids}
-                    c0 = client_cpu()
+                    per0 = {n: proc_cpu_times(nodes.pid(n)) for n in nodes.ids}
+                    c0 = self_cpu_seconds()
                     r = F.produce_confluent(nodes.bootstrap(), topic, args.records, acks=acks, values=values)
-                    c1 = client_cpu()
-                    per1 = {n: _cpu(nodes.pid(n)) for n in nodes.ids}
+                    c1 = self_cpu_seconds()
+                    per1 = {n: proc_cpu_times(nodes.pid(n)) for n in nodes.ids}
                     per = {n: sum(per1[n]) - sum(per0[n]) for n in nodes.ids}
                     sys_s = sum(per1[n][1] - per0[n][1] for n in nodes.ids)
                     user_s = sum(per1[n][0] - per0[n][0] for n in nodes.ids)
@@ -170,17 +165,6 @@ def main() -> None:
         if "rf1" in med and "rf3all" in med:
             print(f"{'':>6}  rf3all/rf1: throughput {med['rf3all'][0] / med['rf1'][0]:.0%}, "
                   f"CPU per MB {med['rf3all'][1] / med['rf1'][1]:.2f}x (user {med['rf3all'][2] / med['rf1'][2]:.2f}x)")
-
-
-def _cpu(pid) -> tuple[float, float]:
-    """(utime, stime) seconds of a process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        tck = os.sysconf("SC_CLK_TCK")
-        return int(fields[11]) / tck, int(fields[12]) / tck
-    except (OSError, IndexError, ValueError):
-        return float("nan"), float("nan")
 
 
 if __name__ == "__main__":

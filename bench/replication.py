@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import os
 import re
-import resource
 import shutil
 import threading
 import time
@@ -172,25 +171,12 @@ def cpu_seconds(nodes: C.Nodes) -> float:
     return sum(cpu_split(nodes))
 
 
-def self_cpu_seconds() -> float:
-    """This process's CPU seconds so far (the client: confluent-kafka's threads run in it)."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def cpu_split(nodes: C.Nodes) -> tuple[float, float]:
     """(user, system) CPU seconds of the live nodes' processes so far."""
-    tck = os.sysconf("SC_CLK_TCK")
-    user = system = 0.0
-    for pid in map(nodes.pid, nodes.ids):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            user += int(fields[11]) / tck
-            system += int(fields[12]) / tck
-        except (OSError, IndexError, ValueError, TypeError):
-            pass
-    return user, system
+    from run import proc_cpu_times
+
+    times = [proc_cpu_times(pid) for pid in map(nodes.pid, nodes.ids) if pid is not None]
+    return sum(u for u, _s in times), sum(s for _u, s in times)
 
 
 def kernel_ceiling(out: dict) -> dict:
@@ -203,10 +189,7 @@ def kernel_ceiling(out: dict) -> dict:
     def floor(r):
         return r["kernel_ms_per_mb"] + r["client_ms_per_mb"]
 
-    def best(key):
-        return max(out[key]["passes"], key=lambda r: r["mb_s"])
-
-    b1, b3 = best("rf1"), best("rf3")
+    b1, b3 = out["rf1"]["best"], out["rf3"]["best"]
     return {"ratio": floor(b1) / floor(b3) if floor(b3) else float("nan"),
             "ms_per_mb": {"rf1": floor(b1), "rf3": floor(b3)}, "busy": {"rf1": b1["busy"], "rf3": b3["busy"]},
             "passes": [(r3["mb_s"] / r1["mb_s"], floor(r1) / floor(r3) if floor(r3) else float("nan"))
@@ -219,13 +202,15 @@ CASES = (("rf1", 1, 1), ("rf3", 3, "all"))
 
 def throughput(nodes: C.Nodes, client: Client, records: int, partitions: int, passes: int, log=print) -> dict:
     """Best of ``passes`` interleaved passes of RF 1 acks=1 and RF 3 acks=all, each into a fresh topic."""
+    from run import self_cpu_seconds
+
     values = F.value_pool(F.KIB)
     out: dict = {key: {"passes": []} for key, _rf, _acks in CASES}
     for i in range(passes):
         for key, rf, acks in CASES:
             topic = f"repl-{key}-{i}"
             client.create(topic, spread(nodes.ids, partitions, rf))
-            (u0, s0), c0 = cpu_split(nodes), self_cpu_seconds()
+            (u0, s0), c0 = cpu_split(nodes), self_cpu_seconds()   # the client runs in this process
             r = F.produce_confluent(nodes.bootstrap(), topic, records, acks=acks, values=values)
             (u1, s1), c1 = cpu_split(nodes), self_cpu_seconds()
             mb = r["payload_bytes"] / F.MB
@@ -240,13 +225,13 @@ def throughput(nodes: C.Nodes, client: Client, records: int, partitions: int, pa
                 f"({r['stored']:,}/{records:,} stored, cluster CPU {r['cluster_cpu_seconds']:.1f} s, "
                 f"{r['cluster_system_seconds'] / (r['cluster_cpu_seconds'] or 1):.0%} system; client "
                 f"{r['client_ms_per_mb']:.1f} ms/MB; cores busy {r['busy']:.0%})")
-    out["ceiling"] = kernel_ceiling(out)
     for key, _rf, _acks in CASES:
         best = max(out[key]["passes"], key=lambda r: r["mb_s"])
         out[key].update(mb_s=best["mb_s"], best=best)
         out[key]["checks"] = [f"{r['stored']:,} of {records:,} stored, {r['undelivered']} undelivered, "
                               f"errors {r['errors'][:2]}" for r in out[key]["passes"]
                               if r["stored"] != records or r["undelivered"] or r["errors"]]
+    out["ceiling"] = kernel_ceiling(out)
     return out
 
 

@@ -163,13 +163,19 @@ def use_source_tree(src: str | None) -> None:
         os.chdir(REPO)
 
 
-def proc_cpu_seconds(pid: int) -> float:
+def proc_cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far; NaN when it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tck = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tck, int(fields[12]) / tck
     except (OSError, IndexError, ValueError):
-        return float("nan")
+        return float("nan"), float("nan")
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    return sum(proc_cpu_times(pid))
 
 
 def self_cpu_seconds() -> float:
