@@ -502,6 +502,10 @@ class KesqueServer:
             if clean:
                 self.log_manager.write_checkpoints(self.log_cleaner.manager.checkpoint_jobs(self.log_manager))
         self.io_executor.shutdown(wait=True)
+        # the controller stops (its NoOp, session-expiry and election timers with it) before
+        # the raft manager resigns and closes the metadata log, which nothing may write after
+        if self.quorum is not None:
+            self.quorum.shutdown()
         if self.raft is not None and self.raft.node is not None:
             await self.raft.close(graceful=clean)
         for channel in getattr(self, "_channels", ()):
