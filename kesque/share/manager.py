@@ -150,9 +150,11 @@ class SharePartitionManager:
             if err is not None:
                 raise err
             try:
-                shard = self.persister.local.committed_shard(key)  # as Kafka's ReadShareGroupState
+                shard = self.persister.local.caught_up_shard(key)  # as Kafka's ReadShareGroupState
             except KafkaError:
-                self._load(key, part)  # the coordinator is elsewhere (or not ready here yet)
+                shard = None  # the coordinator is elsewhere (or not ready here yet)
+            if shard is None:  # (or here, with records not yet committed: read once they are)
+                self._load(key, part)
                 return None
             sp = self._restore(key, shard.read(key), part)
         sp.lock_duration_ms = self.lock_duration_ms(group_id)
