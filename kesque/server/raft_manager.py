@@ -34,6 +34,7 @@ import os
 import random
 import time
 
+from ..errors import error
 from ..raft import QuorumConfig, RaftNode, messages as m, wire
 from ..raft.file_log import FileQuorumStateStore, FileRaftLog
 from ..raft.node import NEVER
@@ -168,6 +169,8 @@ class RaftManager:
         self._tasks: set[asyncio.Task] = set()
         self._caught_up: asyncio.Event | None = None
         self.closed = False
+        # set when close() begins: nothing more is appended (the log is about to close)
+        self.closing = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._flush: asyncio.Future | None = None   # the flush in flight (its worker-thread half)
         self._flush_again = False
@@ -227,9 +230,12 @@ class RaftManager:
                          node.high_watermark, node.applied, ", ".join(map(str, sorted(self.voters))))
 
     async def close(self, graceful: bool = True) -> None:
-        """Resign (EndQuorumEpoch to the voters, briefly awaited) and close the log."""
+        """Resign (EndQuorumEpoch to the voters, briefly awaited) and close the log. The node
+        is shutting down from then on (``RaftNode.resign``): it never stands for election
+        again, so no new leader's controller writes to the log this closes."""
         if self.closed or self.node is None:
             return
+        self.closing = True
         if graceful:
             try:
                 self._process(self.node.resign(self._now()))
@@ -240,8 +246,7 @@ class RaftManager:
         if self._flush is not None and graceful:
             await asyncio.wait([self._flush])       # its fsync, then the log's close flushes the rest
         self.closed = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._cancel_timer()
         for task in list(self._tasks):
             task.cancel()
         for fut in self._pending.values():
@@ -296,7 +301,9 @@ class RaftManager:
     # ------------------------------------------------------------------ inputs
     def append(self, values: list) -> int:
         """Leader only: append ``values`` (one batch); the last offset. Raises
-        NOT_LEADER_OR_FOLLOWER elsewhere."""
+        NOT_LEADER_OR_FOLLOWER elsewhere, and once close() has begun (the log is closing)."""
+        if self.closing:
+            raise error("not_leader_or_follower", f"raft node {self.node_id} is shutting down")
         offset = self.node.append(values, self._now())
         self._reschedule()
         return offset
@@ -451,6 +458,12 @@ class RaftManager:
         fut = self._pending.pop(key, None)
         if fut is not None and not fut.done():
             fut.set_result(None)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = -1
 
     def _reschedule(self) -> None:
         if self.closed:

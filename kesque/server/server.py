@@ -169,8 +169,7 @@ class KesqueServer:
                                          backoff_ms=cfg.get("replica.fetch.backoff.ms"))
         from ..coordinator.group.runtime import GroupCoordinator
         from ..coordinator.runtime import CoordinatorHost
-        host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image,
-                               lambda: getattr(self, "share_manager", None))
+        host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
         from ..coordinator.producer_id import ProducerIdManager
@@ -195,6 +194,9 @@ class KesqueServer:
                                           cfg.get("queued.max.request.bytes"), cfg.get("connections.max.idle.ms"))
         self.socket_server.admit = self._admit_connection
         self.socket_server.release = self.quotas.connections.release
+        if getattr(self, "share_manager", None) is not None:  # a closed connection ends its share sessions
+            self.socket_server.closed_listeners.append(
+                lambda conn: None if self.stopped else self.share_manager.connection_closed(conn.id))
         # the controller listener first: the quorum needs it to elect a leader and to replicate
         # (a lone voter needs none: its controller is in-process, as before)
         controller_bound = {}
@@ -502,6 +504,10 @@ class KesqueServer:
             if clean:
                 self.log_manager.write_checkpoints(self.log_cleaner.manager.checkpoint_jobs(self.log_manager))
         self.io_executor.shutdown(wait=True)
+        # the controller stops (its NoOp, session-expiry and election timers with it) before
+        # the raft manager resigns and closes the metadata log, which nothing may write after
+        if self.quorum is not None:
+            self.quorum.shutdown()
         if self.raft is not None and self.raft.node is not None:
             await self.raft.close(graceful=clean)
         for channel in getattr(self, "_channels", ()):
