@@ -369,14 +369,16 @@ class LogManager:
 
     def _pick_dir(self, tp: tuple[str, int] | None = None) -> str:
         preferred = self.preferred_dirs.pop(tp, None) if tp is not None else None
-        if preferred is not None and preferred in self.live_log_dirs:
+        # a dir the channel has is offline already, even before the handler has run
+        live = [d for d in self.live_log_dirs if not self.dir_failure.has_offline_log_dir(d)]
+        if preferred is not None and preferred in live:
             return preferred  # asked for by AlterReplicaLogDirs before the replica was created here
-        if not self.live_log_dirs:
+        if not live:
             raise KafkaStorageError("No log directories available. Tried " + ", ".join(self.log_dirs))
-        counts = {d: 0 for d in self.live_log_dirs}
+        counts = {d: 0 for d in live}
         for d in self._dir_of.values():
             counts[d] = counts.get(d, 0) + 1
-        return min(self.live_log_dirs, key=lambda d: counts[d])
+        return min(live, key=lambda d: counts[d])
 
     def dir_of(self, topic: str, partition: int) -> str | None:
         return self._dir_of.get((topic, partition))
