@@ -1,0 +1,230 @@
+"""A log dir that fills up, on real processes (KIP-112/KIP-858): a small tmpfs is the failing dir.
+
+* In a 3-node cluster (RF 3, acks=all, min.insync.replicas=2) the leader's second log dir
+  fills: the dir goes offline, the broker names it in its heartbeats, the controller moves
+  leadership to another in-sync replica, and the idempotent producer's every acknowledged
+  record is read back once.
+* A broker with a single log dir stops with Kafka's message when it fills; once space is
+  freed it starts, recovers and serves every acknowledged record.
+
+Both need root to mount a tmpfs (skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from kesque.testing.broker import Broker  # noqa: E402
+from kesque.testing.cluster import Cluster  # noqa: E402
+
+VALUE_SIZE = 2000
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    mounted = []
+
+    def mount(name: str, size: str) -> str:
+        path = str(tmp_path / name)
+        os.makedirs(path)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs (needs root): {r.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+def fill(path: str) -> str:
+    """Write a file until the file system is full; returns its path (delete it to free space)."""
+    filler = os.path.join(path, "filler")
+    chunk = b"\0" * 65536
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(chunk)
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\0" * 512)
+        except OSError:
+            pass
+    return filler
+
+
+class Tracker:
+    """An idempotent acks=all producer that remembers what was acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.topic = topic
+        self.acked: list[bytes] = []
+        self.failed: list[str] = []
+        self.next = 0
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                  "linger.ms": 5, "message.timeout.ms": 20000, "retry.backoff.ms": 100,
+                                  "topic.metadata.refresh.interval.ms": 1000})
+
+    def _done(self, err, msg) -> None:
+        if err is None:
+            self.acked.append(msg.value())
+        else:
+            self.failed.append(str(err))
+
+    def send(self, n: int) -> None:
+        for _ in range(n):
+            value = b"%08d" % self.next + b"x" * (VALUE_SIZE - 8)
+            self.next += 1
+            while True:
+                try:
+                    self.producer.produce(self.topic, value, partition=0, on_delivery=self._done)
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+            self.producer.poll(0)
+
+    def flush(self, timeout: float = 30) -> None:
+        self.producer.flush(timeout)
+
+
+def read_all(bootstrap: str, topic: str, timeout: float = 30) -> list[bytes]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.time()}", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "enable.partition.eof": True, "isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    return out
+                continue
+            out.append(m.value())
+    finally:
+        c.close()
+    raise AssertionError(f"read {len(out)} records without reaching the end of {topic}")
+
+
+def create_topic(bootstrap: str, topic: str, replicas: list[int] | None = None, config: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    spec = NewTopic(topic, 1, replica_assignment=[replicas], config=config or {}) if replicas else \
+        NewTopic(topic, num_partitions=1, replication_factor=1, config=config or {})
+    admin.create_topics([spec])[topic].result(30)
+
+
+def wait_until(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def leader_of(bootstrap: str, topic: str) -> int:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return md.topics[topic].partitions[0].leader
+
+
+def log_text(b: Broker) -> str:
+    with open(b.log_path, errors="replace") as f:
+        return f.read()
+
+
+@pytest.mark.slow
+def test_single_dir_broker_halts_then_recovers_every_acknowledged_record(tmp_path, tmpfs):
+    disk = tmpfs("disk", "24m")
+    b = Broker(data_dir=str(tmp_path / "node"), config={"log.dirs": disk})
+    b.start()
+    try:
+        create_topic(b.bootstrap_servers, "t")
+        p = Tracker(b.bootstrap_servers, "t")
+        p.send(300)
+        p.flush()
+        assert len(p.acked) == 300
+        filler = fill(disk)
+        # the next appends fail: the broker's only log dir goes offline and it stops
+        deadline = time.monotonic() + 60
+        while b.process.poll() is None and time.monotonic() < deadline:
+            p.send(20)
+            p.producer.poll(0.2)
+        assert b.process.poll() == 1, "the broker did not stop when its only log dir failed"
+        assert f"Shutdown broker because all log dirs in {disk} have failed" in log_text(b)
+        acked = list(p.acked)
+        os.unlink(filler)                      # the fault clears
+        b.process = None
+        b.start()
+        p.flush(30)                            # what the producer still retried may land now
+        got = read_all(b.bootstrap_servers, "t")
+        assert len(got) == len(set(got)), "a record was written twice"
+        missing = set(acked) - set(got)
+        assert not missing, f"{len(missing)} acknowledged records lost"
+        assert "recovering" in log_text(b)
+    finally:
+        b.stop()
+
+
+@pytest.mark.slow
+def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs):
+    cluster = Cluster(nodes=3, data_dir=str(tmp_path / "cluster"))
+    disk = tmpfs("disk2", "24m")
+    # node 2: its first log dir (where new partitions go first) is the small disk; the
+    # metadata log stays on its regular dir
+    n2 = cluster.node(2)
+    data = n2.config["log.dirs"]
+    n2.config.update({"log.dirs": f"{disk},{data}", "metadata.log.dir": data})
+    try:
+        cluster.start()
+        bootstrap = cluster.bootstrap_servers
+        create_topic(bootstrap, "t", replicas=[2, 1, 3], config={"min.insync.replicas": "2"})
+        wait_until(lambda: leader_of(bootstrap, "t") == 2, 30, "node 2 to lead t-0")
+        assert os.path.isdir(os.path.join(disk, "t-0"))
+        p = Tracker(bootstrap, "t")
+        p.send(200)
+        p.flush()
+        assert len(p.acked) == 200
+        fill(disk)
+        before = len(p.acked)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and (len(p.acked) < before + 300 or leader_of(bootstrap, "t") == 2):
+            p.send(20)
+            p.producer.poll(0.2)
+        p.flush(60)
+        assert leader_of(bootstrap, "t") in (1, 3), "leadership did not leave the broker with the failed dir"
+        assert len(p.acked) >= before + 300, f"only {len(p.acked) - before} records acknowledged after the failure"
+        assert n2.process.poll() is None, "node 2 has a healthy dir left: it must keep running"
+        text = log_text(n2)
+        assert "Stopping serving replicas in dir " + disk in text
+        # kesque log-dirs (kafka-log-dirs.sh): the offline dir with KafkaStorageException, the
+        # healthy one with its partitions
+        out = subprocess.run([sys.executable, "-m", "kesque", "log-dirs", "--describe", "--bootstrap-server",
+                              bootstrap, "--broker-list", "2"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        described = json.loads(out.stdout.strip().splitlines()[-1])
+        dirs = {d["logDir"]: d for d in described["brokers"][0]["logDirs"]}
+        assert dirs[disk] == {"partitions": [], "error": "org.apache.kafka.common.errors.KafkaStorageException",
+                              "logDir": disk}
+        assert dirs[data]["error"] is None
+        got = read_all(bootstrap, "t")
+        assert len(got) == len(set(got)), "a record was written twice"
+        missing = set(p.acked) - set(got)
+        assert not missing, f"{len(missing)} acknowledged records lost"
+    finally:
+        cluster.close()
