@@ -292,3 +292,29 @@ def test_no_append_after_a_failed_write_even_once_space_is_back(point, tmp_path,
     values = values_in(str(root / "t-0"))
     assert values[:len(acked)] == acked and set(values) - set(acked) <= {b"w%d" % first}
     again.close()
+
+
+def test_controller_moves_leadership_and_isr_off_an_offline_dir():
+    """Kafka's handleDirectoriesOffline, as kesque can do it without replica directories: the
+    first heartbeat naming a dir takes the broker out of every ISR another replica remains in."""
+    from test_cluster_control import Controller
+
+    h = Controller()
+    for b in (1, 2, 3):
+        h.unfenced_broker(b)
+    h.topic("t", [2, 1, 3], [1, 2, 3], [2])
+    dir_id = uuid.uuid4()
+    _reply, records = h.heartbeat(2, offline_log_dirs=[dir_id])
+    led, followed, alone = (h.part("t", i) for i in range(3))
+    assert (led.leader, led.isr) == (1, [1, 3])          # led: an in-sync replica leads
+    assert (followed.leader, followed.isr) == (1, [1, 3])  # followed: out of the ISR at once
+    assert (alone.leader, alone.isr) == (2, [2])          # its ISR alone: no one else could lead
+    assert not h.image.brokers[2].fenced
+    # the same dir again: nothing more (its healthy replicas may rejoin the ISR meanwhile)
+    assert h.heartbeat(2, offline_log_dirs=[dir_id])[1] == []
+    # through the wire (BrokerHeartbeat v1 carries offline_log_dirs; v0 has none)
+    from kesque.controller import cluster_control as cc
+    from test_cluster_control import through_kio
+    req = cc.HeartbeatRequest(2, 10, 5, offline_log_dirs=[dir_id])
+    assert cc.from_kio(through_kio(cc.to_kio(req, 1))) == req
+    assert cc.from_kio(through_kio(cc.to_kio(req, 0))).offline_log_dirs == []

@@ -148,7 +148,6 @@ def log_text(b: Broker) -> str:
         return f.read()
 
 
-@pytest.mark.slow
 def test_single_dir_broker_halts_then_recovers_every_acknowledged_record(tmp_path, tmpfs):
     disk = tmpfs("disk", "24m")
     b = Broker(data_dir=str(tmp_path / "node"), config={"log.dirs": disk})
@@ -181,9 +180,20 @@ def test_single_dir_broker_halts_then_recovers_every_acknowledged_record(tmp_pat
         b.stop()
 
 
+def isr_of(bootstrap: str, topic: str) -> list[int]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return list(md.topics[topic].partitions[0].isrs)
+
+
 @pytest.mark.slow
-def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs):
-    cluster = Cluster(nodes=3, data_dir=str(tmp_path / "cluster"))
+@pytest.mark.parametrize("role", ["leader", "follower"])
+def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs, role):
+    """Node 2's replica of t-0 is on the disk that fills. As the leader, its leadership moves to
+    an in-sync replica at once; as a follower, it leaves the ISR at once, not after
+    replica.lag.time.max.ms: the controller acts on the offline dir its heartbeat names. (As in
+    Kafka, the leader's high watermark still waits for a replica that was caught up less than
+    replica.lag.time.max.ms ago, ISR or not, so acks=all resume after that time: 10 s here.)"""
+    cluster = Cluster(nodes=3, data_dir=str(tmp_path / "cluster"), config={"replica.lag.time.max.ms": "10000"})
     disk = tmpfs("disk2", "24m")
     # node 2: its first log dir (where new partitions go first) is the small disk; the
     # metadata log stays on its regular dir
@@ -193,21 +203,30 @@ def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs):
     try:
         cluster.start()
         bootstrap = cluster.bootstrap_servers
-        create_topic(bootstrap, "t", replicas=[2, 1, 3], config={"min.insync.replicas": "2"})
-        wait_until(lambda: leader_of(bootstrap, "t") == 2, 30, "node 2 to lead t-0")
+        replicas = [2, 1, 3] if role == "leader" else [1, 2, 3]
+        create_topic(bootstrap, "t", replicas=replicas, config={"min.insync.replicas": "2"})
+        wait_until(lambda: leader_of(bootstrap, "t") == replicas[0] and len(isr_of(bootstrap, "t")) == 3, 30,
+                   "t-0 to be led by its first replica with a full ISR")
         assert os.path.isdir(os.path.join(disk, "t-0"))
         p = Tracker(bootstrap, "t")
         p.send(200)
         p.flush()
         assert len(p.acked) == 200
         fill(disk)
+        filled_at = time.monotonic()
+        left_isr_after = None
         before = len(p.acked)
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and (len(p.acked) < before + 300 or leader_of(bootstrap, "t") == 2):
+        while time.monotonic() < deadline and (len(p.acked) < before + 300 or left_isr_after is None):
             p.send(20)
             p.producer.poll(0.2)
+            if left_isr_after is None and 2 not in isr_of(bootstrap, "t"):
+                left_isr_after = time.monotonic() - filled_at
         p.flush(60)
         assert leader_of(bootstrap, "t") in (1, 3), "leadership did not leave the broker with the failed dir"
+        assert left_isr_after is not None and 2 not in isr_of(bootstrap, "t")
+        # at once, well before replica.lag.time.max.ms (10 s) would have shrunk the ISR
+        assert left_isr_after < 5, f"node 2 left the ISR only after {left_isr_after:.1f} s (by lag)"
         assert len(p.acked) >= before + 300, f"only {len(p.acked) - before} records acknowledged after the failure"
         assert n2.process.poll() is None, "node 2 has a healthy dir left: it must keep running"
         text = log_text(n2)
