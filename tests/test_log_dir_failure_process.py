@@ -247,3 +247,43 @@ def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs, role):
         assert not missing, f"{len(missing)} acknowledged records lost"
     finally:
         cluster.close()
+
+
+def test_a_failed_metadata_log_dir_halts_the_broker(tmp_path, tmpfs):
+    """metadata.log.dir on its own disk, which fills: the metadata log takes no more appends and
+    the broker stops with Kafka's message; with space back it starts with every committed
+    topic and record."""
+    meta = tmpfs("meta", "8m")
+    b = Broker(data_dir=str(tmp_path / "node"), config={"metadata.log.dir": meta})
+    b.start()
+    try:
+        create_topic(b.bootstrap_servers, "t")
+        p = Tracker(b.bootstrap_servers, "t")
+        p.send(50)
+        p.flush()
+        assert len(p.acked) == 50
+        filler = fill(meta)
+        # metadata records until the metadata log's last page is full and an append fails
+        admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
+        deadline = time.monotonic() + 30
+        round_ = 0
+        while b.process.poll() is None and time.monotonic() < deadline:
+            futures = admin.create_topics([NewTopic(f"more-{round_}-{i}", num_partitions=1, replication_factor=1,
+                                                    config={"cleanup.policy": "compact", "retention.ms": "1000000"})
+                                           for i in range(20)], request_timeout=5)
+            for f in futures.values():
+                try:
+                    f.result(10)
+                except Exception:  # noqa: BLE001 - the broker stops: these may fail
+                    pass
+            round_ += 1
+        wait_until(lambda: b.process.poll() is not None, 10, "the broker to stop")
+        assert b.process.returncode == 1
+        assert f"Shutdown broker because the metadata log dir {meta} has failed" in log_text(b)
+        os.unlink(filler)
+        b.process = None
+        b.start()
+        got = read_all(b.bootstrap_servers, "t")
+        assert got == p.acked
+    finally:
+        b.stop()

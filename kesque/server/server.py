@@ -392,6 +392,7 @@ class KesqueServer:
         self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
         self._channels = (raft_channel, self.channel)
         self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id)
+        self.raft.dir_failure = self.dir_failure
         self.snapshots = metadata_snapshot.SnapshotPolicy.from_config(cfg, self._now_ms())
         if "controller" in self.roles and self.node_id in self.voters:
             self.quorum = QuorumController(cfg, self.clock, self.raft, cluster_id, lifecycle=self.cluster_mode)
@@ -565,8 +566,11 @@ class KesqueServer:
         if clean:
             self.log_manager.shutdown(self.broker_epoch)
             meta_dir = os.path.abspath(self.config.metadata_log_dir)
-            if meta_dir not in self.log_manager.log_dirs:
-                ck.write_clean_shutdown(meta_dir, self.broker_epoch)
+            if meta_dir not in self.log_manager.log_dirs and not self.dir_failure.has_offline_log_dir(meta_dir):
+                try:
+                    ck.write_clean_shutdown(meta_dir, self.broker_epoch)
+                except OSError as e:
+                    log.error("Error while writing the clean shutdown marker in dir %s: %s", meta_dir, e)
         self._release_locks()
 
     # ================================================================== periodic work
