@@ -287,3 +287,50 @@ def test_a_failed_metadata_log_dir_halts_the_broker(tmp_path, tmpfs):
         assert got == p.acked
     finally:
         b.stop()
+
+
+def test_a_broker_with_two_dirs_serves_the_healthy_one(tmp_path, tmpfs):
+    """One of two log dirs fills: produce to its partition gets KAFKA_STORAGE_ERROR, the other
+    dir's partition is served, `kesque log-dirs` shows the dir offline as Kafka's tool does, and
+    a restart with space back serves both with every acknowledged record."""
+    disk = tmpfs("disk", "8m")
+    data = str(tmp_path / "data")
+    b = Broker(data_dir=str(tmp_path / "node"), config={"log.dirs": f"{disk},{data}", "metadata.log.dir": data})
+    b.start()
+    try:
+        create_topic(b.bootstrap_servers, "bad")      # the first dir: the small disk
+        create_topic(b.bootstrap_servers, "good")     # the other one
+        assert os.path.isdir(os.path.join(disk, "bad-0")) and os.path.isdir(os.path.join(data, "good-0"))
+        bad, good = Tracker(b.bootstrap_servers, "bad"), Tracker(b.bootstrap_servers, "good")
+        for p in (bad, good):
+            p.producer = Producer({"bootstrap.servers": b.bootstrap_servers, "enable.idempotence": True,
+                                   "acks": "all", "linger.ms": 5, "message.timeout.ms": 3000})
+            p.send(50)
+            p.flush()
+            assert len(p.acked) == 50
+        filler = fill(disk)
+        bad.send(50)
+        bad.flush(10)
+        assert len(bad.acked) < 100 and bad.failed, "appends to the full dir were acknowledged"
+        good.send(50)
+        good.flush(10)
+        assert len(good.acked) == 100 and not good.failed
+        assert b.process.poll() is None
+        text = log_text(b)
+        assert f"Stopping serving replicas in dir {disk}" in text
+        out = subprocess.run([sys.executable, "-m", "kesque", "log-dirs", "--describe", "--bootstrap-server",
+                              b.bootstrap_servers], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        dirs = {d["logDir"]: d for d in json.loads(out.stdout.strip().splitlines()[-1])["brokers"][0]["logDirs"]}
+        assert dirs[disk] == {"partitions": [], "error": "org.apache.kafka.common.errors.KafkaStorageException",
+                              "logDir": disk}
+        assert dirs[data]["error"] is None and [p["partition"] for p in dirs[data]["partitions"]] == ["good-0"]
+        os.unlink(filler)
+        b.stop()                                   # a clean shutdown: the failed dir gets no marker
+        assert not os.path.exists(os.path.join(disk, ".kafka_cleanshutdown"))
+        b.start()
+        got_bad, got_good = read_all(b.bootstrap_servers, "bad"), read_all(b.bootstrap_servers, "good")
+        assert set(bad.acked) <= set(got_bad) and len(got_bad) == len(set(got_bad))
+        assert got_good == good.acked
+    finally:
+        b.stop()
