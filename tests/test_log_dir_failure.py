@@ -115,9 +115,10 @@ def values_in(part_dir: str) -> list[bytes]:
     return out
 
 
-def torn_only_at_tail(part_dir: str) -> None:
+def torn_only_at_tail(part_dir: str) -> str | None:
     """On disk before recovery: a partial batch may only be the last bytes of the last
-    non-empty segment (never inside the log, with batches after it)."""
+    non-empty segment (never inside the log, with batches after it). Returns the segment whose
+    tail is torn, if any."""
     segs = [n for n in sorted(os.listdir(part_dir)) if n.endswith(".log")]
     torn_at = None
     for name in segs:
@@ -132,6 +133,7 @@ def torn_only_at_tail(part_dir: str) -> None:
             pos += h.size
         if pos != len(data):
             torn_at = name
+    return torn_at
 
 
 @pytest.fixture
@@ -194,7 +196,8 @@ def test_write_fault_takes_the_dir_offline_and_loses_nothing(point, dirs, monkey
         assert node.dir_of("b", 1) == os.path.abspath(dirs[1])
         assert node.produce("b", 1, b"b-value") == 0
 
-    torn_only_at_tail(os.path.join(dirs[0], "a-0"))
+    torn = torn_only_at_tail(os.path.join(dirs[0], "a-0"))
+    assert (torn is not None) == (point == "segment-append")   # the fault layer writes half a batch there
     node.shutdown()
     assert not os.path.exists(os.path.join(dirs[0], ".kafka_cleanshutdown")), "a failed dir must be recovered"
     fs.clear()
@@ -286,7 +289,7 @@ def test_no_append_after_a_failed_write_even_once_space_is_back(point, tmp_path,
     fs.clear()                                  # the space is back
     assert all(c == ErrorCode.kafka_storage_error for c in codes[first:])
     assert append(b"after") == ErrorCode.kafka_storage_error, "appended after a failed write"
-    torn_only_at_tail(str(root / "t-0"))
+    assert (torn_only_at_tail(str(root / "t-0")) is not None) == (point == "segment-append")
     lg.close_handles()                          # SIGKILL: nothing more is written
     again = Log(str(root / "t-0"), "t", 0, cfg)  # no clean shutdown: recovery
     values = values_in(str(root / "t-0"))

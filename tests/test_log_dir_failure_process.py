@@ -291,8 +291,9 @@ def test_a_failed_metadata_log_dir_halts_the_broker(tmp_path, tmpfs):
 
 def test_a_broker_with_two_dirs_serves_the_healthy_one(tmp_path, tmpfs):
     """One of two log dirs fills: produce to its partition gets KAFKA_STORAGE_ERROR, the other
-    dir's partition is served, `kesque log-dirs` shows the dir offline as Kafka's tool does, and
-    a restart with space back serves both with every acknowledged record."""
+    dir's partition is served, `kesque log-dirs` shows the dir offline as Kafka's tool does; with
+    space back the dir stays offline, and a SIGKILL and restart serve both with every
+    acknowledged record."""
     disk = tmpfs("disk", "8m")
     data = str(tmp_path / "data")
     b = Broker(data_dir=str(tmp_path / "node"), config={"log.dirs": f"{disk},{data}", "metadata.log.dir": data})
@@ -325,9 +326,12 @@ def test_a_broker_with_two_dirs_serves_the_healthy_one(tmp_path, tmpfs):
         assert dirs[disk] == {"partitions": [], "error": "org.apache.kafka.common.errors.KafkaStorageException",
                               "logDir": disk}
         assert dirs[data]["error"] is None and [p["partition"] for p in dirs[data]["partitions"]] == ["good-0"]
-        os.unlink(filler)
-        b.stop()                                   # a clean shutdown: the failed dir gets no marker
-        assert not os.path.exists(os.path.join(disk, ".kafka_cleanshutdown"))
+        os.unlink(filler)                          # space is back: the dir stays offline until a restart
+        acked = len(bad.acked)
+        bad.send(20)
+        bad.flush(10)
+        assert len(bad.acked) == acked, "appended to a log after its failed write"
+        b.kill()                                   # the issue's SIGKILL: recovery cuts only the torn tail
         b.start()
         got_bad, got_good = read_all(b.bootstrap_servers, "bad"), read_all(b.bootstrap_servers, "good")
         assert set(bad.acked) <= set(got_bad) and len(got_bad) == len(set(got_bad))
