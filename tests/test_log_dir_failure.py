@@ -321,3 +321,28 @@ def test_controller_moves_leadership_and_isr_off_an_offline_dir():
     req = cc.HeartbeatRequest(2, 10, 5, offline_log_dirs=[dir_id])
     assert cc.from_kio(through_kio(cc.to_kio(req, 1))) == req
     assert cc.from_kio(through_kio(cc.to_kio(req, 0))).offline_log_dirs == []
+
+
+def test_a_topic_deletion_that_fails_on_one_dir_still_deletes_the_rest(dirs, monkeypatch):
+    node = Node(dirs)
+    node.create_topic("a", 2)
+    node.create_topic("c", 1)                 # c-0: back in the bad dir (it holds the fewest)
+    bad = os.path.abspath(dirs[0])
+    assert node.dir_of("a", 0) == bad and node.dir_of("a", 1) != bad and node.dir_of("c", 0) == bad
+    real = os.replace
+
+    def replace(src, dst, **kw):
+        if os.path.abspath(src).startswith(bad + os.sep) and "-delete" in str(dst):
+            raise OSError(errno.EIO, "Input/output error", src)
+        return real(src, dst, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    delta = Delta()
+    node.image.replay({"type": "RemoveTopicRecord", "topic_id": node.image.topic("a").topic_id}, delta)
+    node.rm.apply_delta(delta)
+    node.handle_failures()
+    monkeypatch.setattr(os, "replace", real)
+    assert not os.path.exists(os.path.join(dirs[1], "a-1")), "the good dir's log was not deleted"
+    assert not node.lm.is_log_dir_online(bad)
+    assert node.fetch_error("c", 0) == ErrorCode.kafka_storage_error
+    node.shutdown()

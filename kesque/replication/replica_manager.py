@@ -118,7 +118,10 @@ class ReplicaManager(ReplicaEnv):
                 self.by_id.pop((topic_id, p), None)
                 if part is not None:
                     self._drop(part)
-                self.log_manager.delete_log(t.name, p)
+                try:
+                    self.log_manager.delete_log(t.name, p)
+                except KafkaStorageError as e:   # its dir goes offline (the next start deletes it)
+                    log.error("Unable to delete the log of %s-%d: %s", t.name, p, e.message)
             self.quotas.remove_topic(t.name)
         for rtype, rname in delta.changed_configs:
             if rtype == RESOURCE_BROKER and rname in ("", str(self.node_id)):

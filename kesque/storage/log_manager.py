@@ -394,9 +394,13 @@ class LogManager:
             return
         for seg in lg.segments:
             seg.close()
-        lg.delete_expired_files(0, force=True)
         target = os.path.join(d, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.replace(lg.dir, target)
+
+        def rename() -> None:
+            lg.delete_expired_files(0, force=True)
+            os.replace(lg.dir, target)
+        maybe_handle_io_error(self.dir_failure, d, lambda: f"Error while deleting log for {topic}-{partition} in dir {d}",
+                              rename)
         self._pending_dir_deletes.append((self.clock.now_ms() + lg.config.file_delete_delay_ms, target))
         log.info("Log for partition %s-%d is renamed to %s and is scheduled for deletion", topic, partition, target)
 
