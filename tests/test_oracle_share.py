@@ -29,18 +29,9 @@ pytestmark = oracle.MARKS
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    kafka = K.KafkaBroker(config=oracle.CONFIG)     # share groups are on by default in Kafka 4.4
-    data = tmp_path_factory.mktemp("kesque") / "data"
-    data.mkdir()
-    kesque = Broker(data_dir=str(data), config={**oracle.CONFIG, "group.share.enable": "true"})
-    try:
-        kafka.launch()
-        kesque.start()
-        K.wait_ready([kafka], 120)
-        yield {"kafka": kafka, "kesque": kesque}
-    finally:
-        kesque.stop()
-        kafka.close()
+    # share groups are on by default in Kafka 4.4
+    with oracle.brokers(tmp_path_factory, kesque_config={"group.share.enable": "true"}) as both:
+        yield both
 
 
 def _group_on(broker, records: int) -> tuple[str, str]:
