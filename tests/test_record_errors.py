@@ -109,6 +109,10 @@ def send_confluent(bs: str, topic: str, msgs, **conf) -> list:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bs, "linger.ms": 5000, "message.timeout.ms": 20000, **conf})
+    # the partition known before the first record: records waiting for metadata are moved to the
+    # partition's queue in steps, and a flush meanwhile can split them into two batches (seen on
+    # a loaded machine: the second batch, all valid records, was written)
+    p.list_topics(topic, timeout=10)
     out: list = [False] * len(msgs)
     for i, (k, v, ts) in enumerate(msgs):
         p.produce(topic, value=v, key=k, partition=0, timestamp=ts or 0,
