@@ -36,6 +36,11 @@ leader's log end offset, Kafka's ``nextWriteOffset``):
 - ``expire(now) -> records``: fences the broker whose session (``broker.session.timeout.ms``
   since its last heartbeat) ran out longest ago, one per call as Kafka does, so that the next
   call sees its effect in the image; call again when ``next_deadline()`` comes.
+- ``assign_replicas_to_dirs(broker_id, broker_epoch, {dir: {topic id: [partition]}}) -> (records,
+  answer)``: AssignReplicasToDirs (KIP-858), Kafka's handleAssignReplicasToDirs.
+- Log dirs (KIP-858, metadata.version 3.7-IV2+): ``register`` checks and records the broker's
+  ``log_dirs``; a heartbeat naming some of them offline fences only the replicas whose directory
+  is one of them (``_dirs_offline``) and drops them from the registration.
 - ``replay(record, offset)``: the driver hands every applied RegisterBrokerRecord (optional:
   without it the broker epoch stands for the registration's offset; they differ only after a
   registration was amended).
