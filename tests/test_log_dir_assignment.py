@@ -7,6 +7,7 @@ dir only. Kafka's ClusterControlManager / ReplicationControlManager / PartitionC
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -254,3 +255,46 @@ def test_a_snapshot_keeps_log_dirs_and_directories():
         image.replay(mr.decode(mr.encode(rec)), d)
     assert image.brokers[2].log_dirs == [A, B]
     assert [image.topic("t").partitions[i].directories for i in (0, 1)] == [[D1, UNASSIGNED], [LOST, D3]]
+
+
+# -- the broker's side ------------------------------------------------------------------------------
+def test_a_new_log_goes_to_the_dir_the_metadata_assigned(tmp_path):
+    from kesque.clock import SYSTEM_CLOCK
+    from kesque.config.topic import LogConfig
+    from kesque.storage.log_manager import LogManager
+
+    dirs = [str(tmp_path / "d0"), str(tmp_path / "d1")]
+    lm = LogManager(dirs, SYSTEM_CLOCK, node_id=1, cluster_id=None)
+    lm.prepare_dirs()
+    try:
+        target = lm.directory_ids[os.path.abspath(dirs[1])]
+        assert lm.get_or_create_log("t", 0, LogConfig(), None, target_dir_id=target).log_dir == \
+            os.path.abspath(dirs[1])
+        # UNASSIGNED (or a dir not here): the emptiest dir, as before
+        assert lm.get_or_create_log("t", 1, LogConfig(), None, target_dir_id=UNASSIGNED).log_dir == \
+            os.path.abspath(dirs[0])
+    finally:
+        lm.shutdown(-1)
+
+
+def test_the_assignments_manager_batches_drops_and_retries():
+    from kesque.server.assignments import AssignmentsManager
+
+    h = dirs_controller()
+    tid = topic_with_dirs(h, "t", [(2, UNASSIGNED), (1, D1)], [(1, D1), (2, UNASSIGNED)], [(1, D1)])
+    m = AssignmentsManager(2, None, lambda: h.image.brokers[2].epoch, lambda: h.image)
+    m.assign(tid, 0, A)
+    m.assign(tid, 1, A)
+    m.assign(tid, 1, B)                          # a later one replaces it
+    m.assign(tid, 2, A)                          # not a replica here: dropped
+    m.assign(uuid.uuid4(), 0, A)                 # no such topic: dropped
+    sent = m.batch()
+    assert sent == {A: {tid: [0]}, B: {tid: [1]}}
+    records, answer = h.c.assign_replicas_to_dirs(2, h.image.brokers[2].epoch, sent)
+    h.apply(records)
+    answer[B][tid] = [(1, int(ErrorCode.unknown_topic_or_partition))]   # one failed: it is retried
+    assert not m.on_answer(sent, 0, answer) and m.pending == {(tid, 1): B} and m.backoff_s() == 0.1
+    assert not m.on_answer(sent, int(ErrorCode.not_controller), {}) and m.backoff_s() == 0.2
+    # already in the metadata: nothing left to send
+    h.apply(h.c.assign_replicas_to_dirs(2, h.image.brokers[2].epoch, {B: {tid: [1]}})[0])
+    assert m.batch() == {} and m.pending == {}
