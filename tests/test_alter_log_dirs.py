@@ -167,7 +167,7 @@ class _Env:
         self.lm.logs[("t", 0)] = self.current
         self.lm._dir_of[("t", 0)] = self.dirs[0]
         self.part = types.SimpleNamespace(log=self.current, replace_log=self._replace)
-        self.rm = types.SimpleNamespace(partitions={("t", 0): self.part})
+        self.rm = types.SimpleNamespace(partitions={("t", 0): self.part}, maybe_update_assignment=lambda part: None)
         self.mover = LogDirMover(self.lm, self.rm, 300, spawn=lambda coro: coro.close())
 
     def _replace(self, lg):
@@ -282,7 +282,8 @@ def test_a_restart_resumes_an_unfinished_copy(tmp_path):
     assert ("t", 0) in lm.future_logs and lm.future_logs[("t", 0)].log_end_offset == future.log_end_offset
     part = types.SimpleNamespace(log=lm.logs[("t", 0)])
     part.replace_log = lambda lg: setattr(part, "log", lg)
-    mover = LogDirMover(lm, types.SimpleNamespace(partitions={("t", 0): part}), 300, spawn=lambda c: c.close())
+    rm = types.SimpleNamespace(partitions={("t", 0): part}, maybe_update_assignment=lambda p: None)
+    mover = LogDirMover(lm, rm, 300, spawn=lambda c: c.close())
     for _ in range(100):
         if mover.step("t", 0) == "swapped":
             break

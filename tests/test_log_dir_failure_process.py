@@ -192,7 +192,9 @@ def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs, role):
     an in-sync replica at once; as a follower, it leaves the ISR at once, not after
     replica.lag.time.max.ms: the controller acts on the offline dir its heartbeat names. (As in
     Kafka, the leader's high watermark still waits for a replica that was caught up less than
-    replica.lag.time.max.ms ago, ISR or not, so acks=all resume after that time: 10 s here.)"""
+    replica.lag.time.max.ms ago, ISR or not, so acks=all resume after that time: 10 s here.)
+    Node 2's replica of u-0, in its healthy dir, keeps its leadership and its ISR place: node 2
+    told the controller the dir of each replica (AssignReplicasToDirs, KIP-858)."""
     cluster = Cluster(nodes=3, data_dir=str(tmp_path / "cluster"), config={"replica.lag.time.max.ms": "10000"})
     disk = tmpfs("disk2", "24m")
     # node 2: its first log dir (where new partitions go first) is the small disk; the
@@ -208,6 +210,10 @@ def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs, role):
         wait_until(lambda: leader_of(bootstrap, "t") == replicas[0] and len(isr_of(bootstrap, "t")) == 3, 30,
                    "t-0 to be led by its first replica with a full ISR")
         assert os.path.isdir(os.path.join(disk, "t-0"))
+        create_topic(bootstrap, "u", replicas=[2, 1, 3])
+        wait_until(lambda: leader_of(bootstrap, "u") == 2 and len(isr_of(bootstrap, "u")) == 3, 30,
+                   "u-0 to be led by node 2 with a full ISR")
+        assert os.path.isdir(os.path.join(data, "u-0"))        # the dir holding the fewest logs
         p = Tracker(bootstrap, "t")
         p.send(200)
         p.flush()
@@ -227,6 +233,26 @@ def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs, role):
         assert left_isr_after is not None and 2 not in isr_of(bootstrap, "t")
         # at once, well before replica.lag.time.max.ms (10 s) would have shrunk the ISR
         assert left_isr_after < 5, f"node 2 left the ISR only after {left_isr_after:.1f} s (by lag)"
+        # only the failed dir's replicas: u-0 (healthy dir) is still led by node 2, ISR whole
+        assert leader_of(bootstrap, "u") == 2 and sorted(isr_of(bootstrap, "u")) == [1, 2, 3]
+        # the metadata says so, as Kafka's dump tool prints it: node 2 registered its two dirs,
+        # assigned its replicas (UNASSIGNED at creation: it has two) and lost the full one
+        meta = os.path.join(cluster.node(1).config["log.dirs"], "__cluster_metadata-0")
+        dumped = subprocess.run([sys.executable, "-m", "kesque", "dump-log", "--cluster-metadata-decoder",
+                                 "--files", ",".join(os.path.join(meta, f) for f in sorted(os.listdir(meta))
+                                                     if f.endswith(".log"))],
+                                capture_output=True, text=True, timeout=60)
+        payloads = [json.loads(line.split(" payload: ", 1)[1]) for line in dumped.stdout.splitlines()
+                    if " payload: " in line]
+        registered = [r["data"]["logDirs"] for r in payloads
+                      if r["type"] == "REGISTER_BROKER_RECORD" and r["data"]["brokerId"] == 2]
+        assert registered and len(registered[-1]) == 2
+        assigned = [r["data"]["directories"] for r in payloads
+                    if r["type"] == "PARTITION_CHANGE_RECORD" and "directories" in r["data"]]
+        assert len(assigned) >= 2 and all("AAAAAAAAAAAAAAAAAAAAAQ" not in d for d in assigned)
+        changed = [r["data"]["logDirs"] for r in payloads
+                   if r["type"] == "BROKER_REGISTRATION_CHANGE_RECORD" and r["data"].get("logDirs")]
+        assert len(changed) == 1 and len(changed[0]) == 1 and changed[0][0] in registered[-1]
         assert len(p.acked) >= before + 300, f"only {len(p.acked) - before} records acknowledged after the failure"
         assert n2.process.poll() is None, "node 2 has a healthy dir left: it must keep running"
         text = log_text(n2)

@@ -318,7 +318,9 @@ def test_dump_log_of_files_kesques_raft_log_writes(tmp_path):
     from kesque.raft.file_log import FileRaftLog
     from kesque.raft.log import LeaderChange
 
-    topic_id = uuid.uuid4()
+    from kesque.metadata.image import UNASSIGNED
+
+    topic_id, dir_a, dir_b = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     values = [mr.encode(r) for r in (
         {"type": "FeatureLevelRecord", "name": "metadata.version", "feature_level": 21},
         {"type": "RegisterBrokerRecord", "broker_id": 1, "incarnation_id": uuid.uuid4(), "broker_epoch": 5,
@@ -330,6 +332,14 @@ def test_dump_log_of_files_kesques_raft_log_writes(tmp_path):
          "isr": [1, 2, 3], "leader": 1, "leader_epoch": 0, "partition_epoch": 0},
         {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": topic_id, "isr": [1, 2], "leader": 2},
         {"type": "BrokerRegistrationChangeRecord", "broker_id": 1, "broker_epoch": 5, "fenced": -1},
+        # KIP-858: log dirs and the directory of each replica (UNASSIGNED: not placed yet)
+        {"type": "RegisterBrokerRecord", "broker_id": 2, "incarnation_id": uuid.uuid4(), "broker_epoch": 9,
+         "endpoints": [], "features": [], "rack": None, "fenced": True, "in_controlled_shutdown": False,
+         "log_dirs": [dir_a, dir_b]},
+        {"type": "PartitionRecord", "partition_id": 1, "topic_id": topic_id, "replicas": [2, 1], "isr": [2, 1],
+         "leader": 2, "leader_epoch": 0, "partition_epoch": 0, "directories": [UNASSIGNED, dir_a]},
+        {"type": "PartitionChangeRecord", "partition_id": 1, "topic_id": topic_id, "directories": [dir_b, dir_a]},
+        {"type": "BrokerRegistrationChangeRecord", "broker_id": 2, "broker_epoch": 9, "log_dirs": [dir_a]},
         {"type": "NoOpRecord"})]
     log = FileRaftLog(str(tmp_path))
     log.append(1, [LeaderChange(1, (1, 2, 3), (1, 2))])

@@ -36,6 +36,11 @@ leader's log end offset, Kafka's ``nextWriteOffset``):
 - ``expire(now) -> records``: fences the broker whose session (``broker.session.timeout.ms``
   since its last heartbeat) ran out longest ago, one per call as Kafka does, so that the next
   call sees its effect in the image; call again when ``next_deadline()`` comes.
+- ``assign_replicas_to_dirs(broker_id, broker_epoch, {dir: {topic id: [partition]}}) -> (records,
+  answer)``: AssignReplicasToDirs (KIP-858), Kafka's handleAssignReplicasToDirs.
+- Log dirs (KIP-858, metadata.version 3.7-IV2+): ``register`` checks and records the broker's
+  ``log_dirs``; a heartbeat naming some of them offline fences only the replicas whose directory
+  is one of them (``_dirs_offline``) and drops them from the registration.
 - ``replay(record, offset)``: the driver hands every applied RegisterBrokerRecord (optional:
   without it the broker epoch stands for the registration's offset; they differ only after a
   registration was amended).
@@ -60,12 +65,14 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError, error
-from ..metadata.image import Endpoint, MetadataImage
+from ..metadata.image import Endpoint, MetadataImage, directories_supported, reserved_dir
+from .reassignment import leader_acceptor
 from .replication_control import ONLINE, UNCLEAN, elr_args, elr_enabled_in, partition_change
 
 log = logging.getLogger(__name__)
 
 NO_LEADER = -1
+NO_LEADER_CHANGE = -2
 UNBOUNDED = 1 << 62
 
 # BrokerRegistrationChangeRecord's fenced / in_controlled_shutdown values
@@ -114,6 +121,7 @@ class RegistrationRequest:
     features: dict[str, tuple[int, int]] = field(default_factory=dict)   # name: (min, max)
     rack: str | None = None
     previous_broker_epoch: int = -1
+    log_dirs: list = field(default_factory=list)   # v2+: the directory ids of its log dirs (KIP-858)
 
 
 @dataclass(slots=True)
@@ -215,6 +223,9 @@ class ClusterControl:
         if existing is not None and not same and self.has_valid_session(b, now):
             raise error("duplicate_broker_registration", "Another broker is registered with that broker id.")
         features = self._check_features(req, image)
+        dirs = directories_supported(image)
+        if dirs:
+            self._check_log_dirs(req, image)
         records: list[dict] = []
         if same:
             epoch, fenced, in_cs = existing.epoch, existing.fenced, existing.in_controlled_shutdown
@@ -227,6 +238,8 @@ class ClusterControl:
                         "endpoints": [dataclasses.asdict(e) for e in req.listeners],
                         "features": features, "rack": req.rack, "fenced": fenced,
                         "in_controlled_shutdown": in_cs})
+        if dirs:
+            records[-1]["log_dirs"] = list(req.log_dirs)
         self.registration_offsets[b] = next_offset + len(records) - 1
         old = sessions.get(b)
         if same and old is not None:
@@ -234,6 +247,23 @@ class ClusterControl:
         else:
             sessions[b] = Session(now, fenced)
         return records, epoch
+
+    @staticmethod
+    def _check_log_dirs(req: RegistrationRequest, image: MetadataImage) -> None:
+        """Kafka's checks of a registration's log dirs (KIP-858): no reserved id, none twice,
+        none another broker registered. A registration naming none is accepted (Kafka refuses
+        it with "No directories specified in request"): kesque's simulated brokers and older
+        callers register none, and such a broker is handled as before directory assignment."""
+        if any(reserved_dir(d) for d in req.log_dirs):
+            raise error("invalid_registration", "Reserved directory ID in request")
+        if len(set(req.log_dirs)) != len(req.log_dirs):
+            raise error("invalid_registration", "Duplicate directory ID in request")
+        for other in image.brokers.values():
+            if other.id != req.broker_id:
+                for d in req.log_dirs:
+                    if d in other.log_dirs:
+                        raise error("invalid_registration",
+                                    f"Broker {other.id} is already registered with directory {d}")
 
     @staticmethod
     def _check_features(req: RegistrationRequest, image: MetadataImage) -> list[dict]:
@@ -276,7 +306,7 @@ class ClusterControl:
             else:
                 records = self._enter_controlled_shutdown(image, b, reg.epoch)
         else:
-            records = self._dirs_offline(image, b, s, req.offline_log_dirs)
+            records = self._dirs_offline(image, b, reg, s, req.offline_log_dirs)
         fenced, in_cs, shut_down = _FLAGS[nxt]
         self._touch(s, now, fenced, req.current_metadata_offset)
         if in_cs and s.shutdown_offset < 0:
@@ -347,6 +377,72 @@ class ClusterControl:
                 + self._changes(image, lambda p: broker_id in p.elr, remove=broker_id)
                 + [{"type": "UnregisterBrokerRecord", "broker_id": broker_id, "broker_epoch": reg.epoch}])
 
+    # -- AssignReplicasToDirs (KIP-858) ---------------------------------------------------------------
+    def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int,
+                                assignments: dict) -> tuple[list[dict], dict]:
+        """Kafka's ReplicationControlManager.handleAssignReplicasToDirs: ``assignments`` {dir
+        id: {topic id: [partition]}} from the broker; the answer {dir id: {topic id: [(partition,
+        error code)]}}. Each replica of the broker gets its directory (a PartitionChangeRecord
+        with ``directories`` when it changes); a replica assigned to a dir that is not online on
+        the broker then leaves the ISR as in :meth:`_dirs_offline`. UNSUPPORTED_VERSION before
+        metadata.version 3.7-IV2, STALE_BROKER_EPOCH for an unknown broker or another epoch;
+        per partition UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (not
+        one of its replicas)."""
+        self._sessions()
+        image = self.image_fn()
+        if not directories_supported(image):
+            raise error("unsupported_version", "Directory assignment is not supported yet.")
+        reg = image.brokers.get(broker_id)
+        if reg is None:
+            raise error("stale_broker_epoch", f"No broker registration found for broker id {broker_id}")
+        if reg.epoch != broker_epoch:
+            raise error("stale_broker_epoch", f"Expected broker epoch {reg.epoch}, but got broker epoch "
+                                              f"{broker_epoch}")
+        changed: dict[tuple, dict] = {}          # (topic id, partition): its record
+        offline: set[tuple] = set()
+        answer: dict = {}
+        for d, topics in assignments.items():
+            dir_offline = not reg.has_online_dir(d)
+            for topic_id, partitions in topics.items():
+                t = image.topics_by_id.get(topic_id)
+                out = answer.setdefault(d, {}).setdefault(topic_id, [])
+                for pid in partitions:
+                    if t is None:
+                        log.warning("AssignReplicasToDirsRequest from broker %d references unknown topic ID %s",
+                                    broker_id, topic_id)
+                        out.append((pid, int(ErrorCode.unknown_topic_id)))
+                        continue
+                    p = t.partitions.get(pid)
+                    if p is None:
+                        out.append((pid, int(ErrorCode.unknown_topic_or_partition)))
+                        continue
+                    if broker_id not in p.replicas:
+                        out.append((pid, int(ErrorCode.not_leader_or_follower)))
+                        continue
+                    key = (topic_id, pid)
+                    current = changed[key]["directories"] if key in changed else [p.directory(r) for r in p.replicas]
+                    dirs = [d if r == broker_id else current[i] for i, r in enumerate(p.replicas)]
+                    if dirs != [p.directory(r) for r in p.replicas]:
+                        changed[key] = {"type": "PartitionChangeRecord", "topic_id": topic_id, "partition_id": pid,
+                                        "isr": None, "leader": NO_LEADER_CHANGE, "replicas": None,
+                                        "removing_replicas": None, "adding_replicas": None,
+                                        "leader_recovery_state": -1, "directories": dirs}
+                    else:
+                        changed.pop(key, None)
+                    if dir_offline:
+                        offline.add(key)
+                    out.append((pid, 0))
+        # the replicas assigned to an offline dir leave the ISR; their directories go in that
+        # same record (Kafka writes both, one after the other)
+        records = []
+        for rec in self._changes(image, lambda p: b_in_isr_of(p, broker_id), remove=broker_id,
+                                 only=offline):
+            key = (rec["topic_id"], rec["partition_id"])
+            if key in changed:
+                rec["directories"] = changed.pop(key)["directories"]
+            records.append(rec)
+        return list(changed.values()) + records, answer
+
     # -- the records of each transition (Kafka's ReplicationControlManager.handleBroker*) ------------
     def _fence(self, image: MetadataImage, b: int, epoch: int) -> list[dict]:
         return self._move_off(image, b) + [{"type": "BrokerRegistrationChangeRecord", "broker_id": b,
@@ -364,15 +460,31 @@ class ClusterControl:
                             "fenced": 0, "in_controlled_shutdown": IN_CONTROLLED_SHUTDOWN})
         return records + self._move_off(image, b)
 
-    def _dirs_offline(self, image: MetadataImage, b: int, s: Session, offline: list) -> list[dict]:
-        """Kafka's handleDirectoriesOffline (KIP-858), for a heartbeat naming log dirs not seen
-        offline before. kesque's PartitionRecords carry no directories (its brokers register
-        none, so there is no AssignReplicasToDirs), so the controller cannot tell which of the
-        broker's replicas were in the failed dir: it takes the broker out of every ISR that
-        another replica remains in, so each partition it led moves to an in-sync replica. A
-        replica in a healthy dir keeps fetching and rejoins the ISR once caught up; one whose
-        ISR is this broker alone keeps it (no other replica could lead it without an unclean
-        election)."""
+    def _dirs_offline(self, image: MetadataImage, b: int, reg, s: Session, offline: list) -> list[dict]:
+        """Kafka's handleDirectoriesOffline (KIP-858), for a heartbeat naming log dirs.
+
+        A broker that registered its log dirs (metadata.version 3.7-IV2+): the named dirs still
+        in its registration are its new offline dirs; the replicas whose directory is one of
+        them leave the ISR (a partition such a replica led elects another leader: a replica in
+        a failed dir may not lead, Kafka's LeaderAcceptor), and a BrokerRegistrationChangeRecord
+        keeps only the others in its ``log_dirs``. Replicas whose directory is UNASSIGNED or
+        MIGRATING are left alone, as Kafka leaves them (its directoriesToPartitions never holds
+        a reserved id; ``DirectoryId.isOnline`` counts them online).
+
+        A broker that registered none (before directory assignment): the controller cannot tell
+        which replicas were in the failed dir, so on the first heartbeat naming a dir it takes
+        the broker out of every ISR that another replica remains in (a replica in a healthy dir
+        rejoins once caught up; one whose ISR is this broker alone keeps it)."""
+        if directories_supported(image) and reg.log_dirs:
+            failed = [d for d in reg.log_dirs if d in offline]
+            if not failed:
+                return []
+            remaining = [d for d in reg.log_dirs if d not in offline]
+            log.warning("Directories %s in broker %d marked offline, remaining directories: %s",
+                        ", ".join(str(d) for d in failed), b, ", ".join(str(d) for d in remaining))
+            return (self._changes(image, lambda p: b in p.isr and p.directory(b) in failed, remove=b)
+                    + [{"type": "BrokerRegistrationChangeRecord", "broker_id": b, "broker_epoch": reg.epoch,
+                        "fenced": 0, "in_controlled_shutdown": 0, "log_dirs": remaining}])
         new = [d for d in offline if d not in s.offline_dirs]
         if not new:
             return []
@@ -394,7 +506,7 @@ class ClusterControl:
         return self._move_off(image, b)
 
     def _changes(self, image: MetadataImage, which, remove: int = NO_LEADER, add: int = NO_LEADER,
-                 unclean: int = NO_LEADER) -> list[dict]:
+                 unclean: int = NO_LEADER, only: set | None = None) -> list[dict]:
         """Kafka's generateLeaderAndIsrUpdates: ``remove`` leaves the ISR (and leads nothing),
         ``add`` may lead although the image still has it fenced, ``unclean`` (shut down
         uncleanly) leaves the ISR and the ELR and leads nothing."""
@@ -414,14 +526,18 @@ class ClusterControl:
         for t in image.topics_by_id.values():
             election = UNCLEAN if self.unclean_enabled(t.name) else ONLINE
             for pid, p in t.partitions.items():
-                if which(p):
-                    rec = partition_change(t.topic_id, pid, p, acceptable,
+                if (only is None or (t.topic_id, pid) in only) and which(p):
+                    rec = partition_change(t.topic_id, pid, p, leader_acceptor(image, p, acceptable),
                                            [r for r in p.isr if r not in (remove, unclean)], election,
                                            unclean_shutdown=(unclean,) if unclean != NO_LEADER else (),
                                            **elr_args(image, t.name, p, self.min_isr))
                     if rec is not None:
                         out.append(rec)
         return out
+
+
+def b_in_isr_of(p, broker_id: int) -> bool:
+    return broker_id in p.isr
 
 
 def leads_any(image: MetadataImage, broker_id: int) -> bool:
@@ -448,7 +564,8 @@ def to_kio(msg, version: int):
                     listeners=tuple(_new(mod.Listener, name=e.name, host=e.host, port=e.port,
                                          security_protocol=e.security_protocol) for e in msg.listeners),
                     features=tuple(_new(mod.Feature, name=n, min_supported_version=lo, max_supported_version=hi)
-                                   for n, (lo, hi) in sorted(msg.features.items()) if version >= 4 or lo != 0))
+                                   for n, (lo, hi) in sorted(msg.features.items()) if version >= 4 or lo != 0),
+                    **({"log_dirs": tuple(msg.log_dirs)} if version >= 2 else {}))
     if isinstance(msg, RegistrationReply):
         return _new(mod.BrokerRegistrationResponse, throttle_time=0, error_code=ErrorCode(msg.error_code),
                     broker_epoch=msg.broker_epoch)
@@ -468,7 +585,8 @@ def from_kio(obj):
         listeners = [Endpoint(e.name, e.host, int(e.port), int(e.security_protocol)) for e in obj.listeners]
         return RegistrationRequest(int(obj.broker_id), obj.cluster_id, obj.incarnation_id, listeners,
                                    {f.name: (int(f.min_supported_version), int(f.max_supported_version))
-                                    for f in obj.features}, obj.rack, int(getattr(obj, "previous_broker_epoch", -1)))
+                                    for f in obj.features}, obj.rack, int(getattr(obj, "previous_broker_epoch", -1)),
+                                   list(getattr(obj, "log_dirs", ())))
     if name == "BrokerRegistrationResponse":
         return RegistrationReply(int(obj.error_code), int(obj.broker_epoch))
     if name == "BrokerHeartbeatRequest":
@@ -477,3 +595,48 @@ def from_kio(obj):
     if name == "BrokerHeartbeatResponse":
         return HeartbeatReply(int(obj.error_code), obj.is_caught_up, obj.is_fenced, obj.should_shut_down)
     raise ValueError(f"not a BrokerRegistration or BrokerHeartbeat message: {name}")
+
+
+# -- AssignReplicasToDirs (API 73, v0; KIP-858) on the wire ---------------------------------------------
+ASSIGN_API_KEY, ASSIGN_VERSION = 73, 0
+
+
+def assign_request_to_kio(broker_id: int, broker_epoch: int, assignments: dict):
+    """``assignments`` {dir id: {topic id: [partition]}} as an AssignReplicasToDirsRequest."""
+    from kio.schema.assign_replicas_to_dirs.v0 import request as m
+
+    from ..raft.wire import _new
+    return _new(m.AssignReplicasToDirsRequest, broker_id=broker_id, broker_epoch=broker_epoch,
+                directories=tuple(_new(m.DirectoryData, id_=d, topics=tuple(
+                    _new(m.TopicData, topic_id=t, partitions=tuple(_new(m.PartitionData, partition_index=p)
+                                                                   for p in parts))
+                    for t, parts in topics.items())) for d, topics in assignments.items()))
+
+
+def assign_request_from_kio(req) -> tuple[int, int, dict]:
+    out: dict = {}
+    for d in req.directories:
+        for t in d.topics:
+            out.setdefault(d.id_, {}).setdefault(t.topic_id, []).extend(int(p.partition_index) for p in t.partitions)
+    return int(req.broker_id), int(req.broker_epoch), out
+
+
+def assign_response_to_kio(error_code: int, answer: dict):
+    """``answer`` {dir id: {topic id: [(partition, error code)]}} as an AssignReplicasToDirsResponse."""
+    from kio.schema.assign_replicas_to_dirs.v0 import response as m
+
+    from ..raft.wire import _new
+    return _new(m.AssignReplicasToDirsResponse, throttle_time=0, error_code=ErrorCode(error_code),
+                directories=tuple(_new(m.DirectoryData, id_=d, topics=tuple(
+                    _new(m.TopicData, topic_id=t, partitions=tuple(
+                        _new(m.PartitionData, partition_index=p, error_code=ErrorCode(e)) for p, e in parts))
+                    for t, parts in topics.items())) for d, topics in answer.items()))
+
+
+def assign_response_from_kio(resp) -> tuple[int, dict]:
+    answer: dict = {}
+    for d in resp.directories:
+        for t in d.topics:
+            answer.setdefault(d.id_, {}).setdefault(t.topic_id, []).extend(
+                (int(p.partition_index), int(p.error_code)) for p in t.partitions)
+    return int(resp.error_code), answer

@@ -27,6 +27,7 @@ from ..metadata.log import METADATA_TOPIC, MetadataLog
 from ..server import quotas as qm
 from ..storage.checkpoint import uuid_to_kafka
 from . import reassignment
+from .reassignment import default_dir_fn
 from .replication_control import clear_elr_records, min_isr_in, unclean_enabled_in
 
 log = logging.getLogger(__name__)
@@ -243,12 +244,15 @@ class Controller:
 
     def _partition_records(self, topic_id: uuid.UUID, assignment: list[list[int]], first: int) -> list[dict]:
         live = {b.id for b in self.image.live_brokers()}
+        default_dir = default_dir_fn(self.image)
         out = []
         for i, replicas in enumerate(assignment):
             isr = [r for r in replicas if r in live] or list(replicas)
             out.append({"type": "PartitionRecord", "partition_id": first + i, "topic_id": topic_id,
                         "replicas": replicas, "isr": isr, "removing_replicas": [], "adding_replicas": [],
                         "leader": isr[0], "leader_recovery_state": 0, "leader_epoch": 0, "partition_epoch": 0})
+            if default_dir is not None:     # KIP-858: each replica's directory (Kafka's defaultDir)
+                out[-1]["directories"] = [default_dir(r) for r in replicas]
         return out
 
     def _check_assignment(self, assignments: dict[int, list[int]], first: int,

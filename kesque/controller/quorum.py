@@ -249,6 +249,16 @@ class QuorumController:
         await self._committed(offset, timeout_ms)
         return reply
 
+    async def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int, assignments: dict,
+                                      timeout_ms: int = 30000) -> dict:
+        """AssignReplicasToDirs (KIP-858): the per-partition answer once the directory changes
+        (and the ISR changes of replicas assigned to an offline dir) are committed."""
+        if not self.active:
+            raise not_controller()
+        records, answer = self.cluster.assign_replicas_to_dirs(broker_id, broker_epoch, assignments)
+        await self._committed(self._written(records), timeout_ms)
+        return answer
+
     async def unregister(self, broker_id: int, timeout_ms: int = 30000) -> None:
         """UnregisterBroker: answered once the broker's registration is gone (committed)."""
         if not self.active:

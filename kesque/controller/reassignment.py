@@ -37,7 +37,7 @@ import dataclasses
 import uuid
 
 from ..errors import ErrorCode, KafkaError
-from ..metadata.image import MetadataImage, PartitionRegistration
+from ..metadata.image import UNASSIGNED, MetadataImage, PartitionRegistration, directories_supported
 
 NO_LEADER_CHANGE = -2
 E = ErrorCode
@@ -110,9 +110,11 @@ def change_partition(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
                      target_isr: list[int] | None = None, election: str | None = None,
                      target_leader_recovery_state: int | None = None, *, replicas: list[int] | None = None,
                      removing: list[int] | None = None, adding: list[int] | None = None,
-                     elr_enabled: bool = False, min_isr: int = 1) -> dict | None:
+                     elr_enabled: bool = False, min_isr: int = 1, default_dir=None) -> dict | None:
     """Kafka's PartitionChangeBuilder.build with reassignment; ``replicas`` / ``removing`` /
-    ``adding`` None keep the partition's."""
+    ``adding`` None keep the partition's. ``default_dir`` (:func:`default_dir_fn`; None before
+    metadata.version 3.7-IV2): a replica keeps its directory, a new one gets its broker's
+    default, written as ``directories`` when they change (Kafka's setAssignmentChanges)."""
     from .replication_control import ONLINE, partition_change
 
     replicas = list(p.replicas if replicas is None else replicas)
@@ -128,6 +130,10 @@ def change_partition(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
                            target_leader_recovery_state, elr_enabled=elr_enabled, min_isr=min_isr,
                            bump_leader_epoch=not set(p.replicas) <= set(replicas)) \
         or _unchanged(topic_id, partition_id)
+    if replicas and default_dir is not None:
+        dirs = [p.directory(r) if r in p.replicas else default_dir(r) for r in replicas]
+        if dirs != [p.directory(r) for r in p.replicas]:
+            rec["directories"] = dirs
     if replicas and replicas != list(p.replicas):
         rec["replicas"] = replicas
     if removing != list(p.removing_replicas):
@@ -135,6 +141,30 @@ def change_partition(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
     if adding != list(p.adding_replicas):
         rec["adding_replicas"] = adding
     return None if rec == _unchanged(topic_id, partition_id) else rec
+
+
+def default_dir_fn(image: MetadataImage):
+    """KIP-858: broker id -> the directory a new replica on it is assigned (Kafka's
+    defaultDir: its only log dir, UNASSIGNED with several or when it is not registered,
+    MIGRATING when it registered none); None before metadata.version 3.7-IV2."""
+    if not directories_supported(image):
+        return None
+
+    def default_dir(b: int):
+        reg = image.brokers.get(b)
+        return UNASSIGNED if reg is None else reg.default_dir()
+    return default_dir
+
+
+def leader_acceptor(image: MetadataImage, p: PartitionRegistration, active):
+    """Kafka's LeaderAcceptor: ``active(broker)`` and the replica's directory online on it (a
+    replica in a failed log dir may not lead)."""
+    def ok(b: int) -> bool:
+        if not active(b):
+            return False
+        reg = image.brokers.get(b)
+        return reg is None or reg.has_online_dir(p.directory(b))
+    return ok
 
 
 def _unchanged(topic_id: uuid.UUID, partition_id: int) -> dict:
@@ -153,12 +183,12 @@ def _start(image: MetadataImage, topic_id: uuid.UUID, pid: int, p: PartitionRegi
             raise KafkaError(E.invalid_replication_factor,
                              f"The replication factor is changed from {current_rf} to {len(target)}")
     replicas, removing, adding = target_assignment(p.replicas, target)
-    return change_partition(topic_id, pid, p, acceptable_fn, replicas=replicas, removing=removing or None,
-                            adding=adding or None)
+    return change_partition(topic_id, pid, p, leader_acceptor(image, p, acceptable_fn), replicas=replicas,
+                            removing=removing or None, adding=adding or None, default_dir=default_dir_fn(image))
 
 
-def _cancel(topic_id: uuid.UUID, name: str, pid: int, p: PartitionRegistration, unclean: bool,
-            acceptable_fn) -> dict | None:
+def _cancel(image: MetadataImage, topic_id: uuid.UUID, name: str, pid: int, p: PartitionRegistration,
+            unclean: bool, acceptable_fn) -> dict | None:
     from .replication_control import ONLINE, UNCLEAN
 
     if not in_progress(p):
@@ -167,8 +197,9 @@ def _cancel(topic_id: uuid.UUID, name: str, pid: int, p: PartitionRegistration, 
     if needs_unclean and not unclean:
         raise KafkaError(E.invalid_replica_assignment, f"Unable to revert partition assignment for {name}:{pid} "
                                                        "because it would require an unclean leader election.")
-    return change_partition(topic_id, pid, p, acceptable_fn, isr, UNCLEAN if unclean else ONLINE,
-                            replicas=replicas, removing=[], adding=[])
+    return change_partition(topic_id, pid, p, leader_acceptor(image, p, acceptable_fn), isr,
+                            UNCLEAN if unclean else ONLINE, replicas=replicas, removing=[], adding=[],
+                            default_dir=default_dir_fn(image))
 
 
 def alter_reassignments(image: MetadataImage, topics: list[tuple[str, list[tuple[int, list[int] | None]]]],
@@ -191,7 +222,7 @@ def alter_reassignments(image: MetadataImage, topics: list[tuple[str, list[tuple
                 if p is None:
                     raise KafkaError(E.unknown_topic_or_partition, f"Unable to find partition {name}:{pid}.")
                 ok = lambda b: acceptable(image, b)   # noqa: E731
-                rec = (_cancel(t.topic_id, name, pid, p, unclean_enabled(name), ok) if target is None
+                rec = (_cancel(image, t.topic_id, name, pid, p, unclean_enabled(name), ok) if target is None
                        else _start(image, t.topic_id, pid, p, list(target), allow_rf_change, ok))
                 if rec is not None:
                     records.append(rec)

@@ -64,7 +64,7 @@ from ..errors import ErrorCode, KafkaError
 from ..metadata.image import MetadataImage, PartitionRegistration
 from ..replication.replica_state import RECOVERED, RECOVERING, AlterPartitionReply
 from ..utils import hash_set_order
-from .reassignment import change_partition
+from .reassignment import change_partition, default_dir_fn, leader_acceptor
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
@@ -91,6 +91,11 @@ class AlterPartitionRequest:
 def acceptable(image: MetadataImage, broker: int) -> bool:
     reg = image.brokers.get(broker)
     return reg is not None and not reg.fenced and not reg.in_controlled_shutdown
+
+
+def _acceptor(image: MetadataImage, p: PartitionRegistration):
+    """Who may lead ``p``: active (:func:`acceptable`) with its replica's log dir online."""
+    return leader_acceptor(image, p, lambda b: acceptable(image, b))
 
 
 def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistration, acceptable_fn,
@@ -221,9 +226,10 @@ class ReplicationControl:
         if err:
             return [], AlterPartitionReply(err)
         # with reassignment: the ISR that brings the last adding replica in completes it
-        rec = change_partition(t.topic_id, req.partition_id, p, lambda b: acceptable(image, b),
+        rec = change_partition(t.topic_id, req.partition_id, p, _acceptor(image, p),
                                [b for b, _ in req.new_isr], UNCLEAN if self.unclean_enabled(t.name) else ONLINE,
-                               req.leader_recovery_state, **elr_args(image, t.name, p, self.min_isr))
+                               req.leader_recovery_state, **elr_args(image, t.name, p, self.min_isr),
+                               default_dir=default_dir_fn(image))
         reply = merged(p, rec)
         records = [rec] if rec is not None else []
         if reply.leader != req.broker_id:
@@ -264,7 +270,7 @@ class ReplicationControl:
                 continue
             for pid, p in t.partitions.items():
                 if p.leader == NO_LEADER:
-                    rec = partition_change(t.topic_id, pid, p, lambda b: acceptable(image, b), election=UNCLEAN,
+                    rec = partition_change(t.topic_id, pid, p, _acceptor(image, p), election=UNCLEAN,
                                            **elr_args(image, t.name, p, self.min_isr))
                     if rec is not None:
                         out.append(rec)
@@ -295,7 +301,7 @@ class ReplicationControl:
         preferred = p.replicas[0] if p.replicas else NO_LEADER
         if (election == PREFERRED and p.leader == preferred) or (election == UNCLEAN and p.leader != NO_LEADER):
             return None, int(E.election_not_needed), ELECTION_MESSAGES[E.election_not_needed]
-        rec = partition_change(t.topic_id, partition_id, p, lambda b: acceptable(image, b), election=election,
+        rec = partition_change(t.topic_id, partition_id, p, _acceptor(image, p), election=election,
                                **elr_args(image, topic, p, self.min_isr))
         if rec is None:
             code = E.preferred_leader_not_available if election == PREFERRED else E.eligible_leaders_not_available
@@ -332,7 +338,7 @@ class ReplicationControl:
         for t in image.topics_by_id.values():
             for pid, p in t.partitions.items():
                 if p.replicas and p.leader != p.replicas[0]:
-                    rec = partition_change(t.topic_id, pid, p, lambda b: acceptable(image, b), election=PREFERRED,
+                    rec = partition_change(t.topic_id, pid, p, _acceptor(image, p), election=PREFERRED,
                                            **elr_args(image, t.name, p, self.min_isr))
                     if rec is not None:
                         out.append(rec)

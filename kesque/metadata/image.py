@@ -17,6 +17,24 @@ RESOURCE_BROKER_LOGGER = 8
 RESOURCE_CLIENT_METRICS = 16
 RESOURCE_GROUP = 32
 
+# KIP-858: the metadata.version (3.7-IV2) from which brokers register their log directories and
+# partitions carry the directory of each replica (Kafka's isDirectoryAssignmentSupported)
+DIRECTORY_ASSIGNMENT_MV = 17
+# Kafka's reserved directory ids (DirectoryId): a replica whose partition predates directory
+# assignment, one not yet placed by a broker with several log dirs, one in a dir that is gone
+MIGRATING = uuid.UUID(int=0)
+UNASSIGNED = uuid.UUID(int=1)
+LOST = uuid.UUID(int=2)
+
+
+def reserved_dir(d: uuid.UUID) -> bool:
+    """Kafka's DirectoryId.reserved: the first 100 ids are never a real log dir's."""
+    return d.int < 100
+
+
+def directories_supported(image: "MetadataImage") -> bool:
+    return image.features.get("metadata.version", 0) >= DIRECTORY_ASSIGNMENT_MV
+
 
 @dataclass
 class Endpoint:
@@ -35,6 +53,23 @@ class BrokerRegistration:
     rack: str | None = None
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    # KIP-858: the directory ids of its online log dirs, sorted (none: it registered none)
+    log_dirs: list[uuid.UUID] = field(default_factory=list)
+
+    def has_online_dir(self, d: uuid.UUID) -> bool:
+        """Kafka's DirectoryId.isOnline: UNASSIGNED and MIGRATING count as online, LOST not; a
+        broker that registered no dirs has every dir online."""
+        if d in (UNASSIGNED, MIGRATING):
+            return True
+        if d == LOST:
+            return False
+        return not self.log_dirs or d in self.log_dirs
+
+    def default_dir(self) -> uuid.UUID:
+        """Kafka's ClusterControlManager.defaultDir: where a new replica on this broker goes."""
+        if not self.log_dirs:
+            return MIGRATING
+        return self.log_dirs[0] if len(self.log_dirs) == 1 else UNASSIGNED
 
     def endpoint(self, listener: str | None = None) -> Endpoint | None:
         for ep in self.endpoints:
@@ -57,6 +92,14 @@ class PartitionRegistration:
     # cleanly) and the last known ELR (Kafka 4.4 keeps the last known leader there)
     elr: list[int] = field(default_factory=list)
     last_known_elr: list[int] = field(default_factory=list)
+    # KIP-858: the log dir id of each replica (in replicas' order); empty: all MIGRATING (the
+    # partition was written before metadata.version 3.7-IV2)
+    directories: list[uuid.UUID] = field(default_factory=list)
+
+    def directory(self, replica: int) -> uuid.UUID:
+        if not self.directories or replica not in self.replicas:
+            return MIGRATING
+        return self.directories[self.replicas.index(replica)]
 
 
 @dataclass
@@ -88,6 +131,14 @@ class Delta:
     def __bool__(self) -> bool:
         return bool(self.created_topics or self.deleted_topics or self.changed_partitions
                     or self.changed_configs or self.changed_brokers or self.changed_quotas)
+
+
+def _directories(dirs) -> list[uuid.UUID]:
+    """A record's directories as the image keeps them (Kafka's defaultToMigrating: none, or all
+    MIGRATING, is kept as none)."""
+    if not dirs or all(d == MIGRATING for d in dirs):
+        return []
+    return list(dirs)
 
 
 class MetadataImage:
@@ -124,7 +175,7 @@ class MetadataImage:
         eps = [Endpoint(e["name"], e["host"], e["port"], e["security_protocol"]) for e in rec["endpoints"]]
         self.brokers[rec["broker_id"]] = BrokerRegistration(
             rec["broker_id"], rec["incarnation_id"], rec["broker_epoch"], eps, rec.get("rack"),
-            rec.get("fenced", True), rec.get("in_controlled_shutdown", False))
+            rec.get("fenced", True), rec.get("in_controlled_shutdown", False), sorted(rec.get("log_dirs") or []))
         delta.changed_brokers.add(rec["broker_id"])
 
     def _replay_UnregisterBrokerRecord(self, rec, delta):
@@ -152,6 +203,8 @@ class MetadataImage:
                 b.fenced = False
             if rec.get("in_controlled_shutdown", 0) == 1:
                 b.in_controlled_shutdown = True
+            if rec.get("log_dirs"):         # as Kafka: an empty list changes nothing
+                b.log_dirs = sorted(rec["log_dirs"])
             delta.changed_brokers.add(b.id)
 
     def _replay_TopicRecord(self, rec, delta):
@@ -167,7 +220,8 @@ class MetadataImage:
         t.partitions[rec["partition_id"]] = PartitionRegistration(
             list(rec["replicas"]), list(rec["isr"]), rec["leader"], rec["leader_epoch"], rec["partition_epoch"],
             list(rec["removing_replicas"] or []), list(rec["adding_replicas"] or []), rec["leader_recovery_state"],
-            list(rec.get("eligible_leader_replicas") or []), list(rec.get("last_known_elr") or []))
+            list(rec.get("eligible_leader_replicas") or []), list(rec.get("last_known_elr") or []),
+            _directories(rec.get("directories")))
         delta.changed_partitions.add((t.topic_id, rec["partition_id"]))
 
     def _replay_PartitionChangeRecord(self, rec, delta):
@@ -179,6 +233,12 @@ class MetadataImage:
             return
         if rec.get("isr") is not None:
             p.isr = list(rec["isr"])
+        if rec.get("directories") is not None:
+            p.directories = _directories(rec["directories"])
+        elif rec.get("replicas") is not None and p.directories:
+            # replicas changed without directories (not written so by a controller with
+            # directory assignment): each replica keeps its directory, a new one is MIGRATING
+            p.directories = _directories([p.directory(r) for r in rec["replicas"]])
         if rec.get("replicas") is not None:
             p.replicas = list(rec["replicas"])
         if rec.get("removing_replicas") is not None:

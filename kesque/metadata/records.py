@@ -81,6 +81,12 @@ BY_KEY = {key: name for name, (key, _v, _f) in SCHEMAS.items()}
 
 # the record types whose KIP-966 fields (eligible_leader_replicas, last_known_elr) exist from version 2
 ELR_RECORDS = ("PartitionRecord", "PartitionChangeRecord")
+# KIP-858: the field naming log directories of each record type that has one, and the version
+# that has it (the lowest Kafka writes at metadata.version 3.7-IV2)
+_DIR_FIELD = {"PartitionRecord": "directories", "PartitionChangeRecord": "directories",
+              "RegisterBrokerRecord": "log_dirs", "BrokerRegistrationChangeRecord": "log_dirs"}
+_DIR_VERSION = {"PartitionRecord": 1, "PartitionChangeRecord": 1, "RegisterBrokerRecord": 3,
+                "BrokerRegistrationChangeRecord": 2}
 
 
 def encode(rec: dict) -> bytes:
@@ -94,6 +100,11 @@ def encode(rec: dict) -> bytes:
         fields = fields_for(rec["type"], version)
         if rec["type"] == "PartitionRecord" and rec.get("directories") is None:
             rec = {**rec, "directories": []}
+    elif rec.get(_DIR_FIELD.get(rec["type"], "")) is not None:
+        # KIP-858 (metadata.version 3.7-IV2+): the records that carry log directories are written
+        # at the version that has them, as Kafka's controller writes them from that version on
+        version = _DIR_VERSION[rec["type"]]
+        fields = fields_for(rec["type"], version)
     return uvarint(1) + uvarint(api_key) + uvarint(version) + schema.encode(fields, rec, flexible=True)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .image import MetadataImage
+from .image import MetadataImage, directories_supported
 
 MAX_BYTES_BETWEEN_SNAPSHOTS = 20 * 1024 * 1024
 MAX_SNAPSHOT_INTERVAL_MS = 3_600_000
@@ -29,11 +29,14 @@ MAX_SNAPSHOT_INTERVAL_MS = 3_600_000
 def image_records(image: MetadataImage) -> list[dict]:
     out: list[dict] = [{"type": "FeatureLevelRecord", "name": n, "feature_level": v}
                        for n, v in sorted(image.features.items())]
+    dirs = directories_supported(image)      # KIP-858: written from metadata.version 3.7-IV2
     for b in sorted(image.brokers.values(), key=lambda b: b.id):
         out.append({"type": "RegisterBrokerRecord", "broker_id": b.id, "incarnation_id": b.incarnation_id,
                     "broker_epoch": b.epoch, "endpoints": [dataclasses.asdict(e) for e in b.endpoints],
                     "features": [], "rack": b.rack, "fenced": b.fenced,
                     "in_controlled_shutdown": b.in_controlled_shutdown})
+        if dirs:
+            out[-1]["log_dirs"] = list(b.log_dirs)
     for t in sorted(image.topics_by_id.values(), key=lambda t: t.name):
         out.append({"type": "TopicRecord", "name": t.name, "topic_id": t.topic_id})
         for pid, p in sorted(t.partitions.items()):
@@ -42,6 +45,8 @@ def image_records(image: MetadataImage) -> list[dict]:
                         "removing_replicas": list(p.removing_replicas), "adding_replicas": list(p.adding_replicas),
                         "leader": p.leader, "leader_recovery_state": p.leader_recovery_state,
                         "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch})
+            if dirs:
+                out[-1]["directories"] = [p.directory(r) for r in p.replicas]
             if p.elr or p.last_known_elr:
                 out[-1].update(eligible_leader_replicas=list(p.elr), last_known_elr=list(p.last_known_elr))
     for (rtype, rname), values in sorted(image.configs.items()):

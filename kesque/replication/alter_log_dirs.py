@@ -133,6 +133,7 @@ class LogDirMover:
         if future.log_end_offset >= end:
             lm.replace_current_with_future(topic, partition, self.crash_hook)
             part.replace_log(lm.get_log(topic, partition))
+            self.replica_manager.maybe_update_assignment(part)   # KIP-858: the controller learns the new dir
             self.moved += 1
             return "swapped"
         quota = self.quota

@@ -21,7 +21,7 @@ from collections import defaultdict
 from ..config.broker import BrokerConfig
 from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
 from ..errors import ErrorCode, KafkaError
-from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
+from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage, directories_supported
 from ..storage.log_dir_failure import KafkaStorageError
 from ..storage.log_manager import LogManager
 from .partition import Partition, ReplicaEnv, not_leader
@@ -52,6 +52,9 @@ class ReplicaManager(ReplicaEnv):
         # AlterPartition sender (a callable (partition, proposal))
         self.fetchers = None
         self.send_alter_partition = None
+        # set by the server in a cluster: a callable (topic id, partition, directory id) that
+        # tells the controller the log dir holding a replica (AssignReplicasToDirs, KIP-858)
+        self.assign_dir = None
         # callables (topic, partition, is_leader) told when this broker gains or loses
         # leadership of a partition (coordinators load and unload their state with it)
         self._leadership_listeners: list = []
@@ -175,10 +178,12 @@ class ReplicaManager(ReplicaEnv):
                 self.log_manager.delete_log(t.name, p)
             return
         if part is None:
-            lg = self.log_manager.get_or_create_log(t.name, p, self.log_config_for(t.name), topic_id)
+            lg = self.log_manager.get_or_create_log(t.name, p, self.log_config_for(t.name), topic_id,
+                                                    target_dir_id=reg.directory(self.node_id))
             part = Partition(t.name, p, topic_id, lg, self.node_id, self)
             self.partitions[(t.name, p)] = part
             self.by_id[(topic_id, p)] = part
+        self.maybe_update_assignment(part, reg)
         was_leader = part.is_leader
         if reg.leader == self.node_id:
             part.make_leader(reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)
@@ -195,6 +200,22 @@ class ReplicaManager(ReplicaEnv):
             self._wake(part)
         if part.is_leader != was_leader or part.is_leader:
             self._tell_leadership(t.name, p, part.is_leader)
+
+    def maybe_update_assignment(self, part: Partition, reg=None) -> None:
+        """Kafka's maybeUpdateTopicAssignment (KIP-858): when the metadata names another
+        directory for this replica than the log dir holding its log (UNASSIGNED on a broker
+        with several dirs, MIGRATING from before directory assignment, or after a move between
+        log dirs), tell the controller where it is."""
+        if self.assign_dir is None or not directories_supported(self.image):
+            return
+        if reg is None:
+            t = self.image.topics_by_id.get(part.topic_id)
+            reg = t.partitions.get(part.partition) if t is not None else None
+            if reg is None or self.node_id not in reg.replicas:
+                return
+        d = self.log_manager.directory_ids.get(part.log.log_dir)
+        if d is not None and reg.directory(self.node_id) != d:
+            self.assign_dir(part.topic_id, part.partition, d)
 
     def _wake(self, part: Partition) -> None:
         """A role change: everything waiting on the partition looks again (and fails over)."""

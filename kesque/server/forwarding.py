@@ -248,6 +248,21 @@ class ControllerRouter:
             return RegistrationReply(int(e.code), -1)
         return RegistrationReply(0, result) if isinstance(result, int) else from_kio(result)
 
+    async def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int, assignments: dict,
+                                      timeout_ms: int) -> tuple[int, dict]:
+        """One AssignReplicasToDirs attempt (the AssignmentsManager retries): (error code,
+        {dir id: {topic id: [(partition, error code)]}})."""
+        from ..controller import cluster_control as cc
+
+        try:
+            result = await self._rpc("quorum.assign_replicas_to_dirs", (broker_id, broker_epoch, assignments),
+                                     cc.ASSIGN_API_KEY, cc.ASSIGN_VERSION,
+                                     cc.assign_request_to_kio(broker_id, broker_epoch, assignments), timeout_ms,
+                                     retry=False)
+        except KafkaError as e:
+            return int(e.code), {}
+        return (0, result) if isinstance(result, dict) else cc.assign_response_from_kio(result)
+
     async def broker_heartbeat(self, req, timeout_ms: int):
         """One BrokerHeartbeat attempt: the reply."""
         from ..controller.cluster_control import HeartbeatReply, from_kio, to_kio

@@ -50,7 +50,7 @@ class BrokerLifecycle:
     def __init__(self, node_id: int, incarnation_id: uuid.UUID, config=None, *, cluster_id: str = "",
                  listeners=(), features: dict | None = None, rack: str | None = None,
                  previous_broker_epoch: int = -1, request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None, now: int = 0):
+                 rng: random.Random | None = None, now: int = 0, log_dirs=()):
         self.node_id = node_id
         self.incarnation_id = incarnation_id
         self.config = LifecycleConfig.of(config)
@@ -78,6 +78,7 @@ class BrokerLifecycle:
         self.registration_deadline = now + self.config.initial_registration_timeout_ms
         self.shutdown_deadline = UNBOUNDED
         self.offline_log_dirs: list[uuid.UUID] = []   # directory ids of failed log dirs (KIP-858)
+        self.log_dirs: list[uuid.UUID] = list(log_dirs)  # directory ids of its log dirs, registered (KIP-858)
 
     # -- queries --------------------------------------------------------------------------------------
     @property
@@ -119,7 +120,8 @@ class BrokerLifecycle:
         self.in_flight_until = now + self.request_timeout_ms
         if not self.registered:
             return RegistrationRequest(self.node_id, self.cluster_id, self.incarnation_id, list(self.listeners),
-                                       dict(self.features), self.rack, self.previous_broker_epoch)
+                                       dict(self.features), self.rack, self.previous_broker_epoch,
+                                       list(self.log_dirs))
         return HeartbeatRequest(self.node_id, self.broker_epoch, self.metadata_offset,
                                 want_fence=not self.ready_to_unfence,
                                 want_shut_down=self.state == PENDING_CONTROLLED_SHUTDOWN,

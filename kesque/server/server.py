@@ -274,7 +274,9 @@ class KesqueServer:
         lc = BrokerLifecycle(self.node_id, uuid.uuid4(), self.config, cluster_id=cluster_id or "",
                              listeners=[Endpoint(**e) for e in self._endpoints()],
                              features=supported_features(),
-                             rack=self.config.get("broker.rack"), rng=random.Random(), now=self._now_ms())
+                             rack=self.config.get("broker.rack"), rng=random.Random(), now=self._now_ms(),
+                             log_dirs=[self.log_manager.directory_ids[d] for d in self.log_manager.live_log_dirs
+                                       if d in self.log_manager.directory_ids])
         lc.on_metadata_offset(self.image.offset)
         lc.set_ready_to_unfence(self._now_ms())     # the logs are loaded
         self.lifecycle = lc
@@ -342,6 +344,12 @@ class KesqueServer:
                                             quota=rm.quotas.follower)
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
+        # KIP-858: the log dir of each replica whose metadata names another, to the controller
+        from .assignments import AssignmentsManager
+        self.assignments = AssignmentsManager(self.node_id, self.controllers, lambda: self.broker_epoch,
+                                              lambda: self.image)
+        self.assignments.start()
+        rm.assign_dir = self.assignments.assign
 
     async def _controlled_shutdown(self) -> None:
         """SIGTERM in a cluster: the controller moves this broker's leaderships off it
@@ -541,6 +549,8 @@ class KesqueServer:
         self.stopped = True
         if self.heartbeats is not None:
             self.heartbeats.stop()
+        if getattr(self, "assignments", None) is not None:
+            self.assignments.stop()
         for t in self._timers:
             t.cancel()
         if self.socket_server is not None:

@@ -349,7 +349,8 @@ class LogManager:
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.get((topic, partition))
 
-    def get_or_create_log(self, topic: str, partition: int, config: LogConfig, topic_id: uuid.UUID) -> Log:
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig, topic_id: uuid.UUID,
+                          target_dir_id: uuid.UUID | None = None) -> Log:
         tp = (topic, partition)
         lg = self.logs.get(tp)
         if lg is not None:
@@ -357,7 +358,7 @@ class LogManager:
                 lg.topic_id = topic_id
                 lg._write_partition_metadata(topic_id)
             return lg
-        d = self._pick_dir(tp)
+        d = self._pick_dir(tp, target_dir_id)
         lg = maybe_handle_io_error(
             self.dir_failure, d, lambda: f"Error while creating log for {topic}-{partition} in dir {d}",
             lambda: Log(os.path.join(d, f"{topic}-{partition}"), topic, partition, config, topic_id=topic_id,
@@ -367,12 +368,17 @@ class LogManager:
         log.info("Created log for partition %s-%d in %s", topic, partition, d)
         return lg
 
-    def _pick_dir(self, tp: tuple[str, int] | None = None) -> str:
+    def _pick_dir(self, tp: tuple[str, int] | None = None, target_dir_id: uuid.UUID | None = None) -> str:
         preferred = self.preferred_dirs.pop(tp, None) if tp is not None else None
         # a dir the channel has is offline already, even before the handler has run
         live = [d for d in self.live_log_dirs if not self.dir_failure.has_offline_log_dir(d)]
         if preferred is not None and preferred in live:
             return preferred  # asked for by AlterReplicaLogDirs before the replica was created here
+        # the dir the metadata assigned it (KIP-858, Kafka's targetLogDirectoryId), when live
+        target = next((d for d in live if target_dir_id is not None and self.directory_ids.get(d) == target_dir_id),
+                      None)
+        if target is not None:
+            return target
         if not live:
             raise KafkaStorageError("No log directories available. Tried " + ", ".join(self.log_dirs))
         counts = {d: 0 for d in live}

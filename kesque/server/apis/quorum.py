@@ -32,6 +32,7 @@ class QuorumApis:
         s.register(62, 0, 4, self.broker_registration, controller_only=True)
         s.register(63, 0, 1, self.broker_heartbeat, controller_only=True)
         s.register(67, 0, 0, self.allocate_producer_ids, controller_only=True)
+        s.register(73, 0, 0, self.assign_replicas_to_dirs, controller_only=True)
         s.register(64, 0, 0, self.unregister_broker)  # kafka-cluster.sh unregister: any listener
         s.register(55, 0, 2, self.describe_quorum)
         s.register(56, alter_partition.VERSIONS.start, alter_partition.VERSIONS.stop - 1, self.alter_partition,
@@ -79,6 +80,19 @@ class QuorumApis:
         except KafkaError as e:
             reply = cluster_control.HeartbeatReply(int(e.code))
         return cluster_control.to_kio(reply, ctx.api_version)
+
+    # ------------------------------------------------------------------ AssignReplicasToDirs
+    def assign_replicas_to_dirs(self, ctx, req):
+        return self.server.controllers.dispatch(ctx, req, lambda: self._assign(ctx, req))
+
+    async def _assign(self, ctx, req):
+        broker_id, broker_epoch, assignments = cluster_control.assign_request_from_kio(req)
+        try:
+            answer = await self.server.controllers.lifecycle_call("assign_replicas_to_dirs", broker_id,
+                                                                  broker_epoch, assignments)
+        except KafkaError as e:
+            return cluster_control.assign_response_to_kio(int(e.code), {})
+        return cluster_control.assign_response_to_kio(0, answer)
 
     # ------------------------------------------------------------------ UnregisterBroker
     def unregister_broker(self, ctx, req):
