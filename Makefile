@@ -14,6 +14,7 @@ KAFKA_STAMP   := $(KAFKA_DIR)/.resolved-$(KAFKA_VERSION)
 MVN           := mvn -q -B -Dstyle.color=never
 COPY_DEPS     := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies
 JAVA_CLIENTS  := $(KAFKA_DIR)/java/kesque-oracle-clients.jar
+STREAMS_APP   := $(KAFKA_DIR)/streams/kesque-streams-wordcount.jar
 
 help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
@@ -65,7 +66,13 @@ $(JAVA_CLIENTS): oracle/pom.xml oracle/java/pom.xml $(shell find oracle/java/src
 	$(MVN) -f oracle/java/pom.xml package || $(MVN) -o -f oracle/java/pom.xml package
 	@touch $@
 
-kafka: $(KAFKA_STAMP) $(JAVA_CLIENTS)
+# the Kafka Streams word count of tests/test_streams_eos.py and bench/streams.py (kafka-streams and
+# rocksdbjni beside it in $(KAFKA_DIR)/streams/libs)
+$(STREAMS_APP): oracle/pom.xml oracle/streams/pom.xml $(shell find oracle/streams/src -name '*.java')
+	$(MVN) -f oracle/streams/pom.xml package || $(MVN) -o -f oracle/streams/pom.xml package
+	@touch $@
+
+kafka: $(KAFKA_STAMP) $(JAVA_CLIENTS) $(STREAMS_APP)
 
 # make test: Kafka too when a JDK and Maven are here; otherwise the oracle tests skip (one line why)
 oracle-kafka:
