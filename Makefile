@@ -20,7 +20,7 @@ help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
 	@echo "make test     - install test dependencies and run the default test suite"
 	@echo "make slow     - long suites (soak, crash loops)"
-	@echo "make chaos    - partition replication under SIGKILLed leaders (KESQUE_CHAOS_SEED=N replays a schedule)"
+	@echo "make chaos    - partition replication under SIGKILLed leaders, Kafka's transactional copier under bounces (KESQUE_CHAOS_SEED=N)"
 	@echo "make fuzz     - the hypothesis suites with fresh random examples, 20x as many (profile fuzz)"
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
@@ -92,9 +92,10 @@ test-all: $(TSTAMP) kcat oracle-kafka
 slow: $(TSTAMP) kcat
 	$(BIN)/python -m pytest -q -m slow
 
-# issue 14's test 5: acks=all, transactions and a group while partition leaders are killed
-chaos: $(TSTAMP)
-	$(BIN)/python -m pytest -q -m slow tests/test_replication_chaos.py
+# issue 14's test 5: acks=all, transactions and a group while partition leaders are killed; issue 25's
+# section 2: Kafka's transactional copier (its system test transactions_test.py) under bounces
+chaos: $(TSTAMP) oracle-kafka
+	$(BIN)/python -m pytest -q -m slow tests/test_replication_chaos.py tests/test_txn_copier_chaos.py
 
 # every differential test against Apache Kafka, the slow 3-node ones included
 oracle: $(TSTAMP) kcat oracle-kafka

@@ -33,7 +33,6 @@ import random
 import struct
 import threading
 import time
-from collections import Counter
 
 import pytest
 
@@ -60,21 +59,11 @@ FINISH_TIMEOUT = float(os.environ.get("KESQUE_STREAMS_TIMEOUT", 420))
 
 
 def lines(n: int, seed: int) -> list[bytes]:
-    rng = random.Random(seed)
-    return [" ".join(f"w{rng.randrange(WORDS):05d}" for _ in range(3)).encode() for _ in range(n)]
+    return A.word_lines(n, WORDS, seed)
 
 
-def counts_of(values: list[bytes]) -> Counter:
-    return Counter(w for v in values for w in v.decode().split())
-
-
-def latest(tail: A.Tail) -> dict[str, int]:
-    """word -> the last count served (partitions are read in offset order; a word lives in one)."""
-    out = {}
-    for records in tail.served.values():
-        for k, v in list(records):
-            out[k.decode()] = struct.unpack(">q", v)[0]
-    return out
+counts_of = A.word_counts
+latest = A.latest_counts
 
 
 def decreases(tail: A.Tail) -> list[str]:

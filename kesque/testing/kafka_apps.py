@@ -375,3 +375,27 @@ def produce(bootstrap: str, topic: str, values, partition_of=None, timeout: floa
     if errors or left:
         raise RuntimeError(f"producing to {topic}: {left} not delivered, errors {Counter(errors).most_common(3)}")
     return acked[0]
+
+
+# ---------------------------------------------------------------------- the word count's data
+def word_lines(n: int, words: int, seed: int) -> list[bytes]:
+    """``n`` lines of three words ``wNNNNN`` drawn (seeded) from a vocabulary of ``words``."""
+    import random
+
+    rng = random.Random(seed)
+    return [" ".join(f"w{rng.randrange(words):05d}" for _ in range(3)).encode() for _ in range(n)]
+
+
+def word_counts(lines: list[bytes]) -> Counter:
+    return Counter(w for v in lines for w in v.decode().split())
+
+
+def latest_counts(tail: Tail) -> dict[str, int]:
+    """word -> the last count the tail was served (the count's output: String key, Long value)."""
+    import struct
+
+    out = {}
+    for records in tail.served.values():
+        for k, v in list(records):
+            out[k.decode()] = struct.unpack(">q", v)[0]
+    return out
