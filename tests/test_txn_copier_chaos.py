@@ -56,9 +56,18 @@ CONFIG = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fet
 SESSION_S = 3.0
 
 
+COPIERS: list[A.Copier] = []   # of the running test: a copier that exits on an error fails it at once
+
+
 def wait_for(predicate, timeout: float, what: str, pause: float = 0.25) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
+        for c in COPIERS:
+            if c.failed():
+                raise AssertionError(f"{c.transactional_id} exited {c.process.returncode} before copying everything "
+                                     f"({c.progress_percent():.0f}% of its last start), "
+                                     f"{c.count('OUT_OF_ORDER_SEQUENCE_NUMBER')} OUT_OF_ORDER_SEQUENCE_NUMBER "
+                                     f"answers (seed {SEED}):\n{c.stderr()[-1500:]}")
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout:.0f}s (seed {SEED})")
         time.sleep(pause)
@@ -149,6 +158,7 @@ def test_transactional_copy(tmp_path, failure, target):
         copiers = [A.Copier(bs, f"copier-{p}", "transactions-test-consumer-group", "input-topic", p,
                             "output-topic", str(tmp_path / f"copier-{p}"), TXN_SIZE, TXN_TIMEOUT_MS)
                    for p in range(INPUT_PARTITIONS)]
+        COPIERS[:] = copiers
         concurrent = A.Tail(bs, "output-topic", OUTPUT_PARTITIONS)
         t0 = time.monotonic()
         try:
@@ -168,12 +178,14 @@ def test_transactional_copy(tmp_path, failure, target):
                      f"the concurrent consumer reading {RECORDS} ({concurrent.count})")
             time.sleep(1.0)
         finally:
+            COPIERS.clear()
             for c in copiers:
                 c.stop(clean=False)
             concurrent.stop()
         final = read_output(bs, RECORDS)
     print(f"\n{failure} {target}: {RECORDS} copied in {seconds:.1f}s ({RECORDS / seconds:.0f} records/s), "
-          f"copier starts {[c.starts for c in copiers]}, bounces {log} (seed {SEED})")
+          f"copier starts {[c.starts for c in copiers]}, OUT_OF_ORDER_SEQUENCE_NUMBER answers "
+          f"{[c.count('OUT_OF_ORDER_SEQUENCE_NUMBER') for c in copiers]}, bounces {log} (seed {SEED})")
     # the bounces hit a copy in progress (else the test would only have copied on a calm cluster)
     assert mid_copy and mid_copy[0], f"the first bounce came after the copy: {log}"
     check_copy(inputs, concurrent, "the consumer reading during the copy")

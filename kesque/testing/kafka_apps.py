@@ -249,6 +249,22 @@ class Copier:
     def done(self) -> bool:
         return self.finished and self.process is not None and self.process.poll() is not None
 
+    def failed(self) -> bool:
+        """The running process exited before copying everything (the copier exits 1 on an error it
+        does not abort and retry, e.g. ProducerFencedException after its transaction timed out)."""
+        return self.process is not None and self.process.poll() not in (None, 0) and not self.finished
+
+    def count(self, what: str) -> int:
+        """Lines of the copiers' stderr (its WARN log) naming ``what``, over every start."""
+        n = 0
+        for i in range(self.starts):
+            try:
+                with open(os.path.join(self.work_dir, f"stderr-{i}.log"), errors="replace") as f:
+                    n += sum(what in line for line in f)
+            except OSError:
+                pass
+        return n
+
     def bounce(self, clean: bool) -> None:
         """SIGTERM (the copier's shutdown hook prints ShutdownComplete) or SIGKILL, then start again."""
         self.stop(clean)
@@ -270,7 +286,7 @@ class Copier:
         for i in range(self.starts):
             try:
                 with open(os.path.join(self.work_dir, f"stderr-{i}.log"), errors="replace") as f:
-                    out.append(f.read()[-2000:])
+                    out.append("".join(line for line in f if not line.startswith("\tat "))[-2000:])
             except OSError:
                 pass
         return "\n".join(out)
