@@ -12,7 +12,8 @@ tests/test_streams_eos.py and tests/test_txn_copier_chaos.py (``kesque.testing.k
   copier per partition (750 records a transaction, as Kafka's system test), records per second
   from the copiers' start until both have copied everything; once on the calm cluster, once with
   every broker in turn SIGKILLed and restarted (after ``broker.session.timeout.ms``) while they
-  copy. The output is checked (read_committed: the input set, no duplicate, order per partition).
+  copy. The output is checked (read_committed: the input set, no duplicate, order per partition);
+  the OUT_OF_ORDER_SEQUENCE_NUMBER answers the copiers logged are in the details.
 
 Both clusters are three combined KRaft nodes with the same settings; the clients are the same
 JVM applications with the same options. Every function returns plain dicts; nothing asserts.
@@ -127,9 +128,13 @@ def copier(cl, records: int, work: str, run: str, bounce: bool) -> dict:
                     time.sleep(0.25)
         deadline = time.monotonic() + 600
         while not all(c.done() for c in copiers) and time.monotonic() < deadline:
+            if any(c.failed() for c in copiers):   # exited on an error: it will not finish
+                break
             time.sleep(0.1)
         seconds = time.monotonic() - t0
         finished = all(c.done() for c in copiers)
+        failed = [f"{c.transactional_id} exited {c.process.returncode}" for c in copiers if c.failed()]
+        oos = [c.count("OUT_OF_ORDER_SEQUENCE_NUMBER") for c in copiers]
     finally:
         for c in copiers:
             c.stop(clean=False)
@@ -143,7 +148,7 @@ def copier(cl, records: int, work: str, run: str, bounce: bool) -> dict:
     got = {p: [v for _, v in tail.served[p]] for p in range(3)}
     ok = finished and got == {0: values[0::2], 1: values[1::2], 2: []}
     return {"records": records, "seconds": seconds, "rate": records / seconds, "finished": finished,
-            "exact": ok, "read": tail.count, "bounces": bounces}
+            "exact": ok, "read": tail.count, "bounces": bounces, "failed": failed, "out_of_order_answers": oos}
 
 
 def measure(kind: str, scale: dict, log=print) -> dict:

@@ -460,10 +460,11 @@ def add_eos_app_figures(report, measured: dict) -> None:
                 if not m["exact"] or ev["out_of_order"] or ev["fenced"] or ev["replaced"]:
                     notes.append(f"CHECK: {who} counts exact {m['exact']}, events {ev}")
             else:
-                notes.append(f"{who}: {m['records']:,} in {m['seconds']:.1f} s" +
-                             (f", bounces {m['bounces']}" if m["bounces"] else ""))
+                notes.append(f"{who}: {m['records']:,} in {m['seconds']:.1f} s, OUT_OF_ORDER_SEQUENCE_NUMBER answers "
+                             f"{m['out_of_order_answers']}" + (f", bounces {m['bounces']}" if m["bounces"] else ""))
                 if not m["exact"]:
-                    notes.append(f"CHECK: {who} output not the input (finished {m['finished']}, read {m['read']:,})")
+                    notes.append(f"CHECK: {who} output not the input (finished {m['finished']}, read {m['read']:,}"
+                                 f"{', ' + ', '.join(m['failed']) if m['failed'] else ''})")
         note = "; ".join(notes)
         if mine:
             add_figure(report, name, "eos-apps", mine["rate"], unit, "Apache Kafka (same run)",
