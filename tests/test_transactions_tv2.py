@@ -37,9 +37,9 @@ def end(c: WireClient, txn_id, pid, epoch, commit, version=5):
 
 
 def produce_retrying(c, *args, **kw):
-    for _ in range(100):  # NOT_ENOUGH_REPLICAS while the coordinator completes the last transaction
+    for _ in range(100):  # CONCURRENT_TRANSACTIONS while the coordinator completes the last transaction
         code = produce(c, *args, **kw)
-        if code != 19:
+        if code not in (19, CONCURRENT_TRANSACTIONS):
             return code
         time.sleep(0.05)
     return code

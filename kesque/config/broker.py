@@ -242,6 +242,11 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("transaction.partition.verification.enable", "BOOLEAN", True,
        "check with the coordinator that a partition is in the transaction before a transactional append (KIP-890)",
        dynamic=True),
+    _K("add.partitions.to.txn.retry.backoff.max.ms", "INT", 100,
+       "how long a partition leader asks again while the coordinator answers a TV2 producer's add with "
+       "CONCURRENT_TRANSACTIONS (bounded by request.timeout.ms)", at_least(0)),
+    _K("add.partitions.to.txn.retry.backoff.ms", "INT", 20,
+       "the wait between those asks", at_least(1)),
     _K("transaction.two.phase.commit.enable", "BOOLEAN", False,
        "allow producers to take part in two-phase commit (KIP-939: transactions that never time out)"),
     _K("producer.id.expiration.ms", "INT", 86400000, "idle producer state is removed after this", at_least(1),

@@ -32,6 +32,8 @@ Hand adjustments on top of the snapshot, to match 4.0.0 as released:
 * ``group.share.persister.class.name`` (internal, share groups) was added;
 * ``group.share.partition.max.record.locks`` takes Kafka 4.4's default (2000, from
   200 in 4.0), as the differential tests against the pinned Kafka 4.4 measure it;
+* ``add.partitions.to.txn.retry.backoff.ms`` / ``.max.ms`` (KIP-890 part 2's server-side retry,
+  ``AddPartitionsToTxnConfig``, defined after the snapshot) were added from the 4.4 jar;
 * ``super.users`` and ``allow.everyone.if.no.acl.found`` are not part of the
   broker ``ConfigDef`` -- the standard authorizer reads them from the same
   properties -- but they are common in real files, so they are listed too.
@@ -66,6 +68,8 @@ key even when it is not in ``KAFKA_BROKER_KEYS``.
 from __future__ import annotations
 
 KAFKA_BROKER_KEYS: dict[str, tuple[str, str | None]] = {
+    "add.partitions.to.txn.retry.backoff.max.ms": ("INT", "100"),
+    "add.partitions.to.txn.retry.backoff.ms": ("INT", "20"),
     "advertised.listeners": ("STRING", None),
     "allow.everyone.if.no.acl.found": ("BOOLEAN", "false"),
     "alter.config.policy.class.name": ("CLASS", None),

@@ -173,7 +173,8 @@ class Partition:
                              f"leader epoch {self.leader_epoch} for partition {self.tp}")
 
     # ------------------------------------------------------------------ data path
-    def append_records_to_leader(self, buf: memoryview, required_acks: int, now_ms: int) -> AppendInfo:
+    def append_records_to_leader(self, buf: memoryview, required_acks: int, now_ms: int, verification_guard=None,
+                                 require_verification: bool = False) -> AppendInfo:
         self._settings()
         code = self.repl.check_append(required_acks)
         if code == ErrorCode.not_leader_or_follower:
@@ -182,7 +183,7 @@ class Partition:
             raise KafkaError(ErrorCode.not_enough_replicas,
                              f"The size of the current ISR {self.repl.isr} is insufficient to satisfy the min.isr "
                              f"requirement of {self.repl.effective_min_isr()} for partition {self.tp}")
-        info = self.log.append_as_leader(buf, self.leader_epoch, now_ms)
+        info = self.log.append_as_leader(buf, self.leader_epoch, now_ms, verification_guard, require_verification)
         self._leader_appended(info)
         return info
 

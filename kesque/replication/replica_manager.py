@@ -202,15 +202,31 @@ class ReplicaManager(ReplicaEnv):
         return part
 
     # ------------------------------------------------------------------ produce
-    def append(self, topic: str, partition: int, buf: memoryview, required_acks: int):
+    def append(self, topic: str, partition: int, buf: memoryview, required_acks: int, verification_guard=None,
+               require_verification: bool = False):
         """Append a produced batch to a leader partition; returns the Log's AppendInfo or
-        raises KafkaError. Waiting fetches on the partition are told about the new bytes."""
+        raises KafkaError. Waiting fetches on the partition are told about the new bytes.
+        ``verification_guard``: the KIP-890 verification this batch passed (from
+        :meth:`start_transaction_verification`), which the Log checks when
+        ``require_verification``."""
         part = self.partitions.get((topic, partition))
         if part is None:
             raise self._not_hosted(topic, partition)
-        info = part.append_records_to_leader(buf, required_acks, self.clock.now_ms())
+        info = part.append_records_to_leader(buf, required_acks, self.clock.now_ms(), verification_guard,
+                                             require_verification)
         self._notify("replica", (topic, partition), info.size)
         return info
+
+    def start_transaction_verification(self, topic: str, partition: int, producer_id: int, sequence: int,
+                                       epoch: int, supports_epoch_bump: bool):
+        """Kafka's maybeStartTransactionVerificationForPartition: the leader's log keeps the
+        producer's pending verification; returns its guard (None when the transaction is already
+        open here, or this broker does not lead the partition: the append then says why)."""
+        part = self.partitions.get((topic, partition))
+        if part is None or not part.is_leader:
+            return None
+        return part.log.maybe_start_transaction_verification(producer_id, sequence, epoch, self.clock.now_ms(),
+                                                             supports_epoch_bump)
 
     def _not_hosted(self, topic: str, partition: int) -> KafkaError:
         """As Kafka's getPartitionOrError: a partition of a topic in the metadata that this broker

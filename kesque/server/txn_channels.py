@@ -185,7 +185,7 @@ class TxnMarkerSender:
 class TxnVerifier:
     """KIP-890 verification of a producer's partitions wherever its coordinator lives.
     ``verify`` answers ``{tp: (error, message)}`` (as the produce path maps them), at once
-    when the coordinator is local, else as an awaitable."""
+    when the coordinator is local and answers at once, else as an awaitable."""
 
     def __init__(self, node_id: int, txn_coordinator, image, channel, timeout_ms: int):
         self.node_id = node_id
@@ -201,52 +201,63 @@ class TxnVerifier:
         return reg.leader if reg is not None and reg.leader >= 0 else None
 
     def verify(self, txn_id: str | None, producer_id: int, producer_epoch: int, tps: list,
-               supports_abortable: bool, add: bool = False):
+               supports_abortable: bool, add: bool = False, produce: bool = True):
         """``add``: add the partitions to the transaction (a TV2 producer's Produce v12+ or
-        TxnOffsetCommit v5+) rather than check they were added."""
-        node = self.coordinator_node(txn_id) if txn_id else None
-        if node is None or node == self.node_id:
-            if add and txn_id:
-                return self._local_add(txn_id, producer_id, producer_epoch, tps, supports_abortable)
+        TxnOffsetCommit v5+) rather than check they were added. A TV2 producer's produce
+        (``add`` and ``produce``) is told CONCURRENT_TRANSACTIONS as it is: the produce path
+        asks again while it lasts (ProduceApis, as Kafka's appendRecords)."""
+        if not txn_id:
             return {tp: self.tc.verify_produce(txn_id, producer_id, producer_epoch, *tp, supports_abortable)
                     for tp in tps}
-        return self._remote(node, txn_id, producer_id, producer_epoch, tps, supports_abortable, add)
+        codes = self._ask(txn_id, producer_id, producer_epoch, tps, add)
+        if isinstance(codes, dict):
+            return self._mapped(codes, supports_abortable, add and produce)
+        return self._mapped_later(codes, supports_abortable, add and produce)
 
-    def _local_add(self, txn_id: str, producer_id: int, producer_epoch: int, tps: list, supports_abortable: bool):
+    def _mapped(self, codes: dict, supports_abortable: bool, tv2: bool) -> dict:
+        return {tp: self.tc.verification_error(code, supports_abortable, tv2) for tp, code in codes.items()}
+
+    async def _mapped_later(self, codes, supports_abortable: bool, tv2: bool) -> dict:
+        return self._mapped(await codes, supports_abortable, tv2)
+
+    def _ask(self, txn_id: str, producer_id: int, producer_epoch: int, tps: list, add: bool):
+        """The coordinator's raw answer ``{tp: ErrorCode}``, or an awaitable of it."""
+        node = self.coordinator_node(txn_id)
+        if node is None or node == self.node_id:
+            if add:
+                return self._local_add(txn_id, producer_id, producer_epoch, tps)
+            return self.tc.verify(txn_id, producer_id, producer_epoch, list(tps))
+        return self._remote(node, txn_id, producer_id, producer_epoch, tps, add)
+
+    def _local_add(self, txn_id: str, producer_id: int, producer_epoch: int, tps: list):
         """The local coordinator adds the partitions; the answer waits for its record to commit."""
         try:
             self.tc.shard_for(txn_id).add_partitions(txn_id, producer_id, producer_epoch, set(tps), 2)
-            code = ErrorCode.none
         except KafkaError as e:
-            code = e.code
-        if code != ErrorCode.none:
-            return {tp: self.tc.verification_error(code, supports_abortable) for tp in tps}
+            return {tp: e.code for tp in tps}
         pending = self.tc.uncommitted([self.tc.partition_for(txn_id)])
         if not pending:
-            return {tp: (ErrorCode.none, None) for tp in tps}
-        return self._added_when_committed(pending, tps, supports_abortable)
+            return {tp: ErrorCode.none for tp in tps}
+        return self._added_when_committed(pending, tps)
 
-    async def _added_when_committed(self, pending: dict, tps: list, supports_abortable: bool) -> dict:
+    async def _added_when_committed(self, pending: dict, tps: list) -> dict:
         from .apis.committed import committed, first_error
 
         code = first_error(await committed(self.tc, pending))
-        return {tp: self.tc.verification_error(code, supports_abortable) for tp in tps}
+        return {tp: code for tp in tps}
 
-    async def _remote(self, node, txn_id, producer_id, producer_epoch, tps, supports_abortable,
-                      add: bool = False) -> dict:
+    async def _remote(self, node, txn_id, producer_id, producer_epoch, tps, add: bool = False) -> dict:
         # one verification per transactional id in a request: an older one queued for the same
         # id gives way (Kafka's AddPartitionsToTxnManager.addTxnData)
         for e in list(self.queue.queued.get(node, ())):
             if e.data[0] != txn_id:
                 continue
             if e.data[2] > producer_epoch:
-                return {tp: self.tc.verification_error(ErrorCode.invalid_producer_epoch, supports_abortable)
-                        for tp in tps}
+                return {tp: ErrorCode.invalid_producer_epoch for tp in tps}
             self.queue.queued[node].remove(e)
             code = ErrorCode.invalid_producer_epoch if e.data[2] < producer_epoch else ErrorCode.network_exception
             e.settle({tp: code for tp in e.tps})
-        codes = await self.queue.add(node, (txn_id, producer_id, producer_epoch, add), tps)
-        return {tp: self.tc.verification_error(codes[tp], supports_abortable) for tp in tps}
+        return await self.queue.add(node, (txn_id, producer_id, producer_epoch, add), tps)
 
     async def _send(self, node: int, entries: list[_Entry]) -> None:
         v = ADD_PARTITIONS_TO_TXN_VERSION

@@ -21,6 +21,8 @@ from .metadata import MetadataCluster
 from .network import NetworkFaults
 from .repl_scenarios import REPLICATION_BUGS, REPLICATION_SCENARIOS
 from .scheduler import Scheduler
+from .txn_verification import TXN_BUGS, TXN_SCENARIOS
+from .txn_verification import bug_switch as txn_bug_switch
 
 BOUND_MS = 15_000          # liveness bound of one phase: 7.5 fetch timeouts (Kafka defaults)
 APPEND_EVERY_MS = 20
@@ -484,16 +486,20 @@ SCENARIOS = {f.__name__: f for f in METADATA_SCENARIOS + (
     snapshot_catch_up, chaos_snapshots, initial_election, leader_failure, all_killed, leader_partitioned,
     majority_reachable, back_to_back, stranded_candidate, disk_loss, disk_loss_then_leader_cut, chaos)}
 SCENARIOS.update(REPLICATION_SCENARIOS)
-BUGS = tuple(Knobs.__dataclass_fields__) + REPLICATION_BUGS
+SCENARIOS.update(TXN_SCENARIOS)
+BUGS = tuple(Knobs.__dataclass_fields__) + REPLICATION_BUGS + TXN_BUGS
 
 
 @contextlib.contextmanager
 def replication_bug(bug: str | None):
     """Switch on a replication test-only switch (a class attribute) for one run."""
-    if bug not in REPLICATION_BUGS:
+    if bug not in REPLICATION_BUGS + TXN_BUGS:
         yield
         return
-    owner = LeaderReplication if hasattr(LeaderReplication, bug) else FollowerFetch
+    if bug in TXN_BUGS:
+        owner, bug = txn_bug_switch(bug)
+    else:
+        owner = LeaderReplication if hasattr(LeaderReplication, bug) else FollowerFetch
     setattr(owner, bug, True)
     try:
         yield

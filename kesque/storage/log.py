@@ -402,13 +402,35 @@ class Log:
         return len(self.segments) - 1, self.active_segment.size
 
     # ================================================================== append
-    def append_as_leader(self, buf: memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
-        """Validate one produced batch, check the producer's sequence, assign offsets, append."""
+    def maybe_start_transaction_verification(self, producer_id: int, sequence: int, epoch: int, now_ms: int,
+                                             supports_epoch_bump: bool = False):
+        """The guard of the producer's pending KIP-890 verification here, started or continued
+        (None when its transaction of this epoch is already open: nothing to verify)."""
+        ps = self.producer_state
+        if self._has_ongoing_transaction(producer_id, epoch):
+            return None
+        return ps.maybe_create_verification_state(producer_id, sequence, epoch, now_ms, supports_epoch_bump).guard
+
+    def _has_ongoing_transaction(self, producer_id: int, epoch: int) -> bool:
+        ps = self.producer_state
+        return ps.ongoing_txn_of(producer_id) >= 0 and ps.producers[producer_id].epoch == epoch
+
+    def append_as_leader(self, buf: memoryview, leader_epoch: int, now_ms: int, verification_guard=None,
+                         require_verification: bool = False) -> AppendInfo:
+        """Validate one produced batch, check the producer's sequence, assign offsets, append.
+        With ``require_verification`` (transaction.partition.verification.enable), a batch that
+        would open its producer's transaction here must bring the guard of the verification the
+        partition is still waiting on (Kafka's batchMissingRequiredVerification)."""
         v = validate_batch(buf, self.config, now_ms, self.tp)
         h = v.header
         if h.producer_id >= 0:
-            dup = self.producer_state.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                            self.log_end_offset, h.is_transactional)
+            ps = self.producer_state
+            dup = ps.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                           self.log_end_offset, h.is_transactional,
+                           lambda: require_verification and h.is_transactional and not h.is_control
+                           and not self._has_ongoing_transaction(h.producer_id, h.producer_epoch)
+                           and (verification_guard is None or ps.verification_guard(h.producer_id)
+                                is not verification_guard))
             if dup is not None:
                 log.debug("%s: duplicate batch from producer %d (seq %d-%d) acknowledged at offset %d", self.tp,
                           h.producer_id, h.base_sequence, h.last_sequence, dup.first_offset)

@@ -11,6 +11,18 @@ offset; the COMMIT/ABORT marker closes it. The first offset of the oldest transa
 yet decided — or decided by a marker not yet below the high watermark — is the partition's
 first unstable offset, which bounds the last stable offset (LSO) read_committed readers see.
 
+KIP-890 verification: a transactional batch that would open the producer's transaction here is
+appended only once the transaction coordinator confirms the partition is in the transaction.
+While that answer is pending the partition keeps a :class:`VerificationStateEntry` for the
+producer (Kafka's, kept in memory only): a unique guard that the append must present (so a
+verification that raced with a marker cannot open a stale transaction), and the lowest sequence
+seen while verifying. A batch with a higher first sequence is refused with
+OUT_OF_ORDER_SEQUENCE_NUMBER until the lower one is appended, so pipelined first batches (the
+first failed verification with a retriable error, a later one passed) are never appended out of
+order: the client resends from the lowest sequence. A transaction-version-2 producer with no
+state here must start at sequence 0. The entry goes with any transactional append of the
+producer (data or marker) and with producer expiration.
+
 State survives restarts through ``<offset>.snapshot`` files in Kafka's ProducerSnapshot
 layout (version, CRC32C, entries), written on segment roll and clean shutdown; on load the
 newest snapshot at or below the log end is read and the batches after it are replayed.
@@ -74,6 +86,35 @@ class ProducerStateEntry:
         return None
 
 
+class VerificationGuard:
+    """A unique token of one verification (Kafka's VerificationGuard): an append presents the
+    guard its verification started with, and it must still be the producer's current one."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"VerificationGuard({id(self):#x})"
+
+
+@dataclass(slots=True)
+class VerificationStateEntry:
+    """A producer's pending KIP-890 verification on this partition (Kafka's VerificationStateEntry)."""
+    timestamp: int
+    lowest_sequence: int
+    epoch: int
+    supports_epoch_bump: bool = False
+    guard: VerificationGuard = field(default_factory=VerificationGuard)
+
+    def maybe_update_lowest_sequence_and_epoch(self, sequence: int, epoch: int) -> None:
+        """A lower sequence of the same epoch lowers the bar; a higher epoch starts it again
+        (its sequences restart, and the older epoch's no longer matter)."""
+        if epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
+        if epoch > self.epoch:
+            self.epoch = epoch
+            self.lowest_sequence = sequence
+
+
 @dataclass(frozen=True, slots=True)
 class CompletedTxn:
     producer_id: int
@@ -91,6 +132,8 @@ def snapshot_path(dir_path: str, offset: int) -> str:
 
 
 class ProducerStateManager:
+    skip_verification_sequence_check = False  # a simulator bug switch (kesque.sim.txn_verification)
+
     def __init__(self, dir_path: str, tp: str = "", expiration_ms: int = 86_400_000):
         self.dir = dir_path
         self.tp = tp
@@ -99,13 +142,42 @@ class ProducerStateManager:
         self.last_map_offset = 0  # next offset not yet reflected in the state
         self.ongoing_txns: dict[int, int] = {}  # first offset -> producer id (undecided)
         self.unreplicated_txns: dict[int, int] = {}  # first offset -> marker offset (marker above HW)
+        self.verification_states: dict[int, VerificationStateEntry] = {}  # producer id -> pending verification
+
+    # ------------------------------------------------------------------ KIP-890 verification
+    def maybe_create_verification_state(self, producer_id: int, sequence: int, epoch: int, now_ms: int,
+                                        supports_epoch_bump: bool = False) -> VerificationStateEntry:
+        """Start (or continue) a verification for the producer's first transactional batch here;
+        the entry's guard goes with the append once the coordinator has answered."""
+        entry = self.verification_states.get(producer_id)
+        if entry is None:
+            entry = self.verification_states[producer_id] = VerificationStateEntry(now_ms, sequence, epoch,
+                                                                                   supports_epoch_bump)
+        entry.maybe_update_lowest_sequence_and_epoch(sequence, epoch)
+        return entry
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard | None:
+        entry = self.verification_states.get(producer_id)
+        return entry.guard if entry is not None else None
+
+    def clear_verification_state(self, producer_id: int) -> None:
+        self.verification_states.pop(producer_id, None)
 
     # ------------------------------------------------------------------ leader appends
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset_hint: int,
-              transactional: bool = False):
+              transactional: bool = False, missing_verification=None):
         """Validate a client batch. Returns the BatchMetadata of the original when the batch is a
-        duplicate, None when it may be appended; raises KafkaError otherwise."""
+        duplicate, None when it may be appended; raises KafkaError otherwise.
+        ``missing_verification``: a callable telling whether a transactional batch lacks the
+        KIP-890 verification it needs, asked once the batch is known not to be a duplicate."""
         entry = self.producers.get(producer_id)
+        if entry is not None and epoch == entry.epoch:
+            dup = entry.find_duplicate(first_seq, last_seq)
+            if dup is not None:
+                return dup
+        if missing_verification is not None and missing_verification():
+            raise KafkaError(ErrorCode.invalid_txn_state, "Record was not part of an ongoing transaction")
+        self._check_verification_sequence(producer_id, first_seq, offset_hint, entry)
         if entry is None:
             return None  # unknown producer (new, or its state expired): accept any sequence
         if not transactional and entry.current_txn_first_offset >= 0 and epoch >= entry.epoch:
@@ -114,9 +186,6 @@ class ProducerStateManager:
                              f"partition {self.tp}")
         self._check_epoch(entry, epoch, offset_hint)
         if epoch == entry.epoch:
-            dup = entry.find_duplicate(first_seq, last_seq)
-            if dup is not None:
-                return dup
             # no remembered batch (only a marker): the sequence must start again at 0, as Kafka's
             # inSequence(NO_SEQUENCE, seq) requires
             if not _in_sequence(entry.last_seq, first_seq) if entry.batches else first_seq != 0:
@@ -131,6 +200,24 @@ class ProducerStateManager:
                              f"number), {entry.epoch} (current producer epoch)")
         return None
 
+    def _check_verification_sequence(self, producer_id: int, first_seq: int, offset_hint: int,
+                                     entry: ProducerStateEntry | None) -> None:
+        """Kafka's ProducerAppendInfo.checkSequence against a pending verification: no batch
+        overtakes a lower sequence still being verified (or retried after a failed verification)."""
+        v = self.verification_states.get(producer_id)
+        if v is None or self.skip_verification_sequence_check:
+            return
+        if v.supports_epoch_bump and first_seq != 0 and entry is None:
+            raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                             f"Invalid sequence number for producer {producer_id} at offset {offset_hint} in partition "
+                             f"{self.tp}: {first_seq} (incoming seq. number). Expected sequence 0 for transactions v2 "
+                             "idempotent producer with no existing state.")
+        if first_seq > v.lowest_sequence:
+            raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                             f"Out of order sequence number for producer {producer_id} at offset {offset_hint} in "
+                             f"partition {self.tp}: {first_seq} (incoming seq. number), {v.lowest_sequence} (earliest "
+                             "seen sequence)")
+
     def update(self, producer_id: int, epoch: int, last_seq: int, last_offset: int, offset_delta: int,
                timestamp: int, transactional: bool = False) -> None:
         """Record an appended batch (leader, follower or recovery replay)."""
@@ -138,6 +225,10 @@ class ProducerStateManager:
         if last_seq >= 0:
             entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        if transactional:
+            # the transaction has its first offset here now (or was already open): the
+            # verification that let it start is done (Kafka's updateProducers)
+            self.verification_states.pop(producer_id, None)
         if transactional and entry.current_txn_first_offset < 0:
             first = last_offset - offset_delta
             entry.current_txn_first_offset = first
@@ -178,6 +269,7 @@ class ProducerStateManager:
         (None for a marker of a producer with no data in this partition's transaction).
         The caller indexes an aborted one and then calls :meth:`complete_txn`."""
         entry = self._entry(producer_id, epoch)
+        self.verification_states.pop(producer_id, None)  # a marker ends what was being verified
         completed = None
         if entry.current_txn_first_offset >= 0:
             completed = CompletedTxn(producer_id, entry.current_txn_first_offset, offset, not commit)
@@ -217,6 +309,9 @@ class ProducerStateManager:
                    if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.expiration_ms]
         for pid in expired:
             del self.producers[pid]
+        # verifications never answered (the producer gave up) go after the same time
+        for pid in [pid for pid, v in self.verification_states.items() if now_ms - v.timestamp >= self.expiration_ms]:
+            del self.verification_states[pid]
         return len(expired)
 
     # ------------------------------------------------------------------ snapshots
@@ -267,6 +362,7 @@ class ProducerStateManager:
 
     def clear(self, offset: int = 0) -> None:
         self.producers.clear()
+        self.verification_states.clear()
         self.ongoing_txns.clear()
         self.unreplicated_txns.clear()
         self.last_map_offset = offset

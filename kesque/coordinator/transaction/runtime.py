@@ -208,9 +208,12 @@ class TransactionCoordinator(CoordinatorRuntime):
         return self.verification_error(err, supports_abortable)
 
     @staticmethod
-    def verification_error(err: ErrorCode, supports_abortable: bool) -> tuple[ErrorCode, str | None]:
-        """A coordinator's verification answer as the produce path maps it (ReplicaManager)."""
-        if err == ErrorCode.none:
+    def verification_error(err: ErrorCode, supports_abortable: bool,
+                           supports_epoch_bump: bool = False) -> tuple[ErrorCode, str | None]:
+        """A coordinator's verification answer as the produce path maps it (ReplicaManager).
+        ``supports_epoch_bump``: a transaction version 2 producer's add, which is told
+        CONCURRENT_TRANSACTIONS as it is (common while its previous transaction completes)."""
+        if err == ErrorCode.none or (err == ErrorCode.concurrent_transactions and supports_epoch_bump):
             return err, None
         if err == ErrorCode.producer_fenced:
             return ErrorCode.invalid_producer_epoch, "The producer was fenced by a newer epoch"

@@ -9,6 +9,7 @@ not passed yet waits for it (``replication.delayed.wait_for_acks``) up to the re
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 
@@ -28,23 +29,71 @@ ZSTD_MIN_VERSION = 7
 
 
 class ProduceApis:
+    """Appends keep each connection's order. Kafka reads a connection's next request only once
+    it has answered the last, so a client's pipelined batches (sequence n, n+1, ... to one
+    leader) are appended in the order sent. kesque starts every request as it arrives, and a
+    produce that must first hear from the transaction coordinator (KIP-890) appends later; while
+    one does, the connection's later produce requests wait for its appends (``_appending``: a
+    connection's last produce not yet past its appends), so none of them can overtake it."""
+
     def __init__(self, server):
         self.server = server
+        self._appending: dict = {}  # connection -> asyncio.Future set once that request has appended
 
     def register(self) -> None:
         self.server.register(0, MIN_VERSION, MAX_VERSION, self.produce, raw=True, refused_below=MIN_USABLE_VERSION)
 
-    def produce(self, ctx, body, verdicts: dict | None = None):
-        """``verdicts``: KIP-890 answers of a transaction coordinator on another broker, asked
-        before (``_remote_verifications``)."""
+    def produce(self, ctx, body):
+        conn = ctx.connection
+        before = self._appending.get(conn)
+        if before is not None:  # the request's buffer is the connection's: keep a copy while waiting
+            return self._produce_after(ctx, memoryview(bytearray(body)), before, self._hold(conn))
         v = ctx.api_version
         req = decode_produce_request(body, v)
-        if verdicts is None:
-            asked = self._pre_verifications(req, v)
-            if isinstance(asked, dict):
-                verdicts = asked
-            elif asked is not None:  # the request's buffer is the connection's: keep a copy while waiting
-                return self._produce_verified(ctx, memoryview(bytearray(body)), asked)
+        guards: dict = {}
+        asked = self._pre_verifications(req, v, guards)
+        if asked is None or isinstance(asked, dict):
+            return self._append(ctx, req, len(body), asked, guards)
+        return self._produce_verified(ctx, memoryview(bytearray(body)), asked, guards, self._hold(conn))
+
+    def _hold(self, conn):
+        """Make ``conn``'s later produce requests wait until the returned future is settled."""
+        held = asyncio.get_running_loop().create_future()
+        self._appending[conn] = held
+        return held
+
+    def _release(self, conn, held) -> None:
+        if not held.done():
+            held.set_result(None)
+        if self._appending.get(conn) is held:
+            del self._appending[conn]
+
+    async def _produce_verified(self, ctx, body, asked, guards: dict, held):
+        try:
+            verdicts = await asked
+            res = self._append(ctx, decode_produce_request(body, ctx.api_version), len(body), verdicts, guards)
+        finally:
+            self._release(ctx.connection, held)
+        return await res if inspect.isawaitable(res) else res
+
+    async def _produce_after(self, ctx, body, before, held):
+        try:
+            await asyncio.wait([before])  # not cancelled with this request: others wait on it too
+            req = decode_produce_request(body, ctx.api_version)
+            guards: dict = {}
+            asked = self._pre_verifications(req, ctx.api_version, guards)
+            if asked is not None and not isinstance(asked, dict):
+                asked = await asked
+            res = self._append(ctx, req, len(body), asked, guards)
+        finally:
+            self._release(ctx.connection, held)
+        return await res if inspect.isawaitable(res) else res
+
+    def _append(self, ctx, req, size: int, verdicts: dict | None, guards: dict):
+        """The appends of a decoded request of ``size`` bytes, with its KIP-890 ``verdicts`` asked before
+        (``_pre_verifications``) and the verification ``guards`` those started."""
+        v = ctx.api_version
+        require_verification = self.server.txn_coordinator.verification_enabled
         rm = self.server.replica_manager
         image = self.server.image
         topics_out = []
@@ -83,11 +132,12 @@ class ProduceApis:
                     r.error_message = f"Produce requests with version {v} are not allowed to use ZStandard compression"
                 elif (len(p.records) >= rb.HEADER_SIZE
                       and p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) == rb.TRANSACTIONAL_FLAG
-                      and not self._verified(req.transactional_id, name, p, r, v, verdicts)):
+                      and not self._verified(req.transactional_id, name, p, r, v, verdicts, guards)):
                     pass  # the coordinator does not know this partition is in the transaction
                 else:
                     try:
-                        info = rm.append(name, p.index, p.records, req.acks)
+                        info = rm.append(name, p.index, p.records, req.acks, guards.get((name, p.index)),
+                                         require_verification)
                         if req.acks == -1 and rm.partitions[(name, p.index)].log.high_watermark <= info.last_offset:
                             waiting[(name, p.index)] = (info.last_offset + 1, r)
                         r.base_offset = info.first_offset
@@ -114,7 +164,7 @@ class ProduceApis:
         throttle_ms = 0
         quotas = self.server.quotas
         if quotas.produce.enabled or ctx.start_ns:  # the request's size, as Kafka's produce quota counts it
-            throttle_ms = self.server.throttle(ctx, quotas.produce, ctx.header.body_offset + len(body))
+            throttle_ms = self.server.throttle(ctx, quotas.produce, ctx.header.body_offset + size)
         if req.acks == 0:
             if failed:
                 raise CloseConnection("acks=0 produce request failed; closing connection to notify the client")
@@ -151,17 +201,21 @@ class ProduceApis:
         return part.log.log_start_offset if part is not None else -1
 
     def _verified(self, txn_id: str | None, topic: str, p, r: PartitionResponse, version: int,
-                  verdicts: dict | None = None) -> bool:
+                  verdicts: dict | None, guards: dict) -> bool:
         """KIP-890 part 1: the first transactional batch a producer sends to a partition in a
         transaction is appended only once the coordinator confirms the partition was added
         (part 2, Produce v12+ of a TV2 producer: once the coordinator added it, asked before in
-        ``_pre_verifications``)."""
-        h = self._to_verify(topic, p, (topic, p.index) in verdicts if verdicts is not None else False)
+        ``_pre_verifications``). A verification asked here (a local coordinator) starts the
+        partition's verification state first, as one asked before did, and leaves its guard in
+        ``guards`` for the append."""
+        tp = (topic, p.index)
+        h = self._to_verify(topic, p, tp in verdicts if verdicts is not None else False)
         if h is None:
             return True
-        if verdicts is not None and (topic, p.index) in verdicts:
-            code, msg = verdicts[(topic, p.index)]
+        if verdicts is not None and tp in verdicts:
+            code, msg = verdicts[tp]
         else:
+            guards[tp] = self._start_verification(tp, h, False)
             code, msg = self.server.txn_coordinator.verify_produce(txn_id, h.producer_id, h.producer_epoch, topic,
                                                                    p.index, version > 10)
         if code == ErrorCode.none:
@@ -190,7 +244,13 @@ class ProduceApis:
             return None
         return h
 
-    def _pre_verifications(self, req, version: int):
+    def _start_verification(self, tp: tuple[str, int], h, supports_epoch_bump: bool):
+        """Kafka's maybeStartTransactionVerification: the partition remembers the producer's
+        pending verification (and the lowest sequence it saw) before the coordinator is asked."""
+        return self.server.replica_manager.start_transaction_verification(
+            *tp, h.producer_id, h.base_sequence, h.producer_epoch, supports_epoch_bump)
+
+    def _pre_verifications(self, req, version: int, guards: dict):
         """What this request needs from the transaction coordinator before its appends (Kafka's
         AddPartitionsToTxnManager): ``{(topic, partition): (error, message)}`` or an awaitable of
         it, or None when there is nothing to ask beforehand (a local coordinator's verification
@@ -207,8 +267,55 @@ class ProduceApis:
         node = verifier.coordinator_node(req.transactional_id)
         if not add and (node is None or node == self.server.node_id):
             return None
-        image = self.server.image
         tps, h = [], None
+        for name, p in self._partitions(req, version):
+            ph = self._to_verify(name, p, add)
+            if ph is not None:
+                tps.append((name, p.index))
+                guards[(name, p.index)] = self._start_verification((name, p.index), ph, add)
+                h = ph
+        if not tps:
+            return None
+        answer = verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch, tps, version > 10, add)
+        if not add or (isinstance(answer, dict) and ErrorCode.concurrent_transactions not in
+                       (code for code, _msg in answer.values())):
+            return answer
+        return self._added_with_retries(answer, req, version, guards, tps)
+
+    async def _added_with_retries(self, answer, req, version: int, guards: dict, tps: list) -> dict:
+        """A TV2 producer's add that the coordinator answers CONCURRENT_TRANSACTIONS (it is still
+        completing the producer's previous transaction) is asked again every
+        add.partitions.to.txn.retry.backoff.ms for up to add.partitions.to.txn.retry.backoff.max.ms
+        (bounded by request.timeout.ms), each time starting the partitions' verification again
+        (the previous transaction's marker ends the one started before); what is still
+        CONCURRENT_TRANSACTIONS then reaches the producer as it is, which retries it (Kafka's
+        maybeRetryOnConcurrentTransactions)."""
+        cfg = self.server.config
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(cfg.get("add.partitions.to.txn.retry.backoff.max.ms"),
+                                     cfg.get("request.timeout.ms")) / 1000
+        backoff = cfg.get("add.partitions.to.txn.retry.backoff.ms") / 1000
+        parts = {(name, p.index): p for name, p in self._partitions(req, version)}
+        while True:
+            if not isinstance(answer, dict):
+                answer = await answer
+            if all(code != ErrorCode.concurrent_transactions for code, _msg in answer.values()) \
+                    or loop.time() >= deadline:
+                return answer
+            await asyncio.sleep(backoff)
+            h = None
+            for tp in tps:
+                ph = self._to_verify(tp[0], parts[tp], True)
+                guards[tp] = self._start_verification(tp, ph, True) if ph is not None else None
+                h = ph or h
+            if h is None:  # every partition's transaction is open now: nothing left to add
+                return {tp: (ErrorCode.none, None) for tp in tps}
+            answer = self.server.txn_verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch, tps,
+                                                     version > 10, True)
+
+    def _partitions(self, req, version: int):
+        """(topic name, partition data) of a request (the name None for an unknown topic id)."""
+        image = self.server.image
         for topic in req.topics:
             if version >= 13:
                 t = image.topics_by_id.get(topic.topic_id)
@@ -216,14 +323,4 @@ class ProduceApis:
             else:
                 name = topic.name
             for p in topic.partitions:
-                ph = self._to_verify(name, p, add)
-                if ph is not None:
-                    tps.append((name, p.index))
-                    h = ph
-        if not tps:
-            return None
-        return verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch, tps, version > 10, add)
-
-    async def _produce_verified(self, ctx, body, asked):
-        res = self.produce(ctx, body, await asked)
-        return await res if inspect.isawaitable(res) else res
+                yield name, p

@@ -251,7 +251,7 @@ class TransactionApis:
         # v5+ of a TV2 client: the partition is added here, the client sends no AddOffsetsToTxn
         add = self.tc.tv2(v >= 5)
         verdict = self.server.txn_verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, [tp],
-                                                  v >= 5, add)
+                                                  v >= 5, add, produce=False)
         if isinstance(verdict, dict):
             return self._after_verification(verdict[tp], commit, all_)
         return self._verified_later(verdict, tp, commit, all_)
