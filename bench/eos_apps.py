@@ -12,7 +12,9 @@ tests/test_streams_eos.py and tests/test_txn_copier_chaos.py (``kesque.testing.k
   copier per partition (750 records a transaction, as Kafka's system test), records per second
   from the copiers' start until both have copied everything; once on the calm cluster, once with
   every broker in turn SIGKILLed and restarted (after ``broker.session.timeout.ms``) while they
-  copy. The output is checked (read_committed: the input set, no duplicate, order per partition);
+  copy; and once with each copier SIGKILLed when it has copied 20% and started again at once (its
+  initTransactions fences the killed one's transaction, which must be aborted before it goes on).
+  The output is checked (read_committed: the input set, no duplicate, order per partition);
   the OUT_OF_ORDER_SEQUENCE_NUMBER answers the copiers logged are in the details.
 
 Both clusters are three combined KRaft nodes with the same settings; the clients are the same
@@ -102,7 +104,7 @@ def word_count(cl, lines: int, work: str, run: int) -> dict:
             "first_output_s": first, "exact": exact, "served": tail.count, "events": app.events()}
 
 
-def copier(cl, records: int, work: str, run: str, bounce: bool) -> dict:
+def copier(cl, records: int, work: str, run: str, bounce: bool = False, kill_copiers: bool = False) -> dict:
     inp, out = f"copy-in-{run}", f"copy-out-{run}"
     A.create_topics(cl.bootstrap, {inp: 2, out: 3}, 3, {"min.insync.replicas": "2"})
     values = [str(i).encode() for i in range(records)]
@@ -126,6 +128,14 @@ def copier(cl, records: int, work: str, run: str, bounce: bool) -> dict:
                 deadline = time.monotonic() + 120
                 while A.under_replicated(cl.bootstrap) and time.monotonic() < deadline:
                     time.sleep(0.25)
+        if kill_copiers:   # each copier SIGKILLed once it has copied 20% and started again at once
+            for c in copiers:
+                deadline = time.monotonic() + 300
+                while c.progress_percent() < 20 and not c.done() and not c.failed() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if not c.done() and not c.failed():
+                    bounces.append(f"SIGKILL {c.transactional_id} at {c.progress_percent():.0f}%")
+                    c.bounce(clean=False)
         deadline = time.monotonic() + 600
         while not all(c.done() for c in copiers) and time.monotonic() < deadline:
             if any(c.failed() for c in copiers):   # exited on an error: it will not finish
@@ -160,7 +170,9 @@ def measure(kind: str, scale: dict, log=print) -> dict:
         cl = (_Kesque if kind == "kesque" else _Kafka)(os.path.join(work, "cluster"))
         for name, fn in (("streams", lambda: word_count(cl, scale["eos_lines"], work, 1)),
                          ("copier", lambda: copier(cl, scale["copier_records"], work, "calm", False)),
-                         ("copier_bounced", lambda: copier(cl, scale["copier_records"], work, "bounced", True))):
+                         ("copier_bounced", lambda: copier(cl, scale["copier_records"], work, "bounced", bounce=True)),
+                         ("copier_killed", lambda: copier(cl, scale["copier_records"], work, "killed",
+                                                          kill_copiers=True))):
             log(f"eos-apps: {kind}: {name} ...")
             try:
                 out[name] = fn()

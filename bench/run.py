@@ -445,7 +445,8 @@ def add_eos_app_figures(report, measured: dict) -> None:
     kesque, kafka = measured.get("kesque") or {}, measured.get("kafka") or {}
     rows = (("streams", "Kafka Streams word count exactly_once_v2 (3 nodes)", "lines/s"),
             ("copier", "TransactionalMessageCopier x2 (3 nodes)", "rec/s"),
-            ("copier_bounced", "TransactionalMessageCopier x2, brokers SIGKILLed in turn (3 nodes)", "rec/s"))
+            ("copier_bounced", "TransactionalMessageCopier x2, brokers SIGKILLed in turn (3 nodes)", "rec/s"),
+            ("copier_killed", "TransactionalMessageCopier x2, each copier SIGKILLed once (3 nodes)", "rec/s"))
     for part, name, unit in rows:
         mine, theirs = kesque.get(part), kafka.get(part)
         notes = []

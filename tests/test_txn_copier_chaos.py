@@ -106,9 +106,11 @@ def bounce_copiers(copiers, clean: bool, log: list[str], mid_copy: list[bool]) -
             wait_for(lambda: c.progress_percent() >= 20.0 or c.done(), PROGRESS_TIMEOUT,
                      f"{c.transactional_id} copying 20% of what it had left ({c.progress_percent():.0f}%)")
             mid_copy.append(not c.done())
+            if c.done():
+                log.append(f"{c.transactional_id} done")
+                continue
             log.append(f"{'SIGTERM' if clean else 'SIGKILL'} {c.transactional_id} at {c.progress_percent():.0f}%")
-            if not c.done():
-                c.bounce(clean)
+            c.bounce(clean)
 
 
 def read_output(bootstrap: str, at_least: int, timeout: float = 120) -> A.Tail:

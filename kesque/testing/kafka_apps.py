@@ -46,7 +46,7 @@ logger.streams.level = INFO
 """
 
 # one log event per match (the first line of an event: "[date] LEVEL [thread] message (logger)")
-EVENT = re.compile(r"^\[\d{4}-\d\d-\d\d [^]]*\] (\w+) ", re.M)
+EVENT = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\] (\w+) ", re.M)
 
 
 def streams_dir() -> Path:
@@ -128,7 +128,7 @@ class WordCount:
                 pass
         return "\n".join(parts)
 
-    def events(self) -> dict[str, int]:
+    def events(self, until: float | None = None) -> dict[str, int]:
         """Counts of what the exactly-once tests look for, from the app's log and stdout:
 
         - ``out_of_order``: log events naming ``OutOfOrderSequenceException`` (the producer's
@@ -142,6 +142,9 @@ class WordCount:
         - ``replaced``: stream threads that died of an exception and were replaced (the app's
           handler prints "uncaught ... (replacing the thread)");
         - ``errors``: ERROR log events.
+
+        ``until`` (a ``time.time()``): only the log events before it; the threads replaced are then
+        counted from KafkaStreams' "Replacing thread" log event rather than from stdout.
         """
         log = ""
         try:
@@ -149,7 +152,7 @@ class WordCount:
                 log = f.read()
         except OSError:
             pass
-        events = _events(log)
+        events = _events(log, until)
         out = ""
         try:
             with open(self.stdout_path, errors="replace") as f:
@@ -161,25 +164,33 @@ class WordCount:
             "fenced": sum("Detected that the thread is being fenced" in e for _, e in events),
             "task_migrated": sum("TaskMigratedException" in e for _, e in events),
             "producer_fenced": sum("ProducerFencedException" in e for _, e in events),
-            "replaced": out.count("(replacing the thread)"),
+            "replaced": out.count("(replacing the thread)") if until is None else
+            sum("Replacing thread in the streams uncaught exception handler" in e for _, e in events),
             "errors": sum(level == "ERROR" for level, _ in events),
         }
 
-    def samples(self, what: str, limit: int = 3) -> list[str]:
+    def samples(self, what: str, limit: int = 3, until: float | None = None) -> list[str]:
         """The first lines of up to ``limit`` log events naming ``what`` (for a failure message)."""
         try:
             with open(self.log_path, errors="replace") as f:
                 log = f.read()
         except OSError:
             return []
-        return [e[:600] for _, e in _events(log) if what in e][:limit]
+        return [e[:600] for _, e in _events(log, until) if what in e][:limit]
 
 
-def _events(log: str) -> list[tuple[str, str]]:
-    """(level, whole event text: message and stack trace) of every event of a log4j file."""
+def _events(log: str, until: float | None = None) -> list[tuple[str, str]]:
+    """(level, whole event text: message and stack trace) of every event of a log4j file (before
+    ``until``, a ``time.time()``, when given: the layout's date is local time, to the millisecond)."""
     starts = list(EVENT.finditer(log))
-    return [(m.group(1), log[m.start():starts[i + 1].start() if i + 1 < len(starts) else len(log)])
-            for i, m in enumerate(starts)]
+    out = []
+    for i, m in enumerate(starts):
+        if until is not None:
+            stamp = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
+            if stamp >= until:
+                break
+        out.append((m.group(3), log[m.start():starts[i + 1].start() if i + 1 < len(starts) else len(log)]))
+    return out
 
 
 # ---------------------------------------------------------------------- the transactional copier
