@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-all slow chaos oracle fuzz compat bench examples sim install install-test kcat kafka oracle-kafka clean-data help
+.PHONY: serve test test-all slow chaos oracle fuzz compat bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -20,7 +20,7 @@ help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
 	@echo "make test     - install test dependencies and run the default test suite"
 	@echo "make slow     - long suites (soak, crash loops)"
-	@echo "make chaos    - partition replication under SIGKILLed leaders, Kafka's transactional copier under bounces (KESQUE_CHAOS_SEED=N)"
+	@echo "make chaos    - replication under SIGKILLed leaders and a partitioned leader, Kafka's transactional copier under bounces (KESQUE_CHAOS_SEED=N)"
 	@echo "make fuzz     - the hypothesis suites with fresh random examples, 20x as many (profile fuzz)"
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
@@ -92,10 +92,16 @@ test-all: $(TSTAMP) kcat oracle-kafka
 slow: $(TSTAMP) kcat
 	$(BIN)/python -m pytest -q -m slow
 
-# issue 14's test 5: acks=all, transactions and a group while partition leaders are killed; issue 25's
-# section 2: Kafka's transactional copier (its system test transactions_test.py) under bounces
-chaos: $(TSTAMP) oracle-kafka
-	$(BIN)/python -m pytest -q -m slow tests/test_replication_chaos.py tests/test_txn_copier_chaos.py
+# issue 14's test 5: acks=all, transactions and a group while partition leaders are killed
+# issue 25: a leader cut off from the other nodes by iptables (test_network_partition.py), and Kafka's
+# transactional copier (its system test transactions_test.py) under bounces (test_txn_copier_chaos.py)
+chaos: $(TSTAMP) iptables oracle-kafka
+	$(BIN)/python -m pytest -q -m slow tests/test_replication_chaos.py tests/test_network_partition.py \
+		tests/test_txn_copier_chaos.py
+
+iptables:
+	@command -v iptables >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iptables >/dev/null) \
+		|| echo "warning: iptables could not be installed; the network partition test will be skipped"
 
 # every differential test against Apache Kafka, the slow 3-node ones included
 oracle: $(TSTAMP) kcat oracle-kafka

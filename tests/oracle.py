@@ -26,13 +26,14 @@ CONFIG = {"group.initial.rebalance.delay.ms": "0"}
 
 
 @contextlib.contextmanager
-def brokers(tmp_path_factory, config: dict | None = None):
-    """{"kafka": KafkaBroker, "kesque": Broker}, both started with ``config``."""
+def brokers(tmp_path_factory, config: dict | None = None, kesque_config: dict | None = None):
+    """{"kafka": KafkaBroker, "kesque": Broker}, both started with ``config`` (kesque also with
+    ``kesque_config``: what Kafka has on by default and kesque does not)."""
     cfg = {**CONFIG, **(config or {})}
     kafka = K.KafkaBroker(config=cfg)
     data = tmp_path_factory.mktemp("kesque") / "data"
     data.mkdir()
-    kesque = Broker(data_dir=str(data), config=cfg)
+    kesque = Broker(data_dir=str(data), config={**cfg, **(kesque_config or {})})
     try:
         kafka.launch()  # the JVM starts while kesque does
         kesque.start()

@@ -15,6 +15,7 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from kesque.client.producer import KafkaError, Producer
 from kesque.config import BrokerConfig
 from kesque.storage.checkpoint import read_properties
 from kesque.testing.cluster import Cluster, plan, properties
@@ -87,6 +88,15 @@ def test_up_status_down_of_one_node(cluster_dir):
     assert state["bootstrap.servers"] == bootstrap
     assert read_properties(os.path.join(cluster_dir, "node-1", "data", "meta.properties"))["cluster.id"] == \
         state["cluster.id"] == md.cluster_id
+    # the project's own pipelines run on it: the Spark sink's two-phase commit (KIP-939) is on
+    assert read_properties(os.path.join(cluster_dir, "node-1", "server.properties"))[
+        "transaction.two.phase.commit.enable"] == "true"
+    p = Producer(bootstrap, transactional_id="up-2pc", enable_2pc=True, timeout=20)
+    try:
+        p.init_transactions()
+        assert p.producer_id >= 0
+    finally:
+        p.close()
     # a second `up` on a running cluster is refused
     again = cluster("up", "--nodes", "1", "--dir", cluster_dir)
     assert again.returncode == 1 and "cluster down" in again.stderr
@@ -99,6 +109,25 @@ def test_up_status_down_of_one_node(cluster_dir):
     assert os.path.exists(os.path.join(cluster_dir, "node-1", "data", ".kafka_cleanshutdown"))  # SIGTERM: clean
     r = cluster("status", "--dir", cluster_dir)
     assert r.returncode == 1 and "node 1 (broker,controller) not running" in r.stdout
+
+
+def test_up_override_sets_every_node_and_can_turn_two_phase_commit_off(cluster_dir):
+    r = cluster("up", "--nodes", "1", "--dir", cluster_dir, "--override", "transaction.two.phase.commit.enable=false",
+                "--override", "log.retention.check.interval.ms = 1234")
+    assert r.returncode == 0, r.stderr
+    props = read_properties(os.path.join(cluster_dir, "node-1", "server.properties"))
+    assert props["transaction.two.phase.commit.enable"] == "false"
+    assert props["log.retention.check.interval.ms"] == "1234"
+    p = Producer(r.stdout.strip(), transactional_id="up-no-2pc", enable_2pc=True, timeout=20)
+    try:
+        with pytest.raises(KafkaError) as e:  # the user said so: Kafka's refusal
+            p.init_transactions()
+        assert int(e.value.code) == 53
+    finally:
+        p.close()
+    bad = cluster("up", "--nodes", "1", "--dir", cluster_dir + "-bad", "--override", "no-equals-sign")
+    assert bad.returncode == 2 and "Invalid --override 'no-equals-sign': expected key=value" in bad.stderr
+    assert not os.path.exists(cluster_dir + "-bad")
 
 
 def test_down_kills_a_node_that_does_not_stop(cluster_dir):

@@ -150,15 +150,15 @@ def test_kafkas_dynamic_broker_keys_are_accepted(name, value, per_broker, expect
 
 
 @pytest.mark.parametrize("name,value,per_broker,message", [
-    ("num.partitions", "3", True, "Cannot update these configs dynamically: Set(num.partitions)"),
-    ("log.retention.hours", "3", True, "Cannot update these configs dynamically: Set(log.retention.hours)"),
-    ("node.id", "4", True, "Cannot update these configs dynamically: Set(node.id)"),
+    ("num.partitions", "3", True, "Cannot update these configs dynamically: [num.partitions]"),
+    ("log.retention.hours", "3", True, "Cannot update these configs dynamically: [log.retention.hours]"),
+    ("node.id", "4", True, "Cannot update these configs dynamically: [node.id]"),
     ("ssl.keystore.location", "/ks", True, "These security configs can be dynamically updated only per-listener "
-                                           "using the listener prefix: Set(ssl.keystore.location)"),
+                                           "using the listener prefix: [ssl.keystore.location]"),
     ("listener.name.external.ssl.keystore.location", "/ks", False, "Cannot update these configs at default cluster "
-     "level, broker id must be specified: Set(listener.name.external.ssl.keystore.location)"),
+     "level, broker id must be specified: [listener.name.external.ssl.keystore.location]"),
     ("sasl.enabled.mechanisms", "PLAIN", False, "Cannot update these configs at default cluster level, broker id "
-                                                "must be specified: Set(sasl.enabled.mechanisms)"),
+                                                "must be specified: [sasl.enabled.mechanisms]"),
     ("background.threads", "abc", False, "Invalid value abc for configuration background.threads: Not a number of "
                                          "type INT"),
     ("message.max.bytes", "-1", False, "Invalid value -1 for configuration message.max.bytes: Value must be at "

@@ -48,15 +48,17 @@ def coordinator(cluster: Cluster, key_type: int, key: str) -> int:
             time.sleep(0.2)
 
 
-def create(cluster: Cluster, name: str, partitions: int) -> dict[int, int]:
-    """Create a topic with replication factor 1; {partition: leader}."""
+def create(cluster: Cluster, name: str, partitions: int, replication: int = 1) -> dict[int, int]:
+    """Create a topic (replication factor 1 unless said), once every partition has a leader and
+    its replicas in sync; {partition: leader}."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+    for f in admin.create_topics([NewTopic(name, partitions, replication)]).values():
         f.result(30)
     deadline = time.monotonic() + 30
     while True:
         t = admin.list_topics(name, timeout=10).topics[name]
-        if t.error is None and len(t.partitions) == partitions and all(p.leader >= 0 for p in t.partitions.values()):
+        if t.error is None and len(t.partitions) == partitions and \
+                all(p.leader >= 0 and len(p.isrs) == replication for p in t.partitions.values()):
             return {p: meta.leader for p, meta in t.partitions.items()}
         assert time.monotonic() < deadline, f"{name} has no leaders"
         time.sleep(0.2)

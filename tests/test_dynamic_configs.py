@@ -106,11 +106,11 @@ def test_kafkas_dynamic_broker_set_is_stored_and_described(gb):
 
 
 @pytest.mark.parametrize("name,ops,message", [
-    ("1", {"num.partitions": "3"}, "Cannot update these configs dynamically: Set(num.partitions)"),
+    ("1", {"num.partitions": "3"}, "Cannot update these configs dynamically: [num.partitions]"),
     ("1", {"ssl.keystore.location": "/ks"}, "These security configs can be dynamically updated only per-listener "
-                                            "using the listener prefix: Set(ssl.keystore.location)"),
+                                            "using the listener prefix: [ssl.keystore.location]"),
     ("", {"sasl.enabled.mechanisms": "PLAIN"}, "Cannot update these configs at default cluster level, broker id "
-                                               "must be specified: Set(sasl.enabled.mechanisms)"),
+                                               "must be specified: [sasl.enabled.mechanisms]"),
     ("", {"background.threads": "many"}, "Invalid value many for configuration background.threads: Not a number of "
                                          "type INT"),
     ("1", {"listeners": "SSL://127.0.0.1:9999"}, "Listener SSL in listeners=SSL://127.0.0.1:9999 uses security "

@@ -272,6 +272,49 @@ def test_incremental_alter_configs_bad_operation_on_scalar(pair):
     assert_same(on_both(pair, scenario), "\"Can't APPEND to key retention.ms because its type is not LIST.\"")
 
 
+def _broker_read_only(api) -> dict[str, bool]:
+    """{key: read_only} of DescribeConfigs on BROKER 1, every key."""
+    m = Msg(32, 4)
+    r = api.c.request(32, 4, m(resources=(m("DescribeConfigsResource", resource_type=4, resource_name="1",
+                                            configuration_keys=None),),
+                               include_synonyms=False, include_documentation=False)).results[0]
+    assert r.error_code == 0, r
+    return {c.name: c.read_only for c in r.configs}
+
+
+def test_describe_configs_read_only_of_every_broker_key(pair):
+    """Which broker keys DescribeConfigs calls changeable at runtime (read_only false) is
+    Kafka 4.4's DynamicBrokerConfig set: for every key both describe, the same answer (4.4
+    dropped advertised.listeners from the set; kafka-python's suite caught kesque still
+    reporting it changeable); a key only kesque describes is not called changeable."""
+    ro = on_both(pair, lambda api, topic: _broker_read_only(api))
+    kafka, kesque = ro["kafka"], ro["kesque"]
+    assert len(kafka) > 300 and len(kesque) > 100
+    assert {k: (kesque[k], kafka[k]) for k in kesque.keys() & kafka.keys() if kesque[k] != kafka[k]} == {}
+    assert [k for k in kesque.keys() - kafka.keys() if not kesque[k]] == []
+    assert kesque["advertised.listeners"] is True and kesque["listeners"] is False  # both kinds seen
+
+
+def test_alter_configs_of_advertised_listeners_is_refused(pair):
+    def scenario(api, topic):
+        value = "PLAINTEXT://127.0.0.1:1"
+        m = Msg(33, 2)
+        legacy = api.c.request(33, 2, m(resources=(m("AlterConfigsResource", resource_type=4, resource_name="1",
+                                                     configs=(m("AlterableConfig", name="advertised.listeners",
+                                                                value=value),)),),
+                                        validate_only=True)).responses[0]
+        m = Msg(44, 1)
+        incr = api.c.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=4, resource_name="1",
+                                                   configs=(m("AlterableConfig", name="advertised.listeners",
+                                                              config_operation=0, value=value),)),),
+                                      validate_only=True)).responses[0]
+        return [(r.error_code, text(r.error_message)) for r in (legacy, incr)]
+
+    results = on_both(pair, scenario)
+    assert results["kafka"][1][0] != 0, results  # Kafka 4.4 refuses it
+    assert_same(results)
+
+
 def test_fetch_and_list_offsets_out_of_range(pair):
     def scenario(api, topic):
         create(api, topic)

@@ -197,3 +197,22 @@ def test_auto_leader_rebalance_off_schedules_no_balancing():
         _raft, qc, _tid = cluster({"auto.leader.rebalance.enable": "false"})
         assert set(qc._timers) == {"unclean"}
     run(scenario)
+
+
+def test_shutdown_stops_the_timers_and_no_later_leader_change_reactivates():
+    """The server stops its controller before the raft manager resigns and closes the metadata
+    log: its NoOp, session-expiry and election timers go, and a LeaderChange committed meanwhile
+    (a raft node electing itself again) does not make it active: nothing writes afterwards."""
+    async def scenario():
+        raft, qc, _tid = cluster({"metadata.max.idle.interval.ms": "10"})
+        assert qc._noop is not None and qc._timers
+        qc.shutdown()
+        assert not qc.active and qc._noop is None and qc._expiry is None and qc._timers == {}
+        end = len(raft.records)
+        raft.epoch = 2
+        raft.append([LeaderChange(1, (1,), (1,))])
+        raft.commit(qc)
+        assert not qc.active
+        await asyncio.sleep(0.05)                # a NoOp timer, had one been left, would have fired
+        assert len(raft.records) == end + 1
+    run(scenario)

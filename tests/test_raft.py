@@ -549,6 +549,37 @@ def test_graceful_resign_sends_end_quorum_epoch_with_successors_by_progress():
     assert reqs[0][1].preferred_candidates == [3, 2]
 
 
+def test_a_resigned_lone_voter_never_elects_itself_again():
+    """Graceful shutdown of a one-voter quorum: its election deadline is "now", so before
+    ``shutting_down`` the first input after resign (the flush it asks for) elected it again, and
+    the new leader's controller wrote to the metadata log its driver was closing (kesque serve
+    stopped with SIGINT: OSError EBADF from the NoOp timer)."""
+    n = Node(voters={1: "d1"})
+    n.tick()
+    assert (n.state.name, n.state.epoch) == (LEADER, 1)
+    n._take(n.raft.resign(n.now))            # the flush resign asks for is done at once (auto_flush)
+    assert (n.state.name, n.state.epoch) == (RESIGNED, 1)
+    assert n.raft.next_deadline() >= 1 << 62  # no timer to run
+    n.tick(10 * CFG.election_timeout_ms)
+    n.flush()
+    assert (n.state.name, n.state.epoch) == (RESIGNED, 1)
+    with pytest.raises(KafkaError):
+        n.raft.append(["after"], n.now)
+
+
+def test_a_stopping_leader_retries_end_quorum_epoch_but_stands_for_no_election():
+    n = elect(Node())
+    n._take(n.raft.resign(n.now))
+    assert {d for d, _ in n.take(m.EndQuorumEpochRequest)} == {2, 3}
+    n.tick(CFG.request_timeout_ms)           # unanswered: asked again, after the request timeout
+    assert {d for d, _ in n.take(m.EndQuorumEpochRequest)} == {2, 3}
+    n.tick(10 * CFG.election_timeout_ms)
+    assert n.state.name == RESIGNED and not n.take(m.VoteRequest)
+    # a successor's election is answered (the vote granted: it does not stand itself)
+    n.recv(2, vote_req(2, cand=2, last_epoch=1, last_offset=n.log.end_offset()))
+    assert n.reply(m.VoteResponse).vote_granted
+
+
 def test_end_quorum_epoch_lets_the_first_successor_run_at_once():
     n = follower(epoch=1, leader=2)
     n.recv(2, m.EndQuorumEpochRequest(1, 2, 1, [1, 3]))

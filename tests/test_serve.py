@@ -329,3 +329,31 @@ def test_unclean_leader_election_enable_is_taken_without_a_warning(tmp_path):
         pass
     log = open(b.log_path).read()
     assert "has no effect" not in log and "Kafka config unclean.leader.election.enable is not used" not in log
+
+
+def test_sigint_stops_a_lone_voter_without_writing_after_its_logs_close(tmp_path):
+    """``kesque serve`` of one combined node with a CONTROLLER listener (a lone voter, an active
+    controller with its NoOp timer), stopped with SIGINT, several times over the same data: the
+    node resigns and nothing moves after that. It used to elect itself again as soon as it
+    had resigned (a lone voter's election deadline is "now"), its controller became active and
+    its NoOp timer wrote to the closed metadata log (ERROR: OSError EBADF) in 3 stops of 5."""
+    port, cport = _free_port(), _free_port()
+    cfg = tmp_path / "server.properties"
+    cfg.write_text(KAFKA_STYLE.format(port=port, cport=cport, data=tmp_path / "data"))
+    for _ in range(3):
+        proc = _serve([str(cfg), "--override", "metadata.max.idle.interval.ms=20"])
+        lines = []
+        for line in proc.stdout:  # until it serves clients
+            lines.append(line)
+            if "started in" in line:
+                break
+        assert proc.poll() is None, "".join(lines)
+        time.sleep(0.1)  # a few NoOp records
+        proc.send_signal(signal.SIGINT)
+        out = "".join(lines) + proc.communicate(timeout=30)[0]
+        assert proc.returncode == 0, out
+        assert "ERROR" not in out and "Traceback" not in out, out
+        after = out.split("Shutting down", 1)[1]
+        assert "Leader -> Resigned" in after, out
+        assert "-> Leader" not in after and "-> Candidate" not in after and "is active in epoch" not in after, out
+        assert os.path.exists(tmp_path / "data" / ".kafka_cleanshutdown")

@@ -123,16 +123,17 @@ def test_three_share_consumers_share_one_partition(share_broker):
 
 # ---------------------------------------------------------------------------- bad input on the wire
 
-def _share_fetch(c, group, member, epoch, topic_id, acks=(), max_wait=0, max_records=500):
-    m = Msg(78, 1)
+def _share_fetch(c, group, member, epoch, topic_id, acks=(), max_wait=0, max_records=500, version=1, **v2):
+    """ShareFetch of partition 0; ``v2``: ShareFetch v2's fields (share_acquire_mode, is_renew_ack)."""
+    m = Msg(78, version)
     batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
                     for f, last, t in acks)
     body = m(group_id=group, member_id=member, share_session_epoch=epoch, max_wait=max_wait, min_bytes=1,
-             max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+             max_bytes=1 << 20, max_records=max_records, batch_size=max_records, **v2,
              topics=(m("FetchTopic", topic_id=topic_id, partitions=(
                  m("FetchPartition", partition_index=0, acknowledgement_batches=batches),)),),
              forgotten_topics_data=())
-    return c.request(78, 1, body)
+    return c.request(78, version, body)
 
 
 def _share_ack(c, group, member, epoch, topic_id, acks):
@@ -335,32 +336,81 @@ def test_deleting_an_empty_share_group_deletes_its_share_state(share_broker):
         assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(0, 2, 1)]
 
 
-def test_a_member_leaving_the_group_releases_its_records_at_once(share_broker):
-    """Records held by a member that leaves (ShareGroupHeartbeat epoch -1) are available to the
-    others right away, not only when their 30 s locks expire."""
-    _topic, group, tid = _wire_group(share_broker, 4)
-    with WireClient(share_broker.bootstrap_servers) as c:
-        assert _acquired(_share_fetch(c, group, "m1", 0, tid)) == [(0, 3, 1)]
-        assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == []
-        r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
-        assert r.error_code == 0
-        assert _acquired(_share_fetch(c, group, "m2", 1, tid)) == [(0, 3, 2)]
-        r = _share_fetch(c, group, "m1", 1, tid)   # m1's share session ended with it
-        assert r.error_code == 122  # SHARE_SESSION_NOT_FOUND
+def test_leaving_keeps_the_share_session_and_its_connection_closing_releases_at_once(share_broker):
+    """As Kafka (tests/test_oracle_share.py): a member leaving its share group (ShareGroupHeartbeat
+    epoch -1) keeps its share session, so the acknowledgements it sends with or after the leave
+    are applied (librdkafka's close sends both at once); the records it still holds go to the
+    others as soon as the connection that opened its session closes, not only when their 30 s
+    locks expire."""
+    _topic, group, tid = _wire_group(share_broker, 6)
+    c1 = WireClient(share_broker.bootstrap_servers)
+    try:
+        assert _acquired(_share_fetch(c1, group, "m1", 0, tid)) == [(0, 5, 1)]
+        with WireClient(share_broker.bootstrap_servers) as c2:
+            assert _acquired(_share_fetch(c2, group, "m2", 0, tid)) == []
+            r = c1.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+            assert r.error_code == 0
+            r = _share_ack(c1, group, "m1", 1, tid, [(0, 1, 1)])   # after the leave: applied
+            assert r.error_code == 0 and _partition_errors(r) == [(0, 0)]
+            c1.close()                                              # 2-5 were still m1's
+            assert _acquired(_share_fetch(c2, group, "m2", 1, tid, max_wait=10000)) == [(2, 5, 2)]
+    finally:
+        c1.close()
+
+
+def test_a_confluent_share_consumer_closes_without_a_share_session_error(share_broker, tmp_path):
+    """librdkafka's close sends the leave heartbeat and the final ShareAcknowledge at once; the
+    leave ended the share session first, so every close logged "ShareAcknowledge reply error:
+    The share session was not found". As in Kafka 4.4 (tests/test_oracle_share.py) the session
+    outlives the membership and the final acknowledgement is answered without error. (Which of
+    the two kesque handled first was a race, lost about half the time: three closes; the
+    deterministic check is test_leaving_keeps_the_share_session_and_... below.)"""
+    import logging
+
+    topic, group, _tid = _wire_group(share_broker, 20)
+    for i in range(3):
+        log = logging.getLogger(f"rdkafka-close-{group}-{i}")
+        path = tmp_path / f"rdkafka-{i}.log"
+        handler = logging.FileHandler(path)
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
+        c = share_consumer(share_broker, group, debug="cgrp", logger=log)
+        try:
+            c.subscribe([topic])
+            got = _poll_values(c, 20)  # (librdkafka releases them at close: they come again)
+        finally:
+            c.close()
+            handler.close()
+            log.removeHandler(handler)
+        assert sorted(int(m.value()) for m in got) == list(range(20))
+        text = path.read_text()
+        errors = [ln for ln in text.splitlines() if "reply error" in ln or "share session was not found" in ln]
+        assert "ShareGroupHeartbeat" in text and errors == [], i
 
 
 def test_a_share_fetch_carries_only_the_batches_of_its_acquired_records(share_broker):
     """The response held everything read from the log (up to max_bytes), whatever was acquired:
-    a consumer taking 50 records at a time got the whole partition with each."""
+    a consumer taking 50 records at a time got the whole partition with each. How many it
+    acquires is Kafka's ShareAcquireMode (KIP-1206): batch_optimized (v1, and v2's default) goes
+    on to the end of the batch holding the 50th record, record_limit (v2) stops at it."""
     from kesque.records.batch import iter_headers
 
     topic, group, tid = _wire_group(share_broker, 300)  # batches of at most 100 records
+
+    def batches(r):
+        return [(h.base_offset, h.last_offset) for _pos, h in iter_headers(bytes(r.responses[0].partitions[0].records))]
+
     with WireClient(share_broker.bootstrap_servers) as c:
         r = _share_fetch(c, group, "m1", 0, tid, max_records=50)
-        assert _acquired(r) == [(0, 49, 1)]
-        heads = [h for _pos, h in iter_headers(bytes(r.responses[0].partitions[0].records))]
-        assert heads[0].base_offset == 0 and heads[-1].last_offset >= 49
-        assert all(h.base_offset <= 49 for h in heads)
+        first = batches(r)
+        assert _acquired(r) == [(0, first[0][1], 1)] and first[0][1] >= 49 and len(first) == 1
+        start = first[0][1] + 1
+        r = _share_fetch(c, group, "m1", 1, tid, max_records=50, version=2, share_acquire_mode=1)
+        assert _acquired(r) == [(start, start + 49, 1)]
+        held = batches(r)
+        assert held[0][0] <= start and held[-1][1] >= start + 49 and all(b <= start + 49 for b, _ in held)
+        r = _share_fetch(c, group, "m1", 2, tid, max_records=1, version=2, share_acquire_mode=0)
+        assert _acquired(r) == [(start + 50, batches(r)[-1][1], 1)]  # the rest of that batch
 
 
 def test_a_share_fetch_reads_on_until_it_holds_max_records(share_broker):

@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kesque.errors import ErrorCode, KafkaError
 from kesque.share.partition import (
-    ACCEPT, ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, GAP, REJECT, RELEASE,
+    ACCEPT, ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, GAP, REJECT, RELEASE, RENEW,
     AcquiredRange, SharePartition, StateBatch,
 )
 
@@ -85,6 +85,28 @@ def test_released_record_is_redelivered_with_delivery_count_two():
     p.acknowledge("a", [(1, 1, [RELEASE])], 0)
     assert p.next_fetch_offset(0) == 1
     assert p.acquire("b", 2, 100, 0) == [AcquiredRange(1, 1, 2)]
+
+
+def test_renew_gives_the_holder_a_new_lock_and_nothing_else():
+    """RENEW (KIP-1222, ShareFetch/ShareAcknowledge v2 with IsRenewAck): the records stay the
+    member's with the same delivery count and a lock running from the renewal; only in a request
+    that says it renews (INVALID_REQUEST otherwise, nothing moved); another member's records or
+    ones not acquired cannot be renewed (INVALID_RECORD_STATE)."""
+    p = sp()
+    p.acquire("a", 3, 100, now_ms=0)
+    with pytest.raises(KafkaError) as e:
+        p.acknowledge("a", [(0, 1, [RENEW])], 900)
+    assert code(e) == ErrorCode.invalid_request and p.state_of(0) == (ACQUIRED, 1, "a")
+    p.acknowledge("a", [(0, 1, [RENEW]), (2, 2, [ACCEPT])], 900, renew=True)
+    assert p.next_lock_deadline() == LOCK  # 3's lock is the original one
+    assert p.expire_locks(LOCK) == 1 and p.state_of(3) == (AVAILABLE, 1, None)
+    assert p.state_of(0) == p.state_of(1) == (ACQUIRED, 1, "a") and p.state_of(2)[0] == ACKNOWLEDGED
+    assert p.next_lock_deadline() == 900 + LOCK
+    for member, offset in (("b", 0), ("a", 3)):
+        with pytest.raises(KafkaError) as e:
+            p.acknowledge(member, [(offset, offset, [RENEW])], 1000, renew=True)
+        assert code(e) == ErrorCode.invalid_record_state
+    assert p.expire_locks(900 + LOCK) == 2 and p.state_of(0) == (AVAILABLE, 1, None)
 
 
 def test_delivery_count_limit_archives_on_release_and_expiry():

@@ -458,6 +458,28 @@ def test_commit_protocol_replay_and_takeover(kb):
     assert committed_values(kb, t, 1) == ["a", "b"]
 
 
+def test_sink_names_the_broker_setting_when_two_phase_commit_is_off(tmp_path):
+    """A broker with Kafka's default (transaction.two.phase.commit.enable=false) refuses the
+    sink's InitProducerId with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the task's error says which
+    broker setting to change, and at-least-once writes without it."""
+    import pyarrow as pa
+
+    from kesque.spark import sink
+    from kesque.spark.options import sink_options
+    with running_broker(tmp_path / "data") as b:  # kesque.Broker's defaults: Kafka's, 2PC off
+        b.admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
+        t = topic(b, 1)
+        batch = pa.record_batch({"value": pa.array([b"x", b"y"], pa.binary())})
+        o = sink_options({"kafka.bootstrap.servers": b.bootstrap_servers, "topic": t})
+        with pytest.raises(sink.KesqueSinkError, match=r"TRANSACTIONAL_ID_AUTHORIZATION_FAILED\): set "
+                                                       r"transaction\.two\.phase\.commit\.enable=true on the "
+                                                       r"brokers"):
+            sink.write_task(o, [batch], "no2pc")
+        o = sink_options({"kafka.bootstrap.servers": b.bootstrap_servers, "topic": t,
+                          "deliveryGuarantee": "at-least-once"})
+        assert sink.write_task(o, [batch], "no2pc").rows == 2
+
+
 @pytest.mark.slow  # 33 s (make slow); the default suite keeps the driver kill mid-commit
 def test_streaming_query_survives_a_broker_sigkill(tmp_path):
     """The broker is SIGKILLed just as the driver starts a commit and is back 3 s later: the

@@ -24,7 +24,7 @@ import pytest
 
 from kesque.records.records import build_batch
 from kesque.testing.cluster import Cluster
-from test_coordinators_cluster import CONFIG, TXN_KEY, coordinator
+from test_coordinators_cluster import CONFIG, TXN_KEY, coordinator, create
 from test_transactions_eos import Cluster as Clients
 from wire import Msg, WireClient
 
@@ -41,28 +41,10 @@ def address(cluster: Cluster, node: int) -> str:
     return f"127.0.0.1:{cluster.node(node).port}"
 
 
-def create(cluster: Cluster, name: str, partitions: int) -> dict[int, int]:
-    """A topic with replication factor 3, once every partition has its three replicas in
-    sync; {partition: leader}."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    for f in admin.create_topics([NewTopic(name, partitions, 3)]).values():
-        f.result(30)
-    deadline = time.monotonic() + 30
-    while True:
-        t = admin.list_topics(name, timeout=10).topics[name]
-        if t.error is None and len(t.partitions) == partitions and \
-                all(p.leader >= 0 and len(p.isrs) == 3 for p in t.partitions.values()):
-            return {p: meta.leader for p, meta in t.partitions.items()}
-        assert time.monotonic() < deadline, f"{name} has no leaders"
-        time.sleep(0.2)
-
-
 def leader_apart_from(cluster: Cluster, topic: str, partitions: int, txn_id: str) -> tuple[int, list[int]]:
     """A broker that leads at least two of ``topic``'s partitions and is not ``txn_id``'s
     transaction coordinator, with those partitions."""
-    leaders = create(cluster, topic, partitions)
+    leaders = create(cluster, topic, partitions, replication=3)
     txn_coordinator = coordinator(cluster, TXN_KEY, txn_id)
     by_leader: dict[int, list[int]] = {}
     for p, node in sorted(leaders.items()):

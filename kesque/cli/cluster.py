@@ -9,6 +9,9 @@ nodes when ``--controllers`` equals ``--nodes``, the default; otherwise controll
 broker-only nodes, see :mod:`kesque.testing.cluster`), formats every node's storage with one
 cluster id, starts the nodes detached (``kesque.pid`` and ``kesque.log`` beside their
 server.properties), waits until each one is ready and prints the bootstrap servers on stdout.
+The nodes run with two-phase commit (KIP-939) enabled, so that kesque's own pipelines (the Spark
+sink writes exactly once with it) run on them; ``--override KEY=VALUE`` sets any key of every
+node, that one included.
 ``down`` stops them: SIGTERM (a clean shutdown), SIGKILL after ``--timeout`` seconds.
 """
 
@@ -38,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--base-port", type=int, default=0, help="first port: each node takes its client port, then its "
                                                              "controller port, in node id order (default: free ports)")
     up.add_argument("--timeout", type=float, default=60, help="seconds to wait for the nodes (default 60)")
+    up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a config key on every node (repeatable), as kafka-server-start.sh --override")
     for name, text in (("down", "stop the cluster's nodes (SIGTERM, SIGKILL after --timeout)"),
                        ("status", "show the cluster's nodes and whether each runs")):
         q = sub.add_parser(name, help=text)
@@ -85,6 +90,22 @@ def _roles(node_dir: str) -> tuple[str, str]:
     return props.get("process.roles", "?"), props.get("listeners", "")
 
 
+# what every node `up` starts runs with unless an --override says otherwise: two-phase commit
+# (KIP-939, off in Kafka by default) on, because the Spark sink (kesque/spark/sink.py) needs it
+UP_DEFAULTS = {"transaction.two.phase.commit.enable": "true"}
+
+
+def node_config(overrides: list[str]) -> dict[str, str]:
+    """The settings `up` adds to each node's server.properties: UP_DEFAULTS, then the overrides."""
+    config = dict(UP_DEFAULTS)
+    for item in overrides:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ValueError(f"Invalid --override {item!r}: expected key=value")
+        config[k.strip()] = v.strip()
+    return config
+
+
 # ---------------------------------------------------------------------- commands
 def up(args) -> int:
     running = [n for n, d in _node_dirs(args.dir) if _pid(d)]
@@ -94,7 +115,7 @@ def up(args) -> int:
         return 1
     try:
         cluster = Cluster(args.nodes, args.controllers, data_dir=os.path.abspath(args.dir), base_port=args.base_port,
-                          detach=True)
+                          config=node_config(args.override), detach=True)
     except ValueError as e:
         print(f"kesque cluster: {e}", file=sys.stderr)
         return 2

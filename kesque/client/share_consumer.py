@@ -422,10 +422,12 @@ class ShareConsumer(Cluster):
 
     def close(self) -> None:
         """Acknowledge what is pending (implicit: the last poll's records are accepted), end the
-        share sessions and leave the group. Fresh connections: a poll cut short by a signal may
-        have left an answer unread on the old ones."""
-        for node in list(self._conns):
-            self._drop(node)
+        share sessions and leave the group. On the same connections: a share session ends with
+        the connection that opened it (Kafka's too), which would take the final acknowledgements
+        with it; a poll cut short by a signal has its answer read first."""
+        for node, conn in list(self._conns.items()):
+            if not conn.settle():
+                self._drop(node)
         try:
             if not self.explicit:
                 self._settle_delivered()

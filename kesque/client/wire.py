@@ -127,6 +127,8 @@ class Connection:
         self.sock.settimeout(timeout)
         self.client_id = client_id
         self._corr = 0
+        self.awaiting = False  # a request was sent and its answer not read (a call cut short)
+        self._consumed = 0     # bytes of that answer read so far
         self.versions: dict[int, tuple[int, int]] = {}
         try:
             self._negotiate()
@@ -165,6 +167,7 @@ class Connection:
             if not chunk:
                 raise WireError("connection closed by the broker")
             buf += chunk
+            self._consumed += len(chunk)
         return bytes(buf)
 
     def _send(self, api_key: int, version: int, body_obj) -> None:
@@ -181,8 +184,10 @@ class Connection:
 
     def _roundtrip(self, api_key: int, version: int, body_obj, reader=None) -> object:
         self._send(api_key, version, body_obj)
+        self.awaiting, self._consumed = True, 0
         size = _I32.unpack(self._recv_exact(4))[0]
         frame = self._recv_exact(size)
+        self.awaiting = False
         resp_cls = load_response_schema(api_key, version)
         rh_cls = resp_cls.__header_schema__
         if api_key == 18:  # ApiVersions responses always carry header v0
@@ -203,6 +208,21 @@ class Connection:
         if int(resp.error_code) != 0:
             raise WireError(f"ApiVersions failed with error {int(resp.error_code)}")
         self.versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+
+    def settle(self) -> bool:
+        """Read and drop the answer of a call cut short (a signal mid-request), so that the
+        connection can carry the next one; False when it cannot (close it then)."""
+        if not self.awaiting:
+            return True
+        if self._consumed:  # cut short in the middle of the answer: the framing is lost
+            return False
+        try:
+            size = _I32.unpack(self._recv_exact(4))[0]
+            self._recv_exact(size)
+        except (OSError, WireError):
+            return False
+        self.awaiting = False
+        return True
 
     def version_for(self, api_key: int, max_version: int | None = None) -> int | None:
         rng = self.versions.get(api_key)

@@ -62,7 +62,7 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("cluster.id", "STRING", None, "cluster id (normally read from meta.properties)"),
     # network
     _K("listeners", "STRING", ["PLAINTEXT://:9092"], "listener URIs", parse_as="LIST", dynamic=True),
-    _K("advertised.listeners", "STRING", None, "listeners published to clients", parse_as="LIST", dynamic=True),
+    _K("advertised.listeners", "STRING", None, "listeners published to clients", parse_as="LIST"),
     _K("listener.security.protocol.map", "STRING",
        ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL",
         "CONTROLLER:PLAINTEXT"], "listener name to security protocol", parse_as="LIST", dynamic=True),
@@ -298,13 +298,13 @@ KAFKA_INTERNAL_BROKER_KEYS = frozenset({
 # kesque keys Kafka can change at runtime that kesque accepts, stores and describes but does
 # not act on while running (bound at start, or a feature kesque does not have yet)
 DYNAMIC_WITHOUT_EFFECT = frozenset({
-    "listeners", "advertised.listeners", "listener.security.protocol.map", "log.preallocate",
+    "listeners", "listener.security.protocol.map", "log.preallocate",
     "log.local.retention.ms", "log.local.retention.bytes",
     "transaction.partition.verification.enable",
     "log.cleaner.threads", "log.cleaner.io.buffer.size", "log.cleaner.io.buffer.load.factor",
 })
 
-_LISTENER_KEYS = ("listeners", "advertised.listeners", "listener.security.protocol.map")
+_LISTENER_KEYS = ("listeners", "listener.security.protocol.map")
 _LISTENER_KEY = re.compile(r"^listener\.name\.[^.]*\.(.+)$")
 
 
@@ -641,13 +641,13 @@ class BrokerConfig:
         base = listener_base(name)
         if base == name and name in KAFKA_LISTENER_ONLY_DYNAMIC_KEYS:
             raise ConfigError(name, "These security configs can be dynamically updated only per-listener using the "
-                                    f"listener prefix: Set({name})")
+                                    f"listener prefix: [{name}]")
         if not is_dynamic(name) and (name in BROKER_CONFIGS or name in KAFKA_BROKER_KEYS):
-            raise ConfigError(name, f"Cannot update these configs dynamically: Set({name})")
+            raise ConfigError(name, f"Cannot update these configs dynamically: [{name}]")
         if not per_broker and (base in KAFKA_PER_BROKER_DYNAMIC_KEYS
                                or (base != name and base not in KAFKA_CLUSTER_LEVEL_LISTENER_KEYS)):
             raise ConfigError(name, "Cannot update these configs at default cluster level, broker id must be "
-                                    f"specified: Set({name})")
+                                    f"specified: [{name}]")
         if value is None:
             return None
         key = BROKER_CONFIGS.get(base)

@@ -509,11 +509,14 @@ KAFKA_KEY_PREFIXES: tuple[str, ...] = (
 # ---------------------------------------------------------------------------- dynamic configs
 # The broker keys AlterConfigs / IncrementalAlterConfigs accept on a BROKER resource
 # (Kafka's DynamicBrokerConfig.AllDynamicConfigs), taken from a dump of the set of a
-# Kafka 4.x build and restricted to the 4.0 keys of the table above; 4.0 also still had
-# ``advertised.listeners`` in it.  Every other key of the table is refused ("Cannot update
-# these configs dynamically"); a key that is not Kafka's is accepted as a custom config.
+# Kafka 4.x build and restricted to the 4.0 keys of the table above.  As in Kafka 4.4,
+# ``advertised.listeners`` is not in it (4.0 had it; 4.4's DynamicListenerConfig does not):
+# DescribeConfigs reports it read-only and AlterConfigs refuses it.  Every other key of the
+# table is refused ("Cannot update these configs dynamically"); a key that is not Kafka's is
+# accepted as a custom config.  tests/test_oracle_protocol.py compares DescribeConfigs'
+# read_only of every broker key with a Kafka 4.4 broker's.
 KAFKA_DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset({
-    "advertised.listeners", "background.threads", "compression.gzip.level", "compression.lz4.level",
+    "background.threads", "compression.gzip.level", "compression.lz4.level",
     "compression.type", "compression.zstd.level", "listener.security.protocol.map", "listeners",
     "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.delete.retention.ms",
     "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
@@ -555,7 +558,7 @@ KAFKA_DYNAMIC_ONLY_BROKER_KEYS: dict[str, tuple[str, str | None]] = {
 
 # Dynamic keys that may be set per broker only, never at the cluster-default level.
 KAFKA_PER_BROKER_DYNAMIC_KEYS: frozenset[str] = frozenset({
-    "advertised.listeners", "listener.security.protocol.map", "listeners", "principal.builder.class",
+    "listener.security.protocol.map", "listeners", "principal.builder.class",
     "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.kerberos.kinit.cmd",
     "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
     "sasl.kerberos.service.name", "sasl.kerberos.ticket.renew.jitter",

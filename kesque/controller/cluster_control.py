@@ -55,12 +55,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import uuid
 from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError, error
 from ..metadata.image import Endpoint, MetadataImage
 from .replication_control import ONLINE, UNCLEAN, elr_args, elr_enabled_in, partition_change
+
+log = logging.getLogger(__name__)
 
 NO_LEADER = -1
 UNBOUNDED = 1 << 62
@@ -126,6 +129,7 @@ class HeartbeatRequest:
     current_metadata_offset: int
     want_fence: bool = False
     want_shut_down: bool = False
+    offline_log_dirs: list = field(default_factory=list)   # v1: directory ids of failed log dirs
 
 
 @dataclass(slots=True)
@@ -152,6 +156,7 @@ class Session:
     fenced: bool = True
     metadata_offset: int = -1
     shutdown_offset: int = -1           # >= 0 while in controlled shutdown
+    offline_dirs: set = field(default_factory=set)   # log dir ids its heartbeats named offline
 
     def state(self) -> str:
         if self.shutdown_offset >= 0:
@@ -270,6 +275,8 @@ class ClusterControl:
                 records = self._unfence(image, b, reg.epoch)
             else:
                 records = self._enter_controlled_shutdown(image, b, reg.epoch)
+        else:
+            records = self._dirs_offline(image, b, s, req.offline_log_dirs)
         fenced, in_cs, shut_down = _FLAGS[nxt]
         self._touch(s, now, fenced, req.current_metadata_offset)
         if in_cs and s.shutdown_offset < 0:
@@ -357,6 +364,22 @@ class ClusterControl:
                             "fenced": 0, "in_controlled_shutdown": IN_CONTROLLED_SHUTDOWN})
         return records + self._move_off(image, b)
 
+    def _dirs_offline(self, image: MetadataImage, b: int, s: Session, offline: list) -> list[dict]:
+        """Kafka's handleDirectoriesOffline (KIP-858), for a heartbeat naming log dirs not seen
+        offline before. kesque's PartitionRecords carry no directories (its brokers register
+        none, so there is no AssignReplicasToDirs), so the controller cannot tell which of the
+        broker's replicas were in the failed dir: it takes the broker out of every ISR that
+        another replica remains in, so each partition it led moves to an in-sync replica. A
+        replica in a healthy dir keeps fetching and rejoins the ISR once caught up; one whose
+        ISR is this broker alone keeps it (no other replica could lead it without an unclean
+        election)."""
+        new = [d for d in offline if d not in s.offline_dirs]
+        if not new:
+            return []
+        s.offline_dirs.update(new)
+        log.warning("Directories %s in broker %d marked offline", ", ".join(str(d) for d in new), b)
+        return self._changes(image, lambda p: b in p.isr and len(p.isr) > 1, remove=b)
+
     def _move_off(self, image: MetadataImage, b: int) -> list[dict]:
         return self._changes(image, lambda p: b in p.isr, remove=b)
 
@@ -432,7 +455,8 @@ def to_kio(msg, version: int):
     if isinstance(msg, HeartbeatRequest):
         return _new(mod.BrokerHeartbeatRequest, broker_id=msg.broker_id, broker_epoch=msg.broker_epoch,
                     current_metadata_offset=msg.current_metadata_offset, want_fence=msg.want_fence,
-                    want_shut_down=msg.want_shut_down)
+                    want_shut_down=msg.want_shut_down,
+                    **({"offline_log_dirs": tuple(msg.offline_log_dirs)} if version >= 1 else {}))
     return _new(mod.BrokerHeartbeatResponse, throttle_time=0, error_code=ErrorCode(msg.error_code),
                 is_caught_up=msg.is_caught_up, is_fenced=msg.is_fenced, should_shut_down=msg.should_shut_down)
 
@@ -449,7 +473,7 @@ def from_kio(obj):
         return RegistrationReply(int(obj.error_code), int(obj.broker_epoch))
     if name == "BrokerHeartbeatRequest":
         return HeartbeatRequest(int(obj.broker_id), int(obj.broker_epoch), int(obj.current_metadata_offset),
-                                obj.want_fence, obj.want_shut_down)
+                                obj.want_fence, obj.want_shut_down, list(getattr(obj, "offline_log_dirs", ())))
     if name == "BrokerHeartbeatResponse":
         return HeartbeatReply(int(obj.error_code), obj.is_caught_up, obj.is_fenced, obj.should_shut_down)
     raise ValueError(f"not a BrokerRegistration or BrokerHeartbeat message: {name}")

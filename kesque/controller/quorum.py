@@ -84,6 +84,7 @@ class QuorumController:
         # learns) moves even when nothing changes
         self.idle_interval_ms = config.get("metadata.max.idle.interval.ms") if lifecycle else 0
         self._noop: asyncio.TimerHandle | None = None
+        self.shut_down = False   # shutdown(): never active again (its timers would write to a closed log)
 
     def _now_ms(self) -> int:
         return int(self.clock.monotonic() * 1000)
@@ -129,7 +130,17 @@ class QuorumController:
         if self.active and (change.new != "Leader" or change.epoch != self.active_epoch):
             self._deactivate()
 
+    def shutdown(self) -> None:
+        """The node is stopping, before its raft manager resigns and closes the metadata log:
+        no longer active (its timers cancelled, its waiters answered NOT_CONTROLLER), and never
+        active again, whatever the raft node does meanwhile."""
+        self.shut_down = True
+        if self.active:
+            self._deactivate()
+
     def _activate(self, epoch: int) -> None:
+        if self.shut_down:
+            return
         self.active_epoch = epoch
         self.controller.image = copy.deepcopy(self.committed)
         log.info("Controller %d is active in epoch %d (metadata offset %d)", self.raft.node_id, epoch,

@@ -113,7 +113,6 @@ class CoordinatorHost:
     config: Any
     replica_manager: Any
     image: Callable[[], Any]
-    share_manager: Callable[[], Any] = lambda: None  # the share-partition manager, once it exists
 
 
 class _ReadOnly:

@@ -113,6 +113,10 @@ class RaftNode:
         self._corr = 0
         self._inflight: dict[int, tuple[int, int]] = {}   # dest -> (correlation id, expiry)
         self._backoff: dict[int, int] = {}                # dest -> no request before this time
+        # resign() was called: the node is stopping. It still answers requests and tells the
+        # voters it resigned, but its timers move it no more (a resigned lone voter, whose
+        # election deadline is "now", would otherwise elect itself again at the next input)
+        self.shutting_down = False
         self._initialize(now)
 
     # -- public inputs ---------------------------------------------------------------------------
@@ -155,7 +159,10 @@ class RaftNode:
         return last
 
     def resign(self, now: int) -> Output:
-        """Graceful shutdown: a leader resigns and tells the voters (EndQuorumEpoch); all flush."""
+        """Graceful shutdown: a leader resigns and tells the voters (EndQuorumEpoch); all flush.
+        From then on no timer moves the node (``shutting_down``), as Kafka's raft client, which
+        polls only its shutdown once it begins: it never stands for election again."""
+        self.shutting_down = True
         st = self.state
         if isinstance(st, LeaderState):
             self._flush_leader(st, now)
@@ -178,7 +185,7 @@ class RaftNode:
 
     def next_deadline(self) -> int:
         st = self.state
-        d = st.deadline
+        d = NEVER if self.shutting_down else st.deadline   # (no timer moves a stopping node)
         for _, expiry in self._inflight.values():
             d = min(d, expiry)
         for t in self._backoff.values():
@@ -300,7 +307,7 @@ class RaftNode:
                                           voted_directory_id=st.voted_directory_id), now)
 
     def _maybe_win(self, st, now: int) -> None:
-        if len(st.granted) < self.majority():
+        if len(st.granted) < self.majority() or self.shutting_down:
             return
         if isinstance(st, ProspectiveState):
             self._transition(CandidateState(CANDIDATE, st.epoch + 1, self._election_deadline(now),
@@ -330,6 +337,10 @@ class RaftNode:
     def _poll(self, now: int) -> None:
         st = self.state
         name = st.name
+        if self.shutting_down:
+            if name == RESIGNED:
+                self._send_end_quorum_epoch(st, now)
+            return
         if name == LEADER:
             self._poll_leader(st, now)
         elif name == FOLLOWER:
@@ -359,10 +370,13 @@ class RaftNode:
             if now >= st.deadline:
                 self._to_prospective(now)
                 return self._poll(now)
-            for v in st.unacked:
-                if self._can_send(v, now):
-                    self._send(v, m.EndQuorumEpochRequest(self._next_corr(), self.node_id, st.epoch,
-                                                          list(st.preferred_successors)), now)
+            self._send_end_quorum_epoch(st, now)
+
+    def _send_end_quorum_epoch(self, st, now: int) -> None:
+        for v in st.unacked:
+            if self._can_send(v, now):
+                self._send(v, m.EndQuorumEpochRequest(self._next_corr(), self.node_id, st.epoch,
+                                                      list(st.preferred_successors)), now)
 
     def _poll_leader(self, st: LeaderState, now: int) -> None:
         if st.flush_at >= 0 and now >= st.flush_at:

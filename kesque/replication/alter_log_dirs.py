@@ -65,6 +65,12 @@ class LogDirMover:
                         partition, dest)
             return ErrorCode.log_dir_not_found
         tp = (topic, partition)
+        if not lm.is_log_dir_online(dest) or tp in getattr(self.replica_manager, "offline_partitions", ()):
+            # as Kafka: "Log directory DIR is offline" / "Partition TP is offline"
+            log.warning("Unable to alter log dirs for %s-%d: %s", topic, partition,
+                        f"Log directory {dest} is offline" if not lm.is_log_dir_online(dest)
+                        else f"Partition {topic}-{partition} is offline")
+            return ErrorCode.kafka_storage_error
         future = lm.future_logs.get(tp)
         if future is not None and future.parent_dir != dest:
             self.cancel(topic, partition)  # another destination: that copy is dropped, a new one starts

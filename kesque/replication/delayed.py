@@ -73,8 +73,9 @@ async def wait_for_acks(rm, pending: dict, timeout_ms: int) -> dict:
 
     def settle(tp) -> bool:
         part = rm.partitions.get(tp)
-        if part is None:
-            result[tp] = int(ErrorCode.not_leader_or_follower)
+        if part is None:   # gone, or its log dir failed (Kafka's DelayedProduce: the partition's error)
+            offline = tp in getattr(rm, "offline_partitions", ())
+            result[tp] = int(ErrorCode.kafka_storage_error if offline else ErrorCode.not_leader_or_follower)
             return True
         done, code = part.acks_all_status(pending[tp])
         if done or code:

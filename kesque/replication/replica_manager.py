@@ -22,6 +22,7 @@ from ..config.broker import BrokerConfig
 from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, Delta, MetadataImage
+from ..storage.log_dir_failure import KafkaStorageError
 from ..storage.log_manager import LogManager
 from .partition import Partition, ReplicaEnv, not_leader
 from .quota import ReplicationQuotas
@@ -38,6 +39,9 @@ class ReplicaManager(ReplicaEnv):
         self.clock = clock
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.by_id: dict[tuple[uuid.UUID, int], Partition] = {}
+        # Kafka's HostedPartition.Offline: replicas whose log dir failed; not served (their
+        # requests get KAFKA_STORAGE_ERROR) until the broker restarts
+        self.offline_partitions: set[tuple[str, int]] = set()
         self._watchers: dict[str, dict[tuple[str, int], set]] = {"hw": defaultdict(set), "replica": defaultdict(set)}
         self.local_broker_epoch = -1
         # the replication quotas (KIP-73), kept up to date from the broker's and the topics'
@@ -109,11 +113,15 @@ class ReplicaManager(ReplicaEnv):
     def apply_delta(self, delta: Delta) -> None:
         for topic_id, t in delta.deleted_topics.items():
             for p in list(t.partitions):
+                self.offline_partitions.discard((t.name, p))
                 part = self.partitions.pop((t.name, p), None)
                 self.by_id.pop((topic_id, p), None)
                 if part is not None:
                     self._drop(part)
-                self.log_manager.delete_log(t.name, p)
+                try:
+                    self.log_manager.delete_log(t.name, p)
+                except KafkaStorageError as e:   # its dir goes offline (the next start deletes it)
+                    log.error("Unable to delete the log of %s-%d: %s", t.name, p, e.message)
             self.quotas.remove_topic(t.name)
         for rtype, rname in delta.changed_configs:
             if rtype == RESOURCE_BROKER and rname in ("", str(self.node_id)):
@@ -140,39 +148,53 @@ class ReplicaManager(ReplicaEnv):
             t = self.image.topics_by_id.get(topic_id)
             if t is None:
                 continue
-            reg = t.partitions.get(p)
-            part = self.partitions.get((t.name, p))
-            if reg is None or self.node_id not in reg.replicas:
-                if part is not None:   # reassigned away from this broker: the replica goes
-                    log.info("%s: no longer a replica here; deleting the local log", part.tp)
-                    del self.partitions[(t.name, p)]
-                    self.by_id.pop((topic_id, p), None)
-                    self._drop(part)
-                    self.log_manager.delete_log(t.name, p)
-                continue
-            if part is None:
-                lg = self.log_manager.get_or_create_log(t.name, p, self.log_config_for(t.name), topic_id)
-                part = Partition(t.name, p, topic_id, lg, self.node_id, self)
-                self.partitions[(t.name, p)] = part
-                self.by_id[(topic_id, p)] = part
-            was_leader = part.is_leader
-            if reg.leader == self.node_id:
-                part.make_leader(reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)
-                if not was_leader and self.fetchers is not None:
-                    self.fetchers.remove_partitions([part])
-            else:
-                changed = part.make_follower(reg.leader, reg.replicas, reg.leader_epoch, reg.partition_epoch)
-                if self.fetchers is not None:
-                    if reg.leader < 0:
-                        self.fetchers.remove_partitions([part])
-                    elif changed or self.fetchers.leader_of(part) is None:
-                        to_fetch[part] = (reg.leader, reg.leader_epoch)
-            if part.is_leader != was_leader:
-                self._wake(part)
-            if part.is_leader != was_leader or part.is_leader:
-                self._tell_leadership(t.name, p, part.is_leader)
+            try:
+                self._apply_partition(t, topic_id, p, to_fetch)
+            except KafkaStorageError as e:
+                # the log dir failed (the channel has it and takes it offline): this replica is
+                # offline, the rest of the delta is still applied
+                log.error("Unable to apply the metadata change of partition %s-%d since its log directory is "
+                          "offline: %s", t.name, p, e.message)
+                self._mark_offline(t.name, p)
         if to_fetch:
             self.fetchers.add_partitions(to_fetch)
+
+    def _apply_partition(self, t, topic_id: uuid.UUID, p: int, to_fetch: dict) -> None:
+        reg = t.partitions.get(p)
+        if (t.name, p) in self.offline_partitions:
+            if reg is None or self.node_id not in reg.replicas:
+                self.offline_partitions.discard((t.name, p))  # deleted or moved: nothing to serve
+            return
+        part = self.partitions.get((t.name, p))
+        if reg is None or self.node_id not in reg.replicas:
+            if part is not None:   # reassigned away from this broker: the replica goes
+                log.info("%s: no longer a replica here; deleting the local log", part.tp)
+                del self.partitions[(t.name, p)]
+                self.by_id.pop((topic_id, p), None)
+                self._drop(part)
+                self.log_manager.delete_log(t.name, p)
+            return
+        if part is None:
+            lg = self.log_manager.get_or_create_log(t.name, p, self.log_config_for(t.name), topic_id)
+            part = Partition(t.name, p, topic_id, lg, self.node_id, self)
+            self.partitions[(t.name, p)] = part
+            self.by_id[(topic_id, p)] = part
+        was_leader = part.is_leader
+        if reg.leader == self.node_id:
+            part.make_leader(reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)
+            if not was_leader and self.fetchers is not None:
+                self.fetchers.remove_partitions([part])
+        else:
+            changed = part.make_follower(reg.leader, reg.replicas, reg.leader_epoch, reg.partition_epoch)
+            if self.fetchers is not None:
+                if reg.leader < 0:
+                    self.fetchers.remove_partitions([part])
+                elif changed or self.fetchers.leader_of(part) is None:
+                    to_fetch[part] = (reg.leader, reg.leader_epoch)
+        if part.is_leader != was_leader:
+            self._wake(part)
+        if part.is_leader != was_leader or part.is_leader:
+            self._tell_leadership(t.name, p, part.is_leader)
 
     def _wake(self, part: Partition) -> None:
         """A role change: everything waiting on the partition looks again (and fails over)."""
@@ -187,10 +209,44 @@ class ReplicaManager(ReplicaEnv):
         if part.is_leader:
             self._tell_leadership(part.topic, part.partition, False)
 
+    # ------------------------------------------------------------------ log dir failure
+    def handle_log_dir_failure(self, d: str) -> list[tuple[str, int]]:
+        """Kafka's ReplicaManager.handleLogDirFailure, the broker's part: every partition whose
+        log is in ``d`` goes offline (no fetcher, no leadership here, waiters woken to fail
+        with KAFKA_STORAGE_ERROR), then the LogManager drops the dir. Returns those partitions;
+        the caller tells the controller and halts when no dir is left."""
+        if not self.log_manager.is_log_dir_online(d):
+            return []
+        log.warning("Stopping serving replicas in dir %s with uuid %s because the log directory has failed.", d,
+                    self.log_manager.directory_ids.get(d))
+        offline = [part for part in self.partitions.values() if part.log.log_dir == d]
+        for part in offline:
+            self._mark_offline(part.topic, part.partition)
+        moving = [tp for tp, lg in self.log_manager.future_logs.items() if lg.log_dir == d]
+        log.warning("Broker %d stopped fetcher for partitions %s and stopped moving logs for partitions %s because "
+                    "they are in the failed log directory %s.", self.node_id,
+                    ",".join(p.tp for p in offline), ",".join(f"{t}-{p}" for t, p in moving), d)
+        self.log_manager.handle_log_dir_failure(d)
+        return [(p.topic, p.partition) for p in offline]
+
+    def _mark_offline(self, topic: str, partition: int) -> None:
+        """Kafka's markPartitionOffline: the replica is no longer served here."""
+        tp = (topic, partition)
+        self.offline_partitions.add(tp)
+        part = self.partitions.pop(tp, None)
+        if part is not None:
+            self.by_id.pop((part.topic_id, partition), None)
+            self._drop(part)
+
+    def _offline(self, topic: str, partition: int) -> KafkaStorageError:
+        return KafkaStorageError(f"Partition {topic}-{partition} is in an offline log directory")
+
     # ------------------------------------------------------------------ lookup
     def get_partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))
         if part is None:
+            if (topic, partition) in self.offline_partitions:
+                raise self._offline(topic, partition)
             raise KafkaError(ErrorCode.unknown_topic_or_partition,
                              "This server does not host this topic-partition.")
         return part
@@ -231,7 +287,10 @@ class ReplicaManager(ReplicaEnv):
     def _not_hosted(self, topic: str, partition: int) -> KafkaError:
         """As Kafka's getPartitionOrError: a partition of a topic in the metadata that this broker
         is not a replica of is NOT_LEADER_OR_FOLLOWER (the client refreshes its metadata and
-        retries), one the metadata does not have UNKNOWN_TOPIC_OR_PARTITION."""
+        retries), one the metadata does not have UNKNOWN_TOPIC_OR_PARTITION; one in a failed
+        log dir KAFKA_STORAGE_ERROR."""
+        if (topic, partition) in self.offline_partitions:
+            return self._offline(topic, partition)
         t = self.image.topic(topic)
         if t is not None and partition in t.partitions:
             return not_leader(f"{topic}-{partition}", self.node_id)
@@ -243,6 +302,8 @@ class ReplicaManager(ReplicaEnv):
         (WriteTxnMarkers); marker listeners (the group coordinator) are told afterwards."""
         part = self.partitions.get((topic, partition))
         if part is None:
+            if (topic, partition) in self.offline_partitions:
+                raise self._offline(topic, partition)
             raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
         info = part.append_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, self.clock.now_ms())
         self.notify_append(topic, partition, info.size)

@@ -148,7 +148,7 @@ class StorageReplicaLog:
 
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
         # on an empty log the entry is cheap to lose (recovery rebuilds epochs from batches)
-        self.log.leader_epoch_cache.assign(epoch, start_offset, fsync=start_offset > 0)
+        self.log.assign_leader_epoch(epoch, start_offset, fsync=start_offset > 0)
 
     def update_high_watermark(self, hw: int) -> None:
         self.log.update_high_watermark(hw)

@@ -77,6 +77,7 @@ class BrokerLifecycle:
         self.send_asap = False                # one fell due while a request was in flight
         self.registration_deadline = now + self.config.initial_registration_timeout_ms
         self.shutdown_deadline = UNBOUNDED
+        self.offline_log_dirs: list[uuid.UUID] = []   # directory ids of failed log dirs (KIP-858)
 
     # -- queries --------------------------------------------------------------------------------------
     @property
@@ -121,7 +122,8 @@ class BrokerLifecycle:
                                        dict(self.features), self.rack, self.previous_broker_epoch)
         return HeartbeatRequest(self.node_id, self.broker_epoch, self.metadata_offset,
                                 want_fence=not self.ready_to_unfence,
-                                want_shut_down=self.state == PENDING_CONTROLLED_SHUTDOWN)
+                                want_shut_down=self.state == PENDING_CONTROLLED_SHUTDOWN,
+                                offline_log_dirs=list(self.offline_log_dirs))
 
     def on_registration_response(self, error_code: int, broker_epoch: int, now: int) -> None:
         if not self._answered():
@@ -169,6 +171,16 @@ class BrokerLifecycle:
     def on_metadata_offset(self, offset: int) -> None:
         """The offset of the last metadata record the broker has applied."""
         self.metadata_offset = max(self.metadata_offset, offset)
+
+    def add_offline_log_dir(self, dir_id: uuid.UUID) -> None:
+        """A log dir failed (KIP-858): every heartbeat from now on names it, as Kafka's
+        BrokerLifecycleManager.propagateDirectoryFailure, sent at the next poll."""
+        if dir_id not in self.offline_log_dirs:
+            self.offline_log_dirs.append(dir_id)
+            if self.in_flight_until >= 0:
+                self.send_asap = True
+            else:
+                self.send_at = min(self.send_at, 0)
 
     def set_ready_to_unfence(self, now: int) -> None:
         self.ready_to_unfence = True

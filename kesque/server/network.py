@@ -538,6 +538,7 @@ class SocketServer:
         self.recv_buffer = recv_buffer
         self.listeners: list[tuple[socket.socket, str]] = []
         self.connections: set[Connection] = set()
+        self.closed_listeners: list = []  # fn(conn) once a connection has closed
 
     def listen(self, host: str, port: int, name: str = "PLAINTEXT") -> int:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -577,6 +578,11 @@ class SocketServer:
         self.connections.discard(conn)
         if self.release is not None:
             self.release(conn.peer[0])
+        for fn in self.closed_listeners:
+            try:
+                fn(conn)
+            except Exception:
+                log.exception("%s: a connection-closed listener failed", conn.id)
 
     def expire_idle(self) -> None:
         """Close connections that neither sent nor received a byte for ``connections.max.idle.ms``

@@ -34,6 +34,7 @@ import os
 import random
 import time
 
+from ..errors import KafkaError, error
 from ..raft import QuorumConfig, RaftNode, messages as m, wire
 from ..raft.file_log import FileQuorumStateStore, FileRaftLog
 from ..raft.node import NEVER
@@ -156,6 +157,7 @@ class RaftManager:
         self.rng = random.Random(seed)
         self.node: RaftNode | None = None
         self.log: FileRaftLog | None = None
+        self.dir_failure = None  # the broker's LogDirFailureChannel (set by the server)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._commit_listeners = []     # fn(list[Record])
         self._snapshot_listeners = []   # fn(list of values, snapshot end offset)
@@ -168,6 +170,8 @@ class RaftManager:
         self._tasks: set[asyncio.Task] = set()
         self._caught_up: asyncio.Event | None = None
         self.closed = False
+        # set when close() begins: nothing more is appended (the log is about to close)
+        self.closing = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._flush: asyncio.Future | None = None   # the flush in flight (its worker-thread half)
         self._flush_again = False
@@ -195,6 +199,10 @@ class RaftManager:
     def _now(self) -> int:
         return int(self.loop.time() * 1000)
 
+    def _io_error(self, msg: str, e: OSError) -> None:
+        if self.dir_failure is not None:
+            self.dir_failure.maybe_add_offline_log_dir(os.path.abspath(self.metadata_dir), msg, e)
+
     def start(self) -> None:
         """Open the files and start the node; the latest snapshot is loaded first. A lone
         voter elects itself here, so its committed records are applied before this returns."""
@@ -202,6 +210,10 @@ class RaftManager:
         self._caught_up = asyncio.Event()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"raft-flush-{self.node_id}")
         self.log = FileRaftLog(self.metadata_dir, clock=lambda: int(time.time() * 1000))
+        # a disk error in the metadata log takes the metadata log dir offline: the broker halts
+        # (Kafka's "Shutdown broker because the metadata log dir DIR has failed"); until then
+        # the log takes no more appends
+        self.log.log.dir_failure = self.dir_failure
         latest = self.log.latest_snapshot()
         if latest is not None:
             values = self.log.snapshot_values(latest)
@@ -227,28 +239,36 @@ class RaftManager:
                          node.high_watermark, node.applied, ", ".join(map(str, sorted(self.voters))))
 
     async def close(self, graceful: bool = True) -> None:
-        """Resign (EndQuorumEpoch to the voters, briefly awaited) and close the log."""
+        """Resign (EndQuorumEpoch to the voters, briefly awaited) and close the log. The node
+        is shutting down from then on (``RaftNode.resign``): it never stands for election
+        again, so no new leader's controller writes to the log this closes."""
         if self.closed or self.node is None:
             return
+        self.closing = True
         if graceful:
             try:
                 self._process(self.node.resign(self._now()))
                 if self._tasks:
                     await asyncio.wait(list(self._tasks), timeout=0.2)
-            except Exception:
+            except Exception as e:
                 log.exception("raft resign failed")
+                if isinstance(e, OSError):
+                    self._io_error("Error while writing the quorum state", e)
         if self._flush is not None and graceful:
             await asyncio.wait([self._flush])       # its fsync, then the log's close flushes the rest
         self.closed = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._cancel_timer()
         for task in list(self._tasks):
             task.cancel()
         for fut in self._pending.values():
             if not fut.done():
                 fut.cancel()
         self._pending.clear()
-        self.log.close()
+        try:
+            self.log.close()
+        except (OSError, KafkaError) as e:   # the metadata log dir failed: nothing more is written
+            log.error("Closing the metadata log %s failed: %s", self.log.path, e)
+            self.log.log.close_handles()
         self._executor.shutdown(wait=False)
 
     # ------------------------------------------------------------------ queries
@@ -296,7 +316,9 @@ class RaftManager:
     # ------------------------------------------------------------------ inputs
     def append(self, values: list) -> int:
         """Leader only: append ``values`` (one batch); the last offset. Raises
-        NOT_LEADER_OR_FOLLOWER elsewhere."""
+        NOT_LEADER_OR_FOLLOWER elsewhere, and once close() has begun (the log is closing)."""
+        if self.closing:
+            raise error("not_leader_or_follower", f"raft node {self.node_id} is shutting down")
         offset = self.node.append(values, self._now())
         self._reschedule()
         return offset
@@ -341,8 +363,10 @@ class RaftManager:
             return
         try:
             out = step(self._now())
-        except Exception:
+        except Exception as e:
             log.exception("raft node %d failed to process an input", self.node_id)
+            if isinstance(e, OSError):   # quorum-state, a snapshot: the metadata log dir failed
+                self._io_error("Error while writing the metadata log", e)
             out = self.node.drain()
         self._process(out)
 
@@ -428,6 +452,8 @@ class RaftManager:
             job.close()
             return
         if error is not None:
+            if isinstance(error, OSError):   # an fsync that failed cannot be retried (Kafka halts)
+                self._io_error(f"Error while flushing the metadata log {self.log.path}", error)
             self.log.end_flush(job, ok=False)
             log.error("Flushing the metadata log %s failed (retrying in 1 s): %s", self.log.path, error)
             self._flush_again = False
@@ -451,6 +477,12 @@ class RaftManager:
         fut = self._pending.pop(key, None)
         if fut is not None and not fut.done():
             fut.set_result(None)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = -1
 
     def _reschedule(self) -> None:
         if self.closed:

@@ -38,6 +38,7 @@ from ..protocol.primitives import INT32, ProtocolError
 from ..replication.alter_log_dirs import LogDirMover
 from ..replication.replica_manager import ReplicaManager
 from ..storage import checkpoint as ck
+from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
 from .channel import Channel
 from .context import NO_RESPONSE, CloseConnection, RequestContext
@@ -88,6 +89,18 @@ def _has_throttle_field(cls) -> bool:
     return dataclasses.is_dataclass(cls) and any(f.name == "throttle_time" for f in dataclasses.fields(cls))
 
 
+def halt_process(message: str) -> None:
+    """Kafka's fatal log line then Exit.halt(1): no shutdown hook runs, nothing more is written
+    (a clean-shutdown marker would skip the recovery the failed dir needs)."""
+    log.critical(message)
+    for h in logging.getLogger().handlers:
+        try:
+            h.flush()
+        except Exception:  # noqa: BLE001 - the process ends anyway
+            pass
+    os._exit(1)
+
+
 class KesqueServer:
     def __init__(self, config: BrokerConfig, clock=SYSTEM_CLOCK):
         self.config = config
@@ -105,6 +118,9 @@ class KesqueServer:
         self._metadata_ready = False
         self.lifecycle = None      # BrokerLifecycle (registration, heartbeats) in a cluster
         self.heartbeats = None
+        # KIP-112: the first I/O error of a log dir takes it offline (see _handle_log_dir_failures)
+        self.dir_failure = LogDirFailureChannel()
+        self.halt = halt_process  # Kafka's Exit.halt: a broker left without a usable dir stops
         self._pending_delta = Delta()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.socket_server: SocketServer | None = None
@@ -150,7 +166,10 @@ class KesqueServer:
         t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
         cfg = self.config
-        self.log_manager = LogManager(cfg.log_dirs, self.clock, node_id=self.node_id, cluster_id=cfg.get("cluster.id"))
+        self.log_manager = LogManager(cfg.log_dirs, self.clock, node_id=self.node_id, cluster_id=cfg.get("cluster.id"),
+                                      dir_failure=self.dir_failure)
+        loop = self.loop
+        self.dir_failure.on_offline = lambda _d: loop.call_soon_threadsafe(self._handle_log_dir_failures)
         meta_dir = os.path.abspath(cfg.metadata_log_dir)
         self._lock_dirs(meta_dir)
         check_fd_limit(list(dict.fromkeys([*self.log_manager.log_dirs, meta_dir])))
@@ -169,8 +188,7 @@ class KesqueServer:
                                          backoff_ms=cfg.get("replica.fetch.backoff.ms"))
         from ..coordinator.group.runtime import GroupCoordinator
         from ..coordinator.runtime import CoordinatorHost
-        host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image,
-                               lambda: getattr(self, "share_manager", None))
+        host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
         from ..coordinator.producer_id import ProducerIdManager
@@ -195,6 +213,9 @@ class KesqueServer:
                                           cfg.get("queued.max.request.bytes"), cfg.get("connections.max.idle.ms"))
         self.socket_server.admit = self._admit_connection
         self.socket_server.release = self.quotas.connections.release
+        if getattr(self, "share_manager", None) is not None:  # a closed connection ends its share sessions
+            self.socket_server.closed_listeners.append(
+                lambda conn: None if self.stopped else self.share_manager.connection_closed(conn.id))
         # the controller listener first: the quorum needs it to elect a leader and to replicate
         # (a lone voter needs none: its controller is in-process, as before)
         controller_bound = {}
@@ -263,6 +284,43 @@ class KesqueServer:
         if lc.shutdown_finished:
             raise RuntimeError(f"broker {self.node_id} could not join the cluster: {lc.shutdown_reason}")
         self.broker_epoch = lc.broker_epoch
+
+    # ================================================================== log dir failure
+    def _handle_log_dir_failures(self) -> None:
+        """Kafka's LogDirFailureHandler, on the event loop: each dir the channel took offline."""
+        for d in self.dir_failure.take_offline_log_dirs():
+            if self.stopped:
+                return
+            self._handle_log_dir_failure(d)
+
+    def _handle_log_dir_failure(self, d: str) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure: the dir's partitions go offline; no live
+        log dir left, or the metadata log dir gone, halts the broker (with Kafka's messages);
+        otherwise the controller is told (the dir's id in the heartbeats' offline_log_dirs) and
+        moves the leaderships away."""
+        lm = self.log_manager
+        meta_dir = os.path.abspath(self.config.metadata_log_dir)
+        if lm.is_log_dir_online(d):
+            dir_id = lm.directory_ids.get(d)
+            if getattr(self, "replica_manager", None) is not None:
+                self.replica_manager.handle_log_dir_failure(d)
+            else:
+                lm.handle_log_dir_failure(d)
+            if not lm.live_log_dirs:
+                self.halt(f"Shutdown broker because all log dirs in {', '.join(lm.log_dirs)} have failed")
+                return
+            if d == meta_dir:
+                self.halt(f"Shutdown broker because the metadata log dir {d} has failed")
+                return
+            if self.lifecycle is not None:
+                if dir_id is None:
+                    self.halt(f"Unable to propagate directory failure disabled because directory {d} has no UUID")
+                    return
+                self.lifecycle.add_offline_log_dir(dir_id)
+                self.heartbeats.wake()
+            log.warning("Stopped serving replicas in dir %s", d)
+        elif d == meta_dir:
+            self.halt(f"Shutdown broker because the metadata log dir {d} has failed")
 
     def _start_replication(self) -> None:
         """A broker of a cluster: replica fetchers for the partitions it follows, and the
@@ -336,6 +394,7 @@ class KesqueServer:
         self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
         self._channels = (raft_channel, self.channel)
         self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id)
+        self.raft.dir_failure = self.dir_failure
         self.snapshots = metadata_snapshot.SnapshotPolicy.from_config(cfg, self._now_ms())
         if "controller" in self.roles and self.node_id in self.voters:
             self.quorum = QuorumController(cfg, self.clock, self.raft, cluster_id, lifecycle=self.cluster_mode)
@@ -502,6 +561,10 @@ class KesqueServer:
             if clean:
                 self.log_manager.write_checkpoints(self.log_cleaner.manager.checkpoint_jobs(self.log_manager))
         self.io_executor.shutdown(wait=True)
+        # the controller stops (its NoOp, session-expiry and election timers with it) before
+        # the raft manager resigns and closes the metadata log, which nothing may write after
+        if self.quorum is not None:
+            self.quorum.shutdown()
         if self.raft is not None and self.raft.node is not None:
             await self.raft.close(graceful=clean)
         for channel in getattr(self, "_channels", ()):
@@ -509,8 +572,11 @@ class KesqueServer:
         if clean:
             self.log_manager.shutdown(self.broker_epoch)
             meta_dir = os.path.abspath(self.config.metadata_log_dir)
-            if meta_dir not in self.log_manager.log_dirs:
-                ck.write_clean_shutdown(meta_dir, self.broker_epoch)
+            if meta_dir not in self.log_manager.log_dirs and not self.dir_failure.has_offline_log_dir(meta_dir):
+                try:
+                    ck.write_clean_shutdown(meta_dir, self.broker_epoch)
+                except OSError as e:
+                    log.error("Error while writing the clean shutdown marker in dir %s: %s", meta_dir, e)
         self._release_locks()
 
     # ================================================================== periodic work

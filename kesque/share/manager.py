@@ -80,6 +80,20 @@ def _through(buf: bytes, last_offset: int) -> bytes:
     return buf
 
 
+def _batch_aligned(buf: bytes, offset: int, max_records: int, last: int) -> tuple[int, int]:
+    """(last offset, record count) of a batch-optimized acquisition from ``offset``: through the
+    end of the batch holding the ``max_records``-th offset (all of what was read if it holds
+    fewer)."""
+    target = offset + max_records - 1
+    if target >= last:
+        return last, max_records
+    for _pos, h in iter_headers(buf):
+        if h.last_offset >= target:
+            end = min(h.last_offset, last)
+            return end, max(max_records, end - offset + 1)
+    return last, max_records
+
+
 FIRST_READ = 64 << 10
 
 
@@ -150,9 +164,11 @@ class SharePartitionManager:
             if err is not None:
                 raise err
             try:
-                shard = self.persister.local.committed_shard(key)  # as Kafka's ReadShareGroupState
+                shard = self.persister.local.caught_up_shard(key)  # as Kafka's ReadShareGroupState
             except KafkaError:
-                self._load(key, part)  # the coordinator is elsewhere (or not ready here yet)
+                shard = None  # the coordinator is elsewhere (or not ready here yet)
+            if shard is None:  # (or here, with records not yet committed: read once they are)
+                self._load(key, part)
                 return None
             sp = self._restore(key, shard.read(key), part)
         sp.lock_duration_ms = self.lock_duration_ms(group_id)
@@ -314,7 +330,7 @@ class SharePartitionManager:
 
     # ------------------------------------------------------------------ operations
     def acknowledge(self, group_id: str, member_id: str, topic_id, partition: int, batches,
-                    now_ms: int):
+                    now_ms: int, renew: bool = False):
         """Apply one partition's acknowledgement batches; the error, if refused (nothing moved),
         or the future of the remote write making them durable (its error, if it failed: the
         acknowledgement stays applied here and goes out again with the next write)."""
@@ -323,7 +339,7 @@ class SharePartitionManager:
             sp = self.partitions.get((group_id, topic_id, partition))
             if sp is None:
                 raise KafkaError(ErrorCode.invalid_record_state, "No records of this partition were acquired.")
-            undo = sp.acknowledge(member_id, batches, now_ms)
+            undo = sp.acknowledge(member_id, batches, now_ms, renew)
             try:
                 pending = self._persist((group_id, topic_id, partition), sp)
             except KafkaError:
@@ -335,7 +351,11 @@ class SharePartitionManager:
         return pending
 
     def fetch(self, group_id: str, member_id: str, topic_id, partition: int, max_records: int, max_bytes: int,
-              now_ms: int) -> FetchedPartition:
+              now_ms: int, record_limit: bool = False) -> FetchedPartition:
+        """Acquire records for ``member_id``: at most ``max_records`` with ``record_limit``
+        (ShareAcquireMode record_limit, KIP-1206), else (batch_optimized, Kafka's default and
+        ShareFetch v1's) through the end of the log batch holding the last of them, as Kafka's
+        batch alignment does: a fetch may hand out more than ``max_records``."""
         out = FetchedPartition()
         try:
             part = self._log_partition(topic_id, partition)
@@ -357,6 +377,8 @@ class SharePartitionManager:
             buf, last, skip = _read(part, offset, max_bytes, max_records, isolation)
             if last < offset:
                 return out
+            if not record_limit:
+                last, max_records = _batch_aligned(buf, offset, max_records, last)
             out.acquired = sp.acquire(member_id, last, max_records, now_ms, skip)
             if out.acquired:
                 out.records = _through(buf, max(a.last for a in out.acquired))
@@ -406,11 +428,13 @@ class SharePartitionManager:
             return -1
         return max(0, part.log.high_watermark - summary.start_offset - summary.delivery_complete_count)
 
-    def member_left(self, group_id: str, member_id: str) -> None:
-        """The member left the share group (or its session timed out): its share session ends
-        and every record it holds here is released."""
-        self.sessions.remove_member(group_id, member_id)
-        self.release(group_id, member_id, [(t, p) for g, t, p in self.partitions if g == group_id], self.now_ms())
+    def connection_closed(self, connection_id: str) -> None:
+        """A client connection closed: the share sessions it opened end and what their members
+        hold here is released at once (Kafka's ShareSessionCache connection listener). A member
+        leaving its share group does not end them: its final acknowledgements may follow."""
+        now = self.now_ms()
+        for s in self.sessions.connection_closed(connection_id):
+            self.release(s.key[0], s.key[1], list(s.partitions), now)
 
     def expire_sessions(self) -> None:
         """Sessions idle longer than their group's share session timeout: the member is gone."""

@@ -37,6 +37,8 @@ Every state change goes through :meth:`SharePartition._move`, driven by ``_TRANS
 
     ACQUIRED   expire    AVAILABLE     as release: the lock ran out or the member left
     ACQUIRED   reject    ARCHIVED      (acknowledge types REJECT and GAP)
+    ACQUIRED   renew     ACQUIRED      a new lock deadline (acknowledge type RENEW, KIP-1222:
+                                       ShareFetch / ShareAcknowledge v2 with IsRenewAck)
 
 Anything else (acknowledging a record that is not acquired, or acquired by another member)
 is refused with INVALID_RECORD_STATE, and an acknowledgement request is all or nothing: it is
@@ -62,8 +64,8 @@ AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 STATE_NAMES = {AVAILABLE: "Available", ACQUIRED: "Acquired", ACKNOWLEDGED: "Acknowledged", ARCHIVED: "Archived"}
 
 # acknowledge types on the wire (ShareFetch / ShareAcknowledge AcknowledgeTypes)
-GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
-_ACK_EVENTS = {GAP: "reject", ACCEPT: "accept", RELEASE: "release", REJECT: "reject"}
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+_ACK_EVENTS = {GAP: "reject", ACCEPT: "accept", RELEASE: "release", REJECT: "reject", RENEW: "renew"}
 
 _TRANSITIONS = {
     (AVAILABLE, "acquire"): ACQUIRED,
@@ -73,6 +75,7 @@ _TRANSITIONS = {
     (ACQUIRED, "expire"): AVAILABLE,
     (ACQUIRED, "reject"): ARCHIVED,
     (ACQUIRED, "archive"): ARCHIVED,
+    (ACQUIRED, "renew"): ACQUIRED,
 }
 
 
@@ -160,6 +163,7 @@ class SharePartition:
             new = ARCHIVED
         if event == "acquire":
             rec.delivery_count += 1
+        if event in ("acquire", "renew"):
             self._next_expiry = min(self._next_expiry, deadline)
         rec.state = new
         rec.member_id = member_id if new == ACQUIRED else None
@@ -201,16 +205,21 @@ class SharePartition:
         self._advance_start()
         return [AcquiredRange(*r) for r in runs]
 
-    def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], now_ms: int) -> None:
+    def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], now_ms: int,
+                    renew: bool = False) -> None:
         """Apply acknowledgement batches ``(first, last, types)`` from ``member_id``: ``types`` has
         one acknowledge type for the whole range or one per offset. All or nothing: a bad batch
-        raises INVALID_REQUEST / INVALID_RECORD_STATE and no record moves.
+        raises INVALID_REQUEST / INVALID_RECORD_STATE and no record moves. RENEW (a new lock for
+        records the member keeps) is valid only in a request that says so (``renew``: v2 with
+        IsRenewAck), as Kafka checks.
 
         Returns what :meth:`undo` needs to put the records back (the acknowledgement could not
         be made durable)."""
         self.expire_locks(now_ms)
         plan: dict[int, tuple[_InFlight, str]] = {}
         for first, last, types in batches:
+            if RENEW in types and not renew:
+                raise error("invalid_request", None)
             for offset, event in self._ack_events(first, last, types):
                 if offset in plan:
                     raise error("invalid_record_state", f"Offset {offset} is acknowledged twice in the request.")
@@ -222,7 +231,10 @@ class SharePartition:
         token = (self.start_offset, list(self._window),
                  [(rec, rec.state, rec.delivery_count, rec.member_id, rec.deadline) for rec, _ in plan.values()])
         for offset, (rec, event) in plan.items():
-            self._move(offset, rec, event)
+            if event == "renew":
+                self._move(offset, rec, event, rec.member_id, now_ms + self.lock_duration_ms)
+            else:
+                self._move(offset, rec, event)
         self._advance_start()
         return token
 
@@ -236,7 +248,7 @@ class SharePartition:
         if first > last or not types or (len(types) != 1 and len(types) != last - first + 1):
             raise error("invalid_request", f"Invalid acknowledgement batch {first}-{last} with types {types}.")
         if any(t not in _ACK_EVENTS for t in types):
-            raise error("invalid_request", f"Invalid acknowledge type: {types}")
+            raise error("invalid_request", None)  # (Kafka refuses the request's types without a message)
         if last < self.start_offset:
             return  # all already finished with (archived): nothing to do, as Kafka
         if last >= self.end_offset:

@@ -80,8 +80,35 @@ class LocalPersister:
         if code:
             raise KafkaError(code)
 
+    def caught_up_shard(self, key: tuple):
+        """The loaded shard keeping ``key`` if everything in its partition's log is committed
+        (its state is then the committed one), else None: a coordinator that has just taken the
+        partition over holds records the previous one wrote above its high watermark, and a
+        committed view would answer with an older state (acknowledgements that are durable
+        missing from it)."""
+        shard = self.shard(key)
+        part = self.sc.host.replica_manager.partitions.get((self.sc.TOPIC, shard.partition))
+        if part is None or not part.is_leader:
+            raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
+        return shard if part.log.high_watermark >= part.log.log_end_offset else None
+
     async def read(self, key: tuple, leader_epoch: int = -1) -> ShareState | None:
-        return self.committed_shard(key).read(key)
+        """The state of ``key`` as its shard has it (everything its log holds), answered once
+        all of that log is committed: as Kafka's ReadShareGroupState, which its share
+        coordinator runs as a write, it never answers with an older state than a write made."""
+        from ..server.apis.committed import committed, first_error
+
+        shard = self.shard(key)
+        state = shard.read(key)
+        part = self.sc.host.replica_manager.partitions.get((self.sc.TOPIC, shard.partition))
+        if part is None or not part.is_leader:
+            raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
+        end = part.log.log_end_offset
+        if part.log.high_watermark < end:
+            code = first_error(await committed(self.sc, {(self.sc.TOPIC, shard.partition): end}))
+            if code:
+                raise KafkaError(code)
+        return state
 
     async def read_summary(self, key: tuple) -> ShareSummary | None:
         s = self.committed_shard(key).read(key)

@@ -5,7 +5,12 @@ session the member already had is replaced, and what it held is released), later
 carry the epoch the broker expects next (1, 2, ... wrapping to 1) and list only partitions to
 add, plus forgotten ones to drop. Epoch -1 closes the session: its acknowledgements are still
 applied, then everything the member holds on this broker is released. ShareAcknowledge uses
-the same session and epoch but never opens one. Errors are Kafka's:
+the same session and epoch but never opens one. As Kafka's ShareSessionCache, a session belongs
+to the connection that opened it: when that connection closes the session ends (and what the
+member holds is released), whereas the member leaving its share group (a ShareGroupHeartbeat
+with epoch -1, answered by the group coordinator) does not touch it, so a consumer that leaves
+and sends its final acknowledgements at the same time (librdkafka's close) has them applied.
+Errors are Kafka's:
 SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED.
 Sans-IO: time is passed in.
 """
@@ -22,8 +27,9 @@ _MAX_EPOCH = 2**31 - 1
 
 
 class ShareSession:
-    def __init__(self, key: tuple[str, str], now_ms: int):
+    def __init__(self, key: tuple[str, str], now_ms: int, connection_id: str | None = None):
         self.key = key
+        self.connection_id = connection_id  # the connection that opened it
         self.epoch = 1  # the next epoch expected
         self.partitions: OrderedDict[tuple, None] = OrderedDict()  # (topic id, partition)
         self.last_used = now_ms
@@ -38,15 +44,17 @@ class ShareSessionCache:
         self.max_sessions = max_sessions
         self.sessions: dict[tuple[str, str], ShareSession] = {}
 
-    def open(self, group_id: str, member_id: str, now_ms: int) -> tuple[ShareSession, ShareSession | None]:
-        """Epoch 0: a new session; returns it and the one it replaced (whose records go back)."""
+    def open(self, group_id: str, member_id: str, now_ms: int,
+             connection_id: str | None = None) -> tuple[ShareSession, ShareSession | None]:
+        """Epoch 0: a new session (of the connection ``connection_id``); returns it and the one
+        it replaced (whose records go back)."""
         key = (group_id, member_id)
         old = self.sessions.pop(key, None)
         if len(self.sessions) >= self.max_sessions:
             if old is not None:
                 self.sessions[key] = old
             raise error("share_session_limit_reached", "The limit of share sessions has been reached.")
-        s = self.sessions[key] = ShareSession(key, now_ms)
+        s = self.sessions[key] = ShareSession(key, now_ms, connection_id)
         return s, old
 
     def use(self, group_id: str, member_id: str, epoch: int, now_ms: int) -> ShareSession:
@@ -73,5 +81,9 @@ class ShareSessionCache:
             del self.sessions[s.key]
         return old
 
-    def remove_member(self, group_id: str, member_id: str) -> ShareSession | None:
-        return self.sessions.pop((group_id, member_id), None)
+    def connection_closed(self, connection_id: str) -> list[ShareSession]:
+        """Remove and return the sessions the closed connection opened."""
+        gone = [s for s in self.sessions.values() if s.connection_id == connection_id]
+        for s in gone:
+            del self.sessions[s.key]
+        return gone

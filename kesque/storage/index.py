@@ -130,6 +130,7 @@ class _Index:
         self._untrimmed = False  # the file is longer than its entries (zeros after them)
         self._rebuilding = False  # recovery: entries kept in memory, the file written at the end
         self._unsynced = False  # rewritten since the last flush
+        self._allocated = 0  # the mapped file's bytes below this are allocated (not holes)
 
     # file handling ------------------------------------------------------
     def _map(self, entries: int) -> FileMap:
@@ -159,7 +160,23 @@ class _Index:
         if mm is None or pos + len(data) > mm.size:
             # one more than the maximum: the final time index entry written at roll
             mm = self._map(max(self.max_entries + 1, 2 * len(self)))
+            self._allocated = min(mm.size, (pos // mmap.PAGESIZE + 1) * mmap.PAGESIZE)  # _map touched it
+        end = pos + len(data)
+        if end > self._allocated:
+            self._allocate(pos, end, mm.size)
         mm.write(pos, data)
+
+    def _allocate(self, pos: int, end: int, size: int) -> None:
+        """Write zeros over the pages that ``[pos, end)`` reaches first, with a plain write: on a
+        full file system (tmpfs, a quota) the first store into a hole of a shared mapping is a
+        SIGBUS that kills the process, where a write is an ENOSPC the log dir handles."""
+        upto = min(size, ((end - 1) // mmap.PAGESIZE + 1) * mmap.PAGESIZE)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            _pwrite_all(fd, bytes(upto - pos), pos)
+        finally:
+            os.close(fd)
+        self._allocated = upto
 
     def _unmap(self) -> None:
         if self._mm is not None:

@@ -19,6 +19,7 @@ The class is sans-IO apart from file access: time comes in as ``now_ms`` argumen
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -33,6 +34,7 @@ from ..records import batch as rb
 from ..records.records import CONTROL_COMMIT, build_end_txn_marker, read_end_txn_marker
 from .checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, PartitionMetadataFile, fsync_dir
 from .leader_epoch import LeaderEpochFileCache
+from .log_dir_failure import KafkaStorageError, LogDirFailureChannel, offline_error
 from .producer_state import ProducerStateManager
 from .segment import (
     CLEANED_SUFFIX,
@@ -85,6 +87,26 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
+def _io(what: str):
+    """A Log operation that touches the disk, as Kafka's maybeHandleIOException: refused once
+    this log (or its log dir) has failed; an ``OSError`` fails the log and its dir (the
+    channel's handler takes the dir offline) and reaches the caller as KAFKA_STORAGE_ERROR.
+    Nothing is written to a log after a failed write: a partial batch stays the last bytes of
+    its segment, which recovery truncates at the next start."""
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            if self.io_error is not None or (self.dir_failure is not None
+                                             and self.dir_failure.has_offline_log_dir(self.log_dir)):
+                raise offline_error(self.log_dir)
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as e:
+                raise self._failed(f"Error while {what} for {self.tp} in dir {self.log_dir}", e) from e
+        return wrapper
+    return deco
+
+
 class SegmentsChangedError(Exception):
     """Segments a cleaning copied left the log before the swap (retention, truncation)."""
 
@@ -114,8 +136,14 @@ class FetchData:
 class Log:
     def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig, *,
                  topic_id: uuid.UUID | None = None, recovery_point: int = 0, log_start_offset: int = 0,
-                 had_clean_shutdown: bool = False, now_ms: int = 0):
+                 had_clean_shutdown: bool = False, now_ms: int = 0,
+                 dir_failure: LogDirFailureChannel | None = None):
         self.dir = dir_path
+        self.log_dir = os.path.dirname(os.path.abspath(dir_path))  # the log dir holding it
+        # the broker's LogDirFailureChannel (None: a log on its own); io_error: the first
+        # failed disk operation of this log (it takes no more writes in this process)
+        self.dir_failure = dir_failure
+        self.io_error: str | None = None
         self.topic = topic
         self.partition = partition
         self.tp = f"{topic}-{partition}"
@@ -141,7 +169,22 @@ class Log:
         if topic_id is not None:
             self._write_partition_metadata(topic_id)
 
+    def _failed(self, msg: str, e: OSError) -> KafkaStorageError:
+        if self.io_error is None:
+            self.io_error = f"{msg}: {e}"
+        if self.dir_failure is not None:
+            self.dir_failure.maybe_add_offline_log_dir(self.log_dir, msg, e)
+        else:
+            log.error("%s: %s", msg, e)
+        return KafkaStorageError(f"{msg}: {e}")
+
+    @property
+    def offline(self) -> bool:
+        return self.io_error is not None or (self.dir_failure is not None
+                                             and self.dir_failure.has_offline_log_dir(self.log_dir))
+
     # ================================================================== loading
+    @_io("writing the partition metadata file")
     def _write_partition_metadata(self, topic_id: uuid.UUID) -> None:
         f = PartitionMetadataFile(os.path.join(self.dir, PARTITION_METADATA))
         try:
@@ -341,6 +384,10 @@ class Log:
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
 
+    @_io("assigning a leader epoch")
+    def assign_leader_epoch(self, epoch: int, start_offset: int, fsync: bool = True) -> None:
+        self.leader_epoch_cache.assign(epoch, start_offset, fsync=fsync)
+
     # ================================================================== offsets
     @property
     def active_segment(self) -> LogSegment:
@@ -415,6 +462,7 @@ class Log:
         ps = self.producer_state
         return ps.ongoing_txn_of(producer_id) >= 0 and ps.producers[producer_id].epoch == epoch
 
+    @_io("appending records")
     def append_as_leader(self, buf: memoryview, leader_epoch: int, now_ms: int, verification_guard=None,
                          require_verification: bool = False) -> AppendInfo:
         """Validate one produced batch, check the producer's sequence, assign offsets, append.
@@ -442,6 +490,7 @@ class Log:
                                        h.last_offset_delta, h.max_timestamp, h.is_transactional)
         return info
 
+    @_io("appending a transaction marker")
     def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                           leader_epoch: int, now_ms: int) -> AppendInfo:
         """Write a COMMIT/ABORT marker for a producer as the leader (WriteTxnMarkers): closes
@@ -469,6 +518,7 @@ class Log:
         return AppendInfo(base, last, h.max_timestamp, h.max_timestamp if h.is_log_append_time else -1,
                           self.log_start_offset, h.records_count, size)
 
+    @_io("appending records")
     def append_raw(self, data: bytes | memoryview, now_ms: int) -> AppendInfo:
         """Append already-offset batches verbatim (replication follower, internal writes that
         assigned their own offsets). Batches must start at the log end offset."""
@@ -493,6 +543,7 @@ class Log:
         self.unflushed_messages += count
         return AppendInfo(first, last, max_ts, -1, self.log_start_offset, count, len(mv))
 
+    @_io("appending records")
     def append_new_batch(self, batch: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
         """Append a batch the broker built itself (offsets assigned here, no validation)."""
         mv = memoryview(bytearray(batch))
@@ -528,6 +579,7 @@ class Log:
         if reason:
             self.roll(now_ms, reason, first_offset)
 
+    @_io("rolling log segment")
     def roll(self, now_ms: int, reason: str = "requested", next_offset: int | None = None) -> LogSegment:
         # a follower's next batch may start past the log end (compaction gaps): start there
         new_base = max(self.log_end_offset, next_offset or 0)
@@ -545,6 +597,7 @@ class Log:
         return seg
 
     # ================================================================== read
+    @_io("reading")
     def read(self, start_offset: int, max_bytes: int, max_offset: int, min_one_message: bool) -> FetchData:
         """Bytes from ``start_offset`` up to ``max_offset`` (exclusive: HW, LEO or LSO)."""
         leo = self.log_end_offset
@@ -650,6 +703,7 @@ class Log:
             out.append(seg)
         return out
 
+    @_io("deleting segments")
     def delete_old_segments(self, now_ms: int) -> int:
         """Apply retention.ms, retention.bytes and the log start offset; returns segments deleted."""
         deleted = 0
@@ -700,6 +754,7 @@ class Log:
         self._hw_position = None
         return len(segs)
 
+    @_io("replacing segments")
     def replace_segments(self, new: LogSegment, old: list[LogSegment], now_ms: int, hook=None,
                          sync: bool = True) -> None:
         """Swap a cleaned segment (files suffixed ``.cleaned``, content fsynced) in for the
@@ -739,6 +794,7 @@ class Log:
                 keep.append((due, seg))
         self._pending_deletes = keep
 
+    @_io("moving the log start offset")
     def maybe_increment_log_start_offset(self, new_start: int) -> int:
         """DeleteRecords: move the log start offset (never past the high watermark)."""
         if new_start > self.high_watermark:
@@ -752,6 +808,7 @@ class Log:
         return self.log_start_offset
 
     # ================================================================== truncation
+    @_io("truncating the log")
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and after ``offset`` (replication divergence). Past the end it
         still drops leader-epoch entries that start at the log end: an epoch this replica began
@@ -774,6 +831,7 @@ class Log:
         self._hw_position = None
         self._rebuild_producer_state()
 
+    @_io("truncating the log")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         for seg in self.segments:
             seg.delete_files()
@@ -789,6 +847,7 @@ class Log:
         self.producer_state.clear(offset)
 
     # ================================================================== flush / close
+    @_io("flushing the log")
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery_point, up_to) and advance the
         recovery point. Segments created since the last flush also need their directory
@@ -812,6 +871,7 @@ class Log:
         self.recovery_point = max(self.recovery_point, target)
         self.unflushed_messages = 0
 
+    @_io("closing the log")
     def close(self) -> None:
         self.producer_state.take_snapshot(self.log_end_offset)
         for seg in self.segments:

@@ -19,6 +19,7 @@ import uuid
 from ..config.topic import LogConfig
 from . import checkpoint as ck
 from .log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, Log, parse_partition_dir
+from .log_dir_failure import KafkaStorageError, LogDirFailureChannel, maybe_handle_io_error
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +214,13 @@ def ensure_storage(config) -> str | None:
 
 class LogManager:
     def __init__(self, log_dirs: list[str], clock, *, node_id: int, cluster_id: str | None,
-                 skip_dirs: tuple[str, ...] = ("__cluster_metadata-0",)):
+                 skip_dirs: tuple[str, ...] = ("__cluster_metadata-0",),
+                 dir_failure: LogDirFailureChannel | None = None):
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        # KIP-112: an I/O error in a log dir takes it offline (its logs are closed and dropped,
+        # nothing is written there again in this process); the others go on
+        self.dir_failure = dir_failure if dir_failure is not None else LogDirFailureChannel()
+        self.live_log_dirs: list[str] = list(self.log_dirs)
         self.clock = clock
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -299,7 +305,7 @@ class LogManager:
                 cfg, topic_id = config_for(tp[0])
                 lg = Log(path, tp[0], tp[1], cfg, topic_id=topic_id, recovery_point=recovery.get(tp, 0),
                          log_start_offset=starts.get(tp, 0), had_clean_shutdown=clean and not future,
-                         now_ms=self.clock.now_ms())
+                         now_ms=self.clock.now_ms(), dir_failure=self.dir_failure)
                 if future:
                     # a move between log dirs that a restart interrupted: it goes on (the mover
                     # copies from where this copy ends), as Kafka resumes its future replicas
@@ -352,8 +358,10 @@ class LogManager:
                 lg._write_partition_metadata(topic_id)
             return lg
         d = self._pick_dir(tp)
-        lg = Log(os.path.join(d, f"{topic}-{partition}"), topic, partition, config, topic_id=topic_id,
-                 had_clean_shutdown=True, now_ms=self.clock.now_ms())
+        lg = maybe_handle_io_error(
+            self.dir_failure, d, lambda: f"Error while creating log for {topic}-{partition} in dir {d}",
+            lambda: Log(os.path.join(d, f"{topic}-{partition}"), topic, partition, config, topic_id=topic_id,
+                        had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure))
         self.logs[tp] = lg
         self._dir_of[tp] = d
         log.info("Created log for partition %s-%d in %s", topic, partition, d)
@@ -361,12 +369,16 @@ class LogManager:
 
     def _pick_dir(self, tp: tuple[str, int] | None = None) -> str:
         preferred = self.preferred_dirs.pop(tp, None) if tp is not None else None
-        if preferred is not None and preferred in self.log_dirs:
+        # a dir the channel has is offline already, even before the handler has run
+        live = [d for d in self.live_log_dirs if not self.dir_failure.has_offline_log_dir(d)]
+        if preferred is not None and preferred in live:
             return preferred  # asked for by AlterReplicaLogDirs before the replica was created here
-        counts = {d: 0 for d in self.log_dirs}
+        if not live:
+            raise KafkaStorageError("No log directories available. Tried " + ", ".join(self.log_dirs))
+        counts = {d: 0 for d in live}
         for d in self._dir_of.values():
             counts[d] = counts.get(d, 0) + 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        return min(live, key=lambda d: counts[d])
 
     def dir_of(self, topic: str, partition: int) -> str | None:
         return self._dir_of.get((topic, partition))
@@ -382,9 +394,13 @@ class LogManager:
             return
         for seg in lg.segments:
             seg.close()
-        lg.delete_expired_files(0, force=True)
         target = os.path.join(d, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.replace(lg.dir, target)
+
+        def rename() -> None:
+            lg.delete_expired_files(0, force=True)
+            os.replace(lg.dir, target)
+        maybe_handle_io_error(self.dir_failure, d, lambda: f"Error while deleting log for {topic}-{partition} in dir {d}",
+                              rename)
         self._pending_dir_deletes.append((self.clock.now_ms() + lg.config.file_delete_delay_ms, target))
         log.info("Log for partition %s-%d is renamed to %s and is scheduled for deletion", topic, partition, target)
 
@@ -394,8 +410,10 @@ class LogManager:
         """An empty copy of the partition in ``dest``, named ``topic-N.<id>-future`` until it
         has caught up and replaces the current log (:meth:`replace_current_with_future`)."""
         path = os.path.join(dest, f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
-        lg = Log(path, topic, partition, config, topic_id=topic_id, log_start_offset=start_offset,
-                 had_clean_shutdown=True, now_ms=self.clock.now_ms())
+        lg = maybe_handle_io_error(
+            self.dir_failure, dest, lambda: f"Error while creating log for {topic}-{partition} in dir {dest}",
+            lambda: Log(path, topic, partition, config, topic_id=topic_id, log_start_offset=start_offset,
+                        had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure))
         self.future_logs[(topic, partition)] = lg
         log.info("Created future log %s for partition %s-%d", path, topic, partition)
         return lg
@@ -427,7 +445,7 @@ class LogManager:
             crash_hook("renamed-future")
         lg = Log(final, topic, partition, source.config, topic_id=source.topic_id, recovery_point=future.log_end_offset,
                  log_start_offset=max(start, future.log_start_offset), had_clean_shutdown=True,
-                 now_ms=self.clock.now_ms())
+                 now_ms=self.clock.now_ms(), dir_failure=self.dir_failure)
         lg.update_high_watermark(hw)
         src_dir = source.parent_dir
         target = os.path.join(src_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
@@ -444,13 +462,50 @@ class LogManager:
         log.info("The current replica of %s-%d is replaced with the future replica in %s", topic, partition, dest)
         return lg
 
+    # ------------------------------------------------------------------ log dir failure
+    @staticmethod
+    def _swallow(fn) -> bool:
+        try:
+            fn()
+            return True
+        except KafkaStorageError:
+            return False  # the channel logged it and has the dir
+
+    def is_log_dir_online(self, d: str) -> bool:
+        return d in self.live_log_dirs
+
+    def handle_log_dir_failure(self, d: str) -> list[tuple[str, int]]:
+        """Kafka's LogManager.handleLogDirFailure: the dir leaves the live dirs; its logs (and
+        future logs) are closed without writing anything and forgotten. Returns the partitions
+        whose current log was there. The caller halts when no live dir is left."""
+        log.warning("Stopping serving logs in dir %s", d)
+        if d in self.live_log_dirs:
+            self.live_log_dirs.remove(d)
+        offline = [tp for tp, lg in self.logs.items() if lg.log_dir == d]
+        for tp in offline:
+            self.logs.pop(tp).close_handles()
+            self._dir_of.pop(tp, None)
+        offline_future = [tp for tp, lg in self.future_logs.items() if lg.log_dir == d]
+        for tp in offline_future:
+            self.future_logs.pop(tp).close_handles()
+        for lock in [lk for lk in self.locks if lk.dir == d]:
+            lock.release()
+            self.locks.remove(lock)
+        log.warning("Logs for partitions %s are offline and logs for future partitions %s are offline due to "
+                    "failure on log directory %s", ",".join(f"{t}-{p}" for t, p in offline),
+                    ",".join(f"{t}-{p}" for t, p in offline_future), d)
+        return offline
+
     # ------------------------------------------------------------------ periodic work
     def cleanup_logs(self) -> int:
         """Retention check (every log.retention.check.interval.ms)."""
         now = self.clock.now_ms()
         total = 0
         for lg in list(self.logs.values()):
-            total += lg.delete_old_segments(now)
+            try:
+                total += lg.delete_old_segments(now)
+            except KafkaStorageError:
+                pass  # its dir is offline (the channel has it)
         return total
 
     def remove_expired_producers(self, expiration_ms: int) -> int:
@@ -481,13 +536,19 @@ class LogManager:
         now = self.clock.now_ms()
         for lg in list(self.logs.values()):
             if lg.config.flush_ms < (1 << 62) and now - lg.last_flush_ms >= lg.config.flush_ms:
-                lg.flush()
+                try:
+                    lg.flush()
+                except KafkaStorageError:
+                    continue  # its dir is offline (the channel has it)
                 lg.last_flush_ms = now
 
     def _by_dir(self, value) -> dict[str, dict]:
-        out: dict[str, dict] = {d: {} for d in self.log_dirs}
+        """Checkpoint entries of the live log dirs (an offline dir's files are left alone)."""
+        out: dict[str, dict] = {d: {} for d in self.live_log_dirs}
         for tp, lg in self.logs.items():
-            out[self._dir_of[tp]][tp] = value(lg)
+            entries = out.get(self._dir_of[tp])
+            if entries is not None:
+                entries[tp] = value(lg)
         return out
 
     # Checkpoint writes are split in two: the entries are taken on the caller's thread (a
@@ -509,10 +570,17 @@ class LogManager:
         return [(os.path.join(d, ck.REPLICATION_CHECKPOINT), e)
                 for d, e in self._by_dir(lambda lg: lg.high_watermark).items()]
 
-    @staticmethod
-    def write_checkpoints(jobs: list[tuple[str, dict]], fsync: bool = True) -> None:
+    def write_checkpoints(self, jobs: list[tuple[str, dict]], fsync: bool = True) -> None:
+        """Write checkpoint files (any thread). A failed write takes its log dir offline (as
+        Kafka's checkpoint writers) and the other files are still written."""
         for path, entries in jobs:
-            ck.OffsetCheckpointFile(path).write(entries, fsync)
+            d = os.path.dirname(path)
+            try:
+                maybe_handle_io_error(self.dir_failure, d,
+                                      lambda: f"Error while writing to checkpoint file {path}",
+                                      ck.OffsetCheckpointFile(path).write, entries, fsync)
+            except KafkaStorageError:
+                pass  # logged by the channel, whose handler takes the dir offline
 
     def checkpoint_recovery_points(self, fsync: bool = True) -> None:
         self.write_checkpoints(self.recovery_point_checkpoints(), fsync)
@@ -524,19 +592,29 @@ class LogManager:
         self.write_checkpoints(self.high_watermark_checkpoints(), fsync)
 
     def shutdown(self, broker_epoch: int) -> None:
-        """Clean shutdown: flush, checkpoint, close, and leave the clean-shutdown marker."""
+        """Clean shutdown: flush, checkpoint, close, and leave the clean-shutdown marker, in
+        the live log dirs only: a dir that failed (now or during the shutdown) gets no marker,
+        so the next start recovers it (a partial write is truncated there)."""
         for lg in self.logs.values():
-            lg.flush()
+            self._swallow(lg.flush)
         self.checkpoint_high_watermarks()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         for lg in self.logs.values():
-            lg.close()
+            if lg.offline:
+                lg.close_handles()
+            else:
+                self._swallow(lg.close)
         for lg in self.future_logs.values():  # a move between log dirs resumes at the next start
-            lg.flush()
-            lg.close()
+            if self._swallow(lg.flush):
+                self._swallow(lg.close)
+            else:
+                lg.close_handles()
         for _due, lg in self._closing_later:
             lg.close_handles()
         for d in self.log_dirs:
-            ck.write_clean_shutdown(d, broker_epoch)
+            if d in self.live_log_dirs and not self.dir_failure.has_offline_log_dir(d):
+                self._swallow(lambda d=d: maybe_handle_io_error(
+                    self.dir_failure, d, f"Error while writing the clean shutdown marker in dir {d}",
+                    ck.write_clean_shutdown, d, broker_epoch))
         log.info("Shutdown complete: logs flushed, checkpoints written, clean shutdown marker left")

@@ -65,6 +65,9 @@ class Broker:
         self.config.update({k: str(v) for k, v in (config or {}).items()})
         self.log_file = log_file
         self.process: subprocess.Popen | None = None
+        # the process's group id (root only): a firewall rule can then tell this node's traffic
+        # from another node's on one loopback address (tests/test_network_partition.py)
+        self.gid: int | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server = None
@@ -143,7 +146,8 @@ class Broker:
         out = open(self.log_file, "ab") if self.log_file else open(os.path.join(self.data_dir, "kesque.log"), "ab")
         self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, pass_fds=(w,), env=env,
                                         start_new_session=self.detach, stdin=subprocess.DEVNULL,
-                                        preexec_fn=self._limit_fds if self.fd_limit is not None else None)
+                                        preexec_fn=self._limit_fds if self.fd_limit is not None else None,
+                                        group=self.gid)
         out.close()
         os.close(w)
         self._ready_fd = r

@@ -298,6 +298,7 @@ class KafkaBroker:
         self.node_id = node_id
         self.voters = voters or f"{node_id}@{host}:{self.controller_port}"
         self.cluster_id = cluster_id or random_cluster_id()
+        self.gid: int | None = None  # the JVM's group id (root only), as kesque's Broker.gid
         self.heap = heap
         self.work_dir = tempfile.mkdtemp(prefix="kafka-")
         self.data_dir = data_dir or os.path.join(self.work_dir, "data")
@@ -357,7 +358,7 @@ class KafkaBroker:
         argv = java_command(TOOLS["kafka-server-start.sh"], [self.properties_path], jvm=jvm,
                             log4j=os.path.join(self.work_dir, "log4j2.properties"))
         with open(os.path.join(self.work_dir, "stdout.log"), "ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, group=self.gid)
         self._launched = time.monotonic()
 
     def start(self, timeout: float = 90.0) -> "KafkaBroker":

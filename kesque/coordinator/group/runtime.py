@@ -31,7 +31,6 @@ class GroupCoordinator(CoordinatorRuntime):
                                       ShardTimer(self.timer, partition), self.host.clock,
                                       topics=self.host.image,
                                       group_configs=lambda gid: self.host.image().configs.get((RESOURCE_GROUP, gid), {}))
-        shard.share_member_removed = self._share_member_removed
         return shard
 
     # ------------------------------------------------------------------ reads
@@ -63,11 +62,6 @@ class GroupCoordinator(CoordinatorRuntime):
                     row = (row[0], live.protocol_type or "", live.state, "classic")
                 out.append(row)
         return out
-
-    def _share_member_removed(self, group_id: str, member_id: str) -> None:
-        manager = self.host.share_manager()  # set once the share APIs are registered
-        if manager is not None:
-            manager.member_left(group_id, member_id)
 
     # ------------------------------------------------------------------ periodic
     def expire_offsets(self) -> None:

@@ -294,9 +294,8 @@ def remove_member(shard, g: ShareGroup, member_id: str, reason: str) -> None:
         raise
     log.info("Removing member %s from share group %s: %s", member_id, g.group_id, reason)
     shard.timer.cancel(_session_key(g.group_id, member_id))
-    listener = getattr(shard, "share_member_removed", None)
-    if listener is not None:  # the partition leaders release what the member held
-        listener(g.group_id, member_id)
+    # (as Kafka's: the partition leaders are not told; the member's share sessions end with
+    # their final epoch or their connection, and its records go back then or at lock expiry)
 
 
 def _session_key(group_id: str, member_id: str) -> str:

@@ -50,6 +50,11 @@ class LogDirApis:
         logs = [(tp, lg, False) for tp, lg in lm.logs.items()] + [(tp, lg, True) for tp, lg in lm.future_logs.items()]
         results = []
         for d in lm.log_dirs:
+            if not lm.is_log_dir_online(d):
+                # as Kafka's describeLogDirs: an offline dir is KAFKA_STORAGE_ERROR, nothing else
+                results.append(m("DescribeLogDirsResult", error_code=ErrorCode.kafka_storage_error, log_dir=d,
+                                 topics=(), total_bytes=-1, usable_bytes=-1, is_cordoned=False))
+                continue
             by_topic: dict[str, list] = {}
             for (topic, partition), lg, future in sorted(logs, key=lambda x: (x[0], x[2])):
                 if lg.parent_dir != d or (wanted is not None and (topic, partition) not in wanted):

@@ -79,6 +79,10 @@ class ProduceApis:
     async def _produce_after(self, ctx, body, before, held):
         try:
             await asyncio.wait([before])  # not cancelled with this request: others wait on it too
+            if getattr(ctx.connection, "closed", False):
+                # Kafka would never have read it: a connection's next request is read only
+                # once the last is answered, and nothing more once it has closed
+                return NO_RESPONSE
             req = decode_produce_request(body, ctx.api_version)
             guards: dict = {}
             asked = self._pre_verifications(req, ctx.api_version, guards)

@@ -3,7 +3,9 @@ DescribeShareGroupOffsets (the coordinator's side), ShareFetch and ShareAcknowle
 partition leaders' side, with share sessions).
 Thin: they translate to the coordinator shard owning the group and to the
 SharePartitionManager. Served only when share groups are enabled (see kesque.share.enabled),
-at the versions librdkafka sends."""
+at the versions Kafka 4.4 serves: ShareFetch and ShareAcknowledge v1-2 (v2: the RENEW
+acknowledge type, a request that only renews acquisition locks, KIP-1222, and the acquire
+mode, KIP-1206)."""
 
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ class ShareGroupApis:
             self.manager = s.share_manager = SharePartitionManager(s, channel)
         s.register(76, 1, 1, self.share_group_heartbeat)
         s.register(77, 1, 1, self.share_group_describe)
-        s.register(78, 1, 1, self.share_fetch)
-        s.register(79, 1, 1, self.share_acknowledge)
+        s.register(78, 1, 2, self.share_fetch)
+        s.register(79, 1, 2, self.share_acknowledge)
         s.register(90, 0, 1, self.describe_share_group_offsets)
         s.register(91, 0, 0, self.alter_share_group_offsets)
         s.register(92, 0, 0, self.delete_share_group_offsets)
@@ -132,8 +134,9 @@ class ShareGroupApis:
             self._sessions_checked = now
             self.manager.expire_sessions()
 
-    def _acks(self, group_id, member_id, topics, now) -> dict:
-        """Apply every partition's acknowledgements: {(topic id, partition): KafkaError | None}."""
+    def _acks(self, group_id, member_id, topics, now, renew: bool = False) -> dict:
+        """Apply every partition's acknowledgements: {(topic id, partition): KafkaError | None}.
+        ``renew``: the request is a v2 one with IsRenewAck, where RENEW is a valid type."""
         out = {}
         for t in topics:
             for p in t.partitions:
@@ -141,8 +144,12 @@ class ShareGroupApis:
                     batches = [(b.first_offset, b.last_offset, list(b.acknowledge_types))
                                for b in p.acknowledgement_batches]
                     out[(t.topic_id, p.partition_index)] = self.manager.acknowledge(
-                        group_id, member_id, t.topic_id, p.partition_index, batches, now)
+                        group_id, member_id, t.topic_id, p.partition_index, batches, now, renew)
         return out
+
+    @staticmethod
+    def _renew(ctx, req) -> bool:
+        return ctx.api_version >= 2 and bool(getattr(req, "is_renew_ack", False))
 
     def share_fetch(self, ctx, req):
         m = Msg(78, ctx.api_version)
@@ -159,12 +166,17 @@ class ShareGroupApis:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
         if not mid:
             return top_error(ErrorCode.invalid_request, "The member id must be given.")
+        renew = self._renew(ctx, req)
+        if renew and (req.max_bytes or req.min_bytes or req.max_records or to_ms(req.max_wait)):
+            # (KIP-1222: a request that renews acquisition locks fetches nothing; Kafka's answer
+            # carries no message)
+            return top_error(ErrorCode.invalid_request)
         has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
         try:
             if epoch == INITIAL_EPOCH:
                 if has_acks:
                     return top_error(ErrorCode.invalid_request, "Acknowledge data present on initial fetch.")
-                session, old = mgr.sessions.open(gid, mid, now)
+                session, old = mgr.sessions.open(gid, mid, now, getattr(ctx.connection, "id", None))
                 if old is not None:
                     mgr.release(gid, mid, list(old.partitions), now)
                 mgr.session_opened(gid, [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions])
@@ -174,8 +186,8 @@ class ShareGroupApis:
                     return top_error(ErrorCode.invalid_request, "Fetch data present on final fetch.")
                 session = mgr.sessions.use(gid, mid, epoch, now)
         except KafkaError as e:
-            return top_error(e.code, e.message)
-        acks = self._acks(gid, mid, req.topics, now)
+            return top_error(e.code)  # (as Kafka: session errors carry no message)
+        acks = self._acks(gid, mid, req.topics, now, renew)
         if epoch == FINAL_EPOCH:
             mgr.release(gid, mid, list(session.partitions), now)
             return self._respond(lambda: self._fetch_response(m, gid, acks, {}), acks, {}, top_error)
@@ -185,6 +197,8 @@ class ShareGroupApis:
         for f in req.forgotten_topics_data:
             for p in f.partitions:
                 session.partitions.pop((f.topic_id, p), None)
+        if renew:  # acknowledgements (renewals among them) only: no records are acquired
+            return self._respond(lambda: self._fetch_response(m, gid, acks, {}), acks, {}, top_error)
         fetched = self._fetch_all(gid, mid, session, req, now)
         if any(r.acquired or r.error for r in fetched.values()) or to_ms(req.max_wait) <= 0 or not session.partitions:
             return self._respond(lambda: self._fetch_response(m, gid, acks, fetched), acks, fetched, top_error)
@@ -221,8 +235,10 @@ class ShareGroupApis:
         remaining = min(req.max_bytes, self.server.config.get("fetch.max.bytes"))
         max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
         out = {}
+        record_limit = getattr(req, "share_acquire_mode", 0) == 1  # (v1: batch_optimized, as Kafka)
         for topic_id, p in list(session.partitions):
-            r = out[(topic_id, p)] = self.manager.fetch(gid, mid, topic_id, p, max_records, max(remaining, 1), now)
+            r = out[(topic_id, p)] = self.manager.fetch(gid, mid, topic_id, p, max_records, max(remaining, 1), now,
+                                                        record_limit)
             remaining -= len(r.records)
             max_records -= sum(a.last - a.first + 1 for a in r.acquired)
             if r.acquired:  # a partition that gave records goes to the back, so none starves
@@ -323,7 +339,8 @@ class ShareGroupApis:
         gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
 
         def top_error(code, msg=None):
-            return m(throttle_time=0, error_code=code, error_message=msg, responses=(), node_endpoints=())
+            return m(throttle_time=0, error_code=code, error_message=msg, acquisition_lock_timeout=0, responses=(),
+                     node_endpoints=())
 
         if not gid:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
@@ -332,8 +349,8 @@ class ShareGroupApis:
         try:
             session = mgr.sessions.use(gid, mid or "", epoch, now)
         except KafkaError as e:
-            return top_error(e.code, e.message)
-        acks = self._acks(gid, mid, req.topics, now)
+            return top_error(e.code)  # (as Kafka: session errors carry no message)
+        acks = self._acks(gid, mid, req.topics, now, self._renew(ctx, req))
         if epoch == FINAL_EPOCH:
             mgr.release(gid, mid, list(session.partitions), now)
 
@@ -344,9 +361,10 @@ class ShareGroupApis:
                     "PartitionData", partition_index=p, error_code=err.code if err is not None else ErrorCode.none,
                     error_message=err.message if err is not None else None,
                     current_leader=m("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)))
-            return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(
-                m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-                node_endpoints=())
+            return m(throttle_time=0, error_code=ErrorCode.none, acquisition_lock_timeout=mgr.lock_duration_ms(gid),
+                     responses=tuple(m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps))
+                                     for t, ps in by_topic.items()),
+                     node_endpoints=())
         return self._respond(build, acks, {}, top_error)
 
     # ------------------------------------------------------------------ DescribeShareGroupOffsets

@@ -1,0 +1,121 @@
+"""A file layer that fails chosen writes with ENOSPC or EIO (test only).
+
+Like ``tests/powerloss.py`` it wraps, in-process with pytest's monkeypatch, the calls kesque's
+storage makes, and acts only on files under one root (the log dir made to fail). A fault is
+armed for one *point*:
+
+* ``segment-append`` — ``os.pwrite`` to a ``.log`` file: half the bytes are written first (a
+  partial batch, as a file system that fills mid-write leaves), then the call fails;
+* ``index-append`` — ``os.pwrite``/``os.ftruncate`` of a ``.index``/``.timeindex`` file (the
+  mapping of an index being grown, or the page an entry is stored into);
+* ``roll`` — ``os.open`` creating a new ``.log`` file;
+* ``checkpoint`` — writing one of the log dir's offset checkpoint files;
+* ``partition-metadata`` — writing a partition's ``partition.metadata``;
+* ``producer-snapshot`` — writing a ``.snapshot`` file;
+
+``skip`` calls matching the point go through before the first failure; every later matching
+call fails too (a full disk stays full) until :meth:`FaultFS.clear`. ``hits`` counts failures.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno as errno_mod
+import os
+from dataclasses import dataclass
+
+_REAL = {name: getattr(os, name) for name in ("pwrite", "write", "open", "ftruncate", "fsync")}
+_REAL_OPEN = builtins.open
+
+POINTS = ("segment-append", "index-append", "roll", "checkpoint", "partition-metadata", "producer-snapshot")
+_CHECKPOINTS = ("replication-offset-checkpoint", "recovery-point-offset-checkpoint", "log-start-offset-checkpoint")
+
+
+def _fd_path(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+@dataclass
+class FaultFS:
+    root: str
+    point: str | None = None
+    err: int = errno_mod.ENOSPC
+    skip: int = 0
+    hits: int = 0
+
+    def __post_init__(self) -> None:
+        self.root = os.path.abspath(self.root)
+
+    def arm(self, point: str, err: int = errno_mod.ENOSPC, skip: int = 0) -> FaultFS:
+        assert point in POINTS, point
+        self.point, self.err, self.skip, self.hits = point, err, skip, 0
+        return self
+
+    def clear(self) -> None:
+        self.point = None
+
+    def install(self, monkeypatch) -> FaultFS:
+        from kesque.storage import checkpoint, producer_state
+
+        monkeypatch.setattr(os, "pwrite", self._pwrite)
+        monkeypatch.setattr(os, "open", self._open)
+        monkeypatch.setattr(os, "ftruncate", self._ftruncate)
+        # the text files are written with the builtin open: wrap it where those modules look it up
+        monkeypatch.setattr(checkpoint, "open", self._builtin_open, raising=False)
+        monkeypatch.setattr(producer_state, "open", self._builtin_open, raising=False)
+        return self
+
+    # ------------------------------------------------------------------ matching
+    def _under(self, path: str) -> bool:
+        return os.path.abspath(path).startswith(self.root + os.sep)
+
+    def _fire(self, point: str, path: str) -> bool:
+        if self.point != point or not self._under(path):
+            return False
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        self.hits += 1
+        return True
+
+    def _error(self, path: str) -> OSError:
+        return OSError(self.err, os.strerror(self.err), path)
+
+    # ------------------------------------------------------------------ wrappers
+    def _pwrite(self, fd, data, pos):
+        path = _fd_path(fd)
+        if path.endswith(".log") and self._fire("segment-append", path):
+            half = len(data) // 2
+            if half:
+                _REAL["pwrite"](fd, memoryview(data)[:half], pos)
+            raise self._error(path)
+        if path.endswith((".index", ".timeindex")) and self._fire("index-append", path):
+            raise self._error(path)
+        return _REAL["pwrite"](fd, data, pos)
+
+    def _ftruncate(self, fd, length):
+        path = _fd_path(fd)
+        if path.endswith((".index", ".timeindex")) and self._fire("index-append", path):
+            raise self._error(path)
+        return _REAL["ftruncate"](fd, length)
+
+    def _open(self, path, flags, mode=0o777, *, dir_fd=None):
+        p = os.fspath(path)
+        if flags & os.O_CREAT and p.endswith(".log") and not os.path.exists(p) and self._fire("roll", p):
+            raise self._error(p)
+        return _REAL["open"](path, flags, mode, dir_fd=dir_fd)
+
+    def _builtin_open(self, file, mode="r", *args, **kwargs):
+        p = os.fspath(file) if isinstance(file, (str, bytes, os.PathLike)) else ""
+        if isinstance(p, str) and any(c in mode for c in "wax+"):
+            name = os.path.basename(p)
+            if name.endswith(".tmp"):
+                name = name[:-4]
+            point = ("checkpoint" if name in _CHECKPOINTS else "partition-metadata" if name == "partition.metadata"
+                     else "producer-snapshot" if name.endswith(".snapshot") else None)
+            if point is not None and self._fire(point, p):
+                raise self._error(p)
+        return _REAL_OPEN(file, mode, *args, **kwargs)
