@@ -14,12 +14,13 @@ KAFKA_STAMP   := $(KAFKA_DIR)/.resolved-$(KAFKA_VERSION)
 MVN           := mvn -q -B -Dstyle.color=never
 COPY_DEPS     := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies
 JAVA_CLIENTS  := $(KAFKA_DIR)/java/kesque-oracle-clients.jar
+STREAMS_APP   := $(KAFKA_DIR)/streams/kesque-streams-wordcount.jar
 
 help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
 	@echo "make test     - install test dependencies and run the default test suite"
 	@echo "make slow     - long suites (soak, crash loops)"
-	@echo "make chaos    - partition replication under SIGKILLed leaders (KESQUE_CHAOS_SEED=N replays a schedule)"
+	@echo "make chaos    - replication under SIGKILLed leaders and a partitioned leader, Kafka's transactional copier under bounces (KESQUE_CHAOS_SEED=N)"
 	@echo "make fuzz     - the hypothesis suites with fresh random examples, 20x as many (profile fuzz)"
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
@@ -65,7 +66,13 @@ $(JAVA_CLIENTS): oracle/pom.xml oracle/java/pom.xml $(shell find oracle/java/src
 	$(MVN) -f oracle/java/pom.xml package || $(MVN) -o -f oracle/java/pom.xml package
 	@touch $@
 
-kafka: $(KAFKA_STAMP) $(JAVA_CLIENTS)
+# the Kafka Streams word count of tests/test_streams_eos.py and bench/streams.py (kafka-streams and
+# rocksdbjni beside it in $(KAFKA_DIR)/streams/libs)
+$(STREAMS_APP): oracle/pom.xml oracle/streams/pom.xml $(shell find oracle/streams/src -name '*.java')
+	$(MVN) -f oracle/streams/pom.xml package || $(MVN) -o -f oracle/streams/pom.xml package
+	@touch $@
+
+kafka: $(KAFKA_STAMP) $(JAVA_CLIENTS) $(STREAMS_APP)
 
 # make test: Kafka too when a JDK and Maven are here; otherwise the oracle tests skip (one line why)
 oracle-kafka:
@@ -86,9 +93,11 @@ slow: $(TSTAMP) kcat
 	$(BIN)/python -m pytest -q -m slow
 
 # issue 14's test 5: acks=all, transactions and a group while partition leaders are killed
-# issue 25: a leader cut off from the other nodes by iptables (test_network_partition.py)
-chaos: $(TSTAMP) iptables
-	$(BIN)/python -m pytest -q -m slow tests/test_replication_chaos.py tests/test_network_partition.py
+# issue 25: a leader cut off from the other nodes by iptables (test_network_partition.py), and Kafka's
+# transactional copier (its system test transactions_test.py) under bounces (test_txn_copier_chaos.py)
+chaos: $(TSTAMP) iptables oracle-kafka
+	$(BIN)/python -m pytest -q -m slow tests/test_replication_chaos.py tests/test_network_partition.py \
+		tests/test_txn_copier_chaos.py
 
 iptables:
 	@command -v iptables >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iptables >/dev/null) \

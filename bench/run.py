@@ -29,8 +29,9 @@ REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 
 GROUPS = ("produce", "consume", "raw-produce", "small", "latency", "groups", "idempotence", "transactions",
-           "spark", "recovery", "quotas", "share", "controller", "replication")
-OPT_IN = ("controller", "replication")  # minutes of cluster restarts: only with --only controller / replication
+           "spark", "recovery", "quotas", "share", "controller", "replication", "eos-apps")
+# minutes of cluster restarts: only with --only controller / replication / eos-apps
+OPT_IN = ("controller", "replication", "eos-apps")
 SIDE_BY_SIDE = ("startup", "produce", "consume", "small", "latency")  # --against kafka (bench/sidebyside.py)
 
 SCALES = {
@@ -41,7 +42,8 @@ SCALES = {
              "spark_records": 1_000_000, "spark_latency_seconds": 30.0, "recovery_partitions": 10_000,
              "quota_seconds": 20.0, "quota_passes": 3, "share_records": 1_000_000, "share_passes": 3,
              "redelivery_passes": 5, "failover_runs": 20, "commit_requests": 200,
-             "repl_records": 500_000, "repl_passes": 3, "catchup_bytes": 1 << 30},
+             "repl_records": 500_000, "repl_passes": 3, "catchup_bytes": 1 << 30,
+             "eos_lines": 30_000, "copier_records": 100_000},
     "quick": {"records": 50_000, "disk_bytes": 256 << 20, "loopback_seconds": 0.5, "small_requests": 20_000,
               "small_confluent": 20_000, "echo_requests": 20_000, "latency_seconds": 3.0, "latency_warmup": 0.5,
               "passes": 1, "group_passes": 1, "sync_requests": 1000, "raw_commits": 20_000, "load_groups": 1_000,
@@ -49,7 +51,8 @@ SCALES = {
               "spark_records": 100_000, "spark_latency_seconds": 10.0, "recovery_partitions": 1_000,
               "quota_seconds": 5.0, "quota_passes": 2, "share_records": 200_000, "share_passes": 1,
               "redelivery_passes": 2, "failover_runs": 3, "commit_requests": 50,
-              "repl_records": 200_000, "repl_passes": 1, "catchup_bytes": 128 << 20},
+              "repl_records": 200_000, "repl_passes": 1, "catchup_bytes": 128 << 20,
+              "eos_lines": 5_000, "copier_records": 20_000},
 }
 
 BARS = {  # figure -> (kind, threshold, text)
@@ -435,6 +438,42 @@ def add_replication_figures(report, measured: dict, sc: dict, partitions: int) -
             why = "; ".join(e for e in kesque.get("errors", []) if f" {part}:" in e) or "kesque not measured"
             add_figure(report, f"{name} [Apache Kafka]", "replication", get(theirs), unit,
                        note=f"{how}; {why}"[:300], extra={"kafka": theirs})
+
+
+def add_eos_app_figures(report, measured: dict) -> None:
+    """Kafka's exactly-once applications (bench/eos_apps.py): kesque's rate against Kafka's, same run."""
+    kesque, kafka = measured.get("kesque") or {}, measured.get("kafka") or {}
+    rows = (("streams", "Kafka Streams word count exactly_once_v2 (3 nodes)", "lines/s"),
+            ("copier", "TransactionalMessageCopier x2 (3 nodes)", "rec/s"),
+            ("copier_bounced", "TransactionalMessageCopier x2, brokers SIGKILLed in turn (3 nodes)", "rec/s"),
+            ("copier_killed", "TransactionalMessageCopier x2, each copier SIGKILLed once (3 nodes)", "rec/s"))
+    for part, name, unit in rows:
+        mine, theirs = kesque.get(part), kafka.get(part)
+        notes = []
+        for who, m in (("kesque", mine), ("Kafka", theirs)):
+            if not m:
+                continue
+            if part == "streams":
+                ev = m["events"]
+                notes.append(f"{who}: {m['lines']:,} lines ({m['words']:,} words) in {m['seconds']:.1f} s, first output "
+                             f"after {m['first_output_s'] or float('nan'):.1f} s, OutOfOrderSequence {ev['out_of_order']},"
+                             f" fenced {ev['fenced']}")
+                if not m["exact"] or ev["out_of_order"] or ev["fenced"] or ev["replaced"]:
+                    notes.append(f"CHECK: {who} counts exact {m['exact']}, events {ev}")
+            else:
+                notes.append(f"{who}: {m['records']:,} in {m['seconds']:.1f} s, OUT_OF_ORDER_SEQUENCE_NUMBER answers "
+                             f"{m['out_of_order_answers']}" + (f", bounces {m['bounces']}" if m["bounces"] else ""))
+                if not m["exact"]:
+                    notes.append(f"CHECK: {who} output not the input (finished {m['finished']}, read {m['read']:,}"
+                                 f"{', ' + ', '.join(m['failed']) if m['failed'] else ''})")
+        note = "; ".join(notes)
+        if mine:
+            add_figure(report, name, "eos-apps", mine["rate"], unit, "Apache Kafka (same run)",
+                       theirs["rate"] if theirs else None, note, extra={"kesque": mine, "kafka": theirs})
+        elif theirs:
+            why = "; ".join(e for e in kesque.get("errors", []) if part in e) or "kesque not measured"
+            add_figure(report, f"{name} [Apache Kafka]", "eos-apps", theirs["rate"], unit,
+                       note=f"{note}; {why}"[:400], extra={"kafka": theirs})
 
 
 def log(msg: str) -> None:
@@ -1189,6 +1228,19 @@ def main(argv=None) -> int:
             for line in (measured[kind] or {}).get("log_problems", []) if kind == "kesque" else ():
                 report["errors"].append(f"replication: kesque log: {line}")
         add_replication_figures(report, measured, sc, parts)
+
+    # ---------------------------------------------------------------- issue 25: Kafka's exactly-once apps
+    if "eos-apps" in args.groups:
+        import eos_apps as E
+
+        measured = {}
+        for kind in ("kesque", "kafka"):
+            log(f"eos-apps: {kind}, 3 nodes: Streams word count of {sc['eos_lines']:,} lines, copier of "
+                f"{sc['copier_records']:,} records calm and with broker kills ...")
+            measured[kind] = guarded(f"eos-apps-{kind}", lambda k=kind: E.measure(k, sc, log))
+            for e in (measured[kind] or {}).get("errors", []):
+                report["errors"].append(f"eos-apps: {e}")
+        add_eos_app_figures(report, measured)
 
     # ---------------------------------------------------------------- 6: memory
     for name, info in report["brokers"].items():
