@@ -1,32 +1,39 @@
 """A transactional producer's pipelined first batches while KIP-890 verification is pending,
 under the simulator on the real Log and ProducerStateManager (kesque.sim.txn_verification,
 issue 25): the invariants hold on 100 seeds, catch the bug kesque had (a sequence above the
-lowest one still being verified appended first), and a seed replays exactly."""
+lowest one still being verified appended first; a transaction version 2 producer's previous
+marker ending its next transaction's verification), and a seed replays exactly."""
 
 from __future__ import annotations
+
+import pytest
 
 from kesque.sim import InvariantViolation, run
 from kesque.sim.txn_verification import Leader
 
-SCENARIO = "txn_pipelined_verification"
+SCENARIO, TV2 = "txn_pipelined_verification", "txn_tv2_pipelined_add"
 SEEDS = 100
 
 
-def test_the_scenario_holds_on_100_seeds():
+@pytest.mark.parametrize("scenario", [SCENARIO, TV2])
+def test_the_scenario_holds_on_100_seeds(scenario):
     for seed in range(SEEDS):
-        r = run(SCENARIO, seed)
+        r = run(scenario, seed)
         assert r.committed >= 10, r.replay()
 
 
-def test_the_invariants_catch_appending_above_the_lowest_sequence_being_verified():
+@pytest.mark.parametrize("scenario, bug", [(SCENARIO, "skip_verification_sequence_check"),
+                                           (TV2, "skip_verification_sequence_check"),
+                                           (TV2, "clear_verification_on_any_marker")])
+def test_the_invariants_catch_each_bug(scenario, bug):
     caught = []
     for seed in range(SEEDS):
         try:
-            run(SCENARIO, seed, "skip_verification_sequence_check")
+            run(scenario, seed, bug)
         except InvariantViolation as e:
             caught.append(str(e))
-    assert caught, "no invariant caught skip_verification_sequence_check"
-    assert "--bug skip_verification_sequence_check" in caught[0]
+    assert caught, f"no invariant caught {bug} in {scenario}"
+    assert f"--bug {bug}" in caught[0]
 
 
 def test_the_sequence_check_alone_keeps_the_log_in_order(monkeypatch):
@@ -36,6 +43,7 @@ def test_the_sequence_check_alone_keeps_the_log_in_order(monkeypatch):
     monkeypatch.setattr(Leader, "unordered_connection_appends", True)
     for seed in range(SEEDS):
         run(SCENARIO, seed)
+        run(TV2, seed)
 
 
 def test_a_seed_replays_exactly():

@@ -121,3 +121,23 @@ def test_verifications_never_answered_expire_with_the_producers(tmp_path):
     assert ps.verification_guard(PID) is not None
     ps.remove_expired(6000)
     assert ps.verification_guard(PID) is None
+
+
+def test_a_tv2_marker_leaves_the_next_transactions_verification_in_place(tmp_path):
+    """Transaction version 2: EndTxn bumps the epoch and the markers carry the bumped one. The
+    producer's next transaction may start verifying here (at the bumped epoch) before the
+    previous transaction's marker lands; the marker must not end that verification, or the
+    append it lets through is refused INVALID_TXN_STATE (Kafka Streams' thread died on it)."""
+    lg = new_log(tmp_path)
+    guard = lg.maybe_start_transaction_verification(PID, 0, EPOCH, now(), supports_epoch_bump=True)
+    append(lg, 0, guard)                                    # transaction 1 at epoch 0
+    nxt = lg.maybe_start_transaction_verification(PID, 0, EPOCH + 1, now(), supports_epoch_bump=True)
+    assert nxt is not None                                  # not open at epoch 1 yet
+    lg.append_txn_marker(PID, EPOCH + 1, True, 0, 0, now())  # transaction 1's marker, bumped epoch
+    assert lg.producer_state.verification_guard(PID) is nxt
+    assert append(lg, 0, nxt, epoch=EPOCH + 1).first_offset == 2
+    # a transaction version 1 producer's marker (same epoch, no bump) still ends it
+    lg2 = new_log(tmp_path / "tv1")
+    g1 = lg2.maybe_start_transaction_verification(PID, 0, EPOCH, now())
+    lg2.append_txn_marker(PID, EPOCH, False, 0, 0, now())
+    assert lg2.producer_state.verification_guard(PID) is None and g1 is not None

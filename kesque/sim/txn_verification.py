@@ -37,8 +37,11 @@ version 1 producer's do within an epoch); every acknowledged batch is in the log
 its answer named. The producer commits only once every batch is acknowledged, so a committed
 transaction's records are all before its marker.
 
-The bug switch ``--bug skip_verification_sequence_check`` (the partition appends a sequence
-above the lowest one still being verified, as kesque did) is caught. The leader's keeping of a
+The bug switches, each caught: ``--bug skip_verification_sequence_check`` (the partition
+appends a sequence above the lowest one still being verified, as kesque did: librdkafka lost
+committed records on it) in both scenarios, and ``--bug clear_verification_on_any_marker`` (the
+previous transaction's marker ends the next one's verification, so its append is refused
+INVALID_TXN_STATE: Kafka Streams' threads died on it) in ``txn_tv2_pipelined_add``. The leader's keeping of a
 connection's order is not needed for safety once that check is there (``Leader.
 unordered_connection_appends`` shows it: the invariants still hold, the producer only sees more
 retriable errors); it is what makes the first answers successes, as Kafka's are
@@ -62,9 +65,10 @@ LEADER, COORDINATOR, PRODUCER = 1, 2, 1000
 PID = 4000
 MAX_IN_FLIGHT = 5
 REQUEST_TIMEOUT_MS = 300
+ADD_RETRY_BACKOFF_MS, ADD_RETRY_MAX_MS = 20, 100   # add.partitions.to.txn.retry.backoff(.max).ms
 BOUND_MS = 60_000
 
-TXN_BUGS = ("skip_verification_sequence_check",)
+TXN_BUGS = ("skip_verification_sequence_check", "clear_verification_on_any_marker")
 
 
 @dataclass
@@ -119,6 +123,7 @@ class Waiting:
     req: Produce
     guard: object = None
     code: ErrorCode | None = None  # the coordinator's answer, once it came
+    started: int | None = None     # when its first verification started (TV2 retries)
 
 
 class Leader:
@@ -145,7 +150,10 @@ class Leader:
         if self.log.producer_state.ongoing_txn_of(PID) >= 0 and self.log.producer_state.producers[PID].epoch == req.epoch:
             self._append(w)
             return
-        w.guard = self.log.maybe_start_transaction_verification(PID, req.seq, req.epoch, self.sim.s.now)
+        if w.started is None:
+            w.started = self.sim.s.now
+        w.guard = self.log.maybe_start_transaction_verification(PID, req.seq, req.epoch, self.sim.s.now,
+                                                                supports_epoch_bump=self.sim.tv2)
         # one verification per transactional id goes to the coordinator; a newer one queued
         # pushes the older queued one out (AddPartitionsToTxnManager.addTxnData)
         if self.in_flight is None:
@@ -193,6 +201,14 @@ class Leader:
     def _done_verifying(self, w: Waiting) -> None:
         if w.code == ErrorCode.none:
             self._append(w)
+        elif self.sim.tv2 and w.code == ErrorCode.concurrent_transactions \
+                and self.sim.s.now - w.started < ADD_RETRY_MAX_MS:
+            # a TV2 add is asked again while the coordinator completes the last transaction,
+            # its verification started again each time (ProduceApis._added_with_retries)
+            w.code = None
+            self.sim.s.after(ADD_RETRY_BACKOFF_MS, self._start, w)
+        elif self.sim.tv2 and w.code == ErrorCode.concurrent_transactions:
+            self._reply(w, w.code)
         else:
             code = ErrorCode.not_enough_replicas if w.code in (
                 ErrorCode.network_exception, ErrorCode.concurrent_transactions) else w.code
@@ -240,7 +256,7 @@ class Producer:
 
     def start_txn(self) -> None:
         self.txn += 1
-        self.base += self.records
+        self.base = 0 if self.sim.tv2 else self.base + self.records
         self.records = self.sim.s.rng.randint(1, 12)
         self.acked = {}
         self.in_flight = {}
@@ -278,12 +294,13 @@ class Producer:
         del self.in_flight[seq]
         if msg.code == ErrorCode.none:
             self.acked[seq] = msg.offset
-            self.sim.acked.append((msg.seq, msg.offset))
+            self.sim.acked.append((self.epoch, msg.seq, msg.offset))
         elif msg.code == ErrorCode.out_of_order_sequence_number and seq == self.first_unacked():
             # the Java client takes this as fatal (the transaction aborts, Kafka Streams fences
             # its thread): only a batch behind an unacknowledged one may be told it
             raise InvariantViolation(f"sequence {msg.seq}, the next in line, was told OUT_OF_ORDER_SEQUENCE_NUMBER")
-        elif msg.code in (ErrorCode.not_enough_replicas, ErrorCode.out_of_order_sequence_number):
+        elif msg.code in (ErrorCode.not_enough_replicas, ErrorCode.out_of_order_sequence_number,
+                          ErrorCode.concurrent_transactions):
             self.draining = True
         else:
             raise InvariantViolation(f"the producer was told {msg.code.name} for sequence {msg.seq} "
@@ -298,26 +315,44 @@ class Producer:
             self.draining = False
             self.pump()
 
-    def on_committed(self) -> None:
+    def on_end_txn_answer(self) -> None:
+        """Transaction version 2: EndTxn answers once the Prepare record is written, with the
+        bumped epoch; the next transaction starts at once, its markers still on their way."""
+        self.epoch += 1
         self.sim.finished += 1
         self.start_txn()
+
+    def on_committed(self) -> None:
+        if not self.sim.tv2:
+            self.sim.finished += 1
+            self.start_txn()
 
 
 class Coordinator:
     def __init__(self, sim: "TxnVerificationSim"):
         self.sim = sim
         self.added: set[int] = set()
+        self.completed: set[int] = set()   # transactions whose marker is written
 
     def on_verify(self, msg: Verify) -> None:
         rng = self.sim.s.rng
-        if msg.txn not in self.added or rng.random() < 0.2:
+        if self.sim.tv2:   # the leader adds the partition, once the last transaction is complete
+            if msg.txn - 1 not in self.completed and msg.txn > 1:
+                code = ErrorCode.concurrent_transactions
+            else:
+                self.added.add(msg.txn)
+                code = ErrorCode.none
+        elif msg.txn not in self.added or rng.random() < 0.2:
             code = ErrorCode.concurrent_transactions
         else:
             code = ErrorCode.none
         self.sim.s.after(rng.randint(0, 30), self.sim.router.send, COORDINATOR, LEADER, VerifyReply(msg.entry, code))
 
     def on_end_txn(self, msg: EndTxn) -> None:
-        self.sim.reliably(COORDINATOR, LEADER, Marker(self.sim.producer.epoch, msg.txn))
+        epoch = self.sim.producer.epoch + (1 if self.sim.tv2 else 0)   # TV2 markers carry the bumped epoch
+        if self.sim.tv2:
+            self.sim.s.after(self.sim.s.rng.randint(0, 5), self.sim.producer.on_end_txn_answer)
+        self.sim.reliably(COORDINATOR, LEADER, Marker(epoch, msg.txn))
 
 
 class TxnVerificationInvariants:
@@ -328,6 +363,7 @@ class TxnVerificationInvariants:
         self.seqs: list[int] = []    # the producer's sequences in log order
         self.at: dict[int, int] = {}  # sequence -> offset
         self.acks_checked = 0
+        self.epoch, self.epoch_seqs = -1, 0
 
     def check(self) -> None:
         log = self.sim.log
@@ -336,24 +372,28 @@ class TxnVerificationInvariants:
                 if h.base_offset < self.scanned_to:
                     continue
                 if not h.is_control:
+                    if h.producer_epoch != self.epoch:      # a new epoch starts its sequences again
+                        self.epoch, self.epoch_seqs = h.producer_epoch, 0
                     self.seqs.append(h.base_sequence)
-                    self.at[h.base_sequence] = h.base_offset
-                    if h.base_sequence != len(self.seqs) - 1:
+                    self.at[(h.producer_epoch, h.base_sequence)] = h.base_offset
+                    if h.base_sequence != self.epoch_seqs:
                         raise InvariantViolation(
-                            f"sequence {h.base_sequence} is in the log at offset {h.base_offset} after sequences "
-                            f"{self.seqs[-6:-1]}: not in order")
+                            f"sequence {h.base_sequence} of epoch {h.producer_epoch} is in the log at offset "
+                            f"{h.base_offset} after sequences {self.seqs[-6:-1]}: not in order")
+                    self.epoch_seqs += 1
             self.scanned_to = log.log_end_offset
         acked = self.sim.acked
-        for seq, offset in acked[self.acks_checked:]:
-            if self.at.get(seq) != offset:
-                raise InvariantViolation(f"sequence {seq} was acknowledged at offset {offset}, the log has it at "
-                                         f"{self.at.get(seq)}")
+        for epoch, seq, offset in acked[self.acks_checked:]:
+            if self.at.get((epoch, seq)) != offset:
+                raise InvariantViolation(f"sequence {seq} of epoch {epoch} was acknowledged at offset {offset}, "
+                                         f"the log has it at {self.at.get((epoch, seq))}")
         self.acks_checked = len(acked)
         self.committed = len(self.seqs)
 
 
 class TxnVerificationSim:
-    def __init__(self, seed: int, faults: NetworkFaults):
+    def __init__(self, seed: int, faults: NetworkFaults, tv2: bool = False):
+        self.tv2 = tv2
         self.s = Scheduler(seed)
         self.router = Router(self.s, self.deliver, faults)
         self.dir = tempfile.mkdtemp(prefix="kesque-sim-txn-")
@@ -361,7 +401,7 @@ class TxnVerificationSim:
         self.leader = Leader(self, self.log)
         self.coordinator = Coordinator(self)
         self.producer = Producer(self)
-        self.acked: list[tuple[int, int]] = []  # (sequence, offset) acknowledged
+        self.acked: list[tuple[int, int, int]] = []  # (epoch, sequence, offset) acknowledged
         self.finished = 0
         self.broken: set[int] = set()                 # connections that lost a message
         self.last_arrival: dict[tuple, int] = {}
@@ -406,6 +446,7 @@ class TxnVerificationSim:
             elif isinstance(msg, EndTxn):
                 self.coordinator.on_end_txn(msg)
             elif isinstance(msg, Marker):   # the marker is written: the transaction is complete
+                self.coordinator.completed.add(msg.txn)
                 self.s.after(1, self.producer.on_committed)
         elif dst == PRODUCER:
             self.producer.on_reply(msg)
@@ -415,12 +456,12 @@ class TxnVerificationSim:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def txn_pipelined_verification(seed: int, transactions: int = 10) -> TxnVerificationSim:
+def txn_pipelined_verification(seed: int, transactions: int = 10, tv2: bool = False) -> TxnVerificationSim:
     """Transactions of pipelined one-record batches, each transaction's first ones waiting on a
     verification that the coordinator may answer late, with CONCURRENT_TRANSACTIONS, or never."""
     rng = Scheduler(seed).rng
     faults = NetworkFaults(min_delay_ms=1, max_delay_ms=rng.choice((5, 20, 60)), drop=rng.choice((0.0, 0.02, 0.05)))
-    sim = TxnVerificationSim(seed, faults)
+    sim = TxnVerificationSim(seed, faults, tv2)
     try:
         sim.producer.start_txn()
         while sim.finished < transactions:
@@ -434,9 +475,17 @@ def txn_pipelined_verification(seed: int, transactions: int = 10) -> TxnVerifica
     return sim
 
 
+def txn_tv2_pipelined_add(seed: int, transactions: int = 10) -> TxnVerificationSim:
+    """Transaction version 2: EndTxn bumps the epoch and the next transaction's first batches go
+    out at once, while the previous transaction's marker (carrying the bumped epoch) is still on
+    its way to the leader; the coordinator answers the leader's add with CONCURRENT_TRANSACTIONS
+    until that marker is written, and the leader asks again (add.partitions.to.txn.retry.*)."""
+    return txn_pipelined_verification(seed, transactions, tv2=True)
+
+
 def bug_switch(bug: str):
     """(owner, attribute) of a bug switch of :data:`TXN_BUGS`."""
     return ProducerStateManager, bug
 
 
-TXN_SCENARIOS = {f.__name__: f for f in (txn_pipelined_verification,)}
+TXN_SCENARIOS = {f.__name__: f for f in (txn_pipelined_verification, txn_tv2_pipelined_add)}

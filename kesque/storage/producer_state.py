@@ -21,7 +21,9 @@ OUT_OF_ORDER_SEQUENCE_NUMBER until the lower one is appended, so pipelined first
 first failed verification with a retriable error, a later one passed) are never appended out of
 order: the client resends from the lowest sequence. A transaction-version-2 producer with no
 state here must start at sequence 0. The entry goes with any transactional append of the
-producer (data or marker) and with producer expiration.
+producer (data, or a marker: not the marker of a transaction version 2 producer's previous
+transaction, which carries the epoch its next transaction is being verified at) and with
+producer expiration.
 
 State survives restarts through ``<offset>.snapshot`` files in Kafka's ProducerSnapshot
 layout (version, CRC32C, entries), written on segment roll and clean shutdown; on load the
@@ -132,7 +134,9 @@ def snapshot_path(dir_path: str, offset: int) -> str:
 
 
 class ProducerStateManager:
-    skip_verification_sequence_check = False  # a simulator bug switch (kesque.sim.txn_verification)
+    # simulator bug switches (kesque.sim.txn_verification): kesque's two bugs of issue 25
+    skip_verification_sequence_check = False
+    clear_verification_on_any_marker = False
 
     def __init__(self, dir_path: str, tp: str = "", expiration_ms: int = 86_400_000):
         self.dir = dir_path
@@ -269,7 +273,12 @@ class ProducerStateManager:
         (None for a marker of a producer with no data in this partition's transaction).
         The caller indexes an aborted one and then calls :meth:`complete_txn`."""
         entry = self._entry(producer_id, epoch)
-        self.verification_states.pop(producer_id, None)  # a marker ends what was being verified
+        # a marker ends what was being verified, except a transaction version 2 producer's next
+        # transaction: its verification started at the bumped epoch the marker carries, before
+        # the marker landed here (Kafka's isV2NextTransactionStarted)
+        v = self.verification_states.get(producer_id)
+        if v is None or not (v.supports_epoch_bump and v.epoch == epoch) or self.clear_verification_on_any_marker:
+            self.verification_states.pop(producer_id, None)
         completed = None
         if entry.current_txn_first_offset >= 0:
             completed = CompletedTxn(producer_id, entry.current_txn_first_offset, offset, not commit)
