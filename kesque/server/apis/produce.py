@@ -271,22 +271,22 @@ class ProduceApis:
         node = verifier.coordinator_node(req.transactional_id)
         if not add and (node is None or node == self.server.node_id):
             return None
-        tps, h = [], None
+        tps, h, headers = [], None, {}
         for name, p in self._partitions(req, version):
             ph = self._to_verify(name, p, add)
             if ph is not None:
                 tps.append((name, p.index))
                 guards[(name, p.index)] = self._start_verification((name, p.index), ph, add)
-                h = ph
+                headers[(name, p.index)] = h = ph
         if not tps:
             return None
         answer = verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch, tps, version > 10, add)
         if not add or (isinstance(answer, dict) and ErrorCode.concurrent_transactions not in
                        (code for code, _msg in answer.values())):
             return answer
-        return self._added_with_retries(answer, req, version, guards, tps)
+        return self._added_with_retries(answer, req.transactional_id, version, guards, headers)
 
-    async def _added_with_retries(self, answer, req, version: int, guards: dict, tps: list) -> dict:
+    async def _added_with_retries(self, answer, txn_id: str, version: int, guards: dict, headers: dict) -> dict:
         """A TV2 producer's add that the coordinator answers CONCURRENT_TRANSACTIONS (it is still
         completing the producer's previous transaction) is asked again every
         add.partitions.to.txn.retry.backoff.ms for up to add.partitions.to.txn.retry.backoff.max.ms
@@ -299,7 +299,8 @@ class ProduceApis:
         deadline = loop.time() + min(cfg.get("add.partitions.to.txn.retry.backoff.max.ms"),
                                      cfg.get("request.timeout.ms")) / 1000
         backoff = cfg.get("add.partitions.to.txn.retry.backoff.ms") / 1000
-        parts = {(name, p.index): p for name, p in self._partitions(req, version)}
+        tps = list(headers)
+        h = next(iter(headers.values()))
         while True:
             if not isinstance(answer, dict):
                 answer = await answer
@@ -307,15 +308,14 @@ class ProduceApis:
                     or loop.time() >= deadline:
                 return answer
             await asyncio.sleep(backoff)
-            h = None
-            for tp in tps:
-                ph = self._to_verify(tp[0], parts[tp], True)
-                guards[tp] = self._start_verification(tp, ph, True) if ph is not None else None
-                h = ph or h
-            if h is None:  # every partition's transaction is open now: nothing left to add
+            # the batch headers were read before the first wait: the request's buffer is the
+            # connection's, and holds other bytes by now (a guard of None: the transaction is
+            # open at this epoch now, the append needs none)
+            for tp, ph in headers.items():
+                guards[tp] = self._start_verification(tp, ph, True)
+            if all(guards[tp] is None for tp in tps):
                 return {tp: (ErrorCode.none, None) for tp in tps}
-            answer = self.server.txn_verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch, tps,
-                                                     version > 10, True)
+            answer = self.server.txn_verifier.verify(txn_id, h.producer_id, h.producer_epoch, tps, version > 10, True)
 
     def _partitions(self, req, version: int):
         """(topic name, partition data) of a request (the name None for an unknown topic id)."""
