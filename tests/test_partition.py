@@ -144,3 +144,37 @@ def test_a_caught_up_follower_outside_the_isr_is_proposed_back(leader):
     assert [p.kind for p in env.proposals] == ["expand"] and env.proposals[0].isr == [1, 2]
     assert not part.on_alter_partition_response(env.proposals[0], int(ErrorCode.operation_not_attempted), None)
     assert part.repl.pending is None
+
+
+def test_a_new_leader_answers_offset_not_available_until_its_hw_reaches_its_epoch_start(tmp_path):
+    """KIP-207: a follower that becomes leader with records its high watermark has not reached
+    (the old leader's HW was ahead) tells a consumer's ListOffsets(latest) OFFSET_NOT_AVAILABLE
+    rather than an end below records the old leader already served; timestamps not found below
+    the HW likewise; earliest and a replica's request are answered. A TransactionalMessageCopier
+    took such an end as 'done' after a broker kill and stopped short."""
+    from types import SimpleNamespace
+
+    from kesque.server.apis.offsets import EARLIEST, LATEST, OffsetApis
+
+    env = Env()
+    lg = Log(str(tmp_path / "t-0"), "t", 0, LogConfig(), now_ms=NOW)
+    part = Partition("t", 0, None, lg, 2, env)
+    part.make_follower(1, [1, 2], 0, 0)
+    part.log.append_raw(build_batch([(None, b"a", ()), (None, b"b", ())], timestamp=NOW), NOW)  # HW stays 0
+    part.make_leader([1, 2], [1, 2], 1, 1)
+    env.partitions[("t", 0)] = part
+    apis = OffsetApis(SimpleNamespace(replica_manager=SimpleNamespace(get_partition=lambda t, p: part)))
+
+    def ask(timestamp, replica_id=-1):
+        try:
+            return apis._offset_for("t", 0, timestamp, -1, False, replica_id)[1]
+        except KafkaError as e:
+            return e.code
+
+    assert part.log.high_watermark == 0 and part.log.log_end_offset == 2
+    assert ask(LATEST) == ErrorCode.offset_not_available
+    assert ask(NOW + 1) == ErrorCode.offset_not_available      # nothing at or after it below the HW
+    assert ask(EARLIEST) == 0
+    assert ask(LATEST, replica_id=1) == 2                      # a follower asks for the log end
+    part.read_for_follower(1, 2, 0, 1, 0, -1, 1 << 20, True)     # the follower (node 1) has everything: HW 2
+    assert part.log.high_watermark == 2 and ask(LATEST) == 2

@@ -67,10 +67,19 @@ class OffsetApis:
             max_offset = lg.log_end_offset
         else:
             max_offset = part.last_stable_offset if committed else lg.high_watermark
+        # KIP-207: a new leader whose high watermark has not yet reached the log end it took over
+        # with cannot tell a client where the partition ends (a follower's high watermark lags the
+        # old leader's): OFFSET_NOT_AVAILABLE, which clients retry, rather than an end offset below
+        # records the old leader already served (Kafka's Partition.fetchOffsetForTimestamp). A
+        # consumer told so too early took records it had read as past the end.
+        epoch_start = part.repl.leader_epoch_start_offset
+        lagging = replica_id < 0 and part.is_leader and epoch_start > lg.high_watermark
         if timestamp in (EARLIEST, EARLIEST_LOCAL):
             off = lg.log_start_offset
             return -1, off, cache.epoch_for_offset(off)
         if timestamp == LATEST:
+            if lagging:
+                raise self._offset_not_available(part, epoch_start, lg.high_watermark)
             return -1, max_offset, cache.epoch_for_offset(max_offset) if max_offset > lg.log_start_offset \
                 else cache.latest_epoch()
         if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
@@ -78,6 +87,8 @@ class OffsetApis:
         if timestamp == MAX_TIMESTAMP:
             best = lg.max_timestamp_offset(max_offset)
             if best is None:
+                if lagging:
+                    raise self._offset_not_available(part, epoch_start, lg.high_watermark)
                 return -1, -1, -1
             last_offset, max_ts = best
             off = self._exact_max_ts_offset(lg, last_offset, max_ts)
@@ -86,9 +97,18 @@ class OffsetApis:
             raise KafkaError(ErrorCode.invalid_request, f"Invalid timestamp {timestamp}")
         found = lg.fetch_offset_by_timestamp(timestamp, max_offset)
         if found is None:
+            if lagging:
+                raise self._offset_not_available(part, epoch_start, lg.high_watermark)
             return -1, -1, -1
         off, ts, epoch = found
         return ts, off, epoch
+
+    @staticmethod
+    def _offset_not_available(part, epoch_start: int, hw: int) -> KafkaError:
+        return KafkaError(ErrorCode.offset_not_available,
+                          f"Failed to fetch offsets for partition {part.tp} with leader epoch {part.leader_epoch} as "
+                          f"this partition's high watermark ({hw}) is lagging behind the start offset from the "
+                          f"beginning of this epoch ({epoch_start}).")
 
     @staticmethod
     def _exact_max_ts_offset(lg, last_offset: int, max_ts: int) -> int:
