@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -27,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import kafka as K
+from .broker import terminate
 
 STREAMS_ENV = "KESQUE_STREAMS_DIR"
 COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
@@ -68,13 +68,8 @@ def streams_unavailable() -> str | None:
 
 
 def _stop(process: subprocess.Popen | None, timeout: float) -> None:
-    if process is not None and process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    if process is not None:
+        terminate(process, timeout)
 
 
 # ---------------------------------------------------------------------- Kafka Streams
