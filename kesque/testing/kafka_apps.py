@@ -67,6 +67,15 @@ def streams_unavailable() -> str | None:
     return None
 
 
+def _read(path) -> str:
+    """A file's text, or "" when it is not there (yet)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def _stop(process: subprocess.Popen | None, timeout: float) -> None:
     if process is not None:
         terminate(process, timeout)
@@ -141,19 +150,8 @@ class WordCount:
         ``until`` (a ``time.time()``): only the log events before it; the threads replaced are then
         counted from KafkaStreams' "Replacing thread" log event rather than from stdout.
         """
-        log = ""
-        try:
-            with open(self.log_path, errors="replace") as f:
-                log = f.read()
-        except OSError:
-            pass
-        events = _events(log, until)
-        out = ""
-        try:
-            with open(self.stdout_path, errors="replace") as f:
-                out = f.read()
-        except OSError:
-            pass
+        events = _events(_read(self.log_path), until)
+        out = _read(self.stdout_path)
         return {
             "out_of_order": sum("OutOfOrderSequenceException" in e for _, e in events),
             "fenced": sum("Detected that the thread is being fenced" in e for _, e in events),
