@@ -1,4 +1,4 @@
-"""The sans-IO quota core (kesque/server/quotas.py): precedence, Kafka's sampled rate and
+"""The sans-IO quota core (kesque/quotas.py): precedence, Kafka's sampled rate and
 the throttle-time formula, driven by a clock passed in."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kesque.errors import ErrorCode, KafkaError
-from kesque.server import quotas as q
-from kesque.server.quotas import CLIENT_ID, USER, ClientQuotaManager, Rate, entity_key
+from kesque import quotas as q
+from kesque.quotas import CLIENT_ID, USER, ClientQuotaManager, Rate, entity_key
 
 U, C = "alice", "app"
 LEVELS = [  # Kafka's eight levels, most specific first, with the rate tags each measures in

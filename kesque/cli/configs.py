@@ -455,7 +455,7 @@ def describe_quotas(a, types: list[str], names: list[str]) -> None:
 def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], to_delete: list[str]) -> None:
     """ConfigCommand's checks for users/clients/ips, then AlterClientQuotas."""
     from ..client.wire import Connection, make
-    from ..server.quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
+    from ..quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
 
     etype = types[0]
     if etype == IP:

@@ -44,8 +44,8 @@ from .channel import Channel
 from .context import NO_RESPONSE, CloseConnection, RequestContext
 from .forwarding import ControllerRouter
 from .network import SocketServer
-from . import quotas as quota_core
-from .quotas import ANONYMOUS, Quotas
+from .. import quotas as quota_core
+from ..quotas import ANONYMOUS, Quotas
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from ...protocol.fetch import FileRegion, FetchPartitionResponse, encode_fetch_r
 from ...replication.delayed import wait_for_bytes
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
-from ..quotas import ANONYMOUS
+from ...quotas import ANONYMOUS
 from ...raft.wire import METADATA_TOPIC, METADATA_TOPIC_ID
 from ..context import NO_RESPONSE
 from .kiohelp import to_ms

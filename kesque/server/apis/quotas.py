@@ -8,7 +8,7 @@ entity as ClientQuotaControlManager and writes ClientQuotaRecords.
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
-from .. import quotas as qm
+from ... import quotas as qm
 from .kiohelp import Msg
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
