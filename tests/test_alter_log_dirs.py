@@ -19,7 +19,7 @@ from kesque.clock import SYSTEM_CLOCK
 from kesque.config.topic import LogConfig
 from kesque.errors import ErrorCode
 from kesque.records.records import build_batch
-from kesque.replication.alter_log_dirs import LogDirMover
+from kesque.server.drivers.alter_log_dirs import LogDirMover
 from kesque.storage.log import Log
 from kesque.storage.log_manager import LogManager
 from kesque.testing.broker import Broker

@@ -430,7 +430,7 @@ def _dirty_log(path, updates: int, **cfg) -> Log:
 
 
 def test_the_filthiest_log_above_the_ratio_is_chosen(tmp_path):
-    from kesque.storage.cleaner_manager import CleanerManager
+    from kesque.server.drivers.log_cleaner import CleanerManager
 
     a = _dirty_log(tmp_path / "a-0", 40)
     b = _dirty_log(tmp_path / "b-0", 40)
@@ -446,7 +446,7 @@ def test_the_filthiest_log_above_the_ratio_is_chosen(tmp_path):
 
 
 def test_max_compaction_lag_cleans_whatever_the_ratio(tmp_path):
-    from kesque.storage.cleaner_manager import CleanerManager
+    from kesque.server.drivers.log_cleaner import CleanerManager
 
     lg = _dirty_log(tmp_path / "a-0", 40, min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=1000)
     m = CleanerManager()
@@ -463,7 +463,7 @@ def test_min_compaction_lag_keeps_recent_segments_dirty(tmp_path):
 
 
 def test_cleaner_checkpoint_survives_a_restart(tmp_path):
-    from kesque.storage.cleaner_manager import CleanerManager
+    from kesque.server.drivers.log_cleaner import CleanerManager
     from kesque.storage.log_manager import LogManager
 
     class Clock:

@@ -1,4 +1,4 @@
-"""The replica fetcher (kesque/replication/fetcher.py) against a fake leader: a small asyncio
+"""The replica fetcher (kesque/server/drivers/replica_fetcher.py) against a fake leader: a small asyncio
 server that answers Fetch and ListOffsets over TCP (framed and encoded as kesque's handlers do)
 from real leader Logs, checking each follower fetch with the sans-IO leader rules
 (LeaderReplication), with errors scripted per partition. Also the leader's ListOffsets for a
@@ -22,7 +22,7 @@ from kesque.errors import ErrorCode as E
 from kesque.protocol import api
 from kesque.protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response, flatten
 from kesque.records.records import build_batch
-from kesque.replication.fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION, ReplicaFetcherManager, fetcher_id
+from kesque.server.drivers.replica_fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION, ReplicaFetcherManager, fetcher_id
 from kesque.replication.quota import ReplicationQuota
 from kesque.replication.replica_state import WAIT_FOR_METADATA, LeaderReplication, StorageReplicaLog
 from kesque.server.apis.kiohelp import Msg, to_ms
@@ -522,7 +522,7 @@ def test_remove_partitions_stops_fetching_and_a_new_leader_takes_over(tmp_path):
 
 def test_connection_refused_then_the_leader_appears(tmp_path, caplog):
     """Retries while nothing listens, with one WARNING for the whole streak."""
-    caplog.set_level(logging.INFO, logger="kesque.replication.fetcher")
+    caplog.set_level(logging.INFO, logger="kesque.server.drivers.replica_fetcher")
 
     async def scenario(f, ld):
         ld.lead(0)
@@ -544,7 +544,7 @@ def test_connection_refused_then_the_leader_appears(tmp_path, caplog):
 def test_a_top_level_fetch_error_backs_off_and_retries(tmp_path, caplog):
     """A Fetch answered with a top-level error (today's handler refuses replica fetches with
     UNKNOWN_SERVER_ERROR): one WARNING for the streak, retries, then catch-up."""
-    caplog.set_level(logging.INFO, logger="kesque.replication.fetcher")
+    caplog.set_level(logging.INFO, logger="kesque.server.drivers.replica_fetcher")
 
     async def scenario(f, ld):
         ld.lead(0)
@@ -562,7 +562,7 @@ def test_a_failed_append_backs_off_that_partition_and_refetches_from_the_log(tmp
     """The local log fails after appending one batch of three: ERROR with the tp, backoff, then
     the fetch goes on from the log end. Breaks without restarting from the log (every later
     answer is taken for a stale one) or without catching the error."""
-    caplog.set_level(logging.INFO, logger="kesque.replication.fetcher")
+    caplog.set_level(logging.INFO, logger="kesque.server.drivers.replica_fetcher")
 
     async def scenario(f, ld):
         ld.lead(0)

@@ -1,4 +1,4 @@
-"""The share-state persister (kesque/share/persister.py) and the share-partition manager's remote
+"""The share-state persister (kesque/server/drivers/share_persister.py) and the share-partition manager's remote
 writes, without processes: a fake channel and coordinator lookup, one event loop."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from kesque.coordinator.share.shard import ShareCoordinatorShard
 from kesque.errors import ErrorCode, KafkaError
 from kesque.server.apis.kiohelp import Msg
 from kesque.server.channel import Disconnected
-from kesque.share import persister as P
-from kesque.share.manager import SharePartitionManager
+from kesque.server.drivers import share_persister as P
+from kesque.server.drivers.share_manager import SharePartitionManager
 from kesque.share.partition import ACCEPT, SharePartition, StateBatch
 
 TID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")

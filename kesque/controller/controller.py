@@ -2,7 +2,7 @@
 
 Every decision — a topic created, partitions added, a config altered, a broker registered —
 becomes one batch of records handed to ``log.append`` (the commit seam) and replayed into
-``image``. In the server the seam is :class:`kesque.controller.quorum.QuorumController`: the
+``image``. In the server the seam is :class:`kesque.server.drivers.quorum_controller.QuorumController`: the
 batch is proposed to the raft quorum, ``image`` is the active controller's working image, and
 the request is answered once the batch is committed; brokers learn of it only through the
 committed records. Given a :class:`~kesque.metadata.log.MetadataLog` instead, the commit is a

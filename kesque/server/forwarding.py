@@ -227,10 +227,10 @@ class ControllerRouter:
 
     async def alter_partition(self, broker_id: int, broker_epoch: int, reqs: list,
                               timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list:
-        """AlterPartition (the broker's ISR changes, :mod:`kesque.replication.alter_partition`):
+        """AlterPartition (the broker's ISR changes, :mod:`kesque.server.drivers.alter_partition`):
         an AlterPartitionReply per request partition (None: left out of the answer); a top-level
         error (STALE_BROKER_EPOCH, REQUEST_TIMED_OUT, ...) raised as a KafkaError."""
-        from ..replication import alter_partition as ap
+        from .drivers import alter_partition as ap
 
         body = ap.request_to_kio(broker_id, broker_epoch, reqs, ap.LATEST)
         result = await self._rpc("quorum.alter_partition", (reqs, ap.LATEST), ap.API_KEY, ap.LATEST, body,
@@ -275,7 +275,7 @@ class ControllerRouter:
 
 
 def _not_controller() -> KafkaError:
-    from ..controller.quorum import not_controller
+    from .drivers.quorum_controller import not_controller
     return not_controller()
 
 

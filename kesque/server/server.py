@@ -7,7 +7,7 @@ until the committed metadata is applied to the image, load (and if needed recove
 partition logs, apply the image to the ReplicaManager (leaders elected in the image become
 leaders here), open the broker listeners, and register this broker with the active controller.
 The broker's image is fed only by committed metadata records; the controller (when this node
-is one) keeps its own images (kesque.controller.quorum).
+is one) keeps its own images (kesque.server.drivers.quorum_controller).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
 from ..config.broker import BrokerConfig
 from ..controller.controller import FEATURES
-from ..controller.quorum import QuorumController
+from .drivers.quorum_controller import QuorumController
 from ..metadata import records as metadata_records
 from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import Delta, MetadataImage
 from ..protocol import api as protocol
 from ..protocol.primitives import INT32, ProtocolError
-from ..replication.alter_log_dirs import LogDirMover
+from .drivers.alter_log_dirs import LogDirMover
 from ..replication.replica_manager import ReplicaManager
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
@@ -327,8 +327,8 @@ class KesqueServer:
     def _start_replication(self) -> None:
         """A broker of a cluster: replica fetchers for the partitions it follows, and the
         AlterPartition sender for the ISR changes of those it leads."""
-        from ..replication.alter_partition import AlterPartitionManager
-        from ..replication.fetcher import ReplicaFetcherManager
+        from .drivers.alter_partition import AlterPartitionManager
+        from .drivers.replica_fetcher import ReplicaFetcherManager
 
         rm = self.replica_manager
         listener = (self.config.get("inter.broker.listener.name") or "PLAINTEXT").upper()
@@ -506,7 +506,7 @@ class KesqueServer:
     def _start_log_cleaner(self) -> None:
         """log.cleaner.enable: the background cleaner of compacted logs, woken every
         log.cleaner.backoff.ms (read each time: it is dynamic) and after each cleaning."""
-        from ..storage.cleaner_manager import LogCleaner
+        from .drivers.log_cleaner import LogCleaner
 
         if not self.config.get("log.cleaner.enable"):
             return

@@ -1,5 +1,5 @@
 """DescribeLogDirs and AlterReplicaLogDirs (moves between this broker's log dirs:
-:mod:`kesque.replication.alter_log_dirs`)."""
+:mod:`kesque.server.drivers.alter_log_dirs`)."""
 
 from __future__ import annotations
 

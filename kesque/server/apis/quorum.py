@@ -14,7 +14,7 @@ from ...errors import ErrorCode, KafkaError
 from ...controller import cluster_control
 from ...controller.replication_control import ELECTION_TYPES
 from ...raft import wire
-from ...replication import alter_partition
+from ..drivers import alter_partition
 from ..context import NO_RESPONSE
 from .kiohelp import Msg
 

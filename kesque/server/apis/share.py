@@ -16,7 +16,7 @@ import logging
 from ...coordinator.group.share import ShareGroup, ShareHeartbeatError, create_empty_group, share_group_heartbeat
 from ...errors import ErrorCode, KafkaError
 from ...share import enabled
-from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
+from ..drivers.share_manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from .committed import when_committed
 from .core import OMITTED_OPS, internal_topic_to_create
@@ -40,7 +40,7 @@ class ShareGroupApis:
             from ..channel import Channel
             from ..txn_channels import broker_resolver
 
-            # the share-state RPCs to other brokers' share coordinators (kesque/share/persister.py)
+            # the share-state RPCs to other brokers' share coordinators (kesque/server/drivers/share_persister.py)
             channel = Channel(broker_resolver(lambda: s.image, s.config), client_id=f"share-persister-{s.node_id}",
                               request_timeout_ms=s.config.get("request.timeout.ms"))
             s._channels = (*getattr(s, "_channels", ()), channel)

@@ -1,7 +1,7 @@
 """The share coordinator's inter-broker APIs (KIP-932): InitializeShareGroupState,
 ReadShareGroupState, WriteShareGroupState, DeleteShareGroupState and
 ReadShareGroupStateSummary, sent by share-partition leaders and group coordinators
-(kesque/share/persister.py).
+(kesque/server/drivers/share_persister.py).
 
 Thin: each partition of a request goes to the shard of ``__share_group_state`` that its key
 ``group:topic id:partition`` maps to (NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when this

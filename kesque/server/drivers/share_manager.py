@@ -11,7 +11,7 @@ before it is answered, and a share partition created after a restart starts from
 what was acknowledged stays done, what was acquired but not acknowledged is available again
 with its delivery count.
 
-The share coordinator is reached through the persister (kesque/share/persister.py). When this
+The share coordinator is reached through the persister (kesque/server/drivers/share_persister.py). When this
 broker leads the key's ``__share_group_state`` partition, state is read and written through the
 in-process shard synchronously (the answer then waits for the commit, ``_durable`` in the
 handlers). Otherwise a share partition is loaded in the background (the fetch that asked gets
@@ -30,15 +30,15 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from ..config.group import effective_group_configs
-from ..coordinator.share.runtime import coordinator_key
-from ..errors import ErrorCode, KafkaError
-from ..metadata.image import RESOURCE_GROUP
-from ..records.batch import iter_headers
-from ..replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
-from .partition import ACKNOWLEDGED, ARCHIVED, SharePartition
-from .persister import DefaultStatePersister, LocalPersister
-from .session import ShareSessionCache
+from ...config.group import effective_group_configs
+from ...coordinator.share.runtime import coordinator_key
+from ...errors import ErrorCode, KafkaError
+from ...metadata.image import RESOURCE_GROUP
+from ...records.batch import iter_headers
+from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
+from ...share.partition import ACKNOWLEDGED, ARCHIVED, SharePartition
+from .share_persister import DefaultStatePersister, LocalPersister
+from ...share.session import ShareSessionCache
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def _read(part, offset: int, max_bytes: int, max_records: int, isolation) -> tup
 
 class SharePartitionManager:
     def __init__(self, server, channel=None):
-        from ..server.apis.core import coordinator_for
+        from ..apis.core import coordinator_for
 
         self.server = server
         self.partitions: dict[tuple, SharePartition] = {}

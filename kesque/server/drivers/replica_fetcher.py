@@ -37,13 +37,13 @@ import asyncio
 import logging
 import struct
 
-from ..errors import ErrorCode, error_name
-from ..protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
-from ..records.batch import iter_batch_positions
-from ..server.apis.kiohelp import Msg
-from ..server.channel import Channel, ChannelError
-from ..utils import java_string_hash
-from .replica_state import (
+from ...errors import ErrorCode, error_name
+from ...protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
+from ...records.batch import iter_batch_positions
+from ..apis.kiohelp import Msg
+from ..channel import Channel, ChannelError
+from ...utils import java_string_hash
+from ...replication.replica_state import (
     BACKOFF, FETCHING, OUT_OF_RANGE, TRUNCATING, UNDEFINED, WAIT_FOR_METADATA, FetchPartitionResponse,
     FollowerFetch)
 

@@ -28,8 +28,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import ErrorCode, KafkaError
-from .replica_state import AlterPartition, AlterPartitionReply
+from ...errors import ErrorCode, KafkaError
+from ...replication.replica_state import AlterPartition, AlterPartitionReply
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def request_to_kio(broker_id: int, broker_epoch: int, reqs: list, version: int =
 
 
 def request_from_kio(req, version: int) -> list:
-    from ..controller.replication_control import AlterPartitionRequest
+    from ...controller.replication_control import AlterPartitionRequest
 
     out = []
     for t in req.topics:
@@ -159,7 +159,7 @@ class AlterPartitionManager:
             self._task = asyncio.get_running_loop().create_task(self._send())
 
     def _request(self, item: _Item, broker_epoch: int):
-        from ..controller.replication_control import AlterPartitionRequest
+        from ...controller.replication_control import AlterPartitionRequest
 
         p = item.proposal
         return AlterPartitionRequest(self.node_id, broker_epoch, item.topic_id, item.partition, p.leader_epoch,
