@@ -28,6 +28,12 @@ from ..controller.controller import FEATURE_MIN
 from ..errors import ErrorCode, KafkaError
 from ..protocol.api import request_class
 from .channel import ChannelError
+from ..controller.controller import CreatedTopic
+from .drivers import alter_partition as ap
+from ..controller.cluster_control import RegistrationReply, from_kio, to_kio
+from ..controller import cluster_control as cc
+from .drivers.quorum_controller import not_controller
+import datetime
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +185,6 @@ class ControllerRouter:
 
     async def create_topics(self, topics: list, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list:
         """CreatedTopic per NewTopic (internal topics, auto-creation)."""
-        from ..controller.controller import CreatedTopic
 
         cls = request_class(19, 7)
         mod = __import__(cls.__module__, fromlist=["x"])
@@ -230,7 +235,6 @@ class ControllerRouter:
         """AlterPartition (the broker's ISR changes, :mod:`kesque.server.drivers.alter_partition`):
         an AlterPartitionReply per request partition (None: left out of the answer); a top-level
         error (STALE_BROKER_EPOCH, REQUEST_TIMED_OUT, ...) raised as a KafkaError."""
-        from .drivers import alter_partition as ap
 
         body = ap.request_to_kio(broker_id, broker_epoch, reqs, ap.LATEST)
         result = await self._rpc("quorum.alter_partition", (reqs, ap.LATEST), ap.API_KEY, ap.LATEST, body,
@@ -240,7 +244,6 @@ class ControllerRouter:
     # ------------------------------------------------------------------ broker lifecycle RPCs
     async def broker_registration(self, req, timeout_ms: int):
         """One BrokerRegistration attempt (BrokerLifecycle retries): the reply."""
-        from ..controller.cluster_control import RegistrationReply, from_kio, to_kio
 
         try:
             result = await self._rpc("quorum.register", (req,), 62, 4, to_kio(req, 4), timeout_ms, retry=False)
@@ -252,7 +255,6 @@ class ControllerRouter:
                                       timeout_ms: int) -> tuple[int, dict]:
         """One AssignReplicasToDirs attempt (the AssignmentsManager retries): (error code,
         {dir id: {topic id: [(partition, error code)]}})."""
-        from ..controller import cluster_control as cc
 
         try:
             result = await self._rpc("quorum.assign_replicas_to_dirs", (broker_id, broker_epoch, assignments),
@@ -275,10 +277,8 @@ class ControllerRouter:
 
 
 def _not_controller() -> KafkaError:
-    from .drivers.quorum_controller import not_controller
     return not_controller()
 
 
 def _ms(value: int):
-    import datetime
     return datetime.timedelta(milliseconds=value)

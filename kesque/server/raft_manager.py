@@ -40,6 +40,8 @@ from ..raft.file_log import FileQuorumStateStore, FileRaftLog
 from ..raft.node import NEVER
 from ..raft.state import RESIGNED
 from .channel import ChannelError
+from ..protocol.api import request_class
+from .channel import Channel
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +111,6 @@ async def discover_voters(servers: list[tuple[str, int]], controller_listeners: 
                           log_every_s: float = 10.0) -> dict[int, tuple[str, int]]:
     """The voters and their controller endpoints, asked of the bootstrap servers with
     DescribeQuorum v2 (every voter answers with the nodes it knows), retried until one answers."""
-    from ..protocol.api import request_class
-    from .channel import Channel
 
     channel = Channel(lambda i: servers[i] if 0 <= i < len(servers) else None,
                       client_id=f"raft-bootstrap-{node_id}", request_timeout_ms=2000)

@@ -46,6 +46,24 @@ from .forwarding import ControllerRouter
 from .network import SocketServer
 from .. import quotas as quota_core
 from ..quotas import ANONYMOUS, Quotas
+from ..coordinator.group.runtime import GroupCoordinator
+from ..coordinator.runtime import CoordinatorHost
+from ..coordinator.producer_id import ProducerIdManager
+from ..coordinator.transaction.runtime import TransactionCoordinator
+from . import txn_channels
+from ..share import enabled as share_groups_enabled
+from ..controller.controller import supported_features
+from ..metadata.image import Endpoint
+from .heartbeats import LifecycleDriver
+from .lifecycle import BrokerLifecycle
+from .drivers.alter_partition import AlterPartitionManager
+from .drivers.replica_fetcher import ReplicaFetcherManager
+from .assignments import AssignmentsManager
+from .raft_manager import RaftManager, quorum_config
+from .raft_manager import discover_voters
+from .drivers.log_cleaner import LogCleaner
+from .apis import register_all
+from .apis.core import api_versions_v0_error
 
 log = logging.getLogger(__name__)
 
@@ -186,23 +204,17 @@ class KesqueServer:
                                          lambda coro: self.spawn(coro),
                                          quota=self.replica_manager.quotas.alter_log_dirs,
                                          backoff_ms=cfg.get("replica.fetch.backoff.ms"))
-        from ..coordinator.group.runtime import GroupCoordinator
-        from ..coordinator.runtime import CoordinatorHost
         host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
-        from ..coordinator.producer_id import ProducerIdManager
-        from ..coordinator.transaction.runtime import TransactionCoordinator
         self.producer_ids = ProducerIdManager(lambda: self.controllers.allocate_producer_ids(self.node_id,
                                                                                             self.broker_epoch),
                                               self.spawn)
         self.txn_coordinator = TransactionCoordinator(host, self.producer_ids)
-        from . import txn_channels
         self._channels += txn_channels.wire(self)
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.share_coordinator = None
-        from ..share import enabled as share_groups_enabled
         if share_groups_enabled(cfg):
             from ..coordinator.share.runtime import ShareCoordinator
             self.share_coordinator = ShareCoordinator(host)
@@ -266,10 +278,6 @@ class KesqueServer:
         """BrokerRegistration, then heartbeats until the controller unfences this broker (it
         has caught up with the metadata log and its logs are loaded), as Kafka's broker
         start-up waits for; heartbeats every broker.heartbeat.interval.ms from then on."""
-        from ..controller.controller import supported_features
-        from ..metadata.image import Endpoint
-        from .heartbeats import LifecycleDriver
-        from .lifecycle import BrokerLifecycle
 
         lc = BrokerLifecycle(self.node_id, uuid.uuid4(), self.config, cluster_id=cluster_id or "",
                              listeners=[Endpoint(**e) for e in self._endpoints()],
@@ -327,8 +335,6 @@ class KesqueServer:
     def _start_replication(self) -> None:
         """A broker of a cluster: replica fetchers for the partitions it follows, and the
         AlterPartition sender for the ISR changes of those it leads."""
-        from .drivers.alter_partition import AlterPartitionManager
-        from .drivers.replica_fetcher import ReplicaFetcherManager
 
         rm = self.replica_manager
         listener = (self.config.get("inter.broker.listener.name") or "PLAINTEXT").upper()
@@ -345,7 +351,6 @@ class KesqueServer:
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
         # KIP-858: the log dir of each replica whose metadata names another, to the controller
-        from .assignments import AssignmentsManager
         self.assignments = AssignmentsManager(self.node_id, self.controllers, lambda: self.broker_epoch,
                                               lambda: self.image)
         self.assignments.start()
@@ -380,7 +385,6 @@ class KesqueServer:
         """The raft node of __cluster_metadata (a voter when this node is a controller in
         controller.quorum.voters, else an observer), the controller when this node is one, and
         the router that takes the broker's controller calls where the active controller is."""
-        from .raft_manager import RaftManager, quorum_config
 
         cfg = self.config
         self.roles = set(cfg.get("process.roles") or ("broker", "controller"))
@@ -418,7 +422,6 @@ class KesqueServer:
     async def _discover_voters(self) -> None:
         """A broker-only node given controller.quorum.bootstrap.servers and no voters asks
         them (DescribeQuorum v2) for the voters and their controller endpoints."""
-        from .raft_manager import discover_voters
 
         servers = [s.strip() for s in self.config.get(not_yet.BOOTSTRAP) or [] if s.strip()]
         addrs = [(host.strip("[]") or "localhost", int(port)) for host, _, port in (s.rpartition(":") for s in servers)]
@@ -506,7 +509,6 @@ class KesqueServer:
     def _start_log_cleaner(self) -> None:
         """log.cleaner.enable: the background cleaner of compacted logs, woken every
         log.cleaner.backoff.ms (read each time: it is dynamic) and after each cleaning."""
-        from .drivers.log_cleaner import LogCleaner
 
         if not self.config.get("log.cleaner.enable"):
             return
@@ -651,7 +653,6 @@ class KesqueServer:
 
     # ================================================================== requests
     def _register_apis(self) -> None:
-        from .apis import register_all
 
         register_all(self)
 
@@ -866,6 +867,5 @@ class KesqueServer:
         return [INT32.pack(size) + head, *items]
 
     def api_versions_fallback(self) -> bytes:
-        from .apis.core import api_versions_v0_error
 
         return api_versions_v0_error(self)

@@ -26,6 +26,8 @@ from ..errors import ErrorCode, KafkaError
 from ..replication.delayed import wait_for_acks
 from .apis.kiohelp import Msg
 from .channel import ChannelError, RequestTimedOut
+from .apis.committed import committed, first_error
+from .channel import Channel
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +243,6 @@ class TxnVerifier:
         return self._added_when_committed(pending, tps)
 
     async def _added_when_committed(self, pending: dict, tps: list) -> dict:
-        from .apis.committed import committed, first_error
 
         code = first_error(await committed(self.tc, pending))
         return {tp: code for tp in tps}
@@ -296,7 +297,6 @@ def wire(server) -> tuple:
     """Give ``server`` its marker sender (``txn_coordinator.markers``) and verifier
     (``txn_verifier``), each on its own channel (a WriteTxnMarkers waiting for its markers to be
     committed must not hold up a verification); returns the channels, for the server to close."""
-    from .channel import Channel
 
     cfg = server.config
     resolve = broker_resolver(lambda: server.image, cfg)

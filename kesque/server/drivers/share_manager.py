@@ -39,6 +39,7 @@ from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ...share.partition import ACKNOWLEDGED, ARCHIVED, SharePartition
 from .share_persister import DefaultStatePersister, LocalPersister
 from ...share.session import ShareSessionCache
+from ..apis.core import coordinator_for
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,6 @@ def _read(part, offset: int, max_bytes: int, max_records: int, isolation) -> tup
 
 class SharePartitionManager:
     def __init__(self, server, channel=None):
-        from ..apis.core import coordinator_for
 
         self.server = server
         self.partitions: dict[tuple, SharePartition] = {}

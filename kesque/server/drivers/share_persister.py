@@ -40,6 +40,8 @@ from ...coordinator.share.runtime import coordinator_key
 from ...coordinator.share.shard import ShareState, ShareSummary, summary
 from ...errors import ErrorCode, KafkaError
 from ...share.partition import StateBatch
+from ..apis.committed import committed, first_error
+from ..channel import ChannelError
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,6 @@ class LocalPersister:
         return self.sc.read_shard(coordinator_key(*key))
 
     async def _committed(self, shard) -> None:
-        from ..apis.committed import committed, first_error
 
         code = first_error(await committed(self.sc, self.sc.uncommitted([shard.partition])))
         if code:
@@ -96,7 +97,6 @@ class LocalPersister:
         """The state of ``key`` as its shard has it (everything its log holds), answered once
         all of that log is committed: as Kafka's ReadShareGroupState, which its share
         coordinator runs as a write, it never answers with an older state than a write made."""
-        from ..apis.committed import committed, first_error
 
         shard = self.shard(key)
         state = shard.read(key)
@@ -205,7 +205,6 @@ class DefaultStatePersister:
     # ------------------------------------------------------------------ routing and retries
     async def _call(self, key: tuple, api_key: int, body, result, local, absent=None):
         from ..apis.kiohelp import Msg
-        from ..channel import ChannelError
 
         ckey = coordinator_key(*key)
         deadline = time.monotonic() + self.timeout_ms / 1000.0
