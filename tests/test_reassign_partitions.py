@@ -213,7 +213,7 @@ def test_a_reassignment_completes_once_the_new_replica_caught_up(cluster, tmp_pa
 ])
 def test_bad_plan_files_get_kafkas_messages(text, error):
     from kesque.cli.reassign_partitions import parse_reassignment
-    from kesque.cli.transactions import JavaError
+    from kesque.cli.plumbing.errors import JavaError
 
     with pytest.raises(JavaError) as e:
         parse_reassignment(text)

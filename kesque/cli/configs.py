@@ -19,8 +19,13 @@ from __future__ import annotations
 import re
 import sys
 
-from . import _admin
-from ._common import BrokerError, ToolExit, error_line, load_props, print_usage_and_exit, usage_or_version
+from ..client.wire import Connection, make
+from ..quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
+from .plumbing import admin_client
+from .plumbing.errors import BrokerError, error_line
+from .plumbing.javautil import load_props
+from .plumbing.jopt import print_usage_and_exit, usage_or_version
+from .plumbing.run import ToolExit
 
 NAME = "configs"
 SCRIPT = "kafka-configs.sh"
@@ -212,13 +217,11 @@ def parse_configs_to_delete(a) -> list[str]:
 
 def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, node_id: int | None = None):
     """[(name, value, sensitive, source, [(syn_source, syn_name, syn_value)])] for one resource."""
-    from ..client.wire import Connection
-
     bootstrap = a.bootstrap_server or a.bootstrap_controller
     target = None
     if node_id is not None:
-        admin = _admin.make_admin(bootstrap, a.command_config)
-        target = _admin.node_address(admin, node_id)
+        admin = admin_client.make_admin(bootstrap, a.command_config)
+        target = admin_client.node_address(admin, node_id)
     with Connection.to_any(target or bootstrap, client_id="kafka-configs") as conn:
         def build(mod, v):
             rq = mod.request
@@ -296,13 +299,13 @@ def describe(a) -> None:
     if names:
         entities = [names[0]]
     else:
-        admin = _admin.make_admin(a.bootstrap_server or a.bootstrap_controller, a.command_config)
+        admin = admin_client.make_admin(a.bootstrap_server or a.bootstrap_controller, a.command_config)
         if etype == TOPIC:
-            entities = _admin.list_topic_names(admin)
+            entities = admin_client.list_topic_names(admin)
         elif etype in (BROKER, BROKER_LOGGER):
-            entities = [str(n.id) for n in _admin.cluster_nodes(admin)] + [""]
+            entities = [str(n.id) for n in admin_client.cluster_nodes(admin)] + [""]
         elif etype == GROUP:  # as ConfigCommand: the consumer groups there are
-            groups = admin.list_consumer_groups(request_timeout=_admin.TIMEOUT).result(_admin.TIMEOUT)
+            groups = admin.list_consumer_groups(request_timeout=admin_client.TIMEOUT).result(admin_client.TIMEOUT)
             entities = [g.group_id for g in groups.valid]
         else:
             entities = []
@@ -350,12 +353,12 @@ def alter(a) -> None:
     if name == "" or etype in (TOPIC, GROUP):
         # confluent-kafka refuses a ConfigResource with an empty name (the cluster-wide broker
         # defaults), and sends a topic's or group's to "the controller" of its metadata, possibly a
-        # broker that just died (see _admin.any_broker_request): these go to any broker over the wire
+        # broker that just died (see admin_client.any_broker_request): these go to any broker over the wire
         _incremental_alter_wire(a, _RESOURCE[etype], name, to_add, to_delete)
     else:
         ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_add.items()]
         ops += [ConfigEntry(k, "", incremental_operation=AlterConfigOpType.DELETE) for k in to_delete]
-        admin = _admin.make_admin(a.bootstrap_server or a.bootstrap_controller, a.command_config)
+        admin = admin_client.make_admin(a.bootstrap_server or a.bootstrap_controller, a.command_config)
         futures = admin.incremental_alter_configs([ConfigResource(rtype, name, incremental_configs=ops)],
                                                   request_timeout=30)
         for f in futures.values():
@@ -389,8 +392,6 @@ def _quota_filter(types: list[str], names: list[str]) -> list[tuple[str, int, st
 
 def describe_client_quotas(a, components) -> list[tuple[list[tuple[str, str | None]], list[tuple[str, float]]]]:
     """[(entity [(type, name or None)], [(key, value)])] of a strict DescribeClientQuotas."""
-    from ..client.wire import Connection, make
-
     with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
         def build(mod, v):
             rq = mod.request
@@ -454,8 +455,6 @@ def describe_quotas(a, types: list[str], names: list[str]) -> None:
 
 def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], to_delete: list[str]) -> None:
     """ConfigCommand's checks for users/clients/ips, then AlterClientQuotas."""
-    from ..client.wire import Connection, make
-    from ..quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
 
     etype = types[0]
     if etype == IP:
@@ -503,8 +502,6 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
 
 
 def _incremental_alter_wire(a, rtype: int, name: str, to_add: dict, to_delete: list) -> None:
-    from ..client.wire import Connection, make
-
     with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
         def build(mod, v):
             rq = mod.request

@@ -35,7 +35,8 @@ from ..protocol import schema
 from ..records import batch as rb
 from ..records.records import iter_records
 from ..storage import checkpoint as ck
-from ._common import kafka_uuid, print_usage_and_exit, usage_or_version
+from .plumbing.javautil import kafka_uuid
+from .plumbing.jopt import print_usage_and_exit, usage_or_version
 
 NAME = "dump-log"
 SCRIPT = "kafka-dump-log.sh"

@@ -21,7 +21,8 @@ import time
 import uuid
 
 from ..client.wire import Unreachable
-from ._common import ToolExit, interrupted_status, load_props
+from .plumbing.javautil import load_props
+from .plumbing.run import ToolExit, interrupted_status
 
 NAME = "producer-perf-test"
 SCRIPT = "kafka-producer-perf-test.sh"

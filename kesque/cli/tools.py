@@ -14,7 +14,8 @@ import signal
 import subprocess
 import sys
 
-from ._common import ToolExit, exit_flushed, kafkaize, new_parser, run_tool
+from .plumbing.jopt import kafkaize, new_parser
+from .plumbing.run import ToolExit, exit_flushed, run_tool
 
 _MODULES = ("topics", "configs", "console_producer", "console_consumer", "dump_log", "get_offsets",
             "delete_records", "log_dirs", "producer_perf", "consumer_perf", "consumer_groups",

@@ -118,8 +118,8 @@ class Broker:
         """``kesque storage format --ignore-formatted`` with ``cluster_id``, as a Kafka node is
         formatted before its first start; without a ``cluster_id``, a lone node formats itself
         at start."""
-        from ..cli.storage import format_storage, random_uuid
         from ..config import BrokerConfig, ConfigError
+        from ..storage.format import format_storage, random_uuid
 
         try:
             config = BrokerConfig(self._props(), strict=False)
