@@ -26,6 +26,11 @@ from .plumbing.errors import BrokerError, error_line
 from .plumbing.javautil import load_props
 from .plumbing.jopt import print_usage_and_exit, usage_or_version
 from .plumbing.run import ToolExit
+import argparse
+from ..controller.controller import validate_topic_name
+from ..errors import KafkaError
+import decimal
+from ..utils import java_string_hash
 
 NAME = "configs"
 SCRIPT = "kafka-configs.sh"
@@ -52,7 +57,6 @@ _DEFAULT_FLAGS = (("client_defaults", CLIENT), ("user_defaults", USER), ("broker
 
 
 def configure(p) -> None:
-    import argparse
 
     class NameAction(argparse.Action):
         def __call__(self, parser, ns, values, option_string=None):
@@ -242,8 +246,6 @@ def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, n
 
 
 def _validate_topic(name: str) -> None:
-    from ..controller.controller import validate_topic_name
-    from ..errors import KafkaError
 
     try:
         validate_topic_name(name)
@@ -406,7 +408,6 @@ def describe_client_quotas(a, components) -> list[tuple[list[tuple[str, str | No
 
 def java_double(v: float) -> str:
     """Java's Double.toString."""
-    import decimal
 
     if v != v:
         return "NaN"
@@ -423,7 +424,6 @@ def java_double(v: float) -> str:
 def java_hashmap_order(keys: list[str]) -> list[str]:
     """The iteration order of a java.util.HashMap(n) holding ``keys`` (as the admin client
     builds a quota entity's values): by bucket of the final table, then insertion order."""
-    from ..utils import java_string_hash
 
     cap = 1
     while cap < len(keys):

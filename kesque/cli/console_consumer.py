@@ -34,6 +34,8 @@ from .plumbing.errors import error_line
 from .plumbing.javautil import load_props, log4j_stamp, parse_key_value_args
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
 from .plumbing.run import ToolExit, interrupted_status
+from ..client.consumer import WireConsumer
+from ..client.consumer import Message
 
 NAME = "console-consumer"
 SCRIPT = "kafka-console-consumer.sh"
@@ -294,7 +296,6 @@ class WireSource:
     """Group-less: direct assignment (see kesque.client.consumer)."""
 
     def __init__(self, a, o):
-        from ..client.consumer import WireConsumer
 
         props = o.props
         self.consumer = WireConsumer(
@@ -377,7 +378,6 @@ class GroupSource:
             self.consumer.subscribe([a.topic])
 
     def poll(self, timeout: float):
-        from ..client.consumer import Message
 
         msgs = self.consumer.consume(500, timeout)
         out = []

@@ -46,6 +46,7 @@ from .plumbing.javautil import (
 )
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
 from .plumbing.run import ToolExit
+import csv
 
 NAME = "consumer-groups"
 SCRIPT = "kafka-consumer-groups.sh"
@@ -1282,7 +1283,6 @@ def reset_plan_from_file(a) -> dict[str, dict[tuple[str, int], int]]:
 
 
 def _csv_fields(line: str) -> list[str]:
-    import csv
     return next(csv.reader([line.rstrip("\r")]))
 
 

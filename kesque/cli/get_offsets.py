@@ -14,6 +14,7 @@ from .plumbing import admin_client
 from .plumbing.errors import error_message
 from .plumbing.javautil import bootstrap_check
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from ..client.consumer import FetchError, WireConsumer
 
 NAME = "get-offsets"
 SCRIPT = "kafka-get-offsets.sh"
@@ -106,7 +107,6 @@ def _print(results: dict) -> None:
 
 
 def _wire_offsets(a, tps: list[tuple[str, int]], ts: int) -> dict:
-    from ..client.consumer import FetchError, WireConsumer
 
     c = WireConsumer(a.bootstrap_server, client_id="GetOffsetShell")
     out = {}

@@ -39,6 +39,8 @@ from .plumbing.admin_client import ControllerAdmin, Retry, admin_properties
 from .plumbing.errors import ERRORS_PKG, JavaError, TerseException, kafka_error
 from .plumbing.javautil import java_hash_order, topic_partition_hash
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+import datetime
+import time
 
 NAME = "reassign-partitions"
 SCRIPT = "kafka-reassign-partitions.sh"
@@ -472,7 +474,6 @@ def _ints(*lists) -> tuple[list[int], ...]:
 
 
 def _ms(ms: int):
-    import datetime
     return datetime.timedelta(milliseconds=ms)
 
 
@@ -627,7 +628,6 @@ def replica_name(r) -> str:
 def execute_moves(admin: ReassignAdmin, moves: dict, timeout_ms: int) -> None:
     """AlterReplicaLogDirs until each replica's move has started (a replica that is not on its
     new broker yet answers REPLICA_NOT_AVAILABLE: asked again every 100 ms until --timeout)."""
-    import time
 
     pending = dict(moves)
     deadline = time.monotonic() + timeout_ms / 1000

@@ -40,6 +40,7 @@ from .plumbing.errors import ERRORS_PKG, JavaError, group_error
 from .plumbing.javautil import java_hashmap_order, log4j_stamp, tp_str
 from .plumbing.jopt import print_usage_and_exit, usage_or_version
 from .plumbing.run import ToolExit
+import argparse
 
 NAME = "share-groups"
 SCRIPT = "kafka-share-groups.sh"
@@ -507,7 +508,6 @@ def _partitions_to_reset(svc: ShareGroupService, a, gid: str) -> list[tuple[str,
 
 
 def _with_topics(a, topics: list[str]):
-    import argparse
     b = argparse.Namespace(**vars(a))
     b.topic = topics
     return b

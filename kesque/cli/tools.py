@@ -142,6 +142,7 @@ def kafka_reassign_partitions() -> None:
 
 def kafka_server_start(argv: list[str] | None = None) -> None:
     """``kafka-server-start.sh [-daemon] server.properties [--override property=value]*``."""
+    # lazy: only kafka-server-start.sh loads the broker
     from . import serve
 
     argv = sys.argv[1:] if argv is None else argv
@@ -171,5 +172,6 @@ def kafka_server_start(argv: list[str] | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience
+    # lazy: the kafka-*.sh entry points load only the tool they run
     from .main import main as kesque_main
     return kesque_main(argv)

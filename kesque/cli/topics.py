@@ -16,6 +16,8 @@ from .plumbing.errors import BrokerError, error_message
 from .plumbing.javautil import kafka_uuid
 from .plumbing.jopt import check_invalid, check_required, print_usage_and_exit, usage_or_version
 from .plumbing.run import ToolExit
+import re
+from types import SimpleNamespace as NS
 
 NAME = "topics"
 SCRIPT = "kafka-topics.sh"
@@ -149,7 +151,6 @@ def _parse_replica_assignment(text: str) -> list[list[int]]:
 
 
 def _parse_configs(items: list[str] | None) -> dict[str, str]:
-    import re
     pairs = [re.split(r"\s*=\s*", s) for s in items or []]
     if not all(len(x) == 2 for x in pairs):
         raise CommandError('requirement failed: Invalid topic config: all configs to be added must be in the format '
@@ -259,7 +260,6 @@ def _describe_topics(admin, a, topics: list[str]) -> tuple[dict, dict]:
     :func:`admin_client.any_broker_request`); librdkafka's, without ELR, where a broker lacks the API.
     A description has confluent-kafka's shape: ``topic_id``, ``partitions`` of ``id``,
     ``leader.id``, ``replicas[].id``, ``isr[].id``."""
-    from types import SimpleNamespace as NS
 
     from confluent_kafka import TopicCollection
 

@@ -18,6 +18,10 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from .primitives import INT32, ProtocolError, skip_tagged_fields
+from .tagged import check_counts
+import dataclasses
+import types
+import typing
 
 API_VERSIONS_KEY = 18
 
@@ -138,7 +142,6 @@ def decode_request(api_key: int, version: int, body) -> Any:
     cls = request_class(api_key, version)
     if isinstance(body, memoryview) and not body.readonly:
         body = body.toreadonly()  # kio's compiled reader insists on read-only buffers
-    from .tagged import check_counts
     check_counts(cls, body)  # before kio, which reserves room for whatever count it is told
     try:
         obj, size = _reader(cls)(body, 0)
@@ -160,9 +163,6 @@ def _null_rules(cls) -> tuple:
     """(field, nullable, entity class of its items or None) for the fields of a kio entity
     that may read as null (arrays, strings, bytes) or hold entities that have such fields:
     kio reads a null length even where the schema does not allow null, so the check is here."""
-    import dataclasses
-    import types
-    import typing
 
     hints = typing.get_type_hints(cls)
     rules = []
