@@ -25,7 +25,7 @@ from kesque.protocol.fetch import FetchPartitionResponse, encode_fetch_response,
 from kesque.protocol.primitives import ProtocolError
 from kesque.protocol.replica_fetch import (
     MAX_VERSION, MIN_VERSION, decode_fetch_response, encode_replica_fetch_request)
-from kesque.server.apis.kiohelp import Msg
+from kesque.protocol.messages import Msg
 from kesque.server.channel import decode_response
 
 SETTINGS = settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow], deadline=None,

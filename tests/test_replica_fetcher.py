@@ -25,7 +25,7 @@ from kesque.records.records import build_batch
 from kesque.replication.fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION, ReplicaFetcherManager, fetcher_id
 from kesque.replication.quota import ReplicationQuota
 from kesque.replication.replica_state import WAIT_FOR_METADATA, LeaderReplication, StorageReplicaLog
-from kesque.server.apis.kiohelp import Msg, to_ms
+from kesque.protocol.messages import Msg, to_ms
 from kesque.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from kesque.storage.log import Log
 

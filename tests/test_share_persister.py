@@ -10,7 +10,7 @@ import pytest
 
 from kesque.coordinator.share.shard import ShareCoordinatorShard
 from kesque.errors import ErrorCode, KafkaError
-from kesque.server.apis.kiohelp import Msg
+from kesque.protocol.messages import Msg
 from kesque.server.channel import Disconnected
 from kesque.share import persister as P
 from kesque.share.manager import SharePartitionManager

@@ -40,7 +40,7 @@ import struct
 from ..errors import ErrorCode, error_name
 from ..protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
 from ..records.batch import iter_batch_positions
-from ..server.apis.kiohelp import Msg
+from ..protocol.messages import Msg
 from ..server.channel import Channel, ChannelError
 from ..utils import java_string_hash
 from .replica_state import (

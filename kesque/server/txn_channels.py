@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError
 from ..replication.delayed import wait_for_acks
-from .apis.kiohelp import Msg
+from ..protocol.messages import Msg
 from .channel import ChannelError, RequestTimedOut
 
 log = logging.getLogger(__name__)

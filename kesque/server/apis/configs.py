@@ -16,7 +16,7 @@ from ...config.topic import TOPIC_CONFIGS
 from ...config.types import CONFIG_TYPE_CODES, render
 from ...errors import ErrorCode, KafkaError
 from ...metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 
 @dataclass

@@ -9,7 +9,7 @@ from ...controller.controller import INTERNAL_TOPICS, supported_features, Create
 from ...errors import ErrorCode, KafkaError
 from ...protocol.primitives import INT16, INT32
 from ...utils import java_string_hash
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
 from ..quotas import ANONYMOUS
 from ...raft.wire import METADATA_TOPIC, METADATA_TOPIC_ID
 from ..context import NO_RESPONSE
-from .kiohelp import to_ms
+from ...protocol.messages import to_ms
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from ...errors import ErrorCode, KafkaError
 from ...protocol.offset_commit import encode_offset_commit_response
 from .committed import committed, first_error, when_committed
 from .core import OMITTED_OPS
-from .kiohelp import Msg, to_ms
+from ...protocol.messages import Msg, to_ms
 
 GROUP_OPS = 0
 for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS

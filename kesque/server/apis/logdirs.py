@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 from ...errors import ErrorCode
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 # the longest topic-N.<32 hex>-future directory name a file system takes (Kafka's KAFKA-4893 check)
 MAX_DIR_NAME = 255

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
 from ...records.records import iter_records
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 EARLIEST = -2
 LATEST = -1

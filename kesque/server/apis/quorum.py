@@ -16,7 +16,7 @@ from ...controller.replication_control import ELECTION_TYPES
 from ...raft import wire
 from ...replication import alter_partition
 from ..context import NO_RESPONSE
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 
 class QuorumApis:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
 from .. import quotas as qm
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 

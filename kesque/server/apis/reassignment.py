@@ -9,7 +9,7 @@ ListPartitionReassignments from the controller's committed image
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 from .topics import _timeout_ms
 
 

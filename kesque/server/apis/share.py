@@ -21,7 +21,7 @@ from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from .committed import when_committed
 from .core import OMITTED_OPS, internal_topic_to_create
 from .groups import GROUP_OPS, heartbeat_answer, heartbeat_failed
-from .kiohelp import Msg, to_ms
+from ...protocol.messages import Msg, to_ms
 
 log = logging.getLogger(__name__)
 

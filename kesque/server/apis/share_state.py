@@ -19,7 +19,7 @@ from ...errors import ErrorCode, KafkaError
 from ...share import enabled
 from ...share.partition import StateBatch
 from .committed import committed
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 NOT_FOUND = "The share-partition state was not found (never initialized)."
 

@@ -6,7 +6,7 @@ from ...controller.controller import INTERNAL_TOPICS, CreatedTopic, NewTopic
 from ...errors import ErrorCode, KafkaError
 from .configs import topic_config_entries
 from .core import OMITTED_OPS, _TOPIC_OPS, _bits
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 
 def _timeout_ms(req) -> int:

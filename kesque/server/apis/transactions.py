@@ -23,7 +23,7 @@ from ...coordinator.group.shard import error_code as group_error_code
 from ...errors import ErrorCode, KafkaError
 from ..txn_channels import append_marker, markers_committed
 from .committed import when_committed
-from .kiohelp import _EPOCH, Msg, to_ms
+from ...protocol.messages import EPOCH as _EPOCH, Msg, to_ms
 
 
 def _ms_time(ms: int) -> datetime.datetime:
