@@ -144,7 +144,7 @@ class ConfigApis:
                                 for n, val, src in e.synonyms) if req.include_synonyms else ()
                     configs.append(m("DescribeConfigsResourceResult", name=e.name, value=e.value,
                                      read_only=e.read_only, config_source=e.source, is_sensitive=e.sensitive,
-                                     is_default=e.source == DEFAULT_CONFIG, synonyms=syn,
+                                     synonyms=syn,
                                      config_type=CONFIG_TYPE_CODES.get(e.type, 0),
                                      documentation=e.doc if getattr(req, "include_documentation", False) else None))
                 results.append(m("DescribeConfigsResult", error_code=ErrorCode.none, error_message=None,

@@ -38,8 +38,7 @@ class OffsetApis:
                 key = (t.name, p.partition_index)
                 if key in seen:
                     parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index,
-                                   error_code=ErrorCode.invalid_request, timestamp=-1, offset=-1, leader_epoch=-1,
-                                   old_style_offsets=()))
+                                   error_code=ErrorCode.invalid_request, timestamp=-1, offset=-1, leader_epoch=-1))
                     continue
                 seen.add(key)
                 try:
@@ -50,7 +49,7 @@ class OffsetApis:
                 except KafkaError as e:
                     ts, off, epoch, err = -1, -1, -1, e.code
                 parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index, error_code=err,
-                               timestamp=ts, offset=off, leader_epoch=epoch, old_style_offsets=()))
+                               timestamp=ts, offset=off, leader_epoch=epoch))
             topics.append(m("ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
         return m(throttle_time=0, topics=tuple(topics))
 
