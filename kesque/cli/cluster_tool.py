@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+from ..protocol.api_keys import ApiKeys
 from ._common import exit_flushed, run_tool
 from .metadata_quorum import QuorumAdmin, _admin, run_admin
 from .transactions import (
@@ -74,7 +75,7 @@ class ClusterAdmin(QuorumAdmin):
                         endpoint_type=2 if self.controllers else 1, include_fenced_brokers=include_fenced)
 
         def once():
-            resp = self._any(60, build)
+            resp = self._any(ApiKeys.DESCRIBE_CLUSTER, build)
             if int(resp.error_code):
                 raise self._error(int(resp.error_code), resp.error_message)
             return resp
@@ -84,7 +85,8 @@ class ClusterAdmin(QuorumAdmin):
         from ..client.wire import make
 
         def once():
-            resp = self._any(64, lambda mod, v: make(mod.request.UnregisterBrokerRequest, broker_id=broker_id))
+            resp = self._any(ApiKeys.UNREGISTER_BROKER, lambda mod, v: make(mod.request.UnregisterBrokerRequest,
+                                                                            broker_id=broker_id))
             if int(resp.error_code):
                 raise self._error(int(resp.error_code), resp.error_message)
         self._retrying("unregisterBroker", once)

@@ -15,6 +15,7 @@ import json
 import sys
 
 from . import _admin
+from ..protocol.api_keys import ApiKeys
 from ._common import (
     BrokerError,
     check_required,
@@ -62,7 +63,7 @@ def describe_log_dirs(host: str, port: int) -> list[tuple[str, int, list]]:
     from ..client.wire import Connection
 
     with Connection(host, port, client_id="log-dirs-tool") as conn:
-        resp = conn.request(35, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
+        resp = conn.request(ApiKeys.DESCRIBE_LOG_DIRS, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
     if hasattr(resp, "error_code") and int(resp.error_code):
         raise BrokerError(int(resp.error_code), None, resp.error_code.name)
     out = []

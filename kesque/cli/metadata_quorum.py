@@ -26,6 +26,7 @@ import os
 import sys
 import time
 
+from ..protocol.api_keys import ApiKeys
 from .transactions import (
     _ERRORS_PKG,
     Admin,
@@ -144,7 +145,7 @@ class QuorumAdmin(Admin):
         def build(mod, v):
             return make(mod.request.DescribeClusterRequest, include_cluster_authorized_operations=False,
                         endpoint_type=2 if self.controllers else 1, include_fenced_brokers=False)
-        resp = self._any(60, build)
+        resp = self._any(ApiKeys.DESCRIBE_CLUSTER, build)
         if int(resp.error_code):
             raise self._error(int(resp.error_code), resp.error_message)
         nodes = {int(b.broker_id): (b.host, int(b.port)) for b in resp.brokers}
@@ -173,9 +174,9 @@ class QuorumAdmin(Admin):
                 self._describe_cluster()
             if self.active is None:
                 raise _Retry("no active controller")
-            resp = self._send(self.active, 55, build)
+            resp = self._send(self.active, ApiKeys.DESCRIBE_QUORUM, build)
         else:
-            resp = self._any(55, build)
+            resp = self._any(ApiKeys.DESCRIBE_QUORUM, build)
         if int(resp.error_code):
             self.active = None
             raise self._error(int(resp.error_code), resp.error_message)

@@ -33,6 +33,7 @@ import json
 import random
 import sys
 
+from ..protocol.api_keys import ApiKeys
 from ._common import check_required, java_hash_order, java_string_hash, print_usage_and_exit, usage_or_version
 from .metadata_quorum import QuorumAdmin, TerseException, _properties
 from .transactions import _ERRORS_PKG, JavaError, _Retry, kafka_error
@@ -332,7 +333,7 @@ class ReassignAdmin(QuorumAdmin):
                         topics=topics)
 
         def once():
-            resp = self._to_controller(46, build)
+            resp = self._to_controller(ApiKeys.LIST_PARTITION_REASSIGNMENTS, build)
             if int(resp.error_code):
                 raise kafka_error(int(resp.error_code), resp.error_message)
             return {(t.name, int(p.partition_index)): _ints(p.replicas, p.adding_replicas, p.removing_replicas)
@@ -354,7 +355,7 @@ class ReassignAdmin(QuorumAdmin):
                                      for t, ps in by_topic.items()))
 
         def once():
-            resp = self._to_controller(45, build)
+            resp = self._to_controller(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, build)
             if int(resp.error_code):
                 err = kafka_error(int(resp.error_code), resp.error_message)
                 return {tp: err for tp in targets}
@@ -406,7 +407,7 @@ class ReassignAdmin(QuorumAdmin):
                 return make(rq.DescribeLogDirsRequest, topics=tuple(
                     make(rq.DescribableLogDirTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
             try:
-                resp = self._send(self._node(b), 35, build)
+                resp = self._send(self._node(b), ApiKeys.DESCRIBE_LOG_DIRS, build)
             except _Retry:
                 continue
             found: dict = {(t, p, b): [None, None] for t, ps in topics.items() for p in ps}
@@ -436,7 +437,7 @@ class ReassignAdmin(QuorumAdmin):
                     make(rq.AlterReplicaLogDir, path=d, topics=tuple(
                         make(rq.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps)) for t, ps in ts.items()))
                     for d, ts in dirs.items()))
-            resp = self._send(self._node(b), 34, build)
+            resp = self._send(self._node(b), ApiKeys.ALTER_REPLICA_LOG_DIRS, build)
             for t in resp.results:
                 for p in t.partitions:
                     out[(t.topic_name, int(p.partition_index), b)] = int(p.error_code)
@@ -467,7 +468,7 @@ class ReassignAdmin(QuorumAdmin):
                 for rtype, name, ops in resources))
 
         def once():
-            resp = self._any(44, build)
+            resp = self._any(ApiKeys.INCREMENTAL_ALTER_CONFIGS, build)
             for r in resp.responses:
                 if int(r.error_code):
                     raise kafka_error(int(r.error_code), r.error_message)

@@ -43,6 +43,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ..protocol.api_keys import ApiKeys
 from ..utils import java_string_hash
 from ._admin import check_reachable
 from ._common import _ERRORS as _COMMON_ERRORS
@@ -935,7 +936,7 @@ class Admin:
         try:
             conn = self._conn(*addr)
             if conn.version_for(api_key, max_version) is None:
-                raise kafka_error(35, f"The node does not support {_API_NAMES.get(api_key, api_key)}")
+                raise kafka_error(35, f"The node does not support {ApiKeys(api_key).name}")
             return conn.request(api_key, build, max_version=max_version, reader=reader)
         except (OSError, WireError) as e:
             self._drop(addr)
@@ -976,7 +977,7 @@ class Admin:
                                                     for t in topics)
             return make(mod.request.MetadataRequest, topics=ts, allow_auto_topic_creation=False,
                         include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
-        resp = self._any(3, build, max_version=12)
+        resp = self._any(ApiKeys.METADATA, build, max_version=12)
         self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
         out = {}
         for t in resp.topics:
@@ -1088,7 +1089,7 @@ class Admin:
             def build(mod, v):
                 return make(mod.request.DescribeProducersRequest, topics=tuple(
                     make(mod.request.TopicRequest, name=t, partition_indexes=tuple(ps)) for t, ps in by_topic.items()))
-            resp = self._send(self._node(node), 61, build, max_version=0)
+            resp = self._send(self._node(node), ApiKeys.DESCRIBE_PRODUCERS, build, max_version=0)
             completed, failed, unmapped = {}, {}, []
             for t in resp.topics:
                 for p in t.partitions:
@@ -1139,7 +1140,7 @@ class Admin:
                     return make(mod.request.FindCoordinatorRequest, key_type=1, coordinator_keys=keys)
                 sent[:] = keys[:1]
                 return make(mod.request.FindCoordinatorRequest, key=keys[0], key_type=1)
-            r = self._any(10, build)
+            r = self._any(ApiKeys.FIND_COORDINATOR, build)
             if getattr(r, "coordinators", None) is not None:
                 for c in r.coordinators:
                     found[c.key] = (int(c.error_code), int(c.node_id), c.host, int(c.port))
@@ -1168,7 +1169,8 @@ class Admin:
         from ..client.wire import make
 
         def fulfil(node, keys):
-            resp = self._send(self._node(node), 65, lambda mod, v: make(mod.request.DescribeTransactionsRequest,
+            resp = self._send(self._node(node), ApiKeys.DESCRIBE_TRANSACTIONS, lambda mod,
+                              v: make(mod.request.DescribeTransactionsRequest,
                                                                          transactional_ids=tuple(keys)), max_version=0,
                               reader=read_describe_transactions_v0)
             completed, failed, unmapped = {}, {}, []
@@ -1211,12 +1213,12 @@ class Admin:
 
         def fulfil(node, keys):
             conn = self._conn(*self._node(node))
-            version = conn.version_for(66, 1)
+            version = conn.version_for(ApiKeys.LIST_TRANSACTIONS, 1)
             if version is not None and version < 1 and duration_ms >= 0:
                 raise kafka_error(35, "Duration filter can be set only when using API version 1 or higher. If "
                                       "client is connected to an older broker, do not specify duration filter or set "
                                       "duration filter to -1.")
-            resp = self._send(self._node(node), 66, lambda mod, v: make(
+            resp = self._send(self._node(node), ApiKeys.LIST_TRANSACTIONS, lambda mod, v: make(
                 mod.request.ListTransactionsRequest, state_filters=(), producer_id_filters=tuple(producer_ids),
                 duration_filter=duration_ms), max_version=1)
             err = int(resp.error_code)
@@ -1252,7 +1254,7 @@ class Admin:
                     transaction_result=False, coordinator_epoch=spec.coordinator_epoch,
                     topics=(make(mod.request.WritableTxnMarkerTopic, name=spec.tp[0],
                                  partition_indexes=(spec.tp[1],)),)),))
-            resp = self._send(self._node(node), 27, build, max_version=1)
+            resp = self._send(self._node(node), ApiKeys.WRITE_TXN_MARKERS, build, max_version=1)
             tp = spec.tp
             markers = list(resp.markers)
             if len(markers) != 1 or int(markers[0].producer_id) != spec.producer_id:
@@ -1324,10 +1326,6 @@ class Admin:
             if err:
                 raise kafka_error(err)
         return [(t, [(p, replicas) for p, _e, _l, replicas in md[t][2]]) for t in order]
-
-
-_API_NAMES = {3: "METADATA", 10: "FIND_COORDINATOR", 27: "WRITE_TXN_MARKERS", 61: "DESCRIBE_PRODUCERS",
-              65: "DESCRIBE_TRANSACTIONS", 66: "LIST_TRANSACTIONS"}
 
 
 def _coordinator_key(tid: str) -> str:

@@ -33,7 +33,6 @@ from .replica_state import AlterPartition, AlterPartitionReply
 
 log = logging.getLogger(__name__)
 
-API_KEY = 56
 VERSIONS = range(2, 4)
 LATEST = 3
 

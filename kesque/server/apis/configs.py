@@ -16,6 +16,7 @@ from ...config.topic import TOPIC_CONFIGS
 from ...config.types import CONFIG_TYPE_CODES, render
 from ...errors import ErrorCode, KafkaError
 from ...metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC
+from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
 
 
@@ -109,14 +110,14 @@ class ConfigApis:
 
     def register(self) -> None:
         s = self.server
-        s.register(32, 1, 4, self.describe_configs)
-        s.register(33, 0, 2, self.alter_configs)
-        s.register(44, 0, 1, self.incremental_alter_configs)
+        s.register(ApiKeys.DESCRIBE_CONFIGS, 1, 4, self.describe_configs)
+        s.register(ApiKeys.ALTER_CONFIGS, 0, 2, self.alter_configs)
+        s.register(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 0, 1, self.incremental_alter_configs)
 
     def describe_configs(self, ctx, req):
         s = self.server
         v = ctx.api_version
-        m = Msg(32, v)
+        m = Msg(ApiKeys.DESCRIBE_CONFIGS, v)
         results = []
         for r in req.resources:
             keys = set(r.configuration_keys) if r.configuration_keys else None
@@ -178,7 +179,7 @@ class ConfigApis:
         return m(throttle_time=0, responses=tuple(out))
 
     def alter_configs(self, ctx, req):
-        return self._alter(ctx, req, 33, incremental=False)
+        return self._alter(ctx, req, ApiKeys.ALTER_CONFIGS, incremental=False)
 
     def incremental_alter_configs(self, ctx, req):
-        return self._alter(ctx, req, 44, incremental=True)
+        return self._alter(ctx, req, ApiKeys.INCREMENTAL_ALTER_CONFIGS, incremental=True)

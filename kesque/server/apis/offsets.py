@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ...records.records import iter_records
 from ...protocol.messages import Msg
 
@@ -21,14 +22,14 @@ class OffsetApis:
 
     def register(self) -> None:
         s = self.server
-        s.register(2, 1, 11, self.list_offsets)
-        s.register(21, 0, 2, self.delete_records)
-        s.register(23, 2, 4, self.offset_for_leader_epoch)
+        s.register(ApiKeys.LIST_OFFSETS, 1, 11, self.list_offsets)
+        s.register(ApiKeys.DELETE_RECORDS, 0, 2, self.delete_records)
+        s.register(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 2, 4, self.offset_for_leader_epoch)
 
     # ------------------------------------------------------------------ ListOffsets
     def list_offsets(self, ctx, req):
         v = ctx.api_version
-        m = Msg(2, v)
+        m = Msg(ApiKeys.LIST_OFFSETS, v)
         committed = getattr(req, "isolation_level", 0) == 1
         topics = []
         seen = set()
@@ -120,7 +121,7 @@ class OffsetApis:
 
     # ------------------------------------------------------------------ DeleteRecords
     def delete_records(self, ctx, req):
-        m = Msg(21, ctx.api_version)
+        m = Msg(ApiKeys.DELETE_RECORDS, ctx.api_version)
         rm = self.server.replica_manager
         topics = []
         for t in req.topics:
@@ -138,7 +139,7 @@ class OffsetApis:
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     def offset_for_leader_epoch(self, ctx, req):
-        m = Msg(23, ctx.api_version)
+        m = Msg(ApiKeys.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
         rm = self.server.replica_manager
         topics = []
         for t in req.topics:
