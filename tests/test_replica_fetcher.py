@@ -20,12 +20,13 @@ from kesque.config.broker import BrokerConfig
 from kesque.config.topic import LogConfig
 from kesque.errors import ErrorCode as E
 from kesque.protocol import api
+from kesque.protocol.api_keys import ApiKeys
 from kesque.protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response, flatten
 from kesque.records.records import build_batch
 from kesque.server.drivers.replica_fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION, ReplicaFetcherManager, fetcher_id
 from kesque.replication.quota import ReplicationQuota
 from kesque.replication.replica_state import WAIT_FOR_METADATA, LeaderReplication, StorageReplicaLog
-from kesque.server.apis.kiohelp import Msg, to_ms
+from kesque.protocol.messages import Msg, to_ms
 from kesque.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from kesque.storage.log import Log
 
@@ -118,7 +119,7 @@ class FakeLeader:
                 frame = await reader.readexactly(size)
                 h = api.parse_request_header(frame)
                 req = api.decode_request(h.api_key, h.api_version, memoryview(frame)[h.body_offset:])
-                if h.api_key == 1:
+                if h.api_key == ApiKeys.FETCH:
                     body = flatten(await self.fetch(h, req))
                 else:
                     body = api.encode_body(self.list_offset(h, req))
@@ -165,7 +166,7 @@ class FakeLeader:
 
     def list_offset(self, h, req):
         self.list_offsets.append(req)
-        m = Msg(2, h.api_version)
+        m = Msg(ApiKeys.LIST_OFFSETS, h.api_version)
         topics = []
         for t in req.topics:
             parts = []
@@ -285,7 +286,8 @@ def test_catch_up_across_rounds_keeps_offsets_epochs_and_the_epoch_checkpoint(tm
 def test_fetch_versions_are_served_by_kesque():
     from kesque.server.apis.fetch import MAX_VERSION
     assert 15 <= FETCH_VERSION <= MAX_VERSION
-    assert api.request_class(1, FETCH_VERSION) and api.request_class(2, LIST_OFFSETS_VERSION)
+    assert api.request_class(ApiKeys.FETCH, FETCH_VERSION) and api.request_class(ApiKeys.LIST_OFFSETS,
+                                                                                 LIST_OFFSETS_VERSION)
     assert LIST_OFFSETS_VERSION <= 11                     # OffsetApis registers ListOffsets 1..11
 
 
@@ -615,7 +617,7 @@ def test_list_offsets_latest_for_a_replica_is_the_log_end(tmp_path, replica_id, 
         lg.append_as_leader(batch(v), 0, NOW)                # the followers have not fetched: HW 0
     assert lg.high_watermark == 0
     apis = OffsetApis(SimpleNamespace(replica_manager=SimpleNamespace(get_partition=lambda t, p: part)))
-    m = Msg(2, 10, request=True)
+    m = Msg(ApiKeys.LIST_OFFSETS, 10, request=True)
 
     def ask(timestamp, rid=replica_id, target=part):
         apis.server.replica_manager.get_partition = lambda t, p: target

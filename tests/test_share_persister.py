@@ -10,7 +10,7 @@ import pytest
 
 from kesque.coordinator.share.shard import ShareCoordinatorShard
 from kesque.errors import ErrorCode, KafkaError
-from kesque.server.apis.kiohelp import Msg
+from kesque.protocol.messages import Msg, known_fields
 from kesque.server.channel import Disconnected
 from kesque.server.drivers import share_persister as P
 from kesque.server.drivers.share_manager import SharePartitionManager
@@ -45,9 +45,12 @@ class FakeChannel:
                 P.DELETE: "PartitionResult", P.READ_SUMMARY: "PartitionResult"}[api_key]
         result = {P.READ: "ReadStateResult", P.WRITE: "WriteStateResult", P.INITIALIZE: "InitializeStateResult",
                   P.DELETE: "DeleteStateResult", P.READ_SUMMARY: "ReadStateSummaryResult"}[api_key]
-        p = m(part, partition=0, error_code=step, error_message=None, state_epoch=2, leader_epoch=4, start_offset=7,
-              delivery_complete_count=3, state_batches=(m("StateBatch", first_offset=7, last_offset=9,
-                                                          delivery_state=0, delivery_count=1),))
+        # one description serves the five APIs: each takes the fields its schema has (strict Msg refuses others)
+        batches = (m("StateBatch", first_offset=7, last_offset=9, delivery_state=0, delivery_count=1),) \
+            if api_key == P.READ else ()
+        fields = dict(partition=0, error_code=step, error_message=None, state_epoch=2, leader_epoch=4, start_offset=7,
+                      delivery_complete_count=3, state_batches=batches)
+        p = m(part, **{k: v for k, v in fields.items() if k in known_fields(api_key, False)[part]})
         return m(results=(m(result, topic_id=TID, partitions=(p,)),))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 
 from ..client.wire import make
+from ..protocol.api_keys import ApiKeys
 from .plumbing.admin_client import ControllerAdmin, admin_for, run_admin
 from .plumbing.argparse4j import ArgParser, ArgumentParserException, ParserExit
 from .plumbing.errors import ERRORS_PKG, JavaError, kafka_error
@@ -67,7 +68,7 @@ class ClusterAdmin(ControllerAdmin):
                         endpoint_type=2 if self.controllers else 1, include_fenced_brokers=include_fenced)
 
         def once():
-            resp = self.send_any(60, build)
+            resp = self.send_any(ApiKeys.DESCRIBE_CLUSTER, build)
             if int(resp.error_code):
                 raise self.error_for(int(resp.error_code), resp.error_message)
             return resp
@@ -75,7 +76,7 @@ class ClusterAdmin(ControllerAdmin):
 
     def unregister(self, broker_id: int) -> None:
         def once():
-            resp = self.send_any(64, lambda mod, v: make(mod.request.UnregisterBrokerRequest, broker_id=broker_id))
+            resp = self.send_any(ApiKeys.UNREGISTER_BROKER, lambda mod, v: make(mod.request.UnregisterBrokerRequest, broker_id=broker_id))
             if int(resp.error_code):
                 raise self.error_for(int(resp.error_code), resp.error_message)
         self.retrying("unregisterBroker", once)

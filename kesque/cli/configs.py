@@ -20,6 +20,7 @@ import re
 import sys
 
 from ..client.wire import Connection, make
+from ..protocol.api_keys import ApiKeys
 from ..quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
 from .plumbing import admin_client
 from .plumbing.errors import BrokerError, error_line
@@ -233,7 +234,7 @@ def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, n
                 resources=(rq.DescribeConfigsResource(resource_type=rtype, resource_name=name,
                                                       configuration_keys=None),),
                 include_synonyms=include_synonyms, include_documentation=False)
-        resp = conn.request(32, build)
+        resp = conn.request(ApiKeys.DESCRIBE_CONFIGS, build)
     res = resp.results[0]
     code = int(res.error_code)
     if code:
@@ -399,7 +400,7 @@ def describe_client_quotas(a, components) -> list[tuple[list[tuple[str, str | No
             rq = mod.request
             return make(rq.DescribeClientQuotasRequest, strict=True, components=tuple(
                 make(rq.ComponentData, entity_type=t, match_type=mt, match=n) for t, mt, n in components))
-        resp = conn.request(48, build)
+        resp = conn.request(ApiKeys.DESCRIBE_CLIENT_QUOTAS, build)
     if int(resp.error_code):
         raise BrokerError(int(resp.error_code), resp.error_message, resp.error_code.name)
     return [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
@@ -495,7 +496,7 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
                 rq.EntryData, entity=tuple(make(rq.EntityData, entity_type=t, entity_name=n) for t, n in entity),
                 ops=tuple(make(rq.OpData, key=k, value=0.0 if val is None else val, remove=val is None)
                           for k, val in ops)),))
-        resp = conn.request(49, build)
+        resp = conn.request(ApiKeys.ALTER_CLIENT_QUOTAS, build)
     for r in resp.entries:
         if int(r.error_code):
             raise BrokerError(int(r.error_code), r.error_message, r.error_code.name)
@@ -509,7 +510,7 @@ def _incremental_alter_wire(a, rtype: int, name: str, to_add: dict, to_delete: l
             configs += [make(rq.AlterableConfig, name=k, config_operation=1, value=None) for k in to_delete]
             return make(rq.IncrementalAlterConfigsRequest, validate_only=False, resources=(
                 make(rq.AlterConfigsResource, resource_type=rtype, resource_name=name, configs=tuple(configs)),))
-        resp = conn.request(44, build)
+        resp = conn.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, build)
     for r in resp.responses:
         if int(r.error_code):
             raise BrokerError(int(r.error_code), r.error_message, r.error_code.name)

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..client.wire import Connection, Unreachable, WireError, connect_any, make
+from ..protocol.api_keys import ApiKeys
 from ..utils import java_string_hash
 from .plumbing.admin_client import make_admin
 from .plumbing.errors import ERRORS_PKG, JavaError, group_error, kafka_error_of
@@ -296,7 +297,7 @@ class GroupService:
         def build(mod, v):
             return make(mod.request.MetadataRequest, topics=(), allow_auto_topic_creation=False,
                         include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
-        resp = self._boot().request(3, build, max_version=12)
+        resp = self._boot().request(ApiKeys.METADATA, build, max_version=12)
         return [(int(b.node_id), b.host, int(b.port)) for b in resp.brokers]
 
     def coordinators(self, groups: list[str]) -> dict[str, tuple[int, str, int]]:
@@ -305,19 +306,19 @@ class GroupService:
         deadline = self._deadline()
         while wanted:
             conn = self._boot()
-            version = conn.version_for(10)
+            version = conn.version_for(ApiKeys.FIND_COORDINATOR)
             found: dict[str, tuple[int, int | None, str, int]] = {}
             if version is not None and version >= 4:
                 def build(mod, v, keys=tuple(wanted)):
                     return make(mod.request.FindCoordinatorRequest, key_type=0, coordinator_keys=keys)
-                resp = conn.request(10, build)
+                resp = conn.request(ApiKeys.FIND_COORDINATOR, build)
                 for c in resp.coordinators:
                     found[c.key] = (int(c.error_code), int(c.node_id), c.host, int(c.port))
             else:
                 for g in wanted:
                     def build(mod, v, key=g):
                         return make(mod.request.FindCoordinatorRequest, key=key, key_type=0)
-                    r = conn.request(10, build)
+                    r = conn.request(ApiKeys.FIND_COORDINATOR, build)
                     found[g] = (int(r.error_code), int(r.node_id), r.host, int(r.port))
             retry = []
             for g in wanted:
@@ -352,7 +353,7 @@ class GroupService:
                             types_filter=tuple(types or ()))
             deadline = self._deadline()
             while True:
-                resp = conn.request(16, build)
+                resp = conn.request(ApiKeys.LIST_GROUPS, build)
                 code = int(resp.error_code)
                 if code in (14, 15) and time.monotonic() < deadline:
                     time.sleep(0.1)
@@ -396,7 +397,7 @@ class GroupService:
                 try:
                     conn = self._conn(node[1], node[2])
                     if new:
-                        if conn.version_for(69) is None:
+                        if conn.version_for(ApiKeys.CONSUMER_GROUP_DESCRIBE) is None:
                             classic.update(new)
                             retry += new
                         else:
@@ -424,7 +425,7 @@ class GroupService:
         def build(mod, v):
             return make(mod.request.ConsumerGroupDescribeRequest, group_ids=tuple(groups),
                         include_authorized_operations=False)
-        resp = conn.request(69, build)
+        resp = conn.request(ApiKeys.CONSUMER_GROUP_DESCRIBE, build)
         retry = []
         for dg in resp.groups:
             gid = dg.group_id
@@ -454,7 +455,7 @@ class GroupService:
             return make(mod.request.DescribeGroupsRequest, groups=tuple(groups), include_authorized_operations=False)
         # v5: the versions Kafka's Admin client speaks (no GROUP_ID_NOT_FOUND for unknown
         # groups: they come back Dead, and the tool says the group does not exist)
-        resp = conn.request(15, build, max_version=5)
+        resp = conn.request(ApiKeys.DESCRIBE_GROUPS, build, max_version=5)
         retry = []
         for dg in resp.groups:
             gid = dg.group_id
@@ -578,7 +579,7 @@ class GroupService:
                     make(rq.OffsetDeleteRequestTopic, name=t, partitions=tuple(
                         make(rq.OffsetDeleteRequestPartition, partition_index=p) for p in ps))
                     for t, ps in topics.items()))
-            resp = conn.request(47, build)
+            resp = conn.request(ApiKeys.OFFSET_DELETE, build)
             code = int(resp.error_code)
             if code in _RETRIABLE_COORDINATOR and time.monotonic() < deadline:
                 self._forget(group)

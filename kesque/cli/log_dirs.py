@@ -15,6 +15,7 @@ import json
 import sys
 
 from ..client.wire import Connection
+from ..protocol.api_keys import ApiKeys
 from ..utils import java_string_hash
 from .plumbing import admin_client
 from .plumbing.errors import BrokerError, error_message
@@ -54,7 +55,7 @@ def _ordered(d: dict) -> dict:
 def describe_log_dirs(host: str, port: int) -> list[tuple[str, int, list]]:
     """[(log_dir, error_code, [(topic, partition, size, lag, is_future)])] of one broker."""
     with Connection(host, port, client_id="log-dirs-tool") as conn:
-        resp = conn.request(35, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
+        resp = conn.request(ApiKeys.DESCRIBE_LOG_DIRS, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
     if hasattr(resp, "error_code") and int(resp.error_code):
         raise BrokerError(int(resp.error_code), None, resp.error_code.name)
     out = []

@@ -26,6 +26,7 @@ import sys
 import time
 
 from ..client.wire import make
+from ..protocol.api_keys import ApiKeys
 from .plumbing.admin_client import ControllerAdmin, Retry, admin_for, run_admin
 from .plumbing.argparse4j import ArgParser, ArgumentParserException, ParserExit
 from .plumbing.errors import ERRORS_PKG, JavaError, TerseException
@@ -103,9 +104,9 @@ class QuorumAdmin(ControllerAdmin):
                 self.describe_cluster()
             if self.active is None:
                 raise Retry("no active controller")
-            resp = self.send(self.active, 55, build)
+            resp = self.send(self.active, ApiKeys.DESCRIBE_QUORUM, build)
         else:
-            resp = self.send_any(55, build)
+            resp = self.send_any(ApiKeys.DESCRIBE_QUORUM, build)
         if int(resp.error_code):
             self.active = None
             raise self.error_for(int(resp.error_code), resp.error_message)

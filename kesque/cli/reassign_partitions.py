@@ -34,6 +34,7 @@ import random
 import sys
 
 from ..client.wire import make
+from ..protocol.api_keys import ApiKeys
 from ..utils import java_string_hash
 from .plumbing.admin_client import ControllerAdmin, Retry, admin_properties
 from .plumbing.errors import ERRORS_PKG, JavaError, TerseException, kafka_error
@@ -335,7 +336,7 @@ class ReassignAdmin(ControllerAdmin):
                         topics=topics)
 
         def once():
-            resp = self._to_controller(46, build)
+            resp = self._to_controller(ApiKeys.LIST_PARTITION_REASSIGNMENTS, build)
             if int(resp.error_code):
                 raise kafka_error(int(resp.error_code), resp.error_message)
             return {(t.name, int(p.partition_index)): _ints(p.replicas, p.adding_replicas, p.removing_replicas)
@@ -355,7 +356,7 @@ class ReassignAdmin(ControllerAdmin):
                                      for t, ps in by_topic.items()))
 
         def once():
-            resp = self._to_controller(45, build)
+            resp = self._to_controller(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, build)
             if int(resp.error_code):
                 err = kafka_error(int(resp.error_code), resp.error_message)
                 return {tp: err for tp in targets}
@@ -405,7 +406,7 @@ class ReassignAdmin(ControllerAdmin):
                 return make(rq.DescribeLogDirsRequest, topics=tuple(
                     make(rq.DescribableLogDirTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
             try:
-                resp = self.send(self.node(b), 35, build)
+                resp = self.send(self.node(b), ApiKeys.DESCRIBE_LOG_DIRS, build)
             except Retry:
                 continue
             found: dict = {(t, p, b): [None, None] for t, ps in topics.items() for p in ps}
@@ -433,7 +434,7 @@ class ReassignAdmin(ControllerAdmin):
                     make(rq.AlterReplicaLogDir, path=d, topics=tuple(
                         make(rq.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps)) for t, ps in ts.items()))
                     for d, ts in dirs.items()))
-            resp = self.send(self.node(b), 34, build)
+            resp = self.send(self.node(b), ApiKeys.ALTER_REPLICA_LOG_DIRS, build)
             for t in resp.results:
                 for p in t.partitions:
                     out[(t.topic_name, int(p.partition_index), b)] = int(p.error_code)
@@ -462,7 +463,7 @@ class ReassignAdmin(ControllerAdmin):
                 for rtype, name, ops in resources))
 
         def once():
-            resp = self.send_any(44, build)
+            resp = self.send_any(ApiKeys.INCREMENTAL_ALTER_CONFIGS, build)
             for r in resp.responses:
                 if int(r.error_code):
                     raise kafka_error(int(r.error_code), r.error_message)

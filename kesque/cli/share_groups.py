@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 
 from ..client.wire import make
+from ..protocol.api_keys import ApiKeys
 from .consumer_groups import (
     GroupService,
     Reported,
@@ -156,7 +157,7 @@ class ShareGroupService(GroupService):
             def build(mod, v):
                 return make(mod.request.ListGroupsRequest, states_filter=tuple(states or ()),
                             types_filter=("share",))
-            resp = self._conn(host, port).request(16, build)
+            resp = self._conn(host, port).request(ApiKeys.LIST_GROUPS, build)
             if int(resp.error_code):
                 raise group_error(int(resp.error_code), f"Error listing groups on {host}:{port} (id: {node} rack: null)")
             for g in resp.groups:
@@ -173,7 +174,7 @@ class ShareGroupService(GroupService):
         def build(mod, v):
             return make(mod.request.ShareGroupDescribeRequest, group_ids=(group,),
                         include_authorized_operations=False)
-        node, resp = self._coordinator_call(group, 77, build)
+        node, resp = self._coordinator_call(group, ApiKeys.SHARE_GROUP_DESCRIBE, build)
         g = resp.groups[0]
         if int(g.error_code):
             raise group_error(int(g.error_code), g.error_message)
@@ -190,7 +191,7 @@ class ShareGroupService(GroupService):
             rq = mod.request
             return make(rq.DescribeShareGroupOffsetsRequest, groups=(
                 make(rq.DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=None),))
-        _node, resp = self._coordinator_call(group, 90, build)
+        _node, resp = self._coordinator_call(group, ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, build)
         g = resp.groups[0]
         if int(g.error_code):
             raise group_error(int(g.error_code), g.error_message)
@@ -213,7 +214,7 @@ class ShareGroupService(GroupService):
             return make(rq.AlterShareGroupOffsetsRequest, group_id=group, topics=tuple(
                 make(rq.AlterShareGroupOffsetsRequestTopic, topic_name=t, partitions=tuple(ps))
                 for t, ps in topics.items()))
-        _node, resp = self._coordinator_call(group, 91, build)
+        _node, resp = self._coordinator_call(group, ApiKeys.ALTER_SHARE_GROUP_OFFSETS, build)
         if int(resp.error_code):
             raise group_error(int(resp.error_code), resp.error_message)
         for t in resp.responses:
@@ -226,7 +227,7 @@ class ShareGroupService(GroupService):
             rq = mod.request
             return make(rq.DeleteShareGroupOffsetsRequest, group_id=group, topics=tuple(
                 make(rq.DeleteShareGroupOffsetsRequestTopic, topic_name=t) for t in topics))
-        _node, resp = self._coordinator_call(group, 92, build)
+        _node, resp = self._coordinator_call(group, ApiKeys.DELETE_SHARE_GROUP_OFFSETS, build)
         if int(resp.error_code):
             raise group_error(int(resp.error_code), resp.error_message)
         return {t.topic_name: group_error(int(t.error_code), t.error_message) if int(t.error_code) else None
@@ -235,7 +236,7 @@ class ShareGroupService(GroupService):
     def delete_group(self, group: str) -> JavaError | None:
         def build(mod, v):
             return make(mod.request.DeleteGroupsRequest, groups_names=(group,))
-        _node, resp = self._coordinator_call(group, 42, build)
+        _node, resp = self._coordinator_call(group, ApiKeys.DELETE_GROUPS, build)
         code = int(resp.results[0].error_code)
         return group_error(code) if code else None
 

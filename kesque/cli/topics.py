@@ -11,6 +11,7 @@ import datetime
 import sys
 
 from ..client.wire import Connection, make
+from ..protocol.api_keys import ApiKeys
 from .plumbing import admin_client
 from .plumbing.errors import BrokerError, error_message
 from .plumbing.javautil import kafka_uuid
@@ -213,7 +214,7 @@ def _create(admin, a) -> None:
                      configs=tuple(make(rq.CreatableTopicConfig, name=k, value=v) for k, v in configs.items()))
         return make(rq.CreateTopicsRequest, topics=(topic,), timeout=timeout_ms, validate_only=False)
     try:
-        _controller_request(a, 19, build)
+        _controller_request(a, ApiKeys.CREATE_TOPICS, build)
     except BrokerError as e:
         if e.code == 36 and a.if_not_exists:
             return
@@ -229,7 +230,7 @@ def _delete(admin, a) -> None:
     topics = _get_topics(admin, a.topic, a.exclude_internal)
     _ensure_exists(topics, a.topic, not a.if_exists)
     if topics:
-        _controller_request(a, 20, lambda rq, make, timeout_ms: make(
+        _controller_request(a, ApiKeys.DELETE_TOPICS, lambda rq, make, timeout_ms: make(
             rq.DeleteTopicsRequest, topic_names=tuple(topics), timeout=timeout_ms,
             topics=tuple(make(rq.DeleteTopicState, name=t, topic_id=None) for t in topics)))
 
@@ -247,7 +248,7 @@ def _alter(admin, a) -> None:
             added[t] = assignment[len(desc.partitions):]
         else:
             added[t] = None
-    _controller_request(a, 37, lambda rq, make, timeout_ms: make(
+    _controller_request(a, ApiKeys.CREATE_PARTITIONS, lambda rq, make, timeout_ms: make(
         rq.CreatePartitionsRequest, timeout=timeout_ms, validate_only=False, topics=tuple(
             make(rq.CreatePartitionsTopic, name=t, count=a.partitions, assignments=None if new is None else tuple(
                 make(rq.CreatePartitionsAssignment, broker_ids=tuple(r)) for r in new)) for t, new in added.items())))
@@ -265,7 +266,7 @@ def _describe_topics(admin, a, topics: list[str]) -> tuple[dict, dict]:
 
     props = admin_client.client_config(a.bootstrap_server, a.command_config)
     with Connection.to_any(props["bootstrap.servers"], "kafka-topics", admin_client.TIMEOUT) as conn:
-        if conn.version_for(75) is None:
+        if conn.version_for(ApiKeys.DESCRIBE_TOPIC_PARTITIONS) is None:
             return {n: _result(f) for n, f in admin.describe_topics(
                 TopicCollection(topics), request_timeout=admin_client.TIMEOUT).items()}, {}
         descriptions: dict = {}
@@ -276,7 +277,7 @@ def _describe_topics(admin, a, topics: list[str]) -> tuple[dict, dict]:
                 return mod.request.DescribeTopicPartitionsRequest(
                     topics=tuple(mod.request.TopicRequest(name=t) for t in topics),
                     response_partition_limit=2000, cursor=cursor)
-            resp = conn.request(75, build)
+            resp = conn.request(ApiKeys.DESCRIBE_TOPIC_PARTITIONS, build)
             for t in resp.topics:
                 if int(t.error_code):
                     raise BrokerError(int(t.error_code), None, t.error_code.name)
@@ -305,7 +306,7 @@ def _topic_configs(a, topics: list[str]) -> dict[str, list[tuple[str, str | None
         return make(rq.DescribeConfigsRequest, include_synonyms=False, include_documentation=False, resources=tuple(
             make(rq.DescribeConfigsResource, resource_type=2, resource_name=t, configuration_keys=None)
             for t in topics))
-    resp = admin_client.any_broker_request(admin_client.client_config(a.bootstrap_server, a.command_config), 32, build)
+    resp = admin_client.any_broker_request(admin_client.client_config(a.bootstrap_server, a.command_config), ApiKeys.DESCRIBE_CONFIGS, build)
     out = {}
     for r in resp.results:
         if int(r.error_code):
@@ -323,7 +324,7 @@ def _reassignments(a, descriptions: dict) -> dict:
             make(rq.ListPartitionReassignmentsTopics, name=name,
                  partition_indexes=tuple(sorted(p.id for p in td.partitions)))
             for name, td in descriptions.items()))
-    resp = admin_client.any_broker_request(admin_client.client_config(a.bootstrap_server, a.command_config), 46, build)
+    resp = admin_client.any_broker_request(admin_client.client_config(a.bootstrap_server, a.command_config), ApiKeys.LIST_PARTITION_REASSIGNMENTS, build)
     if int(resp.error_code):
         raise BrokerError(int(resp.error_code), resp.error_message, resp.error_code.name)
     return {(t.name, int(p.partition_index)): ([int(r) for r in p.replicas], [int(r) for r in p.adding_replicas],

@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 
 from ..client.wire import make
+from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import (
     read_array_len,
     read_compact_string,
@@ -264,7 +265,7 @@ class TransactionsAdmin(WireAdmin):
             def build(mod, v):
                 return make(mod.request.DescribeProducersRequest, topics=tuple(
                     make(mod.request.TopicRequest, name=t, partition_indexes=tuple(ps)) for t, ps in by_topic.items()))
-            resp = self.send(self.node(node), 61, build, max_version=0)
+            resp = self.send(self.node(node), ApiKeys.DESCRIBE_PRODUCERS, build, max_version=0)
             completed, failed, unmapped = {}, {}, []
             for t in resp.topics:
                 for p in t.partitions:
@@ -313,7 +314,7 @@ class TransactionsAdmin(WireAdmin):
                     return make(mod.request.FindCoordinatorRequest, key_type=1, coordinator_keys=keys)
                 sent[:] = keys[:1]
                 return make(mod.request.FindCoordinatorRequest, key=keys[0], key_type=1)
-            r = self.send_any(10, build)
+            r = self.send_any(ApiKeys.FIND_COORDINATOR, build)
             if getattr(r, "coordinators", None) is not None:
                 for c in r.coordinators:
                     found[c.key] = (int(c.error_code), int(c.node_id), c.host, int(c.port))
@@ -340,7 +341,7 @@ class TransactionsAdmin(WireAdmin):
 
     def describe_transactions(self, ids: list) -> tuple[dict, dict]:
         def fulfil(node, keys):
-            resp = self.send(self.node(node), 65, lambda mod, v: make(mod.request.DescribeTransactionsRequest,
+            resp = self.send(self.node(node), ApiKeys.DESCRIBE_TRANSACTIONS, lambda mod, v: make(mod.request.DescribeTransactionsRequest,
                                                                          transactional_ids=tuple(keys)), max_version=0,
                               reader=read_describe_transactions_v0)
             completed, failed, unmapped = {}, {}, []
@@ -381,12 +382,12 @@ class TransactionsAdmin(WireAdmin):
 
         def fulfil(node, keys):
             conn = self.connection(*self.node(node))
-            version = conn.version_for(66, 1)
+            version = conn.version_for(ApiKeys.LIST_TRANSACTIONS, 1)
             if version is not None and version < 1 and duration_ms >= 0:
                 raise kafka_error(35, "Duration filter can be set only when using API version 1 or higher. If "
                                       "client is connected to an older broker, do not specify duration filter or set "
                                       "duration filter to -1.")
-            resp = self.send(self.node(node), 66, lambda mod, v: make(
+            resp = self.send(self.node(node), ApiKeys.LIST_TRANSACTIONS, lambda mod, v: make(
                 mod.request.ListTransactionsRequest, state_filters=(), producer_id_filters=tuple(producer_ids),
                 duration_filter=duration_ms), max_version=1)
             err = int(resp.error_code)
@@ -420,7 +421,7 @@ class TransactionsAdmin(WireAdmin):
                     transaction_result=False, coordinator_epoch=spec.coordinator_epoch,
                     topics=(make(mod.request.WritableTxnMarkerTopic, name=spec.tp[0],
                                  partition_indexes=(spec.tp[1],)),)),))
-            resp = self.send(self.node(node), 27, build, max_version=1)
+            resp = self.send(self.node(node), ApiKeys.WRITE_TXN_MARKERS, build, max_version=1)
             tp = spec.tp
             markers = list(resp.markers)
             if len(markers) != 1 or int(markers[0].producer_id) != spec.producer_id:

@@ -598,7 +598,7 @@ def from_kio(obj):
 
 
 # -- AssignReplicasToDirs (API 73, v0; KIP-858) on the wire ---------------------------------------------
-ASSIGN_API_KEY, ASSIGN_VERSION = 73, 0
+ASSIGN_VERSION = 0
 
 
 def assign_request_to_kio(broker_id: int, broker_epoch: int, assignments: dict):

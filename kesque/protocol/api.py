@@ -17,13 +17,12 @@ from typing import Any, Callable
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from .api_keys import ApiKeys
 from .primitives import INT32, ProtocolError, skip_tagged_fields
 from .tagged import check_counts
 import dataclasses
 import types
 import typing
-
-API_VERSIONS_KEY = 18
 
 # api key -> (name, first flexible version or None). From Kafka's message schemas.
 FLEXIBLE_FROM: dict[int, tuple[str, int | None]] = {
@@ -206,6 +205,6 @@ def encode_body(obj) -> bytes:
 def response_header(correlation_id: int, api_key: int, version: int) -> bytes:
     """Response header v0, or v1 (with empty tagged fields) for flexible versions.
     ApiVersions responses always use v0 so clients can parse them before negotiating."""
-    if api_key != API_VERSIONS_KEY and is_flexible(api_key, version):
+    if api_key != ApiKeys.API_VERSIONS and is_flexible(api_key, version):
         return INT32.pack(correlation_id) + b"\x00"
     return INT32.pack(correlation_id)

@@ -35,6 +35,7 @@ import random
 import time
 
 from ..errors import KafkaError, error
+from ..protocol.api_keys import ApiKeys
 from ..raft import QuorumConfig, RaftNode, messages as m, wire
 from ..raft.file_log import FileQuorumStateStore, FileRaftLog
 from ..raft.node import NEVER
@@ -114,7 +115,7 @@ async def discover_voters(servers: list[tuple[str, int]], controller_listeners: 
 
     channel = Channel(lambda i: servers[i] if 0 <= i < len(servers) else None,
                       client_id=f"raft-bootstrap-{node_id}", request_timeout_ms=2000)
-    cls = request_class(55, 2)
+    cls = request_class(ApiKeys.DESCRIBE_QUORUM, 2)
     mod = __import__(cls.__module__, fromlist=["x"])
     body = cls(topics=(mod.TopicData(topic_name=wire.METADATA_TOPIC,
                                      partitions=(mod.PartitionData(partition_index=0),)),))
@@ -124,7 +125,7 @@ async def discover_voters(servers: list[tuple[str, int]], controller_listeners: 
         while True:
             for i in range(len(servers)):
                 try:
-                    resp = await channel.send(i, 55, 2, body)
+                    resp = await channel.send(i, ApiKeys.DESCRIBE_QUORUM, 2, body)
                 except ChannelError:
                     continue
                 found = {}

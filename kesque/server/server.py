@@ -34,6 +34,7 @@ from ..metadata import records as metadata_records
 from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import Delta, MetadataImage
 from ..protocol import api as protocol
+from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
 from .drivers.alter_log_dirs import LogDirMover
 from ..replication.replica_manager import ReplicaManager
@@ -681,7 +682,7 @@ class KesqueServer:
             return
         version = header.api_version
         if not spec.min_version <= version <= spec.max_version:
-            if header.api_key == protocol.API_VERSIONS_KEY:
+            if header.api_key == ApiKeys.API_VERSIONS:
                 # the v0-framed fallback: clients retry with a version from the list
                 slot = conn.new_slot()
                 body = self.api_versions_fallback()

@@ -24,16 +24,15 @@ from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError
 from ..replication.delayed import wait_for_acks
-from .apis.kiohelp import Msg
+from ..protocol.api_keys import ApiKeys
+from ..protocol.messages import Msg
 from .channel import ChannelError, RequestTimedOut
 from .apis.committed import committed, first_error
 from .channel import Channel
 
 log = logging.getLogger(__name__)
 
-WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1
-ADD_PARTITIONS_TO_TXN = 24
 ADD_PARTITIONS_TO_TXN_VERSION = 5
 
 
@@ -162,14 +161,14 @@ class TxnMarkerSender:
         return codes
 
     async def _send(self, node: int, entries: list[_Entry]) -> None:
-        m = Msg(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request=True)
+        m = Msg(ApiKeys.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request=True)
         body = m(markers=tuple(
             m("WritableTxnMarker", producer_id=e.data[0], producer_epoch=e.data[1], transaction_result=e.data[2],
               coordinator_epoch=e.data[3], topics=tuple(m("WritableTxnMarkerTopic", name=t, partition_indexes=ps)
                                                         for t, ps in by_topic(e.tps).items()))
             for e in entries))
         try:
-            resp = await self.channel.send(node, WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
+            resp = await self.channel.send(node, ApiKeys.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
                                            self.timeout_ms + 5000)
         except ChannelError as exc:
             log.info("WriteTxnMarkers to broker %d failed: %s", node, exc)
@@ -262,14 +261,14 @@ class TxnVerifier:
 
     async def _send(self, node: int, entries: list[_Entry]) -> None:
         v = ADD_PARTITIONS_TO_TXN_VERSION
-        m = Msg(ADD_PARTITIONS_TO_TXN, v, request=True)
+        m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, v, request=True)
         body = m(transactions=tuple(
             m("AddPartitionsToTxnTransaction", transactional_id=e.data[0], producer_id=e.data[1],
               producer_epoch=e.data[2], verify_only=not e.data[3],
               topics=tuple(m("AddPartitionsToTxnTopic", name=t, partitions=ps) for t, ps in by_topic(e.tps).items()))
             for e in entries))
         try:
-            resp = await self.channel.send(node, ADD_PARTITIONS_TO_TXN, v, body, self.timeout_ms)
+            resp = await self.channel.send(node, ApiKeys.ADD_PARTITIONS_TO_TXN, v, body, self.timeout_ms)
         except ChannelError as exc:
             log.info("AddPartitionsToTxn (verification or KIP-890 add) to broker %d failed: %s", node, exc)
             for e in entries:

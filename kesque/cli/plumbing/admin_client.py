@@ -21,6 +21,7 @@ import time
 from confluent_kafka.admin import AdminClient
 
 from ...client.wire import Connection, WireError, make
+from ...protocol.api_keys import ApiKeys
 from ...utils import java_string_hash
 from .errors import ERRORS_PKG, JavaError, TerseException, kafka_error
 from .javautil import java_hash_order, load_props, tp_str
@@ -132,10 +133,6 @@ def node_address(admin, node_id: int) -> str | None:
     return f"{b.host}:{b.port}" if b is not None else None
 
 
-API_NAMES = {3: "METADATA", 10: "FIND_COORDINATOR", 27: "WRITE_TXN_MARKERS", 61: "DESCRIBE_PRODUCERS",
-             65: "DESCRIBE_TRANSACTIONS", 66: "LIST_TRANSACTIONS"}
-
-
 class Retry(Exception):
     """A retriable condition: try again after retry.backoff.ms until the call's deadline."""
 
@@ -212,7 +209,7 @@ class WireAdmin:
         try:
             conn = self.connection(*addr)
             if conn.version_for(api_key, max_version) is None:
-                raise kafka_error(35, f"The node does not support {API_NAMES.get(api_key, api_key)}")
+                raise kafka_error(35, f"The node does not support {ApiKeys(api_key).name}")
             return conn.request(api_key, build, max_version=max_version, reader=reader)
         except (OSError, WireError) as e:
             self.drop(addr)
@@ -251,7 +248,7 @@ class WireAdmin:
                                                     for t in topics)
             return make(mod.request.MetadataRequest, topics=ts, allow_auto_topic_creation=False,
                         include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
-        resp = self.send_any(3, build, max_version=12)
+        resp = self.send_any(ApiKeys.METADATA, build, max_version=12)
         self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
         out = {}
         for t in resp.topics:
@@ -422,7 +419,7 @@ class ControllerAdmin(WireAdmin):
         def build(mod, v):
             return make(mod.request.DescribeClusterRequest, include_cluster_authorized_operations=False,
                         endpoint_type=2 if self.controllers else 1, include_fenced_brokers=False)
-        resp = self.send_any(60, build)
+        resp = self.send_any(ApiKeys.DESCRIBE_CLUSTER, build)
         if int(resp.error_code):
             raise self.error_for(int(resp.error_code), resp.error_message)
         nodes = {int(b.broker_id): (b.host, int(b.port)) for b in resp.brokers}

@@ -16,7 +16,8 @@ from ...config.topic import TOPIC_CONFIGS
 from ...config.types import CONFIG_TYPE_CODES, render
 from ...errors import ErrorCode, KafkaError
 from ...metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC
-from .kiohelp import Msg
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
 
 
 @dataclass
@@ -109,14 +110,14 @@ class ConfigApis:
 
     def register(self) -> None:
         s = self.server
-        s.register(32, 1, 4, self.describe_configs)
-        s.register(33, 0, 2, self.alter_configs)
-        s.register(44, 0, 1, self.incremental_alter_configs)
+        s.register(ApiKeys.DESCRIBE_CONFIGS, 1, 4, self.describe_configs)
+        s.register(ApiKeys.ALTER_CONFIGS, 0, 2, self.alter_configs)
+        s.register(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 0, 1, self.incremental_alter_configs)
 
     def describe_configs(self, ctx, req):
         s = self.server
         v = ctx.api_version
-        m = Msg(32, v)
+        m = Msg(ApiKeys.DESCRIBE_CONFIGS, v)
         results = []
         for r in req.resources:
             keys = set(r.configuration_keys) if r.configuration_keys else None
@@ -144,7 +145,7 @@ class ConfigApis:
                                 for n, val, src in e.synonyms) if req.include_synonyms else ()
                     configs.append(m("DescribeConfigsResourceResult", name=e.name, value=e.value,
                                      read_only=e.read_only, config_source=e.source, is_sensitive=e.sensitive,
-                                     is_default=e.source == DEFAULT_CONFIG, synonyms=syn,
+                                     synonyms=syn,
                                      config_type=CONFIG_TYPE_CODES.get(e.type, 0),
                                      documentation=e.doc if getattr(req, "include_documentation", False) else None))
                 results.append(m("DescribeConfigsResult", error_code=ErrorCode.none, error_message=None,
@@ -178,7 +179,7 @@ class ConfigApis:
         return m(throttle_time=0, responses=tuple(out))
 
     def alter_configs(self, ctx, req):
-        return self._alter(ctx, req, 33, incremental=False)
+        return self._alter(ctx, req, ApiKeys.ALTER_CONFIGS, incremental=False)
 
     def incremental_alter_configs(self, ctx, req):
-        return self._alter(ctx, req, 44, incremental=True)
+        return self._alter(ctx, req, ApiKeys.INCREMENTAL_ALTER_CONFIGS, incremental=True)

@@ -7,9 +7,10 @@ import re
 
 from ...controller.controller import INTERNAL_TOPICS, supported_features, CreatedTopic, NewTopic, validate_topic_name
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ...protocol.primitives import INT16, INT32
 from ...utils import java_string_hash
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,10 @@ class CoreApis:
 
     def register(self) -> None:
         s = self.server
-        s.register(18, 0, 4, self.api_versions)
-        s.register(3, 0, 13, self.metadata)
-        s.register(60, 0, 2, self.describe_cluster)
-        s.register(10, 0, 6, self.find_coordinator)
+        s.register(ApiKeys.API_VERSIONS, 0, 4, self.api_versions)
+        s.register(ApiKeys.METADATA, 0, 13, self.metadata)
+        s.register(ApiKeys.DESCRIBE_CLUSTER, 0, 2, self.describe_cluster)
+        s.register(ApiKeys.FIND_COORDINATOR, 0, 6, self.find_coordinator)
 
     # ------------------------------------------------------------------ ApiVersions
     def api_versions(self, ctx, req):
@@ -54,7 +55,7 @@ class CoreApis:
             name = req.client_software_name
             version = req.client_software_version
             if not _SOFTWARE.match(name or "") or not _SOFTWARE.match(version or ""):
-                m = Msg(18, v)
+                m = Msg(ApiKeys.API_VERSIONS, v)
                 return m(error_code=ErrorCode.invalid_request, api_keys=(), throttle_time=0)
         cached = self._api_versions_cache.get(v)
         if cached is None:
@@ -63,7 +64,7 @@ class CoreApis:
         return cached
 
     def _build_api_versions(self, v: int):
-        m = Msg(18, v)
+        m = Msg(ApiKeys.API_VERSIONS, v)
         keys = tuple(m("ApiVersion", api_key=k, min_version=spec.min_version, max_version=spec.max_version)
                      for k, spec in sorted(self.server.apis.items()))
         image = self.server.image
@@ -122,7 +123,7 @@ class CoreApis:
     def _metadata(self, ctx, req, created: dict):
         s = self.server
         v = ctx.api_version
-        m = Msg(3, v)
+        m = Msg(ApiKeys.METADATA, v)
         image = s.image
         requested = req.topics
         if v == 0 and requested is not None and len(requested) == 0:
@@ -201,7 +202,7 @@ class CoreApis:
     def describe_cluster(self, ctx, req):
         s = self.server
         v = ctx.api_version
-        m = Msg(60, v)
+        m = Msg(ApiKeys.DESCRIBE_CLUSTER, v)
         endpoint_type = getattr(req, "endpoint_type", 1)
         # KIP-919: a controller listener answers with the controllers (endpoint type 2) and
         # names the active one; a broker listener with the brokers (type 1)
@@ -256,7 +257,7 @@ class CoreApis:
 
     def _find_coordinator(self, ctx, req, failed):
         v = ctx.api_version
-        m = Msg(10, v)
+        m = Msg(ApiKeys.FIND_COORDINATOR, v)
         key_type = getattr(req, "key_type", 0)
         keys = list(req.coordinator_keys) if v >= 4 else [req.key]
         results = []

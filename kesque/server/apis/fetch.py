@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ...protocol.fetch import FileRegion, FetchPartitionResponse, encode_fetch_response
 from ...replication.delayed import wait_for_bytes
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
@@ -28,7 +29,7 @@ from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
 from ...quotas import ANONYMOUS
 from ...raft.wire import METADATA_TOPIC, METADATA_TOPIC_ID
 from ..context import NO_RESPONSE
-from .kiohelp import to_ms
+from ...protocol.messages import to_ms
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,10 @@ class FetchApis:
         self.sessions = FetchSessionCache(server.config.get("max.incremental.fetch.session.cache.slots"))
 
     def register(self) -> None:
-        self.server.register(1, MIN_VERSION, MAX_VERSION, self.fetch)
+        self.server.register(ApiKeys.FETCH, MIN_VERSION, MAX_VERSION, self.fetch)
 
     async def _raft_fetch(self, ctx, req):
-        resp = await self.server.raft.handle_request(1, ctx.api_version, req)
+        resp = await self.server.raft.handle_request(ApiKeys.FETCH, ctx.api_version, req)
         return NO_RESPONSE if resp is None else resp
 
     # ------------------------------------------------------------------ request -> partitions

@@ -11,10 +11,11 @@ import asyncio
 from ...coordinator.group.classic import ClassicGroup
 from ...coordinator.group.consumer import ConsumerGroup, consumer_group_heartbeat
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ...protocol.offset_commit import encode_offset_commit_response
 from .committed import committed, first_error, when_committed
 from .core import OMITTED_OPS
-from .kiohelp import Msg, to_ms
+from ...protocol.messages import Msg, to_ms
 
 GROUP_OPS = 0
 for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
@@ -47,18 +48,18 @@ class GroupApis:
 
     def register(self) -> None:
         s = self.server
-        s.register(11, 0, 9, self.join_group)
-        s.register(14, 0, 5, self.sync_group)
-        s.register(12, 0, 4, self.heartbeat)
-        s.register(13, 0, 5, self.leave_group)
-        s.register(8, 2, 10, self.offset_commit)
-        s.register(9, 1, 10, self.offset_fetch)
-        s.register(47, 0, 0, self.offset_delete)
-        s.register(15, 0, 6, self.describe_groups)
-        s.register(16, 0, 5, self.list_groups)
-        s.register(42, 0, 2, self.delete_groups)
-        s.register(68, 0, 1, self.consumer_group_heartbeat)
-        s.register(69, 0, 1, self.consumer_group_describe)
+        s.register(ApiKeys.JOIN_GROUP, 0, 9, self.join_group)
+        s.register(ApiKeys.SYNC_GROUP, 0, 5, self.sync_group)
+        s.register(ApiKeys.HEARTBEAT, 0, 4, self.heartbeat)
+        s.register(ApiKeys.LEAVE_GROUP, 0, 5, self.leave_group)
+        s.register(ApiKeys.OFFSET_COMMIT, 2, 10, self.offset_commit)
+        s.register(ApiKeys.OFFSET_FETCH, 1, 10, self.offset_fetch)
+        s.register(ApiKeys.OFFSET_DELETE, 0, 0, self.offset_delete)
+        s.register(ApiKeys.DESCRIBE_GROUPS, 0, 6, self.describe_groups)
+        s.register(ApiKeys.LIST_GROUPS, 0, 5, self.list_groups)
+        s.register(ApiKeys.DELETE_GROUPS, 0, 2, self.delete_groups)
+        s.register(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0, 1, self.consumer_group_heartbeat)
+        s.register(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0, 1, self.consumer_group_describe)
 
     @property
     def gc(self):
@@ -70,7 +71,7 @@ class GroupApis:
     # ------------------------------------------------------------------ JoinGroup
     def join_group(self, ctx, req):
         v = ctx.api_version
-        m = Msg(11, v)
+        m = Msg(ApiKeys.JOIN_GROUP, v)
 
         def build(r: dict):
             members = tuple(m("JoinGroupResponseMember", member_id=x["member_id"],
@@ -120,7 +121,7 @@ class GroupApis:
     # ------------------------------------------------------------------ SyncGroup
     def sync_group(self, ctx, req):
         v = ctx.api_version
-        m = Msg(14, v)
+        m = Msg(ApiKeys.SYNC_GROUP, v)
 
         def build(r: dict):
             return m(throttle_time=0, error_code=code_of(r["error"]), protocol_type=r.get("protocol_type"),
@@ -143,7 +144,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
     def heartbeat(self, ctx, req):
-        m = Msg(12, ctx.api_version)
+        m = Msg(ApiKeys.HEARTBEAT, ctx.api_version)
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         try:
@@ -157,7 +158,7 @@ class GroupApis:
 
     def leave_group(self, ctx, req):
         v = ctx.api_version
-        m = Msg(13, v)
+        m = Msg(ApiKeys.LEAVE_GROUP, v)
         members = ([(x.member_id, x.group_instance_id) for x in req.members] if v >= 3 else [(req.member_id, None)])
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id, members=())
@@ -225,7 +226,7 @@ class GroupApis:
     # ------------------------------------------------------------------ OffsetFetch
     def offset_fetch(self, ctx, req):
         v = ctx.api_version
-        m = Msg(9, v)
+        m = Msg(ApiKeys.OFFSET_FETCH, v)
         if v >= 8:
             groups = []
             for g in req.groups:
@@ -297,7 +298,7 @@ class GroupApis:
 
     # ------------------------------------------------------------------ OffsetDelete
     def offset_delete(self, ctx, req):
-        m = Msg(47, ctx.api_version)
+        m = Msg(ApiKeys.OFFSET_DELETE, ctx.api_version)
         wanted = {t.name: [p.partition_index for p in t.partitions] for t in req.topics}
         if not req.group_id:
             return m(error_code=ErrorCode.invalid_group_id, throttle_time=0, topics=())
@@ -316,7 +317,7 @@ class GroupApis:
     # ------------------------------------------------------------------ admin
     def describe_groups(self, ctx, req):
         v = ctx.api_version
-        m = Msg(15, v)
+        m = Msg(ApiKeys.DESCRIBE_GROUPS, v)
         out = []
         for gid in req.groups:
             ops = GROUP_OPS if getattr(req, "include_authorized_operations", False) else OMITTED_OPS
@@ -350,7 +351,7 @@ class GroupApis:
 
     def list_groups(self, ctx, req):
         v = ctx.api_version
-        m = Msg(16, v)
+        m = Msg(ApiKeys.LIST_GROUPS, v)
         states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
         out = []
@@ -363,7 +364,7 @@ class GroupApis:
         return m(throttle_time=0, error_code=ErrorCode.none, groups=tuple(out))
 
     def delete_groups(self, ctx, req):
-        m = Msg(42, ctx.api_version)
+        m = Msg(ApiKeys.DELETE_GROUPS, ctx.api_version)
         out = []
         shares = []  # deleted share groups: their share-partition state goes too
         for gid in req.groups_names:
@@ -412,7 +413,7 @@ class GroupApis:
     # ------------------------------------------------------------------ KIP-848
     def consumer_group_heartbeat(self, ctx, req):
         v = ctx.api_version
-        m = Msg(68, v)
+        m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, v)
         owned = None
         if req.topic_partitions is not None:
             owned = {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions}
@@ -433,7 +434,7 @@ class GroupApis:
                                     lambda code: heartbeat_failed(m, KafkaError(code)))
 
     def consumer_group_describe(self, ctx, req):
-        m = Msg(69, ctx.api_version)
+        m = Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, ctx.api_version)
         image = self.server.image
         out = []
         ops = GROUP_OPS if req.include_authorized_operations else OMITTED_OPS

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ...records.records import iter_records
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 EARLIEST = -2
 LATEST = -1
@@ -21,14 +22,14 @@ class OffsetApis:
 
     def register(self) -> None:
         s = self.server
-        s.register(2, 1, 11, self.list_offsets)
-        s.register(21, 0, 2, self.delete_records)
-        s.register(23, 2, 4, self.offset_for_leader_epoch)
+        s.register(ApiKeys.LIST_OFFSETS, 1, 11, self.list_offsets)
+        s.register(ApiKeys.DELETE_RECORDS, 0, 2, self.delete_records)
+        s.register(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 2, 4, self.offset_for_leader_epoch)
 
     # ------------------------------------------------------------------ ListOffsets
     def list_offsets(self, ctx, req):
         v = ctx.api_version
-        m = Msg(2, v)
+        m = Msg(ApiKeys.LIST_OFFSETS, v)
         committed = getattr(req, "isolation_level", 0) == 1
         topics = []
         seen = set()
@@ -38,8 +39,7 @@ class OffsetApis:
                 key = (t.name, p.partition_index)
                 if key in seen:
                     parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index,
-                                   error_code=ErrorCode.invalid_request, timestamp=-1, offset=-1, leader_epoch=-1,
-                                   old_style_offsets=()))
+                                   error_code=ErrorCode.invalid_request, timestamp=-1, offset=-1, leader_epoch=-1))
                     continue
                 seen.add(key)
                 try:
@@ -50,7 +50,7 @@ class OffsetApis:
                 except KafkaError as e:
                     ts, off, epoch, err = -1, -1, -1, e.code
                 parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index, error_code=err,
-                               timestamp=ts, offset=off, leader_epoch=epoch, old_style_offsets=()))
+                               timestamp=ts, offset=off, leader_epoch=epoch))
             topics.append(m("ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
         return m(throttle_time=0, topics=tuple(topics))
 
@@ -121,7 +121,7 @@ class OffsetApis:
 
     # ------------------------------------------------------------------ DeleteRecords
     def delete_records(self, ctx, req):
-        m = Msg(21, ctx.api_version)
+        m = Msg(ApiKeys.DELETE_RECORDS, ctx.api_version)
         rm = self.server.replica_manager
         topics = []
         for t in req.topics:
@@ -139,7 +139,7 @@ class OffsetApis:
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     def offset_for_leader_epoch(self, ctx, req):
-        m = Msg(23, ctx.api_version)
+        m = Msg(ApiKeys.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
         rm = self.server.replica_manager
         topics = []
         for t in req.topics:

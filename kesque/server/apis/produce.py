@@ -14,6 +14,7 @@ import inspect
 import logging
 
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
 from ...records import batch as rb
 from ...replication.delayed import wait_for_acks
@@ -41,7 +42,8 @@ class ProduceApis:
         self._appending: dict = {}  # connection -> asyncio.Future set once that request has appended
 
     def register(self) -> None:
-        self.server.register(0, MIN_VERSION, MAX_VERSION, self.produce, raw=True, refused_below=MIN_USABLE_VERSION)
+        self.server.register(ApiKeys.PRODUCE, MIN_VERSION, MAX_VERSION, self.produce, raw=True,
+                             refused_below=MIN_USABLE_VERSION)
 
     def produce(self, ctx, body):
         conn = ctx.connection

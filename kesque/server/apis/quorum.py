@@ -13,10 +13,11 @@ from __future__ import annotations
 from ...errors import ErrorCode, KafkaError
 from ...controller import cluster_control
 from ...controller.replication_control import ELECTION_TYPES
+from ...protocol.api_keys import ApiKeys
 from ...raft import wire
 from ..drivers import alter_partition
 from ..context import NO_RESPONSE
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 
 class QuorumApis:
@@ -29,15 +30,16 @@ class QuorumApis:
                          (59, "fetch_snapshot")):
             versions = wire.VERSIONS[api]
             s.register(key, versions.start, versions.stop - 1, self.raft_rpc, controller_only=True)
-        s.register(62, 0, 4, self.broker_registration, controller_only=True)
-        s.register(63, 0, 1, self.broker_heartbeat, controller_only=True)
-        s.register(67, 0, 0, self.allocate_producer_ids, controller_only=True)
-        s.register(73, 0, 0, self.assign_replicas_to_dirs, controller_only=True)
-        s.register(64, 0, 0, self.unregister_broker)  # kafka-cluster.sh unregister: any listener
-        s.register(55, 0, 2, self.describe_quorum)
-        s.register(56, alter_partition.VERSIONS.start, alter_partition.VERSIONS.stop - 1, self.alter_partition,
+        s.register(ApiKeys.BROKER_REGISTRATION, 0, 4, self.broker_registration, controller_only=True)
+        s.register(ApiKeys.BROKER_HEARTBEAT, 0, 1, self.broker_heartbeat, controller_only=True)
+        s.register(ApiKeys.ALLOCATE_PRODUCER_IDS, 0, 0, self.allocate_producer_ids, controller_only=True)
+        s.register(ApiKeys.ASSIGN_REPLICAS_TO_DIRS, 0, 0, self.assign_replicas_to_dirs, controller_only=True)
+        s.register(ApiKeys.UNREGISTER_BROKER, 0, 0, self.unregister_broker)  # kafka-cluster.sh unregister: any listener
+        s.register(ApiKeys.DESCRIBE_QUORUM, 0, 2, self.describe_quorum)
+        s.register(ApiKeys.ALTER_PARTITION, alter_partition.VERSIONS.start, alter_partition.VERSIONS.stop - 1,
+                   self.alter_partition,
                    controller_only=True)
-        s.register(43, 0, 2, self.elect_leaders)
+        s.register(ApiKeys.ELECT_LEADERS, 0, 2, self.elect_leaders)
 
     async def raft_rpc(self, ctx, req):
         raft = self.server.raft
@@ -50,7 +52,7 @@ class QuorumApis:
     def describe_quorum(self, ctx, req):
         s = self.server
         if not wire.is_metadata_partition(req):
-            m = Msg(55, ctx.api_version)
+            m = Msg(ApiKeys.DESCRIBE_QUORUM, ctx.api_version)
             return m(error_code=ErrorCode.unknown_topic_or_partition, error_message=None, topics=(), nodes=())
         return s.controllers.dispatch(ctx, req, lambda: self._describe_local(ctx))
 
@@ -63,7 +65,7 @@ class QuorumApis:
         return self.server.controllers.dispatch(ctx, req, lambda: self._register(ctx, req))
 
     async def _register(self, ctx, req):
-        m = Msg(62, ctx.api_version)
+        m = Msg(ApiKeys.BROKER_REGISTRATION, ctx.api_version)
         try:
             epoch = await self.server.controllers.lifecycle_call("register", cluster_control.from_kio(req))
         except KafkaError as e:
@@ -99,7 +101,7 @@ class QuorumApis:
         return self.server.controllers.dispatch(ctx, req, lambda: self._unregister(ctx, req))
 
     async def _unregister(self, ctx, req):
-        m = Msg(64, ctx.api_version)
+        m = Msg(ApiKeys.UNREGISTER_BROKER, ctx.api_version)
         try:
             await self.server.controllers.lifecycle_call("unregister", req.broker_id)
         except KafkaError as e:
@@ -111,7 +113,7 @@ class QuorumApis:
         return self.server.controllers.dispatch(ctx, req, lambda: self._allocate(ctx, req))
 
     async def _allocate(self, ctx, req):
-        m = Msg(67, ctx.api_version)
+        m = Msg(ApiKeys.ALLOCATE_PRODUCER_IDS, ctx.api_version)
         try:
             start, length = await self.server.controllers.call("allocate_producer_ids", req.broker_id,
                                                               req.broker_epoch)
@@ -136,7 +138,7 @@ class QuorumApis:
         return self.server.controllers.dispatch(ctx, req, lambda: self._elect_leaders(ctx, req))
 
     async def _elect_leaders(self, ctx, req):
-        m = Msg(43, ctx.api_version)
+        m = Msg(ApiKeys.ELECT_LEADERS, ctx.api_version)
         asked = None if req.topic_partitions is None else {}
         for t in req.topic_partitions or ():
             asked.setdefault(t.topic, []).extend(int(p) for p in t.partitions)

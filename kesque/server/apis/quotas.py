@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
 from ... import quotas as qm
-from .kiohelp import Msg
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
@@ -62,11 +63,11 @@ class QuotaApis:
         self.server = server
 
     def register(self) -> None:
-        self.server.register(48, 0, 1, self.describe_client_quotas)
-        self.server.register(49, 0, 1, self.alter_client_quotas)
+        self.server.register(ApiKeys.DESCRIBE_CLIENT_QUOTAS, 0, 1, self.describe_client_quotas)
+        self.server.register(ApiKeys.ALTER_CLIENT_QUOTAS, 0, 1, self.alter_client_quotas)
 
     def describe_client_quotas(self, ctx, req):
-        m = Msg(48, ctx.api_version)
+        m = Msg(ApiKeys.DESCRIBE_CLIENT_QUOTAS, ctx.api_version)
         try:
             exact, specified = parse_filter(req.components)
         except KafkaError as e:
@@ -83,7 +84,7 @@ class QuotaApis:
         return self.server.controllers.dispatch(ctx, req, lambda: self._alter_client_quotas(ctx, req))
 
     async def _alter_client_quotas(self, ctx, req):
-        m = Msg(49, ctx.api_version)
+        m = Msg(ApiKeys.ALTER_CLIENT_QUOTAS, ctx.api_version)
         alterations = [([(e.entity_type, e.entity_name) for e in entry.entity],
                         [(op.key, None if op.remove else op.value) for op in entry.ops]) for entry in req.entries]
         try:

@@ -9,7 +9,8 @@ ListPartitionReassignments from the controller's committed image
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
-from .kiohelp import Msg
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
 from .topics import _timeout_ms
 
 
@@ -19,15 +20,15 @@ class ReassignmentApis:
 
     def register(self) -> None:
         s = self.server
-        s.register(45, 0, 1, self.alter_partition_reassignments)
-        s.register(46, 0, 0, self.list_partition_reassignments)
+        s.register(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, 0, 1, self.alter_partition_reassignments)
+        s.register(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0, 0, self.list_partition_reassignments)
 
     # ------------------------------------------------------------------ AlterPartitionReassignments
     def alter_partition_reassignments(self, ctx, req):
         return self.server.controllers.dispatch(ctx, req, lambda: self._alter(ctx, req))
 
     async def _alter(self, ctx, req):
-        m = Msg(45, ctx.api_version)
+        m = Msg(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, ctx.api_version)
         topics = [(t.name, [(p.partition_index, None if p.replicas is None else [int(r) for r in p.replicas])
                             for p in t.partitions]) for t in req.topics]
         allow = bool(getattr(req, "allow_replication_factor_change", True))
@@ -51,7 +52,7 @@ class ReassignmentApis:
         return self.server.controllers.dispatch(ctx, req, lambda: self._list(ctx, req))
 
     async def _list(self, ctx, req):
-        m = Msg(46, ctx.api_version)
+        m = Msg(ApiKeys.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
         topics = None if req.topics is None else [(t.name, [int(i) for i in t.partition_indexes])
                                                    for t in req.topics]
         try:

@@ -16,10 +16,11 @@ from __future__ import annotations
 from ...coordinator.share.runtime import coordinator_key
 from ...coordinator.share.shard import summary
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ...share import enabled
 from ...share.partition import StateBatch
 from .committed import committed
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 NOT_FOUND = "The share-partition state was not found (never initialized)."
 
@@ -32,11 +33,11 @@ class ShareStateApis:
         s = self.server
         if not enabled(s.config):
             return
-        s.register(83, 0, 0, self.initialize)
-        s.register(84, 0, 0, self.read)
-        s.register(85, 0, 0, self.write)
-        s.register(86, 0, 0, self.delete)
-        s.register(87, 0, 1, self.read_summary)
+        s.register(ApiKeys.INITIALIZE_SHARE_GROUP_STATE, 0, 0, self.initialize)
+        s.register(ApiKeys.READ_SHARE_GROUP_STATE, 0, 0, self.read)
+        s.register(ApiKeys.WRITE_SHARE_GROUP_STATE, 0, 0, self.write)
+        s.register(ApiKeys.DELETE_SHARE_GROUP_STATE, 0, 0, self.delete)
+        s.register(ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, self.read_summary)
 
     @property
     def sc(self):
@@ -78,7 +79,7 @@ class ShareStateApis:
 
     # ------------------------------------------------------------------ the five APIs
     def initialize(self, ctx, req):
-        m = _Msg(83, "InitializeStateResult")
+        m = _Msg(ApiKeys.INITIALIZE_SHARE_GROUP_STATE, "InitializeStateResult")
 
         def op(shard, key, p):
             shard.initialize(key, p.start_offset, -1, p.state_epoch)
@@ -87,7 +88,7 @@ class ShareStateApis:
             "PartitionResult", partition=p, error_code=code, error_message=msg))
 
     def read(self, ctx, req):
-        m = _Msg(84, "ReadStateResult")
+        m = _Msg(ApiKeys.READ_SHARE_GROUP_STATE, "ReadStateResult")
 
         def op(shard, key, p):
             s = shard.read(key)
@@ -107,7 +108,7 @@ class ShareStateApis:
         return self._answer(m, self._each(req, op), result)
 
     def write(self, ctx, req):
-        m = _Msg(85, "WriteStateResult")
+        m = _Msg(ApiKeys.WRITE_SHARE_GROUP_STATE, "WriteStateResult")
 
         def op(shard, key, p):
             shard.write_state(key, p.start_offset, [StateBatch(b.first_offset, b.last_offset, b.delivery_state,
@@ -118,7 +119,7 @@ class ShareStateApis:
             "PartitionResult", partition=p, error_code=code, error_message=msg))
 
     def delete(self, ctx, req):
-        m = _Msg(86, "DeleteStateResult")
+        m = _Msg(ApiKeys.DELETE_SHARE_GROUP_STATE, "DeleteStateResult")
 
         def op(shard, key, p):
             if key in shard.states:
@@ -128,7 +129,7 @@ class ShareStateApis:
             "PartitionResult", partition=p, error_code=code, error_message=msg))
 
     def read_summary(self, ctx, req):
-        m = _Msg(87, "ReadStateSummaryResult", ctx.api_version)
+        m = _Msg(ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY, "ReadStateSummaryResult", ctx.api_version)
 
         def op(shard, key, p):
             s = shard.read(key)

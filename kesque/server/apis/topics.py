@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from ...controller.controller import INTERNAL_TOPICS, CreatedTopic, NewTopic
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from .configs import topic_config_entries
 from .core import OMITTED_OPS, _TOPIC_OPS, _bits
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 
 def _timeout_ms(req) -> int:
@@ -22,10 +23,10 @@ class TopicApis:
 
     def register(self) -> None:
         s = self.server
-        s.register(19, 2, 7, self.create_topics)
-        s.register(20, 1, 6, self.delete_topics)
-        s.register(37, 0, 3, self.create_partitions)
-        s.register(75, 0, 0, self.describe_topic_partitions)
+        s.register(ApiKeys.CREATE_TOPICS, 2, 7, self.create_topics)
+        s.register(ApiKeys.DELETE_TOPICS, 1, 6, self.delete_topics)
+        s.register(ApiKeys.CREATE_PARTITIONS, 0, 3, self.create_partitions)
+        s.register(ApiKeys.DESCRIBE_TOPIC_PARTITIONS, 0, 0, self.describe_topic_partitions)
 
     # ------------------------------------------------------------------ CreateTopics
     def create_topics(self, ctx, req):
@@ -33,7 +34,7 @@ class TopicApis:
 
     async def _create_topics(self, ctx, req):
         v = ctx.api_version
-        m = Msg(19, v)
+        m = Msg(ApiKeys.CREATE_TOPICS, v)
         specs = []
         for t in req.topics:
             specs.append(NewTopic(t.name, t.num_partitions, t.replication_factor,
@@ -69,7 +70,7 @@ class TopicApis:
 
     async def _delete_topics(self, ctx, req):
         v = ctx.api_version
-        m = Msg(20, v)
+        m = Msg(ApiKeys.DELETE_TOPICS, v)
         if v >= 6:
             names = [t.name for t in req.topics]
             ids = [t.topic_id if t.name is None else None for t in req.topics]
@@ -94,7 +95,7 @@ class TopicApis:
         return self.server.controllers.dispatch(ctx, req, lambda: self._create_partitions(ctx, req))
 
     async def _create_partitions(self, ctx, req):
-        m = Msg(37, ctx.api_version)
+        m = Msg(ApiKeys.CREATE_PARTITIONS, ctx.api_version)
         out = []
         seen = set()
         quota = self.server.mutation_quota(ctx, strict_since=3)
@@ -114,7 +115,7 @@ class TopicApis:
 
     # ------------------------------------------------------------------ DescribeTopicPartitions
     def describe_topic_partitions(self, ctx, req):
-        m = Msg(75, ctx.api_version)
+        m = Msg(ApiKeys.DESCRIBE_TOPIC_PARTITIONS, ctx.api_version)
         image = self.server.image
         live = {b.id for b in image.live_brokers()}
         if req.topics:

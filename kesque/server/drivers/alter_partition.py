@@ -35,7 +35,6 @@ import datetime
 
 log = logging.getLogger(__name__)
 
-API_KEY = 56
 VERSIONS = range(2, 4)
 LATEST = 3
 
