@@ -40,7 +40,7 @@ from . import checkpoint as ck
 from . import cleaner_process
 from .checkpoint import fsync_dir
 from .cleaner import Cleaner, CleanStats, first_dirty_offset, first_uncleanable_offset, last_batches_of_producers
-from .log import SegmentsChangedError
+from .local_log import SegmentsChangedError
 
 log = logging.getLogger(__name__)
 
