@@ -21,7 +21,7 @@ from kesque.errors import ErrorCode
 from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.server.drivers.alter_log_dirs import LogDirMover
-from kesque.storage.log import Log
+from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.log_manager import LogManager
 from kesque.testing.broker import Broker
 
@@ -148,11 +148,11 @@ def test_errors_and_a_dir_chosen_before_the_replica_exists(two_dir_broker):
 
 
 # ------------------------------------------------------------------ the mover on real logs
-def _log(d: str, name: str = "t-0", start: int = 0) -> Log:
-    return Log(os.path.join(d, name), "t", 0, LogConfig(), log_start_offset=start, had_clean_shutdown=True)
+def _log(d: str, name: str = "t-0", start: int = 0) -> UnifiedLog:
+    return UnifiedLog(os.path.join(d, name), "t", 0, LogConfig(), log_start_offset=start, had_clean_shutdown=True)
 
 
-def _append(lg: Log, epoch: int, values: list[bytes]) -> None:
+def _append(lg: UnifiedLog, epoch: int, values: list[bytes]) -> None:
     lg.append_as_leader(memoryview(bytearray(build_batch([(None, v) for v in values]))), epoch, int(time.time() * 1000))
 
 
@@ -182,7 +182,7 @@ class _Env:
         raise AssertionError("no end")
 
 
-def _records(lg: Log) -> list[tuple[int, int]]:
+def _records(lg: UnifiedLog) -> list[tuple[int, int]]:
     return [(h.base_offset, h.partition_leader_epoch) for h, _d in lg.read_batches(lg.log_start_offset)]
 
 

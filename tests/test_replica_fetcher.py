@@ -28,7 +28,7 @@ from kesque.replication.quota import ReplicationQuota
 from kesque.replication.replica_state import WAIT_FOR_METADATA, LeaderReplication, StorageReplicaLog
 from kesque.protocol.messages import Msg, to_ms
 from kesque.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
-from kesque.storage.log import Log
+from kesque.storage.unified_log import UnifiedLog
 
 TOPIC, TOPIC_ID = "t", uuid.UUID(int=0x7E57)
 LEADER, FOLLOWER, BROKER_EPOCH = 1, 2, 42
@@ -36,32 +36,32 @@ NOW = 1_700_000_000_000
 _I32 = struct.Struct(">i")
 
 
-def new_log(path, partition: int = 0) -> Log:
-    return Log(str(path / f"{TOPIC}-{partition}"), TOPIC, partition, LogConfig(), topic_id=TOPIC_ID, now_ms=NOW)
+def new_log(path, partition: int = 0) -> UnifiedLog:
+    return UnifiedLog(str(path / f"{TOPIC}-{partition}"), TOPIC, partition, LogConfig(), topic_id=TOPIC_ID, now_ms=NOW)
 
 
 def batch(value: bytes) -> memoryview:
     return memoryview(bytearray(build_batch([(b"k", value, ())], timestamp=NOW)))
 
 
-def values(lg: Log) -> list[bytes]:
+def values(lg: UnifiedLog) -> list[bytes]:
     """One value per batch (every batch here holds one record)."""
     from kesque.records.records import iter_records
     return [next(iter_records(data, 0, h)).value for h, data in lg.read_batches(lg.log_start_offset)]
 
 
-def raw_batches(lg: Log) -> list[bytes]:
+def raw_batches(lg: UnifiedLog) -> list[bytes]:
     return [bytes(data) for _h, data in lg.read_batches(lg.log_start_offset)]
 
 
-def record_truncations(lg: Log, monkeypatch) -> list[int]:
+def record_truncations(lg: UnifiedLog, monkeypatch) -> list[int]:
     out: list[int] = []
     real = lg.truncate_to
     monkeypatch.setattr(lg, "truncate_to", lambda offset: (out.append(offset), real(offset)))
     return out
 
 
-def checkpoint(lg: Log) -> str:
+def checkpoint(lg: UnifiedLog) -> str:
     with open(os.path.join(lg.dir, LEADER_EPOCH_CHECKPOINT)) as f:
         return f.read()
 
@@ -182,7 +182,7 @@ class FakeLeader:
 class Part:
     """What the fetcher uses of a Partition (hashable, as Partition is)."""
 
-    def __init__(self, partition: int, log: Log):
+    def __init__(self, partition: int, log: UnifiedLog):
         self.topic, self.partition, self.topic_id, self.log = TOPIC, partition, TOPIC_ID, log
         self.rlog = StorageReplicaLog(log)  # the view the fetcher shares with the partition
         self.tp = f"{TOPIC}-{partition}"
@@ -204,7 +204,7 @@ class Follower:
         port = self.ports.get(broker_id)
         return None if port is None else ("127.0.0.1", port)
 
-    def log(self, p: int = 0) -> Log:
+    def log(self, p: int = 0) -> UnifiedLog:
         return self.parts[p].log
 
     def follow(self, leader: FakeLeader, epoch: int, *ps: int) -> None:

@@ -281,10 +281,10 @@ class ReplicaManager(ReplicaEnv):
     # ------------------------------------------------------------------ produce
     def append(self, topic: str, partition: int, buf: memoryview, required_acks: int, verification_guard=None,
                require_verification: bool = False):
-        """Append a produced batch to a leader partition; returns the Log's AppendInfo or
+        """Append a produced batch to a leader partition; returns the UnifiedLog's AppendInfo or
         raises KafkaError. Waiting fetches on the partition are told about the new bytes.
         ``verification_guard``: the KIP-890 verification this batch passed (from
-        :meth:`start_transaction_verification`), which the Log checks when
+        :meth:`start_transaction_verification`), which the UnifiedLog checks when
         ``require_verification``."""
         part = self.partitions.get((topic, partition))
         if part is None:

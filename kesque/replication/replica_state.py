@@ -5,7 +5,7 @@ without sockets, threads or clocks: every method is given the time (``now``, ms)
 replica's log, and answers with what to send (an :class:`AlterPartition` proposal) or what the
 caller must tell the client (an error code). The log is reached only through the small
 :class:`ReplicaLog` interface, so that the real broker passes its
-:class:`~kesque.storage.log.Log` (through :class:`StorageReplicaLog`) and the simulator its
+:class:`~kesque.storage.unified_log.UnifiedLog` (through :class:`StorageReplicaLog`) and the simulator its
 in-memory log (:class:`kesque.sim.replication.MemLog`): both run this same code.
 
 **Leader side** (:class:`LeaderReplication`, one per partition replica, kept across roles as
@@ -131,7 +131,7 @@ class ReplicaLog(Protocol):
 
 
 class StorageReplicaLog:
-    """:class:`ReplicaLog` over a :class:`kesque.storage.log.Log`."""
+    """:class:`ReplicaLog` over a :class:`kesque.storage.unified_log.UnifiedLog`."""
 
     def __init__(self, log):
         self.log = log

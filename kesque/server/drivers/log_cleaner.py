@@ -40,7 +40,7 @@ from ...storage import checkpoint as ck
 from ...storage import cleaner_process
 from ...storage.checkpoint import fsync_dir
 from ...storage.cleaner import Cleaner, CleanStats, first_dirty_offset, first_uncleanable_offset, last_batches_of_producers
-from ...storage.log import SegmentsChangedError
+from ...storage.local_log import SegmentsChangedError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ Each round sends one Fetch (v18: the replica id and broker epoch travel in ``rep
 topics by id, no fetch session, READ_UNCOMMITTED) holding the partitions whose
 :class:`~kesque.replication.replica_state.FollowerFetch` is FETCHING or TRUNCATING, and hands
 each partition's answer to ``FollowerFetch.on_response``: the sans-IO rules decide whether to
-append, truncate, back off or wait. Records are appended as they came (``Log.append_raw``:
+append, truncate, back off or wait. Records are appended as they came (``UnifiedLog.append_raw``:
 offsets and leader epochs kept), whole batches only. The fetcher's own work is per partition and
 per batch header, never per record. The request is encoded and the answer decoded by hand
 (:mod:`kesque.protocol.replica_fetch`, checked byte for byte against kio): the records are views
