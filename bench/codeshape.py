@@ -95,28 +95,26 @@ def in_function_imports(tree: ast.Module) -> int:
 
 def server_reaches(tree: ast.Module) -> Counter:
     """Attribute reads on the server object: ``server.x``, ``self.server.x``, ``self._server.x``
-    and on local aliases of those (``s = self.server``)."""
+    anywhere (methods, lambdas, properties), and on a function's local aliases of those
+    (``s = self.server``)."""
     found = Counter()
 
-    def is_server(expr, aliases) -> bool:
+    def is_server(expr) -> bool:
         if isinstance(expr, ast.Name):
-            return expr.id in SERVER_NAMES or expr.id in aliases
+            return expr.id in SERVER_NAMES
         return (isinstance(expr, ast.Attribute) and expr.attr in SERVER_NAMES
                 and isinstance(expr.value, ast.Name) and expr.value.id == "self")
 
-    def visit_function(fn):
-        aliases = set()
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                if is_server(node.value, ()):
-                    aliases.add(node.targets[0].id)
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Attribute) and is_server(node.value, aliases) and node.attr not in SERVER_NAMES:
-                found[node.attr] += 1
-
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_server(node.value) and node.attr not in SERVER_NAMES:
+            found[node.attr] += 1
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            visit_function(node)
+            aliases = {n.targets[0].id for n in ast.walk(node)
+                       if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                       and n.targets[0].id not in SERVER_NAMES and is_server(n.value)}
+            for n in ast.walk(node):
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases:
+                    found[n.attr] += 1
     return found
 
 
