@@ -46,6 +46,7 @@ from ..server.channel import Channel
 from ..server.server import KesqueServer
 from ..storage.log_manager import ensure_storage, format_dirs, read_meta_properties, storage_dirs
 from .loop import InlineExecutor, Process, SimClock, SimLoop, deterministic_entropy
+from .powerloss import PowerLossFS
 from .scheduler import InvariantViolation, LivenessViolation, Scheduler
 
 log = logging.getLogger(__name__)
@@ -149,15 +150,19 @@ class SimNode:
         self.halted = message
         self.kill()
 
-    def kill(self) -> None:
+    def kill(self, power_loss: bool = False) -> None:
         """kill -9: no code of this incarnation runs again; its files stay; the kernel closes its
-        descriptors (the sockets are reset, the log dir locks released)."""
+        descriptors (the sockets are reset, the log dir locks released). ``power_loss``: the
+        machine loses power too, and its disk keeps only what was fsynced (the cluster's
+        :class:`~kesque.sim.powerloss.PowerLossFS`)."""
         if not self.alive:
             return
         self.cluster.loop.net.kill(self.proc)
         self.cluster.graveyard.append(self.server)
         with contextlib.suppress(Exception):
             self.server._release_locks()
+        if power_loss:
+            self.cluster.fs.lose_power(self.dir)
 
 
 class WireClient:
@@ -295,6 +300,7 @@ class RealCluster:
         self.nodes = {i: SimNode(self, i) for i in (CONTROLLER, *BROKERS)}
         self.graveyard: list = []
         self.failures: list[str] = []
+        self.fs: PowerLossFS | None = None
         self.client_proc = Process("client", CLIENT_HOST)
         self.client: WireClient | None = None
         self.invariants: list = []
@@ -342,8 +348,11 @@ class RealCluster:
 
     # -- the nodes ---------------------------------------------------------------------------------
     def start_all(self) -> None:
+        """Format and start every node; from then on the file layer tracks what is durable (the
+        formatted dirs are)."""
         for node in self.nodes.values():
             node.start()
+        self.fs = PowerLossFS(self.root)
 
     def brokers(self) -> list[SimNode]:
         return [self.nodes[b] for b in BROKERS]
@@ -355,6 +364,14 @@ class RealCluster:
             return None
         rm = getattr(node.server, "replica_manager", None)
         return None if rm is None else rm.partitions.get((topic, partition))
+
+    def fenced(self, broker: int) -> bool:
+        """Has the active controller fenced ``broker`` (its image says so)?"""
+        node = self.nodes[CONTROLLER]
+        if not node.ready or node.server.controller is None:
+            return False
+        reg = node.server.controller.image.brokers.get(broker)
+        return reg is not None and reg.fenced
 
     def controller_view(self, topic: str, partition: int):
         """(leader, isr) of the partition in the active controller's image, or None."""
