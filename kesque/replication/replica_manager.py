@@ -42,7 +42,10 @@ class ReplicaManager(ReplicaEnv):
         # Kafka's HostedPartition.Offline: replicas whose log dir failed; not served (their
         # requests get KAFKA_STORAGE_ERROR) until the broker restarts
         self.offline_partitions: set[tuple[str, int]] = set()
-        self._watchers: dict[str, dict[tuple[str, int], set]] = {"hw": defaultdict(set), "replica": defaultdict(set)}
+        # callbacks in the order they were watched (dicts as ordered sets, as Kafka's watcher lists
+        # are queues): waking them in a fixed order keeps a simulated run reproducible
+        self._watchers: dict[str, dict[tuple[str, int], dict]] = {"hw": defaultdict(dict),
+                                                                  "replica": defaultdict(dict)}
         self.local_broker_epoch = -1
         # the replication quotas (KIP-73), kept up to date from the broker's and the topics'
         # configs here; the leader's is checked in the Fetch handler, the follower's by the
@@ -337,13 +340,13 @@ class ReplicaManager(ReplicaEnv):
 
     # ------------------------------------------------------------------ watchers
     def watch(self, tp: tuple[str, int], callback, kind: str = "hw") -> None:
-        self._watchers[kind][tp].add(callback)
+        self._watchers[kind][tp][callback] = None
 
     def unwatch(self, tp: tuple[str, int], callback, kind: str = "hw") -> None:
         w = self._watchers[kind]
         s = w.get(tp)
         if s is not None:
-            s.discard(callback)
+            s.pop(callback, None)
             if not s:
                 del w[tp]
 

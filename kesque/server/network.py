@@ -14,6 +14,11 @@ Requests are processed in arrival order as soon as they are read; each gets a re
 slot, and slots are flushed strictly in order even when a later request (a metadata
 call) finishes before an earlier one (a long-poll fetch).
 
+The sockets are the OS's, or, when the event loop simulates the network (``kesque.sim.loop``),
+the loop's: a listening socket comes from ``loop.new_socket`` when the loop has one, and a
+connection whose socket is not an OS socket (no descriptor to ``sendfile`` to) writes its file
+regions as bytes read with ``pread``.
+
 Memory a client can make the broker hold is bounded. A size prefix costs nothing until its
 bytes arrive; the buffers of large frames come from a :class:`MemoryPool` sized by
 ``queued.max.request.bytes``, and while it is used up the connections that need more wait
@@ -186,6 +191,8 @@ class Connection:
         self.loop = server.loop
         self.sock = sock
         self.fd = sock.fileno()
+        # regions above this go out with os.sendfile; a simulated socket has no descriptor for it
+        self.sendfile_above = SMALL_REGION if isinstance(sock, socket.socket) else sys.maxsize
         self.listener = listener
         try:
             self.peer = sock.getpeername()
@@ -440,6 +447,7 @@ class Connection:
     def _flush(self) -> None:
         out = self._out
         sock = self.sock
+        sendfile_above = self.sendfile_above
         try:
             while out:
                 first = out[0]
@@ -448,7 +456,7 @@ class Connection:
                         log.info("%s: segment deleted while a fetch response was queued; closing", self.id)
                         self.close()
                         return
-                    if first.size - self._head > SMALL_REGION:
+                    if first.size - self._head > sendfile_above:
                         n = os.sendfile(self.fd, first.handle.fd, first.position + self._head,
                                         first.size - self._head)
                         if n == 0:
@@ -466,7 +474,7 @@ class Connection:
                 for i in range(min(len(out), IOV_MAX)):
                     item = out[i]
                     if isinstance(item, FileRegion):
-                        if item.handle.closed or item.size - (self._head if i == 0 else 0) > SMALL_REGION:
+                        if item.handle.closed or item.size - (self._head if i == 0 else 0) > sendfile_above:
                             break
                         item = out[i] = item.read()
                     batch.append(item)
@@ -539,10 +547,12 @@ class SocketServer:
         self.listeners: list[tuple[socket.socket, str]] = []
         self.connections: set[Connection] = set()
         self.closed_listeners: list = []  # fn(conn) once a connection has closed
+        # listening sockets: the OS's, or those of a loop that simulates the network
+        self.new_socket = getattr(loop, "new_socket", socket.socket)
 
     def listen(self, host: str, port: int, name: str = "PLAINTEXT") -> int:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = self.new_socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host or "0.0.0.0", port))
         sock.listen(1024)

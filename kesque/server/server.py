@@ -157,6 +157,8 @@ class KesqueServer:
         self.quotas = Quotas.from_config(config)
         self._ip_overrides: tuple[str | None, dict[str, int]] = (None, {})
         self.metadata_dir_lock: DirLock | None = None
+        # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
+        self.rng = random.Random()
 
     # ================================================================== lifecycle
     async def start(self) -> None:
@@ -283,7 +285,7 @@ class KesqueServer:
         lc = BrokerLifecycle(self.node_id, uuid.uuid4(), self.config, cluster_id=cluster_id or "",
                              listeners=[Endpoint(**e) for e in self._endpoints()],
                              features=supported_features(),
-                             rack=self.config.get("broker.rack"), rng=random.Random(), now=self._now_ms(),
+                             rack=self.config.get("broker.rack"), rng=self.rng, now=self._now_ms(),
                              log_dirs=[self.log_manager.directory_ids[d] for d in self.log_manager.live_log_dirs
                                        if d in self.log_manager.directory_ids])
         lc.on_metadata_offset(self.image.offset)
@@ -406,7 +408,8 @@ class KesqueServer:
                                request_timeout_ms=qc.request_timeout_ms)
         self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
         self._channels = (raft_channel, self.channel)
-        self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id)
+        self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id,
+                                seed=self.rng.getrandbits(64), clock=self.clock)
         self.raft.dir_failure = self.dir_failure
         self.snapshots = metadata_snapshot.SnapshotPolicy.from_config(cfg, self._now_ms())
         if "controller" in self.roles and self.node_id in self.voters:
