@@ -40,6 +40,7 @@ from kio.index import load_request_schema
 
 from ..client.wire import make
 from ..config import BrokerConfig
+from ..protocol.api_keys import ApiKeys
 from ..records import batch as rb
 from ..records.records import build_batch, iter_records
 from ..server.channel import Channel
@@ -198,7 +199,7 @@ class WireClient:
             )
             return make(rq.CreateTopicsRequest, timeout=5000, validate_only=False, topics=(topic,))
 
-        resp = await self.send(node, 19, 7, build)
+        resp = await self.send(node, ApiKeys.CREATE_TOPICS, 7, build)
         return int(resp.topics[0].error_code)
 
     async def metadata(self, node: int, topic: str) -> dict[int, tuple[int, list[int]]]:
@@ -212,7 +213,7 @@ class WireClient:
                 topics=(make(rq.MetadataRequestTopic, name=topic, topic_id=None),),
             )
 
-        resp = await self.send(node, 3, 12, build)
+        resp = await self.send(node, ApiKeys.METADATA, 12, build)
         out = {}
         for t in resp.topics:
             if t.name == topic and int(t.error_code) == 0:
@@ -364,14 +365,6 @@ class RealCluster:
             return None
         rm = getattr(node.server, "replica_manager", None)
         return None if rm is None else rm.partitions.get((topic, partition))
-
-    def fenced(self, broker: int) -> bool:
-        """Has the active controller fenced ``broker`` (its image says so)?"""
-        node = self.nodes[CONTROLLER]
-        if not node.ready or node.server.controller is None:
-            return False
-        reg = node.server.controller.image.brokers.get(broker)
-        return reg is not None and reg.fenced
 
     def controller_view(self, topic: str, partition: int):
         """(leader, isr) of the partition in the active controller's image, or None."""
