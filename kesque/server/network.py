@@ -545,12 +545,17 @@ class SocketServer:
         self.send_buffer = send_buffer
         self.recv_buffer = recv_buffer
         self.listeners: list[tuple[socket.socket, str]] = []
+        self._not_serving: list[tuple[socket.socket, str]] = []  # bound, accepting from start_serving()
         self.connections: set[Connection] = set()
         self.closed_listeners: list = []  # fn(conn) once a connection has closed
         # listening sockets: the OS's, or those of a loop that simulates the network
         self.new_socket = getattr(loop, "new_socket", socket.socket)
 
-    def listen(self, host: str, port: int, name: str = "PLAINTEXT") -> int:
+    def listen(self, host: str, port: int, name: str = "PLAINTEXT", serve: bool = True) -> int:
+        """Bind and listen; accept connections at once, or (``serve=False``) only from
+        :meth:`start_serving` on, as Kafka's broker binds its listeners early (its endpoints go
+        into its registration) and enables request processing once the controller has
+        registered it and it has caught up (connections wait in the backlog meanwhile)."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = self.new_socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -558,8 +563,17 @@ class SocketServer:
         sock.listen(1024)
         sock.setblocking(False)
         self.listeners.append((sock, name))
-        self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+        if serve:
+            self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+        else:
+            self._not_serving.append((sock, name))
         return sock.getsockname()[1]
+
+    def start_serving(self) -> None:
+        """Accept on the listeners bound with ``serve=False``."""
+        for sock, name in self._not_serving:
+            self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+        self._not_serving.clear()
 
     def _accept(self, lsock: socket.socket, name: str) -> None:
         for _ in range(64):
@@ -611,6 +625,7 @@ class SocketServer:
                 conn.close()
 
     def close(self) -> None:
+        self._not_serving.clear()
         for sock, _name in self.listeners:
             try:
                 self.loop.remove_reader(sock.fileno())

@@ -252,7 +252,12 @@ class KesqueServer:
         self._metadata_ready = True
         self._publish(self._pending_delta)
         self._pending_delta = Delta()
-        self.bound.update(self._listen(lambda name: name not in self.controller_listener_names))
+        # the broker listeners are bound now (their ports go into the registration) and accept
+        # once this broker is registered and caught up, as Kafka's enableRequestProcessing: a
+        # broker back from a crash must not serve followers or clients from the leaderships of
+        # the image it replayed (its log may have lost its unflushed tail) before the controller
+        # has fenced its old incarnation and moved them (kesque.sim's real_power_loss scenario)
+        self.bound.update(self._listen(lambda name: name not in self.controller_listener_names, serve=False))
         self.bound.update(controller_bound)
         if "broker" in self.roles:
             if self.cluster_mode:
@@ -273,6 +278,7 @@ class KesqueServer:
         self._schedule_periodic()
         self._start_log_cleaner()
         self.log_dir_mover.resume()  # moves between log dirs a restart interrupted
+        self.socket_server.start_serving()
         self.started.set()
         log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
                  (time.monotonic() - t0) * 1000, cluster_id)
@@ -370,12 +376,12 @@ class KesqueServer:
         await self.heartbeats.until(lambda: lc.shutdown_finished)
         log.info("Controlled shutdown finished: %s", lc.shutdown_reason)
 
-    def _listen(self, which) -> dict[str, tuple[str, int]]:
+    def _listen(self, which, serve: bool = True) -> dict[str, tuple[str, int]]:
         out = {}
         for lis in self.config.listeners():
             if not which(lis.name):
                 continue
-            port = self.socket_server.listen(lis.host, lis.port, lis.name)
+            port = self.socket_server.listen(lis.host, lis.port, lis.name, serve=serve)
             out[lis.name] = (lis.host, port)
             log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)
         return out
