@@ -32,6 +32,7 @@ from collections import deque
 
 from ..protocol.fetch import FileRegion
 from ..protocol.primitives import INT32
+from .context import ANONYMOUS, PLAINTEXT, KafkaPrincipal
 
 log = logging.getLogger(__name__)
 
@@ -181,20 +182,27 @@ class Slot:
 
 
 class Connection:
-    def __init__(self, server, sock: socket.socket, listener: str):
-        self.server = server
-        self.loop = server.loop
+    def __init__(self, loop, sock: socket.socket, listener: str, *, handle_frame, on_closed, max_request: int,
+                 pool: MemoryPool, security_protocol: str = PLAINTEXT, principal: KafkaPrincipal = ANONYMOUS):
+        """``handle_frame(conn, frame)`` for each request; ``on_closed(conn)`` once closed. The
+        listener's ``security_protocol`` and the authenticated ``principal`` go into every
+        request's context (PLAINTEXT: ``User:ANONYMOUS``)."""
+        self.loop = loop
+        self.handle_frame = handle_frame
+        self.on_closed = on_closed
         self.sock = sock
         self.fd = sock.fileno()
         self.listener = listener
+        self.security_protocol = security_protocol
+        self.principal = principal
         try:
             self.peer = sock.getpeername()
         except OSError:
             self.peer = ("?", 0)
         self.id = f"{sock.getsockname()[0]}:{sock.getsockname()[1]}-{self.peer[0]}:{self.peer[1]}"
         self.closed = False
-        self.max_request = server.max_request_size
-        self.pool: MemoryPool = server.pool
+        self.max_request = max_request
+        self.pool: MemoryPool = pool
         self._buf = bytearray(READ_BUFFER)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -361,7 +369,7 @@ class Connection:
 
     def _dispatch(self, frame: memoryview) -> None:
         try:
-            self.server.handle_frame(self, frame)
+            self.handle_frame(self, frame)
         except Exception:  # a handler bug must not take the broker down
             log.exception("%s: unexpected error handling a request; closing connection", self.id)
             self.close()
@@ -523,7 +531,7 @@ class Connection:
         self._slots.clear()
         self._drop_big()
         self.pool.forget(self)
-        self.server.connection_closed(self)
+        self.on_closed(self)
 
 
 class SocketServer:
@@ -540,7 +548,7 @@ class SocketServer:
         self.connections: set[Connection] = set()
         self.closed_listeners: list = []  # fn(conn) once a connection has closed
 
-    def listen(self, host: str, port: int, name: str = "PLAINTEXT") -> int:
+    def listen(self, host: str, port: int, name: str = PLAINTEXT, security_protocol: str = PLAINTEXT) -> int:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -548,10 +556,10 @@ class SocketServer:
         sock.listen(1024)
         sock.setblocking(False)
         self.listeners.append((sock, name))
-        self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+        self.loop.add_reader(sock.fileno(), self._accept, sock, name, security_protocol)
         return sock.getsockname()[1]
 
-    def _accept(self, lsock: socket.socket, name: str) -> None:
+    def _accept(self, lsock: socket.socket, name: str, security_protocol: str = PLAINTEXT) -> None:
         for _ in range(64):
             try:
                 sock, _addr = lsock.accept()
@@ -568,7 +576,9 @@ class SocketServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
             if self.recv_buffer > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer)
-            self.connections.add(Connection(self, sock, name))
+            self.connections.add(Connection(self.loop, sock, name, handle_frame=self.handle_frame,
+                                            on_closed=self.connection_closed, max_request=self.max_request_size,
+                                            pool=self.pool, security_protocol=security_protocol))
 
     # connection quotas: admit(sock, addr) -> bool for each accepted socket, release(ip) on close
     admit = None
