@@ -12,6 +12,7 @@ from ...protocol.api_keys import ApiKeys
 from ...protocol.primitives import INT16, INT32
 from ...utils import java_string_hash
 from ...protocol.messages import Msg
+from ..context import AclOperation, ResourceType, CLUSTER_NAME
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,9 @@ class CoreApis:
                 validate_topic_name(name)
             except KafkaError:
                 continue
+            if ctx.authorizer is not None and not (ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+                                                   and _may_create(ctx, name)):
+                continue
             out.append(name)
         return out
 
@@ -140,6 +144,7 @@ class CoreApis:
             requested = None
         allow_auto = getattr(req, "allow_auto_topic_creation", True)
         include_ops = getattr(req, "include_topic_authorized_operations", False)
+        authorizer = ctx.authorizer  # None: everything is allowed
         topics = []
         if requested is None:
             names = [t.name for t in sorted(image.topics_by_id.values(), key=lambda t: t.name)]
@@ -157,8 +162,19 @@ class CoreApis:
                     continue
             else:
                 t = image.topic(name)
+            if authorizer is not None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                                            t.name if t is not None else name):
+                # as Kafka: left out of an all-topics answer; asked by id, not told it exists
+                if requested is None:
+                    continue
+                err = ErrorCode.topic_authorization_failed if name is not None else ErrorCode.unknown_topic_id
+                topics.append(m("MetadataResponseTopic", error_code=err, name=name,
+                                topic_id=None if name is not None else topic_id,
+                                is_internal=name in INTERNAL_TOPICS, partitions=(),
+                                topic_authorized_operations=OMITTED_OPS))
+                continue
             if t is None:
-                err = self._maybe_auto_create(name, allow_auto, created)
+                err = self._maybe_auto_create(ctx, name, allow_auto, created)
                 t = image.topic(name)
                 if t is None:
                     if err == ErrorCode.none:
@@ -191,13 +207,15 @@ class CoreApis:
                  is_internal=t.name in INTERNAL_TOPICS, partitions=tuple(parts),
                  topic_authorized_operations=_bits(_TOPIC_OPS) if include_ops else OMITTED_OPS)
 
-    def _maybe_auto_create(self, name: str, allow_auto: bool, created: dict) -> ErrorCode:
+    def _maybe_auto_create(self, ctx, name: str, allow_auto: bool, created: dict) -> ErrorCode:
         try:
             validate_topic_name(name)
         except KafkaError:
             return ErrorCode.invalid_topic_exception
         if not (allow_auto and self.config.get("auto.create.topics.enable")) or name in INTERNAL_TOPICS:
             return ErrorCode.unknown_topic_or_partition
+        if ctx.authorizer is not None and not _may_create(ctx, name):
+            return ErrorCode.topic_authorization_failed
         res = created.get(name)
         if res is None:
             return ErrorCode.leader_not_available
@@ -290,6 +308,12 @@ class CoreApis:
 
     def _coordinator_for(self, key_type: int, key: str):
         return self.coordinators.coordinator_for(key_type, key)
+
+
+def _may_create(ctx, topic: str) -> bool:
+    """CREATE on the cluster, or else on the topic (Kafka's CreateTopics and auto-creation)."""
+    return ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or \
+        ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, topic)
 
 
 class CoordinatorLookup:

@@ -28,7 +28,7 @@ from ...replication.delayed import wait_for_bytes
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
 from ...raft.wire import METADATA_TOPIC, METADATA_TOPIC_ID
-from ..context import NO_RESPONSE
+from ..context import CLUSTER_NAME, NO_RESPONSE, AclOperation, ResourceType
 from ...protocol.messages import to_ms
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,9 @@ class FetchApis:
                 and _is_metadata_fetch(req):
             return self._raft_fetch(ctx, req)
         if replica_id >= 0:
+            if ctx.authorizer is not None and not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                                                CLUSTER_NAME):
+                return self._follower_denied(v, req)
             # never throttled by client quotas: ahead of the quota checks
             return self._replica_fetch(v, req, replica_id, getattr(rs, "replica_epoch", -1) if rs is not None else -1)
         image = self.image
@@ -165,10 +168,29 @@ class FetchApis:
         fetch_quota = self._fetch_quota
         if fetch_quota.enabled:  # never more than the client's quota allows in one window
             max_bytes = int(min(max_bytes, fetch_quota.max_value_in_window(ctx.principal.name, ctx.client_id or "")))
-        total, must_answer = self._read_all(items, isolation, max_bytes)
-        if max_wait <= 0 or not items or total >= min_bytes or must_answer:
+        readable = items if ctx.authorizer is None else self._authorized(ctx, items)
+        total, must_answer = self._read_all(readable, isolation, max_bytes)
+        if max_wait <= 0 or not readable or total >= min_bytes or must_answer:
             return self._answer(ctx, v, items, session, incremental, isolation, total)
-        return self._delayed(ctx, v, items, session, incremental, isolation, max_bytes, min_bytes - total, max_wait)
+        return self._delayed(ctx, v, items, readable, session, incremental, isolation, max_bytes, min_bytes - total,
+                             max_wait)
+
+    @staticmethod
+    def _authorized(ctx, items: list[_Item]) -> list[_Item]:
+        """The items whose topic the principal may READ; the others answer TOPIC_AUTHORIZATION_FAILED
+        (an unknown topic id stays UNKNOWN_TOPIC_ID), as Kafka's handleFetchRequest."""
+        allowed = {}
+        out = []
+        for it in items:
+            ok = it.topic is None or allowed.get(it.topic)
+            if ok is None:
+                ok = allowed[it.topic] = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, it.topic)
+            if ok:
+                out.append(it)
+            else:
+                it.error = int(ErrorCode.topic_authorization_failed)
+                it.result = None
+        return out
 
     # ------------------------------------------------------------------ reading
     def _read_all(self, items: list[_Item], isolation: int, max_bytes: int) -> tuple[int, bool]:
@@ -198,14 +220,24 @@ class FetchApis:
                 total += size
         return total, errors
 
-    async def _delayed(self, ctx, v, items, session, incremental, isolation, max_bytes, needed, max_wait_ms):
+    async def _delayed(self, ctx, v, items, readable, session, incremental, isolation, max_bytes, needed,
+                       max_wait_ms):
         rm = self.replica_manager
-        await wait_for_bytes(rm, {(it.topic, it.partition) for it in items if it.topic is not None}, needed,
+        await wait_for_bytes(rm, {(it.topic, it.partition) for it in readable if it.topic is not None}, needed,
                              max_wait_ms)
-        total, _errors = self._read_all(items, isolation, max_bytes)
+        total, _errors = self._read_all(readable, isolation, max_bytes)
         return self._answer(ctx, v, items, session, incremental, isolation, total)
 
     # ------------------------------------------------------------------ followers
+    @staticmethod
+    def _follower_denied(v, req):
+        """A replica without CLUSTER_ACTION: every partition TOPIC_AUTHORIZATION_FAILED, as Kafka."""
+        code = int(ErrorCode.topic_authorization_failed)
+        return encode_fetch_response(v, 0, 0, [
+            (ft.topic_id if v >= 13 else ft.topic,
+             [FetchPartitionResponse(fp.partition, code, -1, -1, -1, [], 0) for fp in ft.partitions])
+            for ft in req.topics])
+
     def _replica_fetch(self, v, req, replica_id: int, broker_epoch: int):
         image = self.image
         items = []

@@ -20,7 +20,7 @@ from ...protocol.produce import PartitionResponse, decode_produce_request, encod
 from ...records import batch as rb
 from ...replication.delayed import wait_for_acks
 from ...storage.validator import RecordValidationError
-from ..context import NO_RESPONSE, CloseConnection
+from ..context import NO_RESPONSE, AclOperation, CloseConnection, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ class ProduceApis:
         require_verification = self.txn_coordinator.verification_enabled
         rm = self.replica_manager
         image = self.image
+        authorizer = ctx.authorizer  # None: no authorizer, everything is allowed
         topics_out = []
         failed = False
         waiting: dict = {}   # acks=all: (topic, partition) -> the offset the HW must pass, and its response
@@ -125,6 +126,8 @@ class ProduceApis:
                 name = t.name if t else None
                 key = topic.topic_id
             parts_out = []
+            denied = authorizer is not None and name is not None and \
+                not authorizer.authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, name)
             for p in topic.partitions:
                 r = PartitionResponse(p.index)
                 if unauthorized and v >= MIN_USABLE_VERSION:
@@ -134,6 +137,8 @@ class ProduceApis:
                     r.error_message = f"Produce v{v} is not supported; use v{MIN_USABLE_VERSION} or later"
                 elif name is None:
                     r.error_code = int(ErrorCode.unknown_topic_id)
+                elif denied:
+                    r.error_code = int(ErrorCode.topic_authorization_failed)
                 elif p.records is None or len(p.records) == 0:
                     r.error_code = int(ErrorCode.invalid_record)
                     r.error_message = f"Produce requests with version {v} must have at least one record batch " \

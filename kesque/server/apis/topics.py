@@ -7,7 +7,7 @@ from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from .configs import topic_config_entries
-from .core import OMITTED_OPS, _TOPIC_OPS, _bits
+from .core import OMITTED_OPS, _TOPIC_OPS, _bits, _may_create
 from ...protocol.messages import Msg
 
 
@@ -42,12 +42,21 @@ class TopicApis:
             specs.append(NewTopic(t.name, t.num_partitions, t.replication_factor,
                                   {a.partition_index: list(a.broker_ids) for a in t.assignments},
                                   {c.name: c.value for c in t.configs}))
+        denied = {}
+        if ctx.authorizer is not None:  # as Kafka: CREATE on the cluster, or else on each topic
+            denied = {t.name: CreatedTopic(t.name, error=KafkaError(ErrorCode.topic_authorization_failed,
+                                                                    "Authorization failed."))
+                      for t in specs if not _may_create(ctx, t.name)}
+        allowed = [t for t in specs if t.name not in denied]
         quota = self.throttler.mutation_quota(ctx, strict_since=6)
         try:
-            results = await self.controllers.call("create_topics", specs, req.validate_only, quota,
-                                                  timeout_ms=_timeout_ms(req))
+            results = await self.controllers.call("create_topics", allowed, req.validate_only, quota,
+                                                  timeout_ms=_timeout_ms(req)) if allowed or not denied else []
         except KafkaError as e:
-            results = [CreatedTopic(t.name, error=e) for t in specs]
+            results = [CreatedTopic(t.name, error=e) for t in allowed]
+        if denied:
+            done = iter(results)
+            results = [denied[t.name] if t.name in denied else next(done) for t in specs]
         self.throttler.charge_mutations(ctx, quota)
         out = []
         for spec, res in zip(specs, results):
