@@ -158,14 +158,13 @@ class SlowPersister:
         self.in_flight -= 1
 
 
-class StubServer:
-    class image:
-        topics_by_id: dict = {}
+class StubImage:
+    topics_by_id: dict = {}
 
 
 def manager(persister) -> SharePartitionManager:
     m = object.__new__(SharePartitionManager)
-    m.server = StubServer()
+    m.image = StubImage()
     m.partitions, m._uninitialized, m._writers, m.waiters = {}, set(), {}, {}
     m.persister = persister
     return m

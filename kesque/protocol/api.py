@@ -76,6 +76,22 @@ class ApiSpec:
     refused_below: int = -1
 
 
+@dataclass(frozen=True)
+class Api:
+    """An API a handler class declares it serves (``APIS``, or ``apis(config)`` when the set
+    depends on the config): the server turns these into :class:`ApiSpec` entries bound to the
+    handler object's method ``method``, and ``served_versions`` reads them without building
+    any handler."""
+    key: ApiKeys
+    min_version: int
+    max_version: int
+    method: str
+    raw: bool = False
+    refused_below: int = -1
+    # served on the controller listeners only (as Kafka's raft and controller RPCs), not advertised on the others
+    controller_only: bool = False
+
+
 @dataclass(slots=True)
 class RequestHeader:
     api_key: int

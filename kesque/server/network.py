@@ -37,6 +37,7 @@ from collections import deque
 
 from ..protocol.fetch import FileRegion
 from ..protocol.primitives import INT32
+from .context import ANONYMOUS, PLAINTEXT, KafkaPrincipal
 
 log = logging.getLogger(__name__)
 
@@ -186,22 +187,29 @@ class Slot:
 
 
 class Connection:
-    def __init__(self, server, sock: socket.socket, listener: str):
-        self.server = server
-        self.loop = server.loop
+    def __init__(self, loop, sock: socket.socket, listener: str, *, handle_frame, on_closed, max_request: int,
+                 pool: MemoryPool, security_protocol: str = PLAINTEXT, principal: KafkaPrincipal = ANONYMOUS):
+        """``handle_frame(conn, frame)`` for each request; ``on_closed(conn)`` once closed. The
+        listener's ``security_protocol`` and the authenticated ``principal`` go into every
+        request's context (PLAINTEXT: ``User:ANONYMOUS``)."""
+        self.loop = loop
+        self.handle_frame = handle_frame
+        self.on_closed = on_closed
         self.sock = sock
         self.fd = sock.fileno()
         # regions above this go out with os.sendfile; a simulated socket has no descriptor for it
         self.sendfile_above = SMALL_REGION if isinstance(sock, socket.socket) else sys.maxsize
         self.listener = listener
+        self.security_protocol = security_protocol
+        self.principal = principal
         try:
             self.peer = sock.getpeername()
         except OSError:
             self.peer = ("?", 0)
         self.id = f"{sock.getsockname()[0]}:{sock.getsockname()[1]}-{self.peer[0]}:{self.peer[1]}"
         self.closed = False
-        self.max_request = server.max_request_size
-        self.pool: MemoryPool = server.pool
+        self.max_request = max_request
+        self.pool: MemoryPool = pool
         self._buf = bytearray(READ_BUFFER)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -368,7 +376,7 @@ class Connection:
 
     def _dispatch(self, frame: memoryview) -> None:
         try:
-            self.server.handle_frame(self, frame)
+            self.handle_frame(self, frame)
         except Exception:  # a handler bug must not take the broker down
             log.exception("%s: unexpected error handling a request; closing connection", self.id)
             self.close()
@@ -531,7 +539,7 @@ class Connection:
         self._slots.clear()
         self._drop_big()
         self.pool.forget(self)
-        self.server.connection_closed(self)
+        self.on_closed(self)
 
 
 class SocketServer:
@@ -545,13 +553,14 @@ class SocketServer:
         self.send_buffer = send_buffer
         self.recv_buffer = recv_buffer
         self.listeners: list[tuple[socket.socket, str]] = []
-        self._not_serving: list[tuple[socket.socket, str]] = []  # bound, accepting from start_serving()
+        self._not_serving: list[tuple[socket.socket, str, str]] = []  # bound, accepting from start_serving()
         self.connections: set[Connection] = set()
         self.closed_listeners: list = []  # fn(conn) once a connection has closed
         # listening sockets: the OS's, or those of a loop that simulates the network
         self.new_socket = getattr(loop, "new_socket", socket.socket)
 
-    def listen(self, host: str, port: int, name: str = "PLAINTEXT", serve: bool = True) -> int:
+    def listen(self, host: str, port: int, name: str = PLAINTEXT, security_protocol: str = PLAINTEXT,
+               serve: bool = True) -> int:
         """Bind and listen; accept connections at once, or (``serve=False``) only from
         :meth:`start_serving` on, as Kafka's broker binds its listeners early (its endpoints go
         into its registration) and enables request processing once the controller has
@@ -564,18 +573,18 @@ class SocketServer:
         sock.setblocking(False)
         self.listeners.append((sock, name))
         if serve:
-            self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+            self.loop.add_reader(sock.fileno(), self._accept, sock, name, security_protocol)
         else:
-            self._not_serving.append((sock, name))
+            self._not_serving.append((sock, name, security_protocol))
         return sock.getsockname()[1]
 
     def start_serving(self) -> None:
         """Accept on the listeners bound with ``serve=False``."""
-        for sock, name in self._not_serving:
-            self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+        for sock, name, security_protocol in self._not_serving:
+            self.loop.add_reader(sock.fileno(), self._accept, sock, name, security_protocol)
         self._not_serving.clear()
 
-    def _accept(self, lsock: socket.socket, name: str) -> None:
+    def _accept(self, lsock: socket.socket, name: str, security_protocol: str = PLAINTEXT) -> None:
         for _ in range(64):
             try:
                 sock, _addr = lsock.accept()
@@ -592,7 +601,9 @@ class SocketServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
             if self.recv_buffer > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer)
-            self.connections.add(Connection(self, sock, name))
+            self.connections.add(Connection(self.loop, sock, name, handle_frame=self.handle_frame,
+                                            on_closed=self.connection_closed, max_request=self.max_request_size,
+                                            pool=self.pool, security_protocol=security_protocol))
 
     # connection quotas: admit(sock, addr) -> bool for each accepted socket, release(ip) on close
     admit = None

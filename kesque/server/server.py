@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
-import datetime
-import functools
 import inspect
 import logging
 import os
@@ -42,11 +39,12 @@ from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
 from .channel import Channel
-from .context import NO_RESPONSE, CloseConnection, RequestContext
+from .context import NO_RESPONSE, PLAINTEXT, CloseConnection, RequestContext
 from .forwarding import ControllerRouter
 from .network import SocketServer
 from .. import quotas as quota_core
-from ..quotas import ANONYMOUS, Quotas
+from ..quotas import Quotas
+from .throttling import Throttler
 from ..coordinator.group.runtime import GroupCoordinator
 from ..coordinator.runtime import CoordinatorHost
 from ..coordinator.producer_id import ProducerIdManager
@@ -63,8 +61,19 @@ from .assignments import AssignmentsManager
 from .raft_manager import RaftManager, quorum_config
 from .raft_manager import discover_voters
 from .drivers.log_cleaner import LogCleaner
-from .apis import register_all
-from .apis.core import api_versions_v0_error
+from .apis.registry import TRANSITIONAL, bind
+from .apis.configs import ConfigApis
+from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
+from .apis.fetch import FetchApis
+from .apis.logdirs import LogDirApis
+from .apis.offsets import OffsetApis
+from .apis.produce import ProduceApis
+from .apis.quorum import QuorumApis
+from .apis.quotas import QuotaApis
+from .apis.reassignment import ReassignmentApis
+from .apis.share_state import ShareStateApis
+from .apis.topics import TopicApis
+from .drivers.share_manager import SharePartitionManager
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +110,6 @@ class _Yield:
 
     def __await__(self):
         return (yield self.future)
-
-
-@functools.lru_cache(maxsize=None)
-def _has_throttle_field(cls) -> bool:
-    return dataclasses.is_dataclass(cls) and any(f.name == "throttle_time" for f in dataclasses.fields(cls))
 
 
 def halt_process(message: str) -> None:
@@ -155,6 +159,8 @@ class KesqueServer:
         self.log_cleaner = None
         self.start_time = time.monotonic()
         self.quotas = Quotas.from_config(config)
+        self.throttler = Throttler(self.quotas, clock.monotonic)
+        self.authorizer = None  # no authorizer.class.name: every request is allowed, as Kafka without one
         self._ip_overrides: tuple[str | None, dict[str, int]] = (None, {})
         self.metadata_dir_lock: DirLock | None = None
         # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
@@ -214,7 +220,10 @@ class KesqueServer:
                                                                                             self.broker_epoch),
                                               self.spawn)
         self.txn_coordinator = TransactionCoordinator(host, self.producer_ids)
-        self._channels += txn_channels.wire(self)
+        self.txn_verifier, channels = txn_channels.wire(config=cfg, node_id=self.node_id, image=self.image,
+                                                        replica_manager=self.replica_manager,
+                                                        txn_coordinator=self.txn_coordinator)
+        self._channels += channels
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.share_coordinator = None
@@ -222,13 +231,26 @@ class KesqueServer:
             from ..coordinator.share.runtime import ShareCoordinator
             self.share_coordinator = ShareCoordinator(host)
             self.replica_manager.add_leadership_listener(self.share_coordinator.on_leadership)
-        self._register_apis()
+        self.coordinators = CoordinatorLookup(self.image, cfg, self.controllers, self.spawn,
+                                              share_groups=self.share_coordinator is not None)
+        self.share_manager = None
+        if self.share_coordinator is not None:
+            # the share-state RPCs to other brokers' share coordinators (kesque/server/drivers/share_persister.py)
+            channel = Channel(txn_channels.broker_resolver(lambda: self.image, cfg),
+                              client_id=f"share-persister-{self.node_id}",
+                              request_timeout_ms=cfg.get("request.timeout.ms"))
+            self._channels += (channel,)
+            self.share_manager = SharePartitionManager(
+                image=self.image, config=cfg, replica_manager=self.replica_manager,
+                share_coordinator=self.share_coordinator, node_id=self.node_id, clock=self.clock, spawn=self.spawn,
+                coordinator_of=lambda key: self.coordinators.coordinator_for(2, key), channel=channel)
+        self._build_handlers()
         self.socket_server = SocketServer(self.loop, self.handle_frame, cfg.get("socket.request.max.bytes"),
                                           cfg.get("socket.send.buffer.bytes"), cfg.get("socket.receive.buffer.bytes"),
                                           cfg.get("queued.max.request.bytes"), cfg.get("connections.max.idle.ms"))
         self.socket_server.admit = self._admit_connection
         self.socket_server.release = self.quotas.connections.release
-        if getattr(self, "share_manager", None) is not None:  # a closed connection ends its share sessions
+        if self.share_manager is not None:  # a closed connection ends its share sessions
             self.socket_server.closed_listeners.append(
                 lambda conn: None if self.stopped else self.share_manager.connection_closed(conn.id))
         # the controller listener first: the quorum needs it to elect a leader and to replicate
@@ -378,10 +400,12 @@ class KesqueServer:
 
     def _listen(self, which, serve: bool = True) -> dict[str, tuple[str, int]]:
         out = {}
+        protocols = self.config.security_protocol_map()
         for lis in self.config.listeners():
             if not which(lis.name):
                 continue
-            port = self.socket_server.listen(lis.host, lis.port, lis.name, serve=serve)
+            port = self.socket_server.listen(lis.host, lis.port, lis.name, protocols.get(lis.name, PLAINTEXT),
+                                             serve=serve)
             out[lis.name] = (lis.host, port)
             log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)
         return out
@@ -662,14 +686,41 @@ class KesqueServer:
         return task
 
     # ================================================================== requests
-    def _register_apis(self) -> None:
-
-        register_all(self)
+    def _build_handlers(self) -> None:
+        """The one place where the API handlers are built, each with the collaborators it uses
+        (the image is updated in place, never replaced), and bound to the dispatch tables."""
+        cfg, image, rm, router, throttler = self.config, self.image, self.replica_manager, self.controllers, \
+            self.throttler
+        handlers = (
+            CoreApis(image=image, config=cfg, node_id=self.node_id, controllers=router, raft=self.raft,
+                     voters=self.voters, controller_listener_names=self.controller_listener_names,
+                     coordinators=self.coordinators, api_table=lambda: self.apis),
+            ProduceApis(image=image, replica_manager=rm, config=cfg, node_id=self.node_id,
+                        txn_coordinator=self.txn_coordinator, txn_verifier=self.txn_verifier, throttler=throttler),
+            FetchApis(image=image, replica_manager=rm, config=cfg, raft=self.raft,
+                      controller_listener_names=self.controller_listener_names, clock=self.clock,
+                      throttler=throttler),
+            OffsetApis(replica_manager=rm),
+            TopicApis(image=image, config=cfg, controllers=router, throttler=throttler),
+            ConfigApis(image=image, config=cfg, node_id=self.node_id, controllers=router),
+            LogDirApis(log_manager=self.log_manager, mover=self.log_dir_mover),
+            ShareStateApis(share_coordinator=self.share_coordinator),
+            QuotaApis(image=image, controllers=router),
+            QuorumApis(raft=self.raft, controllers=router),
+            ReassignmentApis(controllers=router),
+        )
+        for h in handlers:
+            bind(h, cfg, self.apis, self.controller_apis)
+        # transitional: the group, share-group and transaction handlers still take the server and
+        # call register() below; next step, they are built above with narrow collaborators
+        for cls in TRANSITIONAL:
+            cls(self).register()
 
     def register(self, key: int, min_version: int, max_version: int, handler, raw: bool = False,
                  refused_below: int = -1, controller_only: bool = False) -> None:
-        """``controller_only``: served on the controller listeners only (as Kafka's raft and
-        controller RPCs), and not advertised on the others."""
+        """Transitional (the three handlers of apis.TRANSITIONAL): ``controller_only``: served on
+        the controller listeners only (as Kafka's raft and controller RPCs), and not advertised
+        on the others."""
         table = self.controller_apis if controller_only else self.apis
         table[key] = protocol.ApiSpec(key, min_version, max_version, handler, raw, refused_below)
 
@@ -708,7 +759,7 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
-        ctx = RequestContext(header, conn, conn.listener)
+        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, self.authorizer)
         if self.quotas.request.enabled:
             ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         slot = conn.new_slot()
@@ -729,7 +780,7 @@ class KesqueServer:
             return
         else:
             if ctx.throttle_ms or (ctx.start_ns and not ctx.recorded):
-                result = self._throttled(ctx, result)
+                result = self.throttler.throttled(ctx, result)
             conn.complete(slot, self._frame(header, result))
         if ctx.throttle_ms:
             self._mute(conn, ctx)
@@ -752,7 +803,7 @@ class KesqueServer:
             conn.drop_slot(slot)
         else:
             if ctx.throttle_ms or (ctx.start_ns and not ctx.recorded):
-                result = self._throttled(ctx, result)
+                result = self.throttler.throttled(ctx, result)
             conn.complete(slot, self._frame(header, result))
         if ctx.throttle_ms:
             self._mute(conn, ctx)
@@ -760,68 +811,6 @@ class KesqueServer:
     # ================================================================== client quotas
     def _now_ms(self) -> int:
         return int(self._monotonic() * 1000)
-
-    def throttle(self, ctx, manager, value: float) -> int:
-        """Record ``value`` (bytes) against the client's ``manager`` quota, and the request's
-        time against its request quota; the request's throttle time (the larger delay), also
-        kept in ``ctx`` for the dispatcher to mute the connection. For handlers that encode
-        their own response (Produce, Fetch); call only when a quota is configured.
-
-        This runs for every produce and fetch while any quota is set, so it takes the
-        managers' fast path (:meth:`ClientQuotaManager.record`: a value within the headroom of
-        the last measure is only added up) inline, with one clock read and one sensor key;
-        bench/quotas.py measures what accounting costs against no quota."""
-        now = int(self._monotonic() * 1000)
-        key = (ANONYMOUS, ctx.header.client_id or "")
-        ms = 0
-        if manager.enabled:
-            s = manager._sensor_of.get(key)
-            if s is not None and now < s.fast_until and value <= s.headroom:
-                s.headroom -= value; s.pending += value; s.pending_ms = now; s.pending_n += 1  # noqa: E702
-            else:
-                ms = manager.record(ANONYMOUS, key[1], value, now)
-        if ctx.start_ns and not ctx.recorded:  # request_percentage: the handler's time so far
-            ctx.recorded = True
-            v = (ctx.busy_ns + (time.perf_counter_ns() - ctx.step_ns if ctx.step_ns else 0)) * 1e-7
-            request = self.quotas.request
-            s = request._sensor_of.get(key)
-            if s is not None and now < s.fast_until and v <= s.headroom:
-                s.headroom -= v; s.pending += v; s.pending_ms = now; s.pending_n += 1  # noqa: E702
-            else:
-                ms = max(ms, request.record(ANONYMOUS, key[1], v, now))
-        if ms > ctx.throttle_ms:
-            ctx.throttle_ms = ms
-        return ctx.throttle_ms
-
-    def mutation_quota(self, ctx, strict_since: int):
-        """The request's controller_mutation_rate quota (KIP-599), None when it has none:
-        strict (THROTTLING_QUOTA_EXCEEDED per topic) from ``strict_since``, else permissive."""
-        m = self.quotas.mutation
-        if not m.enabled:
-            return None
-        return m.new_quota(ANONYMOUS, ctx.client_id or "", ctx.api_version >= strict_since, self._now_ms)
-
-    def charge_mutations(self, ctx, quota) -> None:
-        """The mutation quota's delay becomes the request's throttle time (if larger)."""
-        if quota is not None:
-            ctx.throttle_ms = max(ctx.throttle_ms, quota.throttle_time())
-
-    def _record_request_time(self, ctx, now_ms: int) -> int:
-        """request_percentage: the handler's time for this request, as a percentage of a second."""
-        if ctx.recorded or not ctx.start_ns:
-            return 0
-        ctx.recorded = True
-        busy = ctx.busy_ns + (time.perf_counter_ns() - ctx.step_ns if ctx.step_ns else 0)
-        percent = busy * 1e-7
-        return self.quotas.request.record(ANONYMOUS, ctx.client_id or "", percent, now_ms)
-
-    def _throttled(self, ctx, result):
-        """The response with the request's throttle time in it (versions that have the field)."""
-        if ctx.start_ns and not ctx.recorded:
-            ctx.throttle_ms = max(ctx.throttle_ms, self._record_request_time(ctx, self._now_ms()))
-        if ctx.throttle_ms and _has_throttle_field(type(result)):
-            result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=ctx.throttle_ms))
-        return result
 
     def _mute(self, conn, ctx) -> None:
         """KIP-219: the response went out at once; the connection reads nothing more until
@@ -878,4 +867,4 @@ class KesqueServer:
 
     def api_versions_fallback(self) -> bytes:
 
-        return api_versions_v0_error(self)
+        return api_versions_v0_error(self.apis)

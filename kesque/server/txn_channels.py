@@ -292,16 +292,16 @@ class TxnVerifier:
         self.queue.close()
 
 
-def wire(server) -> tuple:
-    """Give ``server`` its marker sender (``txn_coordinator.markers``) and verifier
-    (``txn_verifier``), each on its own channel (a WriteTxnMarkers waiting for its markers to be
-    committed must not hold up a verification); returns the channels, for the server to close."""
+def wire(*, config, node_id: int, image, replica_manager, txn_coordinator) -> tuple:
+    """Give ``txn_coordinator`` its marker sender (``markers``), and build the broker's verifier
+    (KIP-890), each on its own channel (a WriteTxnMarkers waiting for its markers to be
+    committed must not hold up a verification); returns the verifier and the channels, for the
+    server to close. ``image`` is the broker's metadata image (updated in place)."""
 
-    cfg = server.config
-    resolve = broker_resolver(lambda: server.image, cfg)
-    timeout = cfg.get("request.timeout.ms")
-    markers = Channel(resolve, client_id=f"txn-marker-sender-{server.node_id}", request_timeout_ms=timeout)
-    verify = Channel(resolve, client_id=f"add-partitions-to-txn-sender-{server.node_id}", request_timeout_ms=timeout)
-    server.txn_coordinator.markers = TxnMarkerSender(server.node_id, server.replica_manager, markers, timeout)
-    server.txn_verifier = TxnVerifier(server.node_id, server.txn_coordinator, lambda: server.image, verify, timeout)
-    return markers, verify
+    resolve = broker_resolver(lambda: image, config)
+    timeout = config.get("request.timeout.ms")
+    markers = Channel(resolve, client_id=f"txn-marker-sender-{node_id}", request_timeout_ms=timeout)
+    verify = Channel(resolve, client_id=f"add-partitions-to-txn-sender-{node_id}", request_timeout_ms=timeout)
+    txn_coordinator.markers = TxnMarkerSender(node_id, replica_manager, markers, timeout)
+    verifier = TxnVerifier(node_id, txn_coordinator, lambda: image, verify, timeout)
+    return verifier, (markers, verify)

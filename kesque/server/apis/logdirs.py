@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 from ...errors import ErrorCode
+from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
 
@@ -14,15 +15,12 @@ MAX_DIR_NAME = 255
 
 
 class LogDirApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (Api(ApiKeys.ALTER_REPLICA_LOG_DIRS, 1, 2, "alter_replica_log_dirs"),
+            Api(ApiKeys.DESCRIBE_LOG_DIRS, 1, 5, "describe_log_dirs"))
 
-    log_manager = property(lambda self: self.server.log_manager)
-    mover = property(lambda self: self.server.log_dir_mover)
-
-    def register(self) -> None:
-        self.server.register(ApiKeys.ALTER_REPLICA_LOG_DIRS, 1, 2, self.alter_replica_log_dirs)
-        self.server.register(ApiKeys.DESCRIBE_LOG_DIRS, 1, 5, self.describe_log_dirs)
+    def __init__(self, *, log_manager, mover):
+        self.log_manager = log_manager
+        self.mover = mover  # the LogDirMover
 
     def alter_replica_log_dirs(self, ctx, req):
         m = Msg(ApiKeys.ALTER_REPLICA_LOG_DIRS, ctx.api_version)

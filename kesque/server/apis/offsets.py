@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...records.records import iter_records
 from ...protocol.messages import Msg
@@ -17,14 +18,12 @@ CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
 class OffsetApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (Api(ApiKeys.LIST_OFFSETS, 1, 11, "list_offsets"),
+            Api(ApiKeys.DELETE_RECORDS, 0, 2, "delete_records"),
+            Api(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 2, 4, "offset_for_leader_epoch"))
 
-    def register(self) -> None:
-        s = self.server
-        s.register(ApiKeys.LIST_OFFSETS, 1, 11, self.list_offsets)
-        s.register(ApiKeys.DELETE_RECORDS, 0, 2, self.delete_records)
-        s.register(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 2, 4, self.offset_for_leader_epoch)
+    def __init__(self, *, replica_manager):
+        self.replica_manager = replica_manager
 
     # ------------------------------------------------------------------ ListOffsets
     def list_offsets(self, ctx, req):
@@ -56,7 +55,7 @@ class OffsetApis:
 
     def _offset_for(self, topic: str, partition: int, timestamp: int, current_epoch: int, committed: bool,
                     replica_id: int) -> tuple[int, int, int]:
-        part = self.server.replica_manager.get_partition(topic, partition)
+        part = self.replica_manager.get_partition(topic, partition)
         part.check_leader_epoch(current_epoch, require_leader=replica_id != DEBUGGING_REPLICA_ID)
         lg = part.log
         cache = lg.leader_epoch_cache
@@ -122,7 +121,7 @@ class OffsetApis:
     # ------------------------------------------------------------------ DeleteRecords
     def delete_records(self, ctx, req):
         m = Msg(ApiKeys.DELETE_RECORDS, ctx.api_version)
-        rm = self.server.replica_manager
+        rm = self.replica_manager
         topics = []
         for t in req.topics:
             parts = []
@@ -140,7 +139,7 @@ class OffsetApis:
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     def offset_for_leader_epoch(self, ctx, req):
         m = Msg(ApiKeys.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
-        rm = self.server.replica_manager
+        rm = self.replica_manager
         topics = []
         for t in req.topics:
             parts = []

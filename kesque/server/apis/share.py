@@ -37,15 +37,8 @@ class ShareGroupApis:
         s = self.server
         if not enabled(s.config):
             return
-        if hasattr(s, "replica_manager"):
-            from ..channel import Channel
-            from ..txn_channels import broker_resolver
-
-            # the share-state RPCs to other brokers' share coordinators (kesque/server/drivers/share_persister.py)
-            channel = Channel(broker_resolver(lambda: s.image, s.config), client_id=f"share-persister-{s.node_id}",
-                              request_timeout_ms=s.config.get("request.timeout.ms"))
-            s._channels = (*getattr(s, "_channels", ()), channel)
-            self.manager = s.share_manager = SharePartitionManager(s, channel)
+        # transitional: the server's wiring builds the SharePartitionManager (next: a narrow constructor here)
+        self.manager = getattr(s, "share_manager", None)
         s.register(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, 1, self.share_group_heartbeat)
         s.register(ApiKeys.SHARE_GROUP_DESCRIBE, 1, 1, self.share_group_describe)
         s.register(ApiKeys.SHARE_FETCH, 1, 2, self.share_fetch)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ...coordinator.share.runtime import coordinator_key
 from ...coordinator.share.shard import summary
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...share import enabled
 from ...share.partition import StateBatch
@@ -26,22 +27,19 @@ NOT_FOUND = "The share-partition state was not found (never initialized)."
 
 
 class ShareStateApis:
-    def __init__(self, server):
-        self.server = server
+    @staticmethod
+    def apis(config) -> tuple[Api, ...]:
+        """Served when share groups are on (group.share.enable)."""
+        if not enabled(config):
+            return ()
+        return (Api(ApiKeys.INITIALIZE_SHARE_GROUP_STATE, 0, 0, "initialize"),
+                Api(ApiKeys.READ_SHARE_GROUP_STATE, 0, 0, "read"),
+                Api(ApiKeys.WRITE_SHARE_GROUP_STATE, 0, 0, "write"),
+                Api(ApiKeys.DELETE_SHARE_GROUP_STATE, 0, 0, "delete"),
+                Api(ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, "read_summary"))
 
-    def register(self) -> None:
-        s = self.server
-        if not enabled(s.config):
-            return
-        s.register(ApiKeys.INITIALIZE_SHARE_GROUP_STATE, 0, 0, self.initialize)
-        s.register(ApiKeys.READ_SHARE_GROUP_STATE, 0, 0, self.read)
-        s.register(ApiKeys.WRITE_SHARE_GROUP_STATE, 0, 0, self.write)
-        s.register(ApiKeys.DELETE_SHARE_GROUP_STATE, 0, 0, self.delete)
-        s.register(ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, self.read_summary)
-
-    @property
-    def sc(self):
-        return self.server.share_coordinator
+    def __init__(self, *, share_coordinator):
+        self.sc = share_coordinator  # None when share groups are off (no API is then bound)
 
     def _each(self, req, op):
         """``{(topic id, partition): (error code, message, result)}`` of ``op(shard, key, p)``."""
