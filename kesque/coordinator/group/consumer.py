@@ -19,6 +19,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from ...errors import ErrorCode, KafkaError
 from . import records as R
 from .assignors import ASSIGNORS
 
@@ -227,38 +228,36 @@ def _member_tombstones(group_id: str, member_id: str) -> list:
 
 
 # ====================================================================== heartbeat
-class HeartbeatError(Exception):
-    def __init__(self, error: str, message: str | None = None):
-        super().__init__(message or error)
-        self.error = error
-        self.message = message
+class HeartbeatError(KafkaError):
+    """A heartbeat the coordinator refuses (Kafka's ApiException thrown by the operation), as
+    opposed to a failure to append its records."""
 
 
 def _validate_request(req: dict, version: int) -> None:
     if not req["group_id"]:
-        raise HeartbeatError("invalid_request", "GroupId can't be empty.")
+        raise HeartbeatError(ErrorCode.invalid_request, "GroupId can't be empty.")
     epoch = req["member_epoch"]
     if req.get("instance_id") == "":
-        raise HeartbeatError("invalid_request", "InstanceId can't be empty.")
+        raise HeartbeatError(ErrorCode.invalid_request, "InstanceId can't be empty.")
     if req.get("rack_id") == "":
-        raise HeartbeatError("invalid_request", "RackId can't be empty.")
+        raise HeartbeatError(ErrorCode.invalid_request, "RackId can't be empty.")
     if epoch == 0:
         if version >= 1 and not req["member_id"]:
-            raise HeartbeatError("invalid_request", "MemberId can't be empty.")
+            raise HeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
         if req.get("rebalance_timeout_ms", -1) == -1:
-            raise HeartbeatError("invalid_request", "RebalanceTimeoutMs must be provided in first request.")
+            raise HeartbeatError(ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
         if req.get("topic_partitions") is None or req["topic_partitions"]:
-            raise HeartbeatError("invalid_request", "TopicPartitions must be empty when (re-)joining.")
+            raise HeartbeatError(ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining.")
         if req.get("subscribed_topic_names") is None and not req.get("subscribed_topic_regex"):
-            raise HeartbeatError("invalid_request",
+            raise HeartbeatError(ErrorCode.invalid_request,
                                  "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
     elif epoch > 0 or epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
         if not req["member_id"]:
-            raise HeartbeatError("invalid_request", "MemberId can't be empty.")
+            raise HeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
         if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.get("instance_id") is None:
-            raise HeartbeatError("invalid_request", "InstanceId can't be null.")
+            raise HeartbeatError(ErrorCode.invalid_request, "InstanceId can't be null.")
     else:
-        raise HeartbeatError("invalid_request", f"MemberEpoch is invalid: {epoch}")
+        raise HeartbeatError(ErrorCode.invalid_request, f"MemberEpoch is invalid: {epoch}")
 
 
 def consumer_group_heartbeat(shard, req: dict, version: int) -> dict:
@@ -269,27 +268,27 @@ def consumer_group_heartbeat(shard, req: dict, version: int) -> dict:
         _validate_request(req, version)
         assignor = req.get("server_assignor")
         if assignor is not None and assignor not in shard.config.consumer_assignors:
-            raise HeartbeatError("unsupported_assignor", f"ServerAssignor {assignor} is not supported. "
+            raise HeartbeatError(ErrorCode.unsupported_assignor, f"ServerAssignor {assignor} is not supported. "
                                  f"Supported assignors: {', '.join(shard.config.consumer_assignors)}.")
         regex = req.get("subscribed_topic_regex")
         if regex:
             try:
                 re.compile(regex)
             except re.error as e:
-                raise HeartbeatError("invalid_regular_expression",
+                raise HeartbeatError(ErrorCode.invalid_regular_expression,
                                      f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
         if req["member_epoch"] in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return _leave(shard, req)
         return _heartbeat_or_revert(shard, req, version)
     except HeartbeatError as e:
-        return _error_response(e.error, e.message)
+        return _error_response(e.code, e.message)
     except Exception as e:  # the group's records failed to append (the heartbeat was reverted)
         from .shard import append_error
         log.warning("ConsumerGroupHeartbeat of member %s of group %s failed: %s", req["member_id"], req["group_id"], e)
         return _error_response(append_error(e), None)
 
 
-def _error_response(error: str, message: str | None) -> dict:
+def _error_response(error: ErrorCode, message: str | None) -> dict:
     return {"error": error, "message": message, "member_id": None, "member_epoch": -1,
             "heartbeat_interval_ms": 0, "assignment": None}
 
@@ -297,16 +296,16 @@ def _error_response(error: str, message: str | None) -> dict:
 def _get_group(shard, group_id: str, create: bool) -> ConsumerGroup:
     g = shard.groups.get(group_id)
     if getattr(g, "type", None) == "share":
-        raise HeartbeatError("group_id_not_found", f"Group {group_id} is not a consumer group.")
+        raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
     if g is None or getattr(g, "type", None) == "classic":
         if g is not None:
             if not g.is_empty():
-                raise HeartbeatError("group_id_not_found", f"Group {group_id} is not a consumer group.")
+                raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
             # an empty classic group is replaced by a consumer group
             shard.write([(R.group_key(R.GROUP_METADATA, group_id), None)])
             del shard.groups[group_id]
         if not create:
-            raise HeartbeatError("group_id_not_found", f"Group {group_id} not found.")
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
         g = shard.groups[group_id] = ConsumerGroup(group_id, current_state_timestamp=shard.clock.now_ms())
     return g
 
@@ -342,7 +341,7 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
             old_id = g.static_members[instance_id]
             old = g.members[old_id]
             if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                raise HeartbeatError("unreleased_instance_id",
+                raise HeartbeatError(ErrorCode.unreleased_instance_id,
                                      f"Static member {old_id} with instance id {instance_id} is not released.")
             # KIP-848 static rejoin: the new member id takes over the old one's epoch and
             # assignment, so the group does not rebalance
@@ -364,7 +363,7 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
             member.assigned, member.pending_revocation = {}, {}
         else:
             if len(g.members) >= cfg.consumer_max_size:
-                raise HeartbeatError("group_max_size_reached", f"The consumer group has reached its maximum "
+                raise HeartbeatError(ErrorCode.group_max_size_reached, f"The consumer group has reached its maximum "
                                      f"capacity of {cfg.consumer_max_size} members.")
             member = ConsumerMember(member_id, instance_id)
             bump = True
@@ -376,14 +375,15 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
             _static_member(g, req["member_id"], instance_id)
         member = g.members.get(req["member_id"])
         if member is None:
-            raise HeartbeatError("unknown_member_id", f"Member {req['member_id']} is not a member of group "
+            raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {req['member_id']} is not a member of group "
                                  f"{g.group_id}.")
         if epoch > member.member_epoch:
-            raise HeartbeatError("fenced_member_epoch", f"The consumer group member has a greater member epoch "
+            raise HeartbeatError(ErrorCode.fenced_member_epoch, f"The consumer group member has a greater member epoch "
                                  f"({epoch}) than the one known by the group coordinator ({member.member_epoch}).")
         if epoch < member.member_epoch:
             if epoch != member.previous_member_epoch or owned is None or not _subset(owned, member.assigned):
-                raise HeartbeatError("fenced_member_epoch", f"The consumer group member has a smaller member epoch "
+                raise HeartbeatError(ErrorCode.fenced_member_epoch,
+                                     f"The consumer group member has a smaller member epoch "
                                      f"({epoch}) than the one known by the group coordinator "
                                      f"({member.member_epoch}).")
     # subscription changes
@@ -440,7 +440,8 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
             shard.timer.cancel(_rebalance_key(g.group_id, member.member_id))
     send_assignment = epoch == 0 or before[3] != member.assigned or (
         owned is not None and _normalize(owned) != _normalize(member.assigned))
-    return {"error": None, "message": None, "member_id": member.member_id, "member_epoch": member.member_epoch,
+    return {"error": ErrorCode.none, "message": None, "member_id": member.member_id,
+            "member_epoch": member.member_epoch,
             "heartbeat_interval_ms": shard.consumer_heartbeat_interval_ms(g.group_id),
             "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send_assignment else None}
 
@@ -583,13 +584,13 @@ def _current_assignment_record(g: ConsumerGroup, m: ConsumerMember):
 def _leave(shard, req: dict) -> dict:
     g = shard.groups.get(req["group_id"])
     if g is None or not isinstance(g, ConsumerGroup):
-        raise HeartbeatError("group_id_not_found", f"Group {req['group_id']} not found.")
+        raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {req['group_id']} not found.")
     member_id = req["member_id"]
     epoch = req["member_epoch"]
     instance_id = req.get("instance_id")
     m = _static_member(g, member_id, instance_id) if instance_id is not None else g.members.get(member_id)
     if m is None:
-        raise HeartbeatError("unknown_member_id", f"Member {member_id} is not a member of group {g.group_id}.")
+        raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {g.group_id}.")
     if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         # a static member going away temporarily keeps its assignment until its session
         # expires, but gives up what it was asked to revoke
@@ -604,7 +605,7 @@ def _leave(shard, req: dict) -> dict:
         _schedule_session_timeout(shard, g, m)
     else:
         remove_member(shard, g, member_id, "member left the group")
-    return {"error": None, "message": None, "member_id": member_id, "member_epoch": epoch,
+    return {"error": ErrorCode.none, "message": None, "member_id": member_id, "member_epoch": epoch,
             "heartbeat_interval_ms": 0, "assignment": None}
 
 
@@ -613,9 +614,9 @@ def _static_member(g: ConsumerGroup, member_id: str, instance_id: str) -> Consum
     throwIfStaticMemberIsUnknown / throwIfInstanceIdIsFenced)."""
     owner = g.static_members.get(instance_id)
     if owner is None:
-        raise HeartbeatError("unknown_member_id", f"Instance id {instance_id} is unknown.")
+        raise HeartbeatError(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
     if owner != member_id:
-        raise HeartbeatError("fenced_instance_id", f"Static member {member_id} with instance id {instance_id} "
+        raise HeartbeatError(ErrorCode.fenced_instance_id, f"Static member {member_id} with instance id {instance_id} "
                              f"was fenced by member {owner}.")
     return g.members[owner]
 
@@ -673,42 +674,42 @@ def _schedule_rebalance_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> N
 
 
 # ====================================================================== offsets and classic requests
-def validate_consumer_group_commit(shard, g: ConsumerGroup, req: dict) -> str | None:
+def validate_consumer_group_commit(shard, g: ConsumerGroup, req: dict) -> ErrorCode:
     member_id = req["member_id"]
     epoch = req["generation_id"]
     if epoch < 0 and g.is_empty():  # admin clients and standalone consumers (Kafka: whatever the member id)
-        return None
+        return ErrorCode.none
     m = g.members.get(member_id)
     if m is None:
-        return "unknown_member_id"
+        return ErrorCode.unknown_member_id
     if epoch != m.member_epoch:
-        return "stale_member_epoch" if req.get("api_version", 9) >= 9 else "illegal_generation"
-    return None
+        return ErrorCode.stale_member_epoch if req.get("api_version", 9) >= 9 else ErrorCode.illegal_generation
+    return ErrorCode.none
 
 
-def validate_consumer_group_fetch(g: ConsumerGroup, member_id: str, member_epoch: int) -> str | None:
+def validate_consumer_group_fetch(g: ConsumerGroup, member_id: str, member_epoch: int) -> ErrorCode:
     if member_id == "" and member_epoch < 0:
-        return None
+        return ErrorCode.none
     m = g.members.get(member_id)
     if m is None:
-        return "unknown_member_id"
+        return ErrorCode.unknown_member_id
     if member_epoch != m.member_epoch:
-        return "stale_member_epoch"
-    return None
+        return ErrorCode.stale_member_epoch
+    return ErrorCode.none
 
 
 def classic_join_to_consumer_group(shard, g, req: dict, respond) -> None:
-    respond({"error": "inconsistent_group_protocol", "member_id": req["member_id"], "generation_id": -1,
+    respond({"error": ErrorCode.inconsistent_group_protocol, "member_id": req["member_id"], "generation_id": -1,
              "protocol_type": None, "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
 
 
 def classic_sync_to_consumer_group(shard, g, req: dict, respond) -> None:
-    respond({"error": "unknown_member_id", "assignment": b""})
+    respond({"error": ErrorCode.unknown_member_id, "assignment": b""})
 
 
-def classic_heartbeat_to_consumer_group(shard, g, req: dict) -> str | None:
-    return "unknown_member_id"
+def classic_heartbeat_to_consumer_group(shard, g, req: dict) -> ErrorCode:
+    return ErrorCode.unknown_member_id
 
 
-def classic_leave_to_consumer_group(shard, g, members) -> tuple[str | None, list]:
-    return None, [(mid, iid, "unknown_member_id") for mid, iid in members]
+def classic_leave_to_consumer_group(shard, g, members) -> tuple[ErrorCode, list]:
+    return ErrorCode.none, [(mid, iid, ErrorCode.unknown_member_id) for mid, iid in members]

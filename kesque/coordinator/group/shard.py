@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ...errors import ErrorCode
+from ...errors import ErrorCode, KafkaError
 from ...share import enabled as share_groups_enabled
+from ..runtime import coordinator_error
 from . import records as R
 from .classic import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup, ClassicMember
 
@@ -84,23 +85,13 @@ class GroupConfig:
         )
 
 
-class CoordinatorError(Exception):
-    def __init__(self, error: str, message: str | None = None):
-        super().__init__(message or error)
-        self.error = error
-        self.message = message
-
-
-def append_error(exc: BaseException) -> str:
+def append_error(exc: BaseException) -> ErrorCode:
     """The error a group member is told when the group's records fail to append (Kafka's
     appendGroupMetadataErrorToResponseError); a failure without a Kafka code is a storage error."""
-    from ...errors import ErrorCode, KafkaError
-    from ..runtime import coordinator_error
-
-    return coordinator_error(exc.code if isinstance(exc, KafkaError) else ErrorCode.kafka_storage_error).name
+    return coordinator_error(exc.code if isinstance(exc, KafkaError) else ErrorCode.kafka_storage_error)
 
 
-def _join_error(member_id: str, error: str) -> dict:
+def _join_error(member_id: str, error: ErrorCode) -> dict:
     return {"error": error, "member_id": member_id, "generation_id": -1, "protocol_type": None,
             "protocol_name": None, "leader": "", "skip_assignment": False, "members": []}
 
@@ -232,10 +223,10 @@ class GroupCoordinatorShard:
             if isinstance(g, ClassicGroup):
                 for m in g.members.values():
                     if m.awaiting_join is not None:
-                        m.awaiting_join(_join_error(m.member_id, "not_coordinator"))
+                        m.awaiting_join(_join_error(m.member_id, ErrorCode.not_coordinator))
                         m.awaiting_join = None
                     if m.awaiting_sync is not None:
-                        m.awaiting_sync({"error": "not_coordinator", "assignment": b""})
+                        m.awaiting_sync({"error": ErrorCode.not_coordinator, "assignment": b""})
                         m.awaiting_sync = None
                     self.timer.cancel(self._hb_key(g.group_id, m.member_id))
                 g.state = DEAD
@@ -308,10 +299,10 @@ class GroupCoordinatorShard:
         group_id, member_id = req["group_id"], req["member_id"]
         cfg = self.config
         if not group_id:
-            respond(_join_error(member_id, "invalid_group_id"))
+            respond(_join_error(member_id, ErrorCode.invalid_group_id))
             return
         if not cfg.min_session_timeout_ms <= req["session_timeout_ms"] <= cfg.max_session_timeout_ms:
-            respond(_join_error(member_id, "invalid_session_timeout"))
+            respond(_join_error(member_id, ErrorCode.invalid_session_timeout))
             return
         existing = self.groups.get(group_id)
         if existing is not None and not isinstance(existing, ClassicGroup):
@@ -327,11 +318,11 @@ class GroupCoordinatorShard:
         unknown = member_id == ""
         g = self.classic_group(group_id, create=unknown)
         if g is None:
-            respond(_join_error(member_id, "unknown_member_id"))
+            respond(_join_error(member_id, ErrorCode.unknown_member_id))
             return
         if not self._accept_joining_member(g, member_id):
             g.remove(member_id)
-            respond(_join_error("", "group_max_size_reached"))
+            respond(_join_error("", ErrorCode.group_max_size_reached))
             return
         wrote = self._join_new_member(g, req, respond) if unknown else self._join_existing_member(g, req, respond)
         if is_new_group and not wrote:
@@ -348,10 +339,10 @@ class GroupCoordinatorShard:
 
     def _join_new_member(self, g: ClassicGroup, req: dict, respond) -> bool:
         if g.state == DEAD:
-            respond(_join_error("", "coordinator_not_available"))
+            respond(_join_error("", ErrorCode.coordinator_not_available))
             return False
         if not g.supports_protocols(req["protocol_type"], req["protocols"]):
-            respond(_join_error("", "inconsistent_group_protocol"))
+            respond(_join_error("", ErrorCode.inconsistent_group_protocol))
             return False
         instance_id = req.get("group_instance_id")
         new_id = g.generate_member_id(req.get("client_id"), instance_id)
@@ -365,17 +356,17 @@ class GroupCoordinatorShard:
             gid = g.group_id
             self.timer.schedule(self._hb_key(gid, new_id), req["session_timeout_ms"],
                                 lambda: self._expire_heartbeat(gid, new_id))
-            respond(_join_error(new_id, "member_id_required"))
+            respond(_join_error(new_id, ErrorCode.member_id_required))
             return False
         return self._add_member_and_rebalance(g, req, new_id, respond)
 
     def _join_existing_member(self, g: ClassicGroup, req: dict, respond) -> bool:
         member_id = req["member_id"]
         if g.state == DEAD:
-            respond(_join_error(member_id, "coordinator_not_available"))
+            respond(_join_error(member_id, ErrorCode.coordinator_not_available))
             return False
         if not g.supports_protocols(req["protocol_type"], req["protocols"]):
-            respond(_join_error(member_id, "inconsistent_group_protocol"))
+            respond(_join_error(member_id, ErrorCode.inconsistent_group_protocol))
             return False
         if g.is_pending_member(member_id):
             return self._add_member_and_rebalance(g, req, member_id, respond)
@@ -396,11 +387,11 @@ class GroupCoordinatorShard:
                 return self._update_member_and_rebalance(g, m, req, respond)
             respond(self._join_response(g, m, False))
             return False
-        respond(_join_error(member_id, "unknown_member_id"))
+        respond(_join_error(member_id, ErrorCode.unknown_member_id))
         return False
 
     def _join_response(self, g: ClassicGroup, m: ClassicMember, with_members: bool, skip: bool = False) -> dict:
-        return {"error": None, "member_id": m.member_id, "generation_id": g.generation_id,
+        return {"error": ErrorCode.none, "member_id": m.member_id, "generation_id": g.generation_id,
                 "protocol_type": g.protocol_type, "protocol_name": g.protocol_name, "leader": g.leader_id or "",
                 "skip_assignment": skip, "members": g.current_members_for_leader() if with_members else []}
 
@@ -474,7 +465,7 @@ class GroupCoordinatorShard:
 
     def _prepare_rebalance(self, g: ClassicGroup, reason: str) -> bool:
         if g.state == COMPLETING_REBALANCE:
-            self._propagate_assignment(g, "rebalance_in_progress", reset=True)
+            self._propagate_assignment(g, ErrorCode.rebalance_in_progress, reset=True)
         g.pending_sync_members.clear()
         self.timer.cancel(self._sync_key(g.group_id))
         initial = g.state == EMPTY
@@ -575,7 +566,7 @@ class GroupCoordinatorShard:
 
     def _remove_member_and_update(self, g: ClassicGroup, m: ClassicMember, reason: str) -> None:
         if m.awaiting_join is not None:
-            m.awaiting_join(_join_error("", "unknown_member_id"))
+            m.awaiting_join(_join_error("", ErrorCode.unknown_member_id))
             m.awaiting_join = None
         g.remove(m.member_id)
         if g.state in (STABLE, COMPLETING_REBALANCE):
@@ -583,7 +574,7 @@ class GroupCoordinatorShard:
         elif g.state == PREPARING_REBALANCE and g.has_all_members_joined():
             self._complete_join(g)
 
-    def _propagate_assignment(self, g: ClassicGroup, error: str | None, reset: bool = False) -> None:
+    def _propagate_assignment(self, g: ClassicGroup, error: ErrorCode, reset: bool = False) -> None:
         if reset:
             for m in g.members.values():
                 m.assignment = b""
@@ -602,7 +593,7 @@ class GroupCoordinatorShard:
         protocol_name, assignments {member_id: bytes}."""
         g = self.groups.get(req["group_id"])
         if g is None or g.is_empty():
-            respond({"error": "unknown_member_id", "assignment": b""})
+            respond({"error": ErrorCode.unknown_member_id, "assignment": b""})
             return
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_sync_to_consumer_group
@@ -613,7 +604,7 @@ class GroupCoordinatorShard:
         if err:
             respond({"error": err, "assignment": b""})
         elif g.state == PREPARING_REBALANCE:
-            respond({"error": "rebalance_in_progress", "assignment": b""})
+            respond({"error": ErrorCode.rebalance_in_progress, "assignment": b""})
         elif g.state == COMPLETING_REBALANCE:
             g.members[member_id].awaiting_sync = respond
             self._remove_pending_sync(g, member_id)
@@ -636,28 +627,28 @@ class GroupCoordinatorShard:
                 if g.state == COMPLETING_REBALANCE and req["generation_id"] == g.generation_id:
                     for mid, m in g.members.items():
                         m.assignment = assignment.get(mid, b"")
-                    self._propagate_assignment(g, None)
+                    self._propagate_assignment(g, ErrorCode.none)
                     g.transition_to(STABLE, self.clock.now_ms())
         elif g.state == STABLE:
             self._remove_pending_sync(g, member_id)
             m = g.members[member_id]
-            respond({"error": None, "assignment": m.assignment, "protocol_type": g.protocol_type,
+            respond({"error": ErrorCode.none, "assignment": m.assignment, "protocol_type": g.protocol_type,
                      "protocol_name": g.protocol_name})
 
     @staticmethod
-    def _validate_generation(g: ClassicGroup, req: dict) -> str | None:
+    def _validate_generation(g: ClassicGroup, req: dict) -> ErrorCode:
         """SyncGroup's and Heartbeat's first checks: a live group, a known member (static
         members by instance id), the current generation."""
         if g.state == DEAD:
-            return "coordinator_not_available"
+            return ErrorCode.coordinator_not_available
         err = g.validate_member(req["member_id"], req.get("group_instance_id"))
         if err:
             return err
         if req["generation_id"] != g.generation_id:
-            return "illegal_generation"
-        return None
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
 
-    def _validate_sync(self, g: ClassicGroup, req: dict) -> str | None:
+    def _validate_sync(self, g: ClassicGroup, req: dict) -> ErrorCode:
         err = self._validate_generation(g, req)
         if err:
             return err
@@ -665,8 +656,8 @@ class GroupCoordinatorShard:
                 and req["protocol_type"] != g.protocol_type) or \
                 (req.get("protocol_name") is not None and g.protocol_name is not None
                  and req["protocol_name"] != g.protocol_name):
-            return "inconsistent_group_protocol"
-        return None
+            return ErrorCode.inconsistent_group_protocol
+        return ErrorCode.none
 
     def _remove_pending_sync(self, g: ClassicGroup, member_id: str) -> None:
         g.pending_sync_members.discard(member_id)
@@ -674,10 +665,10 @@ class GroupCoordinatorShard:
             self.timer.cancel(self._sync_key(g.group_id))
 
     # ================================================================== Heartbeat / LeaveGroup
-    def heartbeat(self, req: dict) -> str | None:
+    def heartbeat(self, req: dict) -> ErrorCode:
         g = self.groups.get(req["group_id"])
         if g is None:
-            return "unknown_member_id"
+            return ErrorCode.unknown_member_id
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_heartbeat_to_consumer_group
             return classic_heartbeat_to_consumer_group(self, g, req)
@@ -685,22 +676,22 @@ class GroupCoordinatorShard:
         if err:
             return err
         if g.state == EMPTY:
-            return "unknown_member_id"
+            return ErrorCode.unknown_member_id
         self._reschedule_heartbeat(g, g.members[req["member_id"]])
         if g.state == PREPARING_REBALANCE:
-            return "rebalance_in_progress"
-        return None
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
-    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[str | None, list]:
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list]:
         """``members``: (member_id, group_instance_id). Returns (top-level error, per-member errors)."""
         g = self.groups.get(group_id)
         if g is None:
-            return "unknown_member_id", []
+            return ErrorCode.unknown_member_id, []
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_leave_to_consumer_group
             return classic_leave_to_consumer_group(self, g, members)
         if g.state == DEAD:
-            return "coordinator_not_available", []
+            return ErrorCode.coordinator_not_available, []
         results = []
         left = []
         for member_id, instance_id in members:
@@ -708,14 +699,14 @@ class GroupCoordinatorShard:
                 static_id = g.static_member_id(instance_id)
                 if static_id is not None:
                     self._remove_current_member(g, static_id)
-                    results.append((member_id, instance_id, None))
+                    results.append((member_id, instance_id, ErrorCode.none))
                     left.append(static_id)
                 else:
-                    results.append((member_id, instance_id, "unknown_member_id"))
+                    results.append((member_id, instance_id, ErrorCode.unknown_member_id))
             elif g.is_pending_member(member_id):
                 g.remove(member_id)
                 self.timer.cancel(self._hb_key(group_id, member_id))
-                results.append((member_id, instance_id, None))
+                results.append((member_id, instance_id, ErrorCode.none))
                 left.append(member_id)
             else:
                 err = g.validate_member(member_id, instance_id)
@@ -723,20 +714,20 @@ class GroupCoordinatorShard:
                     results.append((member_id, instance_id, err))
                 else:
                     self._remove_current_member(g, member_id)
-                    results.append((member_id, instance_id, None))
+                    results.append((member_id, instance_id, ErrorCode.none))
                     left.append(member_id)
         if left:
             if g.state in (STABLE, COMPLETING_REBALANCE):
                 self._maybe_prepare_rebalance_or_complete_join(g, f"explicit LeaveGroup for {left}")
             elif g.state == PREPARING_REBALANCE:
                 self._maybe_complete_join_phase(g)
-        return None, results
+        return ErrorCode.none, results
 
     def _remove_current_member(self, g: ClassicGroup, member_id: str) -> None:
         m = g.members[member_id]
         self.timer.cancel(self._hb_key(g.group_id, member_id))
         if m.awaiting_join is not None:
-            m.awaiting_join(_join_error("", "unknown_member_id"))
+            m.awaiting_join(_join_error("", ErrorCode.unknown_member_id))
             m.awaiting_join = None
         g.remove(member_id)
 
@@ -744,27 +735,27 @@ class GroupCoordinatorShard:
     def commit_offsets(self, req: dict) -> dict:
         """``req``: group_id, generation_id (or member epoch), member_id, group_instance_id,
         retention_ms, topics {topic: [(partition, offset, leader_epoch, metadata)]}, api_version.
-        Returns {(topic, partition): error or None} or {"_group": error} for a group-level error."""
+        Returns {(topic, partition): error}; a group-level error is raised (KafkaError)."""
         group_id = req["group_id"]
         g = self.groups.get(group_id)
         generation = req["generation_id"]
-        err = None
+        err = ErrorCode.none
         if g is None:
             # generation < 0: a simple (admin / manual-assignment) committer, which creates an
             # Empty group that accepts it whatever its member id; otherwise the group is gone
             if generation >= 0:
-                err = "group_id_not_found" if req.get("api_version", 9) >= 9 else "illegal_generation"
+                err = ErrorCode.group_id_not_found if req.get("api_version", 9) >= 9 else ErrorCode.illegal_generation
         elif _is_share(g):
-            err = "group_id_not_found"  # Kafka's ShareGroup.validateOffsetCommit
+            err = ErrorCode.group_id_not_found  # Kafka's ShareGroup.validateOffsetCommit
         elif isinstance(g, ClassicGroup):
             err = self._validate_classic_commit(g, req["member_id"], req.get("group_instance_id"), generation)
-            if err is None and g.state in (STABLE, PREPARING_REBALANCE) and req["member_id"] in g.members:
+            if not err and g.state in (STABLE, PREPARING_REBALANCE) and req["member_id"] in g.members:
                 self._reschedule_heartbeat(g, g.members[req["member_id"]])  # a commit keeps the session
         else:
             from .consumer import validate_consumer_group_commit
             err = validate_consumer_group_commit(self, g, req)
         if err:
-            return {"_group": err}
+            raise KafkaError(err)
         now = self.clock.now_ms()
         expire = now + req["retention_ms"] if req.get("retention_ms", -1) >= 0 else -1
         results, records, accepted = self._offset_records(group_id, req["topics"], now, expire)
@@ -776,38 +767,38 @@ class GroupCoordinatorShard:
         return results
 
     def _offset_records(self, group_id: str, topics: dict, now: int, expire: int) -> tuple[dict, list, dict]:
-        """(per-partition error or None, records to write, offsets they set) of a commit."""
+        """(per-partition error, records to write, offsets they set) of a commit."""
         results, records, accepted = {}, [], {}
         for topic, parts in topics.items():
             for partition, offset, epoch, metadata in parts:
                 metadata = metadata or ""
                 if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                    results[(topic, partition)] = "offset_metadata_too_large"
+                    results[(topic, partition)] = ErrorCode.offset_metadata_too_large
                     continue
                 records.append(R.offset_commit(group_id, topic, partition, offset, epoch, metadata, now, expire))
-                results[(topic, partition)] = None
+                results[(topic, partition)] = ErrorCode.none
                 accepted[(topic, partition)] = OffsetAndMetadata(offset, epoch, metadata, now, expire)
         return results, records, accepted
 
     @staticmethod
     def _validate_classic_commit(g: ClassicGroup, member_id: str, instance_id: str | None,
-                                 generation: int, transactional: bool = False) -> str | None:
+                                 generation: int, transactional: bool = False) -> ErrorCode:
         if g.state == DEAD:
-            return "coordinator_not_available"
+            return ErrorCode.coordinator_not_available
         if generation < 0 and g.state == EMPTY:
-            return None
+            return ErrorCode.none
         if generation >= 0 or member_id or instance_id is not None:
             err = g.validate_member(member_id, instance_id)
             if err:
                 return err
             if generation != g.generation_id:
-                return "illegal_generation"
+                return ErrorCode.illegal_generation
         elif not transactional and g.state != EMPTY:
             # TxnOffsetCommit v0-2 carry no member: the group is not checked (KIP-447 adds it)
-            return "unknown_member_id"
+            return ErrorCode.unknown_member_id
         if not transactional and g.state == COMPLETING_REBALANCE:
-            return "rebalance_in_progress"
-        return None
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
     def commit_txn_offsets(self, req: dict) -> dict:
         """TxnOffsetCommit: ``req`` has group_id, producer_id, producer_epoch, generation_id,
@@ -819,12 +810,12 @@ class GroupCoordinatorShard:
         group_id = req["group_id"]
         g = self.groups.get(group_id)
         generation = req.get("generation_id", -1)
-        err = None
+        err = ErrorCode.none
         if g is None:
             if generation >= 0:
-                err = "illegal_generation"
+                err = ErrorCode.illegal_generation
         elif _is_share(g):
-            err = "group_id_not_found"
+            err = ErrorCode.group_id_not_found
         elif isinstance(g, ClassicGroup):
             err = self._validate_classic_commit(g, req.get("member_id", ""), req.get("group_instance_id"),
                                                 generation, transactional=True)
@@ -832,10 +823,10 @@ class GroupCoordinatorShard:
             from .consumer import validate_consumer_group_commit
             if not (generation == -1 and not req.get("member_id") and req.get("group_instance_id") is None):
                 err = validate_consumer_group_commit(self, g, {**req, "api_version": 9})
-                if err == "stale_member_epoch":
-                    err = "illegal_generation"
+                if err == ErrorCode.stale_member_epoch:
+                    err = ErrorCode.illegal_generation
         if err:
-            return {"_group": err}
+            raise KafkaError(err)
         now = self.clock.now_ms()
         results, records, accepted = self._offset_records(group_id, req["topics"], now, -1)
         if records:
@@ -846,11 +837,11 @@ class GroupCoordinatorShard:
         return results
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None, member_id: str | None = None,
-                      member_epoch: int = -1) -> tuple[str | None, dict]:
+                      member_epoch: int = -1) -> tuple[ErrorCode, dict]:
         """Committed offsets of a group: {(topic, partition): OffsetAndMetadata | None}."""
         g = self.groups.get(group_id)
         if _is_share(g):
-            return "group_id_not_found", {}  # Kafka's ShareGroup.validateOffsetFetch
+            return ErrorCode.group_id_not_found, {}  # Kafka's ShareGroup.validateOffsetFetch
         if g is not None and not isinstance(g, ClassicGroup) and member_id is not None:
             from .consumer import validate_consumer_group_fetch
             err = validate_consumer_group_fetch(g, member_id, member_epoch)
@@ -858,18 +849,18 @@ class GroupCoordinatorShard:
                 return err, {}
         committed = self.offsets.get(group_id, {})
         if topics is None:
-            return None, dict(committed)
-        return None, {(t, p): committed.get((t, p)) for t, parts in topics for p in parts}
+            return ErrorCode.none, dict(committed)
+        return ErrorCode.none, {(t, p): committed.get((t, p)) for t, parts in topics for p in parts}
 
-    def delete_offsets(self, group_id: str, topics: dict[str, list[int]]) -> tuple[str | None, dict]:
+    def delete_offsets(self, group_id: str, topics: dict[str, list[int]]) -> tuple[ErrorCode, dict]:
         g = self.groups.get(group_id)
         if g is None or _is_share(g):
-            return "group_id_not_found", {}
+            return ErrorCode.group_id_not_found, {}
         if isinstance(g, ClassicGroup):
             if g.state == DEAD:
-                return "group_id_not_found", {}
+                return ErrorCode.group_id_not_found, {}
             if g.state in (STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE) and g.protocol_type != "consumer":
-                return "non_empty_group", {}
+                return ErrorCode.non_empty_group, {}
         results = {}
         records = []
         committed = self.offsets.get(group_id, {})
@@ -878,17 +869,17 @@ class GroupCoordinatorShard:
             subscribed = g.is_subscribed_to(topic, image) and not g.is_empty()
             for p in parts:
                 if subscribed:
-                    results[(topic, p)] = "group_subscribed_to_topic"
+                    results[(topic, p)] = ErrorCode.group_subscribed_to_topic
                 else:
-                    results[(topic, p)] = None
+                    results[(topic, p)] = ErrorCode.none
                     if (topic, p) in committed:
                         records.append(R.offset_tombstone(group_id, topic, p))
         if records:
             self.write(records)
             for (topic, p), e in results.items():
-                if e is None:
+                if not e:
                     committed.pop((topic, p), None)
-        return None, results
+        return ErrorCode.none, results
 
     def _image(self):
         return self.topics() if self.topics is not None else None
@@ -928,17 +919,17 @@ class GroupCoordinatorShard:
         return len(records)
 
     # ================================================================== admin
-    def delete_group(self, group_id: str) -> str | None:
+    def delete_group(self, group_id: str) -> ErrorCode:
         g = self.groups.get(group_id)
         if g is None:
-            return "group_id_not_found"
+            return ErrorCode.group_id_not_found
         if not g.is_empty():
-            return "non_empty_group"
+            return ErrorCode.non_empty_group
         records = self._group_tombstones(group_id)
         self.write(records)
         self.groups.pop(group_id, None)
         self.offsets.pop(group_id, None)
-        return None
+        return ErrorCode.none
 
     def list_groups(self) -> list[tuple[str, str, str, str]]:
         """(group id, protocol type, state, group type)."""
@@ -957,6 +948,3 @@ def _is_share(g) -> bool:
     """Share groups have no committed offsets: offset requests on one get GROUP_ID_NOT_FOUND."""
     return getattr(g, "type", None) == "share"
 
-
-def error_code(name: str | None) -> ErrorCode:
-    return ErrorCode.none if name is None else ErrorCode[name]

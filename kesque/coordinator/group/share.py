@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from ...errors import ErrorCode, KafkaError
 from . import records as R
 
 log = logging.getLogger(__name__)
@@ -65,11 +66,8 @@ class ShareGroup:
         return lambda om: om.commit_timestamp
 
 
-class ShareHeartbeatError(Exception):
-    def __init__(self, error: str, message: str):
-        super().__init__(message)
-        self.error = error
-        self.message = message
+class ShareHeartbeatError(KafkaError):
+    """A share-group heartbeat the coordinator refuses, as opposed to a failure to append."""
 
 
 # ====================================================================== assignor
@@ -103,34 +101,34 @@ def share_group_heartbeat(shard, req: dict) -> dict:
             return _leave(shard, req)
         return _heartbeat_or_revert(shard, req)
     except ShareHeartbeatError as e:
-        return {"error": e.error, "message": e.message, "member_id": None, "member_epoch": -1,
+        return {"error": e.code, "message": e.message, "member_id": None, "member_epoch": -1,
                 "heartbeat_interval_ms": 0, "assignment": None}
 
 
 def _validate(req: dict) -> None:
     if not req["group_id"]:
-        raise ShareHeartbeatError("invalid_request", "GroupId can't be empty.")
+        raise ShareHeartbeatError(ErrorCode.invalid_request, "GroupId can't be empty.")
     if not req["member_id"]:
-        raise ShareHeartbeatError("invalid_request", "MemberId can't be empty.")
+        raise ShareHeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
     if req.get("rack_id") == "":
-        raise ShareHeartbeatError("invalid_request", "RackId can't be empty.")
+        raise ShareHeartbeatError(ErrorCode.invalid_request, "RackId can't be empty.")
     epoch = req["member_epoch"]
     if epoch == 0:
         if not req.get("subscribed_topic_names"):
-            raise ShareHeartbeatError("invalid_request", "SubscribedTopicNames must be set in first request.")
+            raise ShareHeartbeatError(ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request.")
     elif epoch < LEAVE_GROUP_MEMBER_EPOCH:
-        raise ShareHeartbeatError("invalid_request", f"MemberEpoch is invalid: {epoch}")
+        raise ShareHeartbeatError(ErrorCode.invalid_request, f"MemberEpoch is invalid: {epoch}")
 
 
 def _get_group(shard, group_id: str, create: bool) -> ShareGroup:
     g = shard.groups.get(group_id)
     if g is not None and not isinstance(g, ShareGroup):
-        raise ShareHeartbeatError("group_id_not_found", f"Group {group_id} is not a share group.")
+        raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
     if g is None:
         if not create:
-            raise ShareHeartbeatError("group_id_not_found", f"Group {group_id} not found.")
+            raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
         if not shard.config.share_enabled:
-            raise ShareHeartbeatError("unsupported_version", "Share groups are not enabled on this broker "
+            raise ShareHeartbeatError(ErrorCode.unsupported_version, "Share groups are not enabled on this broker "
                                       "(group.share.enable / group.coordinator.rebalance.protocols).")
         g = shard.groups[group_id] = ShareGroup(group_id)
     return g
@@ -181,16 +179,18 @@ def _heartbeat(shard, req: dict) -> dict:
     if epoch == 0:
         if member is None:
             if len(g.members) >= shard.config.share_max_size:
-                raise ShareHeartbeatError("group_max_size_reached", f"The share group has reached its maximum "
+                raise ShareHeartbeatError(ErrorCode.group_max_size_reached, f"The share group has reached its maximum "
                                           f"capacity of {shard.config.share_max_size} members.")
             member = g.members[member_id] = ShareMember(member_id)
             bump = True
         member.member_epoch, member.assigned = 0, {}
     else:
         if member is None:
-            raise ShareHeartbeatError("unknown_member_id", f"Member {member_id} is not a member of group {g.group_id}.")
+            raise ShareHeartbeatError(ErrorCode.unknown_member_id,
+                                      f"Member {member_id} is not a member of group {g.group_id}.")
         if epoch != member.member_epoch:
-            raise ShareHeartbeatError("fenced_member_epoch", f"The share group member has a member epoch ({epoch}) "
+            raise ShareHeartbeatError(ErrorCode.fenced_member_epoch,
+                                      f"The share group member has a member epoch ({epoch}) "
                                       f"other than the one known by the group coordinator ({member.member_epoch}).")
     changed = epoch == 0
     for attr in ("rack_id", "client_id", "client_host"):
@@ -224,7 +224,7 @@ def _heartbeat(shard, req: dict) -> dict:
         shard.write(records)
     _schedule_session_timeout(shard, g, member)
     send = epoch == 0 or before[1] != member.assigned
-    return {"error": None, "message": None, "member_id": member_id, "member_epoch": member.member_epoch,
+    return {"error": ErrorCode.none, "message": None, "member_id": member_id, "member_epoch": member.member_epoch,
             "heartbeat_interval_ms": shard.share_heartbeat_interval_ms(g.group_id),
             "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send else None}
 
@@ -267,12 +267,13 @@ def _compute_target(shard, g: ShareGroup) -> list:
 def _leave(shard, req: dict) -> dict:
     g = shard.groups.get(req["group_id"])
     if not isinstance(g, ShareGroup):
-        raise ShareHeartbeatError("group_id_not_found", f"Group {req['group_id']} not found.")
+        raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {req['group_id']} not found.")
     if req["member_id"] not in g.members:
-        raise ShareHeartbeatError("unknown_member_id", f"Member {req['member_id']} is not a member of group "
+        raise ShareHeartbeatError(ErrorCode.unknown_member_id, f"Member {req['member_id']} is not a member of group "
                                   f"{g.group_id}.")
     remove_member(shard, g, req["member_id"], "member left the group")
-    return {"error": None, "message": None, "member_id": req["member_id"], "member_epoch": LEAVE_GROUP_MEMBER_EPOCH,
+    return {"error": ErrorCode.none, "message": None, "member_id": req["member_id"],
+            "member_epoch": LEAVE_GROUP_MEMBER_EPOCH,
             "heartbeat_interval_ms": 0, "assignment": None}
 
 

@@ -21,10 +21,6 @@ for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CON
     GROUP_OPS |= 1 << _op
 
 
-def code_of(name: str | None) -> ErrorCode:
-    return ErrorCode.none if name is None else ErrorCode[name]
-
-
 def heartbeat_failed(m, e: KafkaError):
     """A ConsumerGroupHeartbeat / ShareGroupHeartbeat answer for a refused heartbeat."""
     return m(throttle_time=0, error_code=e.code, error_message=e.message, member_id=None, member_epoch=-1,
@@ -37,7 +33,7 @@ def heartbeat_answer(m, r: dict):
     if r["assignment"] is not None:
         assignment = m("Assignment", topic_partitions=tuple(
             m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in r["assignment"].items()))
-    return m(throttle_time=0, error_code=code_of(r["error"]), error_message=r["message"], member_id=r["member_id"],
+    return m(throttle_time=0, error_code=r["error"], error_message=r["message"], member_id=r["member_id"],
              member_epoch=r["member_epoch"], heartbeat_interval=r["heartbeat_interval_ms"], assignment=assignment)
 
 
@@ -76,13 +72,13 @@ class GroupApis:
             members = tuple(m("JoinGroupResponseMember", member_id=x["member_id"],
                               group_instance_id=x["group_instance_id"], metadata=x["metadata"])
                             for x in r.get("members") or [])
-            return m(throttle_time=0, error_code=code_of(r["error"]), generation_id=r["generation_id"],
+            return m(throttle_time=0, error_code=r["error"], generation_id=r["generation_id"],
                      protocol_type=r["protocol_type"], protocol_name=r["protocol_name"] if v >= 7 or r["protocol_name"]
                      else ("" if v < 7 else None), leader=r["leader"], skip_assignment=r["skip_assignment"],
                      member_id=r["member_id"], members=members)
 
         def failed(code: ErrorCode):
-            return build({"error": code.name, "member_id": req.member_id, "generation_id": -1, "protocol_type": None,
+            return build({"error": code, "member_id": req.member_id, "generation_id": -1, "protocol_type": None,
                           "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
 
         try:
@@ -123,15 +119,15 @@ class GroupApis:
         m = Msg(14, v)
 
         def build(r: dict):
-            return m(throttle_time=0, error_code=code_of(r["error"]), protocol_type=r.get("protocol_type"),
+            return m(throttle_time=0, error_code=r["error"], protocol_type=r.get("protocol_type"),
                      protocol_name=r.get("protocol_name"), assignment=r.get("assignment") or b"")
 
         if not req.group_id:
-            return build({"error": "invalid_group_id"})
+            return build({"error": ErrorCode.invalid_group_id})
         try:
             shard = self.gc.shard_for(req.group_id)
         except KafkaError as e:
-            return build({"error": e.code.name})
+            return build({"error": e.code})
         fut, reply = self._reply(req.group_id)
         shard.sync_group({
             "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
@@ -139,7 +135,7 @@ class GroupApis:
             "protocol_type": getattr(req, "protocol_type", None), "protocol_name": getattr(req, "protocol_name", None),
             "assignments": {a.member_id: a.assignment for a in req.assignments},
         }, reply)
-        return self._await(fut, build, lambda code: build({"error": code.name}))
+        return self._await(fut, build, lambda code: build({"error": code}))
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
     def heartbeat(self, ctx, req):
@@ -147,10 +143,9 @@ class GroupApis:
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         try:
-            err = self.gc.shard_for(req.group_id).heartbeat({
+            code = self.gc.shard_for(req.group_id).heartbeat({
                 "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
                 "group_instance_id": getattr(req, "group_instance_id", None)})
-            code = code_of(err)
         except KafkaError as e:
             code = e.code
         return m(throttle_time=0, error_code=code)
@@ -166,11 +161,11 @@ class GroupApis:
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, members=())
         if v < 3:
-            code = code_of(err) if err else (code_of(results[0][2]) if results else ErrorCode.none)
+            code = err or (results[0][2] if results else ErrorCode.none)
             resp = m(throttle_time=0, error_code=code)
         else:
-            resp = m(throttle_time=0, error_code=code_of(err), members=tuple(
-                m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=code_of(e))
+            resp = m(throttle_time=0, error_code=err, members=tuple(
+                m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=e)
                 for mid, iid, e in results))
         return self._when_committed(req.group_id, resp,
                                     lambda code: m(throttle_time=0, error_code=code, members=()))
@@ -206,9 +201,7 @@ class GroupApis:
                     "member_id": req.member_id, "group_instance_id": getattr(req, "group_instance_id", None),
                     "retention_ms": to_ms(req.retention_time) if hasattr(req, "retention_time") else -1,
                     "topics": topics, "api_version": v})
-                if "_group" in results:
-                    group_error = code_of(results["_group"])
-            except KafkaError as e:
+            except KafkaError as e:  # the group's refusal, or a failed append
                 group_error = e.code
 
         def respond(group_error):
@@ -216,7 +209,7 @@ class GroupApis:
             for key, part, name in keys:
                 code = errors.get((key, part))
                 if code is None:
-                    code = group_error if group_error is not None else code_of(results.get((name, part)))
+                    code = group_error if group_error is not None else results.get((name, part), ErrorCode.none)
                 by_topic.setdefault(key, []).append((part, code))
             return encode_offset_commit_response(v, list(by_topic.items()))
 
@@ -270,7 +263,7 @@ class GroupApis:
         except KafkaError as e:
             return (), e.code
         if err:
-            return (), code_of(err)
+            return (), err
         grouped_offsets: dict = {}
         for (topic, part), om in offsets.items():
             grouped_offsets.setdefault(topic, []).append((part, om))
@@ -306,9 +299,10 @@ class GroupApis:
         except KafkaError as e:
             return m(error_code=e.code, throttle_time=0, topics=())
         if err:
-            return m(error_code=code_of(err), throttle_time=0, topics=())
+            return m(error_code=err, throttle_time=0, topics=())
         topics = tuple(m("OffsetDeleteResponseTopic", name=t, partitions=tuple(
-            m("OffsetDeleteResponsePartition", partition_index=p, error_code=code_of(results.get((t, p)))) for p in ps))
+            m("OffsetDeleteResponsePartition", partition_index=p, error_code=results.get((t, p), ErrorCode.none))
+            for p in ps))
             for t, ps in wanted.items())
         return self._when_committed(req.group_id, m(error_code=ErrorCode.none, throttle_time=0, topics=topics),
                                     lambda code: m(error_code=code, throttle_time=0, topics=()))
@@ -370,7 +364,7 @@ class GroupApis:
             try:
                 shard = self.gc.shard_for(gid)
                 share = getattr(shard.groups.get(gid), "type", None) == "share"
-                code = code_of(shard.delete_group(gid))
+                code = shard.delete_group(gid)
                 if share and code == ErrorCode.none:
                     shares.append(gid)
             except KafkaError as e:

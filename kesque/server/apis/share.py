@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import logging
 
-from ...coordinator.group.share import ShareGroup, ShareHeartbeatError, create_empty_group, share_group_heartbeat
+from ...coordinator.group.share import ShareGroup, create_empty_group, share_group_heartbeat
 from ...errors import ErrorCode, KafkaError
 from ...share import enabled
 from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
@@ -469,10 +469,8 @@ class ShareGroupApis:
             g = shard.groups.get(group_id)
             if g is None and create:
                 g = create_empty_group(shard, group_id)
-        except KafkaError as e:
+        except KafkaError as e:  # a refusal (ShareHeartbeatError) or a failed write
             return e.code, e.message
-        except ShareHeartbeatError as e:
-            return ErrorCode[e.error], e.message
         if not isinstance(g, ShareGroup):
             return ErrorCode.group_id_not_found, (f"Group {group_id} not found." if g is None
                                                   else f"Group {group_id} is not a share group.")

@@ -18,8 +18,8 @@ import inspect
 import re
 
 from ...coordinator.group.runtime import OFFSETS_TOPIC
+from ...coordinator.runtime import coordinator_error
 from ...coordinator.transaction.records import TxnState
-from ...coordinator.group.shard import error_code as group_error_code
 from ...errors import ErrorCode, KafkaError
 from ..txn_channels import append_marker, markers_committed
 from .committed import when_committed
@@ -290,13 +290,9 @@ class TransactionApis:
                     "generation_id": getattr(req, "generation_id", -1), "member_id": getattr(req, "member_id", ""),
                     "group_instance_id": getattr(req, "group_instance_id", None), "topics": known})
             except KafkaError as e:
-                from ...coordinator.group.shard import append_error
-                return all_(group_error_code(append_error(e)) if e.code != ErrorCode.invalid_producer_epoch
-                            else _fenced(ErrorCode.producer_fenced, v, 3))
-            if "_group" in res:
-                return all_(group_error_code(res["_group"]))
-            for tp, err in res.items():
-                codes[tp] = group_error_code(err) if err else ErrorCode.none
+                return all_(_fenced(ErrorCode.producer_fenced, v, 3) if e.code == ErrorCode.invalid_producer_epoch
+                            else coordinator_error(e.code))  # a failed append, or the group's refusal
+            codes.update(res)
         return when_committed(gc, [gc.partition_for(req.group_id)], respond(codes), all_)
 
     # ------------------------------------------------------------------ admin
