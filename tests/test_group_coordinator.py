@@ -29,7 +29,9 @@ from kesque.coordinator.group.consumer import (
     ConsumerGroup,
     consumer_group_heartbeat,
 )
+from kesque.coordinator.group.requests import OffsetCommit, OffsetCommitPartition, OffsetDelete, TxnOffsetCommit
 from kesque.coordinator.group.shard import GroupConfig, GroupCoordinatorShard
+from kesque.coordinator.runtime import CoordinatorResult, append_and_replay
 from kesque.errors import ErrorCode, KafkaError
 
 GID = "g"
@@ -92,14 +94,15 @@ class WriteFailed(Exception):
 
 
 class WriteLog:
-    """The partition: ``write(records)`` appends, or raises while ``fail`` is set."""
+    """The partition: ``write(records, producer_id, producer_epoch)`` appends, or raises while
+    ``fail`` is set."""
 
     def __init__(self):
         self.records: list[tuple[bytes, bytes | None]] = []
         self.fail = False
         self.calls = 0
 
-    def __call__(self, records) -> None:
+    def __call__(self, records, producer_id: int = -1, producer_epoch: int = -1) -> None:
         self.calls += 1
         if self.fail:
             raise WriteFailed("append failed")
@@ -220,15 +223,35 @@ class Env:
         topics: dict[str, list] = {}
         for (t, p), v in offsets.items():
             off, epoch, meta = v if isinstance(v, tuple) else (v, -1, "")
-            topics.setdefault(t, []).append((p, off, epoch, meta))
+            topics.setdefault(t, []).append(OffsetCommitPartition(p, off, epoch, meta))
         try:
-            result = self.shard.commit_offsets({"group_id": gid, "generation_id": generation, "member_id": member_id,
-                                                "group_instance_id": instance, "retention_ms": retention_ms,
-                                                "topics": topics, "api_version": api_version})
+            result = self.run(self.shard.commit_offsets(OffsetCommit(gid, topics, member_id, generation, instance,
+                                                                     retention_ms, api_version)))
         except KafkaError as e:
             result = e.code
         self._after_step()
         return result
+
+    def run(self, result: CoordinatorResult):
+        """What the runtime does with an operation's result: append its records, replay them."""
+        return append_and_replay(self.shard, self.log, result)
+
+    def delete_offsets(self, gid: str, topics: dict) -> tuple[ErrorCode, dict]:
+        """OffsetDelete: (group-level error, {(topic, partition): error})."""
+        try:
+            return ErrorCode.none, self.run(self.shard.delete_offsets(OffsetDelete(gid, topics)))
+        except KafkaError as e:
+            return e.code, {}
+
+    def delete_group(self, gid: str = GID) -> ErrorCode:
+        try:
+            return self.run(self.shard.delete_group(gid))
+        except KafkaError as e:
+            return e.code
+
+    def expire_offsets(self) -> int:
+        """Offset expiration: how many records it wrote."""
+        return self.run(self.shard.expire_offsets())
 
     def committed(self, gid: str = GID) -> dict:
         err, offs = self.shard.fetch_offsets(gid, None)
@@ -803,10 +826,10 @@ def test_commit_with_retention_writes_v1_and_expires_at_the_expire_timestamp():
     (_kv, _k, v), = env.log.decoded()
     assert v["_version"] == 1 and v["expire_timestamp"] == env.clock.now + 5000
     env.timer.advance(4999)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {("t", 0): 1}
     env.timer.advance(1)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {}
 
 
@@ -894,11 +917,11 @@ def test_delete_group():
     env = Env()
     sg = env.stable_group(1)
     env.commit({("t", 0): 1}, member_id=sg.leader, generation=sg.gen)
-    assert env.shard.delete_group(GID) == ErrorCode.non_empty_group
-    assert env.shard.delete_group("nope") == ErrorCode.group_id_not_found
+    assert env.delete_group(GID) == ErrorCode.non_empty_group
+    assert env.delete_group("nope") == ErrorCode.group_id_not_found
     env.shard.leave_group(GID, [(sg.leader, None)])
     start = len(env.log.records)
-    assert env.shard.delete_group(GID) == ErrorCode.none
+    assert env.delete_group(GID) == ErrorCode.none
     assert env.group() is None and env.shard.offsets.get(GID) is None
     recs = env.log.decoded(start)
     assert [(kv, v) for kv, _k, v in recs] == [(R.OFFSET_COMMIT, None), (R.GROUP_METADATA, None)]
@@ -910,39 +933,39 @@ def test_delete_group_in_every_non_empty_state():
     env = Env()
     replies = [env.join()]
     assert env.group().state == PREPARING_REBALANCE
-    assert env.shard.delete_group(GID) == ErrorCode.non_empty_group
+    assert env.delete_group(GID) == ErrorCode.non_empty_group
     env.settle(replies)
     assert env.group().state == COMPLETING_REBALANCE
-    assert env.shard.delete_group(GID) == ErrorCode.non_empty_group
+    assert env.delete_group(GID) == ErrorCode.non_empty_group
 
 
 def test_offset_delete():
     env = Env()
     sg = env.stable_group(2, topics=("t",))
     env.commit({("t", 0): 1, ("u", 0): 2, ("u", 1): 3}, member_id=sg.leader, generation=sg.gen)
-    err, res = env.shard.delete_offsets(GID, {"t": [0], "u": [0, 7]})
+    err, res = env.delete_offsets(GID, {"t": [0], "u": [0, 7]})
     assert err == ErrorCode.none
     assert res == {("t", 0): ErrorCode.group_subscribed_to_topic, ("u", 0): ErrorCode.none, ("u", 7): ErrorCode.none}
     assert env.committed() == {("t", 0): 1, ("u", 1): 3}
     assert env.log.decoded()[-1][1:] == ({"group": GID, "topic": "u", "partition": 0}, None)
-    assert env.shard.delete_offsets("nope", {"t": [0]}) == (ErrorCode.group_id_not_found, {})
+    assert env.delete_offsets("nope", {"t": [0]}) == (ErrorCode.group_id_not_found, {})
     # once the group is empty, its offsets of any topic can go
     env.shard.leave_group(GID, [(m, None) for m in sg.ids])
-    assert env.shard.delete_offsets(GID, {"t": [0]}) == (ErrorCode.none, {("t", 0): ErrorCode.none})
+    assert env.delete_offsets(GID, {"t": [0]}) == (ErrorCode.none, {("t", 0): ErrorCode.none})
     assert env.committed() == {("u", 1): 3}
 
 
 def test_offset_delete_on_a_non_consumer_group_with_members_is_non_empty_group():
     env = Env()
     env.stable_group(1, protocol_type="connect", protocols=[("default", b"x")])
-    assert env.shard.delete_offsets(GID, {"t": [0]}) == (ErrorCode.non_empty_group, {})
+    assert env.delete_offsets(GID, {"t": [0]}) == (ErrorCode.non_empty_group, {})
 
 
 def test_offset_delete_when_subscriptions_are_unknown_keeps_offsets():
     env = Env()
     sg = env.stable_group(1, protocols=[("range", b"not a subscription")])
     env.commit({("t", 0): 1}, member_id=sg.leader, generation=sg.gen)
-    assert env.shard.delete_offsets(GID, {"t": [0]}) == (ErrorCode.none,
+    assert env.delete_offsets(GID, {"t": [0]}) == (ErrorCode.none,
                                                          {("t", 0): ErrorCode.group_subscribed_to_topic})
 
 
@@ -954,14 +977,14 @@ def test_offsets_of_an_empty_group_expire_retention_after_it_became_empty():
     for _ in range(2 * retention // 5000):  # committed long ago, but the group still has a member
         env.timer.advance(5000)
         env.heartbeat(sg.leader, sg.gen)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {("t", 0): 1}
     env.shard.leave_group(GID, [(sg.leader, None)])
     env.timer.advance(retention - 1)
-    assert env.shard.expire_offsets() == 0
+    assert env.expire_offsets() == 0
     assert env.committed() == {("t", 0): 1}
     env.timer.advance(1)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     # every offset expired and the group is empty: the group goes too
     assert env.group() is None
     fresh = env.replayed()
@@ -974,10 +997,10 @@ def test_offsets_of_a_simple_group_expire_retention_after_their_commit():
     env.timer.advance(500)
     env.commit({("t", 1): 2})
     env.timer.advance(500)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {("t", 1): 2}
     env.timer.advance(500)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.group() is None
 
 
@@ -989,7 +1012,7 @@ def test_offsets_of_unsubscribed_topics_expire_in_a_stable_group():
     env.heartbeat(sg.leader, sg.gen)
     env.timer.advance(500)
     env.heartbeat(sg.leader, sg.gen)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {("t", 0): 1}
 
 
@@ -1013,12 +1036,43 @@ def test_failed_offset_commit_changes_nothing():
     assert env.committed() == {("t", 0): 1}
 
 
+def test_an_offset_operation_only_reads_the_state_and_its_records_change_it_when_replayed():
+    """Kafka's CoordinatorRuntime shape: an operation returns records and a response; nothing
+    changes until the runtime has appended the records and replayed them into the shard."""
+    env = Env()
+    result = env.shard.commit_offsets(OffsetCommit(GID, {"t": [OffsetCommitPartition(0, 7)]}))
+    assert result.response == {("t", 0): ErrorCode.none} and len(result.records) == 1
+    assert env.group() is None and env.shard.offsets == {} and env.log.records == []
+    env.run(result)
+    assert env.committed() == {("t", 0): 7} and isinstance(env.group(), ClassicGroup)
+    assert env.log.records == result.records
+    deleted = env.shard.delete_offsets(OffsetDelete(GID, {"t": [0, 1]}))
+    assert deleted.response == {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.none}
+    assert env.committed() == {("t", 0): 7}
+    deletion = env.shard.delete_group(GID)
+    assert env.group() is not None
+    env.run(deleted)
+    env.run(deletion)
+    assert env.group() is None and env.committed() == {}
+
+
+def test_a_transactional_offset_commit_is_pending_once_replayed_and_committed_by_its_marker():
+    env = Env()
+    result = env.shard.commit_txn_offsets(TxnOffsetCommit(GID, 42, 3, {"t": [OffsetCommitPartition(0, 9)]}))
+    assert (result.producer_id, result.producer_epoch, result.response) == (42, 3, {("t", 0): ErrorCode.none})
+    assert env.shard.pending_txn_offsets == {}
+    env.run(result)
+    assert env.shard.has_pending_txn_offset(GID, ("t", 0)) and env.committed() == {}
+    env.shard.replay_end_txn(42, True)
+    assert env.committed() == {("t", 0): 9} and not env.shard.has_pending_txn_offset(GID, ("t", 0))
+
+
 def test_failed_delete_group_changes_nothing():
     env = Env()
     env.commit({("t", 0): 1})
     env.log.fail = True
     with pytest.raises(WriteFailed):
-        env.shard.delete_group(GID)
+        env.delete_group(GID)
     assert env.group() is not None and env.committed() == {("t", 0): 1}
 
 
@@ -1392,7 +1446,7 @@ def test_offset_delete_on_a_consumer_group():
     env = Env(topics={"t": 1, "u": 1})
     env.chb("A", 0, names=["t"])
     env.commit({("t", 0): 1, ("u", 0): 2}, member_id="A", generation=1, api_version=9)
-    assert env.shard.delete_offsets(GID, {"t": [0], "u": [0]}) == (
+    assert env.delete_offsets(GID, {"t": [0], "u": [0]}) == (
         ErrorCode.none, {("t", 0): ErrorCode.group_subscribed_to_topic, ("u", 0): ErrorCode.none})
 
 
@@ -1400,7 +1454,7 @@ def test_offset_delete_respects_regex_subscriptions():
     env = Env(topics={"orders": 1})
     env.chb("A", 0, regex="ord.*")
     env.commit({("orders", 0): 1}, member_id="A", generation=1, api_version=9)
-    assert env.shard.delete_offsets(GID, {"orders": [0]}) == (
+    assert env.delete_offsets(GID, {"orders": [0]}) == (
         ErrorCode.none, {("orders", 0): ErrorCode.group_subscribed_to_topic})
 
 
@@ -1764,13 +1818,13 @@ class Simulation:
                         generation=c.generation, instance=c.instance, retention_ms=60_000 if large else -1)
 
     def op_offset_delete(self, gid, topic):
-        self.env.shard.delete_offsets(gid, {topic: [0, 1]})
+        self.env.delete_offsets(gid, {topic: [0, 1]})
 
     def op_delete_group(self, gid):
-        self.env.shard.delete_group(gid)
+        self.env.delete_group(gid)
 
     def op_expire(self):
-        self.env.shard.expire_offsets()
+        self.env.expire_offsets()
 
     def op_advance(self, ms):
         self.env.timer.advance(ms)

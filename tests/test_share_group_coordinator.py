@@ -166,9 +166,9 @@ def test_replay_rebuilds_the_group():
     old, new = e.shard.groups[GID], fresh.groups[GID]
     assert (new.group_epoch, new.assignment_epoch, new.target) == (old.group_epoch, old.assignment_epoch, old.target)
     assert new.members == old.members
-    assert e.shard.delete_group(GID) == ErrorCode.non_empty_group
+    assert e.delete_group(GID) == ErrorCode.non_empty_group
     e.timer.advance(e.config.share_session_timeout_ms)
-    assert e.shard.delete_group(GID) == ErrorCode.none
+    assert e.delete_group(GID) == ErrorCode.none
     fresh = GroupCoordinatorShard(0, e.config, e.log, FakeTimer(e.clock), e.clock, topics=lambda: e.image)
     for k, v in e.log.records:
         fresh.replay(k, v)
@@ -192,5 +192,5 @@ def test_offset_requests_on_a_share_group_find_no_group():
     records = len(e.log.records)
     assert e.commit({("t", 0): 5}, gid=GID, api_version=9) == ErrorCode.group_id_not_found
     assert e.shard.fetch_offsets(GID, None) == (ErrorCode.group_id_not_found, {})
-    assert e.shard.delete_offsets(GID, {"t": [0]}) == (ErrorCode.group_id_not_found, {})
+    assert e.delete_offsets(GID, {"t": [0]}) == (ErrorCode.group_id_not_found, {})
     assert len(e.log.records) == records

@@ -674,16 +674,15 @@ def _schedule_rebalance_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> N
 
 
 # ====================================================================== offsets and classic requests
-def validate_consumer_group_commit(shard, g: ConsumerGroup, req: dict) -> ErrorCode:
-    member_id = req["member_id"]
-    epoch = req["generation_id"]
+def validate_consumer_group_commit(g: ConsumerGroup, member_id: str, epoch: int, api_version: int) -> ErrorCode:
+    """An offset commit to a KIP-848 group: ``epoch`` is the member epoch the commit carries."""
     if epoch < 0 and g.is_empty():  # admin clients and standalone consumers (Kafka: whatever the member id)
         return ErrorCode.none
     m = g.members.get(member_id)
     if m is None:
         return ErrorCode.unknown_member_id
     if epoch != m.member_epoch:
-        return ErrorCode.stale_member_epoch if req.get("api_version", 9) >= 9 else ErrorCode.illegal_generation
+        return ErrorCode.stale_member_epoch if api_version >= 9 else ErrorCode.illegal_generation
     return ErrorCode.none
 
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 from ...errors import ErrorCode, KafkaError
 from ...share import enabled as share_groups_enabled
-from ..runtime import coordinator_error
+from ..runtime import CoordinatorResult, coordinator_error
 from . import records as R
 from .classic import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup, ClassicMember
+from .requests import OffsetCommit, OffsetDelete, TxnOffsetCommit
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +156,7 @@ class GroupCoordinatorShard:
                 (k["topic"], k["partition"])] = OffsetAndMetadata(
                     v["offset"], v.get("leader_epoch", -1), v.get("metadata", ""), v.get("commit_timestamp", -1),
                     v.get("expire_timestamp", -1))
-            if k["group"] not in self.groups:
-                self.groups[k["group"]] = ClassicGroup(k["group"])
+            self._ensure_group(k["group"], v.get("commit_timestamp", -1))
         else:
             self.replay(key, value)
 
@@ -185,8 +185,14 @@ class GroupCoordinatorShard:
         self.offsets.setdefault(group, {})[tp] = OffsetAndMetadata(
             v["offset"], v.get("leader_epoch", -1), v.get("metadata", ""), v.get("commit_timestamp", -1),
             v.get("expire_timestamp", -1))
-        if group not in self.groups:  # standalone committers get an Empty classic group
-            self.groups[group] = ClassicGroup(group)
+        self._ensure_group(group, v.get("commit_timestamp", -1))
+
+    def _ensure_group(self, group_id: str, now: int) -> None:
+        """A group an offset commit names exists from then on: standalone committers get an Empty
+        classic group (Kafka's getOrMaybeCreateClassicGroup in OffsetMetadataManager.replay),
+        created when the commit was."""
+        if group_id not in self.groups:
+            self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
 
     def _replay_group_metadata(self, group_id: str, v: dict | None) -> None:
         if v is None:
@@ -732,43 +738,39 @@ class GroupCoordinatorShard:
         g.remove(member_id)
 
     # ================================================================== offsets
-    def commit_offsets(self, req: dict) -> dict:
-        """``req``: group_id, generation_id (or member epoch), member_id, group_instance_id,
-        retention_ms, topics {topic: [(partition, offset, leader_epoch, metadata)]}, api_version.
-        Returns {(topic, partition): error}; a group-level error is raised (KafkaError)."""
-        group_id = req["group_id"]
+    # Write operations (Kafka's OffsetMetadataManager): each reads the state and returns the
+    # records to append with the response; the runtime appends them and replays them here.
+    def commit_offsets(self, req: OffsetCommit) -> CoordinatorResult:
+        """OffsetCommit. The response: {(topic, partition): error}; a group-level error is
+        raised (KafkaError), with nothing to write."""
+        group_id = req.group_id
         g = self.groups.get(group_id)
-        generation = req["generation_id"]
+        generation = req.generation_id
         err = ErrorCode.none
         if g is None:
             # generation < 0: a simple (admin / manual-assignment) committer, which creates an
             # Empty group that accepts it whatever its member id; otherwise the group is gone
             if generation >= 0:
-                err = ErrorCode.group_id_not_found if req.get("api_version", 9) >= 9 else ErrorCode.illegal_generation
+                err = ErrorCode.group_id_not_found if req.api_version >= 9 else ErrorCode.illegal_generation
         elif _is_share(g):
             err = ErrorCode.group_id_not_found  # Kafka's ShareGroup.validateOffsetCommit
         elif isinstance(g, ClassicGroup):
-            err = self._validate_classic_commit(g, req["member_id"], req.get("group_instance_id"), generation)
-            if not err and g.state in (STABLE, PREPARING_REBALANCE) and req["member_id"] in g.members:
-                self._reschedule_heartbeat(g, g.members[req["member_id"]])  # a commit keeps the session
+            err = self._validate_classic_commit(g, req.member_id, req.group_instance_id, generation)
+            if not err and g.state in (STABLE, PREPARING_REBALANCE) and req.member_id in g.members:
+                self._reschedule_heartbeat(g, g.members[req.member_id])  # a commit keeps the session
         else:
             from .consumer import validate_consumer_group_commit
-            err = validate_consumer_group_commit(self, g, req)
+            err = validate_consumer_group_commit(g, req.member_id, generation, req.api_version)
         if err:
             raise KafkaError(err)
         now = self.clock.now_ms()
-        expire = now + req["retention_ms"] if req.get("retention_ms", -1) >= 0 else -1
-        results, records, accepted = self._offset_records(group_id, req["topics"], now, expire)
-        if records:
-            self.write(records)
-            if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
-            self.offsets.setdefault(group_id, {}).update(accepted)
-        return results
+        expire = now + req.retention_ms if req.retention_ms >= 0 else -1
+        results, records = self._offset_records(group_id, req.topics, now, expire)
+        return CoordinatorResult(records, results)
 
-    def _offset_records(self, group_id: str, topics: dict, now: int, expire: int) -> tuple[dict, list, dict]:
-        """(per-partition error, records to write, offsets they set) of a commit."""
-        results, records, accepted = {}, [], {}
+    def _offset_records(self, group_id: str, topics: dict, now: int, expire: int) -> tuple[dict, list]:
+        """(per-partition error, records to write) of a commit."""
+        results, records = {}, []
         for topic, parts in topics.items():
             for partition, offset, epoch, metadata in parts:
                 metadata = metadata or ""
@@ -777,8 +779,7 @@ class GroupCoordinatorShard:
                     continue
                 records.append(R.offset_commit(group_id, topic, partition, offset, epoch, metadata, now, expire))
                 results[(topic, partition)] = ErrorCode.none
-                accepted[(topic, partition)] = OffsetAndMetadata(offset, epoch, metadata, now, expire)
-        return results, records, accepted
+        return results, records
 
     @staticmethod
     def _validate_classic_commit(g: ClassicGroup, member_id: str, instance_id: str | None,
@@ -800,16 +801,15 @@ class GroupCoordinatorShard:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def commit_txn_offsets(self, req: dict) -> dict:
-        """TxnOffsetCommit: ``req`` has group_id, producer_id, producer_epoch, generation_id,
-        member_id, group_instance_id, topics {topic: [(partition, offset, leader_epoch,
-        metadata)]}. The offsets are written in a transactional batch of the producer and stay
-        pending (invisible to OffsetFetch) until the transaction's marker lands here. The
+    def commit_txn_offsets(self, req: TxnOffsetCommit) -> CoordinatorResult:
+        """TxnOffsetCommit. The offsets are written in a transactional batch of the producer and
+        stay pending (invisible to OffsetFetch) until the transaction's marker lands here. The
         group metadata is checked as KIP-447 says, so a zombie that lost its partitions in a
-        rebalance cannot commit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID)."""
-        group_id = req["group_id"]
+        rebalance cannot commit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
+        The response and errors as :meth:`commit_offsets`."""
+        group_id = req.group_id
         g = self.groups.get(group_id)
-        generation = req.get("generation_id", -1)
+        generation = req.generation_id
         err = ErrorCode.none
         if g is None:
             if generation >= 0:
@@ -817,24 +817,18 @@ class GroupCoordinatorShard:
         elif _is_share(g):
             err = ErrorCode.group_id_not_found
         elif isinstance(g, ClassicGroup):
-            err = self._validate_classic_commit(g, req.get("member_id", ""), req.get("group_instance_id"),
-                                                generation, transactional=True)
+            err = self._validate_classic_commit(g, req.member_id, req.group_instance_id, generation,
+                                                transactional=True)
         else:
             from .consumer import validate_consumer_group_commit
-            if not (generation == -1 and not req.get("member_id") and req.get("group_instance_id") is None):
-                err = validate_consumer_group_commit(self, g, {**req, "api_version": 9})
+            if not (generation == -1 and not req.member_id and req.group_instance_id is None):
+                err = validate_consumer_group_commit(g, req.member_id, generation, 9)
                 if err == ErrorCode.stale_member_epoch:
                     err = ErrorCode.illegal_generation
         if err:
             raise KafkaError(err)
-        now = self.clock.now_ms()
-        results, records, accepted = self._offset_records(group_id, req["topics"], now, -1)
-        if records:
-            self.write(records, req["producer_id"], req["producer_epoch"])
-            if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
-            self.pending_txn_offsets.setdefault(req["producer_id"], {}).setdefault(group_id, {}).update(accepted)
-        return results
+        results, records = self._offset_records(group_id, req.topics, self.clock.now_ms(), -1)
+        return CoordinatorResult(records, results, req.producer_id, req.producer_epoch)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None, member_id: str | None = None,
                       member_epoch: int = -1) -> tuple[ErrorCode, dict]:
@@ -852,20 +846,22 @@ class GroupCoordinatorShard:
             return ErrorCode.none, dict(committed)
         return ErrorCode.none, {(t, p): committed.get((t, p)) for t, parts in topics for p in parts}
 
-    def delete_offsets(self, group_id: str, topics: dict[str, list[int]]) -> tuple[ErrorCode, dict]:
+    def delete_offsets(self, req: OffsetDelete) -> CoordinatorResult:
+        """OffsetDelete. The response: {(topic, partition): error}; a group-level error is raised."""
+        group_id = req.group_id
         g = self.groups.get(group_id)
         if g is None or _is_share(g):
-            return ErrorCode.group_id_not_found, {}
+            raise KafkaError(ErrorCode.group_id_not_found)
         if isinstance(g, ClassicGroup):
             if g.state == DEAD:
-                return ErrorCode.group_id_not_found, {}
+                raise KafkaError(ErrorCode.group_id_not_found)
             if g.state in (STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE) and g.protocol_type != "consumer":
-                return ErrorCode.non_empty_group, {}
+                raise KafkaError(ErrorCode.non_empty_group)
         results = {}
         records = []
         committed = self.offsets.get(group_id, {})
         image = self._image()
-        for topic, parts in topics.items():
+        for topic, parts in req.topics.items():
             subscribed = g.is_subscribed_to(topic, image) and not g.is_empty()
             for p in parts:
                 if subscribed:
@@ -874,21 +870,16 @@ class GroupCoordinatorShard:
                     results[(topic, p)] = ErrorCode.none
                     if (topic, p) in committed:
                         records.append(R.offset_tombstone(group_id, topic, p))
-        if records:
-            self.write(records)
-            for (topic, p), e in results.items():
-                if not e:
-                    committed.pop((topic, p), None)
-        return ErrorCode.none, results
+        return CoordinatorResult(records, results)
 
     def _image(self):
         return self.topics() if self.topics is not None else None
 
-    def expire_offsets(self) -> int:
+    def expire_offsets(self) -> CoordinatorResult:
         """KIP-496 offset expiration (Kafka's OffsetMetadataManager.cleanupExpiredOffsets): offsets
         of topics a group does not subscribe to expire ``offsets.retention.minutes`` after the
         base the group's state gives (see ``offset_expiration_base``); a group left without
-        offsets and without members goes too."""
+        offsets and without members goes too. The response: how many records were written."""
         now = self.clock.now_ms()
         retention = self.config.offsets_retention_ms
         image = self._image()
@@ -912,24 +903,18 @@ class GroupCoordinatorShard:
             records.extend(R.offset_tombstone(group_id, *tp) for tp in drop)
             if len(drop) == len(committed) and g is not None and g.is_empty():
                 records.extend(self._group_tombstones(group_id, offsets=False))
-        if records:
-            self.write(records)
-            for key, _v in records:
-                self.replay(key, None)
-        return len(records)
+        return CoordinatorResult(records, len(records))
 
     # ================================================================== admin
-    def delete_group(self, group_id: str) -> ErrorCode:
+    def delete_group(self, group_id: str) -> CoordinatorResult:
+        """DeleteGroups for one group: its offsets and the group go (tombstones); GROUP_ID_NOT_FOUND
+        or NON_EMPTY_GROUP is raised."""
         g = self.groups.get(group_id)
         if g is None:
-            return ErrorCode.group_id_not_found
+            raise KafkaError(ErrorCode.group_id_not_found)
         if not g.is_empty():
-            return ErrorCode.non_empty_group
-        records = self._group_tombstones(group_id)
-        self.write(records)
-        self.groups.pop(group_id, None)
-        self.offsets.pop(group_id, None)
-        return ErrorCode.none
+            raise KafkaError(ErrorCode.non_empty_group)
+        return CoordinatorResult(self._group_tombstones(group_id), ErrorCode.none)
 
     def list_groups(self) -> list[tuple[str, str, str, str]]:
         """(group id, protocol type, state, group type)."""

@@ -10,6 +10,7 @@ import asyncio
 
 from ...coordinator.group.classic import ClassicGroup
 from ...coordinator.group.consumer import ConsumerGroup, consumer_group_heartbeat
+from ...coordinator.group.requests import OffsetCommit, OffsetCommitPartition, OffsetDelete
 from ...errors import ErrorCode, KafkaError
 from ...protocol.offset_commit import encode_offset_commit_response
 from .committed import committed, first_error, when_committed
@@ -190,17 +191,18 @@ class GroupApis:
                     errors[(key, p.partition_index)] = (ErrorCode.unknown_topic_id if v >= 10
                                                         else ErrorCode.unknown_topic_or_partition)
                     continue
-                topics.setdefault(name, []).append((p.partition_index, p.committed_offset,
-                                                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+                topics.setdefault(name, []).append(OffsetCommitPartition(
+                    p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata))
         group_error = None
         results = {}
         if topics:
             try:
-                results = self.gc.shard_for(req.group_id).commit_offsets({
-                    "group_id": req.group_id, "generation_id": getattr(req, "generation_id_or_member_epoch", -1),
-                    "member_id": req.member_id, "group_instance_id": getattr(req, "group_instance_id", None),
-                    "retention_ms": to_ms(req.retention_time) if hasattr(req, "retention_time") else -1,
-                    "topics": topics, "api_version": v})
+                commit = OffsetCommit(
+                    req.group_id, topics, req.member_id, getattr(req, "generation_id_or_member_epoch", -1),
+                    getattr(req, "group_instance_id", None),
+                    to_ms(req.retention_time) if hasattr(req, "retention_time") else -1, v)
+                results = self.gc.run_write(req.group_id, lambda shard: shard.commit_offsets(commit))
             except KafkaError as e:  # the group's refusal, or a failed append
                 group_error = e.code
 
@@ -295,11 +297,10 @@ class GroupApis:
         if not req.group_id:
             return m(error_code=ErrorCode.invalid_group_id, throttle_time=0, topics=())
         try:
-            err, results = self.gc.shard_for(req.group_id).delete_offsets(req.group_id, wanted)
-        except KafkaError as e:
+            delete = OffsetDelete(req.group_id, wanted)
+            results = self.gc.run_write(req.group_id, lambda shard: shard.delete_offsets(delete))
+        except KafkaError as e:  # the group's refusal, or a failed append
             return m(error_code=e.code, throttle_time=0, topics=())
-        if err:
-            return m(error_code=err, throttle_time=0, topics=())
         topics = tuple(m("OffsetDeleteResponseTopic", name=t, partitions=tuple(
             m("OffsetDeleteResponsePartition", partition_index=p, error_code=results.get((t, p), ErrorCode.none))
             for p in ps))
@@ -364,7 +365,7 @@ class GroupApis:
             try:
                 shard = self.gc.shard_for(gid)
                 share = getattr(shard.groups.get(gid), "type", None) == "share"
-                code = shard.delete_group(gid)
+                code = self.gc.apply(shard, shard.delete_group(gid))
                 if share and code == ErrorCode.none:
                     shares.append(gid)
             except KafkaError as e:

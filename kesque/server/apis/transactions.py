@@ -17,6 +17,7 @@ import datetime
 import inspect
 import re
 
+from ...coordinator.group.requests import OffsetCommitPartition, TxnOffsetCommit
 from ...coordinator.group.runtime import OFFSETS_TOPIC
 from ...coordinator.runtime import coordinator_error
 from ...coordinator.transaction.records import TxnState
@@ -220,8 +221,9 @@ class TransactionApis:
     def txn_offset_commit(self, ctx, req):
         v = ctx.api_version
         m = Msg(28, v)
-        wanted = {t.name: [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                            p.committed_metadata) for p in t.partitions] for t in req.topics}
+        wanted = {t.name: [OffsetCommitPartition(p.partition_index, p.committed_offset,
+                                                 getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+                           for p in t.partitions] for t in req.topics}
 
         def respond(codes: dict):
             return m(throttle_time=0, topics=tuple(
@@ -285,10 +287,10 @@ class TransactionApis:
                     known.setdefault(t, []).append(p)
         if known:
             try:
-                res = shard.commit_txn_offsets({
-                    "group_id": req.group_id, "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
-                    "generation_id": getattr(req, "generation_id", -1), "member_id": getattr(req, "member_id", ""),
-                    "group_instance_id": getattr(req, "group_instance_id", None), "topics": known})
+                commit = TxnOffsetCommit(req.group_id, req.producer_id, req.producer_epoch, known,
+                                         getattr(req, "member_id", ""), getattr(req, "generation_id", -1),
+                                         getattr(req, "group_instance_id", None))
+                res = gc.apply(shard, shard.commit_txn_offsets(commit))
             except KafkaError as e:
                 return all_(_fenced(ErrorCode.producer_fenced, v, 3) if e.code == ErrorCode.invalid_producer_epoch
                             else coordinator_error(e.code))  # a failed append, or the group's refusal

@@ -1,0 +1,50 @@
+"""The group coordinator's typed requests: what an API handler hands a shard operation once it
+has resolved the wire request (topic ids to names, unknown partitions answered already), in the
+names of Kafka's request data (OffsetCommitRequestData, TxnOffsetCommitRequestData,
+OffsetDeleteRequestData)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class OffsetCommitPartition(NamedTuple):
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    """OffsetCommit: ``generation_id`` is the member epoch for a KIP-848 group; -1 (with any
+    member id) is a simple committer's; ``retention_ms`` -1 is the broker's retention."""
+
+    group_id: str
+    topics: dict[str, list[OffsetCommitPartition]]
+    member_id: str = ""
+    generation_id: int = -1
+    group_instance_id: str | None = None
+    retention_ms: int = -1
+    api_version: int = 9
+
+
+@dataclass(frozen=True)
+class TxnOffsetCommit:
+    """TxnOffsetCommit: the offsets go in a transactional batch of the producer. v0-2 carry no
+    member (generation -1, member id "")."""
+
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: dict[str, list[OffsetCommitPartition]]
+    member_id: str = ""
+    generation_id: int = -1
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class OffsetDelete:
+    group_id: str
+    topics: dict[str, list[int]]
