@@ -29,7 +29,13 @@ from kesque.coordinator.group.consumer import (
     ConsumerGroup,
     consumer_group_heartbeat,
 )
-from kesque.coordinator.group.requests import OffsetCommit, OffsetCommitPartition, OffsetDelete, TxnOffsetCommit
+from kesque.coordinator.group.requests import (
+    ConsumerGroupHeartbeat,
+    OffsetCommit,
+    OffsetCommitPartition,
+    OffsetDelete,
+    TxnOffsetCommit,
+)
 from kesque.coordinator.group.shard import GroupConfig, GroupCoordinatorShard
 from kesque.coordinator.runtime import CoordinatorResult, append_and_replay
 from kesque.errors import ErrorCode, KafkaError
@@ -298,7 +304,7 @@ class Env:
                "rack_id": rack, "rebalance_timeout_ms": -1 if rebalance is None else rebalance,
                "subscribed_topic_names": names, "subscribed_topic_regex": regex, "server_assignor": assignor,
                "topic_partitions": owned, "client_id": "client", "client_host": "/127.0.0.1"}
-        resp = consumer_group_heartbeat(self.shard, req, version)
+        resp = consumer_group_heartbeat(self.shard, ConsumerGroupHeartbeat(**req), version)
         self._after_step()
         return resp
 
@@ -1120,6 +1126,34 @@ def test_failed_consumer_group_join_leaves_no_trace():
     assert env.group() is None
 
 
+
+def test_failed_consumer_heartbeats_leave_the_group_as_it_was():
+    """A heartbeat changes the group only by replaying the records it appended: one whose append
+    fails (a join, a subscription change, a static or a dynamic leave, a session expiry) leaves
+    the group exactly as it was, and the same heartbeat succeeds once the log takes it."""
+    env = Env(topics={"t": 4, "u": 2})
+    a = env.chb("A", 0, names=["t"])
+    b = env.chb("B", 0, names=["t"], instance="ib")
+    env.chb("A", a["member_epoch"], owned=env.owned(a))
+    before = consumer_view(env.group())
+    env.log.fail = True
+    attempts = [lambda: env.chb("C", 0, names=["t", "u"]),
+                lambda: env.chb("A", a["member_epoch"], names=["t", "u"], owned=env.owned(a)),
+                lambda: env.chb("B", -2, instance="ib"),
+                lambda: env.chb("A", -1)]
+    for attempt in attempts:
+        r = attempt()
+        assert (r["error"], r["member_epoch"]) == (ErrorCode.not_coordinator, -1)
+        assert consumer_view(env.group()) == before
+    with pytest.raises(WriteFailed):
+        env.timer.advance(env.config.consumer_session_timeout_ms)  # B's session expires: its removal fails
+    assert consumer_view(env.group()) == before
+    env.log.fail = False
+    r = env.chb("C", 0, names=["t", "u"])
+    assert r["error"] == ErrorCode.none and "C" in env.group().members and env.group().group_epoch > before[1]
+    assert b["error"] == ErrorCode.none
+
+
 # ====================================================================== KIP-848
 def test_consumer_heartbeat_request_validation():
     env = Env(topics={"t": 1})
@@ -1148,8 +1182,8 @@ def test_consumer_heartbeat_request_validation():
     r = env.chb("", 0, names=["t"], version=0)
     assert r["error"] == ErrorCode.none and r["member_id"]
     # owned partitions must be an empty list (not null) when joining
-    req = {"group_id": "x", "member_id": "m", "member_epoch": 0, "rebalance_timeout_ms": 1000,
-           "subscribed_topic_names": ["t"], "topic_partitions": None}
+    req = ConsumerGroupHeartbeat("x", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"],
+                                 topic_partitions=None)
     assert consumer_group_heartbeat(env.shard, req, 1)["error"] == ErrorCode.invalid_request
 
 

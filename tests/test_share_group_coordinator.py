@@ -7,6 +7,7 @@ import pytest
 from test_group_coordinator import Env, FakeTimer
 
 from kesque.coordinator.group.consumer import consumer_group_heartbeat
+from kesque.coordinator.group.requests import ConsumerGroupHeartbeat
 from kesque.coordinator.group.share import ShareGroup, share_group_heartbeat, simple_assign
 from kesque.coordinator.group.shard import GroupCoordinatorShard
 from kesque.errors import ErrorCode
@@ -85,13 +86,11 @@ def test_bad_heartbeats_change_nothing(member, epoch, topics, error):
 def test_share_group_id_is_not_a_consumer_group_and_back():
     e = env()
     hb(e, "m1", 0)
-    r = consumer_group_heartbeat(e.shard, {"group_id": GID, "member_id": "c1", "member_epoch": 0,
-                                           "rebalance_timeout_ms": 1000, "subscribed_topic_names": ["t"],
-                                           "topic_partitions": {}}, 1)
+    r = consumer_group_heartbeat(e.shard, ConsumerGroupHeartbeat(GID, "c1", 0, rebalance_timeout_ms=1000,
+                                                                 subscribed_topic_names=["t"], topic_partitions={}), 1)
     assert (r["error"], r["message"]) == (ErrorCode.group_id_not_found, f"Group {GID} is not a consumer group.")
-    consumer_group_heartbeat(e.shard, {"group_id": "cg", "member_id": "c1", "member_epoch": 0,
-                                       "rebalance_timeout_ms": 1000, "subscribed_topic_names": ["t"],
-                                       "topic_partitions": {}}, 1)
+    consumer_group_heartbeat(e.shard, ConsumerGroupHeartbeat("cg", "c1", 0, rebalance_timeout_ms=1000,
+                                                             subscribed_topic_names=["t"], topic_partitions={}), 1)
     r = hb(e, "m1", 0, gid="cg")
     assert (r["error"], r["message"]) == (ErrorCode.group_id_not_found, "Group cg is not a share group.")
 

@@ -48,3 +48,22 @@ class TxnOffsetCommit:
 class OffsetDelete:
     group_id: str
     topics: dict[str, list[int]]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupHeartbeat:
+    """ConsumerGroupHeartbeat (KIP-848). ``None`` fields are unchanged since the member's last
+    heartbeat; ``topic_partitions`` is what the member owns, {topic id: set of partitions}."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: list[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: dict | None = None
+    client_id: str = ""
+    client_host: str = ""

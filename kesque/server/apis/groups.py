@@ -10,7 +10,7 @@ import asyncio
 
 from ...coordinator.group.classic import ClassicGroup
 from ...coordinator.group.consumer import ConsumerGroup, consumer_group_heartbeat
-from ...coordinator.group.requests import OffsetCommit, OffsetCommitPartition, OffsetDelete
+from ...coordinator.group.requests import ConsumerGroupHeartbeat, OffsetCommit, OffsetCommitPartition, OffsetDelete
 from ...errors import ErrorCode, KafkaError
 from ...protocol.offset_commit import encode_offset_commit_response
 from .committed import committed, first_error, when_committed
@@ -413,15 +413,12 @@ class GroupApis:
             owned = {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions}
         try:
             shard = self.gc.shard_for(req.group_id)
-            r = consumer_group_heartbeat(shard, {
-                "group_id": req.group_id, "member_id": req.member_id, "member_epoch": req.member_epoch,
-                "instance_id": req.instance_id, "rack_id": req.rack_id,
-                "rebalance_timeout_ms": to_ms(req.rebalance_timeout),
-                "subscribed_topic_names": list(req.subscribed_topic_names)
-                if req.subscribed_topic_names is not None else None,
-                "subscribed_topic_regex": getattr(req, "subscribed_topic_regex", None),
-                "server_assignor": req.server_assignor, "topic_partitions": owned,
-                "client_id": ctx.client_id or "", "client_host": self._host(ctx)}, v)
+            r = consumer_group_heartbeat(shard, ConsumerGroupHeartbeat(
+                req.group_id, req.member_id, req.member_epoch, req.instance_id, req.rack_id,
+                to_ms(req.rebalance_timeout),
+                list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
+                getattr(req, "subscribed_topic_regex", None), req.server_assignor, owned,
+                ctx.client_id or "", self._host(ctx)), v)
         except KafkaError as e:
             return heartbeat_failed(m, e)
         return self._when_committed(req.group_id, heartbeat_answer(m, r),
