@@ -31,9 +31,12 @@ from kesque.coordinator.group.consumer import (
 )
 from kesque.coordinator.group.requests import (
     ConsumerGroupHeartbeat,
+    Heartbeat,
+    JoinGroup,
     OffsetCommit,
     OffsetCommitPartition,
     OffsetDelete,
+    SyncGroup,
     TxnOffsetCommit,
 )
 from kesque.coordinator.group.shard import GroupConfig, GroupCoordinatorShard
@@ -194,27 +197,22 @@ class Env:
              session=SESSION, rebalance=REBALANCE, require_known=False, skip=False, client_id="client",
              protocol_type="consumer", on=None) -> Reply:
         reply = Reply(on)
-        self.shard.join_group({
-            "group_id": gid, "member_id": member_id, "group_instance_id": instance, "protocol_type": protocol_type,
-            "protocols": protocols if protocols is not None else [("range", sub(list(topics)))],
-            "session_timeout_ms": session, "rebalance_timeout_ms": rebalance, "client_id": client_id,
-            "client_host": "/127.0.0.1", "require_known_member_id": require_known,
-            "supports_skip_assignment": skip}, reply)
+        self.shard.join_group(JoinGroup(
+            gid, member_id, protocol_type, protocols if protocols is not None else [("range", sub(list(topics)))],
+            session, rebalance, instance, client_id, "/127.0.0.1", require_known_member_id=require_known,
+            supports_skip_assignment=skip), reply)
         self._after_step()
         return reply
 
     def sync(self, member_id: str, generation: int, gid: str = GID, *, assignments=None, instance=None,
              on=None) -> Reply:
         reply = Reply(on)
-        self.shard.sync_group({"group_id": gid, "member_id": member_id, "group_instance_id": instance,
-                               "generation_id": generation, "protocol_type": None, "protocol_name": None,
-                               "assignments": assignments or {}}, reply)
+        self.shard.sync_group(SyncGroup(gid, member_id, generation, instance, assignments=assignments or {}), reply)
         self._after_step()
         return reply
 
     def heartbeat(self, member_id: str, generation: int, gid: str = GID, instance=None):
-        err = self.shard.heartbeat({"group_id": gid, "member_id": member_id, "generation_id": generation,
-                                    "group_instance_id": instance})
+        err = self.shard.heartbeat(Heartbeat(gid, member_id, generation, instance))
         self._after_step()
         return err
 
@@ -804,8 +802,7 @@ def test_classic_group_reload_then_rejoin():
     fresh.timer, fresh.clock = timer, clock
     fresh.on_loaded()
     timer.advance(SESSION // 2)
-    assert fresh.heartbeat({"group_id": GID, "member_id": sg.leader, "generation_id": sg.gen,
-                            "group_instance_id": None}) == ErrorCode.none
+    assert fresh.heartbeat(Heartbeat(GID, sg.leader, sg.gen)) == ErrorCode.none
     timer.advance(SESSION // 2)  # the silent follower expires
     assert list(fresh.groups[GID].members) == [sg.leader]
     assert fresh.groups[GID].state == PREPARING_REBALANCE
@@ -1088,10 +1085,8 @@ def test_failed_static_member_replacement_keeps_the_old_member():
     before = classic_view(env.group())
     env.log.fail = True
     r = Reply()
-    env.shard.join_group({"group_id": GID, "member_id": "", "group_instance_id": "i1", "protocol_type": "consumer",
-                          "protocols": [("range", sub(["t"]))], "session_timeout_ms": SESSION,
-                          "rebalance_timeout_ms": REBALANCE, "client_id": "c", "client_host": "/h",
-                          "require_known_member_id": False, "supports_skip_assignment": False}, r)
+    env.shard.join_group(JoinGroup(GID, "", "consumer", [("range", sub(["t"]))], SESSION, REBALANCE, "i1", "c", "/h"),
+                         r)
     # the joiner is told why (a storage failure: NOT_COORDINATOR, as Kafka's
     # appendGroupMetadataErrorToResponseError), and is not given the member's place
     assert r.done and r.r["error"] == ErrorCode.not_coordinator and r.r["member_id"] == ""
@@ -1108,8 +1103,7 @@ def test_failed_leader_sync_answers_the_waiting_members_and_rebalances():
     waiting = env.sync(follower, gen)
     env.log.fail = True
     lr = Reply()
-    env.shard.sync_group({"group_id": GID, "member_id": leader, "group_instance_id": None, "generation_id": gen,
-                          "protocol_type": None, "protocol_name": None, "assignments": {}}, lr)
+    env.shard.sync_group(SyncGroup(GID, leader, gen, assignments={}), lr)
     # the leader and the waiting follower are both told why, with no assignment
     for reply in (lr, waiting):
         assert reply.done and reply.r["error"] == ErrorCode.not_coordinator and reply.r["assignment"] == b""

@@ -670,16 +670,16 @@ def validate_consumer_group_fetch(g: ConsumerGroup, member_id: str, member_epoch
     return ErrorCode.none
 
 
-def classic_join_to_consumer_group(shard, g, req: dict, respond) -> None:
-    respond({"error": ErrorCode.inconsistent_group_protocol, "member_id": req["member_id"], "generation_id": -1,
+def classic_join_to_consumer_group(shard, g, req, respond) -> None:
+    respond({"error": ErrorCode.inconsistent_group_protocol, "member_id": req.member_id, "generation_id": -1,
              "protocol_type": None, "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
 
 
-def classic_sync_to_consumer_group(shard, g, req: dict, respond) -> None:
+def classic_sync_to_consumer_group(shard, g, req, respond) -> None:
     respond({"error": ErrorCode.unknown_member_id, "assignment": b""})
 
 
-def classic_heartbeat_to_consumer_group(shard, g, req: dict) -> ErrorCode:
+def classic_heartbeat_to_consumer_group(shard, g, req) -> ErrorCode:
     return ErrorCode.unknown_member_id
 
 

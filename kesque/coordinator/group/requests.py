@@ -67,3 +67,44 @@ class ConsumerGroupHeartbeat:
     topic_partitions: dict | None = None
     client_id: str = ""
     client_host: str = ""
+
+
+@dataclass(frozen=True)
+class JoinGroup:
+    """JoinGroup. ``protocols``: [(name, metadata)]; ``client_host`` as Kafka prints it ("/host");
+    ``require_known_member_id`` (v4+) and ``supports_skip_assignment`` (v9+) come from the version."""
+
+    group_id: str
+    member_id: str
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    require_known_member_id: bool = False
+    supports_skip_assignment: bool = False
+
+
+@dataclass(frozen=True)
+class SyncGroup:
+    """SyncGroup: ``assignments`` {member id: assignment} (the leader's), empty from followers."""
+
+    group_id: str
+    member_id: str
+    generation_id: int
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: dict[str, bytes] | None = None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Heartbeat of a classic group member."""
+
+    group_id: str
+    member_id: str
+    generation_id: int
+    group_instance_id: str | None = None

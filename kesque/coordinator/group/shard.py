@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from ...errors import ErrorCode, KafkaError
 from ...share import enabled as share_groups_enabled
-from ..runtime import CoordinatorResult, coordinator_error
+from ..runtime import CoordinatorResult, append_and_replay, coordinator_error
 from . import records as R
 from .classic import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup, ClassicMember
-from .requests import OffsetCommit, OffsetDelete, TxnOffsetCommit
+from .requests import Heartbeat, JoinGroup, OffsetCommit, OffsetDelete, SyncGroup, TxnOffsetCommit
 
 log = logging.getLogger(__name__)
 
@@ -298,16 +298,17 @@ class GroupCoordinatorShard:
             g = self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=self.clock.now_ms())
         return g if isinstance(g, ClassicGroup) else None
 
-    def join_group(self, req: dict, respond) -> None:
-        """``req``: group_id, member_id, group_instance_id, protocol_type, protocols [(name, bytes)],
-        session_timeout_ms, rebalance_timeout_ms, client_id, client_host, require_known_member_id,
-        supports_skip_assignment. ``respond(dict)`` is called now or when the rebalance completes."""
-        group_id, member_id = req["group_id"], req["member_id"]
+    def join_group(self, req: JoinGroup, respond) -> None:
+        """JoinGroup: ``respond(dict)`` is called now or when the rebalance completes. A classic
+        group's state lives in memory and changes here; its records are written but not replayed
+        (Kafka's CoordinatorResult with replayRecords false), so a failed write is answered by
+        hand, as Kafka's appendFuture handlers do."""
+        group_id, member_id = req.group_id, req.member_id
         cfg = self.config
         if not group_id:
             respond(_join_error(member_id, ErrorCode.invalid_group_id))
             return
-        if not cfg.min_session_timeout_ms <= req["session_timeout_ms"] <= cfg.max_session_timeout_ms:
+        if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
             respond(_join_error(member_id, ErrorCode.invalid_session_timeout))
             return
         existing = self.groups.get(group_id)
@@ -318,8 +319,7 @@ class GroupCoordinatorShard:
                 return
             # an empty consumer group becomes a classic group (Kafka's downgrade of empty groups)
             from .consumer import consumer_group_tombstones
-            self.write(consumer_group_tombstones(existing))
-            del self.groups[group_id]
+            append_and_replay(self, self.write, CoordinatorResult(consumer_group_tombstones(existing)))
         is_new_group = group_id not in self.groups
         unknown = member_id == ""
         g = self.classic_group(group_id, create=unknown)
@@ -343,40 +343,40 @@ class GroupCoordinatorShard:
             return (m is not None and m.awaiting_join is not None) or g.num_awaiting_join() < self.config.max_size
         return member_id in g.members or len(g.members) < self.config.max_size
 
-    def _join_new_member(self, g: ClassicGroup, req: dict, respond) -> bool:
+    def _join_new_member(self, g: ClassicGroup, req: JoinGroup, respond) -> bool:
         if g.state == DEAD:
             respond(_join_error("", ErrorCode.coordinator_not_available))
             return False
-        if not g.supports_protocols(req["protocol_type"], req["protocols"]):
+        if not g.supports_protocols(req.protocol_type, req.protocols):
             respond(_join_error("", ErrorCode.inconsistent_group_protocol))
             return False
-        instance_id = req.get("group_instance_id")
-        new_id = g.generate_member_id(req.get("client_id"), instance_id)
+        instance_id = req.group_instance_id
+        new_id = g.generate_member_id(req.client_id, instance_id)
         if instance_id is not None:
             existing = g.static_member_id(instance_id)
             if existing is not None:
                 return self._update_static_member(g, req, existing, new_id, respond)
             return self._add_member_and_rebalance(g, req, new_id, respond)
-        if req.get("require_known_member_id"):
+        if req.require_known_member_id:
             g.pending_join_members.add(new_id)
             gid = g.group_id
-            self.timer.schedule(self._hb_key(gid, new_id), req["session_timeout_ms"],
+            self.timer.schedule(self._hb_key(gid, new_id), req.session_timeout_ms,
                                 lambda: self._expire_heartbeat(gid, new_id))
             respond(_join_error(new_id, ErrorCode.member_id_required))
             return False
         return self._add_member_and_rebalance(g, req, new_id, respond)
 
-    def _join_existing_member(self, g: ClassicGroup, req: dict, respond) -> bool:
-        member_id = req["member_id"]
+    def _join_existing_member(self, g: ClassicGroup, req: JoinGroup, respond) -> bool:
+        member_id = req.member_id
         if g.state == DEAD:
             respond(_join_error(member_id, ErrorCode.coordinator_not_available))
             return False
-        if not g.supports_protocols(req["protocol_type"], req["protocols"]):
+        if not g.supports_protocols(req.protocol_type, req.protocols):
             respond(_join_error(member_id, ErrorCode.inconsistent_group_protocol))
             return False
         if g.is_pending_member(member_id):
             return self._add_member_and_rebalance(g, req, member_id, respond)
-        err = g.validate_member(member_id, req.get("group_instance_id"))
+        err = g.validate_member(member_id, req.group_instance_id)
         if err:
             respond(_join_error(member_id, err))
             return False
@@ -384,12 +384,12 @@ class GroupCoordinatorShard:
         if g.state == PREPARING_REBALANCE:
             return self._update_member_and_rebalance(g, m, req, respond)
         if g.state == COMPLETING_REBALANCE:
-            if m.matches(req["protocols"]):
+            if m.matches(req.protocols):
                 respond(self._join_response(g, m, g.is_leader(member_id)))
                 return False
             return self._update_member_and_rebalance(g, m, req, respond)
         if g.state == STABLE:
-            if g.is_leader(member_id) or not m.matches(req["protocols"]):
+            if g.is_leader(member_id) or not m.matches(req.protocols):
                 return self._update_member_and_rebalance(g, m, req, respond)
             respond(self._join_response(g, m, False))
             return False
@@ -402,33 +402,33 @@ class GroupCoordinatorShard:
                 "skip_assignment": skip, "members": g.current_members_for_leader() if with_members else []}
 
     def _update_member_and_rebalance(self, g, m, req, respond) -> bool:
-        m.protocols = [(n, bytes(md)) for n, md in req["protocols"]]
-        m.rebalance_timeout_ms = req["rebalance_timeout_ms"]
-        m.session_timeout_ms = req["session_timeout_ms"]
+        m.protocols = [(n, bytes(md)) for n, md in req.protocols]
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms
+        m.session_timeout_ms = req.session_timeout_ms
         m.awaiting_join = respond
         return self._maybe_prepare_rebalance_or_complete_join(g, f"member {m.member_id} rejoining")
 
-    def _add_member_and_rebalance(self, g: ClassicGroup, req: dict, member_id: str, respond) -> bool:
-        m = ClassicMember(member_id, req.get("group_instance_id"), req.get("client_id") or "",
-                          req.get("client_host") or "", req["rebalance_timeout_ms"], req["session_timeout_ms"],
-                          req["protocol_type"], [(n, bytes(md)) for n, md in req["protocols"]], is_new=True)
+    def _add_member_and_rebalance(self, g: ClassicGroup, req: JoinGroup, member_id: str, respond) -> bool:
+        m = ClassicMember(member_id, req.group_instance_id, req.client_id or "",
+                          req.client_host or "", req.rebalance_timeout_ms, req.session_timeout_ms,
+                          req.protocol_type, [(n, bytes(md)) for n, md in req.protocols], is_new=True)
         if g.state == PREPARING_REBALANCE and g.previous_state == EMPTY:
             g.new_member_added = True
         g.add(m, respond)
         self._reschedule_heartbeat(g, m, NEW_MEMBER_JOIN_TIMEOUT_MS)
         return self._maybe_prepare_rebalance_or_complete_join(g, f"adding new member {member_id}")
 
-    def _update_static_member(self, g: ClassicGroup, req: dict, old_id: str, new_id: str, respond) -> bool:
+    def _update_static_member(self, g: ClassicGroup, req: JoinGroup, old_id: str, new_id: str, respond) -> bool:
         """KIP-345: a restarted static member takes over its old member id's place — in a
         Stable group with an unchanged protocol, without a rebalance."""
         current_leader = g.leader_id
         old = g.members[old_id]
-        m = g.replace_static_member(req["group_instance_id"], old_id, new_id)
+        m = g.replace_static_member(req.group_instance_id, old_id, new_id)
         self._reschedule_heartbeat(g, m)
         self.timer.cancel(self._hb_key(g.group_id, old_id))
-        m.protocols = [(n, bytes(md)) for n, md in req["protocols"]]
-        m.rebalance_timeout_ms = req["rebalance_timeout_ms"]
-        m.session_timeout_ms = req["session_timeout_ms"]
+        m.protocols = [(n, bytes(md)) for n, md in req.protocols]
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms
+        m.session_timeout_ms = req.session_timeout_ms
         if g.state == STABLE:
             if g.select_protocol() == g.protocol_name:
                 try:
@@ -436,14 +436,14 @@ class GroupCoordinatorShard:
                 except Exception as e:
                     # not durable: the old member keeps its place (the replacement is undone)
                     log.warning("Failed to persist the replacement of static member %s of group %s: %s",
-                                req["group_instance_id"], g.group_id, e)
-                    g.undo_static_member_replacement(req["group_instance_id"], new_id, old, current_leader)
+                                req.group_instance_id, g.group_id, e)
+                    g.undo_static_member_replacement(req.group_instance_id, new_id, old, current_leader)
                     self.timer.cancel(self._hb_key(g.group_id, new_id))
                     self._reschedule_heartbeat(g, old)
                     respond(_join_error("", append_error(e)))
                     return True
                 is_leader = g.is_leader(new_id)
-                if req.get("supports_skip_assignment"):
+                if req.supports_skip_assignment:
                     respond(self._join_response(g, m, is_leader, skip=is_leader))
                 else:
                     # before SkipAssignment (v9) the answer names the leader the group had
@@ -594,10 +594,9 @@ class GroupCoordinatorShard:
                 self._reschedule_heartbeat(g, m)
 
     # ================================================================== SyncGroup
-    def sync_group(self, req: dict, respond) -> None:
-        """``req``: group_id, member_id, group_instance_id, generation_id, protocol_type,
-        protocol_name, assignments {member_id: bytes}."""
-        g = self.groups.get(req["group_id"])
+    def sync_group(self, req: SyncGroup, respond) -> None:
+        """SyncGroup: ``respond(dict)`` is called now or when the leader's assignment is stored."""
+        g = self.groups.get(req.group_id)
         if g is None or g.is_empty():
             respond({"error": ErrorCode.unknown_member_id, "assignment": b""})
             return
@@ -605,7 +604,7 @@ class GroupCoordinatorShard:
             from .consumer import classic_sync_to_consumer_group
             classic_sync_to_consumer_group(self, g, req, respond)
             return
-        member_id = req["member_id"]
+        member_id = req.member_id
         err = self._validate_sync(g, req)
         if err:
             respond({"error": err, "assignment": b""})
@@ -615,7 +614,7 @@ class GroupCoordinatorShard:
             g.members[member_id].awaiting_sync = respond
             self._remove_pending_sync(g, member_id)
             if g.is_leader(member_id):
-                assignment = dict(req.get("assignments") or {})
+                assignment = dict(req.assignments or {})
                 for mid in g.members:
                     assignment.setdefault(mid, b"")
                 try:
@@ -625,12 +624,12 @@ class GroupCoordinatorShard:
                     # group rebalances (Kafka resets and propagates the error)
                     log.warning("Failed to persist the assignment of group %s generation %d: %s",
                                 g.group_id, g.generation_id, e)
-                    if g.state == COMPLETING_REBALANCE and req["generation_id"] == g.generation_id:
+                    if g.state == COMPLETING_REBALANCE and req.generation_id == g.generation_id:
                         self._propagate_assignment(g, append_error(e), reset=True)
                         self._maybe_prepare_rebalance_or_complete_join(
                             g, f"error {append_error(e)} when storing group assignment during SyncGroup")
                     return
-                if g.state == COMPLETING_REBALANCE and req["generation_id"] == g.generation_id:
+                if g.state == COMPLETING_REBALANCE and req.generation_id == g.generation_id:
                     for mid, m in g.members.items():
                         m.assignment = assignment.get(mid, b"")
                     self._propagate_assignment(g, ErrorCode.none)
@@ -642,26 +641,26 @@ class GroupCoordinatorShard:
                      "protocol_name": g.protocol_name})
 
     @staticmethod
-    def _validate_generation(g: ClassicGroup, req: dict) -> ErrorCode:
+    def _validate_generation(g: ClassicGroup, req: SyncGroup | Heartbeat) -> ErrorCode:
         """SyncGroup's and Heartbeat's first checks: a live group, a known member (static
         members by instance id), the current generation."""
         if g.state == DEAD:
             return ErrorCode.coordinator_not_available
-        err = g.validate_member(req["member_id"], req.get("group_instance_id"))
+        err = g.validate_member(req.member_id, req.group_instance_id)
         if err:
             return err
-        if req["generation_id"] != g.generation_id:
+        if req.generation_id != g.generation_id:
             return ErrorCode.illegal_generation
         return ErrorCode.none
 
-    def _validate_sync(self, g: ClassicGroup, req: dict) -> ErrorCode:
+    def _validate_sync(self, g: ClassicGroup, req: SyncGroup) -> ErrorCode:
         err = self._validate_generation(g, req)
         if err:
             return err
-        if (req.get("protocol_type") is not None and g.protocol_type is not None
-                and req["protocol_type"] != g.protocol_type) or \
-                (req.get("protocol_name") is not None and g.protocol_name is not None
-                 and req["protocol_name"] != g.protocol_name):
+        if (req.protocol_type is not None and g.protocol_type is not None
+                and req.protocol_type != g.protocol_type) or \
+                (req.protocol_name is not None and g.protocol_name is not None
+                 and req.protocol_name != g.protocol_name):
             return ErrorCode.inconsistent_group_protocol
         return ErrorCode.none
 
@@ -671,8 +670,8 @@ class GroupCoordinatorShard:
             self.timer.cancel(self._sync_key(g.group_id))
 
     # ================================================================== Heartbeat / LeaveGroup
-    def heartbeat(self, req: dict) -> ErrorCode:
-        g = self.groups.get(req["group_id"])
+    def heartbeat(self, req: Heartbeat) -> ErrorCode:
+        g = self.groups.get(req.group_id)
         if g is None:
             return ErrorCode.unknown_member_id
         if not isinstance(g, ClassicGroup):
@@ -683,7 +682,7 @@ class GroupCoordinatorShard:
             return err
         if g.state == EMPTY:
             return ErrorCode.unknown_member_id
-        self._reschedule_heartbeat(g, g.members[req["member_id"]])
+        self._reschedule_heartbeat(g, g.members[req.member_id])
         if g.state == PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none

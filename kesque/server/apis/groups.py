@@ -10,7 +10,15 @@ import asyncio
 
 from ...coordinator.group.classic import ClassicGroup
 from ...coordinator.group.consumer import ConsumerGroup, consumer_group_heartbeat
-from ...coordinator.group.requests import ConsumerGroupHeartbeat, OffsetCommit, OffsetCommitPartition, OffsetDelete
+from ...coordinator.group.requests import (
+    ConsumerGroupHeartbeat,
+    Heartbeat,
+    JoinGroup,
+    OffsetCommit,
+    OffsetCommitPartition,
+    OffsetDelete,
+    SyncGroup,
+)
 from ...errors import ErrorCode, KafkaError
 from ...protocol.offset_commit import encode_offset_commit_response
 from .committed import committed, first_error, when_committed
@@ -89,13 +97,10 @@ class GroupApis:
         session = to_ms(req.session_timeout)
         rebalance = to_ms(req.rebalance_timeout) if v >= 1 else session
         fut, reply = self._reply(req.group_id)
-        shard.join_group({
-            "group_id": req.group_id, "member_id": req.member_id,
-            "group_instance_id": getattr(req, "group_instance_id", None), "protocol_type": req.protocol_type,
-            "protocols": [(p.name, p.metadata) for p in req.protocols], "session_timeout_ms": session,
-            "rebalance_timeout_ms": rebalance, "client_id": ctx.client_id, "client_host": self._host(ctx),
-            "require_known_member_id": v >= 4, "supports_skip_assignment": v >= 9,
-        }, reply)
+        shard.join_group(JoinGroup(
+            req.group_id, req.member_id, req.protocol_type, [(p.name, p.metadata) for p in req.protocols], session,
+            rebalance, getattr(req, "group_instance_id", None), ctx.client_id, self._host(ctx),
+            require_known_member_id=v >= 4, supports_skip_assignment=v >= 9), reply)
         return self._await(fut, build, failed)
 
     def _reply(self, group_id: str):
@@ -130,12 +135,10 @@ class GroupApis:
         except KafkaError as e:
             return build({"error": e.code})
         fut, reply = self._reply(req.group_id)
-        shard.sync_group({
-            "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
-            "group_instance_id": getattr(req, "group_instance_id", None),
-            "protocol_type": getattr(req, "protocol_type", None), "protocol_name": getattr(req, "protocol_name", None),
-            "assignments": {a.member_id: a.assignment for a in req.assignments},
-        }, reply)
+        shard.sync_group(SyncGroup(
+            req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None),
+            getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
+            {a.member_id: a.assignment for a in req.assignments}), reply)
         return self._await(fut, build, lambda code: build({"error": code}))
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
@@ -144,9 +147,8 @@ class GroupApis:
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         try:
-            code = self.gc.shard_for(req.group_id).heartbeat({
-                "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
-                "group_instance_id": getattr(req, "group_instance_id", None)})
+            code = self.gc.shard_for(req.group_id).heartbeat(Heartbeat(
+                req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None)))
         except KafkaError as e:
             code = e.code
         return m(throttle_time=0, error_code=code)
