@@ -147,9 +147,13 @@ def test_failed_write_leaves_no_trace():
     e.log.fail = True
     with pytest.raises(Exception):
         hb(e, "b", 0)
+    with pytest.raises(Exception):  # a member's own change: its subscription, its epoch, the group's
+        hb(e, "a", 1, topics=("t", "u"))
     e.log.fail = False
     g = e.shard.groups[GID]
     assert list(g.members) == ["a"] and g.group_epoch == 1
+    a = g.members["a"]
+    assert (a.subscribed_topic_names, a.member_epoch, g.assignment_epoch) == (["t"], 1, 1)
 
 
 def test_replay_rebuilds_the_group():
