@@ -7,7 +7,7 @@ import pytest
 from test_group_coordinator import Env, FakeTimer
 
 from kesque.coordinator.group.consumer import consumer_group_heartbeat
-from kesque.coordinator.group.requests import ConsumerGroupHeartbeat
+from kesque.coordinator.group.requests import ConsumerGroupHeartbeat, ShareGroupHeartbeat
 from kesque.coordinator.group.share import ShareGroup, share_group_heartbeat, simple_assign
 from kesque.coordinator.group.shard import GroupCoordinatorShard
 from kesque.errors import ErrorCode
@@ -21,9 +21,8 @@ def env(**kw) -> Env:
 
 
 def hb(e: Env, member: str, epoch: int, topics=("t",), gid: str = GID) -> dict:
-    return share_group_heartbeat(e.shard, {"group_id": gid, "member_id": member, "member_epoch": epoch,
-                                           "rack_id": None, "client_id": "c", "client_host": "/h",
-                                           "subscribed_topic_names": list(topics) if topics is not None else None})
+    return share_group_heartbeat(e.shard, ShareGroupHeartbeat(gid, member, epoch, None,
+                                                              list(topics) if topics is not None else None, "c", "/h"))
 
 
 def parts(e: Env, r: dict, topic: str = "t") -> list[int]:
@@ -108,7 +107,7 @@ def test_leave_and_session_timeout_reassign_the_partitions():
     assert parts(e, r, "u") == [1, 3]
     r = hb(e, "a", 1, topics=None)
     assert (r["member_epoch"], parts(e, r, "u")) == (2, [0, 2])
-    r = share_group_heartbeat(e.shard, {"group_id": GID, "member_id": "b", "member_epoch": -1})
+    r = share_group_heartbeat(e.shard, ShareGroupHeartbeat(GID, "b", -1))
     assert (r["error"], r["member_epoch"]) == (ErrorCode.none, -1)
     r = hb(e, "a", 2, topics=None)
     assert (r["member_epoch"], parts(e, r, "u")) == (3, [0, 1, 2, 3])
@@ -122,7 +121,7 @@ def test_a_member_leaving_moves_the_target_assignment_at_once():
     e = env()
     hb(e, "a", 0, topics=("u",))
     hb(e, "b", 0, topics=("u",))
-    share_group_heartbeat(e.shard, {"group_id": GID, "member_id": "b", "member_epoch": -1})
+    share_group_heartbeat(e.shard, ShareGroupHeartbeat(GID, "b", -1))
     g = e.shard.groups[GID]
     assert (g.group_epoch, g.assignment_epoch, g.target["a"]) == (3, 3, {e.image.tid("u"): {0, 1, 2, 3}})
     e.timer.advance(e.config.share_session_timeout_ms)
@@ -135,7 +134,7 @@ def test_a_failed_leave_leaves_the_member():
     hb(e, "a", 0)
     e.log.fail = True
     with pytest.raises(Exception):
-        share_group_heartbeat(e.shard, {"group_id": GID, "member_id": "a", "member_epoch": -1})
+        share_group_heartbeat(e.shard, ShareGroupHeartbeat(GID, "a", -1))
     e.log.fail = False
     g = e.shard.groups[GID]
     assert list(g.members) == ["a"] and (g.group_epoch, g.assignment_epoch) == (1, 1)
@@ -160,7 +159,7 @@ def test_replay_rebuilds_the_group():
     e = env()
     hb(e, "a", 0)
     hb(e, "b", 0, topics=("t", "u"))
-    share_group_heartbeat(e.shard, {"group_id": GID, "member_id": "a", "member_epoch": -1})
+    share_group_heartbeat(e.shard, ShareGroupHeartbeat(GID, "a", -1))
     fresh = GroupCoordinatorShard(0, e.config, e.log, FakeTimer(e.clock), e.clock, topics=lambda: e.image)
     for k, v in e.log.records:
         fresh.replay(k, v)

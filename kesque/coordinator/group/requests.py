@@ -108,3 +108,16 @@ class Heartbeat:
     member_id: str
     generation_id: int
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ShareGroupHeartbeat:
+    """ShareGroupHeartbeat (KIP-932): ``subscribed_topic_names`` None is unchanged."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: str | None = None
+    subscribed_topic_names: list[str] | None = None
+    client_id: str = ""
+    client_host: str = ""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ...errors import ErrorCode, KafkaError
 from ..runtime import CoordinatorResult, append_and_replay
 from . import records as R
+from .requests import ShareGroupHeartbeat
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +94,12 @@ def simple_assign(subscriptions: dict[str, set], partitions: dict) -> dict[str, 
 
 
 # ====================================================================== heartbeat
-def share_group_heartbeat(shard, req: dict) -> dict:
-    """``req``: group_id, member_id, member_epoch, rack_id, subscribed_topic_names (None:
-    unchanged), client_id, client_host. Returns error, message, member_id, member_epoch,
-    heartbeat_interval_ms and assignment ({topic_id: [partitions]} or None: unchanged)."""
+def share_group_heartbeat(shard, req: ShareGroupHeartbeat) -> dict:
+    """ShareGroupHeartbeat on ``shard``: the response (error, message, member_id, member_epoch,
+    heartbeat_interval_ms and assignment ({topic_id: [partitions]} or None: unchanged))."""
     try:
         _validate(req)
-        if req["member_epoch"] == LEAVE_GROUP_MEMBER_EPOCH:
+        if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
             return _leave(shard, req)
         return _heartbeat(shard, req)
     except ShareHeartbeatError as e:
@@ -107,16 +107,16 @@ def share_group_heartbeat(shard, req: dict) -> dict:
                 "heartbeat_interval_ms": 0, "assignment": None}
 
 
-def _validate(req: dict) -> None:
-    if not req["group_id"]:
+def _validate(req: ShareGroupHeartbeat) -> None:
+    if not req.group_id:
         raise ShareHeartbeatError(ErrorCode.invalid_request, "GroupId can't be empty.")
-    if not req["member_id"]:
+    if not req.member_id:
         raise ShareHeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
-    if req.get("rack_id") == "":
+    if req.rack_id == "":
         raise ShareHeartbeatError(ErrorCode.invalid_request, "RackId can't be empty.")
-    epoch = req["member_epoch"]
+    epoch = req.member_epoch
     if epoch == 0:
-        if not req.get("subscribed_topic_names"):
+        if not req.subscribed_topic_names:
             raise ShareHeartbeatError(ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request.")
     elif epoch < LEAVE_GROUP_MEMBER_EPOCH:
         raise ShareHeartbeatError(ErrorCode.invalid_request, f"MemberEpoch is invalid: {epoch}")
@@ -168,10 +168,10 @@ def create_empty_group(shard, group_id: str) -> ShareGroup:
     return shard.groups[group_id]
 
 
-def _heartbeat(shard, req: dict) -> dict:
-    epoch = req["member_epoch"]
-    g = _get_group(shard, req["group_id"], create=epoch == 0)
-    member_id = req["member_id"]
+def _heartbeat(shard, req: ShareGroupHeartbeat) -> dict:
+    epoch = req.member_epoch
+    g = _get_group(shard, req.group_id, create=epoch == 0)
+    member_id = req.member_id
     member = g.members.get(member_id)
     records: list = []
     bump = False
@@ -196,12 +196,12 @@ def _heartbeat(shard, req: dict) -> dict:
         member = _own_member(g, member_id)
     changed = epoch == 0
     for attr in ("rack_id", "client_id", "client_host"):
-        val = req.get(attr)
+        val = getattr(req, attr)
         if val is not None and getattr(member, attr) != val:
             setattr(member, attr, val)
             changed = True
-    if req.get("subscribed_topic_names") is not None:
-        names = sorted(set(req["subscribed_topic_names"]))
+    if req.subscribed_topic_names is not None:
+        names = sorted(set(req.subscribed_topic_names))
         if names != member.subscribed_topic_names:
             member.subscribed_topic_names = names
             changed = bump = True
@@ -265,15 +265,15 @@ def _compute_target(shard, g: ShareGroup) -> list:
 
 
 # ====================================================================== leave / session timeout
-def _leave(shard, req: dict) -> dict:
-    g = shard.groups.get(req["group_id"])
+def _leave(shard, req: ShareGroupHeartbeat) -> dict:
+    g = shard.groups.get(req.group_id)
     if not isinstance(g, ShareGroup):
-        raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {req['group_id']} not found.")
-    if req["member_id"] not in g.members:
-        raise ShareHeartbeatError(ErrorCode.unknown_member_id, f"Member {req['member_id']} is not a member of group "
+        raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {req.group_id} not found.")
+    if req.member_id not in g.members:
+        raise ShareHeartbeatError(ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member of group "
                                   f"{g.group_id}.")
-    remove_member(shard, g, req["member_id"], "member left the group")
-    return {"error": ErrorCode.none, "message": None, "member_id": req["member_id"],
+    remove_member(shard, g, req.member_id, "member left the group")
+    return {"error": ErrorCode.none, "message": None, "member_id": req.member_id,
             "member_epoch": LEAVE_GROUP_MEMBER_EPOCH,
             "heartbeat_interval_ms": 0, "assignment": None}
 
