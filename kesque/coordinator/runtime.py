@@ -59,6 +59,17 @@ def coordinator_error(code: int) -> ErrorCode:
     return _APPEND_ERRORS.get(code, code)
 
 
+class CoordinatorRecord(tuple):
+    """A record as an operation writes it: ``(key, value)`` bytes to append, and ``decoded``, what
+    the shard's replay decodes them to (Kafka's CoordinatorRecord holds the messages and
+    serializes them to append), so a record just written is replayed without decoding it."""
+
+    def __new__(cls, key: bytes, value: bytes | None, decoded: tuple):
+        record = tuple.__new__(cls, (key, value))
+        record.decoded = decoded
+        return record
+
+
 @dataclass(frozen=True)
 class CoordinatorResult:
     """What a write operation of a shard produces (Kafka's CoordinatorResult): the records to
@@ -80,11 +91,13 @@ def append_and_replay(shard, write, result: CoordinatorResult):
     give back the response."""
     if result.records:
         write(result.records, result.producer_id, result.producer_epoch)
-        for key, value in result.records:
+        for record in result.records:
+            decoded = getattr(record, "decoded", None)
+            args = (*record, decoded) if decoded is not None else record
             if result.producer_id >= 0:
-                shard.replay_transactional(result.producer_id, key, value)
+                shard.replay_transactional(result.producer_id, *args)
             else:
-                shard.replay(key, value)
+                shard.replay(*args)
     return result.response
 
 

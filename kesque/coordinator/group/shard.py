@@ -133,9 +133,10 @@ class GroupCoordinatorShard:
         return int(own[name]) if name in own else default
 
     # ================================================================== loading
-    def replay(self, key: bytes, value: bytes | None) -> None:
-        version, k = R.decode_key(key)
-        v = R.decode_value(version, value)
+    def replay(self, key: bytes, value: bytes | None, decoded: tuple | None = None) -> None:
+        """Apply one record of the partition; ``decoded`` (version, key, value) as ``R.decode_key``
+        and ``R.decode_value`` give them, when the writer has it (a CoordinatorRecord)."""
+        version, k, v = decoded if decoded is not None else self._decode(key, value)
         if version in (0, R.OFFSET_COMMIT):
             self._replay_offset(k, v)
         elif version == R.GROUP_METADATA:
@@ -147,10 +148,15 @@ class GroupCoordinatorShard:
             from .consumer import replay_consumer_record
             replay_consumer_record(self, version, k, v)
 
-    def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None) -> None:
-        """A record of a transactional batch: an offset commit pending until its marker."""
+    @staticmethod
+    def _decode(key: bytes, value: bytes | None) -> tuple:
         version, k = R.decode_key(key)
-        v = R.decode_value(version, value)
+        return version, k, R.decode_value(version, value)
+
+    def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None,
+                             decoded: tuple | None = None) -> None:
+        """A record of a transactional batch: an offset commit pending until its marker."""
+        version, k, v = decoded if decoded is not None else self._decode(key, value)
         if version in (0, R.OFFSET_COMMIT) and v is not None:
             self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(k["group"], {})[
                 (k["topic"], k["partition"])] = OffsetAndMetadata(
@@ -158,7 +164,7 @@ class GroupCoordinatorShard:
                     v.get("expire_timestamp", -1))
             self._ensure_group(k["group"], v.get("commit_timestamp", -1))
         else:
-            self.replay(key, value)
+            self.replay(key, value, (version, k, v))
 
     def replay_end_txn(self, producer_id: int, commit: bool) -> None:
         """A COMMIT marker makes the producer's pending offsets the committed ones; ABORT drops them."""
