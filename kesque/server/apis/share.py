@@ -13,7 +13,8 @@ import asyncio
 import inspect
 import logging
 
-from ...coordinator.group.share import ShareGroup, ShareHeartbeatError, create_empty_group, share_group_heartbeat
+from ...coordinator.group.requests import ShareGroupHeartbeat
+from ...coordinator.group.share import ShareGroup, create_empty_group, share_group_heartbeat
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api_keys import ApiKeys
 from ...share import enabled
@@ -70,12 +71,10 @@ class ShareGroupApis:
     def _share_group_heartbeat(self, ctx, req):
         m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, ctx.api_version)
         try:
-            r = share_group_heartbeat(self.gc.shard_for(req.group_id), {
-                "group_id": req.group_id, "member_id": req.member_id, "member_epoch": req.member_epoch,
-                "rack_id": req.rack_id,
-                "subscribed_topic_names": list(req.subscribed_topic_names)
-                if req.subscribed_topic_names is not None else None,
-                "client_id": ctx.client_id or "", "client_host": "/" + ctx.client_host})
+            r = share_group_heartbeat(self.gc.shard_for(req.group_id), ShareGroupHeartbeat(
+                req.group_id, req.member_id, req.member_epoch, req.rack_id,
+                list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
+                ctx.client_id or "", "/" + ctx.client_host))
         except KafkaError as e:
             return heartbeat_failed(m, e)
         return when_committed(self.gc, [self.gc.partition_for(req.group_id)], heartbeat_answer(m, r),
@@ -463,10 +462,8 @@ class ShareGroupApis:
             g = shard.groups.get(group_id)
             if g is None and create:
                 g = create_empty_group(shard, group_id)
-        except KafkaError as e:
+        except KafkaError as e:  # a refusal (ShareHeartbeatError) or a failed write
             return e.code, e.message
-        except ShareHeartbeatError as e:
-            return ErrorCode[e.error], e.message
         if not isinstance(g, ShareGroup):
             return ErrorCode.group_id_not_found, (f"Group {group_id} not found." if g is None
                                                   else f"Group {group_id} is not a share group.")

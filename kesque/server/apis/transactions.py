@@ -17,9 +17,10 @@ import datetime
 import inspect
 import re
 
+from ...coordinator.group.requests import OffsetCommitPartition, TxnOffsetCommit
 from ...coordinator.group.runtime import OFFSETS_TOPIC
+from ...coordinator.runtime import coordinator_error
 from ...coordinator.transaction.records import TxnState
-from ...coordinator.group.shard import error_code as group_error_code
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api_keys import ApiKeys
 from ..txn_channels import append_marker, markers_committed
@@ -221,8 +222,9 @@ class TransactionApis:
     def txn_offset_commit(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.TXN_OFFSET_COMMIT, v)
-        wanted = {t.name: [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                            p.committed_metadata) for p in t.partitions] for t in req.topics}
+        wanted = {t.name: [OffsetCommitPartition(p.partition_index, p.committed_offset,
+                                                 getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+                           for p in t.partitions] for t in req.topics}
 
         def respond(codes: dict):
             return m(throttle_time=0, topics=tuple(
@@ -286,18 +288,14 @@ class TransactionApis:
                     known.setdefault(t, []).append(p)
         if known:
             try:
-                res = shard.commit_txn_offsets({
-                    "group_id": req.group_id, "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
-                    "generation_id": getattr(req, "generation_id", -1), "member_id": getattr(req, "member_id", ""),
-                    "group_instance_id": getattr(req, "group_instance_id", None), "topics": known})
+                commit = TxnOffsetCommit(req.group_id, req.producer_id, req.producer_epoch, known,
+                                         getattr(req, "member_id", ""), getattr(req, "generation_id", -1),
+                                         getattr(req, "group_instance_id", None))
+                res = gc.apply(shard, shard.commit_txn_offsets(commit))
             except KafkaError as e:
-                from ...coordinator.group.shard import append_error
-                return all_(group_error_code(append_error(e)) if e.code != ErrorCode.invalid_producer_epoch
-                            else _fenced(ErrorCode.producer_fenced, v, 3))
-            if "_group" in res:
-                return all_(group_error_code(res["_group"]))
-            for tp, err in res.items():
-                codes[tp] = group_error_code(err) if err else ErrorCode.none
+                return all_(_fenced(ErrorCode.producer_fenced, v, 3) if e.code == ErrorCode.invalid_producer_epoch
+                            else coordinator_error(e.code))  # a failed append, or the group's refusal
+            codes.update(res)
         return when_committed(gc, [gc.partition_for(req.group_id)], respond(codes), all_)
 
     # ------------------------------------------------------------------ admin
