@@ -1481,6 +1481,48 @@ def test_consumer_group_commit_and_fetch_validation():
     assert env.shard.fetch_offsets(GID, None, "", -1)[0] == ErrorCode.none
 
 
+def test_a_commit_at_the_previous_member_epoch_is_accepted_for_partitions_the_member_had_then():
+    """KIP-1251 (Kafka 4.4): a member commits with the epoch it knows while the coordinator has
+    moved it on (the heartbeat answer with its next epoch still in flight). The partitions it had
+    at that epoch may be committed; one assigned at a later epoch may not, nor a newer epoch.
+    Refusing the first is what ended a Java consumer's thread (CommitFailedException) in
+    test_oracle_java_clients' group scenario, leaving the group unbalanced ([2, 4])."""
+    env = Env(topics={"t": 4})
+    t = env.image.tid("t")
+    a = env.chb("A", 0, names=["t"])                   # A: epoch 1, all four partitions
+    env.chb("B", 0, names=["t"])                       # group epoch 2: A must give two to B
+    a = env.chb("A", 1, owned=env.owned(a))            # A asked to revoke, still at epoch 1
+    kept = env.owned(a)
+    a = env.chb("A", 1, owned=kept)                    # revoked: A moves to epoch 2
+    assert a["member_epoch"] == 2
+    m = env.group().members["A"]
+    assert all(m.epochs[(t, p)] == 1 for p in kept[t])  # assigned at epoch 1, kept since
+    mine = sorted(kept[t])
+    assert env.commit({("t", p): 5 for p in mine}, member_id="A", generation=1, api_version=9) == {
+        ("t", p): ErrorCode.none for p in mine}
+    assert env.commit({("t", mine[0]): 6}, member_id="A", generation=3, api_version=9) == ErrorCode.stale_member_epoch
+    # B's partitions were assigned to B at epoch 2: an epoch-1 commit of B's is refused whole
+    b = env.chb("B", 2, owned={})
+    theirs = sorted(env.owned(b)[t])
+    assert all(env.group().members["B"].epochs[(t, p)] == 2 for p in theirs)
+    assert env.commit({("t", theirs[0]): 1}, member_id="B", generation=1, api_version=9) == \
+        ErrorCode.stale_member_epoch
+    # the epochs survive a reload (the record's AssignmentEpochs, tag 0)
+    again = env.replayed().groups[GID].members
+    assert again["A"].epochs == m.epochs and again["B"].epochs == env.group().members["B"].epochs
+
+
+def test_a_full_heartbeat_gets_the_assignment_even_when_unchanged():
+    """Kafka sends the assignment with every full request (what a client sends after an error,
+    the answer to its last heartbeat maybe lost), not only when it changed."""
+    env = Env(topics={"t": 2})
+    a = env.chb("A", 0, names=["t"])
+    owned = env.owned(a)
+    assert env.chb("A", 1, owned=owned)["assignment"] is None                  # nothing new
+    full = env.chb("A", 1, owned=owned, names=["t"], rebalance=60_000)
+    assert env.owned(full) == owned
+
+
 def test_offset_delete_on_a_consumer_group():
     env = Env(topics={"t": 1, "u": 1})
     env.chb("A", 0, names=["t"])

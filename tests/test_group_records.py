@@ -429,7 +429,6 @@ KAFKA_41_TAGS = {
     (0, 4): "OffsetCommitValue v4 tag 0 topicId", (1, 4): "OffsetCommitValue v4 tag 0 topicId",
     (3, 0): "ConsumerGroupMetadataValue tag 0 MetadataHash (KIP-1101)",
     (6, 0): "ConsumerGroupTargetAssignmentMetadataValue tag 0 AssignmentTimestamp",
-    (8, 0): "ConsumerGroupCurrentMemberAssignmentValue TopicPartitions tag 0 AssignmentEpochs",
 }
 
 
@@ -451,7 +450,17 @@ def test_value_layout_matches_kafka_schema(key_version, value_version, data):
     back = R.decode_value(key_version, expected)
     assert back.pop("_version") == value_version
     for k, val in value.items():
-        assert back[k] == val, k
+        assert _without_absent_tags(back[k]) == val, k
+
+
+def _without_absent_tags(v):
+    """A decoded struct names a tagged field the bytes did not carry (None, its default); the
+    drawn value leaves it out."""
+    if isinstance(v, list):
+        return [_without_absent_tags(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _without_absent_tags(x) for k, x in v.items() if not (k == "assignment_epochs" and x is None)}
+    return v
 
 
 @pytest.mark.parametrize("key_version", sorted(RECORD_TYPES))

@@ -40,12 +40,32 @@ def _copy(a: Assignment) -> Assignment:
     return {t: set(p) for t, p in a.items() if p}
 
 
-def _to_records(a: Assignment) -> list[dict]:
-    return [{"topic_id": t, "partitions": sorted(p)} for t, p in sorted(a.items(), key=lambda x: str(x[0])) if p]
+def _to_records(a: Assignment, epochs: dict | None = None) -> list[dict]:
+    """TopicPartitions of a record; with ``epochs`` (a current assignment, KIP-1251) the epoch
+    each partition was assigned to the member at, in the order of the partitions."""
+    out = []
+    for t, p in sorted(a.items(), key=lambda x: str(x[0])):
+        if p:
+            rec = {"topic_id": t, "partitions": sorted(p)}
+            if epochs is not None:
+                rec["assignment_epochs"] = [epochs[(t, n)] for n in rec["partitions"]]
+            out.append(rec)
+    return out
 
 
 def _from_records(items) -> Assignment:
     return {tp["topic_id"]: set(tp["partitions"]) for tp in items or [] if tp["partitions"]}
+
+
+def _epochs_from_records(items, member_epoch: int) -> dict:
+    """{(topic id, partition): assignment epoch}; a record written before KIP-1251 has none: its
+    partitions count as assigned at the member's epoch."""
+    out = {}
+    for tp in items or []:
+        epochs = tp.get("assignment_epochs")
+        for i, n in enumerate(tp["partitions"]):
+            out[(tp["topic_id"], n)] = epochs[i] if epochs is not None and i < len(epochs) else member_epoch
+    return out
 
 
 @dataclass
@@ -64,6 +84,10 @@ class ConsumerMember:
     state: int = MEMBER_STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # KIP-1251: {(topic id, partition): the member epoch it was assigned at}, for the assigned
+    # partitions and those pending revocation; a commit with an older member epoch is accepted
+    # for the partitions the member already had at that epoch
+    epochs: dict = field(default_factory=dict)
 
     def metadata_value(self) -> dict:
         return {"instance_id": self.instance_id, "rack_id": self.rack_id, "client_id": self.client_id,
@@ -73,8 +97,8 @@ class ConsumerMember:
 
     def assignment_value(self) -> dict:
         return {"member_epoch": self.member_epoch, "previous_member_epoch": self.previous_member_epoch,
-                "state": self.state, "assigned_partitions": _to_records(self.assigned),
-                "partitions_pending_revocation": _to_records(self.pending_revocation)}
+                "state": self.state, "assigned_partitions": _to_records(self.assigned, self.epochs),
+                "partitions_pending_revocation": _to_records(self.pending_revocation, self.epochs)}
 
 
 @dataclass
@@ -104,7 +128,7 @@ class ConsumerGroup:
         m = self.members[member_id] = dataclasses.replace(
             m, subscribed_topic_names=list(m.subscribed_topic_names),
             assigned={t: set(p) for t, p in m.assigned.items()},
-            pending_revocation={t: set(p) for t, p in m.pending_revocation.items()})
+            pending_revocation={t: set(p) for t, p in m.pending_revocation.items()}, epochs=dict(m.epochs))
         return m
 
     def state_name(self) -> str:
@@ -200,6 +224,8 @@ def replay_consumer_record(shard, version: int, key: dict, value: dict | None) -
         m.state = value["state"]
         m.assigned = _from_records(value["assigned_partitions"])
         m.pending_revocation = _from_records(value["partitions_pending_revocation"])
+        m.epochs = {**_epochs_from_records(value["assigned_partitions"], m.member_epoch),
+                    **_epochs_from_records(value["partitions_pending_revocation"], m.member_epoch)}
 
 
 def on_consumer_groups_loaded(shard) -> None:
@@ -333,7 +359,7 @@ def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
                                     old.rebalance_timeout_ms, old.server_assignor,
                                     member_epoch=0, previous_member_epoch=0,
                                     state=old.state, assigned=_copy(old.assigned),
-                                    pending_revocation=_copy(old.pending_revocation))
+                                    pending_revocation=_copy(old.pending_revocation), epochs=dict(old.epochs))
             records += _member_tombstones(g.group_id, old_id)
             g.members.pop(old_id, None)
             if old_id in g.target:
@@ -343,7 +369,7 @@ def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
         elif member_id in g.members:
             member = g.own_member(member_id)  # a rejoin with epoch 0: same id, starts over
             member.member_epoch = 0
-            member.assigned, member.pending_revocation = {}, {}
+            member.assigned, member.pending_revocation, member.epochs = {}, {}, {}
         else:
             if len(g.members) >= cfg.consumer_max_size:
                 raise HeartbeatError(ErrorCode.group_max_size_reached, f"The consumer group has reached its maximum "
@@ -421,8 +447,11 @@ def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
             _schedule_rebalance_timeout(shard, g, member)
         else:
             shard.timer.cancel(_rebalance_key(g.group_id, member.member_id))
-    send_assignment = epoch == 0 or before[3] != member.assigned or (
-        owned is not None and _normalize(owned) != _normalize(member.assigned))
+    # Kafka's rule: the assignment goes with a full request (a join, or what a client sends after
+    # any error, its answer maybe lost: every non-optional field set) or when it changed
+    full = req.rebalance_timeout_ms != -1 and owned is not None and (
+        req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+    send_assignment = epoch == 0 or full or before[3] != member.assigned
     return {"error": ErrorCode.none, "message": None, "member_id": member.member_id,
             "member_epoch": member.member_epoch,
             "heartbeat_interval_ms": shard.consumer_heartbeat_interval_ms(g.group_id),
@@ -518,15 +547,20 @@ def _reconcile(g: ConsumerGroup, m: ConsumerMember, owned: dict | None) -> None:
                 unreleased = True
             if free:
                 pending_assign[t] = free
+        # a partition the member keeps (or is asked to revoke) keeps the epoch it was assigned at
+        kept = {(t, p): m.epochs.get((t, p), m.member_epoch) for t, ps in new_assigned.items() for p in ps}
         if revoke and owns_revoked(revoke):
             m.state = UNREVOKED_PARTITIONS
             _set_epoch(m, epoch)
+            m.epochs = {**kept, **{(t, p): m.epochs.get((t, p), m.member_epoch) for t, ps in revoke.items() for p in ps}}
             m.assigned, m.pending_revocation = new_assigned, revoke
             return
         for t, ps in pending_assign.items():
             new_assigned.setdefault(t, set()).update(ps)
         m.state = UNRELEASED_PARTITIONS if unreleased else MEMBER_STABLE
         _set_epoch(m, g.assignment_epoch)
+        # newly assigned partitions: at the target assignment epoch, as Kafka's CurrentAssignmentBuilder
+        m.epochs = {**kept, **{(t, p): g.assignment_epoch for t, ps in pending_assign.items() for p in ps}}
         m.assigned, m.pending_revocation = new_assigned, {}
 
     if m.state == MEMBER_STABLE:
@@ -577,7 +611,8 @@ def _leave(shard, req: ConsumerGroupHeartbeat) -> dict:
     if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         # a static member going away temporarily keeps its assignment until its session
         # expires, but gives up what it was asked to revoke
-        left = dataclasses.replace(m, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
+        left = dataclasses.replace(m, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={},
+                                   epochs={k: e for k, e in m.epochs.items() if k[1] in m.assigned.get(k[0], ())})
         append_and_replay(shard, shard.write, CoordinatorResult([_current_assignment_record(g, left)]))
         shard.timer.cancel(_rebalance_key(g.group_id, m.member_id))
         _schedule_session_timeout(shard, g, m)
@@ -647,15 +682,30 @@ def _schedule_rebalance_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> N
 
 
 # ====================================================================== offsets and classic requests
-def validate_consumer_group_commit(g: ConsumerGroup, member_id: str, epoch: int, api_version: int) -> ErrorCode:
-    """An offset commit to a KIP-848 group: ``epoch`` is the member epoch the commit carries."""
+def validate_consumer_group_commit(g: ConsumerGroup, member_id: str, epoch: int, api_version: int,
+                                   partitions=(), image=None) -> ErrorCode:
+    """An offset commit to a KIP-848 group: ``epoch`` is the member epoch the commit carries,
+    ``partitions`` the (topic name, partition) it commits. As Kafka 4.4 (KIP-1251): the member's
+    current epoch passes; a newer one is stale; an older one passes for partitions the member
+    was assigned at that epoch or before (and still has, or is revoking), so a commit sent
+    just before the member learns of its next epoch is not refused; else the whole commit is
+    stale."""
     if epoch < 0 and g.is_empty():  # admin clients and standalone consumers (Kafka: whatever the member id)
         return ErrorCode.none
     m = g.members.get(member_id)
     if m is None:
         return ErrorCode.unknown_member_id
-    if epoch != m.member_epoch:
-        return ErrorCode.stale_member_epoch if api_version >= 9 else ErrorCode.illegal_generation
+    if api_version < 9:
+        return ErrorCode.illegal_generation if epoch != m.member_epoch else ErrorCode.none
+    if epoch == m.member_epoch:
+        return ErrorCode.none
+    if epoch > m.member_epoch:
+        return ErrorCode.stale_member_epoch
+    for name, p in partitions:
+        t = image.topic(name) if image is not None else None
+        assigned_at = m.epochs.get((t.topic_id, p)) if t is not None else None
+        if assigned_at is None or epoch < assigned_at:
+            return ErrorCode.stale_member_epoch
     return ErrorCode.none
 
 

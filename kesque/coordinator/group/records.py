@@ -61,6 +61,9 @@ _MEMBER_METADATA = {
     for v in range(5)
 }
 _TOPIC_PARTITIONS = [_F("topic_id", "uuid"), _F("partitions", "[int32]", default=[])]
+# a current assignment's TopicPartitions (Kafka 4.4, KIP-1251): the epoch each partition was
+# assigned to the member at, as tagged field 0, of the same length as the partitions
+_ASSIGNED_TOPIC_PARTITIONS = [*_TOPIC_PARTITIONS, _F("assignment_epochs", "[int32]?", 0)]
 _CLASSIC_PROTOCOL = [_F("name", "string"), _F("metadata", "bytes", default=b"")]
 
 # (key version) -> {value version: (fields, flexible)}
@@ -96,8 +99,8 @@ VALUES = {
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: {0: ([_F("topic_partitions", _TOPIC_PARTITIONS, default=[])], True)},
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: {0: ([
         _F("member_epoch", "int32", default=0), _F("previous_member_epoch", "int32", default=0),
-        _F("state", "int8", default=0), _F("assigned_partitions", _TOPIC_PARTITIONS, default=[]),
-        _F("partitions_pending_revocation", _TOPIC_PARTITIONS, default=[])], True)},
+        _F("state", "int8", default=0), _F("assigned_partitions", _ASSIGNED_TOPIC_PARTITIONS, default=[]),
+        _F("partitions_pending_revocation", _ASSIGNED_TOPIC_PARTITIONS, default=[])], True)},
     SHARE_GROUP_MEMBER_METADATA: {0: ([
         _F("rack_id", "nstring"), _F("client_id", "string", default=""), _F("client_host", "string", default=""),
         _F("subscribed_topic_names", "[string]", default=[])], True)},

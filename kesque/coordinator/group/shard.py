@@ -765,7 +765,9 @@ class GroupCoordinatorShard:
                 self._reschedule_heartbeat(g, g.members[req.member_id])  # a commit keeps the session
         else:
             from .consumer import validate_consumer_group_commit
-            err = validate_consumer_group_commit(g, req.member_id, generation, req.api_version)
+            err = validate_consumer_group_commit(g, req.member_id, generation, req.api_version,
+                                                 [(t, p.partition) for t, ps in req.topics.items() for p in ps],
+                                                 self._image())
         if err:
             raise KafkaError(err)
         now = self.clock.now_ms()
@@ -827,7 +829,9 @@ class GroupCoordinatorShard:
         else:
             from .consumer import validate_consumer_group_commit
             if not (generation == -1 and not req.member_id and req.group_instance_id is None):
-                err = validate_consumer_group_commit(g, req.member_id, generation, 9)
+                err = validate_consumer_group_commit(g, req.member_id, generation, 9,
+                                                     [(t, p.partition) for t, ps in req.topics.items() for p in ps],
+                                                     self._image())
                 if err == ErrorCode.stale_member_epoch:
                     err = ErrorCode.illegal_generation
         if err:
