@@ -167,7 +167,7 @@ class PowerLossFS:
 
     def _mark_all_durable(self) -> None:
         """Everything now on disk under the root is durable (at start and after a reboot)."""
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        for dirpath, _dirnames, filenames in os.walk(self.root):
             fd = os.open(dirpath, os.O_RDONLY)
             try:
                 self._sync(fd)

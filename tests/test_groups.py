@@ -533,7 +533,7 @@ class Scenario:
                 and e["partitions"]]
 
     def close_all(self) -> None:
-        for name, m in list(self.members.items()):
+        for _name, m in list(self.members.items()):
             if isinstance(m, ThreadMember):
                 m.close()
             elif m.proc.poll() is None:

@@ -17,8 +17,6 @@ import uuid
 import pytest
 
 import oracle
-from kesque.testing import kafka as K
-from kesque.testing.broker import Broker
 from test_groups_bad_input import find_coordinator
 from wire import Msg, WireClient
 

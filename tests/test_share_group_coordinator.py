@@ -4,7 +4,7 @@ assignor, session timeouts, group-type conflicts, and replay of the records it w
 from __future__ import annotations
 
 import pytest
-from test_group_coordinator import Env, FakeTimer
+from test_group_coordinator import Env, FakeTimer, WriteFailed
 
 from kesque.coordinator.group.consumer import consumer_group_heartbeat
 from kesque.coordinator.group.share import ShareGroup, share_group_heartbeat, simple_assign
@@ -134,7 +134,7 @@ def test_a_failed_leave_leaves_the_member():
     e = env()
     hb(e, "a", 0)
     e.log.fail = True
-    with pytest.raises(Exception):
+    with pytest.raises(WriteFailed):
         share_group_heartbeat(e.shard, {"group_id": GID, "member_id": "a", "member_epoch": -1})
     e.log.fail = False
     g = e.shard.groups[GID]
@@ -145,7 +145,7 @@ def test_failed_write_leaves_no_trace():
     e = env()
     hb(e, "a", 0)
     e.log.fail = True
-    with pytest.raises(Exception):
+    with pytest.raises(WriteFailed):
         hb(e, "b", 0)
     e.log.fail = False
     g = e.shard.groups[GID]
