@@ -25,7 +25,7 @@ from kesque.config.topic import LogConfig  # noqa: E402
 from kesque.records.records import encode_columns, wrap_batch  # noqa: E402
 from kesque.storage import cleaner_process  # noqa: E402
 from kesque.storage.cleaner import Cleaner, first_uncleanable_offset, last_batches_of_producers  # noqa: E402
-from kesque.storage.log import Log  # noqa: E402
+from kesque.storage.unified_log import UnifiedLog  # noqa: E402
 
 NOW = 1_700_000_000_000
 BATCH = 1000
@@ -39,8 +39,8 @@ def column(values: list[bytes]):
     return None, offsets.tobytes(), b"".join(values), 0
 
 
-def build(path: str, mib: int, distinct_ratio: float) -> Log:
-    lg = Log(path, "bench", 0, LogConfig(cleanup_policy=("compact",), segment_bytes=128 << 20), now_ms=NOW)
+def build(path: str, mib: int, distinct_ratio: float) -> UnifiedLog:
+    lg = UnifiedLog(path, "bench", 0, LogConfig(cleanup_policy=("compact",), segment_bytes=128 << 20), now_ms=NOW)
     total = (mib << 20) // (VALUE + 20)
     distinct = max(1, int(total * distinct_ratio))
     values = column([os.urandom(VALUE // 2).hex().encode() for _ in range(BATCH)])
@@ -56,7 +56,7 @@ def build(path: str, mib: int, distinct_ratio: float) -> Log:
     return lg
 
 
-def plain_read(lg: Log) -> tuple[int, float]:
+def plain_read(lg: UnifiedLog) -> tuple[int, float]:
     t0 = time.perf_counter()
     total = 0
     for seg in lg.segments:
@@ -68,7 +68,7 @@ def plain_read(lg: Log) -> tuple[int, float]:
     return total, time.perf_counter() - t0
 
 
-def clean(lg: Log, child: bool):
+def clean(lg: UnifiedLog, child: bool):
     end = first_uncleanable_offset(lg, NOW)
     if not child:
         return Cleaner().clean(lg, 0, end, NOW)

@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+from kesque.protocol.api_keys import ApiKeys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # this checkout's kesque, and the tests' wire client
@@ -38,7 +39,7 @@ def on_loop(b, fn):
 
 
 def commit_body(group: str, offset: int):
-    m = Msg(8, 8)
+    m = Msg(ApiKeys.OFFSET_COMMIT, 8)
     return m(group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=(
         m("OffsetCommitRequestTopic", name=TOPIC, partitions=(
             m("OffsetCommitRequestPartition", partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
@@ -62,13 +63,15 @@ def main() -> None:
             with WireClient(b.bootstrap_servers) as c:
                 Api(c).create_topic(TOPIC)
                 deadline = time.monotonic() + 30  # __consumer_offsets is created on first use
-                fc = Msg(10, 4)
-                while (c.request(10, 4, fc(key_type=0, coordinator_keys=("g0",))).coordinators[0].error_code
-                       or c.request(8, 8, commit_body("g0", 0)).topics[0].partitions[0].error_code):
+                fc = Msg(ApiKeys.FIND_COORDINATOR, 4)
+                while (c.request(ApiKeys.FIND_COORDINATOR, 4, fc(key_type=0,
+                                                                 coordinator_keys=("g0",))).coordinators[0].error_code
+                       or c.request(ApiKeys.OFFSET_COMMIT, 8, commit_body("g0", 0)).topics[0].partitions[0].error_code):
                     assert time.monotonic() < deadline, "no group coordinator"
                     time.sleep(0.05)
                 for i in range(args.commits):
-                    assert c.request(8, 8, commit_body(f"g{i % 1000}", i)).topics[0].partitions[0].error_code == 0
+                    assert c.request(ApiKeys.OFFSET_COMMIT, 8, commit_body(f"g{i % 1000}",
+                                                                           i)).topics[0].partitions[0].error_code == 0
             gc = b._server.group_coordinator
             part = b._server.replica_manager.partitions[("__consumer_offsets", 0)]
             lookup = on_loop(b, lambda: timed(lambda: gc.shard_for("g1"), 20000))
@@ -78,7 +81,7 @@ def main() -> None:
             load_s = gc.load_seconds[0]
             on_loop(b, lambda: setattr(part, "maybe_increment_high_watermark", lambda: False))
             with WireClient(b.bootstrap_servers) as c:
-                c.send(8, 8, commit_body("g1", 10**9))
+                c.send(ApiKeys.OFFSET_COMMIT, 8, commit_body("g1", 10**9))
                 while part.log.high_watermark == part.log.log_end_offset:
                     time.sleep(0.01)
             build = on_loop(b, lambda: timed(lambda: gc.read_shard("g1"), 1))
@@ -89,9 +92,9 @@ def main() -> None:
                 part.maybe_increment_high_watermark()
             on_loop(b, commit_one_more)
             with WireClient(b.bootstrap_servers) as c:
-                assert c.request(8, 8, commit_body("g2", 1)).topics[0].partitions[0].error_code == 0
+                assert c.request(ApiKeys.OFFSET_COMMIT, 8, commit_body("g2", 1)).topics[0].partitions[0].error_code == 0
                 on_loop(b, lambda: setattr(part, "maybe_increment_high_watermark", lambda: False))
-                c.send(8, 8, commit_body("g3", 1))
+                c.send(ApiKeys.OFFSET_COMMIT, 8, commit_body("g3", 1))
                 while part.log.high_watermark == part.log.log_end_offset:
                     time.sleep(0.01)
             step = on_loop(b, lambda: timed(lambda: gc.read_shard("g1"), 1))

@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from kesque.protocol.api_keys import ApiKeys
 
 # test settings: a leader is suspected after 500 ms without a fetch (Kafka's default 2 s), elections
 # time out after 250-500 ms (1-2 s)
@@ -119,7 +120,7 @@ def create_topic(conn, name: str, timeout_ms: int = 5000) -> int:
         rq = mod.request
         return make(rq.CreateTopicsRequest, timeout=timeout_ms, validate_only=False, topics=(
             make(rq.CreatableTopic, name=name, num_partitions=1, replication_factor=1, assignments=(), configs=()),))
-    return int(conn.request(19, build).topics[0].error_code)
+    return int(conn.request(ApiKeys.CREATE_TOPICS, build).topics[0].error_code)
 
 
 def describe_quorum(bootstrap: str, timeout_ms: int = 5000):

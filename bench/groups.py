@@ -21,6 +21,7 @@ from kio.index import load_request_schema
 
 import wire
 from figures import rss_mib
+from kesque.protocol.api_keys import ApiKeys
 from kesque.protocol.primitives import read_uvarint as _uvarint
 from kesque.protocol.primitives import skip_tagged_fields as _skip_tags
 
@@ -79,7 +80,7 @@ def offset_commit_request(group: str, topic: str, offsets: dict[int, int], corre
                           generation: int = -1, member_id: str = "") -> bytes:
     """OffsetCommit v9 (topic names). generation -1 and an empty member id: a standalone
     commit, as a consumer using assign() makes (no group membership)."""
-    req, mod = _schema_module(8, COMMIT_V)
+    req, mod = _schema_module(ApiKeys.OFFSET_COMMIT, COMMIT_V)
     body = req(group_id=group, generation_id_or_member_epoch=generation, member_id=member_id, group_instance_id=None,
                topics=(mod.OffsetCommitRequestTopic(name=topic, partitions=tuple(
                    mod.OffsetCommitRequestPartition(partition_index=p, committed_offset=o, committed_leader_epoch=-1,
@@ -89,7 +90,7 @@ def offset_commit_request(group: str, topic: str, offsets: dict[int, int], corre
 
 def offset_fetch_request(groups: list[str], topic: str, partitions: list[int], correlation_id: int = 0) -> bytes:
     """OffsetFetch v9: many groups in one request (KIP-709), each asking for ``partitions``."""
-    req, mod = _schema_module(9, FETCH_V)
+    req, mod = _schema_module(ApiKeys.OFFSET_FETCH, FETCH_V)
     body = req(groups=tuple(mod.OffsetFetchRequestGroup(group_id=g, member_id=None, member_epoch=-1, topics=(
         mod.OffsetFetchRequestTopics(name=topic, partition_indexes=tuple(partitions)),)) for g in groups),
         require_stable=False)
@@ -98,12 +99,12 @@ def offset_fetch_request(groups: list[str], topic: str, partitions: list[int], c
 
 def find_coordinator_request(groups: list[str], correlation_id: int = 0) -> bytes:
     """FindCoordinator v4: many group keys in one request (KIP-699)."""
-    req, _ = _schema_module(10, FIND_V)
+    req, _ = _schema_module(ApiKeys.FIND_COORDINATOR, FIND_V)
     return wire.encode_request(req(key_type=0, coordinator_keys=tuple(groups)), correlation_id)
 
 
 def commit_errors(frame) -> list[int]:
-    r = _body(8, COMMIT_V, frame)
+    r = _body(ApiKeys.OFFSET_COMMIT, COMMIT_V, frame)
     return [int(p.error_code) for t in r.topics for p in t.partitions]
 
 

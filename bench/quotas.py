@@ -22,6 +22,7 @@ import time
 
 import figures
 from confluent_kafka import Producer
+from kesque.protocol.api_keys import ApiKeys
 
 VALUE = b"q" * 1024
 KEYS_ON_DEFAULT = {"producer_byte_rate": 1e15, "request_percentage": 1e9}
@@ -37,7 +38,7 @@ def alter_quotas(bootstrap: str, entity: list[tuple[str, str | None]], ops: dict
                 rq.EntryData, entity=tuple(make(rq.EntityData, entity_type=t, entity_name=n) for t, n in entity),
                 ops=tuple(make(rq.OpData, key=k, value=0.0 if x is None else x, remove=x is None)
                           for k, x in ops.items())),))
-        resp = conn.request(49, build)
+        resp = conn.request(ApiKeys.ALTER_CLIENT_QUOTAS, build)
     for e in resp.entries:
         if int(e.error_code):
             raise RuntimeError(f"AlterClientQuotas failed: {e.error_code.name} {e.error_message}")

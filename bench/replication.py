@@ -32,6 +32,7 @@ import uuid
 
 import controller as C
 import figures as F
+from kesque.protocol.api_keys import ApiKeys
 
 # the timings of tests/test_replication.py: a dead broker is fenced after 3 s without heartbeat
 TEST_SETTINGS = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fetch.timeout.ms": "600",
@@ -94,7 +95,7 @@ class Client:
             return make(rq.MetadataRequest, topics=(make(rq.MetadataRequestTopic, name=topic, topic_id=None),),
                         allow_auto_topic_creation=False, include_topic_authorized_operations=False,
                         include_cluster_authorized_operations=False)
-        resp = self.call(via or self.nodes.ids, 3, build, max_version=12)
+        resp = self.call(via or self.nodes.ids, ApiKeys.METADATA, build, max_version=12)
         t = next((t for t in resp.topics if t.name == topic), None)
         if t is None or int(t.error_code) != 0:
             return {}
@@ -112,7 +113,7 @@ class Client:
                 rq.CreatableTopic, name=topic, num_partitions=-1, replication_factor=-1, configs=(),
                 assignments=tuple(make(rq.CreatableReplicaAssignment, partition_index=i, broker_ids=tuple(r))
                                   for i, r in enumerate(assignments))),))
-        code = int(self.call(self.nodes.ids, 19, build).topics[0].error_code)
+        code = int(self.call(self.nodes.ids, ApiKeys.CREATE_TOPICS, build).topics[0].error_code)
         if code != 0:
             raise RuntimeError(f"CreateTopics {topic}: error {code}")
         want = {i: (r[0], tuple(sorted(r))) for i, r in enumerate(assignments)}
@@ -128,7 +129,7 @@ class Client:
                 make(rq.TopicProduceData, name=topic, partition_data=(
                     make(rq.PartitionProduceData, index=partition, records=self.batch),)),))
         try:
-            resp = self.conn(node_id).request(0, build, max_version=11)
+            resp = self.conn(node_id).request(ApiKeys.PRODUCE, build, max_version=11)
         except Exception:  # noqa: BLE001 - the node is gone or closed the connection
             self.drop(node_id)
             return -1

@@ -26,6 +26,7 @@ import uuid
 from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 
 import figures
+from kesque.protocol.api_keys import ApiKeys
 
 VALUE_SIZE = 100
 LOCK_MS = 2000
@@ -143,7 +144,8 @@ def _raw_acquire(bootstrap: str, group: str, topic: str) -> tuple[float, float, 
     from kesque.client.wire import Connection, make
 
     with Connection.to_any(bootstrap, client_id="bench-share-holder") as conn:
-        hb = conn.request(76, lambda mod, v: make(mod.request.ShareGroupHeartbeatRequest, group_id=group,
+        hb = conn.request(ApiKeys.SHARE_GROUP_HEARTBEAT, lambda mod, v: make(mod.request.ShareGroupHeartbeatRequest,
+                                                                             group_id=group,
                                                    member_id=uuid.uuid4().hex[:22], member_epoch=0,
                                                    subscribed_topic_names=(topic,)))
         if int(hb.error_code):
@@ -158,7 +160,7 @@ def _raw_acquire(bootstrap: str, group: str, topic: str) -> tuple[float, float, 
                             make(rq.FetchPartition, partition_index=0, acknowledgement_batches=()),)),),
                         forgotten_topics_data=())
         t0 = time.perf_counter()
-        r = conn.request(78, fetch)
+        r = conn.request(ApiKeys.SHARE_FETCH, fetch)
         t1 = time.perf_counter()
     # the connection closes, the session does not: the share session outlives its connection
     acquired = sum(a.last_offset - a.first_offset + 1 for t in r.responses for p in t.partitions

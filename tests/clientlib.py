@@ -27,6 +27,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from typing import Iterable
+from kesque.protocol.api_keys import ApiKeys
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -530,7 +531,7 @@ def broker_alive(bootstrap: str, timeout: float = 2.0) -> bool:
     """ApiVersions v0 round trip within ``timeout``."""
     try:
         with RawConnection(bootstrap, timeout=timeout) as c:
-            c.send(18, 0, b"", flexible=False)
+            c.send(ApiKeys.API_VERSIONS, 0, b"", flexible=False)
             c.recv(False, timeout)
         return True
     except (OSError, ConnectionError):

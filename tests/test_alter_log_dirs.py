@@ -19,9 +19,10 @@ from kesque.client.wire import Connection, make
 from kesque.clock import SYSTEM_CLOCK
 from kesque.config.topic import LogConfig
 from kesque.errors import ErrorCode
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
-from kesque.replication.alter_log_dirs import LogDirMover
-from kesque.storage.log import Log
+from kesque.server.drivers.alter_log_dirs import LogDirMover
+from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.log_manager import LogManager
 from kesque.testing.broker import Broker
 
@@ -38,14 +39,14 @@ def alter(bs: str, moves: dict[tuple[str, int], str]) -> dict[tuple[str, int], i
                 make(rq.AlterReplicaLogDir, path=d, topics=tuple(
                     make(rq.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps)) for t, ps in ts.items()))
                 for d, ts in by_dir.items()))
-        resp = conn.request(34, build)
+        resp = conn.request(ApiKeys.ALTER_REPLICA_LOG_DIRS, build)
     return {(t.topic_name, p.partition_index): int(p.error_code) for t in resp.results for p in t.partitions}
 
 
 def describe(bs: str) -> dict[tuple[str, int, bool], tuple[str, int, int]]:
     """(topic, partition, is_future) -> (log dir, size, offset lag)."""
     with Connection.to_any(bs) as conn:
-        resp = conn.request(35, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
+        resp = conn.request(ApiKeys.DESCRIBE_LOG_DIRS, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
     return {(t.name, p.partition_index, p.is_future_key): (os.path.realpath(r.log_dir), p.partition_size, p.offset_lag)
             for r in resp.results for t in r.topics for p in t.partitions}
 
@@ -148,11 +149,11 @@ def test_errors_and_a_dir_chosen_before_the_replica_exists(two_dir_broker):
 
 
 # ------------------------------------------------------------------ the mover on real logs
-def _log(d: str, name: str = "t-0", start: int = 0) -> Log:
-    return Log(os.path.join(d, name), "t", 0, LogConfig(), log_start_offset=start, had_clean_shutdown=True)
+def _log(d: str, name: str = "t-0", start: int = 0) -> UnifiedLog:
+    return UnifiedLog(os.path.join(d, name), "t", 0, LogConfig(), log_start_offset=start, had_clean_shutdown=True)
 
 
-def _append(lg: Log, epoch: int, values: list[bytes]) -> None:
+def _append(lg: UnifiedLog, epoch: int, values: list[bytes]) -> None:
     lg.append_as_leader(memoryview(bytearray(build_batch([(None, v) for v in values]))), epoch, int(time.time() * 1000))
 
 
@@ -182,7 +183,7 @@ class _Env:
         raise AssertionError("no end")
 
 
-def _records(lg: Log) -> list[tuple[int, int]]:
+def _records(lg: UnifiedLog) -> list[tuple[int, int]]:
     return [(h.base_offset, h.partition_leader_epoch) for h, _d in lg.read_batches(lg.log_start_offset)]
 
 
@@ -387,7 +388,8 @@ def test_reassign_partitions_replica_alter_log_dirs_throttle_holds_the_copy(two_
 def _broker_configs(bs: str) -> dict:
     """The dynamic throttle configs of broker 1."""
     with Connection.to_any(bs) as conn:
-        resp = conn.request(32, lambda mod, v: make(mod.request.DescribeConfigsRequest, resources=(
+        resp = conn.request(ApiKeys.DESCRIBE_CONFIGS, lambda mod, v: make(mod.request.DescribeConfigsRequest,
+                                                                          resources=(
             make(mod.request.DescribeConfigsResource, resource_type=4, resource_name="1", configuration_keys=None),),
             include_synonyms=False, include_documentation=False))
     return {c.name: c.value for c in resp.results[0].configs if "throttl" in c.name or "alter.log.dirs" in c.name

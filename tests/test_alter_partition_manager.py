@@ -1,4 +1,4 @@
-"""The broker's AlterPartition client (kesque/replication/alter_partition.py): Kafka's
+"""The broker's AlterPartition client (kesque/server/drivers/alter_partition.py): Kafka's
 DefaultAlterPartitionManager rules (one item per partition, one request in flight, every pending
 item in the next request, per-partition callbacks, top-level errors for each) and the RPC's wire
 form, through ControllerRouter to a remote controller."""
@@ -14,7 +14,7 @@ from kio.serial import entity_reader, entity_writer
 from kesque.controller.replication_control import AlterPartitionRequest
 from kesque.errors import ErrorCode as E
 from kesque.errors import KafkaError
-from kesque.replication import alter_partition as ap
+from kesque.server.drivers import alter_partition as ap
 from kesque.replication.replica_state import AlterPartition, AlterPartitionReply
 from kesque.server.forwarding import ControllerRouter
 

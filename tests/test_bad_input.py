@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Producer
 
 from clientlib import log_text, wait_for_log
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
 from wire import (Api, Msg, WireClient, build_batch, consume_all, decode_request_frame, encode_body, encode_request,
                   legacy_message_set, records_of, set_crc, string16, tagged_fields)
@@ -226,7 +227,7 @@ def test_unknown_api_key_closes(srv):
 
 def test_api_versions_unknown_version_gets_v0_fallback_then_retry(srv):
     with WireClient(srv.bootstrap_servers) as c:
-        corr = c.send(18, 99, b"\x00\x01\x02garbage-of-a-future-version")
+        corr = c.send(ApiKeys.API_VERSIONS, 99, b"\x00\x01\x02garbage-of-a-future-version")
         raw = c.recv_frame()
         # response header v0 (no tagged fields), then an ApiVersions v0 body
         assert I32.unpack_from(raw, 0)[0] == corr
@@ -244,10 +245,10 @@ def test_api_versions_unknown_version_gets_v0_fallback_then_retry(srv):
 
 def test_other_api_at_unsupported_version_closes(srv):
     with WireClient(srv.bootstrap_servers) as c:
-        c.send(3, 99, b"\x00" * 8)
+        c.send(ApiKeys.METADATA, 99, b"\x00" * 8)
         assert c.is_closed()
     with WireClient(srv.bootstrap_servers) as c:
-        c.send(1, 0, b"\x00" * 8)  # Fetch v0-v3 are gone in Kafka 4 and not advertised
+        c.send(ApiKeys.FETCH, 0, b"\x00" * 8)  # Fetch v0-v3 are gone in Kafka 4 and not advertised
         assert c.is_closed()
     assert_served(srv)
 
@@ -255,36 +256,37 @@ def test_other_api_at_unsupported_version_closes(srv):
 def test_unknown_tagged_fields_in_request_header_are_ignored(srv, client):
     api = Api(client)
     tags = tagged_fields({0: b"\x01\x02", 7: b"future", 300: b"x" * 200})
-    m = Msg(18, 3)
-    corr = client.send(18, 3, m(client_software_name="kesque-test", client_software_version="1.0"), header_tags=tags)
-    got, r = client.recv(18, 3)
+    m = Msg(ApiKeys.API_VERSIONS, 3)
+    corr = client.send(ApiKeys.API_VERSIONS, 3, m(client_software_name="kesque-test", client_software_version="1.0"),
+                       header_tags=tags)
+    got, r = client.recv(ApiKeys.API_VERSIONS, 3)
     assert got == corr and r.error_code == NONE
-    m = Msg(3, 12)
+    m = Msg(ApiKeys.METADATA, 12)
     req = m(topics=(m("MetadataRequestTopic", topic_id=None, name=HEALTH),), allow_auto_topic_creation=False,
             include_topic_authorized_operations=False)
-    r = client.request(3, 12, req, header_tags=tags)
+    r = client.request(ApiKeys.METADATA, 12, req, header_tags=tags)
     assert r.topics[0].error_code == NONE and r.topics[0].name == HEALTH
     assert api.api_versions().error_code == NONE  # same connection still in step
     assert_served(srv)
 
 
 def test_unknown_tagged_fields_in_request_body_are_ignored(srv, client):
-    m = Msg(18, 3)
+    m = Msg(ApiKeys.API_VERSIONS, 3)
     body = encode_body(m(client_software_name="kesque-test", client_software_version="1.0"))
     assert body.endswith(b"\x00")  # the top-level tagged-field section, empty
     body = body[:-1] + tagged_fields({5: b"hello", 77: b"x" * 300})
-    corr = client.send(18, 3, body)
-    got, r = client.recv(18, 3)
+    corr = client.send(ApiKeys.API_VERSIONS, 3, body)
+    got, r = client.recv(ApiKeys.API_VERSIONS, 3)
     assert got == corr and r.error_code == NONE
     # a nested struct's tagged fields: Metadata v12 topic entry
-    m = Msg(3, 12)
+    m = Msg(ApiKeys.METADATA, 12)
     req = encode_body(m(topics=(m("MetadataRequestTopic", topic_id=None, name=HEALTH),),
                         allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     # layout: [02] [uuid 16] [05 'health'... ] [00 <- topic tags] [00] [00] [00 <- top tags]
     name_end = 1 + 16 + 1 + len(HEALTH)
     assert req[name_end] == 0
     req = req[:name_end] + tagged_fields({3: b"abc"}) + req[name_end + 1:]
-    r = client.request(3, 12, req)
+    r = client.request(ApiKeys.METADATA, 12, req)
     assert r.topics[0].error_code == NONE
     assert_served(srv)
 
@@ -293,28 +295,32 @@ def test_unknown_tagged_fields_in_request_body_are_ignored(srv, client):
 
 def _pipeline_requests(topic: str, leo: int) -> list[tuple[int, int, object]]:
     a = Api(None)
-    dc = Msg(32, 4)
-    cl = Msg(60, 1)
-    dtp = Msg(75, 0)
-    ofl = Msg(23, 4)
+    K = ApiKeys
+    dc = Msg(K.DESCRIBE_CONFIGS, 4)
+    cl = Msg(K.DESCRIBE_CLUSTER, 1)
+    dtp = Msg(K.DESCRIBE_TOPIC_PARTITIONS, 0)
+    ofl = Msg(K.OFFSET_FOR_LEADER_EPOCH, 4)
+    md = Msg(K.METADATA, 12)
+    ct = Msg(K.CREATE_TOPICS, 7)
     return [
-        (18, 3, Msg(18, 3)(client_software_name="kesque-test", client_software_version="1.0")),
-        (3, 12, Msg(3, 12)(topics=(Msg(3, 12)("MetadataRequestTopic", topic_id=None, name=topic),),
-                           allow_auto_topic_creation=False, include_topic_authorized_operations=False)),
+        (K.API_VERSIONS, 3, Msg(K.API_VERSIONS, 3)(client_software_name="kesque-test", client_software_version="1.0")),
+        (K.METADATA, 12, md(topics=(md("MetadataRequestTopic", topic_id=None, name=topic),),
+                            allow_auto_topic_creation=False, include_topic_authorized_operations=False)),
         # a long poll at the log end: answered later than the requests behind it are ready
-        (1, 12, a.fetch_request(topic, leo, max_wait=300, min_bytes=1)),
-        (0, 9, a.produce_request(topic, build_batch([(b"k", b"pipelined", ())]), acks=1)),
-        (2, 7, a.list_offsets_request(topic, -2)),
-        (32, 4, dc(resources=(dc("DescribeConfigsResource", resource_type=2, resource_name=topic,
-                                 configuration_keys=("retention.ms",)),), include_synonyms=False,
-                   include_documentation=False)),
-        (60, 1, cl(include_cluster_authorized_operations=False, endpoint_type=1)),
-        (19, 7, Msg(19, 7)(topics=(Msg(19, 7)("CreatableTopic", name=new_topic(), num_partitions=1,
-                                               replication_factor=1, assignments=(), configs=()),),
-                           timeout=5000, validate_only=True)),
-        (23, 4, ofl(replica_id=-1, topics=(ofl("OffsetForLeaderTopic", topic=topic, partitions=(
+        (K.FETCH, 12, a.fetch_request(topic, leo, max_wait=300, min_bytes=1)),
+        (K.PRODUCE, 9, a.produce_request(topic, build_batch([(b"k", b"pipelined", ())]), acks=1)),
+        (K.LIST_OFFSETS, 7, a.list_offsets_request(topic, -2)),
+        (K.DESCRIBE_CONFIGS, 4, dc(resources=(dc("DescribeConfigsResource", resource_type=2, resource_name=topic,
+                                                 configuration_keys=("retention.ms",)),), include_synonyms=False,
+                                   include_documentation=False)),
+        (K.DESCRIBE_CLUSTER, 1, cl(include_cluster_authorized_operations=False, endpoint_type=1)),
+        (K.CREATE_TOPICS, 7, ct(topics=(ct("CreatableTopic", name=new_topic(), num_partitions=1,
+                                           replication_factor=1, assignments=(), configs=()),),
+                                timeout=5000, validate_only=True)),
+        (K.OFFSET_FOR_LEADER_EPOCH, 4, ofl(replica_id=-1, topics=(ofl("OffsetForLeaderTopic", topic=topic, partitions=(
             ofl("OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0),)),))),
-        (75, 0, dtp(topics=(dtp("TopicRequest", name=topic),), response_partition_limit=100, cursor=None)),
+        (K.DESCRIBE_TOPIC_PARTITIONS, 0, dtp(topics=(dtp("TopicRequest", name=topic),), response_partition_limit=100,
+                                             cursor=None)),
     ]
 
 
@@ -354,7 +360,7 @@ def test_pipelined_acks0_produce_gets_no_response(srv, client):
     api.create_topic(topic)
     reqs = [
         (0, 9, api.produce_request(topic, build_batch([(None, b"acks0-a", ())]), acks=0)),
-        (18, 3, Msg(18, 3)(client_software_name="kesque-test", client_software_version="1.0")),
+        (18, 3, Msg(ApiKeys.API_VERSIONS, 3)(client_software_name="kesque-test", client_software_version="1.0")),
         (0, 9, api.produce_request(topic, build_batch([(None, b"acks0-b", ())]), acks=0)),
         (0, 3, api.produce_request(topic, build_batch([(None, b"acks0-c", ())]), acks=0, version=3)),
         (2, 7, api.list_offsets_request(topic, -1)),
@@ -378,7 +384,7 @@ def test_failed_acks0_produce_closes_connection(srv):
         Api(c).create_topic(topic)
         bad = bytearray(build_batch([(None, b"x", ())]))
         bad[-1] ^= 0xFF
-        c.send(0, 9, Api(c).produce_request(topic, bytes(bad), acks=0))
+        c.send(ApiKeys.PRODUCE, 9, Api(c).produce_request(topic, bytes(bad), acks=0))
         assert c.is_closed()
     assert consume_all(srv.bootstrap_servers, topic)[0] == []
     assert_served(srv)
@@ -421,15 +427,15 @@ def test_produce_v0_to_v2_advertised_but_refused(srv, client, version):
     topic = new_topic()
     api = Api(client)
     api.create_topic(topic)
-    produce = [k for k in api.api_versions().api_keys if k.api_key == 0][0]
+    produce = [k for k in api.api_versions().api_keys if k.api_key == ApiKeys.PRODUCE][0]
     assert produce.min_version == 0
     records = legacy_message_set(b"old", magic=0 if version == 0 else 1)
-    corr = client.send(0, version, _legacy_produce(version, topic, records))
+    corr = client.send(ApiKeys.PRODUCE, version, _legacy_produce(version, topic, records))
     raw = client.recv_frame()
     assert I32.unpack_from(raw, 0)[0] == corr
     assert _legacy_produce_response(version, raw) == [(0, UNSUPPORTED_VERSION, -1)]
     # v2 batch through the old version: refused as well
-    client.send(0, version, _legacy_produce(version, topic, build_batch([(None, b"v2", ())])))
+    client.send(ApiKeys.PRODUCE, version, _legacy_produce(version, topic, build_batch([(None, b"v2", ())])))
     assert _legacy_produce_response(version, client.recv_frame()) == [(0, UNSUPPORTED_VERSION, -1)]
     assert consume_all(srv.bootstrap_servers, topic)[0] == []
     assert_served(srv)
@@ -550,12 +556,12 @@ def test_one_bad_partition_does_not_fail_the_others(srv, client):
     topic = new_topic()
     api = Api(client)
     api.create_topic(topic, partitions=3)
-    m = Msg(0, 9)
+    m = Msg(ApiKeys.PRODUCE, 9)
     parts = (m("PartitionProduceData", index=0, records=build_batch([(None, b"p0", ())])),
              m("PartitionProduceData", index=1, records=_bad_crc()),
              m("PartitionProduceData", index=2, records=build_batch([(None, b"p2", ())])),
              m("PartitionProduceData", index=7, records=build_batch([(None, b"p7", ())])))
-    r = client.request(0, 9, m(transactional_id=None, acks=-1, timeout=5000,
+    r = client.request(ApiKeys.PRODUCE, 9, m(transactional_id=None, acks=-1, timeout=5000,
                                topic_data=(m("TopicProduceData", name=topic, partition_data=parts),)))
     got = {p.index: p.error_code for p in r.responses[0].partition_responses}
     assert got == {0: NONE, 1: CORRUPT_MESSAGE, 2: NONE, 7: UNKNOWN_TOPIC_OR_PARTITION}
@@ -643,8 +649,9 @@ def test_create_topics_excessive_partition_count_refused(srv, api):
 def test_create_partitions_excessive_count_refused(srv, client):
     topic = new_topic()
     Api(client).create_topic(topic)
-    m = Msg(37, 3)
-    r = client.request(37, 3, m(topics=(m("CreatePartitionsTopic", name=topic, count=10002, assignments=None),),
+    m = Msg(ApiKeys.CREATE_PARTITIONS, 3)
+    r = client.request(ApiKeys.CREATE_PARTITIONS, 3,
+                       m(topics=(m("CreatePartitionsTopic", name=topic, count=10002, assignments=None),),
                                 timeout=5000, validate_only=True))
     assert r.results[0].error_code == POLICY_VIOLATION, r.results[0]
 
@@ -659,10 +666,10 @@ def test_client_gone_before_its_response(srv):
         for i in range(40):
             assert api.produce(topic, build_batch([(None, b"%d" % i + b"x" * 50_000, ())])).error_code == NONE
     with WireClient(srv.bootstrap_servers) as c:
-        c.send(1, 12, Api(c).fetch_request(topic, 40, max_wait=3000, min_bytes=1))
+        c.send(ApiKeys.FETCH, 12, Api(c).fetch_request(topic, 40, max_wait=3000, min_bytes=1))
     with WireClient(srv.bootstrap_servers) as c:  # ~2 MB answer, never read
-        c.send(1, 12, Api(c).fetch_request(topic, 0, max_bytes=50 << 20))
-        c.send(1, 12, Api(c).fetch_request(topic, 0, max_bytes=50 << 20))
+        c.send(ApiKeys.FETCH, 12, Api(c).fetch_request(topic, 0, max_bytes=50 << 20))
+        c.send(ApiKeys.FETCH, 12, Api(c).fetch_request(topic, 0, max_bytes=50 << 20))
     with WireClient(srv.bootstrap_servers) as c:
         # wakes the abandoned long poll
         assert Api(c).produce(topic, build_batch([(None, b"wake", ())])).error_code == NONE
@@ -675,12 +682,14 @@ def test_create_partitions_decrease_or_same(srv, client):
     topic = new_topic()
     api = Api(client)
     api.create_topic(topic, partitions=3)
-    m = Msg(37, 3)
+    m = Msg(ApiKeys.CREATE_PARTITIONS, 3)
     for count in (2, 3, 0, -1):
-        r = client.request(37, 3, m(topics=(m("CreatePartitionsTopic", name=topic, count=count, assignments=None),),
+        r = client.request(ApiKeys.CREATE_PARTITIONS, 3,
+                           m(topics=(m("CreatePartitionsTopic", name=topic, count=count, assignments=None),),
                                     timeout=5000, validate_only=False))
         assert r.results[0].error_code == INVALID_PARTITIONS, (count, r.results[0])
-    r = client.request(37, 3, m(topics=(m("CreatePartitionsTopic", name=new_topic(), count=5, assignments=None),),
+    r = client.request(ApiKeys.CREATE_PARTITIONS, 3,
+                       m(topics=(m("CreatePartitionsTopic", name=new_topic(), count=5, assignments=None),),
                                 timeout=5000, validate_only=False))
     assert r.results[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
     assert len(api.metadata([topic]).topics[0].partitions) == 3
@@ -693,22 +702,25 @@ def test_alter_configs_invalid_values(srv, client, key, value):
     topic = new_topic()
     api = Api(client)
     api.create_topic(topic, configs={"retention.ms": "123456"})
-    m = Msg(33, 2)
-    r = client.request(33, 2, m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
+    m = Msg(ApiKeys.ALTER_CONFIGS, 2)
+    r = client.request(ApiKeys.ALTER_CONFIGS, 2,
+                       m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
                                              configs=(m("AlterableConfig", name=key, value=value),)),),
                                 validate_only=False))
     assert r.responses[0].error_code == INVALID_CONFIG, r.responses[0]
     assert key in (r.responses[0].error_message or "")
-    m = Msg(44, 1)
-    r = client.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
+    m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
+    r = client.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
+                       m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
                                              configs=(m("AlterableConfig", name=key, config_operation=0,
                                                         value=value),)),),
                                 validate_only=False))
     assert r.responses[0].error_code == INVALID_CONFIG, r.responses[0]
     assert key in (r.responses[0].error_message or "")
     # nothing changed: the earlier override is still in place
-    d = Msg(32, 4)
-    r = client.request(32, 4, d(resources=(d("DescribeConfigsResource", resource_type=2, resource_name=topic,
+    d = Msg(ApiKeys.DESCRIBE_CONFIGS, 4)
+    r = client.request(ApiKeys.DESCRIBE_CONFIGS, 4,
+                       d(resources=(d("DescribeConfigsResource", resource_type=2, resource_name=topic,
                                              configuration_keys=("retention.ms",)),),
                                 include_synonyms=False, include_documentation=False))
     assert [(c.name, c.value) for c in r.results[0].configs] == [("retention.ms", "123456")]
@@ -718,8 +730,9 @@ def test_alter_configs_invalid_values(srv, client, key, value):
 def test_incremental_alter_configs_bad_operation_on_scalar(srv, client):
     topic = new_topic()
     Api(client).create_topic(topic)
-    m = Msg(44, 1)
-    r = client.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
+    m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
+    r = client.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
+                       m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
                                              configs=(m("AlterableConfig", name="retention.ms", config_operation=2,
                                                         value="5"),)),),
                                 validate_only=False))
@@ -831,12 +844,12 @@ FUZZ_VALUES = (b"fuzz-value-0", b"fuzz-value-1")
 def _fuzz_bases() -> list[bytes]:
     a = Api(None)
     batch = build_batch([(b"fk", FUZZ_VALUES[0], ()), (b"fk", FUZZ_VALUES[1], ())])
-    m12 = Msg(3, 12)
-    m1 = Msg(3, 1)
-    ct = Msg(19, 7)
+    m12 = Msg(ApiKeys.METADATA, 12)
+    m1 = Msg(ApiKeys.METADATA, 1)
+    ct = Msg(ApiKeys.CREATE_TOPICS, 7)
     reqs = [
-        (18, 3, Msg(18, 3)(client_software_name="kesque-test", client_software_version="1.0")),
-        (18, 0, Msg(18, 0)()),
+        (18, 3, Msg(ApiKeys.API_VERSIONS, 3)(client_software_name="kesque-test", client_software_version="1.0")),
+        (18, 0, Msg(ApiKeys.API_VERSIONS, 0)()),
         (3, 12, m12(topics=(m12("MetadataRequestTopic", topic_id=None, name=FUZZ_TOPIC),),
                     allow_auto_topic_creation=True, include_topic_authorized_operations=False)),
         (3, 1, m1(topics=(m1("MetadataRequestTopic", name=FUZZ_TOPIC),))),
@@ -1068,10 +1081,10 @@ def test_every_advertised_version_is_answered(srv, client):
     answered = 0
     for k in Api(client).api_versions().api_keys:
         for v in range(k.min_version, k.max_version + 1):
-            if k.api_key == 0 and v < 3:
+            if k.api_key == ApiKeys.PRODUCE and v < 3:
                 continue  # no kio schema; covered by test_produce_v0_to_v2_advertised_but_refused
             req = fill(request_class(k.api_key, v))
-            if k.api_key == 0:
+            if k.api_key == ApiKeys.PRODUCE:
                 req = dataclasses.replace(req, acks=1)
             client.request(k.api_key, v, req)
             answered += 1
@@ -1081,14 +1094,14 @@ def test_every_advertised_version_is_answered(srv, client):
 
 @pytest.mark.parametrize("version", range(3, 14))
 def test_produce_every_version(srv, client, version):
-    if version not in _advertised(client, 0):
+    if version not in _advertised(client, ApiKeys.PRODUCE):
         pytest.skip(f"Produce v{version} not advertised")
     topic = new_topic()
     api = Api(client)
     tid = api.create_topic(topic).topic_id
     for i in range(2):
         req = api.produce_request(topic, build_batch([(b"k", b"v%d" % i, ())]), version=version, topic_id=tid)
-        r = client.request(0, version, req)
+        r = client.request(ApiKeys.PRODUCE, version, req)
         p = r.responses[0].partition_responses[0]
         assert (p.error_code, p.base_offset) == (NONE, i), p
     assert consume_all(srv.bootstrap_servers, topic)[0] == [(0, b"v0"), (1, b"v1")]
@@ -1096,7 +1109,7 @@ def test_produce_every_version(srv, client, version):
 
 @pytest.mark.parametrize("version", range(4, 19))
 def test_fetch_every_version(srv, client, version):
-    if version not in _advertised(client, 1):
+    if version not in _advertised(client, ApiKeys.FETCH):
         pytest.skip(f"Fetch v{version} not advertised")
     topic = new_topic()
     api = Api(client)
@@ -1104,7 +1117,7 @@ def test_fetch_every_version(srv, client, version):
     for i in range(3):
         assert api.produce(topic, build_batch([(b"k", b"f%d" % i, ())])).error_code == NONE
     for start in (0, 1, 2, 3):
-        r = client.request(1, version, api.fetch_request(topic, start, version=version, topic_id=tid))
+        r = client.request(ApiKeys.FETCH, version, api.fetch_request(topic, start, version=version, topic_id=tid))
         p = r.responses[0].partitions[0]
         assert p.error_code == NONE and p.high_watermark == 3
         got = [(o, v) for o, _k, v, _t in records_of(p.records) if o >= start]
@@ -1113,7 +1126,7 @@ def test_fetch_every_version(srv, client, version):
 
 @pytest.mark.parametrize("version", range(1, 12))
 def test_list_offsets_every_version(srv, client, version):
-    if version not in _advertised(client, 2):
+    if version not in _advertised(client, ApiKeys.LIST_OFFSETS):
         pytest.skip(f"ListOffsets v{version} not advertised")
     topic = new_topic()
     api = Api(client)
@@ -1128,15 +1141,15 @@ def test_list_offsets_every_version(srv, client, version):
 
 @pytest.mark.parametrize("version", range(0, 14))
 def test_metadata_every_version(srv, client, version):
-    if version not in _advertised(client, 3):
+    if version not in _advertised(client, ApiKeys.METADATA):
         pytest.skip(f"Metadata v{version} not advertised")
     topic = new_topic()
     Api(client).create_topic(topic, partitions=2)
-    m = Msg(3, version)
+    m = Msg(ApiKeys.METADATA, version)
     req = m.loose(topics=(m.loose("MetadataRequestTopic", topic_id=None, name=topic),),
                   allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
                   include_topic_authorized_operations=False)
-    r = client.request(3, version, req)
+    r = client.request(ApiKeys.METADATA, version, req)
     t = r.topics[0]
     assert (t.error_code, t.name, len(t.partitions)) == (NONE, topic, 2)
     assert r.brokers[0].port == srv.port

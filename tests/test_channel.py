@@ -7,6 +7,7 @@ import gc
 
 import pytest
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.server.channel import Channel, ChannelError
 from kesque.testing.kafka import free_port
 
@@ -23,9 +24,9 @@ def test_a_connect_attempt_outliving_its_caller_leaves_no_unread_error():
         port = free_port()
         ch = Channel(lambda node: ("127.0.0.1", port), client_id="t", reconnect_backoff_ms=300)
         with pytest.raises(ChannelError):
-            await ch.send(1, 18, 3, None, timeout_ms=1000)      # refused: backs off 300 ms
+            await ch.send(1, ApiKeys.API_VERSIONS, 3, None, timeout_ms=1000)      # refused: backs off 300 ms
         with pytest.raises(ChannelError):
-            await ch.send(1, 18, 3, None, timeout_ms=50)        # gives up inside the backoff
+            await ch.send(1, ApiKeys.API_VERSIONS, 3, None, timeout_ms=50)        # gives up inside the backoff
         await asyncio.sleep(0.5)                                # the attempt fails meanwhile
         ch.close()
         gc.collect()
@@ -72,7 +73,8 @@ def _run_against(answer, bodies_by_request, client_timeout_ms=5000):
         port = server.sockets[0].getsockname()[1]
         ch = Channel(lambda node: ("127.0.0.1", port), client_id="t")
         try:
-            return await asyncio.gather(*(ch.send(1, 18, 3, b"", timeout_ms=client_timeout_ms, decode=_raw)
+            return await asyncio.gather(*(ch.send(1, ApiKeys.API_VERSIONS, 3, b"", timeout_ms=client_timeout_ms,
+                                                  decode=_raw)
                                           for _ in bodies_by_request), return_exceptions=True)
         finally:
             ch.close()
@@ -152,7 +154,7 @@ def test_a_kio_answer_is_decoded_from_a_big_frame():
         port = server.sockets[0].getsockname()[1]
         ch = Channel(lambda node: ("127.0.0.1", port), client_id="t")
         try:
-            return await ch.send(1, 1, 18, b"", timeout_ms=5000)
+            return await ch.send(1, ApiKeys.FETCH, 18, b"", timeout_ms=5000)
         finally:
             ch.close()
             server.close()
@@ -190,7 +192,7 @@ def test_a_big_answer_buffer_is_reused_only_once_nothing_refers_to_it():
         held, ids = [], []
         try:
             for i in range(len(bodies)):
-                got = await ch.send(1, 18, 3, b"", timeout_ms=5000, decode=_raw)
+                got = await ch.send(1, ApiKeys.API_VERSIONS, 3, b"", timeout_ms=5000, decode=_raw)
                 assert bytes(got[:3]) == bodies[i][:3]
                 ids.append(id(got.obj))
                 if i % 4 == 3:                      # kept, as a follower keeping records would

@@ -14,18 +14,18 @@ from hypothesis import strategies as st
 from kesque.config.topic import LogConfig
 from kesque.records.records import build_batch, iter_records
 from kesque.storage.cleaner import Cleaner, first_dirty_offset, first_uncleanable_offset
-from kesque.storage.log import Log
+from kesque.storage.unified_log import UnifiedLog
 
 NOW = 1_700_000_000_000
 DAY = 86_400_000
 
 
-_OPENED: list[Log] = []
+_OPENED: list[UnifiedLog] = []
 
 
-def new_log(path, **cfg) -> Log:
+def new_log(path, **cfg) -> UnifiedLog:
     cfg.setdefault("cleanup_policy", ("compact",))
-    lg = Log(str(path), "t", 0, LogConfig(**cfg), now_ms=NOW)
+    lg = UnifiedLog(str(path), "t", 0, LogConfig(**cfg), now_ms=NOW)
     _OPENED.append(lg)
     return lg
 
@@ -41,19 +41,19 @@ def _close_opened_logs():
             lg.close()
 
 
-def put(lg: Log, pairs, now: int = NOW, **kw):
+def put(lg: UnifiedLog, pairs, now: int = NOW, **kw):
     batch = build_batch([(k, v, ()) for k, v in pairs], timestamp=now, **kw)
     info = lg.append_as_leader(memoryview(bytearray(batch)), 0, now)
     lg.update_high_watermark(lg.log_end_offset)
     return info
 
 
-def end_txn(lg: Log, pid: int, commit: bool, now: int = NOW):
+def end_txn(lg: UnifiedLog, pid: int, commit: bool, now: int = NOW):
     lg.append_txn_marker(pid, 0, commit, 0, 0, now)
     lg.update_high_watermark(lg.log_end_offset)
 
 
-def records(lg: Log, start: int = 0):
+def records(lg: UnifiedLog, start: int = 0):
     """(offset, key, value) of every data record from ``start``, as a read_uncommitted consumer."""
     out = []
     for h, data in lg.read_batches(start):
@@ -62,11 +62,11 @@ def records(lg: Log, start: int = 0):
     return out
 
 
-def clean(lg: Log, now: int = NOW, checkpoint: int | None = None, **kw):
+def clean(lg: UnifiedLog, now: int = NOW, checkpoint: int | None = None, **kw):
     return Cleaner(**kw).clean(lg, first_dirty_offset(lg, checkpoint), first_uncleanable_offset(lg, now), now)
 
 
-def user_emails(lg: Log, updates: int = 50, users: int = 5):
+def user_emails(lg: UnifiedLog, updates: int = 50, users: int = 5):
     """The seed's user-email topic: every user changes address many times."""
     for i in range(updates):
         uid = str(100 + i % users).encode()
@@ -261,7 +261,7 @@ OPS = st.lists(st.one_of(
 ), max_size=30)
 
 
-def _apply(lg: Log, ops, model: list, retention: int, now: int, checkpoint, map_memory: int):
+def _apply(lg: UnifiedLog, ops, model: list, retention: int, now: int, checkpoint, map_memory: int):
     seqs: dict[int, int] = {}
     for op in ops:
         if op[0] == "put":
@@ -285,7 +285,7 @@ def _apply(lg: Log, ops, model: list, retention: int, now: int, checkpoint, map_
     return now, checkpoint
 
 
-def _check(lg: Log, model: list, retention_passed_never: bool, head: int):
+def _check(lg: UnifiedLog, model: list, retention_passed_never: bool, head: int):
     by_offset = {m[0]: m for m in model}
     got = records(lg)
     assert [r[0] for r in got] == sorted(r[0] for r in got)  # order kept
@@ -353,14 +353,14 @@ class Crash(BaseException):
     """The process dies here (a BaseException: no clean-up handler runs)."""
 
 
-def crash_while_cleaning(lg: Log, stage: str) -> None:
+def crash_while_cleaning(lg: UnifiedLog, stage: str) -> None:
     def hook(s):
         if s == stage:
             raise Crash
 
     with pytest.raises(Crash):
         Cleaner(hook=hook).clean(lg, 0, first_uncleanable_offset(lg, NOW), NOW)
-    for seg in lg.segments + [s for _due, s in lg._pending_deletes]:
+    for seg in lg.segments + [s for _due, s in lg.local_log.pending_deletes]:
         seg.close()
 
 
@@ -422,7 +422,7 @@ def test_load_drops_a_swap_file_of_an_unfinished_operation(tmp_path):
 
 # ------------------------------------------------------------------ choosing the log (CleanerManager)
 
-def _dirty_log(path, updates: int, **cfg) -> Log:
+def _dirty_log(path, updates: int, **cfg) -> UnifiedLog:
     lg = new_log(path, **cfg)
     user_emails(lg, updates=updates)
     lg.roll(NOW)
@@ -430,7 +430,7 @@ def _dirty_log(path, updates: int, **cfg) -> Log:
 
 
 def test_the_filthiest_log_above_the_ratio_is_chosen(tmp_path):
-    from kesque.storage.cleaner_manager import CleanerManager
+    from kesque.server.drivers.log_cleaner import CleanerManager
 
     a = _dirty_log(tmp_path / "a-0", 40)
     b = _dirty_log(tmp_path / "b-0", 40)
@@ -446,7 +446,7 @@ def test_the_filthiest_log_above_the_ratio_is_chosen(tmp_path):
 
 
 def test_max_compaction_lag_cleans_whatever_the_ratio(tmp_path):
-    from kesque.storage.cleaner_manager import CleanerManager
+    from kesque.server.drivers.log_cleaner import CleanerManager
 
     lg = _dirty_log(tmp_path / "a-0", 40, min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=1000)
     m = CleanerManager()
@@ -463,7 +463,7 @@ def test_min_compaction_lag_keeps_recent_segments_dirty(tmp_path):
 
 
 def test_cleaner_checkpoint_survives_a_restart(tmp_path):
-    from kesque.storage.cleaner_manager import CleanerManager
+    from kesque.server.drivers.log_cleaner import CleanerManager
     from kesque.storage.log_manager import LogManager
 
     class Clock:

@@ -13,7 +13,7 @@ import pytest
 from test_cleaner import NOW, last_per_key, new_log, put, records, user_emails
 
 from kesque.storage import cleaner_process
-from kesque.storage.cleaner_manager import LogCleaner
+from kesque.server.drivers.log_cleaner import LogCleaner
 from kesque.storage.segment import CLEANED_SUFFIX
 
 

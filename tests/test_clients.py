@@ -46,6 +46,7 @@ from clientlib import (CODEC_IDS, CODECS, KCAT_HEADERS, RawConnection, assert_sa
                        decode_fetch, decode_fetch_v12, expected_by_partition, fetch_nonflexible_body, fetch_v12_body, make_records,
                        produce_aiokafka, produce_confluent, produce_kafka_python, produce_kcat,
                        segment_batches, segment_files)
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
 
 HAS_KCAT = shutil.which("kcat") is not None
@@ -730,7 +731,7 @@ def test_long_poll_empty_fetch_waits_max_wait(module_broker):
     with RawConnection(module_broker.bootstrap_servers) as c:
         for wait_ms in (300, 1000):
             t0 = time.monotonic()
-            c.send(1, 12, fetch_v12_body(topic, 0, 0, wait_ms), flexible=True)
+            c.send(ApiKeys.FETCH, 12, fetch_v12_body(topic, 0, 0, wait_ms), flexible=True)
             body = c.recv(True, timeout=wait_ms / 1000 + 5)
             elapsed = time.monotonic() - t0
             r = decode_fetch_v12(body)
@@ -751,7 +752,7 @@ def test_long_poll_wakes_on_produce_raw(module_broker):
     p.list_topics(topic, timeout=10)  # connect and learn the leader before the clock starts
     with RawConnection(module_broker.bootstrap_servers) as c:
         t0 = time.monotonic()
-        c.send(1, 12, fetch_v12_body(topic, 0, 0, 10_000), flexible=True)
+        c.send(ApiKeys.FETCH, 12, fetch_v12_body(topic, 0, 0, 10_000), flexible=True)
         result = {}
 
         def recv():
@@ -811,14 +812,15 @@ def test_nonflexible_fetch_with_records_answers_and_broker_survives(v11_broker, 
     produce_confluent(v11_broker.bootstrap_servers, topic, recs, "none")
     with RawConnection(v11_broker.bootstrap_servers) as c:
         for _ in range(3):
-            c.send(1, version, fetch_nonflexible_body(version, topic, [(0, 0), (1, 0)], 100), flexible=False)
+            c.send(ApiKeys.FETCH, version, fetch_nonflexible_body(version, topic, [(0, 0), (1, 0)], 100),
+                   flexible=False)
             r = decode_fetch(version, c.recv(False, timeout=10))
             sizes = [len(p.records) for t in r.responses for p in t.partitions]
             assert len(sizes) == 2 and all(s > 0 for s in sizes), sizes
         # empty fetch at the end of the log still answers after max_wait
         t0 = time.monotonic()
         ends = [(p, len(rows)) for p, rows in sorted(expected_by_partition(recs).items())]
-        c.send(1, version, fetch_nonflexible_body(version, topic, ends, 300), flexible=False)
+        c.send(ApiKeys.FETCH, version, fetch_nonflexible_body(version, topic, ends, 300), flexible=False)
         r = decode_fetch(version, c.recv(False, timeout=10))
         assert 0.28 <= time.monotonic() - t0 <= 1.0
         assert [len(p.records) for t in r.responses for p in t.partitions] == [0, 0]
@@ -850,7 +852,7 @@ def test_fetch_from_middle_of_compressed_batch(module_broker):
     assert got[0] == expected
     # the broker returns the whole batch holding 537 (clients skip the earlier records)
     with RawConnection(bs) as c:
-        c.send(1, 12, fetch_v12_body(topic, 0, 537, 0), flexible=True)
+        c.send(ApiKeys.FETCH, 12, fetch_v12_body(topic, 0, 537, 0), flexible=True)
         r = decode_fetch_v12(c.recv(True, timeout=10))
         records = bytes(r.responses[0].partitions[0].records)
         import struct

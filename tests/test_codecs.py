@@ -31,6 +31,7 @@ from kio.static.primitive import i32Timedelta
 
 from kesque.protocol import primitives as pr
 from kesque.protocol.api import FLEXIBLE_FROM, decode_request, is_flexible, parse_request_header
+from kesque.protocol.api_keys import ApiKeys
 from kesque.protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response, flatten, total_size
 from kesque.protocol.offset_commit import encode_offset_commit_response
 from kesque.protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
@@ -491,7 +492,7 @@ def test_parse_request_header_v1_v2(api_key, api_version, corr, client_id, body)
 @given(n_tags=st.integers(1, 4), client_id=st.one_of(st.none(), NAMES), body=st.binary(max_size=10))
 def test_parse_request_header_skips_unknown_tagged_fields(n_tags, client_id, body):
     # Metadata v12 is flexible: header v2; unknown tags must be skipped, never rejected
-    head = kio_header(2, 3, 12, 99, client_id)
+    head = kio_header(2, ApiKeys.METADATA, 12, 99, client_id)
     assert head.endswith(b"\x00")
     frame = head[:-1] + _tagged_unknown(n_tags) + body
     h = parse_request_header(memoryview(frame))
@@ -500,7 +501,7 @@ def test_parse_request_header_skips_unknown_tagged_fields(n_tags, client_id, bod
 
 
 def test_parse_request_header_truncated():
-    frame = kio_header(2, 3, 12, 99, "client")
+    frame = kio_header(2, ApiKeys.METADATA, 12, 99, "client")
     for cut in range(len(frame)):
         with pytest.raises(pr.ProtocolError):
             parse_request_header(memoryview(frame[:cut]))
@@ -512,8 +513,8 @@ def test_parse_request_header_truncated():
 def test_null_where_the_schema_does_not_allow_it_is_refused():
     # ListOffsets v1: replica id, then a null topics array (never nullable); Metadata v1's is nullable
     with pytest.raises(pr.ProtocolError, match="non-nullable field topics was serialized as null"):
-        decode_request(2, 1, memoryview(struct.pack(">ii", -1, -1)))
-    assert decode_request(3, 1, memoryview(struct.pack(">i", -1))).topics is None
+        decode_request(ApiKeys.LIST_OFFSETS, 1, memoryview(struct.pack(">ii", -1, -1)))
+    assert decode_request(ApiKeys.METADATA, 1, memoryview(struct.pack(">i", -1))).topics is None
 
 
 def _snake(name: str) -> str:

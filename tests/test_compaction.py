@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import running_broker
 from wire import Msg, WireClient
+from kesque.protocol.api_keys import ApiKeys
 
 CLEANER = {"log.cleaner.backoff.ms": "50"}
 COMPACTED = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
@@ -293,8 +294,9 @@ def test_share_group_state_is_compacted_and_loads_after_a_restart(tmp_path):
         assert _wait_for(lambda: cleaned_records() <= 2), cleaned_records()
         b.restart()
         with WireClient(b.bootstrap_servers) as c:
-            r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m2", member_epoch=0,
-                                            subscribed_topic_names=(_topic,)))
+            r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                          Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m2", member_epoch=0,
+                                                                subscribed_topic_names=(_topic,)))
             assert r.error_code == 0, r
             got, epoch = [], 0
             while True:

@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 
 from kesque.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
 from kesque.metadata.image import Delta
+from kesque.protocol.api_keys import ApiKeys
 from kesque.replication.partition import Partition
 from kesque.testing.broker import Broker
 from wire import Api, Msg, WireClient
@@ -46,13 +47,13 @@ def node(tmp_path):
 
 
 def find_coordinator(c: WireClient):
-    m = Msg(10, 4)
-    r = c.request(10, 4, m(key_type=0, coordinator_keys=(GROUP,)))
+    m = Msg(ApiKeys.FIND_COORDINATOR, 4)
+    r = c.request(ApiKeys.FIND_COORDINATOR, 4, m(key_type=0, coordinator_keys=(GROUP,)))
     assert r.coordinators[0].error_code == NONE
 
 
 def commit_request(offset: int, group: str = GROUP):
-    m = Msg(8, 8)
+    m = Msg(ApiKeys.OFFSET_COMMIT, 8)
     return m(group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=(
         m("OffsetCommitRequestTopic", name=TOPIC, partitions=(
             m("OffsetCommitRequestPartition", partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
@@ -60,7 +61,7 @@ def commit_request(offset: int, group: str = GROUP):
 
 
 def commit(c: WireClient, offset: int):
-    return c.request(8, 8, commit_request(offset))
+    return c.request(ApiKeys.OFFSET_COMMIT, 8, commit_request(offset))
 
 
 def on_loop(b: Broker, fn):
@@ -139,7 +140,7 @@ def test_an_offset_commit_is_answered_once_the_high_watermark_passes_its_record(
         send_uncommitted_commit(node, c, 5)
         assert not answered(c), "answered before the commit record was committed"
         release_high_watermark(node)
-        _corr, r = c.recv(8, 8)
+        _corr, r = c.recv(ApiKeys.OFFSET_COMMIT, 8)
         assert r.topics[0].partitions[0].error_code == NONE
 
 
@@ -149,7 +150,7 @@ def test_an_offset_commit_whose_coordinator_loses_leadership_meanwhile_gets_not_
         send_uncommitted_commit(node, c, 6)
 
         elect(node, "__consumer_offsets", 2)
-        _corr, r = c.recv(8, 8)
+        _corr, r = c.recv(ApiKeys.OFFSET_COMMIT, 8)
         assert r.topics[0].partitions[0].error_code == NOT_COORDINATOR
         assert 0 not in node._server.group_coordinator.shards  # its uncommitted state is gone
 
@@ -215,7 +216,7 @@ def test_write_txn_markers_answers_a_marker_once_it_is_committed(node):
     assert p.flush(30) == 0
     tc = node._server.txn_coordinator
     txn = on_loop(node, lambda: tc.shard_for("tx-markers").txns["tx-markers"])
-    m = Msg(27, 1)
+    m = Msg(ApiKeys.WRITE_TXN_MARKERS, 1)
     body = m(markers=(m("WritableTxnMarker", producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
                         transaction_result=True, coordinator_epoch=tc.shard_for("tx-markers").coordinator_epoch,
                         topics=(m("WritableTxnMarkerTopic", name=TOPIC, partition_indexes=(0,)),)),))
@@ -224,7 +225,7 @@ def test_write_txn_markers_answers_a_marker_once_it_is_committed(node):
         send_uncommitted(node, c, TOPIC, 27, 1, body)
         assert not answered(c), "the marker was answered before it was committed"
         release_high_watermark(node, TOPIC)
-        _corr, r = c.recv(27, 1)
+        _corr, r = c.recv(ApiKeys.WRITE_TXN_MARKERS, 1)
         assert r.markers[0].topics[0].partitions[0].error_code == NONE
 
 
@@ -232,16 +233,18 @@ def test_a_transaction_log_write_below_min_insync_replicas_is_refused_before_it_
     """The transaction log is appended with acks=-1 (Kafka's TransactionStateManager): below
     min.insync.replicas nothing is written, and the client retries on COORDINATOR_NOT_AVAILABLE."""
     with WireClient(node.bootstrap_servers) as c:
-        m = Msg(10, 4)
+        m = Msg(ApiKeys.FIND_COORDINATOR, 4)
         deadline = time.monotonic() + 10
-        while c.request(10, 4, m(key_type=1, coordinator_keys=("tx-isr",))).coordinators[0].error_code:
+        while c.request(ApiKeys.FIND_COORDINATOR, 4, m(key_type=1,
+                                                       coordinator_keys=("tx-isr",))).coordinators[0].error_code:
             assert time.monotonic() < deadline, "__transaction_state was not created"
             time.sleep(0.05)
         txn_log = offsets_partition(node, "__transaction_state").log
         end = txn_log.log_end_offset
         monkeypatch.setattr(Partition, "is_under_min_isr", property(lambda p: p.topic == "__transaction_state"))
-        m = Msg(22, 4)
-        r = c.request(22, 4, m(transactional_id="tx-isr", transaction_timeout=60000, producer_id=-1,
+        m = Msg(ApiKeys.INIT_PRODUCER_ID, 4)
+        r = c.request(ApiKeys.INIT_PRODUCER_ID, 4, m(transactional_id="tx-isr", transaction_timeout=60000,
+                                                     producer_id=-1,
                                producer_epoch=-1))
         assert r.error_code == COORDINATOR_NOT_AVAILABLE
         assert txn_log.log_end_offset == end
@@ -260,7 +263,7 @@ def test_a_share_acknowledgement_is_answered_once_the_share_state_is_committed(t
             send_uncommitted(b, c, "__share_group_state", 79, 1, share_ack_body(group, "m1", 1, tid, [(0, 1, 1)]))
             assert not answered(c), "answered before the share state was committed"
             release_high_watermark(b, "__share_group_state")
-            _corr, r = c.recv(79, 1)
+            _corr, r = c.recv(ApiKeys.SHARE_ACKNOWLEDGE, 1)
             assert r.error_code == NONE and r.responses[0].partitions[0].error_code == NONE
     finally:
         b.stop()
@@ -329,9 +332,9 @@ def test_a_partition_unloaded_with_a_write_pending_holds_up_no_other_answer():
 
 def fetch_offset(b: Broker, group: str = GROUP):
     """The committed offset of TOPIC-0 in ``group`` (OffsetFetch v7, on its own connection)."""
-    m = Msg(9, 7)
+    m = Msg(ApiKeys.OFFSET_FETCH, 7)
     with WireClient(b.bootstrap_servers) as c:
-        r = c.request(9, 7, m(group_id=group, topics=(m("OffsetFetchRequestTopic", name=TOPIC,
+        r = c.request(ApiKeys.OFFSET_FETCH, 7, m(group_id=group, topics=(m("OffsetFetchRequestTopic", name=TOPIC,
                                                         partition_indexes=(0,)),), require_stable=False))
     if r.error_code:
         return r.error_code, None
@@ -339,16 +342,16 @@ def fetch_offset(b: Broker, group: str = GROUP):
 
 
 def listed_groups(b: Broker) -> dict:
-    m = Msg(16, 4)
+    m = Msg(ApiKeys.LIST_GROUPS, 4)
     with WireClient(b.bootstrap_servers) as c:
-        r = c.request(16, 4, m(states_filter=()))
+        r = c.request(ApiKeys.LIST_GROUPS, 4, m(states_filter=()))
     return {g.group_id: g.group_state for g in r.groups}
 
 
 def described_state(b: Broker, group: str) -> str:
-    m = Msg(15, 5)
+    m = Msg(ApiKeys.DESCRIBE_GROUPS, 5)
     with WireClient(b.bootstrap_servers) as c:
-        r = c.request(15, 5, m(groups=(group,), include_authorized_operations=False))
+        r = c.request(ApiKeys.DESCRIBE_GROUPS, 5, m(groups=(group,), include_authorized_operations=False))
     return r.groups[0].group_state
 
 
@@ -362,14 +365,14 @@ def test_an_offset_fetch_never_sees_an_uncommitted_offset_and_sees_it_once_commi
         send_uncommitted_commit(node, c, 5)
         assert fetch_offset(node) == (NONE, 1)  # not 5: a failover may still lose it
         release_high_watermark(node)
-        assert c.recv(8, 8)[1].topics[0].partitions[0].error_code == NONE
+        assert c.recv(ApiKeys.OFFSET_COMMIT, 8)[1].topics[0].partitions[0].error_code == NONE
         assert fetch_offset(node) == (NONE, 5)  # the read after one's own commit sees it
 
         hold_high_watermark(node)
         send_uncommitted_commit(node, c, 7)
         assert fetch_offset(node) == (NONE, 5)  # the view replayed what was committed since
         release_high_watermark(node)
-        assert c.recv(8, 8)[1].topics[0].partitions[0].error_code == NONE
+        assert c.recv(ApiKeys.OFFSET_COMMIT, 8)[1].topics[0].partitions[0].error_code == NONE
     assert fetch_offset(node) == (NONE, 7)
     assert 0 in gc.views
 
@@ -394,7 +397,7 @@ def test_a_group_made_by_an_uncommitted_write_is_neither_listed_nor_described(no
         assert described_state(node, "g-new") == "Dead"
         assert fetch_offset(node, "g-new") == (NONE, -1)
         release_high_watermark(node)
-        assert c.recv(8, 8)[1].topics[0].partitions[0].error_code == NONE
+        assert c.recv(ApiKeys.OFFSET_COMMIT, 8)[1].topics[0].partitions[0].error_code == NONE
     assert listed_groups(node)["g-new"] == "Empty"
     assert described_state(node, "g-new") == "Empty"
     assert fetch_offset(node, "g-new") == (NONE, 3)
@@ -408,22 +411,22 @@ def test_a_read_whose_coordinator_lost_leadership_gets_not_coordinator(node):
         assert fetch_offset(node) == (NONE, 1)
         assert 0 in gc.views
         elect(node, "__consumer_offsets", 2)
-        assert c.recv(8, 8)[1].topics[0].partitions[0].error_code == NOT_COORDINATOR
+        assert c.recv(ApiKeys.OFFSET_COMMIT, 8)[1].topics[0].partitions[0].error_code == NOT_COORDINATOR
         assert fetch_offset(node)[0] == NOT_COORDINATOR
         assert 0 not in gc.views  # unloaded with the shard
 
 
 def describe_txn(b: Broker, txn_id: str) -> str:
-    m = Msg(65, 0)
+    m = Msg(ApiKeys.DESCRIBE_TRANSACTIONS, 0)
     with WireClient(b.bootstrap_servers) as c:
-        r = c.request(65, 0, m(transactional_ids=(txn_id,)))
+        r = c.request(ApiKeys.DESCRIBE_TRANSACTIONS, 0, m(transactional_ids=(txn_id,)))
     return r.transaction_states[0].transaction_state
 
 
 def listed_txns(b: Broker) -> dict:
-    m = Msg(66, 0)
+    m = Msg(ApiKeys.LIST_TRANSACTIONS, 0)
     with WireClient(b.bootstrap_servers) as c:
-        r = c.request(66, 0, m(state_filters=(), producer_id_filters=()))
+        r = c.request(ApiKeys.LIST_TRANSACTIONS, 0, m(state_filters=(), producer_id_filters=()))
     return {t.transactional_id: t.transaction_state for t in r.transaction_states}
 
 

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.cluster import Cluster
 from test_quorum_cluster import FAST_QUORUM
 from test_transactions_eos import Cluster as Clients
@@ -37,11 +38,11 @@ def cluster():
 def coordinator(cluster: Cluster, key_type: int, key: str) -> int:
     """The node id of ``key``'s coordinator (the internal topic is created on first use)."""
     host, port = cluster.bootstrap_servers.split(",")[0].split(":")
-    m = Msg(10, 4)
+    m = Msg(ApiKeys.FIND_COORDINATOR, 4)
     deadline = time.monotonic() + 30
     with WireClient((host, int(port))) as c:
         while True:
-            r = c.request(10, 4, m(key_type=key_type, coordinator_keys=(key,))).coordinators[0]
+            r = c.request(ApiKeys.FIND_COORDINATOR, 4, m(key_type=key_type, coordinator_keys=(key,))).coordinators[0]
             if r.error_code == 0:
                 return r.node_id
             assert time.monotonic() < deadline, f"no coordinator for {key}: error {r.error_code}"

@@ -24,6 +24,7 @@ from test_groups_bad_input import cg_describe, cg_heartbeat, find_coordinator
 from test_tools import err, kesque, out
 from wire import Api, Msg, WireClient
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
 
 GROUP, BROKER = 32, 4
@@ -46,9 +47,10 @@ def group():
 
 
 def describe(bs: str, group: str, keys=None, rtype: int = GROUP):
-    m = Msg(32, 4)
+    m = Msg(ApiKeys.DESCRIBE_CONFIGS, 4)
     with WireClient(bs) as c:
-        r = c.request(32, 4, m(resources=(m("DescribeConfigsResource", resource_type=rtype, resource_name=group,
+        r = c.request(ApiKeys.DESCRIBE_CONFIGS, 4,
+                      m(resources=(m("DescribeConfigsResource", resource_type=rtype, resource_name=group,
                                             configuration_keys=keys),),
                                include_synonyms=True, include_documentation=False))
     return r.results[0]
@@ -137,17 +139,19 @@ def test_invalid_throttled_replica_lists_are_refused_with_kafkas_message(gb):
     CreateTopics and at (Incremental)AlterConfigs; kesque used to store any value."""
     bs = gb.bootstrap_servers
     key = "leader.replication.throttled.replicas"
-    m = Msg(19, 7)
+    m = Msg(ApiKeys.CREATE_TOPICS, 7)
     topic = "thr-" + uuid.uuid4().hex[:8]
     with WireClient(bs) as c:
         for value, shown in (("0:1,x", "0:1, x"), ("*,0:1", "*, 0:1")):
-            r = c.request(19, 7, m(topics=(m("CreatableTopic", name=topic, num_partitions=1, replication_factor=1,
+            r = c.request(ApiKeys.CREATE_TOPICS, 7,
+                          m(topics=(m("CreatableTopic", name=topic, num_partitions=1, replication_factor=1,
                                               assignments=(), configs=(m("CreatableTopicConfig", name=key,
                                                                          value=value),)),),
                                    timeout=10000, validate_only=False))
             t = r.topics[0]
             assert (t.error_code, t.error_message) == (E.invalid_config, _THROTTLED.format(shown, key=key))
-        r = c.request(19, 7, m(topics=(m("CreatableTopic", name=topic, num_partitions=1, replication_factor=1,
+        r = c.request(ApiKeys.CREATE_TOPICS, 7,
+                      m(topics=(m("CreatableTopic", name=topic, num_partitions=1, replication_factor=1,
                                           assignments=(), configs=(m("CreatableTopicConfig", name=key,
                                                                      value="0:1, 0:2"),)),),
                                timeout=10000, validate_only=False))

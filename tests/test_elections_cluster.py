@@ -17,6 +17,7 @@ from test_quorum_cluster import Nodes, wait_until
 from wire import Msg, WireClient
 
 from kesque.errors import ErrorCode as E
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing import kafka as K
 
 
@@ -26,18 +27,19 @@ def tool(*args) -> subprocess.CompletedProcess:
 
 
 def create(c: WireClient, name: str, replicas: list[int], configs: dict | None = None):
-    m = Msg(19, 7)
+    m = Msg(ApiKeys.CREATE_TOPICS, 7)
     topic = m("CreatableTopic", name=name, num_partitions=-1, replication_factor=-1,
               assignments=(m("CreatableReplicaAssignment", partition_index=0, broker_ids=tuple(replicas)),),
               configs=tuple(m("CreatableTopicConfig", name=k, value=v) for k, v in (configs or {}).items()))
-    r = c.request(19, 7, m(topics=(topic,), timeout=10000, validate_only=False), timeout=20).topics[0]
+    r = c.request(ApiKeys.CREATE_TOPICS, 7, m(topics=(topic,), timeout=10000, validate_only=False),
+                  timeout=20).topics[0]
     assert r.error_code == 0, r
     return r.topic_id
 
 
 def partition(c: WireClient, name: str):
-    m = Msg(3, 12)
-    resp = c.request(3, 12, m(topics=(m("MetadataRequestTopic", topic_id=None, name=name),),
+    m = Msg(ApiKeys.METADATA, 12)
+    resp = c.request(ApiKeys.METADATA, 12, m(topics=(m("MetadataRequestTopic", topic_id=None, name=name),),
                               allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     parts = resp.topics[0].partitions
     return parts[0] if parts else None
@@ -55,12 +57,12 @@ def broker_epoch(nodes: Nodes, i: int) -> int:
 
 def alter_partition(port: int, broker: int, epoch: int, topic_id, isr: list[tuple[int, int]], leader_epoch: int = 0,
                     partition_epoch: int = 0):
-    m = Msg(56, 3)
+    m = Msg(ApiKeys.ALTER_PARTITION, 3)
     part = m("PartitionData", partition_index=0, leader_epoch=leader_epoch, partition_epoch=partition_epoch,
              leader_recovery_state=0,
              new_isr_with_epochs=tuple(m("BrokerState", broker_id=b, broker_epoch=e) for b, e in isr))
     with WireClient(("127.0.0.1", port)) as c:
-        return c.request(56, 3, m(broker_id=broker, broker_epoch=epoch,
+        return c.request(ApiKeys.ALTER_PARTITION, 3, m(broker_id=broker, broker_epoch=epoch,
                                   topics=(m("TopicData", topic_id=topic_id, partitions=(part,)),)))
 
 
@@ -126,10 +128,10 @@ def test_alter_partition_over_the_wire_and_preferred_elections(nodes, tmp_path):
         r = tool(*again)
         assert (r.returncode, r.stdout) == (0, "Valid replica already elected for partitions pe-0\n")
         for version in (0, 2):                           # over the wire, through a broker that forwards it
-            m = Msg(43, version)
+            m = Msg(ApiKeys.ELECT_LEADERS, version)
             with WireClient(("127.0.0.1", nodes.brokers[y - 1].port)) as fwd:
                 kind = {"election_type": 0} if version else {}
-                resp = fwd.request(43, version, m(**kind, timeout=10000, topic_partitions=(
+                resp = fwd.request(ApiKeys.ELECT_LEADERS, version, m(**kind, timeout=10000, topic_partitions=(
                     m("TopicPartitions", topic="pe", partitions=(0, 9)),)))
             assert [(p.partition_id, p.error_code) for p in resp.replica_election_results[0].partition_result] == \
                 [(0, E.election_not_needed), (9, E.unknown_topic_or_partition)]

@@ -29,7 +29,19 @@ from kesque.coordinator.group.consumer import (
     ConsumerGroup,
     consumer_group_heartbeat,
 )
+from kesque.coordinator.group.requests import (
+    ConsumerGroupHeartbeat,
+    Heartbeat,
+    JoinGroup,
+    OffsetCommit,
+    OffsetCommitPartition,
+    OffsetDelete,
+    SyncGroup,
+    TxnOffsetCommit,
+)
 from kesque.coordinator.group.shard import GroupConfig, GroupCoordinatorShard
+from kesque.coordinator.runtime import CoordinatorResult, append_and_replay
+from kesque.errors import ErrorCode, KafkaError
 
 GID = "g"
 SESSION = 10_000
@@ -91,14 +103,15 @@ class WriteFailed(Exception):
 
 
 class WriteLog:
-    """The partition: ``write(records)`` appends, or raises while ``fail`` is set."""
+    """The partition: ``write(records, producer_id, producer_epoch)`` appends, or raises while
+    ``fail`` is set."""
 
     def __init__(self):
         self.records: list[tuple[bytes, bytes | None]] = []
         self.fail = False
         self.calls = 0
 
-    def __call__(self, records) -> None:
+    def __call__(self, records, producer_id: int = -1, producer_epoch: int = -1) -> None:
         self.calls += 1
         if self.fail:
             raise WriteFailed("append failed")
@@ -184,27 +197,22 @@ class Env:
              session=SESSION, rebalance=REBALANCE, require_known=False, skip=False, client_id="client",
              protocol_type="consumer", on=None) -> Reply:
         reply = Reply(on)
-        self.shard.join_group({
-            "group_id": gid, "member_id": member_id, "group_instance_id": instance, "protocol_type": protocol_type,
-            "protocols": protocols if protocols is not None else [("range", sub(list(topics)))],
-            "session_timeout_ms": session, "rebalance_timeout_ms": rebalance, "client_id": client_id,
-            "client_host": "/127.0.0.1", "require_known_member_id": require_known,
-            "supports_skip_assignment": skip}, reply)
+        self.shard.join_group(JoinGroup(
+            gid, member_id, protocol_type, protocols if protocols is not None else [("range", sub(list(topics)))],
+            session, rebalance, instance, client_id, "/127.0.0.1", require_known_member_id=require_known,
+            supports_skip_assignment=skip), reply)
         self._after_step()
         return reply
 
     def sync(self, member_id: str, generation: int, gid: str = GID, *, assignments=None, instance=None,
              on=None) -> Reply:
         reply = Reply(on)
-        self.shard.sync_group({"group_id": gid, "member_id": member_id, "group_instance_id": instance,
-                               "generation_id": generation, "protocol_type": None, "protocol_name": None,
-                               "assignments": assignments or {}}, reply)
+        self.shard.sync_group(SyncGroup(gid, member_id, generation, instance, assignments=assignments or {}), reply)
         self._after_step()
         return reply
 
     def heartbeat(self, member_id: str, generation: int, gid: str = GID, instance=None):
-        err = self.shard.heartbeat({"group_id": gid, "member_id": member_id, "generation_id": generation,
-                                    "group_instance_id": instance})
+        err = self.shard.heartbeat(Heartbeat(gid, member_id, generation, instance))
         self._after_step()
         return err
 
@@ -214,20 +222,44 @@ class Env:
         return result
 
     def commit(self, offsets: dict, gid: str = GID, *, member_id="", generation=-1, instance=None, retention_ms=-1,
-               api_version=8) -> dict:
+               api_version=8) -> dict | ErrorCode:
+        """{(topic, partition): error}, or the group-level error the commit was refused with."""
         topics: dict[str, list] = {}
         for (t, p), v in offsets.items():
             off, epoch, meta = v if isinstance(v, tuple) else (v, -1, "")
-            topics.setdefault(t, []).append((p, off, epoch, meta))
-        result = self.shard.commit_offsets({"group_id": gid, "generation_id": generation, "member_id": member_id,
-                                            "group_instance_id": instance, "retention_ms": retention_ms,
-                                            "topics": topics, "api_version": api_version})
+            topics.setdefault(t, []).append(OffsetCommitPartition(p, off, epoch, meta))
+        try:
+            result = self.run(self.shard.commit_offsets(OffsetCommit(gid, topics, member_id, generation, instance,
+                                                                     retention_ms, api_version)))
+        except KafkaError as e:
+            result = e.code
         self._after_step()
         return result
 
+    def run(self, result: CoordinatorResult):
+        """What the runtime does with an operation's result: append its records, replay them."""
+        return append_and_replay(self.shard, self.log, result)
+
+    def delete_offsets(self, gid: str, topics: dict) -> tuple[ErrorCode, dict]:
+        """OffsetDelete: (group-level error, {(topic, partition): error})."""
+        try:
+            return ErrorCode.none, self.run(self.shard.delete_offsets(OffsetDelete(gid, topics)))
+        except KafkaError as e:
+            return e.code, {}
+
+    def delete_group(self, gid: str = GID) -> ErrorCode:
+        try:
+            return self.run(self.shard.delete_group(gid))
+        except KafkaError as e:
+            return e.code
+
+    def expire_offsets(self) -> int:
+        """Offset expiration: how many records it wrote."""
+        return self.run(self.shard.expire_offsets())
+
     def committed(self, gid: str = GID) -> dict:
         err, offs = self.shard.fetch_offsets(gid, None)
-        assert err is None
+        assert err == ErrorCode.none
         return {tp: om.offset for tp, om in offs.items()}
 
     def group(self, gid: str = GID):
@@ -247,7 +279,7 @@ class Env:
                    for i in range(n)]
         self.settle(replies)
         resps = [r.r for r in replies]
-        assert all(x["error"] is None for x in resps), resps
+        assert all(x["error"] == ErrorCode.none for x in resps), resps
         gen, leader = resps[0]["generation_id"], resps[0]["leader"]
         ids = [x["member_id"] for x in resps]
         assignments = {mid: f"assignment-of-{mid}".encode() for mid in ids}
@@ -270,7 +302,7 @@ class Env:
                "rack_id": rack, "rebalance_timeout_ms": -1 if rebalance is None else rebalance,
                "subscribed_topic_names": names, "subscribed_topic_regex": regex, "server_assignor": assignor,
                "topic_partitions": owned, "client_id": "client", "client_host": "/127.0.0.1"}
-        resp = consumer_group_heartbeat(self.shard, req, version)
+        resp = consumer_group_heartbeat(self.shard, ConsumerGroupHeartbeat(**req), version)
         self._after_step()
         return resp
 
@@ -375,7 +407,7 @@ def test_first_join_member_id_required_then_join_with_the_id():
     env = Env()
     first = env.join(require_known=True)
     r = first.r
-    assert r["error"] == "member_id_required" and r["member_id"]
+    assert r["error"] == ErrorCode.member_id_required and r["member_id"]
     g = env.group()
     assert g.state == EMPTY and r["member_id"] in g.pending_join_members and not g.members
     # the new group is persisted, empty
@@ -385,7 +417,7 @@ def test_first_join_member_id_required_then_join_with_the_id():
     assert not second.done and g.state == PREPARING_REBALANCE
     env.timer.advance(env.config.initial_rebalance_delay_ms)
     resp = second.r
-    assert resp["error"] is None and resp["member_id"] == r["member_id"] and resp["generation_id"] == 1
+    assert resp["error"] == ErrorCode.none and resp["member_id"] == r["member_id"] and resp["generation_id"] == 1
     assert resp["leader"] == r["member_id"] and resp["protocol_name"] == "range"
     assert [m["member_id"] for m in resp["members"]] == [r["member_id"]]
     assert resp["members"][0]["metadata"] == sub(["t"])
@@ -400,19 +432,19 @@ def test_pending_member_that_never_rejoins_expires_after_the_session_timeout():
     assert mid in g.pending_join_members
     env.timer.advance(1)
     assert mid not in g.pending_join_members
-    assert env.join(mid, require_known=True).r["error"] == "unknown_member_id"
+    assert env.join(mid, require_known=True).r["error"] == ErrorCode.unknown_member_id
 
 
 def test_join_validation():
     env = Env()
-    assert env.join(gid="").r["error"] == "invalid_group_id"
-    assert env.join(session=env.config.min_session_timeout_ms - 1).r["error"] == "invalid_session_timeout"
-    assert env.join(session=env.config.max_session_timeout_ms + 1).r["error"] == "invalid_session_timeout"
+    assert env.join(gid="").r["error"] == ErrorCode.invalid_group_id
+    assert env.join(session=env.config.min_session_timeout_ms - 1).r["error"] == ErrorCode.invalid_session_timeout
+    assert env.join(session=env.config.max_session_timeout_ms + 1).r["error"] == ErrorCode.invalid_session_timeout
     # a member id the group does not know, on a group that does not exist
-    assert env.join("ghost").r["error"] == "unknown_member_id"
+    assert env.join("ghost").r["error"] == ErrorCode.unknown_member_id
     assert env.group() is None
-    assert env.join(protocol_type="").r["error"] == "inconsistent_group_protocol"
-    assert env.join(protocols=[]).r["error"] == "inconsistent_group_protocol"
+    assert env.join(protocol_type="").r["error"] == ErrorCode.inconsistent_group_protocol
+    assert env.join(protocols=[]).r["error"] == ErrorCode.inconsistent_group_protocol
 
 
 def test_initial_rebalance_delay_is_extended_by_new_members_and_bounded_by_the_rebalance_timeout():
@@ -439,7 +471,7 @@ def test_initial_rebalance_completes_after_one_delay_without_newcomers():
     env.timer.advance(2999)
     assert not a.done
     env.timer.advance(1)
-    assert a.r["error"] is None and a.r["generation_id"] == 1
+    assert a.r["error"] == ErrorCode.none and a.r["generation_id"] == 1
 
 
 def test_leader_and_protocol_selected_by_votes():
@@ -461,8 +493,8 @@ def test_protocol_not_supported_by_the_group_is_rejected():
     env = Env()
     env.stable_group(2)
     r = env.join(protocols=[("cooperative-sticky", b"")])
-    assert r.r["error"] == "inconsistent_group_protocol"
-    assert env.join(protocol_type="connect").r["error"] == "inconsistent_group_protocol"
+    assert r.r["error"] == ErrorCode.inconsistent_group_protocol
+    assert env.join(protocol_type="connect").r["error"] == ErrorCode.inconsistent_group_protocol
 
 
 def test_leader_sync_propagates_assignments_to_waiting_followers():
@@ -477,9 +509,9 @@ def test_leader_sync_propagates_assignments_to_waiting_followers():
     start = len(env.log.records)
     assignments = {leader: b"L", followers[0]: b"F0"}  # the second follower is given nothing
     lr = env.sync(leader, gen, assignments=assignments)
-    assert lr.r == {"error": None, "assignment": b"L", "protocol_type": "consumer", "protocol_name": "range"}
-    assert waiting[0].r["assignment"] == b"F0" and waiting[0].r["error"] is None
-    assert waiting[1].r["assignment"] == b"" and waiting[1].r["error"] is None
+    assert lr.r == {"error": ErrorCode.none, "assignment": b"L", "protocol_type": "consumer", "protocol_name": "range"}
+    assert waiting[0].r["assignment"] == b"F0" and waiting[0].r["error"] == ErrorCode.none
+    assert waiting[1].r["assignment"] == b"" and waiting[1].r["error"] == ErrorCode.none
     g = env.group()
     assert g.state == STABLE
     (kv, _key, value), = env.log.decoded(start)
@@ -494,22 +526,22 @@ def test_leader_sync_propagates_assignments_to_waiting_followers():
 def test_sync_errors():
     env = Env()
     sg = env.stable_group(2)
-    assert env.sync(sg.leader, sg.gen + 1).r["error"] == "illegal_generation"
-    assert env.sync("ghost", sg.gen).r["error"] == "unknown_member_id"
-    assert env.sync(sg.leader, sg.gen, gid="other").r["error"] == "unknown_member_id"
+    assert env.sync(sg.leader, sg.gen + 1).r["error"] == ErrorCode.illegal_generation
+    assert env.sync("ghost", sg.gen).r["error"] == ErrorCode.unknown_member_id
+    assert env.sync(sg.leader, sg.gen, gid="other").r["error"] == ErrorCode.unknown_member_id
     env.join(sg.leader)  # the leader rejoins: PreparingRebalance
-    assert env.sync(sg.followers[0], sg.gen).r["error"] == "rebalance_in_progress"
+    assert env.sync(sg.followers[0], sg.gen).r["error"] == ErrorCode.rebalance_in_progress
 
 
 def test_heartbeat_errors_and_rebalance_notification():
     env = Env()
     sg = env.stable_group(2)
-    assert env.heartbeat(sg.leader, sg.gen) is None
-    assert env.heartbeat("ghost", sg.gen) == "unknown_member_id"
-    assert env.heartbeat(sg.leader, sg.gen - 1) == "illegal_generation"
-    assert env.heartbeat(sg.leader, sg.gen, gid="nope") == "unknown_member_id"
+    assert env.heartbeat(sg.leader, sg.gen) == ErrorCode.none
+    assert env.heartbeat("ghost", sg.gen) == ErrorCode.unknown_member_id
+    assert env.heartbeat(sg.leader, sg.gen - 1) == ErrorCode.illegal_generation
+    assert env.heartbeat(sg.leader, sg.gen, gid="nope") == ErrorCode.unknown_member_id
     env.join(sg.leader)
-    assert env.heartbeat(sg.followers[0], sg.gen) == "rebalance_in_progress"
+    assert env.heartbeat(sg.followers[0], sg.gen) == ErrorCode.rebalance_in_progress
 
 
 def test_leader_rejoin_in_stable_rebalances():
@@ -528,7 +560,8 @@ def test_follower_rejoin_with_same_protocols_in_stable_gets_current_generation_w
     sg = env.stable_group(3)
     writes = len(env.log.records)
     r = env.join(sg.followers[0]).r
-    assert r["error"] is None and r["generation_id"] == sg.gen and r["leader"] == sg.leader and r["members"] == []
+    assert r["error"] == ErrorCode.none and r["generation_id"] == sg.gen and r["leader"] == sg.leader
+    assert r["members"] == []
     assert env.group().state == STABLE and len(env.log.records) == writes
     assert env.sync(sg.followers[0], sg.gen).r["assignment"] == sg.assignments[sg.followers[0]]
 
@@ -552,7 +585,7 @@ def test_heartbeat_expiry_removes_the_member_and_rebalances():
     g = env.group()
     assert dead not in g.members
     assert g.state == PREPARING_REBALANCE
-    assert env.heartbeat(sg.leader, sg.gen) == "rebalance_in_progress"
+    assert env.heartbeat(sg.leader, sg.gen) == ErrorCode.rebalance_in_progress
     r = env.join(sg.leader)
     assert r.r["generation_id"] == sg.gen + 1 and [m["member_id"] for m in r.r["members"]] == [sg.leader]
 
@@ -580,7 +613,7 @@ def test_static_members_that_do_not_rejoin_stay_in_the_group():
         env.timer.advance(5000)
         for i, m in enumerate(sg.ids):
             env.heartbeat(m, sg.gen, instance=f"i{i}")
-    assert lead.r["error"] is None
+    assert lead.r["error"] == ErrorCode.none
     assert set(env.group().members) == set(sg.ids)  # KIP-345: static members are kept
 
 
@@ -611,13 +644,14 @@ def test_leave_group_batched_by_member_id_and_instance_id():
     ids = sg.ids
     err, results = env.shard.leave_group(GID, [(ids[1], None), ("", "i2"), ("ghost", None), ("", "nobody"),
                                                 (ids[0], "i3")])
-    assert err is None
-    assert results == [(ids[1], None, None), ("", "i2", None), ("ghost", None, "unknown_member_id"),
-                       ("", "nobody", "unknown_member_id"), (ids[0], "i3", "fenced_instance_id")]
+    assert err == ErrorCode.none
+    assert results == [(ids[1], None, ErrorCode.none), ("", "i2", ErrorCode.none),
+                       ("ghost", None, ErrorCode.unknown_member_id), ("", "nobody", ErrorCode.unknown_member_id),
+                       (ids[0], "i3", ErrorCode.fenced_instance_id)]
     g = env.group()
     assert set(g.members) == {ids[0], ids[3]} and "i2" not in g.static_members
     assert g.state == PREPARING_REBALANCE
-    assert env.shard.leave_group("nope", [(ids[0], None)])[0] == "unknown_member_id"
+    assert env.shard.leave_group("nope", [(ids[0], None)])[0] == ErrorCode.unknown_member_id
 
 
 def test_last_members_leaving_make_the_group_empty_and_persist_it():
@@ -637,7 +671,7 @@ def test_leave_of_a_member_waiting_in_join_answers_it():
     sg = env.stable_group(2)
     waiting = env.join(sg.leader)
     env.shard.leave_group(GID, [(sg.leader, None)])
-    assert waiting.r["error"] == "unknown_member_id"
+    assert waiting.r["error"] == ErrorCode.unknown_member_id
 
 
 def test_static_member_replacement_in_stable_fences_the_old_id_without_rebalance():
@@ -648,7 +682,7 @@ def test_static_member_replacement_in_stable_fences_the_old_id_without_rebalance
     start = len(env.log.records)
     r = env.join(instance=inst).r
     new = r["member_id"]
-    assert r["error"] is None and new != old and r["generation_id"] == sg.gen
+    assert r["error"] == ErrorCode.none and new != old and r["generation_id"] == sg.gen
     g = env.group()
     assert g.state == STABLE and g.generation_id == sg.gen
     assert g.static_members[inst] == new and old not in g.members
@@ -658,13 +692,12 @@ def test_static_member_replacement_in_stable_fences_the_old_id_without_rebalance
     assert kv == R.GROUP_METADATA and value["generation"] == sg.gen
     assert {m["member_id"] for m in value["members"]} == {new, sg.leader}
     # the old member id is fenced everywhere
-    assert env.heartbeat(old, sg.gen, instance=inst) == "fenced_instance_id"
-    assert env.sync(old, sg.gen, instance=inst).r["error"] == "fenced_instance_id"
-    assert env.join(old, instance=inst).r["error"] == "fenced_instance_id"
-    assert env.commit({("t", 0): 1}, member_id=old, generation=sg.gen, instance=inst) == {
-        "_group": "fenced_instance_id"}
-    assert env.shard.leave_group(GID, [(old, inst)])[1] == [(old, inst, "fenced_instance_id")]
-    assert env.heartbeat(new, sg.gen, instance=inst) is None
+    assert env.heartbeat(old, sg.gen, instance=inst) == ErrorCode.fenced_instance_id
+    assert env.sync(old, sg.gen, instance=inst).r["error"] == ErrorCode.fenced_instance_id
+    assert env.join(old, instance=inst).r["error"] == ErrorCode.fenced_instance_id
+    assert env.commit({("t", 0): 1}, member_id=old, generation=sg.gen, instance=inst) == ErrorCode.fenced_instance_id
+    assert env.shard.leave_group(GID, [(old, inst)])[1] == [(old, inst, ErrorCode.fenced_instance_id)]
+    assert env.heartbeat(new, sg.gen, instance=inst) == ErrorCode.none
     assert env.sync(new, sg.gen, instance=inst).r["assignment"] == sg.assignments[old]
 
 
@@ -674,7 +707,7 @@ def test_static_member_replacement_answers_the_old_members_parked_join():
     parked = env.join(sg.leader, instance="i0" if sg.ids[0] == sg.leader else "i1")
     assert not parked.done
     env.join(instance="i0" if sg.ids[0] == sg.leader else "i1")
-    assert parked.r["error"] == "fenced_instance_id"
+    assert parked.r["error"] == ErrorCode.fenced_instance_id
 
 
 def test_static_leader_rejoin_skips_assignment_when_supported():
@@ -682,7 +715,7 @@ def test_static_leader_rejoin_skips_assignment_when_supported():
     sg = env.stable_group(2, instances=["i0", "i1"])
     inst = "i0" if sg.ids[0] == sg.leader else "i1"
     r = env.join(instance=inst, skip=True).r
-    assert r["error"] is None and r["skip_assignment"] is True
+    assert r["error"] == ErrorCode.none and r["skip_assignment"] is True
     assert r["leader"] == r["member_id"] != sg.leader
     assert {m["member_id"] for m in r["members"]} == {r["member_id"], sg.followers[0]}
     assert env.group().state == STABLE and env.group().generation_id == sg.gen
@@ -696,7 +729,7 @@ def test_static_leader_rejoin_without_skip_assignment_is_not_told_it_leads():
     sg = env.stable_group(2, instances=["i0", "i1"])
     inst = "i0" if sg.ids[0] == sg.leader else "i1"
     r = env.join(instance=inst, skip=False).r
-    assert r["error"] is None and r["skip_assignment"] is False
+    assert r["error"] == ErrorCode.none and r["skip_assignment"] is False
     assert r["leader"] == sg.leader != r["member_id"]
 
 
@@ -706,9 +739,9 @@ def test_static_member_rejoin_keeping_the_selected_protocol_does_not_rebalance()
     r = env.join(instance="i1", protocols=[("roundrobin", sub(["t"])), ("range", sub(["t"]))])
     g = env.group()
     # candidates stay {range}: the selected protocol does not change, no rebalance
-    assert r.r["error"] is None and g.state == STABLE
+    assert r.r["error"] == ErrorCode.none and g.state == STABLE
     r2 = env.join(instance="i1", protocols=[("range", sub(["t", "u"]))])
-    assert r2.r["error"] is None and g.state == STABLE  # new metadata alone: no rebalance either
+    assert r2.r["error"] == ErrorCode.none and g.state == STABLE  # new metadata alone: no rebalance either
     assert g.generation_id == sg.gen
     assert g.members[r2.r["member_id"]].metadata("range") == sub(["t", "u"])
 
@@ -734,7 +767,7 @@ def test_static_member_rejoin_changing_the_selected_protocol_rebalances():
 def test_group_max_size():
     env = Env(max_size=2)
     replies = [env.join(client_id=f"c{i}") for i in range(3)]
-    assert replies[2].r["error"] == "group_max_size_reached"
+    assert replies[2].r["error"] == ErrorCode.group_max_size_reached
     env.settle(replies[:2])
     gen = replies[0].r["generation_id"]
     env.sync(replies[0].r["leader"], gen)
@@ -742,7 +775,7 @@ def test_group_max_size():
         if r.r["member_id"] != replies[0].r["leader"]:
             env.sync(r.r["member_id"], gen)
     assert env.group().state == STABLE
-    assert env.join().r["error"] == "group_max_size_reached"
+    assert env.join().r["error"] == ErrorCode.group_max_size_reached
     assert len(env.group().members) == 2
     # existing members may still rejoin
     assert not env.join(replies[0].r["leader"]).done
@@ -769,8 +802,7 @@ def test_classic_group_reload_then_rejoin():
     fresh.timer, fresh.clock = timer, clock
     fresh.on_loaded()
     timer.advance(SESSION // 2)
-    assert fresh.heartbeat({"group_id": GID, "member_id": sg.leader, "generation_id": sg.gen,
-                            "group_instance_id": None}) is None
+    assert fresh.heartbeat(Heartbeat(GID, sg.leader, sg.gen)) == ErrorCode.none
     timer.advance(SESSION // 2)  # the silent follower expires
     assert list(fresh.groups[GID].members) == [sg.leader]
     assert fresh.groups[GID].state == PREPARING_REBALANCE
@@ -779,11 +811,11 @@ def test_classic_group_reload_then_rejoin():
 # ====================================================================== offsets
 def test_simple_consumer_commits_to_an_empty_group():
     env = Env()
-    assert env.commit({("t", 0): (10, 3, "meta"), ("t", 1): 20}) == {("t", 0): None, ("t", 1): None}
+    assert env.commit({("t", 0): (10, 3, "meta"), ("t", 1): 20}) == {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.none}
     g = env.group()
     assert isinstance(g, ClassicGroup) and g.state == EMPTY
     err, offs = env.shard.fetch_offsets(GID, [("t", [0, 1, 2])])
-    assert err is None and offs[("t", 2)] is None
+    assert err == ErrorCode.none and offs[("t", 2)] is None
     assert (offs[("t", 0)].offset, offs[("t", 0)].leader_epoch, offs[("t", 0)].metadata) == (10, 3, "meta")
     assert offs[("t", 0)].commit_timestamp == env.clock.now
     kinds = [kv for kv, _k, _v in env.log.decoded()]
@@ -797,25 +829,25 @@ def test_commit_with_retention_writes_v1_and_expires_at_the_expire_timestamp():
     (_kv, _k, v), = env.log.decoded()
     assert v["_version"] == 1 and v["expire_timestamp"] == env.clock.now + 5000
     env.timer.advance(4999)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {("t", 0): 1}
     env.timer.advance(1)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {}
 
 
 def test_commit_validation_for_classic_groups():
     env = Env()
     sg = env.stable_group(2, instances=[None, "i1"])
-    ok = {("t", 0): None}
+    ok = {("t", 0): ErrorCode.none}
     m0 = sg.ids[0]
     assert env.commit({("t", 0): 5}, member_id=m0, generation=sg.gen) == ok
-    assert env.commit({("t", 0): 5}, member_id=m0, generation=sg.gen + 1) == {"_group": "illegal_generation"}
-    assert env.commit({("t", 0): 5}, member_id="ghost", generation=sg.gen) == {"_group": "unknown_member_id"}
+    assert env.commit({("t", 0): 5}, member_id=m0, generation=sg.gen + 1) == ErrorCode.illegal_generation
+    assert env.commit({("t", 0): 5}, member_id="ghost", generation=sg.gen) == ErrorCode.unknown_member_id
     # an admin / simple-consumer commit (generation -1, no member id) only to Empty groups
-    assert env.commit({("t", 0): 5}) == {"_group": "unknown_member_id"}
-    assert env.commit({("t", 0): 5}, member_id=sg.ids[1], generation=sg.gen, instance="wrong") == {
-        "_group": "unknown_member_id"}
+    assert env.commit({("t", 0): 5}) == ErrorCode.unknown_member_id
+    assert env.commit({("t", 0): 5}, member_id=sg.ids[1], generation=sg.gen,
+                      instance="wrong") == ErrorCode.unknown_member_id
     # PreparingRebalance: members with the current generation may still commit
     env.join(sg.leader)
     assert env.group().state == PREPARING_REBALANCE
@@ -826,30 +858,31 @@ def test_commit_validation_for_classic_groups():
             env.join(m, instance="i1" if m == sg.ids[1] else None)
     g = env.group()
     assert g.state == COMPLETING_REBALANCE
-    assert env.commit({("t", 0): 7}, member_id=m0, generation=g.generation_id) == {"_group": "rebalance_in_progress"}
+    assert env.commit({("t", 0): 7}, member_id=m0, generation=g.generation_id) == ErrorCode.rebalance_in_progress
     assert env.committed() == {("t", 0): 6}
 
 
 def test_commit_to_a_missing_group_with_a_generation():
     env = Env()
-    assert env.commit({("t", 0): 1}, member_id="m", generation=3, api_version=8) == {"_group": "illegal_generation"}
+    assert env.commit({("t", 0): 1}, member_id="m", generation=3, api_version=8) == ErrorCode.illegal_generation
     assert env.group() is None and env.log.records == []
 
 
 def test_commit_v9_to_a_missing_group_is_group_id_not_found():
     env = Env()
-    assert env.commit({("t", 0): 1}, member_id="m", generation=3, api_version=9) == {"_group": "group_id_not_found"}
+    assert env.commit({("t", 0): 1}, member_id="m", generation=3, api_version=9) == ErrorCode.group_id_not_found
 
 
 def test_commit_generation_minus_one_with_member_id_to_a_missing_group_is_accepted():
     env = Env()
-    assert env.commit({("t", 0): 1}, member_id="some-consumer", generation=-1) == {("t", 0): None}
+    assert env.commit({("t", 0): 1}, member_id="some-consumer", generation=-1) == {("t", 0): ErrorCode.none}
 
 
 def test_offset_metadata_size_limit_is_per_partition():
     env = Env(offset_metadata_max_bytes=10)
     res = env.commit({("t", 0): (1, -1, "x" * 10), ("t", 1): (2, -1, "x" * 11), ("t", 2): (3, -1, "é" * 6)})
-    assert res == {("t", 0): None, ("t", 1): "offset_metadata_too_large", ("t", 2): "offset_metadata_too_large"}
+    assert res == {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.offset_metadata_too_large,
+                   ("t", 2): ErrorCode.offset_metadata_too_large}
     assert env.committed() == {("t", 0): 1}
 
 
@@ -870,7 +903,7 @@ def test_offset_commit_from_a_member_keeps_its_session_alive():
     for _ in range(6):
         env.timer.advance(SESSION // 2)
         env.heartbeat(sg.leader, sg.gen)
-        assert env.commit({("t", 0): 1}, member_id=m, generation=sg.gen) == {("t", 0): None}
+        assert env.commit({("t", 0): 1}, member_id=m, generation=sg.gen) == {("t", 0): ErrorCode.none}
     assert m in env.group().members
 
 
@@ -879,19 +912,19 @@ def test_fetch_offsets_all_and_by_partition():
     env.commit({("a", 0): 1, ("b", 3): 4})
     assert env.committed() == {("a", 0): 1, ("b", 3): 4}
     err, offs = env.shard.fetch_offsets(GID, [("a", [0, 1])])
-    assert err is None and offs[("a", 0)].offset == 1 and offs[("a", 1)] is None
-    assert env.shard.fetch_offsets("nobody", None) == (None, {})
+    assert err == ErrorCode.none and offs[("a", 0)].offset == 1 and offs[("a", 1)] is None
+    assert env.shard.fetch_offsets("nobody", None) == (ErrorCode.none, {})
 
 
 def test_delete_group():
     env = Env()
     sg = env.stable_group(1)
     env.commit({("t", 0): 1}, member_id=sg.leader, generation=sg.gen)
-    assert env.shard.delete_group(GID) == "non_empty_group"
-    assert env.shard.delete_group("nope") == "group_id_not_found"
+    assert env.delete_group(GID) == ErrorCode.non_empty_group
+    assert env.delete_group("nope") == ErrorCode.group_id_not_found
     env.shard.leave_group(GID, [(sg.leader, None)])
     start = len(env.log.records)
-    assert env.shard.delete_group(GID) is None
+    assert env.delete_group(GID) == ErrorCode.none
     assert env.group() is None and env.shard.offsets.get(GID) is None
     recs = env.log.decoded(start)
     assert [(kv, v) for kv, _k, v in recs] == [(R.OFFSET_COMMIT, None), (R.GROUP_METADATA, None)]
@@ -903,39 +936,40 @@ def test_delete_group_in_every_non_empty_state():
     env = Env()
     replies = [env.join()]
     assert env.group().state == PREPARING_REBALANCE
-    assert env.shard.delete_group(GID) == "non_empty_group"
+    assert env.delete_group(GID) == ErrorCode.non_empty_group
     env.settle(replies)
     assert env.group().state == COMPLETING_REBALANCE
-    assert env.shard.delete_group(GID) == "non_empty_group"
+    assert env.delete_group(GID) == ErrorCode.non_empty_group
 
 
 def test_offset_delete():
     env = Env()
     sg = env.stable_group(2, topics=("t",))
     env.commit({("t", 0): 1, ("u", 0): 2, ("u", 1): 3}, member_id=sg.leader, generation=sg.gen)
-    err, res = env.shard.delete_offsets(GID, {"t": [0], "u": [0, 7]})
-    assert err is None
-    assert res == {("t", 0): "group_subscribed_to_topic", ("u", 0): None, ("u", 7): None}
+    err, res = env.delete_offsets(GID, {"t": [0], "u": [0, 7]})
+    assert err == ErrorCode.none
+    assert res == {("t", 0): ErrorCode.group_subscribed_to_topic, ("u", 0): ErrorCode.none, ("u", 7): ErrorCode.none}
     assert env.committed() == {("t", 0): 1, ("u", 1): 3}
     assert env.log.decoded()[-1][1:] == ({"group": GID, "topic": "u", "partition": 0}, None)
-    assert env.shard.delete_offsets("nope", {"t": [0]}) == ("group_id_not_found", {})
+    assert env.delete_offsets("nope", {"t": [0]}) == (ErrorCode.group_id_not_found, {})
     # once the group is empty, its offsets of any topic can go
     env.shard.leave_group(GID, [(m, None) for m in sg.ids])
-    assert env.shard.delete_offsets(GID, {"t": [0]}) == (None, {("t", 0): None})
+    assert env.delete_offsets(GID, {"t": [0]}) == (ErrorCode.none, {("t", 0): ErrorCode.none})
     assert env.committed() == {("u", 1): 3}
 
 
 def test_offset_delete_on_a_non_consumer_group_with_members_is_non_empty_group():
     env = Env()
     env.stable_group(1, protocol_type="connect", protocols=[("default", b"x")])
-    assert env.shard.delete_offsets(GID, {"t": [0]}) == ("non_empty_group", {})
+    assert env.delete_offsets(GID, {"t": [0]}) == (ErrorCode.non_empty_group, {})
 
 
 def test_offset_delete_when_subscriptions_are_unknown_keeps_offsets():
     env = Env()
     sg = env.stable_group(1, protocols=[("range", b"not a subscription")])
     env.commit({("t", 0): 1}, member_id=sg.leader, generation=sg.gen)
-    assert env.shard.delete_offsets(GID, {"t": [0]}) == (None, {("t", 0): "group_subscribed_to_topic"})
+    assert env.delete_offsets(GID, {"t": [0]}) == (ErrorCode.none,
+                                                         {("t", 0): ErrorCode.group_subscribed_to_topic})
 
 
 def test_offsets_of_an_empty_group_expire_retention_after_it_became_empty():
@@ -946,14 +980,14 @@ def test_offsets_of_an_empty_group_expire_retention_after_it_became_empty():
     for _ in range(2 * retention // 5000):  # committed long ago, but the group still has a member
         env.timer.advance(5000)
         env.heartbeat(sg.leader, sg.gen)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {("t", 0): 1}
     env.shard.leave_group(GID, [(sg.leader, None)])
     env.timer.advance(retention - 1)
-    assert env.shard.expire_offsets() == 0
+    assert env.expire_offsets() == 0
     assert env.committed() == {("t", 0): 1}
     env.timer.advance(1)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     # every offset expired and the group is empty: the group goes too
     assert env.group() is None
     fresh = env.replayed()
@@ -966,10 +1000,10 @@ def test_offsets_of_a_simple_group_expire_retention_after_their_commit():
     env.timer.advance(500)
     env.commit({("t", 1): 2})
     env.timer.advance(500)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {("t", 1): 2}
     env.timer.advance(500)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.group() is None
 
 
@@ -981,7 +1015,7 @@ def test_offsets_of_unsubscribed_topics_expire_in_a_stable_group():
     env.heartbeat(sg.leader, sg.gen)
     env.timer.advance(500)
     env.heartbeat(sg.leader, sg.gen)
-    env.shard.expire_offsets()
+    env.expire_offsets()
     assert env.committed() == {("t", 0): 1}
 
 
@@ -1005,12 +1039,54 @@ def test_failed_offset_commit_changes_nothing():
     assert env.committed() == {("t", 0): 1}
 
 
+def test_an_offset_operation_only_reads_the_state_and_its_records_change_it_when_replayed():
+    """Kafka's CoordinatorRuntime shape: an operation returns records and a response; nothing
+    changes until the runtime has appended the records and replayed them into the shard."""
+    env = Env()
+    result = env.shard.commit_offsets(OffsetCommit(GID, {"t": [OffsetCommitPartition(0, 7)]}))
+    assert result.response == {("t", 0): ErrorCode.none} and len(result.records) == 1
+    assert env.group() is None and env.shard.offsets == {} and env.log.records == []
+    env.run(result)
+    assert env.committed() == {("t", 0): 7} and isinstance(env.group(), ClassicGroup)
+    assert env.log.records == result.records
+    deleted = env.shard.delete_offsets(OffsetDelete(GID, {"t": [0, 1]}))
+    assert deleted.response == {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.none}
+    assert env.committed() == {("t", 0): 7}
+    deletion = env.shard.delete_group(GID)
+    assert env.group() is not None
+    env.run(deleted)
+    env.run(deletion)
+    assert env.group() is None and env.committed() == {}
+
+
+def test_a_transactional_offset_commit_is_pending_once_replayed_and_committed_by_its_marker():
+    env = Env()
+    result = env.shard.commit_txn_offsets(TxnOffsetCommit(GID, 42, 3, {"t": [OffsetCommitPartition(0, 9)]}))
+    assert (result.producer_id, result.producer_epoch, result.response) == (42, 3, {("t", 0): ErrorCode.none})
+    assert env.shard.pending_txn_offsets == {}
+    env.run(result)
+    assert env.shard.has_pending_txn_offset(GID, ("t", 0)) and env.committed() == {}
+    env.shard.replay_end_txn(42, True)
+    assert env.committed() == {("t", 0): 9} and not env.shard.has_pending_txn_offset(GID, ("t", 0))
+
+
+@pytest.mark.parametrize("expire", [-1, 5000])
+def test_an_offset_record_carries_exactly_what_replay_would_decode(expire):
+    """A record just written is replayed from the form it was built from (no decode): that form
+    must be what decoding its bytes gives, for both value versions Kafka writes (v3; v1 when an
+    expire timestamp is asked for, which has no leader epoch)."""
+    record = R.offset_commit("g", "t", 3, 42, 7, "meta", 1234, expire)
+    key, value = record
+    version, k = R.decode_key(key)
+    assert record.decoded == (version, k, R.decode_value(version, value))
+
+
 def test_failed_delete_group_changes_nothing():
     env = Env()
     env.commit({("t", 0): 1})
     env.log.fail = True
     with pytest.raises(WriteFailed):
-        env.shard.delete_group(GID)
+        env.delete_group(GID)
     assert env.group() is not None and env.committed() == {("t", 0): 1}
 
 
@@ -1020,15 +1096,13 @@ def test_failed_static_member_replacement_keeps_the_old_member():
     before = classic_view(env.group())
     env.log.fail = True
     r = Reply()
-    env.shard.join_group({"group_id": GID, "member_id": "", "group_instance_id": "i1", "protocol_type": "consumer",
-                          "protocols": [("range", sub(["t"]))], "session_timeout_ms": SESSION,
-                          "rebalance_timeout_ms": REBALANCE, "client_id": "c", "client_host": "/h",
-                          "require_known_member_id": False, "supports_skip_assignment": False}, r)
+    env.shard.join_group(JoinGroup(GID, "", "consumer", [("range", sub(["t"]))], SESSION, REBALANCE, "i1", "c", "/h"),
+                         r)
     # the joiner is told why (a storage failure: NOT_COORDINATOR, as Kafka's
     # appendGroupMetadataErrorToResponseError), and is not given the member's place
-    assert r.done and r.r["error"] == "not_coordinator" and r.r["member_id"] == ""
+    assert r.done and r.r["error"] == ErrorCode.not_coordinator and r.r["member_id"] == ""
     assert classic_view(env.group()) == before
-    assert env.heartbeat(sg.ids[1], sg.gen, instance="i1") is None
+    assert env.heartbeat(sg.ids[1], sg.gen, instance="i1") == ErrorCode.none
 
 
 def test_failed_leader_sync_answers_the_waiting_members_and_rebalances():
@@ -1040,11 +1114,10 @@ def test_failed_leader_sync_answers_the_waiting_members_and_rebalances():
     waiting = env.sync(follower, gen)
     env.log.fail = True
     lr = Reply()
-    env.shard.sync_group({"group_id": GID, "member_id": leader, "group_instance_id": None, "generation_id": gen,
-                          "protocol_type": None, "protocol_name": None, "assignments": {}}, lr)
+    env.shard.sync_group(SyncGroup(GID, leader, gen, assignments={}), lr)
     # the leader and the waiting follower are both told why, with no assignment
     for reply in (lr, waiting):
-        assert reply.done and reply.r["error"] == "not_coordinator" and reply.r["assignment"] == b""
+        assert reply.done and reply.r["error"] == ErrorCode.not_coordinator and reply.r["assignment"] == b""
     assert env.group().state == PREPARING_REBALANCE
 
 
@@ -1054,8 +1127,36 @@ def test_failed_consumer_group_join_leaves_no_trace():
     r = env.chb("m1", 0, names=["t"])
     # the member is told why (NOT_COORDINATOR for a storage failure, as Kafka's
     # handleOperationException), with no member epoch nor assignment
-    assert (r["error"], r["member_epoch"], r["assignment"]) == ("not_coordinator", -1, None)
+    assert (r["error"], r["member_epoch"], r["assignment"]) == (ErrorCode.not_coordinator, -1, None)
     assert env.group() is None
+
+
+
+def test_failed_consumer_heartbeats_leave_the_group_as_it_was():
+    """A heartbeat changes the group only by replaying the records it appended: one whose append
+    fails (a join, a subscription change, a static or a dynamic leave, a session expiry) leaves
+    the group exactly as it was, and the same heartbeat succeeds once the log takes it."""
+    env = Env(topics={"t": 4, "u": 2})
+    a = env.chb("A", 0, names=["t"])
+    b = env.chb("B", 0, names=["t"], instance="ib")
+    env.chb("A", a["member_epoch"], owned=env.owned(a))
+    before = consumer_view(env.group())
+    env.log.fail = True
+    attempts = [lambda: env.chb("C", 0, names=["t", "u"]),
+                lambda: env.chb("A", a["member_epoch"], names=["t", "u"], owned=env.owned(a)),
+                lambda: env.chb("B", -2, instance="ib"),
+                lambda: env.chb("A", -1)]
+    for attempt in attempts:
+        r = attempt()
+        assert (r["error"], r["member_epoch"]) == (ErrorCode.not_coordinator, -1)
+        assert consumer_view(env.group()) == before
+    with pytest.raises(WriteFailed):
+        env.timer.advance(env.config.consumer_session_timeout_ms)  # B's session expires: its removal fails
+    assert consumer_view(env.group()) == before
+    env.log.fail = False
+    r = env.chb("C", 0, names=["t", "u"])
+    assert r["error"] == ErrorCode.none and "C" in env.group().members and env.group().group_epoch > before[1]
+    assert b["error"] == ErrorCode.none
 
 
 # ====================================================================== KIP-848
@@ -1063,20 +1164,20 @@ def test_consumer_heartbeat_request_validation():
     env = Env(topics={"t": 1})
     t = env.image.tid("t")
     cases = [  # (member id, epoch, other fields, error)
-        ("m", 0, {"gid": "", "names": ["t"]}, "invalid_request"),
-        ("m", 0, {"names": ["t"], "instance": ""}, "invalid_request"),
-        ("m", 0, {"names": ["t"], "rack": ""}, "invalid_request"),
-        ("m", 0, {"names": ["t"], "rebalance": -1}, "invalid_request"),
-        ("m", 0, {"names": ["t"], "owned": {t: {0}}}, "invalid_request"),
-        ("m", 0, {}, "invalid_request"),  # neither topic names nor a regex
-        ("", 0, {"names": ["t"]}, "invalid_request"),  # v1: the client picks its member id
-        ("", 3, {}, "invalid_request"),
-        ("", -1, {}, "invalid_request"),
-        ("m", -2, {}, "invalid_request"),  # a static leave without an instance id
-        ("m", -3, {}, "invalid_request"),
-        ("m", 0, {"names": ["t"], "assignor": "sticky"}, "unsupported_assignor"),
-        ("m", 0, {"regex": "t["}, "invalid_regular_expression"),
-        ("m", 5, {"names": ["t"]}, "group_id_not_found"),
+        ("m", 0, {"gid": "", "names": ["t"]}, ErrorCode.invalid_request),
+        ("m", 0, {"names": ["t"], "instance": ""}, ErrorCode.invalid_request),
+        ("m", 0, {"names": ["t"], "rack": ""}, ErrorCode.invalid_request),
+        ("m", 0, {"names": ["t"], "rebalance": -1}, ErrorCode.invalid_request),
+        ("m", 0, {"names": ["t"], "owned": {t: {0}}}, ErrorCode.invalid_request),
+        ("m", 0, {}, ErrorCode.invalid_request),  # neither topic names nor a regex
+        ("", 0, {"names": ["t"]}, ErrorCode.invalid_request),  # v1: the client picks its member id
+        ("", 3, {}, ErrorCode.invalid_request),
+        ("", -1, {}, ErrorCode.invalid_request),
+        ("m", -2, {}, ErrorCode.invalid_request),  # a static leave without an instance id
+        ("m", -3, {}, ErrorCode.invalid_request),
+        ("m", 0, {"names": ["t"], "assignor": "sticky"}, ErrorCode.unsupported_assignor),
+        ("m", 0, {"regex": "t["}, ErrorCode.invalid_regular_expression),
+        ("m", 5, {"names": ["t"]}, ErrorCode.group_id_not_found),
     ]
     for member_id, epoch, kw, err in cases:
         r = env.chb(member_id, epoch, **kw)
@@ -1084,18 +1185,18 @@ def test_consumer_heartbeat_request_validation():
     assert env.log.records == [] and env.shard.groups == {}
     # v0: the coordinator generates the member id
     r = env.chb("", 0, names=["t"], version=0)
-    assert r["error"] is None and r["member_id"]
+    assert r["error"] == ErrorCode.none and r["member_id"]
     # owned partitions must be an empty list (not null) when joining
-    req = {"group_id": "x", "member_id": "m", "member_epoch": 0, "rebalance_timeout_ms": 1000,
-           "subscribed_topic_names": ["t"], "topic_partitions": None}
-    assert consumer_group_heartbeat(env.shard, req, 1)["error"] == "invalid_request"
+    req = ConsumerGroupHeartbeat("x", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"],
+                                 topic_partitions=None)
+    assert consumer_group_heartbeat(env.shard, req, 1)["error"] == ErrorCode.invalid_request
 
 
 def test_first_member_gets_the_whole_target_assignment():
     env = Env(topics={"t": 3, "u": 2})
     t, u = env.image.tid("t"), env.image.tid("u")
     r = env.chb("m1", 0, names=["t", "u"])
-    assert r["error"] is None and r["member_epoch"] == 1
+    assert r["error"] == ErrorCode.none and r["member_epoch"] == 1
     assert env.owned(r) == {t: {0, 1, 2}, u: {0, 1}}
     assert r["heartbeat_interval_ms"] == env.config.consumer_heartbeat_interval_ms
     g = env.group()
@@ -1105,7 +1206,7 @@ def test_first_member_gets_the_whole_target_assignment():
     # an unchanged heartbeat writes nothing and sends no assignment
     writes = len(env.log.records)
     r2 = env.chb("m1", 1, owned=env.owned(r))
-    assert r2["error"] is None and r2["member_epoch"] == 1 and r2["assignment"] is None
+    assert r2["error"] == ErrorCode.none and r2["member_epoch"] == 1 and r2["assignment"] is None
     assert len(env.log.records) == writes
 
 
@@ -1154,15 +1255,15 @@ def test_member_epoch_fencing():
     m = g.members["A"]
     assert a["member_epoch"] == m.member_epoch == 2 and m.previous_member_epoch == 1
     # a greater epoch is always fenced
-    assert env.chb("A", 3, owned=kept)["error"] == "fenced_member_epoch"
+    assert env.chb("A", 3, owned=kept)["error"] == ErrorCode.fenced_member_epoch
     # the previous epoch is accepted when the owned partitions are a subset of the assignment
     # (the response carrying the bump may have been lost) ...
-    assert env.chb("A", 1, owned=kept)["error"] is None
+    assert env.chb("A", 1, owned=kept)["error"] == ErrorCode.none
     # ... but not with partitions outside the assignment, nor without owned partitions
-    assert env.chb("A", 1, owned={t: {0, 1}})["error"] == "fenced_member_epoch"
-    assert env.chb("A", 1, owned=None)["error"] == "fenced_member_epoch"
-    assert env.chb("B", 7, owned={})["error"] == "fenced_member_epoch"
-    assert env.chb("nobody", 1, owned={})["error"] == "unknown_member_id"
+    assert env.chb("A", 1, owned={t: {0, 1}})["error"] == ErrorCode.fenced_member_epoch
+    assert env.chb("A", 1, owned=None)["error"] == ErrorCode.fenced_member_epoch
+    assert env.chb("B", 7, owned={})["error"] == ErrorCode.fenced_member_epoch
+    assert env.chb("nobody", 1, owned={})["error"] == ErrorCode.unknown_member_id
     # errors write nothing
     writes = len(env.log.records)
     env.chb("A", 9, owned={})
@@ -1184,7 +1285,7 @@ def test_previous_epoch_is_the_epoch_before_the_last_reconciliation():
     assert m.state == UNREVOKED_PARTITIONS and m.member_epoch == 2
     assert m.previous_member_epoch == 2
     # a heartbeat from epoch 1 is now stale
-    assert env.chb("A", 1, owned={t: set(m.assigned[t])})["error"] == "fenced_member_epoch"
+    assert env.chb("A", 1, owned={t: set(m.assigned[t])})["error"] == ErrorCode.fenced_member_epoch
 
 
 def test_leave_bumps_the_epoch_and_writes_tombstones():
@@ -1195,17 +1296,17 @@ def test_leave_bumps_the_epoch_and_writes_tombstones():
     epoch = g.group_epoch
     start = len(env.log.records)
     r = env.chb("B", -1)
-    assert r["error"] is None and r["member_epoch"] == -1
+    assert r["error"] == ErrorCode.none and r["member_epoch"] == -1
     assert "B" not in g.members and "B" not in g.target and g.group_epoch == epoch + 1
     recs = [(kv, k.get("member_id"), v) for kv, k, v in env.log.decoded(start)]
     assert (R.CONSUMER_GROUP_MEMBER_METADATA, "B", None) in recs
     assert (R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, "B", None) in recs
     assert (R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, "B", None) in recs
-    assert env.chb("B", -1)["error"] == "unknown_member_id"
+    assert env.chb("B", -1)["error"] == ErrorCode.unknown_member_id
     # A gets everything on its next heartbeat
     a = env.chb("A", g.members["A"].member_epoch, owned={})
     assert tp_set(g.target["A"]) == tp_set({env.image.tid("t"): {0, 1}})
-    assert a["error"] is None
+    assert a["error"] == ErrorCode.none
 
 
 def test_static_leave_then_rejoin_takes_over_the_assignment_without_a_rebalance():
@@ -1221,14 +1322,14 @@ def test_static_leave_then_rejoin_takes_over_the_assignment_without_a_rebalance(
     a_parts = g.members["A"].assigned
     epoch = g.group_epoch
     r = env.chb("A", -2, instance="ia")
-    assert r["error"] is None and r["member_epoch"] == -2
+    assert r["error"] == ErrorCode.none and r["member_epoch"] == -2
     assert g.members["A"].member_epoch == -2 and g.group_epoch == epoch  # kept, no bump
     # its partitions are not handed to B meanwhile
-    assert env.chb("B", 2, owned=env.owned(b) or {}, instance="ib")["error"] is None
+    assert env.chb("B", 2, owned=env.owned(b) or {}, instance="ib")["error"] == ErrorCode.none
     assert tp_set(g.members["B"].assigned).isdisjoint(tp_set(a_parts))
     # the restarted instance comes back with a new member id
     r = env.chb("A2", 0, names=["t"], instance="ia")
-    assert r["error"] is None and env.owned(r) == a_parts
+    assert r["error"] == ErrorCode.none and env.owned(r) == a_parts
     assert g.group_epoch == epoch and "A" not in g.members and g.static_members["ia"] == "A2"
     assert tp_set(g.target["A2"]) == tp_set(a_parts) and "A" not in g.target
     fresh = env.replayed()
@@ -1239,7 +1340,7 @@ def test_unreleased_instance_id():
     env = Env(topics={"t": 1})
     env.chb("A", 0, names=["t"], instance="i")
     r = env.chb("A2", 0, names=["t"], instance="i")
-    assert r["error"] == "unreleased_instance_id"
+    assert r["error"] == ErrorCode.unreleased_instance_id
     assert set(env.group().members) == {"A"}
 
 
@@ -1248,7 +1349,7 @@ def test_heartbeat_of_a_replaced_static_member_is_fenced_instance_id():
     env.chb("A", 0, names=["t"], instance="i")
     env.chb("A", -2, instance="i")
     env.chb("A2", 0, names=["t"], instance="i")
-    assert env.chb("A", 1, owned={}, instance="i")["error"] == "fenced_instance_id"
+    assert env.chb("A", 1, owned={}, instance="i")["error"] == ErrorCode.fenced_instance_id
 
 
 def test_static_leave_releases_partitions_pending_revocation():
@@ -1322,14 +1423,14 @@ def test_member_that_never_revokes_and_is_silent_is_fenced_after_its_rebalance_t
 def test_consumer_group_max_size():
     env = Env(topics={"t": 1}, consumer_max_size=1)
     env.chb("A", 0, names=["t"])
-    assert env.chb("B", 0, names=["t"])["error"] == "group_max_size_reached"
-    assert env.chb("A", 1, owned={env.image.tid("t"): {0}})["error"] is None
+    assert env.chb("B", 0, names=["t"])["error"] == ErrorCode.group_max_size_reached
+    assert env.chb("A", 1, owned={env.image.tid("t"): {0}})["error"] == ErrorCode.none
 
 
 def test_regex_subscription():
     env = Env(topics={"orders-1": 1, "orders-2": 1, "payments": 1, "__internal": 1})
     r = env.chb("A", 0, regex="orders-.*")
-    assert r["error"] is None
+    assert r["error"] == ErrorCode.none
     assert env.owned(r) == {env.image.tid("orders-1"): {0}, env.image.tid("orders-2"): {0}}
     epoch = env.group().group_epoch
     env.image.set_topic("orders-3", 2)  # a new matching topic bumps the epoch on the next heartbeat
@@ -1363,49 +1464,49 @@ def test_no_rebalance_after_the_coordinator_reloads_a_consumer_group():
     fresh.on_loaded()
     env.shard = fresh
     r = env.chb("A", r["member_epoch"], owned=env.owned(r))
-    assert r["error"] is None and env.group().group_epoch == epoch
+    assert r["error"] == ErrorCode.none and env.group().group_epoch == epoch
 
 
 def test_consumer_group_commit_and_fetch_validation():
     env = Env(topics={"t": 1})
     r = env.chb("A", 0, names=["t"])
     epoch = r["member_epoch"]
-    assert env.commit({("t", 0): 1}, member_id="A", generation=epoch, api_version=9) == {("t", 0): None}
-    assert env.commit({("t", 0): 1}, member_id="A", generation=epoch + 1, api_version=9) == {
-        "_group": "stale_member_epoch"}
-    assert env.commit({("t", 0): 1}, member_id="B", generation=epoch, api_version=9) == {"_group": "unknown_member_id"}
-    assert env.commit({("t", 0): 1}) == {"_group": "unknown_member_id"}
-    assert env.shard.fetch_offsets(GID, None, "A", epoch)[0] is None
-    assert env.shard.fetch_offsets(GID, None, "A", epoch - 1)[0] == "stale_member_epoch"
-    assert env.shard.fetch_offsets(GID, None, "B", epoch)[0] == "unknown_member_id"
-    assert env.shard.fetch_offsets(GID, None, "", -1)[0] is None
+    assert env.commit({("t", 0): 1}, member_id="A", generation=epoch, api_version=9) == {("t", 0): ErrorCode.none}
+    assert env.commit({("t", 0): 1}, member_id="A", generation=epoch + 1, api_version=9) == ErrorCode.stale_member_epoch
+    assert env.commit({("t", 0): 1}, member_id="B", generation=epoch, api_version=9) == ErrorCode.unknown_member_id
+    assert env.commit({("t", 0): 1}) == ErrorCode.unknown_member_id
+    assert env.shard.fetch_offsets(GID, None, "A", epoch)[0] == ErrorCode.none
+    assert env.shard.fetch_offsets(GID, None, "A", epoch - 1)[0] == ErrorCode.stale_member_epoch
+    assert env.shard.fetch_offsets(GID, None, "B", epoch)[0] == ErrorCode.unknown_member_id
+    assert env.shard.fetch_offsets(GID, None, "", -1)[0] == ErrorCode.none
 
 
 def test_offset_delete_on_a_consumer_group():
     env = Env(topics={"t": 1, "u": 1})
     env.chb("A", 0, names=["t"])
     env.commit({("t", 0): 1, ("u", 0): 2}, member_id="A", generation=1, api_version=9)
-    assert env.shard.delete_offsets(GID, {"t": [0], "u": [0]}) == (
-        None, {("t", 0): "group_subscribed_to_topic", ("u", 0): None})
+    assert env.delete_offsets(GID, {"t": [0], "u": [0]}) == (
+        ErrorCode.none, {("t", 0): ErrorCode.group_subscribed_to_topic, ("u", 0): ErrorCode.none})
 
 
 def test_offset_delete_respects_regex_subscriptions():
     env = Env(topics={"orders": 1})
     env.chb("A", 0, regex="ord.*")
     env.commit({("orders", 0): 1}, member_id="A", generation=1, api_version=9)
-    assert env.shard.delete_offsets(GID, {"orders": [0]}) == (None, {("orders", 0): "group_subscribed_to_topic"})
+    assert env.delete_offsets(GID, {"orders": [0]}) == (
+        ErrorCode.none, {("orders", 0): ErrorCode.group_subscribed_to_topic})
 
 
 def test_empty_groups_change_protocol():
     env = Env(topics={"t": 1})
     env.commit({("t", 0): 1})  # a simple (empty classic) group
     r = env.chb("A", 0, names=["t"])
-    assert r["error"] is None and isinstance(env.group(), ConsumerGroup)
-    assert env.join().r["error"] == "inconsistent_group_protocol"  # non-empty consumer group
+    assert r["error"] == ErrorCode.none and isinstance(env.group(), ConsumerGroup)
+    assert env.join().r["error"] == ErrorCode.inconsistent_group_protocol  # non-empty consumer group
     env.chb("A", -1)
     j = env.join()  # an empty consumer group becomes a classic group
     assert isinstance(env.group(), ClassicGroup) and not j.done
-    assert env.chb("B", 0, names=["t"])["error"] == "group_id_not_found"  # non-empty classic group
+    assert env.chb("B", 0, names=["t"])["error"] == ErrorCode.group_id_not_found  # non-empty classic group
     fresh = env.replayed()
     assert isinstance(fresh.groups[GID], ClassicGroup) and env.committed() == {("t", 0): 1}
     assert offsets_view(fresh) == offsets_view(env.shard)
@@ -1591,28 +1692,30 @@ class ClassicClient:
         self.parked = None  # the Reply of a JoinGroup/SyncGroup still waiting
 
     def on_join(self, r: dict) -> None:
-        if r["error"] is None:
+        if r["error"] == ErrorCode.none:
             self.member_id, self.generation = r["member_id"], r["generation_id"]
             self.leader = r["leader"] == r["member_id"] and not r["skip_assignment"]
             self.members = [m["member_id"] for m in r["members"]]
             self.synced, self.rejoin = False, False
-        elif r["error"] == "member_id_required":
+        elif r["error"] == ErrorCode.member_id_required:
             self.member_id = r["member_id"]
         else:
             self.on_error(r["error"])
 
     def on_sync(self, r: dict) -> None:
-        if r["error"] is None:
+        if r["error"] == ErrorCode.none:
             self.synced = True
         else:
             self.on_error(r["error"])
 
-    def on_error(self, err: str | None) -> None:
-        if err in ("unknown_member_id", "fenced_instance_id", "group_max_size_reached", "coordinator_not_available"):
+    def on_error(self, err: ErrorCode) -> None:
+        if err in (ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id, ErrorCode.group_max_size_reached,
+                   ErrorCode.coordinator_not_available):
             instance = self.instance
             self.reset()
             self.instance = instance
-        elif err in ("rebalance_in_progress", "illegal_generation", "inconsistent_group_protocol"):
+        elif err in (ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation,
+                     ErrorCode.inconsistent_group_protocol):
             self.rejoin = True
 
 
@@ -1742,7 +1845,7 @@ class Simulation:
         for gid, members in by_group.items():
             self.env.leave(members, gid)
         for i in idxs:
-            self.classic[i].on_error("unknown_member_id")
+            self.classic[i].on_error(ErrorCode.unknown_member_id)
 
     def op_commit(self, i, topic, partition, offset, large):
         meta = "x" * (self.env.config.offset_metadata_max_bytes + 1) if large and offset % 4 == 0 else f"m{offset}"
@@ -1754,13 +1857,13 @@ class Simulation:
                         generation=c.generation, instance=c.instance, retention_ms=60_000 if large else -1)
 
     def op_offset_delete(self, gid, topic):
-        self.env.shard.delete_offsets(gid, {topic: [0, 1]})
+        self.env.delete_offsets(gid, {topic: [0, 1]})
 
     def op_delete_group(self, gid):
-        self.env.shard.delete_group(gid)
+        self.env.delete_group(gid)
 
     def op_expire(self):
-        self.env.shard.expire_offsets()
+        self.env.expire_offsets()
 
     def op_advance(self, ms):
         self.env.timer.advance(ms)
@@ -1773,12 +1876,13 @@ class Simulation:
         else:
             r = self.env.chb(c.member_id, c.epoch, gid=c.gid, owned={t: set(p) for t, p in c.owned.items()},
                              instance=c.instance, names=list(c.names))
-        if r["error"] is None:
+        if r["error"] == ErrorCode.none:
             c.epoch = r["member_epoch"]
             if r["assignment"] is not None:
                 c.latest = {t: set(p) for t, p in r["assignment"].items()}
-        elif r["error"] in ("fenced_member_epoch", "unknown_member_id", "group_id_not_found",
-                            "unreleased_instance_id", "fenced_instance_id", "group_max_size_reached"):
+        elif r["error"] in (ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id, ErrorCode.group_id_not_found,
+                            ErrorCode.unreleased_instance_id, ErrorCode.fenced_instance_id,
+                            ErrorCode.group_max_size_reached):
             c.reset()
 
     def op_cstep_all(self):

@@ -43,6 +43,7 @@ import uuid
 from collections import defaultdict
 
 import pytest
+from kesque.protocol.api_keys import ApiKeys
 
 # a member subprocess (this file run as a script) needs confluent-kafka only
 if __name__ != "__main__":
@@ -329,7 +330,8 @@ def member_partitions(desc) -> dict[str, list[int]]:
 
 def wire_consumer_group_describe(bootstrap: str, group: str):
     with WireClient(bootstrap) as c:
-        r = c.request(69, 0, Msg(69, 0)(group_ids=(group,), include_authorized_operations=False))
+        r = c.request(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0,
+                      Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0)(group_ids=(group,), include_authorized_operations=False))
     return r.groups[0]
 
 

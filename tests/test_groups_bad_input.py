@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from wire import Api, Msg, WireClient
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
 
 E = ErrorCode
@@ -68,9 +69,11 @@ def find_coordinator(bs: str, group: str, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     with WireClient(bs) as c:
         while True:
-            r = c.request(10, 3, Msg(10, 3)(key=group, key_type=0))
+            r = c.request(ApiKeys.FIND_COORDINATOR, 3, Msg(ApiKeys.FIND_COORDINATOR, 3)(key=group, key_type=0))
             if r.error_code == E.none:
-                d = c.request(15, 5, Msg(15, 5)(groups=(group,), include_authorized_operations=False)).groups[0]
+                d = c.request(ApiKeys.DESCRIBE_GROUPS, 5,
+                              Msg(ApiKeys.DESCRIBE_GROUPS, 5)(groups=(group,),
+                                                              include_authorized_operations=False)).groups[0]
                 if d.error_code not in (E.not_coordinator, E.coordinator_load_in_progress,
                                         E.coordinator_not_available):
                     return
@@ -100,7 +103,7 @@ class ClassicMember:
 
     # -- JoinGroup
     def join_request(self, version: int = 5, **kw):
-        m = Msg(11, version)
+        m = Msg(ApiKeys.JOIN_GROUP, version)
         protocols = kw.pop("protocols", None)
         if protocols is None:
             protocols = [("range", subscription(self.topics))]
@@ -112,12 +115,12 @@ class ClassicMember:
         return m.loose(**fields)
 
     def send_join(self, version: int = 5, **kw) -> None:
-        self._pending = (version, self.c.send(11, version, self.join_request(version, **kw)))
+        self._pending = (version, self.c.send(ApiKeys.JOIN_GROUP, version, self.join_request(version, **kw)))
 
     def recv_join(self, timeout: float | None = None):
         version, corr = self._pending
         self._pending = None
-        got, r = self.c.recv(11, version, timeout)
+        got, r = self.c.recv(ApiKeys.JOIN_GROUP, version, timeout)
         assert got == corr
         if r.error_code == E.none:
             self.member_id, self.generation, self.leader = r.member_id, r.generation_id, r.leader
@@ -143,7 +146,7 @@ class ClassicMember:
 
     # -- SyncGroup / Heartbeat / LeaveGroup
     def sync_request(self, assignments: dict[str, bytes] | None = None, version: int = 5, **kw):
-        m = Msg(14, version)
+        m = Msg(ApiKeys.SYNC_GROUP, version)
         fields = {"group_id": self.group, "generation_id": self.generation, "member_id": self.member_id,
                       "group_instance_id": self.instance_id, "protocol_type": "consumer", "protocol_name": "range",
                       "assignments": tuple(m("SyncGroupRequestAssignment", member_id=k, assignment=v)
@@ -152,12 +155,13 @@ class ClassicMember:
         return m.loose(**fields)
 
     def send_sync(self, assignments=None, version: int = 5, **kw) -> None:
-        self._pending = (version, self.c.send(14, version, self.sync_request(assignments, version, **kw)))
+        self._pending = (version, self.c.send(ApiKeys.SYNC_GROUP, version,
+                                              self.sync_request(assignments, version, **kw)))
 
     def recv_sync(self, timeout: float | None = None):
         version, corr = self._pending
         self._pending = None
-        got, r = self.c.recv(14, version, timeout)
+        got, r = self.c.recv(ApiKeys.SYNC_GROUP, version, timeout)
         assert got == corr
         return r
 
@@ -169,10 +173,10 @@ class ClassicMember:
         fields = {"group_id": self.group, "generation_id": self.generation, "member_id": self.member_id,
                       "group_instance_id": self.instance_id}
         fields.update(kw)
-        return self.c.request(12, version, Msg(12, version).loose(**fields)).error_code
+        return self.c.request(ApiKeys.HEARTBEAT, version, Msg(ApiKeys.HEARTBEAT, version).loose(**fields)).error_code
 
     def leave(self, version: int = 5, **kw):
-        m = Msg(13, version)
+        m = Msg(ApiKeys.LEAVE_GROUP, version)
         ident = {"member_id": self.member_id, "group_instance_id": self.instance_id, "reason": None}
         ident.update({k: kw.pop(k) for k in list(kw) if k in ident})
         if version < 3:  # one member, by id, at the top level
@@ -180,13 +184,13 @@ class ClassicMember:
         else:
             fields = {"group_id": self.group, "members": (m.loose("MemberIdentity", **ident),)}
         fields.update(kw)
-        return self.c.request(13, version, m(**fields))
+        return self.c.request(ApiKeys.LEAVE_GROUP, version, m(**fields))
 
     # -- offsets
     def commit(self, offsets: dict[tuple[str, int], tuple], version: int = 8, **kw):
         """{(topic, partition): error code} of an OffsetCommit at this member's generation;
         ``offsets`` values are (offset, metadata) or (offset, metadata, leader epoch)."""
-        m = Msg(8, version)
+        m = Msg(ApiKeys.OFFSET_COMMIT, version)
         by_topic: dict[str, list] = {}
         for (t, p), (off, meta, *epoch) in offsets.items():
             by_topic.setdefault(t, []).append(m.loose("OffsetCommitRequestPartition", partition_index=p,
@@ -198,14 +202,16 @@ class ClassicMember:
                       "topics": tuple(m("OffsetCommitRequestTopic", name=t, partitions=tuple(ps))
                                    for t, ps in by_topic.items())}
         fields.update(kw)
-        r = self.c.request(8, version, m.loose(**fields))
+        r = self.c.request(ApiKeys.OFFSET_COMMIT, version, m.loose(**fields))
         return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
 
 
 # ============================================================================ group-level requests
 def describe_groups(bs: str, group: str, version: int = 5):
     with WireClient(bs) as c:
-        return c.request(15, version, Msg(15, version).loose(groups=(group,), include_authorized_operations=False)
+        return c.request(ApiKeys.DESCRIBE_GROUPS, version,
+                         Msg(ApiKeys.DESCRIBE_GROUPS, version).loose(groups=(group,),
+                                                                     include_authorized_operations=False)
                          ).groups[0]
 
 
@@ -219,11 +225,11 @@ def group_snapshot(bs: str, group: str):
 def fetch_offsets(bs: str, group: str, topic: str, partitions, version: int = 8, with_epoch: bool = False):
     """(group error, {partition: (offset, metadata, error)}), or with the committed leader
     epoch: (offset, metadata, leader epoch, error)."""
-    m = Msg(9, version)
+    m = Msg(ApiKeys.OFFSET_FETCH, version)
     req = m(groups=(m("OffsetFetchRequestGroup", group_id=group, topics=(
         m("OffsetFetchRequestTopics", name=topic, partition_indexes=tuple(partitions)),)),), require_stable=False)
     with WireClient(bs) as c:
-        g = c.request(9, version, req).groups[0]
+        g = c.request(ApiKeys.OFFSET_FETCH, version, req).groups[0]
     if with_epoch:
         return g.error_code, {p.partition_index: (p.committed_offset, p.metadata, p.committed_leader_epoch,
                                                   p.error_code) for t in g.topics for p in t.partitions}
@@ -233,21 +239,21 @@ def fetch_offsets(bs: str, group: str, topic: str, partitions, version: int = 8,
 
 def delete_groups(bs: str, *groups: str) -> dict[str, int]:
     with WireClient(bs) as c:
-        r = c.request(42, 2, Msg(42, 2)(groups_names=tuple(groups)))
+        r = c.request(ApiKeys.DELETE_GROUPS, 2, Msg(ApiKeys.DELETE_GROUPS, 2)(groups_names=tuple(groups)))
     return {x.group_id: x.error_code for x in r.results}
 
 
 def offset_delete(bs: str, group: str, topic: str, partitions):
-    m = Msg(47, 0)
+    m = Msg(ApiKeys.OFFSET_DELETE, 0)
     req = m(group_id=group, topics=(m("OffsetDeleteRequestTopic", name=topic, partitions=tuple(
         m("OffsetDeleteRequestPartition", partition_index=p) for p in partitions)),))
     with WireClient(bs) as c:
-        r = c.request(47, 0, req)
+        r = c.request(ApiKeys.OFFSET_DELETE, 0, req)
     return r.error_code, {p.partition_index: p.error_code for t in r.topics for p in t.partitions}
 
 
 def cg_heartbeat(c: WireClient, group: str, member_id: str, epoch: int, version: int = 1, **kw):
-    m = Msg(68, version)
+    m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, version)
     fields = {"group_id": group, "member_id": member_id, "member_epoch": epoch, "instance_id": None, "rack_id": None,
                   "rebalance_timeout": -1, "subscribed_topic_names": None, "subscribed_topic_regex": None,
                   "server_assignor": None, "topic_partitions": None}
@@ -255,12 +261,14 @@ def cg_heartbeat(c: WireClient, group: str, member_id: str, epoch: int, version:
     if isinstance(fields["topic_partitions"], dict):
         fields["topic_partitions"] = tuple(m("TopicPartitions", topic_id=t, partitions=tuple(ps))
                                            for t, ps in fields["topic_partitions"].items())
-    return c.request(68, version, m.loose(**fields))
+    return c.request(ApiKeys.CONSUMER_GROUP_HEARTBEAT, version, m.loose(**fields))
 
 
 def cg_describe(bs: str, group: str):
     with WireClient(bs) as c:
-        return c.request(69, 0, Msg(69, 0)(group_ids=(group,), include_authorized_operations=False)).groups[0]
+        return c.request(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0,
+                         Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0)(group_ids=(group,),
+                                                                 include_authorized_operations=False)).groups[0]
 
 
 def cg_snapshot(bs: str, group: str):

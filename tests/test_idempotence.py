@@ -47,6 +47,7 @@ from clientlib import segment_batches
 from confluent_kafka import Producer
 from wire import Api, Msg, WireClient, build_batch, decode_request_frame, decode_response, records_of
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records import batch as rb
 from kesque.testing.broker import Broker
 
@@ -78,8 +79,9 @@ def kb(tmp_path):
 
 
 def init_producer_id(api: Api) -> tuple[int, int]:
-    m = Msg(22, 4)
-    r = api.c.request(22, 4, m(transactional_id=None, transaction_timeout=60000, producer_id=-1, producer_epoch=-1))
+    m = Msg(ApiKeys.INIT_PRODUCER_ID, 4)
+    r = api.c.request(ApiKeys.INIT_PRODUCER_ID, 4, m(transactional_id=None, transaction_timeout=60000, producer_id=-1,
+                                                     producer_epoch=-1))
     assert r.error_code == NONE, r
     assert r.producer_id >= 0 and r.producer_epoch == 0, r
     return r.producer_id, r.producer_epoch
@@ -231,7 +233,7 @@ class DroppingProxy:
     def _on_request(self, frame: bytes, pending: dict) -> bool:
         api_key, version, corr = _I16.unpack_from(frame, 4)[0], _I16.unpack_from(frame, 6)[0], \
             _I32.unpack_from(frame, 8)[0]
-        if api_key == 0:
+        if api_key == ApiKeys.PRODUCE:
             _, _, req = decode_request_frame(frame)
             batches = []
             for t in req.topic_data:
@@ -258,7 +260,7 @@ class DroppingProxy:
                 return True
             self.dropped += 1
             self.in_flight_at_drop.append(len(pending))  # other requests of this connection then unanswered
-            _, resp = decode_response(0, version, frame[4:])
+            _, resp = decode_response(ApiKeys.PRODUCE, version, frame[4:])
             ok = {(t.name, p.index) for t in resp.responses for p in t.partition_responses if p.error_code == NONE}
             self.acked_unheard.update(b for b in batches if (b[0], b[1]) in ok)
         return False  # swallow the response: the pump closes both sockets
@@ -470,16 +472,17 @@ def test_snapshot_written_after_recovery(kb):
 
 
 def _set_topic_config(api: Api, topic: str, **configs: str) -> None:
-    m = Msg(44, 1)
-    r = api.c.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic, configs=tuple(
+    m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
+    r = api.c.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
+                      m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic, configs=tuple(
         m("AlterableConfig", name=k.replace("_", "."), config_operation=0, value=v) for k, v in configs.items())),),
         validate_only=False))
     assert r.responses[0].error_code == NONE, r.responses[0]
 
 
 def _delete_records(api: Api, topic: str, offset: int) -> int:
-    m = Msg(21, 2)
-    r = api.c.request(21, 2, m(topics=(m("DeleteRecordsTopic", name=topic, partitions=(
+    m = Msg(ApiKeys.DELETE_RECORDS, 2)
+    r = api.c.request(ApiKeys.DELETE_RECORDS, 2, m(topics=(m("DeleteRecordsTopic", name=topic, partitions=(
         m("DeleteRecordsPartition", partition_index=0, offset=offset),)),), timeout=10000))
     p = r.topics[0].partitions[0]
     assert p.error_code == NONE, p

@@ -259,15 +259,15 @@ def test_not_an_io_error_keeps_its_handling(dirs):
 def test_no_append_after_a_failed_write_even_once_space_is_back(point, tmp_path, monkeypatch):
     """The issue's loss: space freed after a partial write, later appends went into new segments
     after the torn batch, and recovery after a SIGKILL cut everything from the torn batch on.
-    Now the Log refuses every append after a failed write (before any handler ran), so the
+    Now the UnifiedLog refuses every append after a failed write (before any handler ran), so the
     partial batch can only be the tail of the last segment, which recovery truncates."""
     from kesque.config.topic import LogConfig
-    from kesque.storage.log import Log
+    from kesque.storage.unified_log import UnifiedLog
 
     root = tmp_path / "d"
     fs = FaultFS(str(root)).install(monkeypatch)
     cfg = dataclasses.replace(LogConfig(), segment_bytes=200, index_interval_bytes=1)
-    lg = Log(str(root / "t-0"), "t", 0, cfg)
+    lg = UnifiedLog(str(root / "t-0"), "t", 0, cfg)
     acked = []
 
     def append(value: bytes) -> int:
@@ -291,7 +291,7 @@ def test_no_append_after_a_failed_write_even_once_space_is_back(point, tmp_path,
     assert append(b"after") == ErrorCode.kafka_storage_error, "appended after a failed write"
     assert (torn_only_at_tail(str(root / "t-0")) is not None) == (point == "segment-append")
     lg.close_handles()                          # SIGKILL: nothing more is written
-    again = Log(str(root / "t-0"), "t", 0, cfg)  # no clean shutdown: recovery
+    again = UnifiedLog(str(root / "t-0"), "t", 0, cfg)  # no clean shutdown: recovery
     values = values_in(str(root / "t-0"))
     assert values[:len(acked)] == acked and set(values) - set(acked) <= {b"w%d" % first}
     again.close()

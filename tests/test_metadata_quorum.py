@@ -90,7 +90,7 @@ def test_no_leader_among_the_voters_is_javas_empty_optional():
 ])
 def test_usage_errors(capsys, monkeypatch, argv, err):
     monkeypatch.delenv("COLUMNS", raising=False)
-    monkeypatch.setattr("kesque.cli.transactions.format_width", lambda: 75)
+    monkeypatch.setattr("kesque.cli.plumbing.argparse4j.format_width", lambda: 75)
     assert MQ.main(argv) == 1
     assert capsys.readouterr().err.endswith(err)
 

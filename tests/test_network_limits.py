@@ -27,6 +27,7 @@ from clientlib import (assert_same, consume_confluent, counts, expected_by_parti
                        wait_for_log)
 from conftest import running_broker
 from wire import Api, WireClient, build_batch, consume_all, encode_request
+from kesque.protocol.api_keys import ApiKeys
 
 I32 = struct.Struct(">i")
 MiB = 1 << 20
@@ -75,7 +76,8 @@ def barrier(api: Api, turns: int = 5) -> None:
 
 def produce_frame(api: Api, topic: str, value: bytes, corr: int) -> bytes:
     """A whole Produce v9 request frame (acks=1) carrying one record."""
-    return encode_request(0, 9, api.produce_request(topic, build_batch([(None, value, ())]), acks=1), corr)
+    return encode_request(ApiKeys.PRODUCE, 9, api.produce_request(topic, build_batch([(None, value, ())]), acks=1),
+                          corr)
 
 
 def frame_of_size(api: Api, topic: str, corr: int, size: int) -> bytes:
@@ -89,7 +91,7 @@ def frame_of_size(api: Api, topic: str, corr: int, size: int) -> bytes:
 
 def produced(c: WireClient) -> tuple[int, int]:
     """(correlation id, error code) of the Produce v9 answer on ``c``."""
-    corr, resp = c.recv(0, 9, timeout=15)
+    corr, resp = c.recv(ApiKeys.PRODUCE, 9, timeout=15)
     return corr, resp.responses[0].partition_responses[0].error_code
 
 
@@ -231,12 +233,12 @@ def test_idle_connections_are_closed_active_ones_are_not(tmp_path):
         api.create_topic("idle")
         half.send_raw(I32.pack(100) + b"\x00" * 50)
         fetch = Api(polling).fetch_request("idle", 0, max_wait=4000, min_bytes=1)
-        corr = polling.send(1, 12, fetch)
+        corr = polling.send(ApiKeys.FETCH, 12, fetch)
         t0 = time.monotonic()
         while time.monotonic() - t0 < 4.5:
             assert api.api_versions().error_code == 0
             time.sleep(0.25)
-        got, resp = polling.recv(1, 12)
+        got, resp = polling.recv(ApiKeys.FETCH, 12)
         assert got == corr and resp.error_code == 0
         assert silent.is_closed(timeout=20)
         assert half.is_closed(timeout=20)

@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.testing.cluster import Cluster
 from kesque.testing.kafka import KafkaCluster, unavailable
@@ -76,14 +77,16 @@ class Cut:
 def old_leader_answers(address: tuple[str, int], topic: str) -> dict:
     out = {}
     with WireClient(address, timeout=30) as w:
-        m = Msg(3, 12)
-        r = w.request(3, 12, m(topics=(m("MetadataRequestTopic", name=topic, topic_id=uuid.UUID(int=0)),),
+        m = Msg(ApiKeys.METADATA, 12)
+        r = w.request(ApiKeys.METADATA, 12,
+                      m(topics=(m("MetadataRequestTopic", name=topic, topic_id=uuid.UUID(int=0)),),
                               allow_auto_topic_creation=False, include_topic_authorized_operations=False))
         p = r.topics[0].partitions[0]
         out["metadata"] = (int(p.error_code), p.leader_id, sorted(p.isr_nodes))
         for acks in (-1, 1):
-            m = Msg(0, 11)
-            r = w.request(0, 11, m(acks=acks, timeout=3000, topic_data=(m("TopicProduceData", name=topic, partition_data=(
+            m = Msg(ApiKeys.PRODUCE, 11)
+            r = w.request(ApiKeys.PRODUCE, 11, m(acks=acks, timeout=3000,
+                                                 topic_data=(m("TopicProduceData", name=topic, partition_data=(
                 m("PartitionProduceData", index=0, records=build_batch([(None, b"probe", ())])),)),)), timeout=30)
             out[f"acks={acks}"] = int(r.responses[0].partition_responses[0].error_code)
     return out

@@ -19,6 +19,7 @@ import pytest
 
 import oracle
 from wire import Api, Msg, WireClient, build_batch
+from kesque.protocol.api_keys import ApiKeys
 
 pytestmark = oracle.MARKS
 
@@ -48,24 +49,25 @@ def batches(t0: int, producer_id: int = -1):
 
 
 def init_producer_id(client: WireClient) -> int:
-    m = Msg(22, 4)
+    m = Msg(ApiKeys.INIT_PRODUCER_ID, 4)
     request = m(transactional_id=None, transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
-    r = wait_until(lambda: (r := client.request(22, 4, request)).error_code not in (14, 15) and r,
+    r = wait_until(lambda: (r := client.request(ApiKeys.INIT_PRODUCER_ID, 4, request)).error_code not in (14, 15) and r,
                    "the producer id manager")  # COORDINATOR_LOAD_IN_PROGRESS / _NOT_AVAILABLE while starting
     assert r.error_code == 0, r
     return r.producer_id
 
 
 def delete_records(client: WireClient, topic: str, offset: int) -> int:
-    m = Msg(21, 2)
-    r = client.request(21, 2, m(topics=(m("DeleteRecordsTopic", name=topic, partitions=(
+    m = Msg(ApiKeys.DELETE_RECORDS, 2)
+    r = client.request(ApiKeys.DELETE_RECORDS, 2, m(topics=(m("DeleteRecordsTopic", name=topic, partitions=(
         m("DeleteRecordsPartition", partition_index=0, offset=offset),)),), timeout=10000))
     return r.topics[0].partitions[0].error_code
 
 
 def alter_topic(client: WireClient, topic: str, key: str, value: str) -> int:
-    m = Msg(44, 1)
-    r = client.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic, configs=(
+    m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
+    r = client.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
+                       m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic, configs=(
         m("AlterableConfig", name=key, config_operation=0, value=value),)),), validate_only=False))
     return r.responses[0].error_code
 

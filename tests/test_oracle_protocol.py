@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import oracle
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing import kafka as K
 from oracle import new_topic
 from oracle import pair as pair  # the module fixture (the redundant alias: a re-export, not an unused import)
@@ -172,11 +173,11 @@ def test_batch_larger_than_max_message_bytes(pair):
 def test_one_bad_partition_does_not_fail_the_others(pair):
     def scenario(api, topic):
         create(api, topic, partitions=3)
-        m = Msg(0, 9)
+        m = Msg(ApiKeys.PRODUCE, 9)
         parts = (m("PartitionProduceData", index=0, records=build_batch([(None, b"p0", ())])),
                  m("PartitionProduceData", index=1, records=_bad_crc()),
                  m("PartitionProduceData", index=7, records=build_batch([(None, b"p7", ())])))
-        r = api.c.request(0, 9, m(transactional_id=None, acks=-1, timeout=5000,
+        r = api.c.request(ApiKeys.PRODUCE, 9, m(transactional_id=None, acks=-1, timeout=5000,
                                   topic_data=(m("TopicProduceData", name=topic, partition_data=parts),)))
         return sorted((p.index, p.error_code) for p in r.responses[0].partition_responses)
 
@@ -229,10 +230,11 @@ def test_create_topics_bad_counts(pair):
 def test_create_partitions_bad_counts(pair):
     def scenario(api, topic):
         create(api, topic, partitions=3)
-        m = Msg(37, 3)
+        m = Msg(ApiKeys.CREATE_PARTITIONS, 3)
         out = []
         for name, count in ((topic, 2), (topic, 3), (topic, 0), (topic, -1), (topic, 10004), (new_topic(), 5)):
-            r = api.c.request(37, 3, m(topics=(m("CreatePartitionsTopic", name=name, count=count, assignments=None),),
+            r = api.c.request(ApiKeys.CREATE_PARTITIONS, 3,
+                              m(topics=(m("CreatePartitionsTopic", name=name, count=count, assignments=None),),
                                        timeout=5000, validate_only=True))
             out.append((count, r.results[0].error_code, text(r.results[0].error_message, topic)))
         return out
@@ -246,12 +248,14 @@ def test_create_partitions_bad_counts(pair):
 def test_alter_configs_invalid_values(pair, key, value):
     def scenario(api, topic):
         create(api, topic)
-        m = Msg(33, 2)
-        legacy = api.c.request(33, 2, m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
+        m = Msg(ApiKeys.ALTER_CONFIGS, 2)
+        legacy = api.c.request(ApiKeys.ALTER_CONFIGS, 2,
+                               m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
                                                      configs=(m("AlterableConfig", name=key, value=value),)),),
                                         validate_only=False)).responses[0]
-        m = Msg(44, 1)
-        incr = api.c.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
+        m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
+        incr = api.c.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
+                             m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
                                                    configs=(m("AlterableConfig", name=key, config_operation=0,
                                                               value=value),)),),
                                       validate_only=False)).responses[0]
@@ -263,8 +267,9 @@ def test_alter_configs_invalid_values(pair, key, value):
 def test_incremental_alter_configs_bad_operation_on_scalar(pair):
     def scenario(api, topic):
         create(api, topic)
-        m = Msg(44, 1)
-        r = api.c.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
+        m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
+        r = api.c.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
+                          m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
                                                 configs=(m("AlterableConfig", name="retention.ms", config_operation=2,
                                                            value="5"),)),),
                                    validate_only=False)).responses[0]
@@ -275,8 +280,9 @@ def test_incremental_alter_configs_bad_operation_on_scalar(pair):
 
 def _broker_read_only(api) -> dict[str, bool]:
     """{key: read_only} of DescribeConfigs on BROKER 1, every key."""
-    m = Msg(32, 4)
-    r = api.c.request(32, 4, m(resources=(m("DescribeConfigsResource", resource_type=4, resource_name="1",
+    m = Msg(ApiKeys.DESCRIBE_CONFIGS, 4)
+    r = api.c.request(ApiKeys.DESCRIBE_CONFIGS, 4,
+                      m(resources=(m("DescribeConfigsResource", resource_type=4, resource_name="1",
                                             configuration_keys=None),),
                                include_synonyms=False, include_documentation=False)).results[0]
     assert r.error_code == 0, r
@@ -299,13 +305,15 @@ def test_describe_configs_read_only_of_every_broker_key(pair):
 def test_alter_configs_of_advertised_listeners_is_refused(pair):
     def scenario(api, topic):
         value = "PLAINTEXT://127.0.0.1:1"
-        m = Msg(33, 2)
-        legacy = api.c.request(33, 2, m(resources=(m("AlterConfigsResource", resource_type=4, resource_name="1",
+        m = Msg(ApiKeys.ALTER_CONFIGS, 2)
+        legacy = api.c.request(ApiKeys.ALTER_CONFIGS, 2,
+                               m(resources=(m("AlterConfigsResource", resource_type=4, resource_name="1",
                                                      configs=(m("AlterableConfig", name="advertised.listeners",
                                                                 value=value),)),),
                                         validate_only=True)).responses[0]
-        m = Msg(44, 1)
-        incr = api.c.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=4, resource_name="1",
+        m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
+        incr = api.c.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
+                             m(resources=(m("AlterConfigsResource", resource_type=4, resource_name="1",
                                                    configs=(m("AlterableConfig", name="advertised.listeners",
                                                               config_operation=0, value=value),)),),
                                       validate_only=True)).responses[0]
@@ -352,7 +360,7 @@ def test_unknown_api_and_unsupported_versions_close_the_connection(pair):
 
 def test_api_versions_from_the_future_gets_a_v0_answer(pair):
     def scenario(api, _topic):
-        api.c.send(18, 99, b"\x00\x01\x02garbage-of-a-future-version")
+        api.c.send(ApiKeys.API_VERSIONS, 99, b"\x00\x01\x02garbage-of-a-future-version")
         raw = api.c.recv_frame()
         error, = struct.unpack_from(">h", raw, 4)
         return error, Api(api.c).api_versions(3).error_code

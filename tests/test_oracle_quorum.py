@@ -31,6 +31,7 @@ import time
 import pytest
 
 import oracle
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing import kafka as K
 
 pytestmark = oracle.MARKS
@@ -156,7 +157,7 @@ def create_topic(bootstrap: str, name: str, timeout_ms: int = 5000, wait: float 
             make(rq.CreatableTopic, name=name, num_partitions=1, replication_factor=1, assignments=(),
                  configs=()),))
     with Connection.to_any(bootstrap, "quorum-test", wait, connect_timeout=2.0) as conn:
-        return int(conn.request(19, build).topics[0].error_code)
+        return int(conn.request(ApiKeys.CREATE_TOPICS, build).topics[0].error_code)
 
 
 def quorum(bootstrap: str, controllers: bool = False, timeout_ms: int = 5000):

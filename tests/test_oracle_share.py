@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 import oracle
+from kesque.protocol.api_keys import ApiKeys
 from test_groups_bad_input import find_coordinator
 from wire import Msg, WireClient
 
@@ -53,7 +54,7 @@ def _group_on(broker, records: int) -> tuple[str, str]:
 def _fetch(c, group, member, epoch, tid, acks=(), max_wait=0, version=1, max_records=500, min_bytes=1,
            max_bytes=1 << 20, **v2):
     """ShareFetch of partition 0; ``v2``: share_acquire_mode, is_renew_ack."""
-    m = Msg(78, version)
+    m = Msg(ApiKeys.SHARE_FETCH, version)
     batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
                     for f, last, t in acks)
     body = m(group_id=group, member_id=member, share_session_epoch=epoch, max_wait=max_wait, min_bytes=min_bytes,
@@ -61,14 +62,15 @@ def _fetch(c, group, member, epoch, tid, acks=(), max_wait=0, version=1, max_rec
              topics=(m("FetchTopic", topic_id=tid, partitions=(
                  m("FetchPartition", partition_index=0, acknowledgement_batches=batches),)),),
              forgotten_topics_data=())
-    return c.request(78, version, body)
+    return c.request(ApiKeys.SHARE_FETCH, version, body)
 
 
 def _ack(c, group, member, epoch, tid, acks, version=1, **v2):
-    m = Msg(79, version)
+    m = Msg(ApiKeys.SHARE_ACKNOWLEDGE, version)
     batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
                     for f, last, t in acks)
-    return c.request(79, version, m(group_id=group, member_id=member, share_session_epoch=epoch, **v2, topics=(
+    return c.request(ApiKeys.SHARE_ACKNOWLEDGE, version, m(group_id=group, member_id=member, share_session_epoch=epoch,
+                                                           **v2, topics=(
         m("AcknowledgeTopic", topic_id=tid, partitions=(
             m("AcknowledgePartition", partition_index=0, acknowledgement_batches=batches),)),)))
 
@@ -85,13 +87,15 @@ def _answer(r):
 
 def _join(c, group, topic, member):
     """ShareGroupHeartbeat until the member has its assignment: the topic id."""
-    hb = Msg(76, 1)
-    r = c.request(76, 1, hb(group_id=group, member_id=member, member_epoch=0, subscribed_topic_names=(topic,)))
+    hb = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)
+    r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, hb(group_id=group, member_id=member, member_epoch=0,
+                                                       subscribed_topic_names=(topic,)))
     end = time.monotonic() + 30
     while not (r.assignment and r.assignment.topic_partitions):
         assert r.error_code == 0 and time.monotonic() < end, r
         time.sleep(0.1)
-        r = c.request(76, 1, hb(group_id=group, member_id=member, member_epoch=r.member_epoch))
+        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, hb(group_id=group, member_id=member,
+                                                           member_epoch=r.member_epoch))
     return r.assignment.topic_partitions[0].topic_id
 
 
@@ -101,7 +105,8 @@ def _leave_then_final_ack(broker):
     with WireClient(broker.bootstrap_servers) as c:
         tid = _join(c, group, topic, "m1")
         out.append(("open", _answer(_fetch(c, group, "m1", 0, tid, max_wait=5000))))
-        r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                      Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
         out.append(("leave", int(r.error_code)))
         # the session outlives the membership: the final acknowledgement is applied
         out.append(("final ack after leave", _answer(_ack(c, group, "m1", -1, tid, [(0, 4, 1)]))))

@@ -1,4 +1,4 @@
-"""Partition on a real Log with followers (no network): the leader-side wiring of the
+"""Partition on a real UnifiedLog with followers (no network): the leader-side wiring of the
 replication rules — follower fetches move the high watermark, a moved HW wakes what waits on it
 (acks=all produces, consumer fetches) with the bytes it made visible, and KIP-320's diverging
 epoch comes back instead of records."""
@@ -15,7 +15,7 @@ from kesque.errors import ErrorCode, KafkaError
 from kesque.records.records import build_batch
 from kesque.replication.delayed import wait_for_acks, wait_for_bytes
 from kesque.replication.partition import FETCH_HIGH_WATERMARK, Partition, ReplicaEnv
-from kesque.storage.log import Log
+from kesque.storage.unified_log import UnifiedLog
 
 NOW = 1_700_000_000_000
 
@@ -52,7 +52,7 @@ class Env(ReplicaEnv):
 @pytest.fixture
 def leader(tmp_path):
     env = Env()
-    lg = Log(str(tmp_path / "t-0"), "t", 0, LogConfig(), now_ms=NOW)
+    lg = UnifiedLog(str(tmp_path / "t-0"), "t", 0, LogConfig(), now_ms=NOW)
     part = Partition("t", 0, None, lg, 1, env)
     part.make_leader([1, 2], [1, 2], 0, 0)
     env.partitions[("t", 0)] = part
@@ -117,7 +117,7 @@ def test_acks_all_is_refused_below_min_isr_and_accepted_at_rf1(leader, tmp_path)
     assert e.value.code == ErrorCode.not_enough_replicas
     assert append(part, b"m", acks=1).first_offset == 0
     # Kafka's effective min ISR is min(min.insync.replicas, replication factor)
-    lg = Log(str(tmp_path / "u-0"), "u", 0, LogConfig(min_insync_replicas=2), now_ms=NOW)
+    lg = UnifiedLog(str(tmp_path / "u-0"), "u", 0, LogConfig(min_insync_replicas=2), now_ms=NOW)
     single = Partition("u", 0, None, lg, 1, Env())
     single.make_leader([1], [1], 0, 0)
     assert append(single, b"m").first_offset == 0 and lg.high_watermark == 1
@@ -157,7 +157,7 @@ def test_a_new_leader_answers_offset_not_available_until_its_hw_reaches_its_epoc
     from kesque.server.apis.offsets import EARLIEST, LATEST, OffsetApis
 
     env = Env()
-    lg = Log(str(tmp_path / "t-0"), "t", 0, LogConfig(), now_ms=NOW)
+    lg = UnifiedLog(str(tmp_path / "t-0"), "t", 0, LogConfig(), now_ms=NOW)
     part = Partition("t", 0, None, lg, 2, env)
     part.make_follower(1, [1, 2], 0, 0)
     part.log.append_raw(build_batch([(None, b"a", ()), (None, b"b", ())], timestamp=NOW), NOW)  # HW stays 0

@@ -33,7 +33,7 @@ from kesque.records import batch as rb
 from kesque.records.records import CONTROL_ABORT, CONTROL_COMMIT, build_batch, iter_records, read_end_txn_marker
 from kesque.replication.partition import Partition
 from kesque.storage import checkpoint as ck
-from kesque.storage.log import Log
+from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.log_manager import LogManager
 from powerloss import PowerLossFS
 from test_txn_span import fetch_committed
@@ -111,7 +111,7 @@ class Model:
     """What was written and what the storage claimed, across power cuts."""
 
     batches: dict[int, bytes] = field(default_factory=dict)  # base offset -> bytes as stored
-    flushed: int = 0  # highest offset Log.flush reported durable (exclusive)
+    flushed: int = 0  # highest offset UnifiedLog.flush reported durable (exclusive)
     log_start_checkpointed: int = 0
     log_start_max: int = 0  # highest log start set before the last cut (epochs below it may be gone)
     epoch: int = 0
@@ -132,18 +132,18 @@ class Node:
         self.lm = LogManager([root], clock, node_id=1, cluster_id="powerloss")
         self.lm.prepare_dirs()
         self.lm.load_logs(lambda _topic: (cfg, TOPIC_ID))
-        self.log: Log = self.lm.get_or_create_log(TOPIC, 0, cfg, TOPIC_ID)
+        self.log: UnifiedLog = self.lm.get_or_create_log(TOPIC, 0, cfg, TOPIC_ID)
         self.log.update_high_watermark(self.log.log_end_offset)
 
     def crash(self) -> None:
         """The process dies with the machine: descriptors go (its log-dir locks with them),
         nothing is flushed."""
-        for seg in self.log.segments + [s for _due, s in self.log._pending_deletes]:
+        for seg in self.log.segments + [s for _due, s in self.log.local_log.pending_deletes]:
             seg.close()
         self.lm.release_locks()
 
 
-def _stored(lg: Log, first: int, last: int) -> dict[int, bytes]:
+def _stored(lg: UnifiedLog, first: int, last: int) -> dict[int, bytes]:
     return {h.base_offset: bytes(data) for h, data in lg.read_batches(first, last + 1)}
 
 
@@ -231,7 +231,7 @@ def lose_power(node: Node, m: Model, fs: PowerLossFS, root: str) -> Node:
     return node
 
 
-def check_read_committed(lg: Log) -> None:
+def check_read_committed(lg: UnifiedLog) -> None:
     """A read_committed consumer from the log start gets exactly the records of committed
     transactions and of plain producers, below the LSO: what a lost or stale ``.txnindex``
     or producer state would break."""
@@ -261,7 +261,7 @@ def check_read_committed(lg: Log) -> None:
     assert got == expected, "read_committed after the power cut"
 
 
-def check_consistent(lg: Log, m: Model) -> None:
+def check_consistent(lg: UnifiedLog, m: Model) -> None:
     base = lg.segments[0].base_offset
     stored = list(lg.read_batches(base))
     expected_next = base
@@ -279,7 +279,7 @@ def check_consistent(lg: Log, m: Model) -> None:
     check_transactions(lg, stored)
 
 
-def check_indexes(lg: Log) -> None:
+def check_indexes(lg: UnifiedLog) -> None:
     for seg in lg.segments:
         for off, pos in zip(seg.offset_index.offsets, seg.offset_index.positions):
             h = rb.read_header(seg.pread(pos, rb.HEADER_SIZE))
@@ -291,7 +291,7 @@ def check_indexes(lg: Log) -> None:
             assert found is not None and found[1].base_offset == h.base_offset
 
 
-def check_epochs(lg: Log, stored, start: int) -> None:
+def check_epochs(lg: UnifiedLog, stored, start: int) -> None:
     """The cache agrees with every batch from ``start`` on (below a log start that was once set
     the cache may have been truncated already: Kafka's truncateFromStart)."""
     cache = lg.leader_epoch_cache
@@ -303,7 +303,7 @@ def check_epochs(lg: Log, stored, start: int) -> None:
                 f"epoch cache {cache.entries} disagrees with batch {h.base_offset} (epoch {h.partition_leader_epoch})"
 
 
-def check_transactions(lg: Log, stored) -> None:
+def check_transactions(lg: UnifiedLog, stored) -> None:
     """Producer state, LSO and aborted-transaction index against a replay of the batches from
     the log start (the state of producers below it may come from a snapshot, or be gone)."""
     start = lg.log_start_offset
@@ -375,15 +375,15 @@ def run(disk: str, fs: PowerLossFS, cfg: LogConfig, ops, m: Model) -> Model:
 
 
 def record_flushes(mp, m: Model) -> None:
-    """Spy on Log.flush: what it reports durable is everything below the offset it flushed to."""
-    real = Log.flush
+    """Spy on UnifiedLog.flush: what it reports durable is everything below the offset it flushed to."""
+    real = UnifiedLog.flush
 
-    def flush(lg: Log, up_to: int | None = None) -> None:
+    def flush(lg: UnifiedLog, up_to: int | None = None) -> None:
         target = lg.log_end_offset if up_to is None else up_to
         real(lg, up_to)
         m.flushed = max(m.flushed, target)
 
-    mp.setattr(Log, "flush", flush)
+    mp.setattr(UnifiedLog, "flush", flush)
 
 
 @settings(max_examples=examples(150), suppress_health_check=[HealthCheck.function_scoped_fixture])

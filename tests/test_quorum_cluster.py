@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.testing.broker import Broker
 from kesque.testing.kafka import free_port, random_cluster_id
@@ -101,16 +102,16 @@ class Nodes:
 
 
 def describe_quorum(c: WireClient, version: int = 2):
-    m = Msg(55, version)
-    return c.request(55, version, m(topics=(m("TopicData", topic_name="__cluster_metadata",
+    m = Msg(ApiKeys.DESCRIBE_QUORUM, version)
+    return c.request(ApiKeys.DESCRIBE_QUORUM, version, m(topics=(m("TopicData", topic_name="__cluster_metadata",
                                                 partitions=(m("PartitionData", partition_index=0),)),)))
 
 
 def create(api: Api, name: str, partitions: int = 3, rf: int = 3, timeout_ms: int = 10000):
-    m = Msg(19, 7)
+    m = Msg(ApiKeys.CREATE_TOPICS, 7)
     topic = m("CreatableTopic", name=name, num_partitions=partitions, replication_factor=rf, assignments=(),
               configs=())
-    return api.c.request(19, 7, m(topics=(topic,), timeout=timeout_ms, validate_only=False),
+    return api.c.request(ApiKeys.CREATE_TOPICS, 7, m(topics=(topic,), timeout=timeout_ms, validate_only=False),
                          timeout=timeout_ms / 1000 + 10).topics[0]
 
 
@@ -292,13 +293,13 @@ def test_broker_only_nodes_join_a_lone_combined_voter():
 
 def test_a_node_of_another_cluster_is_refused(nodes):
     """A Vote carrying another cluster id gets INCONSISTENT_CLUSTER_ID, as Kafka answers."""
-    m = Msg(52, 2)
+    m = Msg(ApiKeys.VOTE, 2)
     part = m("PartitionData", partition_index=0, replica_epoch=99, replica_id=7, replica_directory_id=None,
              voter_directory_id=None, last_offset_epoch=99, last_offset=999, pre_vote=False)
     req = m(cluster_id="another-cluster-id", voter_id=1,
             topics=(m("TopicData", topic_name="__cluster_metadata", partitions=(part,)),))
     with WireClient(("127.0.0.1", nodes.controller_ports[0])) as c:
-        p = c.request(52, 2, req).topics[0].partitions[0]
+        p = c.request(ApiKeys.VOTE, 2, req).topics[0].partitions[0]
     assert (p.error_code, p.vote_granted) == (104, False)
     assert nodes.leader() in (1, 2, 3)
 

@@ -11,7 +11,7 @@ import pytest
 from kesque.clock import ManualClock
 from kesque.config.broker import BrokerConfig
 from kesque.controller.controller import NewTopic
-from kesque.controller.quorum import QuorumController
+from kesque.server.drivers.quorum_controller import QuorumController
 from kesque.errors import ErrorCode, KafkaError
 from kesque.raft import Record, StateChange
 from kesque.raft.log import LeaderChange

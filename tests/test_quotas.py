@@ -10,6 +10,7 @@ from conftest import running_broker
 from wire import Api, ConnectionClosed, Msg, WireClient, build_batch, records_of
 
 from kesque.errors import ErrorCode
+from kesque.protocol.api_keys import ApiKeys
 
 USER, CLIENT = "user", "client-id"
 
@@ -101,22 +102,24 @@ def test_throttled_produce_and_fetch_answer_at_once_then_mute_only_that_connecti
         api.create_topic(topic_name)
         alter_ok(api, [({CLIENT: "slow"}, {"producer_byte_rate": 1})])
         # ~1 kB at 1 B/s over the 10 s minimum window: throttled for ~1000 s, answered now
-        r = slow.request(0, 9, Api(slow).produce_request(topic_name, batch))
+        r = slow.request(ApiKeys.PRODUCE, 9, Api(slow).produce_request(topic_name, batch))
         assert r.responses[0].partition_responses[0].error_code == 0
         assert throttle_ms(r) > 600_000
         # the slow connection is muted: its next request is not even read...
-        slow.send(18, 3, Msg(18, 3)(client_software_name="t", client_software_version="1"))
+        slow.send(ApiKeys.API_VERSIONS, 3, Msg(ApiKeys.API_VERSIONS, 3)(client_software_name="t",
+                                                                        client_software_version="1"))
         with pytest.raises(TimeoutError):
             slow.recv_frame(timeout=1.0)
         # ...while other connections are served, unthrottled
-        r = fast.request(0, 9, api.produce_request(topic_name, batch))
+        r = fast.request(ApiKeys.PRODUCE, 9, api.produce_request(topic_name, batch))
         assert (r.responses[0].partition_responses[0].error_code, throttle_ms(r)) == (0, 0)
     with WireClient(bs, client_id="slow-reader") as slow, WireClient(bs, client_id="fast") as fast:
         alter_ok(Api(fast), [({CLIENT: "slow-reader"}, {"consumer_byte_rate": 1})])
         # over its quota: an empty response with the throttle time (as Kafka), then muted
         r = Api(slow).fetch(topic_name, 0)
         assert throttle_ms(r) > 600_000 and r.responses == ()
-        slow.send(18, 3, Msg(18, 3)(client_software_name="t", client_software_version="1"))
+        slow.send(ApiKeys.API_VERSIONS, 3, Msg(ApiKeys.API_VERSIONS, 3)(client_software_name="t",
+                                                                        client_software_version="1"))
         with pytest.raises(TimeoutError):
             slow.recv_frame(timeout=1.0)
         r = Api(fast).fetch(topic_name, 0)
@@ -138,7 +141,7 @@ def test_precedence_on_a_real_broker(broker, topic_name):
 
     def throttled(client_id: str) -> bool:
         with WireClient(bs, client_id=client_id) as c:  # a fresh connection: a throttled one is muted
-            return throttle_ms(c.request(0, 9, Api(c).produce_request(topic_name, batch))) > 0
+            return throttle_ms(c.request(ApiKeys.PRODUCE, 9, Api(c).produce_request(topic_name, batch))) > 0
 
     with WireClient(bs, client_id="admin") as c:
         Api(c).create_topic(topic_name)
@@ -167,7 +170,7 @@ def test_request_percentage_throttles_a_metadata_flood_without_starving_others(t
 def flood_metadata(bs: str) -> None:
     with WireClient(bs, client_id="flood") as flood, WireClient(bs, client_id="calm") as calm:
         alter_ok(Api(calm), [({CLIENT: "flood"}, {"request_percentage": 10})])
-        m = Msg(3, 12)
+        m = Msg(ApiKeys.METADATA, 12)
         req = m(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         delays = []
         for _ in range(3000):  # bounded; the handler time of these is well over 10% of the loop's time
@@ -249,9 +252,9 @@ def test_requests_already_received_wait_for_the_throttle_too(broker, topic_name)
         alter_ok(Api(c), [({CLIENT: "piped"}, {"producer_byte_rate": 1})])
     with WireClient(bs, client_id="piped") as c:
         req = Api(c).produce_request(topic_name, batch)
-        data = b"".join(c.encode(0, 9, req)[1] for _ in range(2))
+        data = b"".join(c.encode(ApiKeys.PRODUCE, 9, req)[1] for _ in range(2))
         c.send_raw(data)  # both requests in one segment: the broker reads them together
-        _corr, first = c.recv(0, 9)
+        _corr, first = c.recv(ApiKeys.PRODUCE, 9)
         assert throttle_ms(first) > 600_000
         with pytest.raises(TimeoutError):
             c.recv_frame(timeout=1.0)
@@ -294,7 +297,8 @@ def test_an_alter_on_one_node_of_a_cluster_applies_on_every_node():
             if i + 1 not in leaders:
                 continue
             with WireClient(("127.0.0.1", nodes.brokers[i].port), client_id="slow") as slow:
-                r = slow.request(0, 9, Api(slow).produce_request("quota-spread", batch, partition=leaders[i + 1]))
+                r = slow.request(ApiKeys.PRODUCE, 9, Api(slow).produce_request("quota-spread", batch,
+                                                                               partition=leaders[i + 1]))
                 assert r.responses[0].partition_responses[0].error_code == 0
                 assert throttle_ms(r) > 600_000, f"node {i + 1} did not throttle"
     finally:

@@ -1,4 +1,4 @@
-"""The sans-IO quota core (kesque/server/quotas.py): precedence, Kafka's sampled rate and
+"""The sans-IO quota core (kesque/quotas.py): precedence, Kafka's sampled rate and
 the throttle-time formula, driven by a clock passed in."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kesque.errors import ErrorCode, KafkaError
-from kesque.server import quotas as q
-from kesque.server.quotas import CLIENT_ID, USER, ClientQuotaManager, Rate, entity_key
+from kesque import quotas as q
+from kesque.quotas import CLIENT_ID, USER, ClientQuotaManager, Rate, entity_key
 
 U, C = "alice", "app"
 LEVELS = [  # Kafka's eight levels, most specific first, with the rate tags each measures in
@@ -346,13 +346,14 @@ def test_values_added_up_on_the_fast_path_reach_the_rate_before_it_is_read():
 
 
 def test_the_servers_inline_fast_path_throttles_exactly_as_the_managers():
-    """KesqueServer.throttle takes ClientQuotaManager.record's fast path inline (every produce
+    """Throttler.throttle takes ClientQuotaManager.record's fast path inline (every produce
     and fetch under a quota): its decisions must be those of always-measured managers."""
     import random
     import types
 
     from kesque.server import server
     from kesque.server.context import RequestContext
+    from kesque.server.throttling import Throttler
 
     rnd = random.Random(3)
     clock = [0.0]
@@ -361,8 +362,7 @@ def test_the_servers_inline_fast_path_throttles_exactly_as_the_managers():
         fast, slow = q.Quotas(samples, 1), q.Quotas(samples, 1)
         for qs in (fast, slow):
             qs.update({entity_key({CLIENT_ID: "c"}): {q.PRODUCE: 300.0, q.REQUEST: 0.08}})
-        srv = types.SimpleNamespace(quotas=fast, _monotonic=lambda: clock[0])
-        throttle = server.KesqueServer.throttle.__get__(srv)
+        throttle = Throttler(fast, lambda: clock[0]).throttle
         header = types.SimpleNamespace(client_id="c")
         orig = server.time.perf_counter_ns
         server.time.perf_counter_ns = lambda: busy[0]

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
 from wire import Api, Msg, WireClient
 
@@ -36,10 +37,11 @@ def test_requests_are_answered_while_a_raft_flush_is_held(tmp_path, monkeypatch)
         open(hold, "w").close()                     # from now on every raft flush holds
         answers: list = []
         proposer = WireClient(addr, timeout=120)
-        m = Msg(19, 7)
+        m = Msg(ApiKeys.CREATE_TOPICS, 7)
         body = m(topics=(m("CreatableTopic", name="held", num_partitions=1, replication_factor=1,
                            assignments=(), configs=()),), timeout=120_000, validate_only=False)
-        creating = threading.Thread(target=lambda: answers.append(proposer.request(19, 7, body)), daemon=True)
+        creating = threading.Thread(target=lambda: answers.append(proposer.request(ApiKeys.CREATE_TOPICS, 7, body)),
+                                    daemon=True)
         try:
             creating.start()                         # its TopicRecord needs a flush to commit
             assert _wait_for(hold + ".held"), "no raft flush was held"

@@ -17,6 +17,7 @@ import pytest
 from test_quorum_cluster import Nodes
 from wire import Msg, WireClient
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing import kafka as K
 
 NO_ACTIVE = "None of the specified partition reassignments are active.\n"
@@ -33,13 +34,13 @@ def plan(path, topic: str, replicas: list[int], partition: int = 0) -> str:
 
 
 def alter(c: WireClient, topic: str, partition: int, replicas, version: int = 1):
-    m = Msg(45, version)
+    m = Msg(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, version)
     extra = {"allow_replication_factor_change": True} if version else {}
     body = m(timeout=10000, **extra, topics=(
         m("ReassignableTopic", name=topic, partitions=(
             m("ReassignablePartition", partition_index=partition,
               replicas=None if replicas is None else tuple(replicas)),)),))
-    p = c.request(45, version, body).responses[0].partitions[0]
+    p = c.request(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, version, body).responses[0].partitions[0]
     return int(p.error_code), p.error_message
 
 
@@ -49,8 +50,9 @@ def test_the_apis_answer_with_kafkas_errors(broker):
     r = tool("--bootstrap-server", broker.bootstrap_servers, "--list")
     assert r.stdout == "No partition reassignments found.\n"
     with WireClient(broker.bootstrap_servers) as c:
-        m = Msg(19, 7)
-        c.request(19, 7, m(topics=(m("CreatableTopic", name="one", num_partitions=1, replication_factor=1,
+        m = Msg(ApiKeys.CREATE_TOPICS, 7)
+        c.request(ApiKeys.CREATE_TOPICS, 7,
+                  m(topics=(m("CreatableTopic", name="one", num_partitions=1, replication_factor=1,
                                      assignments=(), configs=()),), timeout=10000, validate_only=False))
         assert alter(c, "nope", 0, [1]) == (3, "Unable to find a topic named nope.")
         assert alter(c, "one", 4, [1], version=0) == (3, "Unable to find partition one:4.")
@@ -58,8 +60,8 @@ def test_the_apis_answer_with_kafkas_errors(broker):
             39, "The manual partition assignment includes broker 9, but no such broker is registered.")
         assert alter(c, "one", 0, None) == (85, None)             # NO_REASSIGNMENT_IN_PROGRESS
         assert alter(c, "one", 0, [1]) == (0, None)
-        m = Msg(46, 0)
-        resp = c.request(46, 0, m(timeout=10000, topics=None))
+        m = Msg(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0)
+        resp = c.request(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0, m(timeout=10000, topics=None))
         assert (resp.error_code, resp.topics) == (0, ())
 
 
@@ -213,7 +215,7 @@ def test_a_reassignment_completes_once_the_new_replica_caught_up(cluster, tmp_pa
 ])
 def test_bad_plan_files_get_kafkas_messages(text, error):
     from kesque.cli.reassign_partitions import parse_reassignment
-    from kesque.cli.transactions import JavaError
+    from kesque.cli.plumbing.errors import JavaError
 
     with pytest.raises(JavaError) as e:
         parse_reassignment(text)
@@ -244,9 +246,10 @@ def _throttle_configs(cluster, topic: str) -> dict:
     out = {}
     for rtype, name, port in [(2, topic, cluster.brokers[0].port)] + [(4, str(i + 1), b.port)
                                                                       for i, b in enumerate(cluster.brokers)]:
-        m = Msg(32, 4)
+        m = Msg(ApiKeys.DESCRIBE_CONFIGS, 4)
         with WireClient(("127.0.0.1", port)) as c:
-            r = c.request(32, 4, m(resources=(m("DescribeConfigsResource", resource_type=rtype, resource_name=name,
+            r = c.request(ApiKeys.DESCRIBE_CONFIGS, 4,
+                          m(resources=(m("DescribeConfigsResource", resource_type=rtype, resource_name=name,
                                                 configuration_keys=None),),
                                    include_synonyms=False, include_documentation=False)).results[0]
         assert r.error_code == 0, r

@@ -21,11 +21,12 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.protocol.fetch import FetchPartitionResponse, encode_fetch_response, flatten
 from kesque.protocol.primitives import ProtocolError
 from kesque.protocol.replica_fetch import (
     MAX_VERSION, MIN_VERSION, decode_fetch_response, encode_replica_fetch_request)
-from kesque.server.apis.kiohelp import Msg
+from kesque.protocol.messages import Msg
 from kesque.server.channel import decode_response
 
 SETTINGS = settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow], deadline=None,
@@ -59,7 +60,7 @@ def replica_fetches(draw):
 
 def kio_request(version, replica_id, replica_epoch, max_wait, min_bytes, max_bytes, isolation, topics, rack):
     """The request as the fetcher built it with kio before the hand-written encoder."""
-    m = Msg(1, version, request=True)
+    m = Msg(ApiKeys.FETCH, version, request=True)
     return kio_encode(m(
         replica_state=m("ReplicaState", replica_id=replica_id, replica_epoch=replica_epoch), max_wait=max_wait,
         min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation, session_id=0, session_epoch=-1,
@@ -172,8 +173,8 @@ def assert_same(ours, theirs, version):
 def test_the_fetch_response_decoder_reads_what_kio_reads(case):
     version = case[0]
     frame = kio_response_frame(*case)
-    corr, ours = decode_fetch_response(1, version, frame)
-    kcorr, theirs = decode_response(1, version, frame)
+    corr, ours = decode_fetch_response(ApiKeys.FETCH, version, frame)
+    kcorr, theirs = decode_response(ApiKeys.FETCH, version, frame)
     assert corr == kcorr == 12345
     assert_same(ours, theirs, version)
 
@@ -188,7 +189,7 @@ def test_records_are_views_of_the_frame_and_kesques_own_encoder_decodes():
         FetchPartitionResponse(1, 0, 5, 5, 0, [], 0, diverging_epoch=(3, 42)),
         FetchPartitionResponse(2, 6, -1, -1, -1, [], 0, current_leader=(2, 9))])]))
     frame = bytearray(b"\x00\x00\x00\x07\x00" + body)
-    corr, resp = decode_fetch_response(1, 18, frame)
+    corr, resp = decode_fetch_response(ApiKeys.FETCH, 18, frame)
     p0, p1, p2 = resp.responses[0].partitions
     assert corr == 7 and resp.responses[0].topic_id == tid
     assert bytes(p0.records) == records and p0.high_watermark == 10 and p0.diverging_epoch is None
@@ -197,8 +198,8 @@ def test_records_are_views_of_the_frame_and_kesques_own_encoder_decodes():
     assert p2.error_code == 6 and (p2.current_leader.leader_id, p2.current_leader.leader_epoch) == (2, 9)
     frame[len(frame) - len(body) + body.index(records)] ^= 0xFF   # a view: the change shows through
     assert bytes(p0.records) != records
-    _c, theirs = decode_response(1, 18, bytes(frame))
-    assert_same(decode_fetch_response(1, 18, frame)[1], theirs, 18)
+    _c, theirs = decode_response(ApiKeys.FETCH, 18, bytes(frame))
+    assert_same(decode_fetch_response(ApiKeys.FETCH, 18, frame)[1], theirs, 18)
 
 
 @SETTINGS
@@ -208,14 +209,14 @@ def test_a_truncated_or_padded_response_is_a_protocol_error(case):
     for cut in sorted({0, 1, 3, 4, 5, len(frame) // 2, len(frame) - 1}):
         if 0 <= cut < len(frame):
             with pytest.raises(ProtocolError):
-                decode_fetch_response(1, case[0], frame[:cut])
+                decode_fetch_response(ApiKeys.FETCH, case[0], frame[:cut])
     with pytest.raises(ProtocolError):
-        decode_fetch_response(1, case[0], frame + b"\x00")
+        decode_fetch_response(ApiKeys.FETCH, case[0], frame + b"\x00")
 
 
 def test_versions_without_topic_ids_are_not_decoded():
     with pytest.raises(ValueError):
-        decode_fetch_response(1, 12, b"\x00" * 16)
+        decode_fetch_response(ApiKeys.FETCH, 12, b"\x00" * 16)
 
 
 def test_request_classes_have_the_fields_the_encoder_writes():

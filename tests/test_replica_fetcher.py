@@ -1,4 +1,4 @@
-"""The replica fetcher (kesque/replication/fetcher.py) against a fake leader: a small asyncio
+"""The replica fetcher (kesque/server/drivers/replica_fetcher.py) against a fake leader: a small asyncio
 server that answers Fetch and ListOffsets over TCP (framed and encoded as kesque's handlers do)
 from real leader Logs, checking each follower fetch with the sans-IO leader rules
 (LeaderReplication), with errors scripted per partition. Also the leader's ListOffsets for a
@@ -20,14 +20,15 @@ from kesque.config.broker import BrokerConfig
 from kesque.config.topic import LogConfig
 from kesque.errors import ErrorCode as E
 from kesque.protocol import api
+from kesque.protocol.api_keys import ApiKeys
 from kesque.protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response, flatten
 from kesque.records.records import build_batch
-from kesque.replication.fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION, ReplicaFetcherManager, fetcher_id
+from kesque.server.drivers.replica_fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION, ReplicaFetcherManager, fetcher_id
 from kesque.replication.quota import ReplicationQuota
 from kesque.replication.replica_state import WAIT_FOR_METADATA, LeaderReplication, StorageReplicaLog
-from kesque.server.apis.kiohelp import Msg, to_ms
+from kesque.protocol.messages import Msg, to_ms
 from kesque.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
-from kesque.storage.log import Log
+from kesque.storage.unified_log import UnifiedLog
 
 TOPIC, TOPIC_ID = "t", uuid.UUID(int=0x7E57)
 LEADER, FOLLOWER, BROKER_EPOCH = 1, 2, 42
@@ -35,32 +36,32 @@ NOW = 1_700_000_000_000
 _I32 = struct.Struct(">i")
 
 
-def new_log(path, partition: int = 0) -> Log:
-    return Log(str(path / f"{TOPIC}-{partition}"), TOPIC, partition, LogConfig(), topic_id=TOPIC_ID, now_ms=NOW)
+def new_log(path, partition: int = 0) -> UnifiedLog:
+    return UnifiedLog(str(path / f"{TOPIC}-{partition}"), TOPIC, partition, LogConfig(), topic_id=TOPIC_ID, now_ms=NOW)
 
 
 def batch(value: bytes) -> memoryview:
     return memoryview(bytearray(build_batch([(b"k", value, ())], timestamp=NOW)))
 
 
-def values(lg: Log) -> list[bytes]:
+def values(lg: UnifiedLog) -> list[bytes]:
     """One value per batch (every batch here holds one record)."""
     from kesque.records.records import iter_records
     return [next(iter_records(data, 0, h)).value for h, data in lg.read_batches(lg.log_start_offset)]
 
 
-def raw_batches(lg: Log) -> list[bytes]:
+def raw_batches(lg: UnifiedLog) -> list[bytes]:
     return [bytes(data) for _h, data in lg.read_batches(lg.log_start_offset)]
 
 
-def record_truncations(lg: Log, monkeypatch) -> list[int]:
+def record_truncations(lg: UnifiedLog, monkeypatch) -> list[int]:
     out: list[int] = []
     real = lg.truncate_to
     monkeypatch.setattr(lg, "truncate_to", lambda offset: (out.append(offset), real(offset)))
     return out
 
 
-def checkpoint(lg: Log) -> str:
+def checkpoint(lg: UnifiedLog) -> str:
     with open(os.path.join(lg.dir, LEADER_EPOCH_CHECKPOINT)) as f:
         return f.read()
 
@@ -118,7 +119,7 @@ class FakeLeader:
                 frame = await reader.readexactly(size)
                 h = api.parse_request_header(frame)
                 req = api.decode_request(h.api_key, h.api_version, memoryview(frame)[h.body_offset:])
-                if h.api_key == 1:
+                if h.api_key == ApiKeys.FETCH:
                     body = flatten(await self.fetch(h, req))
                 else:
                     body = api.encode_body(self.list_offset(h, req))
@@ -165,7 +166,7 @@ class FakeLeader:
 
     def list_offset(self, h, req):
         self.list_offsets.append(req)
-        m = Msg(2, h.api_version)
+        m = Msg(ApiKeys.LIST_OFFSETS, h.api_version)
         topics = []
         for t in req.topics:
             parts = []
@@ -181,7 +182,7 @@ class FakeLeader:
 class Part:
     """What the fetcher uses of a Partition (hashable, as Partition is)."""
 
-    def __init__(self, partition: int, log: Log):
+    def __init__(self, partition: int, log: UnifiedLog):
         self.topic, self.partition, self.topic_id, self.log = TOPIC, partition, TOPIC_ID, log
         self.rlog = StorageReplicaLog(log)  # the view the fetcher shares with the partition
         self.tp = f"{TOPIC}-{partition}"
@@ -203,7 +204,7 @@ class Follower:
         port = self.ports.get(broker_id)
         return None if port is None else ("127.0.0.1", port)
 
-    def log(self, p: int = 0) -> Log:
+    def log(self, p: int = 0) -> UnifiedLog:
         return self.parts[p].log
 
     def follow(self, leader: FakeLeader, epoch: int, *ps: int) -> None:
@@ -285,7 +286,8 @@ def test_catch_up_across_rounds_keeps_offsets_epochs_and_the_epoch_checkpoint(tm
 def test_fetch_versions_are_served_by_kesque():
     from kesque.server.apis.fetch import MAX_VERSION
     assert 15 <= FETCH_VERSION <= MAX_VERSION
-    assert api.request_class(1, FETCH_VERSION) and api.request_class(2, LIST_OFFSETS_VERSION)
+    assert api.request_class(ApiKeys.FETCH, FETCH_VERSION) and api.request_class(ApiKeys.LIST_OFFSETS,
+                                                                                 LIST_OFFSETS_VERSION)
     assert LIST_OFFSETS_VERSION <= 11                     # OffsetApis registers ListOffsets 1..11
 
 
@@ -522,7 +524,7 @@ def test_remove_partitions_stops_fetching_and_a_new_leader_takes_over(tmp_path):
 
 def test_connection_refused_then_the_leader_appears(tmp_path, caplog):
     """Retries while nothing listens, with one WARNING for the whole streak."""
-    caplog.set_level(logging.INFO, logger="kesque.replication.fetcher")
+    caplog.set_level(logging.INFO, logger="kesque.server.drivers.replica_fetcher")
 
     async def scenario(f, ld):
         ld.lead(0)
@@ -544,7 +546,7 @@ def test_connection_refused_then_the_leader_appears(tmp_path, caplog):
 def test_a_top_level_fetch_error_backs_off_and_retries(tmp_path, caplog):
     """A Fetch answered with a top-level error (today's handler refuses replica fetches with
     UNKNOWN_SERVER_ERROR): one WARNING for the streak, retries, then catch-up."""
-    caplog.set_level(logging.INFO, logger="kesque.replication.fetcher")
+    caplog.set_level(logging.INFO, logger="kesque.server.drivers.replica_fetcher")
 
     async def scenario(f, ld):
         ld.lead(0)
@@ -562,7 +564,7 @@ def test_a_failed_append_backs_off_that_partition_and_refetches_from_the_log(tmp
     """The local log fails after appending one batch of three: ERROR with the tp, backoff, then
     the fetch goes on from the log end. Breaks without restarting from the log (every later
     answer is taken for a stale one) or without catching the error."""
-    caplog.set_level(logging.INFO, logger="kesque.replication.fetcher")
+    caplog.set_level(logging.INFO, logger="kesque.server.drivers.replica_fetcher")
 
     async def scenario(f, ld):
         ld.lead(0)
@@ -615,7 +617,7 @@ def test_list_offsets_latest_for_a_replica_is_the_log_end(tmp_path, replica_id, 
         lg.append_as_leader(batch(v), 0, NOW)                # the followers have not fetched: HW 0
     assert lg.high_watermark == 0
     apis = OffsetApis(SimpleNamespace(replica_manager=SimpleNamespace(get_partition=lambda t, p: part)))
-    m = Msg(2, 10, request=True)
+    m = Msg(ApiKeys.LIST_OFFSETS, 10, request=True)
 
     def ask(timestamp, rid=replica_id, target=part):
         apis.server.replica_manager.get_partition = lambda t, p: target

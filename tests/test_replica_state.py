@@ -1,5 +1,5 @@
 """The replication rules of one partition (kesque/replication/replica_state.py), leader and
-follower side, on the simulator's in-memory log and on the real Log. Each test names the rule it
+follower side, on the simulator's in-memory log and on the real UnifiedLog. Each test names the rule it
 breaks when that rule is removed."""
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def test_out_of_range_truncates_to_the_leader_end():
     assert log.log_end_offset == 6 and f.fetch_offset == 6
 
 
-# -- the real Log through StorageReplicaLog ------------------------------------------------------------------
+# -- the real UnifiedLog through StorageReplicaLog ------------------------------------------------------------------
 def test_storage_log_truncation_past_the_end_drops_an_epoch_begun_without_a_write(tmp_path):
     from test_storage import append, new_log
     raw = new_log(tmp_path / "l")

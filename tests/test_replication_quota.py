@@ -10,7 +10,7 @@ from kesque.config.broker import BrokerConfig, has_effect
 from kesque.config.types import LONG_MAX
 from kesque.replication.quota import ALL, ReplicationQuota, ReplicationQuotas, throttled_partitions
 from kesque.replication.replica_state import FETCHING, FetchPartitionResponse, FollowerFetch
-from kesque.server.quotas import SimpleRate
+from kesque.quotas import SimpleRate
 from kesque.sim.replication import MemLog
 
 # ------------------------------------------------------------------ SimpleRate

@@ -17,6 +17,7 @@ import time
 import pytest
 from test_replication import FAST, describe, produce, tool, wait_for
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.testing.cluster import Cluster
 from wire import Api, Msg, WireClient
@@ -40,20 +41,22 @@ def cluster(tmp_path_factory):
 
 def alter_configs(cluster: Cluster, rtype: int, name: str, configs: dict) -> None:
     """IncrementalAlterConfigs: SET each key to its value, DELETE those given None."""
-    m = Msg(44, 1)
+    m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
     ops = tuple(m("AlterableConfig", name=k, config_operation=1 if v is None else 0, value=v)
                 for k, v in configs.items())
     with WireClient(("127.0.0.1", cluster.node(SOURCE).port)) as c:
-        r = c.request(44, 1, m(resources=(m("AlterConfigsResource", resource_type=rtype, resource_name=name,
+        r = c.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
+                      m(resources=(m("AlterConfigsResource", resource_type=rtype, resource_name=name,
                                              configs=ops),), validate_only=False))
     assert r.responses[0].error_code == 0, r
 
 
 def dynamic_configs(cluster: Cluster, rtype: int, name: str, node: int = SOURCE) -> dict:
     """The configs set on the resource (DescribeConfigs, dynamic sources only)."""
-    m = Msg(32, 4)
+    m = Msg(ApiKeys.DESCRIBE_CONFIGS, 4)
     with WireClient(("127.0.0.1", cluster.node(node).port)) as c:
-        r = c.request(32, 4, m(resources=(m("DescribeConfigsResource", resource_type=rtype, resource_name=name,
+        r = c.request(ApiKeys.DESCRIBE_CONFIGS, 4,
+                      m(resources=(m("DescribeConfigsResource", resource_type=rtype, resource_name=name,
                                             configuration_keys=None),),
                                include_synonyms=False, include_documentation=False))
     res = r.results[0]

@@ -18,6 +18,7 @@ from test_replication import FAST, create, describe, tool, wait_for
 from test_share_groups import (Member, _acquired, _partition_errors, _poll_values, _share_ack, _share_fetch, produce,
                                set_group_configs, share_consumer)
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.cluster import Cluster
 from wire import Msg, WireClient
 
@@ -47,7 +48,8 @@ def coordinators(cluster: Cluster, key_type: int, keys: list[str]) -> dict[str, 
 
     def ask():
         with WireClient(cluster.bootstrap_servers.split(",")[0]) as c:
-            r = c.request(10, 4, Msg(10, 4)(key_type=key_type, coordinator_keys=tuple(keys)))
+            r = c.request(ApiKeys.FIND_COORDINATOR, 4, Msg(ApiKeys.FIND_COORDINATOR, 4)(key_type=key_type,
+                                                                                        coordinator_keys=tuple(keys)))
         out.update({x.key: x.node_id for x in r.coordinators if x.error_code == 0})
         return len(out) == len(keys)
     wait_for(ask, 60, f"coordinators of key type {key_type}")
@@ -56,8 +58,8 @@ def coordinators(cluster: Cluster, key_type: int, keys: list[str]) -> dict[str, 
 
 def topic_id(cluster: Cluster, topic: str):
     with WireClient(cluster.bootstrap_servers.split(",")[0]) as c:
-        m = Msg(3, 12)
-        r = c.request(3, 12, m(topics=(m("MetadataRequestTopic", topic_id=None, name=topic),),
+        m = Msg(ApiKeys.METADATA, 12)
+        r = c.request(ApiKeys.METADATA, 12, m(topics=(m("MetadataRequestTopic", topic_id=None, name=topic),),
                                allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     return r.topics[0].topic_id
 
@@ -106,8 +108,9 @@ def roles(cluster: Cluster, tmp_path, gc_sc_apart: bool = True):
 
 def describe_offsets(cluster: Cluster, node: int, group: str, topic: str) -> list:
     with WireClient(("127.0.0.1", cluster.node(node).port)) as c:
-        m = Msg(90, 1)
-        r = c.request(90, 1, m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id=group, topics=(
+        m = Msg(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1)
+        r = c.request(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1,
+                      m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id=group, topics=(
             m("DescribeShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(0,)),)),)))
     g = r.groups[0]
     assert g.error_code == 0, g
@@ -306,19 +309,19 @@ def test_share_state_rpcs_on_the_wire(cluster):
     tid = topic_id(cluster, topic)
 
     def write(node, start, epoch):
-        m = Msg(85, 0)
+        m = Msg(ApiKeys.WRITE_SHARE_GROUP_STATE, 0)
         body = m(group_id=group, topics=(m("WriteStateData", topic_id=tid, partitions=(
             m("PartitionData", partition=0, state_epoch=0, leader_epoch=epoch, start_offset=start, state_batches=(
                 m("StateBatch", first_offset=start, last_offset=start + 1, delivery_state=2, delivery_count=1),)),)),))
         with WireClient(("127.0.0.1", cluster.node(node).port)) as c:
-            return int(c.request(85, 0, body).results[0].partitions[0].error_code)
+            return int(c.request(ApiKeys.WRITE_SHARE_GROUP_STATE, 0, body).results[0].partitions[0].error_code)
 
     def read(node):
-        m = Msg(84, 0)
+        m = Msg(ApiKeys.READ_SHARE_GROUP_STATE, 0)
         body = m(group_id=group, topics=(m("ReadStateData", topic_id=tid, partitions=(
             m("PartitionData", partition=0, leader_epoch=0),)),))
         with WireClient(("127.0.0.1", cluster.node(node).port)) as c:
-            p = c.request(84, 0, body).results[0].partitions[0]
+            p = c.request(ApiKeys.READ_SHARE_GROUP_STATE, 0, body).results[0].partitions[0]
         return int(p.error_code), p.start_offset, [(b.first_offset, b.last_offset, b.delivery_state)
                                                    for b in p.state_batches]
 

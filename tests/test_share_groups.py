@@ -12,6 +12,7 @@ from conftest import running_broker
 from test_clients import admin, create_topic
 from test_groups_bad_input import find_coordinator
 from wire import Msg, WireClient
+from kesque.protocol.api_keys import ApiKeys
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -83,7 +84,9 @@ def wait_for_members(broker, group: str, n: int) -> None:
     """Until ShareGroupDescribe shows ``n`` members, each with an assignment."""
     def joined():
         with WireClient(broker.bootstrap_servers) as c:
-            g = c.request(77, 1, Msg(77, 1)(group_ids=(group,), include_authorized_operations=False)).groups[0]
+            g = c.request(ApiKeys.SHARE_GROUP_DESCRIBE, 1,
+                          Msg(ApiKeys.SHARE_GROUP_DESCRIBE, 1)(group_ids=(group,),
+                                                               include_authorized_operations=False)).groups[0]
         return len(g.members) == n and all(m.assignment.topic_partitions for m in g.members)
     wait_for(joined, timeout=30)
     assert joined(), f"the share group did not reach {n} members"
@@ -125,7 +128,7 @@ def test_three_share_consumers_share_one_partition(share_broker):
 
 def _share_fetch(c, group, member, epoch, topic_id, acks=(), max_wait=0, max_records=500, version=1, **v2):
     """ShareFetch of partition 0; ``v2``: ShareFetch v2's fields (share_acquire_mode, is_renew_ack)."""
-    m = Msg(78, version)
+    m = Msg(ApiKeys.SHARE_FETCH, version)
     batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
                     for f, last, t in acks)
     body = m(group_id=group, member_id=member, share_session_epoch=epoch, max_wait=max_wait, min_bytes=1,
@@ -133,15 +136,15 @@ def _share_fetch(c, group, member, epoch, topic_id, acks=(), max_wait=0, max_rec
              topics=(m("FetchTopic", topic_id=topic_id, partitions=(
                  m("FetchPartition", partition_index=0, acknowledgement_batches=batches),)),),
              forgotten_topics_data=())
-    return c.request(78, version, body)
+    return c.request(ApiKeys.SHARE_FETCH, version, body)
 
 
 def _share_ack(c, group, member, epoch, topic_id, acks):
-    return c.request(79, 1, share_ack_body(group, member, epoch, topic_id, acks))
+    return c.request(ApiKeys.SHARE_ACKNOWLEDGE, 1, share_ack_body(group, member, epoch, topic_id, acks))
 
 
 def share_ack_body(group, member, epoch, topic_id, acks):
-    m = Msg(79, 1)
+    m = Msg(ApiKeys.SHARE_ACKNOWLEDGE, 1)
     batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
                     for f, last, t in acks)
     return m(group_id=group, member_id=member, share_session_epoch=epoch, topics=(
@@ -169,8 +172,9 @@ def _wire_group(broker, records: int, group: str | None = None, **group_configs)
     produce(broker, topic, records)
     find_coordinator(broker.bootstrap_servers, group)
     with WireClient(broker.bootstrap_servers) as c:
-        r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=0,
-                                        subscribed_topic_names=(topic,)))
+        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                      Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=0,
+                                                            subscribed_topic_names=(topic,)))
         assert r.error_code == 0, r
     return topic, group, r.assignment.topic_partitions[0].topic_id
 
@@ -224,8 +228,9 @@ def test_bad_share_requests_get_kafkas_errors_and_change_nothing(share_broker):
         r = _share_fetch(c, group, "m1", 2, topic_id, acks=[(0, 9, 1)])
         assert r.error_code == ErrorCode.none and _partition_errors(r) == [(0, 0)]
         # a share group id is not a consumer group's
-        cg = Msg(68, 1)
-        r = c.request(68, 1, cg(group_id=group, member_id="c1", member_epoch=0, rebalance_timeout=30000,
+        cg = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 1)
+        r = c.request(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 1, cg(group_id=group, member_id="c1", member_epoch=0,
+                                                              rebalance_timeout=30000,
                                 subscribed_topic_names=(topic,), topic_partitions=()))
         assert r.error_code == ErrorCode.group_id_not_found
 
@@ -327,11 +332,13 @@ def test_deleting_an_empty_share_group_deletes_its_share_state(share_broker):
         with pytest.raises(ck.KafkaException) as e:
             a.delete_consumer_groups([group])[group].result(15)
         assert e.value.args[0].code() == ck.KafkaError.NON_EMPTY_GROUP
-        r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                      Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
         assert r.error_code == ErrorCode.none
         a.delete_consumer_groups([group])[group].result(15)
-        r = c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m2", member_epoch=0,
-                                        subscribed_topic_names=(_topic,)))
+        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                      Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m2", member_epoch=0,
+                                                            subscribed_topic_names=(_topic,)))
         assert r.error_code == ErrorCode.none
         assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(0, 2, 1)]
 
@@ -348,7 +355,8 @@ def test_leaving_keeps_the_share_session_and_its_connection_closing_releases_at_
         assert _acquired(_share_fetch(c1, group, "m1", 0, tid)) == [(0, 5, 1)]
         with WireClient(share_broker.bootstrap_servers) as c2:
             assert _acquired(_share_fetch(c2, group, "m2", 0, tid)) == []
-            r = c1.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+            r = c1.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                           Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
             assert r.error_code == 0
             r = _share_ack(c1, group, "m1", 1, tid, [(0, 1, 1)])   # after the leave: applied
             assert r.error_code == 0 and _partition_errors(r) == [(0, 0)]
@@ -431,11 +439,11 @@ def test_describe_share_group_offsets(share_broker):
     watermark not yet acknowledged or archived); no state: start offset -1, and the whole group
     lists every partition of its subscribed topics, as Kafka does."""
     topic, group, tid = _wire_group(share_broker, 10)
-    m = Msg(90, 1)
+    m = Msg(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1)
 
     def describe(topics=None):
         body = m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id=group, topics=topics),))
-        g = c.request(90, 1, body).groups[0]
+        g = c.request(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1, body).groups[0]
         assert g.error_code == 0, g
         return [(t.topic_name, p.partition_index, p.start_offset, p.lag) for t in g.topics for p in t.partitions]
 
@@ -446,7 +454,8 @@ def test_describe_share_group_offsets(share_broker):
         assert describe() == [(topic, 0, 4, 5)]
         assert describe((m("DescribeShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(0, 1)),)) == \
             [(topic, 0, 4, 5), (topic, 1, -1, -1)]
-        r = c.request(90, 1, m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id="nope", topics=None),)))
+        r = c.request(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1,
+                      m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id="nope", topics=None),)))
         assert r.groups[0].error_code == 69  # GROUP_ID_NOT_FOUND
 
 
@@ -454,21 +463,24 @@ def test_alter_share_group_offsets_resets_an_empty_group(share_broker):
     """AlterShareGroupOffsets: refused while the group has members; on an empty group the
     partition starts over at the new offset, so accepted records are delivered again."""
     topic, group, tid = _wire_group(share_broker, 5)
-    m = Msg(91, 0)
+    m = Msg(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0)
 
     def alter(offset):
         partition = m("AlterShareGroupOffsetsRequestPartition", partition_index=0, start_offset=offset)
-        return c.request(91, 0, m(group_id=group, topics=(
+        return c.request(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0, m(group_id=group, topics=(
             m("AlterShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(partition,)),)))
 
     with WireClient(share_broker.bootstrap_servers) as c:
         _share_fetch(c, group, "m1", 0, tid)
         _share_fetch(c, group, "m1", 1, tid, acks=[(0, 4, 1)])
         assert alter(1).error_code == 68  # NON_EMPTY_GROUP: m1 is still a member
-        c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                  Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
         r = alter(1)
         assert r.error_code == 0 and [p.error_code for t in r.responses for p in t.partitions] == [0]
-        c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m2", member_epoch=0, subscribed_topic_names=(topic,)))
+        c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                  Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m2", member_epoch=0,
+                                                        subscribed_topic_names=(topic,)))
         assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(1, 4, 1)]
 
 
@@ -476,10 +488,10 @@ def test_find_coordinator_serves_the_share_key_type(share_broker):
     """FindCoordinator key type 2 (SHARE): keys group:topic id:partition map to the leader of
     their __share_group_state partition, the topic made on first use."""
     with WireClient(share_broker.bootstrap_servers) as c:
-        m = Msg(10, 6)
-        r = c.request(10, 6, m(key_type=2, coordinator_keys=("g:AAAAAAAAAAAAAAAAAAAAAA:0",)))
+        m = Msg(ApiKeys.FIND_COORDINATOR, 6)
+        r = c.request(ApiKeys.FIND_COORDINATOR, 6, m(key_type=2, coordinator_keys=("g:AAAAAAAAAAAAAAAAAAAAAA:0",)))
         assert [(x.error_code, x.node_id) for x in r.coordinators] == [(0, 1)]
-        r = c.request(10, 6, m(key_type=3, coordinator_keys=("x",)))
+        r = c.request(ApiKeys.FIND_COORDINATOR, 6, m(key_type=3, coordinator_keys=("x",)))
         assert r.coordinators[0].error_code == 42  # INVALID_REQUEST
 
 
@@ -498,19 +510,23 @@ def test_one_share_consumer_reads_every_partition(share_broker):
 
 def test_delete_share_group_offsets_forgets_a_topics_state(share_broker):
     topic, group, tid = _wire_group(share_broker, 3)
-    m = Msg(92, 0)
+    m = Msg(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0)
 
     def delete(name):
-        return c.request(92, 0, m(group_id=group, topics=(m("DeleteShareGroupOffsetsRequestTopic", topic_name=name),)))
+        return c.request(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0,
+                         m(group_id=group, topics=(m("DeleteShareGroupOffsetsRequestTopic", topic_name=name),)))
 
     with WireClient(share_broker.bootstrap_servers) as c:
         _share_fetch(c, group, "m1", 0, tid)
         _share_fetch(c, group, "m1", 1, tid, acks=[(0, 2, 1)])
         assert delete(topic).error_code == 68  # NON_EMPTY_GROUP
-        c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                  Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
         r = delete("no-such-topic")
         assert [t.error_code for t in r.responses] == [3]  # UNKNOWN_TOPIC_OR_PARTITION
         r = delete(topic)
         assert r.error_code == 0 and [t.error_code for t in r.responses] == [0]
-        c.request(76, 1, Msg(76, 1)(group_id=group, member_id="m2", member_epoch=0, subscribed_topic_names=(topic,)))
+        c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
+                  Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m2", member_epoch=0,
+                                                        subscribed_topic_names=(topic,)))
         assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(0, 2, 1)]   # earliest again

@@ -1,4 +1,4 @@
-"""The share-state persister (kesque/share/persister.py) and the share-partition manager's remote
+"""The share-state persister (kesque/server/drivers/share_persister.py) and the share-partition manager's remote
 writes, without processes: a fake channel and coordinator lookup, one event loop."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 
 from kesque.coordinator.share.shard import ShareCoordinatorShard
 from kesque.errors import ErrorCode, KafkaError
-from kesque.server.apis.kiohelp import Msg
+from kesque.protocol.messages import Msg, known_fields
 from kesque.server.channel import Disconnected
-from kesque.share import persister as P
-from kesque.share.manager import SharePartitionManager
+from kesque.server.drivers import share_persister as P
+from kesque.server.drivers.share_manager import SharePartitionManager
 from kesque.share.partition import ACCEPT, SharePartition, StateBatch
 
 TID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
@@ -45,9 +45,12 @@ class FakeChannel:
                 P.DELETE: "PartitionResult", P.READ_SUMMARY: "PartitionResult"}[api_key]
         result = {P.READ: "ReadStateResult", P.WRITE: "WriteStateResult", P.INITIALIZE: "InitializeStateResult",
                   P.DELETE: "DeleteStateResult", P.READ_SUMMARY: "ReadStateSummaryResult"}[api_key]
-        p = m(part, partition=0, error_code=step, error_message=None, state_epoch=2, leader_epoch=4, start_offset=7,
-              delivery_complete_count=3, state_batches=(m("StateBatch", first_offset=7, last_offset=9,
-                                                          delivery_state=0, delivery_count=1),))
+        # one description serves the five APIs: each takes the fields its schema has (strict Msg refuses others)
+        batches = (m("StateBatch", first_offset=7, last_offset=9, delivery_state=0, delivery_count=1),) \
+            if api_key == P.READ else ()
+        fields = dict(partition=0, error_code=step, error_message=None, state_epoch=2, leader_epoch=4, start_offset=7,
+                      delivery_complete_count=3, state_batches=batches)
+        p = m(part, **{k: v for k, v in fields.items() if k in known_fields(api_key, False)[part]})
         return m(results=(m(result, topic_id=TID, partitions=(p,)),))
 
 
@@ -155,14 +158,13 @@ class SlowPersister:
         self.in_flight -= 1
 
 
-class StubServer:
-    class image:
-        topics_by_id: dict = {}
+class StubImage:
+    topics_by_id: dict = {}
 
 
 def manager(persister) -> SharePartitionManager:
     m = object.__new__(SharePartitionManager)
-    m.server = StubServer()
+    m.image = StubImage()
     m.partitions, m._uninitialized, m._writers, m.waiters = {}, set(), {}, {}
     m.persister = persister
     return m

@@ -1,5 +1,5 @@
 """A transactional producer's pipelined first batches while KIP-890 verification is pending,
-under the simulator on the real Log and ProducerStateManager (kesque.sim.txn_verification,
+under the simulator on the real UnifiedLog and ProducerStateManager (kesque.sim.txn_verification,
 issue 25): the invariants hold on 100 seeds, catch the bug kesque had (a sequence above the
 lowest one still being verified appended first; a transaction version 2 producer's previous
 marker ending its next transaction's verification), and a seed replays exactly."""

@@ -1,4 +1,4 @@
-"""kesque.storage: indexes, segments, the Log (append, read, roll, retention, truncation,
+"""kesque.storage: indexes, segments, the UnifiedLog (append, read, roll, retention, truncation,
 recovery), checkpoint files and the leader epoch cache, against Kafka's semantics.
 """
 
@@ -21,7 +21,7 @@ from kesque.records.records import build_batch, iter_records
 from kesque.storage import checkpoint as ck
 from kesque.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from kesque.storage.leader_epoch import LeaderEpochFileCache
-from kesque.storage.log import Log
+from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.segment import LogSegment
 
 SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -32,12 +32,12 @@ def make_batch(n: int = 1, ts: int = NOW, value_size: int = 10, key: bytes = b"k
     return bytearray(build_batch([(key, b"v" * value_size, ()) for _ in range(n)], timestamp=ts))
 
 
-def new_log(path, cfg: LogConfig | None = None, **kw) -> Log:
+def new_log(path, cfg: LogConfig | None = None, **kw) -> UnifiedLog:
     kw.setdefault("now_ms", NOW)
-    return Log(str(path), "t", 0, cfg or LogConfig(), **kw)
+    return UnifiedLog(str(path), "t", 0, cfg or LogConfig(), **kw)
 
 
-def append(log: Log, n: int = 1, ts: int = NOW, now: int | None = None, value_size: int = 10, epoch: int = 0):
+def append(log: UnifiedLog, n: int = 1, ts: int = NOW, now: int | None = None, value_size: int = 10, epoch: int = 0):
     return log.append_as_leader(memoryview(make_batch(n, ts, value_size)), epoch, NOW if now is None else now)
 
 
@@ -45,11 +45,11 @@ def fetched(data) -> bytes:
     return b"".join(os.pread(h.fd, size, pos) for h, pos, size in data.regions)
 
 
-def all_batches(log: Log) -> list[tuple[rb.BatchHeader, bytes]]:
+def all_batches(log: UnifiedLog) -> list[tuple[rb.BatchHeader, bytes]]:
     return list(log.read_batches(log.log_start_offset))
 
 
-def crash(log: Log) -> None:
+def crash(log: UnifiedLog) -> None:
     """The process dies: descriptors go away, nothing else is written."""
     for seg in log.segments:
         seg.close()
@@ -190,7 +190,7 @@ def test_time_index_sanity_checks_and_full(tmp_path):
 # ======================================================================== LogSegment
 
 def fill_segment(seg: LogSegment, batches: int, records: int = 2, ts0: int = NOW, value_size: int = 50):
-    """Append batches as the Log does; returns [(position, first, last, max_ts)]."""
+    """Append batches as the UnifiedLog does; returns [(position, first, last, max_ts)]."""
     out = []
     off = seg.base_offset
     for i in range(batches):
@@ -325,7 +325,7 @@ def test_segment_reopened_rolls_from_its_first_batch_timestamp(tmp_path):
     seg.close()
 
 
-# ======================================================================== Log: append / read
+# ======================================================================== UnifiedLog: append / read
 
 def test_log_append_assigns_offsets_and_epochs(tmp_path):
     log = new_log(tmp_path)
@@ -383,7 +383,7 @@ def test_log_read_stays_in_one_segment(tmp_path):
     log.close()
 
 
-# ======================================================================== Log: roll
+# ======================================================================== UnifiedLog: roll
 
 def test_roll_on_segment_bytes(tmp_path):
     size = len(make_batch())
@@ -442,7 +442,7 @@ def test_roll_on_full_index(tmp_path):
     log.close()
 
 
-# ======================================================================== Log: retention
+# ======================================================================== UnifiedLog: retention
 
 def test_retention_ms_renames_then_deletes(tmp_path):
     size = len(make_batch())
@@ -535,7 +535,7 @@ def test_log_start_offset_breach_keeps_the_active_segment(tmp_path):
     log.close()
 
 
-# ======================================================================== Log: truncation
+# ======================================================================== UnifiedLog: truncation
 
 def test_truncate_to(tmp_path):
     size = len(make_batch(2))
@@ -556,7 +556,7 @@ def test_truncate_to(tmp_path):
     log.close()
 
 
-# ======================================================================== Log: recovery
+# ======================================================================== UnifiedLog: recovery
 
 def _write_log(path, n=12, cfg=None):
     log = new_log(path, cfg or LogConfig(segment_bytes=4 * len(make_batch()), index_interval_bytes=50))

@@ -294,15 +294,15 @@ def test_perf_tools_stop_on_signal_with_sigint_ignored(bs, topic_name, sig, tool
 
 BLOCKING_CLEANUP = """
 import sys, time
-from kesque.cli import _common
-_common.STOP_GRACE_SECONDS = 1.0
+from kesque.cli.plumbing import run
+run.STOP_GRACE_SECONDS = 1.0
 def tool():
     try:
         time.sleep(600)
     finally:
         print("cleaning up", flush=True)
         time.sleep(600)  # a clean-up that never ends, as a client stuck on a dead broker
-sys.exit(_common.run_tool(tool))
+sys.exit(run.run_tool(tool))
 """
 
 

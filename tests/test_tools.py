@@ -357,10 +357,10 @@ def test_topics_never_ask_librdkafkas_controller(bs, topic_name, monkeypatch, ca
     controller" of its metadata, which a KRaft broker names at random among the unfenced brokers:
     for broker.session.timeout.ms after a SIGKILL possibly the dead one, and the tool failed after
     60 s (seen on a 3-node Kafka: tests/test_oracle_quorum.py)."""
-    from kesque.cli import _admin
+    from kesque.cli.plumbing import admin_client
     from kesque.cli.main import main
 
-    make_admin = _admin.make_admin
+    make_admin = admin_client.make_admin
 
     class NoController:
         def __init__(self, admin):
@@ -371,7 +371,7 @@ def test_topics_never_ask_librdkafkas_controller(bs, topic_name, monkeypatch, ca
                         "describe_topics", "incremental_alter_configs"):
                 raise AssertionError(f"librdkafka's {name} waits for a controller")
             return getattr(self.admin, name)
-    monkeypatch.setattr(_admin, "make_admin", lambda *a, **kw: NoController(make_admin(*a, **kw)))
+    monkeypatch.setattr(admin_client, "make_admin", lambda *a, **kw: NoController(make_admin(*a, **kw)))
     for args in (["--create", "--partitions", "2"], ["--alter", "--partitions", "3"], ["--describe"]):
         assert main(["topics", "--bootstrap-server", bs, "--topic", topic_name, *args]) == 0, capsys.readouterr()
     assert capsys.readouterr().out.startswith(f"Created topic {topic_name}.\nTopic: {topic_name}\t")

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import running_broker
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from wire import Msg, WireClient
 
@@ -239,7 +240,8 @@ def test_broker_sigkill_after_commit_completes_it(fresh_broker):
         _add(c, "k-prep", pid, epoch, topic, [0, 1, 2])
         for p in range(3):
             _txn_produce(c, "k-prep", topic, p, pid, epoch, 0, [f"v{p}-{i}" for i in range(5)])
-        r = c.request(26, 3, Msg(26, 3)(transactional_id="k-prep", producer_id=pid, producer_epoch=epoch,
+        r = c.request(ApiKeys.END_TXN, 3, Msg(ApiKeys.END_TXN, 3)(transactional_id="k-prep", producer_id=pid,
+                                                                  producer_epoch=epoch,
                                         committed=True))
         assert r.error_code == 0
     b.kill()
@@ -253,7 +255,8 @@ def test_broker_sigkill_after_commit_completes_it(fresh_broker):
 
 def _init(c: WireClient, txn_id: str, timeout_ms: int, version: int = 4, **kw):
     for _ in range(50):
-        r = c.request(22, version, Msg(22, version)(transactional_id=txn_id, transaction_timeout=timeout_ms,
+        r = c.request(ApiKeys.INIT_PRODUCER_ID, version,
+                      Msg(ApiKeys.INIT_PRODUCER_ID, version)(transactional_id=txn_id, transaction_timeout=timeout_ms,
                                                       producer_id=-1, producer_epoch=-1, **kw))
         if r.error_code not in (51, 14, 15):  # CONCURRENT_TRANSACTIONS, LOAD_IN_PROGRESS, NOT_AVAILABLE
             break
@@ -263,8 +266,9 @@ def _init(c: WireClient, txn_id: str, timeout_ms: int, version: int = 4, **kw):
 
 
 def _add(c: WireClient, txn_id: str, pid: int, epoch: int, topic: str, partitions: list[int]) -> list[int]:
-    m = Msg(24, 3)
-    r = c.request(24, 3, m(v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+    m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, 3)
+    r = c.request(ApiKeys.ADD_PARTITIONS_TO_TXN, 3, m(v3_and_below_transactional_id=txn_id,
+                                                      v3_and_below_producer_id=pid,
                            v3_and_below_producer_epoch=epoch,
                            v3_and_below_topics=(m("AddPartitionsToTxnTopic", name=topic, partitions=tuple(partitions)),)))
     return [p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition]
@@ -274,21 +278,22 @@ def _txn_produce(c: WireClient, txn_id: str | None, topic: str, partition: int, 
                  values: list[str], transactional: bool = True):
     batch = build_batch([(None, v.encode(), ()) for v in values], producer_id=pid, producer_epoch=epoch,
                         base_sequence=seq, transactional=transactional)
-    m = Msg(0, 9)
-    r = c.request(0, 9, m(transactional_id=txn_id, acks=-1, timeout=10000, topic_data=(
+    m = Msg(ApiKeys.PRODUCE, 9)
+    r = c.request(ApiKeys.PRODUCE, 9, m(transactional_id=txn_id, acks=-1, timeout=10000, topic_data=(
         m("TopicProduceData", name=topic, partition_data=(m("PartitionProduceData", index=partition,
                                                              records=batch),)),)))
     return r.responses[0].partition_responses[0]
 
 
 def _end(c: WireClient, txn_id: str, pid: int, epoch: int, commit: bool, version: int = 3) -> int:
-    return c.request(26, version, Msg(26, version)(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+    return c.request(ApiKeys.END_TXN, version, Msg(ApiKeys.END_TXN, version)(transactional_id=txn_id, producer_id=pid,
+                                                                             producer_epoch=epoch,
                                                    committed=commit)).error_code
 
 
 def _find_coordinator(c: WireClient, key: str, key_type: int = 1) -> None:
-    m = Msg(10, 4)
-    r = c.request(10, 4, m(key_type=key_type, coordinator_keys=(key,)))
+    m = Msg(ApiKeys.FIND_COORDINATOR, 4)
+    r = c.request(ApiKeys.FIND_COORDINATOR, 4, m(key_type=key_type, coordinator_keys=(key,)))
     assert r.coordinators[0].error_code == 0
 
 
@@ -324,9 +329,10 @@ def test_two_phase_commit_across_processes(txn_broker, commit):
 def test_two_phase_commit_needs_the_broker_config(broker):
     with WireClient(broker.bootstrap_servers) as c:
         _find_coordinator(c, "no-2pc")
-        m = Msg(22, 6)
+        m = Msg(ApiKeys.INIT_PRODUCER_ID, 6)
         for _ in range(50):
-            r = c.request(22, 6, m(transactional_id="no-2pc", transaction_timeout=1000, producer_id=-1,
+            r = c.request(ApiKeys.INIT_PRODUCER_ID, 6, m(transactional_id="no-2pc", transaction_timeout=1000,
+                                                         producer_id=-1,
                                    producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False))
             if r.error_code not in (14, 15):
                 break
@@ -344,7 +350,9 @@ def test_bad_transactional_input_gets_kafkas_codes(txn_broker):
     with WireClient(bs) as c:
         _find_coordinator(c, txn_id)
         # transaction.timeout.ms above transaction.max.timeout.ms
-        r = c.request(22, 4, Msg(22, 4)(transactional_id=txn_id, transaction_timeout=900_001, producer_id=-1,
+        r = c.request(ApiKeys.INIT_PRODUCER_ID, 4,
+                      Msg(ApiKeys.INIT_PRODUCER_ID, 4)(transactional_id=txn_id, transaction_timeout=900_001,
+                                                       producer_id=-1,
                                         producer_epoch=-1))
         assert r.error_code == 50  # INVALID_TRANSACTION_TIMEOUT
         pid, epoch = _init(c, txn_id, 10000)
@@ -367,8 +375,9 @@ def test_bad_transactional_input_gets_kafkas_codes(txn_broker):
         assert r.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
         # TxnOffsetCommit for a group the transaction never added
         _find_coordinator(c, "g-" + txn_id, 0)
-        m = Msg(28, 3)
-        r = c.request(28, 3, m(transactional_id=txn_id, group_id="g-" + txn_id, producer_id=pid, producer_epoch=epoch,
+        m = Msg(ApiKeys.TXN_OFFSET_COMMIT, 3)
+        r = c.request(ApiKeys.TXN_OFFSET_COMMIT, 3, m(transactional_id=txn_id, group_id="g-" + txn_id, producer_id=pid,
+                                                      producer_epoch=epoch,
                                generation_id=-1, member_id="", group_instance_id=None, topics=(
                                    m("TxnOffsetCommitRequestTopic", name=topic, partitions=(
                                        m("TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=1,
@@ -384,8 +393,8 @@ def test_bad_transactional_input_gets_kafkas_codes(txn_broker):
 # ============================================================================ transactional offsets
 
 def _offset_fetch(c: WireClient, group: str, topic: str, stable: bool) -> tuple[int, int]:
-    m = Msg(9, 7)
-    r = c.request(9, 7, m(group_id=group, require_stable=stable, topics=(
+    m = Msg(ApiKeys.OFFSET_FETCH, 7)
+    r = c.request(ApiKeys.OFFSET_FETCH, 7, m(group_id=group, require_stable=stable, topics=(
         m("OffsetFetchRequestTopic", name=topic, partition_indexes=(0,)),)))
     p = r.topics[0].partitions[0]
     return p.committed_offset, p.error_code
@@ -401,11 +410,14 @@ def test_transactional_offsets_pending_until_commit_and_replayed(fresh_broker):
         _find_coordinator(c, group, 0)
         pid, epoch = _init(c, txn_id, 60000)
         for offset, commit in ((5, False), (7, True)):
-            r = c.request(25, 3, Msg(25, 3)(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+            r = c.request(ApiKeys.ADD_OFFSETS_TO_TXN, 3,
+                          Msg(ApiKeys.ADD_OFFSETS_TO_TXN, 3)(transactional_id=txn_id, producer_id=pid,
+                                                             producer_epoch=epoch,
                                             group_id=group))
             assert r.error_code == 0
-            m = Msg(28, 3)
-            r = c.request(28, 3, m(transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+            m = Msg(ApiKeys.TXN_OFFSET_COMMIT, 3)
+            r = c.request(ApiKeys.TXN_OFFSET_COMMIT, 3, m(transactional_id=txn_id, group_id=group, producer_id=pid,
+                                                          producer_epoch=epoch,
                                    generation_id=-1, member_id="", group_instance_id=None, topics=(
                                        m("TxnOffsetCommitRequestTopic", name=topic, partitions=(
                                            m("TxnOffsetCommitRequestPartition", partition_index=0,

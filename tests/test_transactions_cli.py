@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from test_transactions import _add, _end, _find_coordinator, _init, _txn_produce, lso
 from wire import WireClient
 
-from kesque.cli._common import java_hash_order, topic_partition_hash
+from kesque.cli.plumbing.javautil import java_hash_order, topic_partition_hash
 from kesque.testing.broker import Broker
 
 BIN = os.path.dirname(sys.executable)

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from conftest import running_broker
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from test_transactions import TXN_BROKER, _add, _find_coordinator, _init, lso, new_topic
 from wire import Msg, WireClient
@@ -20,15 +21,16 @@ INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, TRANSACTION_AB
 def produce(c: WireClient, txn_id, topic, pid, epoch, seq, values, version=12):
     batch = build_batch([(None, v.encode(), ()) for v in values], producer_id=pid, producer_epoch=epoch,
                         base_sequence=seq, transactional=True)
-    m = Msg(0, version)
-    r = c.request(0, version, m(transactional_id=txn_id, acks=-1, timeout=10000, topic_data=(
+    m = Msg(ApiKeys.PRODUCE, version)
+    r = c.request(ApiKeys.PRODUCE, version, m(transactional_id=txn_id, acks=-1, timeout=10000, topic_data=(
         m("TopicProduceData", name=topic, partition_data=(m("PartitionProduceData", index=0, records=batch),)),)))
     return r.responses[0].partition_responses[0].error_code
 
 
 def end(c: WireClient, txn_id, pid, epoch, commit, version=5):
     for _ in range(100):  # the markers of the previous transaction may still be in flight
-        r = c.request(26, version, Msg(26, version)(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+        r = c.request(ApiKeys.END_TXN, version, Msg(ApiKeys.END_TXN, version)(transactional_id=txn_id, producer_id=pid,
+                                                                              producer_epoch=epoch,
                                                     committed=commit))
         if r.error_code != CONCURRENT_TRANSACTIONS:
             break
@@ -46,14 +48,15 @@ def produce_retrying(c, *args, **kw):
 
 
 def describe(c: WireClient, txn_id):
-    r = c.request(65, 0, Msg(65, 0)(transactional_ids=(txn_id,)))
+    r = c.request(ApiKeys.DESCRIBE_TRANSACTIONS, 0, Msg(ApiKeys.DESCRIBE_TRANSACTIONS, 0)(transactional_ids=(txn_id,)))
     s = r.transaction_states[0]
     return s.transaction_state, s.producer_epoch, sorted((t.topic, p) for t in s.topics for p in t.partitions)
 
 
 def test_tv2_epoch_bump_implicit_add_and_zombie_fencing(tmp_path):
     with running_broker(tmp_path / "data", TXN_BROKER) as b, WireClient(b.bootstrap_servers) as c:
-        features = {f.name: f.max_version_level for f in c.request(18, 3, Msg(18, 3)(
+        features = {f.name: f.max_version_level for f in c.request(ApiKeys.API_VERSIONS, 3,
+                                                                   Msg(ApiKeys.API_VERSIONS, 3)(
             client_software_name="t", client_software_version="1")).finalized_features}
         assert features["transaction.version"] == 2
         topic = new_topic(b.bootstrap_servers)
@@ -111,7 +114,9 @@ def test_tv2_on_three_brokers_the_leader_adds_the_partition_at_a_remote_coordina
         coordinator, deadline = -1, time.monotonic() + 60
         with WireClient(cl.node(1).bootstrap_servers) as c:
             while coordinator < 0 and time.monotonic() < deadline:  # the first call creates __transaction_state
-                found = c.request(10, 4, Msg(10, 4)(key_type=1, coordinator_keys=(txn_id,))).coordinators[0]
+                found = c.request(ApiKeys.FIND_COORDINATOR, 4,
+                                  Msg(ApiKeys.FIND_COORDINATOR, 4)(key_type=1,
+                                                                   coordinator_keys=(txn_id,))).coordinators[0]
                 coordinator = found.node_id if found.error_code == 0 else -1
                 time.sleep(0.2)
         assert coordinator > 0

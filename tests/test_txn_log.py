@@ -13,17 +13,17 @@ import pytest
 from kesque.config.topic import LogConfig
 from kesque.errors import ErrorCode, KafkaError
 from kesque.records.records import build_batch
-from kesque.storage.log import Log
+from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.txn_index import AbortedTxn, TransactionIndex
 
 NOW = 1_700_000_000_000
 
 
-def new_log(path, cfg: LogConfig | None = None) -> Log:
-    return Log(str(path), "t", 0, cfg or LogConfig(), now_ms=NOW)
+def new_log(path, cfg: LogConfig | None = None) -> UnifiedLog:
+    return UnifiedLog(str(path), "t", 0, cfg or LogConfig(), now_ms=NOW)
 
 
-def txn_batch(log: Log, pid: int, seq: int, n: int = 1, epoch: int = 0, transactional: bool = True):
+def txn_batch(log: UnifiedLog, pid: int, seq: int, n: int = 1, epoch: int = 0, transactional: bool = True):
     b = bytearray(build_batch([(b"k", f"{pid}-{seq + i}".encode(), ()) for i in range(n)], producer_id=pid,
                               producer_epoch=epoch, base_sequence=seq, transactional=transactional, timestamp=NOW))
     info = log.append_as_leader(memoryview(b), 0, NOW)
@@ -31,19 +31,19 @@ def txn_batch(log: Log, pid: int, seq: int, n: int = 1, epoch: int = 0, transact
     return info
 
 
-def marker(log: Log, pid: int, commit: bool, epoch: int = 0, coordinator_epoch: int = 0):
+def marker(log: UnifiedLog, pid: int, commit: bool, epoch: int = 0, coordinator_epoch: int = 0):
     info = log.append_txn_marker(pid, epoch, commit, coordinator_epoch, 0, NOW)
     log.update_high_watermark(log.log_end_offset)
     return info
 
 
-def reopen(log: Log, clean: bool) -> Log:
+def reopen(log: UnifiedLog, clean: bool) -> UnifiedLog:
     if clean:
         log.close()
     else:
         for seg in log.segments:
             seg.close()
-    lg = Log(log.dir, "t", 0, log.config, had_clean_shutdown=clean, now_ms=NOW)
+    lg = UnifiedLog(log.dir, "t", 0, log.config, had_clean_shutdown=clean, now_ms=NOW)
     lg.update_high_watermark(lg.log_end_offset)
     return lg
 
@@ -157,7 +157,7 @@ def test_lost_snapshot_and_txnindex_are_rebuilt_from_the_log(tmp_path):
     for name in os.listdir(tmp_path):
         if name.endswith((".snapshot", ".txnindex")):
             os.unlink(tmp_path / name)
-    lg = Log(str(tmp_path), "t", 0, lg.config, had_clean_shutdown=False, now_ms=NOW)
+    lg = UnifiedLog(str(tmp_path), "t", 0, lg.config, had_clean_shutdown=False, now_ms=NOW)
     lg.update_high_watermark(lg.log_end_offset)
     assert lg.collect_aborted_transactions(0, lg.log_end_offset) == expected
     assert lg.last_stable_offset == 2  # producer 2's transaction is still open

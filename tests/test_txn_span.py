@@ -31,7 +31,7 @@ from kesque.config.topic import LogConfig
 from kesque.records import batch as rb
 from kesque.records.records import CONTROL_ABORT, build_batch, iter_records, read_end_txn_marker
 from kesque.replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED, Partition
-from kesque.storage.log import Log
+from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.txn_index import AbortedTxn
 
 NOW = 1_700_000_000_000
@@ -54,7 +54,7 @@ class Workload:
     txn_count: int = 0
 
     @property
-    def log(self) -> Log:
+    def log(self) -> UnifiedLog:
         return self.part.log
 
     def produce(self, pid: int, n: int, size: int, transactional: bool) -> None:
@@ -90,15 +90,15 @@ class Workload:
         return [(o, v) for o, v in sorted(self.values.items()) if start <= o < end and self.visible(o)]
 
 
-def leader(lg: Log) -> Partition:
+def leader(lg: UnifiedLog) -> Partition:
     part = Partition(lg.topic, lg.partition, uuid.uuid4(), lg, local_id=1)
     part.make_leader([1], [1], LEADER_EPOCH, 0)
     return part
 
 
-def new_log(path, segment_bytes: int, index_interval: int = 128) -> Log:
+def new_log(path, segment_bytes: int, index_interval: int = 128) -> UnifiedLog:
     cfg = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=index_interval)
-    return Log(str(path), "t", 0, cfg, now_ms=NOW)
+    return UnifiedLog(str(path), "t", 0, cfg, now_ms=NOW)
 
 
 def response_bytes(data) -> bytes:
@@ -187,7 +187,7 @@ def restart(w: Workload, how: str) -> None:
     lg = w.log
     if how == "clean":
         lg.close()
-        lg = Log(lg.dir, "t", 0, lg.config, had_clean_shutdown=True, now_ms=NOW)
+        lg = UnifiedLog(lg.dir, "t", 0, lg.config, had_clean_shutdown=True, now_ms=NOW)
     elif how in ("rebuilt", "crash past a recovery point"):
         rp = 0 if how == "rebuilt" else lg.segments[len(lg.segments) // 2].base_offset
         for seg in lg.segments:
@@ -197,7 +197,7 @@ def restart(w: Workload, how: str) -> None:
         if how == "rebuilt":
             for p in glob.glob(os.path.join(lg.dir, "*.snapshot")):
                 os.unlink(p)
-        lg = Log(lg.dir, "t", 0, lg.config, recovery_point=rp, had_clean_shutdown=False, now_ms=NOW)
+        lg = UnifiedLog(lg.dir, "t", 0, lg.config, recovery_point=rp, had_clean_shutdown=False, now_ms=NOW)
     elif how == "retention":
         half = lg.segments[len(lg.segments) // 2].base_offset
         lg.maybe_increment_log_start_offset(min(half, lg.high_watermark))

@@ -1,5 +1,5 @@
 """A partition's KIP-890 verification state (issue 25): Kafka's VerificationStateEntry and the
-verification guard, on the real Log and ProducerStateManager.
+verification guard, on the real UnifiedLog and ProducerStateManager.
 
 While a producer's first transactional batch here waits on the transaction coordinator, the
 partition remembers the lowest sequence it saw; a higher one is refused with
@@ -16,14 +16,15 @@ import pytest
 
 from kesque.errors import ErrorCode, KafkaError
 from kesque.records.records import build_batch
-from kesque.storage.log import Log, LogConfig
+from kesque.config.topic import LogConfig
+from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.producer_state import ProducerStateManager
 
 PID, EPOCH = 7000, 0
 
 
-def new_log(path) -> Log:
-    return Log(str(path), "t", 0, LogConfig())
+def new_log(path) -> UnifiedLog:
+    return UnifiedLog(str(path), "t", 0, LogConfig())
 
 
 def txn_batch(seq: int, epoch: int = EPOCH, n: int = 1, transactional: bool = True) -> memoryview:
@@ -35,7 +36,7 @@ def now() -> int:
     return int(time.time() * 1000)
 
 
-def append(lg: Log, seq: int, guard=None, epoch: int = EPOCH, require: bool = True):
+def append(lg: UnifiedLog, seq: int, guard=None, epoch: int = EPOCH, require: bool = True):
     return lg.append_as_leader(txn_batch(seq, epoch), 0, now(), guard, require)
 
 

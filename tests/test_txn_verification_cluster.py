@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.testing.cluster import Cluster
 from test_coordinators_cluster import CONFIG, TXN_KEY, coordinator, create
@@ -58,7 +59,8 @@ def init_producer(cluster: Cluster, txn_id: str, version: int = 4) -> tuple[int,
     node = coordinator(cluster, TXN_KEY, txn_id)
     with WireClient(address(cluster, node)) as c:
         for _ in range(100):
-            r = c.request(22, version, Msg(22, version)(transactional_id=txn_id, transaction_timeout=60000,
+            r = c.request(ApiKeys.INIT_PRODUCER_ID, version,
+                          Msg(ApiKeys.INIT_PRODUCER_ID, version)(transactional_id=txn_id, transaction_timeout=60000,
                                                           producer_id=-1, producer_epoch=-1))
             if r.error_code not in (51, 14, 15):
                 break
@@ -71,7 +73,7 @@ def produce_request(version: int, txn_id: str, topic: str, partition: int, pid: 
                     value: str):
     batch = build_batch([(None, value.encode(), ())], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                         transactional=True)
-    m = Msg(0, version)
+    m = Msg(ApiKeys.PRODUCE, version)
     return (0, version, m(transactional_id=txn_id, acks=-1, timeout=10000, topic_data=(
         m("TopicProduceData", name=topic, partition_data=(m("PartitionProduceData", index=partition,
                                                              records=batch),)),)))
@@ -89,7 +91,8 @@ def pipelined(c: WireClient, requests: list) -> list[tuple[int, int]]:
 def end_txn(cluster: Cluster, txn_id: str, pid: int, epoch: int, version: int):
     with WireClient(address(cluster, coordinator(cluster, TXN_KEY, txn_id))) as c:
         for _ in range(200):
-            r = c.request(26, version, Msg(26, version)(transactional_id=txn_id, producer_id=pid,
+            r = c.request(ApiKeys.END_TXN, version, Msg(ApiKeys.END_TXN, version)(transactional_id=txn_id,
+                                                                                  producer_id=pid,
                                                         producer_epoch=epoch, committed=True))
             if r.error_code != CONCURRENT_TRANSACTIONS:
                 break
@@ -116,8 +119,9 @@ def test_pipelined_first_batches_keep_their_order_while_a_remote_coordinator_ver
     a, b = parts[:2]
     pid, epoch = init_producer(cluster, txn_id)
     with WireClient(address(cluster, coordinator(cluster, TXN_KEY, txn_id))) as c:
-        m = Msg(24, 3)
-        r = c.request(24, 3, m(v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+        m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, 3)
+        r = c.request(ApiKeys.ADD_PARTITIONS_TO_TXN, 3, m(v3_and_below_transactional_id=txn_id,
+                                                          v3_and_below_producer_id=pid,
                                v3_and_below_producer_epoch=epoch,
                                v3_and_below_topics=(m("AddPartitionsToTxnTopic", name=topic, partitions=(a, b)),)))
         assert [p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition] \

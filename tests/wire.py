@@ -3,13 +3,13 @@
 It speaks the wire protocol over a plain blocking socket so tests can send exactly the
 bytes they mean — valid requests encoded with kio, hand-corrupted ones, several requests
 in one ``send`` — and observe exactly what the broker answers (or that it closes the
-connection). From kesque it takes only the flexible-version table and the record-batch
+connection). From kesque it takes only the API key names, the flexible-version table and the record-batch
 builder/reader (to build batches and to check what a Fetch returned).
 
     with WireClient(broker.bootstrap_servers) as c:
-        m = Msg(3, 12)
-        resp = c.request(3, 12, m(topics=None, allow_auto_topic_creation=False,
-                                  include_topic_authorized_operations=False))
+        m = Msg(ApiKeys.METADATA, 12)
+        resp = c.request(ApiKeys.METADATA, 12, m(topics=None, allow_auto_topic_creation=False,
+                                                 include_topic_authorized_operations=False))
         Api(c).produce("topic", build_batch([(b"key", b"value", ())]))
 
 Framing reminders (Kafka's protocol guide):
@@ -36,6 +36,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from kesque.protocol.api import FLEXIBLE_FROM, decode_request
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch  # noqa: F401  (re-exported for tests)
 
 API_VERSIONS = 18
@@ -294,7 +295,7 @@ class WireClient:
             api_key, version, body = item[:3]
             corr, frame = self.encode(api_key, version, body, item[3] if len(item) > 3 else None)
             data += frame
-            if not (api_key == 0 and getattr(body, "acks", 1) == 0):
+            if not (api_key == ApiKeys.PRODUCE and getattr(body, "acks", 1) == 0):
                 expected.append((corr, api_key, version))
         self.send_raw(bytes(data))
         out = []
@@ -357,26 +358,27 @@ class Api:
         self.c = client
 
     def api_versions(self, version: int = 3):
-        m = Msg(18, version)
+        m = Msg(ApiKeys.API_VERSIONS, version)
         body = m(client_software_name="kesque-test", client_software_version="1.0") if version >= 3 else m()
-        return self.c.request(18, version, body)
+        return self.c.request(ApiKeys.API_VERSIONS, version, body)
 
     def metadata(self, topics: list[str] | None, allow_auto: bool = False, version: int = 12):
-        m = Msg(3, version)
+        m = Msg(ApiKeys.METADATA, version)
         req = m(topics=None if topics is None else tuple(m("MetadataRequestTopic", topic_id=None, name=t)
                                                             for t in topics),
                 allow_auto_topic_creation=allow_auto, include_topic_authorized_operations=False)
-        return self.c.request(3, version, req)
+        return self.c.request(ApiKeys.METADATA, version, req)
 
     def create_topics(self, topics: list[dict], validate_only: bool = False, version: int = 7):
         """``topics``: dicts with name, num_partitions=1, replication_factor=1, configs={}."""
-        m = Msg(19, version)
+        m = Msg(ApiKeys.CREATE_TOPICS, version)
         items = tuple(m("CreatableTopic", name=t["name"], num_partitions=t.get("num_partitions", 1),
                         replication_factor=t.get("replication_factor", 1), assignments=(),
                         configs=tuple(m("CreatableTopicConfig", name=k, value=v)
                                       for k, v in t.get("configs", {}).items()))
                       for t in topics)
-        return self.c.request(19, version, m(topics=items, timeout=10000, validate_only=validate_only))
+        return self.c.request(ApiKeys.CREATE_TOPICS, version, m(topics=items, timeout=10000,
+                                                                validate_only=validate_only))
 
     def create_topic(self, name: str, partitions: int = 1, configs: dict | None = None):
         r = self.create_topics([{"name": name, "num_partitions": partitions, "configs": configs or {}}])
@@ -385,20 +387,20 @@ class Api:
 
     def produce_request(self, topic: str, records: bytes | None, partition: int = 0, acks: int = -1,
                         version: int = 9, topic_id=None):
-        m = Msg(0, version)
+        m = Msg(ApiKeys.PRODUCE, version)
         return m.loose(transactional_id=None, acks=acks, timeout=10000, topic_data=(
             m.loose("TopicProduceData", name=topic, topic_id=topic_id, partition_data=(
                 m("PartitionProduceData", index=partition, records=records),)),))
 
     def produce(self, topic: str, records: bytes | None, partition: int = 0, acks: int = -1, version: int = 9):
         """The single partition response of a one-partition produce."""
-        r = self.c.request(0, version, self.produce_request(topic, records, partition, acks, version))
+        r = self.c.request(ApiKeys.PRODUCE, version, self.produce_request(topic, records, partition, acks, version))
         return r.responses[0].partition_responses[0]
 
     def fetch_request(self, topic: str, offset: int, partition: int = 0, max_wait: int = 0, min_bytes: int = 0,
                       current_leader_epoch: int = -1, session_id: int = 0, session_epoch: int = -1,
                       max_bytes: int = 1 << 20, version: int = 12, topic_id=None):
-        m = Msg(1, version)
+        m = Msg(ApiKeys.FETCH, version)
         part = m.loose("FetchPartition", partition=partition, current_leader_epoch=current_leader_epoch,
                        fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes)
         return m.loose(cluster_id=None, replica_id=-1, max_wait=max_wait, min_bytes=min_bytes, max_bytes=max_bytes,
@@ -408,33 +410,33 @@ class Api:
 
     def fetch(self, topic: str, offset: int, **kw):
         """The whole Fetch v12 response."""
-        return self.c.request(1, 12, self.fetch_request(topic, offset, **kw))
+        return self.c.request(ApiKeys.FETCH, 12, self.fetch_request(topic, offset, **kw))
 
     def alter_client_quotas(self, entries: list[tuple[dict, dict]], validate_only: bool = False, version: int = 1):
         """``entries``: (entity {type: name or None for the default}, {key: value or None to remove})."""
-        m = Msg(49, version)
+        m = Msg(ApiKeys.ALTER_CLIENT_QUOTAS, version)
         items = tuple(m("EntryData", entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in e.items()),
                         ops=tuple(m("OpData", key=k, value=0.0 if v is None else float(v), remove=v is None)
                                   for k, v in ops.items()))
                       for e, ops in entries)
-        return self.c.request(49, version, m(entries=items, validate_only=validate_only))
+        return self.c.request(ApiKeys.ALTER_CLIENT_QUOTAS, version, m(entries=items, validate_only=validate_only))
 
     def describe_client_quotas(self, components: list[tuple[str, int, str | None]] = (), strict: bool = False,
                                version: int = 1):
         """``components``: (entity type, match type 0 exact / 1 default / 2 any, match)."""
-        m = Msg(48, version)
+        m = Msg(ApiKeys.DESCRIBE_CLIENT_QUOTAS, version)
         comps = tuple(m("ComponentData", entity_type=t, match_type=mt, match=n) for t, mt, n in components)
-        return self.c.request(48, version, m(components=comps, strict=strict))
+        return self.c.request(ApiKeys.DESCRIBE_CLIENT_QUOTAS, version, m(components=comps, strict=strict))
 
     def list_offsets_request(self, topic: str, timestamp: int, partition: int = 0, version: int = 7):
-        m = Msg(2, version)
+        m = Msg(ApiKeys.LIST_OFFSETS, version)
         part = m.loose("ListOffsetsPartition", partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)
         return m.loose(replica_id=-1, isolation_level=0, timeout=10000,
                        topics=(m("ListOffsetsTopic", name=topic, partitions=(part,)),))
 
     def list_offsets(self, topic: str, timestamp: int, partition: int = 0, version: int = 7):
         req = self.list_offsets_request(topic, timestamp, partition, version)
-        return self.c.request(2, version, req).topics[0].partitions[0]
+        return self.c.request(ApiKeys.LIST_OFFSETS, version, req).topics[0].partitions[0]
 
 
 def records_of(data: bytes | None) -> list[tuple[int, bytes | None, bytes | None, int]]:

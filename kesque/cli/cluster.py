@@ -24,6 +24,7 @@ import sys
 import time
 
 from ..testing.cluster import Cluster
+from ..config import parse_properties
 
 STATE = "cluster.properties"
 PID = "kesque.pid"
@@ -80,7 +81,6 @@ def _pid(node_dir: str) -> int | None:
 
 
 def _roles(node_dir: str) -> tuple[str, str]:
-    from ..config import parse_properties
 
     try:
         with open(os.path.join(node_dir, "server.properties")) as f:

@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import sys
 
-from ._common import exit_flushed, run_tool
-from .metadata_quorum import QuorumAdmin, _admin, run_admin
-from .transactions import (
-    _ERRORS_PKG,
-    ArgParser,
-    ArgumentParserException,
-    JavaError,
-    _Exit,
-    kafka_error,
-)
+from ..client.wire import make
+from ..protocol.api_keys import ApiKeys
+from .plumbing.admin_client import ControllerAdmin, admin_for, run_admin
+from .plumbing.argparse4j import ArgParser, ArgumentParserException, ParserExit
+from .plumbing.errors import ERRORS_PKG, JavaError, kafka_error
+from .plumbing.run import exit_flushed, run_tool
 
 PROG = "kafka-cluster"
 DESCRIPTION = "The Kafka cluster tool."
@@ -65,29 +61,25 @@ def build_parser() -> ArgParser:
     return p
 
 
-class ClusterAdmin(QuorumAdmin):
+class ClusterAdmin(ControllerAdmin):
     def describe(self, include_fenced: bool = False):
-        from ..client.wire import make
-
         def build(mod, v):
             return make(mod.request.DescribeClusterRequest, include_cluster_authorized_operations=False,
                         endpoint_type=2 if self.controllers else 1, include_fenced_brokers=include_fenced)
 
         def once():
-            resp = self._any(60, build)
+            resp = self.send_any(ApiKeys.DESCRIBE_CLUSTER, build)
             if int(resp.error_code):
-                raise self._error(int(resp.error_code), resp.error_message)
+                raise self.error_for(int(resp.error_code), resp.error_message)
             return resp
-        return self._retrying("listNodes", once)
+        return self.retrying("listNodes", once)
 
     def unregister(self, broker_id: int) -> None:
-        from ..client.wire import make
-
         def once():
-            resp = self._any(64, lambda mod, v: make(mod.request.UnregisterBrokerRequest, broker_id=broker_id))
+            resp = self.send_any(ApiKeys.UNREGISTER_BROKER, lambda mod, v: make(mod.request.UnregisterBrokerRequest, broker_id=broker_id))
             if int(resp.error_code):
-                raise self._error(int(resp.error_code), resp.error_message)
-        self._retrying("unregisterBroker", once)
+                raise self.error_for(int(resp.error_code), resp.error_message)
+        self.retrying("unregisterBroker", once)
 
 
 def endpoints_text(resp, controllers: bool) -> str:
@@ -111,7 +103,7 @@ def execute(argv: list[str]) -> int:
     except ArgumentParserException as e:
         parser.handle_error(e)
         return 1  # --help too: ClusterTool exits 1 after argparse4j's help screen
-    except _Exit as e:
+    except ParserExit as e:
         return e.code
     def command(admin) -> None:
         name = ns["command"]
@@ -126,10 +118,10 @@ def execute(argv: list[str]) -> int:
             admin.unregister(ns["id"])
             print(f"Broker {ns['id']} is no longer registered.")
         else:
-            raise JavaError(_ERRORS_PKG + "UnsupportedVersionException",
+            raise JavaError(ERRORS_PKG + "UnsupportedVersionException",
                             f"kesque does not support {name} (no dynamic controller membership, no per-node "
                             "ApiVersions listing yet)")
-    return run_admin(lambda: _admin(ClusterAdmin, ns, ns.get("command_config") or ns.get("config")), command)
+    return run_admin(lambda: admin_for(ClusterAdmin, ns, ns.get("command_config") or ns.get("config")), command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,19 @@ from __future__ import annotations
 import re
 import sys
 
-from . import _admin
-from ._common import BrokerError, ToolExit, error_line, load_props, print_usage_and_exit, usage_or_version
+from ..client.wire import Connection, make
+from ..protocol.api_keys import ApiKeys
+from ..quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
+from .plumbing import admin_client
+from .plumbing.errors import BrokerError, error_line
+from .plumbing.javautil import load_props
+from .plumbing.jopt import print_usage_and_exit, usage_or_version
+from .plumbing.run import ToolExit
+import argparse
+from ..controller.controller import validate_topic_name
+from ..errors import KafkaError
+import decimal
+from ..utils import java_string_hash
 
 NAME = "configs"
 SCRIPT = "kafka-configs.sh"
@@ -47,7 +58,6 @@ _DEFAULT_FLAGS = (("client_defaults", CLIENT), ("user_defaults", USER), ("broker
 
 
 def configure(p) -> None:
-    import argparse
 
     class NameAction(argparse.Action):
         def __call__(self, parser, ns, values, option_string=None):
@@ -212,13 +222,11 @@ def parse_configs_to_delete(a) -> list[str]:
 
 def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, node_id: int | None = None):
     """[(name, value, sensitive, source, [(syn_source, syn_name, syn_value)])] for one resource."""
-    from ..client.wire import Connection
-
     bootstrap = a.bootstrap_server or a.bootstrap_controller
     target = None
     if node_id is not None:
-        admin = _admin.make_admin(bootstrap, a.command_config)
-        target = _admin.node_address(admin, node_id)
+        admin = admin_client.make_admin(bootstrap, a.command_config)
+        target = admin_client.node_address(admin, node_id)
     with Connection.to_any(target or bootstrap, client_id="kafka-configs") as conn:
         def build(mod, v):
             rq = mod.request
@@ -226,7 +234,7 @@ def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, n
                 resources=(rq.DescribeConfigsResource(resource_type=rtype, resource_name=name,
                                                       configuration_keys=None),),
                 include_synonyms=include_synonyms, include_documentation=False)
-        resp = conn.request(32, build)
+        resp = conn.request(ApiKeys.DESCRIBE_CONFIGS, build)
     res = resp.results[0]
     code = int(res.error_code)
     if code:
@@ -239,8 +247,6 @@ def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, n
 
 
 def _validate_topic(name: str) -> None:
-    from ..controller.controller import validate_topic_name
-    from ..errors import KafkaError
 
     try:
         validate_topic_name(name)
@@ -296,13 +302,13 @@ def describe(a) -> None:
     if names:
         entities = [names[0]]
     else:
-        admin = _admin.make_admin(a.bootstrap_server or a.bootstrap_controller, a.command_config)
+        admin = admin_client.make_admin(a.bootstrap_server or a.bootstrap_controller, a.command_config)
         if etype == TOPIC:
-            entities = _admin.list_topic_names(admin)
+            entities = admin_client.list_topic_names(admin)
         elif etype in (BROKER, BROKER_LOGGER):
-            entities = [str(n.id) for n in _admin.cluster_nodes(admin)] + [""]
+            entities = [str(n.id) for n in admin_client.cluster_nodes(admin)] + [""]
         elif etype == GROUP:  # as ConfigCommand: the consumer groups there are
-            groups = admin.list_consumer_groups(request_timeout=_admin.TIMEOUT).result(_admin.TIMEOUT)
+            groups = admin.list_consumer_groups(request_timeout=admin_client.TIMEOUT).result(admin_client.TIMEOUT)
             entities = [g.group_id for g in groups.valid]
         else:
             entities = []
@@ -350,12 +356,12 @@ def alter(a) -> None:
     if name == "" or etype in (TOPIC, GROUP):
         # confluent-kafka refuses a ConfigResource with an empty name (the cluster-wide broker
         # defaults), and sends a topic's or group's to "the controller" of its metadata, possibly a
-        # broker that just died (see _admin.any_broker_request): these go to any broker over the wire
+        # broker that just died (see admin_client.any_broker_request): these go to any broker over the wire
         _incremental_alter_wire(a, _RESOURCE[etype], name, to_add, to_delete)
     else:
         ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_add.items()]
         ops += [ConfigEntry(k, "", incremental_operation=AlterConfigOpType.DELETE) for k in to_delete]
-        admin = _admin.make_admin(a.bootstrap_server or a.bootstrap_controller, a.command_config)
+        admin = admin_client.make_admin(a.bootstrap_server or a.bootstrap_controller, a.command_config)
         futures = admin.incremental_alter_configs([ConfigResource(rtype, name, incremental_configs=ops)],
                                                   request_timeout=30)
         for f in futures.values():
@@ -389,14 +395,12 @@ def _quota_filter(types: list[str], names: list[str]) -> list[tuple[str, int, st
 
 def describe_client_quotas(a, components) -> list[tuple[list[tuple[str, str | None]], list[tuple[str, float]]]]:
     """[(entity [(type, name or None)], [(key, value)])] of a strict DescribeClientQuotas."""
-    from ..client.wire import Connection, make
-
     with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
         def build(mod, v):
             rq = mod.request
             return make(rq.DescribeClientQuotasRequest, strict=True, components=tuple(
                 make(rq.ComponentData, entity_type=t, match_type=mt, match=n) for t, mt, n in components))
-        resp = conn.request(48, build)
+        resp = conn.request(ApiKeys.DESCRIBE_CLIENT_QUOTAS, build)
     if int(resp.error_code):
         raise BrokerError(int(resp.error_code), resp.error_message, resp.error_code.name)
     return [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
@@ -405,7 +409,6 @@ def describe_client_quotas(a, components) -> list[tuple[list[tuple[str, str | No
 
 def java_double(v: float) -> str:
     """Java's Double.toString."""
-    import decimal
 
     if v != v:
         return "NaN"
@@ -422,7 +425,6 @@ def java_double(v: float) -> str:
 def java_hashmap_order(keys: list[str]) -> list[str]:
     """The iteration order of a java.util.HashMap(n) holding ``keys`` (as the admin client
     builds a quota entity's values): by bucket of the final table, then insertion order."""
-    from ..utils import java_string_hash
 
     cap = 1
     while cap < len(keys):
@@ -454,8 +456,6 @@ def describe_quotas(a, types: list[str], names: list[str]) -> None:
 
 def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], to_delete: list[str]) -> None:
     """ConfigCommand's checks for users/clients/ips, then AlterClientQuotas."""
-    from ..client.wire import Connection, make
-    from ..server.quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
 
     etype = types[0]
     if etype == IP:
@@ -496,15 +496,13 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
                 rq.EntryData, entity=tuple(make(rq.EntityData, entity_type=t, entity_name=n) for t, n in entity),
                 ops=tuple(make(rq.OpData, key=k, value=0.0 if val is None else val, remove=val is None)
                           for k, val in ops)),))
-        resp = conn.request(49, build)
+        resp = conn.request(ApiKeys.ALTER_CLIENT_QUOTAS, build)
     for r in resp.entries:
         if int(r.error_code):
             raise BrokerError(int(r.error_code), r.error_message, r.error_code.name)
 
 
 def _incremental_alter_wire(a, rtype: int, name: str, to_add: dict, to_delete: list) -> None:
-    from ..client.wire import Connection, make
-
     with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
         def build(mod, v):
             rq = mod.request
@@ -512,7 +510,7 @@ def _incremental_alter_wire(a, rtype: int, name: str, to_add: dict, to_delete: l
             configs += [make(rq.AlterableConfig, name=k, config_operation=1, value=None) for k in to_delete]
             return make(rq.IncrementalAlterConfigsRequest, validate_only=False, resources=(
                 make(rq.AlterConfigsResource, resource_type=rtype, resource_name=name, configs=tuple(configs)),))
-        resp = conn.request(44, build)
+        resp = conn.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, build)
     for r in resp.responses:
         if int(r.error_code):
             raise BrokerError(int(r.error_code), r.error_message, r.error_code.name)

@@ -29,27 +29,22 @@ import time
 import uuid
 
 from ..client.wire import Unreachable
-from ._admin import check_reachable
-from ._common import (
-    ToolExit,
-    check_required,
-    error_line,
-    interrupted_status,
-    load_props,
-    log4j_stamp,
-    parse_key_value_args,
-    print_usage_and_exit,
-    usage_or_version,
-)
+from .plumbing.admin_client import IncludeList, check_reachable
+from .plumbing.errors import error_line
+from .plumbing.javautil import load_props, log4j_stamp, parse_key_value_args
+from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.run import ToolExit, interrupted_status
+from ..client.consumer import WireConsumer
+from ..client.consumer import Message
 
 NAME = "console-consumer"
 SCRIPT = "kafka-console-consumer.sh"
 DESCRIPTION = "This tool helps to read data from Kafka topics and outputs it to standard output."
 HELP = "print the records of a topic (kafka-console-consumer.sh)"
 
-_DEFAULT_FORMATTERS = {"org.apache.kafka.tools.consumer.DefaultMessageFormatter", "kafka.tools.DefaultMessageFormatter",
+DEFAULT_FORMATTERS = {"org.apache.kafka.tools.consumer.DefaultMessageFormatter", "kafka.tools.DefaultMessageFormatter",
                        "DefaultMessageFormatter"}
-_NOOP_FORMATTERS = {"org.apache.kafka.tools.consumer.NoOpMessageFormatter", "kafka.tools.NoOpMessageFormatter",
+NOOP_FORMATTERS = {"org.apache.kafka.tools.consumer.NoOpMessageFormatter", "kafka.tools.NoOpMessageFormatter",
                     "NoOpMessageFormatter"}
 
 
@@ -286,9 +281,9 @@ def _check(p, a) -> Options:
         fprops["value.deserializer"] = a.value_deserializer
     fprops.update(parse_key_value_args(a.property))
     name = a.formatter or "org.apache.kafka.tools.consumer.DefaultMessageFormatter"
-    if name in _DEFAULT_FORMATTERS:
+    if name in DEFAULT_FORMATTERS:
         o.formatter = DefaultMessageFormatter(fprops)
-    elif name in _NOOP_FORMATTERS:
+    elif name in NOOP_FORMATTERS:
         o.formatter = NoOpMessageFormatter(fprops)
     else:
         print_usage_and_exit(p, name)
@@ -301,7 +296,6 @@ class WireSource:
     """Group-less: direct assignment (see kesque.client.consumer)."""
 
     def __init__(self, a, o):
-        from ..client.consumer import WireConsumer
 
         props = o.props
         self.consumer = WireConsumer(
@@ -316,7 +310,6 @@ class WireSource:
         self.o = o
         self.pattern = None
         if a.include is not None:
-            from ._admin import IncludeList
             self.pattern = IncludeList(a.include)
         self.reset_kind = -2 if props.get("auto.offset.reset") == "earliest" else -1
         self._next_refresh = 0.0
@@ -380,13 +373,11 @@ class GroupSource:
         self.store = str(conf.setdefault("enable.auto.offset.store", "false")).lower() == "false"
         self.consumer = Consumer(conf)
         if a.include is not None:
-            from ._admin import IncludeList
             self.consumer.subscribe(["^" + IncludeList(a.include).regex])
         else:
             self.consumer.subscribe([a.topic])
 
     def poll(self, timeout: float):
-        from ..client.consumer import Message
 
         msgs = self.consumer.consume(500, timeout)
         out = []

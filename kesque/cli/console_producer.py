@@ -14,17 +14,11 @@ from __future__ import annotations
 import re
 import sys
 
-from ._admin import check_reachable
-from ._common import (
-    bootstrap_check,
-    check_required,
-    error_line,
-    interrupted_status,
-    load_props,
-    parse_key_value_args,
-    print_usage_and_exit,
-    usage_or_version,
-)
+from .plumbing.admin_client import check_reachable
+from .plumbing.errors import error_line
+from .plumbing.javautil import bootstrap_check, load_props, log4j_stamp, parse_key_value_args
+from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.run import interrupted_status
 
 NAME = "console-producer"
 SCRIPT = "kafka-console-producer.sh"
@@ -364,5 +358,4 @@ def run(a) -> int:
 
 
 def _stamp() -> str:
-    from ._common import log4j_stamp
     return log4j_stamp()

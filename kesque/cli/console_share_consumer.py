@@ -16,18 +16,12 @@ import time
 
 from ..client.share_consumer import ACCEPT, REJECT, RELEASE, ShareConsumer
 from ..client.wire import Unreachable
-from ._admin import check_reachable
-from ._common import (
-    check_required,
-    error_line,
-    interrupted_status,
-    load_props,
-    log4j_stamp,
-    parse_key_value_args,
-    print_usage_and_exit,
-    usage_or_version,
-)
-from .console_consumer import _DEFAULT_FORMATTERS, _NOOP_FORMATTERS, DefaultMessageFormatter, NoOpMessageFormatter
+from .console_consumer import DEFAULT_FORMATTERS, NOOP_FORMATTERS, DefaultMessageFormatter, NoOpMessageFormatter
+from .plumbing.admin_client import check_reachable
+from .plumbing.errors import error_line
+from .plumbing.javautil import load_props, log4j_stamp, parse_key_value_args
+from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.run import interrupted_status
 
 NAME = "console-share-consumer"
 SCRIPT = "kafka-console-share-consumer.sh"
@@ -126,9 +120,9 @@ def _check(p, a) -> Options:
         fprops["value.deserializer"] = a.value_deserializer
     fprops.update(parse_key_value_args(_pair(p, a, "formatter_property", "property")))
     name = a.formatter or "org.apache.kafka.tools.consumer.DefaultMessageFormatter"
-    if name in _DEFAULT_FORMATTERS:
+    if name in DEFAULT_FORMATTERS:
         o.formatter = DefaultMessageFormatter(fprops)
-    elif name in _NOOP_FORMATTERS:
+    elif name in NOOP_FORMATTERS:
         o.formatter = NoOpMessageFormatter(fprops)
     else:
         print_usage_and_exit(p, name)

@@ -32,20 +32,22 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ..client.wire import Unreachable, WireError
+from ..client.wire import Connection, Unreachable, WireError, connect_any, make
+from ..protocol.api_keys import ApiKeys
 from ..utils import java_string_hash
-from ._common import (
-    ToolExit,
-    check_required,
+from .plumbing.admin_client import make_admin
+from .plumbing.errors import ERRORS_PKG, JavaError, group_error, kafka_error_of
+from .plumbing.javautil import (
     java_hash_order,
     java_hashmap_order,
-    kafka_error_of,
     load_props,
     log4j_stamp,
-    print_usage_and_exit,
     topic_partition_hash,
-    usage_or_version,
+    tp_str,
 )
+from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.run import ToolExit
+import csv
 
 NAME = "consumer-groups"
 SCRIPT = "kafka-consumer-groups.sh"
@@ -55,7 +57,6 @@ HELP = "list, describe and delete consumer groups, reset their offsets (kafka-co
 
 MISSING = "-"
 _LOGGER = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
-_ERRORS_PKG = "org.apache.kafka.common.errors."
 
 # ConsumerGroupState / GroupType as Kafka names them (declaration order, UNKNOWN first)
 STATES = ("Unknown", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty", "Assigning",
@@ -147,56 +148,7 @@ def configure(p) -> None:
 
 # ----------------------------------------------------------------- errors
 
-# error code -> (exception class in org.apache.kafka.common.errors, Errors' default message)
-_ERRORS: dict[int, tuple[str, str]] = {
-    -1: ("UnknownServerException", "The server experienced an unexpected error when processing the request."),
-    3: ("UnknownTopicOrPartitionException", "This server does not host this topic-partition."),
-    7: ("TimeoutException", "The request timed out."),
-    12: ("OffsetMetadataTooLarge", "The metadata field of the offset request was too large."),
-    14: ("CoordinatorLoadInProgressException", "The coordinator is loading and hence can't process requests."),
-    15: ("CoordinatorNotAvailableException", "The coordinator is not available."),
-    16: ("NotCoordinatorException", "This is not the correct coordinator."),
-    22: ("IllegalGenerationException", "Specified group generation id is not valid."),
-    24: ("InvalidGroupIdException", "The configured groupId is invalid."),
-    25: ("UnknownMemberIdException", "The coordinator is not aware of this member."),
-    27: ("RebalanceInProgressException", "The group is rebalancing, so a rejoin is needed."),
-    28: ("InvalidCommitOffsetSizeException", "The committing offset data size is not valid."),
-    29: ("TopicAuthorizationException", "Topic authorization failed."),
-    30: ("GroupAuthorizationException", "Group authorization failed."),
-    35: ("UnsupportedVersionException", "The version of API is not supported."),
-    68: ("GroupNotEmptyException", "The group is not empty."),
-    69: ("GroupIdNotFoundException", "The group id does not exist."),
-    86: ("GroupSubscribedToTopicException",
-         "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it."),
-    100: ("UnknownTopicIdException", "This server does not host this topic ID."),
-    110: ("FencedMemberEpochException", ("The member epoch is fenced by the group coordinator. The member must "
-                                         "abandon all its partitions and rejoin.")),
-    113: ("StaleMemberEpochException", ("The member epoch is stale. The member must retry after receiving its "
-                                        "updated member epoch via the ConsumerGroupHeartbeat API.")),
-}
 _RETRIABLE_COORDINATOR = {14, 15, 16}
-
-
-class JavaError(Exception):
-    """An exception as Kafka's tool would meet it: ``str()`` is Java's ``toString()``."""
-
-    def __init__(self, java_class: str, message: str | None, code: int | None = None):
-        self.java_class = java_class
-        self.message = message
-        self.code = code
-        super().__init__(self.__str__())
-
-    def __str__(self) -> str:
-        return self.java_class if self.message is None else f"{self.java_class}: {self.message}"
-
-
-def kafka_error(code: int, message: str | None = None) -> JavaError:
-    name, default = _ERRORS.get(code, (None, None))
-    if not message or message.startswith(("Broker: ", "Local: ")):
-        message = default or message
-    if name is None:
-        name = "KafkaException" if code < 0 else "UnknownServerException"
-    return JavaError(_ERRORS_PKG + name, message, code)
 
 
 def from_confluent(exc: BaseException) -> JavaError:
@@ -206,11 +158,11 @@ def from_confluent(exc: BaseException) -> JavaError:
         return exc if isinstance(exc, JavaError) else JavaError("org.apache.kafka.common.KafkaException", str(exc))
     code = err.code()
     if code in (-185, -192):  # _TIMED_OUT, _TIMED_OUT_QUEUE
-        return JavaError(_ERRORS_PKG + "TimeoutException", "Timed out waiting for a node assignment.")
+        return JavaError(ERRORS_PKG + "TimeoutException", "Timed out waiting for a node assignment.")
     if code == 1:  # librdkafka 'broker: offset out of range' etc. keep Kafka's vocabulary
-        return JavaError(_ERRORS_PKG + "OffsetOutOfRangeException",
+        return JavaError(ERRORS_PKG + "OffsetOutOfRangeException",
                          "The requested offset is not within the range of offsets maintained by the server.", 1)
-    return kafka_error(code, err.str())
+    return group_error(code, err.str())
 
 
 def execution(e: BaseException) -> str:
@@ -249,10 +201,6 @@ class Listing:
     group_id: str
     state: str | None
     type: str | None
-
-
-def tp_str(tp: tuple[str, int]) -> str:
-    return f"{tp[0]}-{tp[1]}"
 
 
 def hash_order(tps) -> list[tuple[str, int]]:
@@ -308,7 +256,6 @@ class GroupService:
     @property
     def admin(self):
         if self._admin is None:
-            from ._admin import make_admin
             self._admin = make_admin(self.bootstrap, self.a.command_config)
         return self._admin
 
@@ -325,8 +272,6 @@ class GroupService:
         return min(self.request_timeout, 10.0)
 
     def _conn(self, host: str, port: int):
-        from ..client.wire import Connection
-
         key = (host, port)
         c = self._conns.get(key)
         if c is None:
@@ -341,8 +286,6 @@ class GroupService:
             c.close()
 
     def _boot(self):
-        from ..client.wire import connect_any
-
         return connect_any(self.bootstrap, self._conn, self._connect_timeout)
 
     def close(self) -> None:
@@ -351,35 +294,31 @@ class GroupService:
         self._conns.clear()
 
     def brokers(self) -> list[tuple[int, str, int]]:
-        from ..client.wire import make
-
         def build(mod, v):
             return make(mod.request.MetadataRequest, topics=(), allow_auto_topic_creation=False,
                         include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
-        resp = self._boot().request(3, build, max_version=12)
+        resp = self._boot().request(ApiKeys.METADATA, build, max_version=12)
         return [(int(b.node_id), b.host, int(b.port)) for b in resp.brokers]
 
     def coordinators(self, groups: list[str]) -> dict[str, tuple[int, str, int]]:
         """FindCoordinator (GROUP), retried while the coordinator loads or is not there yet."""
-        from ..client.wire import make
-
         wanted = [g for g in groups if g not in self._coordinators]
         deadline = self._deadline()
         while wanted:
             conn = self._boot()
-            version = conn.version_for(10)
+            version = conn.version_for(ApiKeys.FIND_COORDINATOR)
             found: dict[str, tuple[int, int | None, str, int]] = {}
             if version is not None and version >= 4:
                 def build(mod, v, keys=tuple(wanted)):
                     return make(mod.request.FindCoordinatorRequest, key_type=0, coordinator_keys=keys)
-                resp = conn.request(10, build)
+                resp = conn.request(ApiKeys.FIND_COORDINATOR, build)
                 for c in resp.coordinators:
                     found[c.key] = (int(c.error_code), int(c.node_id), c.host, int(c.port))
             else:
                 for g in wanted:
                     def build(mod, v, key=g):
                         return make(mod.request.FindCoordinatorRequest, key=key, key_type=0)
-                    r = conn.request(10, build)
+                    r = conn.request(ApiKeys.FIND_COORDINATOR, build)
                     found[g] = (int(r.error_code), int(r.node_id), r.host, int(r.port))
             retry = []
             for g in wanted:
@@ -389,11 +328,11 @@ class GroupService:
                 elif code in _RETRIABLE_COORDINATOR:
                     retry.append(g)
                 else:
-                    raise kafka_error(code)
+                    raise group_error(code)
             wanted = retry
             if wanted:
                 if time.monotonic() > deadline:
-                    raise JavaError(_ERRORS_PKG + "TimeoutException",
+                    raise JavaError(ERRORS_PKG + "TimeoutException",
                                     "Timed out waiting for a node assignment. Call: findCoordinator")
                 time.sleep(0.1)
         return {g: self._coordinators[g] for g in groups}
@@ -405,8 +344,6 @@ class GroupService:
     def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[Listing]:
         """ListGroups on every broker; consumer-protocol (and empty-protocol) groups only,
         in the iteration order of the Admin client's HashMap of listings."""
-        from ..client.wire import make
-
         listings: dict[str, Listing] = {}
         for _node, host, port in self.brokers():
             conn = self._conn(host, port)
@@ -416,14 +353,14 @@ class GroupService:
                             types_filter=tuple(types or ()))
             deadline = self._deadline()
             while True:
-                resp = conn.request(16, build)
+                resp = conn.request(ApiKeys.LIST_GROUPS, build)
                 code = int(resp.error_code)
                 if code in (14, 15) and time.monotonic() < deadline:
                     time.sleep(0.1)
                     continue
                 break
             if code:
-                raise kafka_error(code, f"Error listing groups on {host}:{port} (id: {_node} rack: null)")
+                raise group_error(code, f"Error listing groups on {host}:{port} (id: {_node} rack: null)")
             for g in resp.groups:
                 ptype = g.protocol_type
                 if ptype not in ("consumer", ""):
@@ -460,7 +397,7 @@ class GroupService:
                 try:
                     conn = self._conn(node[1], node[2])
                     if new:
-                        if conn.version_for(69) is None:
+                        if conn.version_for(ApiKeys.CONSUMER_GROUP_DESCRIBE) is None:
                             classic.update(new)
                             retry += new
                         else:
@@ -475,7 +412,7 @@ class GroupService:
             fallback_only = all(g in classic and g not in was_classic for g in retry)
             pending = [g for g in retry if g not in done and g not in failed]
             if pending and time.monotonic() > deadline:
-                raise JavaError(_ERRORS_PKG + "TimeoutException",
+                raise JavaError(ERRORS_PKG + "TimeoutException",
                                 "Timed out waiting for a node assignment. Call: describeConsumerGroups")
             if pending and not fallback_only:
                 time.sleep(0.05)
@@ -485,12 +422,10 @@ class GroupService:
         return done
 
     def _consumer_group_describe(self, conn, node, groups, done, failed, classic) -> list[str]:
-        from ..client.wire import make
-
         def build(mod, v):
             return make(mod.request.ConsumerGroupDescribeRequest, group_ids=tuple(groups),
                         include_authorized_operations=False)
-        resp = conn.request(69, build)
+        resp = conn.request(ApiKeys.CONSUMER_GROUP_DESCRIBE, build)
         retry = []
         for dg in resp.groups:
             gid = dg.group_id
@@ -512,17 +447,15 @@ class GroupService:
                 self._forget(gid)
                 retry.append(gid)
             else:
-                failed[gid] = kafka_error(code, dg.error_message)
+                failed[gid] = group_error(code, dg.error_message)
         return retry
 
     def _describe_groups(self, conn, node, groups, done, failed) -> list[str]:
-        from ..client.wire import make
-
         def build(mod, v):
             return make(mod.request.DescribeGroupsRequest, groups=tuple(groups), include_authorized_operations=False)
         # v5: the versions Kafka's Admin client speaks (no GROUP_ID_NOT_FOUND for unknown
         # groups: they come back Dead, and the tool says the group does not exist)
-        resp = conn.request(15, build, max_version=5)
+        resp = conn.request(ApiKeys.DESCRIBE_GROUPS, build, max_version=5)
         retry = []
         for dg in resp.groups:
             gid = dg.group_id
@@ -535,7 +468,7 @@ class GroupService:
                 retry.append(gid)
                 continue
             if code:
-                failed[gid] = kafka_error(code)
+                failed[gid] = group_error(code)
                 continue
             if dg.protocol_type not in ("consumer", ""):
                 failed[gid] = JavaError("java.lang.IllegalArgumentException",
@@ -560,7 +493,7 @@ class GroupService:
         out: dict[tuple[str, int], int | None] = {}
         for tp in res.topic_partitions or []:
             if tp.error is not None:
-                raise kafka_error(tp.error.code(), tp.error.str())
+                raise group_error(tp.error.code(), tp.error.str())
             out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
         return out
 
@@ -601,7 +534,7 @@ class GroupService:
             raise from_confluent(e) from None
         for tp in res.topic_partitions or []:
             if tp.error is not None:
-                raise kafka_error(tp.error.code(), tp.error.str())
+                raise group_error(tp.error.code(), tp.error.str())
 
     def topic_partitions(self, topics: list[str]) -> dict[str, list[int] | JavaError]:
         """describeTopics: {topic: partition ids, or the failure}."""
@@ -632,8 +565,6 @@ class GroupService:
 
     def delete_offsets(self, group: str, tps: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete at the group's coordinator: (group error, {tp: partition error})."""
-        from ..client.wire import make
-
         topics: dict[str, list[int]] = {}
         for t, p in tps:
             topics.setdefault(t, []).append(p)
@@ -648,7 +579,7 @@ class GroupService:
                     make(rq.OffsetDeleteRequestTopic, name=t, partitions=tuple(
                         make(rq.OffsetDeleteRequestPartition, partition_index=p) for p in ps))
                     for t, ps in topics.items()))
-            resp = conn.request(47, build)
+            resp = conn.request(ApiKeys.OFFSET_DELETE, build)
             code = int(resp.error_code)
             if code in _RETRIABLE_COORDINATOR and time.monotonic() < deadline:
                 self._forget(group)
@@ -753,7 +684,7 @@ def run(a) -> int:
         print_usage_and_exit(p, "Command must include exactly one action: --list, --describe, --delete, "
                                 "--reset-offsets, --delete-offsets")
     svc = GroupService(a)
-    _reported.errors = 0
+    Reported.errors = 0
     try:
         if a.list:
             list_groups(svc, a)
@@ -774,34 +705,34 @@ def run(a) -> int:
     except ToolExit:
         raise
     except Exception as e:  # noqa: BLE001 - Kafka's tool reports every failure the same way
-        detail = str(e) if isinstance(e, JavaError) else _java_text(e)
+        detail = str(e) if isinstance(e, JavaError) else java_text(e)
         print_error(f"Executing consumer group command failed due to {detail}")
         sys.stdout.flush()
         print(detail if isinstance(e, (JavaError, Unreachable)) else f"{type(e).__name__}: {e}", file=sys.stderr)
     finally:
         sys.stdout.flush()
         svc.close()
-    return 1 if _reported.errors else 0
+    return 1 if Reported.errors else 0
 
 
-def _java_text(e: BaseException) -> str:
+def java_text(e: BaseException) -> str:
     if isinstance(e, Unreachable):
-        return f"{_ERRORS_PKG}{e.java_name}: {e}"
+        return f"{ERRORS_PKG}{e.java_name}: {e}"
     if isinstance(e, (OSError, WireError)):
-        return (f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. "
+        return (f"{ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. "
                 f"({type(e).__name__}: {e})")
     if kafka_error_of(e) is not None:
         return str(from_confluent(e))
     return f"{type(e).__name__}: {e}"
 
 
-class _reported:
+class Reported:
     """Whether this run printed an ``Error:`` (the exit status is then 1)."""
     errors = 0
 
 
 def print_error(msg: str) -> None:
-    _reported.errors += 1
+    Reported.errors += 1
     print(f"\nError: {msg}")
 
 
@@ -1033,7 +964,7 @@ def delete_offsets(svc: GroupService, a) -> None:
     results: dict[tuple[str, int], JavaError | None] = {}
     partitions: list[tuple[str, int]] = []
     for t in with_parts:
-        partitions += _parse_topic_partitions(t)
+        partitions += parse_topic_partitions(t)
     for topic, parts in svc.topic_partitions(without).items():
         if isinstance(parts, JavaError):
             results[(topic, -1)] = parts
@@ -1050,7 +981,7 @@ def delete_offsets(svc: GroupService, a) -> None:
                 break
     for tp in partitions:
         c = code or per_partition.get(tp, 0)
-        results[tp] = kafka_error(c) if c else None
+        results[tp] = group_error(c) if c else None
     if top == 0:
         print(f"Request succeed for deleting offsets with topic {', '.join(topics)} group {group}")
     elif top == 24:
@@ -1064,7 +995,7 @@ def delete_offsets(svc: GroupService, a) -> None:
     elif top in (86, 29, 3):
         print_error("Encounter some partition level error, see the follow-up details:")
     else:
-        name = kafka_error(top).java_class.rsplit(".", 1)[-1]
+        name = group_error(top).java_class.rsplit(".", 1)[-1]
         print_error(f"Encounter some unknown error: {_error_enum(top, name)}")
     out = [f"\n{'TOPIC':<30} {'PARTITION':<15} {'STATUS':<15}"]
     for tp in sorted(results, key=lambda tp: tp[0] + str(tp[1])):
@@ -1081,7 +1012,7 @@ def _error_enum(code: int, fallback: str) -> str:
     return names.get(code, fallback)
 
 
-def _parse_topic_partitions(arg: str) -> list[tuple[str, int]]:
+def parse_topic_partitions(arg: str) -> list[tuple[str, int]]:
     parts = arg.split(":")
     if len(parts) != 2 or not parts[1]:
         raise Usage(f"Invalid topic arg '{arg}', expected topic name and partitions")
@@ -1129,7 +1060,7 @@ def reset_offsets(svc: GroupService, a) -> dict[str, dict[tuple[str, int], int]]
     return {g: result[g] for g in java_hashmap_order(list(result))}
 
 
-def _wrapped(fn, *args, **kw):
+def wrapped(fn, *args, **kw):
     """Kafka's ``catch (ExecutionException e) { throw new RuntimeException(e); }``."""
     try:
         return fn(*args, **kw)
@@ -1141,13 +1072,13 @@ def _wrapped(fn, *args, **kw):
 
 def _partitions_to_reset(svc: GroupService, a, gid: str) -> list[tuple[str, int]]:
     if a.all_topics:
-        return hash_order(_wrapped(svc.committed, gid))
+        return hash_order(wrapped(svc.committed, gid))
     if a.topic:
         specified: list[tuple[str, int]] = []
         plain: list[str] = []
         for t in a.topic:
             if ":" in t:
-                specified += _parse_topic_partitions(t)
+                specified += parse_topic_partitions(t)
             else:
                 plain.append(t)
         described = svc.topic_partitions(plain)
@@ -1158,11 +1089,11 @@ def _partitions_to_reset(svc: GroupService, a, gid: str) -> list[tuple[str, int]
             specified += [(t, p) for p in parts]
         return specified
     if not a.from_file:
-        raise _UsageExit("One of the reset scopes should be defined: --all-topics, --topic.")
+        raise UsageExit("One of the reset scopes should be defined: --all-topics, --topic.")
     return []
 
 
-class _UsageExit(Usage):
+class UsageExit(Usage):
     """CommandLineUtils.printUsageAndExit from inside the command."""
 
 
@@ -1172,8 +1103,8 @@ def _warn(msg: str) -> None:
 
 
 def _check_range(svc: GroupService, requested: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-    starts = _wrapped(svc.log_offsets, requested, "earliest")
-    ends = _wrapped(svc.log_offsets, requested, "latest")
+    starts = wrapped(svc.log_offsets, requested, "earliest")
+    ends = wrapped(svc.log_offsets, requested, "latest")
     out: dict[tuple[str, int], int] = {}
     for tp, offset in requested.items():
         end = ends.get(tp)
@@ -1196,12 +1127,12 @@ def _check_range(svc: GroupService, requested: dict[tuple[str, int], int]) -> di
 
 
 def _by_timestamp(svc: GroupService, partitions, ts: int) -> dict[tuple[str, int], int]:
-    found = _wrapped(svc.log_offsets, partitions, "timestamp", ts)
+    found = wrapped(svc.log_offsets, partitions, "timestamp", ts)
     ok = {tp: o for tp, o in found.items() if o != -1}
     empty = [tp for tp in hash_order(found) if found[tp] == -1]
     for tp in empty:
         print(f"\nWarn: Partition {tp[1]} from topic {tp[0]} is empty. Falling back to latest known offset.")
-    ok.update(_wrapped(svc.log_offsets, empty, "latest"))
+    ok.update(wrapped(svc.log_offsets, empty, "latest"))
     return ok
 
 
@@ -1211,16 +1142,16 @@ def _prepare(svc: GroupService, a, gid: str, partitions: list[tuple[str, int]]) 
         return _check_range(svc, {tp: a.to_offset for tp in hash_order(partitions)})
     if a.to_earliest or a.to_latest:
         kind = "earliest" if a.to_earliest else "latest"
-        found = _wrapped(svc.log_offsets, partitions, kind)
+        found = wrapped(svc.log_offsets, partitions, kind)
         out = {}
         for tp in hash_order(partitions):
             if tp not in found:
-                raise _UsageExit(f"Error getting {'starting' if a.to_earliest else 'ending'} offset of topic "
+                raise UsageExit(f"Error getting {'starting' if a.to_earliest else 'ending'} offset of topic "
                                  f"partition: {tp_str(tp)}")
             out[tp] = found[tp]
         return out
     if a.shift_by is not None:
-        current = _wrapped(svc.committed, gid)
+        current = wrapped(svc.committed, gid)
         requested = {}
         for tp in hash_order(partitions):
             if current.get(tp) is None:
@@ -1235,24 +1166,24 @@ def _prepare(svc: GroupService, a, gid: str, partitions: list[tuple[str, int]]) 
         ms = java_duration_ms(a.by_duration)
         return _timestamp_plan(svc, partitions, int(time.time() * 1000) - ms)
     if a.from_file is not None:
-        plan = _reset_plan_from_file(a)
+        plan = reset_plan_from_file(a)
         mine = plan.get(gid)
         if mine is None:
             print_error(f"No reset plan for group {gid} found")
             return {}
         return _check_range(svc, {tp: mine[tp] for tp in hash_order(mine)})
     if a.to_current:
-        current = _wrapped(svc.committed, gid)
+        current = wrapped(svc.committed, gid)
         with_offset = [tp for tp in partitions if current.get(tp) is not None]
         without = [tp for tp in partitions if current.get(tp) is None]
         out = {tp: current[tp] for tp in hash_order(with_offset)}
-        ends = _wrapped(svc.log_offsets, without, "latest")
+        ends = wrapped(svc.log_offsets, without, "latest")
         for tp in hash_order(without):
             if tp not in ends:
-                raise _UsageExit(f"Error getting ending offset of topic partition: {tp_str(tp)}")
+                raise UsageExit(f"Error getting ending offset of topic partition: {tp_str(tp)}")
             out[tp] = ends[tp]
         return {tp: out[tp] for tp in hash_order(out)}
-    raise _UsageExit("Option '[reset-offsets]' requires one of the following scenarios: ["
+    raise UsageExit("Option '[reset-offsets]' requires one of the following scenarios: ["
                      + _specs(list(_SCENARIOS)) + "]")
 
 
@@ -1261,7 +1192,7 @@ def _timestamp_plan(svc, partitions, ts: int) -> dict[tuple[str, int], int]:
     out = {}
     for tp in hash_order(partitions):
         if tp not in found:
-            raise _UsageExit(f"Error getting offset by timestamp of topic partition: {tp_str(tp)}")
+            raise UsageExit(f"Error getting offset by timestamp of topic partition: {tp_str(tp)}")
         out[tp] = found[tp]
     return out
 
@@ -1317,7 +1248,7 @@ def java_duration_ms(value: str) -> int:
     return total_ns // 10**6
 
 
-def _reset_plan_from_file(a) -> dict[str, dict[tuple[str, int], int]]:
+def reset_plan_from_file(a) -> dict[str, dict[tuple[str, int], int]]:
     try:
         with open(a.from_file, encoding="utf-8") as f:
             text = f.read()
@@ -1353,7 +1284,6 @@ def _reset_plan_from_file(a) -> dict[str, dict[tuple[str, int], int]]:
 
 
 def _csv_fields(line: str) -> list[str]:
-    import csv
     return next(csv.reader([line.rstrip("\r")]))
 
 

@@ -18,15 +18,10 @@ from __future__ import annotations
 import sys
 import time
 
-from ._admin import check_reachable
-from ._common import (
-    check_required,
-    interrupted_status,
-    java_simple_date,
-    load_props,
-    print_usage_and_exit,
-    usage_or_version,
-)
+from .plumbing.admin_client import check_reachable
+from .plumbing.javautil import java_simple_date, load_props
+from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.run import interrupted_status
 from .producer_perf import jf
 
 NAME = "consumer-perf-test"

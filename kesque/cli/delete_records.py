@@ -16,14 +16,10 @@ from __future__ import annotations
 import json
 import sys
 
-from . import _admin
-from ._common import (
-    error_line,
-    java_hash_order,
-    print_usage_and_exit,
-    topic_partition_hash,
-    usage_or_version,
-)
+from .plumbing import admin_client
+from .plumbing.errors import error_line
+from .plumbing.javautil import java_hash_order, topic_partition_hash
+from .plumbing.jopt import print_usage_and_exit, usage_or_version
 
 NAME = "delete-records"
 SCRIPT = "kafka-delete-records.sh"
@@ -88,7 +84,7 @@ def run(a) -> int:
         if dups:
             raise CommandFailed("Offset json file contains duplicate topic partitions: "
                                 + ",".join(f"{t}-{pn}" for t, pn in dups))
-        admin = _admin.make_admin(a.bootstrap_server, a.command_config)
+        admin = admin_client.make_admin(a.bootstrap_server, a.command_config)
         print("Executing records delete operation")
         sys.stdout.flush()
         tps = java_hash_order(list(seen), topic_partition_hash)

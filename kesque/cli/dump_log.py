@@ -35,7 +35,14 @@ from ..protocol import schema
 from ..records import batch as rb
 from ..records.records import iter_records
 from ..storage import checkpoint as ck
-from ._common import kafka_uuid, print_usage_and_exit, usage_or_version
+from .plumbing.javautil import kafka_uuid
+from .plumbing.jopt import print_usage_and_exit, usage_or_version
+import uuid as _uuid
+from ..metadata import records as mr
+from ..protocol.primitives import read_uvarint
+from ..coordinator.group import records as gr
+from ..coordinator.transaction import records as tr
+import zlib
 
 NAME = "dump-log"
 SCRIPT = "kafka-dump-log.sh"
@@ -128,7 +135,6 @@ def _camel(name: str) -> str:
 
 
 def _json_value(v):
-    import uuid as _uuid
     if isinstance(v, _uuid.UUID):
         return kafka_uuid(v)
     if isinstance(v, bytes):  # Jackson writes binary fields in base64
@@ -142,8 +148,6 @@ def _json_value(v):
 
 def cluster_metadata_json(value: bytes) -> str:
     """``{"type":"TOPIC_RECORD","version":0,"data":{...}}`` as Kafka's MetadataJsonConverters."""
-    from ..metadata import records as mr
-    from ..protocol.primitives import read_uvarint
 
     _frame, pos = read_uvarint(value, 0)
     _key, pos = read_uvarint(value, pos)
@@ -179,8 +183,6 @@ _OFFSETS_VALUES = {0: "OffsetCommitValue", 1: "OffsetCommitValue", 2: "GroupMeta
 def _offsets_json(v):
     """A decoded __consumer_offsets value as Jackson writes it: camelCase names, Kafka Uuid
     strings, bytes in base64."""
-    import base64
-    import uuid as _uuid
 
     if isinstance(v, _uuid.UUID):
         return kafka_uuid(v)
@@ -198,7 +200,6 @@ def _offsets_json(v):
 def _consumer_protocol(data: bytes, kind: str):
     """ConsumerProtocolSubscription / ConsumerProtocolAssignment (versions 0-3) as JSON, or
     None when the bytes do not parse (the tool then keeps them as base64)."""
-    import base64
 
     pos = 0
 
@@ -269,7 +270,6 @@ def offsets_key_value(r) -> tuple[str | None, str | None]:
     """Kafka's OffsetsMessageParser: ``{"type":"<key version>","data":{...}}`` for the key and
     ``{"version":"<value version>","data":{...}}`` (or ``<DELETE>`` for a tombstone) for the
     payload; a classic group's consumer-protocol subscriptions and assignments are decoded."""
-    from ..coordinator.group import records as gr
 
     if r.key is None:
         raise DumpError(f"java.lang.RuntimeException: Failed to decode message at offset {r.offset} using offset "
@@ -324,7 +324,6 @@ def transaction_log_key_value(r) -> tuple[str | None, str | None]:
     version>","data":{...}}`` for the payload, the TransactionLogValue fields in schema order
     with camelCase names, tagged fields only when not at their default, ``<DELETE>`` for a
     tombstone. Records it cannot read are reported in place of the key, as Kafka's serde does."""
-    from ..coordinator.transaction import records as tr
 
     if r.key is None:
         raise DumpError(f"java.lang.RuntimeException: Failed to decode message at offset {r.offset} using the "
@@ -458,7 +457,6 @@ class Dumper:
         if magic == 1 and size >= 26:
             ts = struct.unpack_from(">q", data, pos + 18)[0]
             ts_part = f"{'LogAppendTime' if attrs & 0x08 else 'CreateTime'}: {ts}"
-        import zlib
         valid = (zlib.crc32(bytes(data[pos + 16:pos + size])) & 0xFFFFFFFF) == crc
         codec = rb.COMPRESSION_NAMES.get(attrs & 0x07, "unknown")
         _out(f"offset: {offset} position: {position} {ts_part} size: {size} magic: {magic} "
@@ -749,7 +747,6 @@ def run(a) -> int:
 
 def _silence_stdout() -> None:
     """Reader went away (``| head``): drop what is left instead of failing at exit."""
-    import os
     try:
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, sys.stdout.fileno())

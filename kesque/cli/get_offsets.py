@@ -10,14 +10,11 @@ from __future__ import annotations
 import re
 import sys
 
-from . import _admin
-from ._common import (
-    bootstrap_check,
-    check_required,
-    error_message,
-    print_usage_and_exit,
-    usage_or_version,
-)
+from .plumbing import admin_client
+from .plumbing.errors import error_message
+from .plumbing.javautil import bootstrap_check
+from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from ..client.consumer import FetchError, WireConsumer
 
 NAME = "get-offsets"
 SCRIPT = "kafka-get-offsets.sh"
@@ -82,7 +79,7 @@ def _filters(a):
             if not m:
                 raise Terse(f"Invalid rule specification: {spec}")
             g = [x if x else None for x in m.groups()]
-            topic = _admin.IncludeList(g[0] if g[0] is not None else ".*")
+            topic = admin_client.IncludeList(g[0] if g[0] is not None else ".*")
             if g[1] is not None:
                 n = int(g[1])
                 pred = (lambda p, n=n: p == n)
@@ -99,7 +96,7 @@ def _filters(a):
         except ValueError:
             raise Terse("--partitions expects a comma separated list of numeric partition ids, but received: "
                         + a.partitions) from None
-    return [(_admin.IncludeList(a.topic if a.topic is not None else ".*"),
+    return [(admin_client.IncludeList(a.topic if a.topic is not None else ".*"),
              (lambda p: True) if not parts else (lambda p, s=parts: p in s))]
 
 
@@ -110,7 +107,6 @@ def _print(results: dict) -> None:
 
 
 def _wire_offsets(a, tps: list[tuple[str, int]], ts: int) -> dict:
-    from ..client.consumer import FetchError, WireConsumer
 
     c = WireConsumer(a.bootstrap_server, client_id="GetOffsetShell")
     out = {}
@@ -143,9 +139,9 @@ def run(a) -> int:
             raise Terse("--topic-partitions cannot be used with --topic or --partitions")
         ts = parse_time(a.time)
         filters = _filters(a)
-        admin = _admin.make_admin(a.bootstrap_server, a.command_config, "GetOffsetShell")
-        names = [t for t in _admin.list_topic_names(admin)
-                 if not (a.exclude_internal_topics and _admin.is_internal(t))
+        admin = admin_client.make_admin(a.bootstrap_server, a.command_config, "GetOffsetShell")
+        names = [t for t in admin_client.list_topic_names(admin)
+                 if not (a.exclude_internal_topics and admin_client.is_internal(t))
                  and any(f.allowed(t) for f, _p in filters)]
         tps = []
         if names:

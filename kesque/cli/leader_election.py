@@ -19,16 +19,11 @@ import argparse
 import json
 import sys
 
-from . import _admin
-from ._common import (
-    ToolExit,
-    error_line,
-    java_hash_order,
-    jopt_help,
-    print_usage_and_exit,
-    topic_partition_hash,
-    usage_or_version,
-)
+from .plumbing import admin_client
+from .plumbing.errors import error_line
+from .plumbing.javautil import java_hash_order, topic_partition_hash
+from .plumbing.jopt import jopt_help, print_usage_and_exit, usage_or_version
+from .plumbing.run import ToolExit
 
 NAME = "leader-election"
 SCRIPT = "kafka-leader-election.sh"
@@ -168,7 +163,7 @@ def run(a) -> int:
             partitions = [(a.topic, a.partition)]
         else:
             partitions = None
-        admin = _admin.make_admin(a.bootstrap_server, a.command_config or a.admin_config)
+        admin = admin_client.make_admin(a.bootstrap_server, a.command_config or a.admin_config)
         return elect(admin, election, partitions)
     except (CommandFailed, OSError) as e:
         sys.stdout.flush()

@@ -14,18 +14,13 @@ from __future__ import annotations
 import json
 import sys
 
-from . import _admin
-from ._common import (
-    BrokerError,
-    check_required,
-    error_message,
-    java_hash_order,
-    java_hashmap_order,
-    java_string_hash,
-    print_usage_and_exit,
-    topic_partition_hash,
-    usage_or_version,
-)
+from ..client.wire import Connection
+from ..protocol.api_keys import ApiKeys
+from ..utils import java_string_hash
+from .plumbing import admin_client
+from .plumbing.errors import BrokerError, error_message
+from .plumbing.javautil import java_hash_order, java_hashmap_order, topic_partition_hash
+from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
 
 NAME = "log-dirs"
 SCRIPT = "kafka-log-dirs.sh"
@@ -59,10 +54,8 @@ def _ordered(d: dict) -> dict:
 
 def describe_log_dirs(host: str, port: int) -> list[tuple[str, int, list]]:
     """[(log_dir, error_code, [(topic, partition, size, lag, is_future)])] of one broker."""
-    from ..client.wire import Connection
-
     with Connection(host, port, client_id="log-dirs-tool") as conn:
-        resp = conn.request(35, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
+        resp = conn.request(ApiKeys.DESCRIBE_LOG_DIRS, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
     if hasattr(resp, "error_code") and int(resp.error_code):
         raise BrokerError(int(resp.error_code), None, resp.error_code.name)
     out = []
@@ -89,8 +82,8 @@ def run(a) -> int:
             brokers_in = {int(b) for b in a.broker_list.split(",") if b}
         except ValueError as e:
             raise Terse(f"For input string: \"{str(e).split(': ')[-1].strip(chr(39))}\"") from None
-        admin = _admin.make_admin(a.bootstrap_server, a.command_config, "log-dirs-tool")
-        md = admin.list_topics(timeout=_admin.TIMEOUT)
+        admin = admin_client.make_admin(a.bootstrap_server, a.command_config, "log-dirs-tool")
+        md = admin.list_topics(timeout=admin_client.TIMEOUT)
         cluster = {b.id: (b.host, b.port) for b in md.brokers.values()}
         existing = set(cluster) if not brokers_in else brokers_in & set(cluster)
         missing = brokers_in - set(cluster)

@@ -12,6 +12,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kesque", description="kesque: a Kafka-compatible streaming platform")
     p.add_argument("--version", action="version", version=f"kesque {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    # lazy: a tool run must not load the broker (serve) or every tool (tools)
     from . import serve, tools
     serve.add_parser(sub)
     tools.add_parsers(sub)

@@ -22,22 +22,16 @@ Kafka but not done: kesque has no dynamic voter changes (KIP-853 AddRaftVoter/Re
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
-from .transactions import (
-    _ERRORS_PKG,
-    Admin,
-    ArgParser,
-    ArgumentParserException,
-    JavaError,
-    _Exit,
-    _Retry,
-    kafka_error,
-    pretty_print_table,
-)
-from ._common import exit_flushed, kafka_uuid, load_props, run_tool
+from ..client.wire import make
+from ..protocol.api_keys import ApiKeys
+from .plumbing.admin_client import ControllerAdmin, Retry, admin_for, run_admin
+from .plumbing.argparse4j import ArgParser, ArgumentParserException, ParserExit
+from .plumbing.errors import ERRORS_PKG, JavaError, TerseException
+from .plumbing.javautil import kafka_uuid, pretty_print_table
+from .plumbing.run import exit_flushed, run_tool
 
 NAME = "metadata-quorum"
 SCRIPT = "kafka-metadata-quorum.sh"
@@ -49,12 +43,6 @@ METADATA_TOPIC = "__cluster_metadata"
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 REPLICATION_HEADERS = ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
                        "LastCaughtUpTimestamp", "Status"]
-# errors the Admin client retries (RetriableException / InvalidMetadataException subclasses)
-RETRIABLE = frozenset({6, 7, 8, 13, 14, 15, 41, 51, 74, 75, 89})
-
-
-class TerseException(Exception):
-    """Printed as it is (no stack trace), exit 1."""
 
 
 def build_parser() -> ArgParser:
@@ -99,113 +87,46 @@ def build_parser() -> ArgParser:
 
 # ============================================================================ the Admin client calls
 
-class QuorumAdmin(Admin):
+class QuorumAdmin(ControllerAdmin):
     """Kafka's Admin client as MetadataQuorumCommand uses it, to brokers or to controllers."""
-
-    def __init__(self, bootstrap: str, props: dict, controllers: bool):
-        super().__init__(bootstrap, props)
-        self.controllers = controllers
-        self.active: tuple[str, int] | None = None
-        self.tries = 0
-
-    def _send(self, addr, api_key, build, max_version=None, reader=None):
-        try:
-            return super()._send(addr, api_key, build, max_version, reader)
-        except _Retry as e:
-            if "timed out" in str(e):  # the request went out and got no answer in request.timeout.ms
-                self.tries += 1
-            raise
-
-    def _retrying(self, call: str, attempt):
-        """``attempt()`` until it does not raise _Retry, then Kafka's TimeoutException for ``call``:
-        "Timed out waiting for a node assignment" when no request got as far as a node, the
-        call's own timeout message when requests were sent and went unanswered."""
-        self.tries = 0
-        deadline = self._deadline()
-        deadline_ms = int(time.time() * 1000) + self.api_timeout_ms
-        while True:
-            try:
-                return attempt()
-            except _Retry:
-                if not self.tries:
-                    self._pause(deadline, call)
-                elif time.monotonic() + self.backoff_s >= deadline:
-                    now_ms = int(time.time() * 1000)
-                    raise JavaError(_ERRORS_PKG + "TimeoutException",
-                                    f"Call(callName={call}, deadlineMs={deadline_ms}, tries={self.tries}, "
-                                    f"nextAllowedTryMs={now_ms + round(self.backoff_s * 1000)}) timed out at "
-                                    f"{now_ms} after {self.tries} attempt(s)") from None
-                else:
-                    time.sleep(self.backoff_s)
-
-    def _describe_cluster(self):
-        from ..client.wire import make
-
-        def build(mod, v):
-            return make(mod.request.DescribeClusterRequest, include_cluster_authorized_operations=False,
-                        endpoint_type=2 if self.controllers else 1, include_fenced_brokers=False)
-        resp = self._any(60, build)
-        if int(resp.error_code):
-            raise self._error(int(resp.error_code), resp.error_message)
-        nodes = {int(b.broker_id): (b.host, int(b.port)) for b in resp.brokers}
-        self.brokers = nodes
-        controller = int(resp.controller_id)
-        self.active = nodes.get(controller) if self.controllers else None
-        return resp
-
-    def cluster_id(self) -> str:
-        """``describeCluster().clusterId()`` (the Admin client names that call listNodes)."""
-        return str(self._retrying("listNodes", self._describe_cluster).cluster_id)
 
     def describe_quorum(self):
         """``describeMetadataQuorum().quorumInfo()``: the PartitionData and the nodes of the answer."""
-        return self._retrying("describeMetadataQuorum", self._describe_quorum_once)
+        return self.retrying("describeMetadataQuorum", self._describe_quorum_once)
 
     def _describe_quorum_once(self):
-        from ..client.wire import make
-
         def build(mod, v):
             rq = mod.request
             return make(rq.DescribeQuorumRequest, topics=(make(rq.TopicData, topic_name=METADATA_TOPIC, partitions=(
                 make(rq.PartitionData, partition_index=0),)),))
         if self.controllers:  # LeastLoadedBrokerOrActiveKController: the active controller
             if self.active is None:
-                self._describe_cluster()
+                self.describe_cluster()
             if self.active is None:
-                raise _Retry("no active controller")
-            resp = self._send(self.active, 55, build)
+                raise Retry("no active controller")
+            resp = self.send(self.active, ApiKeys.DESCRIBE_QUORUM, build)
         else:
-            resp = self._any(55, build)
+            resp = self.send_any(ApiKeys.DESCRIBE_QUORUM, build)
         if int(resp.error_code):
             self.active = None
-            raise self._error(int(resp.error_code), resp.error_message)
+            raise self.error_for(int(resp.error_code), resp.error_message)
         if len(resp.topics) != 1:
-            raise self._unknown(f"DescribeMetadataQuorum received {len(resp.topics)} topics when 1 was expected")
+            raise self.unknown_error(f"DescribeMetadataQuorum received {len(resp.topics)} topics when 1 was expected")
         topic = resp.topics[0]
         if topic.topic_name != METADATA_TOPIC:
-            raise self._unknown(f"DescribeMetadataQuorum received a topic with name {topic.topic_name} when "
+            raise self.unknown_error(f"DescribeMetadataQuorum received a topic with name {topic.topic_name} when "
                                 f"{METADATA_TOPIC} was expected")
         if len(topic.partitions) != 1:
-            raise self._unknown(f"DescribeMetadataQuorum received a topic {topic.topic_name} with "
+            raise self.unknown_error(f"DescribeMetadataQuorum received a topic {topic.topic_name} with "
                                 f"{len(topic.partitions)} partitions when 1 was expected")
         part = topic.partitions[0]
         if int(part.partition_index) != 0:
-            raise self._unknown(f"DescribeMetadataQuorum received a single partition with index "
+            raise self.unknown_error(f"DescribeMetadataQuorum received a single partition with index "
                                 f"{int(part.partition_index)} when 0 was expected")
         if int(part.error_code):
             self.active = None
-            raise self._error(int(part.error_code), part.error_message)
+            raise self.error_for(int(part.error_code), part.error_message)
         return part, getattr(resp, "nodes", ())
-
-    @staticmethod
-    def _error(code: int, message: str | None) -> Exception:
-        if code in RETRIABLE:
-            return _Retry(f"error {code}")
-        return kafka_error(code, message)
-
-    @staticmethod
-    def _unknown(message: str) -> JavaError:
-        return JavaError(_ERRORS_PKG + "UnknownServerException", message)
 
 
 # ============================================================================ the commands
@@ -297,14 +218,6 @@ def status_text(cluster_id: str, part, nodes) -> str:
             f"CurrentObservers:       {_replica_states(part.observers, nodes)}\n")
 
 
-def _properties(path: str | None) -> dict:
-    if path is None:
-        return {}
-    if not os.path.exists(path):
-        raise TerseException(f"Properties file {path} does not exist.")
-    return load_props(path)
-
-
 def _describe(admin: QuorumAdmin, ns: dict) -> None:
     if ns["status"] and ns["replication"]:
         raise TerseException("Only one of --status or --replication should be specified with describe sub-command")
@@ -323,7 +236,7 @@ def _describe(admin: QuorumAdmin, ns: dict) -> None:
 
 
 def _not_supported(what: str) -> JavaError:
-    return JavaError(_ERRORS_PKG + "UnsupportedVersionException",
+    return JavaError(ERRORS_PKG + "UnsupportedVersionException",
                      f"kesque does not support dynamic controller membership ({what})")
 
 
@@ -335,7 +248,7 @@ def execute(argv: list[str]) -> int:
     except ArgumentParserException as e:
         parser.handle_error(e)
         return 0 if e.kind == "help" else 1
-    except _Exit as e:
+    except ParserExit as e:
         return e.code
 
     def command(admin) -> None:
@@ -348,38 +261,7 @@ def execute(argv: list[str]) -> int:
             raise _not_supported("AddRaftVoter")
         else:
             raise _not_supported("RemoveRaftVoter")
-    return run_admin(lambda: _admin(QuorumAdmin, ns, ns["command_config"]), command)
-
-
-def _admin(cls, ns: dict, config_path: str | None):
-    """The Admin client of ``--bootstrap-server`` or ``--bootstrap-controller``."""
-    props = _properties(config_path)
-    controllers = ns["bootstrap_controller"] is not None
-    return cls(ns["bootstrap_controller"] if controllers else ns["bootstrap_server"], props, controllers)
-
-
-def run_admin(make_admin, command) -> int:
-    """``command(admin)`` with the Admin client ``make_admin()`` gives, as Kafka's Admin tools end:
-    a TerseException's message, or the Java exception's, on stderr and exit 1; the client closed."""
-    admin = None
-    try:
-        admin = make_admin()
-        command(admin)
-    except TerseException as e:
-        sys.stdout.flush()
-        print(e, file=sys.stderr)
-        return 1
-    except JavaError as e:
-        # Kafka prints getMessage() (of the ExecutionException: "<class>: <message>") and a stack trace
-        sys.stdout.flush()
-        wrapped = e.java_class.startswith(_ERRORS_PKG)
-        print(f"{e.java_class}: {e.message}" if wrapped else e.message, file=sys.stderr)
-        return 1
-    finally:
-        if admin is not None:
-            admin.close()
-    sys.stdout.flush()
-    return 0
+    return run_admin(lambda: admin_for(QuorumAdmin, ns, ns["command_config"]), command)
 
 
 def main(argv: list[str] | None = None) -> int:

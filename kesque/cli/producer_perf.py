@@ -21,7 +21,9 @@ import time
 import uuid
 
 from ..client.wire import Unreachable
-from ._common import ToolExit, interrupted_status, load_props
+from .plumbing.javautil import load_props
+from .plumbing.run import ToolExit, interrupted_status
+from .console_producer import make_producer
 
 NAME = "producer-perf-test"
 SCRIPT = "kafka-producer-perf-test.sh"
@@ -195,7 +197,6 @@ def producer_props(a) -> dict[str, str]:
 
 
 def run(a) -> int:
-    from .console_producer import make_producer
 
     p = a._parser
     if all(getattr(a, n) in (None, False, "\\n") for n in ("topic", "num_records", "record_size", "payload_file",

@@ -33,9 +33,15 @@ import json
 import random
 import sys
 
-from ._common import check_required, java_hash_order, java_string_hash, print_usage_and_exit, usage_or_version
-from .metadata_quorum import QuorumAdmin, TerseException, _properties
-from .transactions import _ERRORS_PKG, JavaError, _Retry, kafka_error
+from ..client.wire import make
+from ..protocol.api_keys import ApiKeys
+from ..utils import java_string_hash
+from .plumbing.admin_client import ControllerAdmin, Retry, admin_properties
+from .plumbing.errors import ERRORS_PKG, JavaError, TerseException, kafka_error
+from .plumbing.javautil import java_hash_order, topic_partition_hash
+from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+import datetime
+import time
 
 NAME = "reassign-partitions"
 SCRIPT = "kafka-reassign-partitions.sh"
@@ -301,25 +307,23 @@ def reassignment_json(assignment: dict, log_dirs: dict | None = None) -> str:
 
 # ------------------------------------------------------------------ the admin calls
 
-class ReassignAdmin(QuorumAdmin):
+class ReassignAdmin(ControllerAdmin):
     def _to_controller(self, api_key: int, build):
         """To any broker (which sends it on), or with --bootstrap-controller to the active controller."""
         if not self.controllers:
-            return self._any(api_key, build)
+            return self.send_any(api_key, build)
         if self.active is None:
-            self._describe_cluster()
+            self.describe_cluster()
         if self.active is None:
-            raise _Retry("no active controller")
-        resp = self._send(self.active, api_key, build)
+            raise Retry("no active controller")
+        resp = self.send(self.active, api_key, build)
         if int(resp.error_code) == 41:        # NOT_CONTROLLER: find the new one
             self.active = None
-            raise _Retry("not the active controller")
+            raise Retry("not the active controller")
         return resp
 
     def list_reassignments(self, tps=None) -> dict:
         """{(topic, partition): (replicas, adding, removing)} (listPartitionReassignments)."""
-        from ..client.wire import make
-
         def build(mod, v):
             topics = None
             if tps is not None:
@@ -332,17 +336,15 @@ class ReassignAdmin(QuorumAdmin):
                         topics=topics)
 
         def once():
-            resp = self._to_controller(46, build)
+            resp = self._to_controller(ApiKeys.LIST_PARTITION_REASSIGNMENTS, build)
             if int(resp.error_code):
                 raise kafka_error(int(resp.error_code), resp.error_message)
             return {(t.name, int(p.partition_index)): _ints(p.replicas, p.adding_replicas, p.removing_replicas)
                     for t in resp.topics for p in t.partitions}
-        return self._retrying("listPartitionReassignments", once)
+        return self.retrying("listPartitionReassignments", once)
 
     def alter_reassignments(self, targets: dict, allow_rf_change: bool = True) -> dict:
         """{(topic, partition): JavaError} of the partitions refused (targets: replicas or None to cancel)."""
-        from ..client.wire import make
-
         def build(mod, v):
             by_topic: dict = {}
             for (t, p), replicas in targets.items():
@@ -354,32 +356,32 @@ class ReassignAdmin(QuorumAdmin):
                                      for t, ps in by_topic.items()))
 
         def once():
-            resp = self._to_controller(45, build)
+            resp = self._to_controller(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, build)
             if int(resp.error_code):
                 err = kafka_error(int(resp.error_code), resp.error_message)
                 return {tp: err for tp in targets}
             return {(t.name, int(p.partition_index)): kafka_error(int(p.error_code), p.error_message)
                     for t in resp.responses for p in t.partitions if int(p.error_code)}
-        return self._retrying("alterPartitionReassignments", once)
+        return self.retrying("alterPartitionReassignments", once)
 
     def broker_ids(self) -> list[int]:
-        self._retrying("listNodes", self._describe_cluster)
+        self.retrying("listNodes", self.describe_cluster)
         return sorted(self.brokers)
 
     def broker_racks(self) -> dict:
-        resp = self._retrying("listNodes", self._describe_cluster)
+        resp = self.retrying("listNodes", self.describe_cluster)
         return {int(b.broker_id): b.rack for b in resp.brokers}
 
     def replicas_of(self, topics) -> dict:
         """{(topic, partition): replicas} of ``topics`` (describeTopics); an unknown topic is
         UnknownTopicOrPartitionException "Topic t not found."."""
-        md = self._retrying("describeTopics", lambda: self.metadata(sorted(set(topics))))
+        md = self.retrying("describeTopics", lambda: self.metadata(sorted(set(topics))))
         out = {}
         for name in topics:
             err, _internal, parts = md.get(name, (3, False, []))
             if err == 3:
                 raise JavaError("java.util.concurrent.ExecutionException",
-                                f"{_ERRORS_PKG}UnknownTopicOrPartitionException: Topic {name} not found.")
+                                f"{ERRORS_PKG}UnknownTopicOrPartitionException: Topic {name} not found.")
             if err:
                 raise kafka_error(err)
             out.update({(name, pid): replicas for pid, _e, _leader, replicas in parts})
@@ -394,8 +396,6 @@ class ReassignAdmin(QuorumAdmin):
     def describe_replica_log_dirs(self, replicas) -> dict:
         """{(topic, partition, broker): (current log dir, future log dir)} (None where there is
         none) of the ``replicas`` whose broker answered: DescribeLogDirs to each broker."""
-        from ..client.wire import make
-
         by_broker: dict = {}
         for t, p, b in replicas:
             by_broker.setdefault(b, {}).setdefault(t, []).append(p)
@@ -406,8 +406,8 @@ class ReassignAdmin(QuorumAdmin):
                 return make(rq.DescribeLogDirsRequest, topics=tuple(
                     make(rq.DescribableLogDirTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
             try:
-                resp = self._send(self._node(b), 35, build)
-            except _Retry:
+                resp = self.send(self.node(b), ApiKeys.DESCRIBE_LOG_DIRS, build)
+            except Retry:
                 continue
             found: dict = {(t, p, b): [None, None] for t, ps in topics.items() for p in ps}
             for r in resp.results:
@@ -423,8 +423,6 @@ class ReassignAdmin(QuorumAdmin):
 
     def alter_replica_log_dirs(self, moves: dict) -> dict:
         """AlterReplicaLogDirs to each replica's broker: {(topic, partition, broker): error code}."""
-        from ..client.wire import make
-
         by_broker: dict = {}
         for (t, p, b), d in moves.items():
             by_broker.setdefault(b, {}).setdefault(d, {}).setdefault(t, []).append(p)
@@ -436,7 +434,7 @@ class ReassignAdmin(QuorumAdmin):
                     make(rq.AlterReplicaLogDir, path=d, topics=tuple(
                         make(rq.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps)) for t, ps in ts.items()))
                     for d, ts in dirs.items()))
-            resp = self._send(self._node(b), 34, build)
+            resp = self.send(self.node(b), ApiKeys.ALTER_REPLICA_LOG_DIRS, build)
             for t in resp.results:
                 for p in t.partitions:
                     out[(t.topic_name, int(p.partition_index), b)] = int(p.error_code)
@@ -454,8 +452,6 @@ class ReassignAdmin(QuorumAdmin):
     def _alter_configs(self, resources: list[tuple[int, str, list[tuple[str, int, str | None]]]]) -> None:
         """One IncrementalAlterConfigs of (resource type, name, [(key, operation, value)]);
         the first resource refused raises its error, as ``all().get()``."""
-        from ..client.wire import make
-
         if not resources:
             return
 
@@ -467,11 +463,11 @@ class ReassignAdmin(QuorumAdmin):
                 for rtype, name, ops in resources))
 
         def once():
-            resp = self._any(44, build)
+            resp = self.send_any(ApiKeys.INCREMENTAL_ALTER_CONFIGS, build)
             for r in resp.responses:
                 if int(r.error_code):
                     raise kafka_error(int(r.error_code), r.error_message)
-        self._retrying("incrementalAlterConfigs", once)
+        self.retrying("incrementalAlterConfigs", once)
 
 
 def _ints(*lists) -> tuple[list[int], ...]:
@@ -479,7 +475,6 @@ def _ints(*lists) -> tuple[list[int], ...]:
 
 
 def _ms(ms: int):
-    import datetime
     return datetime.timedelta(milliseconds=ms)
 
 
@@ -517,12 +512,12 @@ def assign_replicas(brokers: list[int], partitions: int, rf: int, rng=random) ->
     """AdminUtils.assignReplicasToBrokers without racks: the first replicas round-robin from a
     random broker, the followers shifted by a random amount that grows each round."""
     if partitions <= 0:
-        raise JavaError(_ERRORS_PKG + "InvalidPartitionsException", "Number of partitions must be larger than 0.")
+        raise JavaError(ERRORS_PKG + "InvalidPartitionsException", "Number of partitions must be larger than 0.")
     if rf <= 0:
-        raise JavaError(_ERRORS_PKG + "InvalidReplicationFactorException",
+        raise JavaError(ERRORS_PKG + "InvalidReplicationFactorException",
                         "Replication factor must be larger than 0.")
     if rf > len(brokers):
-        raise JavaError(_ERRORS_PKG + "InvalidReplicationFactorException",
+        raise JavaError(ERRORS_PKG + "InvalidReplicationFactorException",
                         f"Replication factor: {rf} larger than available brokers: {len(brokers)}.")
     n = len(brokers)
     start, shift = rng.randrange(n), rng.randrange(n)
@@ -562,7 +557,7 @@ def execute(admin: ReassignAdmin, a) -> None:
     missing = [tp for tp in proposed if tp not in current]
     if missing:
         raise JavaError("java.util.concurrent.ExecutionException",
-                        f"{_ERRORS_PKG}UnknownTopicOrPartitionException: Unable to find partition: "
+                        f"{ERRORS_PKG}UnknownTopicOrPartitionException: Unable to find partition: "
                         + ", ".join(tp_name(tp) for tp in missing))
     moving = {tp: current[tp] for tp in proposed}
     print("Current partition replica assignment\n\n"
@@ -634,7 +629,6 @@ def replica_name(r) -> str:
 def execute_moves(admin: ReassignAdmin, moves: dict, timeout_ms: int) -> None:
     """AlterReplicaLogDirs until each replica's move has started (a replica that is not on its
     new broker yet answers REPLICA_NOT_AVAILABLE: asked again every 100 ms until --timeout)."""
-    import time
 
     pending = dict(moves)
     deadline = time.monotonic() + timeout_ms / 1000
@@ -697,7 +691,6 @@ def move_states_text(states: dict) -> str:
 
 
 def _hash_ordered_tps(tps) -> list:
-    from ._common import topic_partition_hash
     return java_hash_order(list(tps), topic_partition_hash)
 
 
@@ -791,7 +784,7 @@ def run(a) -> int:
     action = validate(p, a)
     admin = None
     try:
-        props = _properties(a.command_config)
+        props = admin_properties(a.command_config)
         props.setdefault("client.id", "reassign-partitions-tool")
         controller = a.bootstrap_controller is not None
         admin = ReassignAdmin(a.bootstrap_controller if controller else a.bootstrap_server, props, controller)
@@ -804,7 +797,7 @@ def run(a) -> int:
         print(f"Error: {e.message}")
         print(f"{e.java_class}: {e.message}")
         return 1
-    except _Retry as e:
+    except Retry as e:
         print(f"Error: {e}")
         return 1
     finally:

@@ -41,6 +41,7 @@ def load_config(path: str | None, overrides: list[str]) -> BrokerConfig:
 
 
 async def serve(config: BrokerConfig, ready_fd: int | None = None) -> None:
+    # lazy: only `kesque serve` loads the broker; the other tools import this module
     from ..server.server import KesqueServer
 
     server = KesqueServer(config)

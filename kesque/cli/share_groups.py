@@ -22,24 +22,26 @@ from __future__ import annotations
 import sys
 
 from ..client.wire import make
-from ._common import ToolExit, java_hashmap_order, log4j_stamp, print_usage_and_exit, usage_or_version
+from ..protocol.api_keys import ApiKeys
 from .consumer_groups import (
     GroupService,
-    JavaError,
+    Reported,
     Usage,
-    _java_text,
-    _parse_topic_partitions,
-    _reset_plan_from_file,
-    _reported,
-    _UsageExit,
-    _wrapped,
+    UsageExit,
     execution,
     hash_order,
     java_datetime,
-    kafka_error,
+    java_text,
+    parse_topic_partitions,
     print_error,
-    tp_str,
+    reset_plan_from_file,
+    wrapped,
 )
+from .plumbing.errors import ERRORS_PKG, JavaError, group_error
+from .plumbing.javautil import java_hashmap_order, log4j_stamp, tp_str
+from .plumbing.jopt import print_usage_and_exit, usage_or_version
+from .plumbing.run import ToolExit
+import argparse
 
 NAME = "share-groups"
 SCRIPT = "kafka-share-groups.sh"
@@ -48,7 +50,6 @@ HELP = "list, describe and delete share groups, reset their offsets (kafka-share
 MISSING = "-"
 STATES = ("Empty", "Stable", "Dead")
 _RESETTER = "org.apache.kafka.tools.GroupOffsetsResetter"
-_ERRORS_PKG = "org.apache.kafka.common.errors."
 _SCENARIOS = ("to-datetime", "to-earliest", "to-latest", "from-file", "to-current", "to-offset")
 
 
@@ -156,9 +157,9 @@ class ShareGroupService(GroupService):
             def build(mod, v):
                 return make(mod.request.ListGroupsRequest, states_filter=tuple(states or ()),
                             types_filter=("share",))
-            resp = self._conn(host, port).request(16, build)
+            resp = self._conn(host, port).request(ApiKeys.LIST_GROUPS, build)
             if int(resp.error_code):
-                raise kafka_error(int(resp.error_code), f"Error listing groups on {host}:{port} (id: {node} rack: null)")
+                raise group_error(int(resp.error_code), f"Error listing groups on {host}:{port} (id: {node} rack: null)")
             for g in resp.groups:
                 if (getattr(g, "group_type", "") or "share").lower() == "share" and g.protocol_type == "share":
                     listings[g.group_id] = getattr(g, "group_state", "") or "Unknown"
@@ -173,10 +174,10 @@ class ShareGroupService(GroupService):
         def build(mod, v):
             return make(mod.request.ShareGroupDescribeRequest, group_ids=(group,),
                         include_authorized_operations=False)
-        node, resp = self._coordinator_call(group, 77, build)
+        node, resp = self._coordinator_call(group, ApiKeys.SHARE_GROUP_DESCRIBE, build)
         g = resp.groups[0]
         if int(g.error_code):
-            raise kafka_error(int(g.error_code), g.error_message)
+            raise group_error(int(g.error_code), g.error_message)
         members = [{"id": m.member_id, "host": m.client_host, "client": m.client_id, "epoch": int(m.member_epoch),
                     "assignment": [(tp.topic_name, int(p)) for tp in m.assignment.topic_partitions
                                    for p in tp.partitions]} for m in g.members]
@@ -190,15 +191,15 @@ class ShareGroupService(GroupService):
             rq = mod.request
             return make(rq.DescribeShareGroupOffsetsRequest, groups=(
                 make(rq.DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=None),))
-        _node, resp = self._coordinator_call(group, 90, build)
+        _node, resp = self._coordinator_call(group, ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, build)
         g = resp.groups[0]
         if int(g.error_code):
-            raise kafka_error(int(g.error_code), g.error_message)
+            raise group_error(int(g.error_code), g.error_message)
         out = []
         for t in g.topics:
             for p in t.partitions:
                 if int(p.error_code):
-                    raise kafka_error(int(p.error_code), p.error_message)
+                    raise group_error(int(p.error_code), p.error_message)
                 out.append((t.topic_name, int(p.partition_index), int(p.start_offset), int(p.leader_epoch),
                             int(getattr(p, "lag", -1))))
         return sorted(out)
@@ -213,31 +214,31 @@ class ShareGroupService(GroupService):
             return make(rq.AlterShareGroupOffsetsRequest, group_id=group, topics=tuple(
                 make(rq.AlterShareGroupOffsetsRequestTopic, topic_name=t, partitions=tuple(ps))
                 for t, ps in topics.items()))
-        _node, resp = self._coordinator_call(group, 91, build)
+        _node, resp = self._coordinator_call(group, ApiKeys.ALTER_SHARE_GROUP_OFFSETS, build)
         if int(resp.error_code):
-            raise kafka_error(int(resp.error_code), resp.error_message)
+            raise group_error(int(resp.error_code), resp.error_message)
         for t in resp.responses:
             for p in t.partitions:
                 if int(p.error_code):
-                    raise kafka_error(int(p.error_code), p.error_message)
+                    raise group_error(int(p.error_code), p.error_message)
 
     def delete_share_offsets(self, group: str, topics: list[str]) -> dict[str, JavaError | None]:
         def build(mod, v):
             rq = mod.request
             return make(rq.DeleteShareGroupOffsetsRequest, group_id=group, topics=tuple(
                 make(rq.DeleteShareGroupOffsetsRequestTopic, topic_name=t) for t in topics))
-        _node, resp = self._coordinator_call(group, 92, build)
+        _node, resp = self._coordinator_call(group, ApiKeys.DELETE_SHARE_GROUP_OFFSETS, build)
         if int(resp.error_code):
-            raise kafka_error(int(resp.error_code), resp.error_message)
-        return {t.topic_name: kafka_error(int(t.error_code), t.error_message) if int(t.error_code) else None
+            raise group_error(int(resp.error_code), resp.error_message)
+        return {t.topic_name: group_error(int(t.error_code), t.error_message) if int(t.error_code) else None
                 for t in resp.responses}
 
     def delete_group(self, group: str) -> JavaError | None:
         def build(mod, v):
             return make(mod.request.DeleteGroupsRequest, groups_names=(group,))
-        _node, resp = self._coordinator_call(group, 42, build)
+        _node, resp = self._coordinator_call(group, ApiKeys.DELETE_GROUPS, build)
         code = int(resp.results[0].error_code)
-        return kafka_error(code) if code else None
+        return group_error(code) if code else None
 
 
 # ----------------------------------------------------------------- main
@@ -246,7 +247,7 @@ def run(a) -> int:
     p = a._parser
     _check_args(p, a)
     svc = ShareGroupService(a)
-    _reported.errors = 0
+    Reported.errors = 0
     try:
         if a.list:
             list_groups(svc, a)
@@ -268,14 +269,14 @@ def run(a) -> int:
         elif isinstance(e, JavaError):
             detail, trace = str(e), execution(e)
         else:
-            detail = trace = _java_text(e)
+            detail = trace = java_text(e)
         print_error(f"Executing share group command failed due to {detail}")
         sys.stdout.flush()
         print(trace, file=sys.stderr)
     finally:
         sys.stdout.flush()
         svc.close()
-    return 1 if _reported.errors else 0
+    return 1 if Reported.errors else 0
 
 
 def _groups(svc: ShareGroupService, a) -> list[str]:
@@ -401,9 +402,9 @@ def delete_groups(svc: ShareGroupService, a) -> None:
     failed: dict[str, JavaError] = {}
     for g in groups:
         if g not in listed:
-            failed[g] = JavaError(_ERRORS_PKG + "GroupIdNotFoundException", f"Group '{g}' is not a share group.")
+            failed[g] = JavaError(ERRORS_PKG + "GroupIdNotFoundException", f"Group '{g}' is not a share group.")
         elif listed[g] != "Empty":
-            failed[g] = JavaError(_ERRORS_PKG + "GroupNotEmptyException", f"Share group '{g}' is not EMPTY.")
+            failed[g] = JavaError(ERRORS_PKG + "GroupNotEmptyException", f"Share group '{g}' is not EMPTY.")
         else:
             err = svc.delete_group(g)
             if err is not None:
@@ -430,8 +431,8 @@ def delete_offsets(svc: ShareGroupService, a) -> None:
             raise
         print_error(e.message)  # Kafka's tool reports the group's error, then every topic with it
         results = {t: e for t in topics}
-    if any(results.get(t) is not None for t in topics) and not _reported.errors:
-        _reported.errors += 1  # a topic that failed fails the command (Kafka's tool exits 0)
+    if any(results.get(t) is not None for t in topics) and not Reported.errors:
+        Reported.errors += 1  # a topic that failed fails the command (Kafka's tool exits 0)
     width = max([15] + [len(t) for t in topics])
     out = [f"\n{'TOPIC':<{width}} STATUS"]
     for t in topics:
@@ -463,7 +464,7 @@ def reset_offsets(svc: ShareGroupService, a) -> None:
             raise ToolExit(1)
         plan = _prepare(svc, a, g, _partitions_to_reset(svc, a, g))
         if a.execute:
-            _wrapped(svc.alter_share_offsets, g, plan)
+            wrapped(svc.alter_share_offsets, g, plan)
         if a.export:
             print("".join(f"{t},{p},{o}\n" for (t, p), o in plan.items()))
         else:
@@ -495,7 +496,7 @@ def _partitions_to_reset(svc: ShareGroupService, a, gid: str) -> list[tuple[str,
     plain: list[str] = []
     for t in a.topic or ():
         if ":" in t:
-            specified += _parse_topic_partitions(t)
+            specified += parse_topic_partitions(t)
         else:
             plain.append(t)
     described = svc.topic_partitions(plain)
@@ -508,15 +509,14 @@ def _partitions_to_reset(svc: ShareGroupService, a, gid: str) -> list[tuple[str,
 
 
 def _with_topics(a, topics: list[str]):
-    import argparse
     b = argparse.Namespace(**vars(a))
     b.topic = topics
     return b
 
 
 def _check_range(svc, requested: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-    starts = _wrapped(svc.log_offsets, requested, "earliest")
-    ends = _wrapped(svc.log_offsets, requested, "latest")
+    starts = wrapped(svc.log_offsets, requested, "earliest")
+    ends = wrapped(svc.log_offsets, requested, "latest")
     out = {}
     for tp in hash_order(requested):
         offset, start, end = requested[tp], starts.get(tp, 0), ends.get(tp, 0)
@@ -537,25 +537,25 @@ def _prepare(svc: ShareGroupService, a, gid: str, partitions: list[tuple[str, in
     if a.to_offset is not None:
         return _check_range(svc, {tp: a.to_offset for tp in partitions})
     if a.to_earliest or a.to_latest:
-        found = _wrapped(svc.log_offsets, partitions, "earliest" if a.to_earliest else "latest")
+        found = wrapped(svc.log_offsets, partitions, "earliest" if a.to_earliest else "latest")
         return {tp: found[tp] for tp in hash_order(partitions)}
     if a.to_datetime is not None:
         ts = java_datetime(a.to_datetime)
-        found = _wrapped(svc.log_offsets, partitions, "timestamp", ts)
+        found = wrapped(svc.log_offsets, partitions, "timestamp", ts)
         empty = [tp for tp in hash_order(found) if found[tp] == -1]
         for tp in empty:
             print(f"\nWarn: Partition {tp[1]} from topic {tp[0]} is empty. Falling back to latest known offset.")
-        found.update(_wrapped(svc.log_offsets, empty, "latest"))
+        found.update(wrapped(svc.log_offsets, empty, "latest"))
         return {tp: found[tp] for tp in hash_order(partitions)}
     if a.to_current:
         current = {(t, p): s for t, p, s, _e, _l in svc.share_offsets(gid) if s >= 0}
-        ends = _wrapped(svc.log_offsets, [tp for tp in partitions if tp not in current], "latest")
+        ends = wrapped(svc.log_offsets, [tp for tp in partitions if tp not in current], "latest")
         return {tp: current.get(tp, ends.get(tp, 0)) for tp in hash_order(partitions)}
     if a.from_file is not None:
-        mine = _reset_plan_from_file(a).get(gid)
+        mine = reset_plan_from_file(a).get(gid)
         if mine is None:
             print_error(f"No reset plan for group {gid} found")
             return {}
         return _check_range(svc, mine)
-    raise _UsageExit("Option '[reset-offsets]' requires one of the following scenarios: ["
+    raise UsageExit("Option '[reset-offsets]' requires one of the following scenarios: ["
                      + ", ".join(f"[{s}]" for s in _SCENARIOS) + "]")

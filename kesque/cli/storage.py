@@ -16,13 +16,11 @@ import argparse
 import os
 import re
 import sys
-import uuid
 
 from ..config import BrokerConfig, ConfigError, parse_properties
 from ..controller.controller import FEATURES, METADATA_VERSION_LEVEL
-from ..storage import checkpoint as ck
-from ..storage.log_manager import (LogDirError, format_dirs, read_meta_properties, storage_dirs,
-                                   verify_meta_properties)
+from ..storage.format import format_storage, random_uuid
+from ..storage.log_manager import LogDirError, read_meta_properties, storage_dirs
 
 PROG = "kafka-storage"
 # Kafka's name of kesque's metadata.version feature level
@@ -74,15 +72,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "(id@hostname:port:directory,...).")
     sub.add_parser("random-uuid", help="Print a random UUID.")
     return p
-
-
-def random_uuid() -> str:
-    """A cluster id as Kafka's Uuid.randomUuid prints it: never starting with '-' (it would
-    read as an option on a command line)."""
-    while True:
-        cid = ck.uuid_to_kafka(uuid.uuid4())
-        if not cid.startswith("-"):
-            return cid
 
 
 def load(path: str) -> BrokerConfig:
@@ -170,23 +159,6 @@ def check_features(settings: list[str]) -> None:
                                   f"{FEATURES[name]} only (other levels at format time are not implemented)")
         else:
             print(f"--feature {name}={level_value} is not used: kesque does not finalize {name}", file=sys.stderr)
-
-
-def format_storage(config: BrokerConfig, cluster_id: str, *, ignore_formatted: bool = False) -> list[tuple[str, str]]:
-    """``storage format``: meta.properties into each of the node's dirs that has none, after
-    checking those that have one (their cluster id must be ``cluster_id``); returns ("data" or
-    "metadata", dir) for each dir formatted. Raises LogDirError naming a problem, having written
-    nothing."""
-    dirs = storage_dirs(config)
-    metas = read_meta_properties(dirs)
-    done = [d for d in dirs if metas[d] is not None]
-    if done and not ignore_formatted:
-        raise LogDirError(f"Log directory {done[0]} is already formatted. Use --ignore-formatted to ignore this "
-                          "directory and format the others.")
-    verify_meta_properties(metas, config.node_id if config.node_id >= 0 else 1, cluster_id)
-    written = format_dirs(metas, cluster_id, config.node_id if config.node_id >= 0 else 1)
-    meta_dir = os.path.abspath(config.metadata_log_dir)
-    return [("metadata" if d == meta_dir else "data", d) for d in written]
 
 
 def main(argv: list[str] | None = None) -> int:

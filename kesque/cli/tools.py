@@ -14,7 +14,8 @@ import signal
 import subprocess
 import sys
 
-from ._common import ToolExit, exit_flushed, kafkaize, new_parser, run_tool
+from .plumbing.jopt import kafkaize, new_parser
+from .plumbing.run import ToolExit, exit_flushed, run_tool
 
 _MODULES = ("topics", "configs", "console_producer", "console_consumer", "dump_log", "get_offsets",
             "delete_records", "log_dirs", "producer_perf", "consumer_perf", "consumer_groups",
@@ -141,6 +142,7 @@ def kafka_reassign_partitions() -> None:
 
 def kafka_server_start(argv: list[str] | None = None) -> None:
     """``kafka-server-start.sh [-daemon] server.properties [--override property=value]*``."""
+    # lazy: only kafka-server-start.sh loads the broker
     from . import serve
 
     argv = sys.argv[1:] if argv is None else argv
@@ -170,5 +172,6 @@ def kafka_server_start(argv: list[str] | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience
+    # lazy: the kafka-*.sh entry points load only the tool they run
     from .main import main as kesque_main
     return kesque_main(argv)

@@ -10,17 +10,15 @@ from __future__ import annotations
 import datetime
 import sys
 
-from . import _admin
-from ._common import (
-    BrokerError,
-    ToolExit,
-    check_invalid,
-    check_required,
-    error_message,
-    kafka_uuid,
-    print_usage_and_exit,
-    usage_or_version,
-)
+from ..client.wire import Connection, make
+from ..protocol.api_keys import ApiKeys
+from .plumbing import admin_client
+from .plumbing.errors import BrokerError, error_message
+from .plumbing.javautil import kafka_uuid
+from .plumbing.jopt import check_invalid, check_required, print_usage_and_exit, usage_or_version
+from .plumbing.run import ToolExit
+import re
+from types import SimpleNamespace as NS
 
 NAME = "topics"
 SCRIPT = "kafka-topics.sh"
@@ -154,7 +152,6 @@ def _parse_replica_assignment(text: str) -> list[list[int]]:
 
 
 def _parse_configs(items: list[str] | None) -> dict[str, str]:
-    import re
     pairs = [re.split(r"\s*=\s*", s) for s in items or []]
     if not all(len(x) == 2 for x in pairs):
         raise CommandError('requirement failed: Invalid topic config: all configs to be added must be in the format '
@@ -169,14 +166,14 @@ def _ensure_exists(found: list, requested: str | None, require: bool) -> None:
 
 
 def _get_topics(admin, topic: str | None, exclude_internal: bool) -> list[str]:
-    names = _admin.list_topic_names(admin)
+    names = admin_client.list_topic_names(admin)
     if topic is not None:
         try:
-            flt = _admin.IncludeList(topic)
+            flt = admin_client.IncludeList(topic)
         except ValueError as e:
             raise CommandError(str(e)) from None
         return [t for t in names if flt.allowed(t, exclude_internal)]
-    return [t for t in names if not (exclude_internal and _admin.is_internal(t))]
+    return [t for t in names if not (exclude_internal and admin_client.is_internal(t))]
 
 
 def _result(future):
@@ -185,12 +182,10 @@ def _result(future):
 
 def _controller_request(a, api_key: int, build) -> list:
     """CreateTopics / DeleteTopics / CreatePartitions to any broker (see
-    :func:`_admin.any_broker_request`); raises the first topic error as the broker worded it."""
-    from ..client.wire import make
-
-    props = _admin.client_config(a.bootstrap_server, a.command_config)
-    timeout_ms = round(_admin.TIMEOUT * 1000)
-    resp = _admin.any_broker_request(props, api_key, lambda mod, v: build(mod.request, make, timeout_ms))
+    :func:`admin_client.any_broker_request`); raises the first topic error as the broker worded it."""
+    props = admin_client.client_config(a.bootstrap_server, a.command_config)
+    timeout_ms = round(admin_client.TIMEOUT * 1000)
+    resp = admin_client.any_broker_request(props, api_key, lambda mod, v: build(mod.request, make, timeout_ms))
     for t in getattr(resp, {19: "topics", 20: "responses", 37: "results"}[api_key]):
         if int(t.error_code):
             raise BrokerError(int(t.error_code), t.error_message, t.error_code.name)
@@ -219,7 +214,7 @@ def _create(admin, a) -> None:
                      configs=tuple(make(rq.CreatableTopicConfig, name=k, value=v) for k, v in configs.items()))
         return make(rq.CreateTopicsRequest, topics=(topic,), timeout=timeout_ms, validate_only=False)
     try:
-        _controller_request(a, 19, build)
+        _controller_request(a, ApiKeys.CREATE_TOPICS, build)
     except BrokerError as e:
         if e.code == 36 and a.if_not_exists:
             return
@@ -235,7 +230,7 @@ def _delete(admin, a) -> None:
     topics = _get_topics(admin, a.topic, a.exclude_internal)
     _ensure_exists(topics, a.topic, not a.if_exists)
     if topics:
-        _controller_request(a, 20, lambda rq, make, timeout_ms: make(
+        _controller_request(a, ApiKeys.DELETE_TOPICS, lambda rq, make, timeout_ms: make(
             rq.DeleteTopicsRequest, topic_names=tuple(topics), timeout=timeout_ms,
             topics=tuple(make(rq.DeleteTopicState, name=t, topic_id=None) for t in topics)))
 
@@ -253,7 +248,7 @@ def _alter(admin, a) -> None:
             added[t] = assignment[len(desc.partitions):]
         else:
             added[t] = None
-    _controller_request(a, 37, lambda rq, make, timeout_ms: make(
+    _controller_request(a, ApiKeys.CREATE_PARTITIONS, lambda rq, make, timeout_ms: make(
         rq.CreatePartitionsRequest, timeout=timeout_ms, validate_only=False, topics=tuple(
             make(rq.CreatePartitionsTopic, name=t, count=a.partitions, assignments=None if new is None else tuple(
                 make(rq.CreatePartitionsAssignment, broker_ids=tuple(r)) for r in new)) for t, new in added.items())))
@@ -263,20 +258,17 @@ def _describe_topics(admin, a, topics: list[str]) -> tuple[dict, dict]:
     """({topic: description}, {(topic, partition): (elr, last known elr) or None}) with
     DescribeTopicPartitions to any broker, as Kafka's Admin describes topics (librdkafka's
     describe_topics waits for "the controller" of its metadata, see
-    :func:`_admin.any_broker_request`); librdkafka's, without ELR, where a broker lacks the API.
+    :func:`admin_client.any_broker_request`); librdkafka's, without ELR, where a broker lacks the API.
     A description has confluent-kafka's shape: ``topic_id``, ``partitions`` of ``id``,
     ``leader.id``, ``replicas[].id``, ``isr[].id``."""
-    from types import SimpleNamespace as NS
 
     from confluent_kafka import TopicCollection
 
-    from ..client.wire import Connection
-
-    props = _admin.client_config(a.bootstrap_server, a.command_config)
-    with Connection.to_any(props["bootstrap.servers"], "kafka-topics", _admin.TIMEOUT) as conn:
-        if conn.version_for(75) is None:
+    props = admin_client.client_config(a.bootstrap_server, a.command_config)
+    with Connection.to_any(props["bootstrap.servers"], "kafka-topics", admin_client.TIMEOUT) as conn:
+        if conn.version_for(ApiKeys.DESCRIBE_TOPIC_PARTITIONS) is None:
             return {n: _result(f) for n, f in admin.describe_topics(
-                TopicCollection(topics), request_timeout=_admin.TIMEOUT).items()}, {}
+                TopicCollection(topics), request_timeout=admin_client.TIMEOUT).items()}, {}
         descriptions: dict = {}
         elr: dict = {}
         cursor = None
@@ -285,7 +277,7 @@ def _describe_topics(admin, a, topics: list[str]) -> tuple[dict, dict]:
                 return mod.request.DescribeTopicPartitionsRequest(
                     topics=tuple(mod.request.TopicRequest(name=t) for t in topics),
                     response_partition_limit=2000, cursor=cursor)
-            resp = conn.request(75, build)
+            resp = conn.request(ApiKeys.DESCRIBE_TOPIC_PARTITIONS, build)
             for t in resp.topics:
                 if int(t.error_code):
                     raise BrokerError(int(t.error_code), None, t.error_code.name)
@@ -308,15 +300,13 @@ _DEFAULT_CONFIG = 5  # DescribeConfigs' config_source of a default nobody set
 
 def _topic_configs(a, topics: list[str]) -> dict[str, list[tuple[str, str | None, int]]]:
     """{topic: [(name, value, config source)]}: one DescribeConfigs to any broker (librdkafka
-    sends topic DescribeConfigs to "the controller", see :func:`_admin.any_broker_request`)."""
-    from ..client.wire import make
-
+    sends topic DescribeConfigs to "the controller", see :func:`admin_client.any_broker_request`)."""
     def build(mod, v):
         rq = mod.request
         return make(rq.DescribeConfigsRequest, include_synonyms=False, include_documentation=False, resources=tuple(
             make(rq.DescribeConfigsResource, resource_type=2, resource_name=t, configuration_keys=None)
             for t in topics))
-    resp = _admin.any_broker_request(_admin.client_config(a.bootstrap_server, a.command_config), 32, build)
+    resp = admin_client.any_broker_request(admin_client.client_config(a.bootstrap_server, a.command_config), ApiKeys.DESCRIBE_CONFIGS, build)
     out = {}
     for r in resp.results:
         if int(r.error_code):
@@ -328,15 +318,13 @@ def _topic_configs(a, topics: list[str]) -> dict[str, list[tuple[str, str | None
 def _reassignments(a, descriptions: dict) -> dict:
     """{(topic, partition): (replicas, adding, removing)} of the partitions being reassigned
     (listPartitionReassignments, as TopicCommand asks before describing)."""
-    from ..client.wire import make
-
     def build(mod, v):
         rq = mod.request
         return make(rq.ListPartitionReassignmentsRequest, timeout=datetime.timedelta(seconds=60), topics=tuple(
             make(rq.ListPartitionReassignmentsTopics, name=name,
                  partition_indexes=tuple(sorted(p.id for p in td.partitions)))
             for name, td in descriptions.items()))
-    resp = _admin.any_broker_request(_admin.client_config(a.bootstrap_server, a.command_config), 46, build)
+    resp = admin_client.any_broker_request(admin_client.client_config(a.bootstrap_server, a.command_config), ApiKeys.LIST_PARTITION_REASSIGNMENTS, build)
     if int(resp.error_code):
         raise BrokerError(int(resp.error_code), resp.error_message, resp.error_code.name)
     return {(t.name, int(p.partition_index)): ([int(r) for r in p.replicas], [int(r) for r in p.adding_replicas],
@@ -354,10 +342,10 @@ def _replication_factor(replicas: list[int], ra) -> int:
 def _describe(admin, a) -> None:
     if a.topic_id:
         # describe by id: find the name that has this id
-        names = _admin.list_topic_names(admin)
+        names = admin_client.list_topic_names(admin)
         descs = _describe_topics(admin, a, names)[0] if names else {}
         topics = [n for n, d in descs.items() if kafka_uuid(d.topic_id) == a.topic_id
-                  and not (a.exclude_internal and _admin.is_internal(n))]
+                  and not (a.exclude_internal and admin_client.is_internal(n))]
         if not topics and not a.if_exists:
             raise CommandError(f"TopicId '{a.topic_id}' does not exist as expected")
     else:
@@ -367,7 +355,7 @@ def _describe(admin, a) -> None:
         return
     descriptions, elr = _describe_topics(admin, a, topics)
     configs = _topic_configs(a, topics)
-    live = {n.id for n in _admin.cluster_nodes(admin)}
+    live = {n.id for n in admin_client.cluster_nodes(admin)}
     moving = _reassignments(a, {n: descriptions[n] for n in topics})
     describe_configs = not any(getattr(a, r) for r in _REPORTS)
     describe_partitions = not a.topics_with_overrides
@@ -432,7 +420,7 @@ def run(a) -> int:
     except ToolExit as e:
         return e.code
     try:
-        admin = _admin.make_admin(a.bootstrap_server, a.command_config)
+        admin = admin_client.make_admin(a.bootstrap_server, a.command_config)
         if a.create:
             _create(admin, a)
         elif a.alter:

@@ -23,7 +23,7 @@ Kafka, exits 1); usage errors print the usage of the (sub)command and
 ``kafka-transactions.sh: error: ...`` on stderr and exit 1. :class:`ArgParser` reproduces
 argparse4j: prefix abbreviations of options and commands, the justified 75-column help, its
 messages (``argument --partition is required``, ``could not convert 'x' to Integer (For input
-string: "x")``, ``Did you mean:`` hints).
+string: "x")``, ``Did you mean:`` hints): see :mod:`.plumbing.argparse4j`.
 
 The Admin client calls are made over :mod:`kesque.client.wire` (confluent-kafka has none of these APIs), as
 Kafka's Admin client makes them: DescribeProducers (v0) to the partition leader found with
@@ -36,17 +36,33 @@ says otherwise), then reported as Kafka's TimeoutException.
 
 from __future__ import annotations
 
-import os
-import re
-import socket
+import datetime
 import sys
 import time
 from dataclasses import dataclass
 
-from ..utils import java_string_hash
-from ._admin import check_reachable
-from ._common import _ERRORS as _COMMON_ERRORS
-from ._common import exit_flushed, java_hash_order, load_props, run_tool, topic_partition_hash
+from ..client.wire import make
+from ..protocol.api_keys import ApiKeys
+from ..protocol.primitives import (
+    read_array_len,
+    read_compact_string,
+    read_int16,
+    read_int32,
+    read_int64,
+    skip_tagged_fields,
+)
+from .plumbing.admin_client import WireAdmin
+from .plumbing.argparse4j import ArgParser, ArgumentParserException, ParserExit
+from .plumbing.errors import ERRORS_PKG, JavaError, kafka_error
+from .plumbing.javautil import (
+    java_hash_order,
+    load_props,
+    long_hash,
+    pretty_print_table,
+    topic_partition_hash,
+    tp_str,
+)
+from .plumbing.run import exit_flushed, run_tool
 
 NAME = "transactions"
 SCRIPT = "kafka-transactions.sh"
@@ -54,542 +70,6 @@ DESCRIPTION = ("This tool is used to analyze the transactional state of producer
                "It can be used to detect and recover from hanging transactions.")
 HELP = "list, describe and abort transactions, find hanging ones (kafka-transactions.sh)"
 PROG = "kafka-transactions.sh"
-
-_ERRORS_PKG = "org.apache.kafka.common.errors."
-
-
-# ============================================================================ argparse4j
-
-class ArgumentParserException(Exception):
-    def __init__(self, message: str, parser: ArgParser, arg: Arg | None = None, *, token: str | None = None,
-                 kind: str = ""):
-        if arg is not None:
-            message = f"argument {arg.textual_name()}: {message}"
-        super().__init__(message)
-        self.message = message
-        self.parser = parser
-        self.token = token
-        self.kind = kind  # "argument" (UnrecognizedArgumentException), "command", "help" or ""
-
-
-class _Exit(Exception):
-    def __init__(self, code: int):
-        self.code = code
-
-
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")
-_RANGES = {"Integer": (-(1 << 31), (1 << 31) - 1), "Long": (-(1 << 63), (1 << 63) - 1),
-           "Short": (-(1 << 15), (1 << 15) - 1)}
-
-
-def _java_number(kind: str, value: str) -> int:
-    """``Integer/Long/Short.valueOf``: the value, or ValueError with Java's message."""
-    lo, hi = _RANGES[kind]
-    if kind == "Short":
-        n = _java_number("Integer", value)
-        if not lo <= n <= hi:
-            raise ValueError(f'Value out of range. Value:"{value}" Radix:10')
-        return n
-    if not _JAVA_INT.fullmatch(value) or not lo <= int(value) <= hi:
-        raise ValueError(f'For input string: "{value}"')
-    return int(value)
-
-
-@dataclass
-class Arg:
-    flags: tuple[str, ...]
-    help: str = ""
-    type: str = "String"  # String, Integer, Long, Short
-    required: bool = False
-    metavar: str | None = None
-    action: str = "store"  # store, help, version, store_true
-    default: object = None
-    group: Group | None = None
-    mutex: Group | None = None
-
-    @property
-    def dest(self) -> str:
-        flag = next((f for f in self.flags if f.startswith("--")), self.flags[0])
-        return flag.lstrip("-").replace("-", "_")
-
-    @property
-    def consumes(self) -> bool:
-        return self.action == "store"
-
-    @property
-    def stores(self) -> bool:
-        return self.action in ("store", "store_true")
-
-    def textual_name(self) -> str:
-        return "/".join(self.flags)
-
-    def metavar_text(self) -> str:
-        if not self.consumes:
-            return ""
-        return self.metavar if self.metavar is not None else self.dest.upper()
-
-    def short_syntax(self, brackets: bool = True) -> str:
-        s = self.flags[0]
-        mv = self.metavar_text()
-        if mv:
-            s += " " + mv
-        return f"[{s}]" if brackets and not self.required else s
-
-    def help_title(self) -> str:
-        mv = self.metavar_text()
-        return ", ".join(f + (" " + mv if mv else "") for f in self.flags)
-
-    def convert(self, parser: ArgParser, value: str):
-        if self.type == "String":
-            return value
-        try:
-            return _java_number(self.type, value)
-        except ValueError as e:
-            raise ArgumentParserException(f"could not convert '{value}' to {self.type} ({e})", parser, self) from None
-
-
-@dataclass
-class Group:
-    title: str
-    description: str
-    args: list
-    mutex: bool = False  # a mutually exclusive group (its args are listed with the parser's own)
-    required: bool = False
-
-    def usage_tokens(self, brackets: bool = True) -> list[str]:
-        """``(--a A | --b B)`` (``[...]`` when optional), cut where argparse4j's usage may wrap it."""
-        opening, closing = ("(", ")") if self.required or not brackets else ("[", "]")
-        out = []
-        for i, a in enumerate(self.args):
-            out += ["|"] if i else []
-            out.append(a.short_syntax(brackets=False))
-        out[0], out[-1] = opening + out[0], out[-1] + closing
-        return out
-
-
-class ArgParser:
-    """An argparse4j ``ArgumentParser`` (or ``Subparser``), reduced to what the tool uses:
-    optional arguments that store one value, help/version actions, argument groups (also
-    mutually exclusive ones) and one level of subcommands."""
-
-    def __init__(self, prog: str, description: str = "", command: str | None = None,
-                 main: ArgParser | None = None, help: str = ""):
-        self.prog = prog
-        self.description = description
-        self.command = command
-        self.main = main
-        self.help = help
-        self.args: list[Arg] = []
-        self.groups: list[Group] = []
-        self.commands: dict[str, ArgParser] = {}
-        self.commands_title = ""
-        self.commands_metavar = ""
-        self.commands_dest = ""
-        self.add_argument("-h", "--help", action="help", help="show this help message and exit")
-
-    # ------------------------------------------------------------------ building
-    def add_argument(self, *flags: str, group: Group | None = None, **kw) -> Arg:
-        arg = Arg(tuple(flags), group=group, **kw)
-        self.args.append(arg)
-        if group is not None:
-            if group.mutex:
-                arg.group = None  # listed among the parser's own arguments
-                arg.mutex = group
-            group.args.append(arg)
-        return arg
-
-    def add_group(self, title: str, description: str) -> Group:
-        g = Group(title, description, [])
-        self.groups.append(g)
-        return g
-
-    def add_mutex_group(self, required: bool = False) -> Group:
-        """``addMutuallyExclusiveGroup()``: its args go with the parser's own in the help."""
-        g = Group("", "", [], mutex=True, required=required)
-        self.groups.append(g)
-        return g
-
-    def add_subparsers(self, dest: str, title: str, metavar: str) -> None:
-        self.commands_dest, self.commands_title, self.commands_metavar = dest, title, metavar
-
-    def add_parser(self, command: str, help: str = "", description: str = "") -> ArgParser:
-        p = ArgParser(self.prog, description, command=command, main=self, help=help)
-        self.commands[command] = p
-        return p
-
-    # ------------------------------------------------------------------ parsing
-    def parse_args(self, argv: list[str]) -> dict:
-        attrs: dict = {}
-        state = _State(list(argv))
-        self._parse(state, attrs)
-        if state.deferred is not None:
-            raise state.deferred
-        return attrs
-
-    @staticmethod
-    def _is_flag(term: str) -> bool:
-        return len(term) > 1 and term[0] == "-" and not re.fullmatch(r"-\d+", term)
-
-    def _resolve(self, flag: str) -> Arg | None:
-        index = {f: a for a in self.args for f in a.flags}
-        if flag in index:
-            return index[flag]
-        cand = [f for f in index if f.startswith(flag)]
-        if not cand:
-            return None
-        if self._concatenated_short(flag, index):
-            cand.append(flag[:2])
-        elif len(cand) == 1:
-            return index[cand[0]]
-        cand.sort()
-        raise ArgumentParserException(f"ambiguous option: {flag} could match {', '.join(cand)}", self)
-
-    @staticmethod
-    def _concatenated_short(term: str, index: dict) -> bool:
-        if not re.fullmatch(r"-[^-].*", term, re.DOTALL):
-            return False
-        for ch in term[1:]:
-            arg = index.get("-" + ch)
-            if arg is None:
-                return False
-            if arg.consumes:
-                return True
-        return True
-
-    def _run(self, arg: Arg, attrs: dict, value=None) -> None:
-        if arg.action == "help":
-            sys.stdout.write(self.format_help())
-            sys.stdout.flush()
-            raise ArgumentParserException("", self, kind="help")
-        if arg.action == "version":
-            from .. import __version__
-            print(f"{__version__} (Commit:unknown)")
-            raise _Exit(0)
-        attrs[arg.dest] = True if arg.action == "store_true" else value
-
-    def _parse(self, state: _State, attrs: dict) -> None:
-        for a in self.args:
-            if a.stores:
-                attrs[a.dest] = False if a.action == "store_true" and a.default is None else a.default
-        used: set[int] = set()
-        index = {f: a for a in self.args for f in a.flags}
-        while state.index < len(state.args):
-            term = state.args[state.index]
-            if not state.separator and (term == "--" or self._is_flag(term)) and term != "--":
-                flag, _, embedded = term.partition("=")
-                embedded_value = embedded if "=" in term else None
-                arg = self._resolve(flag)
-                if arg is None:
-                    embedded_value = None
-                    shorts_found = False
-                    if len(term) > 1 and term[0] == "-" and term[1] != "-":
-                        shorts_found = True
-                        for i in range(1, len(term)):
-                            short = "-" + term[i]
-                            a = index.get(short)
-                            if a is None:
-                                shorts_found = False
-                                break
-                            if a.consumes:
-                                flag, arg = short, a
-                                if len(term) > i + 1:
-                                    embedded_value = term[i + 1:]
-                                break
-                            self._run(a, attrs)
-                            used.add(id(a))
-                    if not shorts_found:
-                        raise ArgumentParserException(f"unrecognized arguments: '{term}'", self, token=term,
-                                                      kind="argument")
-                state.index += 1
-                if arg is not None:
-                    self._check_mutex(arg, used)
-                    self._process(attrs, state, arg, embedded_value)
-                    used.add(id(arg))
-            elif term == "--" and not state.separator:
-                state.separator = True
-                state.index += 1
-            elif not state.separator and self.commands:
-                self._check_required(state, used)
-                self._parse_command(state, attrs)
-                return
-            else:
-                raise ArgumentParserException(
-                    f"unrecognized arguments: '{' '.join(state.args[state.index:])}'", self)
-        if self.commands:
-            raise ArgumentParserException("too few arguments", self)
-        self._check_required(state, used)
-
-    def _process(self, attrs: dict, state: _State, arg: Arg, embedded: str | None) -> None:
-        if not arg.consumes:
-            if embedded is None:
-                self._run(arg, attrs)
-                return
-            raise ArgumentParserException(f"ignore implicit argument '{embedded}'", self, arg)
-        value = embedded
-        if value is None and state.index < len(state.args):
-            nxt = state.args[state.index]
-            if state.separator or not (nxt == "--" or self._is_flag(nxt)):
-                value = nxt
-                state.index += 1
-        if value is None:
-            raise ArgumentParserException("expected one argument", self, arg)
-        self._run(arg, attrs, arg.convert(self, value))
-
-    def _check_mutex(self, arg: Arg, used: set[int]) -> None:
-        other = next((a for a in (arg.mutex.args if arg.mutex else ()) if a is not arg and id(a) in used), None)
-        if other is not None:
-            raise ArgumentParserException(f"not allowed with argument {other.textual_name()}", self, arg)
-
-    def _check_required(self, state: _State, used: set[int]) -> None:
-        if state.deferred is not None:
-            return
-        for a in self.args:  # as argparse4j: the last missing one is reported
-            if a.required and id(a) not in used:
-                state.deferred = ArgumentParserException(f"argument {a.textual_name()} is required", self)
-        for g in self.groups:
-            if g.mutex and g.required and not any(id(a) in used for a in g.args):
-                names = " ".join(a.textual_name() for a in g.args)
-                state.deferred = ArgumentParserException(f"one of the arguments {names} is required", self)
-
-    def _parse_command(self, state: _State, attrs: dict) -> None:
-        word = state.args[state.index]
-        sub = self.commands.get(word) if word else None
-        if sub is None and word:
-            cand = [c for c in self.commands if c.startswith(word)]
-            if len(cand) == 1:
-                sub = self.commands[cand[0]]
-            elif len(cand) > 1:
-                raise ArgumentParserException(f"ambiguous command: {word} could match {', '.join(sorted(cand))}", self)
-        if sub is None:
-            choices = ", ".join(f"'{c}'" for c in self.commands)
-            raise ArgumentParserException(f"invalid choice: '{word}' (choose from {choices})", self, token=word,
-                                          kind="command")
-        state.index += 1
-        sub._parse(state, attrs)
-        attrs[self.commands_dest] = sub.command
-
-    # ------------------------------------------------------------------ help and errors
-    def _upper_usage(self) -> list[str]:
-        """Command, required options of the parsers above (argparse4j's addUpperParserUsage)."""
-        if self.main is None:
-            return []
-        out = self.main._upper_usage()
-        out += [a.short_syntax() for a in self.main.args if a.required and a.mutex is None]
-        for g in self.main.groups:
-            if g.mutex and g.required:
-                out += g.usage_tokens()
-        return out
-
-    def format_usage(self, width: int | None = None) -> str:
-        width = width or format_width()
-        head = "usage: " + self.prog
-        if len(head) > 30:
-            lines, cur, indent = [head], 12, " " * 6
-            line = indent
-        else:
-            lines, cur, indent = [], len(head), " " * len(head)
-            line = head
-        opts = self._upper_usage()
-        if self.command is not None:
-            opts.append(self.command)
-        opts += [a.short_syntax() for a in self.args if a.mutex is None]
-        for g in self.groups:
-            if g.mutex:
-                opts += g.usage_tokens()
-        if self.commands:
-            opts += [self.commands_metavar, "..."]
-        first = True
-        for syntax in opts:
-            if not first and cur + len(syntax) + 1 > width:
-                lines.append(line)
-                line = indent + " " + syntax
-                cur = len(indent) + 1 + len(syntax)
-            else:
-                line += " " + syntax
-                cur += 1 + len(syntax)
-                first = False
-        lines.append(line)
-        return "\n".join(lines) + "\n"
-
-    def format_help(self) -> str:
-        width = format_width()
-        out = [self.format_usage(width)]
-        if self.description:
-            out.append("\n" + wrap(self.description, width, 0, "", "") + "\n")
-        commands = []
-        if self.commands:
-            commands.append(f"\n{self.commands_title}:\n")
-            commands.append(_help_line(self.commands_metavar, "", width))
-            commands += [_help_line("  " + c, p.help, width) for c, p in self.commands.items() if p.help]
-        if self.commands_title == "positional arguments":  # subparsers without a title of their own
-            out += commands
-            commands = []
-        default = [a for a in self.args if a.group is None]
-        if default:
-            out.append("\noptional arguments:\n")
-            out += [_help_line(a.help_title(), a.help, width) for a in default]
-        out += commands
-        for g in (g for g in self.groups if not g.mutex):
-            out.append("\n")
-            if g.title:
-                out.append(g.title + ":\n")
-            if g.description:
-                out.append("  " + wrap(g.description, width, 2, "", "  ") + "\n\n")
-            out += [_help_line(a.help_title(), a.help, width) for a in g.args]
-        return "".join(out)
-
-    def handle_error(self, e: ArgumentParserException) -> None:
-        if e.kind == "help":
-            return
-        err = sys.stderr
-        err.write(e.parser.format_usage())
-        err.write(wrap(f"{self.prog}: error: {e.message}\n", format_width(), 0, "", ""))
-        if e.kind == "argument" and self._is_flag(e.token or ""):
-            body = e.token.lstrip("-")
-            if len(body) >= 2:
-                subjects = [(f, f.lstrip("-")) for a in e.parser.args for f in a.flags if len(f.lstrip("-")) > 1]
-                err.write(_candidates(body, subjects))
-        elif e.kind == "command":
-            err.write(_candidates(e.token or "", [(c, c) for c in e.parser.commands]))
-        err.flush()
-
-
-class _State:
-    def __init__(self, args: list[str]):
-        self.args = args
-        self.index = 0
-        self.separator = False
-        self.deferred: ArgumentParserException | None = None
-
-
-def format_width() -> int:
-    """argparse4j's format width: $COLUMNS (else the terminal's width) minus 5, or 75."""
-    width = os.environ.get("COLUMNS")
-    if width is not None:
-        try:
-            w = int(width) - 5
-        except ValueError:
-            return 75
-        return w if w > 0 else 75
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-        try:
-            w = os.get_terminal_size(fd).columns - 5
-        finally:
-            os.close(fd)
-    except OSError:
-        return 75
-    return w if w > 0 else 75
-
-
-def _help_line(title: str, help: str, width: int) -> str:
-    """argparse4j's TextHelper.printHelp: the title at column 2, the help at column 25."""
-    out = "  " + title
-    if not help:
-        return out + "\n"
-    if len(title) <= 21:
-        out += " " * (25 - len(title) - 2)
-    else:
-        out += "\n" + " " * 25
-    return out + wrap(help, width, 25, "", " " * 25) + "\n"
-
-
-def _line_segments(s: str) -> list[str]:
-    """Pieces between line-break opportunities, close to java.text.BreakIterator's line
-    instance: after spaces, after a hyphen inside a word, after punctuation that is followed
-    by a letter, after a newline."""
-    out, start = [], 0
-    n = len(s)
-    for i in range(n - 1):
-        c, nx = s[i], s[i + 1]
-        brk = False
-        if c == "\n":
-            brk = True
-        elif c in " \t":
-            brk = nx not in " \t\n"
-        elif c == "-":
-            j = i
-            while j > 0 and s[j - 1] == "-":
-                j -= 1
-            word_start = j == 0 or s[j - 1] in " \t\n'\""
-            brk = nx not in " \t\n-'" and not (nx.isdigit() and word_start)
-        elif c in ".,;:!?":
-            brk = nx not in " \t\n'\")]}" and not (nx.isdigit() and i > 0 and s[i - 1].isdigit())
-        if brk:
-            out.append(s[start:i + 1])
-            start = i + 1
-    if start < n:
-        out.append(s[start:])
-    return out
-
-
-def _adjust_space(sb: str, width: int, curwidth: int) -> str:
-    """argparse4j's TextHelper.adjustSpace: trim, then justify the line to ``width`` (extra
-    spaces spread over the blanks, the odd ones in the middle ones)."""
-    orig = len(sb)
-    sb = sb.strip(" ")
-    curwidth -= orig - len(sb)
-    blocks = list(re.finditer(r" +", sb))
-    if not blocks:
-        return sb
-    need = width - curwidth
-    each = int(need / len(blocks))  # Java's / and % truncate toward zero
-    rem = need - each * len(blocks)
-    rem_start = (len(blocks) - rem + 1) // 2
-    rem_end = rem_start + rem
-    out, last = [], 0
-    for b, m in enumerate(blocks):
-        add = each + (1 if rem_start <= b < rem_end else 0)
-        out.append(sb[last:m.start()])
-        out.append(" " * max(add, 0) + m.group(0))
-        last = m.end()
-    out.append(sb[last:])
-    return "".join(out)
-
-
-def wrap(s: str, width: int, initial_offset: int, initial_indent: str, subsequent_indent: str) -> str:
-    """argparse4j's TextHelper.wrap (justified lines)."""
-    res = [initial_indent]
-    sb = ""
-    cur = initial_offset + len(initial_indent)
-    for sub in _line_segments(s):
-        cur += len(sub)
-        if cur > width:
-            res.append(_adjust_space(sb, width, cur - len(sub)))
-            res.append("\n" + subsequent_indent)
-            sb = ""
-            cur = len(subsequent_indent) + len(sub)
-        sb += sub
-        if sub.endswith("\n"):
-            res.append(sb + subsequent_indent)
-            sb = ""
-            cur = len(subsequent_indent)
-    res.append(sb)
-    return "".join(res)
-
-
-def _levenshtein(a: str, b: str, swap: int, sub: int, add: int, dele: int) -> int:
-    prev2 = [0] * (len(b) + 1)
-    prev = list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        cur = [i] + [0] * len(b)
-        for j in range(1, len(b) + 1):
-            cur[j] = prev[j - 1] + (0 if a[i - 1] == b[j - 1] else sub)
-            if i >= 2 and j >= 2 and a[i - 1] != b[j - 1] and a[i - 2] == b[j - 1] and a[i - 1] == b[j - 2]:
-                cur[j] = min(cur[j], prev2[j - 2] + swap)
-            cur[j] = min(cur[j], prev[j] + dele, cur[j - 1] + add)
-        prev2, prev = prev, cur
-    return prev[len(b)]
-
-
-def _candidates(body: str, subjects: list[tuple[str, str]]) -> str:
-    """argparse4j's "Did you mean:" block (distances as git's help.c)."""
-    cands = sorted((0 if sb.startswith(body) else _levenshtein(body, sb, 0, 2, 1, 4), subject)
-                   for subject, sb in subjects)
-    if not cands or cands[0][0] >= 7:
-        return ""
-    threshold = cands[0][0]
-    return "\nDid you mean:\n" + "".join(f"\t{s}\n" for d, s in cands if d <= threshold)
 
 
 def build_parser() -> ArgParser:
@@ -639,70 +119,6 @@ def build_parser() -> ArgParser:
     return p
 
 
-# ============================================================================ Kafka's vocabulary
-
-# error code -> (exception class, Errors' default message): the shared table plus the codes of the
-# transaction APIs
-_ERRORS: dict[int, tuple[str, str]] = {
-    **_COMMON_ERRORS,
-    2: ("CorruptRecordException", "This message has failed its CRC checksum, exceeds the valid size, has a null key "
-        "for a compacted topic, or is otherwise corrupt."),
-    8: ("BrokerNotAvailableException", "The broker is not available."),
-    9: ("ReplicaNotAvailableException", "The replica is not available for the requested topic-partition. "
-        "Produce/Fetch requests and other requests intended only for the leader or follower return "
-        "NOT_LEADER_OR_FOLLOWER if the broker is not a replica of the topic-partition."),
-    13: ("NetworkException", "The server disconnected before a response was received."),
-    14: ("CoordinatorLoadInProgressException", "The coordinator is loading and hence can't process requests."),
-    15: ("CoordinatorNotAvailableException", "The coordinator is not available."),
-    102: ("BrokerIdNotRegisteredException", "The given broker ID was not registered."),
-    16: ("NotCoordinatorException", "This is not the correct coordinator."),
-    19: ("NotEnoughReplicasException", "Messages are rejected since there are fewer in-sync replicas than required."),
-    45: ("OutOfOrderSequenceException", "The broker received an out of order sequence number."),
-    47: ("InvalidProducerEpochException", "Producer attempted to produce with an old epoch."),
-    48: ("InvalidTxnStateException", "The producer attempted a transactional operation in an invalid state."),
-    49: ("InvalidPidMappingException", "The producer attempted to use a producer id which is not currently assigned "
-         "to its transactional id."),
-    51: ("ConcurrentTransactionsException", "The producer attempted to update a transaction while another concurrent "
-         "operation on the same transaction was ongoing."),
-    52: ("TransactionCoordinatorFencedException", "Indicates that the transaction coordinator sending a "
-         "WriteTxnMarker is no longer the current coordinator for a given producer."),
-    53: ("TransactionalIdAuthorizationException", "Transactional Id authorization failed."),
-    56: ("KafkaStorageException", "Disk error when trying to access log file on the disk."),
-    59: ("UnknownProducerIdException", "This exception is raised by the broker if it could not locate the producer "
-         "metadata associated with the producerId in question. This could happen if, for instance, the producer's "
-         "records were deleted because their retention time had elapsed. Once the last records of the producerId "
-         "are removed, the producer's metadata is removed from the broker, and future appends by the producer will "
-         "return this exception."),
-    74: ("FencedLeaderEpochException", "The leader epoch in the request is older than the epoch on the broker."),
-    90: ("ProducerFencedException", "There is a newer producer with the same transactionalId which fences the "
-         "current one."),
-    105: ("TransactionalIdNotFoundException", "The transactionalId could not be found."),
-    120: ("TransactionAbortableException", "The server encountered an error with the transaction. The client can "
-          "abort the transaction to continue using this transactional ID."),
-}
-
-
-class JavaError(Exception):
-    """A Java exception as the tool meets it: ``message`` is ``getMessage()``."""
-
-    def __init__(self, java_class: str, message: str, code: int | None = None):
-        super().__init__(message)
-        self.java_class = java_class
-        self.message = message
-        self.code = code
-
-
-def kafka_error(code: int, message: str | None = None) -> JavaError:
-    """``Errors.forCode(code).exception(message)`` (the default message when ``message`` is None)."""
-    name, default = _ERRORS.get(code, ("UnknownServerException" if code > 0 else "KafkaException",
-                                       f"Unexpected error code: {code}."))
-    return JavaError(_ERRORS_PKG + name, default if message is None else message, code)
-
-
-def timeout_error(call: str) -> JavaError:
-    return JavaError(_ERRORS_PKG + "TimeoutException", f"Timed out waiting for a node assignment. Call: {call}")
-
-
 class ToolFailure(Exception):
     """printErrorAndExit: the message is printed on stderr and the tool exits 1."""
 
@@ -712,28 +128,6 @@ def fail(message: str, cause: BaseException | None = None) -> None:
         text = cause.message if isinstance(cause, JavaError) else str(cause)
         message = f"{message}: {text}. Enable debug logging for additional detail."
     raise ToolFailure(message)
-
-
-def tp_str(tp: tuple[str, int]) -> str:
-    return f"{tp[0]}-{tp[1]}"
-
-
-def long_hash(v: int) -> int:
-    """java.lang.Long.hashCode."""
-    v &= 0xFFFFFFFFFFFFFFFF
-    h = (v ^ (v >> 32)) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def pretty_print_table(headers: list[str], rows: list[list[str]], out=None) -> None:
-    """ToolsUtils.prettyPrintTable: cells padded to the column width, each followed by a tab."""
-    out = out or sys.stdout
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i in range(len(headers)):
-            widths[i] = max(widths[i], len(row[i]))
-    for row in [headers, *rows]:
-        out.write("".join(v.ljust(widths[i]) + "\t" for i, v in enumerate(row)) + "\n")
 
 
 # ============================================================================ the Admin client
@@ -808,14 +202,6 @@ class _DescribeTransactionsV0:
 def read_describe_transactions_v0(buf, pos: int, version: int) -> _DescribeTransactionsV0:
     """DescribeTransactionsResponse v0, read by hand: kio's reader refuses the
     ``TransactionStartTimeMs`` -1 that Kafka sends for an unknown or Empty id."""
-    from ..protocol.primitives import (
-        read_array_len,
-        read_compact_string,
-        read_int16,
-        read_int32,
-        read_int64,
-        skip_tagged_fields,
-    )
     _throttle, pos = read_int32(buf, pos)
     n, pos = read_array_len(buf, pos, True)
     states = []
@@ -850,8 +236,6 @@ def parse_state(name: str) -> str:
 
 def _ms(v) -> int:
     """A kio timedelta/datetime/int field as integer milliseconds (None: -1)."""
-    import datetime
-
     if v is None:
         return -1
     if isinstance(v, datetime.datetime):
@@ -861,224 +245,17 @@ def _ms(v) -> int:
     return int(v)
 
 
-class _Retry(Exception):
-    """A retriable condition: try again after retry.backoff.ms until the call's deadline."""
-
-
-def parse_bootstrap_servers(value: str) -> list[tuple[str, int]]:
-    """ClientUtils.parseAndValidateAddresses: Kafka's ConfigException messages."""
-    out = []
-    for url in [u.strip() for u in value.split(",")]:
-        if not url:
-            continue
-        m = re.match(r".*?\[?([0-9a-zA-Z\-%._:]*)\]?:([0-9]+)$", url)
-        if not m or not m.group(1):
-            raise JavaError("org.apache.kafka.common.config.ConfigException",
-                            f"Invalid url in bootstrap.servers: {url}")
-        try:
-            socket.getaddrinfo(m.group(1), int(m.group(2)))
-        except (OSError, UnicodeError):
-            continue
-        out.append((m.group(1), int(m.group(2))))
-    if not out:
-        raise JavaError("org.apache.kafka.common.config.ConfigException",
-                        "No resolvable bootstrap urls given in bootstrap.servers")
-    return out
-
-
-class Admin:
-    """What TransactionsCommand asks of Kafka's Admin client, over :mod:`kesque.client.wire`."""
-
-    def __init__(self, bootstrap: str, props: dict[str, str] | None = None):
-        props = dict(props or {})
-        self.bootstrap = parse_bootstrap_servers(bootstrap)
-        self.api_timeout_ms = int(props.get("default.api.timeout.ms", 60000))
-        self.request_timeout_s = int(props.get("request.timeout.ms", 30000)) / 1000.0
-        self.backoff_s = int(props.get("retry.backoff.ms", 100)) / 1000.0
-        self.client_id = props.get("client.id", "adminclient-1")
-        self._probe: dict | None = {**props, "bootstrap.servers": bootstrap}
-        self._conns: dict[tuple[str, int], object] = {}
-        self.brokers: dict[int, tuple[str, int]] = {}
-
-    def close(self) -> None:
-        for c in self._conns.values():
-            c.close()
-        self._conns.clear()
-
-    # ------------------------------------------------------------------ plumbing
-    def _deadline(self) -> float:
-        return time.monotonic() + self.api_timeout_ms / 1000.0
-
-    def _conn(self, host: str, port: int):
-        from ..client.wire import Connection
-
-        c = self._conns.get((host, port))
-        if c is None:
-            c = Connection(host, port, client_id=self.client_id, timeout=self.request_timeout_s)
-            self._conns[(host, port)] = c
-        return c
-
-    def _drop(self, addr: tuple[str, int]) -> None:
-        c = self._conns.pop(addr, None)
-        if c is not None:
-            c.close()
-
-    def _send(self, addr: tuple[str, int], api_key: int, build, max_version: int | None = None, reader=None):
-        """One request; a connection problem is retriable (the connection is dropped)."""
-        from ..client.wire import WireError
-
-        if self._probe is not None:
-            # before the first request: when no bootstrap server answers, say which at once
-            # (run_tool prints it, exit 1) instead of retrying until default.api.timeout.ms
-            check_reachable(self._probe)
-            self._probe = None
-        try:
-            conn = self._conn(*addr)
-            if conn.version_for(api_key, max_version) is None:
-                raise kafka_error(35, f"The node does not support {_API_NAMES.get(api_key, api_key)}")
-            return conn.request(api_key, build, max_version=max_version, reader=reader)
-        except (OSError, WireError) as e:
-            self._drop(addr)
-            raise _Retry(str(e)) from None
-
-    def _any(self, api_key: int, build, max_version: int | None = None):
-        """A request to any broker (the known ones, then the bootstrap servers)."""
-        last: _Retry | None = None
-        for addr in [*self.brokers.values(), *self.bootstrap]:
-            try:
-                return self._send(addr, api_key, build, max_version)
-            except _Retry as e:
-                last = e
-        raise last or _Retry("no broker")
-
-    def _node(self, node_id: int) -> tuple[str, int]:
-        addr = self.brokers.get(node_id)
-        if addr is None:
-            self.metadata(())
-            addr = self.brokers.get(node_id)
-        if addr is None:
-            raise _Retry(f"unknown node {node_id}")
-        return addr
-
-    def _pause(self, deadline: float, call: str) -> None:
-        if time.monotonic() + self.backoff_s >= deadline:
-            raise timeout_error(call)
-        time.sleep(self.backoff_s)
-
-    def metadata(self, topics):
-        """Metadata for ``topics`` (None: all); updates the broker map. Returns the topics as
-        ``{name: (error_code, is_internal, [(partition, error_code, leader, replicas)])}`` in
-        the response's order."""
-        from ..client.wire import make
-
-        def build(mod, v):
-            ts = None if topics is None else tuple(make(mod.request.MetadataRequestTopic, name=t, topic_id=None)
-                                                    for t in topics)
-            return make(mod.request.MetadataRequest, topics=ts, allow_auto_topic_creation=False,
-                        include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
-        resp = self._any(3, build, max_version=12)
-        self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
-        out = {}
-        for t in resp.topics:
-            parts = sorted((int(p.partition_index), int(p.error_code), int(p.leader_id),
-                            [int(r) for r in p.replica_nodes]) for p in t.partitions)
-            out[t.name] = (int(t.error_code), bool(getattr(t, "is_internal", False)), parts)
-        return out
-
-    def _drive(self, api: str, keys: list, lookup, lookup_api: str, fulfil, fulfil_api: str):
-        """Kafka's AdminApiDriver, synchronously: ``lookup(keys) -> (mapped {key: node},
-        failed {key: exc})`` finds where each key goes, ``fulfil(node, keys) -> (completed,
-        failed, unmapped)`` asks it. Keys neither completed nor failed are retried after
-        retry.backoff.ms; those left at the deadline fail with a TimeoutException.
-        Returns ``(completed, failed)``."""
-        deadline = self._deadline()
-        completed: dict = {}
-        failed: dict = {}
-        mapped: dict = {}
-        pending = list(dict.fromkeys(keys))
-        while True:
-            try:
-                unmapped = [k for k in pending if k not in mapped]
-                if unmapped:
-                    try:
-                        m, f = lookup(unmapped)
-                    except JavaError as e:
-                        m, f = {}, {k: e for k in unmapped}
-                    mapped.update(m)
-                    failed.update(f)
-                    pending = [k for k in pending if k not in f]
-                by_node: dict = {}
-                for k in pending:
-                    if k in mapped:
-                        by_node.setdefault(mapped[k], []).append(k)
-                for node, ks in by_node.items():
-                    try:
-                        c, f, u = fulfil(node, ks)
-                    except _Retry:
-                        c, f, u = {}, {}, ks
-                    except JavaError as e:
-                        c, f, u = {}, {k: e for k in ks}, []
-                    completed.update(c)
-                    failed.update(f)
-                    for k in u:
-                        mapped.pop(k, None)
-            except _Retry:
-                pass
-            pending = [k for k in pending if k not in completed and k not in failed]
-            if not pending:
-                return completed, failed
-            stage = lookup_api if any(k not in mapped for k in pending) else fulfil_api
-            try:
-                self._pause(deadline, f"{api}(api={stage})")
-            except JavaError as e:
-                for k in pending:
-                    failed[k] = e
-                return completed, failed
-
-    # ------------------------------------------------------------------ leaders
-    def _leader_lookup(self, tps: list) -> tuple[dict, dict]:
-        """PartitionLeaderStrategy (unknown topics tolerated: retried)."""
-        md = self.metadata(sorted({t for t, _p in tps}))
-        mapped, failed = {}, {}
-        for topic, (err, _internal, parts) in md.items():
-            wanted = [tp for tp in tps if tp[0] == topic]
-            if err in (3, 5, 8):
-                continue
-            if err:
-                for tp in wanted:
-                    if err == 29:
-                        failed[tp] = JavaError(_ERRORS_PKG + "TopicAuthorizationException",
-                                               f"Failed to fetch metadata for partition {tp_str(tp)} due to topic "
-                                               "authorization failure")
-                    elif err == 17:
-                        failed[tp] = JavaError(_ERRORS_PKG + "InvalidTopicException",
-                                               f"Failed to fetch metadata for partition {tp_str(tp)} due to invalid "
-                                               f"topic `{topic}`")
-                    else:
-                        failed[tp] = kafka_error(err, f"Failed to fetch metadata for partition {tp_str(tp)} due to "
-                                                      f"unexpected error for topic `{topic}`")
-                continue
-            for index, perr, leader, _replicas in parts:
-                tp = (topic, index)
-                if tp not in wanted:
-                    continue
-                if perr in (6, 9, 5, 8, 56, 3):
-                    continue
-                if perr:
-                    failed[tp] = kafka_error(perr, f"Unexpected error during metadata lookup for {tp_str(tp)}")
-                elif leader >= 0:
-                    mapped[tp] = leader
-        return mapped, failed
+class TransactionsAdmin(WireAdmin):
+    """What TransactionsCommand asks of Kafka's Admin client beyond :class:`WireAdmin`: producers,
+    transactions and aborting one."""
 
     # ------------------------------------------------------------------ DescribeProducers
     def describe_producers(self, tps: list, broker_id: int | None = None) -> tuple[dict, dict]:
-        from ..client.wire import make
-
         if broker_id is not None:
             def lookup(keys):
                 return {k: broker_id for k in keys}, {}
         else:
-            lookup = self._leader_lookup
+            lookup = self.leader_lookup
 
         def fulfil(node, keys):
             by_topic: dict = {}
@@ -1088,7 +265,7 @@ class Admin:
             def build(mod, v):
                 return make(mod.request.DescribeProducersRequest, topics=tuple(
                     make(mod.request.TopicRequest, name=t, partition_indexes=tuple(ps)) for t, ps in by_topic.items()))
-            resp = self._send(self._node(node), 61, build, max_version=0)
+            resp = self.send(self.node(node), ApiKeys.DESCRIBE_PRODUCERS, build, max_version=0)
             completed, failed, unmapped = {}, {}, []
             for t in resp.topics:
                 for p in t.partitions:
@@ -1103,11 +280,11 @@ class Admin:
                     elif err == 3:
                         pass  # retried
                     elif err == 17:
-                        failed[tp] = JavaError(_ERRORS_PKG + "InvalidTopicException",
+                        failed[tp] = JavaError(ERRORS_PKG + "InvalidTopicException",
                                                f"Failed to fetch metadata for partition {tp_str(tp)} due to invalid "
                                                f"topic error: {p.error_message or kafka_error(17).message}")
                     elif err == 29:
-                        failed[tp] = JavaError(_ERRORS_PKG + "TopicAuthorizationException",
+                        failed[tp] = JavaError(ERRORS_PKG + "TopicAuthorizationException",
                                                f"Failed to describe active producers for partition {tp_str(tp)} due "
                                                f"to authorization failure on topic `{tp[0]}`")
                     elif err:
@@ -1120,14 +297,12 @@ class Admin:
                                                        max(int(a.current_txn_start_offset), -1))
                                          for a in p.active_producers]
             return completed, failed, unmapped
-        return self._drive("describeProducers", tps, lookup, "METADATA", fulfil, "DESCRIBE_PRODUCERS")
+        return self.drive("describeProducers", tps, lookup, "METADATA", fulfil, "DESCRIBE_PRODUCERS")
 
     # ------------------------------------------------------------------ DescribeTransactions
     def _coordinator_lookup(self, ids: list) -> tuple[dict, dict]:
         """CoordinatorStrategy for transactional ids: FindCoordinator (key type 1), batched
         from v4, one key per request before."""
-        from ..client.wire import make
-
         found = {}
         remaining = list(ids)
         while remaining:
@@ -1139,7 +314,7 @@ class Admin:
                     return make(mod.request.FindCoordinatorRequest, key_type=1, coordinator_keys=keys)
                 sent[:] = keys[:1]
                 return make(mod.request.FindCoordinatorRequest, key=keys[0], key_type=1)
-            r = self._any(10, build)
+            r = self.send_any(ApiKeys.FIND_COORDINATOR, build)
             if getattr(r, "coordinators", None) is not None:
                 for c in r.coordinators:
                     found[c.key] = (int(c.error_code), int(c.node_id), c.host, int(c.port))
@@ -1156,7 +331,7 @@ class Admin:
             elif err in (14, 15):
                 pass
             elif err == 53:
-                failed[tid] = JavaError(_ERRORS_PKG + "TransactionalIdAuthorizationException",
+                failed[tid] = JavaError(ERRORS_PKG + "TransactionalIdAuthorizationException",
                                         f"FindCoordinator request for transactionalId `{_coordinator_key(tid)}` failed "
                                         "due to authorization failure")
             else:
@@ -1165,10 +340,8 @@ class Admin:
         return mapped, failed
 
     def describe_transactions(self, ids: list) -> tuple[dict, dict]:
-        from ..client.wire import make
-
         def fulfil(node, keys):
-            resp = self._send(self._node(node), 65, lambda mod, v: make(mod.request.DescribeTransactionsRequest,
+            resp = self.send(self.node(node), ApiKeys.DESCRIBE_TRANSACTIONS, lambda mod, v: make(mod.request.DescribeTransactionsRequest,
                                                                          transactional_ids=tuple(keys)), max_version=0,
                               reader=read_describe_transactions_v0)
             completed, failed, unmapped = {}, {}, []
@@ -1178,7 +351,7 @@ class Admin:
                     continue
                 err = int(st.error_code)
                 if err == 53:
-                    failed[tid] = JavaError(_ERRORS_PKG + "TransactionalIdAuthorizationException",
+                    failed[tid] = JavaError(ERRORS_PKG + "TransactionalIdAuthorizationException",
                                             f"DescribeTransactions request for transactionalId `{tid}` failed due to "
                                             "authorization failure")
                 elif err == 105:
@@ -1198,32 +371,30 @@ class Admin:
                         st.transaction_timeout, st.transaction_start_time,
                         java_hash_order(list(dict.fromkeys(tps)), topic_partition_hash))
             return completed, failed, unmapped
-        return self._drive("describeTransactions", ids, self._coordinator_lookup, "FIND_COORDINATOR", fulfil,
+        return self.drive("describeTransactions", ids, self._coordinator_lookup, "FIND_COORDINATOR", fulfil,
                            "DESCRIBE_TRANSACTIONS")
 
     # ------------------------------------------------------------------ ListTransactions
     def list_transactions(self, producer_ids=(), duration_ms: int = -1) -> dict[int, list[TransactionListing]]:
         """ListTransactions on every broker (AllBrokersStrategy); raises the first failure."""
-        from ..client.wire import make
-
         def lookup(keys):
             return {k: k for k in keys}, {}
 
         def fulfil(node, keys):
-            conn = self._conn(*self._node(node))
-            version = conn.version_for(66, 1)
+            conn = self.connection(*self.node(node))
+            version = conn.version_for(ApiKeys.LIST_TRANSACTIONS, 1)
             if version is not None and version < 1 and duration_ms >= 0:
                 raise kafka_error(35, "Duration filter can be set only when using API version 1 or higher. If "
                                       "client is connected to an older broker, do not specify duration filter or set "
                                       "duration filter to -1.")
-            resp = self._send(self._node(node), 66, lambda mod, v: make(
+            resp = self.send(self.node(node), ApiKeys.LIST_TRANSACTIONS, lambda mod, v: make(
                 mod.request.ListTransactionsRequest, state_filters=(), producer_id_filters=tuple(producer_ids),
                 duration_filter=duration_ms), max_version=1)
             err = int(resp.error_code)
             if err == 14:
                 return {}, {}, []
             if err == 15:
-                return {}, {node: JavaError(_ERRORS_PKG + "CoordinatorNotAvailableException",
+                return {}, {node: JavaError(ERRORS_PKG + "CoordinatorNotAvailableException",
                                             f"ListTransactions request sent to broker {node} failed because the "
                                             "coordinator is shutting down")}, []
             if err:
@@ -1233,8 +404,8 @@ class Admin:
                                               parse_state(s.transaction_state))
                            for s in resp.transaction_states]}, {}, []
 
-        self._metadata_retrying((), "listTransactions(api=METADATA)")  # AllBrokersStrategy's lookup
-        completed, failed = self._drive("listTransactions", list(self.brokers), lookup, "METADATA", fulfil,
+        self.metadata_retrying((), "listTransactions(api=METADATA)")  # AllBrokersStrategy's lookup
+        completed, failed = self.drive("listTransactions", list(self.brokers), lookup, "METADATA", fulfil,
                                         "LIST_TRANSACTIONS")
         if failed:
             raise next(iter(failed.values()))
@@ -1243,8 +414,6 @@ class Admin:
     # ------------------------------------------------------------------ WriteTxnMarkers
     def abort_transaction(self, spec: AbortTransactionSpec) -> None:
         """AbortTransactionHandler: an ABORT marker through WriteTxnMarkers to the leader."""
-        from ..client.wire import make
-
         def fulfil(node, keys):
             def build(mod, v):
                 return make(mod.request.WriteTxnMarkersRequest, markers=(make(
@@ -1252,7 +421,7 @@ class Admin:
                     transaction_result=False, coordinator_epoch=spec.coordinator_epoch,
                     topics=(make(mod.request.WritableTxnMarkerTopic, name=spec.tp[0],
                                  partition_indexes=(spec.tp[1],)),)),))
-            resp = self._send(self._node(node), 27, build, max_version=1)
+            resp = self.send(self.node(node), ApiKeys.WRITE_TXN_MARKERS, build, max_version=1)
             tp = spec.tp
             markers = list(resp.markers)
             if len(markers) != 1 or int(markers[0].producer_id) != spec.producer_id:
@@ -1276,13 +445,13 @@ class Admin:
             if err == 0:
                 return {tp: None}, {}, []
             if err == 31:
-                exc = JavaError(_ERRORS_PKG + "ClusterAuthorizationException",
+                exc = JavaError(ERRORS_PKG + "ClusterAuthorizationException",
                                 f"WriteTxnMarkers request with {spec} failed due to cluster authorization error")
             elif err == 47:
-                exc = JavaError(_ERRORS_PKG + "InvalidProducerEpochException",
+                exc = JavaError(ERRORS_PKG + "InvalidProducerEpochException",
                                 f"WriteTxnMarkers request with {spec} failed due an invalid producer epoch")
             elif err == 52:
-                exc = JavaError(_ERRORS_PKG + "TransactionCoordinatorFencedException",
+                exc = JavaError(ERRORS_PKG + "TransactionCoordinatorFencedException",
                                 f"WriteTxnMarkers request with {spec} failed since the provided coordinator epoch "
                                 f"{spec.coordinator_epoch} has been fenced by the active coordinator")
             elif err in (6, 9, 8, 3):
@@ -1292,43 +461,10 @@ class Admin:
                                        f"{kafka_error(err).message}")
             return {}, {tp: exc}, []
 
-        _completed, failed = self._drive("abortTransaction", [spec.tp], self._leader_lookup, "METADATA", fulfil,
+        _completed, failed = self.drive("abortTransaction", [spec.tp], self.leader_lookup, "METADATA", fulfil,
                                          "WRITE_TXN_MARKERS")
         if failed:
             raise failed[spec.tp]
-
-    # ------------------------------------------------------------------ topics
-    def _metadata_retrying(self, topics, call: str):
-        deadline = self._deadline()
-        while True:
-            try:
-                return self.metadata(topics)
-            except _Retry:
-                self._pause(deadline, call)
-
-    def list_topics(self) -> list[str]:
-        """listTopics(listInternal=true).names(): the keys of a HashMap<String, TopicListing>."""
-        md = self._metadata_retrying(None, "listTopics")
-        names = [t for t, (err, _i, _p) in md.items() if err == 0]
-        return java_hash_order(names, java_string_hash)
-
-    def describe_topics(self, topics: list[str]) -> list[tuple[str, list]]:
-        """describeTopics(topics).allTopicNames(): ``[(topic, [(partition, replicas)])]`` in the
-        order of the HashMap it returns; the first failing topic raises."""
-        md = self._metadata_retrying(topics, "describeTopics")
-        n = len(topics)
-        order = java_hash_order(java_hash_order(list(topics), java_string_hash, initial_capacity=n),
-                                java_string_hash, initial_capacity=n)
-        for t in order:
-            err = md.get(t, (3, False, []))[0]
-            if err:
-                raise kafka_error(err)
-        return [(t, [(p, replicas) for p, _e, _l, replicas in md[t][2]]) for t in order]
-
-
-_API_NAMES = {3: "METADATA", 10: "FIND_COORDINATOR", 27: "WRITE_TXN_MARKERS", 61: "DESCRIBE_PRODUCERS",
-              65: "DESCRIBE_TRANSACTIONS", 66: "LIST_TRANSACTIONS"}
-
 
 def _coordinator_key(tid: str) -> str:
     """CoordinatorKey.toString()."""
@@ -1351,7 +487,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def cmd_list(admin: Admin, ns: dict) -> None:
+def cmd_list(admin: TransactionsAdmin, ns: dict) -> None:
     duration = ns.get("duration_filter")
     try:
         result = admin.list_transactions(duration_ms=-1 if duration is None else duration)
@@ -1362,7 +498,7 @@ def cmd_list(admin: Admin, ns: dict) -> None:
     pretty_print_table(LIST_HEADERS, rows)
 
 
-def cmd_describe(admin: Admin, ns: dict) -> None:
+def cmd_describe(admin: TransactionsAdmin, ns: dict) -> None:
     tid = ns["transactional_id"]
     completed, failed = admin.describe_transactions([tid])
     if tid in failed:
@@ -1378,7 +514,7 @@ def cmd_describe(admin: Admin, ns: dict) -> None:
     pretty_print_table(DESCRIBE_HEADERS, [row])
 
 
-def cmd_describe_producers(admin: Admin, ns: dict) -> None:
+def cmd_describe_producers(admin: TransactionsAdmin, ns: dict) -> None:
     tp = (ns["topic"], ns["partition"])
     broker_id = ns.get("broker_id")
     completed, failed = admin.describe_producers([tp], broker_id)
@@ -1391,7 +527,7 @@ def cmd_describe_producers(admin: Admin, ns: dict) -> None:
     pretty_print_table(DESCRIBE_PRODUCERS_HEADERS, rows)
 
 
-def cmd_abort(admin: Admin, ns: dict) -> None:
+def cmd_abort(admin: TransactionsAdmin, ns: dict) -> None:
     tp = (ns["topic"], ns["partition"])
     start_offset = ns.get("start_offset")
     producer_id = ns.get("producer_id")
@@ -1436,7 +572,7 @@ class _OpenTransaction:
     state: ProducerState
 
 
-def cmd_find_hanging(admin: Admin, ns: dict) -> None:
+def cmd_find_hanging(admin: TransactionsAdmin, ns: dict) -> None:
     broker_id = ns.get("broker_id")
     topic = ns.get("topic")
     if topic is None and broker_id is None:
@@ -1542,7 +678,7 @@ def execute(argv: list[str]) -> int:
     except ArgumentParserException as e:
         parser.handle_error(e)
         return 1
-    except _Exit as e:
+    except ParserExit as e:
         return e.code
     admin = None
     try:
@@ -1552,7 +688,7 @@ def execute(argv: list[str]) -> int:
             fail("Failed to load admin client properties", JavaError("java.nio.file.NoSuchFileException",
                                                                      e.filename or str(e)))
         try:
-            admin = Admin(ns["bootstrap_server"], props)
+            admin = TransactionsAdmin(ns["bootstrap_server"], props)
         except JavaError as e:
             sys.stdout.flush()
             sys.stderr.write('Exception in thread "main" org.apache.kafka.common.KafkaException: '

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from ..errors import KafkaError
+from ..protocol.api_keys import ApiKeys
 from .wire import Connection, WireError, make, parse_bootstrap
 
 # FindCoordinator / coordinator errors a client retries after a fresh lookup
@@ -71,7 +72,7 @@ class Cluster:
             return make(rq.MetadataRequest, topics=ts, allow_auto_topic_creation=allow_auto_create,
                         include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
         try:
-            resp = self._bootstrap_conn().request(3, build, max_version=12)
+            resp = self._bootstrap_conn().request(ApiKeys.METADATA, build, max_version=12)
         except (OSError, WireError):
             if self._boot is not None:
                 self._boot.close()
@@ -98,7 +99,7 @@ class Cluster:
             def build(mod, v):
                 rq = mod.request
                 return make(rq.FindCoordinatorRequest, key=key, key_type=key_type, coordinator_keys=(key,))
-            resp = self._bootstrap_conn().request(10, build)
+            resp = self._bootstrap_conn().request(ApiKeys.FIND_COORDINATOR, build)
             if hasattr(resp, "coordinators") and resp.coordinators:
                 c = resp.coordinators[0]
                 code, node, host, port = int(c.error_code), int(c.node_id), c.host, int(c.port)

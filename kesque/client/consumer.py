@@ -18,6 +18,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from ..protocol.api_keys import ApiKeys
 from ..records import batch as rb
 from ..records.records import iter_records
 from .cluster import Cluster
@@ -115,7 +116,7 @@ class WireConsumer(Cluster):
                 return make(rq.ListOffsetsRequest, replica_id=-1, isolation_level=self.isolation_level,
                             topics=tuple(make(rq.ListOffsetsTopic, name=t, partitions=tuple(ps))
                                          for t, ps in topics.items()), timeout=30000)
-            resp = self._conn(leader).request(2, build)
+            resp = self._conn(leader).request(ApiKeys.LIST_OFFSETS, build)
             for t in resp.topics:
                 for p in t.partitions:
                     code = int(p.error_code)
@@ -210,7 +211,7 @@ class WireConsumer(Cluster):
                         isolation_level=self.isolation_level, session_id=0, session_epoch=-1,
                         topics=tuple(make(rq.FetchTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
                         forgotten_topics_data=(), rack_id="")
-        resp = self._conn(leader).request(1, build, max_version=12)
+        resp = self._conn(leader).request(ApiKeys.FETCH, build, max_version=12)
         out: list[Message] = []
         by_tp = {(st.topic, st.partition): st for st in states}
         for t in resp.responses:

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ErrorCode, KafkaError
+from ..protocol.api_keys import ApiKeys
 from ..records.records import build_batch, wrap_batch
 from ..utils import murmur2
 from .cluster import COORDINATOR_RETRIABLE, Cluster
@@ -147,7 +148,7 @@ class Producer(Cluster):
                         transaction_timeout=self.transaction_timeout_ms, producer_id=-1, producer_epoch=-1,
                         enable2_pc=self.enable_2pc, keep_prepared_txn=keep_prepared_txn)
         min_version = 6 if self.enable_2pc else 0
-        resp = self._coordinator_call(22, build, min_version=min_version)
+        resp = self._coordinator_call(ApiKeys.INIT_PRODUCER_ID, build, min_version=min_version)
         self.producer_id, self.epoch = int(resp.producer_id), int(resp.producer_epoch)
         self._kept = None
         if keep_prepared_txn and int(getattr(resp, "ongoing_txn_producer_id", -1)) >= 0:
@@ -221,7 +222,7 @@ class Producer(Cluster):
             return make(rq.AddPartitionsToTxnRequest, v3_and_below_transactional_id=self.transactional_id,
                         v3_and_below_producer_id=self.producer_id, v3_and_below_producer_epoch=self.epoch,
                         v3_and_below_topics=topics)
-        self._coordinator_call(24, build, max_version=3, error_of=_add_partitions_error)
+        self._coordinator_call(ApiKeys.ADD_PARTITIONS_TO_TXN, build, max_version=3, error_of=_add_partitions_error)
         self._txn_partitions.update(new)
 
     def prepare_transaction(self) -> PreparedTxnState:
@@ -259,7 +260,7 @@ class Producer(Cluster):
         def build(mod, v):
             return make(mod.request.EndTxnRequest, transactional_id=self.transactional_id,
                         producer_id=self.producer_id, producer_epoch=self.epoch, committed=commit)
-        resp = self._coordinator_call(26, build)
+        resp = self._coordinator_call(ApiKeys.END_TXN, build)
         self._in_txn = False
         self._kept = None
         self._txn_partitions.clear()
@@ -449,9 +450,9 @@ class Producer(Cluster):
                                          for t, ps in topics.items()))
         conn = self._conn(leader)
         if self.acks == 0:
-            conn.send_only(0, build)
+            conn.send_only(ApiKeys.PRODUCE, build)
             return [(0, -1)] * len(group)
-        resp = conn.request(0, build, max_version=11)
+        resp = conn.request(ApiKeys.PRODUCE, build, max_version=11)
         got = {(t.name, int(p.index)): (int(p.error_code), int(p.base_offset))
                for t in resp.responses for p in t.partition_responses}
         return [got.get((x.topic, x.partition), (6, -1)) for x in group]

@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import ErrorCode, KafkaError
+from ..protocol.api_keys import ApiKeys
 from ..records import batch as rb
 from ..records.records import iter_records
 from .cluster import COORDINATOR_RETRIABLE, Cluster
@@ -132,7 +133,7 @@ class ShareConsumer(Cluster):
                         member_epoch=FINAL_EPOCH if leaving else self.member_epoch, rack_id=self.rack_id,
                         subscribed_topic_names=None if leaving else tuple(self.subscription))
         try:
-            resp = self._conn(self._coordinator).request(76, build)
+            resp = self._conn(self._coordinator).request(ApiKeys.SHARE_GROUP_HEARTBEAT, build)
         except (OSError, WireError):
             self._drop(self._coordinator)
             self._coordinator = None
@@ -304,7 +305,7 @@ class ShareConsumer(Cluster):
                                      for tid, ps in topics.items()),
                         forgotten_topics_data=tuple(make(rq.ForgottenTopic, topic_id=tid, partitions=tuple(ps))
                                                     for tid, ps in gone.items()))
-        resp = self._conn(leader).request(78, build)
+        resp = self._conn(leader).request(ApiKeys.SHARE_FETCH, build)
         code = ErrorCode(int(resp.error_code))
         if code in _SESSION_LOST:
             self._sessions.pop(leader, None)
@@ -406,7 +407,7 @@ class ShareConsumer(Cluster):
                             share_session_epoch=epoch, topics=tuple(
                                 make(rq.AcknowledgeTopic, topic_id=tid, partitions=tuple(ps))
                                 for tid, ps in topics.items()))
-            resp = self._conn(leader).request(79, build)
+            resp = self._conn(leader).request(ApiKeys.SHARE_ACKNOWLEDGE, build)
             code = int(resp.error_code)
             if final or code:
                 self._sessions.pop(leader, None)

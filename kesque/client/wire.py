@@ -20,6 +20,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from .. import __version__
+from ..protocol.api_keys import ApiKeys
 
 _I32 = struct.Struct(">i")
 
@@ -190,7 +191,7 @@ class Connection:
         self.awaiting = False
         resp_cls = load_response_schema(api_key, version)
         rh_cls = resp_cls.__header_schema__
-        if api_key == 18:  # ApiVersions responses always carry header v0
+        if api_key == ApiKeys.API_VERSIONS:  # ApiVersions responses always carry header v0
             from kio.schema.response_header.v0.header import ResponseHeader as rh_cls
         mv = memoryview(frame).toreadonly()
         rh, pos = entity_reader(rh_cls)(mv, 0)
@@ -203,7 +204,7 @@ class Connection:
 
     def _negotiate(self) -> None:
         req_cls = load_request_schema(18, 3)
-        resp = self._roundtrip(18, 3, req_cls(client_software_name=CLIENT_SOFTWARE_NAME,
+        resp = self._roundtrip(ApiKeys.API_VERSIONS, 3, req_cls(client_software_name=CLIENT_SOFTWARE_NAME,
                                               client_software_version=__version__))
         if int(resp.error_code) != 0:
             raise WireError(f"ApiVersions failed with error {int(resp.error_code)}")

@@ -23,6 +23,9 @@ from typing import Any
 from . import not_yet
 from .topic import SYNONYM_SCALE, TOPIC_CONFIGS, LogConfig
 from .types import LONG_MAX, PARSERS, ConfigError, ConfigKey, at_least, between, one_of, render
+from .kafka_keys import KAFKA_LISTENER_MECHANISM_KEYS
+from .kafka_keys import KAFKA_DYNAMIC_BROKER_KEYS, KAFKA_DYNAMIC_ONLY_BROKER_KEYS
+from .kafka_keys import KAFKA_BROKER_KEYS, KAFKA_KEY_PREFIXES, REMOVED_IN_4_0
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +313,6 @@ _LISTENER_KEY = re.compile(r"^listener\.name\.[^.]*\.(.+)$")
 
 def listener_base(name: str) -> str:
     """``listener.name.<l>.<key>`` (or ``.<mechanism>.<key>`` for the SASL login keys) -> key."""
-    from .kafka_keys import KAFKA_LISTENER_MECHANISM_KEYS
 
     m = _LISTENER_KEY.match(name)
     if not m:
@@ -320,7 +322,6 @@ def listener_base(name: str) -> str:
 
 def is_dynamic(name: str) -> bool:
     """Kafka can change this broker key with AlterConfigs (its DynamicBrokerConfig set)."""
-    from .kafka_keys import KAFKA_DYNAMIC_BROKER_KEYS, KAFKA_DYNAMIC_ONLY_BROKER_KEYS
 
     return name in KAFKA_DYNAMIC_BROKER_KEYS or name in KAFKA_DYNAMIC_ONLY_BROKER_KEYS
 
@@ -360,7 +361,6 @@ _NO_TLS_OR_SASL = ("kesque has no TLS or SASL yet and serves PLAINTEXT listeners
 
 
 def _known_kafka_key(name: str) -> bool:
-    from .kafka_keys import KAFKA_BROKER_KEYS, KAFKA_KEY_PREFIXES, REMOVED_IN_4_0
 
     return name in KAFKA_BROKER_KEYS or name in REMOVED_IN_4_0 or name.startswith(tuple(KAFKA_KEY_PREFIXES))
 

@@ -68,6 +68,7 @@ from ..errors import ErrorCode, KafkaError, error
 from ..metadata.image import Endpoint, MetadataImage, directories_supported, reserved_dir
 from .reassignment import leader_acceptor
 from .replication_control import ONLINE, UNCLEAN, elr_args, elr_enabled_in, partition_change
+from ..raft.wire import _new
 
 log = logging.getLogger(__name__)
 
@@ -553,7 +554,6 @@ _API = {RegistrationRequest: ("broker_registration", "request"),
 
 def to_kio(msg, version: int):
     """The kio body of one of this module's four messages at ``version``."""
-    from ..raft.wire import _new
     api, kind = _API[type(msg)]
     if version not in VERSIONS[api]:
         raise KafkaError(ErrorCode.unsupported_version, f"{api} v{version} is not served")
@@ -598,14 +598,13 @@ def from_kio(obj):
 
 
 # -- AssignReplicasToDirs (API 73, v0; KIP-858) on the wire ---------------------------------------------
-ASSIGN_API_KEY, ASSIGN_VERSION = 73, 0
+ASSIGN_VERSION = 0
 
 
 def assign_request_to_kio(broker_id: int, broker_epoch: int, assignments: dict):
     """``assignments`` {dir id: {topic id: [partition]}} as an AssignReplicasToDirsRequest."""
     from kio.schema.assign_replicas_to_dirs.v0 import request as m
 
-    from ..raft.wire import _new
     return _new(m.AssignReplicasToDirsRequest, broker_id=broker_id, broker_epoch=broker_epoch,
                 directories=tuple(_new(m.DirectoryData, id_=d, topics=tuple(
                     _new(m.TopicData, topic_id=t, partitions=tuple(_new(m.PartitionData, partition_index=p)
@@ -625,7 +624,6 @@ def assign_response_to_kio(error_code: int, answer: dict):
     """``answer`` {dir id: {topic id: [(partition, error code)]}} as an AssignReplicasToDirsResponse."""
     from kio.schema.assign_replicas_to_dirs.v0 import response as m
 
-    from ..raft.wire import _new
     return _new(m.AssignReplicasToDirsResponse, throttle_time=0, error_code=ErrorCode(error_code),
                 directories=tuple(_new(m.DirectoryData, id_=d, topics=tuple(
                     _new(m.TopicData, topic_id=t, partitions=tuple(

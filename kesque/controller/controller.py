@@ -2,7 +2,7 @@
 
 Every decision — a topic created, partitions added, a config altered, a broker registered —
 becomes one batch of records handed to ``log.append`` (the commit seam) and replayed into
-``image``. In the server the seam is :class:`kesque.controller.quorum.QuorumController`: the
+``image``. In the server the seam is :class:`kesque.server.drivers.quorum_controller.QuorumController`: the
 batch is proposed to the raft quorum, ``image`` is the active controller's working image, and
 the request is answered once the batch is committed; brokers learn of it only through the
 committed records. Given a :class:`~kesque.metadata.log.MetadataLog` instead, the commit is a
@@ -24,7 +24,7 @@ from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, Delta, MetadataImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
-from ..server import quotas as qm
+from .. import quotas as qm
 from ..storage.checkpoint import uuid_to_kafka
 from . import reassignment
 from .reassignment import default_dir_fn
@@ -150,7 +150,7 @@ class Controller:
 
     # ------------------------------------------------------------------ topics
     def create_topics(self, topics: list[NewTopic], validate_only: bool = False, quota=None) -> list[CreatedTopic]:
-        """``quota``: the request's controller mutation quota (server.quotas.MutationQuota),
+        """``quota``: the request's controller mutation quota (kesque.quotas.MutationQuota),
         charged each topic's partitions; a strict one refuses a topic once exhausted."""
         results: list[CreatedTopic] = []
         records: list[dict] = []

@@ -65,6 +65,7 @@ from ..metadata.image import MetadataImage, PartitionRegistration
 from ..replication.replica_state import RECOVERED, RECOVERING, AlterPartitionReply
 from ..utils import hash_set_order
 from .reassignment import change_partition, default_dir_fn, leader_acceptor
+from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
@@ -356,7 +357,6 @@ def unclean_enabled_in(image: MetadataImage, topic: str, node_id: int, static_de
     """A topic's effective ``unclean.leader.election.enable`` as the controller resolves it: the
     topic's config, else this controller's broker config, else the cluster default, else the
     static config."""
-    from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
 
     for resource in ((RESOURCE_TOPIC, topic), (RESOURCE_BROKER, str(node_id)), (RESOURCE_BROKER, "")):
         value = image.configs.get(resource, {}).get(UNCLEAN_KEY)
@@ -371,7 +371,6 @@ MIN_ISR_KEY = "min.insync.replicas"
 def min_isr_in(image: MetadataImage, topic: str, node_id: int, static_default: int) -> int:
     """A topic's ``min.insync.replicas`` as the controller resolves it (the same order as
     :func:`unclean_enabled_in`)."""
-    from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
 
     for resource in ((RESOURCE_TOPIC, topic), (RESOURCE_BROKER, str(node_id)), (RESOURCE_BROKER, "")):
         value = image.configs.get(resource, {}).get(MIN_ISR_KEY)

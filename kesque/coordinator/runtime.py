@@ -59,6 +59,48 @@ def coordinator_error(code: int) -> ErrorCode:
     return _APPEND_ERRORS.get(code, code)
 
 
+class CoordinatorRecord(tuple):
+    """A record as an operation writes it: ``(key, value)`` bytes to append, and ``decoded``, what
+    the shard's replay decodes them to (Kafka's CoordinatorRecord holds the messages and
+    serializes them to append), so a record just written is replayed without decoding it."""
+
+    def __new__(cls, key: bytes, value: bytes | None, decoded: tuple):
+        record = tuple.__new__(cls, (key, value))
+        record.decoded = decoded
+        return record
+
+
+@dataclass(frozen=True)
+class CoordinatorResult:
+    """What a write operation of a shard produces (Kafka's CoordinatorResult): the records to
+    append to the shard's partition and the response to give once they are committed. The
+    operation only reads the shard's state; the state changes when the runtime replays the
+    records it appended (:func:`append_and_replay`), so an append that fails leaves nothing to
+    undo. A producer id makes the batch part of that producer's transaction."""
+
+    records: list
+    response: Any = None
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+def append_and_replay(shard, write, result: CoordinatorResult):
+    """The write path of every operation (Kafka's CoordinatorRuntime): append ``result``'s
+    records with ``write(records, producer_id, producer_epoch)`` (raises on failure, and then the
+    shard is as it was), replay them into the shard (the way its state changes, as at load), and
+    give back the response."""
+    if result.records:
+        write(result.records, result.producer_id, result.producer_epoch)
+        for record in result.records:
+            decoded = getattr(record, "decoded", None)
+            args = (*record, decoded) if decoded is not None else record
+            if result.producer_id >= 0:
+                shard.replay_transactional(result.producer_id, *args)
+            else:
+                shard.replay(*args)
+    return result.response
+
+
 class LoopTimer:
     """Keyed one-shot timers on an asyncio loop; scheduling a key again replaces it."""
 
@@ -283,6 +325,20 @@ class CoordinatorRuntime:
         return shard
 
     # ------------------------------------------------------------------ writes
+    def run_write(self, key: str, op):
+        """Run a write operation on the shard owning ``key`` (Kafka's scheduleWriteOperation):
+        ``op(shard)`` reads the shard and returns a :class:`CoordinatorResult`, whose records are
+        appended and replayed; the response is returned (the caller answers it once
+        :meth:`uncommitted` says the records are committed). NOT_COORDINATOR /
+        COORDINATOR_LOAD_IN_PROGRESS as :meth:`shard_for`; the operation's refusal, or a failed
+        append, is raised."""
+        shard = self.shard_for(key)
+        return self.apply(shard, op(shard))
+
+    def apply(self, shard, result: CoordinatorResult):
+        p = shard.partition
+        return append_and_replay(shard, lambda records, pid, epoch: self.write(p, records, pid, epoch), result)
+
     def write(self, partition: int, records: list, producer_id: int = -1, producer_epoch: int = -1) -> None:
         """Append records as the partition's leader; a producer id makes the batch part of
         that producer's transaction (transactional offset commits)."""

@@ -17,9 +17,12 @@ from typing import Any, Callable
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from .api_keys import ApiKeys
 from .primitives import INT32, ProtocolError, skip_tagged_fields
-
-API_VERSIONS_KEY = 18
+from .tagged import check_counts
+import dataclasses
+import types
+import typing
 
 # api key -> (name, first flexible version or None). From Kafka's message schemas.
 FLEXIBLE_FROM: dict[int, tuple[str, int | None]] = {
@@ -71,6 +74,22 @@ class ApiSpec:
     raw: bool = False  # handler decodes the body itself (hot path)
     # versions inside [min, max] that are advertised but refused (Produce v0-2, see KAFKA-18659)
     refused_below: int = -1
+
+
+@dataclass(frozen=True)
+class Api:
+    """An API a handler class declares it serves (``APIS``, or ``apis(config)`` when the set
+    depends on the config): the server turns these into :class:`ApiSpec` entries bound to the
+    handler object's method ``method``, and ``served_versions`` reads them without building
+    any handler."""
+    key: ApiKeys
+    min_version: int
+    max_version: int
+    method: str
+    raw: bool = False
+    refused_below: int = -1
+    # served on the controller listeners only (as Kafka's raft and controller RPCs), not advertised on the others
+    controller_only: bool = False
 
 
 @dataclass(slots=True)
@@ -138,7 +157,6 @@ def decode_request(api_key: int, version: int, body) -> Any:
     cls = request_class(api_key, version)
     if isinstance(body, memoryview) and not body.readonly:
         body = body.toreadonly()  # kio's compiled reader insists on read-only buffers
-    from .tagged import check_counts
     check_counts(cls, body)  # before kio, which reserves room for whatever count it is told
     try:
         obj, size = _reader(cls)(body, 0)
@@ -160,9 +178,6 @@ def _null_rules(cls) -> tuple:
     """(field, nullable, entity class of its items or None) for the fields of a kio entity
     that may read as null (arrays, strings, bytes) or hold entities that have such fields:
     kio reads a null length even where the schema does not allow null, so the check is here."""
-    import dataclasses
-    import types
-    import typing
 
     hints = typing.get_type_hints(cls)
     rules = []
@@ -206,6 +221,6 @@ def encode_body(obj) -> bytes:
 def response_header(correlation_id: int, api_key: int, version: int) -> bytes:
     """Response header v0, or v1 (with empty tagged fields) for flexible versions.
     ApiVersions responses always use v0 so clients can parse them before negotiating."""
-    if api_key != API_VERSIONS_KEY and is_flexible(api_key, version):
+    if api_key != ApiKeys.API_VERSIONS and is_flexible(api_key, version):
         return INT32.pack(correlation_id) + b"\x00"
     return INT32.pack(correlation_id)

@@ -1,7 +1,7 @@
 """The file-backed :class:`~kesque.raft.log.RaftLog` and :class:`~kesque.raft.log.QuorumStateStore`.
 
 ``FileRaftLog`` is ``__cluster_metadata-0`` in Kafka's layout: the segments, indexes and
-``leader-epoch-checkpoint`` of :class:`kesque.storage.log.Log`, holding RecordBatch v2 batches
+``leader-epoch-checkpoint`` of :class:`kesque.storage.unified_log.UnifiedLog`, holding RecordBatch v2 batches
 encoded by :mod:`kesque.raft.batches` (each batch's partition leader epoch is its records'
 epoch; a new leader's LeaderChange control batch opens its epoch). The contract is the
 in-memory log's: :meth:`FileRaftLog.flush` makes everything appended durable (fsync) and moves
@@ -30,7 +30,7 @@ import time
 
 from ..config.topic import LogConfig
 from ..storage.checkpoint import atomic_write, fsync_dir
-from ..storage.log import Log
+from ..storage.unified_log import UnifiedLog
 from . import batches, snapshot
 from .log import NO_TRUNCATION, ElectionState, FlushJob, Record, SnapshotId
 
@@ -79,12 +79,12 @@ class FileRaftLog:
         self.snapshots = snapshot.list_snapshots(self.path)     # deletes partial ones
         self.flush_floor = NO_TRUNCATION    # lowest truncation point since the flush in flight began
         latest = self.latest_snapshot()
-        self.log = Log(self.path, "__cluster_metadata", 0, cfg, had_clean_shutdown=False,
-                       recovery_point=0, log_start_offset=latest.end_offset if latest else 0, now_ms=clock())
+        self.log = UnifiedLog(self.path, "__cluster_metadata", 0, cfg, had_clean_shutdown=False,
+                              recovery_point=0, log_start_offset=latest.end_offset if latest else 0, now_ms=clock())
         if latest:
             self._delete_before(latest)
         # what recovery kept is the durable prefix: fsync it once, so that the node may report
-        # it (Log leaves the recovery point behind until a flush)
+        # it (UnifiedLog leaves the recovery point behind until a flush)
         self.log.flush()
 
     # -- reads -------------------------------------------------------------------------------
@@ -180,20 +180,10 @@ class FileRaftLog:
     def begin_flush(self) -> FileFlushJob:
         """On the loop: note the end offset and duplicate the descriptors of the segments that
         hold unflushed offsets (and take the directories to sync, if segments were created)."""
-        log = self.log
-        end = log.log_end_offset
-        fds = []
-        segs = log.segments
-        for i, seg in enumerate(segs):
-            if i + 1 == len(segs) or log._bases[i + 1] > log.recovery_point:
-                fds.append(os.dup(seg.handle.fd))
-        dirs = []
-        if log._dir_dirty:
-            log._dir_dirty = False
-            dirs.append(log.dir)
-            if not log._parent_synced:
-                log._parent_synced = True
-                dirs.append(os.path.dirname(log.dir))
+        local = self.log.local_log
+        end = local.log_end_offset
+        fds = [os.dup(seg.handle.fd) for seg in local.unflushed_segments()]
+        dirs = local.take_dirs_to_sync()
         self.flush_floor = NO_TRUNCATION
         return FileFlushJob(end, fds, dirs)
 
@@ -205,10 +195,8 @@ class FileRaftLog:
         if ok:
             target = min(job.end, self.flush_floor, log.log_end_offset)
             log.recovery_point = max(log.recovery_point, target)
-        elif job.dirs:                  # sync them next time
-            log._dir_dirty = True
-            if len(job.dirs) > 1:
-                log._parent_synced = False
+        else:                           # sync them next time
+            log.local_log.dirs_not_synced(job.dirs)
         self.flush_floor = NO_TRUNCATION
         return self.durable_end_offset()
 

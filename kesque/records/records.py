@@ -17,6 +17,8 @@ from crc32c import crc32c
 
 from . import batch as rb
 from . import compression
+import array
+from ..utils import murmur2
 
 try:  # the compiled scan (setup.py builds it when a C compiler is present)
     from . import _cscan
@@ -316,7 +318,6 @@ def record_columns(payload, count: int) -> tuple:
 
 
 def _record_columns_py(payload, count: int) -> tuple:
-    import array
     data = memoryview(payload)
     ts, off = array.array("q"), array.array("q")
     kv, vv = bytearray((count + 7) // 8), bytearray((count + 7) // 8)
@@ -382,7 +383,6 @@ def encode_columns(keys, values, rows) -> bytes:
 
 
 def _encode_columns_py(keys, values, rows) -> bytes:
-    import array
     body = bytearray()
     for i, r in enumerate(array.array("i", bytes(rows))):
         encode_record(body, i, 0, None if keys is None else _column_value(keys, r),
@@ -398,9 +398,7 @@ def murmur2_partitions(keys, n: int, partitions: int) -> bytes:
 
 
 def _murmur2_partitions_py(keys, n: int, partitions: int) -> bytes:
-    import array
 
-    from ..utils import murmur2
     out = array.array("i")
     for i in range(n):
         k = None if keys is None else _column_value(keys, i)

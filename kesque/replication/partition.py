@@ -1,7 +1,7 @@
 """Partition: one replica of a topic partition on this broker, leader or follower.
 
 The replication rules are :class:`~kesque.replication.replica_state.LeaderReplication`'s (sans-IO,
-simulator-tested); this class applies them to the real :class:`~kesque.storage.log.Log` and is
+simulator-tested); this class applies them to the real :class:`~kesque.storage.unified_log.UnifiedLog` and is
 the one owner of the high watermark on a leader: it moves only through
 ``LeaderReplication.maybe_increment_high_watermark`` (after a leader append, a follower's fetch, an
 AlterPartition answer or a leadership change). A follower's high watermark is moved by its
@@ -22,7 +22,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..errors import ErrorCode, KafkaError
-from ..storage.log import AppendInfo, FetchData, Log
+from ..storage.local_log import FetchData
+from ..storage.unified_log import AppendInfo, UnifiedLog
 from .replica_state import AlterPartition, FollowerFetchCheck, LeaderReplication, StorageReplicaLog
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def not_leader(tp: str, node_id: int) -> KafkaError:
 
 
 class Partition:
-    def __init__(self, topic: str, partition: int, topic_id: uuid.UUID, log_: Log, local_id: int,
+    def __init__(self, topic: str, partition: int, topic_id: uuid.UUID, log_: UnifiedLog, local_id: int,
                  env: ReplicaEnv | None = None):
         self.topic = topic
         self.partition = partition
@@ -89,7 +90,7 @@ class Partition:
     def tp(self) -> str:
         return f"{self.topic}-{self.partition}"
 
-    def replace_log(self, log_: Log) -> None:
+    def replace_log(self, log_: UnifiedLog) -> None:
         """The log moved to another log dir (AlterReplicaLogDirs): same offsets, new files."""
         self.log = log_
         self.rlog.log = log_  # the replica fetcher's entry shares this view

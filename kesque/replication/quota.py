@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 
 from ..config.types import LONG_MAX
-from ..server.quotas import SimpleRate
+from ..quotas import SimpleRate
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,10 @@ class ReplicaManager(ReplicaEnv):
         # Kafka's HostedPartition.Offline: replicas whose log dir failed; not served (their
         # requests get KAFKA_STORAGE_ERROR) until the broker restarts
         self.offline_partitions: set[tuple[str, int]] = set()
-        self._watchers: dict[str, dict[tuple[str, int], set]] = {"hw": defaultdict(set), "replica": defaultdict(set)}
+        # callbacks in the order they were watched (dicts as ordered sets, as Kafka's watcher lists
+        # are queues): waking them in a fixed order keeps a simulated run reproducible
+        self._watchers: dict[str, dict[tuple[str, int], dict]] = {"hw": defaultdict(dict),
+                                                                  "replica": defaultdict(dict)}
         self.local_broker_epoch = -1
         # the replication quotas (KIP-73), kept up to date from the broker's and the topics'
         # configs here; the leader's is checked in the Fetch handler, the follower's by the
@@ -281,10 +284,10 @@ class ReplicaManager(ReplicaEnv):
     # ------------------------------------------------------------------ produce
     def append(self, topic: str, partition: int, buf: memoryview, required_acks: int, verification_guard=None,
                require_verification: bool = False):
-        """Append a produced batch to a leader partition; returns the Log's AppendInfo or
+        """Append a produced batch to a leader partition; returns the UnifiedLog's AppendInfo or
         raises KafkaError. Waiting fetches on the partition are told about the new bytes.
         ``verification_guard``: the KIP-890 verification this batch passed (from
-        :meth:`start_transaction_verification`), which the Log checks when
+        :meth:`start_transaction_verification`), which the UnifiedLog checks when
         ``require_verification``."""
         part = self.partitions.get((topic, partition))
         if part is None:
@@ -337,13 +340,13 @@ class ReplicaManager(ReplicaEnv):
 
     # ------------------------------------------------------------------ watchers
     def watch(self, tp: tuple[str, int], callback, kind: str = "hw") -> None:
-        self._watchers[kind][tp].add(callback)
+        self._watchers[kind][tp][callback] = None
 
     def unwatch(self, tp: tuple[str, int], callback, kind: str = "hw") -> None:
         w = self._watchers[kind]
         s = w.get(tp)
         if s is not None:
-            s.discard(callback)
+            s.pop(callback, None)
             if not s:
                 del w[tp]
 

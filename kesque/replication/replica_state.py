@@ -5,7 +5,7 @@ without sockets, threads or clocks: every method is given the time (``now``, ms)
 replica's log, and answers with what to send (an :class:`AlterPartition` proposal) or what the
 caller must tell the client (an error code). The log is reached only through the small
 :class:`ReplicaLog` interface, so that the real broker passes its
-:class:`~kesque.storage.log.Log` (through :class:`StorageReplicaLog`) and the simulator its
+:class:`~kesque.storage.unified_log.UnifiedLog` (through :class:`StorageReplicaLog`) and the simulator its
 in-memory log (:class:`kesque.sim.replication.MemLog`): both run this same code.
 
 **Leader side** (:class:`LeaderReplication`, one per partition replica, kept across roles as
@@ -131,7 +131,7 @@ class ReplicaLog(Protocol):
 
 
 class StorageReplicaLog:
-    """:class:`ReplicaLog` over a :class:`kesque.storage.log.Log`."""
+    """:class:`ReplicaLog` over a :class:`kesque.storage.unified_log.UnifiedLog`."""
 
     def __init__(self, log):
         self.log = log
@@ -231,6 +231,9 @@ class LeaderReplication:
     # test-only switch (the simulator's --bug hw_ignores_min_isr): the HW also advances while the
     # ISR is below min.insync.replicas, the rule KIP-966's ELR elections depend on
     hw_ignores_min_isr = False
+    # test-only switch (the simulator's --bug acks_all_before_isr): an acks=all produce is answered
+    # once the leader has the records, before the ISR has them (acks=1 passed off as acks=all)
+    acks_all_before_isr = False
 
     def __init__(self, local_id: int, *, min_insync_replicas: int = 1, replica_lag_time_max_ms: int = 30_000,
                  broker_epoch_of: Callable[[int], int | None] | None = None, local_broker_epoch: int = -1):
@@ -329,7 +332,8 @@ class LeaderReplication:
     def acks_all_status(self, required_offset: int, log: ReplicaLog) -> tuple[bool, int]:
         if not self.is_leader:
             return False, int(E.not_leader_or_follower)
-        if log.high_watermark >= required_offset:
+        if log.high_watermark >= required_offset or (self.acks_all_before_isr
+                                                     and log.log_end_offset >= required_offset):
             if self.effective_min_isr() <= len(self.maximal_isr):
                 return True, OK
             return True, int(E.not_enough_replicas_after_append)

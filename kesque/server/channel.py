@@ -24,6 +24,7 @@ import sys
 from kio.serial import entity_writer
 
 from ..protocol import api as protocol
+from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import skip_tagged_fields
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def decode_response(api_key: int, version: int, frame: bytes):
     view = memoryview(frame).toreadonly()
     corr = _I32.unpack_from(view, 0)[0]
     pos = 4
-    if api_key != protocol.API_VERSIONS_KEY and protocol.is_flexible(api_key, version):
+    if api_key != ApiKeys.API_VERSIONS and protocol.is_flexible(api_key, version):
         pos = skip_tagged_fields(view, pos)
     cls = protocol.response_class(api_key, version)
     obj, _ = protocol._reader(cls)(view, pos)

@@ -1,8 +1,13 @@
-"""What a handler knows about the request it is answering."""
+"""What a handler knows about the request it is answering: the request header, the connection
+and its listener, the listener's security protocol, the client's address and the authenticated
+principal (``User:ANONYMOUS`` on PLAINTEXT), and whether that principal may do what it asks
+(:meth:`RequestContext.authorize`, Kafka's ``authHelper.authorize(request.context, ...)``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol
 
 from ..protocol.api import RequestHeader
 
@@ -18,11 +23,72 @@ class CloseConnection(Exception):
     """Raised by a handler to drop the connection after logging (e.g. acks=0 errors)."""
 
 
+@dataclass(frozen=True, slots=True)
+class KafkaPrincipal:
+    """Kafka's KafkaPrincipal: a type (``User``) and a name."""
+    type: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.name}"
+
+
+# the principal of every request on a PLAINTEXT listener (Kafka's KafkaPrincipal.ANONYMOUS)
+ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
+PLAINTEXT = "PLAINTEXT"
+
+
+class AclOperation(IntEnum):
+    """Kafka's AclOperation codes (as DescribeAcls and the authorized-operations bit sets carry them)."""
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15
+
+
+class ResourceType(IntEnum):
+    """Kafka's ResourceType codes."""
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+CLUSTER_NAME = "kafka-cluster"  # the one CLUSTER resource's name, as Kafka's Resource.CLUSTER_NAME
+
+
+class Authorizer(Protocol):
+    """What a broker asks before it acts on a request (Kafka's ``authorizer.class.name``). None
+    configured: every action is allowed, as in Kafka without an authorizer."""
+
+    def authorize(self, ctx: "RequestContext", operation: AclOperation, resource_type: ResourceType,
+                  name: str) -> bool: ...
+
+
 @dataclass(slots=True)
 class RequestContext:
     header: RequestHeader
     connection: object  # network.Connection
     listener: str
+    security_protocol: str = PLAINTEXT
+    principal: KafkaPrincipal = ANONYMOUS
+    authorizer: Authorizer | None = None  # None: everything is allowed
     # client quotas: when the request started (perf_counter_ns; 0 when no request-time
     # quota is configured), the throttle time its response carries, and whether its
     # request time has been recorded (a handler that encodes its own response does it)
@@ -42,6 +108,18 @@ class RequestContext:
         return self.header.client_id
 
     @property
+    def client_address(self) -> tuple:
+        """The client's (host, port), ("?", 0) when unknown."""
+        return getattr(self.connection, "peer", None) or ("?", 0)
+
+    @property
     def client_host(self) -> str:
         peer = getattr(self.connection, "peer", None)
         return peer[0] if peer else "?"
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May this request's principal do ``operation`` on the resource? Handlers on the
+        produce and fetch paths test ``ctx.authorizer is not None`` first, so that no
+        authorizer costs one attribute test."""
+        a = self.authorizer
+        return a is None or a.authorize(self, operation, resource_type, name)

@@ -27,7 +27,14 @@ import logging
 from ..controller.controller import FEATURE_MIN
 from ..errors import ErrorCode, KafkaError
 from ..protocol.api import request_class
+from ..protocol.api_keys import ApiKeys
 from .channel import ChannelError
+from ..controller.controller import CreatedTopic
+from .drivers import alter_partition as ap
+from ..controller.cluster_control import RegistrationReply, from_kio, to_kio
+from ..controller import cluster_control as cc
+from .drivers.quorum_controller import not_controller
+import datetime
 
 log = logging.getLogger(__name__)
 
@@ -179,9 +186,8 @@ class ControllerRouter:
 
     async def create_topics(self, topics: list, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list:
         """CreatedTopic per NewTopic (internal topics, auto-creation)."""
-        from ..controller.controller import CreatedTopic
 
-        cls = request_class(19, 7)
+        cls = request_class(ApiKeys.CREATE_TOPICS, 7)
         mod = __import__(cls.__module__, fromlist=["x"])
         body = cls(topics=tuple(mod.CreatableTopic(
             name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
@@ -189,7 +195,7 @@ class ControllerRouter:
                               for p, b in sorted(t.assignments.items())),
             configs=tuple(mod.CreatableTopicConfig(name=k, value=v) for k, v in t.configs.items()))
             for t in topics), timeout=_ms(timeout_ms), validate_only=False)
-        result = await self._rpc("create_topics", (topics,), 19, 7, body, timeout_ms)
+        result = await self._rpc("create_topics", (topics,), ApiKeys.CREATE_TOPICS, 7, body, timeout_ms)
         if isinstance(result, list):
             return result
         return [CreatedTopic(r.name, r.topic_id,
@@ -200,14 +206,15 @@ class ControllerRouter:
                               features: dict, rack: str | None = None,
                               timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
         """BrokerRegistration: this broker's epoch."""
-        cls = request_class(62, 4)
+        cls = request_class(ApiKeys.BROKER_REGISTRATION, 4)
         mod = __import__(cls.__module__, fromlist=["x"])
         body = cls(broker_id=node_id, cluster_id=cluster_id or "", incarnation_id=incarnation_id,
                    listeners=tuple(mod.Listener(name=e["name"], host=e["host"], port=e["port"],
                                                 security_protocol=e["security_protocol"]) for e in endpoints),
                    features=tuple(mod.Feature(name=k, min_supported_version=FEATURE_MIN.get(k, 1),
                                               max_supported_version=v) for k, v in features.items()), rack=rack)
-        result = await self._rpc("register_broker", (node_id, endpoints, rack), 62, 4, body, timeout_ms)
+        result = await self._rpc("register_broker", (node_id, endpoints, rack), ApiKeys.BROKER_REGISTRATION, 4, body,
+                                 timeout_ms)
         if isinstance(result, int):
             return result
         if result.error_code:
@@ -216,9 +223,10 @@ class ControllerRouter:
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int,
                                     timeout_ms: int = DEFAULT_TIMEOUT_MS) -> tuple[int, int]:
-        cls = request_class(67, 0)
+        cls = request_class(ApiKeys.ALLOCATE_PRODUCER_IDS, 0)
         body = cls(broker_id=broker_id, broker_epoch=broker_epoch)
-        result = await self._rpc("allocate_producer_ids", (broker_id, broker_epoch), 67, 0, body, timeout_ms)
+        result = await self._rpc("allocate_producer_ids", (broker_id, broker_epoch), ApiKeys.ALLOCATE_PRODUCER_IDS, 0,
+                                 body, timeout_ms)
         if isinstance(result, tuple):
             return result
         if result.error_code:
@@ -227,23 +235,22 @@ class ControllerRouter:
 
     async def alter_partition(self, broker_id: int, broker_epoch: int, reqs: list,
                               timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list:
-        """AlterPartition (the broker's ISR changes, :mod:`kesque.replication.alter_partition`):
+        """AlterPartition (the broker's ISR changes, :mod:`kesque.server.drivers.alter_partition`):
         an AlterPartitionReply per request partition (None: left out of the answer); a top-level
         error (STALE_BROKER_EPOCH, REQUEST_TIMED_OUT, ...) raised as a KafkaError."""
-        from ..replication import alter_partition as ap
 
         body = ap.request_to_kio(broker_id, broker_epoch, reqs, ap.LATEST)
-        result = await self._rpc("quorum.alter_partition", (reqs, ap.LATEST), ap.API_KEY, ap.LATEST, body,
+        result = await self._rpc("quorum.alter_partition", (reqs, ap.LATEST), ApiKeys.ALTER_PARTITION, ap.LATEST, body,
                                  timeout_ms)
         return result if isinstance(result, list) else ap.response_from_kio(result, reqs)
 
     # ------------------------------------------------------------------ broker lifecycle RPCs
     async def broker_registration(self, req, timeout_ms: int):
         """One BrokerRegistration attempt (BrokerLifecycle retries): the reply."""
-        from ..controller.cluster_control import RegistrationReply, from_kio, to_kio
 
         try:
-            result = await self._rpc("quorum.register", (req,), 62, 4, to_kio(req, 4), timeout_ms, retry=False)
+            result = await self._rpc("quorum.register", (req,), ApiKeys.BROKER_REGISTRATION, 4, to_kio(req, 4),
+                                     timeout_ms, retry=False)
         except KafkaError as e:
             return RegistrationReply(int(e.code), -1)
         return RegistrationReply(0, result) if isinstance(result, int) else from_kio(result)
@@ -252,11 +259,10 @@ class ControllerRouter:
                                       timeout_ms: int) -> tuple[int, dict]:
         """One AssignReplicasToDirs attempt (the AssignmentsManager retries): (error code,
         {dir id: {topic id: [(partition, error code)]}})."""
-        from ..controller import cluster_control as cc
 
         try:
             result = await self._rpc("quorum.assign_replicas_to_dirs", (broker_id, broker_epoch, assignments),
-                                     cc.ASSIGN_API_KEY, cc.ASSIGN_VERSION,
+                                     ApiKeys.ASSIGN_REPLICAS_TO_DIRS, cc.ASSIGN_VERSION,
                                      cc.assign_request_to_kio(broker_id, broker_epoch, assignments), timeout_ms,
                                      retry=False)
         except KafkaError as e:
@@ -268,17 +274,16 @@ class ControllerRouter:
         from ..controller.cluster_control import HeartbeatReply, from_kio, to_kio
 
         try:
-            result = await self._rpc("quorum.heartbeat", (req,), 63, 1, to_kio(req, 1), timeout_ms, retry=False)
+            result = await self._rpc("quorum.heartbeat", (req,), ApiKeys.BROKER_HEARTBEAT, 1, to_kio(req, 1),
+                                     timeout_ms, retry=False)
         except KafkaError as e:
             return HeartbeatReply(int(e.code))
         return result if isinstance(result, HeartbeatReply) else from_kio(result)
 
 
 def _not_controller() -> KafkaError:
-    from ..controller.quorum import not_controller
     return not_controller()
 
 
 def _ms(value: int):
-    import datetime
     return datetime.timedelta(milliseconds=value)

@@ -14,6 +14,11 @@ Requests are processed in arrival order as soon as they are read; each gets a re
 slot, and slots are flushed strictly in order even when a later request (a metadata
 call) finishes before an earlier one (a long-poll fetch).
 
+The sockets are the OS's, or, when the event loop simulates the network (``kesque.sim.loop``),
+the loop's: a listening socket comes from ``loop.new_socket`` when the loop has one, and a
+connection whose socket is not an OS socket (no descriptor to ``sendfile`` to) writes its file
+regions as bytes read with ``pread``.
+
 Memory a client can make the broker hold is bounded. A size prefix costs nothing until its
 bytes arrive; the buffers of large frames come from a :class:`MemoryPool` sized by
 ``queued.max.request.bytes``, and while it is used up the connections that need more wait
@@ -32,6 +37,7 @@ from collections import deque
 
 from ..protocol.fetch import FileRegion
 from ..protocol.primitives import INT32
+from .context import ANONYMOUS, PLAINTEXT, KafkaPrincipal
 
 log = logging.getLogger(__name__)
 
@@ -181,20 +187,29 @@ class Slot:
 
 
 class Connection:
-    def __init__(self, server, sock: socket.socket, listener: str):
-        self.server = server
-        self.loop = server.loop
+    def __init__(self, loop, sock: socket.socket, listener: str, *, handle_frame, on_closed, max_request: int,
+                 pool: MemoryPool, security_protocol: str = PLAINTEXT, principal: KafkaPrincipal = ANONYMOUS):
+        """``handle_frame(conn, frame)`` for each request; ``on_closed(conn)`` once closed. The
+        listener's ``security_protocol`` and the authenticated ``principal`` go into every
+        request's context (PLAINTEXT: ``User:ANONYMOUS``)."""
+        self.loop = loop
+        self.handle_frame = handle_frame
+        self.on_closed = on_closed
         self.sock = sock
         self.fd = sock.fileno()
+        # regions above this go out with os.sendfile; a simulated socket has no descriptor for it
+        self.sendfile_above = SMALL_REGION if isinstance(sock, socket.socket) else sys.maxsize
         self.listener = listener
+        self.security_protocol = security_protocol
+        self.principal = principal
         try:
             self.peer = sock.getpeername()
         except OSError:
             self.peer = ("?", 0)
         self.id = f"{sock.getsockname()[0]}:{sock.getsockname()[1]}-{self.peer[0]}:{self.peer[1]}"
         self.closed = False
-        self.max_request = server.max_request_size
-        self.pool: MemoryPool = server.pool
+        self.max_request = max_request
+        self.pool: MemoryPool = pool
         self._buf = bytearray(READ_BUFFER)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -361,7 +376,7 @@ class Connection:
 
     def _dispatch(self, frame: memoryview) -> None:
         try:
-            self.server.handle_frame(self, frame)
+            self.handle_frame(self, frame)
         except Exception:  # a handler bug must not take the broker down
             log.exception("%s: unexpected error handling a request; closing connection", self.id)
             self.close()
@@ -440,6 +455,7 @@ class Connection:
     def _flush(self) -> None:
         out = self._out
         sock = self.sock
+        sendfile_above = self.sendfile_above
         try:
             while out:
                 first = out[0]
@@ -448,7 +464,7 @@ class Connection:
                         log.info("%s: segment deleted while a fetch response was queued; closing", self.id)
                         self.close()
                         return
-                    if first.size - self._head > SMALL_REGION:
+                    if first.size - self._head > sendfile_above:
                         n = os.sendfile(self.fd, first.handle.fd, first.position + self._head,
                                         first.size - self._head)
                         if n == 0:
@@ -466,7 +482,7 @@ class Connection:
                 for i in range(min(len(out), IOV_MAX)):
                     item = out[i]
                     if isinstance(item, FileRegion):
-                        if item.handle.closed or item.size - (self._head if i == 0 else 0) > SMALL_REGION:
+                        if item.handle.closed or item.size - (self._head if i == 0 else 0) > sendfile_above:
                             break
                         item = out[i] = item.read()
                     batch.append(item)
@@ -523,7 +539,7 @@ class Connection:
         self._slots.clear()
         self._drop_big()
         self.pool.forget(self)
-        self.server.connection_closed(self)
+        self.on_closed(self)
 
 
 class SocketServer:
@@ -537,21 +553,38 @@ class SocketServer:
         self.send_buffer = send_buffer
         self.recv_buffer = recv_buffer
         self.listeners: list[tuple[socket.socket, str]] = []
+        self._not_serving: list[tuple[socket.socket, str, str]] = []  # bound, accepting from start_serving()
         self.connections: set[Connection] = set()
         self.closed_listeners: list = []  # fn(conn) once a connection has closed
+        # listening sockets: the OS's, or those of a loop that simulates the network
+        self.new_socket = getattr(loop, "new_socket", socket.socket)
 
-    def listen(self, host: str, port: int, name: str = "PLAINTEXT") -> int:
+    def listen(self, host: str, port: int, name: str = PLAINTEXT, security_protocol: str = PLAINTEXT,
+               serve: bool = True) -> int:
+        """Bind and listen; accept connections at once, or (``serve=False``) only from
+        :meth:`start_serving` on, as Kafka's broker binds its listeners early (its endpoints go
+        into its registration) and enables request processing once the controller has
+        registered it and it has caught up (connections wait in the backlog meanwhile)."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = self.new_socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host or "0.0.0.0", port))
         sock.listen(1024)
         sock.setblocking(False)
         self.listeners.append((sock, name))
-        self.loop.add_reader(sock.fileno(), self._accept, sock, name)
+        if serve:
+            self.loop.add_reader(sock.fileno(), self._accept, sock, name, security_protocol)
+        else:
+            self._not_serving.append((sock, name, security_protocol))
         return sock.getsockname()[1]
 
-    def _accept(self, lsock: socket.socket, name: str) -> None:
+    def start_serving(self) -> None:
+        """Accept on the listeners bound with ``serve=False``."""
+        for sock, name, security_protocol in self._not_serving:
+            self.loop.add_reader(sock.fileno(), self._accept, sock, name, security_protocol)
+        self._not_serving.clear()
+
+    def _accept(self, lsock: socket.socket, name: str, security_protocol: str = PLAINTEXT) -> None:
         for _ in range(64):
             try:
                 sock, _addr = lsock.accept()
@@ -568,7 +601,9 @@ class SocketServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
             if self.recv_buffer > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer)
-            self.connections.add(Connection(self, sock, name))
+            self.connections.add(Connection(self.loop, sock, name, handle_frame=self.handle_frame,
+                                            on_closed=self.connection_closed, max_request=self.max_request_size,
+                                            pool=self.pool, security_protocol=security_protocol))
 
     # connection quotas: admit(sock, addr) -> bool for each accepted socket, release(ip) on close
     admit = None
@@ -601,6 +636,7 @@ class SocketServer:
                 conn.close()
 
     def close(self) -> None:
+        self._not_serving.clear()
         for sock, _name in self.listeners:
             try:
                 self.loop.remove_reader(sock.fileno())

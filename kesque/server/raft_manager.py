@@ -34,12 +34,16 @@ import os
 import random
 import time
 
+from ..clock import SYSTEM_CLOCK
 from ..errors import KafkaError, error
+from ..protocol.api_keys import ApiKeys
 from ..raft import QuorumConfig, RaftNode, messages as m, wire
 from ..raft.file_log import FileQuorumStateStore, FileRaftLog
 from ..raft.node import NEVER
 from ..raft.state import RESIGNED
 from .channel import ChannelError
+from ..protocol.api import request_class
+from .channel import Channel
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +113,10 @@ async def discover_voters(servers: list[tuple[str, int]], controller_listeners: 
                           log_every_s: float = 10.0) -> dict[int, tuple[str, int]]:
     """The voters and their controller endpoints, asked of the bootstrap servers with
     DescribeQuorum v2 (every voter answers with the nodes it knows), retried until one answers."""
-    from ..protocol.api import request_class
-    from .channel import Channel
 
     channel = Channel(lambda i: servers[i] if 0 <= i < len(servers) else None,
                       client_id=f"raft-bootstrap-{node_id}", request_timeout_ms=2000)
-    cls = request_class(55, 2)
+    cls = request_class(ApiKeys.DESCRIBE_QUORUM, 2)
     mod = __import__(cls.__module__, fromlist=["x"])
     body = cls(topics=(mod.TopicData(topic_name=wire.METADATA_TOPIC,
                                      partitions=(mod.PartitionData(partition_index=0),)),))
@@ -124,7 +126,7 @@ async def discover_voters(servers: list[tuple[str, int]], controller_listeners: 
         while True:
             for i in range(len(servers)):
                 try:
-                    resp = await channel.send(i, 55, 2, body)
+                    resp = await channel.send(i, ApiKeys.DESCRIBE_QUORUM, 2, body)
                 except ChannelError:
                     continue
                 found = {}
@@ -146,7 +148,7 @@ async def discover_voters(servers: list[tuple[str, int]], controller_listeners: 
 class RaftManager:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int] | None], metadata_dir: str,
                  qconfig: QuorumConfig, channel, cluster_id: str | None, endpoints: tuple = (),
-                 seed: int | None = None):
+                 seed: int | None = None, clock=SYSTEM_CLOCK):
         self.node_id = node_id
         self.voters = dict(voters)
         self.metadata_dir = metadata_dir
@@ -155,6 +157,7 @@ class RaftManager:
         self.cluster_id = cluster_id
         self.endpoints = tuple(endpoints)   # (listener, host, port) announced as leader
         self.rng = random.Random(seed)
+        self.clock = clock   # the records' and the RPCs' timestamps (the raft timers run on loop.time())
         self.node: RaftNode | None = None
         self.log: FileRaftLog | None = None
         self.dir_failure = None  # the broker's LogDirFailureChannel (set by the server)
@@ -209,7 +212,7 @@ class RaftManager:
         self.loop = asyncio.get_running_loop()
         self._caught_up = asyncio.Event()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"raft-flush-{self.node_id}")
-        self.log = FileRaftLog(self.metadata_dir, clock=lambda: int(time.time() * 1000))
+        self.log = FileRaftLog(self.metadata_dir, clock=self.clock.now_ms)
         # a disk error in the metadata log takes the metadata log dir offline: the broker halts
         # (Kafka's "Shutdown broker because the metadata log dir DIR has failed"); until then
         # the log takes no more appends
@@ -355,7 +358,7 @@ class RaftManager:
         if resp is None:
             return None
         return wire.to_wire(resp, version, cluster_id=self.cluster_id, endpoints=self.endpoints,
-                            timestamp=int(time.time() * 1000))
+                            timestamp=self.clock.now_ms())
 
     # ------------------------------------------------------------------ the loop
     def _run(self, step) -> None:
@@ -508,7 +511,7 @@ class RaftManager:
         api, _kind = wire.API[type(msg)]
         key, version = SEND[api]
         body = wire.to_wire(msg, version, cluster_id=self.cluster_id, endpoints=self.endpoints,
-                            timestamp=int(time.time() * 1000))
+                            timestamp=self.clock.now_ms())
         timeout = self.qconfig.request_timeout_ms
         if isinstance(msg, m.FetchRequest):
             timeout += msg.max_wait_ms

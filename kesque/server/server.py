@@ -7,16 +7,13 @@ until the committed metadata is applied to the image, load (and if needed recove
 partition logs, apply the image to the ReplicaManager (leaders elected in the image become
 leaders here), open the broker listeners, and register this broker with the active controller.
 The broker's image is fed only by committed metadata records; the controller (when this node
-is one) keeps its own images (kesque.controller.quorum).
+is one) keeps its own images (kesque.server.drivers.quorum_controller).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
-import datetime
-import functools
 import inspect
 import logging
 import os
@@ -29,23 +26,54 @@ from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
 from ..config.broker import BrokerConfig
 from ..controller.controller import FEATURES
-from ..controller.quorum import QuorumController
+from .drivers.quorum_controller import QuorumController
 from ..metadata import records as metadata_records
 from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import Delta, MetadataImage
 from ..protocol import api as protocol
+from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
-from ..replication.alter_log_dirs import LogDirMover
+from .drivers.alter_log_dirs import LogDirMover
 from ..replication.replica_manager import ReplicaManager
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
 from .channel import Channel
-from .context import NO_RESPONSE, CloseConnection, RequestContext
+from .context import NO_RESPONSE, PLAINTEXT, CloseConnection, RequestContext
 from .forwarding import ControllerRouter
 from .network import SocketServer
-from . import quotas as quota_core
-from .quotas import ANONYMOUS, Quotas
+from .. import quotas as quota_core
+from ..quotas import Quotas
+from .throttling import Throttler
+from ..coordinator.group.runtime import GroupCoordinator
+from ..coordinator.runtime import CoordinatorHost
+from ..coordinator.producer_id import ProducerIdManager
+from ..coordinator.transaction.runtime import TransactionCoordinator
+from . import txn_channels
+from ..share import enabled as share_groups_enabled
+from ..controller.controller import supported_features
+from ..metadata.image import Endpoint
+from .heartbeats import LifecycleDriver
+from .lifecycle import BrokerLifecycle
+from .drivers.alter_partition import AlterPartitionManager
+from .drivers.replica_fetcher import ReplicaFetcherManager
+from .assignments import AssignmentsManager
+from .raft_manager import RaftManager, quorum_config
+from .raft_manager import discover_voters
+from .drivers.log_cleaner import LogCleaner
+from .apis.registry import TRANSITIONAL, bind
+from .apis.configs import ConfigApis
+from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
+from .apis.fetch import FetchApis
+from .apis.logdirs import LogDirApis
+from .apis.offsets import OffsetApis
+from .apis.produce import ProduceApis
+from .apis.quorum import QuorumApis
+from .apis.quotas import QuotaApis
+from .apis.reassignment import ReassignmentApis
+from .apis.share_state import ShareStateApis
+from .apis.topics import TopicApis
+from .drivers.share_manager import SharePartitionManager
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +110,6 @@ class _Yield:
 
     def __await__(self):
         return (yield self.future)
-
-
-@functools.lru_cache(maxsize=None)
-def _has_throttle_field(cls) -> bool:
-    return dataclasses.is_dataclass(cls) and any(f.name == "throttle_time" for f in dataclasses.fields(cls))
 
 
 def halt_process(message: str) -> None:
@@ -136,8 +159,12 @@ class KesqueServer:
         self.log_cleaner = None
         self.start_time = time.monotonic()
         self.quotas = Quotas.from_config(config)
+        self.throttler = Throttler(self.quotas, clock.monotonic)
+        self.authorizer = None  # no authorizer.class.name: every request is allowed, as Kafka without one
         self._ip_overrides: tuple[str | None, dict[str, int]] = (None, {})
         self.metadata_dir_lock: DirLock | None = None
+        # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
+        self.rng = random.Random()
 
     # ================================================================== lifecycle
     async def start(self) -> None:
@@ -186,34 +213,44 @@ class KesqueServer:
                                          lambda coro: self.spawn(coro),
                                          quota=self.replica_manager.quotas.alter_log_dirs,
                                          backoff_ms=cfg.get("replica.fetch.backoff.ms"))
-        from ..coordinator.group.runtime import GroupCoordinator
-        from ..coordinator.runtime import CoordinatorHost
         host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
-        from ..coordinator.producer_id import ProducerIdManager
-        from ..coordinator.transaction.runtime import TransactionCoordinator
         self.producer_ids = ProducerIdManager(lambda: self.controllers.allocate_producer_ids(self.node_id,
                                                                                             self.broker_epoch),
                                               self.spawn)
         self.txn_coordinator = TransactionCoordinator(host, self.producer_ids)
-        from . import txn_channels
-        self._channels += txn_channels.wire(self)
+        self.txn_verifier, channels = txn_channels.wire(config=cfg, node_id=self.node_id, image=self.image,
+                                                        replica_manager=self.replica_manager,
+                                                        txn_coordinator=self.txn_coordinator)
+        self._channels += channels
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.share_coordinator = None
-        from ..share import enabled as share_groups_enabled
         if share_groups_enabled(cfg):
             from ..coordinator.share.runtime import ShareCoordinator
             self.share_coordinator = ShareCoordinator(host)
             self.replica_manager.add_leadership_listener(self.share_coordinator.on_leadership)
-        self._register_apis()
+        self.coordinators = CoordinatorLookup(self.image, cfg, self.controllers, self.spawn,
+                                              share_groups=self.share_coordinator is not None)
+        self.share_manager = None
+        if self.share_coordinator is not None:
+            # the share-state RPCs to other brokers' share coordinators (kesque/server/drivers/share_persister.py)
+            channel = Channel(txn_channels.broker_resolver(lambda: self.image, cfg),
+                              client_id=f"share-persister-{self.node_id}",
+                              request_timeout_ms=cfg.get("request.timeout.ms"))
+            self._channels += (channel,)
+            self.share_manager = SharePartitionManager(
+                image=self.image, config=cfg, replica_manager=self.replica_manager,
+                share_coordinator=self.share_coordinator, node_id=self.node_id, clock=self.clock, spawn=self.spawn,
+                coordinator_of=lambda key: self.coordinators.coordinator_for(2, key), channel=channel)
+        self._build_handlers()
         self.socket_server = SocketServer(self.loop, self.handle_frame, cfg.get("socket.request.max.bytes"),
                                           cfg.get("socket.send.buffer.bytes"), cfg.get("socket.receive.buffer.bytes"),
                                           cfg.get("queued.max.request.bytes"), cfg.get("connections.max.idle.ms"))
         self.socket_server.admit = self._admit_connection
         self.socket_server.release = self.quotas.connections.release
-        if getattr(self, "share_manager", None) is not None:  # a closed connection ends its share sessions
+        if self.share_manager is not None:  # a closed connection ends its share sessions
             self.socket_server.closed_listeners.append(
                 lambda conn: None if self.stopped else self.share_manager.connection_closed(conn.id))
         # the controller listener first: the quorum needs it to elect a leader and to replicate
@@ -237,7 +274,12 @@ class KesqueServer:
         self._metadata_ready = True
         self._publish(self._pending_delta)
         self._pending_delta = Delta()
-        self.bound.update(self._listen(lambda name: name not in self.controller_listener_names))
+        # the broker listeners are bound now (their ports go into the registration) and accept
+        # once this broker is registered and caught up, as Kafka's enableRequestProcessing: a
+        # broker back from a crash must not serve followers or clients from the leaderships of
+        # the image it replayed (its log may have lost its unflushed tail) before the controller
+        # has fenced its old incarnation and moved them (kesque.sim's real_power_loss scenario)
+        self.bound.update(self._listen(lambda name: name not in self.controller_listener_names, serve=False))
         self.bound.update(controller_bound)
         if "broker" in self.roles:
             if self.cluster_mode:
@@ -258,6 +300,7 @@ class KesqueServer:
         self._schedule_periodic()
         self._start_log_cleaner()
         self.log_dir_mover.resume()  # moves between log dirs a restart interrupted
+        self.socket_server.start_serving()
         self.started.set()
         log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
                  (time.monotonic() - t0) * 1000, cluster_id)
@@ -266,15 +309,11 @@ class KesqueServer:
         """BrokerRegistration, then heartbeats until the controller unfences this broker (it
         has caught up with the metadata log and its logs are loaded), as Kafka's broker
         start-up waits for; heartbeats every broker.heartbeat.interval.ms from then on."""
-        from ..controller.controller import supported_features
-        from ..metadata.image import Endpoint
-        from .heartbeats import LifecycleDriver
-        from .lifecycle import BrokerLifecycle
 
         lc = BrokerLifecycle(self.node_id, uuid.uuid4(), self.config, cluster_id=cluster_id or "",
                              listeners=[Endpoint(**e) for e in self._endpoints()],
                              features=supported_features(),
-                             rack=self.config.get("broker.rack"), rng=random.Random(), now=self._now_ms(),
+                             rack=self.config.get("broker.rack"), rng=self.rng, now=self._now_ms(),
                              log_dirs=[self.log_manager.directory_ids[d] for d in self.log_manager.live_log_dirs
                                        if d in self.log_manager.directory_ids])
         lc.on_metadata_offset(self.image.offset)
@@ -327,8 +366,6 @@ class KesqueServer:
     def _start_replication(self) -> None:
         """A broker of a cluster: replica fetchers for the partitions it follows, and the
         AlterPartition sender for the ISR changes of those it leads."""
-        from ..replication.alter_partition import AlterPartitionManager
-        from ..replication.fetcher import ReplicaFetcherManager
 
         rm = self.replica_manager
         listener = (self.config.get("inter.broker.listener.name") or "PLAINTEXT").upper()
@@ -345,7 +382,6 @@ class KesqueServer:
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
         # KIP-858: the log dir of each replica whose metadata names another, to the controller
-        from .assignments import AssignmentsManager
         self.assignments = AssignmentsManager(self.node_id, self.controllers, lambda: self.broker_epoch,
                                               lambda: self.image)
         self.assignments.start()
@@ -362,12 +398,14 @@ class KesqueServer:
         await self.heartbeats.until(lambda: lc.shutdown_finished)
         log.info("Controlled shutdown finished: %s", lc.shutdown_reason)
 
-    def _listen(self, which) -> dict[str, tuple[str, int]]:
+    def _listen(self, which, serve: bool = True) -> dict[str, tuple[str, int]]:
         out = {}
+        protocols = self.config.security_protocol_map()
         for lis in self.config.listeners():
             if not which(lis.name):
                 continue
-            port = self.socket_server.listen(lis.host, lis.port, lis.name)
+            port = self.socket_server.listen(lis.host, lis.port, lis.name, protocols.get(lis.name, PLAINTEXT),
+                                             serve=serve)
             out[lis.name] = (lis.host, port)
             log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)
         return out
@@ -380,7 +418,6 @@ class KesqueServer:
         """The raft node of __cluster_metadata (a voter when this node is a controller in
         controller.quorum.voters, else an observer), the controller when this node is one, and
         the router that takes the broker's controller calls where the active controller is."""
-        from .raft_manager import RaftManager, quorum_config
 
         cfg = self.config
         self.roles = set(cfg.get("process.roles") or ("broker", "controller"))
@@ -401,7 +438,8 @@ class KesqueServer:
                                request_timeout_ms=qc.request_timeout_ms)
         self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
         self._channels = (raft_channel, self.channel)
-        self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id)
+        self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id,
+                                seed=self.rng.getrandbits(64), clock=self.clock)
         self.raft.dir_failure = self.dir_failure
         self.snapshots = metadata_snapshot.SnapshotPolicy.from_config(cfg, self._now_ms())
         if "controller" in self.roles and self.node_id in self.voters:
@@ -418,7 +456,6 @@ class KesqueServer:
     async def _discover_voters(self) -> None:
         """A broker-only node given controller.quorum.bootstrap.servers and no voters asks
         them (DescribeQuorum v2) for the voters and their controller endpoints."""
-        from .raft_manager import discover_voters
 
         servers = [s.strip() for s in self.config.get(not_yet.BOOTSTRAP) or [] if s.strip()]
         addrs = [(host.strip("[]") or "localhost", int(port)) for host, _, port in (s.rpartition(":") for s in servers)]
@@ -506,7 +543,6 @@ class KesqueServer:
     def _start_log_cleaner(self) -> None:
         """log.cleaner.enable: the background cleaner of compacted logs, woken every
         log.cleaner.backoff.ms (read each time: it is dynamic) and after each cleaning."""
-        from ..storage.cleaner_manager import LogCleaner
 
         if not self.config.get("log.cleaner.enable"):
             return
@@ -650,15 +686,41 @@ class KesqueServer:
         return task
 
     # ================================================================== requests
-    def _register_apis(self) -> None:
-        from .apis import register_all
-
-        register_all(self)
+    def _build_handlers(self) -> None:
+        """The one place where the API handlers are built, each with the collaborators it uses
+        (the image is updated in place, never replaced), and bound to the dispatch tables."""
+        cfg, image, rm, router, throttler = self.config, self.image, self.replica_manager, self.controllers, \
+            self.throttler
+        handlers = (
+            CoreApis(image=image, config=cfg, node_id=self.node_id, controllers=router, raft=self.raft,
+                     voters=self.voters, controller_listener_names=self.controller_listener_names,
+                     coordinators=self.coordinators, api_table=lambda: self.apis),
+            ProduceApis(image=image, replica_manager=rm, config=cfg, node_id=self.node_id,
+                        txn_coordinator=self.txn_coordinator, txn_verifier=self.txn_verifier, throttler=throttler),
+            FetchApis(image=image, replica_manager=rm, config=cfg, raft=self.raft,
+                      controller_listener_names=self.controller_listener_names, clock=self.clock,
+                      throttler=throttler),
+            OffsetApis(replica_manager=rm),
+            TopicApis(image=image, config=cfg, controllers=router, throttler=throttler),
+            ConfigApis(image=image, config=cfg, node_id=self.node_id, controllers=router),
+            LogDirApis(log_manager=self.log_manager, mover=self.log_dir_mover),
+            ShareStateApis(share_coordinator=self.share_coordinator),
+            QuotaApis(image=image, controllers=router),
+            QuorumApis(raft=self.raft, controllers=router),
+            ReassignmentApis(controllers=router),
+        )
+        for h in handlers:
+            bind(h, cfg, self.apis, self.controller_apis)
+        # transitional: the group, share-group and transaction handlers still take the server and
+        # call register() below; next step, they are built above with narrow collaborators
+        for cls in TRANSITIONAL:
+            cls(self).register()
 
     def register(self, key: int, min_version: int, max_version: int, handler, raw: bool = False,
                  refused_below: int = -1, controller_only: bool = False) -> None:
-        """``controller_only``: served on the controller listeners only (as Kafka's raft and
-        controller RPCs), and not advertised on the others."""
+        """Transitional (the three handlers of apis.TRANSITIONAL): ``controller_only``: served on
+        the controller listeners only (as Kafka's raft and controller RPCs), and not advertised
+        on the others."""
         table = self.controller_apis if controller_only else self.apis
         table[key] = protocol.ApiSpec(key, min_version, max_version, handler, raw, refused_below)
 
@@ -680,7 +742,7 @@ class KesqueServer:
             return
         version = header.api_version
         if not spec.min_version <= version <= spec.max_version:
-            if header.api_key == protocol.API_VERSIONS_KEY:
+            if header.api_key == ApiKeys.API_VERSIONS:
                 # the v0-framed fallback: clients retry with a version from the list
                 slot = conn.new_slot()
                 body = self.api_versions_fallback()
@@ -697,7 +759,7 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
-        ctx = RequestContext(header, conn, conn.listener)
+        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, self.authorizer)
         if self.quotas.request.enabled:
             ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         slot = conn.new_slot()
@@ -718,7 +780,7 @@ class KesqueServer:
             return
         else:
             if ctx.throttle_ms or (ctx.start_ns and not ctx.recorded):
-                result = self._throttled(ctx, result)
+                result = self.throttler.throttled(ctx, result)
             conn.complete(slot, self._frame(header, result))
         if ctx.throttle_ms:
             self._mute(conn, ctx)
@@ -741,7 +803,7 @@ class KesqueServer:
             conn.drop_slot(slot)
         else:
             if ctx.throttle_ms or (ctx.start_ns and not ctx.recorded):
-                result = self._throttled(ctx, result)
+                result = self.throttler.throttled(ctx, result)
             conn.complete(slot, self._frame(header, result))
         if ctx.throttle_ms:
             self._mute(conn, ctx)
@@ -749,68 +811,6 @@ class KesqueServer:
     # ================================================================== client quotas
     def _now_ms(self) -> int:
         return int(self._monotonic() * 1000)
-
-    def throttle(self, ctx, manager, value: float) -> int:
-        """Record ``value`` (bytes) against the client's ``manager`` quota, and the request's
-        time against its request quota; the request's throttle time (the larger delay), also
-        kept in ``ctx`` for the dispatcher to mute the connection. For handlers that encode
-        their own response (Produce, Fetch); call only when a quota is configured.
-
-        This runs for every produce and fetch while any quota is set, so it takes the
-        managers' fast path (:meth:`ClientQuotaManager.record`: a value within the headroom of
-        the last measure is only added up) inline, with one clock read and one sensor key;
-        bench/quotas.py measures what accounting costs against no quota."""
-        now = int(self._monotonic() * 1000)
-        key = (ANONYMOUS, ctx.header.client_id or "")
-        ms = 0
-        if manager.enabled:
-            s = manager._sensor_of.get(key)
-            if s is not None and now < s.fast_until and value <= s.headroom:
-                s.headroom -= value; s.pending += value; s.pending_ms = now; s.pending_n += 1  # noqa: E702
-            else:
-                ms = manager.record(ANONYMOUS, key[1], value, now)
-        if ctx.start_ns and not ctx.recorded:  # request_percentage: the handler's time so far
-            ctx.recorded = True
-            v = (ctx.busy_ns + (time.perf_counter_ns() - ctx.step_ns if ctx.step_ns else 0)) * 1e-7
-            request = self.quotas.request
-            s = request._sensor_of.get(key)
-            if s is not None and now < s.fast_until and v <= s.headroom:
-                s.headroom -= v; s.pending += v; s.pending_ms = now; s.pending_n += 1  # noqa: E702
-            else:
-                ms = max(ms, request.record(ANONYMOUS, key[1], v, now))
-        if ms > ctx.throttle_ms:
-            ctx.throttle_ms = ms
-        return ctx.throttle_ms
-
-    def mutation_quota(self, ctx, strict_since: int):
-        """The request's controller_mutation_rate quota (KIP-599), None when it has none:
-        strict (THROTTLING_QUOTA_EXCEEDED per topic) from ``strict_since``, else permissive."""
-        m = self.quotas.mutation
-        if not m.enabled:
-            return None
-        return m.new_quota(ANONYMOUS, ctx.client_id or "", ctx.api_version >= strict_since, self._now_ms)
-
-    def charge_mutations(self, ctx, quota) -> None:
-        """The mutation quota's delay becomes the request's throttle time (if larger)."""
-        if quota is not None:
-            ctx.throttle_ms = max(ctx.throttle_ms, quota.throttle_time())
-
-    def _record_request_time(self, ctx, now_ms: int) -> int:
-        """request_percentage: the handler's time for this request, as a percentage of a second."""
-        if ctx.recorded or not ctx.start_ns:
-            return 0
-        ctx.recorded = True
-        busy = ctx.busy_ns + (time.perf_counter_ns() - ctx.step_ns if ctx.step_ns else 0)
-        percent = busy * 1e-7
-        return self.quotas.request.record(ANONYMOUS, ctx.client_id or "", percent, now_ms)
-
-    def _throttled(self, ctx, result):
-        """The response with the request's throttle time in it (versions that have the field)."""
-        if ctx.start_ns and not ctx.recorded:
-            ctx.throttle_ms = max(ctx.throttle_ms, self._record_request_time(ctx, self._now_ms()))
-        if ctx.throttle_ms and _has_throttle_field(type(result)):
-            result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=ctx.throttle_ms))
-        return result
 
     def _mute(self, conn, ctx) -> None:
         """KIP-219: the response went out at once; the connection reads nothing more until
@@ -866,6 +866,5 @@ class KesqueServer:
         return [INT32.pack(size) + head, *items]
 
     def api_versions_fallback(self) -> bytes:
-        from .apis.core import api_versions_v0_error
 
-        return api_versions_v0_error(self)
+        return api_versions_v0_error(self.apis)

@@ -24,14 +24,15 @@ from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError
 from ..replication.delayed import wait_for_acks
-from .apis.kiohelp import Msg
+from ..protocol.api_keys import ApiKeys
+from ..protocol.messages import Msg
 from .channel import ChannelError, RequestTimedOut
+from .apis.committed import committed, first_error
+from .channel import Channel
 
 log = logging.getLogger(__name__)
 
-WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1
-ADD_PARTITIONS_TO_TXN = 24
 ADD_PARTITIONS_TO_TXN_VERSION = 5
 
 
@@ -160,14 +161,14 @@ class TxnMarkerSender:
         return codes
 
     async def _send(self, node: int, entries: list[_Entry]) -> None:
-        m = Msg(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request=True)
+        m = Msg(ApiKeys.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request=True)
         body = m(markers=tuple(
             m("WritableTxnMarker", producer_id=e.data[0], producer_epoch=e.data[1], transaction_result=e.data[2],
               coordinator_epoch=e.data[3], topics=tuple(m("WritableTxnMarkerTopic", name=t, partition_indexes=ps)
                                                         for t, ps in by_topic(e.tps).items()))
             for e in entries))
         try:
-            resp = await self.channel.send(node, WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
+            resp = await self.channel.send(node, ApiKeys.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
                                            self.timeout_ms + 5000)
         except ChannelError as exc:
             log.info("WriteTxnMarkers to broker %d failed: %s", node, exc)
@@ -241,7 +242,6 @@ class TxnVerifier:
         return self._added_when_committed(pending, tps)
 
     async def _added_when_committed(self, pending: dict, tps: list) -> dict:
-        from .apis.committed import committed, first_error
 
         code = first_error(await committed(self.tc, pending))
         return {tp: code for tp in tps}
@@ -261,14 +261,14 @@ class TxnVerifier:
 
     async def _send(self, node: int, entries: list[_Entry]) -> None:
         v = ADD_PARTITIONS_TO_TXN_VERSION
-        m = Msg(ADD_PARTITIONS_TO_TXN, v, request=True)
+        m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, v, request=True)
         body = m(transactions=tuple(
             m("AddPartitionsToTxnTransaction", transactional_id=e.data[0], producer_id=e.data[1],
               producer_epoch=e.data[2], verify_only=not e.data[3],
               topics=tuple(m("AddPartitionsToTxnTopic", name=t, partitions=ps) for t, ps in by_topic(e.tps).items()))
             for e in entries))
         try:
-            resp = await self.channel.send(node, ADD_PARTITIONS_TO_TXN, v, body, self.timeout_ms)
+            resp = await self.channel.send(node, ApiKeys.ADD_PARTITIONS_TO_TXN, v, body, self.timeout_ms)
         except ChannelError as exc:
             log.info("AddPartitionsToTxn (verification or KIP-890 add) to broker %d failed: %s", node, exc)
             for e in entries:
@@ -292,17 +292,16 @@ class TxnVerifier:
         self.queue.close()
 
 
-def wire(server) -> tuple:
-    """Give ``server`` its marker sender (``txn_coordinator.markers``) and verifier
-    (``txn_verifier``), each on its own channel (a WriteTxnMarkers waiting for its markers to be
-    committed must not hold up a verification); returns the channels, for the server to close."""
-    from .channel import Channel
+def wire(*, config, node_id: int, image, replica_manager, txn_coordinator) -> tuple:
+    """Give ``txn_coordinator`` its marker sender (``markers``), and build the broker's verifier
+    (KIP-890), each on its own channel (a WriteTxnMarkers waiting for its markers to be
+    committed must not hold up a verification); returns the verifier and the channels, for the
+    server to close. ``image`` is the broker's metadata image (updated in place)."""
 
-    cfg = server.config
-    resolve = broker_resolver(lambda: server.image, cfg)
-    timeout = cfg.get("request.timeout.ms")
-    markers = Channel(resolve, client_id=f"txn-marker-sender-{server.node_id}", request_timeout_ms=timeout)
-    verify = Channel(resolve, client_id=f"add-partitions-to-txn-sender-{server.node_id}", request_timeout_ms=timeout)
-    server.txn_coordinator.markers = TxnMarkerSender(server.node_id, server.replica_manager, markers, timeout)
-    server.txn_verifier = TxnVerifier(server.node_id, server.txn_coordinator, lambda: server.image, verify, timeout)
-    return markers, verify
+    resolve = broker_resolver(lambda: image, config)
+    timeout = config.get("request.timeout.ms")
+    markers = Channel(resolve, client_id=f"txn-marker-sender-{node_id}", request_timeout_ms=timeout)
+    verify = Channel(resolve, client_id=f"add-partitions-to-txn-sender-{node_id}", request_timeout_ms=timeout)
+    txn_coordinator.markers = TxnMarkerSender(node_id, replica_manager, markers, timeout)
+    verifier = TxnVerifier(node_id, txn_coordinator, lambda: image, verify, timeout)
+    return verifier, (markers, verify)

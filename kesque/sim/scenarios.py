@@ -19,6 +19,7 @@ from .cluster import RaftCluster
 from .invariants import Invariants
 from .metadata import MetadataCluster
 from .network import NetworkFaults
+from .real_scenarios import REAL_BUGS, REAL_SCENARIOS
 from .repl_scenarios import REPLICATION_BUGS, REPLICATION_SCENARIOS
 from .scheduler import Scheduler
 from .txn_verification import TXN_BUGS, TXN_SCENARIOS
@@ -487,13 +488,14 @@ SCENARIOS = {f.__name__: f for f in METADATA_SCENARIOS + (
     majority_reachable, back_to_back, stranded_candidate, disk_loss, disk_loss_then_leader_cut, chaos)}
 SCENARIOS.update(REPLICATION_SCENARIOS)
 SCENARIOS.update(TXN_SCENARIOS)
-BUGS = tuple(Knobs.__dataclass_fields__) + REPLICATION_BUGS + TXN_BUGS
+SCENARIOS.update(REAL_SCENARIOS)
+BUGS = tuple(Knobs.__dataclass_fields__) + REPLICATION_BUGS + TXN_BUGS + REAL_BUGS
 
 
 @contextlib.contextmanager
 def replication_bug(bug: str | None):
     """Switch on a replication test-only switch (a class attribute) for one run."""
-    if bug not in REPLICATION_BUGS + TXN_BUGS:
+    if bug not in REPLICATION_BUGS + TXN_BUGS + REAL_BUGS:
         yield
         return
     if bug in TXN_BUGS:

@@ -1,5 +1,5 @@
 """A transactional producer's pipelined first batches while KIP-890 verification is pending
-(issue 25), under the simulator, on the real :class:`~kesque.storage.log.Log` and its
+(issue 25), under the simulator, on the real :class:`~kesque.storage.unified_log.UnifiedLog` and its
 :class:`~kesque.storage.producer_state.ProducerStateManager`.
 
 The model:
@@ -12,7 +12,7 @@ The model:
   batch not acknowledged, on a new connection, while the old connection's requests may still be
   at the leader. Once every batch of the transaction is acknowledged it commits (EndTxn), and
   the next transaction starts once the coordinator has written the COMMIT marker.
-- **The leader** (node LEADER) holds the partition's real Log in a temporary directory. A batch
+- **The leader** (node LEADER) holds the partition's real UnifiedLog in a temporary directory. A batch
   that would open the producer's transaction starts the partition's verification
   (``maybe_start_transaction_verification``) and asks the coordinator; the answer comes back
   over the network, after which the batch is appended with the guard the verification started
@@ -56,7 +56,8 @@ from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError
 from ..records.records import build_batch
-from ..storage.log import Log, LogConfig
+from ..config.topic import LogConfig
+from ..storage.unified_log import UnifiedLog
 from ..storage.producer_state import ProducerStateManager
 from .network import NetworkFaults, Router
 from .scheduler import InvariantViolation, LivenessViolation, Scheduler
@@ -129,7 +130,7 @@ class Waiting:
 class Leader:
     unordered_connection_appends = False   # bug switch
 
-    def __init__(self, sim: "TxnVerificationSim", log: Log):
+    def __init__(self, sim: "TxnVerificationSim", log: UnifiedLog):
         self.sim = sim
         self.log = log
         self.by_conn: dict[int, list[Waiting]] = {}
@@ -397,7 +398,7 @@ class TxnVerificationSim:
         self.s = Scheduler(seed)
         self.router = Router(self.s, self.deliver, faults)
         self.dir = tempfile.mkdtemp(prefix="kesque-sim-txn-")
-        self.log = Log(self.dir, "t", 0, LogConfig())
+        self.log = UnifiedLog(self.dir, "t", 0, LogConfig())
         self.leader = Leader(self, self.log)
         self.coordinator = Coordinator(self)
         self.producer = Producer(self)

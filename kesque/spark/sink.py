@@ -48,6 +48,7 @@ from ..client.consumer import EARLIEST, LATEST, WireConsumer
 from ..client.producer import PreparedTxnState, Producer
 from ..client.wire import WireError, make
 from ..errors import KafkaError
+from ..protocol.api_keys import ApiKeys
 from ..records.records import encode_columns, murmur2_partitions
 from .options import PRODUCER_PARAMS, SinkOptions, client_kwargs
 
@@ -282,7 +283,7 @@ class SinkLog:
                                                                  num_partitions=1, replication_factor=-1,
                                                                  assignments=(), configs=cfg),),
                             timeout=30000, validate_only=False)
-            resp = c._bootstrap_conn().request(19, build)
+            resp = c._bootstrap_conn().request(ApiKeys.CREATE_TOPICS, build)
             code = int(resp.topics[0].error_code)
             if code not in (0, 36):  # TOPIC_ALREADY_EXISTS: another driver won the race
                 raise KafkaError(code, f"cannot create the sink log topic {self.o.sink_log_topic}")
@@ -366,7 +367,7 @@ def open_transactions(o: SinkOptions, prefix: str) -> list[str]:
                 return make(mod.request.ListTransactionsRequest, state_filters=("Ongoing",), producer_id_filters=(),
                             duration_filter=-1, transactional_id_pattern=None)
             try:
-                resp = c._conn(node).request(66, build)
+                resp = c._conn(node).request(ApiKeys.LIST_TRANSACTIONS, build)
             except (OSError, WireError) as e:
                 raise KesqueSinkError(f"ListTransactions on broker {node} failed: {e}") from None
             out.update(s.transactional_id for s in resp.transaction_states

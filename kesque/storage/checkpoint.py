@@ -34,6 +34,7 @@ import os
 import re
 import time
 import uuid
+from ..config.broker import parse_properties
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,6 @@ def read_properties(path: str) -> dict[str, str] | None:
     lines = _read_lines(path)
     if lines is None:
         return None
-    from ..config.broker import parse_properties
     return parse_properties("\n".join(lines))
 
 

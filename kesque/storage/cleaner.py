@@ -15,8 +15,8 @@ One cleaning of a log whose records below ``first_dirty`` are already clean:
    data in the log (KIP-98's two passes). A batch left empty is kept as a bare header when
    it is the last of an active producer, so idempotence survives a restart;
 3. each group's ``.cleaned`` segment is fsynced and swapped in through ``.swap`` by
-   :meth:`Log.replace_segments`; the load of a log completes or discards an interrupted
-   swap (see ``Log._complete_swaps``).
+   :meth:`UnifiedLog.replace_segments`; the load of a log completes or discards an interrupted
+   swap (see ``LogLoader._complete_swaps``).
 
 Offsets never change: a batch keeps its base and last offset, records their offset deltas.
 The active segment is never cleaned (``first_uncleanable`` is at most its base). Time comes
@@ -205,14 +205,14 @@ def _payload(data, h: rb.BatchHeader):
 class Cleaner:
     """Cleans one log at a time. ``hook(stage)`` is a test-only crash point called with
     ``"copy"`` (after each batch written to a ``.cleaned`` file), ``"cleaned"`` (a group's
-    ``.cleaned`` segment complete and fsynced) and the stages of Log.replace_segments."""
+    ``.cleaned`` segment complete and fsynced) and the stages of UnifiedLog.replace_segments."""
 
     def __init__(self, map_memory: int = 128 * 1024 * 1024, hook=None, throttle=None, swap=None):
         self.map_memory = map_memory
         self.hook = hook or (lambda _stage: None)
         self.throttle = throttle or (lambda _nbytes: None)  # log.cleaner.io.max.bytes.per.second
         # how a cleaned segment replaces its group: in place here; a background cleaner runs
-        # Log.replace_segments on the event loop that owns the log
+        # UnifiedLog.replace_segments on the event loop that owns the log
         self.swap = swap or (lambda lg, new, old, now_ms, hook: lg.replace_segments(new, old, now_ms, hook))
 
     # ---------------------------------------------------------------- offset map

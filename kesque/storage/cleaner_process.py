@@ -34,7 +34,7 @@ import time
 from multiprocessing.connection import Connection
 
 from .cleaner import Cleaner, CleanStats
-from .log import SegmentsChangedError
+from .local_log import SegmentsChangedError
 from .segment import CLEANED_SUFFIX, LogSegment
 
 #: how often the child reports its I/O to the broker's throttler (seconds of work)

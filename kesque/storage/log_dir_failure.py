@@ -1,7 +1,7 @@
 """LogDirFailureChannel: an I/O error takes its log dir offline (Kafka's LogDirFailureChannel,
 KIP-112).
 
-Whatever writes or reads a log dir (a Log, the LogManager's checkpoints, log creation) runs the
+Whatever writes or reads a log dir (a partition log, the LogManager's checkpoints, log creation) runs the
 operation through :func:`maybe_handle_io_error`: when the dir is already offline it refuses
 at once (KAFKA_STORAGE_ERROR, nothing touches the disk again); an ``OSError`` marks the dir
 offline here and becomes a :class:`KafkaStorageError` for the caller. The first failure of a

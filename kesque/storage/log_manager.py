@@ -18,8 +18,9 @@ import uuid
 
 from ..config.topic import LogConfig
 from . import checkpoint as ck
-from .log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, Log, parse_partition_dir
+from .local_log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, parse_partition_dir
 from .log_dir_failure import KafkaStorageError, LogDirFailureChannel, maybe_handle_io_error
+from .unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
 
@@ -225,16 +226,16 @@ class LogManager:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.skip_dirs = skip_dirs
-        self.logs: dict[tuple[str, int], Log] = {}
+        self.logs: dict[tuple[str, int], UnifiedLog] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
         self.had_clean_shutdown: dict[str, bool] = {}
         self.directory_ids: dict[str, uuid.UUID] = {}
         self._pending_dir_deletes: list[tuple[int, str]] = []
         # moves between log dirs (AlterReplicaLogDirs, KIP-113): the future log of a partition
         # being copied into another dir, and the dir asked for a partition not created yet
-        self.future_logs: dict[tuple[str, int], Log] = {}
+        self.future_logs: dict[tuple[str, int], UnifiedLog] = {}
         self.preferred_dirs: dict[tuple[str, int], str] = {}
-        self._closing_later: list[tuple[int, Log]] = []  # replaced logs, closed after file.delete.delay.ms
+        self._closing_later: list[tuple[int, UnifiedLog]] = []  # replaced logs, closed after file.delete.delay.ms
         self._formatted: set[str] = set()  # dirs formatted by this start (nothing to recover)
         self.locks: list[DirLock] = []
 
@@ -303,9 +304,9 @@ class LogManager:
                 if tp is None:
                     continue
                 cfg, topic_id = config_for(tp[0])
-                lg = Log(path, tp[0], tp[1], cfg, topic_id=topic_id, recovery_point=recovery.get(tp, 0),
-                         log_start_offset=starts.get(tp, 0), had_clean_shutdown=clean and not future,
-                         now_ms=self.clock.now_ms(), dir_failure=self.dir_failure)
+                lg = UnifiedLog(path, tp[0], tp[1], cfg, topic_id=topic_id, recovery_point=recovery.get(tp, 0),
+                                log_start_offset=starts.get(tp, 0), had_clean_shutdown=clean and not future,
+                                now_ms=self.clock.now_ms(), dir_failure=self.dir_failure)
                 if future:
                     # a move between log dirs that a restart interrupted: it goes on (the mover
                     # copies from where this copy ends), as Kafka resumes its future replicas
@@ -324,7 +325,7 @@ class LogManager:
             log.warning("Deleting future log %s: no current log of %s-%d", self.future_logs[tp].dir, *tp)
             self.future_logs.pop(tp).delete()
 
-    def _keep_one_copy(self, tp: tuple[str, int], lg: Log, d: str) -> Log:
+    def _keep_one_copy(self, tp: tuple[str, int], lg: UnifiedLog, d: str) -> UnifiedLog:
         """Two current logs of one partition: a crash between the two renames of a move
         between log dirs (the copy renamed into place, the source not yet renamed for
         deletion). Kafka refuses to start; both copies were identical when the move swapped
@@ -346,11 +347,11 @@ class LogManager:
             return {}
 
     # ------------------------------------------------------------------ logs
-    def get_log(self, topic: str, partition: int) -> Log | None:
+    def get_log(self, topic: str, partition: int) -> UnifiedLog | None:
         return self.logs.get((topic, partition))
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig, topic_id: uuid.UUID,
-                          target_dir_id: uuid.UUID | None = None) -> Log:
+                          target_dir_id: uuid.UUID | None = None) -> UnifiedLog:
         tp = (topic, partition)
         lg = self.logs.get(tp)
         if lg is not None:
@@ -361,8 +362,8 @@ class LogManager:
         d = self._pick_dir(tp, target_dir_id)
         lg = maybe_handle_io_error(
             self.dir_failure, d, lambda: f"Error while creating log for {topic}-{partition} in dir {d}",
-            lambda: Log(os.path.join(d, f"{topic}-{partition}"), topic, partition, config, topic_id=topic_id,
-                        had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure))
+            lambda: UnifiedLog(os.path.join(d, f"{topic}-{partition}"), topic, partition, config, topic_id=topic_id,
+                               had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure))
         self.logs[tp] = lg
         self._dir_of[tp] = d
         log.info("Created log for partition %s-%d in %s", topic, partition, d)
@@ -412,14 +413,14 @@ class LogManager:
 
     # ------------------------------------------------------------------ moves between log dirs
     def create_future_log(self, topic: str, partition: int, dest: str, config: LogConfig,
-                          topic_id: uuid.UUID | None, start_offset: int) -> Log:
+                          topic_id: uuid.UUID | None, start_offset: int) -> UnifiedLog:
         """An empty copy of the partition in ``dest``, named ``topic-N.<id>-future`` until it
         has caught up and replaces the current log (:meth:`replace_current_with_future`)."""
         path = os.path.join(dest, f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
         lg = maybe_handle_io_error(
             self.dir_failure, dest, lambda: f"Error while creating log for {topic}-{partition} in dir {dest}",
-            lambda: Log(path, topic, partition, config, topic_id=topic_id, log_start_offset=start_offset,
-                        had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure))
+            lambda: UnifiedLog(path, topic, partition, config, topic_id=topic_id, log_start_offset=start_offset,
+                               had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure))
         self.future_logs[(topic, partition)] = lg
         log.info("Created future log %s for partition %s-%d", path, topic, partition)
         return lg
@@ -431,7 +432,7 @@ class LogManager:
             shutil.rmtree(lg.dir, ignore_errors=True)
             log.info("Deleted future log %s", lg.dir)
 
-    def replace_current_with_future(self, topic: str, partition: int, crash_hook=None) -> Log:
+    def replace_current_with_future(self, topic: str, partition: int, crash_hook=None) -> UnifiedLog:
         """The move's last step, with no await inside (nothing appends meanwhile): the caught-up
         future log is flushed, closed and renamed to ``topic-N`` in its dir, then reopened in
         place; the source directory is renamed ``…-delete`` and removed after
@@ -449,9 +450,9 @@ class LogManager:
         ck.fsync_dir(dest)
         if crash_hook is not None:
             crash_hook("renamed-future")
-        lg = Log(final, topic, partition, source.config, topic_id=source.topic_id, recovery_point=future.log_end_offset,
-                 log_start_offset=max(start, future.log_start_offset), had_clean_shutdown=True,
-                 now_ms=self.clock.now_ms(), dir_failure=self.dir_failure)
+        lg = UnifiedLog(final, topic, partition, source.config, topic_id=source.topic_id,
+                        recovery_point=future.log_end_offset, log_start_offset=max(start, future.log_start_offset),
+                        had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure)
         lg.update_high_watermark(hw)
         src_dir = source.parent_dir
         target = os.path.join(src_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")

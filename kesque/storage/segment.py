@@ -14,6 +14,7 @@ import time
 from ..records import batch as rb
 from .index import CorruptIndexError, OffsetIndex, TimeIndex
 from .txn_index import TransactionIndex
+from ..records.records import iter_records
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,6 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int):
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
-        from ..records.records import iter_records
 
         _ts, offset = self.time_index.lookup(timestamp)
         found = self.find_batch(max(offset, start_offset))

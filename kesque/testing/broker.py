@@ -27,6 +27,11 @@ import threading
 import time
 
 from ..config.broker import SINGLE_NODE
+from ..config import BrokerConfig, ConfigError
+from ..storage.format import format_storage, random_uuid
+from ..server.server import KesqueServer
+from ..storage.log_manager import ensure_storage
+import resource
 
 
 def terminate(process: subprocess.Popen, timeout: float) -> None:
@@ -118,8 +123,6 @@ class Broker:
         """``kesque storage format --ignore-formatted`` with ``cluster_id``, as a Kafka node is
         formatted before its first start; without a ``cluster_id``, a lone node formats itself
         at start."""
-        from ..cli.storage import format_storage, random_uuid
-        from ..config import BrokerConfig, ConfigError
 
         try:
             config = BrokerConfig(self._props(), strict=False)
@@ -185,9 +188,7 @@ class Broker:
 
     def _start_thread(self, timeout: float) -> None:
         from ..config import BrokerConfig
-        from ..server.server import KesqueServer
 
-        from ..storage.log_manager import ensure_storage
 
         self.format_storage()
         config = BrokerConfig(self._props())
@@ -237,7 +238,6 @@ class Broker:
         return f": {lines[-1]}" if lines else ""
 
     def _limit_fds(self) -> None:
-        import resource
         resource.setrlimit(resource.RLIMIT_NOFILE, (self.fd_limit, self.fd_limit))
 
     def open_descriptors(self) -> int:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from . import kafka as K
 from .broker import terminate
+import random
+import struct
 
 STREAMS_ENV = "KESQUE_STREAMS_DIR"
 COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
@@ -400,7 +402,6 @@ def produce(bootstrap: str, topic: str, values, partition_of=None, timeout: floa
 # ---------------------------------------------------------------------- the word count's data
 def word_lines(n: int, words: int, seed: int) -> list[bytes]:
     """``n`` lines of three words ``wNNNNN`` drawn (seeded) from a vocabulary of ``words``."""
-    import random
 
     rng = random.Random(seed)
     return [" ".join(f"w{rng.randrange(words):05d}" for _ in range(3)).encode() for _ in range(n)]
@@ -412,7 +413,6 @@ def word_counts(lines: list[bytes]) -> Counter:
 
 def latest_counts(tail: Tail) -> dict[str, int]:
     """word -> the last count the tail was served (the count's output: String key, Long value)."""
-    import struct
 
     out = {}
     for records in tail.served.values():

@@ -52,12 +52,14 @@ def kesque_broker_factory():
 
 @pytest.fixture
 def kesque_cluster_factory():
+    # lazy: pytest loads this plugin in every run of the venv; fixtures load what they use
     from .cluster import Cluster
 
     yield from _factory(Cluster)
 
 
 def _kafka_class():
+    # lazy: pytest loads this plugin in every run of the venv; fixtures load what they use
     from . import kafka
 
     reason = kafka.unavailable()

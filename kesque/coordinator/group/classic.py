@@ -14,6 +14,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from ...errors import ErrorCode
+
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"
 COMPLETING_REBALANCE = "CompletingRebalance"
@@ -146,27 +148,27 @@ class ClassicGroup:
             self.leader_id = next(iter(self.members), None)
         return m
 
-    def validate_member(self, member_id: str, instance_id: str | None) -> str | None:
-        """Kafka's ClassicGroup.validateMember: the error name, or None when valid."""
+    def validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode:
+        """Kafka's ClassicGroup.validateMember: the error, or NONE when valid."""
         if instance_id is not None:
             existing = self.static_member_id(instance_id)
             if existing is None:
-                return "unknown_member_id"
+                return ErrorCode.unknown_member_id
             if existing != member_id:
-                return "fenced_instance_id"
+                return ErrorCode.fenced_instance_id
         if member_id not in self.members:
-            return "unknown_member_id"
-        return None
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none
 
     def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> ClassicMember:
         old = self.members.pop(old_id)
-        fenced = {"error": "fenced_instance_id", "member_id": old_id}
+        fenced = {"error": ErrorCode.fenced_instance_id, "member_id": old_id}
         if old.awaiting_join is not None:
             old.awaiting_join(dict(fenced, members=[], generation_id=-1, protocol_name=None, protocol_type=None,
                                    leader="", skip_assignment=False))
             old.awaiting_join = None
         if old.awaiting_sync is not None:
-            old.awaiting_sync({"error": "fenced_instance_id", "assignment": b""})
+            old.awaiting_sync({"error": ErrorCode.fenced_instance_id, "assignment": b""})
             old.awaiting_sync = None
         new = ClassicMember(new_id, instance_id, old.client_id, old.client_host, old.rebalance_timeout_ms,
                             old.session_timeout_ms, old.protocol_type, old.protocols, old.assignment)

@@ -14,13 +14,17 @@ not supported: they get INCONSISTENT_GROUP_PROTOCOL.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import uuid
 from dataclasses import dataclass, field
 
+from ...errors import ErrorCode, KafkaError
+from ..runtime import CoordinatorResult, append_and_replay
 from . import records as R
 from .assignors import ASSIGNORS
+from .requests import ConsumerGroupHeartbeat
 
 log = logging.getLogger(__name__)
 
@@ -82,31 +86,26 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
     subscription_signature: tuple = ()  # (topic id, partitions) of subscribed topics at the group epoch
-    current_state_timestamp: int = -1
 
     type = "consumer"
 
     def is_empty(self) -> bool:
         return not self.members
 
-    def snapshot(self) -> tuple:
-        """What a heartbeat may change: the group's fields, its maps, and every member's
-        mutable fields (members are small; a heartbeat touches one or two of them)."""
-        fields = {k: (dict(v) if isinstance(v, dict) else v) for k, v in vars(self).items()}
-        members = {mid: (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation,
-                         m.rack_id, m.client_id, m.client_host, list(m.subscribed_topic_names),
-                         m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor)
-                   for mid, m in self.members.items()}
-        return fields, members
+    def scratch(self) -> "ConsumerGroup":
+        """A copy a heartbeat computes its records on (Kafka computes on the timeline state and
+        changes nothing until the records are replayed): the maps are copied, the members shared
+        until :meth:`own_member` copies the one that changes."""
+        return dataclasses.replace(self, members=dict(self.members), target=dict(self.target),
+                                   static_members=dict(self.static_members))
 
-    def restore(self, snapshot: tuple) -> None:
-        fields, members = snapshot
-        vars(self).update(fields)
-        for mid, saved in members.items():
-            m = self.members[mid]
-            (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation, m.rack_id,
-             m.client_id, m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
-             m.rebalance_timeout_ms, m.server_assignor) = saved
+    def own_member(self, member_id: str) -> "ConsumerMember":
+        m = self.members[member_id]
+        m = self.members[member_id] = dataclasses.replace(
+            m, subscribed_topic_names=list(m.subscribed_topic_names),
+            assigned={t: set(p) for t, p in m.assigned.items()},
+            pending_revocation={t: set(p) for t, p in m.pending_revocation.items()})
+        return m
 
     def state_name(self) -> str:
         if not self.members:
@@ -227,122 +226,105 @@ def _member_tombstones(group_id: str, member_id: str) -> list:
 
 
 # ====================================================================== heartbeat
-class HeartbeatError(Exception):
-    def __init__(self, error: str, message: str | None = None):
-        super().__init__(message or error)
-        self.error = error
-        self.message = message
+class HeartbeatError(KafkaError):
+    """A heartbeat the coordinator refuses (Kafka's ApiException thrown by the operation), as
+    opposed to a failure to append its records."""
 
 
-def _validate_request(req: dict, version: int) -> None:
-    if not req["group_id"]:
-        raise HeartbeatError("invalid_request", "GroupId can't be empty.")
-    epoch = req["member_epoch"]
-    if req.get("instance_id") == "":
-        raise HeartbeatError("invalid_request", "InstanceId can't be empty.")
-    if req.get("rack_id") == "":
-        raise HeartbeatError("invalid_request", "RackId can't be empty.")
+def _validate_request(req: ConsumerGroupHeartbeat, version: int) -> None:
+    if not req.group_id:
+        raise HeartbeatError(ErrorCode.invalid_request, "GroupId can't be empty.")
+    epoch = req.member_epoch
+    if req.instance_id == "":
+        raise HeartbeatError(ErrorCode.invalid_request, "InstanceId can't be empty.")
+    if req.rack_id == "":
+        raise HeartbeatError(ErrorCode.invalid_request, "RackId can't be empty.")
     if epoch == 0:
-        if version >= 1 and not req["member_id"]:
-            raise HeartbeatError("invalid_request", "MemberId can't be empty.")
-        if req.get("rebalance_timeout_ms", -1) == -1:
-            raise HeartbeatError("invalid_request", "RebalanceTimeoutMs must be provided in first request.")
-        if req.get("topic_partitions") is None or req["topic_partitions"]:
-            raise HeartbeatError("invalid_request", "TopicPartitions must be empty when (re-)joining.")
-        if req.get("subscribed_topic_names") is None and not req.get("subscribed_topic_regex"):
-            raise HeartbeatError("invalid_request",
+        if version >= 1 and not req.member_id:
+            raise HeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
+        if req.rebalance_timeout_ms == -1:
+            raise HeartbeatError(ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
+        if req.topic_partitions is None or req.topic_partitions:
+            raise HeartbeatError(ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining.")
+        if req.subscribed_topic_names is None and not req.subscribed_topic_regex:
+            raise HeartbeatError(ErrorCode.invalid_request,
                                  "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
     elif epoch > 0 or epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-        if not req["member_id"]:
-            raise HeartbeatError("invalid_request", "MemberId can't be empty.")
-        if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.get("instance_id") is None:
-            raise HeartbeatError("invalid_request", "InstanceId can't be null.")
+        if not req.member_id:
+            raise HeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
+        if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is None:
+            raise HeartbeatError(ErrorCode.invalid_request, "InstanceId can't be null.")
     else:
-        raise HeartbeatError("invalid_request", f"MemberEpoch is invalid: {epoch}")
+        raise HeartbeatError(ErrorCode.invalid_request, f"MemberEpoch is invalid: {epoch}")
 
 
-def consumer_group_heartbeat(shard, req: dict, version: int) -> dict:
-    """``req``: group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
-    subscribed_topic_names (None: unchanged), subscribed_topic_regex, server_assignor,
-    topic_partitions (owned: {topic_id: set} or None), client_id, client_host."""
+def consumer_group_heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
+    """ConsumerGroupHeartbeat on ``shard``: the response (error, message, member_id,
+    member_epoch, heartbeat_interval_ms, assignment {topic id: [partitions]} or None when
+    unchanged). The heartbeat computes its records without changing the group; they are
+    appended and replayed (``shard.apply``), so a failed append leaves the group as it was."""
     try:
         _validate_request(req, version)
-        assignor = req.get("server_assignor")
+        assignor = req.server_assignor
         if assignor is not None and assignor not in shard.config.consumer_assignors:
-            raise HeartbeatError("unsupported_assignor", f"ServerAssignor {assignor} is not supported. "
+            raise HeartbeatError(ErrorCode.unsupported_assignor, f"ServerAssignor {assignor} is not supported. "
                                  f"Supported assignors: {', '.join(shard.config.consumer_assignors)}.")
-        regex = req.get("subscribed_topic_regex")
+        regex = req.subscribed_topic_regex
         if regex:
             try:
                 re.compile(regex)
             except re.error as e:
-                raise HeartbeatError("invalid_regular_expression",
+                raise HeartbeatError(ErrorCode.invalid_regular_expression,
                                      f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
-        if req["member_epoch"] in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+        if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return _leave(shard, req)
-        return _heartbeat_or_revert(shard, req, version)
+        return _heartbeat(shard, req, version)
     except HeartbeatError as e:
-        return _error_response(e.error, e.message)
-    except Exception as e:  # the group's records failed to append (the heartbeat was reverted)
+        return _error_response(e.code, e.message)
+    except Exception as e:  # the group's records failed to append (nothing was replayed)
         from .shard import append_error
-        log.warning("ConsumerGroupHeartbeat of member %s of group %s failed: %s", req["member_id"], req["group_id"], e)
+        log.warning("ConsumerGroupHeartbeat of member %s of group %s failed: %s", req.member_id, req.group_id, e)
         return _error_response(append_error(e), None)
 
 
-def _error_response(error: str, message: str | None) -> dict:
+def _error_response(error: ErrorCode, message: str | None) -> dict:
     return {"error": error, "message": message, "member_id": None, "member_epoch": -1,
             "heartbeat_interval_ms": 0, "assignment": None}
 
 
 def _get_group(shard, group_id: str, create: bool) -> ConsumerGroup:
+    """The group a heartbeat computes on: a scratch copy of the consumer group, or a new one."""
     g = shard.groups.get(group_id)
     if getattr(g, "type", None) == "share":
-        raise HeartbeatError("group_id_not_found", f"Group {group_id} is not a consumer group.")
+        raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
     if g is None or getattr(g, "type", None) == "classic":
         if g is not None:
             if not g.is_empty():
-                raise HeartbeatError("group_id_not_found", f"Group {group_id} is not a consumer group.")
-            # an empty classic group is replaced by a consumer group
-            shard.write([(R.group_key(R.GROUP_METADATA, group_id), None)])
-            del shard.groups[group_id]
+                raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+            # an empty classic group is replaced by a consumer group (its tombstone is a write of its own)
+            append_and_replay(shard, shard.write, CoordinatorResult([(R.group_key(R.GROUP_METADATA, group_id), None)]))
         if not create:
-            raise HeartbeatError("group_id_not_found", f"Group {group_id} not found.")
-        g = shard.groups[group_id] = ConsumerGroup(group_id, current_state_timestamp=shard.clock.now_ms())
-    return g
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        return ConsumerGroup(group_id)
+    return g.scratch()
 
 
-def _heartbeat_or_revert(shard, req: dict, version: int) -> dict:
-    """A heartbeat whose records fail to append leaves no trace (Kafka reverts its timeline
-    snapshot): the group is restored from a snapshot of what a heartbeat can change."""
-    gid = req["group_id"]
-    g = shard.groups.get(gid)
-    snapshot = g.snapshot() if isinstance(g, ConsumerGroup) else None
-    try:
-        return _heartbeat(shard, req, version)
-    except Exception:
-        if snapshot is not None:
-            g.restore(snapshot)
-        elif isinstance(shard.groups.get(gid), ConsumerGroup):
-            del shard.groups[gid]  # created by this heartbeat (an empty classic group it replaced is gone for good)
-        raise
-
-
-def _heartbeat(shard, req: dict, version: int) -> dict:
+def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
     cfg = shard.config
-    epoch = req["member_epoch"]
-    owned = req.get("topic_partitions")
-    g = _get_group(shard, req["group_id"], create=epoch == 0)
+    epoch = req.member_epoch
+    owned = req.topic_partitions
+    g = _get_group(shard, req.group_id, create=epoch == 0)
     records: list = []
     bump = False
     replaced = None
-    instance_id = req.get("instance_id")
+    instance_id = req.instance_id
     if epoch == 0:
-        member_id = req["member_id"] or str(uuid.uuid4()).replace("-", "")[:22]
+        member_id = req.member_id or str(uuid.uuid4()).replace("-", "")[:22]
         if instance_id is not None and instance_id in g.static_members:
             old_id = g.static_members[instance_id]
             old = g.members[old_id]
             if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                raise HeartbeatError("unreleased_instance_id",
+                raise HeartbeatError(ErrorCode.unreleased_instance_id,
                                      f"Static member {old_id} with instance id {instance_id} is not released.")
             # KIP-848 static rejoin: the new member id takes over the old one's epoch and
             # assignment, so the group does not rebalance
@@ -359,12 +341,12 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
                 records.append(_target_record(g, member_id))
             replaced = old_id
         elif member_id in g.members:
-            member = g.members[member_id]  # a rejoin with epoch 0: same id, starts over
+            member = g.own_member(member_id)  # a rejoin with epoch 0: same id, starts over
             member.member_epoch = 0
             member.assigned, member.pending_revocation = {}, {}
         else:
             if len(g.members) >= cfg.consumer_max_size:
-                raise HeartbeatError("group_max_size_reached", f"The consumer group has reached its maximum "
+                raise HeartbeatError(ErrorCode.group_max_size_reached, f"The consumer group has reached its maximum "
                                      f"capacity of {cfg.consumer_max_size} members.")
             member = ConsumerMember(member_id, instance_id)
             bump = True
@@ -373,39 +355,40 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
             g.static_members[instance_id] = member.member_id
     else:
         if instance_id is not None:
-            _static_member(g, req["member_id"], instance_id)
-        member = g.members.get(req["member_id"])
-        if member is None:
-            raise HeartbeatError("unknown_member_id", f"Member {req['member_id']} is not a member of group "
+            _static_member(g, req.member_id, instance_id)
+        if req.member_id not in g.members:
+            raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member of group "
                                  f"{g.group_id}.")
+        member = g.own_member(req.member_id)
         if epoch > member.member_epoch:
-            raise HeartbeatError("fenced_member_epoch", f"The consumer group member has a greater member epoch "
-                                 f"({epoch}) than the one known by the group coordinator ({member.member_epoch}).")
+            raise HeartbeatError(ErrorCode.fenced_member_epoch, f"The consumer group member has a greater member "
+                                 f"epoch ({epoch}) than the one known by the group coordinator "
+                                 f"({member.member_epoch}).")
         if epoch < member.member_epoch:
             if epoch != member.previous_member_epoch or owned is None or not _subset(owned, member.assigned):
-                raise HeartbeatError("fenced_member_epoch", f"The consumer group member has a smaller member epoch "
+                raise HeartbeatError(ErrorCode.fenced_member_epoch,
+                                     f"The consumer group member has a smaller member epoch "
                                      f"({epoch}) than the one known by the group coordinator "
                                      f"({member.member_epoch}).")
     # subscription changes
     changed = False
-    for attr, key in (("rack_id", "rack_id"), ("client_id", "client_id"), ("client_host", "client_host"),
-                      ("server_assignor", "server_assignor")):
-        val = req.get(key)
+    for attr in ("rack_id", "client_id", "client_host", "server_assignor"):
+        val = getattr(req, attr)
         if val is not None and getattr(member, attr) != val:
             setattr(member, attr, val)
             changed = True
-    if req.get("subscribed_topic_names") is not None:
-        names = sorted(set(req["subscribed_topic_names"]))
+    if req.subscribed_topic_names is not None:
+        names = sorted(set(req.subscribed_topic_names))
         if names != member.subscribed_topic_names:
             member.subscribed_topic_names = names
             changed = bump = True
-    if req.get("subscribed_topic_regex") is not None:  # "" clears the regex, None keeps it
-        regex = req["subscribed_topic_regex"] or None
+    if req.subscribed_topic_regex is not None:  # "" clears the regex, None keeps it
+        regex = req.subscribed_topic_regex or None
         if regex != member.subscribed_topic_regex:
             member.subscribed_topic_regex = regex
             changed = bump = True
-    if req.get("rebalance_timeout_ms", -1) != -1 and req["rebalance_timeout_ms"] != member.rebalance_timeout_ms:
-        member.rebalance_timeout_ms = req["rebalance_timeout_ms"]
+    if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms != member.rebalance_timeout_ms:
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
         changed = True
     if changed or epoch == 0:
         records.append(_member_metadata_record(g, member))
@@ -427,8 +410,8 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
              member.pending_revocation)
     if after != before or epoch == 0:
         records.append(_current_assignment_record(g, member))
-    if records:
-        shard.write(records)
+    # the group changes here, by replaying the records once appended (raises if the append fails)
+    append_and_replay(shard, shard.write, CoordinatorResult(records))
     if replaced is not None:
         shard.timer.cancel(_session_key(g.group_id, replaced))
         shard.timer.cancel(_rebalance_key(g.group_id, replaced))
@@ -440,7 +423,8 @@ def _heartbeat(shard, req: dict, version: int) -> dict:
             shard.timer.cancel(_rebalance_key(g.group_id, member.member_id))
     send_assignment = epoch == 0 or before[3] != member.assigned or (
         owned is not None and _normalize(owned) != _normalize(member.assigned))
-    return {"error": None, "message": None, "member_id": member.member_id, "member_epoch": member.member_epoch,
+    return {"error": ErrorCode.none, "message": None, "member_id": member.member_id,
+            "member_epoch": member.member_epoch,
             "heartbeat_interval_ms": shard.consumer_heartbeat_interval_ms(g.group_id),
             "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send_assignment else None}
 
@@ -580,31 +564,26 @@ def _current_assignment_record(g: ConsumerGroup, m: ConsumerMember):
 
 
 # ====================================================================== leave / timeouts
-def _leave(shard, req: dict) -> dict:
-    g = shard.groups.get(req["group_id"])
+def _leave(shard, req: ConsumerGroupHeartbeat) -> dict:
+    g = shard.groups.get(req.group_id)
     if g is None or not isinstance(g, ConsumerGroup):
-        raise HeartbeatError("group_id_not_found", f"Group {req['group_id']} not found.")
-    member_id = req["member_id"]
-    epoch = req["member_epoch"]
-    instance_id = req.get("instance_id")
+        raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {req.group_id} not found.")
+    member_id = req.member_id
+    epoch = req.member_epoch
+    instance_id = req.instance_id
     m = _static_member(g, member_id, instance_id) if instance_id is not None else g.members.get(member_id)
     if m is None:
-        raise HeartbeatError("unknown_member_id", f"Member {member_id} is not a member of group {g.group_id}.")
+        raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {g.group_id}.")
     if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         # a static member going away temporarily keeps its assignment until its session
         # expires, but gives up what it was asked to revoke
-        saved = (m.member_epoch, m.pending_revocation)
-        m.member_epoch, m.pending_revocation = LEAVE_GROUP_STATIC_MEMBER_EPOCH, {}
-        try:
-            shard.write([_current_assignment_record(g, m)])
-        except Exception:
-            m.member_epoch, m.pending_revocation = saved
-            raise
+        left = dataclasses.replace(m, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
+        append_and_replay(shard, shard.write, CoordinatorResult([_current_assignment_record(g, left)]))
         shard.timer.cancel(_rebalance_key(g.group_id, m.member_id))
         _schedule_session_timeout(shard, g, m)
     else:
         remove_member(shard, g, member_id, "member left the group")
-    return {"error": None, "message": None, "member_id": member_id, "member_epoch": epoch,
+    return {"error": ErrorCode.none, "message": None, "member_id": member_id, "member_epoch": epoch,
             "heartbeat_interval_ms": 0, "assignment": None}
 
 
@@ -613,9 +592,9 @@ def _static_member(g: ConsumerGroup, member_id: str, instance_id: str) -> Consum
     throwIfStaticMemberIsUnknown / throwIfInstanceIdIsFenced)."""
     owner = g.static_members.get(instance_id)
     if owner is None:
-        raise HeartbeatError("unknown_member_id", f"Instance id {instance_id} is unknown.")
+        raise HeartbeatError(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
     if owner != member_id:
-        raise HeartbeatError("fenced_instance_id", f"Static member {member_id} with instance id {instance_id} "
+        raise HeartbeatError(ErrorCode.fenced_instance_id, f"Static member {member_id} with instance id {instance_id} "
                              f"was fenced by member {owner}.")
     return g.members[owner]
 
@@ -627,17 +606,12 @@ def remove_member(shard, g: ConsumerGroup, member_id: str, reason: str) -> None:
     records = _member_tombstones(g.group_id, member_id)
     records.append((R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id),
                     R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch + 1})))
-    shard.write(records)  # first: a failed append leaves the member in place
+    # replayed, the tombstones take the member, its static id and its target away, the
+    # metadata record bumps the group epoch; a failed append leaves the member in place
+    append_and_replay(shard, shard.write, CoordinatorResult(records))
     log.info("Removing member %s from consumer group %s: %s", member_id, g.group_id, reason)
-    del g.members[member_id]
-    if m.instance_id is not None and g.static_members.get(m.instance_id) == member_id:
-        del g.static_members[m.instance_id]
-    g.target.pop(member_id, None)
     shard.timer.cancel(_session_key(g.group_id, member_id))
     shard.timer.cancel(_rebalance_key(g.group_id, member_id))
-    g.group_epoch += 1
-    if not g.members:
-        g.current_state_timestamp = shard.clock.now_ms()
 
 
 def _session_key(group_id: str, member_id: str) -> str:
@@ -673,42 +647,41 @@ def _schedule_rebalance_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> N
 
 
 # ====================================================================== offsets and classic requests
-def validate_consumer_group_commit(shard, g: ConsumerGroup, req: dict) -> str | None:
-    member_id = req["member_id"]
-    epoch = req["generation_id"]
+def validate_consumer_group_commit(g: ConsumerGroup, member_id: str, epoch: int, api_version: int) -> ErrorCode:
+    """An offset commit to a KIP-848 group: ``epoch`` is the member epoch the commit carries."""
     if epoch < 0 and g.is_empty():  # admin clients and standalone consumers (Kafka: whatever the member id)
-        return None
+        return ErrorCode.none
     m = g.members.get(member_id)
     if m is None:
-        return "unknown_member_id"
+        return ErrorCode.unknown_member_id
     if epoch != m.member_epoch:
-        return "stale_member_epoch" if req.get("api_version", 9) >= 9 else "illegal_generation"
-    return None
+        return ErrorCode.stale_member_epoch if api_version >= 9 else ErrorCode.illegal_generation
+    return ErrorCode.none
 
 
-def validate_consumer_group_fetch(g: ConsumerGroup, member_id: str, member_epoch: int) -> str | None:
+def validate_consumer_group_fetch(g: ConsumerGroup, member_id: str, member_epoch: int) -> ErrorCode:
     if member_id == "" and member_epoch < 0:
-        return None
+        return ErrorCode.none
     m = g.members.get(member_id)
     if m is None:
-        return "unknown_member_id"
+        return ErrorCode.unknown_member_id
     if member_epoch != m.member_epoch:
-        return "stale_member_epoch"
-    return None
+        return ErrorCode.stale_member_epoch
+    return ErrorCode.none
 
 
-def classic_join_to_consumer_group(shard, g, req: dict, respond) -> None:
-    respond({"error": "inconsistent_group_protocol", "member_id": req["member_id"], "generation_id": -1,
+def classic_join_to_consumer_group(shard, g, req, respond) -> None:
+    respond({"error": ErrorCode.inconsistent_group_protocol, "member_id": req.member_id, "generation_id": -1,
              "protocol_type": None, "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
 
 
-def classic_sync_to_consumer_group(shard, g, req: dict, respond) -> None:
-    respond({"error": "unknown_member_id", "assignment": b""})
+def classic_sync_to_consumer_group(shard, g, req, respond) -> None:
+    respond({"error": ErrorCode.unknown_member_id, "assignment": b""})
 
 
-def classic_heartbeat_to_consumer_group(shard, g, req: dict) -> str | None:
-    return "unknown_member_id"
+def classic_heartbeat_to_consumer_group(shard, g, req) -> ErrorCode:
+    return ErrorCode.unknown_member_id
 
 
-def classic_leave_to_consumer_group(shard, g, members) -> tuple[str | None, list]:
-    return None, [(mid, iid, "unknown_member_id") for mid, iid in members]
+def classic_leave_to_consumer_group(shard, g, members) -> tuple[ErrorCode, list]:
+    return ErrorCode.none, [(mid, iid, ErrorCode.unknown_member_id) for mid, iid in members]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 
 from ...protocol import schema
+from ..runtime import CoordinatorRecord
 
 _I16 = struct.Struct(">h")
 
@@ -151,13 +152,17 @@ def decode_value(key_version: int, data: bytes | None) -> dict | None:
 
 
 def offset_commit(group: str, topic: str, partition: int, offset: int, leader_epoch: int, metadata: str,
-                  commit_ts: int, expire_ts: int = -1) -> tuple[bytes, bytes]:
-    key = encode_key(OFFSET_COMMIT, {"group": group, "topic": topic, "partition": partition})
-    value = {"offset": offset, "leader_epoch": leader_epoch, "metadata": metadata, "commit_timestamp": commit_ts}
-    if expire_ts >= 0:  # Kafka writes v1 only when an explicit expire timestamp was asked for
-        value["expire_timestamp"] = expire_ts
-        return key, encode_value(OFFSET_COMMIT, value, 1)
-    return key, encode_value(OFFSET_COMMIT, value)
+                  commit_ts: int, expire_ts: int = -1) -> CoordinatorRecord:
+    """The record of a committed offset, with what it decodes to (``decode_key``, ``decode_value``)."""
+    key = {"group": group, "topic": topic, "partition": partition}
+    if expire_ts >= 0:  # Kafka writes v1 only when an explicit expire timestamp was asked for (no leader epoch)
+        value = {"offset": offset, "metadata": metadata, "commit_timestamp": commit_ts, "expire_timestamp": expire_ts}
+        data = encode_value(OFFSET_COMMIT, value, 1)
+    else:
+        value = {"offset": offset, "leader_epoch": leader_epoch, "metadata": metadata, "commit_timestamp": commit_ts}
+        data = encode_value(OFFSET_COMMIT, value)
+    return CoordinatorRecord(encode_key(OFFSET_COMMIT, key), data,
+                             (OFFSET_COMMIT, key, {**value, "_version": _I16.unpack_from(data, 0)[0]}))
 
 
 def offset_tombstone(group: str, topic: str, partition: int) -> tuple[bytes, None]:

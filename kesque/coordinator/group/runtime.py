@@ -67,7 +67,7 @@ class GroupCoordinator(CoordinatorRuntime):
     def expire_offsets(self) -> None:
         for shard in list(self.shards.values()):
             try:
-                shard.expire_offsets()
+                self.apply(shard, shard.expire_offsets())
             except KafkaError as e:
                 log.warning("offset expiration on partition %d failed: %s", shard.partition, e)
 

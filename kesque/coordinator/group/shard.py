@@ -19,10 +19,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ...errors import ErrorCode
+from ...errors import ErrorCode, KafkaError
 from ...share import enabled as share_groups_enabled
+from ..runtime import CoordinatorResult, append_and_replay, coordinator_error
 from . import records as R
 from .classic import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup, ClassicMember
+from .requests import Heartbeat, JoinGroup, OffsetCommit, OffsetDelete, SyncGroup, TxnOffsetCommit
 
 log = logging.getLogger(__name__)
 
@@ -84,23 +86,13 @@ class GroupConfig:
         )
 
 
-class CoordinatorError(Exception):
-    def __init__(self, error: str, message: str | None = None):
-        super().__init__(message or error)
-        self.error = error
-        self.message = message
-
-
-def append_error(exc: BaseException) -> str:
+def append_error(exc: BaseException) -> ErrorCode:
     """The error a group member is told when the group's records fail to append (Kafka's
     appendGroupMetadataErrorToResponseError); a failure without a Kafka code is a storage error."""
-    from ...errors import ErrorCode, KafkaError
-    from ..runtime import coordinator_error
-
-    return coordinator_error(exc.code if isinstance(exc, KafkaError) else ErrorCode.kafka_storage_error).name
+    return coordinator_error(exc.code if isinstance(exc, KafkaError) else ErrorCode.kafka_storage_error)
 
 
-def _join_error(member_id: str, error: str) -> dict:
+def _join_error(member_id: str, error: ErrorCode) -> dict:
     return {"error": error, "member_id": member_id, "generation_id": -1, "protocol_type": None,
             "protocol_name": None, "leader": "", "skip_assignment": False, "members": []}
 
@@ -141,9 +133,10 @@ class GroupCoordinatorShard:
         return int(own[name]) if name in own else default
 
     # ================================================================== loading
-    def replay(self, key: bytes, value: bytes | None) -> None:
-        version, k = R.decode_key(key)
-        v = R.decode_value(version, value)
+    def replay(self, key: bytes, value: bytes | None, decoded: tuple | None = None) -> None:
+        """Apply one record of the partition; ``decoded`` (version, key, value) as ``R.decode_key``
+        and ``R.decode_value`` give them, when the writer has it (a CoordinatorRecord)."""
+        version, k, v = decoded if decoded is not None else self._decode(key, value)
         if version in (0, R.OFFSET_COMMIT):
             self._replay_offset(k, v)
         elif version == R.GROUP_METADATA:
@@ -155,19 +148,23 @@ class GroupCoordinatorShard:
             from .consumer import replay_consumer_record
             replay_consumer_record(self, version, k, v)
 
-    def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None) -> None:
-        """A record of a transactional batch: an offset commit pending until its marker."""
+    @staticmethod
+    def _decode(key: bytes, value: bytes | None) -> tuple:
         version, k = R.decode_key(key)
-        v = R.decode_value(version, value)
+        return version, k, R.decode_value(version, value)
+
+    def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None,
+                             decoded: tuple | None = None) -> None:
+        """A record of a transactional batch: an offset commit pending until its marker."""
+        version, k, v = decoded if decoded is not None else self._decode(key, value)
         if version in (0, R.OFFSET_COMMIT) and v is not None:
             self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(k["group"], {})[
                 (k["topic"], k["partition"])] = OffsetAndMetadata(
                     v["offset"], v.get("leader_epoch", -1), v.get("metadata", ""), v.get("commit_timestamp", -1),
                     v.get("expire_timestamp", -1))
-            if k["group"] not in self.groups:
-                self.groups[k["group"]] = ClassicGroup(k["group"])
+            self._ensure_group(k["group"], v.get("commit_timestamp", -1))
         else:
-            self.replay(key, value)
+            self.replay(key, value, (version, k, v))
 
     def replay_end_txn(self, producer_id: int, commit: bool) -> None:
         """A COMMIT marker makes the producer's pending offsets the committed ones; ABORT drops them."""
@@ -194,8 +191,14 @@ class GroupCoordinatorShard:
         self.offsets.setdefault(group, {})[tp] = OffsetAndMetadata(
             v["offset"], v.get("leader_epoch", -1), v.get("metadata", ""), v.get("commit_timestamp", -1),
             v.get("expire_timestamp", -1))
-        if group not in self.groups:  # standalone committers get an Empty classic group
-            self.groups[group] = ClassicGroup(group)
+        self._ensure_group(group, v.get("commit_timestamp", -1))
+
+    def _ensure_group(self, group_id: str, now: int) -> None:
+        """A group an offset commit names exists from then on: standalone committers get an Empty
+        classic group (Kafka's getOrMaybeCreateClassicGroup in OffsetMetadataManager.replay),
+        created when the commit was."""
+        if group_id not in self.groups:
+            self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
 
     def _replay_group_metadata(self, group_id: str, v: dict | None) -> None:
         if v is None:
@@ -232,10 +235,10 @@ class GroupCoordinatorShard:
             if isinstance(g, ClassicGroup):
                 for m in g.members.values():
                     if m.awaiting_join is not None:
-                        m.awaiting_join(_join_error(m.member_id, "not_coordinator"))
+                        m.awaiting_join(_join_error(m.member_id, ErrorCode.not_coordinator))
                         m.awaiting_join = None
                     if m.awaiting_sync is not None:
-                        m.awaiting_sync({"error": "not_coordinator", "assignment": b""})
+                        m.awaiting_sync({"error": ErrorCode.not_coordinator, "assignment": b""})
                         m.awaiting_sync = None
                     self.timer.cancel(self._hb_key(g.group_id, m.member_id))
                 g.state = DEAD
@@ -301,17 +304,18 @@ class GroupCoordinatorShard:
             g = self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=self.clock.now_ms())
         return g if isinstance(g, ClassicGroup) else None
 
-    def join_group(self, req: dict, respond) -> None:
-        """``req``: group_id, member_id, group_instance_id, protocol_type, protocols [(name, bytes)],
-        session_timeout_ms, rebalance_timeout_ms, client_id, client_host, require_known_member_id,
-        supports_skip_assignment. ``respond(dict)`` is called now or when the rebalance completes."""
-        group_id, member_id = req["group_id"], req["member_id"]
+    def join_group(self, req: JoinGroup, respond) -> None:
+        """JoinGroup: ``respond(dict)`` is called now or when the rebalance completes. A classic
+        group's state lives in memory and changes here; its records are written but not replayed
+        (Kafka's CoordinatorResult with replayRecords false), so a failed write is answered by
+        hand, as Kafka's appendFuture handlers do."""
+        group_id, member_id = req.group_id, req.member_id
         cfg = self.config
         if not group_id:
-            respond(_join_error(member_id, "invalid_group_id"))
+            respond(_join_error(member_id, ErrorCode.invalid_group_id))
             return
-        if not cfg.min_session_timeout_ms <= req["session_timeout_ms"] <= cfg.max_session_timeout_ms:
-            respond(_join_error(member_id, "invalid_session_timeout"))
+        if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
+            respond(_join_error(member_id, ErrorCode.invalid_session_timeout))
             return
         existing = self.groups.get(group_id)
         if existing is not None and not isinstance(existing, ClassicGroup):
@@ -321,17 +325,16 @@ class GroupCoordinatorShard:
                 return
             # an empty consumer group becomes a classic group (Kafka's downgrade of empty groups)
             from .consumer import consumer_group_tombstones
-            self.write(consumer_group_tombstones(existing))
-            del self.groups[group_id]
+            append_and_replay(self, self.write, CoordinatorResult(consumer_group_tombstones(existing)))
         is_new_group = group_id not in self.groups
         unknown = member_id == ""
         g = self.classic_group(group_id, create=unknown)
         if g is None:
-            respond(_join_error(member_id, "unknown_member_id"))
+            respond(_join_error(member_id, ErrorCode.unknown_member_id))
             return
         if not self._accept_joining_member(g, member_id):
             g.remove(member_id)
-            respond(_join_error("", "group_max_size_reached"))
+            respond(_join_error("", ErrorCode.group_max_size_reached))
             return
         wrote = self._join_new_member(g, req, respond) if unknown else self._join_existing_member(g, req, respond)
         if is_new_group and not wrote:
@@ -346,40 +349,40 @@ class GroupCoordinatorShard:
             return (m is not None and m.awaiting_join is not None) or g.num_awaiting_join() < self.config.max_size
         return member_id in g.members or len(g.members) < self.config.max_size
 
-    def _join_new_member(self, g: ClassicGroup, req: dict, respond) -> bool:
+    def _join_new_member(self, g: ClassicGroup, req: JoinGroup, respond) -> bool:
         if g.state == DEAD:
-            respond(_join_error("", "coordinator_not_available"))
+            respond(_join_error("", ErrorCode.coordinator_not_available))
             return False
-        if not g.supports_protocols(req["protocol_type"], req["protocols"]):
-            respond(_join_error("", "inconsistent_group_protocol"))
+        if not g.supports_protocols(req.protocol_type, req.protocols):
+            respond(_join_error("", ErrorCode.inconsistent_group_protocol))
             return False
-        instance_id = req.get("group_instance_id")
-        new_id = g.generate_member_id(req.get("client_id"), instance_id)
+        instance_id = req.group_instance_id
+        new_id = g.generate_member_id(req.client_id, instance_id)
         if instance_id is not None:
             existing = g.static_member_id(instance_id)
             if existing is not None:
                 return self._update_static_member(g, req, existing, new_id, respond)
             return self._add_member_and_rebalance(g, req, new_id, respond)
-        if req.get("require_known_member_id"):
+        if req.require_known_member_id:
             g.pending_join_members.add(new_id)
             gid = g.group_id
-            self.timer.schedule(self._hb_key(gid, new_id), req["session_timeout_ms"],
+            self.timer.schedule(self._hb_key(gid, new_id), req.session_timeout_ms,
                                 lambda: self._expire_heartbeat(gid, new_id))
-            respond(_join_error(new_id, "member_id_required"))
+            respond(_join_error(new_id, ErrorCode.member_id_required))
             return False
         return self._add_member_and_rebalance(g, req, new_id, respond)
 
-    def _join_existing_member(self, g: ClassicGroup, req: dict, respond) -> bool:
-        member_id = req["member_id"]
+    def _join_existing_member(self, g: ClassicGroup, req: JoinGroup, respond) -> bool:
+        member_id = req.member_id
         if g.state == DEAD:
-            respond(_join_error(member_id, "coordinator_not_available"))
+            respond(_join_error(member_id, ErrorCode.coordinator_not_available))
             return False
-        if not g.supports_protocols(req["protocol_type"], req["protocols"]):
-            respond(_join_error(member_id, "inconsistent_group_protocol"))
+        if not g.supports_protocols(req.protocol_type, req.protocols):
+            respond(_join_error(member_id, ErrorCode.inconsistent_group_protocol))
             return False
         if g.is_pending_member(member_id):
             return self._add_member_and_rebalance(g, req, member_id, respond)
-        err = g.validate_member(member_id, req.get("group_instance_id"))
+        err = g.validate_member(member_id, req.group_instance_id)
         if err:
             respond(_join_error(member_id, err))
             return False
@@ -387,51 +390,51 @@ class GroupCoordinatorShard:
         if g.state == PREPARING_REBALANCE:
             return self._update_member_and_rebalance(g, m, req, respond)
         if g.state == COMPLETING_REBALANCE:
-            if m.matches(req["protocols"]):
+            if m.matches(req.protocols):
                 respond(self._join_response(g, m, g.is_leader(member_id)))
                 return False
             return self._update_member_and_rebalance(g, m, req, respond)
         if g.state == STABLE:
-            if g.is_leader(member_id) or not m.matches(req["protocols"]):
+            if g.is_leader(member_id) or not m.matches(req.protocols):
                 return self._update_member_and_rebalance(g, m, req, respond)
             respond(self._join_response(g, m, False))
             return False
-        respond(_join_error(member_id, "unknown_member_id"))
+        respond(_join_error(member_id, ErrorCode.unknown_member_id))
         return False
 
     def _join_response(self, g: ClassicGroup, m: ClassicMember, with_members: bool, skip: bool = False) -> dict:
-        return {"error": None, "member_id": m.member_id, "generation_id": g.generation_id,
+        return {"error": ErrorCode.none, "member_id": m.member_id, "generation_id": g.generation_id,
                 "protocol_type": g.protocol_type, "protocol_name": g.protocol_name, "leader": g.leader_id or "",
                 "skip_assignment": skip, "members": g.current_members_for_leader() if with_members else []}
 
     def _update_member_and_rebalance(self, g, m, req, respond) -> bool:
-        m.protocols = [(n, bytes(md)) for n, md in req["protocols"]]
-        m.rebalance_timeout_ms = req["rebalance_timeout_ms"]
-        m.session_timeout_ms = req["session_timeout_ms"]
+        m.protocols = [(n, bytes(md)) for n, md in req.protocols]
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms
+        m.session_timeout_ms = req.session_timeout_ms
         m.awaiting_join = respond
         return self._maybe_prepare_rebalance_or_complete_join(g, f"member {m.member_id} rejoining")
 
-    def _add_member_and_rebalance(self, g: ClassicGroup, req: dict, member_id: str, respond) -> bool:
-        m = ClassicMember(member_id, req.get("group_instance_id"), req.get("client_id") or "",
-                          req.get("client_host") or "", req["rebalance_timeout_ms"], req["session_timeout_ms"],
-                          req["protocol_type"], [(n, bytes(md)) for n, md in req["protocols"]], is_new=True)
+    def _add_member_and_rebalance(self, g: ClassicGroup, req: JoinGroup, member_id: str, respond) -> bool:
+        m = ClassicMember(member_id, req.group_instance_id, req.client_id or "",
+                          req.client_host or "", req.rebalance_timeout_ms, req.session_timeout_ms,
+                          req.protocol_type, [(n, bytes(md)) for n, md in req.protocols], is_new=True)
         if g.state == PREPARING_REBALANCE and g.previous_state == EMPTY:
             g.new_member_added = True
         g.add(m, respond)
         self._reschedule_heartbeat(g, m, NEW_MEMBER_JOIN_TIMEOUT_MS)
         return self._maybe_prepare_rebalance_or_complete_join(g, f"adding new member {member_id}")
 
-    def _update_static_member(self, g: ClassicGroup, req: dict, old_id: str, new_id: str, respond) -> bool:
+    def _update_static_member(self, g: ClassicGroup, req: JoinGroup, old_id: str, new_id: str, respond) -> bool:
         """KIP-345: a restarted static member takes over its old member id's place — in a
         Stable group with an unchanged protocol, without a rebalance."""
         current_leader = g.leader_id
         old = g.members[old_id]
-        m = g.replace_static_member(req["group_instance_id"], old_id, new_id)
+        m = g.replace_static_member(req.group_instance_id, old_id, new_id)
         self._reschedule_heartbeat(g, m)
         self.timer.cancel(self._hb_key(g.group_id, old_id))
-        m.protocols = [(n, bytes(md)) for n, md in req["protocols"]]
-        m.rebalance_timeout_ms = req["rebalance_timeout_ms"]
-        m.session_timeout_ms = req["session_timeout_ms"]
+        m.protocols = [(n, bytes(md)) for n, md in req.protocols]
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms
+        m.session_timeout_ms = req.session_timeout_ms
         if g.state == STABLE:
             if g.select_protocol() == g.protocol_name:
                 try:
@@ -439,14 +442,14 @@ class GroupCoordinatorShard:
                 except Exception as e:
                     # not durable: the old member keeps its place (the replacement is undone)
                     log.warning("Failed to persist the replacement of static member %s of group %s: %s",
-                                req["group_instance_id"], g.group_id, e)
-                    g.undo_static_member_replacement(req["group_instance_id"], new_id, old, current_leader)
+                                req.group_instance_id, g.group_id, e)
+                    g.undo_static_member_replacement(req.group_instance_id, new_id, old, current_leader)
                     self.timer.cancel(self._hb_key(g.group_id, new_id))
                     self._reschedule_heartbeat(g, old)
                     respond(_join_error("", append_error(e)))
                     return True
                 is_leader = g.is_leader(new_id)
-                if req.get("supports_skip_assignment"):
+                if req.supports_skip_assignment:
                     respond(self._join_response(g, m, is_leader, skip=is_leader))
                 else:
                     # before SkipAssignment (v9) the answer names the leader the group had
@@ -474,7 +477,7 @@ class GroupCoordinatorShard:
 
     def _prepare_rebalance(self, g: ClassicGroup, reason: str) -> bool:
         if g.state == COMPLETING_REBALANCE:
-            self._propagate_assignment(g, "rebalance_in_progress", reset=True)
+            self._propagate_assignment(g, ErrorCode.rebalance_in_progress, reset=True)
         g.pending_sync_members.clear()
         self.timer.cancel(self._sync_key(g.group_id))
         initial = g.state == EMPTY
@@ -575,7 +578,7 @@ class GroupCoordinatorShard:
 
     def _remove_member_and_update(self, g: ClassicGroup, m: ClassicMember, reason: str) -> None:
         if m.awaiting_join is not None:
-            m.awaiting_join(_join_error("", "unknown_member_id"))
+            m.awaiting_join(_join_error("", ErrorCode.unknown_member_id))
             m.awaiting_join = None
         g.remove(m.member_id)
         if g.state in (STABLE, COMPLETING_REBALANCE):
@@ -583,7 +586,7 @@ class GroupCoordinatorShard:
         elif g.state == PREPARING_REBALANCE and g.has_all_members_joined():
             self._complete_join(g)
 
-    def _propagate_assignment(self, g: ClassicGroup, error: str | None, reset: bool = False) -> None:
+    def _propagate_assignment(self, g: ClassicGroup, error: ErrorCode, reset: bool = False) -> None:
         if reset:
             for m in g.members.values():
                 m.assignment = b""
@@ -597,28 +600,27 @@ class GroupCoordinatorShard:
                 self._reschedule_heartbeat(g, m)
 
     # ================================================================== SyncGroup
-    def sync_group(self, req: dict, respond) -> None:
-        """``req``: group_id, member_id, group_instance_id, generation_id, protocol_type,
-        protocol_name, assignments {member_id: bytes}."""
-        g = self.groups.get(req["group_id"])
+    def sync_group(self, req: SyncGroup, respond) -> None:
+        """SyncGroup: ``respond(dict)`` is called now or when the leader's assignment is stored."""
+        g = self.groups.get(req.group_id)
         if g is None or g.is_empty():
-            respond({"error": "unknown_member_id", "assignment": b""})
+            respond({"error": ErrorCode.unknown_member_id, "assignment": b""})
             return
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_sync_to_consumer_group
             classic_sync_to_consumer_group(self, g, req, respond)
             return
-        member_id = req["member_id"]
+        member_id = req.member_id
         err = self._validate_sync(g, req)
         if err:
             respond({"error": err, "assignment": b""})
         elif g.state == PREPARING_REBALANCE:
-            respond({"error": "rebalance_in_progress", "assignment": b""})
+            respond({"error": ErrorCode.rebalance_in_progress, "assignment": b""})
         elif g.state == COMPLETING_REBALANCE:
             g.members[member_id].awaiting_sync = respond
             self._remove_pending_sync(g, member_id)
             if g.is_leader(member_id):
-                assignment = dict(req.get("assignments") or {})
+                assignment = dict(req.assignments or {})
                 for mid in g.members:
                     assignment.setdefault(mid, b"")
                 try:
@@ -628,45 +630,45 @@ class GroupCoordinatorShard:
                     # group rebalances (Kafka resets and propagates the error)
                     log.warning("Failed to persist the assignment of group %s generation %d: %s",
                                 g.group_id, g.generation_id, e)
-                    if g.state == COMPLETING_REBALANCE and req["generation_id"] == g.generation_id:
+                    if g.state == COMPLETING_REBALANCE and req.generation_id == g.generation_id:
                         self._propagate_assignment(g, append_error(e), reset=True)
                         self._maybe_prepare_rebalance_or_complete_join(
                             g, f"error {append_error(e)} when storing group assignment during SyncGroup")
                     return
-                if g.state == COMPLETING_REBALANCE and req["generation_id"] == g.generation_id:
+                if g.state == COMPLETING_REBALANCE and req.generation_id == g.generation_id:
                     for mid, m in g.members.items():
                         m.assignment = assignment.get(mid, b"")
-                    self._propagate_assignment(g, None)
+                    self._propagate_assignment(g, ErrorCode.none)
                     g.transition_to(STABLE, self.clock.now_ms())
         elif g.state == STABLE:
             self._remove_pending_sync(g, member_id)
             m = g.members[member_id]
-            respond({"error": None, "assignment": m.assignment, "protocol_type": g.protocol_type,
+            respond({"error": ErrorCode.none, "assignment": m.assignment, "protocol_type": g.protocol_type,
                      "protocol_name": g.protocol_name})
 
     @staticmethod
-    def _validate_generation(g: ClassicGroup, req: dict) -> str | None:
+    def _validate_generation(g: ClassicGroup, req: SyncGroup | Heartbeat) -> ErrorCode:
         """SyncGroup's and Heartbeat's first checks: a live group, a known member (static
         members by instance id), the current generation."""
         if g.state == DEAD:
-            return "coordinator_not_available"
-        err = g.validate_member(req["member_id"], req.get("group_instance_id"))
+            return ErrorCode.coordinator_not_available
+        err = g.validate_member(req.member_id, req.group_instance_id)
         if err:
             return err
-        if req["generation_id"] != g.generation_id:
-            return "illegal_generation"
-        return None
+        if req.generation_id != g.generation_id:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
 
-    def _validate_sync(self, g: ClassicGroup, req: dict) -> str | None:
+    def _validate_sync(self, g: ClassicGroup, req: SyncGroup) -> ErrorCode:
         err = self._validate_generation(g, req)
         if err:
             return err
-        if (req.get("protocol_type") is not None and g.protocol_type is not None
-                and req["protocol_type"] != g.protocol_type) or \
-                (req.get("protocol_name") is not None and g.protocol_name is not None
-                 and req["protocol_name"] != g.protocol_name):
-            return "inconsistent_group_protocol"
-        return None
+        if (req.protocol_type is not None and g.protocol_type is not None
+                and req.protocol_type != g.protocol_type) or \
+                (req.protocol_name is not None and g.protocol_name is not None
+                 and req.protocol_name != g.protocol_name):
+            return ErrorCode.inconsistent_group_protocol
+        return ErrorCode.none
 
     def _remove_pending_sync(self, g: ClassicGroup, member_id: str) -> None:
         g.pending_sync_members.discard(member_id)
@@ -674,10 +676,10 @@ class GroupCoordinatorShard:
             self.timer.cancel(self._sync_key(g.group_id))
 
     # ================================================================== Heartbeat / LeaveGroup
-    def heartbeat(self, req: dict) -> str | None:
-        g = self.groups.get(req["group_id"])
+    def heartbeat(self, req: Heartbeat) -> ErrorCode:
+        g = self.groups.get(req.group_id)
         if g is None:
-            return "unknown_member_id"
+            return ErrorCode.unknown_member_id
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_heartbeat_to_consumer_group
             return classic_heartbeat_to_consumer_group(self, g, req)
@@ -685,22 +687,22 @@ class GroupCoordinatorShard:
         if err:
             return err
         if g.state == EMPTY:
-            return "unknown_member_id"
-        self._reschedule_heartbeat(g, g.members[req["member_id"]])
+            return ErrorCode.unknown_member_id
+        self._reschedule_heartbeat(g, g.members[req.member_id])
         if g.state == PREPARING_REBALANCE:
-            return "rebalance_in_progress"
-        return None
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
-    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[str | None, list]:
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list]:
         """``members``: (member_id, group_instance_id). Returns (top-level error, per-member errors)."""
         g = self.groups.get(group_id)
         if g is None:
-            return "unknown_member_id", []
+            return ErrorCode.unknown_member_id, []
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_leave_to_consumer_group
             return classic_leave_to_consumer_group(self, g, members)
         if g.state == DEAD:
-            return "coordinator_not_available", []
+            return ErrorCode.coordinator_not_available, []
         results = []
         left = []
         for member_id, instance_id in members:
@@ -708,14 +710,14 @@ class GroupCoordinatorShard:
                 static_id = g.static_member_id(instance_id)
                 if static_id is not None:
                     self._remove_current_member(g, static_id)
-                    results.append((member_id, instance_id, None))
+                    results.append((member_id, instance_id, ErrorCode.none))
                     left.append(static_id)
                 else:
-                    results.append((member_id, instance_id, "unknown_member_id"))
+                    results.append((member_id, instance_id, ErrorCode.unknown_member_id))
             elif g.is_pending_member(member_id):
                 g.remove(member_id)
                 self.timer.cancel(self._hb_key(group_id, member_id))
-                results.append((member_id, instance_id, None))
+                results.append((member_id, instance_id, ErrorCode.none))
                 left.append(member_id)
             else:
                 err = g.validate_member(member_id, instance_id)
@@ -723,134 +725,122 @@ class GroupCoordinatorShard:
                     results.append((member_id, instance_id, err))
                 else:
                     self._remove_current_member(g, member_id)
-                    results.append((member_id, instance_id, None))
+                    results.append((member_id, instance_id, ErrorCode.none))
                     left.append(member_id)
         if left:
             if g.state in (STABLE, COMPLETING_REBALANCE):
                 self._maybe_prepare_rebalance_or_complete_join(g, f"explicit LeaveGroup for {left}")
             elif g.state == PREPARING_REBALANCE:
                 self._maybe_complete_join_phase(g)
-        return None, results
+        return ErrorCode.none, results
 
     def _remove_current_member(self, g: ClassicGroup, member_id: str) -> None:
         m = g.members[member_id]
         self.timer.cancel(self._hb_key(g.group_id, member_id))
         if m.awaiting_join is not None:
-            m.awaiting_join(_join_error("", "unknown_member_id"))
+            m.awaiting_join(_join_error("", ErrorCode.unknown_member_id))
             m.awaiting_join = None
         g.remove(member_id)
 
     # ================================================================== offsets
-    def commit_offsets(self, req: dict) -> dict:
-        """``req``: group_id, generation_id (or member epoch), member_id, group_instance_id,
-        retention_ms, topics {topic: [(partition, offset, leader_epoch, metadata)]}, api_version.
-        Returns {(topic, partition): error or None} or {"_group": error} for a group-level error."""
-        group_id = req["group_id"]
+    # Write operations (Kafka's OffsetMetadataManager): each reads the state and returns the
+    # records to append with the response; the runtime appends them and replays them here.
+    def commit_offsets(self, req: OffsetCommit) -> CoordinatorResult:
+        """OffsetCommit. The response: {(topic, partition): error}; a group-level error is
+        raised (KafkaError), with nothing to write."""
+        group_id = req.group_id
         g = self.groups.get(group_id)
-        generation = req["generation_id"]
-        err = None
+        generation = req.generation_id
+        err = ErrorCode.none
         if g is None:
             # generation < 0: a simple (admin / manual-assignment) committer, which creates an
             # Empty group that accepts it whatever its member id; otherwise the group is gone
             if generation >= 0:
-                err = "group_id_not_found" if req.get("api_version", 9) >= 9 else "illegal_generation"
+                err = ErrorCode.group_id_not_found if req.api_version >= 9 else ErrorCode.illegal_generation
         elif _is_share(g):
-            err = "group_id_not_found"  # Kafka's ShareGroup.validateOffsetCommit
+            err = ErrorCode.group_id_not_found  # Kafka's ShareGroup.validateOffsetCommit
         elif isinstance(g, ClassicGroup):
-            err = self._validate_classic_commit(g, req["member_id"], req.get("group_instance_id"), generation)
-            if err is None and g.state in (STABLE, PREPARING_REBALANCE) and req["member_id"] in g.members:
-                self._reschedule_heartbeat(g, g.members[req["member_id"]])  # a commit keeps the session
+            err = self._validate_classic_commit(g, req.member_id, req.group_instance_id, generation)
+            if not err and g.state in (STABLE, PREPARING_REBALANCE) and req.member_id in g.members:
+                self._reschedule_heartbeat(g, g.members[req.member_id])  # a commit keeps the session
         else:
             from .consumer import validate_consumer_group_commit
-            err = validate_consumer_group_commit(self, g, req)
+            err = validate_consumer_group_commit(g, req.member_id, generation, req.api_version)
         if err:
-            return {"_group": err}
+            raise KafkaError(err)
         now = self.clock.now_ms()
-        expire = now + req["retention_ms"] if req.get("retention_ms", -1) >= 0 else -1
-        results, records, accepted = self._offset_records(group_id, req["topics"], now, expire)
-        if records:
-            self.write(records)
-            if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
-            self.offsets.setdefault(group_id, {}).update(accepted)
-        return results
+        expire = now + req.retention_ms if req.retention_ms >= 0 else -1
+        results, records = self._offset_records(group_id, req.topics, now, expire)
+        return CoordinatorResult(records, results)
 
-    def _offset_records(self, group_id: str, topics: dict, now: int, expire: int) -> tuple[dict, list, dict]:
-        """(per-partition error or None, records to write, offsets they set) of a commit."""
-        results, records, accepted = {}, [], {}
+    def _offset_records(self, group_id: str, topics: dict, now: int, expire: int) -> tuple[dict, list]:
+        """(per-partition error, records to write) of a commit."""
+        results, records = {}, []
         for topic, parts in topics.items():
             for partition, offset, epoch, metadata in parts:
                 metadata = metadata or ""
                 if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                    results[(topic, partition)] = "offset_metadata_too_large"
+                    results[(topic, partition)] = ErrorCode.offset_metadata_too_large
                     continue
                 records.append(R.offset_commit(group_id, topic, partition, offset, epoch, metadata, now, expire))
-                results[(topic, partition)] = None
-                accepted[(topic, partition)] = OffsetAndMetadata(offset, epoch, metadata, now, expire)
-        return results, records, accepted
+                results[(topic, partition)] = ErrorCode.none
+        return results, records
 
     @staticmethod
     def _validate_classic_commit(g: ClassicGroup, member_id: str, instance_id: str | None,
-                                 generation: int, transactional: bool = False) -> str | None:
+                                 generation: int, transactional: bool = False) -> ErrorCode:
         if g.state == DEAD:
-            return "coordinator_not_available"
+            return ErrorCode.coordinator_not_available
         if generation < 0 and g.state == EMPTY:
-            return None
+            return ErrorCode.none
         if generation >= 0 or member_id or instance_id is not None:
             err = g.validate_member(member_id, instance_id)
             if err:
                 return err
             if generation != g.generation_id:
-                return "illegal_generation"
+                return ErrorCode.illegal_generation
         elif not transactional and g.state != EMPTY:
             # TxnOffsetCommit v0-2 carry no member: the group is not checked (KIP-447 adds it)
-            return "unknown_member_id"
+            return ErrorCode.unknown_member_id
         if not transactional and g.state == COMPLETING_REBALANCE:
-            return "rebalance_in_progress"
-        return None
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
-    def commit_txn_offsets(self, req: dict) -> dict:
-        """TxnOffsetCommit: ``req`` has group_id, producer_id, producer_epoch, generation_id,
-        member_id, group_instance_id, topics {topic: [(partition, offset, leader_epoch,
-        metadata)]}. The offsets are written in a transactional batch of the producer and stay
-        pending (invisible to OffsetFetch) until the transaction's marker lands here. The
+    def commit_txn_offsets(self, req: TxnOffsetCommit) -> CoordinatorResult:
+        """TxnOffsetCommit. The offsets are written in a transactional batch of the producer and
+        stay pending (invisible to OffsetFetch) until the transaction's marker lands here. The
         group metadata is checked as KIP-447 says, so a zombie that lost its partitions in a
-        rebalance cannot commit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID)."""
-        group_id = req["group_id"]
+        rebalance cannot commit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID).
+        The response and errors as :meth:`commit_offsets`."""
+        group_id = req.group_id
         g = self.groups.get(group_id)
-        generation = req.get("generation_id", -1)
-        err = None
+        generation = req.generation_id
+        err = ErrorCode.none
         if g is None:
             if generation >= 0:
-                err = "illegal_generation"
+                err = ErrorCode.illegal_generation
         elif _is_share(g):
-            err = "group_id_not_found"
+            err = ErrorCode.group_id_not_found
         elif isinstance(g, ClassicGroup):
-            err = self._validate_classic_commit(g, req.get("member_id", ""), req.get("group_instance_id"),
-                                                generation, transactional=True)
+            err = self._validate_classic_commit(g, req.member_id, req.group_instance_id, generation,
+                                                transactional=True)
         else:
             from .consumer import validate_consumer_group_commit
-            if not (generation == -1 and not req.get("member_id") and req.get("group_instance_id") is None):
-                err = validate_consumer_group_commit(self, g, {**req, "api_version": 9})
-                if err == "stale_member_epoch":
-                    err = "illegal_generation"
+            if not (generation == -1 and not req.member_id and req.group_instance_id is None):
+                err = validate_consumer_group_commit(g, req.member_id, generation, 9)
+                if err == ErrorCode.stale_member_epoch:
+                    err = ErrorCode.illegal_generation
         if err:
-            return {"_group": err}
-        now = self.clock.now_ms()
-        results, records, accepted = self._offset_records(group_id, req["topics"], now, -1)
-        if records:
-            self.write(records, req["producer_id"], req["producer_epoch"])
-            if group_id not in self.groups:
-                self.groups[group_id] = ClassicGroup(group_id, current_state_timestamp=now)
-            self.pending_txn_offsets.setdefault(req["producer_id"], {}).setdefault(group_id, {}).update(accepted)
-        return results
+            raise KafkaError(err)
+        results, records = self._offset_records(group_id, req.topics, self.clock.now_ms(), -1)
+        return CoordinatorResult(records, results, req.producer_id, req.producer_epoch)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None, member_id: str | None = None,
-                      member_epoch: int = -1) -> tuple[str | None, dict]:
+                      member_epoch: int = -1) -> tuple[ErrorCode, dict]:
         """Committed offsets of a group: {(topic, partition): OffsetAndMetadata | None}."""
         g = self.groups.get(group_id)
         if _is_share(g):
-            return "group_id_not_found", {}  # Kafka's ShareGroup.validateOffsetFetch
+            return ErrorCode.group_id_not_found, {}  # Kafka's ShareGroup.validateOffsetFetch
         if g is not None and not isinstance(g, ClassicGroup) and member_id is not None:
             from .consumer import validate_consumer_group_fetch
             err = validate_consumer_group_fetch(g, member_id, member_epoch)
@@ -858,46 +848,43 @@ class GroupCoordinatorShard:
                 return err, {}
         committed = self.offsets.get(group_id, {})
         if topics is None:
-            return None, dict(committed)
-        return None, {(t, p): committed.get((t, p)) for t, parts in topics for p in parts}
+            return ErrorCode.none, dict(committed)
+        return ErrorCode.none, {(t, p): committed.get((t, p)) for t, parts in topics for p in parts}
 
-    def delete_offsets(self, group_id: str, topics: dict[str, list[int]]) -> tuple[str | None, dict]:
+    def delete_offsets(self, req: OffsetDelete) -> CoordinatorResult:
+        """OffsetDelete. The response: {(topic, partition): error}; a group-level error is raised."""
+        group_id = req.group_id
         g = self.groups.get(group_id)
         if g is None or _is_share(g):
-            return "group_id_not_found", {}
+            raise KafkaError(ErrorCode.group_id_not_found)
         if isinstance(g, ClassicGroup):
             if g.state == DEAD:
-                return "group_id_not_found", {}
+                raise KafkaError(ErrorCode.group_id_not_found)
             if g.state in (STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE) and g.protocol_type != "consumer":
-                return "non_empty_group", {}
+                raise KafkaError(ErrorCode.non_empty_group)
         results = {}
         records = []
         committed = self.offsets.get(group_id, {})
         image = self._image()
-        for topic, parts in topics.items():
+        for topic, parts in req.topics.items():
             subscribed = g.is_subscribed_to(topic, image) and not g.is_empty()
             for p in parts:
                 if subscribed:
-                    results[(topic, p)] = "group_subscribed_to_topic"
+                    results[(topic, p)] = ErrorCode.group_subscribed_to_topic
                 else:
-                    results[(topic, p)] = None
+                    results[(topic, p)] = ErrorCode.none
                     if (topic, p) in committed:
                         records.append(R.offset_tombstone(group_id, topic, p))
-        if records:
-            self.write(records)
-            for (topic, p), e in results.items():
-                if e is None:
-                    committed.pop((topic, p), None)
-        return None, results
+        return CoordinatorResult(records, results)
 
     def _image(self):
         return self.topics() if self.topics is not None else None
 
-    def expire_offsets(self) -> int:
+    def expire_offsets(self) -> CoordinatorResult:
         """KIP-496 offset expiration (Kafka's OffsetMetadataManager.cleanupExpiredOffsets): offsets
         of topics a group does not subscribe to expire ``offsets.retention.minutes`` after the
         base the group's state gives (see ``offset_expiration_base``); a group left without
-        offsets and without members goes too."""
+        offsets and without members goes too. The response: how many records were written."""
         now = self.clock.now_ms()
         retention = self.config.offsets_retention_ms
         image = self._image()
@@ -921,24 +908,18 @@ class GroupCoordinatorShard:
             records.extend(R.offset_tombstone(group_id, *tp) for tp in drop)
             if len(drop) == len(committed) and g is not None and g.is_empty():
                 records.extend(self._group_tombstones(group_id, offsets=False))
-        if records:
-            self.write(records)
-            for key, _v in records:
-                self.replay(key, None)
-        return len(records)
+        return CoordinatorResult(records, len(records))
 
     # ================================================================== admin
-    def delete_group(self, group_id: str) -> str | None:
+    def delete_group(self, group_id: str) -> CoordinatorResult:
+        """DeleteGroups for one group: its offsets and the group go (tombstones); GROUP_ID_NOT_FOUND
+        or NON_EMPTY_GROUP is raised."""
         g = self.groups.get(group_id)
         if g is None:
-            return "group_id_not_found"
+            raise KafkaError(ErrorCode.group_id_not_found)
         if not g.is_empty():
-            return "non_empty_group"
-        records = self._group_tombstones(group_id)
-        self.write(records)
-        self.groups.pop(group_id, None)
-        self.offsets.pop(group_id, None)
-        return None
+            raise KafkaError(ErrorCode.non_empty_group)
+        return CoordinatorResult(self._group_tombstones(group_id), ErrorCode.none)
 
     def list_groups(self) -> list[tuple[str, str, str, str]]:
         """(group id, protocol type, state, group type)."""
@@ -957,6 +938,3 @@ def _is_share(g) -> bool:
     """Share groups have no committed offsets: offset requests on one get GROUP_ID_NOT_FOUND."""
     return getattr(g, "type", None) == "share"
 
-
-def error_code(name: str | None) -> ErrorCode:
-    return ErrorCode.none if name is None else ErrorCode[name]

@@ -14,10 +14,14 @@ its members (who must heartbeat again within the session timeout).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
+from ...errors import ErrorCode, KafkaError
+from ..runtime import CoordinatorResult, append_and_replay
 from . import records as R
+from .requests import ShareGroupHeartbeat
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +69,8 @@ class ShareGroup:
         return lambda om: om.commit_timestamp
 
 
-class ShareHeartbeatError(Exception):
-    def __init__(self, error: str, message: str):
-        super().__init__(message)
-        self.error = error
-        self.message = message
+class ShareHeartbeatError(KafkaError):
+    """A share-group heartbeat the coordinator refuses, as opposed to a failure to append."""
 
 
 # ====================================================================== assignor
@@ -93,113 +94,114 @@ def simple_assign(subscriptions: dict[str, set], partitions: dict) -> dict[str, 
 
 
 # ====================================================================== heartbeat
-def share_group_heartbeat(shard, req: dict) -> dict:
-    """``req``: group_id, member_id, member_epoch, rack_id, subscribed_topic_names (None:
-    unchanged), client_id, client_host. Returns error, message, member_id, member_epoch,
-    heartbeat_interval_ms and assignment ({topic_id: [partitions]} or None: unchanged)."""
+def share_group_heartbeat(shard, req: ShareGroupHeartbeat) -> dict:
+    """ShareGroupHeartbeat on ``shard``: the response (error, message, member_id, member_epoch,
+    heartbeat_interval_ms and assignment ({topic_id: [partitions]} or None: unchanged))."""
     try:
         _validate(req)
-        if req["member_epoch"] == LEAVE_GROUP_MEMBER_EPOCH:
+        if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
             return _leave(shard, req)
-        return _heartbeat_or_revert(shard, req)
+        return _heartbeat(shard, req)
     except ShareHeartbeatError as e:
-        return {"error": e.error, "message": e.message, "member_id": None, "member_epoch": -1,
+        return {"error": e.code, "message": e.message, "member_id": None, "member_epoch": -1,
                 "heartbeat_interval_ms": 0, "assignment": None}
 
 
-def _validate(req: dict) -> None:
-    if not req["group_id"]:
-        raise ShareHeartbeatError("invalid_request", "GroupId can't be empty.")
-    if not req["member_id"]:
-        raise ShareHeartbeatError("invalid_request", "MemberId can't be empty.")
-    if req.get("rack_id") == "":
-        raise ShareHeartbeatError("invalid_request", "RackId can't be empty.")
-    epoch = req["member_epoch"]
+def _validate(req: ShareGroupHeartbeat) -> None:
+    if not req.group_id:
+        raise ShareHeartbeatError(ErrorCode.invalid_request, "GroupId can't be empty.")
+    if not req.member_id:
+        raise ShareHeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
+    if req.rack_id == "":
+        raise ShareHeartbeatError(ErrorCode.invalid_request, "RackId can't be empty.")
+    epoch = req.member_epoch
     if epoch == 0:
-        if not req.get("subscribed_topic_names"):
-            raise ShareHeartbeatError("invalid_request", "SubscribedTopicNames must be set in first request.")
+        if not req.subscribed_topic_names:
+            raise ShareHeartbeatError(ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request.")
     elif epoch < LEAVE_GROUP_MEMBER_EPOCH:
-        raise ShareHeartbeatError("invalid_request", f"MemberEpoch is invalid: {epoch}")
+        raise ShareHeartbeatError(ErrorCode.invalid_request, f"MemberEpoch is invalid: {epoch}")
 
 
 def _get_group(shard, group_id: str, create: bool) -> ShareGroup:
+    """The group an operation computes its records on: a scratch copy of the share group, or a new
+    one (in the shard once its records are replayed)."""
     g = shard.groups.get(group_id)
     if g is not None and not isinstance(g, ShareGroup):
-        raise ShareHeartbeatError("group_id_not_found", f"Group {group_id} is not a share group.")
+        raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
     if g is None:
         if not create:
-            raise ShareHeartbeatError("group_id_not_found", f"Group {group_id} not found.")
+            raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
         if not shard.config.share_enabled:
-            raise ShareHeartbeatError("unsupported_version", "Share groups are not enabled on this broker "
+            raise ShareHeartbeatError(ErrorCode.unsupported_version, "Share groups are not enabled on this broker "
                                       "(group.share.enable / group.coordinator.rebalance.protocols).")
-        g = shard.groups[group_id] = ShareGroup(group_id)
-    return g
+        return ShareGroup(group_id)
+    return _scratch(g)
+
+
+def _scratch(g: ShareGroup) -> ShareGroup:
+    """A copy to compute records on (the group changes only when they are replayed): the maps
+    are copied, members shared until :func:`_own_member` copies the one that changes."""
+    return dataclasses.replace(g, members=dict(g.members), target=dict(g.target))
+
+
+def _own_member(g: ShareGroup, member_id: str) -> ShareMember:
+    m = g.members[member_id]
+    m = g.members[member_id] = dataclasses.replace(m, subscribed_topic_names=list(m.subscribed_topic_names),
+                                                   assigned={t: set(p) for t, p in m.assigned.items()})
+    return m
+
+
+def _apply(shard, scratch: ShareGroup, records: list) -> None:
+    """Append ``records`` and replay them (raises if the append fails: nothing changed); the
+    subscribed topics' metadata the group epoch was computed with is kept in memory only."""
+    append_and_replay(shard, shard.write, CoordinatorResult(records))
+    live = shard.groups.get(scratch.group_id)
+    if isinstance(live, ShareGroup):
+        live.subscription_signature = scratch.subscription_signature
 
 
 def create_empty_group(shard, group_id: str) -> ShareGroup:
     """An empty share group made by AlterShareGroupOffsets on an unknown id (Kafka's tool resets
     a new group's start offsets before any member joins); its metadata record makes it durable."""
     g = _get_group(shard, group_id, create=True)
-    try:
-        shard.write([_metadata_record(g)])
-    except Exception:
-        shard.groups.pop(group_id, None)
-        raise
-    return g
+    _apply(shard, g, [_metadata_record(g)])
+    return shard.groups[group_id]
 
 
-def _heartbeat_or_revert(shard, req: dict) -> dict:
-    """A heartbeat whose records fail to append leaves the group as it was."""
-    gid = req["group_id"]
-    g = shard.groups.get(gid)
-    saved = _snapshot(g) if isinstance(g, ShareGroup) else None
-    try:
-        return _heartbeat(shard, req)
-    except Exception:
-        if saved is not None:
-            shard.groups[gid] = saved
-        elif isinstance(shard.groups.get(gid), ShareGroup):
-            del shard.groups[gid]
-        raise
-
-
-def _snapshot(g: ShareGroup) -> ShareGroup:
-    members = {mid: ShareMember(m.member_id, m.rack_id, m.client_id, m.client_host, list(m.subscribed_topic_names),
-                                m.member_epoch, m.previous_member_epoch, _copy(m.assigned))
-               for mid, m in g.members.items()}
-    return ShareGroup(g.group_id, g.group_epoch, g.assignment_epoch, members,
-                      {mid: _copy(a) for mid, a in g.target.items()}, g.subscription_signature)
-
-
-def _heartbeat(shard, req: dict) -> dict:
-    epoch = req["member_epoch"]
-    g = _get_group(shard, req["group_id"], create=epoch == 0)
-    member_id = req["member_id"]
+def _heartbeat(shard, req: ShareGroupHeartbeat) -> dict:
+    epoch = req.member_epoch
+    g = _get_group(shard, req.group_id, create=epoch == 0)
+    member_id = req.member_id
     member = g.members.get(member_id)
     records: list = []
     bump = False
     if epoch == 0:
         if member is None:
             if len(g.members) >= shard.config.share_max_size:
-                raise ShareHeartbeatError("group_max_size_reached", f"The share group has reached its maximum "
+                raise ShareHeartbeatError(ErrorCode.group_max_size_reached, f"The share group has reached its maximum "
                                           f"capacity of {shard.config.share_max_size} members.")
             member = g.members[member_id] = ShareMember(member_id)
             bump = True
+        else:
+            member = _own_member(g, member_id)
         member.member_epoch, member.assigned = 0, {}
     else:
         if member is None:
-            raise ShareHeartbeatError("unknown_member_id", f"Member {member_id} is not a member of group {g.group_id}.")
+            raise ShareHeartbeatError(ErrorCode.unknown_member_id,
+                                      f"Member {member_id} is not a member of group {g.group_id}.")
         if epoch != member.member_epoch:
-            raise ShareHeartbeatError("fenced_member_epoch", f"The share group member has a member epoch ({epoch}) "
+            raise ShareHeartbeatError(ErrorCode.fenced_member_epoch,
+                                      f"The share group member has a member epoch ({epoch}) "
                                       f"other than the one known by the group coordinator ({member.member_epoch}).")
+        member = _own_member(g, member_id)
     changed = epoch == 0
     for attr in ("rack_id", "client_id", "client_host"):
-        val = req.get(attr)
+        val = getattr(req, attr)
         if val is not None and getattr(member, attr) != val:
             setattr(member, attr, val)
             changed = True
-    if req.get("subscribed_topic_names") is not None:
-        names = sorted(set(req["subscribed_topic_names"]))
+    if req.subscribed_topic_names is not None:
+        names = sorted(set(req.subscribed_topic_names))
         if names != member.subscribed_topic_names:
             member.subscribed_topic_names = names
             changed = bump = True
@@ -220,11 +222,10 @@ def _heartbeat(shard, req: dict) -> dict:
         member.assigned = _copy(g.target.get(member_id, {}))
     if (member.member_epoch, member.assigned) != before or epoch == 0:
         records.append(_current_assignment_record(g, member))
-    if records:
-        shard.write(records)
+    _apply(shard, g, records)  # the group changes here (raises if the append fails)
     _schedule_session_timeout(shard, g, member)
     send = epoch == 0 or before[1] != member.assigned
-    return {"error": None, "message": None, "member_id": member_id, "member_epoch": member.member_epoch,
+    return {"error": ErrorCode.none, "message": None, "member_id": member_id, "member_epoch": member.member_epoch,
             "heartbeat_interval_ms": shard.share_heartbeat_interval_ms(g.group_id),
             "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send else None}
 
@@ -264,22 +265,23 @@ def _compute_target(shard, g: ShareGroup) -> list:
 
 
 # ====================================================================== leave / session timeout
-def _leave(shard, req: dict) -> dict:
-    g = shard.groups.get(req["group_id"])
+def _leave(shard, req: ShareGroupHeartbeat) -> dict:
+    g = shard.groups.get(req.group_id)
     if not isinstance(g, ShareGroup):
-        raise ShareHeartbeatError("group_id_not_found", f"Group {req['group_id']} not found.")
-    if req["member_id"] not in g.members:
-        raise ShareHeartbeatError("unknown_member_id", f"Member {req['member_id']} is not a member of group "
+        raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {req.group_id} not found.")
+    if req.member_id not in g.members:
+        raise ShareHeartbeatError(ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member of group "
                                   f"{g.group_id}.")
-    remove_member(shard, g, req["member_id"], "member left the group")
-    return {"error": None, "message": None, "member_id": req["member_id"], "member_epoch": LEAVE_GROUP_MEMBER_EPOCH,
+    remove_member(shard, g, req.member_id, "member left the group")
+    return {"error": ErrorCode.none, "message": None, "member_id": req.member_id,
+            "member_epoch": LEAVE_GROUP_MEMBER_EPOCH,
             "heartbeat_interval_ms": 0, "assignment": None}
 
 
 def remove_member(shard, g: ShareGroup, member_id: str, reason: str) -> None:
     if member_id not in g.members:
         return
-    saved = _snapshot(g)
+    g = _scratch(g)
     del g.members[member_id]
     g.target.pop(member_id, None)
     g.group_epoch += 1
@@ -287,11 +289,7 @@ def remove_member(shard, g: ShareGroup, member_id: str, reason: str) -> None:
     # the target assignment follows at once (as Kafka's coordinator does): the assignment epoch
     # catches up with the group epoch even when no member is left to heartbeat
     records = _member_tombstones(g.group_id, member_id) + [_metadata_record(g)] + _compute_target(shard, g)
-    try:
-        shard.write(records)
-    except Exception:
-        shard.groups[g.group_id] = saved
-        raise
+    _apply(shard, g, records)  # a failed append leaves the member in place
     log.info("Removing member %s from share group %s: %s", member_id, g.group_id, reason)
     shard.timer.cancel(_session_key(g.group_id, member_id))
     # (as Kafka's: the partition leaders are not told; the member's share sessions end with

@@ -16,7 +16,9 @@ from ...config.topic import TOPIC_CONFIGS
 from ...config.types import CONFIG_TYPE_CODES, render
 from ...errors import ErrorCode, KafkaError
 from ...metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC
-from .kiohelp import Msg
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
 
 
 @dataclass
@@ -31,10 +33,9 @@ class ConfigEntry:
     doc: str | None = None
 
 
-def topic_config_entries(server, topic: str, overrides: dict[str, str] | None = None,
+def topic_config_entries(cfg, image, topic: str, overrides: dict[str, str] | None = None,
                          keys=None) -> list[ConfigEntry]:
-    cfg = server.config
-    stored = server.image.topic_configs(topic) if overrides is None else overrides
+    stored = image.topic_configs(topic) if overrides is None else overrides
     out = []
     for name in sorted(TOPIC_CONFIGS):
         if keys is not None and name not in keys:
@@ -67,8 +68,7 @@ def _broker_entry(cfg, name: str, layers) -> ConfigEntry:
                        (key.doc if key else "") or None)
 
 
-def broker_config_entries(server, resource_name: str, keys=None) -> list[ConfigEntry]:
-    cfg = server.config
+def broker_config_entries(cfg, resource_name: str, keys=None) -> list[ConfigEntry]:
     if resource_name == "":
         # the cluster-wide dynamic defaults only
         names = sorted(cfg.dynamic_default)
@@ -86,11 +86,11 @@ def broker_config_entries(server, resource_name: str, keys=None) -> list[ConfigE
     return [_broker_entry(cfg, n, layers[n]) for n in names if keys is None or n in keys]
 
 
-def group_config_entries(server, group: str, keys=None) -> list[ConfigEntry]:
+def group_config_entries(cfg, image, group: str, keys=None) -> list[ConfigEntry]:
     """Kafka's GROUP resource: every group key, the group's own value (GROUP_CONFIG) or its
     broker key's (DEFAULT_CONFIG)."""
-    stored = server.image.configs.get((RESOURCE_GROUP, group), {})
-    values = effective_group_configs(server.config, stored)
+    stored = image.configs.get((RESOURCE_GROUP, group), {})
+    values = effective_group_configs(cfg, stored)
     out = []
     for name in sorted(GROUP_CONFIGS):
         if keys is not None and name not in keys:
@@ -104,38 +104,39 @@ def group_config_entries(server, group: str, keys=None) -> list[ConfigEntry]:
 
 
 class ConfigApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (Api(ApiKeys.DESCRIBE_CONFIGS, 1, 4, "describe_configs"),
+            Api(ApiKeys.ALTER_CONFIGS, 0, 2, "alter_configs"),
+            Api(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 0, 1, "incremental_alter_configs"))
 
-    def register(self) -> None:
-        s = self.server
-        s.register(32, 1, 4, self.describe_configs)
-        s.register(33, 0, 2, self.alter_configs)
-        s.register(44, 0, 1, self.incremental_alter_configs)
+    def __init__(self, *, image, config, node_id: int, controllers):
+        self.image = image
+        self.config = config
+        self.node_id = node_id
+        self.controllers = controllers
 
     def describe_configs(self, ctx, req):
-        s = self.server
+        cfg, image, node_id = self.config, self.image, self.node_id
         v = ctx.api_version
-        m = Msg(32, v)
+        m = Msg(ApiKeys.DESCRIBE_CONFIGS, v)
         results = []
         for r in req.resources:
             keys = set(r.configuration_keys) if r.configuration_keys else None
             try:
                 if r.resource_type == RESOURCE_TOPIC:
-                    if s.image.topic(r.resource_name) is None:
+                    if image.topic(r.resource_name) is None:
                         raise KafkaError(ErrorCode.unknown_topic_or_partition,
                                          f"Topic {r.resource_name} does not exist.")
-                    entries = topic_config_entries(s, r.resource_name, keys=keys)
+                    entries = topic_config_entries(cfg, image, r.resource_name, keys=keys)
                 elif r.resource_type == RESOURCE_BROKER:
-                    if r.resource_name not in ("", str(s.node_id)):
+                    if r.resource_name not in ("", str(node_id)):
                         raise KafkaError(ErrorCode.invalid_request,
-                                         f"Unexpected broker id, expected {s.node_id} or empty string, but received "
+                                         f"Unexpected broker id, expected {node_id} or empty string, but received "
                                          f"{r.resource_name}")
-                    entries = broker_config_entries(s, r.resource_name, keys)
+                    entries = broker_config_entries(cfg, r.resource_name, keys)
                 elif r.resource_type == RESOURCE_GROUP:
                     if not r.resource_name:
                         raise KafkaError(ErrorCode.invalid_request, "Group name must not be empty")
-                    entries = group_config_entries(s, r.resource_name, keys)
+                    entries = group_config_entries(cfg, image, r.resource_name, keys)
                 else:
                     raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}")
                 configs = []
@@ -144,7 +145,7 @@ class ConfigApis:
                                 for n, val, src in e.synonyms) if req.include_synonyms else ()
                     configs.append(m("DescribeConfigsResourceResult", name=e.name, value=e.value,
                                      read_only=e.read_only, config_source=e.source, is_sensitive=e.sensitive,
-                                     is_default=e.source == DEFAULT_CONFIG, synonyms=syn,
+                                     synonyms=syn,
                                      config_type=CONFIG_TYPE_CODES.get(e.type, 0),
                                      documentation=e.doc if getattr(req, "include_documentation", False) else None))
                 results.append(m("DescribeConfigsResult", error_code=ErrorCode.none, error_message=None,
@@ -156,7 +157,7 @@ class ConfigApis:
         return m(throttle_time=0, results=tuple(results))
 
     def _alter(self, ctx, req, api_key: int, incremental: bool):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._alter_here(ctx, req, api_key, incremental))
+        return self.controllers.dispatch(ctx, req, lambda: self._alter_here(ctx, req, api_key, incremental))
 
     async def _alter_here(self, ctx, req, api_key: int, incremental: bool):
         m = Msg(api_key, ctx.api_version)
@@ -165,10 +166,10 @@ class ConfigApis:
             try:
                 if incremental:
                     ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-                    await self.server.controllers.call("incremental_alter_configs", r.resource_type,
+                    await self.controllers.call("incremental_alter_configs", r.resource_type,
                                                        r.resource_name, ops, req.validate_only)
                 else:
-                    await self.server.controllers.call("alter_configs", r.resource_type, r.resource_name,
+                    await self.controllers.call("alter_configs", r.resource_type, r.resource_name,
                                                        {c.name: c.value for c in r.configs}, req.validate_only)
                 out.append(m("AlterConfigsResourceResponse", error_code=ErrorCode.none, error_message=None,
                              resource_type=r.resource_type, resource_name=r.resource_name))
@@ -178,7 +179,7 @@ class ConfigApis:
         return m(throttle_time=0, responses=tuple(out))
 
     def alter_configs(self, ctx, req):
-        return self._alter(ctx, req, 33, incremental=False)
+        return self._alter(ctx, req, ApiKeys.ALTER_CONFIGS, incremental=False)
 
     def incremental_alter_configs(self, ctx, req):
-        return self._alter(ctx, req, 44, incremental=True)
+        return self._alter(ctx, req, ApiKeys.INCREMENTAL_ALTER_CONFIGS, incremental=True)

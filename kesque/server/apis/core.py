@@ -7,9 +7,12 @@ import re
 
 from ...controller.controller import INTERNAL_TOPICS, supported_features, CreatedTopic, NewTopic, validate_topic_name
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
 from ...protocol.primitives import INT16, INT32
 from ...utils import java_string_hash
-from .kiohelp import Msg
+from ...protocol.messages import Msg
+from ..context import AclOperation, ResourceType, CLUSTER_NAME
 
 log = logging.getLogger(__name__)
 
@@ -28,24 +31,34 @@ def _bits(ops) -> int:
     return v
 
 
-def api_versions_v0_error(server) -> bytes:
-    """Body of the v0 answer to an ApiVersions request of a version we do not know."""
-    spec = server.apis[18]
-    return INT16.pack(int(ErrorCode.unsupported_version)) + INT32.pack(1) + INT16.pack(18) + \
+def api_versions_v0_error(apis: dict) -> bytes:
+    """Body of the v0 answer to an ApiVersions request of a version we do not know (``apis``:
+    the broker's API table)."""
+    spec = apis[ApiKeys.API_VERSIONS]
+    return INT16.pack(int(ErrorCode.unsupported_version)) + INT32.pack(1) + INT16.pack(ApiKeys.API_VERSIONS) + \
         INT16.pack(spec.min_version) + INT16.pack(spec.max_version)
 
 
 class CoreApis:
-    def __init__(self, server):
-        self.server = server
-        self._api_versions_cache: dict[int, object] = {}
+    APIS = (Api(ApiKeys.API_VERSIONS, 0, 4, "api_versions"),
+            Api(ApiKeys.METADATA, 0, 13, "metadata"),
+            Api(ApiKeys.DESCRIBE_CLUSTER, 0, 2, "describe_cluster"),
+            Api(ApiKeys.FIND_COORDINATOR, 0, 6, "find_coordinator"))
 
-    def register(self) -> None:
-        s = self.server
-        s.register(18, 0, 4, self.api_versions)
-        s.register(3, 0, 13, self.metadata)
-        s.register(60, 0, 2, self.describe_cluster)
-        s.register(10, 0, 6, self.find_coordinator)
+    def __init__(self, *, image, config, node_id: int, controllers, raft, voters: dict,
+                 controller_listener_names, coordinators: "CoordinatorLookup", api_table):
+        """``api_table()``: the broker listener's API table, for ApiVersions; ``voters``: the
+        controller quorum's {id: address} (filled in place when discovered)."""
+        self.image = image
+        self.config = config
+        self.node_id = node_id
+        self.controllers = controllers
+        self.raft = raft
+        self.voters = voters
+        self.controller_listener_names = controller_listener_names
+        self.coordinators = coordinators
+        self.api_table = api_table
+        self._api_versions_cache: dict[int, object] = {}
 
     # ------------------------------------------------------------------ ApiVersions
     def api_versions(self, ctx, req):
@@ -54,7 +67,7 @@ class CoreApis:
             name = req.client_software_name
             version = req.client_software_version
             if not _SOFTWARE.match(name or "") or not _SOFTWARE.match(version or ""):
-                m = Msg(18, v)
+                m = Msg(ApiKeys.API_VERSIONS, v)
                 return m(error_code=ErrorCode.invalid_request, api_keys=(), throttle_time=0)
         cached = self._api_versions_cache.get(v)
         if cached is None:
@@ -63,10 +76,10 @@ class CoreApis:
         return cached
 
     def _build_api_versions(self, v: int):
-        m = Msg(18, v)
+        m = Msg(ApiKeys.API_VERSIONS, v)
         keys = tuple(m("ApiVersion", api_key=k, min_version=spec.min_version, max_version=spec.max_version)
-                     for k, spec in sorted(self.server.apis.items()))
-        image = self.server.image
+                     for k, spec in sorted(self.api_table().items()))
+        image = self.image
         supported = tuple(m("SupportedFeatureKey", name=n, min_version=lo, max_version=hi)
                           for n, (lo, hi) in supported_features().items())
         finalized = tuple(m("FinalizedFeatureKey", name=n, max_version_level=lvl, min_version_level=lvl)
@@ -78,7 +91,7 @@ class CoreApis:
     # ------------------------------------------------------------------ Metadata
     def _brokers(self, m, listener: str, struct_name: str):
         out = []
-        for b in self.server.image.live_brokers():
+        for b in self.image.live_brokers():
             ep = b.endpoint(listener) or b.endpoint()
             if ep is None:
                 continue
@@ -96,7 +109,7 @@ class CoreApis:
 
     async def _metadata_after_create(self, ctx, req, wanted: list[str]):
         try:
-            results = await self.server.controllers.create_topics([NewTopic(n) for n in wanted])
+            results = await self.controllers.create_topics([NewTopic(n) for n in wanted])
         except KafkaError as e:
             results = [CreatedTopic(n, error=e) for n in wanted]
         return self._metadata(ctx, req, {r.name: r for r in results})
@@ -104,9 +117,9 @@ class CoreApis:
     def _auto_create_candidates(self, ctx, req) -> list[str]:
         requested = req.topics
         if not requested or not getattr(req, "allow_auto_topic_creation", True) \
-                or not self.server.config.get("auto.create.topics.enable"):
+                or not self.config.get("auto.create.topics.enable"):
             return []
-        image = self.server.image
+        image = self.image
         out = []
         for t in requested:
             name = t.name
@@ -116,19 +129,22 @@ class CoreApis:
                 validate_topic_name(name)
             except KafkaError:
                 continue
+            if ctx.authorizer is not None and not (ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+                                                   and _may_create(ctx, name)):
+                continue
             out.append(name)
         return out
 
     def _metadata(self, ctx, req, created: dict):
-        s = self.server
         v = ctx.api_version
-        m = Msg(3, v)
-        image = s.image
+        m = Msg(ApiKeys.METADATA, v)
+        image = self.image
         requested = req.topics
         if v == 0 and requested is not None and len(requested) == 0:
             requested = None
         allow_auto = getattr(req, "allow_auto_topic_creation", True)
         include_ops = getattr(req, "include_topic_authorized_operations", False)
+        authorizer = ctx.authorizer  # None: everything is allowed
         topics = []
         if requested is None:
             names = [t.name for t in sorted(image.topics_by_id.values(), key=lambda t: t.name)]
@@ -146,8 +162,19 @@ class CoreApis:
                     continue
             else:
                 t = image.topic(name)
+            if authorizer is not None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                                            t.name if t is not None else name):
+                # as Kafka: left out of an all-topics answer; asked by id, not told it exists
+                if requested is None:
+                    continue
+                err = ErrorCode.topic_authorization_failed if name is not None else ErrorCode.unknown_topic_id
+                topics.append(m("MetadataResponseTopic", error_code=err, name=name,
+                                topic_id=None if name is not None else topic_id,
+                                is_internal=name in INTERNAL_TOPICS, partitions=(),
+                                topic_authorized_operations=OMITTED_OPS))
+                continue
             if t is None:
-                err = self._maybe_auto_create(name, allow_auto, created)
+                err = self._maybe_auto_create(ctx, name, allow_auto, created)
                 t = image.topic(name)
                 if t is None:
                     if err == ErrorCode.none:
@@ -158,7 +185,7 @@ class CoreApis:
                     continue
             topics.append(self._topic_metadata(m, t, include_ops))
         resp = dict(throttle_time=0, brokers=self._brokers(m, ctx.listener, "MetadataResponseBroker"),
-                    cluster_id=image.cluster_id, controller_id=s.node_id, topics=tuple(topics),
+                    cluster_id=image.cluster_id, controller_id=self.node_id, topics=tuple(topics),
                     error_code=ErrorCode.none)
         if getattr(req, "include_cluster_authorized_operations", False):
             resp["cluster_authorized_operations"] = _bits(_CLUSTER_OPS)
@@ -167,7 +194,7 @@ class CoreApis:
         return m(**resp)
 
     def _topic_metadata(self, m, t, include_ops: bool):
-        live = {b.id for b in self.server.image.live_brokers()}
+        live = {b.id for b in self.image.live_brokers()}
         parts = []
         for idx in sorted(t.partitions):
             p = t.partitions[idx]
@@ -180,14 +207,15 @@ class CoreApis:
                  is_internal=t.name in INTERNAL_TOPICS, partitions=tuple(parts),
                  topic_authorized_operations=_bits(_TOPIC_OPS) if include_ops else OMITTED_OPS)
 
-    def _maybe_auto_create(self, name: str, allow_auto: bool, created: dict) -> ErrorCode:
-        s = self.server
+    def _maybe_auto_create(self, ctx, name: str, allow_auto: bool, created: dict) -> ErrorCode:
         try:
             validate_topic_name(name)
         except KafkaError:
             return ErrorCode.invalid_topic_exception
-        if not (allow_auto and s.config.get("auto.create.topics.enable")) or name in INTERNAL_TOPICS:
+        if not (allow_auto and self.config.get("auto.create.topics.enable")) or name in INTERNAL_TOPICS:
             return ErrorCode.unknown_topic_or_partition
+        if ctx.authorizer is not None and not _may_create(ctx, name):
+            return ErrorCode.topic_authorization_failed
         res = created.get(name)
         if res is None:
             return ErrorCode.leader_not_available
@@ -199,29 +227,28 @@ class CoreApis:
 
     # ------------------------------------------------------------------ DescribeCluster
     def describe_cluster(self, ctx, req):
-        s = self.server
         v = ctx.api_version
-        m = Msg(60, v)
+        m = Msg(ApiKeys.DESCRIBE_CLUSTER, v)
         endpoint_type = getattr(req, "endpoint_type", 1)
         # KIP-919: a controller listener answers with the controllers (endpoint type 2) and
         # names the active one; a broker listener with the brokers (type 1)
-        on_controller = ctx.listener in getattr(s, "controller_listener_names", ())
+        on_controller = ctx.listener in self.controller_listener_names
         expected, role = (2, "controller") if on_controller else (1, "broker")
         if endpoint_type != expected:
             return m(throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
                      error_message=f"The endpoint type {endpoint_type} is not supported by this {role}",
-                     endpoint_type=endpoint_type, cluster_id=s.image.cluster_id or "", controller_id=-1,
+                     endpoint_type=endpoint_type, cluster_id=self.image.cluster_id or "", controller_id=-1,
                      brokers=(), cluster_authorized_operations=OMITTED_OPS)
         if on_controller:
             controllers = tuple(m("DescribeClusterBroker", broker_id=vid, host=addr[0], port=addr[1], rack=None,
                                   is_fenced=False)
-                                for vid, addr in sorted(s.voters.items()) if addr is not None)
+                                for vid, addr in sorted(self.voters.items()) if addr is not None)
             ops = _bits(_CLUSTER_OPS) if req.include_cluster_authorized_operations else OMITTED_OPS
             return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=2,
-                     cluster_id=s.image.cluster_id or "", controller_id=s.raft.leader_id, brokers=controllers,
+                     cluster_id=self.image.cluster_id or "", controller_id=self.raft.leader_id, brokers=controllers,
                      cluster_authorized_operations=ops)
         brokers = []
-        for b in sorted(s.image.brokers.values(), key=lambda b: b.id):
+        for b in sorted(self.image.brokers.values(), key=lambda b: b.id):
             if b.fenced and not getattr(req, "include_fenced_brokers", False):
                 continue
             ep = b.endpoint(ctx.listener) or b.endpoint()
@@ -231,7 +258,7 @@ class CoreApis:
                              is_fenced=b.fenced))
         ops = _bits(_CLUSTER_OPS) if req.include_cluster_authorized_operations else OMITTED_OPS
         return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
-                 cluster_id=s.image.cluster_id or "", controller_id=s.node_id, brokers=tuple(brokers),
+                 cluster_id=self.image.cluster_id or "", controller_id=self.node_id, brokers=tuple(brokers),
                  cluster_authorized_operations=ops)
 
     # ------------------------------------------------------------------ FindCoordinator
@@ -241,14 +268,14 @@ class CoreApis:
         waits for the controller to commit it)."""
         key_type = getattr(req, "key_type", 0)
         keys = list(req.coordinator_keys) if ctx.api_version >= 4 else [req.key]
-        spec = internal_topic_to_create(self.server, key_type) if any(keys) else None
+        spec = self.coordinators.internal_topic_to_create(key_type) if any(keys) else None
         if spec is None:
             return self._find_coordinator(ctx, req, None)
         return self._find_after_create(ctx, req, spec)
 
     async def _find_after_create(self, ctx, req, spec):
         try:
-            res = (await self.server.controllers.create_topics([spec]))[0]
+            res = (await self.controllers.create_topics([spec]))[0]
         except KafkaError as e:
             res = CreatedTopic(spec.name, error=e)
         failed = res.error if res.error is not None and res.error.code != ErrorCode.topic_already_exists else None
@@ -256,7 +283,7 @@ class CoreApis:
 
     def _find_coordinator(self, ctx, req, failed):
         v = ctx.api_version
-        m = Msg(10, v)
+        m = Msg(ApiKeys.FIND_COORDINATOR, v)
         key_type = getattr(req, "key_type", 0)
         keys = list(req.coordinator_keys) if v >= 4 else [req.key]
         results = []
@@ -267,7 +294,7 @@ class CoreApis:
                 node, err, msg = self._coordinator_for(key_type, key)
             ep = None
             if node is not None:
-                b = self.server.image.brokers.get(node)
+                b = self.image.brokers.get(node)
                 ep = b.endpoint(ctx.listener) or b.endpoint() if b else None
             if ep is None and err == ErrorCode.none:
                 err, msg = ErrorCode.coordinator_not_available, "The coordinator is not available."
@@ -280,76 +307,98 @@ class CoreApis:
         return m(throttle_time=0, error_code=e, error_message=em, node_id=n, host=h, port=p)
 
     def _coordinator_for(self, key_type: int, key: str):
-        return coordinator_for(self.server, key_type, key)
+        return self.coordinators.coordinator_for(key_type, key)
 
 
-def _internal_topic(s, key_type: int):
-    """(topic, partitions key, replication factor key) of a coordinator key type, or None."""
-    if key_type == 0:
-        return "__consumer_offsets", "offsets.topic.num.partitions", "offsets.topic.replication.factor"
-    if key_type == 1:
-        return "__transaction_state", "transaction.state.log.num.partitions", \
-            "transaction.state.log.replication.factor"
-    if key_type == 2 and getattr(s, "share_coordinator", None) is not None:
-        return "__share_group_state", "share.coordinator.state.topic.num.partitions", \
-            "share.coordinator.state.topic.replication.factor"
-    return None
+def _may_create(ctx, topic: str) -> bool:
+    """CREATE on the cluster, or else on the topic (Kafka's CreateTopics and auto-creation)."""
+    return ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or \
+        ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, topic)
 
 
-def internal_topic_to_create(s, key_type: int) -> NewTopic | None:
-    """The internal topic of ``key_type`` when it is missing and the live brokers can host it."""
-    names = _internal_topic(s, key_type)
-    if names is None or s.image.topic(names[0]) is not None:
+class CoordinatorLookup:
+    """Where the coordinator of a group (key type 0), transactional id (1) or share-group state
+    key (2) is: its internal topic's partition leader, and the internal topic created on first
+    use. ``spawn(coro)`` runs a background creation; ``share_groups``: whether this broker runs
+    a share coordinator."""
+
+    def __init__(self, image, config, controllers, spawn, share_groups: bool):
+        self.image = image
+        self.config = config
+        self.controllers = controllers
+        self.spawn = spawn
+        self.share_groups = share_groups
+
+    def _internal_topic(self, key_type: int):
+        """(topic, partitions key, replication factor key) of a coordinator key type, or None."""
+        if key_type == 0:
+            return "__consumer_offsets", "offsets.topic.num.partitions", "offsets.topic.replication.factor"
+        if key_type == 1:
+            return "__transaction_state", "transaction.state.log.num.partitions", \
+                "transaction.state.log.replication.factor"
+        if key_type == 2 and self.share_groups:
+            return "__share_group_state", "share.coordinator.state.topic.num.partitions", \
+                "share.coordinator.state.topic.replication.factor"
         return None
-    topic, parts_key, rf_key = names
-    rf = s.config.get(rf_key)
-    if len(s.image.live_brokers()) < rf:
-        return None
-    segment_key = ("offsets.topic.segment.bytes", "transaction.state.log.segment.bytes",
-                   "share.coordinator.state.topic.segment.bytes")[key_type]
-    configs = {"cleanup.policy": "compact", "compression.type": "producer",
-               "segment.bytes": str(s.config.get(segment_key))}
-    if key_type == 1:
-        configs["min.insync.replicas"] = str(s.config.get("transaction.state.log.min.isr"))
-    elif key_type == 2:
-        configs["min.insync.replicas"] = str(s.config.get("share.coordinator.state.topic.min.isr"))
-    return NewTopic(topic, s.config.get(parts_key), rf, configs=configs)
+
+    def internal_topic_to_create(self, key_type: int) -> NewTopic | None:
+        """The internal topic of ``key_type`` when it is missing and the live brokers can host it."""
+        names = self._internal_topic(key_type)
+        if names is None or self.image.topic(names[0]) is not None:
+            return None
+        topic, parts_key, rf_key = names
+        cfg = self.config
+        rf = cfg.get(rf_key)
+        if len(self.image.live_brokers()) < rf:
+            return None
+        segment_key = ("offsets.topic.segment.bytes", "transaction.state.log.segment.bytes",
+                       "share.coordinator.state.topic.segment.bytes")[key_type]
+        configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                   "segment.bytes": str(cfg.get(segment_key))}
+        if key_type == 1:
+            configs["min.insync.replicas"] = str(cfg.get("transaction.state.log.min.isr"))
+        elif key_type == 2:
+            configs["min.insync.replicas"] = str(cfg.get("share.coordinator.state.topic.min.isr"))
+        return NewTopic(topic, cfg.get(parts_key), rf, configs=configs)
+
+    def coordinator_for(self, key_type: int, key: str):
+        """(leader node or None, error code, message) of ``key``'s coordinator. A missing
+        internal topic is asked of the controller and the answer is COORDINATOR_NOT_AVAILABLE
+        until this broker's image has it."""
+        names = self._internal_topic(key_type)
+        if names is None:
+            return None, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}"
+        if not key:
+            return None, ErrorCode.invalid_request, "Coordinator key must not be empty"
+        topic, _parts_key, rf_key = names
+        t = self.image.topic(topic)
+        if t is None:
+            rf = self.config.get(rf_key)
+            live = len(self.image.live_brokers())
+            if live < rf:
+                # as Kafka's broker did, an ERROR naming the setting: the clients only retry
+                msg = (f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' "
+                       f"for the {topic} topic (configured via '{rf_key}').")
+                log.error("%s This error can be ignored if the cluster is starting up and not all brokers are up "
+                          "yet.", msg)
+                return None, ErrorCode.coordinator_not_available, msg
+            spec = self.internal_topic_to_create(key_type)
+            if spec is not None:
+                self.spawn(self._create_quietly(spec))
+            return None, ErrorCode.coordinator_not_available, "The coordinator is not available."
+        partition = (java_string_hash(key) & 0x7FFFFFFF) % len(t.partitions)
+        leader = t.partitions[partition].leader
+        return leader, ErrorCode.none, None
+
+    async def _create_quietly(self, spec: NewTopic) -> None:
+        try:
+            res = (await self.controllers.create_topics([spec]))[0]
+            if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
+                log.warning("Creation of internal topic %s failed: %s", spec.name, res.error)
+        except KafkaError as e:
+            log.warning("Creation of internal topic %s failed: %s", spec.name, e)
 
 
-def coordinator_for(s, key_type: int, key: str):
-    """(leader node or None, error code, message) of ``key``'s coordinator (key types 0 group,
-    1 transaction, 2 share). A missing internal topic is asked of the controller and the
-    answer is COORDINATOR_NOT_AVAILABLE until this broker's image has it."""
-    names = _internal_topic(s, key_type)
-    if names is None:
-        return None, ErrorCode.invalid_request, f"Unknown coordinator type {key_type}"
-    if not key:
-        return None, ErrorCode.invalid_request, "Coordinator key must not be empty"
-    topic, _parts_key, rf_key = names
-    t = s.image.topic(topic)
-    if t is None:
-        rf = s.config.get(rf_key)
-        live = len(s.image.live_brokers())
-        if live < rf:
-            # as Kafka's broker did, an ERROR naming the setting: the clients only retry
-            msg = (f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' "
-                   f"for the {topic} topic (configured via '{rf_key}').")
-            log.error("%s This error can be ignored if the cluster is starting up and not all brokers are up yet.",
-                      msg)
-            return None, ErrorCode.coordinator_not_available, msg
-        spec = internal_topic_to_create(s, key_type)
-        if spec is not None:
-            s.spawn(_create_quietly(s, spec))
-        return None, ErrorCode.coordinator_not_available, "The coordinator is not available."
-    partition = (java_string_hash(key) & 0x7FFFFFFF) % len(t.partitions)
-    leader = t.partitions[partition].leader
-    return leader, ErrorCode.none, None
-
-
-async def _create_quietly(s, spec: NewTopic) -> None:
-    try:
-        res = (await s.controllers.create_topics([spec]))[0]
-        if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
-            log.warning("Creation of internal topic %s failed: %s", spec.name, res.error)
-    except KafkaError as e:
-        log.warning("Creation of internal topic %s failed: %s", spec.name, e)
+def internal_topic_to_create(server, key_type: int) -> NewTopic | None:
+    """Transitional, for share.py until its handler takes a :class:`CoordinatorLookup`."""
+    return server.coordinators.internal_topic_to_create(key_type)

@@ -21,14 +21,15 @@ from __future__ import annotations
 import logging
 
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
 from ...protocol.fetch import FileRegion, FetchPartitionResponse, encode_fetch_response
 from ...replication.delayed import wait_for_bytes
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
-from ..quotas import ANONYMOUS
 from ...raft.wire import METADATA_TOPIC, METADATA_TOPIC_ID
-from ..context import NO_RESPONSE
-from .kiohelp import to_ms
+from ..context import CLUSTER_NAME, NO_RESPONSE, AclOperation, ResourceType
+from ...protocol.messages import to_ms
 
 log = logging.getLogger(__name__)
 
@@ -66,33 +67,44 @@ def _is_metadata_fetch(req) -> bool:
 
 
 class FetchApis:
-    def __init__(self, server):
-        self.server = server
-        self.sessions = FetchSessionCache(server.config.get("max.incremental.fetch.session.cache.slots"))
+    APIS = (Api(ApiKeys.FETCH, MIN_VERSION, MAX_VERSION, "fetch"),)
 
-    def register(self) -> None:
-        self.server.register(1, MIN_VERSION, MAX_VERSION, self.fetch)
+    def __init__(self, *, image, replica_manager, config, raft, controller_listener_names, clock, throttler):
+        """``raft``: the RaftManager that answers the controllers' Fetch of the metadata log on
+        the controller listeners (``controller_listener_names``)."""
+        self.image = image
+        self.replica_manager = replica_manager
+        self.config = config
+        self.raft = raft
+        self.controller_listener_names = controller_listener_names
+        self.clock = clock
+        self.throttler = throttler
+        self._throttle = throttler.throttle
+        self._fetch_quota = throttler.quotas.fetch
+        self.sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
 
     async def _raft_fetch(self, ctx, req):
-        resp = await self.server.raft.handle_request(1, ctx.api_version, req)
+        resp = await self.raft.handle_request(ApiKeys.FETCH, ctx.api_version, req)
         return NO_RESPONSE if resp is None else resp
 
     # ------------------------------------------------------------------ request -> partitions
     def fetch(self, ctx, req):
-        s = self.server
         v = ctx.api_version
         replica_id = getattr(req, "replica_id", -1)
         rs = getattr(req, "replica_state", None)
         if rs is not None and v >= 15:
             replica_id = rs.replica_id
-        if replica_id >= 0 and s.raft is not None and ctx.listener in s.controller_listener_names \
+        if replica_id >= 0 and self.raft is not None and ctx.listener in self.controller_listener_names \
                 and _is_metadata_fetch(req):
             return self._raft_fetch(ctx, req)
         if replica_id >= 0:
+            if ctx.authorizer is not None and not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                                                CLUSTER_NAME):
+                return self._follower_denied(v, req)
             # never throttled by client quotas: ahead of the quota checks
             return self._replica_fetch(v, req, replica_id, getattr(rs, "replica_epoch", -1) if rs is not None else -1)
-        image = s.image
-        now = s.clock.monotonic()
+        image = self.image
+        now = self.clock.monotonic()
         session_id = getattr(req, "session_id", 0)
         epoch = getattr(req, "session_epoch", FINAL_EPOCH)
         uses_ids = v >= 13
@@ -150,20 +162,39 @@ class FetchApis:
                                        getattr(fp, "current_leader_epoch", -1)))
 
         isolation = FETCH_TXN_COMMITTED if getattr(req, "isolation_level", 0) == 1 else FETCH_HIGH_WATERMARK
-        max_bytes = min(getattr(req, "max_bytes", 2**31 - 1), s.config.get("fetch.max.bytes"))
+        max_bytes = min(getattr(req, "max_bytes", 2**31 - 1), self.config.get("fetch.max.bytes"))
         min_bytes = req.min_bytes
         max_wait = to_ms(req.max_wait)
-        quotas = s.quotas
-        if quotas.fetch.enabled:  # never more than the client's quota allows in one window
-            max_bytes = int(min(max_bytes, quotas.fetch.max_value_in_window(ANONYMOUS, ctx.client_id or "")))
-        total, must_answer = self._read_all(items, isolation, max_bytes)
-        if max_wait <= 0 or not items or total >= min_bytes or must_answer:
+        fetch_quota = self._fetch_quota
+        if fetch_quota.enabled:  # never more than the client's quota allows in one window
+            max_bytes = int(min(max_bytes, fetch_quota.max_value_in_window(ctx.principal.name, ctx.client_id or "")))
+        readable = items if ctx.authorizer is None else self._authorized(ctx, items)
+        total, must_answer = self._read_all(readable, isolation, max_bytes)
+        if max_wait <= 0 or not readable or total >= min_bytes or must_answer:
             return self._answer(ctx, v, items, session, incremental, isolation, total)
-        return self._delayed(ctx, v, items, session, incremental, isolation, max_bytes, min_bytes - total, max_wait)
+        return self._delayed(ctx, v, items, readable, session, incremental, isolation, max_bytes, min_bytes - total,
+                             max_wait)
+
+    @staticmethod
+    def _authorized(ctx, items: list[_Item]) -> list[_Item]:
+        """The items whose topic the principal may READ; the others answer TOPIC_AUTHORIZATION_FAILED
+        (an unknown topic id stays UNKNOWN_TOPIC_ID), as Kafka's handleFetchRequest."""
+        allowed = {}
+        out = []
+        for it in items:
+            ok = it.topic is None or allowed.get(it.topic)
+            if ok is None:
+                ok = allowed[it.topic] = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, it.topic)
+            if ok:
+                out.append(it)
+            else:
+                it.error = int(ErrorCode.topic_authorization_failed)
+                it.result = None
+        return out
 
     # ------------------------------------------------------------------ reading
     def _read_all(self, items: list[_Item], isolation: int, max_bytes: int) -> tuple[int, bool]:
-        rm = self.server.replica_manager
+        rm = self.replica_manager
         remaining = max_bytes
         min_one = True
         total = 0
@@ -189,16 +220,26 @@ class FetchApis:
                 total += size
         return total, errors
 
-    async def _delayed(self, ctx, v, items, session, incremental, isolation, max_bytes, needed, max_wait_ms):
-        rm = self.server.replica_manager
-        await wait_for_bytes(rm, {(it.topic, it.partition) for it in items if it.topic is not None}, needed,
+    async def _delayed(self, ctx, v, items, readable, session, incremental, isolation, max_bytes, needed,
+                       max_wait_ms):
+        rm = self.replica_manager
+        await wait_for_bytes(rm, {(it.topic, it.partition) for it in readable if it.topic is not None}, needed,
                              max_wait_ms)
-        total, _errors = self._read_all(items, isolation, max_bytes)
+        total, _errors = self._read_all(readable, isolation, max_bytes)
         return self._answer(ctx, v, items, session, incremental, isolation, total)
 
     # ------------------------------------------------------------------ followers
+    @staticmethod
+    def _follower_denied(v, req):
+        """A replica without CLUSTER_ACTION: every partition TOPIC_AUTHORIZATION_FAILED, as Kafka."""
+        code = int(ErrorCode.topic_authorization_failed)
+        return encode_fetch_response(v, 0, 0, [
+            (ft.topic_id if v >= 13 else ft.topic,
+             [FetchPartitionResponse(fp.partition, code, -1, -1, -1, [], 0) for fp in ft.partitions])
+            for ft in req.topics])
+
     def _replica_fetch(self, v, req, replica_id: int, broker_epoch: int):
-        image = self.server.image
+        image = self.image
         items = []
         for ft in req.topics:
             if v >= 13:
@@ -208,7 +249,7 @@ class FetchApis:
                 name = key = ft.topic
             for fp in ft.partitions:
                 items.append((key, name, fp))
-        max_bytes = min(req.max_bytes, self.server.config.get("replica.fetch.response.max.bytes"))
+        max_bytes = min(req.max_bytes, self.config.get("replica.fetch.response.max.bytes"))
         out, total, must_answer, throttled = self._read_for_followers(items, replica_id, broker_epoch, max_bytes)
         max_wait = to_ms(req.max_wait)
         if max_wait <= 0 or total >= req.min_bytes or must_answer or not items:
@@ -216,7 +257,7 @@ class FetchApis:
         return self._replica_delayed(v, items, replica_id, broker_epoch, max_bytes, req.min_bytes - total, max_wait)
 
     async def _replica_delayed(self, v, items, replica_id, broker_epoch, max_bytes, needed, max_wait_ms):
-        rm = self.server.replica_manager
+        rm = self.replica_manager
         tps = {(name, fp.partition) for _key, name, fp in items if name is not None}
         quota = rm.quotas.leader
         held = None
@@ -231,7 +272,7 @@ class FetchApis:
     def _read_for_followers(self, items, replica_id: int, broker_epoch: int, max_bytes: int):
         """Per partition (topic key, FetchPartitionResponse); the bytes read; whether to answer
         at once (an error or a diverging epoch); the bytes of leader-throttled partitions."""
-        rm = self.server.replica_manager
+        rm = self.replica_manager
         quota = rm.quotas.leader
         throttling = bool(quota.throttled)
         now_ms = rm.now_ms() if throttling else 0
@@ -278,7 +319,7 @@ class FetchApis:
         """The answer; the records of leader-throttled partitions count in the leader's
         replication quota, in sync or not (Kafka counts them as the response is sent)."""
         if throttled:
-            rm = self.server.replica_manager
+            rm = self.replica_manager
             rm.quotas.leader.record(throttled, rm.now_ms())
         by_topic: dict = {}
         for key, pr in out:
@@ -289,11 +330,10 @@ class FetchApis:
         """The response, unless the client is over its fetch or request quota: then, as
         Kafka does, an empty response carrying the throttle time (the bytes read are not
         counted against the quota, as they are not sent)."""
-        s = self.server
-        fetch_quota = s.quotas.fetch
+        fetch_quota = self._fetch_quota
         if fetch_quota.enabled or ctx.start_ns:
-            if s.throttle(ctx, fetch_quota, total):
-                fetch_quota.unrecord(ANONYMOUS, ctx.client_id or "", total, s._now_ms())
+            if self._throttle(ctx, fetch_quota, total):
+                self.throttler.unrecord(ctx, fetch_quota, total)
                 if session is not None and not incremental:  # a full fetch opens no session when throttled
                     self.sessions.remove(session.id)
                     session = None
@@ -302,7 +342,6 @@ class FetchApis:
 
     # ------------------------------------------------------------------ response
     def _respond(self, v, items: list[_Item], session, incremental: bool, isolation: int):
-        s = self.server
         by_topic: dict = {}
         order = []
         for it in items:
@@ -317,7 +356,7 @@ class FetchApis:
             else:
                 pr = FetchPartitionResponse(it.partition, it.error, -1, -1, -1, [], 0)
                 if it.error == ErrorCode.not_leader_or_follower and v >= 12 and it.topic is not None:
-                    reg = s.replica_manager.image_partition(it.topic, it.partition)
+                    reg = self.replica_manager.image_partition(it.topic, it.partition)
                     if reg is not None:
                         pr.current_leader = (reg.leader, reg.leader_epoch)
             if incremental:

@@ -10,19 +10,25 @@ import asyncio
 
 from ...coordinator.group.classic import ClassicGroup
 from ...coordinator.group.consumer import ConsumerGroup, consumer_group_heartbeat
+from ...coordinator.group.requests import (
+    ConsumerGroupHeartbeat,
+    Heartbeat,
+    JoinGroup,
+    OffsetCommit,
+    OffsetCommitPartition,
+    OffsetDelete,
+    SyncGroup,
+)
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ...protocol.offset_commit import encode_offset_commit_response
 from .committed import committed, first_error, when_committed
 from .core import OMITTED_OPS
-from .kiohelp import Msg, to_ms
+from ...protocol.messages import Msg, to_ms
 
 GROUP_OPS = 0
 for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
     GROUP_OPS |= 1 << _op
-
-
-def code_of(name: str | None) -> ErrorCode:
-    return ErrorCode.none if name is None else ErrorCode[name]
 
 
 def heartbeat_failed(m, e: KafkaError):
@@ -37,7 +43,7 @@ def heartbeat_answer(m, r: dict):
     if r["assignment"] is not None:
         assignment = m("Assignment", topic_partitions=tuple(
             m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in r["assignment"].items()))
-    return m(throttle_time=0, error_code=code_of(r["error"]), error_message=r["message"], member_id=r["member_id"],
+    return m(throttle_time=0, error_code=r["error"], error_message=r["message"], member_id=r["member_id"],
              member_epoch=r["member_epoch"], heartbeat_interval=r["heartbeat_interval_ms"], assignment=assignment)
 
 
@@ -47,18 +53,18 @@ class GroupApis:
 
     def register(self) -> None:
         s = self.server
-        s.register(11, 0, 9, self.join_group)
-        s.register(14, 0, 5, self.sync_group)
-        s.register(12, 0, 4, self.heartbeat)
-        s.register(13, 0, 5, self.leave_group)
-        s.register(8, 2, 10, self.offset_commit)
-        s.register(9, 1, 10, self.offset_fetch)
-        s.register(47, 0, 0, self.offset_delete)
-        s.register(15, 0, 6, self.describe_groups)
-        s.register(16, 0, 5, self.list_groups)
-        s.register(42, 0, 2, self.delete_groups)
-        s.register(68, 0, 1, self.consumer_group_heartbeat)
-        s.register(69, 0, 1, self.consumer_group_describe)
+        s.register(ApiKeys.JOIN_GROUP, 0, 9, self.join_group)
+        s.register(ApiKeys.SYNC_GROUP, 0, 5, self.sync_group)
+        s.register(ApiKeys.HEARTBEAT, 0, 4, self.heartbeat)
+        s.register(ApiKeys.LEAVE_GROUP, 0, 5, self.leave_group)
+        s.register(ApiKeys.OFFSET_COMMIT, 2, 10, self.offset_commit)
+        s.register(ApiKeys.OFFSET_FETCH, 1, 10, self.offset_fetch)
+        s.register(ApiKeys.OFFSET_DELETE, 0, 0, self.offset_delete)
+        s.register(ApiKeys.DESCRIBE_GROUPS, 0, 6, self.describe_groups)
+        s.register(ApiKeys.LIST_GROUPS, 0, 5, self.list_groups)
+        s.register(ApiKeys.DELETE_GROUPS, 0, 2, self.delete_groups)
+        s.register(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0, 1, self.consumer_group_heartbeat)
+        s.register(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0, 1, self.consumer_group_describe)
 
     @property
     def gc(self):
@@ -70,19 +76,19 @@ class GroupApis:
     # ------------------------------------------------------------------ JoinGroup
     def join_group(self, ctx, req):
         v = ctx.api_version
-        m = Msg(11, v)
+        m = Msg(ApiKeys.JOIN_GROUP, v)
 
         def build(r: dict):
             members = tuple(m("JoinGroupResponseMember", member_id=x["member_id"],
                               group_instance_id=x["group_instance_id"], metadata=x["metadata"])
                             for x in r.get("members") or [])
-            return m(throttle_time=0, error_code=code_of(r["error"]), generation_id=r["generation_id"],
+            return m(throttle_time=0, error_code=r["error"], generation_id=r["generation_id"],
                      protocol_type=r["protocol_type"], protocol_name=r["protocol_name"] if v >= 7 or r["protocol_name"]
                      else ("" if v < 7 else None), leader=r["leader"], skip_assignment=r["skip_assignment"],
                      member_id=r["member_id"], members=members)
 
         def failed(code: ErrorCode):
-            return build({"error": code.name, "member_id": req.member_id, "generation_id": -1, "protocol_type": None,
+            return build({"error": code, "member_id": req.member_id, "generation_id": -1, "protocol_type": None,
                           "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
 
         try:
@@ -92,13 +98,10 @@ class GroupApis:
         session = to_ms(req.session_timeout)
         rebalance = to_ms(req.rebalance_timeout) if v >= 1 else session
         fut, reply = self._reply(req.group_id)
-        shard.join_group({
-            "group_id": req.group_id, "member_id": req.member_id,
-            "group_instance_id": getattr(req, "group_instance_id", None), "protocol_type": req.protocol_type,
-            "protocols": [(p.name, p.metadata) for p in req.protocols], "session_timeout_ms": session,
-            "rebalance_timeout_ms": rebalance, "client_id": ctx.client_id, "client_host": self._host(ctx),
-            "require_known_member_id": v >= 4, "supports_skip_assignment": v >= 9,
-        }, reply)
+        shard.join_group(JoinGroup(
+            req.group_id, req.member_id, req.protocol_type, [(p.name, p.metadata) for p in req.protocols], session,
+            rebalance, getattr(req, "group_instance_id", None), ctx.client_id, self._host(ctx),
+            require_known_member_id=v >= 4, supports_skip_assignment=v >= 9), reply)
         return self._await(fut, build, failed)
 
     def _reply(self, group_id: str):
@@ -120,44 +123,40 @@ class GroupApis:
     # ------------------------------------------------------------------ SyncGroup
     def sync_group(self, ctx, req):
         v = ctx.api_version
-        m = Msg(14, v)
+        m = Msg(ApiKeys.SYNC_GROUP, v)
 
         def build(r: dict):
-            return m(throttle_time=0, error_code=code_of(r["error"]), protocol_type=r.get("protocol_type"),
+            return m(throttle_time=0, error_code=r["error"], protocol_type=r.get("protocol_type"),
                      protocol_name=r.get("protocol_name"), assignment=r.get("assignment") or b"")
 
         if not req.group_id:
-            return build({"error": "invalid_group_id"})
+            return build({"error": ErrorCode.invalid_group_id})
         try:
             shard = self.gc.shard_for(req.group_id)
         except KafkaError as e:
-            return build({"error": e.code.name})
+            return build({"error": e.code})
         fut, reply = self._reply(req.group_id)
-        shard.sync_group({
-            "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
-            "group_instance_id": getattr(req, "group_instance_id", None),
-            "protocol_type": getattr(req, "protocol_type", None), "protocol_name": getattr(req, "protocol_name", None),
-            "assignments": {a.member_id: a.assignment for a in req.assignments},
-        }, reply)
-        return self._await(fut, build, lambda code: build({"error": code.name}))
+        shard.sync_group(SyncGroup(
+            req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None),
+            getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
+            {a.member_id: a.assignment for a in req.assignments}), reply)
+        return self._await(fut, build, lambda code: build({"error": code}))
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
     def heartbeat(self, ctx, req):
-        m = Msg(12, ctx.api_version)
+        m = Msg(ApiKeys.HEARTBEAT, ctx.api_version)
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         try:
-            err = self.gc.shard_for(req.group_id).heartbeat({
-                "group_id": req.group_id, "member_id": req.member_id, "generation_id": req.generation_id,
-                "group_instance_id": getattr(req, "group_instance_id", None)})
-            code = code_of(err)
+            code = self.gc.shard_for(req.group_id).heartbeat(Heartbeat(
+                req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None)))
         except KafkaError as e:
             code = e.code
         return m(throttle_time=0, error_code=code)
 
     def leave_group(self, ctx, req):
         v = ctx.api_version
-        m = Msg(13, v)
+        m = Msg(ApiKeys.LEAVE_GROUP, v)
         members = ([(x.member_id, x.group_instance_id) for x in req.members] if v >= 3 else [(req.member_id, None)])
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id, members=())
@@ -166,11 +165,11 @@ class GroupApis:
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, members=())
         if v < 3:
-            code = code_of(err) if err else (code_of(results[0][2]) if results else ErrorCode.none)
+            code = err or (results[0][2] if results else ErrorCode.none)
             resp = m(throttle_time=0, error_code=code)
         else:
-            resp = m(throttle_time=0, error_code=code_of(err), members=tuple(
-                m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=code_of(e))
+            resp = m(throttle_time=0, error_code=err, members=tuple(
+                m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=e)
                 for mid, iid, e in results))
         return self._when_committed(req.group_id, resp,
                                     lambda code: m(throttle_time=0, error_code=code, members=()))
@@ -195,20 +194,19 @@ class GroupApis:
                     errors[(key, p.partition_index)] = (ErrorCode.unknown_topic_id if v >= 10
                                                         else ErrorCode.unknown_topic_or_partition)
                     continue
-                topics.setdefault(name, []).append((p.partition_index, p.committed_offset,
-                                                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+                topics.setdefault(name, []).append(OffsetCommitPartition(
+                    p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata))
         group_error = None
         results = {}
         if topics:
             try:
-                results = self.gc.shard_for(req.group_id).commit_offsets({
-                    "group_id": req.group_id, "generation_id": getattr(req, "generation_id_or_member_epoch", -1),
-                    "member_id": req.member_id, "group_instance_id": getattr(req, "group_instance_id", None),
-                    "retention_ms": to_ms(req.retention_time) if hasattr(req, "retention_time") else -1,
-                    "topics": topics, "api_version": v})
-                if "_group" in results:
-                    group_error = code_of(results["_group"])
-            except KafkaError as e:
+                commit = OffsetCommit(
+                    req.group_id, topics, req.member_id, getattr(req, "generation_id_or_member_epoch", -1),
+                    getattr(req, "group_instance_id", None),
+                    to_ms(req.retention_time) if hasattr(req, "retention_time") else -1, v)
+                results = self.gc.run_write(req.group_id, lambda shard: shard.commit_offsets(commit))
+            except KafkaError as e:  # the group's refusal, or a failed append
                 group_error = e.code
 
         def respond(group_error):
@@ -216,7 +214,7 @@ class GroupApis:
             for key, part, name in keys:
                 code = errors.get((key, part))
                 if code is None:
-                    code = group_error if group_error is not None else code_of(results.get((name, part)))
+                    code = group_error if group_error is not None else results.get((name, part), ErrorCode.none)
                 by_topic.setdefault(key, []).append((part, code))
             return encode_offset_commit_response(v, list(by_topic.items()))
 
@@ -225,7 +223,7 @@ class GroupApis:
     # ------------------------------------------------------------------ OffsetFetch
     def offset_fetch(self, ctx, req):
         v = ctx.api_version
-        m = Msg(9, v)
+        m = Msg(ApiKeys.OFFSET_FETCH, v)
         if v >= 8:
             groups = []
             for g in req.groups:
@@ -270,7 +268,7 @@ class GroupApis:
         except KafkaError as e:
             return (), e.code
         if err:
-            return (), code_of(err)
+            return (), err
         grouped_offsets: dict = {}
         for (topic, part), om in offsets.items():
             grouped_offsets.setdefault(topic, []).append((part, om))
@@ -297,18 +295,18 @@ class GroupApis:
 
     # ------------------------------------------------------------------ OffsetDelete
     def offset_delete(self, ctx, req):
-        m = Msg(47, ctx.api_version)
+        m = Msg(ApiKeys.OFFSET_DELETE, ctx.api_version)
         wanted = {t.name: [p.partition_index for p in t.partitions] for t in req.topics}
         if not req.group_id:
             return m(error_code=ErrorCode.invalid_group_id, throttle_time=0, topics=())
         try:
-            err, results = self.gc.shard_for(req.group_id).delete_offsets(req.group_id, wanted)
-        except KafkaError as e:
+            delete = OffsetDelete(req.group_id, wanted)
+            results = self.gc.run_write(req.group_id, lambda shard: shard.delete_offsets(delete))
+        except KafkaError as e:  # the group's refusal, or a failed append
             return m(error_code=e.code, throttle_time=0, topics=())
-        if err:
-            return m(error_code=code_of(err), throttle_time=0, topics=())
         topics = tuple(m("OffsetDeleteResponseTopic", name=t, partitions=tuple(
-            m("OffsetDeleteResponsePartition", partition_index=p, error_code=code_of(results.get((t, p)))) for p in ps))
+            m("OffsetDeleteResponsePartition", partition_index=p, error_code=results.get((t, p), ErrorCode.none))
+            for p in ps))
             for t, ps in wanted.items())
         return self._when_committed(req.group_id, m(error_code=ErrorCode.none, throttle_time=0, topics=topics),
                                     lambda code: m(error_code=code, throttle_time=0, topics=()))
@@ -316,7 +314,7 @@ class GroupApis:
     # ------------------------------------------------------------------ admin
     def describe_groups(self, ctx, req):
         v = ctx.api_version
-        m = Msg(15, v)
+        m = Msg(ApiKeys.DESCRIBE_GROUPS, v)
         out = []
         for gid in req.groups:
             ops = GROUP_OPS if getattr(req, "include_authorized_operations", False) else OMITTED_OPS
@@ -350,7 +348,7 @@ class GroupApis:
 
     def list_groups(self, ctx, req):
         v = ctx.api_version
-        m = Msg(16, v)
+        m = Msg(ApiKeys.LIST_GROUPS, v)
         states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
         out = []
@@ -363,14 +361,14 @@ class GroupApis:
         return m(throttle_time=0, error_code=ErrorCode.none, groups=tuple(out))
 
     def delete_groups(self, ctx, req):
-        m = Msg(42, ctx.api_version)
+        m = Msg(ApiKeys.DELETE_GROUPS, ctx.api_version)
         out = []
         shares = []  # deleted share groups: their share-partition state goes too
         for gid in req.groups_names:
             try:
                 shard = self.gc.shard_for(gid)
                 share = getattr(shard.groups.get(gid), "type", None) == "share"
-                code = code_of(shard.delete_group(gid))
+                code = self.gc.apply(shard, shard.delete_group(gid))
                 if share and code == ErrorCode.none:
                     shares.append(gid)
             except KafkaError as e:
@@ -412,28 +410,25 @@ class GroupApis:
     # ------------------------------------------------------------------ KIP-848
     def consumer_group_heartbeat(self, ctx, req):
         v = ctx.api_version
-        m = Msg(68, v)
+        m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, v)
         owned = None
         if req.topic_partitions is not None:
             owned = {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions}
         try:
             shard = self.gc.shard_for(req.group_id)
-            r = consumer_group_heartbeat(shard, {
-                "group_id": req.group_id, "member_id": req.member_id, "member_epoch": req.member_epoch,
-                "instance_id": req.instance_id, "rack_id": req.rack_id,
-                "rebalance_timeout_ms": to_ms(req.rebalance_timeout),
-                "subscribed_topic_names": list(req.subscribed_topic_names)
-                if req.subscribed_topic_names is not None else None,
-                "subscribed_topic_regex": getattr(req, "subscribed_topic_regex", None),
-                "server_assignor": req.server_assignor, "topic_partitions": owned,
-                "client_id": ctx.client_id or "", "client_host": self._host(ctx)}, v)
+            r = consumer_group_heartbeat(shard, ConsumerGroupHeartbeat(
+                req.group_id, req.member_id, req.member_epoch, req.instance_id, req.rack_id,
+                to_ms(req.rebalance_timeout),
+                list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
+                getattr(req, "subscribed_topic_regex", None), req.server_assignor, owned,
+                ctx.client_id or "", self._host(ctx)), v)
         except KafkaError as e:
             return heartbeat_failed(m, e)
         return self._when_committed(req.group_id, heartbeat_answer(m, r),
                                     lambda code: heartbeat_failed(m, KafkaError(code)))
 
     def consumer_group_describe(self, ctx, req):
-        m = Msg(69, ctx.api_version)
+        m = Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, ctx.api_version)
         image = self.server.image
         out = []
         ops = GROUP_OPS if req.include_authorized_operations else OMITTED_OPS

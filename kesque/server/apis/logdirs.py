@@ -1,30 +1,29 @@
 """DescribeLogDirs and AlterReplicaLogDirs (moves between this broker's log dirs:
-:mod:`kesque.replication.alter_log_dirs`)."""
+:mod:`kesque.server.drivers.alter_log_dirs`)."""
 
 from __future__ import annotations
 
 import shutil
 
 from ...errors import ErrorCode
-from .kiohelp import Msg
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
 
 # the longest topic-N.<32 hex>-future directory name a file system takes (Kafka's KAFKA-4893 check)
 MAX_DIR_NAME = 255
 
 
 class LogDirApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (Api(ApiKeys.ALTER_REPLICA_LOG_DIRS, 1, 2, "alter_replica_log_dirs"),
+            Api(ApiKeys.DESCRIBE_LOG_DIRS, 1, 5, "describe_log_dirs"))
 
-    log_manager = property(lambda self: self.server.log_manager)
-    mover = property(lambda self: self.server.log_dir_mover)
-
-    def register(self) -> None:
-        self.server.register(34, 1, 2, self.alter_replica_log_dirs)
-        self.server.register(35, 1, 5, self.describe_log_dirs)
+    def __init__(self, *, log_manager, mover):
+        self.log_manager = log_manager
+        self.mover = mover  # the LogDirMover
 
     def alter_replica_log_dirs(self, ctx, req):
-        m = Msg(34, ctx.api_version)
+        m = Msg(ApiKeys.ALTER_REPLICA_LOG_DIRS, ctx.api_version)
         wanted: dict[tuple[str, int], str] = {}
         for d in req.dirs:
             for t in d.topics:
@@ -42,7 +41,7 @@ class LogDirApis:
             m("AlterReplicaLogDirTopicResult", topic_name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
 
     def describe_log_dirs(self, ctx, req):
-        m = Msg(35, ctx.api_version)
+        m = Msg(ApiKeys.DESCRIBE_LOG_DIRS, ctx.api_version)
         lm = self.log_manager
         wanted = None
         if req.topics is not None:

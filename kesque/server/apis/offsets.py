@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
 from ...records.records import iter_records
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 EARLIEST = -2
 LATEST = -1
@@ -16,19 +18,17 @@ CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
 class OffsetApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (Api(ApiKeys.LIST_OFFSETS, 1, 11, "list_offsets"),
+            Api(ApiKeys.DELETE_RECORDS, 0, 2, "delete_records"),
+            Api(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 2, 4, "offset_for_leader_epoch"))
 
-    def register(self) -> None:
-        s = self.server
-        s.register(2, 1, 11, self.list_offsets)
-        s.register(21, 0, 2, self.delete_records)
-        s.register(23, 2, 4, self.offset_for_leader_epoch)
+    def __init__(self, *, replica_manager):
+        self.replica_manager = replica_manager
 
     # ------------------------------------------------------------------ ListOffsets
     def list_offsets(self, ctx, req):
         v = ctx.api_version
-        m = Msg(2, v)
+        m = Msg(ApiKeys.LIST_OFFSETS, v)
         committed = getattr(req, "isolation_level", 0) == 1
         topics = []
         seen = set()
@@ -38,8 +38,7 @@ class OffsetApis:
                 key = (t.name, p.partition_index)
                 if key in seen:
                     parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index,
-                                   error_code=ErrorCode.invalid_request, timestamp=-1, offset=-1, leader_epoch=-1,
-                                   old_style_offsets=()))
+                                   error_code=ErrorCode.invalid_request, timestamp=-1, offset=-1, leader_epoch=-1))
                     continue
                 seen.add(key)
                 try:
@@ -50,13 +49,13 @@ class OffsetApis:
                 except KafkaError as e:
                     ts, off, epoch, err = -1, -1, -1, e.code
                 parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index, error_code=err,
-                               timestamp=ts, offset=off, leader_epoch=epoch, old_style_offsets=()))
+                               timestamp=ts, offset=off, leader_epoch=epoch))
             topics.append(m("ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
         return m(throttle_time=0, topics=tuple(topics))
 
     def _offset_for(self, topic: str, partition: int, timestamp: int, current_epoch: int, committed: bool,
                     replica_id: int) -> tuple[int, int, int]:
-        part = self.server.replica_manager.get_partition(topic, partition)
+        part = self.replica_manager.get_partition(topic, partition)
         part.check_leader_epoch(current_epoch, require_leader=replica_id != DEBUGGING_REPLICA_ID)
         lg = part.log
         cache = lg.leader_epoch_cache
@@ -121,8 +120,8 @@ class OffsetApis:
 
     # ------------------------------------------------------------------ DeleteRecords
     def delete_records(self, ctx, req):
-        m = Msg(21, ctx.api_version)
-        rm = self.server.replica_manager
+        m = Msg(ApiKeys.DELETE_RECORDS, ctx.api_version)
+        rm = self.replica_manager
         topics = []
         for t in req.topics:
             parts = []
@@ -139,8 +138,8 @@ class OffsetApis:
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     def offset_for_leader_epoch(self, ctx, req):
-        m = Msg(23, ctx.api_version)
-        rm = self.server.replica_manager
+        m = Msg(ApiKeys.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
+        rm = self.replica_manager
         topics = []
         for t in req.topics:
             parts = []

@@ -14,11 +14,13 @@ import inspect
 import logging
 
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
 from ...records import batch as rb
 from ...replication.delayed import wait_for_acks
 from ...storage.validator import RecordValidationError
-from ..context import NO_RESPONSE, CloseConnection
+from ..context import NO_RESPONSE, AclOperation, CloseConnection, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +38,19 @@ class ProduceApis:
     one does, the connection's later produce requests wait for its appends (``_appending``: a
     connection's last produce not yet past its appends), so none of them can overtake it."""
 
-    def __init__(self, server):
-        self.server = server
-        self._appending: dict = {}  # connection -> asyncio.Future set once that request has appended
+    APIS = (Api(ApiKeys.PRODUCE, MIN_VERSION, MAX_VERSION, "produce", raw=True, refused_below=MIN_USABLE_VERSION),)
 
-    def register(self) -> None:
-        self.server.register(0, MIN_VERSION, MAX_VERSION, self.produce, raw=True, refused_below=MIN_USABLE_VERSION)
+    def __init__(self, *, image, replica_manager, config, node_id: int, txn_coordinator, txn_verifier, throttler):
+        self.image = image
+        self.replica_manager = replica_manager
+        self.config = config
+        self.node_id = node_id
+        self.txn_coordinator = txn_coordinator
+        self.txn_verifier = txn_verifier  # asks other brokers' transaction coordinators (KIP-890)
+        self.throttler = throttler
+        self._throttle = throttler.throttle
+        self._produce_quota = throttler.quotas.produce
+        self._appending: dict = {}  # connection -> asyncio.Future set once that request has appended
 
     def produce(self, ctx, body):
         conn = ctx.connection
@@ -97,9 +106,10 @@ class ProduceApis:
         """The appends of a decoded request of ``size`` bytes, with its KIP-890 ``verdicts`` asked before
         (``_pre_verifications``) and the verification ``guards`` those started."""
         v = ctx.api_version
-        require_verification = self.server.txn_coordinator.verification_enabled
-        rm = self.server.replica_manager
-        image = self.server.image
+        require_verification = self.txn_coordinator.verification_enabled
+        rm = self.replica_manager
+        image = self.image
+        authorizer = ctx.authorizer  # None: no authorizer, everything is allowed
         topics_out = []
         failed = False
         waiting: dict = {}   # acks=all: (topic, partition) -> the offset the HW must pass, and its response
@@ -116,6 +126,8 @@ class ProduceApis:
                 name = t.name if t else None
                 key = topic.topic_id
             parts_out = []
+            denied = authorizer is not None and name is not None and \
+                not authorizer.authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, name)
             for p in topic.partitions:
                 r = PartitionResponse(p.index)
                 if unauthorized and v >= MIN_USABLE_VERSION:
@@ -125,6 +137,8 @@ class ProduceApis:
                     r.error_message = f"Produce v{v} is not supported; use v{MIN_USABLE_VERSION} or later"
                 elif name is None:
                     r.error_code = int(ErrorCode.unknown_topic_id)
+                elif denied:
+                    r.error_code = int(ErrorCode.topic_authorization_failed)
                 elif p.records is None or len(p.records) == 0:
                     r.error_code = int(ErrorCode.invalid_record)
                     r.error_message = f"Produce requests with version {v} must have at least one record batch " \
@@ -166,9 +180,9 @@ class ProduceApis:
                 parts_out.append(r)
             topics_out.append((key, parts_out))
         throttle_ms = 0
-        quotas = self.server.quotas
-        if quotas.produce.enabled or ctx.start_ns:  # the request's size, as Kafka's produce quota counts it
-            throttle_ms = self.server.throttle(ctx, quotas.produce, ctx.header.body_offset + size)
+        quota = self._produce_quota
+        if quota.enabled or ctx.start_ns:  # the request's size, as Kafka's produce quota counts it
+            throttle_ms = self._throttle(ctx, quota, ctx.header.body_offset + size)
         if req.acks == 0:
             if failed:
                 raise CloseConnection("acks=0 produce request failed; closing connection to notify the client")
@@ -180,7 +194,7 @@ class ProduceApis:
     async def _after_acks(self, v, topics_out, throttle_ms: int, waiting: dict, timeout_ms: int):
         """Kafka's DelayedProduce: answered once every acks=all append is below the high
         watermark (or failed over, or timed out)."""
-        codes = await wait_for_acks(self.server.replica_manager, {tp: off for tp, (off, _r) in waiting.items()},
+        codes = await wait_for_acks(self.replica_manager, {tp: off for tp, (off, _r) in waiting.items()},
                                     timeout_ms)
         for tp, (_off, r) in waiting.items():
             code = codes[tp]
@@ -196,12 +210,12 @@ class ProduceApis:
         """KIP-951: NOT_LEADER_OR_FOLLOWER carries the leader the image names, so that the
         client can go there without a metadata round trip."""
         if r.error_code == ErrorCode.not_leader_or_follower:
-            reg = self.server.replica_manager.image_partition(topic, partition)
+            reg = self.replica_manager.image_partition(topic, partition)
             if reg is not None:
                 r.leader_id, r.leader_epoch = reg.leader, reg.leader_epoch
 
     def _log_start_offset(self, topic: str, partition: int) -> int:
-        part = self.server.replica_manager.partitions.get((topic, partition))
+        part = self.replica_manager.partitions.get((topic, partition))
         return part.log.log_start_offset if part is not None else -1
 
     def _verified(self, txn_id: str | None, topic: str, p, r: PartitionResponse, version: int,
@@ -220,7 +234,7 @@ class ProduceApis:
             code, msg = verdicts[tp]
         else:
             guards[tp] = self._start_verification(tp, h, False)
-            code, msg = self.server.txn_coordinator.verify_produce(txn_id, h.producer_id, h.producer_epoch, topic,
+            code, msg = self.txn_coordinator.verify_produce(txn_id, h.producer_id, h.producer_epoch, topic,
                                                                    p.index, version > 10)
         if code == ErrorCode.none:
             return True
@@ -232,11 +246,11 @@ class ProduceApis:
         """The header of a transactional batch that needs the coordinator's verification (the
         first of its transaction here), else None. ``add``: a TV2 producer's batch, which the
         leader adds to the transaction whether or not verification is enabled."""
-        if topic is None or not (add or self.server.txn_coordinator.verification_enabled) or p.records is None or \
+        if topic is None or not (add or self.txn_coordinator.verification_enabled) or p.records is None or \
                 len(p.records) < rb.HEADER_SIZE or \
                 p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) != rb.TRANSACTIONAL_FLAG:
             return None
-        part = self.server.replica_manager.partitions.get((topic, p.index))
+        part = self.replica_manager.partitions.get((topic, p.index))
         if part is None:
             return None
         h = rb.read_header(p.records)
@@ -251,7 +265,7 @@ class ProduceApis:
     def _start_verification(self, tp: tuple[str, int], h, supports_epoch_bump: bool):
         """Kafka's maybeStartTransactionVerification: the partition remembers the producer's
         pending verification (and the lowest sequence it saw) before the coordinator is asked."""
-        return self.server.replica_manager.start_transaction_verification(
+        return self.replica_manager.start_transaction_verification(
             *tp, h.producer_id, h.base_sequence, h.producer_epoch, supports_epoch_bump)
 
     def _pre_verifications(self, req, version: int, guards: dict):
@@ -261,15 +275,15 @@ class ProduceApis:
         answers inline in ``_verified``). A TV2 producer's Produce v12+ has its partitions added
         (KIP-890 part 2), by the local coordinator or with AddPartitionsToTxn to a remote one;
         otherwise only a coordinator on another broker is asked here (verify_only)."""
-        verifier = self.server.txn_verifier
-        tc = self.server.txn_coordinator
+        verifier = self.txn_verifier
+        tc = self.txn_coordinator
         if not req.transactional_id:
             return None
         add = tc.tv2(version >= 12)
         if not add and not tc.verification_enabled:
             return None
         node = verifier.coordinator_node(req.transactional_id)
-        if not add and (node is None or node == self.server.node_id):
+        if not add and (node is None or node == self.node_id):
             return None
         tps, h, headers = [], None, {}
         for name, p in self._partitions(req, version):
@@ -294,7 +308,7 @@ class ProduceApis:
         (the previous transaction's marker ends the one started before); what is still
         CONCURRENT_TRANSACTIONS then reaches the producer as it is, which retries it (Kafka's
         maybeRetryOnConcurrentTransactions)."""
-        cfg = self.server.config
+        cfg = self.config
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(cfg.get("add.partitions.to.txn.retry.backoff.max.ms"),
                                      cfg.get("request.timeout.ms")) / 1000
@@ -315,11 +329,11 @@ class ProduceApis:
                 guards[tp] = self._start_verification(tp, ph, True)
             if all(guards[tp] is None for tp in tps):
                 return {tp: (ErrorCode.none, None) for tp in tps}
-            answer = self.server.txn_verifier.verify(txn_id, h.producer_id, h.producer_epoch, tps, version > 10, True)
+            answer = self.txn_verifier.verify(txn_id, h.producer_id, h.producer_epoch, tps, version > 10, True)
 
     def _partitions(self, req, version: int):
         """(topic name, partition data) of a request (the name None for an unknown topic id)."""
-        image = self.server.image
+        image = self.image
         for topic in req.topics:
             if version >= 13:
                 t = image.topics_by_id.get(topic.topic_id)

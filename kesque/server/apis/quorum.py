@@ -13,34 +13,37 @@ from __future__ import annotations
 from ...errors import ErrorCode, KafkaError
 from ...controller import cluster_control
 from ...controller.replication_control import ELECTION_TYPES
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
 from ...raft import wire
-from ...replication import alter_partition
+from ..drivers import alter_partition
 from ..context import NO_RESPONSE
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 
 class QuorumApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (
+        *(Api(key, wire.VERSIONS[name].start, wire.VERSIONS[name].stop - 1, "raft_rpc", controller_only=True)
+          for key, name in ((ApiKeys.VOTE, "vote"), (ApiKeys.BEGIN_QUORUM_EPOCH, "begin_quorum_epoch"),
+                            (ApiKeys.END_QUORUM_EPOCH, "end_quorum_epoch"),
+                            (ApiKeys.FETCH_SNAPSHOT, "fetch_snapshot"))),
+        Api(ApiKeys.BROKER_REGISTRATION, 0, 4, "broker_registration", controller_only=True),
+        Api(ApiKeys.BROKER_HEARTBEAT, 0, 1, "broker_heartbeat", controller_only=True),
+        Api(ApiKeys.ALLOCATE_PRODUCER_IDS, 0, 0, "allocate_producer_ids", controller_only=True),
+        Api(ApiKeys.ASSIGN_REPLICAS_TO_DIRS, 0, 0, "assign_replicas_to_dirs", controller_only=True),
+        Api(ApiKeys.UNREGISTER_BROKER, 0, 0, "unregister_broker"),  # kafka-cluster.sh unregister: any listener
+        Api(ApiKeys.DESCRIBE_QUORUM, 0, 2, "describe_quorum"),
+        Api(ApiKeys.ALTER_PARTITION, alter_partition.VERSIONS.start, alter_partition.VERSIONS.stop - 1,
+            "alter_partition", controller_only=True),
+        Api(ApiKeys.ELECT_LEADERS, 0, 2, "elect_leaders"),
+    )
 
-    def register(self) -> None:
-        s = self.server
-        for key, api in ((52, "vote"), (53, "begin_quorum_epoch"), (54, "end_quorum_epoch"),
-                         (59, "fetch_snapshot")):
-            versions = wire.VERSIONS[api]
-            s.register(key, versions.start, versions.stop - 1, self.raft_rpc, controller_only=True)
-        s.register(62, 0, 4, self.broker_registration, controller_only=True)
-        s.register(63, 0, 1, self.broker_heartbeat, controller_only=True)
-        s.register(67, 0, 0, self.allocate_producer_ids, controller_only=True)
-        s.register(73, 0, 0, self.assign_replicas_to_dirs, controller_only=True)
-        s.register(64, 0, 0, self.unregister_broker)  # kafka-cluster.sh unregister: any listener
-        s.register(55, 0, 2, self.describe_quorum)
-        s.register(56, alter_partition.VERSIONS.start, alter_partition.VERSIONS.stop - 1, self.alter_partition,
-                   controller_only=True)
-        s.register(43, 0, 2, self.elect_leaders)
+    def __init__(self, *, raft, controllers):
+        self.raft = raft  # the RaftManager of __cluster_metadata
+        self.controllers = controllers
 
     async def raft_rpc(self, ctx, req):
-        raft = self.server.raft
+        raft = self.raft
         if raft is None:
             return NO_RESPONSE
         resp = await raft.handle_request(ctx.header.api_key, ctx.api_version, req)
@@ -48,47 +51,46 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ DescribeQuorum
     def describe_quorum(self, ctx, req):
-        s = self.server
         if not wire.is_metadata_partition(req):
-            m = Msg(55, ctx.api_version)
+            m = Msg(ApiKeys.DESCRIBE_QUORUM, ctx.api_version)
             return m(error_code=ErrorCode.unknown_topic_or_partition, error_message=None, topics=(), nodes=())
-        return s.controllers.dispatch(ctx, req, lambda: self._describe_local(ctx))
+        return self.controllers.dispatch(ctx, req, lambda: self._describe_local(ctx))
 
     def _describe_local(self, ctx):
-        raft = self.server.raft
+        raft = self.raft
         return wire.describe_quorum_response(raft.describe_quorum(), ctx.api_version)
 
     # ------------------------------------------------------------------ BrokerRegistration
     def broker_registration(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._register(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._register(ctx, req))
 
     async def _register(self, ctx, req):
-        m = Msg(62, ctx.api_version)
+        m = Msg(ApiKeys.BROKER_REGISTRATION, ctx.api_version)
         try:
-            epoch = await self.server.controllers.lifecycle_call("register", cluster_control.from_kio(req))
+            epoch = await self.controllers.lifecycle_call("register", cluster_control.from_kio(req))
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, broker_epoch=-1)
         return m(throttle_time=0, error_code=ErrorCode.none, broker_epoch=epoch)
 
     # ------------------------------------------------------------------ BrokerHeartbeat
     def broker_heartbeat(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._heartbeat(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._heartbeat(ctx, req))
 
     async def _heartbeat(self, ctx, req):
         try:
-            reply = await self.server.controllers.lifecycle_call("heartbeat", cluster_control.from_kio(req))
+            reply = await self.controllers.lifecycle_call("heartbeat", cluster_control.from_kio(req))
         except KafkaError as e:
             reply = cluster_control.HeartbeatReply(int(e.code))
         return cluster_control.to_kio(reply, ctx.api_version)
 
     # ------------------------------------------------------------------ AssignReplicasToDirs
     def assign_replicas_to_dirs(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._assign(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._assign(ctx, req))
 
     async def _assign(self, ctx, req):
         broker_id, broker_epoch, assignments = cluster_control.assign_request_from_kio(req)
         try:
-            answer = await self.server.controllers.lifecycle_call("assign_replicas_to_dirs", broker_id,
+            answer = await self.controllers.lifecycle_call("assign_replicas_to_dirs", broker_id,
                                                                   broker_epoch, assignments)
         except KafkaError as e:
             return cluster_control.assign_response_to_kio(int(e.code), {})
@@ -96,24 +98,24 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ UnregisterBroker
     def unregister_broker(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._unregister(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._unregister(ctx, req))
 
     async def _unregister(self, ctx, req):
-        m = Msg(64, ctx.api_version)
+        m = Msg(ApiKeys.UNREGISTER_BROKER, ctx.api_version)
         try:
-            await self.server.controllers.lifecycle_call("unregister", req.broker_id)
+            await self.controllers.lifecycle_call("unregister", req.broker_id)
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, error_message=e.message)
         return m(throttle_time=0, error_code=ErrorCode.none, error_message=None)
 
     # ------------------------------------------------------------------ AllocateProducerIds
     def allocate_producer_ids(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._allocate(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._allocate(ctx, req))
 
     async def _allocate(self, ctx, req):
-        m = Msg(67, ctx.api_version)
+        m = Msg(ApiKeys.ALLOCATE_PRODUCER_IDS, ctx.api_version)
         try:
-            start, length = await self.server.controllers.call("allocate_producer_ids", req.broker_id,
+            start, length = await self.controllers.call("allocate_producer_ids", req.broker_id,
                                                               req.broker_epoch)
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, producer_id_start=-1, producer_id_len=0)
@@ -121,22 +123,22 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ AlterPartition
     def alter_partition(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._alter_partition(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._alter_partition(ctx, req))
 
     async def _alter_partition(self, ctx, req):
         reqs = alter_partition.request_from_kio(req, ctx.api_version)
         try:
-            replies = await self.server.controllers.lifecycle_call("alter_partition", reqs, ctx.api_version)
+            replies = await self.controllers.lifecycle_call("alter_partition", reqs, ctx.api_version)
         except KafkaError as e:
             return alter_partition.response_to_kio(int(e.code), reqs, [], ctx.api_version)
         return alter_partition.response_to_kio(0, reqs, replies, ctx.api_version)
 
     # ------------------------------------------------------------------ ElectLeaders
     def elect_leaders(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._elect_leaders(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._elect_leaders(ctx, req))
 
     async def _elect_leaders(self, ctx, req):
-        m = Msg(43, ctx.api_version)
+        m = Msg(ApiKeys.ELECT_LEADERS, ctx.api_version)
         asked = None if req.topic_partitions is None else {}
         for t in req.topic_partitions or ():
             asked.setdefault(t.topic, []).extend(int(p) for p in t.partitions)
@@ -144,7 +146,7 @@ class QuorumApis:
         try:
             if election is None:
                 raise KafkaError(ErrorCode.invalid_request, f"Unknown election type {int(req.election_type)}")
-            results = {} if asked == {} else await self.server.controllers.lifecycle_call(
+            results = {} if asked == {} else await self.controllers.lifecycle_call(
                 "elect_leaders", election, asked, timeout_ms=_timeout_ms(req))
             error = ErrorCode.none
         except KafkaError as e:        # as Kafka's getErrorResponse: the error for every partition asked

@@ -8,8 +8,10 @@ entity as ClientQuotaControlManager and writes ClientQuotaRecords.
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
-from .. import quotas as qm
-from .kiohelp import Msg
+from ... import quotas as qm
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
@@ -58,21 +60,21 @@ def matches(entity: dict[str, str | None], exact: dict, specified: set, strict: 
 
 
 class QuotaApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (Api(ApiKeys.DESCRIBE_CLIENT_QUOTAS, 0, 1, "describe_client_quotas"),
+            Api(ApiKeys.ALTER_CLIENT_QUOTAS, 0, 1, "alter_client_quotas"))
 
-    def register(self) -> None:
-        self.server.register(48, 0, 1, self.describe_client_quotas)
-        self.server.register(49, 0, 1, self.alter_client_quotas)
+    def __init__(self, *, image, controllers):
+        self.image = image
+        self.controllers = controllers
 
     def describe_client_quotas(self, ctx, req):
-        m = Msg(48, ctx.api_version)
+        m = Msg(ApiKeys.DESCRIBE_CLIENT_QUOTAS, ctx.api_version)
         try:
             exact, specified = parse_filter(req.components)
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, error_message=e.message, entries=None)
         entries = []
-        for entity, values in sorted(self.server.image.client_quotas.items(), key=lambda kv: repr(kv[0])):
+        for entity, values in sorted(self.image.client_quotas.items(), key=lambda kv: repr(kv[0])):
             if matches(dict(entity), exact, specified, req.strict):
                 entries.append(m("EntryData",
                                  entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in entity),
@@ -80,14 +82,14 @@ class QuotaApis:
         return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
 
     def alter_client_quotas(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._alter_client_quotas(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._alter_client_quotas(ctx, req))
 
     async def _alter_client_quotas(self, ctx, req):
-        m = Msg(49, ctx.api_version)
+        m = Msg(ApiKeys.ALTER_CLIENT_QUOTAS, ctx.api_version)
         alterations = [([(e.entity_type, e.entity_name) for e in entry.entity],
                         [(op.key, None if op.remove else op.value) for op in entry.ops]) for entry in req.entries]
         try:
-            results = await self.server.controllers.call("alter_client_quotas", alterations, req.validate_only)
+            results = await self.controllers.call("alter_client_quotas", alterations, req.validate_only)
         except KafkaError as e:
             results = [(entries, e) for entries, _ops in alterations]
         out = tuple(m("EntryData", error_code=err.code if err else ErrorCode.none,

@@ -9,30 +9,30 @@ ListPartitionReassignments from the controller's committed image
 from __future__ import annotations
 
 from ...errors import ErrorCode, KafkaError
-from .kiohelp import Msg
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
 from .topics import _timeout_ms
 
 
 class ReassignmentApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (Api(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, 0, 1, "alter_partition_reassignments"),
+            Api(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0, 0, "list_partition_reassignments"))
 
-    def register(self) -> None:
-        s = self.server
-        s.register(45, 0, 1, self.alter_partition_reassignments)
-        s.register(46, 0, 0, self.list_partition_reassignments)
+    def __init__(self, *, controllers):
+        self.controllers = controllers
 
     # ------------------------------------------------------------------ AlterPartitionReassignments
     def alter_partition_reassignments(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._alter(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._alter(ctx, req))
 
     async def _alter(self, ctx, req):
-        m = Msg(45, ctx.api_version)
+        m = Msg(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, ctx.api_version)
         topics = [(t.name, [(p.partition_index, None if p.replicas is None else [int(r) for r in p.replicas])
                             for p in t.partitions]) for t in req.topics]
         allow = bool(getattr(req, "allow_replication_factor_change", True))
         try:
-            results = await self.server.controllers.call("alter_partition_reassignments", topics, allow,
+            results = await self.controllers.call("alter_partition_reassignments", topics, allow,
                                                          timeout_ms=_timeout_ms(req))
         except KafkaError as e:
             return m(throttle_time=0, allow_replication_factor_change=allow, error_code=e.code,
@@ -48,14 +48,14 @@ class ReassignmentApis:
 
     # ------------------------------------------------------------------ ListPartitionReassignments
     def list_partition_reassignments(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._list(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._list(ctx, req))
 
     async def _list(self, ctx, req):
-        m = Msg(46, ctx.api_version)
+        m = Msg(ApiKeys.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
         topics = None if req.topics is None else [(t.name, [int(i) for i in t.partition_indexes])
                                                    for t in req.topics]
         try:
-            found = await self.server.controllers.lifecycle_call("list_partition_reassignments", topics,
+            found = await self.controllers.lifecycle_call("list_partition_reassignments", topics,
                                                                  timeout_ms=_timeout_ms(req))
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, error_message=e.message, topics=())

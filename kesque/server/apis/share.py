@@ -13,15 +13,17 @@ import asyncio
 import inspect
 import logging
 
-from ...coordinator.group.share import ShareGroup, ShareHeartbeatError, create_empty_group, share_group_heartbeat
+from ...coordinator.group.requests import ShareGroupHeartbeat
+from ...coordinator.group.share import ShareGroup, create_empty_group, share_group_heartbeat
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ...share import enabled
-from ...share.manager import DEFAULT_MAX_RECORDS, SharePartitionManager
+from ..drivers.share_manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from .committed import when_committed
 from .core import OMITTED_OPS, internal_topic_to_create
 from .groups import GROUP_OPS, heartbeat_answer, heartbeat_failed
-from .kiohelp import Msg, to_ms
+from ...protocol.messages import Msg, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -36,22 +38,15 @@ class ShareGroupApis:
         s = self.server
         if not enabled(s.config):
             return
-        if hasattr(s, "replica_manager"):
-            from ..channel import Channel
-            from ..txn_channels import broker_resolver
-
-            # the share-state RPCs to other brokers' share coordinators (kesque/share/persister.py)
-            channel = Channel(broker_resolver(lambda: s.image, s.config), client_id=f"share-persister-{s.node_id}",
-                              request_timeout_ms=s.config.get("request.timeout.ms"))
-            s._channels = (*getattr(s, "_channels", ()), channel)
-            self.manager = s.share_manager = SharePartitionManager(s, channel)
-        s.register(76, 1, 1, self.share_group_heartbeat)
-        s.register(77, 1, 1, self.share_group_describe)
-        s.register(78, 1, 2, self.share_fetch)
-        s.register(79, 1, 2, self.share_acknowledge)
-        s.register(90, 0, 1, self.describe_share_group_offsets)
-        s.register(91, 0, 0, self.alter_share_group_offsets)
-        s.register(92, 0, 0, self.delete_share_group_offsets)
+        # transitional: the server's wiring builds the SharePartitionManager (next: a narrow constructor here)
+        self.manager = getattr(s, "share_manager", None)
+        s.register(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, 1, self.share_group_heartbeat)
+        s.register(ApiKeys.SHARE_GROUP_DESCRIBE, 1, 1, self.share_group_describe)
+        s.register(ApiKeys.SHARE_FETCH, 1, 2, self.share_fetch)
+        s.register(ApiKeys.SHARE_ACKNOWLEDGE, 1, 2, self.share_acknowledge)
+        s.register(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, self.describe_share_group_offsets)
+        s.register(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0, 0, self.alter_share_group_offsets)
+        s.register(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0, 0, self.delete_share_group_offsets)
 
     @property
     def gc(self):
@@ -74,21 +69,19 @@ class ShareGroupApis:
         return self._share_group_heartbeat(ctx, req)
 
     def _share_group_heartbeat(self, ctx, req):
-        m = Msg(76, ctx.api_version)
+        m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, ctx.api_version)
         try:
-            r = share_group_heartbeat(self.gc.shard_for(req.group_id), {
-                "group_id": req.group_id, "member_id": req.member_id, "member_epoch": req.member_epoch,
-                "rack_id": req.rack_id,
-                "subscribed_topic_names": list(req.subscribed_topic_names)
-                if req.subscribed_topic_names is not None else None,
-                "client_id": ctx.client_id or "", "client_host": "/" + ctx.client_host})
+            r = share_group_heartbeat(self.gc.shard_for(req.group_id), ShareGroupHeartbeat(
+                req.group_id, req.member_id, req.member_epoch, req.rack_id,
+                list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
+                ctx.client_id or "", "/" + ctx.client_host))
         except KafkaError as e:
             return heartbeat_failed(m, e)
         return when_committed(self.gc, [self.gc.partition_for(req.group_id)], heartbeat_answer(m, r),
                               lambda code: heartbeat_failed(m, KafkaError(code)))
 
     def share_group_describe(self, ctx, req):
-        m = Msg(77, ctx.api_version)
+        m = Msg(ApiKeys.SHARE_GROUP_DESCRIBE, ctx.api_version)
         image = self.server.image
         ops = GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
 
@@ -152,7 +145,7 @@ class ShareGroupApis:
         return ctx.api_version >= 2 and bool(getattr(req, "is_renew_ack", False))
 
     def share_fetch(self, ctx, req):
-        m = Msg(78, ctx.api_version)
+        m = Msg(ApiKeys.SHARE_FETCH, ctx.api_version)
         mgr = self.manager
         now = mgr.now_ms()
         self._expire_sessions(now)
@@ -333,7 +326,7 @@ class ShareGroupApis:
                  leader_epoch=reg.leader_epoch if reg is not None else -1)
 
     def share_acknowledge(self, ctx, req):
-        m = Msg(79, ctx.api_version)
+        m = Msg(ApiKeys.SHARE_ACKNOWLEDGE, ctx.api_version)
         mgr = self.manager
         now = mgr.now_ms()
         gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
@@ -373,7 +366,7 @@ class ShareGroupApis:
         (ReadShareGroupStateSummary, wherever it is), and (v1) its lag: records below the high
         watermark not yet delivery-complete. A partition without share state (nothing handed
         out yet) has start offset -1."""
-        m = Msg(90, ctx.api_version)
+        m = Msg(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, ctx.api_version)
         image = self.server.image
         out = []
         for rg in req.groups:
@@ -428,7 +421,7 @@ class ShareGroupApis:
     async def alter_share_group_offsets(self, ctx, req):
         """Set share-partition start offsets of an empty share group: each partition's state
         starts over at the offset (a new state epoch), so what was in flight is forgotten."""
-        m = Msg(91, ctx.api_version)
+        m = Msg(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, ctx.api_version)
 
         def top(code, msg):
             return m(throttle_time=0, error_code=code, error_message=msg, responses=())
@@ -469,10 +462,8 @@ class ShareGroupApis:
             g = shard.groups.get(group_id)
             if g is None and create:
                 g = create_empty_group(shard, group_id)
-        except KafkaError as e:
+        except KafkaError as e:  # a refusal (ShareHeartbeatError) or a failed write
             return e.code, e.message
-        except ShareHeartbeatError as e:
-            return ErrorCode[e.error], e.message
         if not isinstance(g, ShareGroup):
             return ErrorCode.group_id_not_found, (f"Group {group_id} not found." if g is None
                                                   else f"Group {group_id} is not a share group.")
@@ -484,7 +475,7 @@ class ShareGroupApis:
     async def delete_share_group_offsets(self, ctx, req):
         """Forget an empty share group's state for whole topics (their next fetch starts from
         share.auto.offset.reset again)."""
-        m = Msg(92, ctx.api_version)
+        m = Msg(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, ctx.api_version)
         err = self._empty_share_group(req.group_id)
         if err is not None:
             return m(throttle_time=0, error_code=err[0], error_message=err[1], responses=())

@@ -1,7 +1,7 @@
 """The share coordinator's inter-broker APIs (KIP-932): InitializeShareGroupState,
 ReadShareGroupState, WriteShareGroupState, DeleteShareGroupState and
 ReadShareGroupStateSummary, sent by share-partition leaders and group coordinators
-(kesque/share/persister.py).
+(kesque/server/drivers/share_persister.py).
 
 Thin: each partition of a request goes to the shard of ``__share_group_state`` that its key
 ``group:topic id:partition`` maps to (NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when this
@@ -16,31 +16,30 @@ from __future__ import annotations
 from ...coordinator.share.runtime import coordinator_key
 from ...coordinator.share.shard import summary
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
 from ...share import enabled
 from ...share.partition import StateBatch
 from .committed import committed
-from .kiohelp import Msg
+from ...protocol.messages import Msg
 
 NOT_FOUND = "The share-partition state was not found (never initialized)."
 
 
 class ShareStateApis:
-    def __init__(self, server):
-        self.server = server
+    @staticmethod
+    def apis(config) -> tuple[Api, ...]:
+        """Served when share groups are on (group.share.enable)."""
+        if not enabled(config):
+            return ()
+        return (Api(ApiKeys.INITIALIZE_SHARE_GROUP_STATE, 0, 0, "initialize"),
+                Api(ApiKeys.READ_SHARE_GROUP_STATE, 0, 0, "read"),
+                Api(ApiKeys.WRITE_SHARE_GROUP_STATE, 0, 0, "write"),
+                Api(ApiKeys.DELETE_SHARE_GROUP_STATE, 0, 0, "delete"),
+                Api(ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, "read_summary"))
 
-    def register(self) -> None:
-        s = self.server
-        if not enabled(s.config):
-            return
-        s.register(83, 0, 0, self.initialize)
-        s.register(84, 0, 0, self.read)
-        s.register(85, 0, 0, self.write)
-        s.register(86, 0, 0, self.delete)
-        s.register(87, 0, 1, self.read_summary)
-
-    @property
-    def sc(self):
-        return self.server.share_coordinator
+    def __init__(self, *, share_coordinator):
+        self.sc = share_coordinator  # None when share groups are off (no API is then bound)
 
     def _each(self, req, op):
         """``{(topic id, partition): (error code, message, result)}`` of ``op(shard, key, p)``."""
@@ -78,7 +77,7 @@ class ShareStateApis:
 
     # ------------------------------------------------------------------ the five APIs
     def initialize(self, ctx, req):
-        m = _Msg(83, "InitializeStateResult")
+        m = _Msg(ApiKeys.INITIALIZE_SHARE_GROUP_STATE, "InitializeStateResult")
 
         def op(shard, key, p):
             shard.initialize(key, p.start_offset, -1, p.state_epoch)
@@ -87,7 +86,7 @@ class ShareStateApis:
             "PartitionResult", partition=p, error_code=code, error_message=msg))
 
     def read(self, ctx, req):
-        m = _Msg(84, "ReadStateResult")
+        m = _Msg(ApiKeys.READ_SHARE_GROUP_STATE, "ReadStateResult")
 
         def op(shard, key, p):
             s = shard.read(key)
@@ -107,7 +106,7 @@ class ShareStateApis:
         return self._answer(m, self._each(req, op), result)
 
     def write(self, ctx, req):
-        m = _Msg(85, "WriteStateResult")
+        m = _Msg(ApiKeys.WRITE_SHARE_GROUP_STATE, "WriteStateResult")
 
         def op(shard, key, p):
             shard.write_state(key, p.start_offset, [StateBatch(b.first_offset, b.last_offset, b.delivery_state,
@@ -118,7 +117,7 @@ class ShareStateApis:
             "PartitionResult", partition=p, error_code=code, error_message=msg))
 
     def delete(self, ctx, req):
-        m = _Msg(86, "DeleteStateResult")
+        m = _Msg(ApiKeys.DELETE_SHARE_GROUP_STATE, "DeleteStateResult")
 
         def op(shard, key, p):
             if key in shard.states:
@@ -128,7 +127,7 @@ class ShareStateApis:
             "PartitionResult", partition=p, error_code=code, error_message=msg))
 
     def read_summary(self, ctx, req):
-        m = _Msg(87, "ReadStateSummaryResult", ctx.api_version)
+        m = _Msg(ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY, "ReadStateSummaryResult", ctx.api_version)
 
         def op(shard, key, p):
             s = shard.read(key)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from ...controller.controller import INTERNAL_TOPICS, CreatedTopic, NewTopic
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
+from ...protocol.api_keys import ApiKeys
 from .configs import topic_config_entries
-from .core import OMITTED_OPS, _TOPIC_OPS, _bits
-from .kiohelp import Msg
+from .core import OMITTED_OPS, _TOPIC_OPS, _bits, _may_create
+from ...protocol.messages import Msg
 
 
 def _timeout_ms(req) -> int:
@@ -17,39 +19,49 @@ def _timeout_ms(req) -> int:
 
 
 class TopicApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (Api(ApiKeys.CREATE_TOPICS, 2, 7, "create_topics"),
+            Api(ApiKeys.DELETE_TOPICS, 1, 6, "delete_topics"),
+            Api(ApiKeys.CREATE_PARTITIONS, 0, 3, "create_partitions"),
+            Api(ApiKeys.DESCRIBE_TOPIC_PARTITIONS, 0, 0, "describe_topic_partitions"))
 
-    def register(self) -> None:
-        s = self.server
-        s.register(19, 2, 7, self.create_topics)
-        s.register(20, 1, 6, self.delete_topics)
-        s.register(37, 0, 3, self.create_partitions)
-        s.register(75, 0, 0, self.describe_topic_partitions)
+    def __init__(self, *, image, config, controllers, throttler):
+        self.image = image
+        self.config = config
+        self.controllers = controllers
+        self.throttler = throttler
 
     # ------------------------------------------------------------------ CreateTopics
     def create_topics(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._create_topics(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._create_topics(ctx, req))
 
     async def _create_topics(self, ctx, req):
         v = ctx.api_version
-        m = Msg(19, v)
+        m = Msg(ApiKeys.CREATE_TOPICS, v)
         specs = []
         for t in req.topics:
             specs.append(NewTopic(t.name, t.num_partitions, t.replication_factor,
                                   {a.partition_index: list(a.broker_ids) for a in t.assignments},
                                   {c.name: c.value for c in t.configs}))
-        quota = self.server.mutation_quota(ctx, strict_since=6)
+        denied = {}
+        if ctx.authorizer is not None:  # as Kafka: CREATE on the cluster, or else on each topic
+            denied = {t.name: CreatedTopic(t.name, error=KafkaError(ErrorCode.topic_authorization_failed,
+                                                                    "Authorization failed."))
+                      for t in specs if not _may_create(ctx, t.name)}
+        allowed = [t for t in specs if t.name not in denied]
+        quota = self.throttler.mutation_quota(ctx, strict_since=6)
         try:
-            results = await self.server.controllers.call("create_topics", specs, req.validate_only, quota,
-                                                         timeout_ms=_timeout_ms(req))
+            results = await self.controllers.call("create_topics", allowed, req.validate_only, quota,
+                                                  timeout_ms=_timeout_ms(req)) if allowed or not denied else []
         except KafkaError as e:
-            results = [CreatedTopic(t.name, error=e) for t in specs]
-        self.server.charge_mutations(ctx, quota)
+            results = [CreatedTopic(t.name, error=e) for t in allowed]
+        if denied:
+            done = iter(results)
+            results = [denied[t.name] if t.name in denied else next(done) for t in specs]
+        self.throttler.charge_mutations(ctx, quota)
         out = []
         for spec, res in zip(specs, results):
             if res.error is None:
-                entries = topic_config_entries(self.server, spec.name,
+                entries = topic_config_entries(self.config, self.image, spec.name,
                                                overrides={k: v for k, v in spec.configs.items() if v is not None})
                 configs = tuple(m("CreatableTopicConfigs", name=e.name, value=e.value, read_only=e.read_only,
                                   config_source=e.source, is_sensitive=e.sensitive) for e in entries)
@@ -65,24 +77,24 @@ class TopicApis:
 
     # ------------------------------------------------------------------ DeleteTopics
     def delete_topics(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._delete_topics(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._delete_topics(ctx, req))
 
     async def _delete_topics(self, ctx, req):
         v = ctx.api_version
-        m = Msg(20, v)
+        m = Msg(ApiKeys.DELETE_TOPICS, v)
         if v >= 6:
             names = [t.name for t in req.topics]
             ids = [t.topic_id if t.name is None else None for t in req.topics]
         else:
             names = list(req.topic_names)
             ids = [None] * len(names)
-        quota = self.server.mutation_quota(ctx, strict_since=5)
+        quota = self.throttler.mutation_quota(ctx, strict_since=5)
         try:
-            results = await self.server.controllers.call("delete_topics", names, ids, quota,
-                                                         timeout_ms=_timeout_ms(req))
+            results = await self.controllers.call("delete_topics", names, ids, quota,
+                                                  timeout_ms=_timeout_ms(req))
         except KafkaError as e:
             results = [(name, topic_id, e) for name, topic_id in zip(names, ids)]
-        self.server.charge_mutations(ctx, quota)
+        self.throttler.charge_mutations(ctx, quota)
         out = []
         for name, topic_id, err in results:
             out.append(m("DeletableTopicResult", name=name, topic_id=topic_id,
@@ -91,31 +103,31 @@ class TopicApis:
 
     # ------------------------------------------------------------------ CreatePartitions
     def create_partitions(self, ctx, req):
-        return self.server.controllers.dispatch(ctx, req, lambda: self._create_partitions(ctx, req))
+        return self.controllers.dispatch(ctx, req, lambda: self._create_partitions(ctx, req))
 
     async def _create_partitions(self, ctx, req):
-        m = Msg(37, ctx.api_version)
+        m = Msg(ApiKeys.CREATE_PARTITIONS, ctx.api_version)
         out = []
         seen = set()
-        quota = self.server.mutation_quota(ctx, strict_since=3)
+        quota = self.throttler.mutation_quota(ctx, strict_since=3)
         for t in req.topics:
             try:
                 if t.name in seen:
                     raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
                 seen.add(t.name)
                 assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
-                await self.server.controllers.call("create_partitions", t.name, t.count, assignments,
-                                                   req.validate_only, quota, timeout_ms=_timeout_ms(req))
+                await self.controllers.call("create_partitions", t.name, t.count, assignments,
+                                            req.validate_only, quota, timeout_ms=_timeout_ms(req))
                 out.append(m("CreatePartitionsTopicResult", name=t.name, error_code=ErrorCode.none, error_message=None))
             except KafkaError as e:
                 out.append(m("CreatePartitionsTopicResult", name=t.name, error_code=e.code, error_message=e.message))
-        self.server.charge_mutations(ctx, quota)
+        self.throttler.charge_mutations(ctx, quota)
         return m(throttle_time=0, results=tuple(out))
 
     # ------------------------------------------------------------------ DescribeTopicPartitions
     def describe_topic_partitions(self, ctx, req):
-        m = Msg(75, ctx.api_version)
-        image = self.server.image
+        m = Msg(ApiKeys.DESCRIBE_TOPIC_PARTITIONS, ctx.api_version)
+        image = self.image
         live = {b.id for b in image.live_brokers()}
         if req.topics:
             names = sorted({t.name for t in req.topics})

@@ -17,13 +17,15 @@ import datetime
 import inspect
 import re
 
+from ...coordinator.group.requests import OffsetCommitPartition, TxnOffsetCommit
 from ...coordinator.group.runtime import OFFSETS_TOPIC
+from ...coordinator.runtime import coordinator_error
 from ...coordinator.transaction.records import TxnState
-from ...coordinator.group.shard import error_code as group_error_code
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
 from ..txn_channels import append_marker, markers_committed
 from .committed import when_committed
-from .kiohelp import _EPOCH, Msg, to_ms
+from ...protocol.messages import EPOCH as _EPOCH, Msg, to_ms
 
 
 def _ms_time(ms: int) -> datetime.datetime:
@@ -75,7 +77,7 @@ class TransactionApis:
     # ------------------------------------------------------------------ InitProducerId
     def init_producer_id(self, ctx, req):
         v = ctx.api_version
-        m = Msg(22, v)
+        m = Msg(ApiKeys.INIT_PRODUCER_ID, v)
         if req.transactional_id is None:
             try:
                 pid = self.server.producer_ids.generate()
@@ -104,7 +106,7 @@ class TransactionApis:
     # ------------------------------------------------------------------ AddPartitionsToTxn
     def add_partitions_to_txn(self, ctx, req):
         v = ctx.api_version
-        m = Msg(24, v)
+        m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, v)
         if v <= 3:
             txns = [(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                      req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)]
@@ -149,7 +151,7 @@ class TransactionApis:
     # ------------------------------------------------------------------ AddOffsetsToTxn
     def add_offsets_to_txn(self, ctx, req):
         v = ctx.api_version
-        m = Msg(25, v)
+        m = Msg(ApiKeys.ADD_OFFSETS_TO_TXN, v)
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         tp = (OFFSETS_TOPIC, self.server.group_coordinator.partition_for(req.group_id))
@@ -165,7 +167,7 @@ class TransactionApis:
     # ------------------------------------------------------------------ EndTxn
     def end_txn(self, ctx, req):
         v = ctx.api_version
-        m = Msg(26, v)
+        m = Msg(ApiKeys.END_TXN, v)
         pid, epoch = -1, -1
         try:
             shard = self.tc.shard_for(req.transactional_id)
@@ -209,7 +211,7 @@ class TransactionApis:
 
     @staticmethod
     def _markers_response(ctx, req, codes: dict, acked: dict):
-        m = Msg(27, ctx.api_version)
+        m = Msg(ApiKeys.WRITE_TXN_MARKERS, ctx.api_version)
         return m(markers=tuple(m("WritableTxnMarkerResult", producer_id=mk.producer_id, topics=tuple(
             m("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
                 m("WritableTxnMarkerPartitionResult", partition_index=p,
@@ -219,9 +221,10 @@ class TransactionApis:
     # ------------------------------------------------------------------ TxnOffsetCommit
     def txn_offset_commit(self, ctx, req):
         v = ctx.api_version
-        m = Msg(28, v)
-        wanted = {t.name: [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                            p.committed_metadata) for p in t.partitions] for t in req.topics}
+        m = Msg(ApiKeys.TXN_OFFSET_COMMIT, v)
+        wanted = {t.name: [OffsetCommitPartition(p.partition_index, p.committed_offset,
+                                                 getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+                           for p in t.partitions] for t in req.topics}
 
         def respond(codes: dict):
             return m(throttle_time=0, topics=tuple(
@@ -285,24 +288,20 @@ class TransactionApis:
                     known.setdefault(t, []).append(p)
         if known:
             try:
-                res = shard.commit_txn_offsets({
-                    "group_id": req.group_id, "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
-                    "generation_id": getattr(req, "generation_id", -1), "member_id": getattr(req, "member_id", ""),
-                    "group_instance_id": getattr(req, "group_instance_id", None), "topics": known})
+                commit = TxnOffsetCommit(req.group_id, req.producer_id, req.producer_epoch, known,
+                                         getattr(req, "member_id", ""), getattr(req, "generation_id", -1),
+                                         getattr(req, "group_instance_id", None))
+                res = gc.apply(shard, shard.commit_txn_offsets(commit))
             except KafkaError as e:
-                from ...coordinator.group.shard import append_error
-                return all_(group_error_code(append_error(e)) if e.code != ErrorCode.invalid_producer_epoch
-                            else _fenced(ErrorCode.producer_fenced, v, 3))
-            if "_group" in res:
-                return all_(group_error_code(res["_group"]))
-            for tp, err in res.items():
-                codes[tp] = group_error_code(err) if err else ErrorCode.none
+                return all_(_fenced(ErrorCode.producer_fenced, v, 3) if e.code == ErrorCode.invalid_producer_epoch
+                            else coordinator_error(e.code))  # a failed append, or the group's refusal
+            codes.update(res)
         return when_committed(gc, [gc.partition_for(req.group_id)], respond(codes), all_)
 
     # ------------------------------------------------------------------ admin
     def describe_producers(self, ctx, req):
         """The active producers of partitions this broker leads (Kafka's ProducerStateManager view)."""
-        m = Msg(61, ctx.api_version)
+        m = Msg(ApiKeys.DESCRIBE_PRODUCERS, ctx.api_version)
         rm = self.server.replica_manager
         topics = []
         for t in req.topics:
@@ -326,7 +325,7 @@ class TransactionApis:
         return m(throttle_time=0, topics=tuple(topics))
 
     def describe_transactions(self, ctx, req):
-        m = Msg(65, ctx.api_version)
+        m = Msg(ApiKeys.DESCRIBE_TRANSACTIONS, ctx.api_version)
         out = []
         for txn_id in req.transactional_ids:
             code, txn = ErrorCode.none, None
@@ -355,7 +354,7 @@ class TransactionApis:
         return m(throttle_time=0, transaction_states=tuple(out))
 
     def list_transactions(self, ctx, req):
-        m = Msg(66, ctx.api_version)
+        m = Msg(ApiKeys.LIST_TRANSACTIONS, ctx.api_version)
         names = {s.kafka_name for s in TxnState}
         states = set(req.state_filters)
         unknown = tuple(s for s in req.state_filters if s not in names)

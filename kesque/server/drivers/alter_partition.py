@@ -28,12 +28,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import ErrorCode, KafkaError
-from .replica_state import AlterPartition, AlterPartitionReply
+from ...errors import ErrorCode, KafkaError
+from ...replication.replica_state import AlterPartition, AlterPartitionReply
+from ...controller.replication_control import AlterPartitionRequest
+import datetime
 
 log = logging.getLogger(__name__)
 
-API_KEY = 56
 VERSIONS = range(2, 4)
 LATEST = 3
 
@@ -59,7 +60,6 @@ def request_to_kio(broker_id: int, broker_epoch: int, reqs: list, version: int =
 
 
 def request_from_kio(req, version: int) -> list:
-    from ..controller.replication_control import AlterPartitionRequest
 
     out = []
     for t in req.topics:
@@ -76,7 +76,6 @@ def request_from_kio(req, version: int) -> list:
 
 def response_to_kio(error_code: int, reqs: list, replies: list, version: int):
     """The response to ``reqs``: a top-level error with no topics, or a reply per partition."""
-    import datetime
 
     m = _mod(version, "response")
     topics: dict[uuid.UUID, list] = {}
@@ -159,7 +158,6 @@ class AlterPartitionManager:
             self._task = asyncio.get_running_loop().create_task(self._send())
 
     def _request(self, item: _Item, broker_epoch: int):
-        from ..controller.replication_control import AlterPartitionRequest
 
         p = item.proposal
         return AlterPartitionRequest(self.node_id, broker_epoch, item.topic_id, item.partition, p.leader_epoch,

@@ -36,7 +36,7 @@ import asyncio
 import logging
 import os
 
-from ..errors import ErrorCode
+from ...errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from . import checkpoint as ck
-from . import cleaner_process
-from .checkpoint import fsync_dir
-from .cleaner import Cleaner, CleanStats, first_dirty_offset, first_uncleanable_offset, last_batches_of_producers
-from .log import SegmentsChangedError
+from ...storage import checkpoint as ck
+from ...storage import cleaner_process
+from ...storage.checkpoint import fsync_dir
+from ...storage.cleaner import Cleaner, CleanStats, first_dirty_offset, first_uncleanable_offset, last_batches_of_producers
+from ...storage.local_log import SegmentsChangedError
 
 log = logging.getLogger(__name__)
 

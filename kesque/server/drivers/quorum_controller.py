@@ -30,14 +30,14 @@ import asyncio
 import copy
 import logging
 
-from ..errors import ErrorCode, KafkaError
-from ..metadata import records as mr
-from ..metadata.image import Delta, MetadataImage
-from ..raft.log import LeaderChange
-from . import reassignment
-from .cluster_control import ClusterControl, HeartbeatReply, HeartbeatRequest, RegistrationRequest
-from .controller import Controller
-from .replication_control import ReplicationControl, min_isr_in, unclean_enabled_in
+from ...errors import ErrorCode, KafkaError
+from ...metadata import records as mr
+from ...metadata.image import Delta, MetadataImage
+from ...raft.log import LeaderChange
+from ...controller import reassignment
+from ...controller.cluster_control import ClusterControl, HeartbeatReply, HeartbeatRequest, RegistrationRequest
+from ...controller.controller import Controller
+from ...controller.replication_control import ReplicationControl, min_isr_in, unclean_enabled_in
 
 log = logging.getLogger(__name__)
 

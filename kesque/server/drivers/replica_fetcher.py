@@ -10,7 +10,7 @@ Each round sends one Fetch (v18: the replica id and broker epoch travel in ``rep
 topics by id, no fetch session, READ_UNCOMMITTED) holding the partitions whose
 :class:`~kesque.replication.replica_state.FollowerFetch` is FETCHING or TRUNCATING, and hands
 each partition's answer to ``FollowerFetch.on_response``: the sans-IO rules decide whether to
-append, truncate, back off or wait. Records are appended as they came (``Log.append_raw``:
+append, truncate, back off or wait. Records are appended as they came (``UnifiedLog.append_raw``:
 offsets and leader epochs kept), whole batches only. The fetcher's own work is per partition and
 per batch header, never per record. The request is encoded and the answer decoded by hand
 (:mod:`kesque.protocol.replica_fetch`, checked byte for byte against kio): the records are views
@@ -37,19 +37,19 @@ import asyncio
 import logging
 import struct
 
-from ..errors import ErrorCode, error_name
-from ..protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
-from ..records.batch import iter_batch_positions
-from ..server.apis.kiohelp import Msg
-from ..server.channel import Channel, ChannelError
-from ..utils import java_string_hash
-from .replica_state import (
+from ...errors import ErrorCode, error_name
+from ...protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
+from ...records.batch import iter_batch_positions
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
+from ..channel import Channel, ChannelError
+from ...utils import java_string_hash
+from ...replication.replica_state import (
     BACKOFF, FETCHING, OUT_OF_RANGE, TRUNCATING, UNDEFINED, WAIT_FOR_METADATA, FetchPartitionResponse,
     FollowerFetch)
 
 log = logging.getLogger(__name__)
 
-FETCH_KEY, LIST_OFFSETS_KEY = 1, 2
 FETCH_VERSION = 18          # the highest Fetch version kio and kesque's handler both serve (>= 15)
 LIST_OFFSETS_VERSION = 11
 EARLIEST, LATEST = -2, -1
@@ -158,7 +158,7 @@ class _Fetcher:
             await self.sleep(now, self.backoff_s if held else None)
             return
         try:
-            resp = await self.channel.send(self.leader, FETCH_KEY, FETCH_VERSION, self.fetch_request(ready),
+            resp = await self.channel.send(self.leader, ApiKeys.FETCH, FETCH_VERSION, self.fetch_request(ready),
                                            decode=decode_fetch_response)
         except ChannelError as exc:
             self.failed(ready, str(exc))
@@ -322,12 +322,12 @@ class _Fetcher:
 
     async def list_offset(self, e: _Entry, timestamp: int) -> tuple[int, int]:
         """(error code, offset) of one ListOffsets lookup sent as replica ``node_id``."""
-        m = Msg(LIST_OFFSETS_KEY, LIST_OFFSETS_VERSION, request=True)
+        m = Msg(ApiKeys.LIST_OFFSETS, LIST_OFFSETS_VERSION, request=True)
         part = m("ListOffsetsPartition", partition_index=e.part.partition,
                  current_leader_epoch=e.fetch.leader_epoch, timestamp=timestamp)
         req = m(replica_id=self.mgr.node_id, isolation_level=READ_UNCOMMITTED, timeout=0,
                 topics=(m("ListOffsetsTopic", name=e.part.topic, partitions=(part,)),))
-        resp = await self.channel.send(self.leader, LIST_OFFSETS_KEY, LIST_OFFSETS_VERSION, req)
+        resp = await self.channel.send(self.leader, ApiKeys.LIST_OFFSETS, LIST_OFFSETS_VERSION, req)
         for t in resp.topics:
             for p in t.partitions:
                 if t.name == e.part.topic and p.partition_index == e.part.partition:

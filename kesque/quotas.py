@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 
-from ..errors import ErrorCode, KafkaError
+from .errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ before it is answered, and a share partition created after a restart starts from
 what was acknowledged stays done, what was acquired but not acknowledged is available again
 with its delivery count.
 
-The share coordinator is reached through the persister (kesque/share/persister.py). When this
+The share coordinator is reached through the persister (kesque/server/drivers/share_persister.py). When this
 broker leads the key's ``__share_group_state`` partition, state is read and written through the
 in-process shard synchronously (the answer then waits for the commit, ``_durable`` in the
 handlers). Otherwise a share partition is loaded in the background (the fetch that asked gets
@@ -30,14 +30,14 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from ..config.group import effective_group_configs
-from ..errors import ErrorCode, KafkaError
-from ..metadata.image import RESOURCE_GROUP
-from ..records.batch import iter_headers
-from ..replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
-from .partition import SharePartition
-from .persister import DefaultStatePersister, LocalPersister
-from .session import ShareSessionCache
+from ...config.group import effective_group_configs
+from ...errors import ErrorCode, KafkaError
+from ...metadata.image import RESOURCE_GROUP
+from ...records.batch import iter_headers
+from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
+from ...share.partition import SharePartition
+from .share_persister import DefaultStatePersister, LocalPersister
+from ...share.session import ShareSessionCache
 
 log = logging.getLogger(__name__)
 
@@ -112,20 +112,26 @@ def _read(part, offset: int, max_bytes: int, max_records: int, isolation) -> tup
 
 
 class SharePartitionManager:
-    def __init__(self, server, channel=None):
-        from ..server.apis.core import coordinator_for
-
-        self.server = server
+    def __init__(self, *, image, config, replica_manager, share_coordinator, node_id: int, clock, spawn,
+                 coordinator_of, channel=None):
+        """``coordinator_of(key)``: (node, error, message) of a share-state key's coordinator;
+        ``channel``: to the share coordinators on other brokers; ``spawn(coro)``: a task of the
+        broker's."""
+        self.image = image
+        self.config = config
+        self.replica_manager = replica_manager
+        self.share_coordinator = share_coordinator
+        self.clock = clock
+        self.spawn = spawn
         self.partitions: dict[tuple, SharePartition] = {}
         self._uninitialized: set[tuple] = set()  # share partitions whose state is not durable yet
         self._loading: dict[tuple, asyncio.Task] = {}  # share partitions read from a remote coordinator
         self._load_errors: dict[tuple, KafkaError] = {}  # why the last load failed (told to the next fetch)
         self._writers: dict[tuple, list] = {}  # share partitions with a remote write in flight: its waiters
-        self.persister = DefaultStatePersister(server.node_id, LocalPersister(server.share_coordinator),
-                                               lambda ckey: coordinator_for(server, 2, ckey), channel,
-                                               server.config)
-        server.replica_manager.add_leadership_listener(self.on_leadership)
-        cfg = server.config
+        self.persister = DefaultStatePersister(node_id, LocalPersister(share_coordinator), coordinator_of, channel,
+                                               config)
+        replica_manager.add_leadership_listener(self.on_leadership)
+        cfg = config
         self.sessions = ShareSessionCache()
         # fetches waiting for records of a share partition: (group, topic id, partition) -> callbacks
         self.waiters: dict[tuple, set] = {}
@@ -134,21 +140,21 @@ class SharePartitionManager:
 
     # ------------------------------------------------------------------ configs
     def group_configs(self, group_id: str) -> dict:
-        stored = self.server.image.configs.get((RESOURCE_GROUP, group_id), {})
-        return effective_group_configs(self.server.config, stored)
+        stored = self.image.configs.get((RESOURCE_GROUP, group_id), {})
+        return effective_group_configs(self.config, stored)
 
     def lock_duration_ms(self, group_id: str) -> int:
         return self.group_configs(group_id)["share.record.lock.duration.ms"]
 
     def now_ms(self) -> int:
-        return self.server.clock.now_ms()
+        return self.clock.now_ms()
 
     # ------------------------------------------------------------------ partitions
     def _log_partition(self, topic_id, partition: int):
-        t = self.server.image.topics_by_id.get(topic_id)
+        t = self.image.topics_by_id.get(topic_id)
         if t is None:
             raise KafkaError(ErrorCode.unknown_topic_id, "This server does not host this topic ID.")
-        part = self.server.replica_manager.get_partition(t.name, partition)
+        part = self.replica_manager.get_partition(t.name, partition)
         if not part.is_leader:
             raise KafkaError(ErrorCode.not_leader_or_follower, "This server is not the leader for that partition.")
         return part
@@ -210,14 +216,14 @@ class SharePartitionManager:
         self._loading[key] = self._spawn(load())
 
     def _spawn(self, coro) -> asyncio.Task:
-        spawn = getattr(self.server, "spawn", None)
+        spawn = getattr(self, "spawn", None)
         return spawn(coro) if spawn is not None else asyncio.ensure_future(coro)
 
     def on_leadership(self, topic: str, partition: int, is_leader: bool) -> None:
         """Leadership of a topic partition moved: its share partitions here are dropped when it
         is lost, and read again from the share coordinator at the next fetch when it is gained
         (what another leader did meanwhile is only in the coordinator)."""
-        t = self.server.image.topic(topic)
+        t = self.image.topic(topic)
         if t is None:
             return
         for key in [k for k in self.partitions if k[1] == t.topic_id and k[2] == partition]:
@@ -254,8 +260,8 @@ class SharePartitionManager:
             self._uninitialized.discard(key)
 
     def _leader_epoch(self, key: tuple) -> int:
-        t = self.server.image.topics_by_id.get(key[1])
-        part = self.server.replica_manager.partitions.get((t.name, key[2])) if t is not None else None
+        t = self.image.topics_by_id.get(key[1])
+        part = self.replica_manager.partitions.get((t.name, key[2])) if t is not None else None
         return part.leader_epoch if part is not None else -1
 
     def _persist(self, key: tuple, sp: SharePartition, initialize_only: bool = False):
@@ -406,7 +412,7 @@ class SharePartitionManager:
 
     def local_state_keys(self, group_id: str) -> list[tuple]:
         """The group's share-partitions whose state this broker's share coordinator keeps."""
-        sc = self.server.share_coordinator
+        sc = self.share_coordinator
         return [k for shard in sc.read_shards() for k in shard.states if k[0] == group_id]
 
     async def summaries(self, keys) -> dict:
@@ -422,7 +428,7 @@ class SharePartitionManager:
     def lag(self, topic: str, partition: int, summary) -> int:
         """Records below the high watermark not delivery-complete (KIP-1226's share lag), -1 if
         no replica of the partition is here (its high watermark is not known)."""
-        part = self.server.replica_manager.partitions.get((topic, partition))
+        part = self.replica_manager.partitions.get((topic, partition))
         if part is None or summary.delivery_complete_count < 0:
             return -1
         return max(0, part.log.high_watermark - summary.start_offset - summary.delivery_complete_count)
@@ -438,7 +444,7 @@ class SharePartitionManager:
     def expire_sessions(self) -> None:
         """Sessions idle longer than their group's share session timeout: the member is gone."""
         now = self.now_ms()
-        idle = self.server.config.get("group.share.session.timeout.ms")
+        idle = self.config.get("group.share.session.timeout.ms")
         for s in self.sessions.expired(idle, now):
             self.release(s.key[0], s.key[1], list(s.partitions), now)
 
@@ -459,7 +465,7 @@ class SharePartitionManager:
         Kafka keeps the initialized partitions in ShareGroupStatePartitionMetadata; kesque does
         not record them yet."""
         keys = set(self.local_state_keys(group_id)) | {k for k in self.partitions if k[0] == group_id}
-        for t in list(self.server.image.topics_by_id.values()):
+        for t in list(self.image.topics_by_id.values()):
             if not t.name.startswith("__"):
                 keys |= {(group_id, t.topic_id, p) for p in t.partitions}
         return sorted(keys, key=lambda k: (str(k[1]), k[2]))

@@ -36,14 +36,20 @@ import asyncio
 import logging
 import time
 
-from ..coordinator.share.runtime import coordinator_key
-from ..coordinator.share.shard import ShareState, ShareSummary, summary
-from ..errors import ErrorCode, KafkaError
-from .partition import StateBatch
+from ...coordinator.share.runtime import coordinator_key
+from ...coordinator.share.shard import ShareState, ShareSummary, summary
+from ...errors import ErrorCode, KafkaError
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
+from ...share.partition import StateBatch
+from ..apis.committed import committed, first_error
+from ..channel import ChannelError
 
 log = logging.getLogger(__name__)
 
-INITIALIZE, READ, WRITE, DELETE, READ_SUMMARY = 83, 84, 85, 86, 87
+INITIALIZE, READ, WRITE, DELETE, READ_SUMMARY = (
+    ApiKeys.INITIALIZE_SHARE_GROUP_STATE, ApiKeys.READ_SHARE_GROUP_STATE, ApiKeys.WRITE_SHARE_GROUP_STATE,
+    ApiKeys.DELETE_SHARE_GROUP_STATE, ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY)
 VERSIONS = {INITIALIZE: 0, READ: 0, WRITE: 0, DELETE: 0, READ_SUMMARY: 1}
 
 BACKOFF_MS, BACKOFF_MAX_MS = 100, 1000  # between retries: doubling, up to the ceiling
@@ -74,7 +80,6 @@ class LocalPersister:
         return self.sc.read_shard(coordinator_key(*key))
 
     async def _committed(self, shard) -> None:
-        from ..server.apis.committed import committed, first_error
 
         code = first_error(await committed(self.sc, self.sc.uncommitted([shard.partition])))
         if code:
@@ -96,7 +101,6 @@ class LocalPersister:
         """The state of ``key`` as its shard has it (everything its log holds), answered once
         all of that log is committed: as Kafka's ReadShareGroupState, which its share
         coordinator runs as a write, it never answers with an older state than a write made."""
-        from ..server.apis.committed import committed, first_error
 
         shard = self.shard(key)
         state = shard.read(key)
@@ -204,8 +208,6 @@ class DefaultStatePersister:
 
     # ------------------------------------------------------------------ routing and retries
     async def _call(self, key: tuple, api_key: int, body, result, local, absent=None):
-        from ..server.apis.kiohelp import Msg
-        from ..server.channel import ChannelError
 
         ckey = coordinator_key(*key)
         deadline = time.monotonic() + self.timeout_ms / 1000.0

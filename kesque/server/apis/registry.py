@@ -1,0 +1,75 @@
+"""The API tables from the handlers' declarations.
+
+Each handler class declares the APIs it serves as data (``APIS``, or ``apis(config)`` when the
+set depends on the config) and takes in its constructor exactly the collaborators it uses; the
+server builds them all in one place (``KesqueServer._build_handlers``) and :func:`bind` turns
+their declarations into its dispatch tables. :func:`served_versions` reads the same
+declarations without building any handler.
+
+Transitional: the group, share-group and transaction handlers (groups.py, share.py,
+transactions.py) are still built as ``cls(server)`` and register themselves through
+``server.register``; their move to declared APIs and narrow constructors comes with the
+coordinators' typed requests (``TRANSITIONAL`` below).
+"""
+
+from __future__ import annotations
+
+from ...config.broker import BrokerConfig
+from ...protocol.api import Api, ApiSpec
+from .configs import ConfigApis
+from .core import CoreApis
+from .fetch import FetchApis
+from .groups import GroupApis
+from .logdirs import LogDirApis
+from .offsets import OffsetApis
+from .produce import ProduceApis
+from .quorum import QuorumApis
+from .quotas import QuotaApis
+from .reassignment import ReassignmentApis
+from .share import ShareGroupApis
+from .share_state import ShareStateApis
+from .topics import TopicApis
+from .transactions import TransactionApis
+
+# the handler classes whose APIs are declared as data
+DECLARED = (CoreApis, ProduceApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis, ShareStateApis,
+            QuotaApis, QuorumApis, ReassignmentApis)
+# next step: these three take narrow collaborators and declare their APIs as the others do
+TRANSITIONAL = (TransactionApis, GroupApis, ShareGroupApis)
+
+
+def declared(cls, config) -> tuple[Api, ...]:
+    """The APIs handler class ``cls`` serves on a broker with ``config``."""
+    apis = getattr(cls, "apis", None)
+    return tuple(apis(config)) if apis is not None else cls.APIS
+
+
+def bind(handler, config, apis: dict, controller_apis: dict) -> None:
+    """``handler``'s declared APIs into the dispatch tables (``controller_apis``: served on the
+    controller listeners only, and not advertised on the others)."""
+    for a in declared(type(handler), config):
+        table = controller_apis if a.controller_only else apis
+        if a.key in table:
+            raise ValueError(f"{a.key.name} is served by two handlers")
+        table[a.key] = ApiSpec(a.key, a.min_version, a.max_version, getattr(handler, a.method), a.raw,
+                               a.refused_below)
+
+
+def served_versions(config: dict | None = None) -> dict[int, tuple[int, int]]:
+    """{api key: (min, max)} that a broker with ``config`` advertises, without starting one
+    (docs, tests)."""
+    cfg = BrokerConfig(config or {})
+    served = {a.key: (a.min_version, a.max_version)
+              for cls in DECLARED for a in declared(cls, cfg) if not a.controller_only}
+
+    class _Registry:  # transitional: what the three self-registering handlers register
+        def __init__(self):
+            self.config = cfg
+
+        def register(self, key, lo, hi, handler, raw=False, refused_below=-1, controller_only=False):
+            if not controller_only:  # the broker listener's APIs
+                served[key] = (lo, hi)
+
+    for cls in TRANSITIONAL:
+        cls(_Registry()).register()
+    return dict(sorted(served.items()))
