@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-all slow chaos oracle fuzz compat bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
+.PHONY: serve test lint format test-all slow chaos oracle fuzz compat bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -18,7 +18,9 @@ STREAMS_APP   := $(KAFKA_DIR)/streams/kesque-streams-wordcount.jar
 
 help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
-	@echo "make test     - install test dependencies and run the default test suite"
+	@echo "make test     - install test dependencies, lint, and run the default test suite with coverage per package"
+	@echo "make lint     - ruff check and ruff format --check (part of make test)"
+	@echo "make format   - apply ruff's safe fixes (import order, pyupgrade) and ruff format"
 	@echo "make slow     - long suites (soak, crash loops)"
 	@echo "make chaos    - replication under SIGKILLed leaders and a partitioned leader, Kafka's transactional copier under bounces (KESQUE_CHAOS_SEED=N)"
 	@echo "make fuzz     - the hypothesis suites with fresh random examples, 20x as many (profile fuzz)"
@@ -80,11 +82,31 @@ oracle-kafka:
 		$(MAKE) --no-print-directory -s kafka || echo "warning: Kafka could not be resolved; oracle tests will be skipped"; \
 	else echo "note: no java/mvn on PATH; the Kafka oracle tests will be skipped"; fi
 
+# rules and settings in pyproject.toml ([tool.ruff])
+lint: $(TSTAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# the safe fixes first (import order, pyupgrade), then the formatter
+format: $(TSTAMP)
+	$(BIN)/ruff check --fix-only .
+	$(BIN)/ruff format .
+
 # two workers, each taking whole files (module fixtures stay shared): 12 minutes instead of 22
-# on two cores; TEST_WORKERS=0 runs in one process
+# on two cores; TEST_WORKERS=0 runs in one process. Under coverage (COVERAGE=0: without), the
+# brokers and tools the tests start included ([tool.coverage.*] in pyproject.toml); the data
+# files are combined and reported per package at the end, and a total under the floor fails.
 TEST_WORKERS ?= 2
-test: $(TSTAMP) kcat oracle-kafka
-	$(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+COVERAGE ?= 1
+PYTEST_ARGS = -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+test: lint kcat oracle-kafka
+ifeq ($(COVERAGE),0)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+else
+	$(BIN)/coverage erase
+	$(BIN)/coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/python tests/tools/coverage_by_package.py
+endif
 
 test-all: $(TSTAMP) kcat oracle-kafka
 	$(BIN)/python -m pytest -q -m ""

@@ -26,7 +26,6 @@ import contextlib
 import os
 import statistics
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

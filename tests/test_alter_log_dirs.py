@@ -5,7 +5,8 @@ clients; and the mover's rules (following truncation, log start and gaps) on rea
 from __future__ import annotations
 
 import os
-import shutil
+import subprocess
+import sys
 import time
 import types
 import uuid
@@ -293,10 +294,7 @@ def test_a_restart_resumes_an_unfinished_copy(tmp_path):
 
 
 # ------------------------------------------------------------------ the tools
-def tool(*args) -> "subprocess.CompletedProcess":
-    import subprocess
-    import sys
-
+def tool(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kesque", "reassign-partitions", *args], capture_output=True,
                           text=True, timeout=120)
 

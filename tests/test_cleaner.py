@@ -311,11 +311,11 @@ def _check(lg: UnifiedLog, model: list, retention_passed_never: bool, head: int)
             final[k] = v
             last_tombstone[k] = off if v is None else None
     seen = {}
-    for off, k, v in visible:
+    for _off, k, v in visible:
         seen[k] = v
     assert {k: v for k, v in seen.items() if v is not None} == {k: v for k, v in final.items() if v is not None}
     if retention_passed_never:
-        for k, off in last_tombstone.items():
+        for _k, off in last_tombstone.items():
             if off is not None:
                 assert off in have
 

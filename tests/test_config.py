@@ -241,11 +241,11 @@ def test_invalid_values_name_the_key(key, value):
 def test_listeners():
     c = BrokerConfig({"listeners": "PLAINTEXT://:9092,CONTROLLER://127.0.0.1:9093,EXTERNAL://[::1]:9094",
                       "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT"})
-    assert [(l.name, l.host, l.port) for l in c.listeners()] == [
+    assert [(ln.name, ln.host, ln.port) for ln in c.listeners()] == [
         ("PLAINTEXT", "", 9092), ("CONTROLLER", "127.0.0.1", 9093), ("EXTERNAL", "::1", 9094)]
-    assert [l.name for l in c.advertised_listeners()] == ["PLAINTEXT", "EXTERNAL"]  # not the controller's
+    assert [ln.name for ln in c.advertised_listeners()] == ["PLAINTEXT", "EXTERNAL"]  # not the controller's
     c = BrokerConfig({"advertised.listeners": "PLAINTEXT://broker:19092"})
-    assert [(l.host, l.port) for l in c.advertised_listeners()] == [("broker", 19092)]
+    assert [(ln.host, ln.port) for ln in c.advertised_listeners()] == [("broker", 19092)]
     assert Listener.parse("plaintext://h:1").name == "PLAINTEXT"
 
 

@@ -12,7 +12,7 @@ import sys
 
 import oracle
 import pytest
-from oracle import pair  # noqa: F401 - the fixture
+from oracle import pair as pair  # the fixture (the redundant alias: a re-export, not an unused import)
 from test_quorum_cluster import Nodes, wait_until
 from wire import Msg, WireClient
 

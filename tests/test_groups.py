@@ -535,7 +535,7 @@ class Scenario:
                 and e["partitions"]]
 
     def close_all(self) -> None:
-        for name, m in list(self.members.items()):
+        for _name, m in list(self.members.items()):
             if isinstance(m, ThreadMember):
                 m.close()
             elif m.proc.poll() is None:
@@ -801,9 +801,16 @@ def test_kafka_python_group(gbroker, names):
     produce_burst(bs, topic, 25, partitions=4, tag="kp1")
 
     def consumer(name):
-        return KafkaConsumer(topic, bootstrap_servers=bs, group_id=group, client_id=name, enable_auto_commit=False,
-                             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500,
-                             fetch_max_wait_ms=100)
+        # the topic's partitions are known before the member joins: kafka-python's leader assigns
+        # from the metadata it holds, and one that joined before its first Metadata answer
+        # ("No partition metadata for topic", seen under coverage on a loaded machine) assigned
+        # nothing and polled nothing for 30 s
+        c = KafkaConsumer(bootstrap_servers=bs, group_id=group, client_id=name, enable_auto_commit=False,
+                          auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500,
+                          fetch_max_wait_ms=100)
+        assert c.partitions_for_topic(topic) == {0, 1, 2, 3}
+        c.subscribe([topic])
+        return c
 
     def consume_n(c, n, timeout=30.0):
         got = []

@@ -18,7 +18,7 @@ import pytest
 
 import oracle
 from kesque.testing import kafka as K
-from oracle import pair  # noqa: F401  (module fixture)
+from oracle import pair as pair  # the module fixture (the redundant alias: a re-export, not an unused import)
 
 JAR = K.libs_dir().parent / "java" / "kesque-oracle-clients.jar"
 pytestmark = [*oracle.MARKS, pytest.mark.skipif(not JAR.exists() and oracle.REASON is None,

@@ -22,7 +22,8 @@ import pytest
 import oracle
 from kesque.protocol.api_keys import ApiKeys
 from kesque.testing import kafka as K
-from oracle import new_topic, pair  # noqa: F401  (module fixture)
+from oracle import new_topic
+from oracle import pair as pair  # the module fixture (the redundant alias: a re-export, not an unused import)
 from test_bad_input import PRODUCE_CASES, _bad_crc
 from wire import Api, ConnectionClosed, Msg, WireClient, build_batch
 

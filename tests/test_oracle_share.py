@@ -18,8 +18,6 @@ import pytest
 
 import oracle
 from kesque.protocol.api_keys import ApiKeys
-from kesque.testing import kafka as K
-from kesque.testing.broker import Broker
 from test_groups_bad_input import find_coordinator
 from wire import Msg, WireClient
 

@@ -222,7 +222,7 @@ def lose_power(node: Node, m: Model, fs: PowerLossFS, root: str) -> Node:
     m.pid_base += 100
     m.seqs.clear()
     m.open_txns.clear()
-    for first, pid in sorted(lg.producer_state.ongoing_txns.items()):
+    for _first, pid in sorted(lg.producer_state.ongoing_txns.items()):
         epoch = lg.producer_state.producers[pid].epoch
         info = lg.append_txn_marker(pid, epoch, False, 0, m.epoch, node.clock.now_ms())
         lg.update_high_watermark(lg.log_end_offset)

@@ -4,7 +4,7 @@ assignor, session timeouts, group-type conflicts, and replay of the records it w
 from __future__ import annotations
 
 import pytest
-from test_group_coordinator import Env, FakeTimer
+from test_group_coordinator import Env, FakeTimer, WriteFailed
 
 from kesque.coordinator.group.consumer import consumer_group_heartbeat
 from kesque.coordinator.group.requests import ConsumerGroupHeartbeat, ShareGroupHeartbeat
@@ -133,7 +133,7 @@ def test_a_failed_leave_leaves_the_member():
     e = env()
     hb(e, "a", 0)
     e.log.fail = True
-    with pytest.raises(Exception):
+    with pytest.raises(WriteFailed):
         share_group_heartbeat(e.shard, ShareGroupHeartbeat(GID, "a", -1))
     e.log.fail = False
     g = e.shard.groups[GID]
@@ -144,9 +144,9 @@ def test_failed_write_leaves_no_trace():
     e = env()
     hb(e, "a", 0)
     e.log.fail = True
-    with pytest.raises(Exception):
+    with pytest.raises(WriteFailed):
         hb(e, "b", 0)
-    with pytest.raises(Exception):  # a member's own change: its subscription, its epoch, the group's
+    with pytest.raises(WriteFailed):  # a member's own change: its subscription, its epoch, the group's
         hb(e, "a", 1, topics=("t", "u"))
     e.log.fail = False
     g = e.shard.groups[GID]

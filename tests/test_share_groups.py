@@ -427,7 +427,7 @@ def test_a_share_fetch_reads_on_until_it_holds_max_records(share_broker):
     topic, group, tid = _wire_group(share_broker, 0)
     p = ck.Producer({"bootstrap.servers": share_broker.bootstrap_servers, "linger.ms": 0})
     for _ in range(3):  # batches of 100 records
-        for i in range(100):
+        for _i in range(100):
             p.produce(topic, b"v" * 1024)
         p.flush(15)
     with WireClient(share_broker.bootstrap_servers) as c:

@@ -12,19 +12,20 @@ from kesque.replication.replica_state import LeaderReplication
 from kesque.sim import InvariantViolation, run
 from kesque.sim.__main__ import main
 from kesque.sim.repl_scenarios import REPLICATION_SCENARIOS
+from sim_seeds import seeds
 
 SEEDS = 100
 
 
 @pytest.mark.parametrize("scenario", sorted(REPLICATION_SCENARIOS))
 def test_replication_scenario_holds_on_100_seeds(scenario):
-    for seed in range(SEEDS):
+    for seed in seeds(SEEDS):
         r = run(scenario, seed)
         assert r.committed >= 10, f"{scenario} seed {seed} committed only {r.committed}: {r.replay()}"
 
 
 def first_violation(bug=None, scenarios=("repl_leader_kill", "repl_leader_partitioned", "repl_unclean_off")):
-    for seed in range(SEEDS):
+    for seed in seeds(SEEDS):
         for scenario in scenarios:
             try:
                 run(scenario, seed, bug)

@@ -10,6 +10,7 @@ import pytest
 
 from kesque.sim import InvariantViolation, run
 from kesque.sim.txn_verification import Leader
+from sim_seeds import seeds
 
 SCENARIO, TV2 = "txn_pipelined_verification", "txn_tv2_pipelined_add"
 SEEDS = 100
@@ -17,7 +18,7 @@ SEEDS = 100
 
 @pytest.mark.parametrize("scenario", [SCENARIO, TV2])
 def test_the_scenario_holds_on_100_seeds(scenario):
-    for seed in range(SEEDS):
+    for seed in seeds(SEEDS):
         r = run(scenario, seed)
         assert r.committed >= 10, r.replay()
 
@@ -27,7 +28,7 @@ def test_the_scenario_holds_on_100_seeds(scenario):
                                            (TV2, "clear_verification_on_any_marker")])
 def test_the_invariants_catch_each_bug(scenario, bug):
     caught = []
-    for seed in range(SEEDS):
+    for seed in seeds(SEEDS):
         try:
             run(scenario, seed, bug)
         except InvariantViolation as e:
@@ -41,7 +42,7 @@ def test_the_sequence_check_alone_keeps_the_log_in_order(monkeypatch):
     but nothing is appended out of order and no batch next in line is told
     OUT_OF_ORDER_SEQUENCE_NUMBER."""
     monkeypatch.setattr(Leader, "unordered_connection_appends", True)
-    for seed in range(SEEDS):
+    for seed in seeds(SEEDS):
         run(SCENARIO, seed)
         run(TV2, seed)
 

@@ -722,7 +722,7 @@ def test_random_appends_rolls_restarts_never_lose_or_expose_corruption(ops):
                 log = new_log(d, cfg, had_clean_shutdown=False, recovery_point=rp)
             stored = all_batches(log)
             assert [bytes(data) for _h, data in stored] == written
-            for h, data in stored:
+            for _h, data in stored:
                 assert rb.is_crc_valid(data, 0, len(data))
             assert log.log_end_offset == sum(rb.read_header(w).records_count for w in written)
         # every offset is readable where it is

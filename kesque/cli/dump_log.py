@@ -695,20 +695,20 @@ class Dumper:
         err = sys.stderr
         for f, items in self.index_mismatches.items():
             print(f"Mismatches in :{f}", file=err)
-            for i, l in items:
-                print(f"  Index offset: {i}, log offset: {l}", file=err)
+            for i, v in items:
+                print(f"  Index offset: {i}, log offset: {v}", file=err)
         for f, items in self.ts_mismatch.items():
             print(f"Found timestamp mismatch in :{f}", file=err)
-            for i, l in items:
-                print(f"  Index timestamp: {i}, log timestamp: {l}", file=err)
+            for i, v in items:
+                print(f"  Index timestamp: {i}, log timestamp: {v}", file=err)
         for f, items in self.ts_out_of_order.items():
             print(f"Found out of order timestamp in :{f}", file=err)
-            for i, l in items:
-                print(f"  Index timestamp: {i}, Previously indexed timestamp: {l}", file=err)
+            for i, v in items:
+                print(f"  Index timestamp: {i}, Previously indexed timestamp: {v}", file=err)
         for items in self.ts_not_found.values():
             print("The following indexed offsets are not found in the log.", file=err)
-            for i, l in items:
-                print(f"Indexed offset: {i}, found log offset: {l}", file=err)
+            for i, v in items:
+                print(f"Indexed offset: {i}, found log offset: {v}", file=err)
         for f, items in self.nonconsecutive.items():
             print(f"Non-consecutive offsets in {f}", file=err)
             for first, second in items:

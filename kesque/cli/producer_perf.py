@@ -318,12 +318,12 @@ def run(a) -> int:
 
 def _print_metrics(stats: Stats, client_id: str) -> None:
     elapsed = max(_now() - stats.start, 1) / 1000.0
+    latency_avg = stats.total_latency / stats.count if stats.count else 0.0
     metrics = {
         f"producer-metrics:record-send-total:{{client-id={client_id}}}": f"{float(stats.count):.3f}",
         f"producer-metrics:record-send-rate:{{client-id={client_id}}}": f"{stats.count / elapsed:.3f}",
         f"producer-metrics:outgoing-byte-total:{{client-id={client_id}}}": f"{float(stats.bytes):.3f}",
-        f"producer-metrics:request-latency-avg:{{client-id={client_id}}}":
-            f"{(stats.total_latency / stats.count if stats.count else 0.0):.3f}",
+        f"producer-metrics:request-latency-avg:{{client-id={client_id}}}": f"{latency_avg:.3f}",
         f"producer-metrics:request-latency-max:{{client-id={client_id}}}": f"{float(stats.max_latency):.3f}",
     }
     width = max(len(k) for k in metrics) + 2

@@ -1,5 +1,6 @@
-"""Group-level configs (Kafka 4.0's GroupConfig, plus 4.1's ``share.isolation.level``): set with IncrementalAlterConfigs on a GROUP
-resource, kept as ConfigRecords in the metadata log, and each defaulting to its broker key.
+"""Group-level configs (Kafka 4.0's GroupConfig, plus 4.1's ``share.isolation.level``): set with
+IncrementalAlterConfigs on a GROUP resource, kept as ConfigRecords in the metadata log, and each
+defaulting to its broker key.
 
 ``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` are honoured by the
 KIP-848 coordinator; the ``share.*`` keys by the share-group coordinator and the leaders'

@@ -30,12 +30,13 @@ def _parse_bool(name: str, v: str) -> bool:
 def _parse_int(bits: int):
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
     kind = {16: "a 16-bit integer", 32: "a 32-bit integer", 64: "a 64-bit integer"}[bits]
+    type_name = {16: "SHORT", 32: "INT", 64: "LONG"}[bits]
 
     def parse(name: str, v: str) -> int:
         try:
             n = int(str(v).strip())
         except ValueError:
-            raise ConfigError(name, f"Invalid value {v} for configuration {name}: Not a number of type {'INT' if bits == 32 else 'LONG' if bits == 64 else 'SHORT'}") from None
+            raise ConfigError(name, f"Invalid value {v} for configuration {name}: Not a number of type {type_name}") from None
         if not lo <= n <= hi:
             raise ConfigError(name, f"Invalid value {v} for configuration {name}: value is not {kind}")
         return n

@@ -25,7 +25,6 @@ the directory fsynced), so a crash leaves the old state or the new one, never a 
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import time
 

@@ -25,7 +25,7 @@ from kio.serial import entity_writer
 
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
-from ..protocol.primitives import ProtocolError, skip_tagged_fields
+from ..protocol.primitives import skip_tagged_fields
 
 log = logging.getLogger(__name__)
 

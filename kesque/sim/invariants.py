@@ -156,8 +156,8 @@ class Invariants:
             self.fail(f"node {sn.node_id} {how} a snapshot to {end}, past the committed offset {len(self.ledger)}")
         if values != self.ledger[:end]:
             bad = next(i for i, (a, b) in enumerate(zip(values + [None] * end, self.ledger[:end])) if a != b)
-            self.fail(f"node {sn.node_id} {how} snapshot {sid}: offset {bad} is {values[bad] if bad < len(values) else None}, "
-                      f"committed {self.ledger[bad]}")
+            got = values[bad] if bad < len(values) else None
+            self.fail(f"node {sn.node_id} {how} snapshot {sid}: offset {bad} is {got}, committed {self.ledger[bad]}")
         if sid.epoch != self.ledger[end - 1][0]:
             self.fail(f"node {sn.node_id} {how} snapshot {sid}: epoch of offset {end - 1} is {self.ledger[end - 1][0]}")
         if installed:

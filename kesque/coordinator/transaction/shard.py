@@ -25,9 +25,9 @@ transaction with no partitions (Empty or Complete: a TV2 client cannot know whet
 added one) writes PrepareAbort/CompleteAbort with a bumped epoch. A retry of an EndTxn that
 already bumped is recognised by the epoch (one less than the current, or the previous producer
 id at the last epoch) and answered with the current producer id and epoch. Version 1 keeps
-Kafka's older rules (no bump per transaction). KIP-939 (two-phase commit): a producer that enables 2PC gets transactions that
-never time out; InitProducerId with ``keep_prepared_txn`` bumps the epoch (fencing the old
-incarnation) but keeps the open transaction, answering its producer id and epoch so the
+Kafka's older rules (no bump per transaction). KIP-939 (two-phase commit): a producer that
+enables 2PC gets transactions that never time out; InitProducerId with ``keep_prepared_txn``
+bumps the epoch (fencing the old incarnation) but keeps the open transaction, answering its producer id and epoch so the
 new incarnation can decide to commit or abort it.
 """
 

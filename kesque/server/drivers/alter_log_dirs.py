@@ -142,7 +142,7 @@ class LogDirMover:
             quota.held += 1
             return "held"
         chunk = bytearray()
-        for h, data in current.read_batches(future.log_end_offset, end, self.chunk_bytes):
+        for _h, data in current.read_batches(future.log_end_offset, end, self.chunk_bytes):
             chunk += data  # whole batches from the copy's end (a compacted gap is skipped over)
             if len(chunk) >= self.chunk_bytes:
                 break

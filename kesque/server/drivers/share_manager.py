@@ -31,12 +31,11 @@ import os
 from dataclasses import dataclass, field
 
 from ...config.group import effective_group_configs
-from ...coordinator.share.runtime import coordinator_key
 from ...errors import ErrorCode, KafkaError
 from ...metadata.image import RESOURCE_GROUP
 from ...records.batch import iter_headers
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
-from ...share.partition import ACKNOWLEDGED, ARCHIVED, SharePartition
+from ...share.partition import SharePartition
 from .share_persister import DefaultStatePersister, LocalPersister
 from ...share.session import ShareSessionCache
 
