@@ -74,8 +74,9 @@ def clean(lg: UnifiedLog, child: bool):
         return Cleaner().clean(lg, 0, end, NOW)
     proc = cleaner_process.fork_cleaner(Cleaner(), lg, 0, end, NOW, last_batches_of_producers(lg))
     try:
-        return cleaner_process.serve(proc, lg, NOW, lambda _nbytes: 0.0,
-                                     lambda lg, new, old, now: lg.replace_segments(new, old, now))
+        return cleaner_process.serve(
+            proc, lg, NOW, lambda _nbytes: 0.0, lambda lg, new, old, now: lg.replace_segments(new, old, now)
+        )
     finally:
         proc.reap()
 
@@ -100,9 +101,11 @@ def main() -> None:
         print(f"log {nbytes / 1e6:.0f} MB ({args.distinct:.0%} distinct keys) built in {built:.1f} s")
         print(f"plain sequential read  {plain:10.1f} MB/s")
         label = "cleaner, child (read)" if args.child else "cleaner (read)"
-        print(f"{label:<22} {cleaner:10.1f} MB/s   ratio {cleaner / plain:.4f}   "
-              f"({stats.bytes_read / 1e6:.0f} MB read, {stats.bytes_written / 1e6:.0f} MB written, "
-              f"{clean_s:.1f} s)")
+        print(
+            f"{label:<22} {cleaner:10.1f} MB/s   ratio {cleaner / plain:.4f}   "
+            f"({stats.bytes_read / 1e6:.0f} MB read, {stats.bytes_written / 1e6:.0f} MB written, "
+            f"{clean_s:.1f} s)"
+        )
         lg.close()
 
 

@@ -27,15 +27,22 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic  # noqa: E402
-from confluent_kafka.admin import ResourceType  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,  # noqa: E402
+)
 
 from kesque.testing.broker import Broker  # noqa: E402
 
 
 def fill(bootstrap: str, topics: list[str], mib: int) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
-                  "queue.buffering.max.kbytes": 1 << 20})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20}
+    )
     value = os.urandom(50).hex().encode()
     n = (mib << 20) // 130
     distinct = max(1, n // 10)
@@ -59,7 +66,7 @@ class LogTail:
         self.seen = ""
 
     def has(self, text: str) -> bool:
-        self.seen = self.seen[-len(text):] + self.f.read()
+        self.seen = self.seen[-len(text) :] + self.f.read()
         return text in self.seen
 
 
@@ -67,8 +74,9 @@ class Sender:
     """One producer, kept across the passes (its connection and metadata are warm)."""
 
     def __init__(self, bootstrap: str):
-        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
-                           "max.in.flight.requests.per.connection": 1})
+        self.p = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "max.in.flight.requests.per.connection": 1}
+        )
         self.send(50)
 
     def send(self, min_count: int, until=lambda: True, check_every: int = 20) -> list[float]:
@@ -99,9 +107,11 @@ def alter(admin: AdminClient, rtype, name: str, key: str, value: str | None) -> 
 
 
 def row(label: str, xs: list[float], load: float, extra: str = "") -> str:
-    return (f"{label:<22} p99 {pct(xs, 0.99):7.2f} ms  p50 {pct(xs, 0.5):6.2f} ms  p99.9 {pct(xs, 0.999):7.2f} ms  "
-            f"max {max(xs):7.2f} ms  "
-            f"{len(xs):6d} sends  load {load:5.2f}  {extra}")
+    return (
+        f"{label:<22} p99 {pct(xs, 0.99):7.2f} ms  p50 {pct(xs, 0.5):6.2f} ms  p99.9 {pct(xs, 0.999):7.2f} ms  "
+        f"max {max(xs):7.2f} ms  "
+        f"{len(xs):6d} sends  load {load:5.2f}  {extra}"
+    )
 
 
 def main() -> None:
@@ -125,8 +135,11 @@ def main() -> None:
                 f.result()
             t0 = time.perf_counter()
             fill(b.bootstrap_servers, topics, args.mib)
-            print(f"filled {args.cleanings} x {args.mib} MiB in {time.perf_counter() - t0:.1f} s; "
-                  f"load at start {os.getloadavg()[0]:.2f}", flush=True)
+            print(
+                f"filled {args.cleanings} x {args.mib} MiB in {time.perf_counter() - t0:.1f} s; "
+                f"load at start {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
             sender = Sender(b.bootstrap_servers)
             tail = LogTail(b.log_path)
             for i, topic in enumerate(topics):
@@ -136,8 +149,13 @@ def main() -> None:
                 print(row("idle", xs, os.getloadavg()[0]), flush=True)
                 throttled = args.throttle > 0 and i % 2 == 1
                 if args.throttle > 0:
-                    alter(admin, ResourceType.BROKER, b.config["node.id"], "log.cleaner.io.max.bytes.per.second",
-                          str(args.throttle * 1e6) if throttled else None)
+                    alter(
+                        admin,
+                        ResourceType.BROKER,
+                        b.config["node.id"],
+                        "log.cleaner.io.max.bytes.per.second",
+                        str(args.throttle * 1e6) if throttled else None,
+                    )
                 alter(admin, ResourceType.TOPIC, topic, "cleanup.policy", "compact")
                 t0 = time.perf_counter()
                 xs = sender.send(1, lambda: tail.has(f"Log cleaner finished {topic}-0"))
@@ -151,9 +169,11 @@ def main() -> None:
             print(row("idle", xs, os.getloadavg()[0]), flush=True)
     print(row("ALL idle", idle, os.getloadavg()[0]))
     print(row("ALL cleaning", busy, os.getloadavg()[0]))
-    print(f"ratio of the median pass p99, cleaning / idle {median(passes['cleaning']) / median(passes['idle']):.2f} "
-          f"(bar 2.00)   pooled p99 {pct(busy, 0.99) / pct(idle, 0.99):.2f}   "
-          f"pooled p99.9 {pct(busy, 0.999) / pct(idle, 0.999):.2f}")
+    print(
+        f"ratio of the median pass p99, cleaning / idle {median(passes['cleaning']) / median(passes['idle']):.2f} "
+        f"(bar 2.00)   pooled p99 {pct(busy, 0.99) / pct(idle, 0.99):.2f}   "
+        f"pooled p99.9 {pct(busy, 0.999) / pct(idle, 0.999):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -102,16 +102,26 @@ def server_reaches(tree: ast.Module) -> Counter:
     def is_server(expr) -> bool:
         if isinstance(expr, ast.Name):
             return expr.id in SERVER_NAMES
-        return (isinstance(expr, ast.Attribute) and expr.attr in SERVER_NAMES
-                and isinstance(expr.value, ast.Name) and expr.value.id == "self")
+        return (
+            isinstance(expr, ast.Attribute)
+            and expr.attr in SERVER_NAMES
+            and isinstance(expr.value, ast.Name)
+            and expr.value.id == "self"
+        )
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and is_server(node.value) and node.attr not in SERVER_NAMES:
             found[node.attr] += 1
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            aliases = {n.targets[0].id for n in ast.walk(node)
-                       if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-                       and n.targets[0].id not in SERVER_NAMES and is_server(n.value)}
+            aliases = {
+                n.targets[0].id
+                for n in ast.walk(node)
+                if isinstance(n, ast.Assign)
+                and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Name)
+                and n.targets[0].id not in SERVER_NAMES
+                and is_server(n.value)
+            }
             for n in ast.walk(node):
                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases:
                     found[n.attr] += 1

@@ -20,14 +20,14 @@ import os
 import sys
 import tempfile
 import time
+
 from kesque.protocol.api_keys import ApiKeys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # this checkout's kesque, and the tests' wire client
 
-from wire import Api, Msg, WireClient  # noqa: E402
-
 from kesque.testing.broker import Broker  # noqa: E402
+from wire import Api, Msg, WireClient  # noqa: E402
 
 TOPIC = "t-reads"
 
@@ -35,15 +35,33 @@ TOPIC = "t-reads"
 def on_loop(b, fn):
     async def run():
         return fn()
+
     return asyncio.run_coroutine_threadsafe(run(), b._loop).result(600)
 
 
 def commit_body(group: str, offset: int):
     m = Msg(ApiKeys.OFFSET_COMMIT, 8)
-    return m(group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=(
-        m("OffsetCommitRequestTopic", name=TOPIC, partitions=(
-            m("OffsetCommitRequestPartition", partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
-              committed_metadata=""),)),))
+    return m(
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            m(
+                "OffsetCommitRequestTopic",
+                name=TOPIC,
+                partitions=(
+                    m(
+                        "OffsetCommitRequestPartition",
+                        partition_index=0,
+                        committed_offset=offset,
+                        committed_leader_epoch=-1,
+                        committed_metadata="",
+                    ),
+                ),
+            ),
+        ),
+    )
 
 
 def timed(fn, n: int) -> float:
@@ -64,14 +82,22 @@ def main() -> None:
                 Api(c).create_topic(TOPIC)
                 deadline = time.monotonic() + 30  # __consumer_offsets is created on first use
                 fc = Msg(ApiKeys.FIND_COORDINATOR, 4)
-                while (c.request(ApiKeys.FIND_COORDINATOR, 4, fc(key_type=0,
-                                                                 coordinator_keys=("g0",))).coordinators[0].error_code
-                       or c.request(ApiKeys.OFFSET_COMMIT, 8, commit_body("g0", 0)).topics[0].partitions[0].error_code):
+                while (
+                    c.request(ApiKeys.FIND_COORDINATOR, 4, fc(key_type=0, coordinator_keys=("g0",)))
+                    .coordinators[0]
+                    .error_code
+                    or c.request(ApiKeys.OFFSET_COMMIT, 8, commit_body("g0", 0)).topics[0].partitions[0].error_code
+                ):
                     assert time.monotonic() < deadline, "no group coordinator"
                     time.sleep(0.05)
                 for i in range(args.commits):
-                    assert c.request(ApiKeys.OFFSET_COMMIT, 8, commit_body(f"g{i % 1000}",
-                                                                           i)).topics[0].partitions[0].error_code == 0
+                    assert (
+                        c.request(ApiKeys.OFFSET_COMMIT, 8, commit_body(f"g{i % 1000}", i))
+                        .topics[0]
+                        .partitions[0]
+                        .error_code
+                        == 0
+                    )
             gc = b._server.group_coordinator
             part = b._server.replica_manager.partitions[("__consumer_offsets", 0)]
             lookup = on_loop(b, lambda: timed(lambda: gc.shard_for("g1"), 20000))
@@ -90,6 +116,7 @@ def main() -> None:
             def commit_one_more():  # the pending commit and one more get committed; a third stays pending
                 del part.maybe_increment_high_watermark
                 part.maybe_increment_high_watermark()
+
             on_loop(b, commit_one_more)
             with WireClient(b.bootstrap_servers) as c:
                 assert c.request(ApiKeys.OFFSET_COMMIT, 8, commit_body("g2", 1)).topics[0].partitions[0].error_code == 0
@@ -100,8 +127,10 @@ def main() -> None:
             step = on_loop(b, lambda: timed(lambda: gc.read_shard("g1"), 1))
             print(f"offset commits in the partition: {args.commits}")
             print(f"read, nothing uncommitted: {live * 1e6:.2f} us, {live / lookup:.2f}x the bare shard lookup")
-            print(f"first read with a write pending (view built): {build * 1e3:.1f} ms, "
-                  f"{build / load_s:.2f}x the partition's load time ({load_s * 1e3:.1f} ms)")
+            print(
+                f"first read with a write pending (view built): {build * 1e3:.1f} ms, "
+                f"{build / load_s:.2f}x the partition's load time ({load_s * 1e3:.1f} ms)"
+            )
             print(f"read from an up-to-date view: {again * 1e6:.2f} us, {again / lookup:.2f}x the bare lookup")
             print(f"read catching the view up by 2 commits: {step * 1e6:.0f} us, {step / lookup:.0f}x the bare lookup")
         finally:

@@ -25,12 +25,16 @@ import statistics
 import tempfile
 import time
 import uuid
+
 from kesque.protocol.api_keys import ApiKeys
 
 # test settings: a leader is suspected after 500 ms without a fetch (Kafka's default 2 s), elections
 # time out after 250-500 ms (1-2 s)
-TEST_SETTINGS = {"controller.quorum.fetch.timeout.ms": "500", "controller.quorum.election.timeout.ms": "250",
-                 "controller.quorum.election.backoff.max.ms": "250"}
+TEST_SETTINGS = {
+    "controller.quorum.fetch.timeout.ms": "500",
+    "controller.quorum.election.timeout.ms": "250",
+    "controller.quorum.election.backoff.max.ms": "250",
+}
 DEFAULTS: dict[str, str] = {}
 COMMON = {"group.initial.rebalance.delay.ms": "0"}
 
@@ -118,8 +122,15 @@ def create_topic(conn, name: str, timeout_ms: int = 5000) -> int:
 
     def build(mod, v):
         rq = mod.request
-        return make(rq.CreateTopicsRequest, timeout=timeout_ms, validate_only=False, topics=(
-            make(rq.CreatableTopic, name=name, num_partitions=1, replication_factor=1, assignments=(), configs=()),))
+        return make(
+            rq.CreateTopicsRequest,
+            timeout=timeout_ms,
+            validate_only=False,
+            topics=(
+                make(rq.CreatableTopic, name=name, num_partitions=1, replication_factor=1, assignments=(), configs=()),
+            ),
+        )
+
     return int(conn.request(ApiKeys.CREATE_TOPICS, build).topics[0].error_code)
 
 
@@ -201,8 +212,12 @@ def failover(nodes: Nodes, runs: int, log=print) -> dict:
         log(f"    {nodes.kind} run {i + 1}/{runs}: controller {old} killed, CreateTopics after {seconds[-1]:.2f} s")
         nodes.restart(old)
         wait_caught_up(nodes, old)
-    return {"seconds": seconds, "p50": percentile(seconds, 50), "p99": percentile(seconds, 99),
-            "mean": statistics.fmean(seconds)}
+    return {
+        "seconds": seconds,
+        "p50": percentile(seconds, 50),
+        "p99": percentile(seconds, 99),
+        "mean": statistics.fmean(seconds),
+    }
 
 
 def commit_latency(nodes: Nodes, requests: int) -> dict:

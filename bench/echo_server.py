@@ -30,7 +30,7 @@ class Echo(asyncio.Protocol):
         pos = 0
         write = self.transport.write
         while n - pos >= 4:
-            end = pos + 4 + int.from_bytes(buf[pos:pos + 4], "big")
+            end = pos + 4 + int.from_bytes(buf[pos : pos + 4], "big")
             if end > n:
                 break
             write(bytes(buf[pos:end]))  # one answer per request

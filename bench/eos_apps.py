@@ -33,12 +33,18 @@ from kesque.testing import kafka as K
 from kesque.testing import kafka_apps as A
 from kesque.testing.cluster import Cluster
 
-SETTINGS = {"controller.quorum.election.timeout.ms": "1000", "controller.quorum.fetch.timeout.ms": "2000",
-            "broker.heartbeat.interval.ms": "500", "broker.session.timeout.ms": "3000",
-            "replica.fetch.backoff.ms": "200", "group.initial.rebalance.delay.ms": "0",
-            "offsets.topic.num.partitions": "6", "transaction.state.log.num.partitions": "6",
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
-            "auto.create.topics.enable": "false"}
+SETTINGS = {
+    "controller.quorum.election.timeout.ms": "1000",
+    "controller.quorum.fetch.timeout.ms": "2000",
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": "3000",
+    "replica.fetch.backoff.ms": "200",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "6",
+    "transaction.state.log.num.partitions": "6",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    "auto.create.topics.enable": "false",
+}
 WORDS = 20_000
 SESSION_S = 3.0
 
@@ -100,8 +106,16 @@ def word_count(cl, lines: int, work: str, run: int) -> dict:
     finally:
         app.stop()
         tail.stop()
-    return {"lines": lines, "words": sum(expected.values()), "seconds": seconds, "rate": lines / seconds,
-            "first_output_s": first, "exact": exact, "served": tail.count, "events": app.events()}
+    return {
+        "lines": lines,
+        "words": sum(expected.values()),
+        "seconds": seconds,
+        "rate": lines / seconds,
+        "first_output_s": first,
+        "exact": exact,
+        "served": tail.count,
+        "events": app.events(),
+    }
 
 
 def copier(cl, records: int, work: str, run: str, bounce: bool = False, kill_copiers: bool = False) -> dict:
@@ -109,8 +123,12 @@ def copier(cl, records: int, work: str, run: str, bounce: bool = False, kill_cop
     A.create_topics(cl.bootstrap, {inp: 2, out: 3}, 3, {"min.insync.replicas": "2"})
     values = [str(i).encode() for i in range(records)]
     A.produce(cl.bootstrap, inp, values, partition_of=lambda i: i % 2)
-    copiers = [A.Copier(cl.bootstrap, f"copier-{run}-{p}", f"copier-{run}", inp, p, out,
-                        os.path.join(work, f"copier-{run}-{p}")) for p in range(2)]
+    copiers = [
+        A.Copier(
+            cl.bootstrap, f"copier-{run}-{p}", f"copier-{run}", inp, p, out, os.path.join(work, f"copier-{run}-{p}")
+        )
+        for p in range(2)
+    ]
     bounces = []
     t0 = time.monotonic()
     try:
@@ -128,7 +146,7 @@ def copier(cl, records: int, work: str, run: str, bounce: bool = False, kill_cop
                 deadline = time.monotonic() + 120
                 while A.under_replicated(cl.bootstrap) and time.monotonic() < deadline:
                     time.sleep(0.25)
-        if kill_copiers:   # each copier SIGKILLed once it has copied 20% and started again at once
+        if kill_copiers:  # each copier SIGKILLed once it has copied 20% and started again at once
             for c in copiers:
                 deadline = time.monotonic() + 300
                 while c.progress_percent() < 20 and not c.done() and not c.failed() and time.monotonic() < deadline:
@@ -138,7 +156,7 @@ def copier(cl, records: int, work: str, run: str, bounce: bool = False, kill_cop
                     c.bounce(clean=False)
         deadline = time.monotonic() + 600
         while not all(c.done() for c in copiers) and time.monotonic() < deadline:
-            if any(c.failed() for c in copiers):   # exited on an error: it will not finish
+            if any(c.failed() for c in copiers):  # exited on an error: it will not finish
                 break
             time.sleep(0.1)
         seconds = time.monotonic() - t0
@@ -157,8 +175,17 @@ def copier(cl, records: int, work: str, run: str, bounce: bool = False, kill_cop
     tail.stop()
     got = {p: [v for _, v in tail.served[p]] for p in range(3)}
     ok = finished and got == {0: values[0::2], 1: values[1::2], 2: []}
-    return {"records": records, "seconds": seconds, "rate": records / seconds, "finished": finished,
-            "exact": ok, "read": tail.count, "bounces": bounces, "failed": failed, "out_of_order_answers": oos}
+    return {
+        "records": records,
+        "seconds": seconds,
+        "rate": records / seconds,
+        "finished": finished,
+        "exact": ok,
+        "read": tail.count,
+        "bounces": bounces,
+        "failed": failed,
+        "out_of_order_answers": oos,
+    }
 
 
 def measure(kind: str, scale: dict, log=print) -> dict:
@@ -168,11 +195,12 @@ def measure(kind: str, scale: dict, log=print) -> dict:
     cl = None
     try:
         cl = (_Kesque if kind == "kesque" else _Kafka)(os.path.join(work, "cluster"))
-        for name, fn in (("streams", lambda: word_count(cl, scale["eos_lines"], work, 1)),
-                         ("copier", lambda: copier(cl, scale["copier_records"], work, "calm", False)),
-                         ("copier_bounced", lambda: copier(cl, scale["copier_records"], work, "bounced", bounce=True)),
-                         ("copier_killed", lambda: copier(cl, scale["copier_records"], work, "killed",
-                                                          kill_copiers=True))):
+        for name, fn in (
+            ("streams", lambda: word_count(cl, scale["eos_lines"], work, 1)),
+            ("copier", lambda: copier(cl, scale["copier_records"], work, "calm", False)),
+            ("copier_bounced", lambda: copier(cl, scale["copier_records"], work, "bounced", bounce=True)),
+            ("copier_killed", lambda: copier(cl, scale["copier_records"], work, "killed", kill_copiers=True)),
+        ):
             log(f"eos-apps: {kind}: {name} ...")
             try:
                 out[name] = fn()

@@ -24,6 +24,7 @@ _error_of = operator.methodcaller("error")
 
 # ================================================================== helpers
 
+
 def rss_mib(pid: int) -> dict:
     """VmRSS and VmHWM of a process, in MiB (empty when it is gone)."""
     out = {}
@@ -48,8 +49,12 @@ def create_topic(bootstrap: str, topic: str, partitions: int, config: dict | Non
     while time.monotonic() < deadline:
         md = admin.list_topics(topic, timeout=10)
         t = md.topics.get(topic)
-        if t is not None and t.error is None and len(t.partitions) == partitions and \
-                all(p.leader >= 0 for p in t.partitions.values()):
+        if (
+            t is not None
+            and t.error is None
+            and len(t.partitions) == partitions
+            and all(p.leader >= 0 for p in t.partitions.values())
+        ):
             return
         time.sleep(0.1)
     raise RuntimeError(f"topic {topic} did not become ready")
@@ -58,8 +63,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int, config: dict | Non
 def consumer_conf(bootstrap: str, **extra) -> dict:
     # librdkafka insists on a group.id even for assign(); no group API is ever used:
     # partitions are assigned by hand and nothing is committed.
-    conf = {"bootstrap.servers": bootstrap, "group.id": "kesque-bench", "enable.auto.commit": False,
-            "enable.auto.offset.store": False, "enable.partition.eof": False, "log_level": 3}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "kesque-bench",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        "log_level": 3,
+    }
     conf.update(extra)
     return conf
 
@@ -116,45 +127,71 @@ def value_pool(size: int, count: int = 256, seed: int = 1) -> list[bytes]:
 
 # ================================================================== 1. produce with confluent-kafka
 
-def produce_confluent(bootstrap: str, topic: str, records: int, value_size: int = KIB,
-                      compression: str = "none", acks: int | str = 1, values: list[bytes] | None = None) -> dict:
+
+def produce_confluent(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    value_size: int = KIB,
+    compression: str = "none",
+    acks: int | str = 1,
+    values: list[bytes] | None = None,
+) -> dict:
     errors: list[str] = []
 
     def on_delivery(err, _msg):  # called for failures only (delivery.report.only.error)
         if err is not None and len(errors) < 10:
             errors.append(str(err))
 
-    p = Producer({
-        "bootstrap.servers": bootstrap,
-        "acks": acks,
-        "linger.ms": 5,
-        "batch.size": 1048576,
-        "batch.num.messages": 1000000,
-        "message.max.bytes": 16 << 20,
-        "queue.buffering.max.kbytes": 2097151,
-        "queue.buffering.max.messages": 10000000,
-        "compression.type": compression,
-        "enable.idempotence": False,
-        "delivery.report.only.error": True,
-        "on_delivery": on_delivery,
-        "log_level": 3,
-    })
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "linger.ms": 5,
+            "batch.size": 1048576,
+            "batch.num.messages": 1000000,
+            "message.max.bytes": 16 << 20,
+            "queue.buffering.max.kbytes": 2097151,
+            "queue.buffering.max.messages": 10000000,
+            "compression.type": compression,
+            "enable.idempotence": False,
+            "delivery.report.only.error": True,
+            "on_delivery": on_delivery,
+            "log_level": 3,
+        }
+    )
     p.list_topics(topic, timeout=30)  # metadata and connection up before the clock starts
     elapsed, left = timed_produce(p, topic, values or value_pool(value_size), records)
     payload = records * value_size
-    return {"records": records, "payload_bytes": payload, "seconds": elapsed, "mb_s": payload / elapsed / MB,
-            "undelivered": left, "errors": errors, "compression": compression}
+    return {
+        "records": records,
+        "payload_bytes": payload,
+        "seconds": elapsed,
+        "mb_s": payload / elapsed / MB,
+        "undelivered": left,
+        "errors": errors,
+        "compression": compression,
+    }
 
 
 # ================================================================== 2. consume with confluent-kafka
 
+
 def consume_confluent(bootstrap: str, topic: str, ends: dict[int, int], stall_seconds: float = 30.0) -> dict:
     total = sum(ends.values())
-    c = Consumer(consumer_conf(
-        bootstrap,
-        **{"fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20,
-           "receive.message.max.bytes": 100 << 20, "queued.max.messages.kbytes": 1 << 20,
-           "queued.min.messages": 1000000, "fetch.wait.max.ms": 100}))
+    c = Consumer(
+        consumer_conf(
+            bootstrap,
+            **{
+                "fetch.max.bytes": 64 << 20,
+                "max.partition.fetch.bytes": 16 << 20,
+                "receive.message.max.bytes": 100 << 20,
+                "queued.max.messages.kbytes": 1 << 20,
+                "queued.min.messages": 1000000,
+                "fetch.wait.max.ms": 100,
+            },
+        )
+    )
     c.list_topics(topic, timeout=30)
     got = 0
     payload = 0
@@ -175,8 +212,14 @@ def consume_confluent(bootstrap: str, topic: str, ends: dict[int, int], stall_se
             break
     elapsed = time.perf_counter() - t0
     c.close()
-    return {"records": got, "expected": total, "payload_bytes": payload, "seconds": elapsed,
-            "mb_s": payload / elapsed / MB, "errors": errors}
+    return {
+        "records": got,
+        "expected": total,
+        "payload_bytes": payload,
+        "seconds": elapsed,
+        "mb_s": payload / elapsed / MB,
+        "errors": errors,
+    }
 
 
 def consume_raw(bootstrap: str, topic: str, ends: dict[int, int], window: int = 8) -> dict:
@@ -188,21 +231,37 @@ def consume_raw(bootstrap: str, topic: str, ends: dict[int, int], window: int = 
 
 # ================================================================== 3. raw produce capacity
 
-def produce_raw(bootstrap: str, topic: str, partitions: int, records: int, value_size: int = KIB,
-                connections: int = 2, window: int = 8) -> dict:
+
+def produce_raw(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    value_size: int = KIB,
+    connections: int = 2,
+    window: int = 8,
+) -> dict:
     values = value_pool(value_size, count=1)
     batch, per_batch = wire.full_batch(values[0], 1 << 20)
     frames = [wire.produce_request(topic, p, batch) for p in range(partitions)]
     nreq = max(connections, round(records / per_batch))
     res = wire.pipelined_produce(bootstrap, frames, nreq, connections, window)
     payload = nreq * per_batch * value_size
-    res.update({"records": nreq * per_batch, "payload_bytes": payload, "mb_s": payload / res["seconds"] / MB,
-                "wire_mb_s": nreq * len(frames[0]) / res["seconds"] / MB, "batch_bytes": len(batch),
-                "records_per_batch": per_batch})
+    res.update(
+        {
+            "records": nreq * per_batch,
+            "payload_bytes": payload,
+            "mb_s": payload / res["seconds"] / MB,
+            "wire_mb_s": nreq * len(frames[0]) / res["seconds"] / MB,
+            "batch_bytes": len(batch),
+            "records_per_batch": per_batch,
+        }
+    )
     return res
 
 
 # ================================================================== 4. small requests
+
 
 def small_frame(topic: str, value_size: int = 100) -> bytes:
     """The pre-encoded 1-record ProduceRequest of the small-request figure (also the echo
@@ -218,12 +277,22 @@ def small_confluent(bootstrap: str, topic: str, records: int, value_size: int = 
         if err is not None and len(errors) < 10:
             errors.append(str(err))
 
-    p = Producer({
-        "bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0, "batch.num.messages": 1,
-        "queue.buffering.max.messages": 10000000, "queue.buffering.max.kbytes": 2097151,
-        "enable.idempotence": False, "delivery.report.only.error": True, "on_delivery": on_delivery,
-        "statistics.interval.ms": 100, "stats_cb": lambda s: stats.append(json.loads(s)), "log_level": 3,
-    })
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 0,
+            "batch.num.messages": 1,
+            "queue.buffering.max.messages": 10000000,
+            "queue.buffering.max.kbytes": 2097151,
+            "enable.idempotence": False,
+            "delivery.report.only.error": True,
+            "on_delivery": on_delivery,
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda s: stats.append(json.loads(s)),
+            "log_level": 3,
+        }
+    )
     p.list_topics(topic, timeout=30)
     p.poll(0.3)
 
@@ -252,15 +321,23 @@ def small_confluent(bootstrap: str, topic: str, records: int, value_size: int = 
     while not stats and time.monotonic() < deadline:
         p.poll(0.05)
     requests = produce_requests() - before if stats else records
-    return {"records": records, "requests": requests, "seconds": elapsed, "rate": requests / elapsed,
-            "records_per_request": records / requests if requests else 0.0, "undelivered": left, "errors": errors}
+    return {
+        "records": records,
+        "requests": requests,
+        "seconds": elapsed,
+        "rate": requests / elapsed,
+        "records_per_request": records / requests if requests else 0.0,
+        "undelivered": left,
+        "errors": errors,
+    }
 
 
 def small_raw(bootstrap: str, topic: str, requests: int, window: int = 64, value_size: int = 100) -> dict:
     frame = small_frame(topic, value_size)
     first_errors: list[int] = []
-    res = wire.pipelined_same_request(bootstrap, frame, requests, window,
-                                      check_first=lambda f: first_errors.extend(wire.produce_response_errors(f)))
+    res = wire.pipelined_same_request(
+        bootstrap, frame, requests, window, check_first=lambda f: first_errors.extend(wire.produce_response_errors(f))
+    )
     res["first_response_errors"] = first_errors
     return res
 
@@ -270,10 +347,19 @@ def small_raw(bootstrap: str, topic: str, requests: int, window: int = 64, value
 _TS = struct.Struct(">d")
 
 
-def _latency_producer(bootstrap: str, topic: str, rate: float, seconds: float, value_size: int,
-                      start_evt, result_q) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0, "enable.idempotence": False,
-                  "queue.buffering.max.messages": 10000000, "log_level": 3})
+def _latency_producer(
+    bootstrap: str, topic: str, rate: float, seconds: float, value_size: int, start_evt, result_q
+) -> None:
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 0,
+            "enable.idempotence": False,
+            "queue.buffering.max.messages": 10000000,
+            "log_level": 3,
+        }
+    )
     p.list_topics(topic, timeout=30)
     pad = os.urandom(value_size - _TS.size)
     total = int(rate * seconds)
@@ -295,17 +381,20 @@ def _latency_producer(bootstrap: str, topic: str, rate: float, seconds: float, v
     result_q.put({"sent": total, "send_seconds": sent_seconds, "undelivered": left})
 
 
-def latency(bootstrap: str, topic: str, rate: float = 10000, seconds: float = 20.0, value_size: int = KIB,
-            warmup: float = 1.0) -> dict:
-    c = Consumer(consumer_conf(bootstrap, **{"fetch.wait.max.ms": 100, "fetch.min.bytes": 1,
-                                             "fetch.queue.backoff.ms": 0}))
+def latency(
+    bootstrap: str, topic: str, rate: float = 10000, seconds: float = 20.0, value_size: int = KIB, warmup: float = 1.0
+) -> dict:
+    c = Consumer(
+        consumer_conf(bootstrap, **{"fetch.wait.max.ms": 100, "fetch.min.bytes": 1, "fetch.queue.backoff.ms": 0})
+    )
     c.assign([TopicPartition(topic, 0, 0)])
     c.consume(1, 1.0)  # fetch session up, nothing there yet
     ctx = mp.get_context("spawn")
     start_evt = ctx.Event()
     q = ctx.Queue()
-    proc = ctx.Process(target=_latency_producer, args=(bootstrap, topic, rate, seconds, value_size, start_evt, q),
-                       daemon=True)
+    proc = ctx.Process(
+        target=_latency_producer, args=(bootstrap, topic, rate, seconds, value_size, start_evt, q), daemon=True
+    )
     proc.start()
     time.sleep(0.5)
     start_evt.set()
@@ -341,7 +430,14 @@ def latency(bootstrap: str, topic: str, rate: float = 10000, seconds: float = 20
             return float("nan")
         return lat[min(len(lat) - 1, int(x / 100.0 * len(lat)))] * 1000.0
 
-    return {"received": got, "expected": total, "measured": len(lat), "p50_ms": pct(50), "p99_ms": pct(99),
-            "p999_ms": pct(99.9), "max_ms": lat[-1] * 1000.0 if lat else float("nan"),
-            "send_rate": prod.get("sent", 0) / prod["send_seconds"] if prod.get("send_seconds") else 0.0,
-            "producer": prod}
+    return {
+        "received": got,
+        "expected": total,
+        "measured": len(lat),
+        "p50_ms": pct(50),
+        "p99_ms": pct(99),
+        "p999_ms": pct(99.9),
+        "max_ms": lat[-1] * 1000.0 if lat else float("nan"),
+        "send_rate": prod.get("sent", 0) / prod["send_seconds"] if prod.get("send_seconds") else 0.0,
+        "producer": prod,
+    }

@@ -17,10 +17,10 @@ import threading
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from figures import rss_mib
 from kio.index import load_request_schema
 
 import wire
-from figures import rss_mib
 from kesque.protocol.api_keys import ApiKeys
 from kesque.protocol.primitives import read_uvarint as _uvarint
 from kesque.protocol.primitives import skip_tagged_fields as _skip_tags
@@ -76,24 +76,47 @@ _FLEXIBLE = {8: 8, 9: 6, 10: 3}
 COMMIT_V, FETCH_V, FIND_V = 9, 9, 4
 
 
-def offset_commit_request(group: str, topic: str, offsets: dict[int, int], correlation_id: int = 0,
-                          generation: int = -1, member_id: str = "") -> bytes:
+def offset_commit_request(
+    group: str, topic: str, offsets: dict[int, int], correlation_id: int = 0, generation: int = -1, member_id: str = ""
+) -> bytes:
     """OffsetCommit v9 (topic names). generation -1 and an empty member id: a standalone
     commit, as a consumer using assign() makes (no group membership)."""
     req, mod = _schema_module(ApiKeys.OFFSET_COMMIT, COMMIT_V)
-    body = req(group_id=group, generation_id_or_member_epoch=generation, member_id=member_id, group_instance_id=None,
-               topics=(mod.OffsetCommitRequestTopic(name=topic, partitions=tuple(
-                   mod.OffsetCommitRequestPartition(partition_index=p, committed_offset=o, committed_leader_epoch=-1,
-                                                    committed_metadata="") for p, o in sorted(offsets.items()))),))
+    body = req(
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member_id,
+        group_instance_id=None,
+        topics=(
+            mod.OffsetCommitRequestTopic(
+                name=topic,
+                partitions=tuple(
+                    mod.OffsetCommitRequestPartition(
+                        partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata=""
+                    )
+                    for p, o in sorted(offsets.items())
+                ),
+            ),
+        ),
+    )
     return wire.encode_request(body, correlation_id)
 
 
 def offset_fetch_request(groups: list[str], topic: str, partitions: list[int], correlation_id: int = 0) -> bytes:
     """OffsetFetch v9: many groups in one request (KIP-709), each asking for ``partitions``."""
     req, mod = _schema_module(ApiKeys.OFFSET_FETCH, FETCH_V)
-    body = req(groups=tuple(mod.OffsetFetchRequestGroup(group_id=g, member_id=None, member_epoch=-1, topics=(
-        mod.OffsetFetchRequestTopics(name=topic, partition_indexes=tuple(partitions)),)) for g in groups),
-        require_stable=False)
+    body = req(
+        groups=tuple(
+            mod.OffsetFetchRequestGroup(
+                group_id=g,
+                member_id=None,
+                member_epoch=-1,
+                topics=(mod.OffsetFetchRequestTopics(name=topic, partition_indexes=tuple(partitions)),),
+            )
+            for g in groups
+        ),
+        require_stable=False,
+    )
     return wire.encode_request(body, correlation_id)
 
 
@@ -109,6 +132,7 @@ def commit_errors(frame) -> list[int]:
 
 
 # ================================================================== 1. rebalance time
+
 
 def _member(idx: int, conf: dict, topic: str, cooperative: bool, cmds, events) -> None:
     """One group member: a confluent-kafka Consumer that reports every assignment change
@@ -176,12 +200,17 @@ class _Members:
     def start(self, idx: int) -> None:
         if self.mode == "process":
             q = self.ctx.Queue()
-            w = self.ctx.Process(target=_member, args=(idx, self.conf, self.topic, self.cooperative, q, self.events),
-                                 daemon=True)
+            w = self.ctx.Process(
+                target=_member, args=(idx, self.conf, self.topic, self.cooperative, q, self.events), daemon=True
+            )
         else:
             q = queue.Queue()
-            w = threading.Thread(target=_member, args=(idx, self.conf, self.topic, self.cooperative, q, self.events),
-                                 daemon=True, name=f"member-{idx}")
+            w = threading.Thread(
+                target=_member,
+                args=(idx, self.conf, self.topic, self.cooperative, q, self.events),
+                daemon=True,
+                name=f"member-{idx}",
+            )
         self.cmds[idx], self.workers[idx] = q, w
         w.start()
 
@@ -332,15 +361,30 @@ def classic_breakdown(lines: list[tuple[float, str]], t_from: float, t_to: float
             generations += 1
             opened = None
     total = t_to - t_from
-    return {"initial_delay_wait": delay, "rejoin_wait": rejoin, "other": max(total - delay - rejoin, 0.0),
-            "generations": generations}
+    return {
+        "initial_delay_wait": delay,
+        "rejoin_wait": rejoin,
+        "other": max(total - delay - rejoin, 0.0),
+        "generations": generations,
+    }
 
 
-def rebalance_once(bootstrap: str, topic: str, partitions: int, group: str, members: int = 10,
-                   protocol: str = "classic", client_conf: dict | None = None, mode: str = "thread",
-                   settle: float = 1.5, timeout: float = 60.0, log_path: str | None = None,
-                   phases: tuple = ("join", "leave", "join-one"), trigger_phase: float = 0.5,
-                   period: float = 3.0) -> dict:
+def rebalance_once(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    group: str,
+    members: int = 10,
+    protocol: str = "classic",
+    client_conf: dict | None = None,
+    mode: str = "thread",
+    settle: float = 1.5,
+    timeout: float = 60.0,
+    log_path: str | None = None,
+    phases: tuple = ("join", "leave", "join-one"),
+    trigger_phase: float = 0.5,
+    period: float = 3.0,
+) -> dict:
     """One group lifecycle, up to three rebalances:
 
     * ``join``: ``members`` consumers subscribe at (nearly) the same moment; from the last
@@ -358,8 +402,14 @@ def rebalance_once(bootstrap: str, topic: str, partitions: int, group: str, memb
     the change, and the caller spreads it evenly over the passes instead of always hitting
     the same point."""
     cooperative = protocol == "consumer"
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "enable.partition.eof": False, "log_level": 3}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "log_level": 3,
+    }
     if cooperative:
         conf["group.protocol"] = "consumer"
     else:
@@ -367,24 +417,38 @@ def rebalance_once(bootstrap: str, topic: str, partitions: int, group: str, memb
     conf.update(client_conf or {})
     ms = _Members(conf, topic, cooperative, mode)
     tr = _Tracker(ms, partitions)
-    out: dict = {"protocol": protocol, "mode": mode, "members": members, "group": group,
-                 "trigger_phase": trigger_phase, "period": period, "phases": {}}
+    out: dict = {
+        "protocol": protocol,
+        "mode": mode,
+        "members": members,
+        "group": group,
+        "trigger_phase": trigger_phase,
+        "period": period,
+        "phases": {},
+    }
     log_off = log_size(log_path) if log_path else 0
 
     def phase(name: str, trigger: float, active: list[int], existing: list[int]) -> bool:
         t_ok = tr.wait_converged(active, settle, timeout)
         revoked = tr.first_after("revoke", trigger, set(existing))
         learned = max(revoked.values()) - trigger if existing and len(revoked) == len(existing) else None
-        res = {"phase": name, "seconds": (t_ok - trigger) if t_ok else None, "trigger": trigger,
-               "converged_at": t_ok,
-               # members giving up partitions: in the classic protocol a member that owns
-               # partitions learns of a rebalance from a heartbeat and revokes them all
-               "revokes": sum(1 for k, i, t, _ in tr.log if k == "revoke" and i in active and t >= trigger
-                              and (t_ok is None or t <= t_ok)),
-               # classic (eager): every existing member revokes everything when it learns of
-               # the rebalance, so this is when the last one learned of it
-               "last_existing_revoke_seconds": learned,
-               "distribution": sorted(len(tr.owned.get(i, ())) for i in active)}
+        res = {
+            "phase": name,
+            "seconds": (t_ok - trigger) if t_ok else None,
+            "trigger": trigger,
+            "converged_at": t_ok,
+            # members giving up partitions: in the classic protocol a member that owns
+            # partitions learns of a rebalance from a heartbeat and revokes them all
+            "revokes": sum(
+                1
+                for k, i, t, _ in tr.log
+                if k == "revoke" and i in active and t >= trigger and (t_ok is None or t <= t_ok)
+            ),
+            # classic (eager): every existing member revokes everything when it learns of
+            # the rebalance, so this is when the last one learned of it
+            "last_existing_revoke_seconds": learned,
+            "distribution": sorted(len(tr.owned.get(i, ())) for i in active),
+        }
         if t_ok is None:
             res["owned"] = {i: tr.owned.get(i, ()) for i in active}
         out["phases"][name] = res
@@ -452,31 +516,69 @@ def rebalance_once(bootstrap: str, topic: str, partitions: int, group: str, memb
     return out
 
 
-def rebalance(bootstrap: str, topic: str, partitions: int, passes: int, protocol: str, label: str,
-              client_conf: dict | None = None, mode: str = "thread", settle: float = 1.5, timeout: float = 60.0,
-              log_path: str | None = None, members: int = 10, phases: tuple = ("join", "leave", "join-one"),
-              heartbeat_period: float = 3.0) -> dict:
+def rebalance(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    passes: int,
+    protocol: str,
+    label: str,
+    client_conf: dict | None = None,
+    mode: str = "thread",
+    settle: float = 1.5,
+    timeout: float = 60.0,
+    log_path: str | None = None,
+    members: int = 10,
+    phases: tuple = ("join", "leave", "join-one"),
+    heartbeat_period: float = 3.0,
+) -> dict:
     """``passes`` independent groups (fresh group ids). Pass k triggers its leave/join-one at
     (k + 0.5)/passes of a heartbeat period after the previous convergence, so the passes
     sample the heartbeat phase evenly. Per phase: the median, the range, and (classic) where
     the time went."""
     runs = []
     for n in range(passes):
-        runs.append(rebalance_once(bootstrap, topic, partitions, f"bench-{label}-{n}-{os.getpid()}", members,
-                                   protocol, client_conf, mode, settle, timeout, log_path, phases,
-                                   trigger_phase=(n + 0.5) / passes, period=heartbeat_period))
-    out = {"label": label, "protocol": protocol, "mode": mode, "passes": passes, "runs": runs,
-           "client_conf": client_conf or {}}
+        runs.append(
+            rebalance_once(
+                bootstrap,
+                topic,
+                partitions,
+                f"bench-{label}-{n}-{os.getpid()}",
+                members,
+                protocol,
+                client_conf,
+                mode,
+                settle,
+                timeout,
+                log_path,
+                phases,
+                trigger_phase=(n + 0.5) / passes,
+                period=heartbeat_period,
+            )
+        )
+    out = {
+        "label": label,
+        "protocol": protocol,
+        "mode": mode,
+        "passes": passes,
+        "runs": runs,
+        "client_conf": client_conf or {},
+    }
     for ph in phases:
         res = [r["phases"].get(ph) for r in runs]
         vals = [x["seconds"] if x else None for x in res]
         ok = [v for v in vals if v is not None]
         learned = [x["last_existing_revoke_seconds"] for x in res if x and x["last_existing_revoke_seconds"]]
         bds = [x["breakdown"] for x in res if x and "breakdown" in x]
-        summary = {"values": vals, "failed": len(vals) - len(ok),
-                   "median": statistics.median(ok) if ok else float("nan"),
-                   "min": min(ok) if ok else float("nan"), "max": max(ok) if ok else float("nan"),
-                   "learned": learned, "distributions": [x["distribution"] for x in res if x]}
+        summary = {
+            "values": vals,
+            "failed": len(vals) - len(ok),
+            "median": statistics.median(ok) if ok else float("nan"),
+            "min": min(ok) if ok else float("nan"),
+            "max": max(ok) if ok else float("nan"),
+            "learned": learned,
+            "distributions": [x["distribution"] for x in res if x],
+        }
         if ok:  # the run whose figure is the median: its breakdown explains the median
             mid = sorted((v, k) for k, v in enumerate(vals) if v is not None)[(len(ok) - 1) // 2][1]
             if res[mid] and "breakdown" in res[mid]:
@@ -493,6 +595,7 @@ def rebalance(bootstrap: str, topic: str, partitions: int, passes: int, protocol
 
 # ================================================================== 2. offset commit rate
 
+
 def produce_sync(bootstrap: str, topic: str, records: int, value_size: int = 100) -> dict:
     """One 100-byte record per Produce request, each waited for (produce() then flush()):
     one synchronous round trip per record, like a synchronous commit."""
@@ -502,8 +605,16 @@ def produce_sync(bootstrap: str, topic: str, records: int, value_size: int = 100
         if err is not None and len(errors) < 10:
             errors.append(str(err))
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0, "enable.idempotence": False,
-                  "on_delivery": on_delivery, "log_level": 3})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 0,
+            "enable.idempotence": False,
+            "on_delivery": on_delivery,
+            "log_level": 3,
+        }
+    )
     p.list_topics(topic, timeout=30)
     value = os.urandom(value_size)
     for _ in range(20):  # connection and first-request costs stay out of the clock
@@ -516,18 +627,24 @@ def produce_sync(bootstrap: str, topic: str, records: int, value_size: int = 100
         produce(topic, value, partition=0)
         left += flush(30)
     elapsed = time.perf_counter() - t0
-    return {"records": records, "seconds": elapsed, "rate": records / elapsed, "undelivered": left,
-            "errors": errors}
+    return {"records": records, "seconds": elapsed, "rate": records / elapsed, "undelivered": left, "errors": errors}
 
 
-def commit_confluent(bootstrap: str, topic: str, commits: int, group: str, subscribe: bool = False,
-                     partitions: int = 1) -> dict:
+def commit_confluent(
+    bootstrap: str, topic: str, commits: int, group: str, subscribe: bool = False, partitions: int = 1
+) -> dict:
     """``commits`` synchronous commits of explicit offsets (commit(offsets=..., asynchronous=
     False)), one partition each, the offset growing by one every time. With ``subscribe``
     the consumer is a group member and every commit carries its generation and member id;
     otherwise it assign()s the partition and commits standalone (generation -1)."""
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-            "enable.auto.offset.store": False, "enable.partition.eof": False, "log_level": 3}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        "log_level": 3,
+    }
     c = Consumer(conf)
     try:
         c.list_topics(topic, timeout=30)
@@ -554,8 +671,15 @@ def commit_confluent(bootstrap: str, topic: str, commits: int, group: str, subsc
         committed = c.committed([TopicPartition(topic, 0)], timeout=30)[0].offset
     finally:
         c.close()
-    return {"commits": commits, "seconds": elapsed, "rate": commits / elapsed, "errors": errors,
-            "committed": committed, "expected_committed": 100 + commits - 1, "subscribe": subscribe}
+    return {
+        "commits": commits,
+        "seconds": elapsed,
+        "rate": commits / elapsed,
+        "errors": errors,
+        "committed": committed,
+        "expected_committed": 100 + commits - 1,
+        "subscribe": subscribe,
+    }
 
 
 def commit_raw(bootstrap: str, topic: str, requests: int, window: int, group: str) -> dict:
@@ -564,8 +688,9 @@ def commit_raw(bootstrap: str, topic: str, requests: int, window: int, group: st
     trip without a client library (window 1)."""
     frame = offset_commit_request(group, topic, {0: 12345})
     first: list[int] = []
-    res = wire.pipelined_same_request(bootstrap, frame, requests, window,
-                                      check_first=lambda f: first.extend(commit_errors(f)))
+    res = wire.pipelined_same_request(
+        bootstrap, frame, requests, window, check_first=lambda f: first.extend(commit_errors(f))
+    )
     res["first_response_errors"] = first
     return res
 
@@ -577,13 +702,15 @@ def produce_raw_sync(bootstrap: str, topic: str, requests: int, window: int = 1)
 
     frame = figures.small_frame(topic)
     first: list[int] = []
-    res = wire.pipelined_same_request(bootstrap, frame, requests, window,
-                                      check_first=lambda f: first.extend(wire.produce_response_errors(f)))
+    res = wire.pipelined_same_request(
+        bootstrap, frame, requests, window, check_first=lambda f: first.extend(wire.produce_response_errors(f))
+    )
     res["first_response_errors"] = first
     return res
 
 
 # ================================================================== 3. coordinator load time and memory
+
 
 def group_name(i: int) -> str:
     return f"bench-group-{i:05d}"
@@ -601,16 +728,24 @@ def create_groups(bootstrap: str, topic: str, groups: int, partitions: int, wind
     deadline = time.monotonic() + 60
     while True:
         missing: list[tuple[str, int]] = []
-        batches = [names[k:k + 500] for k in range(0, groups, 500)]
-        pipelined(bootstrap, (find_coordinator_request(b, j) for j, b in enumerate(batches)), 8,
-                  lambda j, f: missing.extend((k, e) for k, n, e in parse_find_coordinator(f) if e or n < 0))
+        batches = [names[k : k + 500] for k in range(0, groups, 500)]
+        pipelined(
+            bootstrap,
+            (find_coordinator_request(b, j) for j, b in enumerate(batches)),
+            8,
+            lambda j, f: missing.extend((k, e) for k, n, e in parse_find_coordinator(f) if e or n < 0),
+        )
         if not missing:
             break
         if time.monotonic() > deadline:
             raise RuntimeError(f"FindCoordinator still failing for {len(missing)} groups: {missing[:3]}")
         time.sleep(0.2)
-    frames = (offset_commit_request(group_name(i), topic, {p: expected_offset(i, p) for p in range(partitions)},
-                                    correlation_id=i) for i in range(groups))
+    frames = (
+        offset_commit_request(
+            group_name(i), topic, {p: expected_offset(i, p) for p in range(partitions)}, correlation_id=i
+        )
+        for i in range(groups)
+    )
     bad: list[tuple[int, list[int]]] = []
 
     def on_response(i, frame):
@@ -626,7 +761,7 @@ def _compact_str(frame, p: int) -> tuple[str | None, int]:
     n, p = _uvarint(frame, p)
     if n == 0:
         return None, p
-    return bytes(frame[p:p + n - 1]).decode(), p + n - 1
+    return bytes(frame[p : p + n - 1]).decode(), p + n - 1
 
 
 def parse_find_coordinator(frame) -> list[tuple[str, int, int]]:
@@ -682,8 +817,16 @@ def _fetch_ok(gerr: int, offs: dict, topic: str, i: int, partitions: int) -> boo
     return True
 
 
-def poll_groups(bootstrap: str, topic: str, groups: int, partitions: int, deadline_s: float = 300.0,
-                find_batch: int = 500, fetch_batch: int = 100, window: int = 8) -> dict:
+def poll_groups(
+    bootstrap: str,
+    topic: str,
+    groups: int,
+    partitions: int,
+    deadline_s: float = 300.0,
+    find_batch: int = 500,
+    fetch_batch: int = 100,
+    window: int = 8,
+) -> dict:
     """Poll until every group answers OffsetFetch with its committed offsets: rounds of
     FindCoordinator (batched keys, v4) for the pending groups, then OffsetFetch (v9, batched
     groups) to the coordinator for those it names; groups that answer correctly leave the
@@ -702,7 +845,7 @@ def poll_groups(bootstrap: str, topic: str, groups: int, partitions: int, deadli
             if sock is None:
                 sock = wire.connect(bootstrap)
             located: list[int] = []
-            batches = [pending[k:k + find_batch] for k in range(0, len(pending), find_batch)]
+            batches = [pending[k : k + find_batch] for k in range(0, len(pending), find_batch)]
 
             def on_find(j, frame):
                 for gi, (_key, node, code) in zip(batches[j], parse_find_coordinator(frame)):
@@ -711,9 +854,14 @@ def poll_groups(bootstrap: str, topic: str, groups: int, partitions: int, deadli
                     else:
                         located.append(gi)  # single node: every coordinator is this broker
 
-            pipelined(bootstrap, (find_coordinator_request([group_name(g) for g in b], j)
-                                  for j, b in enumerate(batches)), window, on_find, sock=sock)
-            fbatches = [located[k:k + fetch_batch] for k in range(0, len(located), fetch_batch)]
+            pipelined(
+                bootstrap,
+                (find_coordinator_request([group_name(g) for g in b], j) for j, b in enumerate(batches)),
+                window,
+                on_find,
+                sock=sock,
+            )
+            fbatches = [located[k : k + fetch_batch] for k in range(0, len(located), fetch_batch)]
             done: set[int] = set()
             parts = list(range(partitions))
 
@@ -725,8 +873,13 @@ def poll_groups(bootstrap: str, topic: str, groups: int, partitions: int, deadli
                         code = gerr or next((e for _o, e in offs.values() if e), -1)
                         seen_errors[code] = seen_errors.get(code, 0) + 1
 
-            pipelined(bootstrap, (offset_fetch_request([group_name(g) for g in b], topic, parts, j)
-                                  for j, b in enumerate(fbatches)), window, on_fetch, sock=sock)
+            pipelined(
+                bootstrap,
+                (offset_fetch_request([group_name(g) for g in b], topic, parts, j) for j, b in enumerate(fbatches)),
+                window,
+                on_fetch,
+                sock=sock,
+            )
             pending = [g for g in pending if g not in done]
         except OSError:
             connect_failures += 1
@@ -739,12 +892,19 @@ def poll_groups(bootstrap: str, topic: str, groups: int, partitions: int, deadli
             time.sleep(0.02)
     if sock is not None:
         sock.close()
-    return {"done_at": time.perf_counter(), "pending": len(pending), "rounds": rounds, "errors_seen": seen_errors,
-            "connect_failures": connect_failures}
+    return {
+        "done_at": time.perf_counter(),
+        "pending": len(pending),
+        "rounds": rounds,
+        "errors_seen": seen_errors,
+        "connect_failures": connect_failures,
+    }
 
 
-_LOADED = re.compile(r"Loaded group coordinator state of __consumer_offsets-(\d+): (\d+) records, (\d+) groups "
-                     r"in (\d+) ms")
+_LOADED = re.compile(
+    r"Loaded group coordinator state of __consumer_offsets-(\d+): (\d+) records, (\d+) groups "
+    r"in (\d+) ms"
+)
 _STARTED = re.compile(r"kesque node \d+ started in (\d+) ms")
 
 
@@ -771,8 +931,14 @@ def load_log_summary(log_path: str, offset: int) -> dict:
             m = _STARTED.search(line)
             if m:
                 started_ms = int(m.group(1))
-    return {"partitions": parts, "records": records, "groups": groups, "sum_ms": ms, "started_ms": started_ms,
-            "first_to_last_line_seconds": (last - first) if first is not None else None}
+    return {
+        "partitions": parts,
+        "records": records,
+        "groups": groups,
+        "sum_ms": ms,
+        "started_ms": started_ms,
+        "first_to_last_line_seconds": (last - first) if first is not None else None,
+    }
 
 
 def restart_and_load(broker, topic: str, groups: int, partitions: int, how: str) -> dict:
@@ -822,10 +988,13 @@ def classic_timer_bound(phase: str, initial_delay_ms: int, heartbeat_ms: int) ->
 def dominating_timer(breakdown: dict | None, initial_delay_ms: int, heartbeat_ms: int, name_only: bool = False) -> str:
     if not breakdown:
         return "no coordinator log lines for this rebalance"
-    rejoin = (f"heartbeat.interval.ms={heartbeat_ms} (client: members learn of the rebalance from a heartbeat "
-              f"answering REBALANCE_IN_PROGRESS)" if breakdown.get("heartbeat_driven") else
-              "librdkafka's rejoin interval (client: after SyncGroup answered REBALANCE_IN_PROGRESS, "
-              "librdkafka sends its next JoinGroup 1-2 s later, rkcg_join_intvl 1 s + main-loop tick)")
+    rejoin = (
+        f"heartbeat.interval.ms={heartbeat_ms} (client: members learn of the rebalance from a heartbeat "
+        f"answering REBALANCE_IN_PROGRESS)"
+        if breakdown.get("heartbeat_driven")
+        else "librdkafka's rejoin interval (client: after SyncGroup answered REBALANCE_IN_PROGRESS, "
+        "librdkafka sends its next JoinGroup 1-2 s later, rkcg_join_intvl 1 s + main-loop tick)"
+    )
     parts = {
         f"group.initial.rebalance.delay.ms={initial_delay_ms} (broker)": breakdown["initial_delay_wait"],
         rejoin: breakdown["rejoin_wait"],
@@ -834,9 +1003,11 @@ def dominating_timer(breakdown: dict | None, initial_delay_ms: int, heartbeat_ms
     name, secs = max(parts.items(), key=lambda kv: kv[1])
     if name_only:
         return name
-    return (f"dominating timer: {name} {secs:.2f} s; initial-delay wait {breakdown['initial_delay_wait']:.2f} s, "
-            f"rejoin wait {breakdown['rejoin_wait']:.2f} s, rest {breakdown['other'] * 1000:.0f} ms, "
-            f"{breakdown['generations']} generation(s)")
+    return (
+        f"dominating timer: {name} {secs:.2f} s; initial-delay wait {breakdown['initial_delay_wait']:.2f} s, "
+        f"rejoin wait {breakdown['rejoin_wait']:.2f} s, rest {breakdown['other'] * 1000:.0f} ms, "
+        f"{breakdown['generations']} generation(s)"
+    )
 
 
 def values_text(summary: dict) -> str:

@@ -82,9 +82,17 @@ def produce(prep: Prepared, records: int, value_size: int = VALUE_SIZE) -> dict:
     pad = b"." * value_size
     values = [(b"%012d" % i + pad)[:value_size] for i in range(min(records, 65536))]
     elapsed, left = figures.timed_produce(p, topic, values, records)
-    return {"kind": "idempotent" if prep.idempotent else "plain", "records": records, "value_size": value_size,
-            "seconds": elapsed, "rate": records / elapsed, "mb_s": records * value_size / elapsed / 1e6,
-            "undelivered": left + prep.warm_left, "errors": prep.errors, "warm_up_records": WARM_UP}
+    return {
+        "kind": "idempotent" if prep.idempotent else "plain",
+        "records": records,
+        "value_size": value_size,
+        "seconds": elapsed,
+        "rate": records / elapsed,
+        "mb_s": records * value_size / elapsed / 1e6,
+        "undelivered": left + prep.warm_left,
+        "errors": prep.errors,
+        "warm_up_records": WARM_UP,
+    }
 
 
 def stored_producer_ids(data_dir: str, topic: str, partitions: int) -> dict:
@@ -134,9 +142,12 @@ def summary(passes: dict[str, list[dict]]) -> dict:
         rates = [r["rate"] for r in done]
         cpu = sum(r.get("broker_cpu_seconds", float("nan")) for r in done)
         n = sum(r["records"] for r in done)
-        out[kind] = {"best": max(rates) if rates else None, "rates": [round(x) for x in rates],
-                     # the broker's own cost, steadier than the rates when the client is the limit
-                     "broker_cpu_per_million": cpu / n * 1e6 if n else float("nan")}
+        out[kind] = {
+            "best": max(rates) if rates else None,
+            "rates": [round(x) for x in rates],
+            # the broker's own cost, steadier than the rates when the client is the limit
+            "broker_cpu_per_million": cpu / n * 1e6 if n else float("nan"),
+        }
     pl, idem = passes.get("plain", []), passes.get("idempotent", [])
     out["pass_ratios"] = [round(i["rate"] / p["rate"], 3) for p, i in zip(pl, idem) if p and i]
     return out

@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # ================================================================== loopback
 
+
 def _loopback_sender(port: int, seconds: float) -> None:
     sock = socket.create_connection(("127.0.0.1", port))
     data = os.urandom(CHUNK)
@@ -78,6 +79,7 @@ def loopback_tcp(seconds: float = 1.0) -> dict:
 
 # ================================================================== disk
 
+
 def disk_write(directory: str, total_bytes: int = 1 << 30) -> dict:
     """Sequential write of ``total_bytes`` in 1 MiB chunks, then fsync, all timed."""
     os.makedirs(directory, exist_ok=True)
@@ -96,19 +98,26 @@ def disk_write(directory: str, total_bytes: int = 1 << 30) -> dict:
         os.close(fd)
         os.unlink(path)
     total = chunks * CHUNK
-    return {"mb_s": total / elapsed / 1e6, "bytes": total, "seconds": elapsed,
-            "fsync_seconds": elapsed - (t_written - t0), "directory": directory}
+    return {
+        "mb_s": total / elapsed / 1e6,
+        "bytes": total,
+        "seconds": elapsed,
+        "fsync_seconds": elapsed - (t_written - t0),
+        "directory": directory,
+    }
 
 
 # ================================================================== echo
+
 
 def uvloop_available() -> bool:
     return importlib.util.find_spec("uvloop") is not None
 
 
 def echo_rate(frame: bytes, count: int, window: int, loop: str = "asyncio") -> dict:
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "echo_server.py"), "--loop", loop],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "echo_server.py"), "--loop", loop], stdout=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline()
         if not line.strip():

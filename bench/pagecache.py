@@ -60,7 +60,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-pagecache-", dir=args.data_dir) as d:
         a, b = os.path.join(d, "a"), os.path.join(d, "b")
-        write(a, args.mb, True)                   # in the page cache (clean), for the overwrite
+        write(a, args.mb, True)  # in the page cache (clean), for the overwrite
         fd = os.open(a, os.O_RDONLY)
         os.fsync(fd)
         os.close(fd)
@@ -81,9 +81,10 @@ def main() -> None:
         os.unlink(b)
         os.unlink(big)
         # the kernel writing dirty pages back, nobody else writing
-        writer = subprocess.Popen([sys.executable, "-c", _WRITER, big, str(args.writeback), "1"],
-                                  stdout=subprocess.PIPE)
-        writer.stdout.readline()                  # written; its fsync runs now
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, big, str(args.writeback), "1"], stdout=subprocess.PIPE
+        )
+        writer.stdout.readline()  # written; its fsync runs now
         rows.append((f"new, during the fsync of {args.writeback} MiB", *write(a, args.mb, True)))
         writer.wait()
     print(f"{args.mb} MiB per case in 1 MiB pwrite calls under {args.data_dir}:")

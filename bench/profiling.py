@@ -28,9 +28,24 @@ class Sampler:
         if exe is None:
             self.error = "py-spy not installed (pip install py-spy into the venv)"
             return
-        self.proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
-                                      "--nonblocking", "--idle", "-o", out_path], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                str(rate),
+                "--format",
+                "raw",
+                "--nonblocking",
+                "--idle",
+                "-o",
+                out_path,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
 
     def stop(self) -> None:
         if self.proc is None:
@@ -52,7 +67,7 @@ def _short(path: str) -> str:
     for marker in ("/site-packages/", "/kesque/", "/lib/python3"):
         i = path.find(marker)
         if i >= 0:
-            return path[i + 1:] if marker != "/kesque/" else path[i + 1:]
+            return path[i + 1 :] if marker != "/kesque/" else path[i + 1 :]
     return os.path.basename(path)
 
 
@@ -64,8 +79,12 @@ def _name(frame: str) -> str:
 
 
 # a thread pool worker waiting for work (queue.get is C: no deeper Python frame) is idle too
-IDLE_LEAVES = ("EpollSelector.select (selectors.py)", "select (selectors.py)", "PollSelector.select (selectors.py)",
-               "_worker (concurrent/futures/thread.py)")
+IDLE_LEAVES = (
+    "EpollSelector.select (selectors.py)",
+    "select (selectors.py)",
+    "PollSelector.select (selectors.py)",
+    "_worker (concurrent/futures/thread.py)",
+)
 
 
 def summarize(raw_path: str, top: int = 15) -> dict:
@@ -82,8 +101,9 @@ def summarize(raw_path: str, top: int = 15) -> dict:
             if not stack or not n.isdigit():
                 continue
             n = int(n)
-            frames = [_name(x) for x in stack.split(";") if x and not x.startswith("process ")
-                      and not x.startswith("thread ")]
+            frames = [
+                _name(x) for x in stack.split(";") if x and not x.startswith("process ") and not x.startswith("thread ")
+            ]
             if not frames:
                 continue
             everything += n
@@ -93,25 +113,38 @@ def summarize(raw_path: str, top: int = 15) -> dict:
             self_counts[frames[-1]] += n
             for fr in set(frames):
                 incl_counts[fr] += n
-    return {"samples": total, "all_samples": everything,
-            "self": [(f, c / total * 100.0) for f, c in self_counts.most_common(top)] if total else [],
-            "inclusive": [(f, c / total * 100.0) for f, c in incl_counts.most_common(top * 2)] if total else []}
+    return {
+        "samples": total,
+        "all_samples": everything,
+        "self": [(f, c / total * 100.0) for f, c in self_counts.most_common(top)] if total else [],
+        "inclusive": [(f, c / total * 100.0) for f, c in incl_counts.most_common(top * 2)] if total else [],
+    }
 
 
-_PLUMBING = ("<module> (kesque/__main__.py", "main (kesque/cli/main.py", "run (kesque/cli/serve.py",
-             "run (asyncio/runners.py", "Runner.run (asyncio/runners.py", "BaseEventLoop.run_",
-             "BaseEventLoop._run_once", "Handle._run (asyncio/events.py")
+_PLUMBING = (
+    "<module> (kesque/__main__.py",
+    "main (kesque/cli/main.py",
+    "run (kesque/cli/serve.py",
+    "run (asyncio/runners.py",
+    "Runner.run (asyncio/runners.py",
+    "BaseEventLoop.run_",
+    "BaseEventLoop._run_once",
+    "Handle._run (asyncio/events.py",
+)
 
 
 def format_summary(name: str, s: dict, top: int = 15) -> str:
     busy = s["samples"] / s["all_samples"] * 100.0 if s.get("all_samples") else 0.0
-    lines = [f"broker profile, {name}: {s['samples']} busy samples of {s.get('all_samples', 0)} "
-             f"({busy:.0f}% of the group's wall time; epoll wait counted as idle)"]
+    lines = [
+        f"broker profile, {name}: {s['samples']} busy samples of {s.get('all_samples', 0)} "
+        f"({busy:.0f}% of the group's wall time; epoll wait counted as idle)"
+    ]
     lines.append("  self%   function")
     for f, pct in s["self"][:top]:
         lines.append(f"  {pct:5.1f}   {f}")
-    incl = [(f, p) for f, p in s["inclusive"]
-            if ("kesque/" in f or "asyncio/" in f) and not f.startswith(_PLUMBING)][:top]
+    incl = [(f, p) for f, p in s["inclusive"] if ("kesque/" in f or "asyncio/" in f) and not f.startswith(_PLUMBING)][
+        :top
+    ]
     if incl:
         lines.append("  incl%   function (kesque / asyncio frames)")
         for f, pct in incl:

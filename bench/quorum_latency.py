@@ -49,12 +49,17 @@ def show(name: str, xs: list[float]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--topics", type=int, default=50)
-    ap.add_argument("--quorum", default="default", choices=("default", "test"),
-                    help="Kafka's default quorum timeouts, or the tests' short ones")
+    ap.add_argument(
+        "--quorum",
+        default="default",
+        choices=("default", "test"),
+        help="Kafka's default quorum timeouts, or the tests' short ones",
+    )
     args = ap.parse_args()
     with Broker() as b:
         show("1 controller", latencies(b.port, "one", args.topics))
     import test_quorum_cluster as tq
+
     if args.quorum == "default":
         tq.FAST_QUORUM.clear()
     nodes = Nodes(3)
@@ -68,8 +73,10 @@ def main() -> None:
         nodes.brokers[leader - 1].kill()
         with WireClient(("127.0.0.1", nodes.brokers[standby].port), timeout=60) as c:
             r = create(Api(c), "after-failover", partitions=1, rf=1, timeout_ms=30000)
-        print(f"{'SIGKILL of the active controller -> created':<42} {time.perf_counter() - t0:.2f} s "
-              f"(error {int(r.error_code)}, {args.quorum} quorum timeouts)")
+        print(
+            f"{'SIGKILL of the active controller -> created':<42} {time.perf_counter() - t0:.2f} s "
+            f"(error {int(r.error_code)}, {args.quorum} quorum timeouts)"
+        )
     finally:
         nodes.close()
 

@@ -22,6 +22,7 @@ import time
 
 import figures
 from confluent_kafka import Producer
+
 from kesque.protocol.api_keys import ApiKeys
 
 VALUE = b"q" * 1024
@@ -32,12 +33,24 @@ def alter_quotas(bootstrap: str, entity: list[tuple[str, str | None]], ops: dict
     from kesque.client.wire import Connection, make
 
     with Connection.to_any(bootstrap, client_id="bench-quotas") as conn:
+
         def build(mod, v):
             rq = mod.request
-            return make(rq.AlterClientQuotasRequest, validate_only=False, entries=(make(
-                rq.EntryData, entity=tuple(make(rq.EntityData, entity_type=t, entity_name=n) for t, n in entity),
-                ops=tuple(make(rq.OpData, key=k, value=0.0 if x is None else x, remove=x is None)
-                          for k, x in ops.items())),))
+            return make(
+                rq.AlterClientQuotasRequest,
+                validate_only=False,
+                entries=(
+                    make(
+                        rq.EntryData,
+                        entity=tuple(make(rq.EntityData, entity_type=t, entity_name=n) for t, n in entity),
+                        ops=tuple(
+                            make(rq.OpData, key=k, value=0.0 if x is None else x, remove=x is None)
+                            for k, x in ops.items()
+                        ),
+                    ),
+                ),
+            )
+
         resp = conn.request(ApiKeys.ALTER_CLIENT_QUOTAS, build)
     for e in resp.entries:
         if int(e.error_code):
@@ -47,9 +60,17 @@ def alter_quotas(bootstrap: str, entity: list[tuple[str, str | None]], ops: dict
 def accuracy(bootstrap: str, topic: str, rate: int, seconds: float, warmup: float) -> dict:
     client = f"capped-{rate}"
     alter_quotas(bootstrap, [("client-id", client)], {"producer_byte_rate": float(rate)})
-    p = Producer({"bootstrap.servers": bootstrap, "client.id": client, "acks": 1, "linger.ms": 5,
-                  "batch.size": max(4096, min(rate // 20, 1 << 20)), "queue.buffering.max.kbytes": 4096,
-                  "log_level": 3})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client,
+            "acks": 1,
+            "linger.ms": 5,
+            "batch.size": max(4096, min(rate // 20, 1 << 20)),
+            "queue.buffering.max.kbytes": 4096,
+            "log_level": 3,
+        }
+    )
     p.list_topics(topic, timeout=30)
     acked = [0, 0]
     errors: list[str] = []
@@ -72,8 +93,15 @@ def accuracy(bootstrap: str, topic: str, rate: int, seconds: float, warmup: floa
         p.poll(0)
     p.flush(120)
     measured = acked[0] / seconds
-    return {"quota": rate, "rate": measured, "ratio": measured / rate, "records": acked[1], "seconds": seconds,
-            "warmup": warmup, "errors": errors}
+    return {
+        "quota": rate,
+        "rate": measured,
+        "ratio": measured / rate,
+        "records": acked[1],
+        "seconds": seconds,
+        "warmup": warmup,
+        "errors": errors,
+    }
 
 
 def cost(bootstrap: str, topic: str, requests: int, passes: int, pid: int | None = None) -> dict:
@@ -94,6 +122,11 @@ def cost(bootstrap: str, topic: str, requests: int, passes: int, pid: int | None
     alter_quotas(bootstrap, default, dict.fromkeys(KEYS_ON_DEFAULT))
     best = {kind: max(r["rate"] for r in runs) for kind, runs in out.items()}
     best_cpu = {kind: max(r["per_cpu_second"] for r in runs) for kind, runs in out.items()}
-    return {"passes": out, "best": best, "ratio": best["quotas"] / best["none"], "best_per_cpu_second": best_cpu,
-            "cpu_ratio": best_cpu["quotas"] / best_cpu["none"],
-            "first_response_errors": [e for runs in out.values() for r in runs for e in r["first_response_errors"]]}
+    return {
+        "passes": out,
+        "best": best,
+        "ratio": best["quotas"] / best["none"],
+        "best_per_cpu_second": best_cpu,
+        "cpu_ratio": best_cpu["quotas"] / best_cpu["none"],
+        "first_response_errors": [e for runs in out.values() for r in runs for e in r["first_response_errors"]],
+    }

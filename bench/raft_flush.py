@@ -63,8 +63,13 @@ def measure(on_loop: bool, delay_ms: int, seconds: float) -> dict:
                 time.sleep(0.002)
         stop.set()
         th.join(60)
-    return {"ping_p50": pct(pings, 0.5), "ping_p99": pct(pings, 0.99), "pings": len(pings),
-            "commit_p50": statistics.median(commits) * 1000, "commits": len(commits)}
+    return {
+        "ping_p50": pct(pings, 0.5),
+        "ping_p99": pct(pings, 0.99),
+        "pings": len(pings),
+        "commit_p50": statistics.median(commits) * 1000,
+        "commits": len(commits),
+    }
 
 
 def main() -> None:
@@ -74,12 +79,16 @@ def main() -> None:
     a = ap.parse_args()
     res = {mode: measure(mode == "on the loop", a.delay_ms, a.seconds) for mode in ("worker thread", "on the loop")}
     for mode, r in res.items():
-        print(f"fsync {mode:13s} (+{a.delay_ms} ms per flush): ApiVersions p50 {r['ping_p50']:.2f} ms, "
-              f"p99 {r['ping_p99']:.2f} ms ({r['pings']} sent); CreateTopics p50 {r['commit_p50']:.1f} ms "
-              f"({r['commits']} committed)")
+        print(
+            f"fsync {mode:13s} (+{a.delay_ms} ms per flush): ApiVersions p50 {r['ping_p50']:.2f} ms, "
+            f"p99 {r['ping_p99']:.2f} ms ({r['pings']} sent); CreateTopics p50 {r['commit_p50']:.1f} ms "
+            f"({r['commits']} committed)"
+        )
     t, lp = res["worker thread"], res["on the loop"]
-    print(f"ratio on-loop / worker thread: ApiVersions p50 {lp['ping_p50'] / t['ping_p50']:.1f}x, "
-          f"p99 {lp['ping_p99'] / t['ping_p99']:.1f}x; CreateTopics p50 {lp['commit_p50'] / t['commit_p50']:.2f}x")
+    print(
+        f"ratio on-loop / worker thread: ApiVersions p50 {lp['ping_p50'] / t['ping_p50']:.1f}x, "
+        f"p99 {lp['ping_p99'] / t['ping_p99']:.1f}x; CreateTopics p50 {lp['commit_p50'] / t['commit_p50']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ def fill(bootstrap: str, topics: list[str]) -> dict:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     t0 = time.perf_counter()
     for i in range(0, len(topics), 200):
-        futs = admin.create_topics([NewTopic(t, PARTITIONS_PER_TOPIC, 1) for t in topics[i:i + 200]],
-                                   operation_timeout=60)
+        futs = admin.create_topics(
+            [NewTopic(t, PARTITIONS_PER_TOPIC, 1) for t in topics[i : i + 200]], operation_timeout=60
+        )
         for f in futs.values():
             f.result(120)
     created = time.perf_counter() - t0

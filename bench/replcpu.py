@@ -59,14 +59,29 @@ def cluster_from(src: str, settings: dict):
 def OnCpuSampler(pid: int, out_path: str):
     """profiling.Sampler without ``--idle``: py-spy keeps only samples of running threads, so the
     time a broker waits in a syscall (an fsync, a journal lock in pwrite) is not counted."""
-    import profiling
     import subprocess
+
+    import profiling
 
     s = profiling.Sampler.__new__(profiling.Sampler)
     s.out_path, s.error = out_path, None
-    s.proc = subprocess.Popen([profiling.py_spy_path(), "record", "--pid", str(pid), "--rate", "250", "--format",
-                               "raw", "--nonblocking", "-o", out_path], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+    s.proc = subprocess.Popen(
+        [
+            profiling.py_spy_path(),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--nonblocking",
+            "-o",
+            out_path,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     return s
 
 
@@ -79,8 +94,12 @@ def main() -> None:
     ap.add_argument("--cases", default="rf1,rf3all")
     ap.add_argument("--profile", metavar="DIR", help="py-spy every node during the --profile-case passes")
     ap.add_argument("--profile-case", default="rf3all")
-    ap.add_argument("--perf", action="store_true", help="with --profile: also `perf record -g` the nodes (on-CPU, "
-                    "kernel included) into DIR/<tree>-<case>-p<pass>.perf")
+    ap.add_argument(
+        "--perf",
+        action="store_true",
+        help="with --profile: also `perf record -g` the nodes (on-CPU, "
+        "kernel included) into DIR/<tree>-<case>-p<pass>.perf",
+    )
     args = ap.parse_args()
 
     repo = os.path.dirname(HERE)
@@ -111,14 +130,30 @@ def main() -> None:
                     samplers = []
                     if args.profile and case == args.profile_case:
                         os.makedirs(args.profile, exist_ok=True)
-                        samplers = [OnCpuSampler(nodes.pid(n), os.path.join(
-                            args.profile, f"{name}-{case}-p{i}-node{n}.txt")) for n in nodes.ids]
+                        samplers = [
+                            OnCpuSampler(nodes.pid(n), os.path.join(args.profile, f"{name}-{case}-p{i}-node{n}.txt"))
+                            for n in nodes.ids
+                        ]
                     perf = None
                     if args.profile and args.perf and case == args.profile_case:
                         import subprocess
-                        perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-q", "-o", os.path.join(
-                            args.profile, f"{name}-{case}-p{i}.perf"), "-p", ",".join(str(nodes.pid(n)) for n in nodes.ids)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+                        perf = subprocess.Popen(
+                            [
+                                "perf",
+                                "record",
+                                "-F",
+                                "499",
+                                "-g",
+                                "-q",
+                                "-o",
+                                os.path.join(args.profile, f"{name}-{case}-p{i}.perf"),
+                                "-p",
+                                ",".join(str(nodes.pid(n)) for n in nodes.ids),
+                            ],
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        )
                     per0 = {n: proc_cpu_times(nodes.pid(n)) for n in nodes.ids}
                     c0 = self_cpu_seconds()
                     r = F.produce_confluent(nodes.bootstrap(), topic, args.records, acks=acks, values=values)
@@ -131,39 +166,65 @@ def main() -> None:
                         s.stop()
                     if perf is not None:
                         import signal
+
                         perf.send_signal(signal.SIGINT)
                         perf.wait(60)
                     try:  # acks=1: the high watermarks follow shortly
-                        stored = R.wait(lambda: (lambda v: v if v == args.records else 0)(
-                            sum(F.end_offsets(nodes.bootstrap(), topic, args.partitions).values())), 30, "stored")
+                        stored = R.wait(
+                            lambda: (lambda v: v if v == args.records else 0)(
+                                sum(F.end_offsets(nodes.bootstrap(), topic, args.partitions).values())
+                            ),
+                            30,
+                            "stored",
+                        )
                     except TimeoutError:
                         stored = -1
                     cpu = sum(per.values())
-                    row = {"mb_s": r["mb_s"], "cpu_per_mb": cpu / mb * 1000, "client_per_mb": (c1 - c0) / mb * 1000,
-                           "sys_share": sys_s / cpu if cpu else 0.0, "user_per_mb": user_s / mb * 1000,
-                           "per_node": per, "ok": stored == args.records and not r["undelivered"]}
+                    row = {
+                        "mb_s": r["mb_s"],
+                        "cpu_per_mb": cpu / mb * 1000,
+                        "client_per_mb": (c1 - c0) / mb * 1000,
+                        "sys_share": sys_s / cpu if cpu else 0.0,
+                        "user_per_mb": user_s / mb * 1000,
+                        "per_node": per,
+                        "ok": stored == args.records and not r["undelivered"],
+                    }
                     results[(name, case)].append(row)
-                    print(f"  pass {i + 1} {name:>6} {case:>6}: {r['mb_s']:6.1f} MB/s, brokers "
-                          f"{row['cpu_per_mb']:6.2f} ms CPU/MB ({' '.join(f'{v:.2f}' for v in per.values())} s, "
-                          f"{row['sys_share']:.0%} sys; user {row['user_per_mb']:.2f} ms/MB), "
-                          f"client {row['client_per_mb']:5.2f} ms/MB{'' if row['ok'] else '  CHECK: not all stored'}",
-                          flush=True)
+                    print(
+                        f"  pass {i + 1} {name:>6} {case:>6}: {r['mb_s']:6.1f} MB/s, brokers "
+                        f"{row['cpu_per_mb']:6.2f} ms CPU/MB ({' '.join(f'{v:.2f}' for v in per.values())} s, "
+                        f"{row['sys_share']:.0%} sys; user {row['user_per_mb']:.2f} ms/MB), "
+                        f"client {row['client_per_mb']:5.2f} ms/MB{'' if row['ok'] else '  CHECK: not all stored'}",
+                        flush=True,
+                    )
                     if samplers:
                         for n, s in zip(nodes.ids, samplers):
                             if s.error is None:
-                                print(profiling.format_summary(f"{name} {case} node {n}",
-                                                               profiling.summarize(s.out_path), 25))
-    print(f"\n{args.records:,} x 1 KiB, {args.partitions} partitions; median over {args.passes} passes "
-          f"(load average {os.getloadavg()[0]:.1f})")
+                                print(
+                                    profiling.format_summary(
+                                        f"{name} {case} node {n}", profiling.summarize(s.out_path), 25
+                                    )
+                                )
+    print(
+        f"\n{args.records:,} x 1 KiB, {args.partitions} partitions; median over {args.passes} passes "
+        f"(load average {os.getloadavg()[0]:.1f})"
+    )
     for name, _d in srcs:
-        med = {c: (statistics.median(r["mb_s"] for r in results[(name, c)]),
-                   statistics.median(r["cpu_per_mb"] for r in results[(name, c)]),
-                   statistics.median(r["user_per_mb"] for r in results[(name, c)])) for c in cases}
+        med = {
+            c: (
+                statistics.median(r["mb_s"] for r in results[(name, c)]),
+                statistics.median(r["cpu_per_mb"] for r in results[(name, c)]),
+                statistics.median(r["user_per_mb"] for r in results[(name, c)]),
+            )
+            for c in cases
+        }
         line = "  ".join(f"{c}: {m:.1f} MB/s {cp:.2f} ms/MB (user {u:.2f})" for c, (m, cp, u) in med.items())
         print(f"{name:>6}: {line}")
         if "rf1" in med and "rf3all" in med:
-            print(f"{'':>6}  rf3all/rf1: throughput {med['rf3all'][0] / med['rf1'][0]:.0%}, "
-                  f"CPU per MB {med['rf3all'][1] / med['rf1'][1]:.2f}x (user {med['rf3all'][2] / med['rf1'][2]:.2f}x)")
+            print(
+                f"{'':>6}  rf3all/rf1: throughput {med['rf3all'][0] / med['rf1'][0]:.0%}, "
+                f"CPU per MB {med['rf3all'][1] / med['rf1'][1]:.2f}x (user {med['rf3all'][2] / med['rf1'][2]:.2f}x)"
+            )
 
 
 if __name__ == "__main__":

@@ -32,14 +32,20 @@ import uuid
 
 import controller as C
 import figures as F
+
 from kesque.protocol.api_keys import ApiKeys
 
 # the timings of tests/test_replication.py: a dead broker is fenced after 3 s without heartbeat
-TEST_SETTINGS = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fetch.timeout.ms": "600",
-                 "controller.quorum.request.timeout.ms": "500", "broker.heartbeat.interval.ms": "300",
-                 "broker.session.timeout.ms": "3000", "replica.fetch.backoff.ms": "200",
-                 "auto.create.topics.enable": "false"}
-PAUSE = 0.01             # between two probes of the failover
+TEST_SETTINGS = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.request.timeout.ms": "500",
+    "broker.heartbeat.interval.ms": "300",
+    "broker.session.timeout.ms": "3000",
+    "replica.fetch.backoff.ms": "200",
+    "auto.create.topics.enable": "false",
+}
+PAUSE = 0.01  # between two probes of the failover
 PROBE_TIMEOUT_MS = 2000  # the Produce's own timeout (acks=all waits at most this long for the ISR)
 PROBLEM = re.compile(r"^Traceback|\] (ERROR|CRITICAL) ")  # kesque's and Kafka's log layout
 TIMESTAMP = re.compile(r"^\[[^]]*\] ")
@@ -92,15 +98,21 @@ class Client:
 
         def build(mod, v):
             rq = mod.request
-            return make(rq.MetadataRequest, topics=(make(rq.MetadataRequestTopic, name=topic, topic_id=None),),
-                        allow_auto_topic_creation=False, include_topic_authorized_operations=False,
-                        include_cluster_authorized_operations=False)
+            return make(
+                rq.MetadataRequest,
+                topics=(make(rq.MetadataRequestTopic, name=topic, topic_id=None),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+                include_cluster_authorized_operations=False,
+            )
+
         resp = self.call(via or self.nodes.ids, ApiKeys.METADATA, build, max_version=12)
         t = next((t for t in resp.topics if t.name == topic), None)
         if t is None or int(t.error_code) != 0:
             return {}
-        return {int(p.partition_index): (int(p.leader_id), tuple(sorted(int(x) for x in p.isr_nodes)))
-                for p in t.partitions}
+        return {
+            int(p.partition_index): (int(p.leader_id), tuple(sorted(int(x) for x in p.isr_nodes))) for p in t.partitions
+        }
 
     def create(self, topic: str, assignments: list[list[int]]) -> None:
         """CreateTopics with replicas given per partition (the first is the preferred leader), then
@@ -109,10 +121,25 @@ class Client:
 
         def build(mod, v):
             rq = mod.request
-            return make(rq.CreateTopicsRequest, timeout=30000, validate_only=False, topics=(make(
-                rq.CreatableTopic, name=topic, num_partitions=-1, replication_factor=-1, configs=(),
-                assignments=tuple(make(rq.CreatableReplicaAssignment, partition_index=i, broker_ids=tuple(r))
-                                  for i, r in enumerate(assignments))),))
+            return make(
+                rq.CreateTopicsRequest,
+                timeout=30000,
+                validate_only=False,
+                topics=(
+                    make(
+                        rq.CreatableTopic,
+                        name=topic,
+                        num_partitions=-1,
+                        replication_factor=-1,
+                        configs=(),
+                        assignments=tuple(
+                            make(rq.CreatableReplicaAssignment, partition_index=i, broker_ids=tuple(r))
+                            for i, r in enumerate(assignments)
+                        ),
+                    ),
+                ),
+            )
+
         code = int(self.call(self.nodes.ids, ApiKeys.CREATE_TOPICS, build).topics[0].error_code)
         if code != 0:
             raise RuntimeError(f"CreateTopics {topic}: error {code}")
@@ -125,9 +152,20 @@ class Client:
 
         def build(mod, v):
             rq = mod.request
-            return make(rq.ProduceRequest, transactional_id=None, acks=-1, timeout=PROBE_TIMEOUT_MS, topic_data=(
-                make(rq.TopicProduceData, name=topic, partition_data=(
-                    make(rq.PartitionProduceData, index=partition, records=self.batch),)),))
+            return make(
+                rq.ProduceRequest,
+                transactional_id=None,
+                acks=-1,
+                timeout=PROBE_TIMEOUT_MS,
+                topic_data=(
+                    make(
+                        rq.TopicProduceData,
+                        name=topic,
+                        partition_data=(make(rq.PartitionProduceData, index=partition, records=self.batch),),
+                    ),
+                ),
+            )
+
         try:
             resp = self.conn(node_id).request(ApiKeys.PRODUCE, build, max_version=11)
         except Exception:  # noqa: BLE001 - the node is gone or closed the connection
@@ -187,14 +225,20 @@ def kernel_ceiling(out: dict) -> dict:
     part (page-cache writes, loopback copies, TCP) and the client's are what no broker code
     removes. ``ratio``: from the best passes (the pair the figure compares); ``passes``: per pass
     pair, (measured ratio, ceiling)."""
+
     def floor(r):
         return r["kernel_ms_per_mb"] + r["client_ms_per_mb"]
 
     b1, b3 = out["rf1"]["best"], out["rf3"]["best"]
-    return {"ratio": floor(b1) / floor(b3) if floor(b3) else float("nan"),
-            "ms_per_mb": {"rf1": floor(b1), "rf3": floor(b3)}, "busy": {"rf1": b1["busy"], "rf3": b3["busy"]},
-            "passes": [(r3["mb_s"] / r1["mb_s"], floor(r1) / floor(r3) if floor(r3) else float("nan"))
-                       for r1, r3 in zip(out["rf1"]["passes"], out["rf3"]["passes"])]}
+    return {
+        "ratio": floor(b1) / floor(b3) if floor(b3) else float("nan"),
+        "ms_per_mb": {"rf1": floor(b1), "rf3": floor(b3)},
+        "busy": {"rf1": b1["busy"], "rf3": b3["busy"]},
+        "passes": [
+            (r3["mb_s"] / r1["mb_s"], floor(r1) / floor(r3) if floor(r3) else float("nan"))
+            for r1, r3 in zip(out["rf1"]["passes"], out["rf3"]["passes"])
+        ],
+    }
 
 
 # ------------------------------------------------------------------ 1. produce cost of replication
@@ -211,7 +255,7 @@ def throughput(nodes: C.Nodes, client: Client, records: int, partitions: int, pa
         for key, rf, acks in CASES:
             topic = f"repl-{key}-{i}"
             client.create(topic, spread(nodes.ids, partitions, rf))
-            (u0, s0), c0 = cpu_split(nodes), self_cpu_seconds()   # the client runs in this process
+            (u0, s0), c0 = cpu_split(nodes), self_cpu_seconds()  # the client runs in this process
             r = F.produce_confluent(nodes.bootstrap(), topic, records, acks=acks, values=values)
             (u1, s1), c1 = cpu_split(nodes), self_cpu_seconds()
             mb = r["payload_bytes"] / F.MB
@@ -222,16 +266,20 @@ def throughput(nodes: C.Nodes, client: Client, records: int, partitions: int, pa
             r["busy"] = (r["cluster_cpu_seconds"] + c1 - c0) / (r["seconds"] * (os.cpu_count() or 1))
             r["stored"] = sum(F.end_offsets(nodes.bootstrap(), topic, partitions).values())
             out[key]["passes"].append(r)
-            log(f"    {nodes.kind} pass {i + 1}/{passes}: RF {rf} acks={acks}: {r['mb_s']:.0f} MB/s "
+            log(
+                f"    {nodes.kind} pass {i + 1}/{passes}: RF {rf} acks={acks}: {r['mb_s']:.0f} MB/s "
                 f"({r['stored']:,}/{records:,} stored, cluster CPU {r['cluster_cpu_seconds']:.1f} s, "
                 f"{r['cluster_system_seconds'] / (r['cluster_cpu_seconds'] or 1):.0%} system; client "
-                f"{r['client_ms_per_mb']:.1f} ms/MB; cores busy {r['busy']:.0%})")
+                f"{r['client_ms_per_mb']:.1f} ms/MB; cores busy {r['busy']:.0%})"
+            )
     for key, _rf, _acks in CASES:
         best = max(out[key]["passes"], key=lambda r: r["mb_s"])
         out[key].update(mb_s=best["mb_s"], best=best)
-        out[key]["checks"] = [f"{r['stored']:,} of {records:,} stored, {r['undelivered']} undelivered, "
-                              f"errors {r['errors'][:2]}" for r in out[key]["passes"]
-                              if r["stored"] != records or r["undelivered"] or r["errors"]]
+        out[key]["checks"] = [
+            f"{r['stored']:,} of {records:,} stored, {r['undelivered']} undelivered, errors {r['errors'][:2]}"
+            for r in out[key]["passes"]
+            if r["stored"] != records or r["undelivered"] or r["errors"]
+        ]
     out["ceiling"] = kernel_ceiling(out)
     return out
 
@@ -248,15 +296,23 @@ def catch_up(nodes: C.Nodes, client: Client, nbytes: int, partitions: int, log=p
     client.create(topic, [[leaders[p % 2], leaders[(p + 1) % 2], follower] for p in range(partitions)])
     t = time.monotonic()
     nodes.stop(follower)
-    wait(lambda: all(follower not in isr for _l, isr in client.partitions(topic, leaders).values()), 120,
-         f"node {follower} out of the ISRs of {topic} after its SIGTERM")
+    wait(
+        lambda: all(follower not in isr for _l, isr in client.partitions(topic, leaders).values()),
+        120,
+        f"node {follower} out of the ISRs of {topic} after its SIGTERM",
+    )
     shrink = time.monotonic() - t
     records = nbytes // F.KIB
-    log(f"    {nodes.kind}: node {follower} stopped (out of the ISRs after {shrink:.1f} s), "
-        f"{records:,} x 1 KiB acks=1 ...")
+    log(
+        f"    {nodes.kind}: node {follower} stopped (out of the ISRs after {shrink:.1f} s), "
+        f"{records:,} x 1 KiB acks=1 ..."
+    )
     r = F.produce_confluent(nodes.bootstrap(leaders), topic, records, acks=1)
-    wait(lambda: sum(F.end_offsets(nodes.bootstrap(leaders), topic, partitions).values()) >= records, 300,
-         f"{topic}: high watermarks at {records:,} (the other follower caught up)")
+    wait(
+        lambda: sum(F.end_offsets(nodes.bootstrap(leaders), topic, partitions).values()) >= records,
+        300,
+        f"{topic}: high watermarks at {records:,} (the other follower caught up)",
+    )
     owner = {p: leader for p, (leader, _isr) in client.partitions(topic, leaders).items()}
     target = [log_bytes(nodes.data_dir(owner[p]), topic, partitions)[p] for p in range(partitions)]
     start = log_bytes(nodes.data_dir(follower), topic, partitions)
@@ -295,22 +351,34 @@ def catch_up(nodes: C.Nodes, client: Client, nbytes: int, partitions: int, log=p
     finally:
         done.set()
     if "equal" not in seen or "isr" not in seen:
-        raise TimeoutError(f"node {follower} not caught up within 600 s of its restart: {sorted(seen)} "
-                           f"(log bytes {sum(log_bytes(nodes.data_dir(follower), topic, partitions)):,} of "
-                           f"{sum(target):,})")
+        raise TimeoutError(
+            f"node {follower} not caught up within 600 s of its restart: {sorted(seen)} "
+            f"(log bytes {sum(log_bytes(nodes.data_dir(follower), topic, partitions)):,} of "
+            f"{sum(target):,})"
+        )
     first = seen.get("first_byte", t0)
     seconds = seen["equal"] - first
-    log(f"    {nodes.kind}: node {follower} {behind / 1e6:.0f} MB behind, caught up in {seconds:.2f} s after its "
-        f"first fetched byte ({first - t0:.2f} s after the restart), back in the ISRs after {seen['isr'] - t0:.2f} s")
-    return {"follower": follower, "leaders": sorted(set(owner.values())), "bytes_behind": behind,
-            "seconds": seconds, "mb_s": behind / seconds / F.MB, "restart_to_first_byte": first - t0,
-            "restart_ready": ready, "restart_to_isr": seen["isr"] - t0, "restart_to_equal": seen["equal"] - t0,
-            "isr_shrink_after_stop": shrink, "produce": {k: r[k] for k in ("mb_s", "undelivered", "errors")}}
+    log(
+        f"    {nodes.kind}: node {follower} {behind / 1e6:.0f} MB behind, caught up in {seconds:.2f} s after its "
+        f"first fetched byte ({first - t0:.2f} s after the restart), back in the ISRs after {seen['isr'] - t0:.2f} s"
+    )
+    return {
+        "follower": follower,
+        "leaders": sorted(set(owner.values())),
+        "bytes_behind": behind,
+        "seconds": seconds,
+        "mb_s": behind / seconds / F.MB,
+        "restart_to_first_byte": first - t0,
+        "restart_ready": ready,
+        "restart_to_isr": seen["isr"] - t0,
+        "restart_to_equal": seen["equal"] - t0,
+        "isr_shrink_after_stop": shrink,
+        "produce": {k: r[k] for k in ("mb_s", "undelivered", "errors")},
+    }
 
 
 # ------------------------------------------------------------------ 3. leader failover
-def first_ack(client: Client, topic: str, victim: int, survivors: list[int], t0: float,
-              timeout: float = 120.0) -> dict:
+def first_ack(client: Client, topic: str, victim: int, survivors: list[int], t0: float, timeout: float = 120.0) -> dict:
     """From ``t0``: Metadata from the survivors, then an acks=all Produce to the leader it names,
     until one is acknowledged by a leader other than ``victim``."""
     codes: collections.Counter = collections.Counter()
@@ -324,12 +392,18 @@ def first_ack(client: Client, topic: str, victim: int, survivors: list[int], t0:
             tries += 1
             code = client.produce(leader, topic)
             if code == 0:
-                return {"seconds": time.monotonic() - t0, "new_leader": leader, "produce_tries": tries,
-                        "errors": dict(codes)}
+                return {
+                    "seconds": time.monotonic() - t0,
+                    "new_leader": leader,
+                    "produce_tries": tries,
+                    "errors": dict(codes),
+                }
             codes[code] += 1
         time.sleep(PAUSE)
-    raise TimeoutError(f"{topic}: no acks=all write acknowledged by a new leader within {timeout:.0f} s of "
-                       f"node {victim}'s signal (answers {dict(codes)})")
+    raise TimeoutError(
+        f"{topic}: no acks=all write acknowledged by a new leader within {timeout:.0f} s of "
+        f"node {victim}'s signal (answers {dict(codes)})"
+    )
 
 
 def failover(nodes: C.Nodes, client: Client, runs: int, how: str, log=print) -> dict:
@@ -359,11 +433,16 @@ def failover(nodes: C.Nodes, client: Client, runs: int, how: str, log=print) -> 
         client.drop(victim)
         r.update(run=i + 1, victim=victim, active_controller=active)
         out.append(r)
-        log(f"    {nodes.kind} {how} {i + 1}/{runs}: leader {victim} -> {r['new_leader']} acknowledged after "
-            f"{r['seconds']:.2f} s ({r['produce_tries']} tries, errors {r['errors']})")
+        log(
+            f"    {nodes.kind} {how} {i + 1}/{runs}: leader {victim} -> {r['new_leader']} acknowledged after "
+            f"{r['seconds']:.2f} s ({r['produce_tries']} tries, errors {r['errors']})"
+        )
         nodes.restart(victim)
-        wait(lambda: victim in client.partitions(topic, survivors).get(0, (-1, ()))[1], 120,
-             f"{topic}: node {victim} back in the ISR after its restart")
+        wait(
+            lambda: victim in client.partitions(topic, survivors).get(0, (-1, ()))[1],
+            120,
+            f"{topic}: node {victim} back in the ISR after its restart",
+        )
     seconds = [r["seconds"] for r in out]
     return {"runs": out, "seconds": seconds, "p50": C.percentile(seconds, 50), "p99": C.percentile(seconds, 99)}
 
@@ -414,8 +493,10 @@ def measure(kind: str, scale: dict, partitions: int, results: str, log=print) ->
     with C.CLUSTERS[kind](3, TEST_SETTINGS) as nodes:
         client = Client(nodes)
         parts = (
-            ("throughput", lambda: throughput(nodes, client, scale["repl_records"], partitions,
-                                              scale["repl_passes"], log)),
+            (
+                "throughput",
+                lambda: throughput(nodes, client, scale["repl_records"], partitions, scale["repl_passes"], log),
+            ),
             ("catch_up", lambda: catch_up(nodes, client, scale["catchup_bytes"], partitions, log)),
             ("kill", lambda: failover(nodes, client, scale["failover_runs"], "kill", log)),
             ("term", lambda: failover(nodes, client, scale["failover_runs"], "term", log)),

@@ -23,9 +23,9 @@ import threading
 import time
 import uuid
 
+import figures
 from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 
-import figures
 from kesque.protocol.api_keys import ApiKeys
 
 VALUE_SIZE = 100
@@ -36,8 +36,15 @@ BROKER_CONFIG = {"group.share.enable": "true", "group.share.min.record.lock.dura
 
 def fill(bootstrap: str, topic: str, n: int) -> None:
     """``n`` records ``b"<i>"`` padded to VALUE_SIZE, into partition 0."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 100_000,
-                  "queue.buffering.max.messages": 2_000_000, "log_level": 3})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "log_level": 3,
+        }
+    )
     for i in range(n):
         p.produce(topic, str(i).encode().ljust(VALUE_SIZE), partition=0)
         if i % 10_000 == 0:
@@ -48,15 +55,26 @@ def fill(bootstrap: str, topic: str, n: int) -> None:
 def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-    res = ConfigResource("GROUP", group, incremental_configs=[
-        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    res = ConfigResource(
+        "GROUP",
+        group,
+        incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+        ],
+    )
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the result: its handle serves it
     admin.incremental_alter_configs([res])[res].result(30)
 
 
 # the confluent consume figure's settings (figures.confluent_consume): prefetch never stalls
-CLASSIC = {"fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20, "receive.message.max.bytes": 100 << 20,
-           "queued.max.messages.kbytes": 1 << 20, "queued.min.messages": 1000000, "fetch.wait.max.ms": 100}
+CLASSIC = {
+    "fetch.max.bytes": 64 << 20,
+    "max.partition.fetch.bytes": 16 << 20,
+    "receive.message.max.bytes": 100 << 20,
+    "queued.max.messages.kbytes": 1 << 20,
+    "queued.min.messages": 1000000,
+    "fetch.wait.max.ms": 100,
+}
 
 
 def classic(bootstrap: str, topic: str, n: int) -> dict:
@@ -131,40 +149,70 @@ def share(bootstrap: str, topic: str, n: int, members: int) -> dict:
     values = [v for m in ms for v in m.values]
     distinct = len(set(values))
     secs = shared.get("last", t0) - t0
-    return {"first_record_s": shared["first"] - t0 if "first" in shared else None, "members": members,
-            "records": len(values), "distinct": distinct, "duplicates": len(values) - distinct,
-            "per_member": [len(m.values) for m in ms], "errors": [e for m in ms for e in m.errors][:5],
-            "seconds": secs, "rate": distinct / secs if secs > 0 else float("nan")}
+    return {
+        "first_record_s": shared["first"] - t0 if "first" in shared else None,
+        "members": members,
+        "records": len(values),
+        "distinct": distinct,
+        "duplicates": len(values) - distinct,
+        "per_member": [len(m.values) for m in ms],
+        "errors": [e for m in ms for e in m.errors][:5],
+        "seconds": secs,
+        "rate": distinct / secs if secs > 0 else float("nan"),
+    }
 
 
 # ---------------------------------------------------------------------------- redelivery after a lock expiry
+
 
 def _raw_acquire(bootstrap: str, group: str, topic: str) -> tuple[float, float, int]:
     """Join as a raw member and acquire with one ShareFetch; (answer time, round trip, records)."""
     from kesque.client.wire import Connection, make
 
     with Connection.to_any(bootstrap, client_id="bench-share-holder") as conn:
-        hb = conn.request(ApiKeys.SHARE_GROUP_HEARTBEAT, lambda mod, v: make(mod.request.ShareGroupHeartbeatRequest,
-                                                                             group_id=group,
-                                                   member_id=uuid.uuid4().hex[:22], member_epoch=0,
-                                                   subscribed_topic_names=(topic,)))
+        hb = conn.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            lambda mod, v: make(
+                mod.request.ShareGroupHeartbeatRequest,
+                group_id=group,
+                member_id=uuid.uuid4().hex[:22],
+                member_epoch=0,
+                subscribed_topic_names=(topic,),
+            ),
+        )
         if int(hb.error_code):
             raise RuntimeError(f"ShareGroupHeartbeat: {hb.error_code.name}")
         member, tid = hb.member_id, hb.assignment.topic_partitions[0].topic_id
 
         def fetch(mod, v):
             rq = mod.request
-            return make(rq.ShareFetchRequest, group_id=group, member_id=member, share_session_epoch=0,
-                        max_wait=0, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500,
-                        topics=(make(rq.FetchTopic, topic_id=tid, partitions=(
-                            make(rq.FetchPartition, partition_index=0, acknowledgement_batches=()),)),),
-                        forgotten_topics_data=())
+            return make(
+                rq.ShareFetchRequest,
+                group_id=group,
+                member_id=member,
+                share_session_epoch=0,
+                max_wait=0,
+                min_bytes=1,
+                max_bytes=1 << 20,
+                max_records=500,
+                batch_size=500,
+                topics=(
+                    make(
+                        rq.FetchTopic,
+                        topic_id=tid,
+                        partitions=(make(rq.FetchPartition, partition_index=0, acknowledgement_batches=()),),
+                    ),
+                ),
+                forgotten_topics_data=(),
+            )
+
         t0 = time.perf_counter()
         r = conn.request(ApiKeys.SHARE_FETCH, fetch)
         t1 = time.perf_counter()
     # the connection closes, the session does not: the share session outlives its connection
-    acquired = sum(a.last_offset - a.first_offset + 1 for t in r.responses for p in t.partitions
-                   for a in p.acquired_records)
+    acquired = sum(
+        a.last_offset - a.first_offset + 1 for t in r.responses for p in t.partitions for a in p.acquired_records
+    )
     return t1, t1 - t0, acquired
 
 
@@ -172,8 +220,9 @@ def redelivery(bootstrap: str, topic: str, records: int = 10) -> dict:
     """One pass: ``records`` new records, acquired by a raw member that never acknowledges; the
     time until a polling ShareConsumer of the same group gets them."""
     group = f"bench-redeliver-{uuid.uuid4().hex[:8]}"
-    set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest",
-                                         "share.record.lock.duration.ms": str(LOCK_MS)})
+    set_group_configs(
+        bootstrap, group, {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS)}
+    )
     figures.create_topic(bootstrap, topic, 1)
     fill(bootstrap, topic, records)
     acquired_at, rtt, acquired = _raw_acquire(bootstrap, group, topic)
@@ -193,12 +242,21 @@ def redelivery(bootstrap: str, topic: str, records: int = 10) -> dict:
     finally:
         c.close()
     latency = (got_at - acquired_at) if got_at else float("nan")
-    return {"acquired": acquired, "redelivered": got, "delivery_counts": sorted(counts), "latency_s": latency,
-            "fetch_rtt_s": rtt, "limit_s": LOCK_MS / 1000 + rtt, "consumer_done_s": joined - acquired_at}
+    return {
+        "acquired": acquired,
+        "redelivered": got,
+        "delivery_counts": sorted(counts),
+        "latency_s": latency,
+        "fetch_rtt_s": rtt,
+        "limit_s": LOCK_MS / 1000 + rtt,
+        "consumer_done_s": joined - acquired_at,
+    }
 
 
 def summary_redelivery(passes: list[dict]) -> dict:
     ok = [p for p in passes if p["latency_s"] == p["latency_s"]]
-    return {"median_s": statistics.median(p["latency_s"] for p in ok) if ok else float("nan"),
-            "max_s": max((p["latency_s"] for p in ok), default=float("nan")),
-            "limit_s": statistics.median(p["limit_s"] for p in ok) if ok else float("nan")}
+    return {
+        "median_s": statistics.median(p["latency_s"] for p in ok) if ok else float("nan"),
+        "max_s": max((p["latency_s"] for p in ok), default=float("nan")),
+        "limit_s": statistics.median(p["limit_s"] for p in ok) if ok else float("nan"),
+    }

@@ -38,10 +38,26 @@ SBS_GROUPS = ("startup", "produce", "consume", "small", "latency")
 
 SCALES = {  # bytes per produce figure (confluent; perf_bytes: Kafka's tool, about 5x slower), the consume
     # topic, small round trips, latency run
-    "full": {"produce_bytes": 1 << 30, "perf_bytes": 256 << 20, "consume_bytes": 1 << 30, "small": 5000, "latency_seconds": 15.0,
-             "latency_warmup": 2.0, "e2e_records": 5000, "load_wait": 30.0},
-    "quick": {"produce_bytes": 24 << 20, "perf_bytes": 24 << 20, "consume_bytes": 96 << 20, "small": 1000, "latency_seconds": 3.0,
-              "latency_warmup": 0.5, "e2e_records": 500, "load_wait": 10.0},
+    "full": {
+        "produce_bytes": 1 << 30,
+        "perf_bytes": 256 << 20,
+        "consume_bytes": 1 << 30,
+        "small": 5000,
+        "latency_seconds": 15.0,
+        "latency_warmup": 2.0,
+        "e2e_records": 5000,
+        "load_wait": 30.0,
+    },
+    "quick": {
+        "produce_bytes": 24 << 20,
+        "perf_bytes": 24 << 20,
+        "consume_bytes": 96 << 20,
+        "small": 1000,
+        "latency_seconds": 3.0,
+        "latency_warmup": 0.5,
+        "e2e_records": 500,
+        "load_wait": 10.0,
+    },
 }
 PRODUCE_CASES = [(size, acks, codec) for size in (1024, 16384) for acks in ("1", "all") for codec in ("none", "lz4")]
 LATENCY_RATE = 10_000
@@ -51,6 +67,7 @@ KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 
 # ================================================================== machine state
+
 
 def loadavg() -> float:
     return os.getloadavg()[0]
@@ -66,6 +83,7 @@ def settle(max_load: float, max_wait: float) -> tuple[float, float]:
 
 
 # ================================================================== brokers
+
 
 class Side:
     """One running broker of the comparison: its process, start-up time, CPU and memory."""
@@ -139,6 +157,7 @@ class Side:
 
 # ================================================================== clients
 
+
 def text_values(size: int, count: int = 64, seed: int = 1) -> list[bytes]:
     """Values LZ4 halves (a random half, repeated), in ASCII letters so that Kafka's
     ProducerPerformance (which reads its payloads as UTF-8 text lines) sends the same bytes."""
@@ -172,57 +191,127 @@ def tool_failed(r: subprocess.CompletedProcess) -> str:
 
 
 def produce_confluent(bootstrap: str, topic: str, records: int, size: int, acks: str, codec: str) -> dict:
-    r = figures.produce_confluent(bootstrap, topic, records, value_size=size, compression=codec, acks=acks,
-                                  values=text_values(size))
+    r = figures.produce_confluent(
+        bootstrap, topic, records, value_size=size, compression=codec, acks=acks, values=text_values(size)
+    )
     r["ok"] = not r["errors"] and not r["undelivered"]
     return r
 
 
 def produce_perf_test(bootstrap: str, topic: str, records: int, size: int, acks: str, codec: str) -> dict:
     """Kafka's ProducerPerformance, the settings of the confluent figure (linger 5 ms, 1 MiB batches)."""
-    props = {"bootstrap.servers": bootstrap, "acks": acks, "compression.type": codec, "linger.ms": 5,
-             "batch.size": 1 << 20, "max.request.size": 16 << 20, "buffer.memory": 256 << 20,
-             "enable.idempotence": "false"}
+    props = {
+        "bootstrap.servers": bootstrap,
+        "acks": acks,
+        "compression.type": codec,
+        "linger.ms": 5,
+        "batch.size": 1 << 20,
+        "max.request.size": 16 << 20,
+        "buffer.memory": 256 << 20,
+        "enable.idempotence": "false",
+    }
     t0 = time.perf_counter()
-    r = java("ProducerPerformance", "--topic", topic, "--num-records", records, "--throughput", -1,
-             "--payload-file", payload_file(size), "--reporting-interval", 600000,
-             "--producer-props", *(f"{k}={v}" for k, v in props.items()))
+    r = java(
+        "ProducerPerformance",
+        "--topic",
+        topic,
+        "--num-records",
+        records,
+        "--throughput",
+        -1,
+        "--payload-file",
+        payload_file(size),
+        "--reporting-interval",
+        600000,
+        "--producer-props",
+        *(f"{k}={v}" for k, v in props.items()),
+    )
     wall = time.perf_counter() - t0
     m = re.search(r"(\d+) records sent, ([\d.]+) records/sec .*?([\d.]+) ms avg latency", r.stdout)
     if r.returncode != 0 or not m:
         raise RuntimeError(f"ProducerPerformance {tool_failed(r)}")
     rate = float(m.group(2))
-    return {"records": int(m.group(1)), "rate": rate, "mb_s": rate * size / MB, "seconds": int(m.group(1)) / rate,
-            "wall_seconds": wall, "avg_latency_ms": float(m.group(3)), "ok": int(m.group(1)) == records}
+    return {
+        "records": int(m.group(1)),
+        "rate": rate,
+        "mb_s": rate * size / MB,
+        "seconds": int(m.group(1)) / rate,
+        "wall_seconds": wall,
+        "avg_latency_ms": float(m.group(3)),
+        "ok": int(m.group(1)) == records,
+    }
 
 
 def consume_kcat(bootstrap: str, topic: str, ends: dict[int, int], size: int) -> dict:
     total = sum(ends.values())
-    argv = [KCAT, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-c", str(total),
-            "-X", "fetch.max.bytes=67108864", "-X", "max.partition.fetch.bytes=16777216",
-            "-X", "receive.message.max.bytes=104857600", "-X", "queued.max.messages.kbytes=1048576"]
+    argv = [
+        KCAT,
+        "-C",
+        "-b",
+        bootstrap,
+        "-t",
+        topic,
+        "-o",
+        "beginning",
+        "-e",
+        "-q",
+        "-c",
+        str(total),
+        "-X",
+        "fetch.max.bytes=67108864",
+        "-X",
+        "max.partition.fetch.bytes=16777216",
+        "-X",
+        "receive.message.max.bytes=104857600",
+        "-X",
+        "queued.max.messages.kbytes=1048576",
+    ]
     with open(os.devnull, "wb") as null:
         t0 = time.perf_counter()
         r = subprocess.run(argv, stdout=null, stderr=subprocess.PIPE, timeout=600)
         secs = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(f"kcat exit {r.returncode}: {r.stderr.decode()[-400:]}")
-    return {"records": total, "seconds": secs, "mb_s": total * size / secs / MB, "ok": True,
-            "method": "kcat -C -e to /dev/null, from spawn to exit"}
+    return {
+        "records": total,
+        "seconds": secs,
+        "mb_s": total * size / secs / MB,
+        "ok": True,
+        "method": "kcat -C -e to /dev/null, from spawn to exit",
+    }
 
 
 def consume_perf_test(bootstrap: str, topic: str, ends: dict[int, int], size: int, group: str) -> dict:
     total = sum(ends.values())
-    r = java("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", total,
-             "--group", group, "--timeout", 30000, "--fetch-size", 16 << 20, "--hide-header")
+    r = java(
+        "ConsumerPerformance",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--num-records",
+        total,
+        "--group",
+        group,
+        "--timeout",
+        30000,
+        "--fetch-size",
+        16 << 20,
+        "--hide-header",
+    )
     rows = [ln.split(",") for ln in r.stdout.splitlines() if ln.count(",") >= 9]
     if r.returncode != 0 or not rows:
         raise RuntimeError(f"ConsumerPerformance {tool_failed(r)}")
     row = [x.strip() for x in rows[-1]]
     mib, msgs, fetch_ms = float(row[2]), int(row[4]), float(row[7])
-    return {"records": msgs, "seconds": fetch_ms / 1000, "mb_s": mib * (1 << 20) / MB / (fetch_ms / 1000),
-            "rebalance_ms": float(row[6]), "ok": msgs >= total,
-            "method": "fetch time (after the group's join), as the tool's fetch.MB.sec"}
+    return {
+        "records": msgs,
+        "seconds": fetch_ms / 1000,
+        "mb_s": mib * (1 << 20) / MB / (fetch_ms / 1000),
+        "rebalance_ms": float(row[6]),
+        "ok": msgs >= total,
+        "method": "fetch time (after the group's join), as the tool's fetch.MB.sec",
+    }
 
 
 def consume_python(bootstrap: str, topic: str, ends: dict[int, int], size: int) -> dict:
@@ -237,8 +326,14 @@ def e2e_java(bootstrap: str, topic: str, records: int) -> dict:
     avg = re.search(r"Avg latency: ([\d.]+) ms", r.stdout)  # a double; the percentiles are whole ms
     if r.returncode != 0 or not m:
         raise RuntimeError(f"EndToEndLatency {tool_failed(r)}")
-    return {"records": records, "p50_ms": float(m.group(1)), "p99_ms": float(m.group(2)),
-            "p999_ms": float(m.group(3)), "avg_ms": float(avg.group(1)) if avg else None, "ok": True}
+    return {
+        "records": records,
+        "p50_ms": float(m.group(1)),
+        "p99_ms": float(m.group(2)),
+        "p999_ms": float(m.group(3)),
+        "avg_ms": float(avg.group(1)) if avg else None,
+        "ok": True,
+    }
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
@@ -250,6 +345,7 @@ def delete_topic(bootstrap: str, topic: str) -> None:
 
 
 # ================================================================== one run of the table
+
 
 def codec_text(size, acks, codec) -> str:
     return f"{size // 1024} KiB, acks={acks}, {codec}"
@@ -272,8 +368,9 @@ class Table:
     def put(self, name: str, unit: str, better: str, kind: str, value, load=None, note: str = "", detail=None):
         self.row(name, unit, better)[kind] = {"value": value, "load": load, "note": note, "detail": detail}
 
-    def measure(self, name: str, sides: list[Side], fn, value_of, unit: str, better: str = "higher",
-                note_of=None, extra_rows=()):
+    def measure(
+        self, name: str, sides: list[Side], fn, value_of, unit: str, better: str = "higher", note_of=None, extra_rows=()
+    ):
         """Run ``fn(side)`` on each broker (the order flips each call), after the load settles;
         broker CPU around the call goes into the detail (``cpu_seconds``)."""
         order = sides if not self.flip else list(reversed(sides))
@@ -300,8 +397,10 @@ class Table:
             for xname, xunit, xbetter, xvalue in extra_rows:
                 self.put(xname, xunit, xbetter, s.kind, xvalue(r), load, "", None)
             out[s.kind] = r
-            self.log(f"  {name} [{s.kind}]: {value_of(r):,.2f} {unit} (load {load:.2f}"
-                     f"{f', waited {waited:.0f} s' if waited >= 1 else ''})")
+            self.log(
+                f"  {name} [{s.kind}]: {value_of(r):,.2f} {unit} (load {load:.2f}"
+                f"{f', waited {waited:.0f} s' if waited >= 1 else ''})"
+            )
         return out
 
 
@@ -320,9 +419,18 @@ def run_once(args, sc: dict, log, errors: list) -> dict:
             load, _ = settle(table.max_load, table.load_wait)
             log(f"starting {s.kind} (load {load:.2f}) ...")
             s.start()
-            table.put("start-up time (spawn to serving)", "s", "lower", s.kind, s.start_seconds, load,
-                      f"+ {s.format_seconds:.1f} s kafka-storage format before" if s.kind == "kafka" else
-                      "python -m kesque serve until it listens", None)
+            table.put(
+                "start-up time (spawn to serving)",
+                "s",
+                "lower",
+                s.kind,
+                s.start_seconds,
+                load,
+                f"+ {s.format_seconds:.1f} s kafka-storage format before"
+                if s.kind == "kafka"
+                else "python -m kesque serve until it listens",
+                None,
+            )
             log(f"  {s.kind} serving after {s.start_seconds:.2f} s")
         groups = args.groups
 
@@ -330,8 +438,10 @@ def run_once(args, sc: dict, log, errors: list) -> dict:
         if "produce" in groups:
             sampler = profile_start(args, sides[0], "produce")
             for size, acks, codec in PRODUCE_CASES:
-                for client, fn, nbytes in (("confluent", produce_confluent, sc["produce_bytes"]),
-                                           ("perf-test", produce_perf_test, sc["perf_bytes"])):
+                for client, fn, nbytes in (
+                    ("confluent", produce_confluent, sc["produce_bytes"]),
+                    ("perf-test", produce_perf_test, sc["perf_bytes"]),
+                ):
                     records = max(1, nbytes // size)
                     name = f"produce {codec_text(size, acks, codec)} ({client})"
                     log(f"produce: {records:,} x {size} B, acks={acks}, {codec}, {client} ...")
@@ -345,8 +455,14 @@ def run_once(args, sc: dict, log, errors: list) -> dict:
                         r["topic"] = topic
                         return r
 
-                    out = table.measure(name, sides, one, lambda r: r["mb_s"], "MB/s",
-                                        note_of=lambda r: f"broker CPU {r['cpu_seconds']:.1f} s")
+                    out = table.measure(
+                        name,
+                        sides,
+                        one,
+                        lambda r: r["mb_s"],
+                        "MB/s",
+                        note_of=lambda r: f"broker CPU {r['cpu_seconds']:.1f} s",
+                    )
                     for kind, r in out.items():
                         cpu[kind]["produce_s"] += r["cpu_seconds"]
                         cpu[kind]["produce_bytes"] += records * size
@@ -368,8 +484,9 @@ def run_once(args, sc: dict, log, errors: list) -> dict:
                 # filled under load: its answers are not retried)
                 log(f"consume: filling {topic} on {s.kind} with {records:,} x 1 KiB (unmeasured) ...")
                 figures.create_topic(s.bootstrap, topic, parts)
-                figures.produce_confluent(s.bootstrap, topic, records, value_size=size, acks="all",
-                                          values=text_values(size))
+                figures.produce_confluent(
+                    s.bootstrap, topic, records, value_size=size, acks="all", values=text_values(size)
+                )
                 ends[s.kind] = figures.end_offsets(s.bootstrap, topic, parts)
                 if sum(ends[s.kind].values()) != records:
                     errors.append(f"consume fill on {s.kind}: {sum(ends[s.kind].values()):,} of {records:,} records")
@@ -379,12 +496,22 @@ def run_once(args, sc: dict, log, errors: list) -> dict:
                 clients.append(("kcat", lambda s: consume_kcat(s.bootstrap, topic, ends[s.kind], size)))
             else:
                 errors.append("consume kcat: kcat not on PATH")
-            clients.append(("consumer-perf-test", lambda s: consume_perf_test(
-                s.bootstrap, topic, ends[s.kind], size, f"sbs-perf-{time.time_ns()}")))
+            clients.append(
+                (
+                    "consumer-perf-test",
+                    lambda s: consume_perf_test(s.bootstrap, topic, ends[s.kind], size, f"sbs-perf-{time.time_ns()}"),
+                )
+            )
             for client, fn in clients:
                 log(f"consume: {gb:.2f} GB from offset 0, {client} ...")
-                out = table.measure(f"consume 1 KiB from the start ({client})", sides, fn, lambda r: r["mb_s"],
-                                    "MB/s", note_of=lambda r: f"broker CPU {r['cpu_seconds']:.1f} s")
+                out = table.measure(
+                    f"consume 1 KiB from the start ({client})",
+                    sides,
+                    fn,
+                    lambda r: r["mb_s"],
+                    "MB/s",
+                    note_of=lambda r: f"broker CPU {r['cpu_seconds']:.1f} s",
+                )
                 for kind, r in out.items():
                     cpu[kind]["consume_s"] += r["cpu_seconds"]
                     cpu[kind]["consume_bytes"] += sum(ends[kind].values()) * size
@@ -395,11 +522,20 @@ def run_once(args, sc: dict, log, errors: list) -> dict:
             for s in sides:
                 figures.create_topic(s.bootstrap, "sbs-small", 1)
             log(f"small: {n:,} x 100 B produce round trips, one at a time ...")
-            table.measure("small produce, one at a time (confluent produce+flush)", sides,
-                          lambda s: G.produce_sync(s.bootstrap, "sbs-small", n), lambda r: r["rate"], "req/s")
-            table.measure("small produce, one at a time (raw socket, window 1)", sides,
-                          lambda s: G.produce_raw_sync(s.bootstrap, "sbs-small", n, 1), lambda r: r["rate"],
-                          "req/s")
+            table.measure(
+                "small produce, one at a time (confluent produce+flush)",
+                sides,
+                lambda s: G.produce_sync(s.bootstrap, "sbs-small", n),
+                lambda r: r["rate"],
+                "req/s",
+            )
+            table.measure(
+                "small produce, one at a time (raw socket, window 1)",
+                sides,
+                lambda s: G.produce_raw_sync(s.bootstrap, "sbs-small", n, 1),
+                lambda r: r["rate"],
+                "req/s",
+            )
 
         # ------------------------------------------------------------ end-to-end latency
         if "latency" in groups:
@@ -409,39 +545,79 @@ def run_once(args, sc: dict, log, errors: list) -> dict:
                 figures.create_topic(s.bootstrap, "sbs-e2e", 1)
             log(f"latency: {LATENCY_RATE:,} x 1 KiB/s for {secs:.0f} s, confluent-kafka ...")
             table.measure(
-                f"e2e latency p50 at {LATENCY_RATE:,}/s (confluent)", sides,
+                f"e2e latency p50 at {LATENCY_RATE:,}/s (confluent)",
+                sides,
                 lambda s: figures.latency(s.bootstrap, "sbs-latency", LATENCY_RATE, secs, warmup=sc["latency_warmup"]),
-                lambda r: r["p50_ms"], "ms", "lower",
-                note_of=lambda r: f"max {r['max_ms']:.0f} ms, {r['measured']:,} samples"
-                + ("" if r["received"] == r["expected"] else f"; CHECK: {r['received']}/{r['expected']}"),
-                extra_rows=[(f"e2e latency p99 at {LATENCY_RATE:,}/s (confluent)", "ms", "lower",
-                             lambda r: r["p99_ms"])])
+                lambda r: r["p50_ms"],
+                "ms",
+                "lower",
+                note_of=lambda r: (
+                    f"max {r['max_ms']:.0f} ms, {r['measured']:,} samples"
+                    + ("" if r["received"] == r["expected"] else f"; CHECK: {r['received']}/{r['expected']}")
+                ),
+                extra_rows=[
+                    (f"e2e latency p99 at {LATENCY_RATE:,}/s (confluent)", "ms", "lower", lambda r: r["p99_ms"])
+                ],
+            )
             n = sc["e2e_records"]
             log(f"latency: EndToEndLatency, {n:,} x 1 KiB one at a time, acks=1 ...")
             # the tool's percentiles are whole milliseconds (p50 prints 0 below 1 ms): its average leads
-            table.measure("e2e latency average, one at a time (EndToEndLatency)", sides,
-                          lambda s: e2e_java(s.bootstrap, "sbs-e2e", n), lambda r: r["avg_ms"], "ms", "lower",
-                          note_of=lambda r: f"p50 {r['p50_ms']:.0f} ms, p99.9 {r['p999_ms']:.0f} ms (whole ms)",
-                          extra_rows=[("e2e latency p99, one at a time (EndToEndLatency, whole ms)", "ms", "lower",
-                                       lambda r: r["p99_ms"])])
+            table.measure(
+                "e2e latency average, one at a time (EndToEndLatency)",
+                sides,
+                lambda s: e2e_java(s.bootstrap, "sbs-e2e", n),
+                lambda r: r["avg_ms"],
+                "ms",
+                "lower",
+                note_of=lambda r: f"p50 {r['p50_ms']:.0f} ms, p99.9 {r['p999_ms']:.0f} ms (whole ms)",
+                extra_rows=[
+                    ("e2e latency p99, one at a time (EndToEndLatency, whole ms)", "ms", "lower", lambda r: r["p99_ms"])
+                ],
+            )
 
         # ------------------------------------------------------------ CPU per GB, memory
         now = loadavg()
         for s in sides:
             c = cpu[s.kind]
             if c["produce_bytes"]:
-                table.put("broker CPU per GB produced (all produce figures)", "CPU s/GB", "lower", s.kind,
-                          c["produce_s"] / (c["produce_bytes"] / 1e9), None,
-                          f"{c['produce_s']:.0f} CPU s for {c['produce_bytes'] / 1e9:.1f} GB of payload")
+                table.put(
+                    "broker CPU per GB produced (all produce figures)",
+                    "CPU s/GB",
+                    "lower",
+                    s.kind,
+                    c["produce_s"] / (c["produce_bytes"] / 1e9),
+                    None,
+                    f"{c['produce_s']:.0f} CPU s for {c['produce_bytes'] / 1e9:.1f} GB of payload",
+                )
             if c["consume_bytes"]:
-                table.put("broker CPU per GB consumed (all consume figures)", "CPU s/GB", "lower", s.kind,
-                          c["consume_s"] / (c["consume_bytes"] / 1e9), None,
-                          f"{c['consume_s']:.1f} CPU s for {c['consume_bytes'] / 1e9:.1f} GB")
+                table.put(
+                    "broker CPU per GB consumed (all consume figures)",
+                    "CPU s/GB",
+                    "lower",
+                    s.kind,
+                    c["consume_s"] / (c["consume_bytes"] / 1e9),
+                    None,
+                    f"{c['consume_s']:.1f} CPU s for {c['consume_bytes'] / 1e9:.1f} GB",
+                )
             mem = figures.rss_mib(s.pid)
-            table.put("broker RSS at start", "MiB", "lower", s.kind, s.idle.get("VmRSS", float("nan")), None,
-                      "after start-up, before any client")
-            table.put("broker RSS at the end", "MiB", "lower", s.kind, mem.get("VmRSS", float("nan")), now,
-                      f"peak {mem.get('VmHWM', float('nan')):.0f} MiB" + ("" if s.alive() else "; BROKER DIED"))
+            table.put(
+                "broker RSS at start",
+                "MiB",
+                "lower",
+                s.kind,
+                s.idle.get("VmRSS", float("nan")),
+                None,
+                "after start-up, before any client",
+            )
+            table.put(
+                "broker RSS at the end",
+                "MiB",
+                "lower",
+                s.kind,
+                mem.get("VmRSS", float("nan")),
+                now,
+                f"peak {mem.get('VmHWM', float('nan')):.0f} MiB" + ("" if s.alive() else "; BROKER DIED"),
+            )
     finally:
         for s in sides:
             try:
@@ -482,15 +658,20 @@ def profile_stop(sampler) -> dict | None:
 
 # ================================================================== runs, spread, output
 
+
 def combine(runs: list[dict]) -> list[dict]:
     """One line per figure over all runs: each run's values, ratios, loads; the ratio spread."""
     order: dict[str, dict] = {}
     for i, run in enumerate(runs):
         for r in run["rows"]:
-            line = order.setdefault(r["figure"], {"figure": r["figure"], "unit": r["unit"], "better": r["better"],
-                                                  "runs": [None] * len(runs)})
-            line["runs"][i] = {"ratio": r.get("ratio"), **{b: {k: (r.get(b) or {}).get(k) for k in
-                                                                ("value", "load", "note")} for b in BROKERS}}
+            line = order.setdefault(
+                r["figure"],
+                {"figure": r["figure"], "unit": r["unit"], "better": r["better"], "runs": [None] * len(runs)},
+            )
+            line["runs"][i] = {
+                "ratio": r.get("ratio"),
+                **{b: {k: (r.get(b) or {}).get(k) for k in ("value", "load", "note")} for b in BROKERS},
+            }
     for line in order.values():
         ratios = [x["ratio"] for x in line["runs"] if x and x["ratio"]]
         line["ratio_spread"] = (max(ratios) / min(ratios) - 1) if len(ratios) > 1 else None
@@ -522,8 +703,7 @@ def markdown(lines: list[dict]) -> str:
             if not r:
                 cells += ["-", "-", "-"]
                 continue
-            cells += [fmt(r["kesque"]["value"]), fmt(r["kafka"]["value"]),
-                      f"{r['ratio']:.2f}" if r["ratio"] else "-"]
+            cells += [fmt(r["kesque"]["value"]), fmt(r["kafka"]["value"]), f"{r['ratio']:.2f}" if r["ratio"] else "-"]
             lk, lf = r["kesque"]["load"], r["kafka"]["load"]
             if lk is not None or lf is not None:
                 loads.append(f"{fmt(lk)}/{fmt(lf)}")
@@ -540,17 +720,28 @@ def print_table(lines: list[dict]) -> None:
             if not r:
                 continue
             note = "; ".join(f"{b}: {r[b]['note']}" for b in BROKERS if r[b]["note"])
-            rows.append((x["figure"] if i == 0 else "", x["unit"] if i == 0 else "", f"#{i + 1}",
-                         fmt(r["kesque"]["value"]), fmt(r["kafka"]["value"]),
-                         f"{r['ratio']:.2f}" if r["ratio"] else "-",
-                         f"{fmt(r['kesque']['load'])}/{fmt(r['kafka']['load'])}", note))
+            rows.append(
+                (
+                    x["figure"] if i == 0 else "",
+                    x["unit"] if i == 0 else "",
+                    f"#{i + 1}",
+                    fmt(r["kesque"]["value"]),
+                    fmt(r["kafka"]["value"]),
+                    f"{r['ratio']:.2f}" if r["ratio"] else "-",
+                    f"{fmt(r['kesque']['load'])}/{fmt(r['kafka']['load'])}",
+                    note,
+                )
+            )
         if x["ratio_spread"] is not None:
             rows.append(("", "", "spread", "", "", f"{x['ratio_spread']:.0%}", "", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     print()
     for i, r in enumerate(rows):
-        print("  ".join(c.rjust(w) if 3 <= j <= 5 and i else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths)))
-              + "  " + r[-1])
+        print(
+            "  ".join(c.rjust(w) if 3 <= j <= 5 and i else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths)))
+            + "  "
+            + r[-1]
+        )
         if i == 0:
             print("  ".join("-" * w for w in widths) + "  ----")
 
@@ -566,9 +757,17 @@ def main(args, report: dict, log) -> None:
     sc = dict(SCALES["quick" if args.quick else "full"])
     args.results = os.path.dirname(os.path.abspath(args.out))
     report["broker"] = f"kesque and Apache Kafka {kafka.kafka_version()} side by side"
-    report["parameters"] = {**sc, "partitions": args.partitions, "groups": args.groups, "runs": args.runs,
-                            "max_load": args.max_load, "load_wait": args.load_wait or sc["load_wait"],
-                            "kafka_heap": "1g", "latency_rate": LATENCY_RATE, "kcat": KCAT}
+    report["parameters"] = {
+        **sc,
+        "partitions": args.partitions,
+        "groups": args.groups,
+        "runs": args.runs,
+        "max_load": args.max_load,
+        "load_wait": args.load_wait or sc["load_wait"],
+        "kafka_heap": "1g",
+        "latency_rate": LATENCY_RATE,
+        "kcat": KCAT,
+    }
     report["runs"] = []
     for i in range(args.runs):
         log(f"side by side: run {i + 1}/{args.runs} ({'quick' if args.quick else 'full'} scale) ...")

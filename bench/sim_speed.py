@@ -34,6 +34,7 @@ def bare_events_per_second(n: int = 200_000) -> float:
 
         def noop():
             pass
+
         for i in range(n):
             s.at(i % 1000, noop)
         t0 = time.perf_counter()
@@ -56,8 +57,14 @@ def measure(name: str, seeds: int) -> dict:
         sim_ms += r.sim_ms
         events += r.events
     wall = time.perf_counter() - t0
-    return {"scenario": name, "seeds": seeds, "failed": failed, "wall_s": wall, "sim_s": sim_ms / 1000,
-            "events": events}
+    return {
+        "scenario": name,
+        "seeds": seeds,
+        "failed": failed,
+        "wall_s": wall,
+        "sim_s": sim_ms / 1000,
+        "events": events,
+    }
 
 
 def main(argv=None) -> int:
@@ -71,13 +78,19 @@ def main(argv=None) -> int:
     print(head)
     print("-" * len(head))
     rows = [measure(n, a.seeds) for n in (a.scenario or sorted(SCENARIOS))]
-    total = {"scenario": "all", "seeds": sum(r["seeds"] for r in rows), "failed": sum(r["failed"] for r in rows),
-             **{k: sum(r[k] for r in rows) for k in ("wall_s", "sim_s", "events")}}
+    total = {
+        "scenario": "all",
+        "seeds": sum(r["seeds"] for r in rows),
+        "failed": sum(r["failed"] for r in rows),
+        **{k: sum(r[k] for r in rows) for k in ("wall_s", "sim_s", "events")},
+    }
     for r in rows + [total]:
         us = r["wall_s"] / max(1, r["events"]) * 1e6
-        print(f"{r['scenario']:28} {r['seeds']:>5} {r['sim_s'] / r['wall_s']:>12.0f} "
-              f"{r['seeds'] / r['wall_s'] * 60:>10.0f} {us:>9.1f} {us * bare / 1e6:>9.0f}x"
-              + (f"  ({r['failed']} failed)" if r["failed"] else ""))
+        print(
+            f"{r['scenario']:28} {r['seeds']:>5} {r['sim_s'] / r['wall_s']:>12.0f} "
+            f"{r['seeds'] / r['wall_s'] * 60:>10.0f} {us:>9.1f} {us * bare / 1e6:>9.0f}x"
+            + (f"  ({r['failed']} failed)" if r["failed"] else "")
+        )
     print(f"load average {os.getloadavg()[0]:.2f} (above 0: other work shared the cores; figures provisional)")
     return 0
 

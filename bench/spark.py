@@ -25,10 +25,17 @@ VALUE = b"x" * 100
 def session():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    s = (SparkSession.builder.master("local[2]").appName("kesque-bench")
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+
+    s = (
+        SparkSession.builder.master("local[2]")
+        .appName("kesque-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     s.sparkContext.setLogLevel("ERROR")
     import kesque.spark
+
     kesque.spark.register(s)
     s.dataSource.register(_memory_source())
     return s
@@ -51,13 +58,19 @@ def _memory_source():
 
         def read(self, partition):
             import pyarrow as pa
+
             n = self.rows // self.parts
             schema = arrow_schema(False)
             size = min(BATCH_ROWS, n)
-            arrays = [pa.array([None] * size, pa.binary()), pa.array([VALUE] * size, pa.binary()),
-                      pa.array(["t"] * size, pa.string()), pa.array([partition.value] * size, pa.int32()),
-                      pa.array(range(size), pa.int64()), pa.array([0] * size, pa.timestamp("us", tz="UTC")),
-                      pa.array([0] * size, pa.int32())]
+            arrays = [
+                pa.array([None] * size, pa.binary()),
+                pa.array([VALUE] * size, pa.binary()),
+                pa.array(["t"] * size, pa.string()),
+                pa.array([partition.value] * size, pa.int32()),
+                pa.array(range(size), pa.int64()),
+                pa.array([0] * size, pa.timestamp("us", tz="UTC")),
+                pa.array([0] * size, pa.int32()),
+            ]
             batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
             done = 0
             while done < n:
@@ -81,6 +94,7 @@ def _memory_source():
 
 def fill(bootstrap: str, topic: str, records: int, partitions: int) -> None:
     from kesque.client.producer import Producer
+
     with Producer(bootstrap, acks=1, enable_idempotence=False) as p:
         for i in range(records):
             p.send(topic, VALUE, partition=i % partitions)
@@ -96,32 +110,58 @@ def _noop(df) -> float:
 def batch_read(spark, bootstrap: str, topic: str, records: int, partitions: int, passes: int = 3) -> dict:
     kesque_s, memory_s = [], []
     for _ in range(passes):
-        df = (spark.read.format("kesque").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-              .load())
+        df = spark.read.format("kesque").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic).load()
         kesque_s.append(_noop(df))
-        mem = (spark.read.format("kesque-memory").option("rows", str(records))
-               .option("partitions", str(partitions)).load())
+        mem = (
+            spark.read.format("kesque-memory").option("rows", str(records)).option("partitions", str(partitions)).load()
+        )
         memory_s.append(_noop(mem))
-    count = spark.read.format("kesque").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic) \
-        .load().count()
-    return {"records": count, "kesque_seconds": kesque_s, "memory_seconds": memory_s,
-            "rate": records / min(kesque_s), "ceiling": records / min(memory_s)}
+    count = (
+        spark.read.format("kesque")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .load()
+        .count()
+    )
+    return {
+        "records": count,
+        "kesque_seconds": kesque_s,
+        "memory_seconds": memory_s,
+        "rate": records / min(kesque_s),
+        "ceiling": records / min(memory_s),
+    }
 
 
 def batch_write(spark, bootstrap: str, topic: str, records: int, partitions: int, passes: int = 3) -> dict:
     """In-memory rows (key null, 100 B values) written through the exactly-once sink, against
     the same rows into the noop sink (the ceiling of the path without kesque)."""
-    src = (spark.read.format("kesque-memory").option("rows", str(records)).option("partitions", str(partitions))
-           .load().select("key", "value"))
+    src = (
+        spark.read.format("kesque-memory")
+        .option("rows", str(records))
+        .option("partitions", str(partitions))
+        .load()
+        .select("key", "value")
+    )
     kesque_s, noop_s = [], []
     for _ in range(passes):
         t0 = time.perf_counter()
-        (src.write.format("kesque").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-         .option("transactionalIdPrefix", "bench-w" + uuid.uuid4().hex[:6]).mode("append").save())
+        (
+            src.write.format("kesque")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", topic)
+            .option("transactionalIdPrefix", "bench-w" + uuid.uuid4().hex[:6])
+            .mode("append")
+            .save()
+        )
         kesque_s.append(time.perf_counter() - t0)
         noop_s.append(_noop(src))
-    return {"records": records, "kesque_seconds": kesque_s, "noop_seconds": noop_s,
-            "rate": records / min(kesque_s), "ceiling": records / min(noop_s)}
+    return {
+        "records": records,
+        "kesque_seconds": kesque_s,
+        "noop_seconds": noop_s,
+        "rate": records / min(kesque_s),
+        "ceiling": records / min(noop_s),
+    }
 
 
 def streaming_latency(spark, bootstrap: str, seconds: float, checkpoint: str, interval: float = 0.1) -> dict:
@@ -129,15 +169,24 @@ def streaming_latency(spark, bootstrap: str, seconds: float, checkpoint: str, in
 
     from kesque.client.consumer import LATEST, WireConsumer
     from kesque.client.producer import Producer
+
     src, dst = "lat-in-" + uuid.uuid4().hex[:6], "lat-out-" + uuid.uuid4().hex[:6]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for t in (src, dst):
         admin.create_topics([NewTopic(t, 1, 1)])[t].result(15)
-    q = (spark.readStream.format("kesque").option("kafka.bootstrap.servers", bootstrap).option("subscribe", src)
-         .load().selectExpr("key", "value").writeStream.format("kesque")
-         .option("kafka.bootstrap.servers", bootstrap).option("topic", dst)
-         .option("transactionalIdPrefix", "bench-" + uuid.uuid4().hex[:6])
-         .option("checkpointLocation", checkpoint).start())
+    q = (
+        spark.readStream.format("kesque")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", src)
+        .load()
+        .selectExpr("key", "value")
+        .writeStream.format("kesque")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", dst)
+        .option("transactionalIdPrefix", "bench-" + uuid.uuid4().hex[:6])
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
     sent: dict[bytes, float] = {}
     seen: dict[bytes, float] = {}
     stop = threading.Event()
@@ -149,6 +198,7 @@ def streaming_latency(spark, bootstrap: str, seconds: float, checkpoint: str, in
             for m in c.poll(0.2):
                 seen.setdefault(m.value, time.perf_counter())
         c.close()
+
     th = threading.Thread(target=consume, daemon=True)
     th.start()
     time.sleep(5)  # the query's first (empty) batches and the JVM's warm-up
@@ -176,8 +226,8 @@ def streaming_latency(spark, bootstrap: str, seconds: float, checkpoint: str, in
 
     def pct(p):
         return lat[min(len(lat) - 1, int(p * len(lat)))]
-    return {"records": len(sent), "visible": len(lat), "p50_ms": pct(0.50), "p99_ms": pct(0.99),
-            "max_ms": lat[-1]}
+
+    return {"records": len(sent), "visible": len(lat), "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": lat[-1]}
 
 
 if __name__ == "__main__":  # a quick standalone run: python bench/spark.py
@@ -187,6 +237,7 @@ if __name__ == "__main__":  # a quick standalone run: python bench/spark.py
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from kesque.testing.broker import Broker
+
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
     with Broker(config={"transaction.two.phase.commit.enable": "true"}) as b:
         admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})

@@ -16,18 +16,32 @@ VALUE = b"x" * 100
 
 
 def plain_rate(bootstrap: str, topic: str, records: int, partitions: int) -> dict:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": False,
-                  "queue.buffering.max.messages": 1_000_000})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "enable.idempotence": False,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
     dt, left = figures.timed_produce(p, topic, [VALUE], records, partitions)
     return {"records": records, "seconds": dt, "rate": records / dt, "undelivered": left}
 
 
-def txn_rate(bootstrap: str, topic: str, txn_size: int, records: int, partitions: int,
-             min_seconds: float = 3.0) -> dict:
+def txn_rate(
+    bootstrap: str, topic: str, txn_size: int, records: int, partitions: int, min_seconds: float = 3.0
+) -> dict:
     """Transactions of ``txn_size`` records, back to back, for ``records`` records (at least
     one transaction; stops early after ``min_seconds`` when transactions are slow)."""
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "bench-" + uuid.uuid4().hex[:8],
-                  "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "bench-" + uuid.uuid4().hex[:8],
+            "linger.ms": 5,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
     p.init_transactions(30)
     done = txns = 0
     t0 = time.perf_counter()
@@ -46,5 +60,11 @@ def txn_rate(bootstrap: str, topic: str, txn_size: int, records: int, partitions
         if txn_size < 100 and time.perf_counter() - t0 > min_seconds and txns >= 50:
             break
     dt = time.perf_counter() - t0
-    return {"txn_size": txn_size, "transactions": txns, "records": done, "seconds": dt, "rate": done / dt,
-            "txn_rate": txns / dt}
+    return {
+        "txn_size": txn_size,
+        "transactions": txns,
+        "records": done,
+        "seconds": dt,
+        "rate": done / dt,
+        "txn_rate": txns / dt,
+    }

@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 from collections import deque
-from functools import lru_cache
+from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -28,16 +28,17 @@ INT16 = struct.Struct(">h")
 INT32 = struct.Struct(">i")
 INT64 = struct.Struct(">q")
 BATCH_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
-BATCH_LOD = struct.Struct(">i")    # lastOffsetDelta at +23
+BATCH_LOD = struct.Struct(">i")  # lastOffsetDelta at +23
 
-PRODUCE_VERSION = 9   # flexible, topic names (v13+ would need topic ids from Metadata)
-FETCH_VERSION = 12    # flexible, topic names
+PRODUCE_VERSION = 9  # flexible, topic names (v13+ would need topic ids from Metadata)
+FETCH_VERSION = 12  # flexible, topic names
 CLIENT_ID = "kesque-bench"
 
 
 # ================================================================== encoding
 
-@lru_cache(maxsize=None)
+
+@cache
 def _writer(cls):
     return entity_writer(cls)
 
@@ -46,8 +47,12 @@ def encode_request(body, correlation_id: int = 0, client_id: str = CLIENT_ID) ->
     """Size prefix + request header (the version the schema says) + body, all with kio."""
     cls = type(body)
     hcls = cls.__header_schema__
-    header = hcls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-                  correlation_id=correlation_id, client_id=client_id)
+    header = hcls(
+        request_api_key=cls.__api_key__,
+        request_api_version=cls.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
     buf = io.BytesIO()
     _writer(hcls)(buf, header)
     _writer(cls)(buf, body)
@@ -55,27 +60,70 @@ def encode_request(body, correlation_id: int = 0, client_id: str = CLIENT_ID) ->
     return INT32.pack(len(data)) + data
 
 
-def produce_request(topic: str, partition: int, batch: bytes, acks: int = 1, timeout_ms: int = 30000,
-                    version: int = PRODUCE_VERSION, correlation_id: int = 0) -> bytes:
+def produce_request(
+    topic: str,
+    partition: int,
+    batch: bytes,
+    acks: int = 1,
+    timeout_ms: int = 30000,
+    version: int = PRODUCE_VERSION,
+    correlation_id: int = 0,
+) -> bytes:
     req = load_request_schema(0, version)
     mod = __import__(req.__module__, fromlist=["TopicProduceData"])
-    body = req(transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms),
-               topic_data=(mod.TopicProduceData(name=topic, partition_data=(
-                   mod.PartitionProduceData(index=partition, records=batch),)),))
+    body = req(
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(milliseconds=timeout_ms),
+        topic_data=(
+            mod.TopicProduceData(
+                name=topic, partition_data=(mod.PartitionProduceData(index=partition, records=batch),)
+            ),
+        ),
+    )
     return encode_request(body, correlation_id)
 
 
-def fetch_request(topic: str, partition: int, offset: int, partition_max_bytes: int, max_bytes: int,
-                  max_wait_ms: int = 500, min_bytes: int = 1, correlation_id: int = 0,
-                  version: int = FETCH_VERSION) -> bytes:
+def fetch_request(
+    topic: str,
+    partition: int,
+    offset: int,
+    partition_max_bytes: int,
+    max_bytes: int,
+    max_wait_ms: int = 500,
+    min_bytes: int = 1,
+    correlation_id: int = 0,
+    version: int = FETCH_VERSION,
+) -> bytes:
     req = load_request_schema(1, version)
     mod = __import__(req.__module__, fromlist=["FetchTopic"])
-    body = req(cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
-               min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-               topics=(mod.FetchTopic(topic=topic, partitions=(mod.FetchPartition(
-                   partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                   log_start_offset=-1, partition_max_bytes=partition_max_bytes),)),),
-               forgotten_topics_data=(), rack_id="")
+    body = req(
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            mod.FetchTopic(
+                topic=topic,
+                partitions=(
+                    mod.FetchPartition(
+                        partition=partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
     return encode_request(body, correlation_id)
 
 
@@ -100,6 +148,7 @@ def decode_response(api_key: int, version: int, body: bytes):
 
 # ================================================================== reading
 
+
 def response_body_offset(flexible_header: bool, frame) -> int:
     """Offset of the body in a response frame (frame excludes the size prefix)."""
     return _skip_tags(frame, 4) if flexible_header else 4
@@ -122,14 +171,14 @@ class FrameReader:
             have = self.end - self.start
             if need > len(self.buf):
                 nb = bytearray(max(need, 2 * len(self.buf)))
-                nb[:have] = self.buf[self.start:self.end]
+                nb[:have] = self.buf[self.start : self.end]
                 self.buf = nb
                 self.view = memoryview(nb)
             else:
-                self.buf[:have] = self.buf[self.start:self.end]
+                self.buf[:have] = self.buf[self.start : self.end]
             self.start, self.end = 0, have
         while self.end - self.start < need:
-            n = self.sock.recv_into(self.view[self.end:])
+            n = self.sock.recv_into(self.view[self.end :])
             if n == 0:
                 raise ConnectionError("connection closed by peer")
             self.end += n
@@ -145,7 +194,7 @@ class FrameReader:
         if self.start == self.end:
             self.start = self.end = 0
             # the view stays valid: the bytes are only overwritten by the next _fill
-        return self.view[begin:begin + size]
+        return self.view[begin : begin + size]
 
 
 def connect(bootstrap: str, nodelay: bool = True, rcvbuf: int = 0) -> socket.socket:
@@ -159,6 +208,7 @@ def connect(bootstrap: str, nodelay: bool = True, rcvbuf: int = 0) -> socket.soc
 
 
 # ================================================================== produce responses
+
 
 def produce_response_errors(frame) -> list[int]:
     """Error codes of every partition in a flexible (v9+) ProduceResponse frame."""
@@ -188,8 +238,8 @@ def produce_response_errors(frame) -> list[int]:
 
 # ================================================================== pipelined small requests
 
-def pipelined_same_request(bootstrap: str, frame: bytes, count: int, window: int,
-                           check_first=None) -> dict:
+
+def pipelined_same_request(bootstrap: str, frame: bytes, count: int, window: int, check_first=None) -> dict:
     """Send ``count`` copies of ``frame`` keeping ``window`` in flight on one connection.
 
     Every answer must have the same size (true for an echo server, and for a broker's
@@ -237,19 +287,25 @@ def pipelined_same_request(bootstrap: str, frame: bytes, count: int, window: int
         elapsed = time.perf_counter() - t0
     finally:
         sock.close()
-    return {"requests": remaining, "seconds": elapsed, "rate": remaining / elapsed if elapsed else 0.0,
-            "request_bytes": len(frame), "response_bytes": rsize}
+    return {
+        "requests": remaining,
+        "seconds": elapsed,
+        "rate": remaining / elapsed if elapsed else 0.0,
+        "request_bytes": len(frame),
+        "response_bytes": rsize,
+    }
 
 
 # ================================================================== pipelined big produce
 
-def pipelined_produce(bootstrap: str, frames: list[bytes], total_requests: int, connections: int,
-                      window: int) -> dict:
+
+def pipelined_produce(bootstrap: str, frames: list[bytes], total_requests: int, connections: int, window: int) -> dict:
     """Send ``total_requests`` produce requests (cycling through ``frames``) over
     ``connections`` sockets, each with ``window`` requests in flight; every response is
     parsed for partition errors."""
-    per_conn = [total_requests // connections + (1 if i < total_requests % connections else 0)
-                for i in range(connections)]
+    per_conn = [
+        total_requests // connections + (1 if i < total_requests % connections else 0) for i in range(connections)
+    ]
     errors: list[str] = []
     barrier = threading.Barrier(connections + 1)
     done_at = [0.0] * connections
@@ -293,6 +349,7 @@ def pipelined_produce(bootstrap: str, frames: list[bytes], total_requests: int, 
 
 # ================================================================== pipelined fetch
 
+
 class _Cursor:
     __slots__ = ("partition", "start", "end", "next", "done")
 
@@ -332,11 +389,17 @@ def _fetch_records_view(frame):
     n, p = _uvarint(frame, p)
     if n == 0:
         return perr, hw, None
-    return perr, hw, frame[p:p + n - 1]
+    return perr, hw, frame[p : p + n - 1]
 
 
-def pipelined_fetch(bootstrap: str, topic: str, end_offsets: dict[int, int], window: int = 8,
-                    cursors_per_partition: int = 4, partition_max_bytes: int = 4 << 20) -> dict:
+def pipelined_fetch(
+    bootstrap: str,
+    topic: str,
+    end_offsets: dict[int, int],
+    window: int = 8,
+    cursors_per_partition: int = 4,
+    partition_max_bytes: int = 4 << 20,
+) -> dict:
     """Read every partition from offset 0 to its end with ``window`` Fetch requests in flight
     on one connection.
 
@@ -365,8 +428,11 @@ def pipelined_fetch(bootstrap: str, topic: str, end_offsets: dict[int, int], win
         while ready or inflight:
             while ready and len(inflight) < window:
                 c = ready.popleft()
-                sock.sendall(fetch_request(topic, c.partition, c.next, partition_max_bytes, partition_max_bytes,
-                                           correlation_id=requests))
+                sock.sendall(
+                    fetch_request(
+                        topic, c.partition, c.next, partition_max_bytes, partition_max_bytes, correlation_id=requests
+                    )
+                )
                 requests += 1
                 inflight.append(c)
             c = inflight.popleft()
@@ -397,5 +463,10 @@ def pipelined_fetch(bootstrap: str, topic: str, end_offsets: dict[int, int], win
         elapsed = time.perf_counter() - t0
     finally:
         sock.close()
-    return {"bytes": counted_bytes, "records": counted_records, "requests": requests, "seconds": elapsed,
-            "wire_bytes": reader.bytes_in}
+    return {
+        "bytes": counted_bytes,
+        "records": counted_records,
+        "requests": requests,
+        "seconds": elapsed,
+        "wire_bytes": reader.bytes_in,
+    }

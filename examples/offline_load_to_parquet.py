@@ -12,16 +12,24 @@ import sys
 
 def load(spark, bootstrap: str, topic: str, path: str, min_partitions: int | None = None) -> int:
     from pyspark.sql import functions as F
-    reader = (spark.read.format("kesque")
-              .option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", topic)
-              .option("startingOffsets", "earliest")
-              .option("endingOffsets", "latest")
-              .option("kafka.isolation.level", "read_committed"))
+
+    reader = (
+        spark.read.format("kesque")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("kafka.isolation.level", "read_committed")
+    )
     if min_partitions:
         reader = reader.option("minPartitions", str(min_partitions))
-    df = reader.load().select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
-                              "partition", "offset", "timestamp")
+    df = reader.load().select(
+        F.col("key").cast("string").alias("key"),
+        F.col("value").cast("string").alias("value"),
+        "partition",
+        "offset",
+        "timestamp",
+    )
     df.write.mode("overwrite").partitionBy("partition").parquet(path)
     return spark.read.parquet(path).count()
 
@@ -35,10 +43,16 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.master("local[2]").appName("kesque-offline-load")
-             .config("spark.ui.enabled", "false").getOrCreate())
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kesque-offline-load")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     import kesque.spark
+
     kesque.spark.register(spark)
     n = load(spark, a.bootstrap, a.topic, a.path, a.min_partitions)
     print(f"{n} records of {a.topic} written to {a.path}")

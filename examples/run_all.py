@@ -12,7 +12,7 @@ import random
 import sys
 import tempfile
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,7 +21,7 @@ PAGES = ["/home", "/cart", "/search", "/item"]
 
 def events(n: int, seed: int = 7):
     rnd = random.Random(seed)
-    t0 = datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc)
+    t0 = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
     for i in range(n):
         ts = t0 + timedelta(seconds=600 * i / n)
         yield {"page": rnd.choice(PAGES), "user": f"u{rnd.randrange(50)}", "ts": ts.strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -52,8 +52,13 @@ def main(argv=None) -> int:
         with Producer(bs) as p:
             for e in evs:
                 p.send("clicks", json.dumps(e).encode(), key=e["user"].encode())
-        spark = (SparkSession.builder.master("local[2]").appName("kesque-examples")
-                 .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false").getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("kesque-examples")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.ui.enabled", "false")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         kesque.spark.register(spark)
         try:
@@ -70,15 +75,18 @@ def main(argv=None) -> int:
     expected = Counter((e["page"], e["ts"][:16]) for e in evs)
     # append mode emits the windows the watermark (latest event - 30 s) has passed
     last = max(datetime.strptime(e["ts"], "%Y-%m-%dT%H:%M:%SZ") for e in evs) - timedelta(seconds=30)
-    closed = {k: v for k, v in expected.items() if datetime.strptime(k[1], "%Y-%m-%dT%H:%M") + timedelta(minutes=1)
-              <= last}
+    closed = {
+        k: v for k, v in expected.items() if datetime.strptime(k[1], "%Y-%m-%dT%H:%M") + timedelta(minutes=1) <= last
+    }
     produced = Counter()
     for r in got:
         produced[(r["page"], r["window_start"][:16])] += r["clicks"]
     ok = produced == closed and n == len(evs)
     print(f"offline load: {n} of {len(evs)} records in Parquet")
-    print(f"streaming: {len(got)} window counts for {len(closed)} closed (page, minute) windows; "
-          f"{'exactly once' if produced == closed else 'MISMATCH'}")
+    print(
+        f"streaming: {len(got)} window counts for {len(closed)} closed (page, minute) windows; "
+        f"{'exactly once' if produced == closed else 'MISMATCH'}"
+    )
     return 0 if ok else 1
 
 

@@ -19,28 +19,40 @@ import sys
 def build(spark, bootstrap: str, source: str, sink: str, checkpoint: str, available_now: bool):
     from pyspark.sql import functions as F
 
-    events = (spark.readStream.format("kesque")
-              .option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", source)
-              .option("startingOffsets", "earliest")
-              .option("kafka.isolation.level", "read_committed")
-              .load())
-    parsed = (events.select(F.from_json(F.col("value").cast("string"),
-                                        "page string, user string, ts timestamp").alias("e"))
-              .select("e.*").where(F.col("page").isNotNull()))
-    counts = (parsed.withWatermark("ts", "30 seconds")
-              .groupBy(F.window("ts", "1 minute"), "page")
-              .agg(F.count("*").alias("clicks")))
+    events = (
+        spark.readStream.format("kesque")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+    parsed = (
+        events.select(F.from_json(F.col("value").cast("string"), "page string, user string, ts timestamp").alias("e"))
+        .select("e.*")
+        .where(F.col("page").isNotNull())
+    )
+    counts = (
+        parsed.withWatermark("ts", "30 seconds")
+        .groupBy(F.window("ts", "1 minute"), "page")
+        .agg(F.count("*").alias("clicks"))
+    )
     out = counts.select(
         F.col("page").alias("key"),
-        F.to_json(F.struct("page", F.col("window.start").alias("window_start"),
-                           F.col("window.end").alias("window_end"), "clicks")).alias("value"))
-    writer = (out.writeStream.format("kesque")
-              .option("kafka.bootstrap.servers", bootstrap)
-              .option("topic", sink)
-              .option("transactionalIdPrefix", f"clicks-{sink}")
-              .option("checkpointLocation", checkpoint)
-              .outputMode("append"))
+        F.to_json(
+            F.struct(
+                "page", F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "clicks"
+            )
+        ).alias("value"),
+    )
+    writer = (
+        out.writeStream.format("kesque")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", sink)
+        .option("transactionalIdPrefix", f"clicks-{sink}")
+        .option("checkpointLocation", checkpoint)
+        .outputMode("append")
+    )
     if available_now:
         writer = writer.trigger(availableNow=True)
     return writer.start()
@@ -56,10 +68,17 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.master("local[2]").appName("kesque-clicks")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false").getOrCreate())
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kesque-clicks")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     import kesque.spark
+
     kesque.spark.register(spark)
     q = build(spark, a.bootstrap, a.input, a.output, a.checkpoint, a.available_now)
     q.awaitTermination()

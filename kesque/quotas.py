@@ -104,8 +104,10 @@ def validate_entity(entries: list[tuple[str, str | None]]) -> dict[str, str | No
         if name is not None and name == "":
             raise KafkaError(ErrorCode.invalid_request, f"Empty {etype} not supported")
     if IP in out and (USER in out or CLIENT_ID in out):
-        raise KafkaError(ErrorCode.invalid_request,
-                         "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId")
+        raise KafkaError(
+            ErrorCode.invalid_request,
+            "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId",
+        )
     return out
 
 
@@ -228,8 +230,18 @@ class Sensor:
     never runs past the end of the current sample, so the fold lands where recording each
     value would have."""
 
-    __slots__ = ("rate", "bound", "throttle_ms", "throttle_count", "recorded", "fast_until", "headroom",
-                 "pending", "pending_ms", "pending_n")
+    __slots__ = (
+        "rate",
+        "bound",
+        "throttle_ms",
+        "throttle_count",
+        "recorded",
+        "fast_until",
+        "headroom",
+        "pending",
+        "pending_ms",
+        "pending_n",
+    )
 
     def __init__(self, num: int, window_ms: int):
         self.rate = Rate(num, window_ms)
@@ -284,8 +296,11 @@ class ClientQuotaManager:
             for entity in set(quotas) | set(self.quotas):
                 old, new = self.quotas.get(entity), quotas.get(entity)
                 if old != new:
-                    what = f"Changing {self.quota_type} quota for {entity_text(entity)} to {new}" if new is not None \
+                    what = (
+                        f"Changing {self.quota_type} quota for {entity_text(entity)} to {new}"
+                        if new is not None
                         else f"Removing {self.quota_type} quota for {entity_text(entity)}"
+                    )
                     log.info(what)
         self.quotas = dict(quotas)
         self.enabled = bool(quotas)
@@ -338,8 +353,11 @@ class ClientQuotaManager:
             # moves and the window only grows: the rate stays within the bound while what is
             # recorded meanwhile adds up to at most the headroom measured now.
             elapsed = now_ms - rate.oldest_start
-            sensor.fast_until = min(rate.samples[rate.current][1] + rate.window_ms, rate.purge_at,
-                                    rate.oldest_start + (elapsed // rate.window_ms + 1) * rate.window_ms)
+            sensor.fast_until = min(
+                rate.samples[rate.current][1] + rate.window_ms,
+                rate.purge_at,
+                rate.oldest_start + (elapsed // rate.window_ms + 1) * rate.window_ms,
+            )
             sensor.headroom = bound * window / 1000.0 - rate.total
             return 0
         sensor.fast_until = 0  # over the bound: measure every record until it is back within
@@ -349,8 +367,15 @@ class ClientQuotaManager:
         if ms > 0:
             sensor.throttle_ms += ms
             sensor.throttle_count += 1
-            log.debug("Quota %s violated for user=%s client-id=%s: rate %.1f > %s; delay %d ms", self.quota_type,
-                      user, client_id, observed, bound, ms)
+            log.debug(
+                "Quota %s violated for user=%s client-id=%s: rate %.1f > %s; delay %d ms",
+                self.quota_type,
+                user,
+                client_id,
+                observed,
+                bound,
+                ms,
+            )
         return max(ms, 0)
 
     def unrecord(self, user: str, client_id: str, value: float, now_ms: int) -> None:
@@ -377,10 +402,12 @@ class ClientQuotaManager:
                 self._sensor_of.clear()
                 continue
             if s.recorded or s.throttle_count:
-                lines.append(f"{self.quota_type} user={tags[0]!r} client-id={tags[1]!r}: rate "
-                             f"{s.rate.measure(now_ms):.1f}/s (quota {s.bound:g}), "
-                             f"throttled {s.throttle_count} time(s) "
-                             f"for {s.throttle_ms} ms")
+                lines.append(
+                    f"{self.quota_type} user={tags[0]!r} client-id={tags[1]!r}: rate "
+                    f"{s.rate.measure(now_ms):.1f}/s (quota {s.bound:g}), "
+                    f"throttled {s.throttle_count} time(s) "
+                    f"for {s.throttle_ms} ms"
+                )
                 s.recorded = 0.0
                 s.throttle_ms = s.throttle_count = 0
         return lines
@@ -491,8 +518,11 @@ class ConnectionQuotas:
         self.rates: dict[str, Rate] = {}
 
     def update(self, client_quotas: dict[Entity, dict[str, float]]) -> None:
-        self.rate_quotas = {dict(e)[IP]: v[CONNECTION] for e, v in client_quotas.items()
-                            if CONNECTION in v and len(e) == 1 and e[0][0] == IP}
+        self.rate_quotas = {
+            dict(e)[IP]: v[CONNECTION]
+            for e, v in client_quotas.items()
+            if CONNECTION in v and len(e) == 1 and e[0][0] == IP
+        }
         for ip in [ip for ip in self.rates if self._rate_bound(ip) is None]:
             del self.rates[ip]
 
@@ -530,8 +560,13 @@ class ConnectionQuotas:
 class Quotas:
     """All client quota managers of a broker, fed from the metadata image."""
 
-    def __init__(self, samples: int = 11, window_seconds: int = 1, controller_samples: int = 11,
-                 controller_window_seconds: int = 1):
+    def __init__(
+        self,
+        samples: int = 11,
+        window_seconds: int = 1,
+        controller_samples: int = 11,
+        controller_window_seconds: int = 1,
+    ):
         self.produce = ClientQuotaManager(PRODUCE, samples, window_seconds)
         self.fetch = ClientQuotaManager(FETCH, samples, window_seconds)
         self.request = ClientQuotaManager(REQUEST, samples, window_seconds, max_throttle_ms=window_seconds * 1000)
@@ -540,9 +575,13 @@ class Quotas:
         self.connections = ConnectionQuotas(samples, window_seconds)
 
     @classmethod
-    def from_config(cls, config) -> "Quotas":
-        return cls(config.get("quota.window.num"), config.get("quota.window.size.seconds"),
-                   config.get("controller.quota.window.num"), config.get("controller.quota.window.size.seconds"))
+    def from_config(cls, config) -> Quotas:
+        return cls(
+            config.get("quota.window.num"),
+            config.get("quota.window.size.seconds"),
+            config.get("controller.quota.window.num"),
+            config.get("controller.quota.window.size.seconds"),
+        )
 
     def update(self, client_quotas: dict[Entity, dict[str, float]]) -> None:
         for m in self.managers:

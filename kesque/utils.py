@@ -22,7 +22,7 @@ def murmur2(data: bytes) -> int:
     h = (0x9747B28C ^ length) & 0xFFFFFFFF
     n4 = length & ~3
     for i in range(0, n4, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
+        k = int.from_bytes(data[i : i + 4], "little")
         k = (k * m) & 0xFFFFFFFF
         k ^= k >> r
         k = (k * m) & 0xFFFFFFFF

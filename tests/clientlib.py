@@ -25,8 +25,9 @@ import socket
 import struct
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+
 from kesque.protocol.api_keys import ApiKeys
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -51,8 +52,15 @@ _SIZES = (0, 1, 3, 17, 64, 100, 250, 40, 9, 0, 120)
 _HEADER_BYTES = bytes(range(256))
 
 
-def make_records(n: int, *, partitions: int = 3, seed: int = 1, ts_base: int | None = None,
-                 null_values: bool = True, text_only: bool = False) -> list[Rec]:
+def make_records(
+    n: int,
+    *,
+    partitions: int = 3,
+    seed: int = 1,
+    ts_base: int | None = None,
+    null_values: bool = True,
+    text_only: bool = False,
+) -> list[Rec]:
     """A deterministic data set of ``n`` records spread over ``partitions``.
 
     Sizes cycle from empty to 250 bytes, every 101st value is 1.5 KB and every 5003rd 30 KB
@@ -100,7 +108,7 @@ def make_records(n: int, *, partitions: int = 3, seed: int = 1, ts_base: int | N
             elif h == 1:
                 headers = (("h1", b"v%d" % i),)
             elif h == 2:
-                headers = (("empty", b""), ("bin", _HEADER_BYTES[i % 200:i % 200 + 40]))
+                headers = (("empty", b""), ("bin", _HEADER_BYTES[i % 200 : i % 200 + 40]))
             elif h == 3:
                 headers = (("dup", b"1"), ("dup", b"2"), ("ünï-çødé", "värde".encode()))
             else:
@@ -136,13 +144,15 @@ def assert_same(actual: dict[int, list[Row]], expected: dict[int, list[Row]], wh
             continue
         offs = [r[0] for r in got]
         first = want[0][0] if want else 0
-        assert offs == list(range(first, first + len(offs))), \
+        assert offs == list(range(first, first + len(offs))), (
             f"{what}: partition {p}: offsets not contiguous from {first}: {_first_gap(offs, first)}"
+        )
         assert len(got) == len(want), f"{what}: partition {p}: {len(got)} records, expected {len(want)}"
         for g, w in zip(got, want):
             if g != w:
-                raise AssertionError(f"{what}: partition {p} offset {w[0]} differs:\n"
-                                     f"  got      {_short(g)}\n  expected {_short(w)}")
+                raise AssertionError(
+                    f"{what}: partition {p} offset {w[0]} differs:\n  got      {_short(g)}\n  expected {_short(w)}"
+                )
 
 
 def _first_gap(offs, first):
@@ -157,17 +167,24 @@ def _short(row) -> str:
         if x is None:
             return "None"
         return repr(x[:40]) + (f"...({len(x)} bytes)" if len(x) > 40 else "")
+
     off, key, value, headers, ts = row
     return f"offset={off} key={b(key)} value={b(value)} headers={headers!r:.120} ts={ts}"
 
 
 # ---------------------------------------------------------------------------- producers
 
+
 def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], codec: str = "none", **conf) -> None:
     from confluent_kafka import Producer
 
-    config = {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 20,
-              "batch.size": 512 * 1024, "queue.buffering.max.messages": 200_000}
+    config = {
+        "bootstrap.servers": bootstrap,
+        "compression.type": codec,
+        "linger.ms": 20,
+        "batch.size": 512 * 1024,
+        "queue.buffering.max.messages": 200_000,
+    }
     config.update(conf)
     p = Producer(config)
     errors: list = []
@@ -179,8 +196,15 @@ def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], codec: str = 
     for r in recs:
         while True:
             try:
-                p.produce(topic, value=r.value, key=r.key, partition=r.partition,
-                          headers=list(r.headers) or None, timestamp=r.timestamp, on_delivery=on_delivery)
+                p.produce(
+                    topic,
+                    value=r.value,
+                    key=r.key,
+                    partition=r.partition,
+                    headers=list(r.headers) or None,
+                    timestamp=r.timestamp,
+                    on_delivery=on_delivery,
+                )
                 break
             except BufferError:
                 p.poll(0.05)
@@ -193,13 +217,27 @@ def produce_confluent(bootstrap: str, topic: str, recs: list[Rec], codec: str = 
 def produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], codec: str = "none", **conf) -> None:
     from kafka import KafkaProducer
 
-    config = dict(bootstrap_servers=bootstrap, compression_type=None if codec == "none" else codec,
-                  linger_ms=20, batch_size=512 * 1024, max_request_size=8 * 1024 * 1024)
+    config = dict(
+        bootstrap_servers=bootstrap,
+        compression_type=None if codec == "none" else codec,
+        linger_ms=20,
+        batch_size=512 * 1024,
+        max_request_size=8 * 1024 * 1024,
+    )
     config.update(conf)
     p = KafkaProducer(**config)
     try:
-        futures = [p.send(topic, value=r.value, key=r.key, partition=r.partition, headers=list(r.headers),
-                          timestamp_ms=r.timestamp) for r in recs]
+        futures = [
+            p.send(
+                topic,
+                value=r.value,
+                key=r.key,
+                partition=r.partition,
+                headers=list(r.headers),
+                timestamp_ms=r.timestamp,
+            )
+            for r in recs
+        ]
         p.flush(60)
         failed = [f.exception for f in futures if not f.succeeded()]
         assert not failed, f"kafka-python producer: {len(failed)} failed sends, first: {failed[0]!r}"
@@ -211,16 +249,29 @@ def produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], codec: str = "
     import aiokafka
 
     async def run():
-        config = dict(bootstrap_servers=bootstrap, compression_type=None if codec == "none" else codec,
-                      linger_ms=20, max_batch_size=512 * 1024, max_request_size=8 * 1024 * 1024)
+        config = dict(
+            bootstrap_servers=bootstrap,
+            compression_type=None if codec == "none" else codec,
+            linger_ms=20,
+            max_batch_size=512 * 1024,
+            max_request_size=8 * 1024 * 1024,
+        )
         config.update(conf)
         p = aiokafka.AIOKafkaProducer(**config)
         await p.start()
         try:
             futures = []
             for r in recs:
-                futures.append(await p.send(topic, value=r.value, key=r.key, partition=r.partition,
-                                            headers=list(r.headers), timestamp_ms=r.timestamp))
+                futures.append(
+                    await p.send(
+                        topic,
+                        value=r.value,
+                        key=r.key,
+                        partition=r.partition,
+                        headers=list(r.headers),
+                        timestamp_ms=r.timestamp,
+                    )
+                )
             await asyncio.gather(*futures)
         finally:
             await p.stop()
@@ -246,14 +297,34 @@ def produce_kcat(bootstrap: str, topic: str, recs: list[Rec], codec: str = "none
     t0 = int(time.time() * 1000)
     procs = []
     for p, lines in sorted(by_part.items()):
-        args = ["kcat", "-P", "-b", bootstrap, "-t", topic, "-p", str(p), "-K", "\x1f", "-D", "\x1e",
-                "-X", "linger.ms=20", "-X", "batch.size=524288"]
+        args = [
+            "kcat",
+            "-P",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-p",
+            str(p),
+            "-K",
+            "\x1f",
+            "-D",
+            "\x1e",
+            "-X",
+            "linger.ms=20",
+            "-X",
+            "batch.size=524288",
+        ]
         if codec != "none":
             args += ["-z", codec]
         for k, v in KCAT_HEADERS:
             args += ["-H", f"{k}={v.decode()}"]
-        procs.append((subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE), b"".join(lines)))
+        procs.append(
+            (
+                subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE),
+                b"".join(lines),
+            )
+        )
     for proc, data in procs:
         out, err = proc.communicate(data, timeout=120)
         assert proc.returncode == 0, f"kcat -P failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}"
@@ -262,20 +333,32 @@ def produce_kcat(bootstrap: str, topic: str, recs: list[Rec], codec: str = "none
 
 # ---------------------------------------------------------------------------- consumers
 
+
 def _norm_headers(h) -> tuple:
     if not h:
         return ()
     return tuple((k if isinstance(k, str) else k.decode(), v) for k, v in h)
 
 
-def consume_confluent(bootstrap: str, topic: str, want: dict[int, int], start: dict[int, int] | None = None,
-                      idle_timeout: float = 10.0, **conf) -> dict[int, list[Row]]:
+def consume_confluent(
+    bootstrap: str,
+    topic: str,
+    want: dict[int, int],
+    start: dict[int, int] | None = None,
+    idle_timeout: float = 10.0,
+    **conf,
+) -> dict[int, list[Row]]:
     """Assign (no group membership) and read ``want[p]`` records from each partition."""
-    from confluent_kafka import Consumer, TopicPartition, TIMESTAMP_CREATE_TIME
+    from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, TopicPartition
 
-    config = {"bootstrap.servers": bootstrap, "group.id": "kesque-compat-unused", "enable.auto.commit": False,
-              "enable.auto.offset.store": False, "auto.offset.reset": "error",
-              "fetch.wait.max.ms": 100}
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "kesque-compat-unused",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        "fetch.wait.max.ms": 100,
+    }
     config.update(conf)
     c = Consumer(config)
     out: dict[int, list[Row]] = {p: [] for p in want}
@@ -299,12 +382,19 @@ def consume_confluent(bootstrap: str, topic: str, want: dict[int, int], start: d
     return out
 
 
-def consume_kafka_python(bootstrap: str, topic: str, want: dict[int, int], start: dict[int, int] | None = None,
-                         idle_timeout: float = 10.0, **conf) -> dict[int, list[Row]]:
+def consume_kafka_python(
+    bootstrap: str,
+    topic: str,
+    want: dict[int, int],
+    start: dict[int, int] | None = None,
+    idle_timeout: float = 10.0,
+    **conf,
+) -> dict[int, list[Row]]:
     from kafka import KafkaConsumer, TopicPartition
 
-    config = dict(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="none",
-                  fetch_max_wait_ms=100)
+    config = dict(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=100
+    )
     config.update(conf)
     c = KafkaConsumer(**config)
     out: dict[int, list[Row]] = {p: [] for p in want}
@@ -330,15 +420,26 @@ def consume_kafka_python(bootstrap: str, topic: str, want: dict[int, int], start
     return out
 
 
-def consume_aiokafka(bootstrap: str, topic: str, want: dict[int, int], start: dict[int, int] | None = None,
-                     idle_timeout: float = 4.0, **conf) -> dict[int, list[Row]]:
+def consume_aiokafka(
+    bootstrap: str,
+    topic: str,
+    want: dict[int, int],
+    start: dict[int, int] | None = None,
+    idle_timeout: float = 4.0,
+    **conf,
+) -> dict[int, list[Row]]:
     import aiokafka
 
     out: dict[int, list[Row]] = {p: [] for p in want}
 
     async def run():
-        config = dict(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="none",
-                      fetch_max_wait_ms=100, request_timeout_ms=5000)
+        config = dict(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="none",
+            fetch_max_wait_ms=100,
+            request_timeout_ms=5000,
+        )
         config.update(conf)
         c = aiokafka.AIOKafkaConsumer(**config)
         await c.start()
@@ -370,8 +471,9 @@ _KCAT_END = b"\x1e<kcat-end>\x1e\n"
 KCAT_FORMAT = "%o %T %K %S %h" + _KCAT_END.decode() + "%k%s"
 
 
-def consume_kcat(bootstrap: str, topic: str, want: dict[int, int], start: dict[int, int] | None = None,
-                 timeout: float | None = None) -> dict[int, list[Row]]:
+def consume_kcat(
+    bootstrap: str, topic: str, want: dict[int, int], start: dict[int, int] | None = None, timeout: float | None = None
+) -> dict[int, list[Row]]:
     """kcat -C -e per partition with a length-prefixed output format (binary safe).
     Headers come back as kcat prints them (``name=value,...``) and are parsed against that
     rendering; header values containing ',' or '=' cannot be told apart (none of ours do)."""
@@ -380,8 +482,24 @@ def consume_kcat(bootstrap: str, topic: str, want: dict[int, int], start: dict[i
         timeout = 10 + sum(want.values()) / 20_000
     procs = {}
     for p, n in want.items():
-        args = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", str(p), "-o", str((start or {}).get(p, 0)),
-                "-c", str(n), "-e", "-q", "-f", KCAT_FORMAT]
+        args = [
+            "kcat",
+            "-C",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-p",
+            str(p),
+            "-o",
+            str((start or {}).get(p, 0)),
+            "-c",
+            str(n),
+            "-e",
+            "-q",
+            "-f",
+            KCAT_FORMAT,
+        ]
         procs[p] = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + timeout
     for p, proc in procs.items():
@@ -403,9 +521,9 @@ def _parse_kcat(data: bytes) -> list[Row]:
         off_s, ts_s, klen_s, vlen_s, hdrs = head.split(b" ", 4)
         klen, vlen = int(klen_s), int(vlen_s)
         pos = end + len(_KCAT_END)
-        key = None if klen < 0 else data[pos:pos + klen]
+        key = None if klen < 0 else data[pos : pos + klen]
         pos += max(klen, 0)
-        value = None if vlen < 0 else data[pos:pos + vlen]
+        value = None if vlen < 0 else data[pos : pos + vlen]
         pos += max(vlen, 0)
         headers = ()
         if hdrs:
@@ -415,6 +533,7 @@ def _parse_kcat(data: bytes) -> list[Row]:
 
 
 # ---------------------------------------------------------------------------- on-disk view
+
 
 @dataclass(frozen=True)
 class BatchInfo:
@@ -447,9 +566,21 @@ def segment_batches(data_dir: str, topic: str, partition: int) -> list[BatchInfo
             attrs, lod = struct.unpack_from(">hi", buf, pos + 21)
             max_ts, pid, epoch, seq, count = struct.unpack_from(">qqhii", buf, pos + 35)
             codec = attrs & 7
-            payload = buf[pos + 61:pos + 61 + 8]
-            out.append(BatchInfo(base, base + lod, codec, (attrs >> 3) & 1, pid, epoch, seq, count, max_ts,
-                                 codec == 2 and payload == _XERIAL))
+            payload = buf[pos + 61 : pos + 61 + 8]
+            out.append(
+                BatchInfo(
+                    base,
+                    base + lod,
+                    codec,
+                    (attrs >> 3) & 1,
+                    pid,
+                    epoch,
+                    seq,
+                    count,
+                    max_ts,
+                    codec == 2 and payload == _XERIAL,
+                )
+            )
             pos += 12 + length
     return out
 
@@ -459,6 +590,7 @@ def segment_files(data_dir: str, topic: str, partition: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- raw protocol
+
 
 def _str(s: str | None) -> bytes:
     if s is None:
@@ -557,17 +689,29 @@ def wait_for_log(broker, needle: str, timeout: float = 5.0) -> str:
         time.sleep(0.02)
 
 
-def fetch_v12_body(topic: str, partition: int, offset: int, max_wait_ms: int, min_bytes: int = 1,
-                   max_bytes: int = 1 << 20) -> bytes:
+def fetch_v12_body(
+    topic: str, partition: int, offset: int, max_wait_ms: int, min_bytes: int = 1, max_bytes: int = 1 << 20
+) -> bytes:
     """Fetch v12 (flexible, topic names, no session)."""
-    part = (struct.pack(">iiqiqi", partition, -1, offset, -1, -1, max_bytes) + b"\x00")
+    part = struct.pack(">iiqiqi", partition, -1, offset, -1, -1, max_bytes) + b"\x00"
     topics = _uvarint(2) + _cstr(topic) + _uvarint(2) + part + b"\x00"
-    return (struct.pack(">iiiibii", -1, max_wait_ms, min_bytes, max_bytes, 0, 0, -1) + topics
-            + _uvarint(1) + _cstr("") + b"\x00")
+    return (
+        struct.pack(">iiiibii", -1, max_wait_ms, min_bytes, max_bytes, 0, 0, -1)
+        + topics
+        + _uvarint(1)
+        + _cstr("")
+        + b"\x00"
+    )
 
 
-def fetch_nonflexible_body(version: int, topic: str, partitions: list[tuple[int, int]], max_wait_ms: int,
-                           min_bytes: int = 1, max_bytes: int = 1 << 20) -> bytes:
+def fetch_nonflexible_body(
+    version: int,
+    topic: str,
+    partitions: list[tuple[int, int]],
+    max_wait_ms: int,
+    min_bytes: int = 1,
+    max_bytes: int = 1 << 20,
+) -> bytes:
     """Fetch v4 or v11 (non-flexible, header v1) for ``[(partition, offset), ...]``."""
     assert version in (4, 11)
     body = struct.pack(">iiiib", -1, max_wait_ms, min_bytes, max_bytes, 0)

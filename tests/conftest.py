@@ -21,8 +21,9 @@ from kesque.testing.broker import Broker
 # it with @reproduce_failure).
 CI_EXAMPLES = 100
 settings.register_profile("ci", derandomize=True, database=None, deadline=None, max_examples=CI_EXAMPLES)
-settings.register_profile("fuzz", derandomize=False, database=None, deadline=None, max_examples=20 * CI_EXAMPLES,
-                          print_blob=True)
+settings.register_profile(
+    "fuzz", derandomize=False, database=None, deadline=None, max_examples=20 * CI_EXAMPLES, print_blob=True
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

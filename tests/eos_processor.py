@@ -51,24 +51,35 @@ def say(*parts) -> None:
 def producer_config(spec: dict, debug: bool = False) -> dict:
     """The transactional producer's configuration (also used by the regression test of the
     librdkafka hang below, tests/test_replication_chaos.py)."""
-    return {"bootstrap.servers": spec["bootstrap"], "transactional.id": spec["txn_id"], "linger.ms": 5,
-            "transaction.timeout.ms": spec.get("transaction_timeout_ms", 20000),
-            "client.id": spec["txn_id"] + "-producer",
-            # librdkafka 2.16 (its issues #5511 and #5456): a broker that leaves the Metadata
-            # (fenced after a crash) is decommissioned but stays cached as the group coordinator;
-            # send_offsets_to_transaction then waits for that dead handle to come up, past its
-            # timeout, and looks the coordinator up again only when some broker connection goes
-            # up or down. Closing idle connections makes that happen (Kafka drops fenced brokers
-            # from Metadata too: the same hang happens against it).
-            "connections.max.idle.ms": spec.get("producer_idle_ms", 3000),
-            **({"debug": "eos,protocol,broker"} if debug else {})}
+    return {
+        "bootstrap.servers": spec["bootstrap"],
+        "transactional.id": spec["txn_id"],
+        "linger.ms": 5,
+        "transaction.timeout.ms": spec.get("transaction_timeout_ms", 20000),
+        "client.id": spec["txn_id"] + "-producer",
+        # librdkafka 2.16 (its issues #5511 and #5456): a broker that leaves the Metadata
+        # (fenced after a crash) is decommissioned but stays cached as the group coordinator;
+        # send_offsets_to_transaction then waits for that dead handle to come up, past its
+        # timeout, and looks the coordinator up again only when some broker connection goes
+        # up or down. Closing idle connections makes that happen (Kafka drops fenced brokers
+        # from Metadata too: the same hang happens against it).
+        "connections.max.idle.ms": spec.get("producer_idle_ms", 3000),
+        **({"debug": "eos,protocol,broker"} if debug else {}),
+    }
 
 
 def main(spec: dict) -> int:
     bootstrap, out_topic = spec["bootstrap"], spec["output"]
-    conf = {"bootstrap.servers": bootstrap, "group.id": spec["group"], "client.id": spec["txn_id"],
-            "isolation.level": "read_committed", "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 50, "topic.metadata.refresh.interval.ms": 1000}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": spec["group"],
+        "client.id": spec["txn_id"],
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 50,
+        "topic.metadata.refresh.interval.ms": 1000,
+    }
     conf.update(spec.get("consumer", {}))
     debug_dir = os.environ.get("EOS_DEBUG_DIR")
     if debug_dir:  # librdkafka's debug log (it writes to stderr, which the tests discard)
@@ -82,10 +93,12 @@ def main(spec: dict) -> int:
     def names(parts):
         return ",".join(str(p.partition) for p in parts) or "-"
 
-    consumer.subscribe([spec["input"]],
-                       on_assign=lambda _c, ps: say("ASSIGN", names(ps)),
-                       on_revoke=lambda _c, ps: say("REVOKE", names(ps)),
-                       on_lost=lambda _c, ps: say("LOST", names(ps)))
+    consumer.subscribe(
+        [spec["input"]],
+        on_assign=lambda _c, ps: say("ASSIGN", names(ps)),
+        on_revoke=lambda _c, ps: say("REVOKE", names(ps)),
+        on_lost=lambda _c, ps: say("LOST", names(ps)),
+    )
 
     def rewind() -> None:
         """Back to the committed offsets (the aborted batch is processed again)."""
@@ -100,8 +113,15 @@ def main(spec: dict) -> int:
             say("REWIND-FAILED", json.dumps(str(e)))
 
     def failed(err: KafkaError) -> None:
-        say("COMMIT-FAILED", err.name(), err.code(), f"abortable={int(err.txn_requires_abort())}",
-            f"retriable={int(err.retriable())}", f"fatal={int(err.fatal())}", json.dumps(err.str()))
+        say(
+            "COMMIT-FAILED",
+            err.name(),
+            err.code(),
+            f"abortable={int(err.txn_requires_abort())}",
+            f"retriable={int(err.retriable())}",
+            f"fatal={int(err.fatal())}",
+            json.dumps(err.str()),
+        )
 
     batch = spec.get("batch", 50)
     txn_delay = spec.get("txn_delay", 0.0)
@@ -133,8 +153,9 @@ def main(spec: dict) -> int:
                 say("PAUSE", len(records))
                 os.kill(os.getpid(), signal.SIGSTOP)
                 say("RESUMED")
-            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), TIMEOUT)
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), TIMEOUT
+            )
             while True:
                 try:
                     producer.commit_transaction(TIMEOUT)

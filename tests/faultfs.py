@@ -114,8 +114,15 @@ class FaultFS:
             name = os.path.basename(p)
             if name.endswith(".tmp"):
                 name = name[:-4]
-            point = ("checkpoint" if name in _CHECKPOINTS else "partition-metadata" if name == "partition.metadata"
-                     else "producer-snapshot" if name.endswith(".snapshot") else None)
+            point = (
+                "checkpoint"
+                if name in _CHECKPOINTS
+                else "partition-metadata"
+                if name == "partition.metadata"
+                else "producer-snapshot"
+                if name.endswith(".snapshot")
+                else None
+            )
             if point is not None and self._fire(point, p):
                 raise self._error(p)
         return _REAL_OPEN(file, mode, *args, **kwargs)

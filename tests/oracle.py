@@ -56,11 +56,11 @@ def new_topic(prefix: str = "o") -> str:
 
 # ---------------------------------------------------------------------- normalising output
 _MASKS = [
-    (re.compile(r"\b[A-Za-z0-9_-]{22}\b(?=\s|$|,|\)|\])"), "<id>"),           # topic / cluster ids (base64 uuid)
+    (re.compile(r"\b[A-Za-z0-9_-]{22}\b(?=\s|$|,|\)|\])"), "<id>"),  # topic / cluster ids (base64 uuid)
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
     (re.compile(r"\b(?:127\.0\.0\.1|localhost):\d+\b"), "<host:port>"),
     (re.compile(r"/[\w./-]*?/(?:data|kafka-logs)(?=/|\b)"), "<data>"),
-    (re.compile(r"\b1[6-9]\d{11}\b"), "<ts>"),                                 # epoch milliseconds (2020s-2030s)
+    (re.compile(r"\b1[6-9]\d{11}\b"), "<ts>"),  # epoch milliseconds (2020s-2030s)
 ]
 
 

@@ -22,8 +22,8 @@ from kesque.errors import ErrorCode
 from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.server.drivers.alter_log_dirs import LogDirMover
-from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.log_manager import LogManager
+from kesque.storage.unified_log import UnifiedLog
 from kesque.testing.broker import Broker
 
 
@@ -33,12 +33,23 @@ def alter(bs: str, moves: dict[tuple[str, int], str]) -> dict[tuple[str, int], i
     for (t, p), d in moves.items():
         by_dir.setdefault(d, {}).setdefault(t, []).append(p)
     with Connection.to_any(bs) as conn:
+
         def build(mod, v):
             rq = mod.request
-            return make(rq.AlterReplicaLogDirsRequest, dirs=tuple(
-                make(rq.AlterReplicaLogDir, path=d, topics=tuple(
-                    make(rq.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps)) for t, ps in ts.items()))
-                for d, ts in by_dir.items()))
+            return make(
+                rq.AlterReplicaLogDirsRequest,
+                dirs=tuple(
+                    make(
+                        rq.AlterReplicaLogDir,
+                        path=d,
+                        topics=tuple(
+                            make(rq.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps)) for t, ps in ts.items()
+                        ),
+                    )
+                    for d, ts in by_dir.items()
+                ),
+            )
+
         resp = conn.request(ApiKeys.ALTER_REPLICA_LOG_DIRS, build)
     return {(t.topic_name, p.partition_index): int(p.error_code) for t in resp.results for p in t.partitions}
 
@@ -47,8 +58,12 @@ def describe(bs: str) -> dict[tuple[str, int, bool], tuple[str, int, int]]:
     """(topic, partition, is_future) -> (log dir, size, offset lag)."""
     with Connection.to_any(bs) as conn:
         resp = conn.request(ApiKeys.DESCRIBE_LOG_DIRS, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
-    return {(t.name, p.partition_index, p.is_future_key): (os.path.realpath(r.log_dir), p.partition_size, p.offset_lag)
-            for r in resp.results for t in r.topics for p in t.partitions}
+    return {
+        (t.name, p.partition_index, p.is_future_key): (os.path.realpath(r.log_dir), p.partition_size, p.offset_lag)
+        for r in resp.results
+        for t in r.topics
+        for p in t.partitions
+    }
 
 
 def create(bs: str, topic: str) -> None:
@@ -67,8 +82,14 @@ def wait_for(cond, timeout: float = 60.0, what: str = "condition"):
 
 
 def consume_all(bs: str, topic: str, n: int) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bs, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     c.subscribe([topic])
     got: list[bytes] = []
     deadline = time.monotonic() + 60
@@ -83,9 +104,16 @@ def consume_all(bs: str, topic: str, n: int) -> list[bytes]:
 @pytest.fixture
 def two_dir_broker(tmp_path):
     dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
-    b = Broker(data_dir=str(tmp_path / "meta"), config={
-        "log.dirs": ",".join(dirs), "metadata.log.dir": str(tmp_path / "meta"),
-        "log.segment.delete.delay.ms": "200", "log.segment.bytes": "1048576", "replica.fetch.max.bytes": "20000"})
+    b = Broker(
+        data_dir=str(tmp_path / "meta"),
+        config={
+            "log.dirs": ",".join(dirs),
+            "metadata.log.dir": str(tmp_path / "meta"),
+            "log.segment.delete.delay.ms": "200",
+            "log.segment.bytes": "1048576",
+            "replica.fetch.max.bytes": "20000",
+        },
+    )
     b.start()
     yield b, [os.path.realpath(d) for d in dirs]
     b.stop()
@@ -106,8 +134,9 @@ def test_a_replica_moves_to_another_log_dir_under_load_and_keeps_everything(two_
     def send(n):
         nonlocal sent
         for _ in range(n):
-            p.produce("moving", f"v{sent:06d}".encode() * 20,
-                      on_delivery=lambda e, m: e is not None and errors.append(e))
+            p.produce(
+                "moving", f"v{sent:06d}".encode() * 20, on_delivery=lambda e, m: e is not None and errors.append(e)
+            )
             sent += 1
             p.poll(0)
 
@@ -295,8 +324,9 @@ def test_a_restart_resumes_an_unfinished_copy(tmp_path):
 
 # ------------------------------------------------------------------ the tools
 def tool(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kesque", "reassign-partitions", *args], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kesque", "reassign-partitions", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def _move_plan(bs: str, dirs, tmp_path, topic: str, records: int, producer: dict | None = None):
@@ -312,8 +342,11 @@ def _move_plan(bs: str, dirs, tmp_path, topic: str, records: int, producer: dict
     (src,) = {d for (t, _p, fut), (d, _s, _l) in describe(bs).items() if t == topic and not fut}
     dest = next(d for d in dirs if d != src)
     spec = tmp_path / "plan.json"
-    spec.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": topic, "partition": 0, "replicas": [1], "log_dirs": [dest]}]}))
+    spec.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [1], "log_dirs": [dest]}]}
+        )
+    )
     return src, dest, spec
 
 
@@ -330,28 +363,41 @@ def test_reassign_partitions_moves_a_replica_between_log_dirs(two_dir_broker, tm
     src, dest, spec = _move_plan(bs, dirs, tmp_path, "tooled", 2000)
     r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", str(spec))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.endswith("Successfully started partition reassignment for tooled-0\n"
-                             f"Successfully started moving log directory to {dest} for replica tooled-0 with broker 1 \n")
+    assert r.stdout.endswith(
+        "Successfully started partition reassignment for tooled-0\n"
+        f"Successfully started moving log directory to {dest} for replica tooled-0 with broker 1 \n"
+    )
     wait_for(lambda: describe(bs).get(("tooled", 0, False), ("",))[0] == dest, what="the move")
     r = tool("--bootstrap-server", bs, "--verify", "--reassignment-json-file", str(spec))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("Status of partition reassignment:\nReassignment of partition tooled-0 is completed.\n"
-                               "Reassignment of replica tooled-0-1 completed successfully.\n")
+    assert r.stdout.startswith(
+        "Status of partition reassignment:\nReassignment of partition tooled-0 is completed.\n"
+        "Reassignment of replica tooled-0-1 completed successfully.\n"
+    )
     if K.unavailable() is None:
-        theirs = K.run_tool("kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--verify",
-                            "--reassignment-json-file", str(spec))
+        theirs = K.run_tool(
+            "kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--verify", "--reassignment-json-file", str(spec)
+        )
         assert theirs.stdout == r.stdout
         # Kafka's tool moves it back; kesque's verify then says what Kafka's does
-        spec.write_text(json.dumps({"version": 1, "partitions": [
-            {"topic": "tooled", "partition": 0, "replicas": [1], "log_dirs": [src]}]}))
-        theirs = K.run_tool("kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--execute",
-                            "--reassignment-json-file", str(spec))
-        assert theirs.returncode == 0 and f"Successfully started moving log directory to {src} for replica " \
-            "tooled-0 with broker 1" in theirs.stdout, theirs.stdout + theirs.stderr
+        spec.write_text(
+            json.dumps(
+                {"version": 1, "partitions": [{"topic": "tooled", "partition": 0, "replicas": [1], "log_dirs": [src]}]}
+            )
+        )
+        theirs = K.run_tool(
+            "kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--execute", "--reassignment-json-file", str(spec)
+        )
+        assert (
+            theirs.returncode == 0
+            and f"Successfully started moving log directory to {src} for replica tooled-0 with broker 1"
+            in theirs.stdout
+        ), theirs.stdout + theirs.stderr
         wait_for(lambda: describe(bs).get(("tooled", 0, False), ("",))[0] == src, what="the move back")
         ours = tool("--bootstrap-server", bs, "--verify", "--reassignment-json-file", str(spec)).stdout
-        theirs = K.run_tool("kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--verify",
-                            "--reassignment-json-file", str(spec))
+        theirs = K.run_tool(
+            "kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--verify", "--reassignment-json-file", str(spec)
+        )
         assert ours == theirs.stdout
     assert len(consume_all(bs, "tooled", 2000)) == 2000
 
@@ -362,38 +408,71 @@ def test_reassign_partitions_replica_alter_log_dirs_throttle_holds_the_copy(two_
     --additional lets it finish and --verify clears the rate."""
     b, dirs = two_dir_broker
     bs = b.bootstrap_servers
-    src, dest, spec = _move_plan(bs, dirs, tmp_path, "paced", 3000,
-                                 {"batch.size": 2000})     # many batches: the copy takes whole ones
-    r = tool("--bootstrap-server", bs, "--execute", "--reassignment-json-file", str(spec),
-             "--replica-alter-log-dirs-throttle", "1000")
+    src, dest, spec = _move_plan(
+        bs, dirs, tmp_path, "paced", 3000, {"batch.size": 2000}
+    )  # many batches: the copy takes whole ones
+    r = tool(
+        "--bootstrap-server",
+        bs,
+        "--execute",
+        "--reassignment-json-file",
+        str(spec),
+        "--replica-alter-log-dirs-throttle",
+        "1000",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "rollback\nWarning: You must run --verify periodically, until the reassignment completes, to ensure the " \
-           "throttle is removed.\nThe replica-alter-dir throttle limit was set to 1000 B/s\nSuccessfully started " \
-           "partition reassignment for paced-0\n" in r.stdout, r.stdout
+    assert (
+        "rollback\nWarning: You must run --verify periodically, until the reassignment completes, to ensure the "
+        "throttle is removed.\nThe replica-alter-dir throttle limit was set to 1000 B/s\nSuccessfully started "
+        "partition reassignment for paced-0\n" in r.stdout
+    ), r.stdout
     assert _broker_configs(bs) == {"replica.alter.log.dirs.io.max.bytes.per.second": "1000"}
     time.sleep(2)
     d = describe(bs)
-    assert d[("paced", 0, False)][0] == src and d[("paced", 0, True)][2] > 0     # the copy is behind, held
-    r = tool("--bootstrap-server", bs, "--execute", "--additional", "--reassignment-json-file", str(spec),
-             "--replica-alter-log-dirs-throttle", "100000000")
+    assert d[("paced", 0, False)][0] == src and d[("paced", 0, True)][2] > 0  # the copy is behind, held
+    r = tool(
+        "--bootstrap-server",
+        bs,
+        "--execute",
+        "--additional",
+        "--reassignment-json-file",
+        str(spec),
+        "--replica-alter-log-dirs-throttle",
+        "100000000",
+    )
     assert "The replica-alter-dir throttle limit was set to 100000000 B/s" in r.stdout, r.stdout + r.stderr
     wait_for(lambda: describe(bs).get(("paced", 0, False), ("",))[0] == dest, what="the move")
     r = tool("--bootstrap-server", bs, "--verify", "--reassignment-json-file", str(spec))
-    assert r.stdout.endswith("Reassignment of replica paced-0-1 completed successfully.\n"
-                             "Clearing broker-level throttles on broker 1\nClearing topic-level throttles on topic "
-                             "paced\n"), r.stdout
+    assert r.stdout.endswith(
+        "Reassignment of replica paced-0-1 completed successfully.\n"
+        "Clearing broker-level throttles on broker 1\nClearing topic-level throttles on topic "
+        "paced\n"
+    ), r.stdout
     assert _broker_configs(bs) == {}
 
 
 def _broker_configs(bs: str) -> dict:
     """The dynamic throttle configs of broker 1."""
     with Connection.to_any(bs) as conn:
-        resp = conn.request(ApiKeys.DESCRIBE_CONFIGS, lambda mod, v: make(mod.request.DescribeConfigsRequest,
-                                                                          resources=(
-            make(mod.request.DescribeConfigsResource, resource_type=4, resource_name="1", configuration_keys=None),),
-            include_synonyms=False, include_documentation=False))
-    return {c.name: c.value for c in resp.results[0].configs if "throttl" in c.name or "alter.log.dirs" in c.name
-            if c.config_source == 2}
+        resp = conn.request(
+            ApiKeys.DESCRIBE_CONFIGS,
+            lambda mod, v: make(
+                mod.request.DescribeConfigsRequest,
+                resources=(
+                    make(
+                        mod.request.DescribeConfigsResource, resource_type=4, resource_name="1", configuration_keys=None
+                    ),
+                ),
+                include_synonyms=False,
+                include_documentation=False,
+            ),
+        )
+    return {
+        c.name: c.value
+        for c in resp.results[0].configs
+        if "throttl" in c.name or "alter.log.dirs" in c.name
+        if c.config_source == 2
+    }
 
 
 # ------------------------------------------------------------------ a follower's replica
@@ -405,10 +484,16 @@ def test_a_follower_replica_moves_while_it_replicates(tmp_path):
     killed, serves every acknowledged record."""
     from kesque.testing.cluster import Cluster
 
-    fast = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fetch.timeout.ms": "600",
-            "controller.quorum.request.timeout.ms": "500", "broker.heartbeat.interval.ms": "300",
-            "broker.session.timeout.ms": "3000", "replica.fetch.backoff.ms": "200",
-            "replica.lag.time.max.ms": "3000", "replica.fetch.max.bytes": "20000"}
+    fast = {
+        "controller.quorum.election.timeout.ms": "300",
+        "controller.quorum.fetch.timeout.ms": "600",
+        "controller.quorum.request.timeout.ms": "500",
+        "broker.heartbeat.interval.ms": "300",
+        "broker.session.timeout.ms": "3000",
+        "replica.fetch.backoff.ms": "200",
+        "replica.lag.time.max.ms": "3000",
+        "replica.fetch.max.bytes": "20000",
+    }
     c = Cluster(nodes=2, controllers=1, data_dir=str(tmp_path / "c"), config=fast)
     follower = c.node(3)  # node 1 is the controller, 2 and 3 the brokers
     dirs = [os.path.realpath(str(tmp_path / "f1")), os.path.realpath(str(tmp_path / "f2"))]
@@ -439,6 +524,9 @@ def test_a_follower_replica_moves_while_it_replicates(tmp_path):
         assert not errors
         # the follower has everything the leader acknowledged (it was in the ISR for acks=all)
         c.kill(2)
-        got = wait_for(lambda: (vs := consume_all(bs2, "followed", len(acked))) and len(vs) >= len(acked) and vs,
-                       timeout=60, what="the new leader to serve everything")
+        got = wait_for(
+            lambda: (vs := consume_all(bs2, "followed", len(acked))) and len(vs) >= len(acked) and vs,
+            timeout=60,
+            what="the new leader to serve everything",
+        )
         assert got == acked

@@ -14,8 +14,8 @@ from kio.serial import entity_reader, entity_writer
 from kesque.controller.replication_control import AlterPartitionRequest
 from kesque.errors import ErrorCode as E
 from kesque.errors import KafkaError
-from kesque.server.drivers import alter_partition as ap
 from kesque.replication.replica_state import AlterPartition, AlterPartitionReply
+from kesque.server.drivers import alter_partition as ap
 from kesque.server.forwarding import ControllerRouter
 
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
@@ -66,14 +66,21 @@ def test_one_request_in_flight_and_every_pending_item_in_the_next():
         assert got[1][:2] == ("a0", 0) and got[1][2].partition_epoch == 4
         assert [(r.topic_id, r.partition_id) for r in router.requests[1]] == [(T1, 1), (T2, 0)]
         r = router.requests[1][0]
-        assert (r.broker_id, r.broker_epoch, r.leader_epoch, r.partition_epoch, r.new_isr, r.topic_name) == \
-            (1, 10, 5, 3, [(1, 10), (2, 20)], "a")
-        router.gates[1].set_result([AlterPartitionReply(int(E.fenced_leader_epoch)), None])    # b0 left out
+        assert (r.broker_id, r.broker_epoch, r.leader_epoch, r.partition_epoch, r.new_isr, r.topic_name) == (
+            1,
+            10,
+            5,
+            3,
+            [(1, 10), (2, 20)],
+            "a",
+        )
+        router.gates[1].set_result([AlterPartitionReply(int(E.fenced_leader_epoch)), None])  # b0 left out
         await settle()
         assert got[2] == ("a1", E.fenced_leader_epoch, None) and len(got) == 3
-        await asyncio.sleep(0.1)                           # the left-out partition is sent again
+        await asyncio.sleep(0.1)  # the left-out partition is sent again
         assert [(r.topic_id, r.partition_id) for r in router.requests[2]] == [(T2, 0)]
         m.close()
+
     asyncio.run(scenario())
 
 
@@ -90,6 +97,7 @@ def test_a_top_level_error_is_each_partitions_answer():
         m.submit(T1, "a", 1, proposal(), lambda code, reply: got.append((code, reply)))
         await settle()
         assert got == [(E.stale_broker_epoch, None)] * 2 and not m.pending
+
     asyncio.run(scenario())
 
 
@@ -102,8 +110,10 @@ def through_kio(obj):
 def test_the_router_sends_it_to_the_active_controller_and_reads_the_answer():
     """A broker whose local controller is not active: the RPC (v3, through kio's encoding) to
     the leader, resent after NOT_CONTROLLER; the controller's side decodes and answers it."""
-    reqs = [AlterPartitionRequest(1, 10, T1, 0, 5, 3, [(1, 10), (2, 20)]),
-            AlterPartitionRequest(1, 10, T2, 4, 5, 3, [(1, 10)])]
+    reqs = [
+        AlterPartitionRequest(1, 10, T1, 0, 5, 3, [(1, 10), (2, 20)]),
+        AlterPartitionRequest(1, 10, T2, 4, 5, 3, [(1, 10)]),
+    ]
 
     class Channel:
         calls = 0
@@ -117,8 +127,10 @@ def test_the_router_sends_it_to_the_active_controller_and_reads_the_answer():
             if Channel.calls == 1:
                 return ap.response_to_kio(int(E.not_controller), [], [], 3)
             got = ap.request_from_kio(through_kio(body), 3)
-            assert got == [AlterPartitionRequest(1, 10, T1, 0, 5, 3, [(1, 10), (2, 20)]),
-                           AlterPartitionRequest(1, 10, T2, 4, 5, 3, [(1, 10)])]
+            assert got == [
+                AlterPartitionRequest(1, 10, T1, 0, 5, 3, [(1, 10), (2, 20)]),
+                AlterPartitionRequest(1, 10, T2, 4, 5, 3, [(1, 10)]),
+            ]
             return through_kio(ap.response_to_kio(0, got, [ok(got[0]), AlterPartitionReply(int(E.invalid_request))], 3))
 
     router = ControllerRouter(1, None, lambda: 2, Channel(), set())
@@ -142,7 +154,7 @@ def test_the_sender_hands_the_answer_to_the_partition_and_resubmits_on_retry():
 
         def on_alter_partition_response(self, proposal, code, reply):
             self.answers.append(code)
-            return code == E.not_controller          # retried once
+            return code == E.not_controller  # retried once
 
     async def scenario():
         router = Router()
@@ -155,4 +167,5 @@ def test_the_sender_hands_the_answer_to_the_partition_and_resubmits_on_retry():
         router.gates[1].set_result([ok(router.requests[1][0])])
         await settle()
         assert part.answers == [E.not_controller, 0]
+
     asyncio.run(scenario())

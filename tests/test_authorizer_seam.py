@@ -56,9 +56,15 @@ def node(tmp_path_factory):
 
 @pytest.fixture
 def authorizer(node):
-    a = node._server.authorizer = Recording(deny=[
-        ("WRITE", "TOPIC", "no-write"), ("READ", "TOPIC", "no-read"), ("DESCRIBE", "TOPIC", "hidden"),
-        ("CREATE", "CLUSTER", "kafka-cluster"), ("CREATE", "TOPIC", "no-create")])
+    a = node._server.authorizer = Recording(
+        deny=[
+            ("WRITE", "TOPIC", "no-write"),
+            ("READ", "TOPIC", "no-read"),
+            ("DESCRIBE", "TOPIC", "hidden"),
+            ("CREATE", "CLUSTER", "kafka-cluster"),
+            ("CREATE", "TOPIC", "no-create"),
+        ]
+    )
     yield a
     node._server.authorizer = None
 
@@ -86,12 +92,28 @@ def test_fetch_asks_read_on_each_topic_and_cluster_action_of_a_replica(node, aut
 
 def replica_fetch(topic: str, replica_id: int):
     m = Msg(ApiKeys.FETCH, 12)
-    part = m.loose("FetchPartition", partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
-                   log_start_offset=-1, partition_max_bytes=1 << 20)
-    return m.loose(cluster_id=None, replica_id=replica_id, max_wait=0, min_bytes=0, max_bytes=1 << 20,
-                   isolation_level=0, session_id=0, session_epoch=-1,
-                   topics=(m.loose("FetchTopic", topic=topic, topic_id=None, partitions=(part,)),),
-                   forgotten_topics_data=(), rack_id="")
+    part = m.loose(
+        "FetchPartition",
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    return m.loose(
+        cluster_id=None,
+        replica_id=replica_id,
+        max_wait=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(m.loose("FetchTopic", topic=topic, topic_id=None, partitions=(part,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
 
 
 def test_metadata_asks_describe_and_hides_what_it_may_not(node, authorizer):
@@ -110,8 +132,7 @@ def test_metadata_asks_describe_and_hides_what_it_may_not(node, authorizer):
 def test_create_topics_asks_create_on_the_cluster_then_the_topic(node, authorizer):
     with WireClient(node.bootstrap_servers) as c:
         r = Api(c).create_topics([{"name": "no-create"}, {"name": "made"}])
-        assert [(t.name, t.error_code) for t in r.topics] == [("no-create", TOPIC_AUTHORIZATION_FAILED),
-                                                              ("made", NONE)]
+        assert [(t.name, t.error_code) for t in r.topics] == [("no-create", TOPIC_AUTHORIZATION_FAILED), ("made", NONE)]
         assert r.topics[0].error_message == "Authorization failed."
     assert ("User:ANONYMOUS", "PLAINTEXT", "CREATE", "CLUSTER", "kafka-cluster") in authorizer.asked
     assert ("User:ANONYMOUS", "PLAINTEXT", "CREATE", "TOPIC", "made") in authorizer.asked

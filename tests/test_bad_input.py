@@ -24,8 +24,21 @@ from confluent_kafka import Producer
 from clientlib import log_text, wait_for_log
 from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
-from wire import (Api, Msg, WireClient, build_batch, consume_all, decode_request_frame, encode_body, encode_request,
-                  legacy_message_set, records_of, set_crc, string16, tagged_fields)
+from wire import (
+    Api,
+    Msg,
+    WireClient,
+    build_batch,
+    consume_all,
+    decode_request_frame,
+    encode_body,
+    encode_request,
+    legacy_message_set,
+    records_of,
+    set_crc,
+    string16,
+    tagged_fields,
+)
 
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
@@ -55,6 +68,7 @@ INVALID_RECORD = 87
 
 
 # ====================================================================== fixtures / helpers
+
 
 def _start(tmp_path_factory, config=None) -> Broker:
     data = tmp_path_factory.mktemp("kesque") / "data"
@@ -120,8 +134,13 @@ def assert_no_handler_crash(broker: Broker) -> None:
         f.seek(_log_checked.get(broker.log_path, 0))
         new = f.read()
         _log_checked[broker.log_path] = f.tell()
-    crashes = [line for line in new.splitlines() if "unexpected error" in line or "Traceback" in line
-               or line.startswith(("AttributeError", "TypeError", "KeyError", "IndexError", "ValueError"))]
+    crashes = [
+        line
+        for line in new.splitlines()
+        if "unexpected error" in line
+        or "Traceback" in line
+        or line.startswith(("AttributeError", "TypeError", "KeyError", "IndexError", "ValueError"))
+    ]
     assert not crashes, "handler crashed:\n" + "\n".join(crashes[:20])
 
 
@@ -158,13 +177,17 @@ def frame(body: bytes) -> bytes:
 
 # ====================================================================== framing
 
-@pytest.mark.parametrize("garbage", [
-    pytest.param(b"GET / HTTP/1.1\r\nHost: kafka\r\n\r\n", id="http"),
-    # a TLS ClientHello: 0x16030100 read as a size is ~369 MB
-    pytest.param(bytes.fromhex("16030100a5010000a10303") + bytes(range(32)) + b"\x00" * 40, id="tls-hello"),
-    pytest.param(bytes([0x80 | random.Random(7).randrange(128)]) + random.Random(7).randbytes(200), id="random"),
-    pytest.param(b"\xff" * 64, id="all-ff"),
-])
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(b"GET / HTTP/1.1\r\nHost: kafka\r\n\r\n", id="http"),
+        # a TLS ClientHello: 0x16030100 read as a size is ~369 MB
+        pytest.param(bytes.fromhex("16030100a5010000a10303") + bytes(range(32)) + b"\x00" * 40, id="tls-hello"),
+        pytest.param(bytes([0x80 | random.Random(7).randrange(128)]) + random.Random(7).randbytes(200), id="random"),
+        pytest.param(b"\xff" * 64, id="all-ff"),
+    ],
+)
 def test_garbage_bytes_close_only_that_connection(srv, client, garbage):
     assert raw_closed(srv, garbage)
     # the connection opened before the garbage arrived is not affected
@@ -172,24 +195,28 @@ def test_garbage_bytes_close_only_that_connection(srv, client, garbage):
     assert_served(srv)
 
 
-@pytest.mark.parametrize("body", [
-    pytest.param(b"\x00\x12", id="header-too-short"),
-    pytest.param(b"\x7f\x7f\x00\x00" + b"\x00\x00\x00\x01" + b"\xa5" * 12, id="junk-api-key"),
-    # ApiVersions v0 with a client id length pointing past the frame
-    pytest.param(b"\x00\x12\x00\x00\x00\x00\x00\x01\x7f\xff" + b"abc", id="client-id-overrun"),
-    pytest.param(b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xfe", id="client-id-negative"),
-    # Metadata v12 (flexible): header tagged fields claim a field longer than the frame
-    pytest.param(b"\x00\x03\x00\x0c\x00\x00\x00\x01\x00\x00" + b"\x01\x05\x7f" + b"\x00", id="header-tag-overrun"),
-    # Metadata v12 with a body that is not a Metadata request
-    pytest.param(b"\x00\x03\x00\x0c\x00\x00\x00\x01\x00\x00\x00" + b"\xff" * 7, id="junk-body"),
-    # ListOffsets v1 whose topics array (not nullable in any version) is null: Kafka's reader
-    # refuses it; the handler must never see it (make fuzz found it crashing the handler)
-    pytest.param(b"\x00\x02\x00\x01\x00\x00\x00\x01\xff\xff" + b"\xff" * 8, id="null-non-nullable-array"),
-    # CreateTopics v7 whose topics array claims ~12 billion entries in 37 bytes: kio reserved
-    # room for them (98 GB) and the failed allocation aborted the broker (found by make fuzz)
-    pytest.param(bytes.fromhex("0013000700000011ffff00" "ffffffff2d" "6e6577000000010001") + b"\x00" * 28,
-                 id="huge-array-count"),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"\x00\x12", id="header-too-short"),
+        pytest.param(b"\x7f\x7f\x00\x00" + b"\x00\x00\x00\x01" + b"\xa5" * 12, id="junk-api-key"),
+        # ApiVersions v0 with a client id length pointing past the frame
+        pytest.param(b"\x00\x12\x00\x00\x00\x00\x00\x01\x7f\xff" + b"abc", id="client-id-overrun"),
+        pytest.param(b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xfe", id="client-id-negative"),
+        # Metadata v12 (flexible): header tagged fields claim a field longer than the frame
+        pytest.param(b"\x00\x03\x00\x0c\x00\x00\x00\x01\x00\x00" + b"\x01\x05\x7f" + b"\x00", id="header-tag-overrun"),
+        # Metadata v12 with a body that is not a Metadata request
+        pytest.param(b"\x00\x03\x00\x0c\x00\x00\x00\x01\x00\x00\x00" + b"\xff" * 7, id="junk-body"),
+        # ListOffsets v1 whose topics array (not nullable in any version) is null: Kafka's reader
+        # refuses it; the handler must never see it (make fuzz found it crashing the handler)
+        pytest.param(b"\x00\x02\x00\x01\x00\x00\x00\x01\xff\xff" + b"\xff" * 8, id="null-non-nullable-array"),
+        # CreateTopics v7 whose topics array claims ~12 billion entries in 37 bytes: kio reserved
+        # room for them (98 GB) and the failed allocation aborted the broker (found by make fuzz)
+        pytest.param(
+            bytes.fromhex("0013000700000011ffff00ffffffff2d6e6577000000010001") + b"\x00" * 28, id="huge-array-count"
+        ),
+    ],
+)
 def test_valid_size_prefix_junk_header_closes(srv, body):
     assert raw_closed(srv, frame(body))
     assert_served(srv)
@@ -197,7 +224,7 @@ def test_valid_size_prefix_junk_header_closes(srv, body):
 
 def test_negative_size_closes(srv):
     assert raw_closed(srv, I32.pack(-16) + b"\x00" * 16)
-    assert raw_closed(srv, I32.pack(-(2 ** 31)))
+    assert raw_closed(srv, I32.pack(-(2**31)))
     wait_for_log(srv, "size -16")
     assert_served(srv)
 
@@ -224,6 +251,7 @@ def test_unknown_api_key_closes(srv):
 
 
 # ====================================================================== version negotiation
+
 
 def test_api_versions_unknown_version_gets_v0_fallback_then_retry(srv):
     with WireClient(srv.bootstrap_servers) as c:
@@ -257,13 +285,17 @@ def test_unknown_tagged_fields_in_request_header_are_ignored(srv, client):
     api = Api(client)
     tags = tagged_fields({0: b"\x01\x02", 7: b"future", 300: b"x" * 200})
     m = Msg(ApiKeys.API_VERSIONS, 3)
-    corr = client.send(ApiKeys.API_VERSIONS, 3, m(client_software_name="kesque-test", client_software_version="1.0"),
-                       header_tags=tags)
+    corr = client.send(
+        ApiKeys.API_VERSIONS, 3, m(client_software_name="kesque-test", client_software_version="1.0"), header_tags=tags
+    )
     got, r = client.recv(ApiKeys.API_VERSIONS, 3)
     assert got == corr and r.error_code == NONE
     m = Msg(ApiKeys.METADATA, 12)
-    req = m(topics=(m("MetadataRequestTopic", topic_id=None, name=HEALTH),), allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False)
+    req = m(
+        topics=(m("MetadataRequestTopic", topic_id=None, name=HEALTH),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
     r = client.request(ApiKeys.METADATA, 12, req, header_tags=tags)
     assert r.topics[0].error_code == NONE and r.topics[0].name == HEALTH
     assert api.api_versions().error_code == NONE  # same connection still in step
@@ -280,18 +312,24 @@ def test_unknown_tagged_fields_in_request_body_are_ignored(srv, client):
     assert got == corr and r.error_code == NONE
     # a nested struct's tagged fields: Metadata v12 topic entry
     m = Msg(ApiKeys.METADATA, 12)
-    req = encode_body(m(topics=(m("MetadataRequestTopic", topic_id=None, name=HEALTH),),
-                        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    req = encode_body(
+        m(
+            topics=(m("MetadataRequestTopic", topic_id=None, name=HEALTH),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )
     # layout: [02] [uuid 16] [05 'health'... ] [00 <- topic tags] [00] [00] [00 <- top tags]
     name_end = 1 + 16 + 1 + len(HEALTH)
     assert req[name_end] == 0
-    req = req[:name_end] + tagged_fields({3: b"abc"}) + req[name_end + 1:]
+    req = req[:name_end] + tagged_fields({3: b"abc"}) + req[name_end + 1 :]
     r = client.request(ApiKeys.METADATA, 12, req)
     assert r.topics[0].error_code == NONE
     assert_served(srv)
 
 
 # ====================================================================== pipelining
+
 
 def _pipeline_requests(topic: str, leo: int) -> list[tuple[int, int, object]]:
     a = Api(None)
@@ -304,23 +342,75 @@ def _pipeline_requests(topic: str, leo: int) -> list[tuple[int, int, object]]:
     ct = Msg(K.CREATE_TOPICS, 7)
     return [
         (K.API_VERSIONS, 3, Msg(K.API_VERSIONS, 3)(client_software_name="kesque-test", client_software_version="1.0")),
-        (K.METADATA, 12, md(topics=(md("MetadataRequestTopic", topic_id=None, name=topic),),
-                            allow_auto_topic_creation=False, include_topic_authorized_operations=False)),
+        (
+            K.METADATA,
+            12,
+            md(
+                topics=(md("MetadataRequestTopic", topic_id=None, name=topic),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ),
+        ),
         # a long poll at the log end: answered later than the requests behind it are ready
         (K.FETCH, 12, a.fetch_request(topic, leo, max_wait=300, min_bytes=1)),
         (K.PRODUCE, 9, a.produce_request(topic, build_batch([(b"k", b"pipelined", ())]), acks=1)),
         (K.LIST_OFFSETS, 7, a.list_offsets_request(topic, -2)),
-        (K.DESCRIBE_CONFIGS, 4, dc(resources=(dc("DescribeConfigsResource", resource_type=2, resource_name=topic,
-                                                 configuration_keys=("retention.ms",)),), include_synonyms=False,
-                                   include_documentation=False)),
+        (
+            K.DESCRIBE_CONFIGS,
+            4,
+            dc(
+                resources=(
+                    dc(
+                        "DescribeConfigsResource",
+                        resource_type=2,
+                        resource_name=topic,
+                        configuration_keys=("retention.ms",),
+                    ),
+                ),
+                include_synonyms=False,
+                include_documentation=False,
+            ),
+        ),
         (K.DESCRIBE_CLUSTER, 1, cl(include_cluster_authorized_operations=False, endpoint_type=1)),
-        (K.CREATE_TOPICS, 7, ct(topics=(ct("CreatableTopic", name=new_topic(), num_partitions=1,
-                                           replication_factor=1, assignments=(), configs=()),),
-                                timeout=5000, validate_only=True)),
-        (K.OFFSET_FOR_LEADER_EPOCH, 4, ofl(replica_id=-1, topics=(ofl("OffsetForLeaderTopic", topic=topic, partitions=(
-            ofl("OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0),)),))),
-        (K.DESCRIBE_TOPIC_PARTITIONS, 0, dtp(topics=(dtp("TopicRequest", name=topic),), response_partition_limit=100,
-                                             cursor=None)),
+        (
+            K.CREATE_TOPICS,
+            7,
+            ct(
+                topics=(
+                    ct(
+                        "CreatableTopic",
+                        name=new_topic(),
+                        num_partitions=1,
+                        replication_factor=1,
+                        assignments=(),
+                        configs=(),
+                    ),
+                ),
+                timeout=5000,
+                validate_only=True,
+            ),
+        ),
+        (
+            K.OFFSET_FOR_LEADER_EPOCH,
+            4,
+            ofl(
+                replica_id=-1,
+                topics=(
+                    ofl(
+                        "OffsetForLeaderTopic",
+                        topic=topic,
+                        partitions=(
+                            ofl("OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        (
+            K.DESCRIBE_TOPIC_PARTITIONS,
+            0,
+            dtp(topics=(dtp("TopicRequest", name=topic),), response_partition_limit=100, cursor=None),
+        ),
     ]
 
 
@@ -331,7 +421,7 @@ def test_pipelined_requests_answered_in_order(srv, client):
     assert api.produce(topic, build_batch([(b"k", b"first", ())])).error_code == NONE
     reqs = _pipeline_requests(topic, leo=1)
     assert len({k for k, _v, _b in reqs}) == len(reqs) == 10
-    corr_ids = [-5, 0, 7, 2 ** 31 - 1, 1000, 999, 3, 42, -(2 ** 31), 11]
+    corr_ids = [-5, 0, 7, 2**31 - 1, 1000, 999, 3, 42, -(2**31), 11]
     answers = client.pipeline([(k, v, body, corr) for (k, v, body), corr in zip(reqs, corr_ids)])
     assert [c for c, _r in answers] == corr_ids
     results = [r for _c, r in answers]
@@ -373,7 +463,11 @@ def test_pipelined_acks0_produce_gets_no_response(srv, client):
     assert answers[2][1].responses[0].partition_responses[0].base_offset == 3
     assert not client.is_closed(0.3) and not client._buf, "an acks=0 produce was answered"
     assert consume_all(srv.bootstrap_servers, topic)[0] == [
-        (0, b"acks0-a"), (1, b"acks0-b"), (2, b"acks0-c"), (3, b"acks1-d")]
+        (0, b"acks0-a"),
+        (1, b"acks0-b"),
+        (2, b"acks0-c"),
+        (3, b"acks1-d"),
+    ]
     assert_served(srv)
 
 
@@ -392,10 +486,19 @@ def test_failed_acks0_produce_closes_connection(srv):
 
 # ====================================================================== produce validation
 
+
 def _legacy_produce(version: int, topic: str, records: bytes, acks: int = 1) -> bytes:
     """Produce v0-v2 body (kio no longer ships these schemas)."""
-    return (I16.pack(acks) + I32.pack(5000) + I32.pack(1) + string16(topic) + I32.pack(1) + I32.pack(0)
-            + I32.pack(len(records)) + records)
+    return (
+        I16.pack(acks)
+        + I32.pack(5000)
+        + I32.pack(1)
+        + string16(topic)
+        + I32.pack(1)
+        + I32.pack(0)
+        + I32.pack(len(records))
+        + records
+    )
 
 
 def _legacy_produce_response(version: int, raw: bytes) -> list[tuple[int, int, int]]:
@@ -478,8 +581,14 @@ def _base_offset():
 
 def _control_batch(transactional: bool = False):
     # an end-transaction marker (key: version 0, type 1 = commit), value: version 0, epoch 0
-    return build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", ())], control=True,
-                       producer_id=1000, producer_epoch=0, base_sequence=-1, transactional=transactional)
+    return build_batch(
+        [(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", ())],
+        control=True,
+        producer_id=1000,
+        producer_epoch=0,
+        base_sequence=-1,
+        transactional=transactional,
+    )
 
 
 GOOD0, GOOD1 = b"good-before", b"good-after"
@@ -490,8 +599,9 @@ PRODUCE_CASES = [
     # ProduceRequest.validateRecords: v3+ only magic 2, exactly one batch (InvalidRecordException)
     pytest.param(legacy_message_set(b"bad", magic=1), INVALID_RECORD, 9, -1, id="magic-1"),
     pytest.param(legacy_message_set(b"bad", magic=0), INVALID_RECORD, 9, -1, id="magic-0"),
-    pytest.param(build_batch([(b"k", b"bad0", ())]) + build_batch([(b"k", b"bad1", ())]), INVALID_RECORD, 9, -1,
-                 id="two-batches"),
+    pytest.param(
+        build_batch([(b"k", b"bad0", ())]) + build_batch([(b"k", b"bad1", ())]), INVALID_RECORD, 9, -1, id="two-batches"
+    ),
     # UnifiedLog.analyzeAndValidateRecords: client batches must start at offset 0
     pytest.param(_base_offset(), INVALID_RECORD, 9, -1, id="base-offset"),
     # LogValidator.validateBatch: count vs offset range, control batches from clients
@@ -500,10 +610,12 @@ PRODUCE_CASES = [
     # KafkaApis.handleProduceRequest: transactional records need a transactional id
     pytest.param(_control_batch(transactional=True), 53, 9, -1, id="transactional-without-id"),
     # ProduceRequest.validateRecords: zstd needs produce v7+
-    pytest.param(build_batch([(b"k", b"bad", ())], compression_codec=4), UNSUPPORTED_COMPRESSION_TYPE, 3, -1,
-                 id="zstd-v3"),
-    pytest.param(build_batch([(b"k", b"bad", ())], compression_codec=4), UNSUPPORTED_COMPRESSION_TYPE, 6, -1,
-                 id="zstd-v6"),
+    pytest.param(
+        build_batch([(b"k", b"bad", ())], compression_codec=4), UNSUPPORTED_COMPRESSION_TYPE, 3, -1, id="zstd-v3"
+    ),
+    pytest.param(
+        build_batch([(b"k", b"bad", ())], compression_codec=4), UNSUPPORTED_COMPRESSION_TYPE, 6, -1, id="zstd-v6"
+    ),
     # ReplicaManager.appendRecords: acks must be -1, 0 or 1
     pytest.param(build_batch([(b"k", b"bad", ())]), INVALID_REQUIRED_ACKS, 9, 2, id="acks-2"),
     pytest.param(build_batch([(b"k", b"bad", ())]), INVALID_REQUIRED_ACKS, 9, -2, id="acks-minus-2"),
@@ -557,12 +669,22 @@ def test_one_bad_partition_does_not_fail_the_others(srv, client):
     api = Api(client)
     api.create_topic(topic, partitions=3)
     m = Msg(ApiKeys.PRODUCE, 9)
-    parts = (m("PartitionProduceData", index=0, records=build_batch([(None, b"p0", ())])),
-             m("PartitionProduceData", index=1, records=_bad_crc()),
-             m("PartitionProduceData", index=2, records=build_batch([(None, b"p2", ())])),
-             m("PartitionProduceData", index=7, records=build_batch([(None, b"p7", ())])))
-    r = client.request(ApiKeys.PRODUCE, 9, m(transactional_id=None, acks=-1, timeout=5000,
-                               topic_data=(m("TopicProduceData", name=topic, partition_data=parts),)))
+    parts = (
+        m("PartitionProduceData", index=0, records=build_batch([(None, b"p0", ())])),
+        m("PartitionProduceData", index=1, records=_bad_crc()),
+        m("PartitionProduceData", index=2, records=build_batch([(None, b"p2", ())])),
+        m("PartitionProduceData", index=7, records=build_batch([(None, b"p7", ())])),
+    )
+    r = client.request(
+        ApiKeys.PRODUCE,
+        9,
+        m(
+            transactional_id=None,
+            acks=-1,
+            timeout=5000,
+            topic_data=(m("TopicProduceData", name=topic, partition_data=parts),),
+        ),
+    )
     got = {p.index: p.error_code for p in r.responses[0].partition_responses}
     assert got == {0: NONE, 1: CORRUPT_MESSAGE, 2: NONE, 7: UNKNOWN_TOPIC_OR_PARTITION}
     data = consume_all(srv.bootstrap_servers, topic, partitions=(0, 1, 2))
@@ -571,6 +693,7 @@ def test_one_bad_partition_does_not_fail_the_others(srv, client):
 
 
 # ====================================================================== missing topics
+
 
 def test_missing_topic_without_auto_create(noauto_srv):
     with WireClient(noauto_srv.bootstrap_servers) as c:
@@ -610,8 +733,17 @@ def test_metadata_auto_creates_when_enabled(srv, client):
 
 # ====================================================================== admin validation
 
-@pytest.mark.parametrize("key,value", [("retention.ms", "abc"), ("foo.bar", "1"), ("segment.bytes", "10"),
-                                       ("cleanup.policy", "shred"), ("min.insync.replicas", "0")])
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("retention.ms", "abc"),
+        ("foo.bar", "1"),
+        ("segment.bytes", "10"),
+        ("cleanup.policy", "shred"),
+        ("min.insync.replicas", "0"),
+    ],
+)
 def test_create_topics_invalid_config(srv, api, key, value):
     topic = new_topic()
     r = api.create_topics([{"name": topic, "configs": {key: value}}])
@@ -650,9 +782,15 @@ def test_create_partitions_excessive_count_refused(srv, client):
     topic = new_topic()
     Api(client).create_topic(topic)
     m = Msg(ApiKeys.CREATE_PARTITIONS, 3)
-    r = client.request(ApiKeys.CREATE_PARTITIONS, 3,
-                       m(topics=(m("CreatePartitionsTopic", name=topic, count=10002, assignments=None),),
-                                timeout=5000, validate_only=True))
+    r = client.request(
+        ApiKeys.CREATE_PARTITIONS,
+        3,
+        m(
+            topics=(m("CreatePartitionsTopic", name=topic, count=10002, assignments=None),),
+            timeout=5000,
+            validate_only=True,
+        ),
+    )
     assert r.results[0].error_code == POLICY_VIOLATION, r.results[0]
 
 
@@ -684,45 +822,91 @@ def test_create_partitions_decrease_or_same(srv, client):
     api.create_topic(topic, partitions=3)
     m = Msg(ApiKeys.CREATE_PARTITIONS, 3)
     for count in (2, 3, 0, -1):
-        r = client.request(ApiKeys.CREATE_PARTITIONS, 3,
-                           m(topics=(m("CreatePartitionsTopic", name=topic, count=count, assignments=None),),
-                                    timeout=5000, validate_only=False))
+        r = client.request(
+            ApiKeys.CREATE_PARTITIONS,
+            3,
+            m(
+                topics=(m("CreatePartitionsTopic", name=topic, count=count, assignments=None),),
+                timeout=5000,
+                validate_only=False,
+            ),
+        )
         assert r.results[0].error_code == INVALID_PARTITIONS, (count, r.results[0])
-    r = client.request(ApiKeys.CREATE_PARTITIONS, 3,
-                       m(topics=(m("CreatePartitionsTopic", name=new_topic(), count=5, assignments=None),),
-                                timeout=5000, validate_only=False))
+    r = client.request(
+        ApiKeys.CREATE_PARTITIONS,
+        3,
+        m(
+            topics=(m("CreatePartitionsTopic", name=new_topic(), count=5, assignments=None),),
+            timeout=5000,
+            validate_only=False,
+        ),
+    )
     assert r.results[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
     assert len(api.metadata([topic]).topics[0].partitions) == 3
     assert_served(srv)
 
 
-@pytest.mark.parametrize("key,value", [("retention.ms", "abc"), ("foo.bar", "1"), ("segment.bytes", "10"),
-                                       ("max.message.bytes", "-5")])
+@pytest.mark.parametrize(
+    "key,value", [("retention.ms", "abc"), ("foo.bar", "1"), ("segment.bytes", "10"), ("max.message.bytes", "-5")]
+)
 def test_alter_configs_invalid_values(srv, client, key, value):
     topic = new_topic()
     api = Api(client)
     api.create_topic(topic, configs={"retention.ms": "123456"})
     m = Msg(ApiKeys.ALTER_CONFIGS, 2)
-    r = client.request(ApiKeys.ALTER_CONFIGS, 2,
-                       m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
-                                             configs=(m("AlterableConfig", name=key, value=value),)),),
-                                validate_only=False))
+    r = client.request(
+        ApiKeys.ALTER_CONFIGS,
+        2,
+        m(
+            resources=(
+                m(
+                    "AlterConfigsResource",
+                    resource_type=2,
+                    resource_name=topic,
+                    configs=(m("AlterableConfig", name=key, value=value),),
+                ),
+            ),
+            validate_only=False,
+        ),
+    )
     assert r.responses[0].error_code == INVALID_CONFIG, r.responses[0]
     assert key in (r.responses[0].error_message or "")
     m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
-    r = client.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
-                       m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
-                                             configs=(m("AlterableConfig", name=key, config_operation=0,
-                                                        value=value),)),),
-                                validate_only=False))
+    r = client.request(
+        ApiKeys.INCREMENTAL_ALTER_CONFIGS,
+        1,
+        m(
+            resources=(
+                m(
+                    "AlterConfigsResource",
+                    resource_type=2,
+                    resource_name=topic,
+                    configs=(m("AlterableConfig", name=key, config_operation=0, value=value),),
+                ),
+            ),
+            validate_only=False,
+        ),
+    )
     assert r.responses[0].error_code == INVALID_CONFIG, r.responses[0]
     assert key in (r.responses[0].error_message or "")
     # nothing changed: the earlier override is still in place
     d = Msg(ApiKeys.DESCRIBE_CONFIGS, 4)
-    r = client.request(ApiKeys.DESCRIBE_CONFIGS, 4,
-                       d(resources=(d("DescribeConfigsResource", resource_type=2, resource_name=topic,
-                                             configuration_keys=("retention.ms",)),),
-                                include_synonyms=False, include_documentation=False))
+    r = client.request(
+        ApiKeys.DESCRIBE_CONFIGS,
+        4,
+        d(
+            resources=(
+                d(
+                    "DescribeConfigsResource",
+                    resource_type=2,
+                    resource_name=topic,
+                    configuration_keys=("retention.ms",),
+                ),
+            ),
+            include_synonyms=False,
+            include_documentation=False,
+        ),
+    )
     assert [(c.name, c.value) for c in r.results[0].configs] == [("retention.ms", "123456")]
     assert_served(srv)
 
@@ -731,23 +915,34 @@ def test_incremental_alter_configs_bad_operation_on_scalar(srv, client):
     topic = new_topic()
     Api(client).create_topic(topic)
     m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
-    r = client.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
-                       m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
-                                             configs=(m("AlterableConfig", name="retention.ms", config_operation=2,
-                                                        value="5"),)),),
-                                validate_only=False))
+    r = client.request(
+        ApiKeys.INCREMENTAL_ALTER_CONFIGS,
+        1,
+        m(
+            resources=(
+                m(
+                    "AlterConfigsResource",
+                    resource_type=2,
+                    resource_name=topic,
+                    configs=(m("AlterableConfig", name="retention.ms", config_operation=2, value="5"),),
+                ),
+            ),
+            validate_only=False,
+        ),
+    )
     assert r.responses[0].error_code == INVALID_CONFIG
     assert_served(srv)
 
 
 # ====================================================================== fetch errors
 
+
 def test_fetch_offset_beyond_log_end(srv, api):
     topic = new_topic()
     api.create_topic(topic)
     for i in range(3):
         assert api.produce(topic, build_batch([(None, b"f%d" % i, ())])).error_code == NONE
-    for offset in (4, 1000, 2 ** 62):
+    for offset in (4, 1000, 2**62):
         p = api.fetch(topic, offset).responses[0].partitions[0]
         assert p.error_code == OFFSET_OUT_OF_RANGE, (offset, p)
     p = api.fetch(topic, 3).responses[0].partitions[0]  # exactly the log end: empty, no error
@@ -823,7 +1018,7 @@ def test_incremental_fetch_session_errors(srv, api):
     assert r.error_code == NONE and r.session_id != 0
     sid = r.session_id
     # an id the broker never issued
-    bogus = sid + 1 if sid < 2 ** 31 - 1 else 1
+    bogus = sid + 1 if sid < 2**31 - 1 else 1
     r = api.fetch(topic, 1, session_id=bogus, session_epoch=1)
     assert r.error_code == FETCH_SESSION_ID_NOT_FOUND
     # the right id with a wrong epoch (next expected is 1)
@@ -850,8 +1045,15 @@ def _fuzz_bases() -> list[bytes]:
     reqs = [
         (18, 3, Msg(ApiKeys.API_VERSIONS, 3)(client_software_name="kesque-test", client_software_version="1.0")),
         (18, 0, Msg(ApiKeys.API_VERSIONS, 0)()),
-        (3, 12, m12(topics=(m12("MetadataRequestTopic", topic_id=None, name=FUZZ_TOPIC),),
-                    allow_auto_topic_creation=True, include_topic_authorized_operations=False)),
+        (
+            3,
+            12,
+            m12(
+                topics=(m12("MetadataRequestTopic", topic_id=None, name=FUZZ_TOPIC),),
+                allow_auto_topic_creation=True,
+                include_topic_authorized_operations=False,
+            ),
+        ),
         (3, 1, m1(topics=(m1("MetadataRequestTopic", name=FUZZ_TOPIC),))),
         (0, 9, a.produce_request(FUZZ_TOPIC, batch, acks=1)),
         (0, 3, a.produce_request(FUZZ_TOPIC, batch, acks=1, version=3)),
@@ -859,10 +1061,24 @@ def _fuzz_bases() -> list[bytes]:
         (1, 4, a.fetch_request(FUZZ_TOPIC, 0, max_wait=50, min_bytes=1, version=4)),
         (2, 7, a.list_offsets_request(FUZZ_TOPIC, -1)),
         (2, 1, a.list_offsets_request(FUZZ_TOPIC, -2, version=1)),
-        (19, 7, ct(topics=(ct("CreatableTopic", name="fz-new", num_partitions=1, replication_factor=1,
-                              assignments=(), configs=(ct("CreatableTopicConfig", name="retention.ms",
-                                                          value="1000"),)),),
-                   timeout=5000, validate_only=False)),
+        (
+            19,
+            7,
+            ct(
+                topics=(
+                    ct(
+                        "CreatableTopic",
+                        name="fz-new",
+                        num_partitions=1,
+                        replication_factor=1,
+                        assignments=(),
+                        configs=(ct("CreatableTopicConfig", name="retention.ms", value="1000"),),
+                    ),
+                ),
+                timeout=5000,
+                validate_only=False,
+            ),
+        ),
     ]
     return [frame_for(k, v, b, 17) for k, v, b in reqs]
 
@@ -879,9 +1095,9 @@ def _apply(frame: bytes, mutations) -> bytes:
             body[m[1] % len(body)] ^= m[2]
         elif kind == "set" and body:
             pos = m[1] % len(body)
-            body[pos:pos + m[3]] = m[2].to_bytes(m[3], "big", signed=False)
+            body[pos : pos + m[3]] = m[2].to_bytes(m[3], "big", signed=False)
         elif kind == "truncate":
-            del body[m[1] % (len(body) + 1):]
+            del body[m[1] % (len(body) + 1) :]
         elif kind == "extend":
             body += m[1]
         elif kind == "insert" and body:
@@ -890,7 +1106,7 @@ def _apply(frame: bytes, mutations) -> bytes:
         elif kind == "size":
             size = m[1]
         elif kind == "size_delta":
-            size = max(-(2 ** 31), min(2 ** 31 - 1, len(body) + m[1]))
+            size = max(-(2**31), min(2**31 - 1, len(body) + m[1]))
         elif kind == "trailer":
             trailer += m[1]
     return struct.pack(">i", len(body) if size is None else size) + bytes(body) + trailer
@@ -925,7 +1141,7 @@ def _send_fuzz(broker: Broker, data: bytes) -> None:
                 chunk = sock.recv(1 << 16)
             except (ConnectionResetError, BrokenPipeError):
                 return
-            except socket.timeout:
+            except TimeoutError:
                 chunk = None
             if not chunk:
                 if chunk is None:
@@ -948,9 +1164,10 @@ def fuzz_srv(tmp_path_factory):
 
 @pytest.mark.hypothesis  # its @given is inside (for the broker fixture): make fuzz selects it by this mark
 def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
-    from conftest import examples
     from hypothesis import HealthCheck, assume, given, settings
     from hypothesis import strategies as st
+
+    from conftest import examples
 
     b = fuzz_srv
     with WireClient(b.bootstrap_servers) as c:
@@ -961,8 +1178,12 @@ def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
         p = Producer({"bootstrap.servers": b.bootstrap_servers, "acks": "all", "linger.ms": 0})
         reports = []
         for i in range(n):
-            p.produce(FUZZ_TOPIC, b"%s-%d" % (tag.encode(), i), partition=0,
-                      on_delivery=lambda err, msg: reports.append((err, msg.offset(), msg.value())))
+            p.produce(
+                FUZZ_TOPIC,
+                b"%s-%d" % (tag.encode(), i),
+                partition=0,
+                on_delivery=lambda err, msg: reports.append((err, msg.offset(), msg.value())),
+            )
         assert p.flush(15) == 0
         for err, off, val in reports:
             assert err is None, err
@@ -979,14 +1200,13 @@ def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
         st.tuples(st.just("truncate"), st.integers(0, 4096)),
         st.tuples(st.just("extend"), st.binary(min_size=1, max_size=64)),
         st.tuples(st.just("insert"), st.integers(0, 4096), st.binary(min_size=1, max_size=16)),
-        st.tuples(st.just("size"), st.integers(-(2 ** 31), 2 ** 31 - 1)),
+        st.tuples(st.just("size"), st.integers(-(2**31), 2**31 - 1)),
         st.tuples(st.just("size_delta"), st.integers(-16, 16)),
         st.tuples(st.just("trailer"), st.binary(min_size=1, max_size=32)),
     )
     counts = {"sent": 0}
 
-    @settings(max_examples=examples(400),
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples(400), suppress_health_check=list(HealthCheck))
     @given(base=st.integers(0, len(bases) - 1), mutations=st.lists(mutation, min_size=1, max_size=4))
     def one(base, mutations):
         data = _apply(bases[base], mutations)
@@ -1032,6 +1252,7 @@ def test_fuzzed_requests_do_not_hurt_the_broker(fuzz_srv):
 
 
 # ====================================================================== every advertised version
+
 
 def _advertised(client, api_key: int) -> range:
     k = [k for k in Api(client).api_versions().api_keys if k.api_key == api_key]
@@ -1146,9 +1367,12 @@ def test_metadata_every_version(srv, client, version):
     topic = new_topic()
     Api(client).create_topic(topic, partitions=2)
     m = Msg(ApiKeys.METADATA, version)
-    req = m.loose(topics=(m.loose("MetadataRequestTopic", topic_id=None, name=topic),),
-                  allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
-                  include_topic_authorized_operations=False)
+    req = m.loose(
+        topics=(m.loose("MetadataRequestTopic", topic_id=None, name=topic),),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
     r = client.request(ApiKeys.METADATA, version, req)
     t = r.topics[0]
     assert (t.error_code, t.name, len(t.partitions)) == (NONE, topic, 2)

@@ -29,11 +29,18 @@ def test_a_failed_part_keeps_the_others_and_their_rows(monkeypatch):
     assert failed == ["kafka test"]
     assert set(kafka["failover"]) == {"defaults"} and set(kafka["commit"]) == {1, 3}
 
-    kesque = {"failover": {"defaults": {"p50": 2.1, "p99": 2.2}, "test": {"p50": 0.5, "p99": 0.9}},
-              "commit": {3: {"p50": 33.0, "p99": 41.0}}}           # its commit1 part not asked
+    kesque = {
+        "failover": {"defaults": {"p50": 2.1, "p99": 2.2}, "test": {"p50": 0.5, "p99": 0.9}},
+        "commit": {3: {"p50": 33.0, "p99": 41.0}},
+    }  # its commit1 part not asked
     report = {"figures": []}
-    monkeypatch.setattr(R, "add_figure", lambda report, name, group, value, unit, limit_name=None,
-                        limit_value=None, *a, **kw: report["figures"].append((name, value, limit_value)))
+    monkeypatch.setattr(
+        R,
+        "add_figure",
+        lambda report, name, group, value, unit, limit_name=None, limit_value=None, *a, **kw: report["figures"].append(
+            (name, value, limit_value)
+        ),
+    )
     R.add_controller_figures(report, {"kafka": kafka, "kesque": kesque}, 20, 200, "")
     rows = {name: (value, limit) for name, value, limit in report["figures"]}
     assert rows["controller failover p50, Kafka's default timeouts (SIGKILL -> CreateTopics)"] == (2.1, 2.0)

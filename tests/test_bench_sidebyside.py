@@ -19,13 +19,21 @@ import sidebyside  # noqa: E402
 
 
 def run_row(figure, kesque, kafka, load=1.0):
-    return {"figure": figure, "unit": "MB/s", "better": "higher", "ratio": kesque / kafka,
-            "kesque": {"value": kesque, "load": load, "note": ""}, "kafka": {"value": kafka, "load": load, "note": ""}}
+    return {
+        "figure": figure,
+        "unit": "MB/s",
+        "better": "higher",
+        "ratio": kesque / kafka,
+        "kesque": {"value": kesque, "load": load, "note": ""},
+        "kafka": {"value": kafka, "load": load, "note": ""},
+    }
 
 
 def test_two_runs_give_each_figure_both_values_and_the_ratio_spread():
-    runs = [{"rows": [run_row("produce", 100.0, 200.0), run_row("consume", 50.0, 50.0)]},
-            {"rows": [run_row("produce", 110.0, 200.0, 2.0)]}]
+    runs = [
+        {"rows": [run_row("produce", 100.0, 200.0), run_row("consume", 50.0, 50.0)]},
+        {"rows": [run_row("produce", 110.0, 200.0, 2.0)]},
+    ]
     lines = {x["figure"]: x for x in sidebyside.combine(runs)}
     assert lines["produce"]["ratio_spread"] == pytest.approx(0.55 / 0.5 - 1)
     assert [r["kesque"]["value"] for r in lines["produce"]["runs"]] == [100.0, 110.0]
@@ -39,9 +47,27 @@ def test_two_runs_give_each_figure_both_values_and_the_ratio_spread():
 @oracle.MARKS[1]
 def test_quick_small_figure_runs_on_both_brokers(tmp_path):
     out = tmp_path / "sbs.json"
-    r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "run.py"), "--against", "kafka", "--quick",
-                        "--only", "small", "--load-wait", "0", "--data-dir", str(tmp_path), "--out", str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    r = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "bench", "run.py"),
+            "--against",
+            "kafka",
+            "--quick",
+            "--only",
+            "small",
+            "--load-wait",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["errors"] == []

@@ -6,7 +6,11 @@ from __future__ import annotations
 import uuid
 
 from kesque.controller.cluster_control import (
-    ClusterControl, HeartbeatReply, HeartbeatRequest, LifecycleConfig, RegistrationRequest,
+    ClusterControl,
+    HeartbeatReply,
+    HeartbeatRequest,
+    LifecycleConfig,
+    RegistrationRequest,
 )
 from kesque.errors import ErrorCode, KafkaError
 from kesque.metadata.image import Delta, MetadataImage
@@ -26,10 +30,10 @@ def running(now=0, **kw):
     assert isinstance(b.poll(now), RegistrationRequest)
     b.on_registration_response(0, 7, now)
     b.poll(now)
-    b.on_heartbeat_response(HeartbeatReply(0, True, True), now)           # caught up
+    b.on_heartbeat_response(HeartbeatReply(0, True, True), now)  # caught up
     b.set_ready_to_unfence(now)
     assert b.poll(now + 10).want_fence is False
-    b.on_heartbeat_response(HeartbeatReply(0, True, False), now + 10)     # unfenced
+    b.on_heartbeat_response(HeartbeatReply(0, True, False), now + 10)  # unfenced
     assert b.state == lm.RUNNING and b.unfenced
     return b
 
@@ -38,22 +42,22 @@ def test_registers_then_heartbeats_through_the_states():
     b = broker()
     req = b.poll(0)
     assert isinstance(req, RegistrationRequest) and req.broker_id == 1 and req.cluster_id == "c"
-    assert b.poll(0) is None                                   # one in flight
+    assert b.poll(0) is None  # one in flight
     b.on_registration_response(0, 7, 5)
-    hb = b.poll(5)                                             # the first heartbeat at once
+    hb = b.poll(5)  # the first heartbeat at once
     assert hb == HeartbeatRequest(1, 7, -1, want_fence=True, want_shut_down=False)
     b.on_heartbeat_response(HeartbeatReply(0, False, True), 6)
     assert b.state == lm.STARTING and not b.caught_up
-    assert b.poll(15) is None and b.next_deadline() == 16      # 10 ms while STARTING
+    assert b.poll(15) is None and b.next_deadline() == 16  # 10 ms while STARTING
     b.on_metadata_offset(40)
     assert b.poll(16).current_metadata_offset == 40
     b.on_heartbeat_response(HeartbeatReply(0, True, True), 17)
     assert b.state == lm.RECOVERY and b.caught_up
     b.poll(27)
-    b.on_heartbeat_response(HeartbeatReply(0, True, True), 28)     # still fenced: wants fencing
+    b.on_heartbeat_response(HeartbeatReply(0, True, True), 28)  # still fenced: wants fencing
     assert b.state == lm.RECOVERY and b.next_deadline() == 28 + 2000
     b.set_ready_to_unfence(30)
-    assert b.poll(30).want_fence is False                      # at once, not at the interval
+    assert b.poll(30).want_fence is False  # at once, not at the interval
     b.on_heartbeat_response(HeartbeatReply(0, True, False), 31)
     assert b.state == lm.RUNNING and b.unfenced
     assert b.poll(31 + 1999) is None and b.poll(31 + 2000) is not None
@@ -62,7 +66,7 @@ def test_registers_then_heartbeats_through_the_states():
 def test_a_communication_due_while_one_is_in_flight_goes_out_on_the_answer():
     b = running()
     b.poll(3000)
-    b.begin_controlled_shutdown(3001)                          # in flight: goes out on the answer
+    b.begin_controlled_shutdown(3001)  # in flight: goes out on the answer
     b.on_heartbeat_response(HeartbeatReply(0, True, False), 3002)
     assert b.poll(3002).want_shut_down
 
@@ -81,7 +85,7 @@ def test_errors_back_off_exponentially_up_to_the_session_timeout():
     b.on_registration_response(0, 3, now)
     b.poll(now)
     b.on_heartbeat_response(HeartbeatReply(STALE), now)
-    assert b.next_deadline() == now + 100                      # a success reset the count
+    assert b.next_deadline() == now + 100  # a success reset the count
 
 
 def test_a_request_without_answer_fails_after_the_request_timeout():
@@ -89,8 +93,8 @@ def test_a_request_without_answer_fails_after_the_request_timeout():
     b.poll(0)
     assert b.next_deadline() == 500
     assert b.poll(499) is None
-    assert b.poll(500) is None and b.next_deadline() == 600   # failed, backoff 100 ms
-    b.on_registration_response(0, 9, 550)                      # a late answer is ignored
+    assert b.poll(500) is None and b.next_deadline() == 600  # failed, backoff 100 ms
+    b.on_registration_response(0, 9, 550)  # a late answer is ignored
     assert not b.registered
     assert isinstance(b.poll(600), RegistrationRequest)
 
@@ -110,7 +114,7 @@ def test_controlled_shutdown_waits_for_the_controller():
     assert b.state == lm.PENDING_CONTROLLED_SHUTDOWN and not b.shutdown_finished
     assert b.poll(100).want_shut_down
     b.on_heartbeat_response(HeartbeatReply(0, True, False, False, True), 101)
-    assert b.next_deadline() == 151                            # the second one sooner
+    assert b.next_deadline() == 151  # the second one sooner
     b.poll(151)
     b.on_heartbeat_response(HeartbeatReply(0, True, False, False, True), 152)
     assert b.next_deadline() == 2152
@@ -175,15 +179,18 @@ def test_against_cluster_control_until_unfenced_and_let_go():
         now = b.next_deadline()
     assert b.shutdown_finished and b.shutdown_reason == "the controller let the broker shut down"
     assert image.brokers[1].fenced and [r["type"] for r in log] == [
-        "RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "BrokerRegistrationChangeRecord"]
+        "RegisterBrokerRecord",
+        "BrokerRegistrationChangeRecord",
+        "BrokerRegistrationChangeRecord",
+    ]
 
 
 def test_a_failure_is_never_followed_by_an_immediate_retry():
     b = running()
     b.poll(3000)
-    b.begin_controlled_shutdown(3001)          # due while in flight
+    b.begin_controlled_shutdown(3001)  # due while in flight
     b.on_request_failed(3002)
     assert b.poll(3002) is None and b.next_deadline() == 3102
     assert b.poll(3102).want_shut_down
     b.on_heartbeat_response(HeartbeatReply(0, True, False, False, True), 3103)
-    assert b.next_deadline() == 3153           # the failure cleared what was due
+    assert b.next_deadline() == 3153  # the failure cleared what was due

@@ -24,10 +24,10 @@ def test_a_connect_attempt_outliving_its_caller_leaves_no_unread_error():
         port = free_port()
         ch = Channel(lambda node: ("127.0.0.1", port), client_id="t", reconnect_backoff_ms=300)
         with pytest.raises(ChannelError):
-            await ch.send(1, ApiKeys.API_VERSIONS, 3, None, timeout_ms=1000)      # refused: backs off 300 ms
+            await ch.send(1, ApiKeys.API_VERSIONS, 3, None, timeout_ms=1000)  # refused: backs off 300 ms
         with pytest.raises(ChannelError):
-            await ch.send(1, ApiKeys.API_VERSIONS, 3, None, timeout_ms=50)        # gives up inside the backoff
-        await asyncio.sleep(0.5)                                # the attempt fails meanwhile
+            await ch.send(1, ApiKeys.API_VERSIONS, 3, None, timeout_ms=50)  # gives up inside the backoff
+        await asyncio.sleep(0.5)  # the attempt fails meanwhile
         ch.close()
         gc.collect()
         await asyncio.sleep(0)
@@ -40,6 +40,7 @@ def test_a_connect_attempt_outliving_its_caller_leaves_no_unread_error():
 def _serve(answer):
     """A server whose connection handler is ``answer(requests, writer)``: called once with the
     (correlation id, api key) of the first ``n`` requests read (n = answer.n)."""
+
     async def handle(reader, writer):
         reqs = []
         try:
@@ -52,6 +53,7 @@ def _serve(answer):
             pass
         finally:
             writer.close()
+
     return handle
 
 
@@ -68,17 +70,23 @@ def _raw(_api_key, _version, frame):
 
 def _run_against(answer, bodies_by_request, client_timeout_ms=5000):
     """Send one request per body (pipelined); the server answers through ``answer``."""
+
     async def run():
         server = await asyncio.start_server(_serve(answer), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         ch = Channel(lambda node: ("127.0.0.1", port), client_id="t")
         try:
-            return await asyncio.gather(*(ch.send(1, ApiKeys.API_VERSIONS, 3, b"", timeout_ms=client_timeout_ms,
-                                                  decode=_raw)
-                                          for _ in bodies_by_request), return_exceptions=True)
+            return await asyncio.gather(
+                *(
+                    ch.send(1, ApiKeys.API_VERSIONS, 3, b"", timeout_ms=client_timeout_ms, decode=_raw)
+                    for _ in bodies_by_request
+                ),
+                return_exceptions=True,
+            )
         finally:
             ch.close()
             server.close()
+
     return asyncio.run(run())
 
 
@@ -90,18 +98,19 @@ def test_pipelined_answers_in_any_order_and_any_chunking_reach_their_requests(ch
     from kesque.server import channel as ch_mod
 
     sizes = [0, 5, ch_mod.BIG_FRAME - 4, ch_mod.BIG_FRAME + 1, 3, ch_mod.READ_BUFFER + 17, 200_000, 1]
-    sizes += [997] * 150   # small frames filling the shared buffer with a partial one at its end
+    sizes += [997] * 150  # small frames filling the shared buffer with a partial one at its end
     bodies = [bytes((i * 7 + j) % 251 for j in range(n)) for i, n in enumerate(sizes)]
 
     async def answer(reqs, writer):
         stream = b"".join(_frame(corr, bodies[i]) for i, (corr, _k) in reversed(list(enumerate(reqs))))
         for pos in range(0, len(stream), chunk):
-            writer.write(stream[pos:pos + chunk])
+            writer.write(stream[pos : pos + chunk])
             if chunk < 4096 and pos % (chunk * 64) == 0:
                 await writer.drain()
                 await asyncio.sleep(0)
         await writer.drain()
         await asyncio.sleep(0.2)
+
     answer.n = len(bodies)
     got = _run_against(answer, bodies)
     assert [g if isinstance(g, Exception) else len(g) for g in got] == sizes
@@ -117,6 +126,7 @@ def test_a_connection_closed_inside_an_answer_fails_the_requests_in_flight(cut):
     async def answer(reqs, writer):
         writer.write(_frame(reqs[0][0], b"x" * 50_000)[:cut])
         await writer.drain()
+
     answer.n = 2
     got = _run_against(answer, [b"", b""], client_timeout_ms=20_000)
     assert all(isinstance(g, Disconnected) for g in got), got
@@ -127,6 +137,7 @@ def test_an_invalid_answer_size_fails_the_connection():
         writer.write((2).to_bytes(4, "big") + b"ab")
         await writer.drain()
         await asyncio.sleep(0.5)
+
     answer.n = 1
     got = _run_against(answer, [b""])
     assert isinstance(got[0], ChannelError) and "invalid response size" in str(got[0])
@@ -140,13 +151,15 @@ def test_a_kio_answer_is_decoded_from_a_big_frame():
 
     tid = uuid.uuid4()
     records = b"r" * 100_000
-    body = b"\x00" + flatten(encode_fetch_response(18, 0, 0, [(tid, [FetchPartitionResponse(
-        3, 0, 7, 7, 0, [records], len(records))])]))
+    body = b"\x00" + flatten(
+        encode_fetch_response(18, 0, 0, [(tid, [FetchPartitionResponse(3, 0, 7, 7, 0, [records], len(records))])])
+    )
 
     async def answer(reqs, writer):
         writer.write(_frame(reqs[0][0], body))
         await writer.drain()
         await asyncio.sleep(0.2)
+
     answer.n = 1
 
     async def run():
@@ -158,6 +171,7 @@ def test_a_kio_answer_is_decoded_from_a_big_frame():
         finally:
             ch.close()
             server.close()
+
     resp = asyncio.run(run())
     p = resp.responses[0].partitions[0]
     assert resp.responses[0].topic_id == tid and p.partition_index == 3 and p.high_watermark == 7
@@ -195,15 +209,16 @@ def test_a_big_answer_buffer_is_reused_only_once_nothing_refers_to_it():
                 got = await ch.send(1, ApiKeys.API_VERSIONS, 3, b"", timeout_ms=5000, decode=_raw)
                 assert bytes(got[:3]) == bodies[i][:3]
                 ids.append(id(got.obj))
-                if i % 4 == 3:                      # kept, as a follower keeping records would
+                if i % 4 == 3:  # kept, as a follower keeping records would
                     held.append((i, got))
                 del got
             return held, ids
         finally:
             ch.close()
             server.close()
+
     held, ids = asyncio.run(run())
-    assert all(bytes(v) == bodies[i] for i, v in held)          # never overwritten
-    for j, _v in held:                                          # no later answer in a held one's buffer
-        assert ids[j] not in ids[j + 1:], (j, ids)
-    assert len(set(ids)) <= len(held) + ch_mod.SPARES, ids       # the others were read into again
+    assert all(bytes(v) == bodies[i] for i, v in held)  # never overwritten
+    for j, _v in held:  # no later answer in a held one's buffer
+        assert ids[j] not in ids[j + 1 :], (j, ids)
+    assert len(set(ids)) <= len(held) + ch_mod.SPARES, ids  # the others were read into again

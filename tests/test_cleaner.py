@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-
 import os
 
 import pytest
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from kesque.config.topic import LogConfig
 from kesque.records.records import build_batch, iter_records
 from kesque.storage.cleaner import Cleaner, first_dirty_offset, first_uncleanable_offset
@@ -197,8 +196,13 @@ def test_last_batch_of_a_producer_survives_as_an_empty_batch(tmp_path):
     assert [(h.base_offset, h.producer_id, h.records_count) for h, _ in batches] == [(0, 9, 0), (1, -1, 1)]
     lg.close()
     lg = new_log(tmp_path / "t-0")  # the producer's sequence survives: a retry is a duplicate
-    dup = lg.append_as_leader(memoryview(bytearray(build_batch([(b"a", b"1", ())], timestamp=NOW, producer_id=9,
-                                                                producer_epoch=0, base_sequence=0))), 0, NOW)
+    dup = lg.append_as_leader(
+        memoryview(
+            bytearray(build_batch([(b"a", b"1", ())], timestamp=NOW, producer_id=9, producer_epoch=0, base_sequence=0))
+        ),
+        0,
+        NOW,
+    )
     assert dup.duplicate
 
 
@@ -207,7 +211,7 @@ def test_compressed_batches_keep_their_codec(tmp_path):
     put(lg, [(b"a", b"1" * 100), (b"b", b"1"), (b"a", b"2" * 100)], compression_codec=1)
     lg.roll(NOW)
     clean(lg)
-    (h, _), = list(lg.read_batches(0))
+    ((h, _),) = list(lg.read_batches(0))
     assert h.compression == 1 and h.base_offset == 0 and h.last_offset == 2
     assert records(lg) == [(1, b"b", b"1"), (2, b"a", b"2" * 100)]
 
@@ -252,13 +256,17 @@ def test_cleaning_groups_segments_into_one(tmp_path):
 
 KEYS = st.sampled_from([b"a", b"b", b"c", b"d"])
 VALUES = st.one_of(st.none(), st.binary(min_size=1, max_size=3))
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("put"), st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=3)),
-    st.tuples(st.just("txn"), st.integers(1, 2), st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=2),
-              st.booleans()),
-    st.tuples(st.just("roll")),
-    st.tuples(st.just("clean"), st.integers(0, 3)),
-), max_size=30)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=3)),
+        st.tuples(
+            st.just("txn"), st.integers(1, 2), st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=2), st.booleans()
+        ),
+        st.tuples(st.just("roll")),
+        st.tuples(st.just("clean"), st.integers(0, 3)),
+    ),
+    max_size=30,
+)
 
 
 def _apply(lg: UnifiedLog, ops, model: list, retention: int, now: int, checkpoint, map_memory: int):
@@ -273,8 +281,9 @@ def _apply(lg: UnifiedLog, ops, model: list, retention: int, now: int, checkpoin
             first = put(lg, pairs, now, producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True)
             seqs[pid] = seq + len(pairs)
             end_txn(lg, pid, commit, now)
-            model += [(first.first_offset + i, k, v, "committed" if commit else "aborted")
-                      for i, (k, v) in enumerate(pairs)]
+            model += [
+                (first.first_offset + i, k, v, "committed" if commit else "aborted") for i, (k, v) in enumerate(pairs)
+            ]
         elif op[0] == "roll":
             lg.roll(now)
         else:
@@ -422,6 +431,7 @@ def test_load_drops_a_swap_file_of_an_unfinished_operation(tmp_path):
 
 # ------------------------------------------------------------------ choosing the log (CleanerManager)
 
+
 def _dirty_log(path, updates: int, **cfg) -> UnifiedLog:
     lg = new_log(path, **cfg)
     user_emails(lg, updates=updates)
@@ -487,14 +497,27 @@ def test_cleaner_checkpoint_survives_a_restart(tmp_path):
 
 # ------------------------------------------------------------------ the compiled per-record work
 
-RECORDS = st.lists(st.tuples(st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b""])), VALUES,
-                             st.lists(st.tuples(st.just("h"), st.one_of(st.none(), st.binary(max_size=2))),
-                                      max_size=2)), min_size=1, max_size=8)
+RECORDS = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b""])),
+        VALUES,
+        st.lists(st.tuples(st.just("h"), st.one_of(st.none(), st.binary(max_size=2))), max_size=2),
+    ),
+    min_size=1,
+    max_size=8,
+)
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(mapped=RECORDS, recs=RECORDS, base=st.integers(0, 20), start=st.integers(0, 25), latest=st.integers(-1, 40),
-       memory=st.sampled_from([48, 72, 1 << 12]), drop=st.booleans())
+@given(
+    mapped=RECORDS,
+    recs=RECORDS,
+    base=st.integers(0, 20),
+    start=st.integers(0, 25),
+    latest=st.integers(-1, 40),
+    memory=st.sampled_from([48, 72, 1 << 12]),
+    drop=st.booleans(),
+)
 def test_compiled_offset_map_matches_the_reference(mapped, recs, base, start, latest, memory, drop):
     """The compiled map (a table of key hashes, no GIL) and the dict reference agree."""
     from kesque.records import records as rr

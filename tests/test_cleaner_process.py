@@ -10,20 +10,23 @@ import socket
 import time
 
 import pytest
-from test_cleaner import NOW, last_per_key, new_log, put, records, user_emails
 
-from kesque.storage import cleaner_process
 from kesque.server.drivers.log_cleaner import LogCleaner
+from kesque.storage import cleaner_process
 from kesque.storage.segment import CLEANED_SUFFIX
-
+from test_cleaner import NOW, last_per_key, new_log, put, records, user_emails
 
 TP = ("t", 0)
 
 
 class Config:
     def __init__(self, **values):
-        self.values = {"log.cleaner.threads": 1, "log.cleaner.dedupe.buffer.size": 1 << 20,
-                       "log.cleaner.io.max.bytes.per.second": 1.7976931348623157e308, **values}
+        self.values = {
+            "log.cleaner.threads": 1,
+            "log.cleaner.dedupe.buffer.size": 1 << 20,
+            "log.cleaner.io.max.bytes.per.second": 1.7976931348623157e308,
+            **values,
+        }
 
     def get(self, key):
         return self.values[key]
@@ -48,9 +51,11 @@ class Clock:
 
 def on_a_loop(test):
     """Run the async test on a fresh event loop (the broker's loop, here)."""
+
     @functools.wraps(test)
     def run(*args, **kwargs):
         asyncio.run(test(*args, **kwargs))
+
     return run
 
 
@@ -89,9 +94,11 @@ async def wait_for_file_async(path: str) -> None:
 
 def stage_log(path: str):
     """A hook writing ``stage pid`` lines to ``path`` (from whichever process runs it)."""
+
     def hook(stage):
         with open(path, "a") as f:
             f.write(f"{stage} {os.getpid()}\n")
+
     return hook
 
 

@@ -19,18 +19,21 @@ import textwrap
 import uuid
 
 import pytest
-from conftest import examples, running_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_transactions import lso, new_topic, wait_past_a_timeout_abort
 
+from conftest import examples, running_broker
 from kesque.client.consumer import EARLIEST, WireConsumer
 from kesque.client.producer import PreparedTxnState, Producer, _Pending, murmur2
 from kesque.errors import KafkaError
 from kesque.records.records import build_batch
+from test_transactions import lso, new_topic, wait_past_a_timeout_abort
 
-TXN_BROKER = {"transaction.two.phase.commit.enable": "true", "transaction.state.log.num.partitions": "3",
-              "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"}
+TXN_BROKER = {
+    "transaction.two.phase.commit.enable": "true",
+    "transaction.state.log.num.partitions": "3",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +46,7 @@ def kb(tmp_path_factory):
 @given(st.binary(max_size=64))
 def test_murmur2_matches_kafka_python(data):
     from kafka.partitioner.default import murmur2 as reference
+
     assert murmur2(data) & 0xFFFFFFFF == reference(data) & 0xFFFFFFFF
 
 
@@ -139,8 +143,12 @@ PREPARER = textwrap.dedent("""
 
 
 def _prepare_in_another_process(bs: str, txn_id: str, topic: str) -> PreparedTxnState:
-    proc = subprocess.Popen([sys.executable, "-c", PREPARER, bs, txn_id, topic], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PREPARER, bs, txn_id, topic],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     try:
         line = proc.stdout.readline()
         assert line, "the preparing process died"

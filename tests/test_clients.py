@@ -41,11 +41,31 @@ import uuid
 
 import pytest
 
-from clientlib import (CODEC_IDS, CODECS, KCAT_HEADERS, RawConnection, assert_same, broker_alive,
-                       consume_aiokafka, consume_confluent, consume_kafka_python, consume_kcat, counts,
-                       decode_fetch, decode_fetch_v12, expected_by_partition, fetch_nonflexible_body, fetch_v12_body, make_records,
-                       produce_aiokafka, produce_confluent, produce_kafka_python, produce_kcat,
-                       segment_batches, segment_files)
+from clientlib import (
+    CODEC_IDS,
+    CODECS,
+    KCAT_HEADERS,
+    RawConnection,
+    assert_same,
+    broker_alive,
+    consume_aiokafka,
+    consume_confluent,
+    consume_kafka_python,
+    consume_kcat,
+    counts,
+    decode_fetch,
+    decode_fetch_v12,
+    expected_by_partition,
+    fetch_nonflexible_body,
+    fetch_v12_body,
+    make_records,
+    produce_aiokafka,
+    produce_confluent,
+    produce_kafka_python,
+    produce_kcat,
+    segment_batches,
+    segment_files,
+)
 from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
 
@@ -67,11 +87,13 @@ def new_topic() -> str:
 
 def admin(broker):
     from confluent_kafka.admin import AdminClient
+
     return AdminClient({"bootstrap.servers": broker.bootstrap_servers})
 
 
 def create_topic(broker, topic: str, partitions: int = 3, config: dict | None = None) -> None:
     from confluent_kafka.admin import NewTopic
+
     a = admin(broker)  # keep a reference: futures fail if the client is destroyed
     fs = a.create_topics([NewTopic(topic, partitions, 1, config=config or {})], operation_timeout=10)
     for f in fs.values():
@@ -136,6 +158,7 @@ def broker_for(request, *clients):
 
 # =============================================================================== round trips
 
+
 def _size(codec: str) -> int:
     return 100_000 if codec in FULL_SIZE_CODECS else 10_000
 
@@ -143,8 +166,7 @@ def _size(codec: str) -> int:
 def _dataset(n: int, seed: int, producer: str, consumer: str):
     # kcat -P can send neither null values (next to empty ones) nor per-message headers, and
     # kcat -C prints headers as name=value: data sets touching kcat are text-only, header-less
-    return make_records(n, seed=seed, null_values=producer != "kcat",
-                        text_only="kcat" in (producer, consumer))
+    return make_records(n, seed=seed, null_values=producer != "kcat", text_only="kcat" in (producer, consumer))
 
 
 def _produce(client: str, broker, topic: str, recs, codec: str):
@@ -162,8 +184,12 @@ def _produce(client: str, broker, topic: str, recs, codec: str):
 
 
 def _consume(client: str, broker, topic: str, want: dict, start: dict | None = None):
-    fn = {"confluent": consume_confluent, "kafka-python": consume_kafka_python,
-          "aiokafka": consume_aiokafka, "kcat": consume_kcat}[client]
+    fn = {
+        "confluent": consume_confluent,
+        "kafka-python": consume_kafka_python,
+        "aiokafka": consume_aiokafka,
+        "kcat": consume_kcat,
+    }[client]
     return fn(broker.bootstrap_servers, topic, want, start)
 
 
@@ -197,8 +223,9 @@ def _check_disk(broker, topic, partitions, codec, producer: str) -> list:
     want = CODEC_IDS[codec]
     assert codecs <= {0, want}, f"stored codecs {codecs}, producer was asked for {codec}"
     compressed = sum(b.count for b in batches if b.codec == want)
-    assert compressed >= 0.9 * sum(b.count for b in batches), \
+    assert compressed >= 0.9 * sum(b.count for b in batches), (
         f"only {compressed} of {sum(b.count for b in batches)} records stored {codec}-compressed"
+    )
     if codec == "snappy":
         xerial = producer in ("kafka-python", "aiokafka")
         framing = {b.xerial for b in batches if b.codec == want}
@@ -231,9 +258,9 @@ def test_roundtrip(request, client, codec):
 
 CROSS = [
     # (producer, consumer, codec), 10k records each
-    ("aiokafka", "confluent", "snappy"),      # xerial snappy read by librdkafka
+    ("aiokafka", "confluent", "snappy"),  # xerial snappy read by librdkafka
     ("confluent", "kafka-python", "snappy"),  # librdkafka raw snappy read by kafka-python
-    ("confluent", "aiokafka", "snappy"),      # ... and by aiokafka
+    ("confluent", "aiokafka", "snappy"),  # ... and by aiokafka
     ("kafka-python", "confluent", "snappy"),
     ("kafka-python", "aiokafka", "lz4"),
     ("aiokafka", "kafka-python", "zstd"),
@@ -247,14 +274,17 @@ CROSS = [
 ]
 
 
-@pytest.mark.parametrize("producer,consumer,codec",
-                         [pytest.param(*c, marks=needs_kcat) if "kcat" in c else c for c in CROSS],
-                         ids=["-".join(x) for x in CROSS])
+@pytest.mark.parametrize(
+    "producer,consumer,codec",
+    [pytest.param(*c, marks=needs_kcat) if "kcat" in c else c for c in CROSS],
+    ids=["-".join(x) for x in CROSS],
+)
 def test_cross_client(request, producer, consumer, codec):
     _round_trip(request, producer, consumer, codec, 10_000, seed=100 + CROSS.index((producer, consumer, codec)))
 
 
 # =============================================================================== idempotence
+
 
 def _check_idempotent_batches(broker, topic, partitions):
     for p in range(partitions):
@@ -265,7 +295,9 @@ def _check_idempotent_batches(broker, topic, partitions):
         assert all(b.producer_epoch >= 0 for b in batches)
         seq = 0
         for b in batches:
-            assert b.base_sequence == seq, f"p{p}: batch at {b.base_offset} has sequence {b.base_sequence}, expected {seq}"
+            assert b.base_sequence == seq, (
+                f"p{p}: batch at {b.base_offset} has sequence {b.base_sequence}, expected {seq}"
+            )
             seq += b.count
 
 
@@ -290,14 +322,18 @@ def test_idempotent_producer(module_broker, client):
 
 # =============================================================================== ListOffsets
 
+
 def _ts_topic(broker, per_partition=300, partitions=3):
     """Monotonic timestamps: record i of partition p has ts base + 10*i + p, in lz4 batches
     of many records (so some lookups land inside a compressed batch)."""
     from clientlib import Rec
+
     topic = new_topic()
     create_topic(broker, topic, partitions)
     base = int(time.time() * 1000) - 600_000
-    recs = [Rec(p, b"k%d" % i, b"v%d" % i, (), base + 10 * i + p) for i in range(per_partition) for p in range(partitions)]
+    recs = [
+        Rec(p, b"k%d" % i, b"v%d" % i, (), base + 10 * i + p) for i in range(per_partition) for p in range(partitions)
+    ]
     produce_confluent(broker.bootstrap_servers, topic, recs, "lz4", **{"linger.ms": 200})
     batches = segment_batches(broker.data_dir, topic, 0)
     assert any(b.count > 1 for b in batches), "expected multi-record batches"
@@ -307,17 +343,18 @@ def _ts_topic(broker, per_partition=300, partitions=3):
 def _ts_cases(base, n, p):
     """(timestamp, expected offset or None) for partition p."""
     return [
-        (base - 100_000, 0),             # before everything: first offset
-        (base + p, 0),                   # exact first
-        (base + 10 * 137 + p, 137),      # exact, inside a batch
+        (base - 100_000, 0),  # before everything: first offset
+        (base + p, 0),  # exact first
+        (base + 10 * 137 + p, 137),  # exact, inside a batch
         (base + 10 * 137 + p - 3, 137),  # between 136 and 137
         (base + 10 * (n - 1) + p, n - 1),
-        (base + 10 * n + p + 1, None),   # after the last record: no offset
+        (base + 10 * n + p + 1, None),  # after the last record: no offset
     ]
 
 
 def test_offsets_for_times_confluent(module_broker):
     from confluent_kafka import Consumer, TopicPartition
+
     topic, base, n, parts = _ts_topic(module_broker)
     c = Consumer({"bootstrap.servers": module_broker.bootstrap_servers, "group.id": "unused"})
     try:
@@ -334,10 +371,15 @@ def test_offsets_for_times_confluent(module_broker):
 def test_list_offsets_confluent_admin(module_broker):
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
+
     topic, base, n, parts = _ts_topic(module_broker)
     a = admin(module_broker)
-    for spec, want in [(OffsetSpec.earliest(), 0), (OffsetSpec.latest(), n), (OffsetSpec.max_timestamp(), n - 1),
-                       (OffsetSpec.for_timestamp(base + 10 * 42), 42)]:
+    for spec, want in [
+        (OffsetSpec.earliest(), 0),
+        (OffsetSpec.latest(), n),
+        (OffsetSpec.max_timestamp(), n - 1),
+        (OffsetSpec.for_timestamp(base + 10 * 42), 42),
+    ]:
         fs = a.list_offsets({TopicPartition(topic, p): spec for p in range(parts)}, request_timeout=10)
         for tp, f in fs.items():
             r = f.result()
@@ -348,6 +390,7 @@ def test_list_offsets_confluent_admin(module_broker):
 
 def test_offsets_for_times_kafka_python(module_broker):
     from kafka import KafkaConsumer, TopicPartition
+
     topic, base, n, parts = _ts_topic(module_broker)
     c = KafkaConsumer(bootstrap_servers=module_broker.bootstrap_servers, enable_auto_commit=False)
     try:
@@ -370,6 +413,7 @@ def test_offsets_for_times_kafka_python(module_broker):
 def test_offsets_for_times_aiokafka(module_broker):
     """ListOffsets only (no fetch): safe on the shared broker."""
     import aiokafka
+
     topic, base, n, parts = _ts_topic(module_broker)
 
     async def run():
@@ -397,22 +441,32 @@ def test_offsets_for_times_kcat(module_broker):
     topic, base, n, parts = _ts_topic(module_broker)
     for p in range(parts):
         for ts, want in _ts_cases(base, n, p):
-            r = subprocess.run(["kcat", "-Q", "-b", module_broker.bootstrap_servers, "-t", f"{topic}:{p}:{ts}"],
-                               capture_output=True, text=True, timeout=30)
+            r = subprocess.run(
+                ["kcat", "-Q", "-b", module_broker.bootstrap_servers, "-t", f"{topic}:{p}:{ts}"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert r.returncode == 0, r.stderr
             # "<topic> [<p>] offset <n>"
             got = int(r.stdout.strip().rsplit(" ", 1)[1])
             assert got == (want if want is not None else -1), f"p{p} ts {ts - base}: {r.stdout!r}"
     for spec, want in [(-2, 0), (-1, n)]:
-        r = subprocess.run(["kcat", "-Q", "-b", module_broker.bootstrap_servers, "-t", f"{topic}:0:{spec}"],
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            ["kcat", "-Q", "-b", module_broker.bootstrap_servers, "-t", f"{topic}:0:{spec}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert int(r.stdout.strip().rsplit(" ", 1)[1]) == want, r.stdout
 
 
 # =============================================================================== DeleteRecords
 
+
 def _delete_topic(broker):
     from clientlib import Rec
+
     topic = new_topic()
     create_topic(broker, topic, 2)
     recs = [Rec(p, b"k%d" % i, b"v%d" % i, (), int(time.time() * 1000)) for i in range(200) for p in range(2)]
@@ -421,7 +475,8 @@ def _delete_topic(broker):
 
 
 def _first_offset_from_beginning_confluent(broker, topic, p):
-    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
     c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "unused", "enable.auto.commit": False})
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
@@ -438,6 +493,7 @@ def _first_offset_from_beginning_confluent(broker, topic, p):
 
 def test_delete_records_confluent(module_broker):
     from confluent_kafka import TopicPartition
+
     topic = _delete_topic(module_broker)
     # offset 57 sits inside a compressed batch: the log start moves to exactly 57
     inside = [b for b in segment_batches(module_broker.data_dir, topic, 0) if b.base_offset < 57 <= b.last_offset]
@@ -452,14 +508,16 @@ def test_delete_records_confluent(module_broker):
     first, (low, high) = _first_offset_from_beginning_confluent(module_broker, topic, 1)
     assert (first, low, high) == (0, 0, 200)
     # a fetch below the log start is out of range: auto.offset.reset=earliest lands on 57
-    got = consume_confluent(module_broker.bootstrap_servers, topic, {0: 143}, start={0: 10},
-                            **{"auto.offset.reset": "earliest"})
+    got = consume_confluent(
+        module_broker.bootstrap_servers, topic, {0: 143}, start={0: 10}, **{"auto.offset.reset": "earliest"}
+    )
     assert [r[0] for r in got[0]] == list(range(57, 200))
 
 
 def test_delete_records_kafka_python(module_broker):
     from kafka import KafkaConsumer, TopicPartition
     from kafka.admin import KafkaAdminClient
+
     topic = _delete_topic(module_broker)
     a = KafkaAdminClient(bootstrap_servers=module_broker.bootstrap_servers)
     try:
@@ -487,10 +545,13 @@ def test_delete_records_kafka_python(module_broker):
 
 # =============================================================================== CreatePartitions
 
+
 def test_create_partitions(module_broker):
     from confluent_kafka.admin import NewPartitions
     from kafka.admin import KafkaAdminClient
+
     from clientlib import Rec
+
     topic = new_topic()
     create_topic(module_broker, topic, 3)
     bs = module_broker.bootstrap_servers
@@ -518,8 +579,9 @@ def test_create_partitions(module_broker):
 
 
 def test_create_partitions_refuses_decrease(module_broker):
-    from confluent_kafka.admin import NewPartitions
     from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewPartitions
+
     topic = new_topic()
     create_topic(module_broker, topic, 3)
     a = admin(module_broker)
@@ -531,15 +593,17 @@ def test_create_partitions_refuses_decrease(module_broker):
 
 # =============================================================================== configs
 
+
 def _describe(a, topic):
     from confluent_kafka.admin import ConfigResource, ResourceType
+
     fs = a.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=10)
     return list(fs.values())[0].result()
 
 
 def test_configs_confluent(module_broker):
-    from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
-                                       ResourceType)
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+
     topic = new_topic()
     create_topic(module_broker, topic, 1)
     a = admin(module_broker)
@@ -581,10 +645,14 @@ def test_configs_confluent(module_broker):
 def test_configs_unknown_name_refused(module_broker):
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
     topic = new_topic()
     create_topic(module_broker, topic, 1)
-    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-        ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET)])
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET)],
+    )
     a = admin(module_broker)
     with pytest.raises(KafkaException) as e:
         for f in a.incremental_alter_configs([res], request_timeout=10).values():
@@ -594,6 +662,7 @@ def test_configs_unknown_name_refused(module_broker):
 
 def test_broker_configs_describe(module_broker):
     from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
     a = admin(module_broker)
     fs = a.describe_configs([ConfigResource(ResourceType.BROKER, "1")], request_timeout=10)
     d = list(fs.values())[0].result()
@@ -609,6 +678,7 @@ def test_broker_configs_describe(module_broker):
 
 def test_configs_kafka_python(module_broker):
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
     topic = new_topic()
     create_topic(module_broker, topic, 1)
     a = KafkaAdminClient(bootstrap_servers=module_broker.bootstrap_servers)
@@ -624,8 +694,9 @@ def test_configs_kafka_python(module_broker):
         d = describe()["retention.ms"]
         assert (d["value"], d["config_source"]) == ("777", "DYNAMIC_TOPIC_CONFIG")
         # non-incremental path (AlterConfigs v*)
-        res = a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "888"})],
-                              incremental=False)
+        res = a.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "888"})], incremental=False
+        )
         assert res["topic"][topic] == "OK", res
         assert describe()["retention.ms"]["value"] == "888"
         res = a.reset_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": None})])
@@ -640,8 +711,10 @@ def test_configs_kafka_python(module_broker):
 
 # =============================================================================== cluster / topics
 
+
 def test_describe_cluster_and_topics_confluent(module_broker):
     from confluent_kafka import TopicCollection
+
     topic = new_topic()
     create_topic(module_broker, topic, 3)
     a = admin(module_broker)
@@ -656,25 +729,27 @@ def test_describe_cluster_and_topics_confluent(module_broker):
     d = f.result()
     assert d.name == topic and not d.is_internal
     assert d.topic_id is not None and str(d.topic_id) not in ("", "AAAAAAAAAAAAAAAAAAAAAA")
-    assert [(p.id, p.leader.id, [r.id for r in p.replicas], [r.id for r in p.isr]) for p in d.partitions] == \
-        [(i, 1, [1], [1]) for i in range(3)]
+    assert [(p.id, p.leader.id, [r.id for r in p.replicas], [r.id for r in p.isr]) for p in d.partitions] == [
+        (i, 1, [1], [1]) for i in range(3)
+    ]
 
 
 def test_describe_cluster_and_topics_kafka_python(module_broker):
     from kafka.admin import KafkaAdminClient
+
     topic = new_topic()
     create_topic(module_broker, topic, 3)
     a = KafkaAdminClient(bootstrap_servers=module_broker.bootstrap_servers)
     try:
         cl = a.describe_cluster()
         assert cl["controller_id"] == 1 and cl["cluster_id"]
-        assert [(b["broker_id"], b["host"], b["port"]) for b in cl["brokers"]] == \
-            [(1, "127.0.0.1", module_broker.port)]
+        assert [(b["broker_id"], b["host"], b["port"]) for b in cl["brokers"]] == [(1, "127.0.0.1", module_broker.port)]
         assert topic in a.list_topics()
         [t] = a.describe_topics([topic])
         assert t["name"] == topic and t["error_code"] == 0
-        assert [(p["partition_index"], p["leader_id"], p["replica_nodes"], p["isr_nodes"]) for p in t["partitions"]] \
-            == [(i, 1, [1], [1]) for i in range(3)]
+        assert [
+            (p["partition_index"], p["leader_id"], p["replica_nodes"], p["isr_nodes"]) for p in t["partitions"]
+        ] == [(i, 1, [1], [1]) for i in range(3)]
         # DescribeTopicPartitions (KIP-966)
         [d] = a.describe_topic_partitions([topic])["topics"]
         assert d["name"] == topic and d["error_code"] == 0 and str(d["topic_id"]) == t["topic_id"]
@@ -685,8 +760,10 @@ def test_describe_cluster_and_topics_kafka_python(module_broker):
 
 # =============================================================================== auto-create
 
+
 def test_auto_create_topic_on_produce(module_broker):
     from clientlib import Rec
+
     bs = module_broker.bootstrap_servers
     t1, t2 = new_topic(), new_topic()
     ts = int(time.time() * 1000)
@@ -703,11 +780,17 @@ def test_auto_create_disabled(tmp_path):
     from confluent_kafka import KafkaError, Producer
     from kafka import KafkaProducer
     from kafka.errors import KafkaTimeoutError
+
     with Broker(data_dir=str(tmp_path / "d"), config={"auto.create.topics.enable": "false"}) as b:
         topic = new_topic()
         errors = []
-        p = Producer({"bootstrap.servers": b.bootstrap_servers, "message.timeout.ms": 3000,
-                      "topic.metadata.propagation.max.ms": 1000})
+        p = Producer(
+            {
+                "bootstrap.servers": b.bootstrap_servers,
+                "message.timeout.ms": 3000,
+                "topic.metadata.propagation.max.ms": 1000,
+            }
+        )
         p.produce(topic, b"v", on_delivery=lambda err, msg: errors.append(err))
         p.flush(10)
         assert len(errors) == 1 and errors[0] is not None
@@ -724,6 +807,7 @@ def test_auto_create_disabled(tmp_path):
 
 # =============================================================================== long poll
 
+
 def test_long_poll_empty_fetch_waits_max_wait(module_broker):
     """An empty Fetch answers after max_wait (not earlier, not hanging), with empty records."""
     topic = new_topic()
@@ -739,13 +823,16 @@ def test_long_poll_empty_fetch_waits_max_wait(module_broker):
             [p] = t.partitions
             assert p.error_code == 0 and p.high_watermark == 0
             assert p.records is not None and len(p.records) == 0
-            assert wait_ms / 1000 - 0.02 <= elapsed <= wait_ms / 1000 + 0.5, f"max_wait {wait_ms}: answered in {elapsed:.3f}s"
+            assert wait_ms / 1000 - 0.02 <= elapsed <= wait_ms / 1000 + 0.5, (
+                f"max_wait {wait_ms}: answered in {elapsed:.3f}s"
+            )
 
 
 def test_long_poll_wakes_on_produce_raw(module_broker):
     """A Fetch parked on an empty partition (max_wait 10 s) is answered as soon as a record
     is produced 1 s later."""
     from confluent_kafka import Producer
+
     topic = new_topic()
     create_topic(module_broker, topic, 1)
     p = Producer({"bootstrap.servers": module_broker.bootstrap_servers, "linger.ms": 0, "acks": "all"})
@@ -779,11 +866,13 @@ def test_long_poll_consumer_latency_confluent(module_broker):
     """End to end: a librdkafka consumer waiting (fetch.wait.max.ms=5000) on an empty
     partition receives a record produced 1 s later within ~100 ms."""
     from confluent_kafka import Consumer, Producer, TopicPartition
+
     topic = new_topic()
     create_topic(module_broker, topic, 1)
     bs = module_broker.bootstrap_servers
-    c = Consumer({"bootstrap.servers": bs, "group.id": "unused", "fetch.wait.max.ms": 5000,
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {"bootstrap.servers": bs, "group.id": "unused", "fetch.wait.max.ms": 5000, "enable.auto.commit": False}
+    )
     p = Producer({"bootstrap.servers": bs, "linger.ms": 0})
     try:
         c.assign([TopicPartition(topic, 0, 0)])
@@ -812,8 +901,9 @@ def test_nonflexible_fetch_with_records_answers_and_broker_survives(v11_broker, 
     produce_confluent(v11_broker.bootstrap_servers, topic, recs, "none")
     with RawConnection(v11_broker.bootstrap_servers) as c:
         for _ in range(3):
-            c.send(ApiKeys.FETCH, version, fetch_nonflexible_body(version, topic, [(0, 0), (1, 0)], 100),
-                   flexible=False)
+            c.send(
+                ApiKeys.FETCH, version, fetch_nonflexible_body(version, topic, [(0, 0), (1, 0)], 100), flexible=False
+            )
             r = decode_fetch(version, c.recv(False, timeout=10))
             sizes = [len(p.records) for t in r.responses for p in t.partitions]
             assert len(sizes) == 2 and all(s > 0 for s in sizes), sizes
@@ -829,8 +919,10 @@ def test_nonflexible_fetch_with_records_answers_and_broker_survives(v11_broker, 
 
 # =============================================================================== mid-batch fetch
 
+
 def _mid_batch_topic(broker):
     from clientlib import Rec
+
     topic = new_topic()
     create_topic(broker, topic, 1)
     ts = int(time.time() * 1000)
@@ -856,10 +948,12 @@ def test_fetch_from_middle_of_compressed_batch(module_broker):
         r = decode_fetch_v12(c.recv(True, timeout=10))
         records = bytes(r.responses[0].partitions[0].records)
         import struct
+
         assert struct.unpack_from(">q", records, 0)[0] == batch.base_offset
 
 
 # =============================================================================== segment roll
+
 
 def test_old_timestamps_do_not_roll_a_segment_per_batch(module_broker):
     """Records stamped long ago (older than segment.ms = 7 days) are appended in 20 batches:
@@ -867,6 +961,7 @@ def test_old_timestamps_do_not_roll_a_segment_per_batch(module_broker):
     batch's max timestamp with the segment's first batch timestamp, not with wall-clock now).
     kesque rolled a segment per batch until cfb4199."""
     from confluent_kafka import Producer
+
     topic = new_topic()
     create_topic(module_broker, topic, 1)
     p = Producer({"bootstrap.servers": module_broker.bootstrap_servers, "linger.ms": 0})
@@ -881,12 +976,15 @@ def test_old_timestamps_do_not_roll_a_segment_per_batch(module_broker):
 
 # =============================================================================== more broker behaviour
 
+
 @pytest.mark.parametrize("codec", ["none", "lz4"])
 def test_log_append_time(module_broker, codec):
     """message.timestamp.type=LogAppendTime: the broker stamps the batch (attributes bit 3,
     maxTimestamp) and consumers see the broker's time, type LogAppendTime, for every record."""
-    from clientlib import Rec
     from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
+    from clientlib import Rec
+
     topic = new_topic()
     create_topic(module_broker, topic, 1, {"message.timestamp.type": "LogAppendTime"})
     bs = module_broker.bootstrap_servers
@@ -897,6 +995,7 @@ def test_log_append_time(module_broker, codec):
     batches = segment_batches(module_broker.data_dir, topic, 0)
     assert all(b.timestamp_type == 1 and t0 <= b.max_timestamp <= t1 for b in batches), batches
     from confluent_kafka import Consumer, TopicPartition
+
     c = Consumer({"bootstrap.servers": bs, "group.id": "unused", "check.crcs": True})
     try:
         c.assign([TopicPartition(topic, 0, 0)])
@@ -910,7 +1009,9 @@ def test_log_append_time(module_broker, codec):
     assert {m.timestamp()[0] for m in got} == {TIMESTAMP_LOG_APPEND_TIME}
     assert all(t0 <= m.timestamp()[1] <= t1 for m in got)
     assert [(m.key(), m.value(), m.headers()) for m in got] == [(r.key, r.value, list(r.headers)) for r in recs]
-    from kafka import KafkaConsumer, TopicPartition as KTP
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
     kc = KafkaConsumer(bootstrap_servers=bs, check_crcs=True, enable_auto_commit=False)
     try:
         kc.assign([KTP(topic, 0)])
@@ -930,6 +1031,7 @@ def test_produce_errors_are_kafkas(module_broker):
     """Refused produces come back with Kafka's error codes."""
     from confluent_kafka import KafkaError, Producer
     from kafka import KafkaProducer
+
     bs = module_broker.bootstrap_servers
 
     def confluent_error(topic, **kw):
@@ -989,8 +1091,12 @@ def test_fetch_max_bytes_below_batch_size(request, client):
     produce_confluent(bs, topic, recs, "zstd")
     expected = expected_by_partition(recs)
     if client == "confluent":
-        got = consume_confluent(bs, topic, counts(expected), **{"max.partition.fetch.bytes": 100,
-                                                                "fetch.max.bytes": 1000, "message.max.bytes": 1000})
+        got = consume_confluent(
+            bs,
+            topic,
+            counts(expected),
+            **{"max.partition.fetch.bytes": 100, "fetch.max.bytes": 1000, "message.max.bytes": 1000},
+        )
     elif client == "kafka-python":
         got = consume_kafka_python(bs, topic, counts(expected), max_partition_fetch_bytes=100, fetch_max_bytes=100)
     else:

@@ -20,14 +20,19 @@ from kesque.config import BrokerConfig
 from kesque.storage.checkpoint import read_properties
 from kesque.testing.cluster import Cluster, plan, properties
 
+
 def cluster(*args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kesque", "cluster", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "kesque", "cluster", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _pids(d) -> list[int]:
-    return [int(open(os.path.join(d, n, "kesque.pid")).read()) for n in sorted(os.listdir(d))
-            if n.startswith("node-") and os.path.exists(os.path.join(d, n, "kesque.pid"))]
+    return [
+        int(open(os.path.join(d, n, "kesque.pid")).read())
+        for n in sorted(os.listdir(d))
+        if n.startswith("node-") and os.path.exists(os.path.join(d, n, "kesque.pid"))
+    ]
 
 
 def _running(pid: int) -> bool:
@@ -47,11 +52,14 @@ def cluster_dir(tmp_path):
 
 # ---------------------------------------------------------------------- configurations
 
+
 def test_combined_nodes_are_all_voters():
     specs = plan(3, base_port=19092)
     assert [(s.node_id, s.roles, s.port, s.controller_port) for s in specs] == [
-        (1, ("broker", "controller"), 19092, 19093), (2, ("broker", "controller"), 19094, 19095),
-        (3, ("broker", "controller"), 19096, 19097)]
+        (1, ("broker", "controller"), 19092, 19093),
+        (2, ("broker", "controller"), 19094, 19095),
+        (3, ("broker", "controller"), 19096, 19097),
+    ]
     props = properties(specs[1], specs, "/d/node-2/data")
     assert props["controller.quorum.voters"] == "1@127.0.0.1:19093,2@127.0.0.1:19095,3@127.0.0.1:19097"
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:19094,CONTROLLER://127.0.0.1:19095"
@@ -65,7 +73,10 @@ def test_combined_nodes_are_all_voters():
 def test_separate_controllers_and_brokers():
     specs = plan(2, controllers=1, base_port=19092)
     assert [(s.node_id, s.roles, s.port, s.controller_port) for s in specs] == [
-        (1, ("controller",), None, 19092), (2, ("broker",), 19093, None), (3, ("broker",), 19094, None)]
+        (1, ("controller",), None, 19092),
+        (2, ("broker",), 19093, None),
+        (3, ("broker",), 19094, None),
+    ]
     controller, broker = properties(specs[0], specs, "/d"), properties(specs[1], specs, "/d")
     assert controller["listeners"] == "CONTROLLER://127.0.0.1:19092" and "advertised.listeners" not in controller
     assert broker["listeners"] == "PLAINTEXT://127.0.0.1:19093" and broker["process.roles"] == "broker"
@@ -77,6 +88,7 @@ def test_separate_controllers_and_brokers():
 
 # ---------------------------------------------------------------------- processes
 
+
 def test_up_status_down_of_one_node(cluster_dir):
     r = cluster("up", "--nodes", "1", "--dir", cluster_dir)
     assert r.returncode == 0, r.stderr
@@ -86,11 +98,16 @@ def test_up_status_down_of_one_node(cluster_dir):
     # formatted with the cluster id `up` chose, which the node serves
     state = read_properties(os.path.join(cluster_dir, "cluster.properties"))
     assert state["bootstrap.servers"] == bootstrap
-    assert read_properties(os.path.join(cluster_dir, "node-1", "data", "meta.properties"))["cluster.id"] == \
-        state["cluster.id"] == md.cluster_id
+    assert (
+        read_properties(os.path.join(cluster_dir, "node-1", "data", "meta.properties"))["cluster.id"]
+        == state["cluster.id"]
+        == md.cluster_id
+    )
     # the project's own pipelines run on it: the Spark sink's two-phase commit (KIP-939) is on
-    assert read_properties(os.path.join(cluster_dir, "node-1", "server.properties"))[
-        "transaction.two.phase.commit.enable"] == "true"
+    assert (
+        read_properties(os.path.join(cluster_dir, "node-1", "server.properties"))["transaction.two.phase.commit.enable"]
+        == "true"
+    )
     p = Producer(bootstrap, transactional_id="up-2pc", enable_2pc=True, timeout=20)
     try:
         p.init_transactions()
@@ -112,8 +129,17 @@ def test_up_status_down_of_one_node(cluster_dir):
 
 
 def test_up_override_sets_every_node_and_can_turn_two_phase_commit_off(cluster_dir):
-    r = cluster("up", "--nodes", "1", "--dir", cluster_dir, "--override", "transaction.two.phase.commit.enable=false",
-                "--override", "log.retention.check.interval.ms = 1234")
+    r = cluster(
+        "up",
+        "--nodes",
+        "1",
+        "--dir",
+        cluster_dir,
+        "--override",
+        "transaction.two.phase.commit.enable=false",
+        "--override",
+        "log.retention.check.interval.ms = 1234",
+    )
     assert r.returncode == 0, r.stderr
     props = read_properties(os.path.join(cluster_dir, "node-1", "server.properties"))
     assert props["transaction.two.phase.commit.enable"] == "false"
@@ -172,6 +198,7 @@ def test_the_fixture(kesque_cluster_factory):
 
 # ---------------------------------------------------------------------- several nodes (the quorum)
 
+
 def _brokers_seen(bootstrap: str) -> set[int]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers)
 
@@ -186,8 +213,10 @@ def test_up_three_nodes_each_answers_with_three_brokers(cluster_dir):
         while _brokers_seen(server) != {1, 2, 3}:
             assert time.monotonic() < deadline, f"{server} does not see 3 brokers"
             time.sleep(0.2)
-    ids = {read_properties(os.path.join(cluster_dir, f"node-{n}", "data", "meta.properties"))["cluster.id"]
-           for n in (1, 2, 3)}
+    ids = {
+        read_properties(os.path.join(cluster_dir, f"node-{n}", "data", "meta.properties"))["cluster.id"]
+        for n in (1, 2, 3)
+    }
     assert len(ids) == 1
 
 

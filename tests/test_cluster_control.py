@@ -11,7 +11,11 @@ from kio.serial import entity_reader, entity_writer
 
 from kesque.controller import cluster_control as cc
 from kesque.controller.cluster_control import (
-    ClusterControl, HeartbeatReply, HeartbeatRequest, RegistrationReply, RegistrationRequest,
+    ClusterControl,
+    HeartbeatReply,
+    HeartbeatRequest,
+    RegistrationReply,
+    RegistrationRequest,
 )
 from kesque.errors import ErrorCode, KafkaError
 from kesque.metadata.image import Delta, Endpoint, MetadataImage
@@ -43,16 +47,26 @@ class Controller:
 
     def register(self, b, now=0, incarnation=None, **kw):
         inc = incarnation or self.incarnations.setdefault(b, uuid.uuid4())
-        req = RegistrationRequest(b, kw.pop("cluster_id", CLUSTER), inc, [Endpoint("PLAINTEXT", "h", 9092 + b)],
-                                  kw.pop("features", FEATURES), **kw)
+        req = RegistrationRequest(
+            b,
+            kw.pop("cluster_id", CLUSTER),
+            inc,
+            [Endpoint("PLAINTEXT", "h", 9092 + b)],
+            kw.pop("features", FEATURES),
+            **kw,
+        )
         records, epoch = self.c.register(req, now, self.next_offset)
         self.apply(records)
         return epoch, records
 
     def heartbeat(self, b, now=0, offset=None, **kw):
         epoch = kw.pop("epoch", None)
-        req = HeartbeatRequest(b, self.image.brokers[b].epoch if epoch is None else epoch,
-                               self.image.offset if offset is None else offset, **kw)
+        req = HeartbeatRequest(
+            b,
+            self.image.brokers[b].epoch if epoch is None else epoch,
+            self.image.offset if offset is None else offset,
+            **kw,
+        )
         records, reply = self.c.heartbeat(req, now, self.next_offset)
         self.apply(records)
         return reply, records
@@ -65,10 +79,25 @@ class Controller:
 
     def topic(self, name, *assignments):
         tid = uuid.uuid4()
-        self.apply([{"type": "TopicRecord", "name": name, "topic_id": tid}] + [
-            {"type": "PartitionRecord", "partition_id": p, "topic_id": tid, "replicas": reps, "isr": reps,
-             "removing_replicas": [], "adding_replicas": [], "leader": reps[0], "leader_recovery_state": 0,
-             "leader_epoch": 0, "partition_epoch": 0} for p, reps in enumerate(assignments)])
+        self.apply(
+            [{"type": "TopicRecord", "name": name, "topic_id": tid}]
+            + [
+                {
+                    "type": "PartitionRecord",
+                    "partition_id": p,
+                    "topic_id": tid,
+                    "replicas": reps,
+                    "isr": reps,
+                    "removing_replicas": [],
+                    "adding_replicas": [],
+                    "leader": reps[0],
+                    "leader_recovery_state": 0,
+                    "leader_epoch": 0,
+                    "partition_epoch": 0,
+                }
+                for p, reps in enumerate(assignments)
+            ]
+        )
         return tid
 
     def part(self, name, p=0):
@@ -90,14 +119,19 @@ def test_a_new_registration_starts_fenced_with_the_offset_of_its_record_as_epoch
 def test_unfenced_only_once_caught_up_with_its_registration():
     h = Controller()
     h.register(1)
-    reply, records = h.heartbeat(1, offset=9)          # the RegisterBrokerRecord is at 10
+    reply, records = h.heartbeat(1, offset=9)  # the RegisterBrokerRecord is at 10
     assert (reply.is_caught_up, reply.is_fenced, records) == (False, True, [])
-    reply, _ = h.heartbeat(1, offset=10, want_fence=True)   # caught up, but not ready yet
+    reply, _ = h.heartbeat(1, offset=10, want_fence=True)  # caught up, but not ready yet
     assert reply.is_caught_up and reply.is_fenced
     reply, records = h.heartbeat(1, offset=10)
     assert reply.is_caught_up and not reply.is_fenced
-    assert records[0] == {"type": "BrokerRegistrationChangeRecord", "broker_id": 1, "broker_epoch": 10,
-                          "fenced": -1, "in_controlled_shutdown": 0}
+    assert records[0] == {
+        "type": "BrokerRegistrationChangeRecord",
+        "broker_id": 1,
+        "broker_epoch": 10,
+        "fenced": -1,
+        "in_controlled_shutdown": 0,
+    }
     assert not h.image.brokers[1].fenced
 
 
@@ -108,7 +142,7 @@ def test_another_incarnation_with_a_live_session_is_a_duplicate():
         h.register(1, now=TIMEOUT, incarnation=uuid.uuid4())
     assert code(e) == ErrorCode.duplicate_broker_registration
     assert str(e.value) == "Another broker is registered with that broker id."
-    epoch, _ = h.register(1, now=TIMEOUT + 1, incarnation=uuid.uuid4())   # session expired: a new incarnation
+    epoch, _ = h.register(1, now=TIMEOUT + 1, incarnation=uuid.uuid4())  # session expired: a new incarnation
     assert epoch > 10 and h.image.brokers[1].fenced
 
 
@@ -132,13 +166,13 @@ def test_a_new_incarnation_takes_over_the_partitions_it_led():
     for b in (1, 2):
         h.unfenced_broker(b)
     h.topic("t", [1, 2], [2, 1], [1])
-    h.c.sessions[1].last_contact = -TIMEOUT - 1        # its session ran out, not yet expired
+    h.c.sessions[1].last_contact = -TIMEOUT - 1  # its session ran out, not yet expired
     at = h.next_offset
     epoch, records = h.register(1, now=0, incarnation=uuid.uuid4())
     assert (h.part("t", 0).leader, h.part("t", 0).isr) == (2, [2])
     assert (h.part("t", 1).leader, h.part("t", 1).isr) == (2, [2])
     assert (h.part("t", 2).leader, h.part("t", 2).isr) == (-1, [1])
-    assert epoch == at + len(records) - 1 and len(records) == 4     # the offset of its RegisterBrokerRecord
+    assert epoch == at + len(records) - 1 and len(records) == 4  # the offset of its RegisterBrokerRecord
 
 
 def test_cluster_id_must_match():
@@ -187,7 +221,7 @@ def test_unfencing_elects_it_where_it_is_the_only_isr_member_left():
     h.apply(h.c.heartbeat(HeartbeatRequest(1, 10, h.image.offset, want_fence=True), 0, h.next_offset)[0])
     assert (h.part("t", 0).leader, h.part("t", 0).isr) == (2, [2])
     h.apply(h.c.heartbeat(HeartbeatRequest(2, 12, h.image.offset, want_fence=True), 0, h.next_offset)[0])
-    assert (h.part("t", 0).leader, h.part("t", 0).isr) == (-1, [2])    # the last ISR member stays
+    assert (h.part("t", 0).leader, h.part("t", 0).isr) == (-1, [2])  # the last ISR member stays
     reply, _ = h.heartbeat(2)
     assert not reply.is_fenced
     assert (h.part("t", 0).leader, h.part("t", 1).leader) == (2, 2)
@@ -211,13 +245,18 @@ def test_expiry_fences_after_the_session_timeout_and_moves_leadership():
     assert h.c.next_deadline() == TIMEOUT + 1
     assert h.c.expire(TIMEOUT) == []
     records = h.apply(h.c.expire(TIMEOUT + 1))
-    assert records[-1] == {"type": "BrokerRegistrationChangeRecord", "broker_id": 1, "broker_epoch": 10,
-                           "fenced": 1, "in_controlled_shutdown": 0}
+    assert records[-1] == {
+        "type": "BrokerRegistrationChangeRecord",
+        "broker_id": 1,
+        "broker_epoch": 10,
+        "fenced": 1,
+        "in_controlled_shutdown": 0,
+    }
     assert h.image.brokers[1].fenced
     p0, p1, p2 = (h.part("t", i) for i in range(3))
-    assert (p0.leader, p0.isr, p0.leader_epoch) == (2, [2, 3], 1)       # first ISR replica in order
-    assert (p1.leader, p1.isr, p1.leader_epoch) == (2, [2, 3], 0)       # ISR shrink: no epoch bump
-    assert (p2.leader, p2.isr) == (-1, [1])                             # no one else: leaderless
+    assert (p0.leader, p0.isr, p0.leader_epoch) == (2, [2, 3], 1)  # first ISR replica in order
+    assert (p1.leader, p1.isr, p1.leader_epoch) == (2, [2, 3], 0)  # ISR shrink: no epoch bump
+    assert (p2.leader, p2.isr) == (-1, [1])  # no one else: leaderless
     assert h.c.next_deadline() == 5000 + TIMEOUT + 1
 
 
@@ -229,7 +268,7 @@ def test_expiry_fences_one_broker_per_call_each_seeing_the_last():
     h.heartbeat(3, now=5000)
     first = h.apply(h.c.expire(TIMEOUT + 1))
     assert first[-1]["broker_id"] == 1
-    assert h.part("t").leader == 2             # still registered unfenced (Kafka's isActive)
+    assert h.part("t").leader == 2  # still registered unfenced (Kafka's isActive)
     second = h.apply(h.c.expire(TIMEOUT + 1))
     assert second[-1]["broker_id"] == 2 and h.part("t").leader == 3
     assert h.c.expire(TIMEOUT + 1) == []
@@ -270,7 +309,7 @@ def test_controlled_shutdown_moves_leadership_then_lets_the_broker_go():
     assert not reply.should_shut_down
     h.heartbeat(2, now=250, offset=shutdown_offset)
     reply, _ = h.heartbeat(1, now=300, want_shut_down=True)
-    assert not reply.should_shut_down          # broker 3 is still behind
+    assert not reply.should_shut_down  # broker 3 is still behind
     h.heartbeat(3, now=350, offset=shutdown_offset)
     reply, records = h.heartbeat(1, now=400, want_shut_down=True)
     assert reply.should_shut_down and reply.is_fenced and h.image.brokers[1].fenced
@@ -306,13 +345,20 @@ def through_kio(obj):
 
 @pytest.mark.parametrize("version", range(0, 5))
 def test_registration_through_kio(version):
-    req = RegistrationRequest(3, CLUSTER, uuid.uuid4(), [Endpoint("PLAINTEXT", "localhost", 9092, 0)],
-                              {"metadata.version": (1, 25), "group.version": (0, 1)}, "r1", 42)
+    req = RegistrationRequest(
+        3,
+        CLUSTER,
+        uuid.uuid4(),
+        [Endpoint("PLAINTEXT", "localhost", 9092, 0)],
+        {"metadata.version": (1, 25), "group.version": (0, 1)},
+        "r1",
+        42,
+    )
     back = cc.from_kio(through_kio(cc.to_kio(req, version)))
     if version < 3:
         req.previous_broker_epoch = -1
     if version < 4:
-        del req.features["group.version"]         # v0-v3 leave out features whose minimum is 0
+        del req.features["group.version"]  # v0-v3 leave out features whose minimum is 0
     assert back == req
     reply = RegistrationReply(int(ErrorCode.duplicate_broker_registration), -1)
     assert cc.from_kio(through_kio(cc.to_kio(reply, version))) == reply
@@ -330,8 +376,10 @@ def test_heartbeat_through_kio(version):
 
 def test_lifecycle_config_from_broker_config():
     from kesque.config.broker import BrokerConfig
-    c = cc.LifecycleConfig.of(BrokerConfig({"broker.session.timeout.ms": "3000",
-                                            "controlled.shutdown.enable": "false"}))
+
+    c = cc.LifecycleConfig.of(
+        BrokerConfig({"broker.session.timeout.ms": "3000", "controlled.shutdown.enable": "false"})
+    )
     assert (c.session_timeout_ms, c.heartbeat_interval_ms, c.controlled_shutdown_enable) == (3000, 2000, False)
 
 
@@ -340,9 +388,21 @@ def test_only_an_isr_member_is_elected():
     for b in (1, 2, 3):
         h.unfenced_broker(b)
     h.topic("t", [1, 2, 3])
-    h.apply([{"type": "PartitionChangeRecord", "topic_id": h.image.topic("t").topic_id, "partition_id": 0,
-              "isr": [1, 3], "leader": -2, "replicas": None, "removing_replicas": None, "adding_replicas": None,
-              "leader_recovery_state": -1}])
+    h.apply(
+        [
+            {
+                "type": "PartitionChangeRecord",
+                "topic_id": h.image.topic("t").topic_id,
+                "partition_id": 0,
+                "isr": [1, 3],
+                "leader": -2,
+                "replicas": None,
+                "removing_replicas": None,
+                "adding_replicas": None,
+                "leader_recovery_state": -1,
+            }
+        ]
+    )
     h.heartbeat(1, want_fence=True)
     assert (h.part("t").leader, h.part("t").isr) == (3, [3])
 
@@ -366,7 +426,7 @@ def test_a_broker_whose_session_is_shutting_down_is_not_elected():
     for b in (1, 2, 3):
         h.unfenced_broker(b)
     h.topic("t", [1, 2, 3])
-    h.c.sessions[2].shutdown_offset = 5        # its controlled shutdown began, not yet in the image
+    h.c.sessions[2].shutdown_offset = 5  # its controlled shutdown began, not yet in the image
     h.heartbeat(1, want_fence=True)
     assert h.part("t", 0).leader == 3
 
@@ -401,12 +461,24 @@ def test_fencing_the_last_isr_member_elects_an_out_of_sync_replica_where_the_top
     h.topic("clean", [1, 2])
     for name in ("u", "clean"):
         t = h.image.topic(name)
-        h.apply([{"type": "PartitionChangeRecord", "topic_id": t.topic_id, "partition_id": 0, "isr": [1],
-                  "leader": -2, "replicas": None, "removing_replicas": None, "adding_replicas": None,
-                  "leader_recovery_state": -1}])
+        h.apply(
+            [
+                {
+                    "type": "PartitionChangeRecord",
+                    "topic_id": t.topic_id,
+                    "partition_id": 0,
+                    "isr": [1],
+                    "leader": -2,
+                    "replicas": None,
+                    "removing_replicas": None,
+                    "adding_replicas": None,
+                    "leader_recovery_state": -1,
+                }
+            ]
+        )
     h.apply(h.c.heartbeat(HeartbeatRequest(1, 10, h.image.offset, want_fence=True), 0, h.next_offset)[0])
     u, clean = h.part("u"), h.part("clean")
-    assert (u.leader, u.isr, u.leader_recovery_state) == (2, [2], 1)          # unclean: RECOVERING
+    assert (u.leader, u.isr, u.leader_recovery_state) == (2, [2], 1)  # unclean: RECOVERING
     assert (clean.leader, clean.isr) == (-1, [1])
 
 
@@ -439,14 +511,14 @@ def elr_controller():
 
 def test_with_elr_a_fenced_last_isr_member_stays_eligible_and_leads_again_once_back():
     h = elr_controller()
-    h.apply(h.c.expire(TIMEOUT + 1))                  # both sessions expire: one broker per call
+    h.apply(h.c.expire(TIMEOUT + 1))  # both sessions expire: one broker per call
     h.apply(h.c.expire(TIMEOUT + 1))
     p = h.part("t")
     # min ISR 1: the first fenced broker leaves an ISR still at min ISR (not eligible); the last
     # one empties it and stays eligible, and is the last known leader
     assert (p.leader, p.isr, p.elr, p.last_known_elr) == (-1, [], [2], [2])
     reply, _ = h.heartbeat(1, now=TIMEOUT + 2)
-    assert not reply.is_fenced and h.part("t").leader == -1      # not eligible
+    assert not reply.is_fenced and h.part("t").leader == -1  # not eligible
     # the same incarnation heartbeats again (a clean return): elected from the ELR, ISR itself
     reply, _ = h.heartbeat(2, now=TIMEOUT + 2)
     p = h.part("t")
@@ -459,8 +531,13 @@ def test_a_new_incarnation_after_an_unclean_shutdown_leaves_the_elr(clean):
     h.apply(h.c.expire(TIMEOUT + 1))
     h.apply(h.c.expire(TIMEOUT + 1))
     epoch = h.image.brokers[2].epoch
-    h.register(2, now=TIMEOUT + 2, incarnation=uuid.uuid4(), features=ELR_FEATURES,
-               previous_broker_epoch=epoch if clean else -1)
+    h.register(
+        2,
+        now=TIMEOUT + 2,
+        incarnation=uuid.uuid4(),
+        features=ELR_FEATURES,
+        previous_broker_epoch=epoch if clean else -1,
+    )
     p = h.part("t")
     assert p.elr == ([2] if clean else []) and p.leader == -1
 
@@ -478,7 +555,7 @@ def test_balanced_recovery_elects_the_last_known_leader_once_the_isr_and_elr_are
     assert (p.leader, p.isr, p.elr, p.last_known_elr) == (-1, [], [], last)
     other = 3 - last[0]
     h.heartbeat(other, now=TIMEOUT + 3)
-    assert h.part("t").leader == -1                   # not the last known leader: not elected
+    assert h.part("t").leader == -1  # not the last known leader: not elected
     h.heartbeat(last[0], now=TIMEOUT + 3)
     p = h.part("t")
     assert (p.leader, p.isr, p.leader_recovery_state, p.last_known_elr) == (last[0], last, 1, [])

@@ -7,18 +7,19 @@ import subprocess
 import sys
 import time
 
-import oracle
 import pytest
+
+import oracle
+from kesque.testing import kafka as K
 from oracle import pair as pair  # the fixture (the redundant alias: a re-export, not an unused import)
 from test_quorum_cluster import Nodes
 from wire import Api, WireClient
 
-from kesque.testing import kafka as K
-
 
 def tool(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kesque", "cluster-tool", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kesque", "cluster-tool", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cluster_id_endpoints_and_unregister():
@@ -34,11 +35,13 @@ def test_cluster_id_endpoints_and_unregister():
         rows = [line.split() for line in r.stdout.splitlines()]
         assert rows[0] == ["ID", "HOST", "PORT", "RACK", "STATE", "ENDPOINT_TYPE"], r.stdout
         assert [(row[0], row[1], row[2], row[4], row[5]) for row in rows[1:]] == [
-            (str(i + 1), "127.0.0.1", str(b.port), "unfenced", "broker") for i, b in enumerate(nodes.brokers)]
+            (str(i + 1), "127.0.0.1", str(b.port), "unfenced", "broker") for i, b in enumerate(nodes.brokers)
+        ]
         r = tool("list-endpoints", "--bootstrap-controller", controllers)
         rows = [line.split() for line in r.stdout.splitlines()]
         assert [(row[0], row[2], row[5]) for row in rows[1:]] == [
-            (str(i + 1), str(port), "controller") for i, port in enumerate(nodes.controller_ports)], r.stdout
+            (str(i + 1), str(port), "controller") for i, port in enumerate(nodes.controller_ports)
+        ], r.stdout
 
         r = tool("unregister", "--bootstrap-server", bs, "--id", "9")
         assert r.returncode == 1 and "Broker ID 9 is not currently registered" in r.stderr, r.stderr
@@ -61,12 +64,21 @@ def test_cluster_id_endpoints_and_unregister():
 def test_the_same_output_as_kafkas_tool(pair):
     """kafka-cluster.sh and kesque's, each against its own broker: the same bytes, ports masked
     (Kafka's tool adds a Java stack trace after the error's first line)."""
-    for args in (["list-endpoints"], ["list-endpoints", "--include-fenced-brokers"], ["unregister", "--id", "9"],
-                 ["--help"], ["unregister"], ["cluster-id", "--bootstrap-server"]):
+    for args in (
+        ["list-endpoints"],
+        ["list-endpoints", "--include-fenced-brokers"],
+        ["unregister", "--id", "9"],
+        ["--help"],
+        ["unregister"],
+        ["cluster-id", "--bootstrap-server"],
+    ):
         out = {}
         for kind, b in pair.items():
-            full = args if args[0] == "--help" or args[-1].startswith("--") or args == ["unregister"] else \
-                [args[0], "--bootstrap-server", b.bootstrap_servers, *args[1:]]
+            full = (
+                args
+                if args[0] == "--help" or args[-1].startswith("--") or args == ["unregister"]
+                else [args[0], "--bootstrap-server", b.bootstrap_servers, *args[1:]]
+            )
             r = K.run_tool("kafka-cluster.sh", *full) if kind == "kafka" else tool(*full)
             port = b.bootstrap_servers.rsplit(":", 1)[1]
             lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("[")]  # not Kafka's log lines

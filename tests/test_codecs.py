@@ -20,7 +20,6 @@ import sys
 import uuid
 
 import pytest
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
@@ -29,6 +28,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta
 
+from conftest import examples
 from kesque.protocol import primitives as pr
 from kesque.protocol.api import FLEXIBLE_FROM, decode_request, is_flexible, parse_request_header
 from kesque.protocol.api_keys import ApiKeys
@@ -37,8 +37,7 @@ from kesque.protocol.offset_commit import encode_offset_commit_response
 from kesque.protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
 from kesque.testing import kafka
 
-SETTINGS = settings(max_examples=examples(150),
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow])
 
 PRODUCE_VERSIONS = sorted(schema_name_map["produce"])
 FETCH_VERSIONS = sorted(schema_name_map["fetch"])
@@ -50,6 +49,7 @@ def test_kio_versions_cover_what_the_brief_expects():
 
 
 # ------------------------------------------------------------------------ kio helpers
+
 
 def kio_encode(obj) -> bytes:
     buf = io.BytesIO()
@@ -73,7 +73,7 @@ def make(cls, **kw):
 
 
 def ms_to_dt(ms: int) -> datetime.datetime:
-    return datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(milliseconds=ms)
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(milliseconds=ms)
 
 
 def ms_delta(ms: int) -> i32Timedelta:
@@ -96,16 +96,19 @@ NODE_ENDPOINTS = st.lists(st.tuples(I32, NAMES, I32, RACKS), max_size=3)
 
 # ======================================================================== Produce request
 
+
 @st.composite
 def produce_requests(draw):
     version = draw(st.sampled_from(PRODUCE_VERSIONS))
     txn = draw(st.one_of(st.none(), NAMES))
     acks = draw(st.one_of(st.sampled_from([-1, 0, 1]), I16))
     timeout = draw(st.integers(0, 2**31 - 1))
-    topics = draw(st.lists(
-        st.tuples(UUIDS if version >= 13 else TOPIC_NAMES,
-                  st.lists(st.tuples(I32, RECORDS), max_size=4)),
-        max_size=4))
+    topics = draw(
+        st.lists(
+            st.tuples(UUIDS if version >= 13 else TOPIC_NAMES, st.lists(st.tuples(I32, RECORDS), max_size=4)),
+            max_size=4,
+        )
+    )
     return version, txn, acks, timeout, topics
 
 
@@ -114,11 +117,14 @@ def kio_produce_request(version, txn, acks, timeout, topics) -> bytes:
     TopicData = nested(cls, "TopicProduceData")
     PartData = nested(cls, "PartitionProduceData")
     req = cls(
-        transactional_id=txn, acks=acks, timeout=ms_delta(timeout),
+        transactional_id=txn,
+        acks=acks,
+        timeout=ms_delta(timeout),
         topic_data=tuple(
-            make(TopicData, name=t, topic_id=t,
-                 partition_data=tuple(PartData(index=i, records=r) for i, r in parts))
-            for t, parts in topics))
+            make(TopicData, name=t, topic_id=t, partition_data=tuple(PartData(index=i, records=r) for i, r in parts))
+            for t, parts in topics
+        ),
+    )
     return kio_encode(req)
 
 
@@ -212,6 +218,7 @@ def test_decode_produce_request_rejects_null_topic_array(version):
 
 # ======================================================================== Produce response
 
+
 @st.composite
 def produce_responses(draw):
     version = draw(st.sampled_from(PRODUCE_VERSIONS))
@@ -221,14 +228,21 @@ def produce_responses(draw):
         parts = []
         for _ in range(draw(st.integers(0, 3))):
             leader = draw(st.one_of(st.just((-1, -1)), st.tuples(I32, I32)))
-            parts.append(PartitionResponse(
-                index=draw(I32), error_code=draw(ERRORS).value, base_offset=draw(I64),
-                log_append_time=draw(st.one_of(st.just(-1), st.integers(0, 2**42))),
-                log_start_offset=draw(I64),
-                error_message=draw(st.one_of(st.none(), NAMES)),
-                record_errors=draw(st.one_of(st.none(), st.lists(
-                    st.tuples(I32, st.one_of(st.none(), NAMES)), max_size=3))),
-                leader_id=leader[0], leader_epoch=leader[1]))
+            parts.append(
+                PartitionResponse(
+                    index=draw(I32),
+                    error_code=draw(ERRORS).value,
+                    base_offset=draw(I64),
+                    log_append_time=draw(st.one_of(st.just(-1), st.integers(0, 2**42))),
+                    log_start_offset=draw(I64),
+                    error_message=draw(st.one_of(st.none(), NAMES)),
+                    record_errors=draw(
+                        st.one_of(st.none(), st.lists(st.tuples(I32, st.one_of(st.none(), NAMES)), max_size=3))
+                    ),
+                    leader_id=leader[0],
+                    leader_epoch=leader[1],
+                )
+            )
         topics.append((key, parts))
     throttle = draw(st.integers(0, 2**31 - 1))
     endpoints = draw(NODE_ENDPOINTS)
@@ -250,18 +264,31 @@ def kio_produce_response(version, topics, throttle, endpoints) -> bytes:
         kw_cls["node_endpoints"] = tuple(Endpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints)
 
     def part(p: PartitionResponse):
-        kw = dict(index=p.index, error_code=ErrorCode(p.error_code), base_offset=p.base_offset,
-                  log_append_time=None if p.log_append_time == -1 else ms_to_dt(p.log_append_time),
-                  log_start_offset=p.log_start_offset, error_message=p.error_message)
+        kw = dict(
+            index=p.index,
+            error_code=ErrorCode(p.error_code),
+            base_offset=p.base_offset,
+            log_append_time=None if p.log_append_time == -1 else ms_to_dt(p.log_append_time),
+            log_start_offset=p.log_start_offset,
+            error_message=p.error_message,
+        )
         if "record_errors" in fields:
-            kw["record_errors"] = tuple(BatchErr(batch_index=i, batch_index_error_message=m)
-                                        for i, m in (p.record_errors or ()))
+            kw["record_errors"] = tuple(
+                BatchErr(batch_index=i, batch_index_error_message=m) for i, m in (p.record_errors or ())
+            )
         if "current_leader" in fields:
             kw["current_leader"] = Leader(leader_id=p.leader_id, leader_epoch=p.leader_epoch)
         return make(PartResp, **kw)
 
-    resp = make(cls, responses=tuple(make(TopicResp, name=t, topic_id=t, partition_responses=tuple(
-        part(p) for p in parts)) for t, parts in topics), throttle_time=ms_delta(throttle), **kw_cls)
+    resp = make(
+        cls,
+        responses=tuple(
+            make(TopicResp, name=t, topic_id=t, partition_responses=tuple(part(p) for p in parts))
+            for t, parts in topics
+        ),
+        throttle_time=ms_delta(throttle),
+        **kw_cls,
+    )
     return kio_encode(resp)
 
 
@@ -276,8 +303,10 @@ def test_encode_produce_response_matches_kio(case):
 @pytest.mark.parametrize("version", PRODUCE_VERSIONS)
 def test_encode_produce_response_decodes_with_kio(version):
     topic = uuid.uuid4() if version >= 13 else "orders"
-    parts = [PartitionResponse(0, 0, 42, -1, 0),
-             PartitionResponse(1, 6, -1, -1, -1, "not leader", [(0, "bad"), (3, None)], 2, 7)]
+    parts = [
+        PartitionResponse(0, 0, 42, -1, 0),
+        PartitionResponse(1, 6, -1, -1, -1, "not leader", [(0, "bad"), (3, None)], 2, 7),
+    ]
     data = encode_produce_response(version, [(topic, parts)], 5, [(2, "h", 9092, None)])
     obj, size = kio_decode(load_response_schema(0, version), data)
     assert size == len(data)
@@ -308,6 +337,7 @@ def test_produce_response_current_leader_tag_only_when_set():
 
 
 # ======================================================================== Fetch response
+
 
 @pytest.fixture(scope="module")
 def segment_file(tmp_path_factory):
@@ -358,17 +388,24 @@ def fetch_responses(draw):
         key = draw(UUIDS if version >= 13 else TOPIC_NAMES)
         parts = []
         for _ in range(draw(st.integers(0, 3))):
-            parts.append(dict(
-                index=draw(I32), error_code=draw(ERRORS).value, high_watermark=draw(I64),
-                last_stable_offset=draw(I64), log_start_offset=draw(I64),
-                aborted=draw(st.one_of(st.none(), st.just([]), st.lists(st.tuples(I64, I64), min_size=1, max_size=3))),
-                preferred_read_replica=draw(I32),
-                diverging=draw(st.one_of(st.none(), st.just((-1, -1)), st.tuples(I32, I64))),
-                leader=draw(st.one_of(st.none(), st.just((-1, -1)), st.tuples(I32, I32))),
-                records=draw(record_pieces())))
+            parts.append(
+                dict(
+                    index=draw(I32),
+                    error_code=draw(ERRORS).value,
+                    high_watermark=draw(I64),
+                    last_stable_offset=draw(I64),
+                    log_start_offset=draw(I64),
+                    aborted=draw(
+                        st.one_of(st.none(), st.just([]), st.lists(st.tuples(I64, I64), min_size=1, max_size=3))
+                    ),
+                    preferred_read_replica=draw(I32),
+                    diverging=draw(st.one_of(st.none(), st.just((-1, -1)), st.tuples(I32, I64))),
+                    leader=draw(st.one_of(st.none(), st.just((-1, -1)), st.tuples(I32, I32))),
+                    records=draw(record_pieces()),
+                )
+            )
         topics.append((key, parts))
-    return (version, draw(ERRORS).value, draw(I32), topics, draw(st.integers(0, 2**31 - 1)),
-            draw(NODE_ENDPOINTS))
+    return (version, draw(ERRORS).value, draw(I32), topics, draw(st.integers(0, 2**31 - 1)), draw(NODE_ENDPOINTS))
 
 
 def _resolve(pieces, handle, data):
@@ -380,7 +417,7 @@ def _resolve(pieces, handle, data):
         if isinstance(p, tuple):
             _, pos, size = p
             items.append(FileRegion(handle, pos, size))
-            raw.append(data[pos:pos + size])
+            raw.append(data[pos : pos + size])
         else:
             items.append(p)
             raw.append(p)
@@ -399,22 +436,36 @@ def kio_fetch_response(version, error_code, session_id, topics, throttle, endpoi
         kw_top["node_endpoints"] = tuple(Endpoint(node_id=n, host=h, port=p, rack=r) for n, h, p, r in endpoints)
 
     def part(p):
-        kw = dict(partition_index=p["index"], error_code=ErrorCode(p["error_code"]),
-                  high_watermark=p["high_watermark"], last_stable_offset=p["last_stable_offset"],
-                  log_start_offset=p["log_start_offset"], preferred_read_replica=p["preferred_read_replica"],
-                  aborted_transactions=None if p["aborted"] is None else tuple(
-                      Aborted(producer_id=a, first_offset=b) for a, b in p["aborted"]),
-                  records=p["kio_records"])
+        kw = dict(
+            partition_index=p["index"],
+            error_code=ErrorCode(p["error_code"]),
+            high_watermark=p["high_watermark"],
+            last_stable_offset=p["last_stable_offset"],
+            log_start_offset=p["log_start_offset"],
+            preferred_read_replica=p["preferred_read_replica"],
+            aborted_transactions=None
+            if p["aborted"] is None
+            else tuple(Aborted(producer_id=a, first_offset=b) for a, b in p["aborted"]),
+            records=p["kio_records"],
+        )
         if "diverging_epoch" in pfields and p["diverging"] is not None:
             kw["diverging_epoch"] = nested(cls, "EpochEndOffset")(epoch=p["diverging"][0], end_offset=p["diverging"][1])
         if "current_leader" in pfields and p["leader"] is not None:
-            kw["current_leader"] = nested(cls, "LeaderIdAndEpoch")(leader_id=p["leader"][0],
-                                                                   leader_epoch=p["leader"][1])
+            kw["current_leader"] = nested(cls, "LeaderIdAndEpoch")(
+                leader_id=p["leader"][0], leader_epoch=p["leader"][1]
+            )
         return make(Part, **kw)
 
-    resp = make(cls, throttle_time=ms_delta(throttle), error_code=ErrorCode(error_code), session_id=session_id,
-                responses=tuple(make(TopicResp, topic=t, topic_id=t, partitions=tuple(part(p) for p in parts))
-                                for t, parts in topics), **kw_top)
+    resp = make(
+        cls,
+        throttle_time=ms_delta(throttle),
+        error_code=ErrorCode(error_code),
+        session_id=session_id,
+        responses=tuple(
+            make(TopicResp, topic=t, topic_id=t, partitions=tuple(part(p) for p in parts)) for t, parts in topics
+        ),
+        **kw_top,
+    )
     return kio_encode(resp)
 
 
@@ -429,25 +480,48 @@ def test_encode_fetch_response_matches_kio(segment_file, case):
         for p in parts:
             items, raw = _resolve(p["records"], handle, data)
             p["kio_records"] = raw
-            ours_parts.append(FetchPartitionResponse(
-                p["index"], p["error_code"], p["high_watermark"], p["last_stable_offset"], p["log_start_offset"],
-                items, len(raw) if raw is not None else 0, p["aborted"], p["preferred_read_replica"],
-                p["diverging"], p["leader"]))
+            ours_parts.append(
+                FetchPartitionResponse(
+                    p["index"],
+                    p["error_code"],
+                    p["high_watermark"],
+                    p["last_stable_offset"],
+                    p["log_start_offset"],
+                    items,
+                    len(raw) if raw is not None else 0,
+                    p["aborted"],
+                    p["preferred_read_replica"],
+                    p["diverging"],
+                    p["leader"],
+                )
+            )
         ours_topics.append((key, ours_parts))
     out = encode_fetch_response(version, error_code, session_id, ours_topics, throttle, endpoints)
     expected = kio_fetch_response(version, error_code, session_id, topics, throttle, endpoints, data)
     assert flatten(out) == expected
     assert total_size(out) == len(expected)
     # record bytes that live in the file stay FileRegions: nothing was copied into Python
-    n_regions = sum(1 for _k, parts in topics for p in parts if p["records"]
-                    for piece in p["records"] if isinstance(piece, tuple))
+    n_regions = sum(
+        1 for _k, parts in topics for p in parts if p["records"] for piece in p["records"] if isinstance(piece, tuple)
+    )
     assert sum(isinstance(x, FileRegion) for x in out) == n_regions
 
 
 @pytest.mark.parametrize("version", FETCH_VERSIONS)
 def test_fetch_empty_records_are_zero_length_not_null(version):
-    out = flatten(encode_fetch_response(version, 0, 0, [(uuid.uuid4() if version >= 13 else "t", [
-        FetchPartitionResponse(0, 0, 10, 10, 0, records=[], records_size=0)])]))
+    out = flatten(
+        encode_fetch_response(
+            version,
+            0,
+            0,
+            [
+                (
+                    uuid.uuid4() if version >= 13 else "t",
+                    [FetchPartitionResponse(0, 0, 10, 10, 0, records=[], records_size=0)],
+                )
+            ],
+        )
+    )
     obj, size = kio_decode(load_response_schema(1, version), out)
     assert size == len(out)
     assert obj.responses[0].partitions[0].records == b""
@@ -470,22 +544,31 @@ def test_file_region_short_read_is_an_error(tmp_path):
 
 # ======================================================================== request header
 
+
 def kio_header(version: int, api_key: int, api_version: int, corr: int, client_id) -> bytes:
     mod = __import__(f"kio.schema.request_header.v{version}.header", fromlist=["RequestHeader"])
-    return kio_encode(mod.RequestHeader(request_api_key=api_key, request_api_version=api_version,
-                                        correlation_id=corr, client_id=client_id))
+    return kio_encode(
+        mod.RequestHeader(
+            request_api_key=api_key, request_api_version=api_version, correlation_id=corr, client_id=client_id
+        )
+    )
 
 
 @SETTINGS
-@given(api_key=st.sampled_from(sorted(FLEXIBLE_FROM)), api_version=st.integers(0, 20), corr=I32,
-       client_id=st.one_of(st.none(), NAMES), body=st.binary(max_size=20))
+@given(
+    api_key=st.sampled_from(sorted(FLEXIBLE_FROM)),
+    api_version=st.integers(0, 20),
+    corr=I32,
+    client_id=st.one_of(st.none(), NAMES),
+    body=st.binary(max_size=20),
+)
 def test_parse_request_header_v1_v2(api_key, api_version, corr, client_id, body):
     flexible = is_flexible(api_key, api_version)
     frame = kio_header(2 if flexible else 1, api_key, api_version, corr, client_id) + body
     h = parse_request_header(memoryview(frame))
     assert (h.api_key, h.api_version, h.correlation_id, h.client_id) == (api_key, api_version, corr, client_id)
     assert h.flexible == flexible
-    assert bytes(frame[h.body_offset:]) == body
+    assert bytes(frame[h.body_offset :]) == body
 
 
 @SETTINGS
@@ -497,7 +580,7 @@ def test_parse_request_header_skips_unknown_tagged_fields(n_tags, client_id, bod
     frame = head[:-1] + _tagged_unknown(n_tags) + body
     h = parse_request_header(memoryview(frame))
     assert h.client_id == client_id and h.correlation_id == 99
-    assert bytes(frame[h.body_offset:]) == body
+    assert bytes(frame[h.body_offset :]) == body
 
 
 def test_parse_request_header_truncated():
@@ -571,6 +654,7 @@ def test_flexible_table_matches_kafka_request_schemas():
 
 # ======================================================================== primitives
 
+
 def _readers():
     return [
         ("int16", lambda b: pr.read_int16(b, 0)),
@@ -626,11 +710,20 @@ def _kio_readers():
         u, end = kr.read_uuid(b, pos)
         return (uuid.UUID(int=0) if u is None else u), end
 
-    return {"int16": kr.read_int16, "int32": kr.read_int32, "int64": kr.read_int64,
-            "uvarint": kr.read_unsigned_varint, "varint": kr.read_signed_varint,
-            "string": kr.read_nullable_legacy_string, "compact_string": kr.read_compact_string_nullable,
-            "bytes": kr.read_nullable_legacy_bytes, "compact_bytes": kr.read_compact_string_as_bytes_nullable,
-            "array_len": kr.read_legacy_array_length, "compact_array_len": compact_len, "uuid": uuid_}
+    return {
+        "int16": kr.read_int16,
+        "int32": kr.read_int32,
+        "int64": kr.read_int64,
+        "uvarint": kr.read_unsigned_varint,
+        "varint": kr.read_signed_varint,
+        "string": kr.read_nullable_legacy_string,
+        "compact_string": kr.read_compact_string_nullable,
+        "bytes": kr.read_nullable_legacy_bytes,
+        "compact_bytes": kr.read_compact_string_as_bytes_nullable,
+        "array_len": kr.read_legacy_array_length,
+        "compact_array_len": compact_len,
+        "uuid": uuid_,
+    }
 
 
 @pytest.mark.parametrize("name,reader", _readers(), ids=[n for n, _ in _readers()])
@@ -714,10 +807,19 @@ def offset_commit_responses(draw):
 def kio_offset_commit_response(version, topics, throttle) -> bytes:
     cls = load_response_schema(8, version)
     Topic, Part = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
-    resp = make(cls, throttle_time=ms_delta(throttle), topics=tuple(
-        make(Topic, name=t, topic_id=t, partitions=tuple(Part(partition_index=p, error_code=ErrorCode(e))
-                                                          for p, e in parts))
-        for t, parts in topics))
+    resp = make(
+        cls,
+        throttle_time=ms_delta(throttle),
+        topics=tuple(
+            make(
+                Topic,
+                name=t,
+                topic_id=t,
+                partitions=tuple(Part(partition_index=p, error_code=ErrorCode(e)) for p, e in parts),
+            )
+            for t, parts in topics
+        ),
+    )
     return kio_encode(resp)
 
 
@@ -725,5 +827,6 @@ def kio_offset_commit_response(version, topics, throttle) -> bytes:
 @given(offset_commit_responses())
 def test_encode_offset_commit_response_matches_kio(case):
     version, topics, throttle = case
-    assert encode_offset_commit_response(version, topics, throttle) == \
-        kio_offset_commit_response(version, topics, throttle)
+    assert encode_offset_commit_response(version, topics, throttle) == kio_offset_commit_response(
+        version, topics, throttle
+    )

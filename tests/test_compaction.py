@@ -6,12 +6,13 @@ import os
 import time
 
 import pytest
-from clientlib import segment_batches, segment_files, wait_for_log
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from clientlib import segment_batches, segment_files, wait_for_log
 from conftest import running_broker
-from wire import Msg, WireClient
 from kesque.protocol.api_keys import ApiKeys
+from wire import Msg, WireClient
 
 CLEANER = {"log.cleaner.backoff.ms": "50"}
 COMPACTED = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
@@ -25,8 +26,9 @@ def create(bootstrap: str, topic: str, config: dict) -> None:
 
 def read_all(bootstrap: str, topic: str, start: int = 0, end: int | None = None) -> list[tuple[int, bytes, bytes]]:
     """(offset, key, value) from ``start`` up to the partition's end."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest"})  # from the log start when retention moved it past ``start``
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    )  # from the log start when retention moved it past ``start``
     try:
         if end is None:
             end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
@@ -79,8 +81,7 @@ def test_compact_delete_both_compacts_and_applies_retention(tmp_path):
     """cleanup.policy=compact,delete: the head is compacted to the last value of each key and
     segments past retention.ms go whole, whatever keys they hold."""
     with running_broker(tmp_path / "data", {**CLEANER, "log.retention.check.interval.ms": "100"}) as b:
-        create(b.bootstrap_servers, "both", {**COMPACTED, "cleanup.policy": "compact,delete",
-                                             "retention.ms": "600000"})
+        create(b.bootstrap_servers, "both", {**COMPACTED, "cleanup.policy": "compact,delete", "retention.ms": "600000"})
         p = Producer({"bootstrap.servers": b.bootstrap_servers, "linger.ms": 0})
         hour_ago = int(time.time() * 1000) - 3_600_000
         for i in range(25):  # past retention: their segment goes, keys "old-*" with it
@@ -111,9 +112,16 @@ def test_compact_delete_both_compacts_and_applies_retention(tmp_path):
             c.close()
 
 
-@pytest.mark.parametrize("key,value", [("min.cleanable.dirty.ratio", "1.5"), ("delete.retention.ms", "-1"),
-                                       ("cleanup.policy", "compcat"), ("max.compaction.lag.ms", "0"),
-                                       ("min.compaction.lag.ms", "-5")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("delete.retention.ms", "-1"),
+        ("cleanup.policy", "compcat"),
+        ("max.compaction.lag.ms", "0"),
+        ("min.compaction.lag.ms", "-5"),
+    ],
+)
 def test_bad_compaction_settings_are_refused(module_broker, topic_name, key, value):
     admin = AdminClient({"bootstrap.servers": module_broker.bootstrap_servers})
     with pytest.raises(KafkaException) as e:
@@ -122,8 +130,12 @@ def test_bad_compaction_settings_are_refused(module_broker, topic_name, key, val
     assert err.name() == "INVALID_CONFIG" and key in err.str(), err
 
 
-INTERNAL = {**CLEANER, "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "1048576",
-            "log.cleaner.min.cleanable.ratio": "0.1"}
+INTERNAL = {
+    **CLEANER,
+    "offsets.topic.num.partitions": "1",
+    "offsets.topic.segment.bytes": "1048576",
+    "log.cleaner.min.cleanable.ratio": "0.1",
+}
 
 
 def _wait_for(predicate, timeout: float = 30):
@@ -166,9 +178,14 @@ def test_consumer_offsets_are_compacted_and_load_after_a_restart(tmp_path):
 def test_transaction_state_is_compacted_and_loads_after_a_restart(tmp_path):
     """__transaction_state keeps about the last record of each transactional id once cleaned,
     and the coordinator loads it: the producer's next generation fences the old one."""
-    config = {**CLEANER, "transaction.state.log.num.partitions": "1", "transaction.state.log.segment.bytes": "1048576",
-              "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
-              "log.cleaner.min.cleanable.ratio": "0.1"}
+    config = {
+        **CLEANER,
+        "transaction.state.log.num.partitions": "1",
+        "transaction.state.log.segment.bytes": "1048576",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "log.cleaner.min.cleanable.ratio": "0.1",
+    }
     txn_id = "t" * 3000  # big records: three 1 MiB segments in a few hundred transactions
     with running_broker(tmp_path / "data", config) as b:
         create(b.bootstrap_servers, "src", {})
@@ -244,8 +261,12 @@ def test_spark_sink_log_reads_the_last_commit_of_each_query_after_cleaning(tmp_p
 
     config = {**CLEANER, "log.roll.ms": "100", "log.cleaner.min.cleanable.ratio": "0.01"}
     with running_broker(tmp_path / "data", config) as b:
-        opts = {q: sink_options({"kafka.bootstrap.servers": b.bootstrap_servers, "topic": "out",
-                                 "transactionalIdPrefix": q}) for q in ("qa", "qb")}
+        opts = {
+            q: sink_options(
+                {"kafka.bootstrap.servers": b.bootstrap_servers, "topic": "out", "transactionalIdPrefix": q}
+            )
+            for q in ("qa", "qb")
+        }
         assert sink.SinkLog(opts["qa"]).last() is None  # as a commit does first: creates the compacted topic
         for batch in range(300):  # qb commits rarely: its last record lies far behind qa's
             sink.SinkLog(opts["qa"]).append({"batchId": batch, "state": "committed"})
@@ -267,8 +288,13 @@ def test_share_group_state_is_compacted_and_loads_after_a_restart(tmp_path):
     so after a restart no accepted record comes again and every held one does."""
     from test_share_groups import SHARE_CONFIG, _acquired, _share_ack, _share_fetch, _wire_group
 
-    config = {**CLEANER, **SHARE_CONFIG, "share.coordinator.state.topic.num.partitions": "1",
-              "share.coordinator.state.topic.segment.bytes": "1048576", "log.cleaner.min.cleanable.ratio": "0.1"}
+    config = {
+        **CLEANER,
+        **SHARE_CONFIG,
+        "share.coordinator.state.topic.num.partitions": "1",
+        "share.coordinator.state.topic.segment.bytes": "1048576",
+        "log.cleaner.min.cleanable.ratio": "0.1",
+    }
     group = "s" * 3000  # big state records: a 1 MiB segment in about 340 writes
     n = 1100
     with running_broker(tmp_path / "data", config) as b:
@@ -294,9 +320,13 @@ def test_share_group_state_is_compacted_and_loads_after_a_restart(tmp_path):
         assert _wait_for(lambda: cleaned_records() <= 2), cleaned_records()
         b.restart()
         with WireClient(b.bootstrap_servers) as c:
-            r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                          Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m2", member_epoch=0,
-                                                                subscribed_topic_names=(_topic,)))
+            r = c.request(
+                ApiKeys.SHARE_GROUP_HEARTBEAT,
+                1,
+                Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(
+                    group_id=group, member_id="m2", member_epoch=0, subscribed_topic_names=(_topic,)
+                ),
+            )
             assert r.error_code == 0, r
             got, epoch = [], 0
             while True:
@@ -317,10 +347,16 @@ def replica_records(cluster, node: int, topic: str) -> dict[int, tuple[bytes, by
 
     d = os.path.join(cluster.data_dir, f"node-{node}", "data", f"{topic}-0")
     files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".log"))
-    r = subprocess.run([sys.executable, "-m", "kesque", "dump-log", "--print-data-log", "--files", ",".join(files)],
-                       capture_output=True, text=True, timeout=60)
-    return {int(m.group(1)): (m.group(2).encode(), m.group(3).encode())
-            for m in re.finditer(r"\| offset: (\d+) .* key: (\S+) payload: (\S+)", r.stdout)}
+    r = subprocess.run(
+        [sys.executable, "-m", "kesque", "dump-log", "--print-data-log", "--files", ",".join(files)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return {
+        int(m.group(1)): (m.group(2).encode(), m.group(3).encode())
+        for m in re.finditer(r"\| offset: (\d+) .* key: (\S+) payload: (\S+)", r.stdout)
+    }
 
 
 def latest_by_key(records: dict) -> dict:
@@ -336,26 +372,28 @@ def test_every_replica_of_a_compacted_topic_cleans_its_own_copy(tmp_path):
     its own log, and a follower that was down catches up from the compacted leader (fetching
     across the offsets cleaning removed): every replica ends with the same last value of every
     key at the same offset, and no replica holds an offset with a record another does not agree on."""
+    from kesque.testing.cluster import Cluster
     from test_replication import create as create_replicated
 
-    from kesque.testing.cluster import Cluster
-
     topic = "replicated-emails"
-    with Cluster(nodes=3, data_dir=str(tmp_path), config={**CLEANER, "broker.heartbeat.interval.ms": "300",
-                                                           "broker.session.timeout.ms": "3000"}) as c:
+    with Cluster(
+        nodes=3,
+        data_dir=str(tmp_path),
+        config={**CLEANER, "broker.heartbeat.interval.ms": "300", "broker.session.timeout.ms": "3000"},
+    ) as c:
         try:
             create_replicated(c, topic, 3, *(f"{k}={v}" for k, v in COMPACTED.items()), assignment="1:2:3")
             p = Producer({"bootstrap.servers": c.bootstrap_servers, "linger.ms": 0, "acks": "all"})
 
             def rounds(first: int, n: int) -> None:
-                for rnd in range(first, first + n):   # segment.ms rolls a segment per round
+                for rnd in range(first, first + n):  # segment.ms rolls a segment per round
                     for i in range(20):
                         p.produce(topic, key=b"user%d" % (i % 4), value=b"r%d-%d" % (rnd, i))
                     p.flush(10)
                     time.sleep(0.15)
 
             rounds(0, 3)
-            c.kill(3)                           # a follower misses the next rounds and their cleaning
+            c.kill(3)  # a follower misses the next rounds and their cleaning
             rounds(3, 3)
             p.produce(topic, key=b"last", value=b"rolls-the-last-round-out")
             p.flush(10)
@@ -370,8 +408,8 @@ def test_every_replica_of_a_compacted_topic_cleans_its_own_copy(tmp_path):
                     break
                 time.sleep(0.3)
             assert latest[1] == latest[2] == latest[3] and len(latest[1]) == 5
-            assert len(replicas[1]) < 6 * 20       # the leader's copy was cleaned
-            for offset in set(replicas[1]) & set(replicas[3]):   # no divergence where both hold an offset
+            assert len(replicas[1]) < 6 * 20  # the leader's copy was cleaned
+            for offset in set(replicas[1]) & set(replicas[3]):  # no divergence where both hold an offset
                 assert replicas[1][offset] == replicas[3][offset]
         finally:
             for b in c.nodes.values():

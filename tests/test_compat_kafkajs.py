@@ -28,8 +28,15 @@ import uuid
 
 import pytest
 
-from clientlib import (assert_same, consume_confluent, counts, expected_by_partition, make_records,
-                       produce_confluent, segment_batches)
+from clientlib import (
+    assert_same,
+    consume_confluent,
+    counts,
+    expected_by_partition,
+    make_records,
+    produce_confluent,
+    segment_batches,
+)
 from kesque.testing.broker import Broker
 
 pytestmark = pytest.mark.compat
@@ -44,8 +51,13 @@ def kafkajs():
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("node/npm not installed")
     if not os.path.isdir(os.path.join(COMPAT_DIR, "node_modules", "kafkajs")):
-        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"], cwd=COMPAT_DIR,
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--silent"],
+            cwd=COMPAT_DIR,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, f"npm install failed: {r.stderr[-2000:]}"
     return SCRIPT
 
@@ -63,16 +75,18 @@ def jsbroker(tmp_path_factory):
 
 
 def run_js(script: str, command: str, timeout: float = 120, **args):
-    r = subprocess.run(["node", script, command, json.dumps(args)], capture_output=True, text=True,
-                       timeout=timeout, cwd=COMPAT_DIR)
+    r = subprocess.run(
+        ["node", script, command, json.dumps(args)], capture_output=True, text=True, timeout=timeout, cwd=COMPAT_DIR
+    )
     assert r.returncode == 0, f"kafkajs {command} failed:\n{r.stderr[-4000:]}"
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def admin_ops(script, broker, *ops):
     """[(op, [args...]), ...] -> results; a failed op raises with kafkajs' error."""
-    res = run_js(script, "admin", brokers=broker.bootstrap_servers,
-                 ops=[{"op": op, "args": list(args)} for op, *args in ops])
+    res = run_js(
+        script, "admin", brokers=broker.bootstrap_servers, ops=[{"op": op, "args": list(args)} for op, *args in ops]
+    )
     for (op, *_), r in zip(ops, res):
         assert r["ok"], f"kafkajs admin.{op} failed: {r['error']} ({r['type']})"
     return [r["result"] for r in res]
@@ -93,8 +107,18 @@ def _unb64(x):
 def write_records(path, recs) -> None:
     with open(path, "w") as f:
         for r in recs:
-            f.write(json.dumps({"p": r.partition, "k": _b64(r.key), "v": _b64(r.value),
-                                "h": [[k, _b64(v)] for k, v in r.headers], "ts": r.timestamp}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "p": r.partition,
+                        "k": _b64(r.key),
+                        "v": _b64(r.value),
+                        "h": [[k, _b64(v)] for k, v in r.headers],
+                        "ts": r.timestamp,
+                    }
+                )
+                + "\n"
+            )
 
 
 def read_rows(path) -> dict[int, list]:
@@ -103,24 +127,45 @@ def read_rows(path) -> dict[int, list]:
         for line in f:
             j = json.loads(line)
             out.setdefault(j["p"], []).append(
-                (j["o"], _unb64(j["k"]), _unb64(j["v"]), tuple((k, _unb64(v)) for k, v in j["h"]), j["ts"]))
+                (j["o"], _unb64(j["k"]), _unb64(j["v"]), tuple((k, _unb64(v)) for k, v in j["h"]), j["ts"])
+            )
     return out
 
 
 def kafkajs_consume(script, broker, topic, want, tmp_path, start=None) -> dict[int, list]:
     out = tmp_path / f"consumed-{uuid.uuid4().hex[:6]}.jsonl"
-    run_js(script, "consume", brokers=broker.bootstrap_servers, topic=topic,
-           want={str(p): n for p, n in want.items()}, start={str(p): o for p, o in (start or {}).items()},
-           output=str(out))
+    run_js(
+        script,
+        "consume",
+        brokers=broker.bootstrap_servers,
+        topic=topic,
+        want={str(p): n for p, n in want.items()},
+        start={str(p): o for p, o in (start or {}).items()},
+        output=str(out),
+    )
     got = read_rows(out)
     return {p: got.get(p, []) for p in want}
 
 
 def create(script, broker, topic, partitions=3, configs=None):
-    [ok] = admin_ops(script, broker, ("createTopics", {
-        "topics": [{"topic": topic, "numPartitions": partitions, "replicationFactor": 1,
-                    "configEntries": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
-        "waitForLeaders": True}))
+    [ok] = admin_ops(
+        script,
+        broker,
+        (
+            "createTopics",
+            {
+                "topics": [
+                    {
+                        "topic": topic,
+                        "numPartitions": partitions,
+                        "replicationFactor": 1,
+                        "configEntries": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+                    }
+                ],
+                "waitForLeaders": True,
+            },
+        ),
+    )
     assert ok is True
 
 
@@ -132,18 +177,27 @@ def test_kafkajs_produce_roundtrip(kafkajs, jsbroker, tmp_path, codec, idempoten
     recs = make_records(N, seed=7 + idempotent)
     src = tmp_path / "records.jsonl"
     write_records(src, recs)
-    res = run_js(kafkajs, "produce", brokers=jsbroker.bootstrap_servers, topic=topic, codec=codec,
-                 idempotent=idempotent, input=str(src))
+    res = run_js(
+        kafkajs,
+        "produce",
+        brokers=jsbroker.bootstrap_servers,
+        topic=topic,
+        codec=codec,
+        idempotent=idempotent,
+        input=str(src),
+    )
     assert res["count"] == N
     batches = [b for p in range(3) for b in segment_batches(jsbroker.data_dir, topic, p)]
     assert {b.codec for b in batches} == {0 if codec == "none" else 1}
     if idempotent:
         assert {b.producer_id for b in batches} != {-1} and all(b.producer_id >= 0 for b in batches)
     expected = expected_by_partition(recs)
-    assert_same(kafkajs_consume(kafkajs, jsbroker, topic, counts(expected), tmp_path), expected,
-                f"kafkajs->kafkajs/{codec}")
-    assert_same(consume_confluent(jsbroker.bootstrap_servers, topic, counts(expected)), expected,
-                f"kafkajs->confluent/{codec}")
+    assert_same(
+        kafkajs_consume(kafkajs, jsbroker, topic, counts(expected), tmp_path), expected, f"kafkajs->kafkajs/{codec}"
+    )
+    assert_same(
+        consume_confluent(jsbroker.bootstrap_servers, topic, counts(expected)), expected, f"kafkajs->confluent/{codec}"
+    )
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip"])
@@ -153,8 +207,9 @@ def test_kafkajs_reads_librdkafka_data(kafkajs, jsbroker, tmp_path, codec):
     recs = make_records(N, seed=9)
     produce_confluent(jsbroker.bootstrap_servers, topic, recs, codec)
     expected = expected_by_partition(recs)
-    assert_same(kafkajs_consume(kafkajs, jsbroker, topic, counts(expected), tmp_path), expected,
-                f"confluent->kafkajs/{codec}")
+    assert_same(
+        kafkajs_consume(kafkajs, jsbroker, topic, counts(expected), tmp_path), expected, f"confluent->kafkajs/{codec}"
+    )
     if codec == "gzip":  # start inside a compressed batch: the whole batch comes back, kafkajs skips
         b = next(b for b in segment_batches(jsbroker.data_dir, topic, 0) if b.count > 2)
         mid = b.base_offset + 1
@@ -167,30 +222,36 @@ def test_kafkajs_admin(kafkajs, jsbroker, tmp_path):
     create(kafkajs, jsbroker, topic, 3, {"retention.ms": "86400000"})
     base = int(time.time() * 1000) - 60_000
     from clientlib import Rec
+
     recs = [Rec(p, b"k%d" % i, b"v%d" % i, (), base + 10 * i) for i in range(100) for p in range(3)]
     src = tmp_path / "ts.jsonl"
     write_records(src, recs)
-    run_js(kafkajs, "produce", brokers=jsbroker.bootstrap_servers, topic=topic, codec="gzip", input=str(src),
-           chunk=300)
+    run_js(kafkajs, "produce", brokers=jsbroker.bootstrap_servers, topic=topic, codec="gzip", input=str(src), chunk=300)
     TOPIC, BROKER = 2, 4  # kafkajs ConfigResourceTypes
     (topics, meta, cluster, offsets, by_ts, by_ts_late, desc, broker_desc) = admin_ops(
-        kafkajs, jsbroker,
+        kafkajs,
+        jsbroker,
         ("listTopics",),
         ("fetchTopicMetadata", {"topics": [topic]}),
         ("describeCluster",),
         ("fetchTopicOffsets", topic),
         ("fetchTopicOffsetsByTimestamp", topic, base + 10 * 42),
         ("fetchTopicOffsetsByTimestamp", topic, base + 10_000_000),
-        ("describeConfigs", {"resources": [{"type": TOPIC, "name": topic,
-                                            "configNames": ["retention.ms", "cleanup.policy"]}],
-                             "includeSynonyms": False}),
+        (
+            "describeConfigs",
+            {
+                "resources": [{"type": TOPIC, "name": topic, "configNames": ["retention.ms", "cleanup.policy"]}],
+                "includeSynonyms": False,
+            },
+        ),
         ("describeConfigs", {"resources": [{"type": BROKER, "name": "1"}], "includeSynonyms": False}),
     )
     assert topic in topics
     [tm] = meta["topics"]
     assert tm["name"] == topic
-    assert sorted((p["partitionId"], p["leader"], p["replicas"], p["isr"]) for p in tm["partitions"]) == \
-        [(i, 1, [1], [1]) for i in range(3)]
+    assert sorted((p["partitionId"], p["leader"], p["replicas"], p["isr"]) for p in tm["partitions"]) == [
+        (i, 1, [1], [1]) for i in range(3)
+    ]
     assert cluster["controller"] == 1 and cluster["clusterId"]
     assert [(b["nodeId"], b["host"], b["port"]) for b in cluster["brokers"]] == [(1, "127.0.0.1", jsbroker.port)]
     assert sorted((o["partition"], o["low"], o["high"]) for o in offsets) == [(p, "0", "100") for p in range(3)]
@@ -206,12 +267,21 @@ def test_kafkajs_admin(kafkajs, jsbroker, tmp_path):
     assert bentries["num.partitions"] == "1"
 
     (_alter, desc2, _cp, meta2, _del, offsets2) = admin_ops(
-        kafkajs, jsbroker,
-        ("alterConfigs", {"resources": [{"type": TOPIC, "name": topic,
-                                         "configEntries": [{"name": "retention.ms", "value": "123456"}]}],
-                          "validateOnly": False}),
-        ("describeConfigs", {"resources": [{"type": TOPIC, "name": topic, "configNames": ["retention.ms"]}],
-                             "includeSynonyms": False}),
+        kafkajs,
+        jsbroker,
+        (
+            "alterConfigs",
+            {
+                "resources": [
+                    {"type": TOPIC, "name": topic, "configEntries": [{"name": "retention.ms", "value": "123456"}]}
+                ],
+                "validateOnly": False,
+            },
+        ),
+        (
+            "describeConfigs",
+            {"resources": [{"type": TOPIC, "name": topic, "configNames": ["retention.ms"]}], "includeSynonyms": False},
+        ),
         ("createPartitions", {"topicPartitions": [{"topic": topic, "count": 5}]}),
         ("fetchTopicMetadata", {"topics": [topic]}),
         ("deleteTopicRecords", {"topic": topic, "partitions": [{"partition": 0, "offset": "37"}]}),
@@ -230,12 +300,25 @@ def test_kafkajs_refused_operations(kafkajs, jsbroker):
     """Errors come back as Kafka's: existing topic, partition decrease, unknown config."""
     topic = new_topic()
     create(kafkajs, jsbroker, topic, 2)
-    res = run_js(kafkajs, "admin", brokers=jsbroker.bootstrap_servers, ops=[
-        {"op": "createTopics", "args": [{"topics": [{"topic": topic, "numPartitions": 1}]}]},
-        {"op": "createPartitions", "args": [{"topicPartitions": [{"topic": topic, "count": 1}]}]},
-        {"op": "alterConfigs", "args": [{"resources": [{"type": 2, "name": topic, "configEntries": [
-            {"name": "no.such.config", "value": "1"}]}]}]},
-    ])
+    res = run_js(
+        kafkajs,
+        "admin",
+        brokers=jsbroker.bootstrap_servers,
+        ops=[
+            {"op": "createTopics", "args": [{"topics": [{"topic": topic, "numPartitions": 1}]}]},
+            {"op": "createPartitions", "args": [{"topicPartitions": [{"topic": topic, "count": 1}]}]},
+            {
+                "op": "alterConfigs",
+                "args": [
+                    {
+                        "resources": [
+                            {"type": 2, "name": topic, "configEntries": [{"name": "no.such.config", "value": "1"}]}
+                        ]
+                    }
+                ],
+            },
+        ],
+    )
     # kafkajs' createTopics resolves false when the topic already exists
     assert res[0] == {"ok": True, "result": False}
     assert (res[1]["ok"], res[1]["type"]) == (False, "INVALID_PARTITIONS"), res[1]

@@ -8,53 +8,77 @@ import logging
 import os
 
 import pytest
-from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from kesque.config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, ConfigError, LogConfig, parse_properties
-from kesque.config.broker import (DEFAULT_CONFIG, DEFAULTS_DIFFERING_FROM_KAFKA, DYNAMIC_BROKER_CONFIG, SINGLE_NODE,
-                                  DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_WITHOUT_EFFECT, STATIC_BROKER_CONFIG, Listener,
-                                  is_dynamic)
+from kesque.config.broker import (
+    DEFAULT_CONFIG,
+    DEFAULTS_DIFFERING_FROM_KAFKA,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    DYNAMIC_WITHOUT_EFFECT,
+    SINGLE_NODE,
+    STATIC_BROKER_CONFIG,
+    Listener,
+    is_dynamic,
+)
 from kesque.config.kafka_keys import KAFKA_BROKER_KEYS, REMOVED_IN_4_0
 from kesque.config.topic import SYNONYM_SCALE, validate_topic_configs
 from kesque.config.types import LONG_MAX, render
 
 # ======================================================================== .properties
 
+
 def test_parse_properties_java_rules():
-    text = "\n".join([
-        "# a comment",
-        "! another comment",
-        "   # indented comment",
-        "",
-        "plain=value",
-        "spaced  =   value with spaces   ",
-        "colon: value",
-        "colon.nospace:value",
-        "whitespace.sep   value",
-        "empty=",
-        "bare",
-        "listeners=PLAINTEXT://:9092,\\",
-        "    CONTROLLER://:9093",
-        "escaped=PLAINTEXT\\://localhost\\:9092",  # as java.util.Properties.store writes ':'
-        "key\\=with\\:seps=v",
-        "unicode=caf\\u00e9",
-        "tab=a\\tb",
-        "path=C:\\\\kafka\\\\data",  # an escaped backslash
-        "even.backslashes=x\\\\",  # ends in an escaped backslash: no continuation
-        "next=1",
-        "equals=a=b=c",
-        "dup=1",
-        "dup=2",
-        "log.dirs = /a , /b",
-    ])
+    text = "\n".join(
+        [
+            "# a comment",
+            "! another comment",
+            "   # indented comment",
+            "",
+            "plain=value",
+            "spaced  =   value with spaces   ",
+            "colon: value",
+            "colon.nospace:value",
+            "whitespace.sep   value",
+            "empty=",
+            "bare",
+            "listeners=PLAINTEXT://:9092,\\",
+            "    CONTROLLER://:9093",
+            "escaped=PLAINTEXT\\://localhost\\:9092",  # as java.util.Properties.store writes ':'
+            "key\\=with\\:seps=v",
+            "unicode=caf\\u00e9",
+            "tab=a\\tb",
+            "path=C:\\\\kafka\\\\data",  # an escaped backslash
+            "even.backslashes=x\\\\",  # ends in an escaped backslash: no continuation
+            "next=1",
+            "equals=a=b=c",
+            "dup=1",
+            "dup=2",
+            "log.dirs = /a , /b",
+        ]
+    )
     p = parse_properties(text)
     assert p == {
-        "plain": "value", "spaced": "value with spaces", "colon": "value", "colon.nospace": "value",
-        "whitespace.sep": "value", "empty": "", "bare": "", "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
-        "escaped": "PLAINTEXT://localhost:9092", "key=with:seps": "v", "unicode": "café", "tab": "a\tb",
-        "path": "C:\\kafka\\data", "even.backslashes": "x\\", "next": "1", "equals": "a=b=c", "dup": "2",
+        "plain": "value",
+        "spaced": "value with spaces",
+        "colon": "value",
+        "colon.nospace": "value",
+        "whitespace.sep": "value",
+        "empty": "",
+        "bare": "",
+        "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+        "escaped": "PLAINTEXT://localhost:9092",
+        "key=with:seps": "v",
+        "unicode": "café",
+        "tab": "a\tb",
+        "path": "C:\\kafka\\data",
+        "even.backslashes": "x\\",
+        "next": "1",
+        "equals": "a=b=c",
+        "dup": "2",
         "log.dirs": "/a , /b",
     }
 
@@ -65,8 +89,13 @@ def test_continuation_lines_keep_going_and_ignore_comment_markers():
 
 
 @settings(max_examples=examples(200))
-@given(st.dictionaries(st.from_regex(r"[a-z][a-z0-9._-]{0,20}", fullmatch=True),
-                       st.from_regex(r"[A-Za-z0-9/:,._=-]{0,20}", fullmatch=True).map(str.strip), max_size=8))
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9._-]{0,20}", fullmatch=True),
+        st.from_regex(r"[A-Za-z0-9/:,._=-]{0,20}", fullmatch=True).map(str.strip),
+        max_size=8,
+    )
+)
 def test_parse_properties_round_trip(props):
     # written the way java.util.Properties.store escapes '=' and ':'
     text = "\n".join(f"{k}={v.replace(':', chr(92) + ':').replace('=', chr(92) + '=')}" for k, v in props.items())
@@ -74,6 +103,7 @@ def test_parse_properties_round_trip(props):
 
 
 # ======================================================================== broker config
+
 
 def test_defaults_and_static_values():
     c = BrokerConfig({"num.partitions": "3", "log.dirs": "/a,/b", "auto.create.topics.enable": "FALSE"})
@@ -85,13 +115,16 @@ def test_defaults_and_static_values():
     assert c.get("no.such.key") is None
 
 
-@pytest.mark.parametrize("props,expected_ms", [
-    ({}, 168 * 3_600_000),
-    ({"log.retention.hours": "2"}, 2 * 3_600_000),
-    ({"log.retention.minutes": "5", "log.retention.hours": "2"}, 5 * 60_000),
-    ({"log.retention.ms": "1234", "log.retention.minutes": "5", "log.retention.hours": "2"}, 1234),
-    ({"log.retention.ms": "-1"}, -1),
-])
+@pytest.mark.parametrize(
+    "props,expected_ms",
+    [
+        ({}, 168 * 3_600_000),
+        ({"log.retention.hours": "2"}, 2 * 3_600_000),
+        ({"log.retention.minutes": "5", "log.retention.hours": "2"}, 5 * 60_000),
+        ({"log.retention.ms": "1234", "log.retention.minutes": "5", "log.retention.hours": "2"}, 1234),
+        ({"log.retention.ms": "-1"}, -1),
+    ],
+)
 def test_retention_precedence_ms_over_minutes_over_hours(props, expected_ms):
     c = BrokerConfig(props)
     value, source, synonyms = c.topic_default("retention.ms")
@@ -119,7 +152,10 @@ def test_dynamic_layers():
     assert c.topic_default("retention.ms")[:2] == (300, DYNAMIC_BROKER_CONFIG)
     assert c.get("log.retention.ms") == 300 and c.source("log.retention.ms") == DYNAMIC_BROKER_CONFIG
     assert [s for _n, _v, s in c.synonym_entries("log.retention.ms")] == [
-        DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG]
+        DYNAMIC_BROKER_CONFIG,
+        DYNAMIC_DEFAULT_BROKER_CONFIG,
+        STATIC_BROKER_CONFIG,
+    ]
     # a dynamic hours setting does not beat a static ms setting: ms wins at any level
     c.set_dynamic(True, "log.retention.hours", 5)
     assert c.topic_default("retention.ms")[0] == 300
@@ -131,42 +167,71 @@ def test_dynamic_layers():
 
 
 # Kafka's DynamicBrokerConfig.validateConfigs, checked against a Kafka 4.x build
-@pytest.mark.parametrize("name,value,per_broker,expected", [
-    ("background.threads", "4", False, 4),  # Kafka's dynamic set, not used by kesque
-    ("num.network.threads", "4", False, 4),
-    ("log.cleaner.threads", "2", False, 2),
-    ("sasl.enabled.mechanisms", "PLAIN", True, ["PLAIN"]),
-    ("ssl.cipher.suites", "x", True, ["x"]),
-    ("listener.name.external.ssl.keystore.location", "/ks", True, "/ks"),
-    ("listener.name.external.max.connections", "2", False, 2),  # cluster-wide even per listener
-    ("listener.name.external.plain.sasl.jaas.config", "x", True, "x"),
-    ("leader.replication.throttled.rate", "10", False, 10),  # a dynamic-only quota key
-    ("my.plugin.setting", "v", False, "v"),  # not Kafka's: a custom config, kept as given
-    ("metrics.context.env", "prod", False, "prod"),  # under a Kafka prefix, but not a key Kafka defines
-    ("log.retention.ms", "5", False, 5),
-])
+@pytest.mark.parametrize(
+    "name,value,per_broker,expected",
+    [
+        ("background.threads", "4", False, 4),  # Kafka's dynamic set, not used by kesque
+        ("num.network.threads", "4", False, 4),
+        ("log.cleaner.threads", "2", False, 2),
+        ("sasl.enabled.mechanisms", "PLAIN", True, ["PLAIN"]),
+        ("ssl.cipher.suites", "x", True, ["x"]),
+        ("listener.name.external.ssl.keystore.location", "/ks", True, "/ks"),
+        ("listener.name.external.max.connections", "2", False, 2),  # cluster-wide even per listener
+        ("listener.name.external.plain.sasl.jaas.config", "x", True, "x"),
+        ("leader.replication.throttled.rate", "10", False, 10),  # a dynamic-only quota key
+        ("my.plugin.setting", "v", False, "v"),  # not Kafka's: a custom config, kept as given
+        ("metrics.context.env", "prod", False, "prod"),  # under a Kafka prefix, but not a key Kafka defines
+        ("log.retention.ms", "5", False, 5),
+    ],
+)
 def test_kafkas_dynamic_broker_keys_are_accepted(name, value, per_broker, expected):
     assert BrokerConfig({}).validate_dynamic(name, value, per_broker) == expected
 
 
-@pytest.mark.parametrize("name,value,per_broker,message", [
-    ("num.partitions", "3", True, "Cannot update these configs dynamically: [num.partitions]"),
-    ("log.retention.hours", "3", True, "Cannot update these configs dynamically: [log.retention.hours]"),
-    ("node.id", "4", True, "Cannot update these configs dynamically: [node.id]"),
-    ("ssl.keystore.location", "/ks", True, "These security configs can be dynamically updated only per-listener "
-                                           "using the listener prefix: [ssl.keystore.location]"),
-    ("listener.name.external.ssl.keystore.location", "/ks", False, "Cannot update these configs at default cluster "
-     "level, broker id must be specified: [listener.name.external.ssl.keystore.location]"),
-    ("sasl.enabled.mechanisms", "PLAIN", False, "Cannot update these configs at default cluster level, broker id "
-                                                "must be specified: [sasl.enabled.mechanisms]"),
-    ("background.threads", "abc", False, "Invalid value abc for configuration background.threads: Not a number of "
-                                         "type INT"),
-    ("message.max.bytes", "-1", False, "Invalid value -1 for configuration message.max.bytes: Value must be at "
-                                       "least 0"),
-    # listeners are dynamic, but kesque serves PLAINTEXT only, now or at the next start
-    ("listeners", "SSL://:9093", True, "Listener SSL in listeners=SSL://:9093 uses security protocol SSL"),
-    ("listener.security.protocol.map", "PLAINTEXT:SASL_SSL", True, "uses security protocol SASL_SSL"),
-])
+@pytest.mark.parametrize(
+    "name,value,per_broker,message",
+    [
+        ("num.partitions", "3", True, "Cannot update these configs dynamically: [num.partitions]"),
+        ("log.retention.hours", "3", True, "Cannot update these configs dynamically: [log.retention.hours]"),
+        ("node.id", "4", True, "Cannot update these configs dynamically: [node.id]"),
+        (
+            "ssl.keystore.location",
+            "/ks",
+            True,
+            "These security configs can be dynamically updated only per-listener "
+            "using the listener prefix: [ssl.keystore.location]",
+        ),
+        (
+            "listener.name.external.ssl.keystore.location",
+            "/ks",
+            False,
+            "Cannot update these configs at default cluster "
+            "level, broker id must be specified: [listener.name.external.ssl.keystore.location]",
+        ),
+        (
+            "sasl.enabled.mechanisms",
+            "PLAIN",
+            False,
+            "Cannot update these configs at default cluster level, broker id "
+            "must be specified: [sasl.enabled.mechanisms]",
+        ),
+        (
+            "background.threads",
+            "abc",
+            False,
+            "Invalid value abc for configuration background.threads: Not a number of type INT",
+        ),
+        (
+            "message.max.bytes",
+            "-1",
+            False,
+            "Invalid value -1 for configuration message.max.bytes: Value must be at least 0",
+        ),
+        # listeners are dynamic, but kesque serves PLAINTEXT only, now or at the next start
+        ("listeners", "SSL://:9093", True, "Listener SSL in listeners=SSL://:9093 uses security protocol SSL"),
+        ("listener.security.protocol.map", "PLAINTEXT:SASL_SSL", True, "uses security protocol SASL_SSL"),
+    ],
+)
 def test_dynamic_broker_keys_kafka_refuses(name, value, per_broker, message):
     c = BrokerConfig({})
     with pytest.raises(ConfigError) as e:
@@ -178,7 +243,7 @@ def test_dynamic_broker_keys_kafka_refuses(name, value, per_broker, message):
 def test_dynamic_flags_are_kafkas():
     assert [n for n, k in BROKER_CONFIGS.items() if k.dynamic != is_dynamic(n)] == []
     assert all(is_dynamic(n) for n in DYNAMIC_WITHOUT_EFFECT)
-    assert "unclean.leader.election.enable" not in DYNAMIC_WITHOUT_EFFECT     # the controller reads it
+    assert "unclean.leader.election.enable" not in DYNAMIC_WITHOUT_EFFECT  # the controller reads it
 
 
 def test_unknown_key_warns_naming_it_and_is_ignored(caplog):
@@ -200,23 +265,40 @@ def test_single_node_settings_are_those_of_config_server_properties():
     assert c.get("offsets.topic.replication.factor") == 1 and c.get("transaction.two.phase.commit.enable") is True
 
 
-@pytest.mark.parametrize("props,lone", [
-    ({}, True),
-    ({"controller.quorum.voters": "1@127.0.0.1:9093", "node.id": "1"}, True),
-    ({"controller.quorum.bootstrap.servers": "localhost:9093",
-      "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093"}, True),  # Kafka 4.x's config/server.properties
-    ({"controller.quorum.voters": "1@h:9093,2@h:9094,3@h:9095", "node.id": "1"}, False),
-    ({"controller.quorum.voters": "2@127.0.0.1:9093", "node.id": "1"}, False),
-    ({"controller.quorum.bootstrap.servers": "10.0.0.1:9093"}, False),
-    ({"process.roles": "broker"}, False),
-])
+@pytest.mark.parametrize(
+    "props,lone",
+    [
+        ({}, True),
+        ({"controller.quorum.voters": "1@127.0.0.1:9093", "node.id": "1"}, True),
+        (
+            {
+                "controller.quorum.bootstrap.servers": "localhost:9093",
+                "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+            },
+            True,
+        ),  # Kafka 4.x's config/server.properties
+        ({"controller.quorum.voters": "1@h:9093,2@h:9094,3@h:9095", "node.id": "1"}, False),
+        ({"controller.quorum.voters": "2@127.0.0.1:9093", "node.id": "1"}, False),
+        ({"controller.quorum.bootstrap.servers": "10.0.0.1:9093"}, False),
+        ({"process.roles": "broker"}, False),
+    ],
+)
 def test_lone_node(props, lone):
     assert BrokerConfig(props, strict=False).lone_node is lone
 
 
-@pytest.mark.parametrize("key", ["num.network.threads", "zookeeper.connect", "ssl.keystore.location",
-                                 "listener.name.internal.ssl.keystore.type", "log.message.format.version",
-                                 "metrics.context.env", "background.threads"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "num.network.threads",
+        "zookeeper.connect",
+        "ssl.keystore.location",
+        "listener.name.internal.ssl.keystore.type",
+        "log.message.format.version",
+        "metrics.context.env",
+        "background.threads",
+    ],
+)
 def test_kafka_keys_kesque_ignores_warn_naming_the_key(caplog, key):
     with caplog.at_level(logging.WARNING, logger="kesque.config.broker"):
         c = BrokerConfig({key: "x"})
@@ -224,14 +306,28 @@ def test_kafka_keys_kesque_ignores_warn_naming_the_key(caplog, key):
     assert any(key in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
 
 
-@pytest.mark.parametrize("key,value", [
-    ("num.partitions", "abc"), ("num.partitions", "0"), ("num.partitions", "2147483648"),
-    ("log.retention.bytes", "1.5"), ("auto.create.topics.enable", "yes"), ("log.cleanup.policy", "shred"),
-    ("compression.type", "GZIP"), ("compression.type", "brotli"), ("log.message.timestamp.type", "createtime"),
-    ("log.segment.bytes", "1000"), ("log.cleaner.min.cleanable.ratio", "1.5"), ("log.cleaner.min.cleanable.ratio", "x"),
-    ("listeners", "PLAINTEXT://:notaport"), ("advertised.listeners", "nonsense"), ("process.roles", "observer"),
-    ("offsets.topic.replication.factor", "40000"), ("compression.gzip.level", "10"),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("num.partitions", "abc"),
+        ("num.partitions", "0"),
+        ("num.partitions", "2147483648"),
+        ("log.retention.bytes", "1.5"),
+        ("auto.create.topics.enable", "yes"),
+        ("log.cleanup.policy", "shred"),
+        ("compression.type", "GZIP"),
+        ("compression.type", "brotli"),
+        ("log.message.timestamp.type", "createtime"),
+        ("log.segment.bytes", "1000"),
+        ("log.cleaner.min.cleanable.ratio", "1.5"),
+        ("log.cleaner.min.cleanable.ratio", "x"),
+        ("listeners", "PLAINTEXT://:notaport"),
+        ("advertised.listeners", "nonsense"),
+        ("process.roles", "observer"),
+        ("offsets.topic.replication.factor", "40000"),
+        ("compression.gzip.level", "10"),
+    ],
+)
 def test_invalid_values_name_the_key(key, value):
     with pytest.raises(ConfigError) as e:
         BrokerConfig({key: value})
@@ -239,10 +335,17 @@ def test_invalid_values_name_the_key(key, value):
 
 
 def test_listeners():
-    c = BrokerConfig({"listeners": "PLAINTEXT://:9092,CONTROLLER://127.0.0.1:9093,EXTERNAL://[::1]:9094",
-                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT"})
+    c = BrokerConfig(
+        {
+            "listeners": "PLAINTEXT://:9092,CONTROLLER://127.0.0.1:9093,EXTERNAL://[::1]:9094",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT",
+        }
+    )
     assert [(ln.name, ln.host, ln.port) for ln in c.listeners()] == [
-        ("PLAINTEXT", "", 9092), ("CONTROLLER", "127.0.0.1", 9093), ("EXTERNAL", "::1", 9094)]
+        ("PLAINTEXT", "", 9092),
+        ("CONTROLLER", "127.0.0.1", 9093),
+        ("EXTERNAL", "::1", 9094),
+    ]
     assert [ln.name for ln in c.advertised_listeners()] == ["PLAINTEXT", "EXTERNAL"]  # not the controller's
     c = BrokerConfig({"advertised.listeners": "PLAINTEXT://broker:19092"})
     assert [(ln.host, ln.port) for ln in c.advertised_listeners()] == [("broker", 19092)]
@@ -267,14 +370,31 @@ def test_node_id_falls_back_to_broker_id():
 
 # ======================================================================== topic configs
 
+
 def test_validate_topic_configs():
-    out = validate_topic_configs({"retention.ms": "1000", "cleanup.policy": "compact,delete",
-                                  "min.cleanable.dirty.ratio": "0.1", "preallocate": "true"})
-    assert out == {"retention.ms": 1000, "cleanup.policy": ["compact", "delete"], "min.cleanable.dirty.ratio": 0.1,
-                   "preallocate": True}
-    for key, value in [("retention.ms", "-2"), ("segment.bytes", "1"), ("segment.ms", "0"),
-                       ("message.timestamp.type", "Now"), ("max.message.bytes", "-1"),
-                       ("compression.type", "Snappy"), ("min.insync.replicas", "0")]:
+    out = validate_topic_configs(
+        {
+            "retention.ms": "1000",
+            "cleanup.policy": "compact,delete",
+            "min.cleanable.dirty.ratio": "0.1",
+            "preallocate": "true",
+        }
+    )
+    assert out == {
+        "retention.ms": 1000,
+        "cleanup.policy": ["compact", "delete"],
+        "min.cleanable.dirty.ratio": 0.1,
+        "preallocate": True,
+    }
+    for key, value in [
+        ("retention.ms", "-2"),
+        ("segment.bytes", "1"),
+        ("segment.ms", "0"),
+        ("message.timestamp.type", "Now"),
+        ("max.message.bytes", "-1"),
+        ("compression.type", "Snappy"),
+        ("min.insync.replicas", "0"),
+    ]:
         with pytest.raises(ConfigError) as e:
             validate_topic_configs({key: value})
         assert e.value.name == key and key in str(e.value)
@@ -292,11 +412,22 @@ def test_validate_topic_configs():
 
 
 def test_log_config_from_broker_and_overrides():
-    c = BrokerConfig({"log.segment.bytes": "2000000", "log.cleanup.policy": "compact",
-                      "log.message.timestamp.type": "LogAppendTime", "message.max.bytes": "5000"})
+    c = BrokerConfig(
+        {
+            "log.segment.bytes": "2000000",
+            "log.cleanup.policy": "compact",
+            "log.message.timestamp.type": "LogAppendTime",
+            "message.max.bytes": "5000",
+        }
+    )
     lc = c.log_config()
-    assert (lc.segment_bytes, lc.compact, lc.delete, lc.log_append_time, lc.max_message_bytes) == \
-        (2000000, True, False, True, 5000)
+    assert (lc.segment_bytes, lc.compact, lc.delete, lc.log_append_time, lc.max_message_bytes) == (
+        2000000,
+        True,
+        False,
+        True,
+        5000,
+    )
     lc = c.log_config(validate_topic_configs({"segment.bytes": "3000000", "cleanup.policy": "delete"}))
     assert (lc.segment_bytes, lc.compact, lc.delete) == (3000000, False, True)
     assert lc.flush_ms == LONG_MAX and lc.file_delete_delay_ms == 60000
@@ -304,6 +435,7 @@ def test_log_config_from_broker_and_overrides():
 
 
 # ======================================================================== Kafka 4.0 names, types, defaults
+
 
 def _kafka_default(name: str):
     return KAFKA_BROKER_KEYS[name][1]
@@ -321,9 +453,14 @@ def test_every_broker_key_is_kafkas_with_kafkas_type_and_default():
 
 
 def test_the_documented_differences_are_real_and_few():
-    assert set(DEFAULTS_DIFFERING_FROM_KAFKA) == {"node.id", "process.roles", "controller.listener.names",
-                                                  "listener.security.protocol.map", "cluster.id",
-                                                  "queued.max.request.bytes"}
+    assert set(DEFAULTS_DIFFERING_FROM_KAFKA) == {
+        "node.id",
+        "process.roles",
+        "controller.listener.names",
+        "listener.security.protocol.map",
+        "cluster.id",
+        "queued.max.request.bytes",
+    }
     for name in DEFAULTS_DIFFERING_FROM_KAFKA:
         assert name in BROKER_CONFIGS
         if name in KAFKA_BROKER_KEYS:
@@ -374,15 +511,27 @@ def test_file_delete_delay_is_a_topic_key_only():
 
 # replication quotas (KIP-73): the throttled replica lists and the rates, with Kafka 4.4's messages
 
-_LIST_MESSAGE = ("Invalid value [{}] for configuration {key}: {key} must be the literal '*' or a list of replicas in "
-                 "the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+_LIST_MESSAGE = (
+    "Invalid value [{}] for configuration {key}: {key} must be the literal '*' or a list of replicas in "
+    "the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+)
 
 
 @pytest.mark.parametrize("key", ["leader.replication.throttled.replicas", "follower.replication.throttled.replicas"])
-@pytest.mark.parametrize("value,shown", [
-    ("abc", "abc"), ("0:1,x", "0:1, x"), ("*,0:1", "*, 0:1"), ("0 : 1", "0 : 1"), ("*,*", "*, *"),
-    ("0:1,,x", "0:1, , x"), ("-1:2", "-1:2"), ("0:1:2", "0:1:2"), ("0:1 ,x", "0:1, x"),
-])
+@pytest.mark.parametrize(
+    "value,shown",
+    [
+        ("abc", "abc"),
+        ("0:1,x", "0:1, x"),
+        ("*,0:1", "*, 0:1"),
+        ("0 : 1", "0 : 1"),
+        ("*,*", "*, *"),
+        ("0:1,,x", "0:1, , x"),
+        ("-1:2", "-1:2"),
+        ("0:1:2", "0:1:2"),
+        ("0:1 ,x", "0:1, x"),
+    ],
+)
 def test_invalid_throttled_replica_lists_are_refused_as_kafka_refuses_them(key, value, shown):
     with pytest.raises(ConfigError) as e:
         validate_topic_configs({key: value})
@@ -394,10 +543,13 @@ def test_valid_throttled_replica_lists_kafka_accepts(value):
     validate_topic_configs({"leader.replication.throttled.replicas": value})
 
 
-@pytest.mark.parametrize("value,message", [
-    ("abc", "Invalid value abc for configuration leader.replication.throttled.rate: Not a number of type LONG"),
-    ("-5", "Invalid value -5 for configuration leader.replication.throttled.rate: Value must be at least 0"),
-])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("abc", "Invalid value abc for configuration leader.replication.throttled.rate: Not a number of type LONG"),
+        ("-5", "Invalid value -5 for configuration leader.replication.throttled.rate: Value must be at least 0"),
+    ],
+)
 def test_invalid_rates_are_refused_as_kafka_refuses_them(value, message):
     with pytest.raises(ConfigError) as e:
         BrokerConfig({}).validate_dynamic("leader.replication.throttled.rate", value)

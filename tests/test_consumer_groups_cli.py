@@ -16,15 +16,16 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from test_tools import kesque as run_in_process
 
 from kesque.utils import java_string_hash
+from test_tools import kesque as run_in_process
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = os.path.dirname(sys.executable)
 
 
 # ----------------------------------------------------------------- helpers
+
 
 def kesque(*args, input: str | None = None) -> subprocess.CompletedProcess:
     """``kesque <args>`` in this process (test_tools' runner), output as text."""
@@ -37,8 +38,7 @@ def cg(bs, *args) -> subprocess.CompletedProcess:
 
 
 def popen(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kesque", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "kesque", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def name(prefix: str) -> str:
@@ -46,8 +46,18 @@ def name(prefix: str) -> str:
 
 
 def create(bs, topic, partitions=1):
-    r = kesque("topics", "--bootstrap-server", bs, "--create", "--topic", topic, "--partitions", str(partitions),
-               "--replication-factor", "1")
+    r = kesque(
+        "topics",
+        "--bootstrap-server",
+        bs,
+        "--create",
+        "--topic",
+        topic,
+        "--partitions",
+        str(partitions),
+        "--replication-factor",
+        "1",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -86,13 +96,17 @@ def rows(text: str) -> list[dict[str, str]]:
 
 
 def offsets(bs, group) -> dict[int, dict[str, str]]:
-    return {int(r["PARTITION"]): r for r in rows(cg(bs, "--describe", "--group", group).stdout)
-            if r.get("PARTITION", "-") != "-"}
+    return {
+        int(r["PARTITION"]): r
+        for r in rows(cg(bs, "--describe", "--group", group).stdout)
+        if r.get("PARTITION", "-") != "-"
+    }
 
 
 def committed(bs, group) -> dict[int, int | None]:
-    return {p: (None if r["CURRENT-OFFSET"] == "-" else int(r["CURRENT-OFFSET"]))
-            for p, r in offsets(bs, group).items()}
+    return {
+        p: (None if r["CURRENT-OFFSET"] == "-" else int(r["CURRENT-OFFSET"])) for p, r in offsets(bs, group).items()
+    }
 
 
 def wait_for(predicate, timeout=30.0, what="condition"):
@@ -117,11 +131,16 @@ def group_state(bs, group) -> str | None:
 class Member:
     """A live group member (confluent-kafka) polling in a background thread."""
 
-    def __init__(self, bs, group, topic, protocol="classic", instance=None, client_id="member",
-                 auto_commit=True):
-        conf = {"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
-                "client.id": client_id, "enable.auto.commit": auto_commit, "auto.commit.interval.ms": 200,
-                "log_level": 0}
+    def __init__(self, bs, group, topic, protocol="classic", instance=None, client_id="member", auto_commit=True):
+        conf = {
+            "bootstrap.servers": bs,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "client.id": client_id,
+            "enable.auto.commit": auto_commit,
+            "auto.commit.interval.ms": 200,
+            "log_level": 0,
+        }
         if protocol == "consumer":
             conf["group.protocol"] = "consumer"
         if instance:
@@ -167,10 +186,21 @@ def data_dir(module_broker):
 def test_help_and_argument_checks(bs):
     r = kesque("consumer-groups", "--help")
     assert r.returncode == 0
-    assert r.stdout.startswith("This tool helps to list all consumer groups, describe a consumer group, delete "
-                               "consumer group info, or reset consumer group offsets.\nOption")
-    for flag in ("--all-groups", "--by-duration", "--delete-offsets", "--from-file", "--members", "--shift-by",
-                 "--to-datetime", "--type [String: type]", "--state [String: state]"):
+    assert r.stdout.startswith(
+        "This tool helps to list all consumer groups, describe a consumer group, delete "
+        "consumer group info, or reset consumer group offsets.\nOption"
+    )
+    for flag in (
+        "--all-groups",
+        "--by-duration",
+        "--delete-offsets",
+        "--from-file",
+        "--members",
+        "--shift-by",
+        "--to-datetime",
+        "--type [String: type]",
+        "--state [String: state]",
+    ):
         assert flag in r.stdout
 
     def usage(*args) -> str:
@@ -179,29 +209,39 @@ def test_help_and_argument_checks(bs):
         assert "Option                                   Description" in r.stderr
         return r.stderr.splitlines()[0]
 
-    assert usage() == ("Command must include exactly one action: --list, --describe, --delete, --reset-offsets, "
-                       "--delete-offsets")
+    assert usage() == (
+        "Command must include exactly one action: --list, --describe, --delete, --reset-offsets, --delete-offsets"
+    )
     assert usage("--list", "--describe", "--all-groups").startswith("Command must include exactly one action")
     assert usage("--describe") == "Option [describe] takes one of these options: [all-groups], [group]"
     assert usage("--describe", "--group", "g", "--members", "--state") == (
-        "Option [describe] takes at most one of these options: [members], [offsets], [state]")
+        "Option [describe] takes at most one of these options: [members], [offsets], [state]"
+    )
     assert usage("--describe", "--group", "g", "--state", "stable") == (
-        "Option [describe] does not take a value for [state]")
+        "Option [describe] does not take a value for [state]"
+    )
     assert usage("--delete", "--group", "g", "--topic", "t") == (
-        "The consumer does not support topic-specific offset deletion from a consumer group.")
+        "The consumer does not support topic-specific offset deletion from a consumer group."
+    )
     assert usage("--delete-offsets", "--group", "g") == (
-        "Option [delete-offsets] takes the following options: [topic], [group]")
+        "Option [delete-offsets] takes the following options: [topic], [group]"
+    )
     assert usage("--reset-offsets", "--group", "g", "--dry-run", "--execute") == (
-        "Option [reset-offsets] only accepts one of [execute] and [dry-run]")
+        "Option [reset-offsets] only accepts one of [execute] and [dry-run]"
+    )
     assert usage("--reset-offsets", "--group", "g", "--to-earliest", "--to-latest", "--dry-run") == (
-        'Option "[to-earliest]" can\'t be used with option "[to-latest]"')
+        'Option "[to-earliest]" can\'t be used with option "[to-latest]"'
+    )
     assert usage("--describe", "--group", "g", "--all-groups") == (
-        'Option "[group]" can\'t be used with option "[all-groups]"')
+        'Option "[group]" can\'t be used with option "[all-groups]"'
+    )
     assert usage("--describe", "--group", "g", "--topic", "t") == (
-        'Option "[topic]" can\'t be used with option "[describe]"')
+        'Option "[topic]" can\'t be used with option "[describe]"'
+    )
     assert usage("--list", "--state", "bogus") == (
         "Invalid state list 'bogus'. Valid states are: PreparingRebalance, CompletingRebalance, Stable, Dead, Empty, "
-        "Assigning, Reconciling")
+        "Assigning, Reconciling"
+    )
     assert usage("--list", "--type", "bogus") == "Invalid types list 'bogus'. Valid types are: Consumer, Classic, Share"
     r = cg(bs, "--list", "--members")
     assert r.returncode == 1
@@ -219,8 +259,9 @@ def test_console_script(bs):
     path = os.path.join(BIN, "kafka-consumer-groups.sh")
     if not os.path.exists(path):
         pytest.skip("kafka-consumer-groups.sh console script not installed (pip install -e .)")
-    r = subprocess.run([path, "--bootstrap-server", bs, "--describe", "--group", name("none")], capture_output=True,
-                       timeout=60)
+    r = subprocess.run(
+        [path, "--bootstrap-server", bs, "--describe", "--group", name("none")], capture_output=True, timeout=60
+    )
     assert r.returncode == 1  # Kafka's tool exits 0 after its own "Error:"; kesque issue 11 wants non-zero
     assert r.stdout.decode().endswith("' does not exist.\n") and r.stdout.startswith(b"\nError: Consumer group '")
 
@@ -236,8 +277,9 @@ def test_list_with_state_and_type_filters(bs, tmp_path):
     r = consume(bs, topic, empty, "--from-beginning", n=2)
     assert r.returncode == 0, r.stderr
     with Member(bs, classic, topic), Member(bs, kip848, topic, protocol="consumer"):
-        wait_for(lambda: group_state(bs, classic) == "Stable" and group_state(bs, kip848) == "Stable",
-                 what="stable groups")
+        wait_for(
+            lambda: group_state(bs, classic) == "Stable" and group_state(bs, kip848) == "Stable", what="stable groups"
+        )
         listed = cg(bs, "--list").stdout.splitlines()
         assert {empty, classic, kip848} <= set(listed)
 
@@ -296,12 +338,23 @@ def test_describe_lag_follows_producer_and_consumer(bs):
     assert r.returncode == 0
     assert r.stderr == f"\nConsumer group '{group}' has no active members.\n"
     widths = (15, max(15, len(topic)), 15, 15)
-    header = _offsets_line(widths, "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                           "CONSUMER-ID", "HOST", "CLIENT-ID")
+    header = _offsets_line(
+        widths,
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+    )
     assert r.stdout.startswith("\n" + header + "\n")
     body = r.stdout.splitlines()[2:]
-    assert sorted(body) == sorted(_offsets_line(widths, group, topic, str(p), "5", "5", "0", "-", "-", "-")
-                                  for p in (0, 1))
+    assert sorted(body) == sorted(
+        _offsets_line(widths, group, topic, str(p), "5", "5", "0", "-", "-", "-") for p in (0, 1)
+    )
 
     # a producer writes while the group is stopped: the lag grows
     seen = []
@@ -313,6 +366,7 @@ def test_describe_lag_follows_producer_and_consumer(bs):
             produce(bs, topic, [f"more-{i}"], partition=i % 2)
             i += 1
             time.sleep(0.02)
+
     writer = threading.Thread(target=write)
     writer.start()
     try:
@@ -329,12 +383,25 @@ def test_describe_lag_follows_producer_and_consumer(bs):
         assert row["CURRENT-OFFSET"] == "5"
 
     # a member joins and catches up: the lag shrinks to 0, the rows name the member
-    proc = popen("console-consumer", "--bootstrap-server", bs, "--topic", topic, "--group", group,
-                 "--consumer-property", "auto.commit.interval.ms=100", "--consumer-property", "client.id=lagger")
+    proc = popen(
+        "console-consumer",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--consumer-property",
+        "auto.commit.interval.ms=100",
+        "--consumer-property",
+        "client.id=lagger",
+    )
     try:
+
         def caught_up():
             rs = offsets(bs, group)
             return rs if all(r["LAG"] == "0" and r["CONSUMER-ID"] != "-" for r in rs.values()) else None
+
         rs = wait_for(caught_up, what="the group catching up")
         assert {r["HOST"] for r in rs.values()} == {"/127.0.0.1"}
         assert {r["CLIENT-ID"] for r in rs.values()} == {"lagger"}
@@ -349,23 +416,29 @@ def test_describe_members_and_state_classic_and_kip848(bs, module_broker):
     create(bs, topic, 3)
     produce(bs, topic, ["x"])
     classic, kip848 = name("classic"), name("kip848")
-    with Member(bs, classic, topic, instance="static-1", client_id="cl-a"), \
-            Member(bs, classic, topic, client_id="cl-b"), \
-            Member(bs, kip848, topic, protocol="consumer", client_id="kip"):
-        wait_for(lambda: group_state(bs, classic) == "Stable" and group_state(bs, kip848) == "Stable",
-                 what="stable groups")
+    with (
+        Member(bs, classic, topic, instance="static-1", client_id="cl-a"),
+        Member(bs, classic, topic, client_id="cl-b"),
+        Member(bs, kip848, topic, protocol="consumer", client_id="kip"),
+    ):
+        wait_for(
+            lambda: group_state(bs, classic) == "Stable" and group_state(bs, kip848) == "Stable", what="stable groups"
+        )
 
         def assigned_everywhere():
             r = cg(bs, "--describe", "--group", classic, "--members")
             ms = rows(r.stdout)
             return r if len(ms) == 2 and sum(int(m["#PARTITIONS"]) for m in ms) == 3 else None
+
         r = wait_for(assigned_everywhere, what="both members assigned")
         lines = r.stdout.splitlines()
         assert lines[0] == ""
         ids = [line.split()[1] for line in lines[2:]]
         wc = max(15, *(len(i) for i in ids))
-        assert lines[1] == (f"{'GROUP':<{max(15, len(classic))}} {'CONSUMER-ID':<{wc}} {'GROUP-INSTANCE-ID':<17} "
-                            f"{'HOST':<15} {'CLIENT-ID':<15} {'#PARTITIONS':<15} ")
+        assert lines[1] == (
+            f"{'GROUP':<{max(15, len(classic))}} {'CONSUMER-ID':<{wc}} {'GROUP-INSTANCE-ID':<17} "
+            f"{'HOST':<15} {'CLIENT-ID':<15} {'#PARTITIONS':<15} "
+        )
         by_client = {line.split()[-2]: line for line in lines[2:]}
         assert "static-1" in by_client["cl-a"]
 
@@ -373,15 +446,18 @@ def test_describe_members_and_state_classic_and_kip848(bs, module_broker):
         lines = r.stdout.splitlines()
         assert lines[1].endswith("#PARTITIONS     ASSIGNMENT")
         assignments = [line.rsplit(None, 1)[1] for line in lines[2:]]
-        parts = sorted(p for a in assignments for p in re.fullmatch(re.escape(topic) + r"\(([\d,]+)\)", a)
-                       .group(1).split(","))
+        parts = sorted(
+            p for a in assignments for p in re.fullmatch(re.escape(topic) + r"\(([\d,]+)\)", a).group(1).split(",")
+        )
         assert parts == ["0", "1", "2"]
 
         r = cg(bs, "--describe", "--group", classic, "--state")
         coordinator = f"{module_broker.host}:{module_broker.port}  (1)"
         w = max(25, len(coordinator))
-        assert r.stdout == (f"\n{'GROUP':<{w}} {'COORDINATOR (ID)':<25} {'ASSIGNMENT-STRATEGY':<20} {'STATE':<15} "
-                            f"#MEMBERS\n{classic:<{w}} {coordinator:<25} {'range':<20} {'Stable':<15} 2\n")
+        assert r.stdout == (
+            f"\n{'GROUP':<{w}} {'COORDINATOR (ID)':<25} {'ASSIGNMENT-STRATEGY':<20} {'STATE':<15} "
+            f"#MEMBERS\n{classic:<{w}} {coordinator:<25} {'range':<20} {'Stable':<15} 2\n"
+        )
 
         # KIP-848 (consumer protocol) groups are described through ConsumerGroupDescribe
         r = cg(bs, "--describe", "--group", kip848, "--members", "--verbose")
@@ -399,8 +475,9 @@ def test_describe_members_and_state_classic_and_kip848(bs, module_broker):
 
         # several groups at once, sorted by group id
         r = cg(bs, "--describe", "--group", kip848, "--group", classic, "--state")
-        assert [line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith("GROUP")] == \
-            sorted([classic, kip848])
+        assert [line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith("GROUP")] == sorted(
+            [classic, kip848]
+        )
         r = cg(bs, "--describe", "--all-groups", "--state")
         described = [line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith("GROUP")]
         assert {classic, kip848} <= set(described) and described == sorted(described)
@@ -420,7 +497,7 @@ def test_describe_unknown_group(bs):
 
 # ----------------------------------------------------------------- --reset-offsets
 
-OLD = 1577836800000   # 2020-01-01T00:00:00Z
+OLD = 1577836800000  # 2020-01-01T00:00:00Z
 NEWER = 1609459200000  # 2021-01-01T00:00:00Z
 
 
@@ -465,12 +542,17 @@ def test_reset_offsets_every_scenario(bs, tmp_path):
     assert committed(bs, group) == {0: 1, 1: 8}
     r = reset("--all-topics", "--shift-by", "-5")  # below the log start: clamped, with Kafka's warning
     assert committed(bs, group) == {0: 0, 1: 3}
-    assert re.search(rf"WARN New offset \(-4\) is lower than earliest offset for topic partition {topic}-0\. Value "
-                     r"will be set to 0 \(org\.apache\.kafka\.tools\.consumer\.group\.ConsumerGroupCommand\)", r.stderr)
+    assert re.search(
+        rf"WARN New offset \(-4\) is lower than earliest offset for topic partition {topic}-0\. Value "
+        r"will be set to 0 \(org\.apache\.kafka\.tools\.consumer\.group\.ConsumerGroupCommand\)",
+        r.stderr,
+    )
     r = reset("--topic", f"{topic}:1", "--to-offset", "99")
     assert committed(bs, group) == {0: 0, 1: 10}
-    assert f"New offset (99) is higher than latest offset for topic partition {topic}-1. Value will be set to 10" \
+    assert (
+        f"New offset (99) is higher than latest offset for topic partition {topic}-1. Value will be set to 10"
         in r.stderr
+    )
     reset("--topic", topic, "--to-datetime", "2020-06-01T00:00:00.000")  # first record at or after it
     assert committed(bs, group) == {0: 5, 1: 5}
     reset("--topic", topic, "--to-datetime", "2020-06-01T02:00:00.000+02:00")
@@ -508,13 +590,26 @@ def test_reset_offsets_every_scenario(bs, tmp_path):
     r = cg(bs, "--reset-offsets", "--group", name("fresh"), "--topic", topic, "--shift-by", "1", "--dry-run")
     assert r.returncode == 1
     assert r.stderr.startswith(f"Cannot shift offset for partition {topic}-")
-    r = cg(bs, "--reset-offsets", "--group", group, "--topic", topic, "--to-datetime", "2020-13-01T00:00:00.000",
-           "--dry-run")
-    assert r.stdout == ("\nError: Executing consumer group command failed due to java.text.ParseException: "
-                        "Unparseable date: \"2020-13-01T00:00:00.000Z\"\n")
+    r = cg(
+        bs,
+        "--reset-offsets",
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--to-datetime",
+        "2020-13-01T00:00:00.000",
+        "--dry-run",
+    )
+    assert r.stdout == (
+        "\nError: Executing consumer group command failed due to java.text.ParseException: "
+        'Unparseable date: "2020-13-01T00:00:00.000Z"\n'
+    )
     r = cg(bs, "--reset-offsets", "--group", group, "--topic", topic, "--by-duration", "1 hour", "--dry-run")
-    assert r.stdout == ("\nError: Executing consumer group command failed due to java.time.format."
-                        "DateTimeParseException: Text cannot be parsed to a Duration\n")
+    assert r.stdout == (
+        "\nError: Executing consumer group command failed due to java.time.format."
+        "DateTimeParseException: Text cannot be parsed to a Duration\n"
+    )
     # a group that does not exist yet can be given a position (it is Dead, so inactive)
     fresh = name("fresh")
     reset_fresh = cg(bs, "--reset-offsets", "--group", fresh, "--topic", topic, "--to-offset", "1", "--execute")
@@ -531,20 +626,26 @@ def test_reset_and_delete_refused_on_an_active_group(bs):
         wait_for(lambda: committed(bs, group).get(0) == 3, what="the member's commit")
         r = cg(bs, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
         assert r.returncode == 1
-        assert r.stdout == (f"\nError: Assignments can only be reset if the group '{group}' is inactive, but the "
-                            f"current state is Stable.\n\n{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} "
-                            f"{'NEW-OFFSET':<15}\n")
+        assert r.stdout == (
+            f"\nError: Assignments can only be reset if the group '{group}' is inactive, but the "
+            f"current state is Stable.\n\n{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} "
+            f"{'NEW-OFFSET':<15}\n"
+        )
         assert committed(bs, group) == {0: 3}
         r = cg(bs, "--delete", "--group", group)
-        assert r.stdout == ("\nError: Deletion of some consumer groups failed:\n"
-                            f"* Group '{group}' could not be deleted due to: java.util.concurrent.ExecutionException: "
-                            "org.apache.kafka.common.errors.GroupNotEmptyException: The group is not empty.\n")
+        assert r.stdout == (
+            "\nError: Deletion of some consumer groups failed:\n"
+            f"* Group '{group}' could not be deleted due to: java.util.concurrent.ExecutionException: "
+            "org.apache.kafka.common.errors.GroupNotEmptyException: The group is not empty.\n"
+        )
         r = cg(bs, "--delete-offsets", "--group", group, "--topic", topic)
-        assert r.stdout == ("\nError: Encounter some partition level error, see the follow-up details:\n"
-                            f"\n{'TOPIC':<30} {'PARTITION':<15} {'STATUS':<15}"
-                            f"\n{topic:<30} {'0':<15} Error: :org.apache.kafka.common.errors."
-                            "GroupSubscribedToTopicException: Deleting offsets of a topic is forbidden while the "
-                            "consumer group is actively subscribed to it.\n")
+        assert r.stdout == (
+            "\nError: Encounter some partition level error, see the follow-up details:\n"
+            f"\n{'TOPIC':<30} {'PARTITION':<15} {'STATUS':<15}"
+            f"\n{topic:<30} {'0':<15} Error: :org.apache.kafka.common.errors."
+            "GroupSubscribedToTopicException: Deleting offsets of a topic is forbidden while the "
+            "consumer group is actively subscribed to it.\n"
+        )
         assert committed(bs, group) == {0: 3}
 
 
@@ -559,17 +660,24 @@ def test_delete_offsets_and_delete_group(bs):
     assert consume(bs, topic, group, "--from-beginning", n=3).returncode == 0
     r = cg(bs, "--reset-offsets", "--group", group, "--topic", other, "--to-latest", "--execute")
     assert "Error" not in r.stdout
-    assert {(x["TOPIC"], x["PARTITION"]) for x in rows(cg(bs, "--describe", "--group", group).stdout)} == \
-        {(topic, "0"), (topic, "1"), (other, "0")}
+    assert {(x["TOPIC"], x["PARTITION"]) for x in rows(cg(bs, "--describe", "--group", group).stdout)} == {
+        (topic, "0"),
+        (topic, "1"),
+        (other, "0"),
+    }
 
     r = cg(bs, "--delete-offsets", "--group", group, "--topic", f"{topic}:0", "--topic", "no-such-topic")
-    assert r.stdout == (f"Request succeed for deleting offsets with topic {topic}:0, no-such-topic group {group}\n"
-                        f"\n{'TOPIC':<30} {'PARTITION':<15} {'STATUS':<15}"
-                        f"\n{topic:<30} {'0':<15} {'Successful':<15}"
-                        f"\n{'no-such-topic':<30} {'Not Provided':<15} Error: :org.apache.kafka.common.errors."
-                        "UnknownTopicOrPartitionException: This server does not host this topic-partition.\n")
-    assert {(x["TOPIC"], x["PARTITION"]) for x in rows(cg(bs, "--describe", "--group", group).stdout)} == \
-        {(topic, "1"), (other, "0")}
+    assert r.stdout == (
+        f"Request succeed for deleting offsets with topic {topic}:0, no-such-topic group {group}\n"
+        f"\n{'TOPIC':<30} {'PARTITION':<15} {'STATUS':<15}"
+        f"\n{topic:<30} {'0':<15} {'Successful':<15}"
+        f"\n{'no-such-topic':<30} {'Not Provided':<15} Error: :org.apache.kafka.common.errors."
+        "UnknownTopicOrPartitionException: This server does not host this topic-partition.\n"
+    )
+    assert {(x["TOPIC"], x["PARTITION"]) for x in rows(cg(bs, "--describe", "--group", group).stdout)} == {
+        (topic, "1"),
+        (other, "0"),
+    }
     r = cg(bs, "--delete-offsets", "--group", group, "--topic", other)
     assert f"\n{other:<30} {'0':<15} {'Successful':<15}\n" in r.stdout
     r = cg(bs, "--delete-offsets", "--group", name("nobody"), "--topic", f"{topic}:1")
@@ -581,9 +689,11 @@ def test_delete_offsets_and_delete_group(bs):
     assert group not in cg(bs, "--list").stdout.splitlines()
     assert cg(bs, "--describe", "--group", group).stdout == f"\nError: Consumer group '{group}' does not exist.\n"
     r = cg(bs, "--delete", "--group", group)
-    assert r.stdout == ("\nError: Deletion of some consumer groups failed:\n"
-                        f"* Group '{group}' could not be deleted due to: java.util.concurrent.ExecutionException: "
-                        "org.apache.kafka.common.errors.GroupIdNotFoundException: The group id does not exist.\n")
+    assert r.stdout == (
+        "\nError: Deletion of some consumer groups failed:\n"
+        f"* Group '{group}' could not be deleted due to: java.util.concurrent.ExecutionException: "
+        "org.apache.kafka.common.errors.GroupIdNotFoundException: The group id does not exist.\n"
+    )
     # the deleted group starts over from auto.offset.reset
     r = consume(bs, topic, group, "--from-beginning", n=3)
     assert sorted(r.stdout.split()) == ["a", "b", "c"]
@@ -610,8 +720,19 @@ def test_console_consumer_group_commits_what_it_printed(bs):
     assert r.stdout.split() == ["m7", "m8", "m9"]
     assert committed(bs, group) == {0: 7}
     # a group id given as a consumer property is the same group
-    r = kesque("console-consumer", "--bootstrap-server", bs, "--topic", topic, "--consumer-property",
-               f"group.id={group}", "--max-messages", "3", "--timeout-ms", "10000")
+    r = kesque(
+        "console-consumer",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic,
+        "--consumer-property",
+        f"group.id={group}",
+        "--max-messages",
+        "3",
+        "--timeout-ms",
+        "10000",
+    )
     assert r.stdout.split() == ["m7", "m8", "m9"]
     assert committed(bs, group) == {0: 10}
     # without any commit a new group has no rows at all
@@ -627,8 +748,19 @@ def test_consumer_perf_test_in_a_group(bs):
     create(bs, topic, 2)
     for p in (0, 1):
         produce(bs, topic, ["x" * 100] * 250, partition=p)
-    r = kesque("consumer-perf-test", "--bootstrap-server", bs, "--topic", topic, "--group", group, "--messages",
-               "500", "--timeout", "20000")
+    r = kesque(
+        "consumer-perf-test",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--messages",
+        "500",
+        "--timeout",
+        "20000",
+    )
     assert r.returncode == 0, r.stderr
     fields = r.stdout.splitlines()[1].split(", ")
     assert fields[4] == "500"
@@ -659,8 +791,10 @@ def test_groups_and_offsets_survive_a_broker_restart(broker):
 
     broker.stop()
     broker.start()
-    after = wait_for(lambda: cg(bs, "--describe", "--group", classic, "--group", kip848, "--group", simple).stdout
-                     or None, what="describe after the restart")
+    after = wait_for(
+        lambda: cg(bs, "--describe", "--group", classic, "--group", kip848, "--group", simple).stdout or None,
+        what="describe after the restart",
+    )
     assert after == before
     assert {classic, kip848, simple} <= set(cg(bs, "--list").stdout.splitlines())
     r = cg(bs, "--list", "--type", "--state")
@@ -705,11 +839,17 @@ def test_offsets_decoder_on_a_real_segment(bs, data_dir):
     commit_key = f'key: {{"type":"1","data":{{"group":"{group}","topic":"{topic}","partition":0}}}}'
     commits = [line for line in mine if commit_key in line]
     assert len(commits) == 2  # the commit, then the tombstone of --delete-offsets
-    assert re.search(r' payload: \{"version":"3","data":\{"offset":2,"leaderEpoch":0,"metadata":"",'
-                     r'"commitTimestamp":\d{13}\}\}$', commits[0]), commits[0]
+    assert re.search(
+        r' payload: \{"version":"3","data":\{"offset":2,"leaderEpoch":0,"metadata":"",'
+        r'"commitTimestamp":\d{13}\}\}$',
+        commits[0],
+    ), commits[0]
     assert commits[1].endswith(" payload: <DELETE>")
-    assert re.match(r"^\| offset: \d+ CreateTime: \d{13} keySize: \d+ valueSize: \d+ sequence: -1 headerKeys: \[\] "
-                    r"key: ", commits[0])
+    assert re.match(
+        r"^\| offset: \d+ CreateTime: \d{13} keySize: \d+ valueSize: \d+ sequence: -1 headerKeys: \[\] "
+        r"key: ",
+        commits[0],
+    )
     meta = [line for line in mine if f'key: {{"type":"2","data":{{"group":"{group}"}}}}' in line]
     joined = [line for line in meta if '"protocolType":"consumer","generation":1,"protocol":"range"' in line]
     assert joined, meta
@@ -722,10 +862,16 @@ def test_offsets_decoder_on_a_real_segment(bs, data_dir):
     types = {re.search(r'key: \{"type":"(\d)"', line).group(1) for line in lines}
     assert {"3", "5", "6", "7", "8"} <= types, types
     member = next(line for line in lines if 'key: {"type":"5"' in line)
-    assert re.search(r'payload: \{"version":"0","data":\{"instanceId":null,"rackId":null,"clientId":"dec-client",'
-                     rf'"clientHost":"/127.0.0.1","subscribedTopicNames":\["{topic}"\]', member), member
-    assert any(re.search(r'"topicPartitions":\[\{"topicId":"[A-Za-z0-9_-]{22}","partitions":\[0\]\}\]', line)
-               for line in lines if 'key: {"type":"7"' in line)
+    assert re.search(
+        r'payload: \{"version":"0","data":\{"instanceId":null,"rackId":null,"clientId":"dec-client",'
+        rf'"clientHost":"/127.0.0.1","subscribedTopicNames":\["{topic}"\]',
+        member,
+    ), member
+    assert any(
+        re.search(r'"topicPartitions":\[\{"topicId":"[A-Za-z0-9_-]{22}","partitions":\[0\]\}\]', line)
+        for line in lines
+        if 'key: {"type":"7"' in line
+    )
 
 
 def test_offsets_decoder_matches_kafkas_parser():
@@ -745,25 +891,52 @@ def test_offsets_decoder_matches_kafkas_parser():
 
     key3 = gr.encode_key(3, {"group": "group"})
     assert offsets_key_value(Rec(key3, gr.encode_value(3, {"epoch": 10}))) == (
-        '{"type":"3","data":{"groupId":"group"}}', '{"version":"0","data":{"epoch":10}}')
+        '{"type":"3","data":{"groupId":"group"}}',
+        '{"version":"0","data":{"epoch":10}}',
+    )
     assert offsets_key_value(Rec(key3, None)) == ('{"type":"3","data":{"groupId":"group"}}', "<DELETE>")
     assert offsets_key_value(Rec(struct.pack(">h", 32767) + s16("group"), b"")) == (
-        "Unknown record type 32767 at offset 0, skipping.", None)
-    with pytest.raises(DumpError, match="Failed to decode message at offset 0 using offset topic decoder "
-                                        r"\(message had a missing key\)"):
+        "Unknown record type 32767 at offset 0, skipping.",
+        None,
+    )
+    with pytest.raises(
+        DumpError,
+        match="Failed to decode message at offset 0 using offset topic decoder "
+        r"\(message had a missing key\)",
+    ):
         offsets_key_value(Rec(None, None))
 
     # ConsumerProtocolSubscription v3 / ConsumerProtocolAssignment v3 as the Java client writes them
-    subscription = (struct.pack(">h", 3) + struct.pack(">i", 1) + s16("foo") + struct.pack(">i", -1)
-                    + struct.pack(">i", 1) + s16("foo") + struct.pack(">ii", 1, 0) + struct.pack(">i", 0)
-                    + s16("rack"))
-    assignment = struct.pack(">h", 3) + struct.pack(">i", 1) + s16("foo") + struct.pack(">ii", 1, 0) \
+    subscription = (
+        struct.pack(">h", 3)
+        + struct.pack(">i", 1)
+        + s16("foo")
         + struct.pack(">i", -1)
-    member = {"member_id": "member", "group_instance_id": "instance", "client_id": "client", "client_host": "host",
-              "rebalance_timeout": 1000, "session_timeout": 100}
-    value = {"protocol_type": "consumer", "generation": 10, "protocol": "range", "leader": "member",
-             "current_state_timestamp": -1, "members": [dict(member, subscription=subscription,
-                                                             assignment=assignment)]}
+        + struct.pack(">i", 1)
+        + s16("foo")
+        + struct.pack(">ii", 1, 0)
+        + struct.pack(">i", 0)
+        + s16("rack")
+    )
+    assignment = (
+        struct.pack(">h", 3) + struct.pack(">i", 1) + s16("foo") + struct.pack(">ii", 1, 0) + struct.pack(">i", -1)
+    )
+    member = {
+        "member_id": "member",
+        "group_instance_id": "instance",
+        "client_id": "client",
+        "client_host": "host",
+        "rebalance_timeout": 1000,
+        "session_timeout": 100,
+    }
+    value = {
+        "protocol_type": "consumer",
+        "generation": 10,
+        "protocol": "range",
+        "leader": "member",
+        "current_state_timestamp": -1,
+        "members": [dict(member, subscription=subscription, assignment=assignment)],
+    }
     key2 = gr.encode_key(2, {"group": "group"})
     assert offsets_key_value(Rec(key2, gr.encode_value(2, value, 4)))[0] == '{"type":"2","data":{"group":"group"}}'
     assert offsets_key_value(Rec(key2, gr.encode_value(2, value, 4)))[1] == (
@@ -773,21 +946,24 @@ def test_offsets_decoder_matches_kafkas_parser():
         '"rebalanceTimeout":1000,"sessionTimeout":100,"subscription":{"topics":["foo"],'
         '"userData":null,"ownedPartitions":[{"topic":"foo","partitions":[0]}],'
         '"generationId":0,"rackId":"rack"},"assignment":{"assignedPartitions":'
-        '[{"topic":"foo","partitions":[0]}],"userData":null}}]}}')
+        '[{"topic":"foo","partitions":[0]}],"userData":null}}]}}'
+    )
     # a value that is not what its key says: reported, skipped
     assert offsets_key_value(Rec(key3, struct.pack(">h", 0)))[0] == (
-        "Error at offset 0, skipping. Could not read record with version 0 from value's buffer due to: "
-        "truncated record")
+        "Error at offset 0, skipping. Could not read record with version 0 from value's buffer due to: truncated record"
+    )
     assert offsets_key_value(Rec(key3, struct.pack(">h", 7) + b"x"))[0] == (
         "Error at offset 0, skipping. Could not read record with version 7 from value's buffer due to: Can't read "
-        "version 7 of ConsumerGroupMetadataValue")
+        "version 7 of ConsumerGroupMetadataValue"
+    )
     value["members"] = [dict(member, subscription=b"Subscription", assignment=b"Assignment")]
     assert offsets_key_value(Rec(key2, gr.encode_value(2, value, 4)))[1] == (
         '{"version":"4","data":{"protocolType":"consumer","generation":10,"protocol":"range",'
         '"leader":"member","currentStateTimestamp":-1,"members":[{"memberId":"member",'
         '"groupInstanceId":"instance","clientId":"client","clientHost":"host",'
         '"rebalanceTimeout":1000,"sessionTimeout":100,"subscription":"U3Vic2NyaXB0aW9u",'
-        '"assignment":"QXNzaWdubWVudA=="}]}}')
+        '"assignment":"QXNzaWdubWVudA=="}]}}'
+    )
 
 
 # ----------------------------------------------------------------- delivery semantics (docs)
@@ -832,8 +1008,18 @@ def test_at_least_once_with_the_console_consumer(bs):
     create(bs, topic, 1)
     records = [f"m{i}" for i in range(20)]
     produce(bs, topic, records)
-    cc = ["console-consumer", "--bootstrap-server", bs, "--topic", topic, "--group", group, "--from-beginning",
-          "--consumer-property", f"group.instance.id={group}-1"]
+    cc = [
+        "console-consumer",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--from-beginning",
+        "--consumer-property",
+        f"group.instance.id={group}-1",
+    ]
 
     first = kesque(*cc, "--max-messages", "5", "--timeout-ms", "20000")
     assert first.stdout.split() == records[:5]
@@ -861,8 +1047,20 @@ def test_at_most_once_with_the_console_consumer(bs):
     create(bs, topic, 1)
     records = [f"m{i}" for i in range(20)]
     produce(bs, topic, records)
-    cc = ["console-consumer", "--bootstrap-server", bs, "--topic", topic, "--group", group, "--from-beginning",
-          "--consumer-property", f"group.instance.id={group}-1", "--consumer-property", "auto.commit.interval.ms=100"]
+    cc = [
+        "console-consumer",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--from-beginning",
+        "--consumer-property",
+        f"group.instance.id={group}-1",
+        "--consumer-property",
+        "auto.commit.interval.ms=100",
+    ]
 
     reader = popen(*cc)
     handed_over = Lines(reader)
@@ -895,8 +1093,9 @@ def test_python_examples_of_the_docs(bs, tmp_path, script):
     produce(bs, topic, records)
 
     def start():
-        return subprocess.Popen([sys.executable, str(path), bs, topic, group], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, str(path), bs, topic, group], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
 
     first = start()
     got = Lines(first).until(lambda ls: "start m1" in ls)  # killed in the middle of processing m1

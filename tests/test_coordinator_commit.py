@@ -33,9 +33,15 @@ NONE, REQUEST_TIMED_OUT, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 7, 15, 
 
 @pytest.fixture
 def node(tmp_path):
-    b = Broker(data_dir=str(tmp_path / "data"), mode="thread",
-               config={"offsets.topic.num.partitions": "1", "offsets.commit.timeout.ms": "30000",
-                       "transaction.state.log.num.partitions": "1"}).start()
+    b = Broker(
+        data_dir=str(tmp_path / "data"),
+        mode="thread",
+        config={
+            "offsets.topic.num.partitions": "1",
+            "offsets.commit.timeout.ms": "30000",
+            "transaction.state.log.num.partitions": "1",
+        },
+    ).start()
     try:
         with WireClient(b.bootstrap_servers) as c:
             Api(c).create_topic(TOPIC)
@@ -54,10 +60,27 @@ def find_coordinator(c: WireClient):
 
 def commit_request(offset: int, group: str = GROUP):
     m = Msg(ApiKeys.OFFSET_COMMIT, 8)
-    return m(group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=(
-        m("OffsetCommitRequestTopic", name=TOPIC, partitions=(
-            m("OffsetCommitRequestPartition", partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
-              committed_metadata=""),)),))
+    return m(
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            m(
+                "OffsetCommitRequestTopic",
+                name=TOPIC,
+                partitions=(
+                    m(
+                        "OffsetCommitRequestPartition",
+                        partition_index=0,
+                        committed_offset=offset,
+                        committed_leader_epoch=-1,
+                        committed_metadata="",
+                    ),
+                ),
+            ),
+        ),
+    )
 
 
 def commit(c: WireClient, offset: int):
@@ -66,8 +89,10 @@ def commit(c: WireClient, offset: int):
 
 def on_loop(b: Broker, fn):
     """Run ``fn`` on the broker's event loop (where its state is changed) and return its result."""
+
     async def run():
         return fn()
+
     return asyncio.run_coroutine_threadsafe(run(), b._loop).result(10)
 
 
@@ -86,6 +111,7 @@ def release_high_watermark(b: Broker, topic: str = "__consumer_offsets") -> None
     def release():
         del part.maybe_increment_high_watermark
         part.maybe_increment_high_watermark()
+
     on_loop(b, release)
 
 
@@ -111,22 +137,31 @@ def send_uncommitted(b: Broker, c: WireClient, topic: str, api_key: int, version
 def elect(b: Broker, topic: str, leader: int, isr: list[int] | None = None) -> None:
     """Partition 0 of ``topic`` gets ``leader`` (1 is this broker) and ``isr`` in a new leader
     epoch, as the controller's next image would say."""
+
     def change():
         server = b._server
         t = server.image.topic(topic)
         reg = t.partitions[0]
-        t.partitions[0] = dataclasses.replace(reg, leader=leader, replicas=[1, 2], isr=isr or [leader],
-                                              leader_epoch=reg.leader_epoch + 1,
-                                              partition_epoch=reg.partition_epoch + 1)
+        t.partitions[0] = dataclasses.replace(
+            reg,
+            leader=leader,
+            replicas=[1, 2],
+            isr=isr or [leader],
+            leader_epoch=reg.leader_epoch + 1,
+            partition_epoch=reg.partition_epoch + 1,
+        )
         server.replica_manager.apply_delta(Delta(changed_partitions={(t.topic_id, 0)}))
+
     on_loop(b, change)
 
 
 def spin(b: Broker) -> None:
     """Let the broker's event loop turn a few times (what it had scheduled runs)."""
+
     async def turns():
         for _ in range(20):
             await asyncio.sleep(0)
+
     asyncio.run_coroutine_threadsafe(turns(), b._loop).result(10)
 
 
@@ -156,8 +191,11 @@ def test_an_offset_commit_whose_coordinator_loses_leadership_meanwhile_gets_not_
 
 
 def test_an_offset_commit_not_committed_in_offsets_commit_timeout_gets_coordinator_not_available(tmp_path):
-    b = Broker(data_dir=str(tmp_path / "data"), mode="thread",
-               config={"offsets.topic.num.partitions": "1", "offsets.commit.timeout.ms": "200"}).start()
+    b = Broker(
+        data_dir=str(tmp_path / "data"),
+        mode="thread",
+        config={"offsets.topic.num.partitions": "1", "offsets.commit.timeout.ms": "200"},
+    ).start()
     try:
         with WireClient(b.bootstrap_servers) as c:
             Api(c).create_topic(TOPIC)
@@ -217,9 +255,18 @@ def test_write_txn_markers_answers_a_marker_once_it_is_committed(node):
     tc = node._server.txn_coordinator
     txn = on_loop(node, lambda: tc.shard_for("tx-markers").txns["tx-markers"])
     m = Msg(ApiKeys.WRITE_TXN_MARKERS, 1)
-    body = m(markers=(m("WritableTxnMarker", producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
-                        transaction_result=True, coordinator_epoch=tc.shard_for("tx-markers").coordinator_epoch,
-                        topics=(m("WritableTxnMarkerTopic", name=TOPIC, partition_indexes=(0,)),)),))
+    body = m(
+        markers=(
+            m(
+                "WritableTxnMarker",
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                transaction_result=True,
+                coordinator_epoch=tc.shard_for("tx-markers").coordinator_epoch,
+                topics=(m("WritableTxnMarkerTopic", name=TOPIC, partition_indexes=(0,)),),
+            ),
+        )
+    )
     hold_high_watermark(node, TOPIC)
     with WireClient(node.bootstrap_servers) as c:
         send_uncommitted(node, c, TOPIC, 27, 1, body)
@@ -235,17 +282,22 @@ def test_a_transaction_log_write_below_min_insync_replicas_is_refused_before_it_
     with WireClient(node.bootstrap_servers) as c:
         m = Msg(ApiKeys.FIND_COORDINATOR, 4)
         deadline = time.monotonic() + 10
-        while c.request(ApiKeys.FIND_COORDINATOR, 4, m(key_type=1,
-                                                       coordinator_keys=("tx-isr",))).coordinators[0].error_code:
+        while (
+            c.request(ApiKeys.FIND_COORDINATOR, 4, m(key_type=1, coordinator_keys=("tx-isr",)))
+            .coordinators[0]
+            .error_code
+        ):
             assert time.monotonic() < deadline, "__transaction_state was not created"
             time.sleep(0.05)
         txn_log = offsets_partition(node, "__transaction_state").log
         end = txn_log.log_end_offset
         monkeypatch.setattr(Partition, "is_under_min_isr", property(lambda p: p.topic == "__transaction_state"))
         m = Msg(ApiKeys.INIT_PRODUCER_ID, 4)
-        r = c.request(ApiKeys.INIT_PRODUCER_ID, 4, m(transactional_id="tx-isr", transaction_timeout=60000,
-                                                     producer_id=-1,
-                               producer_epoch=-1))
+        r = c.request(
+            ApiKeys.INIT_PRODUCER_ID,
+            4,
+            m(transactional_id="tx-isr", transaction_timeout=60000, producer_id=-1, producer_epoch=-1),
+        )
         assert r.error_code == COORDINATOR_NOT_AVAILABLE
         assert txn_log.log_end_offset == end
 
@@ -253,8 +305,11 @@ def test_a_transaction_log_write_below_min_insync_replicas_is_refused_before_it_
 def test_a_share_acknowledgement_is_answered_once_the_share_state_is_committed(tmp_path):
     from test_share_groups import SHARE_CONFIG, _acquired, _share_fetch, _wire_group, share_ack_body
 
-    b = Broker(data_dir=str(tmp_path / "data"), mode="thread",
-               config={**SHARE_CONFIG, "share.coordinator.state.topic.num.partitions": "1"}).start()
+    b = Broker(
+        data_dir=str(tmp_path / "data"),
+        mode="thread",
+        config={**SHARE_CONFIG, "share.coordinator.state.topic.num.partitions": "1"},
+    ).start()
     try:
         _topic, group, tid = _wire_group(b, 2)
         with WireClient(b.bootstrap_servers) as c:
@@ -310,6 +365,7 @@ def test_a_reloaded_prepare_commit_above_the_high_watermark_gets_its_markers_onc
 def test_a_partition_unloaded_with_a_write_pending_holds_up_no_other_answer():
     """``uncommitted()`` of every partition (what a ShareAcknowledge waits for) must not keep
     the end offset of a partition this broker no longer leads: every answer would fail."""
+
     class Part:
         def __init__(self, leader: bool, hw: int):
             self.is_leader = leader
@@ -318,8 +374,9 @@ def test_a_partition_unloaded_with_a_write_pending_holds_up_no_other_answer():
     class Runtime(CoordinatorRuntime):
         TOPIC = "__share_group_state"
 
-    rm = type("RM", (), {"partitions": {("__share_group_state", 0): Part(True, 3),
-                                        ("__share_group_state", 1): Part(True, 3)}})()
+    rm = type(
+        "RM", (), {"partitions": {("__share_group_state", 0): Part(True, 3), ("__share_group_state", 1): Part(True, 3)}}
+    )()
     rt = Runtime(CoordinatorHost(loop=None, clock=None, config=None, replica_manager=rm, image=lambda: None))
     rt.shards = {0: object(), 1: object()}
     rt.write_ends = {0: 5, 1: 7}
@@ -330,12 +387,20 @@ def test_a_partition_unloaded_with_a_write_pending_holds_up_no_other_answer():
 
 # ---------------------------------------------------------------------- reads (committed state only)
 
+
 def fetch_offset(b: Broker, group: str = GROUP):
     """The committed offset of TOPIC-0 in ``group`` (OffsetFetch v7, on its own connection)."""
     m = Msg(ApiKeys.OFFSET_FETCH, 7)
     with WireClient(b.bootstrap_servers) as c:
-        r = c.request(ApiKeys.OFFSET_FETCH, 7, m(group_id=group, topics=(m("OffsetFetchRequestTopic", name=TOPIC,
-                                                        partition_indexes=(0,)),), require_stable=False))
+        r = c.request(
+            ApiKeys.OFFSET_FETCH,
+            7,
+            m(
+                group_id=group,
+                topics=(m("OffsetFetchRequestTopic", name=TOPIC, partition_indexes=(0,)),),
+                require_stable=False,
+            ),
+        )
     if r.error_code:
         return r.error_code, None
     return r.error_code, r.topics[0].partitions[0].committed_offset

@@ -21,9 +21,15 @@ from test_quorum_cluster import FAST_QUORUM
 from test_transactions_eos import Cluster as Clients
 from wire import Msg, WireClient
 
-CONFIG = {**FAST_QUORUM, "offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "3",
-          "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
-          "transaction.state.log.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
+CONFIG = {
+    **FAST_QUORUM,
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "3",
+    "group.initial.rebalance.delay.ms": "0",
+}
 GROUP_KEY, TXN_KEY = 0, 1
 
 pytestmark = pytest.mark.slow  # a three-broker cluster: about 40 s
@@ -58,8 +64,11 @@ def create(cluster: Cluster, name: str, partitions: int, replication: int = 1) -
     deadline = time.monotonic() + 30
     while True:
         t = admin.list_topics(name, timeout=10).topics[name]
-        if t.error is None and len(t.partitions) == partitions and \
-                all(p.leader >= 0 and len(p.isrs) == replication for p in t.partitions.values()):
+        if (
+            t.error is None
+            and len(t.partitions) == partitions
+            and all(p.leader >= 0 and len(p.isrs) == replication for p in t.partitions.values())
+        ):
             return {p: meta.leader for p, meta in t.partitions.items()}
         assert time.monotonic() < deadline, f"{name} has no leaders"
         time.sleep(0.2)
@@ -110,11 +119,19 @@ def test_consume_transform_produce_with_offsets_sent_to_the_transaction(cluster)
     txn_coordinator = coordinator(cluster, TXN_KEY, txn_id)
     # a group whose coordinator is not the transaction coordinator: TxnOffsetCommit's KIP-890
     # verification crosses brokers
-    group = next(g for g in (f"ctp-group-{i}" for i in range(50))
-                 if coordinator(cluster, GROUP_KEY, g) != txn_coordinator)
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50})
+    group = next(
+        g for g in (f"ctp-group-{i}" for i in range(50)) if coordinator(cluster, GROUP_KEY, g) != txn_coordinator
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 50,
+        }
+    )
     producer = transactional(cluster, txn_id)
     try:
         consumer.subscribe([src])
@@ -128,8 +145,9 @@ def test_consume_transform_produce_with_offsets_sent_to_the_transaction(cluster)
             producer.begin_transaction()
             for m in batch:
                 producer.produce(dst, value=b"out-" + m.value(), partition=m.partition())
-            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), 30)
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+            )
             producer.commit_transaction(30)
             seen += len(batch)
     finally:

@@ -39,6 +39,7 @@ MARKER = ".kafka_cleanshutdown"
 
 # ====================================================================== helpers
 
+
 @pytest.fixture
 def kb(tmp_path):
     """A broker of its own (subprocess, its own data dir) for a test that kills it."""
@@ -65,8 +66,9 @@ def wire(b: Broker) -> Api:
     return Api(WireClient(b.bootstrap_servers))
 
 
-def produce_batches(api: Api, topic: str, values: list[bytes], partition: int = 0, t0: int | None = None,
-                    step_ms: int = 10) -> None:
+def produce_batches(
+    api: Api, topic: str, values: list[bytes], partition: int = 0, t0: int | None = None, step_ms: int = 10
+) -> None:
     """One single-record batch per value, so offsets and batch boundaries coincide."""
     for i, v in enumerate(values):
         ts = None if t0 is None else t0 + i * step_ms
@@ -105,6 +107,7 @@ def checkpoint(path: str) -> tuple[int, dict]:
 
 # ====================================================================== SIGKILL
 
+
 def test_sigkill_while_producing_acks1_loses_nothing_acknowledged(kb):
     topic, parts, total = "crash", 4, 4000
     pad = b"." * 2000  # ~2 KB records: each partition rolls past a 1 MiB segment before the kill
@@ -121,9 +124,18 @@ def test_sigkill_while_producing_acks1_loses_nothing_acknowledged(kb):
             else:
                 failed.append(err)
 
-    p = Producer({"bootstrap.servers": kb.bootstrap_servers, "acks": "1", "linger.ms": 2,
-                  "batch.num.messages": 50, "enable.idempotence": False, "message.timeout.ms": 5000,
-                  "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200})
+    p = Producer(
+        {
+            "bootstrap.servers": kb.bootstrap_servers,
+            "acks": "1",
+            "linger.ms": 2,
+            "batch.num.messages": 50,
+            "enable.idempotence": False,
+            "message.timeout.ms": 5000,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 200,
+        }
+    )
 
     def send(i):
         while True:
@@ -193,6 +205,7 @@ def test_sigkill_right_after_create_and_produce(kb):
 
 # ====================================================================== clean shutdown
 
+
 def test_clean_shutdown_leaves_marker_and_checkpoints_and_skips_recovery(kb):
     api = wire(kb)
     t = api.create_topic("clean", partitions=2)
@@ -212,8 +225,11 @@ def test_clean_shutdown_leaves_marker_and_checkpoints_and_skips_recovery(kb):
     _count, entries = checkpoint(os.path.join(d, "log-start-offset-checkpoint"))
     assert ("clean", 0) not in entries
 
-    props = dict(line.split("=", 1) for line in open(os.path.join(d, "meta.properties")).read().splitlines()
-                 if line and not line.startswith("#"))
+    props = dict(
+        line.split("=", 1)
+        for line in open(os.path.join(d, "meta.properties")).read().splitlines()
+        if line and not line.startswith("#")
+    )
     assert props["node.id"] == "1" and props["version"] == "1" and props["cluster.id"] and props["directory.id"]
 
     pdir = os.path.join(d, "clean-0")
@@ -223,6 +239,7 @@ def test_clean_shutdown_leaves_marker_and_checkpoints_and_skips_recovery(kb):
     with open(os.path.join(pdir, "partition.metadata")) as f:
         meta = f.read()
     from kesque.storage.checkpoint import uuid_to_kafka
+
     assert meta.startswith("version: 0\n") and f"topic_id: {uuid_to_kafka(t.topic_id)}" in meta
     for suffix in (".log", ".index", ".timeindex"):
         assert os.path.exists(os.path.join(pdir, SEGMENT0 + suffix)), suffix
@@ -236,8 +253,11 @@ def test_clean_shutdown_leaves_marker_and_checkpoints_and_skips_recovery(kb):
     assert (r.error_code, r.base_offset) == (0, 3)
 
 
-OFFSET_CHECKPOINTS = ("recovery-point-offset-checkpoint", "replication-offset-checkpoint",
-                      "log-start-offset-checkpoint")
+OFFSET_CHECKPOINTS = (
+    "recovery-point-offset-checkpoint",
+    "replication-offset-checkpoint",
+    "log-start-offset-checkpoint",
+)
 
 
 def test_checkpoints_exist_right_after_start(kb):
@@ -314,6 +334,7 @@ def test_torn_tail_truncated_on_recovery(kb, cut):
 
 def test_two_torn_batches_worth_of_garbage_truncated(kb):
     """Junk appended after the last batch (a batch header whose size runs past the file)."""
+
     def damage(path, _positions):
         with open(path, "ab") as f:
             f.write(struct.pack(">qi", 10, 5000) + b"\x00" * 100)
@@ -338,6 +359,7 @@ def test_crc_mismatch_in_last_batch_truncated_on_recovery(kb):
 
 def test_crc_mismatch_in_middle_batch_truncates_from_there(kb):
     """As Kafka: recovery stops at the first invalid batch, and everything after it goes."""
+
     def damage(path, positions):
         pos, _base, size = positions[6]
         with open(path, "r+b") as f:
@@ -360,6 +382,7 @@ def test_damaged_tail_with_clean_shutdown_marker(kb, damage_kind):
     tail here (and a flipped byte would reach consumers as a CRC error). kesque checks the
     active segment's tail even after a clean shutdown (a few header reads and one CRC) and
     recovers it: every complete batch served, the log end at 9, new records readable."""
+
     def damage(path, positions):
         if damage_kind == "torn":
             os.truncate(path, os.path.getsize(path) - 5)
@@ -383,6 +406,7 @@ def test_damaged_tail_with_clean_shutdown_marker(kb, damage_kind):
 
 
 # ====================================================================== indexes
+
 
 def _index_log(kb, topic: str, n: int = 200):
     """n single-record batches with timestamps t0, t0+10, ... and a dense index."""
@@ -422,14 +446,20 @@ def _write(path: str, data: bytes) -> None:
 
 INDEX_DAMAGE = {
     "index-odd-size": (".index", lambda p: _write(p, b"\x13" * 13), "Found a corrupted index file"),
-    "index-out-of-order": (".index", lambda p: _write(p, struct.pack(">iiii", 50, 4000, 10, 100)),
-                           "Found a corrupted index file"),
-    "index-past-end": (".index", lambda p: _write(p, struct.pack(">ii", 5, 10 ** 7)), "Found a corrupted index file"),
+    "index-out-of-order": (
+        ".index",
+        lambda p: _write(p, struct.pack(">iiii", 50, 4000, 10, 100)),
+        "Found a corrupted index file",
+    ),
+    "index-past-end": (".index", lambda p: _write(p, struct.pack(">ii", 5, 10**7)), "Found a corrupted index file"),
     "index-missing": (".index", os.unlink, "rebuilding indexes of"),
     "timeindex-missing": (".timeindex", os.unlink, "rebuilding indexes of"),
     "timeindex-odd-size": (".timeindex", lambda p: _write(p, b"\x01" * 7), "Found a corrupted index file"),
-    "timeindex-out-of-order": (".timeindex", lambda p: _write(p, struct.pack(">qiqi", 10 ** 13, 9, 5, 1)),
-                               "Found a corrupted index file"),
+    "timeindex-out-of-order": (
+        ".timeindex",
+        lambda p: _write(p, struct.pack(">qiqi", 10**13, 9, 5, 1)),
+        "Found a corrupted index file",
+    ),
 }
 
 

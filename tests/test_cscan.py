@@ -7,17 +7,16 @@ inserted — and must accept the same ones with the same result and refuse the s
 from __future__ import annotations
 
 import pytest
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from kesque.records import batch as rb
 from kesque.records import records as rr
 
 pytestmark = pytest.mark.skipif(not rr.COMPILED_SCAN, reason="compiled scan not built (no C compiler)")
 
-SETTINGS = settings(max_examples=examples(300),
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 
 values = st.one_of(st.none(), st.binary(max_size=300))
 headers = st.lists(st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
@@ -34,10 +33,14 @@ def _outcome(fn, buf, pos, end, count):
 
 def _both(buf, count):
     end = len(buf)
-    scan = (_outcome(rr.scan_records, buf, rb.HEADER_SIZE, end, count),
-            _outcome(rr._scan_py, buf, rb.HEADER_SIZE, end, count))
-    walk = (_outcome(rr.walk_record_lengths, buf, rb.HEADER_SIZE, end, count),
-            _outcome(rr._walk_py, buf, rb.HEADER_SIZE, end, count))
+    scan = (
+        _outcome(rr.scan_records, buf, rb.HEADER_SIZE, end, count),
+        _outcome(rr._scan_py, buf, rb.HEADER_SIZE, end, count),
+    )
+    walk = (
+        _outcome(rr.walk_record_lengths, buf, rb.HEADER_SIZE, end, count),
+        _outcome(rr._walk_py, buf, rb.HEADER_SIZE, end, count),
+    )
     return scan, walk
 
 
@@ -59,7 +62,7 @@ def test_damaged_batches_agree(recs, data):
         i = data.draw(st.integers(rb.HEADER_SIZE, len(buf) - 1))
         buf[i] ^= data.draw(st.integers(1, 255))
     elif kind == "cut":
-        del buf[data.draw(st.integers(rb.HEADER_SIZE + 1, len(buf) - 1)):]
+        del buf[data.draw(st.integers(rb.HEADER_SIZE + 1, len(buf) - 1)) :]
     elif kind == "insert":
         i = data.draw(st.integers(rb.HEADER_SIZE, len(buf)))
         buf[i:i] = data.draw(st.binary(min_size=1, max_size=4))
@@ -90,6 +93,7 @@ def test_varints_longer_than_kafka_allows_are_refused():
 
 # ---------------------------------------------------------------------- columns (the Spark reader)
 
+
 def _columns_outcome(fn, payload, count):
     try:
         return fn(payload, count)
@@ -103,6 +107,7 @@ def test_record_columns_agree_with_iter_records(recs, data):
     """Compiled and Python column buffers are identical, and decode to what iter_records reads;
     damaged payloads are refused by both or read identically by both."""
     import array
+
     buf = rr.build_batch(recs, timestamp=1_700_000_000_000)
     h = rb.read_header(buf, 0)
     payload = bytes(rr.records_payload(buf, 0, h))
@@ -113,23 +118,25 @@ def test_record_columns_agree_with_iter_records(recs, data):
     for i, r in enumerate(rr.iter_records(buf, 0, h)):
         assert h.base_offset + array.array("q", off)[i] == r.offset
         assert h.base_timestamp + array.array("q", ts)[i] == r.timestamp
-        assert (kd[ko[i]:ko[i + 1]] if kv[i >> 3] >> (i & 7) & 1 else None) == r.key
-        assert (vd[vo[i]:vo[i + 1]] if vv[i >> 3] >> (i & 7) & 1 else None) == r.value
+        assert (kd[ko[i] : ko[i + 1]] if kv[i >> 3] >> (i & 7) & 1 else None) == r.key
+        assert (vd[vo[i] : vo[i + 1]] if vv[i >> 3] >> (i & 7) & 1 else None) == r.value
     damaged = bytearray(payload)
     if damaged:
         i = data.draw(st.integers(0, len(damaged) - 1))
         damaged[i] = data.draw(st.integers(0, 255))
-    cut = bytes(damaged[:data.draw(st.integers(0, len(damaged)))])
+    cut = bytes(damaged[: data.draw(st.integers(0, len(damaged)))])
     for p in (bytes(damaged), cut):
         assert _columns_outcome(rr._cscan.columns, p, n) == _columns_outcome(rr._record_columns_py, p, n)
 
 
 # ---------------------------------------------------------------------- encode (the Spark writer)
 
+
 def _column(vals, offset: int = 0):
     """Arrow binary buffers by hand: (validity, int32 offsets, data, slice offset), with
     ``offset`` leading rows that are not part of the column."""
     import array
+
     vals = [b"junk"] * offset + vals
     valid = bytearray((len(vals) + 7) // 8)
     offs, data = array.array("i", [0]), bytearray()
@@ -145,6 +152,7 @@ def _column(vals, offset: int = 0):
 @given(st.lists(st.tuples(values, values), min_size=1, max_size=40), st.integers(0, 9), st.data())
 def test_encode_columns_agree_with_the_record_encoder(rows, offset, data):
     import array
+
     picked = data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=40))
     keys = _column([k for k, _ in rows], offset)
     vals = _column([v for _, v in rows], offset)
@@ -157,12 +165,14 @@ def test_encode_columns_agree_with_the_record_encoder(rows, offset, data):
     parts = rr._cscan.murmur2_partitions(keys, len(rows), 7)
     assert parts == rr._murmur2_partitions_py(keys, len(rows), 7)
     from kesque.utils import murmur2
+
     expected = [-1 if k is None else (murmur2(k) & 0x7FFFFFFF) % 7 for k, _ in rows]
     assert list(array.array("i", parts)) == expected
 
 
 def test_encode_refuses_rows_outside_the_columns():
     import array
+
     col = _column([b"a", b"b"])
     with pytest.raises(ValueError):
         rr._cscan.encode(col, col, array.array("i", [2]).tobytes())

@@ -45,8 +45,9 @@ def test_second_broker_on_same_dir_is_refused_and_first_recovers_after_crash(tmp
         assert "another process or thread is using this directory" in out
         assert not (data / MARKER).exists(), "the refused broker wrote into the live broker's dir"
         _produce(first.bootstrap_servers, "locked", 5)
-        assert [v for _o, v in consume_all(first.bootstrap_servers, "locked")[0]] == [b"v%d" % i for i in
-                                                                                       [*range(5), *range(5)]]
+        assert [v for _o, v in consume_all(first.bootstrap_servers, "locked")[0]] == [
+            b"v%d" % i for i in [*range(5), *range(5)]
+        ]
         first.kill()  # the .lock file stays behind; the kernel dropped the flock
         assert (data / ".lock").exists()
         mark = os.path.getsize(first.log_path)

@@ -14,8 +14,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def test_compatibility_table_matches_the_advertised_versions():
     text = (ROOT / "docs" / "compatibility.md").read_text()
-    rows = {int(k): (name, int(lo), int(hi))
-            for k, name, lo, hi in re.findall(r"^\| (\d+) \| (\w+) \| (\d+)–(\d+) \|", text, re.M)}
+    rows = {
+        int(k): (name, int(lo), int(hi))
+        for k, name, lo, hi in re.findall(r"^\| (\d+) \| (\w+) \| (\d+)–(\d+) \|", text, re.M)
+    }
     served = served_versions()
     assert set(rows) == set(served)
     for key, (lo, hi) in served.items():
@@ -24,8 +26,10 @@ def test_compatibility_table_matches_the_advertised_versions():
 
 def test_share_group_table_matches_the_versions_served_with_share_groups_on():
     text = (ROOT / "docs" / "compatibility.md").read_text()
-    rows = {int(k): (name, int(lo), int(hi or lo))
-            for k, name, lo, hi in re.findall(r"^\| (\d+) \| (\w+) \| v(\d+)(?:–(\d+))? \|", text, re.M)}
+    rows = {
+        int(k): (name, int(lo), int(hi or lo))
+        for k, name, lo, hi in re.findall(r"^\| (\d+) \| (\w+) \| v(\d+)(?:–(\d+))? \|", text, re.M)
+    }
     extra = {k: v for k, v in served_versions({"group.share.enable": "true"}).items() if k not in served_versions()}
     assert set(rows) == set(extra)
     for key, (lo, hi) in extra.items():
@@ -53,7 +57,7 @@ def _lines(value: str) -> list[str]:
 
 def _architecture_layers() -> str:
     text = (ROOT / "docs" / "architecture.md").read_text()
-    return text[text.index("## Layers"):text.index("## Start-up and shutdown")]
+    return text[text.index("## Layers") : text.index("## Start-up and shutdown")]
 
 
 def test_architecture_layer_table_is_the_import_contract():
@@ -75,8 +79,10 @@ def test_architecture_layer_table_is_the_import_contract():
 
 def test_architecture_names_each_driver_left_in_a_domain_package():
     """The sans-IO contract's exceptions are the drivers the page lists, and only those."""
-    ignored = {line.split("->")[0].strip() for line in
-               _lines(_importlinter()["importlinter:contract:sans-io"]["ignore_imports"])}
+    ignored = {
+        line.split("->")[0].strip()
+        for line in _lines(_importlinter()["importlinter:contract:sans-io"]["ignore_imports"])
+    }
     section = _architecture_layers().split("<!-- sans-io-exceptions -->")[1].split("\n\n")[0]
     listed = {name[:-3].replace("/", ".") for name in re.findall(r"`(kesque/[^`]+\.py)`", section)}
     assert listed == ignored
@@ -86,7 +92,12 @@ def test_architecture_names_only_files_that_exist():
     """Every module docs/architecture.md names (`server/network.py`, `produce.py`, ...) is in the
     tree, so a move or a split cannot leave the page behind."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    files = [str(p.relative_to(ROOT)) for p in ROOT.glob("**/*.py") if ".venv" not in p.parts and "build" not in p.parts]
-    missing = [name for name in sorted(set(re.findall(r"`([\w/]+\.py)`", text)))
-               if not any(f == name or f.endswith("/" + name) for f in files)]
+    files = [
+        str(p.relative_to(ROOT)) for p in ROOT.glob("**/*.py") if ".venv" not in p.parts and "build" not in p.parts
+    ]
+    missing = [
+        name
+        for name in sorted(set(re.findall(r"`([\w/]+\.py)`", text)))
+        if not any(f == name or f.endswith("/" + name) for f in files)
+    ]
     assert not missing

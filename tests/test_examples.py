@@ -19,8 +19,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.slow  # 28 s: `make examples` runs them, and `make slow`
 def test_spark_examples_run_to_completion():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "run_all.py"), "--events", "600"],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "run_all.py"), "--events", "600"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "offline load: 600 of 600 records in Parquet" in out.stdout
     assert "exactly once" in out.stdout

@@ -19,8 +19,12 @@ class TwoControllers(Channel):
 
     def __init__(self):
         dead = free_port()
-        super().__init__(lambda node: ("127.0.0.1", dead), client_id="t", reconnect_backoff_ms=10_000,
-                         reconnect_backoff_max_ms=10_000)
+        super().__init__(
+            lambda node: ("127.0.0.1", dead),
+            client_id="t",
+            reconnect_backoff_ms=10_000,
+            reconnect_backoff_max_ms=10_000,
+        )
         self.sent: list[int] = []
 
     async def send(self, node, api_key, version, body, timeout_ms=None, decode=None):
@@ -35,6 +39,7 @@ def test_a_forwarded_request_goes_to_the_new_controller_without_waiting_out_the_
     broker then learns that 2 leads. The request (timeout 5 s) must reach 2: before, the router
     sat in the send to 1 until the request's deadline, so a controller failover took up to a
     backoff (1 s by default) longer than the election."""
+
     async def run():
         channel = TwoControllers()
         leader = {"id": 1}
@@ -42,7 +47,7 @@ def test_a_forwarded_request_goes_to_the_new_controller_without_waiting_out_the_
         ctx = SimpleNamespace(listener="PLAINTEXT", header=SimpleNamespace(api_key=19), api_version=7)
         req = SimpleNamespace(timeout=5000)
         loop = asyncio.get_running_loop()
-        loop.call_later(0.3, leader.update, {"id": 2})     # the election ends while 1 backs off
+        loop.call_later(0.3, leader.update, {"id": 2})  # the election ends while 1 backs off
         resp = await asyncio.wait_for(router.dispatch(ctx, req, lambda: None), 10)
         channel.close()
         return resp, channel.sent

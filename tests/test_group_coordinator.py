@@ -15,10 +15,10 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from conftest import examples
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from kesque.coordinator.group import assignors
 from kesque.coordinator.group import records as R
 from kesque.coordinator.group.classic import COMPLETING_REBALANCE, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup
@@ -46,9 +46,10 @@ from kesque.errors import ErrorCode, KafkaError
 GID = "g"
 SESSION = 10_000
 REBALANCE = 30_000
-PROPERTY = settings(max_examples=examples(150),
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much])
+PROPERTY = settings(
+    max_examples=examples(150),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 
 
 # ====================================================================== fakes
@@ -135,8 +136,9 @@ class FakeImage:
 
     def set_topic(self, name: str, partitions: int) -> None:
         tid = uuid.uuid5(uuid.NAMESPACE_URL, "kesque-test-topic/" + name)
-        self.topics_by_name[name] = SimpleNamespace(name=name, topic_id=tid,
-                                                    partitions={p: None for p in range(partitions)})
+        self.topics_by_name[name] = SimpleNamespace(
+            name=name, topic_id=tid, partitions={p: None for p in range(partitions)}
+        )
 
     def topic(self, name: str):
         return self.topics_by_name.get(name)
@@ -184,8 +186,15 @@ class Env:
         self.image = FakeImage(topics)
         self.config = GroupConfig(**cfg)
         self.group_configs = group_configs or {}  # group id -> its own configs (the GROUP resource)
-        self.shard = GroupCoordinatorShard(0, self.config, self.log, self.timer, self.clock, topics=lambda: self.image,
-                                           group_configs=lambda gid: self.group_configs.get(gid, {}))
+        self.shard = GroupCoordinatorShard(
+            0,
+            self.config,
+            self.log,
+            self.timer,
+            self.clock,
+            topics=lambda: self.image,
+            group_configs=lambda gid: self.group_configs.get(gid, {}),
+        )
         self.step_hooks: list = []
 
     def _after_step(self) -> None:
@@ -193,19 +202,45 @@ class Env:
             h()
 
     # ------------------------------------------------------------ classic
-    def join(self, member_id: str = "", gid: str = GID, *, instance=None, protocols=None, topics=("t",),
-             session=SESSION, rebalance=REBALANCE, require_known=False, skip=False, client_id="client",
-             protocol_type="consumer", on=None) -> Reply:
+    def join(
+        self,
+        member_id: str = "",
+        gid: str = GID,
+        *,
+        instance=None,
+        protocols=None,
+        topics=("t",),
+        session=SESSION,
+        rebalance=REBALANCE,
+        require_known=False,
+        skip=False,
+        client_id="client",
+        protocol_type="consumer",
+        on=None,
+    ) -> Reply:
         reply = Reply(on)
-        self.shard.join_group(JoinGroup(
-            gid, member_id, protocol_type, protocols if protocols is not None else [("range", sub(list(topics)))],
-            session, rebalance, instance, client_id, "/127.0.0.1", require_known_member_id=require_known,
-            supports_skip_assignment=skip), reply)
+        self.shard.join_group(
+            JoinGroup(
+                gid,
+                member_id,
+                protocol_type,
+                protocols if protocols is not None else [("range", sub(list(topics)))],
+                session,
+                rebalance,
+                instance,
+                client_id,
+                "/127.0.0.1",
+                require_known_member_id=require_known,
+                supports_skip_assignment=skip,
+            ),
+            reply,
+        )
         self._after_step()
         return reply
 
-    def sync(self, member_id: str, generation: int, gid: str = GID, *, assignments=None, instance=None,
-             on=None) -> Reply:
+    def sync(
+        self, member_id: str, generation: int, gid: str = GID, *, assignments=None, instance=None, on=None
+    ) -> Reply:
         reply = Reply(on)
         self.shard.sync_group(SyncGroup(gid, member_id, generation, instance, assignments=assignments or {}), reply)
         self._after_step()
@@ -221,16 +256,28 @@ class Env:
         self._after_step()
         return result
 
-    def commit(self, offsets: dict, gid: str = GID, *, member_id="", generation=-1, instance=None, retention_ms=-1,
-               api_version=8) -> dict | ErrorCode:
+    def commit(
+        self,
+        offsets: dict,
+        gid: str = GID,
+        *,
+        member_id="",
+        generation=-1,
+        instance=None,
+        retention_ms=-1,
+        api_version=8,
+    ) -> dict | ErrorCode:
         """{(topic, partition): error}, or the group-level error the commit was refused with."""
         topics: dict[str, list] = {}
         for (t, p), v in offsets.items():
             off, epoch, meta = v if isinstance(v, tuple) else (v, -1, "")
             topics.setdefault(t, []).append(OffsetCommitPartition(p, off, epoch, meta))
         try:
-            result = self.run(self.shard.commit_offsets(OffsetCommit(gid, topics, member_id, generation, instance,
-                                                                     retention_ms, api_version)))
+            result = self.run(
+                self.shard.commit_offsets(
+                    OffsetCommit(gid, topics, member_id, generation, instance, retention_ms, api_version)
+                )
+            )
         except KafkaError as e:
             result = e.code
         self._after_step()
@@ -275,33 +322,67 @@ class Env:
         raise AssertionError("requests still parked")
 
     def stable_group(self, n: int, gid: str = GID, instances=None, **kw) -> SimpleNamespace:
-        replies = [self.join(gid=gid, instance=instances[i] if instances else None, client_id=f"c{i}", **kw)
-                   for i in range(n)]
+        replies = [
+            self.join(gid=gid, instance=instances[i] if instances else None, client_id=f"c{i}", **kw) for i in range(n)
+        ]
         self.settle(replies)
         resps = [r.r for r in replies]
         assert all(x["error"] == ErrorCode.none for x in resps), resps
         gen, leader = resps[0]["generation_id"], resps[0]["leader"]
         ids = [x["member_id"] for x in resps]
         assignments = {mid: f"assignment-of-{mid}".encode() for mid in ids}
-        syncs = {leader: self.sync(leader, gen, gid, assignments=assignments,
-                                   instance=instances[ids.index(leader)] if instances else None)}
+        syncs = {
+            leader: self.sync(
+                leader, gen, gid, assignments=assignments, instance=instances[ids.index(leader)] if instances else None
+            )
+        }
         for i, mid in enumerate(ids):
             if mid != leader:
                 syncs[mid] = self.sync(mid, gen, gid, instance=instances[i] if instances else None)
         assert self.group(gid).state == STABLE
-        return SimpleNamespace(ids=ids, leader=leader, gen=gen, joins=resps, syncs=syncs, assignments=assignments,
-                               followers=[m for m in ids if m != leader])
+        return SimpleNamespace(
+            ids=ids,
+            leader=leader,
+            gen=gen,
+            joins=resps,
+            syncs=syncs,
+            assignments=assignments,
+            followers=[m for m in ids if m != leader],
+        )
 
     # ------------------------------------------------------------ KIP-848
-    def chb(self, member_id: str, epoch: int, gid: str = GID, *, names=None, regex=None, owned=None,
-            instance=None, rack=None, rebalance=None, assignor=None, version=1) -> dict:
+    def chb(
+        self,
+        member_id: str,
+        epoch: int,
+        gid: str = GID,
+        *,
+        names=None,
+        regex=None,
+        owned=None,
+        instance=None,
+        rack=None,
+        rebalance=None,
+        assignor=None,
+        version=1,
+    ) -> dict:
         if epoch == 0:
             owned = {} if owned is None else owned
             rebalance = 60_000 if rebalance is None else rebalance
-        req = {"group_id": gid, "member_id": member_id, "member_epoch": epoch, "instance_id": instance,
-               "rack_id": rack, "rebalance_timeout_ms": -1 if rebalance is None else rebalance,
-               "subscribed_topic_names": names, "subscribed_topic_regex": regex, "server_assignor": assignor,
-               "topic_partitions": owned, "client_id": "client", "client_host": "/127.0.0.1"}
+        req = {
+            "group_id": gid,
+            "member_id": member_id,
+            "member_epoch": epoch,
+            "instance_id": instance,
+            "rack_id": rack,
+            "rebalance_timeout_ms": -1 if rebalance is None else rebalance,
+            "subscribed_topic_names": names,
+            "subscribed_topic_regex": regex,
+            "server_assignor": assignor,
+            "topic_partitions": owned,
+            "client_id": "client",
+            "client_host": "/127.0.0.1",
+        }
         resp = consumer_group_heartbeat(self.shard, ConsumerGroupHeartbeat(**req), version)
         self._after_step()
         return resp
@@ -311,8 +392,9 @@ class Env:
 
     # ------------------------------------------------------------ replay
     def replayed(self) -> GroupCoordinatorShard:
-        fresh = GroupCoordinatorShard(0, self.config, WriteLog(), FakeTimer(ManualClock()), ManualClock(),
-                                      topics=lambda: self.image)
+        fresh = GroupCoordinatorShard(
+            0, self.config, WriteLog(), FakeTimer(ManualClock()), ManualClock(), topics=lambda: self.image
+        )
         for k, v in self.log.records:
             fresh.replay(k, v)
         return fresh
@@ -324,11 +406,27 @@ def tp_set(a: dict) -> frozenset:
 
 # ====================================================================== durable views
 def classic_view(g: ClassicGroup) -> tuple:
-    members = {mid: (m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms, m.session_timeout_ms,
-                     bytes(m.metadata(g.protocol_name or "")), bytes(m.assignment))
-               for mid, m in g.members.items()}
-    return ("classic", g.generation_id, g.protocol_type if g.members else None, g.protocol_name,
-            g.leader_id if g.members else None, members, dict(g.static_members))
+    members = {
+        mid: (
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout_ms,
+            m.session_timeout_ms,
+            bytes(m.metadata(g.protocol_name or "")),
+            bytes(m.assignment),
+        )
+        for mid, m in g.members.items()
+    }
+    return (
+        "classic",
+        g.generation_id,
+        g.protocol_type if g.members else None,
+        g.protocol_name,
+        g.leader_id if g.members else None,
+        members,
+        dict(g.static_members),
+    )
 
 
 # What Kafka writes for a group created by a JoinGroup that has not completed a rebalance
@@ -337,21 +435,46 @@ NEW_CLASSIC_GROUP = ("classic", 0, None, None, None, {}, {})
 
 
 def consumer_view(g: ConsumerGroup) -> tuple:
-    members = {mid: (m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_topic_names),
-                     m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor, m.member_epoch,
-                     m.previous_member_epoch, m.state, tp_set(m.assigned), tp_set(m.pending_revocation))
-               for mid, m in g.members.items()}
+    members = {
+        mid: (
+            m.instance_id,
+            m.rack_id,
+            m.client_id,
+            m.client_host,
+            tuple(m.subscribed_topic_names),
+            m.subscribed_topic_regex,
+            m.rebalance_timeout_ms,
+            m.server_assignor,
+            m.member_epoch,
+            m.previous_member_epoch,
+            m.state,
+            tp_set(m.assigned),
+            tp_set(m.pending_revocation),
+        )
+        for mid, m in g.members.items()
+    }
     target = {mid: tp_set(a) for mid, a in g.target.items() if tp_set(a)}
     # the subscribed topics' metadata the group epoch was computed with (Kafka persists it, so a
     # reloaded group does not rebalance)
-    return ("consumer", g.group_epoch, g.assignment_epoch, members, target, dict(g.static_members),
-            tuple(g.subscription_signature))
+    return (
+        "consumer",
+        g.group_epoch,
+        g.assignment_epoch,
+        members,
+        target,
+        dict(g.static_members),
+        tuple(g.subscription_signature),
+    )
 
 
 def offsets_view(shard) -> dict:
-    return {gid: {tp: (o.offset, o.leader_epoch, o.metadata, o.commit_timestamp, o.expire_timestamp)
-                  for tp, o in offs.items()}
-            for gid, offs in shard.offsets.items() if offs}
+    return {
+        gid: {
+            tp: (o.offset, o.leader_epoch, o.metadata, o.commit_timestamp, o.expire_timestamp) for tp, o in offs.items()
+        }
+        for gid, offs in shard.offsets.items()
+        if offs
+    }
 
 
 class DurableTracker:
@@ -388,7 +511,9 @@ class DurableTracker:
 
 
 def durable_view(shard) -> dict:
-    return {gid: classic_view(g) if isinstance(g, ClassicGroup) else consumer_view(g) for gid, g in shard.groups.items()}
+    return {
+        gid: classic_view(g) if isinstance(g, ClassicGroup) else consumer_view(g) for gid, g in shard.groups.items()
+    }
 
 
 def normalize_new_groups(view: dict) -> dict:
@@ -411,7 +536,7 @@ def test_first_join_member_id_required_then_join_with_the_id():
     g = env.group()
     assert g.state == EMPTY and r["member_id"] in g.pending_join_members and not g.members
     # the new group is persisted, empty
-    (kv, key, value), = env.log.decoded()
+    ((kv, key, value),) = env.log.decoded()
     assert kv == R.GROUP_METADATA and key == {"group": GID} and value["members"] == [] and value["generation"] == 0
     second = env.join(r["member_id"], require_known=True)
     assert not second.done and g.state == PREPARING_REBALANCE
@@ -485,7 +610,10 @@ def test_leader_and_protocol_selected_by_votes():
     leader = a.r["member_id"]  # the first member to join leads
     assert {x.r["leader"] for x in (a, b, c)} == {leader}
     assert {m["member_id"]: m["metadata"] for m in a.r["members"]} == {
-        a.r["member_id"]: b"A-rr", b.r["member_id"]: b"B-rr", c.r["member_id"]: b"C-rr"}
+        a.r["member_id"]: b"A-rr",
+        b.r["member_id"]: b"B-rr",
+        c.r["member_id"]: b"C-rr",
+    }
     assert b.r["members"] == [] and c.r["members"] == []
 
 
@@ -514,11 +642,14 @@ def test_leader_sync_propagates_assignments_to_waiting_followers():
     assert waiting[1].r["assignment"] == b"" and waiting[1].r["error"] == ErrorCode.none
     g = env.group()
     assert g.state == STABLE
-    (kv, _key, value), = env.log.decoded(start)
+    ((kv, _key, value),) = env.log.decoded(start)
     assert kv == R.GROUP_METADATA and value["generation"] == gen and value["leader"] == leader
     assert value["protocol"] == "range" and value["protocol_type"] == "consumer"
     assert {m["member_id"]: m["assignment"] for m in value["members"]} == {
-        leader: b"L", followers[0]: b"F0", followers[1]: b""}
+        leader: b"L",
+        followers[0]: b"F0",
+        followers[1]: b"",
+    }
     # a follower that syncs late in Stable gets its assignment at once
     assert env.sync(followers[0], gen).r["assignment"] == b"F0"
 
@@ -642,12 +773,17 @@ def test_leave_group_batched_by_member_id_and_instance_id():
     env = Env()
     sg = env.stable_group(4, instances=[None, None, "i2", "i3"])
     ids = sg.ids
-    err, results = env.shard.leave_group(GID, [(ids[1], None), ("", "i2"), ("ghost", None), ("", "nobody"),
-                                                (ids[0], "i3")])
+    err, results = env.shard.leave_group(
+        GID, [(ids[1], None), ("", "i2"), ("ghost", None), ("", "nobody"), (ids[0], "i3")]
+    )
     assert err == ErrorCode.none
-    assert results == [(ids[1], None, ErrorCode.none), ("", "i2", ErrorCode.none),
-                       ("ghost", None, ErrorCode.unknown_member_id), ("", "nobody", ErrorCode.unknown_member_id),
-                       (ids[0], "i3", ErrorCode.fenced_instance_id)]
+    assert results == [
+        (ids[1], None, ErrorCode.none),
+        ("", "i2", ErrorCode.none),
+        ("ghost", None, ErrorCode.unknown_member_id),
+        ("", "nobody", ErrorCode.unknown_member_id),
+        (ids[0], "i3", ErrorCode.fenced_instance_id),
+    ]
     g = env.group()
     assert set(g.members) == {ids[0], ids[3]} and "i2" not in g.static_members
     assert g.state == PREPARING_REBALANCE
@@ -661,7 +797,7 @@ def test_last_members_leaving_make_the_group_empty_and_persist_it():
     env.shard.leave_group(GID, [(m, None) for m in sg.ids])
     g = env.group()
     assert g.state == EMPTY and g.generation_id == sg.gen + 1 and g.protocol_name is None
-    (kv, _k, value), = env.log.decoded(start)
+    ((kv, _k, value),) = env.log.decoded(start)
     assert kv == R.GROUP_METADATA and value["members"] == [] and value["generation"] == sg.gen + 1
     assert value["protocol"] is None and value["leader"] is None
 
@@ -688,7 +824,7 @@ def test_static_member_replacement_in_stable_fences_the_old_id_without_rebalance
     assert g.static_members[inst] == new and old not in g.members
     assert g.members[new].assignment == sg.assignments[old]  # the replacement keeps the assignment
     # the replacement is persisted at once
-    (kv, _k, value), = env.log.decoded(start)
+    ((kv, _k, value),) = env.log.decoded(start)
     assert kv == R.GROUP_METADATA and value["generation"] == sg.gen
     assert {m["member_id"] for m in value["members"]} == {new, sg.leader}
     # the old member id is fenced everywhere
@@ -749,8 +885,11 @@ def test_static_member_rejoin_keeping_the_selected_protocol_does_not_rebalance()
 def test_static_member_rejoin_changing_the_selected_protocol_rebalances():
     env = Env()
     rr, rg = ("roundrobin", sub(["t"])), ("range", sub(["t"]))
-    replies = [env.join(instance="i0", protocols=[rr, rg]), env.join(instance="i1", protocols=[rg, rr]),
-               env.join(instance="i2", protocols=[rg, rr])]
+    replies = [
+        env.join(instance="i0", protocols=[rr, rg]),
+        env.join(instance="i1", protocols=[rg, rr]),
+        env.join(instance="i2", protocols=[rg, rr]),
+    ]
     env.settle(replies)
     assert {x.r["protocol_name"] for x in replies} == {"range"}  # 2 votes to 1
     gen, leader = replies[0].r["generation_id"], replies[0].r["leader"]
@@ -784,7 +923,7 @@ def test_group_max_size():
 def test_new_group_is_persisted_without_members():
     env = Env()
     env.join(instance="i0")  # a static member (or a JoinGroup < v4) creating the group
-    (kv, _k, value), = env.log.decoded()
+    ((kv, _k, value),) = env.log.decoded()
     assert kv == R.GROUP_METADATA
     assert value["members"] == [] and value["leader"] is None and value["generation"] == 0
 
@@ -826,7 +965,7 @@ def test_simple_consumer_commits_to_an_empty_group():
 def test_commit_with_retention_writes_v1_and_expires_at_the_expire_timestamp():
     env = Env()
     env.commit({("t", 0): 1}, retention_ms=5000)
-    (_kv, _k, v), = env.log.decoded()
+    ((_kv, _k, v),) = env.log.decoded()
     assert v["_version"] == 1 and v["expire_timestamp"] == env.clock.now + 5000
     env.timer.advance(4999)
     env.expire_offsets()
@@ -846,8 +985,10 @@ def test_commit_validation_for_classic_groups():
     assert env.commit({("t", 0): 5}, member_id="ghost", generation=sg.gen) == ErrorCode.unknown_member_id
     # an admin / simple-consumer commit (generation -1, no member id) only to Empty groups
     assert env.commit({("t", 0): 5}) == ErrorCode.unknown_member_id
-    assert env.commit({("t", 0): 5}, member_id=sg.ids[1], generation=sg.gen,
-                      instance="wrong") == ErrorCode.unknown_member_id
+    assert (
+        env.commit({("t", 0): 5}, member_id=sg.ids[1], generation=sg.gen, instance="wrong")
+        == ErrorCode.unknown_member_id
+    )
     # PreparingRebalance: members with the current generation may still commit
     env.join(sg.leader)
     assert env.group().state == PREPARING_REBALANCE
@@ -881,8 +1022,11 @@ def test_commit_generation_minus_one_with_member_id_to_a_missing_group_is_accept
 def test_offset_metadata_size_limit_is_per_partition():
     env = Env(offset_metadata_max_bytes=10)
     res = env.commit({("t", 0): (1, -1, "x" * 10), ("t", 1): (2, -1, "x" * 11), ("t", 2): (3, -1, "é" * 6)})
-    assert res == {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.offset_metadata_too_large,
-                   ("t", 2): ErrorCode.offset_metadata_too_large}
+    assert res == {
+        ("t", 0): ErrorCode.none,
+        ("t", 1): ErrorCode.offset_metadata_too_large,
+        ("t", 2): ErrorCode.offset_metadata_too_large,
+    }
     assert env.committed() == {("t", 0): 1}
 
 
@@ -968,8 +1112,7 @@ def test_offset_delete_when_subscriptions_are_unknown_keeps_offsets():
     env = Env()
     sg = env.stable_group(1, protocols=[("range", b"not a subscription")])
     env.commit({("t", 0): 1}, member_id=sg.leader, generation=sg.gen)
-    assert env.delete_offsets(GID, {"t": [0]}) == (ErrorCode.none,
-                                                         {("t", 0): ErrorCode.group_subscribed_to_topic})
+    assert env.delete_offsets(GID, {"t": [0]}) == (ErrorCode.none, {("t", 0): ErrorCode.group_subscribed_to_topic})
 
 
 def test_offsets_of_an_empty_group_expire_retention_after_it_became_empty():
@@ -1024,9 +1167,11 @@ def test_list_groups():
     env.stable_group(1)
     env.commit({("t", 0): 1}, gid="simple")
     env.chb("m1", 0, gid="kip848", names=["t"])
-    assert sorted(env.shard.list_groups()) == [("g", "consumer", "Stable", "classic"),
-                                              ("kip848", "consumer", "Stable", "consumer"),
-                                              ("simple", "", "Empty", "classic")]
+    assert sorted(env.shard.list_groups()) == [
+        ("g", "consumer", "Stable", "classic"),
+        ("kip848", "consumer", "Stable", "consumer"),
+        ("simple", "", "Empty", "classic"),
+    ]
 
 
 # ====================================================================== write failures
@@ -1096,8 +1241,9 @@ def test_failed_static_member_replacement_keeps_the_old_member():
     before = classic_view(env.group())
     env.log.fail = True
     r = Reply()
-    env.shard.join_group(JoinGroup(GID, "", "consumer", [("range", sub(["t"]))], SESSION, REBALANCE, "i1", "c", "/h"),
-                         r)
+    env.shard.join_group(
+        JoinGroup(GID, "", "consumer", [("range", sub(["t"]))], SESSION, REBALANCE, "i1", "c", "/h"), r
+    )
     # the joiner is told why (a storage failure: NOT_COORDINATOR, as Kafka's
     # appendGroupMetadataErrorToResponseError), and is not given the member's place
     assert r.done and r.r["error"] == ErrorCode.not_coordinator and r.r["member_id"] == ""
@@ -1131,7 +1277,6 @@ def test_failed_consumer_group_join_leaves_no_trace():
     assert env.group() is None
 
 
-
 def test_failed_consumer_heartbeats_leave_the_group_as_it_was():
     """A heartbeat changes the group only by replaying the records it appended: one whose append
     fails (a join, a subscription change, a static or a dynamic leave, a session expiry) leaves
@@ -1142,10 +1287,12 @@ def test_failed_consumer_heartbeats_leave_the_group_as_it_was():
     env.chb("A", a["member_epoch"], owned=env.owned(a))
     before = consumer_view(env.group())
     env.log.fail = True
-    attempts = [lambda: env.chb("C", 0, names=["t", "u"]),
-                lambda: env.chb("A", a["member_epoch"], names=["t", "u"], owned=env.owned(a)),
-                lambda: env.chb("B", -2, instance="ib"),
-                lambda: env.chb("A", -1)]
+    attempts = [
+        lambda: env.chb("C", 0, names=["t", "u"]),
+        lambda: env.chb("A", a["member_epoch"], names=["t", "u"], owned=env.owned(a)),
+        lambda: env.chb("B", -2, instance="ib"),
+        lambda: env.chb("A", -1),
+    ]
     for attempt in attempts:
         r = attempt()
         assert (r["error"], r["member_epoch"]) == (ErrorCode.not_coordinator, -1)
@@ -1187,8 +1334,9 @@ def test_consumer_heartbeat_request_validation():
     r = env.chb("", 0, names=["t"], version=0)
     assert r["error"] == ErrorCode.none and r["member_id"]
     # owned partitions must be an empty list (not null) when joining
-    req = ConsumerGroupHeartbeat("x", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"],
-                                 topic_partitions=None)
+    req = ConsumerGroupHeartbeat(
+        "x", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"], topic_partitions=None
+    )
     assert consumer_group_heartbeat(env.shard, req, 1)["error"] == ErrorCode.invalid_request
 
 
@@ -1381,8 +1529,12 @@ def test_session_timeout_removes_the_member():
 
 def test_a_groups_own_session_timeout_and_heartbeat_interval_win_over_the_brokers():
     own = {"consumer.session.timeout.ms": "50000", "consumer.heartbeat.interval.ms": "7000"}
-    env = Env(topics={"t": 1}, group_configs={GID: own}, consumer_session_timeout_ms=45_000,
-              consumer_heartbeat_interval_ms=5000)
+    env = Env(
+        topics={"t": 1},
+        group_configs={GID: own},
+        consumer_session_timeout_ms=45_000,
+        consumer_heartbeat_interval_ms=5000,
+    )
     assert env.chb("A", 0, names=["t"])["heartbeat_interval_ms"] == 7000
     assert env.chb("B", 0, "other", names=["t"])["heartbeat_interval_ms"] == 5000  # the broker's
     env.timer.advance(45_000)
@@ -1489,24 +1641,24 @@ def test_a_commit_at_the_previous_member_epoch_is_accepted_for_partitions_the_me
     test_oracle_java_clients' group scenario, leaving the group unbalanced ([2, 4])."""
     env = Env(topics={"t": 4})
     t = env.image.tid("t")
-    a = env.chb("A", 0, names=["t"])                   # A: epoch 1, all four partitions
-    env.chb("B", 0, names=["t"])                       # group epoch 2: A must give two to B
-    a = env.chb("A", 1, owned=env.owned(a))            # A asked to revoke, still at epoch 1
+    a = env.chb("A", 0, names=["t"])  # A: epoch 1, all four partitions
+    env.chb("B", 0, names=["t"])  # group epoch 2: A must give two to B
+    a = env.chb("A", 1, owned=env.owned(a))  # A asked to revoke, still at epoch 1
     kept = env.owned(a)
-    a = env.chb("A", 1, owned=kept)                    # revoked: A moves to epoch 2
+    a = env.chb("A", 1, owned=kept)  # revoked: A moves to epoch 2
     assert a["member_epoch"] == 2
     m = env.group().members["A"]
     assert all(m.epochs[(t, p)] == 1 for p in kept[t])  # assigned at epoch 1, kept since
     mine = sorted(kept[t])
     assert env.commit({("t", p): 5 for p in mine}, member_id="A", generation=1, api_version=9) == {
-        ("t", p): ErrorCode.none for p in mine}
+        ("t", p): ErrorCode.none for p in mine
+    }
     assert env.commit({("t", mine[0]): 6}, member_id="A", generation=3, api_version=9) == ErrorCode.stale_member_epoch
     # B's partitions were assigned to B at epoch 2: an epoch-1 commit of B's is refused whole
     b = env.chb("B", 2, owned={})
     theirs = sorted(env.owned(b)[t])
     assert all(env.group().members["B"].epochs[(t, p)] == 2 for p in theirs)
-    assert env.commit({("t", theirs[0]): 1}, member_id="B", generation=1, api_version=9) == \
-        ErrorCode.stale_member_epoch
+    assert env.commit({("t", theirs[0]): 1}, member_id="B", generation=1, api_version=9) == ErrorCode.stale_member_epoch
     # the epochs survive a reload (the record's AssignmentEpochs, tag 0)
     again = env.replayed().groups[GID].members
     assert again["A"].epochs == m.epochs and again["B"].epochs == env.group().members["B"].epochs
@@ -1518,7 +1670,7 @@ def test_a_full_heartbeat_gets_the_assignment_even_when_unchanged():
     env = Env(topics={"t": 2})
     a = env.chb("A", 0, names=["t"])
     owned = env.owned(a)
-    assert env.chb("A", 1, owned=owned)["assignment"] is None                  # nothing new
+    assert env.chb("A", 1, owned=owned)["assignment"] is None  # nothing new
     full = env.chb("A", 1, owned=owned, names=["t"], rebalance=60_000)
     assert env.owned(full) == owned
 
@@ -1528,7 +1680,9 @@ def test_offset_delete_on_a_consumer_group():
     env.chb("A", 0, names=["t"])
     env.commit({("t", 0): 1, ("u", 0): 2}, member_id="A", generation=1, api_version=9)
     assert env.delete_offsets(GID, {"t": [0], "u": [0]}) == (
-        ErrorCode.none, {("t", 0): ErrorCode.group_subscribed_to_topic, ("u", 0): ErrorCode.none})
+        ErrorCode.none,
+        {("t", 0): ErrorCode.group_subscribed_to_topic, ("u", 0): ErrorCode.none},
+    )
 
 
 def test_offset_delete_respects_regex_subscriptions():
@@ -1536,7 +1690,9 @@ def test_offset_delete_respects_regex_subscriptions():
     env.chb("A", 0, regex="ord.*")
     env.commit({("orders", 0): 1}, member_id="A", generation=1, api_version=9)
     assert env.delete_offsets(GID, {"orders": [0]}) == (
-        ErrorCode.none, {("orders", 0): ErrorCode.group_subscribed_to_topic})
+        ErrorCode.none,
+        {("orders", 0): ErrorCode.group_subscribed_to_topic},
+    )
 
 
 def test_empty_groups_change_protocol():
@@ -1599,8 +1755,11 @@ def membership_histories(draw, homogeneous: bool):
             free = [n for n in names if n not in members]
             if free:
                 m = draw(st.sampled_from(free))
-                members[m] = set(common) if homogeneous else set(draw(st.sets(st.sampled_from(sorted(topics, key=str)),
-                                                                              min_size=1)))
+                members[m] = (
+                    set(common)
+                    if homogeneous
+                    else set(draw(st.sets(st.sampled_from(sorted(topics, key=str)), min_size=1)))
+                )
         elif change == "remove":
             del members[draw(st.sampled_from(sorted(members)))]
         elif change == "grow":
@@ -1617,8 +1776,11 @@ def _moved(prev, new, members):
     """Partitions whose previous owner is still a member (and subscribed) but lost them."""
     prev_owner = {(t, p): m for m, a in prev.items() for t, ps in a.items() for p in ps}
     new_owner = {(t, p): m for m, a in new.items() for t, ps in a.items() for p in ps}
-    return sum(1 for tp, m in prev_owner.items()
-               if m in members and tp in new_owner and tp[0] in members[m] and new_owner[tp] != m)
+    return sum(
+        1
+        for tp, m in prev_owner.items()
+        if m in members and tp in new_owner and tp[0] in members[m] and new_owner[tp] != m
+    )
 
 
 @PROPERTY
@@ -1670,8 +1832,9 @@ def test_uniform_homogeneous_moves_partitions_only_when_needed(history):
         total = sum(n for t, n in topics.items())
         n = len(members)
         floor, extra = divmod(total, n)
-        kept_before = {m: sum(1 for t, ps in current.get(m, {}).items() for p in ps if p < topics.get(t, 0))
-                       for m in members}
+        kept_before = {
+            m: sum(1 for t, ps in current.get(m, {}).items() for p in ps if p < topics.get(t, 0)) for m in members
+        }
         over = [m for m in members if kept_before[m] > floor]
         forced = sum(kept_before[m] - floor for m in over) - min(extra, len(over))
         assert _moved(current, new, members) <= max(forced, 0)
@@ -1751,13 +1914,20 @@ class ClassicClient:
             self.on_error(r["error"])
 
     def on_error(self, err: ErrorCode) -> None:
-        if err in (ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id, ErrorCode.group_max_size_reached,
-                   ErrorCode.coordinator_not_available):
+        if err in (
+            ErrorCode.unknown_member_id,
+            ErrorCode.fenced_instance_id,
+            ErrorCode.group_max_size_reached,
+            ErrorCode.coordinator_not_available,
+        ):
             instance = self.instance
             self.reset()
             self.instance = instance
-        elif err in (ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation,
-                     ErrorCode.inconsistent_group_protocol):
+        elif err in (
+            ErrorCode.rebalance_in_progress,
+            ErrorCode.illegal_generation,
+            ErrorCode.inconsistent_group_protocol,
+        ):
             self.rejoin = True
 
 
@@ -1794,17 +1964,31 @@ STEPS = st.one_of(
     st.tuples(st.just("cstep_all")),
 )
 OPS = st.one_of(
-    STEPS, STEPS, STEPS, STEPS, STEPS, STEPS, STEPS, STEPS, STEPS, STEPS,
+    STEPS,
+    STEPS,
+    STEPS,
+    STEPS,
+    STEPS,
+    STEPS,
+    STEPS,
+    STEPS,
+    STEPS,
+    STEPS,
     st.tuples(st.just("restart"), ci, st.booleans()),
     st.tuples(st.just("change_protocols"), ci, st.integers(0, len(PROTOCOL_SETS) - 1)),
     st.tuples(st.just("leave"), st.sets(ci, min_size=1, max_size=3), st.booleans()),
-    st.tuples(st.just("commit"), st.integers(-1, N_CLASSIC - 1), st.sampled_from(["t", "u", "x"]), st.integers(0, 2),
-              st.integers(0, 100), st.booleans()),
+    st.tuples(
+        st.just("commit"),
+        st.integers(-1, N_CLASSIC - 1),
+        st.sampled_from(["t", "u", "x"]),
+        st.integers(0, 2),
+        st.integers(0, 100),
+        st.booleans(),
+    ),
     st.tuples(st.just("offset_delete"), st.sampled_from(GROUPS + ["c1"]), st.sampled_from(["t", "u", "x"])),
     st.tuples(st.just("delete_group"), st.sampled_from(GROUPS + ["c1"])),
     st.tuples(st.just("expire")),
-    st.tuples(st.just("advance"), st.sampled_from([100, 1000, 3000, 3000, 6000, 12_000, 40_000,
-                                                   8 * 24 * 3600 * 1000])),
+    st.tuples(st.just("advance"), st.sampled_from([100, 1000, 3000, 3000, 6000, 12_000, 40_000, 8 * 24 * 3600 * 1000])),
     st.tuples(st.just("cstep"), ki),
     st.tuples(st.just("cstep_all")),
     st.tuples(st.just("creconcile"), ki),
@@ -1818,14 +2002,16 @@ OP_LISTS = st.lists(OPS, min_size=30, max_size=80)
 
 class Simulation:
     def __init__(self, precreate: bool):
-        self.env = Env(topics=dict(TOPICS), offsets_retention_ms=7 * 24 * 3600 * 1000,
-                       consumer_session_timeout_ms=45_000)
+        self.env = Env(
+            topics=dict(TOPICS), offsets_retention_ms=7 * 24 * 3600 * 1000, consumer_session_timeout_ms=45_000
+        )
         self.tracker = DurableTracker(self.env)
         self.precreate = precreate
         self.classic = [ClassicClient(i, GROUPS[i % 2], f"inst{i}" if i >= 4 else None) for i in range(N_CLASSIC)]
         self.consumers = [ConsumerClient(i, "c1", f"cinst{i}" if i >= 2 else None) for i in range(N_CONSUMER)]
-        self.replay_shard = GroupCoordinatorShard(0, self.env.config, WriteLog(), FakeTimer(ManualClock()),
-                                                  ManualClock(), topics=lambda: self.env.image)
+        self.replay_shard = GroupCoordinatorShard(
+            0, self.env.config, WriteLog(), FakeTimer(ManualClock()), ManualClock(), topics=lambda: self.env.image
+        )
         self.replayed_upto = 0
         self.ensure_groups()
         self.tracker.step()
@@ -1843,13 +2029,23 @@ class Simulation:
         if c.parked is not None and not c.parked.done:
             return
         if c.rejoin or not c.member_id:
-            c.parked = self.env.join(c.member_id, gid=c.gid, instance=c.instance, protocols=c.protocols,
-                                     require_known=c.instance is None and c.idx != 0, skip=c.idx % 2 == 0, client_id=f"client{i}",
-                                     session=20_000, rebalance=25_000, on=c.on_join)
+            c.parked = self.env.join(
+                c.member_id,
+                gid=c.gid,
+                instance=c.instance,
+                protocols=c.protocols,
+                require_known=c.instance is None and c.idx != 0,
+                skip=c.idx % 2 == 0,
+                client_id=f"client{i}",
+                session=20_000,
+                rebalance=25_000,
+                on=c.on_join,
+            )
         elif not c.synced:
             assignments = {m: f"{m}@{c.generation}".encode() for m in c.members} if c.leader else {}
-            c.parked = self.env.sync(c.member_id, c.generation, gid=c.gid, instance=c.instance,
-                                     assignments=assignments, on=c.on_sync)
+            c.parked = self.env.sync(
+                c.member_id, c.generation, gid=c.gid, instance=c.instance, assignments=assignments, on=c.on_sync
+            )
         else:
             c.on_error(self.env.heartbeat(c.member_id, c.generation, gid=c.gid, instance=c.instance))
 
@@ -1895,8 +2091,14 @@ class Simulation:
             self.env.commit({(topic, partition): (offset, offset % 3, meta)}, gid=GROUPS[offset % 2])
             return
         c = self.classic[i]
-        self.env.commit({(topic, partition): (offset, -1, meta)}, gid=c.gid, member_id=c.member_id,
-                        generation=c.generation, instance=c.instance, retention_ms=60_000 if large else -1)
+        self.env.commit(
+            {(topic, partition): (offset, -1, meta)},
+            gid=c.gid,
+            member_id=c.member_id,
+            generation=c.generation,
+            instance=c.instance,
+            retention_ms=60_000 if large else -1,
+        )
 
     def op_offset_delete(self, gid, topic):
         self.env.delete_offsets(gid, {topic: [0, 1]})
@@ -1916,15 +2118,26 @@ class Simulation:
         if c.epoch is None:
             r = self.env.chb(c.member_id, 0, gid=c.gid, names=list(c.names), instance=c.instance)
         else:
-            r = self.env.chb(c.member_id, c.epoch, gid=c.gid, owned={t: set(p) for t, p in c.owned.items()},
-                             instance=c.instance, names=list(c.names))
+            r = self.env.chb(
+                c.member_id,
+                c.epoch,
+                gid=c.gid,
+                owned={t: set(p) for t, p in c.owned.items()},
+                instance=c.instance,
+                names=list(c.names),
+            )
         if r["error"] == ErrorCode.none:
             c.epoch = r["member_epoch"]
             if r["assignment"] is not None:
                 c.latest = {t: set(p) for t, p in r["assignment"].items()}
-        elif r["error"] in (ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id, ErrorCode.group_id_not_found,
-                            ErrorCode.unreleased_instance_id, ErrorCode.fenced_instance_id,
-                            ErrorCode.group_max_size_reached):
+        elif r["error"] in (
+            ErrorCode.fenced_member_epoch,
+            ErrorCode.unknown_member_id,
+            ErrorCode.group_id_not_found,
+            ErrorCode.unreleased_instance_id,
+            ErrorCode.fenced_instance_id,
+            ErrorCode.group_max_size_reached,
+        ):
             c.reset()
 
     def op_cstep_all(self):
@@ -1987,7 +2200,7 @@ class Simulation:
                     assert g.protocol_name is not None
 
     def check_replay(self) -> None:
-        for k, v in self.env.log.records[self.replayed_upto:]:
+        for k, v in self.env.log.records[self.replayed_upto :]:
             self.replay_shard.replay(k, v)
         self.replayed_upto = len(self.env.log.records)
         assert_replay_equivalent(self.env, self.tracker, self.replay_shard)

@@ -19,16 +19,15 @@ import struct
 import uuid
 
 import pytest
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from kesque.coordinator.group import records as R
 from kesque.protocol.primitives import uvarint
 from kesque.testing import kafka
 
-SETTINGS = settings(max_examples=examples(60),
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # ====================================================================== golden bytes
 I16, I32, I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
@@ -67,8 +66,13 @@ def test_offset_commit_value_v3_golden():
     _key, value = R.offset_commit("g", "t", 0, offset=42, leader_epoch=7, metadata="meta", commit_ts=1_700_000_000_000)
     assert value == (I16.pack(3) + I64.pack(42) + I32.pack(7) + s16("meta") + I64.pack(1_700_000_000_000))
     v = R.decode_value(R.OFFSET_COMMIT, value)
-    assert (v["offset"], v["leader_epoch"], v["metadata"], v["commit_timestamp"], v["_version"]) == \
-        (42, 7, "meta", 1_700_000_000_000, 3)
+    assert (v["offset"], v["leader_epoch"], v["metadata"], v["commit_timestamp"], v["_version"]) == (
+        42,
+        7,
+        "meta",
+        1_700_000_000_000,
+        3,
+    )
 
 
 def test_offset_commit_value_v1_with_expire_timestamp_golden():
@@ -86,23 +90,70 @@ def test_offset_commit_value_versions_written_by_old_brokers_decode():
     assert R.decode_value(R.OFFSET_COMMIT, v2)["offset"] == 5
     # v4 is flexible: compact string and an (empty) tagged-field section
     v4 = I16.pack(4) + I64.pack(5) + I32.pack(3) + cstr("x") + I64.pack(77) + b"\x00"
-    assert R.decode_value(R.OFFSET_COMMIT, v4) == {"offset": 5, "leader_epoch": 3, "metadata": "x",
-                                                   "commit_timestamp": 77, "_version": 4}
+    assert R.decode_value(R.OFFSET_COMMIT, v4) == {
+        "offset": 5,
+        "leader_epoch": 3,
+        "metadata": "x",
+        "commit_timestamp": 77,
+        "_version": 4,
+    }
 
 
 def test_group_metadata_value_v3_golden():
-    value = {"protocol_type": "consumer", "generation": 4, "protocol": "range", "leader": "m1",
-             "current_state_timestamp": 123,
-             "members": [{"member_id": "m1", "group_instance_id": "i1", "client_id": "c", "client_host": "/h",
-                          "rebalance_timeout": 30000, "session_timeout": 10000, "subscription": b"\x01\x02",
-                          "assignment": b"\x03"},
-                         {"member_id": "m2", "group_instance_id": None, "client_id": "c2", "client_host": "/h2",
-                          "rebalance_timeout": 5, "session_timeout": 6, "subscription": b"",
-                          "assignment": b""}]}
-    expected = (I16.pack(3) + s16("consumer") + I32.pack(4) + s16("range") + s16("m1") + I64.pack(123) + I32.pack(2)
-                + s16("m1") + s16("i1") + s16("c") + s16("/h") + I32.pack(30000) + I32.pack(10000)
-                + b32(b"\x01\x02") + b32(b"\x03")
-                + s16("m2") + s16(None) + s16("c2") + s16("/h2") + I32.pack(5) + I32.pack(6) + b32(b"") + b32(b""))
+    value = {
+        "protocol_type": "consumer",
+        "generation": 4,
+        "protocol": "range",
+        "leader": "m1",
+        "current_state_timestamp": 123,
+        "members": [
+            {
+                "member_id": "m1",
+                "group_instance_id": "i1",
+                "client_id": "c",
+                "client_host": "/h",
+                "rebalance_timeout": 30000,
+                "session_timeout": 10000,
+                "subscription": b"\x01\x02",
+                "assignment": b"\x03",
+            },
+            {
+                "member_id": "m2",
+                "group_instance_id": None,
+                "client_id": "c2",
+                "client_host": "/h2",
+                "rebalance_timeout": 5,
+                "session_timeout": 6,
+                "subscription": b"",
+                "assignment": b"",
+            },
+        ],
+    }
+    expected = (
+        I16.pack(3)
+        + s16("consumer")
+        + I32.pack(4)
+        + s16("range")
+        + s16("m1")
+        + I64.pack(123)
+        + I32.pack(2)
+        + s16("m1")
+        + s16("i1")
+        + s16("c")
+        + s16("/h")
+        + I32.pack(30000)
+        + I32.pack(10000)
+        + b32(b"\x01\x02")
+        + b32(b"\x03")
+        + s16("m2")
+        + s16(None)
+        + s16("c2")
+        + s16("/h2")
+        + I32.pack(5)
+        + I32.pack(6)
+        + b32(b"")
+        + b32(b"")
+    )
     assert R.encode_value(R.GROUP_METADATA, value) == expected
     assert R.group_key(R.GROUP_METADATA, "grp") == I16.pack(2) + s16("grp")
     back = R.decode_value(R.GROUP_METADATA, expected)
@@ -111,8 +162,14 @@ def test_group_metadata_value_v3_golden():
 
 
 def test_group_metadata_value_empty_group_nulls():
-    value = {"protocol_type": "", "generation": 0, "protocol": None, "leader": None, "current_state_timestamp": -1,
-             "members": []}
+    value = {
+        "protocol_type": "",
+        "generation": 0,
+        "protocol": None,
+        "leader": None,
+        "current_state_timestamp": -1,
+        "members": [],
+    }
     data = R.encode_value(R.GROUP_METADATA, value)
     assert data == I16.pack(3) + s16("") + I32.pack(0) + s16(None) + s16(None) + I64.pack(-1) + I32.pack(0)
     back = R.decode_value(R.GROUP_METADATA, data)
@@ -124,37 +181,97 @@ def test_consumer_group_values_v0_golden():
     # ConsumerGroupMetadataValue v0: int32 epoch + empty tagged section
     assert R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": 5}) == I16.pack(0) + I32.pack(5) + b"\x00"
     # ConsumerGroupTargetAssignmentMemberValue v0: compact array of (uuid, compact [int32], tags)
-    data = R.encode_value(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
-                          {"topic_partitions": [{"topic_id": tid, "partitions": [0, 2]}]})
+    data = R.encode_value(
+        R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, {"topic_partitions": [{"topic_id": tid, "partitions": [0, 2]}]}
+    )
     assert data == (I16.pack(0) + uvarint(2) + tid.bytes + uvarint(3) + I32.pack(0) + I32.pack(2) + b"\x00" + b"\x00")
     # ConsumerGroupCurrentMemberAssignmentValue v0
-    data = R.encode_value(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, {
-        "member_epoch": 7, "previous_member_epoch": 6, "state": 1,
-        "assigned_partitions": [{"topic_id": tid, "partitions": [1]}], "partitions_pending_revocation": []})
-    assert data == (I16.pack(0) + I32.pack(7) + I32.pack(6) + b"\x01" + uvarint(2) + tid.bytes + uvarint(2)
-                    + I32.pack(1) + b"\x00" + uvarint(1) + b"\x00")
+    data = R.encode_value(
+        R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+        {
+            "member_epoch": 7,
+            "previous_member_epoch": 6,
+            "state": 1,
+            "assigned_partitions": [{"topic_id": tid, "partitions": [1]}],
+            "partitions_pending_revocation": [],
+        },
+    )
+    assert data == (
+        I16.pack(0)
+        + I32.pack(7)
+        + I32.pack(6)
+        + b"\x01"
+        + uvarint(2)
+        + tid.bytes
+        + uvarint(2)
+        + I32.pack(1)
+        + b"\x00"
+        + uvarint(1)
+        + b"\x00"
+    )
     # ConsumerGroupMemberMetadataValue v0 without classic metadata: no tagged field
-    data = R.encode_value(R.CONSUMER_GROUP_MEMBER_METADATA, {
-        "instance_id": None, "rack_id": "r", "client_id": "c", "client_host": "/h",
-        "subscribed_topic_names": ["a", "b"], "subscribed_topic_regex": None, "rebalance_timeout_ms": 300,
-        "server_assignor": "uniform"})
-    assert data == (I16.pack(0) + cstr(None) + cstr("r") + cstr("c") + cstr("/h") + uvarint(3) + cstr("a") + cstr("b")
-                    + cstr(None) + I32.pack(300) + cstr("uniform") + b"\x00")
+    data = R.encode_value(
+        R.CONSUMER_GROUP_MEMBER_METADATA,
+        {
+            "instance_id": None,
+            "rack_id": "r",
+            "client_id": "c",
+            "client_host": "/h",
+            "subscribed_topic_names": ["a", "b"],
+            "subscribed_topic_regex": None,
+            "rebalance_timeout_ms": 300,
+            "server_assignor": "uniform",
+        },
+    )
+    assert data == (
+        I16.pack(0)
+        + cstr(None)
+        + cstr("r")
+        + cstr("c")
+        + cstr("/h")
+        + uvarint(3)
+        + cstr("a")
+        + cstr("b")
+        + cstr(None)
+        + I32.pack(300)
+        + cstr("uniform")
+        + b"\x00"
+    )
     # keys are legacy-encoded with the record type as the key version
     assert R.group_key(R.CONSUMER_GROUP_MEMBER_METADATA, "g", "m") == I16.pack(5) + s16("g") + s16("m")
-    assert R.decode_key(R.group_key(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, "g", "m")) == \
-        (8, {"group": "g", "member_id": "m"})
+    assert R.decode_key(R.group_key(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, "g", "m")) == (
+        8,
+        {"group": "g", "member_id": "m"},
+    )
 
 
 def test_member_metadata_tagged_classic_member_metadata_golden():
     cmm = {"session_timeout_ms": 45000, "supported_protocols": [{"name": "range", "metadata": b"\x00\x01"}]}
     struct_bytes = I32.pack(45000) + uvarint(2) + cstr("range") + uvarint(3) + b"\x00\x01" + b"\x00" + b"\x00"
     tagged = uvarint(1) + uvarint(0) + uvarint(len(struct_bytes) + 1) + b"\x01" + struct_bytes
-    value = {"instance_id": None, "rack_id": None, "client_id": "c", "client_host": "h",
-             "subscribed_topic_names": [], "subscribed_topic_regex": None, "rebalance_timeout_ms": -1,
-             "server_assignor": None, "classic_member_metadata": cmm}
-    expected = (I16.pack(0) + cstr(None) + cstr(None) + cstr("c") + cstr("h") + uvarint(1) + cstr(None)
-                + I32.pack(-1) + cstr(None) + tagged)
+    value = {
+        "instance_id": None,
+        "rack_id": None,
+        "client_id": "c",
+        "client_host": "h",
+        "subscribed_topic_names": [],
+        "subscribed_topic_regex": None,
+        "rebalance_timeout_ms": -1,
+        "server_assignor": None,
+        "classic_member_metadata": cmm,
+    }
+    expected = (
+        I16.pack(0)
+        + cstr(None)
+        + cstr(None)
+        + cstr("c")
+        + cstr("h")
+        + uvarint(1)
+        + cstr(None)
+        + I32.pack(-1)
+        + cstr(None)
+        + tagged
+    )
     assert R.encode_value(R.CONSUMER_GROUP_MEMBER_METADATA, value) == expected
     assert R.decode_value(R.CONSUMER_GROUP_MEMBER_METADATA, expected)["classic_member_metadata"] == cmm
 
@@ -185,9 +302,14 @@ KAFKA_SCHEMAS = kafka.jar_resources("kafka-group-coordinator", "common/message")
 
 # key version (record type) -> Kafka's key/value schema names
 RECORD_TYPES = {
-    0: "OffsetCommit", 1: "OffsetCommit", 2: "GroupMetadata", 3: "ConsumerGroupMetadata",
-    4: "ConsumerGroupPartitionMetadata", 5: "ConsumerGroupMemberMetadata",
-    6: "ConsumerGroupTargetAssignmentMetadata", 7: "ConsumerGroupTargetAssignmentMember",
+    0: "OffsetCommit",
+    1: "OffsetCommit",
+    2: "GroupMetadata",
+    3: "ConsumerGroupMetadata",
+    4: "ConsumerGroupPartitionMetadata",
+    5: "ConsumerGroupMemberMetadata",
+    6: "ConsumerGroupTargetAssignmentMetadata",
+    7: "ConsumerGroupTargetAssignmentMember",
     8: "ConsumerGroupCurrentMemberAssignment",
 }
 
@@ -378,10 +500,14 @@ class KafkaCodec:
 
 def _prim_strategy(typ: str):
     return {
-        "int8": st.integers(-128, 127), "int16": st.integers(-2**15, 2**15 - 1),
-        "int32": st.integers(-2**31, 2**31 - 1), "int64": st.integers(-2**63, 2**63 - 1),
-        "bool": st.booleans(), "uuid": st.uuids(),
-        "string": st.text(max_size=8), "bytes": st.binary(max_size=8),
+        "int8": st.integers(-128, 127),
+        "int16": st.integers(-(2**15), 2**15 - 1),
+        "int32": st.integers(-(2**31), 2**31 - 1),
+        "int64": st.integers(-(2**63), 2**63 - 1),
+        "bool": st.booleans(),
+        "uuid": st.uuids(),
+        "string": st.text(max_size=8),
+        "bytes": st.binary(max_size=8),
     }[typ]
 
 
@@ -426,17 +552,23 @@ def test_write_versions_are_the_ones_kafka_4_writes():
 # skips them when reading, so Kafka-written records decode; it drops them when re-encoding).
 # docs/compatibility.md, "Apache Kafka as the oracle".
 KAFKA_41_TAGS = {
-    (0, 4): "OffsetCommitValue v4 tag 0 topicId", (1, 4): "OffsetCommitValue v4 tag 0 topicId",
+    (0, 4): "OffsetCommitValue v4 tag 0 topicId",
+    (1, 4): "OffsetCommitValue v4 tag 0 topicId",
     (3, 0): "ConsumerGroupMetadataValue tag 0 MetadataHash (KIP-1101)",
     (6, 0): "ConsumerGroupTargetAssignmentMetadataValue tag 0 AssignmentTimestamp",
 }
 
 
 def _cases(xfail_new_tags: bool = False):
-    return [pytest.param(kv, v, marks=pytest.mark.xfail(reason=f"kesque lacks Kafka 4.1+ {KAFKA_41_TAGS[kv, v]}",
-                                                        strict=True))
-            if xfail_new_tags and (kv, v) in KAFKA_41_TAGS else (kv, v)
-            for kv in RECORD_TYPES for v in (range(5) if kv in (0, 1, 2) else [0])]
+    return [
+        pytest.param(
+            kv, v, marks=pytest.mark.xfail(reason=f"kesque lacks Kafka 4.1+ {KAFKA_41_TAGS[kv, v]}", strict=True)
+        )
+        if xfail_new_tags and (kv, v) in KAFKA_41_TAGS
+        else (kv, v)
+        for kv in RECORD_TYPES
+        for v in (range(5) if kv in (0, 1, 2) else [0])
+    ]
 
 
 @pytest.mark.parametrize("key_version,value_version", _cases())
@@ -479,8 +611,9 @@ def test_key_layout_matches_kafka_schema(key_version, data):
 @given(data=st.data())
 def test_member_metadata_with_classic_member_metadata_matches_kafka_schema(data):
     codec = _codec(R.CONSUMER_GROUP_MEMBER_METADATA, "Value")
-    value = data.draw(codec.strategy(0, with_tagged_structs=True).filter(
-        lambda v: v.get("classic_member_metadata") is not None))
+    value = data.draw(
+        codec.strategy(0, with_tagged_structs=True).filter(lambda v: v.get("classic_member_metadata") is not None)
+    )
     expected = I16.pack(0) + codec.encode(0, value)
     assert R.encode_value(R.CONSUMER_GROUP_MEMBER_METADATA, value) == expected
 

@@ -43,15 +43,15 @@ import uuid
 from collections import defaultdict
 
 import pytest
+
 from kesque.protocol.api_keys import ApiKeys
 
 # a member subprocess (this file run as a script) needs confluent-kafka only
 if __name__ != "__main__":
     sys.path.insert(0, os.path.dirname(__file__))
     from conftest import running_broker
-    from wire import Msg, WireClient
-
     from kesque.testing.broker import Broker
+    from wire import Msg, WireClient
 
 SESSION_MS = 2000  # classic members' session.timeout.ms in the scenario tests
 HEARTBEAT_MS = 200
@@ -192,13 +192,25 @@ class Journal:
 
 
 def consumer_conf(bootstrap: str, group: str, name: str, protocol: str, extra: dict | None = None) -> dict:
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, "topic.metadata.refresh.interval.ms": 1000}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "client.id": name,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 50,
+        "topic.metadata.refresh.interval.ms": 1000,
+    }
     if protocol == "consumer":
         conf["group.protocol"] = "consumer"
     else:
-        conf.update({"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
-                     "partition.assignment.strategy": protocol})
+        conf.update(
+            {
+                "session.timeout.ms": SESSION_MS,
+                "heartbeat.interval.ms": HEARTBEAT_MS,
+                "partition.assignment.strategy": protocol,
+            }
+        )
     conf.update(extra or {})
     return conf
 
@@ -210,8 +222,11 @@ class ThreadMember:
         self.name = name
         self.stop_event = threading.Event()
         self.thread = threading.Thread(
-            target=member_loop, name=f"member-{name}", daemon=True,
-            args=(conf, topic, lambda kind, **f: journal.add(name, kind, **f), self.stop_event.is_set))
+            target=member_loop,
+            name=f"member-{name}",
+            daemon=True,
+            args=(conf, topic, lambda kind, **f: journal.add(name, kind, **f), self.stop_event.is_set),
+        )
         self.thread.start()
 
     def close(self, timeout: float = 30.0) -> None:
@@ -228,8 +243,9 @@ class ProcessMember:
         self.name = name
         self.journal = journal
         args = [sys.executable, os.path.abspath(__file__), json.dumps({"conf": conf, "topic": topic})]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env=dict(os.environ, **(extra_env or {})))
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ, **(extra_env or {}))
+        )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -286,8 +302,9 @@ def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> Non
         f.result(10)
 
 
-def produce_burst(bootstrap: str, topic: str, per_partition: int = BURST_PER_PARTITION,
-                  partitions: int = PARTITIONS, tag: str = "") -> None:
+def produce_burst(
+    bootstrap: str, topic: str, per_partition: int = BURST_PER_PARTITION, partitions: int = PARTITIONS, tag: str = ""
+) -> None:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -330,8 +347,11 @@ def member_partitions(desc) -> dict[str, list[int]]:
 
 def wire_consumer_group_describe(bootstrap: str, group: str):
     with WireClient(bootstrap) as c:
-        r = c.request(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0,
-                      Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0)(group_ids=(group,), include_authorized_operations=False))
+        r = c.request(
+            ApiKeys.CONSUMER_GROUP_DESCRIBE,
+            0,
+            Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0)(group_ids=(group,), include_authorized_operations=False),
+        )
     return r.groups[0]
 
 
@@ -357,7 +377,7 @@ def ownership_intervals(events: list[dict]) -> dict[int, list[tuple[float, float
                 if (m, p) in start:
                     out[p].append((start.pop((m, p)), e["t"], m))
         elif e["kind"] in ("closed", "dead"):
-            for (mm, p) in [k for k in start if k[0] == m]:
+            for mm, p in [k for k in start if k[0] == m]:
                 out[p].append((start.pop((mm, p)), e["t"], m))
     for (m, p), s in start.items():
         out[p].append((s, float("inf"), m))
@@ -372,8 +392,9 @@ def check_exactly_once(p: int, end: int, events: list[dict], intervals: list[tup
     processed after its last acknowledged commit is processed again by the next owner (and
     its last commit may have landed unacknowledged, so the next owner may start up to where
     it stopped)."""
-    abrupt = {(e["member"], e["t"]) for e in events if e["kind"] == "dead"
-              or (e["kind"] == "lost" and p in e["partitions"])}
+    abrupt = {
+        (e["member"], e["t"]) for e in events if e["kind"] == "dead" or (e["kind"] == "lost" and p in e["partitions"])
+    }
     committed = 0  # the last acknowledged commit of p
     nxt = 0  # the first offset of p never processed
     owner = None  # the ownership interval of the last records processed
@@ -382,8 +403,10 @@ def check_exactly_once(p: int, end: int, events: list[dict], intervals: list[tup
         if e["kind"] == "commit":
             for cp, off in e["offsets"]:
                 if cp == p:
-                    assert committed <= off <= nxt, f"partition {p}: {e['member']} committed {off} " \
+                    assert committed <= off <= nxt, (
+                        f"partition {p}: {e['member']} committed {off} "
                         f"after a commit of {committed}, with records up to {nxt - 1} processed"
+                    )
                     committed = off
             continue
         if e["kind"] != "processed":
@@ -396,11 +419,15 @@ def check_exactly_once(p: int, end: int, events: list[dict], intervals: list[tup
             before = [x for x in intervals if x[1] <= iv[0]]
             prev = max(before, key=lambda x: x[1]) if before else None
             if prev is not None and (prev[2], prev[1]) in abrupt:
-                assert committed <= offs[0] <= nxt, f"partition {p}: {e['member']} resumed at {offs[0]} " \
+                assert committed <= offs[0] <= nxt, (
+                    f"partition {p}: {e['member']} resumed at {offs[0]} "
                     f"after {prev[2]} ended abruptly; acknowledged commit {committed}, processed up to {nxt - 1}"
+                )
             else:
-                assert offs[0] == committed == nxt, f"partition {p}: {e['member']} resumed at {offs[0]}; " \
+                assert offs[0] == committed == nxt, (
+                    f"partition {p}: {e['member']} resumed at {offs[0]}; "
                     f"acknowledged commit {committed}, processed up to {nxt - 1}"
+                )
             owner = iv
         else:
             assert offs[0] == last + 1, f"partition {p}: {e['member']} went from {last} to {offs[0]}"
@@ -432,8 +459,9 @@ def check_journal(journal: Journal, ends: dict[int, int]) -> dict:
         if e["kind"] != "processed":
             continue
         for p, o in e["records"]:
-            assert any(m == e["member"] and s <= e["t"] <= en for s, en, m in intervals[p]), \
+            assert any(m == e["member"] and s <= e["t"] <= en for s, en, m in intervals[p]), (
                 f"{e['member']} processed {p}@{o} at {e['t']:.3f} without owning the partition"
+            )
             processed[p].add(o)
     for p, end in ends.items():
         missing = set(range(end)) - processed[p]
@@ -531,8 +559,9 @@ class Scenario:
         return wait_until(ok, timeout, f"group {self.group} to settle with {sorted(expected)}")
 
     def revokes(self, since: float, until: float = float("inf")) -> list[dict]:
-        return [e for e in self.journal.snapshot() if e["kind"] == "revoke" and since <= e["t"] < until
-                and e["partitions"]]
+        return [
+            e for e in self.journal.snapshot() if e["kind"] == "revoke" and since <= e["t"] < until and e["partitions"]
+        ]
 
     def close_all(self) -> None:
         for _name, m in list(self.members.items()):
@@ -577,9 +606,15 @@ def run_scenario(broker, topic: str, group: str, protocol: str, on_settled=None)
         t_kill = s.members.pop("C").kill()
         s.mark("C crashes")
         # C's partitions move only once its session has expired
-        moved = wait_until(lambda: [e for e in s.journal.snapshot() if e["kind"] == "assign" and e["t"] > t_kill
-                                    and set(e["partitions"]) & c_parts],
-                           session_s + 20, "C's partitions to be reassigned")
+        moved = wait_until(
+            lambda: [
+                e
+                for e in s.journal.snapshot()
+                if e["kind"] == "assign" and e["t"] > t_kill and set(e["partitions"]) & c_parts
+            ],
+            session_s + 20,
+            "C's partitions to be reassigned",
+        )
         delay = moved[0]["t"] - t_kill
         assert delay >= session_s - heartbeat_s - 0.2, f"C's partitions reassigned {delay:.2f}s after the kill"
         assert delay <= session_s + 10, f"C's partitions reassigned only {delay:.2f}s after the kill"
@@ -629,15 +664,17 @@ def test_classic_cooperative_sticky_revokes_only_moving_partitions(gbroker, name
     for i, e in enumerate(events):
         if e["kind"] != "revoke" or not e["partitions"]:
             continue
-        later = events[i + 1:]
-        own_next = next((x for x in later if x["member"] == e["member"]
-                         and x["kind"] in ("assign", "revoke", "closed")), None)
+        later = events[i + 1 :]
+        own_next = next(
+            (x for x in later if x["member"] == e["member"] and x["kind"] in ("assign", "revoke", "closed")), None
+        )
         if own_next is not None and own_next["kind"] == "closed":
             continue  # the member's close revoked its partitions
         for p in e["partitions"]:
             nxt = next((x for x in later if x["kind"] == "assign" and p in x["partitions"]), None)
-            assert nxt is not None and nxt["member"] != e["member"], \
+            assert nxt is not None and nxt["member"] != e["member"], (
                 f"{e['member']} revoked partition {p} that did not move (next: {nxt})"
+            )
 
 
 def _check_consumer_group_epochs(bs: str, group: str, expected_members: int) -> None:
@@ -724,8 +761,11 @@ def test_static_member_restart_keeps_generation_and_assignment(gbroker, names, h
         start[restarted](restarted)
         assert s.settle({"L", "F"}).parts == before
         assert s.generation(restarted) == gen, "the restarted static member joined a new generation"
-        assert [e for e in s.journal.snapshot() if e["member"] == other and e["t"] > t_restart
-                and e["kind"] in ("assign", "revoke", "lost")] == [], f"{other} was rebalanced"
+        assert [
+            e
+            for e in s.journal.snapshot()
+            if e["member"] == other and e["t"] > t_restart and e["kind"] in ("assign", "revoke", "lost")
+        ] == [], f"{other} was rebalanced"
         assert log_count(gbroker, rebalances) == n_rebalances, "the broker rebalanced the group"
         # the group keeps working at the same generation
         s.burst()
@@ -760,8 +800,7 @@ def test_static_member_duplicate_instance_id_fences_old_member(gbroker, names):
         n_rebalances = log_count(gbroker, f"Preparing to rebalance group {group} ")
         t0 = s.mark("duplicate")
         s.start_thread("L2")
-        fenced = wait_until(lambda: [e for e in s.journal.of("L", "error", t0) if e["fatal"]], 20,
-                            "L to be fenced")
+        fenced = wait_until(lambda: [e for e in s.journal.of("L", "error", t0) if e["fatal"]], 20, "L to be fenced")
         # librdkafka wraps it in _FATAL, with the description of FENCED_INSTANCE_ID (82)
         assert KafkaError(KafkaError.FENCED_INSTANCE_ID).str() in fenced[0]["error"], fenced
         wait_until(lambda: s.journal.of("L", "closed", t0), 20, "L to close")
@@ -769,8 +808,11 @@ def test_static_member_duplicate_instance_id_fences_old_member(gbroker, names):
         s.burst()
         assert s.settle({"L2", "F"}).parts == {"L2": before["L"], "F": before["F"]}
         assert s.generation("L2") == gen
-        assert [e for e in s.journal.snapshot() if e["member"] == "F" and e["t"] > t0
-                and e["kind"] in ("assign", "revoke", "lost")] == [], "F was rebalanced"
+        assert [
+            e
+            for e in s.journal.snapshot()
+            if e["member"] == "F" and e["t"] > t0 and e["kind"] in ("assign", "revoke", "lost")
+        ] == [], "F was rebalanced"
         assert log_count(gbroker, f"Preparing to rebalance group {group} ") == n_rebalances
         d = describe(gbroker.bootstrap_servers, group)
         assert sorted(m.group_instance_id for m in d.members) == [f"{group}-F", f"{group}-L"]
@@ -805,9 +847,16 @@ def test_kafka_python_group(gbroker, names):
         # from the metadata it holds, and one that joined before its first Metadata answer
         # ("No partition metadata for topic", seen under coverage on a loaded machine) assigned
         # nothing and polled nothing for 30 s
-        c = KafkaConsumer(bootstrap_servers=bs, group_id=group, client_id=name, enable_auto_commit=False,
-                          auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500,
-                          fetch_max_wait_ms=100)
+        c = KafkaConsumer(
+            bootstrap_servers=bs,
+            group_id=group,
+            client_id=name,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+            fetch_max_wait_ms=100,
+        )
         assert c.partitions_for_topic(topic) == {0, 1, 2, 3}
         c.subscribe([topic])
         return c
@@ -832,8 +881,9 @@ def test_kafka_python_group(gbroker, names):
     produce_burst(bs, topic, 25, partitions=4, tag="kp2")
     c2 = consumer("kp-2")
     got = consume_n(c2, 100)
-    assert sorted((p, o) for p, o, _v in got) == [(p, o) for p in range(4) for o in range(25, 50)], \
+    assert sorted((p, o) for p, o, _v in got) == [(p, o) for p in range(4) for o in range(25, 50)], (
         "the new member did not resume from the committed offsets"
+    )
     assert all(v.startswith(b"kp2-") for _p, _o, v in got)
     c2.commit()
 
@@ -890,9 +940,17 @@ def test_aiokafka_group(gbroker, names):
     produce_burst(bs, topic, 25, partitions=4, tag="ak1")
 
     def consumer(name):
-        return aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=bs, group_id=group, client_id=name,
-                                         enable_auto_commit=False, auto_offset_reset="earliest",
-                                         session_timeout_ms=6000, heartbeat_interval_ms=500, fetch_max_wait_ms=100)
+        return aiokafka.AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bs,
+            group_id=group,
+            client_id=name,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+            fetch_max_wait_ms=100,
+        )
 
     async def consume_n(c, n, timeout=30.0):
         got = []
@@ -917,8 +975,9 @@ def test_aiokafka_group(gbroker, names):
         c2 = consumer("ak-2")
         await c2.start()
         got = await consume_n(c2, 100)
-        assert sorted((p, o) for p, o, _v in got) == [(p, o) for p in range(4) for o in range(25, 50)], \
+        assert sorted((p, o) for p, o, _v in got) == [(p, o) for p in range(4) for o in range(25, 50)], (
             "the new member did not resume from the committed offsets"
+        )
         await c2.commit()
 
         c3 = consumer("ak-3")
@@ -949,8 +1008,10 @@ def test_aiokafka_group(gbroker, names):
         d = describe(bs, group)
         assert d.state.name == "STABLE" and len(d.members) == 2, d
         parts = member_partitions(d)
-        assert {n: set(ps) for n, ps in parts.items()} == {"ak-2": {tp.partition for tp in c2.assignment()},
-                                                           "ak-3": {tp.partition for tp in c3.assignment()}}
+        assert {n: set(ps) for n, ps in parts.items()} == {
+            "ak-2": {tp.partition for tp in c2.assignment()},
+            "ak-3": {tp.partition for tp in c3.assignment()},
+        }
         assert sorted(parts["ak-2"] + parts["ak-3"]) == [0, 1, 2, 3] and all(parts.values())
         new = sorted(r for r in seen["ak-2"] + seen["ak-3"] if r[1] >= 50)
         assert new == [(p, o) for p in range(4) for o in range(50, 75)], "a record missing or consumed twice"
@@ -1064,8 +1125,9 @@ def test_offsets_and_members_survive_broker_restart(tmp_path, how):
         s.burst()
         s.settle({"A"})
         assert s.generation("A") == gen
-        assert [e for e in s.journal.snapshot() if e["t"] > t_restart and e["kind"] in ("assign", "revoke", "lost")] \
-            == [], "the consumer was rebalanced by the restart"
+        assert [
+            e for e in s.journal.snapshot() if e["t"] > t_restart and e["kind"] in ("assign", "revoke", "lost")
+        ] == [], "the consumer was rebalanced by the restart"
         assert log_count(b, rebalances) == n_rebalances
         s.mark("end")
         s.close_all()

@@ -24,10 +24,10 @@ from kio.schema.consumer_protocol_assignment.v0 import data as assignment_v0
 from kio.schema.consumer_protocol_subscription.v0 import data as subscription_v0
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from wire import Api, Msg, WireClient
 
 from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
+from wire import Api, Msg, WireClient
 
 E = ErrorCode
 BROKER_CONFIG = {
@@ -45,7 +45,8 @@ SESSION_MS = 10000  # the good members never expire during a test
 def subscription(topics) -> bytes:
     buf = io.BytesIO()
     entity_writer(subscription_v0.ConsumerProtocolSubscription)(
-        buf, subscription_v0.ConsumerProtocolSubscription(topics=tuple(topics), user_data=None))
+        buf, subscription_v0.ConsumerProtocolSubscription(topics=tuple(topics), user_data=None)
+    )
     return b"\x00\x00" + buf.getvalue()
 
 
@@ -53,7 +54,8 @@ def assignment(parts: dict[str, list[int]]) -> bytes:
     buf = io.BytesIO()
     tps = tuple(assignment_v0.TopicPartition(topic=t, partitions=tuple(ps)) for t, ps in sorted(parts.items()))
     entity_writer(assignment_v0.ConsumerProtocolAssignment)(
-        buf, assignment_v0.ConsumerProtocolAssignment(assigned_partitions=tps, user_data=None))
+        buf, assignment_v0.ConsumerProtocolAssignment(assigned_partitions=tps, user_data=None)
+    )
     return b"\x00\x00" + buf.getvalue()
 
 
@@ -71,11 +73,12 @@ def find_coordinator(bs: str, group: str, timeout: float = 15.0) -> None:
         while True:
             r = c.request(ApiKeys.FIND_COORDINATOR, 3, Msg(ApiKeys.FIND_COORDINATOR, 3)(key=group, key_type=0))
             if r.error_code == E.none:
-                d = c.request(ApiKeys.DESCRIBE_GROUPS, 5,
-                              Msg(ApiKeys.DESCRIBE_GROUPS, 5)(groups=(group,),
-                                                              include_authorized_operations=False)).groups[0]
-                if d.error_code not in (E.not_coordinator, E.coordinator_load_in_progress,
-                                        E.coordinator_not_available):
+                d = c.request(
+                    ApiKeys.DESCRIBE_GROUPS,
+                    5,
+                    Msg(ApiKeys.DESCRIBE_GROUPS, 5)(groups=(group,), include_authorized_operations=False),
+                ).groups[0]
+                if d.error_code not in (E.not_coordinator, E.coordinator_load_in_progress, E.coordinator_not_available):
                     return
             assert time.monotonic() < deadline, f"no coordinator for {group!r}: {r}"
             time.sleep(0.05)
@@ -85,8 +88,16 @@ def find_coordinator(bs: str, group: str, timeout: float = 15.0) -> None:
 class ClassicMember:
     """A classic-protocol group member speaking JoinGroup/SyncGroup/Heartbeat/OffsetCommit."""
 
-    def __init__(self, bootstrap: str, group: str, topics=(), instance_id: str | None = None,
-                 session_ms: int = SESSION_MS, rebalance_ms: int = SESSION_MS, client_id: str = "kesque-test"):
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topics=(),
+        instance_id: str | None = None,
+        session_ms: int = SESSION_MS,
+        rebalance_ms: int = SESSION_MS,
+        client_id: str = "kesque-test",
+    ):
         if group:
             find_coordinator(bootstrap, group)
         self.c = WireClient(bootstrap, timeout=30, client_id=client_id)
@@ -107,10 +118,16 @@ class ClassicMember:
         protocols = kw.pop("protocols", None)
         if protocols is None:
             protocols = [("range", subscription(self.topics))]
-        fields = {"group_id": self.group, "session_timeout": self.session_ms, "rebalance_timeout": self.rebalance_ms,
-                      "member_id": self.member_id, "group_instance_id": self.instance_id, "protocol_type": "consumer",
-                      "protocols": tuple(m("JoinGroupRequestProtocol", name=n, metadata=md) for n, md in protocols),
-                      "reason": None}
+        fields = {
+            "group_id": self.group,
+            "session_timeout": self.session_ms,
+            "rebalance_timeout": self.rebalance_ms,
+            "member_id": self.member_id,
+            "group_instance_id": self.instance_id,
+            "protocol_type": "consumer",
+            "protocols": tuple(m("JoinGroupRequestProtocol", name=n, metadata=md) for n, md in protocols),
+            "reason": None,
+        }
         fields.update(kw)
         return m.loose(**fields)
 
@@ -147,16 +164,25 @@ class ClassicMember:
     # -- SyncGroup / Heartbeat / LeaveGroup
     def sync_request(self, assignments: dict[str, bytes] | None = None, version: int = 5, **kw):
         m = Msg(ApiKeys.SYNC_GROUP, version)
-        fields = {"group_id": self.group, "generation_id": self.generation, "member_id": self.member_id,
-                      "group_instance_id": self.instance_id, "protocol_type": "consumer", "protocol_name": "range",
-                      "assignments": tuple(m("SyncGroupRequestAssignment", member_id=k, assignment=v)
-                                        for k, v in (assignments or {}).items())}
+        fields = {
+            "group_id": self.group,
+            "generation_id": self.generation,
+            "member_id": self.member_id,
+            "group_instance_id": self.instance_id,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": tuple(
+                m("SyncGroupRequestAssignment", member_id=k, assignment=v) for k, v in (assignments or {}).items()
+            ),
+        }
         fields.update(kw)
         return m.loose(**fields)
 
     def send_sync(self, assignments=None, version: int = 5, **kw) -> None:
-        self._pending = (version, self.c.send(ApiKeys.SYNC_GROUP, version,
-                                              self.sync_request(assignments, version, **kw)))
+        self._pending = (
+            version,
+            self.c.send(ApiKeys.SYNC_GROUP, version, self.sync_request(assignments, version, **kw)),
+        )
 
     def recv_sync(self, timeout: float | None = None):
         version, corr = self._pending
@@ -170,8 +196,12 @@ class ClassicMember:
         return self.recv_sync()
 
     def heartbeat(self, version: int = 4, **kw) -> int:
-        fields = {"group_id": self.group, "generation_id": self.generation, "member_id": self.member_id,
-                      "group_instance_id": self.instance_id}
+        fields = {
+            "group_id": self.group,
+            "generation_id": self.generation,
+            "member_id": self.member_id,
+            "group_instance_id": self.instance_id,
+        }
         fields.update(kw)
         return self.c.request(ApiKeys.HEARTBEAT, version, Msg(ApiKeys.HEARTBEAT, version).loose(**fields)).error_code
 
@@ -193,14 +223,23 @@ class ClassicMember:
         m = Msg(ApiKeys.OFFSET_COMMIT, version)
         by_topic: dict[str, list] = {}
         for (t, p), (off, meta, *epoch) in offsets.items():
-            by_topic.setdefault(t, []).append(m.loose("OffsetCommitRequestPartition", partition_index=p,
-                                                      committed_offset=off,
-                                                      committed_leader_epoch=epoch[0] if epoch else -1,
-                                                      committed_metadata=meta))
-        fields = {"group_id": self.group, "generation_id_or_member_epoch": self.generation, "member_id": self.member_id,
-                      "group_instance_id": self.instance_id, "retention_time": -1,
-                      "topics": tuple(m("OffsetCommitRequestTopic", name=t, partitions=tuple(ps))
-                                   for t, ps in by_topic.items())}
+            by_topic.setdefault(t, []).append(
+                m.loose(
+                    "OffsetCommitRequestPartition",
+                    partition_index=p,
+                    committed_offset=off,
+                    committed_leader_epoch=epoch[0] if epoch else -1,
+                    committed_metadata=meta,
+                )
+            )
+        fields = {
+            "group_id": self.group,
+            "generation_id_or_member_epoch": self.generation,
+            "member_id": self.member_id,
+            "group_instance_id": self.instance_id,
+            "retention_time": -1,
+            "topics": tuple(m("OffsetCommitRequestTopic", name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        }
         fields.update(kw)
         r = self.c.request(ApiKeys.OFFSET_COMMIT, version, m.loose(**fields))
         return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
@@ -209,32 +248,49 @@ class ClassicMember:
 # ============================================================================ group-level requests
 def describe_groups(bs: str, group: str, version: int = 5):
     with WireClient(bs) as c:
-        return c.request(ApiKeys.DESCRIBE_GROUPS, version,
-                         Msg(ApiKeys.DESCRIBE_GROUPS, version).loose(groups=(group,),
-                                                                     include_authorized_operations=False)
-                         ).groups[0]
+        return c.request(
+            ApiKeys.DESCRIBE_GROUPS,
+            version,
+            Msg(ApiKeys.DESCRIBE_GROUPS, version).loose(groups=(group,), include_authorized_operations=False),
+        ).groups[0]
 
 
 def group_snapshot(bs: str, group: str):
     g = describe_groups(bs, group)
     assert g.error_code == E.none, g
-    return (g.group_state, g.protocol_type, g.protocol_data,
-            sorted((m.member_id, m.group_instance_id, bytes(m.member_assignment)) for m in g.members))
+    return (
+        g.group_state,
+        g.protocol_type,
+        g.protocol_data,
+        sorted((m.member_id, m.group_instance_id, bytes(m.member_assignment)) for m in g.members),
+    )
 
 
 def fetch_offsets(bs: str, group: str, topic: str, partitions, version: int = 8, with_epoch: bool = False):
     """(group error, {partition: (offset, metadata, error)}), or with the committed leader
     epoch: (offset, metadata, leader epoch, error)."""
     m = Msg(ApiKeys.OFFSET_FETCH, version)
-    req = m(groups=(m("OffsetFetchRequestGroup", group_id=group, topics=(
-        m("OffsetFetchRequestTopics", name=topic, partition_indexes=tuple(partitions)),)),), require_stable=False)
+    req = m(
+        groups=(
+            m(
+                "OffsetFetchRequestGroup",
+                group_id=group,
+                topics=(m("OffsetFetchRequestTopics", name=topic, partition_indexes=tuple(partitions)),),
+            ),
+        ),
+        require_stable=False,
+    )
     with WireClient(bs) as c:
         g = c.request(ApiKeys.OFFSET_FETCH, version, req).groups[0]
     if with_epoch:
-        return g.error_code, {p.partition_index: (p.committed_offset, p.metadata, p.committed_leader_epoch,
-                                                  p.error_code) for t in g.topics for p in t.partitions}
-    return g.error_code, {p.partition_index: (p.committed_offset, p.metadata, p.error_code)
-                          for t in g.topics for p in t.partitions}
+        return g.error_code, {
+            p.partition_index: (p.committed_offset, p.metadata, p.committed_leader_epoch, p.error_code)
+            for t in g.topics
+            for p in t.partitions
+        }
+    return g.error_code, {
+        p.partition_index: (p.committed_offset, p.metadata, p.error_code) for t in g.topics for p in t.partitions
+    }
 
 
 def delete_groups(bs: str, *groups: str) -> dict[str, int]:
@@ -245,8 +301,16 @@ def delete_groups(bs: str, *groups: str) -> dict[str, int]:
 
 def offset_delete(bs: str, group: str, topic: str, partitions):
     m = Msg(ApiKeys.OFFSET_DELETE, 0)
-    req = m(group_id=group, topics=(m("OffsetDeleteRequestTopic", name=topic, partitions=tuple(
-        m("OffsetDeleteRequestPartition", partition_index=p) for p in partitions)),))
+    req = m(
+        group_id=group,
+        topics=(
+            m(
+                "OffsetDeleteRequestTopic",
+                name=topic,
+                partitions=tuple(m("OffsetDeleteRequestPartition", partition_index=p) for p in partitions),
+            ),
+        ),
+    )
     with WireClient(bs) as c:
         r = c.request(ApiKeys.OFFSET_DELETE, 0, req)
     return r.error_code, {p.partition_index: p.error_code for t in r.topics for p in t.partitions}
@@ -254,30 +318,51 @@ def offset_delete(bs: str, group: str, topic: str, partitions):
 
 def cg_heartbeat(c: WireClient, group: str, member_id: str, epoch: int, version: int = 1, **kw):
     m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, version)
-    fields = {"group_id": group, "member_id": member_id, "member_epoch": epoch, "instance_id": None, "rack_id": None,
-                  "rebalance_timeout": -1, "subscribed_topic_names": None, "subscribed_topic_regex": None,
-                  "server_assignor": None, "topic_partitions": None}
+    fields = {
+        "group_id": group,
+        "member_id": member_id,
+        "member_epoch": epoch,
+        "instance_id": None,
+        "rack_id": None,
+        "rebalance_timeout": -1,
+        "subscribed_topic_names": None,
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": None,
+    }
     fields.update(kw)
     if isinstance(fields["topic_partitions"], dict):
-        fields["topic_partitions"] = tuple(m("TopicPartitions", topic_id=t, partitions=tuple(ps))
-                                           for t, ps in fields["topic_partitions"].items())
+        fields["topic_partitions"] = tuple(
+            m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in fields["topic_partitions"].items()
+        )
     return c.request(ApiKeys.CONSUMER_GROUP_HEARTBEAT, version, m.loose(**fields))
 
 
 def cg_describe(bs: str, group: str):
     with WireClient(bs) as c:
-        return c.request(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0,
-                         Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0)(group_ids=(group,),
-                                                                 include_authorized_operations=False)).groups[0]
+        return c.request(
+            ApiKeys.CONSUMER_GROUP_DESCRIBE,
+            0,
+            Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0)(group_ids=(group,), include_authorized_operations=False),
+        ).groups[0]
 
 
 def cg_snapshot(bs: str, group: str):
     g = cg_describe(bs, group)
     assert g.error_code == E.none, g
-    return (g.group_state, g.group_epoch, g.assignment_epoch,
-            sorted((m.member_id, m.member_epoch, tuple(sorted((str(tp.topic_id), tuple(tp.partitions))
-                                                              for tp in m.assignment.topic_partitions)))
-                   for m in g.members))
+    return (
+        g.group_state,
+        g.group_epoch,
+        g.assignment_epoch,
+        sorted(
+            (
+                m.member_id,
+                m.member_epoch,
+                tuple(sorted((str(tp.topic_id), tuple(tp.partitions)) for tp in m.assignment.topic_partitions)),
+            )
+            for m in g.members
+        ),
+    )
 
 
 # ============================================================================ fixtures
@@ -312,8 +397,10 @@ class StableGroup:
         assert self.m.leader == self.m.member_id
         r = self.m.sync({self.m.member_id: assignment({topic: [0, 1]})})
         assert r.error_code == E.none, r
-        assert self.m.commit({(topic, 0): (5, "good-0"), (topic, 1): (7, "good-1")}) == \
-            {(topic, 0): E.none, (topic, 1): E.none}
+        assert self.m.commit({(topic, 0): (5, "good-0"), (topic, 1): (7, "good-1")}) == {
+            (topic, 0): E.none,
+            (topic, 1): E.none,
+        }
         self.before = group_snapshot(bs, self.group)
         assert self.before[0] == "Stable"
         self.offsets = {0: 5, 1: 7}
@@ -329,8 +416,10 @@ class StableGroup:
         err, offs = fetch_offsets(self.bs, self.group, self.topic, [0, 1])
         assert err == E.none and {p: o for p, (o, _m, _e) in offs.items()} == self.offsets, offs
         self.offsets = {0: self.offsets[0] + 1, 1: self.offsets[1] + 1}
-        assert self.m.commit({(self.topic, p): (o, "good") for p, o in self.offsets.items()}) == \
-            {(self.topic, 0): E.none, (self.topic, 1): E.none}
+        assert self.m.commit({(self.topic, p): (o, "good") for p, o in self.offsets.items()}) == {
+            (self.topic, 0): E.none,
+            (self.topic, 1): E.none,
+        }
         assert group_snapshot(self.bs, self.group) == self.before
 
     def close(self) -> None:
@@ -374,8 +463,9 @@ def test_wrong_generation(gsrv, stable):
     for gen in (m.generation + 1, m.generation - 1, 1000):
         assert m.sync(generation_id=gen).error_code == E.illegal_generation
         assert m.heartbeat(generation_id=gen) == E.illegal_generation
-        assert m.commit({(stable.topic, 0): (99, None)}, generation_id_or_member_epoch=gen) == \
-            {(stable.topic, 0): E.illegal_generation}
+        assert m.commit({(stable.topic, 0): (99, None)}, generation_id_or_member_epoch=gen) == {
+            (stable.topic, 0): E.illegal_generation
+        }
     stable.assert_intact()
 
 
@@ -417,7 +507,9 @@ def test_rebalance_phases_refuse_heartbeats_syncs_and_commits(gsrv, stable):
         assert n.commit({(topic, 1): (21, "completing")}) == {(topic, 1): E.rebalance_in_progress}
         assert m.heartbeat() == E.none and n.heartbeat() == E.none
         # a stale generation is still refused in CompletingRebalance
-        assert m.commit({(topic, 0): (21, None)}, generation_id_or_member_epoch=gen) == {(topic, 0): E.illegal_generation}
+        assert m.commit({(topic, 0): (21, None)}, generation_id_or_member_epoch=gen) == {
+            (topic, 0): E.illegal_generation
+        }
         n.send_sync()
         r = m.sync({m.member_id: assignment({topic: [0]}), n.member_id: assignment({topic: [1]})})
         assert r.error_code == E.none and decode_assignment(r.assignment) == {topic: [0]}
@@ -557,8 +649,15 @@ def test_empty_group_id(gsrv, stable):
         assert offset_delete(bs, "", stable.topic, [0])[0] == E.invalid_group_id
         assert cg_describe(bs, "").error_code == E.invalid_group_id
         with WireClient(bs) as c:
-            r = cg_heartbeat(c, "", uuid.uuid4().hex, 0, rebalance_timeout=10000,
-                             subscribed_topic_names=(stable.topic,), topic_partitions={})
+            r = cg_heartbeat(
+                c,
+                "",
+                uuid.uuid4().hex,
+                0,
+                rebalance_timeout=10000,
+                subscribed_topic_names=(stable.topic,),
+                topic_partitions={},
+            )
             assert r.error_code == E.invalid_request
     finally:
         m.close()
@@ -586,8 +685,12 @@ def test_member_id_required_then_join(gsrv, stable, version):
         assert rn.error_code == rm.error_code == E.none
         assert rn.member_id == r.member_id and n.generation == m.generation
         n.send_sync()
-        assert m.sync({m.member_id: assignment({stable.topic: [0]}),
-                       n.member_id: assignment({stable.topic: [1]})}).error_code == E.none
+        assert (
+            m.sync(
+                {m.member_id: assignment({stable.topic: [0]}), n.member_id: assignment({stable.topic: [1]})}
+            ).error_code
+            == E.none
+        )
         assert decode_assignment(n.recv_sync().assignment) == {stable.topic: [1]}
         assert describe_groups(stable.bs, stable.group).group_state == "Stable"
     finally:
@@ -660,8 +763,15 @@ class Kip848Member:
         self.owned: dict = {}
 
     def join(self):
-        r = cg_heartbeat(self.c, self.group, self.member_id, 0, rebalance_timeout=10000,
-                         subscribed_topic_names=(self.topic,), topic_partitions={})
+        r = cg_heartbeat(
+            self.c,
+            self.group,
+            self.member_id,
+            0,
+            rebalance_timeout=10000,
+            subscribed_topic_names=(self.topic,),
+            topic_partitions={},
+        )
         assert r.error_code == E.none, r
         self._update(r)
         return r
@@ -738,14 +848,16 @@ def test_kip848_commits_without_membership(gsrv, kip848):
     cm = ClassicMember(bs, m.group, [m.topic])
     try:
         for member_id in ("", "gone-member"):
-            assert cm.commit({(m.topic, 0): (1, None)}, version=9, member_id=member_id,
-                             generation_id_or_member_epoch=-1) == {(m.topic, 0): E.unknown_member_id}
+            assert cm.commit(
+                {(m.topic, 0): (1, None)}, version=9, member_id=member_id, generation_id_or_member_epoch=-1
+            ) == {(m.topic, 0): E.unknown_member_id}
         r = cg_heartbeat(m.c, m.group, m.member_id, -1)
         assert r.error_code == E.none and r.member_epoch == -1, r
         assert cg_snapshot(bs, m.group)[0] == "Empty"
         for i, member_id in enumerate(("", "gone-member")):
-            assert cm.commit({(m.topic, 0): (10 + i, None)}, version=9, member_id=member_id,
-                             generation_id_or_member_epoch=-1) == {(m.topic, 0): E.none}
+            assert cm.commit(
+                {(m.topic, 0): (10 + i, None)}, version=9, member_id=member_id, generation_id_or_member_epoch=-1
+            ) == {(m.topic, 0): E.none}
         assert fetch_offsets(bs, m.group, m.topic, [0])[1][0][0] == 11
     finally:
         cm.close()
@@ -755,29 +867,46 @@ def test_kip848_unsupported_assignor(gsrv, kip848):
     bs, m = gsrv.bootstrap_servers, kip848
     before = cg_snapshot(bs, m.group)
     with WireClient(bs) as c:
-        r = cg_heartbeat(c, m.group, uuid.uuid4().hex[:22], 0, rebalance_timeout=10000,
-                         subscribed_topic_names=(m.topic,), topic_partitions={}, server_assignor="no-such-assignor")
+        r = cg_heartbeat(
+            c,
+            m.group,
+            uuid.uuid4().hex[:22],
+            0,
+            rebalance_timeout=10000,
+            subscribed_topic_names=(m.topic,),
+            topic_partitions={},
+            server_assignor="no-such-assignor",
+        )
         assert r.error_code == E.unsupported_assignor, r
     r = m.heartbeat(server_assignor="no-such-assignor")
     assert r.error_code == E.unsupported_assignor, r
     _kip848_intact(bs, m, before)
 
 
-@pytest.mark.parametrize("bad", [
-    {"rebalance_timeout": -1},
-    {"topic_partitions": None},
-    {"topic_partitions": "owned"},
-    {"subscribed_topic_names": None},
-    {"member_epoch": -3},
-    {"member_id": ""},
-    {"instance_id": ""},
-    {"rack_id": ""},
-], ids=lambda d: "-".join(f"{k}={v}" for k, v in d.items()))
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"rebalance_timeout": -1},
+        {"topic_partitions": None},
+        {"topic_partitions": "owned"},
+        {"subscribed_topic_names": None},
+        {"member_epoch": -3},
+        {"member_id": ""},
+        {"instance_id": ""},
+        {"rack_id": ""},
+    ],
+    ids=lambda d: "-".join(f"{k}={v}" for k, v in d.items()),
+)
 def test_kip848_invalid_first_heartbeat(gsrv, kip848, bad):
     bs, m = gsrv.bootstrap_servers, kip848
     before = cg_snapshot(bs, m.group)
-    fields = {"member_id": uuid.uuid4().hex[:22], "member_epoch": 0, "rebalance_timeout": 10000,
-                  "subscribed_topic_names": (m.topic,), "topic_partitions": {}}
+    fields = {
+        "member_id": uuid.uuid4().hex[:22],
+        "member_epoch": 0,
+        "rebalance_timeout": 10000,
+        "subscribed_topic_names": (m.topic,),
+        "topic_partitions": {},
+    }
     fields.update(bad)
     if fields["topic_partitions"] == "owned":
         fields["topic_partitions"] = m.owned

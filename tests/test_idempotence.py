@@ -43,13 +43,13 @@ import uuid
 from collections import Counter
 
 import pytest
-from clientlib import segment_batches
 from confluent_kafka import Producer
-from wire import Api, Msg, WireClient, build_batch, decode_request_frame, decode_response, records_of
 
+from clientlib import segment_batches
 from kesque.protocol.api_keys import ApiKeys
 from kesque.records import batch as rb
 from kesque.testing.broker import Broker
+from wire import Api, Msg, WireClient, build_batch, decode_request_frame, decode_response, records_of
 
 NONE = 0
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -61,6 +61,7 @@ _I32 = struct.Struct(">i")
 
 
 # ====================================================================== helpers
+
 
 def new_topic() -> str:
     return "idem-" + uuid.uuid4().hex[:10]
@@ -80,8 +81,11 @@ def kb(tmp_path):
 
 def init_producer_id(api: Api) -> tuple[int, int]:
     m = Msg(ApiKeys.INIT_PRODUCER_ID, 4)
-    r = api.c.request(ApiKeys.INIT_PRODUCER_ID, 4, m(transactional_id=None, transaction_timeout=60000, producer_id=-1,
-                                                     producer_epoch=-1))
+    r = api.c.request(
+        ApiKeys.INIT_PRODUCER_ID,
+        4,
+        m(transactional_id=None, transaction_timeout=60000, producer_id=-1, producer_epoch=-1),
+    )
     assert r.error_code == NONE, r
     assert r.producer_id >= 0 and r.producer_epoch == 0, r
     return r.producer_id, r.producer_epoch
@@ -93,8 +97,9 @@ def values_of(seq: int, n: int) -> list[bytes]:
 
 
 def idem_batch(pid: int, epoch: int, seq: int, n: int = 1) -> bytes:
-    return build_batch([(None, v, ()) for v in values_of(seq, n)], producer_id=pid, producer_epoch=epoch,
-                       base_sequence=seq)
+    return build_batch(
+        [(None, v, ()) for v in values_of(seq, n)], producer_id=pid, producer_epoch=epoch, base_sequence=seq
+    )
 
 
 def produce_ok(api: Api, topic: str, batch: bytes, expected_offset: int | None = None) -> int:
@@ -123,7 +128,9 @@ def read_log(api: Api, topic: str, start: int = 0) -> list[tuple[int, bytes]]:
         recs = [(o, v) for o, _k, v, _ts in records_of(p.records) if o >= pos]
         out += recs
         if not recs:
-            assert pos >= p.high_watermark, f"fetch at {pos} returned nothing below the high watermark {p.high_watermark}"
+            assert pos >= p.high_watermark, (
+                f"fetch at {pos} returned nothing below the high watermark {p.high_watermark}"
+            )
             return out
         pos = recs[-1][0] + 1
 
@@ -137,6 +144,7 @@ def snapshot_offsets(b: Broker, topic: str) -> list[int]:
 
 
 # ====================================================================== 1. duplicates from the network
+
 
 class DroppingProxy:
     """A TCP proxy that forwards both directions byte for byte, except that every
@@ -217,8 +225,8 @@ class DroppingProxy:
                     size = _I32.unpack_from(buf, 0)[0]
                     if len(buf) < 4 + size:
                         break
-                    frame = bytes(buf[:4 + size])
-                    del buf[:4 + size]
+                    frame = bytes(buf[: 4 + size])
+                    del buf[: 4 + size]
                     if not (self._on_request(frame, pending) if requests else self._on_response(frame, pending)):
                         return
                     dst.sendall(frame)
@@ -231,16 +239,18 @@ class DroppingProxy:
             self._close(dst)
 
     def _on_request(self, frame: bytes, pending: dict) -> bool:
-        api_key, version, corr = _I16.unpack_from(frame, 4)[0], _I16.unpack_from(frame, 6)[0], \
-            _I32.unpack_from(frame, 8)[0]
+        api_key, version, corr = (
+            _I16.unpack_from(frame, 4)[0],
+            _I16.unpack_from(frame, 6)[0],
+            _I32.unpack_from(frame, 8)[0],
+        )
         if api_key == ApiKeys.PRODUCE:
             _, _, req = decode_request_frame(frame)
             batches = []
             for t in req.topic_data:
                 for p in t.partition_data:
                     h = rb.read_header(p.records)
-                    batches.append((t.name, p.index, h.producer_id, h.producer_epoch, h.base_sequence,
-                                    h.records_count))
+                    batches.append((t.name, p.index, h.producer_id, h.producer_epoch, h.base_sequence, h.records_count))
             with self.lock:
                 self.sent.update(batches)
             if req.acks != 0:
@@ -272,8 +282,7 @@ def test_network_duplicates_confluent(tmp_path):
     offsets the client got in its delivery reports are the records' offsets in the log."""
     n, parts = 100_000, 3
     proxy = DroppingProxy(every=5, max_drops=40)
-    b = Broker(data_dir=str(tmp_path / "data"),
-               config={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
+    b = Broker(data_dir=str(tmp_path / "data"), config={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
     b.start()
     proxy.start(("127.0.0.1", b.port))
     try:
@@ -289,10 +298,22 @@ def test_network_duplicates_confluent(tmp_path):
             else:
                 delivered[msg.value()] = (msg.partition(), msg.offset())
 
-        p = Producer({"bootstrap.servers": f"127.0.0.1:{proxy.port}", "enable.idempotence": True, "acks": "all",
-                      "max.in.flight.requests.per.connection": 5, "linger.ms": 2, "batch.num.messages": 250,
-                      "retry.backoff.ms": 10, "retry.backoff.max.ms": 50, "reconnect.backoff.ms": 10,
-                      "reconnect.backoff.max.ms": 50, "message.timeout.ms": 60000, "log_level": 2})
+        p = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{proxy.port}",
+                "enable.idempotence": True,
+                "acks": "all",
+                "max.in.flight.requests.per.connection": 5,
+                "linger.ms": 2,
+                "batch.num.messages": 250,
+                "retry.backoff.ms": 10,
+                "retry.backoff.max.ms": 50,
+                "reconnect.backoff.ms": 10,
+                "reconnect.backoff.max.ms": 50,
+                "message.timeout.ms": 60000,
+                "log_level": 2,
+            }
+        )
         for i in range(n):
             while True:
                 try:
@@ -313,9 +334,11 @@ def test_network_duplicates_confluent(tmp_path):
         # broker had already written
         assert proxy.dropped > 0, "the proxy swallowed no Produce response"
         resent = [bt for bt in proxy.acked_unheard if proxy.sent[bt] > 1]
-        assert resent, (f"no acknowledged-but-unheard batch was sent again ({proxy.dropped} responses dropped, "
-                        f"{len(proxy.acked_unheard)} batches acknowledged unheard, other requests in flight at "
-                        f"each drop: {proxy.in_flight_at_drop})")
+        assert resent, (
+            f"no acknowledged-but-unheard batch was sent again ({proxy.dropped} responses dropped, "
+            f"{len(proxy.acked_unheard)} batches acknowledged unheard, other requests in flight at "
+            f"each drop: {proxy.in_flight_at_drop})"
+        )
 
         # the log: each record once, in order, at the offset its delivery report named
         expected = {q: [b"%07d" % i for i in range(q, n, parts)] for q in range(parts)}
@@ -345,6 +368,7 @@ def test_network_duplicates_confluent(tmp_path):
 
 
 # ====================================================================== 2. seed 003: out of order, retried
+
 
 @pytest.mark.parametrize("sizes", [(1, 1, 1), (2, 3, 4)], ids=["one-record-batches", "multi-record-batches"])
 def test_out_of_order_pipelined_then_retried(module_broker, sizes):
@@ -396,8 +420,12 @@ def test_sequence_wraps_around(module_broker):
         pid, epoch = init_producer_id(api)
 
         def batch(seq, n):
-            return build_batch([(None, b"%d+%d" % (seq, i), ()) for i in range(n)], producer_id=pid,
-                               producer_epoch=epoch, base_sequence=seq)
+            return build_batch(
+                [(None, b"%d+%d" % (seq, i), ()) for i in range(n)],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=seq,
+            )
 
         produce_ok(api, topic, batch(top - 4, 2), expected_offset=0)  # a new producer may start anywhere
         produce_ok(api, topic, batch(top - 2, 4), expected_offset=2)  # top-2 .. top, 0: wraps inside
@@ -409,6 +437,7 @@ def test_sequence_wraps_around(module_broker):
 
 
 # ====================================================================== 3. producer state across a crash
+
 
 def _produce_run(api: Api, topic: str, batches: int = 8, size: int = 2) -> tuple[int, int, list[tuple[bytes, int]]]:
     """``batches`` idempotent batches of ``size`` records; returns (pid, epoch, [(batch, offset)])."""
@@ -431,8 +460,9 @@ def test_producer_state_survives_sigkill(kb):
     pid, epoch, sent = _produce_run(api, topic)
     leo = 16
     last_base = sent[-1][1]
-    assert all(off <= last_base for off in snapshot_offsets(kb, topic)), \
+    assert all(off <= last_base for off in snapshot_offsets(kb, topic)), (
         f"a snapshot already covers the last batch: {snapshot_offsets(kb, topic)}"
+    )
     api.c.close()
     kb.kill()
     kb.restart()
@@ -473,17 +503,43 @@ def test_snapshot_written_after_recovery(kb):
 
 def _set_topic_config(api: Api, topic: str, **configs: str) -> None:
     m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
-    r = api.c.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
-                      m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic, configs=tuple(
-        m("AlterableConfig", name=k.replace("_", "."), config_operation=0, value=v) for k, v in configs.items())),),
-        validate_only=False))
+    r = api.c.request(
+        ApiKeys.INCREMENTAL_ALTER_CONFIGS,
+        1,
+        m(
+            resources=(
+                m(
+                    "AlterConfigsResource",
+                    resource_type=2,
+                    resource_name=topic,
+                    configs=tuple(
+                        m("AlterableConfig", name=k.replace("_", "."), config_operation=0, value=v)
+                        for k, v in configs.items()
+                    ),
+                ),
+            ),
+            validate_only=False,
+        ),
+    )
     assert r.responses[0].error_code == NONE, r.responses[0]
 
 
 def _delete_records(api: Api, topic: str, offset: int) -> int:
     m = Msg(ApiKeys.DELETE_RECORDS, 2)
-    r = api.c.request(ApiKeys.DELETE_RECORDS, 2, m(topics=(m("DeleteRecordsTopic", name=topic, partitions=(
-        m("DeleteRecordsPartition", partition_index=0, offset=offset),)),), timeout=10000))
+    r = api.c.request(
+        ApiKeys.DELETE_RECORDS,
+        2,
+        m(
+            topics=(
+                m(
+                    "DeleteRecordsTopic",
+                    name=topic,
+                    partitions=(m("DeleteRecordsPartition", partition_index=0, offset=offset),),
+                ),
+            ),
+            timeout=10000,
+        ),
+    )
     p = r.topics[0].partitions[0]
     assert p.error_code == NONE, p
     return p.low_watermark
@@ -569,8 +625,12 @@ def test_refused_batches(module_broker, case):
         pid, _ = init_producer_id(api)
 
         def batch(epoch, seq, n):
-            return build_batch([(None, b"e%d-s%d-%d" % (epoch, seq, i), ()) for i in range(n)], producer_id=pid,
-                               producer_epoch=epoch, base_sequence=seq)
+            return build_batch(
+                [(None, b"e%d-s%d-%d" % (epoch, seq, i), ()) for i in range(n)],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=seq,
+            )
 
         expected = []
         for spec in before:

@@ -27,8 +27,7 @@ def test_import_contract_is_kept():
     try:
         os.chdir(ROOT)
         with contextlib.redirect_stdout(out):
-            status = importlinter.lint_imports(config_filename=str(ROOT / ".importlinter"), no_cache=True,
-                                               no_logo=True)
+            status = importlinter.lint_imports(config_filename=str(ROOT / ".importlinter"), no_cache=True, no_logo=True)
     finally:
         os.chdir(cwd)
     assert status == 0, out.getvalue()

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from faultfs import POINTS, FaultFS
 from kesque.clock import SYSTEM_CLOCK
 from kesque.config.broker import SINGLE_NODE, BrokerConfig
 from kesque.errors import ErrorCode, KafkaError
@@ -23,8 +24,6 @@ from kesque.records.records import build_batch, iter_records
 from kesque.replication.replica_manager import ReplicaManager
 from kesque.storage.log_dir_failure import LogDirFailureChannel
 from kesque.storage.log_manager import LogManager
-
-from faultfs import POINTS, FaultFS
 
 PRODUCER_ID = 7000
 
@@ -42,8 +41,9 @@ class Node:
         self.rm = ReplicaManager(cfg, self.lm, self.image, SYSTEM_CLOCK)
         self.segment_bytes = segment_bytes
         self.lm.load_logs(self.rm.config_for_loading)
-        self.rm.apply_delta(Delta(changed_partitions={(t.topic_id, p) for t in self.image.topics_by_id.values()
-                                                      for p in t.partitions}))
+        self.rm.apply_delta(
+            Delta(changed_partitions={(t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions})
+        )
         self.seq: dict[tuple[str, int], int] = {}
 
     def create_topic(self, name: str, partitions: int) -> None:
@@ -51,12 +51,25 @@ class Node:
         topic_id = uuid.uuid4()
         self.image.replay({"type": "TopicRecord", "name": name, "topic_id": topic_id}, delta)
         for p in range(partitions):
-            self.image.replay({"type": "PartitionRecord", "partition_id": p, "topic_id": topic_id, "replicas": [1],
-                               "isr": [1], "removing_replicas": [], "adding_replicas": [], "leader": 1,
-                               "leader_recovery_state": 0, "leader_epoch": 0, "partition_epoch": 0}, delta)
+            self.image.replay(
+                {
+                    "type": "PartitionRecord",
+                    "partition_id": p,
+                    "topic_id": topic_id,
+                    "replicas": [1],
+                    "isr": [1],
+                    "removing_replicas": [],
+                    "adding_replicas": [],
+                    "leader": 1,
+                    "leader_recovery_state": 0,
+                    "leader_epoch": 0,
+                    "partition_epoch": 0,
+                },
+                delta,
+            )
         self.rm.apply_delta(delta)
         self.handle_failures()
-        if self.segment_bytes:   # below what segment.bytes accepts: set on the logs directly
+        if self.segment_bytes:  # below what segment.bytes accepts: set on the logs directly
             for p in range(partitions):
                 lg = self.lm.get_log(name, p)
                 if lg is not None:
@@ -70,8 +83,9 @@ class Node:
     def produce(self, topic: str, partition: int, value: bytes):
         """An idempotent acks=1 produce; returns the error code (0: acknowledged)."""
         seq = self.seq.get((topic, partition), 0)
-        batch = bytearray(build_batch([(None, value, ())], producer_id=PRODUCER_ID, producer_epoch=0,
-                                      base_sequence=seq))
+        batch = bytearray(
+            build_batch([(None, value, ())], producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=seq)
+        )
         try:
             self.rm.append(topic, partition, memoryview(batch), 1)
         except KafkaError as e:
@@ -153,8 +167,7 @@ def _trigger(node: Node, point: str, fs: FaultFS) -> list[int]:
         fs.arm(point)
         node.create_topic("b", 2)
     else:
-        fs.arm(point, errno.EIO if point == "index-append" else errno.ENOSPC,
-               skip={"segment-append": 2}.get(point, 0))
+        fs.arm(point, errno.EIO if point == "index-append" else errno.ENOSPC, skip={"segment-append": 2}.get(point, 0))
     for i in range(6):
         codes.append(node.produce("a", 0, b"late-%d" % i))
     return codes
@@ -197,7 +210,7 @@ def test_write_fault_takes_the_dir_offline_and_loses_nothing(point, dirs, monkey
         assert node.produce("b", 1, b"b-value") == 0
 
     torn = torn_only_at_tail(os.path.join(dirs[0], "a-0"))
-    assert (torn is not None) == (point == "segment-append")   # the fault layer writes half a batch there
+    assert (torn is not None) == (point == "segment-append")  # the fault layer writes half a batch there
     node.shutdown()
     assert not os.path.exists(os.path.join(dirs[0], ".kafka_cleanshutdown")), "a failed dir must be recovered"
     fs.clear()
@@ -206,13 +219,13 @@ def test_write_fault_takes_the_dir_offline_and_loses_nothing(point, dirs, monkey
     again = Node(dirs, image=node.image)
     got0 = values_in(os.path.join(dirs[0], "a-0"))
     got1 = values_in(os.path.join(dirs[1], "a-1"))
-    assert got0[:len(acked[0])] == acked[0] and len(set(got0)) == len(got0)
+    assert got0[: len(acked[0])] == acked[0] and len(set(got0)) == len(got0)
     assert set(got0) - set(acked[0]) <= {b"late-%d" % i for i in range(6)}  # written, never acknowledged
     assert got1 == acked[1]
     # and it serves the partition again; an idempotent retry of an unacknowledged batch is not doubled
     assert again.fetch_error("a", 0) == 0
     again.seq[("a", 0)] = node.seq.get(("a", 0), 0)
-    retry = b"late-%d" % codes.index(ErrorCode.kafka_storage_error)   # the producer retries what failed
+    retry = b"late-%d" % codes.index(ErrorCode.kafka_storage_error)  # the producer retries what failed
     assert again.produce("a", 0, retry) == 0
     assert again.produce("a", 0, b"restarted") == 0
     values = values_in(os.path.join(dirs[0], "a-0"))
@@ -248,7 +261,7 @@ def test_not_an_io_error_keeps_its_handling(dirs):
     node = Node(dirs)
     node.create_topic("a", 1)
     with pytest.raises(KafkaError) as e:
-        node.rm.append("a", 0, memoryview(bytearray(b"\0" * 70)), 1)   # not a valid batch
+        node.rm.append("a", 0, memoryview(bytearray(b"\0" * 70)), 1)  # not a valid batch
     assert e.value.code != ErrorCode.kafka_storage_error
     assert node.lm.is_log_dir_online(os.path.abspath(dirs[0])) and not node.channel.offline_dirs
     assert node.produce("a", 0, b"fine") == 0
@@ -271,8 +284,9 @@ def test_no_append_after_a_failed_write_even_once_space_is_back(point, tmp_path,
     acked = []
 
     def append(value: bytes) -> int:
-        batch = bytearray(build_batch([(None, value, ())], producer_id=PRODUCER_ID, producer_epoch=0,
-                                      base_sequence=len(acked)))
+        batch = bytearray(
+            build_batch([(None, value, ())], producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=len(acked))
+        )
         try:
             lg.append_as_leader(memoryview(batch), 0, int(time.time() * 1000))
         except KafkaError as e:
@@ -286,14 +300,14 @@ def test_no_append_after_a_failed_write_even_once_space_is_back(point, tmp_path,
     codes = [append(b"w%d" % i) for i in range(4)]
     assert fs.hits >= 1 and ErrorCode.kafka_storage_error in codes
     first = codes.index(ErrorCode.kafka_storage_error)
-    fs.clear()                                  # the space is back
+    fs.clear()  # the space is back
     assert all(c == ErrorCode.kafka_storage_error for c in codes[first:])
     assert append(b"after") == ErrorCode.kafka_storage_error, "appended after a failed write"
     assert (torn_only_at_tail(str(root / "t-0")) is not None) == (point == "segment-append")
-    lg.close_handles()                          # SIGKILL: nothing more is written
+    lg.close_handles()  # SIGKILL: nothing more is written
     again = UnifiedLog(str(root / "t-0"), "t", 0, cfg)  # no clean shutdown: recovery
     values = values_in(str(root / "t-0"))
-    assert values[:len(acked)] == acked and set(values) - set(acked) <= {b"w%d" % first}
+    assert values[: len(acked)] == acked and set(values) - set(acked) <= {b"w%d" % first}
     again.close()
 
 
@@ -309,15 +323,16 @@ def test_controller_moves_leadership_and_isr_off_an_offline_dir():
     dir_id = uuid.uuid4()
     _reply, records = h.heartbeat(2, offline_log_dirs=[dir_id])
     led, followed, alone = (h.part("t", i) for i in range(3))
-    assert (led.leader, led.isr) == (1, [1, 3])          # led: an in-sync replica leads
+    assert (led.leader, led.isr) == (1, [1, 3])  # led: an in-sync replica leads
     assert (followed.leader, followed.isr) == (1, [1, 3])  # followed: out of the ISR at once
-    assert (alone.leader, alone.isr) == (2, [2])          # its ISR alone: no one else could lead
+    assert (alone.leader, alone.isr) == (2, [2])  # its ISR alone: no one else could lead
     assert not h.image.brokers[2].fenced
     # the same dir again: nothing more (its healthy replicas may rejoin the ISR meanwhile)
     assert h.heartbeat(2, offline_log_dirs=[dir_id])[1] == []
     # through the wire (BrokerHeartbeat v1 carries offline_log_dirs; v0 has none)
     from kesque.controller import cluster_control as cc
     from test_cluster_control import through_kio
+
     req = cc.HeartbeatRequest(2, 10, 5, offline_log_dirs=[dir_id])
     assert cc.from_kio(through_kio(cc.to_kio(req, 1))) == req
     assert cc.from_kio(through_kio(cc.to_kio(req, 0))).offline_log_dirs == []
@@ -326,7 +341,7 @@ def test_controller_moves_leadership_and_isr_off_an_offline_dir():
 def test_a_topic_deletion_that_fails_on_one_dir_still_deletes_the_rest(dirs, monkeypatch):
     node = Node(dirs)
     node.create_topic("a", 2)
-    node.create_topic("c", 1)                 # c-0: back in the bad dir (it holds the fewest)
+    node.create_topic("c", 1)  # c-0: back in the bad dir (it holds the fewest)
     bad = os.path.abspath(dirs[0])
     assert node.dir_of("a", 0) == bad and node.dir_of("a", 1) != bad and node.dir_of("c", 0) == bad
     real = os.replace

@@ -37,8 +37,9 @@ def tmpfs(tmp_path):
     def mount(name: str, size: str) -> str:
         path = str(tmp_path / name)
         os.makedirs(path)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True,
-                           text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True, text=True
+        )
         if r.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs (needs root): {r.stderr.strip()}")
         mounted.append(path)
@@ -75,9 +76,17 @@ class Tracker:
         self.acked: list[bytes] = []
         self.failed: list[str] = []
         self.next = 0
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 5, "message.timeout.ms": 20000, "retry.backoff.ms": 100,
-                                  "topic.metadata.refresh.interval.ms": 1000})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 20000,
+                "retry.backoff.ms": 100,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
 
     def _done(self, err, msg) -> None:
         if err is None:
@@ -102,8 +111,16 @@ class Tracker:
 
 
 def read_all(bootstrap: str, topic: str, timeout: float = 30) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.time()}", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "enable.partition.eof": True, "isolation.level": "read_committed"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{time.time()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
     c.assign([TopicPartition(topic, 0, 0)])
     out = []
     deadline = time.monotonic() + timeout
@@ -124,8 +141,11 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30) -> list[bytes]:
 
 def create_topic(bootstrap: str, topic: str, replicas: list[int] | None = None, config: dict | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    spec = NewTopic(topic, 1, replica_assignment=[replicas], config=config or {}) if replicas else \
-        NewTopic(topic, num_partitions=1, replication_factor=1, config=config or {})
+    spec = (
+        NewTopic(topic, 1, replica_assignment=[replicas], config=config or {})
+        if replicas
+        else NewTopic(topic, num_partitions=1, replication_factor=1, config=config or {})
+    )
     admin.create_topics([spec])[topic].result(30)
 
 
@@ -167,10 +187,10 @@ def test_single_dir_broker_halts_then_recovers_every_acknowledged_record(tmp_pat
         assert b.process.poll() == 1, "the broker did not stop when its only log dir failed"
         assert f"Shutdown broker because all log dirs in {disk} have failed" in log_text(b)
         acked = list(p.acked)
-        os.unlink(filler)                      # the fault clears
+        os.unlink(filler)  # the fault clears
         b.process = None
         b.start()
-        p.flush(30)                            # what the producer still retried may land now
+        p.flush(30)  # what the producer still retried may land now
         got = read_all(b.bootstrap_servers, "t")
         assert len(got) == len(set(got)), "a record was written twice"
         missing = set(acked) - set(got)
@@ -207,13 +227,19 @@ def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs, role):
         bootstrap = cluster.bootstrap_servers
         replicas = [2, 1, 3] if role == "leader" else [1, 2, 3]
         create_topic(bootstrap, "t", replicas=replicas, config={"min.insync.replicas": "2"})
-        wait_until(lambda: leader_of(bootstrap, "t") == replicas[0] and len(isr_of(bootstrap, "t")) == 3, 30,
-                   "t-0 to be led by its first replica with a full ISR")
+        wait_until(
+            lambda: leader_of(bootstrap, "t") == replicas[0] and len(isr_of(bootstrap, "t")) == 3,
+            30,
+            "t-0 to be led by its first replica with a full ISR",
+        )
         assert os.path.isdir(os.path.join(disk, "t-0"))
         create_topic(bootstrap, "u", replicas=[2, 1, 3])
-        wait_until(lambda: leader_of(bootstrap, "u") == 2 and len(isr_of(bootstrap, "u")) == 3, 30,
-                   "u-0 to be led by node 2 with a full ISR")
-        assert os.path.isdir(os.path.join(data, "u-0"))        # the dir holding the fewest logs
+        wait_until(
+            lambda: leader_of(bootstrap, "u") == 2 and len(isr_of(bootstrap, "u")) == 3,
+            30,
+            "u-0 to be led by node 2 with a full ISR",
+        )
+        assert os.path.isdir(os.path.join(data, "u-0"))  # the dir holding the fewest logs
         p = Tracker(bootstrap, "t")
         p.send(200)
         p.flush()
@@ -238,20 +264,40 @@ def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs, role):
         # the metadata says so, as Kafka's dump tool prints it: node 2 registered its two dirs,
         # assigned its replicas (UNASSIGNED at creation: it has two) and lost the full one
         meta = os.path.join(cluster.node(1).config["log.dirs"], "__cluster_metadata-0")
-        dumped = subprocess.run([sys.executable, "-m", "kesque", "dump-log", "--cluster-metadata-decoder",
-                                 "--files", ",".join(os.path.join(meta, f) for f in sorted(os.listdir(meta))
-                                                     if f.endswith(".log"))],
-                                capture_output=True, text=True, timeout=60)
-        payloads = [json.loads(line.split(" payload: ", 1)[1]) for line in dumped.stdout.splitlines()
-                    if " payload: " in line]
-        registered = [r["data"]["logDirs"] for r in payloads
-                      if r["type"] == "REGISTER_BROKER_RECORD" and r["data"]["brokerId"] == 2]
+        dumped = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kesque",
+                "dump-log",
+                "--cluster-metadata-decoder",
+                "--files",
+                ",".join(os.path.join(meta, f) for f in sorted(os.listdir(meta)) if f.endswith(".log")),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        payloads = [
+            json.loads(line.split(" payload: ", 1)[1]) for line in dumped.stdout.splitlines() if " payload: " in line
+        ]
+        registered = [
+            r["data"]["logDirs"]
+            for r in payloads
+            if r["type"] == "REGISTER_BROKER_RECORD" and r["data"]["brokerId"] == 2
+        ]
         assert registered and len(registered[-1]) == 2
-        assigned = [r["data"]["directories"] for r in payloads
-                    if r["type"] == "PARTITION_CHANGE_RECORD" and "directories" in r["data"]]
+        assigned = [
+            r["data"]["directories"]
+            for r in payloads
+            if r["type"] == "PARTITION_CHANGE_RECORD" and "directories" in r["data"]
+        ]
         assert len(assigned) >= 2 and all("AAAAAAAAAAAAAAAAAAAAAQ" not in d for d in assigned)
-        changed = [r["data"]["logDirs"] for r in payloads
-                   if r["type"] == "BROKER_REGISTRATION_CHANGE_RECORD" and r["data"].get("logDirs")]
+        changed = [
+            r["data"]["logDirs"]
+            for r in payloads
+            if r["type"] == "BROKER_REGISTRATION_CHANGE_RECORD" and r["data"].get("logDirs")
+        ]
         assert len(changed) == 1 and len(changed[0]) == 1 and changed[0][0] in registered[-1]
         assert len(p.acked) >= before + 300, f"only {len(p.acked) - before} records acknowledged after the failure"
         assert n2.process.poll() is None, "node 2 has a healthy dir left: it must keep running"
@@ -259,13 +305,30 @@ def test_cluster_moves_leadership_off_a_failed_log_dir(tmp_path, tmpfs, role):
         assert "Stopping serving replicas in dir " + disk in text
         # kesque log-dirs (kafka-log-dirs.sh): the offline dir with KafkaStorageException, the
         # healthy one with its partitions
-        out = subprocess.run([sys.executable, "-m", "kesque", "log-dirs", "--describe", "--bootstrap-server",
-                              bootstrap, "--broker-list", "2"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kesque",
+                "log-dirs",
+                "--describe",
+                "--bootstrap-server",
+                bootstrap,
+                "--broker-list",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         described = json.loads(out.stdout.strip().splitlines()[-1])
         dirs = {d["logDir"]: d for d in described["brokers"][0]["logDirs"]}
-        assert dirs[disk] == {"partitions": [], "error": "org.apache.kafka.common.errors.KafkaStorageException",
-                              "logDir": disk}
+        assert dirs[disk] == {
+            "partitions": [],
+            "error": "org.apache.kafka.common.errors.KafkaStorageException",
+            "logDir": disk,
+        }
         assert dirs[data]["error"] is None
         got = read_all(bootstrap, "t")
         assert len(got) == len(set(got)), "a record was written twice"
@@ -294,9 +357,18 @@ def test_a_failed_metadata_log_dir_halts_the_broker(tmp_path, tmpfs):
         deadline = time.monotonic() + 30
         round_ = 0
         while b.process.poll() is None and time.monotonic() < deadline:
-            futures = admin.create_topics([NewTopic(f"more-{round_}-{i}", num_partitions=1, replication_factor=1,
-                                                    config={"cleanup.policy": "compact", "retention.ms": "1000000"})
-                                           for i in range(20)], request_timeout=5)
+            futures = admin.create_topics(
+                [
+                    NewTopic(
+                        f"more-{round_}-{i}",
+                        num_partitions=1,
+                        replication_factor=1,
+                        config={"cleanup.policy": "compact", "retention.ms": "1000000"},
+                    )
+                    for i in range(20)
+                ],
+                request_timeout=5,
+            )
             for f in futures.values():
                 try:
                     f.result(10)
@@ -325,13 +397,20 @@ def test_a_broker_with_two_dirs_serves_the_healthy_one(tmp_path, tmpfs):
     b = Broker(data_dir=str(tmp_path / "node"), config={"log.dirs": f"{disk},{data}", "metadata.log.dir": data})
     b.start()
     try:
-        create_topic(b.bootstrap_servers, "bad")      # the first dir: the small disk
-        create_topic(b.bootstrap_servers, "good")     # the other one
+        create_topic(b.bootstrap_servers, "bad")  # the first dir: the small disk
+        create_topic(b.bootstrap_servers, "good")  # the other one
         assert os.path.isdir(os.path.join(disk, "bad-0")) and os.path.isdir(os.path.join(data, "good-0"))
         bad, good = Tracker(b.bootstrap_servers, "bad"), Tracker(b.bootstrap_servers, "good")
         for p in (bad, good):
-            p.producer = Producer({"bootstrap.servers": b.bootstrap_servers, "enable.idempotence": True,
-                                   "acks": "all", "linger.ms": 5, "message.timeout.ms": 3000})
+            p.producer = Producer(
+                {
+                    "bootstrap.servers": b.bootstrap_servers,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    "message.timeout.ms": 3000,
+                }
+            )
             p.send(50)
             p.flush()
             assert len(p.acked) == 50
@@ -345,19 +424,26 @@ def test_a_broker_with_two_dirs_serves_the_healthy_one(tmp_path, tmpfs):
         assert b.process.poll() is None
         text = log_text(b)
         assert f"Stopping serving replicas in dir {disk}" in text
-        out = subprocess.run([sys.executable, "-m", "kesque", "log-dirs", "--describe", "--bootstrap-server",
-                              b.bootstrap_servers], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "kesque", "log-dirs", "--describe", "--bootstrap-server", b.bootstrap_servers],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         dirs = {d["logDir"]: d for d in json.loads(out.stdout.strip().splitlines()[-1])["brokers"][0]["logDirs"]}
-        assert dirs[disk] == {"partitions": [], "error": "org.apache.kafka.common.errors.KafkaStorageException",
-                              "logDir": disk}
+        assert dirs[disk] == {
+            "partitions": [],
+            "error": "org.apache.kafka.common.errors.KafkaStorageException",
+            "logDir": disk,
+        }
         assert dirs[data]["error"] is None and [p["partition"] for p in dirs[data]["partitions"]] == ["good-0"]
-        os.unlink(filler)                          # space is back: the dir stays offline until a restart
+        os.unlink(filler)  # space is back: the dir stays offline until a restart
         acked = len(bad.acked)
         bad.send(20)
         bad.flush(10)
         assert len(bad.acked) == acked, "appended to a log after its failed write"
-        b.kill()                                   # the SIGKILL: recovery cuts only the torn tail
+        b.kill()  # the SIGKILL: recovery cuts only the torn tail
         b.start()
         got_bad, got_good = read_all(b.bootstrap_servers, "bad"), read_all(b.bootstrap_servers, "good")
         assert set(bad.acked) <= set(got_bad) and len(got_bad) == len(set(got_bad))

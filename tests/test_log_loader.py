@@ -42,8 +42,9 @@ def load(path, *, clean: bool = False, recovery_point: int = 0, log_start_offset
     local = LocalLog(str(path), CFG, "t-0", recovery_point=recovery_point, dir_failure=dir_failure)
     epochs = LeaderEpochFileCache(os.path.join(str(path), LEADER_EPOCH_CHECKPOINT), "t-0")
     ps = ProducerStateManager(str(path), "t-0")
-    loaded = LogLoader(local, epochs, ps, log_start_offset=log_start_offset, had_clean_shutdown=clean,
-                       now_ms=NOW).load()
+    loaded = LogLoader(
+        local, epochs, ps, log_start_offset=log_start_offset, had_clean_shutdown=clean, now_ms=NOW
+    ).load()
     return local, epochs, loaded
 
 
@@ -105,9 +106,14 @@ def test_a_clean_shutdown_still_recovers_a_torn_active_segment(tmp_path):
 
 def test_leftovers_of_a_cleaning_go_and_an_orphan_index_too(tmp_path):
     write(tmp_path)
-    leftovers = [seg_path(tmp_path, 0, ".log.deleted"), seg_path(tmp_path, 4, ".index.deleted"),
-                 seg_path(tmp_path, 0, ".log.cleaned"), seg_path(tmp_path, 4, ".log.swap"),  # swap past .cleaned
-                 seg_path(tmp_path, 0, ".log.tmp"), seg_path(tmp_path, 20, ".index")]          # no 20.log
+    leftovers = [
+        seg_path(tmp_path, 0, ".log.deleted"),
+        seg_path(tmp_path, 4, ".index.deleted"),
+        seg_path(tmp_path, 0, ".log.cleaned"),
+        seg_path(tmp_path, 4, ".log.swap"),  # swap past .cleaned
+        seg_path(tmp_path, 0, ".log.tmp"),
+        seg_path(tmp_path, 20, ".index"),
+    ]  # no 20.log
     for p in leftovers:
         with open(p, "wb") as f:
             f.write(BATCH)
@@ -124,7 +130,7 @@ def test_a_complete_swap_replaces_the_segments_it_covers(tmp_path):
     with open(seg_path(tmp_path, 0, ".log.swap"), "wb") as f:
         for base in (0, 4):
             with open(seg_path(tmp_path, base), "rb") as src:
-                f.write(src.read()[len(BATCH):])  # a cleaning dropped the first batch of each
+                f.write(src.read()[len(BATCH) :])  # a cleaning dropped the first batch of each
     local, _epochs, _loaded = load(tmp_path)
     assert local.bases == [0, 8]
     assert offsets(local) == [1, 2, 3, 5, 6, 7, 8, 9, 10, 11]

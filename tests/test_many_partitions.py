@@ -26,16 +26,23 @@ TOPIC_CONFIG = {"index.interval.bytes": "0"}
 def _create(bootstrap: str, topics: list[str], partitions: int) -> None:
     api = Api(WireClient(bootstrap, timeout=120))
     for i in range(0, len(topics), 200):
-        r = api.create_topics([{"name": t, "num_partitions": partitions, "configs": TOPIC_CONFIG}
-                               for t in topics[i:i + 200]])
+        r = api.create_topics(
+            [{"name": t, "num_partitions": partitions, "configs": TOPIC_CONFIG} for t in topics[i : i + 200]]
+        )
         assert all(t.error_code == 0 for t in r.topics), r
 
 
 def _produce_rounds(bootstrap: str, tps: list[tuple[str, int]], rounds: range) -> None:
     """A record per round to every partition, flushed per round: a batch each."""
     # idempotent: a request retried on a loaded machine must not store a record twice
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000,
-                  "enable.idempotence": True})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "queue.buffering.max.messages": 1_000_000,
+            "enable.idempotence": True,
+        }
+    )
     for r in rounds:
         for t, part in tps:
             p.produce(t, value=b"%s-%d-%d" % (t.encode(), part, r), partition=part)
@@ -44,8 +51,15 @@ def _produce_rounds(bootstrap: str, tps: list[tuple[str, int]], rounds: range) -
 
 
 def _consume_everything(bootstrap: str, tps: list[tuple[str, int]], rounds: int, timeout: float = 120) -> None:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
-                  "enable.partition.eof": False, "check.crcs": True})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "check.crcs": True,
+        }
+    )
     try:
         c.assign([TopicPartition(t, p, 0) for t, p in tps])
         want = {(t, p): [b"%s-%d-%d" % (t.encode(), p, r) for r in range(rounds)] for t, p in tps}
@@ -110,8 +124,10 @@ def test_recovery_keeps_one_descriptor_per_segment_under_a_low_limit(tmp_path):
     with open(low.log_path) as f:
         out = f.read()
     segments = count_segments([str(tmp_path / "data")])
-    assert f"The open file limit ({PARTITIONS // 2}, hard limit {PARTITIONS // 2}) is too low for the " \
-           f"{segments} log segments" in out, out
+    assert (
+        f"The open file limit ({PARTITIONS // 2}, hard limit {PARTITIONS // 2}) is too low for the "
+        f"{segments} log segments" in out
+    ), out
     assert f"at least {segments + FD_HEADROOM} file descriptors are needed" in out, out
     assert "Traceback" not in out
     # the refused start changed nothing: a start with a sufficient limit serves everything

@@ -48,8 +48,17 @@ def test_a_field_of_another_version_is_dropped_silently():
     # JoinGroup v0 has no protocol_type, skip_assignment, group_instance_id
     m = Msg(ApiKeys.JOIN_GROUP, 0)
     member = m("JoinGroupResponseMember", member_id="a", group_instance_id="i", metadata=b"")
-    resp = m(throttle_time=0, error_code=0, generation_id=1, protocol_type="consumer", protocol_name="range",
-             leader="a", skip_assignment=False, member_id="a", members=(member,))
+    resp = m(
+        throttle_time=0,
+        error_code=0,
+        generation_id=1,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader="a",
+        skip_assignment=False,
+        member_id="a",
+        members=(member,),
+    )
     assert resp.members[0].member_id == "a" and not hasattr(resp, "protocol_type")
 
 
@@ -66,8 +75,20 @@ def test_a_nested_struct_of_another_version_is_none_and_an_unknown_one_raises():
 
 def test_times_are_still_converted_and_has_answers_for_this_version():
     m = Msg(ApiKeys.JOIN_GROUP, 9)
-    assert m(throttle_time=250, error_code=0, generation_id=1, protocol_type=None, protocol_name=None, leader="",
-             skip_assignment=False, member_id="", members=()).throttle_time.total_seconds() == 0.25
+    assert (
+        m(
+            throttle_time=250,
+            error_code=0,
+            generation_id=1,
+            protocol_type=None,
+            protocol_name=None,
+            leader="",
+            skip_assignment=False,
+            member_id="",
+            members=(),
+        ).throttle_time.total_seconds()
+        == 0.25
+    )
     assert m.has(None, "skip_assignment") and not Msg(ApiKeys.JOIN_GROUP, 8).has(None, "skip_assignment")
 
 

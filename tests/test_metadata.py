@@ -148,11 +148,21 @@ def _value_strategy(typ):
     if isinstance(typ, list):
         return st.lists(_struct_strategy(typ), max_size=3)
     return {
-        "int8": I8, "int16": I16, "uint16": U16, "int32": I32, "int64": I64, "float64": st.floats(allow_nan=False),
+        "int8": I8,
+        "int16": I16,
+        "uint16": U16,
+        "int32": I32,
+        "int64": I64,
+        "float64": st.floats(allow_nan=False),
         "bool": st.booleans(),
-        "uuid": st.uuids(), "string": TEXT, "nstring": st.one_of(st.none(), TEXT),
-        "[int32]": INT_LISTS, "[int32]?": st.one_of(st.none(), INT_LISTS), "[uuid]": st.lists(st.uuids(), max_size=3),
-        "[string]": st.lists(TEXT, max_size=3), "bytes": st.binary(max_size=8),
+        "uuid": st.uuids(),
+        "string": TEXT,
+        "nstring": st.one_of(st.none(), TEXT),
+        "[int32]": INT_LISTS,
+        "[int32]?": st.one_of(st.none(), INT_LISTS),
+        "[uuid]": st.lists(st.uuids(), max_size=3),
+        "[string]": st.lists(TEXT, max_size=3),
+        "bytes": st.binary(max_size=8),
     }[typ]
 
 
@@ -182,9 +192,14 @@ def test_every_record_type_matches_kafkas_schema_byte_for_byte(rec):
 
 # versions other writers (Kafka 4.4's controllers) use, which kesque reads (dump-log, a snapshot)
 OTHER_VERSIONS = [("RegisterBrokerRecord", v) for v in (0, 2, 3, 4)] + [
-    ("PartitionRecord", 1), ("PartitionRecord", 2), ("PartitionChangeRecord", 1), ("PartitionChangeRecord", 2),
-    ("BrokerRegistrationChangeRecord", 0), ("BrokerRegistrationChangeRecord", 2),
-    ("BrokerRegistrationChangeRecord", 3)]
+    ("PartitionRecord", 1),
+    ("PartitionRecord", 2),
+    ("PartitionChangeRecord", 1),
+    ("PartitionChangeRecord", 2),
+    ("BrokerRegistrationChangeRecord", 0),
+    ("BrokerRegistrationChangeRecord", 2),
+    ("BrokerRegistrationChangeRecord", 3),
+]
 
 
 @needs_schemas
@@ -221,26 +236,39 @@ def test_api_keys_and_versions_match_kafka(name):
 def test_known_layouts():
     tid = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
     # TopicRecord v0: frame 1, key 2, version 0, compact string "a", uuid, no tags
-    assert mr.encode({"type": "TopicRecord", "name": "a", "topic_id": tid}) == \
-        b"\x01\x02\x00" + b"\x02a" + tid.bytes + b"\x00"
+    assert (
+        mr.encode({"type": "TopicRecord", "name": "a", "topic_id": tid})
+        == b"\x01\x02\x00" + b"\x02a" + tid.bytes + b"\x00"
+    )
     # PartitionChangeRecord: only the fields that changed are written, as tags
     rec = {"type": "PartitionChangeRecord", "partition_id": 3, "topic_id": tid, "leader": 2}
-    assert mr.encode(rec) == b"\x01\x05\x00" + struct.pack(">i", 3) + tid.bytes + b"\x01" + b"\x01\x04" + \
-        struct.pack(">i", 2)
+    assert mr.encode(rec) == b"\x01\x05\x00" + struct.pack(">i", 3) + tid.bytes + b"\x01" + b"\x01\x04" + struct.pack(
+        ">i", 2
+    )
     # ConfigRecord deleting a key: null value
-    assert mr.encode({"type": "ConfigRecord", "resource_type": 2, "resource_name": "t", "name": "k",
-                      "value": None}) == b"\x01\x04\x00" + b"\x02" + b"\x02t" + b"\x02k" + b"\x00" + b"\x00"
+    assert (
+        mr.encode({"type": "ConfigRecord", "resource_type": 2, "resource_name": "t", "name": "k", "value": None})
+        == b"\x01\x04\x00" + b"\x02" + b"\x02t" + b"\x02k" + b"\x00" + b"\x00"
+    )
     assert mr.encode({"type": "NoOpRecord"}) == b"\x01\x14\x00\x00"
 
 
 @needs_schemas
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_register_broker_record_of_every_version_decodes(version):
-    rec = {"type": "RegisterBrokerRecord", "broker_id": 4, "is_migrating_zk_broker": True,
-           "incarnation_id": uuid.UUID(int=7), "broker_epoch": 99,
-           "endpoints": [{"name": "PLAINTEXT", "host": "h", "port": 9092, "security_protocol": 0}],
-           "features": [{"name": "metadata.version", "min_supported_version": 1, "max_supported_version": 25}],
-           "rack": "r1", "fenced": False, "in_controlled_shutdown": True, "log_dirs": [uuid.UUID(int=9)]}
+    rec = {
+        "type": "RegisterBrokerRecord",
+        "broker_id": 4,
+        "is_migrating_zk_broker": True,
+        "incarnation_id": uuid.UUID(int=7),
+        "broker_epoch": 99,
+        "endpoints": [{"name": "PLAINTEXT", "host": "h", "port": 9092, "security_protocol": 0}],
+        "features": [{"name": "metadata.version", "min_supported_version": 1, "max_supported_version": 25}],
+        "rack": "r1",
+        "fenced": False,
+        "in_controlled_shutdown": True,
+        "log_dirs": [uuid.UUID(int=9)],
+    }
     got = mr.decode(kafka_encode(rec, version))
     assert (got["broker_id"], got["broker_epoch"], got["rack"], got["fenced"]) == (4, 99, "r1", False)
     assert got["endpoints"][0]["port"] == 9092 and got["incarnation_id"] == uuid.UUID(int=7)
@@ -251,16 +279,41 @@ def test_register_broker_record_of_every_version_decodes(version):
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_partition_records_of_every_version_decode(version):
     tid = uuid.UUID(int=5)
-    rec = {"type": "PartitionRecord", "partition_id": 1, "topic_id": tid, "replicas": [1, 2], "isr": [1],
-           "removing_replicas": [], "adding_replicas": [2], "leader": 1, "leader_recovery_state": 1,
-           "leader_epoch": 3, "partition_epoch": 4, "directories": [uuid.UUID(int=1), uuid.UUID(int=2)],
-           "eligible_leader_replicas": [2], "last_known_elr": [3]}
+    rec = {
+        "type": "PartitionRecord",
+        "partition_id": 1,
+        "topic_id": tid,
+        "replicas": [1, 2],
+        "isr": [1],
+        "removing_replicas": [],
+        "adding_replicas": [2],
+        "leader": 1,
+        "leader_recovery_state": 1,
+        "leader_epoch": 3,
+        "partition_epoch": 4,
+        "directories": [uuid.UUID(int=1), uuid.UUID(int=2)],
+        "eligible_leader_replicas": [2],
+        "last_known_elr": [3],
+    }
     got = mr.decode(kafka_encode(rec, version))
-    assert (got["replicas"], got["isr"], got["leader"], got["leader_epoch"], got["partition_epoch"]) == \
-        ([1, 2], [1], 1, 3, 4)
+    assert (got["replicas"], got["isr"], got["leader"], got["leader_epoch"], got["partition_epoch"]) == (
+        [1, 2],
+        [1],
+        1,
+        3,
+        4,
+    )
     assert got["leader_recovery_state"] == 1
-    change = {"type": "PartitionChangeRecord", "partition_id": 1, "topic_id": tid, "isr": [1, 2], "leader": 2,
-              "directories": [uuid.UUID(int=3)], "eligible_leader_replicas": [1], "last_known_elr": [2]}
+    change = {
+        "type": "PartitionChangeRecord",
+        "partition_id": 1,
+        "topic_id": tid,
+        "isr": [1, 2],
+        "leader": 2,
+        "directories": [uuid.UUID(int=3)],
+        "eligible_leader_replicas": [1],
+        "last_known_elr": [2],
+    }
     got = mr.decode(kafka_encode(change, version))  # newer tags are skipped
     assert (got["isr"], got["leader"], got["replicas"]) == ([1, 2], 2, None)
 
@@ -288,27 +341,59 @@ def replay_all(image: MetadataImage, recs: list[dict]) -> Delta:
 
 
 def _broker(i, fenced=False):
-    return {"type": "RegisterBrokerRecord", "broker_id": i, "incarnation_id": uuid.UUID(int=i), "broker_epoch": 10 + i,
-            "endpoints": [{"name": "PLAINTEXT", "host": "localhost", "port": 9090 + i, "security_protocol": 0}],
-            "features": [], "rack": None, "fenced": fenced, "in_controlled_shutdown": False}
+    return {
+        "type": "RegisterBrokerRecord",
+        "broker_id": i,
+        "incarnation_id": uuid.UUID(int=i),
+        "broker_epoch": 10 + i,
+        "endpoints": [{"name": "PLAINTEXT", "host": "localhost", "port": 9090 + i, "security_protocol": 0}],
+        "features": [],
+        "rack": None,
+        "fenced": fenced,
+        "in_controlled_shutdown": False,
+    }
 
 
 def _partition(tid, p, replicas, leader=None):
-    return {"type": "PartitionRecord", "partition_id": p, "topic_id": tid, "replicas": replicas, "isr": replicas,
-            "removing_replicas": [], "adding_replicas": [], "leader": replicas[0] if leader is None else leader,
-            "leader_recovery_state": 0, "leader_epoch": 0, "partition_epoch": 0}
+    return {
+        "type": "PartitionRecord",
+        "partition_id": p,
+        "topic_id": tid,
+        "replicas": replicas,
+        "isr": replicas,
+        "removing_replicas": [],
+        "adding_replicas": [],
+        "leader": replicas[0] if leader is None else leader,
+        "leader_recovery_state": 0,
+        "leader_epoch": 0,
+        "partition_epoch": 0,
+    }
 
 
 def test_image_replay():
     image = MetadataImage()
-    d = replay_all(image, [_broker(1), _broker(2), _broker(3, fenced=True),
-                           {"type": "TopicRecord", "name": "orders", "topic_id": TID},
-                           {"type": "ConfigRecord", "resource_type": RESOURCE_TOPIC, "resource_name": "orders",
-                            "name": "retention.ms", "value": "1000"},
-                           _partition(TID, 0, [1, 2]), _partition(TID, 1, [2, 1]),
-                           {"type": "TopicRecord", "name": "other", "topic_id": TID2}, _partition(TID2, 0, [1]),
-                           {"type": "FeatureLevelRecord", "name": "metadata.version", "feature_level": 25},
-                           {"type": "ProducerIdsRecord", "broker_id": 1, "broker_epoch": 11, "next_producer_id": 2000}])
+    d = replay_all(
+        image,
+        [
+            _broker(1),
+            _broker(2),
+            _broker(3, fenced=True),
+            {"type": "TopicRecord", "name": "orders", "topic_id": TID},
+            {
+                "type": "ConfigRecord",
+                "resource_type": RESOURCE_TOPIC,
+                "resource_name": "orders",
+                "name": "retention.ms",
+                "value": "1000",
+            },
+            _partition(TID, 0, [1, 2]),
+            _partition(TID, 1, [2, 1]),
+            {"type": "TopicRecord", "name": "other", "topic_id": TID2},
+            _partition(TID2, 0, [1]),
+            {"type": "FeatureLevelRecord", "name": "metadata.version", "feature_level": 25},
+            {"type": "ProducerIdsRecord", "broker_id": 1, "broker_epoch": 11, "next_producer_id": 2000},
+        ],
+    )
     assert d.created_topics == {TID, TID2} and d.changed_brokers == {1, 2, 3}
     assert d.changed_partitions == {(TID, 0), (TID, 1), (TID2, 0)}
     assert [b.id for b in image.live_brokers()] == [1, 2]
@@ -317,36 +402,79 @@ def test_image_replay():
     assert image.features == {"metadata.version": 25} and image.next_producer_id == 2000
 
     # leader change: the leader epoch and the partition epoch move; an ISR change moves only the latter
-    d = replay_all(image, [{"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": TID, "leader": 2},
-                           {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": TID, "isr": [2]}])
+    d = replay_all(
+        image,
+        [
+            {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": TID, "leader": 2},
+            {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": TID, "isr": [2]},
+        ],
+    )
     p = image.topic("orders").partitions[0]
     assert (p.leader, p.leader_epoch, p.partition_epoch, p.isr, p.replicas) == (2, 1, 2, [2], [1, 2])
     assert d.changed_partitions == {(TID, 0)}
 
     # brokers: fence, unfence, registration change, unregister
-    replay_all(image, [{"type": "FenceBrokerRecord", "id": 1, "epoch": 11},
-                       {"type": "UnfenceBrokerRecord", "id": 3, "epoch": 13}])
+    replay_all(
+        image,
+        [{"type": "FenceBrokerRecord", "id": 1, "epoch": 11}, {"type": "UnfenceBrokerRecord", "id": 3, "epoch": 13}],
+    )
     assert [b.id for b in image.live_brokers()] == [2, 3]
-    replay_all(image, [{"type": "BrokerRegistrationChangeRecord", "broker_id": 1, "broker_epoch": 11, "fenced": -1},
-                       {"type": "BrokerRegistrationChangeRecord", "broker_id": 2, "broker_epoch": 12, "fenced": 1,
-                        "in_controlled_shutdown": 1},
-                       {"type": "UnregisterBrokerRecord", "broker_id": 3, "broker_epoch": 13}])
+    replay_all(
+        image,
+        [
+            {"type": "BrokerRegistrationChangeRecord", "broker_id": 1, "broker_epoch": 11, "fenced": -1},
+            {
+                "type": "BrokerRegistrationChangeRecord",
+                "broker_id": 2,
+                "broker_epoch": 12,
+                "fenced": 1,
+                "in_controlled_shutdown": 1,
+            },
+            {"type": "UnregisterBrokerRecord", "broker_id": 3, "broker_epoch": 13},
+        ],
+    )
     assert [b.id for b in image.live_brokers()] == [1] and image.brokers[2].in_controlled_shutdown
     assert 3 not in image.brokers
 
     # configs: delete a key with a null value; removing the topic drops it, its partitions and configs
-    d = replay_all(image, [{"type": "ConfigRecord", "resource_type": RESOURCE_TOPIC, "resource_name": "orders",
-                            "name": "retention.ms", "value": None}])
+    d = replay_all(
+        image,
+        [
+            {
+                "type": "ConfigRecord",
+                "resource_type": RESOURCE_TOPIC,
+                "resource_name": "orders",
+                "name": "retention.ms",
+                "value": None,
+            }
+        ],
+    )
     assert image.topic_configs("orders") == {} and d.changed_configs == {(RESOURCE_TOPIC, "orders")}
-    replay_all(image, [{"type": "ConfigRecord", "resource_type": RESOURCE_TOPIC, "resource_name": "orders",
-                        "name": "cleanup.policy", "value": "compact"}])
+    replay_all(
+        image,
+        [
+            {
+                "type": "ConfigRecord",
+                "resource_type": RESOURCE_TOPIC,
+                "resource_name": "orders",
+                "name": "cleanup.policy",
+                "value": "compact",
+            }
+        ],
+    )
     d = replay_all(image, [{"type": "RemoveTopicRecord", "topic_id": TID}])
     assert TID in d.deleted_topics and image.topic("orders") is None and TID not in image.topics_by_id
     assert image.topic_configs("orders") == {}
     assert image.topic("other") is not None
     # records for unknown topics/partitions are ignored
-    replay_all(image, [_partition(TID, 5, [1]), {"type": "PartitionChangeRecord", "partition_id": 9,
-                                                 "topic_id": TID2, "leader": 1}, {"type": "NoOpRecord"}])
+    replay_all(
+        image,
+        [
+            _partition(TID, 5, [1]),
+            {"type": "PartitionChangeRecord", "partition_id": 9, "topic_id": TID2, "leader": 1},
+            {"type": "NoOpRecord"},
+        ],
+    )
     assert set(image.topic("other").partitions) == {0}
 
 
@@ -359,14 +487,25 @@ def test_delta_merge():
 
 # ======================================================================== metadata log
 
+
 def test_metadata_log_persists_and_replays(tmp_path):
     clock = ManualClock()
     mlog = MetadataLog(str(tmp_path), clock)
     image = MetadataImage()
     mlog.replay_all(image)
-    batches = [[_broker(1)], [{"type": "TopicRecord", "name": "a", "topic_id": TID}, _partition(TID, 0, [1])],
-               [{"type": "ConfigRecord", "resource_type": RESOURCE_TOPIC, "resource_name": "a",
-                 "name": "retention.ms", "value": "5"}]]
+    batches = [
+        [_broker(1)],
+        [{"type": "TopicRecord", "name": "a", "topic_id": TID}, _partition(TID, 0, [1])],
+        [
+            {
+                "type": "ConfigRecord",
+                "resource_type": RESOURCE_TOPIC,
+                "resource_name": "a",
+                "name": "retention.ms",
+                "value": "5",
+            }
+        ],
+    ]
     last = None
     for recs in batches:
         last = mlog.append(recs)
@@ -387,6 +526,7 @@ def test_metadata_log_persists_and_replays(tmp_path):
 
 # ======================================================================== controller
 
+
 class Cluster:
     """A controller over a real metadata log, and a way to restart it."""
 
@@ -399,8 +539,9 @@ class Cluster:
         if not self.image.brokers:
             self.controller.bootstrap()
             for b in brokers:
-                self.controller.register_broker(b, [{"name": "PLAINTEXT", "host": "localhost", "port": 9092 + b,
-                                                     "security_protocol": 0}])
+                self.controller.register_broker(
+                    b, [{"name": "PLAINTEXT", "host": "localhost", "port": 9092 + b, "security_protocol": 0}]
+                )
 
     def _open(self):
         self.mlog = MetadataLog(self.path, self.clock)
@@ -439,8 +580,9 @@ def code(fn, *a, **kw) -> int:
 
 def test_create_topics(cluster):
     c = cluster.controller
-    res = c.create_topics([NewTopic("orders", 3, 2, configs={"retention.ms": "1000", "cleanup.policy": "compact"}),
-                           NewTopic("defaults")])
+    res = c.create_topics(
+        [NewTopic("orders", 3, 2, configs={"retention.ms": "1000", "cleanup.policy": "compact"}), NewTopic("defaults")]
+    )
     assert [err(r) for r in res] == [0, 0]
     assert (res[0].num_partitions, res[0].replication_factor) == (3, 2)
     assert (res[1].num_partitions, res[1].replication_factor) == (1, 1)  # num.partitions, default.replication.factor
@@ -460,40 +602,44 @@ def test_create_topics(cluster):
     # everything survives a restart (replayed from the log)
     image = cluster.restart().image
     assert image.topic("orders").topic_id == t.topic_id
-    assert {i: p.replicas for i, p in image.topic("orders").partitions.items()} == \
-        {i: p.replicas for i, p in t.partitions.items()}
+    assert {i: p.replicas for i, p in image.topic("orders").partitions.items()} == {
+        i: p.replicas for i, p in t.partitions.items()
+    }
     assert image.topic_configs("orders") == {"retention.ms": "1000", "cleanup.policy": "compact"}
     assert image.topic("dry") is None
 
 
-@pytest.mark.parametrize("topic,expected", [
-    (NewTopic("x", 0, 1), ErrorCode.invalid_partitions),
-    (NewTopic("x", -5, 1), ErrorCode.invalid_partitions),
-    (NewTopic("x", 1, 0), ErrorCode.invalid_replication_factor),
-    (NewTopic("x", 1, -3), ErrorCode.invalid_replication_factor),
-    (NewTopic("x", 1, 4), ErrorCode.invalid_replication_factor),  # three brokers
-    (NewTopic("x", assignments={0: [1], 2: [2]}), ErrorCode.invalid_replica_assignment),  # not consecutive
-    (NewTopic("x", assignments={1: [1]}), ErrorCode.invalid_replica_assignment),  # not 0-based
-    (NewTopic("x", assignments={0: [1, 9]}), ErrorCode.invalid_replica_assignment),  # unknown broker
-    (NewTopic("x", assignments={0: [1, 1]}), ErrorCode.invalid_replica_assignment),  # twice
-    (NewTopic("x", assignments={0: []}), ErrorCode.invalid_replica_assignment),  # empty
-    (NewTopic("x", assignments={0: [1, 2], 1: [3]}), ErrorCode.invalid_replica_assignment),  # two RFs
-    (NewTopic("x", 2, -1, assignments={0: [1]}), ErrorCode.invalid_request),
-    (NewTopic("x", configs={"no.such.config": "1"}), ErrorCode.invalid_config),
-    (NewTopic("x", configs={"retention.ms": "soon"}), ErrorCode.invalid_config),
-    (NewTopic("x", configs={"cleanup.policy": "shred"}), ErrorCode.invalid_config),
-    (NewTopic("x", configs={"compression.type": "GZIP"}), ErrorCode.invalid_config),  # case matters (ValidString)
-    (NewTopic("x", configs={"retention.ms": None}), ErrorCode.invalid_config),  # null values are refused
-    (NewTopic("x", 0, 1, configs={"retention.ms": "x"}), ErrorCode.invalid_config),  # configs are checked first
-    (NewTopic(""), ErrorCode.invalid_topic_exception),
-    (NewTopic("."), ErrorCode.invalid_topic_exception),
-    (NewTopic(".."), ErrorCode.invalid_topic_exception),
-    (NewTopic("a" * 250), ErrorCode.invalid_topic_exception),
-    (NewTopic("bad/name"), ErrorCode.invalid_topic_exception),
-    (NewTopic("bad name"), ErrorCode.invalid_topic_exception),
-    (NewTopic("é"), ErrorCode.invalid_topic_exception),
-    (NewTopic("__cluster_metadata"), ErrorCode.invalid_request),
-])
+@pytest.mark.parametrize(
+    "topic,expected",
+    [
+        (NewTopic("x", 0, 1), ErrorCode.invalid_partitions),
+        (NewTopic("x", -5, 1), ErrorCode.invalid_partitions),
+        (NewTopic("x", 1, 0), ErrorCode.invalid_replication_factor),
+        (NewTopic("x", 1, -3), ErrorCode.invalid_replication_factor),
+        (NewTopic("x", 1, 4), ErrorCode.invalid_replication_factor),  # three brokers
+        (NewTopic("x", assignments={0: [1], 2: [2]}), ErrorCode.invalid_replica_assignment),  # not consecutive
+        (NewTopic("x", assignments={1: [1]}), ErrorCode.invalid_replica_assignment),  # not 0-based
+        (NewTopic("x", assignments={0: [1, 9]}), ErrorCode.invalid_replica_assignment),  # unknown broker
+        (NewTopic("x", assignments={0: [1, 1]}), ErrorCode.invalid_replica_assignment),  # twice
+        (NewTopic("x", assignments={0: []}), ErrorCode.invalid_replica_assignment),  # empty
+        (NewTopic("x", assignments={0: [1, 2], 1: [3]}), ErrorCode.invalid_replica_assignment),  # two RFs
+        (NewTopic("x", 2, -1, assignments={0: [1]}), ErrorCode.invalid_request),
+        (NewTopic("x", configs={"no.such.config": "1"}), ErrorCode.invalid_config),
+        (NewTopic("x", configs={"retention.ms": "soon"}), ErrorCode.invalid_config),
+        (NewTopic("x", configs={"cleanup.policy": "shred"}), ErrorCode.invalid_config),
+        (NewTopic("x", configs={"compression.type": "GZIP"}), ErrorCode.invalid_config),  # case matters (ValidString)
+        (NewTopic("x", configs={"retention.ms": None}), ErrorCode.invalid_config),  # null values are refused
+        (NewTopic("x", 0, 1, configs={"retention.ms": "x"}), ErrorCode.invalid_config),  # configs are checked first
+        (NewTopic(""), ErrorCode.invalid_topic_exception),
+        (NewTopic("."), ErrorCode.invalid_topic_exception),
+        (NewTopic(".."), ErrorCode.invalid_topic_exception),
+        (NewTopic("a" * 250), ErrorCode.invalid_topic_exception),
+        (NewTopic("bad/name"), ErrorCode.invalid_topic_exception),
+        (NewTopic("bad name"), ErrorCode.invalid_topic_exception),
+        (NewTopic("é"), ErrorCode.invalid_topic_exception),
+        (NewTopic("__cluster_metadata"), ErrorCode.invalid_request),
+    ],
+)
 def test_create_topic_errors(cluster, topic, expected):
     res = cluster.controller.create_topics([topic])
     assert err(res[0]) == expected
@@ -538,8 +684,11 @@ def test_delete_topics(cluster):
     c.alter_configs(RESOURCE_TOPIC, "a", {"retention.ms": "5"}, False)
     out = c.delete_topics(["a", None, "missing", None], [None, ids["b"], None, uuid.UUID(int=77)])
     assert [(n, i, err(e)) for n, i, e in out] == [
-        ("a", ids["a"], 0), ("b", ids["b"], 0), ("missing", None, ErrorCode.unknown_topic_or_partition),
-        (None, uuid.UUID(int=77), ErrorCode.unknown_topic_id)]
+        ("a", ids["a"], 0),
+        ("b", ids["b"], 0),
+        ("missing", None, ErrorCode.unknown_topic_or_partition),
+        (None, uuid.UUID(int=77), ErrorCode.unknown_topic_id),
+    ]
     assert cluster.image.topic("a") is None and cluster.image.topic("b") is None
     assert cluster.image.topic_configs("a") == {}
     assert {ids["a"], ids["b"]} <= set(cluster.published[-1].deleted_topics)
@@ -593,25 +742,39 @@ def test_topic_config_changes(cluster):
     c = cluster.controller
     c.create_topics([NewTopic("cfg", configs={"retention.ms": "100"})])
     T = RESOURCE_TOPIC
-    c.incremental_alter_configs(T, "cfg", [("segment.bytes", OP_SET, "2000000"), ("retention.ms", OP_DELETE, None)],
-                                False)
+    c.incremental_alter_configs(
+        T, "cfg", [("segment.bytes", OP_SET, "2000000"), ("retention.ms", OP_DELETE, None)], False
+    )
     assert cluster.image.topic_configs("cfg") == {"segment.bytes": "2000000"}
     c.incremental_alter_configs(T, "cfg", [("cleanup.policy", OP_APPEND, "compact")], False)
     assert cluster.image.topic_configs("cfg")["cleanup.policy"] == "delete,compact"
     c.incremental_alter_configs(T, "cfg", [("cleanup.policy", OP_SUBTRACT, "delete")], False)
     assert cluster.image.topic_configs("cfg")["cleanup.policy"] == "compact"
-    assert code(c.incremental_alter_configs, T, "cfg", [("retention.ms", OP_APPEND, "1")], False) == \
-        ErrorCode.invalid_config  # not a list
-    assert code(c.incremental_alter_configs, T, "cfg", [("retention.ms", OP_SET, "x")], False) == \
-        ErrorCode.invalid_config
+    assert (
+        code(c.incremental_alter_configs, T, "cfg", [("retention.ms", OP_APPEND, "1")], False)
+        == ErrorCode.invalid_config
+    )  # not a list
+    assert (
+        code(c.incremental_alter_configs, T, "cfg", [("retention.ms", OP_SET, "x")], False) == ErrorCode.invalid_config
+    )
     assert code(c.incremental_alter_configs, T, "cfg", [("bogus", OP_SET, "1")], False) == ErrorCode.invalid_config
-    assert code(c.incremental_alter_configs, T, "cfg", [("segment.bytes", OP_SET, "1")], False) == \
-        ErrorCode.invalid_config  # below segment.bytes' minimum
-    assert code(c.incremental_alter_configs, T, "nope", [("retention.ms", OP_SET, "1")], False) == \
-        ErrorCode.unknown_topic_or_partition
-    assert code(c.incremental_alter_configs, T, "cfg", [("retention.ms", OP_SET, "1"),
-                                                        ("retention.ms", OP_DELETE, None)], False) == \
-        ErrorCode.invalid_request
+    assert (
+        code(c.incremental_alter_configs, T, "cfg", [("segment.bytes", OP_SET, "1")], False) == ErrorCode.invalid_config
+    )  # below segment.bytes' minimum
+    assert (
+        code(c.incremental_alter_configs, T, "nope", [("retention.ms", OP_SET, "1")], False)
+        == ErrorCode.unknown_topic_or_partition
+    )
+    assert (
+        code(
+            c.incremental_alter_configs,
+            T,
+            "cfg",
+            [("retention.ms", OP_SET, "1"), ("retention.ms", OP_DELETE, None)],
+            False,
+        )
+        == ErrorCode.invalid_request
+    )
     c.incremental_alter_configs(T, "cfg", [("retention.ms", OP_SET, "7")], True)  # validate only
     assert "retention.ms" not in cluster.image.topic_configs("cfg")
     # legacy AlterConfigs replaces the whole set
@@ -628,37 +791,58 @@ def test_broker_config_changes(cluster):
     assert cluster.image.configs[(RESOURCE_BROKER, "")] == {"log.retention.ms": "1234"}
     assert cluster.image.configs[(RESOURCE_BROKER, "1")] == {"log.retention.ms": "99"}
     # Kafka checks broker changes on the broker: every refusal there is INVALID_REQUEST
-    assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("broker.id", OP_SET, "3")], False) == \
-        ErrorCode.invalid_request  # not dynamic
-    assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("log.retention.ms", OP_SET, "x")], False) == \
-        ErrorCode.invalid_request
-    assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("ssl.cipher.suites", OP_SET, "x")], False) == \
-        ErrorCode.invalid_request  # per broker only
+    assert (
+        code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("broker.id", OP_SET, "3")], False)
+        == ErrorCode.invalid_request
+    )  # not dynamic
+    assert (
+        code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("log.retention.ms", OP_SET, "x")], False)
+        == ErrorCode.invalid_request
+    )
+    assert (
+        code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("ssl.cipher.suites", OP_SET, "x")], False)
+        == ErrorCode.invalid_request
+    )  # per broker only
     # Kafka's whole dynamic set is stored, and so is a custom (non-Kafka) key
-    c.incremental_alter_configs(RESOURCE_BROKER, "1", [("ssl.cipher.suites", OP_SET, "x"),
-                                                       ("listener.name.ext.ssl.keystore.location", OP_SET, "/ks")],
-                                False)
-    c.incremental_alter_configs(RESOURCE_BROKER, "", [("background.threads", OP_SET, "4"),
-                                                      ("no.such", OP_SET, "3")], False)
-    assert cluster.image.configs[(RESOURCE_BROKER, "")] == {"log.retention.ms": "1234", "background.threads": "4",
-                                                            "no.such": "3"}
-    assert code(c.incremental_alter_configs, RESOURCE_BROKER, "42", [("log.retention.ms", OP_SET, "1")],
-                False) == ErrorCode.invalid_request  # unknown broker
+    c.incremental_alter_configs(
+        RESOURCE_BROKER,
+        "1",
+        [("ssl.cipher.suites", OP_SET, "x"), ("listener.name.ext.ssl.keystore.location", OP_SET, "/ks")],
+        False,
+    )
+    c.incremental_alter_configs(
+        RESOURCE_BROKER, "", [("background.threads", OP_SET, "4"), ("no.such", OP_SET, "3")], False
+    )
+    assert cluster.image.configs[(RESOURCE_BROKER, "")] == {
+        "log.retention.ms": "1234",
+        "background.threads": "4",
+        "no.such": "3",
+    }
+    assert (
+        code(c.incremental_alter_configs, RESOURCE_BROKER, "42", [("log.retention.ms", OP_SET, "1")], False)
+        == ErrorCode.invalid_request
+    )  # unknown broker
     assert code(c.incremental_alter_configs, 99, "x", [], False) == ErrorCode.invalid_request
     # APPEND/SUBTRACT work on a broker's LIST keys too, starting from the default
     c.incremental_alter_configs(RESOURCE_BROKER, "", [("log.cleanup.policy", OP_APPEND, "compact")], False)
     assert cluster.image.configs[(RESOURCE_BROKER, "")]["log.cleanup.policy"] == "delete,compact"
-    assert code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("log.retention.ms", OP_APPEND, "1")],
-                False) == ErrorCode.invalid_config
+    assert (
+        code(c.incremental_alter_configs, RESOURCE_BROKER, "", [("log.retention.ms", OP_APPEND, "1")], False)
+        == ErrorCode.invalid_config
+    )
     assert cluster.restart().image.configs[(RESOURCE_BROKER, "1")] == {
-        "log.retention.ms": "99", "ssl.cipher.suites": "x", "listener.name.ext.ssl.keystore.location": "/ks"}
+        "log.retention.ms": "99",
+        "ssl.cipher.suites": "x",
+        "listener.name.ext.ssl.keystore.location": "/ks",
+    }
 
 
 def test_dynamic_broker_configs_without_effect_are_logged_once(cluster, caplog):
     c = cluster.controller
     with caplog.at_level("WARNING", logger="kesque.controller.controller"):
-        c.incremental_alter_configs(RESOURCE_BROKER, "", [("background.threads", OP_SET, "4"),
-                                                          ("log.retention.ms", OP_SET, "5")], False)
+        c.incremental_alter_configs(
+            RESOURCE_BROKER, "", [("background.threads", OP_SET, "4"), ("log.retention.ms", OP_SET, "5")], False
+        )
         c.incremental_alter_configs(RESOURCE_BROKER, "", [("background.threads", OP_SET, "5")], False)
     lines = [r.getMessage() for r in caplog.records if "does not act on" in r.getMessage()]
     assert lines == ["Dynamic broker config(s) background.threads stored, but kesque does not act on it (yet)"]
@@ -667,10 +851,16 @@ def test_dynamic_broker_configs_without_effect_are_logged_once(cluster, caplog):
 def test_group_config_changes(cluster):
     c = cluster.controller
     G = RESOURCE_GROUP
-    c.incremental_alter_configs(G, "g1", [("consumer.session.timeout.ms", OP_SET, "50000"),
-                                          ("consumer.heartbeat.interval.ms", OP_SET, "6000")], False)
-    assert cluster.image.configs[(G, "g1")] == {"consumer.session.timeout.ms": "50000",
-                                                "consumer.heartbeat.interval.ms": "6000"}
+    c.incremental_alter_configs(
+        G,
+        "g1",
+        [("consumer.session.timeout.ms", OP_SET, "50000"), ("consumer.heartbeat.interval.ms", OP_SET, "6000")],
+        False,
+    )
+    assert cluster.image.configs[(G, "g1")] == {
+        "consumer.session.timeout.ms": "50000",
+        "consumer.heartbeat.interval.ms": "6000",
+    }
     errors = {
         "unknown": ([("no.such", OP_SET, "1")], ErrorCode.invalid_config),
         "not a number": ([("consumer.session.timeout.ms", OP_SET, "x")], ErrorCode.invalid_config),
@@ -683,8 +873,10 @@ def test_group_config_changes(cluster):
     }
     for ops, expected in errors.values():
         assert code(c.incremental_alter_configs, G, "g1", ops, False) == expected, ops
-    assert code(c.incremental_alter_configs, G, "", [("consumer.session.timeout.ms", OP_SET, "50000")],
-                False) == ErrorCode.invalid_request  # no default group resource
+    assert (
+        code(c.incremental_alter_configs, G, "", [("consumer.session.timeout.ms", OP_SET, "50000")], False)
+        == ErrorCode.invalid_request
+    )  # no default group resource
     c.incremental_alter_configs(G, "g1", [("consumer.heartbeat.interval.ms", OP_DELETE, None)], False)
     c.alter_configs(G, "g2", {"share.auto.offset.reset": "earliest"}, False)
     image = cluster.restart().image  # ConfigRecords in the metadata log, as Kafka keeps them
@@ -703,8 +895,11 @@ def test_producer_id_blocks_survive_restarts(cluster):
 def test_bootstrap_records_features_once(cluster):
     # a new cluster has ELR (KIP-966) and transaction version 2 (KIP-890 part 2) on, as a Kafka
     # 4.4 cluster formatted by default
-    assert cluster.image.features == {"metadata.version": 25, "eligible.leader.replicas.version": 1,
-                                      "transaction.version": 2}
+    assert cluster.image.features == {
+        "metadata.version": 25,
+        "eligible.leader.replicas.version": 1,
+        "transaction.version": 2,
+    }
     offset = cluster.image.offset
     cluster.controller.bootstrap()
     assert cluster.image.offset == offset
@@ -716,18 +911,37 @@ def test_elr_fields_round_trip_through_records_image_and_snapshot():
     from kesque.metadata.snapshot import image_records
 
     tid = uuid.uuid4()
-    rec = {"type": "PartitionRecord", "partition_id": 0, "topic_id": tid, "replicas": [1, 2, 3], "isr": [],
-           "removing_replicas": [], "adding_replicas": [], "leader": -1, "leader_recovery_state": 0,
-           "leader_epoch": 3, "partition_epoch": 5, "eligible_leader_replicas": [1, 2], "last_known_elr": [2]}
+    rec = {
+        "type": "PartitionRecord",
+        "partition_id": 0,
+        "topic_id": tid,
+        "replicas": [1, 2, 3],
+        "isr": [],
+        "removing_replicas": [],
+        "adding_replicas": [],
+        "leader": -1,
+        "leader_recovery_state": 0,
+        "leader_epoch": 3,
+        "partition_epoch": 5,
+        "eligible_leader_replicas": [1, 2],
+        "last_known_elr": [2],
+    }
     raw = mr.encode(rec)
-    assert raw[:3] == bytes([1, 3, 2])                 # frame 1, PartitionRecord, version 2
+    assert raw[:3] == bytes([1, 3, 2])  # frame 1, PartitionRecord, version 2
     back = mr.decode(raw)
     assert (back["eligible_leader_replicas"], back["last_known_elr"], back["directories"]) == ([1, 2], [2], [])
-    change = {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": tid, "leader": 2, "isr": [2],
-              "eligible_leader_replicas": [1], "last_known_elr": []}
+    change = {
+        "type": "PartitionChangeRecord",
+        "partition_id": 0,
+        "topic_id": tid,
+        "leader": 2,
+        "isr": [2],
+        "eligible_leader_replicas": [1],
+        "last_known_elr": [],
+    }
     assert mr.encode(change)[:3] == bytes([1, 5, 2])
     plain = {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": tid, "leader": 2}
-    assert mr.encode(plain)[:3] == bytes([1, 5, 0])   # no ELR field: version 0 as before
+    assert mr.encode(plain)[:3] == bytes([1, 5, 0])  # no ELR field: version 0 as before
     image = MetadataImage()
     replay_all(image, [{"type": "TopicRecord", "name": "t", "topic_id": tid}, back])
     p = image.topic("t").partitions[0]

@@ -23,17 +23,25 @@ import termios
 import threading
 import time
 
-from clientlib import (assert_same, consume_confluent, counts, expected_by_partition, make_records, produce_confluent,
-                       wait_for_log)
+from clientlib import (
+    assert_same,
+    consume_confluent,
+    counts,
+    expected_by_partition,
+    make_records,
+    produce_confluent,
+    wait_for_log,
+)
 from conftest import running_broker
-from wire import Api, WireClient, build_batch, consume_all, encode_request
 from kesque.protocol.api_keys import ApiKeys
+from wire import Api, WireClient, build_batch, consume_all, encode_request
 
 I32 = struct.Struct(">i")
 MiB = 1 << 20
 
 
 # ====================================================================== helpers
+
 
 def rss_bytes(pid: int) -> dict[str, int]:
     """VmRSS (resident now) and VmHWM (peak resident) of a process."""
@@ -58,11 +66,13 @@ def send_and_drain(c: WireClient, data: bytes, timeout: float = 10.0) -> None:
 def send_in_background(c: WireClient, data: bytes) -> threading.Thread:
     """sendall from a thread: the broker may leave the bytes unread for a while (or for
     good: the send ends quietly when the connection is shut down)."""
+
     def send():
         try:
             c.send_raw(data)
         except OSError:
             pass
+
     t = threading.Thread(target=send, daemon=True)
     t.start()
     return t
@@ -76,8 +86,9 @@ def barrier(api: Api, turns: int = 5) -> None:
 
 def produce_frame(api: Api, topic: str, value: bytes, corr: int) -> bytes:
     """A whole Produce v9 request frame (acks=1) carrying one record."""
-    return encode_request(ApiKeys.PRODUCE, 9, api.produce_request(topic, build_batch([(None, value, ())]), acks=1),
-                          corr)
+    return encode_request(
+        ApiKeys.PRODUCE, 9, api.produce_request(topic, build_batch([(None, value, ())]), acks=1), corr
+    )
 
 
 def frame_of_size(api: Api, topic: str, corr: int, size: int) -> bytes:
@@ -222,13 +233,18 @@ def test_frames_that_all_wait_for_memory_still_complete(tmp_path):
 
 # ====================================================================== (c) connections.max.idle.ms
 
+
 def test_idle_connections_are_closed_active_ones_are_not(tmp_path):
     """connections.max.idle.ms=2000: a silent connection and one that sent half a frame are
     closed; one sending a request every 0.25 s, and one waiting 4 s on a long-poll fetch (a
     request in progress is not idleness), stay open."""
-    with running_broker(tmp_path / "data", {"connections.max.idle.ms": "2000"}) as b, \
-            WireClient(b.bootstrap_servers) as active, WireClient(b.bootstrap_servers) as polling, \
-            WireClient(b.bootstrap_servers) as silent, WireClient(b.bootstrap_servers) as half:
+    with (
+        running_broker(tmp_path / "data", {"connections.max.idle.ms": "2000"}) as b,
+        WireClient(b.bootstrap_servers) as active,
+        WireClient(b.bootstrap_servers) as polling,
+        WireClient(b.bootstrap_servers) as silent,
+        WireClient(b.bootstrap_servers) as half,
+    ):
         api = Api(active)
         api.create_topic("idle")
         half.send_raw(I32.pack(100) + b"\x00" * 50)
@@ -247,6 +263,7 @@ def test_idle_connections_are_closed_active_ones_are_not(tmp_path):
 
 
 # ====================================================================== buffer reuse (in process)
+
 
 def test_a_frame_its_handler_keeps_is_never_reused():
     """The buffers of large frames are reused, except one a handler still holds a view of
@@ -267,8 +284,12 @@ def test_a_frame_its_handler_keeps_is_never_reused():
 
     server = SocketServer(loop, handle, 2 * MiB, queued_max_bytes=64 * MiB)
     port = server.listen("127.0.0.1", 0)
-    sender = threading.Thread(target=lambda: socket.create_connection(("127.0.0.1", port)).sendall(
-        b"".join(I32.pack(len(f)) + f for f in frames)), daemon=True)
+    sender = threading.Thread(
+        target=lambda: socket.create_connection(("127.0.0.1", port)).sendall(
+            b"".join(I32.pack(len(f)) + f for f in frames)
+        ),
+        daemon=True,
+    )
     sender.start()
     try:
         loop.run_until_complete(asyncio.wait_for(done, 30))

@@ -40,10 +40,16 @@ pytestmark = pytest.mark.slow
 
 GID = 61000
 TIMED_OUT = 7
-CONFIG = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fetch.timeout.ms": "600",
-          "controller.quorum.request.timeout.ms": "500", "broker.heartbeat.interval.ms": "300",
-          "broker.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000",
-          "offsets.topic.replication.factor": "3", "transaction.state.log.replication.factor": "3"}
+CONFIG = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.request.timeout.ms": "500",
+    "broker.heartbeat.interval.ms": "300",
+    "broker.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "3000",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+}
 
 
 def firewall_reason() -> str | None:
@@ -59,12 +65,29 @@ class Cut:
     """Drop the loopback packets between one node's process and the others' ports."""
 
     def __init__(self, ports: dict[int, list[int]], node: int):
-        self.rules = [["OUTPUT", "-o", "lo", "-p", "tcp", "-m", "owner", "--gid-owner", str(GID + a),
-                       "--dport", str(port), "-j", "DROP"]
-                      for other in ports if other != node
-                      for a, b in ((node, other), (other, node)) for port in ports[b]]
+        self.rules = [
+            [
+                "OUTPUT",
+                "-o",
+                "lo",
+                "-p",
+                "tcp",
+                "-m",
+                "owner",
+                "--gid-owner",
+                str(GID + a),
+                "--dport",
+                str(port),
+                "-j",
+                "DROP",
+            ]
+            for other in ports
+            if other != node
+            for a, b in ((node, other), (other, node))
+            for port in ports[b]
+        ]
 
-    def __enter__(self) -> "Cut":
+    def __enter__(self) -> Cut:
         for r in self.rules:
             subprocess.run(["iptables", "-A", *r], check=True)
         return self
@@ -78,16 +101,37 @@ def old_leader_answers(address: tuple[str, int], topic: str) -> dict:
     out = {}
     with WireClient(address, timeout=30) as w:
         m = Msg(ApiKeys.METADATA, 12)
-        r = w.request(ApiKeys.METADATA, 12,
-                      m(topics=(m("MetadataRequestTopic", name=topic, topic_id=uuid.UUID(int=0)),),
-                              allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        r = w.request(
+            ApiKeys.METADATA,
+            12,
+            m(
+                topics=(m("MetadataRequestTopic", name=topic, topic_id=uuid.UUID(int=0)),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ),
+        )
         p = r.topics[0].partitions[0]
         out["metadata"] = (int(p.error_code), p.leader_id, sorted(p.isr_nodes))
         for acks in (-1, 1):
             m = Msg(ApiKeys.PRODUCE, 11)
-            r = w.request(ApiKeys.PRODUCE, 11, m(acks=acks, timeout=3000,
-                                                 topic_data=(m("TopicProduceData", name=topic, partition_data=(
-                m("PartitionProduceData", index=0, records=build_batch([(None, b"probe", ())])),)),)), timeout=30)
+            r = w.request(
+                ApiKeys.PRODUCE,
+                11,
+                m(
+                    acks=acks,
+                    timeout=3000,
+                    topic_data=(
+                        m(
+                            "TopicProduceData",
+                            name=topic,
+                            partition_data=(
+                                m("PartitionProduceData", index=0, records=build_batch([(None, b"probe", ())])),
+                            ),
+                        ),
+                    ),
+                ),
+                timeout=30,
+            )
             out[f"acks={acks}"] = int(r.responses[0].partition_responses[0].error_code)
     return out
 
@@ -111,8 +155,15 @@ def run_partition(bootstrap: str, ports: dict[int, list[int]], address_of) -> di
             with lock:
                 acked.append(msg.value().decode())
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                  "message.timeout.ms": 20000})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 20000,
+        }
+    )
     longest_poll, answers, i = 0.0, None, 0
 
     def write_for(seconds: float) -> None:
@@ -131,7 +182,7 @@ def run_partition(bootstrap: str, ports: dict[int, list[int]], address_of) -> di
 
     write_for(3)
     with Cut(ports, leader):
-        write_for(8)    # the controller fences the old leader; the others elect a new one
+        write_for(8)  # the controller fences the old leader; the others elect a new one
         answers = old_leader_answers(address_of(leader), topic)
         write_for(10)
     write_for(10)
@@ -143,8 +194,14 @@ def run_partition(bootstrap: str, ports: dict[int, list[int]], address_of) -> di
     while not set(acked) <= set(seen) and time.monotonic() < deadline:
         seen += [m.value().decode() for m in c.consume(1000, 0.5) if m.error() is None and m.value() != b"probe"]
     c.close()
-    return {"leader": leader, "answers": answers, "longest_poll": longest_poll, "acked": len(acked),
-            "lost": sorted(set(acked) - set(seen)), "duplicated": len(seen) - len(set(seen))}
+    return {
+        "leader": leader,
+        "answers": answers,
+        "longest_poll": longest_poll,
+        "acked": len(acked),
+        "lost": sorted(set(acked) - set(seen)),
+        "duplicated": len(seen) - len(set(seen)),
+    }
 
 
 def check(result: dict) -> None:
@@ -176,8 +233,9 @@ def test_a_cut_off_leader_answers_as_kafkas_and_loses_nothing():
     ports = {n.node_id: [n.port, n.controller_port] for n in k.nodes}
     k.start()
     try:
-        kafka = run_partition(k.bootstrap_servers, ports,
-                              lambda n: ("127.0.0.1", next(x.port for x in k.nodes if x.node_id == n)))
+        kafka = run_partition(
+            k.bootstrap_servers, ports, lambda n: ("127.0.0.1", next(x.port for x in k.nodes if x.node_id == n))
+        )
     finally:
         k.stop()
     check(kafka)

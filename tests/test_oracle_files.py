@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import oracle
-from wire import Api, Msg, WireClient, build_batch
 from kesque.protocol.api_keys import ApiKeys
+from wire import Api, Msg, WireClient, build_batch
 
 pytestmark = oracle.MARKS
 
@@ -28,12 +28,20 @@ pytestmark = oracle.MARKS
 CONFIG = {"log.retention.check.interval.ms": "500", "log.segment.delete.delay.ms": "0"}
 SEGMENT = 1 << 20
 PLAIN, IDEMPOTENT, DELETED, RETAINED = "plain", "idem", "deleted", "retained"
-TOPICS = {PLAIN: {"segment.bytes": str(SEGMENT)}, IDEMPOTENT: {"segment.bytes": str(SEGMENT)},
-          DELETED: {"segment.bytes": str(SEGMENT)}, RETAINED: {"segment.bytes": str(SEGMENT)}}
+TOPICS = {
+    PLAIN: {"segment.bytes": str(SEGMENT)},
+    IDEMPOTENT: {"segment.bytes": str(SEGMENT)},
+    DELETED: {"segment.bytes": str(SEGMENT)},
+    RETAINED: {"segment.bytes": str(SEGMENT)},
+}
 BATCHES = 500  # 2750 records, ~2.8 segments
 # root files Kafka and kesque both keep, compared by content
-ROOT_CHECKPOINTS = ("replication-offset-checkpoint", "recovery-point-offset-checkpoint",
-                    "log-start-offset-checkpoint", "cleaner-offset-checkpoint")
+ROOT_CHECKPOINTS = (
+    "replication-offset-checkpoint",
+    "recovery-point-offset-checkpoint",
+    "log-start-offset-checkpoint",
+    "cleaner-offset-checkpoint",
+)
 
 
 def batches(t0: int, producer_id: int = -1):
@@ -51,24 +59,50 @@ def batches(t0: int, producer_id: int = -1):
 def init_producer_id(client: WireClient) -> int:
     m = Msg(ApiKeys.INIT_PRODUCER_ID, 4)
     request = m(transactional_id=None, transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
-    r = wait_until(lambda: (r := client.request(ApiKeys.INIT_PRODUCER_ID, 4, request)).error_code not in (14, 15) and r,
-                   "the producer id manager")  # COORDINATOR_LOAD_IN_PROGRESS / _NOT_AVAILABLE while starting
+    r = wait_until(
+        lambda: (r := client.request(ApiKeys.INIT_PRODUCER_ID, 4, request)).error_code not in (14, 15) and r,
+        "the producer id manager",
+    )  # COORDINATOR_LOAD_IN_PROGRESS / _NOT_AVAILABLE while starting
     assert r.error_code == 0, r
     return r.producer_id
 
 
 def delete_records(client: WireClient, topic: str, offset: int) -> int:
     m = Msg(ApiKeys.DELETE_RECORDS, 2)
-    r = client.request(ApiKeys.DELETE_RECORDS, 2, m(topics=(m("DeleteRecordsTopic", name=topic, partitions=(
-        m("DeleteRecordsPartition", partition_index=0, offset=offset),)),), timeout=10000))
+    r = client.request(
+        ApiKeys.DELETE_RECORDS,
+        2,
+        m(
+            topics=(
+                m(
+                    "DeleteRecordsTopic",
+                    name=topic,
+                    partitions=(m("DeleteRecordsPartition", partition_index=0, offset=offset),),
+                ),
+            ),
+            timeout=10000,
+        ),
+    )
     return r.topics[0].partitions[0].error_code
 
 
 def alter_topic(client: WireClient, topic: str, key: str, value: str) -> int:
     m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
-    r = client.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
-                       m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic, configs=(
-        m("AlterableConfig", name=key, config_operation=0, value=value),)),), validate_only=False))
+    r = client.request(
+        ApiKeys.INCREMENTAL_ALTER_CONFIGS,
+        1,
+        m(
+            resources=(
+                m(
+                    "AlterConfigsResource",
+                    resource_type=2,
+                    resource_name=topic,
+                    configs=(m("AlterableConfig", name=key, config_operation=0, value=value),),
+                ),
+            ),
+            validate_only=False,
+        ),
+    )
     return r.responses[0].error_code
 
 
@@ -97,17 +131,23 @@ def produce_sequence(broker, t0: int, names: dict[str, str]) -> dict:
         pid = init_producer_id(c)
         answers["producer_id"] = pid
         for kind in TOPICS:
-            codes = {api.produce(names[kind], b).error_code
-                     for b in batches(t0, pid if kind == IDEMPOTENT else -1)}
+            codes = {api.produce(names[kind], b).error_code for b in batches(t0, pid if kind == IDEMPOTENT else -1)}
             answers[f"produce {kind}"] = codes
         answers["delete records"] = delete_records(c, names[DELETED], 1234)
         answers["retention"] = alter_topic(c, names[RETAINED], "retention.bytes", str(SEGMENT + SEGMENT // 2))
     # retention removes the oldest segments until the rest fits in 1.5 segments (active one kept)
     wait_until(lambda: len(segments(broker, names[RETAINED])) <= 2, f"retention on {broker}")
     # removed segments are renamed *.deleted, then deleted after log.segment.delete.delay.ms (0 here)
-    wait_until(lambda: not any(e.endswith(".deleted") for kind in (DELETED, RETAINED)
-                               for e in os.listdir(os.path.join(broker.data_dir, f"{names[kind]}-0"))),
-               f"the *.deleted files to go on {broker}")
+    wait_until(
+        lambda: (
+            not any(
+                e.endswith(".deleted")
+                for kind in (DELETED, RETAINED)
+                for e in os.listdir(os.path.join(broker.data_dir, f"{names[kind]}-0"))
+            )
+        ),
+        f"the *.deleted files to go on {broker}",
+    )
     return answers
 
 
@@ -134,8 +174,7 @@ def checkpoint_entries(text: bytes, names: dict[str, str]) -> tuple[list[str], l
     """(header lines, sorted entries of the test topics with their kind for the name)."""
     lines = text.decode().splitlines()
     kinds = {name: kind for kind, name in names.items()}
-    entries = sorted(" ".join([kinds[ln.split()[0]], *ln.split()[1:]]) for ln in lines[2:]
-                     if ln.split()[0] in kinds)
+    entries = sorted(" ".join([kinds[ln.split()[0]], *ln.split()[1:]]) for ln in lines[2:] if ln.split()[0] in kinds)
     return lines[:2], entries
 
 
@@ -146,11 +185,13 @@ def disks(tmp_path_factory):
     out, answers = {}, {}
     with oracle.brokers(tmp_path_factory, CONFIG) as pair:
         names = {name: {kind: f"{kind}-{oracle.new_topic()}" for kind in TOPICS} for name in pair}
-        def on(name):           # both brokers at once: the client and the retention waits mostly wait
+
+        def on(name):  # both brokers at once: the client and the retention waits mostly wait
             broker = pair[name]
             answers[name] = produce_sequence(broker, t0, names[name])
             broker.stop()
             out[name] = snapshot(broker.data_dir, names[name])
+
         with ThreadPoolExecutor(len(pair)) as pool:
             list(pool.map(on, pair))
     return out, answers, names
@@ -191,8 +232,9 @@ def test_same_bytes(disks, suffix):
 @pytest.mark.parametrize("name", ROOT_CHECKPOINTS)
 def test_same_checkpoints(disks, name):
     files, _, names = disks
-    assert checkpoint_entries(files["kesque"][name], names["kesque"]) == \
-        checkpoint_entries(files["kafka"][name], names["kafka"])
+    assert checkpoint_entries(files["kesque"][name], names["kesque"]) == checkpoint_entries(
+        files["kafka"][name], names["kafka"]
+    )
 
 
 def test_same_meta_properties(disks):
@@ -200,8 +242,9 @@ def test_same_meta_properties(disks):
 
     def props(data: bytes) -> dict[str, str]:
         lines = [ln for ln in data.decode().splitlines() if ln and not ln.startswith("#")]
-        return {k: ("<id>" if k.endswith(".id") and k != "node.id" else v)
-                for k, v in (ln.split("=", 1) for ln in lines)}
+        return {
+            k: ("<id>" if k.endswith(".id") and k != "node.id" else v) for k, v in (ln.split("=", 1) for ln in lines)
+        }
 
     assert props(files["kesque"]["meta.properties"]) == props(files["kafka"]["meta.properties"])
 
@@ -209,6 +252,8 @@ def test_same_meta_properties(disks):
 def test_same_partition_metadata(disks):
     files, _, _ = disks
     for path in sorted(p for p in files["kafka"] if p.endswith("/partition.metadata")):
+
         def masked(data: bytes) -> list[str]:
             return [ln.split(":")[0] for ln in data.decode().splitlines()]
+
         assert masked(files["kesque"][path]) == masked(files["kafka"][path])

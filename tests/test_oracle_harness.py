@@ -89,10 +89,19 @@ def test_kafka_broker_kill_then_start(kafka_broker_factory):
 @pytest.mark.skipif(oracle.REASON is not None, reason=oracle.REASON or "")
 def test_three_node_cluster_replicates():
     with K.KafkaCluster(3) as cluster:
-        r = K.run_tool("kafka-topics.sh", "--bootstrap-server", cluster.bootstrap_servers, "--create", "--topic",
-                       "rf3", "--replication-factor", "3")
+        r = K.run_tool(
+            "kafka-topics.sh",
+            "--bootstrap-server",
+            cluster.bootstrap_servers,
+            "--create",
+            "--topic",
+            "rf3",
+            "--replication-factor",
+            "3",
+        )
         assert r.returncode == 0, r.stderr
-        r = K.run_tool("kafka-topics.sh", "--bootstrap-server", cluster.bootstrap_servers, "--describe",
-                       "--topic", "rf3")
+        r = K.run_tool(
+            "kafka-topics.sh", "--bootstrap-server", cluster.bootstrap_servers, "--describe", "--topic", "rf3"
+        )
         assert "ReplicationFactor: 3" in r.stdout
         assert sorted(r.stdout.split("Isr: ")[1].split()[0].split(",")) == ["1", "2", "3"]

@@ -21,16 +21,27 @@ from kesque.testing import kafka as K
 from oracle import pair as pair  # the module fixture (the redundant alias: a re-export, not an unused import)
 
 JAR = K.libs_dir().parent / "java" / "kesque-oracle-clients.jar"
-pytestmark = [*oracle.MARKS, pytest.mark.skipif(not JAR.exists() and oracle.REASON is None,
-                                                 reason=f"{JAR} not built: run `make kafka`")]
+pytestmark = [
+    *oracle.MARKS,
+    pytest.mark.skipif(not JAR.exists() and oracle.REASON is None, reason=f"{JAR} not built: run `make kafka`"),
+]
 
 RECORDS_PER_CODEC = 100_000
 
 
 def run(scenario: str, broker, *args) -> list[str]:
-    argv = ["java", "-Xmx256m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={K._tools_log4j()}",
-            "-cp", os.pathsep.join([str(JAR), K.classpath()]), "io.kesque.oracle.Clients", scenario,
-            broker.bootstrap_servers, *map(str, args)]
+    argv = [
+        "java",
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        f"-Dlog4j2.configurationFile={K._tools_log4j()}",
+        "-cp",
+        os.pathsep.join([str(JAR), K.classpath()]),
+        "io.kesque.oracle.Clients",
+        scenario,
+        broker.bootstrap_servers,
+        *map(str, args),
+    ]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{scenario} on {broker}:\n{r.stdout}\n{r.stderr[-3000:]}"
     return r.stdout.splitlines()
@@ -46,8 +57,9 @@ def on_both(pair, scenario: str, *args) -> dict[str, list[str]]:
 def test_every_codec_100k_records(pair):
     out = on_both(pair, "codecs", RECORDS_PER_CODEC)
     assert out["kesque"] == out["kafka"]
-    assert all(f"produced {RECORDS_PER_CODEC}, consumed {RECORDS_PER_CODEC}, in order true" in line
-               for line in out["kafka"])
+    assert all(
+        f"produced {RECORDS_PER_CODEC}, consumed {RECORDS_PER_CODEC}, in order true" in line for line in out["kafka"]
+    )
 
 
 def test_idempotent_producer(pair):
@@ -85,8 +97,7 @@ def test_two_consumers_in_a_group(pair, protocol):
     # (Kafka 4.4 accepts it, KIP-1251), the Java member's thread died on CommitFailedException
     out = on_both(pair, "group", protocol)
     assert out["kesque"] == out["kafka"]
-    assert out["kafka"] == [f"group {protocol}: members 2, partitions per member [2, 2], consumed 400, "
-                            "committed 400"]
+    assert out["kafka"] == [f"group {protocol}: members 2, partitions per member [2, 2], consumed 400, committed 400"]
 
 
 def test_admin_client_topics_and_configs(pair):
@@ -94,12 +105,14 @@ def test_admin_client_topics_and_configs(pair):
     assert out["kesque"] == out["kafka"]
 
 
-
 SHARE_RECORDS = 600
 # Kafka 4.4 serves share groups by default but its share-state topic wants 3 replicas and 2 in sync;
 # kesque serves them only with group.share.enable (Kafka ignores that name)
-SHARE_CONFIG = {"group.share.enable": "true", "share.coordinator.state.topic.replication.factor": "1",
-                "share.coordinator.state.topic.min.isr": "1"}
+SHARE_CONFIG = {
+    "group.share.enable": "true",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
 
 
 def test_share_consumers(tmp_path_factory):
@@ -112,9 +125,14 @@ def test_share_consumers(tmp_path_factory):
     # the first member before the second joins (seen in a CI run); the rest must agree exactly
     members = {side: int(re.search(r"members with records (\d+)", lines[0]).group(1)) for side, lines in out.items()}
     assert all(1 <= n <= 2 for n in members.values()), members
-    same = {side: [re.sub(r"members with records \d+", "members with records N", x) for x in lines]
-            for side, lines in out.items()}
+    same = {
+        side: [re.sub(r"members with records \d+", "members with records N", x) for x in lines]
+        for side, lines in out.items()
+    }
     assert same["kesque"] == same["kafka"]
-    assert same["kafka"] == [f"share: accepted {SHARE_RECORDS} distinct, accepted twice 0, released "
-                             f"{SHARE_RECORDS // 10} redelivered {SHARE_RECORDS // 10} with delivery count 2, "
-                             "members with records N", "share errors: []"]
+    assert same["kafka"] == [
+        f"share: accepted {SHARE_RECORDS} distinct, accepted twice 0, released "
+        f"{SHARE_RECORDS // 10} redelivered {SHARE_RECORDS // 10} with delivery count 2, "
+        "members with records N",
+        "share errors: []",
+    ]

@@ -58,8 +58,9 @@ def documented_api_differences() -> tuple[str, dict[int, tuple[str, str, str, st
     text = (ROOT / "docs" / "compatibility.md").read_text()
     section = text.split("## Differences from Apache Kafka", 1)[1].split("\n## ", 1)[0]
     rows = {}
-    for key, name, ours, theirs, why in re.findall(r"^\| (\d+) (\w+) \| ([^|]+) \| ([^|]+) \| ([^|]*) \|$",
-                                                    section, re.M):
+    for key, name, ours, theirs, why in re.findall(
+        r"^\| (\d+) (\w+) \| ([^|]+) \| ([^|]+) \| ([^|]*) \|$", section, re.M
+    ):
         rows[int(key)] = (name, ours.strip(), theirs.strip(), why.strip())
     return section, rows
 
@@ -68,8 +69,11 @@ def test_every_api_range_difference_is_documented(pair):
     kafka, _ = advertised(pair["kafka"])
     kesque, _ = advertised(pair["kesque"])
     names = kafka_api_names()
-    measured = {key: (names.get(key, "?"), _range(kesque.get(key)), _range(kafka.get(key)))
-                for key in sorted(set(kafka) | set(kesque)) if kafka.get(key) != kesque.get(key)}
+    measured = {
+        key: (names.get(key, "?"), _range(kesque.get(key)), _range(kafka.get(key)))
+        for key in sorted(set(kafka) | set(kesque))
+        if kafka.get(key) != kesque.get(key)
+    }
     section, rows = documented_api_differences()
     assert f"Kafka {K.kafka_version()}" in section, "the section names the Kafka release it was measured against"
     documented = {key: row[:3] for key, row in rows.items()}
@@ -85,8 +89,9 @@ def test_features_differences_are_documented(pair):
     ours = {f.name: (f.min_version_level, f.max_version_level) for f in kesque.finalized_features}
     for name in sorted(set(theirs) | set(ours)):
         if theirs.get(name) != ours.get(name):
-            assert f"`{name}`" in section, \
+            assert f"`{name}`" in section, (
                 f"finalized feature {name}: kesque {ours.get(name)}, Kafka {theirs.get(name)}"
+            )
 
 
 # ====================================================================== error codes
@@ -145,12 +150,15 @@ def assert_same(results: dict[str, object], message_difference: str | None = Non
 
 # Kafka 4.4 throws a NullPointerException on null records and never answers (the connection stays
 # open); kesque answers INVALID_RECORD (docs/compatibility.md, "Differences from Apache Kafka")
-_NO_ANSWER = pytest.mark.xfail(reason="deliberate: Kafka does not answer a Produce with null records (NPE)",
-                               strict=True)
+_NO_ANSWER = pytest.mark.xfail(
+    reason="deliberate: Kafka does not answer a Produce with null records (NPE)", strict=True
+)
 
 
-@pytest.mark.parametrize("records,error,version,acks", [
-    pytest.param(*c.values, marks=_NO_ANSWER, id=c.id) if c.id == "null-records" else c for c in PRODUCE_CASES])
+@pytest.mark.parametrize(
+    "records,error,version,acks",
+    [pytest.param(*c.values, marks=_NO_ANSWER, id=c.id) if c.id == "null-records" else c for c in PRODUCE_CASES],
+)
 def test_bad_produce(pair, records, error, version, acks):
     def scenario(api, topic):
         create(api, topic)
@@ -174,11 +182,21 @@ def test_one_bad_partition_does_not_fail_the_others(pair):
     def scenario(api, topic):
         create(api, topic, partitions=3)
         m = Msg(ApiKeys.PRODUCE, 9)
-        parts = (m("PartitionProduceData", index=0, records=build_batch([(None, b"p0", ())])),
-                 m("PartitionProduceData", index=1, records=_bad_crc()),
-                 m("PartitionProduceData", index=7, records=build_batch([(None, b"p7", ())])))
-        r = api.c.request(ApiKeys.PRODUCE, 9, m(transactional_id=None, acks=-1, timeout=5000,
-                                  topic_data=(m("TopicProduceData", name=topic, partition_data=parts),)))
+        parts = (
+            m("PartitionProduceData", index=0, records=build_batch([(None, b"p0", ())])),
+            m("PartitionProduceData", index=1, records=_bad_crc()),
+            m("PartitionProduceData", index=7, records=build_batch([(None, b"p7", ())])),
+        )
+        r = api.c.request(
+            ApiKeys.PRODUCE,
+            9,
+            m(
+                transactional_id=None,
+                acks=-1,
+                timeout=5000,
+                topic_data=(m("TopicProduceData", name=topic, partition_data=parts),),
+            ),
+        )
         return sorted((p.index, p.error_code) for p in r.responses[0].partition_responses)
 
     assert_same(on_both(pair, scenario))
@@ -195,8 +213,16 @@ def test_produce_to_missing_partition_and_metadata_of_bad_names(pair):
     assert_same(on_both(pair, scenario))
 
 
-@pytest.mark.parametrize("key,value", [("retention.ms", "abc"), ("foo.bar", "1"), ("segment.bytes", "10"),
-                                       ("cleanup.policy", "shred"), ("min.insync.replicas", "0")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("retention.ms", "abc"),
+        ("foo.bar", "1"),
+        ("segment.bytes", "10"),
+        ("cleanup.policy", "shred"),
+        ("min.insync.replicas", "0"),
+    ],
+)
 def test_create_topics_invalid_config(pair, key, value):
     def scenario(api, topic):
         r = api.create_topics([{"name": topic, "configs": {key: value}}]).topics[0]
@@ -212,19 +238,27 @@ def test_create_topics_invalid_name(pair, name):
         r = api.create_topics([{"name": name}]).topics[0]
         return r.error_code, text(r.error_message)
 
-    assert_same(on_both(pair, scenario), "Kafka 4.x's Topic.validate wording (\"Topic name is invalid: ...\")")
+    assert_same(on_both(pair, scenario), 'Kafka 4.x\'s Topic.validate wording ("Topic name is invalid: ...")')
 
 
 def test_create_topics_bad_counts(pair):
     def scenario(api, topic):
-        codes = [api.create_topics([t]).topics[0]
-                 for t in ({"name": topic, "replication_factor": 3}, {"name": topic, "num_partitions": 0},
-                           {"name": topic, "num_partitions": 10001})]
+        codes = [
+            api.create_topics([t]).topics[0]
+            for t in (
+                {"name": topic, "replication_factor": 3},
+                {"name": topic, "num_partitions": 0},
+                {"name": topic, "num_partitions": 10001},
+            )
+        ]
         return [(r.error_code, text(r.error_message)) for r in codes]
 
-    assert_same(on_both(pair, scenario), "replication factor (\"... or some brokers have all their log directories "
-                                         "cordoned.\", KIP-1066) and partition count limits (\"Excessively large "
-                                         "number of partitions per request.\")")
+    assert_same(
+        on_both(pair, scenario),
+        'replication factor ("... or some brokers have all their log directories '
+        'cordoned.", KIP-1066) and partition count limits ("Excessively large '
+        'number of partitions per request.")',
+    )
 
 
 def test_create_partitions_bad_counts(pair):
@@ -233,32 +267,62 @@ def test_create_partitions_bad_counts(pair):
         m = Msg(ApiKeys.CREATE_PARTITIONS, 3)
         out = []
         for name, count in ((topic, 2), (topic, 3), (topic, 0), (topic, -1), (topic, 10004), (new_topic(), 5)):
-            r = api.c.request(ApiKeys.CREATE_PARTITIONS, 3,
-                              m(topics=(m("CreatePartitionsTopic", name=name, count=count, assignments=None),),
-                                       timeout=5000, validate_only=True))
+            r = api.c.request(
+                ApiKeys.CREATE_PARTITIONS,
+                3,
+                m(
+                    topics=(m("CreatePartitionsTopic", name=name, count=count, assignments=None),),
+                    timeout=5000,
+                    validate_only=True,
+                ),
+            )
             out.append((count, r.results[0].error_code, text(r.results[0].error_message, topic)))
         return out
 
-    assert_same(on_both(pair, scenario), "\"Excessively large number of additional partitions per request.\"; no "
-                                         "message for an unknown topic")
+    assert_same(
+        on_both(pair, scenario),
+        '"Excessively large number of additional partitions per request."; no message for an unknown topic',
+    )
 
 
-@pytest.mark.parametrize("key,value", [("retention.ms", "abc"), ("foo.bar", "1"), ("segment.bytes", "10"),
-                                       ("max.message.bytes", "-5")])
+@pytest.mark.parametrize(
+    "key,value", [("retention.ms", "abc"), ("foo.bar", "1"), ("segment.bytes", "10"), ("max.message.bytes", "-5")]
+)
 def test_alter_configs_invalid_values(pair, key, value):
     def scenario(api, topic):
         create(api, topic)
         m = Msg(ApiKeys.ALTER_CONFIGS, 2)
-        legacy = api.c.request(ApiKeys.ALTER_CONFIGS, 2,
-                               m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
-                                                     configs=(m("AlterableConfig", name=key, value=value),)),),
-                                        validate_only=False)).responses[0]
+        legacy = api.c.request(
+            ApiKeys.ALTER_CONFIGS,
+            2,
+            m(
+                resources=(
+                    m(
+                        "AlterConfigsResource",
+                        resource_type=2,
+                        resource_name=topic,
+                        configs=(m("AlterableConfig", name=key, value=value),),
+                    ),
+                ),
+                validate_only=False,
+            ),
+        ).responses[0]
         m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
-        incr = api.c.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
-                             m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
-                                                   configs=(m("AlterableConfig", name=key, config_operation=0,
-                                                              value=value),)),),
-                                      validate_only=False)).responses[0]
+        incr = api.c.request(
+            ApiKeys.INCREMENTAL_ALTER_CONFIGS,
+            1,
+            m(
+                resources=(
+                    m(
+                        "AlterConfigsResource",
+                        resource_type=2,
+                        resource_name=topic,
+                        configs=(m("AlterableConfig", name=key, config_operation=0, value=value),),
+                    ),
+                ),
+                validate_only=False,
+            ),
+        ).responses[0]
         return [(r.error_code, text(r.error_message, topic)) for r in (legacy, incr)]
 
     assert_same(on_both(pair, scenario))
@@ -268,23 +332,38 @@ def test_incremental_alter_configs_bad_operation_on_scalar(pair):
     def scenario(api, topic):
         create(api, topic)
         m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
-        r = api.c.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
-                          m(resources=(m("AlterConfigsResource", resource_type=2, resource_name=topic,
-                                                configs=(m("AlterableConfig", name="retention.ms", config_operation=2,
-                                                           value="5"),)),),
-                                   validate_only=False)).responses[0]
+        r = api.c.request(
+            ApiKeys.INCREMENTAL_ALTER_CONFIGS,
+            1,
+            m(
+                resources=(
+                    m(
+                        "AlterConfigsResource",
+                        resource_type=2,
+                        resource_name=topic,
+                        configs=(m("AlterableConfig", name="retention.ms", config_operation=2, value="5"),),
+                    ),
+                ),
+                validate_only=False,
+            ),
+        ).responses[0]
         return r.error_code, text(r.error_message, topic)
 
-    assert_same(on_both(pair, scenario), "\"Can't APPEND to key retention.ms because its type is not LIST.\"")
+    assert_same(on_both(pair, scenario), '"Can\'t APPEND to key retention.ms because its type is not LIST."')
 
 
 def _broker_read_only(api) -> dict[str, bool]:
     """{key: read_only} of DescribeConfigs on BROKER 1, every key."""
     m = Msg(ApiKeys.DESCRIBE_CONFIGS, 4)
-    r = api.c.request(ApiKeys.DESCRIBE_CONFIGS, 4,
-                      m(resources=(m("DescribeConfigsResource", resource_type=4, resource_name="1",
-                                            configuration_keys=None),),
-                               include_synonyms=False, include_documentation=False)).results[0]
+    r = api.c.request(
+        ApiKeys.DESCRIBE_CONFIGS,
+        4,
+        m(
+            resources=(m("DescribeConfigsResource", resource_type=4, resource_name="1", configuration_keys=None),),
+            include_synonyms=False,
+            include_documentation=False,
+        ),
+    ).results[0]
     assert r.error_code == 0, r
     return {c.name: c.read_only for c in r.configs}
 
@@ -306,17 +385,37 @@ def test_alter_configs_of_advertised_listeners_is_refused(pair):
     def scenario(api, topic):
         value = "PLAINTEXT://127.0.0.1:1"
         m = Msg(ApiKeys.ALTER_CONFIGS, 2)
-        legacy = api.c.request(ApiKeys.ALTER_CONFIGS, 2,
-                               m(resources=(m("AlterConfigsResource", resource_type=4, resource_name="1",
-                                                     configs=(m("AlterableConfig", name="advertised.listeners",
-                                                                value=value),)),),
-                                        validate_only=True)).responses[0]
+        legacy = api.c.request(
+            ApiKeys.ALTER_CONFIGS,
+            2,
+            m(
+                resources=(
+                    m(
+                        "AlterConfigsResource",
+                        resource_type=4,
+                        resource_name="1",
+                        configs=(m("AlterableConfig", name="advertised.listeners", value=value),),
+                    ),
+                ),
+                validate_only=True,
+            ),
+        ).responses[0]
         m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
-        incr = api.c.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1,
-                             m(resources=(m("AlterConfigsResource", resource_type=4, resource_name="1",
-                                                   configs=(m("AlterableConfig", name="advertised.listeners",
-                                                              config_operation=0, value=value),)),),
-                                      validate_only=True)).responses[0]
+        incr = api.c.request(
+            ApiKeys.INCREMENTAL_ALTER_CONFIGS,
+            1,
+            m(
+                resources=(
+                    m(
+                        "AlterConfigsResource",
+                        resource_type=4,
+                        resource_name="1",
+                        configs=(m("AlterableConfig", name="advertised.listeners", config_operation=0, value=value),),
+                    ),
+                ),
+                validate_only=True,
+            ),
+        ).responses[0]
         return [(r.error_code, text(r.error_message)) for r in (legacy, incr)]
 
     results = on_both(pair, scenario)
@@ -329,7 +428,7 @@ def test_fetch_and_list_offsets_out_of_range(pair):
         create(api, topic)
         for i in range(3):
             api.produce(topic, build_batch([(None, b"f%d" % i, ())]))
-        codes = [api.fetch(topic, offset).responses[0].partitions[0].error_code for offset in (3, 4, 1000, 2 ** 62)]
+        codes = [api.fetch(topic, offset).responses[0].partitions[0].error_code for offset in (3, 4, 1000, 2**62)]
         return codes, api.list_offsets(topic, -1).offset, api.list_offsets(topic, -2).offset
 
     assert_same(on_both(pair, scenario))
@@ -340,8 +439,10 @@ def test_fetch_with_future_and_stale_leader_epoch(pair):
         create(api, topic)
         api.produce(topic, build_batch([(None, b"x", ())]))
         epoch = api.metadata([topic]).topics[0].partitions[0].leader_epoch
-        return [api.fetch(topic, 0, current_leader_epoch=e).responses[0].partitions[0].error_code
-                for e in (epoch, epoch + 1, epoch - 1)]
+        return [
+            api.fetch(topic, 0, current_leader_epoch=e).responses[0].partitions[0].error_code
+            for e in (epoch, epoch + 1, epoch - 1)
+        ]
 
     assert_same(on_both(pair, scenario))
 
@@ -362,7 +463,7 @@ def test_api_versions_from_the_future_gets_a_v0_answer(pair):
     def scenario(api, _topic):
         api.c.send(ApiKeys.API_VERSIONS, 99, b"\x00\x01\x02garbage-of-a-future-version")
         raw = api.c.recv_frame()
-        error, = struct.unpack_from(">h", raw, 4)
+        (error,) = struct.unpack_from(">h", raw, 4)
         return error, Api(api.c).api_versions(3).error_code
 
     assert_same(on_both(pair, scenario))

@@ -38,8 +38,7 @@ pytestmark = oracle.MARKS
 
 # both clusters: Kafka's default quorum timeouts; a metadata snapshot every few KB so that one
 # exists by the time the files are dumped
-CONFIG = {"metadata.log.max.record.bytes.between.snapshots": "4096",
-          "group.initial.rebalance.delay.ms": "0"}
+CONFIG = {"metadata.log.max.record.bytes.between.snapshots": "4096", "group.initial.rebalance.delay.ms": "0"}
 
 SEEN: dict[str, object] = {}  # what the Kafka half saw, for the kesque half to compare with
 
@@ -104,7 +103,10 @@ def kesque_cluster(tmp_path_factory):
         yield Nodes("kesque", c)
 
 
-@pytest.fixture(scope="module", params=[pytest.param("kafka", marks=pytest.mark.slow), pytest.param("kesque", marks=pytest.mark.slow)])
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param("kafka", marks=pytest.mark.slow), pytest.param("kesque", marks=pytest.mark.slow)],
+)
 def cluster(request, tmp_path_factory):
     start = kafka_cluster if request.param == "kafka" else kesque_cluster
     with start(tmp_path_factory) as nodes:
@@ -118,8 +120,7 @@ def kafka_tool(script: str, *args) -> subprocess.CompletedProcess:
 
 def kesque_tool(script: str, *args) -> subprocess.CompletedProcess:
     name = re.fullmatch(r"kafka-(.+)\.sh", script).group(1)
-    return subprocess.run([sys.executable, "-m", "kesque", name, *args], capture_output=True, text=True,
-                          timeout=180)
+    return subprocess.run([sys.executable, "-m", "kesque", name, *args], capture_output=True, text=True, timeout=180)
 
 
 def both_tools(script: str, *args, normalise=lambda s: s) -> tuple[str, str]:
@@ -141,8 +142,7 @@ LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] (TRACE|DEBUG|INFO|WARN|ERRO
 
 def mask_cluster(text: str, nodes: Nodes) -> str:
     for i in nodes.ids:
-        text = text.replace(nodes.address(i), f"<broker-{i}>").replace(nodes.controller_address(i),
-                                                                        f"<controller-{i}>")
+        text = text.replace(nodes.address(i), f"<broker-{i}>").replace(nodes.controller_address(i), f"<controller-{i}>")
     return oracle.mask(text)
 
 
@@ -153,9 +153,15 @@ def create_topic(bootstrap: str, name: str, timeout_ms: int = 5000, wait: float 
 
     def build(mod, v):
         rq = mod.request
-        return make(rq.CreateTopicsRequest, timeout=timeout_ms, validate_only=False, topics=(
-            make(rq.CreatableTopic, name=name, num_partitions=1, replication_factor=1, assignments=(),
-                 configs=()),))
+        return make(
+            rq.CreateTopicsRequest,
+            timeout=timeout_ms,
+            validate_only=False,
+            topics=(
+                make(rq.CreatableTopic, name=name, num_partitions=1, replication_factor=1, assignments=(), configs=()),
+            ),
+        )
+
     with Connection.to_any(bootstrap, "quorum-test", wait, connect_timeout=2.0) as conn:
         return int(conn.request(ApiKeys.CREATE_TOPICS, build).topics[0].error_code)
 
@@ -165,8 +171,11 @@ def quorum(bootstrap: str, controllers: bool = False, timeout_ms: int = 5000):
     brokers, or of the active controller among ``bootstrap`` controllers)."""
     from kesque.cli.metadata_quorum import QuorumAdmin
 
-    admin = QuorumAdmin(bootstrap, {"default.api.timeout.ms": str(timeout_ms),
-                                    "request.timeout.ms": str(min(2000, timeout_ms))}, controllers)
+    admin = QuorumAdmin(
+        bootstrap,
+        {"default.api.timeout.ms": str(timeout_ms), "request.timeout.ms": str(min(2000, timeout_ms))},
+        controllers,
+    )
     try:
         return admin.describe_quorum()[0]
     finally:
@@ -193,13 +202,24 @@ def test_describe_shows_every_brokers_partitions(cluster):
     """Seed 001's RF-3 create on one broker, --describe from another: the same placement whichever
     broker answers, leaders spread over the three brokers, and kesque's tool prints what Kafka's does."""
     topic = oracle.new_topic("rf3")
-    r = kafka_tool("kafka-topics.sh", "--bootstrap-server", cluster.address(1), "--create", "--topic", topic,
-                   "--partitions", "3", "--replication-factor", "3")
+    r = kafka_tool(
+        "kafka-topics.sh",
+        "--bootstrap-server",
+        cluster.address(1),
+        "--create",
+        "--topic",
+        topic,
+        "--partitions",
+        "3",
+        "--replication-factor",
+        "3",
+    )
     assert r.returncode == 0 and r.stdout == f"Created topic {topic}.\n", r.stderr
     outs = {}
     for node in (2, 3):
-        j, k = both_tools("kafka-topics.sh", "--bootstrap-server", cluster.address(node), "--describe",
-                          "--topic", topic)
+        j, k = both_tools(
+            "kafka-topics.sh", "--bootstrap-server", cluster.address(node), "--describe", "--topic", topic
+        )
         assert k == j
         outs[node] = j
     assert outs[2] == outs[3]
@@ -229,9 +249,9 @@ def replication_table(text: str) -> list[list[str]]:
     follow the values, so the cells are compared, and the padding is checked on its own)."""
     lines = text.splitlines()
     cells = [line.split("\t") for line in lines]
-    assert all(c[-1] == "" for c in cells), text                        # every cell ends with a tab
+    assert all(c[-1] == "" for c in cells), text  # every cell ends with a tab
     for col in zip(*[row[:-1] for row in cells]):
-        assert len({len(x) for x in col}) == 1, text                    # padded to the column's width
+        assert len({len(x) for x in col}) == 1, text  # padded to the column's width
     rows = [[x.strip() for x in c[:-1]] for c in cells]
     for row in rows[1:]:
         row[2:4] = ["<n>", "<n>"]
@@ -263,15 +283,20 @@ def test_metadata_quorum_describe(cluster, via):
 
 # usage errors and failures that need no cluster: byte for byte (stack traces aside)
 TOOL_ERRORS = [
-    [], ["--help"], ["describe", "--status"], ["--bootstrap-server", "{bs}"],
+    [],
+    ["--help"],
+    ["describe", "--status"],
+    ["--bootstrap-server", "{bs}"],
     ["--bootstrap-server", "{bs}", "describe"],
     ["--bootstrap-server", "{bs}", "describe", "--help"],
     ["--bootstrap-server", "{bs}", "describe", "--status", "--replication"],
     ["--bootstrap-server", "{bs}", "describe", "--status", "--human-readable"],
     ["--bootstrap-server", "{bs}", "--bootstrap-controller", "{bs}", "describe", "--status"],
     ["--bootstrap-server", "{bs}", "--command-config", "/nonexistent/admin.properties", "describe", "--status"],
-    ["--bootstrap-server", "{bs}", "describe", "--foo"], ["--bootstrap-server", "{bs}", "frob"],
-    ["--bootstrap-server", "{bs}", "remove-controller"], ["--bootstrap-server", "{bs}", "remove-controller", "-i", "x"],
+    ["--bootstrap-server", "{bs}", "describe", "--foo"],
+    ["--bootstrap-server", "{bs}", "frob"],
+    ["--bootstrap-server", "{bs}", "remove-controller"],
+    ["--bootstrap-server", "{bs}", "remove-controller", "-i", "x"],
     ["--bootstrap-server", "{bs}", "add-controller"],
 ]
 
@@ -293,8 +318,10 @@ def test_dump_log_of_the_metadata_log_and_snapshots(cluster, tmp_path):
     """kafka-dump-log.sh --cluster-metadata-decoder on a node's segment (LeaderChange control
     records, every metadata record type the controller wrote) and on its snapshots."""
     src = cluster.metadata_dir(1)
-    wait_for("a metadata snapshot past offset 0", lambda: any(
-        not f.startswith("00000000000000000000-") for f in os.listdir(src) if f.endswith(".checkpoint")))
+    wait_for(
+        "a metadata snapshot past offset 0",
+        lambda: any(not f.startswith("00000000000000000000-") for f in os.listdir(src) if f.endswith(".checkpoint")),
+    )
     for name in os.listdir(src):  # a copy: the node goes on appending
         if name.endswith((".checkpoint", ".log")):
             shutil.copy(os.path.join(src, name), tmp_path / name)
@@ -316,32 +343,68 @@ def test_dump_log_of_files_kesques_raft_log_writes(tmp_path):
     import uuid
 
     from kesque.metadata import records as mr
+    from kesque.metadata.image import UNASSIGNED
     from kesque.raft.file_log import FileRaftLog
     from kesque.raft.log import LeaderChange
 
-    from kesque.metadata.image import UNASSIGNED
-
     topic_id, dir_a, dir_b = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    values = [mr.encode(r) for r in (
-        {"type": "FeatureLevelRecord", "name": "metadata.version", "feature_level": 21},
-        {"type": "RegisterBrokerRecord", "broker_id": 1, "incarnation_id": uuid.uuid4(), "broker_epoch": 5,
-         "endpoints": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9092, "security_protocol": 0}],
-         "features": [{"name": "metadata.version", "min_supported_version": 7, "max_supported_version": 21}],
-         "rack": None, "fenced": True, "in_controlled_shutdown": False},
-        {"type": "TopicRecord", "name": "orders", "topic_id": topic_id},
-        {"type": "PartitionRecord", "partition_id": 0, "topic_id": topic_id, "replicas": [1, 2, 3],
-         "isr": [1, 2, 3], "leader": 1, "leader_epoch": 0, "partition_epoch": 0},
-        {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": topic_id, "isr": [1, 2], "leader": 2},
-        {"type": "BrokerRegistrationChangeRecord", "broker_id": 1, "broker_epoch": 5, "fenced": -1},
-        # KIP-858: log dirs and the directory of each replica (UNASSIGNED: not placed yet)
-        {"type": "RegisterBrokerRecord", "broker_id": 2, "incarnation_id": uuid.uuid4(), "broker_epoch": 9,
-         "endpoints": [], "features": [], "rack": None, "fenced": True, "in_controlled_shutdown": False,
-         "log_dirs": [dir_a, dir_b]},
-        {"type": "PartitionRecord", "partition_id": 1, "topic_id": topic_id, "replicas": [2, 1], "isr": [2, 1],
-         "leader": 2, "leader_epoch": 0, "partition_epoch": 0, "directories": [UNASSIGNED, dir_a]},
-        {"type": "PartitionChangeRecord", "partition_id": 1, "topic_id": topic_id, "directories": [dir_b, dir_a]},
-        {"type": "BrokerRegistrationChangeRecord", "broker_id": 2, "broker_epoch": 9, "log_dirs": [dir_a]},
-        {"type": "NoOpRecord"})]
+    values = [
+        mr.encode(r)
+        for r in (
+            {"type": "FeatureLevelRecord", "name": "metadata.version", "feature_level": 21},
+            {
+                "type": "RegisterBrokerRecord",
+                "broker_id": 1,
+                "incarnation_id": uuid.uuid4(),
+                "broker_epoch": 5,
+                "endpoints": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9092, "security_protocol": 0}],
+                "features": [{"name": "metadata.version", "min_supported_version": 7, "max_supported_version": 21}],
+                "rack": None,
+                "fenced": True,
+                "in_controlled_shutdown": False,
+            },
+            {"type": "TopicRecord", "name": "orders", "topic_id": topic_id},
+            {
+                "type": "PartitionRecord",
+                "partition_id": 0,
+                "topic_id": topic_id,
+                "replicas": [1, 2, 3],
+                "isr": [1, 2, 3],
+                "leader": 1,
+                "leader_epoch": 0,
+                "partition_epoch": 0,
+            },
+            {"type": "PartitionChangeRecord", "partition_id": 0, "topic_id": topic_id, "isr": [1, 2], "leader": 2},
+            {"type": "BrokerRegistrationChangeRecord", "broker_id": 1, "broker_epoch": 5, "fenced": -1},
+            # KIP-858: log dirs and the directory of each replica (UNASSIGNED: not placed yet)
+            {
+                "type": "RegisterBrokerRecord",
+                "broker_id": 2,
+                "incarnation_id": uuid.uuid4(),
+                "broker_epoch": 9,
+                "endpoints": [],
+                "features": [],
+                "rack": None,
+                "fenced": True,
+                "in_controlled_shutdown": False,
+                "log_dirs": [dir_a, dir_b],
+            },
+            {
+                "type": "PartitionRecord",
+                "partition_id": 1,
+                "topic_id": topic_id,
+                "replicas": [2, 1],
+                "isr": [2, 1],
+                "leader": 2,
+                "leader_epoch": 0,
+                "partition_epoch": 0,
+                "directories": [UNASSIGNED, dir_a],
+            },
+            {"type": "PartitionChangeRecord", "partition_id": 1, "topic_id": topic_id, "directories": [dir_b, dir_a]},
+            {"type": "BrokerRegistrationChangeRecord", "broker_id": 2, "broker_epoch": 9, "log_dirs": [dir_a]},
+            {"type": "NoOpRecord"},
+        )
+    ]
     log = FileRaftLog(str(tmp_path))
     log.append(1, [LeaderChange(1, (1, 2, 3), (1, 2))])
     log.append(1, values[:4])
@@ -356,8 +419,10 @@ def test_dump_log_of_files_kesques_raft_log_writes(tmp_path):
     for path in (segment, snapshot):
         dump_both(path, "--cluster-metadata-decoder")
         dump_both(path)
-    assert " LeaderChange: {\"version\":0,\"leaderId\":2," in kesque_tool(
-        "kafka-dump-log.sh", "--cluster-metadata-decoder", "--files", segment).stdout
+    assert (
+        ' LeaderChange: {"version":0,"leaderId":2,'
+        in kesque_tool("kafka-dump-log.sh", "--cluster-metadata-decoder", "--files", segment).stdout
+    )
 
 
 # ---------------------------------------------------------------------- the active controller dies
@@ -370,32 +435,47 @@ def test_sigkill_of_the_active_controller(cluster):
     cluster.kill(old)
     t0 = time.monotonic()
     controllers = ",".join(cluster.controller_address(i) for i in survivors)
-    wait_for("a new leader among the controllers",
-             lambda: int(quorum(controllers, True, timeout_ms=300).leader_id) in survivors, pause=0.05)
+    wait_for(
+        "a new leader among the controllers",
+        lambda: int(quorum(controllers, True, timeout_ms=300).leader_id) in survivors,
+        pause=0.05,
+    )
     elected = time.monotonic() - t0
     topic = oracle.new_topic("failover")
-    wait_for("a topic created after the failover",
-             lambda: create_topic(cluster.bootstrap(survivors), topic, wait=10) in (0, 36), pause=0.05)
+    wait_for(
+        "a topic created after the failover",
+        lambda: create_topic(cluster.bootstrap(survivors), topic, wait=10) in (0, 36),
+        pause=0.05,
+    )
     elapsed = time.monotonic() - t0
-    after = wait_for("a new leader", lambda: (lambda q: q if int(q.leader_id) in survivors else None)(
-        quorum(cluster.bootstrap(survivors))))
+    after = wait_for(
+        "a new leader",
+        lambda: (lambda q: q if int(q.leader_id) in survivors else None)(quorum(cluster.bootstrap(survivors))),
+    )
     assert int(after.leader_epoch) > int(before.leader_epoch)
-    print(f"\n{cluster.kind}: SIGKILL of controller {old} -> leader {int(after.leader_id)} elected in epoch "
-          f"{int(after.leader_epoch)} after {elected:.2f}s, first CreateTopics after {elapsed:.2f}s")
+    print(
+        f"\n{cluster.kind}: SIGKILL of controller {old} -> leader {int(after.leader_id)} elected in epoch "
+        f"{int(after.leader_epoch)} after {elected:.2f}s, first CreateTopics after {elapsed:.2f}s"
+    )
     SEEN.setdefault("failover", {})[cluster.kind] = (elected, elapsed)
-    r = kesque_tool("kafka-topics.sh", "--bootstrap-server", cluster.bootstrap(survivors), "--describe",
-                    "--topic", topic)
+    r = kesque_tool(
+        "kafka-topics.sh", "--bootstrap-server", cluster.bootstrap(survivors), "--describe", "--topic", topic
+    )
     assert r.returncode == 0 and f"Topic: {topic}\t" in r.stdout, r.stderr
 
     cluster.restart(old)
 
     def rejoined():
-        rows = replication_table(kesque_tool("kafka-metadata-quorum.sh", "--bootstrap-server", cluster.bootstrap(),
-                                             "describe", "--replication").stdout)
+        rows = replication_table(
+            kesque_tool(
+                "kafka-metadata-quorum.sh", "--bootstrap-server", cluster.bootstrap(), "describe", "--replication"
+            ).stdout
+        )
         q = quorum(cluster.bootstrap())
         voter = next(v for v in q.current_voters if int(v.replica_id) == old)
         follows = any(row[0] == str(old) and row[-1] == "Follower" for row in rows[1:])
         return follows and int(voter.log_end_offset) >= int(q.high_watermark)
+
     wait_for(f"node {old} back as a caught-up follower", rejoined, pause=0.5)
 
 
@@ -419,14 +499,32 @@ def test_no_controller_elected_error(cluster):
             SEEN["no-quorum"] = code
         else:
             assert code == SEEN.get("no-quorum", 7)
-        j = kafka_tool("kafka-metadata-quorum.sh", "--bootstrap-server", cluster.address(alive[0]),
-                       "--command-config", _fast_fail(), "describe", "--status")
-        k = kesque_tool("kafka-metadata-quorum.sh", "--bootstrap-server", cluster.address(alive[0]),
-                        "--command-config", _fast_fail(), "describe", "--status")
+        j = kafka_tool(
+            "kafka-metadata-quorum.sh",
+            "--bootstrap-server",
+            cluster.address(alive[0]),
+            "--command-config",
+            _fast_fail(),
+            "describe",
+            "--status",
+        )
+        k = kesque_tool(
+            "kafka-metadata-quorum.sh",
+            "--bootstrap-server",
+            cluster.address(alive[0]),
+            "--command-config",
+            _fast_fail(),
+            "describe",
+            "--status",
+        )
         assert (j.returncode, k.returncode) == (1, 1)
         # the call's timeout, as Kafka's Admin client words it (its retry count is its own)
-        first = [re.sub(r"\d{13}", "<ts>", re.sub(r"(tries=|after )\d+", r"\1<n>",
-                                                  without_log_lines(r.stderr).splitlines()[0])) for r in (j, k)]
+        first = [
+            re.sub(
+                r"\d{13}", "<ts>", re.sub(r"(tries=|after )\d+", r"\1<n>", without_log_lines(r.stderr).splitlines()[0])
+            )
+            for r in (j, k)
+        ]
         assert first[1] == first[0]
     finally:
         cluster.restart(leader)

@@ -35,13 +35,19 @@ pytestmark = [*oracle.MARKS, pytest.mark.slow]
 
 # the same on both clusters: lag 3 s (test 7), fencing after 9 s (Kafka's default; longer than the
 # lag so that test 7's follower leaves the ISR by lag, not by fencing), checkpoints every 200 ms
-CONFIG = {"replica.lag.time.max.ms": "3000", "broker.heartbeat.interval.ms": "500",
-          "broker.session.timeout.ms": "9000", "replica.fetch.backoff.ms": "200",
-          "replica.high.watermark.checkpoint.interval.ms": "200",
-          "log.flush.offset.checkpoint.interval.ms": "200",
-          "log.flush.start.offset.checkpoint.interval.ms": "200",
-          "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
-          "transaction.state.log.min.isr": "1", "group.initial.rebalance.delay.ms": "0"}
+CONFIG = {
+    "replica.lag.time.max.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": "9000",
+    "replica.fetch.backoff.ms": "200",
+    "replica.high.watermark.checkpoint.interval.ms": "200",
+    "log.flush.offset.checkpoint.interval.ms": "200",
+    "log.flush.start.offset.checkpoint.interval.ms": "200",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+}
 
 SEEN: dict[str, object] = {}  # what the Kafka half saw, for the kesque half to compare with
 
@@ -63,8 +69,11 @@ class Side:
 
     def renumber(self, text: str) -> str:
         """Node ids in --describe's Leader, Replicas, Isr, Elr and LastKnownElr as broker numbers."""
-        return re.sub(r"(Leader|Replicas|Isr|LastKnownElr|Elr): ([\d,]+)",
-                      lambda m: f"{m.group(1)}: " + ",".join(map(str, self.ids(m.group(2).split(",")))), text)
+        return re.sub(
+            r"(Leader|Replicas|Isr|LastKnownElr|Elr): ([\d,]+)",
+            lambda m: f"{m.group(1)}: " + ",".join(map(str, self.ids(m.group(2).split(",")))),
+            text,
+        )
 
     def assignment(self, brokers: str) -> str:
         return ":".join(str(int(b) + self.shift) for b in brokers.split(":"))
@@ -116,7 +125,7 @@ def cluster(request, tmp_path_factory):
 
         with Cluster(nodes=3, controllers=1, config=CONFIG, data_dir=str(tmp_path_factory.mktemp("kesque-repl"))) as c:
             yield Side("kesque", c)
-            for b in c.brokers:   # no controlled shutdown to wait for at the end
+            for b in c.brokers:  # no controlled shutdown to wait for at the end
                 if b.process is not None:
                     b.kill()
 
@@ -162,8 +171,9 @@ def create(side: Side, topic: str, *args: str, assignment: str | None = None) ->
         args = ("--replica-assignment", side.assignment(assignment), *args)
     r = side.topics("--create", "--topic", topic, *args)
     assert (r.returncode, r.stdout) == (0, f"Created topic {topic}.\n"), r.stderr
-    wait_for(f"{topic} fully in sync", lambda: (lambda s: s and s[0] >= 0 and len(s[2]) == len(s[1]))(
-        state(side, topic)))
+    wait_for(
+        f"{topic} fully in sync", lambda: (lambda s: s and s[0] >= 0 and len(s[2]) == len(s[1]))(state(side, topic))
+    )
 
 
 def topic_lines(path: str, topic: str) -> list[str]:
@@ -214,21 +224,37 @@ def test_seed_001_files_and_describe(cluster):
     assert sorted(replicas) == [1, 2, 3] and sorted(isr) == [1, 2, 3] and leader == replicas[0]
     text = describe(cluster, topic)
     m = re.search(r"\tLeader: (\d+)\tReplicas: ([\d,]+)\tIsr: ([\d,]+)", text)
-    assert m and m.group(2) == ",".join(map(str, replicas)) and m.group(3) == m.group(2), text   # created: ISR = replicas
+    assert m and m.group(2) == ",".join(map(str, replicas)) and m.group(3) == m.group(2), (
+        text
+    )  # created: ISR = replicas
     agree(cluster, "1:describe", lambda: re.sub(r"(Leader|Replicas|Isr): [\d,]+", r"\1: <n>", text))
     assert produce(cluster.bootstrap(), topic, [b"test message1"]) == [None]
     for node in (1, 2, 3):
         d = cluster.data_dir(node)
-        agree(cluster, f"1:hw:{node}", lambda: topic_lines(os.path.join(d, "replication-offset-checkpoint"), topic),
-              ready=lambda v: v == [f"{topic} 0 1"])
+        agree(
+            cluster,
+            f"1:hw:{node}",
+            lambda: topic_lines(os.path.join(d, "replication-offset-checkpoint"), topic),
+            ready=lambda v: v == [f"{topic} 0 1"],
+        )
         agree(cluster, f"1:epochs:{node}", lambda: epochs(cluster, node, topic), ready=bool)
         # Kafka's recovery point moves on flush (not per message) and it checkpoints a log start
         # offset only past the first segment's base: read once the HW checkpoint has been written
-        agree(cluster, f"1:recovery:{node}",
-              lambda: topic_lines(os.path.join(d, "recovery-point-offset-checkpoint"), topic), ready=bool)
-        agree(cluster, f"1:log-start:{node}",
-              lambda: (os.path.exists(os.path.join(d, "log-start-offset-checkpoint")),
-                       topic_lines(os.path.join(d, "log-start-offset-checkpoint"), topic)), timeout=2)
+        agree(
+            cluster,
+            f"1:recovery:{node}",
+            lambda: topic_lines(os.path.join(d, "recovery-point-offset-checkpoint"), topic),
+            ready=bool,
+        )
+        agree(
+            cluster,
+            f"1:log-start:{node}",
+            lambda: (
+                os.path.exists(os.path.join(d, "log-start-offset-checkpoint")),
+                topic_lines(os.path.join(d, "log-start-offset-checkpoint"), topic),
+            ),
+            timeout=2,
+        )
     print(f"\n{cluster.kind}: {text}{ {k: v for k, v in SEEN.items() if k.startswith('1:')} }")
 
 
@@ -243,8 +269,9 @@ def test_leader_epoch_walkthrough(cluster):
     files = {}
 
     def both(key, ready=lambda v: True):
-        files[key] = agree(cluster, f"2:{key}", lambda: (epochs(cluster, 2, topic), epochs(cluster, 3, topic)),
-                           ready=ready)
+        files[key] = agree(
+            cluster, f"2:{key}", lambda: (epochs(cluster, 2, topic), epochs(cluster, 3, topic)), ready=ready
+        )
 
     both("created", ready=lambda v: v[0] is not None)
     assert produce(cluster.bootstrap(), topic, [b"message1"]) == [None]
@@ -260,7 +287,7 @@ def test_leader_epoch_walkthrough(cluster):
         cluster.start(2)
     wait_for("broker 2 back in the ISR", lambda: sorted(state(cluster, topic)[2]) == [2, 3])
     log = os.path.join(cluster.data_dir(2), f"{topic}-0", "00000000000000000000.log")
-    assert b"message1" in open(log, "rb").read()   # nothing truncated
+    assert b"message1" in open(log, "rb").read()  # nothing truncated
     both("rejoined")
     assert produce(cluster.bootstrap(), topic, [b"message2"]) == [None]
     both("one more message", ready=lambda v: v[0] == v[1])
@@ -281,8 +308,9 @@ def test_not_enough_replicas_and_offline_partition(cluster):
     assert raw_produce(cluster.address(1), strict, b"all three") == (0, None)
     try:
         cluster.kill(3)
-        wait_for("broker 3 out of the ISRs", lambda: 3 not in state(cluster, strict)[2]
-                 and state(cluster, offline)[2] == [2])
+        wait_for(
+            "broker 3 out of the ISRs", lambda: 3 not in state(cluster, strict)[2] and state(cluster, offline)[2] == [2]
+        )
         cluster.kill(2)
         wait_for("broker 2 out of the ISR", lambda: state(cluster, strict)[2] == [1])
         wait_for("no leader", lambda: state(cluster, offline)[0] == -1)
@@ -297,8 +325,12 @@ def test_not_enough_replicas_and_offline_partition(cluster):
         assert state(cluster, offline)[0] == -1
         cluster.start(2)
         wait_for("broker 2 leads again", lambda: state(cluster, offline)[0] == 2)
-        agree(cluster, "6:describe offline, broker 2 back", lambda: describe(cluster, offline),
-              ready=lambda v: "Isr: 2,3" in v)
+        agree(
+            cluster,
+            "6:describe offline, broker 2 back",
+            lambda: describe(cluster, offline),
+            ready=lambda v: "Isr: 2,3" in v,
+        )
     finally:
         for node in (2, 3):
             if not cluster.running(node):

@@ -40,8 +40,13 @@ def _group_on(broker, records: int) -> tuple[str, str]:
     topic, group = oracle.new_topic("st"), "sg-" + uuid.uuid4().hex[:8]
     a = AdminClient({"bootstrap.servers": bs})
     a.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    res = ConfigResource("GROUP", group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    res = ConfigResource(
+        "GROUP",
+        group,
+        incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
     a.incremental_alter_configs([res])[res].result(30)
     p = ck.Producer({"bootstrap.servers": bs, "linger.ms": 0})
     for i in range(records):
@@ -51,51 +56,95 @@ def _group_on(broker, records: int) -> tuple[str, str]:
     return topic, group
 
 
-def _fetch(c, group, member, epoch, tid, acks=(), max_wait=0, version=1, max_records=500, min_bytes=1,
-           max_bytes=1 << 20, **v2):
+def _fetch(
+    c, group, member, epoch, tid, acks=(), max_wait=0, version=1, max_records=500, min_bytes=1, max_bytes=1 << 20, **v2
+):
     """ShareFetch of partition 0; ``v2``: share_acquire_mode, is_renew_ack."""
     m = Msg(ApiKeys.SHARE_FETCH, version)
-    batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
-                    for f, last, t in acks)
-    body = m(group_id=group, member_id=member, share_session_epoch=epoch, max_wait=max_wait, min_bytes=min_bytes,
-             max_bytes=max_bytes, max_records=max_records, batch_size=max_records, **v2,
-             topics=(m("FetchTopic", topic_id=tid, partitions=(
-                 m("FetchPartition", partition_index=0, acknowledgement_batches=batches),)),),
-             forgotten_topics_data=())
+    batches = tuple(
+        m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,)) for f, last, t in acks
+    )
+    body = m(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        max_wait=max_wait,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        max_records=max_records,
+        batch_size=max_records,
+        **v2,
+        topics=(
+            m(
+                "FetchTopic",
+                topic_id=tid,
+                partitions=(m("FetchPartition", partition_index=0, acknowledgement_batches=batches),),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
     return c.request(ApiKeys.SHARE_FETCH, version, body)
 
 
 def _ack(c, group, member, epoch, tid, acks, version=1, **v2):
     m = Msg(ApiKeys.SHARE_ACKNOWLEDGE, version)
-    batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
-                    for f, last, t in acks)
-    return c.request(ApiKeys.SHARE_ACKNOWLEDGE, version, m(group_id=group, member_id=member, share_session_epoch=epoch,
-                                                           **v2, topics=(
-        m("AcknowledgeTopic", topic_id=tid, partitions=(
-            m("AcknowledgePartition", partition_index=0, acknowledgement_batches=batches),)),)))
+    batches = tuple(
+        m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,)) for f, last, t in acks
+    )
+    return c.request(
+        ApiKeys.SHARE_ACKNOWLEDGE,
+        version,
+        m(
+            group_id=group,
+            member_id=member,
+            share_session_epoch=epoch,
+            **v2,
+            topics=(
+                m(
+                    "AcknowledgeTopic",
+                    topic_id=tid,
+                    partitions=(m("AcknowledgePartition", partition_index=0, acknowledgement_batches=batches),),
+                ),
+            ),
+        ),
+    )
 
 
 def _answer(r):
     """Top-level code, message and (v2) acquisition lock timeout, then per partition: code,
     acknowledge code (ShareFetch), acquired."""
     lock = getattr(r, "acquisition_lock_timeout", None)
-    return (int(r.error_code), r.error_message, None if lock is None else lock.total_seconds(),
-            [(int(p.error_code), int(getattr(p, "acknowledge_error_code", 0)),
-              [(a.first_offset, a.last_offset, a.delivery_count) for a in getattr(p, "acquired_records", ())])
-             for t in r.responses for p in t.partitions])
+    return (
+        int(r.error_code),
+        r.error_message,
+        None if lock is None else lock.total_seconds(),
+        [
+            (
+                int(p.error_code),
+                int(getattr(p, "acknowledge_error_code", 0)),
+                [(a.first_offset, a.last_offset, a.delivery_count) for a in getattr(p, "acquired_records", ())],
+            )
+            for t in r.responses
+            for p in t.partitions
+        ],
+    )
 
 
 def _join(c, group, topic, member):
     """ShareGroupHeartbeat until the member has its assignment: the topic id."""
     hb = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)
-    r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, hb(group_id=group, member_id=member, member_epoch=0,
-                                                       subscribed_topic_names=(topic,)))
+    r = c.request(
+        ApiKeys.SHARE_GROUP_HEARTBEAT,
+        1,
+        hb(group_id=group, member_id=member, member_epoch=0, subscribed_topic_names=(topic,)),
+    )
     end = time.monotonic() + 30
     while not (r.assignment and r.assignment.topic_partitions):
         assert r.error_code == 0 and time.monotonic() < end, r
         time.sleep(0.1)
-        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, hb(group_id=group, member_id=member,
-                                                           member_epoch=r.member_epoch))
+        r = c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT, 1, hb(group_id=group, member_id=member, member_epoch=r.member_epoch)
+        )
     return r.assignment.topic_partitions[0].topic_id
 
 
@@ -105,8 +154,11 @@ def _leave_then_final_ack(broker):
     with WireClient(broker.bootstrap_servers) as c:
         tid = _join(c, group, topic, "m1")
         out.append(("open", _answer(_fetch(c, group, "m1", 0, tid, max_wait=5000))))
-        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                      Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        r = c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1),
+        )
         out.append(("leave", int(r.error_code)))
         # the session outlives the membership: the final acknowledgement is applied
         out.append(("final ack after leave", _answer(_ack(c, group, "m1", -1, tid, [(0, 4, 1)]))))
@@ -127,27 +179,41 @@ def test_leaving_the_group_keeps_the_share_session_for_the_final_acknowledgement
 def _version_2(broker):
     """ShareFetch and ShareAcknowledge v2: the acquire modes (KIP-1206) and renewing locks
     (KIP-1222), the requests right and wrong."""
-    topic, group = _group_on(broker, 10)    # one batch of ten records
+    topic, group = _group_on(broker, 10)  # one batch of ten records
     out = []
     with WireClient(broker.bootstrap_servers) as c:
         tid = _join(c, group, topic, "m1")
         _join(c, group, topic, "m2")
         zeros = {"max_records": 0, "min_bytes": 0, "max_bytes": 0}
-        out.append(("record_limit", _answer(_fetch(c, group, "m1", 0, tid, max_wait=5000, version=2,
-                                                            max_records=3, share_acquire_mode=1))))
-        out.append(("batch_optimized", _answer(_fetch(c, group, "m2", 0, tid, max_wait=5000, version=2,
-                                                               max_records=2, share_acquire_mode=0))))
-        out.append(("renew that would fetch", _answer(_fetch(c, group, "m1", 1, tid, [(0, 0, 4)], version=2,
-                                                              is_renew_ack=True))))
-        out.append(("renew", _answer(_fetch(c, group, "m1", 1, tid, [(0, 1, 4)], version=2, is_renew_ack=True,
-                                            **zeros))))
+        out.append(
+            (
+                "record_limit",
+                _answer(_fetch(c, group, "m1", 0, tid, max_wait=5000, version=2, max_records=3, share_acquire_mode=1)),
+            )
+        )
+        out.append(
+            (
+                "batch_optimized",
+                _answer(_fetch(c, group, "m2", 0, tid, max_wait=5000, version=2, max_records=2, share_acquire_mode=0)),
+            )
+        )
+        out.append(
+            (
+                "renew that would fetch",
+                _answer(_fetch(c, group, "m1", 1, tid, [(0, 0, 4)], version=2, is_renew_ack=True)),
+            )
+        )
+        out.append(
+            ("renew", _answer(_fetch(c, group, "m1", 1, tid, [(0, 1, 4)], version=2, is_renew_ack=True, **zeros)))
+        )
         out.append(("RENEW without IsRenewAck", _answer(_fetch(c, group, "m1", 2, tid, [(2, 2, 4)], version=2))))
         out.append(("ack renew", _answer(_ack(c, group, "m1", 3, tid, [(2, 2, 4)], version=2, is_renew_ack=True))))
         out.append(("ack RENEW without IsRenewAck", _answer(_ack(c, group, "m1", 4, tid, [(2, 2, 4)], version=2))))
         out.append(("ack RENEW in v1", _answer(_ack(c, group, "m1", 5, tid, [(2, 2, 4)], version=1))))
         out.append(("ack type 5", _answer(_ack(c, group, "m1", 6, tid, [(2, 2, 5)], version=2))))
-        out.append(("accept with IsRenewAck", _answer(_ack(c, group, "m1", 7, tid, [(0, 2, 1)], version=2,
-                                                                   is_renew_ack=True))))
+        out.append(
+            ("accept with IsRenewAck", _answer(_ack(c, group, "m1", 7, tid, [(0, 2, 1)], version=2, is_renew_ack=True)))
+        )
         out.append(("final accept", _answer(_ack(c, group, "m2", -1, tid, [(3, 9, 1)], version=2))))
         out.append(("nothing left", _answer(_fetch(c, group, "m1", 8, tid, version=2))))
     return out
@@ -168,8 +234,9 @@ def _close_errors(broker, tmp_path) -> tuple[int, list[str]]:
     handler = logging.FileHandler(path)
     log.addHandler(handler)
     log.setLevel(logging.DEBUG)
-    c = ck.ShareConsumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "debug": "cgrp",
-                          "logger": log})
+    c = ck.ShareConsumer(
+        {"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "debug": "cgrp", "logger": log}
+    )
     try:
         c.subscribe([topic])
         got = []

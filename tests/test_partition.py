@@ -60,7 +60,9 @@ def leader(tmp_path):
 
 
 def append(part, value: bytes, acks: int = -1):
-    return part.append_records_to_leader(memoryview(bytearray(build_batch([(None, value, ())], timestamp=NOW))), acks, NOW)
+    return part.append_records_to_leader(
+        memoryview(bytearray(build_batch([(None, value, ())], timestamp=NOW))), acks, NOW
+    )
 
 
 def follower_fetch(part, offset: int, last_epoch: int = 0, current_epoch: int = 0):
@@ -73,9 +75,9 @@ def test_the_hw_waits_for_the_follower_and_wakes_waiters_with_the_visible_bytes(
     assert part.log.high_watermark == 0 and env.moved == []
     check, data = follower_fetch(part, 0)
     assert check.error_code == 0 and data.size == info.size and check.high_watermark == 0
-    check, data = follower_fetch(part, 1)        # the follower has offset 0: HW 1
+    check, data = follower_fetch(part, 1)  # the follower has offset 0: HW 1
     assert part.log.high_watermark == 1 and env.moved == [info.size]
-    assert check.high_watermark == 0             # answered with the HW from before this fetch
+    assert check.high_watermark == 0  # answered with the HW from before this fetch
     assert part.read(0, 1 << 20, FETCH_HIGH_WATERMARK, True).data.size == info.size
 
 
@@ -100,7 +102,7 @@ def test_acks_all_times_out_and_a_consumer_fetch_waits_for_the_hw_not_the_append
         fetch = asyncio.ensure_future(wait_for_bytes(env, [("t", 0)], 1, 5000))
         info = append(part, b"m")
         codes = await wait_for_acks(env, {("t", 0): info.last_offset + 1}, 50)
-        assert not fetch.done()                  # appended, not yet visible
+        assert not fetch.done()  # appended, not yet visible
         follower_fetch(part, 1)
         await asyncio.wait_for(fetch, 1)
         return codes
@@ -111,7 +113,7 @@ def test_acks_all_times_out_and_a_consumer_fetch_waits_for_the_hw_not_the_append
 def test_acks_all_is_refused_below_min_isr_and_accepted_at_rf1(leader, tmp_path):
     part, env = leader
     part.log.config = LogConfig(min_insync_replicas=2)
-    part.make_leader([1, 2], [1], 0, 1)          # the follower left the ISR
+    part.make_leader([1, 2], [1], 0, 1)  # the follower left the ISR
     with pytest.raises(KafkaError) as e:
         append(part, b"m")
     assert e.value.code == ErrorCode.not_enough_replicas
@@ -127,7 +129,7 @@ def test_a_diverging_follower_gets_the_epoch_end_instead_of_records(leader):
     part, env = leader
     append(part, b"a")
     follower_fetch(part, 1)
-    part.make_leader([1, 2], [1, 2], 1, 1)       # epoch 1 starts at offset 1
+    part.make_leader([1, 2], [1, 2], 1, 1)  # epoch 1 starts at offset 1
     append(part, b"b")
     # the follower says it has epoch 0 up to offset 2 (it wrote offset 1 in epoch 0 as a leader)
     check, data = follower_fetch(part, 2, last_epoch=0, current_epoch=1)
@@ -173,8 +175,8 @@ def test_a_new_leader_answers_offset_not_available_until_its_hw_reaches_its_epoc
 
     assert part.log.high_watermark == 0 and part.log.log_end_offset == 2
     assert ask(LATEST) == ErrorCode.offset_not_available
-    assert ask(NOW + 1) == ErrorCode.offset_not_available      # nothing at or after it below the HW
+    assert ask(NOW + 1) == ErrorCode.offset_not_available  # nothing at or after it below the HW
     assert ask(EARLIEST) == 0
-    assert ask(LATEST, replica_id=1) == 2                      # a follower asks for the log end
-    part.read_for_follower(1, 2, 0, 1, 0, -1, 1 << 20, True)     # the follower (node 1) has everything: HW 2
+    assert ask(LATEST, replica_id=1) == 2  # a follower asks for the log end
+    part.read_for_follower(1, 2, 0, 1, 0, -1, 1 << 20, True)  # the follower (node 1) has everything: HW 2
     assert part.log.high_watermark == 2 and ask(LATEST) == 2

@@ -23,18 +23,18 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from kesque.clock import ManualClock
 from kesque.config.topic import LogConfig
 from kesque.records import batch as rb
 from kesque.records.records import CONTROL_ABORT, CONTROL_COMMIT, build_batch, iter_records, read_end_txn_marker
 from kesque.replication.partition import Partition
 from kesque.storage import checkpoint as ck
-from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.log_manager import LogManager
+from kesque.storage.unified_log import UnifiedLog
 from powerloss import PowerLossFS
 from test_txn_span import fetch_committed
 
@@ -45,6 +45,7 @@ LONG_MAX = (1 << 63) - 1
 
 
 # ============================================================================ the layer itself
+
 
 def test_layer_keeps_only_what_was_synced(tmp_path, monkeypatch):
     fs = PowerLossFS(tmp_path).install(monkeypatch)
@@ -106,6 +107,7 @@ def test_layer_mmap_flush_is_durable(tmp_path, monkeypatch):
 
 # ============================================================================ the storage model
 
+
 @dataclass
 class Model:
     """What was written and what the storage claimed, across power cuts."""
@@ -157,8 +159,14 @@ def append(node: Node, m: Model, kind: str, slot: int, n: int, size: int) -> Non
     elif pid in m.open_txns:
         return  # a transactional producer does not write outside its transaction
     seq = m.seqs.get(pid, 0) if pid >= 0 else -1
-    b = build_batch([(None, b"v" * size, ())] * n, producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
-                    base_sequence=seq, transactional=txn, timestamp=now)
+    b = build_batch(
+        [(None, b"v" * size, ())] * n,
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=seq,
+        transactional=txn,
+        timestamp=now,
+    )
     info = lg.append_as_leader(memoryview(bytearray(b)), m.epoch, now)
     if pid >= 0:
         m.seqs[pid] = seq + n
@@ -210,8 +218,9 @@ def lose_power(node: Node, m: Model, fs: PowerLossFS, root: str) -> Node:
     assert not node.lm.had_clean_shutdown[root], "the clean shutdown marker consumed at the last start came back"
     lg = node.log
     leo, start = lg.log_end_offset, lg.log_start_offset
-    assert leo >= m.flushed or start >= m.flushed, \
+    assert leo >= m.flushed or start >= m.flushed, (
         f"offsets below the reported recovery point {m.flushed} lost: log end {leo} after the power cut"
+    )
     assert rp_ck <= leo or rp_ck <= start, f"recovery-point checkpoint {rp_ck} past the durable log end {leo}"
     assert start >= m.log_start_checkpointed, f"log start {start} behind its checkpoint {m.log_start_checkpointed}"
     check_consistent(lg, m)
@@ -247,8 +256,13 @@ def check_read_committed(lg: UnifiedLog) -> None:
         else:
             outcome[h.base_offset] = True
     start, lso = lg.log_start_offset, lg.last_stable_offset
-    expected = [(r.offset, r.value) for h, data in lg.read_batches(start, lso) if outcome.get(h.base_offset)
-                for r in iter_records(data, 0, h) if r.offset >= start]
+    expected = [
+        (r.offset, r.value)
+        for h, data in lg.read_batches(start, lso)
+        if outcome.get(h.base_offset)
+        for r in iter_records(data, 0, h)
+        if r.offset >= start
+    ]
     part = Partition(TOPIC, 0, TOPIC_ID, lg, local_id=1)
     part.repl.leader_id, part.repl.leader_epoch = 1, lg.latest_epoch()  # leads, HW left as recovered
     got, offset = [], start
@@ -299,8 +313,9 @@ def check_epochs(lg: UnifiedLog, stored, start: int) -> None:
     assert starts == sorted(starts) and all(s < lg.log_end_offset for s in starts)
     for h, _data in stored:
         if h.base_offset >= start:
-            assert cache.epoch_for_offset(h.base_offset) == h.partition_leader_epoch, \
+            assert cache.epoch_for_offset(h.base_offset) == h.partition_leader_epoch, (
                 f"epoch cache {cache.entries} disagrees with batch {h.base_offset} (epoch {h.partition_leader_epoch})"
+            )
 
 
 def check_transactions(lg: UnifiedLog, stored) -> None:
@@ -337,8 +352,13 @@ def check_transactions(lg: UnifiedLog, stored) -> None:
 
 
 OPS = st.one_of(
-    st.tuples(st.just("append"), st.sampled_from(["plain", "idem", "txn", "txn"]), st.integers(0, 2),
-              st.integers(1, 4), st.integers(1, 120)),
+    st.tuples(
+        st.just("append"),
+        st.sampled_from(["plain", "idem", "txn", "txn"]),
+        st.integers(0, 2),
+        st.integers(1, 4),
+        st.integers(1, 120),
+    ),
     st.tuples(st.just("end"), st.integers(0, 2), st.booleans()),
     st.tuples(st.sampled_from(["flush", "checkpoint", "roll", "epoch", "restart", "cut"])),
     st.tuples(st.just("delete"), st.floats(0, 1)),
@@ -407,14 +427,24 @@ SCENARIOS = {  # name: (flush.messages, segment.bytes, ops); the cut comes after
     "a new partition's first flushed message": (1, 4000, _plain(1)),
     "retention deleted whole segments": (LONG_MAX, 400, _plain(8) + [("flush",), ("delete", 0.75), ("checkpoint",)]),
     "DeleteRecords inside the first segment": (
-        LONG_MAX, 4000, _plain(4) + [("flush",), ("delete", 0.5), ("checkpoint",)]),
+        LONG_MAX,
+        4000,
+        _plain(4) + [("flush",), ("delete", 0.5), ("checkpoint",)],
+    ),
     "DeleteRecords past the durable end": (LONG_MAX, 4000, _plain(4) + [("delete", 1.0), ("checkpoint",)]),
     "writes after a clean restart": (LONG_MAX, 4000, _plain(2) + [("restart",)] + _plain(2)),
     "leader epochs below the recovery point": (
-        LONG_MAX, 400, _plain(2) + [("epoch",)] + _plain(3) + [("epoch",)] + _plain(4) + [("flush",), ("checkpoint",)]),
+        LONG_MAX,
+        400,
+        _plain(2) + [("epoch",)] + _plain(3) + [("epoch",)] + _plain(4) + [("flush",), ("checkpoint",)],
+    ),
     "aborted transaction below the recovery point": (
-        LONG_MAX, 400, [("append", "txn", 0, 2, 50), ("end", 0, False), ("roll",), ("restart",)] + _plain(3)
-        + [("flush",), ("checkpoint",)]),
+        LONG_MAX,
+        400,
+        [("append", "txn", 0, 2, 50), ("end", 0, False), ("roll",), ("restart",)]
+        + _plain(3)
+        + [("flush",), ("checkpoint",)],
+    ),
 }
 
 

@@ -21,9 +21,13 @@ from wire import Api, Msg, WireClient
 
 NOT_CONTROLLER = 41
 REQUEST_TIMED_OUT = 7
-FAST_QUORUM = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fetch.timeout.ms": "600",
-               "controller.quorum.request.timeout.ms": "500", "broker.heartbeat.interval.ms": "300",
-               "broker.session.timeout.ms": "3000"}
+FAST_QUORUM = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.request.timeout.ms": "500",
+    "broker.heartbeat.interval.ms": "300",
+    "broker.session.timeout.ms": "3000",
+}
 
 
 class Nodes:
@@ -37,23 +41,36 @@ class Nodes:
         self.controller_ports = [c for _p, c in ports]
         voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_p, c) in enumerate(ports))
         self.brokers = []
-        common = {"cluster.id": self.cluster_id, "controller.listener.names": "CONTROLLER",
-                  "controller.quorum.voters": voters, "offsets.topic.replication.factor": "3", **FAST_QUORUM,
-                  **(extra or {})}
+        common = {
+            "cluster.id": self.cluster_id,
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": voters,
+            "offsets.topic.replication.factor": "3",
+            **FAST_QUORUM,
+            **(extra or {}),
+        }
         for i, (p, c) in enumerate(ports):
-            config = {"node.id": str(i + 1), "listeners": f"PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
-                      "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}", **common}
+            config = {
+                "node.id": str(i + 1),
+                "listeners": f"PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}",
+                **common,
+            }
             self.brokers.append(Broker(port=p, config=config))
         for i in range(brokers_only):
             p = free_port()
-            config = {"node.id": str(n + i + 1), "process.roles": "broker",
-                      "listeners": f"PLAINTEXT://127.0.0.1:{p}", **common}
+            config = {
+                "node.id": str(n + i + 1),
+                "process.roles": "broker",
+                "listeners": f"PLAINTEXT://127.0.0.1:{p}",
+                **common,
+            }
             if bootstrap:
                 del config["controller.quorum.voters"]
                 config["controller.quorum.bootstrap.servers"] = ",".join(f"127.0.0.1:{c}" for _p, c in ports)
             self.brokers.append(Broker(port=p, config=config))
 
-    def start(self, which=None, timeout: float = 60.0) -> "Nodes":
+    def start(self, which=None, timeout: float = 60.0) -> Nodes:
         """Start the given nodes (all by default) at the same time; wait for every one."""
         todo = self.brokers if which is None else [self.brokers[i] for i in which]
         errors = []
@@ -103,16 +120,26 @@ class Nodes:
 
 def describe_quorum(c: WireClient, version: int = 2):
     m = Msg(ApiKeys.DESCRIBE_QUORUM, version)
-    return c.request(ApiKeys.DESCRIBE_QUORUM, version, m(topics=(m("TopicData", topic_name="__cluster_metadata",
-                                                partitions=(m("PartitionData", partition_index=0),)),)))
+    return c.request(
+        ApiKeys.DESCRIBE_QUORUM,
+        version,
+        m(
+            topics=(
+                m("TopicData", topic_name="__cluster_metadata", partitions=(m("PartitionData", partition_index=0),)),
+            )
+        ),
+    )
 
 
 def create(api: Api, name: str, partitions: int = 3, rf: int = 3, timeout_ms: int = 10000):
     m = Msg(ApiKeys.CREATE_TOPICS, 7)
-    topic = m("CreatableTopic", name=name, num_partitions=partitions, replication_factor=rf, assignments=(),
-              configs=())
-    return api.c.request(ApiKeys.CREATE_TOPICS, 7, m(topics=(topic,), timeout=timeout_ms, validate_only=False),
-                         timeout=timeout_ms / 1000 + 10).topics[0]
+    topic = m("CreatableTopic", name=name, num_partitions=partitions, replication_factor=rf, assignments=(), configs=())
+    return api.c.request(
+        ApiKeys.CREATE_TOPICS,
+        7,
+        m(topics=(topic,), timeout=timeout_ms, validate_only=False),
+        timeout=timeout_ms / 1000 + 10,
+    ).topics[0]
 
 
 def placement(api: Api, name: str, timeout: float = 10.0):
@@ -140,7 +167,7 @@ def test_three_nodes_agree_on_a_topic_created_through_any_of_them(nodes):
     """CreateTopics with replication factor 3 sent to a follower's broker listener reaches
     the active controller; every broker's image has the same placement, leaders spread."""
     leader = nodes.leader()
-    via = next(i for i in range(3) if i + 1 != leader)      # a node whose controller is a standby
+    via = next(i for i in range(3) if i + 1 != leader)  # a node whose controller is a standby
     c, api = nodes.api(via)
     with c:
         r = create(api, "spread")
@@ -159,7 +186,7 @@ def test_three_nodes_agree_on_a_topic_created_through_any_of_them(nodes):
     c, api = nodes.api(via)
     with c:
         r = api.produce("spread", build_batch([(None, b"x", ())]), partition=part, version=10)
-        assert r.error_code == 6 and r.current_leader.leader_id == lead     # KIP-951: where to go
+        assert r.error_code == 6 and r.current_leader.leader_id == lead  # KIP-951: where to go
     c, api = nodes.api(lead - 1)
     with c:
         assert api.produce("spread", build_batch([(None, b"x", ())]), partition=part).error_code == 0
@@ -201,7 +228,7 @@ def test_controller_failover_then_the_old_leader_rejoins(nodes):
     assert new_leader != leader
     c, api = nodes.api(survivors[0])
     with c:
-        r = create(api, "after", rf=2)     # the killed broker is fenced once its session expires
+        r = create(api, "after", rf=2)  # the killed broker is fenced once its session expires
         assert r.error_code == 0, r
     nodes.start([leader - 1])
     c, api = nodes.api(leader - 1)
@@ -279,8 +306,9 @@ def test_broker_only_nodes_join_a_lone_combined_voter():
             deadline = time.monotonic() + 20
             while True:
                 parts = api.metadata(["spread"]).topics[0].partitions  # empty until this broker has the topic
-                if (len(parts) == 3 and all(sorted(p.isr_nodes) == [1, 2, 3] for p in parts)) \
-                        or time.monotonic() > deadline:
+                if (
+                    len(parts) == 3 and all(sorted(p.isr_nodes) == [1, 2, 3] for p in parts)
+                ) or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
             assert [sorted(p.isr_nodes) for p in parts] == [[1, 2, 3]] * 3
@@ -294,10 +322,22 @@ def test_broker_only_nodes_join_a_lone_combined_voter():
 def test_a_node_of_another_cluster_is_refused(nodes):
     """A Vote carrying another cluster id gets INCONSISTENT_CLUSTER_ID, as Kafka answers."""
     m = Msg(ApiKeys.VOTE, 2)
-    part = m("PartitionData", partition_index=0, replica_epoch=99, replica_id=7, replica_directory_id=None,
-             voter_directory_id=None, last_offset_epoch=99, last_offset=999, pre_vote=False)
-    req = m(cluster_id="another-cluster-id", voter_id=1,
-            topics=(m("TopicData", topic_name="__cluster_metadata", partitions=(part,)),))
+    part = m(
+        "PartitionData",
+        partition_index=0,
+        replica_epoch=99,
+        replica_id=7,
+        replica_directory_id=None,
+        voter_directory_id=None,
+        last_offset_epoch=99,
+        last_offset=999,
+        pre_vote=False,
+    )
+    req = m(
+        cluster_id="another-cluster-id",
+        voter_id=1,
+        topics=(m("TopicData", topic_name="__cluster_metadata", partitions=(part,)),),
+    )
     with WireClient(("127.0.0.1", nodes.controller_ports[0])) as c:
         p = c.request(ApiKeys.VOTE, 2, req).topics[0].partitions[0]
     assert (p.error_code, p.vote_granted) == (104, False)
@@ -339,7 +379,10 @@ def test_sigterm_moves_leadership_before_the_broker_exits(which):
             assert x + 1 not in leaders(api, "moving")
             assert live_brokers(api) == {1, 2, 3} - {x + 1}
             assert create(api, "after", rf=2).error_code == 0
-        assert "Controlled shutdown finished: the controller let the broker shut down" in open(n.brokers[x].log_path).read()
+        assert (
+            "Controlled shutdown finished: the controller let the broker shut down"
+            in open(n.brokers[x].log_path).read()
+        )
     finally:
         n.close()
 
@@ -395,16 +438,26 @@ def test_a_second_broker_with_the_same_id_is_refused_by_the_controller():
         n.start()
         first = n.brokers[3]
         p = free_port()
-        twin = Broker(port=p, config={**first.config, "listeners": f"PLAINTEXT://127.0.0.1:{p}",
-                                      "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}"})
+        twin = Broker(
+            port=p,
+            config={
+                **first.config,
+                "listeners": f"PLAINTEXT://127.0.0.1:{p}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}",
+            },
+        )
         try:
             with pytest.raises(RuntimeError, match="exited during start"):
                 twin.start(30)
             text = open(twin.log_path).read()
-            assert "Unable to register broker 4 because the controller returned error " \
-                   "DUPLICATE_BROKER_REGISTRATION" in text, text[-2000:]
-            assert "unable to register with the controller quorum (the controller's last answer: " \
-                   "DUPLICATE_BROKER_REGISTRATION)" in text
+            assert (
+                "Unable to register broker 4 because the controller returned error "
+                "DUPLICATE_BROKER_REGISTRATION" in text
+            ), text[-2000:]
+            assert (
+                "unable to register with the controller quorum (the controller's last answer: "
+                "DUPLICATE_BROKER_REGISTRATION)" in text
+            )
         finally:
             twin.close()
         c, api = n.api(3)

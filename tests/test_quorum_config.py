@@ -13,20 +13,32 @@ VOTERS = "controller.quorum.voters"
 BOOTSTRAP = "controller.quorum.bootstrap.servers"
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({VOTERS: "2@127.0.0.1:9093,3@127.0.0.1:9094"},
-     "The node id 1 runs the controller role (process.roles=broker,controller) but is not in the set of voters "
-     "controller.quorum.voters={2, 3}"),
-    ({"process.roles": "controller", VOTERS: "2@127.0.0.1:9093"},
-     "If process.roles contains just the 'controller' role, the node id 1 must be included in the set of voters "
-     "controller.quorum.voters={2}"),
-    ({"process.roles": "broker"},
-     "process.roles=broker needs the controllers: set controller.quorum.voters or "
-     "controller.quorum.bootstrap.servers"),
-    ({VOTERS: "1@127.0.0.1:9093,1@127.0.0.1:9094"}, "Invalid value 1@127.0.0.1:9093,1@127.0.0.1:9094 for "
-     "configuration controller.quorum.voters: node id 1 appears more than once"),
-    ({BOOTSTRAP: "10.1.2.3:9093"}, "controller.quorum.bootstrap.servers names 10.1.2.3:9093, not this node"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (
+            {VOTERS: "2@127.0.0.1:9093,3@127.0.0.1:9094"},
+            "The node id 1 runs the controller role (process.roles=broker,controller) but is not in the set of voters "
+            "controller.quorum.voters={2, 3}",
+        ),
+        (
+            {"process.roles": "controller", VOTERS: "2@127.0.0.1:9093"},
+            "If process.roles contains just the 'controller' role, the node id 1 must be included in the set of voters "
+            "controller.quorum.voters={2}",
+        ),
+        (
+            {"process.roles": "broker"},
+            "process.roles=broker needs the controllers: set controller.quorum.voters or "
+            "controller.quorum.bootstrap.servers",
+        ),
+        (
+            {VOTERS: "1@127.0.0.1:9093,1@127.0.0.1:9094"},
+            "Invalid value 1@127.0.0.1:9093,1@127.0.0.1:9094 for "
+            "configuration controller.quorum.voters: node id 1 appears more than once",
+        ),
+        ({BOOTSTRAP: "10.1.2.3:9093"}, "controller.quorum.bootstrap.servers names 10.1.2.3:9093, not this node"),
+    ],
+)
 def test_a_quorum_that_cannot_work_is_refused(tmp_path, overrides, message):
     data = tmp_path / "data"
     out = _refused(overrides, data)
@@ -44,7 +56,9 @@ def test_quorum_timing_keys_are_known_checked_and_read(caplog):
     with pytest.raises(ConfigError, match="controller.quorum.fetch.timeout.ms"):
         BrokerConfig({"controller.quorum.fetch.timeout.ms": "soon"})
     with caplog.at_level("WARNING", logger="kesque.config"):
-        cfg = BrokerConfig({"controller.quorum.fetch.timeout.ms": "700", "controller.quorum.election.timeout.ms": "300"})
+        cfg = BrokerConfig(
+            {"controller.quorum.fetch.timeout.ms": "700", "controller.quorum.election.timeout.ms": "300"}
+        )
     assert not [r for r in caplog.records if "controller.quorum" in r.getMessage()]
     qc = quorum_config(cfg)
     assert (qc.fetch_timeout_ms, qc.election_timeout_ms, qc.append_linger_ms) == (700, 300, 25)

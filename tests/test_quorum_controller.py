@@ -11,10 +11,10 @@ import pytest
 from kesque.clock import ManualClock
 from kesque.config.broker import BrokerConfig
 from kesque.controller.controller import NewTopic
-from kesque.server.drivers.quorum_controller import QuorumController
 from kesque.errors import ErrorCode, KafkaError
 from kesque.raft import Record, StateChange
 from kesque.raft.log import LeaderChange
+from kesque.server.drivers.quorum_controller import QuorumController
 
 ENDPOINT = [{"name": "PLAINTEXT", "host": "localhost", "port": 9092, "security_protocol": 0}]
 
@@ -39,7 +39,7 @@ class Raft:
         return len(self.records) - 1
 
     def commit(self, qc: QuorumController) -> None:
-        new, self.committed = self.records[self.committed:], len(self.records)
+        new, self.committed = self.records[self.committed :], len(self.records)
         qc.apply_committed(new)
 
 
@@ -52,7 +52,7 @@ def started() -> tuple[Raft, QuorumController]:
     qc = QuorumController(BrokerConfig({}), ManualClock(), raft, "cluster")
     raft.append([LeaderChange(1, (1,), (1,))])
     assert not qc.active
-    raft.commit(qc)        # our own epoch's LeaderChange: active, and the features are proposed
+    raft.commit(qc)  # our own epoch's LeaderChange: active, and the features are proposed
     assert qc.active and not qc.committed.features
     raft.commit(qc)
     assert qc.committed.features
@@ -62,7 +62,7 @@ def started() -> tuple[Raft, QuorumController]:
 async def committed(raft: Raft, qc: QuorumController, call):
     task = asyncio.ensure_future(call)
     await asyncio.sleep(0)
-    assert not task.done()          # no answer before the quorum has the records
+    assert not task.done()  # no answer before the quorum has the records
     raft.commit(qc)
     return await task
 
@@ -74,10 +74,11 @@ def test_an_answer_waits_for_the_commit_and_proposals_validate_against_pending_o
         first = asyncio.ensure_future(qc.call("create_topics", [NewTopic("a", 1, 1)]))
         await asyncio.sleep(0)
         assert not first.done() and qc.committed.topic("a") is None
-        again = await qc.call("create_topics", [NewTopic("a", 1, 1)])   # refused: nothing to wait for
+        again = await qc.call("create_topics", [NewTopic("a", 1, 1)])  # refused: nothing to wait for
         assert again[0].error.code == ErrorCode.topic_already_exists
         raft.commit(qc)
         assert (await first)[0].error is None and qc.committed.topic("a") is not None
+
     run(scenario)
 
 
@@ -96,6 +97,7 @@ def test_losing_leadership_fails_pending_calls_and_discards_the_working_image():
         with pytest.raises(KafkaError) as e:
             await qc.call("create_topics", [NewTopic("c", 1, 1)])
         assert e.value.code == ErrorCode.not_controller
+
     run(scenario)
 
 
@@ -105,6 +107,7 @@ def test_a_commit_past_the_deadline_is_request_timed_out():
         with pytest.raises(KafkaError) as e:
             await qc.call("register_broker", 1, ENDPOINT, timeout_ms=10)
         assert e.value.code == ErrorCode.request_timed_out
+
     run(scenario)
 
 
@@ -128,12 +131,37 @@ def cluster(config=None):
     raft.append([LeaderChange(1, (1,), (1,))])
     raft.commit(qc)
     tid = uuid.UUID(int=5)
-    qc._write([{"type": "RegisterBrokerRecord", "broker_id": b, "incarnation_id": uuid.UUID(int=b), "broker_epoch": b,
-                "endpoints": [], "fenced": b == 3, "in_controlled_shutdown": False} for b in (1, 2, 3)]
-              + [{"type": "TopicRecord", "name": "t", "topic_id": tid}]
-              + [{"type": "PartitionRecord", "partition_id": p, "topic_id": tid, "replicas": [1, 2, 3], "isr": isr,
-                  "removing_replicas": [], "adding_replicas": [], "leader": leader, "leader_recovery_state": 0,
-                  "leader_epoch": 0, "partition_epoch": 0} for p, leader, isr in ((0, 2, [1, 2, 3]), (1, -1, [3]))])
+    qc._write(
+        [
+            {
+                "type": "RegisterBrokerRecord",
+                "broker_id": b,
+                "incarnation_id": uuid.UUID(int=b),
+                "broker_epoch": b,
+                "endpoints": [],
+                "fenced": b == 3,
+                "in_controlled_shutdown": False,
+            }
+            for b in (1, 2, 3)
+        ]
+        + [{"type": "TopicRecord", "name": "t", "topic_id": tid}]
+        + [
+            {
+                "type": "PartitionRecord",
+                "partition_id": p,
+                "topic_id": tid,
+                "replicas": [1, 2, 3],
+                "isr": isr,
+                "removing_replicas": [],
+                "adding_replicas": [],
+                "leader": leader,
+                "leader_recovery_state": 0,
+                "leader_epoch": 0,
+                "partition_epoch": 0,
+            }
+            for p, leader, isr in ((0, 2, [1, 2, 3]), (1, -1, [3]))
+        ]
+    )
     raft.commit(qc)
     return raft, qc, tid
 
@@ -150,6 +178,7 @@ def test_alter_partition_is_answered_once_committed_and_a_stale_broker_epoch_fai
         with pytest.raises(KafkaError) as e:
             await qc.alter_partition([AlterPartitionRequest(2, 7, tid, 0, 0, 1, [(2, 2)])])
         assert e.value.code == ErrorCode.stale_broker_epoch
+
     run(scenario)
 
 
@@ -158,25 +187,28 @@ def test_elect_leaders_waits_for_the_commit():
         raft, qc, _tid = cluster()
         results = await committed(raft, qc, qc.elect_leaders("PREFERRED", {"t": [0]}))
         assert results == {"t": [(0, 0, None)]} and qc.committed.topic("t").partitions[0].leader == 1
+
     run(scenario)
 
 
 def test_the_periodic_elections_run_on_the_active_controller_only():
     async def scenario():
-        raft, qc, _tid = cluster({"unclean.leader.election.enable": "true",
-                                  "unclean.leader.election.interval.ms": "10"})
+        raft, qc, _tid = cluster(
+            {"unclean.leader.election.enable": "true", "unclean.leader.election.interval.ms": "10"}
+        )
         assert set(qc._timers) == {"unclean", "balance"}
         assert qc.committed.topic("t").partitions[1].leader == -1
-        for _ in range(100):                     # the unclean task's timer fires
+        for _ in range(100):  # the unclean task's timer fires
             await asyncio.sleep(0.01)
             if qc.controller.image.topic("t").partitions[1].leader != -1:
                 break
         assert qc.controller.image.topic("t").partitions[1].leader == 1
-        qc._run_periodic("balance")              # leader.imbalance.check.interval.seconds' task
+        qc._run_periodic("balance")  # leader.imbalance.check.interval.seconds' task
         assert qc.controller.image.topic("t").partitions[0].leader == 1
         raft.leader = False
         qc.on_state_change(StateChange(1, "Leader", "Resigned", 1, 1))
         assert qc._timers == {}
+
     run(scenario)
 
 
@@ -186,9 +218,15 @@ def test_turning_unclean_election_on_elects_at_once():
     async def scenario():
         raft, qc, _tid = cluster()
         assert qc.controller.image.topic("t").partitions[1].leader == -1
-        await committed(raft, qc, qc.call("incremental_alter_configs", RESOURCE_TOPIC, "t",
-                                          [("unclean.leader.election.enable", 0, "true")], False))
+        await committed(
+            raft,
+            qc,
+            qc.call(
+                "incremental_alter_configs", RESOURCE_TOPIC, "t", [("unclean.leader.election.enable", 0, "true")], False
+            ),
+        )
         assert qc.committed.topic("t").partitions[1].leader == 1
+
     run(scenario)
 
 
@@ -196,6 +234,7 @@ def test_auto_leader_rebalance_off_schedules_no_balancing():
     async def scenario():
         _raft, qc, _tid = cluster({"auto.leader.rebalance.enable": "false"})
         assert set(qc._timers) == {"unclean"}
+
     run(scenario)
 
 
@@ -203,6 +242,7 @@ def test_shutdown_stops_the_timers_and_no_later_leader_change_reactivates():
     """The server stops its controller before the raft manager resigns and closes the metadata
     log: its NoOp, session-expiry and election timers go, and a LeaderChange committed meanwhile
     (a raft node electing itself again) does not make it active: nothing writes afterwards."""
+
     async def scenario():
         raft, qc, _tid = cluster({"metadata.max.idle.interval.ms": "10"})
         assert qc._noop is not None and qc._timers
@@ -213,6 +253,7 @@ def test_shutdown_stops_the_timers_and_no_later_leader_change_reactivates():
         raft.append([LeaderChange(1, (1,), (1,))])
         raft.commit(qc)
         assert not qc.active
-        await asyncio.sleep(0.05)                # a NoOp timer, had one been left, would have fired
+        await asyncio.sleep(0.05)  # a NoOp timer, had one been left, would have fired
         assert len(raft.records) == end + 1
+
     run(scenario)

@@ -17,16 +17,34 @@ def test_a_metadata_log_written_before_the_quorum_still_loads(tmp_path):
     topic_id = uuid.uuid4()
     ml = MetadataLog(data, SYSTEM_CLOCK)
     ml.append([{"type": "FeatureLevelRecord", "name": "metadata.version", "feature_level": 25}])
-    ml.append([{"type": "TopicRecord", "name": "old", "topic_id": topic_id},
-               {"type": "PartitionRecord", "partition_id": 0, "topic_id": topic_id, "replicas": [1], "isr": [1],
-                "removing_replicas": [], "adding_replicas": [], "leader": 1, "leader_recovery_state": 0,
-                "leader_epoch": 3, "partition_epoch": 3}])
+    ml.append(
+        [
+            {"type": "TopicRecord", "name": "old", "topic_id": topic_id},
+            {
+                "type": "PartitionRecord",
+                "partition_id": 0,
+                "topic_id": topic_id,
+                "replicas": [1],
+                "isr": [1],
+                "removing_replicas": [],
+                "adding_replicas": [],
+                "leader": 1,
+                "leader_recovery_state": 0,
+                "leader_epoch": 3,
+                "partition_epoch": 3,
+            },
+        ]
+    )
     ml.close()
     with Broker(data_dir=data) as b:
         with WireClient(("127.0.0.1", b.port)) as c:
             t = Api(c).metadata(["old"]).topics[0]
-            assert (t.error_code, t.topic_id, t.partitions[0].leader_id, t.partitions[0].leader_epoch) == \
-                (0, topic_id, 1, 3)
+            assert (t.error_code, t.topic_id, t.partitions[0].leader_id, t.partitions[0].leader_epoch) == (
+                0,
+                topic_id,
+                1,
+                3,
+            )
             assert Api(c).create_topics([{"name": "new"}]).topics[0].error_code == 0
         b.restart()
         with WireClient(("127.0.0.1", b.port)) as c:

@@ -14,6 +14,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer
+
 from conftest import running_broker
 from wire import Api, WireClient
 
@@ -35,8 +36,16 @@ def produce_rate(bootstrap: str, topic: str, client_id: str, seconds: float, war
     """Bytes of record values per second acknowledged to a producer that sends flat out
     (after ``warmup``: the burst a fresh rate allows is not what is measured). Requests of
     at most 64 kB, so one request is a small part of a second's quota."""
-    p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5, "acks": 1,
-                  "queue.buffering.max.kbytes": 2048, "batch.size": 65536})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "linger.ms": 5,
+            "acks": 1,
+            "queue.buffering.max.kbytes": 2048,
+            "batch.size": 65536,
+        }
+    )
     acked = [0]
 
     def on_delivery(err, msg):
@@ -58,9 +67,16 @@ def produce_rate(bootstrap: str, topic: str, client_id: str, seconds: float, war
 def consume_rate(bootstrap: str, topic: str, client_id: str, seconds: float, warmup: float = 1.0) -> float:
     """Bytes of record values per second a consumer reading from the start gets (after
     ``warmup`` from its first record), fetching at most 64 kB per partition."""
-    c = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                  "max.partition.fetch.bytes": 65536})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "group.id": client_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "max.partition.fetch.bytes": 65536,
+        }
+    )
     c.subscribe([topic])
     got = 0
     first = None

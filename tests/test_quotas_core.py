@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kesque.errors import ErrorCode, KafkaError
 from kesque import quotas as q
+from kesque.errors import ErrorCode, KafkaError
 from kesque.quotas import CLIENT_ID, USER, ClientQuotaManager, Rate, entity_key
 
 U, C = "alice", "app"
@@ -125,27 +125,35 @@ def test_report_names_entity_and_forgets_idle_rates():
 
 
 # ------------------------------------------------------------------ validation (Kafka's codes and messages)
-@pytest.mark.parametrize("entries,message", [
-    ([], "Invalid empty client quota entity"),
-    ([("group", "g")], "Unhandled client quota entity type: group"),
-    ([(USER, "a"), (USER, "b")], "Invalid client quota entity, duplicate entity entry user"),
-    ([(CLIENT_ID, "")], "Empty client-id not supported"),
-    ([(q.IP, "1.2.3.4"), (USER, "u")],
-     "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId"),
-])
+@pytest.mark.parametrize(
+    "entries,message",
+    [
+        ([], "Invalid empty client quota entity"),
+        ([("group", "g")], "Unhandled client quota entity type: group"),
+        ([(USER, "a"), (USER, "b")], "Invalid client quota entity, duplicate entity entry user"),
+        ([(CLIENT_ID, "")], "Empty client-id not supported"),
+        (
+            [(q.IP, "1.2.3.4"), (USER, "u")],
+            "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId",
+        ),
+    ],
+)
 def test_bad_entities(entries, message):
     with pytest.raises(KafkaError) as e:
         q.validate_entity(entries)
     assert (e.value.code, e.value.message) == (ErrorCode.invalid_request, message)
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("producer_byte_rate", -1.0, "Quota producer_byte_rate must be greater than 0"),
-    ("producer_byte_rate", 0.0, "Quota producer_byte_rate must be greater than 0"),
-    ("nope", 1.0, "Invalid configuration key nope"),
-    ("consumer_byte_rate", 1.5, "consumer_byte_rate cannot be a fractional value."),
-    ("producer_byte_rate", 2.0**64, "Proposed value for producer_byte_rate is too large for a LONG."),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("producer_byte_rate", -1.0, "Quota producer_byte_rate must be greater than 0"),
+        ("producer_byte_rate", 0.0, "Quota producer_byte_rate must be greater than 0"),
+        ("nope", 1.0, "Invalid configuration key nope"),
+        ("consumer_byte_rate", 1.5, "consumer_byte_rate cannot be a fractional value."),
+        ("producer_byte_rate", 2.0**64, "Proposed value for producer_byte_rate is too large for a LONG."),
+    ],
+)
 def test_bad_values(key, value, message):
     with pytest.raises(KafkaError) as e:
         q.validate_quota_value(q.CLIENT_QUOTA_KEYS, key, value)
@@ -172,8 +180,10 @@ def test_strict_mutation_quota_refuses_once_the_bucket_is_empty():
     assert quota.throttle_time() == 0
     with pytest.raises(KafkaError) as e:
         new().record(1)
-    assert (e.value.code, e.value.message) == (ErrorCode.throttling_quota_exceeded,
-                                               "The throttling quota has been exceeded.")
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.throttling_quota_exceeded,
+        "The throttling quota has been exceeded.",
+    )
     clock[0] = 4000  # refilled at 2/s: back to 0 tokens
     new().record(1)
 

@@ -8,12 +8,29 @@ import random
 import pytest
 
 from kesque.errors import KafkaError
-from kesque.raft import (ElectionState, IllegalTransition, Knobs, MemoryQuorumStateStore, MemoryRaftLog,
-                         QuorumConfig, RaftNode, Record)
+from kesque.raft import (
+    ElectionState,
+    IllegalTransition,
+    Knobs,
+    MemoryQuorumStateStore,
+    MemoryRaftLog,
+    QuorumConfig,
+    RaftNode,
+    Record,
+)
 from kesque.raft import messages as m
 from kesque.raft.log import LeaderChange
-from kesque.raft.state import (CANDIDATE, FOLLOWER, LEADER, PROSPECTIVE, RESIGNED, UNATTACHED,
-                               LeaderState, UnattachedState, check_transition)
+from kesque.raft.state import (
+    CANDIDATE,
+    FOLLOWER,
+    LEADER,
+    PROSPECTIVE,
+    RESIGNED,
+    UNATTACHED,
+    LeaderState,
+    UnattachedState,
+    check_transition,
+)
 
 VOTERS = {1: "d1", 2: "d2", 3: "d3"}
 CFG = QuorumConfig()
@@ -23,8 +40,7 @@ class Node:
     """One RaftNode with its disk, the messages it sent, and a clock. It is the node's driver:
     a flush the node asks for is done at once (``auto_flush``), or held until :meth:`flush`."""
 
-    def __init__(self, node_id=1, voters=VOTERS, directory_id=None, log=None, store=None, knobs=None,
-                 auto_flush=True):
+    def __init__(self, node_id=1, voters=VOTERS, directory_id=None, log=None, store=None, knobs=None, auto_flush=True):
         self.now = 0
         self.log = log or MemoryRaftLog()
         self.store = store or MemoryQuorumStateStore()
@@ -32,8 +48,17 @@ class Node:
         self.committed: list = []
         self.auto_flush = auto_flush
         self.flush_asked = False
-        self.raft = RaftNode(node_id, directory_id or voters.get(node_id, f"d{node_id}"), voters, self.log,
-                             self.store, CFG, random.Random(0), self.now, knobs)
+        self.raft = RaftNode(
+            node_id,
+            directory_id or voters.get(node_id, f"d{node_id}"),
+            voters,
+            self.log,
+            self.store,
+            CFG,
+            random.Random(0),
+            self.now,
+            knobs,
+        )
         self._take(self.raft.tick(self.now))
 
     def _take(self, out):
@@ -110,6 +135,7 @@ def fill(log, *epochs):
 
 # -- election --------------------------------------------------------------------------------------
 
+
 def test_starts_unattached_and_prevotes_without_bumping_the_epoch():
     n = Node()
     assert (n.state.name, n.state.epoch) == (UNATTACHED, 0)
@@ -144,7 +170,7 @@ def test_candidate_with_a_majority_leads_and_writes_leader_change_and_begin_epoc
 def test_rejected_prevote_from_a_voter_that_knows_the_leader_makes_a_follower():
     n = Node()
     n.recv(2, m.BeginQuorumEpochRequest(1, 2, 3, 1, "d1"))
-    n.timeout()                                   # fetch timeout -> Prospective
+    n.timeout()  # fetch timeout -> Prospective
     assert n.state.name == PROSPECTIVE
     pre = n.reply(m.VoteRequest, 3)
     n.recv(3, m.VoteResponse(pre.correlation_id, m.NONE, 2, 3, False, True))
@@ -163,7 +189,7 @@ def test_observer_never_stands_for_election():
     n.tick(100 * CFG.election_timeout_ms)
     assert n.state.name == UNATTACHED
     assert not n.take(m.VoteRequest)
-    assert n.take(m.FetchRequest)                 # it asks a voter who leads
+    assert n.take(m.FetchRequest)  # it asks a voter who leads
 
 
 def test_candidate_election_timeout_starts_a_new_prevote_round():
@@ -176,6 +202,7 @@ def test_candidate_election_timeout_starts_a_new_prevote_round():
 
 
 # -- voting ----------------------------------------------------------------------------------------
+
 
 class WatchedStore(MemoryQuorumStateStore):
     """Records, at each write, whether the node had already answered a vote."""
@@ -202,7 +229,7 @@ def test_vote_is_durable_before_the_answer_and_given_once_per_epoch():
     assert store.writes >= 2 and not any(store.answered_before_write)
     n.recv(3, vote_req(1, cand=3))
     assert not n.reply(m.VoteResponse).vote_granted
-    n.recv(2, vote_req(1))                        # the same candidate again: same answer
+    n.recv(2, vote_req(1))  # the same candidate again: same answer
     assert n.reply(m.VoteResponse).vote_granted
 
 
@@ -229,7 +256,7 @@ def test_vote_with_an_older_epoch_is_fenced():
 
 def test_invalid_vote_requests():
     n = Node()
-    n.recv(2, vote_req(1, last_epoch=1))          # a candidate's last epoch must be below its epoch
+    n.recv(2, vote_req(1, last_epoch=1))  # a candidate's last epoch must be below its epoch
     assert n.reply(m.VoteResponse).error_code == m.INVALID_REQUEST
     n.recv(2, vote_req(1, last_offset=-1))
     assert n.reply(m.VoteResponse).error_code == m.INVALID_REQUEST
@@ -268,7 +295,7 @@ def test_follower_refuses_prevotes_once_it_has_fetched():
     n = follower(epoch=1, leader=2)
     n.recv(3, vote_req(1, cand=3, pre=True))
     r = n.reply(m.VoteResponse)
-    assert r.vote_granted and r.leader_id == -1   # no successful fetch yet: granted, leader not told
+    assert r.vote_granted and r.leader_id == -1  # no successful fetch yet: granted, leader not told
     n.tick()
     f = n.reply(m.FetchRequest, 2)
     n.recv(2, m.FetchResponse(f.correlation_id, m.NONE, 2, 1, 0))
@@ -292,19 +319,20 @@ def test_deliberate_bug_grants_a_vote_to_a_shorter_log():
 
 # -- replication -----------------------------------------------------------------------------------
 
+
 def fetch(n, src, offset, last_epoch, corr=1, wait=0, directory=None):
     n.recv(src, m.FetchRequest(corr, src, directory or f"d{src}", n.state.epoch, offset, last_epoch, 0, wait))
     return n.reply(m.FetchResponse, src)
 
 
 def test_high_watermark_is_the_majority_durable_end_and_waits_for_the_leaders_own_epoch():
-    n = Node(log=fill(MemoryRaftLog(), 1, 1, 1, 1, 1))     # offsets 0-4 from an older leader
+    n = Node(log=fill(MemoryRaftLog(), 1, 1, 1, 1, 1))  # offsets 0-4 from an older leader
     n.store.write(ElectionState(1))
     n = Node(log=n.log, store=n.store)
-    elect(n)                                                # epoch 2: LeaderChange at offset 5
+    elect(n)  # epoch 2: LeaderChange at offset 5
     n.tick(CFG.append_linger_ms)
     assert n.state.epoch_start_offset == 5 and n.log.durable_end_offset() == 6
-    fetch(n, 2, 5, 1)                 # node 2 has the old entries only: they cannot commit alone
+    fetch(n, 2, 5, 1)  # node 2 has the old entries only: they cannot commit alone
     assert n.raft.high_watermark == 0 and n.state.high_watermark == -1
     fetch(n, 2, 6, 2)
     assert n.raft.high_watermark == 6
@@ -322,13 +350,13 @@ def test_deliberate_bug_commits_an_older_epoch_alone():
 
 def test_high_watermark_counts_only_the_leaders_flushed_end():
     n = elect(Node())
-    n.tick(CFG.append_linger_ms)                  # LeaderChange flushed: end offset 1
+    n.tick(CFG.append_linger_ms)  # LeaderChange flushed: end offset 1
     fetch(n, 2, 1, 1)
     assert n.raft.high_watermark == 1
-    n.raft.append(["a", "b"], n.now)              # not flushed until the linger expires
+    n.raft.append(["a", "b"], n.now)  # not flushed until the linger expires
     resp = fetch(n, 2, 1, 1, corr=2)
     assert [r.value for r in resp.records] == ["a", "b"]
-    fetch(n, 2, 3, 1, corr=3)                     # node 2 holds them durably, the leader does not
+    fetch(n, 2, 3, 1, corr=3)  # node 2 holds them durably, the leader does not
     assert n.raft.high_watermark == 1
     n.tick(CFG.append_linger_ms)
     assert n.raft.high_watermark == 3
@@ -336,16 +364,17 @@ def test_high_watermark_counts_only_the_leaders_flushed_end():
 
 # -- asynchronous flushes: the node asks, the driver flushes off the loop, the node is told ------------
 
+
 def test_leader_counts_its_end_only_once_the_flush_it_asked_for_completes():
     n = elect(Node(auto_flush=False))
-    n.tick(CFG.append_linger_ms)                  # the LeaderChange: a flush is asked for, not done
+    n.tick(CFG.append_linger_ms)  # the LeaderChange: a flush is asked for, not done
     assert n.flush_asked and n.log.durable_end_offset() == 0
-    job = n.log.begin_flush()                     # the driver begins it (end offset 1)...
-    n.raft.append(["a"], n.now)                   # ...the loop appends meanwhile
+    job = n.log.begin_flush()  # the driver begins it (end offset 1)...
+    n.raft.append(["a"], n.now)  # ...the loop appends meanwhile
     fetch(n, 2, 1, 1)
-    assert n.raft.high_watermark == 0             # node 2 holds offset 0 durably, the leader not yet
+    assert n.raft.high_watermark == 0  # node 2 holds offset 0 durably, the leader not yet
     n.flush(job)
-    assert n.log.durable_end_offset() == 1 and n.raft.high_watermark == 1    # not past the job's end
+    assert n.log.durable_end_offset() == 1 and n.raft.high_watermark == 1  # not past the job's end
     n.tick(CFG.append_linger_ms)
     assert n.flush_asked
     n.flush()
@@ -361,9 +390,9 @@ def test_a_voter_fetches_again_only_once_its_log_is_durable():
     n.recv(2, m.FetchResponse(f.correlation_id, m.NONE, 2, 1, 0, [Record(0, 1, "a"), Record(1, 1, "b")]))
     assert n.flush_asked and n.log.end_offset() == 2 and n.log.durable_end_offset() == 0
     n.tick(CFG.retry_backoff_ms)
-    assert not n.take(m.FetchRequest)             # its fetch offset would count records not durable
+    assert not n.take(m.FetchRequest)  # its fetch offset would count records not durable
     n.flush()
-    (_, f), = n.take(m.FetchRequest)
+    ((_, f),) = n.take(m.FetchRequest)
     assert f.fetch_offset == 2
 
 
@@ -378,8 +407,8 @@ def test_deliberate_bug_fetches_with_the_unflushed_end():
 
 
 def test_an_observer_fetches_on_while_its_flush_runs():
-    n = Node(node_id=9, auto_flush=False)         # not a voter: it asks a voter who leads
-    (dest, f), = n.take(m.FetchRequest)
+    n = Node(node_id=9, auto_flush=False)  # not a voter: it asks a voter who leads
+    ((dest, f),) = n.take(m.FetchRequest)
     n.recv(dest, m.FetchResponse(f.correlation_id, m.NONE, dest, 1, 0))
     assert n.state.name == FOLLOWER and n.state.leader_id == dest
     n.tick()
@@ -393,11 +422,11 @@ def test_memory_log_flush_is_durable_only_up_to_its_start_and_a_truncation_meanw
     log = MemoryRaftLog()
     log.append(1, list(range(10)))
     job = log.begin_flush()
-    log.append(1, [10, 11])                       # written after the flush began: not covered
+    log.append(1, [10, 11])  # written after the flush began: not covered
     assert log.end_flush(job) == 10
-    job = log.begin_flush()                       # covers up to 12
-    log.truncate_to(5)                            # a follower's divergence meanwhile
-    log.append(2, ["x"] * 9)                      # offsets 5-13 written again: new writes
+    job = log.begin_flush()  # covers up to 12
+    log.truncate_to(5)  # a follower's divergence meanwhile
+    log.append(2, ["x"] * 9)  # offsets 5-13 written again: new writes
     assert log.end_flush(job) == 5
     log.crash()
     assert log.end_offset() == 5
@@ -408,7 +437,7 @@ def test_observers_do_not_count_for_the_high_watermark():
     n.tick(CFG.append_linger_ms)
     fetch(n, 9, 1, 1)
     assert n.raft.high_watermark == 0
-    fetch(n, 2, 1, 1, directory="not-d2")         # a voter id with the wrong directory: an observer
+    fetch(n, 2, 1, 1, directory="not-d2")  # a voter id with the wrong directory: an observer
     assert n.raft.high_watermark == 0
 
 
@@ -418,10 +447,10 @@ def test_leader_answers_a_diverging_epoch():
     n = Node(log=log)
     n.store.write(ElectionState(2))
     n = Node(log=log, store=n.store)
-    elect(n)                                      # epoch 3 from offset 5
-    resp = fetch(n, 2, 8, 2)                      # node 2 wrote epoch 2 entries we never had
+    elect(n)  # epoch 3 from offset 5
+    resp = fetch(n, 2, 8, 2)  # node 2 wrote epoch 2 entries we never had
     assert (resp.diverging_epoch, resp.diverging_end_offset) == (1, 5) and not resp.records
-    resp = fetch(n, 2, 7, 1, corr=2)              # epoch 1 ends at 5 here
+    resp = fetch(n, 2, 7, 1, corr=2)  # epoch 1 ends at 5 here
     assert (resp.diverging_epoch, resp.diverging_end_offset) == (1, 5)
     resp = fetch(n, 2, 5, 1, corr=3)
     assert resp.diverging_epoch == -1 and [r.epoch for r in resp.records] == [3]
@@ -440,7 +469,7 @@ def test_follower_truncates_to_the_diverging_epoch_then_appends_and_flushes():
     recs = [Record(5, 3, None), Record(6, 3, "x")]
     n.recv(2, m.FetchResponse(f.correlation_id, m.NONE, 2, 3, 9, recs))
     assert n.log.end_offset() == 7 and n.log.durable_end_offset() == 7
-    assert n.raft.high_watermark == 7             # capped at our log end
+    assert n.raft.high_watermark == 7  # capped at our log end
     assert [r.offset for r in n.committed] == list(range(7))
 
 
@@ -461,7 +490,7 @@ def test_stale_and_duplicated_responses_are_ignored():
     f = n.reply(m.FetchRequest, 2)
     resp = m.FetchResponse(f.correlation_id, m.NONE, 2, 1, 1, [Record(0, 1, None)])
     n.recv(2, resp)
-    n.recv(2, resp)                               # duplicate: not appended twice
+    n.recv(2, resp)  # duplicate: not appended twice
     assert n.log.end_offset() == 1
     n.recv(2, m.FetchResponse(999, m.NONE, 2, 1, 1, [Record(1, 1, "x")]))
     assert n.log.end_offset() == 1
@@ -481,7 +510,7 @@ def test_fetch_to_a_non_leader_or_with_a_wrong_epoch():
 def test_leader_parks_an_empty_fetch_until_new_data_or_max_wait():
     n = elect(Node())
     n.tick(CFG.append_linger_ms)
-    fetch(n, 2, 1, 1)                             # learns the current high watermark
+    fetch(n, 2, 1, 1)  # learns the current high watermark
     n.recv(2, m.FetchRequest(5, 2, "d2", 1, 1, 1, 0, 500))
     assert not n.take(m.FetchResponse)
     n.raft.append(["a"], n.now)
@@ -502,7 +531,10 @@ def test_describe_quorum_is_the_leaders_view_and_refused_elsewhere():
     d = n.raft.describe_quorum()
     assert (d.error_code, d.leader_id, d.leader_epoch, d.high_watermark) == (m.NONE, 1, 1, 1)
     assert [(r.replica_id, r.replica_directory_id, r.log_end_offset) for r in d.current_voters] == [
-        (1, "d1", 1), (2, "d2", 1), (3, "d3", -1)]
+        (1, "d1", 1),
+        (2, "d2", 1),
+        (3, "d3", -1),
+    ]
     assert [(r.replica_id, r.log_end_offset) for r in d.observers] == [(7, 0)]
     f = follower().raft.describe_quorum()
     assert (f.error_code, f.leader_id, f.leader_epoch) == (m.NOT_LEADER_OR_FOLLOWER, 2, 1)
@@ -517,6 +549,7 @@ def test_append_on_a_non_leader_is_refused():
 
 # -- timeouts, resignation, restart ----------------------------------------------------------------
 
+
 def test_follower_fetch_timeout_starts_a_prevote():
     n = follower(epoch=1)
     n.timeout()
@@ -525,7 +558,7 @@ def test_follower_fetch_timeout_starts_a_prevote():
 
 def test_leader_without_fetches_from_a_majority_resigns():
     n = elect(Node())
-    n.timeout()                                   # nobody fetched within 1.5 x fetch timeout
+    n.timeout()  # nobody fetched within 1.5 x fetch timeout
     assert n.state.name == RESIGNED
 
 
@@ -557,7 +590,7 @@ def test_a_resigned_lone_voter_never_elects_itself_again():
     n = Node(voters={1: "d1"})
     n.tick()
     assert (n.state.name, n.state.epoch) == (LEADER, 1)
-    n._take(n.raft.resign(n.now))            # the flush resign asks for is done at once (auto_flush)
+    n._take(n.raft.resign(n.now))  # the flush resign asks for is done at once (auto_flush)
     assert (n.state.name, n.state.epoch) == (RESIGNED, 1)
     assert n.raft.next_deadline() >= 1 << 62  # no timer to run
     n.tick(10 * CFG.election_timeout_ms)
@@ -571,7 +604,7 @@ def test_a_stopping_leader_retries_end_quorum_epoch_but_stands_for_no_election()
     n = elect(Node())
     n._take(n.raft.resign(n.now))
     assert {d for d, _ in n.take(m.EndQuorumEpochRequest)} == {2, 3}
-    n.tick(CFG.request_timeout_ms)           # unanswered: asked again, after the request timeout
+    n.tick(CFG.request_timeout_ms)  # unanswered: asked again, after the request timeout
     assert {d for d, _ in n.take(m.EndQuorumEpochRequest)} == {2, 3}
     n.tick(10 * CFG.election_timeout_ms)
     assert n.state.name == RESIGNED and not n.take(m.VoteRequest)
@@ -615,21 +648,24 @@ def test_restart_with_a_log_ahead_of_the_quorum_state_takes_the_logs_epoch():
 
 # -- the transition table and the stores -----------------------------------------------------------
 
+
 def test_transition_table_refuses_illegal_moves():
     lead = LeaderState(LEADER, 3, 0, leader_id=1, voted_id=1)
     with pytest.raises(IllegalTransition):
-        check_transition(lead, UnattachedState(UNATTACHED, 3, 0), True)          # same epoch
+        check_transition(lead, UnattachedState(UNATTACHED, 3, 0), True)  # same epoch
     with pytest.raises(IllegalTransition):
         check_transition(UnattachedState(UNATTACHED, 3, 0), UnattachedState(UNATTACHED, 2, 0), True)
     with pytest.raises(IllegalTransition):
-        check_transition(UnattachedState(UNATTACHED, 3, 0, voted_id=1),
-                         UnattachedState(UNATTACHED, 3, 0, voted_id=2), True)
+        check_transition(
+            UnattachedState(UNATTACHED, 3, 0, voted_id=1), UnattachedState(UNATTACHED, 3, 0, voted_id=2), True
+        )
     with pytest.raises(IllegalTransition):
-        check_transition(None, lead, False)                                     # observers never lead
+        check_transition(None, lead, False)  # observers never lead
 
 
 def test_quorum_state_json_uses_kafkas_fields():
     import json
+
     es = ElectionState(5, 2, 2, "dir")
     d = json.loads(es.to_json())
     assert d["leaderEpoch"] == 5 and d["leaderId"] == 2 and d["votedId"] == 2 and d["data_version"] == 1
@@ -659,6 +695,7 @@ def test_leader_epoch_cache_end_offsets():
 
 # -- learning about epochs and leaders ---------------------------------------------------------------
 
+
 def test_observer_finds_the_leader_through_any_voter():
     n = Node(node_id=9)
     ((dest, f),) = n.take(m.FetchRequest)
@@ -681,7 +718,7 @@ def test_candidate_follows_a_leader_of_its_epoch():
     pre = n.reply(m.VoteRequest, 2)
     n.recv(2, m.VoteResponse(pre.correlation_id, m.NONE, -1, 0, True, True))
     ((_, req),) = [(d, r) for d, r in n.take(m.VoteRequest, 3) if not r.pre_vote]
-    n.recv(3, m.VoteResponse(req.correlation_id, m.NONE, 2, 1, False))   # 2 won epoch 1
+    n.recv(3, m.VoteResponse(req.correlation_id, m.NONE, 2, 1, False))  # 2 won epoch 1
     assert (n.state.name, n.state.epoch, n.state.leader_id, n.state.voted_id) == (FOLLOWER, 1, 2, 1)
 
 
@@ -694,6 +731,7 @@ def test_a_resigned_leader_names_no_leader():
 
 
 # -- snapshots (KIP-630) ---------------------------------------------------------------------------
+
 
 def leader_with_snapshot():
     """Leader of epoch 1 with offsets 0-5 committed and a snapshot of 0-3."""
@@ -711,7 +749,7 @@ def test_a_fetch_below_the_log_start_is_told_the_snapshot_id():
     n, sid = leader_with_snapshot()
     r = fetch(n, 3, 0, 0)
     assert (r.snapshot_end_offset, r.snapshot_epoch, r.records) == (4, 1, [])
-    assert fetch(n, 3, 4, 1).records[0].offset == 4       # at the snapshot's end: records
+    assert fetch(n, 3, 4, 1).records[0].offset == 4  # at the snapshot's end: records
     with pytest.raises(ValueError):
         n.raft.snapshot(7, ["past the applied offset"])
 
@@ -724,13 +762,13 @@ def test_a_fetcher_diverging_at_the_log_start_truncates_there_instead_of_loading
     log = fill(MemoryRaftLog(), 1, 1, 1, 1)
     log.create_snapshot(4, ["state"])
     store = MemoryQuorumStateStore()
-    store.write(ElectionState(2, 3))            # epoch 2 was led by node 3, whose tail we lack
+    store.write(ElectionState(2, 3))  # epoch 2 was led by node 3, whose tail we lack
     n = elect(Node(log=log, store=store))
     assert (n.state.epoch, n.log.log_start_offset()) == (3, 4)
-    r = fetch(n, 2, 9, 2)                       # node 2 holds epoch 2's records 4-8
+    r = fetch(n, 2, 9, 2)  # node 2 holds epoch 2's records 4-8
     assert (r.diverging_epoch, r.diverging_end_offset, r.snapshot_end_offset) == (1, 4, -1)
     assert (fetch(n, 2, 4, 0).snapshot_end_offset, fetch(n, 2, 3, 1).snapshot_end_offset) == (4, 4)
-    assert fetch(n, 2, 4, 2).snapshot_end_offset == 4   # at the start with another epoch
+    assert fetch(n, 2, 4, 2).snapshot_end_offset == 4  # at the start with another epoch
 
 
 def test_fetch_snapshot_serves_chunks_and_refuses_unknown_ids_and_positions():
@@ -758,7 +796,7 @@ def test_a_follower_loads_the_snapshot_in_chunks_and_goes_on_from_its_end():
     out = f.recv(1, m.FetchResponse(req.correlation_id, m.NONE, 1, 1, 6, snapshot_end_offset=4, snapshot_epoch=1))
     chunks = 0
     while True:
-        (_, fs), = f.take(m.FetchSnapshotRequest)
+        ((_, fs),) = f.take(m.FetchSnapshotRequest)
         assert (fs.snapshot_end_offset, fs.snapshot_epoch, fs.position, fs.max_bytes) == (4, 1, 16 * chunks, 16)
         leader.recv(2, fs)
         out = f.recv(1, leader.reply(m.FetchSnapshotResponse, 2))

@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from kesque.raft import ElectionState, MemoryRaftLog, QuorumConfig, RaftNode, Record
-from kesque.raft import batches
+from kesque.raft import ElectionState, MemoryRaftLog, QuorumConfig, RaftNode, Record, batches
 from kesque.raft.file_log import FileQuorumStateStore, FileRaftLog
 from kesque.raft.log import NO_TRUNCATION, LeaderChange
 from kesque.records import batch as rb
@@ -20,22 +19,38 @@ DIR = "b6h5d0ZkRmWkQ7cDTtSyTg"
 # written by Kafka 4.4.0's FileQuorumStateStore.writeElectionState (kafka-raft-4.4.0.jar), one
 # line each, no newline: (ElectionState, KRaftVersion) -> file content
 KAFKA_QUORUM_STATE = [
-    (ElectionState(5, -1, 2, DIR),
-     '{"leaderId":-1,"leaderEpoch":5,"votedId":2,"votedDirectoryId":"b6h5d0ZkRmWkQ7cDTtSyTg","data_version":1}'),
-    (ElectionState(6, 1, 1, DIR),
-     '{"leaderId":1,"leaderEpoch":6,"votedId":1,"votedDirectoryId":"b6h5d0ZkRmWkQ7cDTtSyTg","data_version":1}'),
-    (ElectionState(7, 3),
-     '{"leaderId":3,"leaderEpoch":7,"votedId":-1,"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}'),
-    (ElectionState(8),
-     '{"leaderId":-1,"leaderEpoch":8,"votedId":-1,"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}'),
-    (ElectionState(9, -1, 2),
-     '{"leaderId":-1,"leaderEpoch":9,"votedId":2,"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}'),
+    (
+        ElectionState(5, -1, 2, DIR),
+        '{"leaderId":-1,"leaderEpoch":5,"votedId":2,"votedDirectoryId":"b6h5d0ZkRmWkQ7cDTtSyTg","data_version":1}',
+    ),
+    (
+        ElectionState(6, 1, 1, DIR),
+        '{"leaderId":1,"leaderEpoch":6,"votedId":1,"votedDirectoryId":"b6h5d0ZkRmWkQ7cDTtSyTg","data_version":1}',
+    ),
+    (
+        ElectionState(7, 3),
+        '{"leaderId":3,"leaderEpoch":7,"votedId":-1,"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}',
+    ),
+    (
+        ElectionState(8),
+        '{"leaderId":-1,"leaderEpoch":8,"votedId":-1,"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}',
+    ),
+    (
+        ElectionState(9, -1, 2),
+        '{"leaderId":-1,"leaderEpoch":9,"votedId":2,"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}',
+    ),
 ]
-KAFKA_QUORUM_STATE_V0 = [   # kraft.version 0 (static controller.quorum.voters), read only
-    (ElectionState(5, -1, 2), '{"clusterId":"","leaderId":-1,"leaderEpoch":5,"votedId":2,"appliedOffset":0,'
-                              '"currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}'),
-    (ElectionState(7, 3), '{"clusterId":"","leaderId":3,"leaderEpoch":7,"votedId":-1,"appliedOffset":0,'
-                          '"currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}'),
+KAFKA_QUORUM_STATE_V0 = [  # kraft.version 0 (static controller.quorum.voters), read only
+    (
+        ElectionState(5, -1, 2),
+        '{"clusterId":"","leaderId":-1,"leaderEpoch":5,"votedId":2,"appliedOffset":0,'
+        '"currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}',
+    ),
+    (
+        ElectionState(7, 3),
+        '{"clusterId":"","leaderId":3,"leaderEpoch":7,"votedId":-1,"appliedOffset":0,'
+        '"currentVoters":[{"voterId":1},{"voterId":2},{"voterId":3}],"data_version":0}',
+    ),
 ]
 
 
@@ -45,7 +60,7 @@ def test_quorum_state_file_is_byte_for_byte_what_kafka_writes(tmp_path, state, k
     store = FileQuorumStateStore(str(tmp_path))
     store.write(state)
     assert (tmp_path / "quorum-state").read_bytes() == kafka.encode()
-    assert os.listdir(tmp_path) == ["quorum-state"]          # the .tmp was renamed
+    assert os.listdir(tmp_path) == ["quorum-state"]  # the .tmp was renamed
     assert store.read() == state
 
 
@@ -58,7 +73,7 @@ def test_quorum_state_written_by_kafka_is_read(tmp_path, state, kafka):
 def test_quorum_state_missing_is_none_and_unknown_versions_are_refused(tmp_path):
     store = FileQuorumStateStore(str(tmp_path))
     assert store.read() is None
-    (tmp_path / "quorum-state.tmp").write_text("{torn")     # a crash before the rename
+    (tmp_path / "quorum-state.tmp").write_text("{torn")  # a crash before the rename
     assert store.read() is None
     (tmp_path / "quorum-state").write_text('{"leaderId":1,"leaderEpoch":2,"votedId":-1,"data_version":2}')
     with pytest.raises(ValueError, match=r"data_version \(2\) is not within the min \(0\) and max \(1\)"):
@@ -79,8 +94,7 @@ def fill(log) -> None:
     log.append(1, [v(1), v(2), v(3)])
     log.append(3, [LeaderChange(2, (1, 2, 3), (2, 3))])
     log.append(3, [v(4)])
-    log.append_as_follower([Record(6, 4, LeaderChange(3, (1, 2, 3), (1, 3))), Record(7, 4, v(5)),
-                            Record(8, 4, v(6))])
+    log.append_as_follower([Record(6, 4, LeaderChange(3, (1, 2, 3), (1, 3))), Record(7, 4, v(5)), Record(8, 4, v(6))])
 
 
 def test_log_round_trip_in_kafkas_layout(tmp_path):
@@ -92,13 +106,21 @@ def test_log_round_trip_in_kafkas_layout(tmp_path):
     log.flush()
     log.close()
     part = tmp_path / "__cluster_metadata-0"
-    assert {"00000000000000000000.log", "00000000000000000000.index", "leader-epoch-checkpoint"} <= set(os.listdir(part))
+    assert {"00000000000000000000.log", "00000000000000000000.index", "leader-epoch-checkpoint"} <= set(
+        os.listdir(part)
+    )
     assert (part / "leader-epoch-checkpoint").read_text() == "0\n3\n1 0\n3 4\n4 6\n"
     # the segment is plain RecordBatch v2: LeaderChange is a control batch of its own, key (0, 2)
     data = (part / "00000000000000000000.log").read_bytes()
     heads = [h for _, h in rb.iter_headers(data)]
     assert [(h.base_offset, h.records_count, h.is_control, h.partition_leader_epoch) for h in heads] == [
-        (0, 1, True, 1), (1, 3, False, 1), (4, 1, True, 3), (5, 1, False, 3), (6, 1, True, 4), (7, 2, False, 4)]
+        (0, 1, True, 1),
+        (1, 3, False, 1),
+        (4, 1, True, 3),
+        (5, 1, False, 3),
+        (6, 1, True, 4),
+        (7, 2, False, 4),
+    ]
     (key,) = [r.key for r in iter_records(data, 0, heads[0])]
     assert key == b"\x00\x00\x00\x02"
     again = FileRaftLog(str(tmp_path))
@@ -140,7 +162,7 @@ def test_log_matches_the_memory_log_under_random_appends_truncations_and_reopens
         for e in range(epoch + 2):
             assert log.end_offset_for_epoch(e) == mem.end_offset_for_epoch(e), (step, e)
     assert log.read(0, 10_000) == mem.read(0, 10_000)
-    assert len([f for f in os.listdir(log.path) if f.endswith(".log")]) > 1     # it rolled
+    assert len([f for f in os.listdir(log.path) if f.endswith(".log")]) > 1  # it rolled
 
 
 def test_flush_moves_the_durable_end_offset(tmp_path):
@@ -160,7 +182,7 @@ def test_a_flush_in_flight_covers_what_was_written_before_it_began(tmp_path):
     log.append(1, [v(i) for i in range(5)])
     job = log.begin_flush()
     assert job.end == 5
-    for i in range(5, 40):                        # several rolls while it is in flight
+    for i in range(5, 40):  # several rolls while it is in flight
         log.append(1, [v(i)])
     assert len([f for f in os.listdir(log.path) if f.endswith(".log")]) > 2
     job.run()
@@ -170,15 +192,15 @@ def test_a_flush_in_flight_covers_what_was_written_before_it_began(tmp_path):
     assert log.end_flush(job) == 40
 
 
-@pytest.mark.parametrize("cut", [3, 20])          # inside the first segment; deleting later ones
+@pytest.mark.parametrize("cut", [3, 20])  # inside the first segment; deleting later ones
 def test_a_truncation_while_a_flush_is_in_flight_is_not_reported_durable(tmp_path, cut):
     log = FileRaftLog(str(tmp_path), segment_bytes=300)
     for i in range(30):
         log.append(1, [v(i)])
-    job = log.begin_flush()                       # covers up to 30
-    log.truncate_to(cut)                          # a follower's divergence: segments may go
-    log.append(2, [v(100 + i) for i in range(30)])    # written again past the cut: new writes
-    job.run()                                     # its descriptors are duplicates: no EBADF
+    job = log.begin_flush()  # covers up to 30
+    log.truncate_to(cut)  # a follower's divergence: segments may go
+    log.append(2, [v(100 + i) for i in range(30)])  # written again past the cut: new writes
+    job.run()  # its descriptors are duplicates: no EBADF
     assert log.end_flush(job) == cut
     job = log.begin_flush()
     job.run()
@@ -193,7 +215,7 @@ def test_a_torn_tail_is_truncated_on_open(tmp_path, tear):
     log.append(1, [LeaderChange(1)])
     log.append(1, [v(1), v(2)])
     log.flush()
-    log.append(1, [v(3), v(4)])        # the batch the crash tears
+    log.append(1, [v(3), v(4)])  # the batch the crash tears
     log.flush()
     seg = tmp_path / "__cluster_metadata-0" / "00000000000000000000.log"
     data = bytearray(seg.read_bytes())
@@ -217,7 +239,7 @@ def test_a_torn_tail_is_truncated_on_open(tmp_path, tear):
 
 def test_control_records_kesque_does_not_interpret_survive_verbatim(tmp_path):
     log = FileRaftLog(str(tmp_path))
-    log.append(1, [batches.ControlRecord(6, b"\x00voters")])       # a KRaft Voters record
+    log.append(1, [batches.ControlRecord(6, b"\x00voters")])  # a KRaft Voters record
     log.close()
     assert FileRaftLog(str(tmp_path)).read(0, 1) == [Record(0, 1, batches.ControlRecord(6, b"\x00voters"))]
 
@@ -238,8 +260,9 @@ def test_a_single_voter_quorum_runs_and_restarts_on_files(tmp_path):
     d = str(tmp_path)
 
     def start(now):
-        return RaftNode(1, "d1", {1: "d1"}, FileRaftLog(d), FileQuorumStateStore(d), QuorumConfig(),
-                        random.Random(0), now)
+        return RaftNode(
+            1, "d1", {1: "d1"}, FileRaftLog(d), FileQuorumStateStore(d), QuorumConfig(), random.Random(0), now
+        )
 
     def tick(node, now):
         return [r for out in flushing(node, node.tick(now), now) for r in out.committed]
@@ -252,7 +275,7 @@ def test_a_single_voter_quorum_runs_and_restarts_on_files(tmp_path):
         committed += tick(node, node.next_deadline())
     assert [r.value for r in committed] == [LeaderChange(1, (1,), (1,)), v(1), v(2)]
     node.log.close()
-    again = start(5000)           # a restarted leader never leads its old epoch again
+    again = start(5000)  # a restarted leader never leads its old epoch again
     assert (again.state.name, again.epoch) == ("Resigned", 1)
     assert again.log.read(0, 10) == committed
     assert (tmp_path / "quorum-state").read_text() == ElectionState(1, 1, 1, "d1").to_json()
@@ -270,9 +293,12 @@ def test_snapshot_file_in_kafkas_layout_moves_the_log_start(tmp_path):
     data = (part / "00000000000000000020-0000000004.checkpoint").read_bytes()
     heads = [h for _, h in rb.iter_headers(data)]
     assert [(h.base_offset, h.records_count, h.is_control, h.partition_leader_epoch) for h in heads] == [
-        (0, 1, True, 4), (1, 2, False, 4), (3, 1, True, 4)]
-    keys = [next(iter_records(data[p:p + h.size], 0, h)).key for p, h in rb.iter_headers(data) if h.is_control]
-    assert keys == [b"\x00\x00\x00\x03", b"\x00\x00\x00\x04"]        # SnapshotHeader, SnapshotFooter
+        (0, 1, True, 4),
+        (1, 2, False, 4),
+        (3, 1, True, 4),
+    ]
+    keys = [next(iter_records(data[p : p + h.size], 0, h)).key for p, h in rb.iter_headers(data) if h.is_control]
+    assert keys == [b"\x00\x00\x00\x03", b"\x00\x00\x00\x04"]  # SnapshotHeader, SnapshotFooter
     assert log.log_start_offset() == 20 and log.read(20, 1)[0].offset == 20
     assert min(int(f[:20]) for f in os.listdir(part) if f.endswith(".log")) <= 20 < log.end_offset()
     log.close()
@@ -343,9 +369,10 @@ def test_a_snapshot_not_ahead_of_the_log_leaves_it_consistent(tmp_path, kind):
 def test_a_torn_or_headless_snapshot_is_refused():
     from kesque.raft import snapshot
     from kesque.raft.log import SnapshotId
+
     data = snapshot.encode(SnapshotId(5, 2), [b"a"], 0)
     assert snapshot.decode(data) == [b"a"]
-    for bad in (data[:-3], data[len(data) // 2:], b""):
+    for bad in (data[:-3], data[len(data) // 2 :], b""):
         with pytest.raises(ValueError):
             snapshot.decode(bad)
 
@@ -372,8 +399,16 @@ def test_three_voters_on_files_talking_through_kios_wire_messages(tmp_path):
 
     def start(i):
         d = str(tmp_path / f"node{i}")
-        nodes[i] = RaftNode(i, dirs[i], dirs, FileRaftLog(d, segment_bytes=2048), FileQuorumStateStore(d),
-                            QuorumConfig(fetch_snapshot_max_bytes=300), random.Random(i), now[0])
+        nodes[i] = RaftNode(
+            i,
+            dirs[i],
+            dirs,
+            FileRaftLog(d, segment_bytes=2048),
+            FileQuorumStateStore(d),
+            QuorumConfig(fetch_snapshot_max_bytes=300),
+            random.Random(i),
+            now[0],
+        )
 
     def over_the_wire(msg):
         api, _kind = wire.API[type(msg)]
@@ -386,18 +421,25 @@ def test_three_voters_on_files_talking_through_kios_wire_messages(tmp_path):
         return wire.from_wire(back, msg.correlation_id, pre_vote=pre_votes.get(msg.correlation_id, False))
 
     def run(until_ms):
-        budget = 20_000                 # messages: a pair spinning at one instant fails the test
+        budget = 20_000  # messages: a pair spinning at one instant fails the test
         while now[0] < until_ms:
-            queue = [(i, d, msg) for i, n in nodes.items() for out in flushing(n, n.tick(now[0]), now[0])
-                     for d, msg in out.messages]
+            queue = [
+                (i, d, msg)
+                for i, n in nodes.items()
+                for out in flushing(n, n.tick(now[0]), now[0])
+                for d, msg in out.messages
+            ]
             while queue:
                 budget -= 1
                 assert budget > 0, f"no progress past t={now[0]}ms"
                 src, dst, msg = queue.pop(0)
                 if dst in nodes:
                     n = nodes[dst]
-                    queue += [(dst, d, x) for out in flushing(n, n.handle(src, over_the_wire(msg), now[0]), now[0])
-                              for d, x in out.messages]
+                    queue += [
+                        (dst, d, x)
+                        for out in flushing(n, n.handle(src, over_the_wire(msg), now[0]), now[0])
+                        for d, x in out.messages
+                    ]
             now[0] = min([n.next_deadline() for n in nodes.values()] + [until_ms])
 
     for i in (1, 2, 3):
@@ -410,7 +452,7 @@ def test_three_voters_on_files_talking_through_kios_wire_messages(tmp_path):
         leader.append([v(k)], now[0])
         run(now[0] + 50)
     assert leader.high_watermark >= 31
-    image = [b"image-%d" % k * 10 for k in range(30)]           # ~2 KB: several 300-byte chunks
+    image = [b"image-%d" % k * 10 for k in range(30)]  # ~2 KB: several 300-byte chunks
     sid = leader.snapshot(leader.applied, image)
     assert leader.log.log_start_offset() == sid.end_offset
     start(down)
@@ -425,4 +467,5 @@ def test_three_voters_on_files_talking_through_kios_wire_messages(tmp_path):
 
 def snapshot_name(sid):
     from kesque.raft import snapshot
+
     return snapshot.file_name(sid)

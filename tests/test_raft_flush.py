@@ -34,22 +34,28 @@ def test_requests_are_answered_while_a_raft_flush_is_held(tmp_path, monkeypatch)
     monkeypatch.setenv("KESQUE_TEST_RAFT_FLUSH_HOLD", hold)
     with Broker(data_dir=str(tmp_path / "data")) as b:
         addr = ("127.0.0.1", b.port)
-        open(hold, "w").close()                     # from now on every raft flush holds
+        open(hold, "w").close()  # from now on every raft flush holds
         answers: list = []
         proposer = WireClient(addr, timeout=120)
         m = Msg(ApiKeys.CREATE_TOPICS, 7)
-        body = m(topics=(m("CreatableTopic", name="held", num_partitions=1, replication_factor=1,
-                           assignments=(), configs=()),), timeout=120_000, validate_only=False)
-        creating = threading.Thread(target=lambda: answers.append(proposer.request(ApiKeys.CREATE_TOPICS, 7, body)),
-                                    daemon=True)
+        body = m(
+            topics=(
+                m("CreatableTopic", name="held", num_partitions=1, replication_factor=1, assignments=(), configs=()),
+            ),
+            timeout=120_000,
+            validate_only=False,
+        )
+        creating = threading.Thread(
+            target=lambda: answers.append(proposer.request(ApiKeys.CREATE_TOPICS, 7, body)), daemon=True
+        )
         try:
-            creating.start()                         # its TopicRecord needs a flush to commit
+            creating.start()  # its TopicRecord needs a flush to commit
             assert _wait_for(hold + ".held"), "no raft flush was held"
             with WireClient(addr, timeout=20) as c:  # a new connection, while the flush is held
                 assert Api(c).api_versions().error_code == 0
                 topics = {t.name for t in Api(c).metadata(None).topics}
-            assert os.path.exists(hold)              # still held: only this test removes it
-            assert "held" not in topics and creating.is_alive() and not answers   # not committed
+            assert os.path.exists(hold)  # still held: only this test removes it
+            assert "held" not in topics and creating.is_alive() and not answers  # not committed
         finally:
             os.unlink(hold)
         creating.join(120)
@@ -76,12 +82,12 @@ def test_a_snapshot_past_the_durable_end_is_written_once_the_flush_completes(tmp
         while mgr.node.applied < 3:
             await asyncio.sleep(0.01)
         real = mgr.log.durable_end_offset
-        mgr.log.durable_end_offset = lambda: 1          # as a follower whose flush is behind
+        mgr.log.durable_end_offset = lambda: 1  # as a follower whose flush is behind
         mgr.snapshot(3, [b"image"])
         assert mgr.log.latest_snapshot() is None and mgr._flush is not None
         mgr.log.durable_end_offset = real
         await asyncio.wait([mgr._flush])
-        await asyncio.sleep(0)                          # the flush's completion, on the loop
+        await asyncio.sleep(0)  # the flush's completion, on the loop
         assert mgr.log.latest_snapshot().end_offset == 3 and mgr.log.log_start_offset() == 3
         await mgr.close()
 

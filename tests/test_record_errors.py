@@ -18,6 +18,7 @@ import time
 import uuid
 
 import pytest
+
 from wire import Api, WireClient, build_batch, consume_all
 
 INVALID_RECORD, INVALID_TIMESTAMP = 87, 32
@@ -61,10 +62,13 @@ def test_keyless_records_listed_in_the_produce_response(module_broker, api, vers
     r = api.produce(topic, build_batch(records), version=version)
     assert r.error_code == INVALID_RECORD
     assert [(e.batch_index, e.batch_index_error_message) for e in r.record_errors] == [
-        (i, no_key_message(topic)) for i in KEYLESS]
+        (i, no_key_message(topic)) for i in KEYLESS
+    ]
     first3 = ", ".join(f"RecordError(batchIndex={i}, message='{no_key_message(topic)}')" for i in KEYLESS[:3])
-    assert r.error_message == ("One or more records have been rejected due to 10 record errors in total, and only "
-                               f"showing the first three errors at most: [{first3}]")
+    assert r.error_message == (
+        "One or more records have been rejected due to 10 record errors in total, and only "
+        f"showing the first three errors at most: [{first3}]"
+    )
     # the whole batch is refused; Kafka reports the log start offset with record errors
     assert (r.base_offset, r.log_start_offset) == (-1, 0)
     assert log_of(module_broker.bootstrap_servers, topic) == []
@@ -91,8 +95,11 @@ def test_out_of_range_timestamps_listed_in_the_produce_response(module_broker, a
     assert r.error_message == "One or more records have been rejected due to invalid timestamp"
     assert [e.batch_index for e in r.record_errors] == [0, 2, 5]
     for e in r.record_errors:
-        m = re.fullmatch(r"Timestamp (-?\d+) of message with offset (\d+) is out of range\. "
-                         r"The timestamp should be within \[(-?\d+), (-?\d+)\]", e.batch_index_error_message)
+        m = re.fullmatch(
+            r"Timestamp (-?\d+) of message with offset (\d+) is out of range\. "
+            r"The timestamp should be within \[(-?\d+), (-?\d+)\]",
+            e.batch_index_error_message,
+        )
         assert m, e.batch_index_error_message
         t, offset, lo, hi = map(int, m.groups())
         assert (t, offset, hi - lo) == (stamps[e.batch_index], e.batch_index, before + HOUR)
@@ -115,8 +122,14 @@ def send_confluent(bs: str, topic: str, msgs, **conf) -> list:
     p.list_topics(topic, timeout=10)
     out: list = [False] * len(msgs)
     for i, (k, v, ts) in enumerate(msgs):
-        p.produce(topic, value=v, key=k, partition=0, timestamp=ts or 0,
-                  on_delivery=lambda err, _m, i=i: out.__setitem__(i, err))
+        p.produce(
+            topic,
+            value=v,
+            key=k,
+            partition=0,
+            timestamp=ts or 0,
+            on_delivery=lambda err, _m, i=i: out.__setitem__(i, err),
+        )
     assert p.flush(30) == 0
     return out
 
@@ -143,8 +156,10 @@ def send_aiokafka(bs: str, topic: str, msgs) -> list:
         try:
             futures = [await p.send(topic, value=v, key=k, partition=0, timestamp_ms=ts) for k, v, ts in msgs]
             await p.flush()
-            return [None if not isinstance(r, Exception) else r
-                    for r in await asyncio.gather(*futures, return_exceptions=True)]
+            return [
+                None if not isinstance(r, Exception) else r
+                for r in await asyncio.gather(*futures, return_exceptions=True)
+            ]
         finally:
             await p.stop()
 
@@ -159,7 +174,8 @@ def test_confluent_fails_only_the_keyless_records(module_broker, api):
     msgs = keyless_batch()
     errors = send_confluent(bs, topic, msgs)
     assert [e.code() for e in errors] == [
-        KafkaError.INVALID_RECORD if i in KEYLESS else KafkaError._INVALID_DIFFERENT_RECORD for i in range(N)]
+        KafkaError.INVALID_RECORD if i in KEYLESS else KafkaError._INVALID_DIFFERENT_RECORD for i in range(N)
+    ]
     assert not any(e.retriable() for e in errors)  # librdkafka does not resend the others itself
     assert log_of(bs, topic) == []
     # the application sends the others again: exactly the 90 keyed records are in the log
@@ -178,7 +194,8 @@ def test_confluent_fails_only_the_records_with_a_bad_timestamp(module_broker, ap
     errors = send_confluent(bs, topic, [(b"k", b"v", now + 2 * HOUR if i in late else now) for i in range(N)])
     # librdkafka fails every listed record with INVALID_RECORD, whatever the batch's error
     assert [e.code() for e in errors] == [
-        KafkaError.INVALID_RECORD if i in late else KafkaError._INVALID_DIFFERENT_RECORD for i in range(N)]
+        KafkaError.INVALID_RECORD if i in late else KafkaError._INVALID_DIFFERENT_RECORD for i in range(N)
+    ]
 
 
 def test_kafka_python_fails_the_keyless_records_with_the_broker_message(module_broker, api):

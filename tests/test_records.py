@@ -15,7 +15,6 @@ import struct
 import cramjam
 import pytest
 from crc32c import crc32c
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.records.readers import read_batch as kio_read_batch
@@ -25,16 +24,22 @@ from kio.records.schema import RecordHeader as KioHeader
 from kio.records.writers import write_new_batch as kio_write_new_batch
 from kio.static.primitive import TZAwareMicros
 
+from conftest import examples
 from kesque.config.topic import LogConfig
 from kesque.errors import KafkaError
 from kesque.records import batch as rb
 from kesque.records import compression
-from kesque.records.records import (build_batch, encode_record, iter_records, records_payload, scan_records,
-                                    walk_record_lengths)
+from kesque.records.records import (
+    build_batch,
+    encode_record,
+    iter_records,
+    records_payload,
+    scan_records,
+    walk_record_lengths,
+)
 from kesque.storage.validator import RecordValidationError, validate_batch
 
-SETTINGS = settings(max_examples=examples(150),
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow])
 CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP = 2, 87, 10, 32
 NOW = 1_700_000_000_000
 CODECS = [0, 1, 2, 3, 4]
@@ -66,16 +71,41 @@ def encode_varint(v: int) -> bytes:
     return bytes(out)
 
 
-def raw_batch(body: bytes, count: int, *, attributes: int = 0, base_offset: int = 0,
-              last_offset_delta: int | None = None, base_ts: int = NOW, max_ts: int = NOW,
-              producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1, magic: int = 2,
-              crc: int | None = None) -> bytearray:
+def raw_batch(
+    body: bytes,
+    count: int,
+    *,
+    attributes: int = 0,
+    base_offset: int = 0,
+    last_offset_delta: int | None = None,
+    base_ts: int = NOW,
+    max_ts: int = NOW,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    magic: int = 2,
+    crc: int | None = None,
+) -> bytearray:
     """A batch around an arbitrary records section, with a correct CRC unless told."""
     lod = count - 1 if last_offset_delta is None else last_offset_delta
-    head = struct.pack(">qiibIhiqqqhii", base_offset, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body), -1, magic, 0,
-                       attributes, lod, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count)
+    head = struct.pack(
+        ">qiibIhiqqqhii",
+        base_offset,
+        rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
+        -1,
+        magic,
+        0,
+        attributes,
+        lod,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
     out = bytearray(head + body)
-    struct.pack_into(">I", out, rb.CRC_OFFSET, crc32c(bytes(out[rb.ATTRIBUTES_OFFSET:])) if crc is None else crc)
+    struct.pack_into(">I", out, rb.CRC_OFFSET, crc32c(bytes(out[rb.ATTRIBUTES_OFFSET :])) if crc is None else crc)
     return out
 
 
@@ -88,14 +118,30 @@ def records_body(records, offset_deltas=None) -> bytes:
 
 # ======================================================================== round trips
 
+
 @SETTINGS
-@given(records=record_lists(), codec=st.sampled_from(CODECS), xerial=st.booleans(),
-       base_offset=st.integers(0, 2**40), epoch=st.integers(-1, 2**31 - 1),
-       pid=st.integers(-1, 2**40), seq=st.integers(0, 2**31 - 1), txn=st.booleans())
+@given(
+    records=record_lists(),
+    codec=st.sampled_from(CODECS),
+    xerial=st.booleans(),
+    base_offset=st.integers(0, 2**40),
+    epoch=st.integers(-1, 2**31 - 1),
+    pid=st.integers(-1, 2**40),
+    seq=st.integers(0, 2**31 - 1),
+    txn=st.booleans(),
+)
 def test_build_read_iterate_round_trip(records, codec, xerial, base_offset, epoch, pid, seq, txn):
-    data = build_batch(records, base_offset=base_offset, compression_codec=codec, xerial=xerial,
-                       partition_leader_epoch=epoch, producer_id=pid, producer_epoch=3 if pid >= 0 else -1,
-                       base_sequence=seq if pid >= 0 else -1, transactional=txn and pid >= 0)
+    data = build_batch(
+        records,
+        base_offset=base_offset,
+        compression_codec=codec,
+        xerial=xerial,
+        partition_leader_epoch=epoch,
+        producer_id=pid,
+        producer_epoch=3 if pid >= 0 else -1,
+        base_sequence=seq if pid >= 0 else -1,
+        transactional=txn and pid >= 0,
+    )
     h = rb.read_header(data)
     assert h.size == len(data)
     assert (h.base_offset, h.partition_leader_epoch, h.magic, h.compression) == (base_offset, epoch, 2, codec)
@@ -106,7 +152,7 @@ def test_build_read_iterate_round_trip(records, codec, xerial, base_offset, epoc
     assert rb.is_crc_valid(data, 0, len(data))
     assert list(rb.iter_batch_positions(data)) == [(0, len(data))]
     if codec == compression.SNAPPY:
-        assert data[rb.HEADER_SIZE:rb.HEADER_SIZE + 8].startswith(compression.XERIAL_MAGIC) == xerial
+        assert data[rb.HEADER_SIZE : rb.HEADER_SIZE + 8].startswith(compression.XERIAL_MAGIC) == xerial
 
     got = list(iter_records(data))
     assert [r.offset for r in got] == [base_offset + i for i in range(len(records))]
@@ -155,7 +201,7 @@ def _kafka_lz4_read(frame: bytes, total: int) -> bytes:
         if size == 0:
             break
         raw, size = size & 0x80000000, size & 0x7FFFFFFF
-        block = frame[pos:pos + size]
+        block = frame[pos : pos + size]
         expect = min(max_block, total - sum(map(len, out)))
         out.append(block if raw else bytes(cramjam.lz4.decompress_block(block, output_len=expect)))
         pos += size + (4 if block_checksum else 0)
@@ -172,10 +218,15 @@ def test_lz4_frames_are_readable_by_kafkas_java_reader(size):
     assert bytes(iter_records(batch).__next__().value) == data
 
 
-@pytest.mark.parametrize("bad", [compression.XERIAL_MAGIC + b"\x00\x00",  # short header
-                                 compression.XERIAL_MAGIC + b"\x00" * 8 + b"\x00\x00",  # short block length
-                                 compression.XERIAL_MAGIC + b"\x00" * 8 + b"\x00\x00\x00\x09abc",  # overrun
-                                 b"\xff\xff\xff\xff\xff"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        compression.XERIAL_MAGIC + b"\x00\x00",  # short header
+        compression.XERIAL_MAGIC + b"\x00" * 8 + b"\x00\x00",  # short block length
+        compression.XERIAL_MAGIC + b"\x00" * 8 + b"\x00\x00\x00\x09abc",  # overrun
+        b"\xff\xff\xff\xff\xff",
+    ],
+)
 def test_snappy_garbage_raises_compression_error(bad):
     with pytest.raises(compression.CompressionError):
         compression.decompress(compression.SNAPPY, bad)
@@ -189,6 +240,7 @@ def test_other_codec_garbage_raises_compression_error(codec):
 
 # ======================================================================== kio agreement
 
+
 def _kio_ts(ms: int):
     return TZAwareMicros.parse(datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC))
 
@@ -198,13 +250,27 @@ def _kio_ts(ms: int):
 def test_build_batch_matches_kio_writer_byte_for_byte(records, epoch, base_offset):
     # kio's writer takes datetimes: whole seconds keep its float arithmetic exact
     records = [(k, v, hs, (ts // 1000) * 1000) for k, v, hs, ts in records]
-    ours = build_batch(records, base_offset=base_offset, partition_leader_epoch=epoch,
-                       producer_id=7, producer_epoch=1, base_sequence=5)
+    ours = build_batch(
+        records, base_offset=base_offset, partition_leader_epoch=epoch, producer_id=7, producer_epoch=1, base_sequence=5
+    )
     kio_batch = KioNewBatch(
-        producer_id=7, producer_epoch=1, partition_leader_epoch=epoch, base_sequence=5, attributes=0,
-        records=tuple(KioRecord(attributes=0, timestamp=_kio_ts(ts), offset=base_offset + i, key=k, value=v,
-                                headers=tuple(KioHeader(key=hk.encode(), value=hv) for hk, hv in hs))
-                      for i, (k, v, hs, ts) in enumerate(records)))
+        producer_id=7,
+        producer_epoch=1,
+        partition_leader_epoch=epoch,
+        base_sequence=5,
+        attributes=0,
+        records=tuple(
+            KioRecord(
+                attributes=0,
+                timestamp=_kio_ts(ts),
+                offset=base_offset + i,
+                key=k,
+                value=v,
+                headers=tuple(KioHeader(key=hk.encode(), value=hv) for hk, hv in hs),
+            )
+            for i, (k, v, hs, ts) in enumerate(records)
+        ),
+    )
     buf = io.BytesIO()
     kio_write_new_batch(buf, kio_batch)
     assert ours == buf.getvalue()
@@ -226,6 +292,7 @@ def test_our_batches_read_by_kio(records, base_offset):
 
 # ======================================================================== CRC and patching
 
+
 @SETTINGS
 @given(records=record_lists(max_size=4), codec=st.sampled_from(CODECS), data=st.data())
 def test_crc_covers_attributes_to_end_only(records, codec, data):
@@ -239,8 +306,12 @@ def test_crc_covers_attributes_to_end_only(records, codec, data):
 
 
 @SETTINGS
-@given(records=record_lists(max_size=4), codec=st.sampled_from(CODECS),
-       base=st.integers(0, 2**62), epoch=st.integers(-1, 2**31 - 1))
+@given(
+    records=record_lists(max_size=4),
+    codec=st.sampled_from(CODECS),
+    base=st.integers(0, 2**62),
+    epoch=st.integers(-1, 2**31 - 1),
+)
 def test_patch_offset_and_epoch_keeps_crc(records, codec, base, epoch):
     batch = bytearray(build_batch(records, compression_codec=codec))
     rb.patch_offset_and_epoch(memoryview(batch), 0, base, epoch)
@@ -267,8 +338,9 @@ def test_set_max_timestamp_and_type(records, codec, lat):
 
 
 def test_header_properties():
-    h = rb.read_header(build_batch([(b"k", b"v", ())] * 3, base_offset=10, producer_id=5, producer_epoch=0,
-                                   base_sequence=2**31 - 2))
+    h = rb.read_header(
+        build_batch([(b"k", b"v", ())] * 3, base_offset=10, producer_id=5, producer_epoch=0, base_sequence=2**31 - 2)
+    )
     assert (h.last_offset, h.next_offset, h.size) == (12, 13, h.batch_length + 12)
     assert h.has_producer_id and h.last_sequence == 0  # wraps like Kafka's incrementSequence
     assert rb.read_header(build_batch([(None, b"v", ())])).last_sequence == -1
@@ -283,6 +355,7 @@ def test_iter_batch_positions_stops_at_partial_tail():
 
 
 # ======================================================================== framing scans
+
 
 def _kafka_varint(buf: bytes, p: int, end: int, long: bool = False) -> tuple[int, int]:
     """Kafka's ByteUtils.readVarint (at most 5 bytes, 32-bit) or readVarlong (10 bytes)."""
@@ -411,8 +484,7 @@ def test_scans_reject_every_truncation(records):
         assert not _ours_walk(body, wrong)
 
 
-@settings(max_examples=examples(300),
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(records=record_lists(max_size=4, stamps=False), data=st.data())
 def test_scans_on_altered_bytes_agree_with_reference(records, data):
     body = bytearray(records_body([(k, v, hs) for k, v, hs, _ in records]))
@@ -437,11 +509,13 @@ def test_scan_rules_from_kafka():
     assert r.null_key and r.count == 1
     # a null header key is invalid; a null header value is fine
     with pytest.raises(rb.InvalidRecordError):
-        body = rec(ts, od, encode_varint(1), b"k", encode_varint(-1), encode_varint(1), encode_varint(-1),
-                   encode_varint(-1))
+        body = rec(
+            ts, od, encode_varint(1), b"k", encode_varint(-1), encode_varint(1), encode_varint(-1), encode_varint(-1)
+        )
         scan_records(body, 0, len(body), 1)
-    body = rec(ts, od, encode_varint(1), b"k", encode_varint(-1), encode_varint(1), encode_varint(1), b"h",
-               encode_varint(-1))
+    body = rec(
+        ts, od, encode_varint(1), b"k", encode_varint(-1), encode_varint(1), encode_varint(1), b"h", encode_varint(-1)
+    )
     assert scan_records(body, 0, len(body), 1).count == 1
     # a header count larger than what is left of the record
     with pytest.raises(rb.InvalidRecordError):
@@ -458,6 +532,7 @@ def test_scan_rules_from_kafka():
 
 # ======================================================================== validator
 
+
 def cfg(**kw) -> LogConfig:
     return LogConfig(**kw)
 
@@ -473,8 +548,11 @@ def code_of(buf, config=None, now=NOW) -> int:
 
 
 def good(n=3, codec=0, **kw) -> bytearray:
-    return bytearray(build_batch([(b"k%d" % i, b"v" * i, [("h", b"x")]) for i in range(n)],
-                                 compression_codec=codec, timestamp=NOW, **kw))
+    return bytearray(
+        build_batch(
+            [(b"k%d" % i, b"v" * i, [("h", b"x")]) for i in range(n)], compression_codec=codec, timestamp=NOW, **kw
+        )
+    )
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -490,7 +568,7 @@ def test_shape_errors_follow_kafka_codes():
     assert code_of(b[:11]) == INVALID_RECORD  # no batch at all
     assert code_of(bytearray(b"")) == INVALID_RECORD
     assert code_of(b[:16]) == INVALID_RECORD  # header up to magic incomplete
-    assert code_of(b[:len(b) - 1]) == INVALID_RECORD  # truncated batch: not a whole batch
+    assert code_of(b[: len(b) - 1]) == INVALID_RECORD  # truncated batch: not a whole batch
     short = bytearray(b)
     struct.pack_into(">i", short, 8, 13)  # below the minimum record overhead (14)
     assert code_of(short) == CORRUPT_MESSAGE
@@ -507,7 +585,7 @@ def test_shape_errors_follow_kafka_codes():
 
 def test_trailing_partial_batch_is_trimmed():
     b = good()
-    for tail in (b[:5], b[:20], b[:len(b) - 1]):
+    for tail in (b[:5], b[:20], b[: len(b) - 1]):
         v = validate(b + tail)
         assert bytes(v.data) == bytes(b)
 
@@ -600,8 +678,9 @@ def test_log_append_time_flag_from_a_producer():
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_log_append_time_topic(codec):
-    buf = bytearray(build_batch([(b"k%d" % i, b"v", (), NOW - 10_000_000 + i) for i in range(3)],
-                                compression_codec=codec))
+    buf = bytearray(
+        build_batch([(b"k%d" % i, b"v", (), NOW - 10_000_000 + i) for i in range(3)], compression_codec=codec)
+    )
     v = validate(buf, cfg(message_timestamp_type="LogAppendTime"), now=NOW + 7)
     h = rb.read_header(v.data)
     assert h.is_log_append_time and h.max_timestamp == NOW + 7 and h.compression == codec
@@ -624,8 +703,9 @@ def no_key_error(i: int) -> tuple[int, str]:
 def test_keyless_records_on_a_compacted_topic_are_listed(codec):
     # KIP-467: Kafka lists each failing record (index, message), and sums up the first three
     records = [(None if i % 10 == 3 else b"k%d" % i, b"v", ()) for i in range(100)]
-    e = record_errors_of(bytearray(build_batch(records, compression_codec=codec, timestamp=NOW)),
-                         cfg(cleanup_policy=("compact",)))
+    e = record_errors_of(
+        bytearray(build_batch(records, compression_codec=codec, timestamp=NOW)), cfg(cleanup_policy=("compact",))
+    )
     assert e.code == INVALID_RECORD
     assert e.record_errors == [no_key_error(i) for i in range(3, 100, 10)]
     assert e.message == (
@@ -633,11 +713,14 @@ def test_keyless_records_on_a_compacted_topic_are_listed(codec):
         "three errors at most: [RecordError(batchIndex=3, message='Compacted topic cannot accept message without "
         "key in topic partition t-0'), RecordError(batchIndex=13, message='Compacted topic cannot accept message "
         "without key in topic partition t-0'), RecordError(batchIndex=23, message='Compacted topic cannot accept "
-        "message without key in topic partition t-0')]")
+        "message without key in topic partition t-0')]"
+    )
     one = record_errors_of(bytearray(build_batch([(None, b"v", ())], timestamp=NOW)), cfg(cleanup_policy=("compact",)))
-    assert one.message == ("One or more records have been rejected due to 1 record errors in total, and only "
-                           "showing the first three errors at most: [RecordError(batchIndex=0, message='Compacted "
-                           "topic cannot accept message without key in topic partition t-0')]")
+    assert one.message == (
+        "One or more records have been rejected due to 1 record errors in total, and only "
+        "showing the first three errors at most: [RecordError(batchIndex=0, message='Compacted "
+        "topic cannot accept message without key in topic partition t-0')]"
+    )
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -650,17 +733,31 @@ def test_out_of_range_timestamps_are_listed(codec):
     assert e.message == "One or more records have been rejected due to invalid timestamp"
     bounds = f"[{NOW - before}, {NOW + after}]"
     assert e.record_errors == [
-        (0, f"Timestamp {NOW - before - 1} of message with offset 0 is out of range. The timestamp should be "
-            f"within {bounds}"),
-        (2, f"Timestamp {NOW + after + 1} of message with offset 2 is out of range. The timestamp should be "
-            f"within {bounds}")]
+        (
+            0,
+            f"Timestamp {NOW - before - 1} of message with offset 0 is out of range. The timestamp should be "
+            f"within {bounds}",
+        ),
+        (
+            2,
+            f"Timestamp {NOW + after + 1} of message with offset 2 is out of range. The timestamp should be "
+            f"within {bounds}",
+        ),
+    ]
     # Kafka's defaults: the lower bound is Long.MAX_VALUE ms back, computed in Java longs
     e = record_errors_of(bytearray(build_batch([(b"k", b"v", (), NOW + after + 1)], compression_codec=codec)))
-    assert e.record_errors == [(0, f"Timestamp {NOW + after + 1} of message with offset 0 is out of range. The "
-                                   f"timestamp should be within [{NOW - 2**63 + 1}, {NOW + after}]")]
+    assert e.record_errors == [
+        (
+            0,
+            f"Timestamp {NOW + after + 1} of message with offset 0 is out of range. The "
+            f"timestamp should be within [{NOW - 2**63 + 1}, {NOW + after}]",
+        )
+    ]
     # ... and an upper bound of Long.MAX_VALUE ms ahead wraps around, as in Java
-    e = record_errors_of(bytearray(build_batch([(b"k", b"v", (), NOW - 2)], compression_codec=codec)),
-                         cfg(message_timestamp_before_max_ms=1, message_timestamp_after_max_ms=2**63 - 1))
+    e = record_errors_of(
+        bytearray(build_batch([(b"k", b"v", (), NOW - 2)], compression_codec=codec)),
+        cfg(message_timestamp_before_max_ms=1, message_timestamp_after_max_ms=2**63 - 1),
+    )
     assert e.record_errors[0][1].endswith(f"within [{NOW - 1}, {NOW - 2**63 - 1}]")
 
 
@@ -669,7 +766,9 @@ def test_record_errors_name_the_offset_the_producer_wrote():
     late = NOW + 3_600_001
     e = record_errors_of(raw_batch(body, 2, base_ts=late, max_ts=late))
     assert [m.split(" is out")[0] for _, m in e.record_errors] == [
-        f"Timestamp {late} of message with offset 0", f"Timestamp {late} of message with offset 7"]
+        f"Timestamp {late} of message with offset 0",
+        f"Timestamp {late} of message with offset 7",
+    ]
 
 
 def test_a_keyless_record_fails_on_its_key_before_its_timestamp():
@@ -682,30 +781,41 @@ def test_a_keyless_record_fails_on_its_key_before_its_timestamp():
     assert e.record_errors[1][1].startswith(f"Timestamp {late} of message with offset 1 is out of range")
 
 
-@pytest.mark.parametrize("codec,topic_type,shown", [
-    (0, "producer", "DefaultRecord(offset={i}, timestamp={t}, key={k} bytes, value=1 bytes)"),
-    (0, "gzip", "DefaultRecord(offset={i}, timestamp={t}, key={k} bytes, value=1 bytes)"),
-    (1, "lz4", "DefaultRecord(offset={i}, timestamp={t}, key={k} bytes, value=1 bytes)"),
-    # compressed and kept as is: Kafka reads only the sizes (a null key is -1 bytes)
-    (1, "producer", "PartialDefaultRecord(offset={i}, timestamp={t}, key={kw} bytes, value=1 bytes)"),
-])
+@pytest.mark.parametrize(
+    "codec,topic_type,shown",
+    [
+        (0, "producer", "DefaultRecord(offset={i}, timestamp={t}, key={k} bytes, value=1 bytes)"),
+        (0, "gzip", "DefaultRecord(offset={i}, timestamp={t}, key={k} bytes, value=1 bytes)"),
+        (1, "lz4", "DefaultRecord(offset={i}, timestamp={t}, key={k} bytes, value=1 bytes)"),
+        # compressed and kept as is: Kafka reads only the sizes (a null key is -1 bytes)
+        (1, "producer", "PartialDefaultRecord(offset={i}, timestamp={t}, key={kw} bytes, value=1 bytes)"),
+    ],
+)
 def test_log_append_time_flag_is_refused_per_record(codec, topic_type, shown):
     records = [(b"key", b"v", (), NOW - 5), (None, b"v", (), NOW)]
     flagged = bytearray(build_batch(records, compression_codec=codec))
     flagged[rb.ATTRIBUTES_OFFSET + 1] |= rb.TIMESTAMP_TYPE_MASK
-    struct.pack_into(">I", flagged, rb.CRC_OFFSET, crc32c(bytes(flagged[rb.ATTRIBUTES_OFFSET:])))
+    struct.pack_into(">I", flagged, rb.CRC_OFFSET, crc32c(bytes(flagged[rb.ATTRIBUTES_OFFSET :])))
     e = record_errors_of(flagged, cfg(message_timestamp_type="LogAppendTime", compression_type=topic_type))
     assert e.code == INVALID_TIMESTAMP
     assert e.message == "One or more records have been rejected due to invalid timestamp"
     expect = [shown.format(i=0, t=NOW, k=3, kw=3), shown.format(i=1, t=NOW, k=0, kw=-1)]
-    assert e.record_errors == [(i, f"Invalid timestamp type in message {r}. Producer should not set timestamp type "
-                                   "to LogAppendTime.") for i, r in enumerate(expect)]
+    assert e.record_errors == [
+        (i, f"Invalid timestamp type in message {r}. Producer should not set timestamp type to LogAppendTime.")
+        for i, r in enumerate(expect)
+    ]
     # on a CreateTime topic only a LogAppendTime batch without a max timestamp is refused so
-    e = record_errors_of(raw_batch(records_body([(b"k", b"v", ())]), 1, attributes=rb.TIMESTAMP_TYPE_MASK,
-                                   base_ts=-1, max_ts=-1))
-    assert e.record_errors == [(0, "Invalid timestamp type in message DefaultRecord(offset=0, timestamp=-1, "
-                                   "key=1 bytes, value=1 bytes). Producer should not set timestamp type to "
-                                   "LogAppendTime.")]
+    e = record_errors_of(
+        raw_batch(records_body([(b"k", b"v", ())]), 1, attributes=rb.TIMESTAMP_TYPE_MASK, base_ts=-1, max_ts=-1)
+    )
+    assert e.record_errors == [
+        (
+            0,
+            "Invalid timestamp type in message DefaultRecord(offset=0, timestamp=-1, "
+            "key=1 bytes, value=1 bytes). Producer should not set timestamp type to "
+            "LogAppendTime.",
+        )
+    ]
 
 
 def test_framing_errors_are_not_record_errors():
@@ -723,8 +833,11 @@ TOPIC_TYPES = ["uncompressed", "gzip", "snappy", "lz4", "zstd", "producer"]
 @pytest.mark.parametrize("topic_type", TOPIC_TYPES)
 def test_recompression_when_topic_compression_differs(src, topic_type):
     records = [(b"key-%d" % i, b"value-%d" % i * 20, [("h%d" % i, b"x"), ("n", None)], NOW + i) for i in range(5)]
-    buf = bytearray(build_batch(records, compression_codec=src, producer_id=4, producer_epoch=2, base_sequence=10,
-                                transactional=True))
+    buf = bytearray(
+        build_batch(
+            records, compression_codec=src, producer_id=4, producer_epoch=2, base_sequence=10, transactional=True
+        )
+    )
     target = src if topic_type == "producer" else TOPIC_TYPES.index(topic_type)
     v = validate(buf, cfg(compression_type=topic_type))
     h = rb.read_header(v.data)
@@ -736,7 +849,7 @@ def test_recompression_when_topic_compression_differs(src, topic_type):
     got = [(r.key, r.value, r.headers, r.timestamp) for r in iter_records(v.data)]
     assert got == [(k, v_, list(hs), ts) for k, v_, hs, ts in records]
     if target == compression.SNAPPY and v.rebuilt:
-        assert bytes(v.data[rb.HEADER_SIZE:rb.HEADER_SIZE + 8]) == compression.XERIAL_MAGIC  # as Kafka writes
+        assert bytes(v.data[rb.HEADER_SIZE : rb.HEADER_SIZE + 8]) == compression.XERIAL_MAGIC  # as Kafka writes
 
 
 def test_recompression_with_log_append_time():

@@ -22,11 +22,11 @@ from kesque.errors import ErrorCode as E
 from kesque.protocol import api
 from kesque.protocol.api_keys import ApiKeys
 from kesque.protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response, flatten
+from kesque.protocol.messages import Msg, to_ms
 from kesque.records.records import build_batch
-from kesque.server.drivers.replica_fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION, ReplicaFetcherManager, fetcher_id
 from kesque.replication.quota import ReplicationQuota
 from kesque.replication.replica_state import WAIT_FOR_METADATA, LeaderReplication, StorageReplicaLog
-from kesque.protocol.messages import Msg, to_ms
+from kesque.server.drivers.replica_fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION, ReplicaFetcherManager, fetcher_id
 from kesque.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from kesque.storage.unified_log import UnifiedLog
 
@@ -47,6 +47,7 @@ def batch(value: bytes) -> memoryview:
 def values(lg: UnifiedLog) -> list[bytes]:
     """One value per batch (every batch here holds one record)."""
     from kesque.records.records import iter_records
+
     return [next(iter_records(data, 0, h)).value for h, data in lg.read_batches(lg.log_start_offset)]
 
 
@@ -76,7 +77,7 @@ class FakeLeader:
         self.reps = {p: LeaderReplication(node_id, min_insync_replicas=1) for p in range(partitions)}
         self.errors: dict[int, list[int]] = {}
         self.top_errors: list[int] = []  # top-level error codes answered first, one per fetch
-        self.fetches: list = []          # (client id, kio request)
+        self.fetches: list = []  # (client id, kio request)
         self.list_offsets: list = []
         self.server = None
         self.port = None
@@ -118,7 +119,7 @@ class FakeLeader:
                 size = _I32.unpack(await reader.readexactly(4))[0]
                 frame = await reader.readexactly(size)
                 h = api.parse_request_header(frame)
-                req = api.decode_request(h.api_key, h.api_version, memoryview(frame)[h.body_offset:])
+                req = api.decode_request(h.api_key, h.api_version, memoryview(frame)[h.body_offset :])
                 if h.api_key == ApiKeys.FETCH:
                     body = flatten(await self.fetch(h, req))
                 else:
@@ -136,7 +137,7 @@ class FakeLeader:
             return encode_fetch_response(h.api_version, self.top_errors.pop(0), 0, [])
         parts = self.answer(req)
         if not any(p.records_size or p.error_code or p.diverging_epoch for p in parts):
-            await asyncio.sleep(to_ms(req.max_wait) / 1000)        # the long poll, without a wake-up
+            await asyncio.sleep(to_ms(req.max_wait) / 1000)  # the long poll, without a wake-up
             parts = self.answer(req)
         return encode_fetch_response(h.api_version, 0, 0, [(TOPIC_ID, parts)])
 
@@ -152,16 +153,41 @@ class FakeLeader:
                     out.append(FetchPartitionResponse(p, scripted.pop(0), -1, -1, -1, []))
                     continue
                 lg = self.logs[p]
-                chk = self.reps[p].on_follower_fetch(rs.replica_id, fp.fetch_offset, fp.last_fetched_epoch,
-                                                     fp.current_leader_epoch, fp.log_start_offset,
-                                                     rs.replica_epoch, StorageReplicaLog(lg), 0)
+                chk = self.reps[p].on_follower_fetch(
+                    rs.replica_id,
+                    fp.fetch_offset,
+                    fp.last_fetched_epoch,
+                    fp.current_leader_epoch,
+                    fp.log_start_offset,
+                    rs.replica_epoch,
+                    StorageReplicaLog(lg),
+                    0,
+                )
                 if chk.error_code or chk.diverging_epoch:
-                    out.append(FetchPartitionResponse(p, chk.error_code, chk.high_watermark, -1,
-                                                      chk.log_start_offset, [], diverging_epoch=chk.diverging_epoch))
+                    out.append(
+                        FetchPartitionResponse(
+                            p,
+                            chk.error_code,
+                            chk.high_watermark,
+                            -1,
+                            chk.log_start_offset,
+                            [],
+                            diverging_epoch=chk.diverging_epoch,
+                        )
+                    )
                     continue
                 data = lg.read(fp.fetch_offset, fp.partition_max_bytes, lg.log_end_offset, True)
-                out.append(FetchPartitionResponse(p, 0, chk.high_watermark, -1, chk.log_start_offset,
-                                                  [FileRegion(*r) for r in data.regions], data.size))
+                out.append(
+                    FetchPartitionResponse(
+                        p,
+                        0,
+                        chk.high_watermark,
+                        -1,
+                        chk.log_start_offset,
+                        [FileRegion(*r) for r in data.regions],
+                        data.size,
+                    )
+                )
         return out
 
     def list_offset(self, h, req):
@@ -172,9 +198,17 @@ class FakeLeader:
             parts = []
             for p in t.partitions:
                 lg = self.logs[p.partition_index]
-                off = lg.log_start_offset if p.timestamp == -2 else lg.log_end_offset   # a replica: the LEO
-                parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index, error_code=E.none,
-                               timestamp=-1, offset=off, leader_epoch=-1))
+                off = lg.log_start_offset if p.timestamp == -2 else lg.log_end_offset  # a replica: the LEO
+                parts.append(
+                    m(
+                        "ListOffsetsPartitionResponse",
+                        partition_index=p.partition_index,
+                        error_code=E.none,
+                        timestamp=-1,
+                        offset=off,
+                        leader_epoch=-1,
+                    )
+                )
             topics.append(m("ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
         return m(throttle_time=0, topics=tuple(topics))
 
@@ -197,8 +231,14 @@ class Follower:
         self.progress: list[str] = []
         props = {"node.id": str(FOLLOWER), "replica.fetch.backoff.ms": "20", "replica.fetch.wait.max.ms": "20"}
         props.update({k.replace("_", "."): str(v) for k, v in config.items()})
-        self.mgr = ReplicaFetcherManager(FOLLOWER, BrokerConfig(props), SYSTEM_CLOCK, self.resolve,
-                                         lambda: BROKER_EPOCH, lambda part: self.progress.append(part.tp))
+        self.mgr = ReplicaFetcherManager(
+            FOLLOWER,
+            BrokerConfig(props),
+            SYSTEM_CLOCK,
+            self.resolve,
+            lambda: BROKER_EPOCH,
+            lambda part: self.progress.append(part.tp),
+        )
 
     def resolve(self, broker_id: int):
         port = self.ports.get(broker_id)
@@ -232,8 +272,9 @@ async def until(cond, what: str, timeout_s: float = 20.0) -> None:
 
 
 def caught_up(f: Follower, ld: FakeLeader, p: int = 0):
-    return lambda: (f.log(p).log_end_offset == ld.logs[p].log_end_offset
-                    and f.log(p).high_watermark == ld.logs[p].log_end_offset)
+    return lambda: (
+        f.log(p).log_end_offset == ld.logs[p].log_end_offset and f.log(p).high_watermark == ld.logs[p].log_end_offset
+    )
 
 
 def run(tmp_path, scenario, partitions: int = 1, leaders: int = 1, **config):
@@ -248,6 +289,7 @@ def run(tmp_path, scenario, partitions: int = 1, leaders: int = 1, **config):
             await f.close()
             for ld in lds:
                 await ld.stop()
+
     asyncio.run(main())
 
 
@@ -266,17 +308,28 @@ def test_catch_up_across_rounds_keeps_offsets_epochs_and_the_epoch_checkpoint(tm
         truncations = record_truncations(f.log(), monkeypatch)
         f.follow(ld, 3)
         await until(caught_up(f, ld), "catch-up")
-        assert raw_batches(f.log()) == raw_batches(ld.logs[0])            # offsets and epochs kept
+        assert raw_batches(f.log()) == raw_batches(ld.logs[0])  # offsets and epochs kept
         assert checkpoint(f.log()) == checkpoint(ld.logs[0]) == "0\n3\n0 0\n1 5\n3 10\n"
         assert truncations == [] and len(ld.fetches) >= 8
         client, req = ld.fetches[0]
         assert client == f"replica-fetcher-{FOLLOWER}-{LEADER}-0"
         assert (req.replica_state.replica_id, req.replica_state.replica_epoch) == (FOLLOWER, BROKER_EPOCH)
-        assert (to_ms(req.max_wait), req.min_bytes, req.max_bytes, req.isolation_level, req.session_id,
-                req.session_epoch) == (20, 1, 10485760, 0, 0, -1)
+        assert (
+            to_ms(req.max_wait),
+            req.min_bytes,
+            req.max_bytes,
+            req.isolation_level,
+            req.session_id,
+            req.session_epoch,
+        ) == (20, 1, 10485760, 0, 0, -1)
         fp = req.topics[0].partitions[0]
-        assert (fp.fetch_offset, fp.last_fetched_epoch, fp.current_leader_epoch, fp.log_start_offset,
-                fp.partition_max_bytes) == (0, -1, 3, 0, size * 5 // 2)
+        assert (
+            fp.fetch_offset,
+            fp.last_fetched_epoch,
+            fp.current_leader_epoch,
+            fp.log_start_offset,
+            fp.partition_max_bytes,
+        ) == (0, -1, 3, 0, size * 5 // 2)
         assert f.progress and set(f.progress) == {"t-0"}
         assert f.mgr.leader_of(f.parts[0]) == LEADER
 
@@ -285,16 +338,18 @@ def test_catch_up_across_rounds_keeps_offsets_epochs_and_the_epoch_checkpoint(tm
 
 def test_fetch_versions_are_served_by_kesque():
     from kesque.server.apis.fetch import MAX_VERSION
+
     assert 15 <= FETCH_VERSION <= MAX_VERSION
-    assert api.request_class(ApiKeys.FETCH, FETCH_VERSION) and api.request_class(ApiKeys.LIST_OFFSETS,
-                                                                                 LIST_OFFSETS_VERSION)
-    assert LIST_OFFSETS_VERSION <= 11                     # OffsetApis registers ListOffsets 1..11
+    assert api.request_class(ApiKeys.FETCH, FETCH_VERSION) and api.request_class(
+        ApiKeys.LIST_OFFSETS, LIST_OFFSETS_VERSION
+    )
+    assert LIST_OFFSETS_VERSION <= 11  # OffsetApis registers ListOffsets 1..11
 
 
 def test_fetcher_id_is_kafkas():
     """Java's 31 * hashCode + partition in 32 bits, and Utils.abs(MIN_VALUE) == 0."""
     assert fetcher_id("t", 0, 7) == (31 * 116) % 7
-    assert fetcher_id("polygenelubricants", 0, 3) == 0          # hashCode == Integer.MIN_VALUE
+    assert fetcher_id("polygenelubricants", 0, 3) == 0  # hashCode == Integer.MIN_VALUE
     assert fetcher_id("polygenelubricants", 1, 3) == (2**31 - 1) % 3
 
 
@@ -361,8 +416,12 @@ def test_offset_out_of_range_asks_list_offsets_and_truncates_to_the_leader_end(t
         ld.produce(0, b"f")
         await until(caught_up(f, ld), "catch-up")
         assert values(f.log()) == [b"a", b"b", b"c", b"f"]
-        asked = [(r.replica_id, p.timestamp, p.current_leader_epoch) for r in ld.list_offsets
-                 for t in r.topics for p in t.partitions]
+        asked = [
+            (r.replica_id, p.timestamp, p.current_leader_epoch)
+            for r in ld.list_offsets
+            for t in r.topics
+            for p in t.partitions
+        ]
         assert asked == [(FOLLOWER, -2, 0), (FOLLOWER, -1, 0)]
 
     run(tmp_path, scenario)
@@ -406,7 +465,7 @@ def test_a_throttled_replica_out_of_sync_is_left_out_while_the_quota_is_exceeded
         f.follow(ld, 0, 0, 1)
         await until(caught_up(f, ld, 1), "catch-up of the partition not throttled")
         assert f.log(0).log_end_offset == 1 and q.is_exceeded(f.mgr.quota_now_ms())
-        assert q.rate.total == size                               # partition 0's one batch only
+        assert q.rate.total == size  # partition 0's one batch only
         asked = [ld.fetched_partitions(i) for i in range(len(ld.fetches))]
         assert asked[0] == {0, 1} and all(ps == {1} for ps in asked[1:]), asked
         q.set_bound(None)
@@ -429,7 +488,7 @@ def test_with_every_partition_held_back_the_fetcher_waits_the_backoff(tmp_path):
         f.follow(ld, 0)
         await until(lambda: f.log().log_end_offset == 1, "the first batch")
         await asyncio.sleep(0.5)
-        assert len(ld.fetches) == 1 and q.held >= 2         # held back at every look, 100 ms apart
+        assert len(ld.fetches) == 1 and q.held >= 2  # held back at every look, 100 ms apart
         q.set_bound(None)
         await until(caught_up(f, ld), "catch-up after a backoff")
 
@@ -449,7 +508,7 @@ def test_a_replica_in_sync_is_never_held_back(tmp_path):
         q = throttle(f, 1, 0)
         f.follow(ld, 0)
         await until(caught_up(f, ld), "catch-up")
-        assert q.rate.total == 6 * size and q.held == 0                 # counted all the same
+        assert q.rate.total == 6 * size and q.held == 0  # counted all the same
 
     run(tmp_path, scenario, replica_fetch_max_bytes=size)
 
@@ -483,10 +542,10 @@ def test_fenced_leader_epoch_stops_until_added_again(tmp_path):
         ld.lead(0)
         ld.produce(0, b"x")
         ld.lead(1)
-        f.follow(ld, 0)                              # metadata not yet at epoch 1
+        f.follow(ld, 0)  # metadata not yet at epoch 1
         await until(lambda: f.state() == WAIT_FOR_METADATA, "fenced")
         n = len(ld.fetches)
-        await asyncio.sleep(0.2)                     # 10 backoffs, 10 long polls
+        await asyncio.sleep(0.2)  # 10 backoffs, 10 long polls
         assert len(ld.fetches) == n and f.log().log_end_offset == 0
         f.follow(ld, 1)
         await until(caught_up(f, ld), "catch-up")
@@ -505,7 +564,7 @@ def test_remove_partitions_stops_fetching_and_a_new_leader_takes_over(tmp_path):
         f.follow(ld1, 0)
         await until(caught_up(f, ld1), "catch-up")
         f.mgr.remove_partitions([f.parts[0]])
-        f.mgr.remove_partitions([f.parts[0]])        # idempotent
+        f.mgr.remove_partitions([f.parts[0]])  # idempotent
         assert f.mgr.leader_of(f.parts[0]) is None and not f.mgr.fetchers
         n = len(ld1.fetches)
         ld1.produce(0, b"b")
@@ -514,7 +573,7 @@ def test_remove_partitions_stops_fetching_and_a_new_leader_takes_over(tmp_path):
         ld2.lead(1)
         ld2.produce(0, b"c")
         f.follow(ld1, 0)
-        f.follow(ld2, 1)                             # the leader moved before the first fetch
+        f.follow(ld2, 1)  # the leader moved before the first fetch
         assert f.mgr.leader_of(f.parts[0]) == 3
         await until(caught_up(f, ld2), "catch-up from the new leader")
         assert values(f.log()) == [b"a", b"c"] and len(ld1.fetches) == n
@@ -533,7 +592,7 @@ def test_connection_refused_then_the_leader_appears(tmp_path, caplog):
         await ld.close_server()
         f.follow(ld, 0)
         await until(lambda: any(r.levelno == logging.WARNING for r in caplog.records), "a failure")
-        await asyncio.sleep(0.3)                     # several attempts (20 ms backoff)
+        await asyncio.sleep(0.3)  # several attempts (20 ms backoff)
         await ld.start(port)
         await until(caught_up(f, ld), "catch-up")
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -574,7 +633,7 @@ def test_a_failed_append_backs_off_that_partition_and_refetches_from_the_log(tmp
 
         def fail_once(data, now_ms):
             monkeypatch.setattr(lg, "append_raw", real)
-            first = memoryview(data)[:len(batch(b"a"))]
+            first = memoryview(data)[: len(batch(b"a"))]
             real(first, now_ms)
             raise OSError("No space left on device")
 
@@ -594,7 +653,7 @@ def test_shutdown_stops_every_fetcher(tmp_path):
         f.follow(ld, 0, 0, 1)
         await until(lambda: len(ld.fetches) >= 2, "fetching")
         tasks = [x.task for x in f.mgr.fetchers.values()]
-        await asyncio.wait_for(f.mgr.shutdown(), 10)          # a deadlock guard
+        await asyncio.wait_for(f.mgr.shutdown(), 10)  # a deadlock guard
         assert all(t.done() for t in tasks) and not f.mgr.fetchers
         n = len(ld.fetches)
         await asyncio.sleep(0.1)
@@ -614,16 +673,27 @@ def test_list_offsets_latest_for_a_replica_is_the_log_end(tmp_path, replica_id, 
     part = Partition(TOPIC, 0, TOPIC_ID, lg, LEADER)
     part.make_leader([1, 2], [1, 2], 0, 0)
     for v in (b"a", b"b", b"c"):
-        lg.append_as_leader(batch(v), 0, NOW)                # the followers have not fetched: HW 0
+        lg.append_as_leader(batch(v), 0, NOW)  # the followers have not fetched: HW 0
     assert lg.high_watermark == 0
     apis = OffsetApis(SimpleNamespace(replica_manager=SimpleNamespace(get_partition=lambda t, p: part)))
     m = Msg(ApiKeys.LIST_OFFSETS, 10, request=True)
 
     def ask(timestamp, rid=replica_id, target=part):
         apis.server.replica_manager.get_partition = lambda t, p: target
-        req = m(replica_id=rid, isolation_level=0, timeout=0, topics=(m(
-            "ListOffsetsTopic", name=TOPIC, partitions=(m("ListOffsetsPartition", partition_index=0,
-                                                         current_leader_epoch=0, timestamp=timestamp),)),))
+        req = m(
+            replica_id=rid,
+            isolation_level=0,
+            timeout=0,
+            topics=(
+                m(
+                    "ListOffsetsTopic",
+                    name=TOPIC,
+                    partitions=(
+                        m("ListOffsetsPartition", partition_index=0, current_leader_epoch=0, timestamp=timestamp),
+                    ),
+                ),
+            ),
+        )
         p = apis.list_offsets(SimpleNamespace(api_version=10), req).topics[0].partitions[0]
         return int(p.error_code), p.offset
 

@@ -8,8 +8,15 @@ import pytest
 
 from kesque.errors import ErrorCode as E
 from kesque.replication.replica_state import (
-    FETCHING, TRUNCATING, WAIT_FOR_METADATA, AlterPartitionReply, FetchPartitionResponse, FollowerFetch,
-    LeaderReplication, StorageReplicaLog)
+    FETCHING,
+    TRUNCATING,
+    WAIT_FOR_METADATA,
+    AlterPartitionReply,
+    FetchPartitionResponse,
+    FollowerFetch,
+    LeaderReplication,
+    StorageReplicaLog,
+)
 from kesque.sim.replication import MemLog
 
 LAG = 1000
@@ -29,8 +36,12 @@ def leader_log(*epochs_values) -> MemLog:
 def leader(isr=(1, 2, 3), replicas=(1, 2, 3), min_isr=2, epoch=0, log=None, now=0, epochs=None):
     """Broker 1 leading, every follower having fetched up to the log end (so in sync)."""
     log = log if log is not None else leader_log((0, 5))
-    rep = LeaderReplication(1, min_insync_replicas=min_isr, replica_lag_time_max_ms=LAG,
-                            broker_epoch_of=(lambda b: (epochs or {}).get(b, 10)))
+    rep = LeaderReplication(
+        1,
+        min_insync_replicas=min_isr,
+        replica_lag_time_max_ms=LAG,
+        broker_epoch_of=(lambda b: (epochs or {}).get(b, 10)),
+    )
     rep.make_leader(list(replicas), list(isr), epoch, 0, log, now)
     return rep, log
 
@@ -42,9 +53,9 @@ def fetch(rep, log, b, offset, now, last_epoch=-1, current_epoch=0, broker_epoch
 # -- the high watermark -------------------------------------------------------------------------------
 def test_hw_is_the_lowest_log_end_of_the_isr():
     rep, log = leader()
-    assert log.high_watermark == 0                     # a new leader knows no follower's position
+    assert log.high_watermark == 0  # a new leader knows no follower's position
     fetch(rep, log, 2, 5, 1)
-    assert log.high_watermark == 0                     # 3 is in the ISR and unknown
+    assert log.high_watermark == 0  # 3 is in the ISR and unknown
     fetch(rep, log, 3, 3, 2)
     assert log.high_watermark == 3
     fetch(rep, log, 3, 5, 3)
@@ -57,16 +68,16 @@ def test_hw_does_not_move_while_the_isr_is_below_min_insync_replicas():
     log.append(0, 99)
     assert not rep.after_append(log, 1)
     assert log.high_watermark == 0
-    rep2, log2 = leader(isr=(1,), replicas=(1,), min_isr=2)   # effective min ISR: min(2, RF 1)
+    rep2, log2 = leader(isr=(1,), replicas=(1,), min_isr=2)  # effective min ISR: min(2, RF 1)
     assert log2.high_watermark == 5
 
 
 def test_a_caught_up_follower_outside_the_isr_holds_the_hw_back_unless_ineligible():
     rep, log = leader(isr=(1, 2))
     fetch(rep, log, 3, 4, 1)
-    fetch(rep, log, 2, 5, 1)                          # 3 is within the lag: the HW waits for it
+    fetch(rep, log, 2, 5, 1)  # 3 is within the lag: the HW waits for it
     assert log.high_watermark == 4
-    rep, log = leader(isr=(1, 2), epochs={3: None})   # 3 is fenced: not eligible, not waited for
+    rep, log = leader(isr=(1, 2), epochs={3: None})  # 3 is fenced: not eligible, not waited for
     fetch(rep, log, 3, 4, 1, broker_epoch=10)
     fetch(rep, log, 2, 5, 1)
     assert log.high_watermark == 5
@@ -82,7 +93,7 @@ def test_acks_all_rules():
     assert rep.acks_all_status(5, log) == (False, 0)
     fetch(rep, log, 3, 5, 1)
     assert rep.acks_all_status(5, log) == (True, 0)
-    rep.isr = [1]                                     # the ISR shrank after the append
+    rep.isr = [1]  # the ISR shrank after the append
     assert rep.acks_all_status(5, log) == (True, E.not_enough_replicas_after_append)
     rep.make_follower(2, [1, 2, 3], 1, 1)
     assert rep.acks_all_status(5, log) == (False, E.not_leader_or_follower)
@@ -93,36 +104,36 @@ def test_acks_all_rules():
 def test_expand_once_at_the_hw_and_the_epoch_start_then_the_hw_waits_for_the_new_member():
     log = leader_log((0, 5))
     log.high_watermark = 3
-    rep, log = leader(isr=(1, 2), log=log, epoch=1)   # epoch 1 starts at 5
-    assert fetch(rep, log, 3, 4, 1, current_epoch=1).alter is None     # >= HW but below the epoch start
+    rep, log = leader(isr=(1, 2), log=log, epoch=1)  # epoch 1 starts at 5
+    assert fetch(rep, log, 3, 4, 1, current_epoch=1).alter is None  # >= HW but below the epoch start
     chk = fetch(rep, log, 3, 5, 2, current_epoch=1)
     assert chk.alter is not None and chk.alter.kind == "expand" and chk.alter.isr == [1, 2, 3]
     assert chk.alter.new_isr == ((1, -1), (2, -1), (3, 10))
     assert rep.maximal_isr == [1, 2, 3] and rep.isr == [1, 2]
-    assert fetch(rep, log, 2, 5, 3, current_epoch=1).alter is None     # one proposal at a time
+    assert fetch(rep, log, 2, 5, 3, current_epoch=1).alter is None  # one proposal at a time
     log.append(1, 50)
     fetch(rep, log, 2, 6, 4, current_epoch=1)
-    assert log.high_watermark == 5                    # the pending member counts: it is at 5
+    assert log.high_watermark == 5  # the pending member counts: it is at 5
 
 
 def test_no_expansion_with_another_broker_epoch():
     rep, log = leader(isr=(1, 2), epochs={3: 11})
-    assert fetch(rep, log, 3, 5, 1, broker_epoch=10).error_code == E.not_leader_or_follower   # stale
-    rep, log = leader(isr=(1, 2), epochs={3: 11})     # a newer epoch than the image's: not yet
+    assert fetch(rep, log, 3, 5, 1, broker_epoch=10).error_code == E.not_leader_or_follower  # stale
+    rep, log = leader(isr=(1, 2), epochs={3: 11})  # a newer epoch than the image's: not yet
     assert fetch(rep, log, 3, 5, 1, broker_epoch=12).alter is None
     rep, log = leader(isr=(1, 2), epochs={3: 10})
     assert fetch(rep, log, 3, 5, 1, broker_epoch=10).alter is not None
 
 
 def test_no_expansion_below_the_hw_and_one_proposal_at_a_time():
-    rep, log = leader(isr=(1, 2), replicas=(1, 2, 3, 4))     # the epoch starts at 5
+    rep, log = leader(isr=(1, 2), replicas=(1, 2, 3, 4))  # the epoch starts at 5
     log.append(0, 6)
     log.append(0, 7)
     fetch(rep, log, 2, 7, 1)
     assert log.high_watermark == 7
-    assert fetch(rep, log, 3, 6, 2).alter is None     # past the epoch start, below the HW
+    assert fetch(rep, log, 3, 6, 2).alter is None  # past the epoch start, below the HW
     assert fetch(rep, log, 3, 7, 3).alter is not None
-    assert fetch(rep, log, 4, 7, 4).alter is None     # 3's expansion is in flight
+    assert fetch(rep, log, 4, 7, 4).alter is None  # 3's expansion is in flight
 
 
 def test_shrink_after_the_lag_and_the_leaving_member_still_holds_the_hw():
@@ -131,12 +142,12 @@ def test_shrink_after_the_lag_and_the_leaving_member_still_holds_the_hw():
     fetch(rep, log, 3, 5, 100)
     log.append(0, 60)
     fetch(rep, log, 2, 6, 200)
-    assert rep.maybe_shrink_isr(log, 100 + LAG) is None          # 3 caught up at 100: within the lag
+    assert rep.maybe_shrink_isr(log, 100 + LAG) is None  # 3 caught up at 100: within the lag
     p = rep.maybe_shrink_isr(log, 101 + LAG)
     assert p.kind == "shrink" and p.isr == [1, 2] and p.changed == {3}
     log.append(0, 61)
     fetch(rep, log, 2, 7, 1200)
-    assert log.high_watermark == 5                    # still waiting for 3 until the shrink commits
+    assert log.high_watermark == 5  # still waiting for 3 until the shrink commits
     retry, hw = rep.on_alter_partition_response(p, 0, AlterPartitionReply(0, 1, [1, 2], 0, 1), log, 1200)
     assert (retry, hw) == (False, True) and log.high_watermark == 7 and rep.partition_epoch == 1
 
@@ -147,16 +158,23 @@ def test_caught_up_time_counts_a_fetch_that_reached_the_previous_leader_end():
     rep, log = leader()
     fetch(rep, log, 2, 5, 100)
     log.append(0, 6)
-    fetch(rep, log, 2, 5, 900)                       # reached the end seen at 100 (5): caught up at 100
+    fetch(rep, log, 2, 5, 900)  # reached the end seen at 100 (5): caught up at 100
     log.append(0, 7)
-    fetch(rep, log, 2, 6, 1500)                      # reached the end seen at 900 (6): caught up at 900
+    fetch(rep, log, 2, 6, 1500)  # reached the end seen at 900 (6): caught up at 900
     assert rep.followers[2].last_caught_up_time == 900
 
 
-@pytest.mark.parametrize("error,retry,pending", [
-    (E.ineligible_replica, False, False), (E.operation_not_attempted, False, False),
-    (E.invalid_update_version, False, True), (E.fenced_leader_epoch, False, True),
-    (E.new_leader_elected, False, True), (E.unknown_server_error, True, True)])
+@pytest.mark.parametrize(
+    "error,retry,pending",
+    [
+        (E.ineligible_replica, False, False),
+        (E.operation_not_attempted, False, False),
+        (E.invalid_update_version, False, True),
+        (E.fenced_leader_epoch, False, True),
+        (E.new_leader_elected, False, True),
+        (E.unknown_server_error, True, True),
+    ],
+)
 def test_alter_partition_errors(error, retry, pending):
     rep, log = leader(isr=(1, 2))
     p = fetch(rep, log, 3, 5, 1).alter
@@ -168,26 +186,26 @@ def test_alter_partition_answers_that_are_stale_are_ignored():
     rep, log = leader(isr=(1, 2))
     p = fetch(rep, log, 3, 5, 1).alter
     assert rep.on_alter_partition_response(p, 0, AlterPartitionReply(0, 1, [1, 2, 3], 1, 1), log, 2) == (False, False)
-    assert rep.pending is p                           # another leader epoch: ignored
+    assert rep.pending is p  # another leader epoch: ignored
     rep.make_leader([1, 2, 3], [1, 2], 0, 2, log, 3)  # newer metadata replaced the state
     assert rep.pending is None
     assert rep.on_alter_partition_response(p, 0, AlterPartitionReply(0, 1, [1, 2, 3], 0, 3), log, 4) == (False, False)
     assert rep.isr == [1, 2] and rep.partition_epoch == 2
-    assert not rep.make_leader([1, 2, 3], [1], 0, 1, log, 5)    # an older partition epoch is skipped
+    assert not rep.make_leader([1, 2, 3], [1], 0, 1, log, 5)  # an older partition epoch is skipped
     assert rep.isr == [1, 2]
 
 
 # -- follower fetches at the leader -------------------------------------------------------------------------
 def test_follower_fetch_errors_and_diverging_epoch():
-    rep, log = leader(log=leader_log((0, 5), (2, 3)), epoch=3)     # epochs (0,0) (2,5) (3,8)
+    rep, log = leader(log=leader_log((0, 5), (2, 3)), epoch=3)  # epochs (0,0) (2,5) (3,8)
     assert fetch(rep, log, 2, 8, 1, current_epoch=2).error_code == E.fenced_leader_epoch
     assert fetch(rep, log, 2, 8, 1, current_epoch=4).error_code == E.unknown_leader_epoch
-    assert fetch(rep, log, 9, 8, 1, current_epoch=3).error_code == E.unknown_leader_epoch   # not a replica
+    assert fetch(rep, log, 9, 8, 1, current_epoch=3).error_code == E.unknown_leader_epoch  # not a replica
     assert fetch(rep, log, 2, 9, 1, current_epoch=3).error_code == E.offset_out_of_range
     chk = fetch(rep, log, 2, 7, 1, last_epoch=1, current_epoch=3)
-    assert chk.diverging_epoch == (0, 5) and rep.followers[2].log_end_offset == -1     # no state update
+    assert chk.diverging_epoch == (0, 5) and rep.followers[2].log_end_offset == -1  # no state update
     assert fetch(rep, log, 2, 7, 1, last_epoch=2, current_epoch=3).diverging_epoch is None
-    assert fetch(rep, log, 2, 6, 1, last_epoch=0, current_epoch=3).diverging_epoch == (0, 5)   # past epoch 0's end
+    assert fetch(rep, log, 2, 6, 1, last_epoch=0, current_epoch=3).diverging_epoch == (0, 5)  # past epoch 0's end
     rep.make_follower(2, [1, 2, 3], 4, 1)
     assert fetch(rep, log, 2, 8, 1, current_epoch=4).error_code == E.not_leader_or_follower
 
@@ -208,7 +226,7 @@ def follower_after_seed_4_1_5(log):
 def test_a_restarted_follower_keeps_message2():
     log = MemLog()
     follower_after_seed_4_1_5(log)
-    f = FollowerFetch(1, 1, log)                      # back, following the leader of epoch 1
+    f = FollowerFetch(1, 1, log)  # back, following the leader of epoch 1
     req = f.request(log)
     assert (req.fetch_offset, req.last_fetched_epoch, req.current_leader_epoch) == (2, 0, 1)
     assert log.log_end_offset == 2
@@ -228,11 +246,12 @@ def test_truncation_by_diverging_epoch_takes_several_round_trips():
     llog = leader_log((0, 4), (2, 6))
     rep, llog = leader(log=llog, epoch=4)
     f = FollowerFetch(1, 4, flog)
-    chk = fetch(rep, llog, 2, *[f.request(flog).fetch_offset], 1, last_epoch=f.request(flog).last_fetched_epoch,
-                current_epoch=4)
+    chk = fetch(
+        rep, llog, 2, *[f.request(flog).fetch_offset], 1, last_epoch=f.request(flog).last_fetched_epoch, current_epoch=4
+    )
     assert chk.diverging_epoch == (2, 10)
     assert f.on_response(FetchPartitionResponse(diverging_epoch=chk.diverging_epoch), flog, None) == TRUNCATING
-    assert flog.log_end_offset == 6                  # the end of epoch 1, the largest below 2
+    assert flog.log_end_offset == 6  # the end of epoch 1, the largest below 2
     req = f.request(flog)
     chk = fetch(rep, llog, 2, req.fetch_offset, 2, last_epoch=req.last_fetched_epoch, current_epoch=4)
     assert chk.diverging_epoch == (0, 4)
@@ -274,6 +293,7 @@ def test_out_of_range_truncates_to_the_leader_end():
 # -- the real UnifiedLog through StorageReplicaLog ------------------------------------------------------------------
 def test_storage_log_truncation_past_the_end_drops_an_epoch_begun_without_a_write(tmp_path):
     from test_storage import append, new_log
+
     raw = new_log(tmp_path / "l")
     append(raw, epoch=0)
     log = StorageReplicaLog(raw)
@@ -284,16 +304,17 @@ def test_storage_log_truncation_past_the_end_drops_an_epoch_begun_without_a_writ
 
 def test_storage_log_follower_keeps_message2_and_truncates_by_epoch(tmp_path):
     from test_storage import append, new_log
+
     leader_raw = new_log(tmp_path / "l")
     append(leader_raw, epoch=0)
-    append(leader_raw, epoch=0)                       # message1, message2 (epoch 0)
+    append(leader_raw, epoch=0)  # message1, message2 (epoch 0)
     llog = StorageReplicaLog(leader_raw)
     follower_raw = new_log(tmp_path / "f")
     for _, data in leader_raw.read_batches(0):
         follower_raw.append_raw(bytes(data), 0)
     flog = StorageReplicaLog(follower_raw)
     flog.update_high_watermark(1)
-    f = FollowerFetch(1, 1, flog)                     # the follower restarts, epoch 1
+    f = FollowerFetch(1, 1, flog)  # the follower restarts, epoch 1
     assert flog.log_end_offset == 2
     rep = LeaderReplication(1, min_insync_replicas=1)
     rep.make_leader([1, 2], [1, 2], 1, 0, llog, 0)

@@ -15,22 +15,30 @@ import sys
 import time
 
 import pytest
-import test_seeds as seeds
 
+import test_seeds as seeds
 from kesque.records.records import build_batch
 from kesque.testing.cluster import Cluster
 from wire import Api, WireClient
 
-FAST = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fetch.timeout.ms": "600",
-        "controller.quorum.request.timeout.ms": "500", "broker.heartbeat.interval.ms": "300",
-        "broker.session.timeout.ms": "3000", "replica.high.watermark.checkpoint.interval.ms": "200",
-        "replica.fetch.backoff.ms": "200", "offsets.topic.replication.factor": "3",
-        "transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2"}
+FAST = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.request.timeout.ms": "500",
+    "broker.heartbeat.interval.ms": "300",
+    "broker.session.timeout.ms": "3000",
+    "replica.high.watermark.checkpoint.interval.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+}
 
 
 def tool(*args: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kesque", *args], capture_output=True, text=True, timeout=timeout,
-                          input=input)
+    return subprocess.run(
+        [sys.executable, "-m", "kesque", *args], capture_output=True, text=True, timeout=timeout, input=input
+    )
 
 
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
@@ -41,7 +49,9 @@ def data_dir(cluster: Cluster, node_id: int) -> str:
     return os.path.join(cluster.data_dir, f"node-{node_id}", "data")
 
 
-PARTITION_LINE = re.compile(r"\tTopic: (\S+)\tPartition: (\d+)\tLeader: (-?\d+|none)\tReplicas: ([\d,]*)\tIsr: ([\d,]*)")
+PARTITION_LINE = re.compile(
+    r"\tTopic: (\S+)\tPartition: (\d+)\tLeader: (-?\d+|none)\tReplicas: ([\d,]*)\tIsr: ([\d,]*)"
+)
 
 
 def describe(cluster: Cluster, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
@@ -50,14 +60,19 @@ def describe(cluster: Cluster, topic: str) -> dict[int, tuple[int, list[int], li
     out = {}
     for m in PARTITION_LINE.finditer(r.stdout):
         leader = -1 if m.group(3) == "none" else int(m.group(3))
-        out[int(m.group(2))] = (leader, [int(x) for x in m.group(4).split(",") if x],
-                                [int(x) for x in m.group(5).split(",") if x])
+        out[int(m.group(2))] = (
+            leader,
+            [int(x) for x in m.group(4).split(",") if x],
+            [int(x) for x in m.group(5).split(",") if x],
+        )
     return out
 
 
 def create(cluster: Cluster, topic: str, rf: int, *configs: str, assignment: str | None = None) -> None:
     args = ["topics", "--bootstrap-server", cluster.bootstrap_servers, "--create", "--topic", topic]
-    args += ["--replica-assignment", assignment] if assignment else ["--partitions", "1", "--replication-factor", str(rf)]
+    args += (
+        ["--replica-assignment", assignment] if assignment else ["--partitions", "1", "--replication-factor", str(rf)]
+    )
     for c in configs:
         args += ["--config", c]
     r = tool(*args)
@@ -93,8 +108,15 @@ def produce(bootstrap: str, topic: str, values: list[bytes], acks: str = "all", 
     """Each value's delivery report (error or None), in order."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "message.timeout.ms": 20000,
-                  "topic.metadata.refresh.interval.ms": 500, **conf})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "message.timeout.ms": 20000,
+            "topic.metadata.refresh.interval.ms": 500,
+            **conf,
+        }
+    )
     reports = []
     for v in values:
         p.produce(topic, v, partition=0, on_delivery=lambda err, msg: reports.append(err))
@@ -105,8 +127,15 @@ def produce(bootstrap: str, topic: str, values: list[bytes], acks: str = "all", 
 def consume_all(bootstrap: str, topic: str, idle: float = 3.0, isolation: str = "read_uncommitted") -> list[bytes]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.monotonic_ns()}", "enable.auto.commit": False,
-                  "isolation.level": isolation, "topic.metadata.refresh.interval.ms": 500})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "topic.metadata.refresh.interval.ms": 500,
+        }
+    )
     c.assign([TopicPartition(topic, 0, 0)])
     out = []
     last = time.monotonic()
@@ -126,7 +155,7 @@ def consume_all(bootstrap: str, topic: str, idle: float = 3.0, isolation: str = 
 def cluster(tmp_path_factory):
     with Cluster(nodes=3, data_dir=str(tmp_path_factory.mktemp("repl")), config=FAST) as c:
         yield c
-        for b in c.nodes.values():   # the last node's controlled shutdown would wait for a lost quorum
+        for b in c.nodes.values():  # the last node's controlled shutdown would wait for a lost quorum
             if b.process is not None:
                 b.kill()
 
@@ -138,14 +167,24 @@ def test_seed_001_three_replicas(cluster):
     create(cluster, "peter-test01", 3)
     leader, replicas, isr = describe(cluster, "peter-test01")[0]
     assert sorted(replicas) == [1, 2, 3] and sorted(isr) == [1, 2, 3] and leader == replicas[0]
-    r = tool("console-producer", "--bootstrap-server", cluster.bootstrap_servers, "--topic", "peter-test01",
-             input="test message1\n")
+    r = tool(
+        "console-producer",
+        "--bootstrap-server",
+        cluster.bootstrap_servers,
+        "--topic",
+        "peter-test01",
+        input="test message1\n",
+    )
     assert r.returncode == 0, r.stderr
     for node in (1, 2, 3):
         d = data_dir(cluster, node)
-        wait_for(lambda: "peter-test01 0 1\n" in (seeds.read(os.path.join(d, "replication-offset-checkpoint")) or ""),
-                 what=f"node {node}'s high watermark checkpoint")
-        r = tool("dump-log", "--print-data-log", "--files", os.path.join(d, "peter-test01-0", "00000000000000000000.log"))
+        wait_for(
+            lambda: "peter-test01 0 1\n" in (seeds.read(os.path.join(d, "replication-offset-checkpoint")) or ""),
+            what=f"node {node}'s high watermark checkpoint",
+        )
+        r = tool(
+            "dump-log", "--print-data-log", "--files", os.path.join(d, "peter-test01-0", "00000000000000000000.log")
+        )
         assert r.returncode == 0, r.stderr
         assert "payload: test message1" in r.stdout and "partitionLeaderEpoch: 0" in r.stdout, (node, r.stdout)
 
@@ -167,12 +206,14 @@ def test_seed_leader_epoch_walkthrough(cluster):
     assert epochs(leader) == "0\n1\n0 0\n"
     cluster.node(leader).stop()
     wait_for(lambda: describe(cluster, topic).get(0, (0,))[0] == follower, what="the follower elected")
-    wait_for(lambda: epochs(follower) == "0\n2\n0 0\n1 1\n", what=f"epoch 1 in the new leader's file ({epochs(follower)!r})")
+    wait_for(
+        lambda: epochs(follower) == "0\n2\n0 0\n1 1\n", what=f"epoch 1 in the new leader's file ({epochs(follower)!r})"
+    )
     cluster.restart(leader)
     wait_for(lambda: sorted(describe(cluster, topic)[0][2]) == sorted(replicas), what="the old leader back in the ISR")
 
     log_file = os.path.join(data_dir(cluster, leader), f"{topic}-0", "00000000000000000000.log")
-    assert b"message1" in open(log_file, "rb").read()   # nothing truncated
+    assert b"message1" in open(log_file, "rb").read()  # nothing truncated
     assert produce(cluster.bootstrap_servers, topic, [b"message2"]) == [None]
     wait_for(lambda: epochs(leader) == epochs(follower), what=f"the old leader's file ({epochs(leader)!r})")
     assert consume_all(cluster.bootstrap_servers, topic, idle=2) == [b"message1", b"message2"]
@@ -193,7 +234,7 @@ def test_acks_1_above_the_high_watermark_is_never_served(tmp_path):
             leader, followers = 3, [1, 2]
             for f in followers:
                 c.node(f).process.send_signal(signal.SIGSTOP)
-            time.sleep(1)   # the followers' fetches already waiting at the leader end (replica.fetch.wait.max.ms)
+            time.sleep(1)  # the followers' fetches already waiting at the leader end (replica.fetch.wait.max.ms)
             try:
                 leader_bs = c.node(leader).bootstrap_servers
                 assert produce(leader_bs, topic, [b"uncommitted"], acks="1") == [None]
@@ -225,7 +266,7 @@ def describe_via(bootstrap: str, topic: str, isr: bool = False):
     return -1 if m.group(3) == "none" else int(m.group(3))
 
 
-@pytest.mark.slow      # about 22 s (a 5 s fetch wait, two session expiries): make slow
+@pytest.mark.slow  # about 22 s (a 5 s fetch wait, two session expiries): make slow
 def test_seed_415_the_follower_keeps_message2_it_had_not_seen_committed(tmp_path):
     """§4.1.5 deterministically (RF 2, min.insync.replicas 1): the follower fetches message2 and is
     killed before it learns high watermark 2 (its fetch that moved the leader's HW waits out
@@ -238,10 +279,12 @@ def test_seed_415_the_follower_keeps_message2_it_had_not_seen_committed(tmp_path
             topic = "seed-415"
             create(c, topic, 2, assignment="1:2")
             assert produce(c.bootstrap_servers, topic, [b"message1"]) == [None]
-            wait_for(lambda: checkpoint_line(c, 2, "replication-offset-checkpoint", topic) == f"{topic} 0 1",
-                     what="the follower's HW 1")
-            assert produce(c.bootstrap_servers, topic, [b"message2"]) == [None]   # committed: both have it
-            c.kill(2)                                   # before the leader's answer with HW 2 (5 s away)
+            wait_for(
+                lambda: checkpoint_line(c, 2, "replication-offset-checkpoint", topic) == f"{topic} 0 1",
+                what="the follower's HW 1",
+            )
+            assert produce(c.bootstrap_servers, topic, [b"message2"]) == [None]  # committed: both have it
+            c.kill(2)  # before the leader's answer with HW 2 (5 s away)
             assert checkpoint_line(c, 2, "replication-offset-checkpoint", topic) == f"{topic} 0 1"
             start = len(open(c.node(2).log_path).read())
             c.restart(2)
@@ -257,7 +300,7 @@ def test_seed_415_the_follower_keeps_message2_it_had_not_seen_committed(tmp_path
                     b.kill()
 
 
-@pytest.mark.slow      # about 35 s of fencing and elections (make slow)
+@pytest.mark.slow  # about 35 s of fencing and elections (make slow)
 def test_min_isr_and_unclean_election(tmp_path):
     """Issue 14 test 6 on one controller and four brokers (2-5; 5 answers the describes): with two of three replicas
     dead, acks=all gets NOT_ENOUGH_REPLICAS; with unclean election off a partition whose ISR is
@@ -277,28 +320,37 @@ def test_min_isr_and_unclean_election(tmp_path):
             create(c, "strict", 3, "min.insync.replicas=2", assignment="2:3:4")
             create(c, "off", 2, assignment="2:3")
             idem = {"producer_id": 4242, "producer_epoch": 0}
-            assert raw_produce(c, 2, "strict", b"seq0", base_sequence=0, **idem) == 0   # on every replica
+            assert raw_produce(c, 2, "strict", b"seq0", base_sequence=0, **idem) == 0  # on every replica
             c.kill(3)
             c.kill(4)
-            wait_for(lambda: isr("strict") == [2] and isr("off") == [2],
-                     what="the dead replicas out of the ISRs")
-            assert raw_produce(c, 2, "strict", b"v") == 19                      # NOT_ENOUGH_REPLICAS
-            for seq in (1, 2, 3):                                               # on 2 alone
+            wait_for(lambda: isr("strict") == [2] and isr("off") == [2], what="the dead replicas out of the ISRs")
+            assert raw_produce(c, 2, "strict", b"v") == 19  # NOT_ENOUGH_REPLICAS
+            for seq in (1, 2, 3):  # on 2 alone
                 assert raw_produce(c, 2, "strict", b"seq%d" % seq, acks=1, base_sequence=seq, **idem) == 0
             assert raw_produce(c, 2, "off", b"kept", acks=1) == 0
             c.kill(2)
             wait_for(lambda: leader("strict") == -1 and leader("off") == -1, what="both offline")
-            c.restart(3)                                 # lagging, not in the ISR: no leader (unclean off)
+            c.restart(3)  # lagging, not in the ISR: no leader (unclean off)
             time.sleep(2)
             assert leader("strict") == -1 and leader("off") == -1
-            r = tool("configs", "--bootstrap-server", c.bootstrap_servers, "--alter", "--entity-type", "topics",
-                     "--entity-name", "strict", "--add-config", "unclean.leader.election.enable=true")
+            r = tool(
+                "configs",
+                "--bootstrap-server",
+                c.bootstrap_servers,
+                "--alter",
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                "strict",
+                "--add-config",
+                "unclean.leader.election.enable=true",
+            )
             assert r.returncode == 0, r.stdout + r.stderr
             wait_for(lambda: leader("strict") == 3, what="the unclean election of 3")
             # 3 knows the producer up to sequence 0 and expects 1: the producer's next is 4
-            assert raw_produce(c, 3, "strict", b"seq4", acks=1, base_sequence=4, **idem) == 45   # OUT_OF_ORDER
+            assert raw_produce(c, 3, "strict", b"seq4", acks=1, base_sequence=4, **idem) == 45  # OUT_OF_ORDER
             assert leader("off") == -1
-            c.restart(2)                                 # the ISR member of "off" returns
+            c.restart(2)  # the ISR member of "off" returns
             wait_for(lambda: leader("off") == 2, what="off back with its ISR member")
             assert consume_all(c.bootstrap_servers, "off", idle=2) == [b"kept"]
             # 2 follows 3 on "strict" now and drops the batch the unclean election lost
@@ -322,8 +374,9 @@ def test_a_paused_follower_leaves_the_isr_and_returns(tmp_path):
         try:
             topic = "lagging"
             create(c, topic, 3, "min.insync.replicas=2", assignment="1:2:3")
-            p = Producer({"bootstrap.servers": c.bootstrap_servers, "acks": "all", "linger.ms": 0,
-                          "message.timeout.ms": 20000})
+            p = Producer(
+                {"bootstrap.servers": c.bootstrap_servers, "acks": "all", "linger.ms": 0, "message.timeout.ms": 20000}
+            )
             reports, sent = [], []
 
             def send(n: int) -> None:
@@ -335,7 +388,7 @@ def test_a_paused_follower_leaves_the_isr_and_returns(tmp_path):
             send(5)
             c.node(3).process.send_signal(signal.SIGSTOP)
             try:
-                while metadata_isr(c, 1, topic) != [1, 2]:   # the writes leave 3 behind
+                while metadata_isr(c, 1, topic) != [1, 2]:  # the writes leave 3 behind
                     send(2)
                     assert len(sent) < 400, "3 never left the ISR"
                 send(5)

@@ -23,17 +23,22 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from kesque.testing.cluster import Cluster
 from test_coordinators_cluster import GROUP_KEY, coordinator
 from test_replication import FAST, create, describe, tool, wait_for
 from test_transactions_eos import Cluster as Clients
 from test_transactions_eos import Processor, check_exactly_once
 
-from kesque.testing.cluster import Cluster
-
 SEED = int(os.environ.get("KESQUE_CHAOS_SEED", random.randrange(1 << 30)))
-CONFIG = {**FAST, "group.min.session.timeout.ms": "1000", "group.initial.rebalance.delay.ms": "0",
-          "offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
-          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+CONFIG = {
+    **FAST,
+    "group.min.session.timeout.ms": "1000",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.num.partitions": "3",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+}
 MIN_ISR_2 = "min.insync.replicas=2"
 # a consumer's session outlives a coordinator's failover (the dead broker is fenced after
 # broker.session.timeout.ms, 3 s, before a new coordinator is elected), as Kafka's defaults do
@@ -41,12 +46,21 @@ MIN_ISR_2 = "min.insync.replicas=2"
 GROUP_SESSION = {"session.timeout.ms": "10000", "heartbeat.interval.ms": "500"}
 
 
-def read_log(bootstrap: str, topic: str, partition: int = 0, isolation: str = "read_uncommitted",
-             timeout: float = 60.0) -> list[tuple[int, bytes]]:
+def read_log(
+    bootstrap: str, topic: str, partition: int = 0, isolation: str = "read_uncommitted", timeout: float = 60.0
+) -> list[tuple[int, bytes]]:
     """(offset, value) of every record of the partition up to its end (the high watermark)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": isolation,
-                  "fetch.wait.max.ms": 50, "topic.metadata.refresh.interval.ms": 500})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "fetch.wait.max.ms": 50,
+            "topic.metadata.refresh.interval.ms": 500,
+        }
+    )
     c.assign([TopicPartition(topic, partition, 0)])
     out = []
     deadline = time.monotonic() + timeout
@@ -57,7 +71,7 @@ def read_log(bootstrap: str, topic: str, partition: int = 0, isolation: str = "r
             if m is None:
                 continue
             if m.error():
-                if m.error().code() == -191:   # _PARTITION_EOF
+                if m.error().code() == -191:  # _PARTITION_EOF
                     return out
                 continue
             out.append((m.offset(), m.value()))
@@ -75,9 +89,15 @@ class Tailer(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"tail-{time.monotonic_ns()}",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 100,
-                      "topic.metadata.refresh.interval.ms": 500})
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"tail-{time.monotonic_ns()}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+                "topic.metadata.refresh.interval.ms": 500,
+            }
+        )
         c.assign([TopicPartition(self.topic, 0, 0)])
         try:
             while not self.stopping.is_set():
@@ -99,11 +119,21 @@ class Writer(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, pace: tuple[int, float] = (1000, 0.05), **conf):
         super().__init__(daemon=True)
         self.topic = topic
-        self.pace = pace   # (records, seconds): a pause after so many
-        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                           "linger.ms": 5, "message.timeout.ms": 120000, "topic.metadata.refresh.interval.ms": 500,
-                           "retry.backoff.ms": 50, "queue.buffering.max.messages": 20000,
-                           "error_cb": self._error, **conf})
+        self.pace = pace  # (records, seconds): a pause after so many
+        self.p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 120000,
+                "topic.metadata.refresh.interval.ms": 500,
+                "retry.backoff.ms": 50,
+                "queue.buffering.max.messages": 20000,
+                "error_cb": self._error,
+                **conf,
+            }
+        )
         self.acked: list[tuple[bytes, int]] = []
         self.errors: list[tuple[bytes, str]] = []
         self.fatal = None
@@ -126,12 +156,12 @@ class Writer(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.is_set() and self.fatal is None:
-            try:   # as fast as the producer's queue allows: the followers lag a little behind
+            try:  # as fast as the producer's queue allows: the followers lag a little behind
                 self.p.produce(self.topic, b"%08d" % self.sent, partition=0, on_delivery=self._report)
             except BufferError:
                 self.p.poll(0.05)
                 continue
-            except KafkaException:   # fatal (error_cb has it)
+            except KafkaException:  # fatal (error_cb has it)
                 break
             self.sent += 1
             self.p.poll(0)
@@ -193,13 +223,15 @@ def cluster(tmp_path_factory):
     # a controller of its own (node 1) and brokers 2, 3, 4: two brokers can die at once
     with Cluster(nodes=3, controllers=1, data_dir=str(tmp_path_factory.mktemp("chaos")), config=CONFIG) as c:
         yield c
-        for b in c.nodes.values():   # the last node's controlled shutdown would wait for a lost quorum
+        for b in c.nodes.values():  # the last node's controlled shutdown would wait for a lost quorum
             if b.process is not None:
                 b.kill()
 
 
 def full_isr(cluster: Cluster, topic: str, n: int = 3) -> None:
-    wait_for(lambda: len(describe(cluster, topic).get(0, (0, [], []))[2]) == n, timeout=60, what=f"{topic}'s ISR of {n}")
+    wait_for(
+        lambda: len(describe(cluster, topic).get(0, (0, [], []))[2]) == n, timeout=60, what=f"{topic}'s ISR of {n}"
+    )
 
 
 # ============================================================================ test 5
@@ -220,9 +252,12 @@ def test_acks_all_idempotent_production_survives_leader_kills(cluster):
         kill_leaders(cluster, rng, 5, lambda: leader_of(cluster, topic), writer.progress, schedule)
         full_isr(cluster, topic)
         writer.stop()
-        wait_for(lambda: tailer.served and tailer.served[-1][1] == max(v for v, _ in writer.acked), timeout=30,
-                 what="the tailing consumer to reach the last acknowledged record")
-    except AssertionError as e:   # what was lost is the better message
+        wait_for(
+            lambda: tailer.served and tailer.served[-1][1] == max(v for v, _ in writer.acked),
+            timeout=30,
+            what="the tailing consumer to reach the last acknowledged record",
+        )
+    except AssertionError as e:  # what was lost is the better message
         failure = e
     finally:
         writer.stop()
@@ -247,11 +282,14 @@ def test_acks_all_idempotent_production_survives_leader_kills(cluster):
 def group_state(clients: Clients, group: str, topic: str) -> str:
     """For a failure message: the group's state and its committed offset (require_stable)."""
     out = []
-    for what, f in (("state", lambda: clients.describe(group).state), ("committed", lambda: clients.committed(group, topic, 1)),
-                    ("end", lambda: clients.end_offsets(topic, 1))):
+    for what, f in (
+        ("state", lambda: clients.describe(group).state),
+        ("committed", lambda: clients.committed(group, topic, 1)),
+        ("end", lambda: clients.end_offsets(topic, 1)),
+    ):
         try:
             out.append(f"{what}: {f()}")
-        except Exception as e:   # noqa: BLE001
+        except Exception as e:  # noqa: BLE001
             out.append(f"{what}: {e!r}")
     return ", ".join(out)
 
@@ -268,9 +306,17 @@ def test_transactional_read_process_write_survives_leader_kills(cluster):
     create(cluster, inp, 3, MIN_ISR_2)
     create(cluster, out, 3, MIN_ISR_2)
     clients = Clients(cluster)
-    feed = Writer(cluster.bootstrap_servers, inp, pace=(10, 0.05))   # about 150 records a second
-    spec = {"bootstrap": cluster.bootstrap_servers, "group": group, "input": inp, "output": out, "txn_id": "chaos-rpw",
-            "batch": 20, "txn_delay": 0.05, "consumer": GROUP_SESSION}
+    feed = Writer(cluster.bootstrap_servers, inp, pace=(10, 0.05))  # about 150 records a second
+    spec = {
+        "bootstrap": cluster.bootstrap_servers,
+        "group": group,
+        "input": inp,
+        "output": out,
+        "txn_id": "chaos-rpw",
+        "batch": 20,
+        "txn_delay": 0.05,
+        "consumer": GROUP_SESSION,
+    }
     procs = [Processor(spec)]
     feed.start()
 
@@ -292,8 +338,10 @@ def test_transactional_read_process_write_survives_leader_kills(cluster):
 
         wait_for(done, timeout=120, what="the group's offsets at the input's end")
     except AssertionError as e:
-        raise AssertionError(f"seed {SEED}, {schedule}: {e}\n{group_state(clients, group, inp)}\n" +
-                             "\n".join(f"processor {i}:{p.tail()}" for i, p in enumerate(procs))) from None
+        raise AssertionError(
+            f"seed {SEED}, {schedule}: {e}\n{group_state(clients, group, inp)}\n"
+            + "\n".join(f"processor {i}:{p.tail()}" for i, p in enumerate(procs))
+        ) from None
     finally:
         feed.stop()
         for p in procs:
@@ -346,9 +394,19 @@ def test_offsets_reach_a_transaction_after_the_group_coordinator_left_the_metada
     topic, group = "chaos-decommissioned", "chaos-decommissioned"
     create(cluster, topic, 3)
     spec = {"bootstrap": cluster.bootstrap_servers, "txn_id": group, "group": group, "topic": topic}
-    child = subprocess.Popen([sys.executable, "-c", DECOMMISSIONED_COORDINATOR, json.dumps(spec),
-                              os.path.dirname(os.path.abspath(__file__))],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            DECOMMISSIONED_COORDINATOR,
+            json.dumps(spec),
+            os.path.dirname(os.path.abspath(__file__)),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(line.strip() for line in child.stdout), daemon=True)
     reader.start()
@@ -365,7 +423,7 @@ def test_offsets_reach_a_transaction_after_the_group_coordinator_left_the_metada
         clients = Clients(cluster)
 
         def committed() -> bool:
-            try:   # require_stable: UNSTABLE_OFFSET_COMMIT until the marker lands
+            try:  # require_stable: UNSTABLE_OFFSET_COMMIT until the marker lands
                 return clients.committed(group, topic, 1) == {0: 2}
             except KafkaException:
                 return False
@@ -391,8 +449,15 @@ def test_a_group_keeps_its_offsets_when_its_coordinator_fails_over(cluster):
         p.produce(topic, b"%05d" % i, partition=0)
     assert p.flush(60) == 0
     clients = Clients(cluster)
-    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", **GROUP_SESSION})
+    c = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **GROUP_SESSION,
+        }
+    )
     seen: list[bytes] = []
     committed_before = -1
     victim = None
@@ -407,7 +472,7 @@ def test_a_group_keeps_its_offsets_when_its_coordinator_fails_over(cluster):
             seen += [m.value() for m in batch]
             try:
                 c.commit(asynchronous=False)
-            except Exception:   # noqa: BLE001  (the coordinator moving: committed again with the next batch)
+            except Exception:  # noqa: BLE001  (the coordinator moving: committed again with the next batch)
                 continue
             if victim is None and len(set(seen)) > n // 3:
                 committed_before = clients.committed(group, topic, 1)[0]
@@ -423,7 +488,6 @@ def test_a_group_keeps_its_offsets_when_its_coordinator_fails_over(cluster):
     assert clients.committed(group, topic, 1) == {0: n}
 
 
-
 # ============================================================================ test 8
 @pytest.fixture(scope="module")
 def four(tmp_path_factory):
@@ -434,15 +498,25 @@ def four(tmp_path_factory):
                 b.kill()
 
 
-@pytest.mark.slow      # about 24 s: make chaos (the default suite has the shorter reassignment and election tests)
+@pytest.mark.slow  # about 24 s: make chaos (the default suite has the shorter reassignment and election tests)
 def test_a_reassignment_under_load_loses_nothing_and_preferred_election_moves_leadership_back(four, tmp_path):
     """1,2,3 -> 2,3,4 (``reassign-partitions --execute``, ``--verify`` until completed) under
     acks=all idempotent load with min.insync.replicas=2: every acknowledged record is read back
     once, in order. Then broker 2 (the first replica) stops, leadership moves away, it comes back
     into the ISR, and ``leader-election --election-type PREFERRED`` gives it back."""
     bs, topic = four.bootstrap_servers, "moving-under-load"
-    r = tool("topics", "--bootstrap-server", bs, "--create", "--topic", topic, "--replica-assignment", "1:2:3",
-             "--config", MIN_ISR_2)
+    r = tool(
+        "topics",
+        "--bootstrap-server",
+        bs,
+        "--create",
+        "--topic",
+        topic,
+        "--replica-assignment",
+        "1:2:3",
+        "--config",
+        MIN_ISR_2,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     full_isr(four, topic)
     writer = Writer(bs, topic)
@@ -453,9 +527,15 @@ def test_a_reassignment_under_load_loses_nothing_and_preferred_election_moves_le
         target.write_text('{"version":1,"partitions":[{"topic":"%s","partition":0,"replicas":[2,3,4]}]}' % topic)
         r = tool("reassign-partitions", "--bootstrap-server", bs, "--execute", "--reassignment-json-file", str(target))
         assert r.returncode == 0, r.stdout + r.stderr
-        wait_for(lambda: "is completed" in tool("reassign-partitions", "--bootstrap-server", bs, "--verify",
-                                                "--reassignment-json-file", str(target)).stdout,
-                 what="the reassignment to complete")
+        wait_for(
+            lambda: (
+                "is completed"
+                in tool(
+                    "reassign-partitions", "--bootstrap-server", bs, "--verify", "--reassignment-json-file", str(target)
+                ).stdout
+            ),
+            what="the reassignment to complete",
+        )
         moved_at = len(writer.acked)
         wait_for(lambda: len(writer.acked) > moved_at + 500, what="load after the move")
     finally:
@@ -473,9 +553,19 @@ def test_a_reassignment_under_load_loses_nothing_and_preferred_election_moves_le
     four.restart(2)
     full_isr(four, topic)
     assert describe(four, topic)[0][0] != 2
-    r = tool("leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
-             "--partition", "0")
-    assert r.returncode == 0 and f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" \
-        in r.stdout, r.stdout + r.stderr
+    r = tool(
+        "leader-election",
+        "--bootstrap-server",
+        bs,
+        "--election-type",
+        "PREFERRED",
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+    )
+    assert (
+        r.returncode == 0 and f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in r.stdout
+    ), r.stdout + r.stderr
     wait_for(lambda: describe(four, topic)[0][0] == 2, what="broker 2 leading again")
     assert [v for _, v in read_log(bs, topic)] == [b"%08d" % i for i in range(writer.sent)]

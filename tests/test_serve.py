@@ -45,13 +45,15 @@ inter.broker.protocol.version=3.7
 
 
 def _free_port() -> int:
-    from kesque.testing.kafka import free_port    # below the ephemeral range: no client takes it meanwhile
+    from kesque.testing.kafka import free_port  # below the ephemeral range: no client takes it meanwhile
+
     return free_port()
 
 
 def _serve(args, timeout=20):
-    return subprocess.Popen([sys.executable, "-m", "kesque", "serve", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kesque", "serve", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def test_kafka_server_properties_start_kesque(tmp_path):
@@ -79,8 +81,12 @@ def test_kafka_server_properties_start_kesque(tmp_path):
         out = proc.communicate(timeout=20)[0]
     assert proc.returncode == 0, out
     # Kafka keys kesque does not use are warnings naming each key
-    for key in ("num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
-                "inter.broker.protocol.version"):
+    for key in (
+        "num.network.threads",
+        "num.io.threads",
+        "num.recovery.threads.per.data.dir",
+        "inter.broker.protocol.version",
+    ):
         assert key in out, f"no warning naming {key}:\n{out}"
     assert "clean shutdown" in out.lower() or "Shutdown complete" in out
     assert os.path.exists(tmp_path / "data" / "meta.properties")
@@ -107,8 +113,16 @@ def _stop(proc) -> str:
 def test_unknown_key_is_a_warning_naming_it(tmp_path):
     # as Kafka: a key it does not know (a plugin's, a typo) is named and ignored, the node starts
     port = _free_port()
-    proc = _serve(["--override", f"log.dirs={tmp_path}", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-                   "--override", "not.a.kafka.key=1"])
+    proc = _serve(
+        [
+            "--override",
+            f"log.dirs={tmp_path}",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override",
+            "not.a.kafka.key=1",
+        ]
+    )
     try:
         _wait_up(proc, port)
     finally:
@@ -152,8 +166,9 @@ def test_kafka_4_server_properties_start_kesque(tmp_path):
     port, cport = _free_port(), _free_port()
     cfg = tmp_path / "server.properties"
     protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
-    cfg.write_text(KAFKA_4_SERVER_PROPERTIES.format(port=port, cport=cport, data=tmp_path / "data",
-                                                    protocols=protocols))
+    cfg.write_text(
+        KAFKA_4_SERVER_PROPERTIES.format(port=port, cport=cport, data=tmp_path / "data", protocols=protocols)
+    )
     proc = _serve([str(cfg)])
     try:
         assert 1 in _wait_up(proc, port).brokers
@@ -175,8 +190,15 @@ def _group_and_transaction(bootstrap: str) -> None:
     p.begin_transaction()
     p.produce("t", b"v")
     p.commit_transaction(20)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "auto.offset.reset": "earliest",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "g",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         c.subscribe(["t"])
         deadline = time.time() + 30
@@ -204,16 +226,27 @@ def test_serve_without_a_file_runs_the_single_node_settings(tmp_path):
     assert " ERROR " not in out, out
 
 
-@pytest.mark.parametrize("key,client", [
-    ("offsets.topic.replication.factor", "group"),
-    ("transaction.state.log.replication.factor", "transaction"),
-])
+@pytest.mark.parametrize(
+    "key,client",
+    [
+        ("offsets.topic.replication.factor", "group"),
+        ("transaction.state.log.replication.factor", "transaction"),
+    ],
+)
 def test_internal_topic_replication_factor_above_the_brokers_is_an_error_naming_it(tmp_path, key, client):
     from confluent_kafka import Consumer, KafkaException, Producer
 
     port = _free_port()
-    proc = _serve(["--override", f"log.dirs={tmp_path}", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-                   "--override", f"{key}=3"])
+    proc = _serve(
+        [
+            "--override",
+            f"log.dirs={tmp_path}",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override",
+            f"{key}=3",
+        ]
+    )
     try:
         _wait_up(proc, port)
         bootstrap = f"127.0.0.1:{port}"
@@ -228,8 +261,9 @@ def test_internal_topic_replication_factor_above_the_brokers_is_an_error_naming_
     finally:
         out = _stop(proc)
     errors = [line for line in out.splitlines() if " ERROR " in line]
-    assert any(f"(configured via '{key}')" in line and "required replication factor '3'" in line
-               for line in errors), out
+    assert any(f"(configured via '{key}')" in line and "required replication factor '3'" in line for line in errors), (
+        out
+    )
 
 
 def test_invalid_value_is_an_error_naming_the_key(tmp_path):
@@ -270,11 +304,15 @@ def _refused(overrides: dict, data) -> str:
 
 REFUSED_PROTOCOLS = [
     ({"listeners": "SSL://127.0.0.1:0"}, "Listener SSL in listeners=SSL://127.0.0.1:0 uses security protocol SSL"),
-    ({"listeners": "SASL_PLAINTEXT://127.0.0.1:0"},
-     "Listener SASL_PLAINTEXT in listeners=SASL_PLAINTEXT://127.0.0.1:0 uses security protocol SASL_PLAINTEXT"),
-    ({"listeners": "PLAINTEXT://127.0.0.1:0,CLIENTS://127.0.0.1:0", _MAP: "PLAINTEXT:PLAINTEXT,CLIENTS:SSL"},
-     "Listener CLIENTS in listeners=CLIENTS://127.0.0.1:0 uses security protocol SSL "
-     "(listener.security.protocol.map maps CLIENTS to SSL)"),
+    (
+        {"listeners": "SASL_PLAINTEXT://127.0.0.1:0"},
+        "Listener SASL_PLAINTEXT in listeners=SASL_PLAINTEXT://127.0.0.1:0 uses security protocol SASL_PLAINTEXT",
+    ),
+    (
+        {"listeners": "PLAINTEXT://127.0.0.1:0,CLIENTS://127.0.0.1:0", _MAP: "PLAINTEXT:PLAINTEXT,CLIENTS:SSL"},
+        "Listener CLIENTS in listeners=CLIENTS://127.0.0.1:0 uses security protocol SSL "
+        "(listener.security.protocol.map maps CLIENTS to SSL)",
+    ),
     ({"security.inter.broker.protocol": "SSL"}, "security.inter.broker.protocol=SSL"),
 ]
 
@@ -308,10 +346,13 @@ def test_broker_class_refuses_a_protocol_it_cannot_serve(tmp_path, overrides, me
     assert re.search(r"exited during start \(code [1-9]\d*\)", str(e.value)) and message in str(e.value)
 
 
-@pytest.mark.parametrize("overrides", [
-    {"listeners": "PLAINTEXT://127.0.0.1:0"},
-    {"listeners": "CLIENTS://127.0.0.1:0", _MAP: "CLIENTS:PLAINTEXT,CONTROLLER:PLAINTEXT"},
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"listeners": "PLAINTEXT://127.0.0.1:0"},
+        {"listeners": "CLIENTS://127.0.0.1:0", _MAP: "CLIENTS:PLAINTEXT,CONTROLLER:PLAINTEXT"},
+    ],
+)
 def test_plaintext_listeners_still_serve(tmp_path, overrides):
     with Broker(data_dir=str(tmp_path), config=overrides) as b:
         md = AdminClient({"bootstrap.servers": b.bootstrap_servers}).list_topics(timeout=10)
@@ -321,6 +362,7 @@ def test_plaintext_listeners_still_serve(tmp_path, overrides):
 
 
 # ------------------------------------------------------------------ unclean.leader.election.enable
+
 
 def test_unclean_leader_election_enable_is_taken_without_a_warning(tmp_path):
     """The controller acts on it now (elections on fencing, unfencing and every

@@ -14,12 +14,21 @@ import time
 import uuid
 
 import pytest
-from test_replication import FAST, create, describe, tool, wait_for
-from test_share_groups import (Member, _acquired, _partition_errors, _poll_values, _share_ack, _share_fetch, produce,
-                               set_group_configs, share_consumer)
 
 from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.cluster import Cluster
+from test_replication import FAST, create, describe, tool, wait_for
+from test_share_groups import (
+    Member,
+    _acquired,
+    _partition_errors,
+    _poll_values,
+    _share_ack,
+    _share_fetch,
+    produce,
+    set_group_configs,
+    share_consumer,
+)
 from wire import Msg, WireClient
 
 ck = pytest.importorskip("confluent_kafka")
@@ -27,16 +36,22 @@ ck = pytest.importorskip("confluent_kafka")
 # a 3-node cluster takes ~15 s to start and each test 5-25 s on a loaded machine: `make slow`
 pytestmark = pytest.mark.slow
 
-SHARE = {**FAST, "group.share.enable": "true", "offsets.topic.num.partitions": "3",
-         "share.coordinator.state.topic.num.partitions": "3", "share.coordinator.state.topic.replication.factor": "3",
-         "share.coordinator.state.topic.min.isr": "2", "group.share.min.record.lock.duration.ms": "1000"}
+SHARE = {
+    **FAST,
+    "group.share.enable": "true",
+    "offsets.topic.num.partitions": "3",
+    "share.coordinator.state.topic.num.partitions": "3",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+    "group.share.min.record.lock.duration.ms": "1000",
+}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     with Cluster(nodes=3, data_dir=str(tmp_path_factory.mktemp("share")), config=SHARE) as c:
         yield c
-        for b in c.nodes.values():   # the last node's controlled shutdown would wait for a lost quorum
+        for b in c.nodes.values():  # the last node's controlled shutdown would wait for a lost quorum
             if b.process is not None:
                 b.kill()
 
@@ -48,10 +63,14 @@ def coordinators(cluster: Cluster, key_type: int, keys: list[str]) -> dict[str, 
 
     def ask():
         with WireClient(cluster.bootstrap_servers.split(",")[0]) as c:
-            r = c.request(ApiKeys.FIND_COORDINATOR, 4, Msg(ApiKeys.FIND_COORDINATOR, 4)(key_type=key_type,
-                                                                                        coordinator_keys=tuple(keys)))
+            r = c.request(
+                ApiKeys.FIND_COORDINATOR,
+                4,
+                Msg(ApiKeys.FIND_COORDINATOR, 4)(key_type=key_type, coordinator_keys=tuple(keys)),
+            )
         out.update({x.key: x.node_id for x in r.coordinators if x.error_code == 0})
         return len(out) == len(keys)
+
     wait_for(ask, 60, f"coordinators of key type {key_type}")
     return out
 
@@ -59,8 +78,15 @@ def coordinators(cluster: Cluster, key_type: int, keys: list[str]) -> dict[str, 
 def topic_id(cluster: Cluster, topic: str):
     with WireClient(cluster.bootstrap_servers.split(",")[0]) as c:
         m = Msg(ApiKeys.METADATA, 12)
-        r = c.request(ApiKeys.METADATA, 12, m(topics=(m("MetadataRequestTopic", topic_id=None, name=topic),),
-                               allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        r = c.request(
+            ApiKeys.METADATA,
+            12,
+            m(
+                topics=(m("MetadataRequestTopic", topic_id=None, name=topic),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ),
+        )
     return r.topics[0].topic_id
 
 
@@ -109,13 +135,26 @@ def roles(cluster: Cluster, tmp_path, gc_sc_apart: bool = True):
 def describe_offsets(cluster: Cluster, node: int, group: str, topic: str) -> list:
     with WireClient(("127.0.0.1", cluster.node(node).port)) as c:
         m = Msg(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1)
-        r = c.request(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1,
-                      m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id=group, topics=(
-            m("DescribeShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(0,)),)),)))
+        r = c.request(
+            ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS,
+            1,
+            m(
+                groups=(
+                    m(
+                        "DescribeShareGroupOffsetsRequestGroup",
+                        group_id=group,
+                        topics=(m("DescribeShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(0,)),),
+                    ),
+                )
+            ),
+        )
     g = r.groups[0]
     assert g.error_code == 0, g
-    return [(t.topic_name, p.partition_index, p.start_offset, p.lag, int(p.error_code))
-            for t in g.topics for p in t.partitions]
+    return [
+        (t.topic_name, p.partition_index, p.start_offset, p.lag, int(p.error_code))
+        for t in g.topics
+        for p in t.partitions
+    ]
 
 
 def test_three_roles_on_three_brokers(cluster, tmp_path):
@@ -153,8 +192,9 @@ def test_three_roles_on_three_brokers(cluster, tmp_path):
 def _accept_then_hold(cluster: Cluster, group: str, topic: str, n: int):
     """A member that accepts (explicitly, committed) at least 300 records, then holds one
     poll's records without acknowledging them: (consumer, accepted values, held values)."""
-    c = share_consumer(cluster, group, **{"share.acknowledgement.mode": "explicit",
-                                          "topic.metadata.refresh.interval.ms": 500})
+    c = share_consumer(
+        cluster, group, **{"share.acknowledgement.mode": "explicit", "topic.metadata.refresh.interval.ms": 500}
+    )
     c.subscribe([topic])
     accepted: set[int] = set()
     deadline = time.monotonic() + 90
@@ -179,8 +219,10 @@ def _the_rest(cluster: Cluster, group: str, topic: str, n: int, accepted: set) -
     after.join(30)
     want = set(range(n)) - accepted
     got = sorted(after.values)
-    assert got == sorted(want), (f"missing {sorted(want - set(got))[:20]}, accepted again "
-                                 f"{sorted(set(got) & accepted)[:20]}, twice {len(got) - len(set(got))}")
+    assert got == sorted(want), (
+        f"missing {sorted(want - set(got))[:20]}, accepted again "
+        f"{sorted(set(got) & accepted)[:20]}, twice {len(got) - len(set(got))}"
+    )
 
 
 def _restore(cluster: Cluster, node: int, topic: str) -> None:
@@ -213,8 +255,9 @@ def test_sigkill_on_a_cluster_loses_no_acknowledgement(cluster, victim, tmp_path
 
 def accept(cluster: Cluster, group: str, topic: str, count: int) -> set[int]:
     """A member that accepts (explicitly, committed) at least ``count`` records and leaves."""
-    c = share_consumer(cluster, group, **{"share.acknowledgement.mode": "explicit",
-                                          "topic.metadata.refresh.interval.ms": 500})
+    c = share_consumer(
+        cluster, group, **{"share.acknowledgement.mode": "explicit", "topic.metadata.refresh.interval.ms": 500}
+    )
     c.subscribe([topic])
     accepted: set[int] = set()
     deadline = time.monotonic() + 90
@@ -239,11 +282,28 @@ def move_leader(cluster: Cluster, topic: str, replicas: list[int], tmp_path) -> 
     plan.write_text('{"version":1,"partitions":[{"topic":"%s","partition":0,"replicas":%s}]}' % (topic, replicas))
     r = tool("reassign-partitions", "--bootstrap-server", bs, "--execute", "--reassignment-json-file", str(plan))
     assert r.returncode == 0, r.stdout + r.stderr
-    wait_for(lambda: "is completed" in tool("reassign-partitions", "--bootstrap-server", bs, "--verify",
-                                            "--reassignment-json-file", str(plan)).stdout, 60, "the reassignment")
+    wait_for(
+        lambda: (
+            "is completed"
+            in tool(
+                "reassign-partitions", "--bootstrap-server", bs, "--verify", "--reassignment-json-file", str(plan)
+            ).stdout
+        ),
+        60,
+        "the reassignment",
+    )
     if describe(cluster, topic)[0][0] != replicas[0]:
-        r = tool("leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
-                 "--partition", "0")
+        r = tool(
+            "leader-election",
+            "--bootstrap-server",
+            bs,
+            "--election-type",
+            "PREFERRED",
+            "--topic",
+            topic,
+            "--partition",
+            "0",
+        )
         assert r.returncode == 0, r.stdout + r.stderr
     wait_for(lambda: describe(cluster, topic)[0][0] == replicas[0], 60, f"broker {replicas[0]} leading")
 
@@ -258,8 +318,7 @@ def test_leadership_that_moves_away_and_back_reads_the_share_state_again(cluster
     topic, group, _gc, sc, a = roles(cluster, tmp_path, gc_sc_apart=False)
     b = next(n for n in (1, 2, 3) if n not in (a, sc))
     rest = next(n for n in (1, 2, 3) if n not in (a, b))
-    set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest",
-                                       "share.record.lock.duration.ms": "60000"})
+    set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "60000"})
     produce(cluster, topic, n)
     tid = topic_id(cluster, topic)
     with WireClient(("127.0.0.1", cluster.node(a).port)) as c:
@@ -289,10 +348,34 @@ def test_an_offset_reset_answered_by_another_broker_reaches_the_leader(cluster, 
     set_group_configs(cluster, group, {"share.auto.offset.reset": "earliest"})
     produce(cluster, topic, n)
     assert accept(cluster, group, topic, n) == set(range(n))
-    wait_for(lambda: "Empty" in tool("share-groups", "--bootstrap-server", cluster.bootstrap_servers, "--describe",
-                                     "--group", group, "--state").stdout, 60, "the group to be empty")
-    r = tool("share-groups", "--bootstrap-server", cluster.bootstrap_servers, "--reset-offsets", "--to-earliest",
-             "--group", group, "--topic", topic, "--execute")
+    wait_for(
+        lambda: (
+            "Empty"
+            in tool(
+                "share-groups",
+                "--bootstrap-server",
+                cluster.bootstrap_servers,
+                "--describe",
+                "--group",
+                group,
+                "--state",
+            ).stdout
+        ),
+        60,
+        "the group to be empty",
+    )
+    r = tool(
+        "share-groups",
+        "--bootstrap-server",
+        cluster.bootstrap_servers,
+        "--reset-offsets",
+        "--to-earliest",
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--execute",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert describe_offsets(cluster, gc, group, topic) == [(topic, 0, 0, n, 0)]
     _the_rest(cluster, group, topic, n, set())
@@ -310,20 +393,49 @@ def test_share_state_rpcs_on_the_wire(cluster):
 
     def write(node, start, epoch):
         m = Msg(ApiKeys.WRITE_SHARE_GROUP_STATE, 0)
-        body = m(group_id=group, topics=(m("WriteStateData", topic_id=tid, partitions=(
-            m("PartitionData", partition=0, state_epoch=0, leader_epoch=epoch, start_offset=start, state_batches=(
-                m("StateBatch", first_offset=start, last_offset=start + 1, delivery_state=2, delivery_count=1),)),)),))
+        body = m(
+            group_id=group,
+            topics=(
+                m(
+                    "WriteStateData",
+                    topic_id=tid,
+                    partitions=(
+                        m(
+                            "PartitionData",
+                            partition=0,
+                            state_epoch=0,
+                            leader_epoch=epoch,
+                            start_offset=start,
+                            state_batches=(
+                                m(
+                                    "StateBatch",
+                                    first_offset=start,
+                                    last_offset=start + 1,
+                                    delivery_state=2,
+                                    delivery_count=1,
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
         with WireClient(("127.0.0.1", cluster.node(node).port)) as c:
             return int(c.request(ApiKeys.WRITE_SHARE_GROUP_STATE, 0, body).results[0].partitions[0].error_code)
 
     def read(node):
         m = Msg(ApiKeys.READ_SHARE_GROUP_STATE, 0)
-        body = m(group_id=group, topics=(m("ReadStateData", topic_id=tid, partitions=(
-            m("PartitionData", partition=0, leader_epoch=0),)),))
+        body = m(
+            group_id=group,
+            topics=(m("ReadStateData", topic_id=tid, partitions=(m("PartitionData", partition=0, leader_epoch=0),)),),
+        )
         with WireClient(("127.0.0.1", cluster.node(node).port)) as c:
             p = c.request(ApiKeys.READ_SHARE_GROUP_STATE, 0, body).results[0].partitions[0]
-        return int(p.error_code), p.start_offset, [(b.first_offset, b.last_offset, b.delivery_state)
-                                                   for b in p.state_batches]
+        return (
+            int(p.error_code),
+            p.start_offset,
+            [(b.first_offset, b.last_offset, b.delivery_state) for b in p.state_batches],
+        )
 
     assert write(other, 5, 3) == 16  # NOT_COORDINATOR
     assert read(sc)[0] == 3  # UNKNOWN_TOPIC_OR_PARTITION: never written

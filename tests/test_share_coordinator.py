@@ -32,13 +32,21 @@ def replayed(log: Log) -> ShareCoordinatorShard:
 def test_merge_lays_new_batches_over_old_and_drops_below_start():
     old = [StateBatch(0, 9, AVAILABLE, 1)]
     new = [StateBatch(3, 4, ACKNOWLEDGED, 1), StateBatch(12, 12, ARCHIVED, 2)]
-    assert merge(2, old, new) == [StateBatch(2, 2, AVAILABLE, 1), StateBatch(3, 4, ACKNOWLEDGED, 1),
-                                  StateBatch(5, 9, AVAILABLE, 1), StateBatch(12, 12, ARCHIVED, 2)]
+    assert merge(2, old, new) == [
+        StateBatch(2, 2, AVAILABLE, 1),
+        StateBatch(3, 4, ACKNOWLEDGED, 1),
+        StateBatch(5, 9, AVAILABLE, 1),
+        StateBatch(12, 12, ARCHIVED, 2),
+    ]
 
 
-
-_batch = st.builds(lambda f, n, state, count: StateBatch(f, f + n, state, count), st.integers(0, 40),
-                   st.integers(0, 10), st.sampled_from([AVAILABLE, ACKNOWLEDGED, ARCHIVED]), st.integers(0, 3))
+_batch = st.builds(
+    lambda f, n, state, count: StateBatch(f, f + n, state, count),
+    st.integers(0, 40),
+    st.integers(0, 10),
+    st.sampled_from([AVAILABLE, ACKNOWLEDGED, ARCHIVED]),
+    st.integers(0, 3),
+)
 
 
 @given(st.integers(0, 20), st.lists(_batch, max_size=6), st.lists(_batch, max_size=6))
@@ -52,8 +60,11 @@ def test_merge_is_the_per_offset_overlay(start, old, new):
     got = merge(start, old, new)
     assert {o: (b.state, b.delivery_count) for b in got for o in range(b.first, b.last + 1)} == per_offset
     assert all(a.last < b.first for a, b in zip(got, got[1:]))  # sorted, no overlap
-    assert not any(a.last + 1 == b.first and (a.state, a.delivery_count) == (b.state, b.delivery_count)
-                   for a, b in zip(got, got[1:]))  # joined
+    assert not any(
+        a.last + 1 == b.first and (a.state, a.delivery_count) == (b.state, b.delivery_count)
+        for a, b in zip(got, got[1:])
+    )  # joined
+
 
 def test_writes_are_updates_then_a_snapshot_and_replay_rebuilds_the_state():
     log = Log()

@@ -4,13 +4,13 @@ assignor, session timeouts, group-type conflicts, and replay of the records it w
 from __future__ import annotations
 
 import pytest
-from test_group_coordinator import Env, FakeTimer, WriteFailed
 
 from kesque.coordinator.group.consumer import consumer_group_heartbeat
 from kesque.coordinator.group.requests import ConsumerGroupHeartbeat, ShareGroupHeartbeat
-from kesque.coordinator.group.share import ShareGroup, share_group_heartbeat, simple_assign
 from kesque.coordinator.group.shard import GroupCoordinatorShard
+from kesque.coordinator.group.share import ShareGroup, share_group_heartbeat, simple_assign
 from kesque.errors import ErrorCode
+from test_group_coordinator import Env, FakeTimer, WriteFailed
 
 GID = "sg"
 
@@ -21,8 +21,9 @@ def env(**kw) -> Env:
 
 
 def hb(e: Env, member: str, epoch: int, topics=("t",), gid: str = GID) -> dict:
-    return share_group_heartbeat(e.shard, ShareGroupHeartbeat(gid, member, epoch, None,
-                                                              list(topics) if topics is not None else None, "c", "/h"))
+    return share_group_heartbeat(
+        e.shard, ShareGroupHeartbeat(gid, member, epoch, None, list(topics) if topics is not None else None, "c", "/h")
+    )
 
 
 def parts(e: Env, r: dict, topic: str = "t") -> list[int]:
@@ -30,6 +31,7 @@ def parts(e: Env, r: dict, topic: str = "t") -> list[int]:
 
 
 # ---------------------------------------------------------------------------- assignor
+
 
 def test_simple_assignor_shares_one_partition_among_all_members():
     assert simple_assign({"a": {"t"}, "b": {"t"}, "c": {"t"}}, {"t": 1}) == {m: {"t": {0}} for m in "abc"}
@@ -42,6 +44,7 @@ def test_simple_assignor_spreads_partitions_when_there_are_enough():
 
 
 # ---------------------------------------------------------------------------- heartbeat
+
 
 def test_three_members_all_get_the_single_partition_at_once():
     e = env()
@@ -63,15 +66,18 @@ def test_heartbeat_interval_comes_from_the_group_config():
     assert hb(e, "m1", 0)["heartbeat_interval_ms"] == 7000
 
 
-@pytest.mark.parametrize("member, epoch, topics, error", [
-    ("", 0, ("t",), ErrorCode.invalid_request),
-    ("m1", 0, (), ErrorCode.invalid_request),
-    ("m1", 0, None, ErrorCode.invalid_request),
-    ("m1", -2, ("t",), ErrorCode.invalid_request),
-    ("nobody", 1, ("t",), ErrorCode.unknown_member_id),
-    ("m1", 5, ("t",), ErrorCode.fenced_member_epoch),
-    ("m1", 0, ("t",), ErrorCode.none),
-])
+@pytest.mark.parametrize(
+    "member, epoch, topics, error",
+    [
+        ("", 0, ("t",), ErrorCode.invalid_request),
+        ("m1", 0, (), ErrorCode.invalid_request),
+        ("m1", 0, None, ErrorCode.invalid_request),
+        ("m1", -2, ("t",), ErrorCode.invalid_request),
+        ("nobody", 1, ("t",), ErrorCode.unknown_member_id),
+        ("m1", 5, ("t",), ErrorCode.fenced_member_epoch),
+        ("m1", 0, ("t",), ErrorCode.none),
+    ],
+)
 def test_bad_heartbeats_change_nothing(member, epoch, topics, error):
     e = env()
     hb(e, "m1", 0)
@@ -85,11 +91,21 @@ def test_bad_heartbeats_change_nothing(member, epoch, topics, error):
 def test_share_group_id_is_not_a_consumer_group_and_back():
     e = env()
     hb(e, "m1", 0)
-    r = consumer_group_heartbeat(e.shard, ConsumerGroupHeartbeat(GID, "c1", 0, rebalance_timeout_ms=1000,
-                                                                 subscribed_topic_names=["t"], topic_partitions={}), 1)
+    r = consumer_group_heartbeat(
+        e.shard,
+        ConsumerGroupHeartbeat(
+            GID, "c1", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"], topic_partitions={}
+        ),
+        1,
+    )
     assert (r["error"], r["message"]) == (ErrorCode.group_id_not_found, f"Group {GID} is not a consumer group.")
-    consumer_group_heartbeat(e.shard, ConsumerGroupHeartbeat("cg", "c1", 0, rebalance_timeout_ms=1000,
-                                                             subscribed_topic_names=["t"], topic_partitions={}), 1)
+    consumer_group_heartbeat(
+        e.shard,
+        ConsumerGroupHeartbeat(
+            "cg", "c1", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"], topic_partitions={}
+        ),
+        1,
+    )
     r = hb(e, "m1", 0, gid="cg")
     assert (r["error"], r["message"]) == (ErrorCode.group_id_not_found, "Group cg is not a share group.")
 
@@ -164,7 +180,7 @@ def test_replay_rebuilds_the_group():
     for k, v in e.log.records:
         fresh.replay(k, v)
     fresh.on_loaded()
-    assert fresh.timer.due(f"share-session-{GID}-b") is not None   # b must heartbeat again
+    assert fresh.timer.due(f"share-session-{GID}-b") is not None  # b must heartbeat again
     old, new = e.shard.groups[GID], fresh.groups[GID]
     assert (new.group_epoch, new.assignment_epoch, new.target) == (old.group_epoch, old.assignment_epoch, old.target)
     assert new.members == old.members

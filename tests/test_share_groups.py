@@ -8,11 +8,12 @@ import time
 import uuid
 
 import pytest
+
 from conftest import running_broker
+from kesque.protocol.api_keys import ApiKeys
 from test_clients import admin, create_topic
 from test_groups_bad_input import find_coordinator
 from wire import Msg, WireClient
-from kesque.protocol.api_keys import ApiKeys
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -28,8 +29,14 @@ def share_broker(tmp_path_factory):
 
 def set_group_configs(broker, group: str, configs: dict[str, str]) -> None:
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
-    res = ConfigResource("GROUP", group, incremental_configs=[
-        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+
+    res = ConfigResource(
+        "GROUP",
+        group,
+        incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+        ],
+    )
     a = admin(broker)
     a.incremental_alter_configs([res])[res].result(15)
 
@@ -82,12 +89,16 @@ def wait_for(cond, timeout: float = 60.0) -> None:
 
 def wait_for_members(broker, group: str, n: int) -> None:
     """Until ShareGroupDescribe shows ``n`` members, each with an assignment."""
+
     def joined():
         with WireClient(broker.bootstrap_servers) as c:
-            g = c.request(ApiKeys.SHARE_GROUP_DESCRIBE, 1,
-                          Msg(ApiKeys.SHARE_GROUP_DESCRIBE, 1)(group_ids=(group,),
-                                                               include_authorized_operations=False)).groups[0]
+            g = c.request(
+                ApiKeys.SHARE_GROUP_DESCRIBE,
+                1,
+                Msg(ApiKeys.SHARE_GROUP_DESCRIBE, 1)(group_ids=(group,), include_authorized_operations=False),
+            ).groups[0]
         return len(g.members) == n and all(m.assignment.topic_partitions for m in g.members)
+
     wait_for(joined, timeout=30)
     assert joined(), f"the share group did not reach {n} members"
 
@@ -126,16 +137,32 @@ def test_three_share_consumers_share_one_partition(share_broker):
 
 # ---------------------------------------------------------------------------- bad input on the wire
 
+
 def _share_fetch(c, group, member, epoch, topic_id, acks=(), max_wait=0, max_records=500, version=1, **v2):
     """ShareFetch of partition 0; ``v2``: ShareFetch v2's fields (share_acquire_mode, is_renew_ack)."""
     m = Msg(ApiKeys.SHARE_FETCH, version)
-    batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
-                    for f, last, t in acks)
-    body = m(group_id=group, member_id=member, share_session_epoch=epoch, max_wait=max_wait, min_bytes=1,
-             max_bytes=1 << 20, max_records=max_records, batch_size=max_records, **v2,
-             topics=(m("FetchTopic", topic_id=topic_id, partitions=(
-                 m("FetchPartition", partition_index=0, acknowledgement_batches=batches),)),),
-             forgotten_topics_data=())
+    batches = tuple(
+        m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,)) for f, last, t in acks
+    )
+    body = m(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        max_wait=max_wait,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=max_records,
+        batch_size=max_records,
+        **v2,
+        topics=(
+            m(
+                "FetchTopic",
+                topic_id=topic_id,
+                partitions=(m("FetchPartition", partition_index=0, acknowledgement_batches=batches),),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
     return c.request(ApiKeys.SHARE_FETCH, version, body)
 
 
@@ -145,21 +172,36 @@ def _share_ack(c, group, member, epoch, topic_id, acks):
 
 def share_ack_body(group, member, epoch, topic_id, acks):
     m = Msg(ApiKeys.SHARE_ACKNOWLEDGE, 1)
-    batches = tuple(m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,))
-                    for f, last, t in acks)
-    return m(group_id=group, member_id=member, share_session_epoch=epoch, topics=(
-        m("AcknowledgeTopic", topic_id=topic_id, partitions=(
-            m("AcknowledgePartition", partition_index=0, acknowledgement_batches=batches),)),))
+    batches = tuple(
+        m("AcknowledgementBatch", first_offset=f, last_offset=last, acknowledge_types=(t,)) for f, last, t in acks
+    )
+    return m(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        topics=(
+            m(
+                "AcknowledgeTopic",
+                topic_id=topic_id,
+                partitions=(m("AcknowledgePartition", partition_index=0, acknowledgement_batches=batches),),
+            ),
+        ),
+    )
 
 
 def _acquired(resp) -> list[tuple[int, int, int]]:
-    return [(a.first_offset, a.last_offset, a.delivery_count)
-            for t in resp.responses for p in t.partitions for a in p.acquired_records]
+    return [
+        (a.first_offset, a.last_offset, a.delivery_count)
+        for t in resp.responses
+        for p in t.partitions
+        for a in p.acquired_records
+    ]
 
 
 def _partition_errors(resp) -> list[tuple[int, int]]:
-    return [(int(p.error_code), int(getattr(p, "acknowledge_error_code", 0)))
-            for t in resp.responses for p in t.partitions]
+    return [
+        (int(p.error_code), int(getattr(p, "acknowledge_error_code", 0))) for t in resp.responses for p in t.partitions
+    ]
 
 
 def _wire_group(broker, records: int, group: str | None = None, **group_configs):
@@ -172,9 +214,13 @@ def _wire_group(broker, records: int, group: str | None = None, **group_configs)
     produce(broker, topic, records)
     find_coordinator(broker.bootstrap_servers, group)
     with WireClient(broker.bootstrap_servers) as c:
-        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                      Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=0,
-                                                            subscribed_topic_names=(topic,)))
+        r = c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(
+                group_id=group, member_id="m1", member_epoch=0, subscribed_topic_names=(topic,)
+            ),
+        )
         assert r.error_code == 0, r
     return topic, group, r.assignment.topic_partitions[0].topic_id
 
@@ -200,7 +246,7 @@ def test_release_reject_lock_expiry_and_the_delivery_limit(share_broker):
             assert _acquired(r) == [(1, 1, count), (3, 4, count)]
             epoch += 1
         r = _share_fetch(c, group, "m2", epoch, tid, acks=[(1, 1, 2), (3, 4, 2)])
-        assert _partition_errors(r) == [(0, 0)] and _acquired(r) == []   # archived: nothing left
+        assert _partition_errors(r) == [(0, 0)] and _acquired(r) == []  # archived: nothing left
 
 
 def test_bad_share_requests_get_kafkas_errors_and_change_nothing(share_broker):
@@ -229,13 +275,23 @@ def test_bad_share_requests_get_kafkas_errors_and_change_nothing(share_broker):
         assert r.error_code == ErrorCode.none and _partition_errors(r) == [(0, 0)]
         # a share group id is not a consumer group's
         cg = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 1)
-        r = c.request(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 1, cg(group_id=group, member_id="c1", member_epoch=0,
-                                                              rebalance_timeout=30000,
-                                subscribed_topic_names=(topic,), topic_partitions=()))
+        r = c.request(
+            ApiKeys.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            cg(
+                group_id=group,
+                member_id="c1",
+                member_epoch=0,
+                rebalance_timeout=30000,
+                subscribed_topic_names=(topic,),
+                topic_partitions=(),
+            ),
+        )
         assert r.error_code == ErrorCode.group_id_not_found
 
 
 # ---------------------------------------------------------------------------- restart safety
+
 
 def _poll_values(c, want: int, timeout: float = 30.0) -> list:
     msgs = []
@@ -263,12 +319,12 @@ def test_sigkill_loses_no_acknowledgement_and_redelivers_the_rest(tmp_path):
                 c.acknowledge(msg)
             c.commit_sync()
             accepted |= {int(msg.value()) for msg in msgs}
-        held = {int(msg.value()) for msg in _poll_values(c, 1)}   # acquired, never acknowledged
+        held = {int(msg.value()) for msg in _poll_values(c, 1)}  # acquired, never acknowledged
         assert held and not held & accepted
         b.kill()
         b.start()
         try:
-            c.close()   # the old member's session died with the broker
+            c.close()  # the old member's session died with the broker
         except ck.KafkaException:
             pass
         after = Member(b, group, topic)
@@ -279,8 +335,10 @@ def test_sigkill_loses_no_acknowledgement_and_redelivers_the_rest(tmp_path):
         after.join(30)
     want = set(range(1000)) - accepted
     got = sorted(after.values)
-    assert got == sorted(want), (f"missing {sorted(want - set(got))[:20]}, accepted again "
-                                 f"{sorted(set(got) & accepted)[:20]}, twice {len(got) - len(set(got))}")
+    assert got == sorted(want), (
+        f"missing {sorted(want - set(got))[:20]}, accepted again "
+        f"{sorted(set(got) & accepted)[:20]}, twice {len(got) - len(set(got))}"
+    )
 
 
 def test_group_share_enable_is_a_setting_kesque_acts_on(share_broker):
@@ -303,11 +361,9 @@ def _produce_transactions(broker, topic: str, txns: list[tuple[range, bool]]) ->
 def test_read_committed_share_group_skips_aborted_records(share_broker, isolation):
     topic = "t-" + uuid.uuid4().hex[:10]
     create_topic(share_broker, topic, partitions=1)
-    _produce_transactions(share_broker, topic, [(range(0, 10), True), (range(100, 110), False),
-                                                (range(10, 20), True)])
+    _produce_transactions(share_broker, topic, [(range(0, 10), True), (range(100, 110), False), (range(10, 20), True)])
     group = "sg-" + uuid.uuid4().hex[:8]
-    set_group_configs(share_broker, group, {"share.auto.offset.reset": "earliest",
-                                            "share.isolation.level": isolation})
+    set_group_configs(share_broker, group, {"share.auto.offset.reset": "earliest", "share.isolation.level": isolation})
     m = Member(share_broker, group, topic)
     m.start()
     want = list(range(20)) + ([] if isolation == "read_committed" else list(range(100, 110)))
@@ -332,13 +388,20 @@ def test_deleting_an_empty_share_group_deletes_its_share_state(share_broker):
         with pytest.raises(ck.KafkaException) as e:
             a.delete_consumer_groups([group])[group].result(15)
         assert e.value.args[0].code() == ck.KafkaError.NON_EMPTY_GROUP
-        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                      Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        r = c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1),
+        )
         assert r.error_code == ErrorCode.none
         a.delete_consumer_groups([group])[group].result(15)
-        r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                      Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m2", member_epoch=0,
-                                                            subscribed_topic_names=(_topic,)))
+        r = c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(
+                group_id=group, member_id="m2", member_epoch=0, subscribed_topic_names=(_topic,)
+            ),
+        )
         assert r.error_code == ErrorCode.none
         assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(0, 2, 1)]
 
@@ -355,12 +418,15 @@ def test_leaving_keeps_the_share_session_and_its_connection_closing_releases_at_
         assert _acquired(_share_fetch(c1, group, "m1", 0, tid)) == [(0, 5, 1)]
         with WireClient(share_broker.bootstrap_servers) as c2:
             assert _acquired(_share_fetch(c2, group, "m2", 0, tid)) == []
-            r = c1.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                           Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
+            r = c1.request(
+                ApiKeys.SHARE_GROUP_HEARTBEAT,
+                1,
+                Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1),
+            )
             assert r.error_code == 0
-            r = _share_ack(c1, group, "m1", 1, tid, [(0, 1, 1)])   # after the leave: applied
+            r = _share_ack(c1, group, "m1", 1, tid, [(0, 1, 1)])  # after the leave: applied
             assert r.error_code == 0 and _partition_errors(r) == [(0, 0)]
-            c1.close()                                              # 2-5 were still m1's
+            c1.close()  # 2-5 were still m1's
             assert _acquired(_share_fetch(c2, group, "m2", 1, tid, max_wait=10000)) == [(2, 5, 2)]
     finally:
         c1.close()
@@ -452,10 +518,15 @@ def test_describe_share_group_offsets(share_broker):
         _share_fetch(c, group, "m1", 0, tid)
         _share_fetch(c, group, "m1", 1, tid, acks=[(0, 3, 1), (6, 6, 3)])
         assert describe() == [(topic, 0, 4, 5)]
-        assert describe((m("DescribeShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(0, 1)),)) == \
-            [(topic, 0, 4, 5), (topic, 1, -1, -1)]
-        r = c.request(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1,
-                      m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id="nope", topics=None),)))
+        assert describe((m("DescribeShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(0, 1)),)) == [
+            (topic, 0, 4, 5),
+            (topic, 1, -1, -1),
+        ]
+        r = c.request(
+            ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS,
+            1,
+            m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id="nope", topics=None),)),
+        )
         assert r.groups[0].error_code == 69  # GROUP_ID_NOT_FOUND
 
 
@@ -467,20 +538,33 @@ def test_alter_share_group_offsets_resets_an_empty_group(share_broker):
 
     def alter(offset):
         partition = m("AlterShareGroupOffsetsRequestPartition", partition_index=0, start_offset=offset)
-        return c.request(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0, m(group_id=group, topics=(
-            m("AlterShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(partition,)),)))
+        return c.request(
+            ApiKeys.ALTER_SHARE_GROUP_OFFSETS,
+            0,
+            m(
+                group_id=group,
+                topics=(m("AlterShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(partition,)),),
+            ),
+        )
 
     with WireClient(share_broker.bootstrap_servers) as c:
         _share_fetch(c, group, "m1", 0, tid)
         _share_fetch(c, group, "m1", 1, tid, acks=[(0, 4, 1)])
         assert alter(1).error_code == 68  # NON_EMPTY_GROUP: m1 is still a member
-        c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                  Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1),
+        )
         r = alter(1)
         assert r.error_code == 0 and [p.error_code for t in r.responses for p in t.partitions] == [0]
-        c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                  Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m2", member_epoch=0,
-                                                        subscribed_topic_names=(topic,)))
+        c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(
+                group_id=group, member_id="m2", member_epoch=0, subscribed_topic_names=(topic,)
+            ),
+        )
         assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(1, 4, 1)]
 
 
@@ -513,20 +597,30 @@ def test_delete_share_group_offsets_forgets_a_topics_state(share_broker):
     m = Msg(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0)
 
     def delete(name):
-        return c.request(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0,
-                         m(group_id=group, topics=(m("DeleteShareGroupOffsetsRequestTopic", topic_name=name),)))
+        return c.request(
+            ApiKeys.DELETE_SHARE_GROUP_OFFSETS,
+            0,
+            m(group_id=group, topics=(m("DeleteShareGroupOffsetsRequestTopic", topic_name=name),)),
+        )
 
     with WireClient(share_broker.bootstrap_servers) as c:
         _share_fetch(c, group, "m1", 0, tid)
         _share_fetch(c, group, "m1", 1, tid, acks=[(0, 2, 1)])
         assert delete(topic).error_code == 68  # NON_EMPTY_GROUP
-        c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                  Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1))
+        c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m1", member_epoch=-1),
+        )
         r = delete("no-such-topic")
         assert [t.error_code for t in r.responses] == [3]  # UNKNOWN_TOPIC_OR_PARTITION
         r = delete(topic)
         assert r.error_code == 0 and [t.error_code for t in r.responses] == [0]
-        c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1,
-                  Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(group_id=group, member_id="m2", member_epoch=0,
-                                                        subscribed_topic_names=(topic,)))
-        assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(0, 2, 1)]   # earliest again
+        c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)(
+                group_id=group, member_id="m2", member_epoch=0, subscribed_topic_names=(topic,)
+            ),
+        )
+        assert _acquired(_share_fetch(c, group, "m2", 0, tid)) == [(0, 2, 1)]  # earliest again

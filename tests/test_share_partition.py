@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import pytest
-from conftest import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from conftest import examples
 from kesque.errors import ErrorCode, KafkaError
 from kesque.share.partition import (
-    ACCEPT, ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, GAP, REJECT, RELEASE, RENEW,
-    AcquiredRange, SharePartition, StateBatch,
+    ACCEPT,
+    ACKNOWLEDGED,
+    ACQUIRED,
+    ARCHIVED,
+    AVAILABLE,
+    GAP,
+    REJECT,
+    RELEASE,
+    RENEW,
+    AcquiredRange,
+    SharePartition,
+    StateBatch,
 )
 
 LOCK = 1000
@@ -28,6 +38,7 @@ def code(exc_info) -> ErrorCode:
 
 # ---------------------------------------------------------------------------- acquire
 
+
 def test_acquire_new_records_counts_one_delivery():
     p = sp(10)
     assert p.acquire("a", last_offset=14, max_records=100, now_ms=0) == [AcquiredRange(10, 14, 1)]
@@ -39,7 +50,7 @@ def test_acquire_stops_at_max_records_and_the_next_fetch_continues():
     p = sp()
     assert p.acquire("a", 9, 3, 0) == [AcquiredRange(0, 2, 1)]
     assert p.acquire("b", 9, 100, 0) == [AcquiredRange(3, 9, 1)]
-    assert p.acquire("c", 9, 100, 0) == []   # nothing available
+    assert p.acquire("c", 9, 100, 0) == []  # nothing available
 
 
 def test_record_locks_bound_new_records_but_not_reacquisition():
@@ -48,7 +59,7 @@ def test_record_locks_bound_new_records_but_not_reacquisition():
     assert p.acquire("b", 99, 100, 0) == []
     p.acknowledge("a", [(1, 1, [RELEASE])], 0)
     assert p.acquire("b", 99, 100, 0) == [AcquiredRange(1, 1, 2)]
-    p.acknowledge("a", [(0, 0, [ACCEPT])], 0)      # SPSO moves to 1: one more new record fits
+    p.acknowledge("a", [(0, 0, [ACCEPT])], 0)  # SPSO moves to 1: one more new record fits
     assert p.start_offset == 1
     assert p.acquire("b", 99, 100, 0) == [AcquiredRange(4, 4, 1)]
 
@@ -56,11 +67,12 @@ def test_record_locks_bound_new_records_but_not_reacquisition():
 def test_skipped_ranges_are_archived_not_delivered():
     p = sp()
     assert p.acquire("a", 5, 100, 0, skip=[(0, 1), (4, 4)]) == [AcquiredRange(2, 3, 1), AcquiredRange(5, 5, 1)]
-    assert p.state_of(0) is None and p.start_offset == 2     # archived head left the window
+    assert p.state_of(0) is None and p.start_offset == 2  # archived head left the window
     assert p.state_of(4) == (ARCHIVED, 0, None)
 
 
 # ---------------------------------------------------------------------------- acknowledge
+
 
 def test_accept_advances_spso_past_acknowledged_head_only():
     p = sp()
@@ -124,7 +136,7 @@ def test_delivery_count_limit_archives_on_release_and_expiry():
 def test_acknowledge_is_all_or_nothing():
     p = sp()
     p.acquire("a", 4, 100, 0)
-    p.acquire("b", 4, 100, 0)   # nothing left: b holds nothing
+    p.acquire("b", 4, 100, 0)  # nothing left: b holds nothing
     with pytest.raises(KafkaError) as e:
         p.acknowledge("a", [(0, 1, [ACCEPT]), (3, 5, [ACCEPT])], 0)  # 5 is past the window
     assert code(e) == ErrorCode.invalid_request
@@ -134,14 +146,17 @@ def test_acknowledge_is_all_or_nothing():
     assert all(p.state_of(o) == (ACQUIRED, 1, "a") for o in range(5))
 
 
-@pytest.mark.parametrize("member, batch, err", [
-    ("b", (0, 0, [ACCEPT]), ErrorCode.invalid_record_state),           # another member's record
-    ("a", (2, 2, [ACCEPT]), ErrorCode.invalid_record_state),           # available, not acquired
-    ("a", (0, 1, [ACCEPT, ACCEPT, ACCEPT]), ErrorCode.invalid_request),  # types don't match range
-    ("a", (0, 0, [7]), ErrorCode.invalid_request),                       # unknown type
-    ("a", (1, 0, [ACCEPT]), ErrorCode.invalid_request),                  # reversed range
-    ("a", (0, 9, [ACCEPT]), ErrorCode.invalid_request),                  # past the end offset
-])
+@pytest.mark.parametrize(
+    "member, batch, err",
+    [
+        ("b", (0, 0, [ACCEPT]), ErrorCode.invalid_record_state),  # another member's record
+        ("a", (2, 2, [ACCEPT]), ErrorCode.invalid_record_state),  # available, not acquired
+        ("a", (0, 1, [ACCEPT, ACCEPT, ACCEPT]), ErrorCode.invalid_request),  # types don't match range
+        ("a", (0, 0, [7]), ErrorCode.invalid_request),  # unknown type
+        ("a", (1, 0, [ACCEPT]), ErrorCode.invalid_request),  # reversed range
+        ("a", (0, 9, [ACCEPT]), ErrorCode.invalid_request),  # past the end offset
+    ],
+)
 def test_bad_acknowledgements_change_nothing(member, batch, err):
     p = sp()
     p.acquire("a", 1, 100, 0)
@@ -167,11 +182,12 @@ def test_acknowledgement_below_spso_is_ignored():
     p = sp()
     p.acquire("a", 1, 100, 0)
     p.acknowledge("a", [(0, 0, [ACCEPT])], 0)
-    p.acknowledge("a", [(0, 0, [ACCEPT])], 0)   # already done: no error, as Kafka
+    p.acknowledge("a", [(0, 0, [ACCEPT])], 0)  # already done: no error, as Kafka
     assert p.start_offset == 1
 
 
 # ---------------------------------------------------------------------------- locks and members
+
 
 def test_lock_expiry_makes_records_available_to_another_member():
     p = sp()
@@ -179,7 +195,7 @@ def test_lock_expiry_makes_records_available_to_another_member():
     assert p.next_lock_deadline() == LOCK
     assert p.acquire("b", 2, 100, now_ms=LOCK - 1) == []
     assert p.acquire("b", 2, 100, now_ms=LOCK) == [AcquiredRange(0, 2, 2)]
-    with pytest.raises(KafkaError) as e:             # a's late acknowledgement
+    with pytest.raises(KafkaError) as e:  # a's late acknowledgement
         p.acknowledge("a", [(0, 0, [ACCEPT])], LOCK)
     assert code(e) == ErrorCode.invalid_record_state
 
@@ -205,22 +221,27 @@ def test_log_start_movement_archives_what_it_passes():
     p.acquire("a", 3, 2, 0)
     p.advance_log_start(3)
     assert p.start_offset == 3 and p.acquire("b", 5, 100, 0) == [AcquiredRange(3, 5, 1)]
-    p.acknowledge("a", [(0, 1, [ACCEPT])], 0)    # below the SPSO now: ignored
+    p.acknowledge("a", [(0, 1, [ACCEPT])], 0)  # below the SPSO now: ignored
     p.advance_log_start(50)
     assert (p.start_offset, p.end_offset, p.acquire("b", 50, 100, 0)) == (50, 50, [AcquiredRange(50, 50, 1)])
 
 
 # ---------------------------------------------------------------------------- durable form
 
+
 def test_state_batches_round_trip_and_locks_do_not_survive():
     p = sp(5)
     p.acquire("a", 12, 100, 0)
     p.acknowledge("a", [(5, 12, [ACCEPT, RELEASE, ACCEPT, REJECT, ACCEPT, ACCEPT, RELEASE, RELEASE])], 0)
-    p.acquire("b", 12, 1, 0)   # re-acquire 6
+    p.acquire("b", 12, 1, 0)  # re-acquire 6
     batches = p.state_batches()
-    assert batches == [StateBatch(6, 6, AVAILABLE, 2), StateBatch(7, 7, ACKNOWLEDGED, 1),
-                       StateBatch(8, 8, ARCHIVED, 1), StateBatch(9, 10, ACKNOWLEDGED, 1),
-                       StateBatch(11, 12, AVAILABLE, 1)]
+    assert batches == [
+        StateBatch(6, 6, AVAILABLE, 2),
+        StateBatch(7, 7, ACKNOWLEDGED, 1),
+        StateBatch(8, 8, ARCHIVED, 1),
+        StateBatch(9, 10, ACKNOWLEDGED, 1),
+        StateBatch(11, 12, AVAILABLE, 1),
+    ]
     q = SharePartition.restore(p.start_offset, batches)
     assert (q.start_offset, q.end_offset, q.state_batches()) == (6, 13, batches)
     assert q.acquire("c", 20, 100, 0) == [AcquiredRange(6, 6, 3), AcquiredRange(11, 12, 2), AcquiredRange(13, 20, 1)]
@@ -242,7 +263,7 @@ class Model:
 
     def __init__(self, limit, locks):
         self.limit, self.locks = limit, locks
-        self.recs: dict[int, list] = {}   # offset -> [state, delivery count, member, deadline]
+        self.recs: dict[int, list] = {}  # offset -> [state, delivery count, member, deadline]
         self.spso = 0
 
     def end(self):
@@ -320,8 +341,12 @@ class SharePartitionMachine(RuleBasedStateMachine):
         for r in got:
             assert all(self.p.state_of(o)[1] == r.delivery_count for o in range(r.first, r.last + 1))
 
-    @rule(member=st.sampled_from(MEMBERS), first=st.integers(0, 40), width=st.integers(0, 3),
-          typ=st.sampled_from([ACCEPT, RELEASE, REJECT]))
+    @rule(
+        member=st.sampled_from(MEMBERS),
+        first=st.integers(0, 40),
+        width=st.integers(0, 3),
+        typ=st.sampled_from([ACCEPT, RELEASE, REJECT]),
+    )
     def acknowledge(self, member, first, width, typ):
         want = self.m.ack(member, first, first + width, typ, self.now)
         try:
@@ -350,8 +375,13 @@ class SharePartitionMachine(RuleBasedStateMachine):
     @rule()
     def restart(self):
         """A broker restart: the persisted state comes back, locks are lost."""
-        self.p = SharePartition.restore(self.p.start_offset, self.p.state_batches(), delivery_count_limit=3,
-                                        max_record_locks=8, lock_duration_ms=LOCK)
+        self.p = SharePartition.restore(
+            self.p.start_offset,
+            self.p.state_batches(),
+            delivery_count_limit=3,
+            max_record_locks=8,
+            lock_duration_ms=LOCK,
+        )
         for r in self.m.recs.values():
             if r[0] == ACQUIRED:
                 r[0], r[2] = (ARCHIVED if r[1] >= 3 else AVAILABLE), None

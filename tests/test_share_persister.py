@@ -41,15 +41,36 @@ class FakeChannel:
         if isinstance(step, Exception):
             raise step
         m = Msg(api_key, version)
-        part = {P.READ: "PartitionResult", P.WRITE: "PartitionResult", P.INITIALIZE: "PartitionResult",
-                P.DELETE: "PartitionResult", P.READ_SUMMARY: "PartitionResult"}[api_key]
-        result = {P.READ: "ReadStateResult", P.WRITE: "WriteStateResult", P.INITIALIZE: "InitializeStateResult",
-                  P.DELETE: "DeleteStateResult", P.READ_SUMMARY: "ReadStateSummaryResult"}[api_key]
+        part = {
+            P.READ: "PartitionResult",
+            P.WRITE: "PartitionResult",
+            P.INITIALIZE: "PartitionResult",
+            P.DELETE: "PartitionResult",
+            P.READ_SUMMARY: "PartitionResult",
+        }[api_key]
+        result = {
+            P.READ: "ReadStateResult",
+            P.WRITE: "WriteStateResult",
+            P.INITIALIZE: "InitializeStateResult",
+            P.DELETE: "DeleteStateResult",
+            P.READ_SUMMARY: "ReadStateSummaryResult",
+        }[api_key]
         # one description serves the five APIs: each takes the fields its schema has (strict Msg refuses others)
-        batches = (m("StateBatch", first_offset=7, last_offset=9, delivery_state=0, delivery_count=1),) \
-            if api_key == P.READ else ()
-        fields = dict(partition=0, error_code=step, error_message=None, state_epoch=2, leader_epoch=4, start_offset=7,
-                      delivery_complete_count=3, state_batches=batches)
+        batches = (
+            (m("StateBatch", first_offset=7, last_offset=9, delivery_state=0, delivery_count=1),)
+            if api_key == P.READ
+            else ()
+        )
+        fields = dict(
+            partition=0,
+            error_code=step,
+            error_message=None,
+            state_epoch=2,
+            leader_epoch=4,
+            start_offset=7,
+            delivery_complete_count=3,
+            state_batches=batches,
+        )
         p = m(part, **{k: v for k, v in fields.items() if k in known_fields(api_key, False)[part]})
         return m(results=(m(result, topic_id=TID, partitions=(p,)),))
 
@@ -66,8 +87,9 @@ class FakeLocal:
 
 
 def persister(script, node=2, local=None):
-    p = P.DefaultStatePersister(1, local or FakeLocal(), lambda ckey: (node, ErrorCode.none, None),
-                                FakeChannel(script), Config())
+    p = P.DefaultStatePersister(
+        1, local or FakeLocal(), lambda ckey: (node, ErrorCode.none, None), FakeChannel(script), Config()
+    )
     p.backoff_ms = 1
     return p
 
@@ -83,10 +105,16 @@ def test_a_remote_write_goes_to_the_coordinator_and_retries_on_coordinator_error
     assert [(n, k) for n, k, _ in sent] == [(2, P.WRITE)] * 4
     body = sent[-1][2]
     part = body.topics[0].partitions[0]
-    assert (body.group_id, body.topics[0].topic_id, part.partition, part.start_offset, part.leader_epoch) == \
-        ("g", TID, 0, 7, 4)
-    assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in part.state_batches] == \
-        [(7, 9, 2, 1)]
+    assert (body.group_id, body.topics[0].topic_id, part.partition, part.start_offset, part.leader_epoch) == (
+        "g",
+        TID,
+        0,
+        7,
+        4,
+    )
+    assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in part.state_batches] == [
+        (7, 9, 2, 1)
+    ]
 
 
 def test_other_errors_are_the_callers_at_once():
@@ -122,6 +150,7 @@ def test_reads_and_summaries_from_a_remote_coordinator():
 
 # ---------------------------------------------------------------------------- the coordinator's fencing
 
+
 def test_a_write_from_an_older_leader_epoch_is_fenced_and_changes_nothing():
     written = []
     shard = ShareCoordinatorShard(0, written.append)
@@ -136,6 +165,7 @@ def test_a_write_from_an_older_leader_epoch_is_fenced_and_changes_nothing():
 
 
 # ---------------------------------------------------------------------------- the manager's remote writes
+
 
 class SlowPersister:
     """Remote writes that take until released; records what each carried."""
@@ -201,7 +231,7 @@ def test_a_write_read_before_the_state_was_initialized_again_is_fenced():
     shard = ShareCoordinatorShard(0, lambda recs: None)
     assert shard.initialize(KEY, 0, 1, 0).state_epoch == 0
     shard.write_state(KEY, 4, [StateBatch(4, 5, 2, 1)], 1, 0)
-    assert shard.initialize(KEY, 0).state_epoch == 1   # AlterShareGroupOffsets: the next epoch
+    assert shard.initialize(KEY, 0).state_epoch == 1  # AlterShareGroupOffsets: the next epoch
     with pytest.raises(KafkaError) as e:
         shard.write_state(KEY, 6, [], 1, 0)
     assert e.value.code == ErrorCode.fenced_state_epoch

@@ -12,15 +12,15 @@ import sys
 import time
 import uuid
 
-import oracle
 import pytest
+
+import oracle
 from conftest import running_broker
+from kesque.client.share_consumer import ShareConsumer
+from kesque.testing import kafka as K
 from test_clients import create_topic
 from test_share_groups import produce, set_group_configs
 from test_tools import kesque
-
-from kesque.client.share_consumer import ShareConsumer
-from kesque.testing import kafka as K
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -49,8 +49,16 @@ def share_groups(broker, *args):
 
 
 def console(broker, topic, group, *args):
-    return kesque("console-share-consumer", "--bootstrap-server", broker.bootstrap_servers, "--topic", topic,
-                  "--group", group, *args)
+    return kesque(
+        "console-share-consumer",
+        "--bootstrap-server",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        *args,
+    )
 
 
 def table(*rows: str) -> bytes:
@@ -115,8 +123,10 @@ def test_console_share_consumer_prints_delivery_counts_and_acknowledges(share_br
     r = console(share_broker, topic, group, "--max-messages", "3", *fmt)
     assert r.stdout == b"Offset:0\tDelivery:2\t0\nOffset:1\tDelivery:2\t1\nOffset:2\tDelivery:2\t2\n"
     r = share_groups(share_broker, "--describe", "--group", group)
-    assert r.stdout == table(f"{'GROUP':<15} {'TOPIC':<15} PARTITION  START-OFFSET  LAG",
-                             f"{group:<15} {topic:<15} 0          3             7")
+    assert r.stdout == table(
+        f"{'GROUP':<15} {'TOPIC':<15} PARTITION  START-OFFSET  LAG",
+        f"{group:<15} {topic:<15} 0          3             7",
+    )
 
 
 def test_describe_shows_dashes_for_a_partition_nothing_was_handed_out_from(share_broker):
@@ -125,18 +135,33 @@ def test_describe_shows_dashes_for_a_partition_nothing_was_handed_out_from(share
     topic, group = fresh(share_broker, partitions=2, records=3)  # all in partition 1
     assert console(share_broker, topic, group, "--max-messages", "3").stdout == b"0\n1\n2\n"
     r = share_groups(share_broker, "--describe", "--group", group, "--verbose")
-    assert r.stdout == table(f"{'GROUP':<15} {'TOPIC':<15} PARTITION  LEADER-EPOCH  START-OFFSET  LAG",
-                             f"{group:<15} {topic:<15} 0          -             -             -",
-                             f"{group:<15} {topic:<15} 1          0             3             0")
+    assert r.stdout == table(
+        f"{'GROUP':<15} {'TOPIC':<15} PARTITION  LEADER-EPOCH  START-OFFSET  LAG",
+        f"{group:<15} {topic:<15} 0          -             -             -",
+        f"{group:<15} {topic:<15} 1          0             3             0",
+    )
 
 
 def test_sigterm_stops_the_console_share_consumer_and_its_member_leaves(share_broker):
     """A signal mid-poll left the poll's answer unread on the connection; the leave heartbeat on
     that connection then failed, and the member stayed until its session timed out."""
     topic, group = fresh(share_broker, records=0)
-    proc = subprocess.Popen([sys.executable, "-m", "kesque", "console-share-consumer", "--bootstrap-server",
-                             share_broker.bootstrap_servers, "--topic", topic, "--group", group],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kesque",
+            "console-share-consumer",
+            "--bootstrap-server",
+            share_broker.bootstrap_servers,
+            "--topic",
+            topic,
+            "--group",
+            group,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         end = time.monotonic() + 30
         stable = f"\n{group:<15} Stable\n".encode()
@@ -169,20 +194,29 @@ def test_describe_members_state_and_list_of_a_live_group(share_broker):
         r = share_groups(share_broker, "--describe", "--group", group, "--members", "--verbose")
         assert r.stdout == table(
             f"{'GROUP':<15} {'CONSUMER-ID':<22} HOST            CLIENT-ID       #PARTITIONS  MEMBER-EPOCH  ASSIGNMENT",
-            f"{g} {c.member_id} /127.0.0.1      tool-test       2            {c.member_epoch:<13} {topic}:0,1")
+            f"{g} {c.member_id} /127.0.0.1      tool-test       2            {c.member_epoch:<13} {topic}:0,1",
+        )
         r = share_groups(share_broker, "--describe", "--group", group, "--state")
         host = share_broker.bootstrap_servers
-        assert r.stdout == table(f"GROUP           {'COORDINATOR (ID)':<25} STATE           #MEMBERS",
-                                 f"{g} {host + '  (1)':<25} Stable          1")
+        assert r.stdout == table(
+            f"GROUP           {'COORDINATOR (ID)':<25} STATE           #MEMBERS",
+            f"{g} {host + '  (1)':<25} Stable          1",
+        )
         r = share_groups(share_broker, "--list", "--state", "stable")
         assert f"\n{g} Stable\n".encode() in r.stdout
-        r = share_groups(share_broker, "--reset-offsets", "--group", group, "--to-earliest", "--all-topics",
-                         "--execute")
+        r = share_groups(
+            share_broker, "--reset-offsets", "--group", group, "--to-earliest", "--all-topics", "--execute"
+        )
         assert (r.returncode, r.stdout, r.stderr) == (1, b"", f"Share group '{group}' is not empty.\n".encode())
         r = share_groups(share_broker, "--delete", "--group", group)
-        assert r.stdout == (f"\nError: Deletion of some share groups failed:\n* Group '{group}' could not be deleted "
-                            f"due to: org.apache.kafka.common.errors.GroupNotEmptyException: Share group '{group}' "
-                            "is not EMPTY.\n").encode()
+        assert (
+            r.stdout
+            == (
+                f"\nError: Deletion of some share groups failed:\n* Group '{group}' could not be deleted "
+                f"due to: org.apache.kafka.common.errors.GroupNotEmptyException: Share group '{group}' "
+                "is not EMPTY.\n"
+            ).encode()
+        )
     finally:
         c.close()
     r = share_groups(share_broker, "--describe", "--group", group, "--members")
@@ -192,13 +226,11 @@ def test_describe_members_state_and_list_of_a_live_group(share_broker):
 def test_reset_to_earliest_makes_everything_deliverable_again(share_broker):
     topic, group = fresh(share_broker)
     assert console(share_broker, topic, group, "--max-messages", "10").returncode == 0
-    r = share_groups(share_broker, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
-                     "--dry-run")
+    r = share_groups(share_broker, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--dry-run")
     plan = table(f"{'GROUP':<15} {'TOPIC':<15} PARTITION  NEW-OFFSET", f"{group:<15} {topic:<15} 0          0")
     assert r.stdout == plan
     assert console(share_broker, topic, group, "--max-messages", "1", "--timeout-ms", "1500").stdout == b""
-    r = share_groups(share_broker, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
-                     "--execute")
+    r = share_groups(share_broker, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
     assert r.stdout == plan
     r = console(share_broker, topic, group, "--max-messages", "10")
     assert r.stdout == b"".join(b"%d\n" % i for i in range(10))
@@ -209,11 +241,13 @@ def test_reset_offsets_of_a_new_group_creates_it(share_broker):
     kesque answered GROUP_ID_NOT_FOUND."""
     topic, _ = fresh(share_broker, records=4)
     group = f"new-{uuid.uuid4().hex[:8]}"
-    r = share_groups(share_broker, "--reset-offsets", "--group", group, "--topic", f"{topic}:0", "--to-offset", "2",
-                     "--execute")
+    r = share_groups(
+        share_broker, "--reset-offsets", "--group", group, "--topic", f"{topic}:0", "--to-offset", "2", "--execute"
+    )
     assert r.returncode == 0, r.stdout
-    assert r.stdout == table(f"{'GROUP':<15} {'TOPIC':<15} PARTITION  NEW-OFFSET", f"{group:<15} {topic:<15} 0 "
-                             "         2")
+    assert r.stdout == table(
+        f"{'GROUP':<15} {'TOPIC':<15} PARTITION  NEW-OFFSET", f"{group:<15} {topic:<15} 0          2"
+    )
     assert f"\n{group:<15} Empty\n".encode() in share_groups(share_broker, "--list", "--state").stdout
     assert console(share_broker, topic, group, "--max-messages", "2").stdout == b"2\n3\n"
 
@@ -223,8 +257,11 @@ def test_delete_offsets_and_delete(share_broker):
     console(share_broker, topic, group, "--max-messages", "3")
     r = share_groups(share_broker, "--delete-offsets", "--group", group, "--topic", topic, "--topic", "nope")
     assert r.returncode == 1  # a topic failed (Kafka's tool exits 0)
-    assert r.stdout == table(f"{'TOPIC':<15} STATUS", f"{topic:<15} Successful",
-                             f"{'nope':<15} Error: This server does not host this topic-partition.")
+    assert r.stdout == table(
+        f"{'TOPIC':<15} STATUS",
+        f"{topic:<15} Successful",
+        f"{'nope':<15} Error: This server does not host this topic-partition.",
+    )
     r = share_groups(share_broker, "--describe", "--group", group)
     assert r.stdout == f"\nShare group '{group}' has no offset information.\n".encode()
     r = share_groups(share_broker, "--delete", "--group", group)
@@ -238,25 +275,35 @@ def test_errors_print_as_kafkas_tool_prints_them(share_broker):
     """Outputs of Kafka 4.4's kafka-share-groups.sh on a Kafka broker, same cases."""
     topic, group = fresh(share_broker, records=1)
     r = share_groups(share_broker, "--delete-offsets", "--group", "no-such-sg", "--topic", topic)
-    assert (r.returncode, r.stdout) == (1, ("\nError: Group no-such-sg not found.\n\nTOPIC           STATUS\n"
-                                            f"{topic:<15} Error: Group no-such-sg not found.\n").encode())
-    r = share_groups(share_broker, "--reset-offsets", "--group", group, "--topic", "no-such-topic", "--to-earliest",
-                     "--dry-run")
-    assert r.stdout == (b"\nError: Executing share group command failed due to This server does not host this "
-                        b"topic-partition.\n")
-    assert r.stderr == (b"org.apache.kafka.common.errors.UnknownTopicOrPartitionException: This server does not "
-                        b"host this topic-partition.\n")
+    assert (r.returncode, r.stdout) == (
+        1,
+        (
+            "\nError: Group no-such-sg not found.\n\nTOPIC           STATUS\n"
+            f"{topic:<15} Error: Group no-such-sg not found.\n"
+        ).encode(),
+    )
+    r = share_groups(
+        share_broker, "--reset-offsets", "--group", group, "--topic", "no-such-topic", "--to-earliest", "--dry-run"
+    )
+    assert r.stdout == (
+        b"\nError: Executing share group command failed due to This server does not host this topic-partition.\n"
+    )
+    assert r.stderr == (
+        b"org.apache.kafka.common.errors.UnknownTopicOrPartitionException: This server does not "
+        b"host this topic-partition.\n"
+    )
     r = share_groups(share_broker, "--describe", "--group", group, "--members", "--offsets")
     assert r.returncode == 1
-    assert r.stderr.startswith(b"Option [describe] takes at most one of these options: [members], [offsets], "
-                               b"[state]\n")
+    assert r.stderr.startswith(b"Option [describe] takes at most one of these options: [members], [offsets], [state]\n")
 
 
 def test_describe_a_missing_group(share_broker):
     r = share_groups(share_broker, "--describe", "--group", "no-such-share-group")
     assert r.returncode == 1
-    assert r.stdout == (b"\nError: Executing share group command failed due to org.apache.kafka.common.errors."
-                        b"GroupIdNotFoundException: Group no-such-share-group not found.\n")
+    assert r.stdout == (
+        b"\nError: Executing share group command failed due to org.apache.kafka.common.errors."
+        b"GroupIdNotFoundException: Group no-such-share-group not found.\n"
+    )
 
 
 # ---------------------------------------------------------------------- Kafka's own tool, same bytes
@@ -272,8 +319,13 @@ def test_kafka_share_groups_sh_prints_what_kesque_prints(share_broker):
     console(share_broker, topic, group, "--max-messages", "4")
     c = ShareConsumer(share_broker.bootstrap_servers, group, client_id="console-share-consumer")
     bs = ["--bootstrap-server", share_broker.bootstrap_servers]
-    views = [["--list", "--state"], ["--describe", "--group", group], ["--describe", "--group", group, "--verbose"],
-             ["--describe", "--group", group, "--state", "--verbose"], ["--describe", "--group", "missing-sg"]]
+    views = [
+        ["--list", "--state"],
+        ["--describe", "--group", group],
+        ["--describe", "--group", group, "--verbose"],
+        ["--describe", "--group", group, "--state", "--verbose"],
+        ["--describe", "--group", "missing-sg"],
+    ]
     try:
         c.subscribe([topic])
         poll_until(c, 6)
@@ -283,9 +335,10 @@ def test_kafka_share_groups_sh_prints_what_kesque_prints(share_broker):
             assert _ID.sub("<id>", theirs.stdout) == _ID.sub("<id>", mine.stdout.decode()), args
     finally:
         c.close()
-    for args in views + [["--reset-offsets", "--group", group, "--all-topics", "--to-earliest", "--dry-run"],
-                         ["--reset-offsets", "--group", group, "--topic", topic, "--to-offset", "20", "--dry-run",
-                          "--export"]]:
+    for args in views + [
+        ["--reset-offsets", "--group", group, "--all-topics", "--to-earliest", "--dry-run"],
+        ["--reset-offsets", "--group", group, "--topic", topic, "--to-offset", "20", "--dry-run", "--export"],
+    ]:
         mine = share_groups(share_broker, *args)
         theirs = K.run_tool("kafka-share-groups.sh", *bs, *args)
         assert theirs.stdout == mine.stdout.decode(), args
@@ -299,15 +352,37 @@ def test_kafka_console_share_consumer_prints_what_kesque_prints(share_broker):
     topic, group = fresh(share_broker, records=6)
     other = f"{group}-java"
     set_group_configs(share_broker, other, {"share.auto.offset.reset": "earliest"})
-    fmt = ["--formatter-property", "print.offset=true", "--formatter-property", "print.delivery=true",
-           "--formatter-property", "print.key=true", "--formatter-property", "null.literal=<none>"]
-    for args in (["--max-messages", "2", "--release"], ["--max-messages", "3", "--reject"], ["--max-messages", "9",
-                                                                                             "--timeout-ms", "3000"]):
+    fmt = [
+        "--formatter-property",
+        "print.offset=true",
+        "--formatter-property",
+        "print.delivery=true",
+        "--formatter-property",
+        "print.key=true",
+        "--formatter-property",
+        "null.literal=<none>",
+    ]
+    for args in (
+        ["--max-messages", "2", "--release"],
+        ["--max-messages", "3", "--reject"],
+        ["--max-messages", "9", "--timeout-ms", "3000"],
+    ):
         mine = console(share_broker, topic, group, *fmt, *args)
-        theirs = K.run_tool("kafka-console-share-consumer.sh", "--bootstrap-server", share_broker.bootstrap_servers,
-                            "--topic", topic, "--group", other, *fmt, *args)
-        assert (mine.stdout.decode(), _STAMP.sub("", mine.stderr.decode())) == \
-            (theirs.stdout, _STAMP.sub("", theirs.stderr)), args
+        theirs = K.run_tool(
+            "kafka-console-share-consumer.sh",
+            "--bootstrap-server",
+            share_broker.bootstrap_servers,
+            "--topic",
+            topic,
+            "--group",
+            other,
+            *fmt,
+            *args,
+        )
+        assert (mine.stdout.decode(), _STAMP.sub("", mine.stderr.decode())) == (
+            theirs.stdout,
+            _STAMP.sub("", theirs.stderr),
+        ), args
 
 
 # ---------------------------------------------------------------------- the same scenario on Apache Kafka
@@ -327,8 +402,11 @@ class Side:
 
     def spawn(self, *args) -> subprocess.Popen:
         argv = ["console-share-consumer", *self.bs, *args]
-        cmd = (K.java_command(K.TOOLS["kafka-console-share-consumer.sh"], argv[1:]) if self.kafka
-               else [sys.executable, "-m", "kesque", *argv])
+        cmd = (
+            K.java_command(K.TOOLS["kafka-console-share-consumer.sh"], argv[1:])
+            if self.kafka
+            else [sys.executable, "-m", "kesque", *argv]
+        )
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -343,8 +421,14 @@ def _scenario(side: Side, topic: str, group: str, csv: str) -> list:
         code, so, se = side.run(tool, *args)
         out.append((tool, args, oracle.mask(so), oracle.mask(_STAMP.sub("[<time>] ", se)) if stderr else None))
 
-    fmt = ["--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true",
-           "--formatter-property", "print.delivery=true"]
+    fmt = [
+        "--formatter-property",
+        "print.partition=true",
+        "--formatter-property",
+        "print.offset=true",
+        "--formatter-property",
+        "print.delivery=true",
+    ]
     step("console-share-consumer", "--topic", topic, "--group", group, "--max-messages", "4", *fmt)
     step("console-share-consumer", "--topic", topic, "--group", group, "--max-messages", "2", "--release", *fmt)
     step("console-share-consumer", "--topic", topic, "--group", group, "--max-messages", "1", "--reject", *fmt)
@@ -374,8 +458,16 @@ def _scenario(side: Side, topic: str, group: str, csv: str) -> list:
     step("share-groups", "--reset-offsets", *sg, "--all-topics", "--to-offset", "99", "--dry-run", "--export")
     step("share-groups", "--reset-offsets", *sg, "--from-file", csv, "--execute")
     step("share-groups", "--describe", *sg)
-    step("share-groups", "--reset-offsets", "--group", f"{group}-new", "--topic", f"{topic}:0", "--to-latest",
-         "--execute")
+    step(
+        "share-groups",
+        "--reset-offsets",
+        "--group",
+        f"{group}-new",
+        "--topic",
+        f"{topic}:0",
+        "--to-latest",
+        "--execute",
+    )
     step("share-groups", "--delete-offsets", *sg, "--topic", topic, "--topic", f"{topic}-missing")
     step("share-groups", "--describe", *sg)
     step("share-groups", "--delete", *sg)

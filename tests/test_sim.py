@@ -35,13 +35,20 @@ def first_violation(bug, scenarios=("leader_partitioned", "majority_reachable", 
     return None
 
 
-@pytest.mark.parametrize("bug", ["grant_vote_to_shorter_log", "vote_twice_in_an_epoch",
-                                 "commit_without_own_epoch", "count_unflushed_leader_end",
-                                 "report_unflushed_fetch_offset"])
+@pytest.mark.parametrize(
+    "bug",
+    [
+        "grant_vote_to_shorter_log",
+        "vote_twice_in_an_epoch",
+        "commit_without_own_epoch",
+        "count_unflushed_leader_end",
+        "report_unflushed_fetch_offset",
+    ],
+)
 def test_invariants_catch_a_deliberate_bug(bug):
     e = first_violation(bug)
     assert e is not None, f"no invariant caught {bug} in {SEEDS} seeds"
-    assert f"--bug {bug}" in str(e)               # the replay command names the bug
+    assert f"--bug {bug}" in str(e)  # the replay command names the bug
 
 
 def test_a_seed_replays_exactly():
@@ -53,7 +60,7 @@ def test_a_seed_replays_exactly():
 def test_cli_prints_the_replay_command_of_a_failing_seed(capsys):
     e = first_violation("grant_vote_to_shorter_log")
     cmd = str(e).rsplit("replay: ", 1)[1]
-    argv = cmd.split()[3:]                         # after "python -m kesque.sim"
+    argv = cmd.split()[3:]  # after "python -m kesque.sim"
     assert main(argv) == 1
     out = capsys.readouterr().out
     assert f"replay: {cmd}" in out and "1 runs, 1 failed" in out
@@ -62,8 +69,9 @@ def test_cli_prints_the_replay_command_of_a_failing_seed(capsys):
 
 def test_liveness_failure_is_reported_with_its_bound():
     from kesque.sim.scenarios import Sim
+
     sim = Sim(1, voters=3, observers=0)
-    sim.c.start(0)                                 # one voter of three: no majority
+    sim.c.start(0)  # one voter of three: no majority
     with pytest.raises(SimulationError, match="not reached within"):
         sim.elect()
 
@@ -107,11 +115,13 @@ def first_metadata_violation(scenario, seeds=20):
 
 def test_invariants_catch_a_fence_that_leaves_leaderships(monkeypatch):
     from kesque.controller.cluster_control import ClusterControl
+
     monkeypatch.setattr(ClusterControl, "_move_off", lambda self, image, b: [])
     assert "which is fenced" in first_metadata_violation("broker_killed")
 
 
 def test_invariants_catch_a_controlled_shutdown_granted_too_early(monkeypatch):
     from kesque.controller.cluster_control import ClusterControl
+
     monkeypatch.setattr(ClusterControl, "lowest_active_offset", lambda self: 1 << 62)
     assert "still sees it lead" in first_metadata_violation("broker_controlled_shutdown")

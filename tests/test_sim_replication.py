@@ -63,6 +63,7 @@ def test_a_hw_that_ignores_the_followers_is_caught(monkeypatch):
             log.update_high_watermark(log.log_end_offset)
             return True
         return False
+
     monkeypatch.setattr(LeaderReplication, "maybe_increment_high_watermark", hw_is_log_end)
     assert "are lost" in first_violation()
 
@@ -70,17 +71,20 @@ def test_a_hw_that_ignores_the_followers_is_caught(monkeypatch):
 def test_a_leader_that_never_reports_a_diverging_epoch_is_caught(monkeypatch):
     """The follower then appends the new leader's records after its own divergent tail."""
     check = LeaderReplication.on_follower_fetch
-    monkeypatch.setattr(LeaderReplication, "on_follower_fetch",
-                        lambda self, r, offset, last_epoch, *a: check(self, r, offset, -1, *a))
+    monkeypatch.setattr(
+        LeaderReplication, "on_follower_fetch", lambda self, r, offset, last_epoch, *a: check(self, r, offset, -1, *a)
+    )
     assert "in the ISR of partition" in first_violation()
 
 
 def test_a_follower_joining_the_isr_before_it_caught_up_is_caught(monkeypatch):
     """Elected right after it rejoined, a follower that joined below the HW lacks committed records."""
+
     def expand_at_once(self, b, st, log):
         if self.pending is None and b not in self.isr and self._isr_eligible(b, st):
             return self._propose("expand", self.isr + [b], frozenset([b]))
         return None
+
     monkeypatch.setattr(LeaderReplication, "_maybe_expand_isr", expand_at_once)
     assert "are lost" in first_violation(scenarios=("repl_rejoin_then_leader_cut",))
 
@@ -97,6 +101,7 @@ def test_an_election_outside_the_isr_is_caught(monkeypatch):
         if rec is not None and p.leader in gone and live:
             rec["leader"], rec["isr"] = live[-1], [live[-1]]
         return rec
+
     monkeypatch.setattr(cluster_control, "partition_change", any_live_replica)
     assert "elected from outside the ISR" in first_violation()
 
@@ -112,7 +117,13 @@ def test_an_elr_that_keeps_members_who_left_at_min_isr_is_caught(monkeypatch):
     """A broken ELR rule: every member leaving the ISR stays eligible, also the follower that left
     while the ISR was still at min.insync.replicas (it misses what was committed after)."""
     from kesque.controller import replication_control as rc
-    monkeypatch.setattr(rc, "_target_elr", lambda p, isr, elr, min_isr, unclean: [
-        r for r in dict.fromkeys(elr + list(p.isr) + list(p.replicas)) if r not in isr and r not in unclean])
+
+    monkeypatch.setattr(
+        rc,
+        "_target_elr",
+        lambda p, isr, elr, min_isr, unclean: [
+            r for r in dict.fromkeys(elr + list(p.isr) + list(p.replicas)) if r not in isr and r not in unclean
+        ],
+    )
     e = first_violation(scenarios=("repl_elr",))
     assert e is not None and "are lost" in e, e

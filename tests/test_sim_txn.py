@@ -23,9 +23,14 @@ def test_the_scenario_holds_on_100_seeds(scenario):
         assert r.committed >= 10, r.replay()
 
 
-@pytest.mark.parametrize("scenario, bug", [(SCENARIO, "skip_verification_sequence_check"),
-                                           (TV2, "skip_verification_sequence_check"),
-                                           (TV2, "clear_verification_on_any_marker")])
+@pytest.mark.parametrize(
+    "scenario, bug",
+    [
+        (SCENARIO, "skip_verification_sequence_check"),
+        (TV2, "skip_verification_sequence_check"),
+        (TV2, "clear_verification_on_any_marker"),
+    ],
+)
 def test_the_invariants_catch_each_bug(scenario, bug):
     caught = []
     for seed in seeds(SEEDS):

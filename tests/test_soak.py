@@ -43,13 +43,22 @@ def test_repeated_sigkill_under_load_loses_nothing_acknowledged(tmp_path):
                 acked[key] = msg.value()
 
     def produce():
-        p = Producer({"bootstrap.servers": broker.bootstrap_servers, "enable.idempotence": True, "acks": "all",
-                      "linger.ms": 2, "message.timeout.ms": 120000, "reconnect.backoff.max.ms": 200})
+        p = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 2,
+                "message.timeout.ms": 120000,
+                "reconnect.backoff.max.ms": 200,
+            }
+        )
         i = 0
         while not stop.is_set():
             try:
-                p.produce("soak", value=b"%08d-" % i + os.urandom(200), partition=i % PARTITIONS,
-                          on_delivery=on_delivery)
+                p.produce(
+                    "soak", value=b"%08d-" % i + os.urandom(200), partition=i % PARTITIONS, on_delivery=on_delivery
+                )
                 i += 1
             except BufferError:
                 p.poll(0.05)
@@ -71,8 +80,7 @@ def test_repeated_sigkill_under_load_loses_nothing_acknowledged(tmp_path):
     assert len(acked) > 1000
 
     # everything acknowledged is there, once, at its offset
-    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "soak-check",
-                  "enable.auto.commit": False})
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "soak-check", "enable.auto.commit": False})
     found: dict[tuple[int, int], bytes] = {}
     ends = {}
     for p in range(PARTITIONS):

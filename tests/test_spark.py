@@ -32,14 +32,18 @@ if java_missing():
     pytest.skip(f"Spark {java_missing()}", allow_module_level=True)
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from conftest import running_broker  # noqa: E402
 
+from conftest import running_broker  # noqa: E402
 from kesque.client.consumer import EARLIEST, WireConsumer  # noqa: E402
 from kesque.client.producer import Producer  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BROKER = {"transaction.two.phase.commit.enable": "true", "transaction.state.log.num.partitions": "3",
-          "offsets.topic.num.partitions": "3", "log.retention.check.interval.ms": "200"}
+BROKER = {
+    "transaction.two.phase.commit.enable": "true",
+    "transaction.state.log.num.partitions": "3",
+    "offsets.topic.num.partitions": "3",
+    "log.retention.check.interval.ms": "200",
+}
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +57,17 @@ def kb(tmp_path_factory):
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
-    s = (SparkSession.builder.master("local[2,4]").appName("kesque-tests").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())  # local[2,4]: 4 task attempts
+
+    s = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("kesque-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )  # local[2,4]: 4 task attempts
     s.sparkContext.setLogLevel("ERROR")
     import kesque.spark
+
     kesque.spark.register(s)
     yield s
     s.stop()
@@ -74,8 +85,14 @@ def topic(kb, partitions: int = 3, config: dict | None = None) -> str:
 def produce(kb, t: str, n: int, partitions: int = 3, start: int = 0, ts: int | None = None) -> None:
     with Producer(kb.bootstrap_servers) as p:
         for i in range(start, start + n):
-            p.send(t, f"v{i}".encode(), key=f"k{i}".encode(), partition=i % partitions,
-                   headers=[("n", str(i).encode())], timestamp=None if ts is None else ts + i)
+            p.send(
+                t,
+                f"v{i}".encode(),
+                key=f"k{i}".encode(),
+                partition=i % partitions,
+                headers=[("n", str(i).encode())],
+                timestamp=None if ts is None else ts + i,
+            )
         p.flush()
 
 
@@ -110,6 +127,7 @@ def assert_copied(kb, dst: str, n: int, src_partitions: int, dst_partitions: int
     default partitioner gives its key, and each source partition's records in their order
     (records of different source partitions interleave as their tasks ran)."""
     from kesque.utils import murmur2
+
     got = [(m.partition, m.key, m.value) for m in committed_messages(kb, dst, dst_partitions)]
     assert sorted(v for _p, _k, v in got) == sorted(f"v{i}".encode() for i in range(n))  # each once
     for p, k, v in got:
@@ -122,6 +140,7 @@ def assert_copied(kb, dst: str, n: int, src_partitions: int, dst_partitions: int
 
 
 # ============================================================================ 1. batch reads
+
 
 def test_batch_read_returns_what_was_produced(spark, kb):
     t = topic(kb)
@@ -141,15 +160,24 @@ def test_batch_read_bounds(spark, kb):
     produce(kb, t, 30, ts=1_700_000_000_000)
     assert len(values(read(spark, kb, subscribe=t, startingOffsets="earliest", endingOffsets="latest"))) == 30
     # JSON offsets with -2 (earliest) and an explicit end
-    got = values(read(spark, kb, subscribe=t, startingOffsets=json.dumps({t: {"0": 5, "1": -2, "2": 9}}),
-                      endingOffsets=json.dumps({t: {"0": 8, "1": -1, "2": 10}})))
+    got = values(
+        read(
+            spark,
+            kb,
+            subscribe=t,
+            startingOffsets=json.dumps({t: {"0": 5, "1": -2, "2": 9}}),
+            endingOffsets=json.dumps({t: {"0": 8, "1": -1, "2": 10}}),
+        )
+    )
     assert got == sorted([f"v{i}" for i in (15, 18, 21)] + [f"v{3 * k + 1}" for k in range(10)] + ["v29"])
     # timestamps: records from 1_700_000_000_020 on
-    assert values(read(spark, kb, subscribe=t, startingTimestamp="1700000000020")) == \
-        sorted(f"v{i}" for i in range(20, 30))
+    assert values(read(spark, kb, subscribe=t, startingTimestamp="1700000000020")) == sorted(
+        f"v{i}" for i in range(20, 30)
+    )
     by_ts = {t: {"0": 1_700_000_000_012, "1": 1_700_000_000_000, "2": 1_700_000_000_029}}
-    assert values(read(spark, kb, subscribe=t, startingOffsetsByTimestamp=json.dumps(by_ts))) == \
-        sorted([f"v{i}" for i in range(12, 30, 3)] + [f"v{i}" for i in range(1, 30, 3)] + ["v29"])
+    assert values(read(spark, kb, subscribe=t, startingOffsetsByTimestamp=json.dumps(by_ts))) == sorted(
+        [f"v{i}" for i in range(12, 30, 3)] + [f"v{i}" for i in range(1, 30, 3)] + ["v29"]
+    )
     assert values(read(spark, kb, subscribe=t, endingTimestamp="1700000000010")) == sorted(f"v{i}" for i in range(10))
     # assign and subscribePattern
     assert values(read(spark, kb, assign=json.dumps({t: [1]}))) == sorted(f"v{i}" for i in range(1, 30, 3))
@@ -161,9 +189,14 @@ def test_batch_read_bounds(spark, kb):
 
 # ============================================================================ 2. streaming
 
+
 def _stream_once(spark, kb, t, checkpoint, sizes: list[int], seen: list[str], **opts):
-    df = (spark.readStream.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
-          .option("subscribe", t).option("startingOffsets", "earliest"))
+    df = (
+        spark.readStream.format("kesque")
+        .option("kafka.bootstrap.servers", kb.bootstrap_servers)
+        .option("subscribe", t)
+        .option("startingOffsets", "earliest")
+    )
     for k, v in opts.items():
         df = df.option(k, v)
 
@@ -171,8 +204,14 @@ def _stream_once(spark, kb, t, checkpoint, sizes: list[int], seen: list[str], **
         vals = [r.value.decode() for r in bdf.collect()]
         sizes.append(len(vals))
         seen.extend(vals)
-    q = (df.load().writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint)
-         .trigger(availableNow=True).start())
+
+    q = (
+        df.load()
+        .writeStream.foreachBatch(batch)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(120)
     assert not q.isActive
 
@@ -200,11 +239,20 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, kb, tmp_pa
         n = bdf.count()
         if n:
             batches.append((time.monotonic(), n))
-    q = (spark.readStream.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
-         .option("subscribe", t).option("startingOffsets", "earliest").option("minOffsetsPerTrigger", "30")
-         .option("maxTriggerDelay", "4s").load()
-         .writeStream.foreachBatch(batch).option("checkpointLocation", str(tmp_path / "cp"))
-         .trigger(processingTime="200 milliseconds").start())
+
+    q = (
+        spark.readStream.format("kesque")
+        .option("kafka.bootstrap.servers", kb.bootstrap_servers)
+        .option("subscribe", t)
+        .option("startingOffsets", "earliest")
+        .option("minOffsetsPerTrigger", "30")
+        .option("maxTriggerDelay", "4s")
+        .load()
+        .writeStream.foreachBatch(batch)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
         time.sleep(1)  # the query is running and has seen the (empty) topic
         t0 = time.monotonic()
@@ -225,6 +273,7 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(spark, kb, tmp_pa
 
 def test_streaming_picks_up_new_partitions(spark, kb, tmp_path):
     from confluent_kafka.admin import NewPartitions
+
     t = topic(kb, 1)
     produce(kb, t, 5, partitions=1)
     seen: list[str] = []
@@ -242,22 +291,32 @@ def test_streaming_picks_up_new_partitions(spark, kb, tmp_path):
 
 # ============================================================================ 3. exactly-once sink
 
+
 def test_batch_write_with_a_failing_first_attempt(spark, kb):
     """The first attempt of task 0 meets a null topic half-way through, after it has sent
     records (kafka.batch.size is tiny): it fails, its transaction is aborted, the retry
     writes everything once."""
     from pyspark.sql.functions import udf
+
     src, dst = topic(kb), topic(kb, 2)
     produce(kb, src, 300)
 
     @udf("string")
     def topic_of(v):
         from pyspark import TaskContext
+
         ctx = TaskContext.get()
         return None if ctx.attemptNumber() == 0 and ctx.partitionId() == 0 and v == b"v150" else dst
+
     df = read(spark, kb, subscribe=src).selectExpr("key", "value").withColumn("topic", topic_of("value"))
-    (df.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
-     .option("kafka.batch.size", "200").option("transactionalIdPrefix", "flaky").mode("append").save())
+    (
+        df.write.format("kesque")
+        .option("kafka.bootstrap.servers", kb.bootstrap_servers)
+        .option("kafka.batch.size", "200")
+        .option("transactionalIdPrefix", "flaky")
+        .mode("append")
+        .save()
+    )
     assert_copied(kb, dst, 300, 3, 2)
     # the failed attempt's records are in the log, aborted: only read_uncommitted sees them
     assert len(read(spark, kb, subscribe=dst).collect()) > 300
@@ -268,12 +327,20 @@ def test_sink_places_rows_as_kafka_and_keeps_their_order(spark, kb):
     """Keyed rows go where murmur2 puts them, a partition column wins, unkeyed rows stick to
     one partition; within a partition the rows keep the task's order (column-wise path)."""
     from kesque.utils import murmur2
+
     dst = topic(kb, 3)
-    rows = [(f"k{i % 5}", f"v{i}", 2 if i % 7 == 0 else None) for i in range(300)] + \
-        [(None, f"n{i}", None) for i in range(20)]
+    rows = [(f"k{i % 5}", f"v{i}", 2 if i % 7 == 0 else None) for i in range(300)] + [
+        (None, f"n{i}", None) for i in range(20)
+    ]
     df = spark.createDataFrame(rows, "key string, value string, partition int").coalesce(1)
-    (df.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers).option("topic", dst)
-     .option("kafka.batch.size", "2048").mode("append").save())
+    (
+        df.write.format("kesque")
+        .option("kafka.bootstrap.servers", kb.bootstrap_servers)
+        .option("topic", dst)
+        .option("kafka.batch.size", "2048")
+        .mode("append")
+        .save()
+    )
     got = read(spark, kb, subscribe=dst).collect()
     assert len(got) == 320
     by_part: dict[int, list[str]] = {}
@@ -288,13 +355,19 @@ def test_sink_places_rows_as_kafka_and_keeps_their_order(spark, kb):
         assert vals == [v for _k, v, _p in rows if v in set(vals)]
     bad = spark.createDataFrame([("x", 9)], "value string, partition int")
     with pytest.raises(Exception, match="Invalid partition given with record: 9"):
-        (bad.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers).option("topic", dst)
-         .mode("append").save())
+        (
+            bad.write.format("kesque")
+            .option("kafka.bootstrap.servers", kb.bootstrap_servers)
+            .option("topic", dst)
+            .mode("append")
+            .save()
+        )
 
 
 def _open_txns(kb, prefix):
     from kesque.spark.options import sink_options
     from kesque.spark.sink import open_transactions
+
     return open_transactions(sink_options({"kafka.bootstrap.servers": kb.bootstrap_servers}), prefix)
 
 
@@ -306,8 +379,7 @@ def test_driver_killed_around_the_commit(kb, tmp_path, stage):
     marker = tmp_path / "paused"
     args = [sys.executable, os.path.join(HERE, "spark_driver.py"), kb.bootstrap_servers, src, dst, cp, prefix]
     env = {**os.environ, "KESQUE_SPARK_PAUSE": f"{stage}:{marker}", "PYTHONPATH": os.getcwd()}
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 180
         while not marker.exists():
@@ -327,6 +399,7 @@ def test_driver_killed_around_the_commit(kb, tmp_path, stage):
 
 # ============================================================================ 4. isolation levels
 
+
 def test_read_committed_skips_aborted_records_and_markers(spark, kb):
     t = topic(kb, 1)
     with Producer(kb.bootstrap_servers, transactional_id="ab-" + uuid.uuid4().hex[:6]) as p:
@@ -345,17 +418,21 @@ def test_read_committed_skips_aborted_records_and_markers(spark, kb):
 
 # ============================================================================ 6. bad options, data loss
 
-@pytest.mark.parametrize("opts, fragment", [
-    ({}, "subscribe, subscribePattern, assign"),
-    ({"subscribe": "a", "assign": '{"a":[0]}'}, "subscribe, subscribePattern, assign"),
-    ({"subscribe": "a", "startingOffsets": "{not json"}, "startingOffsets"),
-    ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "auto.offset.reset"),
-    ({"subscribe": "a", "kafka.value.deserializer": "x"}, "value.deserializer"),
-    ({"subscribe": "a", "startingOffsets": "latest"}, "startingOffsets"),  # batch: latest start is refused
-    ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
-    ({"subscribe": "a", "kafka.security.protocol": "SSL"}, "kafka.security.protocol"),
-    ({"subscribe": "a", "kafka.fetch.max.bytes": "lots"}, "kafka.fetch.max.bytes"),
-])
+
+@pytest.mark.parametrize(
+    "opts, fragment",
+    [
+        ({}, "subscribe, subscribePattern, assign"),
+        ({"subscribe": "a", "assign": '{"a":[0]}'}, "subscribe, subscribePattern, assign"),
+        ({"subscribe": "a", "startingOffsets": "{not json"}, "startingOffsets"),
+        ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "auto.offset.reset"),
+        ({"subscribe": "a", "kafka.value.deserializer": "x"}, "value.deserializer"),
+        ({"subscribe": "a", "startingOffsets": "latest"}, "startingOffsets"),  # batch: latest start is refused
+        ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+        ({"subscribe": "a", "kafka.security.protocol": "SSL"}, "kafka.security.protocol"),
+        ({"subscribe": "a", "kafka.fetch.max.bytes": "lots"}, "kafka.fetch.max.bytes"),
+    ],
+)
 def test_bad_options_fail_fast(spark, kb, opts, fragment):
     with pytest.raises(Exception) as e:
         read(spark, kb, **opts).collect()
@@ -364,8 +441,10 @@ def test_bad_options_fail_fast(spark, kb, opts, fragment):
 
 def test_bad_sink_options(spark, kb):
     df = spark.createDataFrame([("x",)], "value string")
-    for opts, fragment in (({}, "topic option required"), ({"topic": "t", "kafka.key.serializer": "x"},
-                                                            "key.serializer")):
+    for opts, fragment in (
+        ({}, "topic option required"),
+        ({"topic": "t", "kafka.key.serializer": "x"}, "key.serializer"),
+    ):
         w = df.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers)
         for k, v in opts.items():
             w = w.option(k, v)
@@ -377,8 +456,14 @@ def test_bad_sink_options(spark, kb):
 def test_unreachable_broker_fails_within_the_timeout(spark):
     started = time.monotonic()
     with pytest.raises(Exception) as e:
-        (spark.read.format("kesque").option("kafka.bootstrap.servers", "127.0.0.1:1")
-         .option("subscribe", "x").option("kafka.default.api.timeout.ms", "3000").load().collect())
+        (
+            spark.read.format("kesque")
+            .option("kafka.bootstrap.servers", "127.0.0.1:1")
+            .option("subscribe", "x")
+            .option("kafka.default.api.timeout.ms", "3000")
+            .load()
+            .collect()
+        )
     assert time.monotonic() - started < 30
     assert "cannot reach kafka.bootstrap.servers=127.0.0.1:1" in str(e.value)
 
@@ -411,20 +496,25 @@ def test_fail_on_data_loss(spark, kb):
 
 def test_format_is_registered_automatically(tmp_path):
     """No register() call: Spark finds pyspark_kesque.DefaultSource by itself."""
-    script = ("import os, sys\nos.environ['PYSPARK_PYTHON'] = sys.executable\n"
-              "from pyspark.sql import SparkSession\n"
-              "s = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
-              "print(s.read.format('kesque').option('kafka.bootstrap.servers', 'x:1').option('subscribe', 't')"
-              ".load().columns)\ns.stop()\n")
+    script = (
+        "import os, sys\nos.environ['PYSPARK_PYTHON'] = sys.executable\n"
+        "from pyspark.sql import SparkSession\n"
+        "s = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "print(s.read.format('kesque').option('kafka.bootstrap.servers', 'x:1').option('subscribe', 't')"
+        ".load().columns)\ns.stop()\n"
+    )
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=180)
-    assert "['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType']" in out.stdout, \
-        out.stderr[-2000:]
+    assert "['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType']" in out.stdout, out.stderr[
+        -2000:
+    ]
 
 
 # ============================================================================ the commit protocol, without Spark
 
+
 def _prepared(kb, txn_id: str, t: str, values: list[str]):
     from kesque.spark.sink import KesqueCommitMessage
+
     p = Producer(kb.bootstrap_servers, transactional_id=txn_id, enable_2pc=True)
     p.init_transactions()
     p.begin_transaction()
@@ -438,10 +528,10 @@ def _prepared(kb, txn_id: str, t: str, values: list[str]):
 def test_commit_protocol_replay_and_takeover(kb):
     from kesque.spark import sink
     from kesque.spark.options import sink_options
+
     t = topic(kb, 1)
     prefix = "proto" + uuid.uuid4().hex[:6]
-    o = sink_options({"kafka.bootstrap.servers": kb.bootstrap_servers, "topic": t,
-                      "transactionalIdPrefix": prefix})
+    o = sink_options({"kafka.bootstrap.servers": kb.bootstrap_servers, "topic": t, "transactionalIdPrefix": prefix})
     first = _prepared(kb, f"{prefix}.sA.0.0", t, ["a", "b"])
     sink.commit_stream(o, [first], 0)
     # batch 0 again (a replay after a restart): its new transaction is aborted, nothing is added
@@ -466,17 +556,22 @@ def test_sink_names_the_broker_setting_when_two_phase_commit_is_off(tmp_path):
 
     from kesque.spark import sink
     from kesque.spark.options import sink_options
+
     with running_broker(tmp_path / "data") as b:  # kesque.Broker's defaults: Kafka's, 2PC off
         b.admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
         t = topic(b, 1)
         batch = pa.record_batch({"value": pa.array([b"x", b"y"], pa.binary())})
         o = sink_options({"kafka.bootstrap.servers": b.bootstrap_servers, "topic": t})
-        with pytest.raises(sink.KesqueSinkError, match=r"TRANSACTIONAL_ID_AUTHORIZATION_FAILED\): set "
-                                                       r"transaction\.two\.phase\.commit\.enable=true on the "
-                                                       r"brokers"):
+        with pytest.raises(
+            sink.KesqueSinkError,
+            match=r"TRANSACTIONAL_ID_AUTHORIZATION_FAILED\): set "
+            r"transaction\.two\.phase\.commit\.enable=true on the "
+            r"brokers",
+        ):
             sink.write_task(o, [batch], "no2pc")
-        o = sink_options({"kafka.bootstrap.servers": b.bootstrap_servers, "topic": t,
-                          "deliveryGuarantee": "at-least-once"})
+        o = sink_options(
+            {"kafka.bootstrap.servers": b.bootstrap_servers, "topic": t, "deliveryGuarantee": "at-least-once"}
+        )
         assert sink.write_task(o, [batch], "no2pc").rows == 2
 
 
@@ -489,11 +584,19 @@ def test_streaming_query_survives_a_broker_sigkill(tmp_path):
         src, dst = topic(b, 2), topic(b, 2)
         produce(b, src, 60, partitions=2)
         marker = tmp_path / "committing"
-        args = [sys.executable, os.path.join(HERE, "spark_driver.py"), b.bootstrap_servers, src, dst,
-                str(tmp_path / "cp"), "bk" + uuid.uuid4().hex[:6]]
+        args = [
+            sys.executable,
+            os.path.join(HERE, "spark_driver.py"),
+            b.bootstrap_servers,
+            src,
+            dst,
+            str(tmp_path / "cp"),
+            "bk" + uuid.uuid4().hex[:6],
+        ]
         env = {**os.environ, "KESQUE_SPARK_PAUSE": f"before-commit:{marker}:2", "PYTHONPATH": os.getcwd()}
-        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         try:
             deadline = time.time() + 180
             while not marker.exists():

@@ -10,10 +10,10 @@ import tempfile
 import uuid
 
 import pytest
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from kesque.config.topic import LogConfig
 from kesque.errors import ErrorCode, KafkaError
 from kesque.records import batch as rb
@@ -21,8 +21,8 @@ from kesque.records.records import build_batch, iter_records
 from kesque.storage import checkpoint as ck
 from kesque.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from kesque.storage.leader_epoch import LeaderEpochFileCache
-from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.segment import LogSegment
+from kesque.storage.unified_log import UnifiedLog
 
 SETTINGS = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 NOW = 1_700_000_000_000
@@ -57,12 +57,13 @@ def crash(log: UnifiedLog) -> None:
 
 # ======================================================================== OffsetIndex
 
+
 def assert_index_file(idx, expected: bytes) -> None:
     """While appended to, an index file is preallocated (the entries, then zeros, which
     loading stops at); closing trims it to exactly the entries."""
     with open(idx.path, "rb") as f:
         raw = f.read()
-    assert raw[:len(expected)] == expected and raw[len(expected):] == bytes(len(raw) - len(expected))
+    assert raw[: len(expected)] == expected and raw[len(expected) :] == bytes(len(raw) - len(expected))
     idx.close()
     with open(idx.path, "rb") as f:
         assert f.read() == expected
@@ -107,9 +108,12 @@ def test_offset_index_matches_brute_force(case, targets, data):
 def test_offset_index_sanity_checks(tmp_path):
     p = tmp_path / "00000000000000000100.index"
     idx = OffsetIndex(str(p), 100)
-    for data in (b"\x00" * 7, struct.pack(">ii", 5, 10) + struct.pack(">ii", 4, 20),  # offsets go back
-                 struct.pack(">ii", 5, 10) + struct.pack(">ii", 6, 5),  # positions go back
-                 struct.pack(">ii", -1, 0)):  # negative relative offset
+    for data in (
+        b"\x00" * 7,
+        struct.pack(">ii", 5, 10) + struct.pack(">ii", 4, 20),  # offsets go back
+        struct.pack(">ii", 5, 10) + struct.pack(">ii", 6, 5),  # positions go back
+        struct.pack(">ii", -1, 0),
+    ):  # negative relative offset
         p.write_bytes(data)
         with pytest.raises(CorruptIndexError):
             idx.load()
@@ -130,6 +134,7 @@ def test_offset_index_is_full(tmp_path):
 
 
 # ======================================================================== TimeIndex
+
 
 @st.composite
 def time_appends(draw):
@@ -171,8 +176,11 @@ def test_time_index_matches_kafka_model(case, targets, data):
 def test_time_index_sanity_checks_and_full(tmp_path):
     p = tmp_path / "0.timeindex"
     idx = TimeIndex(str(p), 0, max_index_size=24)
-    for data in (b"\x00" * 13, struct.pack(">qi", 10, 1) + struct.pack(">qi", 9, 2),
-                 struct.pack(">qi", 10, 5) + struct.pack(">qi", 11, 4)):
+    for data in (
+        b"\x00" * 13,
+        struct.pack(">qi", 10, 1) + struct.pack(">qi", 9, 2),
+        struct.pack(">qi", 10, 5) + struct.pack(">qi", 11, 4),
+    ):
         p.write_bytes(data)
         with pytest.raises(CorruptIndexError):
             idx.load()
@@ -188,6 +196,7 @@ def test_time_index_sanity_checks_and_full(tmp_path):
 
 
 # ======================================================================== LogSegment
+
 
 def fill_segment(seg: LogSegment, batches: int, records: int = 2, ts0: int = NOW, value_size: int = 50):
     """Append batches as the UnifiedLog does; returns [(position, first, last, max_ts)]."""
@@ -270,8 +279,9 @@ def test_segment_recover_truncates_at_first_invalid_batch(tmp_path, damage):
     truncated = seg.recover()
     keep = size if damage == "garbage-tail" else last_pos
     assert seg.size == keep and os.path.getsize(seg.log_path) == keep
-    assert truncated == (size + 100 - keep if damage == "garbage-tail" else
-                         (size - 7 if damage == "truncate-mid-batch" else size) - keep)
+    assert truncated == (
+        size + 100 - keep if damage == "garbage-tail" else (size - 7 if damage == "truncate-mid-batch" else size) - keep
+    )
     assert seg.read_end_offset() == (layout[-1][2] + 1 if damage == "garbage-tail" else layout[-1][1])
     assert all(p < keep for p in seg.offset_index.positions)
     seg.close()
@@ -327,13 +337,19 @@ def test_segment_reopened_rolls_from_its_first_batch_timestamp(tmp_path):
 
 # ======================================================================== UnifiedLog: append / read
 
+
 def test_log_append_assigns_offsets_and_epochs(tmp_path):
     log = new_log(tmp_path)
     infos = [append(log, n=3, epoch=e) for e in (0, 0, 2, 2, 5)]
     assert [(i.first_offset, i.last_offset) for i in infos] == [(0, 2), (3, 5), (6, 8), (9, 11), (12, 14)]
     assert log.log_end_offset == 15
-    assert [(h.base_offset, h.partition_leader_epoch) for h, _ in all_batches(log)] == \
-        [(0, 0), (3, 0), (6, 2), (9, 2), (12, 5)]
+    assert [(h.base_offset, h.partition_leader_epoch) for h, _ in all_batches(log)] == [
+        (0, 0),
+        (3, 0),
+        (6, 2),
+        (9, 2),
+        (12, 5),
+    ]
     assert all(rb.is_crc_valid(d, 0, len(d)) for _, d in all_batches(log))
     assert log.leader_epoch_cache.entries == [(0, 0), (2, 6), (5, 12)]
     log.close()
@@ -352,13 +368,13 @@ def test_log_read(tmp_path):
     assert mid.first_offset == 3 and fetched(mid) == everything[size:]
     # partial reads: max_bytes cuts through a batch (the client drops the partial tail)...
     part = log.read(0, size + 10, leo, False)
-    assert fetched(part) == everything[:size + 10]
+    assert fetched(part) == everything[: size + 10]
     # ...and min_one_message returns the whole first batch even when it is larger than max_bytes
     assert fetched(log.read(0, 10, leo, True)) == everything[:size]
     assert fetched(log.read(0, 10, leo, False)) == everything[:10]
     # max_offset (high watermark) bounds what is returned, at batch granularity
-    assert fetched(log.read(0, 1 << 20, 6, False)) == everything[:2 * size]
-    assert fetched(log.read(0, 1 << 20, 7, True)) == everything[:2 * size]
+    assert fetched(log.read(0, 1 << 20, 6, False)) == everything[: 2 * size]
+    assert fetched(log.read(0, 1 << 20, 7, True)) == everything[: 2 * size]
     assert log.read(6, 1 << 20, 6, True).size == 0
     assert log.read(leo, 1 << 20, leo, True).size == 0
     for bad in (-1, leo + 1):
@@ -385,6 +401,7 @@ def test_log_read_stays_in_one_segment(tmp_path):
 
 # ======================================================================== UnifiedLog: roll
 
+
 def test_roll_on_segment_bytes(tmp_path):
     size = len(make_batch())
     log = new_log(tmp_path, LogConfig(segment_bytes=3 * size))
@@ -392,8 +409,7 @@ def test_roll_on_segment_bytes(tmp_path):
         append(log)
     assert [s.base_offset for s in log.segments] == [0, 3, 6, 9]
     assert all(s.size <= 3 * size for s in log.segments)
-    assert sorted(f for f in os.listdir(tmp_path) if f.endswith(".log")) == [
-        "%020d.log" % b for b in (0, 3, 6, 9)]
+    assert sorted(f for f in os.listdir(tmp_path) if f.endswith(".log")) == ["%020d.log" % b for b in (0, 3, 6, 9)]
     log.close()
 
 
@@ -443,6 +459,7 @@ def test_roll_on_full_index(tmp_path):
 
 
 # ======================================================================== UnifiedLog: retention
+
 
 def test_retention_ms_renames_then_deletes(tmp_path):
     size = len(make_batch())
@@ -537,6 +554,7 @@ def test_log_start_offset_breach_keeps_the_active_segment(tmp_path):
 
 # ======================================================================== UnifiedLog: truncation
 
+
 def test_truncate_to(tmp_path):
     size = len(make_batch(2))
     log = new_log(tmp_path, LogConfig(segment_bytes=2 * size))
@@ -558,6 +576,7 @@ def test_truncate_to(tmp_path):
 
 # ======================================================================== UnifiedLog: recovery
 
+
 def _write_log(path, n=12, cfg=None):
     log = new_log(path, cfg or LogConfig(segment_bytes=4 * len(make_batch()), index_interval_bytes=50))
     for i in range(n):
@@ -566,8 +585,12 @@ def _write_log(path, n=12, cfg=None):
 
 
 def _reopen(path, clean: bool, recovery_point: int = 0, cfg=None):
-    return new_log(path, cfg or LogConfig(segment_bytes=4 * len(make_batch()), index_interval_bytes=50),
-                   had_clean_shutdown=clean, recovery_point=recovery_point)
+    return new_log(
+        path,
+        cfg or LogConfig(segment_bytes=4 * len(make_batch()), index_interval_bytes=50),
+        had_clean_shutdown=clean,
+        recovery_point=recovery_point,
+    )
 
 
 def test_recovery_tail_truncated_mid_batch(tmp_path):
@@ -681,18 +704,23 @@ def test_clean_shutdown_trusts_the_log(tmp_path):
 
 @st.composite
 def log_operations(draw):
-    return draw(st.lists(st.one_of(
-        st.tuples(st.just("append"), st.integers(1, 4), st.integers(0, 200)),
-        st.tuples(st.just("roll"), st.just(0), st.just(0)),
-        st.tuples(st.just("clean"), st.just(0), st.just(0)),
-        st.tuples(st.just("crash"), st.booleans(), st.just(0)),
-        st.tuples(st.just("torn"), st.integers(1, 60), st.just(0)),
-        st.tuples(st.just("flush"), st.just(0), st.just(0)),
-    ), min_size=1, max_size=30))
+    return draw(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("append"), st.integers(1, 4), st.integers(0, 200)),
+                st.tuples(st.just("roll"), st.just(0), st.just(0)),
+                st.tuples(st.just("clean"), st.just(0), st.just(0)),
+                st.tuples(st.just("crash"), st.booleans(), st.just(0)),
+                st.tuples(st.just("torn"), st.integers(1, 60), st.just(0)),
+                st.tuples(st.just("flush"), st.just(0), st.just(0)),
+            ),
+            min_size=1,
+            max_size=30,
+        )
+    )
 
 
-@settings(max_examples=examples(60),
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(ops=log_operations())
 def test_random_appends_rolls_restarts_never_lose_or_expose_corruption(ops):
     cfg = LogConfig(segment_bytes=1500, index_interval_bytes=100)
@@ -735,6 +763,7 @@ def test_random_appends_rolls_restarts_never_lose_or_expose_corruption(ops):
 
 # ======================================================================== checkpoint files
 
+
 def test_offset_checkpoint_layout(tmp_path):
     p = tmp_path / "recovery-point-offset-checkpoint"
     f = ck.OffsetCheckpointFile(str(p))
@@ -756,22 +785,25 @@ def test_offset_checkpoint_round_trip(offsets):
         assert f.read() == offsets
 
 
-@pytest.mark.parametrize("text", [
-    "1\n0\n",  # unknown version
-    "x\n0\n",
-    " 0\n0\n",  # Integer.parseInt takes no spaces
-    "0\nx\n",
-    "0\n2\nt 0 1\n",  # fewer entries than the count
-    "0\n1\nt 0 1\nt 1 2\n",  # more
-    "0\n1\nt 0\n",  # wrong number of fields
-    "0\n1\nt 0 1 2\n",
-    "0\n1\nt x 1\n",  # not a number
-    "0\n1\nt 0 1.5\n",
-    "0\n1\nt 0 99999999999999999999\n",  # not a long
-    "0\n1\nt 99999999999 1\n",  # not an int
-    "0\n1\n\n",  # blank line
-    "0\n1\n t 0 1\n",  # leading whitespace makes an empty first field in Java's split
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1\n0\n",  # unknown version
+        "x\n0\n",
+        " 0\n0\n",  # Integer.parseInt takes no spaces
+        "0\nx\n",
+        "0\n2\nt 0 1\n",  # fewer entries than the count
+        "0\n1\nt 0 1\nt 1 2\n",  # more
+        "0\n1\nt 0\n",  # wrong number of fields
+        "0\n1\nt 0 1 2\n",
+        "0\n1\nt x 1\n",  # not a number
+        "0\n1\nt 0 1.5\n",
+        "0\n1\nt 0 99999999999999999999\n",  # not a long
+        "0\n1\nt 99999999999 1\n",  # not an int
+        "0\n1\n\n",  # blank line
+        "0\n1\n t 0 1\n",  # leading whitespace makes an empty first field in Java's split
+    ],
+)
 def test_malformed_offset_checkpoint(tmp_path, text):
     p = tmp_path / "cp"
     p.write_text(text)
@@ -834,9 +866,17 @@ def test_kafka_uuid_round_trip(u):
     assert len(s) == 22 and ck.uuid_from_kafka(s) == u
 
 
-@pytest.mark.parametrize("bad", ["AAAA", "A" * 25, "AAAAAAAAAAAAAAAAAAAAA+", "AAAAAAAAAAAAAAAAAAAA/Q",
-                                 "AAAAAAAAAAAAAAAAAAAA!Q",
-                                 "AAAAAAAAAAAAAAAAAAAAAAAA"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "AAAA",
+        "A" * 25,
+        "AAAAAAAAAAAAAAAAAAAAA+",
+        "AAAAAAAAAAAAAAAAAAAA/Q",
+        "AAAAAAAAAAAAAAAAAAAA!Q",
+        "AAAAAAAAAAAAAAAAAAAAAAAA",
+    ],
+)
 def test_kafka_uuid_rejects(bad):
     with pytest.raises(ValueError):
         ck.uuid_from_kafka(bad)
@@ -854,11 +894,19 @@ def test_partition_metadata_layout(tmp_path):
     assert ck.PartitionMetadataFile(str(tmp_path / "none")).read() is None
 
 
-@pytest.mark.parametrize("text", ["", "version: 0\n", "version 0\ntopic_id: EjRWeJq83vAP7cuph2VDIQ",
-                                  "version: x\ntopic_id: EjRWeJq83vAP7cuph2VDIQ",
-                                  "version: -1\ntopic_id: EjRWeJq83vAP7cuph2VDIQ",
-                                  "version: 0\ntopic_id: nope", "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA",
-                                  "version: 0\ntopic_id EjRWeJq83vAP7cuph2VDIQ"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "version: 0\n",
+        "version 0\ntopic_id: EjRWeJq83vAP7cuph2VDIQ",
+        "version: x\ntopic_id: EjRWeJq83vAP7cuph2VDIQ",
+        "version: -1\ntopic_id: EjRWeJq83vAP7cuph2VDIQ",
+        "version: 0\ntopic_id: nope",
+        "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA",
+        "version: 0\ntopic_id EjRWeJq83vAP7cuph2VDIQ",
+    ],
+)
 def test_malformed_partition_metadata(tmp_path, text):
     p = tmp_path / "partition.metadata"
     p.write_text(text)
@@ -868,19 +916,39 @@ def test_malformed_partition_metadata(tmp_path, text):
 
 def test_meta_properties(tmp_path):
     p = tmp_path / "meta.properties"
-    ck.write_properties(str(p), {"version": "1", "node.id": "3", "cluster.id": "MkU3OEVBNTcwNTJENDM2Qk",
-                                 "directory.id": "EjRWeJq83vAP7cuph2VDIQ"})
+    ck.write_properties(
+        str(p),
+        {
+            "version": "1",
+            "node.id": "3",
+            "cluster.id": "MkU3OEVBNTcwNTJENDM2Qk",
+            "directory.id": "EjRWeJq83vAP7cuph2VDIQ",
+        },
+    )
     lines = p.read_text().split("\n")
     # java.util.Properties.store(writer, ""): an empty comment line, the date, then key=value
-    assert lines[0] == "#" and lines[1].startswith("#") and lines[1].endswith(("UTC 2024", "UTC 2025", "UTC 2026",
-                                                                                 "UTC 2027", "UTC 2028"))
-    assert lines[2:] == ["cluster.id=MkU3OEVBNTcwNTJENDM2Qk", "directory.id=EjRWeJq83vAP7cuph2VDIQ", "node.id=3",
-                         "version=1", ""]
-    assert ck.read_properties(str(p)) == {"version": "1", "node.id": "3", "cluster.id": "MkU3OEVBNTcwNTJENDM2Qk",
-                                          "directory.id": "EjRWeJq83vAP7cuph2VDIQ"}
+    assert (
+        lines[0] == "#"
+        and lines[1].startswith("#")
+        and lines[1].endswith(("UTC 2024", "UTC 2025", "UTC 2026", "UTC 2027", "UTC 2028"))
+    )
+    assert lines[2:] == [
+        "cluster.id=MkU3OEVBNTcwNTJENDM2Qk",
+        "directory.id=EjRWeJq83vAP7cuph2VDIQ",
+        "node.id=3",
+        "version=1",
+        "",
+    ]
+    assert ck.read_properties(str(p)) == {
+        "version": "1",
+        "node.id": "3",
+        "cluster.id": "MkU3OEVBNTcwNTJENDM2Qk",
+        "directory.id": "EjRWeJq83vAP7cuph2VDIQ",
+    }
     # as Kafka writes it (kafka-storage format), and Java's other separators
-    p.write_text("#\n#Tue Oct 29 10:00:00 UTC 2024\nnode.id=1\ndirectory.id=_____________________w\n"
-                 "version=1\ncluster.id=abc\n")
+    p.write_text(
+        "#\n#Tue Oct 29 10:00:00 UTC 2024\nnode.id=1\ndirectory.id=_____________________w\nversion=1\ncluster.id=abc\n"
+    )
     assert ck.read_properties(str(p))["directory.id"] == "_____________________w"
     p.write_text("! comment\ncluster.id: abc\nnode.id 7\n")
     assert ck.read_properties(str(p)) == {"cluster.id": "abc", "node.id": "7"}
@@ -895,6 +963,7 @@ def test_clean_shutdown_marker(tmp_path):
 
 
 # ======================================================================== LeaderEpochFileCache
+
 
 class KafkaEpochCache:
     """A transcription of the semantics of Kafka's LeaderEpochFileCache (TreeMap by epoch)."""
@@ -961,11 +1030,14 @@ class KafkaEpochCache:
         return prev
 
 
-EPOCH_OPS = st.lists(st.one_of(
-    st.tuples(st.just("assign"), st.integers(0, 12), st.integers(0, 300)),
-    st.tuples(st.just("end"), st.integers(-2, 300), st.just(0)),
-    st.tuples(st.just("start"), st.integers(0, 300), st.just(0)),
-), max_size=40)
+EPOCH_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("assign"), st.integers(0, 12), st.integers(0, 300)),
+        st.tuples(st.just("end"), st.integers(-2, 300), st.just(0)),
+        st.tuples(st.just("start"), st.integers(0, 300), st.just(0)),
+    ),
+    max_size=40,
+)
 
 
 @SETTINGS
@@ -1061,8 +1133,7 @@ def test_roll_when_offsets_overflow_the_segment(tmp_path):
     log.append_raw(build_batch([(b"k", b"v", ())], base_offset=0, partition_leader_epoch=0, timestamp=NOW), NOW)
     far = 2**31 + 10
     log.append_raw(build_batch([(b"k", b"v", ())], base_offset=far, partition_leader_epoch=0, timestamp=NOW), NOW)
-    log.append_raw(build_batch([(b"k", b"v", ())], base_offset=far + 1, partition_leader_epoch=0,
-                               timestamp=NOW), NOW)
+    log.append_raw(build_batch([(b"k", b"v", ())], base_offset=far + 1, partition_leader_epoch=0, timestamp=NOW), NOW)
     assert log.log_end_offset == far + 2
     assert log.read(far, 1, log.log_end_offset, True).first_offset == far
     log.close()

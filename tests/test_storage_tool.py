@@ -25,11 +25,16 @@ CLUSTER_ID = "ir1hlE8vTBephz9AgK0ouQ"
 
 def _config(base, **extra) -> str:
     """A node with two log dirs and a separate metadata dir under ``base``; returns the file."""
-    props = {"process.roles": "broker,controller", "node.id": "1",
-             "controller.quorum.voters": "1@127.0.0.1:9193",
-             "listeners": "PLAINTEXT://127.0.0.1:9192,CONTROLLER://127.0.0.1:9193",
-             "controller.listener.names": "CONTROLLER",
-             "log.dirs": f"{base}/a,{base}/b", "metadata.log.dir": f"{base}/m", **extra}
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": "1@127.0.0.1:9193",
+        "listeners": "PLAINTEXT://127.0.0.1:9192,CONTROLLER://127.0.0.1:9193",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": f"{base}/a,{base}/b",
+        "metadata.log.dir": f"{base}/m",
+        **extra,
+    }
     os.makedirs(base, exist_ok=True)
     path = os.path.join(base, "server.properties")
     with open(path, "w") as f:
@@ -38,8 +43,9 @@ def _config(base, **extra) -> str:
 
 
 def storage(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kesque", "storage", *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "kesque", "storage", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def _files(base) -> list[str]:
@@ -47,6 +53,7 @@ def _files(base) -> list[str]:
 
 
 # ---------------------------------------------------------------------- the tool
+
 
 def test_random_uuid_is_a_kafka_uuid():
     ids = {storage("random-uuid").stdout.strip() for _ in range(2)}
@@ -57,13 +64,18 @@ def test_format_writes_meta_properties_in_every_dir(tmp_path):
     cfg = _config(tmp_path)
     r = storage("format", "--cluster-id", CLUSTER_ID, "--config", cfg)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [f"Formatting data directory {tmp_path}/a with metadata.version 4.0-IV3.",
-                                     f"Formatting data directory {tmp_path}/b with metadata.version 4.0-IV3.",
-                                     f"Formatting metadata directory {tmp_path}/m with metadata.version 4.0-IV3."]
+    assert r.stdout.splitlines() == [
+        f"Formatting data directory {tmp_path}/a with metadata.version 4.0-IV3.",
+        f"Formatting data directory {tmp_path}/b with metadata.version 4.0-IV3.",
+        f"Formatting metadata directory {tmp_path}/m with metadata.version 4.0-IV3.",
+    ]
     metas = [read_properties(str(tmp_path / d / "meta.properties")) for d in "abm"]
     for m in metas:
-        assert {k: m[k] for k in ("version", "cluster.id", "node.id")} == {"version": "1", "cluster.id": CLUSTER_ID,
-                                                                          "node.id": "1"}
+        assert {k: m[k] for k in ("version", "cluster.id", "node.id")} == {
+            "version": "1",
+            "cluster.id": CLUSTER_ID,
+            "node.id": "1",
+        }
     assert len({m["directory.id"] for m in metas}) == 3
     # a second format refuses, naming the dir; --ignore-formatted says all is done
     r = storage("format", "-t", CLUSTER_ID, "-c", cfg)
@@ -89,14 +101,17 @@ def test_info_names_what_is_wrong(tmp_path):
 
 
 def test_usage_errors_exit_1():
-    for args, message in ((["format", "-c", "x"], "kafka-storage: error: argument --cluster-id/-t is required"),
-                          ([], "kafka-storage: error: too few arguments"),
-                          (["bogus"], "invalid choice: 'bogus'")):
+    for args, message in (
+        (["format", "-c", "x"], "kafka-storage: error: argument --cluster-id/-t is required"),
+        ([], "kafka-storage: error: too few arguments"),
+        (["bogus"], "invalid choice: 'bogus'"),
+    ):
         r = storage(*args)
         assert r.returncode == 1 and message in r.stderr, r
 
 
 # ---------------------------------------------------------------------- start-up checks
+
 
 def _serve(cfg, *overrides) -> subprocess.CompletedProcess:
     """``kesque serve`` expected to refuse to start."""
@@ -107,8 +122,11 @@ def _serve(cfg, *overrides) -> subprocess.CompletedProcess:
 
 
 # a broker of a cluster whose controller is another node: Kafka's broker must be formatted first
-BROKER_OF_A_CLUSTER = {"process.roles": "broker", "controller.quorum.voters": "2@127.0.0.1:9193",
-                       "listeners": "PLAINTEXT://127.0.0.1:0"}
+BROKER_OF_A_CLUSTER = {
+    "process.roles": "broker",
+    "controller.quorum.voters": "2@127.0.0.1:9193",
+    "listeners": "PLAINTEXT://127.0.0.1:0",
+}
 
 
 def test_an_unformatted_node_of_a_cluster_does_not_start(tmp_path):
@@ -147,8 +165,10 @@ def test_a_formatted_node_starts_with_its_cluster_id(tmp_path):
 
     cfg = _config(tmp_path, **BROKER_OF_A_CLUSTER)
     storage("format", "-t", CLUSTER_ID, "-c", cfg)
-    with Broker(data_dir=str(tmp_path / "a"), config={"log.dirs": f"{tmp_path}/a,{tmp_path}/b",
-                                                      "metadata.log.dir": f"{tmp_path}/m"}) as b:
+    with Broker(
+        data_dir=str(tmp_path / "a"),
+        config={"log.dirs": f"{tmp_path}/a,{tmp_path}/b", "metadata.log.dir": f"{tmp_path}/m"},
+    ) as b:
         md = AdminClient({"bootstrap.servers": b.bootstrap_servers}).list_topics(timeout=10)
         assert md.cluster_id == CLUSTER_ID
 
@@ -164,6 +184,7 @@ def test_a_lone_node_formats_every_dir_itself(tmp_path):
 
 # ---------------------------------------------------------------------- beside Kafka's StorageTool
 
+
 def _masked(r: subprocess.CompletedProcess, base) -> tuple[int, list[str]]:
     """Exit code and output lines, the dirs and directory ids masked, Kafka's bootstrap-record
     line and stack trace dropped, the lines sorted (Kafka formats dirs in hash order)."""
@@ -172,8 +193,7 @@ def _masked(r: subprocess.CompletedProcess, base) -> tuple[int, list[str]]:
     text = re.sub(r"metadata\.version \S+\.", "metadata.version {v}.", text)
     text = re.sub(r"\{dir}/\w is already formatted", "{dir}/? is already formatted", text)  # which first: hash order
     text = re.sub(r"^Exception in thread \"main\" java\.lang\.RuntimeException: ", "", text)
-    lines = [line for line in text.splitlines()
-             if not line.startswith(("Bootstrap metadata:", "\tat ", "usage:", " "))]
+    lines = [line for line in text.splitlines() if not line.startswith(("Bootstrap metadata:", "\tat ", "usage:", " "))]
     return r.returncode, sorted(lines)
 
 
@@ -182,18 +202,20 @@ def _masked(r: subprocess.CompletedProcess, base) -> tuple[int, list[str]]:
 def test_storage_tool_beside_kafkas(tmp_path):
     sides = {"kafka": lambda *a: K.run_tool("kafka-storage.sh", *a), "kesque": storage}
     cfgs = {side: _config(tmp_path / side) for side in sides}
-    steps = [("info", "-c", "{cfg}"),
-             ("format", "-c", "{cfg}"),
-             ("format", "-t", CLUSTER_ID, "-c", "{cfg}"),
-             ("info", "-c", "{cfg}"),
-             ("format", "-t", CLUSTER_ID, "-c", "{cfg}"),
-             ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--ignore-formatted"),
-             ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--standalone"),
-             "another cluster id in b",
-             ("info", "-c", "{cfg}"),
-             ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--ignore-formatted"),
-             "b unformatted",
-             ("info", "-c", "{cfg}")]
+    steps = [
+        ("info", "-c", "{cfg}"),
+        ("format", "-c", "{cfg}"),
+        ("format", "-t", CLUSTER_ID, "-c", "{cfg}"),
+        ("info", "-c", "{cfg}"),
+        ("format", "-t", CLUSTER_ID, "-c", "{cfg}"),
+        ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--ignore-formatted"),
+        ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--standalone"),
+        "another cluster id in b",
+        ("info", "-c", "{cfg}"),
+        ("format", "-t", CLUSTER_ID, "-c", "{cfg}", "--ignore-formatted"),
+        "b unformatted",
+        ("info", "-c", "{cfg}"),
+    ]
     for step in steps:
         if isinstance(step, str):  # the same change to both sides' files
             for side in sides:
@@ -211,8 +233,12 @@ def test_storage_tool_beside_kafkas(tmp_path):
     assert metas["kesque"] == metas["kafka"] == ["a/meta.properties", "m/meta.properties"]  # b's removed
     for side in sides:  # the same keys (Kafka writes the metadata dir's bootstrap checkpoint too)
         for f in metas[side]:
-            assert sorted(read_properties(str(tmp_path / side / f))) == ["cluster.id", "directory.id", "node.id",
-                                                                          "version"]
+            assert sorted(read_properties(str(tmp_path / side / f))) == [
+                "cluster.id",
+                "directory.id",
+                "node.id",
+                "version",
+            ]
 
 
 def test_format_refuses_a_feature_level_it_would_not_use(tmp_path):
@@ -221,17 +247,35 @@ def test_format_refuses_a_feature_level_it_would_not_use(tmp_path):
     where 1 was asked); a name Kafka does not know gets Kafka's message; a Kafka feature kesque
     does not finalize is named on stderr. Nothing is written when refused."""
     cfg = _config(tmp_path)
-    for feature, fragment in (("transaction.version=1", "--feature transaction.version=1: kesque formats a new "
-                                                         "cluster with transaction.version 2 only"),
-                              ("metadata.version=33", "metadata.version 25 only"),
-                              ("bogus.version=1", "Unsupported feature: bogus.version. Supported features are: "
-                                                  "eligible.leader.replicas.version, group.version"),
-                              ("transaction.version", "expected NAME=LEVEL")):
+    for feature, fragment in (
+        (
+            "transaction.version=1",
+            "--feature transaction.version=1: kesque formats a new cluster with transaction.version 2 only",
+        ),
+        ("metadata.version=33", "metadata.version 25 only"),
+        (
+            "bogus.version=1",
+            "Unsupported feature: bogus.version. Supported features are: "
+            "eligible.leader.replicas.version, group.version",
+        ),
+        ("transaction.version", "expected NAME=LEVEL"),
+    ):
         r = storage("format", "--cluster-id", CLUSTER_ID, "--config", cfg, "--feature", feature)
         assert r.returncode == 1 and fragment in r.stderr, (feature, r)
         assert _files(tmp_path) == ["server.properties"], feature
-    r = storage("format", "--cluster-id", CLUSTER_ID, "--config", cfg, "--feature", "transaction.version=2",
-                "--feature", "eligible.leader.replicas.version=1", "--feature", "group.version=1")
+    r = storage(
+        "format",
+        "--cluster-id",
+        CLUSTER_ID,
+        "--config",
+        cfg,
+        "--feature",
+        "transaction.version=2",
+        "--feature",
+        "eligible.leader.replicas.version=1",
+        "--feature",
+        "group.version=1",
+    )
     assert r.returncode == 0, r
     assert "--feature group.version=1 is not used: kesque does not finalize group.version" in r.stderr
     assert "meta.properties" in " ".join(_files(tmp_path))

@@ -49,11 +49,17 @@ PARTITIONS = 4
 SEED = int(os.environ.get("KESQUE_STREAMS_SEED", random.randrange(1 << 30)))
 # the same on both clusters: a dead broker is fenced after 3 s (tests/test_replication.py's
 # timings), few coordinator partitions (their creation is most of a fresh cluster's start)
-CONFIG = {"controller.quorum.election.timeout.ms": "1000", "controller.quorum.fetch.timeout.ms": "2000",
-          "broker.heartbeat.interval.ms": "500", "broker.session.timeout.ms": "3000",
-          "replica.fetch.backoff.ms": "200", "group.initial.rebalance.delay.ms": "0",
-          "offsets.topic.num.partitions": "6", "transaction.state.log.num.partitions": "6",
-          "auto.create.topics.enable": "false"}
+CONFIG = {
+    "controller.quorum.election.timeout.ms": "1000",
+    "controller.quorum.fetch.timeout.ms": "2000",
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": "3000",
+    "replica.fetch.backoff.ms": "200",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "6",
+    "transaction.state.log.num.partitions": "6",
+    "auto.create.topics.enable": "false",
+}
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
 FINISH_TIMEOUT = float(os.environ.get("KESQUE_STREAMS_TIMEOUT", 420))
 
@@ -79,8 +85,9 @@ def decreases(tail: A.Tail) -> list[str]:
     return bad
 
 
-def run_word_count(bootstrap: str, work_dir: str, values: list[bytes], during=None,
-                   timeout: float = FINISH_TIMEOUT) -> dict:
+def run_word_count(
+    bootstrap: str, work_dir: str, values: list[bytes], during=None, timeout: float = FINISH_TIMEOUT
+) -> dict:
     """Create the topics, start the app (and a read_committed tail of its output), write the input
     (before the app, or with ``during(produce_all)`` running beside it), wait until the output holds
     the expected count of every word (or ``timeout``), stop the app. What was seen, and the app's log
@@ -96,7 +103,7 @@ def run_word_count(bootstrap: str, work_dir: str, values: list[bytes], during=No
             return
         step, pause = pace
         for i in range(0, len(values), step):
-            A.produce(bootstrap, "input", values[i:i + step])
+            A.produce(bootstrap, "input", values[i : i + step])
             time.sleep(pause)
 
     result = {"finished": False}
@@ -127,15 +134,23 @@ def run_word_count(bootstrap: str, work_dir: str, values: list[bytes], during=No
         app.stop()
         tail.stop()
     got = latest(tail)
-    result.update(expected=expected, counts=got, decreases=decreases(tail), served=tail.count,
-                  events=app.events(), app=app,
-                  missing=sorted(w for w in expected if got.get(w) != expected[w])[:10])
+    result.update(
+        expected=expected,
+        counts=got,
+        decreases=decreases(tail),
+        served=tail.count,
+        events=app.events(),
+        app=app,
+        missing=sorted(w for w in expected if got.get(w) != expected[w])[:10],
+    )
     return result
 
 
 def summary(r: dict) -> str:
-    return (f"finished {r['finished']} in {r.get('seconds', 0):.0f}s, served {r['served']}, events {r['events']}, "
-            f"words off {r['missing']} (seed {SEED})")
+    return (
+        f"finished {r['finished']} in {r.get('seconds', 0):.0f}s, served {r['served']}, events {r['events']}, "
+        f"words off {r['missing']} (seed {SEED})"
+    )
 
 
 class Nodes:
@@ -177,11 +192,13 @@ def test_word_count_exactly_once_kesque_and_kafka(tmp_path):
     assert kafka["finished"] and kafka["counts"] == kafka["expected"], f"Kafka: {summary(kafka)}"
     ev = kesque["events"]
     app = kesque["app"]
-    assert ev["out_of_order"] == 0, \
-        f"kesque: OutOfOrderSequenceException in the Streams log: {summary(kesque)}\n" + \
-        "\n".join(app.samples("OutOfOrderSequenceException"))
-    assert ev["fenced"] == ev["replaced"] == ev["task_migrated"] == ev["producer_fenced"] == 0, \
+    assert ev["out_of_order"] == 0, (
+        f"kesque: OutOfOrderSequenceException in the Streams log: {summary(kesque)}\n"
+        + "\n".join(app.samples("OutOfOrderSequenceException"))
+    )
+    assert ev["fenced"] == ev["replaced"] == ev["task_migrated"] == ev["producer_fenced"] == 0, (
         f"kesque: stream threads fenced: {summary(kesque)}\n" + "\n".join(app.samples("fenced"))
+    )
     assert kesque["finished"] and kesque["counts"] == kesque["expected"], f"kesque: {summary(kesque)}"
     assert kesque["decreases"] == [], f"kesque: counts went down: {kesque['decreases'][:10]}"
     assert kesque["counts"] == kafka["counts"]
@@ -227,6 +244,7 @@ def test_word_count_exactly_once_brokers_killed(nodes, tmp_path):
     assert len(done) == 4, f"the kills did not all happen: {done}; {summary(r)}"
     bad = {k: n for k, n in calm.items() if k != "errors" and n}
     assert not bad, f"{c.kind}: before any kill: {bad}; {summary(r)}\n" + "\n".join(
-        r["app"].samples("Exception", 4, until=kill_times[0]))
+        r["app"].samples("Exception", 4, until=kill_times[0])
+    )
     assert r["finished"] and r["counts"] == r["expected"], f"{done}: {summary(r)}"
     assert r["decreases"] == [], f"{done}: counts went down: {r['decreases'][:10]}; {summary(r)}"

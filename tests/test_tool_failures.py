@@ -18,10 +18,10 @@ import sys
 import time
 
 import pytest
-from conftest import running_broker
-from test_tools import create, kesque
 
+from conftest import running_broker
 from kesque.testing.broker import DEFAULTS
+from test_tools import create, kesque
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,25 +66,68 @@ def _offsets_file(tmp_path) -> str:
 # tool -> its arguments for a bootstrap address (and a temp dir)
 UNREACHABLE = {
     "topics": lambda bs, tmp: ["topics", "--bootstrap-server", bs, "--list"],
-    "configs": lambda bs, tmp: ["configs", "--bootstrap-server", bs, "--describe", "--entity-type", "topics",
-                                "--entity-name", "t"],
+    "configs": lambda bs, tmp: [
+        "configs",
+        "--bootstrap-server",
+        bs,
+        "--describe",
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        "t",
+    ],
     "console-producer": lambda bs, tmp: ["console-producer", "--bootstrap-server", bs, "--topic", "t"],
     "console-consumer": lambda bs, tmp: ["console-consumer", "--bootstrap-server", bs, "--topic", "t"],
-    "console-consumer-group": lambda bs, tmp: ["console-consumer", "--bootstrap-server", bs, "--topic", "t",
-                                               "--group", "g"],
+    "console-consumer-group": lambda bs, tmp: [
+        "console-consumer",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        "t",
+        "--group",
+        "g",
+    ],
     "get-offsets": lambda bs, tmp: ["get-offsets", "--bootstrap-server", bs, "--topic", "t"],
-    "delete-records": lambda bs, tmp: ["delete-records", "--bootstrap-server", bs, "--offset-json-file",
-                                       _offsets_file(tmp)],
+    "delete-records": lambda bs, tmp: [
+        "delete-records",
+        "--bootstrap-server",
+        bs,
+        "--offset-json-file",
+        _offsets_file(tmp),
+    ],
     "log-dirs": lambda bs, tmp: ["log-dirs", "--bootstrap-server", bs, "--describe"],
     "consumer-groups-list": lambda bs, tmp: ["consumer-groups", "--bootstrap-server", bs, "--list"],
-    "consumer-groups-describe": lambda bs, tmp: ["consumer-groups", "--bootstrap-server", bs, "--describe",
-                                                 "--group", "g"],
+    "consumer-groups-describe": lambda bs, tmp: [
+        "consumer-groups",
+        "--bootstrap-server",
+        bs,
+        "--describe",
+        "--group",
+        "g",
+    ],
     "transactions": lambda bs, tmp: ["transactions", "--bootstrap-server", bs, "list"],
-    "producer-perf-test": lambda bs, tmp: ["producer-perf-test", "--topic", "t", "--num-records", "3",
-                                           "--record-size", "10", "--throughput", "-1", "--producer-props",
-                                           f"bootstrap.servers={bs}"],
-    "consumer-perf-test": lambda bs, tmp: ["consumer-perf-test", "--bootstrap-server", bs, "--topic", "t",
-                                           "--messages", "3"],
+    "producer-perf-test": lambda bs, tmp: [
+        "producer-perf-test",
+        "--topic",
+        "t",
+        "--num-records",
+        "3",
+        "--record-size",
+        "10",
+        "--throughput",
+        "-1",
+        "--producer-props",
+        f"bootstrap.servers={bs}",
+    ],
+    "consumer-perf-test": lambda bs, tmp: [
+        "consumer-perf-test",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        "t",
+        "--messages",
+        "3",
+    ],
 }
 
 
@@ -103,21 +146,32 @@ def _request_timeout(tmp_path, ms: int) -> str:
 
 
 def test_every_unreachable_server_is_named(dead, silent, tmp_path):
-    r = kesque("topics", "--bootstrap-server", f"{dead},{silent}", "--list", "--command-config",
-               _request_timeout(tmp_path, 300))
+    r = kesque(
+        "topics",
+        "--bootstrap-server",
+        f"{dead},{silent}",
+        "--list",
+        "--command-config",
+        _request_timeout(tmp_path, 300),
+    )
     assert r.returncode == 1
-    assert r.stdout.decode() == (f"Error while executing topic command : Could not connect to any of the bootstrap "
-                                 f"servers {dead} (Connection refused), {silent} (no answer within 300 ms)\n")
+    assert r.stdout.decode() == (
+        f"Error while executing topic command : Could not connect to any of the bootstrap "
+        f"servers {dead} (Connection refused), {silent} (no answer within 300 ms)\n"
+    )
 
 
 def test_silent_server_fails_within_the_tools_timeout(silent, tmp_path):
     """A server that never answers: the tool's own request.timeout.ms bounds the wait."""
     r = kesque("topics", "--bootstrap-server", silent, "--list", "--command-config", _request_timeout(tmp_path, 300))
     assert r.returncode == 1
-    assert r.stdout.decode() == (f"Error while executing topic command : Could not connect to the bootstrap server "
-                                 f"{silent} (no answer within 300 ms)\n")
-    r = kesque("console-producer", "--bootstrap-server", silent, "--topic", "t", "--request-timeout-ms", "300",
-               input="one\n")
+    assert r.stdout.decode() == (
+        f"Error while executing topic command : Could not connect to the bootstrap server "
+        f"{silent} (no answer within 300 ms)\n"
+    )
+    r = kesque(
+        "console-producer", "--bootstrap-server", silent, "--topic", "t", "--request-timeout-ms", "300", input="one\n"
+    )
     assert r.returncode == 1
     assert f"{silent} (no answer within 300 ms)" in r.stderr.decode()
 
@@ -126,16 +180,36 @@ def test_silent_server_fails_within_the_tools_timeout(silent, tmp_path):
 
 
 def test_console_producer_to_missing_topic_fails(strict):
-    r = kesque("console-producer", "--bootstrap-server", strict, "--topic", "missing", "--max-block-ms", "500",
-               input="one\ntwo\n")
+    r = kesque(
+        "console-producer",
+        "--bootstrap-server",
+        strict,
+        "--topic",
+        "missing",
+        "--max-block-ms",
+        "500",
+        input="one\ntwo\n",
+    )
     assert r.returncode == 1
     assert r.stderr.decode().count("ERROR Error when sending message to topic missing") == 2
     assert "UnknownTopicOrPartitionException" in r.stderr.decode()
 
 
 def test_producer_perf_test_with_failed_sends_fails(strict):
-    r = kesque("producer-perf-test", "--topic", "missing", "--num-records", "2", "--record-size", "5",
-               "--throughput", "-1", "--producer-props", f"bootstrap.servers={strict}", "max.block.ms=500")
+    r = kesque(
+        "producer-perf-test",
+        "--topic",
+        "missing",
+        "--num-records",
+        "2",
+        "--record-size",
+        "5",
+        "--throughput",
+        "-1",
+        "--producer-props",
+        f"bootstrap.servers={strict}",
+        "max.block.ms=500",
+    )
     assert r.returncode == 1
     assert r.stdout.decode().startswith("0 records sent")
 
@@ -146,8 +220,10 @@ def test_delete_records_partition_error_fails(strict, topic_name, tmp_path):
     path.write_text(json.dumps({"partitions": [{"topic": topic_name, "partition": 0, "offset": 5}], "version": 1}))
     r = kesque("delete-records", "--bootstrap-server", strict, "--offset-json-file", str(path))
     assert r.returncode == 1
-    assert f"partition: {topic_name}-0\terror: org.apache.kafka.common.errors.OffsetOutOfRangeException" \
+    assert (
+        f"partition: {topic_name}-0\terror: org.apache.kafka.common.errors.OffsetOutOfRangeException"
         in r.stdout.decode()
+    )
 
 
 def test_consumer_groups_error_fails(strict):
@@ -160,8 +236,16 @@ def test_console_producer_with_broker_killed_mid_stream_fails(tmp_path, topic_na
     with running_broker(tmp_path / "data") as b:
         bs = b.bootstrap_servers
         create(bs, topic_name)
-        proc = _tool("console-producer", "--bootstrap-server", bs, "--topic", topic_name, "--sync",
-                     "--producer-property", "delivery.timeout.ms=2000")
+        proc = _tool(
+            "console-producer",
+            "--bootstrap-server",
+            bs,
+            "--topic",
+            topic_name,
+            "--sync",
+            "--producer-property",
+            "delivery.timeout.ms=2000",
+        )
         try:
             proc.stdin.write(b"before\n")
             proc.stdin.flush()
@@ -185,8 +269,13 @@ def _ignore_sigint() -> None:
 def _tool(*args) -> subprocess.Popen:
     """``kesque <args>`` started as a background job of a non-interactive shell starts it:
     SIGINT ignored."""
-    return subprocess.Popen([sys.executable, "-m", "kesque", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=_ignore_sigint)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kesque", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_ignore_sigint,
+    )
 
 
 def _reap(proc: subprocess.Popen) -> None:
@@ -217,8 +306,18 @@ def _wait_catching(proc: subprocess.Popen) -> None:
 
 
 def _wait_for_record(bs: str, topic: str, value: str) -> None:
-    r = kesque("console-consumer", "--bootstrap-server", bs, "--topic", topic, "--from-beginning",
-               "--max-messages", "1", "--timeout-ms", "20000")
+    r = kesque(
+        "console-consumer",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--max-messages",
+        "1",
+        "--timeout-ms",
+        "20000",
+    )
     assert r.stdout.decode() == f"{value}\n", text(r)
 
 
@@ -248,8 +347,7 @@ def test_console_consumer_stops_on_signal_with_sigint_ignored(bs, topic_name, si
     finally:
         _reap(proc)
     if group:  # it left the group on the way out
-        r = kesque("consumer-groups", "--bootstrap-server", bs, "--describe", "--group", f"g-{topic_name}",
-                   "--members")
+        r = kesque("consumer-groups", "--bootstrap-server", bs, "--describe", "--group", f"g-{topic_name}", "--members")
         assert "has no active members" in r.stderr.decode(), text(r)
 
 
@@ -270,11 +368,30 @@ def test_console_producer_stops_on_signal_with_sigint_ignored(bs, topic_name, si
 
 
 PERF = {
-    "producer-perf-test": lambda bs, topic: ["producer-perf-test", "--topic", topic, "--num-records", "100000000",
-                                             "--record-size", "10", "--throughput", "50", "--producer-props",
-                                             f"bootstrap.servers={bs}"],
-    "consumer-perf-test": lambda bs, topic: ["consumer-perf-test", "--bootstrap-server", bs, "--topic", topic,
-                                             "--messages", "100000000", "--timeout", "600000"],
+    "producer-perf-test": lambda bs, topic: [
+        "producer-perf-test",
+        "--topic",
+        topic,
+        "--num-records",
+        "100000000",
+        "--record-size",
+        "10",
+        "--throughput",
+        "50",
+        "--producer-props",
+        f"bootstrap.servers={bs}",
+    ],
+    "consumer-perf-test": lambda bs, topic: [
+        "consumer-perf-test",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic,
+        "--messages",
+        "100000000",
+        "--timeout",
+        "600000",
+    ],
 }
 
 
@@ -308,8 +425,12 @@ sys.exit(run.run_tool(tool))
 
 @needs_proc
 def test_a_clean_up_that_blocks_is_cut_short_after_the_grace_period():
-    proc = subprocess.Popen([sys.executable, "-c", BLOCKING_CLEANUP], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCKING_CLEANUP],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     try:
         _wait_catching(proc)
         proc.send_signal(signal.SIGTERM)
@@ -338,15 +459,23 @@ def test_serve_stops_on_signal_with_sigint_ignored(tmp_path, sig):
 
 
 # the tests that stop a tool with a signal (test_seeds' console consumer is ended with Ctrl-C)
-SIGNAL_TESTS = ["tests/test_seeds.py::test_431_log_segment_deletion",
-                "tests/test_tools.py::test_console_consumer_sees_new_records_and_stops_on_signal"]
+SIGNAL_TESTS = [
+    "tests/test_seeds.py::test_431_log_segment_deletion",
+    "tests/test_tools.py::test_console_consumer_sees_new_records_and_stops_on_signal",
+]
 
 
 @pytest.mark.skipif(os.environ.get("KESQUE_NESTED_SIGINT_RUN") == "1", reason="already the nested run")
 def test_signal_tests_pass_with_sigint_ignored():
     """``make test &``: the suite's signal tests, run by a pytest that inherited SIGINT ignored."""
     env = dict(os.environ, KESQUE_NESTED_SIGINT_RUN="1")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SIGNAL_TESTS], cwd=ROOT,
-                       env=env, capture_output=True, preexec_fn=_ignore_sigint, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SIGNAL_TESTS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        preexec_fn=_ignore_sigint,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout.decode()[-3000:]
     assert b"2 passed" in r.stdout

@@ -22,11 +22,18 @@ from kesque.testing.kafka import free_port
 BIN = os.path.dirname(sys.executable)
 
 TOOLS = {
-    "topics": "kafka-topics.sh", "configs": "kafka-configs.sh", "console-producer": "kafka-console-producer.sh",
-    "console-consumer": "kafka-console-consumer.sh", "dump-log": "kafka-dump-log.sh",
-    "get-offsets": "kafka-get-offsets.sh", "delete-records": "kafka-delete-records.sh", "log-dirs": "kafka-log-dirs.sh",
-    "producer-perf-test": "kafka-producer-perf-test.sh", "consumer-perf-test": "kafka-consumer-perf-test.sh",
-    "console-share-consumer": "kafka-console-share-consumer.sh", "share-groups": "kafka-share-groups.sh",
+    "topics": "kafka-topics.sh",
+    "configs": "kafka-configs.sh",
+    "console-producer": "kafka-console-producer.sh",
+    "console-consumer": "kafka-console-consumer.sh",
+    "dump-log": "kafka-dump-log.sh",
+    "get-offsets": "kafka-get-offsets.sh",
+    "delete-records": "kafka-delete-records.sh",
+    "log-dirs": "kafka-log-dirs.sh",
+    "producer-perf-test": "kafka-producer-perf-test.sh",
+    "consumer-perf-test": "kafka-consumer-perf-test.sh",
+    "console-share-consumer": "kafka-console-share-consumer.sh",
+    "share-groups": "kafka-share-groups.sh",
 }
 
 
@@ -64,8 +71,9 @@ def kesque(*args, input: bytes | str | None = None, timeout: float = 60) -> subp
 def kesque_proc(*args, input: bytes | str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     if isinstance(input, str):
         input = input.encode()
-    return subprocess.run([sys.executable, "-m", "kesque", *args], input=input, capture_output=True,
-                          timeout=timeout, text=False)
+    return subprocess.run(
+        [sys.executable, "-m", "kesque", *args], input=input, capture_output=True, timeout=timeout, text=False
+    )
 
 
 def script(name: str, *args, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -89,8 +97,19 @@ def bs(module_broker):
 
 
 def create(bs, topic, partitions=1, *extra):
-    r = kesque("topics", "--bootstrap-server", bs, "--create", "--topic", topic, "--partitions", str(partitions),
-               "--replication-factor", "1", *extra)
+    r = kesque(
+        "topics",
+        "--bootstrap-server",
+        bs,
+        "--create",
+        "--topic",
+        topic,
+        "--partitions",
+        str(partitions),
+        "--replication-factor",
+        "1",
+        *extra,
+    )
     assert r.returncode == 0, out(r) + err(r)
     assert out(r) == f"Created topic {topic}.\n"
 
@@ -151,11 +170,13 @@ def test_unknown_option_is_reported_like_jopt():
 def test_server_start_usage():
     r = script("kafka-server-start.sh")
     assert r.returncode == 1
-    assert r.stderr.decode() == "USAGE: kafka-server-start.sh [-daemon] server.properties [--override property=value]*\n"
+    assert (
+        r.stderr.decode() == "USAGE: kafka-server-start.sh [-daemon] server.properties [--override property=value]*\n"
+    )
 
 
 def test_server_start_runs_a_broker(tmp_path):
-    port = free_port()                  # below the ephemeral range: no client takes it meanwhile
+    port = free_port()  # below the ephemeral range: no client takes it meanwhile
     props = dict(DEFAULTS)
     props.update({"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(tmp_path / "logs")})
     cfg = tmp_path / "server.properties"
@@ -163,8 +184,9 @@ def test_server_start_runs_a_broker(tmp_path):
     exe = os.path.join(BIN, "kafka-server-start.sh")
     if not os.path.exists(exe):
         pytest.skip("console scripts not installed")
-    proc = subprocess.Popen([exe, str(cfg), "--override", "num.partitions=3"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, str(cfg), "--override", "num.partitions=3"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         bs = f"127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -190,13 +212,14 @@ def test_server_start_daemon(tmp_path):
     exe = os.path.join(BIN, "kafka-server-start.sh")
     if not os.path.exists(exe):
         pytest.skip("console scripts not installed")
-    port = free_port()                  # below the ephemeral range: no client takes it meanwhile
+    port = free_port()  # below the ephemeral range: no client takes it meanwhile
     props = dict(DEFAULTS)
     props.update({"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(tmp_path / "logs")})
     cfg = tmp_path / "daemon.properties"
     cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    r = subprocess.run([exe, "-daemon", str(cfg)], env=dict(os.environ, LOG_DIR=str(tmp_path / "out")),
-                       capture_output=True, timeout=30)
+    r = subprocess.run(
+        [exe, "-daemon", str(cfg)], env=dict(os.environ, LOG_DIR=str(tmp_path / "out")), capture_output=True, timeout=30
+    )
     assert r.returncode == 0 and r.stdout == b""  # returns at once, the broker runs detached
 
     def daemon_pids():
@@ -232,10 +255,14 @@ def test_server_start_daemon(tmp_path):
 
 # ----------------------------------------------------------------- topics
 
-DESCRIBE_TOPIC = re.compile(r"^Topic: (\S+)\tTopicId: [A-Za-z0-9_-]{22}\tPartitionCount: (\d+)\tReplicationFactor: "
-                            r"(\d+)\tConfigs: (.*)$")
-DESCRIBE_PARTITION = re.compile(r"^\tTopic: (\S+)\tPartition: (\d+)\tLeader: (\d+|none)\tReplicas: ([\d,]*)\t"
-                                r"Isr: ([\d,]*)\tElr: ([\d,]*|N/A)\tLastKnownElr: ([\d,]*|N/A)$")
+DESCRIBE_TOPIC = re.compile(
+    r"^Topic: (\S+)\tTopicId: [A-Za-z0-9_-]{22}\tPartitionCount: (\d+)\tReplicationFactor: "
+    r"(\d+)\tConfigs: (.*)$"
+)
+DESCRIBE_PARTITION = re.compile(
+    r"^\tTopic: (\S+)\tPartition: (\d+)\tLeader: (\d+|none)\tReplicas: ([\d,]*)\t"
+    r"Isr: ([\d,]*)\tElr: ([\d,]*|N/A)\tLastKnownElr: ([\d,]*|N/A)$"
+)
 
 
 def test_topics_create_describe_list_alter_delete(bs, topic_name):
@@ -290,8 +317,7 @@ def test_topics_describe_or_delete_missing_topic(bs):
     for action in ("--describe", "--delete"):
         r = kesque("topics", "--bootstrap-server", bs, action, "--topic", "no-such-topic")
         assert r.returncode == 1
-        assert out(r) == "Error while executing topic command : Topic 'no-such-topic' does not exist as " \
-                         "expected\n"
+        assert out(r) == "Error while executing topic command : Topic 'no-such-topic' does not exist as expected\n"
         r = kesque("topics", "--bootstrap-server", bs, action, "--topic", "no-such-topic", "--if-exists")
         assert r.returncode == 0 and out(r) == ""
 
@@ -299,15 +325,18 @@ def test_topics_describe_or_delete_missing_topic(bs):
 def test_topics_replication_factor_above_broker_count(bs, topic_name):
     r = kesque("topics", "--bootstrap-server", bs, "--create", "--topic", topic_name, "--replication-factor", "2")
     assert r.returncode == 1
-    assert out(r) == ("Error while executing topic command : Unable to replicate the partition 2 time(s): The target "
-                      "replication factor of 2 cannot be reached because only 1 broker(s) are registered.\n")
+    assert out(r) == (
+        "Error while executing topic command : Unable to replicate the partition 2 time(s): The target "
+        "replication factor of 2 cannot be reached because only 1 broker(s) are registered.\n"
+    )
 
 
 def test_topics_argument_checks(bs, topic_name):
     r = kesque("topics", "--bootstrap-server", bs, "--list", "--describe")
     assert r.returncode == 1
-    assert err(r).startswith("Command must include exactly one action: --list, --describe, --create, --alter or "
-                             "--delete\n")
+    assert err(r).startswith(
+        "Command must include exactly one action: --list, --describe, --create, --alter or --delete\n"
+    )
     r = kesque("topics", "--bootstrap-server", bs, "--create")
     assert r.returncode == 1 and err(r).startswith('Missing required argument "[topic]"\n')
     r = kesque("topics", "--bootstrap-server", bs, "--alter", "--topic", topic_name)
@@ -322,8 +351,10 @@ def test_topics_argument_checks(bs, topic_name):
     assert out(r) == "Error while executing topic command : The partitions must be greater than 0\n"
     r = kesque("topics", "--bootstrap-server", bs, "--create", "--topic", topic_name, "--config", "nonsense")
     assert r.returncode == 1
-    assert out(r) == ('Error while executing topic command : requirement failed: Invalid topic config: all configs '
-                      'to be added must be in the format "key=val".\n')
+    assert out(r) == (
+        "Error while executing topic command : requirement failed: Invalid topic config: all configs "
+        'to be added must be in the format "key=val".\n'
+    )
     r = kesque("topics", "--bootstrap-server", bs, "--create", "--topic", topic_name, "--config", "no.such.config=1")
     assert r.returncode == 1 and out(r).startswith("Error while executing topic command : ")
     assert "no.such.config" in out(r)
@@ -332,9 +363,11 @@ def test_topics_argument_checks(bs, topic_name):
 def test_topics_collision_warning_and_regex_topic(bs):
     r = kesque("topics", "--bootstrap-server", bs, "--create", "--topic", "with.dot")
     assert r.returncode == 0
-    assert out(r) == ("WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') "
-                      "could collide. To avoid issues it is best to use either, but not both.\nCreated topic "
-                      "with.dot.\n")
+    assert out(r) == (
+        "WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') "
+        "could collide. To avoid issues it is best to use either, but not both.\nCreated topic "
+        "with.dot.\n"
+    )
     r = kesque("topics", "--bootstrap-server", bs, "--list", "--topic", "with\\..*")
     assert out(r) == "with.dot\n"
 
@@ -344,10 +377,12 @@ def test_topics_replica_assignment(bs, topic_name):
     assert out(r) == f"Created topic {topic_name}.\n"
     r = kesque("topics", "--bootstrap-server", bs, "--describe", "--topic", topic_name)
     assert "\tPartitionCount: 3\tReplicationFactor: 1\t" in out(r)
-    r = kesque("topics", "--bootstrap-server", bs, "--create", "--topic", topic_name + "x", "--replica-assignment",
-               "1:1")
-    assert out(r) == "Error while executing topic command : Partition replica lists may not contain duplicate " \
-                     "entries: 1\n"
+    r = kesque(
+        "topics", "--bootstrap-server", bs, "--create", "--topic", topic_name + "x", "--replica-assignment", "1:1"
+    )
+    assert (
+        out(r) == "Error while executing topic command : Partition replica lists may not contain duplicate entries: 1\n"
+    )
 
 
 def test_topics_never_ask_librdkafkas_controller(bs, topic_name, monkeypatch, capsys):
@@ -357,8 +392,8 @@ def test_topics_never_ask_librdkafkas_controller(bs, topic_name, monkeypatch, ca
     controller" of its metadata, which a KRaft broker names at random among the unfenced brokers:
     for broker.session.timeout.ms after a SIGKILL possibly the dead one, and the tool failed after
     60 s (seen on a 3-node Kafka: tests/test_oracle_quorum.py)."""
-    from kesque.cli.plumbing import admin_client
     from kesque.cli.main import main
+    from kesque.cli.plumbing import admin_client
 
     make_admin = admin_client.make_admin
 
@@ -367,16 +402,28 @@ def test_topics_never_ask_librdkafkas_controller(bs, topic_name, monkeypatch, ca
             self.admin = admin
 
         def __getattr__(self, name):
-            if name in ("create_topics", "create_partitions", "delete_topics", "describe_cluster", "describe_configs",
-                        "describe_topics", "incremental_alter_configs"):
+            if name in (
+                "create_topics",
+                "create_partitions",
+                "delete_topics",
+                "describe_cluster",
+                "describe_configs",
+                "describe_topics",
+                "incremental_alter_configs",
+            ):
                 raise AssertionError(f"librdkafka's {name} waits for a controller")
             return getattr(self.admin, name)
+
     monkeypatch.setattr(admin_client, "make_admin", lambda *a, **kw: NoController(make_admin(*a, **kw)))
     for args in (["--create", "--partitions", "2"], ["--alter", "--partitions", "3"], ["--describe"]):
         assert main(["topics", "--bootstrap-server", bs, "--topic", topic_name, *args]) == 0, capsys.readouterr()
     assert capsys.readouterr().out.startswith(f"Created topic {topic_name}.\nTopic: {topic_name}\t")
-    assert main(["configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter", "--add-config",
-                 "retention.ms=1000"]) == 0
+    assert (
+        main(
+            ["configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter", "--add-config", "retention.ms=1000"]
+        )
+        == 0
+    )
     assert main(["topics", "--bootstrap-server", bs, "--topic", topic_name, "--describe"]) == 0
     assert "\tConfigs: retention.ms=1000\n" in capsys.readouterr().out
     assert main(["topics", "--bootstrap-server", bs, "--topic", topic_name, "--delete"]) == 0
@@ -399,11 +446,20 @@ CONFIG_LINE = re.compile(r"^  (\S+?)=(.*) sensitive=(true|false) synonyms=\{(.*)
 
 def test_configs_topic_alter_describe_delete(bs, topic_name):
     create(bs, topic_name)
-    r = kesque("configs", "--bootstrap-server", bs, "--entity-type", "topics", "--entity-name", topic_name,
-               "--describe")
+    r = kesque(
+        "configs", "--bootstrap-server", bs, "--entity-type", "topics", "--entity-name", topic_name, "--describe"
+    )
     assert out(r) == f"Dynamic configs for topic {topic_name} are:\n"
-    r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter", "--add-config",
-               "retention.ms=60000,cleanup.policy=[compact,delete]")
+    r = kesque(
+        "configs",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic_name,
+        "--alter",
+        "--add-config",
+        "retention.ms=60000,cleanup.policy=[compact,delete]",
+    )
     assert r.returncode == 0, err(r)
     assert out(r) == f"Completed updating config for topic {topic_name}.\n"
     r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--describe")
@@ -412,12 +468,14 @@ def test_configs_topic_alter_describe_delete(bs, topic_name):
         "  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete, "
         "DEFAULT_CONFIG:log.cleanup.policy=delete}\n"
         "  retention.ms=60000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=60000, "
-        "DEFAULT_CONFIG:log.retention.hours=168}\n")
+        "DEFAULT_CONFIG:log.retention.hours=168}\n"
+    )
     r = kesque("topics", "--bootstrap-server", bs, "--describe", "--topic", topic_name)
     assert "\tConfigs: cleanup.policy=compact,delete,retention.ms=60000\n" in out(r)
 
-    r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter", "--delete-config",
-               "cleanup.policy")
+    r = kesque(
+        "configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter", "--delete-config", "cleanup.policy"
+    )
     assert out(r) == f"Completed updating config for topic {topic_name}.\n"
     r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--describe", "--all")
     lines = out(r).splitlines()
@@ -437,20 +495,25 @@ def test_configs_errors(bs, topic_name):
     r = kesque("configs", "--bootstrap-server", bs, "--topic", "no-such-topic", "--describe")
     assert r.returncode == 1
     assert out(r) == "Dynamic configs for topic no-such-topic are:\n"
-    assert err(r) == ("Error while executing config command with args '--bootstrap-server "
-                      f"{bs} --topic no-such-topic --describe'\n"
-                      "java.util.concurrent.ExecutionException: org.apache.kafka.common.errors."
-                      "UnknownTopicOrPartitionException: Topic no-such-topic does not exist.\n")
+    assert err(r) == (
+        "Error while executing config command with args '--bootstrap-server "
+        f"{bs} --topic no-such-topic --describe'\n"
+        "java.util.concurrent.ExecutionException: org.apache.kafka.common.errors."
+        "UnknownTopicOrPartitionException: Topic no-such-topic does not exist.\n"
+    )
     r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--describe", "--alter")
     assert r.returncode == 1
     assert err(r).startswith("Command must include exactly one action: --describe, --alter\n")
     r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter")
     assert r.returncode == 1
-    assert err(r) == "At least one of --add-config, --add-config-file, or --delete-config must be specified with " \
-                     "--alter\n"
+    assert (
+        err(r) == "At least one of --add-config, --add-config-file, or --delete-config must be specified with --alter\n"
+    )
     r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter", "--add-config", "a=1,b")
-    assert err(r) == 'requirement failed: Invalid entity config: all configs to be added must be in the format ' \
-                     '"key=val".\n'
+    assert (
+        err(r) == "requirement failed: Invalid entity config: all configs to be added must be in the format "
+        '"key=val".\n'
+    )
     r = kesque("configs", "--bootstrap-server", bs, "--entity-type", "topics", "--topic", topic_name, "--describe")
     assert err(r) == "Duplicate entity type(s) specified: topics\n"
     r = kesque("configs", "--bootstrap-server", bs, "--entity-name", "x", "--topic", topic_name, "--describe")
@@ -458,11 +521,14 @@ def test_configs_errors(bs, topic_name):
     r = kesque("configs", "--bootstrap-server", bs, "--broker", "abc", "--describe")
     assert err(r) == "The entity name for brokers must be a valid integer broker id, but it is: abc\n"
     r = kesque("configs", "--topic", topic_name, "--describe")
-    assert err(r) == "One of the required --bootstrap-server, --boostrap-controller, or --zookeeper arguments must " \
-                     "be specified\n"
+    assert (
+        err(r) == "One of the required --bootstrap-server, --boostrap-controller, or --zookeeper arguments must "
+        "be specified\n"
+    )
     create(bs, topic_name)
-    r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter", "--add-config",
-               "retention.ms=abc")
+    r = kesque(
+        "configs", "--bootstrap-server", bs, "--topic", topic_name, "--alter", "--add-config", "retention.ms=abc"
+    )
     assert r.returncode == 1
     assert err(r).startswith("Error while executing config command with args ")
     assert "InvalidConfigurationException" in err(r)
@@ -472,8 +538,18 @@ def test_configs_add_config_file_and_entity_default(bs, topic_name, tmp_path):
     create(bs, topic_name)
     f = tmp_path / "topic.properties"
     f.write_text("retention.ms=5000\nmax.message.bytes=2000\n")
-    r = kesque("configs", "--bootstrap-server", bs, "--entity-type", "topics", "--entity-name", topic_name, "--alter",
-               "--add-config-file", str(f))
+    r = kesque(
+        "configs",
+        "--bootstrap-server",
+        bs,
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        topic_name,
+        "--alter",
+        "--add-config-file",
+        str(f),
+    )
     assert out(r) == f"Completed updating config for topic {topic_name}.\n", err(r)
     r = kesque("configs", "--bootstrap-server", bs, "--topic", topic_name, "--describe")
     assert [line.split("=")[0].strip() for line in out(r).splitlines()[1:]] == ["max.message.bytes", "retention.ms"]
@@ -496,23 +572,41 @@ def test_configs_broker_describe_all(bs):
     assert parsed["num.partitions"].group(2) == "1"
     assert parsed["num.partitions"].group(4) == "DEFAULT_CONFIG:num.partitions=1"
     # a static setting lists both layers, highest priority first
-    assert parsed["offsets.topic.replication.factor"].group(4) == \
-        "STATIC_BROKER_CONFIG:offsets.topic.replication.factor=1, DEFAULT_CONFIG:offsets.topic.replication.factor=3"
+    assert (
+        parsed["offsets.topic.replication.factor"].group(4)
+        == "STATIC_BROKER_CONFIG:offsets.topic.replication.factor=1, DEFAULT_CONFIG:offsets.topic.replication.factor=3"
+    )
     r = kesque("configs", "--bootstrap-server", bs, "--entity-type", "brokers", "--entity-name", "1", "--describe")
     assert out(r).splitlines()[0] == "Dynamic configs for broker 1 are:"
 
 
 def test_configs_broker_dynamic_alter(bs):
-    r = kesque("configs", "--bootstrap-server", bs, "--broker-defaults", "--alter", "--add-config",
-               "log.segment.delete.delay.ms=61000")
+    r = kesque(
+        "configs",
+        "--bootstrap-server",
+        bs,
+        "--broker-defaults",
+        "--alter",
+        "--add-config",
+        "log.segment.delete.delay.ms=61000",
+    )
     assert r.returncode == 0, err(r)
     assert out(r) == "Completed updating default config for brokers in the cluster.\n"
     r = kesque("configs", "--bootstrap-server", bs, "--broker-defaults", "--describe")
-    assert out(r) == ("Default configs for brokers in the cluster are:\n"
-                      "  log.segment.delete.delay.ms=61000 sensitive=false "
-                      "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.segment.delete.delay.ms=61000}\n")
-    r = kesque("configs", "--bootstrap-server", bs, "--broker-defaults", "--alter", "--delete-config",
-               "log.segment.delete.delay.ms")
+    assert out(r) == (
+        "Default configs for brokers in the cluster are:\n"
+        "  log.segment.delete.delay.ms=61000 sensitive=false "
+        "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.segment.delete.delay.ms=61000}\n"
+    )
+    r = kesque(
+        "configs",
+        "--bootstrap-server",
+        bs,
+        "--broker-defaults",
+        "--alter",
+        "--delete-config",
+        "log.segment.delete.delay.ms",
+    )
     assert r.returncode == 0, err(r)
     r = kesque("configs", "--bootstrap-server", bs, "--broker-defaults", "--describe")
     assert out(r) == "Default configs for brokers in the cluster are:\n"
@@ -523,13 +617,26 @@ def test_configs_broker_dynamic_alter(bs):
 
 def test_console_producer_and_consumer_formats(bs, topic_name):
     create(bs, topic_name)
-    produce(bs, topic_name, ["k1:v1", "k2:v:2", "k3:"], "--property", "parse.key=true", "--property",
-            "key.separator=:")
-    produce(bs, topic_name, ["h1:a,h2:b\tkey\tvalue"], "--property", "parse.key=true", "--property",
-            "parse.headers=true")
-    r = consume(bs, topic_name, "--from-beginning", "--property", "print.key=true", "--property",
-                "print.offset=true", "--property", "print.partition=true", "--property", "print.timestamp=true",
-                "--property", "print.headers=true", n=4)
+    produce(bs, topic_name, ["k1:v1", "k2:v:2", "k3:"], "--property", "parse.key=true", "--property", "key.separator=:")
+    produce(
+        bs, topic_name, ["h1:a,h2:b\tkey\tvalue"], "--property", "parse.key=true", "--property", "parse.headers=true"
+    )
+    r = consume(
+        bs,
+        topic_name,
+        "--from-beginning",
+        "--property",
+        "print.key=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.timestamp=true",
+        "--property",
+        "print.headers=true",
+        n=4,
+    )
     assert r.returncode == 0, err(r)
     lines = out(r).splitlines()
     stamp = re.compile(r"^CreateTime:\d{13}$")
@@ -543,8 +650,18 @@ def test_console_producer_and_consumer_formats(bs, topic_name):
     ]
     assert err(r).endswith("Processed a total of 4 messages\n")
 
-    r = consume(bs, topic_name, "--from-beginning", "--property", "print.key=true", "--property", "key.separator=|",
-                "--property", "print.value=false", n=2)
+    r = consume(
+        bs,
+        topic_name,
+        "--from-beginning",
+        "--property",
+        "print.key=true",
+        "--property",
+        "key.separator=|",
+        "--property",
+        "print.value=false",
+        n=2,
+    )
     assert out(r) == "k1\nk2\n"
     # a specific partition and offset, no group
     r = consume(bs, topic_name, "--partition", "0", "--offset", "2", n=2)
@@ -570,8 +687,11 @@ def test_console_consumer_timeout_and_latest(bs, topic_name):
 
 def test_console_consumer_sees_new_records_and_stops_on_signal(bs, topic_name):
     create(bs, topic_name)
-    proc = subprocess.Popen([sys.executable, "-m", "kesque", "console-consumer", "--bootstrap-server", bs,
-                             "--topic", topic_name], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kesque", "console-consumer", "--bootstrap-server", bs, "--topic", topic_name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         # the consumer starts at the end: produce until it has printed something
         deadline = time.monotonic() + 20
@@ -600,8 +720,9 @@ def test_console_consumer_argument_checks(bs):
     r = kesque("console-consumer", "--bootstrap-server", bs)
     assert r.returncode == 1 and err(r).startswith("Exactly one of --include/--topic is required. \n")
     r = kesque("console-consumer", "--bootstrap-server", bs, "--topic", "x", "--partition", "0", "--offset", "-5")
-    assert r.returncode == 1 and err(r).startswith("The provided offset value '-5' is incorrect. Valid values are "
-                                                   "'earliest', 'latest', or a non-negative long.\n")
+    assert r.returncode == 1 and err(r).startswith(
+        "The provided offset value '-5' is incorrect. Valid values are 'earliest', 'latest', or a non-negative long.\n"
+    )
     r = kesque("console-consumer", "--bootstrap-server", bs, "--topic", "x", "--partition", "0", "--group", "g")
     assert r.returncode == 1 and err(r).startswith("Options group and partition cannot be specified together.\n")
     r = kesque("console-consumer", "--bootstrap-server", bs, "--topic", "x", "--isolation-level", "sometimes")
@@ -613,36 +734,76 @@ def test_console_consumer_include_pattern(bs, topic_name):
     create(bs, topic_name + "-b")
     produce(bs, topic_name + "-a", ["from-a"])
     produce(bs, topic_name + "-b", ["from-b"])
-    r = kesque("console-consumer", "--bootstrap-server", bs, "--include", topic_name + "-.*", "--from-beginning",
-               "--max-messages", "2", "--timeout-ms", "5000")
+    r = kesque(
+        "console-consumer",
+        "--bootstrap-server",
+        bs,
+        "--include",
+        topic_name + "-.*",
+        "--from-beginning",
+        "--max-messages",
+        "2",
+        "--timeout-ms",
+        "5000",
+    )
     assert sorted(out(r).splitlines()) == ["from-a", "from-b"]
 
 
 def test_console_producer_options(bs, topic_name, tmp_path):
     create(bs, topic_name)
     cfg = tmp_path / "producer.properties"
-    cfg.write_text("acks=1\nlinger.ms=5\n# a comment\nkey.serializer=org.apache.kafka.common.serialization."
-                   "ByteArraySerializer\n")
-    for codec in ("--compression-codec=lz4", "--compression-codec", "--compression-codec=zstd",
-                  "--compression-codec=snappy"):
+    cfg.write_text(
+        "acks=1\nlinger.ms=5\n# a comment\nkey.serializer=org.apache.kafka.common.serialization.ByteArraySerializer\n"
+    )
+    for codec in (
+        "--compression-codec=lz4",
+        "--compression-codec",
+        "--compression-codec=zstd",
+        "--compression-codec=snappy",
+    ):
         # (librdkafka sends a batch uncompressed when compressing would not shrink it)
-        produce(bs, topic_name, [f"via {codec} " + "z" * 300], codec, "--producer.config", str(cfg), "--producer-property",
-                "client.id=tool-test", "--request-required-acks", "all", "--sync")
+        produce(
+            bs,
+            topic_name,
+            [f"via {codec} " + "z" * 300],
+            codec,
+            "--producer.config",
+            str(cfg),
+            "--producer-property",
+            "client.id=tool-test",
+            "--request-required-acks",
+            "all",
+            "--sync",
+        )
     r = consume(bs, topic_name, "--from-beginning", n=4)
     assert [line.split()[1] for line in out(r).splitlines()] == [
-        "--compression-codec=lz4", "--compression-codec", "--compression-codec=zstd", "--compression-codec=snappy"]
+        "--compression-codec=lz4",
+        "--compression-codec",
+        "--compression-codec=zstd",
+        "--compression-codec=snappy",
+    ]
     # the codecs really reached the log
     log = os.path.join(_data_dir(bs), f"{topic_name}-0", "00000000000000000000.log")
     dump = out(kesque("dump-log", "--files", log))
     assert [m for m in re.findall(r"compresscodec: (\w+)", dump)] == ["lz4", "gzip", "zstd", "snappy"]
 
-    r = kesque("console-producer", "--bootstrap-server", bs, "--topic", topic_name, "--property", "parse.key=true",
-               input="no separator here\n")
+    r = kesque(
+        "console-producer",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic_name,
+        "--property",
+        "parse.key=true",
+        input="no separator here\n",
+    )
     assert r.returncode == 1
-    assert err(r) == ("org.apache.kafka.common.KafkaException: No key separator found on line number 1: "
-                      "'no separator here'\n")
-    r = kesque("console-producer", "--bootstrap-server", bs, "--topic", topic_name, "--compression-codec=brotli",
-               input="x\n")
+    assert err(r) == (
+        "org.apache.kafka.common.KafkaException: No key separator found on line number 1: 'no separator here'\n"
+    )
+    r = kesque(
+        "console-producer", "--bootstrap-server", bs, "--topic", topic_name, "--compression-codec=brotli", input="x\n"
+    )
     assert r.returncode == 1 and "compression.type" in err(r)
     r = kesque("console-producer", "--bootstrap-server", bs)
     assert r.returncode == 1 and err(r).startswith('Missing required argument "[topic]"\n')
@@ -650,10 +811,20 @@ def test_console_producer_options(bs, topic_name, tmp_path):
 
 def test_console_producer_null_marker(bs, topic_name):
     create(bs, topic_name)
-    produce(bs, topic_name, ["NULL|NULL", "k|v"], "--property", "parse.key=true", "--property", "key.separator=|",
-            "--property", "null.marker=NULL")
-    r = consume(bs, topic_name, "--from-beginning", "--property", "print.key=true", "--property",
-                "null.literal=<nil>", n=2)
+    produce(
+        bs,
+        topic_name,
+        ["NULL|NULL", "k|v"],
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=|",
+        "--property",
+        "null.marker=NULL",
+    )
+    r = consume(
+        bs, topic_name, "--from-beginning", "--property", "print.key=true", "--property", "null.literal=<nil>", n=2
+    )
     assert out(r) == "<nil>\t<nil>\nk\tv\n"
 
 
@@ -675,15 +846,26 @@ BATCH_LINE = re.compile(
     r"^baseOffset: (\d+) lastOffset: (\d+) count: (\d+) baseSequence: (-?\d+) lastSequence: (-?\d+) producerId: "
     r"(-?\d+) producerEpoch: (-?\d+) partitionLeaderEpoch: (-?\d+) isTransactional: (true|false) isControl: "
     r"(true|false) deleteHorizonMs: OptionalLong.empty position: (\d+) CreateTime: (\d+) size: (\d+) magic: 2 "
-    r"compresscodec: (\w+) crc: (\d+) isvalid: (true|false)$")
-RECORD_LINE = re.compile(r"^\| offset: (\d+) CreateTime: (\d+) keySize: (-?\d+) valueSize: (-?\d+) sequence: (-?\d+) "
-                         r"headerKeys: \[(.*)\]( key: (.*?))?( payload: (.*))?$")
+    r"compresscodec: (\w+) crc: (\d+) isvalid: (true|false)$"
+)
+RECORD_LINE = re.compile(
+    r"^\| offset: (\d+) CreateTime: (\d+) keySize: (-?\d+) valueSize: (-?\d+) sequence: (-?\d+) "
+    r"headerKeys: \[(.*)\]( key: (.*?))?( payload: (.*))?$"
+)
 
 
 def test_dump_log_segment(bs, topic_name):
     create(bs, topic_name)
-    produce(bs, topic_name, ["k:value one", "k2:two"], "--property", "parse.key=true", "--property",
-            "key.separator=:", "--sync")
+    produce(
+        bs,
+        topic_name,
+        ["k:value one", "k2:two"],
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=:",
+        "--sync",
+    )
     produce(bs, topic_name, ["h:1\tthree"], "--property", "parse.headers=true")
     log = os.path.join(_data_dir(bs), f"{topic_name}-0", "00000000000000000000.log")
     r = kesque("dump-log", "--files", log)
@@ -692,8 +874,11 @@ def test_dump_log_segment(bs, topic_name):
     assert lines[1] == "Log starting offset: 0"
     batches = [BATCH_LINE.match(line) for line in lines[2:]]
     assert all(batches), lines
-    assert [(b.group(1), b.group(2), b.group(3)) for b in batches] == [("0", "0", "1"), ("1", "1", "1"),
-                                                                        ("2", "2", "1")]
+    assert [(b.group(1), b.group(2), b.group(3)) for b in batches] == [
+        ("0", "0", "1"),
+        ("1", "1", "1"),
+        ("2", "2", "1"),
+    ]
     assert batches[0].group(11) == "0"
     assert int(batches[1].group(11)) == int(batches[0].group(13))  # positions add up
     assert all(b.group(16) == "true" for b in batches)
@@ -728,8 +913,12 @@ def test_dump_log_indexes(bs, topic_name):
     lines = out(r).splitlines()
     assert all(re.match(r"^timestamp: \d{13} offset: \d+$", line) for line in lines[1:]), lines
     r = kesque("dump-log", "--index-sanity-check", "--files", f"{base}.index,{base}.timeindex")
-    assert out(r).splitlines() == [f"Dumping {base}.index", f"{base}.index passed sanity check.",
-                                   f"Dumping {base}.timeindex", f"{base}.timeindex passed sanity check."]
+    assert out(r).splitlines() == [
+        f"Dumping {base}.index",
+        f"{base}.index passed sanity check.",
+        f"Dumping {base}.timeindex",
+        f"{base}.timeindex passed sanity check.",
+    ]
     r = kesque("dump-log", "--verify-index-only", "--files", base + ".index")
     assert out(r) == f"Dumping {base}.index\n" and err(r) == ""
 
@@ -739,8 +928,11 @@ def test_dump_log_checkpoints_and_unknown_files(module_broker, topic_name, tmp_p
     create(bs, topic_name)
     produce(bs, topic_name, ["a", "b"])
     pdir = os.path.join(module_broker.data_dir, f"{topic_name}-0")
-    r = kesque("dump-log", "--files", os.path.join(pdir, "leader-epoch-checkpoint") + ","
-               + os.path.join(pdir, "partition.metadata"))
+    r = kesque(
+        "dump-log",
+        "--files",
+        os.path.join(pdir, "leader-epoch-checkpoint") + "," + os.path.join(pdir, "partition.metadata"),
+    )
     lines = out(r).splitlines()
     assert lines[1:3] == ["version: 0 entries: 1", "epoch: 0 startOffset: 0"]
     assert re.match(r"^version: 0 topicId: [A-Za-z0-9_-]{22}$", lines[4])
@@ -750,8 +942,11 @@ def test_dump_log_checkpoints_and_unknown_files(module_broker, topic_name, tmp_p
     ck = tmp_path / "replication-offset-checkpoint"
     ck.write_text("0\n2\nt 0 5\nt 1 7\n")
     r = kesque("dump-log", "--files", str(ck))
-    assert out(r).splitlines()[1:] == ["version: 0 entries: 2", "topic: t partition: 0 offset: 5",
-                                       "topic: t partition: 1 offset: 7"]
+    assert out(r).splitlines()[1:] == [
+        "version: 0 entries: 2",
+        "topic: t partition: 0 offset: 5",
+        "topic: t partition: 1 offset: 7",
+    ]
     other = tmp_path / "notes.txt"
     other.write_text("hello")
     r = kesque("dump-log", "--files", str(other))
@@ -783,8 +978,9 @@ def test_dump_log_trailing_garbage_and_cluster_metadata(module_broker, tmp_path)
 def test_dump_log_idempotent_batches_and_producer_snapshots(module_broker, topic_name):
     bs = module_broker.bootstrap_servers
     create(bs, topic_name, 1, "--config", "segment.ms=1")  # every append rolls: segments and snapshots
-    produce(bs, topic_name, ["record 1", "record 2", "record 3"], "--producer-property", "enable.idempotence=true",
-            "--sync")
+    produce(
+        bs, topic_name, ["record 1", "record 2", "record 3"], "--producer-property", "enable.idempotence=true", "--sync"
+    )
     pdir = os.path.join(module_broker.data_dir, f"{topic_name}-0")
     logs = sorted(f for f in os.listdir(pdir) if f.endswith(".log"))
     assert len(logs) >= 2
@@ -802,9 +998,12 @@ def test_dump_log_idempotent_batches_and_producer_snapshots(module_broker, topic
     r = kesque("dump-log", "--files", os.path.join(pdir, snapshots[-1]))
     line = out(r).splitlines()[1]
     last = int(snapshots[-1].split(".")[0]) - 1  # a snapshot at offset N holds the state up to N - 1
-    assert re.fullmatch(rf"producerId: {pid} producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
-                        rf"OptionalLong.empty lastTimestamp: (\d+) firstSequence: {last} lastSequence: {last} "
-                        rf"lastOffset: {last} offsetDelta: 0 timestamp: \1", line), line
+    assert re.fullmatch(
+        rf"producerId: {pid} producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
+        rf"OptionalLong.empty lastTimestamp: (\d+) firstSequence: {last} lastSequence: {last} "
+        rf"lastOffset: {last} offsetDelta: 0 timestamp: \1",
+        line,
+    ), line
 
 
 def test_dump_log_control_and_transactional_batches(tmp_path):
@@ -813,25 +1012,45 @@ def test_dump_log_control_and_transactional_batches(tmp_path):
 
     from kesque.records.records import build_batch
 
-    data = build_batch([(b"k", b"v", [("h1", b"x"), ("h2", None)])], base_offset=7, producer_id=42,
-                       producer_epoch=3, base_sequence=10, transactional=True, partition_leader_epoch=5,
-                       timestamp=1700000000000)
-    marker = build_batch([(_struct.pack(">hh", 0, 1), _struct.pack(">hi", 0, 9), [])], base_offset=8,
-                         producer_id=42, producer_epoch=3, transactional=True, control=True,
-                         partition_leader_epoch=5, timestamp=1700000000001)
+    data = build_batch(
+        [(b"k", b"v", [("h1", b"x"), ("h2", None)])],
+        base_offset=7,
+        producer_id=42,
+        producer_epoch=3,
+        base_sequence=10,
+        transactional=True,
+        partition_leader_epoch=5,
+        timestamp=1700000000000,
+    )
+    marker = build_batch(
+        [(_struct.pack(">hh", 0, 1), _struct.pack(">hi", 0, 9), [])],
+        base_offset=8,
+        producer_id=42,
+        producer_epoch=3,
+        transactional=True,
+        control=True,
+        partition_leader_epoch=5,
+        timestamp=1700000000001,
+    )
     seg = tmp_path / "00000000000000000007.log"
     seg.write_bytes(data + marker)
     r = kesque("dump-log", "--print-data-log", "--files", str(seg))
     lines = out(r).splitlines()
-    assert lines[2] == (f"baseOffset: 7 lastOffset: 7 count: 1 baseSequence: 10 lastSequence: 10 producerId: 42 "
-                        f"producerEpoch: 3 partitionLeaderEpoch: 5 isTransactional: true isControl: false "
-                        f"deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1700000000000 size: {len(data)} "
-                        f"magic: 2 compresscodec: none crc: {_struct.unpack_from('>I', data, 17)[0]} isvalid: true")
-    assert lines[3] == ("| offset: 7 CreateTime: 1700000000000 keySize: 1 valueSize: 1 sequence: 10 "
-                        "headerKeys: [h1,h2] key: k payload: v")
+    assert lines[2] == (
+        f"baseOffset: 7 lastOffset: 7 count: 1 baseSequence: 10 lastSequence: 10 producerId: 42 "
+        f"producerEpoch: 3 partitionLeaderEpoch: 5 isTransactional: true isControl: false "
+        f"deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1700000000000 size: {len(data)} "
+        f"magic: 2 compresscodec: none crc: {_struct.unpack_from('>I', data, 17)[0]} isvalid: true"
+    )
+    assert lines[3] == (
+        "| offset: 7 CreateTime: 1700000000000 keySize: 1 valueSize: 1 sequence: 10 "
+        "headerKeys: [h1,h2] key: k payload: v"
+    )
     assert "isTransactional: true isControl: true" in lines[4] and f"position: {len(data)} " in lines[4]
-    assert lines[5] == ("| offset: 8 CreateTime: 1700000000001 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
-                        "endTxnMarker: COMMIT coordinatorEpoch: 9")
+    assert lines[5] == (
+        "| offset: 8 CreateTime: 1700000000001 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+        "endTxnMarker: COMMIT coordinatorEpoch: 9"
+    )
     # a flipped byte: the CRC no longer matches
     bad = bytearray(data)
     bad[-1] ^= 0xFF
@@ -844,16 +1063,18 @@ def test_dump_log_control_and_transactional_batches(tmp_path):
 
 def test_get_offsets(bs, topic_name):
     create(bs, topic_name, 3)
-    produce(bs, topic_name, [f"k{i}:v" for i in range(6)], "--property", "parse.key=true", "--property",
-            "key.separator=:")
+    produce(
+        bs, topic_name, [f"k{i}:v" for i in range(6)], "--property", "parse.key=true", "--property", "key.separator=:"
+    )
     r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name)
     lines = out(r).splitlines()
     assert [line.rsplit(":", 1)[0] for line in lines] == [f"{topic_name}:0", f"{topic_name}:1", f"{topic_name}:2"]
     assert sum(int(line.rsplit(":", 1)[1]) for line in lines) == 6
     r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name, "--time", "-2")
     assert out(r).splitlines() == [f"{topic_name}:{p}:0" for p in range(3)]
-    r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name, "--partitions", "0,2",
-               "--time", "earliest")
+    r = kesque(
+        "get-offsets", "--bootstrap-server", bs, "--topic", topic_name, "--partitions", "0,2", "--time", "earliest"
+    )
     assert out(r).splitlines() == [f"{topic_name}:0:0", f"{topic_name}:2:0"]
     r = kesque("get-offsets", "--bootstrap-server", bs, "--topic-partitions", f"{topic_name}:1-")
     assert [line.rsplit(":", 1)[0] for line in out(r).splitlines()] == [f"{topic_name}:1", f"{topic_name}:2"]
@@ -875,8 +1096,20 @@ def test_get_offsets(bs, topic_name):
 def test_get_offsets_by_timestamp(bs, topic_name):
     create(bs, topic_name)
     produce(bs, topic_name, ["a", "b", "c"], "--sync")
-    r = kesque("console-consumer", "--bootstrap-server", bs, "--topic", topic_name, "--from-beginning",
-               "--property", "print.timestamp=true", "--property", "print.value=false", "--max-messages", "3")
+    r = kesque(
+        "console-consumer",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic_name,
+        "--from-beginning",
+        "--property",
+        "print.timestamp=true",
+        "--property",
+        "print.value=false",
+        "--max-messages",
+        "3",
+    )
     stamps = [int(line.split(":")[1]) for line in out(r).splitlines()]
     r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name, "--time", str(stamps[1]))
     first = min(i for i, s in enumerate(stamps) if s >= stamps[1])
@@ -888,29 +1121,60 @@ def test_get_offsets_by_timestamp(bs, topic_name):
 
 def test_delete_records(bs, topic_name, tmp_path):
     create(bs, topic_name, 2)
-    produce(bs, topic_name, ["a", "b", "c"], "--property", "parse.key=true", "--property", "key.separator=|",
-            "--property", "ignore.error=true")
+    produce(
+        bs,
+        topic_name,
+        ["a", "b", "c"],
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=|",
+        "--property",
+        "ignore.error=true",
+    )
     spec = tmp_path / "offsets.json"
-    spec.write_text(json.dumps({"partitions": [{"topic": topic_name, "partition": 0, "offset": -1},
-                                               {"topic": topic_name, "partition": 1, "offset": 0}], "version": 1}))
+    spec.write_text(
+        json.dumps(
+            {
+                "partitions": [
+                    {"topic": topic_name, "partition": 0, "offset": -1},
+                    {"topic": topic_name, "partition": 1, "offset": 0},
+                ],
+                "version": 1,
+            }
+        )
+    )
     r = kesque("delete-records", "--bootstrap-server", bs, "--offset-json-file", str(spec))
     assert r.returncode == 0, err(r)
     lines = out(r).splitlines()
     assert lines[:2] == ["Executing records delete operation", "Records delete operation completed:"]
     got = dict(re.match(r"^partition: (\S+)\tlow_watermark: (\d+)$", line).groups() for line in lines[2:])
-    ends = dict(line.rsplit(":", 1) for line in out(kesque("get-offsets", "--bootstrap-server", bs, "--topic",
-                                                           topic_name)).splitlines())
+    ends = dict(
+        line.rsplit(":", 1)
+        for line in out(kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name)).splitlines()
+    )
     assert got == {f"{topic_name}-0": ends[f"{topic_name}:0"], f"{topic_name}-1": "0"}
     r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name, "--time", "-2", "--partitions", "0")
     assert out(r) == f"{topic_name}:0:{ends[f'{topic_name}:0']}\n"
 
     spec.write_text(json.dumps({"partitions": [{"topic": topic_name, "partition": 1, "offset": 999}]}))
     r = kesque("delete-records", "--bootstrap-server", bs, "--offset-json-file", str(spec))
-    assert out(r).splitlines()[2] == (f"partition: {topic_name}-1\terror: org.apache.kafka.common.errors."
-                                      "OffsetOutOfRangeException: The requested offset is not within the range of "
-                                      "offsets maintained by the server.")
-    spec.write_text(json.dumps({"partitions": [{"topic": "t", "partition": 1, "offset": 1},
-                                               {"topic": "t", "partition": 1, "offset": 2}], "version": 1}))
+    assert out(r).splitlines()[2] == (
+        f"partition: {topic_name}-1\terror: org.apache.kafka.common.errors."
+        "OffsetOutOfRangeException: The requested offset is not within the range of "
+        "offsets maintained by the server."
+    )
+    spec.write_text(
+        json.dumps(
+            {
+                "partitions": [
+                    {"topic": "t", "partition": 1, "offset": 1},
+                    {"topic": "t", "partition": 1, "offset": 2},
+                ],
+                "version": 1,
+            }
+        )
+    )
     r = kesque("delete-records", "--bootstrap-server", bs, "--offset-json-file", str(spec))
     assert r.returncode == 1 and err(r) == "Offset json file contains duplicate topic partitions: t-1\n"
     spec.write_text("{not json")
@@ -928,8 +1192,10 @@ def test_log_dirs(module_broker, topic_name):
     r = kesque("log-dirs", "--bootstrap-server", bs, "--describe", "--topic-list", topic_name)
     assert r.returncode == 0, err(r)
     lines = out(r).splitlines()
-    assert lines[:2] == ["Querying brokers for log directories information",
-                         "Received log directory information from brokers 1"]
+    assert lines[:2] == [
+        "Querying brokers for log directories information",
+        "Received log directory information from brokers 1",
+    ]
     assert lines[2].startswith('{"brokers":[{"broker":1,"logDirs":[{"partitions":[')
     assert lines[2].endswith('"version":1}')
     doc = json.loads(lines[2])
@@ -954,41 +1220,93 @@ def test_log_dirs(module_broker, topic_name):
 
 def test_producer_and_consumer_perf(bs, topic_name):
     create(bs, topic_name, 2)
-    r = kesque("producer-perf-test", "--topic", topic_name, "--num-records", "3000", "--record-size", "100",
-               "--throughput", "-1", "--producer-props", f"bootstrap.servers={bs}", "acks=1", "linger.ms=5")
+    r = kesque(
+        "producer-perf-test",
+        "--topic",
+        topic_name,
+        "--num-records",
+        "3000",
+        "--record-size",
+        "100",
+        "--throughput",
+        "-1",
+        "--producer-props",
+        f"bootstrap.servers={bs}",
+        "acks=1",
+        "linger.ms=5",
+    )
     assert r.returncode == 0, err(r)
     last = out(r).splitlines()[-1]
-    assert re.match(r"^3000 records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms max "
-                    r"latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99\.9th\.$", last), last
+    assert re.match(
+        r"^3000 records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms max "
+        r"latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99\.9th\.$",
+        last,
+    ), last
     r = kesque("get-offsets", "--bootstrap-server", bs, "--topic", topic_name)
     assert sum(int(line.rsplit(":", 1)[1]) for line in out(r).splitlines()) == 3000
 
     r = kesque("consumer-perf-test", "--bootstrap-server", bs, "--topic", topic_name, "--messages", "3000")
     assert r.returncode == 0, err(r)
     header, row = out(r).splitlines()
-    assert header == ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
-                      "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+    assert header == (
+        "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
+    )
     fields = row.split(", ")
     assert re.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}$", fields[0])
     assert fields[2] == "0.2861" and fields[4] == "3000" and fields[6] == "0"
 
-    r = kesque("consumer-perf-test", "--bootstrap-server", bs, "--topic", topic_name, "--messages", "5000",
-               "--timeout", "500", "--hide-header")
+    r = kesque(
+        "consumer-perf-test",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic_name,
+        "--messages",
+        "5000",
+        "--timeout",
+        "500",
+        "--hide-header",
+    )
     lines = out(r).splitlines()
-    assert lines[0] == ("WARNING: Exiting before consuming the expected number of messages: timeout (500 ms) "
-                        "exceeded. You can use the --timeout option to increase the timeout.")
+    assert lines[0] == (
+        "WARNING: Exiting before consuming the expected number of messages: timeout (500 ms) "
+        "exceeded. You can use the --timeout option to increase the timeout."
+    )
     assert lines[1].split(", ")[4] == "3000"
     assert "__consumer_offsets" not in out(kesque("topics", "--bootstrap-server", bs, "--list"))
 
 
 def test_perf_argument_errors(bs):
-    r = kesque("producer-perf-test", "--topic", "t", "--num-records", "10", "--throughput", "-1",
-               "--producer-props", f"bootstrap.servers={bs}")
+    r = kesque(
+        "producer-perf-test",
+        "--topic",
+        "t",
+        "--num-records",
+        "10",
+        "--throughput",
+        "-1",
+        "--producer-props",
+        f"bootstrap.servers={bs}",
+    )
     assert r.returncode == 1
-    assert "producer-performance: error: one of the arguments --record-size --payload-file --payload-monotonic " \
-           "is required" in err(r)
-    r = kesque("producer-perf-test", "--topic", "t", "--num-records", "0", "--throughput", "-1", "--record-size",
-               "10", "--producer-props", f"bootstrap.servers={bs}")
+    assert (
+        "producer-performance: error: one of the arguments --record-size --payload-file --payload-monotonic "
+        "is required" in err(r)
+    )
+    r = kesque(
+        "producer-perf-test",
+        "--topic",
+        "t",
+        "--num-records",
+        "0",
+        "--throughput",
+        "-1",
+        "--record-size",
+        "10",
+        "--producer-props",
+        f"bootstrap.servers={bs}",
+    )
     assert r.returncode == 1 and "--num-records should be greater than zero" in err(r)
     r = kesque("consumer-perf-test", "--bootstrap-server", bs, "--topic", "t")
     assert r.returncode == 1 and err(r).startswith('Missing required argument "[messages]"\n')
@@ -999,8 +1317,16 @@ def test_console_scripts_match_subcommands(bs, topic_name):
     assert r.returncode == 0 and r.stdout == f"Created topic {topic_name}.\n".encode()
     r = script("kafka-console-producer.sh", "--bootstrap-server", bs, "--topic", topic_name, input=b"via script\n")
     assert r.returncode == 0
-    r = script("kafka-console-consumer.sh", "--bootstrap-server", bs, "--topic", topic_name, "--from-beginning",
-               "--max-messages", "1")
+    r = script(
+        "kafka-console-consumer.sh",
+        "--bootstrap-server",
+        bs,
+        "--topic",
+        topic_name,
+        "--from-beginning",
+        "--max-messages",
+        "1",
+    )
     assert r.stdout == b"via script\n" and r.stderr.endswith(b"Processed a total of 1 messages\n")
     r = script("kafka-get-offsets.sh", "--bootstrap-server", bs, "--topic", topic_name)
     assert r.stdout == f"{topic_name}:0:1\n".encode()
@@ -1010,12 +1336,16 @@ def test_console_scripts_match_subcommands(bs, topic_name):
 def test_console_producer_output_readable_by_kcat(bs, topic_name):
     create(bs, topic_name)
     produce(bs, topic_name, ["k\tv"], "--property", "parse.key=true")
-    r = subprocess.run(["kcat", "-b", bs, "-C", "-t", topic_name, "-o", "beginning", "-c", "1", "-f", "%k=%s\n"],
-                       capture_output=True, timeout=30)
+    r = subprocess.run(
+        ["kcat", "-b", bs, "-C", "-t", topic_name, "-o", "beginning", "-c", "1", "-f", "%k=%s\n"],
+        capture_output=True,
+        timeout=30,
+    )
     assert r.stdout == b"k=v\n"
 
 
 # ----------------------------------------------------------------- configs: client quotas
+
 
 def test_configs_client_quotas_alter_describe_delete(bs):
     client = "q-" + uuid.uuid4().hex[:8]
@@ -1023,15 +1353,34 @@ def test_configs_client_quotas_alter_describe_delete(bs):
     def configs(*args):
         return kesque("configs", "--bootstrap-server", bs, *args)
 
-    r = configs("--entity-type", "clients", "--entity-name", client, "--alter", "--add-config",
-                "producer_byte_rate=1024,consumer_byte_rate=20000000,request_percentage=12.5")
+    r = configs(
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        client,
+        "--alter",
+        "--add-config",
+        "producer_byte_rate=1024,consumer_byte_rate=20000000,request_percentage=12.5",
+    )
     assert (r.returncode, out(r)) == (0, f"Completed updating config for client {client}.\n"), err(r)
     r = configs("--entity-type", "clients", "--entity-name", client, "--describe")
     # Java's Double.toString of each value, in the admin client's HashMap order
-    assert out(r) == (f"Quota configs for client-id '{client}' are consumer_byte_rate=2.0E7, "
-                      "producer_byte_rate=1024.0, request_percentage=12.5\n")
-    r = configs("--entity-type", "users", "--entity-name", "ANONYMOUS", "--entity-type", "clients",
-                "--entity-default", "--alter", "--add-config", "producer_byte_rate=5")
+    assert out(r) == (
+        f"Quota configs for client-id '{client}' are consumer_byte_rate=2.0E7, "
+        "producer_byte_rate=1024.0, request_percentage=12.5\n"
+    )
+    r = configs(
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "ANONYMOUS",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--alter",
+        "--add-config",
+        "producer_byte_rate=5",
+    )
     assert out(r) == "Completed updating config for user ANONYMOUS.\n", err(r)
     r = configs("--user", "ANONYMOUS", "--client-defaults", "--describe")
     assert out(r) == "Quota configs for user-principal 'ANONYMOUS', the default client-id are producer_byte_rate=5.0\n"
@@ -1039,8 +1388,15 @@ def test_configs_client_quotas_alter_describe_delete(bs):
     assert out(r) == "Completed updating default config for clients in the cluster.\n", err(r)
     r = configs("--client-defaults", "--describe")  # strict: only the <default> client entity
     assert out(r) == "Quota configs for the default client-id are consumer_byte_rate=7.0\n"
-    r = configs("--entity-type", "clients", "--entity-name", client, "--alter", "--delete-config",
-                "producer_byte_rate,request_percentage")
+    r = configs(
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        client,
+        "--alter",
+        "--delete-config",
+        "producer_byte_rate,request_percentage",
+    )
     assert r.returncode == 0, err(r)
     r = configs("--entity-type", "clients", "--entity-name", client, "--describe")
     assert out(r) == f"Quota configs for client-id '{client}' are consumer_byte_rate=2.0E7\n"
@@ -1052,19 +1408,26 @@ def test_configs_client_quota_errors(bs):
 
     r = configs("--client", "c", "--alter", "--add-config", "producer_byte_rate=-5")
     assert r.returncode == 1
-    assert err(r) == (f"Error while executing config command with args '--bootstrap-server {bs} --client c --alter "
-                      "--add-config producer_byte_rate=-5'\njava.util.concurrent.ExecutionException: "
-                      "org.apache.kafka.common.errors.InvalidRequestException: Quota producer_byte_rate must be "
-                      "greater than 0\n")
+    assert err(r) == (
+        f"Error while executing config command with args '--bootstrap-server {bs} --client c --alter "
+        "--add-config producer_byte_rate=-5'\njava.util.concurrent.ExecutionException: "
+        "org.apache.kafka.common.errors.InvalidRequestException: Quota producer_byte_rate must be "
+        "greater than 0\n"
+    )
     r = configs("--client", "c", "--alter", "--add-config", "retention.ms=5")
-    assert (r.returncode, err(r)) == (1, "Only quota configs can be added for 'clients' using --bootstrap-server. "
-                                         "Unexpected config names: Set(retention.ms)\n")
+    assert (r.returncode, err(r)) == (
+        1,
+        "Only quota configs can be added for 'clients' using --bootstrap-server. "
+        "Unexpected config names: Set(retention.ms)\n",
+    )
     r = configs("--client", "c", "--alter", "--add-config", "producer_byte_rate=fast")
     assert err(r) == "Cannot parse quota configuration value for producer_byte_rate: fast\n"
     r = configs("--client", "c", "--alter", "--delete-config", "consumer_byte_rate")
     assert err(r) == "Invalid config(s): consumer_byte_rate\n"
     r = configs("--ip", "127.0.0.1", "--alter", "--add-config", "producer_byte_rate=5")
-    assert err(r) == ("Only connection quota configs can be added for 'ips' using --bootstrap-server. Unexpected "
-                      "config names: producer_byte_rate\n")
+    assert err(r) == (
+        "Only connection quota configs can be added for 'ips' using --bootstrap-server. Unexpected "
+        "config names: producer_byte_rate\n"
+    )
     r = configs("--client", "never-set", "--describe")
     assert (r.returncode, out(r)) == (0, "")

@@ -26,8 +26,11 @@ from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from wire import Msg, WireClient
 
-TXN_BROKER = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
-              "transaction.two.phase.commit.enable": "true", "log.flush.interval.messages": "1000000"}
+TXN_BROKER = {
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
+    "transaction.two.phase.commit.enable": "true",
+    "log.flush.interval.messages": "1000000",
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +58,20 @@ def txn_producer(bs: str, txn_id: str, **extra) -> Producer:
     return p
 
 
-def read_all(bs: str, topic: str, isolation: str, partitions: int = 1, expect: int | None = None,
-             timeout: float = 8.0) -> list[str]:
+def read_all(
+    bs: str, topic: str, isolation: str, partitions: int = 1, expect: int | None = None, timeout: float = 8.0
+) -> list[str]:
     """Every value of the topic as the isolation level sees it (stops at the end or after ``expect``)."""
-    c = Consumer({"bootstrap.servers": bs, "group.id": "r-" + uuid.uuid4().hex[:6], "isolation.level": isolation,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "enable.partition.eof": True})
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": "r-" + uuid.uuid4().hex[:6],
+            "isolation.level": isolation,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got, eof = [], set()
     deadline = time.time() + timeout
@@ -83,8 +95,9 @@ def read_all(bs: str, topic: str, isolation: str, partitions: int = 1, expect: i
 
 
 def lso(bs: str, topic: str, partition: int = 0) -> int:
-    c = Consumer({"bootstrap.servers": bs, "group.id": "w-" + uuid.uuid4().hex[:6],
-                  "isolation.level": "read_committed"})
+    c = Consumer(
+        {"bootstrap.servers": bs, "group.id": "w-" + uuid.uuid4().hex[:6], "isolation.level": "read_committed"}
+    )
     try:
         return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=5, cached=False)[1]
     finally:
@@ -107,6 +120,7 @@ def wait_past_a_timeout_abort(bs: str, timeout_ms: int) -> None:
 
 
 # ============================================================================ tests 5 and 6
+
 
 def test_aborted_records_are_invisible_to_read_committed(txn_broker):
     bs = txn_broker.bootstrap_servers
@@ -188,6 +202,7 @@ def test_second_producer_fences_the_first(txn_broker):
 
 # ============================================================================ test 7
 
+
 def test_broker_sigkill_mid_transaction(fresh_broker):
     b = fresh_broker
     bs = b.bootstrap_servers
@@ -214,7 +229,8 @@ def test_broker_sigkill_mid_transaction(fresh_broker):
         time.sleep(0.3)
     assert (lso(bs, topic, 0), lso(bs, topic, 1)) == (12, 12)
     assert sorted(read_all(bs, topic, "read_uncommitted", 2)) == sorted(
-        [f"done-{i}" for i in range(10)] + [f"open-{i}" for i in range(10)])
+        [f"done-{i}" for i in range(10)] + [f"open-{i}" for i in range(10)]
+    )
     with pytest.raises(KafkaException):
         open_.commit_transaction(5)  # its epoch was bumped by the timeout abort
     got = sorted(read_all(bs, topic, "read_committed", 2))
@@ -240,9 +256,11 @@ def test_broker_sigkill_after_commit_completes_it(fresh_broker):
         _add(c, "k-prep", pid, epoch, topic, [0, 1, 2])
         for p in range(3):
             _txn_produce(c, "k-prep", topic, p, pid, epoch, 0, [f"v{p}-{i}" for i in range(5)])
-        r = c.request(ApiKeys.END_TXN, 3, Msg(ApiKeys.END_TXN, 3)(transactional_id="k-prep", producer_id=pid,
-                                                                  producer_epoch=epoch,
-                                        committed=True))
+        r = c.request(
+            ApiKeys.END_TXN,
+            3,
+            Msg(ApiKeys.END_TXN, 3)(transactional_id="k-prep", producer_id=pid, producer_epoch=epoch, committed=True),
+        )
         assert r.error_code == 0
     b.kill()
     b.restart()
@@ -253,11 +271,16 @@ def test_broker_sigkill_after_commit_completes_it(fresh_broker):
 
 # ============================================================================ wire helpers
 
+
 def _init(c: WireClient, txn_id: str, timeout_ms: int, version: int = 4, **kw):
     for _ in range(50):
-        r = c.request(ApiKeys.INIT_PRODUCER_ID, version,
-                      Msg(ApiKeys.INIT_PRODUCER_ID, version)(transactional_id=txn_id, transaction_timeout=timeout_ms,
-                                                      producer_id=-1, producer_epoch=-1, **kw))
+        r = c.request(
+            ApiKeys.INIT_PRODUCER_ID,
+            version,
+            Msg(ApiKeys.INIT_PRODUCER_ID, version)(
+                transactional_id=txn_id, transaction_timeout=timeout_ms, producer_id=-1, producer_epoch=-1, **kw
+            ),
+        )
         if r.error_code not in (51, 14, 15):  # CONCURRENT_TRANSACTIONS, LOAD_IN_PROGRESS, NOT_AVAILABLE
             break
         time.sleep(0.1)
@@ -267,28 +290,63 @@ def _init(c: WireClient, txn_id: str, timeout_ms: int, version: int = 4, **kw):
 
 def _add(c: WireClient, txn_id: str, pid: int, epoch: int, topic: str, partitions: list[int]) -> list[int]:
     m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, 3)
-    r = c.request(ApiKeys.ADD_PARTITIONS_TO_TXN, 3, m(v3_and_below_transactional_id=txn_id,
-                                                      v3_and_below_producer_id=pid,
-                           v3_and_below_producer_epoch=epoch,
-                           v3_and_below_topics=(m("AddPartitionsToTxnTopic", name=topic, partitions=tuple(partitions)),)))
+    r = c.request(
+        ApiKeys.ADD_PARTITIONS_TO_TXN,
+        3,
+        m(
+            v3_and_below_transactional_id=txn_id,
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(m("AddPartitionsToTxnTopic", name=topic, partitions=tuple(partitions)),),
+        ),
+    )
     return [p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition]
 
 
-def _txn_produce(c: WireClient, txn_id: str | None, topic: str, partition: int, pid: int, epoch: int, seq: int,
-                 values: list[str], transactional: bool = True):
-    batch = build_batch([(None, v.encode(), ()) for v in values], producer_id=pid, producer_epoch=epoch,
-                        base_sequence=seq, transactional=transactional)
+def _txn_produce(
+    c: WireClient,
+    txn_id: str | None,
+    topic: str,
+    partition: int,
+    pid: int,
+    epoch: int,
+    seq: int,
+    values: list[str],
+    transactional: bool = True,
+):
+    batch = build_batch(
+        [(None, v.encode(), ()) for v in values],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        transactional=transactional,
+    )
     m = Msg(ApiKeys.PRODUCE, 9)
-    r = c.request(ApiKeys.PRODUCE, 9, m(transactional_id=txn_id, acks=-1, timeout=10000, topic_data=(
-        m("TopicProduceData", name=topic, partition_data=(m("PartitionProduceData", index=partition,
-                                                             records=batch),)),)))
+    r = c.request(
+        ApiKeys.PRODUCE,
+        9,
+        m(
+            transactional_id=txn_id,
+            acks=-1,
+            timeout=10000,
+            topic_data=(
+                m(
+                    "TopicProduceData",
+                    name=topic,
+                    partition_data=(m("PartitionProduceData", index=partition, records=batch),),
+                ),
+            ),
+        ),
+    )
     return r.responses[0].partition_responses[0]
 
 
 def _end(c: WireClient, txn_id: str, pid: int, epoch: int, commit: bool, version: int = 3) -> int:
-    return c.request(ApiKeys.END_TXN, version, Msg(ApiKeys.END_TXN, version)(transactional_id=txn_id, producer_id=pid,
-                                                                             producer_epoch=epoch,
-                                                   committed=commit)).error_code
+    return c.request(
+        ApiKeys.END_TXN,
+        version,
+        Msg(ApiKeys.END_TXN, version)(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit),
+    ).error_code
 
 
 def _find_coordinator(c: WireClient, key: str, key_type: int = 1) -> None:
@@ -298,6 +356,7 @@ def _find_coordinator(c: WireClient, key: str, key_type: int = 1) -> None:
 
 
 # ============================================================================ test 9: KIP-939
+
 
 @pytest.mark.parametrize("commit", [True, False])
 def test_two_phase_commit_across_processes(txn_broker, commit):
@@ -331,9 +390,18 @@ def test_two_phase_commit_needs_the_broker_config(broker):
         _find_coordinator(c, "no-2pc")
         m = Msg(ApiKeys.INIT_PRODUCER_ID, 6)
         for _ in range(50):
-            r = c.request(ApiKeys.INIT_PRODUCER_ID, 6, m(transactional_id="no-2pc", transaction_timeout=1000,
-                                                         producer_id=-1,
-                                   producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False))
+            r = c.request(
+                ApiKeys.INIT_PRODUCER_ID,
+                6,
+                m(
+                    transactional_id="no-2pc",
+                    transaction_timeout=1000,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    enable2_pc=True,
+                    keep_prepared_txn=False,
+                ),
+            )
             if r.error_code not in (14, 15):
                 break
             time.sleep(0.1)
@@ -341,6 +409,7 @@ def test_two_phase_commit_needs_the_broker_config(broker):
 
 
 # ============================================================================ test 10: bad input
+
 
 def test_bad_transactional_input_gets_kafkas_codes(txn_broker):
     bs = txn_broker.bootstrap_servers
@@ -350,10 +419,13 @@ def test_bad_transactional_input_gets_kafkas_codes(txn_broker):
     with WireClient(bs) as c:
         _find_coordinator(c, txn_id)
         # transaction.timeout.ms above transaction.max.timeout.ms
-        r = c.request(ApiKeys.INIT_PRODUCER_ID, 4,
-                      Msg(ApiKeys.INIT_PRODUCER_ID, 4)(transactional_id=txn_id, transaction_timeout=900_001,
-                                                       producer_id=-1,
-                                        producer_epoch=-1))
+        r = c.request(
+            ApiKeys.INIT_PRODUCER_ID,
+            4,
+            Msg(ApiKeys.INIT_PRODUCER_ID, 4)(
+                transactional_id=txn_id, transaction_timeout=900_001, producer_id=-1, producer_epoch=-1
+            ),
+        )
         assert r.error_code == 50  # INVALID_TRANSACTION_TIMEOUT
         pid, epoch = _init(c, txn_id, 10000)
         # EndTxn with nothing open
@@ -376,12 +448,34 @@ def test_bad_transactional_input_gets_kafkas_codes(txn_broker):
         # TxnOffsetCommit for a group the transaction never added
         _find_coordinator(c, "g-" + txn_id, 0)
         m = Msg(ApiKeys.TXN_OFFSET_COMMIT, 3)
-        r = c.request(ApiKeys.TXN_OFFSET_COMMIT, 3, m(transactional_id=txn_id, group_id="g-" + txn_id, producer_id=pid,
-                                                      producer_epoch=epoch,
-                               generation_id=-1, member_id="", group_instance_id=None, topics=(
-                                   m("TxnOffsetCommitRequestTopic", name=topic, partitions=(
-                                       m("TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=1,
-                                         committed_leader_epoch=-1, committed_metadata=""),)),)))
+        r = c.request(
+            ApiKeys.TXN_OFFSET_COMMIT,
+            3,
+            m(
+                transactional_id=txn_id,
+                group_id="g-" + txn_id,
+                producer_id=pid,
+                producer_epoch=epoch,
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=(
+                    m(
+                        "TxnOffsetCommitRequestTopic",
+                        name=topic,
+                        partitions=(
+                            m(
+                                "TxnOffsetCommitRequestPartition",
+                                partition_index=0,
+                                committed_offset=1,
+                                committed_leader_epoch=-1,
+                                committed_metadata="",
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
         assert r.topics[0].partitions[0].error_code == 48
         # the coordinator's state is intact: the transaction commits what was appended
         r = _txn_produce(c, txn_id, topic, 0, pid, epoch, 1, ["ok-1"])
@@ -392,10 +486,18 @@ def test_bad_transactional_input_gets_kafkas_codes(txn_broker):
 
 # ============================================================================ transactional offsets
 
+
 def _offset_fetch(c: WireClient, group: str, topic: str, stable: bool) -> tuple[int, int]:
     m = Msg(ApiKeys.OFFSET_FETCH, 7)
-    r = c.request(ApiKeys.OFFSET_FETCH, 7, m(group_id=group, require_stable=stable, topics=(
-        m("OffsetFetchRequestTopic", name=topic, partition_indexes=(0,)),)))
+    r = c.request(
+        ApiKeys.OFFSET_FETCH,
+        7,
+        m(
+            group_id=group,
+            require_stable=stable,
+            topics=(m("OffsetFetchRequestTopic", name=topic, partition_indexes=(0,)),),
+        ),
+    )
     p = r.topics[0].partitions[0]
     return p.committed_offset, p.error_code
 
@@ -410,19 +512,43 @@ def test_transactional_offsets_pending_until_commit_and_replayed(fresh_broker):
         _find_coordinator(c, group, 0)
         pid, epoch = _init(c, txn_id, 60000)
         for offset, commit in ((5, False), (7, True)):
-            r = c.request(ApiKeys.ADD_OFFSETS_TO_TXN, 3,
-                          Msg(ApiKeys.ADD_OFFSETS_TO_TXN, 3)(transactional_id=txn_id, producer_id=pid,
-                                                             producer_epoch=epoch,
-                                            group_id=group))
+            r = c.request(
+                ApiKeys.ADD_OFFSETS_TO_TXN,
+                3,
+                Msg(ApiKeys.ADD_OFFSETS_TO_TXN, 3)(
+                    transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, group_id=group
+                ),
+            )
             assert r.error_code == 0
             m = Msg(ApiKeys.TXN_OFFSET_COMMIT, 3)
-            r = c.request(ApiKeys.TXN_OFFSET_COMMIT, 3, m(transactional_id=txn_id, group_id=group, producer_id=pid,
-                                                          producer_epoch=epoch,
-                                   generation_id=-1, member_id="", group_instance_id=None, topics=(
-                                       m("TxnOffsetCommitRequestTopic", name=topic, partitions=(
-                                           m("TxnOffsetCommitRequestPartition", partition_index=0,
-                                             committed_offset=offset, committed_leader_epoch=-1,
-                                             committed_metadata="m"),)),)))
+            r = c.request(
+                ApiKeys.TXN_OFFSET_COMMIT,
+                3,
+                m(
+                    transactional_id=txn_id,
+                    group_id=group,
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    generation_id=-1,
+                    member_id="",
+                    group_instance_id=None,
+                    topics=(
+                        m(
+                            "TxnOffsetCommitRequestTopic",
+                            name=topic,
+                            partitions=(
+                                m(
+                                    "TxnOffsetCommitRequestPartition",
+                                    partition_index=0,
+                                    committed_offset=offset,
+                                    committed_leader_epoch=-1,
+                                    committed_metadata="m",
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            )
             assert r.topics[0].partitions[0].error_code == 0
             assert _offset_fetch(c, group, topic, stable=True) == (-1, 88)  # UNSTABLE_OFFSET_COMMIT
             assert _offset_fetch(c, group, topic, stable=False) == (-1, 0)  # nothing committed yet

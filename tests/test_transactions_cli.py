@@ -22,20 +22,25 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_transactions import _add, _end, _find_coordinator, _init, _txn_produce, lso
-from wire import WireClient
 
 from kesque.cli.plumbing.javautil import java_hash_order, topic_partition_hash
 from kesque.testing.broker import Broker
+from test_transactions import _add, _end, _find_coordinator, _init, _txn_produce, lso
+from wire import WireClient
 
 BIN = os.path.dirname(sys.executable)
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = Broker(data_dir=str(tmp_path_factory.mktemp("txcli") / "data"),
-               config={"transaction.state.log.replication.factor": "1", "transaction.state.log.num.partitions": "5",
-                       "transaction.partition.verification.enable": "false"})
+    b = Broker(
+        data_dir=str(tmp_path_factory.mktemp("txcli") / "data"),
+        config={
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.num.partitions": "5",
+            "transaction.partition.verification.enable": "false",
+        },
+    )
     b.start()
     try:
         yield b
@@ -96,8 +101,14 @@ def fast_config(tmp_path) -> str:
 
 
 def read_committed(bs: str, topic: str, partition: int, expect: int, timeout: float) -> list[str]:
-    c = Consumer({"bootstrap.servers": bs, "group.id": "rc-" + uuid.uuid4().hex[:6],
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": "rc-" + uuid.uuid4().hex[:6],
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     c.assign([TopicPartition(topic, partition, 0)])
     got: list[str] = []
     deadline = time.time() + timeout
@@ -111,10 +122,24 @@ def read_committed(bs: str, topic: str, partition: int, expect: int, timeout: fl
     return got
 
 
-HANGING_HEADER = ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
-                  "LastTimestamp", "Duration(min)"]
-PRODUCERS_HEADER = ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
-                    "CurrentTransactionStartOffset"]
+HANGING_HEADER = [
+    "Topic",
+    "Partition",
+    "ProducerId",
+    "ProducerEpoch",
+    "CoordinatorEpoch",
+    "StartOffset",
+    "LastTimestamp",
+    "Duration(min)",
+]
+PRODUCERS_HEADER = [
+    "ProducerId",
+    "ProducerEpoch",
+    "LatestCoordinatorEpoch",
+    "LastSequence",
+    "LastTimestamp",
+    "CurrentTransactionStartOffset",
+]
 
 
 # ============================================================================ arguments (argparse4j)
@@ -199,24 +224,37 @@ def test_help_is_argparse4js_and_exits_1():
     assert (r.returncode, r.stdout, r.stderr) == (1, ABORT_HELP, "")
 
 
-@pytest.mark.parametrize("args, stderr", [
-    (["list"], MAIN_USAGE + "kafka-transactions.sh: error: argument --bootstrap-server is required\n"),
-    ([], MAIN_USAGE + "kafka-transactions.sh: error: too few arguments\n"),
-    (["--bootstrap-server", "x", "foo"],
-     MAIN_USAGE + "kafka-transactions.sh: error: invalid  choice:  'foo'  (choose from 'list',\n"
-                  "'describe', 'describe-producers', 'abort', 'find-hanging')\n\nDid you mean:\n\tabort\n"),
-    (["--bootstrap-server", "x", "d"],
-     MAIN_USAGE + "kafka-transactions.sh: error: ambiguous  command:  d  could match describe,\n"
-                  "describe-producers\n"),
-    (["--bootstrap-server", "x", "describe-producers"],  # the last missing one is named
-     DESCRIBE_PRODUCERS_USAGE + "kafka-transactions.sh: error: argument --partition is required\n"),
-    (["--bootstrap-server", "x", "describe-producers", "--partition", "x", "--topic", "t"],
-     DESCRIBE_PRODUCERS_USAGE + "kafka-transactions.sh: error: argument --partition:  could  not convert 'x'\n"
-                                "to Integer (For input string: \"x\")\n"),
-    (["--bootstrap-server", "x", "describe-producers", "--topc", "t"],
-     DESCRIBE_PRODUCERS_USAGE + "kafka-transactions.sh: error: unrecognized arguments: '--topc'\n\n"
-                                "Did you mean:\n\t--topic\n"),
-])
+@pytest.mark.parametrize(
+    "args, stderr",
+    [
+        (["list"], MAIN_USAGE + "kafka-transactions.sh: error: argument --bootstrap-server is required\n"),
+        ([], MAIN_USAGE + "kafka-transactions.sh: error: too few arguments\n"),
+        (
+            ["--bootstrap-server", "x", "foo"],
+            MAIN_USAGE + "kafka-transactions.sh: error: invalid  choice:  'foo'  (choose from 'list',\n"
+            "'describe', 'describe-producers', 'abort', 'find-hanging')\n\nDid you mean:\n\tabort\n",
+        ),
+        (
+            ["--bootstrap-server", "x", "d"],
+            MAIN_USAGE + "kafka-transactions.sh: error: ambiguous  command:  d  could match describe,\n"
+            "describe-producers\n",
+        ),
+        (
+            ["--bootstrap-server", "x", "describe-producers"],  # the last missing one is named
+            DESCRIBE_PRODUCERS_USAGE + "kafka-transactions.sh: error: argument --partition is required\n",
+        ),
+        (
+            ["--bootstrap-server", "x", "describe-producers", "--partition", "x", "--topic", "t"],
+            DESCRIBE_PRODUCERS_USAGE + "kafka-transactions.sh: error: argument --partition:  could  not convert 'x'\n"
+            'to Integer (For input string: "x")\n',
+        ),
+        (
+            ["--bootstrap-server", "x", "describe-producers", "--topc", "t"],
+            DESCRIBE_PRODUCERS_USAGE + "kafka-transactions.sh: error: unrecognized arguments: '--topc'\n\n"
+            "Did you mean:\n\t--topic\n",
+        ),
+    ],
+)
 def test_usage_errors(args, stderr):
     r = tx(*args)
     assert (r.returncode, r.stdout, r.stderr) == (1, "", stderr)
@@ -225,29 +263,48 @@ def test_usage_errors(args, stderr):
 def test_checks_of_the_commands_and_the_admin_client(tmp_path):
     r = tx("--bootstrap-server", "localhost:9092", "abort", "--topic", "t", "--partition", "0")
     assert r.returncode == 1 and r.stdout == ""
-    assert r.stderr == ("The transaction to abort must be identified either with --start-offset (for brokers on 3.0 "
-                        "or above) or with --producer-id, --producer-epoch, and --coordinator-epoch (for older "
-                        "brokers)\n")
+    assert r.stderr == (
+        "The transaction to abort must be identified either with --start-offset (for brokers on 3.0 "
+        "or above) or with --producer-id, --producer-epoch, and --coordinator-epoch (for older "
+        "brokers)\n"
+    )
     r = tx("--bootstrap-server", "localhost:9092", "abort", "--topic", "t", "--partition", "0", "--producer-id", "5")
     assert (r.returncode, r.stderr) == (1, "Missing required argument --producer-epoch\n")
-    r = tx("--bootstrap-server", "localhost:9092", "abort", "--topic", "t", "--partition", "0", "--producer-id", "5",
-           "--producer-epoch", "1")
+    r = tx(
+        "--bootstrap-server",
+        "localhost:9092",
+        "abort",
+        "--topic",
+        "t",
+        "--partition",
+        "0",
+        "--producer-id",
+        "5",
+        "--producer-epoch",
+        "1",
+    )
     assert (r.returncode, r.stderr) == (1, "Missing required argument --coordinator-epoch\n")
     r = tx("--bootstrap-server", "localhost:9092", "find-hanging")
-    assert (r.returncode, r.stderr) == (1, "The `find-hanging` command requires either --topic or --broker-id to limit "
-                                           "the scope of the search\n")
+    assert (r.returncode, r.stderr) == (
+        1,
+        "The `find-hanging` command requires either --topic or --broker-id to limit the scope of the search\n",
+    )
     r = tx("--bootstrap-server", "localhost:9092", "find-hanging", "--broker-id", "0", "--partition", "5")
     assert (r.returncode, r.stderr) == (1, "The --partition argument requires --topic to be provided\n")
     r = tx("--bootstrap-server", "nohost", "list")
     assert r.returncode == 1 and r.stderr.endswith(
-        "Caused by: org.apache.kafka.common.config.ConfigException: Invalid url in bootstrap.servers: nohost\n")
+        "Caused by: org.apache.kafka.common.config.ConfigException: Invalid url in bootstrap.servers: nohost\n"
+    )
     missing = str(tmp_path / "nope.properties")
     r = tx("--command-config", missing, "--bootstrap-server", "localhost:9092", "list")
-    assert (r.returncode, r.stderr) == (1, f"Failed to load admin client properties: {missing}. Enable debug logging "
-                                           "for additional detail.\n")
+    assert (r.returncode, r.stderr) == (
+        1,
+        f"Failed to load admin client properties: {missing}. Enable debug logging for additional detail.\n",
+    )
 
 
 # ============================================================================ list / describe / describe-producers
+
 
 def test_list_describe_and_describe_producers(broker, tmp_path):
     bs = broker.bootstrap_servers
@@ -258,8 +315,9 @@ def test_list_describe_and_describe_producers(broker, tmp_path):
     done.begin_transaction()
     done.produce(topic, b"committed", partition=0)
     done.commit_transaction(15)
-    ongoing = Producer({"bootstrap.servers": bs, "transactional.id": open_id, "linger.ms": 0,
-                        "transaction.timeout.ms": 600000})
+    ongoing = Producer(
+        {"bootstrap.servers": bs, "transactional.id": open_id, "linger.ms": 0, "transaction.timeout.ms": 600000}
+    )
     ongoing.init_transactions(15)
     ongoing.begin_transaction()
     before = int(time.time() * 1000)
@@ -285,9 +343,17 @@ def test_list_describe_and_describe_producers(broker, tmp_path):
     r = tx("--bootstrap-server", bs, "describe", "--transactional-id", open_id)
     assert r.returncode == 0 and r.stderr == ""
     header, row = table(r.stdout)
-    assert header == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
-                      "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
-                      "TopicPartitions"]
+    assert header == [
+        "CoordinatorId",
+        "TransactionalId",
+        "ProducerId",
+        "ProducerEpoch",
+        "TransactionState",
+        "TransactionTimeoutMs",
+        "CurrentTransactionStartTimeMs",
+        "TransactionDurationMs",
+        "TopicPartitions",
+    ]
     assert row[:6] == ["1", open_id, str(open_pid), "0", "Ongoing", "600000"]
     start = int(row[6])
     assert before - 5000 <= start <= int(time.time() * 1000) and 0 <= int(row[7]) < 60000
@@ -308,41 +374,74 @@ def test_list_describe_and_describe_producers(broker, tmp_path):
     assert producers[done_pid][1:4] == ["0", "0", "0"] and producers[done_pid][5] == "None"
     assert producers[open_pid][1:4] == ["0", "-1", "0"] and producers[open_pid][5] == "2"
     assert int(producers[open_pid][4]) >= before - 5000
-    assert tx("--bootstrap-server", bs, "describe-producers", "--topic", topic, "--partition", "0",
-              "--broker-id", "1").stdout == r.stdout
+    assert (
+        tx(
+            "--bootstrap-server", bs, "describe-producers", "--topic", topic, "--partition", "0", "--broker-id", "1"
+        ).stdout
+        == r.stdout
+    )
     # the coordinator knows where the open transaction wrote: not hanging, however old
     r = tx("--bootstrap-server", bs, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
     assert r.returncode == 0 and table(r.stdout) == [HANGING_HEADER]
 
     # errors, as Kafka's tool words them (a partition that does not exist: retried until the timeout)
     conf = fast_config(tmp_path)
-    r = tx("--command-config", conf, "--bootstrap-server", bs, "describe-producers", "--topic", topic,
-           "--partition", "7")
+    r = tx(
+        "--command-config", conf, "--bootstrap-server", bs, "describe-producers", "--topic", topic, "--partition", "7"
+    )
     assert (r.returncode, r.stdout) == (1, "")
-    assert r.stderr == (f"Failed to describe producers for partition {topic}-7 on leader: Timed out waiting for a "
-                        "node assignment. Call: describeProducers(api=METADATA). Enable debug logging for additional "
-                        "detail.\n")
+    assert r.stderr == (
+        f"Failed to describe producers for partition {topic}-7 on leader: Timed out waiting for a "
+        "node assignment. Call: describeProducers(api=METADATA). Enable debug logging for additional "
+        "detail.\n"
+    )
     r = tx("--bootstrap-server", bs, "find-hanging", "--topic", "no-such-topic")
-    assert (r.returncode, r.stderr) == (1, "Failed to describe 1 topics: This server does not host this "
-                                           "topic-partition.. Enable debug logging for additional detail.\n")
+    assert (r.returncode, r.stderr) == (
+        1,
+        "Failed to describe 1 topics: This server does not host this "
+        "topic-partition.. Enable debug logging for additional detail.\n",
+    )
 
     # the console script is the same tool
-    r = subprocess.run([os.path.join(BIN, "kafka-transactions.sh"), "--bootstrap-server", bs, "describe-producers",
-                        "--topic", topic, "--partition", "1"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            os.path.join(BIN, "kafka-transactions.sh"),
+            "--bootstrap-server",
+            bs,
+            "describe-producers",
+            "--topic",
+            topic,
+            "--partition",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and table(r.stdout)[1][0] == str(open_pid) and table(r.stdout)[1][5] == "0"
     ongoing.abort_transaction(15)
 
 
 def test_describe_unknown_transactional_id(broker, tmp_path):
-    r = tx("--command-config", fast_config(tmp_path), "--bootstrap-server", broker.bootstrap_servers, "describe",
-           "--transactional-id", "never-used")
+    r = tx(
+        "--command-config",
+        fast_config(tmp_path),
+        "--bootstrap-server",
+        broker.bootstrap_servers,
+        "describe",
+        "--transactional-id",
+        "never-used",
+    )
     assert (r.returncode, r.stdout) == (1, "")
-    assert r.stderr == ("Failed to describe transaction state of transactional-id `never-used`: DescribeTransactions "
-                        "request for transactionalId `never-used` failed because the ID could not be found. Enable "
-                        "debug logging for additional detail.\n")
+    assert r.stderr == (
+        "Failed to describe transaction state of transactional-id `never-used`: DescribeTransactions "
+        "request for transactionalId `never-used` failed because the ID could not be found. Enable "
+        "debug logging for additional detail.\n"
+    )
 
 
 # ============================================================================ find-hanging / abort
+
 
 def test_find_and_abort_a_hanging_transaction(broker):
     """A producer commits a transaction on partition 1; a transactional batch of it reaches
@@ -377,35 +476,71 @@ def test_find_and_abort_a_hanging_transaction(broker):
     assert rows[0] == HANGING_HEADER
     assert sorted(row[:6] + row[7:] for row in rows[1:]) == [
         [topic, "0", str(pid), str(epoch), "-1", "0", "0"],
-        [topic, "1", str(pid), str(epoch), "0", "2", "0"]]
+        [topic, "1", str(pid), str(epoch), "0", "2", "0"],
+    ]
     assert all(abs(int(row[6]) - time.time() * 1000) < 60000 for row in rows[1:])
     # the same partitions, found by broker (every topic, internal ones included)
     r = tx("--bootstrap-server", bs, "find-hanging", "--broker-id", "1", "--max-transaction-timeout", "0")
     assert r.returncode == 0 and sorted(row for row in table(r.stdout) if row[0] == topic) == sorted(rows[1:])
-    r = tx("--bootstrap-server", bs, "find-hanging", "--topic", topic, "--partition", "0",
-           "--max-transaction-timeout", "0")
+    r = tx(
+        "--bootstrap-server", bs, "find-hanging", "--topic", topic, "--partition", "0", "--max-transaction-timeout", "0"
+    )
     assert [row[:2] for row in table(r.stdout)[1:]] == [[topic, "0"]]
 
     # abort by start offset (the producer state comes from DescribeProducers)
     r = tx("--bootstrap-server", bs, "abort", "--topic", topic, "--partition", "0", "--start-offset", "1")
-    assert (r.returncode, r.stdout, r.stderr) == (1, "", f"Could not find any open transactions starting at offset 1 "
-                                                         f"on partition {topic}-0\n")
+    assert (r.returncode, r.stdout, r.stderr) == (
+        1,
+        "",
+        f"Could not find any open transactions starting at offset 1 on partition {topic}-0\n",
+    )
     r = tx("--bootstrap-server", bs, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
     assert read_committed(bs, topic, 0, 1, timeout=10) == ["after"]  # past the aborted batch
     assert lso(bs, topic, 0) == 3  # late, after, the ABORT marker
 
     # abort with the pre-3.0 arguments: a wrong epoch is refused as Kafka refuses it...
-    r = tx("--bootstrap-server", bs, "abort", "--topic", topic, "--partition", "1", "--producer-id", str(pid),
-           "--producer-epoch", str(epoch - 1), "--coordinator-epoch", "0")
-    spec = f"AbortTransactionSpec(topicPartition={topic}-1, producerId={pid}, producerEpoch={epoch - 1}, " \
-           "coordinatorEpoch=0)"
-    assert (r.returncode, r.stderr) == (1, f"Failed to abort transaction {spec}: WriteTxnMarkers request with {spec} "
-                                           "failed due an invalid producer epoch. Enable debug logging for additional "
-                                           "detail.\n")
+    r = tx(
+        "--bootstrap-server",
+        bs,
+        "abort",
+        "--topic",
+        topic,
+        "--partition",
+        "1",
+        "--producer-id",
+        str(pid),
+        "--producer-epoch",
+        str(epoch - 1),
+        "--coordinator-epoch",
+        "0",
+    )
+    spec = (
+        f"AbortTransactionSpec(topicPartition={topic}-1, producerId={pid}, producerEpoch={epoch - 1}, "
+        "coordinatorEpoch=0)"
+    )
+    assert (r.returncode, r.stderr) == (
+        1,
+        f"Failed to abort transaction {spec}: WriteTxnMarkers request with {spec} "
+        "failed due an invalid producer epoch. Enable debug logging for additional "
+        "detail.\n",
+    )
     # ...and coordinator epoch -1 (as DescribeProducers shows an unknown one) is sent as 0
-    r = tx("--bootstrap-server", bs, "abort", "--topic", topic, "--partition", "1", "--producer-id", str(pid),
-           "--producer-epoch", str(epoch), "--coordinator-epoch", "-1")
+    r = tx(
+        "--bootstrap-server",
+        bs,
+        "abort",
+        "--topic",
+        topic,
+        "--partition",
+        "1",
+        "--producer-id",
+        str(pid),
+        "--producer-epoch",
+        str(epoch),
+        "--coordinator-epoch",
+        "-1",
+    )
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
     assert read_committed(bs, topic, 1, 1, timeout=10) == ["in-txn"]
     assert lso(bs, topic, 1) == 4

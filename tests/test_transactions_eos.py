@@ -102,9 +102,16 @@ class Cluster:
     def read_all(self, topic: str, partitions: int, isolation: str, timeout: float = 30.0) -> list[str]:
         """Every record of the topic as seen with ``isolation`` (read up to the partition
         ends: the high watermark, or the last stable offset for read_committed)."""
-        c = Consumer({"bootstrap.servers": self.bs, "group.id": f"eos-reader-{uuid.uuid4().hex[:6]}",
-                      "isolation.level": isolation, "enable.partition.eof": True, "enable.auto.commit": False,
-                      "fetch.wait.max.ms": 50})
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bs,
+                "group.id": f"eos-reader-{uuid.uuid4().hex[:6]}",
+                "isolation.level": isolation,
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 50,
+            }
+        )
         try:
             c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
             out: list[str] = []
@@ -133,8 +140,9 @@ class Processor:
         self.name = spec["txn_id"]
         self.lines: list[tuple[float, str]] = []
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen([sys.executable, PROCESSOR, json.dumps(spec)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, PROCESSOR, json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -222,9 +230,16 @@ def test_read_process_write_survives_sigkill(cluster):
     in_ends = cluster.end_offsets(inp, PARTITIONS_A)
     assert sum(in_ends.values()) == N_A
 
-    spec = {"bootstrap": cluster.bs, "group": group, "input": inp, "output": out, "txn_id": "rpw-0",
-            "batch": 40, "txn_delay": 0.02,
-            "consumer": {"session.timeout.ms": 2000, "heartbeat.interval.ms": 300}}
+    spec = {
+        "bootstrap": cluster.bs,
+        "group": group,
+        "input": inp,
+        "output": out,
+        "txn_id": "rpw-0",
+        "batch": 40,
+        "txn_delay": 0.02,
+        "consumer": {"session.timeout.ms": 2000, "heartbeat.interval.ms": 300},
+    }
     procs: list[Processor] = []
     try:
         kills = []
@@ -234,8 +249,12 @@ def test_read_process_write_survives_sigkill(cluster):
             # progress: a few transactions committed by this instance, then a random delay
             # (the transaction takes >= txn_delay: most kills land inside one)
             want = rng.randint(2, 6)
-            wait_until(lambda p=p, want=want: len(p.events("COMMITTED")) >= want or not p.alive(), 40,
-                       f"processor instance {k} to commit {want} transactions", on_timeout=p.tail)
+            wait_until(
+                lambda p=p, want=want: len(p.events("COMMITTED")) >= want or not p.alive(),
+                40,
+                f"processor instance {k} to commit {want} transactions",
+                on_timeout=p.tail,
+            )
             p.check_alive()
             time.sleep(rng.uniform(0, 0.06))
             p.kill()
@@ -249,8 +268,9 @@ def test_read_process_write_survives_sigkill(cluster):
             last.check_alive()
             return cluster.committed(group, inp, PARTITIONS_A) == in_ends
 
-        wait_until(done, 60, "the group's committed offsets to reach the input's end", interval=0.5,
-                   on_timeout=last.tail)
+        wait_until(
+            done, 60, "the group's committed offsets to reach the input's end", interval=0.5, on_timeout=last.tail
+        )
         last.kill()
         committed, uncommitted = check_exactly_once(cluster, out, PARTITIONS_A, values)
         # the instances' own reports: a kill can land between the EndTxn(commit) request and
@@ -259,8 +279,10 @@ def test_read_process_write_survives_sigkill(cluster):
         assert N_A - KILLS * spec["batch"] <= sum(per_instance) <= N_A, f"seed {seed}: {per_instance}"
         for p in procs:
             assert not p.events("COMMIT-FAILED") and not p.events("FATAL"), p.tail()
-        print(f"seed {seed}: committed per instance {per_instance}, "
-              f"read_uncommitted {len(uncommitted)} records, read_committed {len(committed)}")
+        print(
+            f"seed {seed}: committed per instance {per_instance}, "
+            f"read_uncommitted {len(uncommitted)} records, read_committed {len(committed)}"
+        )
     finally:
         for p in procs:
             p.kill()
@@ -280,10 +302,24 @@ def test_zombie_processor_fenced_by_group_generation(cluster, tmp_path):
     pause_file = str(tmp_path / "pause-a")
 
     def spec(txn_id, **extra):
-        return dict({"bootstrap": cluster.bs, "group": group, "input": inp, "output": out, "txn_id": txn_id,
-                     "batch": 20, "txn_delay": 0.01,
-                     "consumer": {"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
-                                  "partition.assignment.strategy": "range", "client.id": txn_id}}, **extra)
+        return dict(
+            {
+                "bootstrap": cluster.bs,
+                "group": group,
+                "input": inp,
+                "output": out,
+                "txn_id": txn_id,
+                "batch": 20,
+                "txn_delay": 0.01,
+                "consumer": {
+                    "session.timeout.ms": SESSION_MS,
+                    "heartbeat.interval.ms": HEARTBEAT_MS,
+                    "partition.assignment.strategy": "range",
+                    "client.id": txn_id,
+                },
+            },
+            **extra,
+        )
 
     # a steady input: 40 records every 0.1 s until told to stop
     values: list[str] = []
@@ -315,14 +351,27 @@ def test_zombie_processor_fenced_by_group_generation(cluster, tmp_path):
         def both_own():
             d = cluster.describe(group)
             parts = {m.client_id: sorted(tp.partition for tp in m.assignment.topic_partitions) for m in d.members}
-            return d.state.name == "STABLE" and sorted(parts) == ["z-a", "z-b"] and all(parts.values()) \
-                and a.events("ASSIGN") and b.events("ASSIGN")
+            return (
+                d.state.name == "STABLE"
+                and sorted(parts) == ["z-a", "z-b"]
+                and all(parts.values())
+                and a.events("ASSIGN")
+                and b.events("ASSIGN")
+            )
 
-        wait_until(both_own, 30, "a Stable group with z-a and z-b both owning partitions",
-                   on_timeout=lambda: a.tail() + b.tail())
+        wait_until(
+            both_own,
+            30,
+            "a Stable group with z-a and z-b both owning partitions",
+            on_timeout=lambda: a.tail() + b.tail(),
+        )
         feeder.start()
-        wait_until(lambda: len(a.events("COMMITTED")) >= 3 and len(b.events("COMMITTED")) >= 3, 30,
-                   "both processors to commit transactions", on_timeout=lambda: a.tail() + b.tail())
+        wait_until(
+            lambda: len(a.events("COMMITTED")) >= 3 and len(b.events("COMMITTED")) >= 3,
+            30,
+            "both processors to commit transactions",
+            on_timeout=lambda: a.tail() + b.tail(),
+        )
 
         # A stops itself (SIGSTOP) inside its next transaction: records written, offsets not sent
         open(pause_file, "w").close()
@@ -353,8 +402,12 @@ def test_zombie_processor_fenced_by_group_generation(cluster, tmp_path):
         a.signal(signal.SIGCONT)
 
         # A's offsets (old member id / generation) are refused: it aborts and rejoins
-        wait_until(lambda: a.events("ABORTED", t_cont) or not a.alive(), 30,
-                   "A's transaction to fail and be aborted", on_timeout=a.tail)
+        wait_until(
+            lambda: a.events("ABORTED", t_cont) or not a.alive(),
+            30,
+            "A's transaction to fail and be aborted",
+            on_timeout=a.tail,
+        )
         a.check_alive()
         failures = a.events("COMMIT-FAILED", t_cont)
         assert failures, a.tail()
@@ -364,8 +417,12 @@ def test_zombie_processor_fenced_by_group_generation(cluster, tmp_path):
         assert "abortable=1" in first and "fatal=0" in first, failures
 
         # A rejoins and processes again
-        wait_until(lambda: both_own() and a.events("COMMITTED", t_cont), 40,
-                   "A to rejoin the group and commit again", on_timeout=lambda: a.tail() + b.tail())
+        wait_until(
+            lambda: both_own() and a.events("COMMITTED", t_cont),
+            40,
+            "A to rejoin the group and commit again",
+            on_timeout=lambda: a.tail() + b.tail(),
+        )
         stop_input.set()
         feeder.join(40)
         assert not feeder.is_alive() and not input_errors, input_errors
@@ -377,8 +434,9 @@ def test_zombie_processor_fenced_by_group_generation(cluster, tmp_path):
             b.check_alive()
             return cluster.committed(group, inp, PARTITIONS_B) == in_ends
 
-        wait_until(drained, 40, "the processors to drain the input", interval=0.5,
-                   on_timeout=lambda: a.tail() + b.tail())
+        wait_until(
+            drained, 40, "the processors to drain the input", interval=0.5, on_timeout=lambda: a.tail() + b.tail()
+        )
         a.kill()
         b.kill()
         committed, uncommitted = check_exactly_once(cluster, out, PARTITIONS_B, values)
@@ -386,8 +444,10 @@ def test_zombie_processor_fenced_by_group_generation(cluster, tmp_path):
         assert len(uncommitted) >= len(committed) + paused_batch > len(committed)
         for p in (a, b):
             assert not p.events("FATAL"), p.tail()
-        print(f"{len(values)} inputs; A committed {a.committed_records()}, B {b.committed_records()}; "
-              f"A's failure: {failures[0]}; read_uncommitted {len(uncommitted)}")
+        print(
+            f"{len(values)} inputs; A committed {a.committed_records()}, B {b.committed_records()}; "
+            f"A's failure: {failures[0]}; read_uncommitted {len(uncommitted)}"
+        )
     finally:
         stop_input.set()
         for p in (a, b):

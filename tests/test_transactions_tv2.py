@@ -19,19 +19,38 @@ INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, TRANSACTION_AB
 
 
 def produce(c: WireClient, txn_id, topic, pid, epoch, seq, values, version=12):
-    batch = build_batch([(None, v.encode(), ()) for v in values], producer_id=pid, producer_epoch=epoch,
-                        base_sequence=seq, transactional=True)
+    batch = build_batch(
+        [(None, v.encode(), ()) for v in values],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        transactional=True,
+    )
     m = Msg(ApiKeys.PRODUCE, version)
-    r = c.request(ApiKeys.PRODUCE, version, m(transactional_id=txn_id, acks=-1, timeout=10000, topic_data=(
-        m("TopicProduceData", name=topic, partition_data=(m("PartitionProduceData", index=0, records=batch),)),)))
+    r = c.request(
+        ApiKeys.PRODUCE,
+        version,
+        m(
+            transactional_id=txn_id,
+            acks=-1,
+            timeout=10000,
+            topic_data=(
+                m("TopicProduceData", name=topic, partition_data=(m("PartitionProduceData", index=0, records=batch),)),
+            ),
+        ),
+    )
     return r.responses[0].partition_responses[0].error_code
 
 
 def end(c: WireClient, txn_id, pid, epoch, commit, version=5):
     for _ in range(100):  # the markers of the previous transaction may still be in flight
-        r = c.request(ApiKeys.END_TXN, version, Msg(ApiKeys.END_TXN, version)(transactional_id=txn_id, producer_id=pid,
-                                                                              producer_epoch=epoch,
-                                                    committed=commit))
+        r = c.request(
+            ApiKeys.END_TXN,
+            version,
+            Msg(ApiKeys.END_TXN, version)(
+                transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit
+            ),
+        )
         if r.error_code != CONCURRENT_TRANSACTIONS:
             break
         time.sleep(0.05)
@@ -55,9 +74,14 @@ def describe(c: WireClient, txn_id):
 
 def test_tv2_epoch_bump_implicit_add_and_zombie_fencing(tmp_path):
     with running_broker(tmp_path / "data", TXN_BROKER) as b, WireClient(b.bootstrap_servers) as c:
-        features = {f.name: f.max_version_level for f in c.request(ApiKeys.API_VERSIONS, 3,
-                                                                   Msg(ApiKeys.API_VERSIONS, 3)(
-            client_software_name="t", client_software_version="1")).finalized_features}
+        features = {
+            f.name: f.max_version_level
+            for f in c.request(
+                ApiKeys.API_VERSIONS,
+                3,
+                Msg(ApiKeys.API_VERSIONS, 3)(client_software_name="t", client_software_version="1"),
+            ).finalized_features
+        }
         assert features["transaction.version"] == 2
         topic = new_topic(b.bootstrap_servers)
         _find_coordinator(c, "tv2")
@@ -114,17 +138,21 @@ def test_tv2_on_three_brokers_the_leader_adds_the_partition_at_a_remote_coordina
         coordinator, deadline = -1, time.monotonic() + 60
         with WireClient(cl.node(1).bootstrap_servers) as c:
             while coordinator < 0 and time.monotonic() < deadline:  # the first call creates __transaction_state
-                found = c.request(ApiKeys.FIND_COORDINATOR, 4,
-                                  Msg(ApiKeys.FIND_COORDINATOR, 4)(key_type=1,
-                                                                   coordinator_keys=(txn_id,))).coordinators[0]
+                found = c.request(
+                    ApiKeys.FIND_COORDINATOR,
+                    4,
+                    Msg(ApiKeys.FIND_COORDINATOR, 4)(key_type=1, coordinator_keys=(txn_id,)),
+                ).coordinators[0]
                 coordinator = found.node_id if found.error_code == 0 else -1
                 time.sleep(0.2)
         assert coordinator > 0
         leader = next(b for b in (1, 2, 3) if b != coordinator)
         admin = AdminClient({"bootstrap.servers": bs})
         admin.create_topics([NewTopic("remote-txn", 1, replica_assignment=[[leader]])])["remote-txn"].result(30)
-        with WireClient(cl.node(coordinator).bootstrap_servers) as co, \
-                WireClient(cl.node(leader).bootstrap_servers) as le:
+        with (
+            WireClient(cl.node(coordinator).bootstrap_servers) as co,
+            WireClient(cl.node(leader).bootstrap_servers) as le,
+        ):
             pid, epoch = _init(co, txn_id, 60000)
             for i, commit in enumerate([True, False, True]):
                 assert produce_retrying(le, txn_id, "remote-txn", pid, epoch, 0, [f"r{i}-0", f"r{i}-1"]) == 0
@@ -132,8 +160,14 @@ def test_tv2_on_three_brokers_the_leader_adds_the_partition_at_a_remote_coordina
                 code, new_pid, new_epoch = end(co, txn_id, pid, epoch, commit)
                 assert (code, new_pid, new_epoch) == (0, pid, epoch + 1)
                 epoch = new_epoch
-        consumer = Consumer({"bootstrap.servers": bs, "group.id": "tv2-remote", "isolation.level": "read_committed",
-                             "enable.auto.commit": False})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bs,
+                "group.id": "tv2-remote",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
         consumer.assign([TopicPartition("remote-txn", 0, 0)])
         got, deadline = [], time.monotonic() + 30
         while len(got) < 4 and time.monotonic() < deadline:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kesque.coordinator.transaction.records import TxnState
-from kesque.coordinator.transaction.shard import (TWO_PHASE_TIMEOUT_MS, TransactionCoordinatorShard, TxnConfig)
+from kesque.coordinator.transaction.shard import TWO_PHASE_TIMEOUT_MS, TransactionCoordinatorShard, TxnConfig
 from kesque.errors import ErrorCode, KafkaError
 
 
@@ -29,8 +29,9 @@ class Harness:
         self.shard = self.new_shard(TxnConfig(**cfg))
 
     def new_shard(self, config):
-        return TransactionCoordinatorShard(0, config, self.write, lambda txn, commit: self.markers.append((txn, commit)),
-                                           self.clock, self.allocate)
+        return TransactionCoordinatorShard(
+            0, config, self.write, lambda txn, commit: self.markers.append((txn, commit)), self.clock, self.allocate
+        )
 
     def allocate(self):
         self.next_pid += 1
@@ -54,8 +55,9 @@ class Harness:
 
 
 def snapshot(shard):
-    return {k: (t.producer_id, t.producer_epoch, t.state, sorted(t.partitions), t.timeout_ms)
-            for k, t in shard.txns.items()}
+    return {
+        k: (t.producer_id, t.producer_epoch, t.state, sorted(t.partitions), t.timeout_ms) for k, t in shard.txns.items()
+    }
 
 
 def test_lifecycle_commit_and_replay():
@@ -110,8 +112,10 @@ def test_error_codes():
     assert s.txns["t"].state == TxnState.EMPTY
     assert s.verify_partitions("t", pid, 0, [("a", 0)]) == {("a", 0): ErrorCode.transaction_abortable}
     s.add_partitions("t", pid, 0, {("a", 0)})
-    assert s.verify_partitions("t", pid, 0, [("a", 0), ("b", 0)]) == {("a", 0): ErrorCode.none,
-                                                                      ("b", 0): ErrorCode.transaction_abortable}
+    assert s.verify_partitions("t", pid, 0, [("a", 0), ("b", 0)]) == {
+        ("a", 0): ErrorCode.none,
+        ("b", 0): ErrorCode.transaction_abortable,
+    }
     assert s.verify_partitions("t", pid, 1, [("a", 0)]) == {("a", 0): ErrorCode.producer_fenced}
 
 
@@ -122,8 +126,11 @@ def test_failed_write_changes_nothing():
     s.add_partitions("t", pid, 0, {("a", 0)})
     before = snapshot(s)
     h.fail_writes = True
-    for fn in (lambda: s.add_partitions("t", pid, 0, {("b", 0)}), lambda: s.end_txn("t", pid, 0, True),
-               lambda: s.init_producer_id("t", 60000)):
+    for fn in (
+        lambda: s.add_partitions("t", pid, 0, {("b", 0)}),
+        lambda: s.end_txn("t", pid, 0, True),
+        lambda: s.init_producer_id("t", 60000),
+    ):
         with pytest.raises(KafkaError):
             fn()
         assert snapshot(s) == before
@@ -193,8 +200,13 @@ def test_keep_prepared_transaction():
     pid = s.init_producer_id("t", 1000, enable_2pc=True).producer_id
     s.add_partitions("t", pid, 0, {("a", 0)})
     r = s.init_producer_id("t", 1000, enable_2pc=True, keep_prepared_txn=True)
-    assert (r.error, r.producer_id, r.producer_epoch, r.ongoing_producer_id, r.ongoing_producer_epoch) == \
-        (ErrorCode.none, pid, 1, pid, 0)
+    assert (r.error, r.producer_id, r.producer_epoch, r.ongoing_producer_id, r.ongoing_producer_epoch) == (
+        ErrorCode.none,
+        pid,
+        1,
+        pid,
+        0,
+    )
     r = s.init_producer_id("t", 1000, enable_2pc=True, keep_prepared_txn=True)  # a crash loop
     assert (r.producer_epoch, r.ongoing_producer_epoch) == (2, 0)
     # the coordinator restarts between recoveries: the kept epoch comes back from the log

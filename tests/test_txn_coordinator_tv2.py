@@ -12,7 +12,6 @@ import pytest
 from kesque.coordinator.transaction.records import TxnState, decode_value
 from kesque.coordinator.transaction.shard import MAX_EPOCH
 from kesque.errors import ErrorCode, KafkaError
-
 from test_txn_coordinator import Harness, snapshot
 
 A0, A1 = ("a", 0), ("a", 1)
@@ -121,8 +120,12 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id():
     assert decode_value(h.log[-1][1]).next_producer_id == new_pid
     h.complete_markers()
     done = s.txns["t"]
-    assert (done.producer_id, done.producer_epoch, done.previous_producer_id, done.next_producer_id) == \
-        (new_pid, 0, pid, -1)
+    assert (done.producer_id, done.producer_epoch, done.previous_producer_id, done.next_producer_id) == (
+        new_pid,
+        0,
+        pid,
+        -1,
+    )
     # the client's retry with the old producer id at the last epoch gets the new one
     assert s.end_txn("t", pid, MAX_EPOCH - 1, commit=True, tv2=True) == (new_pid, 0)
     # and the next transaction runs on the new producer id

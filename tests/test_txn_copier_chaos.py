@@ -40,23 +40,30 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=RE
 RECORDS = int(os.environ.get("KESQUE_COPIER_RECORDS", 100_000))
 INPUT_PARTITIONS, OUTPUT_PARTITIONS = 2, 3
 TXN_SIZE = 750
-TXN_TIMEOUT_MS = 40_000   # Kafka's test: below its progress timeout, above the request timeout
-PROGRESS_TIMEOUT = 90     # s without a copier reaching 20% (Kafka's test: 60)
-COPY_TIMEOUT = 300        # s for every copier to finish after the bounces (Kafka's test: 120)
+TXN_TIMEOUT_MS = 40_000  # Kafka's test: below its progress timeout, above the request timeout
+PROGRESS_TIMEOUT = 90  # s without a copier reaching 20% (Kafka's test: 60)
+COPY_TIMEOUT = 300  # s for every copier to finish after the bounces (Kafka's test: 120)
 SEED = int(os.environ.get("KESQUE_CHAOS_SEED", random.randrange(1 << 30)))
 # tests/test_replication.py's timings (a broker is fenced 3 s after its last heartbeat); Kafka's
 # test waits out an 18 s session timeout after each hard kill
-CONFIG = {"controller.quorum.election.timeout.ms": "300", "controller.quorum.fetch.timeout.ms": "600",
-          "controller.quorum.request.timeout.ms": "500", "broker.heartbeat.interval.ms": "300",
-          "broker.session.timeout.ms": "3000", "replica.fetch.backoff.ms": "200",
-          "replica.high.watermark.checkpoint.interval.ms": "200", "group.initial.rebalance.delay.ms": "0",
-          "offsets.topic.num.partitions": "6", "transaction.state.log.num.partitions": "6",
-          "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
-          "auto.create.topics.enable": "false"}
+CONFIG = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.request.timeout.ms": "500",
+    "broker.heartbeat.interval.ms": "300",
+    "broker.session.timeout.ms": "3000",
+    "replica.fetch.backoff.ms": "200",
+    "replica.high.watermark.checkpoint.interval.ms": "200",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "6",
+    "transaction.state.log.num.partitions": "6",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    "auto.create.topics.enable": "false",
+}
 SESSION_S = 3.0
 
 
-COPIERS: list[A.Copier] = []   # of the running test: a copier that exits on an error fails it at once
+COPIERS: list[A.Copier] = []  # of the running test: a copier that exits on an error fails it at once
 
 
 def wait_for(predicate, timeout: float, what: str, pause: float = 0.25) -> None:
@@ -64,10 +71,12 @@ def wait_for(predicate, timeout: float, what: str, pause: float = 0.25) -> None:
     while not predicate():
         for c in COPIERS:
             if c.failed():
-                raise AssertionError(f"{c.transactional_id} exited {c.process.returncode} before copying everything "
-                                     f"({c.progress_percent():.0f}% of its last start), "
-                                     f"{c.count('OUT_OF_ORDER_SEQUENCE_NUMBER')} OUT_OF_ORDER_SEQUENCE_NUMBER "
-                                     f"answers (seed {SEED}):\n{c.stderr()[-1500:]}")
+                raise AssertionError(
+                    f"{c.transactional_id} exited {c.process.returncode} before copying everything "
+                    f"({c.progress_percent():.0f}% of its last start), "
+                    f"{c.count('OUT_OF_ORDER_SEQUENCE_NUMBER')} OUT_OF_ORDER_SEQUENCE_NUMBER "
+                    f"answers (seed {SEED}):\n{c.stderr()[-1500:]}"
+                )
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout:.0f}s (seed {SEED})")
         time.sleep(pause)
@@ -84,27 +93,36 @@ def copying(copiers) -> bool:
     return any(not c.done() for c in copiers)
 
 
-def bounce_brokers(cluster: Cluster, rng: random.Random, clean: bool, copiers, log: list[str],
-                   mid_copy: list[bool]) -> None:
+def bounce_brokers(
+    cluster: Cluster, rng: random.Random, clean: bool, copiers, log: list[str], mid_copy: list[bool]
+) -> None:
     for node in rng.sample([s.node_id for s in cluster.specs if s.is_broker], 3):
         mid_copy.append(copying(copiers))
-        log.append(f"{'SIGTERM' if clean else 'SIGKILL'} broker {node} at "
-                   f"{[round(c.progress_percent()) for c in copiers]}% copied")
+        log.append(
+            f"{'SIGTERM' if clean else 'SIGKILL'} broker {node} at "
+            f"{[round(c.progress_percent()) for c in copiers]}% copied"
+        )
         if clean:
             cluster.restart(node)
         else:
             cluster.kill(node)
-            time.sleep(SESSION_S + rng.uniform(0.5, 2.0))   # fenced by the controller, as Kafka's test waits
+            time.sleep(SESSION_S + rng.uniform(0.5, 2.0))  # fenced by the controller, as Kafka's test waits
             cluster.restart(node)
-        wait_for(lambda: not A.under_replicated(cluster.bootstrap_servers), 120,
-                 f"no under-replicated partition after bouncing broker {node}")
+        wait_for(
+            lambda: not A.under_replicated(cluster.bootstrap_servers),
+            120,
+            f"no under-replicated partition after bouncing broker {node}",
+        )
 
 
 def bounce_copiers(copiers, clean: bool, log: list[str], mid_copy: list[bool]) -> None:
     for _ in range(3):
         for c in copiers:
-            wait_for(lambda: c.progress_percent() >= 20.0 or c.done(), PROGRESS_TIMEOUT,
-                     f"{c.transactional_id} copying 20% of what it had left ({c.progress_percent():.0f}%)")
+            wait_for(
+                lambda: c.progress_percent() >= 20.0 or c.done(),
+                PROGRESS_TIMEOUT,
+                f"{c.transactional_id} copying 20% of what it had left ({c.progress_percent():.0f}%)",
+            )
             mid_copy.append(not c.done())
             if c.done():
                 log.append(f"{c.transactional_id} done")
@@ -135,14 +153,17 @@ def check_copy(inputs: dict[int, list[bytes]], tail: A.Tail, who: str) -> None:
     assert dups == 0, f"{who}: {dups} duplicates in the output (seed {SEED})"
     want = {v for vs in inputs.values() for v in vs}
     missing, extra = want - set(flat), set(flat) - want
-    assert not missing and not extra, \
+    assert not missing and not extra, (
         f"{who}: {len(missing)} input records missing, {len(extra)} not from the input (seed {SEED})"
+    )
     for p in range(OUTPUT_PARTITIONS):
         got = [v for _, v in tail.served[p]]
         if got != inputs.get(p, []):
             first = next(i for i, (a, b) in enumerate(zip(got, inputs[p])) if a != b)
-            pytest.fail(f"{who}: output partition {p} out of order at {first}: {got[first:first + 3]} "
-                        f"where the input has {inputs[p][first:first + 3]} (seed {SEED})")
+            pytest.fail(
+                f"{who}: output partition {p} out of order at {first}: {got[first : first + 3]} "
+                f"where the input has {inputs[p][first : first + 3]} (seed {SEED})"
+            )
 
 
 @pytest.mark.parametrize("target", ["brokers", "clients"])
@@ -151,15 +172,26 @@ def test_transactional_copy(tmp_path, failure, target):
     clean = failure == "clean_bounce"
     rng = random.Random(f"{SEED}-{failure}-{target}")
     log: list[str] = []
-    mid_copy: list[bool] = []   # per bounce: was a copy in progress
+    mid_copy: list[bool] = []  # per bounce: was a copy in progress
     with Cluster(nodes=3, controllers=1, data_dir=str(tmp_path / "kesque"), config=CONFIG) as cluster:
         bs = cluster.bootstrap_servers
         A.create_topics(bs, {"input-topic": INPUT_PARTITIONS}, 3, {"min.insync.replicas": "2"})
         A.create_topics(bs, {"output-topic": OUTPUT_PARTITIONS}, 3, {"min.insync.replicas": "2"})
         inputs = seed_input(bs)
-        copiers = [A.Copier(bs, f"copier-{p}", "transactions-test-consumer-group", "input-topic", p,
-                            "output-topic", str(tmp_path / f"copier-{p}"), TXN_SIZE, TXN_TIMEOUT_MS)
-                   for p in range(INPUT_PARTITIONS)]
+        copiers = [
+            A.Copier(
+                bs,
+                f"copier-{p}",
+                "transactions-test-consumer-group",
+                "input-topic",
+                p,
+                "output-topic",
+                str(tmp_path / f"copier-{p}"),
+                TXN_SIZE,
+                TXN_TIMEOUT_MS,
+            )
+            for p in range(INPUT_PARTITIONS)
+        ]
         COPIERS[:] = copiers
         concurrent = A.Tail(bs, "output-topic", OUTPUT_PARTITIONS)
         t0 = time.monotonic()
@@ -173,11 +205,18 @@ def test_transactional_copy(tmp_path, failure, target):
             else:
                 bounce_copiers(copiers, clean, log, mid_copy)
             for c in copiers:
-                wait_for(c.done, COPY_TIMEOUT, f"{c.transactional_id} copying everything ({c.progress_percent():.0f}%, "
-                         f"exits {c.exits}; bounces {log}):\n{c.stderr()[-1500:]}")
+                wait_for(
+                    c.done,
+                    COPY_TIMEOUT,
+                    f"{c.transactional_id} copying everything ({c.progress_percent():.0f}%, "
+                    f"exits {c.exits}; bounces {log}):\n{c.stderr()[-1500:]}",
+                )
             seconds = time.monotonic() - t0
-            wait_for(lambda: concurrent.count >= RECORDS, 120,
-                     f"the concurrent consumer reading {RECORDS} ({concurrent.count})")
+            wait_for(
+                lambda: concurrent.count >= RECORDS,
+                120,
+                f"the concurrent consumer reading {RECORDS} ({concurrent.count})",
+            )
             time.sleep(1.0)
         finally:
             COPIERS.clear()
@@ -185,9 +224,11 @@ def test_transactional_copy(tmp_path, failure, target):
                 c.stop(clean=False)
             concurrent.stop()
         final = read_output(bs, RECORDS)
-    print(f"\n{failure} {target}: {RECORDS} copied in {seconds:.1f}s ({RECORDS / seconds:.0f} records/s), "
-          f"copier starts {[c.starts for c in copiers]}, OUT_OF_ORDER_SEQUENCE_NUMBER answers "
-          f"{[c.count('OUT_OF_ORDER_SEQUENCE_NUMBER') for c in copiers]}, bounces {log} (seed {SEED})")
+    print(
+        f"\n{failure} {target}: {RECORDS} copied in {seconds:.1f}s ({RECORDS / seconds:.0f} records/s), "
+        f"copier starts {[c.starts for c in copiers]}, OUT_OF_ORDER_SEQUENCE_NUMBER answers "
+        f"{[c.count('OUT_OF_ORDER_SEQUENCE_NUMBER') for c in copiers]}, bounces {log} (seed {SEED})"
+    )
     # the bounces hit a copy in progress (else the test would only have copied on a calm cluster)
     assert mid_copy and mid_copy[0], f"the first bounce came after the copy: {log}"
     check_copy(inputs, concurrent, "the consumer reading during the copy")

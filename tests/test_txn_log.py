@@ -13,8 +13,8 @@ import pytest
 from kesque.config.topic import LogConfig
 from kesque.errors import ErrorCode, KafkaError
 from kesque.records.records import build_batch
-from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.txn_index import AbortedTxn, TransactionIndex
+from kesque.storage.unified_log import UnifiedLog
 
 NOW = 1_700_000_000_000
 
@@ -24,8 +24,16 @@ def new_log(path, cfg: LogConfig | None = None) -> UnifiedLog:
 
 
 def txn_batch(log: UnifiedLog, pid: int, seq: int, n: int = 1, epoch: int = 0, transactional: bool = True):
-    b = bytearray(build_batch([(b"k", f"{pid}-{seq + i}".encode(), ()) for i in range(n)], producer_id=pid,
-                              producer_epoch=epoch, base_sequence=seq, transactional=transactional, timestamp=NOW))
+    b = bytearray(
+        build_batch(
+            [(b"k", f"{pid}-{seq + i}".encode(), ()) for i in range(n)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            transactional=transactional,
+            timestamp=NOW,
+        )
+    )
     info = log.append_as_leader(memoryview(b), 0, NOW)
     log.update_high_watermark(log.log_end_offset)
     return info
@@ -111,8 +119,13 @@ def test_txnindex_file_layout(tmp_path):
     txn_batch(lg, 0x0102030405060708, 0)
     marker(lg, 0x0102030405060708, commit=False)
     raw = open(lg.active_segment.txn_index.path, "rb").read()
-    assert raw == (b"\x00\x00" + bytes.fromhex("0102030405060708") + (0).to_bytes(8, "big")
-                   + (1).to_bytes(8, "big") + (2).to_bytes(8, "big"))
+    assert raw == (
+        b"\x00\x00"
+        + bytes.fromhex("0102030405060708")
+        + (0).to_bytes(8, "big")
+        + (1).to_bytes(8, "big")
+        + (2).to_bytes(8, "big")
+    )
     assert TransactionIndex(lg.active_segment.txn_index.path, 0).entries == [AbortedTxn(0x0102030405060708, 0, 1, 2)]
 
 

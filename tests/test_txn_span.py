@@ -23,22 +23,23 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import examples, running_broker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples, running_broker
 from kesque.config.topic import LogConfig
 from kesque.records import batch as rb
 from kesque.records.records import CONTROL_ABORT, build_batch, iter_records, read_end_txn_marker
 from kesque.replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED, Partition
-from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.txn_index import AbortedTxn
+from kesque.storage.unified_log import UnifiedLog
 
 NOW = 1_700_000_000_000
 LEADER_EPOCH = 0
 
 
 # ============================================================================ in-process model
+
 
 @dataclass
 class Workload:
@@ -65,8 +66,14 @@ class Workload:
             self.open_txn[pid] = self.txn_count
         vals = [f"{pid}:{len(self.values) + i}:".encode().ljust(size, b"x") for i in range(n)]
         seq = self.seq.get(pid, 0) if pid >= 0 else -1
-        batch = build_batch([(None, v, ()) for v in vals], producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
-                            base_sequence=seq, transactional=transactional, timestamp=NOW)
+        batch = build_batch(
+            [(None, v, ()) for v in vals],
+            producer_id=pid,
+            producer_epoch=0 if pid >= 0 else -1,
+            base_sequence=seq,
+            transactional=transactional,
+            timestamp=NOW,
+        )
         info = self.part.append_records_to_leader(memoryview(bytearray(batch)), -1, NOW)
         if pid >= 0:
             self.seq[pid] = seq + n
@@ -118,7 +125,7 @@ def read_committed_filter(buf: bytes, fetch_offset: int, aborted: list[AbortedTx
             while pending and pending[0].first_offset <= h.last_offset:
                 aborting.add(pending.pop(0).producer_id)
         if h.is_control:
-            marker = read_end_txn_marker(memoryview(buf)[pos:pos + h.size], h)
+            marker = read_end_txn_marker(memoryview(buf)[pos : pos + h.size], h)
             if marker is not None and marker[0] == CONTROL_ABORT:
                 aborting.discard(h.producer_id)
             continue
@@ -211,8 +218,12 @@ FETCH = st.tuples(st.floats(0, 1), st.integers(1, 4000), st.booleans())
 
 
 @settings(max_examples=examples(150), suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(workloads(), st.sampled_from(["live", "clean", "rebuilt", "crash past a recovery point", "retention"]),
-       st.lists(FETCH, max_size=8), st.integers(60, 3000))
+@given(
+    workloads(),
+    st.sampled_from(["live", "clean", "rebuilt", "crash past a recovery point", "retention"]),
+    st.lists(FETCH, max_size=8),
+    st.integers(60, 3000),
+)
 def test_read_committed_fetches_match_the_model(tmp_path_factory, workload, after, fetches, consume_size):
     w = run_workload(tmp_path_factory.mktemp("span"), *workload)
     if after != "live":
@@ -227,6 +238,7 @@ def test_read_committed_fetches_match_the_model(tmp_path_factory, workload, afte
 
 
 # ---------------------------------------------------------------------------- worked examples
+
 
 def test_aborted_transaction_across_a_roll_is_listed(tmp_path):
     """The issue's shape in miniature: the fetch reads the segment before the roll; the abort
@@ -289,7 +301,6 @@ SPAN_BROKER = {"log.flush.interval.messages": "1000000", "log.retention.check.in
 @pytest.fixture(scope="module")
 def span_broker(tmp_path_factory):
 
-
     with running_broker(tmp_path_factory.mktemp("span") / "data", SPAN_BROKER) as b:
         yield b
 
@@ -336,9 +347,9 @@ def _write_span_topic(bs: str) -> tuple[str, list[bytes], list[bytes]]:
     t2.begin_transaction()
     commit, abort = _values("commit2500", 2500), _values("abort2500", 2500)
     for i in range(0, 2500, 250):
-        send(t1, commit[i:i + 250], True)
+        send(t1, commit[i : i + 250], True)
         send(plain, _values(f"plain{i}", 20), True)
-        send(t2, abort[i:i + 250], False)
+        send(t2, abort[i : i + 250], False)
     t2.abort_transaction(30)
     t1.commit_transaction(30)
     t1.begin_transaction()
@@ -401,7 +412,6 @@ def test_spanning_transactions_after_crash_recovery_and_retention(tmp_path):
     from confluent_kafka.admin import AdminClient
 
     from clientlib import segment_files
-
 
     with running_broker(tmp_path / "data", SPAN_BROKER) as b:
         bs = b.bootstrap_servers

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
+from kesque.config.topic import LogConfig
 from kesque.errors import ErrorCode, KafkaError
 from kesque.records.records import build_batch
-from kesque.config.topic import LogConfig
-from kesque.storage.unified_log import UnifiedLog
 from kesque.storage.producer_state import ProducerStateManager
+from kesque.storage.unified_log import UnifiedLog
 
 PID, EPOCH = 7000, 0
 
@@ -28,8 +28,17 @@ def new_log(path) -> UnifiedLog:
 
 
 def txn_batch(seq: int, epoch: int = EPOCH, n: int = 1, transactional: bool = True) -> memoryview:
-    return memoryview(bytearray(build_batch([(None, f"v{seq + i}".encode(), ()) for i in range(n)], producer_id=PID,
-                                            producer_epoch=epoch, base_sequence=seq, transactional=transactional)))
+    return memoryview(
+        bytearray(
+            build_batch(
+                [(None, f"v{seq + i}".encode(), ()) for i in range(n)],
+                producer_id=PID,
+                producer_epoch=epoch,
+                base_sequence=seq,
+                transactional=transactional,
+            )
+        )
+    )
 
 
 def now() -> int:
@@ -131,9 +140,9 @@ def test_a_tv2_marker_leaves_the_next_transactions_verification_in_place(tmp_pat
     append it lets through is refused INVALID_TXN_STATE (Kafka Streams' thread died on it)."""
     lg = new_log(tmp_path)
     guard = lg.maybe_start_transaction_verification(PID, 0, EPOCH, now(), supports_epoch_bump=True)
-    append(lg, 0, guard)                                    # transaction 1 at epoch 0
+    append(lg, 0, guard)  # transaction 1 at epoch 0
     nxt = lg.maybe_start_transaction_verification(PID, 0, EPOCH + 1, now(), supports_epoch_bump=True)
-    assert nxt is not None                                  # not open at epoch 1 yet
+    assert nxt is not None  # not open at epoch 1 yet
     lg.append_txn_marker(PID, EPOCH + 1, True, 0, 0, now())  # transaction 1's marker, bumped epoch
     assert lg.producer_state.verification_guard(PID) is nxt
     assert append(lg, 0, nxt, epoch=EPOCH + 1).first_offset == 2

@@ -59,9 +59,13 @@ def init_producer(cluster: Cluster, txn_id: str, version: int = 4) -> tuple[int,
     node = coordinator(cluster, TXN_KEY, txn_id)
     with WireClient(address(cluster, node)) as c:
         for _ in range(100):
-            r = c.request(ApiKeys.INIT_PRODUCER_ID, version,
-                          Msg(ApiKeys.INIT_PRODUCER_ID, version)(transactional_id=txn_id, transaction_timeout=60000,
-                                                          producer_id=-1, producer_epoch=-1))
+            r = c.request(
+                ApiKeys.INIT_PRODUCER_ID,
+                version,
+                Msg(ApiKeys.INIT_PRODUCER_ID, version)(
+                    transactional_id=txn_id, transaction_timeout=60000, producer_id=-1, producer_epoch=-1
+                ),
+            )
             if r.error_code not in (51, 14, 15):
                 break
             time.sleep(0.1)
@@ -69,14 +73,27 @@ def init_producer(cluster: Cluster, txn_id: str, version: int = 4) -> tuple[int,
     return r.producer_id, r.producer_epoch
 
 
-def produce_request(version: int, txn_id: str, topic: str, partition: int, pid: int, epoch: int, seq: int,
-                    value: str):
-    batch = build_batch([(None, value.encode(), ())], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                        transactional=True)
+def produce_request(version: int, txn_id: str, topic: str, partition: int, pid: int, epoch: int, seq: int, value: str):
+    batch = build_batch(
+        [(None, value.encode(), ())], producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True
+    )
     m = Msg(ApiKeys.PRODUCE, version)
-    return (0, version, m(transactional_id=txn_id, acks=-1, timeout=10000, topic_data=(
-        m("TopicProduceData", name=topic, partition_data=(m("PartitionProduceData", index=partition,
-                                                             records=batch),)),)))
+    return (
+        0,
+        version,
+        m(
+            transactional_id=txn_id,
+            acks=-1,
+            timeout=10000,
+            topic_data=(
+                m(
+                    "TopicProduceData",
+                    name=topic,
+                    partition_data=(m("PartitionProduceData", index=partition, records=batch),),
+                ),
+            ),
+        ),
+    )
 
 
 def pipelined(c: WireClient, requests: list) -> list[tuple[int, int]]:
@@ -91,9 +108,13 @@ def pipelined(c: WireClient, requests: list) -> list[tuple[int, int]]:
 def end_txn(cluster: Cluster, txn_id: str, pid: int, epoch: int, version: int):
     with WireClient(address(cluster, coordinator(cluster, TXN_KEY, txn_id))) as c:
         for _ in range(200):
-            r = c.request(ApiKeys.END_TXN, version, Msg(ApiKeys.END_TXN, version)(transactional_id=txn_id,
-                                                                                  producer_id=pid,
-                                                        producer_epoch=epoch, committed=True))
+            r = c.request(
+                ApiKeys.END_TXN,
+                version,
+                Msg(ApiKeys.END_TXN, version)(
+                    transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=True
+                ),
+            )
             if r.error_code != CONCURRENT_TRANSACTIONS:
                 break
             time.sleep(0.05)
@@ -120,12 +141,20 @@ def test_pipelined_first_batches_keep_their_order_while_a_remote_coordinator_ver
     pid, epoch = init_producer(cluster, txn_id)
     with WireClient(address(cluster, coordinator(cluster, TXN_KEY, txn_id))) as c:
         m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, 3)
-        r = c.request(ApiKeys.ADD_PARTITIONS_TO_TXN, 3, m(v3_and_below_transactional_id=txn_id,
-                                                          v3_and_below_producer_id=pid,
-                               v3_and_below_producer_epoch=epoch,
-                               v3_and_below_topics=(m("AddPartitionsToTxnTopic", name=topic, partitions=(a, b)),)))
-        assert [p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition] \
-            == [0, 0]
+        r = c.request(
+            ApiKeys.ADD_PARTITIONS_TO_TXN,
+            3,
+            m(
+                v3_and_below_transactional_id=txn_id,
+                v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=(m("AddPartitionsToTxnTopic", name=topic, partitions=(a, b)),),
+            ),
+        )
+        assert [p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition] == [
+            0,
+            0,
+        ]
     requests = [produce_request(11, txn_id, topic, a, pid, epoch, 0, "a0")]
     requests += [produce_request(11, txn_id, topic, b, pid, epoch, seq, f"b{seq}") for seq in range(6)]
     with WireClient(address(cluster, node)) as c:
@@ -154,8 +183,7 @@ def test_pipelined_first_batches_after_end_txn_get_no_out_of_order_sequence(clus
     with WireClient(address(cluster, node)) as c:
         for txn in range(6):
             requests = [produce_request(12, txn_id, topic, a, pid, epoch, 0, f"a-t{txn}-0")]
-            requests += [produce_request(12, txn_id, topic, b, pid, epoch, seq, f"b-t{txn}-{seq}")
-                         for seq in range(4)]
+            requests += [produce_request(12, txn_id, topic, b, pid, epoch, seq, f"b-t{txn}-{seq}") for seq in range(4)]
             pending = {a: requests[:1], b: requests[1:]}
             for _ in range(100):
                 sent = [req for reqs in pending.values() for req in reqs]
@@ -167,8 +195,11 @@ def test_pipelined_first_batches_after_end_txn_get_no_out_of_order_sequence(clus
                     failed = next((i for i, code in enumerate(codes) if code), len(codes))
                     # the batch next in line is told only what a client retries; behind it an
                     # out-of-order answer is fine (the client resends from the first failed one)
-                    assert codes[failed:failed + 1] in ([], [CONCURRENT_TRANSACTIONS], [NOT_ENOUGH_REPLICAS]), \
-                        (txn, part, codes)
+                    assert codes[failed : failed + 1] in ([], [CONCURRENT_TRANSACTIONS], [NOT_ENOUGH_REPLICAS]), (
+                        txn,
+                        part,
+                        codes,
+                    )
                     assert all(code == 0 for code in codes[:failed]), (txn, part, codes)
                     pending[part] = reqs[failed:]
                 time.sleep(0.02)

@@ -30,7 +30,7 @@ import socket
 import struct
 import sys
 import time
-from functools import lru_cache
+from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -56,6 +56,7 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 
 # ---------------------------------------------------------------------- primitives
+
 
 def uvarint(n: int) -> bytes:
     out = bytearray()
@@ -104,12 +105,13 @@ def string16(s: str | None) -> bytes:
 
 # ---------------------------------------------------------------------- kio glue
 
-@lru_cache(maxsize=None)
+
+@cache
 def request_class(api_key: int, version: int):
     return load_request_schema(api_key, version)
 
 
-@lru_cache(maxsize=None)
+@cache
 def response_class(api_key: int, version: int):
     return load_response_schema(api_key, version)
 
@@ -152,8 +154,13 @@ def encode_body(obj) -> bytes:
     return buf.getvalue()
 
 
-def request_header(api_key: int, version: int, correlation_id: int, client_id: str | None = "kesque-test",
-                   header_tags: bytes | None = None) -> bytes:
+def request_header(
+    api_key: int,
+    version: int,
+    correlation_id: int,
+    client_id: str | None = "kesque-test",
+    header_tags: bytes | None = None,
+) -> bytes:
     """Header v1, or v2 (with ``header_tags`` or an empty tagged-field section) when flexible."""
     head = _I16.pack(api_key) + _I16.pack(version) + _I32.pack(correlation_id) + string16(client_id)
     if is_flexible(api_key, version):
@@ -161,8 +168,14 @@ def request_header(api_key: int, version: int, correlation_id: int, client_id: s
     return head
 
 
-def encode_request(api_key: int, version: int, body, correlation_id: int, client_id: str | None = "kesque-test",
-                   header_tags: bytes | None = None) -> bytes:
+def encode_request(
+    api_key: int,
+    version: int,
+    body,
+    correlation_id: int,
+    client_id: str | None = "kesque-test",
+    header_tags: bytes | None = None,
+) -> bytes:
     """A complete size-prefixed request; ``body`` is a kio object or raw bytes."""
     payload = body if isinstance(body, (bytes, bytearray)) else encode_body(body)
     frame = request_header(api_key, version, correlation_id, client_id, header_tags) + bytes(payload)
@@ -175,7 +188,7 @@ def decode_request_frame(data: bytes):
     size = _I32.unpack_from(data, 0)[0]
     if size < 10 or 4 + size > len(data):
         raise ValueError("incomplete frame")
-    frame = data[4:4 + size]
+    frame = data[4 : 4 + size]
     api_key, version = _I16.unpack_from(frame, 0)[0], _I16.unpack_from(frame, 2)[0]
     n = _I16.unpack_from(frame, 8)[0]
     pos = 10 + max(n, 0)
@@ -197,6 +210,7 @@ def decode_response(api_key: int, version: int, frame: bytes):
 
 # ---------------------------------------------------------------------- client
 
+
 class WireClient:
     def __init__(self, address, timeout: float = 10.0, client_id: str | None = "kesque-test"):
         if isinstance(address, str):
@@ -217,7 +231,7 @@ class WireClient:
         except OSError:
             pass
 
-    def __enter__(self) -> "WireClient":
+    def __enter__(self) -> WireClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -232,13 +246,15 @@ class WireClient:
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def encode(self, api_key: int, version: int, body, correlation_id: int | None = None,
-               header_tags: bytes | None = None) -> tuple[int, bytes]:
+    def encode(
+        self, api_key: int, version: int, body, correlation_id: int | None = None, header_tags: bytes | None = None
+    ) -> tuple[int, bytes]:
         corr = self.next_correlation_id() if correlation_id is None else correlation_id
         return corr, encode_request(api_key, version, body, corr, self.client_id, header_tags)
 
-    def send(self, api_key: int, version: int, body, correlation_id: int | None = None,
-             header_tags: bytes | None = None) -> int:
+    def send(
+        self, api_key: int, version: int, body, correlation_id: int | None = None, header_tags: bytes | None = None
+    ) -> int:
         corr, data = self.encode(api_key, version, body, correlation_id, header_tags)
         self.send_raw(data)
         return corr
@@ -251,7 +267,7 @@ class WireClient:
         self.sock.settimeout(remaining)
         try:
             chunk = self.sock.recv(1 << 20)
-        except socket.timeout:
+        except TimeoutError:
             raise TimeoutError("no response from broker") from None
         except (ConnectionResetError, BrokenPipeError) as e:
             raise ConnectionClosed(str(e)) from None
@@ -267,16 +283,15 @@ class WireClient:
         size = _I32.unpack_from(self._buf, 0)[0]
         while len(self._buf) < 4 + size:
             self._fill(deadline)
-        frame = bytes(self._buf[4:4 + size])
-        del self._buf[:4 + size]
+        frame = bytes(self._buf[4 : 4 + size])
+        del self._buf[: 4 + size]
         return frame
 
     def recv(self, api_key: int, version: int, timeout: float | None = None):
         """(correlation_id, response) of the next frame, decoded as (api_key, version)."""
         return decode_response(api_key, version, self.recv_frame(timeout))
 
-    def request(self, api_key: int, version: int, body, header_tags: bytes | None = None,
-                timeout: float | None = None):
+    def request(self, api_key: int, version: int, body, header_tags: bytes | None = None, timeout: float | None = None):
         corr = self.send(api_key, version, body, header_tags=header_tags)
         got, resp = self.recv(api_key, version, timeout)
         assert got == corr, f"correlation id {got} != {corr}"
@@ -328,6 +343,7 @@ class WireClient:
 
 # ---------------------------------------------------------------------- record batches
 
+
 def set_crc(batch: bytearray) -> bytearray:
     """Recompute the CRC32C of a v2 batch after editing bytes covered by it."""
     from crc32c import crc32c
@@ -343,13 +359,14 @@ def legacy_message_set(value: bytes, key: bytes | None = None, magic: int = 1) -
     body = bytes([magic, 0])
     if magic == 1:
         body += _I64.pack(int(time.time() * 1000))
-    body += (_I32.pack(-1) if key is None else _I32.pack(len(key)) + key)
+    body += _I32.pack(-1) if key is None else _I32.pack(len(key)) + key
     body += _I32.pack(len(value)) + value
     msg = _U32.pack(zlib.crc32(body) & 0xFFFFFFFF) + body
     return _I64.pack(0) + _I32.pack(len(msg)) + msg
 
 
 # ---------------------------------------------------------------------- request helpers
+
 
 class Api:
     """Convenience calls on a :class:`WireClient` (fixed, current versions)."""
@@ -364,49 +381,96 @@ class Api:
 
     def metadata(self, topics: list[str] | None, allow_auto: bool = False, version: int = 12):
         m = Msg(ApiKeys.METADATA, version)
-        req = m(topics=None if topics is None else tuple(m("MetadataRequestTopic", topic_id=None, name=t)
-                                                            for t in topics),
-                allow_auto_topic_creation=allow_auto, include_topic_authorized_operations=False)
+        req = m(
+            topics=None if topics is None else tuple(m("MetadataRequestTopic", topic_id=None, name=t) for t in topics),
+            allow_auto_topic_creation=allow_auto,
+            include_topic_authorized_operations=False,
+        )
         return self.c.request(ApiKeys.METADATA, version, req)
 
     def create_topics(self, topics: list[dict], validate_only: bool = False, version: int = 7):
         """``topics``: dicts with name, num_partitions=1, replication_factor=1, configs={}."""
         m = Msg(ApiKeys.CREATE_TOPICS, version)
-        items = tuple(m("CreatableTopic", name=t["name"], num_partitions=t.get("num_partitions", 1),
-                        replication_factor=t.get("replication_factor", 1), assignments=(),
-                        configs=tuple(m("CreatableTopicConfig", name=k, value=v)
-                                      for k, v in t.get("configs", {}).items()))
-                      for t in topics)
-        return self.c.request(ApiKeys.CREATE_TOPICS, version, m(topics=items, timeout=10000,
-                                                                validate_only=validate_only))
+        items = tuple(
+            m(
+                "CreatableTopic",
+                name=t["name"],
+                num_partitions=t.get("num_partitions", 1),
+                replication_factor=t.get("replication_factor", 1),
+                assignments=(),
+                configs=tuple(m("CreatableTopicConfig", name=k, value=v) for k, v in t.get("configs", {}).items()),
+            )
+            for t in topics
+        )
+        return self.c.request(
+            ApiKeys.CREATE_TOPICS, version, m(topics=items, timeout=10000, validate_only=validate_only)
+        )
 
     def create_topic(self, name: str, partitions: int = 1, configs: dict | None = None):
         r = self.create_topics([{"name": name, "num_partitions": partitions, "configs": configs or {}}])
         assert r.topics[0].error_code == 0, r.topics[0]
         return r.topics[0]
 
-    def produce_request(self, topic: str, records: bytes | None, partition: int = 0, acks: int = -1,
-                        version: int = 9, topic_id=None):
+    def produce_request(
+        self, topic: str, records: bytes | None, partition: int = 0, acks: int = -1, version: int = 9, topic_id=None
+    ):
         m = Msg(ApiKeys.PRODUCE, version)
-        return m.loose(transactional_id=None, acks=acks, timeout=10000, topic_data=(
-            m.loose("TopicProduceData", name=topic, topic_id=topic_id, partition_data=(
-                m("PartitionProduceData", index=partition, records=records),)),))
+        return m.loose(
+            transactional_id=None,
+            acks=acks,
+            timeout=10000,
+            topic_data=(
+                m.loose(
+                    "TopicProduceData",
+                    name=topic,
+                    topic_id=topic_id,
+                    partition_data=(m("PartitionProduceData", index=partition, records=records),),
+                ),
+            ),
+        )
 
     def produce(self, topic: str, records: bytes | None, partition: int = 0, acks: int = -1, version: int = 9):
         """The single partition response of a one-partition produce."""
         r = self.c.request(ApiKeys.PRODUCE, version, self.produce_request(topic, records, partition, acks, version))
         return r.responses[0].partition_responses[0]
 
-    def fetch_request(self, topic: str, offset: int, partition: int = 0, max_wait: int = 0, min_bytes: int = 0,
-                      current_leader_epoch: int = -1, session_id: int = 0, session_epoch: int = -1,
-                      max_bytes: int = 1 << 20, version: int = 12, topic_id=None):
+    def fetch_request(
+        self,
+        topic: str,
+        offset: int,
+        partition: int = 0,
+        max_wait: int = 0,
+        min_bytes: int = 0,
+        current_leader_epoch: int = -1,
+        session_id: int = 0,
+        session_epoch: int = -1,
+        max_bytes: int = 1 << 20,
+        version: int = 12,
+        topic_id=None,
+    ):
         m = Msg(ApiKeys.FETCH, version)
-        part = m.loose("FetchPartition", partition=partition, current_leader_epoch=current_leader_epoch,
-                       fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes)
-        return m.loose(cluster_id=None, replica_id=-1, max_wait=max_wait, min_bytes=min_bytes, max_bytes=max_bytes,
-                       isolation_level=0, session_id=session_id, session_epoch=session_epoch,
-                       topics=(m.loose("FetchTopic", topic=topic, topic_id=topic_id, partitions=(part,)),),
-                       forgotten_topics_data=(), rack_id="")
+        part = m.loose(
+            "FetchPartition",
+            partition=partition,
+            current_leader_epoch=current_leader_epoch,
+            fetch_offset=offset,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=max_bytes,
+        )
+        return m.loose(
+            cluster_id=None,
+            replica_id=-1,
+            max_wait=max_wait,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            session_id=session_id,
+            session_epoch=session_epoch,
+            topics=(m.loose("FetchTopic", topic=topic, topic_id=topic_id, partitions=(part,)),),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
 
     def fetch(self, topic: str, offset: int, **kw):
         """The whole Fetch v12 response."""
@@ -415,14 +479,21 @@ class Api:
     def alter_client_quotas(self, entries: list[tuple[dict, dict]], validate_only: bool = False, version: int = 1):
         """``entries``: (entity {type: name or None for the default}, {key: value or None to remove})."""
         m = Msg(ApiKeys.ALTER_CLIENT_QUOTAS, version)
-        items = tuple(m("EntryData", entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in e.items()),
-                        ops=tuple(m("OpData", key=k, value=0.0 if v is None else float(v), remove=v is None)
-                                  for k, v in ops.items()))
-                      for e, ops in entries)
+        items = tuple(
+            m(
+                "EntryData",
+                entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in e.items()),
+                ops=tuple(
+                    m("OpData", key=k, value=0.0 if v is None else float(v), remove=v is None) for k, v in ops.items()
+                ),
+            )
+            for e, ops in entries
+        )
         return self.c.request(ApiKeys.ALTER_CLIENT_QUOTAS, version, m(entries=items, validate_only=validate_only))
 
-    def describe_client_quotas(self, components: list[tuple[str, int, str | None]] = (), strict: bool = False,
-                               version: int = 1):
+    def describe_client_quotas(
+        self, components: list[tuple[str, int, str | None]] = (), strict: bool = False, version: int = 1
+    ):
         """``components``: (entity type, match type 0 exact / 1 default / 2 any, match)."""
         m = Msg(ApiKeys.DESCRIBE_CLIENT_QUOTAS, version)
         comps = tuple(m("ComponentData", entity_type=t, match_type=mt, match=n) for t, mt, n in components)
@@ -431,8 +502,12 @@ class Api:
     def list_offsets_request(self, topic: str, timestamp: int, partition: int = 0, version: int = 7):
         m = Msg(ApiKeys.LIST_OFFSETS, version)
         part = m.loose("ListOffsetsPartition", partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)
-        return m.loose(replica_id=-1, isolation_level=0, timeout=10000,
-                       topics=(m("ListOffsetsTopic", name=topic, partitions=(part,)),))
+        return m.loose(
+            replica_id=-1,
+            isolation_level=0,
+            timeout=10000,
+            topics=(m("ListOffsetsTopic", name=topic, partitions=(part,)),),
+        )
 
     def list_offsets(self, topic: str, timestamp: int, partition: int = 0, version: int = 7):
         req = self.list_offsets_request(topic, timestamp, partition, version)
@@ -458,16 +533,31 @@ def records_of(data: bytes | None) -> list[tuple[int, bytes | None, bytes | None
 
 # ---------------------------------------------------------------------- confluent-kafka helpers
 
-def consume_all(bootstrap: str, topic: str, partitions=(0,), timeout: float = 20.0, start: int = 0,
-                until: dict[int, int] | None = None) -> dict[int, list[tuple[int, bytes | None]]]:
+
+def consume_all(
+    bootstrap: str,
+    topic: str,
+    partitions=(0,),
+    timeout: float = 20.0,
+    start: int = 0,
+    until: dict[int, int] | None = None,
+) -> dict[int, list[tuple[int, bytes | None]]]:
     """Read every partition from ``start`` to its high watermark (or ``until[p]``) with a
     real confluent-kafka consumer; returns {partition: [(offset, value)]}. Fails on any
     consumer error (a corrupt batch, an offset out of range)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kesque-test-unused", "enable.auto.commit": False,
-                  "check.crcs": True, "fetch.wait.max.ms": 20, "enable.partition.eof": True,
-                  "topic.metadata.refresh.interval.ms": 1000})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "kesque-test-unused",
+            "enable.auto.commit": False,
+            "check.crcs": True,
+            "fetch.wait.max.ms": 20,
+            "enable.partition.eof": True,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
     try:
         ends = {}
         for p in partitions:

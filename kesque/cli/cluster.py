@@ -23,29 +23,46 @@ import signal
 import sys
 import time
 
-from ..testing.cluster import Cluster
 from ..config import parse_properties
+from ..testing.cluster import Cluster
 
 STATE = "cluster.properties"
 PID = "kesque.pid"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kesque cluster", description="Start, stop and show a local cluster of kesque "
-                                                                   "processes.")
+    p = argparse.ArgumentParser(
+        prog="kesque cluster", description="Start, stop and show a local cluster of kesque processes."
+    )
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="write the nodes' configurations, format their storage, start them")
     up.add_argument("--nodes", type=int, default=3, help="broker nodes (default 3)")
-    up.add_argument("--controllers", type=int, help="controller nodes (default: --nodes, every node both broker "
-                                                    "and controller; otherwise separate controller-only nodes)")
+    up.add_argument(
+        "--controllers",
+        type=int,
+        help="controller nodes (default: --nodes, every node both broker "
+        "and controller; otherwise separate controller-only nodes)",
+    )
     up.add_argument("--dir", required=True, help="the cluster's directory (configurations, data, logs)")
-    up.add_argument("--base-port", type=int, default=0, help="first port: each node takes its client port, then its "
-                                                             "controller port, in node id order (default: free ports)")
+    up.add_argument(
+        "--base-port",
+        type=int,
+        default=0,
+        help="first port: each node takes its client port, then its "
+        "controller port, in node id order (default: free ports)",
+    )
     up.add_argument("--timeout", type=float, default=60, help="seconds to wait for the nodes (default 60)")
-    up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                    help="set a config key on every node (repeatable), as kafka-server-start.sh --override")
-    for name, text in (("down", "stop the cluster's nodes (SIGTERM, SIGKILL after --timeout)"),
-                       ("status", "show the cluster's nodes and whether each runs")):
+    up.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a config key on every node (repeatable), as kafka-server-start.sh --override",
+    )
+    for name, text in (
+        ("down", "stop the cluster's nodes (SIGTERM, SIGKILL after --timeout)"),
+        ("status", "show the cluster's nodes and whether each runs"),
+    ):
         q = sub.add_parser(name, help=text)
         q.add_argument("--dir", required=True, help="the cluster's directory")
         if name == "down":
@@ -110,12 +127,21 @@ def node_config(overrides: list[str]) -> dict[str, str]:
 def up(args) -> int:
     running = [n for n, d in _node_dirs(args.dir) if _pid(d)]
     if running:
-        print(f"kesque cluster: nodes {', '.join(map(str, running))} of a cluster in {args.dir} are running: "
-              f"kesque cluster down --dir {args.dir} first", file=sys.stderr)
+        print(
+            f"kesque cluster: nodes {', '.join(map(str, running))} of a cluster in {args.dir} are running: "
+            f"kesque cluster down --dir {args.dir} first",
+            file=sys.stderr,
+        )
         return 1
     try:
-        cluster = Cluster(args.nodes, args.controllers, data_dir=os.path.abspath(args.dir), base_port=args.base_port,
-                          config=node_config(args.override), detach=True)
+        cluster = Cluster(
+            args.nodes,
+            args.controllers,
+            data_dir=os.path.abspath(args.dir),
+            base_port=args.base_port,
+            config=node_config(args.override),
+            detach=True,
+        )
     except ValueError as e:
         print(f"kesque cluster: {e}", file=sys.stderr)
         return 2
@@ -134,8 +160,9 @@ def up(args) -> int:
     with open(os.path.join(args.dir, STATE), "w") as f:
         f.write(f"cluster.id={cluster.cluster_id}\nbootstrap.servers={cluster.bootstrap_servers}\n")
     n = len(cluster.nodes)
-    print(f"kesque cluster {cluster.cluster_id}: {n} node{'' if n == 1 else 's'} running in {args.dir}",
-          file=sys.stderr)
+    print(
+        f"kesque cluster {cluster.cluster_id}: {n} node{'' if n == 1 else 's'} running in {args.dir}", file=sys.stderr
+    )
     print(cluster.bootstrap_servers)
     return 0
 

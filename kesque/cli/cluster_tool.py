@@ -30,14 +30,23 @@ ENDPOINT_HEADERS = ["ID", "HOST", "PORT", "RACK", "STATE", "ENDPOINT_TYPE"]
 
 def _connection_options(p: ArgParser) -> None:
     g = p.add_mutex_group(required=True)
-    p.add_argument("--bootstrap-server", "-b", group=g,
-                   help="A list of host/port pairs to use for establishing the connection to the Kafka cluster.")
-    p.add_argument("--bootstrap-controller", "-C", group=g,
-                   help="A list of host/port pairs to use for establishing the connection to the KRaft "
-                        "controllers.")
-    p.add_argument("--config",
-                   help="(DEPRECATED) A property file containing configurations for the Admin client. This option "
-                        "will be removed in a future version. Use --command-config instead.")
+    p.add_argument(
+        "--bootstrap-server",
+        "-b",
+        group=g,
+        help="A list of host/port pairs to use for establishing the connection to the Kafka cluster.",
+    )
+    p.add_argument(
+        "--bootstrap-controller",
+        "-C",
+        group=g,
+        help="A list of host/port pairs to use for establishing the connection to the KRaft controllers.",
+    )
+    p.add_argument(
+        "--config",
+        help="(DEPRECATED) A property file containing configurations for the Admin client. This option "
+        "will be removed in a future version. Use --command-config instead.",
+    )
     p.add_argument("--command-config", "-c", help="Config properties file for the Admin client.")
 
 
@@ -54,8 +63,11 @@ def build_parser() -> ArgParser:
     s.add_argument("--id", "-i", type="Integer", required=True, help="The ID of the controller to unregister.")
     s = p.add_parser("list-endpoints", help="List endpoints")
     _connection_options(s)
-    s.add_argument("--include-fenced-brokers", action="store_true",
-                   help="Whether to include fenced brokers when listing broker endpoints")
+    s.add_argument(
+        "--include-fenced-brokers",
+        action="store_true",
+        help="Whether to include fenced brokers when listing broker endpoints",
+    )
     s = p.add_parser("api-versions", help="Get information about the api versions of the brokers or controllers.")
     _connection_options(s)
     return p
@@ -64,21 +76,29 @@ def build_parser() -> ArgParser:
 class ClusterAdmin(ControllerAdmin):
     def describe(self, include_fenced: bool = False):
         def build(mod, v):
-            return make(mod.request.DescribeClusterRequest, include_cluster_authorized_operations=False,
-                        endpoint_type=2 if self.controllers else 1, include_fenced_brokers=include_fenced)
+            return make(
+                mod.request.DescribeClusterRequest,
+                include_cluster_authorized_operations=False,
+                endpoint_type=2 if self.controllers else 1,
+                include_fenced_brokers=include_fenced,
+            )
 
         def once():
             resp = self.send_any(ApiKeys.DESCRIBE_CLUSTER, build)
             if int(resp.error_code):
                 raise self.error_for(int(resp.error_code), resp.error_message)
             return resp
+
         return self.retrying("listNodes", once)
 
     def unregister(self, broker_id: int) -> None:
         def once():
-            resp = self.send_any(ApiKeys.UNREGISTER_BROKER, lambda mod, v: make(mod.request.UnregisterBrokerRequest, broker_id=broker_id))
+            resp = self.send_any(
+                ApiKeys.UNREGISTER_BROKER, lambda mod, v: make(mod.request.UnregisterBrokerRequest, broker_id=broker_id)
+            )
             if int(resp.error_code):
                 raise self.error_for(int(resp.error_code), resp.error_message)
+
         self.retrying("unregisterBroker", once)
 
 
@@ -91,8 +111,16 @@ def endpoints_text(resp, controllers: bool) -> str:
     line = "{:<10} {:<%d} {:<10} {:<10} {:<10} {:<15}\n" % width
     out = [line.format(*ENDPOINT_HEADERS)]
     for b in nodes:
-        out.append(line.format(int(b.broker_id), b.host, int(b.port), "null" if b.rack is None else b.rack,
-                               "fenced" if b.is_fenced else "unfenced", kind))
+        out.append(
+            line.format(
+                int(b.broker_id),
+                b.host,
+                int(b.port),
+                "null" if b.rack is None else b.rack,
+                "fenced" if b.is_fenced else "unfenced",
+                kind,
+            )
+        )
     return "".join(out)
 
 
@@ -105,12 +133,16 @@ def execute(argv: list[str]) -> int:
         return 1  # --help too: ClusterTool exits 1 after argparse4j's help screen
     except ParserExit as e:
         return e.code
+
     def command(admin) -> None:
         name = ns["command"]
         if name == "cluster-id":
             cluster_id = admin.describe().cluster_id
-            print(f"Cluster ID: {cluster_id}" if cluster_id else
-                  "No cluster ID found. The Kafka version is probably too old.")
+            print(
+                f"Cluster ID: {cluster_id}"
+                if cluster_id
+                else "No cluster ID found. The Kafka version is probably too old."
+            )
         elif name == "list-endpoints":
             resp = admin.describe(bool(ns.get("include_fenced_brokers")))
             sys.stdout.write(endpoints_text(resp, admin.controllers))
@@ -118,9 +150,12 @@ def execute(argv: list[str]) -> int:
             admin.unregister(ns["id"])
             print(f"Broker {ns['id']} is no longer registered.")
         else:
-            raise JavaError(ERRORS_PKG + "UnsupportedVersionException",
-                            f"kesque does not support {name} (no dynamic controller membership, no per-node "
-                            "ApiVersions listing yet)")
+            raise JavaError(
+                ERRORS_PKG + "UnsupportedVersionException",
+                f"kesque does not support {name} (no dynamic controller membership, no per-node "
+                "ApiVersions listing yet)",
+            )
+
     return run_admin(lambda: admin_for(ClusterAdmin, ns, ns.get("command_config") or ns.get("config")), command)
 
 

@@ -16,45 +16,75 @@ STATIC_BROKER_CONFIG and DEFAULT_CONFIG), which ConfigCommand prints.
 
 from __future__ import annotations
 
+import argparse
+import decimal
 import re
 import sys
 
 from ..client.wire import Connection, make
+from ..controller.controller import validate_topic_name
+from ..errors import KafkaError
 from ..protocol.api_keys import ApiKeys
 from ..quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
+from ..utils import java_string_hash
 from .plumbing import admin_client
 from .plumbing.errors import BrokerError, error_line
 from .plumbing.javautil import load_props
 from .plumbing.jopt import print_usage_and_exit, usage_or_version
 from .plumbing.run import ToolExit
-import argparse
-from ..controller.controller import validate_topic_name
-from ..errors import KafkaError
-import decimal
-from ..utils import java_string_hash
 
 NAME = "configs"
 SCRIPT = "kafka-configs.sh"
-DESCRIPTION = ("This tool helps to manipulate and describe entity config for a topic, client, user, broker, ip, "
-               "client-metrics or group")
+DESCRIPTION = (
+    "This tool helps to manipulate and describe entity config for a topic, client, user, broker, ip, "
+    "client-metrics or group"
+)
 HELP = "describe or alter topic, broker, group and client quota configs (kafka-configs.sh)"
 
 TOPIC, CLIENT, USER, BROKER, BROKER_LOGGER, IP, CLIENT_METRICS, GROUP = (
-    "topics", "clients", "users", "brokers", "broker-loggers", "ips", "client-metrics", "groups")
+    "topics",
+    "clients",
+    "users",
+    "brokers",
+    "broker-loggers",
+    "ips",
+    "client-metrics",
+    "groups",
+)
 SUPPORTED_TYPES = [TOPIC, CLIENT, USER, BROKER, BROKER_LOGGER, IP, CLIENT_METRICS, GROUP]
 
 # ConfigResource.Type codes
 _RESOURCE = {TOPIC: 2, BROKER: 4, BROKER_LOGGER: 8, CLIENT_METRICS: 16, GROUP: 32}
 # ConfigEntry.ConfigSource ids -> names
-SOURCE_NAMES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
-                3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
-                6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
+SOURCE_NAMES = {
+    0: "UNKNOWN",
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "CLIENT_METRICS_CONFIG",
+    8: "GROUP_CONFIG",
+}
 _DYNAMIC_SOURCE = {TOPIC: 1, BROKER: 2, CLIENT_METRICS: 7, GROUP: 8}
 
-_ENTITY_FLAGS = (("topic", TOPIC), ("client", CLIENT), ("user", USER), ("broker", BROKER),
-                 ("broker_logger", BROKER_LOGGER), ("ip", IP), ("client_metrics", CLIENT_METRICS), ("group", GROUP))
-_DEFAULT_FLAGS = (("client_defaults", CLIENT), ("user_defaults", USER), ("broker_defaults", BROKER),
-                  ("ip_defaults", IP))
+_ENTITY_FLAGS = (
+    ("topic", TOPIC),
+    ("client", CLIENT),
+    ("user", USER),
+    ("broker", BROKER),
+    ("broker_logger", BROKER_LOGGER),
+    ("ip", IP),
+    ("client_metrics", CLIENT_METRICS),
+    ("group", GROUP),
+)
+_DEFAULT_FLAGS = (
+    ("client_defaults", CLIENT),
+    ("user_defaults", USER),
+    ("broker_defaults", BROKER),
+    ("ip_defaults", IP),
+)
 
 
 def configure(p) -> None:
@@ -72,30 +102,52 @@ def configure(p) -> None:
                 ns.entity_name = names
 
     p.add_argument("--bootstrap-server", metavar="server to connect to", help="The Kafka servers to connect to.")
-    p.add_argument("--bootstrap-controller", metavar="controller to connect to",
-                   help="The Kafka controllers to connect to.")
-    p.add_argument("--command-config", metavar="command config property file",
-                   help="Property file containing configs to be passed to Admin Client. This is used only with "
-                        "--bootstrap-server option for describing and altering broker configs.")
+    p.add_argument(
+        "--bootstrap-controller", metavar="controller to connect to", help="The Kafka controllers to connect to."
+    )
+    p.add_argument(
+        "--command-config",
+        metavar="command config property file",
+        help="Property file containing configs to be passed to Admin Client. This is used only with "
+        "--bootstrap-server option for describing and altering broker configs.",
+    )
     p.add_argument("--alter", action="store_true", help="Alter the configuration for the entity.")
     p.add_argument("--describe", action="store_true", help="List configs for the given entity.")
-    p.add_argument("--all", action="store_true",
-                   help="List all configs for the given entity, including static configs if available.")
-    p.add_argument("--entity-type", action="append", metavar="entity-type",
-                   help="Type of entity (topics/clients/users/brokers/broker-loggers/ips/client-metrics/groups)")
-    p.add_argument("--entity-name", action=NameAction, metavar="entity-name",
-                   help="Name of entity (topic name/client id/user principal name/broker id/ip/client metrics/"
-                        "group id)")
-    p.add_argument("--entity-default", action=NameAction, nargs=0,
-                   help="Default entity name for clients/users/brokers/ips (applies to corresponding entity type)")
-    p.add_argument("--add-config", metavar="add-config",
-                   help="Key Value pairs of configs to add. Square brackets can be used to group values which "
-                        "contain commas: 'k1=v1,k2=[v1,v2,v2],k3=v3'.")
-    p.add_argument("--add-config-file", metavar="add-config-file",
-                   help="Path to a properties file with configs to add. See add-config for a list of valid "
-                        "configurations.")
-    p.add_argument("--delete-config", action="append", metavar="delete-config",
-                   help="config keys to remove 'k1,k2'")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="List all configs for the given entity, including static configs if available.",
+    )
+    p.add_argument(
+        "--entity-type",
+        action="append",
+        metavar="entity-type",
+        help="Type of entity (topics/clients/users/brokers/broker-loggers/ips/client-metrics/groups)",
+    )
+    p.add_argument(
+        "--entity-name",
+        action=NameAction,
+        metavar="entity-name",
+        help="Name of entity (topic name/client id/user principal name/broker id/ip/client metrics/group id)",
+    )
+    p.add_argument(
+        "--entity-default",
+        action=NameAction,
+        nargs=0,
+        help="Default entity name for clients/users/brokers/ips (applies to corresponding entity type)",
+    )
+    p.add_argument(
+        "--add-config",
+        metavar="add-config",
+        help="Key Value pairs of configs to add. Square brackets can be used to group values which "
+        "contain commas: 'k1=v1,k2=[v1,v2,v2],k3=v3'.",
+    )
+    p.add_argument(
+        "--add-config-file",
+        metavar="add-config-file",
+        help="Path to a properties file with configs to add. See add-config for a list of valid configurations.",
+    )
+    p.add_argument("--delete-config", action="append", metavar="delete-config", help="config keys to remove 'k1,k2'")
     p.add_argument("--force", action="store_true", help="Suppress console prompts")
     p.add_argument("--topic", metavar="topic", help="The topic's name.")
     p.add_argument("--client", metavar="client", help="The client's ID.")
@@ -144,8 +196,10 @@ def _check_args(p, a) -> None:
         raise Fail(f"Duplicate entity type(s) specified: {','.join(dup)}")
     for t in types:
         if t not in SUPPORTED_TYPES:
-            raise Fail(f"Invalid entity type {t}, the entity type must be one of {', '.join(SUPPORTED_TYPES)} with "
-                       "a --bootstrap-server or --bootstrap-controller argument")
+            raise Fail(
+                f"Invalid entity type {t}, the entity type must be one of {', '.join(SUPPORTED_TYPES)} with "
+                "a --bootstrap-server or --bootstrap-controller argument"
+            )
     if not types:
         raise Fail("At least one entity type must be specified")
     if len(types) > 1 and set(types) != {USER, CLIENT}:
@@ -159,8 +213,9 @@ def _check_args(p, a) -> None:
     has_default = any(n == "" for n in names)
     n_connect = int(bool(a.bootstrap_server)) + int(bool(a.bootstrap_controller))
     if n_connect == 0:
-        raise Fail("One of the required --bootstrap-server, --boostrap-controller, or --zookeeper arguments must be "
-                   "specified")
+        raise Fail(
+            "One of the required --bootstrap-server, --boostrap-controller, or --zookeeper arguments must be specified"
+        )
     if n_connect > 1:
         raise Fail("Only one of --bootstrap-server, --boostrap-controller, and --zookeeper can be specified")
     if has_name and (BROKER in types or BROKER_LOGGER in types):
@@ -170,8 +225,9 @@ def _check_args(p, a) -> None:
             try:
                 int(v)
             except ValueError:
-                raise Fail(f"The entity name for {types[0]} must be a valid integer broker id, but it is: {v}") \
-                    from None
+                raise Fail(
+                    f"The entity name for {types[0]} must be a valid integer broker id, but it is: {v}"
+                ) from None
     if a.describe:
         if not ({USER, CLIENT, BROKER, IP} & set(types)) and a.entity_default:
             raise Fail(f"--entity-default must not be specified with --describe of {','.join(types)}")
@@ -180,18 +236,21 @@ def _check_args(p, a) -> None:
     if a.alter:
         if {USER, CLIENT, BROKER, IP} & set(types):
             if not has_name and not has_default:
-                raise Fail("An entity-name or default entity must be specified with --alter of users, clients, "
-                           "brokers or ips")
+                raise Fail(
+                    "An entity-name or default entity must be specified with --alter of users, clients, brokers or ips"
+                )
         elif not has_name:
             raise Fail(f"An entity name must be specified with --alter of {','.join(types)}")
         if a.add_config and a.add_config_file:
             raise Fail("Only one of --add-config or --add-config-file must be specified")
         if not a.add_config and not a.add_config_file and not a.delete_config:
-            raise Fail("At least one of --add-config, --add-config-file, or --delete-config must be specified "
-                       "with --alter")
+            raise Fail(
+                "At least one of --add-config, --add-config-file, or --delete-config must be specified with --alter"
+            )
 
 
 # ----------------------------------------------------------------- config parsing
+
 
 def parse_configs_to_add(a) -> dict[str, str]:
     props: dict[str, str] = {}
@@ -201,8 +260,9 @@ def parse_configs_to_add(a) -> dict[str, str]:
         outside = r"(?=[^\]]*(?:\[|$))"
         pairs = [re.split(r"\s*=\s*" + outside, item) for item in re.split("," + outside, a.add_config)]
         if not all(len(x) == 2 for x in pairs):
-            raise Fail('requirement failed: Invalid entity config: all configs to be added must be in the format '
-                       '"key=val".')
+            raise Fail(
+                'requirement failed: Invalid entity config: all configs to be added must be in the format "key=val".'
+            )
         for k, v in pairs:
             props[k.strip()] = re.sub(r"\[?\]?", "", v).strip()
     for k in props:
@@ -220,6 +280,7 @@ def parse_configs_to_delete(a) -> list[str]:
 
 # ----------------------------------------------------------------- describe over the wire
 
+
 def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, node_id: int | None = None):
     """[(name, value, sensitive, source, [(syn_source, syn_name, syn_value)])] for one resource."""
     bootstrap = a.bootstrap_server or a.bootstrap_controller
@@ -228,12 +289,17 @@ def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, n
         admin = admin_client.make_admin(bootstrap, a.command_config)
         target = admin_client.node_address(admin, node_id)
     with Connection.to_any(target or bootstrap, client_id="kafka-configs") as conn:
+
         def build(mod, v):
             rq = mod.request
             return rq.DescribeConfigsRequest(
-                resources=(rq.DescribeConfigsResource(resource_type=rtype, resource_name=name,
-                                                      configuration_keys=None),),
-                include_synonyms=include_synonyms, include_documentation=False)
+                resources=(
+                    rq.DescribeConfigsResource(resource_type=rtype, resource_name=name, configuration_keys=None),
+                ),
+                include_synonyms=include_synonyms,
+                include_documentation=False,
+            )
+
         resp = conn.request(ApiKeys.DESCRIBE_CONFIGS, build)
     res = resp.results[0]
     code = int(res.error_code)
@@ -324,6 +390,7 @@ def describe(a) -> None:
 
 # ----------------------------------------------------------------- alter
 
+
 def alter(a) -> None:
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
@@ -362,8 +429,9 @@ def alter(a) -> None:
         ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_add.items()]
         ops += [ConfigEntry(k, "", incremental_operation=AlterConfigOpType.DELETE) for k in to_delete]
         admin = admin_client.make_admin(a.bootstrap_server or a.bootstrap_controller, a.command_config)
-        futures = admin.incremental_alter_configs([ConfigResource(rtype, name, incremental_configs=ops)],
-                                                  request_timeout=30)
+        futures = admin.incremental_alter_configs(
+            [ConfigResource(rtype, name, incremental_configs=ops)], request_timeout=30
+        )
         for f in futures.values():
             f.result()
     _print_completed(etype, name)
@@ -396,15 +464,24 @@ def _quota_filter(types: list[str], names: list[str]) -> list[tuple[str, int, st
 def describe_client_quotas(a, components) -> list[tuple[list[tuple[str, str | None]], list[tuple[str, float]]]]:
     """[(entity [(type, name or None)], [(key, value)])] of a strict DescribeClientQuotas."""
     with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+
         def build(mod, v):
             rq = mod.request
-            return make(rq.DescribeClientQuotasRequest, strict=True, components=tuple(
-                make(rq.ComponentData, entity_type=t, match_type=mt, match=n) for t, mt, n in components))
+            return make(
+                rq.DescribeClientQuotasRequest,
+                strict=True,
+                components=tuple(
+                    make(rq.ComponentData, entity_type=t, match_type=mt, match=n) for t, mt, n in components
+                ),
+            )
+
         resp = conn.request(ApiKeys.DESCRIBE_CLIENT_QUOTAS, build)
     if int(resp.error_code):
         raise BrokerError(int(resp.error_code), resp.error_message, resp.error_code.name)
-    return [([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
-            for entry in resp.entries or ()]
+    return [
+        ([(e.entity_type, e.entity_name) for e in entry.entity], [(v.key, v.value) for v in entry.values])
+        for entry in resp.entries or ()
+    ]
 
 
 def java_double(v: float) -> str:
@@ -447,8 +524,11 @@ def describe_quotas(a, types: list[str], names: list[str]) -> None:
     (ConfigCommand.describeQuotaConfigs). SCRAM credentials are not listed: kesque has none."""
     for entity, values in describe_client_quotas(a, _quota_filter(types, names)):
         given = dict(entity)
-        parts = [f"{_QUOTA_LABEL[t]} '{given[t]}'" if given[t] is not None else f"the default {_QUOTA_LABEL[t]}"
-                 for t in ("user", "client-id", "ip") if t in given]
+        parts = [
+            f"{_QUOTA_LABEL[t]} '{given[t]}'" if given[t] is not None else f"the default {_QUOTA_LABEL[t]}"
+            for t in ("user", "client-id", "ip")
+            if t in given
+        ]
         by_key = dict(values)
         entries = ", ".join(f"{k}={java_double(by_key[k])}" for k in java_hashmap_order(list(by_key)))
         print(f"Quota configs for {', '.join(parts)} are {entries}")
@@ -461,19 +541,25 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
     if etype == IP:
         unknown = [k for k in list(to_add) + to_delete if k not in IP_QUOTA_KEYS]
         if unknown:
-            raise Fail("Only connection quota configs can be added for 'ips' using --bootstrap-server. Unexpected "
-                       f"config names: {','.join(unknown)}")
+            raise Fail(
+                "Only connection quota configs can be added for 'ips' using --bootstrap-server. Unexpected "
+                f"config names: {','.join(unknown)}"
+            )
     else:
         bad_add = [k for k in to_add if k not in CLIENT_QUOTA_KEYS]
         bad_del = [k for k in to_delete if k not in CLIENT_QUOTA_KEYS]
         what = "quota configs" if etype == CLIENT or len(types) == 2 else "quota and SCRAM credential configs"
         target = CLIENT if etype == CLIENT or len(types) == 2 else USER
         if bad_add:
-            raise Fail(f"Only {what} can be added for '{target}' using --bootstrap-server. Unexpected config names: "
-                       f"Set({', '.join(bad_add)})")
+            raise Fail(
+                f"Only {what} can be added for '{target}' using --bootstrap-server. Unexpected config names: "
+                f"Set({', '.join(bad_add)})"
+            )
         if bad_del:
-            raise Fail(f"Only {what} can be deleted for '{target}' using --bootstrap-server. Unexpected config "
-                       f"names: List({', '.join(bad_del)})")
+            raise Fail(
+                f"Only {what} can be deleted for '{target}' using --bootstrap-server. Unexpected config "
+                f"names: List({', '.join(bad_del)})"
+            )
     if len(types) != len(names):
         raise Fail("Exactly one entity name must be specified for every entity type")
     found = describe_client_quotas(a, _quota_filter(types, names))
@@ -490,12 +576,24 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
     ops += [(k, None) for k in to_delete]
     entity = [(_QUOTA_ENTITY[t], n or None) for t, n in zip(types, names)]
     with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+
         def build(mod, v):
             rq = mod.request
-            return make(rq.AlterClientQuotasRequest, validate_only=False, entries=(make(
-                rq.EntryData, entity=tuple(make(rq.EntityData, entity_type=t, entity_name=n) for t, n in entity),
-                ops=tuple(make(rq.OpData, key=k, value=0.0 if val is None else val, remove=val is None)
-                          for k, val in ops)),))
+            return make(
+                rq.AlterClientQuotasRequest,
+                validate_only=False,
+                entries=(
+                    make(
+                        rq.EntryData,
+                        entity=tuple(make(rq.EntityData, entity_type=t, entity_name=n) for t, n in entity),
+                        ops=tuple(
+                            make(rq.OpData, key=k, value=0.0 if val is None else val, remove=val is None)
+                            for k, val in ops
+                        ),
+                    ),
+                ),
+            )
+
         resp = conn.request(ApiKeys.ALTER_CLIENT_QUOTAS, build)
     for r in resp.entries:
         if int(r.error_code):
@@ -504,12 +602,19 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
 
 def _incremental_alter_wire(a, rtype: int, name: str, to_add: dict, to_delete: list) -> None:
     with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+
         def build(mod, v):
             rq = mod.request
             configs = [make(rq.AlterableConfig, name=k, config_operation=0, value=val) for k, val in to_add.items()]
             configs += [make(rq.AlterableConfig, name=k, config_operation=1, value=None) for k in to_delete]
-            return make(rq.IncrementalAlterConfigsRequest, validate_only=False, resources=(
-                make(rq.AlterConfigsResource, resource_type=rtype, resource_name=name, configs=tuple(configs)),))
+            return make(
+                rq.IncrementalAlterConfigsRequest,
+                validate_only=False,
+                resources=(
+                    make(rq.AlterConfigsResource, resource_type=rtype, resource_name=name, configs=tuple(configs)),
+                ),
+            )
+
         resp = conn.request(ApiKeys.INCREMENTAL_ALTER_CONFIGS, build)
     for r in resp.responses:
         if int(r.error_code):

@@ -28,79 +28,131 @@ import sys
 import time
 import uuid
 
+from ..client.consumer import Message, WireConsumer
 from ..client.wire import Unreachable
 from .plumbing.admin_client import IncludeList, check_reachable
 from .plumbing.errors import error_line
 from .plumbing.javautil import load_props, log4j_stamp, parse_key_value_args
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
 from .plumbing.run import ToolExit, interrupted_status
-from ..client.consumer import WireConsumer
-from ..client.consumer import Message
 
 NAME = "console-consumer"
 SCRIPT = "kafka-console-consumer.sh"
 DESCRIPTION = "This tool helps to read data from Kafka topics and outputs it to standard output."
 HELP = "print the records of a topic (kafka-console-consumer.sh)"
 
-DEFAULT_FORMATTERS = {"org.apache.kafka.tools.consumer.DefaultMessageFormatter", "kafka.tools.DefaultMessageFormatter",
-                       "DefaultMessageFormatter"}
-NOOP_FORMATTERS = {"org.apache.kafka.tools.consumer.NoOpMessageFormatter", "kafka.tools.NoOpMessageFormatter",
-                    "NoOpMessageFormatter"}
+DEFAULT_FORMATTERS = {
+    "org.apache.kafka.tools.consumer.DefaultMessageFormatter",
+    "kafka.tools.DefaultMessageFormatter",
+    "DefaultMessageFormatter",
+}
+NOOP_FORMATTERS = {
+    "org.apache.kafka.tools.consumer.NoOpMessageFormatter",
+    "kafka.tools.NoOpMessageFormatter",
+    "NoOpMessageFormatter",
+}
 
 
 def configure(p) -> None:
     p.add_argument("--topic", metavar="topic", help="The topic to consume on.")
-    p.add_argument("--include", metavar="Java regex (String)",
-                   help="Regular expression specifying list of topics to include for consumption.")
-    p.add_argument("--partition", type=int, metavar="partition",
-                   help="The partition to consume from. Consumption starts from the end of the partition unless "
-                        "'--offset' is specified.")
-    p.add_argument("--offset", metavar="consume offset",
-                   help="The offset to consume from (a non-negative number), or 'earliest' which means from "
-                        "beginning, or 'latest' which means from end (default: latest)")
-    p.add_argument("--consumer-property", action="append", metavar="consumer_prop",
-                   help="A mechanism to pass user-defined properties in the form key=value to the consumer.")
-    p.add_argument("--consumer.config", dest="consumer_config", metavar="config file",
-                   help="Consumer config properties file. Note that [consumer-property] takes precedence over this "
-                        "config.")
-    p.add_argument("--formatter", metavar="class",
-                   help="The name of a class to use for formatting kafka messages for display. (default: "
-                        "org.apache.kafka.tools.consumer.DefaultMessageFormatter)")
-    p.add_argument("--property", action="append", metavar="prop",
-                   help="The properties to initialize the message formatter. Default properties include: \n"
-                        " print.timestamp=true|false\n print.key=true|false\n print.offset=true|false\n"
-                        " print.epoch=true|false\n print.partition=true|false\n print.headers=true|false\n"
-                        " print.value=true|false\n key.separator=<key.separator>\n line.separator=<line.separator>\n"
-                        " headers.separator=<line.separator>\n null.literal=<null.literal>\n"
-                        " key.deserializer=<key.deserializer>\n value.deserializer=<value.deserializer>\n"
-                        " header.deserializer=<header.deserializer>")
-    p.add_argument("--formatter-config", metavar="config file",
-                   help="Config properties file to initialize the message formatter. Note that [property] takes "
-                        "precedence over this config.")
-    p.add_argument("--from-beginning", action="store_true",
-                   help="If the consumer does not already have an established offset to consume from, start with "
-                        "the earliest message present in the log rather than the latest message.")
-    p.add_argument("--max-messages", type=int, metavar="num_messages",
-                   help="The maximum number of messages to consume before exiting. If not set, consumption is "
-                        "continual.")
-    p.add_argument("--timeout-ms", type=int, metavar="timeout_ms",
-                   help="If specified, exit if no message is available for consumption for the specified interval.")
-    p.add_argument("--skip-message-on-error", action="store_true",
-                   help="If there is an error when processing a message, skip it instead of halt.")
+    p.add_argument(
+        "--include",
+        metavar="Java regex (String)",
+        help="Regular expression specifying list of topics to include for consumption.",
+    )
+    p.add_argument(
+        "--partition",
+        type=int,
+        metavar="partition",
+        help="The partition to consume from. Consumption starts from the end of the partition unless "
+        "'--offset' is specified.",
+    )
+    p.add_argument(
+        "--offset",
+        metavar="consume offset",
+        help="The offset to consume from (a non-negative number), or 'earliest' which means from "
+        "beginning, or 'latest' which means from end (default: latest)",
+    )
+    p.add_argument(
+        "--consumer-property",
+        action="append",
+        metavar="consumer_prop",
+        help="A mechanism to pass user-defined properties in the form key=value to the consumer.",
+    )
+    p.add_argument(
+        "--consumer.config",
+        dest="consumer_config",
+        metavar="config file",
+        help="Consumer config properties file. Note that [consumer-property] takes precedence over this config.",
+    )
+    p.add_argument(
+        "--formatter",
+        metavar="class",
+        help="The name of a class to use for formatting kafka messages for display. (default: "
+        "org.apache.kafka.tools.consumer.DefaultMessageFormatter)",
+    )
+    p.add_argument(
+        "--property",
+        action="append",
+        metavar="prop",
+        help="The properties to initialize the message formatter. Default properties include: \n"
+        " print.timestamp=true|false\n print.key=true|false\n print.offset=true|false\n"
+        " print.epoch=true|false\n print.partition=true|false\n print.headers=true|false\n"
+        " print.value=true|false\n key.separator=<key.separator>\n line.separator=<line.separator>\n"
+        " headers.separator=<line.separator>\n null.literal=<null.literal>\n"
+        " key.deserializer=<key.deserializer>\n value.deserializer=<value.deserializer>\n"
+        " header.deserializer=<header.deserializer>",
+    )
+    p.add_argument(
+        "--formatter-config",
+        metavar="config file",
+        help="Config properties file to initialize the message formatter. Note that [property] takes "
+        "precedence over this config.",
+    )
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="If the consumer does not already have an established offset to consume from, start with "
+        "the earliest message present in the log rather than the latest message.",
+    )
+    p.add_argument(
+        "--max-messages",
+        type=int,
+        metavar="num_messages",
+        help="The maximum number of messages to consume before exiting. If not set, consumption is continual.",
+    )
+    p.add_argument(
+        "--timeout-ms",
+        type=int,
+        metavar="timeout_ms",
+        help="If specified, exit if no message is available for consumption for the specified interval.",
+    )
+    p.add_argument(
+        "--skip-message-on-error",
+        action="store_true",
+        help="If there is an error when processing a message, skip it instead of halt.",
+    )
     p.add_argument("--bootstrap-server", metavar="server to connect to", help="REQUIRED: The server(s) to connect to.")
     p.add_argument("--key-deserializer", metavar="deserializer for key")
     p.add_argument("--value-deserializer", metavar="deserializer for values")
-    p.add_argument("--enable-systest-events", action="store_true",
-                   help="Log lifecycle events of the consumer in addition to logging consumed messages. (This is "
-                        "specific for system tests.)")
-    p.add_argument("--isolation-level", metavar="isolation-level",
-                   help="Set to read_committed in order to filter out transactional messages which are not "
-                        "committed. Set to read_uncommitted to read all messages. (default: read_uncommitted)")
+    p.add_argument(
+        "--enable-systest-events",
+        action="store_true",
+        help="Log lifecycle events of the consumer in addition to logging consumed messages. (This is "
+        "specific for system tests.)",
+    )
+    p.add_argument(
+        "--isolation-level",
+        metavar="isolation-level",
+        help="Set to read_committed in order to filter out transactional messages which are not "
+        "committed. Set to read_uncommitted to read all messages. (default: read_uncommitted)",
+    )
     p.add_argument("--group", metavar="consumer group id", help="The consumer group id of the consumer.")
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
 
 # ----------------------------------------------------------------- formatter
+
 
 def _deserializer(name: str | None):
     if not name:
@@ -119,8 +171,11 @@ def _deserializer(name: str | None):
         "VoidDeserializer": lambda b: "null",
     }
     if short not in table:
-        print(f"[{log4j_stamp()}] ERROR Unable to instantiate a deserializer from {name} "
-              "(org.apache.kafka.tools.consumer.DefaultMessageFormatter)", file=sys.stderr)
+        print(
+            f"[{log4j_stamp()}] ERROR Unable to instantiate a deserializer from {name} "
+            "(org.apache.kafka.tools.consumer.DefaultMessageFormatter)",
+            file=sys.stderr,
+        )
         return None
     fn = table[short]
     return (lambda b: fn(b).encode("utf-8")) if fn else None
@@ -130,6 +185,7 @@ class DefaultMessageFormatter:
     def __init__(self, props: dict[str, str]):
         def flag(k, default):
             return props[k].strip().lower() == "true" if k in props else default
+
         self.ts = flag("print.timestamp", False)
         self.key = flag("print.key", False)
         self.offset = flag("print.offset", False)
@@ -156,9 +212,11 @@ class DefaultMessageFormatter:
 
         def sep(i):
             out.extend(self.key_sep if any(rest[i:]) else self.line_sep)
+
         if self.ts:
-            out += b"NO_TIMESTAMP" if m.timestamp_type == "NO_TIMESTAMP" else \
-                f"{m.timestamp_type}:{m.timestamp}".encode()
+            out += (
+                b"NO_TIMESTAMP" if m.timestamp_type == "NO_TIMESTAMP" else f"{m.timestamp_type}:{m.timestamp}".encode()
+            )
             sep(0)
         if self.partition:
             out += f"Partition:{m.partition}".encode()
@@ -171,8 +229,11 @@ class DefaultMessageFormatter:
             out += f"Delivery:{dc}".encode() if dc is not None else b"Delivery:NOT_PRESENT"
             sep(3)
         if self.epoch:
-            out += f"Epoch:{m.leader_epoch}".encode() if m.leader_epoch is not None and m.leader_epoch >= 0 \
+            out += (
+                f"Epoch:{m.leader_epoch}".encode()
+                if m.leader_epoch is not None and m.leader_epoch >= 0
                 else b"Epoch:NOT_PRESENT"
+            )
             sep(4)
         if self.headers:
             if not m.headers:
@@ -202,6 +263,7 @@ class NoOpMessageFormatter:
 
 # ----------------------------------------------------------------- options
 
+
 class Options:
     pass
 
@@ -226,17 +288,23 @@ def _check(p, a) -> Options:
         if g is not None and g not in groups:
             groups.append(g)
     if len(groups) > 1:
-        print_usage_and_exit(p, "The group ids provided in different places (directly using '--group', via "
-                                "'--consumer-property', or via '--consumer.config') do not match. Detected group ids: "
-                                + ", ".join(f"'{g}'" for g in groups))
+        print_usage_and_exit(
+            p,
+            "The group ids provided in different places (directly using '--group', via "
+            "'--consumer-property', or via '--consumer.config') do not match. Detected group ids: "
+            + ", ".join(f"'{g}'" for g in groups),
+        )
     if groups and a.partition is not None:
         print_usage_and_exit(p, "Options group and partition cannot be specified together.")
     props = dict(file_props)
     props.update(extra)
     if "auto.offset.reset" in props:
         if a.from_beginning and props["auto.offset.reset"] != "earliest":
-            print(f"Can't simultaneously specify --from-beginning and 'auto.offset.reset={props['auto.offset.reset']}', "
-                  "please remove one option", file=sys.stderr)
+            print(
+                f"Can't simultaneously specify --from-beginning and 'auto.offset.reset={props['auto.offset.reset']}', "
+                "please remove one option",
+                file=sys.stderr,
+            )
             raise ToolExit(1)
     else:
         props["auto.offset.reset"] = "earliest" if a.from_beginning else "latest"
@@ -245,9 +313,11 @@ def _check(p, a) -> Options:
     if a.isolation_level is not None or "isolation.level" not in props:
         props["isolation.level"] = a.isolation_level or "read_uncommitted"
     if props["isolation.level"] not in ("read_committed", "read_uncommitted"):
-        print(f"org.apache.kafka.common.config.ConfigException: Invalid value {props['isolation.level']} for "
-              "configuration isolation.level: String must be one of: read_committed, read_uncommitted",
-              file=sys.stderr)
+        print(
+            f"org.apache.kafka.common.config.ConfigException: Invalid value {props['isolation.level']} for "
+            "configuration isolation.level: String must be one of: read_committed, read_uncommitted",
+            file=sys.stderr,
+        )
         raise ToolExit(1)
     o.group = groups[0] if groups else None
     o.props = props
@@ -265,8 +335,11 @@ def _check(p, a) -> Options:
             except ValueError:
                 o.offset = -100
             if o.offset < 0:
-                print_usage_and_exit(p, f"The provided offset value '{a.offset}' is incorrect. Valid values are "
-                                        "'earliest', 'latest', or a non-negative long.")
+                print_usage_and_exit(
+                    p,
+                    f"The provided offset value '{a.offset}' is incorrect. Valid values are "
+                    "'earliest', 'latest', or a non-negative long.",
+                )
     elif a.from_beginning:
         o.offset = -2
     else:
@@ -292,6 +365,7 @@ def _check(p, a) -> Options:
 
 # ----------------------------------------------------------------- sources
 
+
 class WireSource:
     """Group-less: direct assignment (see kesque.client.consumer)."""
 
@@ -299,13 +373,15 @@ class WireSource:
 
         props = o.props
         self.consumer = WireConsumer(
-            a.bootstrap_server, client_id=props.get("client.id", "console-consumer"),
+            a.bootstrap_server,
+            client_id=props.get("client.id", "console-consumer"),
             isolation_level=1 if props["isolation.level"] == "read_committed" else 0,
             auto_offset_reset=props.get("auto.offset.reset", "latest"),
             max_wait_ms=int(props.get("fetch.max.wait.ms", 500)),
             fetch_min_bytes=int(props.get("fetch.min.bytes", 1)),
             fetch_max_bytes=int(props.get("fetch.max.bytes", 52428800)),
-            partition_max_bytes=int(props.get("max.partition.fetch.bytes", 1048576)))
+            partition_max_bytes=int(props.get("max.partition.fetch.bytes", 1048576)),
+        )
         self.a = a
         self.o = o
         self.pattern = None
@@ -360,8 +436,15 @@ class WireSource:
 class GroupSource:
     """With a group: confluent-kafka's Consumer subscribed to the topic (or pattern)."""
 
-    _JAVA_ONLY = {"key.deserializer", "value.deserializer", "interceptor.classes", "partition.assignment.strategy",
-                  "default.api.timeout.ms", "exclude.internal.topics", "allow.auto.create.topics"}
+    _JAVA_ONLY = {
+        "key.deserializer",
+        "value.deserializer",
+        "interceptor.classes",
+        "partition.assignment.strategy",
+        "default.api.timeout.ms",
+        "exclude.internal.topics",
+        "allow.auto.create.topics",
+    }
 
     def __init__(self, a, o):
         from confluent_kafka import Consumer
@@ -388,9 +471,19 @@ class GroupSource:
                 continue
             ts_kind, ts = m.timestamp()
             kind = {1: "CreateTime", 2: "LogAppendTime"}.get(ts_kind, "NO_TIMESTAMP")
-            out.append(Message(m.topic(), m.partition(), m.offset(), ts if ts_kind else -1, kind, m.key(),
-                               m.value(), list(m.headers() or []), m.leader_epoch() if m.leader_epoch() is not None
-                               else -1))
+            out.append(
+                Message(
+                    m.topic(),
+                    m.partition(),
+                    m.offset(),
+                    ts if ts_kind else -1,
+                    kind,
+                    m.key(),
+                    m.value(),
+                    list(m.headers() or []),
+                    m.leader_epoch() if m.leader_epoch() is not None else -1,
+                )
+            )
         return out
 
     def printed(self, msgs) -> None:
@@ -423,6 +516,7 @@ class GroupSource:
 
 # ----------------------------------------------------------------- main loop
 
+
 class _Stop(Exception):
     """Nobody reads standard output any more."""
 
@@ -444,9 +538,12 @@ def run(a) -> int:
                 remaining = o.timeout_ms / 1000.0 - (time.monotonic() - last)
                 if remaining < 0:
                     sys.stdout.flush()
-                    print(f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  "
-                          "(org.apache.kafka.tools.consumer.ConsoleConsumer)\n"
-                          "org.apache.kafka.common.errors.TimeoutException", file=sys.stderr)
+                    print(
+                        f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  "
+                        "(org.apache.kafka.tools.consumer.ConsoleConsumer)\n"
+                        "org.apache.kafka.common.errors.TimeoutException",
+                        file=sys.stderr,
+                    )
                     break
                 wait = min(remaining, 1.0)
             else:
@@ -468,8 +565,9 @@ def run(a) -> int:
                 except Exception as e:
                     if not a.skip_message_on_error:
                         raise
-                    print(f"[{log4j_stamp()}] ERROR Error processing message, skipping this message: {e}",
-                          file=sys.stderr)
+                    print(
+                        f"[{log4j_stamp()}] ERROR Error processing message, skipping this message: {e}", file=sys.stderr
+                    )
             try:
                 out.flush()
             except BrokenPipeError:
@@ -486,8 +584,11 @@ def run(a) -> int:
         print(error_line(e), file=sys.stderr)
         status = 1
     except Exception as e:
-        print(f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  "
-              f"(org.apache.kafka.tools.consumer.ConsoleConsumer)\n{e}", file=sys.stderr)
+        print(
+            f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  "
+            f"(org.apache.kafka.tools.consumer.ConsoleConsumer)\n{e}",
+            file=sys.stderr,
+        )
         status = 1
     finally:
         try:
@@ -504,4 +605,3 @@ def run(a) -> int:
         print(f"Processed a total of {count} messages", file=sys.stderr)
         sys.stderr.flush()
     return status
-

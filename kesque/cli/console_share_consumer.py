@@ -30,47 +30,76 @@ HELP = "print the records a share group hands out (kafka-console-share-consumer.
 LOGGER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
 DEFAULT_GROUP = "console-share-consumer"
 
-_FORMATTER_PROPS = ("The properties to initialize the message formatter. Default properties include: \n"
-                    " print.timestamp=true|false\n print.key=true|false\n print.offset=true|false\n"
-                    " print.delivery=true|false\n print.epoch=true|false\n print.partition=true|false\n"
-                    " print.headers=true|false\n print.value=true|false\n key.separator=<key.separator>\n"
-                    " line.separator=<line.separator>\n headers.separator=<headers.separator>\n"
-                    " null.literal=<null.literal>\n key.deserializer=<key.deserializer>\n"
-                    " value.deserializer=<value.deserializer>\n header.deserializer=<header.deserializer>")
+_FORMATTER_PROPS = (
+    "The properties to initialize the message formatter. Default properties include: \n"
+    " print.timestamp=true|false\n print.key=true|false\n print.offset=true|false\n"
+    " print.delivery=true|false\n print.epoch=true|false\n print.partition=true|false\n"
+    " print.headers=true|false\n print.value=true|false\n key.separator=<key.separator>\n"
+    " line.separator=<line.separator>\n headers.separator=<headers.separator>\n"
+    " null.literal=<null.literal>\n key.deserializer=<key.deserializer>\n"
+    " value.deserializer=<value.deserializer>\n header.deserializer=<header.deserializer>"
+)
 
 
 def configure(p) -> None:
     p.add_argument("--topic", metavar="topic", help="The topic to consume from.")
-    p.add_argument("--consumer-property", action="append", metavar="consumer_prop",
-                   help="(DEPRECATED) Consumer config properties in the form key=value.")
-    p.add_argument("--command-property", action="append", metavar="consumer_prop",
-                   help="Consumer config properties in the form key=value.")
+    p.add_argument(
+        "--consumer-property",
+        action="append",
+        metavar="consumer_prop",
+        help="(DEPRECATED) Consumer config properties in the form key=value.",
+    )
+    p.add_argument(
+        "--command-property",
+        action="append",
+        metavar="consumer_prop",
+        help="Consumer config properties in the form key=value.",
+    )
     p.add_argument("--consumer-config", metavar="config file", help="(DEPRECATED) Consumer config properties file.")
-    p.add_argument("--command-config", metavar="config file",
-                   help="Consumer config properties file. Note that [command-property] takes precedence over this "
-                        "config.")
-    p.add_argument("--formatter", metavar="class",
-                   help="The name of a class to use for formatting Kafka messages for display.")
+    p.add_argument(
+        "--command-config",
+        metavar="config file",
+        help="Consumer config properties file. Note that [command-property] takes precedence over this config.",
+    )
+    p.add_argument(
+        "--formatter", metavar="class", help="The name of a class to use for formatting Kafka messages for display."
+    )
     p.add_argument("--property", action="append", metavar="prop", help="(DEPRECATED) " + _FORMATTER_PROPS)
     p.add_argument("--formatter-property", action="append", metavar="prop", help=_FORMATTER_PROPS)
-    p.add_argument("--formatter-config", metavar="config file",
-                   help="Config properties file to initialize the message formatter. Note that [formatter-property] "
-                        "takes precedence over this config.")
-    p.add_argument("--max-messages", type=int, metavar="num_messages",
-                   help="The maximum number of messages to consume before exiting. If not set, consumption is "
-                        "continual.")
-    p.add_argument("--timeout-ms", type=int, metavar="timeout_ms",
-                   help="If specified, exit if no message is available for consumption for the specified interval.")
+    p.add_argument(
+        "--formatter-config",
+        metavar="config file",
+        help="Config properties file to initialize the message formatter. Note that [formatter-property] "
+        "takes precedence over this config.",
+    )
+    p.add_argument(
+        "--max-messages",
+        type=int,
+        metavar="num_messages",
+        help="The maximum number of messages to consume before exiting. If not set, consumption is continual.",
+    )
+    p.add_argument(
+        "--timeout-ms",
+        type=int,
+        metavar="timeout_ms",
+        help="If specified, exit if no message is available for consumption for the specified interval.",
+    )
     p.add_argument("--reject", action="store_true", help="If specified, messages are rejected as they are consumed.")
     p.add_argument("--release", action="store_true", help="If specified, messages are released as they are consumed.")
-    p.add_argument("--reject-message-on-error", action="store_true",
-                   help="If there is an error when processing a message, reject it instead of halting.")
+    p.add_argument(
+        "--reject-message-on-error",
+        action="store_true",
+        help="If there is an error when processing a message, reject it instead of halting.",
+    )
     p.add_argument("--bootstrap-server", metavar="server to connect to", help="REQUIRED: The server(s) to connect to.")
     p.add_argument("--key-deserializer", metavar="deserializer for keys")
     p.add_argument("--value-deserializer", metavar="deserializer for values")
-    p.add_argument("--enable-systest-events", action="store_true",
-                   help="Log lifecycle events of the share consumer in addition to logging consumed messages. "
-                        "(This is specific for system tests.)")
+    p.add_argument(
+        "--enable-systest-events",
+        action="store_true",
+        help="Log lifecycle events of the share consumer in addition to logging consumed messages. "
+        "(This is specific for system tests.)",
+    )
     p.add_argument("--group", metavar="share group id", help="The share group id of the consumer.")
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
@@ -81,8 +110,9 @@ class Options:
 
 def _pair(p, a, new: str, old: str):
     if getattr(a, new) is not None and getattr(a, old) is not None:
-        print_usage_and_exit(p, f"Options --{old.replace('_', '-')} and --{new.replace('_', '-')} cannot be "
-                                "specified together.")
+        print_usage_and_exit(
+            p, f"Options --{old.replace('_', '-')} and --{new.replace('_', '-')} cannot be specified together."
+        )
     return getattr(a, new) if getattr(a, new) is not None else getattr(a, old)
 
 
@@ -102,9 +132,12 @@ def _check(p, a) -> Options:
         if g is not None and g not in groups:
             groups.append(g)
     if len(groups) > 1:
-        print_usage_and_exit(p, "The group ids provided in different places (directly using '--group', via "
-                                "'--consumer-property', or via '--consumer-config') do not match. Detected group "
-                                "ids: " + ", ".join(f"'{g}'" for g in groups))
+        print_usage_and_exit(
+            p,
+            "The group ids provided in different places (directly using '--group', via "
+            "'--consumer-property', or via '--consumer-config') do not match. Detected group "
+            "ids: " + ", ".join(f"'{g}'" for g in groups),
+        )
     props["group.id"] = groups[0] if groups else DEFAULT_GROUP
     props["bootstrap.servers"] = a.bootstrap_server
     props.setdefault("client.id", "console-share-consumer")
@@ -134,16 +167,27 @@ def _consumer(o: Options) -> ShareConsumer:
 
     def num(key, default):
         return int(props.get(key, default))
-    return ShareConsumer(props["bootstrap.servers"], props["group.id"], client_id=props["client.id"],
-                         acknowledgement_mode="explicit", max_wait_ms=num("fetch.max.wait.ms", 500),
-                         max_records=num("max.poll.records", 500), fetch_min_bytes=num("fetch.min.bytes", 1),
-                         fetch_max_bytes=num("fetch.max.bytes", 52428800), rack_id=props.get("client.rack"))
+
+    return ShareConsumer(
+        props["bootstrap.servers"],
+        props["group.id"],
+        client_id=props["client.id"],
+        acknowledgement_mode="explicit",
+        max_wait_ms=num("fetch.max.wait.ms", 500),
+        max_records=num("max.poll.records", 500),
+        fetch_min_bytes=num("fetch.min.bytes", 1),
+        fetch_max_bytes=num("fetch.max.bytes", 52428800),
+        rack_id=props.get("client.rack"),
+    )
 
 
 def _timed_out() -> None:
     sys.stdout.flush()
-    print(f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  ({LOGGER})\n"
-          "org.apache.kafka.common.errors.TimeoutException", file=sys.stderr)
+    print(
+        f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  ({LOGGER})\n"
+        "org.apache.kafka.common.errors.TimeoutException",
+        file=sys.stderr,
+    )
 
 
 def run(a) -> int:
@@ -182,8 +226,10 @@ def run(a) -> int:
             except Exception as e:
                 if not a.reject_message_on_error:
                     raise
-                print(f"[{log4j_stamp()}] ERROR Error processing message, rejecting this message:  ({LOGGER})\n{e}",
-                      file=sys.stderr)
+                print(
+                    f"[{log4j_stamp()}] ERROR Error processing message, rejecting this message:  ({LOGGER})\n{e}",
+                    file=sys.stderr,
+                )
                 consumer.acknowledge(m, REJECT)
             if not pending:
                 out.flush()
@@ -193,8 +239,10 @@ def run(a) -> int:
         print(error_line(e), file=sys.stderr)
         status = 1
     except Exception as e:
-        print(f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  ({LOGGER})\n{e}",
-              file=sys.stderr)
+        print(
+            f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  ({LOGGER})\n{e}",
+            file=sys.stderr,
+        )
     finally:
         try:
             out.flush()

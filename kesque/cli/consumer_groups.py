@@ -25,6 +25,7 @@ member, the reset plan, deleted group names); :func:`._common.java_hash_order` r
 
 from __future__ import annotations
 
+import csv
 import datetime
 import re
 import struct
@@ -47,20 +48,20 @@ from .plumbing.javautil import (
 )
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
 from .plumbing.run import ToolExit
-import csv
 
 NAME = "consumer-groups"
 SCRIPT = "kafka-consumer-groups.sh"
-DESCRIPTION = ("This tool helps to list all consumer groups, describe a consumer group, delete consumer group info, "
-               "or reset consumer group offsets.")
+DESCRIPTION = (
+    "This tool helps to list all consumer groups, describe a consumer group, delete consumer group info, "
+    "or reset consumer group offsets."
+)
 HELP = "list, describe and delete consumer groups, reset their offsets (kafka-consumer-groups.sh)"
 
 MISSING = "-"
 _LOGGER = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 
 # ConsumerGroupState / GroupType as Kafka names them (declaration order, UNKNOWN first)
-STATES = ("Unknown", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty", "Assigning",
-          "Reconciling")
+STATES = ("Unknown", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty", "Assigning", "Reconciling")
 TYPES = ("Unknown", "Consumer", "Classic", "Share")
 _REBALANCING = {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
 
@@ -68,81 +69,140 @@ _NL = "\n"
 
 
 def configure(p) -> None:
-    p.add_argument("--bootstrap-server", metavar="server to connect to",
-                   help="REQUIRED: The server(s) to connect to.")
+    p.add_argument("--bootstrap-server", metavar="server to connect to", help="REQUIRED: The server(s) to connect to.")
     p.add_argument("--group", action="append", metavar="consumer group", help="The consumer group we wish to act on.")
-    p.add_argument("--topic", action="append", metavar="topic",
-                   help="The topic whose consumer group information should be deleted or topic whose should be "
-                        "included in the reset offset process. In `reset-offsets` case, partitions can be specified "
-                        "using this format: `topic1:0,1,2`, where 0,1,2 are the partition to be included in the "
-                        "process. Reset-offsets also supports multiple topic inputs.")
-    p.add_argument("--all-topics", action="store_true",
-                   help="Consider all topics assigned to a group in the `reset-offsets` process.")
+    p.add_argument(
+        "--topic",
+        action="append",
+        metavar="topic",
+        help="The topic whose consumer group information should be deleted or topic whose should be "
+        "included in the reset offset process. In `reset-offsets` case, partitions can be specified "
+        "using this format: `topic1:0,1,2`, where 0,1,2 are the partition to be included in the "
+        "process. Reset-offsets also supports multiple topic inputs.",
+    )
+    p.add_argument(
+        "--all-topics",
+        action="store_true",
+        help="Consider all topics assigned to a group in the `reset-offsets` process.",
+    )
     p.add_argument("--list", action="store_true", help="List all consumer groups.")
-    p.add_argument("--describe", action="store_true",
-                   help="Describe consumer group and list offset lag (number of messages not yet processed) related "
-                        "to given group.")
+    p.add_argument(
+        "--describe",
+        action="store_true",
+        help="Describe consumer group and list offset lag (number of messages not yet processed) related "
+        "to given group.",
+    )
     p.add_argument("--all-groups", action="store_true", help="Apply to all consumer groups.")
-    p.add_argument("--delete", action="store_true",
-                   help="Pass in groups to delete topic partition offsets and ownership information over the entire "
-                        "consumer group. For instance --group g1 --group g2")
-    p.add_argument("--timeout", type=int, default=5000, metavar="timeout (ms)",
-                   help="The timeout that can be set for some use cases. For example, it can be used when describing "
-                        "the group to specify the maximum amount of time in milliseconds to wait before the group "
-                        "stabilizes (when the group is just created, or is going through some changes).")
-    p.add_argument("--command-config", metavar="command config property file",
-                   help="Property file containing configs to be passed to Admin Client and Consumer.")
-    p.add_argument("--reset-offsets", action="store_true",
-                   help="Reset offsets of consumer group. Supports one consumer group at the time, and instances "
-                        "should be inactive\nHas 2 execution options: --dry-run (the default) to plan which offsets "
-                        "to reset, and --execute to update the offsets. Additionally, the --export option is used to "
-                        "export the results to a CSV format.\nYou must choose one of the following reset "
-                        "specifications: --to-datetime, --by-duration, --to-earliest, --to-latest, --shift-by, "
-                        "--from-file, --to-current, --to-offset.\nTo define the scope use --all-topics or --topic. "
-                        "One scope must be specified unless you use '--from-file'.")
-    p.add_argument("--delete-offsets", action="store_true",
-                   help="Delete offsets of consumer group. Supports one consumer group at the time, and multiple "
-                        "topics.")
-    p.add_argument("--dry-run", action="store_true",
-                   help="Only show results without executing changes on Consumer Groups. Supported operations: "
-                        "reset-offsets.")
+    p.add_argument(
+        "--delete",
+        action="store_true",
+        help="Pass in groups to delete topic partition offsets and ownership information over the entire "
+        "consumer group. For instance --group g1 --group g2",
+    )
+    p.add_argument(
+        "--timeout",
+        type=int,
+        default=5000,
+        metavar="timeout (ms)",
+        help="The timeout that can be set for some use cases. For example, it can be used when describing "
+        "the group to specify the maximum amount of time in milliseconds to wait before the group "
+        "stabilizes (when the group is just created, or is going through some changes).",
+    )
+    p.add_argument(
+        "--command-config",
+        metavar="command config property file",
+        help="Property file containing configs to be passed to Admin Client and Consumer.",
+    )
+    p.add_argument(
+        "--reset-offsets",
+        action="store_true",
+        help="Reset offsets of consumer group. Supports one consumer group at the time, and instances "
+        "should be inactive\nHas 2 execution options: --dry-run (the default) to plan which offsets "
+        "to reset, and --execute to update the offsets. Additionally, the --export option is used to "
+        "export the results to a CSV format.\nYou must choose one of the following reset "
+        "specifications: --to-datetime, --by-duration, --to-earliest, --to-latest, --shift-by, "
+        "--from-file, --to-current, --to-offset.\nTo define the scope use --all-topics or --topic. "
+        "One scope must be specified unless you use '--from-file'.",
+    )
+    p.add_argument(
+        "--delete-offsets",
+        action="store_true",
+        help="Delete offsets of consumer group. Supports one consumer group at the time, and multiple topics.",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="Only show results without executing changes on Consumer Groups. Supported operations: reset-offsets.",
+    )
     p.add_argument("--execute", action="store_true", help="Execute operation. Supported operations: reset-offsets.")
-    p.add_argument("--export", action="store_true",
-                   help="Export operation execution to a CSV file. Supported operations: reset-offsets.")
+    p.add_argument(
+        "--export",
+        action="store_true",
+        help="Export operation execution to a CSV file. Supported operations: reset-offsets.",
+    )
     p.add_argument("--to-offset", type=int, metavar="offset", help="Reset offsets to a specific offset.")
     p.add_argument("--from-file", metavar="path to CSV file", help="Reset offsets to values defined in CSV file.")
-    p.add_argument("--to-datetime", metavar="datetime",
-                   help="Reset offsets to offset from datetime. Format: 'YYYY-MM-DDTHH:mm:SS.sss'")
-    p.add_argument("--by-duration", metavar="duration",
-                   help="Reset offsets to offset by duration from current timestamp. Format: 'PnDTnHnMnS'")
+    p.add_argument(
+        "--to-datetime",
+        metavar="datetime",
+        help="Reset offsets to offset from datetime. Format: 'YYYY-MM-DDTHH:mm:SS.sss'",
+    )
+    p.add_argument(
+        "--by-duration",
+        metavar="duration",
+        help="Reset offsets to offset by duration from current timestamp. Format: 'PnDTnHnMnS'",
+    )
     p.add_argument("--to-earliest", action="store_true", help="Reset offsets to earliest offset.")
     p.add_argument("--to-latest", action="store_true", help="Reset offsets to latest offset.")
     p.add_argument("--to-current", action="store_true", help="Reset offsets to current offset.")
-    p.add_argument("--shift-by", type=int, metavar="number-of-offsets",
-                   help="Reset offsets shifting current offset by 'n', where 'n' can be positive or negative.")
-    p.add_argument("--members", action="store_true",
-                   help="Describe members of the group. This option may be used with '--describe' and "
-                        "'--bootstrap-server' options only.\nExample: --bootstrap-server localhost:9092 --describe "
-                        "--group group1 --members")
-    p.add_argument("--verbose", action="store_true",
-                   help="Provide additional information, if any, when describing the group. This option may be used "
-                        "with '--offsets'/'--members'/'--state' and '--bootstrap-server' options only.\nExample: "
-                        "--bootstrap-server localhost:9092 --describe --group group1 --members --verbose")
-    p.add_argument("--offsets", action="store_true",
-                   help="Describe the group and list all topic partitions in the group along with their offset lag. "
-                        "This is the default sub-action of and may be used with '--describe' and "
-                        "'--bootstrap-server' options only.\nExample: --bootstrap-server localhost:9092 --describe "
-                        "--group group1 --offsets")
-    p.add_argument("--state", nargs="?", const="", metavar="state",
-                   help="When specified with '--describe', includes the state of the group.\nExample: "
-                        "--bootstrap-server localhost:9092 --describe --group group1 --state\nWhen specified with "
-                        "'--list', it displays the state of all groups. It can also be used to list groups with "
-                        "specific states.\nExample: --bootstrap-server localhost:9092 --list --state stable,empty\n"
-                        "This option may be used with '--describe', '--list' and '--bootstrap-server' options only.")
-    p.add_argument("--type", nargs="?", const="", metavar="type",
-                   help="When specified with '--list', it displays the types of all the groups. It can also be used "
-                        "to list groups with specific types.\nExample: --bootstrap-server localhost:9092 --list "
-                        "--type classic,consumer\nThis option may be used with the '--list' option only.")
+    p.add_argument(
+        "--shift-by",
+        type=int,
+        metavar="number-of-offsets",
+        help="Reset offsets shifting current offset by 'n', where 'n' can be positive or negative.",
+    )
+    p.add_argument(
+        "--members",
+        action="store_true",
+        help="Describe members of the group. This option may be used with '--describe' and "
+        "'--bootstrap-server' options only.\nExample: --bootstrap-server localhost:9092 --describe "
+        "--group group1 --members",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Provide additional information, if any, when describing the group. This option may be used "
+        "with '--offsets'/'--members'/'--state' and '--bootstrap-server' options only.\nExample: "
+        "--bootstrap-server localhost:9092 --describe --group group1 --members --verbose",
+    )
+    p.add_argument(
+        "--offsets",
+        action="store_true",
+        help="Describe the group and list all topic partitions in the group along with their offset lag. "
+        "This is the default sub-action of and may be used with '--describe' and "
+        "'--bootstrap-server' options only.\nExample: --bootstrap-server localhost:9092 --describe "
+        "--group group1 --offsets",
+    )
+    p.add_argument(
+        "--state",
+        nargs="?",
+        const="",
+        metavar="state",
+        help="When specified with '--describe', includes the state of the group.\nExample: "
+        "--bootstrap-server localhost:9092 --describe --group group1 --state\nWhen specified with "
+        "'--list', it displays the state of all groups. It can also be used to list groups with "
+        "specific states.\nExample: --bootstrap-server localhost:9092 --list --state stable,empty\n"
+        "This option may be used with '--describe', '--list' and '--bootstrap-server' options only.",
+    )
+    p.add_argument(
+        "--type",
+        nargs="?",
+        const="",
+        metavar="type",
+        help="When specified with '--list', it displays the types of all the groups. It can also be used "
+        "to list groups with specific types.\nExample: --bootstrap-server localhost:9092 --list "
+        "--type classic,consumer\nThis option may be used with the '--list' option only.",
+    )
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
 
@@ -160,8 +220,11 @@ def from_confluent(exc: BaseException) -> JavaError:
     if code in (-185, -192):  # _TIMED_OUT, _TIMED_OUT_QUEUE
         return JavaError(ERRORS_PKG + "TimeoutException", "Timed out waiting for a node assignment.")
     if code == 1:  # librdkafka 'broker: offset out of range' etc. keep Kafka's vocabulary
-        return JavaError(ERRORS_PKG + "OffsetOutOfRangeException",
-                         "The requested offset is not within the range of offsets maintained by the server.", 1)
+        return JavaError(
+            ERRORS_PKG + "OffsetOutOfRangeException",
+            "The requested offset is not within the range of offsets maintained by the server.",
+            1,
+        )
     return group_error(code, err.str())
 
 
@@ -176,6 +239,7 @@ class Usage(Exception):
 
 
 # ----------------------------------------------------------------- model
+
 
 @dataclass
 class Member:
@@ -228,7 +292,7 @@ def parse_assignment(data: bytes | None) -> list[tuple[str, int]]:
     for _ in range(max(n, 0)):
         (ln,) = struct.unpack_from(">h", data, pos)
         pos += 2
-        topic = bytes(data[pos:pos + ln]).decode()
+        topic = bytes(data[pos : pos + ln]).decode()
         pos += ln
         (np_,) = struct.unpack_from(">i", data, pos)
         pos += 4
@@ -239,6 +303,7 @@ def parse_assignment(data: bytes | None) -> list[tuple[str, int]]:
 
 
 # ----------------------------------------------------------------- the service
+
 
 class GroupService:
     """What Kafka's ConsumerGroupService asks of its Admin client."""
@@ -275,8 +340,13 @@ class GroupService:
         key = (host, port)
         c = self._conns.get(key)
         if c is None:
-            c = Connection(host, port, client_id=self.props.get("client.id", "adminclient-1"),
-                           timeout=max(self.timeout_ms / 1000.0, 5.0), connect_timeout=self._connect_timeout)
+            c = Connection(
+                host,
+                port,
+                client_id=self.props.get("client.id", "adminclient-1"),
+                timeout=max(self.timeout_ms / 1000.0, 5.0),
+                connect_timeout=self._connect_timeout,
+            )
             self._conns[key] = c
         return c
 
@@ -295,8 +365,14 @@ class GroupService:
 
     def brokers(self) -> list[tuple[int, str, int]]:
         def build(mod, v):
-            return make(mod.request.MetadataRequest, topics=(), allow_auto_topic_creation=False,
-                        include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
+            return make(
+                mod.request.MetadataRequest,
+                topics=(),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+                include_cluster_authorized_operations=False,
+            )
+
         resp = self._boot().request(ApiKeys.METADATA, build, max_version=12)
         return [(int(b.node_id), b.host, int(b.port)) for b in resp.brokers]
 
@@ -309,15 +385,19 @@ class GroupService:
             version = conn.version_for(ApiKeys.FIND_COORDINATOR)
             found: dict[str, tuple[int, int | None, str, int]] = {}
             if version is not None and version >= 4:
+
                 def build(mod, v, keys=tuple(wanted)):
                     return make(mod.request.FindCoordinatorRequest, key_type=0, coordinator_keys=keys)
+
                 resp = conn.request(ApiKeys.FIND_COORDINATOR, build)
                 for c in resp.coordinators:
                     found[c.key] = (int(c.error_code), int(c.node_id), c.host, int(c.port))
             else:
                 for g in wanted:
+
                     def build(mod, v, key=g):
                         return make(mod.request.FindCoordinatorRequest, key=key, key_type=0)
+
                     r = conn.request(ApiKeys.FIND_COORDINATOR, build)
                     found[g] = (int(r.error_code), int(r.node_id), r.host, int(r.port))
             retry = []
@@ -332,8 +412,10 @@ class GroupService:
             wanted = retry
             if wanted:
                 if time.monotonic() > deadline:
-                    raise JavaError(ERRORS_PKG + "TimeoutException",
-                                    "Timed out waiting for a node assignment. Call: findCoordinator")
+                    raise JavaError(
+                        ERRORS_PKG + "TimeoutException",
+                        "Timed out waiting for a node assignment. Call: findCoordinator",
+                    )
                 time.sleep(0.1)
         return {g: self._coordinators[g] for g in groups}
 
@@ -349,8 +431,10 @@ class GroupService:
             conn = self._conn(host, port)
 
             def build(mod, v):
-                return make(mod.request.ListGroupsRequest, states_filter=tuple(states or ()),
-                            types_filter=tuple(types or ()))
+                return make(
+                    mod.request.ListGroupsRequest, states_filter=tuple(states or ()), types_filter=tuple(types or ())
+                )
+
             deadline = self._deadline()
             while True:
                 resp = conn.request(ApiKeys.LIST_GROUPS, build)
@@ -367,8 +451,9 @@ class GroupService:
                     continue
                 state = getattr(g, "group_state", "") or ""
                 gtype = getattr(g, "group_type", "") or ""
-                listings[g.group_id] = Listing(g.group_id, _parse_state(state) if state else None,
-                                               _parse_type(gtype) if gtype else None)
+                listings[g.group_id] = Listing(
+                    g.group_id, _parse_state(state) if state else None, _parse_type(gtype) if gtype else None
+                )
         order = java_hashmap_order(list(listings))
         return [listings[g] for g in order]
 
@@ -412,8 +497,10 @@ class GroupService:
             fallback_only = all(g in classic and g not in was_classic for g in retry)
             pending = [g for g in retry if g not in done and g not in failed]
             if pending and time.monotonic() > deadline:
-                raise JavaError(ERRORS_PKG + "TimeoutException",
-                                "Timed out waiting for a node assignment. Call: describeConsumerGroups")
+                raise JavaError(
+                    ERRORS_PKG + "TimeoutException",
+                    "Timed out waiting for a node assignment. Call: describeConsumerGroups",
+                )
             if pending and not fallback_only:
                 time.sleep(0.05)
         for g in java_hashmap_order(list(dict.fromkeys(groups))):
@@ -423,8 +510,10 @@ class GroupService:
 
     def _consumer_group_describe(self, conn, node, groups, done, failed, classic) -> list[str]:
         def build(mod, v):
-            return make(mod.request.ConsumerGroupDescribeRequest, group_ids=tuple(groups),
-                        include_authorized_operations=False)
+            return make(
+                mod.request.ConsumerGroupDescribeRequest, group_ids=tuple(groups), include_authorized_operations=False
+            )
+
         resp = conn.request(ApiKeys.CONSUMER_GROUP_DESCRIBE, build)
         retry = []
         for dg in resp.groups:
@@ -433,11 +522,16 @@ class GroupService:
             if code == 0:
                 members = []
                 for m in dg.members:
-                    members.append(Member(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                          [(tp.topic_name, int(p)) for tp in m.assignment.topic_partitions
-                                           for p in tp.partitions]))
-                done[gid] = Description(gid, _parse_state(dg.group_state), "Consumer", dg.assignor_name, node,
-                                        members)
+                    members.append(
+                        Member(
+                            m.member_id,
+                            m.instance_id,
+                            m.client_id,
+                            m.client_host,
+                            [(tp.topic_name, int(p)) for tp in m.assignment.topic_partitions for p in tp.partitions],
+                        )
+                    )
+                done[gid] = Description(gid, _parse_state(dg.group_state), "Consumer", dg.assignor_name, node, members)
             elif code in (69, 35):  # not a consumer-protocol group: ask DescribeGroups
                 classic.add(gid)
                 retry.append(gid)
@@ -453,6 +547,7 @@ class GroupService:
     def _describe_groups(self, conn, node, groups, done, failed) -> list[str]:
         def build(mod, v):
             return make(mod.request.DescribeGroupsRequest, groups=tuple(groups), include_authorized_operations=False)
+
         # v5: the versions Kafka's Admin client speaks (no GROUP_ID_NOT_FOUND for unknown
         # groups: they come back Dead, and the tool says the group does not exist)
         resp = conn.request(ApiKeys.DESCRIBE_GROUPS, build, max_version=5)
@@ -471,11 +566,16 @@ class GroupService:
                 failed[gid] = group_error(code)
                 continue
             if dg.protocol_type not in ("consumer", ""):
-                failed[gid] = JavaError("java.lang.IllegalArgumentException",
-                                        f"GroupId {gid} is not a consumer group ({dg.protocol_type}).")
+                failed[gid] = JavaError(
+                    "java.lang.IllegalArgumentException", f"GroupId {gid} is not a consumer group ({dg.protocol_type})."
+                )
                 continue
-            members = [Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                              parse_assignment(m.member_assignment)) for m in dg.members]
+            members = [
+                Member(
+                    m.member_id, m.group_instance_id, m.client_id, m.client_host, parse_assignment(m.member_assignment)
+                )
+                for m in dg.members
+            ]
             done[gid] = Description(gid, _parse_state(dg.group_state), "Classic", dg.protocol_data, node, members)
         return retry
 
@@ -485,8 +585,9 @@ class GroupService:
         from confluent_kafka import ConsumerGroupTopicPartitions
 
         try:
-            fut = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                                         request_timeout=self.request_timeout)[group]
+            fut = self.admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], request_timeout=self.request_timeout
+            )[group]
             res = fut.result()
         except Exception as e:  # noqa: BLE001 - surfaced as Kafka's exception
             raise from_confluent(e) from None
@@ -513,8 +614,9 @@ class GroupService:
         else:
             s = OffsetSpec.for_timestamp(timestamp)
         try:
-            futs = self.admin.list_offsets({TopicPartition(t, p): s for t, p in tps},
-                                           request_timeout=self.request_timeout)
+            futs = self.admin.list_offsets(
+                {TopicPartition(t, p): s for t, p in tps}, request_timeout=self.request_timeout
+            )
             out = {}
             for tp, f in futs.items():
                 out[(tp.topic, tp.partition)] = f.result().offset
@@ -543,8 +645,9 @@ class GroupService:
         out: dict[str, list[int] | JavaError] = {}
         if not topics:
             return out
-        futs = self.admin.describe_topics(TopicCollection(list(dict.fromkeys(topics))),
-                                          request_timeout=self.request_timeout)
+        futs = self.admin.describe_topics(
+            TopicCollection(list(dict.fromkeys(topics))), request_timeout=self.request_timeout
+        )
         for topic, f in futs.items():
             try:
                 out[topic] = sorted(p.id for p in f.result().partitions)
@@ -575,10 +678,19 @@ class GroupService:
 
             def build(mod, v):
                 rq = mod.request
-                return make(rq.OffsetDeleteRequest, group_id=group, topics=tuple(
-                    make(rq.OffsetDeleteRequestTopic, name=t, partitions=tuple(
-                        make(rq.OffsetDeleteRequestPartition, partition_index=p) for p in ps))
-                    for t, ps in topics.items()))
+                return make(
+                    rq.OffsetDeleteRequest,
+                    group_id=group,
+                    topics=tuple(
+                        make(
+                            rq.OffsetDeleteRequestTopic,
+                            name=t,
+                            partitions=tuple(make(rq.OffsetDeleteRequestPartition, partition_index=p) for p in ps),
+                        )
+                        for t, ps in topics.items()
+                    ),
+                )
+
             resp = conn.request(ApiKeys.OFFSET_DELETE, build)
             code = int(resp.error_code)
             if code in _RETRIABLE_COORDINATOR and time.monotonic() < deadline:
@@ -610,17 +722,28 @@ def _parse_type(s: str) -> str:
 
 # ----------------------------------------------------------------- argument checks
 
+
 def _check_args(p, a) -> None:
     usage_or_version(a, p, DESCRIPTION)
     # jopt-simple's availableIf: rejected while parsing, before any other check
-    unavailable = [n for n, needs in (("members", ("describe",)), ("verbose", ("describe",)),
-                                      ("offsets", ("describe",)), ("state", ("describe", "list")),
-                                      ("type", ("list",)))
-                   if _has(a, n) and not any(_has(a, x) for x in needs)]
+    unavailable = [
+        n
+        for n, needs in (
+            ("members", ("describe",)),
+            ("verbose", ("describe",)),
+            ("offsets", ("describe",)),
+            ("state", ("describe", "list")),
+            ("type", ("list",)),
+        )
+        if _has(a, n) and not any(_has(a, x) for x in needs)
+    ]
     if unavailable:
         sys.stdout.flush()
-        print("Exception in thread \"main\" joptsimple.UnavailableOptionException: Option(s) "
-              f"[{', '.join(unavailable)}] are unavailable given other options on the command line", file=sys.stderr)
+        print(
+            'Exception in thread "main" joptsimple.UnavailableOptionException: Option(s) '
+            f"[{', '.join(unavailable)}] are unavailable given other options on the command line",
+            file=sys.stderr,
+        )
         raise ToolExit(1)
     check_required(p, a, "bootstrap-server")
     scope = _specs(["group", "all-groups"])
@@ -628,27 +751,31 @@ def _check_args(p, a) -> None:
         if not _has(a, "group") and not a.all_groups:
             print_usage_and_exit(p, f"Option [describe] takes one of these options: {scope}")
         if sum(1 for x in ("members", "offsets", "state") if _has(a, x)) > 1:
-            print_usage_and_exit(p, "Option [describe] takes at most one of these options: [members], [offsets], "
-                                    "[state]")
+            print_usage_and_exit(
+                p, "Option [describe] takes at most one of these options: [members], [offsets], [state]"
+            )
         if a.state:  # a value given
             print_usage_and_exit(p, "Option [describe] does not take a value for [state]")
     if a.delete:
         if not _has(a, "group") and not a.all_groups:
             print_usage_and_exit(p, f"Option [delete] takes one of these options: {scope}")
         if _has(a, "topic"):
-            print_usage_and_exit(p, "The consumer does not support topic-specific offset deletion from a consumer "
-                                    "group.")
+            print_usage_and_exit(
+                p, "The consumer does not support topic-specific offset deletion from a consumer group."
+            )
     if a.delete_offsets and (not _has(a, "group") or not _has(a, "topic")):
         print_usage_and_exit(p, "Option [delete-offsets] takes the following options: " + _specs(["group", "topic"]))
     if a.reset_offsets:
         if a.dry_run and a.execute:
             print_usage_and_exit(p, "Option [reset-offsets] only accepts one of [execute] and [dry-run]")
         if not a.dry_run and not a.execute:
-            print("WARN: No action will be performed as the --execute option is missing.In a future major release, "
-                  "the default behavior of this command will be to prompt the user before executing the reset "
-                  "rather than doing a dry run. You should add the --dry-run option explicitly if you are "
-                  "scripting this command and want to keep the current default behavior without prompting.",
-                  file=sys.stderr)
+            print(
+                "WARN: No action will be performed as the --execute option is missing.In a future major release, "
+                "the default behavior of this command will be to prompt the user before executing the reset "
+                "rather than doing a dry run. You should add the --dry-run option explicitly if you are "
+                "scripting this command and want to keep the current default behavior without prompting.",
+                file=sys.stderr,
+            )
         if not _has(a, "group") and not a.all_groups:
             print_usage_and_exit(p, f"Option [reset-offsets] takes one of these options: {scope}")
         for used in _SCENARIOS:
@@ -658,8 +785,16 @@ def _check_args(p, a) -> None:
     _check_invalid(p, a, "topic", ["list", "describe"])
 
 
-_SCENARIOS = ("to-offset", "shift-by", "to-datetime", "by-duration", "to-earliest", "to-latest", "to-current",
-              "from-file")
+_SCENARIOS = (
+    "to-offset",
+    "shift-by",
+    "to-datetime",
+    "by-duration",
+    "to-earliest",
+    "to-latest",
+    "to-current",
+    "from-file",
+)
 
 
 def _has(a, name: str) -> bool:
@@ -676,13 +811,16 @@ def _check_invalid(p, a, used: str, invalid: list[str]) -> None:
 
 # ----------------------------------------------------------------- run
 
+
 def run(a) -> int:
     p = a._parser
     _check_args(p, a)
     actions = sum(1 for x in (a.list, a.describe, a.delete, a.reset_offsets, a.delete_offsets) if x)
     if actions != 1:
-        print_usage_and_exit(p, "Command must include exactly one action: --list, --describe, --delete, "
-                                "--reset-offsets, --delete-offsets")
+        print_usage_and_exit(
+            p,
+            "Command must include exactly one action: --list, --describe, --delete, --reset-offsets, --delete-offsets",
+        )
     svc = GroupService(a)
     Reported.errors = 0
     try:
@@ -719,8 +857,7 @@ def java_text(e: BaseException) -> str:
     if isinstance(e, Unreachable):
         return f"{ERRORS_PKG}{e.java_name}: {e}"
     if isinstance(e, (OSError, WireError)):
-        return (f"{ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. "
-                f"({type(e).__name__}: {e})")
+        return f"{ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. ({type(e).__name__}: {e})"
     if kafka_error_of(e) is not None:
         return str(from_confluent(e))
     return f"{type(e).__name__}: {e}"
@@ -728,6 +865,7 @@ def java_text(e: BaseException) -> str:
 
 class Reported:
     """Whether this run printed an ``Error:`` (the exit status is then 1)."""
+
     errors = 0
 
 
@@ -737,6 +875,7 @@ def print_error(msg: str) -> None:
 
 
 # ----------------------------------------------------------------- --list
+
 
 def list_groups(svc: GroupService, a) -> None:
     include_type = a.type is not None
@@ -780,6 +919,7 @@ def _types_from(value: str) -> list[str]:
 
 # ----------------------------------------------------------------- --describe
 
+
 def _should_print(group: str, state: str | None, rows: int | None) -> bool:
     if rows is None:
         print_error(f"The consumer group '{group}' does not exist.")
@@ -794,8 +934,9 @@ def _should_print(group: str, state: str | None, rows: int | None) -> bool:
         sys.stdout.flush()
         print(f"\nWarning: Consumer group '{group}' is rebalancing.", file=sys.stderr)
     elif state != "Stable":
-        raise JavaError("org.apache.kafka.common.KafkaException",
-                        f"Expected a valid consumer group state, but found '{state}'.")
+        raise JavaError(
+            "org.apache.kafka.common.KafkaException", f"Expected a valid consumer group state, but found '{state}'."
+        )
     sys.stderr.flush()
     return state != "Dead" and rows > 0
 
@@ -870,11 +1011,34 @@ def print_offsets(offsets: dict[str, tuple[str, list[Row]]]) -> None:
 
         def line(g, t, p, cur, leo, lag, cid, host, client, wg=wg, wt=wt, wc=wc, wh=wh):
             return f"\n{g:<{wg}} {t:<{wt}} {p:<10} {cur:<15} {leo:<15} {lag:<15} {cid:<{wc}} {host:<{wh}} {client}"
-        out = [line("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
-                    "CLIENT-ID")]
+
+        out = [
+            line(
+                "GROUP",
+                "TOPIC",
+                "PARTITION",
+                "CURRENT-OFFSET",
+                "LOG-END-OFFSET",
+                "LAG",
+                "CONSUMER-ID",
+                "HOST",
+                "CLIENT-ID",
+            )
+        ]
         for r in rows:
-            out.append(line(r.group, r.topic or MISSING, _s(r.partition), _s(r.offset), _s(r.log_end_offset),
-                            _s(r.lag), r.consumer_id, r.host, r.client_id))
+            out.append(
+                line(
+                    r.group,
+                    r.topic or MISSING,
+                    _s(r.partition),
+                    _s(r.offset),
+                    _s(r.log_end_offset),
+                    _s(r.lag),
+                    r.consumer_id,
+                    r.host,
+                    r.client_id,
+                )
+            )
         sys.stdout.write("".join(out) + "\n")
 
 
@@ -912,12 +1076,20 @@ def print_members(descriptions: dict[str, Description], verbose: bool) -> None:
             if with_instance:
                 return f"{g:<{wg}} {c:<{wc}} {i:<{wi}} {h:<{wh}} {cl:<{wcl}} {n:<15} "
             return f"{g:<{wg}} {c:<{wc}} {h:<{wh}} {cl:<{wcl}} {n:<15} "
-        out = ["\n" + fmt("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
-               + ("ASSIGNMENT" if verbose else "") + "\n"]
+
+        out = [
+            "\n"
+            + fmt("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+            + ("ASSIGNMENT" if verbose else "")
+            + "\n"
+        ]
         for m in d.members:
             tps = list(dict.fromkeys(m.assignment))
-            out.append(fmt(gid, m.member_id, m.instance_id or "", m.host, m.client_id, str(len(tps)))
-                       + (_assignment_text(tps) if verbose else "") + "\n")
+            out.append(
+                fmt(gid, m.member_id, m.instance_id or "", m.host, m.client_id, str(len(tps)))
+                + (_assignment_text(tps) if verbose else "")
+                + "\n"
+            )
         sys.stdout.write("".join(out))
 
 
@@ -932,11 +1104,16 @@ def print_states(descriptions: dict[str, Description]) -> None:
 
         def line(g, c, s, st, n, w=w):
             return f"\n{g:<{w}} {c:<25} {s:<20} {st:<15} {n}"
-        sys.stdout.write(line("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
-                         + line(gid, coordinator, d.assignor, d.state, len(d.members)) + "\n")
+
+        sys.stdout.write(
+            line("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+            + line(gid, coordinator, d.assignor, d.state, len(d.members))
+            + "\n"
+        )
 
 
 # ----------------------------------------------------------------- --delete
+
 
 def delete_groups(svc: GroupService, a) -> None:
     groups = svc.group_ids() if a.all_groups else list(dict.fromkeys(a.group))
@@ -955,6 +1132,7 @@ def delete_groups(svc: GroupService, a) -> None:
 
 
 # ----------------------------------------------------------------- --delete-offsets
+
 
 def delete_offsets(svc: GroupService, a) -> None:
     group = a.group[0]
@@ -1007,8 +1185,14 @@ def delete_offsets(svc: GroupService, a) -> None:
 
 
 def _error_enum(code: int, fallback: str) -> str:
-    names = {7: "REQUEST_TIMED_OUT", 14: "COORDINATOR_LOAD_IN_PROGRESS", 15: "COORDINATOR_NOT_AVAILABLE",
-             16: "NOT_COORDINATOR", 35: "UNSUPPORTED_VERSION", -1: "UNKNOWN_SERVER_ERROR"}
+    names = {
+        7: "REQUEST_TIMED_OUT",
+        14: "COORDINATOR_LOAD_IN_PROGRESS",
+        15: "COORDINATOR_NOT_AVAILABLE",
+        16: "NOT_COORDINATOR",
+        35: "UNSUPPORTED_VERSION",
+        -1: "UNKNOWN_SERVER_ERROR",
+    }
     return names.get(code, fallback)
 
 
@@ -1030,12 +1214,13 @@ def _java_int(s: str) -> int:
     if not re.fullmatch(r"[+-]?\d+", s):
         raise ValueError(s)
     v = int(s)
-    if not -2**31 <= v < 2**31:
+    if not -(2**31) <= v < 2**31:
         raise ValueError(s)
     return v
 
 
 # ----------------------------------------------------------------- --reset-offsets
+
 
 def reset_offsets(svc: GroupService, a) -> dict[str, dict[tuple[str, int], int]]:
     groups = svc.group_ids() if a.all_groups else list(dict.fromkeys(a.group))
@@ -1054,8 +1239,9 @@ def reset_offsets(svc: GroupService, a) -> dict[str, dict[tuple[str, int], int]]
                     raise JavaError("java.lang.RuntimeException", execution(e)) from None
             result[gid] = prepared
         else:
-            print_error(f"Assignments can only be reset if the group '{gid}' is inactive, but the current state "
-                        f"is {state}.")
+            print_error(
+                f"Assignments can only be reset if the group '{gid}' is inactive, but the current state is {state}."
+            )
             result[gid] = {}
     return {g: result[g] for g in java_hashmap_order(list(result))}
 
@@ -1109,17 +1295,23 @@ def _check_range(svc: GroupService, requested: dict[tuple[str, int], int]) -> di
     for tp, offset in requested.items():
         end = ends.get(tp)
         if end is None:
-            raise JavaError("java.lang.IllegalStateException",
-                            f"Unexpected non-existing offset value for topic partition {tp_str(tp)}")
+            raise JavaError(
+                "java.lang.IllegalStateException",
+                f"Unexpected non-existing offset value for topic partition {tp_str(tp)}",
+            )
         if offset > end:
-            _warn(f"New offset ({offset}) is higher than latest offset for topic partition {tp_str(tp)}. "
-                  f"Value will be set to {end}")
+            _warn(
+                f"New offset ({offset}) is higher than latest offset for topic partition {tp_str(tp)}. "
+                f"Value will be set to {end}"
+            )
             out[tp] = end
         else:
             start = starts.get(tp)
             if start is not None and offset < start:
-                _warn(f"New offset ({offset}) is lower than earliest offset for topic partition {tp_str(tp)}. "
-                      f"Value will be set to {start}")
+                _warn(
+                    f"New offset ({offset}) is lower than earliest offset for topic partition {tp_str(tp)}. "
+                    f"Value will be set to {start}"
+                )
                 out[tp] = start
             else:
                 out[tp] = offset
@@ -1146,8 +1338,9 @@ def _prepare(svc: GroupService, a, gid: str, partitions: list[tuple[str, int]]) 
         out = {}
         for tp in hash_order(partitions):
             if tp not in found:
-                raise UsageExit(f"Error getting {'starting' if a.to_earliest else 'ending'} offset of topic "
-                                 f"partition: {tp_str(tp)}")
+                raise UsageExit(
+                    f"Error getting {'starting' if a.to_earliest else 'ending'} offset of topic partition: {tp_str(tp)}"
+                )
             out[tp] = found[tp]
         return out
     if a.shift_by is not None:
@@ -1155,8 +1348,9 @@ def _prepare(svc: GroupService, a, gid: str, partitions: list[tuple[str, int]]) 
         requested = {}
         for tp in hash_order(partitions):
             if current.get(tp) is None:
-                raise Usage(f"Cannot shift offset for partition {tp_str(tp)} since there is no current committed "
-                            "offset")
+                raise Usage(
+                    f"Cannot shift offset for partition {tp_str(tp)} since there is no current committed offset"
+                )
             requested[tp] = current[tp] + a.shift_by
         return _check_range(svc, requested)
     if a.to_datetime is not None:
@@ -1183,8 +1377,9 @@ def _prepare(svc: GroupService, a, gid: str, partitions: list[tuple[str, int]]) 
                 raise UsageExit(f"Error getting ending offset of topic partition: {tp_str(tp)}")
             out[tp] = ends[tp]
         return {tp: out[tp] for tp in hash_order(out)}
-    raise UsageExit("Option '[reset-offsets]' requires one of the following scenarios: ["
-                     + _specs(list(_SCENARIOS)) + "]")
+    raise UsageExit(
+        "Option '[reset-offsets]' requires one of the following scenarios: [" + _specs(list(_SCENARIOS)) + "]"
+    )
 
 
 def _timestamp_plan(svc, partitions, ts: int) -> dict[tuple[str, int], int]:
@@ -1202,8 +1397,9 @@ def java_datetime(value: str) -> int:
     ``+hh``, ``+hhmm``, ``+hh:mm``); no zone means UTC."""
     parts = value.split("T")
     if len(parts) < 2:
-        raise JavaError("java.text.ParseException",
-                        "Error parsing timestamp. It does not contain a 'T' according to ISO8601 format")
+        raise JavaError(
+            "java.text.ParseException", "Error parsing timestamp. It does not contain a 'T' according to ISO8601 format"
+        )
     if not any(c in parts[1] for c in "+-Z"):
         value = value + "Z"
     m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{1,3})(Z|[+-]\d{2}(?::?\d{2})?)", value)
@@ -1226,8 +1422,11 @@ def java_datetime(value: str) -> int:
     return int(base.timestamp() * 1000) + int(ms) - offset
 
 
-_DURATION = re.compile(r"([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?"
-                       r"(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?", re.IGNORECASE)
+_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?"
+    r"(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
+    re.IGNORECASE,
+)
 
 
 def java_duration_ms(value: str) -> int:
@@ -1278,8 +1477,9 @@ def reset_plan_from_file(a) -> dict[str, dict[tuple[str, int], int]]:
                 g, t, p, o = _csv_with_group(line)
                 plan.setdefault(g, {})[(t, p)] = o
     except ValueError as e:
-        raise JavaError("java.lang.RuntimeException", f"com.fasterxml.jackson.databind.RuntimeJsonMappingException: "
-                                                      f"{e}") from None
+        raise JavaError(
+            "java.lang.RuntimeException", f"com.fasterxml.jackson.databind.RuntimeJsonMappingException: {e}"
+        ) from None
     return plan
 
 
@@ -1290,8 +1490,11 @@ def _csv_fields(line: str) -> list[str]:
 def _csv_no_group(line: str) -> tuple[str, int, int]:
     f = _csv_fields(line)
     if len(f) != 3:
-        raise ValueError(f"Too many entries: expected at most 3 (value #{len(f) - 1} ({len(f[-1])} chars) "
-                         f"\"{f[-1]}\")" if len(f) > 3 else f"Not enough entries in line: {line}")
+        raise ValueError(
+            f'Too many entries: expected at most 3 (value #{len(f) - 1} ({len(f[-1])} chars) "{f[-1]}")'
+            if len(f) > 3
+            else f"Not enough entries in line: {line}"
+        )
     return f[0], _csv_number(f[1], 32), _csv_number(f[2], 64)
 
 
@@ -1306,9 +1509,11 @@ def _csv_number(s: str, bits: int) -> int:
     try:
         v = int(s.strip())
     except ValueError:
-        raise ValueError(f"Cannot deserialize value of type `{'int' if bits == 32 else 'long'}` from String "
-                         f"\"{s}\": not a valid `{'int' if bits == 32 else 'long'}` value") from None
-    if not -2**(bits - 1) <= v < 2**(bits - 1):
+        raise ValueError(
+            f"Cannot deserialize value of type `{'int' if bits == 32 else 'long'}` from String "
+            f'"{s}": not a valid `{"int" if bits == 32 else "long"}` value'
+        ) from None
+    if not -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
         raise ValueError(f"Numeric value ({s}) out of range")
     return v
 
@@ -1336,4 +1541,3 @@ def _csv_quote(s: str) -> str:
     if any(c in s for c in ',"\n\r') or s != s.strip():
         return '"' + s.replace('"', '""') + '"'
     return s
-

@@ -33,29 +33,59 @@ HELP = "consumer throughput test (kafka-consumer-perf-test.sh)"
 def configure(p) -> None:
     p.add_argument("--bootstrap-server", metavar="server to connect to", help="REQUIRED: The server(s) to connect to.")
     p.add_argument("--topic", metavar="topic", help="REQUIRED: The topic to consume from.")
-    p.add_argument("--group", metavar="gid",
-                   help="The group id to consume on. Without it the partitions are read with no consumer group.")
-    p.add_argument("--fetch-size", type=int, default=1024 * 1024, metavar="size",
-                   help="The amount of data to fetch in a single request.")
-    p.add_argument("--from-latest", action="store_true",
-                   help="If the consumer does not already have an established offset to consume from, start with "
-                        "the latest message present in the log rather than the earliest message.")
-    p.add_argument("--socket-buffer-size", type=int, default=2 * 1024 * 1024, metavar="size",
-                   help="The size of the tcp RECV size.")
-    p.add_argument("--consumer.config", dest="consumer_config", metavar="config file",
-                   help="Consumer config properties file.")
+    p.add_argument(
+        "--group",
+        metavar="gid",
+        help="The group id to consume on. Without it the partitions are read with no consumer group.",
+    )
+    p.add_argument(
+        "--fetch-size",
+        type=int,
+        default=1024 * 1024,
+        metavar="size",
+        help="The amount of data to fetch in a single request.",
+    )
+    p.add_argument(
+        "--from-latest",
+        action="store_true",
+        help="If the consumer does not already have an established offset to consume from, start with "
+        "the latest message present in the log rather than the earliest message.",
+    )
+    p.add_argument(
+        "--socket-buffer-size", type=int, default=2 * 1024 * 1024, metavar="size", help="The size of the tcp RECV size."
+    )
+    p.add_argument(
+        "--consumer.config", dest="consumer_config", metavar="config file", help="Consumer config properties file."
+    )
     p.add_argument("--print-metrics", action="store_true", help="Print out the metrics.")
-    p.add_argument("--show-detailed-stats", action="store_true",
-                   help="If set, stats are reported for each reporting interval as configured by reporting-interval")
-    p.add_argument("--timeout", type=int, nargs="?", const=10000, default=10000, metavar="milliseconds",
-                   help="The maximum allowed time in milliseconds between returned records.")
-    p.add_argument("--messages", type=int, metavar="count",
-                   help="REQUIRED: The number of messages to send or consume")
-    p.add_argument("--reporting-interval", type=int, default=5000, metavar="interval_ms",
-                   help="Interval in milliseconds at which to print progress info.")
-    p.add_argument("--date-format", default="yyyy-MM-dd HH:mm:ss:SSS", metavar="date format",
-                   help="The date format to use for formatting the time field. See java.text.SimpleDateFormat for "
-                        "options.")
+    p.add_argument(
+        "--show-detailed-stats",
+        action="store_true",
+        help="If set, stats are reported for each reporting interval as configured by reporting-interval",
+    )
+    p.add_argument(
+        "--timeout",
+        type=int,
+        nargs="?",
+        const=10000,
+        default=10000,
+        metavar="milliseconds",
+        help="The maximum allowed time in milliseconds between returned records.",
+    )
+    p.add_argument("--messages", type=int, metavar="count", help="REQUIRED: The number of messages to send or consume")
+    p.add_argument(
+        "--reporting-interval",
+        type=int,
+        default=5000,
+        metavar="interval_ms",
+        help="Interval in milliseconds at which to print progress info.",
+    )
+    p.add_argument(
+        "--date-format",
+        default="yyyy-MM-dd HH:mm:ss:SSS",
+        metavar="date format",
+        help="The date format to use for formatting the time field. See java.text.SimpleDateFormat for options.",
+    )
     p.add_argument("--hide-header", action="store_true", help="If set, skips printing the header for the stats")
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
@@ -86,13 +116,19 @@ class _Source:
         self.group = a.group is not None or "group.id" in props
         if self.group:
             from confluent_kafka import Consumer
+
             conf = {k: v for k, v in props.items() if k not in ("key.deserializer", "value.deserializer")}
-            conf.update({"bootstrap.servers": a.bootstrap_server,
-                         "group.id": a.group or props["group.id"],
-                         "auto.offset.reset": "latest" if a.from_latest else "earliest",
-                         "max.partition.fetch.bytes": a.fetch_size,
-                         "socket.receive.buffer.bytes": a.socket_buffer_size,
-                         "check.crcs": False, "log_level": 0})
+            conf.update(
+                {
+                    "bootstrap.servers": a.bootstrap_server,
+                    "group.id": a.group or props["group.id"],
+                    "auto.offset.reset": "latest" if a.from_latest else "earliest",
+                    "max.partition.fetch.bytes": a.fetch_size,
+                    "socket.receive.buffer.bytes": a.socket_buffer_size,
+                    "check.crcs": False,
+                    "log_level": 0,
+                }
+            )
             conf.setdefault("client.id", "perf-consumer-client")
             self.c = Consumer(conf)
             # ConsumerPerfRebListener: the time from subscribing (or a revocation) to an
@@ -101,10 +137,14 @@ class _Source:
             self.c.subscribe([a.topic], on_assign=self._assigned, on_revoke=self._revoked)
         else:
             from ..client.consumer import EARLIEST, LATEST, WireConsumer
-            self.c = WireConsumer(a.bootstrap_server, client_id=props.get("client.id", "perf-consumer-client"),
-                                  auto_offset_reset="latest" if a.from_latest else "earliest",
-                                  partition_max_bytes=a.fetch_size,
-                                  isolation_level=1 if props.get("isolation.level") == "read_committed" else 0)
+
+            self.c = WireConsumer(
+                a.bootstrap_server,
+                client_id=props.get("client.id", "perf-consumer-client"),
+                auto_offset_reset="latest" if a.from_latest else "earliest",
+                partition_max_bytes=a.fetch_size,
+                isolation_level=1 if props.get("isolation.level") == "read_committed" else 0,
+            )
             self.topic = a.topic
             self.start = LATEST if a.from_latest else EARLIEST
             self._next = 0.0
@@ -176,8 +216,7 @@ def run(a) -> int:
                     nbytes += len(value)
                 if now - last_report >= a.reporting_interval:
                     if a.show_detailed_stats:
-                        _progress(fmt, nbytes, last_bytes, messages, last_msgs, last_report, now,
-                                  source.join_round_ms)
+                        _progress(fmt, nbytes, last_bytes, messages, last_msgs, last_report, now, source.join_round_ms)
                     source.join_round_ms = 0
                     last_report = now
                     last_msgs = messages
@@ -191,23 +230,31 @@ def run(a) -> int:
     finally:
         source.close()
     if messages < a.messages:
-        print(f"WARNING: Exiting before consuming the expected number of messages: timeout ({a.timeout} ms) "
-              "exceeded. You can use the --timeout option to increase the timeout.")
+        print(
+            f"WARNING: Exiting before consuming the expected number of messages: timeout ({a.timeout} ms) "
+            "exceeded. You can use the --timeout option to increase the timeout."
+        )
     end_ms = _now()
     elapsed_sec = (end_ms - start_ms) / 1000.0
     join_ms = source.join_ms
     fetch_ms = (end_ms - start_ms) - join_ms
     if not a.show_detailed_stats:
         mb = nbytes / (1024 * 1024)
-        print(f"{java_simple_date(fmt, start_ms)}, {java_simple_date(fmt, end_ms)}, {jf(mb, 4)}, "
-              f"{jf(_div(mb, elapsed_sec), 4)}, {messages}, {jf(_div(messages, elapsed_sec), 4)}, {join_ms}, "
-              f"{fetch_ms}, {jf(_div(mb, fetch_ms / 1000.0), 4)}, {jf(_div(messages, fetch_ms / 1000.0), 4)}")
+        print(
+            f"{java_simple_date(fmt, start_ms)}, {java_simple_date(fmt, end_ms)}, {jf(mb, 4)}, "
+            f"{jf(_div(mb, elapsed_sec), 4)}, {messages}, {jf(_div(messages, elapsed_sec), 4)}, {join_ms}, "
+            f"{fetch_ms}, {jf(_div(mb, fetch_ms / 1000.0), 4)}, {jf(_div(messages, fetch_ms / 1000.0), 4)}"
+        )
     if a.print_metrics:
         print(f"\n{'Metric Name':<60}Value")
-        print(f"{'consumer-fetch-manager-metrics:records-consumed-total:{client-id=perf-consumer-client}':<60}: "
-              f"{float(messages):.3f}")
-        print(f"{'consumer-fetch-manager-metrics:bytes-consumed-total:{client-id=perf-consumer-client}':<60}: "
-              f"{float(nbytes):.3f}")
+        print(
+            f"{'consumer-fetch-manager-metrics:records-consumed-total:{client-id=perf-consumer-client}':<60}: "
+            f"{float(messages):.3f}"
+        )
+        print(
+            f"{'consumer-fetch-manager-metrics:bytes-consumed-total:{client-id=perf-consumer-client}':<60}: "
+            f"{float(nbytes):.3f}"
+        )
     return status
 
 
@@ -215,10 +262,14 @@ def _progress(fmt, nbytes, last_bytes, msgs, last_msgs, start, end, join_ms: int
     elapsed = end - start
     total_mb = nbytes / (1024 * 1024)
     interval_mb = (nbytes - last_bytes) / (1024 * 1024)
-    line = (f"{java_simple_date(fmt, end)}, 0, {jf(total_mb, 4)}, {jf(_div(1000.0 * interval_mb, elapsed), 4)}, "
-            f"{msgs}, {jf(_div(msgs - last_msgs, elapsed) * 1000.0, 4)}")
+    line = (
+        f"{java_simple_date(fmt, end)}, 0, {jf(total_mb, 4)}, {jf(_div(1000.0 * interval_mb, elapsed), 4)}, "
+        f"{msgs}, {jf(_div(msgs - last_msgs, elapsed) * 1000.0, 4)}"
+    )
     fetch_ms = elapsed - join_ms
-    line += (f", {join_ms}, {fetch_ms}, {jf(1000.0 * interval_mb / fetch_ms if fetch_ms > 0 else 0.0, 4)}, "
-             f"{jf(1000.0 * (msgs - last_msgs) / fetch_ms if fetch_ms > 0 else 0.0, 4)}")
+    line += (
+        f", {join_ms}, {fetch_ms}, {jf(1000.0 * interval_mb / fetch_ms if fetch_ms > 0 else 0.0, 4)}, "
+        f"{jf(1000.0 * (msgs - last_msgs) / fetch_ms if fetch_ms > 0 else 0.0, 4)}"
+    )
     print(line)
     sys.stdout.flush()

@@ -28,13 +28,20 @@ HELP = "delete records below an offset (kafka-delete-records.sh)"
 
 
 def configure(p) -> None:
-    p.add_argument("--bootstrap-server", metavar="server(s) to use for bootstrapping",
-                   help="REQUIRED: The server to connect to.")
-    p.add_argument("--offset-json-file", metavar="Offset json file path",
-                   help="REQUIRED: The JSON file with offset per partition. The format to use is:\n"
-                        "{\"partitions\":\n  [{\"topic\": \"foo\", \"partition\": 1, \"offset\": 1}],\n \"version\":1\n}")
-    p.add_argument("--command-config", metavar="command config property file path",
-                   help="A property file containing configs to be passed to Admin Client.")
+    p.add_argument(
+        "--bootstrap-server", metavar="server(s) to use for bootstrapping", help="REQUIRED: The server to connect to."
+    )
+    p.add_argument(
+        "--offset-json-file",
+        metavar="Offset json file path",
+        help="REQUIRED: The JSON file with offset per partition. The format to use is:\n"
+        '{"partitions":\n  [{"topic": "foo", "partition": 1, "offset": 1}],\n "version":1\n}',
+    )
+    p.add_argument(
+        "--command-config",
+        metavar="command config property file path",
+        help="A property file containing configs to be passed to Admin Client.",
+    )
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
 
@@ -82,14 +89,20 @@ def run(a) -> int:
                 dups.append((t, pn))
             seen.setdefault((t, pn), off)
         if dups:
-            raise CommandFailed("Offset json file contains duplicate topic partitions: "
-                                + ",".join(f"{t}-{pn}" for t, pn in dups))
+            raise CommandFailed(
+                "Offset json file contains duplicate topic partitions: " + ",".join(f"{t}-{pn}" for t, pn in dups)
+            )
         admin = admin_client.make_admin(a.bootstrap_server, a.command_config)
         print("Executing records delete operation")
         sys.stdout.flush()
         tps = java_hash_order(list(seen), topic_partition_hash)
-        futures = admin.delete_records([TopicPartition(t, pn, seen[(t, pn)]) for t, pn in tps],
-                                       request_timeout=60, operation_timeout=30) if tps else {}
+        futures = (
+            admin.delete_records(
+                [TopicPartition(t, pn, seen[(t, pn)]) for t, pn in tps], request_timeout=60, operation_timeout=30
+            )
+            if tps
+            else {}
+        )
         by_tp = {(tp.topic, tp.partition): fut for tp, fut in futures.items()}
         print("Records delete operation completed:")
         status = 0

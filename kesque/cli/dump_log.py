@@ -28,87 +28,164 @@ import os
 import re
 import struct
 import sys
+import uuid as _uuid
+import zlib
 
 from crc32c import crc32c
 
+from ..coordinator.group import records as gr
+from ..coordinator.transaction import records as tr
+from ..metadata import records as mr
 from ..protocol import schema
+from ..protocol.primitives import read_uvarint
 from ..records import batch as rb
 from ..records.records import iter_records
 from ..storage import checkpoint as ck
 from .plumbing.javautil import kafka_uuid
 from .plumbing.jopt import print_usage_and_exit, usage_or_version
-import uuid as _uuid
-from ..metadata import records as mr
-from ..protocol.primitives import read_uvarint
-from ..coordinator.group import records as gr
-from ..coordinator.transaction import records as tr
-import zlib
 
 NAME = "dump-log"
 SCRIPT = "kafka-dump-log.sh"
-DESCRIPTION = ("This tool helps to parse a log file and dump its contents to the console, useful for debugging a "
-               "seemingly corrupt log segment.")
+DESCRIPTION = (
+    "This tool helps to parse a log file and dump its contents to the console, useful for debugging a "
+    "seemingly corrupt log segment."
+)
 HELP = "dump log segments, indexes and checkpoint files (kafka-dump-log.sh)"
 
 INT_MAX = 2**31 - 1
-_OFFSET_CHECKPOINTS = {ck.REPLICATION_CHECKPOINT, ck.RECOVERY_POINT_CHECKPOINT, ck.LOG_START_CHECKPOINT,
-                       ck.CLEANER_CHECKPOINT}
-_CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
-                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
+_OFFSET_CHECKPOINTS = {
+    ck.REPLICATION_CHECKPOINT,
+    ck.RECOVERY_POINT_CHECKPOINT,
+    ck.LOG_START_CHECKPOINT,
+    ck.CLEANER_CHECKPOINT,
+}
+_CONTROL_TYPES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
 
 # KRaft's control records (ControlRecordUtils), printed as Kafka's JSON converters write them:
 # type -> (label, fields of the version Kafka writes)
 _VOTER_ENDPOINT = [("name", "string", None, ""), ("host", "string", None, ""), ("port", "uint16", None, 0)]
 _KRAFT_CONTROL = {
-    2: ("LeaderChange:", [("version", "int16", None, 0), ("leader_id", "int32", None, -1),
-                          ("voters", [("voter_id", "int32", None, 0)], None, []),
-                          ("granting_voters", [("voter_id", "int32", None, 0)], None, [])]),
+    2: (
+        "LeaderChange:",
+        [
+            ("version", "int16", None, 0),
+            ("leader_id", "int32", None, -1),
+            ("voters", [("voter_id", "int32", None, 0)], None, []),
+            ("granting_voters", [("voter_id", "int32", None, 0)], None, []),
+        ],
+    ),
     3: ("SnapshotHeader", [("version", "int16", None, 0), ("last_contained_log_timestamp", "int64", None, 0)]),
     4: ("SnapshotFooter", [("version", "int16", None, 0)]),
     5: ("KRaftVersion", [("version", "int16", None, 0), ("k_raft_version", "int16", None, 0)]),
-    6: ("KRaftVoters", [("version", "int16", None, 0), ("voters", [
-        ("voter_id", "int32", None, 0), ("voter_directory_id", "uuid", None, None),
-        ("endpoints", _VOTER_ENDPOINT, None, []),
-        ("k_raft_version_feature", ("struct", [("min_supported_version", "int16", None, 0),
-                                               ("max_supported_version", "int16", None, 0)]), None, {})], None, [])]),
+    6: (
+        "KRaftVoters",
+        [
+            ("version", "int16", None, 0),
+            (
+                "voters",
+                [
+                    ("voter_id", "int32", None, 0),
+                    ("voter_directory_id", "uuid", None, None),
+                    ("endpoints", _VOTER_ENDPOINT, None, []),
+                    (
+                        "k_raft_version_feature",
+                        (
+                            "struct",
+                            [("min_supported_version", "int16", None, 0), ("max_supported_version", "int16", None, 0)],
+                        ),
+                        None,
+                        {},
+                    ),
+                ],
+                None,
+                [],
+            ),
+        ],
+    ),
 }
 
 
 def configure(p) -> None:
-    p.add_argument("--print-data-log", action="store_true",
-                   help="If set, printing the messages content when dumping data logs. Automatically set if any "
-                        "decoder option is specified.")
-    p.add_argument("--verify-index-only", action="store_true",
-                   help="If set, just verify the index log without printing its content.")
-    p.add_argument("--index-sanity-check", action="store_true",
-                   help="If set, just checks the index sanity without printing its content. This is the same check "
-                        "that is executed on broker startup to determine if an index needs rebuilding or not.")
-    p.add_argument("--files", action="append", metavar="file1, file2, ...",
-                   help="REQUIRED: The comma separated list of data and index log files to be dumped.")
-    p.add_argument("--max-message-size", type=int, default=5 * 1024 * 1024, metavar="size",
-                   help="Size of largest message.")
-    p.add_argument("--max-bytes", type=int, default=INT_MAX, metavar="size",
-                   help="Limit the amount of total batches read in bytes avoiding reading the whole .log file(s).")
-    p.add_argument("--deep-iteration", action="store_true",
-                   help="If set, uses deep instead of shallow iteration. Automatically set if print-data-log is "
-                        "enabled.")
-    p.add_argument("--value-decoder-class", nargs="?", const="org.apache.kafka.tools.api.StringDecoder",
-                   metavar="value-decoder-class",
-                   help="If set, used to deserialize the messages. Only the string decoder "
-                        "(org.apache.kafka.tools.api.StringDecoder) is available.")
-    p.add_argument("--key-decoder-class", nargs="?", const="org.apache.kafka.tools.api.StringDecoder",
-                   metavar="key-decoder-class",
-                   help="If set, used to deserialize the keys. Only the string decoder "
-                        "(org.apache.kafka.tools.api.StringDecoder) is available.")
-    p.add_argument("--offsets-decoder", action="store_true",
-                   help="If set, log data will be parsed as offset data from the __consumer_offsets topic.")
-    p.add_argument("--transaction-log-decoder", action="store_true",
-                   help="If set, log data will be parsed as transaction metadata from the __transaction_state "
-                        "topic.")
-    p.add_argument("--cluster-metadata-decoder", action="store_true",
-                   help="If set, log data will be parsed as cluster metadata records.")
-    p.add_argument("--skip-record-metadata", action="store_true",
-                   help="Whether to skip printing metadata for each record.")
+    p.add_argument(
+        "--print-data-log",
+        action="store_true",
+        help="If set, printing the messages content when dumping data logs. Automatically set if any "
+        "decoder option is specified.",
+    )
+    p.add_argument(
+        "--verify-index-only",
+        action="store_true",
+        help="If set, just verify the index log without printing its content.",
+    )
+    p.add_argument(
+        "--index-sanity-check",
+        action="store_true",
+        help="If set, just checks the index sanity without printing its content. This is the same check "
+        "that is executed on broker startup to determine if an index needs rebuilding or not.",
+    )
+    p.add_argument(
+        "--files",
+        action="append",
+        metavar="file1, file2, ...",
+        help="REQUIRED: The comma separated list of data and index log files to be dumped.",
+    )
+    p.add_argument(
+        "--max-message-size", type=int, default=5 * 1024 * 1024, metavar="size", help="Size of largest message."
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=int,
+        default=INT_MAX,
+        metavar="size",
+        help="Limit the amount of total batches read in bytes avoiding reading the whole .log file(s).",
+    )
+    p.add_argument(
+        "--deep-iteration",
+        action="store_true",
+        help="If set, uses deep instead of shallow iteration. Automatically set if print-data-log is enabled.",
+    )
+    p.add_argument(
+        "--value-decoder-class",
+        nargs="?",
+        const="org.apache.kafka.tools.api.StringDecoder",
+        metavar="value-decoder-class",
+        help="If set, used to deserialize the messages. Only the string decoder "
+        "(org.apache.kafka.tools.api.StringDecoder) is available.",
+    )
+    p.add_argument(
+        "--key-decoder-class",
+        nargs="?",
+        const="org.apache.kafka.tools.api.StringDecoder",
+        metavar="key-decoder-class",
+        help="If set, used to deserialize the keys. Only the string decoder "
+        "(org.apache.kafka.tools.api.StringDecoder) is available.",
+    )
+    p.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="If set, log data will be parsed as offset data from the __consumer_offsets topic.",
+    )
+    p.add_argument(
+        "--transaction-log-decoder",
+        action="store_true",
+        help="If set, log data will be parsed as transaction metadata from the __transaction_state topic.",
+    )
+    p.add_argument(
+        "--cluster-metadata-decoder",
+        action="store_true",
+        help="If set, log data will be parsed as cluster metadata records.",
+    )
+    p.add_argument(
+        "--skip-record-metadata", action="store_true", help="Whether to skip printing metadata for each record."
+    )
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
 
@@ -121,6 +198,7 @@ def _out(s: str = "") -> None:
 
 
 # ----------------------------------------------------------------- record payloads
+
 
 def _string_decoder(b: bytes | None) -> str | None:
     return None if b is None else b.decode("utf-8", "replace")
@@ -174,10 +252,17 @@ def cluster_metadata_json(value: bytes) -> str:
 # names in camelCase); kesque's record module names the same fields in snake_case
 _OFFSETS_NAMES = {"group_id": "groupId", "member_id": "memberId"}
 _KIP848_KEY = {"group": "groupId", "member_id": "memberId"}
-_OFFSETS_VALUES = {0: "OffsetCommitValue", 1: "OffsetCommitValue", 2: "GroupMetadataValue",
-                   3: "ConsumerGroupMetadataValue", 4: "ConsumerGroupPartitionMetadataValue",
-                   5: "ConsumerGroupMemberMetadataValue", 6: "ConsumerGroupTargetAssignmentMetadataValue",
-                   7: "ConsumerGroupTargetAssignmentMemberValue", 8: "ConsumerGroupCurrentMemberAssignmentValue"}
+_OFFSETS_VALUES = {
+    0: "OffsetCommitValue",
+    1: "OffsetCommitValue",
+    2: "GroupMetadataValue",
+    3: "ConsumerGroupMetadataValue",
+    4: "ConsumerGroupPartitionMetadataValue",
+    5: "ConsumerGroupMemberMetadataValue",
+    6: "ConsumerGroupTargetAssignmentMetadataValue",
+    7: "ConsumerGroupTargetAssignmentMemberValue",
+    8: "ConsumerGroupCurrentMemberAssignmentValue",
+}
 
 
 def _offsets_json(v):
@@ -224,7 +309,7 @@ def _consumer_protocol(data: bytes, kind: str):
             raise ValueError("null string")
         if pos + n > len(data):
             raise ValueError("truncated")
-        v = bytes(data[pos:pos + n]).decode()
+        v = bytes(data[pos : pos + n]).decode()
         pos += n
         return v
 
@@ -235,7 +320,7 @@ def _consumer_protocol(data: bytes, kind: str):
             return None
         if pos + n > len(data):
             raise ValueError("truncated")
-        v = base64.b64encode(bytes(data[pos:pos + n])).decode()
+        v = base64.b64encode(bytes(data[pos : pos + n])).decode()
         pos += n
         return v
 
@@ -272,8 +357,10 @@ def offsets_key_value(r) -> tuple[str | None, str | None]:
     payload; a classic group's consumer-protocol subscriptions and assignments are decoded."""
 
     if r.key is None:
-        raise DumpError(f"java.lang.RuntimeException: Failed to decode message at offset {r.offset} using offset "
-                        "topic decoder (message had a missing key)")
+        raise DumpError(
+            f"java.lang.RuntimeException: Failed to decode message at offset {r.offset} using offset "
+            "topic decoder (message had a missing key)"
+        )
     key_bytes = bytes(r.key)
     key_version = struct.unpack_from(">h", key_bytes, 0)[0] if len(key_bytes) >= 2 else -1
     try:
@@ -281,20 +368,30 @@ def offsets_key_value(r) -> tuple[str | None, str | None]:
     except gr.UnknownRecordType:
         return f"Unknown record type {key_version} at offset {r.offset}, skipping.", None
     except Exception as e:  # noqa: BLE001 - Kafka reports and goes on
-        return (f"Error at offset {r.offset}, skipping. Could not read record with version {key_version} from "
-                f"key's buffer due to: {e}"), None
+        return (
+            f"Error at offset {r.offset}, skipping. Could not read record with version {key_version} from "
+            f"key's buffer due to: {e}"
+        ), None
     value_bytes = bytes(r.value) if r.value is not None else None
     try:
         value = gr.decode_value(key_version, value_bytes)
     except Exception as e:  # noqa: BLE001
         version = struct.unpack_from(">h", value_bytes, 0)[0] if len(value_bytes) >= 2 else -1
-        why = f"Can't read version {version} of {_OFFSETS_VALUES[key_version]}" \
-            if isinstance(e, gr.UnknownRecordType) else str(e)
-        return (f"Error at offset {r.offset}, skipping. Could not read record with version {version} from value's "
-                f"buffer due to: {why}"), None
+        why = (
+            f"Can't read version {version} of {_OFFSETS_VALUES[key_version]}"
+            if isinstance(e, gr.UnknownRecordType)
+            else str(e)
+        )
+        return (
+            f"Error at offset {r.offset}, skipping. Could not read record with version {version} from value's "
+            f"buffer due to: {why}"
+        ), None
     names = _KIP848_KEY if key_version >= 3 else {}
-    key_json = json.dumps({"type": str(key_version), "data": {names.get(k, k): v for k, v in key.items()}},
-                          separators=(",", ":"), ensure_ascii=False)
+    key_json = json.dumps(
+        {"type": str(key_version), "data": {names.get(k, k): v for k, v in key.items()}},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     if value is None:
         return key_json, "<DELETE>"
     version = value.pop("_version")
@@ -318,6 +415,7 @@ def offsets_key_value(r) -> tuple[str | None, str | None]:
 
 # ----------------------------------------------------------------- __transaction_state
 
+
 def transaction_log_key_value(r) -> tuple[str | None, str | None]:
     """Kafka's TransactionLogMessageParser (a CoordinatorRecordMessageParser, Kafka 4):
     ``{"type":"0","data":{"transactionalId":"..."}}`` for the key and ``{"version":"<value
@@ -326,8 +424,10 @@ def transaction_log_key_value(r) -> tuple[str | None, str | None]:
     tombstone. Records it cannot read are reported in place of the key, as Kafka's serde does."""
 
     if r.key is None:
-        raise DumpError(f"java.lang.RuntimeException: Failed to decode message at offset {r.offset} using the "
-                        "specified decoder (message had a missing key)")
+        raise DumpError(
+            f"java.lang.RuntimeException: Failed to decode message at offset {r.offset} using the "
+            "specified decoder (message had a missing key)"
+        )
     key_bytes = bytes(r.key)
     skip = f"Error at offset {r.offset}, skipping."
     if len(key_bytes) < 2:
@@ -339,8 +439,9 @@ def transaction_log_key_value(r) -> tuple[str | None, str | None]:
         return f"Unknown record type {key_version} at offset {r.offset}, skipping.", None
     except Exception as e:  # noqa: BLE001 - Kafka reports and goes on
         return f"{skip} Could not read record with version {key_version} from key's buffer due to: {e}.", None
-    key_json = json.dumps({"type": str(key_version), "data": {"transactionalId": tid}}, separators=(",", ":"),
-                          ensure_ascii=False)
+    key_json = json.dumps(
+        {"type": str(key_version), "data": {"transactionalId": tid}}, separators=(",", ":"), ensure_ascii=False
+    )
     if r.value is None:
         return key_json, "<DELETE>"
     value_bytes = bytes(r.value)
@@ -363,6 +464,7 @@ def transaction_log_key_value(r) -> tuple[str | None, str | None]:
 
 # ----------------------------------------------------------------- .log
 
+
 def _seq(base_sequence: int, delta: int) -> int:
     if base_sequence < 0:
         return -1
@@ -372,8 +474,14 @@ def _seq(base_sequence: int, delta: int) -> int:
 class Dumper:
     def __init__(self, a):
         self.a = a
-        self.print_data = bool(a.print_data_log or a.cluster_metadata_decoder or a.offsets_decoder
-                               or a.transaction_log_decoder or a.value_decoder_class or a.key_decoder_class)
+        self.print_data = bool(
+            a.print_data_log
+            or a.cluster_metadata_decoder
+            or a.offsets_decoder
+            or a.transaction_log_decoder
+            or a.value_decoder_class
+            or a.key_decoder_class
+        )
         self.deep = bool(a.deep_iteration or self.print_data)
         self.index_mismatches: dict[str, list[tuple[int, int]]] = {}
         self.nonconsecutive: dict[str, list[tuple[int, int]]] = {}
@@ -408,7 +516,7 @@ class Dumper:
             data = f.read()
         file_size = len(data)
         if self.a.max_bytes < len(data):
-            data = data[:self.a.max_bytes]
+            data = data[: self.a.max_bytes]
         valid = 0
         last_offset = -1
         pos = 0
@@ -416,8 +524,10 @@ class Dumper:
         while pos + rb.LOG_OVERHEAD <= end:
             _base, size = rb.offset_and_size(data, pos)
             if size < rb.LOG_OVERHEAD + 5:
-                raise DumpError(f"org.apache.kafka.common.errors.CorruptRecordException: Found record size "
-                                f"{size - rb.LOG_OVERHEAD} smaller than minimum record overhead (14) in file {path}.")
+                raise DumpError(
+                    f"org.apache.kafka.common.errors.CorruptRecordException: Found record size "
+                    f"{size - rb.LOG_OVERHEAD} smaller than minimum record overhead (14) in file {path}."
+                )
             if pos + size > end:
                 break
             magic = data[pos + rb.MAGIC_OFFSET]
@@ -436,16 +546,17 @@ class Dumper:
 
     def _batch_line(self, data, pos: int, h: rb.BatchHeader, position: int) -> None:
         ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
-        horizon = f"OptionalLong[{h.base_timestamp}]" if h.attributes & rb.DELETE_HORIZON_FLAG \
-            else "OptionalLong.empty"
+        horizon = f"OptionalLong[{h.base_timestamp}]" if h.attributes & rb.DELETE_HORIZON_FLAG else "OptionalLong.empty"
         codec = rb.COMPRESSION_NAMES.get(h.compression, "unknown")
         valid = h.size >= rb.HEADER_SIZE and rb.is_crc_valid(data, pos, h.size)
-        _out(f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
-             f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
-             f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
-             f"isTransactional: {str(h.is_transactional).lower()} isControl: {str(h.is_control).lower()} "
-             f"deleteHorizonMs: {horizon} position: {position} {ts_type}: {h.max_timestamp} size: {h.size} "
-             f"magic: {h.magic} compresscodec: {codec} crc: {h.crc} isvalid: {str(valid).lower()}")
+        _out(
+            f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
+            f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
+            f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
+            f"isTransactional: {str(h.is_transactional).lower()} isControl: {str(h.is_control).lower()} "
+            f"deleteHorizonMs: {horizon} position: {position} {ts_type}: {h.max_timestamp} size: {h.size} "
+            f"magic: {h.magic} compresscodec: {codec} crc: {h.crc} isvalid: {str(valid).lower()}"
+        )
 
     def _legacy(self, data, pos: int, size: int, position: int) -> None:
         """Magic v0/v1 message (shallow): what Kafka prints for old message sets."""
@@ -457,10 +568,12 @@ class Dumper:
         if magic == 1 and size >= 26:
             ts = struct.unpack_from(">q", data, pos + 18)[0]
             ts_part = f"{'LogAppendTime' if attrs & 0x08 else 'CreateTime'}: {ts}"
-        valid = (zlib.crc32(bytes(data[pos + 16:pos + size])) & 0xFFFFFFFF) == crc
+        valid = (zlib.crc32(bytes(data[pos + 16 : pos + size])) & 0xFFFFFFFF) == crc
         codec = rb.COMPRESSION_NAMES.get(attrs & 0x07, "unknown")
-        _out(f"offset: {offset} position: {position} {ts_part} size: {size} magic: {magic} "
-             f"compresscodec: {codec} crc: {crc} isvalid: {str(valid).lower()}")
+        _out(
+            f"offset: {offset} position: {position} {ts_part} size: {size} magic: {magic} "
+            f"compresscodec: {codec} crc: {crc} isvalid: {str(valid).lower()}"
+        )
 
     def _records(self, path: str, data, pos: int, h: rb.BatchHeader, last_offset: int) -> int:
         ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
@@ -480,8 +593,10 @@ class Dumper:
                 ksize = -1 if r.key is None else len(r.key)
                 vsize = -1 if r.value is None else len(r.value)
                 keys = ",".join(k for k, _v in r.headers)
-                line += (f"{prefix}offset: {r.offset} {ts_type}: {r.timestamp} keySize: {ksize} valueSize: {vsize} "
-                         f"sequence: {_seq(h.base_sequence, r.offset - h.base_offset)} headerKeys: [{keys}]")
+                line += (
+                    f"{prefix}offset: {r.offset} {ts_type}: {r.timestamp} keySize: {ksize} valueSize: {vsize} "
+                    f"sequence: {_seq(h.base_sequence, r.offset - h.base_offset)} headerKeys: [{keys}]"
+                )
                 prefix = " "
                 if h.is_control:
                     line += self._control(r)
@@ -537,14 +652,18 @@ class Dumper:
         n = len(raw) // 8
         if self.a.index_sanity_check:
             if len(raw) % 8:
-                raise DumpError(f"org.apache.kafka.common.errors.CorruptIndexException: Index file {name} is "
-                                f"corrupt, found {len(raw)} bytes which is neither positive nor a multiple of 8.")
+                raise DumpError(
+                    f"org.apache.kafka.common.errors.CorruptIndexException: Index file {name} is "
+                    f"corrupt, found {len(raw)} bytes which is neither positive nor a multiple of 8."
+                )
             if n:
                 last = base + struct.unpack_from(">i", raw, (n - 1) * 8)[0]
                 if last < base:
-                    raise DumpError(f"org.apache.kafka.common.errors.CorruptIndexException: Corrupt index found, "
-                                    f"index file ({os.path.abspath(path)}) has non-zero size but the last offset is "
-                                    f"{last} which is less than the base offset {base}.")
+                    raise DumpError(
+                        f"org.apache.kafka.common.errors.CorruptIndexException: Corrupt index found, "
+                        f"index file ({os.path.abspath(path)}) has non-zero size but the last offset is "
+                        f"{last} which is less than the base offset {base}."
+                    )
         if n == 0:
             _out(f"{path} is empty.")
             return
@@ -572,12 +691,14 @@ class Dumper:
         raw = self._read(path)
         if self.a.index_sanity_check:
             if len(raw) % 12:
-                raise DumpError(f"org.apache.kafka.common.errors.CorruptIndexException: Time index file {name} is "
-                                f"corrupt, found {len(raw)} bytes which is neither positive nor a multiple of 12.")
+                raise DumpError(
+                    f"org.apache.kafka.common.errors.CorruptIndexException: Time index file {name} is "
+                    f"corrupt, found {len(raw)} bytes which is neither positive nor a multiple of 12."
+                )
             _out(f"{path} passed sanity check.")
             return
         index_raw = self._read(os.path.join(os.path.dirname(os.path.abspath(path)), name.split(".")[0] + ".index"))
-        idx = [(base + r, p) for r, p in struct.iter_unpack(">ii", index_raw[:len(index_raw) // 8 * 8])]
+        idx = [(base + r, p) for r, p in struct.iter_unpack(">ii", index_raw[: len(index_raw) // 8 * 8])]
         log = self._read(self._log_for(path))
         prev_ts = -1
         apath = os.path.abspath(path)
@@ -614,9 +735,10 @@ class Dumper:
     # ------------------------------------------------------------------ other files
     def dump_txn_index(self, path: str) -> None:
         raw = self._read(path)
-        for version, pid, first, last, lso in struct.iter_unpack(">hqqqq", raw[:len(raw) // 34 * 34]):
-            _out(f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} "
-                 f"lastStableOffset: {lso}")
+        for version, pid, first, last, lso in struct.iter_unpack(">hqqqq", raw[: len(raw) // 34 * 34]):
+            _out(
+                f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} lastStableOffset: {lso}"
+            )
 
     def dump_producer_snapshot(self, path: str) -> None:
         raw = self._read(path)
@@ -634,17 +756,23 @@ class Dumper:
             return
         computed = crc32c(raw[6:])
         if computed != crc:
-            print(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crc}. Computed crc: {computed}",
-                  file=sys.stderr)
+            print(
+                f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crc}. Computed crc: {computed}",
+                file=sys.stderr,
+            )
             return
         for pid, epoch, last_seq, last_off, delta, ts, coord_epoch, txn_first in entries:
             txn = f"OptionalLong[{txn_first}]" if txn_first >= 0 else "OptionalLong.empty"
-            line = (f"producerId: {pid} producerEpoch: {epoch} coordinatorEpoch: {coord_epoch} "
-                    f"currentTxnFirstOffset: {txn} lastTimestamp: {ts} ")
+            line = (
+                f"producerId: {pid} producerEpoch: {epoch} coordinatorEpoch: {coord_epoch} "
+                f"currentTxnFirstOffset: {txn} lastTimestamp: {ts} "
+            )
             if last_off >= 0:
                 first_seq = (last_seq - delta) & 0x7FFFFFFF if last_seq >= 0 else last_seq
-                line += (f"firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_off} "
-                         f"offsetDelta: {delta} timestamp: {ts}")
+                line += (
+                    f"firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_off} "
+                    f"offsetDelta: {delta} timestamp: {ts}"
+                )
             _out(line)
 
     def dump_offset_checkpoint(self, path: str) -> None:
@@ -667,7 +795,7 @@ class Dumper:
     def dump(self, path: str) -> None:
         _out(f"Dumping {path}")
         name = os.path.basename(path)
-        suffix = name[name.rfind("."):] if "." in name else ""
+        suffix = name[name.rfind(".") :] if "." in name else ""
         if not os.path.exists(path):
             raise DumpError(f"java.nio.file.NoSuchFileException: {path}")
         if suffix in (".log", ".checkpoint"):
@@ -722,7 +850,7 @@ def run(a) -> int:
         print_usage_and_exit(p, 'Missing required argument "[files]"')
     for name in (a.value_decoder_class, a.key_decoder_class):
         if name and name.rsplit(".", 1)[-1] != "StringDecoder":
-            print(f"Exception in thread \"main\" java.lang.ClassNotFoundException: {name}", file=sys.stderr)
+            print(f'Exception in thread "main" java.lang.ClassNotFoundException: {name}', file=sys.stderr)
             return 1
     files = [f for item in a.files for f in item.split(",")]
     d = Dumper(a)
@@ -734,7 +862,7 @@ def run(a) -> int:
         return 1
     except (DumpError, ck.CheckpointError, OSError, ValueError) as e:
         sys.stdout.flush()
-        print(f"Exception in thread \"main\" {e}", file=sys.stderr)
+        print(f'Exception in thread "main" {e}', file=sys.stderr)
         return 1
     finally:
         try:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 import sys
 
+from ..client.consumer import FetchError, WireConsumer
 from .plumbing import admin_client
 from .plumbing.errors import error_message
 from .plumbing.javautil import bootstrap_check
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
-from ..client.consumer import FetchError, WireConsumer
 
 NAME = "get-offsets"
 SCRIPT = "kafka-get-offsets.sh"
@@ -25,32 +25,51 @@ _TP_PATTERN = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
 
 
 def configure(p) -> None:
-    p.add_argument("--bootstrap-server", metavar="HOST1:PORT1,...,HOST3:PORT3",
-                   help="REQUIRED. The server(s) to connect to in the form HOST1:PORT1,HOST2:PORT2.")
-    p.add_argument("--topic-partitions", metavar="topic1:1,topic2:0-3,topic3,topic4:5-,topic5:-3",
-                   help="Comma separated list of topic-partition patterns to get the offsets for, with the format "
-                        "of '([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?'. The first group is an optional regex "
-                        "for the topic name, if omitted, it matches any topic name. The section after ':' describes "
-                        "a 'partition' pattern, which can be: a number, a range in the format of 'NUMBER-NUMBER' "
-                        "(lower inclusive, upper exclusive), an inclusive lower bound in the format of 'NUMBER-', an "
-                        "exclusive upper bound in the format of '-NUMBER' or may be omitted to accept all "
-                        "partitions.")
-    p.add_argument("--topic", metavar="topic",
-                   help="The topic to get the offsets for. It also accepts a regular expression. If not present, "
-                        "all authorized topics are queried. Cannot be used if --topic-partitions is present.")
-    p.add_argument("--partitions", metavar="partition ids",
-                   help="Comma separated list of partition ids to get the offsets for. If not present, all "
-                        "partitions of the authorized topics are queried. Cannot be used if --topic-partitions is "
-                        "present.")
-    p.add_argument("--time", default="latest",
-                   metavar="<timestamp> / -1 or latest / -2 or earliest / -3 or max-timestamp / -4 or "
-                           "earliest-local / -5 or latest-tiered",
-                   help="timestamp of the offsets before that. [Note: No offset is returned, if the timestamp "
-                        "greater than recently committed record timestamp is given.]")
-    p.add_argument("--command-config", metavar="config file",
-                   help="Property file containing configs to be passed to Admin Client.")
-    p.add_argument("--exclude-internal-topics", action="store_true",
-                   help="By default, internal topics are included. If specified, internal topics are excluded.")
+    p.add_argument(
+        "--bootstrap-server",
+        metavar="HOST1:PORT1,...,HOST3:PORT3",
+        help="REQUIRED. The server(s) to connect to in the form HOST1:PORT1,HOST2:PORT2.",
+    )
+    p.add_argument(
+        "--topic-partitions",
+        metavar="topic1:1,topic2:0-3,topic3,topic4:5-,topic5:-3",
+        help="Comma separated list of topic-partition patterns to get the offsets for, with the format "
+        "of '([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?'. The first group is an optional regex "
+        "for the topic name, if omitted, it matches any topic name. The section after ':' describes "
+        "a 'partition' pattern, which can be: a number, a range in the format of 'NUMBER-NUMBER' "
+        "(lower inclusive, upper exclusive), an inclusive lower bound in the format of 'NUMBER-', an "
+        "exclusive upper bound in the format of '-NUMBER' or may be omitted to accept all "
+        "partitions.",
+    )
+    p.add_argument(
+        "--topic",
+        metavar="topic",
+        help="The topic to get the offsets for. It also accepts a regular expression. If not present, "
+        "all authorized topics are queried. Cannot be used if --topic-partitions is present.",
+    )
+    p.add_argument(
+        "--partitions",
+        metavar="partition ids",
+        help="Comma separated list of partition ids to get the offsets for. If not present, all "
+        "partitions of the authorized topics are queried. Cannot be used if --topic-partitions is "
+        "present.",
+    )
+    p.add_argument(
+        "--time",
+        default="latest",
+        metavar="<timestamp> / -1 or latest / -2 or earliest / -3 or max-timestamp / -4 or "
+        "earliest-local / -5 or latest-tiered",
+        help="timestamp of the offsets before that. [Note: No offset is returned, if the timestamp "
+        "greater than recently committed record timestamp is given.]",
+    )
+    p.add_argument(
+        "--command-config", metavar="config file", help="Property file containing configs to be passed to Admin Client."
+    )
+    p.add_argument(
+        "--exclude-internal-topics",
+        action="store_true",
+        help="By default, internal topics are included. If specified, internal topics are excluded.",
+    )
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
 
@@ -65,9 +84,11 @@ def parse_time(value: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise Terse(f"Malformed time argument {value}. Please use -1 or latest / -2 or earliest / -3 or "
-                    "max-timestamp / -4 or earliest-local / -5 or latest-tiered, or a specified long format "
-                    "timestamp") from None
+        raise Terse(
+            f"Malformed time argument {value}. Please use -1 or latest / -2 or earliest / -3 or "
+            "max-timestamp / -4 or earliest-local / -5 or latest-tiered, or a specified long format "
+            "timestamp"
+        ) from None
 
 
 def _filters(a):
@@ -82,11 +103,11 @@ def _filters(a):
             topic = admin_client.IncludeList(g[0] if g[0] is not None else ".*")
             if g[1] is not None:
                 n = int(g[1])
-                pred = (lambda p, n=n: p == n)
+                pred = lambda p, n=n: p == n
             else:
                 lo = int(g[2]) if g[2] is not None else 0
                 hi = int(g[3]) if g[3] is not None else 2**31 - 1
-                pred = (lambda p, lo=lo, hi=hi: lo <= p < hi)
+                pred = lambda p, lo=lo, hi=hi: lo <= p < hi
             out.append((topic, pred))
         return out
     parts = None
@@ -94,15 +115,20 @@ def _filters(a):
         try:
             parts = {int(x) for x in a.partitions.split(",")}
         except ValueError:
-            raise Terse("--partitions expects a comma separated list of numeric partition ids, but received: "
-                        + a.partitions) from None
-    return [(admin_client.IncludeList(a.topic if a.topic is not None else ".*"),
-             (lambda p: True) if not parts else (lambda p, s=parts: p in s))]
+            raise Terse(
+                "--partitions expects a comma separated list of numeric partition ids, but received: " + a.partitions
+            ) from None
+    return [
+        (
+            admin_client.IncludeList(a.topic if a.topic is not None else ".*"),
+            (lambda p: True) if not parts else (lambda p, s=parts: p in s),
+        )
+    ]
 
 
 def _print(results: dict) -> None:
     """``topic:partition:offset`` sorted as Kafka sorts TopicPartition.toString()."""
-    for (t, pn) in sorted(results, key=lambda k: f"{k[0]}-{k[1]}"):
+    for t, pn in sorted(results, key=lambda k: f"{k[0]}-{k[1]}"):
         print(f"{t}:{pn}:{results[(t, pn)]}")
 
 
@@ -140,9 +166,12 @@ def run(a) -> int:
         ts = parse_time(a.time)
         filters = _filters(a)
         admin = admin_client.make_admin(a.bootstrap_server, a.command_config, "GetOffsetShell")
-        names = [t for t in admin_client.list_topic_names(admin)
-                 if not (a.exclude_internal_topics and admin_client.is_internal(t))
-                 and any(f.allowed(t) for f, _p in filters)]
+        names = [
+            t
+            for t in admin_client.list_topic_names(admin)
+            if not (a.exclude_internal_topics and admin_client.is_internal(t))
+            and any(f.allowed(t) for f, _p in filters)
+        ]
         tps = []
         if names:
             for name, fut in admin.describe_topics(TopicCollection(names)).items():
@@ -170,8 +199,11 @@ def run(a) -> int:
             try:
                 info = fut.result()
             except Exception as e:
-                print(f"Skip getting offsets for topic-partition {tp.topic}-{tp.partition} due to error: "
-                      f"{error_message(e)}", file=sys.stderr)
+                print(
+                    f"Skip getting offsets for topic-partition {tp.topic}-{tp.partition} due to error: "
+                    f"{error_message(e)}",
+                    file=sys.stderr,
+                )
                 continue
             if info.offset != -1:
                 results[(tp.topic, tp.partition)] = info.offset

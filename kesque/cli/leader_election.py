@@ -27,8 +27,10 @@ from .plumbing.run import ToolExit
 
 NAME = "leader-election"
 SCRIPT = "kafka-leader-election.sh"
-DESCRIPTION = ("This tool attempts to elect a new leader for a set of topic partitions. The type of elections "
-               "supported are preferred replicas and unclean replicas.")
+DESCRIPTION = (
+    "This tool attempts to elect a new leader for a set of topic partitions. The type of elections "
+    "supported are preferred replicas and unclean replicas."
+)
 HELP = "elect preferred or unclean partition leaders (kafka-leader-election.sh)"
 ELECTION_TYPES = ("PREFERRED", "UNCLEAN")
 ELECTION_NOT_NEEDED = 84
@@ -47,33 +49,57 @@ def configure(p) -> None:
     for action in p._actions:
         if isinstance(action, argparse._HelpAction):
             action.__class__ = _HelpOnStderr
-    p.add_argument("--admin.config", dest="admin_config", metavar="config file",
-                   help="(DEPRECATED) Configuration properties files to pass to the admin client. This option will "
-                        "be removed in a future version. Use --command-config instead.")
-    p.add_argument("--all-topic-partitions", action="store_true",
-                   help="Perform election on all of the eligible topic partitions based on the type of election "
-                        "(see the --election-type flag). Not allowed if --topic or --path-to-json-file is specified.")
-    p.add_argument("--bootstrap-server", metavar="host:port",
-                   help="A hostname and port for the broker to connect to, in the form host:port. Multiple comma "
-                        "separated URLs can be given. REQUIRED.")
-    p.add_argument("--command-config", metavar="Config file",
-                   help="Config properties file to pass to the admin client.")
-    p.add_argument("--election-type", metavar="election type",
-                   help="Type of election to attempt. Possible values are \"preferred\" for preferred leader "
-                        "election or \"unclean\" for unclean leader election. If preferred election is selection, "
-                        "the election is only performed if the current leader is not the preferred leader for the "
-                        "topic partition. If unclean election is selected, the election is only performed if there "
-                        "are no leader for the topic partition. REQUIRED.").jopt_kind = "[PREFERRED,UNCLEAN]"
-    p.add_argument("--partition", type=int, metavar="partition id",
-                   help="Partition id for which to perform an election. REQUIRED if --topic is specified.")
-    p.add_argument("--path-to-json-file", metavar="Path to JSON file",
-                   help="The JSON file with the list  of partition for which leader elections should be performed. "
-                        "This is an example format. \n{\"partitions\":\n\t[{\"topic\": \"foo\", \"partition\": 1},"
-                        "\n\t {\"topic\": \"foobar\", \"partition\": 2}]\n}\nNot allowed if --all-topic-partitions "
-                        "or --topic flags are specified.")
-    p.add_argument("--topic", metavar="topic name",
-                   help="Name of topic for which to perform an election. Not allowed if --path-to-json-file or "
-                        "--all-topic-partitions is specified.")
+    p.add_argument(
+        "--admin.config",
+        dest="admin_config",
+        metavar="config file",
+        help="(DEPRECATED) Configuration properties files to pass to the admin client. This option will "
+        "be removed in a future version. Use --command-config instead.",
+    )
+    p.add_argument(
+        "--all-topic-partitions",
+        action="store_true",
+        help="Perform election on all of the eligible topic partitions based on the type of election "
+        "(see the --election-type flag). Not allowed if --topic or --path-to-json-file is specified.",
+    )
+    p.add_argument(
+        "--bootstrap-server",
+        metavar="host:port",
+        help="A hostname and port for the broker to connect to, in the form host:port. Multiple comma "
+        "separated URLs can be given. REQUIRED.",
+    )
+    p.add_argument(
+        "--command-config", metavar="Config file", help="Config properties file to pass to the admin client."
+    )
+    p.add_argument(
+        "--election-type",
+        metavar="election type",
+        help='Type of election to attempt. Possible values are "preferred" for preferred leader '
+        'election or "unclean" for unclean leader election. If preferred election is selection, '
+        "the election is only performed if the current leader is not the preferred leader for the "
+        "topic partition. If unclean election is selected, the election is only performed if there "
+        "are no leader for the topic partition. REQUIRED.",
+    ).jopt_kind = "[PREFERRED,UNCLEAN]"
+    p.add_argument(
+        "--partition",
+        type=int,
+        metavar="partition id",
+        help="Partition id for which to perform an election. REQUIRED if --topic is specified.",
+    )
+    p.add_argument(
+        "--path-to-json-file",
+        metavar="Path to JSON file",
+        help="The JSON file with the list  of partition for which leader elections should be performed. "
+        'This is an example format. \n{"partitions":\n\t[{"topic": "foo", "partition": 1},'
+        '\n\t {"topic": "foobar", "partition": 2}]\n}\nNot allowed if --all-topic-partitions '
+        "or --topic flags are specified.",
+    )
+    p.add_argument(
+        "--topic",
+        metavar="topic name",
+        help="Name of topic for which to perform an election. Not allowed if --path-to-json-file or "
+        "--all-topic-partitions is specified.",
+    )
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
 
@@ -87,12 +113,13 @@ def parse_json(text: str) -> list[tuple[str, int]]:
     except ValueError as e:
         raise CommandFailed(str(e)) from None
     if not isinstance(js, dict) or "partitions" not in js:
-        raise CommandFailed("Replica election data is missing \"partitions\" field")
+        raise CommandFailed('Replica election data is missing "partitions" field')
     out = [(str(item["topic"]), int(item["partition"])) for item in js["partitions"]]
     dups = sorted({tp for tp in out if out.count(tp) > 1})
     if dups:
-        raise CommandFailed("Replica election data contains duplicate partitions: "
-                            + "[" + ", ".join(f"{t}-{p}" for t, p in dups) + "]")
+        raise CommandFailed(
+            "Replica election data contains duplicate partitions: " + "[" + ", ".join(f"{t}-{p}" for t, p in dups) + "]"
+        )
     return list(dict.fromkeys(out))
 
 
@@ -102,12 +129,16 @@ def _validate(a, p) -> None:
     if not a.election_type:
         raise CommandFailed("Missing required option(s): election-type")
     if a.election_type.upper() not in ELECTION_TYPES:
-        print_usage_and_exit(p, f"Cannot convert argument '{a.election_type}' of option ['election-type']. "
-                                f"Value [{a.election_type}] is not one of [[PREFERRED, UNCLEAN]]")
+        print_usage_and_exit(
+            p,
+            f"Cannot convert argument '{a.election_type}' of option ['election-type']. "
+            f"Value [{a.election_type}] is not one of [[PREFERRED, UNCLEAN]]",
+        )
     chosen = [a.topic is not None, a.all_topic_partitions, a.path_to_json_file is not None]
     if sum(chosen) != 1:
-        raise CommandFailed("One and only one of the following options is required: topic, all-topic-partitions, "
-                            "path-to-json-file")
+        raise CommandFailed(
+            "One and only one of the following options is required: topic, all-topic-partitions, path-to-json-file"
+        )
     if a.topic is not None and a.partition is None:
         raise CommandFailed("Missing required option(s): partition")
     if a.partition is not None and a.topic is None:
@@ -130,8 +161,10 @@ def elect(admin, election: str, partitions: list[tuple[str, int]] | None) -> int
             failed.append((key, err if isinstance(err, BaseException) else KafkaException(err)))
     order = lambda keys: java_hash_order(keys, topic_partition_hash)  # noqa: E731
     if done:
-        print(f"Successfully completed leader election ({election}) for partitions "
-              + ", ".join(f"{t}-{p}" for t, p in order(done)))
+        print(
+            f"Successfully completed leader election ({election}) for partitions "
+            + ", ".join(f"{t}-{p}" for t, p in order(done))
+        )
     if noop:
         print("Valid replica already elected for partitions " + ", ".join(f"{t}-{p}" for t, p in order(noop)))
     if not failed:

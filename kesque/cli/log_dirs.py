@@ -29,18 +29,33 @@ HELP = "describe log directories of brokers (kafka-log-dirs.sh)"
 
 
 def configure(p) -> None:
-    p.add_argument("--bootstrap-server", metavar="The server(s) to use for bootstrapping",
-                   help="REQUIRED: the server(s) to use for bootstrapping")
-    p.add_argument("--command-config", metavar="Admin client property file",
-                   help="Property file containing configs to be passed to Admin Client.")
-    p.add_argument("--describe", action="store_true",
-                   help="Describe the specified log directories on the specified brokers.")
-    p.add_argument("--topic-list", default="", metavar="Topic list",
-                   help="The list of topics to be queried in the form \"topic1,topic2,topic3\". All topics will be "
-                        "queried if no topic list is specified")
-    p.add_argument("--broker-list", default="", metavar="Broker list",
-                   help="The list of brokers to be queried in the form \"0,1,2\". All brokers in the cluster will be "
-                        "queried if no broker list is specified")
+    p.add_argument(
+        "--bootstrap-server",
+        metavar="The server(s) to use for bootstrapping",
+        help="REQUIRED: the server(s) to use for bootstrapping",
+    )
+    p.add_argument(
+        "--command-config",
+        metavar="Admin client property file",
+        help="Property file containing configs to be passed to Admin Client.",
+    )
+    p.add_argument(
+        "--describe", action="store_true", help="Describe the specified log directories on the specified brokers."
+    )
+    p.add_argument(
+        "--topic-list",
+        default="",
+        metavar="Topic list",
+        help='The list of topics to be queried in the form "topic1,topic2,topic3". All topics will be '
+        "queried if no topic list is specified",
+    )
+    p.add_argument(
+        "--broker-list",
+        default="",
+        metavar="Broker list",
+        help='The list of brokers to be queried in the form "0,1,2". All brokers in the cluster will be '
+        "queried if no broker list is specified",
+    )
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
 
@@ -60,14 +75,19 @@ def describe_log_dirs(host: str, port: int) -> list[tuple[str, int, list]]:
         raise BrokerError(int(resp.error_code), None, resp.error_code.name)
     out = []
     for r in resp.results:
-        parts = [(t.name, int(p.partition_index), int(p.partition_size), int(p.offset_lag), bool(p.is_future_key))
-                 for t in r.topics for p in t.partitions]
+        parts = [
+            (t.name, int(p.partition_index), int(p.partition_size), int(p.offset_lag), bool(p.is_future_key))
+            for t in r.topics
+            for p in t.partitions
+        ]
         out.append((r.log_dir, int(r.error_code), parts))
     return out
 
 
-_DIR_ERRORS = {57: "org.apache.kafka.common.errors.KafkaStorageException",
-               56: "org.apache.kafka.common.errors.KafkaStorageException"}
+_DIR_ERRORS = {
+    57: "org.apache.kafka.common.errors.KafkaStorageException",
+    56: "org.apache.kafka.common.errors.KafkaStorageException",
+}
 
 
 def run(a) -> int:
@@ -81,7 +101,7 @@ def run(a) -> int:
         try:
             brokers_in = {int(b) for b in a.broker_list.split(",") if b}
         except ValueError as e:
-            raise Terse(f"For input string: \"{str(e).split(': ')[-1].strip(chr(39))}\"") from None
+            raise Terse(f'For input string: "{str(e).split(": ")[-1].strip(chr(39))}"') from None
         admin = admin_client.make_admin(a.bootstrap_server, a.command_config, "log-dirs-tool")
         md = admin.list_topics(timeout=admin_client.TIMEOUT)
         cluster = {b.id: (b.host, b.port) for b in md.brokers.values()}
@@ -90,9 +110,12 @@ def run(a) -> int:
 
         def ints(s):
             return ",".join(map(str, java_hash_order(sorted(s), lambda x: x)))
+
         if missing:
-            raise Terse(f"ERROR: The given brokers do not exist from --broker-list: {ints(missing)}. Current "
-                        f"existent brokers: {ints(set(cluster))}")
+            raise Terse(
+                f"ERROR: The given brokers do not exist from --broker-list: {ints(missing)}. Current "
+                f"existent brokers: {ints(set(cluster))}"
+            )
         print("Querying brokers for log directories information")
         sys.stdout.flush()
         infos = {}
@@ -109,10 +132,12 @@ def run(a) -> int:
                 plist = []
                 for tp in java_hash_order(java_hash_order(list(by_tp), topic_partition_hash), topic_partition_hash):
                     size, lag, fut = by_tp[tp]
-                    plist.append(_ordered({"partition": f"{tp[0]}-{tp[1]}", "size": size, "offsetLag": lag,
-                                           "isFuture": fut}))
-                dirs.append(_ordered({"logDir": log_dir, "error": _DIR_ERRORS.get(err) if err else None,
-                                      "partitions": plist}))
+                    plist.append(
+                        _ordered({"partition": f"{tp[0]}-{tp[1]}", "size": size, "offsetLag": lag, "isFuture": fut})
+                    )
+                dirs.append(
+                    _ordered({"logDir": log_dir, "error": _DIR_ERRORS.get(err) if err else None, "partitions": plist})
+                )
             brokers_json.append(_ordered({"broker": b, "logDirs": dirs}))
         print(json.dumps(_ordered({"version": 1, "brokers": brokers_json}), separators=(",", ":")))
     except Terse as e:

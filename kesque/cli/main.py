@@ -14,24 +14,36 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     # lazy: a tool run must not load the broker (serve) or every tool (tools)
     from . import serve, tools
+
     serve.add_parser(sub)
     tools.add_parsers(sub)
     # listed here for --help; main() hands its arguments to the tool, which parses them itself
-    sub.add_parser("transactions", help="list, describe and abort transactions, find hanging ones "
-                                        "(kafka-transactions.sh)", add_help=False)
-    sub.add_parser("storage", help="format a node's storage, show it, print a cluster id (kafka-storage.sh)",
-                   add_help=False)
+    sub.add_parser(
+        "transactions",
+        help="list, describe and abort transactions, find hanging ones (kafka-transactions.sh)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "storage", help="format a node's storage, show it, print a cluster id (kafka-storage.sh)", add_help=False
+    )
     sub.add_parser("cluster", help="start, stop and show a local cluster of kesque processes", add_help=False)
-    sub.add_parser("metadata-quorum", help="describe the KRaft metadata quorum (kafka-metadata-quorum.sh)",
-                   add_help=False)
-    sub.add_parser("cluster-tool", help="the cluster id, its endpoints, unregister a broker (kafka-cluster.sh)",
-                   add_help=False)
+    sub.add_parser(
+        "metadata-quorum", help="describe the KRaft metadata quorum (kafka-metadata-quorum.sh)", add_help=False
+    )
+    sub.add_parser(
+        "cluster-tool", help="the cluster id, its endpoints, unregister a broker (kafka-cluster.sh)", add_help=False
+    )
     return p
 
 
 # subcommands that parse their own arguments: name -> module of kesque.cli with main(argv)
-_OWN_PARSERS = {"transactions": "transactions", "storage": "storage", "cluster": "cluster",
-                "metadata-quorum": "metadata_quorum", "cluster-tool": "cluster_tool"}
+_OWN_PARSERS = {
+    "transactions": "transactions",
+    "storage": "storage",
+    "cluster": "cluster",
+    "metadata-quorum": "metadata_quorum",
+    "cluster-tool": "cluster_tool",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         # Kafka's TransactionsCommand and StorageTool parse with argparse4j (options, then a
         # command with its own options): the tool reads everything after its name itself
         import importlib
+
         return importlib.import_module(f"{__package__}.{_OWN_PARSERS[argv[0]]}").main(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -48,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         (getattr(args, "_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     # the subcommand's own arguments, verbatim (tools quote them in error messages)
     if getattr(args, "command", None) in argv:
-        args._argv = argv[argv.index(args.command) + 1:]
+        args._argv = argv[argv.index(args.command) + 1 :]
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -41,51 +41,74 @@ HELP = "describe the KRaft metadata quorum (kafka-metadata-quorum.sh)"
 
 METADATA_TOPIC = "__cluster_metadata"
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
-REPLICATION_HEADERS = ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
-                       "LastCaughtUpTimestamp", "Status"]
+REPLICATION_HEADERS = [
+    "NodeId",
+    "DirectoryId",
+    "LogEndOffset",
+    "Lag",
+    "LastFetchTimestamp",
+    "LastCaughtUpTimestamp",
+    "Status",
+]
 
 
 def build_parser() -> ArgParser:
     p = ArgParser(PROG, DESCRIPTION)
     g = p.add_mutex_group(required=True)
-    p.add_argument("--bootstrap-server", group=g,
-                   help="A comma-separated list of host:port pairs to use for establishing the connection to the "
-                        "Kafka cluster.")
-    p.add_argument("--bootstrap-controller", group=g,
-                   help="A comma-separated list of host:port pairs to use for establishing the connection to the "
-                        "Kafka controllers.")
-    p.add_argument("--command-config",
-                   help="Property file containing configs to be passed to Admin Client. For add-controller, the file "
-                        "is used to specify the controller properties as well.")
-    p.add_subparsers(dest="command", title="positional arguments",
-                     metavar="{describe,add-controller,remove-controller}")
+    p.add_argument(
+        "--bootstrap-server",
+        group=g,
+        help="A comma-separated list of host:port pairs to use for establishing the connection to the Kafka cluster.",
+    )
+    p.add_argument(
+        "--bootstrap-controller",
+        group=g,
+        help="A comma-separated list of host:port pairs to use for establishing the connection to the "
+        "Kafka controllers.",
+    )
+    p.add_argument(
+        "--command-config",
+        help="Property file containing configs to be passed to Admin Client. For add-controller, the file "
+        "is used to specify the controller properties as well.",
+    )
+    p.add_subparsers(
+        dest="command", title="positional arguments", metavar="{describe,add-controller,remove-controller}"
+    )
 
     s = p.add_parser("describe", help="Describe the metadata quorum info")
     g = s.add_group("Status", "")
-    s.add_argument("--status", action="store_true", group=g,
-                   help="A short summary of the quorum status and the other provides detailed information about the "
-                        "status of replication.")
+    s.add_argument(
+        "--status",
+        action="store_true",
+        group=g,
+        help="A short summary of the quorum status and the other provides detailed information about the "
+        "status of replication.",
+    )
     g = s.add_group("Replication", "")
-    s.add_argument("--replication", action="store_true", group=g,
-                   help="Detailed information about the status of replication")
+    s.add_argument(
+        "--replication", action="store_true", group=g, help="Detailed information about the status of replication"
+    )
     s.add_argument("--human-readable", action="store_true", group=g, help="Human-readable output")
 
     s = p.add_parser("add-controller", help="Add a controller to the KRaft controller cluster")
-    s.add_argument("--dry-run", action="store_true",
-                   help="True if we should print what would be done, but not do it.")
+    s.add_argument("--dry-run", action="store_true", help="True if we should print what would be done, but not do it.")
 
     s = p.add_parser("remove-controller", help="Remove a controller from the KRaft controller cluster")
     s.add_argument("--controller-id", "-i", type="Integer", required=True, help="The id of the controller to remove.")
-    s.add_argument("--controller-directory-id", "-d", required=True,
-                   help="The directory ID of the controller to remove.")
-    s.add_argument("--dry-run", action="store_true",
-                   help="True if we should print what would be done, but not do it.")
-    s.add_argument("--unregister", action="store_true",
-                   help="If set, also unregister the controller after successfully removing it from the voter set.")
+    s.add_argument(
+        "--controller-directory-id", "-d", required=True, help="The directory ID of the controller to remove."
+    )
+    s.add_argument("--dry-run", action="store_true", help="True if we should print what would be done, but not do it.")
+    s.add_argument(
+        "--unregister",
+        action="store_true",
+        help="If set, also unregister the controller after successfully removing it from the voter set.",
+    )
     return p
 
 
 # ============================================================================ the Admin client calls
+
 
 class QuorumAdmin(ControllerAdmin):
     """Kafka's Admin client as MetadataQuorumCommand uses it, to brokers or to controllers."""
@@ -97,8 +120,15 @@ class QuorumAdmin(ControllerAdmin):
     def _describe_quorum_once(self):
         def build(mod, v):
             rq = mod.request
-            return make(rq.DescribeQuorumRequest, topics=(make(rq.TopicData, topic_name=METADATA_TOPIC, partitions=(
-                make(rq.PartitionData, partition_index=0),)),))
+            return make(
+                rq.DescribeQuorumRequest,
+                topics=(
+                    make(
+                        rq.TopicData, topic_name=METADATA_TOPIC, partitions=(make(rq.PartitionData, partition_index=0),)
+                    ),
+                ),
+            )
+
         if self.controllers:  # LeastLoadedBrokerOrActiveKController: the active controller
             if self.active is None:
                 self.describe_cluster()
@@ -114,15 +144,21 @@ class QuorumAdmin(ControllerAdmin):
             raise self.unknown_error(f"DescribeMetadataQuorum received {len(resp.topics)} topics when 1 was expected")
         topic = resp.topics[0]
         if topic.topic_name != METADATA_TOPIC:
-            raise self.unknown_error(f"DescribeMetadataQuorum received a topic with name {topic.topic_name} when "
-                                f"{METADATA_TOPIC} was expected")
+            raise self.unknown_error(
+                f"DescribeMetadataQuorum received a topic with name {topic.topic_name} when "
+                f"{METADATA_TOPIC} was expected"
+            )
         if len(topic.partitions) != 1:
-            raise self.unknown_error(f"DescribeMetadataQuorum received a topic {topic.topic_name} with "
-                                f"{len(topic.partitions)} partitions when 1 was expected")
+            raise self.unknown_error(
+                f"DescribeMetadataQuorum received a topic {topic.topic_name} with "
+                f"{len(topic.partitions)} partitions when 1 was expected"
+            )
         part = topic.partitions[0]
         if int(part.partition_index) != 0:
-            raise self.unknown_error(f"DescribeMetadataQuorum received a single partition with index "
-                                f"{int(part.partition_index)} when 0 was expected")
+            raise self.unknown_error(
+                f"DescribeMetadataQuorum received a single partition with index "
+                f"{int(part.partition_index)} when 0 was expected"
+            )
         if int(part.error_code):
             self.active = None
             raise self.error_for(int(part.error_code), part.error_message)
@@ -130,6 +166,7 @@ class QuorumAdmin(ControllerAdmin):
 
 
 # ============================================================================ the commands
+
 
 def _opt_ms(v) -> int | None:
     """OptionalLong from a DescribeQuorum timestamp (-1: empty)."""
@@ -140,9 +177,11 @@ def _opt_ms(v) -> int | None:
 def relative_time_ms(timestamp_ms: int, desc: str, now_ms: int | None = None) -> int:
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     if not 0 < timestamp_ms <= now_ms:
-        raise JavaError("org.apache.kafka.common.KafkaException",
-                        "Error while computing relative time, possible drift in system clock.\n"
-                        f"Current timestamp is {now_ms}, {desc} timestamp is {timestamp_ms}")
+        raise JavaError(
+            "org.apache.kafka.common.KafkaException",
+            "Error while computing relative time, possible drift in system clock.\n"
+            f"Current timestamp is {now_ms}, {desc} timestamp is {timestamp_ms}",
+        )
     return now_ms - timestamp_ms
 
 
@@ -168,10 +207,19 @@ def replication_rows(part, human_readable: bool) -> list[list[str]]:
         return f"{relative_time_ms(ms, desc)} ms ago" if human_readable else str(ms)
 
     def rows(replicas, status: str) -> list[list[str]]:
-        return [[str(int(r.replica_id)), _directory_id(r), str(int(r.log_end_offset)),
-                 str(int(leader.log_end_offset) - int(r.log_end_offset)),
-                 stamp(r.last_fetch_timestamp, "last fetch"), stamp(r.last_caught_up_timestamp, "last caught up"),
-                 status] for r in replicas]
+        return [
+            [
+                str(int(r.replica_id)),
+                _directory_id(r),
+                str(int(r.log_end_offset)),
+                str(int(leader.log_end_offset) - int(r.log_end_offset)),
+                stamp(r.last_fetch_timestamp, "last fetch"),
+                stamp(r.last_caught_up_timestamp, "last caught up"),
+                status,
+            ]
+            for r in replicas
+        ]
+
     followers = [v for v in part.current_voters if int(v.replica_id) != int(part.leader_id)]
     return rows([leader], "Leader") + rows(followers, "Follower") + rows(part.observers, "Observer")
 
@@ -208,14 +256,16 @@ def status_text(cluster_id: str, part, nodes) -> str:
         lag_ms = lead_caught_up - lag_caught_up
     else:
         lag_ms = -1
-    return (f"ClusterId:              {cluster_id}\n"
-            f"LeaderId:               {int(part.leader_id)}\n"
-            f"LeaderEpoch:            {int(part.leader_epoch)}\n"
-            f"HighWatermark:          {int(part.high_watermark)}\n"
-            f"MaxFollowerLag:         {max_lag}\n"
-            f"MaxFollowerLagTimeMs:   {lag_ms}\n"
-            f"CurrentVoters:          {_replica_states(part.current_voters, nodes)}\n"
-            f"CurrentObservers:       {_replica_states(part.observers, nodes)}\n")
+    return (
+        f"ClusterId:              {cluster_id}\n"
+        f"LeaderId:               {int(part.leader_id)}\n"
+        f"LeaderEpoch:            {int(part.leader_epoch)}\n"
+        f"HighWatermark:          {int(part.high_watermark)}\n"
+        f"MaxFollowerLag:         {max_lag}\n"
+        f"MaxFollowerLagTimeMs:   {lag_ms}\n"
+        f"CurrentVoters:          {_replica_states(part.current_voters, nodes)}\n"
+        f"CurrentObservers:       {_replica_states(part.observers, nodes)}\n"
+    )
 
 
 def _describe(admin: QuorumAdmin, ns: dict) -> None:
@@ -236,8 +286,9 @@ def _describe(admin: QuorumAdmin, ns: dict) -> None:
 
 
 def _not_supported(what: str) -> JavaError:
-    return JavaError(ERRORS_PKG + "UnsupportedVersionException",
-                     f"kesque does not support dynamic controller membership ({what})")
+    return JavaError(
+        ERRORS_PKG + "UnsupportedVersionException", f"kesque does not support dynamic controller membership ({what})"
+    )
 
 
 def execute(argv: list[str]) -> int:
@@ -256,11 +307,13 @@ def execute(argv: list[str]) -> int:
             _describe(admin, ns)
         elif ns["command"] == "add-controller":
             if ns["command_config"] is None:
-                raise TerseException("You must supply the configuration file of the controller you are adding "
-                                     "when using add-controller.")
+                raise TerseException(
+                    "You must supply the configuration file of the controller you are adding when using add-controller."
+                )
             raise _not_supported("AddRaftVoter")
         else:
             raise _not_supported("RemoveRaftVoter")
+
     return run_admin(lambda: admin_for(QuorumAdmin, ns, ns["command_config"]), command)
 
 

@@ -21,16 +21,18 @@ import time
 import uuid
 
 from ..client.wire import Unreachable
+from .console_producer import make_producer
 from .plumbing.javautil import load_props
 from .plumbing.run import ToolExit, interrupted_status
-from .console_producer import make_producer
 
 NAME = "producer-perf-test"
 SCRIPT = "kafka-producer-perf-test.sh"
-DESCRIPTION = ("This tool is used to verify the producer performance. To enable transactions, you can specify a "
-               "transaction id or set a transaction duration using --transaction-duration-ms. There are three ways "
-               "to specify the transaction id: set transaction.id=<id> via --producer-props, set transaction.id=<id> "
-               "in the config file via --producer.config, or use --transaction-id <id>.")
+DESCRIPTION = (
+    "This tool is used to verify the producer performance. To enable transactions, you can specify a "
+    "transaction id or set a transaction duration using --transaction-duration-ms. There are three ways "
+    "to specify the transaction id: set transaction.id=<id> via --producer-props, set transaction.id=<id> "
+    "in the config file via --producer.config, or use --transaction-id <id>."
+)
 HELP = "producer throughput/latency test (kafka-producer-perf-test.sh)"
 ARGPARSE_STYLE = True  # Kafka's tool uses argparse4j, whose messages look like Python's argparse
 PROG = "producer-performance"
@@ -38,47 +40,89 @@ PROG = "producer-performance"
 
 def configure(p) -> None:
     p.add_argument("--topic", metavar="TOPIC", help="produce messages to this topic")
-    p.add_argument("--num-records", type=int, metavar="NUM-RECORDS", dest="num_records",
-                   help="number of messages to produce")
+    p.add_argument(
+        "--num-records", type=int, metavar="NUM-RECORDS", dest="num_records", help="number of messages to produce"
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--record-size", type=int, metavar="RECORD-SIZE", dest="record_size",
-                   help="message size in bytes. Note that you must provide exactly one of --record-size or "
-                        "--payload-file or --payload-monotonic.")
-    g.add_argument("--payload-file", metavar="PAYLOAD-FILE", dest="payload_file",
-                   help="file to read the message payloads from. This works only for UTF-8 encoded text files. "
-                        "Payloads will be read from this file and a payload will be randomly selected when sending "
-                        "messages. Note that you must provide exactly one of --record-size or --payload-file or "
-                        "--payload-monotonic.")
-    g.add_argument("--payload-monotonic", action="store_true", dest="payload_monotonic",
-                   help="payload is monotonically increasing integer. Note that you must provide exactly one of "
-                        "--record-size or --payload-file or --payload-monotonic.")
-    p.add_argument("--payload-delimiter", default="\\n", metavar="PAYLOAD-DELIMITER", dest="payload_delimiter",
-                   help="provides delimiter to be used when --payload-file is provided. Defaults to new line. Note "
-                        "that this parameter will be ignored if --payload-file is not provided.")
-    p.add_argument("--throughput", type=float, metavar="THROUGHPUT",
-                   help="throttle maximum message throughput to *approximately* THROUGHPUT messages/sec. Set this to "
-                        "-1 to disable throttling.")
-    p.add_argument("--producer-props", nargs="+", metavar="PROP-NAME=PROP-VALUE", dest="producer_props",
-                   help="kafka producer related configuration properties like bootstrap.servers,client.id etc. These "
-                        "configs take precedence over those passed via --producer.config.")
-    p.add_argument("--producer.config", metavar="CONFIG-FILE", dest="producer_config",
-                   help="producer config properties file.")
-    p.add_argument("--bootstrap-server", metavar="BOOTSTRAP-SERVERS", dest="bootstrap_server",
-                   help="The server(s) to connect to. This config takes precedence over bootstrap.servers specified "
-                        "via --producer-props or --producer.config.")
-    p.add_argument("--print-metrics", action="store_true", dest="print_metrics",
-                   help="print out metrics at the end of the test.")
-    p.add_argument("--transactional-id", metavar="TRANSACTIONAL-ID", dest="transactional_id",
-                   help="The transactional id to use. This config takes precedence over the transactional.id "
-                        "specified via --producer.config or --producer-props. Note that if the transactional id is "
-                        "not specified while --transaction-duration-ms is provided, the default value for the "
-                        "transactional id will be performance-producer- followed by a random uuid.")
-    p.add_argument("--transaction-duration-ms", type=int, metavar="TRANSACTION-DURATION",
-                   dest="transaction_duration_ms",
-                   help="The max age of each transaction. The commitTransaction will be called after this time has "
-                        "elapsed. The value should be greater than 0. If the transactional id is specified via "
-                        "--producer-props, --producer.config, or --transactional-id but --transaction-duration-ms is "
-                        "not specified, the default value will be 3000.")
+    g.add_argument(
+        "--record-size",
+        type=int,
+        metavar="RECORD-SIZE",
+        dest="record_size",
+        help="message size in bytes. Note that you must provide exactly one of --record-size or "
+        "--payload-file or --payload-monotonic.",
+    )
+    g.add_argument(
+        "--payload-file",
+        metavar="PAYLOAD-FILE",
+        dest="payload_file",
+        help="file to read the message payloads from. This works only for UTF-8 encoded text files. "
+        "Payloads will be read from this file and a payload will be randomly selected when sending "
+        "messages. Note that you must provide exactly one of --record-size or --payload-file or "
+        "--payload-monotonic.",
+    )
+    g.add_argument(
+        "--payload-monotonic",
+        action="store_true",
+        dest="payload_monotonic",
+        help="payload is monotonically increasing integer. Note that you must provide exactly one of "
+        "--record-size or --payload-file or --payload-monotonic.",
+    )
+    p.add_argument(
+        "--payload-delimiter",
+        default="\\n",
+        metavar="PAYLOAD-DELIMITER",
+        dest="payload_delimiter",
+        help="provides delimiter to be used when --payload-file is provided. Defaults to new line. Note "
+        "that this parameter will be ignored if --payload-file is not provided.",
+    )
+    p.add_argument(
+        "--throughput",
+        type=float,
+        metavar="THROUGHPUT",
+        help="throttle maximum message throughput to *approximately* THROUGHPUT messages/sec. Set this to "
+        "-1 to disable throttling.",
+    )
+    p.add_argument(
+        "--producer-props",
+        nargs="+",
+        metavar="PROP-NAME=PROP-VALUE",
+        dest="producer_props",
+        help="kafka producer related configuration properties like bootstrap.servers,client.id etc. These "
+        "configs take precedence over those passed via --producer.config.",
+    )
+    p.add_argument(
+        "--producer.config", metavar="CONFIG-FILE", dest="producer_config", help="producer config properties file."
+    )
+    p.add_argument(
+        "--bootstrap-server",
+        metavar="BOOTSTRAP-SERVERS",
+        dest="bootstrap_server",
+        help="The server(s) to connect to. This config takes precedence over bootstrap.servers specified "
+        "via --producer-props or --producer.config.",
+    )
+    p.add_argument(
+        "--print-metrics", action="store_true", dest="print_metrics", help="print out metrics at the end of the test."
+    )
+    p.add_argument(
+        "--transactional-id",
+        metavar="TRANSACTIONAL-ID",
+        dest="transactional_id",
+        help="The transactional id to use. This config takes precedence over the transactional.id "
+        "specified via --producer.config or --producer-props. Note that if the transactional id is "
+        "not specified while --transaction-duration-ms is provided, the default value for the "
+        "transactional id will be performance-producer- followed by a random uuid.",
+    )
+    p.add_argument(
+        "--transaction-duration-ms",
+        type=int,
+        metavar="TRANSACTION-DURATION",
+        dest="transaction_duration_ms",
+        help="The max age of each transaction. The commitTransaction will be called after this time has "
+        "elapsed. The value should be greater than 0. If the transactional id is specified via "
+        "--producer-props, --producer.config, or --transactional-id but --transaction-duration-ms is "
+        "not specified, the default value will be 3000.",
+    )
 
 
 def jf(value: float, digits: int) -> str:
@@ -128,8 +172,10 @@ class Stats:
         rps = 1000.0 * self.window_count / elapsed if elapsed else math.inf
         mbps = 1000.0 * self.window_bytes / elapsed / (1024.0 * 1024.0) if elapsed else math.inf
         avg = self.window_total / self.window_count if self.window_count else math.nan
-        self.out.write(f"{self.window_count} records sent, {jf(rps, 1)} records/sec ({jf(mbps, 2)} MB/sec), "
-                       f"{jf(avg, 1)} ms avg latency, {jf(float(self.window_max), 1)} ms max latency.\n")
+        self.out.write(
+            f"{self.window_count} records sent, {jf(rps, 1)} records/sec ({jf(mbps, 2)} MB/sec), "
+            f"{jf(avg, 1)} ms avg latency, {jf(float(self.window_max), 1)} ms max latency.\n"
+        )
         self.out.flush()
 
     def new_window(self) -> None:
@@ -146,9 +192,11 @@ class Stats:
         avg = self.total_latency / self.count if self.count else math.nan
         lat = sorted(self.latencies)
         percs = [lat[int(q * len(lat))] if lat else 0 for q in (0.5, 0.95, 0.99, 0.999)]
-        self.out.write(f"{self.count} records sent, {jf(rps, 1)} records/sec ({jf(mbps, 2)} MB/sec), "
-                       f"{jf(avg, 2)} ms avg latency, {jf(float(self.max_latency), 2)} ms max latency, "
-                       f"{percs[0]} ms 50th, {percs[1]} ms 95th, {percs[2]} ms 99th, {percs[3]} ms 99.9th.\n")
+        self.out.write(
+            f"{self.count} records sent, {jf(rps, 1)} records/sec ({jf(mbps, 2)} MB/sec), "
+            f"{jf(avg, 2)} ms avg latency, {jf(float(self.max_latency), 2)} ms max latency, "
+            f"{percs[0]} ms 50th, {percs[1]} ms 95th, {percs[2]} ms 99th, {percs[3]} ms 99.9th.\n"
+        )
         self.out.flush()
 
 
@@ -199,10 +247,22 @@ def producer_props(a) -> dict[str, str]:
 def run(a) -> int:
 
     p = a._parser
-    if all(getattr(a, n) in (None, False, "\\n") for n in ("topic", "num_records", "record_size", "payload_file",
-                                                           "payload_monotonic", "throughput", "producer_props",
-                                                           "producer_config", "bootstrap_server",
-                                                           "transactional_id", "transaction_duration_ms")):
+    if all(
+        getattr(a, n) in (None, False, "\\n")
+        for n in (
+            "topic",
+            "num_records",
+            "record_size",
+            "payload_file",
+            "payload_monotonic",
+            "throughput",
+            "producer_props",
+            "producer_config",
+            "bootstrap_server",
+            "transactional_id",
+            "transaction_duration_ms",
+        )
+    ):
         p.print_help()
         return 0
     missing = [f"--{n.replace('_', '-')}" for n in ("topic", "num_records", "throughput") if getattr(a, n) is None]
@@ -255,8 +315,7 @@ def run(a) -> int:
         producer.init_transactions()
 
     rng = random.Random(0)
-    pool = bytes(rng.randrange(26) + 65 for _ in range(max(a.record_size or 0, 1) * 4 + 4096)) \
-        if a.record_size else b""
+    pool = bytes(rng.randrange(26) + 65 for _ in range(max(a.record_size or 0, 1) * 4 + 4096)) if a.record_size else b""
     n = a.num_records
     stats = Stats(n)
     throttler = Throttler(a.throughput, _now())
@@ -271,6 +330,7 @@ def run(a) -> int:
             else:
                 failures[0] += 1
                 print(f"org.apache.kafka.common.KafkaException: {err.str()}", file=sys.stderr)
+
         return cb
 
     in_txn = 0
@@ -283,7 +343,7 @@ def run(a) -> int:
                 payload = payloads[rng.randrange(len(payloads))]
             elif size:
                 off = (i * 7919) % (len(pool) - size)
-                payload = pool[off:off + size]
+                payload = pool[off : off + size]
             else:
                 payload = str(i).encode()
             if transactions and in_txn == 0:

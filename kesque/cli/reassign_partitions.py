@@ -29,9 +29,11 @@ when every broker has a rack.
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 import sys
+import time
 
 from ..client.wire import make
 from ..protocol.api_keys import ApiKeys
@@ -40,8 +42,6 @@ from .plumbing.admin_client import ControllerAdmin, Retry, admin_properties
 from .plumbing.errors import ERRORS_PKG, JavaError, TerseException, kafka_error
 from .plumbing.javautil import java_hash_order, topic_partition_hash
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
-import datetime
-import time
 
 NAME = "reassign-partitions"
 SCRIPT = "kafka-reassign-partitions.sh"
@@ -51,91 +51,163 @@ HELP = "move partitions between brokers: generate, execute, verify, cancel, list
 ACTIONS = ("generate", "execute", "verify", "cancel", "list")
 ANY_LOG_DIR = "any"
 _ADMIN_PKG = "org.apache.kafka.tools."
-BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
-                    "replica.alter.log.dirs.io.max.bytes.per.second")
+BROKER_THROTTLES = (
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+)
 TOPIC_THROTTLES = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 LEADER_RATE, FOLLOWER_RATE, LOG_DIR_RATE = BROKER_THROTTLES
 LEADER_REPLICAS, FOLLOWER_REPLICAS = TOPIC_THROTTLES
-MUST_VERIFY = ("Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle "
-               "is removed.")
-EXISTING = ("Cannot execute because there is an existing partition assignment.  Use --additional to override "
-            "this and create a new partition assignment in addition to the existing one. The --additional flag "
-            "can also be used to change the throttle by resubmitting the current reassignment.")
+MUST_VERIFY = (
+    "Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle is removed."
+)
+EXISTING = (
+    "Cannot execute because there is an existing partition assignment.  Use --additional to override "
+    "this and create a new partition assignment in addition to the existing one. The --additional flag "
+    "can also be used to change the throttle by resubmitting the current reassignment."
+)
 
 
 def configure(p) -> None:
     for action, text in (
-            ("verify", "Verify if the reassignment completed as specified by the --reassignment-json-file option. "
-                       "If there is a throttle engaged for the replicas specified, and the rebalance has completed, "
-                       "the throttle will be removed"),
-            ("generate", "Generate a candidate partition reassignment configuration. Note that this only generates "
-                         "a candidate assignment, it does not execute it."),
-            ("execute", "Kick off the reassignment as specified by the --reassignment-json-file option."),
-            ("cancel", "Cancel an active reassignment."),
-            ("list", "List all active partition reassignments.")):
+        (
+            "verify",
+            "Verify if the reassignment completed as specified by the --reassignment-json-file option. "
+            "If there is a throttle engaged for the replicas specified, and the rebalance has completed, "
+            "the throttle will be removed",
+        ),
+        (
+            "generate",
+            "Generate a candidate partition reassignment configuration. Note that this only generates "
+            "a candidate assignment, it does not execute it.",
+        ),
+        ("execute", "Kick off the reassignment as specified by the --reassignment-json-file option."),
+        ("cancel", "Cancel an active reassignment."),
+        ("list", "List all active partition reassignments."),
+    ):
         p.add_argument(f"--{action}", action="store_true", help=text)
-    p.add_argument("--bootstrap-server", nargs="?", const="", metavar="Server(s) to use for bootstrapping",
-                   help="the server(s) to use for bootstrapping.")
-    p.add_argument("--command-config", metavar="Admin client property file",
-                   help="Property file containing configs to be passed to Admin Client.")
-    p.add_argument("--reassignment-json-file", metavar="manual assignment json file path",
-                   help="The JSON file with the partition reassignment configurationThe format to use is - \n"
-                        "{\"partitions\":\n\t[{\"topic\": \"foo\",\n\t  \"partition\": 1,\n\t  \"replicas\": [1,2,3],\n"
-                        "\t  \"log_dirs\": [\"dir1\",\"dir2\",\"dir3\"] }],\n\"version\":1\n}\nNote that \"log_dirs\" "
-                        "is optional. When it is specified, its length must equal the length of the replicas list. "
-                        "The value in this list can be either \"any\" or the absolution path of the log directory on "
-                        "the broker. If absolute log directory path is specified, the replica will be moved to the "
-                        "specified log directory on the broker.")
-    p.add_argument("--topics-to-move-json-file", metavar="topics to reassign json file path",
-                   help="Generate a reassignment configuration to move the partitions of the specified topics to the "
-                        "list of brokers specified by the --broker-list option. The format to use is - \n"
-                        "{\"topics\":\n\t[{\"topic\": \"foo\"},{\"topic\": \"foo1\"}],\n\"version\":1\n}")
-    p.add_argument("--broker-list", metavar="brokerlist",
-                   help="The list of brokers to which the partitions need to be reassigned in the form \"0,1,2\". "
-                        "This is required if --topics-to-move-json-file is used to generate reassignment "
-                        "configuration")
-    p.add_argument("--bootstrap-controller", nargs="?", const="", metavar="bootstrap controller to connect to",
-                   help="The controller to use for reassignment. By default, the tool will get the quorum "
-                        "controller. This option supports the actions --cancel and --list.")
+    p.add_argument(
+        "--bootstrap-server",
+        nargs="?",
+        const="",
+        metavar="Server(s) to use for bootstrapping",
+        help="the server(s) to use for bootstrapping.",
+    )
+    p.add_argument(
+        "--command-config",
+        metavar="Admin client property file",
+        help="Property file containing configs to be passed to Admin Client.",
+    )
+    p.add_argument(
+        "--reassignment-json-file",
+        metavar="manual assignment json file path",
+        help="The JSON file with the partition reassignment configurationThe format to use is - \n"
+        '{"partitions":\n\t[{"topic": "foo",\n\t  "partition": 1,\n\t  "replicas": [1,2,3],\n'
+        '\t  "log_dirs": ["dir1","dir2","dir3"] }],\n"version":1\n}\nNote that "log_dirs" '
+        "is optional. When it is specified, its length must equal the length of the replicas list. "
+        'The value in this list can be either "any" or the absolution path of the log directory on '
+        "the broker. If absolute log directory path is specified, the replica will be moved to the "
+        "specified log directory on the broker.",
+    )
+    p.add_argument(
+        "--topics-to-move-json-file",
+        metavar="topics to reassign json file path",
+        help="Generate a reassignment configuration to move the partitions of the specified topics to the "
+        "list of brokers specified by the --broker-list option. The format to use is - \n"
+        '{"topics":\n\t[{"topic": "foo"},{"topic": "foo1"}],\n"version":1\n}',
+    )
+    p.add_argument(
+        "--broker-list",
+        metavar="brokerlist",
+        help='The list of brokers to which the partitions need to be reassigned in the form "0,1,2". '
+        "This is required if --topics-to-move-json-file is used to generate reassignment "
+        "configuration",
+    )
+    p.add_argument(
+        "--bootstrap-controller",
+        nargs="?",
+        const="",
+        metavar="bootstrap controller to connect to",
+        help="The controller to use for reassignment. By default, the tool will get the quorum "
+        "controller. This option supports the actions --cancel and --list.",
+    )
     p.add_argument("--disable-rack-aware", action="store_true", help="Disable rack aware replica assignment")
     for name, meta, text in (
-            ("throttle", "throttle", "The movement of partitions between brokers will be throttled to this value "
-                                     "(bytes/sec)."),
-            ("replica-alter-log-dirs-throttle", "replicaAlterLogDirsThrottle",
-             "The movement of replicas between log directories on the same broker will be throttled to this value "
-             "(bytes/sec).")):
-        a = p.add_argument(f"--{name}", type=int, default=-1, metavar=meta,
-                           help=text + " This option can be included with --execute when a reassignment is started, "
-                                       "and it can be altered by resubmitting the current reassignment along with the "
-                                       "--additional flag. The throttle rate should be at least 1 KB/s.")
+        (
+            "throttle",
+            "throttle",
+            "The movement of partitions between brokers will be throttled to this value (bytes/sec).",
+        ),
+        (
+            "replica-alter-log-dirs-throttle",
+            "replicaAlterLogDirsThrottle",
+            "The movement of replicas between log directories on the same broker will be throttled to this value "
+            "(bytes/sec).",
+        ),
+    ):
+        a = p.add_argument(
+            f"--{name}",
+            type=int,
+            default=-1,
+            metavar=meta,
+            help=text + " This option can be included with --execute when a reassignment is started, "
+            "and it can be altered by resubmitting the current reassignment along with the "
+            "--additional flag. The throttle rate should be at least 1 KB/s.",
+        )
         a.jopt_kind = "Long"
-    a = p.add_argument("--timeout", type=int, default=10000, metavar="timeout",
-                       help="The maximum time in ms to wait for log directory replica assignment to begin.")
+    a = p.add_argument(
+        "--timeout",
+        type=int,
+        default=10000,
+        metavar="timeout",
+        help="The maximum time in ms to wait for log directory replica assignment to begin.",
+    )
     a.jopt_kind = "Long"
-    p.add_argument("--additional", action="store_true",
-                   help="Execute this reassignment in addition to any other ongoing ones. This option can also be "
-                        "used to change the throttle of an ongoing reassignment.")
+    p.add_argument(
+        "--additional",
+        action="store_true",
+        help="Execute this reassignment in addition to any other ongoing ones. This option can also be "
+        "used to change the throttle of an ongoing reassignment.",
+    )
     p.add_argument("--preserve-throttles", action="store_true", help="Do not modify broker or topic throttles.")
-    p.add_argument("--disallow-replication-factor-change", action="store_true",
-                   help="Denies the ability to change a partition's replication factor as part of this reassignment "
-                        "through adding validation against it.")
+    p.add_argument(
+        "--disallow-replication-factor-change",
+        action="store_true",
+        help="Denies the ability to change a partition's replication factor as part of this reassignment "
+        "through adding validation against it.",
+    )
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
 
 # ------------------------------------------------------------------ arguments
 
-REQUIRED = {"verify": ("reassignment-json-file",), "generate": ("topics-to-move-json-file", "broker-list"),
-            "execute": ("reassignment-json-file",), "cancel": ("reassignment-json-file",), "list": ()}
+REQUIRED = {
+    "verify": ("reassignment-json-file",),
+    "generate": ("topics-to-move-json-file", "broker-list"),
+    "execute": ("reassignment-json-file",),
+    "cancel": ("reassignment-json-file",),
+    "list": (),
+}
 
 
 def _permitted(action: str, controller: bool) -> tuple[str, ...]:
     bootstrap = "bootstrap-controller" if controller else "bootstrap-server"
-    return {"verify": ("bootstrap-server", "command-config", "preserve-throttles"),
-            "generate": ("bootstrap-server", "broker-list", "command-config", "disable-rack-aware"),
-            "execute": ("additional", "bootstrap-server", "command-config", "throttle",
-                        "replica-alter-log-dirs-throttle", "timeout", "disallow-replication-factor-change"),
-            "cancel": (bootstrap, "command-config", "preserve-throttles", "timeout"),
-            "list": (bootstrap, "command-config")}[action]
+    return {
+        "verify": ("bootstrap-server", "command-config", "preserve-throttles"),
+        "generate": ("bootstrap-server", "broker-list", "command-config", "disable-rack-aware"),
+        "execute": (
+            "additional",
+            "bootstrap-server",
+            "command-config",
+            "throttle",
+            "replica-alter-log-dirs-throttle",
+            "timeout",
+            "disallow-replication-factor-change",
+        ),
+        "cancel": (bootstrap, "command-config", "preserve-throttles", "timeout"),
+        "list": (bootstrap, "command-config"),
+    }[action]
 
 
 def _given_options(p, argv: list[str]) -> list[str]:
@@ -161,8 +233,9 @@ def validate(p, a) -> str:
     usage_or_version(a, p, DESCRIPTION)
     actions = [x for x in ACTIONS if getattr(a, x)]
     if len(actions) != 1:
-        print_usage_and_exit(p, "Command must include exactly one action: --generate, --execute, --verify, "
-                                "--cancel, --list")
+        print_usage_and_exit(
+            p, "Command must include exactly one action: --generate, --execute, --verify, --cancel, --list"
+        )
     action = actions[0]
     server, controller = a.bootstrap_server is not None, a.bootstrap_controller is not None
     if server and controller:
@@ -178,6 +251,7 @@ def validate(p, a) -> str:
 
 
 # ------------------------------------------------------------------ JSON files
+
 
 def _admin_failed(message: str) -> JavaError:
     return JavaError(_ADMIN_PKG + "AdminCommandFailedException", message)
@@ -234,6 +308,7 @@ def _list(convert):
         if not isinstance(value, list):
             raise _mapping_error(f"Expected `JSON array` value, received {_received(value)}")
         return [convert(v) for v in value]
+
     return read
 
 
@@ -254,8 +329,10 @@ def parse_reassignment(text: str) -> tuple[list[tuple[tuple[str, int], list[int]
         replicas = _field(entry, "replicas", _list(_int))
         log_dirs = _field(entry, "log_dirs", _list(_str)) if "log_dirs" in entry else [ANY_LOG_DIR] * len(replicas)
         if len(log_dirs) != len(replicas):
-            raise _admin_failed(f"Size of replicas list {_jlist(replicas)} is different from size of log dirs list "
-                                f"{_jlist(log_dirs)} for partition {tp_name(tp)}")
+            raise _admin_failed(
+                f"Size of replicas list {_jlist(replicas)} is different from size of log dirs list "
+                f"{_jlist(log_dirs)} for partition {tp_name(tp)}"
+            )
         parts.append((tp, replicas))
         dirs.update({(tp[0], tp[1], r): d for r, d in zip(replicas, log_dirs) if d != ANY_LOG_DIR})
     return parts, dirs
@@ -299,13 +376,20 @@ def reassignment_json(assignment: dict, log_dirs: dict | None = None) -> str:
     """formatAsReassignmentJson: compact, partitions by topic then partition; each replica's log
     dir from ``log_dirs`` {(topic, partition, broker): dir}, else "any"."""
     dirs = log_dirs or {}
-    parts = [{"topic": t, "partition": p, "replicas": assignment[(t, p)],
-              "log_dirs": [dirs.get((t, p, r), ANY_LOG_DIR) for r in assignment[(t, p)]]}
-             for t, p in sorted(assignment)]
+    parts = [
+        {
+            "topic": t,
+            "partition": p,
+            "replicas": assignment[(t, p)],
+            "log_dirs": [dirs.get((t, p, r), ANY_LOG_DIR) for r in assignment[(t, p)]],
+        }
+        for t, p in sorted(assignment)
+    ]
     return json.dumps({"version": 1, "partitions": parts}, separators=(",", ":"))
 
 
 # ------------------------------------------------------------------ the admin calls
+
 
 class ReassignAdmin(ControllerAdmin):
     def _to_controller(self, api_key: int, build):
@@ -317,51 +401,72 @@ class ReassignAdmin(ControllerAdmin):
         if self.active is None:
             raise Retry("no active controller")
         resp = self.send(self.active, api_key, build)
-        if int(resp.error_code) == 41:        # NOT_CONTROLLER: find the new one
+        if int(resp.error_code) == 41:  # NOT_CONTROLLER: find the new one
             self.active = None
             raise Retry("not the active controller")
         return resp
 
     def list_reassignments(self, tps=None) -> dict:
         """{(topic, partition): (replicas, adding, removing)} (listPartitionReassignments)."""
+
         def build(mod, v):
             topics = None
             if tps is not None:
                 by_topic: dict = {}
                 for t, p in tps:
                     by_topic.setdefault(t, []).append(p)
-                topics = tuple(make(mod.request.ListPartitionReassignmentsTopics, name=t, partition_indexes=tuple(ps))
-                               for t, ps in by_topic.items())
-            return make(mod.request.ListPartitionReassignmentsRequest, timeout=_ms(self.api_timeout_ms),
-                        topics=topics)
+                topics = tuple(
+                    make(mod.request.ListPartitionReassignmentsTopics, name=t, partition_indexes=tuple(ps))
+                    for t, ps in by_topic.items()
+                )
+            return make(mod.request.ListPartitionReassignmentsRequest, timeout=_ms(self.api_timeout_ms), topics=topics)
 
         def once():
             resp = self._to_controller(ApiKeys.LIST_PARTITION_REASSIGNMENTS, build)
             if int(resp.error_code):
                 raise kafka_error(int(resp.error_code), resp.error_message)
-            return {(t.name, int(p.partition_index)): _ints(p.replicas, p.adding_replicas, p.removing_replicas)
-                    for t in resp.topics for p in t.partitions}
+            return {
+                (t.name, int(p.partition_index)): _ints(p.replicas, p.adding_replicas, p.removing_replicas)
+                for t in resp.topics
+                for p in t.partitions
+            }
+
         return self.retrying("listPartitionReassignments", once)
 
     def alter_reassignments(self, targets: dict, allow_rf_change: bool = True) -> dict:
         """{(topic, partition): JavaError} of the partitions refused (targets: replicas or None to cancel)."""
+
         def build(mod, v):
             by_topic: dict = {}
             for (t, p), replicas in targets.items():
-                by_topic.setdefault(t, []).append(make(mod.request.ReassignablePartition, partition_index=p,
-                                                       replicas=None if replicas is None else tuple(replicas)))
-            return make(mod.request.AlterPartitionReassignmentsRequest, timeout=_ms(self.api_timeout_ms),
-                        allow_replication_factor_change=allow_rf_change,
-                        topics=tuple(make(mod.request.ReassignableTopic, name=t, partitions=tuple(ps))
-                                     for t, ps in by_topic.items()))
+                by_topic.setdefault(t, []).append(
+                    make(
+                        mod.request.ReassignablePartition,
+                        partition_index=p,
+                        replicas=None if replicas is None else tuple(replicas),
+                    )
+                )
+            return make(
+                mod.request.AlterPartitionReassignmentsRequest,
+                timeout=_ms(self.api_timeout_ms),
+                allow_replication_factor_change=allow_rf_change,
+                topics=tuple(
+                    make(mod.request.ReassignableTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+                ),
+            )
 
         def once():
             resp = self._to_controller(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, build)
             if int(resp.error_code):
                 err = kafka_error(int(resp.error_code), resp.error_message)
                 return {tp: err for tp in targets}
-            return {(t.name, int(p.partition_index)): kafka_error(int(p.error_code), p.error_message)
-                    for t in resp.responses for p in t.partitions if int(p.error_code)}
+            return {
+                (t.name, int(p.partition_index)): kafka_error(int(p.error_code), p.error_message)
+                for t in resp.responses
+                for p in t.partitions
+                if int(p.error_code)
+            }
+
         return self.retrying("alterPartitionReassignments", once)
 
     def broker_ids(self) -> list[int]:
@@ -380,8 +485,10 @@ class ReassignAdmin(ControllerAdmin):
         for name in topics:
             err, _internal, parts = md.get(name, (3, False, []))
             if err == 3:
-                raise JavaError("java.util.concurrent.ExecutionException",
-                                f"{ERRORS_PKG}UnknownTopicOrPartitionException: Topic {name} not found.")
+                raise JavaError(
+                    "java.util.concurrent.ExecutionException",
+                    f"{ERRORS_PKG}UnknownTopicOrPartitionException: Topic {name} not found.",
+                )
             if err:
                 raise kafka_error(err)
             out.update({(name, pid): replicas for pid, _e, _leader, replicas in parts})
@@ -390,8 +497,13 @@ class ReassignAdmin(ControllerAdmin):
     def replica_log_dirs(self, assignment: dict) -> dict:
         """{(topic, partition, broker): log dir} of the replicas of ``assignment`` whose broker
         reports them (describeReplicaLogDirs: DescribeLogDirs to each broker)."""
-        return {r: current for r, (current, _future) in self.describe_replica_log_dirs(
-            [(t, p, b) for (t, p), replicas in assignment.items() for b in replicas]).items() if current}
+        return {
+            r: current
+            for r, (current, _future) in self.describe_replica_log_dirs(
+                [(t, p, b) for (t, p), replicas in assignment.items() for b in replicas]
+            ).items()
+            if current
+        }
 
     def describe_replica_log_dirs(self, replicas) -> dict:
         """{(topic, partition, broker): (current log dir, future log dir)} (None where there is
@@ -401,10 +513,16 @@ class ReassignAdmin(ControllerAdmin):
             by_broker.setdefault(b, {}).setdefault(t, []).append(p)
         out = {}
         for b, topics in sorted(by_broker.items()):
+
             def build(mod, v, topics=topics):
                 rq = mod.request
-                return make(rq.DescribeLogDirsRequest, topics=tuple(
-                    make(rq.DescribableLogDirTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()))
+                return make(
+                    rq.DescribeLogDirsRequest,
+                    topics=tuple(
+                        make(rq.DescribableLogDirTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()
+                    ),
+                )
+
             try:
                 resp = self.send(self.node(b), ApiKeys.DESCRIBE_LOG_DIRS, build)
             except Retry:
@@ -428,12 +546,23 @@ class ReassignAdmin(ControllerAdmin):
             by_broker.setdefault(b, {}).setdefault(d, {}).setdefault(t, []).append(p)
         out = {}
         for b, dirs in sorted(by_broker.items()):
+
             def build(mod, v, dirs=dirs):
                 rq = mod.request
-                return make(rq.AlterReplicaLogDirsRequest, dirs=tuple(
-                    make(rq.AlterReplicaLogDir, path=d, topics=tuple(
-                        make(rq.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps)) for t, ps in ts.items()))
-                    for d, ts in dirs.items()))
+                return make(
+                    rq.AlterReplicaLogDirsRequest,
+                    dirs=tuple(
+                        make(
+                            rq.AlterReplicaLogDir,
+                            path=d,
+                            topics=tuple(
+                                make(rq.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps)) for t, ps in ts.items()
+                            ),
+                        )
+                        for d, ts in dirs.items()
+                    ),
+                )
+
             resp = self.send(self.node(b), ApiKeys.ALTER_REPLICA_LOG_DIRS, build)
             for t in resp.results:
                 for p in t.partitions:
@@ -446,8 +575,9 @@ class ReassignAdmin(ControllerAdmin):
 
     def set_configs(self, resources: list[tuple[int, str, dict[str, str]]]) -> None:
         """IncrementalAlterConfigs SET of each (resource type, name, {key: value})."""
-        self._alter_configs([(rtype, name, [(k, 0, v) for k, v in values.items()])
-                             for rtype, name, values in resources])
+        self._alter_configs(
+            [(rtype, name, [(k, 0, v) for k, v in values.items()]) for rtype, name, values in resources]
+        )
 
     def _alter_configs(self, resources: list[tuple[int, str, list[tuple[str, int, str | None]]]]) -> None:
         """One IncrementalAlterConfigs of (resource type, name, [(key, operation, value)]);
@@ -456,17 +586,29 @@ class ReassignAdmin(ControllerAdmin):
             return
 
         def build(mod, v):
-            return make(mod.request.IncrementalAlterConfigsRequest, validate_only=False, resources=tuple(
-                make(mod.request.AlterConfigsResource, resource_type=rtype, resource_name=name, configs=tuple(
-                    make(mod.request.AlterableConfig, name=k, config_operation=op, value=value)
-                    for k, op, value in ops))
-                for rtype, name, ops in resources))
+            return make(
+                mod.request.IncrementalAlterConfigsRequest,
+                validate_only=False,
+                resources=tuple(
+                    make(
+                        mod.request.AlterConfigsResource,
+                        resource_type=rtype,
+                        resource_name=name,
+                        configs=tuple(
+                            make(mod.request.AlterableConfig, name=k, config_operation=op, value=value)
+                            for k, op, value in ops
+                        ),
+                    )
+                    for rtype, name, ops in resources
+                ),
+            )
 
         def once():
             resp = self.send_any(ApiKeys.INCREMENTAL_ALTER_CONFIGS, build)
             for r in resp.responses:
                 if int(r.error_code):
                     raise kafka_error(int(r.error_code), r.error_message)
+
         self.retrying("incrementalAlterConfigs", once)
 
 
@@ -480,12 +622,14 @@ def _ms(ms: int):
 
 # ------------------------------------------------------------------ the actions
 
+
 def generate(admin: ReassignAdmin, a) -> None:
     try:
         brokers = [int(b) for b in a.broker_list.split(",")]
     except ValueError as e:
-        raise JavaError("java.lang.NumberFormatException",
-                        f"For input string: \"{str(e).split(': ', 1)[-1].strip(chr(39))}\"") from None
+        raise JavaError(
+            "java.lang.NumberFormatException", f'For input string: "{str(e).split(": ", 1)[-1].strip(chr(39))}"'
+        ) from None
     if _duplicates(brokers):
         raise _admin_failed(f"Broker list contains duplicate entries: {_jset(_duplicates(brokers))}")
     topics = parse_topics(_read(a.topics_to_move_json_file))
@@ -495,9 +639,11 @@ def generate(admin: ReassignAdmin, a) -> None:
     racks = {b: r for b, r in admin.broker_racks().items() if b in set(brokers)}
     rackless = [b for b, r in racks.items() if r is None]
     if not a.disable_rack_aware and rackless and len(rackless) != len(racks):
-        raise JavaError(_ADMIN_PKG + "AdminOperationException",
-                        "Not all brokers have rack information. Add --disable-rack-aware in command line to make "
-                        "replica assignment without rack information.")
+        raise JavaError(
+            _ADMIN_PKG + "AdminOperationException",
+            "Not all brokers have rack information. Add --disable-rack-aware in command line to make "
+            "replica assignment without rack information.",
+        )
     proposed = {}
     for topic in dict.fromkeys(t for t, _p in current):
         parts = sorted(p for t, p in current if t == topic)
@@ -514,11 +660,12 @@ def assign_replicas(brokers: list[int], partitions: int, rf: int, rng=random) ->
     if partitions <= 0:
         raise JavaError(ERRORS_PKG + "InvalidPartitionsException", "Number of partitions must be larger than 0.")
     if rf <= 0:
-        raise JavaError(ERRORS_PKG + "InvalidReplicationFactorException",
-                        "Replication factor must be larger than 0.")
+        raise JavaError(ERRORS_PKG + "InvalidReplicationFactorException", "Replication factor must be larger than 0.")
     if rf > len(brokers):
-        raise JavaError(ERRORS_PKG + "InvalidReplicationFactorException",
-                        f"Replication factor: {rf} larger than available brokers: {len(brokers)}.")
+        raise JavaError(
+            ERRORS_PKG + "InvalidReplicationFactorException",
+            f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
+        )
     n = len(brokers)
     start, shift = rng.randrange(n), rng.randrange(n)
     out = {}
@@ -538,13 +685,19 @@ def execute(admin: ReassignAdmin, a) -> None:
         raise _admin_failed("Partition replica list cannot be empty")
     dup = _duplicates(tp for tp, _r in parts)
     if dup:
-        raise _admin_failed("Partition reassignment contains duplicate topic partitions: "
-                            + ",".join(tp_name(tp) for tp in _hash_ordered_tps(dup)))
+        raise _admin_failed(
+            "Partition reassignment contains duplicate topic partitions: "
+            + ",".join(tp_name(tp) for tp in _hash_ordered_tps(dup))
+        )
     dup_replicas = [(tp, _duplicates(r)) for tp, r in parts if _duplicates(r)]
     if dup_replicas:
-        raise _admin_failed("Partition replica lists may not contain duplicate entries: " + ". ".join(
-            f"{tp_name(tp)} contains multiple entries for {','.join(str(x) for x in _hash_ordered(d))}"
-            for tp, d in dup_replicas))
+        raise _admin_failed(
+            "Partition replica lists may not contain duplicate entries: "
+            + ". ".join(
+                f"{tp_name(tp)} contains multiple entries for {','.join(str(x) for x in _hash_ordered(d))}"
+                for tp, d in dup_replicas
+            )
+        )
     proposed = dict(parts)
     ongoing = admin.list_reassignments()
     if not a.additional and ongoing:
@@ -556,13 +709,17 @@ def execute(admin: ReassignAdmin, a) -> None:
     current = admin.replicas_of(list(dict.fromkeys(t for t, _p in proposed)))
     missing = [tp for tp in proposed if tp not in current]
     if missing:
-        raise JavaError("java.util.concurrent.ExecutionException",
-                        f"{ERRORS_PKG}UnknownTopicOrPartitionException: Unable to find partition: "
-                        + ", ".join(tp_name(tp) for tp in missing))
+        raise JavaError(
+            "java.util.concurrent.ExecutionException",
+            f"{ERRORS_PKG}UnknownTopicOrPartitionException: Unable to find partition: "
+            + ", ".join(tp_name(tp) for tp in missing),
+        )
     moving = {tp: current[tp] for tp in proposed}
-    print("Current partition replica assignment\n\n"
-          f"{reassignment_json(moving, admin.replica_log_dirs(moving))}\n\n"
-          "Save this to use as the --reassignment-json-file option during rollback")
+    print(
+        "Current partition replica assignment\n\n"
+        f"{reassignment_json(moving, admin.replica_log_dirs(moving))}\n\n"
+        "Save this to use as the --reassignment-json-file option during rollback"
+    )
     if a.throttle >= 0 or a.replica_alter_log_dirs_throttle >= 0:
         print(MUST_VERIFY)
         if a.throttle >= 0:
@@ -573,10 +730,14 @@ def execute(admin: ReassignAdmin, a) -> None:
             print(f"The replica-alter-dir throttle limit was set to {rate} B/s")
     errors = admin.alter_reassignments(proposed, not a.disallow_replication_factor_change)
     if errors:
-        raise TerseException("Error reassigning partition(s):\n" + "\n".join(
-            f"{tp_name(tp)}: {errors[tp].message}" for tp in sorted(errors)))
-    print(f"Successfully started partition reassignment{'' if len(proposed) == 1 else 's'} for "
-          + ",".join(tp_name(tp) for tp in sorted(proposed)))
+        raise TerseException(
+            "Error reassigning partition(s):\n"
+            + "\n".join(f"{tp_name(tp)}: {errors[tp].message}" for tp in sorted(errors))
+        )
+    print(
+        f"Successfully started partition reassignment{'' if len(proposed) == 1 else 's'} for "
+        + ",".join(tp_name(tp) for tp in sorted(proposed))
+    )
     if dirs:
         execute_moves(admin, dirs, a.timeout)
 
@@ -637,17 +798,20 @@ def execute_moves(admin: ReassignAdmin, moves: dict, timeout_ms: int) -> None:
         failed = sorted((r for r, code in errors.items() if code not in (0, 9)), key=_replica_order)
         if failed:
             r = failed[0]
-            raise TerseException(f"Failed to alter dir for {replica_name(r)}: "
-                                 f"{kafka_error(errors[r]).message}")
+            raise TerseException(f"Failed to alter dir for {replica_name(r)}: {kafka_error(errors[r]).message}")
         for r in sorted((r for r, code in errors.items() if code == 0), key=_replica_order):
-            print(f"Successfully started moving log directory to {pending[r]} for replica {r[0]}-{r[1]} with broker "
-                  f"{r[2]} ")
+            print(
+                f"Successfully started moving log directory to {pending[r]} for replica {r[0]}-{r[1]} with broker "
+                f"{r[2]} "
+            )
             del pending[r]
         if not pending:
             return
         if time.monotonic() >= deadline:
-            raise TerseException(f"Timed out before log directory move{'' if len(pending) == 1 else 's'} could be "
-                                 "started for: " + ",".join(replica_name(r) for r in sorted(pending, key=_replica_order)))
+            raise TerseException(
+                f"Timed out before log directory move{'' if len(pending) == 1 else 's'} could be "
+                "started for: " + ",".join(replica_name(r) for r in sorted(pending, key=_replica_order))
+            )
         time.sleep(0.1)
 
 
@@ -676,13 +840,18 @@ def move_states_text(states: dict) -> str:
         state, current, target, future = states[r]
         where = f"Partition {r[0]}-{r[1]}"
         if state == "missing-log-dir":
-            lines.append(f"{where} is not found in any live log dir on broker {r[2]}. There is likely an offline log "
-                         "directory on the broker.")
+            lines.append(
+                f"{where} is not found in any live log dir on broker {r[2]}. There is likely an offline log "
+                "directory on the broker."
+            )
         elif state == "missing-replica":
             lines.append(f"{where} cannot be found in any live log directory on broker {r[2]}.")
         elif state == "active":
-            lines.append(f"Reassignment of replica {replica_name(r)} is still in progress." if target == future else
-                         f"{where} on broker {r[2]} is being moved to log dir {future} instead of {target}.")
+            lines.append(
+                f"Reassignment of replica {replica_name(r)} is still in progress."
+                if target == future
+                else f"{where} on broker {r[2]} is being moved to log dir {future} instead of {target}."
+            )
         elif state == "cancelled":
             lines.append(f"{where} on broker {r[2]} is not being moved from log dir {current} to {target}.")
         else:
@@ -719,8 +888,10 @@ def verify(admin: ReassignAdmin, a) -> None:
         elif replicas == target:
             lines.append(f"Reassignment of partition {tp_name(tp)} is completed.")
         else:
-            lines.append(f"There is no active reassignment of partition {tp_name(tp)}, but replica set is "
-                         f"{','.join(map(str, replicas))} rather than {','.join(map(str, target))}.")
+            lines.append(
+                f"There is no active reassignment of partition {tp_name(tp)}, but replica set is "
+                f"{','.join(map(str, replicas))} rather than {','.join(map(str, target))}."
+            )
     print("\n".join(lines))
     states = move_states(admin, dirs)
     print(move_states_text(states))
@@ -730,12 +901,15 @@ def verify(admin: ReassignAdmin, a) -> None:
 
 def clear_throttles(admin: ReassignAdmin, parts) -> None:
     brokers = set(admin.broker_ids()) | {b for _tp, r in parts for b in r}
-    print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
-          + ",".join(str(b) for b in _hash_ordered(brokers)))
+    print(
+        f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
+        + ",".join(str(b) for b in _hash_ordered(brokers))
+    )
     admin.delete_configs([(4, str(b), BROKER_THROTTLES) for b in _hash_ordered(brokers)])
     topics = list(dict.fromkeys(t for (t, _p), _r in parts))
-    print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} "
-          + ",".join(_hash_ordered(topics)))
+    print(
+        f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} " + ",".join(_hash_ordered(topics))
+    )
     admin.delete_configs([(2, t, TOPIC_THROTTLES) for t in topics])
 
 
@@ -747,15 +921,19 @@ def cancel(admin: ReassignAdmin, a) -> None:
     if active:
         errors = admin.alter_reassignments({tp: None for tp in active})
         if errors:
-            raise TerseException(f"Error cancelling partition reassignment{'' if len(errors) == 1 else 's'} for:\n"
-                                 + "\n".join(f"{tp_name(tp)}: {errors[tp].message}" for tp in sorted(errors)))
-        print(f"Successfully cancelled partition reassignment{'' if len(active) == 1 else 's'} for: "
-              + ",".join(tp_name(tp) for tp in active))
+            raise TerseException(
+                f"Error cancelling partition reassignment{'' if len(errors) == 1 else 's'} for:\n"
+                + "\n".join(f"{tp_name(tp)}: {errors[tp].message}" for tp in sorted(errors))
+            )
+        print(
+            f"Successfully cancelled partition reassignment{'' if len(active) == 1 else 's'} for: "
+            + ",".join(tp_name(tp) for tp in active)
+        )
     else:
         print("None of the specified partition reassignments are active.")
     moving = {r: st[1] for r, st in move_states(admin, dirs).items() if st[0] == "active"}
     if moving:
-        execute_moves(admin, moving, a.timeout)   # back to the dir each replica is in: the copy is dropped
+        execute_moves(admin, moving, a.timeout)  # back to the dir each replica is in: the copy is dropped
     else:
         sys.stdout.write("None of the specified partition moves are active.")
     if not a.preserve_throttles:

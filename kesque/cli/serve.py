@@ -15,15 +15,24 @@ log = logging.getLogger("kesque")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("serve", help="run a kesque broker",
-                       description="Run a kesque node. FILE is a Kafka server.properties file; --override sets "
-                                   "or replaces keys. Without FILE the node runs the single-node settings of "
-                                   "config/server.properties (internal topics with one replica).")
+    p = sub.add_parser(
+        "serve",
+        help="run a kesque broker",
+        description="Run a kesque node. FILE is a Kafka server.properties file; --override sets "
+        "or replaces keys. Without FILE the node runs the single-node settings of "
+        "config/server.properties (internal topics with one replica).",
+    )
     p.add_argument("config", nargs="?", metavar="FILE", help="server.properties file")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="set a config key (repeatable), as kafka-server-start.sh --override")
-    p.add_argument("--log-level", default=os.environ.get("KESQUE_LOG_LEVEL", "INFO"),
-                   help="logging level (default INFO)")
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a config key (repeatable), as kafka-server-start.sh --override",
+    )
+    p.add_argument(
+        "--log-level", default=os.environ.get("KESQUE_LOG_LEVEL", "INFO"), help="logging level (default INFO)"
+    )
     p.set_defaults(func=run)
 
 
@@ -60,8 +69,10 @@ async def serve(config: BrokerConfig, ready_fd: int | None = None) -> None:
 
 
 def run(args) -> int:
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
+    )
     try:
         config = load_config(args.config, args.override)
     except ConfigError as e:
@@ -73,12 +84,14 @@ def run(args) -> int:
     ready = os.environ.get("KESQUE_READY_FD")
     try:
         from ..storage.log_manager import ensure_storage
+
         ensure_storage(config)
         asyncio.run(serve(config, int(ready) if ready else None))
     except KeyboardInterrupt:
         pass
     except Exception as e:
         from ..storage.log_manager import LogDirError
+
         if isinstance(e, (LogDirError, ConfigError, OSError)):
             print(f"kesque: {e}", file=sys.stderr)
             return 1

@@ -19,6 +19,7 @@ consumer-groups tool's service.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..client.wire import make
@@ -41,7 +42,6 @@ from .plumbing.errors import ERRORS_PKG, JavaError, group_error
 from .plumbing.javautil import java_hashmap_order, log4j_stamp, tp_str
 from .plumbing.jopt import print_usage_and_exit, usage_or_version
 from .plumbing.run import ToolExit
-import argparse
 
 NAME = "share-groups"
 SCRIPT = "kafka-share-groups.sh"
@@ -55,69 +55,111 @@ _SCENARIOS = ("to-datetime", "to-earliest", "to-latest", "from-file", "to-curren
 
 def configure(p) -> None:
     p.add_argument("--all-groups", action="store_true", help="Apply to all share groups.")
-    p.add_argument("--all-topics", action="store_true",
-                   help="Apply to all topics. Supported operation: reset-offsets.")
+    p.add_argument("--all-topics", action="store_true", help="Apply to all topics. Supported operation: reset-offsets.")
     p.add_argument("--bootstrap-server", metavar="server to connect to", help="REQUIRED: The server(s) to connect to.")
-    p.add_argument("--command-config", metavar="command config property file",
-                   help="Property file containing configs to be passed to Admin Client.")
+    p.add_argument(
+        "--command-config",
+        metavar="command config property file",
+        help="Property file containing configs to be passed to Admin Client.",
+    )
     p.add_argument("--delete", action="store_true", help="Delete share group.")
-    p.add_argument("--delete-offsets", action="store_true",
-                   help="Delete offsets of share group. Supports one share group at a time, and multiple topics.")
+    p.add_argument(
+        "--delete-offsets",
+        action="store_true",
+        help="Delete offsets of share group. Supports one share group at a time, and multiple topics.",
+    )
     p.add_argument("--describe", action="store_true", help="Describe share group, members and offset information.")
-    p.add_argument("--dry-run", action="store_true",
-                   help="Output offset reset information without executing the operation. Supported operation: "
-                        "reset-offsets.")
-    p.add_argument("--execute", action="store_true",
-                   help="Execute the offset reset operation. Supported operation: reset-offsets.")
-    p.add_argument("--export", action="store_true",
-                   help="Generate offset reset information in CSV format for export to a file. Supported operation: "
-                        "reset-offsets.")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="Output offset reset information without executing the operation. Supported operation: reset-offsets.",
+    )
+    p.add_argument(
+        "--execute", action="store_true", help="Execute the offset reset operation. Supported operation: reset-offsets."
+    )
+    p.add_argument(
+        "--export",
+        action="store_true",
+        help="Generate offset reset information in CSV format for export to a file. Supported operation: "
+        "reset-offsets.",
+    )
     p.add_argument("--from-file", metavar="path to CSV file", help="Reset offsets to values defined in CSV file.")
     p.add_argument("--group", action="append", metavar="group id", help="The share group id.")
     p.add_argument("--list", action="store_true", help="List all share groups.")
-    p.add_argument("--members", action="store_true",
-                   help="Describe members of the group. This option may be used with the --describe option only.")
-    p.add_argument("--offsets", action="store_true",
-                   help="Describe the group and list all topic partitions in the group along with their offset "
-                        "information. This is the default sub-action and may be used with the --describe option "
-                        "only.")
-    p.add_argument("--reset-offsets", action="store_true",
-                   help="Reset offsets of share group. Supports one share group at a time, and instances must be "
-                        "inactive.")
-    p.add_argument("--state", nargs="?", const="", metavar="String",
-                   help="When specified with --describe, it displays the state of the group. When specified with "
-                        "--list, it displays the state of all groups. It can also be used to list groups with "
-                        "specific states. Valid values are Empty, Stable and Dead.")
-    p.add_argument("--timeout", type=int, default=30000, metavar="timeout (ms)",
-                   help="The timeout that can be set for some use cases. For example, it can be used when describing "
-                        "the group to specify the maximum amount of time in milliseconds to wait before the group "
-                        "stabilizes.")
+    p.add_argument(
+        "--members",
+        action="store_true",
+        help="Describe members of the group. This option may be used with the --describe option only.",
+    )
+    p.add_argument(
+        "--offsets",
+        action="store_true",
+        help="Describe the group and list all topic partitions in the group along with their offset "
+        "information. This is the default sub-action and may be used with the --describe option "
+        "only.",
+    )
+    p.add_argument(
+        "--reset-offsets",
+        action="store_true",
+        help="Reset offsets of share group. Supports one share group at a time, and instances must be inactive.",
+    )
+    p.add_argument(
+        "--state",
+        nargs="?",
+        const="",
+        metavar="String",
+        help="When specified with --describe, it displays the state of the group. When specified with "
+        "--list, it displays the state of all groups. It can also be used to list groups with "
+        "specific states. Valid values are Empty, Stable and Dead.",
+    )
+    p.add_argument(
+        "--timeout",
+        type=int,
+        default=30000,
+        metavar="timeout (ms)",
+        help="The timeout that can be set for some use cases. For example, it can be used when describing "
+        "the group to specify the maximum amount of time in milliseconds to wait before the group "
+        "stabilizes.",
+    )
     p.add_argument("--to-current", action="store_true", help="Reset offsets to current offset.")
-    p.add_argument("--to-datetime", metavar="datetime",
-                   help="Reset offsets to offset from datetime. Format: 'YYYY-MM-DDThh:mm:ss.sss'")
+    p.add_argument(
+        "--to-datetime",
+        metavar="datetime",
+        help="Reset offsets to offset from datetime. Format: 'YYYY-MM-DDThh:mm:ss.sss'",
+    )
     p.add_argument("--to-earliest", action="store_true", help="Reset offsets to earliest offset.")
     p.add_argument("--to-latest", action="store_true", help="Reset offsets to latest offset.")
     p.add_argument("--to-offset", type=int, metavar="offset", help="Reset offsets to a specific offset.")
-    p.add_argument("--topic", action="append", metavar="topic",
-                   help="The topic whose offset information should be deleted or reset. When resetting offsets, "
-                        "partitions can be specified using this format: `topic:0,1,2`, where 0,1,2 are the "
-                        "partitions to be included.")
-    p.add_argument("--verbose", action="store_true",
-                   help="Provide additional information, if any, when describing the group. This option may be used "
-                        "with the --describe option only.")
+    p.add_argument(
+        "--topic",
+        action="append",
+        metavar="topic",
+        help="The topic whose offset information should be deleted or reset. When resetting offsets, "
+        "partitions can be specified using this format: `topic:0,1,2`, where 0,1,2 are the "
+        "partitions to be included.",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Provide additional information, if any, when describing the group. This option may be used "
+        "with the --describe option only.",
+    )
     p.add_argument("--version", action="store_true", help="Display Kafka version.")
 
 
 # ----------------------------------------------------------------- argument checks
 
+
 def _check_args(p, a) -> None:
     usage_or_version(a, p, DESCRIPTION)
     actions = sum(1 for x in (a.list, a.describe, a.delete, a.reset_offsets, a.delete_offsets) if x)
     if actions != 1:
-        print_usage_and_exit(p, "Command must include exactly one action: --list, --describe, --delete, "
-                                "--reset-offsets, --delete-offsets.")
+        print_usage_and_exit(
+            p,
+            "Command must include exactly one action: --list, --describe, --delete, --reset-offsets, --delete-offsets.",
+        )
     if not a.bootstrap_server:
-        print_usage_and_exit(p, "Missing required argument \"[bootstrap-server]\"")
+        print_usage_and_exit(p, 'Missing required argument "[bootstrap-server]"')
     groups = bool(a.group) or a.all_groups
     if (a.describe or a.delete) and not groups:
         what = "describe" if a.describe else "delete"
@@ -142,6 +184,7 @@ def _check_args(p, a) -> None:
 
 # ----------------------------------------------------------------- the service
 
+
 class Unwrapped(JavaError):
     """An exception Kafka's tool meets unwrapped (not inside an ExecutionException): its
     ``Error:`` line shows only the message."""
@@ -154,12 +197,15 @@ class ShareGroupService(GroupService):
         """ListGroups (type ``share``) on every broker: (group id, state), in the Admin client's order."""
         listings: dict[str, str] = {}
         for node, host, port in self.brokers():
+
             def build(mod, v):
-                return make(mod.request.ListGroupsRequest, states_filter=tuple(states or ()),
-                            types_filter=("share",))
+                return make(mod.request.ListGroupsRequest, states_filter=tuple(states or ()), types_filter=("share",))
+
             resp = self._conn(host, port).request(ApiKeys.LIST_GROUPS, build)
             if int(resp.error_code):
-                raise group_error(int(resp.error_code), f"Error listing groups on {host}:{port} (id: {node} rack: null)")
+                raise group_error(
+                    int(resp.error_code), f"Error listing groups on {host}:{port} (id: {node} rack: null)"
+                )
             for g in resp.groups:
                 if (getattr(g, "group_type", "") or "share").lower() == "share" and g.protocol_type == "share":
                     listings[g.group_id] = getattr(g, "group_state", "") or "Unknown"
@@ -171,26 +217,44 @@ class ShareGroupService(GroupService):
 
     def describe_share_group(self, group: str) -> dict:
         """ShareGroupDescribe: the group (a missing one raises GroupIdNotFoundException)."""
+
         def build(mod, v):
-            return make(mod.request.ShareGroupDescribeRequest, group_ids=(group,),
-                        include_authorized_operations=False)
+            return make(mod.request.ShareGroupDescribeRequest, group_ids=(group,), include_authorized_operations=False)
+
         node, resp = self._coordinator_call(group, ApiKeys.SHARE_GROUP_DESCRIBE, build)
         g = resp.groups[0]
         if int(g.error_code):
             raise group_error(int(g.error_code), g.error_message)
-        members = [{"id": m.member_id, "host": m.client_host, "client": m.client_id, "epoch": int(m.member_epoch),
-                    "assignment": [(tp.topic_name, int(p)) for tp in m.assignment.topic_partitions
-                                   for p in tp.partitions]} for m in g.members]
-        return {"group": group, "state": g.group_state, "epoch": int(g.group_epoch),
-                "assignment_epoch": int(g.assignment_epoch), "coordinator": node, "members": members}
+        members = [
+            {
+                "id": m.member_id,
+                "host": m.client_host,
+                "client": m.client_id,
+                "epoch": int(m.member_epoch),
+                "assignment": [(tp.topic_name, int(p)) for tp in m.assignment.topic_partitions for p in tp.partitions],
+            }
+            for m in g.members
+        ]
+        return {
+            "group": group,
+            "state": g.group_state,
+            "epoch": int(g.group_epoch),
+            "assignment_epoch": int(g.assignment_epoch),
+            "coordinator": node,
+            "members": members,
+        }
 
     def share_offsets(self, group: str) -> list[tuple[str, int, int, int, int]]:
         """DescribeShareGroupOffsets for every topic of the group: (topic, partition, start
         offset, leader epoch, lag), -1 where unknown."""
+
         def build(mod, v):
             rq = mod.request
-            return make(rq.DescribeShareGroupOffsetsRequest, groups=(
-                make(rq.DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=None),))
+            return make(
+                rq.DescribeShareGroupOffsetsRequest,
+                groups=(make(rq.DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=None),),
+            )
+
         _node, resp = self._coordinator_call(group, ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, build)
         g = resp.groups[0]
         if int(g.error_code):
@@ -200,8 +264,15 @@ class ShareGroupService(GroupService):
             for p in t.partitions:
                 if int(p.error_code):
                     raise group_error(int(p.error_code), p.error_message)
-                out.append((t.topic_name, int(p.partition_index), int(p.start_offset), int(p.leader_epoch),
-                            int(getattr(p, "lag", -1))))
+                out.append(
+                    (
+                        t.topic_name,
+                        int(p.partition_index),
+                        int(p.start_offset),
+                        int(p.leader_epoch),
+                        int(getattr(p, "lag", -1)),
+                    )
+                )
         return sorted(out)
 
     def alter_share_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -209,11 +280,18 @@ class ShareGroupService(GroupService):
             rq = mod.request
             topics: dict[str, list] = {}
             for (t, p), o in offsets.items():
-                topics.setdefault(t, []).append(make(rq.AlterShareGroupOffsetsRequestPartition, partition_index=p,
-                                                     start_offset=o))
-            return make(rq.AlterShareGroupOffsetsRequest, group_id=group, topics=tuple(
-                make(rq.AlterShareGroupOffsetsRequestTopic, topic_name=t, partitions=tuple(ps))
-                for t, ps in topics.items()))
+                topics.setdefault(t, []).append(
+                    make(rq.AlterShareGroupOffsetsRequestPartition, partition_index=p, start_offset=o)
+                )
+            return make(
+                rq.AlterShareGroupOffsetsRequest,
+                group_id=group,
+                topics=tuple(
+                    make(rq.AlterShareGroupOffsetsRequestTopic, topic_name=t, partitions=tuple(ps))
+                    for t, ps in topics.items()
+                ),
+            )
+
         _node, resp = self._coordinator_call(group, ApiKeys.ALTER_SHARE_GROUP_OFFSETS, build)
         if int(resp.error_code):
             raise group_error(int(resp.error_code), resp.error_message)
@@ -225,23 +303,31 @@ class ShareGroupService(GroupService):
     def delete_share_offsets(self, group: str, topics: list[str]) -> dict[str, JavaError | None]:
         def build(mod, v):
             rq = mod.request
-            return make(rq.DeleteShareGroupOffsetsRequest, group_id=group, topics=tuple(
-                make(rq.DeleteShareGroupOffsetsRequestTopic, topic_name=t) for t in topics))
+            return make(
+                rq.DeleteShareGroupOffsetsRequest,
+                group_id=group,
+                topics=tuple(make(rq.DeleteShareGroupOffsetsRequestTopic, topic_name=t) for t in topics),
+            )
+
         _node, resp = self._coordinator_call(group, ApiKeys.DELETE_SHARE_GROUP_OFFSETS, build)
         if int(resp.error_code):
             raise group_error(int(resp.error_code), resp.error_message)
-        return {t.topic_name: group_error(int(t.error_code), t.error_message) if int(t.error_code) else None
-                for t in resp.responses}
+        return {
+            t.topic_name: group_error(int(t.error_code), t.error_message) if int(t.error_code) else None
+            for t in resp.responses
+        }
 
     def delete_group(self, group: str) -> JavaError | None:
         def build(mod, v):
             return make(mod.request.DeleteGroupsRequest, groups_names=(group,))
+
         _node, resp = self._coordinator_call(group, ApiKeys.DELETE_GROUPS, build)
         code = int(resp.results[0].error_code)
         return group_error(code) if code else None
 
 
 # ----------------------------------------------------------------- main
+
 
 def run(a) -> int:
     p = a._parser
@@ -285,6 +371,7 @@ def _groups(svc: ShareGroupService, a) -> list[str]:
 
 # ----------------------------------------------------------------- --list
 
+
 def _states_from(value: str) -> list[str]:
     out = []
     for s in value.split(","):
@@ -308,6 +395,7 @@ def list_groups(svc: ShareGroupService, a) -> None:
 
 
 # ----------------------------------------------------------------- --describe
+
 
 def _no_members(d: dict) -> None:
     if d["state"] == "Empty":
@@ -368,12 +456,16 @@ def print_members(d: dict, verbose: bool) -> None:
     hw = max([15] + [len(m["host"]) for m in members])
     lw = max([15] + [len(m["client"]) for m in members])
     epoch = [f"{'MEMBER-EPOCH':<13} "] if verbose else [""]
-    out = [f"\n{'GROUP':<{gw}} {'CONSUMER-ID':<{cw}} {'HOST':<{hw}} {'CLIENT-ID':<{lw}} {'#PARTITIONS':<12} "
-           f"{epoch[0]}ASSIGNMENT"]
+    out = [
+        f"\n{'GROUP':<{gw}} {'CONSUMER-ID':<{cw}} {'HOST':<{hw}} {'CLIENT-ID':<{lw}} {'#PARTITIONS':<12} "
+        f"{epoch[0]}ASSIGNMENT"
+    ]
     for m in members:
         ep = f"{m['epoch']!s:<13} " if verbose else ""
-        out.append(f"\n{d['group']:<{gw}} {m['id']:<{cw}} {m['host']:<{hw}} {m['client']:<{lw}} "
-                   f"{len(m['assignment'])!s:<12} {ep}{_assignment_text(m['assignment'])}")
+        out.append(
+            f"\n{d['group']:<{gw}} {m['id']:<{cw}} {m['host']:<{hw}} {m['client']:<{lw}} "
+            f"{len(m['assignment'])!s:<12} {ep}{_assignment_text(m['assignment'])}"
+        )
     print("".join(out))
 
 
@@ -383,10 +475,14 @@ def print_state(d: dict, verbose: bool) -> None:
     coordinator = f"{host}:{port}  ({node})"
     cw = max(25, len(coordinator))
     if verbose:
-        head = f"\n{'GROUP':<{gw}} {'COORDINATOR (ID)':<{cw}} {'STATE':<15} {'GROUP-EPOCH':<12} " \
-               f"{'ASSIGNMENT-EPOCH':<17} #MEMBERS"
-        row = f"\n{d['group']:<{gw}} {coordinator:<{cw}} {d['state']:<15} {d['epoch']!s:<12} " \
-              f"{d['assignment_epoch']!s:<17} {len(d['members'])}"
+        head = (
+            f"\n{'GROUP':<{gw}} {'COORDINATOR (ID)':<{cw}} {'STATE':<15} {'GROUP-EPOCH':<12} "
+            f"{'ASSIGNMENT-EPOCH':<17} #MEMBERS"
+        )
+        row = (
+            f"\n{d['group']:<{gw}} {coordinator:<{cw}} {d['state']:<15} {d['epoch']!s:<12} "
+            f"{d['assignment_epoch']!s:<17} {len(d['members'])}"
+        )
     else:
         head = f"\n{'GROUP':<{gw}} {'COORDINATOR (ID)':<{cw}} {'STATE':<15} #MEMBERS"
         row = f"\n{d['group']:<{gw}} {coordinator:<{cw}} {d['state']:<15} {len(d['members'])}"
@@ -395,6 +491,7 @@ def print_state(d: dict, verbose: bool) -> None:
 
 
 # ----------------------------------------------------------------- --delete
+
 
 def delete_groups(svc: ShareGroupService, a) -> None:
     listed = dict(svc.list_share_groups())
@@ -413,13 +510,16 @@ def delete_groups(svc: ShareGroupService, a) -> None:
     if not failed:
         print("Deletion of requested share groups (" + ", ".join(f"'{g}'" for g in deleted) + ") was successful.")
         return
-    print_error("Deletion of some share groups failed:\n" + "\n".join(
-        f"* Group '{g}' could not be deleted due to: {e}" for g, e in failed.items()))
+    print_error(
+        "Deletion of some share groups failed:\n"
+        + "\n".join(f"* Group '{g}' could not be deleted due to: {e}" for g, e in failed.items())
+    )
     if deleted:
         print("\nThese share groups were deleted successfully: " + ", ".join(f"'{g}'" for g in deleted))
 
 
 # ----------------------------------------------------------------- --delete-offsets
+
 
 def delete_offsets(svc: ShareGroupService, a) -> None:
     gid = a.group[0]
@@ -442,6 +542,7 @@ def delete_offsets(svc: ShareGroupService, a) -> None:
 
 
 # ----------------------------------------------------------------- --reset-offsets
+
 
 def _warn(msg: str) -> None:
     sys.stdout.flush()
@@ -521,12 +622,16 @@ def _check_range(svc, requested: dict[tuple[str, int], int]) -> dict[tuple[str, 
     for tp in hash_order(requested):
         offset, start, end = requested[tp], starts.get(tp, 0), ends.get(tp, 0)
         if offset > end:
-            _warn(f"New offset ({offset}) is higher than latest offset for topic partition {tp_str(tp)}. "
-                  f"Value will be set to {end}.")
+            _warn(
+                f"New offset ({offset}) is higher than latest offset for topic partition {tp_str(tp)}. "
+                f"Value will be set to {end}."
+            )
             offset = end
         elif offset < start:
-            _warn(f"New offset ({offset}) is lower than earliest offset for topic partition {tp_str(tp)}. "
-                  f"Value will be set to {start}.")
+            _warn(
+                f"New offset ({offset}) is lower than earliest offset for topic partition {tp_str(tp)}. "
+                f"Value will be set to {start}."
+            )
             offset = start
         out[tp] = offset
     return out
@@ -557,5 +662,8 @@ def _prepare(svc: ShareGroupService, a, gid: str, partitions: list[tuple[str, in
             print_error(f"No reset plan for group {gid} found")
             return {}
         return _check_range(svc, mine)
-    raise UsageExit("Option '[reset-offsets]' requires one of the following scenarios: ["
-                     + ", ".join(f"[{s}]" for s in _SCENARIOS) + "]")
+    raise UsageExit(
+        "Option '[reset-offsets]' requires one of the following scenarios: ["
+        + ", ".join(f"[{s}]" for s in _SCENARIOS)
+        + "]"
+    )

@@ -52,24 +52,47 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = sub.add_parser("format", help="Format the Kafka log directories on this node.")
     fmt.add_argument("--config", "-c", required=True, help="The Kafka configuration file to use.")
     fmt.add_argument("--cluster-id", "-t", required=True, help="The cluster ID to use.")
-    fmt.add_argument("--add-scram", "-S", action="append", help="A SCRAM_CREDENTIAL to add (kesque has no SASL: "
-                                                                "refused)")
-    fmt.add_argument("--ignore-formatted", "-g", action="store_true",
-                     help="When this option is passed, the format command will skip over already formatted "
-                          "directories rather than failing.")
-    fmt.add_argument("--release-version", "-r", help="The release version to use for the initial feature "
-                                                     "settings (kesque has one: 4.0-IV3).")
-    fmt.add_argument("--feature", "-f", action="append", help="The setting to use for a specific feature, "
-                                                              "NAME=LEVEL (kesque formats at its own levels: a "
-                                                              "level it does not use is refused).")
+    fmt.add_argument(
+        "--add-scram", "-S", action="append", help="A SCRAM_CREDENTIAL to add (kesque has no SASL: refused)"
+    )
+    fmt.add_argument(
+        "--ignore-formatted",
+        "-g",
+        action="store_true",
+        help="When this option is passed, the format command will skip over already formatted "
+        "directories rather than failing.",
+    )
+    fmt.add_argument(
+        "--release-version",
+        "-r",
+        help="The release version to use for the initial feature settings (kesque has one: 4.0-IV3).",
+    )
+    fmt.add_argument(
+        "--feature",
+        "-f",
+        action="append",
+        help="The setting to use for a specific feature, "
+        "NAME=LEVEL (kesque formats at its own levels: a "
+        "level it does not use is refused).",
+    )
     quorum = fmt.add_mutually_exclusive_group()
-    quorum.add_argument("--standalone", "-s", action="store_true",
-                        help="Used to initialize a controller as a single-node dynamic quorum.")
-    quorum.add_argument("--no-initial-controllers", "-N", action="store_true",
-                        help="Used to initialize a server without specifying a dynamic quorum.")
-    quorum.add_argument("--initial-controllers", "-I",
-                        help="Used to initialize a server with the specified dynamic quorum "
-                             "(id@hostname:port:directory,...).")
+    quorum.add_argument(
+        "--standalone",
+        "-s",
+        action="store_true",
+        help="Used to initialize a controller as a single-node dynamic quorum.",
+    )
+    quorum.add_argument(
+        "--no-initial-controllers",
+        "-N",
+        action="store_true",
+        help="Used to initialize a server without specifying a dynamic quorum.",
+    )
+    quorum.add_argument(
+        "--initial-controllers",
+        "-I",
+        help="Used to initialize a server with the specified dynamic quorum (id@hostname:port:directory,...).",
+    )
     sub.add_parser("random-uuid", help="Print a random UUID.")
     return p
 
@@ -113,14 +136,18 @@ def run_format(config: BrokerConfig, args) -> int:
     if args.add_scram:
         raise LogDirError("--add-scram: kesque has no SASL, so no SCRAM credentials")
     if (args.standalone or args.initial_controllers) and config.get("controller.quorum.voters"):
-        raise LogDirError("You cannot specify controller.quorum.voters and format the node with --initial-controllers "
-                          "or --standalone. If you want to use dynamic quorum, please remove "
-                          "controller.quorum.voters and specify controller.quorum.bootstrap.servers instead.")
+        raise LogDirError(
+            "You cannot specify controller.quorum.voters and format the node with --initial-controllers "
+            "or --standalone. If you want to use dynamic quorum, please remove "
+            "controller.quorum.voters and specify controller.quorum.bootstrap.servers instead."
+        )
     check_features(args.feature or [])
     version = METADATA_VERSIONS[METADATA_VERSION_LEVEL]
     if args.release_version and args.release_version != version:
-        print(f"kesque's metadata.version is {version}; --release-version {args.release_version} is not used",
-              file=sys.stderr)
+        print(
+            f"kesque's metadata.version is {version}; --release-version {args.release_version} is not used",
+            file=sys.stderr,
+        )
     formatted = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted)
     if not formatted:
         print("All of the log directories are already formatted.")
@@ -132,8 +159,14 @@ def run_format(config: BrokerConfig, args) -> int:
 
 
 # the features Kafka 4.4's format names as supported (metadata.version aside)
-KAFKA_FEATURES = ("eligible.leader.replicas.version", "group.version", "kraft.version", "share.version",
-                  "streams.version", "transaction.version")
+KAFKA_FEATURES = (
+    "eligible.leader.replicas.version",
+    "group.version",
+    "kraft.version",
+    "share.version",
+    "streams.version",
+    "transaction.version",
+)
 
 
 def check_features(settings: list[str]) -> None:
@@ -155,8 +188,10 @@ def check_features(settings: list[str]) -> None:
             raise LogDirError(f"Unsupported feature: {name}. Supported features are: {', '.join(KAFKA_FEATURES)}")
         if name in FEATURES:
             if level_value != FEATURES[name]:
-                raise LogDirError(f"--feature {name}={level_value}: kesque formats a new cluster with {name} "
-                                  f"{FEATURES[name]} only (other levels at format time are not implemented)")
+                raise LogDirError(
+                    f"--feature {name}={level_value}: kesque formats a new cluster with {name} "
+                    f"{FEATURES[name]} only (other levels at format time are not implemented)"
+                )
         else:
             print(f"--feature {name}={level_value} is not used: kesque does not finalize {name}", file=sys.stderr)
 

@@ -17,9 +17,23 @@ import sys
 from .plumbing.jopt import kafkaize, new_parser
 from .plumbing.run import ToolExit, exit_flushed, run_tool
 
-_MODULES = ("topics", "configs", "console_producer", "console_consumer", "dump_log", "get_offsets",
-            "delete_records", "log_dirs", "producer_perf", "consumer_perf", "consumer_groups",
-            "console_share_consumer", "share_groups", "leader_election", "reassign_partitions")
+_MODULES = (
+    "topics",
+    "configs",
+    "console_producer",
+    "console_consumer",
+    "dump_log",
+    "get_offsets",
+    "delete_records",
+    "log_dirs",
+    "producer_perf",
+    "consumer_perf",
+    "consumer_groups",
+    "console_share_consumer",
+    "share_groups",
+    "leader_election",
+    "reassign_partitions",
+)
 
 
 def _module(name: str):
@@ -29,6 +43,7 @@ def _module(name: str):
 def _wrap(mod):
     def func(args) -> int:
         return run_tool(mod.run, args)
+
     return func
 
 
@@ -48,10 +63,12 @@ def add_parsers(sub) -> None:
 def _style(p, mod) -> None:
     """jopt-simple behaviour (Kafka's usual) or argparse4j's (ProducerPerformance)."""
     if getattr(mod, "ARGPARSE_STYLE", False):
+
         def error(message, p=p):
             sys.stderr.write(p.format_usage())
             sys.stderr.write(f"{mod.PROG}: error: {message}\n")
             raise ToolExit(1)
+
         p.error = error
         p.description = mod.DESCRIPTION
     else:
@@ -62,6 +79,7 @@ def _console(module_name: str, argv: list[str] | None = None) -> int:
     mod = _module(module_name)
     if getattr(mod, "ARGPARSE_STYLE", False):
         import argparse
+
         p = argparse.ArgumentParser(prog=getattr(mod, "PROG", mod.SCRIPT))
     else:
         p = new_parser(mod.SCRIPT, mod.DESCRIPTION)
@@ -155,13 +173,23 @@ def kafka_server_start(argv: list[str] | None = None) -> None:
         log_dir = os.environ.get("LOG_DIR") or os.path.join(os.getcwd(), "logs")
         os.makedirs(log_dir, exist_ok=True)
         with open(os.path.join(log_dir, "kafkaServer.out"), "ab") as out:
-            subprocess.Popen([sys.executable, "-m", "kesque", "serve", *argv[1:]], stdout=out,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            subprocess.Popen(
+                [sys.executable, "-m", "kesque", "serve", *argv[1:]],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         _exit(0)
     p = new_parser("kafka-server-start.sh", "Run a kesque broker (combined broker and controller roles).")
     p.add_argument("config", metavar="server.properties")
-    p.add_argument("--override", action="append", default=[], metavar="property=value",
-                   help="Optional property that should override values set in server.properties file")
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="property=value",
+        help="Optional property that should override values set in server.properties file",
+    )
     p.add_argument("--log-level", default=os.environ.get("KESQUE_LOG_LEVEL", "INFO"), help="logging level")
     try:
         args = p.parse_args(argv)
@@ -174,4 +202,5 @@ def kafka_server_start(argv: list[str] | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience
     # lazy: the kafka-*.sh entry points load only the tool they run
     from .main import main as kesque_main
+
     return kesque_main(argv)

@@ -66,8 +66,10 @@ from .plumbing.run import exit_flushed, run_tool
 
 NAME = "transactions"
 SCRIPT = "kafka-transactions.sh"
-DESCRIPTION = ("This tool is used to analyze the transactional state of producers in the cluster. "
-               "It can be used to detect and recover from hanging transactions.")
+DESCRIPTION = (
+    "This tool is used to analyze the transactional state of producers in the cluster. "
+    "It can be used to detect and recover from hanging transactions."
+)
 HELP = "list, describe and abort transactions, find hanging ones (kafka-transactions.sh)"
 PROG = "kafka-transactions.sh"
 
@@ -76,33 +78,47 @@ def build_parser() -> ArgParser:
     """TransactionsCommand.buildBaseParser and each command's addSubparser."""
     p = ArgParser(PROG, DESCRIPTION)
     p.add_argument("-v", "--version", action="version", help="show the version of this Kafka distribution and exit")
-    p.add_argument("--command-config", metavar="FILE",
-                   help="property file containing configs to be passed to admin client")
-    p.add_argument("--bootstrap-server", metavar="host:port", required=True,
-                   help="hostname and port for the broker to connect to, in the form `host:port`  "
-                        "(multiple comma-separated entries can be given)")
+    p.add_argument(
+        "--command-config", metavar="FILE", help="property file containing configs to be passed to admin client"
+    )
+    p.add_argument(
+        "--bootstrap-server",
+        metavar="host:port",
+        required=True,
+        help="hostname and port for the broker to connect to, in the form `host:port`  "
+        "(multiple comma-separated entries can be given)",
+    )
     p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
 
     s = p.add_parser("list", help="list transactions")
-    s.add_argument("--duration-filter", type="Long",
-                   help="Duration (in millis) to filter by: if < 0, all transactions will be returned; otherwise, "
-                        "only transactions running longer than this duration will be returned")
+    s.add_argument(
+        "--duration-filter",
+        type="Long",
+        help="Duration (in millis) to filter by: if < 0, all transactions will be returned; otherwise, "
+        "only transactions running longer than this duration will be returned",
+    )
 
-    s = p.add_parser("describe", help="describe the state of an active transactional-id",
-                     description="Describe the state of an active transactional-id.")
+    s = p.add_parser(
+        "describe",
+        help="describe the state of an active transactional-id",
+        description="Describe the state of an active transactional-id.",
+    )
     s.add_argument("--transactional-id", required=True, help="transactional id")
 
     s = p.add_parser("describe-producers", help="describe the states of active producers for a topic partition")
-    s.add_argument("--broker-id", type="Integer",
-                   help="optional broker id to describe the producer state on a specific replica")
+    s.add_argument(
+        "--broker-id", type="Integer", help="optional broker id to describe the producer state on a specific replica"
+    )
     s.add_argument("--topic", required=True, help="topic name")
     s.add_argument("--partition", type="Integer", required=True, help="partition number")
 
     s = p.add_parser("abort", help="abort a hanging transaction (requires administrative privileges)")
     s.add_argument("--topic", required=True, help="topic name")
     s.add_argument("--partition", type="Integer", required=True, help="partition number")
-    g = s.add_group("Brokers on versions 3.0 and above",
-                    "For newer brokers, only the start offset of the transaction to be aborted is required")
+    g = s.add_group(
+        "Brokers on versions 3.0 and above",
+        "For newer brokers, only the start offset of the transaction to be aborted is required",
+    )
     s.add_argument("--start-offset", type="Long", group=g, help="start offset of the transaction to abort")
     g = s.add_group("Brokers on versions older than 3.0", "For older brokers, you must provide all of these arguments")
     s.add_argument("--producer-id", type="Long", group=g, help="producer id")
@@ -111,9 +127,12 @@ def build_parser() -> ArgParser:
 
     s = p.add_parser("find-hanging", help="find hanging transactions")
     s.add_argument("--broker-id", type="Integer", help="broker id to search for hanging transactions")
-    s.add_argument("--max-transaction-timeout", type="Integer", default=15,
-                   help="maximum transaction timeout in minutes to limit the scope of the search (15 minutes by "
-                        "default)")
+    s.add_argument(
+        "--max-transaction-timeout",
+        type="Integer",
+        default=15,
+        help="maximum transaction timeout in minutes to limit the scope of the search (15 minutes by default)",
+    )
     s.add_argument("--topic", help="topic name to limit search to (required if --partition is specified)")
     s.add_argument("--partition", type="Integer", help="partition number")
     return p
@@ -131,6 +150,7 @@ def fail(message: str, cause: BaseException | None = None) -> None:
 
 
 # ============================================================================ the Admin client
+
 
 @dataclass
 class ProducerState:
@@ -168,12 +188,13 @@ class AbortTransactionSpec:
     coordinator_epoch: int
 
     def __str__(self) -> str:
-        return (f"AbortTransactionSpec(topicPartition={tp_str(self.tp)}, producerId={self.producer_id}, "
-                f"producerEpoch={self.producer_epoch}, coordinatorEpoch={self.coordinator_epoch})")
+        return (
+            f"AbortTransactionSpec(topicPartition={tp_str(self.tp)}, producerId={self.producer_id}, "
+            f"producerEpoch={self.producer_epoch}, coordinatorEpoch={self.coordinator_epoch})"
+        )
 
 
-_STATES = ("Ongoing", "PrepareAbort", "PrepareCommit", "CompleteAbort", "CompleteCommit", "Empty",
-           "PrepareEpochFence")
+_STATES = ("Ongoing", "PrepareAbort", "PrepareCommit", "CompleteAbort", "CompleteCommit", "Empty", "PrepareEpochFence")
 
 
 @dataclass
@@ -252,6 +273,7 @@ class TransactionsAdmin(WireAdmin):
     # ------------------------------------------------------------------ DescribeProducers
     def describe_producers(self, tps: list, broker_id: int | None = None) -> tuple[dict, dict]:
         if broker_id is not None:
+
             def lookup(keys):
                 return {k: broker_id for k in keys}, {}
         else:
@@ -263,8 +285,14 @@ class TransactionsAdmin(WireAdmin):
                 by_topic.setdefault(t, []).append(p)
 
             def build(mod, v):
-                return make(mod.request.DescribeProducersRequest, topics=tuple(
-                    make(mod.request.TopicRequest, name=t, partition_indexes=tuple(ps)) for t, ps in by_topic.items()))
+                return make(
+                    mod.request.DescribeProducersRequest,
+                    topics=tuple(
+                        make(mod.request.TopicRequest, name=t, partition_indexes=tuple(ps))
+                        for t, ps in by_topic.items()
+                    ),
+                )
+
             resp = self.send(self.node(node), ApiKeys.DESCRIBE_PRODUCERS, build, max_version=0)
             completed, failed, unmapped = {}, {}, []
             for t in resp.topics:
@@ -273,30 +301,46 @@ class TransactionsAdmin(WireAdmin):
                     err = int(p.error_code)
                     if err == 6:
                         if broker_id is not None:
-                            failed[tp] = kafka_error(6, f"Failed to describe active producers for partition "
-                                                        f"{tp_str(tp)} on brokerId {broker_id}")
+                            failed[tp] = kafka_error(
+                                6,
+                                f"Failed to describe active producers for partition "
+                                f"{tp_str(tp)} on brokerId {broker_id}",
+                            )
                         else:
                             unmapped.append(tp)
                     elif err == 3:
                         pass  # retried
                     elif err == 17:
-                        failed[tp] = JavaError(ERRORS_PKG + "InvalidTopicException",
-                                               f"Failed to fetch metadata for partition {tp_str(tp)} due to invalid "
-                                               f"topic error: {p.error_message or kafka_error(17).message}")
+                        failed[tp] = JavaError(
+                            ERRORS_PKG + "InvalidTopicException",
+                            f"Failed to fetch metadata for partition {tp_str(tp)} due to invalid "
+                            f"topic error: {p.error_message or kafka_error(17).message}",
+                        )
                     elif err == 29:
-                        failed[tp] = JavaError(ERRORS_PKG + "TopicAuthorizationException",
-                                               f"Failed to describe active producers for partition {tp_str(tp)} due "
-                                               f"to authorization failure on topic `{tp[0]}`")
+                        failed[tp] = JavaError(
+                            ERRORS_PKG + "TopicAuthorizationException",
+                            f"Failed to describe active producers for partition {tp_str(tp)} due "
+                            f"to authorization failure on topic `{tp[0]}`",
+                        )
                     elif err:
-                        failed[tp] = kafka_error(err, f"Failed to describe active producers for partition "
-                                                      f"{tp_str(tp)} due to unexpected error")
+                        failed[tp] = kafka_error(
+                            err,
+                            f"Failed to describe active producers for partition {tp_str(tp)} due to unexpected error",
+                        )
                     else:
-                        completed[tp] = [ProducerState(int(a.producer_id), int(a.producer_epoch),
-                                                       int(a.last_sequence), _ms(a.last_timestamp),
-                                                       max(int(a.coordinator_epoch), -1),
-                                                       max(int(a.current_txn_start_offset), -1))
-                                         for a in p.active_producers]
+                        completed[tp] = [
+                            ProducerState(
+                                int(a.producer_id),
+                                int(a.producer_epoch),
+                                int(a.last_sequence),
+                                _ms(a.last_timestamp),
+                                max(int(a.coordinator_epoch), -1),
+                                max(int(a.current_txn_start_offset), -1),
+                            )
+                            for a in p.active_producers
+                        ]
             return completed, failed, unmapped
+
         return self.drive("describeProducers", tps, lookup, "METADATA", fulfil, "DESCRIBE_PRODUCERS")
 
     # ------------------------------------------------------------------ DescribeTransactions
@@ -314,6 +358,7 @@ class TransactionsAdmin(WireAdmin):
                     return make(mod.request.FindCoordinatorRequest, key_type=1, coordinator_keys=keys)
                 sent[:] = keys[:1]
                 return make(mod.request.FindCoordinatorRequest, key=keys[0], key_type=1)
+
             r = self.send_any(ApiKeys.FIND_COORDINATOR, build)
             if getattr(r, "coordinators", None) is not None:
                 for c in r.coordinators:
@@ -331,19 +376,26 @@ class TransactionsAdmin(WireAdmin):
             elif err in (14, 15):
                 pass
             elif err == 53:
-                failed[tid] = JavaError(ERRORS_PKG + "TransactionalIdAuthorizationException",
-                                        f"FindCoordinator request for transactionalId `{_coordinator_key(tid)}` failed "
-                                        "due to authorization failure")
+                failed[tid] = JavaError(
+                    ERRORS_PKG + "TransactionalIdAuthorizationException",
+                    f"FindCoordinator request for transactionalId `{_coordinator_key(tid)}` failed "
+                    "due to authorization failure",
+                )
             else:
-                failed[tid] = kafka_error(err, f"FindCoordinator request for key `{_coordinator_key(tid)}` failed due "
-                                               "to an unexpected error")
+                failed[tid] = kafka_error(
+                    err, f"FindCoordinator request for key `{_coordinator_key(tid)}` failed due to an unexpected error"
+                )
         return mapped, failed
 
     def describe_transactions(self, ids: list) -> tuple[dict, dict]:
         def fulfil(node, keys):
-            resp = self.send(self.node(node), ApiKeys.DESCRIBE_TRANSACTIONS, lambda mod, v: make(mod.request.DescribeTransactionsRequest,
-                                                                         transactional_ids=tuple(keys)), max_version=0,
-                              reader=read_describe_transactions_v0)
+            resp = self.send(
+                self.node(node),
+                ApiKeys.DESCRIBE_TRANSACTIONS,
+                lambda mod, v: make(mod.request.DescribeTransactionsRequest, transactional_ids=tuple(keys)),
+                max_version=0,
+                reader=read_describe_transactions_v0,
+            )
             completed, failed, unmapped = {}, {}, []
             for st in resp.transaction_states:
                 tid = st.transactional_id
@@ -351,32 +403,45 @@ class TransactionsAdmin(WireAdmin):
                     continue
                 err = int(st.error_code)
                 if err == 53:
-                    failed[tid] = JavaError(ERRORS_PKG + "TransactionalIdAuthorizationException",
-                                            f"DescribeTransactions request for transactionalId `{tid}` failed due to "
-                                            "authorization failure")
+                    failed[tid] = JavaError(
+                        ERRORS_PKG + "TransactionalIdAuthorizationException",
+                        f"DescribeTransactions request for transactionalId `{tid}` failed due to authorization failure",
+                    )
                 elif err == 105:
-                    failed[tid] = kafka_error(105, f"DescribeTransactions request for transactionalId `{tid}` failed "
-                                                   "because the ID could not be found")
+                    failed[tid] = kafka_error(
+                        105,
+                        f"DescribeTransactions request for transactionalId `{tid}` failed "
+                        "because the ID could not be found",
+                    )
                 elif err == 14:
                     pass
                 elif err in (16, 15):
                     unmapped.append(tid)
                 elif err:
-                    failed[tid] = kafka_error(err, f"DescribeTransactions request for transactionalId `{tid}` failed "
-                                                   "due to unexpected error")
+                    failed[tid] = kafka_error(
+                        err, f"DescribeTransactions request for transactionalId `{tid}` failed due to unexpected error"
+                    )
                 else:
                     tps = [(td.topic, int(p)) for td in st.topics for p in td.partitions]
                     completed[tid] = TransactionDescription(
-                        node, parse_state(st.transaction_state), int(st.producer_id), int(st.producer_epoch),
-                        st.transaction_timeout, st.transaction_start_time,
-                        java_hash_order(list(dict.fromkeys(tps)), topic_partition_hash))
+                        node,
+                        parse_state(st.transaction_state),
+                        int(st.producer_id),
+                        int(st.producer_epoch),
+                        st.transaction_timeout,
+                        st.transaction_start_time,
+                        java_hash_order(list(dict.fromkeys(tps)), topic_partition_hash),
+                    )
             return completed, failed, unmapped
-        return self.drive("describeTransactions", ids, self._coordinator_lookup, "FIND_COORDINATOR", fulfil,
-                           "DESCRIBE_TRANSACTIONS")
+
+        return self.drive(
+            "describeTransactions", ids, self._coordinator_lookup, "FIND_COORDINATOR", fulfil, "DESCRIBE_TRANSACTIONS"
+        )
 
     # ------------------------------------------------------------------ ListTransactions
     def list_transactions(self, producer_ids=(), duration_ms: int = -1) -> dict[int, list[TransactionListing]]:
         """ListTransactions on every broker (AllBrokersStrategy); raises the first failure."""
+
         def lookup(keys):
             return {k: k for k in keys}, {}
 
@@ -384,29 +449,63 @@ class TransactionsAdmin(WireAdmin):
             conn = self.connection(*self.node(node))
             version = conn.version_for(ApiKeys.LIST_TRANSACTIONS, 1)
             if version is not None and version < 1 and duration_ms >= 0:
-                raise kafka_error(35, "Duration filter can be set only when using API version 1 or higher. If "
-                                      "client is connected to an older broker, do not specify duration filter or set "
-                                      "duration filter to -1.")
-            resp = self.send(self.node(node), ApiKeys.LIST_TRANSACTIONS, lambda mod, v: make(
-                mod.request.ListTransactionsRequest, state_filters=(), producer_id_filters=tuple(producer_ids),
-                duration_filter=duration_ms), max_version=1)
+                raise kafka_error(
+                    35,
+                    "Duration filter can be set only when using API version 1 or higher. If "
+                    "client is connected to an older broker, do not specify duration filter or set "
+                    "duration filter to -1.",
+                )
+            resp = self.send(
+                self.node(node),
+                ApiKeys.LIST_TRANSACTIONS,
+                lambda mod, v: make(
+                    mod.request.ListTransactionsRequest,
+                    state_filters=(),
+                    producer_id_filters=tuple(producer_ids),
+                    duration_filter=duration_ms,
+                ),
+                max_version=1,
+            )
             err = int(resp.error_code)
             if err == 14:
                 return {}, {}, []
             if err == 15:
-                return {}, {node: JavaError(ERRORS_PKG + "CoordinatorNotAvailableException",
-                                            f"ListTransactions request sent to broker {node} failed because the "
-                                            "coordinator is shutting down")}, []
+                return (
+                    {},
+                    {
+                        node: JavaError(
+                            ERRORS_PKG + "CoordinatorNotAvailableException",
+                            f"ListTransactions request sent to broker {node} failed because the "
+                            "coordinator is shutting down",
+                        )
+                    },
+                    [],
+                )
             if err:
-                return {}, {node: kafka_error(err, f"ListTransactions request sent to broker {node} failed with an "
-                                                   "unexpected exception")}, []
-            return {node: [TransactionListing(s.transactional_id, int(s.producer_id),
-                                              parse_state(s.transaction_state))
-                           for s in resp.transaction_states]}, {}, []
+                return (
+                    {},
+                    {
+                        node: kafka_error(
+                            err, f"ListTransactions request sent to broker {node} failed with an unexpected exception"
+                        )
+                    },
+                    [],
+                )
+            return (
+                {
+                    node: [
+                        TransactionListing(s.transactional_id, int(s.producer_id), parse_state(s.transaction_state))
+                        for s in resp.transaction_states
+                    ]
+                },
+                {},
+                [],
+            )
 
         self.metadata_retrying((), "listTransactions(api=METADATA)")  # AllBrokersStrategy's lookup
-        completed, failed = self.drive("listTransactions", list(self.brokers), lookup, "METADATA", fulfil,
-                                        "LIST_TRANSACTIONS")
+        completed, failed = self.drive(
+            "listTransactions", list(self.brokers), lookup, "METADATA", fulfil, "LIST_TRANSACTIONS"
+        )
         if failed:
             raise next(iter(failed.values()))
         return {b: completed[b] for b in java_hash_order(list(completed), lambda i: i)}
@@ -414,57 +513,105 @@ class TransactionsAdmin(WireAdmin):
     # ------------------------------------------------------------------ WriteTxnMarkers
     def abort_transaction(self, spec: AbortTransactionSpec) -> None:
         """AbortTransactionHandler: an ABORT marker through WriteTxnMarkers to the leader."""
+
         def fulfil(node, keys):
             def build(mod, v):
-                return make(mod.request.WriteTxnMarkersRequest, markers=(make(
-                    mod.request.WritableTxnMarker, producer_id=spec.producer_id, producer_epoch=spec.producer_epoch,
-                    transaction_result=False, coordinator_epoch=spec.coordinator_epoch,
-                    topics=(make(mod.request.WritableTxnMarkerTopic, name=spec.tp[0],
-                                 partition_indexes=(spec.tp[1],)),)),))
+                return make(
+                    mod.request.WriteTxnMarkersRequest,
+                    markers=(
+                        make(
+                            mod.request.WritableTxnMarker,
+                            producer_id=spec.producer_id,
+                            producer_epoch=spec.producer_epoch,
+                            transaction_result=False,
+                            coordinator_epoch=spec.coordinator_epoch,
+                            topics=(
+                                make(
+                                    mod.request.WritableTxnMarkerTopic, name=spec.tp[0], partition_indexes=(spec.tp[1],)
+                                ),
+                            ),
+                        ),
+                    ),
+                )
+
             resp = self.send(self.node(node), ApiKeys.WRITE_TXN_MARKERS, build, max_version=1)
             tp = spec.tp
             markers = list(resp.markers)
             if len(markers) != 1 or int(markers[0].producer_id) != spec.producer_id:
-                return {}, {tp: JavaError("org.apache.kafka.common.KafkaException",
-                                          f"WriteTxnMarkers response included unexpected marker entries: {markers}"
-                                          "(expected to find exactly one entry with producerId "
-                                          f"{spec.producer_id})")}, []
+                return (
+                    {},
+                    {
+                        tp: JavaError(
+                            "org.apache.kafka.common.KafkaException",
+                            f"WriteTxnMarkers response included unexpected marker entries: {markers}"
+                            "(expected to find exactly one entry with producerId "
+                            f"{spec.producer_id})",
+                        )
+                    },
+                    [],
+                )
             topics = list(markers[0].topics)
             if len(topics) != 1 or topics[0].name != tp[0]:
-                return {}, {tp: JavaError("org.apache.kafka.common.KafkaException",
-                                          f"WriteTxnMarkers response included unexpected topic entries: {markers}"
-                                          f"(expected to find exactly one entry with topic partition "
-                                          f"{tp_str(tp)})")}, []
+                return (
+                    {},
+                    {
+                        tp: JavaError(
+                            "org.apache.kafka.common.KafkaException",
+                            f"WriteTxnMarkers response included unexpected topic entries: {markers}"
+                            f"(expected to find exactly one entry with topic partition "
+                            f"{tp_str(tp)})",
+                        )
+                    },
+                    [],
+                )
             parts = list(topics[0].partitions)
             if len(parts) != 1 or int(parts[0].partition_index) != tp[1]:
-                return {}, {tp: JavaError("org.apache.kafka.common.KafkaException",
-                                          f"WriteTxnMarkers response included unexpected partition entries for topic "
-                                          f"{tp[0]}: {markers}(expected to find exactly one entry with partition "
-                                          f"{tp[1]})")}, []
+                return (
+                    {},
+                    {
+                        tp: JavaError(
+                            "org.apache.kafka.common.KafkaException",
+                            f"WriteTxnMarkers response included unexpected partition entries for topic "
+                            f"{tp[0]}: {markers}(expected to find exactly one entry with partition "
+                            f"{tp[1]})",
+                        )
+                    },
+                    [],
+                )
             err = int(parts[0].error_code)
             if err == 0:
                 return {tp: None}, {}, []
             if err == 31:
-                exc = JavaError(ERRORS_PKG + "ClusterAuthorizationException",
-                                f"WriteTxnMarkers request with {spec} failed due to cluster authorization error")
+                exc = JavaError(
+                    ERRORS_PKG + "ClusterAuthorizationException",
+                    f"WriteTxnMarkers request with {spec} failed due to cluster authorization error",
+                )
             elif err == 47:
-                exc = JavaError(ERRORS_PKG + "InvalidProducerEpochException",
-                                f"WriteTxnMarkers request with {spec} failed due an invalid producer epoch")
+                exc = JavaError(
+                    ERRORS_PKG + "InvalidProducerEpochException",
+                    f"WriteTxnMarkers request with {spec} failed due an invalid producer epoch",
+                )
             elif err == 52:
-                exc = JavaError(ERRORS_PKG + "TransactionCoordinatorFencedException",
-                                f"WriteTxnMarkers request with {spec} failed since the provided coordinator epoch "
-                                f"{spec.coordinator_epoch} has been fenced by the active coordinator")
+                exc = JavaError(
+                    ERRORS_PKG + "TransactionCoordinatorFencedException",
+                    f"WriteTxnMarkers request with {spec} failed since the provided coordinator epoch "
+                    f"{spec.coordinator_epoch} has been fenced by the active coordinator",
+                )
             elif err in (6, 9, 8, 3):
                 return {}, {}, [tp]
             else:
-                exc = kafka_error(err, f"WriteTxnMarkers request with {spec} failed due to unexpected error: "
-                                       f"{kafka_error(err).message}")
+                exc = kafka_error(
+                    err,
+                    f"WriteTxnMarkers request with {spec} failed due to unexpected error: {kafka_error(err).message}",
+                )
             return {}, {tp: exc}, []
 
-        _completed, failed = self.drive("abortTransaction", [spec.tp], self.leader_lookup, "METADATA", fulfil,
-                                         "WRITE_TXN_MARKERS")
+        _completed, failed = self.drive(
+            "abortTransaction", [spec.tp], self.leader_lookup, "METADATA", fulfil, "WRITE_TXN_MARKERS"
+        )
         if failed:
             raise failed[spec.tp]
+
 
 def _coordinator_key(tid: str) -> str:
     """CoordinatorKey.toString()."""
@@ -473,13 +620,36 @@ def _coordinator_key(tid: str) -> str:
 
 # ============================================================================ the commands
 
-DESCRIBE_PRODUCERS_HEADERS = ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
-                              "CurrentTransactionStartOffset"]
-DESCRIBE_HEADERS = ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
-                    "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs", "TopicPartitions"]
+DESCRIBE_PRODUCERS_HEADERS = [
+    "ProducerId",
+    "ProducerEpoch",
+    "LatestCoordinatorEpoch",
+    "LastSequence",
+    "LastTimestamp",
+    "CurrentTransactionStartOffset",
+]
+DESCRIBE_HEADERS = [
+    "CoordinatorId",
+    "TransactionalId",
+    "ProducerId",
+    "ProducerEpoch",
+    "TransactionState",
+    "TransactionTimeoutMs",
+    "CurrentTransactionStartTimeMs",
+    "TransactionDurationMs",
+    "TopicPartitions",
+]
 LIST_HEADERS = ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
-FIND_HANGING_HEADERS = ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
-                        "LastTimestamp", "Duration(min)"]
+FIND_HANGING_HEADERS = [
+    "Topic",
+    "Partition",
+    "ProducerId",
+    "ProducerEpoch",
+    "CoordinatorEpoch",
+    "StartOffset",
+    "LastTimestamp",
+    "Duration(min)",
+]
 MAX_BATCH_SIZE = 500
 
 
@@ -493,8 +663,11 @@ def cmd_list(admin: TransactionsAdmin, ns: dict) -> None:
         result = admin.list_transactions(duration_ms=-1 if duration is None else duration)
     except JavaError as e:
         fail("Failed to list transactions", e)
-    rows = [[listing.transactional_id, str(broker), str(listing.producer_id), listing.state]
-            for broker, listings in result.items() for listing in listings]
+    rows = [
+        [listing.transactional_id, str(broker), str(listing.producer_id), listing.state]
+        for broker, listings in result.items()
+        for listing in listings
+    ]
     pretty_print_table(LIST_HEADERS, rows)
 
 
@@ -509,8 +682,17 @@ def cmd_describe(admin: TransactionsAdmin, ns: dict) -> None:
         duration = str(_now_ms() - d.transaction_start_time_ms)
     else:
         start = duration = "None"
-    row = [str(d.coordinator_id), tid, str(d.producer_id), str(d.producer_epoch), d.state,
-           str(d.transaction_timeout_ms), start, duration, ",".join(tp_str(tp) for tp in d.topic_partitions)]
+    row = [
+        str(d.coordinator_id),
+        tid,
+        str(d.producer_id),
+        str(d.producer_epoch),
+        d.state,
+        str(d.transaction_timeout_ms),
+        start,
+        duration,
+        ",".join(tp_str(tp) for tp in d.topic_partitions),
+    ]
     pretty_print_table(DESCRIBE_HEADERS, [row])
 
 
@@ -521,9 +703,17 @@ def cmd_describe_producers(admin: TransactionsAdmin, ns: dict) -> None:
     if tp in failed:
         where = f"broker {broker_id}" if broker_id is not None else "leader"
         fail(f"Failed to describe producers for partition {tp_str(tp)} on {where}", failed[tp])
-    rows = [[str(s.producer_id), str(s.producer_epoch), str(s.coordinator_epoch), str(s.last_sequence),
-             str(s.last_timestamp), str(s.current_txn_start_offset) if s.current_txn_start_offset >= 0 else "None"]
-            for s in completed[tp]]
+    rows = [
+        [
+            str(s.producer_id),
+            str(s.producer_epoch),
+            str(s.coordinator_epoch),
+            str(s.last_sequence),
+            str(s.last_timestamp),
+            str(s.current_txn_start_offset) if s.current_txn_start_offset >= 0 else "None",
+        ]
+        for s in completed[tp]
+    ]
     pretty_print_table(DESCRIBE_PRODUCERS_HEADERS, rows)
 
 
@@ -532,8 +722,10 @@ def cmd_abort(admin: TransactionsAdmin, ns: dict) -> None:
     start_offset = ns.get("start_offset")
     producer_id = ns.get("producer_id")
     if start_offset is None and producer_id is None:
-        fail("The transaction to abort must be identified either with --start-offset (for brokers on 3.0 or above) "
-             "or with --producer-id, --producer-epoch, and --coordinator-epoch (for older brokers)")
+        fail(
+            "The transaction to abort must be identified either with --start-offset (for brokers on 3.0 or above) "
+            "or with --producer-id, --producer-epoch, and --coordinator-epoch (for older brokers)"
+        )
     if start_offset is None:
         producer_epoch = ns.get("producer_epoch")
         if producer_epoch is None:
@@ -548,13 +740,20 @@ def cmd_abort(admin: TransactionsAdmin, ns: dict) -> None:
         completed, failed = admin.describe_producers([tp])
         if tp in failed:
             fail(f"Failed to validate producer state for partition {tp_str(tp)}", failed[tp])
-        found = next((s for s in completed[tp] if s.current_txn_start_offset >= 0
-                      and s.current_txn_start_offset == start_offset), None)
+        found = next(
+            (
+                s
+                for s in completed[tp]
+                if s.current_txn_start_offset >= 0 and s.current_txn_start_offset == start_offset
+            ),
+            None,
+        )
         if found is None:
             fail(f"Could not find any open transactions starting at offset {start_offset} on partition {tp_str(tp)}")
         # coordinatorEpoch().orElse(0): DescribeProducers' -1 means none
-        spec = AbortTransactionSpec(tp, found.producer_id, _as_short(found.producer_epoch),
-                                    max(found.coordinator_epoch, 0))
+        spec = AbortTransactionSpec(
+            tp, found.producer_id, _as_short(found.producer_epoch), max(found.coordinator_epoch, 0)
+        )
     try:
         admin.abort_transaction(spec)
     except JavaError as e:
@@ -595,7 +794,7 @@ def cmd_find_hanging(admin: TransactionsAdmin, ns: dict) -> None:
                 fail("Failed to list topics", e)
         tps = []
         for i in range(0, len(topics), MAX_BATCH_SIZE):
-            batch = topics[i:i + MAX_BATCH_SIZE]
+            batch = topics[i : i + MAX_BATCH_SIZE]
             try:
                 described = admin.describe_topics(batch)
             except JavaError as e:
@@ -606,12 +805,14 @@ def cmd_find_hanging(admin: TransactionsAdmin, ns: dict) -> None:
     # open transactions older than the timeout, by partition
     candidates: list[_OpenTransaction] = []
     for i in range(0, len(tps), MAX_BATCH_SIZE):
-        batch = tps[i:i + MAX_BATCH_SIZE]
+        batch = tps[i : i + MAX_BATCH_SIZE]
         completed, failed = admin.describe_producers(batch, broker_id)
         # DescribeProducersResult.all(): a HashMap built from the futures' HashMap
-        order = java_hash_order(java_hash_order(java_hash_order(list(dict.fromkeys(batch)), topic_partition_hash),
-                                                topic_partition_hash), topic_partition_hash,
-                                initial_capacity=len(set(batch)))
+        order = java_hash_order(
+            java_hash_order(java_hash_order(list(dict.fromkeys(batch)), topic_partition_hash), topic_partition_hash),
+            topic_partition_hash,
+            initial_capacity=len(set(batch)),
+        )
         first_failure = next((failed[tp] for tp in order if tp in failed), None)
         if first_failure is not None:
             where = f"Optional[{broker_id}]" if broker_id is not None else "Optional.empty"
@@ -658,17 +859,33 @@ def cmd_find_hanging(admin: TransactionsAdmin, ns: dict) -> None:
                 hanging += [c for c in by_pid[pid] if c.tp not in description.topic_partitions]
 
     now = _now_ms()
-    rows = [[c.tp[0], str(c.tp[1]), str(c.state.producer_id), str(c.state.producer_epoch),
-             str(c.state.coordinator_epoch), str(c.state.current_txn_start_offset), str(c.state.last_timestamp),
-             str(int((now - c.state.last_timestamp) / 60_000))] for c in hanging]
+    rows = [
+        [
+            c.tp[0],
+            str(c.tp[1]),
+            str(c.state.producer_id),
+            str(c.state.producer_epoch),
+            str(c.state.coordinator_epoch),
+            str(c.state.current_txn_start_offset),
+            str(c.state.last_timestamp),
+            str(int((now - c.state.last_timestamp) / 60_000)),
+        ]
+        for c in hanging
+    ]
     pretty_print_table(FIND_HANGING_HEADERS, rows)
 
 
-COMMANDS = {"list": cmd_list, "describe": cmd_describe, "describe-producers": cmd_describe_producers,
-            "abort": cmd_abort, "find-hanging": cmd_find_hanging}
+COMMANDS = {
+    "list": cmd_list,
+    "describe": cmd_describe,
+    "describe-producers": cmd_describe_producers,
+    "abort": cmd_abort,
+    "find-hanging": cmd_find_hanging,
+}
 
 
 # ============================================================================ entry points
+
 
 def execute(argv: list[str]) -> int:
     """TransactionsCommand.execute: parse, build the Admin client, run the command."""
@@ -685,15 +902,19 @@ def execute(argv: list[str]) -> int:
         try:
             props = load_props(ns["command_config"]) if ns.get("command_config") else {}
         except OSError as e:
-            fail("Failed to load admin client properties", JavaError("java.nio.file.NoSuchFileException",
-                                                                     e.filename or str(e)))
+            fail(
+                "Failed to load admin client properties",
+                JavaError("java.nio.file.NoSuchFileException", e.filename or str(e)),
+            )
         try:
             admin = TransactionsAdmin(ns["bootstrap_server"], props)
         except JavaError as e:
             sys.stdout.flush()
-            sys.stderr.write('Exception in thread "main" org.apache.kafka.common.KafkaException: '
-                             "Failed to create new KafkaAdminClient\n"
-                             f"Caused by: {e.java_class}: {e.message}\n")
+            sys.stderr.write(
+                'Exception in thread "main" org.apache.kafka.common.KafkaException: '
+                "Failed to create new KafkaAdminClient\n"
+                f"Caused by: {e.java_class}: {e.message}\n"
+            )
             return 1
         COMMANDS[ns["command"]](admin, ns)
     except ToolFailure as e:

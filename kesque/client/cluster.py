@@ -65,12 +65,18 @@ class Cluster:
         """{topic: {"error": code, "partitions": {p: (leader, epoch)}, "internal": bool, "topic_id": uuid}}.
         ``allow_auto_create``: a producer's request, which creates a missing topic when the
         broker has ``auto.create.topics.enable`` (the Java producer asks the same)."""
+
         def build(mod, v):
             rq = mod.request
-            ts = None if topics is None else tuple(make(rq.MetadataRequestTopic, name=t, topic_id=None)
-                                                   for t in topics)
-            return make(rq.MetadataRequest, topics=ts, allow_auto_topic_creation=allow_auto_create,
-                        include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
+            ts = None if topics is None else tuple(make(rq.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
+            return make(
+                rq.MetadataRequest,
+                topics=ts,
+                allow_auto_topic_creation=allow_auto_create,
+                include_topic_authorized_operations=False,
+                include_cluster_authorized_operations=False,
+            )
+
         try:
             resp = self._bootstrap_conn().request(ApiKeys.METADATA, build, max_version=12)
         except (OSError, WireError):
@@ -82,8 +88,12 @@ class Cluster:
         out = {}
         for t in resp.topics:
             parts = {int(p.partition_index): (int(p.leader_id), int(p.leader_epoch)) for p in t.partitions}
-            out[t.name] = {"error": int(t.error_code), "partitions": parts, "internal": bool(t.is_internal),
-                           "topic_id": getattr(t, "topic_id", None)}
+            out[t.name] = {
+                "error": int(t.error_code),
+                "partitions": parts,
+                "internal": bool(t.is_internal),
+                "topic_id": getattr(t, "topic_id", None),
+            }
         return out
 
     def partitions_for(self, topic: str) -> list[int] | None:
@@ -96,9 +106,11 @@ class Cluster:
         """The node id of the group (0) or transaction (1) coordinator for ``key``."""
         deadline = deadline or time.monotonic() + self.timeout
         while True:
+
             def build(mod, v):
                 rq = mod.request
                 return make(rq.FindCoordinatorRequest, key=key, key_type=key_type, coordinator_keys=(key,))
+
             resp = self._bootstrap_conn().request(ApiKeys.FIND_COORDINATOR, build)
             if hasattr(resp, "coordinators") and resp.coordinators:
                 c = resp.coordinators[0]

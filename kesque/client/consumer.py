@@ -61,9 +61,19 @@ class _PartitionState:
 
 
 class WireConsumer(Cluster):
-    def __init__(self, bootstrap: str, *, client_id: str = "console-consumer", isolation_level: int = 0,
-                 auto_offset_reset: str = "latest", max_wait_ms: int = 500, fetch_min_bytes: int = 1,
-                 fetch_max_bytes: int = 52428800, partition_max_bytes: int = 1048576, timeout: float = 30.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "console-consumer",
+        isolation_level: int = 0,
+        auto_offset_reset: str = "latest",
+        max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 52428800,
+        partition_max_bytes: int = 1048576,
+        timeout: float = 30.0,
+    ):
         super().__init__(bootstrap, client_id=client_id, timeout=timeout)
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
@@ -104,18 +114,25 @@ class WireConsumer(Cluster):
         out: dict[tuple[str, int], int] = {}
         for leader, group in by_leader.items():
             if leader < 0:
-                raise FetchError(5, "There is no leader for this topic-partition as we are in the middle of a "
-                                    "leadership election.")
+                raise FetchError(
+                    5, "There is no leader for this topic-partition as we are in the middle of a leadership election."
+                )
 
             def build(mod, v, group=group):
                 rq = mod.request
                 topics: dict[str, list] = {}
                 for t, p in group:
                     topics.setdefault(t, []).append(
-                        make(rq.ListOffsetsPartition, partition_index=p, current_leader_epoch=-1, timestamp=timestamp))
-                return make(rq.ListOffsetsRequest, replica_id=-1, isolation_level=self.isolation_level,
-                            topics=tuple(make(rq.ListOffsetsTopic, name=t, partitions=tuple(ps))
-                                         for t, ps in topics.items()), timeout=30000)
+                        make(rq.ListOffsetsPartition, partition_index=p, current_leader_epoch=-1, timestamp=timestamp)
+                    )
+                return make(
+                    rq.ListOffsetsRequest,
+                    replica_id=-1,
+                    isolation_level=self.isolation_level,
+                    topics=tuple(make(rq.ListOffsetsTopic, name=t, partitions=tuple(ps)) for t, ps in topics.items()),
+                    timeout=30000,
+                )
+
             resp = self._conn(leader).request(ApiKeys.LIST_OFFSETS, build)
             for t in resp.topics:
                 for p in t.partitions:
@@ -141,8 +158,11 @@ class WireConsumer(Cluster):
     def _reset(self, st: _PartitionState) -> None:
         kind = EARLIEST if self.auto_offset_reset == "earliest" else LATEST
         if self.auto_offset_reset not in ("earliest", "latest"):
-            raise FetchError(1, f"Fetch position FetchPosition{{offset={st.position}}} is out of range for "
-                                f"partition {st.topic}-{st.partition}")
+            raise FetchError(
+                1,
+                f"Fetch position FetchPosition{{offset={st.position}}} is out of range for "
+                f"partition {st.topic}-{st.partition}",
+            )
         st.position = self.list_offsets([(st.topic, st.partition)], kind)[(st.topic, st.partition)]
 
     # ------------------------------------------------------------------ fetching
@@ -203,14 +223,32 @@ class WireConsumer(Cluster):
             rq = mod.request
             topics: dict[str, list] = {}
             for st in states:
-                topics.setdefault(st.topic, []).append(make(
-                    rq.FetchPartition, partition=st.partition, current_leader_epoch=-1, fetch_offset=st.position,
-                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=self.partition_max_bytes))
-            return make(rq.FetchRequest, cluster_id=None, replica_id=-1, max_wait=wait_ms,
-                        min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
-                        isolation_level=self.isolation_level, session_id=0, session_epoch=-1,
-                        topics=tuple(make(rq.FetchTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
-                        forgotten_topics_data=(), rack_id="")
+                topics.setdefault(st.topic, []).append(
+                    make(
+                        rq.FetchPartition,
+                        partition=st.partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=st.position,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=self.partition_max_bytes,
+                    )
+                )
+            return make(
+                rq.FetchRequest,
+                cluster_id=None,
+                replica_id=-1,
+                max_wait=wait_ms,
+                min_bytes=self.fetch_min_bytes,
+                max_bytes=self.fetch_max_bytes,
+                isolation_level=self.isolation_level,
+                session_id=0,
+                session_epoch=-1,
+                topics=tuple(make(rq.FetchTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
+                forgotten_topics_data=(),
+                rack_id="",
+            )
+
         resp = self._conn(leader).request(ApiKeys.FETCH, build, max_version=12)
         out: list[Message] = []
         by_tp = {(st.topic, st.partition): st for st in states}
@@ -232,8 +270,10 @@ class WireConsumer(Cluster):
                 st.log_start_offset = int(p.log_start_offset)
                 data = p.records
                 if data:
-                    aborted = sorted(((int(a.first_offset), int(a.producer_id))
-                                      for a in (p.aborted_transactions or ())), reverse=True)
+                    aborted = sorted(
+                        ((int(a.first_offset), int(a.producer_id)) for a in (p.aborted_transactions or ())),
+                        reverse=True,
+                    )
                     out += self._decode(st, bytes(data), aborted)
         return out
 
@@ -275,6 +315,17 @@ class WireConsumer(Cluster):
             for r in iter_records(data, pos, h):
                 if r.offset < start:
                     continue
-                out.append(Message(st.topic, st.partition, r.offset, r.timestamp, ts_type, r.key, r.value,
-                                   r.headers, h.partition_leader_epoch))
+                out.append(
+                    Message(
+                        st.topic,
+                        st.partition,
+                        r.offset,
+                        r.timestamp,
+                        ts_type,
+                        r.key,
+                        r.value,
+                        r.headers,
+                        h.partition_leader_epoch,
+                    )
+                )
         return out

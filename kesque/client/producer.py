@@ -67,6 +67,7 @@ def _add_partitions_error(resp) -> int:
 class PreparedTxnState:
     """What KIP-939 calls PreparedTxnState: the producer id and epoch of a prepared
     transaction. An external coordinator stores it (``str()`` gives ``"pid:epoch"``)."""
+
     producer_id: int
     epoch: int
 
@@ -74,7 +75,7 @@ class PreparedTxnState:
         return f"{self.producer_id}:{self.epoch}"
 
     @classmethod
-    def parse(cls, s: str) -> "PreparedTxnState":
+    def parse(cls, s: str) -> PreparedTxnState:
         pid, _, epoch = s.partition(":")
         return cls(int(pid), int(epoch))
 
@@ -84,9 +85,9 @@ class _Pending:
     topic: str
     partition: int
     records: list
-    batch: bytes | None = None   # built once, resent as is
+    batch: bytes | None = None  # built once, resent as is
     sequence: int = -1
-    encoded: "_Encoded | None" = None  # a records section encoded elsewhere, instead of records
+    encoded: _Encoded | None = None  # a records section encoded elsewhere, instead of records
 
     @property
     def count(self) -> int:
@@ -100,10 +101,21 @@ class _Encoded:
 
 
 class Producer(Cluster):
-    def __init__(self, bootstrap: str, *, transactional_id: str | None = None, enable_idempotence: bool = True,
-                 acks: int = -1, transaction_timeout_ms: int = 60000, enable_2pc: bool = False,
-                 compression: int = 0, batch_size: int = 1 << 20, request_timeout_ms: int = 30000,
-                 client_id: str = "kesque-producer", timeout: float = 60.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        transactional_id: str | None = None,
+        enable_idempotence: bool = True,
+        acks: int = -1,
+        transaction_timeout_ms: int = 60000,
+        enable_2pc: bool = False,
+        compression: int = 0,
+        batch_size: int = 1 << 20,
+        request_timeout_ms: int = 30000,
+        client_id: str = "kesque-producer",
+        timeout: float = 60.0,
+    ):
         super().__init__(bootstrap, client_id=client_id, timeout=timeout)
         if transactional_id is not None:
             enable_idempotence = True
@@ -144,9 +156,16 @@ class Producer(Cluster):
         self._txn_partitions.clear()
 
         def build(mod, v):
-            return make(mod.request.InitProducerIdRequest, transactional_id=self.transactional_id,
-                        transaction_timeout=self.transaction_timeout_ms, producer_id=-1, producer_epoch=-1,
-                        enable2_pc=self.enable_2pc, keep_prepared_txn=keep_prepared_txn)
+            return make(
+                mod.request.InitProducerIdRequest,
+                transactional_id=self.transactional_id,
+                transaction_timeout=self.transaction_timeout_ms,
+                producer_id=-1,
+                producer_epoch=-1,
+                enable2_pc=self.enable_2pc,
+                keep_prepared_txn=keep_prepared_txn,
+            )
+
         min_version = 6 if self.enable_2pc else 0
         resp = self._coordinator_call(ApiKeys.INIT_PRODUCER_ID, build, min_version=min_version)
         self.producer_id, self.epoch = int(resp.producer_id), int(resp.producer_epoch)
@@ -162,8 +181,14 @@ class Producer(Cluster):
                 raise KafkaError(48, "init_transactions() must be called first")
             self.init_transactions()
 
-    def _coordinator_call(self, api_key: int, build, min_version: int = 0, max_version: int | None = None,
-                          error_of=lambda resp: int(resp.error_code)):
+    def _coordinator_call(
+        self,
+        api_key: int,
+        build,
+        min_version: int = 0,
+        max_version: int | None = None,
+        error_of=lambda resp: int(resp.error_code),
+    ):
         """A request to the transaction coordinator (any broker for an idempotent-only
         InitProducerId), retried through lost connections, coordinator moves and
         CONCURRENT_TRANSACTIONS until ``timeout``; ``error_of`` reads the response's error."""
@@ -219,9 +244,14 @@ class Producer(Cluster):
         def build(mod, v):
             rq = mod.request
             topics = tuple(make(rq.AddPartitionsToTxnTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
-            return make(rq.AddPartitionsToTxnRequest, v3_and_below_transactional_id=self.transactional_id,
-                        v3_and_below_producer_id=self.producer_id, v3_and_below_producer_epoch=self.epoch,
-                        v3_and_below_topics=topics)
+            return make(
+                rq.AddPartitionsToTxnRequest,
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=self.producer_id,
+                v3_and_below_producer_epoch=self.epoch,
+                v3_and_below_topics=topics,
+            )
+
         self._coordinator_call(ApiKeys.ADD_PARTITIONS_TO_TXN, build, max_version=3, error_of=_add_partitions_error)
         self._txn_partitions.update(new)
 
@@ -258,8 +288,14 @@ class Producer(Cluster):
             raise KafkaError(48, "no transaction is open")
 
         def build(mod, v):
-            return make(mod.request.EndTxnRequest, transactional_id=self.transactional_id,
-                        producer_id=self.producer_id, producer_epoch=self.epoch, committed=commit)
+            return make(
+                mod.request.EndTxnRequest,
+                transactional_id=self.transactional_id,
+                producer_id=self.producer_id,
+                producer_epoch=self.epoch,
+                committed=commit,
+            )
+
         resp = self._coordinator_call(ApiKeys.END_TXN, build)
         self._in_txn = False
         self._kept = None
@@ -287,8 +323,15 @@ class Producer(Cluster):
             parts = self._partitions[topic] = sorted(md["partitions"])
         return parts
 
-    def send(self, topic: str, value: bytes | None, key: bytes | None = None, headers=(),
-             partition: int | None = None, timestamp: int | None = None) -> None:
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers=(),
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> None:
         """Buffer one record; :meth:`flush` (or commit) writes it."""
         if self.transactional_id is not None and not self._in_txn:
             raise KafkaError(48, "send outside a transaction: call begin_transaction() first")
@@ -323,8 +366,9 @@ class Producer(Cluster):
     def _check_partition(self, topic: str, partition: int) -> None:
         parts = self._topic_partitions(topic)
         if not 0 <= partition <= parts[-1]:
-            raise KafkaError(3, f"Invalid partition given with record: {partition} is not in the range "
-                                f"[0...{len(parts)}].")
+            raise KafkaError(
+                3, f"Invalid partition given with record: {partition} is not in the range [0...{len(parts)}]."
+            )
 
     def flush(self) -> None:
         if not self._buffer:
@@ -374,9 +418,13 @@ class Producer(Cluster):
             seq = self._seq.get((x.topic, x.partition), 0)
             self._seq[(x.topic, x.partition)] = (seq + x.count) & 0x7FFFFFFF
         x.sequence = seq
-        ids = dict(compression_codec=self.compression, producer_id=self.producer_id if self.idempotent else -1,
-                   producer_epoch=self.epoch if self.idempotent else -1, base_sequence=seq,
-                   transactional=self.transactional_id is not None)
+        ids = dict(
+            compression_codec=self.compression,
+            producer_id=self.producer_id if self.idempotent else -1,
+            producer_epoch=self.epoch if self.idempotent else -1,
+            base_sequence=seq,
+            transactional=self.transactional_id is not None,
+        )
         if x.encoded is not None:
             now = int(time.time() * 1000)
             x.batch = wrap_batch(x.encoded.body, x.encoded.count, now, now, **ids)
@@ -444,17 +492,26 @@ class Producer(Cluster):
             topics: dict[str, list] = {}
             for x in group:
                 topics.setdefault(x.topic, []).append(make(rq.PartitionProduceData, index=x.partition, records=x.batch))
-            return make(rq.ProduceRequest, transactional_id=self.transactional_id, acks=self.acks,
-                        timeout=self.request_timeout_ms,
-                        topic_data=tuple(make(rq.TopicProduceData, name=t, partition_data=tuple(ps))
-                                         for t, ps in topics.items()))
+            return make(
+                rq.ProduceRequest,
+                transactional_id=self.transactional_id,
+                acks=self.acks,
+                timeout=self.request_timeout_ms,
+                topic_data=tuple(
+                    make(rq.TopicProduceData, name=t, partition_data=tuple(ps)) for t, ps in topics.items()
+                ),
+            )
+
         conn = self._conn(leader)
         if self.acks == 0:
             conn.send_only(ApiKeys.PRODUCE, build)
             return [(0, -1)] * len(group)
         resp = conn.request(ApiKeys.PRODUCE, build, max_version=11)
-        got = {(t.name, int(p.index)): (int(p.error_code), int(p.base_offset))
-               for t in resp.responses for p in t.partition_responses}
+        got = {
+            (t.name, int(p.index)): (int(p.error_code), int(p.base_offset))
+            for t in resp.responses
+            for p in t.partition_responses
+        }
         return [got.get((x.topic, x.partition), (6, -1)) for x in group]
 
     def close(self) -> None:

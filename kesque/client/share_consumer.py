@@ -91,10 +91,20 @@ class _Session:
 
 
 class ShareConsumer(Cluster):
-    def __init__(self, bootstrap: str, group_id: str, *, client_id: str = "console-share-consumer",
-                 acknowledgement_mode: str = "implicit", max_wait_ms: int = 500, max_records: int = 500,
-                 fetch_min_bytes: int = 1, fetch_max_bytes: int = 52428800, timeout: float = 30.0,
-                 rack_id: str | None = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        *,
+        client_id: str = "console-share-consumer",
+        acknowledgement_mode: str = "implicit",
+        max_wait_ms: int = 500,
+        max_records: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 52428800,
+        timeout: float = 30.0,
+        rack_id: str | None = None,
+    ):
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError(f"Invalid value {acknowledgement_mode} for configuration share.acknowledgement.mode")
         super().__init__(bootstrap, client_id=client_id, timeout=timeout)
@@ -129,9 +139,15 @@ class ShareConsumer(Cluster):
             self._coordinator = self.find_coordinator(self.group_id, 0)
 
         def build(mod, v):
-            return make(mod.request.ShareGroupHeartbeatRequest, group_id=self.group_id, member_id=self.member_id,
-                        member_epoch=FINAL_EPOCH if leaving else self.member_epoch, rack_id=self.rack_id,
-                        subscribed_topic_names=None if leaving else tuple(self.subscription))
+            return make(
+                mod.request.ShareGroupHeartbeatRequest,
+                group_id=self.group_id,
+                member_id=self.member_id,
+                member_epoch=FINAL_EPOCH if leaving else self.member_epoch,
+                rack_id=self.rack_id,
+                subscribed_topic_names=None if leaving else tuple(self.subscription),
+            )
+
         try:
             resp = self._conn(self._coordinator).request(ApiKeys.SHARE_GROUP_HEARTBEAT, build)
         except (OSError, WireError):
@@ -198,8 +214,10 @@ class ShareConsumer(Cluster):
         for tp, delivered in self._delivered.items():
             missing = [o for o, t in delivered.items() if t is None]
             if missing and self.explicit:
-                raise ValueError(f"All records must be acknowledged in explicit acknowledgement mode: "
-                                 f"{len(missing)} of {self._names.get(tp[0])}-{tp[1]} were not")
+                raise ValueError(
+                    f"All records must be acknowledged in explicit acknowledgement mode: "
+                    f"{len(missing)} of {self._names.get(tp[0])}-{tp[1]} were not"
+                )
             pending = self._pending.setdefault(tp, {})
             for o, t in delivered.items():
                 pending[o] = ACCEPT if t is None else t
@@ -276,8 +294,10 @@ class ShareConsumer(Cluster):
         assigned = [tp for tp in tps if tp in self.assignment]
         acks = self._take_acks(tps)
         forgotten = [tp for tp in session.partitions if tp not in self.assignment]
-        send = sorted(set(tp for tp in assigned if tp not in session.partitions or session.epoch == INITIAL_EPOCH)
-                      | set(acks), key=str)
+        send = sorted(
+            set(tp for tp in assigned if tp not in session.partitions or session.epoch == INITIAL_EPOCH) | set(acks),
+            key=str,
+        )
         if session.epoch == INITIAL_EPOCH and acks:
             # acknowledgements cannot open a session: send them with ShareAcknowledge later
             for tp, batches in acks.items():
@@ -291,20 +311,35 @@ class ShareConsumer(Cluster):
             rq = mod.request
             topics: dict = {}
             for tp in send:
-                topics.setdefault(tp[0], []).append(make(
-                    rq.FetchPartition, partition_index=tp[1], acknowledgement_batches=tuple(
-                        make(rq.AcknowledgementBatch, first_offset=f, last_offset=la, acknowledge_types=tuple(t))
-                        for f, la, t in acks.get(tp, ()))))
+                topics.setdefault(tp[0], []).append(
+                    make(
+                        rq.FetchPartition,
+                        partition_index=tp[1],
+                        acknowledgement_batches=tuple(
+                            make(rq.AcknowledgementBatch, first_offset=f, last_offset=la, acknowledge_types=tuple(t))
+                            for f, la, t in acks.get(tp, ())
+                        ),
+                    )
+                )
             gone: dict = {}
             for tid, p in forgotten:
                 gone.setdefault(tid, []).append(p)
-            return make(rq.ShareFetchRequest, group_id=self.group_id, member_id=self.member_id,
-                        share_session_epoch=session.epoch, max_wait=wait_ms, min_bytes=self.fetch_min_bytes,
-                        max_bytes=self.fetch_max_bytes, max_records=self.max_records, batch_size=self.max_records,
-                        topics=tuple(make(rq.FetchTopic, topic_id=tid, partitions=tuple(ps))
-                                     for tid, ps in topics.items()),
-                        forgotten_topics_data=tuple(make(rq.ForgottenTopic, topic_id=tid, partitions=tuple(ps))
-                                                    for tid, ps in gone.items()))
+            return make(
+                rq.ShareFetchRequest,
+                group_id=self.group_id,
+                member_id=self.member_id,
+                share_session_epoch=session.epoch,
+                max_wait=wait_ms,
+                min_bytes=self.fetch_min_bytes,
+                max_bytes=self.fetch_max_bytes,
+                max_records=self.max_records,
+                batch_size=self.max_records,
+                topics=tuple(make(rq.FetchTopic, topic_id=tid, partitions=tuple(ps)) for tid, ps in topics.items()),
+                forgotten_topics_data=tuple(
+                    make(rq.ForgottenTopic, topic_id=tid, partitions=tuple(ps)) for tid, ps in gone.items()
+                ),
+            )
+
         resp = self._conn(leader).request(ApiKeys.SHARE_FETCH, build)
         code = ErrorCode(int(resp.error_code))
         if code in _SESSION_LOST:
@@ -363,8 +398,21 @@ class ShareConsumer(Cluster):
                     break
                 dc = count.pop(r.offset, None)
                 if dc is not None:
-                    out.append(ShareMessage(topic, tp[1], r.offset, r.timestamp, ts_type, r.key, r.value, r.headers,
-                                            h.partition_leader_epoch, dc, tp[0]))
+                    out.append(
+                        ShareMessage(
+                            topic,
+                            tp[1],
+                            r.offset,
+                            r.timestamp,
+                            ts_type,
+                            r.key,
+                            r.value,
+                            r.headers,
+                            h.partition_leader_epoch,
+                            dc,
+                            tp[0],
+                        )
+                    )
         if count:  # acquired offsets without a record to hand out
             pending = self._pending.setdefault(tp, {})
             for off in count:
@@ -399,14 +447,28 @@ class ShareConsumer(Cluster):
                 rq = mod.request
                 topics: dict = {}
                 for (tid, p), batches in acks.items():
-                    topics.setdefault(tid, []).append(make(
-                        rq.AcknowledgePartition, partition_index=p, acknowledgement_batches=tuple(
-                            make(rq.AcknowledgementBatch, first_offset=f, last_offset=la, acknowledge_types=tuple(t))
-                            for f, la, t in batches)))
-                return make(rq.ShareAcknowledgeRequest, group_id=self.group_id, member_id=self.member_id,
-                            share_session_epoch=epoch, topics=tuple(
-                                make(rq.AcknowledgeTopic, topic_id=tid, partitions=tuple(ps))
-                                for tid, ps in topics.items()))
+                    topics.setdefault(tid, []).append(
+                        make(
+                            rq.AcknowledgePartition,
+                            partition_index=p,
+                            acknowledgement_batches=tuple(
+                                make(
+                                    rq.AcknowledgementBatch, first_offset=f, last_offset=la, acknowledge_types=tuple(t)
+                                )
+                                for f, la, t in batches
+                            ),
+                        )
+                    )
+                return make(
+                    rq.ShareAcknowledgeRequest,
+                    group_id=self.group_id,
+                    member_id=self.member_id,
+                    share_session_epoch=epoch,
+                    topics=tuple(
+                        make(rq.AcknowledgeTopic, topic_id=tid, partitions=tuple(ps)) for tid, ps in topics.items()
+                    ),
+                )
+
             resp = self._conn(leader).request(ApiKeys.SHARE_ACKNOWLEDGE, build)
             code = int(resp.error_code)
             if final or code:

@@ -14,7 +14,7 @@ import importlib
 import io
 import socket
 import struct
-from functools import lru_cache
+from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -57,7 +57,7 @@ def _reason(e: Exception, connect_timeout: float) -> str:
     return str(e) or type(e).__name__
 
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def make(cls, **kw):
@@ -78,7 +78,7 @@ def make(cls, **kw):
     return cls(**args)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _kio_versions(api_key: int) -> tuple[int, ...]:
     out = []
     for v in range(0, 20):
@@ -120,8 +120,14 @@ def connect_any(bootstrap: str, connect, connect_timeout: float):
 
 
 class Connection:
-    def __init__(self, host: str, port: int, client_id: str = "kesque-tools", timeout: float = 30.0,
-                 connect_timeout: float | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str = "kesque-tools",
+        timeout: float = 30.0,
+        connect_timeout: float | None = None,
+    ):
         """``timeout`` bounds each request, ``connect_timeout`` (default: ``timeout``) the TCP
         connection setup."""
         self.sock = socket.create_connection((host, port), timeout=connect_timeout or timeout)
@@ -129,7 +135,7 @@ class Connection:
         self.client_id = client_id
         self._corr = 0
         self.awaiting = False  # a request was sent and its answer not read (a call cut short)
-        self._consumed = 0     # bytes of that answer read so far
+        self._consumed = 0  # bytes of that answer read so far
         self.versions: dict[int, tuple[int, int]] = {}
         try:
             self._negotiate()
@@ -141,12 +147,20 @@ class Connection:
             raise
 
     @classmethod
-    def to_any(cls, bootstrap: str, client_id: str = "kesque-tools", timeout: float = 30.0,
-               connect_timeout: float | None = None) -> "Connection":
+    def to_any(
+        cls,
+        bootstrap: str,
+        client_id: str = "kesque-tools",
+        timeout: float = 30.0,
+        connect_timeout: float | None = None,
+    ) -> Connection:
         """A connection to the first bootstrap server that answers ApiVersions (see
         :func:`connect_any`)."""
-        return connect_any(bootstrap, lambda host, port: cls(host, port, client_id, timeout, connect_timeout),
-                           connect_timeout or timeout)
+        return connect_any(
+            bootstrap,
+            lambda host, port: cls(host, port, client_id, timeout, connect_timeout),
+            connect_timeout or timeout,
+        )
 
     def close(self) -> None:
         try:
@@ -175,8 +189,9 @@ class Connection:
         self._corr += 1
         req_cls = type(body_obj)
         header_cls = req_cls.__header_schema__
-        header = header_cls(request_api_key=api_key, request_api_version=version, correlation_id=self._corr,
-                            client_id=self.client_id)
+        header = header_cls(
+            request_api_key=api_key, request_api_version=version, correlation_id=self._corr, client_id=self.client_id
+        )
         out = io.BytesIO()
         entity_writer(header_cls)(out, header)
         entity_writer(req_cls)(out, body_obj)
@@ -204,8 +219,11 @@ class Connection:
 
     def _negotiate(self) -> None:
         req_cls = load_request_schema(18, 3)
-        resp = self._roundtrip(ApiKeys.API_VERSIONS, 3, req_cls(client_software_name=CLIENT_SOFTWARE_NAME,
-                                              client_software_version=__version__))
+        resp = self._roundtrip(
+            ApiKeys.API_VERSIONS,
+            3,
+            req_cls(client_software_name=CLIENT_SOFTWARE_NAME, client_software_version=__version__),
+        )
         if int(resp.error_code) != 0:
             raise WireError(f"ApiVersions failed with error {int(resp.error_code)}")
         self.versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
@@ -229,8 +247,9 @@ class Connection:
         rng = self.versions.get(api_key)
         if rng is None:
             return None
-        common = [v for v in _kio_versions(api_key) if rng[0] <= v <= rng[1]
-                  and (max_version is None or v <= max_version)]
+        common = [
+            v for v in _kio_versions(api_key) if rng[0] <= v <= rng[1] and (max_version is None or v <= max_version)
+        ]
         return max(common) if common else None
 
     def _build(self, api_key: int, build, max_version: int | None):

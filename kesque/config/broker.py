@@ -21,11 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import not_yet
+from .kafka_keys import (
+    KAFKA_BROKER_KEYS,
+    KAFKA_DYNAMIC_BROKER_KEYS,
+    KAFKA_DYNAMIC_ONLY_BROKER_KEYS,
+    KAFKA_KEY_PREFIXES,
+    KAFKA_LISTENER_MECHANISM_KEYS,
+    REMOVED_IN_4_0,
+)
 from .topic import SYNONYM_SCALE, TOPIC_CONFIGS, LogConfig
 from .types import LONG_MAX, PARSERS, ConfigError, ConfigKey, at_least, between, one_of, render
-from .kafka_keys import KAFKA_LISTENER_MECHANISM_KEYS
-from .kafka_keys import KAFKA_DYNAMIC_BROKER_KEYS, KAFKA_DYNAMIC_ONLY_BROKER_KEYS
-from .kafka_keys import KAFKA_BROKER_KEYS, KAFKA_KEY_PREFIXES, REMOVED_IN_4_0
 
 log = logging.getLogger(__name__)
 
@@ -46,41 +51,68 @@ _BROKER_KEYS: list[ConfigKey] = [
     # identity and roles
     _K("node.id", "INT", -1, "id of this node"),
     _K("broker.id", "INT", -1, "legacy name of node.id"),
-    _K("process.roles", "LIST", ["broker", "controller"], "broker, controller or both",
-       one_of("broker", "controller")),
+    _K("process.roles", "LIST", ["broker", "controller"], "broker, controller or both", one_of("broker", "controller")),
     _K("controller.quorum.voters", "LIST", [], "id@host:port of each controller"),
     _K("controller.quorum.bootstrap.servers", "LIST", [], "host:port of controllers"),
-    _K("controller.quorum.election.timeout.ms", "INT", 1000, "no leader for this long: a voter stands",
-       at_least(0)),
-    _K("controller.quorum.fetch.timeout.ms", "INT", 2000, "no fetch answer for this long: the leader is gone",
-       at_least(0)),
-    _K("controller.quorum.election.backoff.max.ms", "INT", 1000, "largest wait before another election",
-       at_least(0)),
-    _K("controller.quorum.request.timeout.ms", "INT", 2000, "a raft request unanswered this long fails",
-       at_least(0)),
+    _K("controller.quorum.election.timeout.ms", "INT", 1000, "no leader for this long: a voter stands", at_least(0)),
+    _K(
+        "controller.quorum.fetch.timeout.ms",
+        "INT",
+        2000,
+        "no fetch answer for this long: the leader is gone",
+        at_least(0),
+    ),
+    _K("controller.quorum.election.backoff.max.ms", "INT", 1000, "largest wait before another election", at_least(0)),
+    _K("controller.quorum.request.timeout.ms", "INT", 2000, "a raft request unanswered this long fails", at_least(0)),
     _K("controller.quorum.retry.backoff.ms", "INT", 20, "wait before retrying a failed raft request", at_least(0)),
-    _K("controller.quorum.append.linger.ms", "INT", 25, "the leader batches appends this long before a flush",
-       at_least(0)),
+    _K(
+        "controller.quorum.append.linger.ms",
+        "INT",
+        25,
+        "the leader batches appends this long before a flush",
+        at_least(0),
+    ),
     _K("controller.listener.names", "STRING", ["CONTROLLER"], "listeners used by controllers", parse_as="LIST"),
     _K("cluster.id", "STRING", None, "cluster id (normally read from meta.properties)"),
     # network
     _K("listeners", "STRING", ["PLAINTEXT://:9092"], "listener URIs", parse_as="LIST", dynamic=True),
     _K("advertised.listeners", "STRING", None, "listeners published to clients", parse_as="LIST"),
-    _K("listener.security.protocol.map", "STRING",
-       ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL",
-        "CONTROLLER:PLAINTEXT"], "listener name to security protocol", parse_as="LIST", dynamic=True),
+    _K(
+        "listener.security.protocol.map",
+        "STRING",
+        [
+            "PLAINTEXT:PLAINTEXT",
+            "SSL:SSL",
+            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "SASL_SSL:SASL_SSL",
+            "CONTROLLER:PLAINTEXT",
+        ],
+        "listener name to security protocol",
+        parse_as="LIST",
+        dynamic=True,
+    ),
     _K("inter.broker.listener.name", "STRING", None, "listener brokers use to talk to each other"),
-    _K("security.inter.broker.protocol", "STRING", "PLAINTEXT", "security protocol brokers use to talk to each other",
-       one_of(*SECURITY_PROTOCOLS)),
+    _K(
+        "security.inter.broker.protocol",
+        "STRING",
+        "PLAINTEXT",
+        "security protocol brokers use to talk to each other",
+        one_of(*SECURITY_PROTOCOLS),
+    ),
     _K("socket.request.max.bytes", "INT", 104857600, "largest request frame accepted", at_least(1)),
     _K("socket.send.buffer.bytes", "INT", 102400, "SO_SNDBUF (-1: OS default)"),
     _K("socket.receive.buffer.bytes", "INT", 102400, "SO_RCVBUF (-1: OS default)"),
     _K("connections.max.idle.ms", "LONG", 600000, "idle connections are closed after this"),
-    _K("queued.max.request.bytes", "LONG", 256 * 1024 * 1024,
-       "bytes of large requests being received or queued before reads pause (-1: unbounded; Kafka: -1)"),
+    _K(
+        "queued.max.request.bytes",
+        "LONG",
+        256 * 1024 * 1024,
+        "bytes of large requests being received or queued before reads pause (-1: unbounded; Kafka: -1)",
+    ),
     _K("max.connections.per.ip", "INT", 2147483647, "connections one IP may hold open", at_least(0), dynamic=True),
-    _K("max.connections.per.ip.overrides", "STRING", "", "per-IP or per-host limits: host:count,ip:count",
-       dynamic=True),
+    _K(
+        "max.connections.per.ip.overrides", "STRING", "", "per-IP or per-host limits: host:count,ip:count", dynamic=True
+    ),
     # logs
     _K("log.dirs", "STRING", None, "data directories", parse_as="LIST"),
     _K("log.dir", "STRING", "/tmp/kafka-logs", "data directory when log.dirs is unset"),
@@ -109,8 +141,7 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("log.flush.start.offset.checkpoint.interval.ms", "INT", 60000, "log start checkpoint period", at_least(0)),
     _K("replica.high.watermark.checkpoint.interval.ms", "LONG", 5000, "HW checkpoint period"),
     _K("log.cleanup.policy", "LIST", ["delete"], "", one_of("compact", "delete"), dynamic=True),
-    _K("log.message.timestamp.type", "STRING", "CreateTime", "", one_of("CreateTime", "LogAppendTime"),
-       dynamic=True),
+    _K("log.message.timestamp.type", "STRING", "CreateTime", "", one_of("CreateTime", "LogAppendTime"), dynamic=True),
     _K("log.message.timestamp.before.max.ms", "LONG", LONG_MAX, "", at_least(0), dynamic=True),
     _K("log.message.timestamp.after.max.ms", "LONG", 3600000, "", at_least(0), dynamic=True),
     _K("log.preallocate", "BOOLEAN", False, "accepted; kesque never preallocates", dynamic=True),
@@ -123,15 +154,19 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, "", between(0, 1), dynamic=True),
     _K("log.cleaner.backoff.ms", "LONG", 15000, "", at_least(0), dynamic=True),
     _K("log.cleaner.threads", "INT", 1, "log cleaner worker threads", at_least(0), dynamic=True),
-    _K("log.cleaner.dedupe.buffer.size", "LONG", 134217728, "offset map memory of all cleaner threads",
-       dynamic=True),
+    _K("log.cleaner.dedupe.buffer.size", "LONG", 134217728, "offset map memory of all cleaner threads", dynamic=True),
     _K("log.cleaner.io.max.bytes.per.second", "DOUBLE", 1.7976931348623157e308, "cleaner I/O bound", dynamic=True),
-    _K("log.cleaner.io.buffer.size", "INT", 524288, "accepted; kesque reads whole batches", at_least(0),
-       dynamic=True),
+    _K("log.cleaner.io.buffer.size", "INT", 524288, "accepted; kesque reads whole batches", at_least(0), dynamic=True),
     _K("log.cleaner.io.buffer.load.factor", "DOUBLE", 0.9, "accepted; the offset map fills to 0.9", dynamic=True),
     _K("message.max.bytes", "INT", 1048588, "", at_least(0), dynamic=True),
-    _K("compression.type", "STRING", "producer", "",
-       one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), dynamic=True),
+    _K(
+        "compression.type",
+        "STRING",
+        "producer",
+        "",
+        one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+        dynamic=True,
+    ),
     _K("compression.gzip.level", "INT", -1, "", between(-1, 9), dynamic=True),
     _K("compression.lz4.level", "INT", 9, "", between(1, 17), dynamic=True),
     _K("compression.zstd.level", "INT", 3, "", between(-131072, 22), dynamic=True),
@@ -155,15 +190,34 @@ _BROKER_KEYS: list[ConfigKey] = [
     # broker lifecycle (KRaft): registration, heartbeats, fencing
     _K("broker.heartbeat.interval.ms", "INT", 2000, "time between a broker's heartbeats to the controller"),
     _K("broker.session.timeout.ms", "INT", 9000, "a broker without a heartbeat for this long is fenced"),
-    _K("initial.broker.registration.timeout.ms", "INT", 60000,
-       "a broker that cannot register with the controller quorum within this stops"),
+    _K(
+        "initial.broker.registration.timeout.ms",
+        "INT",
+        60000,
+        "a broker that cannot register with the controller quorum within this stops",
+    ),
     # metadata snapshots
-    _K("metadata.log.max.record.bytes.between.snapshots", "LONG", 20971520,
-       "metadata bytes applied between two snapshots", at_least(1)),
-    _K("metadata.max.idle.interval.ms", "INT", 500,
-       "the active controller of a cluster writes a NoOpRecord this often (0: never)", at_least(0)),
-    _K("metadata.log.max.snapshot.interval.ms", "LONG", 3600000,
-       "longest time between two metadata snapshots (0: no time rule)", at_least(0)),
+    _K(
+        "metadata.log.max.record.bytes.between.snapshots",
+        "LONG",
+        20971520,
+        "metadata bytes applied between two snapshots",
+        at_least(1),
+    ),
+    _K(
+        "metadata.max.idle.interval.ms",
+        "INT",
+        500,
+        "the active controller of a cluster writes a NoOpRecord this often (0: never)",
+        at_least(0),
+    ),
+    _K(
+        "metadata.log.max.snapshot.interval.ms",
+        "LONG",
+        3600000,
+        "longest time between two metadata snapshots (0: no time rule)",
+        at_least(0),
+    ),
     # internal topics (later issues use them)
     _K("offsets.topic.num.partitions", "INT", 50, "", at_least(1)),
     _K("offsets.topic.replication.factor", "SHORT", 3, "", at_least(1)),
@@ -179,16 +233,36 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("offsets.retention.minutes", "INT", 10080, "offsets of empty groups expire after this", at_least(1)),
     _K("offsets.retention.check.interval.ms", "LONG", 600000, "how often offsets expire", at_least(1)),
     _K("offset.metadata.max.bytes", "INT", 4096, "largest metadata string of an offset commit"),
-    _K("offsets.commit.timeout.ms", "INT", 5000,
-       "a group coordinator write is answered COORDINATOR_NOT_AVAILABLE if not committed within this", at_least(1)),
-    _K("request.timeout.ms", "INT", 30000,
-       "inter-broker requests of the coordinators (transaction markers, KIP-890 verification)", at_least(0)),
-    _K("group.coordinator.rebalance.protocols", "LIST", ["classic", "consumer"], "enabled group protocols",
-       one_of("classic", "consumer", "share", "streams")),
-    _K("group.consumer.assignors", "LIST",
-       ["org.apache.kafka.coordinator.group.assignor.UniformAssignor",
-        "org.apache.kafka.coordinator.group.assignor.RangeAssignor"],
-       "server-side assignors of the consumer protocol (uniform, range), the first is the default"),
+    _K(
+        "offsets.commit.timeout.ms",
+        "INT",
+        5000,
+        "a group coordinator write is answered COORDINATOR_NOT_AVAILABLE if not committed within this",
+        at_least(1),
+    ),
+    _K(
+        "request.timeout.ms",
+        "INT",
+        30000,
+        "inter-broker requests of the coordinators (transaction markers, KIP-890 verification)",
+        at_least(0),
+    ),
+    _K(
+        "group.coordinator.rebalance.protocols",
+        "LIST",
+        ["classic", "consumer"],
+        "enabled group protocols",
+        one_of("classic", "consumer", "share", "streams"),
+    ),
+    _K(
+        "group.consumer.assignors",
+        "LIST",
+        [
+            "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+        ],
+        "server-side assignors of the consumer protocol (uniform, range), the first is the default",
+    ),
     _K("group.consumer.heartbeat.interval.ms", "INT", 5000, "", at_least(1)),
     _K("group.consumer.min.heartbeat.interval.ms", "INT", 5000, "", at_least(1)),
     _K("group.consumer.max.heartbeat.interval.ms", "INT", 15000, "", at_least(1)),
@@ -214,48 +288,105 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("share.coordinator.snapshot.update.records.per.snapshot", "INT", 500, "", between(0, 500)),
     _K("share.coordinator.write.timeout.ms", "INT", 5000, "", at_least(1)),
     _K("group.share.max.size", "INT", 200, "most members of one share group", between(10, 1000)),
-    _K("group.share.delivery.count.limit", "INT", 5, "deliveries of a record before it is archived",
-       between(2, 10)),
-    _K("group.share.partition.max.record.locks", "INT", 2000, "most in-flight records of a share-partition",
-       between(100, 10000)),
+    _K("group.share.delivery.count.limit", "INT", 5, "deliveries of a record before it is archived", between(2, 10)),
+    _K(
+        "group.share.partition.max.record.locks",
+        "INT",
+        2000,
+        "most in-flight records of a share-partition",
+        between(100, 10000),
+    ),
     # client quotas (KIP-13/124): the sampled window rates are measured over
     _K("quota.window.num", "INT", 11, "samples kept for client quota rates", at_least(1)),
     _K("quota.window.size.seconds", "INT", 1, "time span of each client quota sample", at_least(1)),
     _K("controller.quota.window.num", "INT", 11, "samples of controller_mutation_rate quotas", at_least(1)),
-    _K("controller.quota.window.size.seconds", "INT", 1, "time span of each controller mutation quota sample",
-       at_least(1)),
+    _K(
+        "controller.quota.window.size.seconds",
+        "INT",
+        1,
+        "time span of each controller mutation quota sample",
+        at_least(1),
+    ),
     # replication quotas (KIP-73): the rates leader/follower.replication.throttled.rate bound, and
     # replica.alter.log.dirs.io.max.bytes.per.second's
     _K("replication.quota.window.num", "INT", 11, "samples kept for replication quota rates", at_least(1)),
-    _K("replication.quota.window.size.seconds", "INT", 1, "time span of each replication quota sample",
-       at_least(1)),
-    _K("alter.log.dirs.replication.quota.window.num", "INT", 11,
-       "samples kept for the rate of copies between log dirs", at_least(1)),
-    _K("alter.log.dirs.replication.quota.window.size.seconds", "INT", 1,
-       "time span of each sample of the rate of copies between log dirs", at_least(1)),
+    _K("replication.quota.window.size.seconds", "INT", 1, "time span of each replication quota sample", at_least(1)),
+    _K(
+        "alter.log.dirs.replication.quota.window.num",
+        "INT",
+        11,
+        "samples kept for the rate of copies between log dirs",
+        at_least(1),
+    ),
+    _K(
+        "alter.log.dirs.replication.quota.window.size.seconds",
+        "INT",
+        1,
+        "time span of each sample of the rate of copies between log dirs",
+        at_least(1),
+    ),
     # transactions and idempotent producers
-    _K("transaction.max.timeout.ms", "INT", 900000, "largest transaction.timeout.ms a producer may ask for",
-       at_least(1)),
-    _K("transactional.id.expiration.ms", "INT", 604800000, "idle transactional ids are removed after this",
-       at_least(1)),
-    _K("transaction.abort.timed.out.transaction.cleanup.interval.ms", "INT", 10000,
-       "how often timed-out transactions are aborted", at_least(1)),
-    _K("transaction.remove.expired.transaction.cleanup.interval.ms", "INT", 3600000,
-       "how often expired transactional ids are removed", at_least(1)),
-    _K("transaction.partition.verification.enable", "BOOLEAN", True,
-       "check with the coordinator that a partition is in the transaction before a transactional append (KIP-890)",
-       dynamic=True),
-    _K("add.partitions.to.txn.retry.backoff.max.ms", "INT", 100,
-       "how long a partition leader asks again while the coordinator answers a TV2 producer's add with "
-       "CONCURRENT_TRANSACTIONS (bounded by request.timeout.ms)", at_least(0)),
-    _K("add.partitions.to.txn.retry.backoff.ms", "INT", 20,
-       "the wait between those asks", at_least(1)),
-    _K("transaction.two.phase.commit.enable", "BOOLEAN", False,
-       "allow producers to take part in two-phase commit (KIP-939: transactions that never time out)"),
-    _K("producer.id.expiration.ms", "INT", 86400000, "idle producer state is removed after this", at_least(1),
-       dynamic=True),
-    _K("producer.id.expiration.check.interval.ms", "INT", 600000, "how often idle producer state is removed",
-       at_least(1)),
+    _K(
+        "transaction.max.timeout.ms",
+        "INT",
+        900000,
+        "largest transaction.timeout.ms a producer may ask for",
+        at_least(1),
+    ),
+    _K(
+        "transactional.id.expiration.ms", "INT", 604800000, "idle transactional ids are removed after this", at_least(1)
+    ),
+    _K(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "INT",
+        10000,
+        "how often timed-out transactions are aborted",
+        at_least(1),
+    ),
+    _K(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "INT",
+        3600000,
+        "how often expired transactional ids are removed",
+        at_least(1),
+    ),
+    _K(
+        "transaction.partition.verification.enable",
+        "BOOLEAN",
+        True,
+        "check with the coordinator that a partition is in the transaction before a transactional append (KIP-890)",
+        dynamic=True,
+    ),
+    _K(
+        "add.partitions.to.txn.retry.backoff.max.ms",
+        "INT",
+        100,
+        "how long a partition leader asks again while the coordinator answers a TV2 producer's add with "
+        "CONCURRENT_TRANSACTIONS (bounded by request.timeout.ms)",
+        at_least(0),
+    ),
+    _K("add.partitions.to.txn.retry.backoff.ms", "INT", 20, "the wait between those asks", at_least(1)),
+    _K(
+        "transaction.two.phase.commit.enable",
+        "BOOLEAN",
+        False,
+        "allow producers to take part in two-phase commit (KIP-939: transactions that never time out)",
+    ),
+    _K(
+        "producer.id.expiration.ms",
+        "INT",
+        86400000,
+        "idle producer state is removed after this",
+        at_least(1),
+        dynamic=True,
+    ),
+    _K(
+        "producer.id.expiration.check.interval.ms",
+        "INT",
+        600000,
+        "how often idle producer state is removed",
+        at_least(1),
+    ),
 ]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 
@@ -266,10 +397,10 @@ DEFAULTS_DIFFERING_FROM_KAFKA = {
     "process.roles": "Kafka requires it; kesque defaults to a combined broker+controller node",
     "controller.listener.names": "Kafka requires it in KRaft mode; kesque names its controller listener CONTROLLER",
     "listener.security.protocol.map": "Kafka maps controller listeners to PLAINTEXT when the map is not set; "
-                                      "kesque writes that mapping into the default",
+    "kesque writes that mapping into the default",
     "cluster.id": "not a Kafka broker config: kesque accepts it to pin the id meta.properties gets",
     "queued.max.request.bytes": "Kafka's -1 (unbounded) lets clients that declare large frames and send slowly "
-                                "exhaust the machine's memory; kesque bounds it at 256 MiB (docs/compatibility.md)",
+    "exhaust the machine's memory; kesque bounds it at 256 MiB (docs/compatibility.md)",
 }
 
 # The single-node settings of config/server.properties: what `kesque serve` runs with when
@@ -293,19 +424,30 @@ _REJECTED_VALUES = {
 
 
 # keys Kafka defines as internal (ConfigDef.defineInternal): not in a DescribeConfigs of all keys
-KAFKA_INTERNAL_BROKER_KEYS = frozenset({
-    "cluster.id", "producer.id.expiration.check.interval.ms", "unclean.leader.election.interval.ms",
-})
+KAFKA_INTERNAL_BROKER_KEYS = frozenset(
+    {
+        "cluster.id",
+        "producer.id.expiration.check.interval.ms",
+        "unclean.leader.election.interval.ms",
+    }
+)
 
 
 # kesque keys Kafka can change at runtime that kesque accepts, stores and describes but does
 # not act on while running (bound at start, or a feature kesque does not have yet)
-DYNAMIC_WITHOUT_EFFECT = frozenset({
-    "listeners", "listener.security.protocol.map", "log.preallocate",
-    "log.local.retention.ms", "log.local.retention.bytes",
-    "transaction.partition.verification.enable",
-    "log.cleaner.threads", "log.cleaner.io.buffer.size", "log.cleaner.io.buffer.load.factor",
-})
+DYNAMIC_WITHOUT_EFFECT = frozenset(
+    {
+        "listeners",
+        "listener.security.protocol.map",
+        "log.preallocate",
+        "log.local.retention.ms",
+        "log.local.retention.bytes",
+        "transaction.partition.verification.enable",
+        "log.cleaner.threads",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+    }
+)
 
 _LISTENER_KEYS = ("listeners", "listener.security.protocol.map")
 _LISTENER_KEY = re.compile(r"^listener\.name\.[^.]*\.(.+)$")
@@ -356,8 +498,10 @@ def key_type(name: str) -> str:
     return entry[0] if entry else "STRING"
 
 
-_NO_TLS_OR_SASL = ("kesque has no TLS or SASL yet and serves PLAINTEXT listeners only; it does not start rather "
-                   "than serve another protocol as plaintext")
+_NO_TLS_OR_SASL = (
+    "kesque has no TLS or SASL yet and serves PLAINTEXT listeners only; it does not start rather "
+    "than serve another protocol as plaintext"
+)
 
 
 def _known_kafka_key(name: str) -> bool:
@@ -379,8 +523,8 @@ def _unescape(s: str) -> str:
         c = s[i]
         if c == "\\" and i + 1 < len(s):
             nxt = s[i + 1]
-            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2:i + 6]):
-                out.append(chr(int(s[i + 2:i + 6], 16)))
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2 : i + 6]):
+                out.append(chr(int(s[i + 2 : i + 6], 16)))
                 i += 6
                 continue
             out.append(_ESCAPES.get(nxt, nxt))
@@ -431,11 +575,12 @@ class Listener:
     port: int
 
     @classmethod
-    def parse(cls, uri: str, key: str = "listeners") -> "Listener":
+    def parse(cls, uri: str, key: str = "listeners") -> Listener:
         m = re.match(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)$", uri.strip())
         if not m:
-            raise ConfigError(key, f"Invalid value {uri} for configuration {key}: Unable to parse {uri} to a "
-                                   "broker endpoint")
+            raise ConfigError(
+                key, f"Invalid value {uri} for configuration {key}: Unable to parse {uri} to a broker endpoint"
+            )
         host = m.group(2).strip("[]")
         return cls(m.group(1).upper(), host, int(m.group(3)))
 
@@ -478,8 +623,10 @@ class BrokerConfig:
     def _validate(self) -> None:
         queued = self.get("queued.max.request.bytes")
         if self.is_set("queued.max.request.bytes") and 0 < queued < self.get("socket.request.max.bytes"):
-            raise ConfigError("queued.max.request.bytes",
-                              "queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
+            raise ConfigError(
+                "queued.max.request.bytes",
+                "queued.max.request.bytes must be larger or equal to socket.request.max.bytes",
+            )
         protocols = self.security_protocol_map()
         for key in ("listeners", "advertised.listeners"):
             for uri in self.get(key) or []:
@@ -488,9 +635,10 @@ class BrokerConfig:
         if inter:
             self._check_plaintext("inter.broker.listener.name", inter, inter.upper(), protocols)
         if self.get("security.inter.broker.protocol") != "PLAINTEXT":
-            raise ConfigError("security.inter.broker.protocol",
-                              f"security.inter.broker.protocol={self.get('security.inter.broker.protocol')}: "
-                              f"{_NO_TLS_OR_SASL}")
+            raise ConfigError(
+                "security.inter.broker.protocol",
+                f"security.inter.broker.protocol={self.get('security.inter.broker.protocol')}: {_NO_TLS_OR_SASL}",
+            )
 
     def security_protocol_map(self) -> dict[str, str]:
         """listener name -> security protocol (Kafka's listener.security.protocol.map; when
@@ -503,11 +651,15 @@ class BrokerConfig:
             name, sep, proto = entry.partition(":")
             proto = proto.strip().upper()
             if not sep or not name.strip():
-                raise ConfigError(key, f"Invalid value {entry} for configuration {key}: Map entry should be of "
-                                       "form <key>:<value>")
+                raise ConfigError(
+                    key, f"Invalid value {entry} for configuration {key}: Map entry should be of form <key>:<value>"
+                )
             if proto not in SECURITY_PROTOCOLS:
-                raise ConfigError(key, f"Invalid value {entry} for configuration {key}: {proto} is not a security "
-                                       f"protocol (one of {', '.join(SECURITY_PROTOCOLS)})")
+                raise ConfigError(
+                    key,
+                    f"Invalid value {entry} for configuration {key}: {proto} is not a security "
+                    f"protocol (one of {', '.join(SECURITY_PROTOCOLS)})",
+                )
             out[name.strip().upper()] = proto
         return out
 
@@ -517,12 +669,16 @@ class BrokerConfig:
         being served as plaintext."""
         proto = protocols.get(listener)
         if proto is None:
-            raise ConfigError(key, f"Invalid value {value} for configuration {key}: No security protocol defined "
-                                   f"for listener {listener} (listener.security.protocol.map)")
+            raise ConfigError(
+                key,
+                f"Invalid value {value} for configuration {key}: No security protocol defined "
+                f"for listener {listener} (listener.security.protocol.map)",
+            )
         if proto != "PLAINTEXT":
             how = "" if proto == listener else f" (listener.security.protocol.map maps {listener} to {proto})"
-            raise ConfigError(key, f"Listener {listener} in {key}={value} uses security protocol {proto}{how}: "
-                                   f"{_NO_TLS_OR_SASL}")
+            raise ConfigError(
+                key, f"Listener {listener} in {key}={value} uses security protocol {proto}{how}: {_NO_TLS_OR_SASL}"
+            )
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> Any:
@@ -547,9 +703,11 @@ class BrokerConfig:
     def synonym_entries(self, name: str) -> list[tuple[str, str | None, int]]:
         """(name, value, source) for every layer that sets a broker key, highest first."""
         out = []
-        for layer, src in ((self.dynamic_broker, DYNAMIC_BROKER_CONFIG),
-                           (self.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
-                           (self.static, STATIC_BROKER_CONFIG)):
+        for layer, src in (
+            (self.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+            (self.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self.static, STATIC_BROKER_CONFIG),
+        ):
             if name in layer:
                 out.append((name, render(layer[name]), src))
         key = BROKER_CONFIGS.get(name)
@@ -635,19 +793,28 @@ class BrokerConfig:
         ``per_broker`` is false) and return its parsed value. Kafka's whole dynamic set is
         accepted, so is a key that is not Kafka's (a custom config); a Kafka key outside the
         set is refused. The caller answers a refusal with INVALID_REQUEST, as Kafka does."""
-        from .kafka_keys import (KAFKA_BROKER_KEYS, KAFKA_CLUSTER_LEVEL_LISTENER_KEYS,
-                                 KAFKA_LISTENER_ONLY_DYNAMIC_KEYS, KAFKA_PER_BROKER_DYNAMIC_KEYS)
+        from .kafka_keys import (
+            KAFKA_BROKER_KEYS,
+            KAFKA_CLUSTER_LEVEL_LISTENER_KEYS,
+            KAFKA_LISTENER_ONLY_DYNAMIC_KEYS,
+            KAFKA_PER_BROKER_DYNAMIC_KEYS,
+        )
 
         base = listener_base(name)
         if base == name and name in KAFKA_LISTENER_ONLY_DYNAMIC_KEYS:
-            raise ConfigError(name, "These security configs can be dynamically updated only per-listener using the "
-                                    f"listener prefix: [{name}]")
+            raise ConfigError(
+                name,
+                "These security configs can be dynamically updated only per-listener using the "
+                f"listener prefix: [{name}]",
+            )
         if not is_dynamic(name) and (name in BROKER_CONFIGS or name in KAFKA_BROKER_KEYS):
             raise ConfigError(name, f"Cannot update these configs dynamically: [{name}]")
-        if not per_broker and (base in KAFKA_PER_BROKER_DYNAMIC_KEYS
-                               or (base != name and base not in KAFKA_CLUSTER_LEVEL_LISTENER_KEYS)):
-            raise ConfigError(name, "Cannot update these configs at default cluster level, broker id must be "
-                                    f"specified: [{name}]")
+        if not per_broker and (
+            base in KAFKA_PER_BROKER_DYNAMIC_KEYS or (base != name and base not in KAFKA_CLUSTER_LEVEL_LISTENER_KEYS)
+        ):
+            raise ConfigError(
+                name, f"Cannot update these configs at default cluster level, broker id must be specified: [{name}]"
+            )
         if value is None:
             return None
         key = BROKER_CONFIGS.get(base)

@@ -15,29 +15,40 @@ from .types import ConfigError, ConfigKey, at_least, one_of
 
 _K = ConfigKey
 
-GROUP_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in [
-    _K("consumer.session.timeout.ms", "INT", 45000, "", at_least(1), ("group.consumer.session.timeout.ms",)),
-    _K("consumer.heartbeat.interval.ms", "INT", 5000, "", at_least(1), ("group.consumer.heartbeat.interval.ms",)),
-    _K("share.session.timeout.ms", "INT", 45000, "", at_least(1), ("group.share.session.timeout.ms",)),
-    _K("share.heartbeat.interval.ms", "INT", 5000, "", at_least(1), ("group.share.heartbeat.interval.ms",)),
-    _K("share.record.lock.duration.ms", "INT", 30000, "", at_least(1000), ("group.share.record.lock.duration.ms",)),
-    _K("share.auto.offset.reset", "STRING", "latest", "", one_of("latest", "earliest")),
-    _K("share.isolation.level", "STRING", "read_uncommitted", "", one_of("read_committed", "read_uncommitted")),
-]}
+GROUP_CONFIGS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        _K("consumer.session.timeout.ms", "INT", 45000, "", at_least(1), ("group.consumer.session.timeout.ms",)),
+        _K("consumer.heartbeat.interval.ms", "INT", 5000, "", at_least(1), ("group.consumer.heartbeat.interval.ms",)),
+        _K("share.session.timeout.ms", "INT", 45000, "", at_least(1), ("group.share.session.timeout.ms",)),
+        _K("share.heartbeat.interval.ms", "INT", 5000, "", at_least(1), ("group.share.heartbeat.interval.ms",)),
+        _K("share.record.lock.duration.ms", "INT", 30000, "", at_least(1000), ("group.share.record.lock.duration.ms",)),
+        _K("share.auto.offset.reset", "STRING", "latest", "", one_of("latest", "earliest")),
+        _K("share.isolation.level", "STRING", "read_uncommitted", "", one_of("read_committed", "read_uncommitted")),
+    ]
+}
 
 # (group key, broker key of its lower bound, broker key of its upper bound)
 _BOUNDS = (
-    ("consumer.heartbeat.interval.ms", "group.consumer.min.heartbeat.interval.ms",
-     "group.consumer.max.heartbeat.interval.ms"),
+    (
+        "consumer.heartbeat.interval.ms",
+        "group.consumer.min.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
+    ),
     ("consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
     ("share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
     ("share.session.timeout.ms", "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
-    ("share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",
-     "group.share.max.record.lock.duration.ms"),
+    (
+        "share.record.lock.duration.ms",
+        "group.share.min.record.lock.duration.ms",
+        "group.share.max.record.lock.duration.ms",
+    ),
 )
 # (session key, heartbeat key): the session must be longer than the heartbeat interval
-_LONGER = (("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"),
-           ("share.session.timeout.ms", "share.heartbeat.interval.ms"))
+_LONGER = (
+    ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"),
+    ("share.session.timeout.ms", "share.heartbeat.interval.ms"),
+)
 
 
 def group_default(broker, name: str) -> Any:

@@ -36,8 +36,9 @@ def parse_voters(entries: list[str]) -> list[tuple[int, str, int]]:
     for entry in entries:
         m = _VOTER.match(entry.strip())
         if not m:
-            raise ConfigError(VOTERS, f"Invalid value {entry} for configuration {VOTERS}: expected the form "
-                                      "{id}@{host}:{port}")
+            raise ConfigError(
+                VOTERS, f"Invalid value {entry} for configuration {VOTERS}: expected the form {{id}}@{{host}}:{{port}}"
+            )
         out.append((int(m.group(1)), m.group(2).strip("[]"), int(m.group(3))))
     return out
 
@@ -60,15 +61,21 @@ def _check_quorum(config, node_id: int) -> None:
     ids = [v[0] for v in voters]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
-        raise ConfigError(VOTERS, f"Invalid value {','.join(config.get(VOTERS))} for configuration {VOTERS}: "
-                                  f"node id {dup} appears more than once")
+        raise ConfigError(
+            VOTERS,
+            f"Invalid value {','.join(config.get(VOTERS))} for configuration {VOTERS}: "
+            f"node id {dup} appears more than once",
+        )
     roles = _roles(config)
     if "controller" in roles and ids and node_id not in ids:
-        raise ConfigError(VOTERS, f"If process.roles contains just the 'controller' role, the node id {node_id} "
-                                  f"must be included in the set of voters {VOTERS}={set(ids)}"
-                          if roles == {"controller"} else
-                          f"The node id {node_id} runs the controller role (process.roles="
-                          f"{','.join(sorted(roles))}) but is not in the set of voters {VOTERS}={set(ids)}")
+        raise ConfigError(
+            VOTERS,
+            f"If process.roles contains just the 'controller' role, the node id {node_id} "
+            f"must be included in the set of voters {VOTERS}={set(ids)}"
+            if roles == {"controller"}
+            else f"The node id {node_id} runs the controller role (process.roles="
+            f"{','.join(sorted(roles))}) but is not in the set of voters {VOTERS}={set(ids)}",
+        )
     servers = [s.strip() for s in config.get(BOOTSTRAP) or [] if s.strip()]
     if roles == {"broker"} and not ids and not servers:
         raise ConfigError(VOTERS, f"process.roles=broker needs the controllers: set {VOTERS} or {BOOTSTRAP}")
@@ -76,7 +83,10 @@ def _check_quorum(config, node_id: int) -> None:
         own = {lis.port for lis in config.listeners()}
         others = [s for s in servers if not (s.rsplit(":", 1)[-1].isdigit() and int(s.rsplit(":", 1)[-1]) in own)]
         if others:
-            raise ConfigError(BOOTSTRAP, f"{BOOTSTRAP} names {', '.join(others)}, not this node: kesque does not "
-                                         f"join a dynamic quorum yet; list the controllers in {VOTERS}")
+            raise ConfigError(
+                BOOTSTRAP,
+                f"{BOOTSTRAP} names {', '.join(others)}, not this node: kesque does not "
+                f"join a dynamic quorum yet; list the controllers in {VOTERS}",
+            )
     if servers and ids:
         log.warning("%s is ignored: %s names the controllers", BOOTSTRAP, VOTERS)

@@ -10,49 +10,93 @@ _K = ConfigKey
 
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
-TOPIC_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in [
-    _K("cleanup.policy", "LIST", ["delete"], "delete or compact (or both)", one_of("compact", "delete"),
-       ("log.cleanup.policy",)),
-    _K("compression.type", "STRING", "producer", "final compression of the topic's batches",
-       one_of(*_COMPRESSION), ("compression.type",)),
-    _K("compression.gzip.level", "INT", -1, "", between(-1, 9), ("compression.gzip.level",)),
-    _K("compression.lz4.level", "INT", 9, "", between(1, 17), ("compression.lz4.level",)),
-    _K("compression.zstd.level", "INT", 3, "", between(-131072, 22), ("compression.zstd.level",)),
-    _K("delete.retention.ms", "LONG", 86400000, "", at_least(0), ("log.cleaner.delete.retention.ms",)),
-    _K("file.delete.delay.ms", "LONG", 60000, "", at_least(0), ("log.segment.delete.delay.ms",)),
-    _K("flush.messages", "LONG", LONG_MAX, "", at_least(1), ("log.flush.interval.messages",)),
-    _K("flush.ms", "LONG", LONG_MAX, "", at_least(0), ("log.flush.interval.ms",)),
-    _K("follower.replication.throttled.replicas", "LIST", [], "", throttled_replica_list,
-       parse_as="LIST_KEEPING_EMPTY"),
-    _K("index.interval.bytes", "INT", 4096, "", at_least(0), ("log.index.interval.bytes",)),
-    _K("leader.replication.throttled.replicas", "LIST", [], "", throttled_replica_list,
-       parse_as="LIST_KEEPING_EMPTY"),
-    _K("local.retention.bytes", "LONG", -2, "", at_least(-2), ("log.local.retention.bytes",)),
-    _K("local.retention.ms", "LONG", -2, "", at_least(-2), ("log.local.retention.ms",)),
-    _K("max.compaction.lag.ms", "LONG", LONG_MAX, "", at_least(1), ("log.cleaner.max.compaction.lag.ms",)),
-    _K("max.message.bytes", "INT", 1048588, "", at_least(0), ("message.max.bytes",)),
-    _K("message.timestamp.after.max.ms", "LONG", 3600000, "", at_least(0),
-       ("log.message.timestamp.after.max.ms",)),
-    _K("message.timestamp.before.max.ms", "LONG", LONG_MAX, "", at_least(0),
-       ("log.message.timestamp.before.max.ms",)),
-    _K("message.timestamp.type", "STRING", "CreateTime", "", one_of("CreateTime", "LogAppendTime"),
-       ("log.message.timestamp.type",)),
-    _K("min.cleanable.dirty.ratio", "DOUBLE", 0.5, "", between(0, 1), ("log.cleaner.min.cleanable.ratio",)),
-    _K("min.compaction.lag.ms", "LONG", 0, "", at_least(0), ("log.cleaner.min.compaction.lag.ms",)),
-    _K("min.insync.replicas", "INT", 1, "", at_least(1), ("min.insync.replicas",)),
-    _K("preallocate", "BOOLEAN", False, "", None, ("log.preallocate",)),
-    _K("remote.log.copy.disable", "BOOLEAN", False, ""),
-    _K("remote.log.delete.on.disable", "BOOLEAN", False, ""),
-    _K("remote.storage.enable", "BOOLEAN", False, ""),
-    _K("retention.bytes", "LONG", -1, "", None, ("log.retention.bytes",)),
-    _K("retention.ms", "LONG", 604800000, "", at_least(-1),
-       ("log.retention.ms", "log.retention.minutes", "log.retention.hours")),
-    _K("segment.bytes", "INT", 1073741824, "", at_least(1048576), ("log.segment.bytes",)),
-    _K("segment.index.bytes", "INT", 10485760, "", at_least(4), ("log.index.size.max.bytes",)),
-    _K("segment.jitter.ms", "LONG", 0, "", at_least(0), ("log.roll.jitter.ms", "log.roll.jitter.hours")),
-    _K("segment.ms", "LONG", 604800000, "", at_least(1), ("log.roll.ms", "log.roll.hours")),
-    _K("unclean.leader.election.enable", "BOOLEAN", False, "", None, ("unclean.leader.election.enable",)),
-]}
+TOPIC_CONFIGS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        _K(
+            "cleanup.policy",
+            "LIST",
+            ["delete"],
+            "delete or compact (or both)",
+            one_of("compact", "delete"),
+            ("log.cleanup.policy",),
+        ),
+        _K(
+            "compression.type",
+            "STRING",
+            "producer",
+            "final compression of the topic's batches",
+            one_of(*_COMPRESSION),
+            ("compression.type",),
+        ),
+        _K("compression.gzip.level", "INT", -1, "", between(-1, 9), ("compression.gzip.level",)),
+        _K("compression.lz4.level", "INT", 9, "", between(1, 17), ("compression.lz4.level",)),
+        _K("compression.zstd.level", "INT", 3, "", between(-131072, 22), ("compression.zstd.level",)),
+        _K("delete.retention.ms", "LONG", 86400000, "", at_least(0), ("log.cleaner.delete.retention.ms",)),
+        _K("file.delete.delay.ms", "LONG", 60000, "", at_least(0), ("log.segment.delete.delay.ms",)),
+        _K("flush.messages", "LONG", LONG_MAX, "", at_least(1), ("log.flush.interval.messages",)),
+        _K("flush.ms", "LONG", LONG_MAX, "", at_least(0), ("log.flush.interval.ms",)),
+        _K(
+            "follower.replication.throttled.replicas",
+            "LIST",
+            [],
+            "",
+            throttled_replica_list,
+            parse_as="LIST_KEEPING_EMPTY",
+        ),
+        _K("index.interval.bytes", "INT", 4096, "", at_least(0), ("log.index.interval.bytes",)),
+        _K(
+            "leader.replication.throttled.replicas",
+            "LIST",
+            [],
+            "",
+            throttled_replica_list,
+            parse_as="LIST_KEEPING_EMPTY",
+        ),
+        _K("local.retention.bytes", "LONG", -2, "", at_least(-2), ("log.local.retention.bytes",)),
+        _K("local.retention.ms", "LONG", -2, "", at_least(-2), ("log.local.retention.ms",)),
+        _K("max.compaction.lag.ms", "LONG", LONG_MAX, "", at_least(1), ("log.cleaner.max.compaction.lag.ms",)),
+        _K("max.message.bytes", "INT", 1048588, "", at_least(0), ("message.max.bytes",)),
+        _K("message.timestamp.after.max.ms", "LONG", 3600000, "", at_least(0), ("log.message.timestamp.after.max.ms",)),
+        _K(
+            "message.timestamp.before.max.ms",
+            "LONG",
+            LONG_MAX,
+            "",
+            at_least(0),
+            ("log.message.timestamp.before.max.ms",),
+        ),
+        _K(
+            "message.timestamp.type",
+            "STRING",
+            "CreateTime",
+            "",
+            one_of("CreateTime", "LogAppendTime"),
+            ("log.message.timestamp.type",),
+        ),
+        _K("min.cleanable.dirty.ratio", "DOUBLE", 0.5, "", between(0, 1), ("log.cleaner.min.cleanable.ratio",)),
+        _K("min.compaction.lag.ms", "LONG", 0, "", at_least(0), ("log.cleaner.min.compaction.lag.ms",)),
+        _K("min.insync.replicas", "INT", 1, "", at_least(1), ("min.insync.replicas",)),
+        _K("preallocate", "BOOLEAN", False, "", None, ("log.preallocate",)),
+        _K("remote.log.copy.disable", "BOOLEAN", False, ""),
+        _K("remote.log.delete.on.disable", "BOOLEAN", False, ""),
+        _K("remote.storage.enable", "BOOLEAN", False, ""),
+        _K("retention.bytes", "LONG", -1, "", None, ("log.retention.bytes",)),
+        _K(
+            "retention.ms",
+            "LONG",
+            604800000,
+            "",
+            at_least(-1),
+            ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+        ),
+        _K("segment.bytes", "INT", 1073741824, "", at_least(1048576), ("log.segment.bytes",)),
+        _K("segment.index.bytes", "INT", 10485760, "", at_least(4), ("log.index.size.max.bytes",)),
+        _K("segment.jitter.ms", "LONG", 0, "", at_least(0), ("log.roll.jitter.ms", "log.roll.jitter.hours")),
+        _K("segment.ms", "LONG", 604800000, "", at_least(1), ("log.roll.ms", "log.roll.hours")),
+        _K("unclean.leader.election.enable", "BOOLEAN", False, "", None, ("unclean.leader.election.enable",)),
+    ]
+}
 
 # broker unit conversions for synonyms expressed in other units
 SYNONYM_SCALE = {
@@ -112,7 +156,7 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
 
     @classmethod
-    def from_values(cls, values: dict) -> "LogConfig":
+    def from_values(cls, values: dict) -> LogConfig:
         kwargs = {}
         for name, value in values.items():
             attr = name.replace(".", "_")
@@ -131,4 +175,3 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
-

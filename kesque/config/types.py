@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -36,7 +37,9 @@ def _parse_int(bits: int):
         try:
             n = int(str(v).strip())
         except ValueError:
-            raise ConfigError(name, f"Invalid value {v} for configuration {name}: Not a number of type {type_name}") from None
+            raise ConfigError(
+                name, f"Invalid value {v} for configuration {name}: Not a number of type {type_name}"
+            ) from None
         if not lo <= n <= hi:
             raise ConfigError(name, f"Invalid value {v} for configuration {name}: value is not {kind}")
         return n
@@ -89,21 +92,35 @@ PARSERS: dict[str, Callable[[str, str], Any]] = {
 }
 
 # DescribeConfigs config_type codes (KIP-569)
-CONFIG_TYPE_CODES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
-                     "LIST": 7, "CLASS": 8, "PASSWORD": 9}
+CONFIG_TYPE_CODES = {
+    "BOOLEAN": 1,
+    "STRING": 2,
+    "INT": 3,
+    "SHORT": 4,
+    "LONG": 5,
+    "DOUBLE": 6,
+    "LIST": 7,
+    "CLASS": 8,
+    "PASSWORD": 9,
+}
 
 
 def at_least(n):
     def check(name, v):
         if v < n:
             raise ConfigError(name, f"Invalid value {v} for configuration {name}: Value must be at least {n}")
+
     return check
 
 
 def between(lo, hi):
     def check(name, v):
         if not lo <= v <= hi:
-            raise ConfigError(name, f"Invalid value {v} for configuration {name}: Value must be no less than {lo} and no more than {hi}")
+            raise ConfigError(
+                name,
+                f"Invalid value {v} for configuration {name}: Value must be no less than {lo} and no more than {hi}",
+            )
+
     return check
 
 
@@ -113,7 +130,10 @@ def one_of(*options, case_insensitive=False):
         for item in values:
             ok = item.lower() in [o.lower() for o in options] if case_insensitive else item in options
             if not ok:
-                raise ConfigError(name, f"Invalid value {item} for configuration {name}: String must be one of: {', '.join(options)}")
+                raise ConfigError(
+                    name, f"Invalid value {item} for configuration {name}: String must be one of: {', '.join(options)}"
+                )
+
     return check
 
 
@@ -126,9 +146,12 @@ def throttled_replica_list(name, v):
     proposed = [str(item).strip() for item in v]
     if all(_REPLICA.fullmatch(s) for s in proposed) or "".join(proposed) == "*":
         return
-    raise ConfigError(name, f"Invalid value [{', '.join(map(str, v))}] for configuration {name}: {name} must be "
-                            "the literal '*' or a list of replicas in the following format: "
-                            "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    raise ConfigError(
+        name,
+        f"Invalid value [{', '.join(map(str, v))}] for configuration {name}: {name} must be "
+        "the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+    )
 
 
 def non_empty_list(name, v):

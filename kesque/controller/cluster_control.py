@@ -66,9 +66,9 @@ from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError, error
 from ..metadata.image import Endpoint, MetadataImage, directories_supported, reserved_dir
+from ..raft.wire import _new
 from .reassignment import leader_acceptor
 from .replication_control import ONLINE, UNCLEAN, elr_args, elr_enabled_in, partition_change
-from ..raft.wire import _new
 
 log = logging.getLogger(__name__)
 
@@ -85,21 +85,23 @@ IN_CONTROLLED_SHUTDOWN = 1
 class LifecycleConfig:
     """The broker lifecycle settings (Kafka's names and defaults)."""
 
-    heartbeat_interval_ms: int = 2000              # broker.heartbeat.interval.ms
-    session_timeout_ms: int = 9000                 # broker.session.timeout.ms
-    initial_registration_timeout_ms: int = 60000   # initial.broker.registration.timeout.ms
-    controlled_shutdown_enable: bool = True        # controlled.shutdown.enable
+    heartbeat_interval_ms: int = 2000  # broker.heartbeat.interval.ms
+    session_timeout_ms: int = 9000  # broker.session.timeout.ms
+    initial_registration_timeout_ms: int = 60000  # initial.broker.registration.timeout.ms
+    controlled_shutdown_enable: bool = True  # controlled.shutdown.enable
     # how long a broker waits for the controller to let it go (Kafka's KafkaBroker.shutdown()
     # bound, 5 minutes), after which it shuts down anyway
     controlled_shutdown_timeout_ms: int = 300_000
 
-    KEYS = {"heartbeat_interval_ms": "broker.heartbeat.interval.ms",
-            "session_timeout_ms": "broker.session.timeout.ms",
-            "initial_registration_timeout_ms": "initial.broker.registration.timeout.ms",
-            "controlled_shutdown_enable": "controlled.shutdown.enable"}
+    KEYS = {
+        "heartbeat_interval_ms": "broker.heartbeat.interval.ms",
+        "session_timeout_ms": "broker.session.timeout.ms",
+        "initial_registration_timeout_ms": "initial.broker.registration.timeout.ms",
+        "controlled_shutdown_enable": "controlled.shutdown.enable",
+    }
 
     @classmethod
-    def of(cls, config) -> "LifecycleConfig":
+    def of(cls, config) -> LifecycleConfig:
         """From a :class:`~kesque.config.broker.BrokerConfig` (a key it does not know keeps
         Kafka's default), a LifecycleConfig, or None (the defaults)."""
         if config is None or isinstance(config, cls):
@@ -119,10 +121,10 @@ class RegistrationRequest:
     cluster_id: str
     incarnation_id: uuid.UUID
     listeners: list[Endpoint] = field(default_factory=list)
-    features: dict[str, tuple[int, int]] = field(default_factory=dict)   # name: (min, max)
+    features: dict[str, tuple[int, int]] = field(default_factory=dict)  # name: (min, max)
     rack: str | None = None
     previous_broker_epoch: int = -1
-    log_dirs: list = field(default_factory=list)   # v2+: the directory ids of its log dirs (KIP-858)
+    log_dirs: list = field(default_factory=list)  # v2+: the directory ids of its log dirs (KIP-858)
 
 
 @dataclass(slots=True)
@@ -138,7 +140,7 @@ class HeartbeatRequest:
     current_metadata_offset: int
     want_fence: bool = False
     want_shut_down: bool = False
-    offline_log_dirs: list = field(default_factory=list)   # v1: directory ids of failed log dirs
+    offline_log_dirs: list = field(default_factory=list)  # v1: directory ids of failed log dirs
 
 
 @dataclass(slots=True)
@@ -147,14 +149,18 @@ class HeartbeatReply:
     is_caught_up: bool = False
     is_fenced: bool = True
     should_shut_down: bool = False
-    in_controlled_shutdown: bool = False     # Kafka's BrokerHeartbeatReply; not on the wire
+    in_controlled_shutdown: bool = False  # Kafka's BrokerHeartbeatReply; not on the wire
 
 
 # -- the controller side -------------------------------------------------------------------------
 # Kafka's BrokerControlState: (fenced, in controlled shutdown, should shut down)
 FENCED, UNFENCED, CONTROLLED_SHUTDOWN, SHUTDOWN_NOW = "FENCED", "UNFENCED", "CONTROLLED_SHUTDOWN", "SHUTDOWN_NOW"
-_FLAGS = {FENCED: (True, False, False), UNFENCED: (False, False, False),
-          CONTROLLED_SHUTDOWN: (False, True, False), SHUTDOWN_NOW: (True, False, True)}
+_FLAGS = {
+    FENCED: (True, False, False),
+    UNFENCED: (False, False, False),
+    CONTROLLED_SHUTDOWN: (False, True, False),
+    SHUTDOWN_NOW: (True, False, True),
+}
 
 
 @dataclass(slots=True)
@@ -164,8 +170,8 @@ class Session:
     last_contact: int
     fenced: bool = True
     metadata_offset: int = -1
-    shutdown_offset: int = -1           # >= 0 while in controlled shutdown
-    offline_dirs: set = field(default_factory=set)   # log dir ids its heartbeats named offline
+    shutdown_offset: int = -1  # >= 0 while in controlled shutdown
+    offline_dirs: set = field(default_factory=set)  # log dir ids its heartbeats named offline
 
     def state(self) -> str:
         if self.shutdown_offset >= 0:
@@ -174,14 +180,20 @@ class Session:
 
 
 class ClusterControl:
-    def __init__(self, config, image_fn, cluster_id: str | None = None, unclean_enabled=lambda topic: False,
-                 min_isr=lambda topic: 1):
+    def __init__(
+        self,
+        config,
+        image_fn,
+        cluster_id: str | None = None,
+        unclean_enabled=lambda topic: False,
+        min_isr=lambda topic: 1,
+    ):
         self.config = LifecycleConfig.of(config)
         self.image_fn = image_fn
         self.cluster_id = cluster_id
-        self.unclean_enabled = unclean_enabled      # topic -> its unclean.leader.election.enable
-        self.min_isr = min_isr                      # topic -> its min.insync.replicas
-        self.sessions: dict[int, Session] | None = None     # None: not the active controller
+        self.unclean_enabled = unclean_enabled  # topic -> its unclean.leader.election.enable
+        self.min_isr = min_isr  # topic -> its min.insync.replicas
+        self.sessions: dict[int, Session] | None = None  # None: not the active controller
         self.registration_offsets: dict[int, int] = {}
 
     # -- activation ---------------------------------------------------------------------------------
@@ -216,8 +228,9 @@ class ClusterControl:
         image = self.image_fn()
         cluster_id = self.cluster_id or image.cluster_id
         if cluster_id is not None and req.cluster_id != cluster_id:
-            raise error("inconsistent_cluster_id",
-                        f"Expected cluster ID {cluster_id}, but got cluster ID {req.cluster_id}")
+            raise error(
+                "inconsistent_cluster_id", f"Expected cluster ID {cluster_id}, but got cluster ID {req.cluster_id}"
+            )
         b = req.broker_id
         existing = image.brokers.get(b)
         same = existing is not None and existing.incarnation_id == req.incarnation_id
@@ -231,14 +244,22 @@ class ClusterControl:
         if same:
             epoch, fenced, in_cs = existing.epoch, existing.fenced, existing.in_controlled_shutdown
         else:
-            if existing is not None:        # a new incarnation: the previous one shut down
+            if existing is not None:  # a new incarnation: the previous one shut down
                 records += self._shutdown(image, b, clean=existing.epoch == req.previous_broker_epoch)
             epoch, fenced, in_cs = next_offset + len(records), True, False
-        records.append({"type": "RegisterBrokerRecord", "broker_id": b, "incarnation_id": req.incarnation_id,
-                        "broker_epoch": epoch,
-                        "endpoints": [dataclasses.asdict(e) for e in req.listeners],
-                        "features": features, "rack": req.rack, "fenced": fenced,
-                        "in_controlled_shutdown": in_cs})
+        records.append(
+            {
+                "type": "RegisterBrokerRecord",
+                "broker_id": b,
+                "incarnation_id": req.incarnation_id,
+                "broker_epoch": epoch,
+                "endpoints": [dataclasses.asdict(e) for e in req.listeners],
+                "features": features,
+                "rack": req.rack,
+                "fenced": fenced,
+                "in_controlled_shutdown": in_cs,
+            }
+        )
         if dirs:
             records[-1]["log_dirs"] = list(req.log_dirs)
         self.registration_offsets[b] = next_offset + len(records) - 1
@@ -263,8 +284,9 @@ class ClusterControl:
             if other.id != req.broker_id:
                 for d in req.log_dirs:
                     if d in other.log_dirs:
-                        raise error("invalid_registration",
-                                    f"Broker {other.id} is already registered with directory {d}")
+                        raise error(
+                            "invalid_registration", f"Broker {other.id} is already registered with directory {d}"
+                        )
 
     @staticmethod
     def _check_features(req: RegistrationRequest, image: MetadataImage) -> list[dict]:
@@ -275,11 +297,15 @@ class ClusterControl:
         for name, level in image.features.items():
             lo, hi = ranges.get(name, (0, 0))
             if level != 0 and not lo <= level <= hi:
-                raise error("unsupported_version",
-                            f"Unable to register because the broker does not support finalized version {level} "
-                            f"of {name}. The broker wants a version between {lo} and {hi}, inclusive.")
-        return [{"name": n, "min_supported_version": lo, "max_supported_version": hi}
-                for n, (lo, hi) in sorted(ranges.items())]
+                raise error(
+                    "unsupported_version",
+                    f"Unable to register because the broker does not support finalized version {level} "
+                    f"of {name}. The broker wants a version between {lo} and {hi}, inclusive.",
+                )
+        return [
+            {"name": n, "min_supported_version": lo, "max_supported_version": hi}
+            for n, (lo, hi) in sorted(ranges.items())
+        ]
 
     # -- BrokerHeartbeat ----------------------------------------------------------------------------
     def heartbeat(self, req: HeartbeatRequest, now: int, next_offset: int) -> tuple[list[dict], HeartbeatReply]:
@@ -290,8 +316,9 @@ class ClusterControl:
         if reg is None:
             raise error("stale_broker_epoch", f"No broker registration found for broker id {b}")
         if reg.epoch != req.broker_epoch:
-            raise error("stale_broker_epoch", f"Expected broker epoch {reg.epoch}, but got broker epoch "
-                                              f"{req.broker_epoch}")
+            raise error(
+                "stale_broker_epoch", f"Expected broker epoch {reg.epoch}, but got broker epoch {req.broker_epoch}"
+            )
         reg_offset = self.registration_offsets.get(b, reg.epoch)
         s = sessions.get(b)
         if s is None:
@@ -311,7 +338,7 @@ class ClusterControl:
         fenced, in_cs, shut_down = _FLAGS[nxt]
         self._touch(s, now, fenced, req.current_metadata_offset)
         if in_cs and s.shutdown_offset < 0:
-            s.shutdown_offset = next_offset + len(records) - 1     # the end of this batch
+            s.shutdown_offset = next_offset + len(records) - 1  # the end of this batch
         return records, HeartbeatReply(0, req.current_metadata_offset >= reg_offset, fenced, shut_down, in_cs)
 
     def _next_state(self, image: MetadataImage, s: Session, req: HeartbeatRequest, reg_offset: int) -> str:
@@ -339,20 +366,24 @@ class ClusterControl:
         s.metadata_offset = metadata_offset
         s.fenced = fenced
         if fenced:
-            s.shutdown_offset = -1      # a fenced broker leaves controlled shutdown
+            s.shutdown_offset = -1  # a fenced broker leaves controlled shutdown
 
     def lowest_active_offset(self) -> int:
         """The lowest metadata offset of the unfenced brokers not shutting down."""
-        return min((s.metadata_offset for s in self._sessions().values()
-                    if not s.fenced and s.shutdown_offset < 0), default=UNBOUNDED)
+        return min(
+            (s.metadata_offset for s in self._sessions().values() if not s.fenced and s.shutdown_offset < 0),
+            default=UNBOUNDED,
+        )
 
     # -- session expiry -----------------------------------------------------------------------------
     def next_deadline(self) -> int:
         """The first time at which ``expire`` will fence someone (UNBOUNDED if never)."""
         if self.sessions is None:
             return UNBOUNDED
-        return min((s.last_contact + self.config.session_timeout_ms + 1 for s in self.sessions.values()
-                    if not s.fenced), default=UNBOUNDED)
+        return min(
+            (s.last_contact + self.config.session_timeout_ms + 1 for s in self.sessions.values() if not s.fenced),
+            default=UNBOUNDED,
+        )
 
     def expire(self, now: int) -> list[dict]:
         sessions = self._sessions()
@@ -372,15 +403,15 @@ class ClusterControl:
         image = self.image_fn()
         reg = image.brokers.get(broker_id)
         if reg is None:
-            raise KafkaError(ErrorCode.broker_id_not_registered,
-                             f"Broker ID {broker_id} is not currently registered")
-        return (self._move_off(image, broker_id)
-                + self._changes(image, lambda p: broker_id in p.elr, remove=broker_id)
-                + [{"type": "UnregisterBrokerRecord", "broker_id": broker_id, "broker_epoch": reg.epoch}])
+            raise KafkaError(ErrorCode.broker_id_not_registered, f"Broker ID {broker_id} is not currently registered")
+        return (
+            self._move_off(image, broker_id)
+            + self._changes(image, lambda p: broker_id in p.elr, remove=broker_id)
+            + [{"type": "UnregisterBrokerRecord", "broker_id": broker_id, "broker_epoch": reg.epoch}]
+        )
 
     # -- AssignReplicasToDirs (KIP-858) ---------------------------------------------------------------
-    def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int,
-                                assignments: dict) -> tuple[list[dict], dict]:
+    def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int, assignments: dict) -> tuple[list[dict], dict]:
         """Kafka's ReplicationControlManager.handleAssignReplicasToDirs: ``assignments`` {dir
         id: {topic id: [partition]}} from the broker; the answer {dir id: {topic id: [(partition,
         error code)]}}. Each replica of the broker gets its directory (a PartitionChangeRecord
@@ -397,9 +428,8 @@ class ClusterControl:
         if reg is None:
             raise error("stale_broker_epoch", f"No broker registration found for broker id {broker_id}")
         if reg.epoch != broker_epoch:
-            raise error("stale_broker_epoch", f"Expected broker epoch {reg.epoch}, but got broker epoch "
-                                              f"{broker_epoch}")
-        changed: dict[tuple, dict] = {}          # (topic id, partition): its record
+            raise error("stale_broker_epoch", f"Expected broker epoch {reg.epoch}, but got broker epoch {broker_epoch}")
+        changed: dict[tuple, dict] = {}  # (topic id, partition): its record
         offline: set[tuple] = set()
         answer: dict = {}
         for d, topics in assignments.items():
@@ -409,8 +439,11 @@ class ClusterControl:
                 out = answer.setdefault(d, {}).setdefault(topic_id, [])
                 for pid in partitions:
                     if t is None:
-                        log.warning("AssignReplicasToDirsRequest from broker %d references unknown topic ID %s",
-                                    broker_id, topic_id)
+                        log.warning(
+                            "AssignReplicasToDirsRequest from broker %d references unknown topic ID %s",
+                            broker_id,
+                            topic_id,
+                        )
                         out.append((pid, int(ErrorCode.unknown_topic_id)))
                         continue
                     p = t.partitions.get(pid)
@@ -424,10 +457,18 @@ class ClusterControl:
                     current = changed[key]["directories"] if key in changed else [p.directory(r) for r in p.replicas]
                     dirs = [d if r == broker_id else current[i] for i, r in enumerate(p.replicas)]
                     if dirs != [p.directory(r) for r in p.replicas]:
-                        changed[key] = {"type": "PartitionChangeRecord", "topic_id": topic_id, "partition_id": pid,
-                                        "isr": None, "leader": NO_LEADER_CHANGE, "replicas": None,
-                                        "removing_replicas": None, "adding_replicas": None,
-                                        "leader_recovery_state": -1, "directories": dirs}
+                        changed[key] = {
+                            "type": "PartitionChangeRecord",
+                            "topic_id": topic_id,
+                            "partition_id": pid,
+                            "isr": None,
+                            "leader": NO_LEADER_CHANGE,
+                            "replicas": None,
+                            "removing_replicas": None,
+                            "adding_replicas": None,
+                            "leader_recovery_state": -1,
+                            "directories": dirs,
+                        }
                     else:
                         changed.pop(key, None)
                     if dir_offline:
@@ -436,8 +477,7 @@ class ClusterControl:
         # the replicas assigned to an offline dir leave the ISR; their directories go in that
         # same record (Kafka writes both, one after the other)
         records = []
-        for rec in self._changes(image, lambda p: b_in_isr_of(p, broker_id), remove=broker_id,
-                                 only=offline):
+        for rec in self._changes(image, lambda p: b_in_isr_of(p, broker_id), remove=broker_id, only=offline):
             key = (rec["topic_id"], rec["partition_id"])
             if key in changed:
                 rec["directories"] = changed.pop(key)["directories"]
@@ -446,19 +486,40 @@ class ClusterControl:
 
     # -- the records of each transition (Kafka's ReplicationControlManager.handleBroker*) ------------
     def _fence(self, image: MetadataImage, b: int, epoch: int) -> list[dict]:
-        return self._move_off(image, b) + [{"type": "BrokerRegistrationChangeRecord", "broker_id": b,
-                                            "broker_epoch": epoch, "fenced": FENCE, "in_controlled_shutdown": 0}]
+        return self._move_off(image, b) + [
+            {
+                "type": "BrokerRegistrationChangeRecord",
+                "broker_id": b,
+                "broker_epoch": epoch,
+                "fenced": FENCE,
+                "in_controlled_shutdown": 0,
+            }
+        ]
 
     def _unfence(self, image: MetadataImage, b: int, epoch: int) -> list[dict]:
-        records = [{"type": "BrokerRegistrationChangeRecord", "broker_id": b, "broker_epoch": epoch,
-                    "fenced": UNFENCE, "in_controlled_shutdown": 0}]
+        records = [
+            {
+                "type": "BrokerRegistrationChangeRecord",
+                "broker_id": b,
+                "broker_epoch": epoch,
+                "fenced": UNFENCE,
+                "in_controlled_shutdown": 0,
+            }
+        ]
         return records + self._changes(image, lambda p: p.leader == NO_LEADER, add=b)
 
     def _enter_controlled_shutdown(self, image: MetadataImage, b: int, epoch: int) -> list[dict]:
         records = []
         if not image.brokers[b].in_controlled_shutdown:
-            records.append({"type": "BrokerRegistrationChangeRecord", "broker_id": b, "broker_epoch": epoch,
-                            "fenced": 0, "in_controlled_shutdown": IN_CONTROLLED_SHUTDOWN})
+            records.append(
+                {
+                    "type": "BrokerRegistrationChangeRecord",
+                    "broker_id": b,
+                    "broker_epoch": epoch,
+                    "fenced": 0,
+                    "in_controlled_shutdown": IN_CONTROLLED_SHUTDOWN,
+                }
+            )
         return records + self._move_off(image, b)
 
     def _dirs_offline(self, image: MetadataImage, b: int, reg, s: Session, offline: list) -> list[dict]:
@@ -481,11 +542,22 @@ class ClusterControl:
             if not failed:
                 return []
             remaining = [d for d in reg.log_dirs if d not in offline]
-            log.warning("Directories %s in broker %d marked offline, remaining directories: %s",
-                        ", ".join(str(d) for d in failed), b, ", ".join(str(d) for d in remaining))
-            return (self._changes(image, lambda p: b in p.isr and p.directory(b) in failed, remove=b)
-                    + [{"type": "BrokerRegistrationChangeRecord", "broker_id": b, "broker_epoch": reg.epoch,
-                        "fenced": 0, "in_controlled_shutdown": 0, "log_dirs": remaining}])
+            log.warning(
+                "Directories %s in broker %d marked offline, remaining directories: %s",
+                ", ".join(str(d) for d in failed),
+                b,
+                ", ".join(str(d) for d in remaining),
+            )
+            return self._changes(image, lambda p: b in p.isr and p.directory(b) in failed, remove=b) + [
+                {
+                    "type": "BrokerRegistrationChangeRecord",
+                    "broker_id": b,
+                    "broker_epoch": reg.epoch,
+                    "fenced": 0,
+                    "in_controlled_shutdown": 0,
+                    "log_dirs": remaining,
+                }
+            ]
         new = [d for d in offline if d not in s.offline_dirs]
         if not new:
             return []
@@ -502,12 +574,20 @@ class ClusterControl:
         (its log may have lost what it acknowledged): it leaves every ISR and ELR and leads
         nothing. Otherwise it leaves the ISRs as a fenced broker does."""
         if elr_enabled_in(image) and not clean:
-            return (self._changes(image, lambda p: b in p.isr, unclean=b)
-                    + self._changes(image, lambda p: b in p.elr, unclean=b))
+            return self._changes(image, lambda p: b in p.isr, unclean=b) + self._changes(
+                image, lambda p: b in p.elr, unclean=b
+            )
         return self._move_off(image, b)
 
-    def _changes(self, image: MetadataImage, which, remove: int = NO_LEADER, add: int = NO_LEADER,
-                 unclean: int = NO_LEADER, only: set | None = None) -> list[dict]:
+    def _changes(
+        self,
+        image: MetadataImage,
+        which,
+        remove: int = NO_LEADER,
+        add: int = NO_LEADER,
+        unclean: int = NO_LEADER,
+        only: set | None = None,
+    ) -> list[dict]:
         """Kafka's generateLeaderAndIsrUpdates: ``remove`` leaves the ISR (and leads nothing),
         ``add`` may lead although the image still has it fenced, ``unclean`` (shut down
         uncleanly) leaves the ISR and the ELR and leads nothing."""
@@ -520,18 +600,28 @@ class ClusterControl:
                 return True
             reg = image.brokers.get(r)
             s = sessions.get(r)
-            return (reg is not None and not reg.fenced and not reg.in_controlled_shutdown
-                    and (s is None or s.state() == UNFENCED))
+            return (
+                reg is not None
+                and not reg.fenced
+                and not reg.in_controlled_shutdown
+                and (s is None or s.state() == UNFENCED)
+            )
 
         out = []
         for t in image.topics_by_id.values():
             election = UNCLEAN if self.unclean_enabled(t.name) else ONLINE
             for pid, p in t.partitions.items():
                 if (only is None or (t.topic_id, pid) in only) and which(p):
-                    rec = partition_change(t.topic_id, pid, p, leader_acceptor(image, p, acceptable),
-                                           [r for r in p.isr if r not in (remove, unclean)], election,
-                                           unclean_shutdown=(unclean,) if unclean != NO_LEADER else (),
-                                           **elr_args(image, t.name, p, self.min_isr))
+                    rec = partition_change(
+                        t.topic_id,
+                        pid,
+                        p,
+                        leader_acceptor(image, p, acceptable),
+                        [r for r in p.isr if r not in (remove, unclean)],
+                        election,
+                        unclean_shutdown=(unclean,) if unclean != NO_LEADER else (),
+                        **elr_args(image, t.name, p, self.min_isr),
+                    )
                     if rec is not None:
                         out.append(rec)
         return out
@@ -547,9 +637,12 @@ def leads_any(image: MetadataImage, broker_id: int) -> bool:
 
 # -- kio mapping (the network edge) --------------------------------------------------------------------
 VERSIONS = {"broker_registration": range(0, 5), "broker_heartbeat": range(0, 2)}
-_API = {RegistrationRequest: ("broker_registration", "request"),
-        RegistrationReply: ("broker_registration", "response"),
-        HeartbeatRequest: ("broker_heartbeat", "request"), HeartbeatReply: ("broker_heartbeat", "response")}
+_API = {
+    RegistrationRequest: ("broker_registration", "request"),
+    RegistrationReply: ("broker_registration", "response"),
+    HeartbeatRequest: ("broker_heartbeat", "request"),
+    HeartbeatReply: ("broker_heartbeat", "response"),
+}
 
 
 def to_kio(msg, version: int):
@@ -559,23 +652,49 @@ def to_kio(msg, version: int):
         raise KafkaError(ErrorCode.unsupported_version, f"{api} v{version} is not served")
     mod = importlib.import_module(f"kio.schema.{api}.v{version}.{kind}")
     if isinstance(msg, RegistrationRequest):
-        return _new(mod.BrokerRegistrationRequest, broker_id=msg.broker_id, cluster_id=msg.cluster_id,
-                    incarnation_id=msg.incarnation_id, rack=msg.rack, previous_broker_epoch=msg.previous_broker_epoch,
-                    listeners=tuple(_new(mod.Listener, name=e.name, host=e.host, port=e.port,
-                                         security_protocol=e.security_protocol) for e in msg.listeners),
-                    features=tuple(_new(mod.Feature, name=n, min_supported_version=lo, max_supported_version=hi)
-                                   for n, (lo, hi) in sorted(msg.features.items()) if version >= 4 or lo != 0),
-                    **({"log_dirs": tuple(msg.log_dirs)} if version >= 2 else {}))
+        return _new(
+            mod.BrokerRegistrationRequest,
+            broker_id=msg.broker_id,
+            cluster_id=msg.cluster_id,
+            incarnation_id=msg.incarnation_id,
+            rack=msg.rack,
+            previous_broker_epoch=msg.previous_broker_epoch,
+            listeners=tuple(
+                _new(mod.Listener, name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol)
+                for e in msg.listeners
+            ),
+            features=tuple(
+                _new(mod.Feature, name=n, min_supported_version=lo, max_supported_version=hi)
+                for n, (lo, hi) in sorted(msg.features.items())
+                if version >= 4 or lo != 0
+            ),
+            **({"log_dirs": tuple(msg.log_dirs)} if version >= 2 else {}),
+        )
     if isinstance(msg, RegistrationReply):
-        return _new(mod.BrokerRegistrationResponse, throttle_time=0, error_code=ErrorCode(msg.error_code),
-                    broker_epoch=msg.broker_epoch)
+        return _new(
+            mod.BrokerRegistrationResponse,
+            throttle_time=0,
+            error_code=ErrorCode(msg.error_code),
+            broker_epoch=msg.broker_epoch,
+        )
     if isinstance(msg, HeartbeatRequest):
-        return _new(mod.BrokerHeartbeatRequest, broker_id=msg.broker_id, broker_epoch=msg.broker_epoch,
-                    current_metadata_offset=msg.current_metadata_offset, want_fence=msg.want_fence,
-                    want_shut_down=msg.want_shut_down,
-                    **({"offline_log_dirs": tuple(msg.offline_log_dirs)} if version >= 1 else {}))
-    return _new(mod.BrokerHeartbeatResponse, throttle_time=0, error_code=ErrorCode(msg.error_code),
-                is_caught_up=msg.is_caught_up, is_fenced=msg.is_fenced, should_shut_down=msg.should_shut_down)
+        return _new(
+            mod.BrokerHeartbeatRequest,
+            broker_id=msg.broker_id,
+            broker_epoch=msg.broker_epoch,
+            current_metadata_offset=msg.current_metadata_offset,
+            want_fence=msg.want_fence,
+            want_shut_down=msg.want_shut_down,
+            **({"offline_log_dirs": tuple(msg.offline_log_dirs)} if version >= 1 else {}),
+        )
+    return _new(
+        mod.BrokerHeartbeatResponse,
+        throttle_time=0,
+        error_code=ErrorCode(msg.error_code),
+        is_caught_up=msg.is_caught_up,
+        is_fenced=msg.is_fenced,
+        should_shut_down=msg.should_shut_down,
+    )
 
 
 def from_kio(obj):
@@ -583,15 +702,27 @@ def from_kio(obj):
     name = type(obj).__name__
     if name == "BrokerRegistrationRequest":
         listeners = [Endpoint(e.name, e.host, int(e.port), int(e.security_protocol)) for e in obj.listeners]
-        return RegistrationRequest(int(obj.broker_id), obj.cluster_id, obj.incarnation_id, listeners,
-                                   {f.name: (int(f.min_supported_version), int(f.max_supported_version))
-                                    for f in obj.features}, obj.rack, int(getattr(obj, "previous_broker_epoch", -1)),
-                                   list(getattr(obj, "log_dirs", ())))
+        return RegistrationRequest(
+            int(obj.broker_id),
+            obj.cluster_id,
+            obj.incarnation_id,
+            listeners,
+            {f.name: (int(f.min_supported_version), int(f.max_supported_version)) for f in obj.features},
+            obj.rack,
+            int(getattr(obj, "previous_broker_epoch", -1)),
+            list(getattr(obj, "log_dirs", ())),
+        )
     if name == "BrokerRegistrationResponse":
         return RegistrationReply(int(obj.error_code), int(obj.broker_epoch))
     if name == "BrokerHeartbeatRequest":
-        return HeartbeatRequest(int(obj.broker_id), int(obj.broker_epoch), int(obj.current_metadata_offset),
-                                obj.want_fence, obj.want_shut_down, list(getattr(obj, "offline_log_dirs", ())))
+        return HeartbeatRequest(
+            int(obj.broker_id),
+            int(obj.broker_epoch),
+            int(obj.current_metadata_offset),
+            obj.want_fence,
+            obj.want_shut_down,
+            list(getattr(obj, "offline_log_dirs", ())),
+        )
     if name == "BrokerHeartbeatResponse":
         return HeartbeatReply(int(obj.error_code), obj.is_caught_up, obj.is_fenced, obj.should_shut_down)
     raise ValueError(f"not a BrokerRegistration or BrokerHeartbeat message: {name}")
@@ -605,11 +736,26 @@ def assign_request_to_kio(broker_id: int, broker_epoch: int, assignments: dict):
     """``assignments`` {dir id: {topic id: [partition]}} as an AssignReplicasToDirsRequest."""
     from kio.schema.assign_replicas_to_dirs.v0 import request as m
 
-    return _new(m.AssignReplicasToDirsRequest, broker_id=broker_id, broker_epoch=broker_epoch,
-                directories=tuple(_new(m.DirectoryData, id_=d, topics=tuple(
-                    _new(m.TopicData, topic_id=t, partitions=tuple(_new(m.PartitionData, partition_index=p)
-                                                                   for p in parts))
-                    for t, parts in topics.items())) for d, topics in assignments.items()))
+    return _new(
+        m.AssignReplicasToDirsRequest,
+        broker_id=broker_id,
+        broker_epoch=broker_epoch,
+        directories=tuple(
+            _new(
+                m.DirectoryData,
+                id_=d,
+                topics=tuple(
+                    _new(
+                        m.TopicData,
+                        topic_id=t,
+                        partitions=tuple(_new(m.PartitionData, partition_index=p) for p in parts),
+                    )
+                    for t, parts in topics.items()
+                ),
+            )
+            for d, topics in assignments.items()
+        ),
+    )
 
 
 def assign_request_from_kio(req) -> tuple[int, int, dict]:
@@ -624,11 +770,28 @@ def assign_response_to_kio(error_code: int, answer: dict):
     """``answer`` {dir id: {topic id: [(partition, error code)]}} as an AssignReplicasToDirsResponse."""
     from kio.schema.assign_replicas_to_dirs.v0 import response as m
 
-    return _new(m.AssignReplicasToDirsResponse, throttle_time=0, error_code=ErrorCode(error_code),
-                directories=tuple(_new(m.DirectoryData, id_=d, topics=tuple(
-                    _new(m.TopicData, topic_id=t, partitions=tuple(
-                        _new(m.PartitionData, partition_index=p, error_code=ErrorCode(e)) for p, e in parts))
-                    for t, parts in topics.items())) for d, topics in answer.items()))
+    return _new(
+        m.AssignReplicasToDirsResponse,
+        throttle_time=0,
+        error_code=ErrorCode(error_code),
+        directories=tuple(
+            _new(
+                m.DirectoryData,
+                id_=d,
+                topics=tuple(
+                    _new(
+                        m.TopicData,
+                        topic_id=t,
+                        partitions=tuple(
+                            _new(m.PartitionData, partition_index=p, error_code=ErrorCode(e)) for p, e in parts
+                        ),
+                    )
+                    for t, parts in topics.items()
+                ),
+            )
+            for d, topics in answer.items()
+        ),
+    )
 
 
 def assign_response_from_kio(resp) -> tuple[int, dict]:
@@ -636,5 +799,6 @@ def assign_response_from_kio(resp) -> tuple[int, dict]:
     for d in resp.directories:
         for t in d.topics:
             answer.setdefault(d.id_, {}).setdefault(t.topic_id, []).extend(
-                (int(p.partition_index), int(p.error_code)) for p in t.partitions)
+                (int(p.partition_index), int(p.error_code)) for p in t.partitions
+            )
     return int(resp.error_code), answer

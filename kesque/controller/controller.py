@@ -17,6 +17,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from .. import quotas as qm
 from ..config.broker import BROKER_CONFIGS, BrokerConfig, has_effect
 from ..config.group import GROUP_CONFIGS, validate_group_configs
 from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
@@ -24,7 +25,6 @@ from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, Delta, MetadataImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
-from .. import quotas as qm
 from ..storage.checkpoint import uuid_to_kafka
 from . import reassignment
 from .reassignment import default_dir_fn
@@ -41,8 +41,7 @@ METADATA_VERSION_LEVEL = 25  # 4.0-IV3: the KRaft feature level kesque's records
 # (KIP-966) on: eligible.leader.replicas.version 1, and transactions of version 2 (KIP-890 part 2:
 # an epoch bump per transaction, partitions added by their leaders): transaction.version 2. A
 # cluster bootstrapped before kesque finalized a feature keeps it at 0 (absent from its image).
-FEATURES = {"metadata.version": METADATA_VERSION_LEVEL, "eligible.leader.replicas.version": 1,
-            "transaction.version": 2}
+FEATURES = {"metadata.version": METADATA_VERSION_LEVEL, "eligible.leader.replicas.version": 1, "transaction.version": 2}
 # the lowest level kesque supports of each (metadata.version starts at 1, the others at 0)
 FEATURE_MIN = {"eligible.leader.replicas.version": 0, "transaction.version": 0}
 
@@ -50,6 +49,7 @@ FEATURE_MIN = {"eligible.leader.replicas.version": 0, "transaction.version": 0}
 def supported_features() -> dict[str, tuple[int, int]]:
     """{feature: (min, max)} of what this broker supports (BrokerRegistration, ApiVersions)."""
     return {k: (FEATURE_MIN.get(k, 1), v) for k, v in FEATURES.items()}
+
 
 # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one request may not write more records
 MAX_RECORDS_PER_USER_OP = 10000
@@ -72,15 +72,18 @@ def validate_topic_name(name: str) -> None:
     if not name:
         raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name cannot be \".\" or \"..\"")
+        raise KafkaError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
     if len(name) > MAX_TOPIC_LENGTH:
-        raise KafkaError(ErrorCode.invalid_topic_exception,
-                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_LENGTH} characters, "
-                         f"topic name: {name}")
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_LENGTH} characters, topic name: {name}",
+        )
     if not LEGAL_TOPIC.match(name):
-        raise KafkaError(ErrorCode.invalid_topic_exception,
-                         f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
-                         "alphanumerics, '.', '_' and '-'")
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+            "alphanumerics, '.', '_' and '-'",
+        )
 
 
 @dataclass
@@ -131,11 +134,24 @@ class Controller:
     def register_broker(self, node_id: int, endpoints: list[dict], rack: str | None = None) -> int:
         prev = self.image.brokers.get(node_id)
         epoch = max(self.image.offset + 1, (prev.epoch + 1) if prev else 0)
-        self.commit([{"type": "RegisterBrokerRecord", "broker_id": node_id, "incarnation_id": uuid.uuid4(),
-                      "broker_epoch": epoch, "endpoints": endpoints,
-                      "features": [{"name": k, "min_supported_version": FEATURE_MIN.get(k, 1),
-                                    "max_supported_version": v} for k, v in FEATURES.items()],
-                      "rack": rack, "fenced": False, "in_controlled_shutdown": False}])
+        self.commit(
+            [
+                {
+                    "type": "RegisterBrokerRecord",
+                    "broker_id": node_id,
+                    "incarnation_id": uuid.uuid4(),
+                    "broker_epoch": epoch,
+                    "endpoints": endpoints,
+                    "features": [
+                        {"name": k, "min_supported_version": FEATURE_MIN.get(k, 1), "max_supported_version": v}
+                        for k, v in FEATURES.items()
+                    ],
+                    "rack": rack,
+                    "fenced": False,
+                    "in_controlled_shutdown": False,
+                }
+            ]
+        )
         return epoch
 
     # ------------------------------------------------------------------ producer ids
@@ -144,8 +160,16 @@ class Controller:
     def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> tuple[int, int]:
         """A block of producer ids, unique across restarts and brokers (AllocateProducerIds)."""
         start = self.image.next_producer_id
-        self.commit([{"type": "ProducerIdsRecord", "broker_id": broker_id, "broker_epoch": broker_epoch,
-                      "next_producer_id": start + self.PRODUCER_ID_BLOCK}])
+        self.commit(
+            [
+                {
+                    "type": "ProducerIdsRecord",
+                    "broker_id": broker_id,
+                    "broker_epoch": broker_epoch,
+                    "next_producer_id": start + self.PRODUCER_ID_BLOCK,
+                }
+            ]
+        )
         return start, self.PRODUCER_ID_BLOCK
 
     # ------------------------------------------------------------------ topics
@@ -166,8 +190,9 @@ class Controller:
                 if counts[t.name] > 1:
                     raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
                 if t.name == METADATA_TOPIC:
-                    raise KafkaError(ErrorCode.invalid_request,
-                                     f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
+                    raise KafkaError(
+                        ErrorCode.invalid_request, f"Creation of internal topic {METADATA_TOPIC} is prohibited."
+                    )
                 recs, n, rf, topic_id = self._plan_topic(t, budget)
                 if quota is not None and not validate_only:
                     quota.record(n)
@@ -193,8 +218,9 @@ class Controller:
         collide = t.name.replace(".", "_")
         for existing in self.image.topics_by_name:
             if existing != t.name and existing.replace(".", "_") == collide:
-                raise KafkaError(ErrorCode.invalid_topic_exception,
-                                 f"Topic '{t.name}' collides with existing topic: {existing}")
+                raise KafkaError(
+                    ErrorCode.invalid_topic_exception, f"Topic '{t.name}' collides with existing topic: {existing}"
+                )
         # configs before partitions, as Kafka's ReplicationControlManager.createTopics
         null = [k for k, v in t.configs.items() if v is None]
         if null:
@@ -207,9 +233,11 @@ class Controller:
         live = [b.id for b in self.image.live_brokers()]
         if t.assignments:
             if t.num_partitions != -1 or t.replication_factor != -1:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 "Both numPartitions or replicationFactor and replicasAssignments were set. "
-                                 "Both cannot be used at the same time.")
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                    "Both cannot be used at the same time.",
+                )
             assignment = self._check_assignment(t.assignments, 0)
             n = len(assignment)
             rf = len(assignment[0])
@@ -217,15 +245,20 @@ class Controller:
             n = t.num_partitions if t.num_partitions != -1 else self.config.get("num.partitions")
             rf = t.replication_factor if t.replication_factor != -1 else self.config.get("default.replication.factor")
             if n <= 0:
-                raise KafkaError(ErrorCode.invalid_partitions,
-                                 "Number of partitions was set to an invalid non-positive value.")
+                raise KafkaError(
+                    ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value."
+                )
             if rf <= 0:
-                raise KafkaError(ErrorCode.invalid_replication_factor,
-                                 "Replication factor must be larger than 0, or -1 to use the default value.")
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    "Replication factor must be larger than 0, or -1 to use the default value.",
+                )
             if rf > len(live):
-                raise KafkaError(ErrorCode.invalid_replication_factor,
-                                 f"Unable to replicate the partition {rf} time(s): The target replication factor "
-                                 f"of {rf} cannot be reached because only {len(live)} broker(s) are registered.")
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    f"Unable to replicate the partition {rf} time(s): The target replication factor "
+                    f"of {rf} cannot be reached because only {len(live)} broker(s) are registered.",
+                )
             if budget is not None and n + len(t.configs) + 1 > budget[0]:
                 raise KafkaError(ErrorCode.policy_violation, _TOO_LARGE)
             assignment = self._place(n, rf, live)
@@ -237,8 +270,10 @@ class Controller:
         while topic_id in self.image.topics_by_id:
             topic_id = random_topic_id()
         recs = [{"type": "TopicRecord", "name": t.name, "topic_id": topic_id}]
-        recs += [{"type": "ConfigRecord", "resource_type": RESOURCE_TOPIC, "resource_name": t.name,
-                  "name": k, "value": v} for k, v in sorted(overrides.items())]
+        recs += [
+            {"type": "ConfigRecord", "resource_type": RESOURCE_TOPIC, "resource_name": t.name, "name": k, "value": v}
+            for k, v in sorted(overrides.items())
+        ]
         recs += self._partition_records(topic_id, assignment, 0)
         return recs, n, rf, topic_id
 
@@ -248,31 +283,47 @@ class Controller:
         out = []
         for i, replicas in enumerate(assignment):
             isr = [r for r in replicas if r in live] or list(replicas)
-            out.append({"type": "PartitionRecord", "partition_id": first + i, "topic_id": topic_id,
-                        "replicas": replicas, "isr": isr, "removing_replicas": [], "adding_replicas": [],
-                        "leader": isr[0], "leader_recovery_state": 0, "leader_epoch": 0, "partition_epoch": 0})
-            if default_dir is not None:     # KIP-858: each replica's directory (Kafka's defaultDir)
+            out.append(
+                {
+                    "type": "PartitionRecord",
+                    "partition_id": first + i,
+                    "topic_id": topic_id,
+                    "replicas": replicas,
+                    "isr": isr,
+                    "removing_replicas": [],
+                    "adding_replicas": [],
+                    "leader": isr[0],
+                    "leader_recovery_state": 0,
+                    "leader_epoch": 0,
+                    "partition_epoch": 0,
+                }
+            )
+            if default_dir is not None:  # KIP-858: each replica's directory (Kafka's defaultDir)
                 out[-1]["directories"] = [default_dir(r) for r in replicas]
         return out
 
-    def _check_assignment(self, assignments: dict[int, list[int]], first: int,
-                          rf: int | None = None) -> list[list[int]]:
+    def _check_assignment(
+        self, assignments: dict[int, list[int]], first: int, rf: int | None = None
+    ) -> list[list[int]]:
         """Kafka's validateManualPartitionAssignment: replicas non-empty, registered (fenced
         ones too), distinct, one replication factor (the topic's, when adding partitions),
         at least one of them active; partition indexes consecutive."""
         indexes = sorted(assignments)
         if indexes != list(range(first, first + len(indexes))):
-            raise KafkaError(ErrorCode.invalid_replica_assignment,
-                             "partitions should be a consecutive 0-based integer sequence")
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment, "partitions should be a consecutive 0-based integer sequence"
+            )
         live = {b.id for b in self.image.live_brokers()}
         out = []
         for i in indexes:
             replicas = list(assignments[i])
             reassignment.validate_manual_assignment(self.image, replicas, rf)
             if not any(r in live for r in replicas):
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"All brokers specified in the manual partition assignment for partition {i} are "
-                                 "fenced or in controlled shutdown.")
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"All brokers specified in the manual partition assignment for partition {i} are "
+                    "fenced or in controlled shutdown.",
+                )
             rf = len(replicas)
             out.append(replicas)
         return out
@@ -292,18 +343,36 @@ class Controller:
         given = [name if name else topic_id for name, topic_id in zip(names, ids)]
         for name, topic_id in zip(names, ids):
             if given.count(name if name else topic_id) > 1:  # as Kafka's ControllerApis.deleteTopics
-                out.append((name, topic_id, KafkaError(ErrorCode.invalid_request,
-                                                       "Duplicate topic name." if name else "Duplicate topic id.")))
+                out.append(
+                    (
+                        name,
+                        topic_id,
+                        KafkaError(
+                            ErrorCode.invalid_request, "Duplicate topic name." if name else "Duplicate topic id."
+                        ),
+                    )
+                )
                 continue
             t = self.image.topic(name) if name else self.image.topics_by_id.get(topic_id)
             if t is None:
                 code = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
-                out.append((name, topic_id, KafkaError(code, "This server does not host this topic-partition."
-                                                       if name else "This server does not host this topic ID.")))
+                out.append(
+                    (
+                        name,
+                        topic_id,
+                        KafkaError(
+                            code,
+                            "This server does not host this topic-partition."
+                            if name
+                            else "This server does not host this topic ID.",
+                        ),
+                    )
+                )
                 continue
             if not self.config.get("delete.topic.enable"):
-                out.append((t.name, t.topic_id, KafkaError(ErrorCode.topic_deletion_disabled,
-                                                           "Topic deletion is disabled.")))
+                out.append(
+                    (t.name, t.topic_id, KafkaError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled."))
+                )
                 continue
             if quota is not None:
                 try:
@@ -319,30 +388,36 @@ class Controller:
                 log.info("Deleted topic %s", name)
         return out
 
-    def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
-                          validate_only: bool, quota=None) -> None:
+    def create_partitions(
+        self, name: str, count: int, assignments: list[list[int]] | None, validate_only: bool, quota=None
+    ) -> None:
         t = self.image.topic(name)
         if t is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
         current = len(t.partitions)
         if count < current:
-            raise KafkaError(ErrorCode.invalid_partitions,
-                             f"The topic {name} currently has {current} partition(s); {count} would not be an increase.")
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"The topic {name} currently has {current} partition(s); {count} would not be an increase.",
+            )
         if count == current:
             raise KafkaError(ErrorCode.invalid_partitions, f"Topic already has {current} partition(s).")
         live = [b.id for b in self.image.live_brokers()]
         rf = len(t.partitions[0].replicas) if t.partitions else 1
         if assignments:
             if len(assignments) != count - current:
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"Attempted to add {count - current} additional partition(s), but only "
-                                 f"{len(assignments)} assignment(s) were specified.")
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Attempted to add {count - current} additional partition(s), but only "
+                    f"{len(assignments)} assignment(s) were specified.",
+                )
             plan = self._check_assignment({current + i: a for i, a in enumerate(assignments)}, current, rf)
         else:
             if rf > len(live):
-                raise KafkaError(ErrorCode.invalid_replication_factor,
-                                 f"Unable to replicate the partition {rf} time(s): only {len(live)} broker(s) are "
-                                 "registered.")
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    f"Unable to replicate the partition {rf} time(s): only {len(live)} broker(s) are registered.",
+                )
             if count - current > MAX_RECORDS_PER_USER_OP:
                 raise KafkaError(ErrorCode.policy_violation, _TOO_LARGE)
             plan = self._place(count - current, rf, live, current)
@@ -358,8 +433,9 @@ class Controller:
         records, results = reassignment.alter_reassignments(self.image, topics, self.unclean_enabled, allow_rf_change)
         self.commit(records)
         ok = sum(err is None for _t, parts in results for _p, err in parts)
-        log.info("Successfully altered %d out of %d partition reassignment(s).", ok,
-                 sum(len(parts) for _t, parts in results))
+        log.info(
+            "Successfully altered %d out of %d partition reassignment(s).", ok, sum(len(parts) for _t, parts in results)
+        )
         return results
 
     def min_isr(self, topic: str) -> int:
@@ -368,8 +444,9 @@ class Controller:
 
     def unclean_enabled(self, topic: str) -> bool:
         """``unclean.leader.election.enable`` of a topic, resolved as the controller does."""
-        return unclean_enabled_in(self.image, topic, self.config.get("node.id"),
-                                  bool(self.config.get("unclean.leader.election.enable")))
+        return unclean_enabled_in(
+            self.image, topic, self.config.get("node.id"), bool(self.config.get("unclean.leader.election.enable"))
+        )
 
     # ------------------------------------------------------------------ configs
     def _check_resource(self, rtype: int, rname: str) -> None:
@@ -409,8 +486,9 @@ class Controller:
             code = ErrorCode.invalid_request if rtype == RESOURCE_BROKER else ErrorCode.invalid_config
             raise KafkaError(code, str(e)) from None
 
-    def incremental_alter_configs(self, rtype: int, rname: str, ops: list[tuple[str, int, str | None]],
-                                  validate_only: bool) -> None:
+    def incremental_alter_configs(
+        self, rtype: int, rname: str, ops: list[tuple[str, int, str | None]], validate_only: bool
+    ) -> None:
         """Apply SET/DELETE/APPEND/SUBTRACT ops to one resource atomically."""
         self._check_resource(rtype, rname)
         current = dict(self.image.configs.get((rtype, rname), {}))
@@ -429,8 +507,9 @@ class Controller:
                 keys = {RESOURCE_TOPIC: TOPIC_CONFIGS, RESOURCE_GROUP: GROUP_CONFIGS}.get(rtype, BROKER_CONFIGS)
                 key = keys.get(name)
                 if key is None or key.type != "LIST":
-                    raise KafkaError(ErrorCode.invalid_config,
-                                     f"Config value append is not allowed for config key: {name}")
+                    raise KafkaError(
+                        ErrorCode.invalid_config, f"Config value append is not allowed for config key: {name}"
+                    )
                 base = new.get(name)
                 items = [x for x in (base.split(",") if base else list(key.default or ())) if x]
                 add = [x.strip() for x in (value or "").split(",") if x.strip()]
@@ -466,15 +545,23 @@ class Controller:
         recs = []
         for name in sorted(set(current) | set(new)):
             if current.get(name) != new.get(name):
-                recs.append({"type": "ConfigRecord", "resource_type": rtype, "resource_name": rname,
-                             "name": name, "value": new.get(name)})
+                recs.append(
+                    {
+                        "type": "ConfigRecord",
+                        "resource_type": rtype,
+                        "resource_name": rname,
+                        "name": name,
+                        "value": new.get(name),
+                    }
+                )
         self.commit(recs + clear_elr_records(self.image, recs))
         if rtype == RESOURCE_BROKER:
             self.warn_without_effect(r["name"] for r in recs if r["value"] is not None)
 
     # ------------------------------------------------------------------ client quotas
-    def alter_client_quotas(self, alterations: list[tuple[list, list[tuple[str, float | None]]]],
-                            validate_only: bool) -> list[tuple[list, KafkaError | None]]:
+    def alter_client_quotas(
+        self, alterations: list[tuple[list, list[tuple[str, float | None]]]], validate_only: bool
+    ) -> list[tuple[list, KafkaError | None]]:
         """AlterClientQuotas as Kafka's ClientQuotaControlManager: each entity's ops (value
         None removes the key) are validated on their own; the valid entities' changes are
         written as one batch of ClientQuotaRecords. Returns (entity entries, error) per entity."""
@@ -486,12 +573,16 @@ class Controller:
             error = None
             for key, value in ops:
                 if key in changes:
-                    error = KafkaError(ErrorCode.invalid_request, f"Duplicate quota key {key} not updating quota for "
-                                                                  f"this entity {qm.entity_text(entity)}")
+                    error = KafkaError(
+                        ErrorCode.invalid_request,
+                        f"Duplicate quota key {key} not updating quota for this entity {qm.entity_text(entity)}",
+                    )
                 changes[key] = value
             if error is not None or entity in results:
-                results[entity] = (entries, KafkaError(ErrorCode.invalid_request,
-                                                       f"Ignoring duplicate entity {qm.entity_text(entity)}"))
+                results[entity] = (
+                    entries,
+                    KafkaError(ErrorCode.invalid_request, f"Ignoring duplicate entity {qm.entity_text(entity)}"),
+                )
                 continue
             try:
                 records.extend(self._quota_records(entries, changes))
@@ -511,13 +602,15 @@ class Controller:
         for key, value in changes.items():
             if value is None:
                 if key in current:
-                    out.append({"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": 0.0,
-                                "remove": True})
+                    out.append(
+                        {"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": 0.0, "remove": True}
+                    )
                 continue
             qm.validate_quota_value(keys, key, value)
             if current.get(key) != value:
-                out.append({"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": value,
-                            "remove": False})
+                out.append(
+                    {"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": value, "remove": False}
+                )
         return out
 
     def warn_without_effect(self, names=None) -> None:
@@ -528,5 +621,8 @@ class Controller:
         fresh = sorted({n for n in names if not has_effect(n)} - self._warned_without_effect)
         if fresh:
             self._warned_without_effect.update(fresh)
-            log.warning("Dynamic broker config(s) %s stored, but kesque does not act on %s (yet)",
-                        ", ".join(fresh), "it" if len(fresh) == 1 else "them")
+            log.warning(
+                "Dynamic broker config(s) %s stored, but kesque does not act on %s (yet)",
+                ", ".join(fresh),
+                "it" if len(fresh) == 1 else "them",
+            )

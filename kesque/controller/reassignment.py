@@ -54,8 +54,9 @@ def target_assignment(current: list[int], target: list[int]) -> tuple[list[int],
     return list(target) + removing, removing, adding
 
 
-def completed(replicas: list[int], removing: list[int], adding: list[int],
-              target_isr: list[int]) -> tuple[list[int], list[int]] | None:
+def completed(
+    replicas: list[int], removing: list[int], adding: list[int], target_isr: list[int]
+) -> tuple[list[int], list[int]] | None:
     """(replicas, isr) once the reassignment is complete with ``target_isr``, else None
     (Kafka 4.4's maybeCompleteReassignment)."""
     if not removing and not adding:
@@ -80,8 +81,9 @@ def revert(p: PartitionRegistration) -> tuple[list[int], list[int], bool]:
     if isr:
         return replicas, isr, False
     if not replicas:
-        raise KafkaError(E.invalid_replica_assignment,
-                         "Invalid replica assignment: addingReplicas contains all replicas.")
+        raise KafkaError(
+            E.invalid_replica_assignment, "Invalid replica assignment: addingReplicas contains all replicas."
+        )
     return replicas, [replicas[0]], True
 
 
@@ -89,28 +91,45 @@ def validate_manual_assignment(image: MetadataImage, replicas: list[int], rf: in
     """Kafka's validateManualPartitionAssignment: not empty; in id order, each registered
     (fenced ones too) and given once; ``rf`` replicas when given."""
     if not replicas:
-        raise KafkaError(E.invalid_replica_assignment,
-                         "The manual partition assignment includes an empty replica list.")
+        raise KafkaError(
+            E.invalid_replica_assignment, "The manual partition assignment includes an empty replica list."
+        )
     previous = None
     for r in sorted(replicas):
         if r not in image.brokers:
-            raise KafkaError(E.invalid_replica_assignment,
-                             f"The manual partition assignment includes broker {r}, but no such broker is registered.")
+            raise KafkaError(
+                E.invalid_replica_assignment,
+                f"The manual partition assignment includes broker {r}, but no such broker is registered.",
+            )
         if r == previous:
-            raise KafkaError(E.invalid_replica_assignment,
-                             f"The manual partition assignment includes the broker {r} more than once.")
+            raise KafkaError(
+                E.invalid_replica_assignment, f"The manual partition assignment includes the broker {r} more than once."
+            )
         previous = r
     if rf is not None and len(replicas) != rf:
-        raise KafkaError(E.invalid_replica_assignment,
-                         f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
-                         f"this is not consistent with previous partitions, which have {rf} replica(s).")
+        raise KafkaError(
+            E.invalid_replica_assignment,
+            f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
+            f"this is not consistent with previous partitions, which have {rf} replica(s).",
+        )
 
 
-def change_partition(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistration, acceptable_fn,
-                     target_isr: list[int] | None = None, election: str | None = None,
-                     target_leader_recovery_state: int | None = None, *, replicas: list[int] | None = None,
-                     removing: list[int] | None = None, adding: list[int] | None = None,
-                     elr_enabled: bool = False, min_isr: int = 1, default_dir=None) -> dict | None:
+def change_partition(
+    topic_id: uuid.UUID,
+    partition_id: int,
+    p: PartitionRegistration,
+    acceptable_fn,
+    target_isr: list[int] | None = None,
+    election: str | None = None,
+    target_leader_recovery_state: int | None = None,
+    *,
+    replicas: list[int] | None = None,
+    removing: list[int] | None = None,
+    adding: list[int] | None = None,
+    elr_enabled: bool = False,
+    min_isr: int = 1,
+    default_dir=None,
+) -> dict | None:
     """Kafka's PartitionChangeBuilder.build with reassignment; ``replicas`` / ``removing`` /
     ``adding`` None keep the partition's. ``default_dir`` (:func:`default_dir_fn`; None before
     metadata.version 3.7-IV2): a replica keeps its directory, a new one gets its broker's
@@ -126,10 +145,18 @@ def change_partition(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
         (replicas, isr), removing, adding = done, [], []
     # the election runs in the target order (the first replica leads a preferred election)
     view = dataclasses.replace(p, replicas=replicas)
-    rec = partition_change(topic_id, partition_id, view, acceptable_fn, isr, election or ONLINE,
-                           target_leader_recovery_state, elr_enabled=elr_enabled, min_isr=min_isr,
-                           bump_leader_epoch=not set(p.replicas) <= set(replicas)) \
-        or _unchanged(topic_id, partition_id)
+    rec = partition_change(
+        topic_id,
+        partition_id,
+        view,
+        acceptable_fn,
+        isr,
+        election or ONLINE,
+        target_leader_recovery_state,
+        elr_enabled=elr_enabled,
+        min_isr=min_isr,
+        bump_leader_epoch=not set(p.replicas) <= set(replicas),
+    ) or _unchanged(topic_id, partition_id)
     if replicas and default_dir is not None:
         dirs = [p.directory(r) if r in p.replicas else default_dir(r) for r in replicas]
         if dirs != [p.directory(r) for r in p.replicas]:
@@ -153,57 +180,110 @@ def default_dir_fn(image: MetadataImage):
     def default_dir(b: int):
         reg = image.brokers.get(b)
         return UNASSIGNED if reg is None else reg.default_dir()
+
     return default_dir
 
 
 def leader_acceptor(image: MetadataImage, p: PartitionRegistration, active):
     """Kafka's LeaderAcceptor: ``active(broker)`` and the replica's directory online on it (a
     replica in a failed log dir may not lead)."""
+
     def ok(b: int) -> bool:
         if not active(b):
             return False
         reg = image.brokers.get(b)
         return reg is None or reg.has_online_dir(p.directory(b))
+
     return ok
 
 
 def _unchanged(topic_id: uuid.UUID, partition_id: int) -> dict:
-    return {"type": "PartitionChangeRecord", "topic_id": topic_id, "partition_id": partition_id, "isr": None,
-            "leader": NO_LEADER_CHANGE, "replicas": None, "removing_replicas": None, "adding_replicas": None,
-            "leader_recovery_state": -1}
+    return {
+        "type": "PartitionChangeRecord",
+        "topic_id": topic_id,
+        "partition_id": partition_id,
+        "isr": None,
+        "leader": NO_LEADER_CHANGE,
+        "replicas": None,
+        "removing_replicas": None,
+        "adding_replicas": None,
+        "leader_recovery_state": -1,
+    }
 
 
-def _start(image: MetadataImage, topic_id: uuid.UUID, pid: int, p: PartitionRegistration, target: list[int],
-           allow_rf_change: bool, acceptable_fn) -> dict | None:
+def _start(
+    image: MetadataImage,
+    topic_id: uuid.UUID,
+    pid: int,
+    p: PartitionRegistration,
+    target: list[int],
+    allow_rf_change: bool,
+    acceptable_fn,
+) -> dict | None:
     validate_manual_assignment(image, target)
     if not allow_rf_change:
-        current_rf = len((set(p.replicas) | set(p.adding_replicas)) - set(p.removing_replicas)) if in_progress(p) \
+        current_rf = (
+            len((set(p.replicas) | set(p.adding_replicas)) - set(p.removing_replicas))
+            if in_progress(p)
             else len(p.replicas)
+        )
         if len(target) != current_rf:
-            raise KafkaError(E.invalid_replication_factor,
-                             f"The replication factor is changed from {current_rf} to {len(target)}")
+            raise KafkaError(
+                E.invalid_replication_factor, f"The replication factor is changed from {current_rf} to {len(target)}"
+            )
     replicas, removing, adding = target_assignment(p.replicas, target)
-    return change_partition(topic_id, pid, p, leader_acceptor(image, p, acceptable_fn), replicas=replicas,
-                            removing=removing or None, adding=adding or None, default_dir=default_dir_fn(image))
+    return change_partition(
+        topic_id,
+        pid,
+        p,
+        leader_acceptor(image, p, acceptable_fn),
+        replicas=replicas,
+        removing=removing or None,
+        adding=adding or None,
+        default_dir=default_dir_fn(image),
+    )
 
 
-def _cancel(image: MetadataImage, topic_id: uuid.UUID, name: str, pid: int, p: PartitionRegistration,
-            unclean: bool, acceptable_fn) -> dict | None:
+def _cancel(
+    image: MetadataImage,
+    topic_id: uuid.UUID,
+    name: str,
+    pid: int,
+    p: PartitionRegistration,
+    unclean: bool,
+    acceptable_fn,
+) -> dict | None:
     from .replication_control import ONLINE, UNCLEAN
 
     if not in_progress(p):
         raise KafkaError(E.no_reassignment_in_progress)
     replicas, isr, needs_unclean = revert(p)
     if needs_unclean and not unclean:
-        raise KafkaError(E.invalid_replica_assignment, f"Unable to revert partition assignment for {name}:{pid} "
-                                                       "because it would require an unclean leader election.")
-    return change_partition(topic_id, pid, p, leader_acceptor(image, p, acceptable_fn), isr,
-                            UNCLEAN if unclean else ONLINE, replicas=replicas, removing=[], adding=[],
-                            default_dir=default_dir_fn(image))
+        raise KafkaError(
+            E.invalid_replica_assignment,
+            f"Unable to revert partition assignment for {name}:{pid} "
+            "because it would require an unclean leader election.",
+        )
+    return change_partition(
+        topic_id,
+        pid,
+        p,
+        leader_acceptor(image, p, acceptable_fn),
+        isr,
+        UNCLEAN if unclean else ONLINE,
+        replicas=replicas,
+        removing=[],
+        adding=[],
+        default_dir=default_dir_fn(image),
+    )
 
 
-def alter_reassignments(image: MetadataImage, topics: list[tuple[str, list[tuple[int, list[int] | None]]]],
-                        unclean_enabled=lambda topic: False, allow_rf_change: bool = True):
+def alter_reassignments(
+    image: MetadataImage,
+    topics: list[tuple[str, list[tuple[int, list[int] | None]]]],
+    unclean_enabled=lambda topic: False,
+    allow_rf_change: bool = True,
+):
     """AlterPartitionReassignments: ``topics`` is [(name, [(partition, target replicas or
     None to cancel)])]. Returns (records, [(name, [(partition, KafkaError | None)])]); the
     records go in one batch (Kafka's atomic result)."""
@@ -221,9 +301,12 @@ def alter_reassignments(image: MetadataImage, topics: list[tuple[str, list[tuple
                 p = t.partitions.get(pid)
                 if p is None:
                     raise KafkaError(E.unknown_topic_or_partition, f"Unable to find partition {name}:{pid}.")
-                ok = lambda b: acceptable(image, b)   # noqa: E731
-                rec = (_cancel(image, t.topic_id, name, pid, p, unclean_enabled(name), ok) if target is None
-                       else _start(image, t.topic_id, pid, p, list(target), allow_rf_change, ok))
+                ok = lambda b: acceptable(image, b)  # noqa: E731
+                rec = (
+                    _cancel(image, t.topic_id, name, pid, p, unclean_enabled(name), ok)
+                    if target is None
+                    else _start(image, t.topic_id, pid, p, list(target), allow_rf_change, ok)
+                )
                 if rec is not None:
                     records.append(rec)
                 out.append((pid, None))
@@ -244,8 +327,11 @@ def list_reassignments(image: MetadataImage, topics: list[tuple[str, list[int]]]
         t = image.topic(name)
         if t is None:
             continue
-        parts = [(pid, list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
-                 for pid in pids if (p := t.partitions.get(pid)) is not None and in_progress(p)]
+        parts = [
+            (pid, list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+            for pid in pids
+            if (p := t.partitions.get(pid)) is not None and in_progress(p)
+        ]
         if parts:
             out.append((name, parts))
     return out

@@ -61,11 +61,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError
-from ..metadata.image import MetadataImage, PartitionRegistration
+from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC, MetadataImage, PartitionRegistration
 from ..replication.replica_state import RECOVERED, RECOVERING, AlterPartitionReply
 from ..utils import hash_set_order
 from .reassignment import change_partition, default_dir_fn, leader_acceptor
-from ..metadata.image import RESOURCE_BROKER, RESOURCE_TOPIC
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
@@ -84,9 +83,9 @@ class AlterPartitionRequest:
     partition_id: int
     leader_epoch: int
     partition_epoch: int
-    new_isr: list[tuple[int, int]] = field(default_factory=list)    # (broker id, broker epoch or -1)
+    new_isr: list[tuple[int, int]] = field(default_factory=list)  # (broker id, broker epoch or -1)
     leader_recovery_state: int = RECOVERED
-    topic_name: str | None = None        # versions 0-1 name the topic
+    topic_name: str | None = None  # versions 0-1 name the topic
 
 
 def acceptable(image: MetadataImage, broker: int) -> bool:
@@ -99,11 +98,19 @@ def _acceptor(image: MetadataImage, p: PartitionRegistration):
     return leader_acceptor(image, p, lambda b: acceptable(image, b))
 
 
-def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistration, acceptable_fn,
-                     target_isr: list[int] | None = None, election: str = ONLINE,
-                     target_leader_recovery_state: int | None = None, elr_enabled: bool = False,
-                     min_isr: int = 1, unclean_shutdown: tuple[int, ...] = (),
-                     bump_leader_epoch: bool = False) -> dict | None:
+def partition_change(
+    topic_id: uuid.UUID,
+    partition_id: int,
+    p: PartitionRegistration,
+    acceptable_fn,
+    target_isr: list[int] | None = None,
+    election: str = ONLINE,
+    target_leader_recovery_state: int | None = None,
+    elr_enabled: bool = False,
+    min_isr: int = 1,
+    unclean_shutdown: tuple[int, ...] = (),
+    bump_leader_epoch: bool = False,
+) -> dict | None:
     """Kafka 4.4's PartitionChangeBuilder.build (the reassignment part is
     :func:`~kesque.controller.reassignment.change_partition`'s). Its steps, in Kafka's order:
     the target ELR, the election, the leader epoch bump of a reassignment, the ELR fields, the
@@ -111,11 +118,19 @@ def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
     isr = list(p.isr) if target_isr is None else list(target_isr)
     old_elr, old_lkelr = list(p.elr), list(p.last_known_elr)
     elr = _target_elr(p, isr, old_elr, min_isr, unclean_shutdown) if elr_enabled else old_elr
-    rec = {"type": "PartitionChangeRecord", "topic_id": topic_id, "partition_id": partition_id,
-           "isr": None, "leader": NO_LEADER_CHANGE, "replicas": None, "removing_replicas": None,
-           "adding_replicas": None, "leader_recovery_state": -1}
+    rec = {
+        "type": "PartitionChangeRecord",
+        "topic_id": topic_id,
+        "partition_id": partition_id,
+        "isr": None,
+        "leader": NO_LEADER_CHANGE,
+        "replicas": None,
+        "removing_replicas": None,
+        "adding_replicas": None,
+        "leader_recovery_state": -1,
+    }
 
-    def valid(r: int) -> bool:      # Kafka's isValidNewLeader: in the ISR, or in the ELR when the ISR is empty
+    def valid(r: int) -> bool:  # Kafka's isValidNewLeader: in the ISR, or in the ELR when the ISR is empty
         return (r in isr or (not isr and r in elr)) and acceptable_fn(r)
 
     def last_known_leader() -> int:
@@ -139,7 +154,7 @@ def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
             leader = next((r for r in p.replicas if acceptable_fn(r)), NO_LEADER)
             unclean = leader != NO_LEADER
     if leader != p.leader:
-        if leader in elr:                       # elected from the ELR: it is the ISR now
+        if leader in elr:  # elected from the ELR: it is the ISR now
             isr, elr = [leader], [r for r in elr if r != leader]
         rec["leader"] = leader
         if unclean:
@@ -147,7 +162,7 @@ def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
             if p.leader_recovery_state != RECOVERING:
                 rec["leader_recovery_state"] = RECOVERING
     if bump_leader_epoch and rec["leader"] == NO_LEADER_CHANGE:
-        rec["leader"] = p.leader                # a replica leaves the assignment: the leader epoch bumps
+        rec["leader"] = p.leader  # a replica leaves the assignment: the leader epoch bumps
     # the ELR fields (Kafka's maybeUpdateRecordElr): cleared by an unclean election or with ELR off
     if rec["isr"] is not None or not elr_enabled:
         elr = []
@@ -163,11 +178,19 @@ def partition_change(topic_id: uuid.UUID, partition_id: int, p: PartitionRegistr
             rec["last_known_elr"] = [p.leader]
         elif rec["leader"] >= 0 and old_lkelr:
             rec["last_known_elr"] = []
-    if target_leader_recovery_state is not None and target_leader_recovery_state != p.leader_recovery_state \
-            and rec["leader_recovery_state"] == -1:
+    if (
+        target_leader_recovery_state is not None
+        and target_leader_recovery_state != p.leader_recovery_state
+        and rec["leader_recovery_state"] == -1
+    ):
         rec["leader_recovery_state"] = target_leader_recovery_state
-    if (rec["leader"] == NO_LEADER_CHANGE and rec["isr"] is None and rec["leader_recovery_state"] == -1
-            and "eligible_leader_replicas" not in rec and "last_known_elr" not in rec):
+    if (
+        rec["leader"] == NO_LEADER_CHANGE
+        and rec["isr"] is None
+        and rec["leader_recovery_state"] == -1
+        and "eligible_leader_replicas" not in rec
+        and "last_known_elr" not in rec
+    ):
         return None
     return rec
 
@@ -202,23 +225,29 @@ def merged(p: PartitionRegistration, rec: dict | None) -> AlterPartitionReply:
         return AlterPartitionReply(0, p.leader, list(p.isr), p.leader_epoch, p.partition_epoch, p.leader_recovery_state)
     leader_moves = rec["leader"] != NO_LEADER_CHANGE
     return AlterPartitionReply(
-        0, rec["leader"] if leader_moves else p.leader, list(rec["isr"] if rec["isr"] is not None else p.isr),
-        p.leader_epoch + (1 if leader_moves else 0), p.partition_epoch + 1,
-        rec["leader_recovery_state"] if rec["leader_recovery_state"] != -1 else p.leader_recovery_state)
+        0,
+        rec["leader"] if leader_moves else p.leader,
+        list(rec["isr"] if rec["isr"] is not None else p.isr),
+        p.leader_epoch + (1 if leader_moves else 0),
+        p.partition_epoch + 1,
+        rec["leader_recovery_state"] if rec["leader_recovery_state"] != -1 else p.leader_recovery_state,
+    )
 
 
 class ReplicationControl:
     def __init__(self, image_fn, unclean_enabled=lambda topic: False, min_isr=lambda topic: 1):
         self.image_fn = image_fn
         self.unclean_enabled = unclean_enabled
-        self.min_isr = min_isr              # topic -> its min.insync.replicas
+        self.min_isr = min_isr  # topic -> its min.insync.replicas
 
     def alter_partition(self, req: AlterPartitionRequest, version: int = 3) -> tuple[list[dict], AlterPartitionReply]:
         image = self.image_fn()
         reg = image.brokers.get(req.broker_id)
         if reg is None or reg.epoch != req.broker_epoch:
-            raise KafkaError(E.stale_broker_epoch, f"Expected broker epoch {reg.epoch if reg else -1}, but got "
-                                                   f"broker epoch {req.broker_epoch}")
+            raise KafkaError(
+                E.stale_broker_epoch,
+                f"Expected broker epoch {reg.epoch if reg else -1}, but got broker epoch {req.broker_epoch}",
+            )
         t = image.topics_by_id.get(req.topic_id) if version > 1 else image.topics_by_name.get(req.topic_name)
         if t is None:
             return [], AlterPartitionReply(int(E.unknown_topic_id if version > 1 else E.unknown_topic_or_partition))
@@ -227,10 +256,17 @@ class ReplicationControl:
         if err:
             return [], AlterPartitionReply(err)
         # with reassignment: the ISR that brings the last adding replica in completes it
-        rec = change_partition(t.topic_id, req.partition_id, p, _acceptor(image, p),
-                               [b for b, _ in req.new_isr], UNCLEAN if self.unclean_enabled(t.name) else ONLINE,
-                               req.leader_recovery_state, **elr_args(image, t.name, p, self.min_isr),
-                               default_dir=default_dir_fn(image))
+        rec = change_partition(
+            t.topic_id,
+            req.partition_id,
+            p,
+            _acceptor(image, p),
+            [b for b, _ in req.new_isr],
+            UNCLEAN if self.unclean_enabled(t.name) else ONLINE,
+            req.leader_recovery_state,
+            **elr_args(image, t.name, p, self.min_isr),
+            default_dir=default_dir_fn(image),
+        )
         reply = merged(p, rec)
         records = [rec] if rec is not None else []
         if reply.leader != req.broker_id:
@@ -238,8 +274,9 @@ class ReplicationControl:
         return records, reply
 
     @staticmethod
-    def _validate(image: MetadataImage, req: AlterPartitionRequest, p: PartitionRegistration | None,
-                  version: int) -> int:
+    def _validate(
+        image: MetadataImage, req: AlterPartitionRequest, p: PartitionRegistration | None, version: int
+    ) -> int:
         if p is None:
             return int(E.unknown_topic_or_partition)
         if req.leader_epoch > p.leader_epoch or req.partition_epoch > p.partition_epoch:
@@ -271,8 +308,14 @@ class ReplicationControl:
                 continue
             for pid, p in t.partitions.items():
                 if p.leader == NO_LEADER:
-                    rec = partition_change(t.topic_id, pid, p, _acceptor(image, p), election=UNCLEAN,
-                                           **elr_args(image, t.name, p, self.min_isr))
+                    rec = partition_change(
+                        t.topic_id,
+                        pid,
+                        p,
+                        _acceptor(image, p),
+                        election=UNCLEAN,
+                        **elr_args(image, t.name, p, self.min_isr),
+                    )
                     if rec is not None:
                         out.append(rec)
         return out
@@ -302,15 +345,22 @@ class ReplicationControl:
         preferred = p.replicas[0] if p.replicas else NO_LEADER
         if (election == PREFERRED and p.leader == preferred) or (election == UNCLEAN and p.leader != NO_LEADER):
             return None, int(E.election_not_needed), ELECTION_MESSAGES[E.election_not_needed]
-        rec = partition_change(t.topic_id, partition_id, p, _acceptor(image, p), election=election,
-                               **elr_args(image, topic, p, self.min_isr))
+        rec = partition_change(
+            t.topic_id,
+            partition_id,
+            p,
+            _acceptor(image, p),
+            election=election,
+            **elr_args(image, topic, p, self.min_isr),
+        )
         if rec is None:
             code = E.preferred_leader_not_available if election == PREFERRED else E.eligible_leaders_not_available
             return None, int(code), ELECTION_MESSAGES[code]
         return rec, 0, None
 
-    def elect_leaders(self, election: str, partitions: dict[str, list[int]] | None
-                      ) -> tuple[list[dict], dict[str, list[tuple[int, int, str | None]]]]:
+    def elect_leaders(
+        self, election: str, partitions: dict[str, list[int]] | None
+    ) -> tuple[list[dict], dict[str, list[tuple[int, int, str | None]]]]:
         """Kafka's electLeaders: ``partitions`` None means every partition, and then the
         partitions that already have the wanted leader are left out of the answer. Returns the
         records and {topic: [(partition, error code, message)]}."""
@@ -339,17 +389,25 @@ class ReplicationControl:
         for t in image.topics_by_id.values():
             for pid, p in t.partitions.items():
                 if p.replicas and p.leader != p.replicas[0]:
-                    rec = partition_change(t.topic_id, pid, p, _acceptor(image, p), election=PREFERRED,
-                                           **elr_args(image, t.name, p, self.min_isr))
+                    rec = partition_change(
+                        t.topic_id,
+                        pid,
+                        p,
+                        _acceptor(image, p),
+                        election=PREFERRED,
+                        **elr_args(image, t.name, p, self.min_isr),
+                    )
                     if rec is not None:
                         out.append(rec)
         return out
 
 
-ELECTION_TYPES = {0: PREFERRED, 1: UNCLEAN}      # ElectLeaders' election_type
-ELECTION_MESSAGES = {E.election_not_needed: "Leader election not needed for topic partition.",
-                     E.preferred_leader_not_available: "The preferred leader was not available.",
-                     E.eligible_leaders_not_available: "Eligible topic partition leaders are not available."}
+ELECTION_TYPES = {0: PREFERRED, 1: UNCLEAN}  # ElectLeaders' election_type
+ELECTION_MESSAGES = {
+    E.election_not_needed: "Leader election not needed for topic partition.",
+    E.preferred_leader_not_available: "The preferred leader was not available.",
+    E.eligible_leaders_not_available: "Eligible topic partition leaders are not available.",
+}
 UNCLEAN_KEY = "unclean.leader.election.enable"
 
 
@@ -390,5 +448,8 @@ def clear_elr_records(image: MetadataImage, config_records: list[dict]) -> list[
 
     if not elr_enabled_in(image):
         return []
-    return [{"type": "ClearElrRecord", "topic_name": r["resource_name"] if r["resource_type"] == RESOURCE_TOPIC else ""}
-            for r in config_records if r["type"] == "ConfigRecord" and r["name"] == MIN_ISR_KEY]
+    return [
+        {"type": "ClearElrRecord", "topic_name": r["resource_name"] if r["resource_type"] == RESOURCE_TOPIC else ""}
+        for r in config_records
+        if r["type"] == "ConfigRecord" and r["name"] == MIN_ISR_KEY
+    ]

@@ -19,10 +19,10 @@ log = logging.getLogger(__name__)
 class ProducerIdManager:
     def __init__(self, allocate, spawn):
         self._allocate = allocate  # async () -> (first id, block size)
-        self._spawn = spawn        # runs a coroutine in the background
+        self._spawn = spawn  # runs a coroutine in the background
         self._next = 0
         self._end = 0
-        self._low = 0              # prefetch when fewer ids than this are left
+        self._low = 0  # prefetch when fewer ids than this are left
         self._ready: tuple[int, int] | None = None
         self._fetching = False
 
@@ -51,8 +51,9 @@ class ProducerIdManager:
         if self._next >= self._end:
             if self._ready is None:
                 self.prefetch()
-                raise KafkaError(ErrorCode.coordinator_load_in_progress,
-                                 "Producer ID block is not yet available, retrying.")
+                raise KafkaError(
+                    ErrorCode.coordinator_load_in_progress, "Producer ID block is not yet available, retrying."
+                )
             start, size = self._ready
             self._ready = None
             self._next, self._end, self._low = start, start + size, max(size // 10, 1)

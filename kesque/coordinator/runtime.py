@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ErrorCode, KafkaError
 from ..records.records import CONTROL_COMMIT, build_batch, iter_records, read_end_txn_marker
@@ -209,8 +210,10 @@ class CoordinatorRuntime:
         if shard is None:
             part = self.host.replica_manager.partitions.get((self.TOPIC, p))
             if part is not None and part.is_leader:
-                raise KafkaError(ErrorCode.coordinator_load_in_progress,
-                                 "The coordinator is loading and hence can't process requests.")
+                raise KafkaError(
+                    ErrorCode.coordinator_load_in_progress,
+                    "The coordinator is loading and hence can't process requests.",
+                )
             raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
         return shard
 
@@ -239,8 +242,14 @@ class CoordinatorRuntime:
         shard.on_loaded()
         self.load_seconds[partition] = time.monotonic() - t0
         if n:
-            log.info("Loaded %s state of %s-%d: %d records in %.0f ms", self.NAME, self.TOPIC, partition, n,
-                     self.load_seconds[partition] * 1000)
+            log.info(
+                "Loaded %s state of %s-%d: %d records in %.0f ms",
+                self.NAME,
+                self.TOPIC,
+                partition,
+                n,
+                self.load_seconds[partition] * 1000,
+            )
 
     def _replay(self, shard, lg, start: int, end: int | None = None) -> tuple[int, int]:
         """Replay the whole batches of ``lg`` from ``start`` that end below ``end`` (default:
@@ -309,8 +318,9 @@ class CoordinatorRuntime:
         # delete that was compacted away meanwhile: it is built again
         stale_ms = self.host.config.get("log.cleaner.delete.retention.ms") // 2
         if view is None or view.position < lg.log_start_offset or now - view.used_ms > stale_ms:
-            view = self.views[partition] = CommittedView(self._read_only(self.new_shard(partition, part.leader_epoch)),
-                                                         lg.log_start_offset)
+            view = self.views[partition] = CommittedView(
+                self._read_only(self.new_shard(partition, part.leader_epoch)), lg.log_start_offset
+            )
         if view.position < hw:
             view.position, _n = self._replay(view.shard, lg, view.position, hw)
         view.used_ms = now
@@ -349,16 +359,25 @@ class CoordinatorRuntime:
         if part is None or not part.is_leader:
             raise KafkaError(ErrorCode.not_coordinator, "This is not the correct coordinator.")
         if self.ACKS_ALL_AT_APPEND and part.is_under_min_isr:
-            raise KafkaError(coordinator_error(ErrorCode.not_enough_replicas),
-                             f"The ISR {part.isr} of {part.tp} is below its min.insync.replicas")
+            raise KafkaError(
+                coordinator_error(ErrorCode.not_enough_replicas),
+                f"The ISR {part.isr} of {part.tp} is below its min.insync.replicas",
+            )
         if producer_id >= 0:
             entry = part.log.producer_state.producers.get(producer_id)
             if entry is not None and producer_epoch < entry.epoch:
-                raise KafkaError(ErrorCode.invalid_producer_epoch,
-                                 f"Producer epoch {producer_epoch} is older than {entry.epoch} in {part.tp}")
+                raise KafkaError(
+                    ErrorCode.invalid_producer_epoch,
+                    f"Producer epoch {producer_epoch} is older than {entry.epoch} in {part.tp}",
+                )
         now = self.host.clock.now_ms()
-        batch = build_batch([(k, v, ()) for k, v in records], timestamp=now, producer_id=producer_id,
-                            producer_epoch=producer_epoch, transactional=producer_id >= 0)
+        batch = build_batch(
+            [(k, v, ()) for k, v in records],
+            timestamp=now,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=producer_id >= 0,
+        )
         info = part.append_new_batch(batch, now)
         self.write_ends[partition] = info.last_offset + 1
         rm.notify_append(self.TOPIC, partition, info.size)

@@ -32,7 +32,7 @@ def reserved_dir(d: uuid.UUID) -> bool:
     return d.int < 100
 
 
-def directories_supported(image: "MetadataImage") -> bool:
+def directories_supported(image: MetadataImage) -> bool:
     return image.features.get("metadata.version", 0) >= DIRECTORY_ASSIGNMENT_MV
 
 
@@ -120,7 +120,7 @@ class Delta:
     changed_brokers: set[int] = field(default_factory=set)
     changed_quotas: bool = False
 
-    def merge(self, other: "Delta") -> None:
+    def merge(self, other: Delta) -> None:
         self.created_topics |= other.created_topics
         self.deleted_topics.update(other.deleted_topics)
         self.changed_partitions |= other.changed_partitions
@@ -129,8 +129,14 @@ class Delta:
         self.changed_quotas |= other.changed_quotas
 
     def __bool__(self) -> bool:
-        return bool(self.created_topics or self.deleted_topics or self.changed_partitions
-                    or self.changed_configs or self.changed_brokers or self.changed_quotas)
+        return bool(
+            self.created_topics
+            or self.deleted_topics
+            or self.changed_partitions
+            or self.changed_configs
+            or self.changed_brokers
+            or self.changed_quotas
+        )
 
 
 def _directories(dirs) -> list[uuid.UUID]:
@@ -174,8 +180,15 @@ class MetadataImage:
     def _replay_RegisterBrokerRecord(self, rec, delta):
         eps = [Endpoint(e["name"], e["host"], e["port"], e["security_protocol"]) for e in rec["endpoints"]]
         self.brokers[rec["broker_id"]] = BrokerRegistration(
-            rec["broker_id"], rec["incarnation_id"], rec["broker_epoch"], eps, rec.get("rack"),
-            rec.get("fenced", True), rec.get("in_controlled_shutdown", False), sorted(rec.get("log_dirs") or []))
+            rec["broker_id"],
+            rec["incarnation_id"],
+            rec["broker_epoch"],
+            eps,
+            rec.get("rack"),
+            rec.get("fenced", True),
+            rec.get("in_controlled_shutdown", False),
+            sorted(rec.get("log_dirs") or []),
+        )
         delta.changed_brokers.add(rec["broker_id"])
 
     def _replay_UnregisterBrokerRecord(self, rec, delta):
@@ -203,7 +216,7 @@ class MetadataImage:
                 b.fenced = False
             if rec.get("in_controlled_shutdown", 0) == 1:
                 b.in_controlled_shutdown = True
-            if rec.get("log_dirs"):         # as Kafka: an empty list changes nothing
+            if rec.get("log_dirs"):  # as Kafka: an empty list changes nothing
                 b.log_dirs = sorted(rec["log_dirs"])
             delta.changed_brokers.add(b.id)
 
@@ -218,10 +231,18 @@ class MetadataImage:
         if t is None:
             return
         t.partitions[rec["partition_id"]] = PartitionRegistration(
-            list(rec["replicas"]), list(rec["isr"]), rec["leader"], rec["leader_epoch"], rec["partition_epoch"],
-            list(rec["removing_replicas"] or []), list(rec["adding_replicas"] or []), rec["leader_recovery_state"],
-            list(rec.get("eligible_leader_replicas") or []), list(rec.get("last_known_elr") or []),
-            _directories(rec.get("directories")))
+            list(rec["replicas"]),
+            list(rec["isr"]),
+            rec["leader"],
+            rec["leader_epoch"],
+            rec["partition_epoch"],
+            list(rec["removing_replicas"] or []),
+            list(rec["adding_replicas"] or []),
+            rec["leader_recovery_state"],
+            list(rec.get("eligible_leader_replicas") or []),
+            list(rec.get("last_known_elr") or []),
+            _directories(rec.get("directories")),
+        )
         delta.changed_partitions.add((t.topic_id, rec["partition_id"]))
 
     def _replay_PartitionChangeRecord(self, rec, delta):

@@ -29,8 +29,9 @@ class MetadataLog:
         self.clock = clock
         path = os.path.join(metadata_dir, f"{METADATA_TOPIC}-0")
         cfg = LogConfig(segment_bytes=64 * 1024 * 1024, retention_ms=-1, cleanup_policy=("delete",))
-        self.log = UnifiedLog(path, METADATA_TOPIC, 0, cfg, had_clean_shutdown=had_clean_shutdown,
-                              recovery_point=0, now_ms=clock.now_ms())
+        self.log = UnifiedLog(
+            path, METADATA_TOPIC, 0, cfg, had_clean_shutdown=had_clean_shutdown, recovery_point=0, now_ms=clock.now_ms()
+        )
         self.epoch = max(self.log.latest_epoch(), 0)
 
     def replay_all(self, image: MetadataImage) -> Delta:

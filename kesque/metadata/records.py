@@ -14,66 +14,163 @@ from ..protocol import schema
 from ..protocol.primitives import ProtocolError, read_uvarint, uvarint
 
 # field specs: see kesque/protocol/schema.py
-_ENDPOINT = [("name", "string", None, ""), ("host", "string", None, ""), ("port", "uint16", None, 0),
-             ("security_protocol", "int16", None, 0)]
-_FEATURE = [("name", "string", None, ""), ("min_supported_version", "int16", None, 0),
-            ("max_supported_version", "int16", None, 0)]
+_ENDPOINT = [
+    ("name", "string", None, ""),
+    ("host", "string", None, ""),
+    ("port", "uint16", None, 0),
+    ("security_protocol", "int16", None, 0),
+]
+_FEATURE = [
+    ("name", "string", None, ""),
+    ("min_supported_version", "int16", None, 0),
+    ("max_supported_version", "int16", None, 0),
+]
 
 SCHEMAS: dict[str, tuple[int, int, list]] = {
     # name: (api key, version written, fields)
-    "RegisterBrokerRecord": (0, 1, [
-        ("broker_id", "int32", None, 0), ("incarnation_id", "uuid", None, None), ("broker_epoch", "int64", None, 0),
-        ("endpoints", _ENDPOINT, None, []), ("features", _FEATURE, None, []), ("rack", "nstring", None, None),
-        ("fenced", "bool", None, True), ("in_controlled_shutdown", "bool", None, False)]),
+    "RegisterBrokerRecord": (
+        0,
+        1,
+        [
+            ("broker_id", "int32", None, 0),
+            ("incarnation_id", "uuid", None, None),
+            ("broker_epoch", "int64", None, 0),
+            ("endpoints", _ENDPOINT, None, []),
+            ("features", _FEATURE, None, []),
+            ("rack", "nstring", None, None),
+            ("fenced", "bool", None, True),
+            ("in_controlled_shutdown", "bool", None, False),
+        ],
+    ),
     "UnregisterBrokerRecord": (1, 0, [("broker_id", "int32", None, 0), ("broker_epoch", "int64", None, 0)]),
     "TopicRecord": (2, 0, [("name", "string", None, ""), ("topic_id", "uuid", None, None)]),
-    "PartitionRecord": (3, 0, [
-        ("partition_id", "int32", None, -1), ("topic_id", "uuid", None, None), ("replicas", "[int32]", None, []),
-        ("isr", "[int32]", None, []), ("removing_replicas", "[int32]", None, []),
-        ("adding_replicas", "[int32]", None, []), ("leader", "int32", None, -1),
-        ("leader_recovery_state", "int8", 0, 0), ("leader_epoch", "int32", None, -1),
-        ("partition_epoch", "int32", None, -1)]),
-    "ConfigRecord": (4, 0, [("resource_type", "int8", None, 0), ("resource_name", "string", None, ""),
-                            ("name", "string", None, ""), ("value", "nstring", None, None)]),
-    "PartitionChangeRecord": (5, 0, [
-        ("partition_id", "int32", None, -1), ("topic_id", "uuid", None, None), ("isr", "[int32]?", 0, None),
-        ("leader", "int32", 1, -2), ("replicas", "[int32]?", 2, None), ("removing_replicas", "[int32]?", 3, None),
-        ("adding_replicas", "[int32]?", 4, None), ("leader_recovery_state", "int8", 5, -1)]),
+    "PartitionRecord": (
+        3,
+        0,
+        [
+            ("partition_id", "int32", None, -1),
+            ("topic_id", "uuid", None, None),
+            ("replicas", "[int32]", None, []),
+            ("isr", "[int32]", None, []),
+            ("removing_replicas", "[int32]", None, []),
+            ("adding_replicas", "[int32]", None, []),
+            ("leader", "int32", None, -1),
+            ("leader_recovery_state", "int8", 0, 0),
+            ("leader_epoch", "int32", None, -1),
+            ("partition_epoch", "int32", None, -1),
+        ],
+    ),
+    "ConfigRecord": (
+        4,
+        0,
+        [
+            ("resource_type", "int8", None, 0),
+            ("resource_name", "string", None, ""),
+            ("name", "string", None, ""),
+            ("value", "nstring", None, None),
+        ],
+    ),
+    "PartitionChangeRecord": (
+        5,
+        0,
+        [
+            ("partition_id", "int32", None, -1),
+            ("topic_id", "uuid", None, None),
+            ("isr", "[int32]?", 0, None),
+            ("leader", "int32", 1, -2),
+            ("replicas", "[int32]?", 2, None),
+            ("removing_replicas", "[int32]?", 3, None),
+            ("adding_replicas", "[int32]?", 4, None),
+            ("leader_recovery_state", "int8", 5, -1),
+        ],
+    ),
     "FenceBrokerRecord": (7, 0, [("id", "int32", None, 0), ("epoch", "int64", None, 0)]),
     "UnfenceBrokerRecord": (8, 0, [("id", "int32", None, 0), ("epoch", "int64", None, 0)]),
     "RemoveTopicRecord": (9, 0, [("topic_id", "uuid", None, None)]),
     "FeatureLevelRecord": (12, 0, [("name", "string", None, ""), ("feature_level", "int16", None, 0)]),
-    "ClientQuotaRecord": (14, 0, [
-        ("entity", [("entity_type", "string", None, ""), ("entity_name", "nstring", None, None)], None, []),
-        ("key", "string", None, ""), ("value", "float64", None, 0.0), ("remove", "bool", None, False)]),
-    "ProducerIdsRecord": (15, 0, [("broker_id", "int32", None, 0), ("broker_epoch", "int64", None, -1),
-                                  ("next_producer_id", "int64", None, 0)]),
-    "BrokerRegistrationChangeRecord": (17, 1, [
-        ("broker_id", "int32", None, 0), ("broker_epoch", "int64", None, 0), ("fenced", "int8", 0, 0),
-        ("in_controlled_shutdown", "int8", 1, 0)]),
+    "ClientQuotaRecord": (
+        14,
+        0,
+        [
+            ("entity", [("entity_type", "string", None, ""), ("entity_name", "nstring", None, None)], None, []),
+            ("key", "string", None, ""),
+            ("value", "float64", None, 0.0),
+            ("remove", "bool", None, False),
+        ],
+    ),
+    "ProducerIdsRecord": (
+        15,
+        0,
+        [("broker_id", "int32", None, 0), ("broker_epoch", "int64", None, -1), ("next_producer_id", "int64", None, 0)],
+    ),
+    "BrokerRegistrationChangeRecord": (
+        17,
+        1,
+        [
+            ("broker_id", "int32", None, 0),
+            ("broker_epoch", "int64", None, 0),
+            ("fenced", "int8", 0, 0),
+            ("in_controlled_shutdown", "int8", 1, 0),
+        ],
+    ),
     "NoOpRecord": (20, 0, []),
     # written by Kafka's controllers, not by kesque: decoded by dump-log --cluster-metadata-decoder
-    "DelegationTokenRecord": (10, 0, [
-        ("owner", "string", None, ""), ("requester", "string", None, ""), ("renewers", "[string]", None, []),
-        ("issue_timestamp", "int64", None, 0), ("max_timestamp", "int64", None, 0),
-        ("expiration_timestamp", "int64", None, 0), ("token_id", "string", None, "")]),
-    "UserScramCredentialRecord": (11, 0, [
-        ("name", "string", None, ""), ("mechanism", "int8", None, 0), ("salt", "bytes", None, b""),
-        ("stored_key", "bytes", None, b""), ("server_key", "bytes", None, b""), ("iterations", "int32", None, 0)]),
-    "AccessControlEntryRecord": (18, 0, [
-        ("id", "uuid", None, None), ("resource_type", "int8", None, 0), ("resource_name", "string", None, ""),
-        ("pattern_type", "int8", None, 0), ("principal", "string", None, ""), ("host", "string", None, ""),
-        ("operation", "int8", None, 0), ("permission_type", "int8", None, 0)]),
+    "DelegationTokenRecord": (
+        10,
+        0,
+        [
+            ("owner", "string", None, ""),
+            ("requester", "string", None, ""),
+            ("renewers", "[string]", None, []),
+            ("issue_timestamp", "int64", None, 0),
+            ("max_timestamp", "int64", None, 0),
+            ("expiration_timestamp", "int64", None, 0),
+            ("token_id", "string", None, ""),
+        ],
+    ),
+    "UserScramCredentialRecord": (
+        11,
+        0,
+        [
+            ("name", "string", None, ""),
+            ("mechanism", "int8", None, 0),
+            ("salt", "bytes", None, b""),
+            ("stored_key", "bytes", None, b""),
+            ("server_key", "bytes", None, b""),
+            ("iterations", "int32", None, 0),
+        ],
+    ),
+    "AccessControlEntryRecord": (
+        18,
+        0,
+        [
+            ("id", "uuid", None, None),
+            ("resource_type", "int8", None, 0),
+            ("resource_name", "string", None, ""),
+            ("pattern_type", "int8", None, 0),
+            ("principal", "string", None, ""),
+            ("host", "string", None, ""),
+            ("operation", "int8", None, 0),
+            ("permission_type", "int8", None, 0),
+        ],
+    ),
     "RemoveAccessControlEntryRecord": (19, 0, [("id", "uuid", None, None)]),
     "RemoveUserScramCredentialRecord": (22, 0, [("name", "string", None, ""), ("mechanism", "int8", None, 0)]),
     "BeginTransactionRecord": (23, 0, [("name", "nstring", 0, None)]),
     "EndTransactionRecord": (24, 0, []),
     "AbortTransactionRecord": (25, 0, [("reason", "nstring", 0, None)]),
     "RemoveDelegationTokenRecord": (26, 0, [("token_id", "string", None, "")]),
-    "RegisterControllerRecord": (27, 0, [
-        ("controller_id", "int32", None, 0), ("incarnation_id", "uuid", None, None),
-        ("zk_migration_ready", "bool", None, False), ("endpoints", _ENDPOINT, None, []),
-        ("features", _FEATURE, None, [])]),
+    "RegisterControllerRecord": (
+        27,
+        0,
+        [
+            ("controller_id", "int32", None, 0),
+            ("incarnation_id", "uuid", None, None),
+            ("zk_migration_ready", "bool", None, False),
+            ("endpoints", _ENDPOINT, None, []),
+            ("features", _FEATURE, None, []),
+        ],
+    ),
     "ClearElrRecord": (28, 0, [("topic_name", "string", None, "")]),
     "UnregisterControllerRecord": (29, 0, [("controller_id", "int32", None, 0)]),
 }
@@ -83,16 +180,25 @@ BY_KEY = {key: name for name, (key, _v, _f) in SCHEMAS.items()}
 ELR_RECORDS = ("PartitionRecord", "PartitionChangeRecord")
 # KIP-858: the field naming log directories of each record type that has one, and the version
 # that has it (the lowest Kafka writes at metadata.version 3.7-IV2)
-_DIR_FIELD = {"PartitionRecord": "directories", "PartitionChangeRecord": "directories",
-              "RegisterBrokerRecord": "log_dirs", "BrokerRegistrationChangeRecord": "log_dirs"}
-_DIR_VERSION = {"PartitionRecord": 1, "PartitionChangeRecord": 1, "RegisterBrokerRecord": 3,
-                "BrokerRegistrationChangeRecord": 2}
+_DIR_FIELD = {
+    "PartitionRecord": "directories",
+    "PartitionChangeRecord": "directories",
+    "RegisterBrokerRecord": "log_dirs",
+    "BrokerRegistrationChangeRecord": "log_dirs",
+}
+_DIR_VERSION = {
+    "PartitionRecord": 1,
+    "PartitionChangeRecord": 1,
+    "RegisterBrokerRecord": 3,
+    "BrokerRegistrationChangeRecord": 2,
+}
 
 
 def encode(rec: dict) -> bytes:
     api_key, version, fields = SCHEMAS[rec["type"]]
-    if rec["type"] in ELR_RECORDS and (rec.get("eligible_leader_replicas") is not None
-                                       or rec.get("last_known_elr") is not None):
+    if rec["type"] in ELR_RECORDS and (
+        rec.get("eligible_leader_replicas") is not None or rec.get("last_known_elr") is not None
+    ):
         # the ELR fields are tagged fields of version 2: a record that carries them is written at
         # version 2 (a PartitionRecord then has its directories: none known, as a broker that
         # registered no log directories)
@@ -141,13 +247,17 @@ def fields_for(name: str, version: int) -> list:
     elif name == "PartitionRecord" and version >= 1:
         fields = fields + [("directories", "[uuid]", None, [])]
         if version >= 2:
-            fields = fields + [("eligible_leader_replicas", "[int32]?", 1, None),
-                               ("last_known_elr", "[int32]?", 2, None)]
+            fields = fields + [
+                ("eligible_leader_replicas", "[int32]?", 1, None),
+                ("last_known_elr", "[int32]?", 2, None),
+            ]
     elif name == "PartitionChangeRecord" and version >= 1:
         fields = fields + [("directories", "[uuid]", 8, None)]
         if version >= 2:
-            fields = fields + [("eligible_leader_replicas", "[int32]?", 6, None),
-                               ("last_known_elr", "[int32]?", 7, None)]
+            fields = fields + [
+                ("eligible_leader_replicas", "[int32]?", 6, None),
+                ("last_known_elr", "[int32]?", 7, None),
+            ]
     elif name == "BrokerRegistrationChangeRecord":
         if version < 1:
             fields = [f for f in fields if f[0] != "in_controlled_shutdown"]

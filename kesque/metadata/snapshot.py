@@ -27,56 +27,95 @@ MAX_SNAPSHOT_INTERVAL_MS = 3_600_000
 
 
 def image_records(image: MetadataImage) -> list[dict]:
-    out: list[dict] = [{"type": "FeatureLevelRecord", "name": n, "feature_level": v}
-                       for n, v in sorted(image.features.items())]
-    dirs = directories_supported(image)      # KIP-858: written from metadata.version 3.7-IV2
+    out: list[dict] = [
+        {"type": "FeatureLevelRecord", "name": n, "feature_level": v} for n, v in sorted(image.features.items())
+    ]
+    dirs = directories_supported(image)  # KIP-858: written from metadata.version 3.7-IV2
     for b in sorted(image.brokers.values(), key=lambda b: b.id):
-        out.append({"type": "RegisterBrokerRecord", "broker_id": b.id, "incarnation_id": b.incarnation_id,
-                    "broker_epoch": b.epoch, "endpoints": [dataclasses.asdict(e) for e in b.endpoints],
-                    "features": [], "rack": b.rack, "fenced": b.fenced,
-                    "in_controlled_shutdown": b.in_controlled_shutdown})
+        out.append(
+            {
+                "type": "RegisterBrokerRecord",
+                "broker_id": b.id,
+                "incarnation_id": b.incarnation_id,
+                "broker_epoch": b.epoch,
+                "endpoints": [dataclasses.asdict(e) for e in b.endpoints],
+                "features": [],
+                "rack": b.rack,
+                "fenced": b.fenced,
+                "in_controlled_shutdown": b.in_controlled_shutdown,
+            }
+        )
         if dirs:
             out[-1]["log_dirs"] = list(b.log_dirs)
     for t in sorted(image.topics_by_id.values(), key=lambda t: t.name):
         out.append({"type": "TopicRecord", "name": t.name, "topic_id": t.topic_id})
         for pid, p in sorted(t.partitions.items()):
-            out.append({"type": "PartitionRecord", "partition_id": pid, "topic_id": t.topic_id,
-                        "replicas": list(p.replicas), "isr": list(p.isr),
-                        "removing_replicas": list(p.removing_replicas), "adding_replicas": list(p.adding_replicas),
-                        "leader": p.leader, "leader_recovery_state": p.leader_recovery_state,
-                        "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch})
+            out.append(
+                {
+                    "type": "PartitionRecord",
+                    "partition_id": pid,
+                    "topic_id": t.topic_id,
+                    "replicas": list(p.replicas),
+                    "isr": list(p.isr),
+                    "removing_replicas": list(p.removing_replicas),
+                    "adding_replicas": list(p.adding_replicas),
+                    "leader": p.leader,
+                    "leader_recovery_state": p.leader_recovery_state,
+                    "leader_epoch": p.leader_epoch,
+                    "partition_epoch": p.partition_epoch,
+                }
+            )
             if dirs:
                 out[-1]["directories"] = [p.directory(r) for r in p.replicas]
             if p.elr or p.last_known_elr:
                 out[-1].update(eligible_leader_replicas=list(p.elr), last_known_elr=list(p.last_known_elr))
     for (rtype, rname), values in sorted(image.configs.items()):
-        out += [{"type": "ConfigRecord", "resource_type": rtype, "resource_name": rname, "name": k, "value": v}
-                for k, v in sorted(values.items())]
-    for entity, values in sorted(image.client_quotas.items(), key=lambda kv: repr(kv[0])):   # names may be None
+        out += [
+            {"type": "ConfigRecord", "resource_type": rtype, "resource_name": rname, "name": k, "value": v}
+            for k, v in sorted(values.items())
+        ]
+    for entity, values in sorted(image.client_quotas.items(), key=lambda kv: repr(kv[0])):  # names may be None
         ent = [{"entity_type": et, "entity_name": en} for et, en in entity]
-        out += [{"type": "ClientQuotaRecord", "entity": ent, "key": k, "value": v, "remove": False}
-                for k, v in sorted(values.items())]
+        out += [
+            {"type": "ClientQuotaRecord", "entity": ent, "key": k, "value": v, "remove": False}
+            for k, v in sorted(values.items())
+        ]
     if image.next_producer_id:
-        out.append({"type": "ProducerIdsRecord", "broker_id": -1, "broker_epoch": -1,
-                    "next_producer_id": image.next_producer_id})
+        out.append(
+            {
+                "type": "ProducerIdsRecord",
+                "broker_id": -1,
+                "broker_epoch": -1,
+                "next_producer_id": image.next_producer_id,
+            }
+        )
     return out
 
 
 class SnapshotPolicy:
-    def __init__(self, max_bytes: int = MAX_BYTES_BETWEEN_SNAPSHOTS,
-                 max_interval_ms: int = MAX_SNAPSHOT_INTERVAL_MS, now: int = 0):
+    def __init__(
+        self,
+        max_bytes: int = MAX_BYTES_BETWEEN_SNAPSHOTS,
+        max_interval_ms: int = MAX_SNAPSHOT_INTERVAL_MS,
+        now: int = 0,
+    ):
         self.max_bytes = max_bytes
         self.max_interval_ms = max_interval_ms
         self.reset(now)
 
     @classmethod
-    def from_config(cls, config, now: int = 0) -> "SnapshotPolicy":
+    def from_config(cls, config, now: int = 0) -> SnapshotPolicy:
         """From a BrokerConfig; a key it does not know keeps Kafka's default."""
+
         def get(key, default):
             value = config.get(key)
             return default if value is None else value
-        return cls(get("metadata.log.max.record.bytes.between.snapshots", MAX_BYTES_BETWEEN_SNAPSHOTS),
-                   get("metadata.log.max.snapshot.interval.ms", MAX_SNAPSHOT_INTERVAL_MS), now)
+
+        return cls(
+            get("metadata.log.max.record.bytes.between.snapshots", MAX_BYTES_BETWEEN_SNAPSHOTS),
+            get("metadata.log.max.snapshot.interval.ms", MAX_SNAPSHOT_INTERVAL_MS),
+            now,
+        )
 
     def reset(self, now: int) -> None:
         """A snapshot was taken or loaded at ``now``."""
@@ -88,7 +127,8 @@ class SnapshotPolicy:
         then start again, as Kafka's generator resets them when it emits)."""
         self.bytes_since += nbytes
         due = self.bytes_since >= self.max_bytes or (
-            self.max_interval_ms != 0 and now - self.last_snapshot_ms >= self.max_interval_ms)
+            self.max_interval_ms != 0 and now - self.last_snapshot_ms >= self.max_interval_ms
+        )
         if due:
             self.reset(now)
         return due

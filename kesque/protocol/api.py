@@ -8,11 +8,15 @@ checks this table against kio.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Callable
+from functools import cache
+from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -20,39 +24,98 @@ from kio.serial import entity_reader, entity_writer
 from .api_keys import ApiKeys
 from .primitives import INT32, ProtocolError, skip_tagged_fields
 from .tagged import check_counts
-import dataclasses
-import types
-import typing
 
 # api key -> (name, first flexible version or None). From Kafka's message schemas.
 FLEXIBLE_FROM: dict[int, tuple[str, int | None]] = {
-    0: ("Produce", 9), 1: ("Fetch", 12), 2: ("ListOffsets", 6), 3: ("Metadata", 9),
-    8: ("OffsetCommit", 8), 9: ("OffsetFetch", 6), 10: ("FindCoordinator", 3), 11: ("JoinGroup", 6),
-    12: ("Heartbeat", 4), 13: ("LeaveGroup", 4), 14: ("SyncGroup", 4), 15: ("DescribeGroups", 5),
-    16: ("ListGroups", 3), 17: ("SaslHandshake", None), 18: ("ApiVersions", 3), 19: ("CreateTopics", 5),
-    20: ("DeleteTopics", 4), 21: ("DeleteRecords", 2), 22: ("InitProducerId", 2),
-    23: ("OffsetForLeaderEpoch", 4), 24: ("AddPartitionsToTxn", 3), 25: ("AddOffsetsToTxn", 3),
-    26: ("EndTxn", 3), 27: ("WriteTxnMarkers", 1), 28: ("TxnOffsetCommit", 3), 29: ("DescribeAcls", 2),
-    30: ("CreateAcls", 2), 31: ("DeleteAcls", 2), 32: ("DescribeConfigs", 4), 33: ("AlterConfigs", 2),
-    34: ("AlterReplicaLogDirs", 2), 35: ("DescribeLogDirs", 2), 36: ("SaslAuthenticate", 2),
-    37: ("CreatePartitions", 2), 38: ("CreateDelegationToken", 2), 39: ("RenewDelegationToken", 2),
-    40: ("ExpireDelegationToken", 2), 41: ("DescribeDelegationToken", 2), 42: ("DeleteGroups", 2),
-    43: ("ElectLeaders", 2), 44: ("IncrementalAlterConfigs", 1), 45: ("AlterPartitionReassignments", 0),
-    46: ("ListPartitionReassignments", 0), 47: ("OffsetDelete", None), 48: ("DescribeClientQuotas", 1),
-    49: ("AlterClientQuotas", 1), 50: ("DescribeUserScramCredentials", 0), 51: ("AlterUserScramCredentials", 0),
-    52: ("Vote", 0), 53: ("BeginQuorumEpoch", 1), 54: ("EndQuorumEpoch", 1), 55: ("DescribeQuorum", 0),
-    56: ("AlterPartition", 0), 57: ("UpdateFeatures", 0), 58: ("Envelope", 0), 59: ("FetchSnapshot", 0),
-    60: ("DescribeCluster", 0), 61: ("DescribeProducers", 0), 62: ("BrokerRegistration", 0),
-    63: ("BrokerHeartbeat", 0), 64: ("UnregisterBroker", 0), 65: ("DescribeTransactions", 0),
-    66: ("ListTransactions", 0), 67: ("AllocateProducerIds", 0), 68: ("ConsumerGroupHeartbeat", 0),
-    69: ("ConsumerGroupDescribe", 0), 70: ("ControllerRegistration", 0), 71: ("GetTelemetrySubscriptions", 0),
-    72: ("PushTelemetry", 0), 73: ("AssignReplicasToDirs", 0), 74: ("ListConfigResources", 0),
-    75: ("DescribeTopicPartitions", 0), 76: ("ShareGroupHeartbeat", 0), 77: ("ShareGroupDescribe", 0),
-    78: ("ShareFetch", 0), 79: ("ShareAcknowledge", 0), 80: ("AddRaftVoter", 0), 81: ("RemoveRaftVoter", 0),
-    82: ("UpdateRaftVoter", 0), 83: ("InitializeShareGroupState", 0), 84: ("ReadShareGroupState", 0),
-    85: ("WriteShareGroupState", 0), 86: ("DeleteShareGroupState", 0), 87: ("ReadShareGroupStateSummary", 0),
-    88: ("StreamsGroupHeartbeat", 0), 89: ("StreamsGroupDescribe", 0), 90: ("DescribeShareGroupOffsets", 0),
-    91: ("AlterShareGroupOffsets", 0), 92: ("DeleteShareGroupOffsets", 0),
+    0: ("Produce", 9),
+    1: ("Fetch", 12),
+    2: ("ListOffsets", 6),
+    3: ("Metadata", 9),
+    8: ("OffsetCommit", 8),
+    9: ("OffsetFetch", 6),
+    10: ("FindCoordinator", 3),
+    11: ("JoinGroup", 6),
+    12: ("Heartbeat", 4),
+    13: ("LeaveGroup", 4),
+    14: ("SyncGroup", 4),
+    15: ("DescribeGroups", 5),
+    16: ("ListGroups", 3),
+    17: ("SaslHandshake", None),
+    18: ("ApiVersions", 3),
+    19: ("CreateTopics", 5),
+    20: ("DeleteTopics", 4),
+    21: ("DeleteRecords", 2),
+    22: ("InitProducerId", 2),
+    23: ("OffsetForLeaderEpoch", 4),
+    24: ("AddPartitionsToTxn", 3),
+    25: ("AddOffsetsToTxn", 3),
+    26: ("EndTxn", 3),
+    27: ("WriteTxnMarkers", 1),
+    28: ("TxnOffsetCommit", 3),
+    29: ("DescribeAcls", 2),
+    30: ("CreateAcls", 2),
+    31: ("DeleteAcls", 2),
+    32: ("DescribeConfigs", 4),
+    33: ("AlterConfigs", 2),
+    34: ("AlterReplicaLogDirs", 2),
+    35: ("DescribeLogDirs", 2),
+    36: ("SaslAuthenticate", 2),
+    37: ("CreatePartitions", 2),
+    38: ("CreateDelegationToken", 2),
+    39: ("RenewDelegationToken", 2),
+    40: ("ExpireDelegationToken", 2),
+    41: ("DescribeDelegationToken", 2),
+    42: ("DeleteGroups", 2),
+    43: ("ElectLeaders", 2),
+    44: ("IncrementalAlterConfigs", 1),
+    45: ("AlterPartitionReassignments", 0),
+    46: ("ListPartitionReassignments", 0),
+    47: ("OffsetDelete", None),
+    48: ("DescribeClientQuotas", 1),
+    49: ("AlterClientQuotas", 1),
+    50: ("DescribeUserScramCredentials", 0),
+    51: ("AlterUserScramCredentials", 0),
+    52: ("Vote", 0),
+    53: ("BeginQuorumEpoch", 1),
+    54: ("EndQuorumEpoch", 1),
+    55: ("DescribeQuorum", 0),
+    56: ("AlterPartition", 0),
+    57: ("UpdateFeatures", 0),
+    58: ("Envelope", 0),
+    59: ("FetchSnapshot", 0),
+    60: ("DescribeCluster", 0),
+    61: ("DescribeProducers", 0),
+    62: ("BrokerRegistration", 0),
+    63: ("BrokerHeartbeat", 0),
+    64: ("UnregisterBroker", 0),
+    65: ("DescribeTransactions", 0),
+    66: ("ListTransactions", 0),
+    67: ("AllocateProducerIds", 0),
+    68: ("ConsumerGroupHeartbeat", 0),
+    69: ("ConsumerGroupDescribe", 0),
+    70: ("ControllerRegistration", 0),
+    71: ("GetTelemetrySubscriptions", 0),
+    72: ("PushTelemetry", 0),
+    73: ("AssignReplicasToDirs", 0),
+    74: ("ListConfigResources", 0),
+    75: ("DescribeTopicPartitions", 0),
+    76: ("ShareGroupHeartbeat", 0),
+    77: ("ShareGroupDescribe", 0),
+    78: ("ShareFetch", 0),
+    79: ("ShareAcknowledge", 0),
+    80: ("AddRaftVoter", 0),
+    81: ("RemoveRaftVoter", 0),
+    82: ("UpdateRaftVoter", 0),
+    83: ("InitializeShareGroupState", 0),
+    84: ("ReadShareGroupState", 0),
+    85: ("WriteShareGroupState", 0),
+    86: ("DeleteShareGroupState", 0),
+    87: ("ReadShareGroupStateSummary", 0),
+    88: ("StreamsGroupHeartbeat", 0),
+    89: ("StreamsGroupDescribe", 0),
+    90: ("DescribeShareGroupOffsets", 0),
+    91: ("AlterShareGroupOffsets", 0),
+    92: ("DeleteShareGroupOffsets", 0),
 }
 
 
@@ -82,6 +145,7 @@ class Api:
     depends on the config): the server turns these into :class:`ApiSpec` entries bound to the
     handler object's method ``method``, and ``served_versions`` reads them without building
     any handler."""
+
     key: ApiKeys
     min_version: int
     max_version: int
@@ -122,7 +186,7 @@ def parse_request_header(frame) -> RequestHeader:
     if n >= 0:
         if pos + n > len(frame):
             raise ProtocolError("truncated client id")
-        client_id = bytes(frame[pos:pos + n]).decode("utf-8", "replace")
+        client_id = bytes(frame[pos : pos + n]).decode("utf-8", "replace")
         pos += n
     flexible = is_flexible(api_key, api_version)
     if flexible:
@@ -133,22 +197,22 @@ def parse_request_header(frame) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos, flexible)
 
 
-@lru_cache(maxsize=None)
+@cache
 def request_class(api_key: int, version: int):
     return load_request_schema(api_key, version)
 
 
-@lru_cache(maxsize=None)
+@cache
 def response_class(api_key: int, version: int):
     return load_response_schema(api_key, version)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reader(cls):
     return entity_reader(cls)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _writer(cls):
     return entity_writer(cls)
 
@@ -165,6 +229,7 @@ def decode_request(api_key: int, version: int, body) -> Any:
             raise ProtocolError(f"cannot parse {api_name(api_key)} v{version}: {e}") from e
         # KIP-482: unknown tagged fields are skipped, never rejected (kio refuses them)
         from .tagged import strip_unknown_tagged_fields
+
         try:
             obj, size = _reader(cls)(strip_unknown_tagged_fields(cls, body), 0)
         except Exception as e2:
@@ -173,7 +238,7 @@ def decode_request(api_key: int, version: int, body) -> Any:
     return obj
 
 
-@lru_cache(maxsize=None)
+@cache
 def _null_rules(cls) -> tuple:
     """(field, nullable, entity class of its items or None) for the fields of a kio entity
     that may read as null (arrays, strings, bytes) or hold entities that have such fields:

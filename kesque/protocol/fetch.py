@@ -55,10 +55,14 @@ class FetchPartitionResponse:
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch)
 
 
-def encode_fetch_response(version: int, error_code: int, session_id: int,
-                          topics: list[tuple[str | uuid.UUID, list[FetchPartitionResponse]]],
-                          throttle_ms: int = 0,
-                          node_endpoints: list[tuple[int, str, int, str | None]] = ()) -> list:
+def encode_fetch_response(
+    version: int,
+    error_code: int,
+    session_id: int,
+    topics: list[tuple[str | uuid.UUID, list[FetchPartitionResponse]]],
+    throttle_ms: int = 0,
+    node_endpoints: list[tuple[int, str, int, str | None]] = (),
+) -> list:
     """Returns a list of ``bytes`` and :class:`FileRegion` items (header not included)."""
     flexible = version >= FLEXIBLE_FROM
     s = compact_string if flexible else string

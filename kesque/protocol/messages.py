@@ -18,7 +18,7 @@ import importlib
 import os
 import re
 import sys
-from functools import lru_cache
+from functools import cache
 
 import kio
 from kio.schema.index import api_key_map, schema_name_map
@@ -26,10 +26,10 @@ from kio.static.constants import EntityType
 
 from .api import api_name, request_class, response_class
 
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fields(cls) -> dict[str, str]:
     return {f.name: f.metadata.get("kafka_type", "") for f in dataclasses.fields(cls)}
 
@@ -61,11 +61,14 @@ def _declared(path: str) -> dict[str, set[str]] | None:
 
 def _imported(path: str) -> dict[str, set[str]]:
     mod = importlib.import_module(path)
-    return {name: set(_fields(obj)) for name, obj in vars(mod).items()
-            if isinstance(obj, type) and obj.__module__ == path and dataclasses.is_dataclass(obj)}
+    return {
+        name: set(_fields(obj))
+        for name, obj in vars(mod).items()
+        if isinstance(obj, type) and obj.__module__ == path and dataclasses.is_dataclass(obj)
+    }
 
 
-@lru_cache(maxsize=None)
+@cache
 def known_fields(api_key: int, request: bool, from_source: bool = True) -> dict[str | None, frozenset[str]]:
     """Every struct of an API's requests (or responses) in any version kio knows, with the
     union of its fields over those versions. ``None`` stands for the top-level message."""

@@ -17,8 +17,9 @@ TOPIC_ID_FROM = 10
 _PARTITION = struct.Struct(">ih")
 
 
-def encode_offset_commit_response(version: int, topics: list[tuple[str | uuid.UUID, list[tuple[int, int]]]],
-                                  throttle_ms: int = 0) -> bytes:
+def encode_offset_commit_response(
+    version: int, topics: list[tuple[str | uuid.UUID, list[tuple[int, int]]]], throttle_ms: int = 0
+) -> bytes:
     """``topics`` pairs a topic name (topic id from v10) with (partition, error code) pairs."""
     flexible = version >= FLEXIBLE_FROM
     name = compact_string if flexible else string

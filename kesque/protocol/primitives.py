@@ -28,6 +28,7 @@ class ProtocolError(ValueError):
 
 # ---------------------------------------------------------------- readers
 
+
 def read_int16(buf, pos: int) -> tuple[int, int]:
     if pos + 2 > len(buf):
         raise ProtocolError("truncated int16")
@@ -146,6 +147,7 @@ def read_uuid(buf, pos: int) -> tuple[uuid.UUID, int]:
 
 
 # ---------------------------------------------------------------- writers
+
 
 def uvarint(v: int) -> bytes:
     if v < 0x80:

@@ -12,9 +12,21 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from .primitives import (I16_I32, INT32, ProtocolError, array_len, compact_string, read_array_len,
-                         read_bytes_view, read_compact_string, read_string, read_uuid,
-                         skip_tagged_fields, string, tagged)
+from .primitives import (
+    I16_I32,
+    INT32,
+    ProtocolError,
+    array_len,
+    compact_string,
+    read_array_len,
+    read_bytes_view,
+    read_compact_string,
+    read_string,
+    read_uuid,
+    skip_tagged_fields,
+    string,
+    tagged,
+)
 
 FLEXIBLE_FROM = 9
 TOPIC_ID_FROM = 13
@@ -110,12 +122,22 @@ class PartitionResponse:
 
 
 # index, error code, base offset [, log append time [, log start offset]] by version
-_PARTITION_FIXED = {0: struct.Struct(">ihq"), 1: struct.Struct(">ihq"), 2: struct.Struct(">ihqq"),
-                    3: struct.Struct(">ihqq"), 4: struct.Struct(">ihqq"), 5: struct.Struct(">ihqqq")}
+_PARTITION_FIXED = {
+    0: struct.Struct(">ihq"),
+    1: struct.Struct(">ihq"),
+    2: struct.Struct(">ihqq"),
+    3: struct.Struct(">ihqq"),
+    4: struct.Struct(">ihqq"),
+    5: struct.Struct(">ihqqq"),
+}
 
 
-def encode_produce_response(version: int, topics: list[tuple[str | uuid.UUID, list[PartitionResponse]]],
-                            throttle_ms: int = 0, node_endpoints: list[tuple[int, str, int, str | None]] = ()) -> bytes:
+def encode_produce_response(
+    version: int,
+    topics: list[tuple[str | uuid.UUID, list[PartitionResponse]]],
+    throttle_ms: int = 0,
+    node_endpoints: list[tuple[int, str, int, str | None]] = (),
+) -> bytes:
     """``topics`` pairs a topic name (or topic id for v13+) with its partition responses."""
     flexible = version >= FLEXIBLE_FROM
     s = compact_string if flexible else string
@@ -131,8 +153,12 @@ def encode_produce_response(version: int, topics: list[tuple[str | uuid.UUID, li
                 out.append(fixed.pack(p.index, p.error_code, p.base_offset, p.log_append_time))
             else:
                 out.append(fixed.pack(p.index, p.error_code, p.base_offset))
-            if version >= 8 and not p.record_errors and p.error_message is None and (
-                    version < 10 or (p.leader_id == -1 and p.leader_epoch == -1)):
+            if (
+                version >= 8
+                and not p.record_errors
+                and p.error_message is None
+                and (version < 10 or (p.leader_id == -1 and p.leader_epoch == -1))
+            ):
                 # the usual answer: no record errors, no message, no tagged fields
                 out.append(b"\x01\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff")
                 continue

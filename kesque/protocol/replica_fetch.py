@@ -23,24 +23,31 @@ import uuid
 
 from .primitives import INT32, ProtocolError, compact_string, read_uvarint, skip_tagged_fields, uvarint
 
-MIN_VERSION = 15   # ReplicaState (KIP-903) replaced the replica id field in v15
+MIN_VERSION = 15  # ReplicaState (KIP-903) replaced the replica id field in v15
 MAX_VERSION = 18
 
-_HEAD = struct.Struct(">iiibii")       # max_wait, min_bytes, max_bytes, isolation, session id, epoch
-_PART = struct.Struct(">iiqiqi")       # partition, current epoch, offset, last epoch, log start, max
+_HEAD = struct.Struct(">iiibii")  # max_wait, min_bytes, max_bytes, isolation, session id, epoch
+_PART = struct.Struct(">iiqiqi")  # partition, current epoch, offset, last epoch, log start, max
 _REPLICA_STATE = struct.Struct(">iq")
-_TOP = struct.Struct(">ihi")           # throttle, error code, session id
-_PART_HEAD = struct.Struct(">ihqqq")   # index, error code, HW, LSO, log start
+_TOP = struct.Struct(">ihi")  # throttle, error code, session id
+_PART_HEAD = struct.Struct(">ihqqq")  # index, error code, HW, LSO, log start
 _ABORTED = struct.Struct(">qq")
 _EPOCH_END = struct.Struct(">iq")
 _LEADER = struct.Struct(">ii")
 _SNAPSHOT = struct.Struct(">qi")
 
 
-def encode_replica_fetch_request(version: int, replica_id: int, replica_epoch: int, max_wait_ms: int,
-                                 min_bytes: int, max_bytes: int, isolation_level: int,
-                                 topics: list[tuple[uuid.UUID, list[tuple[int, int, int, int, int, int]]]],
-                                 rack_id: str = "") -> bytes:
+def encode_replica_fetch_request(
+    version: int,
+    replica_id: int,
+    replica_epoch: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    isolation_level: int,
+    topics: list[tuple[uuid.UUID, list[tuple[int, int, int, int, int, int]]]],
+    rack_id: str = "",
+) -> bytes:
     """The FetchRequest body. ``topics``: (topic id, [(partition, current leader epoch, fetch
     offset, last fetched epoch, log start offset, partition max bytes)])."""
     if not MIN_VERSION <= version <= MAX_VERSION:
@@ -51,12 +58,12 @@ def encode_replica_fetch_request(version: int, replica_id: int, replica_epoch: i
         out.append(uvarint(len(parts) + 1))
         for p in parts:
             out.append(_PART.pack(*p))
-            out.append(b"\x00")                   # no tagged fields (no directory id, no HW)
+            out.append(b"\x00")  # no tagged fields (no directory id, no HW)
         out.append(b"\x00")
-    out.append(b"\x01")                           # forgotten_topics_data: empty
+    out.append(b"\x01")  # forgotten_topics_data: empty
     out.append(compact_string(rack_id))
     state = _REPLICA_STATE.pack(replica_id, replica_epoch) + b"\x00"
-    out.append(b"\x01\x01" + uvarint(len(state)) + state)   # one tagged field: 1, ReplicaState
+    out.append(b"\x01\x01" + uvarint(len(state)) + state)  # one tagged field: 1, ReplicaState
     return b"".join(out)
 
 
@@ -82,9 +89,19 @@ class SnapshotId:
 
 
 class PartitionData:
-    __slots__ = ("partition_index", "error_code", "high_watermark", "last_stable_offset", "log_start_offset",
-                 "aborted_transactions", "preferred_read_replica", "records", "diverging_epoch",
-                 "current_leader", "snapshot_id")
+    __slots__ = (
+        "partition_index",
+        "error_code",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "aborted_transactions",
+        "preferred_read_replica",
+        "records",
+        "diverging_epoch",
+        "current_leader",
+        "snapshot_id",
+    )
 
 
 class FetchableTopicResponse:
@@ -98,8 +115,12 @@ class FetchResponse:
     __slots__ = ("throttle_time", "error_code", "session_id", "responses")
 
     def __init__(self, throttle_time: int, error_code: int, session_id: int, responses: list):
-        self.throttle_time, self.error_code, self.session_id, self.responses = \
-            throttle_time, error_code, session_id, responses
+        self.throttle_time, self.error_code, self.session_id, self.responses = (
+            throttle_time,
+            error_code,
+            session_id,
+            responses,
+        )
 
 
 def _need(buf, end: int) -> None:
@@ -110,8 +131,9 @@ def _need(buf, end: int) -> None:
 def _partition(buf: memoryview, pos: int) -> tuple[PartitionData, int]:
     _need(buf, pos + _PART_HEAD.size)
     p = PartitionData()
-    p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset = \
+    p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset = (
         _PART_HEAD.unpack_from(buf, pos)
+    )
     pos += _PART_HEAD.size
     n, pos = read_uvarint(buf, pos)
     if n == 0:
@@ -162,14 +184,14 @@ def decode_fetch_response(api_key: int, version: int, frame) -> tuple[int, Fetch
     buf = memoryview(frame)
     _need(buf, 4)
     corr = INT32.unpack_from(buf, 0)[0]
-    pos = skip_tagged_fields(buf, 4)              # response header v1
+    pos = skip_tagged_fields(buf, 4)  # response header v1
     _need(buf, pos + 10)
     throttle, error_code, session_id = _TOP.unpack_from(buf, pos)
     n, pos = read_uvarint(buf, pos + 10)
     topics = []
     for _ in range(max(n - 1, 0)):
         _need(buf, pos + 16)
-        topic_id = uuid.UUID(bytes=bytes(buf[pos:pos + 16]))
+        topic_id = uuid.UUID(bytes=bytes(buf[pos : pos + 16]))
         m, pos = read_uvarint(buf, pos + 16)
         parts = []
         for _ in range(max(m - 1, 0)):
@@ -177,7 +199,7 @@ def decode_fetch_response(api_key: int, version: int, frame) -> tuple[int, Fetch
             parts.append(p)
         pos = skip_tagged_fields(buf, pos)
         topics.append(FetchableTopicResponse(topic_id, parts))
-    pos = skip_tagged_fields(buf, pos)            # node_endpoints (tag 0) is not needed by a follower
+    pos = skip_tagged_fields(buf, pos)  # node_endpoints (tag 0) is not needed by a follower
     if pos != len(buf):
         raise ProtocolError(f"{len(buf) - pos} bytes after the Fetch response")
     return corr, FetchResponse(throttle, error_code, session_id, topics)

@@ -22,8 +22,14 @@ import uuid
 
 from .primitives import ProtocolError, read_uvarint, uvarint
 
-_FIXED = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "uint16": struct.Struct(">H"),
-          "int32": struct.Struct(">i"), "int64": struct.Struct(">q"), "float64": struct.Struct(">d")}
+_FIXED = {
+    "int8": struct.Struct(">b"),
+    "int16": struct.Struct(">h"),
+    "uint16": struct.Struct(">H"),
+    "int32": struct.Struct(">i"),
+    "int64": struct.Struct(">q"),
+    "float64": struct.Struct(">d"),
+}
 _I16 = _FIXED["int16"]
 _I32 = _FIXED["int32"]
 ZERO_UUID = uuid.UUID(int=0)
@@ -150,14 +156,14 @@ def _dec_value(typ, buf, pos, flexible: bool):
         return buf[pos] != 0, pos + 1
     if typ == "uuid":
         _need(buf, pos, 16)
-        return uuid.UUID(bytes=bytes(buf[pos:pos + 16])), pos + 16
+        return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
     if typ in ("string", "nstring"):
         n, pos = _read_length(buf, pos, flexible, 2)
         if n < 0:
             return None, pos
         _need(buf, pos, n)
         try:
-            return bytes(buf[pos:pos + n]).decode(), pos + n
+            return bytes(buf[pos : pos + n]).decode(), pos + n
         except UnicodeDecodeError as e:
             raise ProtocolError("record string is not UTF-8") from e
     if typ in ("bytes", "nbytes"):
@@ -165,7 +171,7 @@ def _dec_value(typ, buf, pos, flexible: bool):
         if n < 0:
             return None, pos
         _need(buf, pos, n)
-        return bytes(buf[pos:pos + n]), pos + n
+        return bytes(buf[pos : pos + n]), pos + n
     if typ in ("[int32]", "[int32]?"):
         n, pos = _read_length(buf, pos, flexible)
         if n < 0:
@@ -177,7 +183,7 @@ def _dec_value(typ, buf, pos, flexible: bool):
         if n < 0:
             return None, pos
         _need(buf, pos, 16 * n)
-        return [uuid.UUID(bytes=bytes(buf[pos + 16 * i:pos + 16 * i + 16])) for i in range(n)], pos + 16 * n
+        return [uuid.UUID(bytes=bytes(buf[pos + 16 * i : pos + 16 * i + 16])) for i in range(n)], pos + 16 * n
     if typ == "[string]":
         n, pos = _read_length(buf, pos, flexible)
         out = []
@@ -205,7 +211,7 @@ def decode_struct(fields, buf, pos: int, flexible: bool):
             _need(buf, pos, size)
             if tag in by_tag:  # unknown tags (newer versions) are skipped
                 name, typ = by_tag[tag]
-                rec[name], _ = _dec_value(typ, buf[:pos + size], pos, flexible)
+                rec[name], _ = _dec_value(typ, buf[: pos + size], pos, flexible)
             pos += size
     return rec, pos
 

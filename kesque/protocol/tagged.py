@@ -15,19 +15,39 @@ only the tags the schema declares; the rewritten buffer then goes to kio as usua
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache
 
-from kio.serial._introspect import (EntityField, EntityTupleField, classify_field, get_field_tag, get_schema_field_type, is_optional)
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
 
 from .primitives import INT16, INT32, ProtocolError, read_uvarint, uvarint
 
-_FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
-          "timedelta_i32": 4, "int64": 8, "uint64": 8, "float64": 8, "timedelta_i64": 8, "datetime_i64": 8,
-          "uuid": 16}
+_FIXED = {
+    "int8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
 _LENGTH_PREFIXED = ("string", "bytes", "records")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _plan(cls):
     """[(kind, kafka_type or nested class, optional)] for untagged fields, and the known tags."""
     fields = []
@@ -58,7 +78,7 @@ class _Walker:
 
     def _flush_to(self, pos: int) -> None:
         if pos > self.mark:
-            self.out.append(bytes(self.buf[self.mark:pos]))
+            self.out.append(bytes(self.buf[self.mark : pos]))
         self.mark = pos
 
     def length(self, flexible: bool, width: int) -> int:
@@ -75,8 +95,9 @@ class _Walker:
         n = self.length(flexible, 4)
         left = len(self.buf) - self.pos
         if n > left:
-            raise ProtocolError(f"Tried to allocate a collection of size {n}, but there are only {left} bytes "
-                                "remaining.")
+            raise ProtocolError(
+                f"Tried to allocate a collection of size {n}, but there are only {left} bytes remaining."
+            )
         return n
 
     def primitive(self, kafka_type: str, flexible: bool) -> None:

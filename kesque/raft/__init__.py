@@ -4,5 +4,17 @@ from .log import ElectionState, MemoryQuorumStateStore, MemoryRaftLog, QuorumSta
 from .node import Knobs, Output, QuorumConfig, RaftNode, StateChange
 from .state import IllegalTransition
 
-__all__ = ["ElectionState", "IllegalTransition", "Knobs", "MemoryQuorumStateStore", "MemoryRaftLog",
-           "Output", "QuorumConfig", "QuorumStateStore", "RaftLog", "RaftNode", "Record", "StateChange"]
+__all__ = [
+    "ElectionState",
+    "IllegalTransition",
+    "Knobs",
+    "MemoryQuorumStateStore",
+    "MemoryRaftLog",
+    "Output",
+    "QuorumConfig",
+    "QuorumStateStore",
+    "RaftLog",
+    "RaftNode",
+    "Record",
+    "StateChange",
+]

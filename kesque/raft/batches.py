@@ -26,8 +26,12 @@ _CONTROL_KEY = struct.Struct(">hh")
 
 # the schemas of Kafka's LeaderChangeMessage v0, SnapshotHeaderRecord v0, SnapshotFooterRecord v0
 _VOTER = [("voter_id", "int32", None, 0)]
-_LEADER_CHANGE = [("version", "int16", None, 0), ("leader_id", "int32", None, -1),
-                  ("voters", _VOTER, None, []), ("granting_voters", _VOTER, None, [])]
+_LEADER_CHANGE = [
+    ("version", "int16", None, 0),
+    ("leader_id", "int32", None, -1),
+    ("voters", _VOTER, None, []),
+    ("granting_voters", _VOTER, None, []),
+]
 SNAPSHOT_HEADER_FIELDS = [("version", "int16", None, 0), ("last_contained_log_timestamp", "int64", None, 0)]
 SNAPSHOT_FOOTER_FIELDS = [("version", "int16", None, 0)]
 
@@ -40,22 +44,38 @@ class ControlRecord:
     data: bytes
 
 
-def control_batch(ctype: int, fields: list, value: dict, *, base_offset: int, epoch: int,
-                  timestamp: int) -> bytes:
+def control_batch(ctype: int, fields: list, value: dict, *, base_offset: int, epoch: int, timestamp: int) -> bytes:
     body = schema.encode(fields, value, flexible=True)
-    return build_batch([(_CONTROL_KEY.pack(0, ctype), body, ())], base_offset=base_offset,
-                       control=True, partition_leader_epoch=epoch, timestamp=timestamp)
+    return build_batch(
+        [(_CONTROL_KEY.pack(0, ctype), body, ())],
+        base_offset=base_offset,
+        control=True,
+        partition_leader_epoch=epoch,
+        timestamp=timestamp,
+    )
 
 
 def _control_bytes(value, offset: int, epoch: int, timestamp: int) -> bytes:
     if isinstance(value, LeaderChange):
-        return control_batch(LEADER_CHANGE, _LEADER_CHANGE, {
-            "leader_id": value.leader_id,
-            "voters": [{"voter_id": v} for v in value.voters],
-            "granting_voters": [{"voter_id": v} for v in value.granting_voters]},
-            base_offset=offset, epoch=epoch, timestamp=timestamp)
-    return build_batch([(_CONTROL_KEY.pack(0, value.type), value.data, ())], base_offset=offset,
-                       control=True, partition_leader_epoch=epoch, timestamp=timestamp)
+        return control_batch(
+            LEADER_CHANGE,
+            _LEADER_CHANGE,
+            {
+                "leader_id": value.leader_id,
+                "voters": [{"voter_id": v} for v in value.voters],
+                "granting_voters": [{"voter_id": v} for v in value.granting_voters],
+            },
+            base_offset=offset,
+            epoch=epoch,
+            timestamp=timestamp,
+        )
+    return build_batch(
+        [(_CONTROL_KEY.pack(0, value.type), value.data, ())],
+        base_offset=offset,
+        control=True,
+        partition_leader_epoch=epoch,
+        timestamp=timestamp,
+    )
 
 
 def is_control(value) -> bool:
@@ -78,8 +98,14 @@ def encode(records: list[Record], timestamp: int) -> bytes:
             if not isinstance(records[j].value, (bytes, bytearray)):
                 raise TypeError(f"a raft record value must be bytes, not {type(records[j].value).__name__}")
             j += 1
-        out.append(build_batch([(None, bytes(x.value), ()) for x in records[i:j]], base_offset=r.offset,
-                               partition_leader_epoch=r.epoch, timestamp=timestamp))
+        out.append(
+            build_batch(
+                [(None, bytes(x.value), ()) for x in records[i:j]],
+                base_offset=r.offset,
+                partition_leader_epoch=r.epoch,
+                timestamp=timestamp,
+            )
+        )
         i = j
     return b"".join(out)
 
@@ -98,9 +124,17 @@ def decode_batch(h: rb.BatchHeader, data) -> list[Record]:
         value = r.value or b""
         if ctype == LEADER_CHANGE:
             d = schema.decode(_LEADER_CHANGE, value, 0, flexible=True)
-            out.append(Record(r.offset, epoch, LeaderChange(
-                d["leader_id"], tuple(v["voter_id"] for v in d["voters"]),
-                tuple(v["voter_id"] for v in d["granting_voters"]))))
+            out.append(
+                Record(
+                    r.offset,
+                    epoch,
+                    LeaderChange(
+                        d["leader_id"],
+                        tuple(v["voter_id"] for v in d["voters"]),
+                        tuple(v["voter_id"] for v in d["granting_voters"]),
+                    ),
+                )
+            )
         else:
             out.append(Record(r.offset, epoch, ControlRecord(ctype, bytes(value))))
     return out
@@ -113,5 +147,5 @@ def decode(buf) -> list[Record]:
     for pos, h in rb.iter_headers(mv):
         if pos + h.size > len(mv):
             break
-        out.extend(decode_batch(h, mv[pos:pos + h.size]))
+        out.extend(decode_batch(h, mv[pos : pos + h.size]))
     return out

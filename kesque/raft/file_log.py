@@ -36,7 +36,7 @@ from .log import NO_TRUNCATION, ElectionState, FlushJob, Record, SnapshotId
 
 METADATA_PARTITION = "__cluster_metadata-0"
 QUORUM_STATE = "quorum-state"
-SEGMENT_BYTES = 1024 * 1024 * 1024      # metadata.log.segment.bytes' default
+SEGMENT_BYTES = 1024 * 1024 * 1024  # metadata.log.segment.bytes' default
 
 
 def _now_ms() -> int:
@@ -76,11 +76,19 @@ class FileRaftLog:
         cfg = LogConfig(segment_bytes=segment_bytes, retention_ms=-1, cleanup_policy=("delete",))
         # never trust a clean-shutdown marker: recovery scans the segments and cuts a torn tail
         os.makedirs(self.path, exist_ok=True)
-        self.snapshots = snapshot.list_snapshots(self.path)     # deletes partial ones
-        self.flush_floor = NO_TRUNCATION    # lowest truncation point since the flush in flight began
+        self.snapshots = snapshot.list_snapshots(self.path)  # deletes partial ones
+        self.flush_floor = NO_TRUNCATION  # lowest truncation point since the flush in flight began
         latest = self.latest_snapshot()
-        self.log = UnifiedLog(self.path, "__cluster_metadata", 0, cfg, had_clean_shutdown=False,
-                              recovery_point=0, log_start_offset=latest.end_offset if latest else 0, now_ms=clock())
+        self.log = UnifiedLog(
+            self.path,
+            "__cluster_metadata",
+            0,
+            cfg,
+            had_clean_shutdown=False,
+            recovery_point=0,
+            log_start_offset=latest.end_offset if latest else 0,
+            now_ms=clock(),
+        )
         if latest:
             self._delete_before(latest)
         # what recovery kept is the durable prefix: fsync it once, so that the node may report
@@ -195,7 +203,7 @@ class FileRaftLog:
         if ok:
             target = min(job.end, self.flush_floor, log.log_end_offset)
             log.recovery_point = max(log.recovery_point, target)
-        else:                           # sync them next time
+        else:  # sync them next time
             log.local_log.dirs_not_synced(job.dirs)
         self.flush_floor = NO_TRUNCATION
         return self.durable_end_offset()
@@ -240,7 +248,7 @@ class FileRaftLog:
         snapshot.write(self.path, sid, data)
         self.snapshots.add(sid)
         self.log.truncate_fully_and_start_at(sid.end_offset)
-        self.flush_floor = min(self.flush_floor, sid.end_offset)   # the old log is gone
+        self.flush_floor = min(self.flush_floor, sid.end_offset)  # the old log is gone
         self._delete_before(sid)
         return values
 
@@ -265,8 +273,9 @@ class FileQuorumStateStore:
         except FileNotFoundError:
             return None
         if not line:
-            raise ValueError(f"Error while reading the Quorum status from the file {self.path}: "
-                             "File ended prematurely.")
+            raise ValueError(
+                f"Error while reading the Quorum status from the file {self.path}: File ended prematurely."
+            )
         return ElectionState.from_json(line)
 
     def write(self, state: ElectionState) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 NO_TRUNCATION = 1 << 62
-NO_DIRECTORY_ID = "AAAAAAAAAAAAAAAAAAAAAA"    # Kafka's Uuid.ZERO_UUID, base64
+NO_DIRECTORY_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's Uuid.ZERO_UUID, base64
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +79,8 @@ class RaftLog(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
     def epoch_at(self, offset: int) -> int: ...
     def flush(self) -> None: ...
-    def begin_flush(self) -> "FlushJob": ...
-    def end_flush(self, job: "FlushJob") -> int: ...
+    def begin_flush(self) -> FlushJob: ...
+    def end_flush(self, job: FlushJob) -> int: ...
     # snapshots (KIP-630): written whole and durable at once; the log start moves to the latest
     def latest_snapshot(self) -> SnapshotId | None: ...
     def create_snapshot(self, end_offset: int, values: list) -> SnapshotId: ...
@@ -112,14 +112,14 @@ class MemoryRaftLog:
     __slots__ = ("records", "start", "epochs", "starts", "durable", "truncated_to", "snapshots", "flush_floor")
 
     def __init__(self):
-        self.records: list[Record] = []     # records[i].offset == start + i
+        self.records: list[Record] = []  # records[i].offset == start + i
         self.start = 0
-        self.epochs: list[int] = []     # leader epoch cache: epochs[i] starts at starts[i]
+        self.epochs: list[int] = []  # leader epoch cache: epochs[i] starts at starts[i]
         self.starts: list[int] = []
         self.durable = 0
-        self.truncated_to = NO_TRUNCATION   # lowest truncation point since the simulator last looked
+        self.truncated_to = NO_TRUNCATION  # lowest truncation point since the simulator last looked
         self.snapshots: dict[SnapshotId, bytes] = {}
-        self.flush_floor = NO_TRUNCATION    # lowest truncation point since the flush in flight began
+        self.flush_floor = NO_TRUNCATION  # lowest truncation point since the flush in flight began
 
     # -- reads -------------------------------------------------------------------------------
     def end_offset(self) -> int:
@@ -139,7 +139,7 @@ class MemoryRaftLog:
 
     def read(self, start: int, max_records: int) -> list[Record]:
         i = max(start - self.start, 0)
-        return self.records[i:max(start + max_records - self.start, 0)]
+        return self.records[i : max(start + max_records - self.start, 0)]
 
     def epoch_at(self, offset: int) -> int:
         if offset < self.start:
@@ -188,7 +188,7 @@ class MemoryRaftLog:
             return
         if offset < self.start:
             raise ValueError(f"truncation to {offset}, below the log start offset {self.start}")
-        del self.records[offset - self.start:]
+        del self.records[offset - self.start :]
         while self.starts and self.starts[-1] >= offset:
             self.starts.pop()
             self.epochs.pop()
@@ -228,7 +228,7 @@ class MemoryRaftLog:
         """Move the log start to the snapshot: records, epoch entries, older snapshots go."""
         end = sid.end_offset
         if end <= self.end_offset() and end > self.start:
-            del self.records[:end - self.start]
+            del self.records[: end - self.start]
         elif end > self.end_offset():
             self.records = []
             self.durable = end
@@ -253,7 +253,7 @@ class MemoryRaftLog:
         self.snapshots[sid] = bytes(data)
         # the old log is gone, also when the snapshot is not ahead of it: the log is the snapshot,
         # durable (as the file log's truncate_fully_and_start_at moves its recovery point there)
-        if self.end_offset() > sid.end_offset:      # records past the snapshot are dropped
+        if self.end_offset() > sid.end_offset:  # records past the snapshot are dropped
             self.truncated_to = min(self.truncated_to, sid.end_offset)
         self.records, self.epochs, self.starts = [], [], []
         self.flush_floor = min(self.flush_floor, sid.end_offset)
@@ -284,11 +284,16 @@ class ElectionState:
     def to_json(self) -> str:
         """The line Kafka's ``FileQuorumStateStore`` writes: ``QuorumStateData`` v1 as compact
         JSON in schema order, then ``data_version``, no newline."""
-        return json.dumps({
-            "leaderId": self.leader_id, "leaderEpoch": self.epoch, "votedId": self.voted_id,
-            "votedDirectoryId": self.voted_directory_id or NO_DIRECTORY_ID,
-            "data_version": 1,
-        }, separators=(",", ":"))
+        return json.dumps(
+            {
+                "leaderId": self.leader_id,
+                "leaderEpoch": self.epoch,
+                "votedId": self.voted_id,
+                "votedDirectoryId": self.voted_directory_id or NO_DIRECTORY_ID,
+                "data_version": 1,
+            },
+            separators=(",", ":"),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> ElectionState:
@@ -302,8 +307,9 @@ class ElectionState:
         if version not in (0, 1):
             raise ValueError(f"data_version ({version}) is not within the min (0) and max (1) supported version")
         vd = d.get("votedDirectoryId")
-        return cls(d["leaderEpoch"], d.get("leaderId", -1), d.get("votedId", -1),
-                   None if vd in (None, NO_DIRECTORY_ID) else vd)
+        return cls(
+            d["leaderEpoch"], d.get("leaderId", -1), d.get("votedId", -1), None if vd in (None, NO_DIRECTORY_ID) else vd
+        )
 
 
 class QuorumStateStore(Protocol):

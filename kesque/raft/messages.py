@@ -32,10 +32,10 @@ POSITION_OUT_OF_RANGE = int(ErrorCode.position_out_of_range)
 @dataclass(slots=True)
 class VoteRequest:
     correlation_id: int
-    replica_epoch: int              # CandidateEpoch before KIP-996; the prospective's epoch for a pre-vote
-    replica_id: int                 # the candidate (CandidateId before KIP-996)
+    replica_epoch: int  # CandidateEpoch before KIP-996; the prospective's epoch for a pre-vote
+    replica_id: int  # the candidate (CandidateId before KIP-996)
     replica_directory_id: str | None
-    voter_id: int                   # top level in the wire request
+    voter_id: int  # top level in the wire request
     voter_directory_id: str | None  # KIP-853: the voter key the candidate believes in
     last_offset_epoch: int
     last_offset: int
@@ -74,7 +74,7 @@ class EndQuorumEpochRequest:
     correlation_id: int
     leader_id: int
     leader_epoch: int
-    preferred_candidates: list[int] = field(default_factory=list)   # v1: ids (directory ids later)
+    preferred_candidates: list[int] = field(default_factory=list)  # v1: ids (directory ids later)
 
 
 @dataclass(slots=True)
@@ -88,7 +88,7 @@ class EndQuorumEpochResponse:
 @dataclass(slots=True)
 class FetchRequest:
     correlation_id: int
-    replica_id: int                 # ReplicaState.ReplicaId
+    replica_id: int  # ReplicaState.ReplicaId
     replica_directory_id: str | None
     current_leader_epoch: int
     fetch_offset: int
@@ -101,8 +101,8 @@ class FetchRequest:
 class FetchResponse:
     correlation_id: int
     error_code: int
-    leader_id: int                  # CurrentLeader.LeaderId
-    leader_epoch: int               # CurrentLeader.LeaderEpoch
+    leader_id: int  # CurrentLeader.LeaderId
+    leader_epoch: int  # CurrentLeader.LeaderEpoch
     high_watermark: int = -1
     records: list = field(default_factory=list)
     # DivergingEpoch: set when the fetcher's log diverges from the leader's

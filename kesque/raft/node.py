@@ -29,11 +29,22 @@ from dataclasses import dataclass, field
 
 from ..errors import KafkaError, error
 from . import messages as m
-from .log import RaftLog, QuorumStateStore, ElectionState, LeaderChange, Record, SnapshotId
+from .log import ElectionState, LeaderChange, QuorumStateStore, RaftLog, Record, SnapshotId
 from .state import (
-    CANDIDATE, FOLLOWER, LEADER, PROSPECTIVE, RESIGNED, UNATTACHED,
-    CandidateState, EpochState, FollowerState, LeaderState, ProspectiveState, ResignedState,
-    UnattachedState, check_transition,
+    CANDIDATE,
+    FOLLOWER,
+    LEADER,
+    PROSPECTIVE,
+    RESIGNED,
+    UNATTACHED,
+    CandidateState,
+    EpochState,
+    FollowerState,
+    LeaderState,
+    ProspectiveState,
+    ResignedState,
+    UnattachedState,
+    check_transition,
 )
 
 NEVER = 1 << 62
@@ -65,8 +76,8 @@ class StateChange:
 
 @dataclass(slots=True)
 class Output:
-    messages: list = field(default_factory=list)    # (destination id, message)
-    committed: list = field(default_factory=list)   # Record, in offset order
+    messages: list = field(default_factory=list)  # (destination id, message)
+    committed: list = field(default_factory=list)  # Record, in offset order
     state_changes: list = field(default_factory=list)
     # (SnapshotId, values) fetched from the leader: the application loads it in place of its
     # state, and ``committed`` goes on from the snapshot's end offset
@@ -92,9 +103,18 @@ class Knobs:
 
 
 class RaftNode:
-    def __init__(self, node_id: int, directory_id: str | None, voters: dict[int, str | None],
-                 log: RaftLog, store: QuorumStateStore, config: QuorumConfig,
-                 rng: random.Random, now: int, knobs: Knobs | None = None):
+    def __init__(
+        self,
+        node_id: int,
+        directory_id: str | None,
+        voters: dict[int, str | None],
+        log: RaftLog,
+        store: QuorumStateStore,
+        config: QuorumConfig,
+        rng: random.Random,
+        now: int,
+        knobs: Knobs | None = None,
+    ):
         self.node_id = node_id
         self.directory_id = directory_id
         self.voters = dict(voters)
@@ -111,8 +131,8 @@ class RaftNode:
         self.state: EpochState | None = None
         self._out = Output()
         self._corr = 0
-        self._inflight: dict[int, tuple[int, int]] = {}   # dest -> (correlation id, expiry)
-        self._backoff: dict[int, int] = {}                # dest -> no request before this time
+        self._inflight: dict[int, tuple[int, int]] = {}  # dest -> (correlation id, expiry)
+        self._backoff: dict[int, int] = {}  # dest -> no request before this time
         # resign() was called: the node is stopping. It still answers requests and tells the
         # voters it resigned, but its timers move it no more (a resigned lone voter, whose
         # election deadline is "now", would otherwise elect itself again at the next input)
@@ -167,13 +187,21 @@ class RaftNode:
         if isinstance(st, LeaderState):
             self._flush_leader(st, now)
             ends = sorted(((-o, v) for v, o in st.voter_end.items() if v != self.node_id))
-            self._transition(ResignedState(RESIGNED, st.epoch, self._election_deadline(now),
-                                           leader_id=self.node_id, voted_id=st.voted_id,
-                                           voted_directory_id=st.voted_directory_id,
-                                           preferred_successors=[v for _, v in ends],
-                                           unacked=set(self.voters) - {self.node_id}), now)
+            self._transition(
+                ResignedState(
+                    RESIGNED,
+                    st.epoch,
+                    self._election_deadline(now),
+                    leader_id=self.node_id,
+                    voted_id=st.voted_id,
+                    voted_directory_id=st.voted_directory_id,
+                    preferred_successors=[v for _, v in ends],
+                    unacked=set(self.voters) - {self.node_id},
+                ),
+                now,
+            )
             self._poll(now)
-        self._out.flush = True      # the driver flushes before it stops
+        self._out.flush = True  # the driver flushes before it stops
         return self.drain()
 
     def snapshot(self, end_offset: int, values: list) -> SnapshotId:
@@ -185,7 +213,7 @@ class RaftNode:
 
     def next_deadline(self) -> int:
         st = self.state
-        d = NEVER if self.shutting_down else st.deadline   # (no timer moves a stopping node)
+        d = NEVER if self.shutting_down else st.deadline  # (no timer moves a stopping node)
         for _, expiry in self._inflight.values():
             d = min(d, expiry)
         for t in self._backoff.values():
@@ -211,8 +239,7 @@ class RaftNode:
         return self.state.leader_id
 
     def _is_voter_key(self, node_id: int, directory_id: str | None) -> bool:
-        return self.voters.get(node_id, "-") == directory_id or (
-            self.knobs.static_voters and node_id in self.voters)
+        return self.voters.get(node_id, "-") == directory_id or (self.knobs.static_voters and node_id in self.voters)
 
     def _known_leader(self) -> int:
         """The leader id to put in answers: a resigned leader no longer leads its epoch."""
@@ -225,8 +252,10 @@ class RaftNode:
         st = self.state
         if not isinstance(st, LeaderState):
             return m.DescribeQuorumResponse(m.NOT_LEADER_OR_FOLLOWER, self._known_leader(), st.epoch, -1)
-        voters = [m.ReplicaState(v, d, self.log.end_offset() if v == self.node_id else st.voter_end.get(v, -1))
-                  for v, d in sorted(self.voters.items())]
+        voters = [
+            m.ReplicaState(v, d, self.log.end_offset() if v == self.node_id else st.voter_end.get(v, -1))
+            for v, d in sorted(self.voters.items())
+        ]
         observers = [m.ReplicaState(o, None, end) for o, end in sorted(st.observer_end.items())]
         return m.DescribeQuorumResponse(m.NONE, self.node_id, st.epoch, st.high_watermark, voters, observers)
 
@@ -245,18 +274,40 @@ class RaftNode:
             st = UnattachedState(UNATTACHED, log_epoch, self._election_deadline(now))
         elif self.is_voter and es.leader_id == me:
             # never lead this epoch again: unflushed records of it may be lost
-            st = ResignedState(RESIGNED, es.epoch, self._election_deadline(now), leader_id=me,
-                               voted_id=es.voted_id, voted_directory_id=es.voted_directory_id)
+            st = ResignedState(
+                RESIGNED,
+                es.epoch,
+                self._election_deadline(now),
+                leader_id=me,
+                voted_id=es.voted_id,
+                voted_directory_id=es.voted_directory_id,
+            )
         elif self.is_voter and es.voted_id == me and es.leader_id < 0:
-            st = CandidateState(CANDIDATE, es.epoch, self._election_deadline(now), voted_id=me,
-                                voted_directory_id=self.directory_id, granted={me})
+            st = CandidateState(
+                CANDIDATE,
+                es.epoch,
+                self._election_deadline(now),
+                voted_id=me,
+                voted_directory_id=self.directory_id,
+                granted={me},
+            )
         elif es.leader_id >= 0 and es.leader_id != me:
-            st = FollowerState(FOLLOWER, es.epoch, now + self.config.fetch_timeout_ms,
-                               leader_id=es.leader_id, voted_id=es.voted_id,
-                               voted_directory_id=es.voted_directory_id)
+            st = FollowerState(
+                FOLLOWER,
+                es.epoch,
+                now + self.config.fetch_timeout_ms,
+                leader_id=es.leader_id,
+                voted_id=es.voted_id,
+                voted_directory_id=es.voted_directory_id,
+            )
         else:
-            st = UnattachedState(UNATTACHED, es.epoch, self._election_deadline(now),
-                                 voted_id=es.voted_id, voted_directory_id=es.voted_directory_id)
+            st = UnattachedState(
+                UNATTACHED,
+                es.epoch,
+                self._election_deadline(now),
+                voted_id=es.voted_id,
+                voted_directory_id=es.voted_directory_id,
+            )
         self._transition(st, now)
 
     def _transition(self, new: EpochState, now: int) -> None:
@@ -268,8 +319,7 @@ class RaftNode:
         self.state = new
         self._inflight.clear()
         self._backoff.clear()
-        self._out.state_changes.append(StateChange(self.node_id, old and old.name, new.name,
-                                                   new.epoch, new.leader_id))
+        self._out.state_changes.append(StateChange(self.node_id, old and old.name, new.name, new.epoch, new.leader_id))
         if isinstance(new, CandidateState) or isinstance(new, ProspectiveState):
             new.granted.add(self.node_id)
             self._maybe_win(new, now)
@@ -278,46 +328,82 @@ class RaftNode:
 
     def _election_deadline(self, now: int) -> int:
         if not self.is_voter:
-            return NEVER        # observers never stand for election
+            return NEVER  # observers never stand for election
         if len(self.voters) == 1:
-            return now          # the only voter: no one to wait for, it elects itself at once (as Kafka's)
+            return now  # the only voter: no one to wait for, it elects itself at once (as Kafka's)
         t = self.config.election_timeout_ms
         return now + t + self.rng.randrange(t)
 
-    def _to_unattached(self, epoch: int, now: int, deadline: int | None = None,
-                       keep_vote: bool = False) -> None:
+    def _to_unattached(self, epoch: int, now: int, deadline: int | None = None, keep_vote: bool = False) -> None:
         st = self.state
         voted = (st.voted_id, st.voted_directory_id) if keep_vote and epoch == st.epoch else (-1, None)
-        self._transition(UnattachedState(UNATTACHED, epoch,
-                                         self._election_deadline(now) if deadline is None else deadline,
-                                         voted_id=voted[0], voted_directory_id=voted[1]), now)
+        self._transition(
+            UnattachedState(
+                UNATTACHED,
+                epoch,
+                self._election_deadline(now) if deadline is None else deadline,
+                voted_id=voted[0],
+                voted_directory_id=voted[1],
+            ),
+            now,
+        )
 
     def _to_follower(self, epoch: int, leader: int, now: int) -> None:
         st = self.state
         voted = (st.voted_id, st.voted_directory_id) if epoch == st.epoch else (-1, None)
-        self._transition(FollowerState(FOLLOWER, epoch, now + self.config.fetch_timeout_ms,
-                                       leader_id=leader, voted_id=voted[0],
-                                       voted_directory_id=voted[1]), now)
+        self._transition(
+            FollowerState(
+                FOLLOWER,
+                epoch,
+                now + self.config.fetch_timeout_ms,
+                leader_id=leader,
+                voted_id=voted[0],
+                voted_directory_id=voted[1],
+            ),
+            now,
+        )
 
     def _to_prospective(self, now: int) -> None:
         st = self.state
-        self._transition(ProspectiveState(PROSPECTIVE, st.epoch, self._election_deadline(now),
-                                          leader_id=st.leader_id if st.name != RESIGNED else -1,
-                                          voted_id=st.voted_id,
-                                          voted_directory_id=st.voted_directory_id), now)
+        self._transition(
+            ProspectiveState(
+                PROSPECTIVE,
+                st.epoch,
+                self._election_deadline(now),
+                leader_id=st.leader_id if st.name != RESIGNED else -1,
+                voted_id=st.voted_id,
+                voted_directory_id=st.voted_directory_id,
+            ),
+            now,
+        )
 
     def _maybe_win(self, st, now: int) -> None:
         if len(st.granted) < self.majority() or self.shutting_down:
             return
         if isinstance(st, ProspectiveState):
-            self._transition(CandidateState(CANDIDATE, st.epoch + 1, self._election_deadline(now),
-                                            voted_id=self.node_id,
-                                            voted_directory_id=self.directory_id), now)
+            self._transition(
+                CandidateState(
+                    CANDIDATE,
+                    st.epoch + 1,
+                    self._election_deadline(now),
+                    voted_id=self.node_id,
+                    voted_directory_id=self.directory_id,
+                ),
+                now,
+            )
         elif isinstance(st, CandidateState):
-            self._transition(LeaderState(LEADER, st.epoch, now + self._check_quorum_ms(),
-                                         leader_id=self.node_id, voted_id=st.voted_id,
-                                         voted_directory_id=st.voted_directory_id,
-                                         granting_voters=set(st.granted)), now)
+            self._transition(
+                LeaderState(
+                    LEADER,
+                    st.epoch,
+                    now + self._check_quorum_ms(),
+                    leader_id=self.node_id,
+                    voted_id=st.voted_id,
+                    voted_directory_id=st.voted_directory_id,
+                    granting_voters=set(st.granted),
+                ),
+                now,
+            )
 
     def _check_quorum_ms(self) -> int:
         return self.config.fetch_timeout_ms * 3 // 2
@@ -329,8 +415,9 @@ class RaftNode:
         st.fetched = {self.node_id}
         # the LeaderChange control record: the high watermark can only move past an offset of
         # this epoch, so write one at once rather than wait for the application to append
-        self.log.append(st.epoch, [LeaderChange(self.node_id, tuple(sorted(self.voters)),
-                                                tuple(sorted(st.granting_voters)))])
+        self.log.append(
+            st.epoch, [LeaderChange(self.node_id, tuple(sorted(self.voters)), tuple(sorted(st.granting_voters)))]
+        )
         st.flush_at = now
 
     # -- the poll loop -----------------------------------------------------------------------------
@@ -375,8 +462,11 @@ class RaftNode:
     def _send_end_quorum_epoch(self, st, now: int) -> None:
         for v in st.unacked:
             if self._can_send(v, now):
-                self._send(v, m.EndQuorumEpochRequest(self._next_corr(), self.node_id, st.epoch,
-                                                      list(st.preferred_successors)), now)
+                self._send(
+                    v,
+                    m.EndQuorumEpochRequest(self._next_corr(), self.node_id, st.epoch, list(st.preferred_successors)),
+                    now,
+                )
 
     def _poll_leader(self, st: LeaderState, now: int) -> None:
         if st.flush_at >= 0 and now >= st.flush_at:
@@ -386,14 +476,23 @@ class RaftNode:
                 st.fetched = {self.node_id}
                 st.deadline = now + self._check_quorum_ms()
             else:
-                self._transition(ResignedState(RESIGNED, st.epoch, self._election_deadline(now),
-                                               leader_id=self.node_id, voted_id=st.voted_id,
-                                               voted_directory_id=st.voted_directory_id), now)
+                self._transition(
+                    ResignedState(
+                        RESIGNED,
+                        st.epoch,
+                        self._election_deadline(now),
+                        leader_id=self.node_id,
+                        voted_id=st.voted_id,
+                        voted_directory_id=st.voted_directory_id,
+                    ),
+                    now,
+                )
                 return
         for v in st.unacked:
             if self._can_send(v, now):
-                self._send(v, m.BeginQuorumEpochRequest(self._next_corr(), self.node_id, st.epoch,
-                                                        v, self.voters[v]), now)
+                self._send(
+                    v, m.BeginQuorumEpochRequest(self._next_corr(), self.node_id, st.epoch, v, self.voters[v]), now
+                )
         for rid, (req, expiry) in list(st.parked.items()):
             if expiry <= now:
                 del st.parked[rid]
@@ -450,32 +549,61 @@ class RaftNode:
         for v, vdir in self.voters.items():
             if v == self.node_id or v in st.granted or v in st.rejected or not self._can_send(v, now):
                 continue
-            self._send(v, m.VoteRequest(self._next_corr(), st.epoch, self.node_id, self.directory_id,
-                                        v, vdir, last_epoch, end, pre_vote), now)
+            self._send(
+                v,
+                m.VoteRequest(
+                    self._next_corr(), st.epoch, self.node_id, self.directory_id, v, vdir, last_epoch, end, pre_vote
+                ),
+                now,
+            )
 
     def _send_fetch(self, dest: int, now: int) -> None:
         log = self.log
-        if (self.is_voter and log.durable_end_offset() < log.end_offset()
-                and not self.knobs.report_unflushed_fetch_offset):
+        if (
+            self.is_voter
+            and log.durable_end_offset() < log.end_offset()
+            and not self.knobs.report_unflushed_fetch_offset
+        ):
             # the fetch offset is our end as the leader counts it: durable first (the flush's
             # completion polls again). Observers do not count, and fetch on (as Kafka's).
             self._out.flush = True
             return
         if not self._can_send(dest, now):
             return
-        self._send(dest, m.FetchRequest(self._next_corr(), self.node_id, self.directory_id,
-                                        self.state.epoch, self.log.end_offset(),
-                                        self.log.last_fetched_epoch(), 0,
-                                        self.config.fetch_max_wait_ms), now)
+        self._send(
+            dest,
+            m.FetchRequest(
+                self._next_corr(),
+                self.node_id,
+                self.directory_id,
+                self.state.epoch,
+                self.log.end_offset(),
+                self.log.last_fetched_epoch(),
+                0,
+                self.config.fetch_max_wait_ms,
+            ),
+            now,
+        )
 
     def _send_fetch_snapshot(self, st: FollowerState, now: int) -> None:
         dest = st.leader_id
         if not self._can_send(dest, now):
             return
         sid = st.fetching_snapshot
-        self._send(dest, m.FetchSnapshotRequest(self._next_corr(), self.node_id, st.epoch, sid.end_offset,
-                                                sid.epoch, len(st.snapshot_buf),
-                                                self.config.fetch_snapshot_max_bytes, self.directory_id), now)
+        self._send(
+            dest,
+            m.FetchSnapshotRequest(
+                self._next_corr(),
+                self.node_id,
+                st.epoch,
+                sid.end_offset,
+                sid.epoch,
+                len(st.snapshot_buf),
+                self.config.fetch_snapshot_max_bytes,
+                self.directory_id,
+            ),
+            now,
+        )
 
     # -- common response handling ----------------------------------------------------------------
     def _learn(self, epoch: int, leader: int, now: int) -> bool:
@@ -501,32 +629,45 @@ class RaftNode:
             leader = -1 if (granted and r.pre_vote) else self._known_leader()
             self._reply(src, m.VoteResponse(r.correlation_id, code, leader, st.epoch, granted, r.pre_vote))
 
-        if (r.last_offset < 0 or r.last_offset_epoch < 0 or r.last_offset_epoch > r.replica_epoch
-                or (not r.pre_vote and r.last_offset_epoch == r.replica_epoch)):
+        if (
+            r.last_offset < 0
+            or r.last_offset_epoch < 0
+            or r.last_offset_epoch > r.replica_epoch
+            or (not r.pre_vote and r.last_offset_epoch == r.replica_epoch)
+        ):
             return answer(m.INVALID_REQUEST)
         if r.replica_epoch < self.state.epoch:
             return answer(m.FENCED_LEADER_EPOCH)
         if not self._is_voter_key(r.replica_id, r.replica_directory_id):
-            return answer(m.INVALID_REQUEST)    # not a voter: Kafka answers INCONSISTENT_VOTER_SET
+            return answer(m.INVALID_REQUEST)  # not a voter: Kafka answers INCONSISTENT_VOTER_SET
         if r.replica_epoch > self.state.epoch:
             # a pre-vote moves nobody, but one from a *newer* epoch comes from a voter that really
             # stood in it: stay behind and that voter is stranded there, answered only with older
             # epochs it ignores (tests/test_sim.py, scenario stranded_candidate)
             self._to_unattached(r.replica_epoch, now)
-        if not self.is_voter or r.voter_id != self.node_id or (
-                r.voter_directory_id != self.directory_id and not self.knobs.static_voters):
+        if (
+            not self.is_voter
+            or r.voter_id != self.node_id
+            or (r.voter_directory_id != self.directory_id and not self.knobs.static_voters)
+        ):
             # KIP-853: a voter that lost its disk has a new directory id and no vote
             return answer(m.INVALID_VOTER_KEY)
-        up_to_date = (r.last_offset_epoch, r.last_offset) >= (self.log.last_fetched_epoch(),
-                                                              self.log.end_offset())
+        up_to_date = (r.last_offset_epoch, r.last_offset) >= (self.log.last_fetched_epoch(), self.log.end_offset())
         if self.knobs.grant_vote_to_shorter_log:
             up_to_date = True
         granted = self._can_grant_vote(r.replica_id, up_to_date, r.pre_vote)
         st = self.state
         if granted and not r.pre_vote and st.name == UNATTACHED and st.voted_id < 0:
-            self._transition(UnattachedState(UNATTACHED, st.epoch, self._election_deadline(now),
-                                             voted_id=r.replica_id,
-                                             voted_directory_id=r.replica_directory_id), now)
+            self._transition(
+                UnattachedState(
+                    UNATTACHED,
+                    st.epoch,
+                    self._election_deadline(now),
+                    voted_id=r.replica_id,
+                    voted_directory_id=r.replica_directory_id,
+                ),
+                now,
+            )
         answer(m.NONE, granted)
 
     def _can_grant_vote(self, candidate: int, up_to_date: bool, pre_vote: bool) -> bool:
@@ -553,8 +694,11 @@ class RaftNode:
         if r.error_code != m.NONE:
             self._backoff[src] = now + self.config.retry_backoff_ms
             return
-        if r.leader_epoch == st.epoch and r.pre_vote == (st.name == PROSPECTIVE) and (
-                st.name == PROSPECTIVE or st.name == CANDIDATE):
+        if (
+            r.leader_epoch == st.epoch
+            and r.pre_vote == (st.name == PROSPECTIVE)
+            and (st.name == PROSPECTIVE or st.name == CANDIDATE)
+        ):
             (st.granted if r.vote_granted else st.rejected).add(src)
             self._maybe_win(st, now)
 
@@ -563,8 +707,7 @@ class RaftNode:
         st = self.state
         if r.leader_epoch < st.epoch:
             code = m.FENCED_LEADER_EPOCH
-        elif r.voter_id != self.node_id or (r.voter_directory_id != self.directory_id
-                                             and not self.knobs.static_voters):
+        elif r.voter_id != self.node_id or (r.voter_directory_id != self.directory_id and not self.knobs.static_voters):
             code = m.INVALID_VOTER_KEY
         else:
             code = m.NONE
@@ -576,9 +719,10 @@ class RaftNode:
         if not self._expected(src, r.correlation_id) or self._learn(r.leader_epoch, r.leader_id, now):
             return
         st = self.state
-        if st.name == LEADER and (r.error_code == m.INVALID_VOTER_KEY
-                                  or (r.error_code == m.NONE and r.leader_epoch == st.epoch)):
-            st.unacked.discard(src)     # told, or not the voter we know (a replaced disk): stop
+        if st.name == LEADER and (
+            r.error_code == m.INVALID_VOTER_KEY or (r.error_code == m.NONE and r.leader_epoch == st.epoch)
+        ):
+            st.unacked.discard(src)  # told, or not the voter we know (a replaced disk): stop
         elif r.error_code != m.NONE:
             self._backoff[src] = now + self.config.retry_backoff_ms
 
@@ -592,8 +736,9 @@ class RaftNode:
                 # the leader resigned: elect a successor now, the preferred ones first
                 succ = r.preferred_candidates
                 pos = succ.index(self.node_id) if self.node_id in succ else len(succ)
-                backoff = 0 if pos == 0 else min(self.config.election_backoff_max_ms,
-                                                 self.config.retry_backoff_ms << pos)
+                backoff = (
+                    0 if pos == 0 else min(self.config.election_backoff_max_ms, self.config.retry_backoff_ms << pos)
+                )
                 self._to_unattached(r.leader_epoch, now, deadline=now + backoff, keep_vote=True)
             elif r.leader_epoch > st.epoch:
                 self._to_unattached(r.leader_epoch, now)
@@ -624,24 +769,46 @@ class RaftNode:
         if code != m.NONE:
             return self._reply(src, m.FetchResponse(r.correlation_id, code, self._known_leader(), st.epoch))
         snap = self._snapshot_for(r)
-        if snap is not None:        # KIP-630: what it needs next is only in our snapshot
+        if snap is not None:  # KIP-630: what it needs next is only in our snapshot
             st.parked.pop(src, None)
-            return self._reply(src, m.FetchResponse(r.correlation_id, m.NONE, self.node_id, st.epoch,
-                                                    st.high_watermark, snapshot_end_offset=snap.end_offset,
-                                                    snapshot_epoch=snap.epoch,
-                                                    log_start_offset=self.log.log_start_offset()))
+            return self._reply(
+                src,
+                m.FetchResponse(
+                    r.correlation_id,
+                    m.NONE,
+                    self.node_id,
+                    st.epoch,
+                    st.high_watermark,
+                    snapshot_end_offset=snap.end_offset,
+                    snapshot_epoch=snap.epoch,
+                    log_start_offset=self.log.log_start_offset(),
+                ),
+            )
         # validate the fetcher's log against ours (KIP-595's diverging epoch)
         if r.fetch_offset > 0 or r.last_fetched_epoch > 0:
             e, end = self.log.end_offset_for_epoch(r.last_fetched_epoch)
             if e != r.last_fetched_epoch or end < r.fetch_offset:
                 st.parked.pop(src, None)
-                return self._reply(src, m.FetchResponse(r.correlation_id, m.NONE, self.node_id, st.epoch,
-                                                        st.high_watermark, diverging_epoch=e,
-                                                        diverging_end_offset=end))
+                return self._reply(
+                    src,
+                    m.FetchResponse(
+                        r.correlation_id,
+                        m.NONE,
+                        self.node_id,
+                        st.epoch,
+                        st.high_watermark,
+                        diverging_epoch=e,
+                        diverging_end_offset=end,
+                    ),
+                )
         self._update_replica(st, src, r.fetch_offset, now, r.replica_directory_id)
-        if (r.max_wait_ms > 0 and r.fetch_offset >= self.log.end_offset() and self.state is st
-                and st.sent_hw.get(src) == st.high_watermark):
-            st.parked[src] = (r, now + r.max_wait_ms)      # long poll until there is something new
+        if (
+            r.max_wait_ms > 0
+            and r.fetch_offset >= self.log.end_offset()
+            and self.state is st
+            and st.sent_hw.get(src) == st.high_watermark
+        ):
+            st.parked[src] = (r, now + r.max_wait_ms)  # long poll until there is something new
             return
         self._answer_fetch(src, r, st, now)
 
@@ -655,16 +822,18 @@ class RaftNode:
         if start == 0:
             return None
         snap = self.log.latest_snapshot()
-        if (r.fetch_offset < start or (r.fetch_offset == start and r.last_fetched_epoch != snap.epoch)
-                or r.last_fetched_epoch < snap.epoch):
+        if (
+            r.fetch_offset < start
+            or (r.fetch_offset == start and r.last_fetched_epoch != snap.epoch)
+            or r.last_fetched_epoch < snap.epoch
+        ):
             return snap
         return None
 
     def _answer_fetch(self, src: int, r: m.FetchRequest, st: LeaderState, now: int) -> None:
         recs = self.log.read(r.fetch_offset, self.config.fetch_max_records)
         st.sent_hw[src] = st.high_watermark
-        self._reply(src, m.FetchResponse(r.correlation_id, m.NONE, self.node_id, st.epoch,
-                                         st.high_watermark, recs))
+        self._reply(src, m.FetchResponse(r.correlation_id, m.NONE, self.node_id, st.epoch, st.high_watermark, recs))
 
     def _complete_parked(self, st: LeaderState, now: int) -> None:
         if st.parked:
@@ -672,10 +841,9 @@ class RaftNode:
             for rid, (req, _) in parked.items():
                 self._answer_fetch(rid, req, st, now)
 
-    def _update_replica(self, st: LeaderState, rid: int, end: int, now: int,
-                        directory_id: str | None = None) -> None:
+    def _update_replica(self, st: LeaderState, rid: int, end: int, now: int, directory_id: str | None = None) -> None:
         if rid == self.node_id or self._is_voter_key(rid, directory_id):
-            st.voter_end[rid] = end       # may go back (a truncated follower); the HW never does
+            st.voter_end[rid] = end  # may go back (a truncated follower); the HW never does
             st.fetched.add(rid)
             st.unacked.discard(rid)
             self._maybe_update_hw(st, now)
@@ -688,7 +856,7 @@ class RaftNode:
         if hw <= st.high_watermark:
             return
         if hw <= st.epoch_start_offset and not self.knobs.commit_without_own_epoch:
-            return      # Raft's commit rule: only an offset of our own epoch commits
+            return  # Raft's commit rule: only an offset of our own epoch commits
         st.high_watermark = hw
         self._advance_hw(hw)
         self._complete_parked(st, now)
@@ -726,7 +894,7 @@ class RaftNode:
         recs = r.records
         if recs and recs[0].offset == log.end_offset():
             log.append_as_follower(recs)
-            self._out.flush = True       # durable before the next fetch reports it (_send_fetch)
+            self._out.flush = True  # durable before the next fetch reports it (_send_fetch)
         if r.high_watermark >= 0:
             st.high_watermark = r.high_watermark
             self._advance_hw(min(r.high_watermark, log.end_offset()))
@@ -748,13 +916,29 @@ class RaftNode:
         elif code == m.NONE and not 0 <= r.position <= len(data):
             code = m.POSITION_OUT_OF_RANGE
         if code != m.NONE:
-            return self._reply(src, m.FetchSnapshotResponse(r.correlation_id, code, self._known_leader(), st.epoch,
-                                                            r.snapshot_end_offset, r.snapshot_epoch))
+            return self._reply(
+                src,
+                m.FetchSnapshotResponse(
+                    r.correlation_id, code, self._known_leader(), st.epoch, r.snapshot_end_offset, r.snapshot_epoch
+                ),
+            )
         if self._is_voter_key(src, r.replica_directory_id):
-            st.fetched.add(src)         # it is alive and following: check quorum counts it
-        chunk = data[r.position:r.position + max(r.max_bytes, 1)]
-        self._reply(src, m.FetchSnapshotResponse(r.correlation_id, m.NONE, self.node_id, st.epoch,
-                                                 sid.end_offset, sid.epoch, len(data), r.position, bytes(chunk)))
+            st.fetched.add(src)  # it is alive and following: check quorum counts it
+        chunk = data[r.position : r.position + max(r.max_bytes, 1)]
+        self._reply(
+            src,
+            m.FetchSnapshotResponse(
+                r.correlation_id,
+                m.NONE,
+                self.node_id,
+                st.epoch,
+                sid.end_offset,
+                sid.epoch,
+                len(data),
+                r.position,
+                bytes(chunk),
+            ),
+        )
 
     def _on_fetch_snapshot_response(self, src: int, r: m.FetchSnapshotResponse, now: int) -> None:
         if not self._expected(src, r.correlation_id) or self._learn(r.leader_epoch, r.leader_id, now):
@@ -765,7 +949,7 @@ class RaftNode:
         sid = st.fetching_snapshot
         if r.error_code != m.NONE or SnapshotId(r.snapshot_end_offset, r.snapshot_epoch) != sid:
             if r.error_code == m.SNAPSHOT_NOT_FOUND or r.error_code == m.POSITION_OUT_OF_RANGE:
-                st.fetching_snapshot, st.snapshot_buf = None, bytearray()     # fetch again: a newer one
+                st.fetching_snapshot, st.snapshot_buf = None, bytearray()  # fetch again: a newer one
             else:
                 self._backoff[src] = now + self.config.retry_backoff_ms
             return

@@ -48,17 +48,38 @@ def list_snapshots(path: str) -> set[SnapshotId]:
 
 def encode(sid: SnapshotId, values: list, timestamp: int) -> bytes:
     """Header, the values (``bytes`` each) as records from offset 0, footer."""
-    out = [batches.control_batch(batches.SNAPSHOT_HEADER, batches.SNAPSHOT_HEADER_FIELDS,
-                                 {"last_contained_log_timestamp": timestamp},
-                                 base_offset=0, epoch=sid.epoch, timestamp=timestamp)]
+    out = [
+        batches.control_batch(
+            batches.SNAPSHOT_HEADER,
+            batches.SNAPSHOT_HEADER_FIELDS,
+            {"last_contained_log_timestamp": timestamp},
+            base_offset=0,
+            epoch=sid.epoch,
+            timestamp=timestamp,
+        )
+    ]
     offset = 1
     for i in range(0, len(values), BATCH_RECORDS):
-        chunk = values[i:i + BATCH_RECORDS]
-        out.append(build_batch([(None, bytes(v), ()) for v in chunk], base_offset=offset,
-                               partition_leader_epoch=sid.epoch, timestamp=timestamp))
+        chunk = values[i : i + BATCH_RECORDS]
+        out.append(
+            build_batch(
+                [(None, bytes(v), ()) for v in chunk],
+                base_offset=offset,
+                partition_leader_epoch=sid.epoch,
+                timestamp=timestamp,
+            )
+        )
         offset += len(chunk)
-    out.append(batches.control_batch(batches.SNAPSHOT_FOOTER, batches.SNAPSHOT_FOOTER_FIELDS, {},
-                                     base_offset=offset, epoch=sid.epoch, timestamp=timestamp))
+    out.append(
+        batches.control_batch(
+            batches.SNAPSHOT_FOOTER,
+            batches.SNAPSHOT_FOOTER_FIELDS,
+            {},
+            base_offset=offset,
+            epoch=sid.epoch,
+            timestamp=timestamp,
+        )
+    )
     return b"".join(out)
 
 
@@ -70,13 +91,17 @@ def decode(data: bytes) -> list:
     for pos, h in rb.iter_headers(mv):
         if not rb.is_crc_valid(mv, pos, h.size):
             raise ValueError(f"snapshot batch at byte {pos} fails its CRC")
-        recs.extend(batches.decode_batch(h, mv[pos:pos + h.size]))
+        recs.extend(batches.decode_batch(h, mv[pos : pos + h.size]))
         end = pos + h.size
     if end != len(mv) or len(recs) < 2:
         raise ValueError("snapshot is torn: it does not end with a whole batch")
     head, foot = recs[0].value, recs[-1].value
-    if not (isinstance(head, batches.ControlRecord) and head.type == batches.SNAPSHOT_HEADER
-            and isinstance(foot, batches.ControlRecord) and foot.type == batches.SNAPSHOT_FOOTER):
+    if not (
+        isinstance(head, batches.ControlRecord)
+        and head.type == batches.SNAPSHOT_HEADER
+        and isinstance(foot, batches.ControlRecord)
+        and foot.type == batches.SNAPSHOT_FOOTER
+    ):
         raise ValueError("snapshot lacks its SnapshotHeader or SnapshotFooter record")
     return [r.value for r in recs[1:-1] if not batches.is_control(r.value)]
 

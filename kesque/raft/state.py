@@ -125,24 +125,24 @@ class CandidateState(EpochState):
 
 @dataclass(slots=True)
 class FollowerState(EpochState):
-    has_fetched: bool = False       # a successful fetch since becoming follower (KIP-996)
+    has_fetched: bool = False  # a successful fetch since becoming follower (KIP-996)
     high_watermark: int = -1
-    fetching_snapshot: object = None    # SnapshotId the leader told us to fetch (KIP-630)
+    fetching_snapshot: object = None  # SnapshotId the leader told us to fetch (KIP-630)
     snapshot_buf: bytearray = field(default_factory=bytearray)
 
 
 @dataclass(slots=True)
 class LeaderState(EpochState):
     epoch_start_offset: int = 0
-    high_watermark: int = -1        # unknown until an offset of this epoch is committed
-    voter_end: dict = field(default_factory=dict)       # voter id -> durable end offset (-1 unknown)
+    high_watermark: int = -1  # unknown until an offset of this epoch is committed
+    voter_end: dict = field(default_factory=dict)  # voter id -> durable end offset (-1 unknown)
     observer_end: dict = field(default_factory=dict)
-    fetched: set = field(default_factory=set)           # voters that fetched since the last check quorum
-    unacked: set = field(default_factory=set)           # voters not yet aware of this leader
-    parked: dict = field(default_factory=dict)          # replica id -> (FetchRequest, expiry)
-    sent_hw: dict = field(default_factory=dict)         # replica id -> high watermark last sent to it
+    fetched: set = field(default_factory=set)  # voters that fetched since the last check quorum
+    unacked: set = field(default_factory=set)  # voters not yet aware of this leader
+    parked: dict = field(default_factory=dict)  # replica id -> (FetchRequest, expiry)
+    sent_hw: dict = field(default_factory=dict)  # replica id -> high watermark last sent to it
     flush_at: int = -1
-    granting_voters: set = field(default_factory=set)   # for the LeaderChange record
+    granting_voters: set = field(default_factory=set)  # for the LeaderChange record
 
 
 @dataclass(slots=True)

@@ -140,7 +140,7 @@ def offset_and_size(buf, pos: int) -> tuple[int, int]:
 
 def compute_crc(buf, pos: int, size: int) -> int:
     mv = memoryview(buf)
-    return crc32c(mv[pos + ATTRIBUTES_OFFSET: pos + size])
+    return crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size])
 
 
 def is_crc_valid(buf, pos: int, size: int) -> bool:

@@ -40,7 +40,7 @@ def _snappy_decompress(data) -> bytes | memoryview:
             pos += 4
             if n < 0 or pos + n > len(mv):
                 raise CompressionError("bad xerial snappy block length")
-            out.append(bytes(cramjam.snappy.decompress_raw(mv[pos:pos + n])))
+            out.append(bytes(cramjam.snappy.decompress_raw(mv[pos : pos + n])))
             pos += n
         return b"".join(out)
     return cramjam.snappy.decompress_raw(mv)
@@ -65,8 +65,12 @@ def decompress(codec: int, data) -> memoryview:
     return memoryview(out)
 
 
-_INTO = {GZIP: cramjam.gzip.decompress_into, LZ4: cramjam.lz4.decompress_into,
-         ZSTD: cramjam.zstd.decompress_into, SNAPPY: cramjam.snappy.decompress_raw_into}
+_INTO = {
+    GZIP: cramjam.gzip.decompress_into,
+    LZ4: cramjam.lz4.decompress_into,
+    ZSTD: cramjam.zstd.decompress_into,
+    SNAPPY: cramjam.snappy.decompress_raw_into,
+}
 SCRATCH_START = 8 * 1024 * 1024
 #: a batch may not decompress to more than this (a decompression bomb must not exhaust memory)
 MAX_DECOMPRESSED = 256 * 1024 * 1024
@@ -114,7 +118,7 @@ def compress(codec: int, data, level: int | None = None, xerial: bool = False) -
         mv = memoryview(data)
         parts = [_XERIAL_HEADER]
         for i in range(0, len(mv), XERIAL_BLOCK_SIZE):
-            block = bytes(cramjam.snappy.compress_raw(mv[i:i + XERIAL_BLOCK_SIZE]))
+            block = bytes(cramjam.snappy.compress_raw(mv[i : i + XERIAL_BLOCK_SIZE]))
             parts.append(_BLOCK.pack(len(block)))
             parts.append(block)
         return b"".join(parts)

@@ -9,16 +9,16 @@ topics. :func:`build_batch` writes batches (control markers, internal topics, te
 
 from __future__ import annotations
 
+import array
 import struct
 import time
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+from ..utils import murmur2
 from . import batch as rb
 from . import compression
-import array
-from ..utils import murmur2
 
 try:  # the compiled scan (setup.py builds it when a C compiler is present)
     from . import _cscan
@@ -225,7 +225,8 @@ def _scan(buf, pos, end, expected_count):  # noqa: C901 - one flat loop on purpo
                     p += n
         if p != rec_end:
             raise rb.InvalidRecordError(
-                f"record {count}: expected to read {length} bytes in record payload, but read {p - pos}")
+                f"record {count}: expected to read {length} bytes in record payload, but read {p - pos}"
+            )
         pos = rec_end
         count += 1
     if pos != end:
@@ -236,6 +237,7 @@ def _scan(buf, pos, end, expected_count):  # noqa: C901 - one flat loop on purpo
 
 
 # ----------------------------------------------------------------- decoding
+
 
 @dataclass(slots=True)
 class Record:
@@ -265,12 +267,12 @@ def _nbytes(buf, p):
     n, p = _varint(buf, p)
     if n < 0:
         return None, p
-    return bytes(buf[p:p + n]), p + n
+    return bytes(buf[p : p + n]), p + n
 
 
 def records_payload(buf, pos: int, header: rb.BatchHeader) -> memoryview:
     """The (decompressed) records section of the batch at ``pos``."""
-    mv = memoryview(buf)[pos + rb.HEADER_SIZE: pos + header.size]
+    mv = memoryview(buf)[pos + rb.HEADER_SIZE : pos + header.size]
     if header.compression:
         return compression.decompress(header.compression, mv)
     return mv
@@ -334,6 +336,7 @@ def _record_columns_py(payload, count: int) -> tuple:
         if q > lim:
             raise ValueError(f"record {i}: a varint runs past the end of the record")
         return v, q
+
     while i < count and p < end:
         length, p = varint(p, end)
         if length <= 0 or length > end - p:
@@ -350,19 +353,19 @@ def _record_columns_py(payload, count: int) -> tuple:
                 if n > rec_end - p:
                     raise ValueError(f"record {i}: a field runs past the end of the record")
                 valid[i >> 3] |= 1 << (i & 7)
-                out += data[p:p + n]
+                out += data[p : p + n]
                 p += n
             offsets.append(len(out))
         p = rec_end
         i += 1
     if i != count:
         raise ValueError(f"batch declares {count} records but contains {i}")
-    return (count, ts.tobytes(), off.tobytes(), bytes(kv), ko.tobytes(), bytes(kd), bytes(vv), vo.tobytes(),
-            bytes(vd))
+    return (count, ts.tobytes(), off.tobytes(), bytes(kv), ko.tobytes(), bytes(kd), bytes(vv), vo.tobytes(), bytes(vd))
 
 
 # A binary column for encode_columns / murmur2_partitions: (validity bitmap or None, int32
 # offsets, data, slice offset) — an Arrow binary array's buffers — or None (all values null).
+
 
 def _column_value(col, i: int):
     valid, offsets, data, off = col
@@ -385,8 +388,13 @@ def encode_columns(keys, values, rows) -> bytes:
 def _encode_columns_py(keys, values, rows) -> bytes:
     body = bytearray()
     for i, r in enumerate(array.array("i", bytes(rows))):
-        encode_record(body, i, 0, None if keys is None else _column_value(keys, r),
-                      None if values is None else _column_value(values, r))
+        encode_record(
+            body,
+            i,
+            0,
+            None if keys is None else _column_value(keys, r),
+            None if values is None else _column_value(values, r),
+        )
     return bytes(body)
 
 
@@ -408,6 +416,7 @@ def _murmur2_partitions_py(keys, n: int, partitions: int) -> bytes:
 
 # ----------------------------------------------------------------- log cleaner
 
+
 def record_spans(payload, count: int) -> list[tuple]:
     """(start, end, body_start, ts_end, ts_delta, offset_delta, key, value_is_null) of each
     record of a batch payload: the framing the log cleaner needs to keep records verbatim."""
@@ -424,7 +433,7 @@ def record_spans(payload, count: int) -> list[tuple]:
         ts_end = q
         off_delta, q = _varint(payload, q)
         klen, q = _varint(payload, q)
-        key = bytes(payload[q:q + klen]) if klen >= 0 else None
+        key = bytes(payload[q : q + klen]) if klen >= 0 else None
         q += max(klen, 0)
         vlen, q = _varint(payload, q)
         out.append((start, rec_end, p, ts_end, ts_delta, off_delta, key, vlen < 0))
@@ -459,8 +468,9 @@ def retain_py(payload, count: int, base_offset: int, mapping: dict, latest_offse
     tombstone = False
     for start, end, _b, _t, _ts, od, key, null in record_spans(payload, count):
         offset = base_offset + od
-        if offset > latest_offset or (key is not None and mapping.get(key, -1) <= offset
-                                      and not (null and drop_tombstones)):
+        if offset > latest_offset or (
+            key is not None and mapping.get(key, -1) <= offset and not (null and drop_tombstones)
+        ):
             out += mv[start:end]
             kept += 1
             tombstone |= null
@@ -468,6 +478,7 @@ def retain_py(payload, count: int, base_offset: int, mapping: dict, latest_offse
 
 
 # ----------------------------------------------------------------- building
+
 
 def _uvarint(v: int, out: bytearray) -> None:
     while v >= 0x80:
@@ -507,11 +518,21 @@ def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key, value, 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
-def build_batch(records, *, base_offset: int = 0, compression_codec: int = 0,
-                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                transactional: bool = False, control: bool = False,
-                partition_leader_epoch: int = -1, log_append_time: int | None = None,
-                timestamp: int | None = None, xerial: bool = False) -> bytes:
+def build_batch(
+    records,
+    *,
+    base_offset: int = 0,
+    compression_codec: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    partition_leader_epoch: int = -1,
+    log_append_time: int | None = None,
+    timestamp: int | None = None,
+    xerial: bool = False,
+) -> bytes:
     """Build one v2 batch. ``records`` is a list of (key, value, headers) or
     (key, value, headers, timestamp_ms) tuples."""
     now = int(time.time() * 1000) if timestamp is None else timestamp
@@ -520,16 +541,41 @@ def build_batch(records, *, base_offset: int = 0, compression_codec: int = 0,
     body = bytearray()
     for i, rec in enumerate(records):
         encode_record(body, i, stamps[i] - base_ts, rec[0], rec[1], rec[2] if len(rec) > 2 else ())
-    return wrap_batch(body, len(records), base_ts, max(stamps) if stamps else now, base_offset=base_offset,
-                      compression_codec=compression_codec, producer_id=producer_id, producer_epoch=producer_epoch,
-                      base_sequence=base_sequence, transactional=transactional, control=control,
-                      partition_leader_epoch=partition_leader_epoch, log_append_time=log_append_time, xerial=xerial)
+    return wrap_batch(
+        body,
+        len(records),
+        base_ts,
+        max(stamps) if stamps else now,
+        base_offset=base_offset,
+        compression_codec=compression_codec,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        transactional=transactional,
+        control=control,
+        partition_leader_epoch=partition_leader_epoch,
+        log_append_time=log_append_time,
+        xerial=xerial,
+    )
 
 
-def wrap_batch(body, count: int, base_ts: int, max_ts: int, *, base_offset: int = 0, compression_codec: int = 0,
-               producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-               transactional: bool = False, control: bool = False, partition_leader_epoch: int = -1,
-               log_append_time: int | None = None, xerial: bool = False) -> bytes:
+def wrap_batch(
+    body,
+    count: int,
+    base_ts: int,
+    max_ts: int,
+    *,
+    base_offset: int = 0,
+    compression_codec: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    partition_leader_epoch: int = -1,
+    log_append_time: int | None = None,
+    xerial: bool = False,
+) -> bytes:
     """A v2 batch around an encoded records section of ``count`` records (compressed here
     when ``compression_codec`` says so): the header, the attributes and the CRC."""
     if compression_codec:
@@ -542,11 +588,25 @@ def wrap_batch(body, count: int, base_ts: int, max_ts: int, *, base_offset: int 
         attrs |= rb.TRANSACTIONAL_FLAG
     if control:
         attrs |= rb.CONTROL_FLAG
-    header = bytearray(_HEADER.pack(base_offset, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
-                                    partition_leader_epoch, 2, 0, attrs, max(count - 1, 0), base_ts, max_ts,
-                                    producer_id, producer_epoch, base_sequence, count))
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
+            partition_leader_epoch,
+            2,
+            0,
+            attrs,
+            max(count - 1, 0),
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    )
     out = header + body
-    _U32.pack_into(out, rb.CRC_OFFSET, crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET:]))
+    _U32.pack_into(out, rb.CRC_OFFSET, crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET :]))
     return bytes(out)
 
 
@@ -557,15 +617,27 @@ _CONTROL_KEY = struct.Struct(">hh")  # version 0, type
 _MARKER_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
 
 
-def build_end_txn_marker(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                         timestamp: int | None = None, partition_leader_epoch: int = -1) -> bytes:
+def build_end_txn_marker(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp: int | None = None,
+    partition_leader_epoch: int = -1,
+) -> bytes:
     """A COMMIT or ABORT control batch (Kafka's EndTransactionMarker): transactional and
     control flags set, one record with key (0, type) and value (0, coordinator epoch)."""
     key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
     value = _MARKER_VALUE.pack(0, coordinator_epoch)
-    return build_batch([(key, value, ())], producer_id=producer_id, producer_epoch=producer_epoch,
-                       transactional=True, control=True, timestamp=timestamp,
-                       partition_leader_epoch=partition_leader_epoch)
+    return build_batch(
+        [(key, value, ())],
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        control=True,
+        timestamp=timestamp,
+        partition_leader_epoch=partition_leader_epoch,
+    )
 
 
 def read_end_txn_marker(data, header: rb.BatchHeader) -> tuple[int, int] | None:

@@ -73,7 +73,7 @@ async def wait_for_acks(rm, pending: dict, timeout_ms: int) -> dict:
 
     def settle(tp) -> bool:
         part = rm.partitions.get(tp)
-        if part is None:   # gone, or its log dir failed (Kafka's DelayedProduce: the partition's error)
+        if part is None:  # gone, or its log dir failed (Kafka's DelayedProduce: the partition's error)
             offline = tp in getattr(rm, "offline_partitions", ())
             result[tp] = int(ErrorCode.kafka_storage_error if offline else ErrorCode.not_leader_or_follower)
             return True

@@ -57,10 +57,10 @@ class ReplicaEnv:
     def broker_epoch_of(self, broker_id: int) -> int | None:
         return -1
 
-    def alter_partition(self, part: "Partition", proposal: AlterPartition) -> None:
+    def alter_partition(self, part: Partition, proposal: AlterPartition) -> None:
         pass
 
-    def hw_moved(self, part: "Partition", visible_bytes: int) -> None:
+    def hw_moved(self, part: Partition, visible_bytes: int) -> None:
         pass
 
 
@@ -72,8 +72,15 @@ def not_leader(tp: str, node_id: int) -> KafkaError:
 
 
 class Partition:
-    def __init__(self, topic: str, partition: int, topic_id: uuid.UUID, log_: UnifiedLog, local_id: int,
-                 env: ReplicaEnv | None = None):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        log_: UnifiedLog,
+        local_id: int,
+        env: ReplicaEnv | None = None,
+    ):
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -120,8 +127,13 @@ class Partition:
         new_epoch = self.repl.make_leader(replicas, isr, leader_epoch, partition_epoch, self.rlog, now)
         if new_epoch:
             self._unexposed.clear()
-            log.info("%s: became leader at epoch %d, LEO %d, ISR %s", self.tp, leader_epoch,
-                     self.log.log_end_offset, self.repl.isr)
+            log.info(
+                "%s: became leader at epoch %d, LEO %d, ISR %s",
+                self.tp,
+                leader_epoch,
+                self.log.log_end_offset,
+                self.repl.isr,
+            )
         self._after_hw(hw)
         return new_epoch
 
@@ -132,8 +144,9 @@ class Partition:
         self._unexposed.clear()
         changed = before != (self.repl.leader_id, self.repl.leader_epoch)
         if changed:
-            log.info("%s: follows broker %d at epoch %d, LEO %d", self.tp, leader_id, leader_epoch,
-                     self.log.log_end_offset)
+            log.info(
+                "%s: follows broker %d at epoch %d, LEO %d", self.tp, leader_id, leader_epoch, self.log.log_end_offset
+            )
         return changed
 
     def maybe_increment_high_watermark(self) -> bool:
@@ -165,35 +178,49 @@ class Partition:
         if current_leader_epoch < 0:
             return
         if current_leader_epoch < self.leader_epoch:
-            raise KafkaError(ErrorCode.fenced_leader_epoch,
-                             f"The leader epoch in the request {current_leader_epoch} is older than the current "
-                             f"leader epoch {self.leader_epoch} for partition {self.tp}")
+            raise KafkaError(
+                ErrorCode.fenced_leader_epoch,
+                f"The leader epoch in the request {current_leader_epoch} is older than the current "
+                f"leader epoch {self.leader_epoch} for partition {self.tp}",
+            )
         if current_leader_epoch > self.leader_epoch:
-            raise KafkaError(ErrorCode.unknown_leader_epoch,
-                             f"The leader epoch in the request {current_leader_epoch} is newer than the current "
-                             f"leader epoch {self.leader_epoch} for partition {self.tp}")
+            raise KafkaError(
+                ErrorCode.unknown_leader_epoch,
+                f"The leader epoch in the request {current_leader_epoch} is newer than the current "
+                f"leader epoch {self.leader_epoch} for partition {self.tp}",
+            )
 
     # ------------------------------------------------------------------ data path
-    def append_records_to_leader(self, buf: memoryview, required_acks: int, now_ms: int, verification_guard=None,
-                                 require_verification: bool = False) -> AppendInfo:
+    def append_records_to_leader(
+        self,
+        buf: memoryview,
+        required_acks: int,
+        now_ms: int,
+        verification_guard=None,
+        require_verification: bool = False,
+    ) -> AppendInfo:
         self._settings()
         code = self.repl.check_append(required_acks)
         if code == ErrorCode.not_leader_or_follower:
             raise not_leader(self.tp, self.local_id)
         if code:
-            raise KafkaError(ErrorCode.not_enough_replicas,
-                             f"The size of the current ISR {self.repl.isr} is insufficient to satisfy the min.isr "
-                             f"requirement of {self.repl.effective_min_isr()} for partition {self.tp}")
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"The size of the current ISR {self.repl.isr} is insufficient to satisfy the min.isr "
+                f"requirement of {self.repl.effective_min_isr()} for partition {self.tp}",
+            )
         info = self.log.append_as_leader(buf, self.leader_epoch, now_ms, verification_guard, require_verification)
         self._leader_appended(info)
         return info
 
-    def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                          now_ms: int) -> AppendInfo:
+    def append_txn_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> AppendInfo:
         if not self.is_leader:
             raise not_leader(self.tp, self.local_id)
-        info = self.log.append_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, self.leader_epoch,
-                                          now_ms)
+        info = self.log.append_txn_marker(
+            producer_id, producer_epoch, commit, coordinator_epoch, self.leader_epoch, now_ms
+        )
         self._leader_appended(info)
         return info
 
@@ -221,8 +248,15 @@ class Partition:
     def last_stable_offset(self) -> int:
         return self.log.last_stable_offset
 
-    def read(self, fetch_offset: int, max_bytes: int, isolation: int, min_one_message: bool,
-             current_leader_epoch: int = -1, fetch_only_from_leader: bool = True) -> ReadResult:
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        isolation: int,
+        min_one_message: bool,
+        current_leader_epoch: int = -1,
+        fetch_only_from_leader: bool = True,
+    ) -> ReadResult:
         self.check_leader_epoch(current_leader_epoch, fetch_only_from_leader)
         lg = self.log
         lso = lg.last_stable_offset
@@ -233,9 +267,18 @@ class Partition:
         return ReadResult(data, lg.high_watermark, lso, lg.log_start_offset, lg.log_end_offset, aborted)
 
     # ------------------------------------------------------------------ followers
-    def read_for_follower(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
-                          current_leader_epoch: int, follower_log_start: int, broker_epoch: int, max_bytes: int,
-                          min_one_message: bool, held: bool = False) -> tuple[FollowerFetchCheck, FetchData | None]:
+    def read_for_follower(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        current_leader_epoch: int,
+        follower_log_start: int,
+        broker_epoch: int,
+        max_bytes: int,
+        min_one_message: bool,
+        held: bool = False,
+    ) -> tuple[FollowerFetchCheck, FetchData | None]:
         """A follower's Fetch of this partition: the checks and fetch-state update of
         LeaderReplication (an ISR expansion goes to the controller), then the records from
         ``fetch_offset`` up to the log end, or none when ``held`` back by the leader's
@@ -243,8 +286,16 @@ class Partition:
         fetch moved them, as Kafka answers."""
         now = self._settings()
         hw = self.log.high_watermark
-        check = self.repl.on_follower_fetch(replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch,
-                                            follower_log_start, broker_epoch, self.rlog, now)
+        check = self.repl.on_follower_fetch(
+            replica_id,
+            fetch_offset,
+            last_fetched_epoch,
+            current_leader_epoch,
+            follower_log_start,
+            broker_epoch,
+            self.rlog,
+            now,
+        )
         if check.alter is not None:
             self.env.alter_partition(self, check.alter)
         self._after_hw(hw)
@@ -258,20 +309,29 @@ class Partition:
         """The ISR-expiration task (every replica.lag.time.max.ms / 2)."""
         proposal = self.repl.maybe_shrink_isr(self.rlog, self._settings())
         if proposal is not None:
-            log.info("%s: shrinking ISR from %s to %s (out of sync: %s)", self.tp, self.repl.isr, proposal.isr,
-                     sorted(proposal.changed))
+            log.info(
+                "%s: shrinking ISR from %s to %s (out of sync: %s)",
+                self.tp,
+                self.repl.isr,
+                proposal.isr,
+                sorted(proposal.changed),
+            )
             self.env.alter_partition(self, proposal)
 
     def on_alter_partition_response(self, proposal: AlterPartition, error_code: int, reply) -> bool:
         """The controller's answer; True if the same proposal should be sent again."""
         hw = self.log.high_watermark
-        retry, _moved = self.repl.on_alter_partition_response(proposal, error_code, reply, self.rlog,
-                                                              self._settings())
+        retry, _moved = self.repl.on_alter_partition_response(proposal, error_code, reply, self.rlog, self._settings())
         if not error_code and self.repl.pending is None and reply is not None:
             log.info("%s: ISR updated to %s (partition epoch %d)", self.tp, self.repl.isr, self.repl.partition_epoch)
         elif error_code:
-            log.info("%s: AlterPartition %s to %s failed: %s", self.tp, proposal.kind, proposal.isr,
-                     ErrorCode(error_code).name if error_code in ErrorCode._value2member_map_ else error_code)
+            log.info(
+                "%s: AlterPartition %s to %s failed: %s",
+                self.tp,
+                proposal.kind,
+                proposal.isr,
+                ErrorCode(error_code).name if error_code in ErrorCode._value2member_map_ else error_code,
+            )
         self._after_hw(hw)
         return retry
 

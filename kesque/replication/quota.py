@@ -38,7 +38,7 @@ from ..quotas import SimpleRate
 
 log = logging.getLogger(__name__)
 
-ALL = "*"   # every partition of a topic is throttled
+ALL = "*"  # every partition of a topic is throttled
 
 LEADER, FOLLOWER, ALTER_LOG_DIRS = "leader", "follower", "alter-log-dirs"
 RATE_KEYS = {
@@ -84,10 +84,10 @@ class ReplicationQuota:
     def __init__(self, kind: str, samples: int = 11, window_seconds: int = 1):
         self.kind = kind
         self.rate = SimpleRate(samples, window_seconds * 1000)
-        self.bound = LONG_MAX            # bytes per second; LONG_MAX: unbounded
-        self.throttled: dict[str, object] = {}   # topic -> ALL or frozenset of partitions
-        self.recorded = 0                # bytes recorded since the last report
-        self.held = 0                    # partitions held back since the last report
+        self.bound = LONG_MAX  # bytes per second; LONG_MAX: unbounded
+        self.throttled: dict[str, object] = {}  # topic -> ALL or frozenset of partitions
+        self.recorded = 0  # bytes recorded since the last report
+        self.held = 0  # partitions held back since the last report
 
     # ------------------------------------------------------------------ settings
     def set_bound(self, bound: int | None) -> bool:
@@ -121,8 +121,7 @@ class ReplicationQuota:
         """Kafka's shouldLeaderThrottle / shouldFollowerThrottle: is the partition held back (no
         records to or from it this fetch)? Only a replica out of sync, of a throttled
         partition, while the quota is exceeded."""
-        return not in_sync and bool(self.throttled) and self.is_throttled(topic, partition) \
-            and self.is_exceeded(now_ms)
+        return not in_sync and bool(self.throttled) and self.is_throttled(topic, partition) and self.is_exceeded(now_ms)
 
     def should_throttle(self, topic: str, partition: int, in_sync: bool, now_ms: int) -> bool:
         """:meth:`holds`, counted in the report when it does."""
@@ -146,8 +145,10 @@ class ReplicationQuota:
         if not self.recorded and not self.held:
             return None
         bound = "unbounded" if self.bound >= LONG_MAX else f"{self.bound} B/s"
-        line = (f"{self.kind} replication quota ({bound}): rate {self.rate.measure(now_ms):.0f} B/s, "
-                f"{self.recorded} bytes recorded, partitions held back {self.held} time(s)")
+        line = (
+            f"{self.kind} replication quota ({bound}): rate {self.rate.measure(now_ms):.0f} B/s, "
+            f"{self.recorded} bytes recorded, partitions held back {self.held} time(s)"
+        )
         self.recorded = self.held = 0
         return line
 
@@ -155,8 +156,14 @@ class ReplicationQuota:
 class ReplicationQuotas:
     """A broker's replication quotas, fed from its dynamic configs and its topics' configs."""
 
-    def __init__(self, broker_id: int, samples: int = 11, window_seconds: int = 1, log_dir_samples: int = 11,
-                 log_dir_window_seconds: int = 1):
+    def __init__(
+        self,
+        broker_id: int,
+        samples: int = 11,
+        window_seconds: int = 1,
+        log_dir_samples: int = 11,
+        log_dir_window_seconds: int = 1,
+    ):
         self.broker_id = broker_id
         self.leader = ReplicationQuota(LEADER, samples, window_seconds)
         self.follower = ReplicationQuota(FOLLOWER, samples, window_seconds)
@@ -164,11 +171,14 @@ class ReplicationQuotas:
         self.by_kind = {LEADER: self.leader, FOLLOWER: self.follower, ALTER_LOG_DIRS: self.alter_log_dirs}
 
     @classmethod
-    def from_config(cls, config) -> "ReplicationQuotas":
-        return cls(config.node_id, config.get("replication.quota.window.num"),
-                   config.get("replication.quota.window.size.seconds"),
-                   config.get("alter.log.dirs.replication.quota.window.num"),
-                   config.get("alter.log.dirs.replication.quota.window.size.seconds"))
+    def from_config(cls, config) -> ReplicationQuotas:
+        return cls(
+            config.node_id,
+            config.get("replication.quota.window.num"),
+            config.get("replication.quota.window.size.seconds"),
+            config.get("alter.log.dirs.replication.quota.window.num"),
+            config.get("alter.log.dirs.replication.quota.window.size.seconds"),
+        )
 
     def update_rates(self, get) -> None:
         """Kafka's BrokerConfigHandler: each bound from ``get(key)`` (this broker's dynamic
@@ -176,8 +186,12 @@ class ReplicationQuotas:
         for kind, key in RATE_KEYS.items():
             quota = self.by_kind[kind]
             if quota.set_bound(get(key)):
-                log.info("Replication quota %s on broker %d: %s", key, self.broker_id,
-                         "unbounded" if quota.bound >= LONG_MAX else f"{quota.bound} B/s")
+                log.info(
+                    "Replication quota %s on broker %d: %s",
+                    key,
+                    self.broker_id,
+                    "unbounded" if quota.bound >= LONG_MAX else f"{quota.bound} B/s",
+                )
 
     def update_topic(self, topic: str, configs: dict) -> None:
         """Kafka's TopicConfigHandler: the throttled partitions of ``topic`` on this broker
@@ -196,9 +210,13 @@ class ReplicationQuotas:
             else:
                 changed, partitions = quota.remove_throttle(topic), None
             if changed:
-                log.info("Replication quota: %s", f"{kind} replication of {_describe(partitions)} of topic {topic} "
-                         f"is throttled on broker {self.broker_id}" if partitions else
-                         f"no {kind} replication of topic {topic} is throttled on broker {self.broker_id}")
+                log.info(
+                    "Replication quota: %s",
+                    f"{kind} replication of {_describe(partitions)} of topic {topic} "
+                    f"is throttled on broker {self.broker_id}"
+                    if partitions
+                    else f"no {kind} replication of topic {topic} is throttled on broker {self.broker_id}",
+                )
 
     def remove_topic(self, topic: str) -> None:
         for kind in REPLICAS_KEYS:

@@ -44,8 +44,7 @@ class ReplicaManager(ReplicaEnv):
         self.offline_partitions: set[tuple[str, int]] = set()
         # callbacks in the order they were watched (dicts as ordered sets, as Kafka's watcher lists
         # are queues): waking them in a fixed order keeps a simulated run reproducible
-        self._watchers: dict[str, dict[tuple[str, int], dict]] = {"hw": defaultdict(dict),
-                                                                  "replica": defaultdict(dict)}
+        self._watchers: dict[str, dict[tuple[str, int], dict]] = {"hw": defaultdict(dict), "replica": defaultdict(dict)}
         self.local_broker_epoch = -1
         # the replication quotas (KIP-73), kept up to date from the broker's and the topics'
         # configs here; the leader's is checked in the Fetch handler, the follower's by the
@@ -89,7 +88,7 @@ class ReplicaManager(ReplicaEnv):
     def alter_partition(self, part: Partition, proposal) -> None:
         if self.send_alter_partition is not None:
             self.send_alter_partition(part, proposal)
-        else:   # nobody to ask (a lone node never changes its ISR): back to the committed state
+        else:  # nobody to ask (a lone node never changes its ISR): back to the committed state
             part.on_alter_partition_response(proposal, int(ErrorCode.operation_not_attempted), None)
 
     def hw_moved(self, part: Partition, visible_bytes: int) -> None:
@@ -126,7 +125,7 @@ class ReplicaManager(ReplicaEnv):
                     self._drop(part)
                 try:
                     self.log_manager.delete_log(t.name, p)
-                except KafkaStorageError as e:   # its dir goes offline (the next start deletes it)
+                except KafkaStorageError as e:  # its dir goes offline (the next start deletes it)
                     log.error("Unable to delete the log of %s-%d: %s", t.name, p, e.message)
             self.quotas.remove_topic(t.name)
         for rtype, rname in delta.changed_configs:
@@ -159,8 +158,12 @@ class ReplicaManager(ReplicaEnv):
             except KafkaStorageError as e:
                 # the log dir failed (the channel has it and takes it offline): this replica is
                 # offline, the rest of the delta is still applied
-                log.error("Unable to apply the metadata change of partition %s-%d since its log directory is "
-                          "offline: %s", t.name, p, e.message)
+                log.error(
+                    "Unable to apply the metadata change of partition %s-%d since its log directory is offline: %s",
+                    t.name,
+                    p,
+                    e.message,
+                )
                 self._mark_offline(t.name, p)
         if to_fetch:
             self.fetchers.add_partitions(to_fetch)
@@ -173,7 +176,7 @@ class ReplicaManager(ReplicaEnv):
             return
         part = self.partitions.get((t.name, p))
         if reg is None or self.node_id not in reg.replicas:
-            if part is not None:   # reassigned away from this broker: the replica goes
+            if part is not None:  # reassigned away from this broker: the replica goes
                 log.info("%s: no longer a replica here; deleting the local log", part.tp)
                 del self.partitions[(t.name, p)]
                 self.by_id.pop((topic_id, p), None)
@@ -181,8 +184,9 @@ class ReplicaManager(ReplicaEnv):
                 self.log_manager.delete_log(t.name, p)
             return
         if part is None:
-            lg = self.log_manager.get_or_create_log(t.name, p, self.log_config_for(t.name), topic_id,
-                                                    target_dir_id=reg.directory(self.node_id))
+            lg = self.log_manager.get_or_create_log(
+                t.name, p, self.log_config_for(t.name), topic_id, target_dir_id=reg.directory(self.node_id)
+            )
             part = Partition(t.name, p, topic_id, lg, self.node_id, self)
             self.partitions[(t.name, p)] = part
             self.by_id[(topic_id, p)] = part
@@ -241,15 +245,23 @@ class ReplicaManager(ReplicaEnv):
         the caller tells the controller and halts when no dir is left."""
         if not self.log_manager.is_log_dir_online(d):
             return []
-        log.warning("Stopping serving replicas in dir %s with uuid %s because the log directory has failed.", d,
-                    self.log_manager.directory_ids.get(d))
+        log.warning(
+            "Stopping serving replicas in dir %s with uuid %s because the log directory has failed.",
+            d,
+            self.log_manager.directory_ids.get(d),
+        )
         offline = [part for part in self.partitions.values() if part.log.log_dir == d]
         for part in offline:
             self._mark_offline(part.topic, part.partition)
         moving = [tp for tp, lg in self.log_manager.future_logs.items() if lg.log_dir == d]
-        log.warning("Broker %d stopped fetcher for partitions %s and stopped moving logs for partitions %s because "
-                    "they are in the failed log directory %s.", self.node_id,
-                    ",".join(p.tp for p in offline), ",".join(f"{t}-{p}" for t, p in moving), d)
+        log.warning(
+            "Broker %d stopped fetcher for partitions %s and stopped moving logs for partitions %s because "
+            "they are in the failed log directory %s.",
+            self.node_id,
+            ",".join(p.tp for p in offline),
+            ",".join(f"{t}-{p}" for t, p in moving),
+            d,
+        )
         self.log_manager.handle_log_dir_failure(d)
         return [(p.topic, p.partition) for p in offline]
 
@@ -271,8 +283,7 @@ class ReplicaManager(ReplicaEnv):
         if part is None:
             if (topic, partition) in self.offline_partitions:
                 raise self._offline(topic, partition)
-            raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                             "This server does not host this topic-partition.")
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
         return part
 
     def get_partition_by_id(self, topic_id: uuid.UUID, partition: int) -> Partition:
@@ -282,8 +293,15 @@ class ReplicaManager(ReplicaEnv):
         return part
 
     # ------------------------------------------------------------------ produce
-    def append(self, topic: str, partition: int, buf: memoryview, required_acks: int, verification_guard=None,
-               require_verification: bool = False):
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        buf: memoryview,
+        required_acks: int,
+        verification_guard=None,
+        require_verification: bool = False,
+    ):
         """Append a produced batch to a leader partition; returns the UnifiedLog's AppendInfo or
         raises KafkaError. Waiting fetches on the partition are told about the new bytes.
         ``verification_guard``: the KIP-890 verification this batch passed (from
@@ -292,21 +310,24 @@ class ReplicaManager(ReplicaEnv):
         part = self.partitions.get((topic, partition))
         if part is None:
             raise self._not_hosted(topic, partition)
-        info = part.append_records_to_leader(buf, required_acks, self.clock.now_ms(), verification_guard,
-                                             require_verification)
+        info = part.append_records_to_leader(
+            buf, required_acks, self.clock.now_ms(), verification_guard, require_verification
+        )
         self._notify("replica", (topic, partition), info.size)
         return info
 
-    def start_transaction_verification(self, topic: str, partition: int, producer_id: int, sequence: int,
-                                       epoch: int, supports_epoch_bump: bool):
+    def start_transaction_verification(
+        self, topic: str, partition: int, producer_id: int, sequence: int, epoch: int, supports_epoch_bump: bool
+    ):
         """Kafka's maybeStartTransactionVerificationForPartition: the leader's log keeps the
         producer's pending verification; returns its guard (None when the transaction is already
         open here, or this broker does not lead the partition: the append then says why)."""
         part = self.partitions.get((topic, partition))
         if part is None or not part.is_leader:
             return None
-        return part.log.maybe_start_transaction_verification(producer_id, sequence, epoch, self.clock.now_ms(),
-                                                             supports_epoch_bump)
+        return part.log.maybe_start_transaction_verification(
+            producer_id, sequence, epoch, self.clock.now_ms(), supports_epoch_bump
+        )
 
     def _not_hosted(self, topic: str, partition: int) -> KafkaError:
         """As Kafka's getPartitionOrError: a partition of a topic in the metadata that this broker
@@ -320,8 +341,9 @@ class ReplicaManager(ReplicaEnv):
             return not_leader(f"{topic}-{partition}", self.node_id)
         return KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
 
-    def append_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
-                          coordinator_epoch: int):
+    def append_txn_marker(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ):
         """Write a transaction's COMMIT/ABORT marker to a partition this broker leads
         (WriteTxnMarkers); marker listeners (the group coordinator) are told afterwards."""
         part = self.partitions.get((topic, partition))

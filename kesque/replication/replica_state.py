@@ -88,14 +88,15 @@ invariants must catch it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..errors import ErrorCode
 from ..utils import hash_set_order
 
 UNDEFINED = -1
-RECOVERED, RECOVERING = 0, 1      # LeaderRecoveryState
+RECOVERED, RECOVERING = 0, 1  # LeaderRecoveryState
 
 OK = 0
 E = ErrorCode
@@ -184,13 +185,13 @@ class AlterPartition:
     """An ISR change the leader proposes (Kafka's PendingExpandIsr / PendingShrinkIsr with the
     LeaderAndIsr it sends)."""
 
-    kind: str                                 # "expand" or "shrink"
+    kind: str  # "expand" or "shrink"
     leader_id: int
     leader_epoch: int
     partition_epoch: int
-    new_isr: tuple[tuple[int, int], ...]      # (broker id, broker epoch or -1)
-    changed: frozenset[int]                   # the member added, or those removed
-    committed_isr: tuple[int, ...]            # the state to go back to
+    new_isr: tuple[tuple[int, int], ...]  # (broker id, broker epoch or -1)
+    changed: frozenset[int]  # the member added, or those removed
+    committed_isr: tuple[int, ...]  # the state to go back to
     leader_recovery_state: int = RECOVERED
 
     @property
@@ -213,18 +214,24 @@ class AlterPartitionReply:
 @dataclass(slots=True)
 class FollowerFetchCheck:
     error_code: int = OK
-    diverging_epoch: tuple[int, int] | None = None     # (epoch, end offset)
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset)
     alter: AlterPartition | None = None
     hw_changed: bool = False
-    high_watermark: int = UNDEFINED                    # as before the read
+    high_watermark: int = UNDEFINED  # as before the read
     log_start_offset: int = UNDEFINED
     log_end_offset: int = UNDEFINED
 
 
 # errors after which a pending AlterPartition goes back to the committed state / stays pending
 _REVERT = {int(E.operation_not_attempted), int(E.ineligible_replica)}
-_WAIT_FOR_METADATA = {int(E.unknown_topic_or_partition), int(E.unknown_topic_id), int(E.fenced_leader_epoch),
-                      int(E.invalid_update_version), int(E.invalid_request), int(E.new_leader_elected)}
+_WAIT_FOR_METADATA = {
+    int(E.unknown_topic_or_partition),
+    int(E.unknown_topic_id),
+    int(E.fenced_leader_epoch),
+    int(E.invalid_update_version),
+    int(E.invalid_request),
+    int(E.new_leader_elected),
+}
 
 
 class LeaderReplication:
@@ -235,8 +242,15 @@ class LeaderReplication:
     # once the leader has the records, before the ISR has them (acks=1 passed off as acks=all)
     acks_all_before_isr = False
 
-    def __init__(self, local_id: int, *, min_insync_replicas: int = 1, replica_lag_time_max_ms: int = 30_000,
-                 broker_epoch_of: Callable[[int], int | None] | None = None, local_broker_epoch: int = -1):
+    def __init__(
+        self,
+        local_id: int,
+        *,
+        min_insync_replicas: int = 1,
+        replica_lag_time_max_ms: int = 30_000,
+        broker_epoch_of: Callable[[int], int | None] | None = None,
+        local_broker_epoch: int = -1,
+    ):
         self.local_id = local_id
         self.min_insync_replicas = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -247,8 +261,8 @@ class LeaderReplication:
         self.partition_epoch = UNDEFINED
         self.leader_epoch_start_offset = UNDEFINED
         self.replicas: list[int] = []
-        self.isr: list[int] = []                       # committed
-        self.pending: AlterPartition | None = None     # in flight
+        self.isr: list[int] = []  # committed
+        self.pending: AlterPartition | None = None  # in flight
         self.followers: dict[int, FollowerState] = {}
 
     # -- roles ------------------------------------------------------------------------------------
@@ -270,8 +284,9 @@ class LeaderReplication:
     def is_under_min_isr(self) -> bool:
         return self.is_leader and len(self.isr) < self.effective_min_isr()
 
-    def make_leader(self, replicas: list[int], isr: list[int], leader_epoch: int, partition_epoch: int,
-                    log: ReplicaLog, now: int) -> bool:
+    def make_leader(
+        self, replicas: list[int], isr: list[int], leader_epoch: int, partition_epoch: int, log: ReplicaLog, now: int
+    ) -> bool:
         if partition_epoch < self.partition_epoch:
             return False
         was_leader = self.is_leader
@@ -332,8 +347,9 @@ class LeaderReplication:
     def acks_all_status(self, required_offset: int, log: ReplicaLog) -> tuple[bool, int]:
         if not self.is_leader:
             return False, int(E.not_leader_or_follower)
-        if log.high_watermark >= required_offset or (self.acks_all_before_isr
-                                                     and log.log_end_offset >= required_offset):
+        if log.high_watermark >= required_offset or (
+            self.acks_all_before_isr and log.log_end_offset >= required_offset
+        ):
             if self.effective_min_isr() <= len(self.maximal_isr):
                 return True, OK
             return True, int(E.not_enough_replicas_after_append)
@@ -349,7 +365,8 @@ class LeaderReplication:
         lag = self.replica_lag_time_max_ms
         for b, st in self.followers.items():
             if st.log_end_offset < new_hw and (
-                    b in maximal or (st.is_caught_up(leo, now, lag) and self._isr_eligible(b, st))):
+                b in maximal or (st.is_caught_up(leo, now, lag) and self._isr_eligible(b, st))
+            ):
                 new_hw = st.log_end_offset
         if new_hw > log.high_watermark:
             log.update_high_watermark(new_hw)
@@ -372,9 +389,17 @@ class LeaderReplication:
             return int(E.unknown_leader_epoch)
         return OK
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
-                          current_leader_epoch: int, follower_log_start: int, broker_epoch: int,
-                          log: ReplicaLog, now: int) -> FollowerFetchCheck:
+    def on_follower_fetch(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        current_leader_epoch: int,
+        follower_log_start: int,
+        broker_epoch: int,
+        log: ReplicaLog,
+        now: int,
+    ) -> FollowerFetchCheck:
         out = FollowerFetchCheck(self.check_leader_epoch(current_leader_epoch))
         if out.error_code:
             return out
@@ -407,8 +432,9 @@ class LeaderReplication:
         return out
 
     @staticmethod
-    def _update_fetch_state(st: FollowerState, fetch_offset: int, log_start: int, now: int, leader_leo: int,
-                            broker_epoch: int) -> None:
+    def _update_fetch_state(
+        st: FollowerState, fetch_offset: int, log_start: int, now: int, leader_leo: int, broker_epoch: int
+    ) -> None:
         if fetch_offset >= leader_leo:
             st.last_caught_up_time = max(st.last_caught_up_time, now)
         elif fetch_offset >= st.last_fetch_leader_leo:
@@ -433,8 +459,12 @@ class LeaderReplication:
         if not self.is_leader or self.pending is not None:
             return None
         leo = log.log_end_offset
-        out = frozenset(b for b in self.isr if b != self.local_id and (
-            b not in self.followers or not self.followers[b].is_caught_up(leo, now, self.replica_lag_time_max_ms)))
+        out = frozenset(
+            b
+            for b in self.isr
+            if b != self.local_id
+            and (b not in self.followers or not self.followers[b].is_caught_up(leo, now, self.replica_lag_time_max_ms))
+        )
         if not out:
             return None
         return self._propose("shrink", [b for b in self.isr if b not in out], out)
@@ -445,17 +475,26 @@ class LeaderReplication:
                 return self.local_broker_epoch
             st = self.followers.get(b)
             return -1 if st is None or st.broker_epoch is None else st.broker_epoch
+
         # Kafka's leader builds the new ISR as a Scala HashSet (isr + follower, isr diff out of sync):
         # it is sent in that set's order, ascending for small broker ids
-        self.pending = AlterPartition(kind, self.local_id, self.leader_epoch, self.partition_epoch,
-                                      tuple((b, epoch(b)) for b in hash_set_order(isr)), changed, tuple(self.isr))
+        self.pending = AlterPartition(
+            kind,
+            self.local_id,
+            self.leader_epoch,
+            self.partition_epoch,
+            tuple((b, epoch(b)) for b in hash_set_order(isr)),
+            changed,
+            tuple(self.isr),
+        )
         return self.pending
 
-    def on_alter_partition_response(self, proposal: AlterPartition, error_code: int,
-                                    reply: AlterPartitionReply | None, log: ReplicaLog, now: int) -> tuple[bool, bool]:
+    def on_alter_partition_response(
+        self, proposal: AlterPartition, error_code: int, reply: AlterPartitionReply | None, log: ReplicaLog, now: int
+    ) -> tuple[bool, bool]:
         """(retry the same proposal?, did the HW move?)."""
         if self.pending is not proposal:
-            return False, False            # newer metadata replaced the state: the answer is stale
+            return False, False  # newer metadata replaced the state: the answer is stale
         if error_code:
             if error_code in _REVERT:
                 self.pending = None
@@ -474,7 +513,7 @@ class FetchPartition:
     """One partition of a follower's Fetch request."""
 
     fetch_offset: int
-    last_fetched_epoch: int            # -1: none (no divergence check)
+    last_fetched_epoch: int  # -1: none (no divergence check)
     current_leader_epoch: int
     log_start_offset: int
 
@@ -485,18 +524,23 @@ class FetchPartitionResponse:
     high_watermark: int = UNDEFINED
     log_start_offset: int = UNDEFINED
     diverging_epoch: tuple[int, int] | None = None
-    records: list = field(default_factory=list)        # opaque to this module: given to append()
-    first_offset: int = UNDEFINED                      # of the records (-1: none)
-    last_epoch: int = UNDEFINED                        # the epoch of the last record batch
-    request_offset: int = UNDEFINED                    # the fetch offset asked (-1: not known)
+    records: list = field(default_factory=list)  # opaque to this module: given to append()
+    first_offset: int = UNDEFINED  # of the records (-1: none)
+    last_epoch: int = UNDEFINED  # the epoch of the last record batch
+    request_offset: int = UNDEFINED  # the fetch offset asked (-1: not known)
 
 
 FETCHING, TRUNCATING, WAIT_FOR_METADATA, BACKOFF, OUT_OF_RANGE = (
-    "fetching", "truncating", "wait_for_metadata", "backoff", "out_of_range")
+    "fetching",
+    "truncating",
+    "wait_for_metadata",
+    "backoff",
+    "out_of_range",
+)
 
 
 class FollowerFetch:
-    truncate_to_high_watermark = False      # test-only: the pre-KIP-101 rule (see the module doc)
+    truncate_to_high_watermark = False  # test-only: the pre-KIP-101 rule (see the module doc)
 
     def __init__(self, leader_id: int, leader_epoch: int, log: ReplicaLog):
         self.leader_id = leader_id
@@ -543,7 +587,7 @@ class FollowerFetch:
                 self.last_fetched_epoch = resp.last_epoch
                 appended = True
             elif resp.records:
-                return self.state        # a stale answer (a fetch from before a truncation)
+                return self.state  # a stale answer (a fetch from before a truncation)
             self.fetch_offset = log.log_end_offset
             if appended or self.lag is None:
                 self.lag = max(0, resp.high_watermark - self.fetch_offset)
@@ -570,7 +614,7 @@ class FollowerFetch:
             if epoch == UNDEFINED:
                 offset, done = min(leader_end, leo), True
             elif epoch != leader_epoch:
-                offset, done = min(end, leo), False       # ask again, from the epoch below
+                offset, done = min(end, leo), False  # ask again, from the epoch below
             else:
                 offset, done = min(end, leader_end, leo), True
         log.truncate_to(offset)

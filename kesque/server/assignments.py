@@ -21,7 +21,7 @@ import uuid
 
 log = logging.getLogger(__name__)
 
-MAX_PER_REQUEST = 2250          # Kafka's AssignReplicasToDirsRequest.MAX_ASSIGNMENTS_PER_REQUEST
+MAX_PER_REQUEST = 2250  # Kafka's AssignReplicasToDirsRequest.MAX_ASSIGNMENTS_PER_REQUEST
 BACKOFF_INITIAL_MS, BACKOFF_MAX_MS = 100, 10_000
 
 
@@ -34,7 +34,7 @@ class AssignmentsManager:
         self.request_timeout_ms = request_timeout_ms
         self.pending: dict[tuple[uuid.UUID, int], uuid.UUID] = {}
         self.failures = 0
-        self.sent = 0               # requests answered without a top-level error (tests)
+        self.sent = 0  # requests answered without a top-level error (tests)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -92,8 +92,13 @@ class AssignmentsManager:
                             del self.pending[(topic_id, p)]
                     else:
                         ok = False
-                        log.error("Error assigning partition %s:%d to directory %s: %s", topic_id, p, d,
-                                  "no result" if e is None else f"error code {e}")
+                        log.error(
+                            "Error assigning partition %s:%d to directory %s: %s",
+                            topic_id,
+                            p,
+                            d,
+                            "no result" if e is None else f"error code {e}",
+                        )
         if not ok:
             self.failures += 1
         return ok
@@ -107,7 +112,7 @@ class AssignmentsManager:
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), None if not self.pending else 0.1)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             sent = self.batch()
@@ -115,7 +120,8 @@ class AssignmentsManager:
                 continue
             try:
                 error_code, answer = await self.router.assign_replicas_to_dirs(
-                    self.node_id, self.broker_epoch_fn(), sent, self.request_timeout_ms)
+                    self.node_id, self.broker_epoch_fn(), sent, self.request_timeout_ms
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - a failed request is retried with backoff

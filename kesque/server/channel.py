@@ -72,11 +72,11 @@ def decode_response(api_key: int, version: int, frame: bytes):
     return corr, obj
 
 
-READ_BUFFER = 64 * 1024   # the shared read buffer of a connection: small frames are parsed in place
-BIG_FRAME = 16 * 1024     # a frame above this gets its own buffer, read into without copies
-BIG_ROUND = 64 * 1024     # such a buffer's size is rounded up to this, so that it fits later frames too
-SPARES = 3                # big buffers a connection keeps for reuse ...
-SPARE_MAX = 16 * 1024 * 1024   # ... up to this size each
+READ_BUFFER = 64 * 1024  # the shared read buffer of a connection: small frames are parsed in place
+BIG_FRAME = 16 * 1024  # a frame above this gets its own buffer, read into without copies
+BIG_ROUND = 64 * 1024  # such a buffer's size is rounded up to this, so that it fits later frames too
+SPARES = 3  # big buffers a connection keeps for reuse ...
+SPARE_MAX = 16 * 1024 * 1024  # ... up to this size each
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -96,7 +96,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._buf = bytearray(READ_BUFFER)
         self._view = memoryview(self._buf)
         self._start = self._end = 0
-        self._big: bytearray | None = None   # the frame being read into its own buffer
+        self._big: bytearray | None = None  # the frame being read into its own buffer
         self._big_view: memoryview | None = None
         self._big_pos = 0
         self._big_size = 0
@@ -112,18 +112,18 @@ class _Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big is not None:
-            return self._big_view[self._big_pos:self._big_size]
-        if self._end == len(self._buf):          # only a partial frame's head is left: move it to the front
+            return self._big_view[self._big_pos : self._big_size]
+        if self._end == len(self._buf):  # only a partial frame's head is left: move it to the front
             n = self._end - self._start
-            self._buf[0:n] = self._buf[self._start:self._end]
+            self._buf[0:n] = self._buf[self._start : self._end]
             self._start, self._end = 0, n
-        return self._view[self._end:]
+        return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._big is not None:
             self._big_pos += nbytes
             if self._big_pos == self._big_size:
-                frame = self._big_view[:self._big_size]
+                frame = self._big_view[: self._big_size]
                 self._big = self._big_view = None
                 self._frame(frame)
             return
@@ -134,20 +134,20 @@ class _Connection(asyncio.BufferedProtocol):
             if avail < 4:
                 break
             size = _I32.unpack_from(buf, self._start)[0]
-            if size < 4:                          # not even a correlation id
+            if size < 4:  # not even a correlation id
                 self.fail(Disconnected(f"connection lost: invalid response size {size}"))
                 return
             begin = self._start + 4
             if avail - 4 >= size:
                 self._start = begin + size
-                self._frame(bytes(self._view[begin:begin + size]))   # the shared buffer is reused
+                self._frame(bytes(self._view[begin : begin + size]))  # the shared buffer is reused
                 continue
             if size > BIG_FRAME or 4 + size > len(buf):
                 have = avail - 4
                 self._big = self._take(size)
                 self._big_view = memoryview(self._big)
                 self._big_size = size
-                self._big_view[:have] = self._view[begin:self._end]
+                self._big_view[:have] = self._view[begin : self._end]
                 self._big_pos = have
                 self._start = self._end = 0
             break
@@ -161,7 +161,7 @@ class _Connection(asyncio.BufferedProtocol):
             # free: referred to by the list, ``buf`` and getrefcount's argument only (no view of
             # it, e.g. a decoded answer's records, is alive)
             if size <= len(buf) <= size + size // 4 + BIG_ROUND and sys.getrefcount(buf) == 3:
-                return buf                        # stays listed: it is reused again when free
+                return buf  # stays listed: it is reused again when free
         buf = bytearray(-(-size // BIG_ROUND) * BIG_ROUND)
         if len(buf) <= SPARE_MAX:
             if len(spares) >= SPARES:
@@ -170,7 +170,7 @@ class _Connection(asyncio.BufferedProtocol):
         return buf
 
     def eof_received(self) -> bool:
-        return False                              # close the transport: connection_lost follows
+        return False  # close the transport: connection_lost follows
 
     def connection_lost(self, exc) -> None:
         self.fail(Disconnected(f"connection lost: {exc or 'closed by the peer'}"))
@@ -187,8 +187,7 @@ class _Connection(asyncio.BufferedProtocol):
         try:
             fut.set_result((decode or decode_response)(api_key, version, frame)[1])
         except Exception as e:  # noqa: BLE001 - a bad answer fails that request only
-            fut.set_exception(ChannelError(f"cannot decode {protocol.api_name(api_key)} v{version} "
-                                           f"response: {e}"))
+            fut.set_exception(ChannelError(f"cannot decode {protocol.api_name(api_key)} v{version} response: {e}"))
 
     def write(self, data: bytes) -> None:
         if self.closed or self.transport is None or self.transport.is_closing():
@@ -209,9 +208,16 @@ class _Connection(asyncio.BufferedProtocol):
 class Channel:
     """Requests to other nodes. ``resolve(node_id)`` gives ``(host, port)`` or None."""
 
-    def __init__(self, resolve, *, client_id: str, request_timeout_ms: int = 30000,
-                 connect_timeout_ms: int = 10000, reconnect_backoff_ms: int = 50,
-                 reconnect_backoff_max_ms: int = 1000):
+    def __init__(
+        self,
+        resolve,
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30000,
+        connect_timeout_ms: int = 10000,
+        reconnect_backoff_ms: int = 50,
+        reconnect_backoff_max_ms: int = 1000,
+    ):
         self.resolve = resolve
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -220,12 +226,11 @@ class Channel:
         self.backoff_max_ms = reconnect_backoff_max_ms
         self._conns: dict[int, _Connection] = {}
         self._connecting: dict[int, asyncio.Future] = {}
-        self._failures: dict[int, tuple[int, float]] = {}   # node -> (consecutive failures, retry at)
+        self._failures: dict[int, tuple[int, float]] = {}  # node -> (consecutive failures, retry at)
         self._corr = 0
         self._closed = False
 
-    async def send(self, node: int, api_key: int, version: int, body, timeout_ms: int | None = None,
-                   decode=None):
+    async def send(self, node: int, api_key: int, version: int, body, timeout_ms: int | None = None, decode=None):
         """The kio response of ``body`` sent to ``node``; raises :class:`ChannelError`.
         ``body`` may also be the request body already encoded (bytes, after the header);
         ``decode(api_key, version, frame) -> (correlation id, response)`` replaces the kio
@@ -237,7 +242,7 @@ class Channel:
         if conn is None or conn.closed:
             try:
                 conn = await asyncio.wait_for(self._connection(node), max(deadline - loop.time(), 0.001))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise RequestTimedOut(f"no connection to node {node} within {round(timeout * 1000)} ms") from None
         self._corr = (self._corr + 1) & 0x7FFFFFFF
         corr = self._corr
@@ -252,10 +257,11 @@ class Channel:
             raise Disconnected(f"node {node}: {e}") from None
         try:
             return await asyncio.wait_for(fut, max(deadline - loop.time(), 0.001))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             conn.pending.pop(corr, None)
-            raise RequestTimedOut(f"node {node} did not answer {protocol.api_name(api_key)} within "
-                                  f"{round(timeout * 1000)} ms") from None
+            raise RequestTimedOut(
+                f"node {node} did not answer {protocol.api_name(api_key)} within {round(timeout * 1000)} ms"
+            ) from None
         finally:
             if conn.closed:
                 self._forget(node, conn)
@@ -301,13 +307,15 @@ class Channel:
             raise Disconnected(f"no address known for node {node}")
         host, port = addr
         try:
-            _transport, conn = await asyncio.wait_for(loop.create_connection(_Connection, host, port),
-                                                      self.connect_timeout_ms / 1000.0)
-        except (OSError, asyncio.TimeoutError) as e:
-            delay = min(self.backoff_ms * (2 ** count), self.backoff_max_ms) / 1000.0
+            _transport, conn = await asyncio.wait_for(
+                loop.create_connection(_Connection, host, port), self.connect_timeout_ms / 1000.0
+            )
+        except (TimeoutError, OSError) as e:
+            delay = min(self.backoff_ms * (2**count), self.backoff_max_ms) / 1000.0
             self._failures[node] = (count + 1, loop.time() + delay)
-            raise Disconnected(f"cannot connect to node {node} at {host}:{port}: "
-                               f"{getattr(e, 'strerror', None) or type(e).__name__}") from None
+            raise Disconnected(
+                f"cannot connect to node {node} at {host}:{port}: {getattr(e, 'strerror', None) or type(e).__name__}"
+            ) from None
         self._failures.pop(node, None)
         if self._closed:
             conn.fail(Disconnected("channel closed"))

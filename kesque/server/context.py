@@ -26,6 +26,7 @@ class CloseConnection(Exception):
 @dataclass(frozen=True, slots=True)
 class KafkaPrincipal:
     """Kafka's KafkaPrincipal: a type (``User``) and a name."""
+
     type: str
     name: str
 
@@ -40,6 +41,7 @@ PLAINTEXT = "PLAINTEXT"
 
 class AclOperation(IntEnum):
     """Kafka's AclOperation codes (as DescribeAcls and the authorized-operations bit sets carry them)."""
+
     UNKNOWN = 0
     ANY = 1
     ALL = 2
@@ -60,6 +62,7 @@ class AclOperation(IntEnum):
 
 class ResourceType(IntEnum):
     """Kafka's ResourceType codes."""
+
     UNKNOWN = 0
     ANY = 1
     TOPIC = 2
@@ -77,8 +80,9 @@ class Authorizer(Protocol):
     """What a broker asks before it acts on a request (Kafka's ``authorizer.class.name``). None
     configured: every action is allowed, as in Kafka without an authorizer."""
 
-    def authorize(self, ctx: "RequestContext", operation: AclOperation, resource_type: ResourceType,
-                  name: str) -> bool: ...
+    def authorize(
+        self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> bool: ...
 
 
 @dataclass(slots=True)

@@ -56,12 +56,14 @@ class FetchSession:
         self.partitions: OrderedDict[tuple, CachedPartition] = OrderedDict()
         self.last_used = now
 
-    def update(self, key: tuple, fetch_offset: int, max_bytes: int, log_start: int, current_epoch: int,
-               last_fetched_epoch: int) -> None:
+    def update(
+        self, key: tuple, fetch_offset: int, max_bytes: int, log_start: int, current_epoch: int, last_fetched_epoch: int
+    ) -> None:
         cp = self.partitions.get(key)
         if cp is None:
-            self.partitions[key] = CachedPartition(fetch_offset, max_bytes, log_start, current_epoch,
-                                                   last_fetched_epoch)
+            self.partitions[key] = CachedPartition(
+                fetch_offset, max_bytes, log_start, current_epoch, last_fetched_epoch
+            )
         else:
             cp.fetch_offset = fetch_offset
             cp.max_bytes = max_bytes

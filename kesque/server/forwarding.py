@@ -22,19 +22,18 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import datetime
 import logging
 
-from ..controller.controller import FEATURE_MIN
+from ..controller import cluster_control as cc
+from ..controller.cluster_control import RegistrationReply, from_kio, to_kio
+from ..controller.controller import FEATURE_MIN, CreatedTopic
 from ..errors import ErrorCode, KafkaError
 from ..protocol.api import request_class
 from ..protocol.api_keys import ApiKeys
 from .channel import ChannelError
-from ..controller.controller import CreatedTopic
 from .drivers import alter_partition as ap
-from ..controller.cluster_control import RegistrationReply, from_kio, to_kio
-from ..controller import cluster_control as cc
 from .drivers.quorum_controller import not_controller
-import datetime
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +42,9 @@ RETRY_BACKOFF_S = 0.05
 DEFAULT_TIMEOUT_MS = 30000
 
 # set while a handler runs its local path with an error every controller call raises
-_forced: contextvars.ContextVar[KafkaError | None] = contextvars.ContextVar("kesque_forced_controller_error",
-                                                                           default=None)
+_forced: contextvars.ContextVar[KafkaError | None] = contextvars.ContextVar(
+    "kesque_forced_controller_error", default=None
+)
 
 
 def has_error(obj, code: int) -> bool:
@@ -64,8 +64,7 @@ def has_error(obj, code: int) -> bool:
 
 
 def timed_out(what: str, timeout_ms: int) -> KafkaError:
-    return KafkaError(ErrorCode.request_timed_out, f"{what} did not reach an active controller within "
-                                                   f"{timeout_ms} ms.")
+    return KafkaError(ErrorCode.request_timed_out, f"{what} did not reach an active controller within {timeout_ms} ms.")
 
 
 class ControllerRouter:
@@ -99,15 +98,19 @@ class ControllerRouter:
                 leader = self.leader_id()
                 if self._reachable(leader):
                     try:
-                        resp = await self.channel.send(leader, ctx.header.api_key, ctx.api_version, req,
-                                                       timeout_ms=max(int((deadline - loop.time()) * 1000), 1))
+                        resp = await self.channel.send(
+                            leader,
+                            ctx.header.api_key,
+                            ctx.api_version,
+                            req,
+                            timeout_ms=max(int((deadline - loop.time()) * 1000), 1),
+                        )
                     except ChannelError as e:
                         log.debug("forwarding %s to controller %d failed: %s", type(req).__name__, leader, e)
             if resp is not None and not has_error(resp, NOT_CONTROLLER):
                 return resp
             if loop.time() >= deadline:
-                return resp if resp is not None else await self._local(local, timed_out(type(req).__name__,
-                                                                                        timeout_ms))
+                return resp if resp is not None else await self._local(local, timed_out(type(req).__name__, timeout_ms))
             await asyncio.sleep(RETRY_BACKOFF_S)
 
     def _reachable(self, leader: int) -> bool:
@@ -149,8 +152,9 @@ class ControllerRouter:
         return await getattr(self.quorum, method)(*args, timeout_ms=timeout_ms)
 
     # ------------------------------------------------------------------ the broker's own calls
-    async def _rpc(self, method: str, args: tuple, api_key: int, version: int, body, timeout_ms: int,
-                   retry: bool = True):
+    async def _rpc(
+        self, method: str, args: tuple, api_key: int, version: int, body, timeout_ms: int, retry: bool = True
+    ):
         """Local call when the local controller is active (``Controller.<method>``, or
         ``QuorumController.<method>`` for a ``quorum.`` name), else the RPC to the leader;
         retried on NOT_CONTROLLER and unreachable leaders until ``timeout_ms`` (once without
@@ -170,8 +174,9 @@ class ControllerRouter:
                 leader = self.leader_id()
                 if self._reachable(leader):
                     try:
-                        resp = await self.channel.send(leader, api_key, version, body,
-                                                       timeout_ms=max(int((deadline - loop.time()) * 1000), 1))
+                        resp = await self.channel.send(
+                            leader, api_key, version, body, timeout_ms=max(int((deadline - loop.time()) * 1000), 1)
+                        )
                         if not has_error(resp, NOT_CONTROLLER) or not retry:
                             return resp
                     except ChannelError as e:
@@ -189,59 +194,98 @@ class ControllerRouter:
 
         cls = request_class(ApiKeys.CREATE_TOPICS, 7)
         mod = __import__(cls.__module__, fromlist=["x"])
-        body = cls(topics=tuple(mod.CreatableTopic(
-            name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
-            assignments=tuple(mod.CreatableReplicaAssignment(partition_index=p, broker_ids=tuple(b))
-                              for p, b in sorted(t.assignments.items())),
-            configs=tuple(mod.CreatableTopicConfig(name=k, value=v) for k, v in t.configs.items()))
-            for t in topics), timeout=_ms(timeout_ms), validate_only=False)
+        body = cls(
+            topics=tuple(
+                mod.CreatableTopic(
+                    name=t.name,
+                    num_partitions=t.num_partitions,
+                    replication_factor=t.replication_factor,
+                    assignments=tuple(
+                        mod.CreatableReplicaAssignment(partition_index=p, broker_ids=tuple(b))
+                        for p, b in sorted(t.assignments.items())
+                    ),
+                    configs=tuple(mod.CreatableTopicConfig(name=k, value=v) for k, v in t.configs.items()),
+                )
+                for t in topics
+            ),
+            timeout=_ms(timeout_ms),
+            validate_only=False,
+        )
         result = await self._rpc("create_topics", (topics,), ApiKeys.CREATE_TOPICS, 7, body, timeout_ms)
         if isinstance(result, list):
             return result
-        return [CreatedTopic(r.name, r.topic_id,
-                             KafkaError(r.error_code, r.error_message or "") if r.error_code else None,
-                             r.num_partitions, r.replication_factor) for r in result.topics]
+        return [
+            CreatedTopic(
+                r.name,
+                r.topic_id,
+                KafkaError(r.error_code, r.error_message or "") if r.error_code else None,
+                r.num_partitions,
+                r.replication_factor,
+            )
+            for r in result.topics
+        ]
 
-    async def register_broker(self, node_id: int, endpoints: list[dict], cluster_id: str, incarnation_id,
-                              features: dict, rack: str | None = None,
-                              timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
+    async def register_broker(
+        self,
+        node_id: int,
+        endpoints: list[dict],
+        cluster_id: str,
+        incarnation_id,
+        features: dict,
+        rack: str | None = None,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> int:
         """BrokerRegistration: this broker's epoch."""
         cls = request_class(ApiKeys.BROKER_REGISTRATION, 4)
         mod = __import__(cls.__module__, fromlist=["x"])
-        body = cls(broker_id=node_id, cluster_id=cluster_id or "", incarnation_id=incarnation_id,
-                   listeners=tuple(mod.Listener(name=e["name"], host=e["host"], port=e["port"],
-                                                security_protocol=e["security_protocol"]) for e in endpoints),
-                   features=tuple(mod.Feature(name=k, min_supported_version=FEATURE_MIN.get(k, 1),
-                                              max_supported_version=v) for k, v in features.items()), rack=rack)
-        result = await self._rpc("register_broker", (node_id, endpoints, rack), ApiKeys.BROKER_REGISTRATION, 4, body,
-                                 timeout_ms)
+        body = cls(
+            broker_id=node_id,
+            cluster_id=cluster_id or "",
+            incarnation_id=incarnation_id,
+            listeners=tuple(
+                mod.Listener(name=e["name"], host=e["host"], port=e["port"], security_protocol=e["security_protocol"])
+                for e in endpoints
+            ),
+            features=tuple(
+                mod.Feature(name=k, min_supported_version=FEATURE_MIN.get(k, 1), max_supported_version=v)
+                for k, v in features.items()
+            ),
+            rack=rack,
+        )
+        result = await self._rpc(
+            "register_broker", (node_id, endpoints, rack), ApiKeys.BROKER_REGISTRATION, 4, body, timeout_ms
+        )
         if isinstance(result, int):
             return result
         if result.error_code:
             raise KafkaError(result.error_code, f"broker registration refused: {result.error_code}")
         return result.broker_epoch
 
-    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int,
-                                    timeout_ms: int = DEFAULT_TIMEOUT_MS) -> tuple[int, int]:
+    async def allocate_producer_ids(
+        self, broker_id: int, broker_epoch: int, timeout_ms: int = DEFAULT_TIMEOUT_MS
+    ) -> tuple[int, int]:
         cls = request_class(ApiKeys.ALLOCATE_PRODUCER_IDS, 0)
         body = cls(broker_id=broker_id, broker_epoch=broker_epoch)
-        result = await self._rpc("allocate_producer_ids", (broker_id, broker_epoch), ApiKeys.ALLOCATE_PRODUCER_IDS, 0,
-                                 body, timeout_ms)
+        result = await self._rpc(
+            "allocate_producer_ids", (broker_id, broker_epoch), ApiKeys.ALLOCATE_PRODUCER_IDS, 0, body, timeout_ms
+        )
         if isinstance(result, tuple):
             return result
         if result.error_code:
             raise KafkaError(result.error_code, "producer id block refused")
         return result.producer_id_start, result.producer_id_len
 
-    async def alter_partition(self, broker_id: int, broker_epoch: int, reqs: list,
-                              timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list:
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, reqs: list, timeout_ms: int = DEFAULT_TIMEOUT_MS
+    ) -> list:
         """AlterPartition (the broker's ISR changes, :mod:`kesque.server.drivers.alter_partition`):
         an AlterPartitionReply per request partition (None: left out of the answer); a top-level
         error (STALE_BROKER_EPOCH, REQUEST_TIMED_OUT, ...) raised as a KafkaError."""
 
         body = ap.request_to_kio(broker_id, broker_epoch, reqs, ap.LATEST)
-        result = await self._rpc("quorum.alter_partition", (reqs, ap.LATEST), ApiKeys.ALTER_PARTITION, ap.LATEST, body,
-                                 timeout_ms)
+        result = await self._rpc(
+            "quorum.alter_partition", (reqs, ap.LATEST), ApiKeys.ALTER_PARTITION, ap.LATEST, body, timeout_ms
+        )
         return result if isinstance(result, list) else ap.response_from_kio(result, reqs)
 
     # ------------------------------------------------------------------ broker lifecycle RPCs
@@ -249,22 +293,29 @@ class ControllerRouter:
         """One BrokerRegistration attempt (BrokerLifecycle retries): the reply."""
 
         try:
-            result = await self._rpc("quorum.register", (req,), ApiKeys.BROKER_REGISTRATION, 4, to_kio(req, 4),
-                                     timeout_ms, retry=False)
+            result = await self._rpc(
+                "quorum.register", (req,), ApiKeys.BROKER_REGISTRATION, 4, to_kio(req, 4), timeout_ms, retry=False
+            )
         except KafkaError as e:
             return RegistrationReply(int(e.code), -1)
         return RegistrationReply(0, result) if isinstance(result, int) else from_kio(result)
 
-    async def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int, assignments: dict,
-                                      timeout_ms: int) -> tuple[int, dict]:
+    async def assign_replicas_to_dirs(
+        self, broker_id: int, broker_epoch: int, assignments: dict, timeout_ms: int
+    ) -> tuple[int, dict]:
         """One AssignReplicasToDirs attempt (the AssignmentsManager retries): (error code,
         {dir id: {topic id: [(partition, error code)]}})."""
 
         try:
-            result = await self._rpc("quorum.assign_replicas_to_dirs", (broker_id, broker_epoch, assignments),
-                                     ApiKeys.ASSIGN_REPLICAS_TO_DIRS, cc.ASSIGN_VERSION,
-                                     cc.assign_request_to_kio(broker_id, broker_epoch, assignments), timeout_ms,
-                                     retry=False)
+            result = await self._rpc(
+                "quorum.assign_replicas_to_dirs",
+                (broker_id, broker_epoch, assignments),
+                ApiKeys.ASSIGN_REPLICAS_TO_DIRS,
+                cc.ASSIGN_VERSION,
+                cc.assign_request_to_kio(broker_id, broker_epoch, assignments),
+                timeout_ms,
+                retry=False,
+            )
         except KafkaError as e:
             return int(e.code), {}
         return (0, result) if isinstance(result, dict) else cc.assign_response_from_kio(result)
@@ -274,8 +325,9 @@ class ControllerRouter:
         from ..controller.cluster_control import HeartbeatReply, from_kio, to_kio
 
         try:
-            result = await self._rpc("quorum.heartbeat", (req,), ApiKeys.BROKER_HEARTBEAT, 1, to_kio(req, 1),
-                                     timeout_ms, retry=False)
+            result = await self._rpc(
+                "quorum.heartbeat", (req,), ApiKeys.BROKER_HEARTBEAT, 1, to_kio(req, 1), timeout_ms, retry=False
+            )
         except KafkaError as e:
             return HeartbeatReply(int(e.code))
         return result if isinstance(result, HeartbeatReply) else from_kio(result)

@@ -46,7 +46,7 @@ class LifecycleDriver:
                 return False
             try:
                 await asyncio.wait_for(self._changed.wait(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return done()
         return True
 
@@ -67,7 +67,7 @@ class LifecycleDriver:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         self._notify()
         log.info("Broker lifecycle: %s", lc.shutdown_reason)
@@ -79,8 +79,11 @@ class LifecycleDriver:
                 reply = await self.router.broker_registration(req, self.request_timeout_ms)
                 lc.on_registration_response(reply.error_code, reply.broker_epoch, self.now_ms())
                 if reply.error_code:
-                    log.warning("Unable to register broker %d because the controller returned error %s",
-                                req.broker_id, lc.registration_error)
+                    log.warning(
+                        "Unable to register broker %d because the controller returned error %s",
+                        req.broker_id,
+                        lc.registration_error,
+                    )
                 else:
                     log.info("Registered with the controller: broker epoch %d", reply.broker_epoch)
             else:

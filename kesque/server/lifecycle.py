@@ -33,24 +33,40 @@ from __future__ import annotations
 import random
 import uuid
 
-from ..errors import error_name
 from ..controller.cluster_control import (
-    UNBOUNDED, HeartbeatReply, HeartbeatRequest, LifecycleConfig, RegistrationRequest,
+    UNBOUNDED,
+    HeartbeatReply,
+    HeartbeatRequest,
+    LifecycleConfig,
+    RegistrationRequest,
 )
+from ..errors import error_name
 
 STARTING, RECOVERY, RUNNING = "STARTING", "RECOVERY", "RUNNING"
 PENDING_CONTROLLED_SHUTDOWN, SHUTTING_DOWN = "PENDING_CONTROLLED_SHUTDOWN", "SHUTTING_DOWN"
 
-STARTING_HEARTBEAT_MS = 10            # Kafka: heartbeat soon while catching up
-FIRST_SHUTDOWN_RETRY_MS = 50          # Kafka: the second controlled-shutdown heartbeat comes sooner
+STARTING_HEARTBEAT_MS = 10  # Kafka: heartbeat soon while catching up
+FIRST_SHUTDOWN_RETRY_MS = 50  # Kafka: the second controlled-shutdown heartbeat comes sooner
 BACKOFF_INITIAL_MS, BACKOFF_JITTER = 100, 0.02
 
 
 class BrokerLifecycle:
-    def __init__(self, node_id: int, incarnation_id: uuid.UUID, config=None, *, cluster_id: str = "",
-                 listeners=(), features: dict | None = None, rack: str | None = None,
-                 previous_broker_epoch: int = -1, request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None, now: int = 0, log_dirs=()):
+    def __init__(
+        self,
+        node_id: int,
+        incarnation_id: uuid.UUID,
+        config=None,
+        *,
+        cluster_id: str = "",
+        listeners=(),
+        features: dict | None = None,
+        rack: str | None = None,
+        previous_broker_epoch: int = -1,
+        request_timeout_ms: int = 30_000,
+        rng: random.Random | None = None,
+        now: int = 0,
+        log_dirs=(),
+    ):
         self.node_id = node_id
         self.incarnation_id = incarnation_id
         self.config = LifecycleConfig.of(config)
@@ -68,16 +84,16 @@ class BrokerLifecycle:
         self.registered = False
         self.ever_registered = False
         self.ready_to_unfence = False
-        self.caught_up = False                # the controller said so once (RECOVERY reached)
+        self.caught_up = False  # the controller said so once (RECOVERY reached)
         self.metadata_offset = -1
         self.failed_attempts = 0
         self.got_shutdown_reply = False
-        self.in_flight_until = -1             # >= 0: a request is in flight until then
-        self.send_at = now                    # the next communication
-        self.send_asap = False                # one fell due while a request was in flight
+        self.in_flight_until = -1  # >= 0: a request is in flight until then
+        self.send_at = now  # the next communication
+        self.send_asap = False  # one fell due while a request was in flight
         self.registration_deadline = now + self.config.initial_registration_timeout_ms
         self.shutdown_deadline = UNBOUNDED
-        self.offline_log_dirs: list[uuid.UUID] = []   # directory ids of failed log dirs (KIP-858)
+        self.offline_log_dirs: list[uuid.UUID] = []  # directory ids of failed log dirs (KIP-858)
         self.log_dirs: list[uuid.UUID] = list(log_dirs)  # directory ids of its log dirs, registered (KIP-858)
 
     # -- queries --------------------------------------------------------------------------------------
@@ -119,13 +135,24 @@ class BrokerLifecycle:
             return None
         self.in_flight_until = now + self.request_timeout_ms
         if not self.registered:
-            return RegistrationRequest(self.node_id, self.cluster_id, self.incarnation_id, list(self.listeners),
-                                       dict(self.features), self.rack, self.previous_broker_epoch,
-                                       list(self.log_dirs))
-        return HeartbeatRequest(self.node_id, self.broker_epoch, self.metadata_offset,
-                                want_fence=not self.ready_to_unfence,
-                                want_shut_down=self.state == PENDING_CONTROLLED_SHUTDOWN,
-                                offline_log_dirs=list(self.offline_log_dirs))
+            return RegistrationRequest(
+                self.node_id,
+                self.cluster_id,
+                self.incarnation_id,
+                list(self.listeners),
+                dict(self.features),
+                self.rack,
+                self.previous_broker_epoch,
+                list(self.log_dirs),
+            )
+        return HeartbeatRequest(
+            self.node_id,
+            self.broker_epoch,
+            self.metadata_offset,
+            want_fence=not self.ready_to_unfence,
+            want_shut_down=self.state == PENDING_CONTROLLED_SHUTDOWN,
+            offline_log_dirs=list(self.offline_log_dirs),
+        )
 
     def on_registration_response(self, error_code: int, broker_epoch: int, now: int) -> None:
         if not self._answered():
@@ -137,7 +164,7 @@ class BrokerLifecycle:
         self.failed_attempts = 0
         self.broker_epoch = broker_epoch
         self.registered = self.ever_registered = True
-        self._schedule(now, 0)                # the first heartbeat at once
+        self._schedule(now, 0)  # the first heartbeat at once
 
     def on_heartbeat_response(self, reply: HeartbeatReply, now: int) -> None:
         if not self._answered():
@@ -199,8 +226,11 @@ class BrokerLifecycle:
             self.shutdown_deadline = now + self.config.controlled_shutdown_timeout_ms
             self._schedule_now(now)
         elif self.state != PENDING_CONTROLLED_SHUTDOWN:
-            self._shut_down("controlled.shutdown.enable is false" if not self.config.controlled_shutdown_enable
-                            else f"no controlled shutdown from state {self.state}")
+            self._shut_down(
+                "controlled.shutdown.enable is false"
+                if not self.config.controlled_shutdown_enable
+                else f"no controlled shutdown from state {self.state}"
+            )
 
     # -- scheduling ------------------------------------------------------------------------------------
     def _answered(self) -> bool:
@@ -211,11 +241,11 @@ class BrokerLifecycle:
         return True
 
     def _failed(self, now: int) -> None:
-        delay = min(BACKOFF_INITIAL_MS * 2 ** self.failed_attempts, self.config.session_timeout_ms)
+        delay = min(BACKOFF_INITIAL_MS * 2**self.failed_attempts, self.config.session_timeout_ms)
         if self.rng is not None:
             delay = int(delay * (1 + self.rng.uniform(-BACKOFF_JITTER, BACKOFF_JITTER)))
         self.failed_attempts = min(self.failed_attempts + 1, 32)
-        self.send_asap = False                # never at once after a failure
+        self.send_asap = False  # never at once after a failure
         self.send_at = now + delay
 
     def _schedule(self, now: int, delay: int) -> None:

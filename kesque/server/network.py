@@ -95,7 +95,7 @@ class MemoryPool:
         self._firsts: list[bytearray] = []  # spare FRAME_FIRST buffers
         self._finals: list[FrameBuffer] = []  # spare final buffers
 
-    def take(self, conn: "Connection", size: int, final: bool, holding: bool) -> bytearray | None:
+    def take(self, conn: Connection, size: int, final: bool, holding: bool) -> bytearray | None:
         """A buffer of at least ``size`` bytes for ``conn``'s large frame (``final``: for the
         whole frame), or None: ``conn`` must wait (it is queued). ``holding``: conn already
         has part of the frame in a pool buffer."""
@@ -134,11 +134,15 @@ class MemoryPool:
             spares.append(buf)
         self.release(len(buf))
 
-    def _wait(self, conn: "Connection") -> None:
+    def _wait(self, conn: Connection) -> None:
         if not self._exhausted:
             self._exhausted = True
-            log.info("Request memory pool exhausted (%d bytes in use, queued.max.request.bytes=%d): "
-                     "pausing reads of connections that need more", self.used, self.limit)
+            log.info(
+                "Request memory pool exhausted (%d bytes in use, queued.max.request.bytes=%d): "
+                "pausing reads of connections that need more",
+                self.used,
+                self.limit,
+            )
         log.debug("%s: waiting for request memory", conn.id)
         self.waiting.append(conn)
 
@@ -148,12 +152,12 @@ class MemoryPool:
             self._wake_pending = True
             self.loop.call_soon(self._wake)
 
-    def frame_done(self, conn: "Connection") -> None:
+    def frame_done(self, conn: Connection) -> None:
         """``conn`` finished (or dropped) its frame: it no longer needs the exemption."""
         if self.exempt is conn:
             self.exempt = None
 
-    def forget(self, conn: "Connection") -> None:
+    def forget(self, conn: Connection) -> None:
         self.frame_done(conn)
         if conn in self.waiting:
             self.waiting.remove(conn)
@@ -187,8 +191,19 @@ class Slot:
 
 
 class Connection:
-    def __init__(self, loop, sock: socket.socket, listener: str, *, handle_frame, on_closed, max_request: int,
-                 pool: MemoryPool, security_protocol: str = PLAINTEXT, principal: KafkaPrincipal = ANONYMOUS):
+    def __init__(
+        self,
+        loop,
+        sock: socket.socket,
+        listener: str,
+        *,
+        handle_frame,
+        on_closed,
+        max_request: int,
+        pool: MemoryPool,
+        security_protocol: str = PLAINTEXT,
+        principal: KafkaPrincipal = ANONYMOUS,
+    ):
         """``handle_frame(conn, frame)`` for each request; ``on_closed(conn)`` once closed. The
         listener's ``security_protocol`` and the authenticated ``principal`` go into every
         request's context (PLAINTEXT: ``User:ANONYMOUS``)."""
@@ -238,11 +253,11 @@ class Connection:
             return
         try:
             if self._big is not None:
-                n = self.sock.recv_into(self._big_view[self._big_pos:self._big_cap])
+                n = self.sock.recv_into(self._big_view[self._big_pos : self._big_cap])
             else:
                 if self._end == len(self._buf):
                     self._compact()
-                n = self.sock.recv_into(self._view[self._end:])
+                n = self.sock.recv_into(self._view[self._end :])
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:
@@ -273,7 +288,7 @@ class Connection:
     def _compact(self) -> None:
         n = self._end - self._start
         if self._start:
-            self._buf[0:n] = self._buf[self._start:self._end]
+            self._buf[0:n] = self._buf[self._start : self._end]
         self._start, self._end = 0, n
 
     def _parse_frames(self) -> None:
@@ -287,20 +302,24 @@ class Connection:
                 if size < 0:
                     log.warning("%s: closing connection: invalid request size %d", self.id, size)
                 else:
-                    log.warning("%s: closing connection: request size %d is larger than socket.request.max.bytes %d",
-                                self.id, size, self.max_request)
+                    log.warning(
+                        "%s: closing connection: request size %d is larger than socket.request.max.bytes %d",
+                        self.id,
+                        size,
+                        self.max_request,
+                    )
                 self.close()
                 return
             if avail - 4 >= size:
                 begin = self._start + 4
                 self._start = begin + size
-                self._dispatch(self._view[begin:begin + size])
+                self._dispatch(self._view[begin : begin + size])
                 continue
             if 4 + size > len(buf):
                 # too big for the shared buffer: give it its own and read the rest into it
                 have = avail - 4
                 self._big_size = size
-                if self._set_big(min(size, max(FRAME_FIRST, have)), self._view[self._start + 4:self._end], have):
+                if self._set_big(min(size, max(FRAME_FIRST, have)), self._view[self._start + 4 : self._end], have):
                     self._start = self._end = 0
                 break
             if self._start + 4 + size > len(buf):
@@ -332,12 +351,11 @@ class Connection:
             self.pool.give_back(big)
 
     def _grow_big(self) -> None:
-        self._set_big(min(self._big_size, self._big_cap * FRAME_GROWTH), self._big_view[:self._big_pos],
-                      self._big_pos)
+        self._set_big(min(self._big_size, self._big_cap * FRAME_GROWTH), self._big_view[: self._big_pos], self._big_pos)
 
     def _dispatch_big(self) -> None:
         buf, whole = self._big, self._big_view
-        frame = whole[:self._big_size]
+        frame = whole[: self._big_size]
         self._big = self._big_view = None
         self._big_pos = self._big_cap = self._big_size = 0
         self.pool.frame_done(self)
@@ -414,8 +432,12 @@ class Connection:
         self._update_reader()
 
     def _maybe_resume_reading(self) -> None:
-        if (self._paused and not self.closed and len(self._slots) <= PAUSE_PENDING // 2
-                and self._out_bytes < PAUSE_OUTPUT_BYTES // 2):
+        if (
+            self._paused
+            and not self.closed
+            and len(self._slots) <= PAUSE_PENDING // 2
+            and self._out_bytes < PAUSE_OUTPUT_BYTES // 2
+        ):
             self._paused = False
             self._update_reader()
 
@@ -465,8 +487,7 @@ class Connection:
                         self.close()
                         return
                     if first.size - self._head > sendfile_above:
-                        n = os.sendfile(self.fd, first.handle.fd, first.position + self._head,
-                                        first.size - self._head)
+                        n = os.sendfile(self.fd, first.handle.fd, first.position + self._head, first.size - self._head)
                         if n == 0:
                             log.warning("%s: segment shrank under a queued fetch response; closing", self.id)
                             self.close()
@@ -487,7 +508,7 @@ class Connection:
                         item = out[i] = item.read()
                     batch.append(item)
                 if self._head:
-                    batch[0] = memoryview(batch[0])[self._head:]
+                    batch[0] = memoryview(batch[0])[self._head :]
                 n = sock.sendmsg(batch)
                 self._out_bytes -= n
                 while n > 0:
@@ -543,8 +564,16 @@ class Connection:
 
 
 class SocketServer:
-    def __init__(self, loop, handle_frame, max_request_size: int, send_buffer: int = -1, recv_buffer: int = -1,
-                 queued_max_bytes: int = -1, max_idle_ms: int = -1):
+    def __init__(
+        self,
+        loop,
+        handle_frame,
+        max_request_size: int,
+        send_buffer: int = -1,
+        recv_buffer: int = -1,
+        queued_max_bytes: int = -1,
+        max_idle_ms: int = -1,
+    ):
         self.loop = loop
         self.handle_frame = handle_frame
         self.max_request_size = max_request_size
@@ -559,8 +588,9 @@ class SocketServer:
         # listening sockets: the OS's, or those of a loop that simulates the network
         self.new_socket = getattr(loop, "new_socket", socket.socket)
 
-    def listen(self, host: str, port: int, name: str = PLAINTEXT, security_protocol: str = PLAINTEXT,
-               serve: bool = True) -> int:
+    def listen(
+        self, host: str, port: int, name: str = PLAINTEXT, security_protocol: str = PLAINTEXT, serve: bool = True
+    ) -> int:
         """Bind and listen; accept connections at once, or (``serve=False``) only from
         :meth:`start_serving` on, as Kafka's broker binds its listeners early (its endpoints go
         into its registration) and enables request processing once the controller has
@@ -601,9 +631,18 @@ class SocketServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
             if self.recv_buffer > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer)
-            self.connections.add(Connection(self.loop, sock, name, handle_frame=self.handle_frame,
-                                            on_closed=self.connection_closed, max_request=self.max_request_size,
-                                            pool=self.pool, security_protocol=security_protocol))
+            self.connections.add(
+                Connection(
+                    self.loop,
+                    sock,
+                    name,
+                    handle_frame=self.handle_frame,
+                    on_closed=self.connection_closed,
+                    max_request=self.max_request_size,
+                    pool=self.pool,
+                    security_protocol=security_protocol,
+                )
+            )
 
     # connection quotas: admit(sock, addr) -> bool for each accepted socket, release(ip) on close
     admit = None
@@ -631,8 +670,11 @@ class SocketServer:
                 conn.active = False
                 conn.idle_since = now
             elif now - conn.idle_since >= self.max_idle:
-                log.debug("%s: closing connection idle for more than connections.max.idle.ms=%d", conn.id,
-                          self.max_idle * 1000)
+                log.debug(
+                    "%s: closing connection idle for more than connections.max.idle.ms=%d",
+                    conn.id,
+                    self.max_idle * 1000,
+                )
                 conn.close()
 
     def close(self) -> None:

@@ -36,20 +36,25 @@ import time
 
 from ..clock import SYSTEM_CLOCK
 from ..errors import KafkaError, error
+from ..protocol.api import request_class
 from ..protocol.api_keys import ApiKeys
-from ..raft import QuorumConfig, RaftNode, messages as m, wire
+from ..raft import QuorumConfig, RaftNode, wire
+from ..raft import messages as m
 from ..raft.file_log import FileQuorumStateStore, FileRaftLog
 from ..raft.node import NEVER
 from ..raft.state import RESIGNED
-from .channel import ChannelError
-from ..protocol.api import request_class
-from .channel import Channel
+from .channel import Channel, ChannelError
 
 log = logging.getLogger(__name__)
 
 # api name -> (api key, version this node sends); the versions Kafka 4.4 sends between controllers
-SEND = {"vote": (52, 2), "begin_quorum_epoch": (53, 1), "end_quorum_epoch": (54, 1), "fetch": (1, 17),
-        "fetch_snapshot": (59, 1)}
+SEND = {
+    "vote": (52, 2),
+    "begin_quorum_epoch": (53, 1),
+    "end_quorum_epoch": (54, 1),
+    "fetch": (1, 17),
+    "fetch_snapshot": (59, 1),
+}
 RAFT_APIS = {52: "vote", 53: "begin_quorum_epoch", 54: "end_quorum_epoch", 59: "fetch_snapshot"}
 
 # controller.quorum.* (Kafka's names and defaults) -> QuorumConfig field
@@ -78,8 +83,8 @@ def quorum_config(config, lone_voter: bool = False) -> QuorumConfig:
             setattr(qc, attr, int(value))
         except (TypeError, ValueError):
             from ..config.types import ConfigError
-            raise ConfigError(key, f"Invalid value {value} for configuration {key}: Not a number of type INT") \
-                from None
+
+            raise ConfigError(key, f"Invalid value {value} for configuration {key}: Not a number of type INT") from None
     # a parked Fetch must be answered before its sender gives up on it (Kafka waits 500 ms,
     # with a 2 s request timeout): shorter request timeouts shorten the long poll; and before
     # the follower's fetch timeout, or an idle quorum's follower that waited the whole long
@@ -89,9 +94,13 @@ def quorum_config(config, lone_voter: bool = False) -> QuorumConfig:
 
 
 INCONSISTENT_CLUSTER_ID = 104
-_RESPONSE = {m.VoteRequest: m.VoteResponse, m.BeginQuorumEpochRequest: m.BeginQuorumEpochResponse,
-             m.EndQuorumEpochRequest: m.EndQuorumEpochResponse, m.FetchRequest: m.FetchResponse,
-             m.FetchSnapshotRequest: m.FetchSnapshotResponse}
+_RESPONSE = {
+    m.VoteRequest: m.VoteResponse,
+    m.BeginQuorumEpochRequest: m.BeginQuorumEpochResponse,
+    m.EndQuorumEpochRequest: m.EndQuorumEpochResponse,
+    m.FetchRequest: m.FetchResponse,
+    m.FetchSnapshotRequest: m.FetchSnapshotResponse,
+}
 
 
 def _refusal(msg, code: int):
@@ -109,17 +118,22 @@ def _source(msg) -> int:
     return msg.replica_id
 
 
-async def discover_voters(servers: list[tuple[str, int]], controller_listeners: set[str], node_id: int,
-                          log_every_s: float = 10.0) -> dict[int, tuple[str, int]]:
+async def discover_voters(
+    servers: list[tuple[str, int]], controller_listeners: set[str], node_id: int, log_every_s: float = 10.0
+) -> dict[int, tuple[str, int]]:
     """The voters and their controller endpoints, asked of the bootstrap servers with
     DescribeQuorum v2 (every voter answers with the nodes it knows), retried until one answers."""
 
-    channel = Channel(lambda i: servers[i] if 0 <= i < len(servers) else None,
-                      client_id=f"raft-bootstrap-{node_id}", request_timeout_ms=2000)
+    channel = Channel(
+        lambda i: servers[i] if 0 <= i < len(servers) else None,
+        client_id=f"raft-bootstrap-{node_id}",
+        request_timeout_ms=2000,
+    )
     cls = request_class(ApiKeys.DESCRIBE_QUORUM, 2)
     mod = __import__(cls.__module__, fromlist=["x"])
-    body = cls(topics=(mod.TopicData(topic_name=wire.METADATA_TOPIC,
-                                     partitions=(mod.PartitionData(partition_index=0),)),))
+    body = cls(
+        topics=(mod.TopicData(topic_name=wire.METADATA_TOPIC, partitions=(mod.PartitionData(partition_index=0),)),)
+    )
     loop = asyncio.get_running_loop()
     next_log = loop.time() + log_every_s
     try:
@@ -138,35 +152,46 @@ async def discover_voters(servers: list[tuple[str, int]], controller_listeners: 
                     return found
             if loop.time() >= next_log:
                 next_log = loop.time() + log_every_s
-                log.info("Waiting for the controllers at %s to describe the quorum",
-                         ", ".join(f"{h}:{p}" for h, p in servers))
+                log.info(
+                    "Waiting for the controllers at %s to describe the quorum",
+                    ", ".join(f"{h}:{p}" for h, p in servers),
+                )
             await asyncio.sleep(0.2)
     finally:
         channel.close()
 
 
 class RaftManager:
-    def __init__(self, node_id: int, voters: dict[int, tuple[str, int] | None], metadata_dir: str,
-                 qconfig: QuorumConfig, channel, cluster_id: str | None, endpoints: tuple = (),
-                 seed: int | None = None, clock=SYSTEM_CLOCK):
+    def __init__(
+        self,
+        node_id: int,
+        voters: dict[int, tuple[str, int] | None],
+        metadata_dir: str,
+        qconfig: QuorumConfig,
+        channel,
+        cluster_id: str | None,
+        endpoints: tuple = (),
+        seed: int | None = None,
+        clock=SYSTEM_CLOCK,
+    ):
         self.node_id = node_id
         self.voters = dict(voters)
         self.metadata_dir = metadata_dir
         self.qconfig = qconfig
         self.channel = channel
         self.cluster_id = cluster_id
-        self.endpoints = tuple(endpoints)   # (listener, host, port) announced as leader
+        self.endpoints = tuple(endpoints)  # (listener, host, port) announced as leader
         self.rng = random.Random(seed)
-        self.clock = clock   # the records' and the RPCs' timestamps (the raft timers run on loop.time())
+        self.clock = clock  # the records' and the RPCs' timestamps (the raft timers run on loop.time())
         self.node: RaftNode | None = None
         self.log: FileRaftLog | None = None
         self.dir_failure = None  # the broker's LogDirFailureChannel (set by the server)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._commit_listeners = []     # fn(list[Record])
-        self._snapshot_listeners = []   # fn(list of values, snapshot end offset)
-        self._state_listeners = []      # fn(StateChange)
-        self._pending: dict[tuple[int, int], asyncio.Future] = {}   # (src, our corr) -> its answer
-        self._latest: dict[tuple[int, type], tuple[int, int]] = {}   # (src, request type) -> key
+        self._commit_listeners = []  # fn(list[Record])
+        self._snapshot_listeners = []  # fn(list of values, snapshot end offset)
+        self._state_listeners = []  # fn(StateChange)
+        self._pending: dict[tuple[int, int], asyncio.Future] = {}  # (src, our corr) -> its answer
+        self._latest: dict[tuple[int, type], tuple[int, int]] = {}  # (src, request type) -> key
         self._corr = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = -1
@@ -176,9 +201,9 @@ class RaftManager:
         # set when close() begins: nothing more is appended (the log is about to close)
         self.closing = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._flush: asyncio.Future | None = None   # the flush in flight (its worker-thread half)
+        self._flush: asyncio.Future | None = None  # the flush in flight (its worker-thread half)
         self._flush_again = False
-        self._pending_snapshot: tuple[int, list] | None = None     # (end offset, values) to write once durable
+        self._pending_snapshot: tuple[int, list] | None = None  # (end offset, values) to write once durable
         self.flushes = 0
         # test-only: while the file this names exists, a flush holds in its worker thread (and
         # says so by creating "<file>.held"); tests/test_raft_flush.py proves the loop goes on
@@ -224,8 +249,9 @@ class RaftManager:
                 fn(values, latest.end_offset)
         # quorum-state beside the segments, in __cluster_metadata-0, as Kafka's KafkaRaftManager
         store = FileQuorumStateStore(self.log.path)
-        self.node = RaftNode(self.node_id, None, {v: None for v in self.voters}, self.log, store,
-                             self.qconfig, self.rng, self._now())
+        self.node = RaftNode(
+            self.node_id, None, {v: None for v in self.voters}, self.log, store, self.qconfig, self.rng, self._now()
+        )
         self._run(self.node.tick)
 
     async def wait_caught_up(self, log_every_s: float = 10.0) -> None:
@@ -235,11 +261,16 @@ class RaftManager:
             try:
                 await asyncio.wait_for(self._caught_up.wait(), log_every_s)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 node = self.node
-                log.info("Waiting for the metadata quorum: leader %s, epoch %d, high watermark %d, applied %d "
-                         "(voters %s)", self.leader_id if self.leader_id >= 0 else "unknown", node.epoch,
-                         node.high_watermark, node.applied, ", ".join(map(str, sorted(self.voters))))
+                log.info(
+                    "Waiting for the metadata quorum: leader %s, epoch %d, high watermark %d, applied %d (voters %s)",
+                    self.leader_id if self.leader_id >= 0 else "unknown",
+                    node.epoch,
+                    node.high_watermark,
+                    node.applied,
+                    ", ".join(map(str, sorted(self.voters))),
+                )
 
     async def close(self, graceful: bool = True) -> None:
         """Resign (EndQuorumEpoch to the voters, briefly awaited) and close the log. The node
@@ -258,7 +289,7 @@ class RaftManager:
                 if isinstance(e, OSError):
                     self._io_error("Error while writing the quorum state", e)
         if self._flush is not None and graceful:
-            await asyncio.wait([self._flush])       # its fsync, then the log's close flushes the rest
+            await asyncio.wait([self._flush])  # its fsync, then the log's close flushes the rest
         self.closed = True
         self._cancel_timer()
         for task in list(self._tasks):
@@ -269,7 +300,7 @@ class RaftManager:
         self._pending.clear()
         try:
             self.log.close()
-        except (OSError, KafkaError) as e:   # the metadata log dir failed: nothing more is written
+        except (OSError, KafkaError) as e:  # the metadata log dir failed: nothing more is written
             log.error("Closing the metadata log %s failed: %s", self.log.path, e)
             self.log.log.close_handles()
         self._executor.shutdown(wait=False)
@@ -306,8 +337,9 @@ class RaftManager:
 
     def describe_quorum(self) -> m.DescribeQuorumResponse:
         r = self.node.describe_quorum()
-        r.nodes = [(v, [(name, host, port) for name, host, port in self._voter_endpoints(v)])
-                   for v in sorted(self.voters)]
+        r.nodes = [
+            (v, [(name, host, port) for name, host, port in self._voter_endpoints(v)]) for v in sorted(self.voters)
+        ]
         return r
 
     def _voter_endpoints(self, v: int):
@@ -337,8 +369,13 @@ class RaftManager:
         theirs = getattr(request, "cluster_id", None)
         if theirs and self.cluster_id and theirs != self.cluster_id:
             # as Kafka's raft client: another cluster's node gets an error, never an answer
-            log.error("Refusing a %s from node %d of cluster %s (this is cluster %s): INCONSISTENT_CLUSTER_ID",
-                      type(msg).__name__, src, theirs, self.cluster_id)
+            log.error(
+                "Refusing a %s from node %d of cluster %s (this is cluster %s): INCONSISTENT_CLUSTER_ID",
+                type(msg).__name__,
+                src,
+                theirs,
+                self.cluster_id,
+            )
             return wire.to_wire(_refusal(msg, INCONSISTENT_CLUSTER_ID), version, cluster_id=self.cluster_id)
         fut = self.loop.create_future()
         key = (src, self._corr)
@@ -352,13 +389,14 @@ class RaftManager:
         self._run(lambda now: self.node.handle(src, msg, now))
         try:
             resp = await asyncio.wait_for(fut, (self.qconfig.request_timeout_ms + 500) / 1000.0)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except (TimeoutError, asyncio.CancelledError):
             self._pending.pop(key, None)
             return None
         if resp is None:
             return None
-        return wire.to_wire(resp, version, cluster_id=self.cluster_id, endpoints=self.endpoints,
-                            timestamp=self.clock.now_ms())
+        return wire.to_wire(
+            resp, version, cluster_id=self.cluster_id, endpoints=self.endpoints, timestamp=self.clock.now_ms()
+        )
 
     # ------------------------------------------------------------------ the loop
     def _run(self, step) -> None:
@@ -368,7 +406,7 @@ class RaftManager:
             out = step(self._now())
         except Exception as e:
             log.exception("raft node %d failed to process an input", self.node_id)
-            if isinstance(e, OSError):   # quorum-state, a snapshot: the metadata log dir failed
+            if isinstance(e, OSError):  # quorum-state, a snapshot: the metadata log dir failed
                 self._io_error("Error while writing the metadata log", e)
             out = self.node.drain()
         self._process(out)
@@ -388,8 +426,14 @@ class RaftManager:
             for key in [k for k, f in self._pending.items() if not f.done()]:
                 self._drop(key)
         for change in out.state_changes:
-            log.info("Raft node %d: %s -> %s in epoch %d (leader %d)", self.node_id, change.old, change.new,
-                     change.epoch, change.leader_id)
+            log.info(
+                "Raft node %d: %s -> %s in epoch %d (leader %d)",
+                self.node_id,
+                change.old,
+                change.new,
+                change.epoch,
+                change.leader_id,
+            )
             for fn in self._state_listeners:
                 try:
                     fn(change)
@@ -409,8 +453,12 @@ class RaftManager:
         if out.flush:
             self._start_flush()
         node = self.node
-        if not self._caught_up.is_set() and self.leader_id >= 0 and node.high_watermark > 0 \
-                and node.applied >= node.high_watermark:
+        if (
+            not self._caught_up.is_set()
+            and self.leader_id >= 0
+            and node.high_watermark > 0
+            and node.applied >= node.high_watermark
+        ):
             self._caught_up.set()
         self._reschedule()
 
@@ -455,7 +503,7 @@ class RaftManager:
             job.close()
             return
         if error is not None:
-            if isinstance(error, OSError):   # an fsync that failed cannot be retried (Kafka halts)
+            if isinstance(error, OSError):  # an fsync that failed cannot be retried (Kafka halts)
                 self._io_error(f"Error while flushing the metadata log {self.log.path}", error)
             self.log.end_flush(job, ok=False)
             log.error("Flushing the metadata log %s failed (retrying in 1 s): %s", self.log.path, error)
@@ -468,12 +516,12 @@ class RaftManager:
         pending = self._pending_snapshot
         if pending is not None and pending[0] <= durable:
             self._pending_snapshot = None
-            if pending[0] > self.log.log_start_offset():    # (else a newer one was installed meanwhile)
+            if pending[0] > self.log.log_start_offset():  # (else a newer one was installed meanwhile)
                 try:
                     self.snapshot(*pending)
                 except Exception:
                     log.exception("metadata snapshot at %d failed", pending[0])
-        if again and self._flush is None:     # (the node's answer may have started one already)
+        if again and self._flush is None:  # (the node's answer may have started one already)
             self._start_flush()
 
     def _drop(self, key: tuple[int, int]) -> None:
@@ -510,8 +558,9 @@ class RaftManager:
     async def _send(self, dest: int, msg) -> None:
         api, _kind = wire.API[type(msg)]
         key, version = SEND[api]
-        body = wire.to_wire(msg, version, cluster_id=self.cluster_id, endpoints=self.endpoints,
-                            timestamp=self.clock.now_ms())
+        body = wire.to_wire(
+            msg, version, cluster_id=self.cluster_id, endpoints=self.endpoints, timestamp=self.clock.now_ms()
+        )
         timeout = self.qconfig.request_timeout_ms
         if isinstance(msg, m.FetchRequest):
             timeout += msg.max_wait_ms

@@ -22,46 +22,28 @@ import socket
 import time
 import uuid
 
+from .. import quotas as quota_core
 from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
 from ..config.broker import BrokerConfig
-from ..controller.controller import FEATURES
-from .drivers.quorum_controller import QuorumController
+from ..controller.controller import FEATURES, supported_features
+from ..coordinator.group.runtime import GroupCoordinator
+from ..coordinator.producer_id import ProducerIdManager
+from ..coordinator.runtime import CoordinatorHost
+from ..coordinator.transaction.runtime import TransactionCoordinator
 from ..metadata import records as metadata_records
 from ..metadata import snapshot as metadata_snapshot
-from ..metadata.image import Delta, MetadataImage
+from ..metadata.image import Delta, Endpoint, MetadataImage
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
-from .drivers.alter_log_dirs import LogDirMover
+from ..quotas import Quotas
 from ..replication.replica_manager import ReplicaManager
+from ..share import enabled as share_groups_enabled
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
-from .channel import Channel
-from .context import NO_RESPONSE, PLAINTEXT, CloseConnection, RequestContext
-from .forwarding import ControllerRouter
-from .network import SocketServer
-from .. import quotas as quota_core
-from ..quotas import Quotas
-from .throttling import Throttler
-from ..coordinator.group.runtime import GroupCoordinator
-from ..coordinator.runtime import CoordinatorHost
-from ..coordinator.producer_id import ProducerIdManager
-from ..coordinator.transaction.runtime import TransactionCoordinator
 from . import txn_channels
-from ..share import enabled as share_groups_enabled
-from ..controller.controller import supported_features
-from ..metadata.image import Endpoint
-from .heartbeats import LifecycleDriver
-from .lifecycle import BrokerLifecycle
-from .drivers.alter_partition import AlterPartitionManager
-from .drivers.replica_fetcher import ReplicaFetcherManager
-from .assignments import AssignmentsManager
-from .raft_manager import RaftManager, quorum_config
-from .raft_manager import discover_voters
-from .drivers.log_cleaner import LogCleaner
-from .apis.registry import TRANSITIONAL, bind
 from .apis.configs import ConfigApis
 from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
 from .apis.fetch import FetchApis
@@ -71,9 +53,24 @@ from .apis.produce import ProduceApis
 from .apis.quorum import QuorumApis
 from .apis.quotas import QuotaApis
 from .apis.reassignment import ReassignmentApis
+from .apis.registry import TRANSITIONAL, bind
 from .apis.share_state import ShareStateApis
 from .apis.topics import TopicApis
+from .assignments import AssignmentsManager
+from .channel import Channel
+from .context import NO_RESPONSE, PLAINTEXT, CloseConnection, RequestContext
+from .drivers.alter_log_dirs import LogDirMover
+from .drivers.alter_partition import AlterPartitionManager
+from .drivers.log_cleaner import LogCleaner
+from .drivers.quorum_controller import QuorumController
+from .drivers.replica_fetcher import ReplicaFetcherManager
 from .drivers.share_manager import SharePartitionManager
+from .forwarding import ControllerRouter
+from .heartbeats import LifecycleDriver
+from .lifecycle import BrokerLifecycle
+from .network import SocketServer
+from .raft_manager import RaftManager, discover_voters, quorum_config
+from .throttling import Throttler
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +136,7 @@ class KesqueServer:
         self.controller = None
         self.channel = None
         self._metadata_ready = False
-        self.lifecycle = None      # BrokerLifecycle (registration, heartbeats) in a cluster
+        self.lifecycle = None  # BrokerLifecycle (registration, heartbeats) in a cluster
         self.heartbeats = None
         # KIP-112: the first I/O error of a log dir takes it offline (see _handle_log_dir_failures)
         self.dir_failure = LogDirFailureChannel()
@@ -193,8 +190,13 @@ class KesqueServer:
         t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
         cfg = self.config
-        self.log_manager = LogManager(cfg.log_dirs, self.clock, node_id=self.node_id, cluster_id=cfg.get("cluster.id"),
-                                      dir_failure=self.dir_failure)
+        self.log_manager = LogManager(
+            cfg.log_dirs,
+            self.clock,
+            node_id=self.node_id,
+            cluster_id=cfg.get("cluster.id"),
+            dir_failure=self.dir_failure,
+        )
         loop = self.loop
         self.dir_failure.on_offline = lambda _d: loop.call_soon_threadsafe(self._handle_log_dir_failures)
         meta_dir = os.path.abspath(cfg.metadata_log_dir)
@@ -209,57 +211,84 @@ class KesqueServer:
             await self._discover_voters()
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.image, self.clock)
         # AlterReplicaLogDirs: copies run as tasks of this server (spawn is bound at call time)
-        self.log_dir_mover = LogDirMover(self.log_manager, self.replica_manager, cfg.get("replica.fetch.max.bytes"),
-                                         lambda coro: self.spawn(coro),
-                                         quota=self.replica_manager.quotas.alter_log_dirs,
-                                         backoff_ms=cfg.get("replica.fetch.backoff.ms"))
+        self.log_dir_mover = LogDirMover(
+            self.log_manager,
+            self.replica_manager,
+            cfg.get("replica.fetch.max.bytes"),
+            lambda coro: self.spawn(coro),
+            quota=self.replica_manager.quotas.alter_log_dirs,
+            backoff_ms=cfg.get("replica.fetch.backoff.ms"),
+        )
         host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
-        self.producer_ids = ProducerIdManager(lambda: self.controllers.allocate_producer_ids(self.node_id,
-                                                                                            self.broker_epoch),
-                                              self.spawn)
+        self.producer_ids = ProducerIdManager(
+            lambda: self.controllers.allocate_producer_ids(self.node_id, self.broker_epoch), self.spawn
+        )
         self.txn_coordinator = TransactionCoordinator(host, self.producer_ids)
-        self.txn_verifier, channels = txn_channels.wire(config=cfg, node_id=self.node_id, image=self.image,
-                                                        replica_manager=self.replica_manager,
-                                                        txn_coordinator=self.txn_coordinator)
+        self.txn_verifier, channels = txn_channels.wire(
+            config=cfg,
+            node_id=self.node_id,
+            image=self.image,
+            replica_manager=self.replica_manager,
+            txn_coordinator=self.txn_coordinator,
+        )
         self._channels += channels
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
         self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.share_coordinator = None
         if share_groups_enabled(cfg):
             from ..coordinator.share.runtime import ShareCoordinator
+
             self.share_coordinator = ShareCoordinator(host)
             self.replica_manager.add_leadership_listener(self.share_coordinator.on_leadership)
-        self.coordinators = CoordinatorLookup(self.image, cfg, self.controllers, self.spawn,
-                                              share_groups=self.share_coordinator is not None)
+        self.coordinators = CoordinatorLookup(
+            self.image, cfg, self.controllers, self.spawn, share_groups=self.share_coordinator is not None
+        )
         self.share_manager = None
         if self.share_coordinator is not None:
             # the share-state RPCs to other brokers' share coordinators (kesque/server/drivers/share_persister.py)
-            channel = Channel(txn_channels.broker_resolver(lambda: self.image, cfg),
-                              client_id=f"share-persister-{self.node_id}",
-                              request_timeout_ms=cfg.get("request.timeout.ms"))
+            channel = Channel(
+                txn_channels.broker_resolver(lambda: self.image, cfg),
+                client_id=f"share-persister-{self.node_id}",
+                request_timeout_ms=cfg.get("request.timeout.ms"),
+            )
             self._channels += (channel,)
             self.share_manager = SharePartitionManager(
-                image=self.image, config=cfg, replica_manager=self.replica_manager,
-                share_coordinator=self.share_coordinator, node_id=self.node_id, clock=self.clock, spawn=self.spawn,
-                coordinator_of=lambda key: self.coordinators.coordinator_for(2, key), channel=channel)
+                image=self.image,
+                config=cfg,
+                replica_manager=self.replica_manager,
+                share_coordinator=self.share_coordinator,
+                node_id=self.node_id,
+                clock=self.clock,
+                spawn=self.spawn,
+                coordinator_of=lambda key: self.coordinators.coordinator_for(2, key),
+                channel=channel,
+            )
         self._build_handlers()
-        self.socket_server = SocketServer(self.loop, self.handle_frame, cfg.get("socket.request.max.bytes"),
-                                          cfg.get("socket.send.buffer.bytes"), cfg.get("socket.receive.buffer.bytes"),
-                                          cfg.get("queued.max.request.bytes"), cfg.get("connections.max.idle.ms"))
+        self.socket_server = SocketServer(
+            self.loop,
+            self.handle_frame,
+            cfg.get("socket.request.max.bytes"),
+            cfg.get("socket.send.buffer.bytes"),
+            cfg.get("socket.receive.buffer.bytes"),
+            cfg.get("queued.max.request.bytes"),
+            cfg.get("connections.max.idle.ms"),
+        )
         self.socket_server.admit = self._admit_connection
         self.socket_server.release = self.quotas.connections.release
         if self.share_manager is not None:  # a closed connection ends its share sessions
             self.socket_server.closed_listeners.append(
-                lambda conn: None if self.stopped else self.share_manager.connection_closed(conn.id))
+                lambda conn: None if self.stopped else self.share_manager.connection_closed(conn.id)
+            )
         # the controller listener first: the quorum needs it to elect a leader and to replicate
         # (a lone voter needs none: its controller is in-process, as before)
         controller_bound = {}
         if self.cluster_mode and self.node_id in self.voters:
             controller_bound = self._listen(lambda name: name in self.controller_listener_names)
-        self.raft.endpoints = tuple((name, *self._advertised(host, port)) for name, (host, port)
-                                    in controller_bound.items())
+        self.raft.endpoints = tuple(
+            (name, *self._advertised(host, port)) for name, (host, port) in controller_bound.items()
+        )
         self.raft.start()
         await self.raft.wait_caught_up()
         log.info("Metadata caught up to offset %d", self.image.offset)
@@ -284,16 +313,18 @@ class KesqueServer:
         if "broker" in self.roles:
             if self.cluster_mode:
                 await self._join_cluster(cluster_id)
-            else:   # a lone node: registered and unfenced at once, as before the quorum
+            else:  # a lone node: registered and unfenced at once, as before the quorum
                 self.broker_epoch = await self.controllers.register_broker(
-                    self.node_id, self._endpoints(), cluster_id, uuid.uuid4(), FEATURES, cfg.get("broker.rack"))
+                    self.node_id, self._endpoints(), cluster_id, uuid.uuid4(), FEATURES, cfg.get("broker.rack")
+                )
             self.replica_manager.local_broker_epoch = self.broker_epoch
             if self.cluster_mode:
                 self._start_replication()
             await self.producer_ids.load()
         # partitions of every topic in the image (become leader where this node leads)
-        self.replica_manager.apply_delta(Delta(changed_partitions={
-            (t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions}))
+        self.replica_manager.apply_delta(
+            Delta(changed_partitions={(t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions})
+        )
         self._delete_stray_logs()
         self._warn_not_yet()
         self._write_checkpoints_at_start()
@@ -302,22 +333,33 @@ class KesqueServer:
         self.log_dir_mover.resume()  # moves between log dirs a restart interrupted
         self.socket_server.start_serving()
         self.started.set()
-        log.info("kesque node %d started in %.0f ms (cluster %s)", self.node_id,
-                 (time.monotonic() - t0) * 1000, cluster_id)
+        log.info(
+            "kesque node %d started in %.0f ms (cluster %s)", self.node_id, (time.monotonic() - t0) * 1000, cluster_id
+        )
 
     async def _join_cluster(self, cluster_id: str | None) -> None:
         """BrokerRegistration, then heartbeats until the controller unfences this broker (it
         has caught up with the metadata log and its logs are loaded), as Kafka's broker
         start-up waits for; heartbeats every broker.heartbeat.interval.ms from then on."""
 
-        lc = BrokerLifecycle(self.node_id, uuid.uuid4(), self.config, cluster_id=cluster_id or "",
-                             listeners=[Endpoint(**e) for e in self._endpoints()],
-                             features=supported_features(),
-                             rack=self.config.get("broker.rack"), rng=self.rng, now=self._now_ms(),
-                             log_dirs=[self.log_manager.directory_ids[d] for d in self.log_manager.live_log_dirs
-                                       if d in self.log_manager.directory_ids])
+        lc = BrokerLifecycle(
+            self.node_id,
+            uuid.uuid4(),
+            self.config,
+            cluster_id=cluster_id or "",
+            listeners=[Endpoint(**e) for e in self._endpoints()],
+            features=supported_features(),
+            rack=self.config.get("broker.rack"),
+            rng=self.rng,
+            now=self._now_ms(),
+            log_dirs=[
+                self.log_manager.directory_ids[d]
+                for d in self.log_manager.live_log_dirs
+                if d in self.log_manager.directory_ids
+            ],
+        )
         lc.on_metadata_offset(self.image.offset)
-        lc.set_ready_to_unfence(self._now_ms())     # the logs are loaded
+        lc.set_ready_to_unfence(self._now_ms())  # the logs are loaded
         self.lifecycle = lc
         self.heartbeats = LifecycleDriver(lc, self.controllers, self._now_ms)
         self.heartbeats.start()
@@ -376,14 +418,22 @@ class KesqueServer:
             return (ep.host, ep.port) if ep else None
 
         # on_progress: nothing to wake on a follower (consumers fetch from leaders only: no KIP-392)
-        rm.fetchers = ReplicaFetcherManager(self.node_id, self.config, self.clock, resolve,
-                                            lambda: self.broker_epoch, lambda _part: None, loop=self.loop,
-                                            quota=rm.quotas.follower)
+        rm.fetchers = ReplicaFetcherManager(
+            self.node_id,
+            self.config,
+            self.clock,
+            resolve,
+            lambda: self.broker_epoch,
+            lambda _part: None,
+            loop=self.loop,
+            quota=rm.quotas.follower,
+        )
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
         # KIP-858: the log dir of each replica whose metadata names another, to the controller
-        self.assignments = AssignmentsManager(self.node_id, self.controllers, lambda: self.broker_epoch,
-                                              lambda: self.image)
+        self.assignments = AssignmentsManager(
+            self.node_id, self.controllers, lambda: self.broker_epoch, lambda: self.image
+        )
         self.assignments.start()
         rm.assign_dir = self.assignments.assign
 
@@ -404,8 +454,9 @@ class KesqueServer:
         for lis in self.config.listeners():
             if not which(lis.name):
                 continue
-            port = self.socket_server.listen(lis.host, lis.port, lis.name, protocols.get(lis.name, PLAINTEXT),
-                                             serve=serve)
+            port = self.socket_server.listen(
+                lis.host, lis.port, lis.name, protocols.get(lis.name, PLAINTEXT), serve=serve
+            )
             out[lis.name] = (lis.host, port)
             log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)
         return out
@@ -428,18 +479,30 @@ class KesqueServer:
         # unless it listens for controller traffic: then broker-only nodes may join it, as a
         # Kafka combined node with a CONTROLLER listener takes them
         listens_as_controller = any(lis.name.upper() in self.controller_listener_names for lis in cfg.listeners())
-        self.cluster_mode = len(self.voters) > 1 or self.roles != {"broker", "controller"} or \
-            (listens_as_controller and self.node_id in self.voters)
+        self.cluster_mode = (
+            len(self.voters) > 1
+            or self.roles != {"broker", "controller"}
+            or (listens_as_controller and self.node_id in self.voters)
+        )
         qc = quorum_config(cfg, lone_voter=list(self.voters) == [self.node_id])
         # two channels, as Kafka's raft and controller clients: responses come back in request
         # order on a connection, and a forwarded request that waits for a commit must not
         # hold up the raft Fetch whose answer the commit needs
-        raft_channel = Channel(self.voters.get, client_id=f"raft-client-{self.node_id}",
-                               request_timeout_ms=qc.request_timeout_ms)
+        raft_channel = Channel(
+            self.voters.get, client_id=f"raft-client-{self.node_id}", request_timeout_ms=qc.request_timeout_ms
+        )
         self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
         self._channels = (raft_channel, self.channel)
-        self.raft = RaftManager(self.node_id, self.voters, meta_dir, qc, raft_channel, cluster_id,
-                                seed=self.rng.getrandbits(64), clock=self.clock)
+        self.raft = RaftManager(
+            self.node_id,
+            self.voters,
+            meta_dir,
+            qc,
+            raft_channel,
+            cluster_id,
+            seed=self.rng.getrandbits(64),
+            clock=self.clock,
+        )
         self.raft.dir_failure = self.dir_failure
         self.snapshots = metadata_snapshot.SnapshotPolicy.from_config(cfg, self._now_ms())
         if "controller" in self.roles and self.node_id in self.voters:
@@ -450,8 +513,9 @@ class KesqueServer:
             self.raft.on_state_change(self.quorum.on_state_change)
         self.raft.on_snapshot(self._load_snapshot)
         self.raft.on_commit(self._apply_committed)
-        self.controllers = ControllerRouter(self.node_id, self.quorum, lambda: self.raft.leader_id, self.channel,
-                                            self.controller_listener_names)
+        self.controllers = ControllerRouter(
+            self.node_id, self.quorum, lambda: self.raft.leader_id, self.channel, self.controller_listener_names
+        )
 
     async def _discover_voters(self) -> None:
         """A broker-only node given controller.quorum.bootstrap.servers and no voters asks
@@ -462,8 +526,11 @@ class KesqueServer:
         found = await discover_voters(addrs, self.controller_listener_names, self.node_id)
         self.voters.update(found)
         self.raft.voters.update(found)
-        log.info("Controller quorum voters from %s: %s", not_yet.BOOTSTRAP,
-                 ", ".join(f"{v}@{h}:{p}" for v, (h, p) in sorted(found.items())))
+        log.info(
+            "Controller quorum voters from %s: %s",
+            not_yet.BOOTSTRAP,
+            ", ".join(f"{v}@{h}:{p}" for v, (h, p) in sorted(found.items())),
+        )
 
     def _load_snapshot(self, values: list, end_offset: int) -> None:
         """A metadata snapshot (at start, or fetched from the leader): the image is rebuilt."""
@@ -498,8 +565,9 @@ class KesqueServer:
         """metadata.log.max.record.bytes.between.snapshots (or .max.snapshot.interval.ms)
         reached: the image, as records, becomes a snapshot and the log behind it goes."""
         try:
-            self.raft.snapshot(self.image.offset + 1,
-                               [metadata_records.encode(r) for r in metadata_snapshot.image_records(self.image)])
+            self.raft.snapshot(
+                self.image.offset + 1, [metadata_records.encode(r) for r in metadata_snapshot.image_records(self.image)]
+            )
         except Exception:
             log.exception("metadata snapshot failed")
 
@@ -517,8 +585,9 @@ class KesqueServer:
         writes the high watermarks as soon as the partitions are applied); written here with
         what loading and leader election settled."""
         lm = self.log_manager
-        lm.write_checkpoints(lm.high_watermark_checkpoints() + lm.recovery_point_checkpoints()
-                             + lm.log_start_checkpoints())
+        lm.write_checkpoints(
+            lm.high_watermark_checkpoints() + lm.recovery_point_checkpoints() + lm.log_start_checkpoints()
+        )
 
     def _endpoints(self) -> list[dict]:
         adv = self.config.advertised_listeners()
@@ -653,23 +722,42 @@ class KesqueServer:
             self._every(min(max(idle_ms // 10, 50), 10000), self.socket_server.expire_idle, "idle-connections")
         self._every(1000, lm.delete_expired, "delete-expired-files")
         self._every(cfg.get("log.flush.scheduler.interval.ms"), lm.flush_dirty_logs, "log-flusher")
-        self._every(cfg.get("log.flush.offset.checkpoint.interval.ms"),
-                    lambda: self._write_in_background(lm.recovery_point_checkpoints()), "recovery-point-checkpoint")
-        self._every(cfg.get("log.flush.start.offset.checkpoint.interval.ms"),
-                    lambda: self._write_in_background(lm.log_start_checkpoints()), "log-start-offset-checkpoint")
-        self._every(cfg.get("offsets.retention.check.interval.ms"), self.group_coordinator.expire_offsets,
-                    "offset-expiration")
+        self._every(
+            cfg.get("log.flush.offset.checkpoint.interval.ms"),
+            lambda: self._write_in_background(lm.recovery_point_checkpoints()),
+            "recovery-point-checkpoint",
+        )
+        self._every(
+            cfg.get("log.flush.start.offset.checkpoint.interval.ms"),
+            lambda: self._write_in_background(lm.log_start_checkpoints()),
+            "log-start-offset-checkpoint",
+        )
+        self._every(
+            cfg.get("offsets.retention.check.interval.ms"), self.group_coordinator.expire_offsets, "offset-expiration"
+        )
         tc = self.txn_coordinator
-        self._every(cfg.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"), tc.abort_timed_out,
-                    "transaction-abort")
-        self._every(cfg.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
-                    tc.expire_transactional_ids, "transactionalId-expiration")
-        self._every(cfg.get("producer.id.expiration.check.interval.ms"),
-                    lambda: lm.remove_expired_producers(cfg.get("producer.id.expiration.ms")), "producer-id-expiration")
+        self._every(
+            cfg.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+            tc.abort_timed_out,
+            "transaction-abort",
+        )
+        self._every(
+            cfg.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
+            tc.expire_transactional_ids,
+            "transactionalId-expiration",
+        )
+        self._every(
+            cfg.get("producer.id.expiration.check.interval.ms"),
+            lambda: lm.remove_expired_producers(cfg.get("producer.id.expiration.ms")),
+            "producer-id-expiration",
+        )
         self._every(QUOTA_REPORT_INTERVAL_MS, self._report_quotas, "client-quota-metrics")
         self._every(cfg.get("replica.lag.time.max.ms") // 2, self.replica_manager.shrink_isrs, "isr-expiration")
-        self._every(cfg.get("replica.high.watermark.checkpoint.interval.ms"),
-                    lambda: self._write_in_background(lm.high_watermark_checkpoints()), "highwatermark-checkpoint")
+        self._every(
+            cfg.get("replica.high.watermark.checkpoint.interval.ms"),
+            lambda: self._write_in_background(lm.high_watermark_checkpoints()),
+            "highwatermark-checkpoint",
+        )
 
     def _on_txn_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
         if topic == self.group_coordinator.TOPIC:
@@ -689,17 +777,43 @@ class KesqueServer:
     def _build_handlers(self) -> None:
         """The one place where the API handlers are built, each with the collaborators it uses
         (the image is updated in place, never replaced), and bound to the dispatch tables."""
-        cfg, image, rm, router, throttler = self.config, self.image, self.replica_manager, self.controllers, \
-            self.throttler
+        cfg, image, rm, router, throttler = (
+            self.config,
+            self.image,
+            self.replica_manager,
+            self.controllers,
+            self.throttler,
+        )
         handlers = (
-            CoreApis(image=image, config=cfg, node_id=self.node_id, controllers=router, raft=self.raft,
-                     voters=self.voters, controller_listener_names=self.controller_listener_names,
-                     coordinators=self.coordinators, api_table=lambda: self.apis),
-            ProduceApis(image=image, replica_manager=rm, config=cfg, node_id=self.node_id,
-                        txn_coordinator=self.txn_coordinator, txn_verifier=self.txn_verifier, throttler=throttler),
-            FetchApis(image=image, replica_manager=rm, config=cfg, raft=self.raft,
-                      controller_listener_names=self.controller_listener_names, clock=self.clock,
-                      throttler=throttler),
+            CoreApis(
+                image=image,
+                config=cfg,
+                node_id=self.node_id,
+                controllers=router,
+                raft=self.raft,
+                voters=self.voters,
+                controller_listener_names=self.controller_listener_names,
+                coordinators=self.coordinators,
+                api_table=lambda: self.apis,
+            ),
+            ProduceApis(
+                image=image,
+                replica_manager=rm,
+                config=cfg,
+                node_id=self.node_id,
+                txn_coordinator=self.txn_coordinator,
+                txn_verifier=self.txn_verifier,
+                throttler=throttler,
+            ),
+            FetchApis(
+                image=image,
+                replica_manager=rm,
+                config=cfg,
+                raft=self.raft,
+                controller_listener_names=self.controller_listener_names,
+                clock=self.clock,
+                throttler=throttler,
+            ),
             OffsetApis(replica_manager=rm),
             TopicApis(image=image, config=cfg, controllers=router, throttler=throttler),
             ConfigApis(image=image, config=cfg, node_id=self.node_id, controllers=router),
@@ -716,8 +830,16 @@ class KesqueServer:
         for cls in TRANSITIONAL:
             cls(self).register()
 
-    def register(self, key: int, min_version: int, max_version: int, handler, raw: bool = False,
-                 refused_below: int = -1, controller_only: bool = False) -> None:
+    def register(
+        self,
+        key: int,
+        min_version: int,
+        max_version: int,
+        handler,
+        raw: bool = False,
+        refused_below: int = -1,
+        controller_only: bool = False,
+    ) -> None:
         """Transitional (the three handlers of apis.TRANSITIONAL): ``controller_only``: served on
         the controller listeners only (as Kafka's raft and controller RPCs), and not advertised
         on the others."""
@@ -736,8 +858,9 @@ class KesqueServer:
         if self.controller_apis and conn.listener in self.controller_listener_names:
             spec = self.controller_apis.get(header.api_key, spec)
         if spec is None:
-            log.warning("%s: closing connection: unknown API key %d (client %s)", conn.id, header.api_key,
-                        header.client_id)
+            log.warning(
+                "%s: closing connection: unknown API key %d (client %s)", conn.id, header.api_key, header.client_id
+            )
             conn.close()
             return
         version = header.api_version
@@ -748,11 +871,16 @@ class KesqueServer:
                 body = self.api_versions_fallback()
                 conn.complete(slot, [INT32.pack(4 + len(body)), INT32.pack(header.correlation_id), body])
                 return
-            log.warning("%s: closing connection: unsupported version %d of %s (client %s)", conn.id, version,
-                        protocol.api_name(header.api_key), header.client_id)
+            log.warning(
+                "%s: closing connection: unsupported version %d of %s (client %s)",
+                conn.id,
+                version,
+                protocol.api_name(header.api_key),
+                header.client_id,
+            )
             conn.close()
             return
-        body_view = frame[header.body_offset:]
+        body_view = frame[header.body_offset :]
         try:
             request = body_view if spec.raw else protocol.decode_request(header.api_key, version, body_view)
         except ProtocolError as e:

@@ -14,7 +14,7 @@ import time
 from ..quotas import Quotas
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _has_throttle_field(cls) -> bool:
     return dataclasses.is_dataclass(cls) and any(f.name == "throttle_time" for f in dataclasses.fields(cls))
 
@@ -46,7 +46,10 @@ class Throttler:
         if manager.enabled:
             s = manager._sensor_of.get(key)
             if s is not None and now < s.fast_until and value <= s.headroom:
-                s.headroom -= value; s.pending += value; s.pending_ms = now; s.pending_n += 1  # noqa: E702
+                s.headroom -= value
+                s.pending += value
+                s.pending_ms = now
+                s.pending_n += 1  # noqa: E702
             else:
                 ms = manager.record(user, key[1], value, now)
         if ctx.start_ns and not ctx.recorded:  # request_percentage: the handler's time so far
@@ -55,7 +58,10 @@ class Throttler:
             request = self.quotas.request
             s = request._sensor_of.get(key)
             if s is not None and now < s.fast_until and v <= s.headroom:
-                s.headroom -= v; s.pending += v; s.pending_ms = now; s.pending_n += 1  # noqa: E702
+                s.headroom -= v
+                s.pending += v
+                s.pending_ms = now
+                s.pending_n += 1  # noqa: E702
             else:
                 ms = max(ms, request.record(user, key[1], v, now))
         if ms > ctx.throttle_ms:

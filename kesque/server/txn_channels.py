@@ -23,12 +23,11 @@ import logging
 from dataclasses import dataclass, field
 
 from ..errors import ErrorCode, KafkaError
-from ..replication.delayed import wait_for_acks
 from ..protocol.api_keys import ApiKeys
 from ..protocol.messages import Msg
-from .channel import ChannelError, RequestTimedOut
+from ..replication.delayed import wait_for_acks
 from .apis.committed import committed, first_error
-from .channel import Channel
+from .channel import Channel, ChannelError, RequestTimedOut
 
 log = logging.getLogger(__name__)
 
@@ -112,15 +111,18 @@ class NodeQueue:
             task.cancel()
 
 
-def append_marker(rm, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool,
-                  coordinator_epoch: int) -> int:
+def append_marker(
+    rm, topic: str, partition: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+) -> int:
     """Append one marker as the partition's leader with acks=all's check (NOT_ENOUGH_REPLICAS
     below min.insync.replicas); the offset the high watermark must reach for it to count."""
     part = rm.partitions.get((topic, partition))
     if part is not None and part.is_leader and part.is_under_min_isr:
-        raise KafkaError(ErrorCode.not_enough_replicas,
-                         f"The size of the current ISR {part.isr} is insufficient to satisfy the min.isr "
-                         f"requirement for partition {part.tp}")
+        raise KafkaError(
+            ErrorCode.not_enough_replicas,
+            f"The size of the current ISR {part.isr} is insufficient to satisfy the min.isr "
+            f"requirement for partition {part.tp}",
+        )
     try:
         info = rm.append_txn_marker(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch)
     except OSError as e:
@@ -146,15 +148,17 @@ class TxnMarkerSender:
         self.timeout_ms = timeout_ms
         self.queue = NodeQueue(self._send)
 
-    async def write(self, node: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                    tps: list) -> dict:
+    async def write(
+        self, node: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, tps: list
+    ) -> dict:
         if node != self.node_id:
             return await self.queue.add(node, (producer_id, producer_epoch, commit, coordinator_epoch), tps)
         codes, written = {}, {}
         for topic, p in tps:
             try:
-                written[(topic, p)] = append_marker(self.rm, topic, p, producer_id, producer_epoch, commit,
-                                                    coordinator_epoch)
+                written[(topic, p)] = append_marker(
+                    self.rm, topic, p, producer_id, producer_epoch, commit, coordinator_epoch
+                )
             except KafkaError as e:
                 codes[(topic, p)] = e.code
         codes.update(await markers_committed(self.rm, written, self.timeout_ms))
@@ -162,14 +166,25 @@ class TxnMarkerSender:
 
     async def _send(self, node: int, entries: list[_Entry]) -> None:
         m = Msg(ApiKeys.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request=True)
-        body = m(markers=tuple(
-            m("WritableTxnMarker", producer_id=e.data[0], producer_epoch=e.data[1], transaction_result=e.data[2],
-              coordinator_epoch=e.data[3], topics=tuple(m("WritableTxnMarkerTopic", name=t, partition_indexes=ps)
-                                                        for t, ps in by_topic(e.tps).items()))
-            for e in entries))
+        body = m(
+            markers=tuple(
+                m(
+                    "WritableTxnMarker",
+                    producer_id=e.data[0],
+                    producer_epoch=e.data[1],
+                    transaction_result=e.data[2],
+                    coordinator_epoch=e.data[3],
+                    topics=tuple(
+                        m("WritableTxnMarkerTopic", name=t, partition_indexes=ps) for t, ps in by_topic(e.tps).items()
+                    ),
+                )
+                for e in entries
+            )
+        )
         try:
-            resp = await self.channel.send(node, ApiKeys.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
-                                           self.timeout_ms + 5000)
+            resp = await self.channel.send(
+                node, ApiKeys.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body, self.timeout_ms + 5000
+            )
         except ChannelError as exc:
             log.info("WriteTxnMarkers to broker %d failed: %s", node, exc)
             for e in entries:
@@ -201,15 +216,24 @@ class TxnVerifier:
         reg = t.partitions.get(self.tc.partition_for(txn_id)) if t is not None else None
         return reg.leader if reg is not None and reg.leader >= 0 else None
 
-    def verify(self, txn_id: str | None, producer_id: int, producer_epoch: int, tps: list,
-               supports_abortable: bool, add: bool = False, produce: bool = True):
+    def verify(
+        self,
+        txn_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        tps: list,
+        supports_abortable: bool,
+        add: bool = False,
+        produce: bool = True,
+    ):
         """``add``: add the partitions to the transaction (a TV2 producer's Produce v12+ or
         TxnOffsetCommit v5+) rather than check they were added. A TV2 producer's produce
         (``add`` and ``produce``) is told CONCURRENT_TRANSACTIONS as it is: the produce path
         asks again while it lasts (ProduceApis, as Kafka's appendRecords)."""
         if not txn_id:
-            return {tp: self.tc.verify_produce(txn_id, producer_id, producer_epoch, *tp, supports_abortable)
-                    for tp in tps}
+            return {
+                tp: self.tc.verify_produce(txn_id, producer_id, producer_epoch, *tp, supports_abortable) for tp in tps
+            }
         codes = self._ask(txn_id, producer_id, producer_epoch, tps, add)
         if isinstance(codes, dict):
             return self._mapped(codes, supports_abortable, add and produce)
@@ -262,11 +286,21 @@ class TxnVerifier:
     async def _send(self, node: int, entries: list[_Entry]) -> None:
         v = ADD_PARTITIONS_TO_TXN_VERSION
         m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, v, request=True)
-        body = m(transactions=tuple(
-            m("AddPartitionsToTxnTransaction", transactional_id=e.data[0], producer_id=e.data[1],
-              producer_epoch=e.data[2], verify_only=not e.data[3],
-              topics=tuple(m("AddPartitionsToTxnTopic", name=t, partitions=ps) for t, ps in by_topic(e.tps).items()))
-            for e in entries))
+        body = m(
+            transactions=tuple(
+                m(
+                    "AddPartitionsToTxnTransaction",
+                    transactional_id=e.data[0],
+                    producer_id=e.data[1],
+                    producer_epoch=e.data[2],
+                    verify_only=not e.data[3],
+                    topics=tuple(
+                        m("AddPartitionsToTxnTopic", name=t, partitions=ps) for t, ps in by_topic(e.tps).items()
+                    ),
+                )
+                for e in entries
+            )
+        )
         try:
             resp = await self.channel.send(node, ApiKeys.ADD_PARTITIONS_TO_TXN, v, body, self.timeout_ms)
         except ChannelError as exc:
@@ -281,9 +315,14 @@ class TxnVerifier:
             for e in entries:
                 e.settle({tp: code for tp in e.tps})
             return
-        results = {r.transactional_id: {(t.name, p.partition_index): ErrorCode(p.partition_error_code)
-                                        for t in r.topic_results for p in t.results_by_partition}
-                   for r in resp.results_by_transaction}
+        results = {
+            r.transactional_id: {
+                (t.name, p.partition_index): ErrorCode(p.partition_error_code)
+                for t in r.topic_results
+                for p in t.results_by_partition
+            }
+            for r in resp.results_by_transaction
+        }
         for e in entries:
             codes = results.get(e.data[0], {})
             e.settle({tp: codes.get(tp, ErrorCode.none) for tp in e.tps})

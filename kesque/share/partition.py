@@ -92,6 +92,7 @@ class _InFlight:
 @dataclass(frozen=True)
 class AcquiredRange:
     """Offsets ``first..last`` (inclusive) acquired with this delivery count."""
+
     first: int
     last: int
     delivery_count: int
@@ -100,6 +101,7 @@ class AcquiredRange:
 @dataclass(frozen=True)
 class StateBatch:
     """Kafka's persisted state batch: offsets ``first..last`` in one state and delivery count."""
+
     first: int
     last: int
     state: int
@@ -109,12 +111,18 @@ class StateBatch:
 class SharePartition:
     """In-flight records of one share-partition; see the module docstring."""
 
-    def __init__(self, start_offset: int, *, delivery_count_limit: int = 5, max_record_locks: int = 200,
-                 lock_duration_ms: int = 30000):
+    def __init__(
+        self,
+        start_offset: int,
+        *,
+        delivery_count_limit: int = 5,
+        max_record_locks: int = 200,
+        lock_duration_ms: int = 30000,
+    ):
         self.delivery_count_limit = delivery_count_limit
         self.max_record_locks = max_record_locks
         self.lock_duration_ms = lock_duration_ms
-        self.start_offset = start_offset   # SPSO: the offset of self._window[0]
+        self.start_offset = start_offset  # SPSO: the offset of self._window[0]
         # the share coordinator's state epoch this window was read at (sent with each write, which
         # is fenced once the state is initialized again, e.g. by an offset reset)
         self.state_epoch = 0
@@ -171,8 +179,9 @@ class SharePartition:
 
     # -- operations -----------------------------------------------------------------------------
 
-    def acquire(self, member_id: str, last_offset: int, max_records: int, now_ms: int,
-                skip: list[tuple[int, int]] = ()) -> list[AcquiredRange]:
+    def acquire(
+        self, member_id: str, last_offset: int, max_records: int, now_ms: int, skip: list[tuple[int, int]] = ()
+    ) -> list[AcquiredRange]:
         """Acquire up to ``max_records`` records from the next fetch offset through ``last_offset``
         (the last offset the leader read for this fetch) for ``member_id``.
 
@@ -205,8 +214,9 @@ class SharePartition:
         self._advance_start()
         return [AcquiredRange(*r) for r in runs]
 
-    def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], now_ms: int,
-                    renew: bool = False) -> None:
+    def acknowledge(
+        self, member_id: str, batches: list[tuple[int, int, list[int]]], now_ms: int, renew: bool = False
+    ) -> None:
         """Apply acknowledgement batches ``(first, last, types)`` from ``member_id``: ``types`` has
         one acknowledge type for the whole range or one per offset. All or nothing: a bad batch
         raises INVALID_REQUEST / INVALID_RECORD_STATE and no record moves. RENEW (a new lock for
@@ -225,11 +235,16 @@ class SharePartition:
                     raise error("invalid_record_state", f"Offset {offset} is acknowledged twice in the request.")
                 rec = self._get(offset)
                 if rec is None or rec.state != ACQUIRED or rec.member_id != member_id:
-                    raise error("invalid_record_state",
-                                f"Offset {offset} is not acquired by member {member_id}; it cannot be acknowledged.")
+                    raise error(
+                        "invalid_record_state",
+                        f"Offset {offset} is not acquired by member {member_id}; it cannot be acknowledged.",
+                    )
                 plan[offset] = rec, event
-        token = (self.start_offset, list(self._window),
-                 [(rec, rec.state, rec.delivery_count, rec.member_id, rec.deadline) for rec, _ in plan.values()])
+        token = (
+            self.start_offset,
+            list(self._window),
+            [(rec, rec.state, rec.delivery_count, rec.member_id, rec.deadline) for rec, _ in plan.values()],
+        )
         for offset, (rec, event) in plan.items():
             if event == "renew":
                 self._move(offset, rec, event, rec.member_id, now_ms + self.lock_duration_ms)
@@ -252,8 +267,11 @@ class SharePartition:
         if last < self.start_offset:
             return  # all already finished with (archived): nothing to do, as Kafka
         if last >= self.end_offset:
-            raise error("invalid_request", f"Batch record not found. The offsets {first}-{last} are past the "
-                                           f"acquired records (end offset {self.end_offset}).")
+            raise error(
+                "invalid_request",
+                f"Batch record not found. The offsets {first}-{last} are past the "
+                f"acquired records (end offset {self.end_offset}).",
+            )
         for offset in range(max(first, self.start_offset), last + 1):
             yield offset, _ACK_EVENTS[types[0] if len(types) == 1 else types[offset - first]]
 
@@ -286,7 +304,7 @@ class SharePartition:
         be delivered, so they are archived and the SPSO moves up to it."""
         if log_start_offset <= self.start_offset:
             return
-        for i, rec in enumerate(self._window[:log_start_offset - self.start_offset]):
+        for i, rec in enumerate(self._window[: log_start_offset - self.start_offset]):
             if rec.state in (AVAILABLE, ACQUIRED):
                 self._move(self.start_offset + i, rec, "archive")
         if log_start_offset >= self.end_offset:
@@ -310,7 +328,7 @@ class SharePartition:
         return out
 
     @classmethod
-    def restore(cls, start_offset: int, batches: list[StateBatch], **kw) -> "SharePartition":
+    def restore(cls, start_offset: int, batches: list[StateBatch], **kw) -> SharePartition:
         """Rebuild from persisted state; offsets between batches are available, never delivered.
         A record that had used up its deliveries is archived rather than delivered once more."""
         sp = cls(start_offset, **kw)

@@ -44,8 +44,9 @@ class ShareSessionCache:
         self.max_sessions = max_sessions
         self.sessions: dict[tuple[str, str], ShareSession] = {}
 
-    def open(self, group_id: str, member_id: str, now_ms: int,
-             connection_id: str | None = None) -> tuple[ShareSession, ShareSession | None]:
+    def open(
+        self, group_id: str, member_id: str, now_ms: int, connection_id: str | None = None
+    ) -> tuple[ShareSession, ShareSession | None]:
         """Epoch 0: a new session (of the connection ``connection_id``); returns it and the one
         it replaced (whose records go back)."""
         key = (group_id, member_id)
@@ -63,14 +64,17 @@ class ShareSessionCache:
         key = (group_id, member_id)
         s = self.sessions.get(key)
         if s is None:
-            raise error("share_session_not_found", f"Share session for member {member_id} of group {group_id} "
-                                                   "was not found.")
+            raise error(
+                "share_session_not_found", f"Share session for member {member_id} of group {group_id} was not found."
+            )
         if epoch == FINAL_EPOCH:
             del self.sessions[key]
             return s
         if epoch != s.epoch:
-            raise error("invalid_share_session_epoch", f"The share session epoch {epoch} does not match the "
-                                                       f"expected epoch {s.epoch}.")
+            raise error(
+                "invalid_share_session_epoch",
+                f"The share session epoch {epoch} does not match the expected epoch {s.epoch}.",
+            )
         s.bump(now_ms)
         return s
 

@@ -4,5 +4,4 @@ event. ``python -m kesque.sim --scenario NAME --seed N`` replays one run."""
 from .scenarios import SCENARIOS, Run, run
 from .scheduler import InvariantViolation, LivenessViolation, Scheduler, SimulationError
 
-__all__ = ["SCENARIOS", "InvariantViolation", "LivenessViolation", "Run", "Scheduler",
-           "SimulationError", "run"]
+__all__ = ["SCENARIOS", "InvariantViolation", "LivenessViolation", "Run", "Scheduler", "SimulationError", "run"]

@@ -13,8 +13,9 @@ from .scheduler import SimulationError
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m kesque.sim", description=__doc__)
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), action="append",
-                   help="scenario to run (repeatable; default: all)")
+    p.add_argument(
+        "--scenario", choices=sorted(SCENARIOS), action="append", help="scenario to run (repeatable; default: all)"
+    )
     p.add_argument("--seed", type=int, help="run this one seed")
     p.add_argument("--seeds", type=int, default=100, help="number of seeds per scenario (default 100)")
     p.add_argument("--first-seed", type=int, default=0)
@@ -41,12 +42,17 @@ def main(argv=None) -> int:
             runs += 1
             sim_ms += r.sim_ms
             if a.verbose:
-                print(f"ok {name} seed {seed}: {r.sim_ms / 1000:.1f} s simulated, {r.events} events, "
-                      f"{r.committed} committed, {r.wall_s:.2f} s", flush=True)
+                print(
+                    f"ok {name} seed {seed}: {r.sim_ms / 1000:.1f} s simulated, {r.events} events, "
+                    f"{r.committed} committed, {r.wall_s:.2f} s",
+                    flush=True,
+                )
     wall = time.perf_counter() - t0
     total = runs + failed
-    print(f"{total} runs, {failed} failed, {wall:.1f} s wall, {sim_ms / 1000 / wall:.0f} simulated s per "
-          f"wall s, {total / wall * 60:.0f} seeds per minute")
+    print(
+        f"{total} runs, {failed} failed, {wall:.1f} s wall, {sim_ms / 1000 / wall:.0f} simulated s per "
+        f"wall s, {total / wall * 60:.0f} seeds per minute"
+    )
     return 1 if failed else 0
 
 

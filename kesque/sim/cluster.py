@@ -29,9 +29,13 @@ from .disk import Disk
 from .network import NetworkFaults, Router
 from .scheduler import Scheduler
 
-
-RAFT_MESSAGES = frozenset(rm.REQUESTS) | {rm.VoteResponse, rm.BeginQuorumEpochResponse, rm.EndQuorumEpochResponse,
-                                          rm.FetchResponse, rm.FetchSnapshotResponse}
+RAFT_MESSAGES = frozenset(rm.REQUESTS) | {
+    rm.VoteResponse,
+    rm.BeginQuorumEpochResponse,
+    rm.EndQuorumEpochResponse,
+    rm.FetchResponse,
+    rm.FetchSnapshotResponse,
+}
 
 
 def sim_config() -> QuorumConfig:
@@ -42,8 +46,19 @@ def sim_config() -> QuorumConfig:
 
 
 class SimNode:
-    __slots__ = ("node_id", "disk", "raft", "incarnation", "timer_at", "timer_gen", "applied", "state", "app",
-                 "flushing", "flush_again")
+    __slots__ = (
+        "node_id",
+        "disk",
+        "raft",
+        "incarnation",
+        "timer_at",
+        "timer_gen",
+        "applied",
+        "state",
+        "app",
+        "flushing",
+        "flush_again",
+    )
 
     def __init__(self, node_id: int, disk: Disk):
         self.node_id = node_id
@@ -52,18 +67,27 @@ class SimNode:
         self.incarnation = 0
         self.timer_at = -1
         self.timer_gen = 0
-        self.applied = 0         # next offset the application expects (checked by the invariants)
-        self.state: list = []    # the application: (epoch, value) of every record applied
-        self.app = None          # an application beside the Raft node (see the module doc)
-        self.flushing = None     # the FlushJob in flight
-        self.flush_again = False     # asked for while one was in flight
+        self.applied = 0  # next offset the application expects (checked by the invariants)
+        self.state: list = []  # the application: (epoch, value) of every record applied
+        self.app = None  # an application beside the Raft node (see the module doc)
+        self.flushing = None  # the FlushJob in flight
+        self.flush_again = False  # asked for while one was in flight
 
 
 class RaftCluster:
-    def __init__(self, scheduler: Scheduler, voters: int, observers: int = 0,
-                 config: QuorumConfig | None = None, faults: NetworkFaults | None = None,
-                 knobs: Knobs | None = None, torn_tail: bool = False, snapshot_every: int = 0,
-                 app_factory=None, flush_ms: tuple[int, int] = (0, 0)):
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        voters: int,
+        observers: int = 0,
+        config: QuorumConfig | None = None,
+        faults: NetworkFaults | None = None,
+        knobs: Knobs | None = None,
+        torn_tail: bool = False,
+        snapshot_every: int = 0,
+        app_factory=None,
+        flush_ms: tuple[int, int] = (0, 0),
+    ):
         self.scheduler = scheduler
         self.rng = scheduler.rng
         self.config = config or sim_config()
@@ -75,9 +99,9 @@ class RaftCluster:
         self.nodes = {i: SimNode(i, Disk(self._new_directory_id())) for i in range(voters + observers)}
         self.voters = {i: self.nodes[i].disk.directory_id for i in range(voters)}
         self.observers = set(range(voters, voters + observers))
-        self.on_commit = []           # callbacks (node id, [Record]) for the invariants
-        self.on_snapshot = []         # callbacks (node, SnapshotId, values, installed) likewise
-        self.snapshot_every = snapshot_every    # records applied past the log start: snapshot
+        self.on_commit = []  # callbacks (node id, [Record]) for the invariants
+        self.on_snapshot = []  # callbacks (node, SnapshotId, values, installed) likewise
+        self.snapshot_every = snapshot_every  # records applied past the log start: snapshot
         self.snapshots_installed = 0
         self.app_factory = app_factory
         self.next_value = 0
@@ -115,11 +139,10 @@ class RaftCluster:
 
     def has_consistent_leader(self, among=None) -> bool:
         """All running nodes (of ``among``) agree on one leader and epoch, and it runs."""
-        seen = {(sn.raft.epoch, sn.raft.leader_id) for sn in self.running()
-                if among is None or sn.node_id in among}
+        seen = {(sn.raft.epoch, sn.raft.leader_id) for sn in self.running() if among is None or sn.node_id in among}
         if len(seen) != 1:
             return False
-        (_, leader), = seen
+        ((_, leader),) = seen
         return leader >= 0 and self.is_running(leader)
 
     def high_watermarks(self, among=None) -> list[int]:
@@ -141,12 +164,20 @@ class RaftCluster:
         assert sn.raft is None, f"node {node_id} already runs"
         sn.incarnation += 1
         log = sn.disk.log
-        sn.applied = log.log_start_offset()         # the application loads the latest snapshot
+        sn.applied = log.log_start_offset()  # the application loads the latest snapshot
         snap = log.latest_snapshot()
         sn.state = list(log.snapshot_values(snap)) if snap else []
-        sn.raft = RaftNode(node_id, sn.disk.directory_id, self.voters, sn.disk.log, sn.disk.store,
-                           self.config, random.Random(self.rng.getrandbits(64)),
-                           self.scheduler.now, self.knobs)
+        sn.raft = RaftNode(
+            node_id,
+            sn.disk.directory_id,
+            self.voters,
+            sn.disk.log,
+            sn.disk.store,
+            self.config,
+            random.Random(self.rng.getrandbits(64)),
+            self.scheduler.now,
+            self.knobs,
+        )
         sn.app = self.app_factory(self, sn) if self.app_factory else None
         self._process(sn, sn.raft.tick(self.scheduler.now))
 
@@ -164,7 +195,7 @@ class RaftCluster:
         """Graceful: a leader resigns (EndQuorumEpoch), everything is flushed, then the stop."""
         sn = self.nodes[node_id]
         self._process(sn, sn.raft.resign(self.scheduler.now))
-        if sn.flushing is not None:          # the one in flight completes first
+        if sn.flushing is not None:  # the one in flight completes first
             sn.disk.log.end_flush(sn.flushing)
         sn.disk.log.flush()
         self._stop(sn)
@@ -172,10 +203,10 @@ class RaftCluster:
     def _stop(self, sn: SimNode) -> None:
         sn.raft = None
         sn.app = None
-        sn.flushing = None      # a flush in flight never completes
+        sn.flushing = None  # a flush in flight never completes
         sn.flush_again = False
-        sn.timer_gen += 1       # its pending tick is void
-        sn.timer_at = -1        # and the next incarnation schedules its own, whatever its time
+        sn.timer_gen += 1  # its pending tick is void
+        sn.timer_at = -1  # and the next incarnation schedules its own, whatever its time
 
     def kill_and_wipe(self, node_id: int) -> None:
         """The node's disk is replaced: it restarts empty, with a new directory id."""
@@ -258,7 +289,7 @@ class RaftCluster:
 
     def _end_flush(self, sn: SimNode, incarnation: int, job) -> None:
         if sn.incarnation != incarnation or sn.flushing is not job or sn.raft is None:
-            return      # the node crashed meanwhile: this flush never completed
+            return  # the node crashed meanwhile: this flush never completed
         sn.flushing = None
         sn.disk.log.end_flush(job)
         again, sn.flush_again = sn.flush_again, False

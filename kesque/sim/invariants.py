@@ -30,14 +30,14 @@ class Invariants:
     def __init__(self, cluster, majority: bool = True):
         self.cluster = cluster
         self.check_majority = majority
-        self.ledger: list = []                 # committed (epoch, value) by offset
-        self.values: set = set()               # the client's values in the ledger (each appended once)
-        self.leaders: dict[int, int] = {}      # epoch -> leader id
-        self.disk_epoch: dict[str, int] = {}   # directory id -> epoch last seen
-        self.node_hw: dict[tuple, int] = {}    # (node id, incarnation) -> high watermark
-        self.verified: dict[tuple, int] = {}   # (node id, incarnation) -> log checked up to
-        self.leader_hw: dict[int, int] = {}   # epoch -> its leader's high watermark
-        self.store_seen: dict = {}            # store -> its write count at the last check
+        self.ledger: list = []  # committed (epoch, value) by offset
+        self.values: set = set()  # the client's values in the ledger (each appended once)
+        self.leaders: dict[int, int] = {}  # epoch -> leader id
+        self.disk_epoch: dict[str, int] = {}  # directory id -> epoch last seen
+        self.node_hw: dict[tuple, int] = {}  # (node id, incarnation) -> high watermark
+        self.verified: dict[tuple, int] = {}  # (node id, incarnation) -> log checked up to
+        self.leader_hw: dict[int, int] = {}  # epoch -> its leader's high watermark
+        self.store_seen: dict = {}  # store -> its write count at the last check
         cluster.on_commit.append(self.on_applied)
         cluster.on_snapshot.append(self.on_snapshot)
         cluster.scheduler.add_invariant(self.check)
@@ -57,7 +57,7 @@ class Invariants:
         store = sn.disk.store
         es = store.state
         if es is None or self.store_seen.get(store) == store.writes:
-            return      # unchanged since the last check (a running node changes epoch only by a write)
+            return  # unchanged since the last check (a running node changes epoch only by a write)
         self.store_seen[store] = store.writes
         if es.leader_id >= 0:
             self._leader(es.epoch, es.leader_id)
@@ -94,8 +94,7 @@ class Invariants:
             done = start
         if log.truncated_to != NO_TRUNCATION:
             if log.truncated_to < done:
-                self.fail(f"node {sn.node_id}: truncated its log to {log.truncated_to}, below "
-                          f"committed offset {done}")
+                self.fail(f"node {sn.node_id}: truncated its log to {log.truncated_to}, below committed offset {done}")
             log.truncated_to = NO_TRUNCATION
         if hw > done:
             if hw > log.end_offset():
@@ -109,8 +108,9 @@ class Invariants:
             o = rec.offset
             if o < len(ledger):
                 if ledger[o] != (rec.epoch, rec.value):
-                    self.fail(f"node {node_id}: committed offset {o} is {(rec.epoch, rec.value)}, "
-                              f"elsewhere {ledger[o]}")
+                    self.fail(
+                        f"node {node_id}: committed offset {o} is {(rec.epoch, rec.value)}, elsewhere {ledger[o]}"
+                    )
             else:
                 if not isinstance(rec.value, LeaderChange):
                     if rec.value in self.values:
@@ -128,8 +128,10 @@ class Invariants:
         e = r.epoch
         before = max((h for ep, h in self.leader_hw.items() if ep < e), default=0)
         if hw < before or hw < self.leader_hw.get(e, 0):
-            self.fail(f"leader {r.node_id} of epoch {e}: high watermark {hw} below "
-                      f"{max(before, self.leader_hw.get(e, 0))} reached before")
+            self.fail(
+                f"leader {r.node_id} of epoch {e}: high watermark {hw} below "
+                f"{max(before, self.leader_hw.get(e, 0))} reached before"
+            )
         self.leader_hw[e] = hw
 
     def _check_majority(self) -> None:
@@ -164,12 +166,13 @@ class Invariants:
             sn.applied = max(sn.applied, end)
 
     def on_applied(self, sn, records) -> None:
-        self._check_node(sn)          # learn the ledger up to this node's high watermark first
+        self._check_node(sn)  # learn the ledger up to this node's high watermark first
         for rec in records:
             if rec.offset != sn.applied:
                 self.fail(f"node {sn.node_id}: applied offset {rec.offset}, expected {sn.applied}")
             sn.applied += 1
             if rec.offset >= len(self.ledger) or self.ledger[rec.offset] != (rec.epoch, rec.value):
                 got = self.ledger[rec.offset] if rec.offset < len(self.ledger) else "nothing committed"
-                self.fail(f"node {sn.node_id}: applied {(rec.epoch, rec.value)} at offset {rec.offset}, "
-                          f"committed: {got}")
+                self.fail(
+                    f"node {sn.node_id}: applied {(rec.epoch, rec.value)} at offset {rec.offset}, committed: {got}"
+                )

@@ -43,8 +43,8 @@ from .scheduler import InvariantViolation
 
 FEATURES = {"metadata.version": 25}
 CLUSTER_ID = "c1mU1aTIQ0S8Ydmtc2Qb6A"
-REQUEST_TIMEOUT_MS = 500         # as the simulated Raft's: a dropped request is retried soon
-IDLE_INTERVAL_MS = 500           # metadata.max.idle.interval.ms: the active controller's NoOpRecords
+REQUEST_TIMEOUT_MS = 500  # as the simulated Raft's: a dropped request is retried soon
+IDLE_INTERVAL_MS = 500  # metadata.max.idle.interval.ms: the active controller's NoOpRecords
 
 
 class MetaRecord:
@@ -77,17 +77,17 @@ class Rpc:
 class RpcReply:
     correlation_id: int
     error_code: int
-    body: object = None         # broker epoch (registration) or HeartbeatReply
+    body: object = None  # broker epoch (registration) or HeartbeatReply
 
 
 class MetadataApp:
     """What every node runs beside its Raft: the image of the committed log."""
 
-    def __init__(self, meta: "MetadataCluster", sn):
+    def __init__(self, meta: MetadataCluster, sn):
         self.meta = meta
         self.sn = sn
         self.image = MetadataImage()
-        self.applied_end = 0        # the next offset to apply
+        self.applied_end = 0  # the next offset to apply
 
     def on_output(self, out, now: int) -> None:
         if out.committed:
@@ -135,8 +135,8 @@ class ControllerApp(MetadataApp):
         super().__init__(meta, sn)
         self.control = ClusterControl(meta.lifecycle_config, lambda: self.image, CLUSTER_ID)
         self.active_epoch = -1
-        self.ahead = 0              # while active: the image holds the proposals below this offset
-        self.waiting: list = []     # (offset, callback): answered once the offset is committed
+        self.ahead = 0  # while active: the image holds the proposals below this offset
+        self.waiting: list = []  # (offset, callback): answered once the offset is committed
         self.last_proposal = 0
 
     # -- committed records and activation ----------------------------------------------------------
@@ -149,8 +149,9 @@ class ControllerApp(MetadataApp):
             # its own proposals, already in the image; nothing else can commit in its epoch
             self.applied_end = records[-1].offset + 1
             if records[-1].offset >= self.ahead:
-                self.meta.inv.fail(f"controller {self.sn.node_id}: committed offset {records[-1].offset} "
-                                   f"it did not propose")
+                self.meta.inv.fail(
+                    f"controller {self.sn.node_id}: committed offset {records[-1].offset} it did not propose"
+                )
         else:
             super().apply_committed(records, now)
         self._answer_committed()
@@ -175,25 +176,25 @@ class ControllerApp(MetadataApp):
 
     def _claim(self, now: int) -> None:
         st = self.sn.raft.state
-        if (self.active_epoch < 0 and isinstance(st, LeaderState)
-                and self.committed_end > st.epoch_start_offset):
+        if self.active_epoch < 0 and isinstance(st, LeaderState) and self.committed_end > st.epoch_start_offset:
             self.active_epoch = st.epoch
             self.ahead = self.committed_end
             self.last_proposal = now
             self.control.activate(now)
             self.meta.activations += 1
-            if not self.image.features:         # a new cluster: Kafka's bootstrap records
-                self.propose([{"type": "FeatureLevelRecord", "name": k, "feature_level": v}
-                              for k, v in FEATURES.items()], now)
+            if not self.image.features:  # a new cluster: Kafka's bootstrap records
+                self.propose(
+                    [{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in FEATURES.items()], now
+                )
 
     def _renounce(self) -> None:
         self.control.deactivate()
         self.active_epoch = -1
         self.waiting = []
-        if self.ahead > self.committed_end:     # uncommitted proposals in the image: rebuild it
+        if self.ahead > self.committed_end:  # uncommitted proposals in the image: rebuild it
             self.image = MetadataImage()
             delta = Delta()
-            for offset, (_, v) in enumerate(self.sn.state[:self.committed_end]):
+            for offset, (_, v) in enumerate(self.sn.state[: self.committed_end]):
                 if isinstance(v, MetaRecord):
                     self.replay(v.record, offset, delta)
             self.image.offset = self.committed_end - 1
@@ -239,7 +240,7 @@ class ControllerApp(MetadataApp):
             self._reply(src, msg, int(e.code))
             return
         if not isinstance(msg.body, RegistrationRequest):
-            self.meta.last_heard[src] = now       # a heartbeat the session counts
+            self.meta.last_heard[src] = now  # a heartbeat the session counts
         self.meta.inv.check_unfenced_caught_up(self, records)
         self.propose(records, now, lambda: self._reply(src, msg, 0, answer))
 
@@ -282,9 +283,21 @@ class ControllerApp(MetadataApp):
         for p in range(partitions):
             start = rng.randrange(len(live))
             reps = [live[(start + i) % len(live)] for i in range(rf)]
-            records.append({"type": "PartitionRecord", "partition_id": p, "topic_id": tid, "replicas": reps,
-                            "isr": list(reps), "removing_replicas": [], "adding_replicas": [], "leader": reps[0],
-                            "leader_recovery_state": 0, "leader_epoch": 0, "partition_epoch": 0})
+            records.append(
+                {
+                    "type": "PartitionRecord",
+                    "partition_id": p,
+                    "topic_id": tid,
+                    "replicas": reps,
+                    "isr": list(reps),
+                    "removing_replicas": [],
+                    "adding_replicas": [],
+                    "leader": reps[0],
+                    "leader_recovery_state": 0,
+                    "leader_epoch": 0,
+                    "partition_epoch": 0,
+                }
+            )
         self.propose(records, now, lambda: on_created(tid))
         return "proposed"
 
@@ -296,10 +309,16 @@ class BrokerApp(MetadataApp):
         super().__init__(meta, sn)
         rng = meta.rng
         self.lifecycle = BrokerLifecycle(
-            sn.node_id, uuid.UUID(int=rng.getrandbits(128)), meta.lifecycle_config, cluster_id=CLUSTER_ID,
+            sn.node_id,
+            uuid.UUID(int=rng.getrandbits(128)),
+            meta.lifecycle_config,
+            cluster_id=CLUSTER_ID,
             listeners=[Endpoint("PLAINTEXT", f"broker{sn.node_id}", 9092)],
-            features={"metadata.version": (1, 25)}, request_timeout_ms=REQUEST_TIMEOUT_MS,
-            rng=rng, now=meta.cluster.scheduler.now)
+            features={"metadata.version": (1, 25)},
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            rng=rng,
+            now=meta.cluster.scheduler.now,
+        )
         self.correlation = 0
 
     def on_batch(self, now: int) -> None:
@@ -314,7 +333,7 @@ class BrokerApp(MetadataApp):
             return
         leader = self.sn.raft.leader_id
         if leader < 0:
-            lc.on_request_failed(now)       # no controller known
+            lc.on_request_failed(now)  # no controller known
             return
         self.correlation += 1
         self.meta.cluster.router.send(self.sn.node_id, leader, Rpc(self.correlation, req))
@@ -334,7 +353,7 @@ class BrokerApp(MetadataApp):
 
 
 class MetadataInvariants:
-    def __init__(self, meta: "MetadataCluster"):
+    def __init__(self, meta: MetadataCluster):
         self.meta = meta
 
     def fail(self, what: str) -> None:
@@ -359,14 +378,24 @@ class MetadataInvariants:
         if p.leader < 0:
             return
         reg = app.image.brokers.get(p.leader)
-        why = ("is not registered" if reg is None else "is fenced" if reg.fenced
-               else "is in controlled shutdown" if reg.in_controlled_shutdown
-               else "is not in the ISR" if p.leader not in p.isr else None)
+        why = (
+            "is not registered"
+            if reg is None
+            else "is fenced"
+            if reg.fenced
+            else "is in controlled shutdown"
+            if reg.in_controlled_shutdown
+            else "is not in the ISR"
+            if p.leader not in p.isr
+            else None
+        )
         if why:
-            self.fail(f"node {app.sn.node_id} at offset {app.image.offset}: {topic}-{pid} is led by broker "
-                      f"{p.leader}, which {why}")
+            self.fail(
+                f"node {app.sn.node_id} at offset {app.image.offset}: {topic}-{pid} is led by broker "
+                f"{p.leader}, which {why}"
+            )
 
-    def check_unfenced_caught_up(self, ctl: "ControllerApp", records: list[dict]) -> None:
+    def check_unfenced_caught_up(self, ctl: ControllerApp, records: list[dict]) -> None:
         """A broker is unfenced only once it has applied its own registration."""
         for rec in records:
             if rec["type"] == "BrokerRegistrationChangeRecord" and rec["fenced"] == -1:
@@ -380,7 +409,7 @@ class MetadataInvariants:
         """A controller that stopped leading holds the committed log's image, nothing more."""
         fresh = MetadataImage()
         d = Delta()
-        for _, v in app.sn.state[:app.committed_end]:
+        for _, v in app.sn.state[: app.committed_end]:
             if isinstance(v, MetaRecord):
                 fresh.replay(v.record, d)
         if image_records(fresh) != image_records(app.image):
@@ -398,13 +427,16 @@ class MetadataInvariants:
         for t in image.topics_by_id.values():
             for pid, p in t.partitions.items():
                 if p.leader < 0 and active & set(p.isr):
-                    self.fail(f"{t.name}-{pid} has no leader though ISR member(s) {sorted(active & set(p.isr))} "
-                              f"are unfenced")
+                    self.fail(
+                        f"{t.name}-{pid} has no leader though ISR member(s) {sorted(active & set(p.isr))} are unfenced"
+                    )
         want = image_records(image)
         for app in apps[1:]:
             if image_records(app.image) != want:
-                self.fail(f"nodes {apps[0].sn.node_id} and {app.sn.node_id} hold different images at "
-                          f"offsets {apps[0].image.offset} / {app.image.offset}")
+                self.fail(
+                    f"nodes {apps[0].sn.node_id} and {app.sn.node_id} hold different images at "
+                    f"offsets {apps[0].image.offset} / {app.image.offset}"
+                )
 
 
 class MetadataCluster:
@@ -417,10 +449,10 @@ class MetadataCluster:
         self.inv = MetadataInvariants(self)
         self._batch = 0
         self.activations = 0
-        self.acked: dict[str, uuid.UUID] = {}       # topics the client was told are created
-        self.fenced_by_expiry: list = []            # (time, broker id)
-        self.last_heard: dict[int, int] = {}        # broker id -> when an active controller last heard it
-        self.creating: tuple | None = None          # (name, give up at)
+        self.acked: dict[str, uuid.UUID] = {}  # topics the client was told are created
+        self.fenced_by_expiry: list = []  # (time, broker id)
+        self.last_heard: dict[int, int] = {}  # broker id -> when an active controller last heard it
+        self.creating: tuple | None = None  # (name, give up at)
         self.topics_wanted = 0
         cluster.app_factory = self._app
 
@@ -470,13 +502,14 @@ class MetadataCluster:
             return
         name = f"topic-{len(self.acked)}"
         if self.creating is not None and self.creating[0] == name and now < self.creating[1]:
-            return                                   # in flight
+            return  # in flight
         ctl = self.controller()
         if ctl is None:
             return
         rf = self.rng.randint(1, 3)
-        result = ctl.create_topic(name, self.rng.randint(1, 3), rf, now,
-                                  lambda tid, name=name: self._created(name, tid))
+        result = ctl.create_topic(
+            name, self.rng.randint(1, 3), rf, now, lambda tid, name=name: self._created(name, tid)
+        )
         if result == "proposed":
             self.creating = (name, now + 2000)
 

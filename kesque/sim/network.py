@@ -8,8 +8,8 @@ blocked when it is sent or when it would be delivered (the connection broke whil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(slots=True)
@@ -21,28 +21,29 @@ class NetworkFaults:
 
 
 class Router:
-    def __init__(self, scheduler, deliver: Callable[[int, int, object], None],
-                 faults: NetworkFaults | None = None):
+    def __init__(self, scheduler, deliver: Callable[[int, int, object], None], faults: NetworkFaults | None = None):
         self.scheduler = scheduler
         self.rng = scheduler.rng
-        self.deliver = deliver            # deliver(src, dst, message)
+        self.deliver = deliver  # deliver(src, dst, message)
         self.faults = faults or NetworkFaults()
         self.blocked: set[tuple[int, int]] = set()
-        self.filters: list[Callable[[int, int, object], bool]] = []   # drop when one says True
+        self.filters: list[Callable[[int, int, object], bool]] = []  # drop when one says True
         self.sent = 0
         self.dropped = 0
 
     def send(self, src: int, dst: int, msg) -> None:
         self.sent += 1
         f = self.faults
-        if ((src, dst) in self.blocked or (f.drop and self.rng.random() < f.drop)
-                or any(drop(src, dst, msg) for drop in self.filters)):
+        if (
+            (src, dst) in self.blocked
+            or (f.drop and self.rng.random() < f.drop)
+            or any(drop(src, dst, msg) for drop in self.filters)
+        ):
             self.dropped += 1
             return
         copies = 2 if f.duplicate and self.rng.random() < f.duplicate else 1
         for _ in range(copies):
-            self.scheduler.after(self.rng.randint(f.min_delay_ms, f.max_delay_ms),
-                                 self._arrive, src, dst, msg)
+            self.scheduler.after(self.rng.randint(f.min_delay_ms, f.max_delay_ms), self._arrive, src, dst, msg)
 
     def _arrive(self, src: int, dst: int, msg) -> None:
         if (src, dst) in self.blocked:
@@ -55,7 +56,7 @@ class Router:
         """Only nodes of the same group talk to each other (nodes in no group talk to everyone)."""
         self.heal()
         for i, a in enumerate(groups):
-            for b in groups[i + 1:]:
+            for b in groups[i + 1 :]:
                 for x in a:
                     for y in b:
                         self.blocked.add((x, y))

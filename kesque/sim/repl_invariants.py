@@ -29,12 +29,12 @@ if TYPE_CHECKING:
 
 
 class ReplicationInvariants:
-    def __init__(self, sim: "ReplicationSim"):
+    def __init__(self, sim: ReplicationSim):
         self.sim = sim
         self.ledger: dict[int, list[int]] = {p: [] for p in range(sim.partitions)}
         self.promised: dict[int, dict[int, tuple[int, str]]] = {p: {} for p in range(sim.partitions)}
         self.leaders: dict[tuple[int, int], int] = {}
-        self.verified: dict[tuple, int] = {}        # (broker, partition) -> log prefix checked
+        self.verified: dict[tuple, int] = {}  # (broker, partition) -> log prefix checked
         self.rebased: set[tuple[int, int]] = set()
         self.lost: dict[int, int] = {p: 0 for p in range(sim.partitions)}
         self.lost_promises: list = []
@@ -98,7 +98,7 @@ class ReplicationInvariants:
                 continue
             self._extend(pid, p)
             if self._unclean_pending(pid, p.leader_epoch):
-                continue        # the new leader's log is the history from now on, once it leads
+                continue  # the new leader's log is the history from now on, once it leads
             for r in p.isr:
                 b = self.sim.brokers[r]
                 if b.running and pid in b.logs:
@@ -116,8 +116,10 @@ class ReplicationInvariants:
             for i, (_, v) in enumerate(removed):
                 o = offset + i
                 if o < len(ledger) and ledger[o] == v:
-                    self.fail(f"broker {b.id} truncated committed offset {o} of partition {pid} "
-                              f"(value {v}; its log is now {log.log_end_offset} long)")
+                    self.fail(
+                        f"broker {b.id} truncated committed offset {o} of partition {pid} "
+                        f"(value {v}; its log is now {log.log_end_offset} long)"
+                    )
         log.truncated.clear()
 
     def _current_leader(self, pid: int, p) -> SimBroker | None:
@@ -138,9 +140,11 @@ class ReplicationInvariants:
             self._rebase(pid, p.leader_epoch, b, log)
         ledger = self.ledger[pid]
         if log.log_end_offset < len(ledger):
-            self.fail(f"broker {b.id}, leader of partition {pid} in epoch {p.leader_epoch}, holds "
-                      f"{log.log_end_offset} records: committed offsets {log.log_end_offset}..{len(ledger) - 1} "
-                      f"are lost")
+            self.fail(
+                f"broker {b.id}, leader of partition {pid} in epoch {p.leader_epoch}, holds "
+                f"{log.log_end_offset} records: committed offsets {log.log_end_offset}..{len(ledger) - 1} "
+                f"are lost"
+            )
         self._verify(b, pid, log, len(ledger))
         hw = log.high_watermark
         if hw > len(ledger):
@@ -184,8 +188,10 @@ class ReplicationInvariants:
         recs = log.records
         for o in range(start, end):
             if recs[o][1] != ledger[o]:
-                self.fail(f"broker {b.id} (in the ISR of partition {pid}) has value {recs[o][1]} at committed "
-                          f"offset {o}, where {ledger[o]} is committed")
+                self.fail(
+                    f"broker {b.id} (in the ISR of partition {pid}) has value {recs[o][1]} at committed "
+                    f"offset {o}, where {ledger[o]} is committed"
+                )
         self.verified[key] = end
 
     # -- at the end ---------------------------------------------------------------------------------------
@@ -197,5 +203,7 @@ class ReplicationInvariants:
             for b in self.sim.brokers.values():
                 log = b.logs.get(pid)
                 if log is not None and [v for _, v in log.records] != ledger:
-                    self.fail(f"broker {b.id}: partition {pid} holds {log.log_end_offset} records, not the "
-                              f"{len(ledger)} committed")
+                    self.fail(
+                        f"broker {b.id}: partition {pid} holds {log.log_end_offset} records, not the "
+                        f"{len(ledger)} committed"
+                    )

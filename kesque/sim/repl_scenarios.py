@@ -27,8 +27,10 @@ def repl_leader_kill(seed: int, **kw) -> ReplicationSim:
         sim.s.run_for(sim.rng.randint(0, 300))
         sim.brokers[second].kill()
         sim.restart(first)
-        sim.until(lambda: sim.leader(pid) not in (-1, second) or sim.partition(pid).isr == [second],
-                  f"a third leader for partition {pid}, or none while its only ISR member is down")
+        sim.until(
+            lambda: sim.leader(pid) not in (-1, second) or sim.partition(pid).isr == [second],
+            f"a third leader for partition {pid}, or none while its only ISR member is down",
+        )
     else:
         sim.progress(pid, 5)
         sim.restart(first)
@@ -63,8 +65,10 @@ def repl_leader_partitioned(seed: int, **kw) -> ReplicationSim:
     sim.progress(pid, 10)
     old = sim.leader(pid)
     sim.router.isolate(old, [CONTROLLER] + list(sim.brokers))
-    sim.until(lambda: sim.leader(pid) not in (-1, old) or sim.partition(pid).isr == [old],
-              f"a new leader for partition {pid}, or none while its only ISR member is cut off")
+    sim.until(
+        lambda: sim.leader(pid) not in (-1, old) or sim.partition(pid).isr == [old],
+        f"a new leader for partition {pid}, or none while its only ISR member is cut off",
+    )
     if sim.leader(pid) != -1:
         sim.progress(pid, 10)
     sim.converge()
@@ -181,20 +185,24 @@ def repl_elr(seed: int, **kw) -> ReplicationSim:
     sim.progress(pid, 5)
     sim.router.isolate(second, [CONTROLLER] + list(sim.brokers))
     sim.until(lambda: sim.partition(pid).isr == [leader], f"broker {second} leaves the ISR of partition {pid}")
-    sim.s.run_for(sim.rng.randint(0, 1000))        # the leader alone: acks=1 only, nothing commits
+    sim.s.run_for(sim.rng.randint(0, 1000))  # the leader alone: acks=1 only, nothing commits
     sim.brokers[leader].kill()
-    sim.until(lambda: sim.leader(pid) == -1 and sim.partition(pid).isr == [],
-              f"partition {pid} leaderless with an empty ISR")
+    sim.until(
+        lambda: sim.leader(pid) == -1 and sim.partition(pid).isr == [], f"partition {pid} leaderless with an empty ISR"
+    )
     elr = sorted(sim.partition(pid).elr)
     sim.router.heal()
     # whoever the controller elects is checked by the invariants (it must hold every committed
     # record) before the scenario's own expectations
-    sim.until(lambda: sim.leader(pid) != -1 and sim.inv._current_leader(pid, sim.partition(pid)) is not None,
-              f"a leader for partition {pid}")
+    sim.until(
+        lambda: sim.leader(pid) != -1 and sim.inv._current_leader(pid, sim.partition(pid)) is not None,
+        f"a leader for partition {pid}",
+    )
     sim.progress(pid, 5)
     if elr != sorted([leader, second]) or sim.leader(pid) != second:
-        sim.inv.fail(f"partition {pid}: ELR {elr} (not the leader and broker {second}), "
-                     f"broker {sim.leader(pid)} elected")
+        sim.inv.fail(
+            f"partition {pid}: ELR {elr} (not the leader and broker {second}), broker {sim.leader(pid)} elected"
+        )
     sim.converge()
     return sim
 
@@ -204,8 +212,14 @@ def repl_seed_4_1_5(seed: int, **kw) -> ReplicationSim:
     message2 and crashes before a fetch answer tells it HW 2; it restarts, rejoins the ISR, and
     the leader dies. The follower leads, and message2 must still be at offset 1: a restarted
     follower fetches from its log end with its last epoch, never truncating to its HW first."""
-    sim = ReplicationSim(seed, brokers=2, partitions=1, rf=2, min_isr=1,      # no drops: the timing is the point
-                         faults=NetworkFaults(1, Scheduler(seed).rng.randint(2, 15)))
+    sim = ReplicationSim(
+        seed,
+        brokers=2,
+        partitions=1,
+        rf=2,
+        min_isr=1,  # no drops: the timing is the point
+        faults=NetworkFaults(1, Scheduler(seed).rng.randint(2, 15)),
+    )
     clients = sim.clients
     clients.producing = False
     sim.start()
@@ -230,8 +244,10 @@ def repl_seed_4_1_5(seed: int, **kw) -> ReplicationSim:
     sim.restart(follower)
     sim.until(lambda: follower in sim.partition(0).isr, f"broker {follower} back in the ISR")
     sim.brokers[leader].kill()
-    sim.until(lambda: sim.leader(0) == follower and sim.inv._current_leader(0, sim.partition(0)) is not None,
-              f"broker {follower} leads")
+    sim.until(
+        lambda: sim.leader(0) == follower and sim.inv._current_leader(0, sim.partition(0)) is not None,
+        f"broker {follower} leads",
+    )
     if [v for _, v in flog.records[:2]] != values:
         sim.inv.fail(f"the new leader holds {flog.records[:2]}, not message1 and message2 {values}")
     clients.producing = True
@@ -247,9 +263,16 @@ def _only_full_copy(sim: ReplicationSim, bid: int) -> bool:
     blocked = sim.router.blocked
     for pid in range(sim.partitions):
         committed = len(sim.inv.ledger[pid])
-        others = [r for r in sim.partition(pid).isr if r != bid and sim.brokers[r].running
-                  and pid in sim.brokers[r].logs and sim.brokers[r].logs[pid].log_end_offset >= committed
-                  and (r, CONTROLLER) not in blocked and (CONTROLLER, r) not in blocked]
+        others = [
+            r
+            for r in sim.partition(pid).isr
+            if r != bid
+            and sim.brokers[r].running
+            and pid in sim.brokers[r].logs
+            and sim.brokers[r].logs[pid].log_end_offset >= committed
+            and (r, CONTROLLER) not in blocked
+            and (CONTROLLER, r) not in blocked
+        ]
         if not others:
             return True
     return False
@@ -263,8 +286,12 @@ def repl_chaos(seed: int, **kw) -> ReplicationSim:
     off, the brokers split in two, heals; unclean elections on a third of the seeds. Then
     everything heals and restarts and the replicas must converge."""
     rng = Scheduler(seed).rng
-    sim = ReplicationSim(seed, partitions=rng.randint(1, 3), unclean=rng.random() < 0.33,
-                         faults=NetworkFaults(1, 20, drop=0.02, duplicate=0.02))
+    sim = ReplicationSim(
+        seed,
+        partitions=rng.randint(1, 3),
+        unclean=rng.random() < 0.33,
+        faults=NetworkFaults(1, 20, drop=0.02, duplicate=0.02),
+    )
     sim.start()
     s, rng = sim.s, sim.rng
     end = s.now + 12_000
@@ -301,8 +328,20 @@ def repl_chaos(seed: int, **kw) -> ReplicationSim:
     return sim
 
 
-REPLICATION_SCENARIOS = {f.__name__: f for f in (
-    repl_leader_kill, repl_follower_kill, repl_leader_partitioned, repl_disk_loss, repl_unclean_off,
-    repl_unclean_on, repl_rejoin_then_leader_cut, repl_elr, repl_seed_4_1_5, repl_chaos)}
+REPLICATION_SCENARIOS = {
+    f.__name__: f
+    for f in (
+        repl_leader_kill,
+        repl_follower_kill,
+        repl_leader_partitioned,
+        repl_disk_loss,
+        repl_unclean_off,
+        repl_unclean_on,
+        repl_rejoin_then_leader_cut,
+        repl_elr,
+        repl_seed_4_1_5,
+        repl_chaos,
+    )
+}
 
 REPLICATION_BUGS = ("truncate_to_high_watermark", "hw_ignores_min_isr")

@@ -38,8 +38,16 @@ from ..controller.replication_control import ELR_FEATURE, AlterPartitionRequest,
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import Delta, Endpoint, MetadataImage
 from ..replication.replica_state import (
-    BACKOFF, FETCHING, OUT_OF_RANGE, TRUNCATING, UNDEFINED, FetchPartition, FetchPartitionResponse, FollowerFetch,
-    LeaderReplication)
+    BACKOFF,
+    FETCHING,
+    OUT_OF_RANGE,
+    TRUNCATING,
+    UNDEFINED,
+    FetchPartition,
+    FetchPartitionResponse,
+    FollowerFetch,
+    LeaderReplication,
+)
 from ..server.lifecycle import RECOVERY, BrokerLifecycle
 from ..storage.leader_epoch import LeaderEpochFileCache
 from .metadata import CLUSTER_ID, FEATURES, Rpc, RpcReply
@@ -56,12 +64,12 @@ TOPIC = "t"
 
 HEARTBEAT_MS = 250
 SESSION_MS = 1500
-LAG_MS = 1000                  # replica.lag.time.max.ms
-FETCH_WAIT_MS = 500            # replica.fetch.wait.max.ms
-FETCH_BACKOFF_MS = 100         # replica.fetch.backoff.ms
-REQUEST_TIMEOUT_MS = 500       # a lost request is resent after this (TCP would retransmit)
-PRODUCE_TIMEOUT_MS = 1500      # request.timeout.ms of a produce request
-UNCLEAN_INTERVAL_MS = 500      # unclean.leader.election.interval.ms
+LAG_MS = 1000  # replica.lag.time.max.ms
+FETCH_WAIT_MS = 500  # replica.fetch.wait.max.ms
+FETCH_BACKOFF_MS = 100  # replica.fetch.backoff.ms
+REQUEST_TIMEOUT_MS = 500  # a lost request is resent after this (TCP would retransmit)
+PRODUCE_TIMEOUT_MS = 1500  # request.timeout.ms of a produce request
+UNCLEAN_INTERVAL_MS = 500  # unclean.leader.election.interval.ms
 HOUSEKEEPING_MS = 100
 MAX_FETCH_RECORDS = 50
 
@@ -81,14 +89,14 @@ class MemLog:
     """A replica's log in the simulator (:class:`~kesque.replication.replica_state.ReplicaLog`)."""
 
     def __init__(self):
-        self.records: list[tuple[int, int]] = []      # (epoch, value) by offset
+        self.records: list[tuple[int, int]] = []  # (epoch, value) by offset
         self.durable = 0
         self.epochs = MemEpochCache()
         self.high_watermark = 0
         self.hw_checkpoint = 0
         self.log_start_offset = 0
-        self.truncated: list[tuple[int, list]] = []   # (offset, records removed) by the follower logic
-        self.low = 0                                  # lowest end since the invariants last looked
+        self.truncated: list[tuple[int, list]] = []  # (offset, records removed) by the follower logic
+        self.low = 0  # lowest end since the invariants last looked
 
     @property
     def log_end_offset(self) -> int:
@@ -177,7 +185,7 @@ class ReplicaFetchReply:
     partition: int
     token: int
     resp: FetchPartitionResponse
-    leader_start: int = UNDEFINED        # for OFFSET_OUT_OF_RANGE: the ListOffsets round trip, folded in
+    leader_start: int = UNDEFINED  # for OFFSET_OUT_OF_RANGE: the ListOffsets round trip, folded in
     leader_end: int = UNDEFINED
 
 
@@ -194,7 +202,7 @@ class ProduceReply:
     corr: int
     error_code: int
     offset: int = UNDEFINED
-    leader_epoch: int = UNDEFINED       # instrumentation (not in Kafka's answer): who acknowledged
+    leader_epoch: int = UNDEFINED  # instrumentation (not in Kafka's answer): who acknowledged
 
 
 @dataclass(slots=True)
@@ -212,24 +220,25 @@ class ConsumerFetchReply:
     offset: int
     values: list = field(default_factory=list)
     high_watermark: int = UNDEFINED
-    leader_epoch: int = UNDEFINED       # instrumentation: who served
+    leader_epoch: int = UNDEFINED  # instrumentation: who served
 
 
 # -- the controller ---------------------------------------------------------------------------------------
 class SimController:
-    def __init__(self, sim: "ReplicationSim"):
+    def __init__(self, sim: ReplicationSim):
         self.sim = sim
         self.image = MetadataImage()
         self.records: list[dict] = []
-        self.control = ClusterControl(sim.lifecycle_config, lambda: self.image, CLUSTER_ID, lambda topic: sim.unclean,
-                                      lambda topic: sim.min_isr)
+        self.control = ClusterControl(
+            sim.lifecycle_config, lambda: self.image, CLUSTER_ID, lambda topic: sim.unclean, lambda topic: sim.min_isr
+        )
         self.control.activate(0)
         self.repl = ReplicationControl(lambda: self.image, lambda topic: sim.unclean, lambda topic: sim.min_isr)
-        self.parked: dict[int, int] = {}           # broker -> offset of its parked MetaFetch
-        self.elected: dict[tuple[int, int], int] = {}    # (partition, leader epoch) -> leader
-        self.unclean: set[tuple[int, int]] = set()      # (partition, leader epoch) of unclean elections
+        self.parked: dict[int, int] = {}  # broker -> offset of its parked MetaFetch
+        self.elected: dict[tuple[int, int], int] = {}  # (partition, leader epoch) -> leader
+        self.unclean: set[tuple[int, int]] = set()  # (partition, leader epoch) of unclean elections
         self.next_unclean = 0
-        features = {**FEATURES, ELR_FEATURE: 1} if sim.elr else FEATURES     # KIP-966 on or off
+        features = {**FEATURES, ELR_FEATURE: 1} if sim.elr else FEATURES  # KIP-966 on or off
         self.propose([{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in features.items()])
 
     def propose(self, records: list[dict]) -> None:
@@ -259,8 +268,10 @@ class SimController:
             from_elr = not isr_before and p.leader in elr_before
             if isr_before is not None and p.leader >= 0 and p.leader not in isr_before and not from_elr:
                 if not self.sim.unclean:
-                    self.sim.inv.fail(f"partition {pid}: broker {p.leader} elected from outside the ISR "
-                                      f"{isr_before} with unclean.leader.election.enable=false")
+                    self.sim.inv.fail(
+                        f"partition {pid}: broker {p.leader} elected from outside the ISR "
+                        f"{isr_before} with unclean.leader.election.enable=false"
+                    )
                 self.unclean.add((pid, p.leader_epoch))
 
     def create_topic(self, partitions: int, rf: int) -> None:
@@ -270,9 +281,21 @@ class SimController:
         for p in range(partitions):
             start = rng.randrange(len(brokers))
             reps = [brokers[(start + i) % len(brokers)] for i in range(rf)]
-            recs.append({"type": "PartitionRecord", "partition_id": p, "topic_id": TOPIC_ID, "replicas": reps,
-                         "isr": list(reps), "removing_replicas": [], "adding_replicas": [], "leader": reps[0],
-                         "leader_recovery_state": 0, "leader_epoch": 0, "partition_epoch": 0})
+            recs.append(
+                {
+                    "type": "PartitionRecord",
+                    "partition_id": p,
+                    "topic_id": TOPIC_ID,
+                    "replicas": reps,
+                    "isr": list(reps),
+                    "removing_replicas": [],
+                    "adding_replicas": [],
+                    "leader": reps[0],
+                    "leader_recovery_state": 0,
+                    "leader_epoch": 0,
+                    "partition_epoch": 0,
+                }
+            )
         self.propose(recs)
 
     def partition(self, pid: int):
@@ -318,27 +341,37 @@ class SimController:
 
 # -- a broker -------------------------------------------------------------------------------------------
 class BrokerPartition:
-    __slots__ = ("rep", "fetch", "token", "fetch_deadline", "parked", "acks", "alter", "alter_corr",
-                 "alter_at", "next_isr_check")
+    __slots__ = (
+        "rep",
+        "fetch",
+        "token",
+        "fetch_deadline",
+        "parked",
+        "acks",
+        "alter",
+        "alter_corr",
+        "alter_at",
+        "next_isr_check",
+    )
 
     def __init__(self, rep: LeaderReplication):
         self.rep = rep
         self.fetch: FollowerFetch | None = None
         self.token = 0
-        self.fetch_deadline = -1          # >= 0: a fetch is in flight or due then
-        self.parked: list = []            # follower fetches waiting for data: (deadline, src, msg)
-        self.acks: list = []              # acks=all produce requests: (required offset, deadline, src, corr, offset)
-        self.alter = None                 # the AlterPartition proposal in flight
+        self.fetch_deadline = -1  # >= 0: a fetch is in flight or due then
+        self.parked: list = []  # follower fetches waiting for data: (deadline, src, msg)
+        self.acks: list = []  # acks=all produce requests: (required offset, deadline, src, corr, offset)
+        self.alter = None  # the AlterPartition proposal in flight
         self.alter_corr = 0
         self.alter_at = 0
         self.next_isr_check = 0
 
 
 class SimBroker:
-    def __init__(self, sim: "ReplicationSim", bid: int):
+    def __init__(self, sim: ReplicationSim, bid: int):
         self.sim = sim
         self.id = bid
-        self.logs: dict[int, MemLog] = {}     # the disk: survives restarts
+        self.logs: dict[int, MemLog] = {}  # the disk: survives restarts
         self.running = False
         self.incarnation = 0
 
@@ -354,11 +387,18 @@ class SimBroker:
         self.meta_offset = 0
         self.meta_sent = -1
         self.lifecycle = BrokerLifecycle(
-            self.id, uuid.UUID(int=rng.getrandbits(128)), self.sim.lifecycle_config, cluster_id=CLUSTER_ID,
-            listeners=[Endpoint("PLAINTEXT", f"broker{self.id}", 9092)], features={"metadata.version": (1, 25), ELR_FEATURE: (0, 1)},
-            request_timeout_ms=REQUEST_TIMEOUT_MS, rng=rng, now=now)
+            self.id,
+            uuid.UUID(int=rng.getrandbits(128)),
+            self.sim.lifecycle_config,
+            cluster_id=CLUSTER_ID,
+            listeners=[Endpoint("PLAINTEXT", f"broker{self.id}", 9092)],
+            features={"metadata.version": (1, 25), ELR_FEATURE: (0, 1)},
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            rng=rng,
+            now=now,
+        )
         self.corr = 0
-        self.lifecycle_corr = -1          # the registration/heartbeat in flight
+        self.lifecycle_corr = -1  # the registration/heartbeat in flight
         self.parts: dict[int, BrokerPartition] = {}
         self.next_flush = now + rng.randint(50, 400)
         self._fetch_metadata(now)
@@ -448,8 +488,8 @@ class SimBroker:
             if bp.alter is not None and msg.correlation_id == bp.alter_corr:
                 proposal, bp.alter = bp.alter, None
                 retry, hw = bp.rep.on_alter_partition_response(
-                    proposal, msg.error_code or (msg.body.error_code if msg.body else 0), msg.body,
-                    self.logs[pid], now)
+                    proposal, msg.error_code or (msg.body.error_code if msg.body else 0), msg.body, self.logs[pid], now
+                )
                 if retry:
                     bp.alter, bp.alter_at = proposal, now - REQUEST_TIMEOUT_MS + FETCH_BACKOFF_MS
                 if hw:
@@ -467,7 +507,7 @@ class SimBroker:
 
     def _apply_metadata(self, msg: MetaRecords, now: int) -> None:
         if msg.offset != self.meta_offset:
-            return                      # a duplicate or a stale answer
+            return  # a duplicate or a stale answer
         d = Delta()
         for rec in msg.records:
             self.image.replay(rec, d)
@@ -494,9 +534,14 @@ class SimBroker:
         log = self.logs.setdefault(pid, MemLog())
         bp = self.parts.get(pid)
         if bp is None:
-            bp = self.parts[pid] = BrokerPartition(LeaderReplication(
-                self.id, min_insync_replicas=self.sim.min_isr, replica_lag_time_max_ms=LAG_MS,
-                broker_epoch_of=self._broker_epoch_of))
+            bp = self.parts[pid] = BrokerPartition(
+                LeaderReplication(
+                    self.id,
+                    min_insync_replicas=self.sim.min_isr,
+                    replica_lag_time_max_ms=LAG_MS,
+                    broker_epoch_of=self._broker_epoch_of,
+                )
+            )
         rep = bp.rep
         rep.local_broker_epoch = self.lifecycle.broker_epoch
         if p.leader == self.id:
@@ -509,11 +554,12 @@ class SimBroker:
             self._on_hw(pid, bp, now)
             return
         if p.partition_epoch < rep.partition_epoch or (
-                not rep.is_leader and p.partition_epoch == rep.partition_epoch and bp.fetch is not None):
+            not rep.is_leader and p.partition_epoch == rep.partition_epoch and bp.fetch is not None
+        ):
             return
         new_epoch = rep.make_follower(p.leader, p.replicas, p.leader_epoch, p.partition_epoch)
         bp.alter = None
-        self._complete_acks(pid, bp, now)         # they fail: not the leader any more
+        self._complete_acks(pid, bp, now)  # they fail: not the leader any more
         for _, src, msg in bp.parked:
             self._replica_fetch(src, msg, now, may_park=False)
         bp.parked = []
@@ -527,8 +573,9 @@ class SimBroker:
         f = bp.fetch
         bp.token += 1
         bp.fetch_deadline = now + FETCH_WAIT_MS + REQUEST_TIMEOUT_MS
-        self.sim.send(self.id, f.leader_id, ReplicaFetch(pid, self.lifecycle.broker_epoch, bp.token,
-                                                         f.request(self.logs[pid])))
+        self.sim.send(
+            self.id, f.leader_id, ReplicaFetch(pid, self.lifecycle.broker_epoch, bp.token, f.request(self.logs[pid]))
+        )
 
     def _replica_fetch_reply(self, msg: ReplicaFetchReply, now: int) -> None:
         bp = self.parts.get(msg.partition)
@@ -544,7 +591,7 @@ class SimBroker:
         elif state == BACKOFF:
             bp.fetch_deadline = now + FETCH_BACKOFF_MS
         else:
-            bp.fetch_deadline = -1      # wait for metadata
+            bp.fetch_deadline = -1  # wait for metadata
 
     # -- leader side ---------------------------------------------------------------------------------
     def _replica_fetch(self, src: int, msg: ReplicaFetch, now: int, may_park: bool) -> None:
@@ -552,11 +599,20 @@ class SimBroker:
         bp = self.parts.get(pid)
         log = self.logs.get(pid)
         if bp is None or log is None:
-            self.sim.send(self.id, src, ReplicaFetchReply(pid, msg.token, FetchPartitionResponse(
-                int(E.not_leader_or_follower))))
+            self.sim.send(
+                self.id, src, ReplicaFetchReply(pid, msg.token, FetchPartitionResponse(int(E.not_leader_or_follower)))
+            )
             return
-        chk = bp.rep.on_follower_fetch(src, req.fetch_offset, req.last_fetched_epoch, req.current_leader_epoch,
-                                       req.log_start_offset, msg.broker_epoch, log, now)
+        chk = bp.rep.on_follower_fetch(
+            src,
+            req.fetch_offset,
+            req.last_fetched_epoch,
+            req.current_leader_epoch,
+            req.log_start_offset,
+            msg.broker_epoch,
+            log,
+            now,
+        )
         if chk.alter is not None:
             self._send_alter(pid, bp, chk.alter, now)
         if chk.hw_changed:
@@ -566,7 +622,7 @@ class SimBroker:
             if req.fetch_offset >= log.log_end_offset and may_park:
                 bp.parked.append((now + FETCH_WAIT_MS, src, msg))
                 return
-            recs = log.records[req.fetch_offset:req.fetch_offset + MAX_FETCH_RECORDS]
+            recs = log.records[req.fetch_offset : req.fetch_offset + MAX_FETCH_RECORDS]
             if recs:
                 resp.records, resp.first_offset, resp.last_epoch = recs, req.fetch_offset, recs[-1][0]
         self.sim.send(self.id, src, ReplicaFetchReply(pid, msg.token, resp, log.log_start_offset, log.log_end_offset))
@@ -574,8 +630,16 @@ class SimBroker:
     def _send_alter(self, pid: int, bp: BrokerPartition, proposal, now: int) -> None:
         self.corr += 1
         bp.alter, bp.alter_corr, bp.alter_at = proposal, self.corr, now
-        req = AlterPartitionRequest(self.id, self.lifecycle.broker_epoch, TOPIC_ID, pid, proposal.leader_epoch,
-                                    proposal.partition_epoch, list(proposal.new_isr), proposal.leader_recovery_state)
+        req = AlterPartitionRequest(
+            self.id,
+            self.lifecycle.broker_epoch,
+            TOPIC_ID,
+            pid,
+            proposal.leader_epoch,
+            proposal.partition_epoch,
+            list(proposal.new_isr),
+            proposal.leader_recovery_state,
+        )
         self.sim.send(self.id, CONTROLLER, Rpc(self.corr, req))
 
     def _on_hw(self, pid: int, bp: BrokerPartition, now: int) -> None:
@@ -618,31 +682,36 @@ class SimBroker:
     def _consumer_fetch(self, src: int, msg: ConsumerFetch, now: int) -> None:
         bp = self.parts.get(msg.partition)
         if bp is None or not bp.rep.is_leader:
-            self.sim.send(self.id, src, ConsumerFetchReply(msg.corr, msg.partition, int(E.not_leader_or_follower),
-                                                           msg.offset))
+            self.sim.send(
+                self.id, src, ConsumerFetchReply(msg.corr, msg.partition, int(E.not_leader_or_follower), msg.offset)
+            )
             return
         log = self.logs[msg.partition]
         hw = log.high_watermark
         if msg.offset > log.log_end_offset:
-            self.sim.send(self.id, src, ConsumerFetchReply(msg.corr, msg.partition, int(E.offset_out_of_range),
-                                                           msg.offset, high_watermark=hw))
+            self.sim.send(
+                self.id,
+                src,
+                ConsumerFetchReply(msg.corr, msg.partition, int(E.offset_out_of_range), msg.offset, high_watermark=hw),
+            )
             return
-        values = [v for _, v in log.records[msg.offset:min(hw, msg.offset + MAX_FETCH_RECORDS)]]
-        self.sim.send(self.id, src, ConsumerFetchReply(msg.corr, msg.partition, 0, msg.offset, values, hw,
-                                                       bp.rep.leader_epoch))
+        values = [v for _, v in log.records[msg.offset : min(hw, msg.offset + MAX_FETCH_RECORDS)]]
+        self.sim.send(
+            self.id, src, ConsumerFetchReply(msg.corr, msg.partition, 0, msg.offset, values, hw, bp.rep.leader_epoch)
+        )
 
 
 # -- the clients ----------------------------------------------------------------------------------------
 class Clients:
     """A producer (one value per request; acks=all or acks=1) and a consumer of every partition."""
 
-    def __init__(self, sim: "ReplicationSim", acks_all_share: float):
+    def __init__(self, sim: ReplicationSim, acks_all_share: float):
         self.sim = sim
         self.acks_all_share = acks_all_share
         self.producing = True
         self.next_value = 0
         self.corr = 0
-        self.pending: dict[int, tuple] = {}          # corr -> (partition, value, acks, sent)
+        self.pending: dict[int, tuple] = {}  # corr -> (partition, value, acks, sent)
         self.positions = {p: 0 for p in range(sim.partitions)}
         self.acked = {1: 0, -1: 0}
         self.served = 0
@@ -694,7 +763,7 @@ class Clients:
             if msg.offset != self.positions[pid]:
                 return
             if msg.error_code == E.offset_out_of_range:
-                self.positions[pid] = msg.high_watermark      # auto.offset.reset=latest
+                self.positions[pid] = msg.high_watermark  # auto.offset.reset=latest
                 return
             for i, v in enumerate(msg.values):
                 self.sim.inv.promise(pid, msg.offset + i, v, "served to a consumer", msg.leader_epoch)
@@ -704,9 +773,20 @@ class Clients:
 
 # -- the simulation ---------------------------------------------------------------------------------------
 class ReplicationSim:
-    def __init__(self, seed: int, *, brokers: int | None = None, partitions: int | None = None,
-                 rf: int | None = None, min_isr: int | None = None, unclean: bool = False, elr: bool = False,
-                 faults: NetworkFaults | None = None, acks_all_share: float = 0.8, produce_every: int = 40):
+    def __init__(
+        self,
+        seed: int,
+        *,
+        brokers: int | None = None,
+        partitions: int | None = None,
+        rf: int | None = None,
+        min_isr: int | None = None,
+        unclean: bool = False,
+        elr: bool = False,
+        faults: NetworkFaults | None = None,
+        acks_all_share: float = 0.8,
+        produce_every: int = 40,
+    ):
         self.s = Scheduler(seed)
         rng = self.rng = self.s.rng
         self.partitions = partitions if partitions is not None else rng.randint(1, 2)
@@ -714,7 +794,7 @@ class ReplicationSim:
         self.rf = rf if rf is not None else 3
         self.min_isr = min_isr if min_isr is not None else 2
         self.unclean = unclean
-        self.elr = elr                  # eligible.leader.replicas.version 1 (KIP-966)
+        self.elr = elr  # eligible.leader.replicas.version 1 (KIP-966)
         if faults is None:
             # delays (so reordering) and duplicates, no losses: a lost heartbeat or two may fence
             # a broker (BrokerLifecycle backs off), a second fault these scenarios do not intend;
@@ -795,6 +875,7 @@ class ReplicationSim:
                 if any(b.logs[pid].records != leader.records for b in self.brokers.values() if pid in b.logs):
                     return False
             return True
+
         self.until(same, "every replica holds the leader's log, all of it committed", 30_000)
         self.inv.check()
         self.inv.check_converged()

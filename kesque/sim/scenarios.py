@@ -25,7 +25,7 @@ from .scheduler import Scheduler
 from .txn_verification import TXN_BUGS, TXN_SCENARIOS
 from .txn_verification import bug_switch as txn_bug_switch
 
-BOUND_MS = 15_000          # liveness bound of one phase: 7.5 fetch timeouts (Kafka defaults)
+BOUND_MS = 15_000  # liveness bound of one phase: 7.5 fetch timeouts (Kafka defaults)
 APPEND_EVERY_MS = 20
 CREATE_EVERY_MS = 30
 
@@ -48,27 +48,44 @@ class Run:
 class Sim:
     """One scenario run: scheduler, cluster, invariants, and the helpers scenarios share."""
 
-    def __init__(self, seed: int, voters: int | None = None, observers: int | None = None,
-                 faults: NetworkFaults | None = None, majority_invariant: bool = True,
-                 knobs: Knobs | None = None, torn_tail: bool = False, snapshot_every: int = 0,
-                 metadata: bool = False):
+    def __init__(
+        self,
+        seed: int,
+        voters: int | None = None,
+        observers: int | None = None,
+        faults: NetworkFaults | None = None,
+        majority_invariant: bool = True,
+        knobs: Knobs | None = None,
+        torn_tail: bool = False,
+        snapshot_every: int = 0,
+        metadata: bool = False,
+    ):
         self.s = Scheduler(seed)
         rng = self.s.rng
         voters = voters if voters is not None else rng.randint(3, 5)
         observers = observers if observers is not None else rng.randint(0, 2)
         if faults is None:
-            faults = NetworkFaults(1, rng.randint(2, 20), drop=rng.choice((0, 0.005, 0.02)),
-                                   duplicate=rng.choice((0, 0.01, 0.05)))
+            faults = NetworkFaults(
+                1, rng.randint(2, 20), drop=rng.choice((0, 0.005, 0.02)), duplicate=rng.choice((0, 0.01, 0.05))
+            )
         # an fsync takes simulated time: up to 1, 10 or 40 ms (a fast disk, a slow one)
         flush_ms = (0, rng.choice((1, 10, 40)))
-        self.c = RaftCluster(self.s, voters, observers, faults=faults, knobs=knobs, torn_tail=torn_tail,
-                             snapshot_every=snapshot_every, flush_ms=flush_ms)
+        self.c = RaftCluster(
+            self.s,
+            voters,
+            observers,
+            faults=faults,
+            knobs=knobs,
+            torn_tail=torn_tail,
+            snapshot_every=snapshot_every,
+            flush_ms=flush_ms,
+        )
         self.inv = Invariants(self.c, majority=majority_invariant)
         self.meta = None
-        if metadata:    # controllers and brokers over the quorum; the client creates topics
+        if metadata:  # controllers and brokers over the quorum; the client creates topics
             self.meta = MetadataCluster(self.c)
             self.s.every(CREATE_EVERY_MS, CREATE_EVERY_MS // 2, self.meta.client_step)
-        else:           # the client appends integers
+        else:  # the client appends integers
             self.s.every(APPEND_EVERY_MS, APPEND_EVERY_MS // 2, self.c.append)
 
     def until(self, cond, what: str, bound: int = BOUND_MS) -> None:
@@ -93,6 +110,7 @@ def _of(among) -> str:
 
 
 # -- the scenarios ---------------------------------------------------------------------------------
+
 
 def initial_election(seed: int, **kw) -> Sim:
     sim = Sim(seed, **kw)
@@ -129,7 +147,7 @@ def all_killed(seed: int, **kw) -> Sim:
     sim.progress(10)
     for i in c.ids:
         c.kill(i)
-    back = sorted(c.voters)[:c.majority()]
+    back = sorted(c.voters)[: c.majority()]
     for i in back:
         c.start(i)
     sim.progress(10, everyone=True)
@@ -203,15 +221,20 @@ def stranded_candidate(seed: int, **kw) -> Sim:
     epoch = c.nodes[leader].raft.epoch
     c.router.isolate(leader, c.ids)
     # x: the follower with the longer log, so that the other one grants it a pre-vote
-    x, y = sorted((v for v in c.voters if v != leader), key=lambda v: (
-        -c.nodes[v].disk.log.last_fetched_epoch(), -c.nodes[v].disk.log.end_offset()))
-    c.router.filters.append(lambda src, dst, msg: isinstance(msg, VoteRequest) and (
-        src == y or (src == x and not msg.pre_vote)))
-    sim.until(lambda: c.nodes[x].raft.epoch > epoch and c.nodes[x].raft.state.name == "Prospective",
-              f"node {x} back to pre-votes in epoch {epoch + 1}")
+    x, y = sorted(
+        (v for v in c.voters if v != leader),
+        key=lambda v: (-c.nodes[v].disk.log.last_fetched_epoch(), -c.nodes[v].disk.log.end_offset()),
+    )
+    c.router.filters.append(
+        lambda src, dst, msg: isinstance(msg, VoteRequest) and (src == y or (src == x and not msg.pre_vote))
+    )
+    sim.until(
+        lambda: c.nodes[x].raft.epoch > epoch and c.nodes[x].raft.state.name == "Prospective",
+        f"node {x} back to pre-votes in epoch {epoch + 1}",
+    )
     c.router.filters = [lambda src, dst, msg: src == x and isinstance(msg, VoteRequest)]
     c.router.reconnect(leader)
-    sim.s.run_for(3_000)            # the others settle with the old leader; x is still muted
+    sim.s.run_for(3_000)  # the others settle with the old leader; x is still muted
     c.router.heal()
     sim.progress(10, everyone=True)
     return sim
@@ -283,7 +306,7 @@ def chaos(seed: int, **kw) -> Sim:
         leader = c.leader_id()
         victim = leader if leader >= 0 and rng.random() < 0.7 else (rng.choice(up) if up else -1)
         if len(down) > len(c.voters) // 2 and rng.random() < 0.7:
-            c.start(rng.choice(down))       # mostly keep a majority up: more elections, more to check
+            c.start(rng.choice(down))  # mostly keep a majority up: more elections, more to check
         elif roll < 0.25 and victim >= 0:
             c.kill(victim)
         elif roll < 0.35 and victim >= 0:
@@ -300,8 +323,9 @@ def chaos(seed: int, **kw) -> Sim:
         elif roll < 0.92 and up:
             # one node's real Vote requests are lost (its pre-votes pass) until the next heal
             mute = rng.choice(up)
-            c.router.filters.append(lambda src, dst, msg, mute=mute: (
-                src == mute and isinstance(msg, VoteRequest) and not msg.pre_vote))
+            c.router.filters.append(
+                lambda src, dst, msg, mute=mute: src == mute and isinstance(msg, VoteRequest) and not msg.pre_vote
+            )
         else:
             c.router.heal()
     c.router.heal()
@@ -330,8 +354,10 @@ def snapshot_catch_up(seed: int, **kw) -> Sim:
         c.kill(victim)
     behind = c.nodes[victim].disk.log.end_offset()
     others = set(c.ids) - {victim}
-    sim.until(lambda: all(c.nodes[i].disk.log.log_start_offset() > behind for i in others if c.is_running(i)),
-              f"every other node's log start passes node {victim}'s end {behind}")
+    sim.until(
+        lambda: all(c.nodes[i].disk.log.log_start_offset() > behind for i in others if c.is_running(i)),
+        f"every other node's log start passes node {victim}'s end {behind}",
+    )
     installed = c.snapshots_installed
     c.start(victim)
     sim.until(lambda: c.snapshots_installed > installed, f"node {victim} installs a snapshot")
@@ -347,6 +373,7 @@ def chaos_snapshots(seed: int, **kw) -> Sim:
 
 
 # -- the metadata layer: controllers, brokers, the broker lifecycle ------------------------------------
+
 
 def metadata_sim(seed: int, **kw) -> Sim:
     """3-5 controllers (the voters) and 3-4 brokers (the observers), every broker registered and
@@ -376,6 +403,7 @@ def _converged(sim: Sim) -> None:
         ctl = meta.controller()
         ends = {sn.app.applied_end for sn in c.running()}
         return ctl is not None and ctl.ahead == ctl.applied_end and len(ends) == 1 and min(ends) >= target
+
     sim.until(same, f"every node applies the same offset, at least {target}")
     meta.inv.check_converged()
 
@@ -406,8 +434,9 @@ def controller_failover(seed: int, **kw) -> Sim:
             c.router.isolate(old, c.ids)
         else:
             how(old)
-        sim.until(lambda: meta.controller() is not None and meta.controller().sn.node_id != old,
-                  "a new active controller")
+        sim.until(
+            lambda: meta.controller() is not None and meta.controller().sn.node_id != old, "a new active controller"
+        )
         sim.until(lambda: len(meta.acked) >= meta.topics_wanted, f"{meta.topics_wanted} topics acknowledged")
         if how == "isolate":
             c.router.heal()
@@ -429,10 +458,12 @@ def broker_killed(seed: int, **kw) -> Sim:
     killed_at = s.now
     c.kill(victim)
     quick = s.rng.random() < 0.5
-    if quick:       # back at once: DUPLICATE_BROKER_REGISTRATION until the old session expires
+    if quick:  # back at once: DUPLICATE_BROKER_REGISTRATION until the old session expires
         c.start(victim)
-    sim.until(lambda: meta.controller() is not None and meta.controller().image.brokers[victim].fenced,
-              f"broker {victim} fenced")
+    sim.until(
+        lambda: meta.controller() is not None and meta.controller().image.brokers[victim].fenced,
+        f"broker {victim} fenced",
+    )
     fenced_at = next((t for t, b in meta.fenced_by_expiry if b == victim and t >= killed_at), None)
     if fenced_at is None:
         sim.inv.fail(f"broker {victim} was fenced, but not by the expiry of its session")
@@ -467,13 +498,19 @@ def broker_controlled_shutdown(seed: int, **kw) -> Sim:
     for b in meta.brokers():
         other = meta.broker(b)
         if b != victim and other.lifecycle.unfenced:
-            led = [f"{t.name}-{i}" for t in other.image.topics_by_id.values()
-                   for i, p in t.partitions.items() if p.leader == victim]
+            led = [
+                f"{t.name}-{i}"
+                for t in other.image.topics_by_id.values()
+                for i, p in t.partitions.items()
+                if p.leader == victim
+            ]
             if led:
                 sim.inv.fail(f"broker {victim} left while broker {b} still sees it lead {led}")
     c.shutdown(victim)
-    sim.until(lambda: meta.controller() is not None and meta.controller().image.brokers[victim].fenced,
-              f"broker {victim} fenced")
+    sim.until(
+        lambda: meta.controller() is not None and meta.controller().image.brokers[victim].fenced,
+        f"broker {victim} fenced",
+    )
     s.run_for(s.rng.randint(0, 3000))
     c.start(victim)
     sim.until(lambda: meta.broker(victim).lifecycle.unfenced, f"broker {victim} unfenced again")
@@ -483,9 +520,24 @@ def broker_controlled_shutdown(seed: int, **kw) -> Sim:
 
 METADATA_SCENARIOS = (controller_failover, broker_killed, broker_controlled_shutdown)
 
-SCENARIOS = {f.__name__: f for f in METADATA_SCENARIOS + (
-    snapshot_catch_up, chaos_snapshots, initial_election, leader_failure, all_killed, leader_partitioned,
-    majority_reachable, back_to_back, stranded_candidate, disk_loss, disk_loss_then_leader_cut, chaos)}
+SCENARIOS = {
+    f.__name__: f
+    for f in METADATA_SCENARIOS
+    + (
+        snapshot_catch_up,
+        chaos_snapshots,
+        initial_election,
+        leader_failure,
+        all_killed,
+        leader_partitioned,
+        majority_reachable,
+        back_to_back,
+        stranded_candidate,
+        disk_loss,
+        disk_loss_then_leader_cut,
+        chaos,
+    )
+}
 SCENARIOS.update(REPLICATION_SCENARIOS)
 SCENARIOS.update(TXN_SCENARIOS)
 SCENARIOS.update(REAL_SCENARIOS)

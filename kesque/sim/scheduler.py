@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from typing import Callable
+from collections.abc import Callable
 
 
 class SimulationError(AssertionError):
@@ -46,9 +46,11 @@ class Scheduler:
 
     def every(self, period: int, jitter: int, fn: Callable) -> None:
         """Call ``fn()`` every ``period`` ± ``jitter`` ms, forever."""
+
         def run():
             fn()
             self.after(period + self.rng.randint(-jitter, jitter), run)
+
         self.after(self.rng.randint(0, period), run)
 
     def step(self) -> None:

@@ -54,11 +54,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
+from ..config.topic import LogConfig
 from ..errors import ErrorCode, KafkaError
 from ..records.records import build_batch
-from ..config.topic import LogConfig
-from ..storage.unified_log import UnifiedLog
 from ..storage.producer_state import ProducerStateManager
+from ..storage.unified_log import UnifiedLog
 from .network import NetworkFaults, Router
 from .scheduler import InvariantViolation, LivenessViolation, Scheduler
 
@@ -66,7 +66,7 @@ LEADER, COORDINATOR, PRODUCER = 1, 2, 1000
 PID = 4000
 MAX_IN_FLIGHT = 5
 REQUEST_TIMEOUT_MS = 300
-ADD_RETRY_BACKOFF_MS, ADD_RETRY_MAX_MS = 20, 100   # add.partitions.to.txn.retry.backoff(.max).ms
+ADD_RETRY_BACKOFF_MS, ADD_RETRY_MAX_MS = 20, 100  # add.partitions.to.txn.retry.backoff(.max).ms
 BOUND_MS = 60_000
 
 TXN_BUGS = ("skip_verification_sequence_check", "clear_verification_on_any_marker")
@@ -96,7 +96,7 @@ class Close:
 
 @dataclass
 class Verify:
-    entry: int          # the leader's id of the queued verification
+    entry: int  # the leader's id of the queued verification
     epoch: int
     txn: int
 
@@ -121,20 +121,21 @@ class Marker:
 @dataclass
 class Waiting:
     """A request at the leader: being verified, or queued behind an earlier one of its connection."""
+
     req: Produce
     guard: object = None
     code: ErrorCode | None = None  # the coordinator's answer, once it came
-    started: int | None = None     # when its first verification started (TV2 retries)
+    started: int | None = None  # when its first verification started (TV2 retries)
 
 
 class Leader:
-    unordered_connection_appends = False   # bug switch
+    unordered_connection_appends = False  # bug switch
 
-    def __init__(self, sim: "TxnVerificationSim", log: UnifiedLog):
+    def __init__(self, sim: TxnVerificationSim, log: UnifiedLog):
         self.sim = sim
         self.log = log
         self.by_conn: dict[int, list[Waiting]] = {}
-        self.in_flight: dict | None = None     # the verification sent to the coordinator: {entry: [Waiting]}
+        self.in_flight: dict | None = None  # the verification sent to the coordinator: {entry: [Waiting]}
         self.queued: tuple[int, list[Waiting]] | None = None  # the next one, batched
         self.next_entry = 0
         self.closed: set[int] = set()
@@ -148,13 +149,17 @@ class Leader:
 
     def _start(self, w: Waiting) -> None:
         req = w.req
-        if self.log.producer_state.ongoing_txn_of(PID) >= 0 and self.log.producer_state.producers[PID].epoch == req.epoch:
+        if (
+            self.log.producer_state.ongoing_txn_of(PID) >= 0
+            and self.log.producer_state.producers[PID].epoch == req.epoch
+        ):
             self._append(w)
             return
         if w.started is None:
             w.started = self.sim.s.now
-        w.guard = self.log.maybe_start_transaction_verification(PID, req.seq, req.epoch, self.sim.s.now,
-                                                                supports_epoch_bump=self.sim.tv2)
+        w.guard = self.log.maybe_start_transaction_verification(
+            PID, req.seq, req.epoch, self.sim.s.now, supports_epoch_bump=self.sim.tv2
+        )
         # one verification per transactional id goes to the coordinator; a newer one queued
         # pushes the older queued one out (AddPartitionsToTxnManager.addTxnData)
         if self.in_flight is None:
@@ -183,8 +188,9 @@ class Leader:
         self.in_flight = {self.next_entry: ws}
         self.sim.router.send(LEADER, COORDINATOR, Verify(self.next_entry, ws[0].req.epoch, ws[0].req.txn))
         # the channel's request time-out: an answer that does not come is a NETWORK_EXCEPTION
-        self.sim.s.after(REQUEST_TIMEOUT_MS, self.on_verify_reply, VerifyReply(self.next_entry,
-                                                                               ErrorCode.network_exception))
+        self.sim.s.after(
+            REQUEST_TIMEOUT_MS, self.on_verify_reply, VerifyReply(self.next_entry, ErrorCode.network_exception)
+        )
 
     def on_verify_reply(self, msg: VerifyReply) -> None:
         if self.in_flight is None or msg.entry not in self.in_flight:
@@ -202,8 +208,11 @@ class Leader:
     def _done_verifying(self, w: Waiting) -> None:
         if w.code == ErrorCode.none:
             self._append(w)
-        elif self.sim.tv2 and w.code == ErrorCode.concurrent_transactions \
-                and self.sim.s.now - w.started < ADD_RETRY_MAX_MS:
+        elif (
+            self.sim.tv2
+            and w.code == ErrorCode.concurrent_transactions
+            and self.sim.s.now - w.started < ADD_RETRY_MAX_MS
+        ):
             # a TV2 add is asked again while the coordinator completes the last transaction,
             # its verification started again each time (ProduceApis._added_with_retries)
             w.code = None
@@ -211,15 +220,27 @@ class Leader:
         elif self.sim.tv2 and w.code == ErrorCode.concurrent_transactions:
             self._reply(w, w.code)
         else:
-            code = ErrorCode.not_enough_replicas if w.code in (
-                ErrorCode.network_exception, ErrorCode.concurrent_transactions) else w.code
+            code = (
+                ErrorCode.not_enough_replicas
+                if w.code in (ErrorCode.network_exception, ErrorCode.concurrent_transactions)
+                else w.code
+            )
             self._reply(w, code)
 
     def _append(self, w: Waiting) -> None:
         req = w.req
-        batch = memoryview(bytearray(build_batch([(None, f"{req.txn}:{req.seq}".encode(), ())], producer_id=PID,
-                                                 producer_epoch=req.epoch, base_sequence=req.seq,
-                                                 transactional=True, timestamp=self.sim.s.now)))
+        batch = memoryview(
+            bytearray(
+                build_batch(
+                    [(None, f"{req.txn}:{req.seq}".encode(), ())],
+                    producer_id=PID,
+                    producer_epoch=req.epoch,
+                    base_sequence=req.seq,
+                    transactional=True,
+                    timestamp=self.sim.s.now,
+                )
+            )
+        )
         try:
             info = self.log.append_as_leader(batch, 0, self.sim.s.now, w.guard, True)
         except KafkaError as e:
@@ -244,13 +265,13 @@ class Leader:
 
 @dataclass
 class Producer:
-    sim: "TxnVerificationSim"
+    sim: TxnVerificationSim
     epoch: int = 0
     txn: int = 0
-    records: int = 0                 # batches in the current transaction
-    base: int = 0                    # the sequence of its first (sequences go on across transactions)
-    acked: dict = field(default_factory=dict)   # seq -> offset
-    draining: bool = False           # an error came: wait for the batches in flight, then resend
+    records: int = 0  # batches in the current transaction
+    base: int = 0  # the sequence of its first (sequences go on across transactions)
+    acked: dict = field(default_factory=dict)  # seq -> offset
+    draining: bool = False  # an error came: wait for the batches in flight, then resend
     in_flight: dict = field(default_factory=dict)  # seq -> time sent
     conn: int = 1
     committing: bool = False
@@ -263,7 +284,7 @@ class Producer:
         self.in_flight = {}
         self.draining = False
         self.committing = False
-        self.sim.adds(self.txn)   # AddPartitionsToTxn: the coordinator has the partition in a moment
+        self.sim.adds(self.txn)  # AddPartitionsToTxn: the coordinator has the partition in a moment
         self.pump()
 
     def first_unacked(self) -> int:
@@ -282,7 +303,9 @@ class Producer:
             if seq in self.acked or seq in self.in_flight:
                 continue
             self.in_flight[seq] = self.sim.s.now
-            self.sim.on_connection(PRODUCER, LEADER, self.conn, Produce(self.conn, self.epoch, self.base + seq, self.txn))
+            self.sim.on_connection(
+                PRODUCER, LEADER, self.conn, Produce(self.conn, self.epoch, self.base + seq, self.txn)
+            )
             self.sim.s.after(REQUEST_TIMEOUT_MS, self.check_timeout, self.txn, seq, self.conn)
         if len(self.acked) == self.records and not self.committing:
             self.committing = True
@@ -300,18 +323,22 @@ class Producer:
             # the Java client takes this as fatal (the transaction aborts, Kafka Streams fences
             # its thread): only a batch behind an unacknowledged one may be told it
             raise InvariantViolation(f"sequence {msg.seq}, the next in line, was told OUT_OF_ORDER_SEQUENCE_NUMBER")
-        elif msg.code in (ErrorCode.not_enough_replicas, ErrorCode.out_of_order_sequence_number,
-                          ErrorCode.concurrent_transactions):
+        elif msg.code in (
+            ErrorCode.not_enough_replicas,
+            ErrorCode.out_of_order_sequence_number,
+            ErrorCode.concurrent_transactions,
+        ):
             self.draining = True
         else:
-            raise InvariantViolation(f"the producer was told {msg.code.name} for sequence {msg.seq} "
-                                     f"of transaction {msg.txn}")
+            raise InvariantViolation(
+                f"the producer was told {msg.code.name} for sequence {msg.seq} of transaction {msg.txn}"
+            )
         self.pump()
 
     def check_timeout(self, txn: int, seq: int, conn: int) -> None:
         if txn == self.txn and conn == self.conn and seq in self.in_flight:
             self.sim.reliably(PRODUCER, LEADER, Close(self.conn))
-            self.conn += 1          # a new connection; what the old one carried may still arrive
+            self.conn += 1  # a new connection; what the old one carried may still arrive
             self.in_flight = {}
             self.draining = False
             self.pump()
@@ -330,14 +357,14 @@ class Producer:
 
 
 class Coordinator:
-    def __init__(self, sim: "TxnVerificationSim"):
+    def __init__(self, sim: TxnVerificationSim):
         self.sim = sim
         self.added: set[int] = set()
-        self.completed: set[int] = set()   # transactions whose marker is written
+        self.completed: set[int] = set()  # transactions whose marker is written
 
     def on_verify(self, msg: Verify) -> None:
         rng = self.sim.s.rng
-        if self.sim.tv2:   # the leader adds the partition, once the last transaction is complete
+        if self.sim.tv2:  # the leader adds the partition, once the last transaction is complete
             if msg.txn - 1 not in self.completed and msg.txn > 1:
                 code = ErrorCode.concurrent_transactions
             else:
@@ -350,18 +377,18 @@ class Coordinator:
         self.sim.s.after(rng.randint(0, 30), self.sim.router.send, COORDINATOR, LEADER, VerifyReply(msg.entry, code))
 
     def on_end_txn(self, msg: EndTxn) -> None:
-        epoch = self.sim.producer.epoch + (1 if self.sim.tv2 else 0)   # TV2 markers carry the bumped epoch
+        epoch = self.sim.producer.epoch + (1 if self.sim.tv2 else 0)  # TV2 markers carry the bumped epoch
         if self.sim.tv2:
             self.sim.s.after(self.sim.s.rng.randint(0, 5), self.sim.producer.on_end_txn_answer)
         self.sim.reliably(COORDINATOR, LEADER, Marker(epoch, msg.txn))
 
 
 class TxnVerificationInvariants:
-    def __init__(self, sim: "TxnVerificationSim"):
+    def __init__(self, sim: TxnVerificationSim):
         self.sim = sim
         self.committed = 0
-        self.scanned_to = 0          # the log is checked up to here
-        self.seqs: list[int] = []    # the producer's sequences in log order
+        self.scanned_to = 0  # the log is checked up to here
+        self.seqs: list[int] = []  # the producer's sequences in log order
         self.at: dict[int, int] = {}  # sequence -> offset
         self.acks_checked = 0
         self.epoch, self.epoch_seqs = -1, 0
@@ -373,21 +400,24 @@ class TxnVerificationInvariants:
                 if h.base_offset < self.scanned_to:
                     continue
                 if not h.is_control:
-                    if h.producer_epoch != self.epoch:      # a new epoch starts its sequences again
+                    if h.producer_epoch != self.epoch:  # a new epoch starts its sequences again
                         self.epoch, self.epoch_seqs = h.producer_epoch, 0
                     self.seqs.append(h.base_sequence)
                     self.at[(h.producer_epoch, h.base_sequence)] = h.base_offset
                     if h.base_sequence != self.epoch_seqs:
                         raise InvariantViolation(
                             f"sequence {h.base_sequence} of epoch {h.producer_epoch} is in the log at offset "
-                            f"{h.base_offset} after sequences {self.seqs[-6:-1]}: not in order")
+                            f"{h.base_offset} after sequences {self.seqs[-6:-1]}: not in order"
+                        )
                     self.epoch_seqs += 1
             self.scanned_to = log.log_end_offset
         acked = self.sim.acked
-        for epoch, seq, offset in acked[self.acks_checked:]:
+        for epoch, seq, offset in acked[self.acks_checked :]:
             if self.at.get((epoch, seq)) != offset:
-                raise InvariantViolation(f"sequence {seq} of epoch {epoch} was acknowledged at offset {offset}, "
-                                         f"the log has it at {self.at.get((epoch, seq))}")
+                raise InvariantViolation(
+                    f"sequence {seq} of epoch {epoch} was acknowledged at offset {offset}, "
+                    f"the log has it at {self.at.get((epoch, seq))}"
+                )
         self.acks_checked = len(acked)
         self.committed = len(self.seqs)
 
@@ -404,7 +434,7 @@ class TxnVerificationSim:
         self.producer = Producer(self)
         self.acked: list[tuple[int, int, int]] = []  # (epoch, sequence, offset) acknowledged
         self.finished = 0
-        self.broken: set[int] = set()                 # connections that lost a message
+        self.broken: set[int] = set()  # connections that lost a message
         self.last_arrival: dict[tuple, int] = {}
         self.inv = TxnVerificationInvariants(self)
         self.s.add_invariant(self.inv.check)
@@ -446,7 +476,7 @@ class TxnVerificationSim:
                 self.coordinator.on_verify(msg)
             elif isinstance(msg, EndTxn):
                 self.coordinator.on_end_txn(msg)
-            elif isinstance(msg, Marker):   # the marker is written: the transaction is complete
+            elif isinstance(msg, Marker):  # the marker is written: the transaction is complete
                 self.coordinator.completed.add(msg.txn)
                 self.s.after(1, self.producer.on_committed)
         elif dst == PRODUCER:

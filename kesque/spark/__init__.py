@@ -59,6 +59,7 @@ class KesqueDataSource(DataSource):
 
     def schema(self) -> str:
         from .options import _bool
+
         return SCHEMA_DDL + (HEADERS_DDL if _bool(self.options, "includeHeaders", False) else "")
 
     def reader(self, schema) -> DataSourceReader:
@@ -101,9 +102,11 @@ class KesqueBatchReader(DataSourceReader):
         for tp in tps:
             s, e = start[tp], end[tp]
             if s > e:
-                raise KesqueSourceError(f"Beginning offset {s} is after the ending offset {e} for topic {tp[0]} "
-                                        f"partition {tp[1]}. You either provided an invalid startingOffsets or "
-                                        "endingOffsets, or the data was deleted.")
+                raise KesqueSourceError(
+                    f"Beginning offset {s} is after the ending offset {e} for topic {tp[0]} "
+                    f"partition {tp[1]}. You either provided an invalid startingOffsets or "
+                    "endingOffsets, or the data was deleted."
+                )
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
         return [RangePartition(r) for r in split_ranges(ranges, self.o.min_partitions)]
 
@@ -116,7 +119,7 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, o):
         self.o = o
         self._planner = OffsetPlanner(o)
-        self._target: dict | None = None   # Trigger.AvailableNow: do not read past this
+        self._target: dict | None = None  # Trigger.AvailableNow: do not read past this
         self._last_trigger = time.monotonic()  # minOffsetsPerTrigger waits at most maxTriggerDelay
 
     def initialOffset(self) -> dict:
@@ -147,8 +150,11 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = self._planner.earliest(new)
             for tp in new:
                 if first[tp] != 0:
-                    data_loss(self.o, f"Added partition {tp[0]}-{tp[1]} starts from {first[tp]} instead of 0. "
-                                      "Some data may have been missed.")
+                    data_loss(
+                        self.o,
+                        f"Added partition {tp[0]}-{tp[1]} starts from {first[tp]} instead of 0. "
+                        "Some data may have been missed.",
+                    )
                 begin[tp] = first[tp]
         if self._waits_for_more(begin, latest):
             return start
@@ -188,8 +194,10 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, e in sorted(stop.items()):
             s = begin[tp]
             if e < s:
-                data_loss(self.o, f"Partition {tp[0]}-{tp[1]}'s offset was changed from {s} to {e}, some data may "
-                                  "have been missed.")
+                data_loss(
+                    self.o,
+                    f"Partition {tp[0]}-{tp[1]}'s offset was changed from {s} to {e}, some data may have been missed.",
+                )
                 continue
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
         return [RangePartition(r) for r in split_ranges(ranges, self.o.min_partitions)]
@@ -209,6 +217,7 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class _TaskWriter:
     """What both writers' tasks do: write the rows in a prepared transaction whose id starts
     with ``<prefix>.<kind><writer uuid>`` (``kind``: ``b`` batch, ``s`` streaming)."""
+
     kind = ""
 
     def __init__(self, o):

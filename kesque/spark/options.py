@@ -17,29 +17,29 @@ LATEST = -1
 # Spark's connector refuses these Kafka options: the connector owns what they control
 _REJECTED_SOURCE = {
     "auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
-                         "'startingOffsets' to 'earliest' or 'latest' to specify where to start. Structured "
-                         "Streaming manages which offsets are consumed internally, rather than relying on the "
-                         "kafkaConsumer. This will ensure that no data is missed when new topics/partitions are "
-                         "dynamically subscribed. Note that 'startingOffsets' only applies when a new Streaming "
-                         "query is started, and that resuming will always pick up from where the query left off.",
+    "'startingOffsets' to 'earliest' or 'latest' to specify where to start. Structured "
+    "Streaming manages which offsets are consumed internally, rather than relying on the "
+    "kafkaConsumer. This will ensure that no data is missed when new topics/partitions are "
+    "dynamically subscribed. Note that 'startingOffsets' only applies when a new Streaming "
+    "query is started, and that resuming will always pick up from where the query left off.",
     "key.deserializer": "Kafka option 'key.deserializer' is not supported, as keys are always deserialized as "
-                        "byte arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly "
-                        "deserialize the keys.",
+    "byte arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly "
+    "deserialize the keys.",
     "value.deserializer": "Kafka option 'value.deserializer' is not supported, as values are always deserialized "
-                          "as byte arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly "
-                          "deserialize the values.",
+    "as byte arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly "
+    "deserialize the values.",
     "enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported, as Structured Streaming does not "
-                          "commit any offset to Kafka.",
+    "commit any offset to Kafka.",
     "interceptor.classes": "Kafka option 'interceptor.classes' is not supported as it could break the query's "
-                           "semantics.",
+    "semantics.",
 }
 _REJECTED_SINK = {
     "key.serializer": "Kafka option 'key.serializer' is not supported, as keys are always serialized with "
-                      "ByteArraySerializer. Use DataFrame operations to explicitly serialize the keys into either "
-                      "strings or byte arrays.",
+    "ByteArraySerializer. Use DataFrame operations to explicitly serialize the keys into either "
+    "strings or byte arrays.",
     "value.serializer": "Kafka option 'value.serializer' is not supported, as values are always serialized with "
-                        "ByteArraySerializer. Use DataFrame operations to explicitly serialize the values into "
-                        "either strings or byte arrays.",
+    "ByteArraySerializer. Use DataFrame operations to explicitly serialize the values into "
+    "either strings or byte arrays.",
     "interceptor.classes": _REJECTED_SOURCE["interceptor.classes"],
 }
 
@@ -106,12 +106,18 @@ def _check_rejected(params: dict, table: dict) -> None:
 
 
 # kafka.* options handed to kesque's consumer / producer (Kafka config name -> keyword)
-CONSUMER_PARAMS = {"client.id": ("client_id", str), "fetch.min.bytes": ("fetch_min_bytes", int),
-                   "fetch.max.bytes": ("fetch_max_bytes", int),
-                   "max.partition.fetch.bytes": ("partition_max_bytes", int),
-                   "fetch.max.wait.ms": ("max_wait_ms", int)}
-PRODUCER_PARAMS = {"client.id": ("client_id", str), "batch.size": ("batch_size", int),
-                   "request.timeout.ms": ("request_timeout_ms", int)}
+CONSUMER_PARAMS = {
+    "client.id": ("client_id", str),
+    "fetch.min.bytes": ("fetch_min_bytes", int),
+    "fetch.max.bytes": ("fetch_max_bytes", int),
+    "max.partition.fetch.bytes": ("partition_max_bytes", int),
+    "fetch.max.wait.ms": ("max_wait_ms", int),
+}
+PRODUCER_PARAMS = {
+    "client.id": ("client_id", str),
+    "batch.size": ("batch_size", int),
+    "request.timeout.ms": ("request_timeout_ms", int),
+}
 
 
 def client_kwargs(params: dict, table: dict, **defaults) -> dict:
@@ -148,12 +154,15 @@ def parse_partition_json(name: str, text: str, *, allowed_special: tuple[int, ..
                     break
                 out[(topic, pi)] = off
     if not ok:
-        raise OptionError(f"option '{name}': expected e.g. {{\"topicA\":{{\"0\":23,\"1\":-1}},\"topicB\":{{\"0\":-2}}}}"
-                          f", got {text}")
+        raise OptionError(
+            f'option \'{name}\': expected e.g. {{"topicA":{{"0":23,"1":-1}},"topicB":{{"0":-2}}}}, got {text}'
+        )
     for tp, off in out.items():
         if off < 0 and off not in allowed_special:
-            raise OptionError(f"option '{name}': offset {off} for {tp[0]}-{tp[1]} is not allowed here "
-                              f"(allowed special values: {', '.join(map(str, allowed_special)) or 'none'})")
+            raise OptionError(
+                f"option '{name}': offset {off} for {tp[0]}-{tp[1]} is not allowed here "
+                f"(allowed special values: {', '.join(map(str, allowed_special)) or 'none'})"
+            )
     return out
 
 
@@ -161,17 +170,22 @@ def parse_partition_json(name: str, text: str, *, allowed_special: tuple[int, ..
 class Bound:
     """Where a read starts or ends: a kind ("earliest", "latest", "offsets", "timestamp",
     "timestamps") and its value."""
+
     kind: str
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     timestamp: int = -1
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())],
-                "timestamp": self.timestamp}
+        return {
+            "kind": self.kind,
+            "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())],
+            "timestamp": self.timestamp,
+        }
 
 
-def _bound(options, prefix: str, default: str, *, allow_earliest: bool, allow_latest: bool,
-           json_special: tuple[int, ...]) -> Bound:
+def _bound(
+    options, prefix: str, default: str, *, allow_earliest: bool, allow_latest: bool, json_special: tuple[int, ...]
+) -> Bound:
     ts = _get(options, f"{prefix}Timestamp")
     by_ts = _get(options, f"{prefix}OffsetsByTimestamp")
     offs = _get(options, f"{prefix}Offsets")
@@ -197,7 +211,7 @@ def _bound(options, prefix: str, default: str, *, allow_earliest: bool, allow_la
 @dataclass
 class SourceOptions:
     bootstrap: str
-    strategy: str                     # subscribe | subscribePattern | assign
+    strategy: str  # subscribe | subscribePattern | assign
     topics: list[str] = field(default_factory=list)
     pattern: str | None = None
     assign: dict[str, list[int]] = field(default_factory=dict)
@@ -228,20 +242,24 @@ def source_options(options, streaming: bool) -> SourceOptions:
     _check_rejected(params, _REJECTED_SOURCE)
     given = [n for n in ("subscribe", "subscribePattern", "assign") if _get(options, n) is not None]
     if len(given) != 1:
-        raise OptionError("One of the following options must be specified for Kafka source: subscribe, "
-                          f"subscribePattern, assign (exactly one; got {', '.join(given) or 'none'}). See the docs "
-                          "for more details.")
+        raise OptionError(
+            "One of the following options must be specified for Kafka source: subscribe, "
+            f"subscribePattern, assign (exactly one; got {', '.join(given) or 'none'}). See the docs "
+            "for more details."
+        )
     o = SourceOptions(bootstrap=_bootstrap(params), strategy=given[0], params=params)
     value = str(_get(options, given[0]))
     if o.strategy == "subscribe":
         o.topics = [t.strip() for t in value.split(",") if t.strip()]
         if not o.topics:
-            raise OptionError(f"No topics to subscribe to as specified topics are empty: option 'subscribe' = "
-                              f"{value!r}")
+            raise OptionError(
+                f"No topics to subscribe to as specified topics are empty: option 'subscribe' = {value!r}"
+            )
     elif o.strategy == "subscribePattern":
         if not value.strip():
-            raise OptionError("Pattern to subscribe is empty as specified value for option 'subscribePattern' is "
-                              f"{value!r}")
+            raise OptionError(
+                f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is {value!r}"
+            )
         try:
             re.compile(value)
         except re.error as e:
@@ -252,26 +270,38 @@ def source_options(options, streaming: bool) -> SourceOptions:
             obj = json.loads(value)
         except ValueError:
             obj = None
-        if not (isinstance(obj, dict) and obj and all(isinstance(v, list) and all(isinstance(p, int) for p in v)
-                                                      for v in obj.values())):
-            raise OptionError(f"option 'assign': expected e.g. {{\"topicA\":[0,1],\"topicB\":[0,1]}}, got {value}")
+        if not (
+            isinstance(obj, dict)
+            and obj
+            and all(isinstance(v, list) and all(isinstance(p, int) for p in v) for v in obj.values())
+        ):
+            raise OptionError(f'option \'assign\': expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {value}')
         o.assign = {t: sorted(set(ps)) for t, ps in obj.items()}
-    o.starting = _bound(options, "starting", "latest" if streaming else "earliest", allow_earliest=True,
-                        allow_latest=streaming, json_special=(EARLIEST, LATEST) if streaming else (EARLIEST,))
+    o.starting = _bound(
+        options,
+        "starting",
+        "latest" if streaming else "earliest",
+        allow_earliest=True,
+        allow_latest=streaming,
+        json_special=(EARLIEST, LATEST) if streaming else (EARLIEST,),
+    )
     if streaming:
         for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
             if _get(options, name) is not None:
-                raise OptionError(f"option '{name}' is for batch queries only; it is not allowed in a streaming "
-                                  "query")
+                raise OptionError(f"option '{name}' is for batch queries only; it is not allowed in a streaming query")
     else:
-        o.ending = _bound(options, "ending", "latest", allow_earliest=False, allow_latest=True,
-                          json_special=(LATEST,))
+        o.ending = _bound(options, "ending", "latest", allow_earliest=False, allow_latest=True, json_special=(LATEST,))
     o.max_offsets_per_trigger = _int(options, "maxOffsetsPerTrigger", None, 1)
     o.min_offsets_per_trigger = _int(options, "minOffsetsPerTrigger", None, 1)
-    if o.min_offsets_per_trigger and o.max_offsets_per_trigger and \
-            o.min_offsets_per_trigger > o.max_offsets_per_trigger:
-        raise OptionError(f"value of minOffsetPerTrigger({o.min_offsets_per_trigger}) is higher than the "
-                          f"maxOffsetsPerTrigger({o.max_offsets_per_trigger}).")
+    if (
+        o.min_offsets_per_trigger
+        and o.max_offsets_per_trigger
+        and o.min_offsets_per_trigger > o.max_offsets_per_trigger
+    ):
+        raise OptionError(
+            f"value of minOffsetPerTrigger({o.min_offsets_per_trigger}) is higher than the "
+            f"maxOffsetsPerTrigger({o.max_offsets_per_trigger})."
+        )
     delay = _get(options, "maxTriggerDelay")
     if delay is not None:
         o.max_trigger_delay_ms = duration_ms("maxTriggerDelay", str(delay))
@@ -311,13 +341,20 @@ def sink_options(options) -> SinkOptions:
     if guarantee not in ("exactly-once", "at-least-once"):
         raise OptionError(f"option 'deliveryGuarantee' must be 'exactly-once' or 'at-least-once', got {guarantee!r}")
     if params.get("compression.type", "none") not in ("none", "gzip", "snappy", "lz4", "zstd"):
-        raise OptionError(f"option 'kafka.compression.type' must be one of none, gzip, snappy, lz4, zstd, got "
-                          f"{params['compression.type']!r}")
+        raise OptionError(
+            f"option 'kafka.compression.type' must be one of none, gzip, snappy, lz4, zstd, got "
+            f"{params['compression.type']!r}"
+        )
     client_kwargs(params, PRODUCER_PARAMS)  # numbers must be numbers
     prefix = _get(options, "transactionalIdPrefix") or f"kesque-spark-{topic or 'sink'}"
     if "." in prefix:
         raise OptionError(f"option 'transactionalIdPrefix' must not contain '.', got {prefix!r}")
-    return SinkOptions(bootstrap=_bootstrap(params), topic=topic, exactly_once=guarantee == "exactly-once",
-                       transactional_id_prefix=prefix,
-                       sink_log_topic=_get(options, "sinkLogTopic", "_kesque_spark_sink_log"),
-                       api_timeout_ms=int(params.get("default.api.timeout.ms", 60000)), params=params)
+    return SinkOptions(
+        bootstrap=_bootstrap(params),
+        topic=topic,
+        exactly_once=guarantee == "exactly-once",
+        transactional_id_prefix=prefix,
+        sink_log_topic=_get(options, "sinkLogTopic", "_kesque_spark_sink_log"),
+        api_timeout_ms=int(params.get("default.api.timeout.ms", 60000)),
+        params=params,
+    )

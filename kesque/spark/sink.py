@@ -85,29 +85,38 @@ class KesqueCommitMessage(_Base):
 def check_schema(schema, o: SinkOptions) -> None:
     """Spark's KafkaWriter.validateQuery, on the driver, before any task runs."""
     from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
     fields = {f.name.lower(): f.dataType for f in schema.fields}
     if o.topic is None:
         if "topic" not in fields:
-            raise KesqueSinkError("topic option required when no 'topic' attribute is present. Use the topic "
-                                  "option for setting a topic.")
+            raise KesqueSinkError(
+                "topic option required when no 'topic' attribute is present. Use the topic option for setting a topic."
+            )
         if not isinstance(fields["topic"], StringType):
             raise KesqueSinkError(f"Topic type must be a StringType, got {fields['topic'].simpleString()}")
     if "value" not in fields:
         raise KesqueSinkError("Required attribute 'value' not found")
     for name in ("key", "value"):
         if name in fields and not isinstance(fields[name], (StringType, BinaryType)):
-            raise KesqueSinkError(f"{name} attribute type must be a StringType or BinaryType, got "
-                                  f"{fields[name].simpleString()}")
+            raise KesqueSinkError(
+                f"{name} attribute type must be a StringType or BinaryType, got {fields[name].simpleString()}"
+            )
     if "partition" in fields and not isinstance(fields["partition"], IntegerType):
-        raise KesqueSinkError(f"partition attribute type must be an IntegerType, got "
-                              f"{fields['partition'].simpleString()}")
+        raise KesqueSinkError(
+            f"partition attribute type must be an IntegerType, got {fields['partition'].simpleString()}"
+        )
     if "headers" in fields:
         h = fields["headers"]
-        ok = isinstance(h, ArrayType) and isinstance(h.elementType, StructType) and \
-            [(f.name, type(f.dataType)) for f in h.elementType.fields] == [("key", StringType), ("value", BinaryType)]
+        ok = (
+            isinstance(h, ArrayType)
+            and isinstance(h.elementType, StructType)
+            and [(f.name, type(f.dataType)) for f in h.elementType.fields]
+            == [("key", StringType), ("value", BinaryType)]
+        )
         if not ok:
-            raise KesqueSinkError(f"headers attribute type must be array<struct<key:string,value:binary>>, got "
-                                  f"{h.simpleString()}")
+            raise KesqueSinkError(
+                f"headers attribute type must be array<struct<key:string,value:binary>>, got {h.simpleString()}"
+            )
 
 
 def _bytes(v):
@@ -122,12 +131,18 @@ def _bytes(v):
 def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
     """Write one task's Arrow batches; returns the commit message (prepared transaction)."""
     from pyspark import TaskContext
+
     ctx = TaskContext.get()
     # one id per (partition, attempt) of this writer: a bounded set of ids, reused batch after
     # batch (the driver has committed batch N's before batch N+1's tasks start)
     attempt = f"{ctx.partitionId()}.{ctx.attemptNumber()}" if ctx is not None else uuid.uuid4().hex[:8]
-    kw = client_kwargs(o.params, PRODUCER_PARAMS, client_id="kesque-spark-writer", timeout=o.api_timeout_ms / 1000,
-                       compression=COMPRESSION[o.params.get("compression.type", "none")])
+    kw = client_kwargs(
+        o.params,
+        PRODUCER_PARAMS,
+        client_id="kesque-spark-writer",
+        timeout=o.api_timeout_ms / 1000,
+        compression=COMPRESSION[o.params.get("compression.type", "none")],
+    )
     if o.exactly_once:
         txn_id = f"{id_prefix}.{attempt}"
         p = Producer(o.bootstrap, transactional_id=txn_id, enable_2pc=True, **kw)
@@ -144,7 +159,8 @@ def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
                     raise KesqueSinkError(
                         "the kesque sink writes exactly once with two-phase commit, which the brokers refused "
                         "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED): set transaction.two.phase.commit.enable=true on "
-                        "the brokers, or the option deliveryGuarantee=at-least-once") from None
+                        "the brokers, or the option deliveryGuarantee=at-least-once"
+                    ) from None
                 raise
             p.begin_transaction()
         for batch in batches:
@@ -187,6 +203,7 @@ def _write_rows(p: Producer, o: SinkOptions, batch) -> None:
 def _binary_column(batch, name: str):
     """An Arrow column as encode_columns' (validity, offsets, data, slice offset), or None."""
     import pyarrow as pa
+
     names = [x.lower() for x in batch.schema.names]
     if name not in names:
         return None
@@ -204,6 +221,7 @@ def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
     Arrow buffers into batch bodies. False when the batch needs the row path."""
     import numpy as np
     import pyarrow.compute as pc
+
     names = [x.lower() for x in batch.schema.names]
     n = batch.num_rows
     if n == 0:
@@ -229,8 +247,9 @@ def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
             parts[mask] = np.asarray(given.fill_null(0), dtype=np.int32)[mask]
         bad = parts[(parts < 0) | (parts >= nparts)]
         if len(bad):
-            raise KesqueSinkError(f"Invalid partition given with record: {int(bad[0])} is not in the range "
-                                  f"[0...{nparts}].")
+            raise KesqueSinkError(
+                f"Invalid partition given with record: {int(bad[0])} is not in the range [0...{nparts}]."
+            )
     order = np.argsort(parts, kind="stable").astype(np.int32)
     sorted_parts = parts[order]
     sizes = 16 + _lengths(keys, n) + _lengths(values, n)
@@ -255,9 +274,10 @@ def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
 
 def _lengths(col, n: int):
     import numpy as np
+
     if col is None:
         return np.zeros(n, dtype=np.int64)
-    offsets = np.frombuffer(col[1], dtype=np.int32)[col[3]:col[3] + n + 1]
+    offsets = np.frombuffer(col[1], dtype=np.int32)[col[3] : col[3] + n + 1]
     return np.diff(offsets).astype(np.int64)
 
 
@@ -279,10 +299,22 @@ class SinkLog:
             def build(mod, v):
                 rq = mod.request
                 cfg = (make(rq.CreatableTopicConfig, name="cleanup.policy", value="compact"),)
-                return make(rq.CreateTopicsRequest, topics=(make(rq.CreatableTopic, name=self.o.sink_log_topic,
-                                                                 num_partitions=1, replication_factor=-1,
-                                                                 assignments=(), configs=cfg),),
-                            timeout=30000, validate_only=False)
+                return make(
+                    rq.CreateTopicsRequest,
+                    topics=(
+                        make(
+                            rq.CreatableTopic,
+                            name=self.o.sink_log_topic,
+                            num_partitions=1,
+                            replication_factor=-1,
+                            assignments=(),
+                            configs=cfg,
+                        ),
+                    ),
+                    timeout=30000,
+                    validate_only=False,
+                )
+
             resp = c._bootstrap_conn().request(ApiKeys.CREATE_TOPICS, build)
             code = int(resp.topics[0].error_code)
             if code not in (0, 36):  # TOPIC_ALREADY_EXISTS: another driver won the race
@@ -293,8 +325,9 @@ class SinkLog:
 
     def last(self) -> dict | None:
         self._ensure_topic()
-        c = WireConsumer(self.o.bootstrap, client_id="kesque-spark-driver", auto_offset_reset="earliest",
-                         max_wait_ms=100)
+        c = WireConsumer(
+            self.o.bootstrap, client_id="kesque-spark-driver", auto_offset_reset="earliest", max_wait_ms=100
+        )
         try:
             tp = (self.o.sink_log_topic, 0)
             first = c.list_offsets([tp], EARLIEST)[tp]
@@ -322,13 +355,19 @@ class SinkLog:
             p.flush()
 
 
-def _complete(o: SinkOptions, txn_id: str, state: PreparedTxnState | None, commit: bool,
-              rolling_forward: bool = False) -> None:
+def _complete(
+    o: SinkOptions, txn_id: str, state: PreparedTxnState | None, commit: bool, rolling_forward: bool = False
+) -> None:
     """Commit ``txn_id``'s prepared transaction when it is still ``state``, or abort what it
     has open. Committing a transaction that is no longer open is an error — unless rolling
     a logged commit forward, where it means that commit went through before the crash."""
-    with Producer(o.bootstrap, transactional_id=txn_id, enable_2pc=True, client_id="kesque-spark-driver",
-                  timeout=o.api_timeout_ms / 1000) as p:
+    with Producer(
+        o.bootstrap,
+        transactional_id=txn_id,
+        enable_2pc=True,
+        client_id="kesque-spark-driver",
+        timeout=o.api_timeout_ms / 1000,
+    ) as p:
         kept = p.init_transactions(keep_prepared_txn=True)
         if not commit:
             if kept is not None:
@@ -342,16 +381,23 @@ def _complete(o: SinkOptions, txn_id: str, state: PreparedTxnState | None, commi
 
 
 def _taken_over(txn_id: str, state: PreparedTxnState, kept: PreparedTxnState | None) -> KesqueSinkError:
-    return KesqueSinkError(f"the prepared transaction {txn_id} ({state}) is no longer open "
-                           f"({'nothing' if kept is None else kept} is): another attempt of the task took its id "
-                           "over; the batch is not committed and will be replayed")
+    return KesqueSinkError(
+        f"the prepared transaction {txn_id} ({state}) is no longer open "
+        f"({'nothing' if kept is None else kept} is): another attempt of the task took its id "
+        "over; the batch is not committed and will be replayed"
+    )
 
 
 def _verify(o: SinkOptions, txns) -> None:
     """Before a commit is logged: each prepared transaction is still open as prepared."""
     for txn_id, pid, epoch in txns:
-        with Producer(o.bootstrap, transactional_id=txn_id, enable_2pc=True, client_id="kesque-spark-driver",
-                      timeout=o.api_timeout_ms / 1000) as p:
+        with Producer(
+            o.bootstrap,
+            transactional_id=txn_id,
+            enable_2pc=True,
+            client_id="kesque-spark-driver",
+            timeout=o.api_timeout_ms / 1000,
+        ) as p:
             kept = p.init_transactions(keep_prepared_txn=True)
         if kept != PreparedTxnState(pid, epoch):
             raise _taken_over(txn_id, PreparedTxnState(pid, epoch), kept)
@@ -363,15 +409,21 @@ def open_transactions(o: SinkOptions, prefix: str) -> list[str]:
     with Cluster(o.bootstrap, client_id="kesque-spark-driver") as c:
         c.metadata([])
         for node in list(c.brokers):
+
             def build(mod, v):
-                return make(mod.request.ListTransactionsRequest, state_filters=("Ongoing",), producer_id_filters=(),
-                            duration_filter=-1, transactional_id_pattern=None)
+                return make(
+                    mod.request.ListTransactionsRequest,
+                    state_filters=("Ongoing",),
+                    producer_id_filters=(),
+                    duration_filter=-1,
+                    transactional_id_pattern=None,
+                )
+
             try:
                 resp = c._conn(node).request(ApiKeys.LIST_TRANSACTIONS, build)
             except (OSError, WireError) as e:
                 raise KesqueSinkError(f"ListTransactions on broker {node} failed: {e}") from None
-            out.update(s.transactional_id for s in resp.transaction_states
-                       if s.transactional_id.startswith(prefix))
+            out.update(s.transactional_id for s in resp.transaction_states if s.transactional_id.startswith(prefix))
     return sorted(out)
 
 
@@ -387,8 +439,11 @@ def sweep(o: SinkOptions, prefix: str, keep: set[str] = frozenset()) -> int:
 
 
 def _txns(messages) -> list[tuple[str, int, int]]:
-    return [(m.transactional_id, m.producer_id, m.epoch) for m in messages
-            if isinstance(m, KesqueCommitMessage) and m.transactional_id]
+    return [
+        (m.transactional_id, m.producer_id, m.epoch)
+        for m in messages
+        if isinstance(m, KesqueCommitMessage) and m.transactional_id
+    ]
 
 
 def _pause_point(stage: str) -> None:
@@ -417,8 +472,11 @@ def _commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
         sink_log.append({"batchId": last["batchId"], "state": "committed"})
         last = {"batchId": last["batchId"], "state": "committed"}
     if last is not None and last["batchId"] >= batch_id:
-        log.info("kesque sink %s: batch %d is already committed; this replay writes nothing",
-                 o.transactional_id_prefix, batch_id)
+        log.info(
+            "kesque sink %s: batch %d is already committed; this replay writes nothing",
+            o.transactional_id_prefix,
+            batch_id,
+        )
         for txn_id, _pid, _epoch in new:
             _complete(o, txn_id, None, commit=False)
         sweep(o, stream_prefix)
@@ -463,6 +521,7 @@ def _driver_step(step):
     """A driver-side step, retried through broker restarts and coordinator moves until
     ``kafka.default.api.timeout.ms``, as a Kafka client retries. Every step may run again
     from the start: the sink log makes a repeated commit a roll-forward, then a replay."""
+
     def run(o: SinkOptions, *args) -> None:
         deadline = time.monotonic() + o.api_timeout_ms / 1000
         while True:
@@ -472,11 +531,15 @@ def _driver_step(step):
                 if isinstance(e, KafkaError) and not e.retriable and int(e.code) != 15:
                     raise
                 if time.monotonic() >= deadline:
-                    raise KesqueSinkError(f"{step.__name__.strip('_')} gave up after kafka.default.api.timeout.ms="
-                                          f"{o.api_timeout_ms} ms: {e}") from e
-                log.warning("kesque sink %s: %s failed (%s); retrying", o.transactional_id_prefix,
-                            step.__name__.strip("_"), e)
+                    raise KesqueSinkError(
+                        f"{step.__name__.strip('_')} gave up after kafka.default.api.timeout.ms="
+                        f"{o.api_timeout_ms} ms: {e}"
+                    ) from e
+                log.warning(
+                    "kesque sink %s: %s failed (%s); retrying", o.transactional_id_prefix, step.__name__.strip("_"), e
+                )
                 time.sleep(0.5)
+
     run.__name__ = step.__name__.strip("_")
     run.__doc__ = step.__doc__
     return run

@@ -35,14 +35,18 @@ class KesqueSourceError(RuntimeError):
     pass
 
 
-DATA_LOSS = ("Some data may have been lost because they are not available in Kafka any more; either the data was "
-             "aged out by Kafka or the topic may have been deleted before all the data in the topic was processed. "
-             "If you want your streaming query to fail on such cases, set the source option \"failOnDataLoss\" to "
-             "\"true\".")
-DATA_LOSS_FAIL = ("Some data may have been lost because they are not available in Kafka any more; either the data "
-                  "was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
-                  "processed. If you don't want your streaming query to fail on such cases, set the source option "
-                  "\"failOnDataLoss\" to \"false\".")
+DATA_LOSS = (
+    "Some data may have been lost because they are not available in Kafka any more; either the data was "
+    "aged out by Kafka or the topic may have been deleted before all the data in the topic was processed. "
+    'If you want your streaming query to fail on such cases, set the source option "failOnDataLoss" to '
+    '"true".'
+)
+DATA_LOSS_FAIL = (
+    "Some data may have been lost because they are not available in Kafka any more; either the data "
+    "was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+    "processed. If you don't want your streaming query to fail on such cases, set the source option "
+    '"failOnDataLoss" to "false".'
+)
 
 
 def data_loss(o: SourceOptions, detail: str) -> None:
@@ -74,9 +78,13 @@ class OffsetPlanner:
 
     def _client(self) -> WireConsumer:
         if self._consumer is None:
-            self._consumer = WireConsumer(self.o.bootstrap, client_id="kesque-spark-driver",
-                                          isolation_level=self.o.isolation_level, auto_offset_reset="none",
-                                          timeout=max(1.0, min(30.0, self.o.api_timeout_ms / 1000)))
+            self._consumer = WireConsumer(
+                self.o.bootstrap,
+                client_id="kesque-spark-driver",
+                isolation_level=self.o.isolation_level,
+                auto_offset_reset="none",
+                timeout=max(1.0, min(30.0, self.o.api_timeout_ms / 1000)),
+            )
         return self._consumer
 
     def __getstate__(self):  # a reader may be pickled to the executors: never with a socket
@@ -105,15 +113,17 @@ class OffsetPlanner:
             if time.monotonic() >= deadline:
                 raise KesqueSourceError(
                     f"{what}: cannot reach kafka.bootstrap.servers={self.o.bootstrap} within "
-                    f"kafka.default.api.timeout.ms={self.o.api_timeout_ms} ms ({last})") from last
+                    f"kafka.default.api.timeout.ms={self.o.api_timeout_ms} ms ({last})"
+                ) from last
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
     def partitions(self) -> list[tuple[str, int]]:
         o = self.o
         if o.strategy == "assign":
             return sorted((t, p) for t, ps in o.assign.items() for p in ps)
-        md = self._retrying("fetching topic metadata",
-                            lambda c: c.metadata(o.topics if o.strategy == "subscribe" else None))
+        md = self._retrying(
+            "fetching topic metadata", lambda c: c.metadata(o.topics if o.strategy == "subscribe" else None)
+        )
         out = []
         for t, info in md.items():
             if info["error"] != 0:
@@ -152,7 +162,8 @@ class OffsetPlanner:
                     raise KesqueSourceError(
                         f"No offset matched the timestamp {ts} for partitions {missing}: the timestamp is later "
                         "than every record. Set 'startingOffsetsByTimestampStrategy' to 'latest' to start from "
-                        "the latest offset instead.")
+                        "the latest offset instead."
+                    )
                 latest = self.latest(missing)
                 for tp in missing:
                     found[tp] = latest[tp]
@@ -170,14 +181,17 @@ class OffsetPlanner:
         if bound.kind == "timestamps":
             missing = set(tps) - set(bound.offsets)
             if missing:
-                raise KesqueSourceError(f"option '{'starting' if is_start else 'ending'}OffsetsByTimestamp' has no "
-                                        f"timestamp for {sorted(missing)}")
+                raise KesqueSourceError(
+                    f"option '{'starting' if is_start else 'ending'}OffsetsByTimestamp' has no "
+                    f"timestamp for {sorted(missing)}"
+                )
             return self.by_timestamp({tp: bound.offsets[tp] for tp in tps}, is_start)
         # explicit offsets, with -2/-1 inside
         missing = set(tps) - set(bound.offsets)
         if missing and is_start:
-            raise KesqueSourceError(f"option 'startingOffsets' has no offset for {sorted(missing)}; specify all "
-                                    "TopicPartitions")
+            raise KesqueSourceError(
+                f"option 'startingOffsets' has no offset for {sorted(missing)}; specify all TopicPartitions"
+            )
         out: dict[tuple[str, int], int] = {}
         specials = {tp: off for tp, off in bound.offsets.items() if off < 0 and tp in tps}
         for spec in (EARLIEST, LATEST):
@@ -214,7 +228,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     shares = [r.size / total * min_partitions for r in ranges]
     parts = [max(1, int(x)) for x in shares]
     spare = min_partitions - sum(parts)
-    for i in sorted(range(len(ranges)), key=lambda i: shares[i] - int(shares[i]), reverse=True)[:max(0, spare)]:
+    for i in sorted(range(len(ranges)), key=lambda i: shares[i] - int(shares[i]), reverse=True)[: max(0, spare)]:
         parts[i] += 1
     out: list[OffsetRange] = []
     for r, n in zip(ranges, parts):
@@ -227,8 +241,9 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     return out
 
 
-def rate_limit(limit: int, start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int]
-               ) -> dict[tuple[str, int], int]:
+def rate_limit(
+    limit: int, start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
     """maxOffsetsPerTrigger split by backlog, as Spark's KafkaMicroBatchStream.rateLimit."""
     sizes = {tp: latest[tp] - start.get(tp, latest[tp]) for tp in latest}
     total = sum(max(0, s) for s in sizes.values())
@@ -249,22 +264,32 @@ def rate_limit(limit: int, start: dict[tuple[str, int], int], latest: dict[tuple
 # ---------------------------------------------------------------------- executor side
 def arrow_schema(include_headers: bool):
     import pyarrow as pa
-    fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
-              pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
-              pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32())]
+
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
     if include_headers:
-        fields.append(pa.field("headers", pa.list_(pa.struct([pa.field("key", pa.string()),
-                                                              pa.field("value", pa.binary())]))))
+        fields.append(
+            pa.field("headers", pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])))
+        )
     return pa.schema(fields)
 
 
-SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-              "timestampType int")
+SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+)
 HEADERS_DDL = ", headers array<struct<key:string,value:binary>>"
 
 
 class _Chunk:
     """One batch's visible records as Arrow arrays (offset, timestamp-in-us, key, value)."""
+
     __slots__ = ("offsets", "stamps", "keys", "values", "ts_type", "headers")
 
 
@@ -280,6 +305,7 @@ class ColumnConsumer(WireConsumer):
     def _decode(self, st, data, aborted):
         import pyarrow as pa
         import pyarrow.compute as pc
+
         out = []
         for pos, h in self._visible_batches(st, data, aborted):
             c = _Chunk()
@@ -296,16 +322,17 @@ class ColumnConsumer(WireConsumer):
                 if h.is_log_append_time:
                     c.stamps = pa.array([h.max_timestamp * 1000] * n, pa.int64())
                 else:
-                    c.stamps = pc.multiply(pc.add(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(ts)]),
-                                                  h.base_timestamp), 1000)
+                    c.stamps = pc.multiply(
+                        pc.add(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(ts)]), h.base_timestamp), 1000
+                    )
                 c.keys = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(kv), pa.py_buffer(ko), pa.py_buffer(kd)])
-                c.values = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(vv), pa.py_buffer(vo),
-                                                                 pa.py_buffer(vd)])
+                c.values = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(vv), pa.py_buffer(vo), pa.py_buffer(vd)])
                 c.headers = None
                 if h.base_offset < st.position:  # a fetch from the middle of a batch
                     keep = pc.greater_equal(c.offsets, st.position)
-                    c.offsets, c.stamps, c.keys, c.values = (pc.filter(x, keep) for x in
-                                                             (c.offsets, c.stamps, c.keys, c.values))
+                    c.offsets, c.stamps, c.keys, c.values = (
+                        pc.filter(x, keep) for x in (c.offsets, c.stamps, c.keys, c.values)
+                    )
             c.ts_type = 1 if h.is_log_append_time else 0
             out.append(c)
         return out
@@ -315,11 +342,16 @@ def read_range(o: SourceOptions, r: OffsetRange):
     """Yield Arrow record batches of the records of ``r`` (a task's whole job)."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
     schema = arrow_schema(o.include_headers)
-    c = ColumnConsumer(o.bootstrap, isolation_level=o.isolation_level, auto_offset_reset="none",
-                       headers=o.include_headers, timeout=max(1.0, min(30.0, o.api_timeout_ms / 1000)),
-                       **client_kwargs(o.params, CONSUMER_PARAMS, client_id="kesque-spark-executor",
-                                       max_wait_ms=500))
+    c = ColumnConsumer(
+        o.bootstrap,
+        isolation_level=o.isolation_level,
+        auto_offset_reset="none",
+        headers=o.include_headers,
+        timeout=max(1.0, min(30.0, o.api_timeout_ms / 1000)),
+        **client_kwargs(o.params, CONSUMER_PARAMS, client_id="kesque-spark-executor", max_wait_ms=500),
+    )
     tp = (r.topic, r.partition)
     pending: list[_Chunk] = []
     rows = 0
@@ -335,27 +367,34 @@ def read_range(o: SourceOptions, r: OffsetRange):
                     raise KesqueSourceError(f"reading {r.topic}-{r.partition}: {e}") from None
                 earliest = c.list_offsets([tp], EARLIEST)[tp]
                 if state.position >= earliest:
-                    raise KesqueSourceError(f"reading {r.topic}-{r.partition}: offset {state.position} is out of "
-                                            "range") from None
-                data_loss(o, f"Cannot fetch offset {state.position} of {r.topic}-{r.partition}: the earliest "
-                             f"available offset is {earliest}; offsets {state.position} to {earliest - 1} are "
-                             "skipped.")
+                    raise KesqueSourceError(
+                        f"reading {r.topic}-{r.partition}: offset {state.position} is out of range"
+                    ) from None
+                data_loss(
+                    o,
+                    f"Cannot fetch offset {state.position} of {r.topic}-{r.partition}: the earliest "
+                    f"available offset is {earliest}; offsets {state.position} to {earliest - 1} are "
+                    "skipped.",
+                )
                 state.position = min(earliest, r.end)
                 continue
             if chunks:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > o.poll_timeout_ms / 1000:
-                raise KesqueSourceError(f"Timed out waiting for offset {state.position} of {r.topic}-{r.partition} "
-                                        f"(range ends at {r.end}) after kafkaConsumer.pollTimeoutMs="
-                                        f"{o.poll_timeout_ms} ms")
+                raise KesqueSourceError(
+                    f"Timed out waiting for offset {state.position} of {r.topic}-{r.partition} "
+                    f"(range ends at {r.end}) after kafkaConsumer.pollTimeoutMs="
+                    f"{o.poll_timeout_ms} ms"
+                )
             for ch in chunks:
                 n = len(ch.offsets)
                 if n and ch.offsets[n - 1].as_py() >= r.end:  # the range ends inside this batch
                     keep = pc.less(ch.offsets, r.end)
-                    ch.offsets, ch.stamps, ch.keys, ch.values = (pc.filter(x, keep) for x in
-                                                                 (ch.offsets, ch.stamps, ch.keys, ch.values))
+                    ch.offsets, ch.stamps, ch.keys, ch.values = (
+                        pc.filter(x, keep) for x in (ch.offsets, ch.stamps, ch.keys, ch.values)
+                    )
                     if ch.headers is not None:
-                        ch.headers = ch.headers[:len(ch.offsets)]
+                        ch.headers = ch.headers[: len(ch.offsets)]
                 pending.append(ch)
                 rows += len(ch.offsets)
             if pending and (rows >= BATCH_ROWS or state.position >= r.end):
@@ -371,9 +410,16 @@ def _batch(pa, schema, r: OffsetRange, chunks: list[_Chunk], include_headers: bo
 
     def cat(name):
         return pa.concat_arrays([getattr(ch, name) for ch in chunks])
-    arrays = [cat("keys"), cat("values"), pa.repeat(pa.scalar(r.topic, pa.string()), n),
-              pa.repeat(pa.scalar(r.partition, pa.int32()), n), cat("offsets"),
-              cat("stamps").cast(pa.timestamp("us", tz="UTC")), ts_type]
+
+    arrays = [
+        cat("keys"),
+        cat("values"),
+        pa.repeat(pa.scalar(r.topic, pa.string()), n),
+        pa.repeat(pa.scalar(r.partition, pa.int32()), n),
+        cat("offsets"),
+        cat("stamps").cast(pa.timestamp("us", tz="UTC")),
+        ts_type,
+    ]
     if include_headers:
         arrays.append(pa.array([h for ch in chunks for h in ch.headers], schema.field("headers").type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -34,6 +34,7 @@ import os
 import re
 import time
 import uuid
+
 from ..config.broker import parse_properties
 
 log = logging.getLogger(__name__)
@@ -127,8 +128,9 @@ def _parse(path: str, fields: int) -> list[list[str]]:
             raise CheckpointError(f"Malformed line in checkpoint file [{path}]: {line}")
         entries.append(parts)
     if len(entries) != count:
-        raise CheckpointError(f"Expected [{count}] entries in checkpoint file [{path}], "
-                              f"but found only [{len(entries)}]")
+        raise CheckpointError(
+            f"Expected [{count}] entries in checkpoint file [{path}], but found only [{len(entries)}]"
+        )
     return entries
 
 
@@ -184,8 +186,10 @@ def uuid_from_kafka(s: str) -> uuid.UUID:
     except binascii.Error as e:
         raise ValueError(f"Input string `{s}` is not a base64 encoded UUID") from e
     if len(raw) != 16:
-        raise ValueError(f"Input string `{s}` decoded as {len(raw)} bytes, which is not equal to the expected "
-                         "16 bytes of a base64-encoded UUID")
+        raise ValueError(
+            f"Input string `{s}` decoded as {len(raw)} bytes, which is not equal to the expected "
+            "16 bytes of a base64-encoded UUID"
+        )
     return uuid.UUID(bytes=raw)
 
 
@@ -241,8 +245,10 @@ def write_properties(path: str, props: dict[str, str]) -> None:
 
 
 def write_clean_shutdown(log_dir: str, broker_epoch: int) -> None:
-    atomic_write(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE),
-                 json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":")))
+    atomic_write(
+        os.path.join(log_dir, CLEAN_SHUTDOWN_FILE),
+        json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":")),
+    )
 
 
 def consume_clean_shutdown(log_dir: str) -> bool:

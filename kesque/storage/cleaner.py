@@ -71,8 +71,9 @@ class OffsetMap:
     def map_batch(self, payload, count: int, base_offset: int, start: int) -> tuple[int, bool]:
         """Map the keyed records of one batch at or past ``start``: (records, full)."""
         if self.table is not None:
-            n, full, self.size = _cscan.map_keys(payload, count, base_offset, start, self.table, self.size,
-                                                 self.max_entries)
+            n, full, self.size = _cscan.map_keys(
+                payload, count, base_offset, start, self.table, self.size, self.max_entries
+            )
             return n, full
         n, full = map_keys_py(payload, count, base_offset, start, self.offsets, self.max_entries)
         self.size = len(self.offsets)
@@ -154,6 +155,7 @@ class _TxnTracker:
 
 # ------------------------------------------------------------------ batches
 
+
 def delete_horizon(h: rb.BatchHeader) -> int | None:
     return h.base_timestamp if h.attributes & rb.DELETE_HORIZON_FLAG else None
 
@@ -165,7 +167,7 @@ def _rebase_timestamps(body, count: int, old_base: int, new_base: int) -> bytes:
     out = bytearray()
     mv = memoryview(body)
     for _start, end, body_start, ts_end, ts_delta, _od, _k, _n in record_spans(body, count):
-        rec = bytearray(mv[body_start:body_start + 1])
+        rec = bytearray(mv[body_start : body_start + 1])
         _svarint(old_base + ts_delta - new_base, rec)
         rec += mv[ts_end:end]
         _svarint(len(rec), out)
@@ -187,20 +189,35 @@ def _rebuild(h: rb.BatchHeader, body, count: int, horizon: int | None) -> bytes:
         attrs &= ~rb.COMPRESSION_MASK  # Kafka writes an emptied batch's header uncompressed
     elif h.compression:
         body = compression.compress(h.compression, bytes(body))
-    out = bytearray(_HEADER.pack(h.base_offset, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
-                                 h.partition_leader_epoch, rb.MAGIC_V2, 0, attrs, h.last_offset_delta, base_ts,
-                                 h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, count))
+    out = bytearray(
+        _HEADER.pack(
+            h.base_offset,
+            rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
+            h.partition_leader_epoch,
+            rb.MAGIC_V2,
+            0,
+            attrs,
+            h.last_offset_delta,
+            base_ts,
+            h.max_timestamp,
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            count,
+        )
+    )
     out += body
     _U32.pack_into(out, rb.CRC_OFFSET, rb.compute_crc(out, 0, len(out)))
     return bytes(out)
 
 
 def _payload(data, h: rb.BatchHeader):
-    mv = memoryview(data)[rb.HEADER_SIZE:h.size]
+    mv = memoryview(data)[rb.HEADER_SIZE : h.size]
     return compression.decompress(h.compression, mv) if h.compression else mv
 
 
 # ------------------------------------------------------------------ the cleaner
+
 
 class Cleaner:
     """Cleans one log at a time. ``hook(stage)`` is a test-only crash point called with
@@ -244,15 +261,17 @@ class Cleaner:
                             raise ValueError(
                                 f"{h.records_count} records in the first dirty batch of {lg.tp} "
                                 f"(offset {h.base_offset}) but the offset map can fit only {omap.max_entries}. "
-                                "You can increase log.cleaner.dedupe.buffer.size or decrease log.cleaner.threads")
+                                "You can increase log.cleaner.dedupe.buffer.size or decrease log.cleaner.threads"
+                            )
                         return mapped_end
                 mapped_end = h.next_offset
                 omap.latest_offset = max(omap.latest_offset, h.last_offset)
         return mapped_end
 
     # ---------------------------------------------------------------- one log
-    def clean(self, lg, first_dirty: int, first_uncleanable: int, now_ms: int,
-              last_of_producer: dict | None = None) -> CleanStats | None:
+    def clean(
+        self, lg, first_dirty: int, first_uncleanable: int, now_ms: int, last_of_producer: dict | None = None
+    ) -> CleanStats | None:
         """Clean ``lg`` with dirty section [first_dirty, first_uncleanable); None when there is
         nothing to clean. ``first_uncleanable`` must be at most the active segment's base.
         ``last_of_producer`` (producer id -> offset of its last data batch) is read from the
@@ -275,8 +294,16 @@ class Cleaner:
             txn.add_aborted(lg.collect_aborted_transactions(group[0].base_offset, upper))
             self.clean_segments(lg, group, omap, txn, last_of_producer, now_ms, cfg.delete_retention_ms, stats)
             stats.groups += 1
-        log.info("%s: cleaned offsets %d to %d: %d records read, %d kept, %d bytes read, %d written", lg.tp,
-                 first_dirty, end, stats.records_read, stats.records_written, stats.bytes_read, stats.bytes_written)
+        log.info(
+            "%s: cleaned offsets %d to %d: %d records read, %d kept, %d bytes read, %d written",
+            lg.tp,
+            first_dirty,
+            end,
+            stats.records_read,
+            stats.records_written,
+            stats.bytes_read,
+            stats.bytes_written,
+        )
         return stats
 
     @staticmethod
@@ -299,8 +326,17 @@ class Cleaner:
             groups.append((group, segments[i].base_offset))
         return groups
 
-    def clean_segments(self, lg, group: list[LogSegment], omap: OffsetMap, txn: _TxnTracker,
-                       last_of_producer: dict, now_ms: int, delete_retention_ms: int, stats: CleanStats) -> None:
+    def clean_segments(
+        self,
+        lg,
+        group: list[LogSegment],
+        omap: OffsetMap,
+        txn: _TxnTracker,
+        last_of_producer: dict,
+        now_ms: int,
+        delete_retention_ms: int,
+        stats: CleanStats,
+    ) -> None:
         base = group[0].base_offset
         stale = os.path.join(lg.dir, f"{base:020d}")
         for suffix in (".log", ".index", ".timeindex", ".txnindex"):
@@ -308,9 +344,15 @@ class Cleaner:
                 os.unlink(stale + suffix + CLEANED_SUFFIX)
             except FileNotFoundError:
                 pass
-        cleaned = LogSegment(lg.dir, base, index_interval_bytes=lg.config.index_interval_bytes,
-                             max_index_size=lg.config.segment_index_bytes, create=True, now_ms=now_ms,
-                             file_suffix=CLEANED_SUFFIX)
+        cleaned = LogSegment(
+            lg.dir,
+            base,
+            index_interval_bytes=lg.config.index_interval_bytes,
+            max_index_size=lg.config.segment_index_bytes,
+            create=True,
+            now_ms=now_ms,
+            file_suffix=CLEANED_SUFFIX,
+        )
         txn.index_out = []
         try:
             for seg in group:
@@ -346,8 +388,16 @@ class Cleaner:
                 cleaned.delete_files()
             raise
 
-    def _filter_batch(self, h: rb.BatchHeader, data: bytes, omap: OffsetMap, txn: _TxnTracker,
-                      last_of_producer: dict, now_ms: int, delete_retention_ms: int) -> bytes | None:
+    def _filter_batch(
+        self,
+        h: rb.BatchHeader,
+        data: bytes,
+        omap: OffsetMap,
+        txn: _TxnTracker,
+        last_of_producer: dict,
+        now_ms: int,
+        delete_retention_ms: int,
+    ) -> bytes | None:
         """The batch to write for ``h`` (itself, rebuilt, or a bare header), or None to drop it."""
         horizon = delete_horizon(h)
         if h.is_control:
@@ -366,8 +416,9 @@ class Cleaner:
             return self._empty_or_none(h, last_of_producer)
         # a record stays when past the map's end or the latest of its key; a tombstone also
         # only until its batch's delete horizon has passed
-        body, kept, tombstones = omap.retain(_payload(data, h), h.records_count, h.base_offset,
-                                             horizon is not None and now_ms >= horizon)
+        body, kept, tombstones = omap.retain(
+            _payload(data, h), h.records_count, h.base_offset, horizon is not None and now_ms >= horizon
+        )
         if not kept:
             return self._empty_or_none(h, last_of_producer)
         new_horizon = now_ms + delete_retention_ms if tombstones and horizon is None else None
@@ -385,6 +436,7 @@ class Cleaner:
 
 
 # ------------------------------------------------------------------ the cleanable range
+
 
 def last_batches_of_producers(lg) -> dict[int, int]:
     """Producer id -> last offset of its last data batch (that batch is kept, even emptied)."""

@@ -74,8 +74,9 @@ class Child:
                 pass
 
 
-def fork_cleaner(cleaner: Cleaner, lg, first_dirty: int, first_uncleanable: int, now_ms: int,
-                 last_of_producer: dict) -> Child:
+def fork_cleaner(
+    cleaner: Cleaner, lg, first_dirty: int, first_uncleanable: int, now_ms: int, last_of_producer: dict
+) -> Child:
     """Fork a child cleaning ``lg`` with ``cleaner`` (its map size and hook; throttle and swap are
     replaced by requests to the broker)."""
     ours, theirs = socket.socketpair()
@@ -84,8 +85,9 @@ def fork_cleaner(cleaner: Cleaner, lg, first_dirty: int, first_uncleanable: int,
         code = 1
         try:
             ours.close()
-            code = _child(cleaner, Connection(theirs.detach()), lg, first_dirty, first_uncleanable, now_ms,
-                          last_of_producer)
+            code = _child(
+                cleaner, Connection(theirs.detach()), lg, first_dirty, first_uncleanable, now_ms, last_of_producer
+            )
         finally:
             os._exit(code)
     theirs.close()
@@ -132,8 +134,14 @@ def _swap_cleaned(lg, base: int, old_bases: list[int], next_offset: int, now_ms:
     if None in old:
         raise SegmentsChangedError(f"{lg.tp}: the segments cleaned are no longer in the log")
     cfg = lg.config
-    new = LogSegment(lg.dir, base, index_interval_bytes=cfg.index_interval_bytes,
-                     max_index_size=cfg.segment_index_bytes, now_ms=now_ms, file_suffix=CLEANED_SUFFIX)
+    new = LogSegment(
+        lg.dir,
+        base,
+        index_interval_bytes=cfg.index_interval_bytes,
+        max_index_size=cfg.segment_index_bytes,
+        now_ms=now_ms,
+        file_suffix=CLEANED_SUFFIX,
+    )
     try:
         if not new.load_indexes():
             new.recover()
@@ -147,8 +155,16 @@ def _swap_cleaned(lg, base: int, old_bases: list[int], next_offset: int, now_ms:
 
 # ------------------------------------------------------------------ in the child
 
-def _child(cleaner: Cleaner, conn: Connection, lg, first_dirty: int, first_uncleanable: int, now_ms: int,
-           last_of_producer: dict) -> int:
+
+def _child(
+    cleaner: Cleaner,
+    conn: Connection,
+    lg,
+    first_dirty: int,
+    first_uncleanable: int,
+    now_ms: int,
+    last_of_producer: dict,
+) -> int:
     gc.disable()
     os.nice(CHILD_NICENESS)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -32,8 +32,10 @@ def format_storage(config: BrokerConfig, cluster_id: str, *, ignore_formatted: b
     metas = read_meta_properties(dirs)
     done = [d for d in dirs if metas[d] is not None]
     if done and not ignore_formatted:
-        raise LogDirError(f"Log directory {done[0]} is already formatted. Use --ignore-formatted to ignore this "
-                          "directory and format the others.")
+        raise LogDirError(
+            f"Log directory {done[0]} is already formatted. Use --ignore-formatted to ignore this "
+            "directory and format the others."
+        )
     verify_meta_properties(metas, config.node_id if config.node_id >= 0 else 1, cluster_id)
     written = format_dirs(metas, cluster_id, config.node_id if config.node_id >= 0 else 1)
     meta_dir = os.path.abspath(config.metadata_log_dir)

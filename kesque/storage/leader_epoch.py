@@ -51,8 +51,13 @@ class LeaderEpochFileCache:
         while self.entries and (self.entries[-1][0] >= epoch or self.entries[-1][1] >= start_offset):
             removed.append(self.entries.pop())
         if len(removed) > 1 or (removed and removed[0][1] != start_offset):
-            log.warning("%s: new epoch entry (%d, %d) caused truncation of conflicting entries %s", self.tp, epoch,
-                        start_offset, removed)
+            log.warning(
+                "%s: new epoch entry (%d, %d) caused truncation of conflicting entries %s",
+                self.tp,
+                epoch,
+                start_offset,
+                removed,
+            )
         self.entries.append((epoch, start_offset))
         if flush:
             self.flush(fsync)

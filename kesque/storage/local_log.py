@@ -57,18 +57,22 @@ def maybe_handle_io_exception(what: str):
     offline) and reaches the caller as KAFKA_STORAGE_ERROR. Nothing is written to a log after a
     failed write: a partial batch stays the last bytes of its segment, which recovery truncates
     at the next start."""
+
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(self, *args, **kwargs):
             local = self.local_log
-            if local.io_error is not None or (local.dir_failure is not None
-                                              and local.dir_failure.has_offline_log_dir(local.log_dir)):
+            if local.io_error is not None or (
+                local.dir_failure is not None and local.dir_failure.has_offline_log_dir(local.log_dir)
+            ):
                 raise offline_error(local.log_dir)
             try:
                 return fn(self, *args, **kwargs)
             except OSError as e:
                 raise local.failed(f"Error while {what} for {local.tp} in dir {local.log_dir}", e) from e
+
         return wrapper
+
     return deco
 
 
@@ -87,8 +91,15 @@ class FetchData:
 
 
 class LocalLog:
-    def __init__(self, dir_path: str, config: LogConfig, tp: str, *, recovery_point: int = 0,
-                 dir_failure: LogDirFailureChannel | None = None):
+    def __init__(
+        self,
+        dir_path: str,
+        config: LogConfig,
+        tp: str,
+        *,
+        recovery_point: int = 0,
+        dir_failure: LogDirFailureChannel | None = None,
+    ):
         self.dir = dir_path
         self.log_dir = os.path.dirname(os.path.abspath(dir_path))  # the log dir holding it
         self.config = config
@@ -119,8 +130,9 @@ class LocalLog:
 
     @property
     def offline(self) -> bool:
-        return self.io_error is not None or (self.dir_failure is not None
-                                             and self.dir_failure.has_offline_log_dir(self.log_dir))
+        return self.io_error is not None or (
+            self.dir_failure is not None and self.dir_failure.has_offline_log_dir(self.log_dir)
+        )
 
     # ================================================================== segments
     @property
@@ -136,8 +148,14 @@ class LocalLog:
 
     def open_segment(self, base: int, create: bool, now_ms: int) -> LogSegment:
         cfg = self.config
-        seg = LogSegment(self.dir, base, index_interval_bytes=cfg.index_interval_bytes,
-                         max_index_size=cfg.segment_index_bytes, create=create, now_ms=now_ms)
+        seg = LogSegment(
+            self.dir,
+            base,
+            index_interval_bytes=cfg.index_interval_bytes,
+            max_index_size=cfg.segment_index_bytes,
+            create=create,
+            now_ms=now_ms,
+        )
         self._dir_dirty |= create
         jitter = cfg.segment_jitter_ms
         seg.roll_jitter_ms = random.randrange(min(jitter, cfg.segment_ms)) if jitter > 0 else 0
@@ -181,8 +199,9 @@ class LocalLog:
         return seg
 
     # ================================================================== read
-    def read(self, start_offset: int, max_bytes: int, max_offset: int, min_one_message: bool,
-             max_seg: int, max_pos: int) -> FetchData:
+    def read(
+        self, start_offset: int, max_bytes: int, max_offset: int, min_one_message: bool, max_seg: int, max_pos: int
+    ) -> FetchData:
         """Regions from the batch holding ``start_offset``, up to position ``max_pos`` of segment
         ``max_seg`` (where ``max_offset`` lies); whole first batch with ``min_one_message``."""
         bases = self.bases
@@ -277,8 +296,9 @@ class LocalLog:
         # segment reappearing after a power cut would bring its records back
         fsync_dir(self.dir)
 
-    def replace_segments(self, new: LogSegment, old: list[LogSegment], now_ms: int, hook=None,
-                         sync: bool = True) -> None:
+    def replace_segments(
+        self, new: LogSegment, old: list[LogSegment], now_ms: int, hook=None, sync: bool = True
+    ) -> None:
         """Swap a cleaned segment (files suffixed ``.cleaned``, content fsynced) in for the
         consecutive segments ``old`` it was copied from, as Kafka's replaceSegments: rename it to
         ``.swap`` (from here a crash completes the swap at load), rename the old segments to
@@ -289,7 +309,7 @@ class LocalLog:
         after each step."""
         hook = hook or (lambda _stage: None)
         first = self.segments.index(old[0]) if old[0] in self.segments else -1
-        if first < 0 or self.segments[first:first + len(old)] != old or old[-1] is self.segments[-1]:
+        if first < 0 or self.segments[first : first + len(old)] != old or old[-1] is self.segments[-1]:
             # retention or a truncation changed the log while it was being cleaned
             raise SegmentsChangedError(f"{self.tp}: the segments cleaned are no longer in the log")
         new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
@@ -299,8 +319,8 @@ class LocalLog:
             self.pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
         hook("deleted")
         new.change_file_suffixes(SWAP_SUFFIX, "")
-        self.segments[first:first + len(old)] = [new]
-        self.bases[first:first + len(old)] = [new.base_offset]
+        self.segments[first : first + len(old)] = [new]
+        self.bases[first : first + len(old)] = [new.base_offset]
         if sync:
             fsync_dir(self.dir)
         hook("done")
@@ -318,7 +338,7 @@ class LocalLog:
     # ================================================================== flush / close
     def unflushed_segments(self) -> list[LogSegment]:
         """The segments that may hold offsets at or past the recovery point."""
-        return self.segments[max(0, bisect_right(self.bases, self.recovery_point) - 1):]
+        return self.segments[max(0, bisect_right(self.bases, self.recovery_point) - 1) :]
 
     def take_dirs_to_sync(self) -> list[str]:
         """The directories whose entries changed since their last sync (this partition's, and

@@ -35,7 +35,7 @@ class KafkaStorageError(KafkaError):
 
 class LogDirFailureChannel:
     def __init__(self, on_offline=None):
-        self._offline: dict[str, str] = {}   # dir -> the message of its first failure
+        self._offline: dict[str, str] = {}  # dir -> the message of its first failure
         self._queue: list[str] = []
         self._lock = threading.Lock()
         self.on_offline = on_offline

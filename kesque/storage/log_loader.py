@@ -72,38 +72,72 @@ def _next_offset_of_file(path: str, base: int) -> int:
 
 
 # ====================================================================== producer state replay
-def complete_txn(ps: ProducerStateManager, seg: LogSegment, producer_id: int, epoch: int, commit: bool,
-                 coordinator_epoch: int, offset: int, timestamp: int, high_watermark: int) -> None:
+def complete_txn(
+    ps: ProducerStateManager,
+    seg: LogSegment,
+    producer_id: int,
+    epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    offset: int,
+    timestamp: int,
+    high_watermark: int,
+) -> None:
     """A transaction marker at ``offset`` in ``seg``: close the producer's transaction, and
     list it in the segment's transaction index when it was aborted."""
     completed = ps.append_marker(producer_id, epoch, commit, coordinator_epoch, offset, timestamp)
     if completed is None:
         return
     if completed.aborted:
-        seg.txn_index.append(AbortedTxn(producer_id, completed.first_offset, completed.last_offset,
-                                        ps.last_stable_offset_after(completed)))
+        seg.txn_index.append(
+            AbortedTxn(
+                producer_id, completed.first_offset, completed.last_offset, ps.last_stable_offset_after(completed)
+            )
+        )
     ps.complete_txn(completed, high_watermark)
 
 
-def update_producer_state(ps: ProducerStateManager, seg: LogSegment, h: rb.BatchHeader, data,
-                          high_watermark: int) -> None:
+def update_producer_state(
+    ps: ProducerStateManager, seg: LogSegment, h: rb.BatchHeader, data, high_watermark: int
+) -> None:
     """Bring the producer state (and, for ABORT markers, the segment's transaction index)
     up to date with a batch already in the log: recovery and follower appends. ``data``: the
     batch's bytes when it is a control batch (None otherwise)."""
     if h.producer_id >= 0:
         if not h.is_control:
-            ps.update(h.producer_id, h.producer_epoch, h.last_sequence, h.last_offset, h.last_offset_delta,
-                      h.max_timestamp, h.is_transactional)
+            ps.update(
+                h.producer_id,
+                h.producer_epoch,
+                h.last_sequence,
+                h.last_offset,
+                h.last_offset_delta,
+                h.max_timestamp,
+                h.is_transactional,
+            )
         elif data is not None:
             marker = read_end_txn_marker(memoryview(data), h)
             if marker is not None:
-                complete_txn(ps, seg, h.producer_id, h.producer_epoch, marker[0] == CONTROL_COMMIT, marker[1],
-                             h.base_offset, h.max_timestamp, high_watermark)
+                complete_txn(
+                    ps,
+                    seg,
+                    h.producer_id,
+                    h.producer_epoch,
+                    marker[0] == CONTROL_COMMIT,
+                    marker[1],
+                    h.base_offset,
+                    h.max_timestamp,
+                    high_watermark,
+                )
     ps.last_map_offset = max(ps.last_map_offset, h.next_offset)
 
 
-def rebuild_producer_state(local: LocalLog, ps: ProducerStateManager, log_start_offset: int, high_watermark: int,
-                           replay_from: int | None = None) -> None:
+def rebuild_producer_state(
+    local: LocalLog,
+    ps: ProducerStateManager,
+    log_start_offset: int,
+    high_watermark: int,
+    replay_from: int | None = None,
+) -> None:
     """Newest producer snapshot at or below the log end (and at or below ``replay_from``,
     the first offset whose ``.txnindex`` recovery rebuilds), then replay the batches after it."""
     log_end_offset = local.log_end_offset
@@ -139,9 +173,16 @@ class LogLoader:
     ``leader_epoch_cache`` and ``producer_state`` in line with what survived; :meth:`load`
     returns the log start offset and the high watermark to start with."""
 
-    def __init__(self, local_log: LocalLog, leader_epoch_cache: LeaderEpochFileCache,
-                 producer_state: ProducerStateManager, *, log_start_offset: int, had_clean_shutdown: bool,
-                 now_ms: int):
+    def __init__(
+        self,
+        local_log: LocalLog,
+        leader_epoch_cache: LeaderEpochFileCache,
+        producer_state: ProducerStateManager,
+        *,
+        log_start_offset: int,
+        had_clean_shutdown: bool,
+        now_ms: int,
+    ):
         self.local_log = local_log
         self.leader_epoch_cache = leader_epoch_cache
         self.producer_state = producer_state
@@ -169,8 +210,11 @@ class LogLoader:
                     seg.recover()
             active = local.active_segment
             if not active.tail_is_intact():
-                log.warning("%s: the tail of %s is torn or corrupt despite the clean shutdown marker; recovering it",
-                            self.tp, os.path.basename(active.log_path))
+                log.warning(
+                    "%s: the tail of %s is torn or corrupt despite the clean shutdown marker; recovering it",
+                    self.tp,
+                    os.path.basename(active.log_path),
+                )
                 active.recover()
             local.recovery_point = local.log_end_offset
             replay_from = local.log_end_offset
@@ -185,8 +229,12 @@ class LogLoader:
             # the checkpointed start is past what survived (DeleteRecords or retention above
             # data lost in a crash): start empty there, as Kafka's LogLoader, so offsets below
             # it are never handed out again
-            log.warning("%s: deleting all segments because the log end offset %d is smaller than the log start "
-                        "offset %d", self.tp, local.log_end_offset, self.log_start_offset)
+            log.warning(
+                "%s: deleting all segments because the log end offset %d is smaller than the log start offset %d",
+                self.tp,
+                local.log_end_offset,
+                self.log_start_offset,
+            )
             self._truncate_fully_and_start_at(self.log_start_offset)
         log_end_offset = local.log_end_offset
         self.leader_epoch_cache.truncate_from_end(log_end_offset)
@@ -274,12 +322,16 @@ class LogLoader:
             seg.txn_index.reset()
             truncated = seg.recover(on_batch)
             if truncated and i + 1 < len(local.segments):
-                for later in local.segments[i + 1:]:
-                    log.warning("%s: deleting segment %s after corrupt tail of %s", self.tp,
-                                os.path.basename(later.log_path), os.path.basename(seg.log_path))
+                for later in local.segments[i + 1 :]:
+                    log.warning(
+                        "%s: deleting segment %s after corrupt tail of %s",
+                        self.tp,
+                        os.path.basename(later.log_path),
+                        os.path.basename(seg.log_path),
+                    )
                     later.delete_files()
-                del local.segments[i + 1:]
-                del local.bases[i + 1:]
+                del local.segments[i + 1 :]
+                del local.bases[i + 1 :]
                 break
             i += 1
         if epoch_cache.entries != epochs_before:

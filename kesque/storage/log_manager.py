@@ -48,8 +48,10 @@ class DirLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise LogDirError(f"Failed to acquire lock on file .lock in {directory}. A kesque instance in another "
-                              "process or thread is using this directory.") from None
+            raise LogDirError(
+                f"Failed to acquire lock on file .lock in {directory}. A kesque instance in another "
+                "process or thread is using this directory."
+            ) from None
         except OSError:
             os.close(fd)
             raise
@@ -111,13 +113,15 @@ def check_fd_limit(dirs) -> None:
             f"The open file limit ({limit}, hard limit {'unlimited' if hard == resource.RLIM_INFINITY else hard}) is "
             f"too low for the {segments} log segments in {', '.join(dirs)}: at least {needed} file descriptors are "
             f"needed (one per segment and {FD_HEADROOM} for connections and other files). Raise the limit "
-            "(ulimit -n, or LimitNOFILE for a systemd service) and start again.")
+            "(ulimit -n, or LimitNOFILE for a systemd service) and start again."
+        )
 
 
 # ---------------------------------------------------------------------- meta.properties
 # Every log dir and the metadata log dir hold a meta.properties (version=1, cluster.id,
 # node.id, directory.id) that ``kesque storage format`` (kafka-storage.sh format) writes and
 # every start checks, as Kafka's MetaPropertiesEnsemble does.
+
 
 def storage_dirs(config) -> list[str]:
     """The log dirs and the metadata log dir of a node (absolute, each once)."""
@@ -129,8 +133,13 @@ def read_meta_properties(dirs) -> dict[str, dict[str, str] | None]:
     return {d: ck.read_properties(os.path.join(d, ck.META_PROPERTIES)) for d in dirs}
 
 
-def verify_meta_properties(metas: dict[str, dict[str, str] | None], node_id: int,
-                           cluster_id: str | None = None, *, require_formatted: bool = False) -> str | None:
+def verify_meta_properties(
+    metas: dict[str, dict[str, str] | None],
+    node_id: int,
+    cluster_id: str | None = None,
+    *,
+    require_formatted: bool = False,
+) -> str | None:
     """Check the dirs agree with each other and with this node (one cluster id, this node's
     id, no directory id twice) and return their cluster id (None: none formatted yet).
     ``require_formatted``: a dir without meta.properties is an error too (every node but a
@@ -138,12 +147,15 @@ def verify_meta_properties(metas: dict[str, dict[str, str] | None], node_id: int
     Kafka's messages; reads only."""
     if require_formatted:
         if not any(metas.values()):
-            raise LogDirError("No readable meta.properties files found. Format the storage of this node first: "
-                              "kesque storage format --cluster-id ID --config FILE")
+            raise LogDirError(
+                "No readable meta.properties files found. Format the storage of this node first: "
+                "kesque storage format --cluster-id ID --config FILE"
+            )
         for d, props in metas.items():
             if props is None:
-                raise LogDirError(f"No `meta.properties` found in {d} (have you run `kesque storage format` to "
-                                  "format the directory?)")
+                raise LogDirError(
+                    f"No `meta.properties` found in {d} (have you run `kesque storage format` to format the directory?)"
+                )
     seen: dict[str, str] = {}
     for d, props in metas.items():
         if props is None:
@@ -154,13 +166,16 @@ def verify_meta_properties(metas: dict[str, dict[str, str] | None], node_id: int
             raise LogDirError(f"Invalid cluster.id in: {path}. Expected {cluster_id}, but read {stored}")
         cluster_id = cluster_id or stored
         if props.get("node.id") and int(props["node.id"]) != node_id:
-            raise LogDirError(f"Stored node id {props['node.id']} doesn't match previous node id {node_id} in "
-                              f"{path}. If you moved your data, make sure your configured node id matches. If you "
-                              "intend to create a new node, you should remove all data in your data directories.")
+            raise LogDirError(
+                f"Stored node id {props['node.id']} doesn't match previous node id {node_id} in "
+                f"{path}. If you moved your data, make sure your configured node id matches. If you "
+                "intend to create a new node, you should remove all data in your data directories."
+            )
         dir_id = props.get("directory.id")
         if dir_id and dir_id in seen:
-            raise LogDirError(f"Duplicate directory ID {dir_id} found. It was the ID of {seen[dir_id]}, but also "
-                              f"of {d}")
+            raise LogDirError(
+                f"Duplicate directory ID {dir_id} found. It was the ID of {seen[dir_id]}, but also of {d}"
+            )
         if dir_id:
             seen[dir_id] = d
     return cluster_id
@@ -177,9 +192,15 @@ def format_dirs(metas: dict[str, dict[str, str] | None], cluster_id: str, node_i
             os.makedirs(d)
             ck.fsync_dir(os.path.dirname(d))  # its entry must outlive a power cut, as the file's
         formatted[d] = dir_id = uuid.uuid4()
-        ck.write_properties(os.path.join(d, ck.META_PROPERTIES),
-                            {"cluster.id": cluster_id, "directory.id": ck.uuid_to_kafka(dir_id),
-                             "node.id": str(node_id), "version": "1"})
+        ck.write_properties(
+            os.path.join(d, ck.META_PROPERTIES),
+            {
+                "cluster.id": cluster_id,
+                "directory.id": ck.uuid_to_kafka(dir_id),
+                "node.id": str(node_id),
+                "version": "1",
+            },
+        )
     return formatted
 
 
@@ -191,8 +212,9 @@ def ensure_storage(config) -> str | None:
     dirs = storage_dirs(config)
     node_id = config.node_id if config.node_id >= 0 else 1
     metas = read_meta_properties(dirs)
-    cluster_id = verify_meta_properties(metas, node_id, config.get("cluster.id"),
-                                        require_formatted=not config.lone_node)
+    cluster_id = verify_meta_properties(
+        metas, node_id, config.get("cluster.id"), require_formatted=not config.lone_node
+    )
     if all(metas.values()):
         return cluster_id
     locks = []
@@ -214,9 +236,16 @@ def ensure_storage(config) -> str | None:
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[str], clock, *, node_id: int, cluster_id: str | None,
-                 skip_dirs: tuple[str, ...] = ("__cluster_metadata-0",),
-                 dir_failure: LogDirFailureChannel | None = None):
+    def __init__(
+        self,
+        log_dirs: list[str],
+        clock,
+        *,
+        node_id: int,
+        cluster_id: str | None,
+        skip_dirs: tuple[str, ...] = ("__cluster_metadata-0",),
+        dir_failure: LogDirFailureChannel | None = None,
+    ):
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         # KIP-112: an I/O error in a log dir takes it offline (its logs are closed and dropped,
         # nothing is written there again in this process); the others go on
@@ -304,9 +333,18 @@ class LogManager:
                 if tp is None:
                     continue
                 cfg, topic_id = config_for(tp[0])
-                lg = UnifiedLog(path, tp[0], tp[1], cfg, topic_id=topic_id, recovery_point=recovery.get(tp, 0),
-                                log_start_offset=starts.get(tp, 0), had_clean_shutdown=clean and not future,
-                                now_ms=self.clock.now_ms(), dir_failure=self.dir_failure)
+                lg = UnifiedLog(
+                    path,
+                    tp[0],
+                    tp[1],
+                    cfg,
+                    topic_id=topic_id,
+                    recovery_point=recovery.get(tp, 0),
+                    log_start_offset=starts.get(tp, 0),
+                    had_clean_shutdown=clean and not future,
+                    now_ms=self.clock.now_ms(),
+                    dir_failure=self.dir_failure,
+                )
                 if future:
                     # a move between log dirs that a restart interrupted: it goes on (the mover
                     # copies from where this copy ends), as Kafka resumes its future replicas
@@ -332,9 +370,18 @@ class LogManager:
         them, so the one that recovered more is kept and the other deleted."""
         other = self.logs[tp]
         keep, drop = (lg, other) if lg.log_end_offset > other.log_end_offset else (other, lg)
-        log.warning("Duplicate log directories for %s-%d in %s and %s (a move between log directories was "
-                    "interrupted): keeping %s (log end offset %d), deleting %s (log end offset %d)", tp[0], tp[1],
-                    other.dir, lg.dir, keep.dir, keep.log_end_offset, drop.dir, drop.log_end_offset)
+        log.warning(
+            "Duplicate log directories for %s-%d in %s and %s (a move between log directories was "
+            "interrupted): keeping %s (log end offset %d), deleting %s (log end offset %d)",
+            tp[0],
+            tp[1],
+            other.dir,
+            lg.dir,
+            keep.dir,
+            keep.log_end_offset,
+            drop.dir,
+            drop.log_end_offset,
+        )
         drop.delete()
         return keep
 
@@ -350,8 +397,9 @@ class LogManager:
     def get_log(self, topic: str, partition: int) -> UnifiedLog | None:
         return self.logs.get((topic, partition))
 
-    def get_or_create_log(self, topic: str, partition: int, config: LogConfig, topic_id: uuid.UUID,
-                          target_dir_id: uuid.UUID | None = None) -> UnifiedLog:
+    def get_or_create_log(
+        self, topic: str, partition: int, config: LogConfig, topic_id: uuid.UUID, target_dir_id: uuid.UUID | None = None
+    ) -> UnifiedLog:
         tp = (topic, partition)
         lg = self.logs.get(tp)
         if lg is not None:
@@ -361,9 +409,20 @@ class LogManager:
             return lg
         d = self._pick_dir(tp, target_dir_id)
         lg = maybe_handle_io_error(
-            self.dir_failure, d, lambda: f"Error while creating log for {topic}-{partition} in dir {d}",
-            lambda: UnifiedLog(os.path.join(d, f"{topic}-{partition}"), topic, partition, config, topic_id=topic_id,
-                               had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure))
+            self.dir_failure,
+            d,
+            lambda: f"Error while creating log for {topic}-{partition} in dir {d}",
+            lambda: UnifiedLog(
+                os.path.join(d, f"{topic}-{partition}"),
+                topic,
+                partition,
+                config,
+                topic_id=topic_id,
+                had_clean_shutdown=True,
+                now_ms=self.clock.now_ms(),
+                dir_failure=self.dir_failure,
+            ),
+        )
         self.logs[tp] = lg
         self._dir_of[tp] = d
         log.info("Created log for partition %s-%d in %s", topic, partition, d)
@@ -376,8 +435,9 @@ class LogManager:
         if preferred is not None and preferred in live:
             return preferred  # asked for by AlterReplicaLogDirs before the replica was created here
         # the dir the metadata assigned it (KIP-858, Kafka's targetLogDirectoryId), when live
-        target = next((d for d in live if target_dir_id is not None and self.directory_ids.get(d) == target_dir_id),
-                      None)
+        target = next(
+            (d for d in live if target_dir_id is not None and self.directory_ids.get(d) == target_dir_id), None
+        )
         if target is not None:
             return target
         if not live:
@@ -406,21 +466,36 @@ class LogManager:
         def rename() -> None:
             lg.delete_expired_files(0, force=True)
             os.replace(lg.dir, target)
-        maybe_handle_io_error(self.dir_failure, d, lambda: f"Error while deleting log for {topic}-{partition} in dir {d}",
-                              rename)
+
+        maybe_handle_io_error(
+            self.dir_failure, d, lambda: f"Error while deleting log for {topic}-{partition} in dir {d}", rename
+        )
         self._pending_dir_deletes.append((self.clock.now_ms() + lg.config.file_delete_delay_ms, target))
         log.info("Log for partition %s-%d is renamed to %s and is scheduled for deletion", topic, partition, target)
 
     # ------------------------------------------------------------------ moves between log dirs
-    def create_future_log(self, topic: str, partition: int, dest: str, config: LogConfig,
-                          topic_id: uuid.UUID | None, start_offset: int) -> UnifiedLog:
+    def create_future_log(
+        self, topic: str, partition: int, dest: str, config: LogConfig, topic_id: uuid.UUID | None, start_offset: int
+    ) -> UnifiedLog:
         """An empty copy of the partition in ``dest``, named ``topic-N.<id>-future`` until it
         has caught up and replaces the current log (:meth:`replace_current_with_future`)."""
         path = os.path.join(dest, f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
         lg = maybe_handle_io_error(
-            self.dir_failure, dest, lambda: f"Error while creating log for {topic}-{partition} in dir {dest}",
-            lambda: UnifiedLog(path, topic, partition, config, topic_id=topic_id, log_start_offset=start_offset,
-                               had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure))
+            self.dir_failure,
+            dest,
+            lambda: f"Error while creating log for {topic}-{partition} in dir {dest}",
+            lambda: UnifiedLog(
+                path,
+                topic,
+                partition,
+                config,
+                topic_id=topic_id,
+                log_start_offset=start_offset,
+                had_clean_shutdown=True,
+                now_ms=self.clock.now_ms(),
+                dir_failure=self.dir_failure,
+            ),
+        )
         self.future_logs[(topic, partition)] = lg
         log.info("Created future log %s for partition %s-%d", path, topic, partition)
         return lg
@@ -450,9 +525,18 @@ class LogManager:
         ck.fsync_dir(dest)
         if crash_hook is not None:
             crash_hook("renamed-future")
-        lg = UnifiedLog(final, topic, partition, source.config, topic_id=source.topic_id,
-                        recovery_point=future.log_end_offset, log_start_offset=max(start, future.log_start_offset),
-                        had_clean_shutdown=True, now_ms=self.clock.now_ms(), dir_failure=self.dir_failure)
+        lg = UnifiedLog(
+            final,
+            topic,
+            partition,
+            source.config,
+            topic_id=source.topic_id,
+            recovery_point=future.log_end_offset,
+            log_start_offset=max(start, future.log_start_offset),
+            had_clean_shutdown=True,
+            now_ms=self.clock.now_ms(),
+            dir_failure=self.dir_failure,
+        )
         lg.update_high_watermark(hw)
         src_dir = source.parent_dir
         target = os.path.join(src_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
@@ -464,8 +548,13 @@ class LogManager:
         self._closing_later.append((now + source.config.file_delete_delay_ms, source))
         self._pending_dir_deletes.append((now + source.config.file_delete_delay_ms, target))
         for d in {src_dir, dest}:
-            self.write_checkpoints([(p, e) for p, e in self.recovery_point_checkpoints() + self.log_start_checkpoints()
-                                    if os.path.dirname(p) == d])
+            self.write_checkpoints(
+                [
+                    (p, e)
+                    for p, e in self.recovery_point_checkpoints() + self.log_start_checkpoints()
+                    if os.path.dirname(p) == d
+                ]
+            )
         log.info("The current replica of %s-%d is replaced with the future replica in %s", topic, partition, dest)
         return lg
 
@@ -498,9 +587,13 @@ class LogManager:
         for lock in [lk for lk in self.locks if lk.dir == d]:
             lock.release()
             self.locks.remove(lock)
-        log.warning("Logs for partitions %s are offline and logs for future partitions %s are offline due to "
-                    "failure on log directory %s", ",".join(f"{t}-{p}" for t, p in offline),
-                    ",".join(f"{t}-{p}" for t, p in offline_future), d)
+        log.warning(
+            "Logs for partitions %s are offline and logs for future partitions %s are offline due to "
+            "failure on log directory %s",
+            ",".join(f"{t}-{p}" for t, p in offline),
+            ",".join(f"{t}-{p}" for t, p in offline_future),
+            d,
+        )
         return offline
 
     # ------------------------------------------------------------------ periodic work
@@ -562,8 +655,10 @@ class LogManager:
     # consistent view of the logs) and the files written by ``write_checkpoints``, which the
     # server runs on its I/O thread so an fsync never stalls the event loop.
     def recovery_point_checkpoints(self) -> list[tuple[str, dict]]:
-        return [(os.path.join(d, ck.RECOVERY_POINT_CHECKPOINT), e)
-                for d, e in self._by_dir(lambda lg: lg.recovery_point).items()]
+        return [
+            (os.path.join(d, ck.RECOVERY_POINT_CHECKPOINT), e)
+            for d, e in self._by_dir(lambda lg: lg.recovery_point).items()
+        ]
 
     def log_start_checkpoints(self) -> list[tuple[str, dict]]:
         out = []
@@ -574,8 +669,10 @@ class LogManager:
         return out
 
     def high_watermark_checkpoints(self) -> list[tuple[str, dict]]:
-        return [(os.path.join(d, ck.REPLICATION_CHECKPOINT), e)
-                for d, e in self._by_dir(lambda lg: lg.high_watermark).items()]
+        return [
+            (os.path.join(d, ck.REPLICATION_CHECKPOINT), e)
+            for d, e in self._by_dir(lambda lg: lg.high_watermark).items()
+        ]
 
     def write_checkpoints(self, jobs: list[tuple[str, dict]], fsync: bool = True) -> None:
         """Write checkpoint files (any thread). A failed write takes its log dir offline (as
@@ -583,9 +680,14 @@ class LogManager:
         for path, entries in jobs:
             d = os.path.dirname(path)
             try:
-                maybe_handle_io_error(self.dir_failure, d,
-                                      lambda: f"Error while writing to checkpoint file {path}",
-                                      ck.OffsetCheckpointFile(path).write, entries, fsync)
+                maybe_handle_io_error(
+                    self.dir_failure,
+                    d,
+                    lambda: f"Error while writing to checkpoint file {path}",
+                    ck.OffsetCheckpointFile(path).write,
+                    entries,
+                    fsync,
+                )
             except KafkaStorageError:
                 pass  # logged by the channel, whose handler takes the dir offline
 
@@ -621,7 +723,14 @@ class LogManager:
             lg.close_handles()
         for d in self.log_dirs:
             if d in self.live_log_dirs and not self.dir_failure.has_offline_log_dir(d):
-                self._swallow(lambda d=d: maybe_handle_io_error(
-                    self.dir_failure, d, f"Error while writing the clean shutdown marker in dir {d}",
-                    ck.write_clean_shutdown, d, broker_epoch))
+                self._swallow(
+                    lambda d=d: maybe_handle_io_error(
+                        self.dir_failure,
+                        d,
+                        f"Error while writing the clean shutdown marker in dir {d}",
+                        ck.write_clean_shutdown,
+                        d,
+                        broker_epoch,
+                    )
+                )
         log.info("Shutdown complete: logs flushed, checkpoints written, clean shutdown marker left")

@@ -101,6 +101,7 @@ class VerificationGuard:
 @dataclass(slots=True)
 class VerificationStateEntry:
     """A producer's pending KIP-890 verification on this partition (Kafka's VerificationStateEntry)."""
+
     timestamp: int
     lowest_sequence: int
     epoch: int
@@ -149,14 +150,16 @@ class ProducerStateManager:
         self.verification_states: dict[int, VerificationStateEntry] = {}  # producer id -> pending verification
 
     # ------------------------------------------------------------------ KIP-890 verification
-    def maybe_create_verification_state(self, producer_id: int, sequence: int, epoch: int, now_ms: int,
-                                        supports_epoch_bump: bool = False) -> VerificationStateEntry:
+    def maybe_create_verification_state(
+        self, producer_id: int, sequence: int, epoch: int, now_ms: int, supports_epoch_bump: bool = False
+    ) -> VerificationStateEntry:
         """Start (or continue) a verification for the producer's first transactional batch here;
         the entry's guard goes with the append once the coordinator has answered."""
         entry = self.verification_states.get(producer_id)
         if entry is None:
-            entry = self.verification_states[producer_id] = VerificationStateEntry(now_ms, sequence, epoch,
-                                                                                   supports_epoch_bump)
+            entry = self.verification_states[producer_id] = VerificationStateEntry(
+                now_ms, sequence, epoch, supports_epoch_bump
+            )
         entry.maybe_update_lowest_sequence_and_epoch(sequence, epoch)
         return entry
 
@@ -168,8 +171,16 @@ class ProducerStateManager:
         self.verification_states.pop(producer_id, None)
 
     # ------------------------------------------------------------------ leader appends
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, offset_hint: int,
-              transactional: bool = False, missing_verification=None):
+    def check(
+        self,
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        last_seq: int,
+        offset_hint: int,
+        transactional: bool = False,
+        missing_verification=None,
+    ):
         """Validate a client batch. Returns the BatchMetadata of the original when the batch is a
         duplicate, None when it may be appended; raises KafkaError otherwise.
         ``missing_verification``: a callable telling whether a transactional batch lacks the
@@ -185,45 +196,64 @@ class ProducerStateManager:
         if entry is None:
             return None  # unknown producer (new, or its state expired): accept any sequence
         if not transactional and entry.current_txn_first_offset >= 0 and epoch >= entry.epoch:
-            raise KafkaError(ErrorCode.invalid_txn_state,
-                             f"Expected transactional write from producer {producer_id} at offset {offset_hint} in "
-                             f"partition {self.tp}")
+            raise KafkaError(
+                ErrorCode.invalid_txn_state,
+                f"Expected transactional write from producer {producer_id} at offset {offset_hint} in "
+                f"partition {self.tp}",
+            )
         self._check_epoch(entry, epoch, offset_hint)
         if epoch == entry.epoch:
             # no remembered batch (only a marker): the sequence must start again at 0, as Kafka's
             # inSequence(NO_SEQUENCE, seq) requires
             if not _in_sequence(entry.last_seq, first_seq) if entry.batches else first_seq != 0:
-                raise KafkaError(ErrorCode.out_of_order_sequence_number,
-                                 f"Out of order sequence number for producer {producer_id} at offset {offset_hint} in "
-                                 f"partition {self.tp}: {first_seq} (incoming seq. number), {entry.last_seq} "
-                                 "(current end sequence number)")
+                raise KafkaError(
+                    ErrorCode.out_of_order_sequence_number,
+                    f"Out of order sequence number for producer {producer_id} at offset {offset_hint} in "
+                    f"partition {self.tp}: {first_seq} (incoming seq. number), {entry.last_seq} "
+                    "(current end sequence number)",
+                )
         elif first_seq != 0 and entry.epoch != NO_EPOCH:
-            raise KafkaError(ErrorCode.out_of_order_sequence_number,
-                             f"Invalid sequence number for new epoch of producer {producer_id} at offset "
-                             f"{offset_hint} in partition {self.tp}: {epoch} (request epoch), {first_seq} (seq. "
-                             f"number), {entry.epoch} (current producer epoch)")
+            raise KafkaError(
+                ErrorCode.out_of_order_sequence_number,
+                f"Invalid sequence number for new epoch of producer {producer_id} at offset "
+                f"{offset_hint} in partition {self.tp}: {epoch} (request epoch), {first_seq} (seq. "
+                f"number), {entry.epoch} (current producer epoch)",
+            )
         return None
 
-    def _check_verification_sequence(self, producer_id: int, first_seq: int, offset_hint: int,
-                                     entry: ProducerStateEntry | None) -> None:
+    def _check_verification_sequence(
+        self, producer_id: int, first_seq: int, offset_hint: int, entry: ProducerStateEntry | None
+    ) -> None:
         """Kafka's ProducerAppendInfo.checkSequence against a pending verification: no batch
         overtakes a lower sequence still being verified (or retried after a failed verification)."""
         v = self.verification_states.get(producer_id)
         if v is None or self.skip_verification_sequence_check:
             return
         if v.supports_epoch_bump and first_seq != 0 and entry is None:
-            raise KafkaError(ErrorCode.out_of_order_sequence_number,
-                             f"Invalid sequence number for producer {producer_id} at offset {offset_hint} in partition "
-                             f"{self.tp}: {first_seq} (incoming seq. number). Expected sequence 0 for transactions v2 "
-                             "idempotent producer with no existing state.")
+            raise KafkaError(
+                ErrorCode.out_of_order_sequence_number,
+                f"Invalid sequence number for producer {producer_id} at offset {offset_hint} in partition "
+                f"{self.tp}: {first_seq} (incoming seq. number). Expected sequence 0 for transactions v2 "
+                "idempotent producer with no existing state.",
+            )
         if first_seq > v.lowest_sequence:
-            raise KafkaError(ErrorCode.out_of_order_sequence_number,
-                             f"Out of order sequence number for producer {producer_id} at offset {offset_hint} in "
-                             f"partition {self.tp}: {first_seq} (incoming seq. number), {v.lowest_sequence} (earliest "
-                             "seen sequence)")
+            raise KafkaError(
+                ErrorCode.out_of_order_sequence_number,
+                f"Out of order sequence number for producer {producer_id} at offset {offset_hint} in "
+                f"partition {self.tp}: {first_seq} (incoming seq. number), {v.lowest_sequence} (earliest "
+                "seen sequence)",
+            )
 
-    def update(self, producer_id: int, epoch: int, last_seq: int, last_offset: int, offset_delta: int,
-               timestamp: int, transactional: bool = False) -> None:
+    def update(
+        self,
+        producer_id: int,
+        epoch: int,
+        last_seq: int,
+        last_offset: int,
+        offset_delta: int,
+        timestamp: int,
+        transactional: bool = False,
+    ) -> None:
         """Record an appended batch (leader, follower or recovery replay)."""
         entry = self._entry(producer_id, epoch)
         if last_seq >= 0:
@@ -250,9 +280,11 @@ class ProducerStateManager:
 
     def _check_epoch(self, entry: ProducerStateEntry, epoch: int, offset_hint: int) -> None:
         if epoch < entry.epoch:
-            raise KafkaError(ErrorCode.invalid_producer_epoch,
-                             f"Epoch of producer {entry.producer_id} at offset {offset_hint} in {self.tp} is {epoch}, "
-                             f"which is smaller than the last seen epoch {entry.epoch}")
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"Epoch of producer {entry.producer_id} at offset {offset_hint} in {self.tp} is {epoch}, "
+                f"which is smaller than the last seen epoch {entry.epoch}",
+            )
 
     # ------------------------------------------------------------------ transactions
     def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, offset_hint: int) -> None:
@@ -262,13 +294,16 @@ class ProducerStateManager:
             return
         self._check_epoch(entry, epoch, offset_hint)
         if coordinator_epoch < entry.coordinator_epoch:
-            raise KafkaError(ErrorCode.transaction_coordinator_fenced,
-                             f"Invalid coordinator epoch for producer {producer_id} at offset {offset_hint} in "
-                             f"partition {self.tp}: {coordinator_epoch} (zombie), {entry.coordinator_epoch} "
-                             "(current)")
+            raise KafkaError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"Invalid coordinator epoch for producer {producer_id} at offset {offset_hint} in "
+                f"partition {self.tp}: {coordinator_epoch} (zombie), {entry.coordinator_epoch} "
+                "(current)",
+            )
 
-    def append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, offset: int,
-                      timestamp: int) -> CompletedTxn | None:
+    def append_marker(
+        self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, offset: int, timestamp: int
+    ) -> CompletedTxn | None:
         """Record a COMMIT/ABORT marker at ``offset``; returns the transaction it completes
         (None for a marker of a producer with no data in this partition's transaction).
         The caller indexes an aborted one and then calls :meth:`complete_txn`."""
@@ -314,8 +349,11 @@ class ProducerStateManager:
         return entry.current_txn_first_offset if entry is not None else -1
 
     def remove_expired(self, now_ms: int) -> int:
-        expired = [pid for pid, e in self.producers.items()
-                   if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.expiration_ms]
+        expired = [
+            pid
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.expiration_ms
+        ]
         for pid in expired:
             del self.producers[pid]
         # verifications never answered (the producer gave up) go after the same time
@@ -339,9 +377,18 @@ class ProducerStateManager:
         entries = []
         for pid, e in self.producers.items():
             last = e.batches[-1] if e.batches else None
-            entries.append(_ENTRY.pack(pid, e.epoch, last.last_seq if last else -1, last.last_offset if last else -1,
-                                       last.offset_delta if last else 0, e.last_timestamp, e.coordinator_epoch,
-                                       e.current_txn_first_offset))
+            entries.append(
+                _ENTRY.pack(
+                    pid,
+                    e.epoch,
+                    last.last_seq if last else -1,
+                    last.last_offset if last else -1,
+                    last.offset_delta if last else 0,
+                    e.last_timestamp,
+                    e.coordinator_epoch,
+                    e.current_txn_first_offset,
+                )
+            )
         body = struct.pack(">i", len(entries)) + b"".join(entries)
         crc = crc32c(body)
         data = struct.pack(">hI", SNAPSHOT_VERSION, crc) + body
@@ -392,8 +439,9 @@ class ProducerStateManager:
                 os.unlink(path)
                 continue
             for pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, txn_first in entries:
-                e = ProducerStateEntry(pid, epoch, coordinator_epoch=coord_epoch, last_timestamp=ts,
-                                       current_txn_first_offset=txn_first)
+                e = ProducerStateEntry(
+                    pid, epoch, coordinator_epoch=coord_epoch, last_timestamp=ts, current_txn_first_offset=txn_first
+                )
                 if last_offset >= 0:
                     e.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
                 self.producers[pid] = e

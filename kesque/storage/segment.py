@@ -12,9 +12,9 @@ import os
 import time
 
 from ..records import batch as rb
+from ..records.records import iter_records
 from .index import CorruptIndexError, OffsetIndex, TimeIndex
 from .txn_index import TransactionIndex
-from ..records.records import iter_records
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,17 @@ _MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 
 
 class LogSegment:
-    def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
-                 max_index_size: int = 10 * 1024 * 1024, create: bool = False, now_ms: int | None = None,
-                 file_suffix: str = ""):
+    def __init__(
+        self,
+        dir_path: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int = 4096,
+        max_index_size: int = 10 * 1024 * 1024,
+        create: bool = False,
+        now_ms: int | None = None,
+        file_suffix: str = "",
+    ):
         self.dir = dir_path
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -100,7 +108,8 @@ class LogSegment:
         """Append verbatim batch bytes; returns the physical position they start at."""
         if not 0 <= largest_offset - self.base_offset <= _MAX_RELATIVE_OFFSET:
             raise LogSegmentOffsetOverflowError(
-                f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}")
+                f"Detected offset overflow at offset {largest_offset} in segment {self.log_path}"
+            )
         position = self.size
         if position == 0:
             self.rolling_based_timestamp = largest_timestamp
@@ -214,8 +223,12 @@ class LogSegment:
         try:
             for idx in (self.offset_index, self.time_index):
                 if not os.path.exists(idx.path):
-                    log.warning("Could not find index file %s corresponding to log file %s, recovering "
-                                "segment and rebuilding index files", idx.path, self.log_path)
+                    log.warning(
+                        "Could not find index file %s corresponding to log file %s, recovering "
+                        "segment and rebuilding index files",
+                        idx.path,
+                        self.log_path,
+                    )
                     return False
             self.offset_index.load()
             self.time_index.load()
@@ -297,8 +310,13 @@ class LogSegment:
             next_offset = h.next_offset
         truncated = size - valid
         if truncated > 0:
-            log.warning("Found invalid messages in log segment %s at byte offset %d (%s); truncating %d bytes",
-                        self.log_path, valid, reason, truncated)
+            log.warning(
+                "Found invalid messages in log segment %s at byte offset %d (%s); truncating %d bytes",
+                self.log_path,
+                valid,
+                reason,
+                truncated,
+            )
             os.ftruncate(fd, valid)
             self.size = valid
         if valid == 0:
@@ -347,6 +365,7 @@ class LogSegment:
     def change_file_suffixes(self, old: str, new: str) -> None:
         """Swap the ``old`` file suffix for ``new`` on every file (``.cleaned`` -> ``.swap`` -> none,
         Kafka's changeFileSuffixes), keeping the descriptor open for queued reads."""
+
         def renamed(path: str) -> str:
             return (path[: -len(old)] if old and path.endswith(old) else path) + new
 

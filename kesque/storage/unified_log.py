@@ -63,17 +63,28 @@ class AppendInfo:
 
 
 class UnifiedLog:
-    def __init__(self, dir_path: str, topic: str, partition: int, config: LogConfig, *,
-                 topic_id: uuid.UUID | None = None, recovery_point: int = 0, log_start_offset: int = 0,
-                 had_clean_shutdown: bool = False, now_ms: int = 0,
-                 dir_failure: LogDirFailureChannel | None = None):
+    def __init__(
+        self,
+        dir_path: str,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        topic_id: uuid.UUID | None = None,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool = False,
+        now_ms: int = 0,
+        dir_failure: LogDirFailureChannel | None = None,
+    ):
         self.topic = topic
         self.partition = partition
         self.tp = f"{topic}-{partition}"
         self._config = config
         self.topic_id = topic_id
-        self.local_log = local = LocalLog(dir_path, config, self.tp, recovery_point=recovery_point,
-                                          dir_failure=dir_failure)
+        self.local_log = local = LocalLog(
+            dir_path, config, self.tp, recovery_point=recovery_point, dir_failure=dir_failure
+        )
         self.dir = dir_path
         self.log_dir = local.log_dir  # the log dir holding it
         self.unflushed_messages = 0
@@ -81,8 +92,14 @@ class UnifiedLog:
         self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(dir_path, LEADER_EPOCH_CHECKPOINT), self.tp)
         self.producer_state = ProducerStateManager(dir_path, self.tp)
         self._hw_position: tuple[int, int] | None = None  # (segment base, position)
-        loaded = LogLoader(local, self.leader_epoch_cache, self.producer_state, log_start_offset=log_start_offset,
-                           had_clean_shutdown=had_clean_shutdown, now_ms=now_ms).load()
+        loaded = LogLoader(
+            local,
+            self.leader_epoch_cache,
+            self.producer_state,
+            log_start_offset=log_start_offset,
+            had_clean_shutdown=had_clean_shutdown,
+            now_ms=now_ms,
+        ).load()
         self.log_start_offset = loaded.log_start_offset
         self.high_watermark = loaded.high_watermark
         if topic_id is not None:
@@ -186,8 +203,9 @@ class UnifiedLog:
         return self.local_log.collect_aborted_transactions(fetch_offset, upper_bound)
 
     # ================================================================== append
-    def maybe_start_transaction_verification(self, producer_id: int, sequence: int, epoch: int, now_ms: int,
-                                             supports_epoch_bump: bool = False):
+    def maybe_start_transaction_verification(
+        self, producer_id: int, sequence: int, epoch: int, now_ms: int, supports_epoch_bump: bool = False
+    ):
         """The guard of the producer's pending KIP-890 verification here, started or continued
         (None when its transaction of this epoch is already open: nothing to verify)."""
         ps = self.producer_state
@@ -200,8 +218,14 @@ class UnifiedLog:
         return ps.ongoing_txn_of(producer_id) >= 0 and ps.producers[producer_id].epoch == epoch
 
     @_io("appending records")
-    def append_as_leader(self, buf: memoryview, leader_epoch: int, now_ms: int, verification_guard=None,
-                         require_verification: bool = False) -> AppendInfo:
+    def append_as_leader(
+        self,
+        buf: memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        verification_guard=None,
+        require_verification: bool = False,
+    ) -> AppendInfo:
         """Validate one produced batch, check the producer's sequence, assign offsets, append.
         With ``require_verification`` (transaction.partition.verification.enable), a batch that
         would open its producer's transaction here must bring the guard of the verification the
@@ -210,33 +234,72 @@ class UnifiedLog:
         h = v.header
         if h.producer_id >= 0:
             ps = self.producer_state
-            dup = ps.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                           self.log_end_offset, h.is_transactional,
-                           lambda: require_verification and h.is_transactional and not h.is_control
-                           and not self._has_ongoing_transaction(h.producer_id, h.producer_epoch)
-                           and (verification_guard is None or ps.verification_guard(h.producer_id)
-                                is not verification_guard))
+            dup = ps.check(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.last_sequence,
+                self.log_end_offset,
+                h.is_transactional,
+                lambda: (
+                    require_verification
+                    and h.is_transactional
+                    and not h.is_control
+                    and not self._has_ongoing_transaction(h.producer_id, h.producer_epoch)
+                    and (verification_guard is None or ps.verification_guard(h.producer_id) is not verification_guard)
+                ),
+            )
             if dup is not None:
-                log.debug("%s: duplicate batch from producer %d (seq %d-%d) acknowledged at offset %d", self.tp,
-                          h.producer_id, h.base_sequence, h.last_sequence, dup.first_offset)
-                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, -1, self.log_start_offset,
-                                  0, 0, duplicate=True)
+                log.debug(
+                    "%s: duplicate batch from producer %d (seq %d-%d) acknowledged at offset %d",
+                    self.tp,
+                    h.producer_id,
+                    h.base_sequence,
+                    h.last_sequence,
+                    dup.first_offset,
+                )
+                return AppendInfo(
+                    dup.first_offset, dup.last_offset, dup.timestamp, -1, self.log_start_offset, 0, 0, duplicate=True
+                )
         info = self._append_validated(v.data, h, leader_epoch, now_ms)
         if h.producer_id >= 0:
-            self.producer_state.update(h.producer_id, h.producer_epoch, h.last_sequence, info.last_offset,
-                                       h.last_offset_delta, h.max_timestamp, h.is_transactional)
+            self.producer_state.update(
+                h.producer_id,
+                h.producer_epoch,
+                h.last_sequence,
+                info.last_offset,
+                h.last_offset_delta,
+                h.max_timestamp,
+                h.is_transactional,
+            )
         return info
 
     @_io("appending a transaction marker")
-    def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                          leader_epoch: int, now_ms: int) -> AppendInfo:
+    def append_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> AppendInfo:
         """Write a COMMIT/ABORT marker for a producer as the leader (WriteTxnMarkers): closes
         its open transaction here, indexes it if aborted, and may move the LSO."""
         self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch, self.log_end_offset)
         batch = build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, timestamp=now_ms)
         info = self.append_new_batch(batch, leader_epoch, now_ms)
-        complete_txn(self.producer_state, self.local_log.segments[-1], producer_id, producer_epoch, commit,
-                     coordinator_epoch, info.first_offset, now_ms, self.high_watermark)
+        complete_txn(
+            self.producer_state,
+            self.local_log.segments[-1],
+            producer_id,
+            producer_epoch,
+            commit,
+            coordinator_epoch,
+            info.first_offset,
+            now_ms,
+            self.high_watermark,
+        )
         return info
 
     def _append_validated(self, data: memoryview, h: rb.BatchHeader, leader_epoch: int, now_ms: int) -> AppendInfo:
@@ -252,8 +315,15 @@ class UnifiedLog:
         if self.unflushed_messages >= self._config.flush_messages:
             self.flush()
             self.last_flush_ms = now_ms
-        return AppendInfo(base, last, h.max_timestamp, h.max_timestamp if h.is_log_append_time else -1,
-                          self.log_start_offset, h.records_count, size)
+        return AppendInfo(
+            base,
+            last,
+            h.max_timestamp,
+            h.max_timestamp if h.is_log_append_time else -1,
+            self.log_start_offset,
+            h.records_count,
+            size,
+        )
 
     @_io("appending records")
     def append_raw(self, data: bytes | memoryview, now_ms: int) -> AppendInfo:
@@ -266,12 +336,19 @@ class UnifiedLog:
         max_ts = -1
         for pos, h in rb.iter_headers(mv):
             if h.base_offset < self.log_end_offset:
-                raise KafkaError(ErrorCode.unknown_server_error,
-                                 f"{self.tp}: out of order append at {h.base_offset}, LEO {self.log_end_offset}")
+                raise KafkaError(
+                    ErrorCode.unknown_server_error,
+                    f"{self.tp}: out of order append at {h.base_offset}, LEO {self.log_end_offset}",
+                )
             self._maybe_roll(h.size, h.max_timestamp, now_ms, h.last_offset, h.base_offset)
-            local.append(h.last_offset, h.max_timestamp, h.last_offset, mv[pos:pos + h.size])
-            update_producer_state(self.producer_state, local.segments[-1], h,
-                                  mv[pos:pos + h.size] if h.is_control else None, self.high_watermark)
+            local.append(h.last_offset, h.max_timestamp, h.last_offset, mv[pos : pos + h.size])
+            update_producer_state(
+                self.producer_state,
+                local.segments[-1],
+                h,
+                mv[pos : pos + h.size] if h.is_control else None,
+                self.high_watermark,
+            )
             if h.partition_leader_epoch > self.leader_epoch_cache.latest_epoch():
                 self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
             if first < 0:
@@ -289,13 +366,21 @@ class UnifiedLog:
         h = rb.read_header(mv)
         info = self._append_validated(mv, h, leader_epoch, now_ms)
         if h.producer_id >= 0 and not h.is_control:  # a coordinator's transactional write
-            self.producer_state.update(h.producer_id, h.producer_epoch, h.last_sequence, info.last_offset,
-                                       h.last_offset_delta, h.max_timestamp, h.is_transactional)
+            self.producer_state.update(
+                h.producer_id,
+                h.producer_epoch,
+                h.last_sequence,
+                info.last_offset,
+                h.last_offset_delta,
+                h.max_timestamp,
+                h.is_transactional,
+            )
         return info
 
     # ================================================================== roll
-    def _maybe_roll(self, incoming: int, max_ts: int, now_ms: int, last_offset: int | None = None,
-                    first_offset: int | None = None) -> None:
+    def _maybe_roll(
+        self, incoming: int, max_ts: int, now_ms: int, last_offset: int | None = None, first_offset: int | None = None
+    ) -> None:
         """Kafka's LogSegment.shouldRoll: size, segment.ms (measured with message timestamps
         from the segment's first batch, wall clock only for a segment without timestamps),
         a full index, or an offset the index cannot hold relative to the segment base."""
@@ -332,9 +417,11 @@ class UnifiedLog:
         """Bytes from ``start_offset`` up to ``max_offset`` (exclusive: HW, LEO or LSO)."""
         leo = self.log_end_offset
         if start_offset < self.log_start_offset or start_offset > leo:
-            raise KafkaError(ErrorCode.offset_out_of_range,
-                             f"Received request for offset {start_offset} for partition {self.tp}, but we only "
-                             f"have log segments in the range {self.log_start_offset} to {leo}.")
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"Received request for offset {start_offset} for partition {self.tp}, but we only "
+                f"have log segments in the range {self.log_start_offset} to {leo}.",
+            )
         if start_offset >= max_offset:
             return FetchData(first_offset=start_offset)
         max_seg, max_pos = self._max_position(max_offset)
@@ -413,9 +500,16 @@ class UnifiedLog:
         if cfg.delete:
             if cfg.retention_ms >= 0:
                 deleted += self._delete_segments(
-                    self._deletable(lambda s, _u: now_ms - s.largest_timestamp() > cfg.retention_ms
-                                    if s.largest_timestamp() >= 0 else now_ms - s.last_modified_ms() > cfg.retention_ms),
-                    now_ms, f"retention time {cfg.retention_ms}ms breach")
+                    self._deletable(
+                        lambda s, _u: (
+                            now_ms - s.largest_timestamp() > cfg.retention_ms
+                            if s.largest_timestamp() >= 0
+                            else now_ms - s.last_modified_ms() > cfg.retention_ms
+                        )
+                    ),
+                    now_ms,
+                    f"retention time {cfg.retention_ms}ms breach",
+                )
             if cfg.retention_bytes >= 0:
                 diff = [self.size_in_bytes() - cfg.retention_bytes]
 
@@ -425,11 +519,14 @@ class UnifiedLog:
                         return True
                     return False
 
-                deleted += self._delete_segments(self._deletable(over), now_ms,
-                                                 f"retention size in bytes {cfg.retention_bytes} breach")
+                deleted += self._delete_segments(
+                    self._deletable(over), now_ms, f"retention size in bytes {cfg.retention_bytes} breach"
+                )
         deleted += self._delete_segments(
             self._deletable(lambda s, upper: s is not self.active_segment and upper <= self.log_start_offset),
-            now_ms, f"log start offset {self.log_start_offset} breach")
+            now_ms,
+            f"log start offset {self.log_start_offset} breach",
+        )
         return deleted
 
     def _delete_segments(self, segs: list[LogSegment], now_ms: int, reason: str) -> int:
@@ -449,8 +546,9 @@ class UnifiedLog:
         return len(segs)
 
     @_io("replacing segments")
-    def replace_segments(self, new: LogSegment, old: list[LogSegment], now_ms: int, hook=None,
-                         sync: bool = True) -> None:
+    def replace_segments(
+        self, new: LogSegment, old: list[LogSegment], now_ms: int, hook=None, sync: bool = True
+    ) -> None:
         """Swap a cleaned segment in for the segments ``old`` it was copied from
         (:meth:`LocalLog.replace_segments <kesque.storage.local_log.LocalLog.replace_segments>`);
         SegmentsChangedError when they are no longer in the log."""
@@ -464,9 +562,11 @@ class UnifiedLog:
     def maybe_increment_log_start_offset(self, new_start: int) -> int:
         """DeleteRecords: move the log start offset (never past the high watermark)."""
         if new_start > self.high_watermark:
-            raise KafkaError(ErrorCode.offset_out_of_range,
-                             f"Cannot increment the log start offset to {new_start} of partition {self.tp} "
-                             f"since it is larger than the high watermark {self.high_watermark}")
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"Cannot increment the log start offset to {new_start} of partition {self.tp} "
+                f"since it is larger than the high watermark {self.high_watermark}",
+            )
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
             self.leader_epoch_cache.truncate_from_start(new_start)

@@ -33,8 +33,14 @@ from dataclasses import dataclass
 from ..errors import ErrorCode, KafkaError
 from ..records import batch as rb
 from ..records import compression
-from ..records.records import (COMPILED_SCAN, build_batch, iter_records, record_columns, scan_records,
-                               walk_record_lengths)
+from ..records.records import (
+    COMPILED_SCAN,
+    build_batch,
+    iter_records,
+    record_columns,
+    scan_records,
+    walk_record_lengths,
+)
 
 _TOPIC_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _MIN_RECORD_OVERHEAD = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0: below it a batch length is corrupt
@@ -56,13 +62,16 @@ class RecordValidationError(KafkaError):
 
     def __init__(self, record_errors: list[tuple[int, str]], bad_timestamp: bool):
         if bad_timestamp:
-            super().__init__(ErrorCode.invalid_timestamp,
-                             "One or more records have been rejected due to invalid timestamp")
+            super().__init__(
+                ErrorCode.invalid_timestamp, "One or more records have been rejected due to invalid timestamp"
+            )
         else:
             shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3])
-            super().__init__(ErrorCode.invalid_record,
-                             f"One or more records have been rejected due to {len(record_errors)} record errors "
-                             f"in total, and only showing the first three errors at most: [{shown}]")
+            super().__init__(
+                ErrorCode.invalid_record,
+                f"One or more records have been rejected due to {len(record_errors)} record errors "
+                f"in total, and only showing the first three errors at most: [{shown}]",
+            )
         self.record_errors = record_errors
 
 
@@ -78,8 +87,10 @@ def _next_batch_size(buf, pos: int, n: int) -> int | None:
         return None
     length = _I32.unpack_from(buf, pos + 8)[0]
     if length < _MIN_RECORD_OVERHEAD:
-        raise KafkaError(ErrorCode.corrupt_message,
-                         f"Record size {length} is less than the minimum record overhead ({_MIN_RECORD_OVERHEAD})")
+        raise KafkaError(
+            ErrorCode.corrupt_message,
+            f"Record size {length} is less than the minimum record overhead ({_MIN_RECORD_OVERHEAD})",
+        )
     if n - pos < rb.MAGIC_OFFSET + 1:
         return None
     if buf[pos + rb.MAGIC_OFFSET] > rb.MAGIC_V2:  # a byte: negative magics read as >= 128
@@ -96,11 +107,11 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
     n = len(buf)
     size = _next_batch_size(buf, 0, n)
     if size is None or size > n:
-        raise _invalid("Produce requests with version 3 and above must have at least one record batch per "
-                       "partition")
+        raise _invalid("Produce requests with version 3 and above must have at least one record batch per partition")
     if buf[rb.MAGIC_OFFSET] != rb.MAGIC_V2:
-        raise _invalid("Produce requests with version 3 and above are only allowed to contain record "
-                       "batches with magic version 2")
+        raise _invalid(
+            "Produce requests with version 3 and above are only allowed to contain record batches with magic version 2"
+        )
     if size < n:
         nxt = _next_batch_size(buf, size, n)
         if nxt is not None and nxt <= n - size:
@@ -110,9 +121,11 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
     if base_offset != 0:
         raise _invalid(f"The baseOffset of the record batch in the append to {tp} should be 0, but it is {base_offset}")
     if size > config.max_message_bytes:
-        raise KafkaError(ErrorCode.message_too_large,
-                         f"The record batch size in the append to {tp} is {size} bytes which exceeds "
-                         f"the maximum configured value of {config.max_message_bytes}.")
+        raise KafkaError(
+            ErrorCode.message_too_large,
+            f"The record batch size in the append to {tp} is {size} bytes which exceeds "
+            f"the maximum configured value of {config.max_message_bytes}.",
+        )
     if size < rb.HEADER_SIZE or not rb.is_crc_valid(buf, 0, size):
         crc = _U32.unpack_from(buf, rb.CRC_OFFSET)[0] if n >= rb.CRC_OFFSET + 4 else -1
         raise KafkaError(ErrorCode.corrupt_message, f"Record is corrupt (stored crc = {crc}) in topic partition {tp}.")
@@ -123,13 +136,17 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
     if count <= 0:
         raise _invalid(f"Invalid reported count for record batch: {count} in topic partition {tp}")
     if count != h.last_offset_delta + 1:
-        raise _invalid(f"Inconsistent batch offset range [0, {h.last_offset_delta}] and count of records "
-                       f"{count} in topic partition {tp}")
+        raise _invalid(
+            f"Inconsistent batch offset range [0, {h.last_offset_delta}] and count of records "
+            f"{count} in topic partition {tp}"
+        )
     if h.is_control:
         raise _invalid(f"Clients are not allowed to write control records in topic partition {tp}")
     if h.producer_id >= 0 and h.base_sequence < 0:
-        raise _invalid(f"Invalid sequence number {h.base_sequence} in record batch with producerId "
-                       f"{h.producer_id} in topic partition {tp}")
+        raise _invalid(
+            f"Invalid sequence number {h.base_sequence} in record batch with producerId "
+            f"{h.producer_id} in topic partition {tp}"
+        )
     codec = h.compression
     if codec > 4:
         raise KafkaError(ErrorCode.corrupt_message, f"Unknown compression codec {codec}")
@@ -138,7 +155,7 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
     offsets_ok = True
     if codec:
         try:
-            payload = compression.decompress_transient(codec, buf[rb.HEADER_SIZE:size])
+            payload = compression.decompress_transient(codec, buf[rb.HEADER_SIZE : size])
         except compression.CompressionError as e:
             raise KafkaError(ErrorCode.corrupt_message, str(e)) from None
         scan = _scan(payload, 0, len(payload), count)
@@ -146,7 +163,7 @@ def validate_batch(buf: memoryview, config, now_ms: int, tp: str = "") -> Valida
         offsets_ok = scan.offsets_ok
         null_key = scan.null_key
     else:
-        payload = buf[rb.HEADER_SIZE:size]
+        payload = buf[rb.HEADER_SIZE : size]
         if config.compact or COMPILED_SCAN:
             # the full scan: always when compiled (nanoseconds a record, Kafka's LogValidator
             # reads every record too), else only where a feature needs the keys
@@ -192,8 +209,9 @@ def _timestamps_need_records(h: rb.BatchHeader, config, now_ms: int) -> bool:
         return h.is_log_append_time  # refused for every record
     if h.is_log_append_time:
         return h.max_timestamp == rb.NO_TIMESTAMP or _out_of_range(h.max_timestamp, config, now_ms)
-    return (h.max_timestamp - now_ms > config.message_timestamp_after_max_ms
-            or (h.base_timestamp != rb.NO_TIMESTAMP and _out_of_range(h.base_timestamp, config, now_ms)))
+    return h.max_timestamp - now_ms > config.message_timestamp_after_max_ms or (
+        h.base_timestamp != rb.NO_TIMESTAMP and _out_of_range(h.base_timestamp, config, now_ms)
+    )
 
 
 def _out_of_range(t: int, config, now_ms: int) -> bool:
@@ -209,8 +227,10 @@ def _check_records(payload, h: rb.BatchHeader, config, now_ms: int, tp: str, siz
     _, ts, offs, key_valid, key_offs, _, value_valid, value_offs, _ = _columns(payload, h.records_count)
     ts, offs = memoryview(ts).cast("q"), memoryview(offs).cast("q")
     create_time, lat, compact = not config.log_append_time, h.is_log_append_time, config.compact
-    bounds = (f"[{_i64(now_ms - config.message_timestamp_before_max_ms)}, "
-              f"{_i64(now_ms + config.message_timestamp_after_max_ms)}]")
+    bounds = (
+        f"[{_i64(now_ms - config.message_timestamp_before_max_ms)}, "
+        f"{_i64(now_ms + config.message_timestamp_after_max_ms)}]"
+    )
     errors: list[tuple[int, str]] = []
     bad_timestamp = False
     for i in range(h.records_count):
@@ -220,15 +240,27 @@ def _check_records(payload, h: rb.BatchHeader, config, now_ms: int, tp: str, siz
         t = h.max_timestamp if lat else _i64(h.base_timestamp + ts[i])
         if create_time and t != rb.NO_TIMESTAMP:
             if _out_of_range(t, config, now_ms):
-                errors.append((i, f"Timestamp {t} of message with offset {offs[i]} is out of range. "
-                                  f"The timestamp should be within {bounds}"))
+                errors.append(
+                    (
+                        i,
+                        f"Timestamp {t} of message with offset {offs[i]} is out of range. "
+                        f"The timestamp should be within {bounds}",
+                    )
+                )
                 bad_timestamp = True
         elif lat:
-            record = (f"{'PartialDefaultRecord' if sizes_as_written else 'DefaultRecord'}(offset={offs[i]}, "
-                      f"timestamp={t}, key={_field_size(key_valid, key_offs, i, sizes_as_written)} bytes, "
-                      f"value={_field_size(value_valid, value_offs, i, sizes_as_written)} bytes)")
-            errors.append((i, f"Invalid timestamp type in message {record}. Producer should not set timestamp "
-                              "type to LogAppendTime."))
+            record = (
+                f"{'PartialDefaultRecord' if sizes_as_written else 'DefaultRecord'}(offset={offs[i]}, "
+                f"timestamp={t}, key={_field_size(key_valid, key_offs, i, sizes_as_written)} bytes, "
+                f"value={_field_size(value_valid, value_offs, i, sizes_as_written)} bytes)"
+            )
+            errors.append(
+                (
+                    i,
+                    f"Invalid timestamp type in message {record}. Producer should not set timestamp "
+                    "type to LogAppendTime.",
+                )
+            )
             bad_timestamp = True
     if errors:
         raise RecordValidationError(errors, bad_timestamp)
@@ -263,10 +295,15 @@ def _rebuild(buf, h: rb.BatchHeader, target: int, config, now_ms: int) -> Valida
     """Decode and re-encode (recompression or non-sequential inner offsets)."""
     records = [(r.key, r.value, r.headers, r.timestamp) for r in iter_records(buf, 0, h)]
     # Kafka's broker-side snappy is the Java client's xerial framing
-    data = build_batch(records, compression_codec=target, producer_id=h.producer_id,
-                       producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                       transactional=h.is_transactional,
-                       log_append_time=now_ms if config.log_append_time else None,
-                       xerial=target == compression.SNAPPY)
+    data = build_batch(
+        records,
+        compression_codec=target,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        transactional=h.is_transactional,
+        log_append_time=now_ms if config.log_append_time else None,
+        xerial=target == compression.SNAPPY,
+    )
     mv = memoryview(bytearray(data))
     return ValidatedBatch(mv, rb.read_header(mv), True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import resource
 import select
 import shutil
 import signal
@@ -26,12 +27,11 @@ import tempfile
 import threading
 import time
 
-from ..config.broker import SINGLE_NODE
 from ..config import BrokerConfig, ConfigError
-from ..storage.format import format_storage, random_uuid
+from ..config.broker import SINGLE_NODE
 from ..server.server import KesqueServer
+from ..storage.format import format_storage, random_uuid
 from ..storage.log_manager import ensure_storage
-import resource
 
 
 def terminate(process: subprocess.Popen, timeout: float) -> None:
@@ -51,10 +51,19 @@ DEFAULTS = {**SINGLE_NODE, "transaction.two.phase.commit.enable": "false", "grou
 
 
 class Broker:
-    def __init__(self, data_dir: str | None = None, port: int = 0, config: dict | None = None,
-                 mode: str = "subprocess", host: str = "127.0.0.1", log_file: str | None = None,
-                 fd_limit: int | None = None, properties_file: str | None = None, detach: bool = False,
-                 cluster_id: str | None = None):
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        port: int = 0,
+        config: dict | None = None,
+        mode: str = "subprocess",
+        host: str = "127.0.0.1",
+        log_file: str | None = None,
+        fd_limit: int | None = None,
+        properties_file: str | None = None,
+        detach: bool = False,
+        cluster_id: str | None = None,
+    ):
         if mode not in ("subprocess", "thread"):
             raise ValueError("mode must be 'subprocess' or 'thread'")
         if fd_limit is not None and mode != "subprocess":
@@ -106,7 +115,7 @@ class Broker:
         return props
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, timeout: float = 60.0) -> "Broker":
+    def start(self, timeout: float = 60.0) -> Broker:
         t0 = time.monotonic()
         if self.mode == "subprocess":
             self._start_subprocess(timeout)
@@ -147,10 +156,17 @@ class Broker:
                 args += ["--override", f"{k}={v}"]
         env = dict(os.environ, KESQUE_READY_FD=str(w))
         out = open(self.log_file, "ab") if self.log_file else open(os.path.join(self.data_dir, "kesque.log"), "ab")
-        self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, pass_fds=(w,), env=env,
-                                        start_new_session=self.detach, stdin=subprocess.DEVNULL,
-                                        preexec_fn=self._limit_fds if self.fd_limit is not None else None,
-                                        group=self.gid)
+        self.process = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            pass_fds=(w,),
+            env=env,
+            start_new_session=self.detach,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=self._limit_fds if self.fd_limit is not None else None,
+            group=self.gid,
+        )
         out.close()
         os.close(w)
         self._ready_fd = r
@@ -180,15 +196,15 @@ class Broker:
                 code = self.process.wait(10)  # its error is in the log once it has exited
             except subprocess.TimeoutExpired:
                 code = None
-            raise RuntimeError(f"kesque broker exited during start (code {code}){self._start_error()}; "
-                               f"see {self.log_path}")
+            raise RuntimeError(
+                f"kesque broker exited during start (code {code}){self._start_error()}; see {self.log_path}"
+            )
         first = buf.decode().split("\n")[0].split(",")[0]
         if first:
             self.port = int(first.rsplit(":", 1)[1])
 
     def _start_thread(self, timeout: float) -> None:
         from ..config import BrokerConfig
-
 
         self.format_storage()
         config = BrokerConfig(self._props())
@@ -269,7 +285,7 @@ class Broker:
         self.process.wait()
         self.process = None
 
-    def restart(self, timeout: float = 30.0) -> "Broker":
+    def restart(self, timeout: float = 30.0) -> Broker:
         """Start again on the same port and data directory."""
         if self.process is not None or self._thread is not None:
             self.stop()
@@ -280,7 +296,7 @@ class Broker:
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Broker:
         if self.process is None and self._thread is None:
             self.start()
         return self

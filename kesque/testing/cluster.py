@@ -28,7 +28,7 @@ from .kafka import free_port, random_cluster_id
 class NodeSpec:
     node_id: int
     roles: tuple[str, ...]
-    port: int | None            # the PLAINTEXT (client and inter-broker) port; None: controller only
+    port: int | None  # the PLAINTEXT (client and inter-broker) port; None: controller only
     controller_port: int | None  # the CONTROLLER port; None: broker only
 
     @property
@@ -36,16 +36,14 @@ class NodeSpec:
         return "broker" in self.roles
 
 
-def plan(nodes: int = 3, controllers: int | None = None, base_port: int = 0,
-         host: str = "127.0.0.1") -> list[NodeSpec]:
+def plan(nodes: int = 3, controllers: int | None = None, base_port: int = 0, host: str = "127.0.0.1") -> list[NodeSpec]:
     """The nodes of a cluster: ids, roles and ports (from ``base_port`` on, each node's client
     port then its controller port, in node id order; free ports when 0)."""
     controllers = nodes if controllers is None else controllers
     if nodes < 1 or controllers < 1:
         raise ValueError("a cluster needs at least one broker and one controller")
     combined = controllers == nodes
-    roles = [("broker", "controller")] * nodes if combined else \
-        [("controller",)] * controllers + [("broker",)] * nodes
+    roles = [("broker", "controller")] * nodes if combined else [("controller",)] * controllers + [("broker",)] * nodes
     ports = iter(range(base_port, base_port + 2 * len(roles))) if base_port else None
     specs = []
     for i, r in enumerate(roles, start=1):
@@ -86,9 +84,17 @@ def properties(spec: NodeSpec, specs: list[NodeSpec], data_dir: str, host: str =
 
 
 class Cluster:
-    def __init__(self, nodes: int = 3, controllers: int | None = None, data_dir: str | None = None,
-                 base_port: int = 0, config: dict | None = None, host: str = "127.0.0.1",
-                 cluster_id: str | None = None, detach: bool = False):
+    def __init__(
+        self,
+        nodes: int = 3,
+        controllers: int | None = None,
+        data_dir: str | None = None,
+        base_port: int = 0,
+        config: dict | None = None,
+        host: str = "127.0.0.1",
+        cluster_id: str | None = None,
+        detach: bool = False,
+    ):
         self.host = host
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="kesque-cluster-")
@@ -101,8 +107,14 @@ class Cluster:
             props = properties(spec, self.specs, os.path.join(node_dir, "data"), host)
             props.update({k: str(v) for k, v in (config or {}).items()})
             self.nodes[spec.node_id] = Broker(
-                data_dir=node_dir, port=spec.port or spec.controller_port, config=props, host=host,
-                properties_file=os.path.join(node_dir, "server.properties"), detach=detach, cluster_id=self.cluster_id)
+                data_dir=node_dir,
+                port=spec.port or spec.controller_port,
+                config=props,
+                host=host,
+                properties_file=os.path.join(node_dir, "server.properties"),
+                detach=detach,
+                cluster_id=self.cluster_id,
+            )
 
     # ------------------------------------------------------------------ properties
     def node(self, node_id: int) -> Broker:
@@ -117,7 +129,7 @@ class Cluster:
         return ",".join(f"{self.host}:{s.port}" for s in self.specs if s.is_broker)
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, timeout: float = 60.0) -> "Cluster":
+    def start(self, timeout: float = 60.0) -> Cluster:
         """Format every node with the one cluster id, start them all, then wait for each (a
         node may need the others to answer before it is ready)."""
         deadline = time.monotonic() + timeout
@@ -152,7 +164,7 @@ class Cluster:
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         if all(b.process is None for b in self.nodes.values()):
             self.start()
         return self

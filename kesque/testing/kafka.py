@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 import zipfile
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from .broker import terminate
@@ -100,8 +100,10 @@ def libs_dir() -> Path:
 def jars_missing() -> str | None:
     """Why Kafka's jars are not here (one line, saying how to get them), or None."""
     if not list(libs_dir().glob("kafka_2.13-*.jar")):
-        return (f"Apache Kafka jars not found in {libs_dir()}: run `make kafka` (needs java + mvn) "
-                f"or set {LIBS_ENV} to a folder of Kafka jars")
+        return (
+            f"Apache Kafka jars not found in {libs_dir()}: run `make kafka` (needs java + mvn) "
+            f"or set {LIBS_ENV} to a folder of Kafka jars"
+        )
     return None
 
 
@@ -114,7 +116,7 @@ def unavailable() -> str | None:
 
 def kafka_version() -> str:
     jar = next(libs_dir().glob("kafka_2.13-*.jar"))
-    return jar.name[len("kafka_2.13-"):-len(".jar")]
+    return jar.name[len("kafka_2.13-") : -len(".jar")]
 
 
 def jar_path(artifact: str) -> Path | None:
@@ -136,11 +138,14 @@ def jar_resources(artifact: str, folder: str, suffix: str = ".json") -> dict[str
         return None
     prefix = folder.rstrip("/") + "/"
     with zipfile.ZipFile(jar) as z:
-        return {name[len(prefix):]: z.read(name).decode() for name in z.namelist()
-                if name.startswith(prefix) and name.endswith(suffix) and "/" not in name[len(prefix):]}
+        return {
+            name[len(prefix) :]: z.read(name).decode()
+            for name in z.namelist()
+            if name.startswith(prefix) and name.endswith(suffix) and "/" not in name[len(prefix) :]
+        }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _classpath(libs: str) -> str:
     return os.pathsep.join(sorted(str(p) for p in Path(libs).glob("*.jar")))
 
@@ -149,7 +154,7 @@ def classpath() -> str:
     return _classpath(str(libs_dir()))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tools_log4j() -> str:
     path = os.path.join(tempfile.gettempdir(), f"kesque-kafka-tools-log4j2-{os.getuid()}.properties")
     if not os.path.exists(path):
@@ -162,14 +167,22 @@ def _tools_log4j() -> str:
 def java_command(main_class: str, args=(), jvm=TOOL_JVM, log4j: str | None = None) -> list[str]:
     """argv of a JVM running ``main_class`` with Kafka's jars (tools get the class-data archive)."""
     cds = [f"-XX:SharedArchiveFile={_tools_cds()}"] if jvm is TOOL_JVM and _tools_cds() else []
-    return ["java", *jvm, *cds, f"-Dlog4j2.configurationFile={log4j or _tools_log4j()}",
-            "-cp", classpath(), main_class, *map(str, args)]
+    return [
+        "java",
+        *jvm,
+        *cds,
+        f"-Dlog4j2.configurationFile={log4j or _tools_log4j()}",
+        "-cp",
+        classpath(),
+        main_class,
+        *map(str, args),
+    ]
 
 
 _CDS_LOCK = threading.Lock()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tools_cds() -> str | None:
     """A class-data sharing archive of the tools' classes (halves a tool's start-up CPU), made once
     beside the jars by one admin call that fails fast; None where it cannot be made. A stale or
@@ -185,10 +198,24 @@ def _tools_cds() -> str | None:
             return None
         try:
             port = free_port()
-            subprocess.run(["java", *TOOL_JVM, f"-XX:ArchiveClassesAtExit={path}.tmp",
-                            f"-Dlog4j2.configurationFile={_tools_log4j()}", "-cp", classpath(),
-                            TOOLS["kafka-topics.sh"], "--bootstrap-server", f"127.0.0.1:{port}", "--list",
-                            "--command-config", _fast_fail()], capture_output=True, timeout=60)
+            subprocess.run(
+                [
+                    "java",
+                    *TOOL_JVM,
+                    f"-XX:ArchiveClassesAtExit={path}.tmp",
+                    f"-Dlog4j2.configurationFile={_tools_log4j()}",
+                    "-cp",
+                    classpath(),
+                    TOOLS["kafka-topics.sh"],
+                    "--bootstrap-server",
+                    f"127.0.0.1:{port}",
+                    "--list",
+                    "--command-config",
+                    _fast_fail(),
+                ],
+                capture_output=True,
+                timeout=60,
+            )
             if os.path.exists(f"{path}.tmp"):
                 os.replace(f"{path}.tmp", path)
         except (OSError, subprocess.SubprocessError):
@@ -206,10 +233,12 @@ def _fast_fail() -> str:
     return path
 
 
-def run_class(main_class: str, *args, input: str | None = None, timeout: float = 120,
-              env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(java_command(main_class, args), input=input, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def run_class(
+    main_class: str, *args, input: str | None = None, timeout: float = 120, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        java_command(main_class, args), input=input, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def run_tool(script: str, *args, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -218,7 +247,7 @@ def run_tool(script: str, *args, input: str | None = None, timeout: float = 120)
 
 
 # ---------------------------------------------------------------------- brokers
-_PORTS = random.Random()          # seeded from the OS: processes (pytest-xdist workers) pick apart
+_PORTS = random.Random()  # seeded from the OS: processes (pytest-xdist workers) pick apart
 _HANDED: set[int] = set()
 
 
@@ -228,7 +257,7 @@ def _ephemeral_range() -> tuple[int, int]:
             lo, hi = map(int, f.read().split())
         return lo, hi
     except (OSError, ValueError):
-        return 32768, 60999       # Linux's default
+        return 32768, 60999  # Linux's default
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -286,9 +315,18 @@ class KafkaBroker:
     Kafka writes there. ``node_id``, ``voters`` and ``cluster_id`` are set by :class:`KafkaCluster`.
     """
 
-    def __init__(self, data_dir: str | None = None, port: int = 0, config: dict | None = None,
-                 host: str = "127.0.0.1", heap: str = BROKER_HEAP, node_id: int = 1,
-                 controller_port: int = 0, voters: str | None = None, cluster_id: str | None = None):
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        port: int = 0,
+        config: dict | None = None,
+        host: str = "127.0.0.1",
+        heap: str = BROKER_HEAP,
+        node_id: int = 1,
+        controller_port: int = 0,
+        voters: str | None = None,
+        cluster_id: str | None = None,
+    ):
         reason = unavailable()
         if reason:
             raise RuntimeError(reason)
@@ -325,12 +363,14 @@ class KafkaBroker:
         listeners = f"PLAINTEXT://{self.host}:{self.port}"
         if "controller" in props["process.roles"].split(","):
             listeners += f",CONTROLLER://{self.host}:{self.controller_port}"
-        props.update({
-            "node.id": str(self.node_id),
-            "controller.quorum.voters": self.voters,
-            "listeners": listeners,
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
-        })
+        props.update(
+            {
+                "node.id": str(self.node_id),
+                "controller.quorum.voters": self.voters,
+                "listeners": listeners,
+                "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            }
+        )
         props.setdefault("log.dirs", self.data_dir)
         return props
 
@@ -343,8 +383,9 @@ class KafkaBroker:
     def format(self) -> None:
         """``kafka-storage.sh format`` (once: a restart keeps the formatted data)."""
         self._write_config()
-        r = run_class(TOOLS["kafka-storage.sh"], "format", "-t", self.cluster_id, "-c", self.properties_path,
-                      "--ignore-formatted")
+        r = run_class(
+            TOOLS["kafka-storage.sh"], "format", "-t", self.cluster_id, "-c", self.properties_path, "--ignore-formatted"
+        )
         if r.returncode != 0:
             raise RuntimeError(f"kafka-storage.sh format failed ({r.returncode}): {r.stdout}{r.stderr}")
         self._formatted = True
@@ -355,13 +396,17 @@ class KafkaBroker:
             self.format()
         self._write_config()
         jvm = [f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true"]
-        argv = java_command(TOOLS["kafka-server-start.sh"], [self.properties_path], jvm=jvm,
-                            log4j=os.path.join(self.work_dir, "log4j2.properties"))
+        argv = java_command(
+            TOOLS["kafka-server-start.sh"],
+            [self.properties_path],
+            jvm=jvm,
+            log4j=os.path.join(self.work_dir, "log4j2.properties"),
+        )
         with open(os.path.join(self.work_dir, "stdout.log"), "ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, group=self.gid)
         self._launched = time.monotonic()
 
-    def start(self, timeout: float = 90.0) -> "KafkaBroker":
+    def start(self, timeout: float = 90.0) -> KafkaBroker:
         self.launch()
         try:
             wait_ready([self], timeout)
@@ -373,9 +418,12 @@ class KafkaBroker:
     def check_alive(self) -> None:
         if self.process is None or self.process.poll() is not None:
             code = None if self.process is None else self.process.returncode
-            raise RuntimeError(f"Kafka node {self.node_id} exited (code {code}); see {self.log_path}:\n"
-                               + _errors(self.log_path) + _tail(self.log_path)
-                               + _tail(os.path.join(self.work_dir, "stdout.log")))
+            raise RuntimeError(
+                f"Kafka node {self.node_id} exited (code {code}); see {self.log_path}:\n"
+                + _errors(self.log_path)
+                + _tail(self.log_path)
+                + _tail(os.path.join(self.work_dir, "stdout.log"))
+            )
 
     def stop(self, timeout: float = 60.0) -> None:
         """Clean shutdown (SIGTERM, as kafka-server-stop.sh): Kafka flushes and writes its checkpoints."""
@@ -391,7 +439,7 @@ class KafkaBroker:
         self.process.wait()
         self.process = None
 
-    def restart(self, timeout: float = 90.0) -> "KafkaBroker":
+    def restart(self, timeout: float = 90.0) -> KafkaBroker:
         """Start again on the same ports and data directory."""
         self.stop()
         return self.start(timeout)
@@ -400,7 +448,7 @@ class KafkaBroker:
         self.stop()
         shutil.rmtree(self.work_dir, ignore_errors=True)  # data_dir too, unless given
 
-    def __enter__(self) -> "KafkaBroker":
+    def __enter__(self) -> KafkaBroker:
         if self.process is None:
             self.start()
         return self
@@ -417,27 +465,44 @@ class KafkaCluster:
     ``controllers`` (all by default) in combined mode, the others broker-only (as
     ``kesque.Cluster(combined=True)``)."""
 
-    def __init__(self, size: int = 3, config: dict | None = None, host: str = "127.0.0.1",
-                 heap: str = BROKER_HEAP, controllers: int | None = None):
+    def __init__(
+        self,
+        size: int = 3,
+        config: dict | None = None,
+        host: str = "127.0.0.1",
+        heap: str = BROKER_HEAP,
+        controllers: int | None = None,
+    ):
         cluster_id = random_cluster_id()
         controller_ports = [free_port(host) for _ in range(size if controllers is None else controllers)]
         voters = ",".join(f"{i + 1}@{host}:{p}" for i, p in enumerate(controller_ports))
-        cfg = {"offsets.topic.replication.factor": str(min(3, size)),
-               "transaction.state.log.replication.factor": str(min(3, size)),
-               "transaction.state.log.min.isr": str(min(2, size)),
-               "share.coordinator.state.topic.replication.factor": str(min(3, size)),
-               "share.coordinator.state.topic.min.isr": str(min(2, size)), **(config or {})}
+        cfg = {
+            "offsets.topic.replication.factor": str(min(3, size)),
+            "transaction.state.log.replication.factor": str(min(3, size)),
+            "transaction.state.log.min.isr": str(min(2, size)),
+            "share.coordinator.state.topic.replication.factor": str(min(3, size)),
+            "share.coordinator.state.topic.min.isr": str(min(2, size)),
+            **(config or {}),
+        }
         roles = [{}] * len(controller_ports) + [{"process.roles": "broker"}] * (size - len(controller_ports))
-        self.nodes = [KafkaBroker(config={**cfg, **role}, host=host, heap=heap, node_id=i + 1,
-                                  controller_port=controller_ports[i] if i < len(controller_ports) else 0,
-                                  voters=voters, cluster_id=cluster_id)
-                      for i, role in enumerate(roles)]
+        self.nodes = [
+            KafkaBroker(
+                config={**cfg, **role},
+                host=host,
+                heap=heap,
+                node_id=i + 1,
+                controller_port=controller_ports[i] if i < len(controller_ports) else 0,
+                voters=voters,
+                cluster_id=cluster_id,
+            )
+            for i, role in enumerate(roles)
+        ]
 
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(n.bootstrap_servers for n in self.nodes)
 
-    def start(self, timeout: float = 120.0) -> "KafkaCluster":
+    def start(self, timeout: float = 120.0) -> KafkaCluster:
         for node in self.nodes:
             node.format()
         try:
@@ -460,7 +525,7 @@ class KafkaCluster:
         for node in self.nodes:
             node.close()
 
-    def __enter__(self) -> "KafkaCluster":
+    def __enter__(self) -> KafkaCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -504,7 +569,7 @@ def _errors(path: str, lines: int = 10) -> str:
     except OSError:
         return ""
     picked = [i for i, line in enumerate(text) if " ERROR " in line or " FATAL " in line][-lines:]
-    return "".join(text[i] + "".join(text[i + 1:i + 4]) for i in picked)
+    return "".join(text[i] + "".join(text[i + 1 : i + 4]) for i in picked)
 
 
 def _tail(path: str, lines: int = 20) -> str:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import struct
 import subprocess
 import threading
 import time
@@ -27,8 +29,6 @@ from pathlib import Path
 
 from . import kafka as K
 from .broker import terminate
-import random
-import struct
 
 STREAMS_ENV = "KESQUE_STREAMS_DIR"
 COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
@@ -87,10 +87,25 @@ def _stop(process: subprocess.Popen | None, timeout: float) -> None:
 class WordCount:
     """One instance of the word count (a JVM with ``threads`` stream threads)."""
 
-    def __init__(self, bootstrap: str, input_topic: str, output_topic: str, application_id: str,
-                 work_dir: str, threads: int = 2, replication: int = 3):
-        self.args = [bootstrap, input_topic, output_topic, application_id, os.path.join(work_dir, "state"),
-                     threads, replication]
+    def __init__(
+        self,
+        bootstrap: str,
+        input_topic: str,
+        output_topic: str,
+        application_id: str,
+        work_dir: str,
+        threads: int = 2,
+        replication: int = 3,
+    ):
+        self.args = [
+            bootstrap,
+            input_topic,
+            output_topic,
+            application_id,
+            os.path.join(work_dir, "state"),
+            threads,
+            replication,
+        ]
         self.work_dir = work_dir
         os.makedirs(work_dir, exist_ok=True)
         self.log_path = os.path.join(work_dir, "streams.log")
@@ -98,14 +113,22 @@ class WordCount:
         self.process: subprocess.Popen | None = None
         self.started_at: float | None = None
 
-    def start(self) -> "WordCount":
+    def start(self) -> WordCount:
         log4j = os.path.join(self.work_dir, "log4j2.properties")
         with open(log4j, "w") as f:
             f.write(STREAMS_LOG4J.format(log=self.log_path))
-        cp = os.pathsep.join([str(streams_jar()), *sorted(str(p) for p in (streams_dir() / "libs").glob("*.jar")),
-                              K.classpath()])
-        argv = ["java", *APP_JVM, f"-Dlog4j2.configurationFile={log4j}", "-cp", cp,
-                "io.kesque.streams.WordCount", *map(str, self.args)]
+        cp = os.pathsep.join(
+            [str(streams_jar()), *sorted(str(p) for p in (streams_dir() / "libs").glob("*.jar")), K.classpath()]
+        )
+        argv = [
+            "java",
+            *APP_JVM,
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            cp,
+            "io.kesque.streams.WordCount",
+            *map(str, self.args),
+        ]
         with open(self.stdout_path, "ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         self.started_at = time.monotonic()
@@ -118,7 +141,7 @@ class WordCount:
         """SIGTERM (the app closes its KafkaStreams), SIGKILL past ``timeout``."""
         _stop(self.process, timeout)
 
-    def __enter__(self) -> "WordCount":
+    def __enter__(self) -> WordCount:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -159,8 +182,9 @@ class WordCount:
             "fenced": sum("Detected that the thread is being fenced" in e for _, e in events),
             "task_migrated": sum("TaskMigratedException" in e for _, e in events),
             "producer_fenced": sum("ProducerFencedException" in e for _, e in events),
-            "replaced": out.count("(replacing the thread)") if until is None else
-            sum("Replacing thread in the streams uncaught exception handler" in e for _, e in events),
+            "replaced": out.count("(replacing the thread)")
+            if until is None
+            else sum("Replacing thread in the streams uncaught exception handler" in e for _, e in events),
             "errors": sum(level == "ERROR" for level, _ in events),
         }
 
@@ -184,7 +208,7 @@ def _events(log: str, until: float | None = None) -> list[tuple[str, str]]:
             stamp = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
             if stamp >= until:
                 break
-        out.append((m.group(3), log[m.start():starts[i + 1].start() if i + 1 < len(starts) else len(log)]))
+        out.append((m.group(3), log[m.start() : starts[i + 1].start() if i + 1 < len(starts) else len(log)]))
     return out
 
 
@@ -194,33 +218,59 @@ class Copier:
     ``--input-partition`` of the input topic copied to the same partition of the output topic,
     ``--transaction-size`` records per transaction, offsets committed in the transaction."""
 
-    def __init__(self, bootstrap: str, transactional_id: str, group: str, input_topic: str, partition: int,
-                 output_topic: str, work_dir: str, transaction_size: int = 750, transaction_timeout: int = 40000,
-                 use_group_metadata: bool = False):
+    def __init__(
+        self,
+        bootstrap: str,
+        transactional_id: str,
+        group: str,
+        input_topic: str,
+        partition: int,
+        output_topic: str,
+        work_dir: str,
+        transaction_size: int = 750,
+        transaction_timeout: int = 40000,
+        use_group_metadata: bool = False,
+    ):
         self.transactional_id = transactional_id
-        self.args = ["--broker-list", bootstrap, "--transactional-id", transactional_id, "--consumer-group", group,
-                     "--input-topic", input_topic, "--output-topic", output_topic, "--input-partition", partition,
-                     "--transaction-size", transaction_size, "--transaction-timeout", transaction_timeout]
+        self.args = [
+            "--broker-list",
+            bootstrap,
+            "--transactional-id",
+            transactional_id,
+            "--consumer-group",
+            group,
+            "--input-topic",
+            input_topic,
+            "--output-topic",
+            output_topic,
+            "--input-partition",
+            partition,
+            "--transaction-size",
+            transaction_size,
+            "--transaction-timeout",
+            transaction_timeout,
+        ]
         if use_group_metadata:
             self.args.append("--use-group-metadata")
         self.work_dir = work_dir
         os.makedirs(work_dir, exist_ok=True)
         self.process: subprocess.Popen | None = None
         self.lock = threading.Lock()
-        self.consumed = 0      # of this process (the copier counts since its start)
+        self.consumed = 0  # of this process (the copier counts since its start)
         self.remaining = -1
-        self.total = 0         # over every process
+        self.total = 0  # over every process
         self.finished = False  # a process shut down with nothing remaining
         self.starts = 0
         self.exits: list[int] = []
         self._reader: threading.Thread | None = None
 
-    def start(self) -> "Copier":
+    def start(self) -> Copier:
         with self.lock:
             self.consumed, self.remaining = 0, -1
         err = open(os.path.join(self.work_dir, f"stderr-{self.starts}.log"), "wb")
-        self.process = subprocess.Popen(K.java_command(COPIER, self.args, jvm=COPIER_JVM), stdout=subprocess.PIPE,
-                                        stderr=err)
+        self.process = subprocess.Popen(
+            K.java_command(COPIER, self.args, jvm=COPIER_JVM), stdout=subprocess.PIPE, stderr=err
+        )
         err.close()
         self.starts += 1
         self._reader = threading.Thread(target=self._read, args=(self.process,), daemon=True)
@@ -315,9 +365,16 @@ class Tail(threading.Thread):
     def run(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"tail-{time.monotonic_ns()}",
-                      "enable.auto.commit": False, "isolation.level": self.isolation, "fetch.wait.max.ms": 100,
-                      "topic.metadata.refresh.interval.ms": 1000})
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"tail-{time.monotonic_ns()}",
+                "enable.auto.commit": False,
+                "isolation.level": self.isolation,
+                "fetch.wait.max.ms": 100,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
         try:
             c.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
             while not self.stopping.is_set():
@@ -337,22 +394,28 @@ class Tail(threading.Thread):
         self.join(30)
 
 
-def create_topics(bootstrap: str, topics: dict[str, int], replication: int = 3, config: dict | None = None,
-                  timeout: float = 60.0) -> None:
+def create_topics(
+    bootstrap: str, topics: dict[str, int], replication: int = 3, config: dict | None = None, timeout: float = 60.0
+) -> None:
     """CreateTopics through the AdminClient (both clusters), then wait until every partition has
     a leader in Metadata."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, n, replication, config=dict(config or {})) for t, n in topics.items()],
-                                  operation_timeout=30)
+    futures = admin.create_topics(
+        [NewTopic(t, n, replication, config=dict(config or {})) for t, n in topics.items()], operation_timeout=30
+    )
     for f in futures.values():
         f.result(timeout)
     deadline = time.monotonic() + timeout
     while True:
         md = admin.list_topics(timeout=10)
-        if all(t in md.topics and len(md.topics[t].partitions) == n
-               and all(p.leader >= 0 for p in md.topics[t].partitions.values()) for t, n in topics.items()):
+        if all(
+            t in md.topics
+            and len(md.topics[t].partitions) == n
+            and all(p.leader >= 0 for p in md.topics[t].partitions.values())
+            for t, n in topics.items()
+        ):
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"topics {list(topics)} without leaders after {timeout}s")
@@ -364,8 +427,12 @@ def under_replicated(bootstrap: str) -> list[str]:
     from confluent_kafka.admin import AdminClient
 
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
-    return [f"{t}-{p.id}" for t, tm in md.topics.items() for p in tm.partitions.values()
-            if len(p.isrs) < len(p.replicas) or p.leader < 0]
+    return [
+        f"{t}-{p.id}"
+        for t, tm in md.topics.items()
+        for p in tm.partitions.values()
+        if len(p.isrs) < len(p.replicas) or p.leader < 0
+    ]
 
 
 def produce(bootstrap: str, topic: str, values, partition_of=None, timeout: float = 300.0) -> int:
@@ -382,8 +449,16 @@ def produce(bootstrap: str, topic: str, values, partition_of=None, timeout: floa
         else:
             errors.append(str(err))
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                  "message.timeout.ms": int(timeout * 1000), "queue.buffering.max.messages": 200000})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": int(timeout * 1000),
+            "queue.buffering.max.messages": 200000,
+        }
+    )
     for i, v in enumerate(values):
         kw = {} if partition_of is None else {"partition": partition_of(i)}
         while True:

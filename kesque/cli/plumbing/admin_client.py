@@ -145,18 +145,19 @@ def parse_bootstrap_servers(value: str) -> list[tuple[str, int]]:
             continue
         m = re.match(r".*?\[?([0-9a-zA-Z\-%._:]*)\]?:([0-9]+)$", url)
         if not m or not m.group(1):
-            raise JavaError("org.apache.kafka.common.config.ConfigException",
-                            f"Invalid url in bootstrap.servers: {url}")
+            raise JavaError(
+                "org.apache.kafka.common.config.ConfigException", f"Invalid url in bootstrap.servers: {url}"
+            )
         try:
             socket.getaddrinfo(m.group(1), int(m.group(2)))
         except (OSError, UnicodeError):
             continue
         out.append((m.group(1), int(m.group(2))))
     if not out:
-        raise JavaError("org.apache.kafka.common.config.ConfigException",
-                        "No resolvable bootstrap urls given in bootstrap.servers")
+        raise JavaError(
+            "org.apache.kafka.common.config.ConfigException", "No resolvable bootstrap urls given in bootstrap.servers"
+        )
     return out
-
 
 
 def timeout_error(call: str) -> JavaError:
@@ -243,17 +244,29 @@ class WireAdmin:
         """Metadata for ``topics`` (None: all); updates the broker map. Returns the topics as
         ``{name: (error_code, is_internal, [(partition, error_code, leader, replicas)])}`` in
         the response's order."""
+
         def build(mod, v):
-            ts = None if topics is None else tuple(make(mod.request.MetadataRequestTopic, name=t, topic_id=None)
-                                                    for t in topics)
-            return make(mod.request.MetadataRequest, topics=ts, allow_auto_topic_creation=False,
-                        include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
+            ts = (
+                None
+                if topics is None
+                else tuple(make(mod.request.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
+            )
+            return make(
+                mod.request.MetadataRequest,
+                topics=ts,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+                include_cluster_authorized_operations=False,
+            )
+
         resp = self.send_any(ApiKeys.METADATA, build, max_version=12)
         self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
         out = {}
         for t in resp.topics:
-            parts = sorted((int(p.partition_index), int(p.error_code), int(p.leader_id),
-                            [int(r) for r in p.replica_nodes]) for p in t.partitions)
+            parts = sorted(
+                (int(p.partition_index), int(p.error_code), int(p.leader_id), [int(r) for r in p.replica_nodes])
+                for p in t.partitions
+            )
             out[t.name] = (int(t.error_code), bool(getattr(t, "is_internal", False)), parts)
         return out
 
@@ -319,16 +332,21 @@ class WireAdmin:
             if err:
                 for tp in wanted:
                     if err == 29:
-                        failed[tp] = JavaError(ERRORS_PKG + "TopicAuthorizationException",
-                                               f"Failed to fetch metadata for partition {tp_str(tp)} due to topic "
-                                               "authorization failure")
+                        failed[tp] = JavaError(
+                            ERRORS_PKG + "TopicAuthorizationException",
+                            f"Failed to fetch metadata for partition {tp_str(tp)} due to topic authorization failure",
+                        )
                     elif err == 17:
-                        failed[tp] = JavaError(ERRORS_PKG + "InvalidTopicException",
-                                               f"Failed to fetch metadata for partition {tp_str(tp)} due to invalid "
-                                               f"topic `{topic}`")
+                        failed[tp] = JavaError(
+                            ERRORS_PKG + "InvalidTopicException",
+                            f"Failed to fetch metadata for partition {tp_str(tp)} due to invalid topic `{topic}`",
+                        )
                     else:
-                        failed[tp] = kafka_error(err, f"Failed to fetch metadata for partition {tp_str(tp)} due to "
-                                                      f"unexpected error for topic `{topic}`")
+                        failed[tp] = kafka_error(
+                            err,
+                            f"Failed to fetch metadata for partition {tp_str(tp)} due to "
+                            f"unexpected error for topic `{topic}`",
+                        )
                 continue
             for index, perr, leader, _replicas in parts:
                 tp = (topic, index)
@@ -341,6 +359,7 @@ class WireAdmin:
                 elif leader >= 0:
                     mapped[tp] = leader
         return mapped, failed
+
     # ------------------------------------------------------------------ topics
     def metadata_retrying(self, topics, call: str):
         deadline = self.deadline()
@@ -361,8 +380,9 @@ class WireAdmin:
         order of the HashMap it returns; the first failing topic raises."""
         md = self.metadata_retrying(topics, "describeTopics")
         n = len(topics)
-        order = java_hash_order(java_hash_order(list(topics), java_string_hash, initial_capacity=n),
-                                java_string_hash, initial_capacity=n)
+        order = java_hash_order(
+            java_hash_order(list(topics), java_string_hash, initial_capacity=n), java_string_hash, initial_capacity=n
+        )
         for t in order:
             err = md.get(t, (3, False, []))[0]
             if err:
@@ -408,17 +428,24 @@ class ControllerAdmin(WireAdmin):
                     self.pause(deadline, call)
                 elif time.monotonic() + self.backoff_s >= deadline:
                     now_ms = int(time.time() * 1000)
-                    raise JavaError(ERRORS_PKG + "TimeoutException",
-                                    f"Call(callName={call}, deadlineMs={deadline_ms}, tries={self.tries}, "
-                                    f"nextAllowedTryMs={now_ms + round(self.backoff_s * 1000)}) timed out at "
-                                    f"{now_ms} after {self.tries} attempt(s)") from None
+                    raise JavaError(
+                        ERRORS_PKG + "TimeoutException",
+                        f"Call(callName={call}, deadlineMs={deadline_ms}, tries={self.tries}, "
+                        f"nextAllowedTryMs={now_ms + round(self.backoff_s * 1000)}) timed out at "
+                        f"{now_ms} after {self.tries} attempt(s)",
+                    ) from None
                 else:
                     time.sleep(self.backoff_s)
 
     def describe_cluster(self):
         def build(mod, v):
-            return make(mod.request.DescribeClusterRequest, include_cluster_authorized_operations=False,
-                        endpoint_type=2 if self.controllers else 1, include_fenced_brokers=False)
+            return make(
+                mod.request.DescribeClusterRequest,
+                include_cluster_authorized_operations=False,
+                endpoint_type=2 if self.controllers else 1,
+                include_fenced_brokers=False,
+            )
+
         resp = self.send_any(ApiKeys.DESCRIBE_CLUSTER, build)
         if int(resp.error_code):
             raise self.error_for(int(resp.error_code), resp.error_message)

@@ -20,8 +20,9 @@ from ... import __version__
 
 
 class ArgumentParserException(Exception):
-    def __init__(self, message: str, parser: ArgParser, arg: Arg | None = None, *, token: str | None = None,
-                 kind: str = ""):
+    def __init__(
+        self, message: str, parser: ArgParser, arg: Arg | None = None, *, token: str | None = None, kind: str = ""
+    ):
         if arg is not None:
             message = f"argument {arg.textual_name()}: {message}"
         super().__init__(message)
@@ -39,8 +40,11 @@ class ParserExit(Exception):
 
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
-_RANGES = {"Integer": (-(1 << 31), (1 << 31) - 1), "Long": (-(1 << 63), (1 << 63) - 1),
-           "Short": (-(1 << 15), (1 << 15) - 1)}
+_RANGES = {
+    "Integer": (-(1 << 31), (1 << 31) - 1),
+    "Long": (-(1 << 63), (1 << 63) - 1),
+    "Short": (-(1 << 15), (1 << 15) - 1),
+}
 
 
 def _java_number(kind: str, value: str) -> int:
@@ -133,8 +137,14 @@ class ArgParser:
     optional arguments that store one value, help/version actions, argument groups (also
     mutually exclusive ones) and one level of subcommands."""
 
-    def __init__(self, prog: str, description: str = "", command: str | None = None,
-                 main: ArgParser | None = None, help: str = ""):
+    def __init__(
+        self,
+        prog: str,
+        description: str = "",
+        command: str | None = None,
+        main: ArgParser | None = None,
+        help: str = "",
+    ):
         self.prog = prog
         self.description = description
         self.command = command
@@ -253,13 +263,14 @@ class ArgParser:
                             if a.consumes:
                                 flag, arg = short, a
                                 if len(term) > i + 1:
-                                    embedded_value = term[i + 1:]
+                                    embedded_value = term[i + 1 :]
                                 break
                             self._run(a, attrs)
                             used.add(id(a))
                     if not shorts_found:
-                        raise ArgumentParserException(f"unrecognized arguments: '{term}'", self, token=term,
-                                                      kind="argument")
+                        raise ArgumentParserException(
+                            f"unrecognized arguments: '{term}'", self, token=term, kind="argument"
+                        )
                 state.index += 1
                 if arg is not None:
                     self._check_mutex(arg, used)
@@ -273,8 +284,7 @@ class ArgParser:
                 self._parse_command(state, attrs)
                 return
             else:
-                raise ArgumentParserException(
-                    f"unrecognized arguments: '{' '.join(state.args[state.index:])}'", self)
+                raise ArgumentParserException(f"unrecognized arguments: '{' '.join(state.args[state.index :])}'", self)
         if self.commands:
             raise ArgumentParserException("too few arguments", self)
         self._check_required(state, used)
@@ -322,8 +332,9 @@ class ArgParser:
                 raise ArgumentParserException(f"ambiguous command: {word} could match {', '.join(sorted(cand))}", self)
         if sub is None:
             choices = ", ".join(f"'{c}'" for c in self.commands)
-            raise ArgumentParserException(f"invalid choice: '{word}' (choose from {choices})", self, token=word,
-                                          kind="command")
+            raise ArgumentParserException(
+                f"invalid choice: '{word}' (choose from {choices})", self, token=word, kind="command"
+            )
         state.index += 1
         sub._parse(state, attrs)
         attrs[self.commands_dest] = sub.command
@@ -476,7 +487,7 @@ def _line_segments(s: str) -> list[str]:
         elif c in ".,;:!?":
             brk = nx not in " \t\n'\")]}" and not (nx.isdigit() and i > 0 and s[i - 1].isdigit())
         if brk:
-            out.append(s[start:i + 1])
+            out.append(s[start : i + 1])
             start = i + 1
     if start < n:
         out.append(s[start:])
@@ -500,7 +511,7 @@ def _adjust_space(sb: str, width: int, curwidth: int) -> str:
     out, last = [], 0
     for b, m in enumerate(blocks):
         add = each + (1 if rem_start <= b < rem_end else 0)
-        out.append(sb[last:m.start()])
+        out.append(sb[last : m.start()])
         out.append(" " * max(add, 0) + m.group(0))
         last = m.end()
     out.append(sb[last:])
@@ -544,8 +555,9 @@ def _levenshtein(a: str, b: str, swap: int, sub: int, add: int, dele: int) -> in
 
 def _candidates(body: str, subjects: list[tuple[str, str]]) -> str:
     """argparse4j's "Did you mean:" block (distances as git's help.c)."""
-    cands = sorted((0 if sb.startswith(body) else _levenshtein(body, sb, 0, 2, 1, 4), subject)
-                   for subject, sb in subjects)
+    cands = sorted(
+        (0 if sb.startswith(body) else _levenshtein(body, sb, 0, 2, 1, 4), subject) for subject, sb in subjects
+    )
     if not cands or cands[0][0] >= 7:
         return ""
     threshold = cands[0][0]

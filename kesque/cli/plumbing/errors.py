@@ -16,13 +16,21 @@ ERRORS_PKG = "org.apache.kafka.common.errors."
 # error code -> (Java exception class in ERRORS_PKG, Errors' default message)
 ERRORS: dict[int, tuple[str, str]] = {
     -1: ("UnknownServerException", "The server experienced an unexpected error when processing the request."),
-    1: ("OffsetOutOfRangeException", "The requested offset is not within the range of offsets maintained by the server."),
+    1: (
+        "OffsetOutOfRangeException",
+        "The requested offset is not within the range of offsets maintained by the server.",
+    ),
     3: ("UnknownTopicOrPartitionException", "This server does not host this topic-partition."),
-    5: ("LeaderNotAvailableException",
-        "There is no leader for this topic-partition as we are in the middle of a leadership election."),
-    6: ("NotLeaderOrFollowerException", "For requests intended only for the leader, this error indicates that the "
+    5: (
+        "LeaderNotAvailableException",
+        "There is no leader for this topic-partition as we are in the middle of a leadership election.",
+    ),
+    6: (
+        "NotLeaderOrFollowerException",
+        "For requests intended only for the leader, this error indicates that the "
         "broker is not the current leader. For requests intended for any replica, this error indicates that the "
-        "broker is not a replica of the topic partition."),
+        "broker is not a replica of the topic partition.",
+    ),
     7: ("TimeoutException", "The request timed out."),
     17: ("InvalidTopicException", "The request attempted to perform an operation on an invalid topic."),
     29: ("TopicAuthorizationException", "Topic authorization failed."),
@@ -30,23 +38,34 @@ ERRORS: dict[int, tuple[str, str]] = {
     35: ("UnsupportedVersionException", "The version of API is not supported."),
     36: ("TopicExistsException", "Topic with this name already exists."),
     37: ("InvalidPartitionsException", "Number of partitions is below 1."),
-    38: ("InvalidReplicationFactorException",
-         "Replication factor is below 1 or larger than the number of available brokers."),
+    38: (
+        "InvalidReplicationFactorException",
+        "Replication factor is below 1 or larger than the number of available brokers.",
+    ),
     39: ("InvalidReplicaAssignmentException", "Replica assignment is invalid."),
     40: ("InvalidConfigurationException", "Configuration is invalid."),
-    42: ("InvalidRequestException", "This most likely occurs because of a request being malformed by the client "
-         "library or the message was sent to an incompatible broker. See the broker logs for more details."),
+    42: (
+        "InvalidRequestException",
+        "This most likely occurs because of a request being malformed by the client "
+        "library or the message was sent to an incompatible broker. See the broker logs for more details.",
+    ),
     44: ("PolicyViolationException", "Request parameters do not satisfy the configured policy."),
     73: ("TopicDeletionDisabledException", "Topic deletion is disabled."),
     85: ("NoReassignmentInProgressException", "No partition reassignment is in progress."),
     100: ("UnknownTopicIdException", "This server does not host this topic ID."),
     # the transaction and cluster APIs
-    2: ("CorruptRecordException", "This message has failed its CRC checksum, exceeds the valid size, has a null key "
-        "for a compacted topic, or is otherwise corrupt."),
+    2: (
+        "CorruptRecordException",
+        "This message has failed its CRC checksum, exceeds the valid size, has a null key "
+        "for a compacted topic, or is otherwise corrupt.",
+    ),
     8: ("BrokerNotAvailableException", "The broker is not available."),
-    9: ("ReplicaNotAvailableException", "The replica is not available for the requested topic-partition. "
+    9: (
+        "ReplicaNotAvailableException",
+        "The replica is not available for the requested topic-partition. "
         "Produce/Fetch requests and other requests intended only for the leader or follower return "
-        "NOT_LEADER_OR_FOLLOWER if the broker is not a replica of the topic-partition."),
+        "NOT_LEADER_OR_FOLLOWER if the broker is not a replica of the topic-partition.",
+    ),
     13: ("NetworkException", "The server disconnected before a response was received."),
     14: ("CoordinatorLoadInProgressException", "The coordinator is loading and hence can't process requests."),
     15: ("CoordinatorNotAvailableException", "The coordinator is not available."),
@@ -56,25 +75,41 @@ ERRORS: dict[int, tuple[str, str]] = {
     45: ("OutOfOrderSequenceException", "The broker received an out of order sequence number."),
     47: ("InvalidProducerEpochException", "Producer attempted to produce with an old epoch."),
     48: ("InvalidTxnStateException", "The producer attempted a transactional operation in an invalid state."),
-    49: ("InvalidPidMappingException", "The producer attempted to use a producer id which is not currently assigned "
-         "to its transactional id."),
-    51: ("ConcurrentTransactionsException", "The producer attempted to update a transaction while another concurrent "
-         "operation on the same transaction was ongoing."),
-    52: ("TransactionCoordinatorFencedException", "Indicates that the transaction coordinator sending a "
-         "WriteTxnMarker is no longer the current coordinator for a given producer."),
+    49: (
+        "InvalidPidMappingException",
+        "The producer attempted to use a producer id which is not currently assigned to its transactional id.",
+    ),
+    51: (
+        "ConcurrentTransactionsException",
+        "The producer attempted to update a transaction while another concurrent "
+        "operation on the same transaction was ongoing.",
+    ),
+    52: (
+        "TransactionCoordinatorFencedException",
+        "Indicates that the transaction coordinator sending a "
+        "WriteTxnMarker is no longer the current coordinator for a given producer.",
+    ),
     53: ("TransactionalIdAuthorizationException", "Transactional Id authorization failed."),
     56: ("KafkaStorageException", "Disk error when trying to access log file on the disk."),
-    59: ("UnknownProducerIdException", "This exception is raised by the broker if it could not locate the producer "
-         "metadata associated with the producerId in question. This could happen if, for instance, the producer's "
-         "records were deleted because their retention time had elapsed. Once the last records of the producerId "
-         "are removed, the producer's metadata is removed from the broker, and future appends by the producer will "
-         "return this exception."),
+    59: (
+        "UnknownProducerIdException",
+        "This exception is raised by the broker if it could not locate the producer "
+        "metadata associated with the producerId in question. This could happen if, for instance, the producer's "
+        "records were deleted because their retention time had elapsed. Once the last records of the producerId "
+        "are removed, the producer's metadata is removed from the broker, and future appends by the producer will "
+        "return this exception.",
+    ),
     74: ("FencedLeaderEpochException", "The leader epoch in the request is older than the epoch on the broker."),
-    90: ("ProducerFencedException", "There is a newer producer with the same transactionalId which fences the "
-         "current one."),
+    90: (
+        "ProducerFencedException",
+        "There is a newer producer with the same transactionalId which fences the current one.",
+    ),
     105: ("TransactionalIdNotFoundException", "The transactionalId could not be found."),
-    120: ("TransactionAbortableException", "The server encountered an error with the transaction. The client can "
-          "abort the transaction to continue using this transactional ID."),
+    120: (
+        "TransactionAbortableException",
+        "The server encountered an error with the transaction. The client can "
+        "abort the transaction to continue using this transactional ID.",
+    ),
     # the group APIs
     12: ("OffsetMetadataTooLarge", "The metadata field of the offset request was too large."),
     22: ("IllegalGenerationException", "Specified group generation id is not valid."),
@@ -85,16 +120,27 @@ ERRORS: dict[int, tuple[str, str]] = {
     30: ("GroupAuthorizationException", "Group authorization failed."),
     68: ("GroupNotEmptyException", "The group is not empty."),
     69: ("GroupIdNotFoundException", "The group id does not exist."),
-    86: ("GroupSubscribedToTopicException",
-         "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it."),
-    110: ("FencedMemberEpochException", ("The member epoch is fenced by the group coordinator. The member must "
-                                         "abandon all its partitions and rejoin.")),
-    113: ("StaleMemberEpochException", ("The member epoch is stale. The member must retry after receiving its "
-                                        "updated member epoch via the ConsumerGroupHeartbeat API.")),}
+    86: (
+        "GroupSubscribedToTopicException",
+        "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it.",
+    ),
+    110: (
+        "FencedMemberEpochException",
+        ("The member epoch is fenced by the group coordinator. The member must abandon all its partitions and rejoin."),
+    ),
+    113: (
+        "StaleMemberEpochException",
+        (
+            "The member epoch is stale. The member must retry after receiving its "
+            "updated member epoch via the ConsumerGroupHeartbeat API."
+        ),
+    ),
+}
 
 JOPT_TOOL_CODES = frozenset({-1, 1, 3, 5, 6, 7, 17, 29, 31, 35, 36, 37, 38, 39, 40, 42, 44, 73, 85, 100})
-ADMIN_TOOL_CODES = frozenset({*JOPT_TOOL_CODES, 2, 8, 9, 13, 14, 15, 16, 19, 45, 47, 48, 49, 51, 52, 53, 56, 59,
-                              74, 90, 102, 105, 120})
+ADMIN_TOOL_CODES = frozenset(
+    {*JOPT_TOOL_CODES, 2, 8, 9, 13, 14, 15, 16, 19, 45, 47, 48, 49, 51, 52, 53, 56, 59, 74, 90, 102, 105, 120}
+)
 GROUP_TOOL_CODES = frozenset({-1, 3, 7, 12, 14, 15, 16, 22, 24, 25, 27, 28, 29, 30, 35, 68, 69, 86, 100, 110, 113})
 
 
@@ -119,8 +165,11 @@ class TerseException(Exception):
 
 def kafka_error(code: int, message: str | None = None) -> JavaError:
     """``Errors.forCode(code).exception(message)`` (the default message when ``message`` is None)."""
-    name, default = (ERRORS[code] if code in ADMIN_TOOL_CODES else
-                     ("UnknownServerException" if code > 0 else "KafkaException", f"Unexpected error code: {code}."))
+    name, default = (
+        ERRORS[code]
+        if code in ADMIN_TOOL_CODES
+        else ("UnknownServerException" if code > 0 else "KafkaException", f"Unexpected error code: {code}.")
+    )
     return JavaError(ERRORS_PKG + name, default if message is None else message, code)
 
 
@@ -191,4 +240,3 @@ def error_line(exc: BaseException) -> str:
     if getattr(exc, "java_name", None):
         return f"org.apache.kafka.common.errors.{exc.java_name}: {exc}"
     return f"{type(exc).__name__}: {exc}"
-

@@ -43,7 +43,6 @@ def parse_key_value_args(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-
 def kafka_uuid(u) -> str:
     """Kafka's Uuid.toString (URL-safe base64, no padding) of a uuid.UUID, a confluent
     Uuid or 16 bytes."""
@@ -102,9 +101,14 @@ def java_simple_date(fmt: str, ms: int) -> str:
     """Format ``ms`` with a java.text.SimpleDateFormat pattern (the letters the tools use)."""
     lt = time.localtime(ms / 1000.0)
     repl = {
-        "yyyy": f"{lt.tm_year:04d}", "yy": f"{lt.tm_year % 100:02d}", "MM": f"{lt.tm_mon:02d}",
-        "dd": f"{lt.tm_mday:02d}", "HH": f"{lt.tm_hour:02d}", "mm": f"{lt.tm_min:02d}",
-        "ss": f"{lt.tm_sec:02d}", "SSS": f"{ms % 1000:03d}",
+        "yyyy": f"{lt.tm_year:04d}",
+        "yy": f"{lt.tm_year % 100:02d}",
+        "MM": f"{lt.tm_mon:02d}",
+        "dd": f"{lt.tm_mday:02d}",
+        "HH": f"{lt.tm_hour:02d}",
+        "mm": f"{lt.tm_min:02d}",
+        "ss": f"{lt.tm_sec:02d}",
+        "SSS": f"{ms % 1000:03d}",
     }
     return re.sub(r"yyyy|yy|MM|dd|HH|mm|ss|SSS", lambda m: repl[m.group(0)], fmt)
 
@@ -118,7 +122,6 @@ def bootstrap_check(value: str | None) -> str | None:
         if not re.match(r"^\[?[^\s\]]*\]?:\d+$", part):
             return "Please provide valid host:port like host1:9091,host2:9092\n "
     return None
-
 
 
 def tp_str(tp: tuple[str, int]) -> str:
@@ -142,4 +145,3 @@ def pretty_print_table(headers: list[str], rows: list[list[str]], out=None) -> N
             widths[i] = max(widths[i], len(row[i]))
     for row in [headers, *rows]:
         out.write("".join(v.ljust(widths[i]) + "\t" for i, v in enumerate(row)) + "\n")
-

@@ -94,11 +94,11 @@ def jopt_help(parser: argparse.ArgumentParser, with_description: bool = True) ->
         else:
             meta = action.metavar or action.dest
             kind = getattr(action, "jopt_kind", None) or (
-                "Integer" if action.type is int else ("Double" if action.type is float else "String"))
+                "Integer" if action.type is int else ("Double" if action.type is float else "String")
+            )
             left = f"{name} <{kind}: {meta}>" if action.nargs != "?" else f"{name} [{kind}: {meta}]"
         text = action.help or ""
-        if action.default not in (None, False, [], argparse.SUPPRESS) and action.nargs != 0 \
-                and "(default:" not in text:
+        if action.default not in (None, False, [], argparse.SUPPRESS) and action.nargs != 0 and "(default:" not in text:
             text += f" (default: {action.default})"
         rows.append((left, text))
     rows.sort(key=lambda r: r[0].lstrip("-"))
@@ -136,4 +136,3 @@ def is_empty(args, parser: argparse.ArgumentParser) -> bool:
         if getattr(args, action.dest, None) != action.default:
             return False
     return True
-

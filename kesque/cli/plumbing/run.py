@@ -35,8 +35,11 @@ STOP_GRACE_SECONDS = 30.0
 
 
 def _stop_overdue(signum: int) -> None:
-    print(f"Still running {STOP_GRACE_SECONDS:g} s after signal {signum}: exiting without the rest of the "
-          "clean-up. Where it was:", file=sys.stderr)
+    print(
+        f"Still running {STOP_GRACE_SECONDS:g} s after signal {signum}: exiting without the rest of the "
+        "clean-up. Where it was:",
+        file=sys.stderr,
+    )
     faulthandler.dump_traceback(sys.stderr, all_threads=True)
     sys.stderr.flush()
     os._exit(128 + signum)
@@ -103,4 +106,3 @@ def run_tool(fn, *args) -> int:
         except Exception:
             pass
         return 1
-

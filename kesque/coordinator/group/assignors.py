@@ -14,13 +14,18 @@ Assignment = dict[uuid.UUID, set[int]]
 
 def _owned(current: dict[str, Assignment], member: str, subs: set, topics: dict[uuid.UUID, int]) -> list:
     """The member's current partitions it may keep: subscribed topics, existing partitions."""
-    return sorted(((t, p) for t, ps in current.get(member, {}).items() if t in subs and t in topics
-                   for p in ps if p < topics[t]), key=lambda tp: (str(tp[0]), tp[1]))
+    return sorted(
+        ((t, p) for t, ps in current.get(member, {}).items() if t in subs and t in topics for p in ps if p < topics[t]),
+        key=lambda tp: (str(tp[0]), tp[1]),
+    )
 
 
-def uniform(members: dict[str, set[uuid.UUID]], topics: dict[uuid.UUID, int],
-            current: dict[str, Assignment], instance_ids: dict[str, str | None] | None = None
-            ) -> dict[str, Assignment]:
+def uniform(
+    members: dict[str, set[uuid.UUID]],
+    topics: dict[uuid.UUID, int],
+    current: dict[str, Assignment],
+    instance_ids: dict[str, str | None] | None = None,
+) -> dict[str, Assignment]:
     """Balanced and sticky. With every member subscribed to the same topics (the common
     case) each member gets ``total // n`` partitions and ``total % n`` of them one more, and
     an owner keeps what it has up to that quota (Kafka's UniformHomogeneousAssignmentBuilder).
@@ -81,7 +86,7 @@ def _uniform_heterogeneous(members, topics, current, out) -> None:
         share[m] = -(-eligible // max(len(peers), 1))
     taken: set = set()
     for m in sorted(members):
-        for t, p in _owned(current, m, members[m], topics)[:share[m]]:
+        for t, p in _owned(current, m, members[m], topics)[: share[m]]:
             if (t, p) not in taken:
                 out[m].setdefault(t, set()).add(p)
                 taken.add((t, p))
@@ -105,9 +110,12 @@ def _range_order(members, instance_ids: dict[str, str | None] | None) -> list[st
     return sorted(members, key=lambda m: (0, ids[m], m) if ids.get(m) is not None else (1, "", m))
 
 
-def range_(members: dict[str, set[uuid.UUID]], topics: dict[uuid.UUID, int],
-           current: dict[str, Assignment], instance_ids: dict[str, str | None] | None = None
-           ) -> dict[str, Assignment]:
+def range_(
+    members: dict[str, set[uuid.UUID]],
+    topics: dict[uuid.UUID, int],
+    current: dict[str, Assignment],
+    instance_ids: dict[str, str | None] | None = None,
+) -> dict[str, Assignment]:
     """Per topic, contiguous ranges of partitions to the subscribed members in order."""
     out: dict[str, Assignment] = {m: {} for m in members}
     order = _range_order(members, instance_ids)

@@ -164,22 +164,41 @@ class ClassicGroup:
         old = self.members.pop(old_id)
         fenced = {"error": ErrorCode.fenced_instance_id, "member_id": old_id}
         if old.awaiting_join is not None:
-            old.awaiting_join(dict(fenced, members=[], generation_id=-1, protocol_name=None, protocol_type=None,
-                                   leader="", skip_assignment=False))
+            old.awaiting_join(
+                dict(
+                    fenced,
+                    members=[],
+                    generation_id=-1,
+                    protocol_name=None,
+                    protocol_type=None,
+                    leader="",
+                    skip_assignment=False,
+                )
+            )
             old.awaiting_join = None
         if old.awaiting_sync is not None:
             old.awaiting_sync({"error": ErrorCode.fenced_instance_id, "assignment": b""})
             old.awaiting_sync = None
-        new = ClassicMember(new_id, instance_id, old.client_id, old.client_host, old.rebalance_timeout_ms,
-                            old.session_timeout_ms, old.protocol_type, old.protocols, old.assignment)
+        new = ClassicMember(
+            new_id,
+            instance_id,
+            old.client_id,
+            old.client_host,
+            old.rebalance_timeout_ms,
+            old.session_timeout_ms,
+            old.protocol_type,
+            old.protocols,
+            old.assignment,
+        )
         self.members[new_id] = new
         if self.leader_id == old_id:
             self.leader_id = new_id
         self.static_members[instance_id] = new_id
         return new
 
-    def undo_static_member_replacement(self, instance_id: str, new_id: str, old: ClassicMember,
-                                       leader_id: str | None) -> None:
+    def undo_static_member_replacement(
+        self, instance_id: str, new_id: str, old: ClassicMember, leader_id: str | None
+    ) -> None:
         self.members.pop(new_id, None)
         self.members[old.member_id] = old
         self.static_members[instance_id] = old.member_id
@@ -266,8 +285,14 @@ class ClassicGroup:
         return None
 
     def current_members_for_leader(self) -> list[dict]:
-        return [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                 "metadata": m.metadata(self.protocol_name or "")} for m in self.members.values()]
+        return [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "metadata": m.metadata(self.protocol_name or ""),
+            }
+            for m in self.members.values()
+        ]
 
     def assignments(self) -> dict[str, bytes]:
         return {mid: m.assignment for mid, m in self.members.items()}

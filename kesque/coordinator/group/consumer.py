@@ -90,15 +90,25 @@ class ConsumerMember:
     epochs: dict = field(default_factory=dict)
 
     def metadata_value(self) -> dict:
-        return {"instance_id": self.instance_id, "rack_id": self.rack_id, "client_id": self.client_id,
-                "client_host": self.client_host, "subscribed_topic_names": list(self.subscribed_topic_names),
-                "subscribed_topic_regex": self.subscribed_topic_regex,
-                "rebalance_timeout_ms": self.rebalance_timeout_ms, "server_assignor": self.server_assignor}
+        return {
+            "instance_id": self.instance_id,
+            "rack_id": self.rack_id,
+            "client_id": self.client_id,
+            "client_host": self.client_host,
+            "subscribed_topic_names": list(self.subscribed_topic_names),
+            "subscribed_topic_regex": self.subscribed_topic_regex,
+            "rebalance_timeout_ms": self.rebalance_timeout_ms,
+            "server_assignor": self.server_assignor,
+        }
 
     def assignment_value(self) -> dict:
-        return {"member_epoch": self.member_epoch, "previous_member_epoch": self.previous_member_epoch,
-                "state": self.state, "assigned_partitions": _to_records(self.assigned, self.epochs),
-                "partitions_pending_revocation": _to_records(self.pending_revocation, self.epochs)}
+        return {
+            "member_epoch": self.member_epoch,
+            "previous_member_epoch": self.previous_member_epoch,
+            "state": self.state,
+            "assigned_partitions": _to_records(self.assigned, self.epochs),
+            "partitions_pending_revocation": _to_records(self.pending_revocation, self.epochs),
+        }
 
 
 @dataclass
@@ -116,19 +126,23 @@ class ConsumerGroup:
     def is_empty(self) -> bool:
         return not self.members
 
-    def scratch(self) -> "ConsumerGroup":
+    def scratch(self) -> ConsumerGroup:
         """A copy a heartbeat computes its records on (Kafka computes on the timeline state and
         changes nothing until the records are replayed): the maps are copied, the members shared
         until :meth:`own_member` copies the one that changes."""
-        return dataclasses.replace(self, members=dict(self.members), target=dict(self.target),
-                                   static_members=dict(self.static_members))
+        return dataclasses.replace(
+            self, members=dict(self.members), target=dict(self.target), static_members=dict(self.static_members)
+        )
 
-    def own_member(self, member_id: str) -> "ConsumerMember":
+    def own_member(self, member_id: str) -> ConsumerMember:
         m = self.members[member_id]
         m = self.members[member_id] = dataclasses.replace(
-            m, subscribed_topic_names=list(m.subscribed_topic_names),
+            m,
+            subscribed_topic_names=list(m.subscribed_topic_names),
             assigned={t: set(p) for t, p in m.assigned.items()},
-            pending_revocation={t: set(p) for t, p in m.pending_revocation.items()}, epochs=dict(m.epochs))
+            pending_revocation={t: set(p) for t, p in m.pending_revocation.items()},
+            epochs=dict(m.epochs),
+        )
         return m
 
     def state_name(self) -> str:
@@ -164,7 +178,7 @@ class ConsumerGroup:
         return -1
 
 
-def member_topics(m: "ConsumerMember", image=None) -> set[str]:
+def member_topics(m: ConsumerMember, image=None) -> set[str]:
     """Topic names a member subscribes to: its names plus, with an image, the topics its
     regex matches in full (internal topics excluded, as Kafka does)."""
     names = set(m.subscribed_topic_names)
@@ -196,8 +210,9 @@ def replay_consumer_record(shard, version: int, key: dict, value: dict | None) -
     if version == R.CONSUMER_GROUP_METADATA:
         g.group_epoch = value["epoch"]
     elif version == R.CONSUMER_GROUP_PARTITION_METADATA:
-        g.subscription_signature = tuple((str(t["topic_id"]), t["num_partitions"])
-                                         for t in sorted(value["topics"], key=lambda t: t["topic_name"]))
+        g.subscription_signature = tuple(
+            (str(t["topic_id"]), t["num_partitions"]) for t in sorted(value["topics"], key=lambda t: t["topic_name"])
+        )
     elif version == R.CONSUMER_GROUP_MEMBER_METADATA:
         m = g.members.get(key["member_id"]) or ConsumerMember(key["member_id"])
         m.instance_id = value["instance_id"]
@@ -224,8 +239,10 @@ def replay_consumer_record(shard, version: int, key: dict, value: dict | None) -
         m.state = value["state"]
         m.assigned = _from_records(value["assigned_partitions"])
         m.pending_revocation = _from_records(value["partitions_pending_revocation"])
-        m.epochs = {**_epochs_from_records(value["assigned_partitions"], m.member_epoch),
-                    **_epochs_from_records(value["partitions_pending_revocation"], m.member_epoch)}
+        m.epochs = {
+            **_epochs_from_records(value["assigned_partitions"], m.member_epoch),
+            **_epochs_from_records(value["partitions_pending_revocation"], m.member_epoch),
+        }
 
 
 def on_consumer_groups_loaded(shard) -> None:
@@ -246,9 +263,11 @@ def consumer_group_tombstones(g: ConsumerGroup) -> list:
 
 
 def _member_tombstones(group_id: str, member_id: str) -> list:
-    return [(R.group_key(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, member_id), None),
-            (R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group_id, member_id), None),
-            (R.group_key(R.CONSUMER_GROUP_MEMBER_METADATA, group_id, member_id), None)]
+    return [
+        (R.group_key(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, member_id), None),
+        (R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group_id, member_id), None),
+        (R.group_key(R.CONSUMER_GROUP_MEMBER_METADATA, group_id, member_id), None),
+    ]
 
 
 # ====================================================================== heartbeat
@@ -273,8 +292,9 @@ def _validate_request(req: ConsumerGroupHeartbeat, version: int) -> None:
         if req.topic_partitions is None or req.topic_partitions:
             raise HeartbeatError(ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining.")
         if req.subscribed_topic_names is None and not req.subscribed_topic_regex:
-            raise HeartbeatError(ErrorCode.invalid_request,
-                                 "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+            raise HeartbeatError(
+                ErrorCode.invalid_request, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+            )
     elif epoch > 0 or epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
         if not req.member_id:
             raise HeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
@@ -293,15 +313,20 @@ def consumer_group_heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -
         _validate_request(req, version)
         assignor = req.server_assignor
         if assignor is not None and assignor not in shard.config.consumer_assignors:
-            raise HeartbeatError(ErrorCode.unsupported_assignor, f"ServerAssignor {assignor} is not supported. "
-                                 f"Supported assignors: {', '.join(shard.config.consumer_assignors)}.")
+            raise HeartbeatError(
+                ErrorCode.unsupported_assignor,
+                f"ServerAssignor {assignor} is not supported. "
+                f"Supported assignors: {', '.join(shard.config.consumer_assignors)}.",
+            )
         regex = req.subscribed_topic_regex
         if regex:
             try:
                 re.compile(regex)
             except re.error as e:
-                raise HeartbeatError(ErrorCode.invalid_regular_expression,
-                                     f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
+                raise HeartbeatError(
+                    ErrorCode.invalid_regular_expression,
+                    f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.",
+                ) from None
         if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return _leave(shard, req)
         return _heartbeat(shard, req, version)
@@ -309,13 +334,20 @@ def consumer_group_heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -
         return _error_response(e.code, e.message)
     except Exception as e:  # the group's records failed to append (nothing was replayed)
         from .shard import append_error
+
         log.warning("ConsumerGroupHeartbeat of member %s of group %s failed: %s", req.member_id, req.group_id, e)
         return _error_response(append_error(e), None)
 
 
 def _error_response(error: ErrorCode, message: str | None) -> dict:
-    return {"error": error, "message": message, "member_id": None, "member_epoch": -1,
-            "heartbeat_interval_ms": 0, "assignment": None}
+    return {
+        "error": error,
+        "message": message,
+        "member_id": None,
+        "member_epoch": -1,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
 
 
 def _get_group(shard, group_id: str, create: bool) -> ConsumerGroup:
@@ -350,16 +382,29 @@ def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
             old_id = g.static_members[instance_id]
             old = g.members[old_id]
             if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                raise HeartbeatError(ErrorCode.unreleased_instance_id,
-                                     f"Static member {old_id} with instance id {instance_id} is not released.")
+                raise HeartbeatError(
+                    ErrorCode.unreleased_instance_id,
+                    f"Static member {old_id} with instance id {instance_id} is not released.",
+                )
             # KIP-848 static rejoin: the new member id takes over the old one's epoch and
             # assignment, so the group does not rebalance
-            member = ConsumerMember(member_id, instance_id, old.rack_id, old.client_id, old.client_host,
-                                    list(old.subscribed_topic_names), old.subscribed_topic_regex,
-                                    old.rebalance_timeout_ms, old.server_assignor,
-                                    member_epoch=0, previous_member_epoch=0,
-                                    state=old.state, assigned=_copy(old.assigned),
-                                    pending_revocation=_copy(old.pending_revocation), epochs=dict(old.epochs))
+            member = ConsumerMember(
+                member_id,
+                instance_id,
+                old.rack_id,
+                old.client_id,
+                old.client_host,
+                list(old.subscribed_topic_names),
+                old.subscribed_topic_regex,
+                old.rebalance_timeout_ms,
+                old.server_assignor,
+                member_epoch=0,
+                previous_member_epoch=0,
+                state=old.state,
+                assigned=_copy(old.assigned),
+                pending_revocation=_copy(old.pending_revocation),
+                epochs=dict(old.epochs),
+            )
             records += _member_tombstones(g.group_id, old_id)
             g.members.pop(old_id, None)
             if old_id in g.target:
@@ -372,8 +417,10 @@ def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
             member.assigned, member.pending_revocation, member.epochs = {}, {}, {}
         else:
             if len(g.members) >= cfg.consumer_max_size:
-                raise HeartbeatError(ErrorCode.group_max_size_reached, f"The consumer group has reached its maximum "
-                                     f"capacity of {cfg.consumer_max_size} members.")
+                raise HeartbeatError(
+                    ErrorCode.group_max_size_reached,
+                    f"The consumer group has reached its maximum capacity of {cfg.consumer_max_size} members.",
+                )
             member = ConsumerMember(member_id, instance_id)
             bump = True
         g.members[member.member_id] = member
@@ -383,19 +430,25 @@ def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
         if instance_id is not None:
             _static_member(g, req.member_id, instance_id)
         if req.member_id not in g.members:
-            raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member of group "
-                                 f"{g.group_id}.")
+            raise HeartbeatError(
+                ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member of group {g.group_id}."
+            )
         member = g.own_member(req.member_id)
         if epoch > member.member_epoch:
-            raise HeartbeatError(ErrorCode.fenced_member_epoch, f"The consumer group member has a greater member "
-                                 f"epoch ({epoch}) than the one known by the group coordinator "
-                                 f"({member.member_epoch}).")
+            raise HeartbeatError(
+                ErrorCode.fenced_member_epoch,
+                f"The consumer group member has a greater member "
+                f"epoch ({epoch}) than the one known by the group coordinator "
+                f"({member.member_epoch}).",
+            )
         if epoch < member.member_epoch:
             if epoch != member.previous_member_epoch or owned is None or not _subset(owned, member.assigned):
-                raise HeartbeatError(ErrorCode.fenced_member_epoch,
-                                     f"The consumer group member has a smaller member epoch "
-                                     f"({epoch}) than the one known by the group coordinator "
-                                     f"({member.member_epoch}).")
+                raise HeartbeatError(
+                    ErrorCode.fenced_member_epoch,
+                    f"The consumer group member has a smaller member epoch "
+                    f"({epoch}) than the one known by the group coordinator "
+                    f"({member.member_epoch}).",
+                )
     # subscription changes
     changed = False
     for attr in ("rack_id", "client_id", "client_host", "server_assignor"):
@@ -425,15 +478,29 @@ def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
         bump = True
     if bump:
         g.group_epoch += 1
-        records.append((R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id),
-                        R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch})))
+        records.append(
+            (
+                R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id),
+                R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch}),
+            )
+        )
     if g.assignment_epoch < g.group_epoch:
         records += _compute_target_assignment(shard, g)
-    before = (member.member_epoch, member.previous_member_epoch, member.state, _copy(member.assigned),
-              _copy(member.pending_revocation))
+    before = (
+        member.member_epoch,
+        member.previous_member_epoch,
+        member.state,
+        _copy(member.assigned),
+        _copy(member.pending_revocation),
+    )
     _reconcile(g, member, owned)
-    after = (member.member_epoch, member.previous_member_epoch, member.state, member.assigned,
-             member.pending_revocation)
+    after = (
+        member.member_epoch,
+        member.previous_member_epoch,
+        member.state,
+        member.assigned,
+        member.pending_revocation,
+    )
     if after != before or epoch == 0:
         records.append(_current_assignment_record(g, member))
     # the group changes here, by replaying the records once appended (raises if the append fails)
@@ -449,13 +516,20 @@ def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
             shard.timer.cancel(_rebalance_key(g.group_id, member.member_id))
     # Kafka's rule: the assignment goes with a full request (a join, or what a client sends after
     # any error, its answer maybe lost: every non-optional field set) or when it changed
-    full = req.rebalance_timeout_ms != -1 and owned is not None and (
-        req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+    full = (
+        req.rebalance_timeout_ms != -1
+        and owned is not None
+        and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+    )
     send_assignment = epoch == 0 or full or before[3] != member.assigned
-    return {"error": ErrorCode.none, "message": None, "member_id": member.member_id,
-            "member_epoch": member.member_epoch,
-            "heartbeat_interval_ms": shard.consumer_heartbeat_interval_ms(g.group_id),
-            "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send_assignment else None}
+    return {
+        "error": ErrorCode.none,
+        "message": None,
+        "member_id": member.member_id,
+        "member_epoch": member.member_epoch,
+        "heartbeat_interval_ms": shard.consumer_heartbeat_interval_ms(g.group_id),
+        "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send_assignment else None,
+    }
 
 
 def _normalize(a) -> dict:
@@ -486,10 +560,18 @@ def _partition_metadata_record(shard, g: ConsumerGroup):
     for name in sorted(g.subscribed_topic_names(image)) if image is not None else []:
         t = image.topic(name)
         if t is not None:
-            topics.append({"topic_id": t.topic_id, "topic_name": name, "num_partitions": len(t.partitions),
-                           "partition_metadata": []})
-    return (R.group_key(R.CONSUMER_GROUP_PARTITION_METADATA, g.group_id),
-            R.encode_value(R.CONSUMER_GROUP_PARTITION_METADATA, {"topics": topics}))
+            topics.append(
+                {
+                    "topic_id": t.topic_id,
+                    "topic_name": name,
+                    "num_partitions": len(t.partitions),
+                    "partition_metadata": [],
+                }
+            )
+    return (
+        R.group_key(R.CONSUMER_GROUP_PARTITION_METADATA, g.group_id),
+        R.encode_value(R.CONSUMER_GROUP_PARTITION_METADATA, {"topics": topics}),
+    )
 
 
 def _compute_target_assignment(shard, g: ConsumerGroup) -> list:
@@ -513,9 +595,12 @@ def _compute_target_assignment(shard, g: ConsumerGroup) -> list:
             g.target[mid] = a
             records.append(_target_record(g, mid))
     g.assignment_epoch = g.group_epoch
-    records.append((R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, g.group_id),
-                    R.encode_value(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
-                                   {"assignment_epoch": g.assignment_epoch})))
+    records.append(
+        (
+            R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, g.group_id),
+            R.encode_value(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, {"assignment_epoch": g.assignment_epoch}),
+        )
+    )
     return records
 
 
@@ -552,7 +637,10 @@ def _reconcile(g: ConsumerGroup, m: ConsumerMember, owned: dict | None) -> None:
         if revoke and owns_revoked(revoke):
             m.state = UNREVOKED_PARTITIONS
             _set_epoch(m, epoch)
-            m.epochs = {**kept, **{(t, p): m.epochs.get((t, p), m.member_epoch) for t, ps in revoke.items() for p in ps}}
+            m.epochs = {
+                **kept,
+                **{(t, p): m.epochs.get((t, p), m.member_epoch) for t, ps in revoke.items() for p in ps},
+            }
             m.assigned, m.pending_revocation = new_assigned, revoke
             return
         for t, ps in pending_assign.items():
@@ -582,19 +670,26 @@ def _set_epoch(m: ConsumerMember, epoch: int) -> None:
 
 
 def _member_metadata_record(g: ConsumerGroup, m: ConsumerMember):
-    return (R.group_key(R.CONSUMER_GROUP_MEMBER_METADATA, g.group_id, m.member_id),
-            R.encode_value(R.CONSUMER_GROUP_MEMBER_METADATA, m.metadata_value()))
+    return (
+        R.group_key(R.CONSUMER_GROUP_MEMBER_METADATA, g.group_id, m.member_id),
+        R.encode_value(R.CONSUMER_GROUP_MEMBER_METADATA, m.metadata_value()),
+    )
 
 
 def _target_record(g: ConsumerGroup, member_id: str):
-    return (R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, g.group_id, member_id),
-            R.encode_value(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
-                           {"topic_partitions": _to_records(g.target.get(member_id, {}))}))
+    return (
+        R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, g.group_id, member_id),
+        R.encode_value(
+            R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, {"topic_partitions": _to_records(g.target.get(member_id, {}))}
+        ),
+    )
 
 
 def _current_assignment_record(g: ConsumerGroup, m: ConsumerMember):
-    return (R.group_key(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, g.group_id, m.member_id),
-            R.encode_value(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, m.assignment_value()))
+    return (
+        R.group_key(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, g.group_id, m.member_id),
+        R.encode_value(R.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, m.assignment_value()),
+    )
 
 
 # ====================================================================== leave / timeouts
@@ -611,15 +706,25 @@ def _leave(shard, req: ConsumerGroupHeartbeat) -> dict:
     if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
         # a static member going away temporarily keeps its assignment until its session
         # expires, but gives up what it was asked to revoke
-        left = dataclasses.replace(m, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={},
-                                   epochs={k: e for k, e in m.epochs.items() if k[1] in m.assigned.get(k[0], ())})
+        left = dataclasses.replace(
+            m,
+            member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+            pending_revocation={},
+            epochs={k: e for k, e in m.epochs.items() if k[1] in m.assigned.get(k[0], ())},
+        )
         append_and_replay(shard, shard.write, CoordinatorResult([_current_assignment_record(g, left)]))
         shard.timer.cancel(_rebalance_key(g.group_id, m.member_id))
         _schedule_session_timeout(shard, g, m)
     else:
         remove_member(shard, g, member_id, "member left the group")
-    return {"error": ErrorCode.none, "message": None, "member_id": member_id, "member_epoch": epoch,
-            "heartbeat_interval_ms": 0, "assignment": None}
+    return {
+        "error": ErrorCode.none,
+        "message": None,
+        "member_id": member_id,
+        "member_epoch": epoch,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
 
 
 def _static_member(g: ConsumerGroup, member_id: str, instance_id: str) -> ConsumerMember:
@@ -629,8 +734,10 @@ def _static_member(g: ConsumerGroup, member_id: str, instance_id: str) -> Consum
     if owner is None:
         raise HeartbeatError(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
     if owner != member_id:
-        raise HeartbeatError(ErrorCode.fenced_instance_id, f"Static member {member_id} with instance id {instance_id} "
-                             f"was fenced by member {owner}.")
+        raise HeartbeatError(
+            ErrorCode.fenced_instance_id,
+            f"Static member {member_id} with instance id {instance_id} was fenced by member {owner}.",
+        )
     return g.members[owner]
 
 
@@ -639,8 +746,12 @@ def remove_member(shard, g: ConsumerGroup, member_id: str, reason: str) -> None:
     if m is None:
         return
     records = _member_tombstones(g.group_id, member_id)
-    records.append((R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id),
-                    R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch + 1})))
+    records.append(
+        (
+            R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id),
+            R.encode_value(R.CONSUMER_GROUP_METADATA, {"epoch": g.group_epoch + 1}),
+        )
+    )
     # replayed, the tombstones take the member, its static id and its target away, the
     # metadata record bumps the group epoch; a failed append leaves the member in place
     append_and_replay(shard, shard.write, CoordinatorResult(records))
@@ -682,8 +793,9 @@ def _schedule_rebalance_timeout(shard, g: ConsumerGroup, m: ConsumerMember) -> N
 
 
 # ====================================================================== offsets and classic requests
-def validate_consumer_group_commit(g: ConsumerGroup, member_id: str, epoch: int, api_version: int,
-                                   partitions=(), image=None) -> ErrorCode:
+def validate_consumer_group_commit(
+    g: ConsumerGroup, member_id: str, epoch: int, api_version: int, partitions=(), image=None
+) -> ErrorCode:
     """An offset commit to a KIP-848 group: ``epoch`` is the member epoch the commit carries,
     ``partitions`` the (topic name, partition) it commits. As Kafka 4.4 (KIP-1251): the member's
     current epoch passes; a newer one is stale; an older one passes for partitions the member
@@ -721,8 +833,18 @@ def validate_consumer_group_fetch(g: ConsumerGroup, member_id: str, member_epoch
 
 
 def classic_join_to_consumer_group(shard, g, req, respond) -> None:
-    respond({"error": ErrorCode.inconsistent_group_protocol, "member_id": req.member_id, "generation_id": -1,
-             "protocol_type": None, "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
+    respond(
+        {
+            "error": ErrorCode.inconsistent_group_protocol,
+            "member_id": req.member_id,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None,
+            "leader": "",
+            "skip_assignment": False,
+            "members": [],
+        }
+    )
 
 
 def classic_sync_to_consumer_group(shard, g, req, respond) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import struct
 import sys
-from functools import lru_cache
+from functools import cache
 
 from kio.serial import entity_reader, entity_writer
 
@@ -19,7 +19,7 @@ _I16 = struct.Struct(">h")
 MAX_VERSION = 3
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cls(kind: str, version: int):
     module = f"kio.schema.consumer_protocol_{kind}.v{version}.data"
     __import__(module)

@@ -47,17 +47,31 @@ _GROUP_MEMBER_KEY = [_F("group", "string"), _F("member_id", "string")]
 KEYS = {
     0: [_F("group", "string"), _F("topic", "string"), _F("partition", "int32", default=0)],
     1: [_F("group", "string"), _F("topic", "string"), _F("partition", "int32", default=0)],
-    2: _GROUP_KEY, 3: _GROUP_KEY, 4: _GROUP_KEY, 5: _GROUP_MEMBER_KEY, 6: _GROUP_KEY,
-    7: _GROUP_MEMBER_KEY, 8: _GROUP_MEMBER_KEY,
-    10: _GROUP_MEMBER_KEY, 11: _GROUP_KEY, 12: _GROUP_KEY, 13: _GROUP_MEMBER_KEY, 14: _GROUP_MEMBER_KEY,
+    2: _GROUP_KEY,
+    3: _GROUP_KEY,
+    4: _GROUP_KEY,
+    5: _GROUP_MEMBER_KEY,
+    6: _GROUP_KEY,
+    7: _GROUP_MEMBER_KEY,
+    8: _GROUP_MEMBER_KEY,
+    10: _GROUP_MEMBER_KEY,
+    11: _GROUP_KEY,
+    12: _GROUP_KEY,
+    13: _GROUP_MEMBER_KEY,
+    14: _GROUP_MEMBER_KEY,
 }
 
 _MEMBER_METADATA = {
-    v: [_F("member_id", "string"), *([_F("group_instance_id", "nstring")] if v >= 3 else []),
-        _F("client_id", "string"), _F("client_host", "string"),
+    v: [
+        _F("member_id", "string"),
+        *([_F("group_instance_id", "nstring")] if v >= 3 else []),
+        _F("client_id", "string"),
+        _F("client_host", "string"),
         *([_F("rebalance_timeout", "int32", default=-1)] if v >= 1 else []),
-        _F("session_timeout", "int32", default=0), _F("subscription", "bytes", default=b""),
-        _F("assignment", "bytes", default=b"")]
+        _F("session_timeout", "int32", default=0),
+        _F("subscription", "bytes", default=b""),
+        _F("assignment", "bytes", default=b""),
+    ]
     for v in range(5)
 }
 _TOPIC_PARTITIONS = [_F("topic_id", "uuid"), _F("partitions", "[int32]", default=[])]
@@ -69,47 +83,119 @@ _CLASSIC_PROTOCOL = [_F("name", "string"), _F("metadata", "bytes", default=b"")]
 # (key version) -> {value version: (fields, flexible)}
 VALUES = {
     OFFSET_COMMIT: {
-        v: ([_F("offset", "int64", default=-1),
-             *([_F("leader_epoch", "int32", default=-1)] if v >= 3 else []),
-             _F("metadata", "string", default=""), _F("commit_timestamp", "int64", default=-1),
-             *([_F("expire_timestamp", "int64", default=-1)] if v == 1 else [])], v >= 4)
+        v: (
+            [
+                _F("offset", "int64", default=-1),
+                *([_F("leader_epoch", "int32", default=-1)] if v >= 3 else []),
+                _F("metadata", "string", default=""),
+                _F("commit_timestamp", "int64", default=-1),
+                *([_F("expire_timestamp", "int64", default=-1)] if v == 1 else []),
+            ],
+            v >= 4,
+        )
         for v in range(5)
     },
     GROUP_METADATA: {
-        v: ([_F("protocol_type", "string", default=""), _F("generation", "int32", default=0),
-             _F("protocol", "nstring"), _F("leader", "nstring"),
-             *([_F("current_state_timestamp", "int64", default=-1)] if v >= 2 else []),
-             _F("members", _MEMBER_METADATA[v], default=[])], v >= 4)
+        v: (
+            [
+                _F("protocol_type", "string", default=""),
+                _F("generation", "int32", default=0),
+                _F("protocol", "nstring"),
+                _F("leader", "nstring"),
+                *([_F("current_state_timestamp", "int64", default=-1)] if v >= 2 else []),
+                _F("members", _MEMBER_METADATA[v], default=[]),
+            ],
+            v >= 4,
+        )
         for v in range(5)
     },
     CONSUMER_GROUP_METADATA: {0: ([_F("epoch", "int32", default=0)], True)},
-    CONSUMER_GROUP_PARTITION_METADATA: {0: ([_F("topics", [
-        _F("topic_id", "uuid"), _F("topic_name", "string"), _F("num_partitions", "int32", default=0),
-        _F("partition_metadata", [_F("partition", "int32", default=0), _F("racks", "[string]", default=[])],
-           default=[])], default=[])], True)},
-    CONSUMER_GROUP_MEMBER_METADATA: {0: ([
-        _F("instance_id", "nstring"), _F("rack_id", "nstring"), _F("client_id", "string", default=""),
-        _F("client_host", "string", default=""), _F("subscribed_topic_names", "[string]", default=[]),
-        _F("subscribed_topic_regex", "nstring"), _F("rebalance_timeout_ms", "int32", default=-1),
-        _F("server_assignor", "nstring"),
-        _F("classic_member_metadata", ("nstruct", [_F("session_timeout_ms", "int32", default=0),
-                                                   _F("supported_protocols", _CLASSIC_PROTOCOL, default=[])]), 0)],
-        True)},
+    CONSUMER_GROUP_PARTITION_METADATA: {
+        0: (
+            [
+                _F(
+                    "topics",
+                    [
+                        _F("topic_id", "uuid"),
+                        _F("topic_name", "string"),
+                        _F("num_partitions", "int32", default=0),
+                        _F(
+                            "partition_metadata",
+                            [_F("partition", "int32", default=0), _F("racks", "[string]", default=[])],
+                            default=[],
+                        ),
+                    ],
+                    default=[],
+                )
+            ],
+            True,
+        )
+    },
+    CONSUMER_GROUP_MEMBER_METADATA: {
+        0: (
+            [
+                _F("instance_id", "nstring"),
+                _F("rack_id", "nstring"),
+                _F("client_id", "string", default=""),
+                _F("client_host", "string", default=""),
+                _F("subscribed_topic_names", "[string]", default=[]),
+                _F("subscribed_topic_regex", "nstring"),
+                _F("rebalance_timeout_ms", "int32", default=-1),
+                _F("server_assignor", "nstring"),
+                _F(
+                    "classic_member_metadata",
+                    (
+                        "nstruct",
+                        [
+                            _F("session_timeout_ms", "int32", default=0),
+                            _F("supported_protocols", _CLASSIC_PROTOCOL, default=[]),
+                        ],
+                    ),
+                    0,
+                ),
+            ],
+            True,
+        )
+    },
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: {0: ([_F("assignment_epoch", "int32", default=0)], True)},
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: {0: ([_F("topic_partitions", _TOPIC_PARTITIONS, default=[])], True)},
-    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: {0: ([
-        _F("member_epoch", "int32", default=0), _F("previous_member_epoch", "int32", default=0),
-        _F("state", "int8", default=0), _F("assigned_partitions", _ASSIGNED_TOPIC_PARTITIONS, default=[]),
-        _F("partitions_pending_revocation", _ASSIGNED_TOPIC_PARTITIONS, default=[])], True)},
-    SHARE_GROUP_MEMBER_METADATA: {0: ([
-        _F("rack_id", "nstring"), _F("client_id", "string", default=""), _F("client_host", "string", default=""),
-        _F("subscribed_topic_names", "[string]", default=[])], True)},
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: {
+        0: (
+            [
+                _F("member_epoch", "int32", default=0),
+                _F("previous_member_epoch", "int32", default=0),
+                _F("state", "int8", default=0),
+                _F("assigned_partitions", _ASSIGNED_TOPIC_PARTITIONS, default=[]),
+                _F("partitions_pending_revocation", _ASSIGNED_TOPIC_PARTITIONS, default=[]),
+            ],
+            True,
+        )
+    },
+    SHARE_GROUP_MEMBER_METADATA: {
+        0: (
+            [
+                _F("rack_id", "nstring"),
+                _F("client_id", "string", default=""),
+                _F("client_host", "string", default=""),
+                _F("subscribed_topic_names", "[string]", default=[]),
+            ],
+            True,
+        )
+    },
     SHARE_GROUP_METADATA: {0: ([_F("epoch", "int32", default=0)], True)},
     SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: {0: ([_F("assignment_epoch", "int32", default=0)], True)},
     SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: {0: ([_F("topic_partitions", _TOPIC_PARTITIONS, default=[])], True)},
-    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: {0: ([
-        _F("member_epoch", "int32", default=0), _F("previous_member_epoch", "int32", default=0),
-        _F("state", "int8", default=0), _F("assigned_partitions", _TOPIC_PARTITIONS, default=[])], True)},
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: {
+        0: (
+            [
+                _F("member_epoch", "int32", default=0),
+                _F("previous_member_epoch", "int32", default=0),
+                _F("state", "int8", default=0),
+                _F("assigned_partitions", _TOPIC_PARTITIONS, default=[]),
+            ],
+            True,
+        )
+    },
 }
 VALUES[0] = VALUES[OFFSET_COMMIT]
 
@@ -154,8 +240,16 @@ def decode_value(key_version: int, data: bytes | None) -> dict | None:
     return value
 
 
-def offset_commit(group: str, topic: str, partition: int, offset: int, leader_epoch: int, metadata: str,
-                  commit_ts: int, expire_ts: int = -1) -> CoordinatorRecord:
+def offset_commit(
+    group: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    leader_epoch: int,
+    metadata: str,
+    commit_ts: int,
+    expire_ts: int = -1,
+) -> CoordinatorRecord:
     """The record of a committed offset, with what it decodes to (``decode_key``, ``decode_value``)."""
     key = {"group": group, "topic": topic, "partition": partition}
     if expire_ts >= 0:  # Kafka writes v1 only when an explicit expire timestamp was asked for (no leader epoch)
@@ -164,8 +258,9 @@ def offset_commit(group: str, topic: str, partition: int, offset: int, leader_ep
     else:
         value = {"offset": offset, "leader_epoch": leader_epoch, "metadata": metadata, "commit_timestamp": commit_ts}
         data = encode_value(OFFSET_COMMIT, value)
-    return CoordinatorRecord(encode_key(OFFSET_COMMIT, key), data,
-                             (OFFSET_COMMIT, key, {**value, "_version": _I16.unpack_from(data, 0)[0]}))
+    return CoordinatorRecord(
+        encode_key(OFFSET_COMMIT, key), data, (OFFSET_COMMIT, key, {**value, "_version": _I16.unpack_from(data, 0)[0]})
+    )
 
 
 def offset_tombstone(group: str, topic: str, partition: int) -> tuple[bytes, None]:

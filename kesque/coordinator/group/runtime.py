@@ -26,11 +26,15 @@ class GroupCoordinator(CoordinatorRuntime):
         self.config = GroupConfig.from_broker(host.config)
 
     def new_shard(self, partition: int, leader_epoch: int) -> GroupCoordinatorShard:
-        shard = GroupCoordinatorShard(partition, self.config,
-                                      lambda recs, pid=-1, epoch=-1: self.write(partition, recs, pid, epoch),
-                                      ShardTimer(self.timer, partition), self.host.clock,
-                                      topics=self.host.image,
-                                      group_configs=lambda gid: self.host.image().configs.get((RESOURCE_GROUP, gid), {}))
+        shard = GroupCoordinatorShard(
+            partition,
+            self.config,
+            lambda recs, pid=-1, epoch=-1: self.write(partition, recs, pid, epoch),
+            ShardTimer(self.timer, partition),
+            self.host.clock,
+            topics=self.host.image,
+            group_configs=lambda gid: self.host.image().configs.get((RESOURCE_GROUP, gid), {}),
+        )
         return shard
 
     # ------------------------------------------------------------------ reads

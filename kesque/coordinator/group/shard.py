@@ -62,7 +62,7 @@ class GroupConfig:
     share_max_size: int = 200
 
     @classmethod
-    def from_broker(cls, cfg) -> "GroupConfig":
+    def from_broker(cls, cfg) -> GroupConfig:
         return cls(
             min_session_timeout_ms=cfg.get("group.min.session.timeout.ms"),
             max_session_timeout_ms=cfg.get("group.max.session.timeout.ms"),
@@ -77,8 +77,9 @@ class GroupConfig:
             consumer_min_heartbeat_interval_ms=cfg.get("group.consumer.min.heartbeat.interval.ms"),
             consumer_max_heartbeat_interval_ms=cfg.get("group.consumer.max.heartbeat.interval.ms"),
             consumer_max_size=cfg.get("group.consumer.max.size"),
-            consumer_assignors=tuple(a.split(".")[-1].replace("Assignor", "").lower()
-                                     for a in cfg.get("group.consumer.assignors")),
+            consumer_assignors=tuple(
+                a.split(".")[-1].replace("Assignor", "").lower() for a in cfg.get("group.consumer.assignors")
+            ),
             share_enabled=share_groups_enabled(cfg),
             share_session_timeout_ms=cfg.get("group.share.session.timeout.ms"),
             share_heartbeat_interval_ms=cfg.get("group.share.heartbeat.interval.ms"),
@@ -93,8 +94,16 @@ def append_error(exc: BaseException) -> ErrorCode:
 
 
 def _join_error(member_id: str, error: ErrorCode) -> dict:
-    return {"error": error, "member_id": member_id, "generation_id": -1, "protocol_type": None,
-            "protocol_name": None, "leader": "", "skip_assignment": False, "members": []}
+    return {
+        "error": error,
+        "member_id": member_id,
+        "generation_id": -1,
+        "protocol_type": None,
+        "protocol_name": None,
+        "leader": "",
+        "skip_assignment": False,
+        "members": [],
+    }
 
 
 class GroupCoordinatorShard:
@@ -119,8 +128,9 @@ class GroupCoordinatorShard:
 
     def consumer_heartbeat_interval_ms(self, group_id: str) -> int:
         """The group's consumer.heartbeat.interval.ms, else group.consumer.heartbeat.interval.ms."""
-        return self._group_config(group_id, "consumer.heartbeat.interval.ms",
-                                  self.config.consumer_heartbeat_interval_ms)
+        return self._group_config(
+            group_id, "consumer.heartbeat.interval.ms", self.config.consumer_heartbeat_interval_ms
+        )
 
     def share_session_timeout_ms(self, group_id: str) -> int:
         return self._group_config(group_id, "share.session.timeout.ms", self.config.share_session_timeout_ms)
@@ -143,9 +153,11 @@ class GroupCoordinatorShard:
             self._replay_group_metadata(k["group"], v)
         elif version in R.SHARE_GROUP_RECORDS:
             from .share import replay_share_record
+
             replay_share_record(self, version, k, v)
         else:
             from .consumer import replay_consumer_record
+
             replay_consumer_record(self, version, k, v)
 
     @staticmethod
@@ -153,15 +165,21 @@ class GroupCoordinatorShard:
         version, k = R.decode_key(key)
         return version, k, R.decode_value(version, value)
 
-    def replay_transactional(self, producer_id: int, key: bytes, value: bytes | None,
-                             decoded: tuple | None = None) -> None:
+    def replay_transactional(
+        self, producer_id: int, key: bytes, value: bytes | None, decoded: tuple | None = None
+    ) -> None:
         """A record of a transactional batch: an offset commit pending until its marker."""
         version, k, v = decoded if decoded is not None else self._decode(key, value)
         if version in (0, R.OFFSET_COMMIT) and v is not None:
             self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(k["group"], {})[
-                (k["topic"], k["partition"])] = OffsetAndMetadata(
-                    v["offset"], v.get("leader_epoch", -1), v.get("metadata", ""), v.get("commit_timestamp", -1),
-                    v.get("expire_timestamp", -1))
+                (k["topic"], k["partition"])
+            ] = OffsetAndMetadata(
+                v["offset"],
+                v.get("leader_epoch", -1),
+                v.get("metadata", ""),
+                v.get("commit_timestamp", -1),
+                v.get("expire_timestamp", -1),
+            )
             self._ensure_group(k["group"], v.get("commit_timestamp", -1))
         else:
             self.replay(key, value, (version, k, v))
@@ -189,8 +207,12 @@ class GroupCoordinatorShard:
                     del self.offsets[group]
             return
         self.offsets.setdefault(group, {})[tp] = OffsetAndMetadata(
-            v["offset"], v.get("leader_epoch", -1), v.get("metadata", ""), v.get("commit_timestamp", -1),
-            v.get("expire_timestamp", -1))
+            v["offset"],
+            v.get("leader_epoch", -1),
+            v.get("metadata", ""),
+            v.get("commit_timestamp", -1),
+            v.get("expire_timestamp", -1),
+        )
         self._ensure_group(group, v.get("commit_timestamp", -1))
 
     def _ensure_group(self, group_id: str, now: int) -> None:
@@ -204,13 +226,26 @@ class GroupCoordinatorShard:
         if v is None:
             self.groups.pop(group_id, None)
             return
-        g = ClassicGroup(group_id, generation_id=v["generation"], protocol_type=v["protocol_type"] or None,
-                         protocol_name=v["protocol"], leader_id=v["leader"],
-                         current_state_timestamp=v.get("current_state_timestamp", -1))
+        g = ClassicGroup(
+            group_id,
+            generation_id=v["generation"],
+            protocol_type=v["protocol_type"] or None,
+            protocol_name=v["protocol"],
+            leader_id=v["leader"],
+            current_state_timestamp=v.get("current_state_timestamp", -1),
+        )
         for m in v["members"]:
-            member = ClassicMember(m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"],
-                                   m.get("rebalance_timeout", -1), m["session_timeout"], v["protocol_type"],
-                                   [(v["protocol"] or "", m["subscription"])], m["assignment"])
+            member = ClassicMember(
+                m["member_id"],
+                m.get("group_instance_id"),
+                m["client_id"],
+                m["client_host"],
+                m.get("rebalance_timeout", -1),
+                m["session_timeout"],
+                v["protocol_type"],
+                [(v["protocol"] or "", m["subscription"])],
+                m["assignment"],
+            )
             g.members[member.member_id] = member
             if member.group_instance_id is not None:
                 g.static_members[member.group_instance_id] = member.member_id
@@ -226,6 +261,7 @@ class GroupCoordinatorShard:
                     self._reschedule_heartbeat(g, m)
         from .consumer import on_consumer_groups_loaded
         from .share import on_share_groups_loaded
+
         on_consumer_groups_loaded(self)
         on_share_groups_loaded(self)
 
@@ -250,32 +286,53 @@ class GroupCoordinatorShard:
     def _group_record(self, g: ClassicGroup, assignments: dict[str, bytes] | None) -> tuple[bytes, bytes]:
         members = []
         for m in g.members.values():
-            members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                            "client_id": m.client_id, "client_host": m.client_host,
-                            "rebalance_timeout": m.rebalance_timeout_ms, "session_timeout": m.session_timeout_ms,
-                            "subscription": m.metadata(g.protocol_name or ""),
-                            "assignment": (assignments or {}).get(m.member_id, b"")})
-        value = {"protocol_type": g.protocol_type or "", "generation": g.generation_id,
-                 "protocol": g.protocol_name, "leader": g.leader_id if g.members else None,
-                 "current_state_timestamp": self.clock.now_ms(), "members": members}
+            members.append(
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "rebalance_timeout": m.rebalance_timeout_ms,
+                    "session_timeout": m.session_timeout_ms,
+                    "subscription": m.metadata(g.protocol_name or ""),
+                    "assignment": (assignments or {}).get(m.member_id, b""),
+                }
+            )
+        value = {
+            "protocol_type": g.protocol_type or "",
+            "generation": g.generation_id,
+            "protocol": g.protocol_name,
+            "leader": g.leader_id if g.members else None,
+            "current_state_timestamp": self.clock.now_ms(),
+            "members": members,
+        }
         return R.group_key(R.GROUP_METADATA, g.group_id), R.encode_value(R.GROUP_METADATA, value)
 
     def _empty_group_record(self, g: ClassicGroup) -> tuple[bytes, bytes]:
-        value = {"protocol_type": "", "generation": 0, "protocol": None, "leader": None,
-                 "current_state_timestamp": g.current_state_timestamp, "members": []}
+        value = {
+            "protocol_type": "",
+            "generation": 0,
+            "protocol": None,
+            "leader": None,
+            "current_state_timestamp": g.current_state_timestamp,
+            "members": [],
+        }
         return R.group_key(R.GROUP_METADATA, g.group_id), R.encode_value(R.GROUP_METADATA, value)
 
     def _group_tombstones(self, group_id: str, offsets: bool = True) -> list:
-        recs = [R.offset_tombstone(group_id, t, p) for (t, p) in sorted(self.offsets.get(group_id, {}))] \
-            if offsets else []
+        recs = (
+            [R.offset_tombstone(group_id, t, p) for (t, p) in sorted(self.offsets.get(group_id, {}))] if offsets else []
+        )
         g = self.groups.get(group_id)
         if isinstance(g, ClassicGroup):
             recs.append((R.group_key(R.GROUP_METADATA, group_id), None))
         elif getattr(g, "type", None) == "share":
             from .share import share_group_tombstones
+
             recs.extend(share_group_tombstones(g))
         elif g is not None:
             from .consumer import consumer_group_tombstones
+
             recs.extend(consumer_group_tombstones(g))
         return recs
 
@@ -294,8 +351,11 @@ class GroupCoordinatorShard:
 
     def _reschedule_heartbeat(self, g: ClassicGroup, m: ClassicMember, timeout_ms: int | None = None) -> None:
         gid, mid = g.group_id, m.member_id
-        self.timer.schedule(self._hb_key(gid, mid), m.session_timeout_ms if timeout_ms is None else timeout_ms,
-                            lambda: self._expire_heartbeat(gid, mid))
+        self.timer.schedule(
+            self._hb_key(gid, mid),
+            m.session_timeout_ms if timeout_ms is None else timeout_ms,
+            lambda: self._expire_heartbeat(gid, mid),
+        )
 
     # ================================================================== JoinGroup
     def classic_group(self, group_id: str, create: bool) -> ClassicGroup | None:
@@ -320,11 +380,13 @@ class GroupCoordinatorShard:
         existing = self.groups.get(group_id)
         if existing is not None and not isinstance(existing, ClassicGroup):
             from .consumer import classic_join_to_consumer_group
+
             if not existing.is_empty():
                 classic_join_to_consumer_group(self, existing, req, respond)
                 return
             # an empty consumer group becomes a classic group (Kafka's downgrade of empty groups)
             from .consumer import consumer_group_tombstones
+
             append_and_replay(self, self.write, CoordinatorResult(consumer_group_tombstones(existing)))
         is_new_group = group_id not in self.groups
         unknown = member_id == ""
@@ -366,8 +428,9 @@ class GroupCoordinatorShard:
         if req.require_known_member_id:
             g.pending_join_members.add(new_id)
             gid = g.group_id
-            self.timer.schedule(self._hb_key(gid, new_id), req.session_timeout_ms,
-                                lambda: self._expire_heartbeat(gid, new_id))
+            self.timer.schedule(
+                self._hb_key(gid, new_id), req.session_timeout_ms, lambda: self._expire_heartbeat(gid, new_id)
+            )
             respond(_join_error(new_id, ErrorCode.member_id_required))
             return False
         return self._add_member_and_rebalance(g, req, new_id, respond)
@@ -403,9 +466,16 @@ class GroupCoordinatorShard:
         return False
 
     def _join_response(self, g: ClassicGroup, m: ClassicMember, with_members: bool, skip: bool = False) -> dict:
-        return {"error": ErrorCode.none, "member_id": m.member_id, "generation_id": g.generation_id,
-                "protocol_type": g.protocol_type, "protocol_name": g.protocol_name, "leader": g.leader_id or "",
-                "skip_assignment": skip, "members": g.current_members_for_leader() if with_members else []}
+        return {
+            "error": ErrorCode.none,
+            "member_id": m.member_id,
+            "generation_id": g.generation_id,
+            "protocol_type": g.protocol_type,
+            "protocol_name": g.protocol_name,
+            "leader": g.leader_id or "",
+            "skip_assignment": skip,
+            "members": g.current_members_for_leader() if with_members else [],
+        }
 
     def _update_member_and_rebalance(self, g, m, req, respond) -> bool:
         m.protocols = [(n, bytes(md)) for n, md in req.protocols]
@@ -415,9 +485,17 @@ class GroupCoordinatorShard:
         return self._maybe_prepare_rebalance_or_complete_join(g, f"member {m.member_id} rejoining")
 
     def _add_member_and_rebalance(self, g: ClassicGroup, req: JoinGroup, member_id: str, respond) -> bool:
-        m = ClassicMember(member_id, req.group_instance_id, req.client_id or "",
-                          req.client_host or "", req.rebalance_timeout_ms, req.session_timeout_ms,
-                          req.protocol_type, [(n, bytes(md)) for n, md in req.protocols], is_new=True)
+        m = ClassicMember(
+            member_id,
+            req.group_instance_id,
+            req.client_id or "",
+            req.client_host or "",
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            req.protocol_type,
+            [(n, bytes(md)) for n, md in req.protocols],
+            is_new=True,
+        )
         if g.state == PREPARING_REBALANCE and g.previous_state == EMPTY:
             g.new_member_added = True
         g.add(m, respond)
@@ -441,8 +519,12 @@ class GroupCoordinatorShard:
                     self.write([self._group_record(g, g.assignments())])
                 except Exception as e:
                     # not durable: the old member keeps its place (the replacement is undone)
-                    log.warning("Failed to persist the replacement of static member %s of group %s: %s",
-                                req.group_instance_id, g.group_id, e)
+                    log.warning(
+                        "Failed to persist the replacement of static member %s of group %s: %s",
+                        req.group_instance_id,
+                        g.group_id,
+                        e,
+                    )
                     g.undo_static_member_replacement(req.group_instance_id, new_id, old, current_leader)
                     self.timer.cancel(self._hb_key(g.group_id, new_id))
                     self._reschedule_heartbeat(g, old)
@@ -485,11 +567,17 @@ class GroupCoordinatorShard:
             delay = self.config.initial_rebalance_delay_ms
             remaining = max(self._rebalance_timeout(g) - delay, 0)
             gid = g.group_id
-            self.timer.schedule(self._join_key(gid), delay,
-                                lambda: self._try_complete_initial_rebalance(gid, delay, remaining))
+            self.timer.schedule(
+                self._join_key(gid), delay, lambda: self._try_complete_initial_rebalance(gid, delay, remaining)
+            )
         g.transition_to(PREPARING_REBALANCE, self.clock.now_ms())
-        log.info("Preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
-                 g.group_id, g.state, g.generation_id, reason)
+        log.info(
+            "Preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
+            g.group_id,
+            g.state,
+            g.generation_id,
+            reason,
+        )
         if initial:
             return False
         if g.has_all_members_joined():
@@ -510,8 +598,11 @@ class GroupCoordinatorShard:
             g.new_member_added = False
             new_delay = min(self.config.initial_rebalance_delay_ms, remaining)
             new_remaining = max(remaining - delay, 0)
-            self.timer.schedule(self._join_key(group_id), new_delay,
-                                lambda: self._try_complete_initial_rebalance(group_id, new_delay, new_remaining))
+            self.timer.schedule(
+                self._join_key(group_id),
+                new_delay,
+                lambda: self._try_complete_initial_rebalance(group_id, new_delay, new_remaining),
+            )
         else:
             self._complete_join(g)
 
@@ -531,8 +622,7 @@ class GroupCoordinatorShard:
             return False
         if not g.maybe_elect_new_joined_leader() and g.members:
             gid = g.group_id
-            self.timer.schedule(self._join_key(gid), self._rebalance_timeout(g),
-                                lambda: self._complete_join_by_id(gid))
+            self.timer.schedule(self._join_key(gid), self._rebalance_timeout(g), lambda: self._complete_join_by_id(gid))
             return False
         g.init_next_generation(self.clock.now_ms())
         if g.state == EMPTY:
@@ -548,7 +638,9 @@ class GroupCoordinatorShard:
             m.is_new = False
             g.pending_sync_members.add(m.member_id)
         gid, gen = g.group_id, g.generation_id
-        self.timer.schedule(self._sync_key(gid), self._rebalance_timeout(g), lambda: self._expire_pending_sync(gid, gen))
+        self.timer.schedule(
+            self._sync_key(gid), self._rebalance_timeout(g), lambda: self._expire_pending_sync(gid, gen)
+        )
         return False
 
     def _expire_pending_sync(self, group_id: str, generation: int) -> None:
@@ -594,9 +686,14 @@ class GroupCoordinatorShard:
             if m.awaiting_sync is not None:
                 respond = m.awaiting_sync
                 m.awaiting_sync = None
-                respond({"error": error, "assignment": m.assignment,
-                         "protocol_type": g.protocol_type if not error else None,
-                         "protocol_name": g.protocol_name if not error else None})
+                respond(
+                    {
+                        "error": error,
+                        "assignment": m.assignment,
+                        "protocol_type": g.protocol_type if not error else None,
+                        "protocol_name": g.protocol_name if not error else None,
+                    }
+                )
                 self._reschedule_heartbeat(g, m)
 
     # ================================================================== SyncGroup
@@ -608,6 +705,7 @@ class GroupCoordinatorShard:
             return
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_sync_to_consumer_group
+
             classic_sync_to_consumer_group(self, g, req, respond)
             return
         member_id = req.member_id
@@ -628,12 +726,14 @@ class GroupCoordinatorShard:
                 except Exception as e:
                     # the assignment is not durable: every waiting member learns why and the
                     # group rebalances (Kafka resets and propagates the error)
-                    log.warning("Failed to persist the assignment of group %s generation %d: %s",
-                                g.group_id, g.generation_id, e)
+                    log.warning(
+                        "Failed to persist the assignment of group %s generation %d: %s", g.group_id, g.generation_id, e
+                    )
                     if g.state == COMPLETING_REBALANCE and req.generation_id == g.generation_id:
                         self._propagate_assignment(g, append_error(e), reset=True)
                         self._maybe_prepare_rebalance_or_complete_join(
-                            g, f"error {append_error(e)} when storing group assignment during SyncGroup")
+                            g, f"error {append_error(e)} when storing group assignment during SyncGroup"
+                        )
                     return
                 if g.state == COMPLETING_REBALANCE and req.generation_id == g.generation_id:
                     for mid, m in g.members.items():
@@ -643,8 +743,14 @@ class GroupCoordinatorShard:
         elif g.state == STABLE:
             self._remove_pending_sync(g, member_id)
             m = g.members[member_id]
-            respond({"error": ErrorCode.none, "assignment": m.assignment, "protocol_type": g.protocol_type,
-                     "protocol_name": g.protocol_name})
+            respond(
+                {
+                    "error": ErrorCode.none,
+                    "assignment": m.assignment,
+                    "protocol_type": g.protocol_type,
+                    "protocol_name": g.protocol_name,
+                }
+            )
 
     @staticmethod
     def _validate_generation(g: ClassicGroup, req: SyncGroup | Heartbeat) -> ErrorCode:
@@ -663,10 +769,9 @@ class GroupCoordinatorShard:
         err = self._validate_generation(g, req)
         if err:
             return err
-        if (req.protocol_type is not None and g.protocol_type is not None
-                and req.protocol_type != g.protocol_type) or \
-                (req.protocol_name is not None and g.protocol_name is not None
-                 and req.protocol_name != g.protocol_name):
+        if (req.protocol_type is not None and g.protocol_type is not None and req.protocol_type != g.protocol_type) or (
+            req.protocol_name is not None and g.protocol_name is not None and req.protocol_name != g.protocol_name
+        ):
             return ErrorCode.inconsistent_group_protocol
         return ErrorCode.none
 
@@ -682,6 +787,7 @@ class GroupCoordinatorShard:
             return ErrorCode.unknown_member_id
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_heartbeat_to_consumer_group
+
             return classic_heartbeat_to_consumer_group(self, g, req)
         err = self._validate_generation(g, req)
         if err:
@@ -700,6 +806,7 @@ class GroupCoordinatorShard:
             return ErrorCode.unknown_member_id, []
         if not isinstance(g, ClassicGroup):
             from .consumer import classic_leave_to_consumer_group
+
             return classic_leave_to_consumer_group(self, g, members)
         if g.state == DEAD:
             return ErrorCode.coordinator_not_available, []
@@ -765,9 +872,15 @@ class GroupCoordinatorShard:
                 self._reschedule_heartbeat(g, g.members[req.member_id])  # a commit keeps the session
         else:
             from .consumer import validate_consumer_group_commit
-            err = validate_consumer_group_commit(g, req.member_id, generation, req.api_version,
-                                                 [(t, p.partition) for t, ps in req.topics.items() for p in ps],
-                                                 self._image())
+
+            err = validate_consumer_group_commit(
+                g,
+                req.member_id,
+                generation,
+                req.api_version,
+                [(t, p.partition) for t, ps in req.topics.items() for p in ps],
+                self._image(),
+            )
         if err:
             raise KafkaError(err)
         now = self.clock.now_ms()
@@ -789,8 +902,9 @@ class GroupCoordinatorShard:
         return results, records
 
     @staticmethod
-    def _validate_classic_commit(g: ClassicGroup, member_id: str, instance_id: str | None,
-                                 generation: int, transactional: bool = False) -> ErrorCode:
+    def _validate_classic_commit(
+        g: ClassicGroup, member_id: str, instance_id: str | None, generation: int, transactional: bool = False
+    ) -> ErrorCode:
         if g.state == DEAD:
             return ErrorCode.coordinator_not_available
         if generation < 0 and g.state == EMPTY:
@@ -824,14 +938,19 @@ class GroupCoordinatorShard:
         elif _is_share(g):
             err = ErrorCode.group_id_not_found
         elif isinstance(g, ClassicGroup):
-            err = self._validate_classic_commit(g, req.member_id, req.group_instance_id, generation,
-                                                transactional=True)
+            err = self._validate_classic_commit(g, req.member_id, req.group_instance_id, generation, transactional=True)
         else:
             from .consumer import validate_consumer_group_commit
+
             if not (generation == -1 and not req.member_id and req.group_instance_id is None):
-                err = validate_consumer_group_commit(g, req.member_id, generation, 9,
-                                                     [(t, p.partition) for t, ps in req.topics.items() for p in ps],
-                                                     self._image())
+                err = validate_consumer_group_commit(
+                    g,
+                    req.member_id,
+                    generation,
+                    9,
+                    [(t, p.partition) for t, ps in req.topics.items() for p in ps],
+                    self._image(),
+                )
                 if err == ErrorCode.stale_member_epoch:
                     err = ErrorCode.illegal_generation
         if err:
@@ -839,14 +958,20 @@ class GroupCoordinatorShard:
         results, records = self._offset_records(group_id, req.topics, self.clock.now_ms(), -1)
         return CoordinatorResult(records, results, req.producer_id, req.producer_epoch)
 
-    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None, member_id: str | None = None,
-                      member_epoch: int = -1) -> tuple[ErrorCode, dict]:
+    def fetch_offsets(
+        self,
+        group_id: str,
+        topics: list[tuple[str, list[int]]] | None,
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ) -> tuple[ErrorCode, dict]:
         """Committed offsets of a group: {(topic, partition): OffsetAndMetadata | None}."""
         g = self.groups.get(group_id)
         if _is_share(g):
             return ErrorCode.group_id_not_found, {}  # Kafka's ShareGroup.validateOffsetFetch
         if g is not None and not isinstance(g, ClassicGroup) and member_id is not None:
             from .consumer import validate_consumer_group_fetch
+
             err = validate_consumer_group_fetch(g, member_id, member_epoch)
             if err:
                 return err, {}
@@ -941,4 +1066,3 @@ class GroupCoordinatorShard:
 def _is_share(g) -> bool:
     """Share groups have no committed offsets: offset requests on one get GROUP_ID_NOT_FOUND."""
     return getattr(g, "type", None) == "share"
-

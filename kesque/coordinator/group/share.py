@@ -103,8 +103,14 @@ def share_group_heartbeat(shard, req: ShareGroupHeartbeat) -> dict:
             return _leave(shard, req)
         return _heartbeat(shard, req)
     except ShareHeartbeatError as e:
-        return {"error": e.code, "message": e.message, "member_id": None, "member_epoch": -1,
-                "heartbeat_interval_ms": 0, "assignment": None}
+        return {
+            "error": e.code,
+            "message": e.message,
+            "member_id": None,
+            "member_epoch": -1,
+            "heartbeat_interval_ms": 0,
+            "assignment": None,
+        }
 
 
 def _validate(req: ShareGroupHeartbeat) -> None:
@@ -132,8 +138,11 @@ def _get_group(shard, group_id: str, create: bool) -> ShareGroup:
         if not create:
             raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
         if not shard.config.share_enabled:
-            raise ShareHeartbeatError(ErrorCode.unsupported_version, "Share groups are not enabled on this broker "
-                                      "(group.share.enable / group.coordinator.rebalance.protocols).")
+            raise ShareHeartbeatError(
+                ErrorCode.unsupported_version,
+                "Share groups are not enabled on this broker "
+                "(group.share.enable / group.coordinator.rebalance.protocols).",
+            )
         return ShareGroup(group_id)
     return _scratch(g)
 
@@ -146,8 +155,9 @@ def _scratch(g: ShareGroup) -> ShareGroup:
 
 def _own_member(g: ShareGroup, member_id: str) -> ShareMember:
     m = g.members[member_id]
-    m = g.members[member_id] = dataclasses.replace(m, subscribed_topic_names=list(m.subscribed_topic_names),
-                                                   assigned={t: set(p) for t, p in m.assigned.items()})
+    m = g.members[member_id] = dataclasses.replace(
+        m, subscribed_topic_names=list(m.subscribed_topic_names), assigned={t: set(p) for t, p in m.assigned.items()}
+    )
     return m
 
 
@@ -178,8 +188,10 @@ def _heartbeat(shard, req: ShareGroupHeartbeat) -> dict:
     if epoch == 0:
         if member is None:
             if len(g.members) >= shard.config.share_max_size:
-                raise ShareHeartbeatError(ErrorCode.group_max_size_reached, f"The share group has reached its maximum "
-                                          f"capacity of {shard.config.share_max_size} members.")
+                raise ShareHeartbeatError(
+                    ErrorCode.group_max_size_reached,
+                    f"The share group has reached its maximum capacity of {shard.config.share_max_size} members.",
+                )
             member = g.members[member_id] = ShareMember(member_id)
             bump = True
         else:
@@ -187,12 +199,15 @@ def _heartbeat(shard, req: ShareGroupHeartbeat) -> dict:
         member.member_epoch, member.assigned = 0, {}
     else:
         if member is None:
-            raise ShareHeartbeatError(ErrorCode.unknown_member_id,
-                                      f"Member {member_id} is not a member of group {g.group_id}.")
+            raise ShareHeartbeatError(
+                ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {g.group_id}."
+            )
         if epoch != member.member_epoch:
-            raise ShareHeartbeatError(ErrorCode.fenced_member_epoch,
-                                      f"The share group member has a member epoch ({epoch}) "
-                                      f"other than the one known by the group coordinator ({member.member_epoch}).")
+            raise ShareHeartbeatError(
+                ErrorCode.fenced_member_epoch,
+                f"The share group member has a member epoch ({epoch}) "
+                f"other than the one known by the group coordinator ({member.member_epoch}).",
+            )
         member = _own_member(g, member_id)
     changed = epoch == 0
     for attr in ("rack_id", "client_id", "client_host"):
@@ -225,9 +240,14 @@ def _heartbeat(shard, req: ShareGroupHeartbeat) -> dict:
     _apply(shard, g, records)  # the group changes here (raises if the append fails)
     _schedule_session_timeout(shard, g, member)
     send = epoch == 0 or before[1] != member.assigned
-    return {"error": ErrorCode.none, "message": None, "member_id": member_id, "member_epoch": member.member_epoch,
-            "heartbeat_interval_ms": shard.share_heartbeat_interval_ms(g.group_id),
-            "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send else None}
+    return {
+        "error": ErrorCode.none,
+        "message": None,
+        "member_id": member_id,
+        "member_epoch": member.member_epoch,
+        "heartbeat_interval_ms": shard.share_heartbeat_interval_ms(g.group_id),
+        "assignment": {t: sorted(p) for t, p in member.assigned.items()} if send else None,
+    }
 
 
 def _signature(shard, g: ShareGroup) -> tuple:
@@ -259,8 +279,12 @@ def _compute_target(shard, g: ShareGroup) -> list:
             g.target[mid] = a
             records.append(_target_record(g, mid))
     g.assignment_epoch = g.group_epoch
-    records.append((R.group_key(R.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, g.group_id),
-                    R.encode_value(R.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, {"assignment_epoch": g.group_epoch})))
+    records.append(
+        (
+            R.group_key(R.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, g.group_id),
+            R.encode_value(R.SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, {"assignment_epoch": g.group_epoch}),
+        )
+    )
     return records
 
 
@@ -270,12 +294,18 @@ def _leave(shard, req: ShareGroupHeartbeat) -> dict:
     if not isinstance(g, ShareGroup):
         raise ShareHeartbeatError(ErrorCode.group_id_not_found, f"Group {req.group_id} not found.")
     if req.member_id not in g.members:
-        raise ShareHeartbeatError(ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member of group "
-                                  f"{g.group_id}.")
+        raise ShareHeartbeatError(
+            ErrorCode.unknown_member_id, f"Member {req.member_id} is not a member of group {g.group_id}."
+        )
     remove_member(shard, g, req.member_id, "member left the group")
-    return {"error": ErrorCode.none, "message": None, "member_id": req.member_id,
-            "member_epoch": LEAVE_GROUP_MEMBER_EPOCH,
-            "heartbeat_interval_ms": 0, "assignment": None}
+    return {
+        "error": ErrorCode.none,
+        "message": None,
+        "member_id": req.member_id,
+        "member_epoch": LEAVE_GROUP_MEMBER_EPOCH,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
 
 
 def remove_member(shard, g: ShareGroup, member_id: str, reason: str) -> None:
@@ -325,34 +355,60 @@ def _from_records(items) -> dict:
 
 
 def _metadata_record(g: ShareGroup):
-    return (R.group_key(R.SHARE_GROUP_METADATA, g.group_id),
-            R.encode_value(R.SHARE_GROUP_METADATA, {"epoch": g.group_epoch}))
+    return (
+        R.group_key(R.SHARE_GROUP_METADATA, g.group_id),
+        R.encode_value(R.SHARE_GROUP_METADATA, {"epoch": g.group_epoch}),
+    )
 
 
 def _member_record(g: ShareGroup, m: ShareMember):
-    return (R.group_key(R.SHARE_GROUP_MEMBER_METADATA, g.group_id, m.member_id),
-            R.encode_value(R.SHARE_GROUP_MEMBER_METADATA, {
-                "rack_id": m.rack_id, "client_id": m.client_id, "client_host": m.client_host,
-                "subscribed_topic_names": list(m.subscribed_topic_names)}))
+    return (
+        R.group_key(R.SHARE_GROUP_MEMBER_METADATA, g.group_id, m.member_id),
+        R.encode_value(
+            R.SHARE_GROUP_MEMBER_METADATA,
+            {
+                "rack_id": m.rack_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "subscribed_topic_names": list(m.subscribed_topic_names),
+            },
+        ),
+    )
 
 
 def _target_record(g: ShareGroup, member_id: str):
-    return (R.group_key(R.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, g.group_id, member_id),
-            R.encode_value(R.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
-                           {"topic_partitions": _to_records(g.target.get(member_id, {}))}))
+    return (
+        R.group_key(R.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, g.group_id, member_id),
+        R.encode_value(
+            R.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, {"topic_partitions": _to_records(g.target.get(member_id, {}))}
+        ),
+    )
 
 
 def _current_assignment_record(g: ShareGroup, m: ShareMember):
-    return (R.group_key(R.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, g.group_id, m.member_id),
-            R.encode_value(R.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, {
-                "member_epoch": m.member_epoch, "previous_member_epoch": m.previous_member_epoch, "state": 0,
-                "assigned_partitions": _to_records(m.assigned)}))
+    return (
+        R.group_key(R.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, g.group_id, m.member_id),
+        R.encode_value(
+            R.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+            {
+                "member_epoch": m.member_epoch,
+                "previous_member_epoch": m.previous_member_epoch,
+                "state": 0,
+                "assigned_partitions": _to_records(m.assigned),
+            },
+        ),
+    )
 
 
 def _member_tombstones(group_id: str, member_id: str) -> list:
-    return [(R.group_key(v, group_id, member_id), None)
-            for v in (R.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, R.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
-                      R.SHARE_GROUP_MEMBER_METADATA)]
+    return [
+        (R.group_key(v, group_id, member_id), None)
+        for v in (
+            R.SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+            R.SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+            R.SHARE_GROUP_MEMBER_METADATA,
+        )
+    ]
 
 
 def share_group_tombstones(g: ShareGroup) -> list:

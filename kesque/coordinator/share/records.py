@@ -19,20 +19,33 @@ SHARE_UPDATE = 1
 _F = lambda name, typ, tag=None, default=None: (name, typ, tag, default)  # noqa: E731
 
 KEY = [_F("group_id", "string"), _F("topic_id", "uuid"), _F("partition", "int32", default=0)]
-_STATE_BATCH = [_F("first_offset", "int64", default=0), _F("last_offset", "int64", default=0),
-                _F("delivery_state", "int8", default=0), _F("delivery_count", "int16", default=0)]
+_STATE_BATCH = [
+    _F("first_offset", "int64", default=0),
+    _F("last_offset", "int64", default=0),
+    _F("delivery_state", "int8", default=0),
+    _F("delivery_count", "int16", default=0),
+]
 VALUES = {
-    SHARE_SNAPSHOT: [_F("snapshot_epoch", "uint16", default=0), _F("state_epoch", "int32", default=0),
-                     _F("leader_epoch", "int32", default=-1), _F("start_offset", "int64", default=0),
-                     _F("state_batches", _STATE_BATCH, default=[])],
-    SHARE_UPDATE: [_F("snapshot_epoch", "uint16", default=0), _F("leader_epoch", "int32", default=-1),
-                   _F("start_offset", "int64", default=-1), _F("state_batches", _STATE_BATCH, default=[])],
+    SHARE_SNAPSHOT: [
+        _F("snapshot_epoch", "uint16", default=0),
+        _F("state_epoch", "int32", default=0),
+        _F("leader_epoch", "int32", default=-1),
+        _F("start_offset", "int64", default=0),
+        _F("state_batches", _STATE_BATCH, default=[]),
+    ],
+    SHARE_UPDATE: [
+        _F("snapshot_epoch", "uint16", default=0),
+        _F("leader_epoch", "int32", default=-1),
+        _F("start_offset", "int64", default=-1),
+        _F("state_batches", _STATE_BATCH, default=[]),
+    ],
 }
 
 
 def encode_key(version: int, group_id: str, topic_id, partition: int) -> bytes:
-    return _I16.pack(version) + schema.encode(KEY, {"group_id": group_id, "topic_id": topic_id,
-                                                    "partition": partition}, flexible=False)
+    return _I16.pack(version) + schema.encode(
+        KEY, {"group_id": group_id, "topic_id": topic_id, "partition": partition}, flexible=False
+    )
 
 
 def encode_value(version: int, value: dict) -> bytes:

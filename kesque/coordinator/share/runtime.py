@@ -22,8 +22,11 @@ class ShareCoordinator(CoordinatorRuntime):
     NAME = "share coordinator"
 
     def new_shard(self, partition: int, leader_epoch: int) -> ShareCoordinatorShard:
-        return ShareCoordinatorShard(partition, lambda recs: self.write(partition, recs),
-                                     self.host.config.get("share.coordinator.snapshot.update.records.per.snapshot"))
+        return ShareCoordinatorShard(
+            partition,
+            lambda recs: self.write(partition, recs),
+            self.host.config.get("share.coordinator.snapshot.update.records.per.snapshot"),
+        )
 
     def shard_for_partition(self, group_id: str, topic_id, partition: int) -> ShareCoordinatorShard:
         return self.shard_for(coordinator_key(group_id, topic_id, partition))

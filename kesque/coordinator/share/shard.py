@@ -35,6 +35,7 @@ class ShareState:
 class ShareSummary:
     """What ReadShareGroupStateSummary answers: the epochs, the start offset and how many
     offsets at or above it are delivery-complete (acknowledged or archived)."""
+
     state_epoch: int
     leader_epoch: int
     start_offset: int
@@ -42,8 +43,11 @@ class ShareSummary:
 
 
 def summary(s: ShareState) -> ShareSummary:
-    done = sum(b.last - max(b.first, s.start_offset) + 1 for b in s.batches
-               if b.state in (ACKNOWLEDGED, ARCHIVED) and b.last >= s.start_offset)
+    done = sum(
+        b.last - max(b.first, s.start_offset) + 1
+        for b in s.batches
+        if b.state in (ACKNOWLEDGED, ARCHIVED) and b.last >= s.start_offset
+    )
     return ShareSummary(s.state_epoch, s.leader_epoch, s.start_offset, done)
 
 
@@ -75,13 +79,14 @@ def merge(start_offset: int, old: list[StateBatch], new: list[StateBatch]) -> li
 
 
 def _batches_value(batches: list[StateBatch]) -> list[dict]:
-    return [{"first_offset": b.first, "last_offset": b.last, "delivery_state": b.state,
-             "delivery_count": b.delivery_count} for b in batches]
+    return [
+        {"first_offset": b.first, "last_offset": b.last, "delivery_state": b.state, "delivery_count": b.delivery_count}
+        for b in batches
+    ]
 
 
 def _batches(value: list[dict]) -> list[StateBatch]:
-    return [StateBatch(b["first_offset"], b["last_offset"], b["delivery_state"], b["delivery_count"])
-            for b in value]
+    return [StateBatch(b["first_offset"], b["last_offset"], b["delivery_state"], b["delivery_count"]) for b in value]
 
 
 class ShareCoordinatorShard:
@@ -100,8 +105,14 @@ class ShareCoordinatorShard:
             self.states.pop(skey, None)
             return
         if version == R.SHARE_SNAPSHOT:
-            self.states[skey] = ShareState(v["state_epoch"], v["start_offset"], v["leader_epoch"],
-                                           _batches(v["state_batches"]), v["snapshot_epoch"], 0)
+            self.states[skey] = ShareState(
+                v["state_epoch"],
+                v["start_offset"],
+                v["leader_epoch"],
+                _batches(v["state_batches"]),
+                v["snapshot_epoch"],
+                0,
+            )
             return
         s = self.states.get(skey)
         if s is None:
@@ -122,27 +133,33 @@ class ShareCoordinatorShard:
         given one (refused with FENCED_STATE_EPOCH unless newer than the stored one) or the next."""
         old = self.states.get(key)
         if state_epoch >= 0 and old is not None and state_epoch <= old.state_epoch:
-            raise KafkaError(ErrorCode.fenced_state_epoch,
-                             f"State epoch {state_epoch} is not newer than {old.state_epoch} of the state.")
+            raise KafkaError(
+                ErrorCode.fenced_state_epoch,
+                f"State epoch {state_epoch} is not newer than {old.state_epoch} of the state.",
+            )
         epoch = state_epoch if state_epoch >= 0 else (old.state_epoch + 1) if old else 0
         s = ShareState(epoch, start_offset, leader_epoch, [], (old.snapshot_epoch + 1) if old else 0)
         self._write_snapshot(key, s)
         self.states[key] = s
         return s
 
-    def write_state(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1,
-                    state_epoch: int = -1) -> None:
+    def write_state(
+        self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1, state_epoch: int = -1
+    ) -> None:
         """Lay ``batches`` over the state. As Kafka's share coordinator, a leader older than the
         last one that read or wrote it is refused (FENCED_LEADER_EPOCH), and so is a writer
         that read the state before it was initialized again, e.g. by an offset reset
         (FENCED_STATE_EPOCH); -1 means unknown (not checked)."""
         old = self.states.get(key)
         if old is not None and 0 <= leader_epoch < old.leader_epoch:
-            raise KafkaError(ErrorCode.fenced_leader_epoch,
-                             f"Leader epoch {leader_epoch} is older than {old.leader_epoch} of the state.")
+            raise KafkaError(
+                ErrorCode.fenced_leader_epoch,
+                f"Leader epoch {leader_epoch} is older than {old.leader_epoch} of the state.",
+            )
         if old is not None and 0 <= state_epoch < old.state_epoch:
-            raise KafkaError(ErrorCode.fenced_state_epoch,
-                             f"State epoch {state_epoch} is older than {old.state_epoch} of the state.")
+            raise KafkaError(
+                ErrorCode.fenced_state_epoch, f"State epoch {state_epoch} is older than {old.state_epoch} of the state."
+            )
         if old is None:
             old = ShareState(0, start_offset)
         merged = merge(start_offset, old.batches, batches)
@@ -150,9 +167,22 @@ class ShareCoordinatorShard:
             s = ShareState(old.state_epoch, start_offset, leader_epoch, merged, old.snapshot_epoch + 1, 0)
             self._write_snapshot(key, s)
         else:
-            self.write([(R.encode_key(R.SHARE_UPDATE, *key), R.encode_value(R.SHARE_UPDATE, {
-                "snapshot_epoch": old.snapshot_epoch, "leader_epoch": leader_epoch, "start_offset": start_offset,
-                "state_batches": _batches_value(batches)}))])
+            self.write(
+                [
+                    (
+                        R.encode_key(R.SHARE_UPDATE, *key),
+                        R.encode_value(
+                            R.SHARE_UPDATE,
+                            {
+                                "snapshot_epoch": old.snapshot_epoch,
+                                "leader_epoch": leader_epoch,
+                                "start_offset": start_offset,
+                                "state_batches": _batches_value(batches),
+                            },
+                        ),
+                    )
+                ]
+            )
             s = ShareState(old.state_epoch, start_offset, leader_epoch, merged, old.snapshot_epoch, old.updates + 1)
         self.states[key] = s
 
@@ -161,6 +191,20 @@ class ShareCoordinatorShard:
         self.states.pop(key, None)
 
     def _write_snapshot(self, key: tuple, s: ShareState) -> None:
-        self.write([(R.encode_key(R.SHARE_SNAPSHOT, *key), R.encode_value(R.SHARE_SNAPSHOT, {
-            "snapshot_epoch": s.snapshot_epoch, "state_epoch": s.state_epoch, "leader_epoch": s.leader_epoch,
-            "start_offset": s.start_offset, "state_batches": _batches_value(s.batches)}))])
+        self.write(
+            [
+                (
+                    R.encode_key(R.SHARE_SNAPSHOT, *key),
+                    R.encode_value(
+                        R.SHARE_SNAPSHOT,
+                        {
+                            "snapshot_epoch": s.snapshot_epoch,
+                            "state_epoch": s.state_epoch,
+                            "leader_epoch": s.leader_epoch,
+                            "start_offset": s.start_offset,
+                            "state_batches": _batches_value(s.batches),
+                        },
+                    ),
+                )
+            ]
+        )

@@ -81,8 +81,16 @@ class TxnState(enum.IntEnum):
 # The states a value is written with. Dead is never written as a state: removing an expired
 # transactional id writes a tombstone; PrepareEpochFence is a pending state held in memory
 # only (InitProducerId on an ongoing transaction then writes PrepareAbort).
-PERSISTED_STATES = frozenset({TxnState.EMPTY, TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
-                              TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
+PERSISTED_STATES = frozenset(
+    {
+        TxnState.EMPTY,
+        TxnState.ONGOING,
+        TxnState.PREPARE_COMMIT,
+        TxnState.PREPARE_ABORT,
+        TxnState.COMPLETE_COMMIT,
+        TxnState.COMPLETE_ABORT,
+    }
+)
 
 
 class UnknownRecordType(ValueError):
@@ -98,16 +106,16 @@ class TxnLogValue:
     """
 
     producer_id: int
-    previous_producer_id: int = -1           # v1+, tagged
-    next_producer_id: int = -1               # v1+, tagged
+    previous_producer_id: int = -1  # v1+, tagged
+    next_producer_id: int = -1  # v1+, tagged
     producer_epoch: int
     transaction_timeout_ms: int
     transaction_status: TxnState
     transaction_partitions: dict[str, list[int]] = field(default_factory=dict)
     transaction_last_update_timestamp_ms: int
     transaction_start_timestamp_ms: int
-    client_transaction_version: int = 0      # v1+, tagged
-    ongoing_txn_producer_epoch: int = -1     # v1+, tagged, kesque's (tag 1000)
+    client_transaction_version: int = 0  # v1+, tagged
+    ongoing_txn_producer_epoch: int = -1  # v1+, tagged, kesque's (tag 1000)
 
 
 def _F(name: str, typ, tag: int | None = None, default=None) -> tuple:
@@ -117,23 +125,51 @@ def _F(name: str, typ, tag: int | None = None, default=None) -> tuple:
 KEY_FIELDS = [_F("transactional_id", "string")]
 
 # a value, in schema order, split around the nullable struct array
-_VALUE_HEAD = [_F("producer_id", "int64"), _F("producer_epoch", "int16"), _F("transaction_timeout_ms", "int32"),
-               _F("transaction_status", "int8")]
+_VALUE_HEAD = [
+    _F("producer_id", "int64"),
+    _F("producer_epoch", "int16"),
+    _F("transaction_timeout_ms", "int32"),
+    _F("transaction_status", "int8"),
+]
 PARTITION_FIELDS = [_F("topic", "string"), _F("partition_ids", "[int32]", default=[])]
-_TAGGED_V1 = [_F("previous_producer_id", "int64", 0, -1), _F("next_producer_id", "int64", 1, -1),
-              _F("client_transaction_version", "int16", 2, 0), _F("ongoing_txn_producer_epoch", "int16", 1000, -1)]
+_TAGGED_V1 = [
+    _F("previous_producer_id", "int64", 0, -1),
+    _F("next_producer_id", "int64", 1, -1),
+    _F("client_transaction_version", "int16", 2, 0),
+    _F("ongoing_txn_producer_epoch", "int16", 1000, -1),
+]
 _VALUE_TAIL = {
     0: [_F("transaction_last_update_timestamp_ms", "int64"), _F("transaction_start_timestamp_ms", "int64")],
-    1: [_F("transaction_last_update_timestamp_ms", "int64"), _F("transaction_start_timestamp_ms", "int64"),
-        *_TAGGED_V1],
+    1: [
+        _F("transaction_last_update_timestamp_ms", "int64"),
+        _F("transaction_start_timestamp_ms", "int64"),
+        *_TAGGED_V1,
+    ],
 }
 # the JSON order of the fields of each version (what Kafka's TransactionLogValueJsonConverter writes)
 VALUE_FIELD_ORDER = {
-    0: ["producer_id", "producer_epoch", "transaction_timeout_ms", "transaction_status", "transaction_partitions",
-        "transaction_last_update_timestamp_ms", "transaction_start_timestamp_ms"],
-    1: ["producer_id", "previous_producer_id", "next_producer_id", "producer_epoch", "transaction_timeout_ms",
-        "transaction_status", "transaction_partitions", "transaction_last_update_timestamp_ms",
-        "transaction_start_timestamp_ms", "client_transaction_version", "ongoing_txn_producer_epoch"],
+    0: [
+        "producer_id",
+        "producer_epoch",
+        "transaction_timeout_ms",
+        "transaction_status",
+        "transaction_partitions",
+        "transaction_last_update_timestamp_ms",
+        "transaction_start_timestamp_ms",
+    ],
+    1: [
+        "producer_id",
+        "previous_producer_id",
+        "next_producer_id",
+        "producer_epoch",
+        "transaction_timeout_ms",
+        "transaction_status",
+        "transaction_partitions",
+        "transaction_last_update_timestamp_ms",
+        "transaction_start_timestamp_ms",
+        "client_transaction_version",
+        "ongoing_txn_producer_epoch",
+    ],
 }
 # tagged fields: written (and shown by the dump tool) only when not at their default
 TAGGED_DEFAULTS = {name: default for name, _typ, _tag, default in _TAGGED_V1}
@@ -238,15 +274,19 @@ def encode_value(value: TxnLogValue | None, version: int = WRITE_VERSION) -> byt
     state = TxnState(value.transaction_status)
     if state == TxnState.EMPTY:
         if any(value.transaction_partitions.values()):
-            raise ValueError(f"Transaction is not expected to have any partitions since its state is "
-                             f"{state.kafka_name}: {value}")
+            raise ValueError(
+                f"Transaction is not expected to have any partitions since its state is {state.kafka_name}: {value}"
+            )
         parts = None
     else:
         parts = [{"topic": t, "partition_ids": list(ids)} for t, ids in value.transaction_partitions.items()]
     fields = {
-        "producer_id": value.producer_id, "previous_producer_id": value.previous_producer_id,
-        "next_producer_id": value.next_producer_id, "producer_epoch": value.producer_epoch,
-        "transaction_timeout_ms": value.transaction_timeout_ms, "transaction_status": int(state),
+        "producer_id": value.producer_id,
+        "previous_producer_id": value.previous_producer_id,
+        "next_producer_id": value.next_producer_id,
+        "producer_epoch": value.producer_epoch,
+        "transaction_timeout_ms": value.transaction_timeout_ms,
+        "transaction_status": int(state),
         "transaction_partitions": parts,
         "transaction_last_update_timestamp_ms": value.transaction_last_update_timestamp_ms,
         "transaction_start_timestamp_ms": value.transaction_start_timestamp_ms,
@@ -265,8 +305,9 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
     try:
         state = TxnState(f["transaction_status"])
     except ValueError:
-        raise ProtocolError(f"Unknown transaction state id {f['transaction_status']} from the transaction status "
-                            f"message") from None
+        raise ProtocolError(
+            f"Unknown transaction state id {f['transaction_status']} from the transaction status message"
+        ) from None
     partitions: dict[str, list[int]] = {}
     if state != TxnState.EMPTY:
         for p in f["transaction_partitions"] or []:
@@ -275,11 +316,15 @@ def decode_value(data: bytes | None) -> TxnLogValue | None:
                 if i not in ids:  # Kafka collects them in a set
                     ids.append(i)
     return TxnLogValue(
-        producer_id=f["producer_id"], previous_producer_id=f["previous_producer_id"],
-        next_producer_id=f["next_producer_id"], producer_epoch=f["producer_epoch"],
-        transaction_timeout_ms=f["transaction_timeout_ms"], transaction_status=state,
+        producer_id=f["producer_id"],
+        previous_producer_id=f["previous_producer_id"],
+        next_producer_id=f["next_producer_id"],
+        producer_epoch=f["producer_epoch"],
+        transaction_timeout_ms=f["transaction_timeout_ms"],
+        transaction_status=state,
         transaction_partitions=partitions,
         transaction_last_update_timestamp_ms=f["transaction_last_update_timestamp_ms"],
         transaction_start_timestamp_ms=f["transaction_start_timestamp_ms"],
         client_transaction_version=f["client_transaction_version"],
-        ongoing_txn_producer_epoch=f["ongoing_txn_producer_epoch"])
+        ongoing_txn_producer_epoch=f["ongoing_txn_producer_epoch"],
+    )

@@ -31,15 +31,29 @@ MARKER_RETRY_MS = 100
 
 # errors after which a marker is sent again (TransactionMarkerRequestCompletionHandler), also
 # when the request did not reach the leader (NETWORK_EXCEPTION, REQUEST_TIMED_OUT)
-_RETRY = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
-                    ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
-                    ErrorCode.request_timed_out, ErrorCode.kafka_storage_error, ErrorCode.network_exception})
+_RETRY = frozenset(
+    {
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.not_enough_replicas_after_append,
+        ErrorCode.request_timed_out,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.network_exception,
+    }
+)
 # the coordinator itself is stale: stop (the new coordinator completes the transaction)
 _FENCED = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced})
 # produce-path verification errors as a producer must see them (ReplicaManager, KIP-890)
-_VERIFY_RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
-                               ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
-                               ErrorCode.not_coordinator})
+_VERIFY_RETRIABLE = frozenset(
+    {
+        ErrorCode.concurrent_transactions,
+        ErrorCode.network_exception,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.not_coordinator,
+    }
+)
 
 
 class TransactionCoordinator(CoordinatorRuntime):
@@ -70,16 +84,25 @@ class TransactionCoordinator(CoordinatorRuntime):
         return request_is_tv2 and self.transaction_version() >= 2
 
     def new_shard(self, partition: int, leader_epoch: int) -> TransactionCoordinatorShard:
-        return TransactionCoordinatorShard(partition, self.config, lambda recs: self.write(partition, recs),
-                                           lambda txn, commit: self._queue_markers(partition, txn, commit),
-                                           self.host.clock, self.producer_ids.generate, leader_epoch)
+        return TransactionCoordinatorShard(
+            partition,
+            self.config,
+            lambda recs: self.write(partition, recs),
+            lambda txn, commit: self._queue_markers(partition, txn, commit),
+            self.host.clock,
+            self.producer_ids.generate,
+            leader_epoch,
+        )
 
     def write_timeout_ms(self, txn_id: str | None = None) -> int:
         """A transaction's write may wait its transaction timeout (Kafka's TransactionStateManager)."""
         shard = self.shards.get(self.partition_for(txn_id)) if txn_id else None
         txn = shard.txns.get(txn_id) if shard is not None else None
-        return min(txn.timeout_ms, self.config.max_timeout_ms) if txn is not None else \
-            self.host.config.get("request.timeout.ms")
+        return (
+            min(txn.timeout_ms, self.config.max_timeout_ms)
+            if txn is not None
+            else self.host.config.get("request.timeout.ms")
+        )
 
     # ------------------------------------------------------------------ markers
     def _queue_markers(self, partition: int, txn: TxnMetadata, commit: bool) -> None:
@@ -92,8 +115,12 @@ class TransactionCoordinator(CoordinatorRuntime):
         """The shard, while it still holds this transaction waiting for its markers."""
         shard = self.shards.get(partition)
         current = shard.txns.get(txn.transactional_id) if shard is not None else None
-        if current is None or current.pending is None or current.producer_id != txn.producer_id or \
-                current.producer_epoch != txn.producer_epoch:
+        if (
+            current is None
+            or current.pending is None
+            or current.producer_id != txn.producer_id
+            or current.producer_epoch != txn.producer_epoch
+        ):
             return None  # unloaded, or the transaction moved on
         return shard
 
@@ -136,8 +163,12 @@ class TransactionCoordinator(CoordinatorRuntime):
                 return True
             codes = await wait_for_acks(rm, left, self.write_timeout_ms())
             if any(codes.values()):
-                log.info("The %s record of transaction %s is not committed yet (%s); waiting",
-                         txn.state.kafka_name, txn.transactional_id, ErrorCode(next(iter(codes.values()))).name)
+                log.info(
+                    "The %s record of transaction %s is not committed yet (%s); waiting",
+                    txn.state.kafka_name,
+                    txn.transactional_id,
+                    ErrorCode(next(iter(codes.values()))).name,
+                )
         return False
 
     async def _write_markers(self, partition: int, shard, txn: TxnMetadata, commit: bool, remaining: set):
@@ -155,9 +186,12 @@ class TransactionCoordinator(CoordinatorRuntime):
                 retry.add((topic, p))
             else:
                 by_leader.setdefault(reg.leader, []).append((topic, p))
-        results = await asyncio.gather(*(
-            self.markers.write(node, txn.producer_id, txn.producer_epoch, commit, shard.coordinator_epoch, tps)
-            for node, tps in by_leader.items()))
+        results = await asyncio.gather(
+            *(
+                self.markers.write(node, txn.producer_id, txn.producer_epoch, commit, shard.coordinator_epoch, tps)
+                for node, tps in by_leader.items()
+            )
+        )
         if self._current(partition, txn) is None:
             return None
         image = self.host.image()
@@ -169,8 +203,11 @@ class TransactionCoordinator(CoordinatorRuntime):
                 if t is None or p not in t.partitions:
                     self._drop(shard, txn, topic, p, "the partition no longer exists")
                 elif code in _FENCED:
-                    log.warning("Stopping markers of transaction %s: %s (a newer coordinator or producer epoch "
-                                "exists)", txn.transactional_id, ErrorCode(code).name)
+                    log.warning(
+                        "Stopping markers of transaction %s: %s (a newer coordinator or producer epoch exists)",
+                        txn.transactional_id,
+                        ErrorCode(code).name,
+                    )
                     return None
                 elif code in _RETRY:
                     retry.add((topic, p))
@@ -189,16 +226,24 @@ class TransactionCoordinator(CoordinatorRuntime):
         super().shutdown()
 
     # ------------------------------------------------------------------ KIP-890 verification
-    def verify(self, txn_id: str, producer_id: int, producer_epoch: int,
-               partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    def verify(
+        self, txn_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
         try:
             shard = self.shard_for(txn_id)
         except KafkaError as e:
             return {tp: e.code for tp in partitions}
         return shard.verify_partitions(txn_id, producer_id, producer_epoch, partitions)
 
-    def verify_produce(self, txn_id: str | None, producer_id: int, producer_epoch: int, topic: str, partition: int,
-                       supports_abortable: bool) -> tuple[ErrorCode, str | None]:
+    def verify_produce(
+        self,
+        txn_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+        supports_abortable: bool,
+    ) -> tuple[ErrorCode, str | None]:
         """Before the first transactional batch of a transaction is appended to a partition,
         check with the coordinator that the partition was added (KIP-890 part 1). Errors come
         back as ReplicaManager maps them for producers."""
@@ -208,8 +253,9 @@ class TransactionCoordinator(CoordinatorRuntime):
         return self.verification_error(err, supports_abortable)
 
     @staticmethod
-    def verification_error(err: ErrorCode, supports_abortable: bool,
-                           supports_epoch_bump: bool = False) -> tuple[ErrorCode, str | None]:
+    def verification_error(
+        err: ErrorCode, supports_abortable: bool, supports_epoch_bump: bool = False
+    ) -> tuple[ErrorCode, str | None]:
         """A coordinator's verification answer as the produce path maps it (ReplicaManager).
         ``supports_epoch_bump``: a transaction version 2 producer's add, which is told
         CONCURRENT_TRANSACTIONS as it is (common while its previous transaction completes)."""
@@ -222,8 +268,10 @@ class TransactionCoordinator(CoordinatorRuntime):
                 return err, "Partition was not added to the transaction"
             return ErrorCode.invalid_txn_state, "Partition was not added to the transaction"
         if err in _VERIFY_RETRIABLE:
-            return ErrorCode.not_enough_replicas, \
-                f"Unable to verify the partition has been added to the transaction. Underlying error: {err.name}"
+            return (
+                ErrorCode.not_enough_replicas,
+                f"Unable to verify the partition has been added to the transaction. Underlying error: {err.name}",
+            )
         return err, None
 
     # ------------------------------------------------------------------ periodic

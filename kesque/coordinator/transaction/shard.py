@@ -62,8 +62,11 @@ class TxnConfig:
 
     @classmethod
     def from_broker(cls, cfg) -> TxnConfig:
-        return cls(cfg.get("transaction.max.timeout.ms"), cfg.get("transactional.id.expiration.ms"),
-                   cfg.get("transaction.two.phase.commit.enable"))
+        return cls(
+            cfg.get("transaction.max.timeout.ms"),
+            cfg.get("transactional.id.expiration.ms"),
+            cfg.get("transaction.two.phase.commit.enable"),
+        )
 
 
 @dataclass
@@ -98,24 +101,42 @@ class TxnMetadata:
         parts: dict[str, list[int]] = {}
         for t, p in sorted(self.partitions):
             parts.setdefault(t, []).append(p)
-        return TxnLogValue(producer_id=self.producer_id, previous_producer_id=self.previous_producer_id,
-                           producer_epoch=self.producer_epoch, transaction_timeout_ms=self.timeout_ms,
-                           transaction_status=self.state, transaction_partitions=parts,
-                           transaction_last_update_timestamp_ms=self.last_update_ms,
-                           transaction_start_timestamp_ms=self.start_ms,
-                           ongoing_txn_producer_epoch=self.ongoing_pid_epoch[1],
-                           next_producer_id=self.next_producer_id,
-                           client_transaction_version=self.client_transaction_version)
+        return TxnLogValue(
+            producer_id=self.producer_id,
+            previous_producer_id=self.previous_producer_id,
+            producer_epoch=self.producer_epoch,
+            transaction_timeout_ms=self.timeout_ms,
+            transaction_status=self.state,
+            transaction_partitions=parts,
+            transaction_last_update_timestamp_ms=self.last_update_ms,
+            transaction_start_timestamp_ms=self.start_ms,
+            ongoing_txn_producer_epoch=self.ongoing_pid_epoch[1],
+            next_producer_id=self.next_producer_id,
+            client_transaction_version=self.client_transaction_version,
+        )
 
     @classmethod
     def from_value(cls, txn_id: str, v: TxnLogValue) -> TxnMetadata:
-        ongoing = (v.producer_id, v.ongoing_txn_producer_epoch) if v.ongoing_txn_producer_epoch >= 0 else \
-            (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
-        return cls(txn_id, v.producer_id, v.producer_epoch, NO_PRODUCER_EPOCH, v.previous_producer_id,
-                   v.transaction_timeout_ms, TxnState(v.transaction_status),
-                   {(t, p) for t, ps in v.transaction_partitions.items() for p in ps},
-                   v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms, ongoing_pid_epoch=ongoing,
-                   client_transaction_version=v.client_transaction_version, next_producer_id=v.next_producer_id)
+        ongoing = (
+            (v.producer_id, v.ongoing_txn_producer_epoch)
+            if v.ongoing_txn_producer_epoch >= 0
+            else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+        )
+        return cls(
+            txn_id,
+            v.producer_id,
+            v.producer_epoch,
+            NO_PRODUCER_EPOCH,
+            v.previous_producer_id,
+            v.transaction_timeout_ms,
+            TxnState(v.transaction_status),
+            {(t, p) for t, ps in v.transaction_partitions.items() for p in ps},
+            v.transaction_start_timestamp_ms,
+            v.transaction_last_update_timestamp_ms,
+            ongoing_pid_epoch=ongoing,
+            client_transaction_version=v.client_transaction_version,
+            next_producer_id=v.next_producer_id,
+        )
 
 
 @dataclass
@@ -128,8 +149,16 @@ class InitResult:
 
 
 class TransactionCoordinatorShard:
-    def __init__(self, partition: int, config: TxnConfig, write, send_markers, clock, allocate_producer_id,
-                 coordinator_epoch: int = 0):
+    def __init__(
+        self,
+        partition: int,
+        config: TxnConfig,
+        write,
+        send_markers,
+        clock,
+        allocate_producer_id,
+        coordinator_epoch: int = 0,
+    ):
         self.partition = partition
         self.config = config
         self._write = write  # (list of (key, value)) -> None; raises KafkaError
@@ -168,8 +197,15 @@ class TransactionCoordinatorShard:
         return self.clock.now_ms()
 
     # ================================================================== InitProducerId
-    def init_producer_id(self, txn_id: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1,
-                         enable_2pc: bool = False, keep_prepared_txn: bool = False) -> InitResult:
+    def init_producer_id(
+        self,
+        txn_id: str,
+        timeout_ms: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        enable_2pc: bool = False,
+        keep_prepared_txn: bool = False,
+    ) -> InitResult:
         if not txn_id:
             return InitResult(ErrorCode.invalid_request)
         if enable_2pc and not self.config.two_phase_enabled:
@@ -186,9 +222,11 @@ class TransactionCoordinatorShard:
         expected = (producer_id, producer_epoch) if producer_id >= 0 else None
         if txn.pending is not None:
             return InitResult(ErrorCode.concurrent_transactions)
-        if expected is not None and not (txn.producer_epoch == NO_PRODUCER_EPOCH or expected[0] == txn.producer_id or
-                                         (expected[0] == txn.previous_producer_id and
-                                          epoch_exhausted(expected[1]))):
+        if expected is not None and not (
+            txn.producer_epoch == NO_PRODUCER_EPOCH
+            or expected[0] == txn.producer_id
+            or (expected[0] == txn.previous_producer_id and epoch_exhausted(expected[1]))
+        ):
             return InitResult(ErrorCode.producer_fenced)
         st = txn.state
         if st in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
@@ -225,8 +263,14 @@ class TransactionCoordinatorShard:
         new.last_update_ms = now
         new.ongoing_pid_epoch = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         self._transit(new)
-        log.info("Initialized transactionalId %s with producerId %d and producer epoch %d on partition "
-                 "__transaction_state-%d", txn_id, new.producer_id, new.producer_epoch, self.partition)
+        log.info(
+            "Initialized transactionalId %s with producerId %d and producer epoch %d on partition "
+            "__transaction_state-%d",
+            txn_id,
+            new.producer_id,
+            new.producer_epoch,
+            self.partition,
+        )
         return InitResult(ErrorCode.none, new.producer_id, new.producer_epoch)
 
     def _keep_prepared(self, txn: TxnMetadata, timeout_ms: int, now: int) -> InitResult:
@@ -250,17 +294,27 @@ class TransactionCoordinatorShard:
             raise KafkaError(ErrorCode.invalid_request)
         txn = self.txns.get(txn_id)
         if txn is None or txn.producer_id != producer_id:
-            raise KafkaError(ErrorCode.invalid_producer_id_mapping,
-                             f"The producer id {producer_id} does not match transactional id {txn_id}")
+            raise KafkaError(
+                ErrorCode.invalid_producer_id_mapping,
+                f"The producer id {producer_id} does not match transactional id {txn_id}",
+            )
         if txn.producer_epoch != producer_epoch:
-            raise KafkaError(ErrorCode.producer_fenced,
-                             f"Producer epoch {producer_epoch} of {txn_id} is fenced by epoch {txn.producer_epoch}")
+            raise KafkaError(
+                ErrorCode.producer_fenced,
+                f"Producer epoch {producer_epoch} of {txn_id} is fenced by epoch {txn.producer_epoch}",
+            )
         if txn.pending is not None or txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             raise KafkaError(ErrorCode.concurrent_transactions)
         return txn
 
-    def add_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
-                       partitions: set[tuple[str, int]], client_transaction_version: int = 0) -> None:
+    def add_partitions(
+        self,
+        txn_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[tuple[str, int]],
+        client_transaction_version: int = 0,
+    ) -> None:
         """Raises KafkaError with the code every partition of the request gets.
         ``client_transaction_version``: 2 when a partition leader adds the partition for a TV2
         producer (AddPartitionsToTxn v4+ without verify_only, as Kafka's
@@ -280,8 +334,9 @@ class TransactionCoordinatorShard:
         new.client_transaction_version = client_transaction_version
         self._transit(new)
 
-    def verify_partitions(self, txn_id: str, producer_id: int, producer_epoch: int,
-                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    def verify_partitions(
+        self, txn_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
         """KIP-890 verification (AddPartitionsToTxn v4+ verify_only, and the produce path):
         every partition must already be in the ongoing transaction."""
         if not txn_id:
@@ -299,8 +354,9 @@ class TransactionCoordinatorShard:
         return {tp: ErrorCode.none if tp in txn.partitions else ErrorCode.transaction_abortable for tp in partitions}
 
     # ================================================================== EndTxn
-    def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                tv2: bool = False) -> tuple[int, int]:
+    def end_txn(
+        self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool, tv2: bool = False
+    ) -> tuple[int, int]:
         """Raises KafkaError; returns once the Prepare record is written (markers follow), with
         the (producer id, epoch) the answer names: the request's under transaction version 1,
         those the producer goes on with under version 2 (``tv2``: EndTxn v5+ with
@@ -313,8 +369,10 @@ class TransactionCoordinatorShard:
         if txn is None or txn.producer_id != producer_id:
             raise KafkaError(ErrorCode.invalid_producer_id_mapping)
         if producer_epoch != txn.producer_epoch:
-            raise KafkaError(ErrorCode.producer_fenced,
-                             f"Producer epoch {producer_epoch} of {txn_id} is fenced by epoch {txn.producer_epoch}")
+            raise KafkaError(
+                ErrorCode.producer_fenced,
+                f"Producer epoch {producer_epoch} of {txn_id} is fenced by epoch {txn.producer_epoch}",
+            )
         if txn.pending is not None:
             raise KafkaError(ErrorCode.concurrent_transactions)
         st = txn.state
@@ -331,9 +389,11 @@ class TransactionCoordinatorShard:
 
     @staticmethod
     def _invalid_transition(txn: TxnMetadata, preparing: TxnState) -> KafkaError:
-        return KafkaError(ErrorCode.invalid_txn_state,
-                          f"TransactionalId {txn.transactional_id} is in state {txn.state.kafka_name}, which cannot "
-                          f"transition to {preparing.kafka_name}")
+        return KafkaError(
+            ErrorCode.invalid_txn_state,
+            f"TransactionalId {txn.transactional_id} is in state {txn.state.kafka_name}, which cannot "
+            f"transition to {preparing.kafka_name}",
+        )
 
     def _end_txn_v2(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> tuple[int, int]:
         """Kafka 4.4's TransactionCoordinator.endTransaction for TV2 clients."""
@@ -341,8 +401,9 @@ class TransactionCoordinatorShard:
         if txn is None:
             raise KafkaError(ErrorCode.invalid_producer_id_mapping)
         # a retry of an EndTxn whose epoch bump (or producer id rotation) was already written
-        retry_on_overflow = (txn.previous_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1
-                             and txn.producer_epoch == 0)
+        retry_on_overflow = (
+            txn.previous_producer_id == producer_id and producer_epoch == MAX_EPOCH - 1 and txn.producer_epoch == 0
+        )
         retry_on_bump = txn.producer_epoch == producer_epoch + 1
         is_retry = retry_on_bump or retry_on_overflow
         st = txn.state
@@ -357,8 +418,10 @@ class TransactionCoordinatorShard:
         if txn.producer_id != producer_id and not retry_on_overflow:
             raise KafkaError(ErrorCode.invalid_producer_id_mapping)
         if not valid_epoch:
-            raise KafkaError(ErrorCode.producer_fenced,
-                             f"Producer epoch {producer_epoch} of {txn_id} is fenced by epoch {txn.producer_epoch}")
+            raise KafkaError(
+                ErrorCode.producer_fenced,
+                f"Producer epoch {producer_epoch} of {txn_id} is fenced by epoch {txn.producer_epoch}",
+            )
         preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if st == TxnState.ONGOING:
             return self._prepare(txn, commit, tv2=True)
@@ -376,8 +439,9 @@ class TransactionCoordinatorShard:
             raise KafkaError(ErrorCode.concurrent_transactions)
         raise self._invalid_transition(txn, preparing)
 
-    def _prepare(self, txn: TxnMetadata, commit: bool, bump_epoch: bool = False, tv2: bool = False,
-                 empty: bool = False) -> tuple[int, int]:
+    def _prepare(
+        self, txn: TxnMetadata, commit: bool, bump_epoch: bool = False, tv2: bool = False, empty: bool = False
+    ) -> tuple[int, int]:
         """Write PrepareCommit/PrepareAbort and queue the markers; the (producer id, epoch) the
         producer has once they are written. ``bump_epoch``: the fence of InitProducerId or a
         timeout; ``tv2``: the epoch bump of every TV2 transaction (a new producer id follows an
@@ -409,16 +473,17 @@ class TransactionCoordinatorShard:
         """InitProducerId on an open transaction, or its timeout: abort it with a bumped epoch
         (bumped once more for a TV2 transaction, as Kafka's endTransaction after the fence)."""
         if txn.producer_epoch >= MAX_EPOCH:
-            raise KafkaError(ErrorCode.unknown_server_error,
-                             "Cannot fence producer with epoch equal to Short.MaxValue since this would overflow")
+            raise KafkaError(
+                ErrorCode.unknown_server_error,
+                "Cannot fence producer with epoch equal to Short.MaxValue since this would overflow",
+            )
         self._prepare(txn, commit=False, bump_epoch=True, tv2=txn.tv2)
 
     def markers_written(self, txn_id: str, producer_id: int, producer_epoch: int) -> bool:
         """Every partition has its marker: write CompleteCommit/CompleteAbort. Returns False
         when the transaction moved on meanwhile (nothing to do)."""
         txn = self.txns.get(txn_id)
-        if txn is None or txn.pending is None or txn.producer_id != producer_id or \
-                txn.producer_epoch != producer_epoch:
+        if txn is None or txn.pending is None or txn.producer_id != producer_id or txn.producer_epoch != producer_epoch:
             return False
         new = copy.deepcopy(txn)
         new.state = txn.pending
@@ -433,8 +498,13 @@ class TransactionCoordinatorShard:
             new.producer_epoch = 0
         new.next_producer_id = NO_PRODUCER_ID
         self._transit(new)
-        log.info("Completed %s of transactionalId %s (producerId %d, epoch %d)",
-                 "commit" if new.state == TxnState.COMPLETE_COMMIT else "abort", txn_id, producer_id, producer_epoch)
+        log.info(
+            "Completed %s of transactionalId %s (producerId %d, epoch %d)",
+            "commit" if new.state == TxnState.COMPLETE_COMMIT else "abort",
+            txn_id,
+            producer_id,
+            producer_epoch,
+        )
         return True
 
     def drop_partitions(self, txn_id: str, partitions: set[tuple[str, int]]) -> None:
@@ -448,22 +518,32 @@ class TransactionCoordinatorShard:
         now = self._now()
         aborted = []
         for txn in list(self.txns.values()):
-            if txn.state == TxnState.ONGOING and txn.pending is None and not txn.two_phase and \
-                    txn.start_ms + txn.timeout_ms < now:
+            if (
+                txn.state == TxnState.ONGOING
+                and txn.pending is None
+                and not txn.two_phase
+                and txn.start_ms + txn.timeout_ms < now
+            ):
                 try:
                     self._fence_and_abort(txn)
                     aborted.append(txn.transactional_id)
-                    log.info("Aborting transactionalId %s (producerId %d): transaction timed out after %d ms",
-                             txn.transactional_id, txn.producer_id, txn.timeout_ms)
+                    log.info(
+                        "Aborting transactionalId %s (producerId %d): transaction timed out after %d ms",
+                        txn.transactional_id,
+                        txn.producer_id,
+                        txn.timeout_ms,
+                    )
                 except KafkaError as e:
                     log.warning("Could not abort timed out transaction %s: %s", txn.transactional_id, e)
         return aborted
 
     def expire_transactional_ids(self) -> list[str]:
         now = self._now()
-        expired = [t for t in self.txns.values()
-                   if t.state in EXPIRABLE and t.pending is None and
-                   t.last_update_ms <= now - self.config.id_expiration_ms]
+        expired = [
+            t
+            for t in self.txns.values()
+            if t.state in EXPIRABLE and t.pending is None and t.last_update_ms <= now - self.config.id_expiration_ms
+        ]
         if not expired:
             return []
         self._write([(encode_key(t.transactional_id), None) for t in expired])

@@ -20,8 +20,9 @@ async def committed(runtime, pending: dict, timeout_ms: int | None = None) -> di
     is committed, failed or timed out."""
     if not pending:
         return {}
-    codes = await wait_for_acks(runtime.host.replica_manager, pending,
-                                runtime.write_timeout_ms() if timeout_ms is None else timeout_ms)
+    codes = await wait_for_acks(
+        runtime.host.replica_manager, pending, runtime.write_timeout_ms() if timeout_ms is None else timeout_ms
+    )
     return {tp: coordinator_error(c) for tp, c in codes.items()}
 
 

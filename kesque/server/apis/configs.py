@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config.broker import (BROKER_CONFIGS, DEFAULT_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG,
-                              GROUP_CONFIG, KAFKA_INTERNAL_BROKER_KEYS, STATIC_BROKER_CONFIG, is_dynamic, key_type)
+from ...config.broker import (
+    BROKER_CONFIGS,
+    DEFAULT_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    GROUP_CONFIG,
+    KAFKA_INTERNAL_BROKER_KEYS,
+    STATIC_BROKER_CONFIG,
+    is_dynamic,
+    key_type,
+)
 from ...config.group import GROUP_CONFIGS, effective_group_configs
 from ...config.topic import TOPIC_CONFIGS
 from ...config.types import CONFIG_TYPE_CODES, render
@@ -33,8 +42,9 @@ class ConfigEntry:
     doc: str | None = None
 
 
-def topic_config_entries(cfg, image, topic: str, overrides: dict[str, str] | None = None,
-                         keys=None) -> list[ConfigEntry]:
+def topic_config_entries(
+    cfg, image, topic: str, overrides: dict[str, str] | None = None, keys=None
+) -> list[ConfigEntry]:
     stored = image.topic_configs(topic) if overrides is None else overrides
     out = []
     for name in sorted(TOPIC_CONFIGS):
@@ -64,8 +74,9 @@ def _broker_entry(cfg, name: str, layers) -> ConfigEntry:
     synonyms = [(n, None if sensitive else v, src) for n, v, src in layers]
     source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
     value = None if sensitive else (synonyms[0][1] if synonyms else render(key.default if key else None))
-    return ConfigEntry(name, value, source, not is_dynamic(name), sensitive, synonyms, ktype,
-                       (key.doc if key else "") or None)
+    return ConfigEntry(
+        name, value, source, not is_dynamic(name), sensitive, synonyms, ktype, (key.doc if key else "") or None
+    )
 
 
 def broker_config_entries(cfg, resource_name: str, keys=None) -> list[ConfigEntry]:
@@ -77,12 +88,13 @@ def broker_config_entries(cfg, resource_name: str, keys=None) -> list[ConfigEntr
         # kesque's keys, the Kafka keys of its file it does not use, and every dynamic key
         # set on this broker or the cluster (Kafka's whole dynamic set and custom keys)
         names = sorted(set(BROKER_CONFIGS) | set(cfg.unused) | set(cfg.dynamic_broker) | set(cfg.dynamic_default))
-        if keys is None:   # Kafka defines these as internal: described only when asked by name
+        if keys is None:  # Kafka defines these as internal: described only when asked by name
             names = [n for n in names if n not in KAFKA_INTERNAL_BROKER_KEYS]
         layers = {n: cfg.synonym_entries(n) for n in names}
         for n in cfg.unused:
-            layers[n] = [e for e in layers[n] if e[2] != STATIC_BROKER_CONFIG] + \
-                [(n, cfg.raw.get(n), STATIC_BROKER_CONFIG)]
+            layers[n] = [e for e in layers[n] if e[2] != STATIC_BROKER_CONFIG] + [
+                (n, cfg.raw.get(n), STATIC_BROKER_CONFIG)
+            ]
     return [_broker_entry(cfg, n, layers[n]) for n in names if keys is None or n in keys]
 
 
@@ -98,15 +110,16 @@ def group_config_entries(cfg, image, group: str, keys=None) -> list[ConfigEntry]
         key = GROUP_CONFIGS[name]
         source = GROUP_CONFIG if name in stored else DEFAULT_CONFIG
         value = render(values[name])
-        out.append(ConfigEntry(name, value, source, False, False, [(name, value, source)], key.type,
-                               key.doc or None))
+        out.append(ConfigEntry(name, value, source, False, False, [(name, value, source)], key.type, key.doc or None))
     return out
 
 
 class ConfigApis:
-    APIS = (Api(ApiKeys.DESCRIBE_CONFIGS, 1, 4, "describe_configs"),
-            Api(ApiKeys.ALTER_CONFIGS, 0, 2, "alter_configs"),
-            Api(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 0, 1, "incremental_alter_configs"))
+    APIS = (
+        Api(ApiKeys.DESCRIBE_CONFIGS, 1, 4, "describe_configs"),
+        Api(ApiKeys.ALTER_CONFIGS, 0, 2, "alter_configs"),
+        Api(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 0, 1, "incremental_alter_configs"),
+    )
 
     def __init__(self, *, image, config, node_id: int, controllers):
         self.image = image
@@ -124,14 +137,16 @@ class ConfigApis:
             try:
                 if r.resource_type == RESOURCE_TOPIC:
                     if image.topic(r.resource_name) is None:
-                        raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                                         f"Topic {r.resource_name} does not exist.")
+                        raise KafkaError(
+                            ErrorCode.unknown_topic_or_partition, f"Topic {r.resource_name} does not exist."
+                        )
                     entries = topic_config_entries(cfg, image, r.resource_name, keys=keys)
                 elif r.resource_type == RESOURCE_BROKER:
                     if r.resource_name not in ("", str(node_id)):
-                        raise KafkaError(ErrorCode.invalid_request,
-                                         f"Unexpected broker id, expected {node_id} or empty string, but received "
-                                         f"{r.resource_name}")
+                        raise KafkaError(
+                            ErrorCode.invalid_request,
+                            f"Unexpected broker id, expected {node_id} or empty string, but received {r.resource_name}",
+                        )
                     entries = broker_config_entries(cfg, r.resource_name, keys)
                 elif r.resource_type == RESOURCE_GROUP:
                     if not r.resource_name:
@@ -141,19 +156,45 @@ class ConfigApis:
                     raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}")
                 configs = []
                 for e in entries:
-                    syn = tuple(m("DescribeConfigsSynonym", name=n, value=val, source=src)
-                                for n, val, src in e.synonyms) if req.include_synonyms else ()
-                    configs.append(m("DescribeConfigsResourceResult", name=e.name, value=e.value,
-                                     read_only=e.read_only, config_source=e.source, is_sensitive=e.sensitive,
-                                     synonyms=syn,
-                                     config_type=CONFIG_TYPE_CODES.get(e.type, 0),
-                                     documentation=e.doc if getattr(req, "include_documentation", False) else None))
-                results.append(m("DescribeConfigsResult", error_code=ErrorCode.none, error_message=None,
-                                 resource_type=r.resource_type, resource_name=r.resource_name,
-                                 configs=tuple(configs)))
+                    syn = (
+                        tuple(m("DescribeConfigsSynonym", name=n, value=val, source=src) for n, val, src in e.synonyms)
+                        if req.include_synonyms
+                        else ()
+                    )
+                    configs.append(
+                        m(
+                            "DescribeConfigsResourceResult",
+                            name=e.name,
+                            value=e.value,
+                            read_only=e.read_only,
+                            config_source=e.source,
+                            is_sensitive=e.sensitive,
+                            synonyms=syn,
+                            config_type=CONFIG_TYPE_CODES.get(e.type, 0),
+                            documentation=e.doc if getattr(req, "include_documentation", False) else None,
+                        )
+                    )
+                results.append(
+                    m(
+                        "DescribeConfigsResult",
+                        error_code=ErrorCode.none,
+                        error_message=None,
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                        configs=tuple(configs),
+                    )
+                )
             except KafkaError as e:
-                results.append(m("DescribeConfigsResult", error_code=e.code, error_message=e.message,
-                                 resource_type=r.resource_type, resource_name=r.resource_name, configs=()))
+                results.append(
+                    m(
+                        "DescribeConfigsResult",
+                        error_code=e.code,
+                        error_message=e.message,
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                        configs=(),
+                    )
+                )
         return m(throttle_time=0, results=tuple(results))
 
     def _alter(self, ctx, req, api_key: int, incremental: bool):
@@ -166,16 +207,36 @@ class ConfigApis:
             try:
                 if incremental:
                     ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-                    await self.controllers.call("incremental_alter_configs", r.resource_type,
-                                                       r.resource_name, ops, req.validate_only)
+                    await self.controllers.call(
+                        "incremental_alter_configs", r.resource_type, r.resource_name, ops, req.validate_only
+                    )
                 else:
-                    await self.controllers.call("alter_configs", r.resource_type, r.resource_name,
-                                                       {c.name: c.value for c in r.configs}, req.validate_only)
-                out.append(m("AlterConfigsResourceResponse", error_code=ErrorCode.none, error_message=None,
-                             resource_type=r.resource_type, resource_name=r.resource_name))
+                    await self.controllers.call(
+                        "alter_configs",
+                        r.resource_type,
+                        r.resource_name,
+                        {c.name: c.value for c in r.configs},
+                        req.validate_only,
+                    )
+                out.append(
+                    m(
+                        "AlterConfigsResourceResponse",
+                        error_code=ErrorCode.none,
+                        error_message=None,
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                    )
+                )
             except KafkaError as e:
-                out.append(m("AlterConfigsResourceResponse", error_code=e.code, error_message=e.message,
-                             resource_type=r.resource_type, resource_name=r.resource_name))
+                out.append(
+                    m(
+                        "AlterConfigsResourceResponse",
+                        error_code=e.code,
+                        error_message=e.message,
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                    )
+                )
         return m(throttle_time=0, responses=tuple(out))
 
     def alter_configs(self, ctx, req):

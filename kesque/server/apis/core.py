@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import re
 
-from ...controller.controller import INTERNAL_TOPICS, supported_features, CreatedTopic, NewTopic, validate_topic_name
+from ...controller.controller import INTERNAL_TOPICS, CreatedTopic, NewTopic, supported_features, validate_topic_name
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
 from ...protocol.primitives import INT16, INT32
 from ...utils import java_string_hash
-from ...protocol.messages import Msg
-from ..context import AclOperation, ResourceType, CLUSTER_NAME
+from ..context import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +35,36 @@ def api_versions_v0_error(apis: dict) -> bytes:
     """Body of the v0 answer to an ApiVersions request of a version we do not know (``apis``:
     the broker's API table)."""
     spec = apis[ApiKeys.API_VERSIONS]
-    return INT16.pack(int(ErrorCode.unsupported_version)) + INT32.pack(1) + INT16.pack(ApiKeys.API_VERSIONS) + \
-        INT16.pack(spec.min_version) + INT16.pack(spec.max_version)
+    return (
+        INT16.pack(int(ErrorCode.unsupported_version))
+        + INT32.pack(1)
+        + INT16.pack(ApiKeys.API_VERSIONS)
+        + INT16.pack(spec.min_version)
+        + INT16.pack(spec.max_version)
+    )
 
 
 class CoreApis:
-    APIS = (Api(ApiKeys.API_VERSIONS, 0, 4, "api_versions"),
-            Api(ApiKeys.METADATA, 0, 13, "metadata"),
-            Api(ApiKeys.DESCRIBE_CLUSTER, 0, 2, "describe_cluster"),
-            Api(ApiKeys.FIND_COORDINATOR, 0, 6, "find_coordinator"))
+    APIS = (
+        Api(ApiKeys.API_VERSIONS, 0, 4, "api_versions"),
+        Api(ApiKeys.METADATA, 0, 13, "metadata"),
+        Api(ApiKeys.DESCRIBE_CLUSTER, 0, 2, "describe_cluster"),
+        Api(ApiKeys.FIND_COORDINATOR, 0, 6, "find_coordinator"),
+    )
 
-    def __init__(self, *, image, config, node_id: int, controllers, raft, voters: dict,
-                 controller_listener_names, coordinators: "CoordinatorLookup", api_table):
+    def __init__(
+        self,
+        *,
+        image,
+        config,
+        node_id: int,
+        controllers,
+        raft,
+        voters: dict,
+        controller_listener_names,
+        coordinators: CoordinatorLookup,
+        api_table,
+    ):
         """``api_table()``: the broker listener's API table, for ApiVersions; ``voters``: the
         controller quorum's {id: address} (filled in place when discovered)."""
         self.image = image
@@ -77,16 +95,28 @@ class CoreApis:
 
     def _build_api_versions(self, v: int):
         m = Msg(ApiKeys.API_VERSIONS, v)
-        keys = tuple(m("ApiVersion", api_key=k, min_version=spec.min_version, max_version=spec.max_version)
-                     for k, spec in sorted(self.api_table().items()))
+        keys = tuple(
+            m("ApiVersion", api_key=k, min_version=spec.min_version, max_version=spec.max_version)
+            for k, spec in sorted(self.api_table().items())
+        )
         image = self.image
-        supported = tuple(m("SupportedFeatureKey", name=n, min_version=lo, max_version=hi)
-                          for n, (lo, hi) in supported_features().items())
-        finalized = tuple(m("FinalizedFeatureKey", name=n, max_version_level=lvl, min_version_level=lvl)
-                          for n, lvl in image.features.items())
-        return m(error_code=ErrorCode.none, api_keys=keys, throttle_time=0, supported_features=supported,
-                 finalized_features_epoch=max(image.offset, 0) if finalized else -1,
-                 finalized_features=finalized, zk_migration_ready=False)
+        supported = tuple(
+            m("SupportedFeatureKey", name=n, min_version=lo, max_version=hi)
+            for n, (lo, hi) in supported_features().items()
+        )
+        finalized = tuple(
+            m("FinalizedFeatureKey", name=n, max_version_level=lvl, min_version_level=lvl)
+            for n, lvl in image.features.items()
+        )
+        return m(
+            error_code=ErrorCode.none,
+            api_keys=keys,
+            throttle_time=0,
+            supported_features=supported,
+            finalized_features_epoch=max(image.offset, 0) if finalized else -1,
+            finalized_features=finalized,
+            zk_migration_ready=False,
+        )
 
     # ------------------------------------------------------------------ Metadata
     def _brokers(self, m, listener: str, struct_name: str):
@@ -116,8 +146,11 @@ class CoreApis:
 
     def _auto_create_candidates(self, ctx, req) -> list[str]:
         requested = req.topics
-        if not requested or not getattr(req, "allow_auto_topic_creation", True) \
-                or not self.config.get("auto.create.topics.enable"):
+        if (
+            not requested
+            or not getattr(req, "allow_auto_topic_creation", True)
+            or not self.config.get("auto.create.topics.enable")
+        ):
             return []
         image = self.image
         out = []
@@ -129,8 +162,9 @@ class CoreApis:
                 validate_topic_name(name)
             except KafkaError:
                 continue
-            if ctx.authorizer is not None and not (ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
-                                                   and _may_create(ctx, name)):
+            if ctx.authorizer is not None and not (
+                ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name) and _may_create(ctx, name)
+            ):
                 continue
             out.append(name)
         return out
@@ -156,22 +190,38 @@ class CoreApis:
             if name is None and topic_id is not None:
                 t = image.topics_by_id.get(topic_id)
                 if t is None:
-                    topics.append(m("MetadataResponseTopic", error_code=ErrorCode.unknown_topic_id, name=None,
-                                    topic_id=topic_id, is_internal=False, partitions=(),
-                                    topic_authorized_operations=OMITTED_OPS))
+                    topics.append(
+                        m(
+                            "MetadataResponseTopic",
+                            error_code=ErrorCode.unknown_topic_id,
+                            name=None,
+                            topic_id=topic_id,
+                            is_internal=False,
+                            partitions=(),
+                            topic_authorized_operations=OMITTED_OPS,
+                        )
+                    )
                     continue
             else:
                 t = image.topic(name)
-            if authorizer is not None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC,
-                                                            t.name if t is not None else name):
+            if authorizer is not None and not ctx.authorize(
+                AclOperation.DESCRIBE, ResourceType.TOPIC, t.name if t is not None else name
+            ):
                 # as Kafka: left out of an all-topics answer; asked by id, not told it exists
                 if requested is None:
                     continue
                 err = ErrorCode.topic_authorization_failed if name is not None else ErrorCode.unknown_topic_id
-                topics.append(m("MetadataResponseTopic", error_code=err, name=name,
-                                topic_id=None if name is not None else topic_id,
-                                is_internal=name in INTERNAL_TOPICS, partitions=(),
-                                topic_authorized_operations=OMITTED_OPS))
+                topics.append(
+                    m(
+                        "MetadataResponseTopic",
+                        error_code=err,
+                        name=name,
+                        topic_id=None if name is not None else topic_id,
+                        is_internal=name in INTERNAL_TOPICS,
+                        partitions=(),
+                        topic_authorized_operations=OMITTED_OPS,
+                    )
+                )
                 continue
             if t is None:
                 err = self._maybe_auto_create(ctx, name, allow_auto, created)
@@ -179,14 +229,27 @@ class CoreApis:
                 if t is None:
                     if err == ErrorCode.none:
                         err = ErrorCode.leader_not_available
-                    topics.append(m("MetadataResponseTopic", error_code=err, name=name, topic_id=None,
-                                    is_internal=name in INTERNAL_TOPICS, partitions=(),
-                                    topic_authorized_operations=OMITTED_OPS))
+                    topics.append(
+                        m(
+                            "MetadataResponseTopic",
+                            error_code=err,
+                            name=name,
+                            topic_id=None,
+                            is_internal=name in INTERNAL_TOPICS,
+                            partitions=(),
+                            topic_authorized_operations=OMITTED_OPS,
+                        )
+                    )
                     continue
             topics.append(self._topic_metadata(m, t, include_ops))
-        resp = dict(throttle_time=0, brokers=self._brokers(m, ctx.listener, "MetadataResponseBroker"),
-                    cluster_id=image.cluster_id, controller_id=self.node_id, topics=tuple(topics),
-                    error_code=ErrorCode.none)
+        resp = dict(
+            throttle_time=0,
+            brokers=self._brokers(m, ctx.listener, "MetadataResponseBroker"),
+            cluster_id=image.cluster_id,
+            controller_id=self.node_id,
+            topics=tuple(topics),
+            error_code=ErrorCode.none,
+        )
         if getattr(req, "include_cluster_authorized_operations", False):
             resp["cluster_authorized_operations"] = _bits(_CLUSTER_OPS)
         else:
@@ -200,12 +263,27 @@ class CoreApis:
             p = t.partitions[idx]
             offline = tuple(r for r in p.replicas if r not in live)
             err = ErrorCode.none if p.leader in live else ErrorCode.leader_not_available
-            parts.append(m("MetadataResponsePartition", error_code=err, partition_index=idx,
-                           leader_id=p.leader, leader_epoch=p.leader_epoch, replica_nodes=tuple(p.replicas),
-                           isr_nodes=tuple(p.isr), offline_replicas=offline))
-        return m("MetadataResponseTopic", error_code=ErrorCode.none, name=t.name, topic_id=t.topic_id,
-                 is_internal=t.name in INTERNAL_TOPICS, partitions=tuple(parts),
-                 topic_authorized_operations=_bits(_TOPIC_OPS) if include_ops else OMITTED_OPS)
+            parts.append(
+                m(
+                    "MetadataResponsePartition",
+                    error_code=err,
+                    partition_index=idx,
+                    leader_id=p.leader,
+                    leader_epoch=p.leader_epoch,
+                    replica_nodes=tuple(p.replicas),
+                    isr_nodes=tuple(p.isr),
+                    offline_replicas=offline,
+                )
+            )
+        return m(
+            "MetadataResponseTopic",
+            error_code=ErrorCode.none,
+            name=t.name,
+            topic_id=t.topic_id,
+            is_internal=t.name in INTERNAL_TOPICS,
+            partitions=tuple(parts),
+            topic_authorized_operations=_bits(_TOPIC_OPS) if include_ops else OMITTED_OPS,
+        )
 
     def _maybe_auto_create(self, ctx, name: str, allow_auto: bool, created: dict) -> ErrorCode:
         try:
@@ -221,8 +299,11 @@ class CoreApis:
             return ErrorCode.leader_not_available
         if res.error is not None and res.error.code != ErrorCode.topic_already_exists:
             log.warning("Auto-creation of topic %s failed: %s", name, res.error)
-            return ErrorCode.leader_not_available if res.error.code == ErrorCode.invalid_replication_factor \
+            return (
+                ErrorCode.leader_not_available
+                if res.error.code == ErrorCode.invalid_replication_factor
                 else res.error.code
+            )
         return ErrorCode.none
 
     # ------------------------------------------------------------------ DescribeCluster
@@ -235,18 +316,33 @@ class CoreApis:
         on_controller = ctx.listener in self.controller_listener_names
         expected, role = (2, "controller") if on_controller else (1, "broker")
         if endpoint_type != expected:
-            return m(throttle_time=0, error_code=ErrorCode.unsupported_endpoint_type,
-                     error_message=f"The endpoint type {endpoint_type} is not supported by this {role}",
-                     endpoint_type=endpoint_type, cluster_id=self.image.cluster_id or "", controller_id=-1,
-                     brokers=(), cluster_authorized_operations=OMITTED_OPS)
+            return m(
+                throttle_time=0,
+                error_code=ErrorCode.unsupported_endpoint_type,
+                error_message=f"The endpoint type {endpoint_type} is not supported by this {role}",
+                endpoint_type=endpoint_type,
+                cluster_id=self.image.cluster_id or "",
+                controller_id=-1,
+                brokers=(),
+                cluster_authorized_operations=OMITTED_OPS,
+            )
         if on_controller:
-            controllers = tuple(m("DescribeClusterBroker", broker_id=vid, host=addr[0], port=addr[1], rack=None,
-                                  is_fenced=False)
-                                for vid, addr in sorted(self.voters.items()) if addr is not None)
+            controllers = tuple(
+                m("DescribeClusterBroker", broker_id=vid, host=addr[0], port=addr[1], rack=None, is_fenced=False)
+                for vid, addr in sorted(self.voters.items())
+                if addr is not None
+            )
             ops = _bits(_CLUSTER_OPS) if req.include_cluster_authorized_operations else OMITTED_OPS
-            return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=2,
-                     cluster_id=self.image.cluster_id or "", controller_id=self.raft.leader_id, brokers=controllers,
-                     cluster_authorized_operations=ops)
+            return m(
+                throttle_time=0,
+                error_code=ErrorCode.none,
+                error_message=None,
+                endpoint_type=2,
+                cluster_id=self.image.cluster_id or "",
+                controller_id=self.raft.leader_id,
+                brokers=controllers,
+                cluster_authorized_operations=ops,
+            )
         brokers = []
         for b in sorted(self.image.brokers.values(), key=lambda b: b.id):
             if b.fenced and not getattr(req, "include_fenced_brokers", False):
@@ -254,12 +350,20 @@ class CoreApis:
             ep = b.endpoint(ctx.listener) or b.endpoint()
             if ep is None:
                 continue
-            brokers.append(m("DescribeClusterBroker", broker_id=b.id, host=ep.host, port=ep.port, rack=b.rack,
-                             is_fenced=b.fenced))
+            brokers.append(
+                m("DescribeClusterBroker", broker_id=b.id, host=ep.host, port=ep.port, rack=b.rack, is_fenced=b.fenced)
+            )
         ops = _bits(_CLUSTER_OPS) if req.include_cluster_authorized_operations else OMITTED_OPS
-        return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
-                 cluster_id=self.image.cluster_id or "", controller_id=self.node_id, brokers=tuple(brokers),
-                 cluster_authorized_operations=ops)
+        return m(
+            throttle_time=0,
+            error_code=ErrorCode.none,
+            error_message=None,
+            endpoint_type=1,
+            cluster_id=self.image.cluster_id or "",
+            controller_id=self.node_id,
+            brokers=tuple(brokers),
+            cluster_authorized_operations=ops,
+        )
 
     # ------------------------------------------------------------------ FindCoordinator
     def find_coordinator(self, ctx, req):
@@ -300,9 +404,13 @@ class CoreApis:
                 err, msg = ErrorCode.coordinator_not_available, "The coordinator is not available."
             results.append((key, node if ep else -1, ep.host if ep else "", ep.port if ep else -1, err, msg))
         if v >= 4:
-            return m(throttle_time=0, coordinators=tuple(
-                m("Coordinator", key=k, node_id=n, host=h, port=p, error_code=e, error_message=em)
-                for k, n, h, p, e, em in results))
+            return m(
+                throttle_time=0,
+                coordinators=tuple(
+                    m("Coordinator", key=k, node_id=n, host=h, port=p, error_code=e, error_message=em)
+                    for k, n, h, p, e, em in results
+                ),
+            )
         k, n, h, p, e, em = results[0]
         return m(throttle_time=0, error_code=e, error_message=em, node_id=n, host=h, port=p)
 
@@ -312,8 +420,9 @@ class CoreApis:
 
 def _may_create(ctx, topic: str) -> bool:
     """CREATE on the cluster, or else on the topic (Kafka's CreateTopics and auto-creation)."""
-    return ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or \
-        ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, topic)
+    return ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or ctx.authorize(
+        AclOperation.CREATE, ResourceType.TOPIC, topic
+    )
 
 
 class CoordinatorLookup:
@@ -334,11 +443,17 @@ class CoordinatorLookup:
         if key_type == 0:
             return "__consumer_offsets", "offsets.topic.num.partitions", "offsets.topic.replication.factor"
         if key_type == 1:
-            return "__transaction_state", "transaction.state.log.num.partitions", \
-                "transaction.state.log.replication.factor"
+            return (
+                "__transaction_state",
+                "transaction.state.log.num.partitions",
+                "transaction.state.log.replication.factor",
+            )
         if key_type == 2 and self.share_groups:
-            return "__share_group_state", "share.coordinator.state.topic.num.partitions", \
-                "share.coordinator.state.topic.replication.factor"
+            return (
+                "__share_group_state",
+                "share.coordinator.state.topic.num.partitions",
+                "share.coordinator.state.topic.replication.factor",
+            )
         return None
 
     def internal_topic_to_create(self, key_type: int) -> NewTopic | None:
@@ -351,10 +466,16 @@ class CoordinatorLookup:
         rf = cfg.get(rf_key)
         if len(self.image.live_brokers()) < rf:
             return None
-        segment_key = ("offsets.topic.segment.bytes", "transaction.state.log.segment.bytes",
-                       "share.coordinator.state.topic.segment.bytes")[key_type]
-        configs = {"cleanup.policy": "compact", "compression.type": "producer",
-                   "segment.bytes": str(cfg.get(segment_key))}
+        segment_key = (
+            "offsets.topic.segment.bytes",
+            "transaction.state.log.segment.bytes",
+            "share.coordinator.state.topic.segment.bytes",
+        )[key_type]
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(cfg.get(segment_key)),
+        }
         if key_type == 1:
             configs["min.insync.replicas"] = str(cfg.get("transaction.state.log.min.isr"))
         elif key_type == 2:
@@ -377,10 +498,13 @@ class CoordinatorLookup:
             live = len(self.image.live_brokers())
             if live < rf:
                 # as Kafka's broker did, an ERROR naming the setting: the clients only retry
-                msg = (f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' "
-                       f"for the {topic} topic (configured via '{rf_key}').")
-                log.error("%s This error can be ignored if the cluster is starting up and not all brokers are up "
-                          "yet.", msg)
+                msg = (
+                    f"Number of alive brokers '{live}' does not meet the required replication factor '{rf}' "
+                    f"for the {topic} topic (configured via '{rf_key}')."
+                )
+                log.error(
+                    "%s This error can be ignored if the cluster is starting up and not all brokers are up yet.", msg
+                )
                 return None, ErrorCode.coordinator_not_available, msg
             spec = self.internal_topic_to_create(key_type)
             if spec is not None:

@@ -23,13 +23,13 @@ import logging
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
-from ...protocol.fetch import FileRegion, FetchPartitionResponse, encode_fetch_response
+from ...protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response
+from ...protocol.messages import to_ms
+from ...raft.wire import METADATA_TOPIC, METADATA_TOPIC_ID
 from ...replication.delayed import wait_for_bytes
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
-from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
-from ...raft.wire import METADATA_TOPIC, METADATA_TOPIC_ID
 from ..context import CLUSTER_NAME, NO_RESPONSE, AclOperation, ResourceType
-from ...protocol.messages import to_ms
+from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,18 @@ MAX_VERSION = 18
 class _Item:
     """One partition of a fetch: where to read and what came back."""
 
-    __slots__ = ("key", "topic", "topic_id", "partition", "fetch_offset", "max_bytes", "current_epoch",
-                 "error", "result", "regions")
+    __slots__ = (
+        "key",
+        "topic",
+        "topic_id",
+        "partition",
+        "fetch_offset",
+        "max_bytes",
+        "current_epoch",
+        "error",
+        "result",
+        "regions",
+    )
 
     def __init__(self, key, topic, topic_id, partition, fetch_offset, max_bytes, current_epoch):
         self.key = key
@@ -94,12 +104,17 @@ class FetchApis:
         rs = getattr(req, "replica_state", None)
         if rs is not None and v >= 15:
             replica_id = rs.replica_id
-        if replica_id >= 0 and self.raft is not None and ctx.listener in self.controller_listener_names \
-                and _is_metadata_fetch(req):
+        if (
+            replica_id >= 0
+            and self.raft is not None
+            and ctx.listener in self.controller_listener_names
+            and _is_metadata_fetch(req)
+        ):
             return self._raft_fetch(ctx, req)
         if replica_id >= 0:
-            if ctx.authorizer is not None and not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
-                                                                CLUSTER_NAME):
+            if ctx.authorizer is not None and not ctx.authorize(
+                AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+            ):
                 return self._follower_denied(v, req)
             # never throttled by client quotas: ahead of the quota checks
             return self._replica_fetch(v, req, replica_id, getattr(rs, "replica_epoch", -1) if rs is not None else -1)
@@ -137,9 +152,14 @@ class FetchApis:
             for ft in req.topics:
                 key_topic, _name = resolve(ft)
                 for fp in ft.partitions:
-                    session.update((key_topic, fp.partition), fp.fetch_offset, fp.partition_max_bytes,
-                                   getattr(fp, "log_start_offset", -1), getattr(fp, "current_leader_epoch", -1),
-                                   getattr(fp, "last_fetched_epoch", -1))
+                    session.update(
+                        (key_topic, fp.partition),
+                        fp.fetch_offset,
+                        fp.partition_max_bytes,
+                        getattr(fp, "log_start_offset", -1),
+                        getattr(fp, "current_leader_epoch", -1),
+                        getattr(fp, "last_fetched_epoch", -1),
+                    )
             for fg in getattr(req, "forgotten_topics_data", ()) or ():
                 key_topic = fg.topic_id if uses_ids else fg.topic
                 for p in fg.partitions:
@@ -151,15 +171,32 @@ class FetchApis:
                     name = t.name if t else None
                 else:
                     name = key_topic
-                items.append(_Item((key_topic, p), name, key_topic if uses_ids else None, p, cp.fetch_offset,
-                                   cp.max_bytes, cp.current_leader_epoch))
+                items.append(
+                    _Item(
+                        (key_topic, p),
+                        name,
+                        key_topic if uses_ids else None,
+                        p,
+                        cp.fetch_offset,
+                        cp.max_bytes,
+                        cp.current_leader_epoch,
+                    )
+                )
         else:
             for ft in req.topics:
                 key_topic, name = resolve(ft)
                 for fp in ft.partitions:
-                    items.append(_Item((key_topic, fp.partition), name, key_topic if uses_ids else None,
-                                       fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                                       getattr(fp, "current_leader_epoch", -1)))
+                    items.append(
+                        _Item(
+                            (key_topic, fp.partition),
+                            name,
+                            key_topic if uses_ids else None,
+                            fp.partition,
+                            fp.fetch_offset,
+                            fp.partition_max_bytes,
+                            getattr(fp, "current_leader_epoch", -1),
+                        )
+                    )
 
         isolation = FETCH_TXN_COMMITTED if getattr(req, "isolation_level", 0) == 1 else FETCH_HIGH_WATERMARK
         max_bytes = min(getattr(req, "max_bytes", 2**31 - 1), self.config.get("fetch.max.bytes"))
@@ -172,8 +209,9 @@ class FetchApis:
         total, must_answer = self._read_all(readable, isolation, max_bytes)
         if max_wait <= 0 or not readable or total >= min_bytes or must_answer:
             return self._answer(ctx, v, items, session, incremental, isolation, total)
-        return self._delayed(ctx, v, items, readable, session, incremental, isolation, max_bytes, min_bytes - total,
-                             max_wait)
+        return self._delayed(
+            ctx, v, items, readable, session, incremental, isolation, max_bytes, min_bytes - total, max_wait
+        )
 
     @staticmethod
     def _authorized(ctx, items: list[_Item]) -> list[_Item]:
@@ -220,11 +258,11 @@ class FetchApis:
                 total += size
         return total, errors
 
-    async def _delayed(self, ctx, v, items, readable, session, incremental, isolation, max_bytes, needed,
-                       max_wait_ms):
+    async def _delayed(self, ctx, v, items, readable, session, incremental, isolation, max_bytes, needed, max_wait_ms):
         rm = self.replica_manager
-        await wait_for_bytes(rm, {(it.topic, it.partition) for it in readable if it.topic is not None}, needed,
-                             max_wait_ms)
+        await wait_for_bytes(
+            rm, {(it.topic, it.partition) for it in readable if it.topic is not None}, needed, max_wait_ms
+        )
         total, _errors = self._read_all(readable, isolation, max_bytes)
         return self._answer(ctx, v, items, session, incremental, isolation, total)
 
@@ -233,10 +271,18 @@ class FetchApis:
     def _follower_denied(v, req):
         """A replica without CLUSTER_ACTION: every partition TOPIC_AUTHORIZATION_FAILED, as Kafka."""
         code = int(ErrorCode.topic_authorization_failed)
-        return encode_fetch_response(v, 0, 0, [
-            (ft.topic_id if v >= 13 else ft.topic,
-             [FetchPartitionResponse(fp.partition, code, -1, -1, -1, [], 0) for fp in ft.partitions])
-            for ft in req.topics])
+        return encode_fetch_response(
+            v,
+            0,
+            0,
+            [
+                (
+                    ft.topic_id if v >= 13 else ft.topic,
+                    [FetchPartitionResponse(fp.partition, code, -1, -1, -1, [], 0) for fp in ft.partitions],
+                )
+                for ft in req.topics
+            ],
+        )
 
     def _replica_fetch(self, v, req, replica_id: int, broker_epoch: int):
         image = self.image
@@ -261,10 +307,12 @@ class FetchApis:
         tps = {(name, fp.partition) for _key, name, fp in items if name is not None}
         quota = rm.quotas.leader
         held = None
-        if quota.throttled:     # as Kafka's DelayedFetch: the bytes of a partition held back do not count
+        if quota.throttled:  # as Kafka's DelayedFetch: the bytes of a partition held back do not count
+
             def held(tp) -> bool:
                 part = rm.partitions.get(tp)
                 return part is not None and quota.holds(tp[0], tp[1], replica_id in part.isr, rm.now_ms())
+
         await wait_for_bytes(rm, tps, needed, max_wait_ms, replica=True, skip=held)
         out, _total, _must, throttled = self._read_for_followers(items, replica_id, broker_epoch, max_bytes)
         return self._follower_response(v, out, throttled)
@@ -289,9 +337,16 @@ class FetchApis:
                 part = rm.get_partition(name, fp.partition)
                 held = throttling and quota.should_throttle(name, fp.partition, replica_id in part.isr, now_ms)
                 check, data = part.read_for_follower(
-                    replica_id, fp.fetch_offset, getattr(fp, "last_fetched_epoch", -1), fp.current_leader_epoch,
-                    fp.log_start_offset, broker_epoch, min(fp.partition_max_bytes, max(max_bytes - total, 0)), min_one,
-                    held)
+                    replica_id,
+                    fp.fetch_offset,
+                    getattr(fp, "last_fetched_epoch", -1),
+                    fp.current_leader_epoch,
+                    fp.log_start_offset,
+                    broker_epoch,
+                    min(fp.partition_max_bytes, max(max_bytes - total, 0)),
+                    min_one,
+                    held,
+                )
             except KafkaError as e:
                 pr = FetchPartitionResponse(fp.partition, int(e.code), -1, -1, -1, [], 0)
                 must = True
@@ -299,14 +354,29 @@ class FetchApis:
                 if check.error_code:
                     pr = FetchPartitionResponse(fp.partition, check.error_code, -1, -1, -1, [], 0)
                     must = True
-                elif data is None:      # KIP-320: where the follower's log diverges
-                    pr = FetchPartitionResponse(fp.partition, 0, check.high_watermark, check.high_watermark,
-                                                check.log_start_offset, [], 0, diverging_epoch=check.diverging_epoch)
+                elif data is None:  # KIP-320: where the follower's log diverges
+                    pr = FetchPartitionResponse(
+                        fp.partition,
+                        0,
+                        check.high_watermark,
+                        check.high_watermark,
+                        check.log_start_offset,
+                        [],
+                        0,
+                        diverging_epoch=check.diverging_epoch,
+                    )
                     must = True
                 else:
                     regions = [FileRegion(h, pos, size) for h, pos, size in data.regions]
-                    pr = FetchPartitionResponse(fp.partition, 0, check.high_watermark, check.high_watermark,
-                                                check.log_start_offset, regions, data.size)
+                    pr = FetchPartitionResponse(
+                        fp.partition,
+                        0,
+                        check.high_watermark,
+                        check.high_watermark,
+                        check.log_start_offset,
+                        regions,
+                        data.size,
+                    )
                     if data.size:
                         min_one = False
                         total += data.size
@@ -349,10 +419,18 @@ class FetchApis:
             if res is not None:
                 data = res.data
                 regions = [FileRegion(h, pos, size) for h, pos, size in data.regions]
-                pr = FetchPartitionResponse(it.partition, 0, res.high_watermark, res.last_stable_offset,
-                                            res.log_start_offset, regions, data.size,
-                                            aborted_transactions=None if res.aborted_transactions is None else
-                                            [(t.producer_id, t.first_offset) for t in res.aborted_transactions])
+                pr = FetchPartitionResponse(
+                    it.partition,
+                    0,
+                    res.high_watermark,
+                    res.last_stable_offset,
+                    res.log_start_offset,
+                    regions,
+                    data.size,
+                    aborted_transactions=None
+                    if res.aborted_transactions is None
+                    else [(t.producer_id, t.first_offset) for t in res.aborted_transactions],
+                )
             else:
                 pr = FetchPartitionResponse(it.partition, it.error, -1, -1, -1, [], 0)
                 if it.error == ErrorCode.not_leader_or_follower and v >= 12 and it.topic is not None:
@@ -361,16 +439,22 @@ class FetchApis:
                         pr.current_leader = (reg.leader, reg.leader_epoch)
             if incremental:
                 cp = session.partitions.get(it.key)
-                if cp is None or not cp.must_respond(pr.records_size > 0, pr.error_code, pr.high_watermark,
-                                                     pr.last_stable_offset, pr.log_start_offset):
+                if cp is None or not cp.must_respond(
+                    pr.records_size > 0, pr.error_code, pr.high_watermark, pr.last_stable_offset, pr.log_start_offset
+                ):
                     continue
                 if pr.records_size > 0:
                     session.rotate(it.key)
             elif session is not None:
                 cp = session.partitions.get(it.key)
                 if cp is not None:
-                    cp.must_respond(pr.records_size > 0, pr.error_code, pr.high_watermark,
-                                    pr.last_stable_offset, pr.log_start_offset)
+                    cp.must_respond(
+                        pr.records_size > 0,
+                        pr.error_code,
+                        pr.high_watermark,
+                        pr.last_stable_offset,
+                        pr.log_start_offset,
+                    )
             topic_key = it.topic_id if v >= 13 else it.topic
             if topic_key not in by_topic:
                 by_topic[topic_key] = []

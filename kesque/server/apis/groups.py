@@ -21,10 +21,10 @@ from ...coordinator.group.requests import (
 )
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg, to_ms
 from ...protocol.offset_commit import encode_offset_commit_response
 from .committed import committed, first_error, when_committed
 from .core import OMITTED_OPS
-from ...protocol.messages import Msg, to_ms
 
 GROUP_OPS = 0
 for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
@@ -33,18 +33,36 @@ for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CON
 
 def heartbeat_failed(m, e: KafkaError):
     """A ConsumerGroupHeartbeat / ShareGroupHeartbeat answer for a refused heartbeat."""
-    return m(throttle_time=0, error_code=e.code, error_message=e.message, member_id=None, member_epoch=-1,
-             heartbeat_interval=0, assignment=None)
+    return m(
+        throttle_time=0,
+        error_code=e.code,
+        error_message=e.message,
+        member_id=None,
+        member_epoch=-1,
+        heartbeat_interval=0,
+        assignment=None,
+    )
 
 
 def heartbeat_answer(m, r: dict):
     """A ConsumerGroupHeartbeat / ShareGroupHeartbeat answer from the coordinator's result."""
     assignment = None
     if r["assignment"] is not None:
-        assignment = m("Assignment", topic_partitions=tuple(
-            m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in r["assignment"].items()))
-    return m(throttle_time=0, error_code=r["error"], error_message=r["message"], member_id=r["member_id"],
-             member_epoch=r["member_epoch"], heartbeat_interval=r["heartbeat_interval_ms"], assignment=assignment)
+        assignment = m(
+            "Assignment",
+            topic_partitions=tuple(
+                m("TopicPartitions", topic_id=t, partitions=tuple(ps)) for t, ps in r["assignment"].items()
+            ),
+        )
+    return m(
+        throttle_time=0,
+        error_code=r["error"],
+        error_message=r["message"],
+        member_id=r["member_id"],
+        member_epoch=r["member_epoch"],
+        heartbeat_interval=r["heartbeat_interval_ms"],
+        assignment=assignment,
+    )
 
 
 class GroupApis:
@@ -79,17 +97,40 @@ class GroupApis:
         m = Msg(ApiKeys.JOIN_GROUP, v)
 
         def build(r: dict):
-            members = tuple(m("JoinGroupResponseMember", member_id=x["member_id"],
-                              group_instance_id=x["group_instance_id"], metadata=x["metadata"])
-                            for x in r.get("members") or [])
-            return m(throttle_time=0, error_code=r["error"], generation_id=r["generation_id"],
-                     protocol_type=r["protocol_type"], protocol_name=r["protocol_name"] if v >= 7 or r["protocol_name"]
-                     else ("" if v < 7 else None), leader=r["leader"], skip_assignment=r["skip_assignment"],
-                     member_id=r["member_id"], members=members)
+            members = tuple(
+                m(
+                    "JoinGroupResponseMember",
+                    member_id=x["member_id"],
+                    group_instance_id=x["group_instance_id"],
+                    metadata=x["metadata"],
+                )
+                for x in r.get("members") or []
+            )
+            return m(
+                throttle_time=0,
+                error_code=r["error"],
+                generation_id=r["generation_id"],
+                protocol_type=r["protocol_type"],
+                protocol_name=r["protocol_name"] if v >= 7 or r["protocol_name"] else ("" if v < 7 else None),
+                leader=r["leader"],
+                skip_assignment=r["skip_assignment"],
+                member_id=r["member_id"],
+                members=members,
+            )
 
         def failed(code: ErrorCode):
-            return build({"error": code, "member_id": req.member_id, "generation_id": -1, "protocol_type": None,
-                          "protocol_name": None, "leader": "", "skip_assignment": False, "members": []})
+            return build(
+                {
+                    "error": code,
+                    "member_id": req.member_id,
+                    "generation_id": -1,
+                    "protocol_type": None,
+                    "protocol_name": None,
+                    "leader": "",
+                    "skip_assignment": False,
+                    "members": [],
+                }
+            )
 
         try:
             shard = self.gc.shard_for(req.group_id)
@@ -98,10 +139,22 @@ class GroupApis:
         session = to_ms(req.session_timeout)
         rebalance = to_ms(req.rebalance_timeout) if v >= 1 else session
         fut, reply = self._reply(req.group_id)
-        shard.join_group(JoinGroup(
-            req.group_id, req.member_id, req.protocol_type, [(p.name, p.metadata) for p in req.protocols], session,
-            rebalance, getattr(req, "group_instance_id", None), ctx.client_id, self._host(ctx),
-            require_known_member_id=v >= 4, supports_skip_assignment=v >= 9), reply)
+        shard.join_group(
+            JoinGroup(
+                req.group_id,
+                req.member_id,
+                req.protocol_type,
+                [(p.name, p.metadata) for p in req.protocols],
+                session,
+                rebalance,
+                getattr(req, "group_instance_id", None),
+                ctx.client_id,
+                self._host(ctx),
+                require_known_member_id=v >= 4,
+                supports_skip_assignment=v >= 9,
+            ),
+            reply,
+        )
         return self._await(fut, build, failed)
 
     def _reply(self, group_id: str):
@@ -126,8 +179,13 @@ class GroupApis:
         m = Msg(ApiKeys.SYNC_GROUP, v)
 
         def build(r: dict):
-            return m(throttle_time=0, error_code=r["error"], protocol_type=r.get("protocol_type"),
-                     protocol_name=r.get("protocol_name"), assignment=r.get("assignment") or b"")
+            return m(
+                throttle_time=0,
+                error_code=r["error"],
+                protocol_type=r.get("protocol_type"),
+                protocol_name=r.get("protocol_name"),
+                assignment=r.get("assignment") or b"",
+            )
 
         if not req.group_id:
             return build({"error": ErrorCode.invalid_group_id})
@@ -136,10 +194,18 @@ class GroupApis:
         except KafkaError as e:
             return build({"error": e.code})
         fut, reply = self._reply(req.group_id)
-        shard.sync_group(SyncGroup(
-            req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None),
-            getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
-            {a.member_id: a.assignment for a in req.assignments}), reply)
+        shard.sync_group(
+            SyncGroup(
+                req.group_id,
+                req.member_id,
+                req.generation_id,
+                getattr(req, "group_instance_id", None),
+                getattr(req, "protocol_type", None),
+                getattr(req, "protocol_name", None),
+                {a.member_id: a.assignment for a in req.assignments},
+            ),
+            reply,
+        )
         return self._await(fut, build, lambda code: build({"error": code}))
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
@@ -148,8 +214,9 @@ class GroupApis:
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         try:
-            code = self.gc.shard_for(req.group_id).heartbeat(Heartbeat(
-                req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None)))
+            code = self.gc.shard_for(req.group_id).heartbeat(
+                Heartbeat(req.group_id, req.member_id, req.generation_id, getattr(req, "group_instance_id", None))
+            )
         except KafkaError as e:
             code = e.code
         return m(throttle_time=0, error_code=code)
@@ -157,7 +224,7 @@ class GroupApis:
     def leave_group(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.LEAVE_GROUP, v)
-        members = ([(x.member_id, x.group_instance_id) for x in req.members] if v >= 3 else [(req.member_id, None)])
+        members = [(x.member_id, x.group_instance_id) for x in req.members] if v >= 3 else [(req.member_id, None)]
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id, members=())
         try:
@@ -168,11 +235,14 @@ class GroupApis:
             code = err or (results[0][2] if results else ErrorCode.none)
             resp = m(throttle_time=0, error_code=code)
         else:
-            resp = m(throttle_time=0, error_code=err, members=tuple(
-                m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=e)
-                for mid, iid, e in results))
-        return self._when_committed(req.group_id, resp,
-                                    lambda code: m(throttle_time=0, error_code=code, members=()))
+            resp = m(
+                throttle_time=0,
+                error_code=err,
+                members=tuple(
+                    m("MemberResponse", member_id=mid, group_instance_id=iid, error_code=e) for mid, iid, e in results
+                ),
+            )
+        return self._when_committed(req.group_id, resp, lambda code: m(throttle_time=0, error_code=code, members=()))
 
     # ------------------------------------------------------------------ OffsetCommit
     def offset_commit(self, ctx, req):
@@ -191,20 +261,31 @@ class GroupApis:
             for p in t.partitions:
                 keys.append((key, p.partition_index, name))
                 if ti is None or p.partition_index not in ti.partitions:
-                    errors[(key, p.partition_index)] = (ErrorCode.unknown_topic_id if v >= 10
-                                                        else ErrorCode.unknown_topic_or_partition)
+                    errors[(key, p.partition_index)] = (
+                        ErrorCode.unknown_topic_id if v >= 10 else ErrorCode.unknown_topic_or_partition
+                    )
                     continue
-                topics.setdefault(name, []).append(OffsetCommitPartition(
-                    p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                    p.committed_metadata))
+                topics.setdefault(name, []).append(
+                    OffsetCommitPartition(
+                        p.partition_index,
+                        p.committed_offset,
+                        getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata,
+                    )
+                )
         group_error = None
         results = {}
         if topics:
             try:
                 commit = OffsetCommit(
-                    req.group_id, topics, req.member_id, getattr(req, "generation_id_or_member_epoch", -1),
+                    req.group_id,
+                    topics,
+                    req.member_id,
+                    getattr(req, "generation_id_or_member_epoch", -1),
                     getattr(req, "group_instance_id", None),
-                    to_ms(req.retention_time) if hasattr(req, "retention_time") else -1, v)
+                    to_ms(req.retention_time) if hasattr(req, "retention_time") else -1,
+                    v,
+                )
                 results = self.gc.run_write(req.group_id, lambda shard: shard.commit_offsets(commit))
             except KafkaError as e:  # the group's refusal, or a failed append
                 group_error = e.code
@@ -227,16 +308,40 @@ class GroupApis:
         if v >= 8:
             groups = []
             for g in req.groups:
-                groups.append(self._fetch_group(m, v, g.group_id, g.topics, getattr(g, "member_id", None),
-                                                getattr(g, "member_epoch", -1), req.require_stable))
+                groups.append(
+                    self._fetch_group(
+                        m,
+                        v,
+                        g.group_id,
+                        g.topics,
+                        getattr(g, "member_id", None),
+                        getattr(g, "member_epoch", -1),
+                        req.require_stable,
+                    )
+                )
             return m(throttle_time=0, groups=tuple(groups))
-        topics, err = self._fetch_topics(m, v, req.group_id, req.topics, None, -1,
-                                         stable=getattr(req, "require_stable", False))
+        topics, err = self._fetch_topics(
+            m, v, req.group_id, req.topics, None, -1, stable=getattr(req, "require_stable", False)
+        )
         if v == 1 and err != ErrorCode.none:
             # v1 has no top-level error: every partition carries it
-            topics = tuple(m("OffsetFetchResponseTopic", name=t.name, partitions=tuple(
-                m("OffsetFetchResponsePartition", partition_index=p.partition_index, committed_offset=-1,
-                  metadata="", error_code=err) for p in t.partitions)) for t in topics)
+            topics = tuple(
+                m(
+                    "OffsetFetchResponseTopic",
+                    name=t.name,
+                    partitions=tuple(
+                        m(
+                            "OffsetFetchResponsePartition",
+                            partition_index=p.partition_index,
+                            committed_offset=-1,
+                            metadata="",
+                            error_code=err,
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in topics
+            )
         return m(throttle_time=0, topics=topics, error_code=err)
 
     def _fetch_group(self, m, v, group_id, topics, member_id, member_epoch, stable):
@@ -277,12 +382,27 @@ class GroupApis:
             pr = []
             for part, om in sorted(parts):
                 if stable and shard.has_pending_txn_offset(group_id, (topic, part)):
-                    pr.append(m(part_struct, partition_index=part, committed_offset=-1, committed_leader_epoch=-1,
-                                metadata="", error_code=ErrorCode.unstable_offset_commit))
+                    pr.append(
+                        m(
+                            part_struct,
+                            partition_index=part,
+                            committed_offset=-1,
+                            committed_leader_epoch=-1,
+                            metadata="",
+                            error_code=ErrorCode.unstable_offset_commit,
+                        )
+                    )
                     continue
-                pr.append(m(part_struct, partition_index=part, committed_offset=om.offset if om else -1,
-                            committed_leader_epoch=om.leader_epoch if om else -1,
-                            metadata=om.metadata if om else "", error_code=ErrorCode.none))
+                pr.append(
+                    m(
+                        part_struct,
+                        partition_index=part,
+                        committed_offset=om.offset if om else -1,
+                        committed_leader_epoch=om.leader_epoch if om else -1,
+                        metadata=om.metadata if om else "",
+                        error_code=ErrorCode.none,
+                    )
+                )
             if by_id:
                 tid = names.get(topic)
                 if tid is None:
@@ -304,12 +424,26 @@ class GroupApis:
             results = self.gc.run_write(req.group_id, lambda shard: shard.delete_offsets(delete))
         except KafkaError as e:  # the group's refusal, or a failed append
             return m(error_code=e.code, throttle_time=0, topics=())
-        topics = tuple(m("OffsetDeleteResponseTopic", name=t, partitions=tuple(
-            m("OffsetDeleteResponsePartition", partition_index=p, error_code=results.get((t, p), ErrorCode.none))
-            for p in ps))
-            for t, ps in wanted.items())
-        return self._when_committed(req.group_id, m(error_code=ErrorCode.none, throttle_time=0, topics=topics),
-                                    lambda code: m(error_code=code, throttle_time=0, topics=()))
+        topics = tuple(
+            m(
+                "OffsetDeleteResponseTopic",
+                name=t,
+                partitions=tuple(
+                    m(
+                        "OffsetDeleteResponsePartition",
+                        partition_index=p,
+                        error_code=results.get((t, p), ErrorCode.none),
+                    )
+                    for p in ps
+                ),
+            )
+            for t, ps in wanted.items()
+        )
+        return self._when_committed(
+            req.group_id,
+            m(error_code=ErrorCode.none, throttle_time=0, topics=topics),
+            lambda code: m(error_code=code, throttle_time=0, topics=()),
+        )
 
     # ------------------------------------------------------------------ admin
     def describe_groups(self, ctx, req):
@@ -321,29 +455,75 @@ class GroupApis:
             try:
                 g = self.gc.read_group(gid)
             except KafkaError as e:
-                out.append(m("DescribedGroup", error_code=e.code, group_id=gid, group_state="", protocol_type="",
-                             protocol_data="", members=(), authorized_operations=ops))
+                out.append(
+                    m(
+                        "DescribedGroup",
+                        error_code=e.code,
+                        group_id=gid,
+                        group_state="",
+                        protocol_type="",
+                        protocol_data="",
+                        members=(),
+                        authorized_operations=ops,
+                    )
+                )
                 continue
             if not isinstance(g, ClassicGroup):
                 msg = f"Group {gid} not found." if g is None else f"Group {gid} is not a classic group."
                 if v >= 6:
-                    out.append(m("DescribedGroup", error_code=ErrorCode.group_id_not_found, error_message=msg,
-                                 group_id=gid, group_state="Dead", protocol_type="", protocol_data="", members=(),
-                                 authorized_operations=ops))
+                    out.append(
+                        m(
+                            "DescribedGroup",
+                            error_code=ErrorCode.group_id_not_found,
+                            error_message=msg,
+                            group_id=gid,
+                            group_state="Dead",
+                            protocol_type="",
+                            protocol_data="",
+                            members=(),
+                            authorized_operations=ops,
+                        )
+                    )
                 else:
-                    out.append(m("DescribedGroup", error_code=ErrorCode.none, group_id=gid, group_state="Dead",
-                                 protocol_type="", protocol_data="", members=(), authorized_operations=ops))
+                    out.append(
+                        m(
+                            "DescribedGroup",
+                            error_code=ErrorCode.none,
+                            group_id=gid,
+                            group_state="Dead",
+                            protocol_type="",
+                            protocol_data="",
+                            members=(),
+                            authorized_operations=ops,
+                        )
+                    )
                 continue
             # as Kafka's group summary: metadata, assignments and the protocol only once Stable
             stable = g.state == "Stable"
-            members = tuple(m("DescribedGroupMember", member_id=x.member_id, group_instance_id=x.group_instance_id,
-                              client_id=x.client_id, client_host=x.client_host,
-                              member_metadata=x.metadata(g.protocol_name) if stable else b"",
-                              member_assignment=x.assignment if stable else b"")
-                            for x in g.members.values())
-            out.append(m("DescribedGroup", error_code=ErrorCode.none, group_id=gid, group_state=g.state,
-                         protocol_type=g.protocol_type or "", protocol_data=(g.protocol_name or "") if stable else "",
-                         members=members, authorized_operations=ops))
+            members = tuple(
+                m(
+                    "DescribedGroupMember",
+                    member_id=x.member_id,
+                    group_instance_id=x.group_instance_id,
+                    client_id=x.client_id,
+                    client_host=x.client_host,
+                    member_metadata=x.metadata(g.protocol_name) if stable else b"",
+                    member_assignment=x.assignment if stable else b"",
+                )
+                for x in g.members.values()
+            )
+            out.append(
+                m(
+                    "DescribedGroup",
+                    error_code=ErrorCode.none,
+                    group_id=gid,
+                    group_state=g.state,
+                    protocol_type=g.protocol_type or "",
+                    protocol_data=(g.protocol_name or "") if stable else "",
+                    members=members,
+                    authorized_operations=ops,
+                )
+            )
         return m(throttle_time=0, groups=tuple(out))
 
     def list_groups(self, ctx, req):
@@ -398,10 +578,17 @@ class GroupApis:
 
     def _deleted(self, m, out: list, failed: dict):
         """The DeleteGroups answer; ``failed``: {group partition: error} of writes not committed."""
-        return m(throttle_time=0, results=tuple(
-            m("DeletableGroupResult", group_id=gid,
-              error_code=code or failed.get(self.gc.partition_for(gid)) or ErrorCode.none)
-            for gid, code in out))
+        return m(
+            throttle_time=0,
+            results=tuple(
+                m(
+                    "DeletableGroupResult",
+                    group_id=gid,
+                    error_code=code or failed.get(self.gc.partition_for(gid)) or ErrorCode.none,
+                )
+                for gid, code in out
+            ),
+        )
 
     async def _deleted_once_committed(self, m, out: list, pending: dict):
         codes = await committed(self.gc, pending)
@@ -416,16 +603,29 @@ class GroupApis:
             owned = {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions}
         try:
             shard = self.gc.shard_for(req.group_id)
-            r = consumer_group_heartbeat(shard, ConsumerGroupHeartbeat(
-                req.group_id, req.member_id, req.member_epoch, req.instance_id, req.rack_id,
-                to_ms(req.rebalance_timeout),
-                list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
-                getattr(req, "subscribed_topic_regex", None), req.server_assignor, owned,
-                ctx.client_id or "", self._host(ctx)), v)
+            r = consumer_group_heartbeat(
+                shard,
+                ConsumerGroupHeartbeat(
+                    req.group_id,
+                    req.member_id,
+                    req.member_epoch,
+                    req.instance_id,
+                    req.rack_id,
+                    to_ms(req.rebalance_timeout),
+                    list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
+                    getattr(req, "subscribed_topic_regex", None),
+                    req.server_assignor,
+                    owned,
+                    ctx.client_id or "",
+                    self._host(ctx),
+                ),
+                v,
+            )
         except KafkaError as e:
             return heartbeat_failed(m, e)
-        return self._when_committed(req.group_id, heartbeat_answer(m, r),
-                                    lambda code: heartbeat_failed(m, KafkaError(code)))
+        return self._when_committed(
+            req.group_id, heartbeat_answer(m, r), lambda code: heartbeat_failed(m, KafkaError(code))
+        )
 
     def consumer_group_describe(self, ctx, req):
         m = Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, ctx.api_version)
@@ -437,37 +637,90 @@ class GroupApis:
             tps = []
             for tid, ps in a.items():
                 t = image.topics_by_id.get(tid)
-                tps.append(m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "",
-                             partitions=tuple(sorted(ps))))
+                tps.append(
+                    m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "", partitions=tuple(sorted(ps)))
+                )
             return m("Assignment", topic_partitions=tuple(tps))
 
         for gid in req.group_ids:
             if not gid:
-                out.append(m("DescribedGroup", error_code=ErrorCode.invalid_group_id, group_id=gid, group_state="",
-                             group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
-                             authorized_operations=ops))
+                out.append(
+                    m(
+                        "DescribedGroup",
+                        error_code=ErrorCode.invalid_group_id,
+                        group_id=gid,
+                        group_state="",
+                        group_epoch=-1,
+                        assignment_epoch=-1,
+                        assignor_name="",
+                        members=(),
+                        authorized_operations=ops,
+                    )
+                )
                 continue
             try:
                 g = self.gc.read_shard(gid).groups.get(gid)
             except KafkaError as e:
-                out.append(m("DescribedGroup", error_code=e.code, group_id=gid, group_state="", group_epoch=-1,
-                             assignment_epoch=-1, assignor_name="", members=(), authorized_operations=ops))
+                out.append(
+                    m(
+                        "DescribedGroup",
+                        error_code=e.code,
+                        group_id=gid,
+                        group_state="",
+                        group_epoch=-1,
+                        assignment_epoch=-1,
+                        assignor_name="",
+                        members=(),
+                        authorized_operations=ops,
+                    )
+                )
                 continue
             if not isinstance(g, ConsumerGroup):
                 msg = f"Group {gid} not found." if g is None else f"Group {gid} is not a consumer group."
-                out.append(m("DescribedGroup", error_code=ErrorCode.group_id_not_found, error_message=msg,
-                             group_id=gid, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
-                             members=(), authorized_operations=ops))
+                out.append(
+                    m(
+                        "DescribedGroup",
+                        error_code=ErrorCode.group_id_not_found,
+                        error_message=msg,
+                        group_id=gid,
+                        group_state="",
+                        group_epoch=-1,
+                        assignment_epoch=-1,
+                        assignor_name="",
+                        members=(),
+                        authorized_operations=ops,
+                    )
+                )
                 continue
             assignors = [x.server_assignor for x in g.members.values() if x.server_assignor]
-            members = tuple(m("Member", member_id=x.member_id, instance_id=x.instance_id, rack_id=x.rack_id,
-                              member_epoch=x.member_epoch, client_id=x.client_id, client_host=x.client_host,
-                              subscribed_topic_names=tuple(x.subscribed_topic_names),
-                              subscribed_topic_regex=x.subscribed_topic_regex, assignment=assignment(x.assigned),
-                              target_assignment=assignment(g.target.get(x.member_id, {})), member_type=1)
-                            for x in g.members.values())
-            out.append(m("DescribedGroup", error_code=ErrorCode.none, group_id=gid, group_state=g.state_name(),
-                         group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch,
-                         assignor_name=assignors[0] if assignors else self.gc.config.consumer_assignors[0],
-                         members=members, authorized_operations=ops))
+            members = tuple(
+                m(
+                    "Member",
+                    member_id=x.member_id,
+                    instance_id=x.instance_id,
+                    rack_id=x.rack_id,
+                    member_epoch=x.member_epoch,
+                    client_id=x.client_id,
+                    client_host=x.client_host,
+                    subscribed_topic_names=tuple(x.subscribed_topic_names),
+                    subscribed_topic_regex=x.subscribed_topic_regex,
+                    assignment=assignment(x.assigned),
+                    target_assignment=assignment(g.target.get(x.member_id, {})),
+                    member_type=1,
+                )
+                for x in g.members.values()
+            )
+            out.append(
+                m(
+                    "DescribedGroup",
+                    error_code=ErrorCode.none,
+                    group_id=gid,
+                    group_state=g.state_name(),
+                    group_epoch=g.group_epoch,
+                    assignment_epoch=g.assignment_epoch,
+                    assignor_name=assignors[0] if assignors else self.gc.config.consumer_assignors[0],
+                    members=members,
+                    authorized_operations=ops,
+                )
+            )
         return m(throttle_time=0, groups=tuple(out))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
-from ...records.records import iter_records
 from ...protocol.messages import Msg
+from ...records.records import iter_records
 
 EARLIEST = -2
 LATEST = -1
@@ -18,9 +18,11 @@ CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
 class OffsetApis:
-    APIS = (Api(ApiKeys.LIST_OFFSETS, 1, 11, "list_offsets"),
-            Api(ApiKeys.DELETE_RECORDS, 0, 2, "delete_records"),
-            Api(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 2, 4, "offset_for_leader_epoch"))
+    APIS = (
+        Api(ApiKeys.LIST_OFFSETS, 1, 11, "list_offsets"),
+        Api(ApiKeys.DELETE_RECORDS, 0, 2, "delete_records"),
+        Api(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 2, 4, "offset_for_leader_epoch"),
+    )
 
     def __init__(self, *, replica_manager):
         self.replica_manager = replica_manager
@@ -37,24 +39,46 @@ class OffsetApis:
             for p in t.partitions:
                 key = (t.name, p.partition_index)
                 if key in seen:
-                    parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index,
-                                   error_code=ErrorCode.invalid_request, timestamp=-1, offset=-1, leader_epoch=-1))
+                    parts.append(
+                        m(
+                            "ListOffsetsPartitionResponse",
+                            partition_index=p.partition_index,
+                            error_code=ErrorCode.invalid_request,
+                            timestamp=-1,
+                            offset=-1,
+                            leader_epoch=-1,
+                        )
+                    )
                     continue
                 seen.add(key)
                 try:
-                    ts, off, epoch = self._offset_for(t.name, p.partition_index, p.timestamp,
-                                                      getattr(p, "current_leader_epoch", -1), committed,
-                                                      req.replica_id)
+                    ts, off, epoch = self._offset_for(
+                        t.name,
+                        p.partition_index,
+                        p.timestamp,
+                        getattr(p, "current_leader_epoch", -1),
+                        committed,
+                        req.replica_id,
+                    )
                     err = ErrorCode.none
                 except KafkaError as e:
                     ts, off, epoch, err = -1, -1, -1, e.code
-                parts.append(m("ListOffsetsPartitionResponse", partition_index=p.partition_index, error_code=err,
-                               timestamp=ts, offset=off, leader_epoch=epoch))
+                parts.append(
+                    m(
+                        "ListOffsetsPartitionResponse",
+                        partition_index=p.partition_index,
+                        error_code=err,
+                        timestamp=ts,
+                        offset=off,
+                        leader_epoch=epoch,
+                    )
+                )
             topics.append(m("ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
         return m(throttle_time=0, topics=tuple(topics))
 
-    def _offset_for(self, topic: str, partition: int, timestamp: int, current_epoch: int, committed: bool,
-                    replica_id: int) -> tuple[int, int, int]:
+    def _offset_for(
+        self, topic: str, partition: int, timestamp: int, current_epoch: int, committed: bool, replica_id: int
+    ) -> tuple[int, int, int]:
         part = self.replica_manager.get_partition(topic, partition)
         part.check_leader_epoch(current_epoch, require_leader=replica_id != DEBUGGING_REPLICA_ID)
         lg = part.log
@@ -79,8 +103,11 @@ class OffsetApis:
         if timestamp == LATEST:
             if lagging:
                 raise self._offset_not_available(part, epoch_start, lg.high_watermark)
-            return -1, max_offset, cache.epoch_for_offset(max_offset) if max_offset > lg.log_start_offset \
-                else cache.latest_epoch()
+            return (
+                -1,
+                max_offset,
+                cache.epoch_for_offset(max_offset) if max_offset > lg.log_start_offset else cache.latest_epoch(),
+            )
         if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
             return -1, -1, -1
         if timestamp == MAX_TIMESTAMP:
@@ -104,10 +131,12 @@ class OffsetApis:
 
     @staticmethod
     def _offset_not_available(part, epoch_start: int, hw: int) -> KafkaError:
-        return KafkaError(ErrorCode.offset_not_available,
-                          f"Failed to fetch offsets for partition {part.tp} with leader epoch {part.leader_epoch} as "
-                          f"this partition's high watermark ({hw}) is lagging behind the start offset from the "
-                          f"beginning of this epoch ({epoch_start}).")
+        return KafkaError(
+            ErrorCode.offset_not_available,
+            f"Failed to fetch offsets for partition {part.tp} with leader epoch {part.leader_epoch} as "
+            f"this partition's high watermark ({hw}) is lagging behind the start offset from the "
+            f"beginning of this epoch ({epoch_start}).",
+        )
 
     @staticmethod
     def _exact_max_ts_offset(lg, last_offset: int, max_ts: int) -> int:
@@ -131,8 +160,14 @@ class OffsetApis:
                     err = ErrorCode.none
                 except KafkaError as e:
                     low, err = -1, e.code
-                parts.append(m("DeleteRecordsPartitionResult", partition_index=p.partition_index,
-                               low_watermark=low, error_code=err))
+                parts.append(
+                    m(
+                        "DeleteRecordsPartitionResult",
+                        partition_index=p.partition_index,
+                        low_watermark=low,
+                        error_code=err,
+                    )
+                )
             topics.append(m("DeleteRecordsTopicResult", name=t.name, partitions=tuple(parts)))
         return m(throttle_time=0, topics=tuple(topics))
 
@@ -151,7 +186,8 @@ class OffsetApis:
                     err = ErrorCode.none
                 except KafkaError as e:
                     epoch, end, err = -1, -1, e.code
-                parts.append(m("EpochEndOffset", error_code=err, partition=p.partition, leader_epoch=epoch,
-                               end_offset=end))
+                parts.append(
+                    m("EpochEndOffset", error_code=err, partition=p.partition, leader_epoch=epoch, end_offset=end)
+                )
             topics.append(m("OffsetForLeaderTopicResult", topic=t.topic, partitions=tuple(parts)))
         return m(throttle_time=0, topics=tuple(topics))

@@ -112,12 +112,14 @@ class ProduceApis:
         authorizer = ctx.authorizer  # None: no authorizer, everything is allowed
         topics_out = []
         failed = False
-        waiting: dict = {}   # acks=all: (topic, partition) -> the offset the HW must pass, and its response
+        waiting: dict = {}  # acks=all: (topic, partition) -> the offset the HW must pass, and its response
         # KafkaApis.handleProduceRequest: transactional records (markers included) without a
         # transactional id fail the whole request
         unauthorized = req.transactional_id is None and any(
             p.records is not None and len(p.records) >= rb.HEADER_SIZE and p.records[22] & rb.TRANSACTIONAL_FLAG
-            for t in req.topics for p in t.partitions)
+            for t in req.topics
+            for p in t.partitions
+        )
         for topic in req.topics:
             name = topic.name
             key = name
@@ -126,8 +128,11 @@ class ProduceApis:
                 name = t.name if t else None
                 key = topic.topic_id
             parts_out = []
-            denied = authorizer is not None and name is not None and \
-                not authorizer.authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, name)
+            denied = (
+                authorizer is not None
+                and name is not None
+                and not authorizer.authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, name)
+            )
             for p in topic.partitions:
                 r = PartitionResponse(p.index)
                 if unauthorized and v >= MIN_USABLE_VERSION:
@@ -141,21 +146,25 @@ class ProduceApis:
                     r.error_code = int(ErrorCode.topic_authorization_failed)
                 elif p.records is None or len(p.records) == 0:
                     r.error_code = int(ErrorCode.invalid_record)
-                    r.error_message = f"Produce requests with version {v} must have at least one record batch " \
-                                      "per partition"
+                    r.error_message = (
+                        f"Produce requests with version {v} must have at least one record batch per partition"
+                    )
                 elif req.acks not in (0, 1, -1):
                     r.error_code = int(ErrorCode.invalid_required_acks)
                 elif v < ZSTD_MIN_VERSION and len(p.records) > 22 and (p.records[22] & 0x07) == 4:
                     r.error_code = int(ErrorCode.unsupported_compression_type)
                     r.error_message = f"Produce requests with version {v} are not allowed to use ZStandard compression"
-                elif (len(p.records) >= rb.HEADER_SIZE
-                      and p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) == rb.TRANSACTIONAL_FLAG
-                      and not self._verified(req.transactional_id, name, p, r, v, verdicts, guards)):
+                elif (
+                    len(p.records) >= rb.HEADER_SIZE
+                    and p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) == rb.TRANSACTIONAL_FLAG
+                    and not self._verified(req.transactional_id, name, p, r, v, verdicts, guards)
+                ):
                     pass  # the coordinator does not know this partition is in the transaction
                 else:
                     try:
-                        info = rm.append(name, p.index, p.records, req.acks, guards.get((name, p.index)),
-                                         require_verification)
+                        info = rm.append(
+                            name, p.index, p.records, req.acks, guards.get((name, p.index)), require_verification
+                        )
                         if req.acks == -1 and rm.partitions[(name, p.index)].log.high_watermark <= info.last_offset:
                             waiting[(name, p.index)] = (info.last_offset + 1, r)
                         r.base_offset = info.first_offset
@@ -194,8 +203,7 @@ class ProduceApis:
     async def _after_acks(self, v, topics_out, throttle_ms: int, waiting: dict, timeout_ms: int):
         """Kafka's DelayedProduce: answered once every acks=all append is below the high
         watermark (or failed over, or timed out)."""
-        codes = await wait_for_acks(self.replica_manager, {tp: off for tp, (off, _r) in waiting.items()},
-                                    timeout_ms)
+        codes = await wait_for_acks(self.replica_manager, {tp: off for tp, (off, _r) in waiting.items()}, timeout_ms)
         for tp, (_off, r) in waiting.items():
             code = codes[tp]
             if code:
@@ -218,8 +226,9 @@ class ProduceApis:
         part = self.replica_manager.partitions.get((topic, partition))
         return part.log.log_start_offset if part is not None else -1
 
-    def _verified(self, txn_id: str | None, topic: str, p, r: PartitionResponse, version: int,
-                  verdicts: dict | None, guards: dict) -> bool:
+    def _verified(
+        self, txn_id: str | None, topic: str, p, r: PartitionResponse, version: int, verdicts: dict | None, guards: dict
+    ) -> bool:
         """KIP-890 part 1: the first transactional batch a producer sends to a partition in a
         transaction is appended only once the coordinator confirms the partition was added
         (part 2, Produce v12+ of a TV2 producer: once the coordinator added it, asked before in
@@ -234,8 +243,9 @@ class ProduceApis:
             code, msg = verdicts[tp]
         else:
             guards[tp] = self._start_verification(tp, h, False)
-            code, msg = self.txn_coordinator.verify_produce(txn_id, h.producer_id, h.producer_epoch, topic,
-                                                                   p.index, version > 10)
+            code, msg = self.txn_coordinator.verify_produce(
+                txn_id, h.producer_id, h.producer_epoch, topic, p.index, version > 10
+            )
         if code == ErrorCode.none:
             return True
         r.error_code = int(code)
@@ -246,9 +256,13 @@ class ProduceApis:
         """The header of a transactional batch that needs the coordinator's verification (the
         first of its transaction here), else None. ``add``: a TV2 producer's batch, which the
         leader adds to the transaction whether or not verification is enabled."""
-        if topic is None or not (add or self.txn_coordinator.verification_enabled) or p.records is None or \
-                len(p.records) < rb.HEADER_SIZE or \
-                p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) != rb.TRANSACTIONAL_FLAG:
+        if (
+            topic is None
+            or not (add or self.txn_coordinator.verification_enabled)
+            or p.records is None
+            or len(p.records) < rb.HEADER_SIZE
+            or p.records[22] & (rb.TRANSACTIONAL_FLAG | rb.CONTROL_FLAG) != rb.TRANSACTIONAL_FLAG
+        ):
             return None
         part = self.replica_manager.partitions.get((topic, p.index))
         if part is None:
@@ -266,7 +280,8 @@ class ProduceApis:
         """Kafka's maybeStartTransactionVerification: the partition remembers the producer's
         pending verification (and the lowest sequence it saw) before the coordinator is asked."""
         return self.replica_manager.start_transaction_verification(
-            *tp, h.producer_id, h.base_sequence, h.producer_epoch, supports_epoch_bump)
+            *tp, h.producer_id, h.base_sequence, h.producer_epoch, supports_epoch_bump
+        )
 
     def _pre_verifications(self, req, version: int, guards: dict):
         """What this request needs from the transaction coordinator before its appends (Kafka's
@@ -295,8 +310,10 @@ class ProduceApis:
         if not tps:
             return None
         answer = verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch, tps, version > 10, add)
-        if not add or (isinstance(answer, dict) and ErrorCode.concurrent_transactions not in
-                       (code for code, _msg in answer.values())):
+        if not add or (
+            isinstance(answer, dict)
+            and ErrorCode.concurrent_transactions not in (code for code, _msg in answer.values())
+        ):
             return answer
         return self._added_with_retries(answer, req.transactional_id, version, guards, headers)
 
@@ -310,16 +327,20 @@ class ProduceApis:
         maybeRetryOnConcurrentTransactions)."""
         cfg = self.config
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(cfg.get("add.partitions.to.txn.retry.backoff.max.ms"),
-                                     cfg.get("request.timeout.ms")) / 1000
+        deadline = (
+            loop.time()
+            + min(cfg.get("add.partitions.to.txn.retry.backoff.max.ms"), cfg.get("request.timeout.ms")) / 1000
+        )
         backoff = cfg.get("add.partitions.to.txn.retry.backoff.ms") / 1000
         tps = list(headers)
         h = next(iter(headers.values()))
         while True:
             if not isinstance(answer, dict):
                 answer = await answer
-            if all(code != ErrorCode.concurrent_transactions for code, _msg in answer.values()) \
-                    or loop.time() >= deadline:
+            if (
+                all(code != ErrorCode.concurrent_transactions for code, _msg in answer.values())
+                or loop.time() >= deadline
+            ):
                 return answer
             await asyncio.sleep(backoff)
             # the batch headers were read before the first wait: the request's buffer is the

@@ -10,31 +10,41 @@ controller).
 
 from __future__ import annotations
 
-from ...errors import ErrorCode, KafkaError
 from ...controller import cluster_control
 from ...controller.replication_control import ELECTION_TYPES
+from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
-from ...raft import wire
-from ..drivers import alter_partition
-from ..context import NO_RESPONSE
 from ...protocol.messages import Msg
+from ...raft import wire
+from ..context import NO_RESPONSE
+from ..drivers import alter_partition
 
 
 class QuorumApis:
     APIS = (
-        *(Api(key, wire.VERSIONS[name].start, wire.VERSIONS[name].stop - 1, "raft_rpc", controller_only=True)
-          for key, name in ((ApiKeys.VOTE, "vote"), (ApiKeys.BEGIN_QUORUM_EPOCH, "begin_quorum_epoch"),
-                            (ApiKeys.END_QUORUM_EPOCH, "end_quorum_epoch"),
-                            (ApiKeys.FETCH_SNAPSHOT, "fetch_snapshot"))),
+        *(
+            Api(key, wire.VERSIONS[name].start, wire.VERSIONS[name].stop - 1, "raft_rpc", controller_only=True)
+            for key, name in (
+                (ApiKeys.VOTE, "vote"),
+                (ApiKeys.BEGIN_QUORUM_EPOCH, "begin_quorum_epoch"),
+                (ApiKeys.END_QUORUM_EPOCH, "end_quorum_epoch"),
+                (ApiKeys.FETCH_SNAPSHOT, "fetch_snapshot"),
+            )
+        ),
         Api(ApiKeys.BROKER_REGISTRATION, 0, 4, "broker_registration", controller_only=True),
         Api(ApiKeys.BROKER_HEARTBEAT, 0, 1, "broker_heartbeat", controller_only=True),
         Api(ApiKeys.ALLOCATE_PRODUCER_IDS, 0, 0, "allocate_producer_ids", controller_only=True),
         Api(ApiKeys.ASSIGN_REPLICAS_TO_DIRS, 0, 0, "assign_replicas_to_dirs", controller_only=True),
         Api(ApiKeys.UNREGISTER_BROKER, 0, 0, "unregister_broker"),  # kafka-cluster.sh unregister: any listener
         Api(ApiKeys.DESCRIBE_QUORUM, 0, 2, "describe_quorum"),
-        Api(ApiKeys.ALTER_PARTITION, alter_partition.VERSIONS.start, alter_partition.VERSIONS.stop - 1,
-            "alter_partition", controller_only=True),
+        Api(
+            ApiKeys.ALTER_PARTITION,
+            alter_partition.VERSIONS.start,
+            alter_partition.VERSIONS.stop - 1,
+            "alter_partition",
+            controller_only=True,
+        ),
         Api(ApiKeys.ELECT_LEADERS, 0, 2, "elect_leaders"),
     )
 
@@ -90,8 +100,9 @@ class QuorumApis:
     async def _assign(self, ctx, req):
         broker_id, broker_epoch, assignments = cluster_control.assign_request_from_kio(req)
         try:
-            answer = await self.controllers.lifecycle_call("assign_replicas_to_dirs", broker_id,
-                                                                  broker_epoch, assignments)
+            answer = await self.controllers.lifecycle_call(
+                "assign_replicas_to_dirs", broker_id, broker_epoch, assignments
+            )
         except KafkaError as e:
             return cluster_control.assign_response_to_kio(int(e.code), {})
         return cluster_control.assign_response_to_kio(0, answer)
@@ -115,8 +126,7 @@ class QuorumApis:
     async def _allocate(self, ctx, req):
         m = Msg(ApiKeys.ALLOCATE_PRODUCER_IDS, ctx.api_version)
         try:
-            start, length = await self.controllers.call("allocate_producer_ids", req.broker_id,
-                                                              req.broker_epoch)
+            start, length = await self.controllers.call("allocate_producer_ids", req.broker_id, req.broker_epoch)
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, producer_id_start=-1, producer_id_len=0)
         return m(throttle_time=0, error_code=ErrorCode.none, producer_id_start=start, producer_id_len=length)
@@ -146,18 +156,34 @@ class QuorumApis:
         try:
             if election is None:
                 raise KafkaError(ErrorCode.invalid_request, f"Unknown election type {int(req.election_type)}")
-            results = {} if asked == {} else await self.controllers.lifecycle_call(
-                "elect_leaders", election, asked, timeout_ms=_timeout_ms(req))
+            results = (
+                {}
+                if asked == {}
+                else await self.controllers.lifecycle_call(
+                    "elect_leaders", election, asked, timeout_ms=_timeout_ms(req)
+                )
+            )
             error = ErrorCode.none
-        except KafkaError as e:        # as Kafka's getErrorResponse: the error for every partition asked
+        except KafkaError as e:  # as Kafka's getErrorResponse: the error for every partition asked
             error = e.code
-            results = {topic: [(p, int(e.code), e.message or None) for p in ids]
-                       for topic, ids in (asked or {}).items()}
-        return m(throttle_time=0, error_code=error, replica_election_results=tuple(
-            m("ReplicaElectionResult", topic=topic, partition_result=tuple(
-                m("PartitionResult", partition_id=p, error_code=ErrorCode(code), error_message=message)
-                for p, code, message in parts))
-            for topic, parts in results.items()))
+            results = {
+                topic: [(p, int(e.code), e.message or None) for p in ids] for topic, ids in (asked or {}).items()
+            }
+        return m(
+            throttle_time=0,
+            error_code=error,
+            replica_election_results=tuple(
+                m(
+                    "ReplicaElectionResult",
+                    topic=topic,
+                    partition_result=tuple(
+                        m("PartitionResult", partition_id=p, error_code=ErrorCode(code), error_message=message)
+                        for p, code, message in parts
+                    ),
+                )
+                for topic, parts in results.items()
+            ),
+        )
 
 
 def _timeout_ms(req) -> int:

@@ -7,8 +7,8 @@ entity as ClientQuotaControlManager and writes ClientQuotaRecords.
 
 from __future__ import annotations
 
-from ...errors import ErrorCode, KafkaError
 from ... import quotas as qm
+from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
@@ -25,31 +25,40 @@ def parse_filter(components) -> tuple[dict[str, str | None], set[str]]:
         if not etype:
             raise KafkaError(ErrorCode.invalid_request, "Invalid empty entity type.")
         if etype in exact or etype in specified:
-            raise KafkaError(ErrorCode.invalid_request,
-                             f"Entity type {etype} cannot appear more than once in the filter.")
+            raise KafkaError(
+                ErrorCode.invalid_request, f"Entity type {etype} cannot appear more than once in the filter."
+            )
         if etype not in (qm.IP, qm.USER, qm.CLIENT_ID):
             raise KafkaError(ErrorCode.unsupported_version, f"Unsupported entity type {etype}")
         if c.match_type == MATCH_EXACT:
             if c.match is None:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 "Request specified MATCH_TYPE_EXACT, but set match string to null.")
+                raise KafkaError(
+                    ErrorCode.invalid_request, "Request specified MATCH_TYPE_EXACT, but set match string to null."
+                )
             exact[etype] = c.match
         elif c.match_type == MATCH_DEFAULT:
             if c.match is not None:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 "Request specified MATCH_TYPE_DEFAULT, but also specified a match string.")
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "Request specified MATCH_TYPE_DEFAULT, but also specified a match string.",
+                )
             exact[etype] = None
         elif c.match_type == MATCH_SPECIFIED:
             if c.match is not None:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.")
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.",
+                )
             specified.add(etype)
         else:
             raise KafkaError(ErrorCode.invalid_request, f"Unknown match type {c.match_type}")
     types = set(exact) | specified
     if qm.IP in types and (qm.USER in types or qm.CLIENT_ID in types):
-        raise KafkaError(ErrorCode.invalid_request, "Invalid entity filter component combination. IP filter component "
-                                                    "should not be used with user or clientId filter component.")
+        raise KafkaError(
+            ErrorCode.invalid_request,
+            "Invalid entity filter component combination. IP filter component "
+            "should not be used with user or clientId filter component.",
+        )
     return exact, specified
 
 
@@ -60,8 +69,10 @@ def matches(entity: dict[str, str | None], exact: dict, specified: set, strict: 
 
 
 class QuotaApis:
-    APIS = (Api(ApiKeys.DESCRIBE_CLIENT_QUOTAS, 0, 1, "describe_client_quotas"),
-            Api(ApiKeys.ALTER_CLIENT_QUOTAS, 0, 1, "alter_client_quotas"))
+    APIS = (
+        Api(ApiKeys.DESCRIBE_CLIENT_QUOTAS, 0, 1, "describe_client_quotas"),
+        Api(ApiKeys.ALTER_CLIENT_QUOTAS, 0, 1, "alter_client_quotas"),
+    )
 
     def __init__(self, *, image, controllers):
         self.image = image
@@ -76,9 +87,13 @@ class QuotaApis:
         entries = []
         for entity, values in sorted(self.image.client_quotas.items(), key=lambda kv: repr(kv[0])):
             if matches(dict(entity), exact, specified, req.strict):
-                entries.append(m("EntryData",
-                                 entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in entity),
-                                 values=tuple(m("ValueData", key=k, value=v) for k, v in sorted(values.items()))))
+                entries.append(
+                    m(
+                        "EntryData",
+                        entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in entity),
+                        values=tuple(m("ValueData", key=k, value=v) for k, v in sorted(values.items())),
+                    )
+                )
         return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
 
     def alter_client_quotas(self, ctx, req):
@@ -86,14 +101,24 @@ class QuotaApis:
 
     async def _alter_client_quotas(self, ctx, req):
         m = Msg(ApiKeys.ALTER_CLIENT_QUOTAS, ctx.api_version)
-        alterations = [([(e.entity_type, e.entity_name) for e in entry.entity],
-                        [(op.key, None if op.remove else op.value) for op in entry.ops]) for entry in req.entries]
+        alterations = [
+            (
+                [(e.entity_type, e.entity_name) for e in entry.entity],
+                [(op.key, None if op.remove else op.value) for op in entry.ops],
+            )
+            for entry in req.entries
+        ]
         try:
             results = await self.controllers.call("alter_client_quotas", alterations, req.validate_only)
         except KafkaError as e:
             results = [(entries, e) for entries, _ops in alterations]
-        out = tuple(m("EntryData", error_code=err.code if err else ErrorCode.none,
-                      error_message=err.message if err else None,
-                      entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in entries))
-                    for entries, err in results)
+        out = tuple(
+            m(
+                "EntryData",
+                error_code=err.code if err else ErrorCode.none,
+                error_message=err.message if err else None,
+                entity=tuple(m("EntityData", entity_type=t, entity_name=n) for t, n in entries),
+            )
+            for entries, err in results
+        )
         return m(throttle_time=0, entries=out)

@@ -16,8 +16,10 @@ from .topics import _timeout_ms
 
 
 class ReassignmentApis:
-    APIS = (Api(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, 0, 1, "alter_partition_reassignments"),
-            Api(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0, 0, "list_partition_reassignments"))
+    APIS = (
+        Api(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, 0, 1, "alter_partition_reassignments"),
+        Api(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0, 0, "list_partition_reassignments"),
+    )
 
     def __init__(self, *, controllers):
         self.controllers = controllers
@@ -28,23 +30,52 @@ class ReassignmentApis:
 
     async def _alter(self, ctx, req):
         m = Msg(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, ctx.api_version)
-        topics = [(t.name, [(p.partition_index, None if p.replicas is None else [int(r) for r in p.replicas])
-                            for p in t.partitions]) for t in req.topics]
+        topics = [
+            (
+                t.name,
+                [
+                    (p.partition_index, None if p.replicas is None else [int(r) for r in p.replicas])
+                    for p in t.partitions
+                ],
+            )
+            for t in req.topics
+        ]
         allow = bool(getattr(req, "allow_replication_factor_change", True))
         try:
-            results = await self.controllers.call("alter_partition_reassignments", topics, allow,
-                                                         timeout_ms=_timeout_ms(req))
+            results = await self.controllers.call(
+                "alter_partition_reassignments", topics, allow, timeout_ms=_timeout_ms(req)
+            )
         except KafkaError as e:
-            return m(throttle_time=0, allow_replication_factor_change=allow, error_code=e.code,
-                     error_message=e.message, responses=())
+            return m(
+                throttle_time=0,
+                allow_replication_factor_change=allow,
+                error_code=e.code,
+                error_message=e.message,
+                responses=(),
+            )
         responses = tuple(
-            m("ReassignableTopicResponse", name=name, partitions=tuple(
-                m("ReassignablePartitionResponse", partition_index=pid,
-                  error_code=err.code if err else ErrorCode.none, error_message=err.message if err else None)
-                for pid, err in parts))
-            for name, parts in results)
-        return m(throttle_time=0, allow_replication_factor_change=allow, error_code=ErrorCode.none,
-                 error_message=None, responses=responses)
+            m(
+                "ReassignableTopicResponse",
+                name=name,
+                partitions=tuple(
+                    m(
+                        "ReassignablePartitionResponse",
+                        partition_index=pid,
+                        error_code=err.code if err else ErrorCode.none,
+                        error_message=err.message if err else None,
+                    )
+                    for pid, err in parts
+                ),
+            )
+            for name, parts in results
+        )
+        return m(
+            throttle_time=0,
+            allow_replication_factor_change=allow,
+            error_code=ErrorCode.none,
+            error_message=None,
+            responses=responses,
+        )
 
     # ------------------------------------------------------------------ ListPartitionReassignments
     def list_partition_reassignments(self, ctx, req):
@@ -52,16 +83,32 @@ class ReassignmentApis:
 
     async def _list(self, ctx, req):
         m = Msg(ApiKeys.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
-        topics = None if req.topics is None else [(t.name, [int(i) for i in t.partition_indexes])
-                                                   for t in req.topics]
+        topics = None if req.topics is None else [(t.name, [int(i) for i in t.partition_indexes]) for t in req.topics]
         try:
-            found = await self.controllers.lifecycle_call("list_partition_reassignments", topics,
-                                                                 timeout_ms=_timeout_ms(req))
+            found = await self.controllers.lifecycle_call(
+                "list_partition_reassignments", topics, timeout_ms=_timeout_ms(req)
+            )
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, error_message=e.message, topics=())
-        return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, topics=tuple(
-            m("OngoingTopicReassignment", name=name, partitions=tuple(
-                m("OngoingPartitionReassignment", partition_index=pid, replicas=tuple(replicas),
-                  adding_replicas=tuple(adding), removing_replicas=tuple(removing))
-                for pid, replicas, adding, removing in parts))
-            for name, parts in found))
+        return m(
+            throttle_time=0,
+            error_code=ErrorCode.none,
+            error_message=None,
+            topics=tuple(
+                m(
+                    "OngoingTopicReassignment",
+                    name=name,
+                    partitions=tuple(
+                        m(
+                            "OngoingPartitionReassignment",
+                            partition_index=pid,
+                            replicas=tuple(replicas),
+                            adding_replicas=tuple(adding),
+                            removing_replicas=tuple(removing),
+                        )
+                        for pid, replicas, adding, removing in parts
+                    ),
+                )
+                for name, parts in found
+            ),
+        )

@@ -32,8 +32,19 @@ from .topics import TopicApis
 from .transactions import TransactionApis
 
 # the handler classes whose APIs are declared as data
-DECLARED = (CoreApis, ProduceApis, FetchApis, OffsetApis, TopicApis, ConfigApis, LogDirApis, ShareStateApis,
-            QuotaApis, QuorumApis, ReassignmentApis)
+DECLARED = (
+    CoreApis,
+    ProduceApis,
+    FetchApis,
+    OffsetApis,
+    TopicApis,
+    ConfigApis,
+    LogDirApis,
+    ShareStateApis,
+    QuotaApis,
+    QuorumApis,
+    ReassignmentApis,
+)
 # next step: these three take narrow collaborators and declare their APIs as the others do
 TRANSITIONAL = (TransactionApis, GroupApis, ShareGroupApis)
 
@@ -51,16 +62,16 @@ def bind(handler, config, apis: dict, controller_apis: dict) -> None:
         table = controller_apis if a.controller_only else apis
         if a.key in table:
             raise ValueError(f"{a.key.name} is served by two handlers")
-        table[a.key] = ApiSpec(a.key, a.min_version, a.max_version, getattr(handler, a.method), a.raw,
-                               a.refused_below)
+        table[a.key] = ApiSpec(a.key, a.min_version, a.max_version, getattr(handler, a.method), a.raw, a.refused_below)
 
 
 def served_versions(config: dict | None = None) -> dict[int, tuple[int, int]]:
     """{api key: (min, max)} that a broker with ``config`` advertises, without starting one
     (docs, tests)."""
     cfg = BrokerConfig(config or {})
-    served = {a.key: (a.min_version, a.max_version)
-              for cls in DECLARED for a in declared(cls, cfg) if not a.controller_only}
+    served = {
+        a.key: (a.min_version, a.max_version) for cls in DECLARED for a in declared(cls, cfg) if not a.controller_only
+    }
 
     class _Registry:  # transitional: what the three self-registering handlers register
         def __init__(self):

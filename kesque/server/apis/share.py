@@ -17,13 +17,13 @@ from ...coordinator.group.requests import ShareGroupHeartbeat
 from ...coordinator.group.share import ShareGroup, create_empty_group, share_group_heartbeat
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg, to_ms
 from ...share import enabled
-from ..drivers.share_manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
+from ..drivers.share_manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from .committed import when_committed
 from .core import OMITTED_OPS, internal_topic_to_create
 from .groups import GROUP_OPS, heartbeat_answer, heartbeat_failed
-from ...protocol.messages import Msg, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +71,26 @@ class ShareGroupApis:
     def _share_group_heartbeat(self, ctx, req):
         m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, ctx.api_version)
         try:
-            r = share_group_heartbeat(self.gc.shard_for(req.group_id), ShareGroupHeartbeat(
-                req.group_id, req.member_id, req.member_epoch, req.rack_id,
-                list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
-                ctx.client_id or "", "/" + ctx.client_host))
+            r = share_group_heartbeat(
+                self.gc.shard_for(req.group_id),
+                ShareGroupHeartbeat(
+                    req.group_id,
+                    req.member_id,
+                    req.member_epoch,
+                    req.rack_id,
+                    list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
+                    ctx.client_id or "",
+                    "/" + ctx.client_host,
+                ),
+            )
         except KafkaError as e:
             return heartbeat_failed(m, e)
-        return when_committed(self.gc, [self.gc.partition_for(req.group_id)], heartbeat_answer(m, r),
-                              lambda code: heartbeat_failed(m, KafkaError(code)))
+        return when_committed(
+            self.gc,
+            [self.gc.partition_for(req.group_id)],
+            heartbeat_answer(m, r),
+            lambda code: heartbeat_failed(m, KafkaError(code)),
+        )
 
     def share_group_describe(self, ctx, req):
         m = Msg(ApiKeys.SHARE_GROUP_DESCRIBE, ctx.api_version)
@@ -89,13 +101,24 @@ class ShareGroupApis:
             tps = []
             for tid, ps in a.items():
                 t = image.topics_by_id.get(tid)
-                tps.append(m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "",
-                             partitions=tuple(sorted(ps))))
+                tps.append(
+                    m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "", partitions=tuple(sorted(ps)))
+                )
             return m("Assignment", topic_partitions=tuple(tps))
 
         def failed(gid, code, msg=None):
-            return m("DescribedGroup", error_code=code, error_message=msg, group_id=gid, group_state="",
-                     group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(), authorized_operations=ops)
+            return m(
+                "DescribedGroup",
+                error_code=code,
+                error_message=msg,
+                group_id=gid,
+                group_state="",
+                group_epoch=-1,
+                assignment_epoch=-1,
+                assignor_name="",
+                members=(),
+                authorized_operations=ops,
+            )
 
         out = []
         for gid in req.group_ids:
@@ -111,14 +134,32 @@ class ShareGroupApis:
                 msg = f"Group {gid} not found." if g is None else f"Group {gid} is not a share group."
                 out.append(failed(gid, ErrorCode.group_id_not_found, msg))
                 continue
-            members = tuple(m("Member", member_id=x.member_id, rack_id=x.rack_id, member_epoch=x.member_epoch,
-                              client_id=x.client_id, client_host=x.client_host,
-                              subscribed_topic_names=tuple(x.subscribed_topic_names),
-                              assignment=assignment(x.assigned))
-                            for x in g.members.values())
-            out.append(m("DescribedGroup", error_code=ErrorCode.none, group_id=gid, group_state=g.state_name(),
-                         group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch, assignor_name="simple",
-                         members=members, authorized_operations=ops))
+            members = tuple(
+                m(
+                    "Member",
+                    member_id=x.member_id,
+                    rack_id=x.rack_id,
+                    member_epoch=x.member_epoch,
+                    client_id=x.client_id,
+                    client_host=x.client_host,
+                    subscribed_topic_names=tuple(x.subscribed_topic_names),
+                    assignment=assignment(x.assigned),
+                )
+                for x in g.members.values()
+            )
+            out.append(
+                m(
+                    "DescribedGroup",
+                    error_code=ErrorCode.none,
+                    group_id=gid,
+                    group_state=g.state_name(),
+                    group_epoch=g.group_epoch,
+                    assignment_epoch=g.assignment_epoch,
+                    assignor_name="simple",
+                    members=members,
+                    authorized_operations=ops,
+                )
+            )
         return m(throttle_time=0, groups=tuple(out))
 
     # ------------------------------------------------------------------ ShareFetch / ShareAcknowledge
@@ -134,10 +175,12 @@ class ShareGroupApis:
         for t in topics:
             for p in t.partitions:
                 if p.acknowledgement_batches:
-                    batches = [(b.first_offset, b.last_offset, list(b.acknowledge_types))
-                               for b in p.acknowledgement_batches]
+                    batches = [
+                        (b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches
+                    ]
                     out[(t.topic_id, p.partition_index)] = self.manager.acknowledge(
-                        group_id, member_id, t.topic_id, p.partition_index, batches, now, renew)
+                        group_id, member_id, t.topic_id, p.partition_index, batches, now, renew
+                    )
         return out
 
     @staticmethod
@@ -152,8 +195,14 @@ class ShareGroupApis:
         gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
 
         def top_error(code, msg=None):
-            return m(throttle_time=0, error_code=code, error_message=msg, acquisition_lock_timeout=0, responses=(),
-                     node_endpoints=())
+            return m(
+                throttle_time=0,
+                error_code=code,
+                error_message=msg,
+                acquisition_lock_timeout=0,
+                responses=(),
+                node_endpoints=(),
+            )
 
         if not gid:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
@@ -174,8 +223,9 @@ class ShareGroupApis:
                     mgr.release(gid, mid, list(old.partitions), now)
                 mgr.session_opened(gid, [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions])
             else:
-                if epoch == FINAL_EPOCH and any(not p.acknowledgement_batches for t in req.topics
-                                                for p in t.partitions):
+                if epoch == FINAL_EPOCH and any(
+                    not p.acknowledgement_batches for t in req.topics for p in t.partitions
+                ):
                     return top_error(ErrorCode.invalid_request, "Fetch data present on final fetch.")
                 session = mgr.sessions.use(gid, mid, epoch, now)
         except KafkaError as e:
@@ -222,6 +272,7 @@ class ShareGroupApis:
                     r.error, r.message, r.acquired, r.records = int(err.code), err.message, [], b""
             response = self._durable(build(), failed)
             return await response if inspect.isawaitable(response) else response
+
         return later()
 
     def _fetch_all(self, gid, mid, session, req, now) -> dict:
@@ -230,8 +281,9 @@ class ShareGroupApis:
         out = {}
         record_limit = getattr(req, "share_acquire_mode", 0) == 1  # (v1: batch_optimized, as Kafka)
         for topic_id, p in list(session.partitions):
-            r = out[(topic_id, p)] = self.manager.fetch(gid, mid, topic_id, p, max_records, max(remaining, 1), now,
-                                                        record_limit)
+            r = out[(topic_id, p)] = self.manager.fetch(
+                gid, mid, topic_id, p, max_records, max(remaining, 1), now, record_limit
+            )
             remaining -= len(r.records)
             max_records -= sum(a.last - a.first + 1 for a in r.acquired)
             if r.acquired:  # a partition that gave records goes to the back, so none starves
@@ -299,31 +351,49 @@ class ShareGroupApis:
             if r is not None and not (r.acquired or r.error) and key not in acks:
                 continue
             ack = acks.get(key)
-            by_topic.setdefault(topic_id, []).append(m(
-                "PartitionData", partition_index=p,
-                error_code=ErrorCode(r.error) if r is not None else ErrorCode.none,
-                error_message=r.message if r is not None else None,
-                acknowledge_error_code=int(ack.code) if ack is not None else 0,
-                acknowledge_error_message=ack.message if ack is not None else None,
-                current_leader=self._current_leader(m, topic_id, p, r),
-                records=r.records if r is not None else b"",
-                acquired_records=tuple(m("AcquiredRecords", first_offset=a.first, last_offset=a.last,
-                                         delivery_count=a.delivery_count) for a in (r.acquired if r else ()))))
-        responses = tuple(m("ShareFetchableTopicResponse", topic_id=t, partitions=tuple(ps))
-                          for t, ps in by_topic.items())
-        return m(throttle_time=0, error_code=ErrorCode.none,
-                 acquisition_lock_timeout=self.manager.lock_duration_ms(gid), responses=responses, node_endpoints=())
+            by_topic.setdefault(topic_id, []).append(
+                m(
+                    "PartitionData",
+                    partition_index=p,
+                    error_code=ErrorCode(r.error) if r is not None else ErrorCode.none,
+                    error_message=r.message if r is not None else None,
+                    acknowledge_error_code=int(ack.code) if ack is not None else 0,
+                    acknowledge_error_message=ack.message if ack is not None else None,
+                    current_leader=self._current_leader(m, topic_id, p, r),
+                    records=r.records if r is not None else b"",
+                    acquired_records=tuple(
+                        m("AcquiredRecords", first_offset=a.first, last_offset=a.last, delivery_count=a.delivery_count)
+                        for a in (r.acquired if r else ())
+                    ),
+                )
+            )
+        responses = tuple(
+            m("ShareFetchableTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+        )
+        return m(
+            throttle_time=0,
+            error_code=ErrorCode.none,
+            acquisition_lock_timeout=self.manager.lock_duration_ms(gid),
+            responses=responses,
+            node_endpoints=(),
+        )
 
     def _current_leader(self, m, topic_id, p: int, r):
         """This broker with its epoch, or (NOT_LEADER_OR_FOLLOWER) the leader the image knows,
         so that the client moves (KIP-951)."""
         if r is None or not r.error:
-            return m("LeaderIdAndEpoch", leader_id=self.server.node_id if r is not None else -1,
-                     leader_epoch=r.leader_epoch if r is not None else -1)
+            return m(
+                "LeaderIdAndEpoch",
+                leader_id=self.server.node_id if r is not None else -1,
+                leader_epoch=r.leader_epoch if r is not None else -1,
+            )
         t = self.server.image.topics_by_id.get(topic_id)
         reg = t.partitions.get(p) if t is not None and r.error == ErrorCode.not_leader_or_follower else None
-        return m("LeaderIdAndEpoch", leader_id=reg.leader if reg is not None else -1,
-                 leader_epoch=reg.leader_epoch if reg is not None else -1)
+        return m(
+            "LeaderIdAndEpoch",
+            leader_id=reg.leader if reg is not None else -1,
+            leader_epoch=reg.leader_epoch if reg is not None else -1,
+        )
 
     def share_acknowledge(self, ctx, req):
         m = Msg(ApiKeys.SHARE_ACKNOWLEDGE, ctx.api_version)
@@ -332,8 +402,14 @@ class ShareGroupApis:
         gid, mid, epoch = req.group_id, req.member_id, req.share_session_epoch
 
         def top_error(code, msg=None):
-            return m(throttle_time=0, error_code=code, error_message=msg, acquisition_lock_timeout=0, responses=(),
-                     node_endpoints=())
+            return m(
+                throttle_time=0,
+                error_code=code,
+                error_message=msg,
+                acquisition_lock_timeout=0,
+                responses=(),
+                node_endpoints=(),
+            )
 
         if not gid:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
@@ -350,14 +426,25 @@ class ShareGroupApis:
         def build():
             by_topic: dict = {}
             for (topic_id, p), err in acks.items():
-                by_topic.setdefault(topic_id, []).append(m(
-                    "PartitionData", partition_index=p, error_code=err.code if err is not None else ErrorCode.none,
-                    error_message=err.message if err is not None else None,
-                    current_leader=m("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)))
-            return m(throttle_time=0, error_code=ErrorCode.none, acquisition_lock_timeout=mgr.lock_duration_ms(gid),
-                     responses=tuple(m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps))
-                                     for t, ps in by_topic.items()),
-                     node_endpoints=())
+                by_topic.setdefault(topic_id, []).append(
+                    m(
+                        "PartitionData",
+                        partition_index=p,
+                        error_code=err.code if err is not None else ErrorCode.none,
+                        error_message=err.message if err is not None else None,
+                        current_leader=m("LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1),
+                    )
+                )
+            return m(
+                throttle_time=0,
+                error_code=ErrorCode.none,
+                acquisition_lock_timeout=mgr.lock_duration_ms(gid),
+                responses=tuple(
+                    m("ShareAcknowledgeTopicResponse", topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+                ),
+                node_endpoints=(),
+            )
+
         return self._respond(build, acks, {}, top_error)
 
     # ------------------------------------------------------------------ DescribeShareGroupOffsets
@@ -373,26 +460,47 @@ class ShareGroupApis:
             try:
                 g = self.gc.read_shard(rg.group_id).groups.get(rg.group_id)
             except KafkaError as e:
-                out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=(),
-                             error_code=e.code, error_message=e.message))
+                out.append(
+                    m(
+                        "DescribeShareGroupOffsetsResponseGroup",
+                        group_id=rg.group_id,
+                        topics=(),
+                        error_code=e.code,
+                        error_message=e.message,
+                    )
+                )
                 continue
             if not isinstance(g, ShareGroup):
-                out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=(),
-                             error_code=ErrorCode.group_id_not_found,
-                             error_message=f"Group {rg.group_id} not found." if g is None
-                             else f"Group {rg.group_id} is not a share group."))
+                out.append(
+                    m(
+                        "DescribeShareGroupOffsetsResponseGroup",
+                        group_id=rg.group_id,
+                        topics=(),
+                        error_code=ErrorCode.group_id_not_found,
+                        error_message=f"Group {rg.group_id} not found."
+                        if g is None
+                        else f"Group {rg.group_id} is not a share group.",
+                    )
+                )
                 continue
             if rg.topics is None:
                 # as Kafka: every partition of the group's topics (those with share state and those
                 # its members subscribe to), -1 for a partition without state yet
-                names = {t.name for _g, tid, _p in self.manager.local_state_keys(rg.group_id)
-                         if (t := image.topics_by_id.get(tid)) is not None}
+                names = {
+                    t.name
+                    for _g, tid, _p in self.manager.local_state_keys(rg.group_id)
+                    if (t := image.topics_by_id.get(tid)) is not None
+                }
                 names |= {n for n in g.subscribed_topic_names() if image.topic(n) is not None}
                 wanted: dict = {n: sorted(image.topic(n).partitions) for n in names}
             else:
                 wanted = {t.topic_name: list(t.partitions) for t in rg.topics}
-            keys = [(rg.group_id, t.topic_id, p) for name, parts in wanted.items()
-                    if (t := image.topic(name)) is not None for p in parts]
+            keys = [
+                (rg.group_id, t.topic_id, p)
+                for name, parts in wanted.items()
+                if (t := image.topic(name)) is not None
+                for p in parts
+            ]
             states = await self.manager.summaries(keys)
             topics = []
             for name, parts in sorted(wanted.items()):
@@ -402,19 +510,50 @@ class ShareGroupApis:
                 for p in sorted(parts):
                     st = states.get((rg.group_id, tid, p))
                     if isinstance(st, KafkaError):
-                        rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p, start_offset=-1,
-                                      leader_epoch=-1, lag=-1, error_code=st.code, error_message=st.message))
+                        rows.append(
+                            m(
+                                "DescribeShareGroupOffsetsResponsePartition",
+                                partition_index=p,
+                                start_offset=-1,
+                                leader_epoch=-1,
+                                lag=-1,
+                                error_code=st.code,
+                                error_message=st.message,
+                            )
+                        )
                     elif st is None:
-                        rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p, start_offset=-1,
-                                      leader_epoch=-1, lag=-1, error_code=ErrorCode.none))
+                        rows.append(
+                            m(
+                                "DescribeShareGroupOffsetsResponsePartition",
+                                partition_index=p,
+                                start_offset=-1,
+                                leader_epoch=-1,
+                                lag=-1,
+                                error_code=ErrorCode.none,
+                            )
+                        )
                     else:
-                        rows.append(m("DescribeShareGroupOffsetsResponsePartition", partition_index=p,
-                                      start_offset=st.start_offset, leader_epoch=st.leader_epoch,
-                                      lag=self.manager.lag(name, p, st), error_code=ErrorCode.none))
-                topics.append(m("DescribeShareGroupOffsetsResponseTopic", topic_name=name, topic_id=tid,
-                                partitions=tuple(rows)))
-            out.append(m("DescribeShareGroupOffsetsResponseGroup", group_id=rg.group_id, topics=tuple(topics),
-                         error_code=ErrorCode.none))
+                        rows.append(
+                            m(
+                                "DescribeShareGroupOffsetsResponsePartition",
+                                partition_index=p,
+                                start_offset=st.start_offset,
+                                leader_epoch=st.leader_epoch,
+                                lag=self.manager.lag(name, p, st),
+                                error_code=ErrorCode.none,
+                            )
+                        )
+                topics.append(
+                    m("DescribeShareGroupOffsetsResponseTopic", topic_name=name, topic_id=tid, partitions=tuple(rows))
+                )
+            out.append(
+                m(
+                    "DescribeShareGroupOffsetsResponseGroup",
+                    group_id=rg.group_id,
+                    topics=tuple(topics),
+                    error_code=ErrorCode.none,
+                )
+            )
         return m(throttle_time=0, groups=tuple(out))
 
     # ------------------------------------------------------------------ AlterShareGroupOffsets
@@ -445,10 +584,22 @@ class ShareGroupApis:
                         await self.manager.reset(req.group_id, t.topic_id, rp.partition_index, rp.start_offset)
                     except KafkaError as e:
                         code, msg = e.code, e.message
-                rows.append(m("AlterShareGroupOffsetsResponsePartition", partition_index=rp.partition_index,
-                              error_code=code, error_message=msg))
-            out.append(m("AlterShareGroupOffsetsResponseTopic", topic_name=rt.topic_name,
-                         topic_id=t.topic_id if t is not None else None, partitions=tuple(rows)))
+                rows.append(
+                    m(
+                        "AlterShareGroupOffsetsResponsePartition",
+                        partition_index=rp.partition_index,
+                        error_code=code,
+                        error_message=msg,
+                    )
+                )
+            out.append(
+                m(
+                    "AlterShareGroupOffsetsResponseTopic",
+                    topic_name=rt.topic_name,
+                    topic_id=t.topic_id if t is not None else None,
+                    partitions=tuple(rows),
+                )
+            )
         return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(out))
 
     def _empty_share_group(self, group_id: str, create: bool = False) -> tuple | None:
@@ -465,8 +616,9 @@ class ShareGroupApis:
         except KafkaError as e:  # a refusal (ShareHeartbeatError) or a failed write
             return e.code, e.message
         if not isinstance(g, ShareGroup):
-            return ErrorCode.group_id_not_found, (f"Group {group_id} not found." if g is None
-                                                  else f"Group {group_id} is not a share group.")
+            return ErrorCode.group_id_not_found, (
+                f"Group {group_id} not found." if g is None else f"Group {group_id} is not a share group."
+            )
         if not g.is_empty():
             return ErrorCode.non_empty_group, "The group is not empty."
         return None
@@ -490,6 +642,13 @@ class ShareGroupApis:
                     await self.manager.delete_states([(req.group_id, t.topic_id, p) for p in sorted(t.partitions)])
                 except KafkaError as e:
                     code, msg = e.code, e.message
-            out.append(m("DeleteShareGroupOffsetsResponseTopic", topic_name=rt.topic_name,
-                         topic_id=t.topic_id if t is not None else None, error_code=code, error_message=msg))
+            out.append(
+                m(
+                    "DeleteShareGroupOffsetsResponseTopic",
+                    topic_name=rt.topic_name,
+                    topic_id=t.topic_id if t is not None else None,
+                    error_code=code,
+                    error_message=msg,
+                )
+            )
         return m(throttle_time=0, error_code=ErrorCode.none, responses=tuple(out))

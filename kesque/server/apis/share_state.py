@@ -18,10 +18,10 @@ from ...coordinator.share.shard import summary
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
 from ...share import enabled
 from ...share.partition import StateBatch
 from .committed import committed
-from ...protocol.messages import Msg
 
 NOT_FOUND = "The share-partition state was not found (never initialized)."
 
@@ -32,11 +32,13 @@ class ShareStateApis:
         """Served when share groups are on (group.share.enable)."""
         if not enabled(config):
             return ()
-        return (Api(ApiKeys.INITIALIZE_SHARE_GROUP_STATE, 0, 0, "initialize"),
-                Api(ApiKeys.READ_SHARE_GROUP_STATE, 0, 0, "read"),
-                Api(ApiKeys.WRITE_SHARE_GROUP_STATE, 0, 0, "write"),
-                Api(ApiKeys.DELETE_SHARE_GROUP_STATE, 0, 0, "delete"),
-                Api(ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, "read_summary"))
+        return (
+            Api(ApiKeys.INITIALIZE_SHARE_GROUP_STATE, 0, 0, "initialize"),
+            Api(ApiKeys.READ_SHARE_GROUP_STATE, 0, 0, "read"),
+            Api(ApiKeys.WRITE_SHARE_GROUP_STATE, 0, 0, "write"),
+            Api(ApiKeys.DELETE_SHARE_GROUP_STATE, 0, 0, "delete"),
+            Api(ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY, 0, 1, "read_summary"),
+        )
 
     def __init__(self, *, share_coordinator):
         self.sc = share_coordinator  # None when share groups are off (no API is then bound)
@@ -65,14 +67,16 @@ class ShareStateApis:
                 if not code and failed.get((self.sc.TOPIC, sp)):
                     code, msg, res = failed[(self.sc.TOPIC, sp)], None, None
                 by_topic.setdefault(tid, []).append(partition_result(p, code, msg, res))
-            return m(results=tuple(m(m.result_name, topic_id=tid, partitions=tuple(ps))
-                                   for tid, ps in by_topic.items()))
+            return m(
+                results=tuple(m(m.result_name, topic_id=tid, partitions=tuple(ps)) for tid, ps in by_topic.items())
+            )
 
         if not pending:
             return build({})
 
         async def later():
             return build(await committed(self.sc, pending))
+
         return later()
 
     # ------------------------------------------------------------------ the five APIs
@@ -82,8 +86,11 @@ class ShareStateApis:
         def op(shard, key, p):
             shard.initialize(key, p.start_offset, -1, p.state_epoch)
 
-        return self._answer(m, self._each(req, op), lambda p, code, msg, _r: m(
-            "PartitionResult", partition=p, error_code=code, error_message=msg))
+        return self._answer(
+            m,
+            self._each(req, op),
+            lambda p, code, msg, _r: m("PartitionResult", partition=p, error_code=code, error_message=msg),
+        )
 
     def read(self, ctx, req):
         m = _Msg(ApiKeys.READ_SHARE_GROUP_STATE, "ReadStateResult")
@@ -97,11 +104,24 @@ class ShareStateApis:
             return s
 
         def result(p, code, msg, s):
-            return m("PartitionResult", partition=p, error_code=code, error_message=msg,
-                     state_epoch=s.state_epoch if s else 0, start_offset=s.start_offset if s else -1,
-                     state_batches=tuple(m("StateBatch", first_offset=b.first, last_offset=b.last,
-                                           delivery_state=b.state, delivery_count=b.delivery_count)
-                                         for b in (s.batches if s else ())))
+            return m(
+                "PartitionResult",
+                partition=p,
+                error_code=code,
+                error_message=msg,
+                state_epoch=s.state_epoch if s else 0,
+                start_offset=s.start_offset if s else -1,
+                state_batches=tuple(
+                    m(
+                        "StateBatch",
+                        first_offset=b.first,
+                        last_offset=b.last,
+                        delivery_state=b.state,
+                        delivery_count=b.delivery_count,
+                    )
+                    for b in (s.batches if s else ())
+                ),
+            )
 
         return self._answer(m, self._each(req, op), result)
 
@@ -109,12 +129,22 @@ class ShareStateApis:
         m = _Msg(ApiKeys.WRITE_SHARE_GROUP_STATE, "WriteStateResult")
 
         def op(shard, key, p):
-            shard.write_state(key, p.start_offset, [StateBatch(b.first_offset, b.last_offset, b.delivery_state,
-                                                               b.delivery_count) for b in p.state_batches],
-                              p.leader_epoch, p.state_epoch)
+            shard.write_state(
+                key,
+                p.start_offset,
+                [
+                    StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                    for b in p.state_batches
+                ],
+                p.leader_epoch,
+                p.state_epoch,
+            )
 
-        return self._answer(m, self._each(req, op), lambda p, code, msg, _r: m(
-            "PartitionResult", partition=p, error_code=code, error_message=msg))
+        return self._answer(
+            m,
+            self._each(req, op),
+            lambda p, code, msg, _r: m("PartitionResult", partition=p, error_code=code, error_message=msg),
+        )
 
     def delete(self, ctx, req):
         m = _Msg(ApiKeys.DELETE_SHARE_GROUP_STATE, "DeleteStateResult")
@@ -123,8 +153,11 @@ class ShareStateApis:
             if key in shard.states:
                 shard.delete(key)
 
-        return self._answer(m, self._each(req, op), lambda p, code, msg, _r: m(
-            "PartitionResult", partition=p, error_code=code, error_message=msg))
+        return self._answer(
+            m,
+            self._each(req, op),
+            lambda p, code, msg, _r: m("PartitionResult", partition=p, error_code=code, error_message=msg),
+        )
 
     def read_summary(self, ctx, req):
         m = _Msg(ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY, "ReadStateSummaryResult", ctx.api_version)
@@ -135,11 +168,20 @@ class ShareStateApis:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, NOT_FOUND)
             return summary(s)
 
-        return self._answer(m, self._each(req, op), lambda p, code, msg, s: m(
-            "PartitionResult", partition=p, error_code=code, error_message=msg,
-            state_epoch=s.state_epoch if s else 0, leader_epoch=s.leader_epoch if s else -1,
-            start_offset=s.start_offset if s else -1,
-            delivery_complete_count=s.delivery_complete_count if s else -1))
+        return self._answer(
+            m,
+            self._each(req, op),
+            lambda p, code, msg, s: m(
+                "PartitionResult",
+                partition=p,
+                error_code=code,
+                error_message=msg,
+                state_epoch=s.state_epoch if s else 0,
+                leader_epoch=s.leader_epoch if s else -1,
+                start_offset=s.start_offset if s else -1,
+                delivery_complete_count=s.delivery_complete_count if s else -1,
+            ),
+        )
 
 
 class _Msg(Msg):

@@ -23,9 +23,10 @@ from ...coordinator.runtime import coordinator_error
 from ...coordinator.transaction.records import TxnState
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import EPOCH as _EPOCH
+from ...protocol.messages import Msg, to_ms
 from ..txn_channels import append_marker, markers_committed
 from .committed import when_committed
-from ...protocol.messages import EPOCH as _EPOCH, Msg, to_ms
 
 
 def _ms_time(ms: int) -> datetime.datetime:
@@ -41,10 +42,12 @@ def _topic_results(m, errors: dict) -> tuple:
     """AddPartitionsToTxn's per-topic results of ``{(topic, partition): error}``."""
     by_topic: dict = {}
     for (topic, p), code in errors.items():
-        by_topic.setdefault(topic, []).append(m("AddPartitionsToTxnPartitionResult", partition_index=p,
-                                                partition_error_code=code))
-    return tuple(m("AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(rs))
-                 for t, rs in by_topic.items())
+        by_topic.setdefault(topic, []).append(
+            m("AddPartitionsToTxnPartitionResult", partition_index=p, partition_error_code=code)
+        )
+    return tuple(
+        m("AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(rs)) for t, rs in by_topic.items()
+    )
 
 
 class TransactionApis:
@@ -59,8 +62,13 @@ class TransactionApis:
         """``response`` once the transaction records of ``txn_ids`` are committed."""
         tc = self.tc
         txn_ids = [t for t in txn_ids if t]
-        return when_committed(tc, {tc.partition_for(t) for t in txn_ids}, response, failed,
-                              tc.write_timeout_ms(txn_ids[0]) if txn_ids else None)
+        return when_committed(
+            tc,
+            {tc.partition_for(t) for t in txn_ids},
+            response,
+            failed,
+            tc.write_timeout_ms(txn_ids[0]) if txn_ids else None,
+        )
 
     def register(self) -> None:
         r = self.server.register
@@ -91,40 +99,66 @@ class TransactionApis:
         if shard is None:
             return m(throttle_time=0, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
         try:
-            res = shard.init_producer_id(req.transactional_id, to_ms(req.transaction_timeout),
-                                         getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1),
-                                         getattr(req, "enable2_pc", False), getattr(req, "keep_prepared_txn", False))
+            res = shard.init_producer_id(
+                req.transactional_id,
+                to_ms(req.transaction_timeout),
+                getattr(req, "producer_id", -1),
+                getattr(req, "producer_epoch", -1),
+                getattr(req, "enable2_pc", False),
+                getattr(req, "keep_prepared_txn", False),
+            )
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
         return self._when_committed(
             [req.transactional_id],
-            m(throttle_time=0, error_code=_fenced(res.error, v, 4), producer_id=res.producer_id,
-              producer_epoch=res.producer_epoch, ongoing_txn_producer_id=res.ongoing_producer_id,
-              ongoing_txn_producer_epoch=res.ongoing_producer_epoch),
-            lambda code: m(throttle_time=0, error_code=code, producer_id=-1, producer_epoch=-1))
+            m(
+                throttle_time=0,
+                error_code=_fenced(res.error, v, 4),
+                producer_id=res.producer_id,
+                producer_epoch=res.producer_epoch,
+                ongoing_txn_producer_id=res.ongoing_producer_id,
+                ongoing_txn_producer_epoch=res.ongoing_producer_epoch,
+            ),
+            lambda code: m(throttle_time=0, error_code=code, producer_id=-1, producer_epoch=-1),
+        )
 
     # ------------------------------------------------------------------ AddPartitionsToTxn
     def add_partitions_to_txn(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, v)
         if v <= 3:
-            txns = [(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
-                     req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)]
+            txns = [
+                (
+                    req.v3_and_below_transactional_id,
+                    req.v3_and_below_producer_id,
+                    req.v3_and_below_producer_epoch,
+                    req.v3_and_below_topics,
+                    False,
+                )
+            ]
         else:
-            txns = [(t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only)
-                    for t in req.transactions]
+            txns = [
+                (t.transactional_id, t.producer_id, t.producer_epoch, t.topics, t.verify_only) for t in req.transactions
+            ]
         # v4+ without verify_only comes from a partition leader adding a TV2 producer's partition
         tv = 2 if self.tc.tv2(v >= 4) else 0
         errors = [self._add_partitions(v, *t, tv) for t in txns]
 
         def respond(failed=None):
             """``failed``: the error of every partition whose addition was not committed."""
-            results = [_topic_results(m, {tp: failed for tp in errs} if failed and not t[4] else errs)
-                       for t, errs in zip(txns, errors)]
+            results = [
+                _topic_results(m, {tp: failed for tp in errs} if failed and not t[4] else errs)
+                for t, errs in zip(txns, errors)
+            ]
             if v <= 3:
                 return m(throttle_time=0, results_by_topic_v3_and_below=results[0])
-            return m(throttle_time=0, error_code=ErrorCode.none, results_by_transaction=tuple(
-                m("AddPartitionsToTxnResult", transactional_id=t[0], topic_results=r) for t, r in zip(txns, results)))
+            return m(
+                throttle_time=0,
+                error_code=ErrorCode.none,
+                results_by_transaction=tuple(
+                    m("AddPartitionsToTxnResult", transactional_id=t[0], topic_results=r) for t, r in zip(txns, results)
+                ),
+            )
 
         return self._when_committed([t[0] for t in txns if not t[4]], respond(), respond)
 
@@ -135,8 +169,10 @@ class TransactionApis:
         missing = {tp for tp in wanted if image.topic(tp[0]) is None or tp[1] not in image.topic(tp[0]).partitions}
         if missing:
             # any failed partition fails the whole request; the others are not attempted
-            errors = {tp: ErrorCode.unknown_topic_or_partition if tp in missing else ErrorCode.operation_not_attempted
-                      for tp in wanted}
+            errors = {
+                tp: ErrorCode.unknown_topic_or_partition if tp in missing else ErrorCode.operation_not_attempted
+                for tp in wanted
+            }
         elif verify_only:
             errors = self.tc.verify(txn_id, producer_id, producer_epoch, wanted)
         else:
@@ -156,13 +192,17 @@ class TransactionApis:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         tp = (OFFSETS_TOPIC, self.server.group_coordinator.partition_for(req.group_id))
         try:
-            self.tc.shard_for(req.transactional_id).add_partitions(req.transactional_id, req.producer_id,
-                                                                   req.producer_epoch, {tp})
+            self.tc.shard_for(req.transactional_id).add_partitions(
+                req.transactional_id, req.producer_id, req.producer_epoch, {tp}
+            )
             code = ErrorCode.none
         except KafkaError as e:
             code = e.code
-        return self._when_committed([req.transactional_id], m(throttle_time=0, error_code=_fenced(code, v, 2)),
-                                    lambda failed: m(throttle_time=0, error_code=failed))
+        return self._when_committed(
+            [req.transactional_id],
+            m(throttle_time=0, error_code=_fenced(code, v, 2)),
+            lambda failed: m(throttle_time=0, error_code=failed),
+        )
 
     # ------------------------------------------------------------------ EndTxn
     def end_txn(self, ctx, req):
@@ -173,29 +213,38 @@ class TransactionApis:
             shard = self.tc.shard_for(req.transactional_id)
             # v5+ of a TV2 client: the epoch is bumped and the answer names the producer id and
             # epoch of its next transaction (KIP-890 part 2)
-            pid, epoch = shard.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
-                                       self.tc.tv2(v >= 5))
+            pid, epoch = shard.end_txn(
+                req.transactional_id, req.producer_id, req.producer_epoch, req.committed, self.tc.tv2(v >= 5)
+            )
             code = ErrorCode.none
         except KafkaError as e:
             code = e.code
         return self._when_committed(
             [req.transactional_id],
             m(throttle_time=0, error_code=_fenced(code, v, 2), producer_id=pid, producer_epoch=epoch),
-            lambda failed: m(throttle_time=0, error_code=failed, producer_id=-1, producer_epoch=-1))
+            lambda failed: m(throttle_time=0, error_code=failed, producer_id=-1, producer_epoch=-1),
+        )
 
     # ------------------------------------------------------------------ WriteTxnMarkers
     def write_txn_markers(self, ctx, req):
         """Markers a (remote) transaction coordinator asks this broker, as partition leader, to
         write; each is answered once committed (acks=all)."""
         rm = self.server.replica_manager
-        codes: dict = {}    # (marker index, topic, partition) -> error of the append
+        codes: dict = {}  # (marker index, topic, partition) -> error of the append
         written: dict = {}  # (topic, partition) -> the offset the HW must reach
         for i, mk in enumerate(req.markers):
             for t in mk.topics:
                 for p in t.partition_indexes:
                     try:
-                        end = append_marker(rm, t.name, p, mk.producer_id, mk.producer_epoch, mk.transaction_result,
-                                            mk.coordinator_epoch)
+                        end = append_marker(
+                            rm,
+                            t.name,
+                            p,
+                            mk.producer_id,
+                            mk.producer_epoch,
+                            mk.transaction_result,
+                            mk.coordinator_epoch,
+                        )
                         written[(t.name, p)] = max(end, written.get((t.name, p), 0))
                         codes[(i, t.name, p)] = ErrorCode.none
                     except KafkaError as e:
@@ -205,32 +254,71 @@ class TransactionApis:
         return self._markers_response(ctx, req, codes, {})
 
     async def _markers_answer(self, ctx, req, codes: dict, written: dict):
-        acked = await markers_committed(self.server.replica_manager, written,
-                                        self.server.config.get("request.timeout.ms"))
+        acked = await markers_committed(
+            self.server.replica_manager, written, self.server.config.get("request.timeout.ms")
+        )
         return self._markers_response(ctx, req, codes, acked)
 
     @staticmethod
     def _markers_response(ctx, req, codes: dict, acked: dict):
         m = Msg(ApiKeys.WRITE_TXN_MARKERS, ctx.api_version)
-        return m(markers=tuple(m("WritableTxnMarkerResult", producer_id=mk.producer_id, topics=tuple(
-            m("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
-                m("WritableTxnMarkerPartitionResult", partition_index=p,
-                  error_code=codes[(i, t.name, p)] or acked.get((t.name, p), ErrorCode.none))
-                for p in t.partition_indexes)) for t in mk.topics)) for i, mk in enumerate(req.markers)))
+        return m(
+            markers=tuple(
+                m(
+                    "WritableTxnMarkerResult",
+                    producer_id=mk.producer_id,
+                    topics=tuple(
+                        m(
+                            "WritableTxnMarkerTopicResult",
+                            name=t.name,
+                            partitions=tuple(
+                                m(
+                                    "WritableTxnMarkerPartitionResult",
+                                    partition_index=p,
+                                    error_code=codes[(i, t.name, p)] or acked.get((t.name, p), ErrorCode.none),
+                                )
+                                for p in t.partition_indexes
+                            ),
+                        )
+                        for t in mk.topics
+                    ),
+                )
+                for i, mk in enumerate(req.markers)
+            )
+        )
 
     # ------------------------------------------------------------------ TxnOffsetCommit
     def txn_offset_commit(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.TXN_OFFSET_COMMIT, v)
-        wanted = {t.name: [OffsetCommitPartition(p.partition_index, p.committed_offset,
-                                                 getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
-                           for p in t.partitions] for t in req.topics}
+        wanted = {
+            t.name: [
+                OffsetCommitPartition(
+                    p.partition_index,
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata,
+                )
+                for p in t.partitions
+            ]
+            for t in req.topics
+        }
 
         def respond(codes: dict):
-            return m(throttle_time=0, topics=tuple(
-                m("TxnOffsetCommitResponseTopic", name=t, partitions=tuple(
-                    m("TxnOffsetCommitResponsePartition", partition_index=p[0], error_code=codes[(t, p[0])])
-                    for p in parts)) for t, parts in wanted.items()))
+            return m(
+                throttle_time=0,
+                topics=tuple(
+                    m(
+                        "TxnOffsetCommitResponseTopic",
+                        name=t,
+                        partitions=tuple(
+                            m("TxnOffsetCommitResponsePartition", partition_index=p[0], error_code=codes[(t, p[0])])
+                            for p in parts
+                        ),
+                    )
+                    for t, parts in wanted.items()
+                ),
+            )
 
         def all_(code):
             return respond({(t, p[0]): code for t, parts in wanted.items() for p in parts})
@@ -253,8 +341,9 @@ class TransactionApis:
         tp = (OFFSETS_TOPIC, gc.partition_for(req.group_id))
         # v5+ of a TV2 client: the partition is added here, the client sends no AddOffsetsToTxn
         add = self.tc.tv2(v >= 5)
-        verdict = self.server.txn_verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, [tp],
-                                                  v >= 5, add, produce=False)
+        verdict = self.server.txn_verifier.verify(
+            req.transactional_id, req.producer_id, req.producer_epoch, [tp], v >= 5, add, produce=False
+        )
         if isinstance(verdict, dict):
             return self._after_verification(verdict[tp], commit, all_)
         return self._verified_later(verdict, tp, commit, all_)
@@ -288,13 +377,22 @@ class TransactionApis:
                     known.setdefault(t, []).append(p)
         if known:
             try:
-                commit = TxnOffsetCommit(req.group_id, req.producer_id, req.producer_epoch, known,
-                                         getattr(req, "member_id", ""), getattr(req, "generation_id", -1),
-                                         getattr(req, "group_instance_id", None))
+                commit = TxnOffsetCommit(
+                    req.group_id,
+                    req.producer_id,
+                    req.producer_epoch,
+                    known,
+                    getattr(req, "member_id", ""),
+                    getattr(req, "generation_id", -1),
+                    getattr(req, "group_instance_id", None),
+                )
                 res = gc.apply(shard, shard.commit_txn_offsets(commit))
             except KafkaError as e:
-                return all_(_fenced(ErrorCode.producer_fenced, v, 3) if e.code == ErrorCode.invalid_producer_epoch
-                            else coordinator_error(e.code))  # a failed append, or the group's refusal
+                return all_(
+                    _fenced(ErrorCode.producer_fenced, v, 3)
+                    if e.code == ErrorCode.invalid_producer_epoch
+                    else coordinator_error(e.code)
+                )  # a failed append, or the group's refusal
             codes.update(res)
         return when_committed(gc, [gc.partition_for(req.group_id)], respond(codes), all_)
 
@@ -314,13 +412,27 @@ class TransactionApis:
                     code, msg, active = ErrorCode.not_leader_or_follower, None, ()
                 else:
                     code, msg = ErrorCode.none, None
-                    active = tuple(m("ProducerState", producer_id=e.producer_id, producer_epoch=e.epoch,
-                                     last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
-                                     coordinator_epoch=e.coordinator_epoch,
-                                     current_txn_start_offset=e.current_txn_first_offset)
-                                   for e in part.log.producer_state.producers.values())
-                parts.append(m("PartitionResponse", partition_index=p, error_code=code, error_message=msg,
-                               active_producers=active))
+                    active = tuple(
+                        m(
+                            "ProducerState",
+                            producer_id=e.producer_id,
+                            producer_epoch=e.epoch,
+                            last_sequence=e.last_seq,
+                            last_timestamp=e.last_timestamp,
+                            coordinator_epoch=e.coordinator_epoch,
+                            current_txn_start_offset=e.current_txn_first_offset,
+                        )
+                        for e in part.log.producer_state.producers.values()
+                    )
+                parts.append(
+                    m(
+                        "PartitionResponse",
+                        partition_index=p,
+                        error_code=code,
+                        error_message=msg,
+                        active_producers=active,
+                    )
+                )
             topics.append(m("TopicResponse", name=t.name, partitions=tuple(parts)))
         return m(throttle_time=0, topics=tuple(topics))
 
@@ -339,18 +451,36 @@ class TransactionApis:
                 except KafkaError as e:
                     code = e.code
             if txn is None or code != ErrorCode.none:
-                out.append(m("TransactionState", error_code=code, transactional_id=txn_id, transaction_state="",
-                             transaction_timeout=0, transaction_start_time=_ms_time(-1), producer_id=-1,
-                             producer_epoch=-1, topics=()))
+                out.append(
+                    m(
+                        "TransactionState",
+                        error_code=code,
+                        transactional_id=txn_id,
+                        transaction_state="",
+                        transaction_timeout=0,
+                        transaction_start_time=_ms_time(-1),
+                        producer_id=-1,
+                        producer_epoch=-1,
+                        topics=(),
+                    )
+                )
                 continue
             by_topic: dict = {}
             for t, p in sorted(txn.partitions):
                 by_topic.setdefault(t, []).append(p)
-            out.append(m("TransactionState", error_code=code, transactional_id=txn_id,
-                         transaction_state=txn.state.kafka_name, transaction_timeout=txn.timeout_ms,
-                         transaction_start_time=_ms_time(txn.start_ms), producer_id=txn.producer_id,
-                         producer_epoch=txn.producer_epoch,
-                         topics=tuple(m("TopicData", topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+            out.append(
+                m(
+                    "TransactionState",
+                    error_code=code,
+                    transactional_id=txn_id,
+                    transaction_state=txn.state.kafka_name,
+                    transaction_timeout=txn.timeout_ms,
+                    transaction_start_time=_ms_time(txn.start_ms),
+                    producer_id=txn.producer_id,
+                    producer_epoch=txn.producer_epoch,
+                    topics=tuple(m("TopicData", topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+                )
+            )
         return m(throttle_time=0, transaction_states=tuple(out))
 
     def list_transactions(self, ctx, req):
@@ -364,8 +494,12 @@ class TransactionApis:
         try:
             regex = re.compile(pattern) if pattern else None
         except re.error:
-            return m(throttle_time=0, error_code=ErrorCode.invalid_regular_expression, unknown_state_filters=(),
-                     transaction_states=())
+            return m(
+                throttle_time=0,
+                error_code=ErrorCode.invalid_regular_expression,
+                unknown_state_filters=(),
+                transaction_states=(),
+            )
         now = self.server.clock.now_ms()
         out = []
         for shard in self.tc.read_shards():  # committed states only
@@ -378,7 +512,14 @@ class TransactionApis:
                     continue
                 if regex is not None and not regex.fullmatch(txn_id):
                     continue
-                out.append(m("TransactionState", transactional_id=txn_id, producer_id=txn.producer_id,
-                             transaction_state=txn.state.kafka_name))
-        return m(throttle_time=0, error_code=ErrorCode.none, unknown_state_filters=unknown,
-                 transaction_states=tuple(out))
+                out.append(
+                    m(
+                        "TransactionState",
+                        transactional_id=txn_id,
+                        producer_id=txn.producer_id,
+                        transaction_state=txn.state.kafka_name,
+                    )
+                )
+        return m(
+            throttle_time=0, error_code=ErrorCode.none, unknown_state_filters=unknown, transaction_states=tuple(out)
+        )

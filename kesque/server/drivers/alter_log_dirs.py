@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 
 
 class LogDirMover:
-    def __init__(self, log_manager, replica_manager, chunk_bytes: int, spawn, crash_hook=None, quota=None,
-                 backoff_ms: int = 1000):
+    def __init__(
+        self, log_manager, replica_manager, chunk_bytes: int, spawn, crash_hook=None, quota=None, backoff_ms: int = 1000
+    ):
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.chunk_bytes = max(chunk_bytes, 1)
@@ -61,15 +62,21 @@ class LogDirMover:
         lm = self.log_manager
         dest = os.path.abspath(dest) if dest else dest
         if dest not in lm.log_dirs:
-            log.warning("Unable to alter log dirs for %s-%d: log dir %s is not found in the config", topic,
-                        partition, dest)
+            log.warning(
+                "Unable to alter log dirs for %s-%d: log dir %s is not found in the config", topic, partition, dest
+            )
             return ErrorCode.log_dir_not_found
         tp = (topic, partition)
         if not lm.is_log_dir_online(dest) or tp in getattr(self.replica_manager, "offline_partitions", ()):
             # as Kafka: "Log directory DIR is offline" / "Partition TP is offline"
-            log.warning("Unable to alter log dirs for %s-%d: %s", topic, partition,
-                        f"Log directory {dest} is offline" if not lm.is_log_dir_online(dest)
-                        else f"Partition {topic}-{partition} is offline")
+            log.warning(
+                "Unable to alter log dirs for %s-%d: %s",
+                topic,
+                partition,
+                f"Log directory {dest} is offline"
+                if not lm.is_log_dir_online(dest)
+                else f"Partition {topic}-{partition} is offline",
+            )
             return ErrorCode.kafka_storage_error
         future = lm.future_logs.get(tp)
         if future is not None and future.parent_dir != dest:
@@ -78,8 +85,9 @@ class LogDirMover:
         current = lm.get_log(topic, partition)
         if part is None or current is None:
             lm.preferred_dirs[tp] = dest  # used when this broker creates the replica
-            log.warning("Unable to alter log dirs for %s-%d: the replica is not available on this broker", topic,
-                        partition)
+            log.warning(
+                "Unable to alter log dirs for %s-%d: the replica is not available on this broker", topic, partition
+            )
             return ErrorCode.replica_not_available
         if lm.dir_of(topic, partition) == dest:
             self.cancel(topic, partition)
@@ -133,7 +141,7 @@ class LogDirMover:
         if future.log_end_offset >= end:
             lm.replace_current_with_future(topic, partition, self.crash_hook)
             part.replace_log(lm.get_log(topic, partition))
-            self.replica_manager.maybe_update_assignment(part)   # KIP-858: the controller learns the new dir
+            self.replica_manager.maybe_update_assignment(part)  # KIP-858: the controller learns the new dir
             self.moved += 1
             return "swapped"
         quota = self.quota

@@ -22,16 +22,16 @@ AlterPartitionReply lists.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import importlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
+from ...controller.replication_control import AlterPartitionRequest
 from ...errors import ErrorCode, KafkaError
 from ...replication.replica_state import AlterPartition, AlterPartitionReply
-from ...controller.replication_control import AlterPartitionRequest
-import datetime
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +52,20 @@ def request_to_kio(broker_id: int, broker_epoch: int, reqs: list, version: int =
             isr = {"new_isr_with_epochs": tuple(m.BrokerState(broker_id=b, broker_epoch=e) for b, e in r.new_isr)}
         else:
             isr = {"new_isr": tuple(b for b, _ in r.new_isr)}
-        topics.setdefault(r.topic_id, []).append(m.PartitionData(
-            partition_index=r.partition_id, leader_epoch=r.leader_epoch, leader_recovery_state=r.leader_recovery_state,
-            partition_epoch=r.partition_epoch, **isr))
-    return m.AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch, topics=tuple(
-        m.TopicData(topic_id=tid, partitions=tuple(parts)) for tid, parts in topics.items()))
+        topics.setdefault(r.topic_id, []).append(
+            m.PartitionData(
+                partition_index=r.partition_id,
+                leader_epoch=r.leader_epoch,
+                leader_recovery_state=r.leader_recovery_state,
+                partition_epoch=r.partition_epoch,
+                **isr,
+            )
+        )
+    return m.AlterPartitionRequest(
+        broker_id=broker_id,
+        broker_epoch=broker_epoch,
+        topics=tuple(m.TopicData(topic_id=tid, partitions=tuple(parts)) for tid, parts in topics.items()),
+    )
 
 
 def request_from_kio(req, version: int) -> list:
@@ -68,9 +77,18 @@ def request_from_kio(req, version: int) -> list:
                 isr = [(int(b.broker_id), int(b.broker_epoch)) for b in p.new_isr_with_epochs]
             else:
                 isr = [(int(b), -1) for b in p.new_isr]
-            out.append(AlterPartitionRequest(int(req.broker_id), int(req.broker_epoch), t.topic_id,
-                                             int(p.partition_index), int(p.leader_epoch), int(p.partition_epoch),
-                                             isr, int(p.leader_recovery_state)))
+            out.append(
+                AlterPartitionRequest(
+                    int(req.broker_id),
+                    int(req.broker_epoch),
+                    t.topic_id,
+                    int(p.partition_index),
+                    int(p.leader_epoch),
+                    int(p.partition_epoch),
+                    isr,
+                    int(p.leader_recovery_state),
+                )
+            )
     return out
 
 
@@ -81,14 +99,22 @@ def response_to_kio(error_code: int, reqs: list, replies: list, version: int):
     topics: dict[uuid.UUID, list] = {}
     if not error_code:
         for r, reply in zip(reqs, replies):
-            topics.setdefault(r.topic_id, []).append(m.PartitionData(
-                partition_index=r.partition_id, error_code=ErrorCode(reply.error_code),
-                leader_id=reply.leader if not reply.error_code else 0,
-                leader_epoch=max(reply.leader_epoch, 0), isr=tuple(reply.isr),
-                leader_recovery_state=reply.leader_recovery_state, partition_epoch=max(reply.partition_epoch, 0)))
-    return m.AlterPartitionResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode(error_code),
-                                    topics=tuple(m.TopicData(topic_id=tid, partitions=tuple(parts))
-                                                 for tid, parts in topics.items()))
+            topics.setdefault(r.topic_id, []).append(
+                m.PartitionData(
+                    partition_index=r.partition_id,
+                    error_code=ErrorCode(reply.error_code),
+                    leader_id=reply.leader if not reply.error_code else 0,
+                    leader_epoch=max(reply.leader_epoch, 0),
+                    isr=tuple(reply.isr),
+                    leader_recovery_state=reply.leader_recovery_state,
+                    partition_epoch=max(reply.partition_epoch, 0),
+                )
+            )
+    return m.AlterPartitionResponse(
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode(error_code),
+        topics=tuple(m.TopicData(topic_id=tid, partitions=tuple(parts)) for tid, parts in topics.items()),
+    )
 
 
 def response_from_kio(resp, reqs: list) -> list:
@@ -100,8 +126,13 @@ def response_from_kio(resp, reqs: list) -> list:
     for t in resp.topics:
         for p in t.partitions:
             got[(t.topic_id, int(p.partition_index))] = AlterPartitionReply(
-                int(p.error_code), int(p.leader_id), [int(b) for b in p.isr], int(p.leader_epoch),
-                int(p.partition_epoch), int(p.leader_recovery_state))
+                int(p.error_code),
+                int(p.leader_id),
+                [int(b) for b in p.isr],
+                int(p.leader_epoch),
+                int(p.partition_epoch),
+                int(p.leader_recovery_state),
+            )
     return [got.get((r.topic_id, r.partition_id)) for r in reqs]
 
 
@@ -122,11 +153,17 @@ class AlterPartitionManager:
         self.broker_epoch_fn = broker_epoch_fn
         self.timeout_ms = timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
-        self.pending: dict[tuple[uuid.UUID, int], _Item] = {}     # unsent and in flight
+        self.pending: dict[tuple[uuid.UUID, int], _Item] = {}  # unsent and in flight
         self._task: asyncio.Task | None = None
 
-    def submit(self, topic_id: uuid.UUID, topic_name: str, partition: int, proposal: AlterPartition,
-               callback: Callable[[int, AlterPartitionReply | None], None]) -> bool:
+    def submit(
+        self,
+        topic_id: uuid.UUID,
+        topic_name: str,
+        partition: int,
+        proposal: AlterPartition,
+        callback: Callable[[int, AlterPartitionReply | None], None],
+    ) -> bool:
         """Queue ``proposal``; False (and OPERATION_NOT_ATTEMPTED to ``callback``) if the
         partition already has one pending."""
         key = (topic_id, partition)
@@ -141,11 +178,14 @@ class AlterPartitionManager:
         """A ``ReplicaManager.send_alter_partition``: ``(partition, proposal)`` is submitted, the
         answer goes to ``partition.on_alter_partition_response``, and the proposal is submitted
         again when that asks for a retry (as Kafka's Partition resubmits)."""
+
         def send(part, proposal: AlterPartition) -> None:
             def answered(code: int, reply: AlterPartitionReply | None) -> None:
                 if part.on_alter_partition_response(proposal, code, reply):
                     send(part, proposal)
+
             self.submit(part.topic_id, part.topic, part.partition, proposal, answered)
+
         return send
 
     def close(self) -> None:
@@ -160,28 +200,38 @@ class AlterPartitionManager:
     def _request(self, item: _Item, broker_epoch: int):
 
         p = item.proposal
-        return AlterPartitionRequest(self.node_id, broker_epoch, item.topic_id, item.partition, p.leader_epoch,
-                                     p.partition_epoch, list(p.new_isr), p.leader_recovery_state, item.topic_name)
+        return AlterPartitionRequest(
+            self.node_id,
+            broker_epoch,
+            item.topic_id,
+            item.partition,
+            p.leader_epoch,
+            p.partition_epoch,
+            list(p.new_isr),
+            p.leader_recovery_state,
+            item.topic_name,
+        )
 
     async def _send(self) -> None:
-        batch = list(self.pending.values())      # what was submitted until the task runs
+        batch = list(self.pending.values())  # what was submitted until the task runs
         epoch = self.broker_epoch_fn()
         error, replies = 0, [None] * len(batch)
         try:
-            replies = await self.router.alter_partition(self.node_id, epoch, [self._request(i, epoch) for i in batch],
-                                                        timeout_ms=self.timeout_ms)
+            replies = await self.router.alter_partition(
+                self.node_id, epoch, [self._request(i, epoch) for i in batch], timeout_ms=self.timeout_ms
+            )
         except KafkaError as e:
             error = int(e.code)
             log.warning("AlterPartition of %d partition(s) failed: %s", len(batch), e)
         except asyncio.CancelledError:
             raise
-        except Exception:       # a bug must not stop every later ISR change
+        except Exception:  # a bug must not stop every later ISR change
             log.exception("AlterPartition failed")
             error = int(ErrorCode.unknown_server_error)
         left_out = False
         for item, reply in zip(batch, replies):
             if not error and reply is None:
-                left_out = True         # sent again
+                left_out = True  # sent again
                 continue
             if self.pending.get((item.topic_id, item.partition)) is item:
                 del self.pending[(item.topic_id, item.partition)]

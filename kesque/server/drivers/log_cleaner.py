@@ -39,7 +39,13 @@ from dataclasses import dataclass
 from ...storage import checkpoint as ck
 from ...storage import cleaner_process
 from ...storage.checkpoint import fsync_dir
-from ...storage.cleaner import Cleaner, CleanStats, first_dirty_offset, first_uncleanable_offset, last_batches_of_producers
+from ...storage.cleaner import (
+    Cleaner,
+    CleanStats,
+    first_dirty_offset,
+    first_uncleanable_offset,
+    last_batches_of_producers,
+)
 from ...storage.local_log import SegmentsChangedError
 
 log = logging.getLogger(__name__)
@@ -124,8 +130,11 @@ class CleanerManager:
                 continue
             candidates.append(log_to_clean(tp, lg, self.checkpoints.get(tp), now_ms))
         self.max_compaction_delay_secs = max((c.compaction_delay_ms for c in candidates), default=0) / 1000
-        ready = [c for c in candidates
-                 if (c.needs_now and c.cleanable_bytes > 0) or c.ratio > c.log.config.min_cleanable_dirty_ratio]
+        ready = [
+            c
+            for c in candidates
+            if (c.needs_now and c.cleanable_bytes > 0) or c.ratio > c.log.config.min_cleanable_dirty_ratio
+        ]
         if not ready:
             return None
         best = max(ready, key=lambda c: (c.needs_now, c.ratio))
@@ -156,9 +165,11 @@ class CleanerManager:
         return out
 
     def metrics(self) -> str:
-        return (f"uncleanable-partitions-count={len(self.uncleanable)}, max-clean-time-secs="
-                f"{self.max_clean_time_secs:.3f}, max-compaction-delay-secs={self.max_compaction_delay_secs:.3f}, "
-                f"cleaner-recopy-percent={self.cleaner_recopy_percent}")
+        return (
+            f"uncleanable-partitions-count={len(self.uncleanable)}, max-clean-time-secs="
+            f"{self.max_clean_time_secs:.3f}, max-compaction-delay-secs={self.max_compaction_delay_secs:.3f}, "
+            f"cleaner-recopy-percent={self.cleaner_recopy_percent}"
+        )
 
 
 class Throttler:
@@ -228,8 +239,9 @@ class LogCleaner:
             started = time.monotonic()
             fut = self.executor.submit(self._clean, job, producers)
             self.running.add(fut)
-            fut.add_done_callback(lambda f, job=job, started=started:
-                                  self.loop.call_soon_threadsafe(self._finished, job, f, started))
+            fut.add_done_callback(
+                lambda f, job=job, started=started: self.loop.call_soon_threadsafe(self._finished, job, f, started)
+            )
 
     def _finished(self, job: LogToClean, fut, started: float) -> None:
         self.running.discard(fut)
@@ -240,8 +252,11 @@ class LogCleaner:
             if stats is not None:
                 self.write_in_background(self.manager.checkpoint_jobs(self.log_manager))
                 log.info("Log cleaner finished %s-%d: %s", job.tp[0], job.tp[1], self.manager.metrics())
-        elif isinstance(exc, (CleanerStopped, SegmentsChangedError)) or self.stopping \
-                or self.log_manager.logs.get(job.tp) is not job.log:
+        elif (
+            isinstance(exc, (CleanerStopped, SegmentsChangedError))
+            or self.stopping
+            or self.log_manager.logs.get(job.tp) is not job.log
+        ):
             self.manager.in_progress.discard(job.tp)  # stopped, or retention/deletion won the race
         else:
             log.error("Log cleaner failed on %s-%d, marking it uncleanable: %r", job.tp[0], job.tp[1], exc)
@@ -262,8 +277,12 @@ class LogCleaner:
     # ---------------------------------------------------------------- on a worker thread
     def _clean(self, job: LogToClean, producers: dict) -> CleanStats | None:
         cfg = self.config
-        cleaner = Cleaner(map_memory=max(1, cfg.get("log.cleaner.dedupe.buffer.size") // self.threads),
-                          throttle=self._throttle, swap=self._swap_on_loop, hook=self.hook)
+        cleaner = Cleaner(
+            map_memory=max(1, cfg.get("log.cleaner.dedupe.buffer.size") // self.threads),
+            throttle=self._throttle,
+            swap=self._swap_on_loop,
+            hook=self.hook,
+        )
         now_ms = self.clock.now_ms()
         if not self.in_child:
             return cleaner.clean(job.log, job.first_dirty, job.first_uncleanable, now_ms, producers)
@@ -275,13 +294,19 @@ class LogCleaner:
         with self.children_lock:
             if self.stopping:
                 raise CleanerStopped
-            child = cleaner_process.fork_cleaner(cleaner, job.log, job.first_dirty, job.first_uncleanable, now_ms,
-                                                 producers)
+            child = cleaner_process.fork_cleaner(
+                cleaner, job.log, job.first_dirty, job.first_uncleanable, now_ms, producers
+            )
             self.children.add(child)
         answered = False
         try:
-            stats = cleaner_process.serve(child, job.log, now_ms, self._pause_for,
-                                          lambda lg, new, old, now: self._swap_on_loop(lg, new, old, now, self.hook))
+            stats = cleaner_process.serve(
+                child,
+                job.log,
+                now_ms,
+                self._pause_for,
+                lambda lg, new, old, now: self._swap_on_loop(lg, new, old, now, self.hook),
+            )
             answered = True
             return stats
         except cleaner_process.CleanerDied:

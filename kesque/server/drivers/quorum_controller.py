@@ -30,14 +30,14 @@ import asyncio
 import copy
 import logging
 
-from ...errors import ErrorCode, KafkaError
-from ...metadata import records as mr
-from ...metadata.image import Delta, MetadataImage
-from ...raft.log import LeaderChange
 from ...controller import reassignment
 from ...controller.cluster_control import ClusterControl, HeartbeatReply, HeartbeatRequest, RegistrationRequest
 from ...controller.controller import Controller
 from ...controller.replication_control import ReplicationControl, min_isr_in, unclean_enabled_in
+from ...errors import ErrorCode, KafkaError
+from ...metadata import records as mr
+from ...metadata.image import Delta, MetadataImage
+from ...raft.log import LeaderChange
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,9 @@ class QuorumController:
         self._proposed = -1
         self._static_unclean = bool(getattr(config, "static", {}).get("unclean.leader.election.enable", False))
         self._static_min_isr = int(getattr(config, "static", {}).get("min.insync.replicas", 1) or 1)
-        self.cluster = ClusterControl(config, lambda: self.controller.image, cluster_id, self.unclean_enabled,
-                                      self.min_isr)
+        self.cluster = ClusterControl(
+            config, lambda: self.controller.image, cluster_id, self.unclean_enabled, self.min_isr
+        )
         self.replication = ReplicationControl(lambda: self.controller.image, self.unclean_enabled, self.min_isr)
         self._written_end = -1
         # the active controller's periodic elections (Kafka's maybeElectUncleanLeaders and
@@ -75,8 +76,11 @@ class QuorumController:
         rebalance = config.get("auto.leader.rebalance.enable")
         self._periodic_tasks = {
             "unclean": (config.get("unclean.leader.election.interval.ms") or 0, self._unclean_elections),
-            "balance": ((config.get("leader.imbalance.check.interval.seconds") or 0) * 1000 if rebalance else 0,
-                        self.replication.balance_partition_leaders)}
+            "balance": (
+                (config.get("leader.imbalance.check.interval.seconds") or 0) * 1000 if rebalance else 0,
+                self.replication.balance_partition_leaders,
+            ),
+        }
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._expiry: asyncio.TimerHandle | None = None
         # KIP-835: the active controller of a cluster appends a NoOpRecord every
@@ -84,7 +88,7 @@ class QuorumController:
         # learns) moves even when nothing changes
         self.idle_interval_ms = config.get("metadata.max.idle.interval.ms") if lifecycle else 0
         self._noop: asyncio.TimerHandle | None = None
-        self.shut_down = False   # shutdown(): never active again (its timers would write to a closed log)
+        self.shut_down = False  # shutdown(): never active again (its timers would write to a closed log)
 
     def _now_ms(self) -> int:
         return int(self.clock.monotonic() * 1000)
@@ -119,8 +123,12 @@ class QuorumController:
                 self.committed.replay(record, delta)
                 self.cluster.replay(record, rec.offset)
             elif isinstance(rec.value, LeaderChange):
-                if rec.value.leader_id == self.raft.node_id and self.raft.is_leader() \
-                        and rec.epoch == self.raft.epoch and not self.active:
+                if (
+                    rec.value.leader_id == self.raft.node_id
+                    and self.raft.is_leader()
+                    and rec.epoch == self.raft.epoch
+                    and not self.active
+                ):
                     self._activate(rec.epoch)
             self.committed.offset = rec.offset
         if records:
@@ -143,8 +151,9 @@ class QuorumController:
             return
         self.active_epoch = epoch
         self.controller.image = copy.deepcopy(self.committed)
-        log.info("Controller %d is active in epoch %d (metadata offset %d)", self.raft.node_id, epoch,
-                 self.committed.offset)
+        log.info(
+            "Controller %d is active in epoch %d (metadata offset %d)", self.raft.node_id, epoch, self.committed.offset
+        )
         try:
             self.controller.bootstrap()
         except KafkaError as e:
@@ -158,7 +167,7 @@ class QuorumController:
     def _deactivate(self) -> None:
         log.info("Controller %d is no longer active (epoch %d)", self.raft.node_id, self.active_epoch)
         self.active_epoch = -1
-        self._written_end = -1       # what it proposed may be truncated by the next leader
+        self._written_end = -1  # what it proposed may be truncated by the next leader
         self.controller.image = self.committed
         self.cluster.deactivate()
         for timer in (self._expiry, self._noop):
@@ -197,7 +206,7 @@ class QuorumController:
         result = getattr(self.controller, method)(*args, **kwargs)
         offset, self._proposed = self._proposed, -1
         if method in ("incremental_alter_configs", "alter_configs") and offset >= 0:
-            self._run_periodic("unclean")     # turning unclean election on elects at once (docs/replication.md)
+            self._run_periodic("unclean")  # turning unclean election on elects at once (docs/replication.md)
         await self._committed(offset, timeout_ms)
         return result
 
@@ -208,9 +217,10 @@ class QuorumController:
         self._waiters.append((offset, fut))
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000.0)
-        except asyncio.TimeoutError:
-            raise KafkaError(ErrorCode.request_timed_out,
-                             f"The controller did not commit the change within {timeout_ms} ms.") from None
+        except TimeoutError:
+            raise KafkaError(
+                ErrorCode.request_timed_out, f"The controller did not commit the change within {timeout_ms} ms."
+            ) from None
 
     def _write(self, records: list[dict]) -> int:
         """Propose ``records`` (one batch) and apply them to the working image; the last offset."""
@@ -232,8 +242,9 @@ class QuorumController:
         if not self.active:
             raise not_controller()
         if not self.lifecycle:
-            return await self.call("register_broker", req.broker_id, [_endpoint(e) for e in req.listeners],
-                                   req.rack, timeout_ms=timeout_ms)
+            return await self.call(
+                "register_broker", req.broker_id, [_endpoint(e) for e in req.listeners], req.rack, timeout_ms=timeout_ms
+            )
         records, epoch = self.cluster.register(req, self._now_ms(), self.raft.end_offset())
         await self._committed(self._write(records), timeout_ms)
         return epoch
@@ -249,8 +260,9 @@ class QuorumController:
         await self._committed(offset, timeout_ms)
         return reply
 
-    async def assign_replicas_to_dirs(self, broker_id: int, broker_epoch: int, assignments: dict,
-                                      timeout_ms: int = 30000) -> dict:
+    async def assign_replicas_to_dirs(
+        self, broker_id: int, broker_epoch: int, assignments: dict, timeout_ms: int = 30000
+    ) -> dict:
         """AssignReplicasToDirs (KIP-858): the per-partition answer once the directory changes
         (and the ISR changes of replicas assigned to an offline dir) are committed."""
         if not self.active:
@@ -264,8 +276,11 @@ class QuorumController:
         if not self.active:
             raise not_controller()
         if not self.lifecycle and broker_id == self.raft.node_id:
-            raise KafkaError(ErrorCode.invalid_request, "A single kesque node cannot unregister its own broker: "
-                                                        "without heartbeats it would never register again")
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                "A single kesque node cannot unregister its own broker: "
+                "without heartbeats it would never register again",
+            )
         records = self.cluster.unregister(broker_id)
         await self._committed(self._write(records), timeout_ms)
 
@@ -328,8 +343,9 @@ class QuorumController:
         await self._committed(self._written(records), timeout_ms)
         return replies
 
-    async def elect_leaders(self, election: str, partitions: dict[str, list[int]] | None,
-                            timeout_ms: int = 30000) -> dict:
+    async def elect_leaders(
+        self, election: str, partitions: dict[str, list[int]] | None, timeout_ms: int = 30000
+    ) -> dict:
         """ElectLeaders (PREFERRED or UNCLEAN; ``partitions`` None: all): {topic: [(partition,
         error code, message)]} once the elections are committed."""
         if not self.active:
@@ -348,8 +364,11 @@ class QuorumController:
         records = self.replication.elect_unclean_leaders()
         names = {t.topic_id: t.name for t in self.controller.image.topics_by_id.values()}
         for r in records:
-            log.error("Triggering unclean leader election for offline partition %s-%d.", names.get(r["topic_id"]),
-                      r["partition_id"])
+            log.error(
+                "Triggering unclean leader election for offline partition %s-%d.",
+                names.get(r["topic_id"]),
+                r["partition_id"],
+            )
         return records
 
     def _schedule_periodic(self, name: str) -> None:

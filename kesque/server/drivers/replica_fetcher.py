@@ -38,24 +38,31 @@ import logging
 import struct
 
 from ...errors import ErrorCode, error_name
-from ...protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
-from ...records.batch import iter_batch_positions
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
-from ..channel import Channel, ChannelError
-from ...utils import java_string_hash
+from ...protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
+from ...records.batch import iter_batch_positions
 from ...replication.replica_state import (
-    BACKOFF, FETCHING, OUT_OF_RANGE, TRUNCATING, UNDEFINED, WAIT_FOR_METADATA, FetchPartitionResponse,
-    FollowerFetch)
+    BACKOFF,
+    FETCHING,
+    OUT_OF_RANGE,
+    TRUNCATING,
+    UNDEFINED,
+    WAIT_FOR_METADATA,
+    FetchPartitionResponse,
+    FollowerFetch,
+)
+from ...utils import java_string_hash
+from ..channel import Channel, ChannelError
 
 log = logging.getLogger(__name__)
 
-FETCH_VERSION = 18          # the highest Fetch version kio and kesque's handler both serve (>= 15)
+FETCH_VERSION = 18  # the highest Fetch version kio and kesque's handler both serve (>= 15)
 LIST_OFFSETS_VERSION = 11
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED = 0
 _SENDABLE = (FETCHING, TRUNCATING)
-_PARTITION_LEADER_EPOCH = struct.Struct(">i")   # at byte 12 of a batch header
+_PARTITION_LEADER_EPOCH = struct.Struct(">i")  # at byte 12 of a batch header
 
 
 def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
@@ -91,19 +98,20 @@ class _Entry:
         self.part = part
         self.rlog = part.rlog  # the partition's: it follows a move between log dirs (Partition.replace_log)
         self.fetch = FollowerFetch(leader_id, leader_epoch, self.rlog)
-        self.ready_at = 0.0                     # loop time before which a backed-off partition waits
-        self.sent_offset = -1                   # the fetch offset of the request in flight
+        self.ready_at = 0.0  # loop time before which a backed-off partition waits
+        self.sent_offset = -1  # the fetch offset of the request in flight
 
 
 class _Fetcher:
-    def __init__(self, mgr: "ReplicaFetcherManager", leader: int, index: int):
+    def __init__(self, mgr: ReplicaFetcherManager, leader: int, index: int):
         self.mgr = mgr
         self.leader = leader
         self.index = index
         self.name = f"replica-fetcher-{mgr.node_id}-{leader}-{index}"
-        self.channel = Channel(mgr.resolve, client_id=self.name,
-                               request_timeout_ms=mgr.config.get("replica.socket.timeout.ms"))
-        self.entries: dict[tuple[str, int], _Entry] = {}     # in request order (rotated)
+        self.channel = Channel(
+            mgr.resolve, client_id=self.name, request_timeout_ms=mgr.config.get("replica.socket.timeout.ms")
+        )
+        self.entries: dict[tuple[str, int], _Entry] = {}  # in request order (rotated)
         self.wake = asyncio.Event()
         self.failing = False
         self.stopped = False
@@ -113,7 +121,7 @@ class _Fetcher:
         self.task = loop.create_task(self.run(), name=self.name)
 
     def stop(self) -> None:
-        self.stopped = True                     # a cancel can be lost in wait_for: the loop checks this
+        self.stopped = True  # a cancel can be lost in wait_for: the loop checks this
         if self.task is not None:
             self.task.cancel()
         self.channel.close()
@@ -149,17 +157,21 @@ class _Fetcher:
             if e.fetch.state == BACKOFF and e.ready_at <= now:
                 e.fetch.state = FETCHING
             if e.fetch.state in _SENDABLE:
-                if throttling and e.fetch.state == FETCHING and quota.should_throttle(
-                        e.part.topic, e.part.partition, e.fetch.in_sync, now_ms):
-                    held = True             # Kafka's shouldFollowerThrottle: not in this request
+                if (
+                    throttling
+                    and e.fetch.state == FETCHING
+                    and quota.should_throttle(e.part.topic, e.part.partition, e.fetch.in_sync, now_ms)
+                ):
+                    held = True  # Kafka's shouldFollowerThrottle: not in this request
                     continue
                 ready.append(e)
         if not ready:
             await self.sleep(now, self.backoff_s if held else None)
             return
         try:
-            resp = await self.channel.send(self.leader, ApiKeys.FETCH, FETCH_VERSION, self.fetch_request(ready),
-                                           decode=decode_fetch_response)
+            resp = await self.channel.send(
+                self.leader, ApiKeys.FETCH, FETCH_VERSION, self.fetch_request(ready), decode=decode_fetch_response
+            )
         except ChannelError as exc:
             self.failed(ready, str(exc))
             return
@@ -179,18 +191,23 @@ class _Fetcher:
             due.append(now + at_most)
         timeout = min(due) - now if due else None
         if timeout is not None and timeout <= 0:
-            await asyncio.sleep(0)              # wait_for(..., 0) would not yield to the loop
+            await asyncio.sleep(0)  # wait_for(..., 0) would not yield to the loop
             return
         try:
             await asyncio.wait_for(self.wake.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def failed(self, sent: list[_Entry], why: str) -> None:
         if not self.failing and not self.stopped:
             self.failing = True
-            log.warning("%s: error fetching from broker %d: %s (retrying every %d ms)", self.name, self.leader, why,
-                        self.mgr.config.get("replica.fetch.backoff.ms"))
+            log.warning(
+                "%s: error fetching from broker %d: %s (retrying every %d ms)",
+                self.name,
+                self.leader,
+                why,
+                self.mgr.config.get("replica.fetch.backoff.ms"),
+            )
         self.back_off(sent)
 
     def back_off(self, entries) -> None:
@@ -209,13 +226,26 @@ class _Fetcher:
         for e in ready:
             r = e.fetch.request(e.rlog)
             e.sent_offset = r.fetch_offset
-            topics.setdefault(e.part.topic_id, []).append((
-                e.part.partition, r.current_leader_epoch, r.fetch_offset, r.last_fetched_epoch, r.log_start_offset,
-                max_bytes))
+            topics.setdefault(e.part.topic_id, []).append(
+                (
+                    e.part.partition,
+                    r.current_leader_epoch,
+                    r.fetch_offset,
+                    r.last_fetched_epoch,
+                    r.log_start_offset,
+                    max_bytes,
+                )
+            )
         return encode_replica_fetch_request(
-            FETCH_VERSION, self.mgr.node_id, self.mgr.broker_epoch(), cfg.get("replica.fetch.wait.max.ms"),
-            cfg.get("replica.fetch.min.bytes"), cfg.get("replica.fetch.response.max.bytes"), READ_UNCOMMITTED,
-            list(topics.items()))
+            FETCH_VERSION,
+            self.mgr.node_id,
+            self.mgr.broker_epoch(),
+            cfg.get("replica.fetch.wait.max.ms"),
+            cfg.get("replica.fetch.min.bytes"),
+            cfg.get("replica.fetch.response.max.bytes"),
+            READ_UNCOMMITTED,
+            list(topics.items()),
+        )
 
     def process(self, sent: list[_Entry], resp) -> None:
         by_id = {(e.part.topic_id, e.part.partition): e for e in sent}
@@ -226,16 +256,17 @@ class _Fetcher:
                 e = by_id.get((t.topic_id, p.partition_index))
                 key = None if e is None else (e.part.topic, e.part.partition)
                 if e is None or self.entries.get(key) is not e:
-                    continue                    # not asked, or removed / re-added meanwhile
+                    continue  # not asked, or removed / re-added meanwhile
                 if self.apply(e, p, now_ms):
                     rotate.append(key)
-        for key in rotate:                      # as a fetch session does: those that got data go last
+        for key in rotate:  # as a fetch session does: those that got data go last
             self.entries[key] = self.entries.pop(key)
 
     def apply(self, e: _Entry, p, now_ms: int) -> bool:
         """One partition's answer; returns whether records came."""
-        resp = FetchPartitionResponse(int(p.error_code), p.high_watermark, p.log_start_offset,
-                                      request_offset=e.sent_offset)
+        resp = FetchPartitionResponse(
+            int(p.error_code), p.high_watermark, p.log_start_offset, request_offset=e.sent_offset
+        )
         de = p.diverging_epoch
         if de is not None and de.epoch >= 0:
             resp.diverging_epoch = (de.epoch, de.end_offset)
@@ -248,25 +279,39 @@ class _Fetcher:
         try:
             state = e.fetch.on_response(resp, e.rlog, lambda recs: lg.append_raw(recs[0], now_ms))
         except Exception as exc:  # noqa: BLE001 - the local log failed: this partition only
-            log.error("%s: error processing data for partition %s at offset %d: %s", self.name, e.part.tp,
-                      e.fetch.fetch_offset, exc)
+            log.error(
+                "%s: error processing data for partition %s at offset %d: %s",
+                self.name,
+                e.part.tp,
+                e.fetch.fetch_offset,
+                exc,
+            )
             self.restart_from_log(e)
             state = BACKOFF
         if resp.error_code:
-            log.debug("%s: %s for %s at offset %d", self.name, error_name(resp.error_code), e.part.tp,
-                      e.fetch.fetch_offset)
+            log.debug(
+                "%s: %s for %s at offset %d", self.name, error_name(resp.error_code), e.part.tp, e.fetch.fetch_offset
+            )
         if state == BACKOFF:
             self.back_off([e])
         elif resp.error_code and state == WAIT_FOR_METADATA:
-            log.info("%s: partition %s is fenced at leader epoch %d; waiting for new metadata", self.name,
-                     e.part.tp, e.fetch.leader_epoch)
+            log.info(
+                "%s: partition %s is fenced at leader epoch %d; waiting for new metadata",
+                self.name,
+                e.part.tp,
+                e.fetch.leader_epoch,
+            )
         if lg.log_end_offset < before[0]:
-            log.info("%s: truncated %s to offset %d (diverging epoch %s from the leader)", self.name, e.part.tp,
-                     lg.log_end_offset, resp.diverging_epoch)
+            log.info(
+                "%s: truncated %s to offset %d (diverging epoch %s from the leader)",
+                self.name,
+                e.part.tp,
+                lg.log_end_offset,
+                resp.diverging_epoch,
+            )
         elif lg.log_end_offset > before[0] and self.mgr.quota is not None:
             # as Kafka's processPartitionData: what came for a throttled partition, in sync or not
-            self.mgr.quota.record_if_throttled(e.part.topic, e.part.partition, len(p.records),
-                                               self.mgr.quota_now_ms())
+            self.mgr.quota.record_if_throttled(e.part.topic, e.part.partition, len(p.records), self.mgr.quota_now_ms())
         self.progress(e, before)
         return bool(resp.records)
 
@@ -312,8 +357,14 @@ class _Fetcher:
         before = (lg.log_end_offset, lg.high_watermark, lg.log_start_offset)
         try:
             e.fetch.on_out_of_range(start[1], end[1], e.rlog)
-            log.info("%s: %s was out of range; leader log start %d, end %d: fetching from %d", self.name,
-                     e.part.tp, start[1], end[1], e.fetch.fetch_offset)
+            log.info(
+                "%s: %s was out of range; leader log start %d, end %d: fetching from %d",
+                self.name,
+                e.part.tp,
+                start[1],
+                end[1],
+                e.fetch.fetch_offset,
+            )
         except Exception as exc:  # noqa: BLE001
             log.error("%s: cannot truncate %s: %s", self.name, e.part.tp, exc)
             self.restart_from_log(e)
@@ -323,10 +374,18 @@ class _Fetcher:
     async def list_offset(self, e: _Entry, timestamp: int) -> tuple[int, int]:
         """(error code, offset) of one ListOffsets lookup sent as replica ``node_id``."""
         m = Msg(ApiKeys.LIST_OFFSETS, LIST_OFFSETS_VERSION, request=True)
-        part = m("ListOffsetsPartition", partition_index=e.part.partition,
-                 current_leader_epoch=e.fetch.leader_epoch, timestamp=timestamp)
-        req = m(replica_id=self.mgr.node_id, isolation_level=READ_UNCOMMITTED, timeout=0,
-                topics=(m("ListOffsetsTopic", name=e.part.topic, partitions=(part,)),))
+        part = m(
+            "ListOffsetsPartition",
+            partition_index=e.part.partition,
+            current_leader_epoch=e.fetch.leader_epoch,
+            timestamp=timestamp,
+        )
+        req = m(
+            replica_id=self.mgr.node_id,
+            isolation_level=READ_UNCOMMITTED,
+            timeout=0,
+            topics=(m("ListOffsetsTopic", name=e.part.topic, partitions=(part,)),),
+        )
         resp = await self.channel.send(self.leader, ApiKeys.LIST_OFFSETS, LIST_OFFSETS_VERSION, req)
         for t in resp.topics:
             for p in t.partitions:
@@ -398,6 +457,6 @@ class ReplicaFetcherManager:
         if f is None:
             return
         f.entries.pop(key, None)
-        if not f.entries:                      # Kafka's shutdownIdleFetcherThreads
+        if not f.entries:  # Kafka's shutdownIdleFetcherThreads
             del self.fetchers[(f.leader, f.index)]
             f.stop()

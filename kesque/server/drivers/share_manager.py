@@ -36,8 +36,8 @@ from ...metadata.image import RESOURCE_GROUP
 from ...records.batch import iter_headers
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ...share.partition import SharePartition
-from .share_persister import DefaultStatePersister, LocalPersister
 from ...share.session import ShareSessionCache
+from .share_persister import DefaultStatePersister, LocalPersister
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,13 @@ def scan_batches(buf: bytes, aborted=None) -> tuple[int, list[tuple[int, int]]]:
         last = h.last_offset
         if h.is_control:
             skip.append((h.base_offset, h.last_offset))
-        elif aborted and h.is_transactional and any(
-                a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset for a in aborted):
+        elif (
+            aborted
+            and h.is_transactional
+            and any(
+                a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset for a in aborted
+            )
+        ):
             skip.append((h.base_offset, h.last_offset))
     return last, skip
 
@@ -75,7 +80,7 @@ def _through(buf: bytes, last_offset: int) -> bytes:
     batches of the acquired records, not everything read (Kafka slices them too)."""
     for pos, h in iter_headers(buf):
         if h.last_offset >= last_offset:
-            return buf[:pos + h.size] if pos + h.size < len(buf) else buf
+            return buf[: pos + h.size] if pos + h.size < len(buf) else buf
     return buf
 
 
@@ -112,8 +117,19 @@ def _read(part, offset: int, max_bytes: int, max_records: int, isolation) -> tup
 
 
 class SharePartitionManager:
-    def __init__(self, *, image, config, replica_manager, share_coordinator, node_id: int, clock, spawn,
-                 coordinator_of, channel=None):
+    def __init__(
+        self,
+        *,
+        image,
+        config,
+        replica_manager,
+        share_coordinator,
+        node_id: int,
+        clock,
+        spawn,
+        coordinator_of,
+        channel=None,
+    ):
         """``coordinator_of(key)``: (node, error, message) of a share-state key's coordinator;
         ``channel``: to the share coordinators on other brokers; ``spawn(coro)``: a task of the
         broker's."""
@@ -128,8 +144,9 @@ class SharePartitionManager:
         self._loading: dict[tuple, asyncio.Task] = {}  # share partitions read from a remote coordinator
         self._load_errors: dict[tuple, KafkaError] = {}  # why the last load failed (told to the next fetch)
         self._writers: dict[tuple, list] = {}  # share partitions with a remote write in flight: its waiters
-        self.persister = DefaultStatePersister(node_id, LocalPersister(share_coordinator), coordinator_of, channel,
-                                               config)
+        self.persister = DefaultStatePersister(
+            node_id, LocalPersister(share_coordinator), coordinator_of, channel, config
+        )
         replica_manager.add_leadership_listener(self.on_leadership)
         cfg = config
         self.sessions = ShareSessionCache()
@@ -312,8 +329,7 @@ class SharePartitionManager:
                 sp = self.partitions.get(key)
                 try:
                     if sp is None:
-                        raise KafkaError(ErrorCode.not_leader_or_follower,
-                                         "The share partition is no longer led here.")
+                        raise KafkaError(ErrorCode.not_leader_or_follower, "The share partition is no longer led here.")
                     epoch = self._leader_epoch(key)
                     if key in self._uninitialized:
                         await self.persister.initialize(key, sp.start_offset, epoch, sp.state_epoch)
@@ -334,8 +350,9 @@ class SharePartitionManager:
             self._writers.pop(key, None)
 
     # ------------------------------------------------------------------ operations
-    def acknowledge(self, group_id: str, member_id: str, topic_id, partition: int, batches,
-                    now_ms: int, renew: bool = False):
+    def acknowledge(
+        self, group_id: str, member_id: str, topic_id, partition: int, batches, now_ms: int, renew: bool = False
+    ):
         """Apply one partition's acknowledgement batches; the error, if refused (nothing moved),
         or the future of the remote write making them durable (its error, if it failed: the
         acknowledgement stays applied here and goes out again with the next write)."""
@@ -355,8 +372,17 @@ class SharePartitionManager:
         self.notify((group_id, topic_id, partition))
         return pending
 
-    def fetch(self, group_id: str, member_id: str, topic_id, partition: int, max_records: int, max_bytes: int,
-              now_ms: int, record_limit: bool = False) -> FetchedPartition:
+    def fetch(
+        self,
+        group_id: str,
+        member_id: str,
+        topic_id,
+        partition: int,
+        max_records: int,
+        max_bytes: int,
+        now_ms: int,
+        record_limit: bool = False,
+    ) -> FetchedPartition:
         """Acquire records for ``member_id``: at most ``max_records`` with ``record_limit``
         (ShareAcquireMode record_limit, KIP-1206), else (batch_optimized, Kafka's default and
         ShareFetch v1's) through the end of the log batch holding the last of them, as Kafka's
@@ -489,7 +515,9 @@ class SharePartitionManager:
             cb()
 
     def next_lock_deadline(self, group_id: str, partitions) -> int | None:
-        deadlines = [d for tp in partitions
-                     if (sp := self.partitions.get((group_id, *tp))) is not None
-                     and (d := sp.next_lock_deadline()) is not None]
+        deadlines = [
+            d
+            for tp in partitions
+            if (sp := self.partitions.get((group_id, *tp))) is not None and (d := sp.next_lock_deadline()) is not None
+        ]
         return min(deadlines) if deadlines else None

@@ -48,15 +48,25 @@ from ..channel import ChannelError
 log = logging.getLogger(__name__)
 
 INITIALIZE, READ, WRITE, DELETE, READ_SUMMARY = (
-    ApiKeys.INITIALIZE_SHARE_GROUP_STATE, ApiKeys.READ_SHARE_GROUP_STATE, ApiKeys.WRITE_SHARE_GROUP_STATE,
-    ApiKeys.DELETE_SHARE_GROUP_STATE, ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY)
+    ApiKeys.INITIALIZE_SHARE_GROUP_STATE,
+    ApiKeys.READ_SHARE_GROUP_STATE,
+    ApiKeys.WRITE_SHARE_GROUP_STATE,
+    ApiKeys.DELETE_SHARE_GROUP_STATE,
+    ApiKeys.READ_SHARE_GROUP_STATE_SUMMARY,
+)
 VERSIONS = {INITIALIZE: 0, READ: 0, WRITE: 0, DELETE: 0, READ_SUMMARY: 1}
 
 BACKOFF_MS, BACKOFF_MAX_MS = 100, 1000  # between retries: doubling, up to the ceiling
 
-RETRIABLE = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
-                       ErrorCode.coordinator_load_in_progress, ErrorCode.network_exception,
-                       ErrorCode.request_timed_out})
+RETRIABLE = frozenset(
+    {
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.network_exception,
+        ErrorCode.request_timed_out,
+    }
+)
 
 
 class LocalPersister:
@@ -123,8 +133,9 @@ class LocalPersister:
         shard.initialize(key, start_offset, leader_epoch, state_epoch)
         await self._committed(shard)
 
-    async def write(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1,
-                    state_epoch: int = -1) -> None:
+    async def write(
+        self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1, state_epoch: int = -1
+    ) -> None:
         shard = self.shard(key)
         shard.write_state(key, start_offset, batches, leader_epoch, state_epoch)
         await self._committed(shard)
@@ -154,55 +165,130 @@ class DefaultStatePersister:
     # ------------------------------------------------------------------ the interface
     async def read(self, key: tuple, leader_epoch: int = -1) -> ShareState | None:
         def body(m):
-            return m(group_id=key[0], topics=(m("ReadStateData", topic_id=key[1], partitions=(
-                m("PartitionData", partition=key[2], leader_epoch=leader_epoch),)),))
+            return m(
+                group_id=key[0],
+                topics=(
+                    m(
+                        "ReadStateData",
+                        topic_id=key[1],
+                        partitions=(m("PartitionData", partition=key[2], leader_epoch=leader_epoch),),
+                    ),
+                ),
+            )
 
         def result(p):
             if p.error_code == ErrorCode.unknown_topic_or_partition:  # never initialized
                 return None
             return ShareState(p.state_epoch, p.start_offset, leader_epoch, _batches(p.state_batches))
 
-        return await self._call(key, READ, body, result, lambda: self.local.read(key, leader_epoch),
-                                absent=ErrorCode.unknown_topic_or_partition)
+        return await self._call(
+            key,
+            READ,
+            body,
+            result,
+            lambda: self.local.read(key, leader_epoch),
+            absent=ErrorCode.unknown_topic_or_partition,
+        )
 
     async def read_summary(self, key: tuple) -> ShareSummary | None:
         def body(m):
-            return m(group_id=key[0], topics=(m("ReadStateSummaryData", topic_id=key[1], partitions=(
-                m("PartitionData", partition=key[2], leader_epoch=-1),)),))
+            return m(
+                group_id=key[0],
+                topics=(
+                    m(
+                        "ReadStateSummaryData",
+                        topic_id=key[1],
+                        partitions=(m("PartitionData", partition=key[2], leader_epoch=-1),),
+                    ),
+                ),
+            )
 
         def result(p):
             if p.error_code == ErrorCode.unknown_topic_or_partition:
                 return None
             return ShareSummary(p.state_epoch, p.leader_epoch, p.start_offset, p.delivery_complete_count)
 
-        return await self._call(key, READ_SUMMARY, body, result, lambda: self.local.read_summary(key),
-                                absent=ErrorCode.unknown_topic_or_partition)
+        return await self._call(
+            key,
+            READ_SUMMARY,
+            body,
+            result,
+            lambda: self.local.read_summary(key),
+            absent=ErrorCode.unknown_topic_or_partition,
+        )
 
     async def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1, state_epoch: int = -1) -> None:
         """A new state at ``start_offset``, with ``state_epoch`` (-1: the coordinator's next)."""
+
         def body(m):
-            return m(group_id=key[0], topics=(m("InitializeStateData", topic_id=key[1], partitions=(
-                m("PartitionData", partition=key[2], state_epoch=state_epoch, start_offset=start_offset),)),))
+            return m(
+                group_id=key[0],
+                topics=(
+                    m(
+                        "InitializeStateData",
+                        topic_id=key[1],
+                        partitions=(
+                            m("PartitionData", partition=key[2], state_epoch=state_epoch, start_offset=start_offset),
+                        ),
+                    ),
+                ),
+            )
 
-        await self._call(key, INITIALIZE, body, lambda p: None,
-                         lambda: self.local.initialize(key, start_offset, leader_epoch, state_epoch))
+        await self._call(
+            key,
+            INITIALIZE,
+            body,
+            lambda p: None,
+            lambda: self.local.initialize(key, start_offset, leader_epoch, state_epoch),
+        )
 
-    async def write(self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1,
-                    state_epoch: int = -1) -> None:
+    async def write(
+        self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1, state_epoch: int = -1
+    ) -> None:
         def body(m):
-            return m(group_id=key[0], topics=(m("WriteStateData", topic_id=key[1], partitions=(
-                m("PartitionData", partition=key[2], state_epoch=state_epoch, leader_epoch=leader_epoch,
-                  start_offset=start_offset, state_batches=tuple(
-                      m("StateBatch", first_offset=b.first, last_offset=b.last, delivery_state=b.state,
-                        delivery_count=b.delivery_count) for b in batches)),)),))
+            return m(
+                group_id=key[0],
+                topics=(
+                    m(
+                        "WriteStateData",
+                        topic_id=key[1],
+                        partitions=(
+                            m(
+                                "PartitionData",
+                                partition=key[2],
+                                state_epoch=state_epoch,
+                                leader_epoch=leader_epoch,
+                                start_offset=start_offset,
+                                state_batches=tuple(
+                                    m(
+                                        "StateBatch",
+                                        first_offset=b.first,
+                                        last_offset=b.last,
+                                        delivery_state=b.state,
+                                        delivery_count=b.delivery_count,
+                                    )
+                                    for b in batches
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            )
 
-        await self._call(key, WRITE, body, lambda p: None,
-                         lambda: self.local.write(key, start_offset, batches, leader_epoch, state_epoch))
+        await self._call(
+            key,
+            WRITE,
+            body,
+            lambda p: None,
+            lambda: self.local.write(key, start_offset, batches, leader_epoch, state_epoch),
+        )
 
     async def delete(self, key: tuple) -> None:
         def body(m):
-            return m(group_id=key[0], topics=(m("DeleteStateData", topic_id=key[1], partitions=(
-                m("PartitionData", partition=key[2]),)),))
+            return m(
+                group_id=key[0],
+                topics=(m("DeleteStateData", topic_id=key[1], partitions=(m("PartitionData", partition=key[2]),)),),
+            )
 
         await self._call(key, DELETE, body, lambda p: None, lambda: self.local.delete(key))
 
@@ -220,8 +306,9 @@ class DefaultStatePersister:
                     raise KafkaError(code, msg)
                 if node == self.node_id:
                     return await local()
-                resp = await self.channel.send(node, api_key, version, body(Msg(api_key, version, request=True)),
-                                               self.timeout_ms)
+                resp = await self.channel.send(
+                    node, api_key, version, body(Msg(api_key, version, request=True)), self.timeout_ms
+                )
                 p = resp.results[0].partitions[0]
                 if p.error_code and p.error_code != absent:
                     raise KafkaError(p.error_code, p.error_message)
