@@ -165,7 +165,7 @@ def test_a_new_leader_answers_offset_not_available_until_its_hw_reaches_its_epoc
     part.log.append_raw(build_batch([(None, b"a", ()), (None, b"b", ())], timestamp=NOW), NOW)  # HW stays 0
     part.make_leader([1, 2], [1, 2], 1, 1)
     env.partitions[("t", 0)] = part
-    apis = OffsetApis(SimpleNamespace(replica_manager=SimpleNamespace(get_partition=lambda t, p: part)))
+    apis = OffsetApis(replica_manager=SimpleNamespace(get_partition=lambda t, p: part))
 
     def ask(timestamp, replica_id=-1):
         try:

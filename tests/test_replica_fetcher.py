@@ -675,11 +675,11 @@ def test_list_offsets_latest_for_a_replica_is_the_log_end(tmp_path, replica_id, 
     for v in (b"a", b"b", b"c"):
         lg.append_as_leader(batch(v), 0, NOW)  # the followers have not fetched: HW 0
     assert lg.high_watermark == 0
-    apis = OffsetApis(SimpleNamespace(replica_manager=SimpleNamespace(get_partition=lambda t, p: part)))
+    apis = OffsetApis(replica_manager=SimpleNamespace(get_partition=lambda t, p: part))
     m = Msg(ApiKeys.LIST_OFFSETS, 10, request=True)
 
     def ask(timestamp, rid=replica_id, target=part):
-        apis.server.replica_manager.get_partition = lambda t, p: target
+        apis.replica_manager.get_partition = lambda t, p: target
         req = m(
             replica_id=rid,
             isolation_level=0,
