@@ -56,6 +56,7 @@ from .apis.reassignment import ReassignmentApis
 from .apis.registry import TRANSITIONAL, bind
 from .apis.share_state import ShareStateApis
 from .apis.topics import TopicApis
+from .apis.transactions import TransactionApis
 from .assignments import AssignmentsManager
 from .channel import Channel
 from .context import NO_RESPONSE, PLAINTEXT, CloseConnection, RequestContext
@@ -805,6 +806,16 @@ class KesqueServer:
                 txn_verifier=self.txn_verifier,
                 throttler=throttler,
             ),
+            TransactionApis(
+                image=image,
+                config=cfg,
+                replica_manager=rm,
+                txn_coordinator=self.txn_coordinator,
+                group_coordinator=self.group_coordinator,
+                producer_ids=self.producer_ids,
+                txn_verifier=self.txn_verifier,
+                clock=self.clock,
+            ),
             FetchApis(
                 image=image,
                 replica_manager=rm,
@@ -825,7 +836,7 @@ class KesqueServer:
         )
         for h in handlers:
             bind(h, cfg, self.apis, self.controller_apis)
-        # transitional: the group, share-group and transaction handlers still take the server and
+        # transitional: the group and share-group handlers still take the server and
         # call register() below; next step, they are built above with narrow collaborators
         for cls in TRANSITIONAL:
             cls(self).register()
@@ -840,7 +851,7 @@ class KesqueServer:
         refused_below: int = -1,
         controller_only: bool = False,
     ) -> None:
-        """Transitional (the three handlers of apis.TRANSITIONAL): ``controller_only``: served on
+        """Transitional (the two handlers of apis.TRANSITIONAL): ``controller_only``: served on
         the controller listeners only (as Kafka's raft and controller RPCs), and not advertised
         on the others."""
         table = self.controller_apis if controller_only else self.apis

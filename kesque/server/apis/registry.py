@@ -6,8 +6,8 @@ server builds them all in one place (``KesqueServer._build_handlers``) and :func
 their declarations into its dispatch tables. :func:`served_versions` reads the same
 declarations without building any handler.
 
-Transitional: the group, share-group and transaction handlers (groups.py, share.py,
-transactions.py) are still built as ``cls(server)`` and register themselves through
+Transitional: the group and share-group handlers (groups.py, share.py) are still built as
+``cls(server)`` and register themselves through
 ``server.register``; their move to declared APIs and narrow constructors comes with the
 coordinators' typed requests (``TRANSITIONAL`` below).
 """
@@ -35,6 +35,7 @@ from .transactions import TransactionApis
 DECLARED = (
     CoreApis,
     ProduceApis,
+    TransactionApis,
     FetchApis,
     OffsetApis,
     TopicApis,
@@ -45,8 +46,8 @@ DECLARED = (
     QuorumApis,
     ReassignmentApis,
 )
-# next step: these three take narrow collaborators and declare their APIs as the others do
-TRANSITIONAL = (TransactionApis, GroupApis, ShareGroupApis)
+# next step: these two take narrow collaborators and declare their APIs as the others do
+TRANSITIONAL = (GroupApis, ShareGroupApis)
 
 
 def declared(cls, config) -> tuple[Api, ...]:
@@ -73,7 +74,7 @@ def served_versions(config: dict | None = None) -> dict[int, tuple[int, int]]:
         a.key: (a.min_version, a.max_version) for cls in DECLARED for a in declared(cls, cfg) if not a.controller_only
     }
 
-    class _Registry:  # transitional: what the three self-registering handlers register
+    class _Registry:  # transitional: what the two self-registering handlers register
         def __init__(self):
             self.config = cfg
 

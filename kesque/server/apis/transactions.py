@@ -22,6 +22,7 @@ from ...coordinator.group.runtime import OFFSETS_TOPIC
 from ...coordinator.runtime import coordinator_error
 from ...coordinator.transaction.records import TxnState
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import EPOCH as _EPOCH
 from ...protocol.messages import Msg, to_ms
@@ -51,12 +52,38 @@ def _topic_results(m, errors: dict) -> tuple:
 
 
 class TransactionApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (
+        Api(ApiKeys.INIT_PRODUCER_ID, 0, 6, "init_producer_id"),
+        Api(ApiKeys.ADD_PARTITIONS_TO_TXN, 0, 5, "add_partitions_to_txn"),
+        Api(ApiKeys.ADD_OFFSETS_TO_TXN, 0, 4, "add_offsets_to_txn"),
+        Api(ApiKeys.END_TXN, 0, 5, "end_txn"),
+        Api(ApiKeys.WRITE_TXN_MARKERS, 1, 2, "write_txn_markers"),
+        Api(ApiKeys.TXN_OFFSET_COMMIT, 0, 5, "txn_offset_commit"),
+        Api(ApiKeys.DESCRIBE_PRODUCERS, 0, 0, "describe_producers"),
+        Api(ApiKeys.DESCRIBE_TRANSACTIONS, 0, 0, "describe_transactions"),
+        Api(ApiKeys.LIST_TRANSACTIONS, 0, 2, "list_transactions"),
+    )
 
-    @property
-    def tc(self):
-        return self.server.txn_coordinator
+    def __init__(
+        self,
+        *,
+        image,
+        config,
+        replica_manager,
+        txn_coordinator,
+        group_coordinator,
+        producer_ids,
+        txn_verifier,
+        clock,
+    ):
+        self.image = image
+        self.config = config
+        self.replica_manager = replica_manager
+        self.tc = txn_coordinator
+        self.group_coordinator = group_coordinator
+        self.producer_ids = producer_ids
+        self.txn_verifier = txn_verifier
+        self.clock = clock
 
     def _when_committed(self, txn_ids, response, failed):
         """``response`` once the transaction records of ``txn_ids`` are committed."""
@@ -70,25 +97,13 @@ class TransactionApis:
             tc.write_timeout_ms(txn_ids[0]) if txn_ids else None,
         )
 
-    def register(self) -> None:
-        r = self.server.register
-        r(22, 0, 6, self.init_producer_id)
-        r(24, 0, 5, self.add_partitions_to_txn)
-        r(25, 0, 4, self.add_offsets_to_txn)
-        r(26, 0, 5, self.end_txn)
-        r(27, 1, 2, self.write_txn_markers)
-        r(28, 0, 5, self.txn_offset_commit)
-        r(61, 0, 0, self.describe_producers)
-        r(65, 0, 0, self.describe_transactions)
-        r(66, 0, 2, self.list_transactions)
-
     # ------------------------------------------------------------------ InitProducerId
     def init_producer_id(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.INIT_PRODUCER_ID, v)
         if req.transactional_id is None:
             try:
-                pid = self.server.producer_ids.generate()
+                pid = self.producer_ids.generate()
             except KafkaError as e:
                 return m(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
             return m(throttle_time=0, error_code=ErrorCode.none, producer_id=pid, producer_epoch=0)
@@ -164,7 +179,7 @@ class TransactionApis:
 
     def _add_partitions(self, v, txn_id, producer_id, producer_epoch, topics, verify_only, tv: int = 0) -> dict:
         wanted = [(t.name, p) for t in topics for p in t.partitions]
-        image = self.server.image
+        image = self.image
         errors: dict = {}
         missing = {tp for tp in wanted if image.topic(tp[0]) is None or tp[1] not in image.topic(tp[0]).partitions}
         if missing:
@@ -190,7 +205,7 @@ class TransactionApis:
         m = Msg(ApiKeys.ADD_OFFSETS_TO_TXN, v)
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
-        tp = (OFFSETS_TOPIC, self.server.group_coordinator.partition_for(req.group_id))
+        tp = (OFFSETS_TOPIC, self.group_coordinator.partition_for(req.group_id))
         try:
             self.tc.shard_for(req.transactional_id).add_partitions(
                 req.transactional_id, req.producer_id, req.producer_epoch, {tp}
@@ -229,7 +244,7 @@ class TransactionApis:
     def write_txn_markers(self, ctx, req):
         """Markers a (remote) transaction coordinator asks this broker, as partition leader, to
         write; each is answered once committed (acks=all)."""
-        rm = self.server.replica_manager
+        rm = self.replica_manager
         codes: dict = {}  # (marker index, topic, partition) -> error of the append
         written: dict = {}  # (topic, partition) -> the offset the HW must reach
         for i, mk in enumerate(req.markers):
@@ -254,9 +269,7 @@ class TransactionApis:
         return self._markers_response(ctx, req, codes, {})
 
     async def _markers_answer(self, ctx, req, codes: dict, written: dict):
-        acked = await markers_committed(
-            self.server.replica_manager, written, self.server.config.get("request.timeout.ms")
-        )
+        acked = await markers_committed(self.replica_manager, written, self.config.get("request.timeout.ms"))
         return self._markers_response(ctx, req, codes, acked)
 
     @staticmethod
@@ -325,7 +338,7 @@ class TransactionApis:
 
         if not req.group_id:
             return all_(ErrorCode.invalid_group_id)
-        gc = self.server.group_coordinator
+        gc = self.group_coordinator
         try:
             gc.shard_for(req.group_id)
         except KafkaError as e:
@@ -341,7 +354,7 @@ class TransactionApis:
         tp = (OFFSETS_TOPIC, gc.partition_for(req.group_id))
         # v5+ of a TV2 client: the partition is added here, the client sends no AddOffsetsToTxn
         add = self.tc.tv2(v >= 5)
-        verdict = self.server.txn_verifier.verify(
+        verdict = self.txn_verifier.verify(
             req.transactional_id, req.producer_id, req.producer_epoch, [tp], v >= 5, add, produce=False
         )
         if isinstance(verdict, dict):
@@ -360,8 +373,8 @@ class TransactionApis:
         return await res if inspect.isawaitable(res) else res
 
     def _commit_txn_offsets(self, req, v, wanted: dict, respond, all_):
-        image = self.server.image
-        gc = self.server.group_coordinator
+        image = self.image
+        gc = self.group_coordinator
         try:
             shard = gc.shard_for(req.group_id)
         except KafkaError as e:
@@ -400,7 +413,7 @@ class TransactionApis:
     def describe_producers(self, ctx, req):
         """The active producers of partitions this broker leads (Kafka's ProducerStateManager view)."""
         m = Msg(ApiKeys.DESCRIBE_PRODUCERS, ctx.api_version)
-        rm = self.server.replica_manager
+        rm = self.replica_manager
         topics = []
         for t in req.topics:
             parts = []
@@ -500,7 +513,7 @@ class TransactionApis:
                 unknown_state_filters=(),
                 transaction_states=(),
             )
-        now = self.server.clock.now_ms()
+        now = self.clock.now_ms()
         out = []
         for shard in self.tc.read_shards():  # committed states only
             for txn_id, txn in shard.txns.items():
