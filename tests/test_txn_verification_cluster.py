@@ -56,9 +56,12 @@ def leader_apart_from(cluster: Cluster, topic: str, partitions: int, txn_id: str
 
 
 def init_producer(cluster: Cluster, txn_id: str, version: int = 4) -> tuple[int, int]:
-    node = coordinator(cluster, TXN_KEY, txn_id)
-    with WireClient(address(cluster, node)) as c:
-        for _ in range(100):
+    """InitProducerId as a client does it: retried while the coordinator loads or is busy, and
+    sent again to the coordinator found anew on NOT_COORDINATOR (the node FindCoordinator named
+    from its image may not have applied that leadership yet, just after the topic's creation)."""
+    for _ in range(100):
+        node = coordinator(cluster, TXN_KEY, txn_id)
+        with WireClient(address(cluster, node)) as c:
             r = c.request(
                 ApiKeys.INIT_PRODUCER_ID,
                 version,
@@ -66,9 +69,9 @@ def init_producer(cluster: Cluster, txn_id: str, version: int = 4) -> tuple[int,
                     transactional_id=txn_id, transaction_timeout=60000, producer_id=-1, producer_epoch=-1
                 ),
             )
-            if r.error_code not in (51, 14, 15):
-                break
-            time.sleep(0.1)
+        if r.error_code not in (51, 14, 15, 16):
+            break
+        time.sleep(0.1)
     assert r.error_code == 0, r
     return r.producer_id, r.producer_epoch
 
