@@ -4,6 +4,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
+    # lazy (PEP 562): `import kesque` stays light; kesque.Broker / kesque.Cluster load the
+    # broker only when a test or an embedding program asks for one
     if name == "Broker":
         from .testing.broker import Broker
 

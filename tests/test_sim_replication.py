@@ -116,10 +116,10 @@ def test_a_hw_that_advances_below_min_isr_is_caught_by_an_elr_election():
 def test_an_elr_that_keeps_members_who_left_at_min_isr_is_caught(monkeypatch):
     """A broken ELR rule: every member leaving the ISR stays eligible, also the follower that left
     while the ISR was still at min.insync.replicas (it misses what was committed after)."""
-    from kesque.controller import replication_control as rc
+    from kesque.controller import partition_change as pc
 
     monkeypatch.setattr(
-        rc,
+        pc,
         "_target_elr",
         lambda p, isr, elr, min_isr, unclean: [
             r for r in dict.fromkeys(elr + list(p.isr) + list(p.replicas)) if r not in isr and r not in unclean

@@ -21,6 +21,8 @@ import decimal
 import re
 import sys
 
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
 from ..client.wire import Connection, make
 from ..controller.controller import validate_topic_name
 from ..errors import KafkaError
@@ -392,8 +394,6 @@ def describe(a) -> None:
 
 
 def alter(a) -> None:
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-
     types = entity_types(a)
     names = entity_names(a)
     if len(types) != len(names):

@@ -28,6 +28,8 @@ import sys
 import time
 import uuid
 
+from confluent_kafka import Consumer, TopicPartition
+
 from ..client.consumer import Message, WireConsumer
 from ..client.wire import Unreachable
 from .plumbing.admin_client import IncludeList, check_reachable
@@ -447,8 +449,6 @@ class GroupSource:
     }
 
     def __init__(self, a, o):
-        from confluent_kafka import Consumer
-
         conf = {k: v for k, v in o.props.items() if k not in self._JAVA_ONLY}
         conf["group.id"] = o.group
         conf.setdefault("log_level", 0)
@@ -490,7 +490,6 @@ class GroupSource:
         """Store the offsets after the printed records: the next commit covers them."""
         if not self.store or not msgs:
             return
-        from confluent_kafka import TopicPartition
 
         last: dict[tuple[str, int], object] = {}
         for m in msgs:

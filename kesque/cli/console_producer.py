@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 import sys
 
+from confluent_kafka import KafkaException, Producer
+
 from .plumbing.admin_client import check_reachable
 from .plumbing.errors import error_line
 from .plumbing.javautil import bootstrap_check, load_props, log4j_stamp, parse_key_value_args
@@ -396,8 +398,6 @@ def make_producer(props: dict[str, str]):
     """A confluent-kafka Producer for Java producer settings, made once one of the bootstrap
     servers answered. Raises ValueError / KafkaException for bad settings and
     :class:`kesque.client.wire.Unreachable` (naming the servers) when none answers."""
-    from confluent_kafka import Producer
-
     producer = Producer(to_librdkafka(props))
     check_reachable(props, "max.block.ms")
     return producer
@@ -413,8 +413,6 @@ def _metadata_wait_ms(props: dict[str, str]) -> int:
 
 
 def run(a) -> int:
-    from confluent_kafka import KafkaException
-
     p = a._parser
     _check_args(p, a)
     reader_props: dict[str, str] = {}

@@ -33,6 +33,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicCollection, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
 from ..client.wire import Connection, Unreachable, WireError, connect_any, make
 from ..protocol.api_keys import ApiKeys
 from ..utils import java_string_hash
@@ -582,8 +585,6 @@ class GroupService:
     # ------------------------------------------------------------------ offsets
     def committed(self, group: str) -> dict[tuple[str, int], int | None]:
         """listConsumerGroupOffsets: every partition with a committed offset (None: no offset)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions
-
         try:
             fut = self.admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group)], request_timeout=self.request_timeout
@@ -601,8 +602,6 @@ class GroupService:
     def log_offsets(self, tps, spec: str, timestamp: int | None = None) -> dict[tuple[str, int], int]:
         """ListOffsets (``earliest``/``latest``/``timestamp``): {tp: offset} (-1: no offset
         for that timestamp)."""
-        from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import OffsetSpec
 
         tps = list(dict.fromkeys(tps))
         if not tps:
@@ -625,8 +624,6 @@ class GroupService:
             raise from_confluent(e) from None
 
     def alter_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
         if not offsets:
             return
         req = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in offsets.items()])
@@ -640,8 +637,6 @@ class GroupService:
 
     def topic_partitions(self, topics: list[str]) -> dict[str, list[int] | JavaError]:
         """describeTopics: {topic: partition ids, or the failure}."""
-        from confluent_kafka import TopicCollection
-
         out: dict[str, list[int] | JavaError] = {}
         if not topics:
             return out

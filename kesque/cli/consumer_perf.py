@@ -18,6 +18,9 @@ from __future__ import annotations
 import sys
 import time
 
+from confluent_kafka import Consumer
+
+from ..client.consumer import EARLIEST, LATEST, WireConsumer
 from .plumbing.admin_client import check_reachable
 from .plumbing.javautil import java_simple_date, load_props
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
@@ -115,8 +118,6 @@ class _Source:
         check_reachable({**props, "bootstrap.servers": a.bootstrap_server})
         self.group = a.group is not None or "group.id" in props
         if self.group:
-            from confluent_kafka import Consumer
-
             conf = {k: v for k, v in props.items() if k not in ("key.deserializer", "value.deserializer")}
             conf.update(
                 {
@@ -136,8 +137,6 @@ class _Source:
             self._join_start = _now()
             self.c.subscribe([a.topic], on_assign=self._assigned, on_revoke=self._revoked)
         else:
-            from ..client.consumer import EARLIEST, LATEST, WireConsumer
-
             self.c = WireConsumer(
                 a.bootstrap_server,
                 client_id=props.get("client.id", "perf-consumer-client"),

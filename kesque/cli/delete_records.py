@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import sys
 
+from confluent_kafka import TopicPartition
+
 from .plumbing import admin_client
 from .plumbing.errors import error_line
 from .plumbing.javautil import java_hash_order, topic_partition_hash
@@ -72,8 +74,6 @@ def parse_offset_json(text: str) -> list[tuple[str, int, int]]:
 
 
 def run(a) -> int:
-    from confluent_kafka import TopicPartition
-
     p = a._parser
     usage_or_version(a, p, DESCRIPTION)
     for req in ("bootstrap_server", "offset_json_file"):

@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 import sys
 
+from confluent_kafka import TopicCollection, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
 from ..client.consumer import FetchError, WireConsumer
 from .plumbing import admin_client
 from .plumbing.errors import error_message
@@ -151,8 +154,6 @@ def _wire_offsets(a, tps: list[tuple[str, int]], ts: int) -> dict:
 
 
 def run(a) -> int:
-    from confluent_kafka import TopicCollection, TopicPartition
-    from confluent_kafka.admin import OffsetSpec
 
     p = a._parser
     usage_or_version(a, p, DESCRIPTION)

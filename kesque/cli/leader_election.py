@@ -19,6 +19,8 @@ import argparse
 import json
 import sys
 
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
+
 from .plumbing import admin_client
 from .plumbing.errors import error_line
 from .plumbing.javautil import java_hash_order, topic_partition_hash
@@ -146,8 +148,6 @@ def _validate(a, p) -> None:
 
 
 def elect(admin, election: str, partitions: list[tuple[str, int]] | None) -> int:
-    from confluent_kafka import ElectionType, KafkaException, TopicPartition
-
     tps = None if partitions is None else [TopicPartition(t, p) for t, p in partitions]
     results = admin.elect_leaders(ElectionType[election], tps).result()
     done, noop, failed = [], [], []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from .. import __version__
@@ -51,8 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in _OWN_PARSERS:
         # Kafka's TransactionsCommand and StorageTool parse with argparse4j (options, then a
         # command with its own options): the tool reads everything after its name itself
-        import importlib
-
         return importlib.import_module(f"{__package__}.{_OWN_PARSERS[argv[0]]}").main(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

@@ -10,6 +10,7 @@ import sys
 
 from ..config import BrokerConfig, ConfigError, parse_properties
 from ..config.broker import SINGLE_NODE
+from ..storage.log_manager import LogDirError, ensure_storage
 
 log = logging.getLogger("kesque")
 
@@ -83,15 +84,11 @@ def run(args) -> int:
         return 2
     ready = os.environ.get("KESQUE_READY_FD")
     try:
-        from ..storage.log_manager import ensure_storage
-
         ensure_storage(config)
         asyncio.run(serve(config, int(ready) if ready else None))
     except KeyboardInterrupt:
         pass
     except Exception as e:
-        from ..storage.log_manager import LogDirError
-
         if isinstance(e, (LogDirError, ConfigError, OSError)):
             print(f"kesque: {e}", file=sys.stderr)
             return 1

@@ -8,6 +8,7 @@ Each tool is a module of :mod:`kesque.cli` with ``NAME`` (the ``kesque`` subcomm
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import signal
@@ -78,8 +79,6 @@ def _style(p, mod) -> None:
 def _console(module_name: str, argv: list[str] | None = None) -> int:
     mod = _module(module_name)
     if getattr(mod, "ARGPARSE_STYLE", False):
-        import argparse
-
         p = argparse.ArgumentParser(prog=getattr(mod, "PROG", mod.SCRIPT))
     else:
         p = new_parser(mod.SCRIPT, mod.DESCRIPTION)

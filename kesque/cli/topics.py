@@ -12,6 +12,9 @@ import re
 import sys
 from types import SimpleNamespace as NS
 
+import kio.schema.describe_topic_partitions.v0.request as rq
+from confluent_kafka import TopicCollection
+
 from ..client.wire import Connection, make
 from ..protocol.api_keys import ApiKeys
 from .plumbing import admin_client
@@ -360,8 +363,6 @@ def _describe_topics(admin, a, topics: list[str]) -> tuple[dict, dict]:
     A description has confluent-kafka's shape: ``topic_id``, ``partitions`` of ``id``,
     ``leader.id``, ``replicas[].id``, ``isr[].id``."""
 
-    from confluent_kafka import TopicCollection
-
     props = admin_client.client_config(a.bootstrap_server, a.command_config)
     with Connection.to_any(props["bootstrap.servers"], "kafka-topics", admin_client.TIMEOUT) as conn:
         if conn.version_for(ApiKeys.DESCRIBE_TOPIC_PARTITIONS) is None:
@@ -401,7 +402,6 @@ def _describe_topics(admin, a, topics: list[str]) -> tuple[dict, dict]:
                     )
             if resp.next_cursor is None:
                 return descriptions, elr
-            import kio.schema.describe_topic_partitions.v0.request as rq
 
             cursor = rq.Cursor(topic_name=resp.next_cursor.topic_name, partition_index=resp.next_cursor.partition_index)
 

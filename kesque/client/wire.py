@@ -17,6 +17,7 @@ import struct
 from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.serial import entity_reader, entity_writer
 
 from .. import __version__
@@ -207,7 +208,7 @@ class Connection:
         resp_cls = load_response_schema(api_key, version)
         rh_cls = resp_cls.__header_schema__
         if api_key == ApiKeys.API_VERSIONS:  # ApiVersions responses always carry header v0
-            from kio.schema.response_header.v0.header import ResponseHeader as rh_cls
+            rh_cls = ResponseHeaderV0
         mv = memoryview(frame).toreadonly()
         rh, pos = entity_reader(rh_cls)(mv, 0)
         if rh.correlation_id != self._corr:

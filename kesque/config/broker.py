@@ -23,10 +23,13 @@ from typing import Any
 from . import not_yet
 from .kafka_keys import (
     KAFKA_BROKER_KEYS,
+    KAFKA_CLUSTER_LEVEL_LISTENER_KEYS,
     KAFKA_DYNAMIC_BROKER_KEYS,
     KAFKA_DYNAMIC_ONLY_BROKER_KEYS,
     KAFKA_KEY_PREFIXES,
     KAFKA_LISTENER_MECHANISM_KEYS,
+    KAFKA_LISTENER_ONLY_DYNAMIC_KEYS,
+    KAFKA_PER_BROKER_DYNAMIC_KEYS,
     REMOVED_IN_4_0,
 )
 from .topic import SYNONYM_SCALE, TOPIC_CONFIGS, LogConfig
@@ -489,8 +492,6 @@ def has_effect(name: str) -> bool:
 
 def key_type(name: str) -> str:
     """Kafka's declared type of a broker key (STRING for a custom one)."""
-    from .kafka_keys import KAFKA_BROKER_KEYS, KAFKA_DYNAMIC_ONLY_BROKER_KEYS
-
     name = listener_base(name)
     if name in BROKER_CONFIGS:
         return BROKER_CONFIGS[name].type
@@ -793,13 +794,6 @@ class BrokerConfig:
         ``per_broker`` is false) and return its parsed value. Kafka's whole dynamic set is
         accepted, so is a key that is not Kafka's (a custom config); a Kafka key outside the
         set is refused. The caller answers a refusal with INVALID_REQUEST, as Kafka does."""
-        from .kafka_keys import (
-            KAFKA_BROKER_KEYS,
-            KAFKA_CLUSTER_LEVEL_LISTENER_KEYS,
-            KAFKA_LISTENER_ONLY_DYNAMIC_KEYS,
-            KAFKA_PER_BROKER_DYNAMIC_KEYS,
-        )
-
         base = listener_base(name)
         if base == name and name in KAFKA_LISTENER_ONLY_DYNAMIC_KEYS:
             raise ConfigError(

@@ -64,6 +64,9 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
+from kio.schema.assign_replicas_to_dirs.v0 import request as assign_rq
+from kio.schema.assign_replicas_to_dirs.v0 import response as assign_rs
+
 from ..errors import ErrorCode, KafkaError, error
 from ..metadata.image import Endpoint, MetadataImage, directories_supported, reserved_dir
 from ..raft.wire import _new
@@ -734,21 +737,19 @@ ASSIGN_VERSION = 0
 
 def assign_request_to_kio(broker_id: int, broker_epoch: int, assignments: dict):
     """``assignments`` {dir id: {topic id: [partition]}} as an AssignReplicasToDirsRequest."""
-    from kio.schema.assign_replicas_to_dirs.v0 import request as m
-
     return _new(
-        m.AssignReplicasToDirsRequest,
+        assign_rq.AssignReplicasToDirsRequest,
         broker_id=broker_id,
         broker_epoch=broker_epoch,
         directories=tuple(
             _new(
-                m.DirectoryData,
+                assign_rq.DirectoryData,
                 id_=d,
                 topics=tuple(
                     _new(
-                        m.TopicData,
+                        assign_rq.TopicData,
                         topic_id=t,
-                        partitions=tuple(_new(m.PartitionData, partition_index=p) for p in parts),
+                        partitions=tuple(_new(assign_rq.PartitionData, partition_index=p) for p in parts),
                     )
                     for t, parts in topics.items()
                 ),
@@ -768,22 +769,20 @@ def assign_request_from_kio(req) -> tuple[int, int, dict]:
 
 def assign_response_to_kio(error_code: int, answer: dict):
     """``answer`` {dir id: {topic id: [(partition, error code)]}} as an AssignReplicasToDirsResponse."""
-    from kio.schema.assign_replicas_to_dirs.v0 import response as m
-
     return _new(
-        m.AssignReplicasToDirsResponse,
+        assign_rs.AssignReplicasToDirsResponse,
         throttle_time=0,
         error_code=ErrorCode(error_code),
         directories=tuple(
             _new(
-                m.DirectoryData,
+                assign_rs.DirectoryData,
                 id_=d,
                 topics=tuple(
                     _new(
-                        m.TopicData,
+                        assign_rs.TopicData,
                         topic_id=t,
                         partitions=tuple(
-                            _new(m.PartitionData, partition_index=p, error_code=ErrorCode(e)) for p, e in parts
+                            _new(assign_rs.PartitionData, partition_index=p, error_code=ErrorCode(e)) for p, e in parts
                         ),
                     )
                     for t, parts in topics.items()

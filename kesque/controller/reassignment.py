@@ -38,6 +38,7 @@ import uuid
 
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import UNASSIGNED, MetadataImage, PartitionRegistration, directories_supported
+from .partition_change import ONLINE, UNCLEAN, acceptable, partition_change
 
 NO_LEADER_CHANGE = -2
 E = ErrorCode
@@ -134,8 +135,6 @@ def change_partition(
     ``adding`` None keep the partition's. ``default_dir`` (:func:`default_dir_fn`; None before
     metadata.version 3.7-IV2): a replica keeps its directory, a new one gets its broker's
     default, written as ``directories`` when they change (Kafka's setAssignmentChanges)."""
-    from .replication_control import ONLINE, partition_change
-
     replicas = list(p.replicas if replicas is None else replicas)
     removing = list(p.removing_replicas if removing is None else removing)
     adding = list(p.adding_replicas if adding is None else adding)
@@ -253,8 +252,6 @@ def _cancel(
     unclean: bool,
     acceptable_fn,
 ) -> dict | None:
-    from .replication_control import ONLINE, UNCLEAN
-
     if not in_progress(p):
         raise KafkaError(E.no_reassignment_in_progress)
     replicas, isr, needs_unclean = revert(p)
@@ -287,8 +284,6 @@ def alter_reassignments(
     """AlterPartitionReassignments: ``topics`` is [(name, [(partition, target replicas or
     None to cancel)])]. Returns (records, [(name, [(partition, KafkaError | None)])]); the
     records go in one batch (Kafka's atomic result)."""
-    from .replication_control import acceptable
-
     records: list[dict] = []
     results = []
     for name, partitions in topics:

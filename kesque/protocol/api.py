@@ -23,7 +23,7 @@ from kio.serial import entity_reader, entity_writer
 
 from .api_keys import ApiKeys
 from .primitives import INT32, ProtocolError, skip_tagged_fields
-from .tagged import check_counts
+from .tagged import check_counts, strip_unknown_tagged_fields
 
 # api key -> (name, first flexible version or None). From Kafka's message schemas.
 FLEXIBLE_FROM: dict[int, tuple[str, int | None]] = {
@@ -228,8 +228,6 @@ def decode_request(api_key: int, version: int, body) -> Any:
         if "Unknown tagged field" not in str(e):
             raise ProtocolError(f"cannot parse {api_name(api_key)} v{version}: {e}") from e
         # KIP-482: unknown tagged fields are skipped, never rejected (kio refuses them)
-        from .tagged import strip_unknown_tagged_fields
-
         try:
             obj, size = _reader(cls)(strip_unknown_tagged_fields(cls, body), 0)
         except Exception as e2:

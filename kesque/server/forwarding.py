@@ -26,7 +26,7 @@ import datetime
 import logging
 
 from ..controller import cluster_control as cc
-from ..controller.cluster_control import RegistrationReply, from_kio, to_kio
+from ..controller.cluster_control import HeartbeatReply, RegistrationReply, from_kio, to_kio
 from ..controller.controller import FEATURE_MIN, CreatedTopic
 from ..errors import ErrorCode, KafkaError
 from ..protocol.api import request_class
@@ -322,8 +322,6 @@ class ControllerRouter:
 
     async def broker_heartbeat(self, req, timeout_ms: int):
         """One BrokerHeartbeat attempt: the reply."""
-        from ..controller.cluster_control import HeartbeatReply, from_kio, to_kio
-
         try:
             result = await self._rpc(
                 "quorum.heartbeat", (req,), ApiKeys.BROKER_HEARTBEAT, 1, to_kio(req, 1), timeout_ms, retry=False

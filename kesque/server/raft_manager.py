@@ -35,6 +35,7 @@ import random
 import time
 
 from ..clock import SYSTEM_CLOCK
+from ..config.types import ConfigError
 from ..errors import KafkaError, error
 from ..protocol.api import request_class
 from ..protocol.api_keys import ApiKeys
@@ -82,8 +83,6 @@ def quorum_config(config, lone_voter: bool = False) -> QuorumConfig:
         try:
             setattr(qc, attr, int(value))
         except (TypeError, ValueError):
-            from ..config.types import ConfigError
-
             raise ConfigError(key, f"Invalid value {value} for configuration {key}: Not a number of type INT") from None
     # a parked Fetch must be answered before its sender gives up on it (Kafka waits 500 ms,
     # with a 2 s request timeout): shorter request timeouts shorten the long poll; and before

@@ -26,7 +26,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from . import sink
-from .options import sink_options, source_options
+from .options import _bool, sink_options, source_options
 from .source import (
     HEADERS_DDL,
     SCHEMA_DDL,
@@ -58,8 +58,6 @@ class KesqueDataSource(DataSource):
         return "kesque"
 
     def schema(self) -> str:
-        from .options import _bool
-
         return SCHEMA_DDL + (HEADERS_DDL if _bool(self.options, "includeHeaders", False) else "")
 
     def reader(self, schema) -> DataSourceReader:

@@ -43,6 +43,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
 from ..client.cluster import Cluster
 from ..client.consumer import EARLIEST, LATEST, WireConsumer
 from ..client.producer import PreparedTxnState, Producer
@@ -84,8 +90,6 @@ class KesqueCommitMessage(_Base):
 # ---------------------------------------------------------------------- validation
 def check_schema(schema, o: SinkOptions) -> None:
     """Spark's KafkaWriter.validateQuery, on the driver, before any task runs."""
-    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
-
     fields = {f.name.lower(): f.dataType for f in schema.fields}
     if o.topic is None:
         if "topic" not in fields:
@@ -130,8 +134,6 @@ def _bytes(v):
 # ---------------------------------------------------------------------- executor side
 def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
     """Write one task's Arrow batches; returns the commit message (prepared transaction)."""
-    from pyspark import TaskContext
-
     ctx = TaskContext.get()
     # one id per (partition, attempt) of this writer: a bounded set of ids, reused batch after
     # batch (the driver has committed batch N's before batch N+1's tasks start)
@@ -202,8 +204,6 @@ def _write_rows(p: Producer, o: SinkOptions, batch) -> None:
 
 def _binary_column(batch, name: str):
     """An Arrow column as encode_columns' (validity, offsets, data, slice offset), or None."""
-    import pyarrow as pa
-
     names = [x.lower() for x in batch.schema.names]
     if name not in names:
         return None
@@ -219,8 +219,6 @@ def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
     from the partition column or murmur2 of the keys (compiled), rows grouped by partition
     (a stable sort, so each partition keeps the rows' order) and encoded straight from the
     Arrow buffers into batch bodies. False when the batch needs the row path."""
-    import numpy as np
-    import pyarrow.compute as pc
 
     names = [x.lower() for x in batch.schema.names]
     n = batch.num_rows
@@ -273,8 +271,6 @@ def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
 
 
 def _lengths(col, n: int):
-    import numpy as np
-
     if col is None:
         return np.zeros(n, dtype=np.int64)
     offsets = np.frombuffer(col[1], dtype=np.int32)[col[3] : col[3] + n + 1]

@@ -18,6 +18,9 @@ import re
 import time
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..client.consumer import EARLIEST, LATEST, FetchError, WireConsumer
 from ..client.wire import WireError
 from ..records.records import iter_records, record_columns, records_payload
@@ -263,8 +266,6 @@ def rate_limit(
 
 # ---------------------------------------------------------------------- executor side
 def arrow_schema(include_headers: bool):
-    import pyarrow as pa
-
     fields = [
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
@@ -303,8 +304,6 @@ class ColumnConsumer(WireConsumer):
         self.headers = headers
 
     def _decode(self, st, data, aborted):
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         out = []
         for pos, h in self._visible_batches(st, data, aborted):
@@ -340,8 +339,6 @@ class ColumnConsumer(WireConsumer):
 
 def read_range(o: SourceOptions, r: OffsetRange):
     """Yield Arrow record batches of the records of ``r`` (a task's whole job)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     schema = arrow_schema(o.include_headers)
     c = ColumnConsumer(

@@ -204,8 +204,6 @@ class Broker:
             self.port = int(first.rsplit(":", 1)[1])
 
     def _start_thread(self, timeout: float) -> None:
-        from ..config import BrokerConfig
-
         self.format_storage()
         config = BrokerConfig(self._props())
         ensure_storage(config)

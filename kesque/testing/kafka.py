@@ -33,6 +33,8 @@ import zipfile
 from functools import cache
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+
 from .broker import terminate
 
 LIBS_ENV = "KESQUE_KAFKA_LIBS"
@@ -534,8 +536,6 @@ class KafkaCluster:
 
 def wait_ready(nodes: list[KafkaBroker], timeout: float) -> None:
     """Until every node answers Metadata listing all ``nodes`` as (unfenced) brokers."""
-    from confluent_kafka.admin import AdminClient
-
     t0 = time.monotonic()
     deadline = t0 + timeout
     want = {n.node_id for n in nodes}

@@ -27,6 +27,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
 from . import kafka as K
 from .broker import terminate
 
@@ -363,8 +366,6 @@ class Tail(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
         c = Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -399,8 +400,6 @@ def create_topics(
 ) -> None:
     """CreateTopics through the AdminClient (both clusters), then wait until every partition has
     a leader in Metadata."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
         [NewTopic(t, n, replication, config=dict(config or {})) for t, n in topics.items()], operation_timeout=30
@@ -424,8 +423,6 @@ def create_topics(
 
 def under_replicated(bootstrap: str) -> list[str]:
     """Partitions (every topic, internal ones included) whose ISR is smaller than their replica set."""
-    from confluent_kafka.admin import AdminClient
-
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
     return [
         f"{t}-{p.id}"
@@ -438,8 +435,6 @@ def under_replicated(bootstrap: str) -> list[str]:
 def produce(bootstrap: str, topic: str, values, partition_of=None, timeout: float = 300.0) -> int:
     """An idempotent acks=all producer writing ``values`` (bytes), each to ``partition_of(i)`` when
     given; returns how many were acknowledged (raises if any failed)."""
-    from confluent_kafka import Producer
-
     errors: list[str] = []
     acked = [0]
 
