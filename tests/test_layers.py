@@ -1,8 +1,10 @@
 """The wiring's shape holds (issue 26): the import contract in .importlinter (layers, sans-IO
-cores) and a ceiling on imports hidden inside functions, which only goes down."""
+cores), a ceiling on imports hidden inside functions, which only goes down, and no reach into the
+server object outside the entry points that start and stop one."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import os
@@ -38,3 +40,18 @@ def test_import_contract_is_kept():
 def test_in_function_imports_only_go_down():
     shape = codeshape.measure(str(ROOT))
     assert shape["in_function_imports"] <= IN_FUNCTION_IMPORTS_CEILING
+
+
+# the modules that start and stop a server object (server.py, which builds and wires it, is not counted)
+SERVER_ENTRY_POINTS = {"kesque/cli/serve.py", "kesque/testing/broker.py", "kesque/sim/real.py"}
+
+
+def test_only_entry_points_reach_into_the_server():
+    """Handlers and drivers take their collaborators; only what starts and stops a server holds it."""
+    reaching = set()
+    for rel, path in codeshape.modules(str(ROOT)):
+        if rel in codeshape.WIRING:
+            continue
+        if codeshape.server_reaches(ast.parse(pathlib.Path(path).read_text(encoding="utf-8"), rel)):
+            reaching.add(rel)
+    assert reaching <= SERVER_ENTRY_POINTS, sorted(reaching - SERVER_ENTRY_POINTS)

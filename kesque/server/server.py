@@ -47,13 +47,15 @@ from . import txn_channels
 from .apis.configs import ConfigApis
 from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
 from .apis.fetch import FetchApis
+from .apis.groups import GroupApis
 from .apis.logdirs import LogDirApis
 from .apis.offsets import OffsetApis
 from .apis.produce import ProduceApis
 from .apis.quorum import QuorumApis
 from .apis.quotas import QuotaApis
 from .apis.reassignment import ReassignmentApis
-from .apis.registry import TRANSITIONAL, bind
+from .apis.registry import bind
+from .apis.share import ShareGroupApis
 from .apis.share_state import ShareStateApis
 from .apis.topics import TopicApis
 from .apis.transactions import TransactionApis
@@ -833,29 +835,21 @@ class KesqueServer:
             QuotaApis(image=image, controllers=router),
             QuorumApis(raft=self.raft, controllers=router),
             ReassignmentApis(controllers=router),
+            GroupApis(image=image, group_coordinator=self.group_coordinator, share_manager=self.share_manager),
+            ShareGroupApis(
+                image=image,
+                config=cfg,
+                node_id=self.node_id,
+                replica_manager=rm,
+                group_coordinator=self.group_coordinator,
+                share_coordinator=self.share_coordinator,
+                share_manager=self.share_manager,
+                coordinators=self.coordinators,
+                controllers=router,
+            ),
         )
         for h in handlers:
             bind(h, cfg, self.apis, self.controller_apis)
-        # transitional: the group and share-group handlers still take the server and
-        # call register() below; next step, they are built above with narrow collaborators
-        for cls in TRANSITIONAL:
-            cls(self).register()
-
-    def register(
-        self,
-        key: int,
-        min_version: int,
-        max_version: int,
-        handler,
-        raw: bool = False,
-        refused_below: int = -1,
-        controller_only: bool = False,
-    ) -> None:
-        """Transitional (the two handlers of apis.TRANSITIONAL): ``controller_only``: served on
-        the controller listeners only (as Kafka's raft and controller RPCs), and not advertised
-        on the others."""
-        table = self.controller_apis if controller_only else self.apis
-        table[key] = protocol.ApiSpec(key, min_version, max_version, handler, raw, refused_below)
 
     def handle_frame(self, conn, frame: memoryview) -> None:
         """Parse one request frame and answer it (now, later, or never for acks=0)."""

@@ -521,8 +521,3 @@ class CoordinatorLookup:
                 log.warning("Creation of internal topic %s failed: %s", spec.name, res.error)
         except KafkaError as e:
             log.warning("Creation of internal topic %s failed: %s", spec.name, e)
-
-
-def internal_topic_to_create(server, key_type: int) -> NewTopic | None:
-    """Transitional, for share.py until its handler takes a :class:`CoordinatorLookup`."""
-    return server.coordinators.internal_topic_to_create(key_type)

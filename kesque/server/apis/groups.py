@@ -20,6 +20,7 @@ from ...coordinator.group.requests import (
     SyncGroup,
 )
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg, to_ms
 from ...protocol.offset_commit import encode_offset_commit_response
@@ -66,27 +67,27 @@ def heartbeat_answer(m, r: dict):
 
 
 class GroupApis:
-    def __init__(self, server):
-        self.server = server
+    APIS = (
+        Api(ApiKeys.JOIN_GROUP, 0, 9, "join_group"),
+        Api(ApiKeys.SYNC_GROUP, 0, 5, "sync_group"),
+        Api(ApiKeys.HEARTBEAT, 0, 4, "heartbeat"),
+        Api(ApiKeys.LEAVE_GROUP, 0, 5, "leave_group"),
+        Api(ApiKeys.OFFSET_COMMIT, 2, 10, "offset_commit"),
+        Api(ApiKeys.OFFSET_FETCH, 1, 10, "offset_fetch"),
+        Api(ApiKeys.OFFSET_DELETE, 0, 0, "offset_delete"),
+        Api(ApiKeys.DESCRIBE_GROUPS, 0, 6, "describe_groups"),
+        Api(ApiKeys.LIST_GROUPS, 0, 5, "list_groups"),
+        Api(ApiKeys.DELETE_GROUPS, 0, 2, "delete_groups"),
+        Api(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0, 1, "consumer_group_heartbeat"),
+        Api(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0, 1, "consumer_group_describe"),
+    )
 
-    def register(self) -> None:
-        s = self.server
-        s.register(ApiKeys.JOIN_GROUP, 0, 9, self.join_group)
-        s.register(ApiKeys.SYNC_GROUP, 0, 5, self.sync_group)
-        s.register(ApiKeys.HEARTBEAT, 0, 4, self.heartbeat)
-        s.register(ApiKeys.LEAVE_GROUP, 0, 5, self.leave_group)
-        s.register(ApiKeys.OFFSET_COMMIT, 2, 10, self.offset_commit)
-        s.register(ApiKeys.OFFSET_FETCH, 1, 10, self.offset_fetch)
-        s.register(ApiKeys.OFFSET_DELETE, 0, 0, self.offset_delete)
-        s.register(ApiKeys.DESCRIBE_GROUPS, 0, 6, self.describe_groups)
-        s.register(ApiKeys.LIST_GROUPS, 0, 5, self.list_groups)
-        s.register(ApiKeys.DELETE_GROUPS, 0, 2, self.delete_groups)
-        s.register(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0, 1, self.consumer_group_heartbeat)
-        s.register(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0, 1, self.consumer_group_describe)
-
-    @property
-    def gc(self):
-        return self.server.group_coordinator
+    def __init__(self, *, image, group_coordinator, share_manager):
+        """``share_manager``: the SharePartitionManager, whose share-partition state goes with a
+        deleted share group (None when share groups are off)."""
+        self.image = image
+        self.gc = group_coordinator
+        self.share_manager = share_manager
 
     def _host(self, ctx) -> str:
         return "/" + ctx.client_host
@@ -247,7 +248,7 @@ class GroupApis:
     # ------------------------------------------------------------------ OffsetCommit
     def offset_commit(self, ctx, req):
         v = ctx.api_version
-        image = self.server.image
+        image = self.image
         topics: dict[str, list] = {}
         errors: dict[tuple, ErrorCode] = {}
         keys = []  # response order: (topic key, partition, topic name or None)
@@ -351,7 +352,7 @@ class GroupApis:
     def _fetch_topics(self, m, v, group_id, topics, member_id, member_epoch, grouped=False, stable=False):
         """``stable`` (require_stable): a partition with a pending transactional commit
         answers UNSTABLE_OFFSET_COMMIT, and the client retries."""
-        image = self.server.image
+        image = self.image
         by_id = v >= 10
         topic_struct = "OffsetFetchResponseTopics" if grouped else "OffsetFetchResponseTopic"
         part_struct = "OffsetFetchResponsePartitions" if grouped else "OffsetFetchResponsePartition"
@@ -564,7 +565,7 @@ class GroupApis:
     async def _share_states_deleted(self, m, out: list, pending: dict, shares: list):
         """Deleted share groups' state goes from their share coordinators (DeleteShareGroupState,
         wherever they are) before the answer; a failure there is the group's error."""
-        mgr = self.server.share_manager
+        mgr = self.share_manager
         codes = dict(out)
         for gid in shares:
             try:
@@ -629,7 +630,7 @@ class GroupApis:
 
     def consumer_group_describe(self, ctx, req):
         m = Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, ctx.api_version)
-        image = self.server.image
+        image = self.image
         out = []
         ops = GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
 

@@ -4,12 +4,7 @@ Each handler class declares the APIs it serves as data (``APIS``, or ``apis(conf
 set depends on the config) and takes in its constructor exactly the collaborators it uses; the
 server builds them all in one place (``KesqueServer._build_handlers``) and :func:`bind` turns
 their declarations into its dispatch tables. :func:`served_versions` reads the same
-declarations without building any handler.
-
-Transitional: the group and share-group handlers (groups.py, share.py) are still built as
-``cls(server)`` and register themselves through
-``server.register``; their move to declared APIs and narrow constructors comes with the
-coordinators' typed requests (``TRANSITIONAL`` below).
+declarations without building any handler. No handler holds the server object.
 """
 
 from __future__ import annotations
@@ -45,9 +40,9 @@ DECLARED = (
     QuotaApis,
     QuorumApis,
     ReassignmentApis,
+    GroupApis,
+    ShareGroupApis,
 )
-# next step: these two take narrow collaborators and declare their APIs as the others do
-TRANSITIONAL = (GroupApis, ShareGroupApis)
 
 
 def declared(cls, config) -> tuple[Api, ...]:
@@ -73,15 +68,4 @@ def served_versions(config: dict | None = None) -> dict[int, tuple[int, int]]:
     served = {
         a.key: (a.min_version, a.max_version) for cls in DECLARED for a in declared(cls, cfg) if not a.controller_only
     }
-
-    class _Registry:  # transitional: what the two self-registering handlers register
-        def __init__(self):
-            self.config = cfg
-
-        def register(self, key, lo, hi, handler, raw=False, refused_below=-1, controller_only=False):
-            if not controller_only:  # the broker listener's APIs
-                served[key] = (lo, hi)
-
-    for cls in TRANSITIONAL:
-        cls(_Registry()).register()
     return dict(sorted(served.items()))

@@ -16,54 +16,73 @@ import logging
 from ...coordinator.group.requests import ShareGroupHeartbeat
 from ...coordinator.group.share import ShareGroup, create_empty_group, share_group_heartbeat
 from ...errors import ErrorCode, KafkaError
+from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg, to_ms
 from ...share import enabled
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from ..drivers.share_manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from .committed import when_committed
-from .core import OMITTED_OPS, internal_topic_to_create
+from .core import OMITTED_OPS, CoordinatorLookup
 from .groups import GROUP_OPS, heartbeat_answer, heartbeat_failed
 
 log = logging.getLogger(__name__)
 
 
 class ShareGroupApis:
-    def __init__(self, server):
-        self.server = server
-        self.manager: SharePartitionManager | None = None
+    @staticmethod
+    def apis(config) -> tuple[Api, ...]:
+        """Served when share groups are on (group.share.enable)."""
+        if not enabled(config):
+            return ()
+        return (
+            Api(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, 1, "share_group_heartbeat"),
+            Api(ApiKeys.SHARE_GROUP_DESCRIBE, 1, 1, "share_group_describe"),
+            Api(ApiKeys.SHARE_FETCH, 1, 2, "share_fetch"),
+            Api(ApiKeys.SHARE_ACKNOWLEDGE, 1, 2, "share_acknowledge"),
+            Api(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, "describe_share_group_offsets"),
+            Api(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0, 0, "alter_share_group_offsets"),
+            Api(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0, 0, "delete_share_group_offsets"),
+        )
+
+    def __init__(
+        self,
+        *,
+        image,
+        config,
+        node_id: int,
+        replica_manager,
+        group_coordinator,
+        share_coordinator,
+        share_manager: SharePartitionManager | None,
+        coordinators: CoordinatorLookup,
+        controllers,
+    ):
+        """``share_coordinator`` and ``share_manager``: None when share groups are off (no API
+        is then bound)."""
+        self.image = image
+        self.config = config
+        self.node_id = node_id
+        self.replica_manager = replica_manager
+        self.gc = group_coordinator
+        self.share_coordinator = share_coordinator
+        self.manager = share_manager
+        self.coordinators = coordinators
+        self.controllers = controllers
         self._sessions_checked = 0
-
-    def register(self) -> None:
-        s = self.server
-        if not enabled(s.config):
-            return
-        # transitional: the server's wiring builds the SharePartitionManager (next: a narrow constructor here)
-        self.manager = getattr(s, "share_manager", None)
-        s.register(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, 1, self.share_group_heartbeat)
-        s.register(ApiKeys.SHARE_GROUP_DESCRIBE, 1, 1, self.share_group_describe)
-        s.register(ApiKeys.SHARE_FETCH, 1, 2, self.share_fetch)
-        s.register(ApiKeys.SHARE_ACKNOWLEDGE, 1, 2, self.share_acknowledge)
-        s.register(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, self.describe_share_group_offsets)
-        s.register(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0, 0, self.alter_share_group_offsets)
-        s.register(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0, 0, self.delete_share_group_offsets)
-
-    @property
-    def gc(self):
-        return self.server.group_coordinator
 
     def share_group_heartbeat(self, ctx, req):
         """A share consumer's first call: the share-group state topic is asked of the
         controller before the answer (its ShareFetch needs the topic, and would fail on
         COORDINATOR_NOT_AVAILABLE while it is being created)."""
-        spec = internal_topic_to_create(self.server, 2)
+        spec = self.coordinators.internal_topic_to_create(2)
         if spec is None:
             return self._share_group_heartbeat(ctx, req)
         return self._heartbeat_after_create(ctx, req, spec)
 
     async def _heartbeat_after_create(self, ctx, req, spec):
         try:
-            await self.server.controllers.create_topics([spec])
+            await self.controllers.create_topics([spec])
         except KafkaError as e:
             log.warning("Creation of internal topic %s failed: %s", spec.name, e)
         return self._share_group_heartbeat(ctx, req)
@@ -94,7 +113,7 @@ class ShareGroupApis:
 
     def share_group_describe(self, ctx, req):
         m = Msg(ApiKeys.SHARE_GROUP_DESCRIBE, ctx.api_version)
-        image = self.server.image
+        image = self.image
         ops = GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
 
         def assignment(a):
@@ -250,7 +269,7 @@ class ShareGroupApis:
     def _durable(self, response, failed):
         """``response`` once the share state written for it (acknowledgements, releases, start
         offsets) is committed in ``__share_group_state``."""
-        return when_committed(self.server.share_coordinator, None, response, failed)
+        return when_committed(self.share_coordinator, None, response, failed)
 
     def _respond(self, build, acks: dict, fetched: dict, failed):
         """``build()`` once the writes it depends on are durable: the remote writes (futures in
@@ -276,7 +295,7 @@ class ShareGroupApis:
         return later()
 
     def _fetch_all(self, gid, mid, session, req, now) -> dict:
-        remaining = min(req.max_bytes, self.server.config.get("fetch.max.bytes"))
+        remaining = min(req.max_bytes, self.config.get("fetch.max.bytes"))
         max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
         out = {}
         record_limit = getattr(req, "share_acquire_mode", 0) == 1  # (v1: batch_optimized, as Kafka)
@@ -299,8 +318,8 @@ class ShareGroupApis:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         mgr = self.manager
-        rm = self.server.replica_manager
-        image = self.server.image
+        rm = self.replica_manager
+        image = self.image
         keys = [(gid, *tp) for tp in session.partitions]
         tps = {(t.name, p) for _g, tid, p in keys if (t := image.topics_by_id.get(tid)) is not None}
 
@@ -384,10 +403,10 @@ class ShareGroupApis:
         if r is None or not r.error:
             return m(
                 "LeaderIdAndEpoch",
-                leader_id=self.server.node_id if r is not None else -1,
+                leader_id=self.node_id if r is not None else -1,
                 leader_epoch=r.leader_epoch if r is not None else -1,
             )
-        t = self.server.image.topics_by_id.get(topic_id)
+        t = self.image.topics_by_id.get(topic_id)
         reg = t.partitions.get(p) if t is not None and r.error == ErrorCode.not_leader_or_follower else None
         return m(
             "LeaderIdAndEpoch",
@@ -454,7 +473,7 @@ class ShareGroupApis:
         watermark not yet delivery-complete. A partition without share state (nothing handed
         out yet) has start offset -1."""
         m = Msg(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, ctx.api_version)
-        image = self.server.image
+        image = self.image
         out = []
         for rg in req.groups:
             try:
@@ -568,7 +587,7 @@ class ShareGroupApis:
         err = self._empty_share_group(req.group_id, create=True)
         if err is not None:
             return top(*err)
-        image = self.server.image
+        image = self.image
         out = []
         for rt in req.topics:
             t = image.topic(rt.topic_name)
@@ -633,7 +652,7 @@ class ShareGroupApis:
             return m(throttle_time=0, error_code=err[0], error_message=err[1], responses=())
         out = []
         for rt in req.topics:
-            t = self.server.image.topic(rt.topic_name)
+            t = self.image.topic(rt.topic_name)
             code, msg = ErrorCode.none, None
             if t is None:
                 code, msg = ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
