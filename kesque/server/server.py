@@ -30,6 +30,7 @@ from ..controller.controller import FEATURES, supported_features
 from ..coordinator.group.runtime import GroupCoordinator
 from ..coordinator.producer_id import ProducerIdManager
 from ..coordinator.runtime import CoordinatorHost
+from ..coordinator.share.runtime import ShareCoordinator
 from ..coordinator.transaction.runtime import TransactionCoordinator
 from ..metadata import records as metadata_records
 from ..metadata import snapshot as metadata_snapshot
@@ -241,8 +242,6 @@ class KesqueServer:
         self.replica_manager.add_marker_listener(self._on_txn_marker)
         self.share_coordinator = None
         if share_groups_enabled(cfg):
-            from ..coordinator.share.runtime import ShareCoordinator
-
             self.share_coordinator = ShareCoordinator(host)
             self.replica_manager.add_leadership_listener(self.share_coordinator.on_leadership)
         self.coordinators = CoordinatorLookup(
