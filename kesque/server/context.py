@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Protocol
 
 from ..protocol.api import RequestHeader
+from ..security.principal import ANONYMOUS, KafkaPrincipal
 
 
 class NoResponse:
@@ -23,19 +24,6 @@ class CloseConnection(Exception):
     """Raised by a handler to drop the connection after logging (e.g. acks=0 errors)."""
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaPrincipal:
-    """Kafka's KafkaPrincipal: a type (``User``) and a name."""
-
-    type: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.type}:{self.name}"
-
-
-# the principal of every request on a PLAINTEXT listener (Kafka's KafkaPrincipal.ANONYMOUS)
-ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
 PLAINTEXT = "PLAINTEXT"
 
 
