@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import time
 
+from ..replication.replica_state import LeaderReplication
 from ..server.channel import ChannelError
 from .loop import Deadlock, deterministic_entropy
 from .real import BROKERS, CONTROLLER, RealCluster, batch_summary, host_of, new_batch, quiet_logs, read_values
@@ -58,29 +59,29 @@ class AckLedger:
         self.acked[(partition, offset)] = value
 
 
-def _summary(sim: RealCluster, b: int, p: int, lg, upto: int) -> list:
+def _summary(sim: RealCluster, b: int, tp: tuple[str, int], lg, upto: int) -> list:
     """batch_summary(lg, upto), read on from where the last check of this log stopped (the
     batches below a high watermark do not change; a log that shrank is read again)."""
     cache = sim.__dict__.setdefault("summaries", {})
-    held = cache.get((b, p))
+    held = cache.get((b, tp))
     if held is None or held[0] is not lg or held[1] > lg.log_end_offset or held[1] > upto:
         held = (lg, 0, [])
     _lg, done, batches = held
     batches = batches + batch_summary(lg, upto, done)
-    cache[(b, p)] = (lg, batches[-1][1] + 1 if batches else 0, batches)
+    cache[(b, tp)] = (lg, batches[-1][1] + 1 if batches else 0, batches)
     return batches
 
 
-def replicas_agree(sim: RealCluster, end: bool = False) -> None:
+def replicas_agree(sim: RealCluster, end: bool = False, topic: str = TOPIC, partitions: int = PARTITIONS) -> None:
     """Live replicas agree below their high watermarks; at the end (``end``) on everything."""
-    for p in range(PARTITIONS):
+    for p in range(partitions):
         views = []
         for b in BROKERS:
-            part = sim.partition_state(b, TOPIC, p)
+            part = sim.partition_state(b, topic, p)
             if part is not None:
                 lg = part.log
                 upto = lg.log_end_offset if end else lg.high_watermark
-                views.append((b, upto, batch_summary(lg, upto) if end else _summary(sim, b, p, lg, upto)))
+                views.append((b, upto, batch_summary(lg, upto) if end else _summary(sim, b, (topic, p), lg, upto)))
         for i, (a, ha, sa) in enumerate(views):
             for b, hb, sb in views[i + 1 :]:
                 h = min(ha, hb)
@@ -89,7 +90,7 @@ def replicas_agree(sim: RealCluster, end: bool = False) -> None:
                 if ca != cb:
                     diff = next((x, y) for x, y in zip(ca + [None], cb + [None]) if x != y)
                     raise InvariantViolation(
-                        f"{TOPIC}-{p}: brokers {a} and {b} disagree below offset {h} "
+                        f"{topic}-{p}: brokers {a} and {b} disagree below offset {h} "
                         f"(first differing batch (base, last, crc): {diff[0]} vs {diff[1]})"
                     )
 
@@ -140,14 +141,15 @@ async def _checker(sim: RealCluster, stop: asyncio.Event) -> None:
         await asyncio.sleep(CHECK_EVERY_S)
 
 
-def _converged(sim: RealCluster) -> bool:
+def converged(sim: RealCluster, topic: str = TOPIC, partitions: int = PARTITIONS) -> bool:
+    """Every node up, and every partition of ``topic`` led, its ISR full, every replica at the end."""
     if not all(n.ready for n in sim.nodes.values()):
         return False
-    for p in range(PARTITIONS):
-        view = sim.controller_view(TOPIC, p)
+    for p in range(partitions):
+        view = sim.controller_view(topic, p)
         if view is None or view[0] not in BROKERS or sorted(view[1]) != sorted(BROKERS):
             return False
-        parts = [sim.partition_state(b, TOPIC, p) for b in BROKERS]
+        parts = [sim.partition_state(b, topic, p) for b in BROKERS]
         if any(x is None for x in parts) or not parts[BROKERS.index(view[0])].is_leader:
             return False
         ends = {x.log.log_end_offset for x in parts}
@@ -156,7 +158,7 @@ def _converged(sim: RealCluster) -> bool:
     return True
 
 
-async def _faults(sim: RealCluster, power_loss: bool) -> None:
+async def fault_schedule(sim: RealCluster, power_loss: bool) -> None:
     """FAULTS faults; with ``power_loss`` one kill (at most) is also a power loss, taken only while
     every other broker runs (Kafka acknowledges before fsync: the other ISR members hold what
     the victim loses)."""
@@ -225,12 +227,12 @@ async def _scenario(sim: RealCluster, ledger: AckLedger, power_loss: bool = Fals
     code = await sim.client.create_topic(BROKERS[0], TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
     if code:
         raise InvariantViolation(f"CreateTopics answered error {code}")
-    await sim.until(lambda: _converged(sim), STARTUP_S, f"{TOPIC} created with a full ISR")
+    await sim.until(lambda: converged(sim), STARTUP_S, f"{TOPIC} created with a full ISR")
     stop = asyncio.Event()
     workers = [asyncio.ensure_future(_producer(sim, ledger, p, stop)) for p in range(PARTITIONS)]
     workers.append(asyncio.ensure_future(_checker(sim, stop)))
     try:
-        await _faults(sim, power_loss)
+        await fault_schedule(sim, power_loss)
         await asyncio.sleep(sim.rng.uniform(0.0, 1.0))
     finally:
         stop.set()
@@ -240,7 +242,7 @@ async def _scenario(sim: RealCluster, ledger: AckLedger, power_loss: bool = Fals
         if not sim.nodes[b].alive:
             sim.nodes[b].start()
     await sim.until(
-        lambda: _converged(sim), CONVERGE_S, "every partition led, its ISR full and every replica at the leader's end"
+        lambda: converged(sim), CONVERGE_S, "every partition led, its ISR full and every replica at the leader's end"
     )
     replicas_agree(sim, end=True)
     await _read_back(sim, ledger)
@@ -278,4 +280,4 @@ def real_power_loss(seed: int, **kw) -> RealCluster:
 
 
 REAL_SCENARIOS = {f.__name__: f for f in (real_acks_all, real_power_loss)}
-REAL_BUGS = ("acks_all_before_isr",)
+REAL_BUG_OWNERS = {"acks_all_before_isr": LeaderReplication}
