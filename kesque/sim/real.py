@@ -91,6 +91,12 @@ class SimNode:
         self.incarnation = 0
         self.halted: str | None = None
 
+    @property
+    def log_dirs(self) -> list[str]:
+        """One log dir (the node's dir), or ``d0, d1, ...`` in it (``d0`` holds the metadata log)."""
+        n = self.cluster.dirs_per_node
+        return [self.dir] if n == 1 else [os.path.join(self.dir, f"d{i}") for i in range(n)]
+
     def props(self) -> dict[str, str]:
         props = dict(SIM_CONFIG)
         props.update(
@@ -99,7 +105,7 @@ class SimNode:
                 "controller.quorum.voters": f"{CONTROLLER}@{host_of(CONTROLLER)}:{CONTROLLER_PORT}",
                 "controller.listener.names": "CONTROLLER",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                "log.dirs": self.dir,
+                "log.dirs": ",".join(self.log_dirs),
             }
         )
         if self.is_broker:
@@ -291,7 +297,8 @@ class WireClient:
 class RealCluster:
     """A controller and three brokers of the real code on one simulated loop (see the module doc)."""
 
-    def __init__(self, seed: int, overrides: dict | None = None):
+    def __init__(self, seed: int, overrides: dict | None = None, dirs_per_node: int = 1):
+        self.dirs_per_node = dirs_per_node
         self.s = Scheduler(seed)
         self.rng = self.s.rng
         self.loop = SimLoop(self.rng)
