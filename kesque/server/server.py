@@ -66,6 +66,7 @@ from .drivers.log_cleaner import LogCleaner
 from .drivers.quorum_controller import QuorumController
 from .drivers.replica_fetcher import ReplicaFetcherManager
 from .drivers.share_manager import SharePartitionManager
+from .drivers.timers import LoopScheduler
 from .forwarding import ControllerRouter
 from .heartbeats import LifecycleDriver
 from .lifecycle import BrokerLifecycle
@@ -220,7 +221,7 @@ class KesqueServer:
             quota=self.replica_manager.quotas.alter_log_dirs,
             backoff_ms=cfg.get("replica.fetch.backoff.ms"),
         )
-        host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image)
+        host = CoordinatorHost(LoopScheduler(self.loop), self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
         self.producer_ids = ProducerIdManager(

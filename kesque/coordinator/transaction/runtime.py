@@ -107,7 +107,7 @@ class TransactionCoordinator(CoordinatorRuntime):
     # ------------------------------------------------------------------ markers
     def _queue_markers(self, partition: int, txn: TxnMetadata, commit: bool) -> None:
         pending = self.uncommitted([partition])  # the Prepare record just written (none when loaded)
-        task = self.host.loop.create_task(self._complete(partition, txn, commit, pending))
+        task = asyncio.get_running_loop().create_task(self._complete(partition, txn, commit, pending))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
