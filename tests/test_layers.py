@@ -36,3 +36,10 @@ def test_import_contract_is_kept():
 def test_in_function_imports_only_go_down():
     shape = codeshape.measure(str(ROOT))
     assert shape["in_function_imports"] <= IN_FUNCTION_IMPORTS_CEILING
+
+
+def test_no_event_loop_in_the_domain_packages():
+    """What the import contract cannot see: no coroutine and no loop scheduling (call_later,
+    create_task ...) in the domain packages either; their drivers are in server/drivers/."""
+    shape = codeshape.measure(str(ROOT))
+    assert shape["asyncio_modules_in_domain_packages"] == {}

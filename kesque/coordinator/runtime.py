@@ -10,7 +10,7 @@ the partition as its leader; its timers run on the host's scheduler (the server'
 
 A write is applied to the shard's state at once, but answered only once committed (as Kafka's
 CoordinatorRuntime waits for the high watermark): the runtime remembers the end offset of each
-partition's last write, and the API handler that made it waits (``replication.delayed
+partition's last write, and the API handler that made it waits (``server.drivers.delayed
 .wait_for_acks``) until the high watermark passes it. A partition whose leadership is lost
 meanwhile is unloaded, and the waiting request answers NOT_COORDINATOR; the next leader replays
 only what its log holds.

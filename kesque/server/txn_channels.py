@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from ..errors import ErrorCode, KafkaError
 from ..protocol.api_keys import ApiKeys
 from ..protocol.messages import Msg
-from ..replication.delayed import wait_for_acks
 from .apis.committed import committed, first_error
 from .channel import Channel, ChannelError, RequestTimedOut
+from .drivers.delayed import wait_for_acks
 from .drivers.txn_markers import TxnMarkerChannelManager
 
 log = logging.getLogger(__name__)

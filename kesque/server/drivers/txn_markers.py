@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from ...errors import ErrorCode
-from ...replication.delayed import wait_for_acks
+from .delayed import wait_for_acks
 
 log = logging.getLogger(__name__)
 
