@@ -55,3 +55,10 @@ def test_only_entry_points_reach_into_the_server():
         if codeshape.server_reaches(ast.parse(pathlib.Path(path).read_text(encoding="utf-8"), rel)):
             reaching.add(rel)
     assert reaching <= SERVER_ENTRY_POINTS, sorted(reaching - SERVER_ENTRY_POINTS)
+
+
+def test_no_event_loop_in_the_domain_packages():
+    """What the import contract cannot see: no coroutine and no loop scheduling (call_later,
+    create_task ...) in the domain packages either; their drivers are in server/drivers/."""
+    shape = codeshape.measure(str(ROOT))
+    assert shape["asyncio_modules_in_domain_packages"] == {}

@@ -28,7 +28,6 @@ from ..config import not_yet
 from ..config.broker import BrokerConfig
 from ..controller.controller import FEATURES, supported_features
 from ..coordinator.group.runtime import GroupCoordinator
-from ..coordinator.producer_id import ProducerIdManager
 from ..coordinator.runtime import CoordinatorHost
 from ..coordinator.share.runtime import ShareCoordinator
 from ..coordinator.transaction.runtime import TransactionCoordinator
@@ -66,9 +65,11 @@ from .context import NO_RESPONSE, PLAINTEXT, CloseConnection, RequestContext
 from .drivers.alter_log_dirs import LogDirMover
 from .drivers.alter_partition import AlterPartitionManager
 from .drivers.log_cleaner import LogCleaner
+from .drivers.producer_ids import ProducerIdBlocks
 from .drivers.quorum_controller import QuorumController
 from .drivers.replica_fetcher import ReplicaFetcherManager
 from .drivers.share_manager import SharePartitionManager
+from .drivers.timers import LoopScheduler
 from .forwarding import ControllerRouter
 from .heartbeats import LifecycleDriver
 from .lifecycle import BrokerLifecycle
@@ -223,12 +224,13 @@ class KesqueServer:
             quota=self.replica_manager.quotas.alter_log_dirs,
             backoff_ms=cfg.get("replica.fetch.backoff.ms"),
         )
-        host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image)
+        host = CoordinatorHost(LoopScheduler(self.loop), self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
-        self.producer_ids = ProducerIdManager(
+        self.producer_id_blocks = ProducerIdBlocks(
             lambda: self.controllers.allocate_producer_ids(self.node_id, self.broker_epoch), self.spawn
         )
+        self.producer_ids = self.producer_id_blocks.manager
         self.txn_coordinator = TransactionCoordinator(host, self.producer_ids)
         self.txn_verifier, channels = txn_channels.wire(
             config=cfg,
@@ -322,7 +324,7 @@ class KesqueServer:
             self.replica_manager.local_broker_epoch = self.broker_epoch
             if self.cluster_mode:
                 self._start_replication()
-            await self.producer_ids.load()
+            await self.producer_id_blocks.load()
         # partitions of every topic in the image (become leader where this node leads)
         self.replica_manager.apply_delta(
             Delta(changed_partitions={(t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions})

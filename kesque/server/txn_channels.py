@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from ..errors import ErrorCode, KafkaError
 from ..protocol.api_keys import ApiKeys
 from ..protocol.messages import Msg
-from ..replication.delayed import wait_for_acks
 from .apis.committed import committed, first_error
 from .channel import Channel, ChannelError, RequestTimedOut
+from .drivers.delayed import wait_for_acks
+from .drivers.txn_markers import TxnMarkerChannelManager
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +347,8 @@ class TxnVerifier:
 
 
 def wire(*, config, node_id: int, image, replica_manager, txn_coordinator) -> tuple:
-    """Give ``txn_coordinator`` its marker sender (``markers``), and build the broker's verifier
+    """Give ``txn_coordinator`` its marker writer (``markers``: a TxnMarkerChannelManager over a
+    TxnMarkerSender), and build the broker's verifier
     (KIP-890), each on its own channel (a WriteTxnMarkers waiting for its markers to be
     committed must not hold up a verification); returns the verifier and the channels, for the
     server to close. ``image`` is the broker's metadata image (updated in place)."""
@@ -355,6 +357,8 @@ def wire(*, config, node_id: int, image, replica_manager, txn_coordinator) -> tu
     timeout = config.get("request.timeout.ms")
     markers = Channel(resolve, client_id=f"txn-marker-sender-{node_id}", request_timeout_ms=timeout)
     verify = Channel(resolve, client_id=f"add-partitions-to-txn-sender-{node_id}", request_timeout_ms=timeout)
-    txn_coordinator.markers = TxnMarkerSender(node_id, replica_manager, markers, timeout)
+    txn_coordinator.markers = TxnMarkerChannelManager(
+        txn_coordinator, TxnMarkerSender(node_id, replica_manager, markers, timeout)
+    )
     verifier = TxnVerifier(node_id, txn_coordinator, lambda: image, verify, timeout)
     return verifier, (markers, verify)
