@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...errors import ErrorCode
+from .protocol import decode_subscription_topics
 
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"
@@ -257,8 +258,6 @@ class ClassicGroup:
         """Topics of the members' consumer-protocol subscriptions (None: unknown / not consumer)."""
         if self.protocol_type != "consumer" or self.protocol_name is None:
             return None if self.members else set()
-        from .protocol import decode_subscription_topics
-
         topics: set[str] = set()
         for m in self.members.values():
             parsed = decode_subscription_topics(m.metadata(self.protocol_name))
