@@ -60,6 +60,12 @@ def coordinator_error(code: int) -> ErrorCode:
     return _APPEND_ERRORS.get(code, code)
 
 
+def append_error(exc: BaseException) -> ErrorCode:
+    """The error a coordinator answers for a write that raised ``exc`` (Kafka's
+    appendGroupMetadataErrorToResponseError); a failure without a Kafka code is a storage error."""
+    return coordinator_error(exc.code if isinstance(exc, KafkaError) else ErrorCode.kafka_storage_error)
+
+
 class CoordinatorRecord(tuple):
     """A record as an operation writes it: ``(key, value)`` bytes to append, and ``decoded``, what
     the shard's replay decodes them to (Kafka's CoordinatorRecord holds the messages and

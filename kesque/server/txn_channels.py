@@ -22,6 +22,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from ..coordinator.transaction.requests import AddPartitionsToTxn
 from ..errors import ErrorCode, KafkaError
 from ..protocol.api_keys import ApiKeys
 from ..protocol.messages import Msg
@@ -272,7 +273,7 @@ class TxnVerifier:
     def _local_add(self, txn_id: str, producer_id: int, producer_epoch: int, tps: list):
         """The local coordinator adds the partitions; the answer waits for its record to commit."""
         try:
-            self.tc.shard_for(txn_id).add_partitions(txn_id, producer_id, producer_epoch, set(tps), 2)
+            self.tc.add_partitions(AddPartitionsToTxn(txn_id, producer_id, producer_epoch, frozenset(tps), 2))
         except KafkaError as e:
             return {tp: e.code for tp in tps}
         pending = self.tc.uncommitted([self.tc.partition_for(txn_id)])

@@ -22,7 +22,8 @@ import logging
 
 from ...errors import ErrorCode, KafkaError
 from ..runtime import CoordinatorRuntime
-from .shard import TransactionCoordinatorShard, TxnConfig, TxnMetadata
+from .requests import AddPartitionsToTxn, EndTxn, InitProducerId
+from .shard import EndTxnResult, InitResult, TransactionCoordinatorShard, TxnConfig, TxnMarkers, TxnMetadata
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +90,33 @@ class TransactionCoordinator(CoordinatorRuntime):
         return TransactionCoordinatorShard(
             partition,
             self.config,
-            lambda recs: self.write(partition, recs),
             lambda txn, commit: self._queue_markers(partition, txn, commit),
             self.host.clock,
             self.producer_ids.generate,
             leader_epoch,
         )
+
+    # ------------------------------------------------------------------ write operations
+    def init_producer_id(self, req: InitProducerId) -> InitResult:
+        """Raises KafkaError (NOT_COORDINATOR, a failed write, ...); the markers of a transaction
+        it fenced are queued once its PrepareAbort is written."""
+        shard = self.shard_for(req.transactional_id)
+        res = self.apply(shard, shard.init_producer_id(req))
+        self._send(shard, res.markers)
+        return res
+
+    def add_partitions(self, req: AddPartitionsToTxn) -> None:
+        self.run_write(req.transactional_id, lambda shard: shard.add_partitions(req))
+
+    def end_txn(self, req: EndTxn) -> EndTxnResult:
+        shard = self.shard_for(req.transactional_id)
+        res = self.apply(shard, shard.end_txn(req))
+        self._send(shard, res.markers)
+        return res
+
+    def _send(self, shard, markers: TxnMarkers | None) -> None:
+        if markers is not None:
+            self._queue_markers(shard.partition, markers.txn, markers.commit)
 
     def write_timeout_ms(self, txn_id: str | None = None) -> int:
         """A transaction's write may wait its transaction timeout (Kafka's TransactionStateManager)."""
@@ -188,7 +210,7 @@ class TransactionCoordinator(CoordinatorRuntime):
         if shard is None:
             return True
         try:
-            shard.markers_written(txn.transactional_id, txn.producer_id, txn.producer_epoch)
+            self.apply(shard, shard.markers_written(txn.transactional_id, txn.producer_id, txn.producer_epoch))
             return True
         except KafkaError as e:
             log.warning("Could not complete transaction %s: %s; retrying", txn.transactional_id, e)
@@ -256,11 +278,26 @@ class TransactionCoordinator(CoordinatorRuntime):
     # ------------------------------------------------------------------ periodic
     def abort_timed_out(self) -> None:
         for shard in list(self.shards.values()):
-            shard.abort_timed_out()
+            for txn_id in shard.timed_out():
+                try:
+                    markers = self.apply(shard, shard.abort_timed_out(txn_id))
+                except KafkaError as e:
+                    log.warning("Could not abort timed out transaction %s: %s", txn_id, e)
+                    continue
+                log.info(
+                    "Aborting transactionalId %s (producerId %d): transaction timed out after %d ms",
+                    txn_id,
+                    markers.txn.producer_id,
+                    markers.txn.timeout_ms,
+                )
+                self._send(shard, markers)
 
     def expire_transactional_ids(self) -> None:
         for shard in list(self.shards.values()):
             try:
-                shard.expire_transactional_ids()
+                expired = self.apply(shard, shard.expire_transactional_ids())
             except KafkaError as e:
                 log.warning("transactional id expiration on partition %d failed: %s", shard.partition, e)
+                continue
+            for txn_id, producer_id in expired.items():
+                log.info("Expired transactionalId %s (producerId %d)", txn_id, producer_id)
