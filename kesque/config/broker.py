@@ -391,6 +391,43 @@ _BROKER_KEYS: list[ConfigKey] = [
         at_least(1),
     ),
 ]
+
+# authorization (issue 27): Kafka's StandardAuthorizer, the only authorizer kesque has
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def _authorizer_class(name: str, value: str) -> None:
+    if value not in ("", STANDARD_AUTHORIZER):
+        raise ConfigError(
+            name,
+            f"Invalid value {value} for configuration {name}: kesque's only authorizer is Kafka's "
+            f"{STANDARD_AUTHORIZER} (ACLs in the metadata log); leave {name} empty for none",
+        )
+
+
+def _super_users(name: str, value: str) -> None:
+    for entry in value.split(";"):
+        entry = entry.strip()
+        if entry and ":" not in entry:
+            raise ConfigError(
+                name,
+                f"Invalid value {value} for configuration {name}: expected a string in format "
+                f"principalType:principalName but got {entry}",
+            )
+
+
+_BROKER_KEYS += [
+    _K(
+        "authorizer.class.name", "STRING", "", "the authorizer (Kafka's StandardAuthorizer, or none)", _authorizer_class
+    ),
+    _K("super.users", "STRING", None, "principals every action is allowed (User:a;User:b)", _super_users),
+    _K(
+        "allow.everyone.if.no.acl.found",
+        "BOOLEAN",
+        False,
+        "a resource no ACL applies to is open to everyone (else to super users only)",
+    ),
+]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 
 # Where kesque's defaults knowingly differ from Kafka 4.0's (every other key has Kafka's

@@ -25,6 +25,9 @@ from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, Delta, MetadataImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
+from ..metadata.snapshot import acl_record
+from ..security.acl import AclBinding, AclBindingFilter, creation_error, deletion_filter_error
+from ..security.authorizer import StandardAcl
 from ..storage.checkpoint import uuid_to_kafka
 from . import reassignment
 from .reassignment import default_dir_fn
@@ -612,6 +615,64 @@ class Controller:
                     {"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": value, "remove": False}
                 )
         return out
+
+    # ------------------------------------------------------------------ ACLs
+    def create_acls(self, bindings: list[AclBinding]) -> list[KafkaError | None]:
+        """CreateAcls as Kafka's AclControlManager.createAcls (after the broker's AclApis
+        checks): each binding is validated on its own; a new one gets a fresh id and an
+        AccessControlEntryRecord, one already stored (or earlier in this request) succeeds and
+        writes nothing. The records are one batch."""
+        results: list[KafkaError | None] = []
+        records: list[dict] = []
+        seen: set[StandardAcl] = set()
+        for binding in bindings:
+            error = creation_error(binding)
+            if error is not None:
+                results.append(error)
+                continue
+            acl = StandardAcl.from_binding(binding)
+            if acl not in self.image.acl_ids and acl not in seen:
+                seen.add(acl)
+                if len(records) >= MAX_RECORDS_PER_USER_OP:
+                    raise KafkaError(ErrorCode.unknown_server_error, _TOO_LARGE)
+                records.append(acl_record(self._new_acl_id(records), acl))
+            results.append(None)
+        self.commit(records)
+        return results
+
+    def _new_acl_id(self, pending: list[dict]) -> uuid.UUID:
+        taken = {r["id"] for r in pending}
+        while True:
+            acl_id = random_topic_id()  # Kafka's Uuid.randomUuid, as for topics
+            if acl_id not in self.image.acls and acl_id not in taken:
+                return acl_id
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[tuple[list[AclBinding], KafkaError | None]]:
+        """DeleteAcls as AclControlManager.deleteAcls: per filter, the stored ACLs it matches
+        (each removed by a RemoveAccessControlEntryRecord, once however many filters match it)
+        or its error; the removals are one batch."""
+        results: list[tuple[list[AclBinding], KafkaError | None]] = []
+        removed: dict[uuid.UUID, None] = {}
+        for filt in filters:
+            error = deletion_filter_error(filt)
+            if error is not None:
+                results.append(([], error))
+                continue
+            deleted = []
+            for acl_id, acl in self.image.acls.items():
+                binding = acl.to_binding()
+                if filt.matches(binding):
+                    deleted.append(binding)
+                    removed[acl_id] = None
+                    if len(removed) > MAX_RECORDS_PER_USER_OP:
+                        error = KafkaError(
+                            ErrorCode.unknown_server_error,
+                            f"Cannot remove more than {MAX_RECORDS_PER_USER_OP} acls in a single delete operation.",
+                        )
+                        break
+            results.append(([], error) if error is not None else (deleted, None))
+        self.commit([{"type": "RemoveAccessControlEntryRecord", "id": acl_id} for acl_id in removed])
+        return results
 
     def warn_without_effect(self, names=None) -> None:
         """Log once per key the dynamic broker configs kesque stores and describes but does

@@ -221,7 +221,7 @@ class StandardAuthorizer:
             if value:
                 parse_principal(value)
                 users.add(value)
-        allow = str(config.get(ALLOW_EVERYONE_IF_NO_ACL_IS_FOUND_CONFIG, "false")).strip().lower() == "true"
+        allow = str(config.get(ALLOW_EVERYONE_IF_NO_ACL_IS_FOUND_CONFIG) or "false").strip().lower() == "true"
         return cls(users, allow, loading_complete)
 
     # -- the ACLs, as the metadata log's records add and remove them ---------------------------

@@ -39,11 +39,13 @@ from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
 from ..quotas import Quotas
 from ..replication.replica_manager import ReplicaManager
+from ..security.authorizer import StandardAuthorizer
 from ..share import enabled as share_groups_enabled
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
 from . import txn_channels
+from .apis.acls import AclApis
 from .apis.configs import ConfigApis
 from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
 from .apis.fetch import FetchApis
@@ -162,7 +164,13 @@ class KesqueServer:
         self.start_time = time.monotonic()
         self.quotas = Quotas.from_config(config)
         self.throttler = Throttler(self.quotas, clock.monotonic)
-        self.authorizer = None  # no authorizer.class.name: every request is allowed, as Kafka without one
+        # authorizer.class.name: Kafka's StandardAuthorizer over the image's ACLs (answering
+        # super users only until the metadata has caught up); none: every request is allowed
+        self.authorizer = (
+            StandardAuthorizer.from_config(config, loading_complete=False)
+            if config.get("authorizer.class.name")
+            else None
+        )
         self._ip_overrides: tuple[str | None, dict[str, int]] = (None, {})
         self.metadata_dir_lock: DirLock | None = None
         # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
@@ -296,6 +304,8 @@ class KesqueServer:
         self.raft.start()
         await self.raft.wait_caught_up()
         log.info("Metadata caught up to offset %d", self.image.offset)
+        if isinstance(self.authorizer, StandardAuthorizer):
+            self.authorizer.complete_initial_load()
         # the committed metadata is in the image: now the logs and the broker listeners
         self.quotas.update(self.image.client_quotas)
         self.add_publisher(lambda delta: delta.changed_quotas and self.quotas.update(self.image.client_quotas))
@@ -548,6 +558,8 @@ class KesqueServer:
             if isinstance(v, (bytes, bytearray)):
                 fresh.replay(metadata_records.decode(v), delta)
         self.image.__dict__.update(fresh.__dict__)
+        if isinstance(self.authorizer, StandardAuthorizer):
+            self.authorizer.load_snapshot(self.image.acls)
         self._deliver(delta)
 
     def _apply_committed(self, records: list) -> None:
@@ -561,9 +573,21 @@ class KesqueServer:
             self.image.offset = rec.offset
         if records and self.snapshots.on_batch(size, self._now_ms()):
             self._take_snapshot()
+        if delta.changed_acls and isinstance(self.authorizer, StandardAuthorizer):
+            self._apply_acls(delta.changed_acls)
         if self.lifecycle is not None:
             self.lifecycle.on_metadata_offset(self.image.offset)
         self._deliver(delta)
+
+    def _apply_acls(self, changes: dict) -> None:
+        """Kafka's AclPublisher: the ACLs a batch added or removed, into the authorizer at once
+        (the next request on any open connection is decided by them)."""
+        a = self.authorizer
+        for acl_id, acl in changes.items():
+            if acl is None:
+                a.remove_acl(acl_id)
+            else:
+                a.add_acl(acl_id, acl)
 
     def _take_snapshot(self) -> None:
         """metadata.log.max.record.bytes.between.snapshots (or .max.snapshot.interval.ms)
@@ -848,6 +872,7 @@ class KesqueServer:
                 coordinators=self.coordinators,
                 controllers=router,
             ),
+            AclApis(authorizer=self.authorizer, controllers=router),
         )
         for h in handlers:
             bind(h, cfg, self.apis, self.controller_apis)
@@ -893,7 +918,11 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
-        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, self.authorizer)
+        # a controller listener serves the cluster's own nodes (forwarded admin requests were
+        # authorized by the broker the client reached, as Kafka's Envelope carries the client's
+        # principal there): the broker's own principal, which every check lets through
+        authorizer = None if conn.listener in self.controller_listener_names else self.authorizer
+        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, authorizer)
         if self.quotas.request.enabled:
             ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         slot = conn.new_slot()

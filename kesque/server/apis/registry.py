@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ...config.broker import BrokerConfig
 from ...protocol.api import Api, ApiSpec
+from .acls import AclApis
 from .configs import ConfigApis
 from .core import CoreApis
 from .fetch import FetchApis
@@ -42,6 +43,7 @@ DECLARED = (
     ReassignmentApis,
     GroupApis,
     ShareGroupApis,
+    AclApis,
 )
 
 
