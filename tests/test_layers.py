@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import logging
 import os
 import pathlib
 import sys
@@ -28,12 +29,19 @@ def test_import_contract_is_kept():
     importlinter = pytest.importorskip("importlinter.cli", reason="import-linter is not installed (make install-test)")
     out = io.StringIO()
     cwd = os.getcwd()
+    # import-linter configures logging with disable_existing_loggers: every logger this worker
+    # created before (kesque.config.broker's ...) would stay disabled for the tests that follow
+    # and their caplog would see nothing
+    loggers = [lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    disabled = [lg.disabled for lg in loggers]
     try:
         os.chdir(ROOT)
         with contextlib.redirect_stdout(out):
             status = importlinter.lint_imports(config_filename=str(ROOT / ".importlinter"), no_cache=True, no_logo=True)
     finally:
         os.chdir(cwd)
+        for lg, was in zip(loggers, disabled):
+            lg.disabled = was
     assert status == 0, out.getvalue()
 
 
