@@ -133,6 +133,19 @@ def test_acks_all_through_kills_and_cuts_holds():
         assert r.committed >= 100, f"seed {seed} acknowledged only {r.committed}: {r.replay()}"
 
 
+def test_a_controller_quorum_through_kills_and_cuts_of_the_active_controller_holds():
+    """Three KRaft controllers and three brokers; the faults fall on the controllers as often as
+    on the brokers, the active one among them: no acknowledged record is lost, replicas agree,
+    and once healed one controller is active and every partition led with a full ISR."""
+    faults = []
+    for seed in range(SEEDS):
+        r = run("real_controller_quorum", seed)
+        assert r.committed >= 100, f"seed {seed} acknowledged only {r.committed}: {r.replay()}"
+        faults += r.faults
+    assert any(f.startswith("kill") and f.endswith("(the active controller)") for f in faults), faults
+    assert any(f.startswith("isolate") and f.endswith("(the active controller)") for f in faults), faults
+
+
 def test_a_real_seed_replays_exactly():
     """Same seed, same run: every byte delivered, at the same simulated time, on the same link."""
     a, b = real_acks_all(1), real_acks_all(1)

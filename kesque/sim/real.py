@@ -1,6 +1,8 @@
 """The real broker under the simulator: ``KesqueServer`` nodes on :class:`~kesque.sim.loop.SimLoop`.
 
-A cluster of one controller (node 1) and three brokers (nodes 2-4) runs in this process, each
+A cluster of one controller (node 1), or a quorum of three (nodes 1, 5 and 6: a separate KRaft
+controller quorum, as Kafka's examples and ``kesque.testing.Cluster(controllers=3)`` configure
+it, ``controller.quorum.voters`` naming the three), and three brokers (nodes 2-4) runs in this process, each
 node a :class:`~kesque.sim.loop.Process` at its own address (``10.0.0.<id>``), with its log dirs
 in a temporary directory (on ``/dev/shm`` when there is one) formatted as ``kesque storage
 format`` does. The nodes are the real code, unchanged: the socket server, the raft manager
@@ -55,6 +57,8 @@ log = logging.getLogger(__name__)
 CLUSTER_ID = "c1mU1aTIQ0S8Ydmtc2Qb6A"
 CONTROLLER = 1
 BROKERS = (2, 3, 4)
+# a quorum of three controllers: the brokers keep ids 2-4, so every scenario's broker set is one
+QUORUM = (CONTROLLER, 5, 6)
 BROKER_PORT = 9092
 CONTROLLER_PORT = 9093
 CLIENT_HOST = "10.0.1.1"
@@ -84,7 +88,7 @@ class SimNode:
         self.cluster = cluster
         self.node_id = node_id
         self.host = host_of(node_id)
-        self.is_broker = node_id != CONTROLLER
+        self.is_broker = node_id in BROKERS
         self.dir = os.path.join(cluster.root, f"node-{node_id}")
         self.server = None
         self.proc: Process | None = None
@@ -102,7 +106,9 @@ class SimNode:
         props.update(
             {
                 "node.id": str(self.node_id),
-                "controller.quorum.voters": f"{CONTROLLER}@{host_of(CONTROLLER)}:{CONTROLLER_PORT}",
+                "controller.quorum.voters": ",".join(
+                    f"{c}@{host_of(c)}:{CONTROLLER_PORT}" for c in self.cluster.controllers
+                ),
                 "controller.listener.names": "CONTROLLER",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
                 "log.dirs": ",".join(self.log_dirs),
@@ -295,19 +301,24 @@ class WireClient:
 
 
 class RealCluster:
-    """A controller and three brokers of the real code on one simulated loop (see the module doc)."""
+    """A controller (or a quorum of three: ``controllers=3``) and three brokers of the real code
+    on one simulated loop (see the module doc)."""
 
-    def __init__(self, seed: int, overrides: dict | None = None, dirs_per_node: int = 1):
+    def __init__(self, seed: int, overrides: dict | None = None, dirs_per_node: int = 1, controllers: int = 1):
+        if controllers not in (1, len(QUORUM)):
+            raise ValueError(f"controllers: 1 or {len(QUORUM)}, not {controllers}")
         self.dirs_per_node = dirs_per_node
+        self.controllers = (CONTROLLER,) if controllers == 1 else QUORUM
         self.s = Scheduler(seed)
         self.rng = self.s.rng
         self.loop = SimLoop(self.rng)
         self.clock = SimClock(self.loop)
         self.overrides = {k: str(v) for k, v in (overrides or {}).items()}
         self.root = _tmp_root()
-        self.nodes = {i: SimNode(self, i) for i in (CONTROLLER, *BROKERS)}
+        self.nodes = {i: SimNode(self, i) for i in (*self.controllers, *BROKERS)}
         self.graveyard: list = []
         self.failures: list[str] = []
+        self.fault_log: list[str] = []  # the faults a scenario injected, in order ("kill 5", ...)
         self.fs: PowerLossFS | None = None
         self.client_proc = Process("client", CLIENT_HOST)
         self.client: WireClient | None = None
@@ -373,12 +384,21 @@ class RealCluster:
         rm = getattr(node.server, "replica_manager", None)
         return None if rm is None else rm.partitions.get((topic, partition))
 
+    def active_controllers(self) -> list[SimNode]:
+        """The live controllers that act as the active one (their own epoch's LeaderChange
+        committed and applied), newest epoch first: one in a settled quorum; an old leader cut
+        off keeps acting until it learns of the new epoch or resigns."""
+        nodes = [self.nodes[c] for c in self.controllers]
+        active = [n for n in nodes if n.ready and n.server.quorum is not None and n.server.quorum.active]
+        return sorted(active, key=lambda n: -n.server.quorum.active_epoch)
+
     def controller_view(self, topic: str, partition: int):
-        """(leader, isr) of the partition in the active controller's image, or None."""
-        node = self.nodes[CONTROLLER]
-        if not node.ready or node.server.controller is None:
+        """(leader, isr) of the partition in the active controller's image (the newest epoch's),
+        or None."""
+        active = self.active_controllers()
+        if not active:
             return None
-        t = node.server.controller.image.topic(topic)
+        t = active[0].server.controller.image.topic(topic)
         if t is None:
             return None
         p = t.partitions.get(partition)
