@@ -248,3 +248,16 @@ def test_a_failed_log_dir_goes_offline_and_loses_no_acknowledged_record():
     for seed in range(SEEDS):
         r = run("real_disk_failure", seed)
         assert r.committed >= 100, f"seed {seed} acknowledged only {r.committed}: {r.replay()}"
+
+
+def test_a_log_that_keeps_writing_after_an_io_error_is_caught():
+    """``--bug keep_writing_after_io_error``: an I/O error fails the call only, the log and its dir
+    stay online; the dir's next write (a segment, a checkpoint) breaks the rule that nothing is
+    written to a log dir after its first failed write."""
+    for seed in range(20):
+        try:
+            run("real_disk_failure", seed, "keep_writing_after_io_error")
+        except InvariantViolation as e:
+            assert "after its log dir" in str(e) and "--bug keep_writing_after_io_error" in str(e)
+            return
+    pytest.fail("no invariant caught keep_writing_after_io_error in 20 seeds")

@@ -31,6 +31,7 @@ import time
 
 from ..replication.replica_state import LeaderReplication
 from ..server.channel import ChannelError
+from ..storage.local_log import LocalLog
 from .faultfs import FaultFS
 from .loop import Deadlock, deterministic_entropy
 from .real import BROKERS, RealCluster, batch_summary, host_of, new_batch, quiet_logs, read_values
@@ -392,7 +393,8 @@ def real_disk_failure(seed: int, **kw) -> RealCluster:
     (ENOSPC or EIO at a segment append, a checkpoint or an fsync): the dir goes offline, nothing
     is written there after, the controller moves its partitions' leaderships and ISR off it (the
     metadata log's dir halts the broker), no acknowledged record is lost; then the disk is
-    replaced and the broker restarts on it."""
+    replaced and the broker restarts on it. ``--bug keep_writing_after_io_error`` (the log takes
+    an I/O error as transient and stays online) is caught."""
     return _run(seed, disk=True)
 
 
@@ -405,4 +407,4 @@ def real_controller_quorum(seed: int, **kw) -> RealCluster:
 
 
 REAL_SCENARIOS = {f.__name__: f for f in (real_acks_all, real_power_loss, real_disk_failure, real_controller_quorum)}
-REAL_BUG_OWNERS = {"acks_all_before_isr": LeaderReplication}
+REAL_BUG_OWNERS = {"acks_all_before_isr": LeaderReplication, "keep_writing_after_io_error": LocalLog}
