@@ -15,6 +15,10 @@ single links. Then the network heals, every broker comes back, and the cluster m
   Fetch through the wire.
 
 ``--bug acks_all_before_isr`` (the leader answers acks=all once it has the records) is caught.
+
+``real_controller_quorum``: the same with a quorum of three controllers (nodes 1, 5, 6), the faults
+falling on them (the active one among them) as often as on the brokers; converged also means one
+active controller.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import time
 
 from ..replication.replica_state import LeaderReplication
 from ..server.channel import ChannelError
+from ..storage.local_log import LocalLog
 from .faultfs import FaultFS
 from .loop import Deadlock, deterministic_entropy
-from .real import BROKERS, CONTROLLER, RealCluster, batch_summary, host_of, new_batch, quiet_logs, read_values
+from .real import BROKERS, RealCluster, batch_summary, host_of, new_batch, quiet_logs, read_values
 from .scheduler import InvariantViolation, LivenessViolation
 
 TOPIC = "t"
@@ -147,8 +152,9 @@ async def _checker(sim: RealCluster, stop: asyncio.Event) -> None:
 
 
 def converged(sim: RealCluster, topic: str = TOPIC, partitions: int = PARTITIONS) -> bool:
-    """Every node up, and every partition of ``topic`` led, its ISR full, every replica at the end."""
-    if not all(n.ready for n in sim.nodes.values()):
+    """Every node up, one active controller, and every partition of ``topic`` led, its ISR full,
+    every replica at the end."""
+    if not all(n.ready for n in sim.nodes.values()) or len(sim.active_controllers()) != 1:
         return False
     for p in range(partitions):
         view = sim.controller_view(topic, p)
@@ -163,13 +169,29 @@ def converged(sim: RealCluster, topic: str = TOPIC, partitions: int = PARTITIONS
     return True
 
 
+def _victim(sim: RealCluster, rng) -> int:
+    """A broker; with a quorum of controllers, a controller as often (half of those the active
+    one, when there is one)."""
+    if len(sim.controllers) == 1:
+        return rng.choice(BROKERS)
+    if rng.random() < 0.5:
+        return rng.choice(BROKERS)
+    active = sim.active_controllers()
+    if active and rng.random() < 0.5:
+        return active[0].node_id
+    return rng.choice(sim.controllers)
+
+
 async def fault_schedule(sim: RealCluster, power_loss: bool, spare=()) -> None:
     """FAULTS faults; with ``power_loss`` one kill (at most) is also a power loss, taken only while
     every other broker runs (Kafka acknowledges before fsync: the other ISR members hold what
-    the victim loses). The brokers of ``spare`` are cut off, never killed."""
+    the victim loses). The brokers of ``spare`` are cut off, never killed. With a quorum of
+    controllers, controllers are killed, isolated and cut off too (power losses stay with the
+    brokers)."""
     rng = sim.rng
     net = sim.loop.net
     pending: list[asyncio.Task] = []
+    everyone = [host_of(n) for n in sim.nodes]
 
     async def later(delay: float, fn, *args):
         await asyncio.sleep(delay)
@@ -182,25 +204,31 @@ async def fault_schedule(sim: RealCluster, power_loss: bool, spare=()) -> None:
     for _ in range(FAULTS):
         await asyncio.sleep(rng.uniform(0.2, 2.0))
         roll = rng.random()
-        victim = rng.choice(BROKERS)
+        victim = _victim(sim, rng)
+        active = [n.node_id for n in sim.active_controllers()]
+        what = f"{victim}{' (the active controller)' if victim in active[:1] else ''}"
         if roll < 0.45:
             if sim.nodes[victim].alive and victim not in spare:
                 lose = (
                     power_loss
+                    and victim in BROKERS
                     and not sim.fs.cuts
                     and all(sim.nodes[b].alive for b in BROKERS)
                     and not net.cuts
                     and rng.random() < 0.7
                 )
                 sim.nodes[victim].kill(power_loss=lose)
+                sim.fault_log.append(f"{'power loss' if lose else 'kill'} {what}")
                 # back at once or later: before the controller fenced its old incarnation too
                 pending.append(asyncio.ensure_future(later(rng.uniform(0.2, 4.0), restart, victim)))
-        elif roll < 0.8:  # cut off from the controller and the other brokers, not from the client
-            net.isolate(host_of(victim), [host_of(n) for n in (CONTROLLER, *BROKERS)])
+        elif roll < 0.8:  # cut off from the controllers and the brokers, not from the client
+            net.isolate(host_of(victim), everyone)
+            sim.fault_log.append(f"isolate {what}")
             pending.append(asyncio.ensure_future(later(rng.uniform(0.5, 5.0), net.heal)))
         else:
-            other = rng.choice([n for n in (CONTROLLER, *BROKERS) if n != victim])
+            other = rng.choice([n for n in sim.nodes if n != victim])
             net.cut(host_of(victim), host_of(other))
+            sim.fault_log.append(f"cut {what} from {other}")
             pending.append(asyncio.ensure_future(later(rng.uniform(0.5, 5.0), net.heal)))
     await asyncio.gather(*pending)
 
@@ -311,9 +339,9 @@ async def _scenario(
         )
         disk.fs.clear()  # the disk is replaced (or space freed); the broker restarts on it
         sim.nodes[disk.victim].kill()
-    for b in BROKERS:
-        if not sim.nodes[b].alive:
-            sim.nodes[b].start()
+    for node in sim.nodes.values():
+        if not node.alive:
+            node.start()
     await sim.until(
         lambda: converged(sim), CONVERGE_S, "every partition led, its ISR full and every replica at the leader's end"
     )
@@ -321,9 +349,9 @@ async def _scenario(
     await _read_back(sim, ledger)
 
 
-def _run(seed: int, power_loss: bool = False, disk: bool = False) -> RealCluster:
+def _run(seed: int, power_loss: bool = False, disk: bool = False, controllers: int = 1) -> RealCluster:
     t0 = time.perf_counter()
-    sim = RealCluster(seed, dirs_per_node=2 if disk else 1)
+    sim = RealCluster(seed, dirs_per_node=2 if disk else 1, controllers=controllers)
     sim.inv = ledger = AckLedger()
     fault = DiskFault(sim) if disk else None
     try:
@@ -365,9 +393,18 @@ def real_disk_failure(seed: int, **kw) -> RealCluster:
     (ENOSPC or EIO at a segment append, a checkpoint or an fsync): the dir goes offline, nothing
     is written there after, the controller moves its partitions' leaderships and ISR off it (the
     metadata log's dir halts the broker), no acknowledged record is lost; then the disk is
-    replaced and the broker restarts on it."""
+    replaced and the broker restarts on it. ``--bug keep_writing_after_io_error`` (the log takes
+    an I/O error as transient and stays online) is caught."""
     return _run(seed, disk=True)
 
 
-REAL_SCENARIOS = {f.__name__: f for f in (real_acks_all, real_power_loss, real_disk_failure)}
-REAL_BUG_OWNERS = {"acks_all_before_isr": LeaderReplication}
+def real_controller_quorum(seed: int, **kw) -> RealCluster:
+    """real_acks_all with a separate quorum of three KRaft controllers (nodes 1, 5, 6), and the
+    faults fall on the controllers as often as on the brokers: the active controller, or any,
+    killed and restarted, isolated, cut from one node. Once healed there is one active
+    controller, and the rest converges as in real_acks_all."""
+    return _run(seed, controllers=3)
+
+
+REAL_SCENARIOS = {f.__name__: f for f in (real_acks_all, real_power_loss, real_disk_failure, real_controller_quorum)}
+REAL_BUG_OWNERS = {"acks_all_before_isr": LeaderReplication, "keep_writing_after_io_error": LocalLog}

@@ -40,6 +40,7 @@ class Run:
     events: int = 0
     wall_s: float = 0.0
     committed: int = 0
+    faults: tuple = ()  # what a real scenario injected (RealCluster.fault_log)
 
     def replay(self) -> str:
         bug = f" --bug {self.bug}" if self.bug else ""
@@ -582,5 +583,6 @@ def run(name: str, seed: int, bug: str | None = None) -> Run:
     result.sim_ms = sim.s.now
     result.events = sim.s.events
     result.committed = sim.inv.committed if hasattr(sim.inv, "committed") else len(sim.inv.ledger)
+    result.faults = tuple(getattr(sim, "fault_log", ()))
     result.wall_s = time.perf_counter() - t0
     return result
