@@ -632,3 +632,38 @@ def test_a_sasl_listener_without_what_it_needs_is_refused(extra, message):
     with pytest.raises(ConfigError) as e:
         SaslListener(config, "SASL_PLAINTEXT", lambda m, u: None, lambda: 0)
     assert message in str(e.value)
+
+
+@pytest.mark.slow  # a 3-node cluster: about 40 s on this machine
+def test_a_scram_user_created_on_one_broker_authenticates_on_another_without_restart(tmp_path):
+    from kesque.testing.cluster import Cluster
+
+    cluster = Cluster(nodes=3, data_dir=str(tmp_path))
+    sasl = {}
+    for node_id, b in cluster.nodes.items():
+        sasl[node_id] = free_port()
+        b.config["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{sasl[node_id]}"
+        b.config["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+        b.config["sasl.enabled.mechanisms"] = "SCRAM-SHA-512"
+        b.config["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] = SCRAM_JAAS
+    with cluster:
+        out = kesque_configs(
+            cluster.node(1),
+            "--alter",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "dave",
+            "--add-config",
+            "SCRAM-SHA-512=[password=dave-secret]",
+        )
+        assert out.returncode == 0, out
+        deadline = time.monotonic() + 15
+        for node_id in (2, 3):
+            while True:  # the record reaches each broker's image as it commits
+                with WireClient(f"127.0.0.1:{sasl[node_id]}") as c:
+                    resp = scram_login(c, "SCRAM-SHA-512", "dave", "dave-secret")
+                if resp.error_code == ErrorCode.none or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert resp.error_code == ErrorCode.none, (node_id, resp)
