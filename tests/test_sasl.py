@@ -401,9 +401,7 @@ def test_oversized_token_closes(broker):
         assert c.is_closed(5)
     with WireClient(broker.sasl) as c:
         assert plain_login(c).error_code == ErrorCode.none  # afterwards socket.request.max.bytes applies
-        topic = "big"
         assert metadata(c).brokers
-        del topic
 
 
 def test_expired_and_badly_signed_oauthbearer_tokens(broker):
