@@ -5,9 +5,9 @@ A key kesque uses is parsed and validated (a bad value is an error naming the ke
 that Kafka knows but kesque does not use (JVM, thread pools, SSL, ZooKeeper...) is accepted
 with a warning naming it, so a Kafka user's file starts kesque. Any other key (a plugin's, a
 typo) is logged as not a known config and ignored, as Kafka does.
-A listener whose security protocol is not PLAINTEXT is an error too (kesque has no TLS or
-SASL: it must not serve it as plaintext); what kesque refuses or only warns about because it
-does not do it yet is in ``not_yet``.
+A listener whose security protocol is SSL or SASL_SSL is an error too (kesque has no TLS yet:
+it must not serve it unencrypted; SASL_PLAINTEXT is served, kesque/server/sasl.py); what kesque
+refuses or only warns about because it does not do it yet is in ``not_yet``.
 
 Dynamic changes (AlterConfigs on a BROKER) follow Kafka's DynamicBrokerConfig: its whole
 dynamic set is accepted, stored and described, including the keys kesque does not act on.
@@ -428,6 +428,37 @@ _BROKER_KEYS += [
         "a resource no ACL applies to is open to everyone (else to super users only)",
     ),
 ]
+
+# SASL (issue 27; kesque/server/sasl.py): the broker's, and per listener as
+# listener.name.<l>.sasl.enabled.mechanisms and listener.name.<l>.<mechanism>.sasl.jaas.config
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+_BROKER_KEYS += [
+    _K("sasl.enabled.mechanisms", "LIST", ["GSSAPI"], "SASL mechanisms a SASL listener offers", dynamic=True),
+    _K("sasl.jaas.config", "PASSWORD", None, "JAAS login modules (per mechanism and listener)", dynamic=True),
+    _K(
+        "sasl.mechanism.inter.broker.protocol",
+        "STRING",
+        "GSSAPI",
+        "mechanism brokers authenticate to each other with",
+        dynamic=True,
+    ),
+    _K("sasl.mechanism.controller.protocol", "STRING", "GSSAPI", "mechanism nodes authenticate to controllers with"),
+    _K("sasl.server.max.receive.size", "INT", 524288, "largest frame before authentication completes"),
+    _K(
+        "connection.failed.authentication.delay.ms",
+        "INT",
+        100,
+        "a failed authentication is answered and closed after this",
+        at_least(0),
+    ),
+    _K("connections.max.reauth.ms", "LONG", 0, "session lifetime of a SASL connection (KIP-368; 0: none)"),
+    _K("sasl.oauthbearer.jwks.endpoint.url", "STRING", None, "JWKS the OAUTHBEARER tokens are checked against"),
+    _K("sasl.oauthbearer.expected.audience", "LIST", None, "audiences a token must name (empty: any)"),
+    _K("sasl.oauthbearer.expected.issuer", "STRING", None, "issuer a token must name"),
+    _K("sasl.oauthbearer.clock.skew.seconds", "INT", 30, "allowed clock skew for a token's times"),
+    _K("sasl.oauthbearer.sub.claim.name", "STRING", "sub", "claim holding the principal"),
+    _K("sasl.oauthbearer.scope.claim.name", "STRING", "scope", "claim holding the scope"),
+]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 
 # Where kesque's defaults knowingly differ from Kafka 4.0's (every other key has Kafka's
@@ -486,6 +517,10 @@ DYNAMIC_WITHOUT_EFFECT = frozenset(
         "log.cleaner.threads",
         "log.cleaner.io.buffer.size",
         "log.cleaner.io.buffer.load.factor",
+        # a SASL listener's settings are read when it is bound
+        "sasl.enabled.mechanisms",
+        "sasl.jaas.config",
+        "sasl.mechanism.inter.broker.protocol",
     }
 )
 
@@ -537,9 +572,10 @@ def key_type(name: str) -> str:
 
 
 _NO_TLS_OR_SASL = (
-    "kesque has no TLS or SASL yet and serves PLAINTEXT listeners only; it does not start rather "
-    "than serve another protocol as plaintext"
+    "kesque has no TLS yet and serves PLAINTEXT and SASL_PLAINTEXT listeners only; it does not start "
+    "rather than serve another protocol without its encryption"
 )
+SERVED_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")  # SASL_PLAINTEXT: kesque/server/sasl.py
 
 
 def _known_kafka_key(name: str) -> bool:
@@ -633,10 +669,19 @@ class BrokerConfig:
         self.unused: list[str] = []
         self.dynamic_default: dict[str, Any] = {}
         self.dynamic_broker: dict[str, Any] = {}
+        self.listener_static: dict[str, Any] = {}  # listener.name.<l>.<key> of a key kesque reads
         for name, value in props.items():
             key = BROKER_CONFIGS.get(name)
             if key is not None:
                 self.static[name] = key.parse(value)
+                continue
+            base = listener_base(name)
+            if base != name and base in BROKER_CONFIGS:
+                key = BROKER_CONFIGS[base]
+                parsed = PARSERS[key.parse_as or key.type](name, value)
+                if key.validator is not None:
+                    key.validator(name, parsed)
+                self.listener_static[name] = parsed
                 continue
             if name in _REJECTED_VALUES:
                 log.warning("Config %s is ignored: %s", name, _REJECTED_VALUES[name])
@@ -672,11 +717,30 @@ class BrokerConfig:
         inter = self.get("inter.broker.listener.name")
         if inter:
             self._check_plaintext("inter.broker.listener.name", inter, inter.upper(), protocols)
-        if self.get("security.inter.broker.protocol") != "PLAINTEXT":
+        if self.get("security.inter.broker.protocol") not in SERVED_PROTOCOLS:
             raise ConfigError(
                 "security.inter.broker.protocol",
                 f"security.inter.broker.protocol={self.get('security.inter.broker.protocol')}: {_NO_TLS_OR_SASL}",
             )
+
+    def listener_value(self, name: str) -> Any:
+        """A ``listener.name.<l>.<key>`` setting (dynamic, then static), None when not set."""
+        for layer in (self.dynamic_broker, self.dynamic_default, self.listener_static):
+            if name in layer:
+                return layer[name]
+        return None
+
+    def listener_get(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """``key`` as ``listener`` sees it: ``listener.name.<l>.<mechanism>.<key>`` (the
+        mechanism's, for the keys Kafka reads per mechanism), ``listener.name.<l>.<key>``, then
+        the broker's ``key``."""
+        prefix = f"listener.name.{listener.lower()}."
+        if mechanism is not None:
+            value = self.listener_value(f"{prefix}{mechanism.lower()}.{key}")
+            if value is not None:
+                return value
+        value = self.listener_value(prefix + key)
+        return self.get(key) if value is None else value
 
     def security_protocol_map(self) -> dict[str, str]:
         """listener name -> security protocol (Kafka's listener.security.protocol.map; when
@@ -703,8 +767,8 @@ class BrokerConfig:
 
     @staticmethod
     def _check_plaintext(key: str, value: str, listener: str, protocols: dict[str, str]) -> None:
-        """kesque serves PLAINTEXT only: any other protocol stops the start rather than
-        being served as plaintext."""
+        """kesque serves PLAINTEXT and SASL_PLAINTEXT: a TLS protocol stops the start rather
+        than being served unencrypted."""
         proto = protocols.get(listener)
         if proto is None:
             raise ConfigError(
@@ -712,7 +776,7 @@ class BrokerConfig:
                 f"Invalid value {value} for configuration {key}: No security protocol defined "
                 f"for listener {listener} (listener.security.protocol.map)",
             )
-        if proto != "PLAINTEXT":
+        if proto not in SERVED_PROTOCOLS:
             how = "" if proto == listener else f" (listener.security.protocol.map maps {listener} to {proto})"
             raise ConfigError(
                 key, f"Listener {listener} in {key}={value} uses security protocol {proto}{how}: {_NO_TLS_OR_SASL}"
@@ -864,7 +928,7 @@ class BrokerConfig:
 
     def _check_listener_change(self, name: str, value: list[str]) -> None:
         """A dynamic listener setting takes effect at the next start: it must name PLAINTEXT
-        listeners only, as the static one must."""
+        or SASL_PLAINTEXT listeners only, as the static one must."""
         before = dict(self.dynamic_broker)
         self.dynamic_broker[name] = value
         try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from ..security.authorizer import StandardAcl
+from ..security.scram import ScramCredential, ScramMechanism
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,8 @@ class MetadataImage:
         # (the controller's existingAcls: the same ACL is never stored twice)
         self.acls: dict[uuid.UUID, StandardAcl] = {}
         self.acl_ids: dict[StandardAcl, uuid.UUID] = {}
+        # Kafka's ScramImage: {mechanism name: {user: credential}} (UserScramCredentialRecord)
+        self.scram_credentials: dict[str, dict[str, ScramCredential]] = {}
         self.next_producer_id = 0
         self.offset = -1  # last applied metadata log offset
 
@@ -364,6 +367,22 @@ class MetadataImage:
             del delta.changed_acls[rec["id"]]  # added and removed within this batch
         else:
             delta.changed_acls[rec["id"]] = None
+
+    def _replay_UserScramCredentialRecord(self, rec, delta):
+        mechanism = ScramMechanism.from_type(rec["mechanism"])
+        if mechanism is None:
+            log.error("Unable to replay UserScramCredentialRecord: unknown mechanism %d", rec["mechanism"])
+            return
+        self.scram_credentials.setdefault(mechanism.mechanism_name, {})[rec["name"]] = ScramCredential(
+            bytes(rec["salt"]), bytes(rec["stored_key"]), bytes(rec["server_key"]), rec["iterations"]
+        )
+
+    def _replay_RemoveUserScramCredentialRecord(self, rec, delta):
+        mechanism = ScramMechanism.from_type(rec["mechanism"])
+        users = self.scram_credentials.get(mechanism.mechanism_name, {}) if mechanism else {}
+        users.pop(rec["name"], None)
+        if mechanism is not None and not users:
+            self.scram_credentials.pop(mechanism.mechanism_name, None)
 
     def _replay_FeatureLevelRecord(self, rec, delta):
         self.features[rec["name"]] = rec["feature_level"]

@@ -9,7 +9,10 @@
   fetches ``sasl.oauthbearer.jwks.endpoint.url`` and hands the keys in), as Kafka's broker JWT
   validator: the key by ``kid``, the signature, ``exp``/``iat``/``nbf`` within
   ``sasl.oauthbearer.clock.skew.seconds``, the expected audience and issuer, the subject claim;
-* :func:`parse_client_response`: the client's GS2 message ``n,,\\x01auth=Bearer <token>\\x01...\\x01\\x01``.
+* :func:`parse_client_response`: the client's GS2 message ``n,,\\x01auth=Bearer <token>\\x01...\\x01\\x01``;
+* :class:`OAuthBearerSaslServer`: one connection's exchange, as Kafka's OAuthBearerSaslServer (a
+  refused token is answered with RFC 7628's JSON error as a challenge; the client's ``%x01``
+  acknowledgement then fails the authentication with that JSON as the message).
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jwt
 
+from .sasl import IllegalSaslState, SaslAuthenticationFailed, SaslServerError
+
 __all__ = [
     "BearerToken",
+    "OAuthBearerSaslServer",
     "InvalidToken",
     "JwksValidator",
     "parse_client_response",
@@ -232,3 +239,49 @@ def parse_client_response(response: bytes) -> tuple[str, str, dict[str, str]]:
     if am is None:
         raise ValueError("Invalid OAUTHBEARER client first message: no auth=Bearer <token>")
     return m.group("authzid") or "", am.group(1), pairs
+
+
+class OAuthBearerSaslServer:
+    """One connection's OAUTHBEARER exchange. ``validate(token)`` returns the
+    :class:`BearerToken` or raises :class:`InvalidToken` (the unsecured validator, or a
+    :class:`JwksValidator`, with the time bound in). Once complete: ``authorization_id`` (the
+    token's principal) and ``credential_expiration_ms`` (its lifetime, which bounds the session)."""
+
+    mechanism = "OAUTHBEARER"
+
+    def __init__(self, validate: Callable[[str], BearerToken]):
+        self._validate = validate
+        self.complete = False
+        self.authorization_id: str | None = None
+        self.credential_expiration_ms: int | None = None
+        self.extensions: dict[str, str] = {}
+        self._error: str | None = None
+
+    def evaluate(self, response: bytes) -> bytes:
+        if self.complete:
+            raise IllegalSaslState("Authentication exchange has completed")
+        if response == b"\x01" and self._error is not None:
+            raise SaslAuthenticationFailed(self._error)
+        self._error = None
+        try:
+            authzid, token_value, extensions = parse_client_response(response)
+        except ValueError as e:
+            raise SaslServerError(str(e)) from None
+        try:
+            token = self._validate(token_value)
+        except InvalidToken as e:
+            error = f'{{"status":"{e.status}"'
+            if e.scope is not None:
+                error += f', "scope":"{e.scope}"'
+            self._error = error + "}"
+            return self._error.encode()
+        if authzid and authzid != token.principal_name:
+            raise SaslAuthenticationFailed(
+                f"Authentication failed: Client requested an authorization id ({authzid}) that is different from "
+                f"the token's principal name ({token.principal_name})"
+            )
+        self.extensions = extensions  # Kafka's validators accept every extension
+        self.authorization_id = token.principal_name
+        self.credential_expiration_ms = token.lifetime_ms
+        self.complete = True
+        return b""

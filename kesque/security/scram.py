@@ -34,6 +34,7 @@ __all__ = [
     "ScramSaslServer",
     "credential_from_string",
     "credential_to_string",
+    "parse_add_scram",
     "parse_credential_config",
     "sasl_name",
     "secure_random_string",
@@ -299,3 +300,69 @@ def parse_credential_config(mechanism: ScramMechanism, value: str) -> tuple[int,
             f"required for {mechanism.mechanism_name}"
         )
     return iterations, password
+
+
+def parse_add_scram(argument: str) -> tuple[ScramMechanism, str, ScramCredential]:
+    """``kafka-storage.sh format --add-scram 'SCRAM-SHA-256=[name=alice,password=secret]'`` as
+    Kafka's ScramParser: ``name`` and ``password`` (or ``saltedpassword`` with ``salt``, both
+    base64), ``iterations`` (4096 when absent); ValueError with Kafka's message."""
+    argument = argument.strip()
+    mechanism_name, eq, config = argument.partition("=")
+    if not eq:
+        raise ValueError(f"Failed to find equals sign in SCRAM argument '{argument}'")
+    mechanism = ScramMechanism.for_name(mechanism_name)
+    if mechanism is None:
+        raise ValueError(f"The add-scram mechanism {mechanism_name} is not supported.")
+    if not config.startswith("["):
+        raise ValueError("Expected configuration string to start with [")
+    if not config.endswith("]"):
+        raise ValueError("Expected configuration string to end with ]")
+    components: dict[str, str] = {}
+    for component in config[1:-1].split(","):
+        key, eq, value = component.partition("=")
+        if not eq:
+            raise ValueError(f"No equals sign found in SCRAM component: {component}")
+        if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
+            value = value[1:-1]
+        components[key] = value
+    name = components.pop("name", None)
+    if name is None:
+        raise ValueError("You must supply 'name' to add-scram")
+    salt_text = components.pop("salt", None)
+    try:
+        salt = base64.b64decode(salt_text, validate=True) if salt_text is not None else None
+    except binascii.Error:
+        raise ValueError(f"Failed to decode given salt: {salt_text}") from None
+    iterations_text = components.pop("iterations", None)
+    try:
+        iterations = int(iterations_text) if iterations_text is not None else DEFAULT_ITERATIONS
+    except ValueError:
+        raise ValueError(f"Failed to parse iterations count: {iterations_text}") from None
+    password = components.pop("password", None)
+    salted_text = components.pop("saltedpassword", None)
+    salted = None
+    if password is None:
+        if salted_text is None:
+            raise ValueError("You must supply one of 'password' or 'saltedpassword' to add-scram")
+        if salt is None:
+            raise ValueError("You must supply 'salt' with 'saltedpassword' to add-scram")
+        try:
+            salted = base64.b64decode(salted_text, validate=True)
+        except binascii.Error:
+            raise ValueError(f"Failed to decode given saltedPassword: {salted_text}") from None
+    if components:
+        raise ValueError(f"Unknown SCRAM configurations: {', '.join(sorted(components))}")
+    if iterations < mechanism.min_iterations:
+        raise ValueError(
+            f"The 'iterations' value must be >= {mechanism.min_iterations} for add-scram using {mechanism.name}"
+        )
+    if iterations > mechanism.max_iterations:
+        raise ValueError(
+            f"The 'iterations' value must be <= {mechanism.max_iterations} for add-scram using {mechanism.name}"
+        )
+    formatter = ScramFormatter(mechanism)
+    if salt is None:
+        salt = secure_random_string().encode()
+    if salted is None:
+        salted = formatter.salted_password(password, salt, iterations)
+    return mechanism, name, formatter.credential_from_salted(salt, salted, iterations)

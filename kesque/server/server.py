@@ -57,6 +57,8 @@ from .apis.quorum import QuorumApis
 from .apis.quotas import QuotaApis
 from .apis.reassignment import ReassignmentApis
 from .apis.registry import bind
+from .apis.sasl import SaslApis
+from .apis.scram import ScramApis
 from .apis.share import ShareGroupApis
 from .apis.share_state import ShareStateApis
 from .apis.topics import TopicApis
@@ -77,10 +79,13 @@ from .heartbeats import LifecycleDriver
 from .lifecycle import BrokerLifecycle
 from .network import SocketServer
 from .raft_manager import RaftManager, discover_voters, quorum_config
+from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener
 from .throttling import Throttler
 
 log = logging.getLogger(__name__)
 
+# Kafka's SecurityProtocol ids, as broker registrations carry them
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
 
 
@@ -173,6 +178,12 @@ class KesqueServer:
         )
         self._ip_overrides: tuple[str | None, dict[str, int]] = (None, {})
         self.metadata_dir_lock: DirLock | None = None
+        # the SASL listeners' mechanisms and JAAS configs, read (and refused when wrong) at once
+        self.sasl_listeners: dict[str, SaslListener] = {
+            name: SaslListener(config, name, self._scram_credential, clock.now_ms)
+            for name, proto in config.security_protocol_map().items()
+            if proto in SASL_PROTOCOLS and any(lis.name == name for lis in config.listeners())
+        }
         # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
         self.rng = random.Random()
 
@@ -289,6 +300,7 @@ class KesqueServer:
         )
         self.socket_server.admit = self._admit_connection
         self.socket_server.release = self.quotas.connections.release
+        self.socket_server.on_accept = self._on_accept
         if self.share_manager is not None:  # a closed connection ends its share sessions
             self.socket_server.closed_listeners.append(
                 lambda conn: None if self.stopped else self.share_manager.connection_closed(conn.id)
@@ -619,6 +631,7 @@ class KesqueServer:
 
     def _endpoints(self) -> list[dict]:
         adv = self.config.advertised_listeners()
+        protocols = self.config.security_protocol_map()
         out = []
         for lis in adv:
             host, port = lis.host, lis.port
@@ -629,7 +642,8 @@ class KesqueServer:
                     port = bport
             if not host or host in ("0.0.0.0", "::"):
                 host = socket.getfqdn()
-            out.append({"name": lis.name, "host": host, "port": port, "security_protocol": 0})
+            proto = SECURITY_PROTOCOL_IDS[protocols.get(lis.name, PLAINTEXT)]
+            out.append({"name": lis.name, "host": host, "port": port, "security_protocol": proto})
         return out
 
     def _warn_not_yet(self) -> None:
@@ -873,6 +887,8 @@ class KesqueServer:
                 controllers=router,
             ),
             AclApis(authorizer=self.authorizer, controllers=router),
+            SaslApis(),
+            ScramApis(image=image, controllers=router),
         )
         for h in handlers:
             bind(h, cfg, self.apis, self.controller_apis)
@@ -980,6 +996,24 @@ class KesqueServer:
         the throttle time has passed (other connections are served meanwhile)."""
         log.debug("%s: throttling client %s for %d ms", conn.id, ctx.client_id, ctx.throttle_ms)
         conn.mute_until(self.loop.time() + ctx.throttle_ms / 1000.0)
+
+    def _on_accept(self, conn) -> None:
+        """A connection of a SASL listener authenticates before its requests reach the handlers."""
+        sasl = self.sasl_listeners.get(conn.listener)
+        if sasl is not None:
+            cfg = self.config
+            SaslConnection(
+                sasl,
+                conn,
+                self.handle_frame,
+                cfg.get("connection.failed.authentication.delay.ms"),
+                cfg.get("sasl.server.max.receive.size"),
+                cfg.get("socket.request.max.bytes"),
+            )
+
+    def _scram_credential(self, mechanism, user: str):
+        """The SCRAM credential of ``user`` in the image (UserScramCredentialRecord), None without one."""
+        return self.image.scram_credentials.get(mechanism.mechanism_name, {}).get(user)
 
     def _admit_connection(self, sock, addr) -> bool:
         """max.connections.per.ip (and overrides) and connection_creation_rate: a refused

@@ -22,6 +22,8 @@ from .produce import ProduceApis
 from .quorum import QuorumApis
 from .quotas import QuotaApis
 from .reassignment import ReassignmentApis
+from .sasl import SaslApis
+from .scram import ScramApis
 from .share import ShareGroupApis
 from .share_state import ShareStateApis
 from .topics import TopicApis
@@ -44,6 +46,8 @@ DECLARED = (
     GroupApis,
     ShareGroupApis,
     AclApis,
+    SaslApis,
+    ScramApis,
 )
 
 
