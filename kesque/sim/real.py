@@ -179,6 +179,7 @@ class SimNode:
             self.server._release_locks()
         if power_loss:
             self.cluster.fs.lose_power(self.dir)
+            self.cluster.power_lost.add(self.node_id)
 
 
 class WireClient:
@@ -345,6 +346,7 @@ class RealCluster:
         self.graveyard: list = []
         self.failures: list[str] = []
         self.fault_log: list[str] = []  # the faults a scenario injected, in order ("kill 5", ...)
+        self.power_lost: set[int] = set()  # the nodes that lost power (their unfsynced writes)
         self.fs: PowerLossFS | None = None
         self.client_proc = Process("client", CLIENT_HOST)
         self.client: WireClient | None = None
