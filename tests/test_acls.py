@@ -341,8 +341,10 @@ def test_acls_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
             with BoundWireClient(b.bootstrap_servers, ADMIN_HOST) as c:
                 return described(describe_acls(c))
 
+        # CreateAcls answers once the controller committed the records; each broker (this one
+        # too) applies them from the metadata log a moment later, as in Kafka
+        assert _eventually(lambda: len(seen_by(first)) == 5)
         want = seen_by(first)
-        assert len(want) == 5
 
         for b in cluster.brokers:
             assert _eventually(lambda b=b: seen_by(b) == want), b
