@@ -364,11 +364,20 @@ async def _scenario(
     stop = asyncio.Event()
     workers = [asyncio.ensure_future(_producer(sim, ledger, p, stop)) for p in range(PARTITIONS)]
     workers.append(asyncio.ensure_future(_checker(sim, stop)))
-    if disk is not None:
-        workers.append(asyncio.ensure_future(disk.arm()))
+    armed = asyncio.ensure_future(disk.arm()) if disk is not None else None
+    if armed is not None:
+        workers.append(armed)
     try:
         await fault_schedule(sim, power_loss, spare=(disk.victim,) if disk is not None else ())
         await asyncio.sleep(sim.rng.uniform(0.0, 1.0))
+        if armed is not None:
+            # the producers write on until the armed fault is reached: a segment append needs
+            # records (a short fault schedule ended before the fault was armed, seed 47)
+            await armed
+            if disk.dir is not None:
+                await sim.until(
+                    lambda: disk.fs.hits > 0, DISK_S, f"the fault armed at {disk.point} in {disk.dir} is reached"
+                )
     finally:
         stop.set()
     await asyncio.gather(*workers)
