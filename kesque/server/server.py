@@ -75,8 +75,12 @@ from .lifecycle import BrokerLifecycle
 from .network import SocketServer
 from .raft_manager import RaftManager, discover_voters, quorum_config
 from .throttling import Throttler
+from .tls import ListenerContexts, ssl_principal
 
 log = logging.getLogger(__name__)
+
+# Kafka's SecurityProtocol ids, as broker registrations carry them
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
 
@@ -194,6 +198,9 @@ class KesqueServer:
         t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
         cfg = self.config
+        # every SSL listener's context and the client side's, built (and their ssl.* keys
+        # checked) before anything is opened
+        self.tls = ListenerContexts(cfg)
         self.log_manager = LogManager(
             cfg.log_dirs,
             self.clock,
@@ -236,6 +243,7 @@ class KesqueServer:
             image=self.image,
             replica_manager=self.replica_manager,
             txn_coordinator=self.txn_coordinator,
+            ssl_context=self.tls.inter_broker,
         )
         self._channels += channels
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
@@ -254,6 +262,7 @@ class KesqueServer:
                 txn_channels.broker_resolver(lambda: self.image, cfg),
                 client_id=f"share-persister-{self.node_id}",
                 request_timeout_ms=cfg.get("request.timeout.ms"),
+                ssl_context=self.tls.inter_broker,
             )
             self._channels += (channel,)
             self.share_manager = SharePartitionManager(
@@ -278,6 +287,7 @@ class KesqueServer:
             cfg.get("connections.max.idle.ms"),
         )
         self.socket_server.admit = self._admit_connection
+        self.socket_server.ssl_principal = ssl_principal
         self.socket_server.release = self.quotas.connections.release
         if self.share_manager is not None:  # a closed connection ends its share sessions
             self.socket_server.closed_listeners.append(
@@ -412,7 +422,7 @@ class KesqueServer:
         AlterPartition sender for the ISR changes of those it leads."""
 
         rm = self.replica_manager
-        listener = (self.config.get("inter.broker.listener.name") or "PLAINTEXT").upper()
+        listener = self.config.inter_broker_listener()
 
         def resolve(broker_id: int):
             reg = self.image.brokers.get(broker_id)
@@ -429,6 +439,7 @@ class KesqueServer:
             lambda _part: None,
             loop=self.loop,
             quota=rm.quotas.follower,
+            ssl_context=self.tls.inter_broker,
         )
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
@@ -457,7 +468,12 @@ class KesqueServer:
             if not which(lis.name):
                 continue
             port = self.socket_server.listen(
-                lis.host, lis.port, lis.name, protocols.get(lis.name, PLAINTEXT), serve=serve
+                lis.host,
+                lis.port,
+                lis.name,
+                protocols.get(lis.name, PLAINTEXT),
+                serve=serve,
+                ssl_context=self.tls.server.get(lis.name),
             )
             out[lis.name] = (lis.host, port)
             log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)
@@ -491,9 +507,14 @@ class KesqueServer:
         # order on a connection, and a forwarded request that waits for a commit must not
         # hold up the raft Fetch whose answer the commit needs
         raft_channel = Channel(
-            self.voters.get, client_id=f"raft-client-{self.node_id}", request_timeout_ms=qc.request_timeout_ms
+            self.voters.get,
+            client_id=f"raft-client-{self.node_id}",
+            request_timeout_ms=qc.request_timeout_ms,
+            ssl_context=self.tls.controller,
         )
-        self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
+        self.channel = Channel(
+            self.voters.get, client_id=f"kesque-node-{self.node_id}", ssl_context=self.tls.controller
+        )
         self._channels = (raft_channel, self.channel)
         self.raft = RaftManager(
             self.node_id,
@@ -525,7 +546,9 @@ class KesqueServer:
 
         servers = [s.strip() for s in self.config.get(not_yet.BOOTSTRAP) or [] if s.strip()]
         addrs = [(host.strip("[]") or "localhost", int(port)) for host, _, port in (s.rpartition(":") for s in servers)]
-        found = await discover_voters(addrs, self.controller_listener_names, self.node_id)
+        found = await discover_voters(
+            addrs, self.controller_listener_names, self.node_id, ssl_context=self.tls.controller
+        )
         self.voters.update(found)
         self.raft.voters.update(found)
         log.info(
@@ -593,6 +616,7 @@ class KesqueServer:
 
     def _endpoints(self) -> list[dict]:
         adv = self.config.advertised_listeners()
+        protocols = self.config.security_protocol_map()
         out = []
         for lis in adv:
             host, port = lis.host, lis.port
@@ -603,7 +627,10 @@ class KesqueServer:
                     port = bport
             if not host or host in ("0.0.0.0", "::"):
                 host = socket.getfqdn()
-            out.append({"name": lis.name, "host": host, "port": port, "security_protocol": 0})
+            proto = protocols.get(lis.name, PLAINTEXT)
+            out.append(
+                {"name": lis.name, "host": host, "port": port, "security_protocol": SECURITY_PROTOCOL_IDS[proto]}
+            )
         return out
 
     def _warn_not_yet(self) -> None:
