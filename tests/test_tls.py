@@ -472,6 +472,11 @@ BAD = [
         "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set.",
     ),
     (
+        {"security.inter.broker.protocol": "SSL", "ssl.endpoint.identification.algorithm": "ldap"},
+        "ssl.endpoint.identification.algorithm",
+        "Unsupported endpoint identification algorithm",
+    ),
+    (
         {"listeners": "SASL_SSL://127.0.0.1:0"},
         "listeners",
         "uses security protocol SASL_SSL",

@@ -417,7 +417,9 @@ def _load_truststore(ctx: ssl.SSLContext, s: SslSettings) -> None:
             raise s.error(
                 "ssl.truststore.password", "SSL trust store is not specified, but trust store password is specified."
             )
-        ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH if ctx.check_hostname is False else ssl.Purpose.SERVER_AUTH)
+        # the system's authorities, for the purpose this side checks (a client's, or a server's)
+        server_side = ctx.protocol == ssl.PROTOCOL_TLS_SERVER
+        ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH if server_side else ssl.Purpose.SERVER_AUTH)
         return
     data = _read(s, "ssl.truststore.location")
     kind = _store_type(s, "ssl.truststore.type", "ssl.truststore.location", data)
