@@ -19,6 +19,10 @@ the loop's: a listening socket comes from ``loop.new_socket`` when the loop has 
 connection whose socket is not an OS socket (no descriptor to ``sendfile`` to) writes its file
 regions as bytes read with ``pread``.
 
+An SSL listener's connections are :class:`TlsConnection`: the same framing, buffers and limits,
+with an ``ssl.SSLObject`` decrypting into them and encrypting the responses (file regions read
+with ``pread``: no ``sendfile`` under TLS). A PLAINTEXT connection runs none of that code.
+
 Memory a client can make the broker hold is bounded. A size prefix costs nothing until its
 bytes arrive; the buffers of large frames come from a :class:`MemoryPool` sized by
 ``queued.max.request.bytes``, and while it is used up the connections that need more wait
