@@ -32,6 +32,13 @@ from kesque.testing.certs import CertificateAuthority  # noqa: E402
 from kesque.testing.kafka import free_port  # noqa: E402
 
 
+def broker_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the broker process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=300_000)
@@ -64,27 +71,40 @@ def main(argv=None) -> int:
             for name, (bootstrap, client) in sides.items():
                 topic = f"bench-{name.lower()}-{n}"
                 figures.create_topic(sides["PLAINTEXT"][0], topic, args.partitions)
+                cpu = broker_cpu(broker.process.pid)
                 r = figures.produce_confluent(bootstrap, topic, args.records, client=client)
+                r["cpu_ms_mb"] = (broker_cpu(broker.process.pid) - cpu) * 1000 / (r["payload_bytes"] / figures.MB)
                 ok = not r["errors"] and not r["undelivered"]
                 check = "" if ok else f" CHECK {r['errors'][:2]}"
-                print(f"pass {n + 1} {name:9} produce {r['mb_s']:7.1f} MB/s{check}")
+                print(
+                    f"pass {n + 1} {name:9} produce {r['mb_s']:7.1f} MB/s, broker {r['cpu_ms_mb']:.2f} CPU ms/MB{check}"
+                )
                 if ok and r["mb_s"] > best.get((name, "produce"), {}).get("mb_s", 0):
                     best[(name, "produce")] = r
                 ends = figures.end_offsets(sides["PLAINTEXT"][0], topic, args.partitions)
                 time.sleep(0.5)
+                cpu = broker_cpu(broker.process.pid)
                 r = figures.consume_confluent(bootstrap, topic, ends, client=client)
+                r["cpu_ms_mb"] = (broker_cpu(broker.process.pid) - cpu) * 1000 / (r["payload_bytes"] / figures.MB)
                 ok = r["records"] == r["expected"] and not r["errors"]
-                print(f"pass {n + 1} {name:9} consume {r['mb_s']:7.1f} MB/s{'' if ok else ' CHECK'}")
+                check = "" if ok else " CHECK"
+                print(
+                    f"pass {n + 1} {name:9} consume {r['mb_s']:7.1f} MB/s, broker {r['cpu_ms_mb']:.2f} CPU ms/MB{check}"
+                )
                 if ok and r["mb_s"] > best.get((name, "consume"), {}).get("mb_s", 0):
                     best[(name, "consume")] = r
     finally:
         broker.stop()
     print(f"\n{args.records:,} x 1 KiB, {args.partitions} partitions, best of {args.passes}, {args.protocol}")
-    print(f"{'figure':10} {'PLAINTEXT':>12} {'SSL':>12} {'SSL/PLAINTEXT':>14}")
+    print("(broker CPU: ms of user + system CPU per MB of payload, in the pass with the best MB/s)")
+    print(f"{'figure':10} {'PLAINTEXT':>12} {'SSL':>12} {'SSL/PLAINTEXT':>14} {'CPU ms/MB PT':>13} {'SSL':>6}")
     for what in ("produce", "consume"):
         p, s = best.get(("PLAINTEXT", what)), best.get(("SSL", what))
         if p and s:
-            print(f"{what:10} {p['mb_s']:8.1f} MB/s {s['mb_s']:8.1f} MB/s {s['mb_s'] / p['mb_s']:13.0%}")
+            print(
+                f"{what:10} {p['mb_s']:7.1f} MB/s {s['mb_s']:7.1f} MB/s {s['mb_s'] / p['mb_s']:13.0%} "
+                f"{p['cpu_ms_mb']:13.2f} {s['cpu_ms_mb']:6.2f}"
+            )
     return 0
 
 
