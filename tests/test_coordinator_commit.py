@@ -19,10 +19,11 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from kesque.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
+from kesque.coordinator.runtime import CoordinatorHost, CoordinatorRuntime, KeyedTimer
 from kesque.metadata.image import Delta
 from kesque.protocol.api_keys import ApiKeys
 from kesque.replication.partition import Partition
+from kesque.server.drivers.timers import LoopScheduler
 from kesque.testing.broker import Broker
 from wire import Api, Msg, WireClient
 
@@ -377,12 +378,34 @@ def test_a_partition_unloaded_with_a_write_pending_holds_up_no_other_answer():
     rm = type(
         "RM", (), {"partitions": {("__share_group_state", 0): Part(True, 3), ("__share_group_state", 1): Part(True, 3)}}
     )()
-    rt = Runtime(CoordinatorHost(loop=None, clock=None, config=None, replica_manager=rm, image=lambda: None))
+    rt = Runtime(CoordinatorHost(scheduler=None, clock=None, config=None, replica_manager=rm, image=lambda: None))
     rt.shards = {0: object(), 1: object()}
     rt.write_ends = {0: 5, 1: 7}
     rm.partitions[("__share_group_state", 0)].is_leader = False
     rt._unload(0)
     assert rt.uncommitted() == {("__share_group_state", 1): 7}
+
+
+def test_coordinator_timers_run_on_the_hosts_scheduler():
+    """KeyedTimer (sans-IO) on the event loop's scheduler (kesque.server.drivers.timers): a key
+    scheduled again replaces its timer, a partition's timers go with its prefix, a timer that
+    raises is logged and forgotten."""
+    fired = []
+
+    async def main():
+        timer = KeyedTimer(LoopScheduler(asyncio.get_running_loop()))
+        timer.schedule("0/a", 50, lambda: fired.append("first a"))
+        timer.schedule("0/a", 1, lambda: fired.append("a"))  # replaces the first
+        timer.schedule("0/b", 1, lambda: fired.append("b"))
+        timer.schedule("1/c", 1, lambda: fired.append("c"))
+        timer.schedule("1/boom", 0, lambda: 1 / 0)
+        timer.cancel_prefixed("1/")
+        timer.schedule("2/boom", 0, lambda: 1 / 0)
+        await asyncio.sleep(0.1)
+        assert timer.handles == {}
+
+    asyncio.run(main())
+    assert sorted(fired) == ["a", "b"]
 
 
 # ---------------------------------------------------------------------- reads (committed state only)

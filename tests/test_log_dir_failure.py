@@ -158,8 +158,8 @@ def dirs(tmp_path):
 def _trigger(node: Node, point: str, fs: FaultFS) -> list[int]:
     """Arm the fault on the bad dir and run what reaches it; returns the produce codes to a-0."""
     codes = []
-    if point == "checkpoint":
-        fs.arm(point)
+    if point in ("checkpoint", "fsync"):  # a checkpoint's file is fsynced before its rename
+        fs.arm(point, errno.EIO if point == "fsync" else errno.ENOSPC)
         lm = node.lm
         lm.write_checkpoints(lm.high_watermark_checkpoints() + lm.recovery_point_checkpoints())
         node.handle_failures()
@@ -213,6 +213,7 @@ def test_write_fault_takes_the_dir_offline_and_loses_nothing(point, dirs, monkey
     assert (torn is not None) == (point == "segment-append")  # the fault layer writes half a batch there
     node.shutdown()
     assert not os.path.exists(os.path.join(dirs[0], ".kafka_cleanshutdown")), "a failed dir must be recovered"
+    assert not fs.late_writes, f"written in the failed dir after its first failure: {fs.late_writes}"
     fs.clear()
 
     # the fault cleared: a restart recovers the dir; every acknowledged record is there, once

@@ -36,6 +36,7 @@ def state(image: MetadataImage) -> dict:
         "quotas": image.client_quotas,
         "features": image.features,
         "pid": image.next_producer_id,
+        "acls": image.acls,
     }
 
 
@@ -44,7 +45,27 @@ def random_history(rng: random.Random, n: int) -> list[dict]:
     out: list[dict] = []
     brokers: dict[int, int] = {}
     topics: dict[uuid.UUID, tuple[str, int]] = {}
+    acls: list[uuid.UUID] = []
     for i in range(n):
+        if rng.random() < 0.08:  # an ACL added, or one removed
+            if acls and rng.random() < 0.4:
+                out.append({"type": "RemoveAccessControlEntryRecord", "id": acls.pop(rng.randrange(len(acls)))})
+            else:
+                acls.append(uuid.UUID(int=rng.getrandbits(128)))
+                out.append(
+                    {
+                        "type": "AccessControlEntryRecord",
+                        "id": acls[-1],
+                        "resource_type": rng.choice((2, 3, 4, 5)),
+                        "resource_name": f"r{i}",
+                        "pattern_type": rng.choice((3, 4)),
+                        "principal": rng.choice(("User:a", "User:*")),
+                        "host": "*",
+                        "operation": rng.randint(2, 14),
+                        "permission_type": rng.choice((2, 3)),
+                    }
+                )
+            continue
         roll = rng.random()
         if roll < 0.12 or not brokers:
             b = rng.randint(0, 5)

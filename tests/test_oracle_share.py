@@ -48,7 +48,10 @@ def _group_on(broker, records: int) -> tuple[str, str]:
         ],
     )
     a.incremental_alter_configs([res])[res].result(30)
-    p = ck.Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    # one batch, whatever the machine's load: nothing leaves before flush() (which ignores the
+    # linger); with linger.ms=0 a loaded machine sent the first records alone, and the
+    # batch_optimized acquisition below (whole batches) then saw two batches
+    p = ck.Producer({"bootstrap.servers": bs, "linger.ms": 10000, "batch.num.messages": 10000})
     for i in range(records):
         p.produce(topic, str(i).encode())
     p.flush(30)

@@ -13,8 +13,9 @@ import pytest
 from kesque.config.topic import LogConfig
 from kesque.errors import ErrorCode, KafkaError
 from kesque.records.records import build_batch
-from kesque.replication.delayed import wait_for_acks, wait_for_bytes
+from kesque.replication.delayed import DelayedFetch, DelayedProduce
 from kesque.replication.partition import FETCH_HIGH_WATERMARK, Partition, ReplicaEnv
+from kesque.server.drivers.delayed import wait_for_acks, wait_for_bytes
 from kesque.storage.unified_log import UnifiedLog
 
 NOW = 1_700_000_000_000
@@ -180,3 +181,46 @@ def test_a_new_leader_answers_offset_not_available_until_its_hw_reaches_its_epoc
     assert ask(LATEST, replica_id=1) == 2  # a follower asks for the log end
     part.read_for_follower(1, 2, 0, 1, 0, -1, 1 << 20, True)  # the follower (node 1) has everything: HW 2
     assert part.log.high_watermark == 2 and ask(LATEST) == 2
+
+
+def test_delayed_operations_are_checks_without_a_loop():
+    """replication.delayed, sans-IO: a fetch completes on its bytes (a held-back partition's do
+    not count) or on a role change (0 bytes); an acks=all produce settles each partition from
+    its status, a gone partition as NOT_LEADER_OR_FOLLOWER or (offline) KAFKA_STORAGE_ERROR, and
+    what is left at expiry is REQUEST_TIMED_OUT."""
+    fetch = DelayedFetch(10, skip=lambda tp: tp == ("held", 0))
+    assert not fetch.try_complete(("t", 0), 6)
+    assert not fetch.try_complete(("held", 0), 100)
+    assert fetch.try_complete(("t", 1), 4)
+    assert DelayedFetch(10).try_complete(("t", 0), 0)
+
+    class Part:
+        def __init__(self, status):
+            self.status = status
+
+        def acks_all_status(self, end):
+            return self.status
+
+    class RM:
+        partitions = {("a", 0): Part((False, 0)), ("a", 1): Part((True, 0)), ("a", 2): Part((False, 0))}
+        offline_partitions = {("off", 0)}
+
+    pending = {("a", 0): 5, ("a", 1): 5, ("a", 2): 5, ("gone", 0): 1, ("off", 0): 1}
+    op = DelayedProduce(RM, pending)
+    assert not op.completed
+    assert op.waiting() == [("a", 0), ("a", 2)]
+    assert op.result == {
+        ("a", 1): ErrorCode.none,
+        ("gone", 0): ErrorCode.not_leader_or_follower,
+        ("off", 0): ErrorCode.kafka_storage_error,
+    }
+    RM.partitions[("a", 0)].status = (False, int(ErrorCode.not_enough_replicas_after_append))
+    assert not op.try_complete(("a", 0), 0)
+    assert not op.try_complete(("other", 0), 0)
+    assert op.expire() == {
+        **op.result,
+        ("a", 0): ErrorCode.not_enough_replicas_after_append,
+        ("a", 2): ErrorCode.request_timed_out,
+    }
+    RM.partitions[("a", 2)].status = (True, 0)
+    assert DelayedProduce(RM, {("a", 2): 5}).completed

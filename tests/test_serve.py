@@ -304,8 +304,8 @@ def _refused(overrides: dict, data) -> str:
 
 REFUSED_PROTOCOLS = [
     (
-        {"listeners": "SASL_PLAINTEXT://127.0.0.1:0"},
-        "Listener SASL_PLAINTEXT in listeners=SASL_PLAINTEXT://127.0.0.1:0 uses security protocol SASL_PLAINTEXT",
+        {"listeners": "SASL_SSL://127.0.0.1:0"},
+        "Listener SASL_SSL in listeners=SASL_SSL://127.0.0.1:0 uses security protocol SASL_SSL",
     ),
     (
         {"listeners": "PLAINTEXT://127.0.0.1:0,CLIENTS://127.0.0.1:0", _MAP: "PLAINTEXT:PLAINTEXT,CLIENTS:SASL_SSL"},
@@ -320,7 +320,7 @@ REFUSED_PROTOCOLS = [
 def test_serve_refuses_a_protocol_it_cannot_serve(tmp_path, overrides, message):
     out = _refused(overrides, tmp_path)
     assert f"kesque: configuration error: {message}" in out, out
-    assert "no SASL yet" in out
+    assert "no SASL over TLS yet" in out
 
 
 @pytest.mark.parametrize("overrides,message", REFUSED_PROTOCOLS)

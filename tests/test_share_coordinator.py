@@ -8,6 +8,7 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kesque.coordinator.runtime import CoordinatorResult, append_and_replay
 from kesque.coordinator.share import records as R
 from kesque.coordinator.share.runtime import coordinator_key
 from kesque.coordinator.share.shard import ShareCoordinatorShard, merge
@@ -17,13 +18,30 @@ TID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 KEY = ("g", TID, 3)
 
 
-class Log(list):
-    def __call__(self, records):
-        self.extend(records)
+class Shard:
+    """A shard as its runtime runs it: each operation's records are appended to ``log`` and
+    replayed; reads and attributes are the shard's."""
+
+    def __init__(self, **kw):
+        self.shard = ShareCoordinatorShard(0, **kw)
+        self.log: list = []
+
+    def __getattr__(self, name):
+        attr = getattr(self.shard, name)
+        if not callable(attr):
+            return attr
+
+        def run(*args, **kwargs):
+            result = attr(*args, **kwargs)
+            if isinstance(result, CoordinatorResult):
+                return append_and_replay(self.shard, lambda records, *_pid: self.log.extend(records), result)
+            return result
+
+        return run
 
 
-def replayed(log: Log) -> ShareCoordinatorShard:
-    shard = ShareCoordinatorShard(0, Log())
+def replayed(log: list) -> ShareCoordinatorShard:
+    shard = ShareCoordinatorShard(0)
     for k, v in log:
         shard.replay(k, v)
     return shard
@@ -67,8 +85,8 @@ def test_merge_is_the_per_offset_overlay(start, old, new):
 
 
 def test_writes_are_updates_then_a_snapshot_and_replay_rebuilds_the_state():
-    log = Log()
-    shard = ShareCoordinatorShard(0, log, records_per_snapshot=3)
+    shard = Shard(records_per_snapshot=3)
+    log = shard.log
     shard.initialize(KEY, 0)
     p = SharePartition(0)
     p.acquire("m", 9, 100, 0)
@@ -86,8 +104,8 @@ def test_writes_are_updates_then_a_snapshot_and_replay_rebuilds_the_state():
 
 
 def test_initialize_again_bumps_the_state_epoch_and_delete_leaves_nothing():
-    log = Log()
-    shard = ShareCoordinatorShard(0, log)
+    shard = Shard()
+    log = shard.log
     shard.initialize(KEY, 0)
     shard.write_state(KEY, 4, [StateBatch(4, 6, ACKNOWLEDGED, 1)])
     s = shard.initialize(KEY, 100)
@@ -101,3 +119,28 @@ def test_key_layout_is_kafkas():
     k = R.encode_key(R.SHARE_UPDATE, *KEY)
     assert k[:2] == b"\x00\x01" and R.decode_key(k) == (1, {"group_id": "g", "topic_id": TID, "partition": 3})
     assert coordinator_key(*KEY) == "g:a6e4EJ2tEdGAtADAT9QwyA:3"
+
+
+def test_an_operation_changes_nothing_until_its_records_are_replayed():
+    """Kafka's CoordinatorRuntime shape: a write returns its records; the state changes when
+    they are replayed (an append that fails leaves it as it was), and the live state is what a
+    new leader replays from the log."""
+    shard = Shard(records_per_snapshot=3)
+    shard.initialize(KEY, 0)
+    before = shard.read(KEY)
+    result = shard.shard.write_state(KEY, 2, [StateBatch(2, 4, ACKNOWLEDGED, 1)], 5)
+    assert shard.read(KEY) is before and [R.decode_key(k)[0] for k, _v in result.records] == [R.SHARE_UPDATE]
+    assert shard.shard.delete(KEY).records and shard.read(KEY) is before
+    for o in range(4):
+        shard.write_state(KEY, o, [StateBatch(o, o, ARCHIVED, 1)], 5)
+    live, loaded = shard.read(KEY), replayed(shard.log).read(KEY)
+    assert (live.start_offset, live.leader_epoch, live.batches, live.snapshot_epoch, live.updates) == (
+        loaded.start_offset,
+        loaded.leader_epoch,
+        loaded.batches,
+        loaded.snapshot_epoch,
+        loaded.updates,
+    )
+    shard.delete(KEY)
+    assert shard.read(KEY) is None and replayed(shard.log).read(KEY) is None
+    assert shard.shard.delete(KEY).records == []

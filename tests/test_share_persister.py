@@ -8,13 +8,13 @@ import uuid
 
 import pytest
 
-from kesque.coordinator.share.shard import ShareCoordinatorShard
 from kesque.errors import ErrorCode, KafkaError
 from kesque.protocol.messages import Msg, known_fields
 from kesque.server.channel import Disconnected
 from kesque.server.drivers import share_persister as P
 from kesque.server.drivers.share_manager import SharePartitionManager
 from kesque.share.partition import ACCEPT, SharePartition, StateBatch
+from test_share_coordinator import Shard
 
 TID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
 KEY = ("g", TID, 0)
@@ -152,8 +152,8 @@ def test_reads_and_summaries_from_a_remote_coordinator():
 
 
 def test_a_write_from_an_older_leader_epoch_is_fenced_and_changes_nothing():
-    written = []
-    shard = ShareCoordinatorShard(0, written.append)
+    shard = Shard()
+    written = shard.log
     shard.write_state(KEY, 5, [StateBatch(5, 6, 2, 1)], 3)
     with pytest.raises(KafkaError) as e:
         shard.write_state(KEY, 9, [], 2)
@@ -228,7 +228,7 @@ def test_remote_writes_go_one_at_a_time_and_the_next_carries_the_latest_state():
 def test_a_write_read_before_the_state_was_initialized_again_is_fenced():
     """An offset reset initializes the state again with a new state epoch: a leader still
     writing the window it read before gets FENCED_STATE_EPOCH and changes nothing."""
-    shard = ShareCoordinatorShard(0, lambda recs: None)
+    shard = Shard()
     assert shard.initialize(KEY, 0, 1, 0).state_epoch == 0
     shard.write_state(KEY, 4, [StateBatch(4, 5, 2, 1)], 1, 0)
     assert shard.initialize(KEY, 0).state_epoch == 1  # AlterShareGroupOffsets: the next epoch
@@ -272,7 +272,7 @@ def test_a_new_session_rereads_a_share_partition_only_when_its_state_moved():
     """With the coordinator on this broker, a new share session drops (to reread) an idle share
     partition only if its state was initialized again (another state epoch) or deleted; one
     holding acquired records is kept."""
-    shard = ShareCoordinatorShard(0, lambda recs: None)
+    shard = Shard()
     per = SlowPersister()
     per.local = LocalShard(shard)
     m = manager(per)

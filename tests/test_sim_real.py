@@ -6,13 +6,18 @@ and no sleep. A failure's message ends with its replay command, e.g.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
+import logging
 import random
+import sys
 
 import pytest
 
-from kesque.sim import InvariantViolation, run
+from kesque.sim import InvariantViolation, SimulationError, run
 from kesque.sim.loop import Deadlock, Process, SimLoop
-from kesque.sim.real_scenarios import real_acks_all
+from kesque.sim.real_scenarios import real_acks_all, real_controller_quorum
+from kesque.sim.real_txn import TxnLedger, check_exactly_once, value_of
 
 SEEDS = 3  # each a few simulated seconds of a 4-node cluster: about a second of CPU
 BUG_SEEDS = 10
@@ -119,6 +124,74 @@ def test_a_cut_resets_connections_and_refuses_new_ones_until_healed():
     loop.close()
 
 
+_VAR: contextvars.ContextVar = contextvars.ContextVar("test_sim_real_var", default=None)
+_GC_NOISE = ("Event loop is closed", "different Context", "Exception ignored")
+
+
+def _unraisable_and_logs(monkeypatch, caplog) -> list[str]:
+    """What the run and the collection of its garbage print: unraisable exceptions (a coroutine
+    closed by the garbage collector) and log records."""
+    caught: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: caught.append(f"{u.err_msg}: {u.exc_value!r}"))
+    caplog.set_level(logging.WARNING)
+    return caught
+
+
+def test_a_killed_process_s_coroutines_are_closed_in_their_context_with_the_loop(monkeypatch, caplog):
+    """A dead process's coroutine waits in a try/finally that resets a context variable and
+    completes a future (a call_soon): closed when the loop closes, in its own context and with
+    the loop still open, nothing fails; the garbage collector later finds nothing left to close."""
+    caught = _unraisable_and_logs(monkeypatch, caplog)
+    loop = SimLoop(random.Random(5))
+    node, client = Process("node", "10.0.0.1"), Process("client", "10.0.0.9")
+    closed = []
+
+    async def waiter():
+        token = _VAR.set("node")
+        done = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            _VAR.reset(token)
+            done.set_result(None)
+            closed.append(asyncio.get_running_loop() is loop)
+
+    async def main():
+        loop.spawn(node, waiter())
+        loop.spawn(node, waiter())
+        await asyncio.sleep(1)
+        loop.net.kill(node)
+        await asyncio.sleep(1)
+
+    loop.run_until_complete(loop.spawn(client, main()))
+    loop.close()
+    gc.collect()
+    assert closed == [True, True]
+    assert caught == [] and not caplog.records, (caught, caplog.text)
+
+
+def test_a_run_with_kills_prints_nothing_once_over(monkeypatch, caplog, capfd):
+    """A run with controllers and brokers killed, the garbage collector running often: no
+    coroutine of a killed server is left suspended once the run is over, and nothing is printed
+    (no "Event loop is closed" from one collected after its loop closed, no context variable
+    reset in another context by one collected mid-run)."""
+    caught = _unraisable_and_logs(monkeypatch, caplog)
+    saved = gc.get_threshold()
+    gc.set_threshold(50)
+    try:
+        sim = real_controller_quorum(3)
+    finally:
+        gc.set_threshold(*saved)
+    assert any(f.startswith("kill") for f in sim.fault_log)
+    left = [t for t in asyncio.all_tasks(sim.loop) if t.get_coro().cr_frame is not None]
+    assert not left, left[:3]
+    del sim
+    gc.collect()
+    out, err = capfd.readouterr()
+    noise = [line for line in caught + [caplog.text, out, err] if any(n in line for n in _GC_NOISE)]
+    assert not noise, noise
+
+
 def test_nothing_left_to_run_is_a_deadlock():
     loop = SimLoop(random.Random(4))
     with pytest.raises(Deadlock):
@@ -130,6 +203,19 @@ def test_acks_all_through_kills_and_cuts_holds():
     for seed in range(SEEDS):
         r = run("real_acks_all", seed)
         assert r.committed >= 100, f"seed {seed} acknowledged only {r.committed}: {r.replay()}"
+
+
+def test_a_controller_quorum_through_kills_and_cuts_of_the_active_controller_holds():
+    """Three KRaft controllers and three brokers; the faults fall on the controllers as often as
+    on the brokers, the active one among them: no acknowledged record is lost, replicas agree,
+    and once healed one controller is active and every partition led with a full ISR."""
+    faults = []
+    for seed in range(2):  # seed 0 kills and isolates the active controller
+        r = run("real_controller_quorum", seed)
+        assert r.committed >= 100, f"seed {seed} acknowledged only {r.committed}: {r.replay()}"
+        faults += r.faults
+    assert any(f.startswith("kill") and f.endswith("(the active controller)") for f in faults), faults
+    assert any(f.startswith("isolate") and f.endswith("(the active controller)") for f in faults), faults
 
 
 def test_a_real_seed_replays_exactly():
@@ -169,3 +255,81 @@ def test_a_broker_back_from_a_power_loss_before_it_is_fenced_serves_nothing_unti
     registration was accepted; it now accepts connections only once registered and caught up."""
     r = run("real_power_loss", 3)
     assert r.committed >= 100
+
+
+def test_transactions_through_kills_and_cuts_are_exactly_once():
+    """Transactional consume-transform-produce workers (TV1 and TV2 clients) and their group's
+    offsets through broker kills and cuts: read_committed shows exactly the committed
+    transactions, the committed offsets match them, and no transaction hangs."""
+    for seed in range(SEEDS):
+        r = run("real_transactions", seed)
+        assert r.committed >= 30, f"seed {seed} committed only {r.committed} records: {r.replay()}"
+
+
+def test_a_marker_reported_written_but_never_appended_is_caught():
+    for seed in range(BUG_SEEDS):
+        try:
+            run("real_transactions", seed, "skip_last_marker")
+        except SimulationError as e:
+            assert "--bug skip_last_marker" in str(e)
+            return
+    pytest.fail(f"no invariant caught skip_last_marker in {BUG_SEEDS} seeds")
+
+
+def _ledger(*txns):
+    ledger = TxnLedger()
+    for worker, lo, hi, state, partition in txns:
+        txn = ledger.begin(worker, lo, hi, False)
+        txn.state = state
+        txn.values = {value_of(worker, n, txn.attempt): partition for n in range(lo, hi)}
+    return ledger
+
+
+@pytest.mark.parametrize(
+    ("txns", "read", "positions", "message"),
+    [
+        ([(0, 0, 2, "committed", 0)], {0: [b"0-0-1", b"0-1-1"]}, {0: 2, 1: 0, 2: 0}, None),
+        ([(0, 0, 2, "aborted", 0)], {0: [b"0-0-1"]}, {0: 0, 1: 0, 2: 0}, "aborted"),
+        ([(0, 0, 2, "open", 0)], {0: [b"0-0-1", b"0-1-1"]}, {0: 2, 1: 0, 2: 0}, "never committed"),
+        ([(0, 0, 2, "committed", 0)], {0: [b"0-0-1"]}, {0: 2, 1: 0, 2: 0}, "lacks"),
+        ([(0, 0, 2, "commit?", 0)], {0: [b"0-0-1"]}, {0: 2, 1: 0, 2: 0}, "half visible"),
+        ([(0, 0, 2, "commit?", 0)], {0: []}, {0: 0, 1: 0, 2: 0}, None),
+        (
+            [(0, 0, 1, "committed", 0), (0, 0, 1, "commit?", 1)],
+            {0: [b"0-0-1"], 1: [b"0-0-2"]},
+            {0: 1, 1: 0, 2: 0},
+            "twice",
+        ),
+        ([(0, 0, 2, "committed", 0)], {0: [b"0-0-1", b"0-1-1"]}, {0: 1, 1: 0, 2: 0}, "exactly once"),
+        ([(0, 0, 2, "committed", 0)], {1: [b"0-0-1", b"0-1-1"]}, {0: 2, 1: 0, 2: 0}, "no transaction wrote"),
+    ],
+)
+def test_the_exactly_once_check_catches_each_broken_rule(txns, read, positions, message):
+    ledger = _ledger(*txns)
+    if message is None:
+        check_exactly_once(ledger, read, positions)
+    else:
+        with pytest.raises(InvariantViolation, match=message):
+            check_exactly_once(ledger, read, positions)
+
+
+def test_a_failed_log_dir_goes_offline_and_loses_no_acknowledged_record():
+    """A broker with two log dirs has one fail mid-run (ENOSPC or EIO at a segment append, a
+    checkpoint or an fsync; seeds 0-2 draw each point once): nothing is written there after, the
+    controller moves its partitions off it, and no acknowledged record is lost."""
+    for seed in range(SEEDS):
+        r = run("real_disk_failure", seed)
+        assert r.committed >= 100, f"seed {seed} acknowledged only {r.committed}: {r.replay()}"
+
+
+def test_a_log_that_keeps_writing_after_an_io_error_is_caught():
+    """``--bug keep_writing_after_io_error``: an I/O error fails the call only, the log and its dir
+    stay online; the dir's next write (a segment, a checkpoint) breaks the rule that nothing is
+    written to a log dir after its first failed write."""
+    for seed in range(20):
+        try:
+            run("real_disk_failure", seed, "keep_writing_after_io_error")
+        except InvariantViolation as e:
+            assert "after its log dir" in str(e) and "--bug keep_writing_after_io_error" in str(e)
+            return
+    pytest.fail("no invariant caught keep_writing_after_io_error in 20 seeds")

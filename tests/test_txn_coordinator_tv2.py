@@ -18,7 +18,7 @@ A0, A1 = ("a", 0), ("a", 1)
 
 
 def begin(h: Harness, txn="t"):
-    r = h.shard.init_producer_id(txn, 60000)
+    r = h.init(txn, 60000)
     assert r.error == ErrorCode.none
     return r.producer_id, r.producer_epoch
 
@@ -34,14 +34,14 @@ def test_every_end_txn_bumps_the_epoch_and_the_markers_carry_it():
     s = h.shard
     pid, epoch = begin(h)
     for i in range(3):
-        s.add_partitions("t", pid, epoch, {A0, A1}, 2)  # the leader adds them (AddPartitionsToTxn v5)
+        h.add("t", pid, epoch, {A0, A1}, 2)  # the leader adds them (AddPartitionsToTxn v5)
         assert s.txns["t"].client_transaction_version == 2
-        answer = s.end_txn("t", pid, epoch, commit=i != 1, tv2=True)
+        answer = h.end("t", pid, epoch, commit=i != 1, tv2=True)
         assert answer == (pid, epoch + 1)
         assert s.txns["t"].state == (TxnState.PREPARE_ABORT if i == 1 else TxnState.PREPARE_COMMIT)
         assert [(t.producer_id, t.producer_epoch) for t, _c in h.markers] == [(pid, epoch + 1)]
         # the old epoch is fenced at once, even before the markers are written
-        assert code_of(s.add_partitions, "t", pid, epoch, {A0}, 2) == ErrorCode.producer_fenced
+        assert code_of(h.add, "t", pid, epoch, {A0}, 2) == ErrorCode.producer_fenced
         h.complete_markers()
         assert s.txns["t"].state == (TxnState.COMPLETE_ABORT if i == 1 else TxnState.COMPLETE_COMMIT)
         epoch += 1
@@ -57,8 +57,8 @@ def test_transaction_version_1_keeps_the_epoch():
     h = Harness()
     s = h.shard
     pid, epoch = begin(h)
-    s.add_partitions("t", pid, epoch, {A0})
-    assert s.end_txn("t", pid, epoch, commit=True) == (pid, epoch)
+    h.add("t", pid, epoch, {A0})
+    assert h.end("t", pid, epoch, commit=True) == (pid, epoch)
     assert [t.producer_epoch for t, _c in h.markers] == [epoch]
     h.complete_markers()
     assert s.txns["t"].producer_epoch == epoch
@@ -67,23 +67,22 @@ def test_transaction_version_1_keeps_the_epoch():
 
 def test_a_retried_end_txn_is_answered_with_the_current_epoch():
     h = Harness()
-    s = h.shard
     pid, epoch = begin(h)
-    s.add_partitions("t", pid, epoch, {A0}, 2)
-    s.end_txn("t", pid, epoch, commit=True, tv2=True)
+    h.add("t", pid, epoch, {A0}, 2)
+    h.end("t", pid, epoch, commit=True, tv2=True)
     # markers in flight: the retry waits
-    assert code_of(s.end_txn, "t", pid, epoch, True, tv2=True) == ErrorCode.concurrent_transactions
+    assert code_of(h.end, "t", pid, epoch, True, tv2=True) == ErrorCode.concurrent_transactions
     h.complete_markers()
     n = len(h.log)
-    assert s.end_txn("t", pid, epoch, commit=True, tv2=True) == (pid, epoch + 1)
+    assert h.end("t", pid, epoch, commit=True, tv2=True) == (pid, epoch + 1)
     assert len(h.log) == n  # nothing written for a retry
     # a retry with the other result is an invalid transition
-    assert code_of(s.end_txn, "t", pid, epoch, False, tv2=True) == ErrorCode.invalid_txn_state
+    assert code_of(h.end, "t", pid, epoch, False, tv2=True) == ErrorCode.invalid_txn_state
     # an epoch two behind is a zombie
-    s.add_partitions("t", pid, epoch + 1, {A0}, 2)
-    s.end_txn("t", pid, epoch + 1, commit=True, tv2=True)
+    h.add("t", pid, epoch + 1, {A0}, 2)
+    h.end("t", pid, epoch + 1, commit=True, tv2=True)
     h.complete_markers()
-    assert code_of(s.end_txn, "t", pid, epoch, True, tv2=True) == ErrorCode.producer_fenced
+    assert code_of(h.end, "t", pid, epoch, True, tv2=True) == ErrorCode.producer_fenced
 
 
 def test_abort_without_partitions_bumps_the_epoch():
@@ -93,17 +92,17 @@ def test_abort_without_partitions_bumps_the_epoch():
     s = h.shard
     pid, epoch = begin(h)
     assert s.txns["t"].state == TxnState.EMPTY
-    assert s.end_txn("t", pid, epoch, commit=False, tv2=True) == (pid, epoch + 1)
+    assert h.end("t", pid, epoch, commit=False, tv2=True) == (pid, epoch + 1)
     assert s.txns["t"].state == TxnState.PREPARE_ABORT
     h.complete_markers()
     assert (s.txns["t"].state, s.txns["t"].producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
     # a commit of nothing is still refused
-    assert code_of(s.end_txn, "t", pid, epoch + 1, True, tv2=True) == ErrorCode.invalid_txn_state
+    assert code_of(h.end, "t", pid, epoch + 1, True, tv2=True) == ErrorCode.invalid_txn_state
     # and an abort after a commit is a new (empty) abort
-    s.add_partitions("t", pid, epoch + 1, {A0}, 2)
-    s.end_txn("t", pid, epoch + 1, commit=True, tv2=True)
+    h.add("t", pid, epoch + 1, {A0}, 2)
+    h.end("t", pid, epoch + 1, commit=True, tv2=True)
     h.complete_markers()
-    assert s.end_txn("t", pid, epoch + 2, commit=False, tv2=True) == (pid, epoch + 3)
+    assert h.end("t", pid, epoch + 2, commit=False, tv2=True) == (pid, epoch + 3)
 
 
 def test_an_exhausted_epoch_moves_to_a_new_producer_id():
@@ -111,8 +110,8 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id():
     s = h.shard
     pid, _ = begin(h)
     s.txns["t"].producer_epoch = MAX_EPOCH - 1
-    s.add_partitions("t", pid, MAX_EPOCH - 1, {A0}, 2)
-    new_pid, new_epoch = s.end_txn("t", pid, MAX_EPOCH - 1, commit=True, tv2=True)
+    h.add("t", pid, MAX_EPOCH - 1, {A0}, 2)
+    new_pid, new_epoch = h.end("t", pid, MAX_EPOCH - 1, commit=True, tv2=True)
     assert new_pid != pid and new_epoch == 0
     prepared = s.txns["t"]
     assert (prepared.producer_id, prepared.producer_epoch, prepared.next_producer_id) == (pid, MAX_EPOCH, new_pid)
@@ -127,10 +126,10 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id():
         -1,
     )
     # the client's retry with the old producer id at the last epoch gets the new one
-    assert s.end_txn("t", pid, MAX_EPOCH - 1, commit=True, tv2=True) == (new_pid, 0)
+    assert h.end("t", pid, MAX_EPOCH - 1, commit=True, tv2=True) == (new_pid, 0)
     # and the next transaction runs on the new producer id
-    s.add_partitions("t", new_pid, 0, {A1}, 2)
-    assert s.end_txn("t", new_pid, 0, commit=False, tv2=True) == (new_pid, 1)
+    h.add("t", new_pid, 0, {A1}, 2)
+    assert h.end("t", new_pid, 0, commit=False, tv2=True) == (new_pid, 1)
     assert snapshot(h.replayed()) == snapshot(s)
 
 
@@ -140,16 +139,16 @@ def test_fencing_a_tv2_transaction_bumps_twice():
     h = Harness()
     s = h.shard
     pid, epoch = begin(h)
-    s.add_partitions("t", pid, epoch, {A0}, 2)
-    assert s.init_producer_id("t", 60000).error == ErrorCode.concurrent_transactions
+    h.add("t", pid, epoch, {A0}, 2)
+    assert h.init("t", 60000).error == ErrorCode.concurrent_transactions
     assert s.txns["t"].producer_epoch == epoch + 2
     assert [t.producer_epoch for t, _c in h.markers] == [epoch + 2]
     h.complete_markers()
-    r = s.init_producer_id("t", 60000)
+    r = h.init("t", 60000)
     assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, pid, epoch + 3)
     # a TV1 transaction is fenced with one bump, as before
     h2 = Harness()
     pid2, e2 = begin(h2, "u")
-    h2.shard.add_partitions("u", pid2, e2, {A0})
-    h2.shard.init_producer_id("u", 60000)
+    h2.add("u", pid2, e2, {A0})
+    h2.init("u", 60000)
     assert h2.shard.txns["u"].producer_epoch == e2 + 1

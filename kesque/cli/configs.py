@@ -25,9 +25,10 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from ..client.wire import Connection, make
 from ..controller.controller import validate_topic_name
-from ..errors import KafkaError
+from ..errors import ErrorCode, KafkaError
 from ..protocol.api_keys import ApiKeys
 from ..quotas import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
+from ..security.scram import ScramFormatter, ScramMechanism, parse_credential_config, secure_random_string
 from ..utils import java_string_hash
 from .plumbing import admin_client
 from .plumbing.errors import BrokerError, error_line
@@ -364,6 +365,9 @@ def describe(a) -> None:
     etype = types[0]
     if etype in (USER, CLIENT, IP):
         describe_quotas(a, types, names)
+        # ConfigCommand lists SCRAM credentials unless clients or a default entity are described
+        if etype == USER and CLIENT not in types and "" not in names:
+            describe_scram(a, names)
         return
     if etype not in (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP):
         raise Fail(f"Invalid entity type: {etype}")
@@ -521,7 +525,7 @@ def java_hashmap_order(keys: list[str]) -> list[str]:
 
 def describe_quotas(a, types: list[str], names: list[str]) -> None:
     """``Quota configs for user-principal 'u', the default client-id are k=v, ...`` per entity
-    (ConfigCommand.describeQuotaConfigs). SCRAM credentials are not listed: kesque has none."""
+    (ConfigCommand.describeQuotaConfigs); the SCRAM credentials are :func:`describe_scram`'s."""
     for entity, values in describe_client_quotas(a, _quota_filter(types, names)):
         given = dict(entity)
         parts = [
@@ -546,10 +550,12 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
                 f"config names: {','.join(unknown)}"
             )
     else:
-        bad_add = [k for k in to_add if k not in CLIENT_QUOTA_KEYS]
-        bad_del = [k for k in to_delete if k not in CLIENT_QUOTA_KEYS]
-        what = "quota configs" if etype == CLIENT or len(types) == 2 else "quota and SCRAM credential configs"
-        target = CLIENT if etype == CLIENT or len(types) == 2 else USER
+        users_only = not (etype == CLIENT or len(types) == 2)
+        scram_ok = SCRAM_MECHANISMS if users_only else ()
+        bad_add = [k for k in to_add if k not in CLIENT_QUOTA_KEYS and k not in scram_ok]
+        bad_del = [k for k in to_delete if k not in CLIENT_QUOTA_KEYS and k not in scram_ok]
+        what = "quota and SCRAM credential configs" if users_only else "quota configs"
+        target = USER if users_only else CLIENT
         if bad_add:
             raise Fail(
                 f"Only {what} can be added for '{target}' using --bootstrap-server. Unexpected config names: "
@@ -560,6 +566,21 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
                 f"Only {what} can be deleted for '{target}' using --bootstrap-server. Unexpected config "
                 f"names: List({', '.join(bad_del)})"
             )
+        scram_add = {k: v for k, v in to_add.items() if k in scram_ok}
+        scram_del = [k for k in to_delete if k in scram_ok]
+        if scram_add or scram_del:
+            if "" in names:
+                raise Fail(
+                    "The use of --entity-default or --user-defaults is not allowed with User SCRAM Credentials "
+                    "using --bootstrap-server."
+                )
+            if len(scram_add) != len(to_add) or len(scram_del) != len(to_delete):
+                raise Fail(
+                    f"Cannot alter both quota and SCRAM credential configs simultaneously for '{USER}' "
+                    "using --bootstrap-server."
+                )
+            alter_scram(a, names[0], scram_add, scram_del)
+            return
     if len(types) != len(names):
         raise Fail("Exactly one entity name must be specified for every entity type")
     found = describe_client_quotas(a, _quota_filter(types, names))
@@ -598,6 +619,78 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
     for r in resp.entries:
         if int(r.error_code):
             raise BrokerError(int(r.error_code), r.error_message, r.error_code.name)
+
+
+# ----------------------------------------------------------------- SCRAM credentials (users)
+
+SCRAM_MECHANISMS = tuple(m.mechanism_name for m in ScramMechanism)
+
+
+def alter_scram(a, user: str, to_add: dict[str, str], to_delete: list[str]) -> None:
+    """ConfigCommand.alterUserScramCredentialConfigs: the admin client salts the password (a
+    random salt, ``iterations`` rounds) and sends the salted password in an
+    AlterUserScramCredentials with the deletions."""
+    upsertions = []
+    for name, value in to_add.items():
+        mechanism = ScramMechanism.for_name(name)
+        try:
+            iterations, password = parse_credential_config(mechanism, value)
+        except ValueError as e:
+            raise Fail(str(e)) from None
+        salt = secure_random_string().encode()
+        salted = ScramFormatter(mechanism).salted_password(password, salt, iterations)
+        upsertions.append((mechanism.type_code, iterations, salt, salted))
+    with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+
+        def build(mod, v):
+            rq = mod.request
+            return make(
+                rq.AlterUserScramCredentialsRequest,
+                deletions=tuple(
+                    make(rq.ScramCredentialDeletion, name=user, mechanism=ScramMechanism.for_name(m).type_code)
+                    for m in to_delete
+                ),
+                upsertions=tuple(
+                    make(rq.ScramCredentialUpsertion, name=user, mechanism=t, iterations=i, salt=s, salted_password=p)
+                    for t, i, s, p in upsertions
+                ),
+            )
+
+        resp = conn.request(ApiKeys.ALTER_USER_SCRAM_CREDENTIALS, build)
+    for r in resp.results:
+        if int(r.error_code):
+            raise BrokerError(int(r.error_code), r.error_message, r.error_code.name)
+
+
+def describe_scram(a, names: list[str]) -> None:
+    """``SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=8192``
+    per user with credentials (ConfigCommand.describeClientQuotaAndUserScramCredentialConfigs;
+    the admin client's ``users()`` leaves out the users that have none)."""
+    with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+
+        def build(mod, v):
+            rq = mod.request
+            return make(rq.DescribeUserScramCredentialsRequest, users=tuple(make(rq.UserName, name=n) for n in names))
+
+        resp = conn.request(ApiKeys.DESCRIBE_USER_SCRAM_CREDENTIALS, build)
+    if int(resp.error_code):
+        raise BrokerError(int(resp.error_code), resp.error_message, resp.error_code.name)
+    for r in resp.results:
+        code = int(r.error_code)
+        if code == int(ErrorCode.resource_not_found):
+            continue
+        if code:
+            err = BrokerError(code, r.error_message, r.error_code.name)
+            print(
+                f"Error retrieving SCRAM credential configs for user-principal '{r.user}': ExecutionException: "
+                f"org.apache.kafka.common.errors.{err.java_name}: {err.message}"
+            )
+            continue
+        text = ", ".join(
+            f"{ScramMechanism.from_type(i.mechanism).mechanism_name}=iterations={i.iterations}"
+            for i in r.credential_infos
+        )
+        print(f"SCRAM credential configs for user-principal '{r.user}' are {text}")
 
 
 def _incremental_alter_wire(a, rtype: int, name: str, to_add: dict, to_delete: list) -> None:

@@ -19,6 +19,9 @@ import sys
 
 from ..config import BrokerConfig, ConfigError, parse_properties
 from ..controller.controller import FEATURES, METADATA_VERSION_LEVEL
+from ..metadata.snapshot import scram_record
+from ..security.scram import parse_add_scram
+from ..server import bootstrap
 from ..storage.format import format_storage, random_uuid
 from ..storage.log_manager import LogDirError, read_meta_properties, storage_dirs
 
@@ -53,7 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--config", "-c", required=True, help="The Kafka configuration file to use.")
     fmt.add_argument("--cluster-id", "-t", required=True, help="The cluster ID to use.")
     fmt.add_argument(
-        "--add-scram", "-S", action="append", help="A SCRAM_CREDENTIAL to add (kesque has no SASL: refused)"
+        "--add-scram",
+        "-S",
+        action="append",
+        help="A SCRAM_CREDENTIAL to add to the SCRAM credential database, e.g. "
+        "'SCRAM-SHA-256=[name=alice,password=alice-secret]'",
     )
     fmt.add_argument(
         "--ignore-formatted",
@@ -133,8 +140,12 @@ def run_info(config: BrokerConfig) -> int:
 
 
 def run_format(config: BrokerConfig, args) -> int:
-    if args.add_scram:
-        raise LogDirError("--add-scram: kesque has no SASL, so no SCRAM credentials")
+    scram = []
+    for argument in args.add_scram or ():
+        try:
+            scram.append(scram_record(*parse_add_scram(argument)))
+        except ValueError as e:
+            raise LogDirError(str(e)) from None
     if (args.standalone or args.initial_controllers) and config.get("controller.quorum.voters"):
         raise LogDirError(
             "You cannot specify controller.quorum.voters and format the node with --initial-controllers "
@@ -149,6 +160,10 @@ def run_format(config: BrokerConfig, args) -> int:
             file=sys.stderr,
         )
     formatted = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted)
+    if scram and any(kind == "metadata" for kind, _d in formatted):
+        # Kafka's bootstrap.checkpoint: the first active controller writes these records first
+        features = [{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in FEATURES.items()]
+        bootstrap.write(os.path.abspath(config.metadata_log_dir), features + scram)
     if not formatted:
         print("All of the log directories are already formatted.")
     for kind, d in formatted:

@@ -5,10 +5,10 @@ A key kesque uses is parsed and validated (a bad value is an error naming the ke
 that Kafka knows but kesque does not use (JVM, thread pools, SSL, ZooKeeper...) is accepted
 with a warning naming it, so a Kafka user's file starts kesque. Any other key (a plugin's, a
 typo) is logged as not a known config and ignored, as Kafka does.
-A listener whose security protocol is SASL_PLAINTEXT or SASL_SSL is an error too (kesque has
-no SASL yet: it must not serve it unauthenticated); SSL listeners are served
-(``kesque/server/tls.py`` reads the ``ssl.*`` keys); what kesque refuses or only warns about because it
-does not do it yet is in ``not_yet``.
+A listener whose security protocol is SASL_SSL is an error too (kesque serves PLAINTEXT, SSL
+with ``kesque/server/tls.py`` and SASL_PLAINTEXT with ``kesque/server/sasl.py``; SASL over TLS
+not yet: it must not serve it without one of the two); what kesque refuses or only warns about
+because it does not do it yet is in ``not_yet``.
 
 Dynamic changes (AlterConfigs on a BROKER) follow Kafka's DynamicBrokerConfig: its whole
 dynamic set is accepted, stored and described, including the keys kesque does not act on.
@@ -428,6 +428,74 @@ _BROKER_KEYS: list[ConfigKey] = [
         dynamic=True,
     ),
 ]
+
+# authorization (issue 27): Kafka's StandardAuthorizer, the only authorizer kesque has
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def _authorizer_class(name: str, value: str) -> None:
+    if value not in ("", STANDARD_AUTHORIZER):
+        raise ConfigError(
+            name,
+            f"Invalid value {value} for configuration {name}: kesque's only authorizer is Kafka's "
+            f"{STANDARD_AUTHORIZER} (ACLs in the metadata log); leave {name} empty for none",
+        )
+
+
+def _super_users(name: str, value: str) -> None:
+    for entry in value.split(";"):
+        entry = entry.strip()
+        if entry and ":" not in entry:
+            raise ConfigError(
+                name,
+                f"Invalid value {value} for configuration {name}: expected a string in format "
+                f"principalType:principalName but got {entry}",
+            )
+
+
+_BROKER_KEYS += [
+    _K(
+        "authorizer.class.name", "STRING", "", "the authorizer (Kafka's StandardAuthorizer, or none)", _authorizer_class
+    ),
+    _K("super.users", "STRING", None, "principals every action is allowed (User:a;User:b)", _super_users),
+    _K(
+        "allow.everyone.if.no.acl.found",
+        "BOOLEAN",
+        False,
+        "a resource no ACL applies to is open to everyone (else to super users only)",
+    ),
+]
+
+# SASL (issue 27; kesque/server/sasl.py): the broker's, and per listener as
+# listener.name.<l>.sasl.enabled.mechanisms and listener.name.<l>.<mechanism>.sasl.jaas.config
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+_BROKER_KEYS += [
+    _K("sasl.enabled.mechanisms", "LIST", ["GSSAPI"], "SASL mechanisms a SASL listener offers", dynamic=True),
+    _K("sasl.jaas.config", "PASSWORD", None, "JAAS login modules (per mechanism and listener)", dynamic=True),
+    _K(
+        "sasl.mechanism.inter.broker.protocol",
+        "STRING",
+        "GSSAPI",
+        "mechanism brokers authenticate to each other with",
+        dynamic=True,
+    ),
+    _K("sasl.mechanism.controller.protocol", "STRING", "GSSAPI", "mechanism nodes authenticate to controllers with"),
+    _K("sasl.server.max.receive.size", "INT", 524288, "largest frame before authentication completes"),
+    _K(
+        "connection.failed.authentication.delay.ms",
+        "INT",
+        100,
+        "a failed authentication is answered and closed after this",
+        at_least(0),
+    ),
+    _K("connections.max.reauth.ms", "LONG", 0, "session lifetime of a SASL connection (KIP-368; 0: none)"),
+    _K("sasl.oauthbearer.jwks.endpoint.url", "STRING", None, "JWKS the OAUTHBEARER tokens are checked against"),
+    _K("sasl.oauthbearer.expected.audience", "LIST", None, "audiences a token must name (empty: any)"),
+    _K("sasl.oauthbearer.expected.issuer", "STRING", None, "issuer a token must name"),
+    _K("sasl.oauthbearer.clock.skew.seconds", "INT", 30, "allowed clock skew for a token's times"),
+    _K("sasl.oauthbearer.sub.claim.name", "STRING", "sub", "claim holding the principal"),
+    _K("sasl.oauthbearer.scope.claim.name", "STRING", "scope", "claim holding the scope"),
+]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 
 # Where kesque's defaults knowingly differ from Kafka 4.0's (every other key has Kafka's
@@ -502,6 +570,10 @@ DYNAMIC_WITHOUT_EFFECT = frozenset(
         "ssl.protocol",
         "ssl.cipher.suites",
         "ssl.endpoint.identification.algorithm",
+        # a SASL listener's settings are read when it is bound
+        "sasl.enabled.mechanisms",
+        "sasl.jaas.config",
+        "sasl.mechanism.inter.broker.protocol",
     }
 )
 
@@ -552,11 +624,11 @@ def key_type(name: str) -> str:
     return entry[0] if entry else "STRING"
 
 
-_NO_SASL = (
-    "kesque has no SASL yet and serves PLAINTEXT and SSL listeners only; it does not start rather "
-    "than serve another protocol without its authentication"
+_NOT_SERVED = (
+    "kesque serves PLAINTEXT, SSL and SASL_PLAINTEXT listeners (no SASL over TLS yet); it does not "
+    "start rather than serve a protocol without its encryption or authentication"
 )
-SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")  # SSL: kesque/server/tls.py, SASL: kesque/server/sasl.py
 
 
 def _known_kafka_key(name: str) -> bool:
@@ -706,7 +778,7 @@ class BrokerConfig:
         if self.get("security.inter.broker.protocol") not in SERVED_PROTOCOLS:
             raise ConfigError(
                 "security.inter.broker.protocol",
-                f"security.inter.broker.protocol={self.get('security.inter.broker.protocol')}: {_NO_SASL}",
+                f"security.inter.broker.protocol={self.get('security.inter.broker.protocol')}: {_NOT_SERVED}",
             )
 
     def inter_broker_listener(self) -> str:
@@ -720,6 +792,18 @@ class BrokerConfig:
             if name in layer:
                 return layer[name]
         return None
+
+    def listener_get(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """``key`` as ``listener`` sees it: ``listener.name.<l>.<mechanism>.<key>`` (the
+        mechanism's, for the keys Kafka reads per mechanism), ``listener.name.<l>.<key>``, then
+        the broker's ``key``."""
+        prefix = f"listener.name.{listener.lower()}."
+        if mechanism is not None:
+            value = self.listener_value(f"{prefix}{mechanism.lower()}.{key}")
+            if value is not None:
+                return value
+        value = self.listener_value(prefix + key)
+        return self.get(key) if value is None else value
 
     def security_protocol_map(self) -> dict[str, str]:
         """listener name -> security protocol (Kafka's listener.security.protocol.map; when
@@ -746,8 +830,8 @@ class BrokerConfig:
 
     @staticmethod
     def _check_protocol(key: str, value: str, listener: str, protocols: dict[str, str]) -> None:
-        """kesque serves PLAINTEXT and SSL: a SASL listener stops the start rather than being
-        served without its authentication."""
+        """kesque serves PLAINTEXT, SSL and SASL_PLAINTEXT: SASL_SSL stops the start rather than
+        being served without its encryption or its authentication."""
         proto = protocols.get(listener)
         if proto is None:
             raise ConfigError(
@@ -758,7 +842,7 @@ class BrokerConfig:
         if proto not in SERVED_PROTOCOLS:
             how = "" if proto == listener else f" (listener.security.protocol.map maps {listener} to {proto})"
             raise ConfigError(
-                key, f"Listener {listener} in {key}={value} uses security protocol {proto}{how}: {_NO_SASL}"
+                key, f"Listener {listener} in {key}={value} uses security protocol {proto}{how}: {_NOT_SERVED}"
             )
 
     # ------------------------------------------------------------------ lookup
@@ -907,7 +991,7 @@ class BrokerConfig:
 
     def _check_listener_change(self, name: str, value: list[str]) -> None:
         """A dynamic listener setting takes effect at the next start: it must name PLAINTEXT
-        or SSL listeners only, as the static one must."""
+        or SSL or SASL_PLAINTEXT listeners only, as the static one must."""
         before = dict(self.dynamic_broker)
         self.dynamic_broker[name] = value
         try:

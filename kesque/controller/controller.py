@@ -25,6 +25,10 @@ from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, Delta, MetadataImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
+from ..metadata.snapshot import acl_record, scram_record
+from ..security.acl import AclBinding, AclBindingFilter, creation_error, deletion_filter_error
+from ..security.authorizer import StandardAcl
+from ..security.scram import ScramFormatter, ScramMechanism
 from ..storage.checkpoint import uuid_to_kafka
 from . import reassignment
 from .reassignment import default_dir_fn
@@ -57,6 +61,19 @@ _TOO_LARGE = "Unable to perform excessively large batch operation."
 
 # IncrementalAlterConfigs operations
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+SCRAM_MAX_ITERATIONS = 16384  # ScramControlManager's MAX_ITERATIONS
+_SCRAM_DELETE_MISSING = "Attempt to delete a user credential that does not exist"
+
+
+def _scram_name_error(name: str, mechanism_type: int) -> KafkaError | None:
+    """ScramControlManager.validateScramUsernameAndMechanism."""
+    if not name:
+        return KafkaError(ErrorCode.unacceptable_credential, "Username must not be empty")
+    if ScramMechanism.from_type(mechanism_type) is None:
+        return KafkaError(ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")
+    return None
 
 
 def random_topic_id() -> uuid.UUID:
@@ -125,10 +142,13 @@ class Controller:
         self.publish(delta)
         return delta
 
-    def bootstrap(self) -> None:
-        """First start of a fresh cluster: record the finalized features."""
+    def bootstrap(self, records: list[dict] | None = None) -> None:
+        """First start of a fresh cluster: record the finalized features, or the records of
+        the node's bootstrap file (its features and ``--add-scram`` credentials)."""
         if not self.image.features:
-            self.commit([{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in FEATURES.items()])
+            self.commit(
+                records or [{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in FEATURES.items()]
+            )
 
     # ------------------------------------------------------------------ brokers
     def register_broker(self, node_id: int, endpoints: list[dict], rack: str | None = None) -> int:
@@ -612,6 +632,119 @@ class Controller:
                     {"type": "ClientQuotaRecord", "entity": rec_entity, "key": key, "value": value, "remove": False}
                 )
         return out
+
+    # ------------------------------------------------------------------ ACLs
+    def create_acls(self, bindings: list[AclBinding]) -> list[KafkaError | None]:
+        """CreateAcls as Kafka's AclControlManager.createAcls (after the broker's AclApis
+        checks): each binding is validated on its own; a new one gets a fresh id and an
+        AccessControlEntryRecord, one already stored (or earlier in this request) succeeds and
+        writes nothing. The records are one batch."""
+        results: list[KafkaError | None] = []
+        records: list[dict] = []
+        seen: set[StandardAcl] = set()
+        for binding in bindings:
+            error = creation_error(binding)
+            if error is not None:
+                results.append(error)
+                continue
+            acl = StandardAcl.from_binding(binding)
+            if acl not in self.image.acl_ids and acl not in seen:
+                seen.add(acl)
+                if len(records) >= MAX_RECORDS_PER_USER_OP:
+                    raise KafkaError(ErrorCode.unknown_server_error, _TOO_LARGE)
+                records.append(acl_record(self._new_acl_id(records), acl))
+            results.append(None)
+        self.commit(records)
+        return results
+
+    def _new_acl_id(self, pending: list[dict]) -> uuid.UUID:
+        taken = {r["id"] for r in pending}
+        while True:
+            acl_id = random_topic_id()  # Kafka's Uuid.randomUuid, as for topics
+            if acl_id not in self.image.acls and acl_id not in taken:
+                return acl_id
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[tuple[list[AclBinding], KafkaError | None]]:
+        """DeleteAcls as AclControlManager.deleteAcls: per filter, the stored ACLs it matches
+        (each removed by a RemoveAccessControlEntryRecord, once however many filters match it)
+        or its error; the removals are one batch."""
+        results: list[tuple[list[AclBinding], KafkaError | None]] = []
+        removed: dict[uuid.UUID, None] = {}
+        for filt in filters:
+            error = deletion_filter_error(filt)
+            if error is not None:
+                results.append(([], error))
+                continue
+            deleted = []
+            for acl_id, acl in self.image.acls.items():
+                binding = acl.to_binding()
+                if filt.matches(binding):
+                    deleted.append(binding)
+                    removed[acl_id] = None
+                    if len(removed) > MAX_RECORDS_PER_USER_OP:
+                        error = KafkaError(
+                            ErrorCode.unknown_server_error,
+                            f"Cannot remove more than {MAX_RECORDS_PER_USER_OP} acls in a single delete operation.",
+                        )
+                        break
+            results.append(([], error) if error is not None else (deleted, None))
+        self.commit([{"type": "RemoveAccessControlEntryRecord", "id": acl_id} for acl_id in removed])
+        return results
+
+    # ------------------------------------------------------------------ SCRAM credentials
+    def alter_user_scram_credentials(
+        self, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
+    ) -> list[tuple[str, KafkaError | None]]:
+        """AlterUserScramCredentials as Kafka's ScramControlManager.alterCredentials:
+        ``deletions`` (user, mechanism type), ``upsertions`` (user, mechanism type, iterations,
+        salt, salted password). A user altered twice is DUPLICATE_RESOURCE, a bad name,
+        mechanism or iteration count is refused; the stored key and server key are derived
+        from the salted password. The records of the accepted alterations are one batch.
+        Returns (user, error) for each user: deletions, then upsertions, then the refused."""
+        to_delete: dict[str, int] = {}
+        to_upsert: dict[str, tuple] = {}
+        errors: dict[str, KafkaError] = {}
+        twice = "A user credential cannot be altered twice in the same request"
+        for name, mech in deletions:
+            if name in errors:
+                continue
+            if to_delete.pop(name, None) is not None:
+                errors[name] = KafkaError(ErrorCode.duplicate_resource, twice)
+                continue
+            error = _scram_name_error(name, mech)
+            mechanism = ScramMechanism.from_type(mech)
+            if error is None and name not in self.image.scram_credentials.get(mechanism.mechanism_name, {}):
+                error = KafkaError(ErrorCode.resource_not_found, _SCRAM_DELETE_MISSING)
+            if error is not None:
+                errors[name] = error
+            else:
+                to_delete[name] = mech
+        for up in upsertions:
+            name, mech, iterations = up[0], up[1], up[2]
+            if name in errors:
+                continue
+            if to_delete.pop(name, None) is not None or to_upsert.pop(name, None) is not None:
+                errors[name] = KafkaError(ErrorCode.duplicate_resource, twice)
+                continue
+            error = _scram_name_error(name, mech)
+            if error is None:
+                mechanism = ScramMechanism.from_type(mech)
+                if iterations < mechanism.min_iterations:
+                    error = KafkaError(ErrorCode.unacceptable_credential, "Too few iterations")
+                elif iterations > SCRAM_MAX_ITERATIONS:
+                    error = KafkaError(ErrorCode.unacceptable_credential, "Too many iterations")
+            if error is not None:
+                errors[name] = error
+            else:
+                to_upsert[name] = up
+        records = [{"type": "RemoveUserScramCredentialRecord", "name": n, "mechanism": m} for n, m in to_delete.items()]
+        for name, mech, iterations, salt, salted_password in to_upsert.values():
+            mechanism = ScramMechanism.from_type(mech)
+            formatter = ScramFormatter(mechanism)
+            credential = formatter.credential_from_salted(bytes(salt), bytes(salted_password), iterations)
+            records.append(scram_record(mechanism, name, credential))
+        self.commit(records)
+        return [(n, None) for n in to_delete] + [(n, None) for n in to_upsert] + list(errors.items())
 
     def warn_without_effect(self, names=None) -> None:
         """Log once per key the dynamic broker configs kesque stores and describes but does

@@ -6,11 +6,11 @@ transactional id) maps to one partition exactly as Kafka maps it, and the leader
 partition runs a *shard* holding the state of its keys. When the ReplicaManager makes this
 broker the leader of a partition, the shard is built by replaying the partition; when
 leadership moves away the shard is unloaded. A shard's writes become batches appended to
-the partition as its leader; its timers run on the server's event loop.
+the partition as its leader; its timers run on the host's scheduler (the server's event loop).
 
 A write is applied to the shard's state at once, but answered only once committed (as Kafka's
 CoordinatorRuntime waits for the high watermark): the runtime remembers the end offset of each
-partition's last write, and the API handler that made it waits (``replication.delayed
+partition's last write, and the API handler that made it waits (``server.drivers.delayed
 .wait_for_acks``) until the high watermark passes it. A partition whose leadership is lost
 meanwhile is unloaded, and the waiting request answers NOT_COORDINATOR; the next leader replays
 only what its log holds.
@@ -60,6 +60,12 @@ def coordinator_error(code: int) -> ErrorCode:
     return _APPEND_ERRORS.get(code, code)
 
 
+def append_error(exc: BaseException) -> ErrorCode:
+    """The error a coordinator answers for a write that raised ``exc`` (Kafka's
+    appendGroupMetadataErrorToResponseError); a failure without a Kafka code is a storage error."""
+    return coordinator_error(exc.code if isinstance(exc, KafkaError) else ErrorCode.kafka_storage_error)
+
+
 class CoordinatorRecord(tuple):
     """A record as an operation writes it: ``(key, value)`` bytes to append, and ``decoded``, what
     the shard's replay decodes them to (Kafka's CoordinatorRecord holds the messages and
@@ -102,16 +108,20 @@ def append_and_replay(shard, write, result: CoordinatorResult):
     return result.response
 
 
-class LoopTimer:
-    """Keyed one-shot timers on an asyncio loop; scheduling a key again replaces it."""
+class KeyedTimer:
+    """Keyed one-shot timers (Kafka's CoordinatorTimer); scheduling a key again replaces it.
+    They run on the host's ``scheduler``: ``after(delay_ms, fn, *args)`` calls ``fn(*args)``
+    once ``delay_ms`` have passed and returns a handle whose ``cancel()`` stops it (the server
+    binds it to the event loop, kesque.server.drivers.timers; tests and the simulator to their
+    own time)."""
 
-    def __init__(self, loop):
-        self.loop = loop
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
         self.handles: dict[str, object] = {}
 
     def schedule(self, key: str, delay_ms: int, fn) -> None:
         self.cancel(key)
-        self.handles[key] = self.loop.call_later(max(delay_ms, 0) / 1000.0, self._fire, key, fn)
+        self.handles[key] = self.scheduler.after(max(delay_ms, 0), self._fire, key, fn)
 
     def cancel(self, key: str) -> None:
         h = self.handles.pop(key, None)
@@ -133,7 +143,7 @@ class LoopTimer:
 class ShardTimer:
     """A shard's view of the shared timer: keys are prefixed with the partition."""
 
-    def __init__(self, timer: LoopTimer, partition: int):
+    def __init__(self, timer: KeyedTimer, partition: int):
         self.timer = timer
         self.prefix = f"{partition}/"
 
@@ -146,12 +156,12 @@ class ShardTimer:
 
 @dataclass(frozen=True)
 class CoordinatorHost:
-    """What a coordinator needs from the node it runs on, and nothing more: the event loop
-    its timers run on, the clock, the broker config, the replica manager (its partitions'
-    leadership and logs) and the current metadata image (a getter: the node replaces its
-    image when it loads a metadata snapshot)."""
+    """What a coordinator needs from the node it runs on, and nothing more: the scheduler its
+    timers run on (see :class:`KeyedTimer`), the clock, the broker config, the replica manager
+    (its partitions' leadership and logs) and the current metadata image (a getter: the node
+    replaces its image when it loads a metadata snapshot)."""
 
-    loop: Any
+    scheduler: Any
     clock: Any
     config: Any
     replica_manager: Any
@@ -190,7 +200,7 @@ class CoordinatorRuntime:
 
     def __init__(self, host: CoordinatorHost):
         self.host = host
-        self.timer = LoopTimer(host.loop)
+        self.timer = KeyedTimer(host.scheduler)
         self.shards: dict = {}
         self.load_seconds: dict[int, float] = {}
         # partition -> end offset (last offset + 1) of its last write the HW may not have passed yet

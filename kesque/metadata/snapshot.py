@@ -4,7 +4,7 @@
 an empty image, in order, they give an image equal to ``image`` (its ``offset`` and
 ``cluster_id`` come from the snapshot id and meta.properties, not from records). The order is
 Kafka's snapshot order: features, brokers, topics with their partitions, configs, client quotas,
-producer ids. Partitions carry their leader and partition epochs, brokers their epoch, fencing
+producer ids, ACLs, SCRAM credentials. Partitions carry their leader and partition epochs, brokers their epoch, fencing
 and controlled-shutdown state, so a node loading the snapshot continues exactly where the log
 left off. The raft layer (``RaftNode.snapshot(end, values)``) writes them framed by
 :func:`kesque.metadata.records.encode`.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..security.scram import ScramCredential, ScramMechanism
 from .image import MetadataImage, directories_supported
 
 MAX_BYTES_BETWEEN_SNAPSHOTS = 20 * 1024 * 1024
@@ -89,7 +90,39 @@ def image_records(image: MetadataImage) -> list[dict]:
                 "next_producer_id": image.next_producer_id,
             }
         )
+    for acl_id, acl in image.acls.items():
+        out.append(acl_record(acl_id, acl))
+    for mechanism, users in sorted(image.scram_credentials.items()):
+        out += [scram_record(ScramMechanism.for_name(mechanism), user, c) for user, c in sorted(users.items())]
     return out
+
+
+def scram_record(mechanism: ScramMechanism, user: str, credential: ScramCredential) -> dict:
+    """The UserScramCredentialRecord of one user's credential for one mechanism."""
+    return {
+        "type": "UserScramCredentialRecord",
+        "name": user,
+        "mechanism": mechanism.type_code,
+        "salt": credential.salt,
+        "stored_key": credential.stored_key,
+        "server_key": credential.server_key,
+        "iterations": credential.iterations,
+    }
+
+
+def acl_record(acl_id, acl) -> dict:
+    """The AccessControlEntryRecord of one ACL (a StandardAcl) and its id."""
+    return {
+        "type": "AccessControlEntryRecord",
+        "id": acl_id,
+        "resource_type": int(acl.resource_type),
+        "resource_name": acl.resource_name,
+        "pattern_type": int(acl.pattern_type),
+        "principal": acl.principal,
+        "host": acl.host,
+        "operation": int(acl.operation),
+        "permission_type": int(acl.permission_type),
+    }
 
 
 class SnapshotPolicy:

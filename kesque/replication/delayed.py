@@ -1,96 +1,85 @@
 """Delayed operations (Kafka's purgatories): a produce with acks=all that waits for the high
-watermark, and a fetch that waits for bytes.
+watermark, and a fetch that waits for bytes, as sans-IO checks.
 
 Both wait on watch lists the :class:`~kesque.replication.replica_manager.ReplicaManager` keeps
-per partition and completes from the partition's own events: a high watermark that moved (a
+per partition and complete from the partition's own events: a high watermark that moved (a
 waiting consumer fetch, an acks=all produce), a leader append (a waiting follower fetch), a
-leadership change (everything waiting on the partition is re-checked). The handlers only say what
-they wait for and for how long.
+leadership change (everything waiting on the partition is re-checked). An operation here says
+when it can complete (``try_complete(tp, nbytes)``, called on every event of a watched
+partition, as Kafka's DelayedOperation.tryComplete) and what it answers; ``ReplicaManager
+.watch``/``unwatch`` put it on the watch lists. Waiting itself (a future, the timeout) is the
+driver's, kesque.server.drivers.delayed, which the handlers call.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from ..errors import ErrorCode
 
 
-class Waiter:
-    """One delayed operation: ``check()`` is called on every event of a watched partition and
-    returns True once the operation can complete."""
-
-    __slots__ = ("fut", "check")
-
-    def __init__(self, fut: asyncio.Future, check):
-        self.fut = fut
-        self.check = check
-
-    def __call__(self, tp, nbytes: int) -> None:
-        if not self.fut.done() and self.check(tp, nbytes):
-            self.fut.set_result(None)
-
-
-async def _wait(rm, tps, check, timeout_ms: int, kind: str) -> bool:
-    """Wait until ``check`` says done or ``timeout_ms`` passes; True if completed in time."""
-    loop = asyncio.get_running_loop()
-    fut = loop.create_future()
-    waiter = Waiter(fut, check)
-    for tp in tps:
-        rm.watch(tp, waiter, kind)
-    timer = loop.call_later(max(timeout_ms, 0) / 1000.0, lambda: fut.done() or fut.set_result(False))
-    try:
-        await fut
-    finally:
-        timer.cancel()
-        for tp in tps:
-            rm.unwatch(tp, waiter, kind)
-    return fut.result() is not False
-
-
-async def wait_for_bytes(rm, tps, needed: int, max_wait_ms: int, replica: bool = False, skip=None) -> None:
-    """Delayed fetch: until ``needed`` bytes arrived on the partitions (consumers: bytes the
-    high watermark made visible; followers: bytes the leader appended), a partition changed
-    role or was deleted (told with 0 bytes), or ``max_wait_ms`` passed. The bytes of a
+class DelayedFetch:
+    """A fetch waiting for ``needed`` bytes on its partitions (consumers: bytes the high
+    watermark made visible; followers: bytes the leader appended). It completes once they
+    arrived or a partition changed role or was deleted (told with 0 bytes). The bytes of a
     partition for which ``skip(tp)`` is true when they arrive do not count (a follower's
     partition held back by the leader's replication quota)."""
-    got = [0]
 
-    def check(tp, nbytes: int) -> bool:
-        if nbytes and skip is not None and skip(tp):
+    __slots__ = ("needed", "skip", "got")
+
+    def __init__(self, needed: int, skip=None):
+        self.needed = needed
+        self.skip = skip
+        self.got = 0
+
+    def try_complete(self, tp, nbytes: int) -> bool:
+        if nbytes and self.skip is not None and self.skip(tp):
             return False
-        got[0] += nbytes
-        return nbytes == 0 or got[0] >= needed
-
-    await _wait(rm, set(tps), check, max_wait_ms, "replica" if replica else "hw")
+        self.got += nbytes
+        return nbytes == 0 or self.got >= self.needed
 
 
-async def wait_for_acks(rm, pending: dict, timeout_ms: int) -> dict:
-    """Delayed produce (acks=all): ``pending`` maps (topic, partition) to the offset the high
-    watermark must reach (the append's last offset + 1). Returns the error code of each:
-    NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER (leadership lost meanwhile) or
-    REQUEST_TIMED_OUT (``timeout_ms``, the request's timeout, passed first)."""
-    result: dict = {}
+class DelayedProduce:
+    """An acks=all produce: ``pending`` maps (topic, partition) to the offset the high
+    watermark must reach (the append's last offset + 1). ``result`` collects the error code of
+    each as it settles: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER (leadership
+    lost meanwhile) or KAFKA_STORAGE_ERROR (its log dir failed); :meth:`expire` gives the rest
+    REQUEST_TIMED_OUT. Each partition is checked once at creation (:meth:`waiting` is what is
+    left to watch)."""
 
-    def settle(tp) -> bool:
+    __slots__ = ("rm", "pending", "result")
+
+    def __init__(self, rm, pending: dict):
+        self.rm = rm
+        self.pending = pending
+        self.result: dict = {}
+        for tp in pending:
+            self._settle(tp)
+
+    def _settle(self, tp) -> None:
+        rm = self.rm
         part = rm.partitions.get(tp)
         if part is None:  # gone, or its log dir failed (Kafka's DelayedProduce: the partition's error)
             offline = tp in getattr(rm, "offline_partitions", ())
-            result[tp] = int(ErrorCode.kafka_storage_error if offline else ErrorCode.not_leader_or_follower)
-            return True
-        done, code = part.acks_all_status(pending[tp])
+            self.result[tp] = int(ErrorCode.kafka_storage_error if offline else ErrorCode.not_leader_or_follower)
+            return
+        done, code = part.acks_all_status(self.pending[tp])
         if done or code:
-            result[tp] = code
-        return tp in result
+            self.result[tp] = code
 
-    def check(tp, _nbytes) -> bool:
-        if tp in pending and tp not in result:
-            settle(tp)
-        return len(result) == len(pending)
+    @property
+    def completed(self) -> bool:
+        return len(self.result) == len(self.pending)
 
-    for tp in pending:
-        settle(tp)
-    if len(result) < len(pending):
-        await _wait(rm, [tp for tp in pending if tp not in result], check, timeout_ms, "hw")
-    for tp in pending:
-        result.setdefault(tp, int(ErrorCode.request_timed_out))
-    return result
+    def waiting(self) -> list:
+        return [tp for tp in self.pending if tp not in self.result]
+
+    def try_complete(self, tp, _nbytes) -> bool:
+        if tp in self.pending and tp not in self.result:
+            self._settle(tp)
+        return len(self.result) == len(self.pending)
+
+    def expire(self) -> dict:
+        """The answer: every partition not settled in time is REQUEST_TIMED_OUT."""
+        result = self.result
+        for tp in self.pending:
+            result.setdefault(tp, int(ErrorCode.request_timed_out))
+        return result

@@ -10,7 +10,8 @@ replica fetcher (``FollowerFetch``).
 What the partition needs of the broker is the narrow :class:`ReplicaEnv`: the time, the broker
 epochs of the image, the replica lag setting, a way to send an AlterPartition proposal, and to
 say that the high watermark moved (waiting consumer fetches and acks=all produces are completed
-from there, in :mod:`kesque.replication.delayed`).
+from there: the checks in :mod:`kesque.replication.delayed`, the waiting in
+``kesque.server.drivers.delayed``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ replica fetchers, a leader's leaves them), drops deleted topics and replicas mov
 pushes config changes into the logs and the replication quotas (``quotas``,
 :mod:`kesque.replication.quota`). It is the partitions' :class:`ReplicaEnv`: their ISR changes
 go to the AlterPartition manager, and a moved high watermark wakes what waits on it.
-Waiting itself is in :mod:`kesque.replication.delayed`, on the watch lists kept here: ``hw``
+Delayed operations (:mod:`kesque.replication.delayed`) wait on the watch lists kept here: ``hw``
 (consumer fetches, acks=all produces: told the bytes a HW move made visible) and ``replica``
 (follower fetches: told the bytes a leader append added).
 """

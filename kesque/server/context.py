@@ -6,10 +6,12 @@ principal (``User:ANONYMOUS`` on PLAINTEXT), and whether that principal may do w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Protocol
 
 from ..protocol.api import RequestHeader
+from ..security.acl import CLUSTER_NAME as CLUSTER_NAME  # the handlers' names, re-exported
+from ..security.acl import AclOperation, ResourceType
+from ..security.principal import ANONYMOUS, KafkaPrincipal
 
 
 class NoResponse:
@@ -23,57 +25,7 @@ class CloseConnection(Exception):
     """Raised by a handler to drop the connection after logging (e.g. acks=0 errors)."""
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaPrincipal:
-    """Kafka's KafkaPrincipal: a type (``User``) and a name."""
-
-    type: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.type}:{self.name}"
-
-
-# the principal of every request on a PLAINTEXT listener (Kafka's KafkaPrincipal.ANONYMOUS)
-ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
 PLAINTEXT = "PLAINTEXT"
-
-
-class AclOperation(IntEnum):
-    """Kafka's AclOperation codes (as DescribeAcls and the authorized-operations bit sets carry them)."""
-
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-    TWO_PHASE_COMMIT = 15
-
-
-class ResourceType(IntEnum):
-    """Kafka's ResourceType codes."""
-
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-CLUSTER_NAME = "kafka-cluster"  # the one CLUSTER resource's name, as Kafka's Resource.CLUSTER_NAME
 
 
 class Authorizer(Protocol):

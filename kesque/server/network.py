@@ -296,6 +296,9 @@ class Connection:
             self._buf[0:n] = self._buf[self._start : self._end]
         self._start, self._end = 0, n
 
+    # the limit max_request is (a SASL connection's is sasl.server.max.receive.size until it is authenticated)
+    max_request_key = "socket.request.max.bytes"
+
     def _parse_frames(self) -> None:
         buf = self._buf
         while not self.closed and not self.muted_until:  # a throttled connection's next request waits
@@ -308,9 +311,10 @@ class Connection:
                     log.warning("%s: closing connection: invalid request size %d", self.id, size)
                 else:
                     log.warning(
-                        "%s: closing connection: request size %d is larger than socket.request.max.bytes %d%s",
+                        "%s: closing connection: request size %d is larger than %s %d%s",
                         self.id,
                         size,
+                        self.max_request_key,
                         self.max_request,
                         # a TLS record header (handshake, version 3.x) where a size should be
                         " (a TLS handshake: an SSL client on a PLAINTEXT listener?)"
@@ -452,7 +456,7 @@ class Connection:
 
     def _update_reader(self) -> None:
         """Read while neither back-pressure, the memory pool nor a quota holds this connection back."""
-        want = not (self.closed or self._paused or self._needs_memory or self.muted_until)
+        want = not (self.closed or self._paused or self._needs_memory or self.muted_until or self._closing)
         if want and not self._reading:
             self.loop.add_reader(self.fd, self._on_readable)
         elif self._reading and not want:
@@ -466,6 +470,28 @@ class Connection:
 
     # client quotas (KIP-219): a throttled connection reads no request until the deadline
     muted_until = 0.0
+    # a failed authentication: nothing more is read; the connection closes once its answer is written
+    _closing = False
+    _close_when_flushed = False
+
+    def close_after(self, delay: float, items: list | None = None) -> None:
+        """Kafka's delayed close on a failed authentication (connection.failed.authentication.delay.ms):
+        read nothing more; after ``delay`` seconds send ``items`` (a framed response, if any) and
+        close once everything is written."""
+        if self.closed or self._closing:
+            return
+        self._closing = True
+        self._update_reader()
+        self.loop.call_later(delay, self._close_with, items)
+
+    def _close_with(self, items: list | None) -> None:
+        if self.closed:
+            return
+        self._close_when_flushed = True
+        if items:
+            self.complete(self.new_slot(), items)  # flushed: closes once written
+        if not self.closed and not self._out and not self._slots:
+            self.close()
 
     def mute_until(self, deadline: float) -> None:
         """Read nothing more until ``deadline`` (loop time); responses already due still go out."""
@@ -542,6 +568,9 @@ class Connection:
         elif not out and self._writing:
             self._writing = False
             self.loop.remove_writer(self.fd)
+        if self._close_when_flushed and not out and not self._slots:
+            self.close()
+            return
         self._maybe_resume_reading()
 
     def _on_writable(self) -> None:
@@ -660,7 +689,7 @@ class TlsConnection(Connection):
         tls = self._tls
         self._in_read = True
         try:
-            while not (self.closed or self._paused or self._needs_memory or self.muted_until):
+            while not (self.closed or self._paused or self._needs_memory or self.muted_until or self._closing):
                 if self._big is not None:
                     target = self._big_view[self._big_pos : self._big_cap]
                 else:
@@ -748,6 +777,9 @@ class TlsConnection(Connection):
         elif not more and self._writing:
             self._writing = False
             self.loop.remove_writer(self.fd)
+        if self._close_when_flushed and not more and not self._slots:
+            self.close()
+            return
         self._maybe_resume_reading()
 
     def _encrypt(self) -> bool:
@@ -926,10 +958,14 @@ class SocketServer:
                     security_protocol=security_protocol,
                 )
             self.connections.add(conn)
+            if self.on_accept is not None:
+                self.on_accept(conn)
 
     # connection quotas: admit(sock, addr) -> bool for each accepted socket, release(ip) on close
     admit = None
     release = None
+    # on_accept(conn) for each new connection (a SASL listener's authentication starts there)
+    on_accept = None
 
     def connection_closed(self, conn: Connection) -> None:
         self.connections.discard(conn)

@@ -28,7 +28,6 @@ from ..config import not_yet
 from ..config.broker import BrokerConfig
 from ..controller.controller import FEATURES, supported_features
 from ..coordinator.group.runtime import GroupCoordinator
-from ..coordinator.producer_id import ProducerIdManager
 from ..coordinator.runtime import CoordinatorHost
 from ..coordinator.share.runtime import ShareCoordinator
 from ..coordinator.transaction.runtime import TransactionCoordinator
@@ -40,11 +39,13 @@ from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
 from ..quotas import Quotas
 from ..replication.replica_manager import ReplicaManager
+from ..security.authorizer import StandardAuthorizer
 from ..share import enabled as share_groups_enabled
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
 from . import txn_channels
+from .apis.acls import AclApis
 from .apis.configs import ConfigApis
 from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
 from .apis.fetch import FetchApis
@@ -56,6 +57,8 @@ from .apis.quorum import QuorumApis
 from .apis.quotas import QuotaApis
 from .apis.reassignment import ReassignmentApis
 from .apis.registry import bind
+from .apis.sasl import SaslApis
+from .apis.scram import ScramApis
 from .apis.share import ShareGroupApis
 from .apis.share_state import ShareStateApis
 from .apis.topics import TopicApis
@@ -66,14 +69,17 @@ from .context import NO_RESPONSE, PLAINTEXT, CloseConnection, RequestContext
 from .drivers.alter_log_dirs import LogDirMover
 from .drivers.alter_partition import AlterPartitionManager
 from .drivers.log_cleaner import LogCleaner
+from .drivers.producer_ids import ProducerIdBlocks
 from .drivers.quorum_controller import QuorumController
 from .drivers.replica_fetcher import ReplicaFetcherManager
 from .drivers.share_manager import SharePartitionManager
+from .drivers.timers import LoopScheduler
 from .forwarding import ControllerRouter
 from .heartbeats import LifecycleDriver
 from .lifecycle import BrokerLifecycle
 from .network import SocketServer
 from .raft_manager import RaftManager, discover_voters, quorum_config
+from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener
 from .throttling import Throttler
 from .tls import ListenerContexts, ssl_principal
 
@@ -81,7 +87,6 @@ log = logging.getLogger(__name__)
 
 # Kafka's SecurityProtocol ids, as broker registrations carry them
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-
 QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
 
 
@@ -165,9 +170,21 @@ class KesqueServer:
         self.start_time = time.monotonic()
         self.quotas = Quotas.from_config(config)
         self.throttler = Throttler(self.quotas, clock.monotonic)
-        self.authorizer = None  # no authorizer.class.name: every request is allowed, as Kafka without one
+        # authorizer.class.name: Kafka's StandardAuthorizer over the image's ACLs (answering
+        # super users only until the metadata has caught up); none: every request is allowed
+        self.authorizer = (
+            StandardAuthorizer.from_config(config, loading_complete=False)
+            if config.get("authorizer.class.name")
+            else None
+        )
         self._ip_overrides: tuple[str | None, dict[str, int]] = (None, {})
         self.metadata_dir_lock: DirLock | None = None
+        # the SASL listeners' mechanisms and JAAS configs, read (and refused when wrong) at once
+        self.sasl_listeners: dict[str, SaslListener] = {
+            name: SaslListener(config, name, self._scram_credential, clock.now_ms)
+            for name, proto in config.security_protocol_map().items()
+            if proto in SASL_PROTOCOLS and any(lis.name == name for lis in config.listeners())
+        }
         # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
         self.rng = random.Random()
 
@@ -230,12 +247,13 @@ class KesqueServer:
             quota=self.replica_manager.quotas.alter_log_dirs,
             backoff_ms=cfg.get("replica.fetch.backoff.ms"),
         )
-        host = CoordinatorHost(self.loop, self.clock, cfg, self.replica_manager, lambda: self.image)
+        host = CoordinatorHost(LoopScheduler(self.loop), self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
-        self.producer_ids = ProducerIdManager(
+        self.producer_id_blocks = ProducerIdBlocks(
             lambda: self.controllers.allocate_producer_ids(self.node_id, self.broker_epoch), self.spawn
         )
+        self.producer_ids = self.producer_id_blocks.manager
         self.txn_coordinator = TransactionCoordinator(host, self.producer_ids)
         self.txn_verifier, channels = txn_channels.wire(
             config=cfg,
@@ -289,6 +307,7 @@ class KesqueServer:
         self.socket_server.admit = self._admit_connection
         self.socket_server.ssl_principal = ssl_principal
         self.socket_server.release = self.quotas.connections.release
+        self.socket_server.on_accept = self._on_accept
         if self.share_manager is not None:  # a closed connection ends its share sessions
             self.socket_server.closed_listeners.append(
                 lambda conn: None if self.stopped else self.share_manager.connection_closed(conn.id)
@@ -304,6 +323,8 @@ class KesqueServer:
         self.raft.start()
         await self.raft.wait_caught_up()
         log.info("Metadata caught up to offset %d", self.image.offset)
+        if isinstance(self.authorizer, StandardAuthorizer):
+            self.authorizer.complete_initial_load()
         # the committed metadata is in the image: now the logs and the broker listeners
         self.quotas.update(self.image.client_quotas)
         self.add_publisher(lambda delta: delta.changed_quotas and self.quotas.update(self.image.client_quotas))
@@ -332,7 +353,7 @@ class KesqueServer:
             self.replica_manager.local_broker_epoch = self.broker_epoch
             if self.cluster_mode:
                 self._start_replication()
-            await self.producer_ids.load()
+            await self.producer_id_blocks.load()
         # partitions of every topic in the image (become leader where this node leads)
         self.replica_manager.apply_delta(
             Delta(changed_partitions={(t.topic_id, p) for t in self.image.topics_by_id.values() for p in t.partitions})
@@ -569,6 +590,8 @@ class KesqueServer:
             if isinstance(v, (bytes, bytearray)):
                 fresh.replay(metadata_records.decode(v), delta)
         self.image.__dict__.update(fresh.__dict__)
+        if isinstance(self.authorizer, StandardAuthorizer):
+            self.authorizer.load_snapshot(self.image.acls)
         self._deliver(delta)
 
     def _apply_committed(self, records: list) -> None:
@@ -582,9 +605,21 @@ class KesqueServer:
             self.image.offset = rec.offset
         if records and self.snapshots.on_batch(size, self._now_ms()):
             self._take_snapshot()
+        if delta.changed_acls and isinstance(self.authorizer, StandardAuthorizer):
+            self._apply_acls(delta.changed_acls)
         if self.lifecycle is not None:
             self.lifecycle.on_metadata_offset(self.image.offset)
         self._deliver(delta)
+
+    def _apply_acls(self, changes: dict) -> None:
+        """Kafka's AclPublisher: the ACLs a batch added or removed, into the authorizer at once
+        (the next request on any open connection is decided by them)."""
+        a = self.authorizer
+        for acl_id, acl in changes.items():
+            if acl is None:
+                a.remove_acl(acl_id)
+            else:
+                a.add_acl(acl_id, acl)
 
     def _take_snapshot(self) -> None:
         """metadata.log.max.record.bytes.between.snapshots (or .max.snapshot.interval.ms)
@@ -627,10 +662,8 @@ class KesqueServer:
                     port = bport
             if not host or host in ("0.0.0.0", "::"):
                 host = socket.getfqdn()
-            proto = protocols.get(lis.name, PLAINTEXT)
-            out.append(
-                {"name": lis.name, "host": host, "port": port, "security_protocol": SECURITY_PROTOCOL_IDS[proto]}
-            )
+            proto = SECURITY_PROTOCOL_IDS[protocols.get(lis.name, PLAINTEXT)]
+            out.append({"name": lis.name, "host": host, "port": port, "security_protocol": proto})
         return out
 
     def _warn_not_yet(self) -> None:
@@ -873,6 +906,9 @@ class KesqueServer:
                 coordinators=self.coordinators,
                 controllers=router,
             ),
+            AclApis(authorizer=self.authorizer, controllers=router),
+            SaslApis(),
+            ScramApis(image=image, controllers=router),
         )
         for h in handlers:
             bind(h, cfg, self.apis, self.controller_apis)
@@ -918,7 +954,11 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
-        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, self.authorizer)
+        # a controller listener serves the cluster's own nodes (forwarded admin requests were
+        # authorized by the broker the client reached, as Kafka's Envelope carries the client's
+        # principal there): the broker's own principal, which every check lets through
+        authorizer = None if conn.listener in self.controller_listener_names else self.authorizer
+        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, authorizer)
         if self.quotas.request.enabled:
             ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         slot = conn.new_slot()
@@ -976,6 +1016,24 @@ class KesqueServer:
         the throttle time has passed (other connections are served meanwhile)."""
         log.debug("%s: throttling client %s for %d ms", conn.id, ctx.client_id, ctx.throttle_ms)
         conn.mute_until(self.loop.time() + ctx.throttle_ms / 1000.0)
+
+    def _on_accept(self, conn) -> None:
+        """A connection of a SASL listener authenticates before its requests reach the handlers."""
+        sasl = self.sasl_listeners.get(conn.listener)
+        if sasl is not None:
+            cfg = self.config
+            SaslConnection(
+                sasl,
+                conn,
+                self.handle_frame,
+                cfg.get("connection.failed.authentication.delay.ms"),
+                cfg.get("sasl.server.max.receive.size"),
+                cfg.get("socket.request.max.bytes"),
+            )
+
+    def _scram_credential(self, mechanism, user: str):
+        """The SCRAM credential of ``user`` in the image (UserScramCredentialRecord), None without one."""
+        return self.image.scram_credentials.get(mechanism.mechanism_name, {}).get(user)
 
     def _admit_connection(self, sock, addr) -> bool:
         """max.connections.per.ip (and overrides) and connection_creation_rate: a refused

@@ -17,8 +17,11 @@ FoundationDB simulates a whole cluster in one process:
   ``call_soon`` (nothing else may run at the same time).
 * **Processes**: each node runs in a :class:`Process` (a context variable that every task,
   callback and timer it creates inherits). :meth:`SimNetwork.kill` is ``kill -9``: the process's
-  sockets are reset, and none of its callbacks runs again (they are kept, unrun, so that no
-  ``finally`` block of the dead code runs when they are collected). Files stay as written.
+  sockets are reset, and none of its callbacks runs again. Files stay as written. The loop holds
+  every unfinished task to the end of the run, so that no coroutine of the dead code is collected
+  (and its ``finally`` blocks run) in the middle of a run, or of the next one; :meth:`SimLoop.close`
+  closes them, each in its own context, while the loop can still take their last callbacks
+  (which never run).
 * **Network**: :class:`SimSocket` is a non-blocking TCP socket over :class:`SimNetwork`: bytes
   arrive in order after a seeded delay, ``fileno()`` is a simulated descriptor that
   :class:`SimSelector` reports ready. The broker's :class:`~kesque.server.network.SocketServer`
@@ -41,7 +44,7 @@ import random
 import selectors
 import socket
 import uuid
-from asyncio import selector_events
+from asyncio import events, selector_events
 from collections import deque
 
 PROCESS: contextvars.ContextVar = contextvars.ContextVar("kesque_sim_process", default=None)
@@ -450,6 +453,9 @@ class SimLoop(selector_events.BaseSelectorEventLoop):
         self.iterations = 0
         self.after_iteration = None  # fn() after each iteration (the invariants)
         self.graveyard: list = []  # callbacks of dead processes, never run
+        # every task and the context it runs in, held until it is done (pruned) or the loop closes
+        self._tasks: dict[asyncio.Task, contextvars.Context] = {}
+        self._prune_at = 1024
         self.finished = False  # the run is over: leftovers are not reported
         super().__init__(SimSelector(self))
         self._clock_resolution = 1e-9
@@ -553,10 +559,39 @@ class SimLoop(selector_events.BaseSelectorEventLoop):
         if self.after_iteration is not None:
             self.after_iteration()
 
+    def create_task(self, coro, *, name=None, context=None):
+        if context is None:
+            context = contextvars.copy_context()  # what Task does; kept to close it in
+        task = super().create_task(coro, name=name, context=context)
+        tasks = self._tasks
+        tasks[task] = context
+        if len(tasks) > self._prune_at:
+            for t in [t for t in tasks if t.done()]:
+                del tasks[t]
+            self._prune_at = 2 * len(tasks) + 1024
+        return task
+
     def close(self) -> None:
+        """The run is over: the unfinished tasks (the dead processes', and those the live ones
+        left waiting) are closed now, each coroutine in its own context and with this loop
+        current and open, as the garbage collector would close them later without either (their
+        ``finally`` blocks then fail on a closed loop or a context variable of another context,
+        and print it). Their last callbacks are dropped with the loop."""
         self.finished = True
+        pending = [(t, ctx) for t, ctx in self._tasks.items() if not t.done()]
+        self._tasks.clear()
+        self.graveyard.clear()
+        if not self.is_closed() and not self.is_running():
+            events._set_running_loop(self)
+            try:
+                for task, ctx in pending:
+                    task._log_destroy_pending = False  # it never finishes
+                    with contextlib.suppress(Exception):  # the dead code's last words
+                        ctx.run(task.get_coro().close)
+            finally:
+                events._set_running_loop(None)
         for task in asyncio.all_tasks(self):
-            task._log_destroy_pending = False  # dead processes' tasks never finish
+            task._log_destroy_pending = False
         super().close()
 
     def spawn(self, proc: Process | None, coro) -> asyncio.Task:

@@ -1,9 +1,12 @@
 """The real broker under the simulator: ``KesqueServer`` nodes on :class:`~kesque.sim.loop.SimLoop`.
 
-A cluster of one controller (node 1) and three brokers (nodes 2-4) runs in this process, each
-node a :class:`~kesque.sim.loop.Process` at its own address (``10.0.0.<id>``), with its log dirs
-in a temporary directory (on ``/dev/shm`` when there is one) formatted as ``kesque storage
-format`` does. The nodes are the real code, unchanged: the socket server, the raft manager
+A cluster of three brokers (nodes 2-4) and one controller (node 1), or a quorum of three
+(nodes 1, 5 and 6: a separate KRaft controller quorum, as Kafka's examples and
+``kesque.testing.Cluster(controllers=3)`` configure it, ``controller.quorum.voters`` naming the
+three), or the brokers as the voters (combined nodes) runs in this process, each node a
+:class:`~kesque.sim.loop.Process` at its own address (``10.0.0.<id>``), with its log dirs in a
+temporary directory (on ``/dev/shm`` when there is one) formatted as ``kesque storage format``
+does. The nodes are the real code, unchanged: the socket server, the raft manager
 and the quorum controller, broker registration and heartbeats, the replica manager, the
 partitions and their ``Log`` files, the replica fetchers, AlterPartition, the coordinators
 (loaded, idle). What the simulation changes, and nothing else:
@@ -55,6 +58,8 @@ log = logging.getLogger(__name__)
 CLUSTER_ID = "c1mU1aTIQ0S8Ydmtc2Qb6A"
 CONTROLLER = 1
 BROKERS = (2, 3, 4)
+# a quorum of three controllers: the brokers keep ids 2-4, so every scenario's broker set is one
+QUORUM = (CONTROLLER, 5, 6)
 BROKER_PORT = 9092
 CONTROLLER_PORT = 9093
 CLIENT_HOST = "10.0.1.1"
@@ -84,29 +89,39 @@ class SimNode:
         self.cluster = cluster
         self.node_id = node_id
         self.host = host_of(node_id)
-        self.is_broker = node_id != CONTROLLER
+        self.is_broker = node_id in BROKERS
         self.dir = os.path.join(cluster.root, f"node-{node_id}")
         self.server = None
         self.proc: Process | None = None
         self.incarnation = 0
         self.halted: str | None = None
 
+    @property
+    def log_dirs(self) -> list[str]:
+        """One log dir (the node's dir), or ``d0, d1, ...`` in it (``d0`` holds the metadata log)."""
+        n = self.cluster.dirs_per_node
+        return [self.dir] if n == 1 else [os.path.join(self.dir, f"d{i}") for i in range(n)]
+
     def props(self) -> dict[str, str]:
         props = dict(SIM_CONFIG)
         props.update(
             {
                 "node.id": str(self.node_id),
-                "controller.quorum.voters": f"{CONTROLLER}@{host_of(CONTROLLER)}:{CONTROLLER_PORT}",
+                "controller.quorum.voters": ",".join(
+                    f"{c}@{host_of(c)}:{CONTROLLER_PORT}" for c in self.cluster.controllers
+                ),
                 "controller.listener.names": "CONTROLLER",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                "log.dirs": self.dir,
+                "log.dirs": ",".join(self.log_dirs),
             }
         )
         if self.is_broker:
+            combined = self.node_id in self.cluster.controllers
+            listeners = f"PLAINTEXT://{self.host}:{BROKER_PORT}"
             props.update(
                 {
-                    "process.roles": "broker",
-                    "listeners": f"PLAINTEXT://{self.host}:{BROKER_PORT}",
+                    "process.roles": "broker,controller" if combined else "broker",
+                    "listeners": f"{listeners},CONTROLLER://{self.host}:{CONTROLLER_PORT}" if combined else listeners,
                     "advertised.listeners": f"PLAINTEXT://{self.host}:{BROKER_PORT}",
                     "inter.broker.listener.name": "PLAINTEXT",
                 }
@@ -187,7 +202,9 @@ class WireClient:
         mod = self.module(api_key, version)
         return await self.channel.send(node, api_key, version, build(mod.request), timeout_ms=timeout_ms)
 
-    async def create_topic(self, node: int, name: str, partitions: int, rf: int, configs: dict) -> int:
+    async def create_topic(
+        self, node: int, name: str, partitions: int, rf: int, configs: dict, timeout_ms: int = 5000
+    ) -> int:
         def build(rq):
             topic = make(
                 rq.CreatableTopic,
@@ -197,23 +214,43 @@ class WireClient:
                 assignments=(),
                 configs=tuple(make(rq.CreatableTopicConfig, name=k, value=v) for k, v in configs.items()),
             )
-            return make(rq.CreateTopicsRequest, timeout=5000, validate_only=False, topics=(topic,))
+            return make(rq.CreateTopicsRequest, timeout=timeout_ms, validate_only=False, topics=(topic,))
 
-        resp = await self.send(node, ApiKeys.CREATE_TOPICS, 7, build)
+        resp = await self.send(node, ApiKeys.CREATE_TOPICS, 7, build, timeout_ms=timeout_ms + 5000)
         return int(resp.topics[0].error_code)
 
-    async def metadata(self, node: int, topic: str) -> dict[int, tuple[int, list[int]]]:
-        """partition -> (leader, isr) as ``node`` sees it."""
+    async def metadata_response(self, node: int, topics: list[str] | None):
+        """``node``'s Metadata v12 answer for ``topics`` (None: every topic)."""
 
         def build(rq):
             return make(
                 rq.MetadataRequest,
                 allow_auto_topic_creation=False,
                 include_topic_authorized_operations=False,
-                topics=(make(rq.MetadataRequestTopic, name=topic, topic_id=None),),
+                topics=None
+                if topics is None
+                else tuple(make(rq.MetadataRequestTopic, name=t, topic_id=None) for t in topics),
             )
 
-        resp = await self.send(node, ApiKeys.METADATA, 12, build)
+        return await self.send(node, ApiKeys.METADATA, 12, build)
+
+    async def quorum_leader(self, node: int) -> int:
+        """The metadata quorum's leader as ``node``'s DescribeQuorum v2 tells (-1: none known)."""
+
+        def build(rq):
+            part = make(rq.PartitionData, partition_index=0)
+            return make(
+                rq.DescribeQuorumRequest,
+                topics=(make(rq.TopicData, topic_name="__cluster_metadata", partitions=(part,)),),
+            )
+
+        resp = await self.send(node, ApiKeys.DESCRIBE_QUORUM, 2, build)
+        p = resp.topics[0].partitions[0]
+        return int(p.leader_id) if int(p.error_code) == 0 else -1
+
+    async def metadata(self, node: int, topic: str) -> dict[int, tuple[int, list[int]]]:
+        """partition -> (leader, isr) as ``node`` sees it."""
+        resp = await self.metadata_response(node, [topic])
         out = {}
         for t in resp.topics:
             if t.name == topic and int(t.error_code) == 0:
@@ -289,18 +326,25 @@ class WireClient:
 
 
 class RealCluster:
-    """A controller and three brokers of the real code on one simulated loop (see the module doc)."""
+    """A controller (or a quorum of three: ``controllers=3``) and three brokers of the real code
+    on one simulated loop (see the module doc); ``controllers="combined"``: the three brokers are
+    the quorum's voters too (``process.roles=broker,controller``, as ``kesque.testing.Cluster(nodes=3)``)."""
 
-    def __init__(self, seed: int, overrides: dict | None = None):
+    def __init__(self, seed: int, overrides: dict | None = None, dirs_per_node: int = 1, controllers: int | str = 1):
+        if controllers not in (1, len(QUORUM), "combined"):
+            raise ValueError(f"controllers: 1, {len(QUORUM)} or 'combined', not {controllers!r}")
+        self.dirs_per_node = dirs_per_node
+        self.controllers = {1: (CONTROLLER,), len(QUORUM): QUORUM, "combined": BROKERS}[controllers]
         self.s = Scheduler(seed)
         self.rng = self.s.rng
         self.loop = SimLoop(self.rng)
         self.clock = SimClock(self.loop)
         self.overrides = {k: str(v) for k, v in (overrides or {}).items()}
         self.root = _tmp_root()
-        self.nodes = {i: SimNode(self, i) for i in (CONTROLLER, *BROKERS)}
+        self.nodes = {i: SimNode(self, i) for i in dict.fromkeys((*self.controllers, *BROKERS))}
         self.graveyard: list = []
         self.failures: list[str] = []
+        self.fault_log: list[str] = []  # the faults a scenario injected, in order ("kill 5", ...)
         self.fs: PowerLossFS | None = None
         self.client_proc = Process("client", CLIENT_HOST)
         self.client: WireClient | None = None
@@ -366,12 +410,21 @@ class RealCluster:
         rm = getattr(node.server, "replica_manager", None)
         return None if rm is None else rm.partitions.get((topic, partition))
 
+    def active_controllers(self) -> list[SimNode]:
+        """The live controllers that act as the active one (their own epoch's LeaderChange
+        committed and applied), newest epoch first: one in a settled quorum; an old leader cut
+        off keeps acting until it learns of the new epoch or resigns."""
+        nodes = [self.nodes[c] for c in self.controllers]
+        active = [n for n in nodes if n.ready and n.server.quorum is not None and n.server.quorum.active]
+        return sorted(active, key=lambda n: -n.server.quorum.active_epoch)
+
     def controller_view(self, topic: str, partition: int):
-        """(leader, isr) of the partition in the active controller's image, or None."""
-        node = self.nodes[CONTROLLER]
-        if not node.ready or node.server.controller is None:
+        """(leader, isr) of the partition in the active controller's image (the newest epoch's),
+        or None."""
+        active = self.active_controllers()
+        if not active:
             return None
-        t = node.server.controller.image.topic(topic)
+        t = active[0].server.controller.image.topic(topic)
         if t is None:
             return None
         p = t.partitions.get(partition)

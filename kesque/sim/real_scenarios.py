@@ -15,17 +15,26 @@ single links. Then the network heals, every broker comes back, and the cluster m
   Fetch through the wire.
 
 ``--bug acks_all_before_isr`` (the leader answers acks=all once it has the records) is caught.
+
+``real_controller_quorum``: the same with a quorum of three controllers (nodes 1, 5, 6), the faults
+falling on them (the active one among them) as often as on the brokers; converged also means one
+active controller.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import os
 import time
 
+from ..replication.replica_state import LeaderReplication
 from ..server.channel import ChannelError
+from ..storage.local_log import LocalLog
+from .faultfs import FaultFS
 from .loop import Deadlock, deterministic_entropy
-from .real import BROKERS, CONTROLLER, RealCluster, batch_summary, host_of, new_batch, quiet_logs, read_values
+from .real import BROKERS, RealCluster, batch_summary, host_of, new_batch, quiet_logs, read_values
 from .scheduler import InvariantViolation, LivenessViolation
 
 TOPIC = "t"
@@ -34,7 +43,9 @@ FAULTS = 6
 STARTUP_S = 30.0
 CONVERGE_S = 60.0
 CHECK_EVERY_S = 0.1
-RETRIABLE = {3, 6, 7, 19, 20, 54, 74, 75}  # unknown partition, not leader, timed out, not enough replicas ...
+DISK_S = 20.0  # a failed dir's fault reached, and its partitions moved off, within this
+# unknown partition, not leader, timed out, not enough replicas, storage error ...
+RETRIABLE = {3, 6, 7, 19, 20, 54, 56, 74, 75}
 
 
 class AckLedger:
@@ -58,29 +69,29 @@ class AckLedger:
         self.acked[(partition, offset)] = value
 
 
-def _summary(sim: RealCluster, b: int, p: int, lg, upto: int) -> list:
+def _summary(sim: RealCluster, b: int, tp: tuple[str, int], lg, upto: int) -> list:
     """batch_summary(lg, upto), read on from where the last check of this log stopped (the
     batches below a high watermark do not change; a log that shrank is read again)."""
     cache = sim.__dict__.setdefault("summaries", {})
-    held = cache.get((b, p))
+    held = cache.get((b, tp))
     if held is None or held[0] is not lg or held[1] > lg.log_end_offset or held[1] > upto:
         held = (lg, 0, [])
     _lg, done, batches = held
     batches = batches + batch_summary(lg, upto, done)
-    cache[(b, p)] = (lg, batches[-1][1] + 1 if batches else 0, batches)
+    cache[(b, tp)] = (lg, batches[-1][1] + 1 if batches else 0, batches)
     return batches
 
 
-def replicas_agree(sim: RealCluster, end: bool = False) -> None:
+def replicas_agree(sim: RealCluster, end: bool = False, topic: str = TOPIC, partitions: int = PARTITIONS) -> None:
     """Live replicas agree below their high watermarks; at the end (``end``) on everything."""
-    for p in range(PARTITIONS):
+    for p in range(partitions):
         views = []
         for b in BROKERS:
-            part = sim.partition_state(b, TOPIC, p)
+            part = sim.partition_state(b, topic, p)
             if part is not None:
                 lg = part.log
                 upto = lg.log_end_offset if end else lg.high_watermark
-                views.append((b, upto, batch_summary(lg, upto) if end else _summary(sim, b, p, lg, upto)))
+                views.append((b, upto, batch_summary(lg, upto) if end else _summary(sim, b, (topic, p), lg, upto)))
         for i, (a, ha, sa) in enumerate(views):
             for b, hb, sb in views[i + 1 :]:
                 h = min(ha, hb)
@@ -89,7 +100,7 @@ def replicas_agree(sim: RealCluster, end: bool = False) -> None:
                 if ca != cb:
                     diff = next((x, y) for x, y in zip(ca + [None], cb + [None]) if x != y)
                     raise InvariantViolation(
-                        f"{TOPIC}-{p}: brokers {a} and {b} disagree below offset {h} "
+                        f"{topic}-{p}: brokers {a} and {b} disagree below offset {h} "
                         f"(first differing batch (base, last, crc): {diff[0]} vs {diff[1]})"
                     )
 
@@ -140,14 +151,16 @@ async def _checker(sim: RealCluster, stop: asyncio.Event) -> None:
         await asyncio.sleep(CHECK_EVERY_S)
 
 
-def _converged(sim: RealCluster) -> bool:
-    if not all(n.ready for n in sim.nodes.values()):
+def converged(sim: RealCluster, topic: str = TOPIC, partitions: int = PARTITIONS) -> bool:
+    """Every node up, one active controller, and every partition of ``topic`` led, its ISR full,
+    every replica at the end."""
+    if not all(n.ready for n in sim.nodes.values()) or len(sim.active_controllers()) != 1:
         return False
-    for p in range(PARTITIONS):
-        view = sim.controller_view(TOPIC, p)
+    for p in range(partitions):
+        view = sim.controller_view(topic, p)
         if view is None or view[0] not in BROKERS or sorted(view[1]) != sorted(BROKERS):
             return False
-        parts = [sim.partition_state(b, TOPIC, p) for b in BROKERS]
+        parts = [sim.partition_state(b, topic, p) for b in BROKERS]
         if any(x is None for x in parts) or not parts[BROKERS.index(view[0])].is_leader:
             return False
         ends = {x.log.log_end_offset for x in parts}
@@ -156,13 +169,29 @@ def _converged(sim: RealCluster) -> bool:
     return True
 
 
-async def _faults(sim: RealCluster, power_loss: bool) -> None:
+def _victim(sim: RealCluster, rng) -> int:
+    """A broker; with a quorum of controllers, a controller as often (half of those the active
+    one, when there is one)."""
+    if len(sim.controllers) == 1:
+        return rng.choice(BROKERS)
+    if rng.random() < 0.5:
+        return rng.choice(BROKERS)
+    active = sim.active_controllers()
+    if active and rng.random() < 0.5:
+        return active[0].node_id
+    return rng.choice(sim.controllers)
+
+
+async def fault_schedule(sim: RealCluster, power_loss: bool, spare=()) -> None:
     """FAULTS faults; with ``power_loss`` one kill (at most) is also a power loss, taken only while
     every other broker runs (Kafka acknowledges before fsync: the other ISR members hold what
-    the victim loses)."""
+    the victim loses). The brokers of ``spare`` are cut off, never killed. With a quorum of
+    controllers, controllers are killed, isolated and cut off too (power losses stay with the
+    brokers)."""
     rng = sim.rng
     net = sim.loop.net
     pending: list[asyncio.Task] = []
+    everyone = [host_of(n) for n in sim.nodes]
 
     async def later(delay: float, fn, *args):
         await asyncio.sleep(delay)
@@ -175,25 +204,31 @@ async def _faults(sim: RealCluster, power_loss: bool) -> None:
     for _ in range(FAULTS):
         await asyncio.sleep(rng.uniform(0.2, 2.0))
         roll = rng.random()
-        victim = rng.choice(BROKERS)
+        victim = _victim(sim, rng)
+        active = [n.node_id for n in sim.active_controllers()]
+        what = f"{victim}{' (the active controller)' if victim in active[:1] else ''}"
         if roll < 0.45:
-            if sim.nodes[victim].alive:
+            if sim.nodes[victim].alive and victim not in spare:
                 lose = (
                     power_loss
+                    and victim in BROKERS
                     and not sim.fs.cuts
                     and all(sim.nodes[b].alive for b in BROKERS)
                     and not net.cuts
                     and rng.random() < 0.7
                 )
                 sim.nodes[victim].kill(power_loss=lose)
+                sim.fault_log.append(f"{'power loss' if lose else 'kill'} {what}")
                 # back at once or later: before the controller fenced its old incarnation too
                 pending.append(asyncio.ensure_future(later(rng.uniform(0.2, 4.0), restart, victim)))
-        elif roll < 0.8:  # cut off from the controller and the other brokers, not from the client
-            net.isolate(host_of(victim), [host_of(n) for n in (CONTROLLER, *BROKERS)])
+        elif roll < 0.8:  # cut off from the controllers and the brokers, not from the client
+            net.isolate(host_of(victim), everyone)
+            sim.fault_log.append(f"isolate {what}")
             pending.append(asyncio.ensure_future(later(rng.uniform(0.5, 5.0), net.heal)))
         else:
-            other = rng.choice([n for n in (CONTROLLER, *BROKERS) if n != victim])
+            other = rng.choice([n for n in sim.nodes if n != victim])
             net.cut(host_of(victim), host_of(other))
+            sim.fault_log.append(f"cut {what} from {other}")
             pending.append(asyncio.ensure_future(later(rng.uniform(0.5, 5.0), net.heal)))
     await asyncio.gather(*pending)
 
@@ -220,42 +255,118 @@ async def _read_back(sim: RealCluster, ledger: AckLedger) -> None:
                 )
 
 
-async def _scenario(sim: RealCluster, ledger: AckLedger, power_loss: bool = False) -> None:
+class DiskFault:
+    """One broker's log dir fails mid-run (``--`` :class:`~kesque.sim.faultfs.FaultFS`): armed at
+    a random time on a dir holding a replica of the topic, at a write point the run reaches."""
+
+    POINTS = ("segment-append", "checkpoint", "fsync")
+
+    def __init__(self, sim: RealCluster):
+        self.sim = sim
+        self.victim = sim.rng.choice(BROKERS)
+        self.fs: FaultFS | None = None
+        self.point = sim.rng.choice(self.POINTS)
+        self.err = errno.EIO if self.point == "fsync" else sim.rng.choice((errno.ENOSPC, errno.EIO))
+        self.dir: str | None = None
+        self.partitions: list[int] = []  # the topic's replicas of the victim in that dir
+
+    async def arm(self) -> None:
+        sim = self.sim
+        await asyncio.sleep(sim.rng.uniform(0.5, 4.0))
+        node = sim.nodes[self.victim]
+        by_dir: dict[str, list[int]] = {}
+        for p in range(PARTITIONS):
+            part = sim.partition_state(self.victim, TOPIC, p)
+            if part is not None:
+                by_dir.setdefault(part.log.parent_dir, []).append(p)
+        if not by_dir:
+            return
+        self.dir = sim.rng.choice(sorted(by_dir))
+        self.partitions = by_dir[self.dir]
+        self.metadata_dir = self.dir == os.path.abspath(node.log_dirs[0])
+        self.fs.root = self.dir
+        self.fs.arm(self.point, self.err)
+
+    def check(self) -> None:
+        """Nothing is written in the failed dir after its first failure (Kafka's dir goes offline)."""
+        if self.fs is not None and self.fs.late_writes:
+            raise InvariantViolation(
+                f"broker {self.victim} wrote {self.fs.late_writes[0]} after its log dir {self.dir} failed "
+                f"({self.point}, {errno.errorcode[self.err]})"
+            )
+
+    def moved_off(self) -> bool:
+        """The controller took the failed dir's replicas out of leadership and ISR (or the broker
+        halted: its metadata log dir failed). A partition whose last ISR member was that replica
+        stays offline with it in its ISR (Kafka keeps the last member), until the disk returns."""
+        if self.sim.nodes[self.victim].halted:
+            return True
+        for p in self.partitions:
+            view = self.sim.controller_view(TOPIC, p)
+            if view is None or view[0] == self.victim:
+                return False
+            if self.victim in view[1] and (view[0] != -1 or view[1] != [self.victim]):
+                return False
+        return True
+
+
+async def _scenario(
+    sim: RealCluster, ledger: AckLedger, power_loss: bool = False, disk: DiskFault | None = None
+) -> None:
     await sim.until(lambda: all(n.ready for n in sim.nodes.values()), STARTUP_S, "every node started")
     code = await sim.client.create_topic(BROKERS[0], TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
     if code:
         raise InvariantViolation(f"CreateTopics answered error {code}")
-    await sim.until(lambda: _converged(sim), STARTUP_S, f"{TOPIC} created with a full ISR")
+    await sim.until(lambda: converged(sim), STARTUP_S, f"{TOPIC} created with a full ISR")
     stop = asyncio.Event()
     workers = [asyncio.ensure_future(_producer(sim, ledger, p, stop)) for p in range(PARTITIONS)]
     workers.append(asyncio.ensure_future(_checker(sim, stop)))
+    if disk is not None:
+        workers.append(asyncio.ensure_future(disk.arm()))
     try:
-        await _faults(sim, power_loss)
+        await fault_schedule(sim, power_loss, spare=(disk.victim,) if disk is not None else ())
         await asyncio.sleep(sim.rng.uniform(0.0, 1.0))
     finally:
         stop.set()
     await asyncio.gather(*workers)
     sim.loop.net.heal()
-    for b in BROKERS:
-        if not sim.nodes[b].alive:
-            sim.nodes[b].start()
+    if disk is not None and disk.dir is not None:
+        await sim.until(lambda: disk.fs.hits > 0, DISK_S, f"the fault armed at {disk.point} in {disk.dir} is reached")
+        await sim.until(
+            disk.moved_off,
+            DISK_S,
+            f"partitions {disk.partitions} moved off broker {disk.victim}, whose log dir {disk.dir} failed",
+        )
+        disk.fs.clear()  # the disk is replaced (or space freed); the broker restarts on it
+        sim.nodes[disk.victim].kill()
+    for node in sim.nodes.values():
+        if not node.alive:
+            node.start()
     await sim.until(
-        lambda: _converged(sim), CONVERGE_S, "every partition led, its ISR full and every replica at the leader's end"
+        lambda: converged(sim), CONVERGE_S, "every partition led, its ISR full and every replica at the leader's end"
     )
     replicas_agree(sim, end=True)
     await _read_back(sim, ledger)
 
 
-def _run(seed: int, power_loss: bool = False) -> RealCluster:
+def _run(seed: int, power_loss: bool = False, disk: bool = False, controllers: int = 1) -> RealCluster:
     t0 = time.perf_counter()
-    sim = RealCluster(seed)
+    sim = RealCluster(seed, dirs_per_node=2 if disk else 1, controllers=controllers)
     sim.inv = ledger = AckLedger()
+    fault = DiskFault(sim) if disk else None
     try:
         with deterministic_entropy(sim.rng), quiet_logs():
             sim.start_all()
-            with sim.fs.patched() if power_loss else contextlib.nullcontext():
+            if fault is not None:
+                fault.fs = FaultFS(sim.root)  # armed on one dir later
+                sim.invariants.append(fault.check)
+            with contextlib.ExitStack() as stack:
+                if power_loss:
+                    stack.enter_context(sim.fs.patched())
+                if fault is not None:
+                    stack.enter_context(fault.fs.patched())
                 try:
-                    sim.run(_scenario(sim, ledger, power_loss))
+                    sim.run(_scenario(sim, ledger, power_loss, fault))
                 except Deadlock as e:
                     raise LivenessViolation(str(e)) from None
             if sim.failures:
@@ -277,5 +388,23 @@ def real_power_loss(seed: int, **kw) -> RealCluster:
     return _run(seed, power_loss=True)
 
 
-REAL_SCENARIOS = {f.__name__: f for f in (real_acks_all, real_power_loss)}
-REAL_BUGS = ("acks_all_before_isr",)
+def real_disk_failure(seed: int, **kw) -> RealCluster:
+    """real_acks_all on brokers with two log dirs, and one dir of one broker fails mid-run
+    (ENOSPC or EIO at a segment append, a checkpoint or an fsync): the dir goes offline, nothing
+    is written there after, the controller moves its partitions' leaderships and ISR off it (the
+    metadata log's dir halts the broker), no acknowledged record is lost; then the disk is
+    replaced and the broker restarts on it. ``--bug keep_writing_after_io_error`` (the log takes
+    an I/O error as transient and stays online) is caught."""
+    return _run(seed, disk=True)
+
+
+def real_controller_quorum(seed: int, **kw) -> RealCluster:
+    """real_acks_all with a separate quorum of three KRaft controllers (nodes 1, 5, 6), and the
+    faults fall on the controllers as often as on the brokers: the active controller, or any,
+    killed and restarted, isolated, cut from one node. Once healed there is one active
+    controller, and the rest converges as in real_acks_all."""
+    return _run(seed, controllers=3)
+
+
+REAL_SCENARIOS = {f.__name__: f for f in (real_acks_all, real_power_loss, real_disk_failure, real_controller_quorum)}
+REAL_BUG_OWNERS = {"acks_all_before_isr": LeaderReplication, "keep_writing_after_io_error": LocalLog}

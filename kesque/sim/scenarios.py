@@ -19,7 +19,8 @@ from .cluster import RaftCluster
 from .invariants import Invariants
 from .metadata import MetadataCluster
 from .network import NetworkFaults
-from .real_scenarios import REAL_BUGS, REAL_SCENARIOS
+from .real_scenarios import REAL_BUG_OWNERS, REAL_SCENARIOS
+from .real_txn import REAL_TXN_BUG_OWNERS, REAL_TXN_SCENARIOS
 from .repl_scenarios import REPLICATION_BUGS, REPLICATION_SCENARIOS
 from .scheduler import Scheduler
 from .txn_verification import TXN_BUGS, TXN_SCENARIOS
@@ -39,6 +40,7 @@ class Run:
     events: int = 0
     wall_s: float = 0.0
     committed: int = 0
+    faults: tuple = ()  # what a real scenario injected (RealCluster.fault_log)
 
     def replay(self) -> str:
         bug = f" --bug {self.bug}" if self.bug else ""
@@ -541,17 +543,21 @@ SCENARIOS = {
 SCENARIOS.update(REPLICATION_SCENARIOS)
 SCENARIOS.update(TXN_SCENARIOS)
 SCENARIOS.update(REAL_SCENARIOS)
-BUGS = tuple(Knobs.__dataclass_fields__) + REPLICATION_BUGS + TXN_BUGS + REAL_BUGS
+SCENARIOS.update(REAL_TXN_SCENARIOS)
+REAL_BUG_OWNERS = {**REAL_BUG_OWNERS, **REAL_TXN_BUG_OWNERS}
+BUGS = tuple(Knobs.__dataclass_fields__) + REPLICATION_BUGS + TXN_BUGS + tuple(REAL_BUG_OWNERS)
 
 
 @contextlib.contextmanager
 def replication_bug(bug: str | None):
     """Switch on a replication test-only switch (a class attribute) for one run."""
-    if bug not in REPLICATION_BUGS + TXN_BUGS + REAL_BUGS:
+    if bug not in REPLICATION_BUGS + TXN_BUGS + tuple(REAL_BUG_OWNERS):
         yield
         return
     if bug in TXN_BUGS:
         owner, bug = txn_bug_switch(bug)
+    elif bug in REAL_BUG_OWNERS:
+        owner = REAL_BUG_OWNERS[bug]
     else:
         owner = LeaderReplication if hasattr(LeaderReplication, bug) else FollowerFetch
     setattr(owner, bug, True)
@@ -577,5 +583,6 @@ def run(name: str, seed: int, bug: str | None = None) -> Run:
     result.sim_ms = sim.s.now
     result.events = sim.s.events
     result.committed = sim.inv.committed if hasattr(sim.inv, "committed") else len(sim.inv.ledger)
+    result.faults = tuple(getattr(sim, "fault_log", ()))
     result.wall_s = time.perf_counter() - t0
     return result

@@ -91,6 +91,11 @@ class FetchData:
 
 
 class LocalLog:
+    # test-only switch (the simulator's --bug keep_writing_after_io_error): an I/O error fails the
+    # call and nothing more, as if it were transient; the log and its dir stay online and take the
+    # next writes (the rule broken: nothing is written to a log dir after its first failed write)
+    keep_writing_after_io_error = False
+
     def __init__(
         self,
         dir_path: str,
@@ -120,6 +125,9 @@ class LocalLog:
 
     # ================================================================== failure
     def failed(self, msg: str, e: OSError) -> KafkaStorageError:
+        if self.keep_writing_after_io_error:
+            log.error("%s: %s", msg, e)
+            return KafkaStorageError(f"{msg}: {e}")
         if self.io_error is None:
             self.io_error = f"{msg}: {e}"
         if self.dir_failure is not None:

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...errors import ErrorCode, KafkaError
-from ..runtime import CoordinatorResult, append_and_replay
+from ..runtime import CoordinatorResult, append_and_replay, append_error
 from . import records as R
 from .assignors import ASSIGNORS
 from .requests import ConsumerGroupHeartbeat
@@ -333,8 +333,6 @@ def consumer_group_heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -
     except HeartbeatError as e:
         return _error_response(e.code, e.message)
     except Exception as e:  # the group's records failed to append (nothing was replayed)
-        from .shard import append_error
-
         log.warning("ConsumerGroupHeartbeat of member %s of group %s failed: %s", req.member_id, req.group_id, e)
         return _error_response(append_error(e), None)
 

@@ -21,10 +21,22 @@ from dataclasses import dataclass
 
 from ...errors import ErrorCode, KafkaError
 from ...share import enabled as share_groups_enabled
-from ..runtime import CoordinatorResult, append_and_replay, coordinator_error
+from ..runtime import CoordinatorResult, append_and_replay, append_error
 from . import records as R
 from .classic import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, ClassicGroup, ClassicMember
+from .consumer import (
+    classic_heartbeat_to_consumer_group,
+    classic_join_to_consumer_group,
+    classic_leave_to_consumer_group,
+    classic_sync_to_consumer_group,
+    consumer_group_tombstones,
+    on_consumer_groups_loaded,
+    replay_consumer_record,
+    validate_consumer_group_commit,
+    validate_consumer_group_fetch,
+)
 from .requests import Heartbeat, JoinGroup, OffsetCommit, OffsetDelete, SyncGroup, TxnOffsetCommit
+from .share import on_share_groups_loaded, replay_share_record, share_group_tombstones
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +99,6 @@ class GroupConfig:
         )
 
 
-def append_error(exc: BaseException) -> ErrorCode:
-    """The error a group member is told when the group's records fail to append (Kafka's
-    appendGroupMetadataErrorToResponseError); a failure without a Kafka code is a storage error."""
-    return coordinator_error(exc.code if isinstance(exc, KafkaError) else ErrorCode.kafka_storage_error)
-
-
 def _join_error(member_id: str, error: ErrorCode) -> dict:
     return {
         "error": error,
@@ -152,12 +158,8 @@ class GroupCoordinatorShard:
         elif version == R.GROUP_METADATA:
             self._replay_group_metadata(k["group"], v)
         elif version in R.SHARE_GROUP_RECORDS:
-            from .share import replay_share_record
-
             replay_share_record(self, version, k, v)
         else:
-            from .consumer import replay_consumer_record
-
             replay_consumer_record(self, version, k, v)
 
     @staticmethod
@@ -259,9 +261,6 @@ class GroupCoordinatorShard:
             if isinstance(g, ClassicGroup):
                 for m in g.members.values():
                     self._reschedule_heartbeat(g, m)
-        from .consumer import on_consumer_groups_loaded
-        from .share import on_share_groups_loaded
-
         on_consumer_groups_loaded(self)
         on_share_groups_loaded(self)
 
@@ -327,12 +326,8 @@ class GroupCoordinatorShard:
         if isinstance(g, ClassicGroup):
             recs.append((R.group_key(R.GROUP_METADATA, group_id), None))
         elif getattr(g, "type", None) == "share":
-            from .share import share_group_tombstones
-
             recs.extend(share_group_tombstones(g))
         elif g is not None:
-            from .consumer import consumer_group_tombstones
-
             recs.extend(consumer_group_tombstones(g))
         return recs
 
@@ -379,14 +374,10 @@ class GroupCoordinatorShard:
             return
         existing = self.groups.get(group_id)
         if existing is not None and not isinstance(existing, ClassicGroup):
-            from .consumer import classic_join_to_consumer_group
-
             if not existing.is_empty():
                 classic_join_to_consumer_group(self, existing, req, respond)
                 return
             # an empty consumer group becomes a classic group (Kafka's downgrade of empty groups)
-            from .consumer import consumer_group_tombstones
-
             append_and_replay(self, self.write, CoordinatorResult(consumer_group_tombstones(existing)))
         is_new_group = group_id not in self.groups
         unknown = member_id == ""
@@ -704,8 +695,6 @@ class GroupCoordinatorShard:
             respond({"error": ErrorCode.unknown_member_id, "assignment": b""})
             return
         if not isinstance(g, ClassicGroup):
-            from .consumer import classic_sync_to_consumer_group
-
             classic_sync_to_consumer_group(self, g, req, respond)
             return
         member_id = req.member_id
@@ -786,8 +775,6 @@ class GroupCoordinatorShard:
         if g is None:
             return ErrorCode.unknown_member_id
         if not isinstance(g, ClassicGroup):
-            from .consumer import classic_heartbeat_to_consumer_group
-
             return classic_heartbeat_to_consumer_group(self, g, req)
         err = self._validate_generation(g, req)
         if err:
@@ -805,8 +792,6 @@ class GroupCoordinatorShard:
         if g is None:
             return ErrorCode.unknown_member_id, []
         if not isinstance(g, ClassicGroup):
-            from .consumer import classic_leave_to_consumer_group
-
             return classic_leave_to_consumer_group(self, g, members)
         if g.state == DEAD:
             return ErrorCode.coordinator_not_available, []
@@ -871,8 +856,6 @@ class GroupCoordinatorShard:
             if not err and g.state in (STABLE, PREPARING_REBALANCE) and req.member_id in g.members:
                 self._reschedule_heartbeat(g, g.members[req.member_id])  # a commit keeps the session
         else:
-            from .consumer import validate_consumer_group_commit
-
             err = validate_consumer_group_commit(
                 g,
                 req.member_id,
@@ -940,8 +923,6 @@ class GroupCoordinatorShard:
         elif isinstance(g, ClassicGroup):
             err = self._validate_classic_commit(g, req.member_id, req.group_instance_id, generation, transactional=True)
         else:
-            from .consumer import validate_consumer_group_commit
-
             if not (generation == -1 and not req.member_id and req.group_instance_id is None):
                 err = validate_consumer_group_commit(
                     g,
@@ -970,8 +951,6 @@ class GroupCoordinatorShard:
         if _is_share(g):
             return ErrorCode.group_id_not_found, {}  # Kafka's ShareGroup.validateOffsetFetch
         if g is not None and not isinstance(g, ClassicGroup) and member_id is not None:
-            from .consumer import validate_consumer_group_fetch
-
             err = validate_consumer_group_fetch(g, member_id, member_epoch)
             if err:
                 return err, {}

@@ -24,7 +24,6 @@ class ShareCoordinator(CoordinatorRuntime):
     def new_shard(self, partition: int, leader_epoch: int) -> ShareCoordinatorShard:
         return ShareCoordinatorShard(
             partition,
-            lambda recs: self.write(partition, recs),
             self.host.config.get("share.coordinator.snapshot.update.records.per.snapshot"),
         )
 

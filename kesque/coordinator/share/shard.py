@@ -7,8 +7,8 @@ state (0 Available, 2 Acknowledged, 4 Archived) and delivery count. A write is a
 record whose batches are laid over the state (the newer batch wins for each offset, and
 anything below the new start offset goes); every ``records_per_snapshot`` writes a
 ShareSnapshot with the merged state is written instead, so a reload replays at most one
-snapshot and a few updates per share-partition. The runtime hands in ``write(records)``;
-state changes only after the write succeeds.
+snapshot and a few updates per share-partition. An operation returns the records to write;
+the state changes only when they are replayed, once written (Kafka's CoordinatorRuntime).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ErrorCode, KafkaError
 from ...share.partition import ACKNOWLEDGED, ARCHIVED, StateBatch
+from ..runtime import CoordinatorRecord, CoordinatorResult
 from . import records as R
 
 
@@ -90,14 +91,25 @@ def _batches(value: list[dict]) -> list[StateBatch]:
 
 
 class ShareCoordinatorShard:
-    def __init__(self, partition: int, write, records_per_snapshot: int = 500):
+    """Operations return a :class:`~kesque.coordinator.runtime.CoordinatorResult` (Kafka's
+    ShareCoordinatorShard): the records to write and the response; the state changes only when
+    the runtime replays the records once written, so a refused or failed write leaves it as it
+    was."""
+
+    def __init__(self, partition: int, records_per_snapshot: int = 500):
         self.partition = partition
-        self.write = write
         self.records_per_snapshot = records_per_snapshot
         self.states: dict[tuple, ShareState] = {}
 
     # ------------------------------------------------------------------ replay
-    def replay(self, key: bytes, value: bytes | None) -> None:
+    def replay(self, key: bytes, value: bytes | None, decoded: tuple | None = None) -> None:
+        """``decoded``: ``(share-partition key, state)`` of a record an operation of this shard
+        wrote, the state it computed (an update's batches merged already); from the log (load,
+        committed view) the record is decoded and laid over the state."""
+        if decoded is not None:
+            skey, state = decoded
+            self.states[skey] = state
+            return
         version, k = R.decode_key(key)
         skey = (k["group_id"], k["topic_id"], k["partition"])
         v = R.decode_value(version, value)
@@ -128,9 +140,12 @@ class ShareCoordinatorShard:
     def read(self, key: tuple) -> ShareState | None:
         return self.states.get(key)
 
-    def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1, state_epoch: int = -1) -> ShareState:
+    def initialize(
+        self, key: tuple, start_offset: int, leader_epoch: int = -1, state_epoch: int = -1
+    ) -> CoordinatorResult:
         """(Re)initialize a share-partition's state at ``start_offset``: a new state epoch, the
-        given one (refused with FENCED_STATE_EPOCH unless newer than the stored one) or the next."""
+        given one (refused with FENCED_STATE_EPOCH unless newer than the stored one) or the next.
+        The response is the new state."""
         old = self.states.get(key)
         if state_epoch >= 0 and old is not None and state_epoch <= old.state_epoch:
             raise KafkaError(
@@ -139,13 +154,11 @@ class ShareCoordinatorShard:
             )
         epoch = state_epoch if state_epoch >= 0 else (old.state_epoch + 1) if old else 0
         s = ShareState(epoch, start_offset, leader_epoch, [], (old.snapshot_epoch + 1) if old else 0)
-        self._write_snapshot(key, s)
-        self.states[key] = s
-        return s
+        return CoordinatorResult([_snapshot_record(key, s)], s)
 
     def write_state(
         self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1, state_epoch: int = -1
-    ) -> None:
+    ) -> CoordinatorResult:
         """Lay ``batches`` over the state. As Kafka's share coordinator, a leader older than the
         last one that read or wrote it is refused (FENCED_LEADER_EPOCH), and so is a writer
         that read the state before it was initialized again, e.g. by an offset reset
@@ -165,46 +178,37 @@ class ShareCoordinatorShard:
         merged = merge(start_offset, old.batches, batches)
         if key not in self.states or old.updates + 1 >= self.records_per_snapshot:
             s = ShareState(old.state_epoch, start_offset, leader_epoch, merged, old.snapshot_epoch + 1, 0)
-            self._write_snapshot(key, s)
-        else:
-            self.write(
-                [
-                    (
-                        R.encode_key(R.SHARE_UPDATE, *key),
-                        R.encode_value(
-                            R.SHARE_UPDATE,
-                            {
-                                "snapshot_epoch": old.snapshot_epoch,
-                                "leader_epoch": leader_epoch,
-                                "start_offset": start_offset,
-                                "state_batches": _batches_value(batches),
-                            },
-                        ),
-                    )
-                ]
-            )
-            s = ShareState(old.state_epoch, start_offset, leader_epoch, merged, old.snapshot_epoch, old.updates + 1)
-        self.states[key] = s
-
-    def delete(self, key: tuple) -> None:
-        self.write([(R.encode_key(R.SHARE_SNAPSHOT, *key), None), (R.encode_key(R.SHARE_UPDATE, *key), None)])
-        self.states.pop(key, None)
-
-    def _write_snapshot(self, key: tuple, s: ShareState) -> None:
-        self.write(
-            [
-                (
-                    R.encode_key(R.SHARE_SNAPSHOT, *key),
-                    R.encode_value(
-                        R.SHARE_SNAPSHOT,
-                        {
-                            "snapshot_epoch": s.snapshot_epoch,
-                            "state_epoch": s.state_epoch,
-                            "leader_epoch": s.leader_epoch,
-                            "start_offset": s.start_offset,
-                            "state_batches": _batches_value(s.batches),
-                        },
-                    ),
-                )
-            ]
+            return CoordinatorResult([_snapshot_record(key, s)])
+        s = ShareState(old.state_epoch, start_offset, leader_epoch, merged, old.snapshot_epoch, old.updates + 1)
+        update = R.encode_value(
+            R.SHARE_UPDATE,
+            {
+                "snapshot_epoch": old.snapshot_epoch,
+                "leader_epoch": leader_epoch,
+                "start_offset": start_offset,
+                "state_batches": _batches_value(batches),
+            },
         )
+        return CoordinatorResult([CoordinatorRecord(R.encode_key(R.SHARE_UPDATE, *key), update, (key, s))])
+
+    def delete(self, key: tuple) -> CoordinatorResult:
+        """Tombstones for the state of ``key``; nothing to write when it has none."""
+        if key not in self.states:
+            return CoordinatorResult([])
+        return CoordinatorResult(
+            [(R.encode_key(R.SHARE_SNAPSHOT, *key), None), (R.encode_key(R.SHARE_UPDATE, *key), None)]
+        )
+
+
+def _snapshot_record(key: tuple, s: ShareState) -> CoordinatorRecord:
+    value = R.encode_value(
+        R.SHARE_SNAPSHOT,
+        {
+            "snapshot_epoch": s.snapshot_epoch,
+            "state_epoch": s.state_epoch,
+            "leader_epoch": s.leader_epoch,
+            "start_offset": s.start_offset,
+            "state_batches": _batches_value(s.batches),
+        },
+    )
+    return CoordinatorRecord(R.encode_key(R.SHARE_SNAPSHOT, *key), value, (key, s))

@@ -1,33 +1,34 @@
 """TransactionCoordinator: runs a TransactionCoordinatorShard for every
-``__transaction_state`` partition this broker leads, and writes the transactions' markers
-(Kafka's TransactionCoordinator + TransactionMarkerChannelManager).
+``__transaction_state`` partition this broker leads, and decides how a transaction's markers
+complete it (Kafka's TransactionCoordinator and the decisions of its
+TransactionMarkerChannelManager). Sans-IO: the writing and waiting is the driver's,
+kesque.server.drivers.txn_markers.
 
 Once a transaction's PrepareCommit/PrepareAbort record is committed (the high watermark of its
 ``__transaction_state`` partition passed it: a coordinator that fails over before that never
-sends markers), a marker goes to the leader of each of its partitions from the metadata image,
-through ``markers`` (:class:`~kesque.server.txn_channels.TxnMarkerSender`: appended directly
-when this broker leads the partition, else sent with WriteTxnMarkers, batched per broker); a
-marker counts once committed on its partition. A partition whose leader is unavailable is
-retried, a partition whose topic was deleted leaves the transaction (as Kafka's marker
-channel does). When every partition has its marker, the shard writes
-CompleteCommit/CompleteAbort.
+sends markers), a marker goes to the leader of each of its partitions from the metadata image
+(:meth:`TransactionCoordinator.marker_destinations`), through the driver's sender
+(:class:`~kesque.server.txn_channels.TxnMarkerSender`: appended directly when this broker leads
+the partition, else sent with WriteTxnMarkers, batched per broker); a marker counts once
+committed on its partition. A partition whose leader is unavailable is retried, a partition
+whose topic was deleted leaves the transaction (as Kafka's marker channel does:
+:meth:`TransactionCoordinator.marker_results`). When every partition has its marker, the shard
+writes CompleteCommit/CompleteAbort.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from ...errors import ErrorCode, KafkaError
-from ...replication.delayed import wait_for_acks
 from ..runtime import CoordinatorRuntime
-from .shard import TransactionCoordinatorShard, TxnConfig, TxnMetadata
+from .requests import AddPartitionsToTxn, EndTxn, InitProducerId
+from .shard import EndTxnResult, InitResult, TransactionCoordinatorShard, TxnConfig, TxnMarkers, TxnMetadata
 
 log = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TRANSACTION_VERSION_FEATURE = "transaction.version"
-MARKER_RETRY_MS = 100
 
 # errors after which a marker is sent again (TransactionMarkerRequestCompletionHandler), also
 # when the request did not reach the leader (NETWORK_EXCEPTION, REQUEST_TIMED_OUT)
@@ -67,8 +68,10 @@ class TransactionCoordinator(CoordinatorRuntime):
         self.config = TxnConfig.from_broker(host.config)
         self.producer_ids = producer_ids
         self.verification_enabled = host.config.get("transaction.partition.verification.enable")
-        self.markers = markers  # a TxnMarkerSender (the server sets it)
-        self._tasks: set[asyncio.Task] = set()
+        # the marker writer (kesque.server.drivers.txn_markers.TxnMarkerChannelManager, the
+        # server sets it): ``add(partition, txn, commit, pending)`` completes the transaction
+        # through the methods below, ``close()`` stops it
+        self.markers = markers
 
     def transaction_version(self) -> int:
         """The finalized ``transaction.version`` (0 when the cluster never finalized it: a data
@@ -87,12 +90,33 @@ class TransactionCoordinator(CoordinatorRuntime):
         return TransactionCoordinatorShard(
             partition,
             self.config,
-            lambda recs: self.write(partition, recs),
             lambda txn, commit: self._queue_markers(partition, txn, commit),
             self.host.clock,
             self.producer_ids.generate,
             leader_epoch,
         )
+
+    # ------------------------------------------------------------------ write operations
+    def init_producer_id(self, req: InitProducerId) -> InitResult:
+        """Raises KafkaError (NOT_COORDINATOR, a failed write, ...); the markers of a transaction
+        it fenced are queued once its PrepareAbort is written."""
+        shard = self.shard_for(req.transactional_id)
+        res = self.apply(shard, shard.init_producer_id(req))
+        self._send(shard, res.markers)
+        return res
+
+    def add_partitions(self, req: AddPartitionsToTxn) -> None:
+        self.run_write(req.transactional_id, lambda shard: shard.add_partitions(req))
+
+    def end_txn(self, req: EndTxn) -> EndTxnResult:
+        shard = self.shard_for(req.transactional_id)
+        res = self.apply(shard, shard.end_txn(req))
+        self._send(shard, res.markers)
+        return res
+
+    def _send(self, shard, markers: TxnMarkers | None) -> None:
+        if markers is not None:
+            self._queue_markers(shard.partition, markers.txn, markers.commit)
 
     def write_timeout_ms(self, txn_id: str | None = None) -> int:
         """A transaction's write may wait its transaction timeout (Kafka's TransactionStateManager)."""
@@ -107,11 +131,9 @@ class TransactionCoordinator(CoordinatorRuntime):
     # ------------------------------------------------------------------ markers
     def _queue_markers(self, partition: int, txn: TxnMetadata, commit: bool) -> None:
         pending = self.uncommitted([partition])  # the Prepare record just written (none when loaded)
-        task = self.host.loop.create_task(self._complete(partition, txn, commit, pending))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.markers.add(partition, txn, commit, pending)
 
-    def _current(self, partition: int, txn: TxnMetadata):
+    def awaiting_markers(self, partition: int, txn: TxnMetadata):
         """The shard, while it still holds this transaction waiting for its markers."""
         shard = self.shards.get(partition)
         current = shard.txns.get(txn.transactional_id) if shard is not None else None
@@ -124,56 +146,22 @@ class TransactionCoordinator(CoordinatorRuntime):
             return None  # unloaded, or the transaction moved on
         return shard
 
-    async def _complete(self, partition: int, txn: TxnMetadata, commit: bool, pending: dict) -> None:
-        try:
-            if not await self._prepare_committed(partition, txn, pending):
-                return
-            remaining = set(txn.partitions)
-            while remaining:
-                shard = self._current(partition, txn)
-                if shard is None:
-                    return
-                remaining = await self._write_markers(partition, shard, txn, commit, remaining)
-                if remaining is None:
-                    return
-                if remaining:
-                    await asyncio.sleep(MARKER_RETRY_MS / 1000)
-            while (shard := self._current(partition, txn)) is not None:
-                try:
-                    shard.markers_written(txn.transactional_id, txn.producer_id, txn.producer_epoch)
-                    return
-                except KafkaError as e:
-                    log.warning("Could not complete transaction %s: %s; retrying", txn.transactional_id, e)
-                    await asyncio.sleep(MARKER_RETRY_MS / 1000)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("markers of transaction %s failed", txn.transactional_id)
-
-    async def _prepare_committed(self, partition: int, txn: TxnMetadata, pending: dict) -> bool:
-        """Wait until the high watermark passed the Prepare record, for as long as this broker
-        leads and the transaction waits for its markers."""
+    def prepare_uncommitted(self, partition: int, txn: TxnMetadata, pending: dict) -> dict | None:
+        """The writes of ``pending`` (the Prepare record) the high watermark has not passed yet,
+        ``{}`` once it has, or None when the markers are not to be written by this broker (its
+        leadership is gone, or the transaction no longer waits for them)."""
+        if self.awaiting_markers(partition, txn) is None:
+            return None
         rm = self.host.replica_manager
-        while self._current(partition, txn) is not None:
-            parts = {tp: rm.partitions.get(tp) for tp in pending}
-            if any(part is None or not part.is_leader for part in parts.values()):
-                return False
-            left = {tp: end for tp, end in pending.items() if parts[tp].log.high_watermark < end}
-            if not left:
-                return True
-            codes = await wait_for_acks(rm, left, self.write_timeout_ms())
-            if any(codes.values()):
-                log.info(
-                    "The %s record of transaction %s is not committed yet (%s); waiting",
-                    txn.state.kafka_name,
-                    txn.transactional_id,
-                    ErrorCode(next(iter(codes.values()))).name,
-                )
-        return False
+        parts = {tp: rm.partitions.get(tp) for tp in pending}
+        if any(part is None or not part.is_leader for part in parts.values()):
+            return None
+        return {tp: end for tp, end in pending.items() if parts[tp].log.high_watermark < end}
 
-    async def _write_markers(self, partition: int, shard, txn: TxnMetadata, commit: bool, remaining: set):
-        """One round of markers: the partitions to retry, or None to stop (a newer coordinator
-        or producer epoch exists)."""
+    def marker_destinations(self, shard, txn: TxnMetadata, remaining: set) -> tuple[dict[int, list], set]:
+        """One round of markers: ``{leader: [tp]}`` from the metadata image, and the partitions
+        whose leader is unavailable (retried); a partition that no longer exists leaves the
+        transaction."""
         image = self.host.image()
         by_leader: dict[int, list] = {}
         retry = set()
@@ -186,13 +174,13 @@ class TransactionCoordinator(CoordinatorRuntime):
                 retry.add((topic, p))
             else:
                 by_leader.setdefault(reg.leader, []).append((topic, p))
-        results = await asyncio.gather(
-            *(
-                self.markers.write(node, txn.producer_id, txn.producer_epoch, commit, shard.coordinator_epoch, tps)
-                for node, tps in by_leader.items()
-            )
-        )
-        if self._current(partition, txn) is None:
+        return by_leader, retry
+
+    def marker_results(self, partition: int, shard, txn: TxnMetadata, results: list, retry: set) -> set | None:
+        """The leaders' answers of one round (a ``{tp: error}`` each): the partitions to retry
+        (with ``retry``), or None to stop (a newer coordinator or producer epoch exists, or the
+        transaction no longer waits for its markers)."""
+        if self.awaiting_markers(partition, txn) is None:
             return None
         image = self.host.image()
         for codes in results:
@@ -215,14 +203,27 @@ class TransactionCoordinator(CoordinatorRuntime):
                     self._drop(shard, txn, topic, p, f"its marker failed with {ErrorCode(code).name}")
         return retry
 
+    def markers_written(self, partition: int, txn: TxnMetadata) -> bool:
+        """Every marker is written: the shard writes CompleteCommit/CompleteAbort. False when
+        that failed (to be retried); True once done, or when the transaction no longer waits."""
+        shard = self.awaiting_markers(partition, txn)
+        if shard is None:
+            return True
+        try:
+            self.apply(shard, shard.markers_written(txn.transactional_id, txn.producer_id, txn.producer_epoch))
+            return True
+        except KafkaError as e:
+            log.warning("Could not complete transaction %s: %s; retrying", txn.transactional_id, e)
+            return False
+
     @staticmethod
     def _drop(shard, txn: TxnMetadata, topic: str, p: int, why: str) -> None:
         log.info("Dropping %s-%d from transaction %s: %s", topic, p, txn.transactional_id, why)
         shard.drop_partitions(txn.transactional_id, {(topic, p)})
 
     def shutdown(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        if self.markers is not None:
+            self.markers.close()
         super().shutdown()
 
     # ------------------------------------------------------------------ KIP-890 verification
@@ -277,11 +278,26 @@ class TransactionCoordinator(CoordinatorRuntime):
     # ------------------------------------------------------------------ periodic
     def abort_timed_out(self) -> None:
         for shard in list(self.shards.values()):
-            shard.abort_timed_out()
+            for txn_id in shard.timed_out():
+                try:
+                    markers = self.apply(shard, shard.abort_timed_out(txn_id))
+                except KafkaError as e:
+                    log.warning("Could not abort timed out transaction %s: %s", txn_id, e)
+                    continue
+                log.info(
+                    "Aborting transactionalId %s (producerId %d): transaction timed out after %d ms",
+                    txn_id,
+                    markers.txn.producer_id,
+                    markers.txn.timeout_ms,
+                )
+                self._send(shard, markers)
 
     def expire_transactional_ids(self) -> None:
         for shard in list(self.shards.values()):
             try:
-                shard.expire_transactional_ids()
+                expired = self.apply(shard, shard.expire_transactional_ids())
             except KafkaError as e:
                 log.warning("transactional id expiration on partition %d failed: %s", shard.partition, e)
+                continue
+            for txn_id, producer_id in expired.items():
+                log.info("Expired transactionalId %s (producerId %d)", txn_id, producer_id)

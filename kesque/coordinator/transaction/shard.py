@@ -1,7 +1,7 @@
 """TransactionCoordinatorShard: the transactional ids of one ``__transaction_state``
 partition and their state machine (Kafka's TransactionCoordinator, TransactionMetadata and
-TransactionStateManager for one partition). Sans-IO: records go out through ``write``,
-markers through ``send_markers``, time comes from ``clock``.
+TransactionStateManager for one partition). Sans-IO: operations return the records to
+write and the response to give, time comes from ``clock``.
 
 States, as Kafka names them (seed 004)::
 
@@ -9,11 +9,15 @@ States, as Kafka names them (seed 004)::
                                  │                PrepareAbort  ──markers──▶ CompleteAbort
                                  └─ timeout / InitProducerId: epoch bump (fence) ─▶ PrepareAbort
 
-Every change is written before it is applied (``_transit``): the new metadata is a copy, its
-record goes to the log, and only then does the copy replace the old one; a failed write
-changes nothing. While markers are being written the transaction is in PrepareCommit or
-PrepareAbort with ``pending`` set to the Complete state it will take: requests that would
-change it get CONCURRENT_TRANSACTIONS and the client retries, as with Kafka.
+An operation is Kafka's CoordinatorRuntime shape (and its TransactionMetadata's
+prepareTransitionTo/completeTransitionTo): it reads the state, computes the new metadata (a
+modified copy) and returns a :class:`~kesque.coordinator.runtime.CoordinatorResult` with its
+record and the response; the state changes only when the record, once written, is replayed
+(``replay``), so a failed write changes nothing and nothing is undone by hand. The markers of a
+Prepare record are in the response, for the caller to send once it is written. While markers
+are being written the transaction is in PrepareCommit or PrepareAbort with ``pending`` set to
+the Complete state it will take: requests that would change it get CONCURRENT_TRANSACTIONS and
+the client retries, as with Kafka.
 
 Transaction version 2 (KIP-890 part 2) where the caller says the client uses it (EndTxn v5+,
 AddPartitionsToTxn v4+ sent by a partition leader, with ``transaction.version`` 2 finalized):
@@ -38,7 +42,9 @@ import logging
 from dataclasses import dataclass, field
 
 from ...errors import ErrorCode, KafkaError
+from ..runtime import CoordinatorRecord, CoordinatorResult
 from .records import TxnLogValue, TxnState, decode_key, decode_value, encode_key, encode_value
+from .requests import AddPartitionsToTxn, EndTxn, InitProducerId
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +145,15 @@ class TxnMetadata:
         )
 
 
+@dataclass(frozen=True)
+class TxnMarkers:
+    """The markers a Prepare record asks for, sent once it is written: ``txn`` is the prepared
+    transaction as the shard holds it then (a copy: its producer id and epoch, its partitions)."""
+
+    txn: TxnMetadata
+    commit: bool
+
+
 @dataclass
 class InitResult:
     error: ErrorCode
@@ -146,6 +161,17 @@ class InitResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
     ongoing_producer_id: int = NO_PRODUCER_ID
     ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
+    markers: TxnMarkers | None = None  # the open transaction InitProducerId fenced and aborts
+
+
+@dataclass
+class EndTxnResult:
+    """The (producer id, epoch) EndTxn answers: the request's under transaction version 1, those
+    the producer goes on with under version 2; ``markers`` when a Prepare record was written."""
+
+    producer_id: int
+    producer_epoch: int
+    markers: TxnMarkers | None = None
 
 
 class TransactionCoordinatorShard:
@@ -153,7 +179,6 @@ class TransactionCoordinatorShard:
         self,
         partition: int,
         config: TxnConfig,
-        write,
         send_markers,
         clock,
         allocate_producer_id,
@@ -161,15 +186,24 @@ class TransactionCoordinatorShard:
     ):
         self.partition = partition
         self.config = config
-        self._write = write  # (list of (key, value)) -> None; raises KafkaError
-        self._send_markers = send_markers  # (TxnMetadata, commit: bool) -> None
+        # (TxnMetadata, commit: bool) -> None: the markers of transactions loaded in a Prepare
+        # state (Kafka's sendTxnMarkers callback of loadTransactionsForTxnTopicPartition); an
+        # operation's markers are in its response, sent by the caller once its record is written
+        self._send_markers = send_markers
         self.clock = clock
         self._allocate = allocate_producer_id
         self.coordinator_epoch = coordinator_epoch
         self.txns: dict[str, TxnMetadata] = {}
 
     # ================================================================== replay / load
-    def replay(self, key: bytes, value: bytes | None) -> None:
+    def replay(self, key: bytes, value: bytes | None, decoded: TxnMetadata | None = None) -> None:
+        """The only way a transaction's state changes. ``decoded``: the metadata an operation of
+        this shard wrote, what its record holds plus what no record does (the last producer
+        epoch, the pending Complete state: Kafka's completeTransitionTo of the transit metadata);
+        from the log (load, committed view) the record alone, as Kafka loads it."""
+        if decoded is not None:
+            self.txns[decoded.transactional_id] = decoded
+            return
         txn_id = decode_key(key)
         v = decode_value(value)
         if v is None:
@@ -186,60 +220,61 @@ class TransactionCoordinatorShard:
                 txn.pending = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
                 self._send_markers(copy.deepcopy(txn), commit)
 
-    # ================================================================== writes
-    def _transit(self, new: TxnMetadata) -> TxnMetadata:
-        """Write ``new`` (a modified copy) and make it current once written."""
-        self._write([(encode_key(new.transactional_id), encode_value(new.to_value()))])
-        self.txns[new.transactional_id] = new
-        return new
+    # ================================================================== records
+    @staticmethod
+    def _record(new: TxnMetadata) -> CoordinatorRecord:
+        """The record of a transition to ``new`` (a modified copy of the current metadata, Kafka's
+        TxnTransitMetadata): the shard takes it on when the record is replayed."""
+        return CoordinatorRecord(encode_key(new.transactional_id), encode_value(new.to_value()), new)
 
     def _now(self) -> int:
         return self.clock.now_ms()
 
     # ================================================================== InitProducerId
-    def init_producer_id(
-        self,
-        txn_id: str,
-        timeout_ms: int,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-        enable_2pc: bool = False,
-        keep_prepared_txn: bool = False,
-    ) -> InitResult:
+    def init_producer_id(self, req: InitProducerId) -> CoordinatorResult:
+        """A result whose response is an :class:`InitResult`."""
+        txn_id = req.transactional_id
+        producer_id, producer_epoch = req.producer_id, req.producer_epoch
         if not txn_id:
-            return InitResult(ErrorCode.invalid_request)
-        if enable_2pc and not self.config.two_phase_enabled:
-            return InitResult(ErrorCode.transactional_id_authorization_failed)
-        if enable_2pc:
+            return CoordinatorResult([], InitResult(ErrorCode.invalid_request))
+        if req.enable_2pc and not self.config.two_phase_enabled:
+            return CoordinatorResult([], InitResult(ErrorCode.transactional_id_authorization_failed))
+        timeout_ms = req.transaction_timeout_ms
+        if req.enable_2pc:
             timeout_ms = TWO_PHASE_TIMEOUT_MS
         elif not 0 < timeout_ms <= self.config.max_timeout_ms:
-            return InitResult(ErrorCode.invalid_transaction_timeout)
+            return CoordinatorResult([], InitResult(ErrorCode.invalid_transaction_timeout))
         now = self._now()
         txn = self.txns.get(txn_id)
         if txn is None:
             txn = TxnMetadata(txn_id, self._allocate(), timeout_ms=timeout_ms, last_update_ms=now)
-            self.txns[txn_id] = txn  # like putTransactionStateIfNotExists: kept even if the write fails
+            # Kafka's putTransactionStateIfNotExists: the new id's metadata is cached before its
+            # record is written, and kept if the write fails (a retry gets the same producer id);
+            # it is in memory only, so a committed view or a new leader does not see it
+            self.txns[txn_id] = txn
         expected = (producer_id, producer_epoch) if producer_id >= 0 else None
         if txn.pending is not None:
-            return InitResult(ErrorCode.concurrent_transactions)
+            return CoordinatorResult([], InitResult(ErrorCode.concurrent_transactions))
         if expected is not None and not (
             txn.producer_epoch == NO_PRODUCER_EPOCH
             or expected[0] == txn.producer_id
             or (expected[0] == txn.previous_producer_id and epoch_exhausted(expected[1]))
         ):
-            return InitResult(ErrorCode.producer_fenced)
+            return CoordinatorResult([], InitResult(ErrorCode.producer_fenced))
         st = txn.state
         if st in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return InitResult(ErrorCode.concurrent_transactions)
+            return CoordinatorResult([], InitResult(ErrorCode.concurrent_transactions))
         if st == TxnState.ONGOING:
-            if keep_prepared_txn:
+            if req.keep_prepared_txn:
                 return self._keep_prepared(txn, timeout_ms, now)
             # fence the current producer: abort its transaction with a bumped epoch; the client
             # retries on CONCURRENT_TRANSACTIONS and then gets an epoch bumped once more
-            self._fence_and_abort(txn)
-            return InitResult(ErrorCode.concurrent_transactions)
+            new, markers = self._fence_and_abort(txn)
+            return CoordinatorResult(
+                [self._record(new)], InitResult(ErrorCode.concurrent_transactions, markers=markers)
+            )
         if st not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-            return InitResult(ErrorCode.unknown_server_error)
+            return CoordinatorResult([], InitResult(ErrorCode.unknown_server_error))
         new = copy.deepcopy(txn)
         if epoch_exhausted(txn.producer_epoch) and (expected is None or expected[1] == txn.producer_epoch):
             new.previous_producer_id = txn.producer_id
@@ -255,14 +290,13 @@ class TransactionCoordinatorShard:
             elif expected[1] == txn.last_producer_epoch:
                 pass  # a retry of a bump that succeeded: answer the current epoch
             else:
-                return InitResult(ErrorCode.producer_fenced)
+                return CoordinatorResult([], InitResult(ErrorCode.producer_fenced))
         new.state = TxnState.EMPTY
         new.timeout_ms = timeout_ms
         new.partitions = set()
         new.start_ms = -1
         new.last_update_ms = now
         new.ongoing_pid_epoch = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
-        self._transit(new)
         log.info(
             "Initialized transactionalId %s with producerId %d and producer epoch %d on partition "
             "__transaction_state-%d",
@@ -271,12 +305,12 @@ class TransactionCoordinatorShard:
             new.producer_epoch,
             self.partition,
         )
-        return InitResult(ErrorCode.none, new.producer_id, new.producer_epoch)
+        return CoordinatorResult([self._record(new)], InitResult(ErrorCode.none, new.producer_id, new.producer_epoch))
 
-    def _keep_prepared(self, txn: TxnMetadata, timeout_ms: int, now: int) -> InitResult:
+    def _keep_prepared(self, txn: TxnMetadata, timeout_ms: int, now: int) -> CoordinatorResult:
         """KIP-939: keep the open transaction; fence the old incarnation by bumping the epoch."""
         if txn.producer_epoch >= MAX_EPOCH:
-            return InitResult(ErrorCode.unknown_server_error)
+            return CoordinatorResult([], InitResult(ErrorCode.unknown_server_error))
         ongoing = txn.ongoing_pid_epoch if txn.ongoing_pid_epoch[0] >= 0 else (txn.producer_id, txn.producer_epoch)
         new = copy.deepcopy(txn)
         new.producer_epoch = txn.producer_epoch + 1
@@ -285,8 +319,8 @@ class TransactionCoordinatorShard:
             new.timeout_ms = TWO_PHASE_TIMEOUT_MS
         new.last_update_ms = now
         new.ongoing_pid_epoch = ongoing
-        self._transit(new)
-        return InitResult(ErrorCode.none, new.producer_id, new.producer_epoch, ongoing[0], ongoing[1])
+        answer = InitResult(ErrorCode.none, new.producer_id, new.producer_epoch, ongoing[0], ongoing[1])
+        return CoordinatorResult([self._record(new)], answer)
 
     # ================================================================== AddPartitions
     def _check_producer(self, txn_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
@@ -307,21 +341,12 @@ class TransactionCoordinatorShard:
             raise KafkaError(ErrorCode.concurrent_transactions)
         return txn
 
-    def add_partitions(
-        self,
-        txn_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        partitions: set[tuple[str, int]],
-        client_transaction_version: int = 0,
-    ) -> None:
-        """Raises KafkaError with the code every partition of the request gets.
-        ``client_transaction_version``: 2 when a partition leader adds the partition for a TV2
-        producer (AddPartitionsToTxn v4+ without verify_only, as Kafka's
-        transactionVersionForAddPartitionsToTxn), recorded with the transition."""
-        txn = self._check_producer(txn_id, producer_id, producer_epoch)
-        if txn.state == TxnState.ONGOING and partitions <= txn.partitions:
-            return
+    def add_partitions(self, req: AddPartitionsToTxn) -> CoordinatorResult:
+        """Raises KafkaError with the code every partition of the request gets; nothing to write
+        when the ongoing transaction has the partitions already."""
+        txn = self._check_producer(req.transactional_id, req.producer_id, req.producer_epoch)
+        if txn.state == TxnState.ONGOING and req.partitions <= txn.partitions:
+            return CoordinatorResult([])
         if txn.state not in (TxnState.EMPTY, TxnState.ONGOING, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             raise KafkaError(ErrorCode.invalid_txn_state)
         now = self._now()
@@ -329,10 +354,10 @@ class TransactionCoordinatorShard:
         if txn.state != TxnState.ONGOING:
             new.start_ms = now
         new.state = TxnState.ONGOING
-        new.partitions |= partitions
+        new.partitions |= req.partitions
         new.last_update_ms = now
-        new.client_transaction_version = client_transaction_version
-        self._transit(new)
+        new.client_transaction_version = req.client_transaction_version
+        return CoordinatorResult([self._record(new)])
 
     def verify_partitions(
         self, txn_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]]
@@ -354,16 +379,18 @@ class TransactionCoordinatorShard:
         return {tp: ErrorCode.none if tp in txn.partitions else ErrorCode.transaction_abortable for tp in partitions}
 
     # ================================================================== EndTxn
-    def end_txn(
-        self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool, tv2: bool = False
-    ) -> tuple[int, int]:
-        """Raises KafkaError; returns once the Prepare record is written (markers follow), with
-        the (producer id, epoch) the answer names: the request's under transaction version 1,
-        those the producer goes on with under version 2 (``tv2``: EndTxn v5+ with
-        ``transaction.version`` 2 finalized)."""
+    def end_txn(self, req: EndTxn) -> CoordinatorResult:
+        """Raises KafkaError; a result whose response is an :class:`EndTxnResult` (the Prepare
+        record is answered once written; its markers follow)."""
+        txn_id, producer_id, producer_epoch, commit = (
+            req.transactional_id,
+            req.producer_id,
+            req.producer_epoch,
+            req.committed,
+        )
         if not txn_id:
             raise KafkaError(ErrorCode.invalid_request)
-        if tv2:
+        if req.tv2:
             return self._end_txn_v2(txn_id, producer_id, producer_epoch, commit)
         txn = self.txns.get(txn_id)
         if txn is None or txn.producer_id != producer_id:
@@ -377,12 +404,11 @@ class TransactionCoordinatorShard:
             raise KafkaError(ErrorCode.concurrent_transactions)
         st = txn.state
         if st == TxnState.ONGOING:
-            self._prepare(txn, commit)
-            return producer_id, producer_epoch
+            return self._prepared(self._prepare(txn, commit), commit, (producer_id, producer_epoch))
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if st == done:
-            return producer_id, producer_epoch  # a retry of an EndTxn that completed
+            return CoordinatorResult([], EndTxnResult(producer_id, producer_epoch))  # a retry of one that completed
         if st == preparing:
             raise KafkaError(ErrorCode.concurrent_transactions)
         raise self._invalid_transition(txn, preparing)
@@ -395,7 +421,7 @@ class TransactionCoordinatorShard:
             f"transition to {preparing.kafka_name}",
         )
 
-    def _end_txn_v2(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> tuple[int, int]:
+    def _end_txn_v2(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> CoordinatorResult:
         """Kafka 4.4's TransactionCoordinator.endTransaction for TV2 clients."""
         txn = self.txns.get(txn_id)
         if txn is None:
@@ -424,28 +450,28 @@ class TransactionCoordinatorShard:
             )
         preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if st == TxnState.ONGOING:
-            return self._prepare(txn, commit, tv2=True)
+            return self._prepared(self._prepare(txn, commit, tv2=True), commit)
         if st == TxnState.COMPLETE_COMMIT and commit or st == TxnState.COMPLETE_ABORT and not commit:
             if is_retry:
-                return txn.producer_id, txn.producer_epoch
+                return CoordinatorResult([], EndTxnResult(txn.producer_id, txn.producer_epoch))
             if commit:
                 raise self._invalid_transition(txn, preparing)
-            return self._prepare(txn, False, tv2=True, empty=True)
+            return self._prepared(self._prepare(txn, False, tv2=True, empty=True), False)
         if st == TxnState.COMPLETE_COMMIT or st == TxnState.EMPTY:
             if commit or is_retry:
                 raise self._invalid_transition(txn, preparing)
-            return self._prepare(txn, False, tv2=True, empty=True)
+            return self._prepared(self._prepare(txn, False, tv2=True, empty=True), False)
         if st == preparing:
             raise KafkaError(ErrorCode.concurrent_transactions)
         raise self._invalid_transition(txn, preparing)
 
     def _prepare(
         self, txn: TxnMetadata, commit: bool, bump_epoch: bool = False, tv2: bool = False, empty: bool = False
-    ) -> tuple[int, int]:
-        """Write PrepareCommit/PrepareAbort and queue the markers; the (producer id, epoch) the
-        producer has once they are written. ``bump_epoch``: the fence of InitProducerId or a
-        timeout; ``tv2``: the epoch bump of every TV2 transaction (a new producer id follows an
-        exhausted epoch); ``empty``: a TV2 abort of a transaction with no partitions."""
+    ) -> TxnMetadata:
+        """The PrepareCommit/PrepareAbort metadata of ``txn``, waiting for its markers
+        (``pending``). ``bump_epoch``: the fence of InitProducerId or a timeout; ``tv2``: the
+        epoch bump of every TV2 transaction (a new producer id follows an exhausted epoch);
+        ``empty``: a TV2 abort of a transaction with no partitions."""
         new = copy.deepcopy(txn)
         if bump_epoch:
             new.producer_epoch = txn.producer_epoch + 1
@@ -462,14 +488,18 @@ class TransactionCoordinatorShard:
         new.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         new.last_update_ms = self._now()
         new.ongoing_pid_epoch = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
-        self._transit(new)
         new.pending = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        self._send_markers(copy.deepcopy(new), commit)
-        if tv2 and new.next_producer_id >= 0:
-            return new.next_producer_id, 0
-        return new.producer_id, new.producer_epoch
+        return new
 
-    def _fence_and_abort(self, txn: TxnMetadata) -> None:
+    def _prepared(self, new: TxnMetadata, commit: bool, answer: tuple[int, int] | None = None) -> CoordinatorResult:
+        """The Prepare record of ``new`` and the EndTxn answer: ``answer``, or the (producer id,
+        epoch) the producer has once the markers are written."""
+        if answer is None:
+            answer = (new.next_producer_id, 0) if new.next_producer_id >= 0 else (new.producer_id, new.producer_epoch)
+        markers = TxnMarkers(copy.deepcopy(new), commit)
+        return CoordinatorResult([self._record(new)], EndTxnResult(*answer, markers))
+
+    def _fence_and_abort(self, txn: TxnMetadata) -> tuple[TxnMetadata, TxnMarkers]:
         """InitProducerId on an open transaction, or its timeout: abort it with a bumped epoch
         (bumped once more for a TV2 transaction, as Kafka's endTransaction after the fence)."""
         if txn.producer_epoch >= MAX_EPOCH:
@@ -477,14 +507,15 @@ class TransactionCoordinatorShard:
                 ErrorCode.unknown_server_error,
                 "Cannot fence producer with epoch equal to Short.MaxValue since this would overflow",
             )
-        self._prepare(txn, commit=False, bump_epoch=True, tv2=txn.tv2)
+        new = self._prepare(txn, commit=False, bump_epoch=True, tv2=txn.tv2)
+        return new, TxnMarkers(copy.deepcopy(new), False)
 
-    def markers_written(self, txn_id: str, producer_id: int, producer_epoch: int) -> bool:
-        """Every partition has its marker: write CompleteCommit/CompleteAbort. Returns False
-        when the transaction moved on meanwhile (nothing to do)."""
+    def markers_written(self, txn_id: str, producer_id: int, producer_epoch: int) -> CoordinatorResult:
+        """Every partition has its marker: write CompleteCommit/CompleteAbort. The response is
+        False when the transaction moved on meanwhile (nothing to do)."""
         txn = self.txns.get(txn_id)
         if txn is None or txn.pending is None or txn.producer_id != producer_id or txn.producer_epoch != producer_epoch:
-            return False
+            return CoordinatorResult([], False)
         new = copy.deepcopy(txn)
         new.state = txn.pending
         new.pending = None
@@ -497,57 +528,52 @@ class TransactionCoordinatorShard:
             new.last_producer_epoch = txn.producer_epoch
             new.producer_epoch = 0
         new.next_producer_id = NO_PRODUCER_ID
-        self._transit(new)
         log.info(
-            "Completed %s of transactionalId %s (producerId %d, epoch %d)",
+            "Completing %s of transactionalId %s (producerId %d, epoch %d)",
             "commit" if new.state == TxnState.COMPLETE_COMMIT else "abort",
             txn_id,
             producer_id,
             producer_epoch,
         )
-        return True
+        return CoordinatorResult([self._record(new)], True)
 
     def drop_partitions(self, txn_id: str, partitions: set[tuple[str, int]]) -> None:
-        """Partitions that can never take a marker (deleted topics) leave the transaction."""
+        """Partitions that can never take a marker (deleted topics) leave the transaction. In
+        memory only, as Kafka's marker channel removes them (TransactionMetadata.removePartition):
+        the Complete record that follows has no partitions anyway."""
         txn = self.txns.get(txn_id)
         if txn is not None:
             txn.partitions -= partitions
 
     # ================================================================== timers
-    def abort_timed_out(self) -> list[str]:
+    def timed_out(self) -> list[str]:
+        """The open transactions past their timeout (Kafka's timedOutTransactions)."""
         now = self._now()
-        aborted = []
-        for txn in list(self.txns.values()):
-            if (
-                txn.state == TxnState.ONGOING
-                and txn.pending is None
-                and not txn.two_phase
-                and txn.start_ms + txn.timeout_ms < now
-            ):
-                try:
-                    self._fence_and_abort(txn)
-                    aborted.append(txn.transactional_id)
-                    log.info(
-                        "Aborting transactionalId %s (producerId %d): transaction timed out after %d ms",
-                        txn.transactional_id,
-                        txn.producer_id,
-                        txn.timeout_ms,
-                    )
-                except KafkaError as e:
-                    log.warning("Could not abort timed out transaction %s: %s", txn.transactional_id, e)
-        return aborted
+        return [
+            txn.transactional_id
+            for txn in self.txns.values()
+            if txn.state == TxnState.ONGOING
+            and txn.pending is None
+            and not txn.two_phase
+            and txn.start_ms + txn.timeout_ms < now
+        ]
 
-    def expire_transactional_ids(self) -> list[str]:
+    def abort_timed_out(self, txn_id: str) -> CoordinatorResult:
+        """Abort a transaction :meth:`timed_out` named, fencing its producer; the response is the
+        :class:`TxnMarkers` to send. Raises KafkaError."""
+        new, markers = self._fence_and_abort(self.txns[txn_id])
+        return CoordinatorResult([self._record(new)], markers)
+
+    def expire_transactional_ids(self) -> CoordinatorResult:
+        """Tombstones for the ids idle for ``transactional.id.expiration.ms``; the response is
+        ``{transactional id: producer id}`` of those."""
         now = self._now()
         expired = [
             t
             for t in self.txns.values()
             if t.state in EXPIRABLE and t.pending is None and t.last_update_ms <= now - self.config.id_expiration_ms
         ]
-        if not expired:
-            return []
-        self._write([(encode_key(t.transactional_id), None) for t in expired])
-        for t in expired:
-            del self.txns[t.transactional_id]
-            log.info("Expired transactionalId %s (producerId %d)", t.transactional_id, t.producer_id)
-        return [t.transactional_id for t in expired]
+        return CoordinatorResult(
+            [(encode_key(t.transactional_id), None) for t in expired],
+            {t.transactional_id: t.producer_id for t in expired},
+        )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ...coordinator.runtime import coordinator_error
 from ...errors import ErrorCode
-from ...replication.delayed import wait_for_acks
+from ..drivers.delayed import wait_for_acks
 
 
 async def committed(runtime, pending: dict, timeout_ms: int | None = None) -> dict:

@@ -28,6 +28,8 @@ from ...metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
+from ...security.acl import AclOperation
+from .authz import config_resource_error, dispatch_allowed
 
 
 @dataclass
@@ -135,6 +137,10 @@ class ConfigApis:
         for r in req.resources:
             keys = set(r.configuration_keys) if r.configuration_keys else None
             try:
+                if ctx.authorizer is not None:
+                    denied = config_resource_error(ctx, r.resource_type, r.resource_name, AclOperation.DESCRIBE_CONFIGS)
+                    if denied is not None:
+                        raise KafkaError(denied, None)
                 if r.resource_type == RESOURCE_TOPIC:
                     if image.topic(r.resource_name) is None:
                         raise KafkaError(
@@ -198,7 +204,28 @@ class ConfigApis:
         return m(throttle_time=0, results=tuple(results))
 
     def _alter(self, ctx, req, api_key: int, incremental: bool):
-        return self.controllers.dispatch(ctx, req, lambda: self._alter_here(ctx, req, api_key, incremental))
+        denied = {}
+        if ctx.authorizer is not None:  # ALTER_CONFIGS on each resource (see authz.py)
+            m = Msg(api_key, ctx.api_version)
+            for i, r in enumerate(req.resources):
+                error = config_resource_error(ctx, r.resource_type, r.resource_name, AclOperation.ALTER_CONFIGS)
+                if error is not None:
+                    denied[i] = m(
+                        "AlterConfigsResourceResponse",
+                        error_code=error,
+                        error_message=None,
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                    )
+        return dispatch_allowed(
+            self.controllers,
+            ctx,
+            req,
+            "resources",
+            "responses",
+            denied,
+            lambda sub: self._alter_here(ctx, sub, api_key, incremental),
+        )
 
     async def _alter_here(self, ctx, req, api_key: int, incremental: bool):
         m = Msg(api_key, ctx.api_version)

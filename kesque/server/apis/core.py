@@ -31,6 +31,18 @@ def _bits(ops) -> int:
     return v
 
 
+def authorized_ops(ctx, ops, resource_type: ResourceType, name: str) -> int:
+    """Kafka's authorizedOperations: the bit set of those of ``ops`` the request's principal may
+    do on the resource (all of them without an authorizer)."""
+    if ctx.authorizer is None:
+        return _bits(ops)
+    return _bits(op for op in ops if ctx.authorize(AclOperation(op), resource_type, name))
+
+
+def cluster_ops(ctx) -> int:
+    return authorized_ops(ctx, _CLUSTER_OPS, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
 def api_versions_v0_error(apis: dict) -> bytes:
     """Body of the v0 answer to an ApiVersions request of a version we do not know (``apis``:
     the broker's API table)."""
@@ -241,7 +253,8 @@ class CoreApis:
                         )
                     )
                     continue
-            topics.append(self._topic_metadata(m, t, include_ops))
+            ops = authorized_ops(ctx, _TOPIC_OPS, ResourceType.TOPIC, t.name) if include_ops else OMITTED_OPS
+            topics.append(self._topic_metadata(m, t, ops))
         resp = dict(
             throttle_time=0,
             brokers=self._brokers(m, ctx.listener, "MetadataResponseBroker"),
@@ -251,12 +264,12 @@ class CoreApis:
             error_code=ErrorCode.none,
         )
         if getattr(req, "include_cluster_authorized_operations", False):
-            resp["cluster_authorized_operations"] = _bits(_CLUSTER_OPS)
+            resp["cluster_authorized_operations"] = cluster_ops(ctx)
         else:
             resp["cluster_authorized_operations"] = OMITTED_OPS
         return m(**resp)
 
-    def _topic_metadata(self, m, t, include_ops: bool):
+    def _topic_metadata(self, m, t, ops: int):
         live = {b.id for b in self.image.live_brokers()}
         parts = []
         for idx in sorted(t.partitions):
@@ -282,7 +295,7 @@ class CoreApis:
             topic_id=t.topic_id,
             is_internal=t.name in INTERNAL_TOPICS,
             partitions=tuple(parts),
-            topic_authorized_operations=_bits(_TOPIC_OPS) if include_ops else OMITTED_OPS,
+            topic_authorized_operations=ops,
         )
 
     def _maybe_auto_create(self, ctx, name: str, allow_auto: bool, created: dict) -> ErrorCode:
@@ -332,7 +345,7 @@ class CoreApis:
                 for vid, addr in sorted(self.voters.items())
                 if addr is not None
             )
-            ops = _bits(_CLUSTER_OPS) if req.include_cluster_authorized_operations else OMITTED_OPS
+            ops = cluster_ops(ctx) if req.include_cluster_authorized_operations else OMITTED_OPS
             return m(
                 throttle_time=0,
                 error_code=ErrorCode.none,
@@ -353,7 +366,7 @@ class CoreApis:
             brokers.append(
                 m("DescribeClusterBroker", broker_id=b.id, host=ep.host, port=ep.port, rack=b.rack, is_fenced=b.fenced)
             )
-        ops = _bits(_CLUSTER_OPS) if req.include_cluster_authorized_operations else OMITTED_OPS
+        ops = cluster_ops(ctx) if req.include_cluster_authorized_operations else OMITTED_OPS
         return m(
             throttle_time=0,
             error_code=ErrorCode.none,

@@ -3,7 +3,7 @@
 The request is decoded with kio (compiled, ~µs); each partition is read as byte ranges of
 segment files and the response is encoded by hand with those ranges as FileRegions, which
 the connection sends with sendfile. When fewer than ``min_bytes`` are available the request
-waits (``replication.delayed.wait_for_bytes``) until ``min_bytes`` arrive or ``max_wait_ms``
+waits (``server.drivers.delayed.wait_for_bytes``) until ``min_bytes`` arrive or ``max_wait_ms``
 passes: a consumer for bytes below the high watermark, a follower for bytes the leader appended.
 
 A follower's Fetch (a replica id >= 0) is served by :meth:`FetchApis._replica_fetch`: each
@@ -26,9 +26,9 @@ from ...protocol.api_keys import ApiKeys
 from ...protocol.fetch import FetchPartitionResponse, FileRegion, encode_fetch_response
 from ...protocol.messages import to_ms
 from ...raft.wire import METADATA_TOPIC, METADATA_TOPIC_ID
-from ...replication.delayed import wait_for_bytes
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..context import CLUSTER_NAME, NO_RESPONSE, AclOperation, ResourceType
+from ..drivers.delayed import wait_for_bytes
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Produce v0-v2 are advertised (librdkafka decides what it may send from the adver
 minimum, KAFKA-18659) but refused with UNSUPPORTED_VERSION per partition, as Kafka 4 does.
 acks=0 requests get no response; if any partition failed, the connection is closed so the
 client notices (Kafka's behaviour). An acks=all request whose appends the high watermark has
-not passed yet waits for it (``replication.delayed.wait_for_acks``) up to the request's timeout.
+not passed yet waits for it (``server.drivers.delayed.wait_for_acks``) up to the request's timeout.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
 from ...records import batch as rb
-from ...replication.delayed import wait_for_acks
 from ...storage.validator import RecordValidationError
 from ..context import NO_RESPONSE, AclOperation, CloseConnection, ResourceType
+from ..drivers.delayed import wait_for_acks
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,8 @@ from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
+from ...security.acl import AclOperation, ResourceType
+from ..context import CLUSTER_NAME
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
@@ -80,6 +82,10 @@ class QuotaApis:
 
     def describe_client_quotas(self, ctx, req):
         m = Msg(ApiKeys.DESCRIBE_CLIENT_QUOTAS, ctx.api_version)
+        if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+            return m(
+                throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, error_message=None, entries=None
+            )
         try:
             exact, specified = parse_filter(req.components)
         except KafkaError as e:
@@ -97,6 +103,22 @@ class QuotaApis:
         return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
 
     def alter_client_quotas(self, ctx, req):
+        if not ctx.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+            m = Msg(ApiKeys.ALTER_CLIENT_QUOTAS, ctx.api_version)
+            return m(
+                throttle_time=0,
+                entries=tuple(
+                    m(
+                        "EntryData",
+                        error_code=ErrorCode.cluster_authorization_failed,
+                        error_message=None,
+                        entity=tuple(
+                            m("EntityData", entity_type=e.entity_type, entity_name=e.entity_name) for e in x.entity
+                        ),
+                    )
+                    for x in req.entries
+                ),
+            )
         return self.controllers.dispatch(ctx, req, lambda: self._alter_client_quotas(ctx, req))
 
     async def _alter_client_quotas(self, ctx, req):

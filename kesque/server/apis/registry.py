@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ...config.broker import BrokerConfig
 from ...protocol.api import Api, ApiSpec
+from .acls import AclApis
 from .configs import ConfigApis
 from .core import CoreApis
 from .fetch import FetchApis
@@ -21,6 +22,8 @@ from .produce import ProduceApis
 from .quorum import QuorumApis
 from .quotas import QuotaApis
 from .reassignment import ReassignmentApis
+from .sasl import SaslApis
+from .scram import ScramApis
 from .share import ShareGroupApis
 from .share_state import ShareStateApis
 from .topics import TopicApis
@@ -42,6 +45,9 @@ DECLARED = (
     ReassignmentApis,
     GroupApis,
     ShareGroupApis,
+    AclApis,
+    SaslApis,
+    ScramApis,
 )
 
 

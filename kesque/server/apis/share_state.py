@@ -84,7 +84,7 @@ class ShareStateApis:
         m = _Msg(ApiKeys.INITIALIZE_SHARE_GROUP_STATE, "InitializeStateResult")
 
         def op(shard, key, p):
-            shard.initialize(key, p.start_offset, -1, p.state_epoch)
+            self.sc.apply(shard, shard.initialize(key, p.start_offset, -1, p.state_epoch))
 
         return self._answer(
             m,
@@ -100,7 +100,7 @@ class ShareStateApis:
             if s is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, NOT_FOUND)
             if p.leader_epoch > s.leader_epoch:  # the new leader: fence the older ones' writes
-                shard.write_state(key, s.start_offset, [], p.leader_epoch)
+                self.sc.apply(shard, shard.write_state(key, s.start_offset, [], p.leader_epoch))
             return s
 
         def result(p, code, msg, s):
@@ -129,16 +129,10 @@ class ShareStateApis:
         m = _Msg(ApiKeys.WRITE_SHARE_GROUP_STATE, "WriteStateResult")
 
         def op(shard, key, p):
-            shard.write_state(
-                key,
-                p.start_offset,
-                [
-                    StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                    for b in p.state_batches
-                ],
-                p.leader_epoch,
-                p.state_epoch,
-            )
+            batches = [
+                StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in p.state_batches
+            ]
+            self.sc.apply(shard, shard.write_state(key, p.start_offset, batches, p.leader_epoch, p.state_epoch))
 
         return self._answer(
             m,
@@ -150,8 +144,7 @@ class ShareStateApis:
         m = _Msg(ApiKeys.DELETE_SHARE_GROUP_STATE, "DeleteStateResult")
 
         def op(shard, key, p):
-            if key in shard.states:
-                shard.delete(key)
+            self.sc.apply(shard, shard.delete(key))
 
         return self._answer(
             m,

@@ -7,8 +7,11 @@ from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
+from ...security.acl import AclOperation, ResourceType
+from ..context import CLUSTER_NAME
+from .authz import dispatch_allowed
 from .configs import topic_config_entries
-from .core import _TOPIC_OPS, OMITTED_OPS, _bits, _may_create
+from .core import _TOPIC_OPS, OMITTED_OPS, _may_create, authorized_ops
 
 
 def _timeout_ms(req) -> int:
@@ -16,6 +19,20 @@ def _timeout_ms(req) -> int:
     t = getattr(req, "timeout", None)
     ms = int(t.total_seconds() * 1000) if t is not None else 0
     return ms if ms > 0 else 30000
+
+
+def _failed_topic(m, name: str, code, message: str | None):
+    return m(
+        "CreatableTopicResult",
+        name=name,
+        topic_id=None,
+        error_code=code,
+        error_message=message,
+        topic_config_error_code=0,
+        num_partitions=-1,
+        replication_factor=-1,
+        configs=None,
+    )
 
 
 class TopicApis:
@@ -34,7 +51,17 @@ class TopicApis:
 
     # ------------------------------------------------------------------ CreateTopics
     def create_topics(self, ctx, req):
-        return self.controllers.dispatch(ctx, req, lambda: self._create_topics(ctx, req))
+        denied = {}
+        if ctx.authorizer is not None:  # as Kafka: CREATE on the cluster, or else on each topic
+            m = Msg(ApiKeys.CREATE_TOPICS, ctx.api_version)
+            denied = {
+                i: _failed_topic(m, t.name, ErrorCode.topic_authorization_failed, "Authorization failed.")
+                for i, t in enumerate(req.topics)
+                if not _may_create(ctx, t.name)
+            }
+        return dispatch_allowed(
+            self.controllers, ctx, req, "topics", "topics", denied, lambda r: self._create_topics(ctx, r)
+        )
 
     async def _create_topics(self, ctx, req):
         v = ctx.api_version
@@ -50,30 +77,13 @@ class TopicApis:
                     {c.name: c.value for c in t.configs},
                 )
             )
-        denied = {}
-        if ctx.authorizer is not None:  # as Kafka: CREATE on the cluster, or else on each topic
-            denied = {
-                t.name: CreatedTopic(
-                    t.name, error=KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-                )
-                for t in specs
-                if not _may_create(ctx, t.name)
-            }
-        allowed = [t for t in specs if t.name not in denied]
         quota = self.throttler.mutation_quota(ctx, strict_since=6)
         try:
-            results = (
-                await self.controllers.call(
-                    "create_topics", allowed, req.validate_only, quota, timeout_ms=_timeout_ms(req)
-                )
-                if allowed or not denied
-                else []
+            results = await self.controllers.call(
+                "create_topics", specs, req.validate_only, quota, timeout_ms=_timeout_ms(req)
             )
         except KafkaError as e:
-            results = [CreatedTopic(t.name, error=e) for t in allowed]
-        if denied:
-            done = iter(results)
-            results = [denied[t.name] if t.name in denied else next(done) for t in specs]
+            results = [CreatedTopic(t.name, error=e) for t in specs]
         self.throttler.charge_mutations(ctx, quota)
         out = []
         for spec, res in zip(specs, results):
@@ -109,24 +119,37 @@ class TopicApis:
                     )
                 )
             else:
-                out.append(
-                    m(
-                        "CreatableTopicResult",
-                        name=spec.name,
-                        topic_id=None,
-                        error_code=res.error.code,
-                        error_message=res.error.message,
-                        topic_config_error_code=0,
-                        num_partitions=-1,
-                        replication_factor=-1,
-                        configs=None,
-                    )
-                )
+                out.append(_failed_topic(m, spec.name, res.error.code, res.error.message))
         return m(throttle_time=0, topics=tuple(out))
 
     # ------------------------------------------------------------------ DeleteTopics
     def delete_topics(self, ctx, req):
-        return self.controllers.dispatch(ctx, req, lambda: self._delete_topics(ctx, req))
+        field = "topics" if ctx.api_version >= 6 else "topic_names"
+        denied = {}
+        if ctx.authorizer is not None and not ctx.authorize(AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME):
+            m = Msg(ApiKeys.DELETE_TOPICS, ctx.api_version)
+            for i, t in enumerate(getattr(req, field)):
+                name, topic_id = (t, None) if field == "topic_names" else (t.name, t.topic_id)
+                if name is None:  # by id: the name it has, if any (an unknown id is the controller's to answer)
+                    topic = self.image.topics_by_id.get(topic_id)
+                    if topic is None:
+                        continue
+                    name = topic.name
+                describable = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+                if describable and ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
+                    continue
+                by_name = field == "topic_names" or t.name is not None
+                shown = name if by_name or describable else None  # an id it may not see stays unnamed
+                denied[i] = m(
+                    "DeletableTopicResult",
+                    name=shown,
+                    topic_id=topic_id,
+                    error_code=ErrorCode.topic_authorization_failed,
+                    error_message="Topic authorization failed.",
+                )
+        return dispatch_allowed(
+            self.controllers, ctx, req, field, "responses", denied, lambda r: self._delete_topics(ctx, r)
+        )
 
     async def _delete_topics(self, ctx, req):
         v = ctx.api_version
@@ -158,7 +181,22 @@ class TopicApis:
 
     # ------------------------------------------------------------------ CreatePartitions
     def create_partitions(self, ctx, req):
-        return self.controllers.dispatch(ctx, req, lambda: self._create_partitions(ctx, req))
+        denied = {}
+        if ctx.authorizer is not None:  # ALTER on each topic, as Kafka's ControllerApis
+            m = Msg(ApiKeys.CREATE_PARTITIONS, ctx.api_version)
+            denied = {
+                i: m(
+                    "CreatePartitionsTopicResult",
+                    name=t.name,
+                    error_code=ErrorCode.topic_authorization_failed,
+                    error_message="Topic authorization failed.",
+                )
+                for i, t in enumerate(req.topics)
+                if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name)
+            }
+        return dispatch_allowed(
+            self.controllers, ctx, req, "topics", "results", denied, lambda r: self._create_partitions(ctx, r)
+        )
 
     async def _create_partitions(self, ctx, req):
         m = Msg(ApiKeys.CREATE_PARTITIONS, ctx.api_version)
@@ -203,6 +241,21 @@ class TopicApis:
         next_cursor = None
         for name in names:
             t = image.topic(name)
+            if ctx.authorizer is not None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                if not req.topics:  # as Kafka: left out of an all-topics answer, refused when named
+                    continue
+                topics.append(
+                    m(
+                        "DescribeTopicPartitionsResponseTopic",
+                        error_code=ErrorCode.topic_authorization_failed,
+                        name=name,
+                        topic_id=None,
+                        is_internal=False,
+                        partitions=(),
+                        topic_authorized_operations=OMITTED_OPS,
+                    )
+                )
+                continue
             if t is None:
                 topics.append(
                     m(
@@ -248,7 +301,7 @@ class TopicApis:
                     topic_id=t.topic_id,
                     is_internal=name in INTERNAL_TOPICS,
                     partitions=tuple(parts),
-                    topic_authorized_operations=_bits(_TOPIC_OPS),
+                    topic_authorized_operations=authorized_ops(ctx, _TOPIC_OPS, ResourceType.TOPIC, name),
                 )
             )
             if next_cursor is not None:

@@ -21,6 +21,7 @@ from ...coordinator.group.requests import OffsetCommitPartition, TxnOffsetCommit
 from ...coordinator.group.runtime import OFFSETS_TOPIC
 from ...coordinator.runtime import coordinator_error
 from ...coordinator.transaction.records import TxnState
+from ...coordinator.transaction.requests import AddPartitionsToTxn, EndTxn, InitProducerId
 from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
@@ -107,20 +108,18 @@ class TransactionApis:
             except KafkaError as e:
                 return m(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
             return m(throttle_time=0, error_code=ErrorCode.none, producer_id=pid, producer_epoch=0)
-        try:
-            shard = self.tc.shard_for(req.transactional_id) if req.transactional_id else None
-        except KafkaError as e:
-            return m(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
-        if shard is None:
+        if not req.transactional_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
         try:
-            res = shard.init_producer_id(
-                req.transactional_id,
-                to_ms(req.transaction_timeout),
-                getattr(req, "producer_id", -1),
-                getattr(req, "producer_epoch", -1),
-                getattr(req, "enable2_pc", False),
-                getattr(req, "keep_prepared_txn", False),
+            res = self.tc.init_producer_id(
+                InitProducerId(
+                    req.transactional_id,
+                    to_ms(req.transaction_timeout),
+                    getattr(req, "producer_id", -1),
+                    getattr(req, "producer_epoch", -1),
+                    getattr(req, "enable2_pc", False),
+                    getattr(req, "keep_prepared_txn", False),
+                )
             )
         except KafkaError as e:
             return m(throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
@@ -192,7 +191,7 @@ class TransactionApis:
             errors = self.tc.verify(txn_id, producer_id, producer_epoch, wanted)
         else:
             try:
-                self.tc.shard_for(txn_id).add_partitions(txn_id, producer_id, producer_epoch, set(wanted), tv)
+                self.tc.add_partitions(AddPartitionsToTxn(txn_id, producer_id, producer_epoch, frozenset(wanted), tv))
                 code = ErrorCode.none
             except KafkaError as e:
                 code = e.code
@@ -207,8 +206,8 @@ class TransactionApis:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         tp = (OFFSETS_TOPIC, self.group_coordinator.partition_for(req.group_id))
         try:
-            self.tc.shard_for(req.transactional_id).add_partitions(
-                req.transactional_id, req.producer_id, req.producer_epoch, {tp}
+            self.tc.add_partitions(
+                AddPartitionsToTxn(req.transactional_id, req.producer_id, req.producer_epoch, frozenset({tp}))
             )
             code = ErrorCode.none
         except KafkaError as e:
@@ -225,12 +224,12 @@ class TransactionApis:
         m = Msg(ApiKeys.END_TXN, v)
         pid, epoch = -1, -1
         try:
-            shard = self.tc.shard_for(req.transactional_id)
             # v5+ of a TV2 client: the epoch is bumped and the answer names the producer id and
             # epoch of its next transaction (KIP-890 part 2)
-            pid, epoch = shard.end_txn(
-                req.transactional_id, req.producer_id, req.producer_epoch, req.committed, self.tc.tv2(v >= 5)
+            res = self.tc.end_txn(
+                EndTxn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed, self.tc.tv2(v >= 5))
             )
+            pid, epoch = res.producer_id, res.producer_epoch
             code = ErrorCode.none
         except KafkaError as e:
             code = e.code

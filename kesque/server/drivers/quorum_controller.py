@@ -38,6 +38,7 @@ from ...errors import ErrorCode, KafkaError
 from ...metadata import records as mr
 from ...metadata.image import Delta, MetadataImage
 from ...raft.log import LeaderChange
+from .. import bootstrap
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,9 @@ class QuorumController:
         )
         self.replication = ReplicationControl(lambda: self.controller.image, self.unclean_enabled, self.min_isr)
         self._written_end = -1
+        # the records `storage format` left for a fresh cluster's first batch (--add-scram)
+        meta_dir = getattr(config, "metadata_log_dir", None)
+        self._bootstrap_records = bootstrap.read(meta_dir) if meta_dir else None
         # the active controller's periodic elections (Kafka's maybeElectUncleanLeaders and
         # maybeBalancePartitionLeaders): {name: (interval ms, task)}, and their timers
         rebalance = config.get("auto.leader.rebalance.enable")
@@ -155,7 +159,7 @@ class QuorumController:
             "Controller %d is active in epoch %d (metadata offset %d)", self.raft.node_id, epoch, self.committed.offset
         )
         try:
-            self.controller.bootstrap()
+            self.controller.bootstrap(self._bootstrap_records)
         except KafkaError as e:
             log.warning("could not record the finalized features: %s", e)
         self.cluster.activate(self._now_ms())

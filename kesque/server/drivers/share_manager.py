@@ -291,13 +291,16 @@ class SharePartitionManager:
             except KafkaError:
                 shard = None
             if shard is not None:
+                sc = self.share_coordinator
                 epoch = self._leader_epoch(key)
                 try:
                     if key in self._uninitialized:
-                        shard.initialize(key, sp.start_offset, epoch, sp.state_epoch)
+                        sc.apply(shard, shard.initialize(key, sp.start_offset, epoch, sp.state_epoch))
                         self._uninitialized.discard(key)
                     if not initialize_only:
-                        shard.write_state(key, sp.start_offset, sp.state_batches(), epoch, sp.state_epoch)
+                        sc.apply(
+                            shard, shard.write_state(key, sp.start_offset, sp.state_batches(), epoch, sp.state_epoch)
+                        )
                 except KafkaError as e:
                     self._fenced(key, sp, e)
                     raise

@@ -130,20 +130,20 @@ class LocalPersister:
 
     async def initialize(self, key: tuple, start_offset: int, leader_epoch: int = -1, state_epoch: int = -1) -> None:
         shard = self.shard(key)
-        shard.initialize(key, start_offset, leader_epoch, state_epoch)
+        self.sc.apply(shard, shard.initialize(key, start_offset, leader_epoch, state_epoch))
         await self._committed(shard)
 
     async def write(
         self, key: tuple, start_offset: int, batches: list[StateBatch], leader_epoch: int = -1, state_epoch: int = -1
     ) -> None:
         shard = self.shard(key)
-        shard.write_state(key, start_offset, batches, leader_epoch, state_epoch)
+        self.sc.apply(shard, shard.write_state(key, start_offset, batches, leader_epoch, state_epoch))
         await self._committed(shard)
 
     async def delete(self, key: tuple) -> None:
         shard = self.shard(key)
         if key in shard.states:
-            shard.delete(key)
+            self.sc.apply(shard, shard.delete(key))
             await self._committed(shard)
 
 

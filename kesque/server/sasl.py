@@ -1,0 +1,307 @@
+"""SASL on SASL_PLAINTEXT listeners: the driver of Kafka's SaslServerAuthenticator
+(kesque/security/authenticator.py) on a network connection.
+
+A connection accepted on a SASL listener hands its frames to its :class:`SaslConnection` until
+it is authenticated: ApiVersions is answered by the broker's own handler (once, before the
+handshake), SaslHandshake and SaslAuthenticate by the authenticator, anything else fails the
+connection. Until then a frame may be ``sasl.server.max.receive.size`` bytes at most (a larger one
+closes the connection). A failure is answered, if Kafka answers it, after
+``connection.failed.authentication.delay.ms``, and the connection closes; other connections are
+not held up. Once authenticated the connection's frames go straight to the broker again with its
+principal (``User:<name>``) in every request's context; when the session has a lifetime
+(``connections.max.reauth.ms``, an OAUTHBEARER token's expiry: KIP-368) a request after it ends
+closes the connection, and a SaslHandshake on it starts a re-authentication.
+
+:class:`SaslListener` is what one listener's config says: its enabled mechanisms
+(``listener.name.<l>.sasl.enabled.mechanisms``, else ``sasl.enabled.mechanisms``) and, per
+mechanism, the JAAS config (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else
+``sasl.jaas.config``) with the login module Kafka names for it: PLAIN's users are its
+``user_<name>`` options, SCRAM's credentials are the metadata image's, OAUTHBEARER's tokens are
+Kafka's unsecured ones unless ``sasl.oauthbearer.jwks.endpoint.url`` names a JWKS (read once at
+start; a ``file://`` URL too). The same JAAS entry's ``username`` and ``password`` are what this
+broker logs in with when it is the client (:meth:`SaslListener.client_login`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from collections.abc import Callable
+
+from ..config.broker import SASL_MECHANISMS
+from ..config.types import ConfigError
+from ..protocol import api as protocol
+from ..protocol.api_keys import ApiKeys
+from ..protocol.messages import Msg
+from ..protocol.primitives import INT32, ProtocolError
+from ..security.authenticator import AuthenticationFailure, SaslServerAuthenticator
+from ..security.oauthbearer import JwksValidator, OAuthBearerSaslServer, validate_unsecured
+from ..security.plain import PLAIN_LOGIN_MODULE, PlainSaslServer, parse_jaas_config
+from ..security.scram import ScramCredential, ScramMechanism, ScramSaslServer
+
+log = logging.getLogger(__name__)
+
+SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+LOGIN_MODULES = {
+    "PLAIN": PLAIN_LOGIN_MODULE,
+    "SCRAM-SHA-256": SCRAM_LOGIN_MODULE,
+    "SCRAM-SHA-512": SCRAM_LOGIN_MODULE,
+    "OAUTHBEARER": OAUTHBEARER_LOGIN_MODULE,
+}
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+# the versions Kafka 4.4 serves (SaslApis declares the same)
+HANDSHAKE_VERSIONS = (0, 1)
+AUTHENTICATE_VERSIONS = (0, 2)
+
+
+def jaas_key(listener: str, mechanism: str) -> str:
+    return f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+
+
+class SaslListener:
+    def __init__(
+        self,
+        config,
+        listener: str,
+        scram_credentials: Callable[[ScramMechanism, str], ScramCredential | None],
+        now_ms: Callable[[], int],
+    ):
+        """``scram_credentials(mechanism, user)``: the image's credential, None without one."""
+        self.config = config
+        self.listener = listener
+        self._scram_credentials = scram_credentials
+        self.now_ms = now_ms
+        key = f"listener.name.{listener.lower()}.sasl.enabled.mechanisms"
+        self.mechanisms = [m.strip() for m in config.listener_get(listener, "sasl.enabled.mechanisms") if m.strip()]
+        for m in self.mechanisms:
+            if m not in SASL_MECHANISMS:
+                raise ConfigError(
+                    key,
+                    f"Invalid value {','.join(self.mechanisms)} for configuration sasl.enabled.mechanisms of "
+                    f"listener {listener}: kesque's SASL mechanisms are {', '.join(SASL_MECHANISMS)} (no {m})",
+                )
+        if not self.mechanisms:
+            raise ConfigError(key, f"No SASL mechanism is enabled on listener {listener}")
+        self.options: dict[str, dict[str, str]] = {m: self._jaas_options(m) for m in self.mechanisms}
+        plain = self.options.get("PLAIN", {})
+        self.plain_users = {k[5:]: v for k, v in plain.items() if k.startswith("user_")}
+        self._jwks = self._jwks_validator() if "OAUTHBEARER" in self.mechanisms else None
+
+    def _jaas_options(self, mechanism: str) -> dict[str, str]:
+        """The options of the mechanism's login module in the listener's JAAS config."""
+        text = self.config.listener_get(self.listener, "sasl.jaas.config", mechanism)
+        key = jaas_key(self.listener, mechanism)
+        if not text:
+            raise ConfigError(
+                key,
+                f"SASL mechanism {mechanism} is enabled on listener {self.listener} but it has no JAAS config: "
+                f"set {key} (or sasl.jaas.config) to {LOGIN_MODULES[mechanism]} required ...;",
+            )
+        try:
+            entries = parse_jaas_config(str(text))
+        except ValueError as e:
+            raise ConfigError(key, f"Invalid value for configuration {key}: {e}") from None
+        entries = [e for e in entries if e.login_module == LOGIN_MODULES[mechanism]]
+        if len(entries) != 1:
+            raise ConfigError(
+                key,
+                f"Invalid value for configuration {key}: it must hold exactly one {LOGIN_MODULES[mechanism]} entry "
+                f"for {mechanism} (found {len(entries)})",
+            )
+        return entries[0].options
+
+    def _jwks_validator(self) -> JwksValidator | None:
+        url = self.config.listener_get(self.listener, "sasl.oauthbearer.jwks.endpoint.url")
+        if not url:
+            return None
+        try:
+            with urllib.request.urlopen(url, timeout=30) as f:  # noqa: S310 - the operator's URL (file:// or https://)
+                jwks = json.load(f)
+        except (OSError, ValueError) as e:
+            key = "sasl.oauthbearer.jwks.endpoint.url"
+            raise ConfigError(key, f"Unable to read the JWKS at {url} for listener {self.listener}: {e}") from None
+        get = self.config.listener_get
+        return JwksValidator(
+            jwks,
+            expected_audience=list(get(self.listener, "sasl.oauthbearer.expected.audience") or []),
+            expected_issuer=get(self.listener, "sasl.oauthbearer.expected.issuer"),
+            clock_skew_s=get(self.listener, "sasl.oauthbearer.clock.skew.seconds"),
+            sub_claim=get(self.listener, "sasl.oauthbearer.sub.claim.name"),
+            scope_claim=get(self.listener, "sasl.oauthbearer.scope.claim.name"),
+        )
+
+    # ------------------------------------------------------------------ the authenticator's parts
+    def new_server(self, mechanism: str):
+        if mechanism == "PLAIN":
+            return PlainSaslServer(self.plain_users)
+        scram = ScramMechanism.for_name(mechanism)
+        if scram is not None:
+            return ScramSaslServer(scram, lambda user: self._scram_credentials(scram, user))
+        if self._jwks is not None:
+            jwks = self._jwks
+            return OAuthBearerSaslServer(lambda token: jwks.validate(token, self.now_ms() / 1000.0))
+        options = self.options["OAUTHBEARER"]
+        return OAuthBearerSaslServer(lambda token: validate_unsecured(token, self.now_ms(), options))
+
+    def max_reauth_ms(self, mechanism: str) -> int:
+        return self.config.listener_get(self.listener, "connections.max.reauth.ms", mechanism) or 0
+
+    def authenticator(self, previous=None) -> SaslServerAuthenticator:
+        return SaslServerAuthenticator(self.mechanisms, self.new_server, self.max_reauth_ms, previous)
+
+    def client_login(self, mechanism: str) -> tuple[str, str]:
+        """(username, password) of this listener's JAAS entry for ``mechanism``: what the broker
+        authenticates with as a client (inter-broker, controller), as Kafka reads them."""
+        options = self.options.get(mechanism) if mechanism in self.mechanisms else self._jaas_options(mechanism)
+        user, password = options.get("username"), options.get("password")
+        if user is None or password is None:
+            raise ConfigError(
+                jaas_key(self.listener, mechanism),
+                f"The {mechanism} JAAS config of listener {self.listener} has no username and password for "
+                "this broker to authenticate with",
+            )
+        return user, password
+
+
+def _respond(conn, header, body) -> None:
+    payload = protocol.encode_body(body)
+    head = protocol.response_header(header.correlation_id, header.api_key, header.api_version)
+    conn.complete(conn.new_slot(), [INT32.pack(len(head) + len(payload)) + head, payload])
+
+
+def _ignore(conn, frame) -> None:
+    """Frames of a connection whose authentication failed and that is about to close."""
+
+
+class SaslConnection:
+    """One connection of a SASL listener: its frames until it is authenticated (and while it
+    re-authenticates), its session's end after."""
+
+    def __init__(self, sasl: SaslListener, conn, handle_frame, delay_ms: int, max_receive: int, max_request: int):
+        """``handle_frame(conn, frame)``: the broker's (ApiVersions before authentication, every
+        request after)."""
+        self.sasl = sasl
+        self.conn = conn
+        self._broker_frame = handle_frame
+        self._delay = delay_ms / 1000.0
+        self._max_receive = max_receive
+        self._max_request = max_request
+        self.auth = sasl.authenticator()
+        self._authenticating()
+
+    def _authenticating(self) -> None:
+        conn = self.conn
+        conn.handle_frame = self.handle_frame
+        conn.max_request = self._max_receive
+        conn.max_request_key = "sasl.server.max.receive.size"
+
+    def now_ms(self) -> int:
+        return self.sasl.now_ms()
+
+    # ------------------------------------------------------------------ before authentication
+    def handle_frame(self, conn, frame: memoryview) -> None:
+        auth, header = self.auth, None
+        try:
+            if auth.raw_tokens and auth.state == "AUTHENTICATE":  # after SaslHandshake v0: bare tokens
+                out = auth.authenticate(frame, 0, self.now_ms())["auth_bytes"]
+                conn.complete(conn.new_slot(), [INT32.pack(len(out)), out])
+                if auth.complete:
+                    self._authenticated()
+                return
+            try:
+                header = protocol.parse_request_header(frame)
+            except ProtocolError as e:
+                log.info("%s: closing connection: malformed request header during SASL authentication (%s)", conn.id, e)
+                conn.close()
+                return
+            key = header.api_key
+            if key == ApiKeys.API_VERSIONS:
+                auth.api_versions()
+                self._broker_frame(conn, frame)
+                return
+            if key == ApiKeys.SASL_HANDSHAKE:
+                request = self._decode(header, frame, HANDSHAKE_VERSIONS)
+                if request is not None:
+                    self._handshake(header, request)
+                return
+            if key == ApiKeys.SASL_AUTHENTICATE:
+                request = self._decode(header, frame, AUTHENTICATE_VERSIONS)
+                if request is not None:
+                    fields = auth.authenticate(request.auth_bytes, header.api_version, self.now_ms())
+                    _respond(conn, header, Msg(ApiKeys.SASL_AUTHENTICATE, header.api_version)(**fields))
+                    if auth.complete:
+                        self._authenticated()
+                return
+            try:
+                name = ApiKeys(key).name
+            except ValueError:
+                name = str(key)
+            auth.unexpected(name)
+        except AuthenticationFailure as failure:
+            self._failed(failure, header)
+
+    def _decode(self, header, frame, versions):
+        lo, hi = versions
+        if not lo <= header.api_version <= hi:
+            log.info(
+                "%s: closing connection: unsupported version %d of %s during SASL authentication",
+                self.conn.id,
+                header.api_version,
+                protocol.api_name(header.api_key),
+            )
+            self.conn.close()
+            return None
+        try:
+            return protocol.decode_request(header.api_key, header.api_version, frame[header.body_offset :])
+        except ProtocolError as e:
+            log.info("%s: closing connection: %s", self.conn.id, e)
+            self.conn.close()
+            return None
+
+    def _handshake(self, header, request) -> None:
+        fields = self.auth.handshake(request.mechanism, header.api_version)
+        _respond(self.conn, header, Msg(ApiKeys.SASL_HANDSHAKE, header.api_version)(**fields))
+
+    def _failed(self, failure: AuthenticationFailure, header) -> None:
+        conn = self.conn
+        # Kafka's Selector: "Failed authentication with /<ip> (channelId=<id>) (<message>)"
+        log.info("Failed authentication with /%s (channelId=%s) (%s)", conn.peer[0], conn.id, failure.error)
+        items = None
+        if failure.response is not None and header is not None:
+            msg = Msg(header.api_key, header.api_version)
+            fields = {k: v for k, v in failure.response.items() if msg.has(None, k)}
+            body = protocol.encode_body(msg(**fields))
+            head = protocol.response_header(header.correlation_id, header.api_key, header.api_version)
+            items = [INT32.pack(len(head) + len(body)) + head, body]
+        conn.handle_frame = _ignore
+        conn.close_after(self._delay, items)
+
+    def _authenticated(self) -> None:
+        conn, auth = self.conn, self.auth
+        log.debug(
+            "%s: %s as %s with %s",
+            conn.id,
+            "re-authenticated" if auth.reauthenticating else "authenticated",
+            auth.principal,
+            auth.mechanism,
+        )
+        conn.principal = auth.principal
+        conn.max_request = self._max_request
+        conn.max_request_key = type(conn).max_request_key
+        conn.handle_frame = self._broker_frame if auth.session_expiration_ms is None else self.handle_session_frame
+
+    # ------------------------------------------------------------------ after authentication
+    def handle_session_frame(self, conn, frame: memoryview) -> None:
+        """A request on an authenticated connection whose session ends (KIP-368)."""
+        if self.now_ms() > self.auth.session_expiration_ms:
+            log.debug("%s: disconnecting expired channel (principal %s)", conn.id, conn.principal)
+            conn.close()
+            return
+        if len(frame) >= 2 and (frame[0] << 8 | frame[1]) == ApiKeys.SASL_HANDSHAKE:
+            self.auth = self.sasl.authenticator((self.auth.mechanism, self.auth.principal))
+            self._authenticating()
+            self.handle_frame(conn, frame)
+            return
+        self._broker_frame(conn, frame)

@@ -1,0 +1,187 @@
+"""ACLs against Apache Kafka 4.4 (issue 27): both run Kafka's StandardAuthorizer; for each ACL set
+given to User:ANONYMOUS connecting from 127.0.0.1, the same requests get the same error codes
+and show the same topics on both.
+
+The admin. On PLAINTEXT every client is User:ANONYMOUS, on both systems, and ``super.users`` is
+not a dynamic config in Kafka, so no super user can be told apart by principal. ACLs are per
+host, though: the admin connects from 127.0.0.2 and holds ALLOW ALL on the cluster and on every
+topic, group and transactional id *from that host only*. Those ACLs are created first, by a
+client nobody has refused anything yet: both start with ``allow.everyone.if.no.acl.found=true``
+and no ACL. From then on every resource of those four types has an ACL (the wildcard ones), so
+``allow.everyone.if.no.acl.found`` decides nothing any more for them: a client from 127.0.0.1
+gets exactly what it would get with ``false``, only what its own ACLs give it. Kafka's broker
+reaches its controller as User:ANONYMOUS from 127.0.0.1 too and needs CLUSTER_ACTION there (its
+heartbeats): that ALLOW is set on both, and shows in the cluster's authorized operations on both.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import oracle
+from acl_wire import BoundWireClient, acl, create_acls, delete_acls, describe_acls, described
+from kesque.config.broker import STANDARD_AUTHORIZER
+from kesque.protocol.api_keys import ApiKeys
+from kesque.records.records import build_batch
+from wire import Api, Msg, WireClient
+
+pytestmark = oracle.MARKS
+
+ADMIN_HOST, CLIENT_HOST = "127.0.0.2", "127.0.0.1"
+CONFIG = {"authorizer.class.name": STANDARD_AUTHORIZER, "allow.everyone.if.no.acl.found": "true"}
+
+
+def admin_acls() -> list[dict]:
+    return [
+        acl("CLUSTER", "kafka-cluster", "ALL", host=ADMIN_HOST),
+        *(acl(t, "*", "ALL", host=ADMIN_HOST) for t in ("TOPIC", "GROUP", "TRANSACTIONAL_ID")),
+        acl("CLUSTER", "kafka-cluster", "CLUSTER_ACTION", host=CLIENT_HOST),
+    ]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    with oracle.brokers(tmp_path_factory, config=CONFIG) as b:
+        for broker in b.values():
+            with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
+                r = create_acls(admin, admin_acls())
+                assert [x.error_code for x in r.results] == [0] * 5, broker
+                assert _eventually(lambda admin=admin: len(described(describe_acls(admin))) == 5)
+        yield b
+
+
+def _eventually(check, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# each: the ACLs of User:ANONYMOUS from 127.0.0.1; "{t}" is the scenario's topic
+SCENARIOS = {
+    "none": [],
+    "read": [("TOPIC", "{t}", "READ")],
+    "write": [("TOPIC", "{t}", "WRITE")],
+    "describe": [("TOPIC", "{t}", "DESCRIBE")],
+    "all-but-write": [("TOPIC", "{t}", "ALL"), ("TOPIC", "{t}", "WRITE", "DENY")],
+    "prefixed-write": [("TOPIC", "acl-prefixed-write-", "WRITE", "ALLOW", "PREFIXED")],
+    "wildcard-read": [("TOPIC", "*", "READ")],
+    "create-on-cluster": [("CLUSTER", "kafka-cluster", "CREATE")],
+    "create-on-topic": [("TOPIC", "{t}-new", "CREATE"), ("TOPIC", "{t}-new", "DESCRIBE")],
+    "delete": [("TOPIC", "{t}-del", "DELETE")],
+    "configs": [("TOPIC", "{t}", "DESCRIBE_CONFIGS"), ("TOPIC", "{t}", "ALTER_CONFIGS")],
+    "describe-configs-only": [("TOPIC", "{t}", "DESCRIBE_CONFIGS")],
+    "acl-admin": [("CLUSTER", "kafka-cluster", "ALTER")],
+    "acl-reader": [("CLUSTER", "kafka-cluster", "DESCRIBE")],
+    "deny-all-host-star": [("TOPIC", "{t}", "ALL"), ("TOPIC", "{t}", "READ", "DENY")],
+}
+
+
+def _acls(spec, topic: str) -> list[dict]:
+    out = []
+    for item in spec:
+        rtype, name, op = item[:3]
+        perm = item[3] if len(item) > 3 else "ALLOW"
+        pattern = item[4] if len(item) > 4 else "LITERAL"
+        out.append(acl(rtype, name.format(t=topic), op, perm=perm, host=CLIENT_HOST, pattern=pattern))
+    return out
+
+
+def _requests(c: WireClient, topic: str) -> dict:
+    """The client's requests and what each answered (error codes, visible topics)."""
+    api = Api(c)
+    out = {}
+    out["produce"] = int(api.produce(topic, build_batch([(None, b"v", ())])).error_code)
+    fetched = api.fetch(topic, 0)
+    out["fetch"] = [int(p.error_code) for t in fetched.responses for p in t.partitions]
+    md = api.metadata([topic])
+    out["metadata"] = [int(t.error_code) for t in md.topics]
+    everything = api.metadata(None)
+    out["visible"] = sorted(t.name for t in everything.topics if t.name.startswith(topic))
+    m = Msg(ApiKeys.METADATA, 12)
+    ops = c.request(
+        ApiKeys.METADATA,
+        12,
+        m(
+            topics=(m("MetadataRequestTopic", name=topic, topic_id=None),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=True,
+        ),
+    )
+    out["topic_ops"] = [t.topic_authorized_operations for t in ops.topics]
+    created = api.create_topics([{"name": f"{topic}-new", "num_partitions": 1, "replication_factor": 1}])
+    out["create_topic"] = [int(t.error_code) for t in created.topics]
+    m = Msg(ApiKeys.DELETE_TOPICS, 6)
+    deleted = c.request(
+        ApiKeys.DELETE_TOPICS,
+        6,
+        m(topics=(m("DeleteTopicState", name=f"{topic}-del", topic_id=None),), timeout=10000),
+    )
+    out["delete_topic"] = [int(t.error_code) for t in deleted.responses]
+    m = Msg(ApiKeys.DESCRIBE_CONFIGS, 4)
+    dc = c.request(
+        ApiKeys.DESCRIBE_CONFIGS,
+        4,
+        m(
+            resources=(m("DescribeConfigsResource", resource_type=2, resource_name=topic, configuration_keys=None),),
+            include_synonyms=False,
+            include_documentation=False,
+        ),
+    )
+    out["describe_configs"] = [int(r.error_code) for r in dc.results]
+    m = Msg(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 1)
+    ac = c.request(
+        ApiKeys.INCREMENTAL_ALTER_CONFIGS,
+        1,
+        m(
+            resources=(
+                m(
+                    "AlterConfigsResource",
+                    resource_type=2,
+                    resource_name=topic,
+                    configs=(m("AlterableConfig", name="retention.ms", config_operation=0, value="600000"),),
+                ),
+            ),
+            validate_only=True,
+        ),
+    )
+    out["alter_configs"] = [int(r.error_code) for r in ac.responses]
+    out["describe_acls"] = int(describe_acls(c, principal="User:nobody").error_code)
+    created_acls = create_acls(c, [acl("TOPIC", f"{topic}-x", "READ", principal="User:nobody")])
+    out["create_acls"] = [int(r.error_code) for r in created_acls.results]
+    dropped = delete_acls(c, [{"principal": "User:nobody"}])
+    out["delete_acls"] = [int(r.error_code) for r in dropped.filter_results]
+    return out
+
+
+def _run(broker, name: str, topic: str) -> dict:
+    acls = _acls(SCENARIOS[name], topic)
+    with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
+        for t in (topic, f"{topic}-del"):
+            assert Api(admin).create_topic(t).error_code == 0
+        if acls:
+            assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
+        assert _eventually(lambda: len(described(describe_acls(admin, host=CLIENT_HOST))) == len(acls) + 1)
+        try:
+            with WireClient(broker.bootstrap_servers) as c:
+                return _requests(c, topic)
+        finally:
+            delete_acls(admin, [{"host": CLIENT_HOST, "rtype": "TOPIC"}])
+            delete_acls(admin, [{"host": CLIENT_HOST, "rtype": "CLUSTER", "op": op} for op in ("CREATE", "ALTER")])
+            delete_acls(admin, [{"host": CLIENT_HOST, "rtype": "CLUSTER", "op": "DESCRIBE"}])
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_same_answers_for_the_same_acls(pair, name):
+    topic = f"acl-{name}-{oracle.new_topic('')[1:]}"  # the same names on both
+    results = {which: _run(broker, name, topic) for which, broker in pair.items()}
+    assert results["kesque"] == results["kafka"]
+    if name == "none":  # not vacuous: with no ACL of its own the client is refused everything
+        assert results["kafka"]["produce"] == 29 and results["kafka"]["visible"] == []
+        assert results["kafka"]["create_acls"] == [31] and results["kafka"]["describe_configs"] == [29]
+    if name == "configs":
+        assert results["kafka"]["describe_configs"] == [0] and results["kafka"]["alter_configs"] == [0]
