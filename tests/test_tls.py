@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 from kafka import KafkaConsumer, KafkaProducer
 
@@ -250,13 +251,12 @@ class _Echo:
     """A SocketServer whose handler answers each frame with the principal and the frame's size
     (and, for a frame starting with b"F", a file region of the requested size)."""
 
-    def __init__(self, context, path=None):
+    def __init__(self, context, path=None, principal_of=tls.ssl_principal):
         self.loop = asyncio.new_event_loop()
         self.principals = []
         self.path = path
         self.server = SocketServer(self.loop, self.handle, 100 * 1024 * 1024, queued_max_bytes=4 * 1024 * 1024)
-        self.server.ssl_principal = tls.ssl_principal
-        self.port = self.server.listen("127.0.0.1", 0, "SSL", "SSL", ssl_context=context)
+        self.port = self.server.listen("127.0.0.1", 0, "SSL", "SSL", ssl_context=context, principal_of=principal_of)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
@@ -327,6 +327,35 @@ def test_principal_is_the_certificate_dn_and_frames_and_file_regions_cross_tls(p
             s.sendall(struct.pack(">i", 2) + b"hi")
             assert _recv_frame(s) == b"User:ANONYMOUS|2"
         assert echo.principals[-1] == ANONYMOUS
+    finally:
+        echo.close()
+
+
+def test_ssl_principal_mapping_rules(pki):
+    cfg = BrokerConfig(
+        {
+            "listeners": "SSL://127.0.0.1:0",
+            "listener.name.ssl.ssl.principal.mapping.rules": (
+                "RULE:^CN=([^,]*),OU=tests,.*$/$1@tests/U,RULE:^CN=bob,.*$/b/"
+            ),
+        }
+    )
+    mapped = tls.principal_builder(cfg, "SSL")
+    assert mapped(pki["alice_obj"].cert.public_bytes(serialization.Encoding.DER)).name == "ALICE@TESTS"
+    assert mapped(None) == ANONYMOUS
+    # a DN no rule maps: the handshake fails and the connection closes, as Kafka's authentication
+    echo = _Echo(
+        _server_context(pki),
+        principal_of=tls.principal_builder(BrokerConfig({"ssl.principal.mapping.rules": "RULE:^CN=bob,.*$/b/"}), "SSL"),
+    )
+    try:
+        client = ssl.create_default_context(cafile=pki["ca"])
+        client.load_cert_chain(pki["alice_crt"], pki["alice_key"])
+        raw = socket.create_connection(("127.0.0.1", echo.port))
+        with client.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(struct.pack(">i", 2) + b"hi")
+            assert _closed_within(s, 5)
+        assert echo.principals == []
     finally:
         echo.close()
 
@@ -476,6 +505,7 @@ BAD = [
         "ssl.endpoint.identification.algorithm",
         "Unsupported endpoint identification algorithm",
     ),
+    ({"ssl.principal.mapping.rules": "RULE:oops"}, "ssl.principal.mapping.rules", "Invalid rule"),
     (
         {"listeners": "SASL_SSL://127.0.0.1:0"},
         "listeners",

@@ -421,6 +421,12 @@ _BROKER_KEYS: list[ConfigKey] = [
     _K("ssl.protocol", "STRING", "TLSv1.3", "TLS protocol of the SSL context", dynamic=True),
     _K("ssl.cipher.suites", "LIST", [], "cipher suites (empty: OpenSSL's defaults)", dynamic=True),
     _K(
+        "ssl.principal.mapping.rules",
+        "STRING",
+        "DEFAULT",
+        "a client certificate's DN to its principal name (DEFAULT: the DN)",
+    ),
+    _K(
         "ssl.endpoint.identification.algorithm",
         "STRING",
         "https",

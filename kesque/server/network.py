@@ -601,6 +601,10 @@ class Connection:
         self.on_closed(self)
 
 
+def _anonymous(der: bytes | None) -> KafkaPrincipal:
+    return ANONYMOUS
+
+
 TLS_CHUNK = 256 * 1024  # plaintext encrypted per round of a TLS connection's writes (file regions: pread this much)
 TLS_SMALL = 16 * 1024  # consecutive buffers below this are joined before encryption (one TLS record, not many)
 
@@ -678,8 +682,15 @@ class TlsConnection(Connection):
             self._closing_sent = True
             self.close()
             return
+        try:
+            principal = self._principal_of(self._tls.getpeercert(binary_form=True))
+        except Exception as e:  # noqa: BLE001 - ssl.principal.mapping.rules maps no name, or a bad certificate
+            log.info("Failed authentication with %s (channelId=%s) (%s)", self.peer[0], self.id, e)
+            self._closing_sent = True
+            self.close()
+            return
         self._handshaken = True
-        self.principal = self._principal_of(self._tls.getpeercert(binary_form=True))
+        self.principal = principal
         log.debug("%s: TLS %s %s, principal %s", self.id, self._tls.version(), self._tls.cipher()[0], self.principal)
         self.active = True
         self._decrypt()  # requests sent with the handshake's last flight
@@ -876,9 +887,10 @@ class SocketServer:
         self.closed_listeners: list = []  # fn(conn) once a connection has closed
         # listening sockets: the OS's, or those of a loop that simulates the network
         self.new_socket = getattr(loop, "new_socket", socket.socket)
-        self._contexts: dict[str, ssl.SSLContext] = {}  # the SSL listeners' contexts
-        # the principal of a TLS client certificate (DER bytes, None without one)
-        self.ssl_principal = lambda der: ANONYMOUS
+        # the SSL listeners' contexts, and the principal of a client certificate (DER bytes, None
+        # without one) on each
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._principals: dict = {}
 
     def listen(
         self,
@@ -888,12 +900,14 @@ class SocketServer:
         security_protocol: str = PLAINTEXT,
         serve: bool = True,
         ssl_context: ssl.SSLContext | None = None,
+        principal_of=None,
     ) -> int:
         """Bind and listen; accept connections at once, or (``serve=False``) only from
         :meth:`start_serving` on, as Kafka's broker binds its listeners early (its endpoints go
         into its registration) and enables request processing once the controller has
         registered it and it has caught up (connections wait in the backlog meanwhile).
-        With an ``ssl_context`` the listener's connections speak TLS (:class:`TlsConnection`)."""
+        With an ``ssl_context`` the listener's connections speak TLS (:class:`TlsConnection`), and
+        ``principal_of(der)`` gives the principal of a client certificate (None: ANONYMOUS)."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = self.new_socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -903,6 +917,7 @@ class SocketServer:
         self.listeners.append((sock, name))
         if ssl_context is not None:
             self._contexts[name] = ssl_context
+            self._principals[name] = principal_of or _anonymous
         if serve:
             self.loop.add_reader(sock.fileno(), self._accept, sock, name, security_protocol)
         else:
@@ -950,7 +965,7 @@ class SocketServer:
                     sock,
                     name,
                     context=context,
-                    principal_of=self.ssl_principal,
+                    principal_of=self._principals[name],
                     handle_frame=self.handle_frame,
                     on_closed=self.connection_closed,
                     max_request=self.max_request_size,

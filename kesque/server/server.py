@@ -81,7 +81,7 @@ from .network import SocketServer
 from .raft_manager import RaftManager, discover_voters, quorum_config
 from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener
 from .throttling import Throttler
-from .tls import ListenerContexts, ssl_principal
+from .tls import ListenerContexts
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +305,6 @@ class KesqueServer:
             cfg.get("connections.max.idle.ms"),
         )
         self.socket_server.admit = self._admit_connection
-        self.socket_server.ssl_principal = ssl_principal
         self.socket_server.release = self.quotas.connections.release
         self.socket_server.on_accept = self._on_accept
         if self.share_manager is not None:  # a closed connection ends its share sessions
@@ -495,6 +494,7 @@ class KesqueServer:
                 protocols.get(lis.name, PLAINTEXT),
                 serve=serve,
                 ssl_context=self.tls.server.get(lis.name),
+                principal_of=self.tls.principal.get(lis.name),
             )
             out[lis.name] = (lis.host, port)
             log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)

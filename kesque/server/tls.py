@@ -32,9 +32,9 @@ it connects to) or empty. TLS renegotiation is refused, as Kafka's SslTransportL
 Every bad value is a :class:`ConfigError` naming the key, with Kafka's message where Kafka has
 one, raised while the context is built (at start-up, before any listener is bound).
 
-The principal of a client that presented a certificate is its subject DN in RFC 2253 form as
-Java's ``X500Principal.getName()`` prints it (:func:`rfc2253`): Kafka's DEFAULT
-``ssl.principal.mapping.rules``.
+The principal of a client that presented a certificate is ``User:`` and its subject DN in RFC
+2253 form as Java's ``X500Principal.getName()`` prints it (:func:`rfc2253`), mapped by the
+listener's ``ssl.principal.mapping.rules`` (kesque/security/principal.py; DEFAULT: the DN).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
 from ..config import ConfigError
+from ..security.principal import SslPrincipalMapper
 from .context import ANONYMOUS, KafkaPrincipal
 
 PEM = "PEM"
@@ -84,6 +85,7 @@ SSL_KEYS = (
     "ssl.protocol",
     "ssl.cipher.suites",
     "ssl.endpoint.identification.algorithm",
+    "ssl.principal.mapping.rules",
 )
 
 
@@ -128,6 +130,8 @@ class ListenerContexts:
         self.server = {
             lis.name: server_context(config, lis.name) for lis in config.listeners() if protocols.get(lis.name) == "SSL"
         }
+        # the principal builder of each SSL listener (its ssl.principal.mapping.rules)
+        self.principal = {name: principal_builder(config, name) for name in self.server}
         inter = config.inter_broker_listener()
         self.inter_broker = client_context(config, inter) if protocols.get(inter) == "SSL" else None
         names = [n.upper() for n in config.get("controller.listener.names")]
@@ -509,10 +513,33 @@ def peer_dn(der: bytes) -> str:
     return rfc2253(x509.load_der_x509_certificate(der).subject)
 
 
+def principal_builder(config, listener: str):
+    """``der -> KafkaPrincipal`` for a TLS client of ``listener``, as Kafka's
+    DefaultKafkaPrincipalBuilder: ``User:<name>`` where the name is the certificate's subject DN
+    (RFC 2253) mapped by ``ssl.principal.mapping.rules`` (DEFAULT: the DN itself);
+    ``User:ANONYMOUS`` without a certificate. A DN no rule maps raises NoMatchingRule (the
+    handshake then fails, as Kafka's authentication does)."""
+    s = SslSettings.of(config, listener)
+    rules = s["ssl.principal.mapping.rules"]
+    try:
+        mapper = SslPrincipalMapper(rules)
+    except ValueError as e:
+        raise s.error(
+            "ssl.principal.mapping.rules",
+            f"Invalid value {rules} for configuration {s.keys['ssl.principal.mapping.rules']}: {e}",
+        ) from None
+
+    def principal(der: bytes | None) -> KafkaPrincipal:
+        if der is None:
+            return ANONYMOUS
+        return KafkaPrincipal("User", mapper.name(peer_dn(der)))
+
+    return principal
+
+
 def ssl_principal(der: bytes | None) -> KafkaPrincipal:
-    """The principal of a TLS client: ``User:<subject DN>`` for a certificate (Kafka's DEFAULT
-    ``ssl.principal.mapping.rules``; the mapping rules apply here), ``User:ANONYMOUS`` without
-    one, as Kafka's DefaultKafkaPrincipalBuilder."""
+    """The principal with Kafka's DEFAULT rules: ``User:<subject DN>``, ``User:ANONYMOUS``
+    without a certificate."""
     if der is None:
         return ANONYMOUS
     return KafkaPrincipal("User", peer_dn(der))
