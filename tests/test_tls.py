@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -62,11 +62,21 @@ def pki(tmp_path_factory):
     return files
 
 
+PLAIN_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" user_alice="alice-secret";'
+)
+
+
 def _ssl_broker_config(pki, ports) -> dict:
-    ssl_port, mtls_port, plain_port = ports
+    ssl_port, mtls_port, plain_port, sasl_port = ports
     return {
-        "listeners": f"SSL://127.0.0.1:{ssl_port},MTLS://127.0.0.1:{mtls_port},PLAINTEXT://127.0.0.1:{plain_port}",
-        "listener.security.protocol.map": "SSL:SSL,MTLS:SSL,PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listeners": f"SSL://127.0.0.1:{ssl_port},MTLS://127.0.0.1:{mtls_port},PLAINTEXT://127.0.0.1:{plain_port},"
+        f"SASL_SSL://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": "SSL:SSL,MTLS:SSL,PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+        # SASL over TLS: PLAIN users, the TLS settings the broker's
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
         # PKCS12 key store and PEM trust store for the broker, PEM inline for the mTLS listener
         "ssl.keystore.type": "PKCS12",
         "ssl.keystore.location": pki["server_p12"],
@@ -84,10 +94,10 @@ def _ssl_broker_config(pki, ports) -> dict:
 
 @pytest.fixture(scope="module")
 def broker(pki):
-    ports = [free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(4)]
     b = Broker(port=ports[0], config=_ssl_broker_config(pki, ports))
     b.start()
-    b.ssl_port, b.mtls_port, b.plain_port = ports
+    b.ssl_port, b.mtls_port, b.plain_port, b.sasl_port = ports
     yield b
     b.stop()
 
@@ -124,6 +134,38 @@ def test_confluent_kafka_over_ssl(pki, broker, mtls):
             keys.append(int(m.key()))
     c.close()
     assert keys == list(range(N))
+
+
+def test_confluent_kafka_over_sasl_ssl(pki, broker):
+    conf = {
+        **_client_ssl(pki, broker.sasl_port),
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "alice-secret",
+    }
+    topic = _topic(conf)
+    p = Producer(conf)
+    for i in range(N):
+        p.produce(topic, b"s" * 2000, key=str(i))
+    assert p.flush(15) == 0
+    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    keys, deadline = [], time.monotonic() + 20
+    while len(keys) < N and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            keys.append(int(m.key()))
+    c.close()
+    assert keys == list(range(N))
+    # a wrong password: SASL's failure (Kafka's message), after TLS, and that connection only
+    errors = []
+    bad = AdminClient({**conf, "sasl.password": "wrong", "error_cb": errors.append})
+    with pytest.raises(KafkaException):
+        bad.list_topics(timeout=3)
+    bad.poll(1)  # the error callbacks are served here
+    assert any("Authentication failed: Invalid username or password" in e.str() for e in errors), errors
+    _still_serves(pki, broker)
 
 
 def test_kafka_python_over_mtls(pki, broker):
@@ -507,9 +549,9 @@ BAD = [
     ),
     ({"ssl.principal.mapping.rules": "RULE:oops"}, "ssl.principal.mapping.rules", "Invalid rule"),
     (
-        {"listeners": "SASL_SSL://127.0.0.1:0"},
-        "listeners",
-        "uses security protocol SASL_SSL",
+        {"listeners": "SASL_SSL://127.0.0.1:0", "ssl.keystore.location": None},
+        "ssl.keystore.location",
+        "Listener SASL_SSL uses SSL but no key store is configured",
     ),
 ]
 

@@ -5,9 +5,8 @@ A key kesque uses is parsed and validated (a bad value is an error naming the ke
 that Kafka knows but kesque does not use (JVM, thread pools, SSL, ZooKeeper...) is accepted
 with a warning naming it, so a Kafka user's file starts kesque. Any other key (a plugin's, a
 typo) is logged as not a known config and ignored, as Kafka does.
-A listener whose security protocol is SASL_SSL is an error too (kesque serves PLAINTEXT, SSL
-with ``kesque/server/tls.py`` and SASL_PLAINTEXT with ``kesque/server/sasl.py``; SASL over TLS
-not yet: it must not serve it without one of the two); what kesque refuses or only warns about
+Every security protocol of Kafka's is served: PLAINTEXT, SSL (``kesque/server/tls.py``),
+SASL_PLAINTEXT and SASL_SSL (``kesque/server/sasl.py`` over TLS); what kesque refuses or only warns about
 because it does not do it yet is in ``not_yet``.
 
 Dynamic changes (AlterConfigs on a BROKER) follow Kafka's DynamicBrokerConfig: its whole
@@ -630,13 +629,6 @@ def key_type(name: str) -> str:
     return entry[0] if entry else "STRING"
 
 
-_NOT_SERVED = (
-    "kesque serves PLAINTEXT, SSL and SASL_PLAINTEXT listeners (no SASL over TLS yet); it does not "
-    "start rather than serve a protocol without its encryption or authentication"
-)
-SERVED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")  # SSL: kesque/server/tls.py, SASL: kesque/server/sasl.py
-
-
 def _known_kafka_key(name: str) -> bool:
 
     return name in KAFKA_BROKER_KEYS or name in REMOVED_IN_4_0 or name.startswith(tuple(KAFKA_KEY_PREFIXES))
@@ -781,11 +773,6 @@ class BrokerConfig:
                     "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set.",
                 )
             self._check_protocol("inter.broker.listener.name", inter, inter.upper(), protocols)
-        if self.get("security.inter.broker.protocol") not in SERVED_PROTOCOLS:
-            raise ConfigError(
-                "security.inter.broker.protocol",
-                f"security.inter.broker.protocol={self.get('security.inter.broker.protocol')}: {_NOT_SERVED}",
-            )
 
     def inter_broker_listener(self) -> str:
         """The listener brokers connect to each other on: inter.broker.listener.name, else the
@@ -836,19 +823,13 @@ class BrokerConfig:
 
     @staticmethod
     def _check_protocol(key: str, value: str, listener: str, protocols: dict[str, str]) -> None:
-        """kesque serves PLAINTEXT, SSL and SASL_PLAINTEXT: SASL_SSL stops the start rather than
-        being served without its encryption or its authentication."""
+        """Every listener named has a security protocol (all four of Kafka's are served)."""
         proto = protocols.get(listener)
         if proto is None:
             raise ConfigError(
                 key,
                 f"Invalid value {value} for configuration {key}: No security protocol defined "
                 f"for listener {listener} (listener.security.protocol.map)",
-            )
-        if proto not in SERVED_PROTOCOLS:
-            how = "" if proto == listener else f" (listener.security.protocol.map maps {listener} to {proto})"
-            raise ConfigError(
-                key, f"Listener {listener} in {key}={value} uses security protocol {proto}{how}: {_NOT_SERVED}"
             )
 
     # ------------------------------------------------------------------ lookup
@@ -996,8 +977,8 @@ class BrokerConfig:
         return value  # a custom config: Kafka keeps it as given
 
     def _check_listener_change(self, name: str, value: list[str]) -> None:
-        """A dynamic listener setting takes effect at the next start: it must name PLAINTEXT
-        or SSL or SASL_PLAINTEXT listeners only, as the static one must."""
+        """A dynamic listener setting takes effect at the next start: it must be valid, as the
+        static one must."""
         before = dict(self.dynamic_broker)
         self.dynamic_broker[name] = value
         try:

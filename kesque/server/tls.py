@@ -56,6 +56,7 @@ from ..security.principal import SslPrincipalMapper
 from .context import ANONYMOUS, KafkaPrincipal
 
 PEM = "PEM"
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")  # the security protocols over TLS
 PKCS12 = "PKCS12"
 JKS = "JKS"
 
@@ -122,20 +123,26 @@ class SslSettings:
 
 # ---------------------------------------------------------------------------------------- contexts
 class ListenerContexts:
-    """The node's TLS contexts, built (and so checked) once at start: one per SSL listener, and
-    the client contexts for the inter-broker and controller listeners when they are SSL."""
+    """The node's TLS contexts, built (and so checked) once at start: one per SSL or SASL_SSL
+    listener, and the client contexts for the inter-broker and controller listeners when they
+    are over TLS (the broker's SASL client side is not built yet)."""
 
     def __init__(self, config):
         protocols = config.security_protocol_map()
         self.server = {
-            lis.name: server_context(config, lis.name) for lis in config.listeners() if protocols.get(lis.name) == "SSL"
+            lis.name: server_context(config, lis.name)
+            for lis in config.listeners()
+            if protocols.get(lis.name) in TLS_PROTOCOLS
         }
-        # the principal builder of each SSL listener (its ssl.principal.mapping.rules)
-        self.principal = {name: principal_builder(config, name) for name in self.server}
+        # the principal builder of each SSL listener (its ssl.principal.mapping.rules); on a
+        # SASL_SSL listener the principal is SASL's
+        self.principal = {name: principal_builder(config, name) for name in self.server if protocols.get(name) == "SSL"}
         inter = config.inter_broker_listener()
-        self.inter_broker = client_context(config, inter) if protocols.get(inter) == "SSL" else None
+        self.inter_broker = client_context(config, inter) if protocols.get(inter) in TLS_PROTOCOLS else None
         names = [n.upper() for n in config.get("controller.listener.names")]
-        self.controller = client_context(config, names[0]) if names and protocols.get(names[0]) == "SSL" else None
+        self.controller = (
+            client_context(config, names[0]) if names and protocols.get(names[0]) in TLS_PROTOCOLS else None
+        )
 
 
 def server_context(config, listener: str) -> ssl.SSLContext:
