@@ -136,7 +136,9 @@ def produce_confluent(
     compression: str = "none",
     acks: int | str = 1,
     values: list[bytes] | None = None,
+    client: dict | None = None,
 ) -> dict:
+    """``client``: more client settings (e.g. ``security.protocol=SSL``, bench/tls.py)."""
     errors: list[str] = []
 
     def on_delivery(err, _msg):  # called for failures only (delivery.report.only.error)
@@ -158,6 +160,7 @@ def produce_confluent(
             "delivery.report.only.error": True,
             "on_delivery": on_delivery,
             "log_level": 3,
+            **(client or {}),
         }
     )
     p.list_topics(topic, timeout=30)  # metadata and connection up before the clock starts
@@ -177,7 +180,9 @@ def produce_confluent(
 # ================================================================== 2. consume with confluent-kafka
 
 
-def consume_confluent(bootstrap: str, topic: str, ends: dict[int, int], stall_seconds: float = 30.0) -> dict:
+def consume_confluent(
+    bootstrap: str, topic: str, ends: dict[int, int], stall_seconds: float = 30.0, client: dict | None = None
+) -> dict:
     total = sum(ends.values())
     c = Consumer(
         consumer_conf(
@@ -189,6 +194,7 @@ def consume_confluent(bootstrap: str, topic: str, ends: dict[int, int], stall_se
                 "queued.max.messages.kbytes": 1 << 20,
                 "queued.min.messages": 1000000,
                 "fetch.wait.max.ms": 100,
+                **(client or {}),
             },
         )
     )

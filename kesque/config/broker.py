@@ -5,9 +5,9 @@ A key kesque uses is parsed and validated (a bad value is an error naming the ke
 that Kafka knows but kesque does not use (JVM, thread pools, SSL, ZooKeeper...) is accepted
 with a warning naming it, so a Kafka user's file starts kesque. Any other key (a plugin's, a
 typo) is logged as not a known config and ignored, as Kafka does.
-A listener whose security protocol is SSL or SASL_SSL is an error too (kesque has no TLS yet:
-it must not serve it unencrypted; SASL_PLAINTEXT is served, kesque/server/sasl.py); what kesque
-refuses or only warns about because it does not do it yet is in ``not_yet``.
+Every security protocol of Kafka's is served: PLAINTEXT, SSL (``kesque/server/tls.py``),
+SASL_PLAINTEXT and SASL_SSL (``kesque/server/sasl.py`` over TLS); what kesque refuses or only warns about
+because it does not do it yet is in ``not_yet``.
 
 Dynamic changes (AlterConfigs on a BROKER) follow Kafka's DynamicBrokerConfig: its whole
 dynamic set is accepted, stored and described, including the keys kesque does not act on.
@@ -390,6 +390,48 @@ _BROKER_KEYS: list[ConfigKey] = [
         "how often idle producer state is removed",
         at_least(1),
     ),
+    # TLS (kesque/server/tls.py): the broker's, and per listener as listener.name.<l>.ssl.*;
+    # Kafka updates them per listener only (a new key store without restart: not yet here)
+    _K(
+        "ssl.keystore.type",
+        "STRING",
+        "JKS",
+        "key store format: PEM or PKCS12 (JKS: a PEM or PKCS12 file)",
+        dynamic=True,
+    ),
+    _K("ssl.keystore.location", "STRING", None, "key store file", dynamic=True),
+    _K("ssl.keystore.password", "PASSWORD", None, "PKCS12 key store password", dynamic=True),
+    _K("ssl.key.password", "PASSWORD", None, "password of an encrypted PEM private key", dynamic=True),
+    _K("ssl.keystore.certificate.chain", "PASSWORD", None, "PEM certificate chain, inline", dynamic=True),
+    _K("ssl.keystore.key", "PASSWORD", None, "PEM private key, inline", dynamic=True),
+    _K("ssl.truststore.type", "STRING", "JKS", "trust store format: PEM or PKCS12", dynamic=True),
+    _K("ssl.truststore.location", "STRING", None, "trust store file", dynamic=True),
+    _K("ssl.truststore.password", "PASSWORD", None, "PKCS12 trust store password", dynamic=True),
+    _K("ssl.truststore.certificates", "PASSWORD", None, "PEM trusted certificates, inline", dynamic=True),
+    _K(
+        "ssl.client.auth",
+        "STRING",
+        "none",
+        "client certificates: none, requested or required",
+        one_of("required", "requested", "none"),
+        dynamic=True,
+    ),
+    _K("ssl.enabled.protocols", "LIST", ["TLSv1.2", "TLSv1.3"], "TLS versions accepted", dynamic=True),
+    _K("ssl.protocol", "STRING", "TLSv1.3", "TLS protocol of the SSL context", dynamic=True),
+    _K("ssl.cipher.suites", "LIST", [], "cipher suites (empty: OpenSSL's defaults)", dynamic=True),
+    _K(
+        "ssl.principal.mapping.rules",
+        "STRING",
+        "DEFAULT",
+        "a client certificate's DN to its principal name (DEFAULT: the DN)",
+    ),
+    _K(
+        "ssl.endpoint.identification.algorithm",
+        "STRING",
+        "https",
+        "https: check the host name of the broker connected to; empty: do not",
+        dynamic=True,
+    ),
 ]
 
 # authorization (issue 27): Kafka's StandardAuthorizer, the only authorizer kesque has
@@ -517,6 +559,22 @@ DYNAMIC_WITHOUT_EFFECT = frozenset(
         "log.cleaner.threads",
         "log.cleaner.io.buffer.size",
         "log.cleaner.io.buffer.load.factor",
+        # a listener's TLS settings are read when it is bound
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.truststore.certificates",
+        "ssl.client.auth",
+        "ssl.enabled.protocols",
+        "ssl.protocol",
+        "ssl.cipher.suites",
+        "ssl.endpoint.identification.algorithm",
         # a SASL listener's settings are read when it is bound
         "sasl.enabled.mechanisms",
         "sasl.jaas.config",
@@ -569,13 +627,6 @@ def key_type(name: str) -> str:
         return BROKER_CONFIGS[name].type
     entry = KAFKA_BROKER_KEYS.get(name) or KAFKA_DYNAMIC_ONLY_BROKER_KEYS.get(name)
     return entry[0] if entry else "STRING"
-
-
-_NO_TLS_OR_SASL = (
-    "kesque has no TLS yet and serves PLAINTEXT and SASL_PLAINTEXT listeners only; it does not start "
-    "rather than serve another protocol without its encryption"
-)
-SERVED_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")  # SASL_PLAINTEXT: kesque/server/sasl.py
 
 
 def _known_kafka_key(name: str) -> bool:
@@ -713,15 +764,20 @@ class BrokerConfig:
         protocols = self.security_protocol_map()
         for key in ("listeners", "advertised.listeners"):
             for uri in self.get(key) or []:
-                self._check_plaintext(key, uri, Listener.parse(uri, key).name, protocols)
+                self._check_protocol(key, uri, Listener.parse(uri, key).name, protocols)
         inter = self.get("inter.broker.listener.name")
         if inter:
-            self._check_plaintext("inter.broker.listener.name", inter, inter.upper(), protocols)
-        if self.get("security.inter.broker.protocol") not in SERVED_PROTOCOLS:
-            raise ConfigError(
-                "security.inter.broker.protocol",
-                f"security.inter.broker.protocol={self.get('security.inter.broker.protocol')}: {_NO_TLS_OR_SASL}",
-            )
+            if self.is_set("security.inter.broker.protocol"):
+                raise ConfigError(
+                    "inter.broker.listener.name",
+                    "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set.",
+                )
+            self._check_protocol("inter.broker.listener.name", inter, inter.upper(), protocols)
+
+    def inter_broker_listener(self) -> str:
+        """The listener brokers connect to each other on: inter.broker.listener.name, else the
+        listener named as security.inter.broker.protocol (Kafka's default: PLAINTEXT)."""
+        return (self.get("inter.broker.listener.name") or self.get("security.inter.broker.protocol")).upper()
 
     def listener_value(self, name: str) -> Any:
         """A ``listener.name.<l>.<key>`` setting (dynamic, then static), None when not set."""
@@ -766,20 +822,14 @@ class BrokerConfig:
         return out
 
     @staticmethod
-    def _check_plaintext(key: str, value: str, listener: str, protocols: dict[str, str]) -> None:
-        """kesque serves PLAINTEXT and SASL_PLAINTEXT: a TLS protocol stops the start rather
-        than being served unencrypted."""
+    def _check_protocol(key: str, value: str, listener: str, protocols: dict[str, str]) -> None:
+        """Every listener named has a security protocol (all four of Kafka's are served)."""
         proto = protocols.get(listener)
         if proto is None:
             raise ConfigError(
                 key,
                 f"Invalid value {value} for configuration {key}: No security protocol defined "
                 f"for listener {listener} (listener.security.protocol.map)",
-            )
-        if proto not in SERVED_PROTOCOLS:
-            how = "" if proto == listener else f" (listener.security.protocol.map maps {listener} to {proto})"
-            raise ConfigError(
-                key, f"Listener {listener} in {key}={value} uses security protocol {proto}{how}: {_NO_TLS_OR_SASL}"
             )
 
     # ------------------------------------------------------------------ lookup
@@ -927,8 +977,8 @@ class BrokerConfig:
         return value  # a custom config: Kafka keeps it as given
 
     def _check_listener_change(self, name: str, value: list[str]) -> None:
-        """A dynamic listener setting takes effect at the next start: it must name PLAINTEXT
-        or SASL_PLAINTEXT listeners only, as the static one must."""
+        """A dynamic listener setting takes effect at the next start: it must be valid, as the
+        static one must."""
         before = dict(self.dynamic_broker)
         self.dynamic_broker[name] = value
         try:

@@ -7,6 +7,10 @@ flight on it; the next request reconnects, after a backoff that doubles up to a 
 the destination keeps failing. Failures surface as :class:`ChannelError` (``Disconnected``,
 ``RequestTimedOut``); the caller decides whether to retry.
 
+A channel given an ``ssl_context`` connects with TLS (asyncio's SSL transport), for a
+destination whose listener is SSL (``kesque/server/tls.py`` builds the context from the broker's
+``ssl.*`` settings for that listener).
+
 Requests and responses are kio objects, encoded with :mod:`kesque.protocol`. Used for the
 raft RPCs, the controller RPCs and the replica fetchers (a channel each). ``kesque.client`` is
 the blocking client of the tools; this one runs on the node's event loop and nothing in it is
@@ -217,8 +221,11 @@ class Channel:
         connect_timeout_ms: int = 10000,
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1000,
+        ssl_context=None,
     ):
         self.resolve = resolve
+        # TLS to the destination's SSL listener (its host name checked when the context says so)
+        self.ssl_context = ssl_context
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
@@ -308,7 +315,7 @@ class Channel:
         host, port = addr
         try:
             _transport, conn = await asyncio.wait_for(
-                loop.create_connection(_Connection, host, port), self.connect_timeout_ms / 1000.0
+                loop.create_connection(_Connection, host, port, ssl=self.ssl_context), self.connect_timeout_ms / 1000.0
             )
         except (TimeoutError, OSError) as e:
             delay = min(self.backoff_ms * (2**count), self.backoff_max_ms) / 1000.0

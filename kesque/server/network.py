@@ -19,6 +19,10 @@ the loop's: a listening socket comes from ``loop.new_socket`` when the loop has 
 connection whose socket is not an OS socket (no descriptor to ``sendfile`` to) writes its file
 regions as bytes read with ``pread``.
 
+An SSL listener's connections are :class:`TlsConnection`: the same framing, buffers and limits,
+with an ``ssl.SSLObject`` decrypting into them and encrypting the responses (file regions read
+with ``pread``: no ``sendfile`` under TLS). A PLAINTEXT connection runs none of that code.
+
 Memory a client can make the broker hold is bounded. A size prefix costs nothing until its
 bytes arrive; the buffers of large frames come from a :class:`MemoryPool` sized by
 ``queued.max.request.bytes``, and while it is used up the connections that need more wait
@@ -32,6 +36,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import sys
 from collections import deque
 
@@ -306,11 +311,15 @@ class Connection:
                     log.warning("%s: closing connection: invalid request size %d", self.id, size)
                 else:
                     log.warning(
-                        "%s: closing connection: request size %d is larger than %s %d",
+                        "%s: closing connection: request size %d is larger than %s %d%s",
                         self.id,
                         size,
                         self.max_request_key,
                         self.max_request,
+                        # a TLS record header (handshake, version 3.x) where a size should be
+                        " (a TLS handshake: an SSL client on a PLAINTEXT listener?)"
+                        if buf[self._start] == 0x16
+                        else "",
                     )
                 self.close()
                 return
@@ -592,6 +601,268 @@ class Connection:
         self.on_closed(self)
 
 
+def _anonymous(der: bytes | None) -> KafkaPrincipal:
+    return ANONYMOUS
+
+
+TLS_CHUNK = 256 * 1024  # plaintext encrypted per round of a TLS connection's writes (file regions: pread this much)
+TLS_SMALL = 16 * 1024  # consecutive buffers below this are joined before encryption (one TLS record, not many)
+
+
+class TlsConnection(Connection):
+    """A connection of an SSL listener: Kafka's SslTransportLayer on the same framing.
+
+    The socket's bytes go through an ``ssl.SSLObject`` over two ``ssl.MemoryBIO`` (sans-IO
+    TLS): what arrives is written to the incoming BIO and decrypted straight into the frame
+    buffers (``SSLObject.read`` into the shared buffer or a large frame's own buffer, as
+    ``recv_into`` does for PLAINTEXT), so back-pressure, the memory pool, quotas and the frame
+    limits work unchanged. Responses are encrypted ``TLS_CHUNK`` at a time, and the next chunk
+    only once the ciphertext of the last is on the socket, so a connection holds at most one
+    chunk of ciphertext. A file region is read with ``pread`` and encrypted: under TLS there is
+    no ``sendfile`` (the kernel would send the file's bytes in clear), as in Kafka.
+
+    Until its handshake completes a connection reads and writes handshake records only; it
+    counts as idle (``connections.max.idle.ms`` closes a client that never finishes it). A
+    failed handshake (a PLAINTEXT client, a certificate that is not trusted, a protocol or
+    cipher mismatch) sends OpenSSL's alert and closes this connection only. TLS renegotiation
+    is refused (the context's ``OP_NO_RENEGOTIATION``). Closing sends ``close_notify``; a peer's
+    ``close_notify`` closes.
+
+    ``principal_of(der)``: the principal of the client certificate (DER, None without one),
+    applied once the handshake completes; ``ssl.principal.mapping.rules`` belongs there.
+    """
+
+    def __init__(self, loop, sock, listener, *, context: ssl.SSLContext, principal_of, **kw):
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._principal_of = principal_of
+        self._handshaken = False
+        self._cipher: memoryview | None = None  # ciphertext not yet on the socket
+        self._raw = bytearray(READ_BUFFER)
+        self._raw_view = memoryview(self._raw)
+        self._drain_pending = False
+        super().__init__(loop, sock, listener, **kw)
+        self.sendfile_above = sys.maxsize
+
+    # ================================================================== reading
+    def _on_readable(self) -> None:
+        if self.closed:
+            return
+        try:
+            n = self.sock.recv_into(self._raw_view)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            log.debug("%s: read error %s", self.id, e)
+            self.close()
+            return
+        if n == 0:
+            self.close()
+            return
+        self._incoming.write(self._raw_view[:n])
+        if self._handshaken:
+            self.active = True
+            self._decrypt()
+        else:
+            self._handshake()
+
+    def _handshake(self) -> None:
+        try:
+            self._tls.do_handshake()
+        except ssl.SSLWantReadError:
+            self._flush()  # this side's handshake records
+            return
+        except ssl.SSLError as e:
+            # Kafka: "Failed authentication with /<ip> (channelId=...) (SSL handshake failed)"
+            log.info(
+                "Failed authentication with %s (channelId=%s) (SSL handshake failed: %s)", self.peer[0], self.id, e
+            )
+            self._flush()  # the alert, if it fits
+            self._closing_sent = True
+            self.close()
+            return
+        try:
+            principal = self._principal_of(self._tls.getpeercert(binary_form=True))
+        except Exception as e:  # noqa: BLE001 - ssl.principal.mapping.rules maps no name, or a bad certificate
+            log.info("Failed authentication with %s (channelId=%s) (%s)", self.peer[0], self.id, e)
+            self._closing_sent = True
+            self.close()
+            return
+        self._handshaken = True
+        self.principal = principal
+        log.debug("%s: TLS %s %s, principal %s", self.id, self._tls.version(), self._tls.cipher()[0], self.principal)
+        self.active = True
+        self._decrypt()  # requests sent with the handshake's last flight
+
+    def _decrypt(self) -> None:
+        """Decrypt what has arrived into the frame buffers while this connection may read."""
+        tls = self._tls
+        self._in_read = True
+        try:
+            while not (self.closed or self._paused or self._needs_memory or self.muted_until or self._closing):
+                if self._big is not None:
+                    target = self._big_view[self._big_pos : self._big_cap]
+                else:
+                    if self._end == len(self._buf):
+                        self._compact()
+                    target = self._view[self._end :]
+                try:
+                    n = tls.read(len(target), target)
+                except ssl.SSLWantReadError:
+                    break
+                except ssl.SSLZeroReturnError:  # the client's close_notify
+                    self.close()
+                    return
+                except ssl.SSLError as e:
+                    log.info("%s: closing connection: TLS error %s", self.id, e)
+                    self.close()
+                    return
+                if not n:
+                    break
+                if self._big is not None:
+                    self._big_pos += n
+                    if self._big_pos == self._big_cap:
+                        if self._big_pos == self._big_size:
+                            self._dispatch_big()
+                        else:
+                            self._grow_big()
+                else:
+                    self._end += n
+                    self._parse_frames()
+        finally:
+            self._in_read = False
+        if not self.closed and (self._out or self._outgoing.pending) and not self._writing:
+            self._flush()
+
+    def _update_reader(self) -> None:
+        """As a PLAINTEXT connection's, and once reading may go on, what is already decrypted
+        or received (held back while it could not read) is taken up without waiting for the
+        socket."""
+        super()._update_reader()
+        if (
+            self._reading
+            and self._handshaken
+            and not self._drain_pending
+            and (self._incoming.pending or self._tls.pending())
+        ):
+            self._drain_pending = True
+            self.loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_pending = False
+        if not self.closed:
+            self._decrypt()
+
+    # ================================================================== writing
+    def _flush(self) -> None:
+        out = self._out
+        try:
+            while True:
+                if self._cipher is not None:
+                    n = self.sock.send(self._cipher)
+                    if n < len(self._cipher):
+                        self._cipher = self._cipher[n:]
+                        break
+                    self._cipher = None
+                if self._outgoing.pending:
+                    self._cipher = memoryview(self._outgoing.read())
+                    continue
+                if not out or not self._handshaken:
+                    break
+                if not self._encrypt():
+                    return  # closed
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+                log.debug("%s: write error %s", self.id, e)
+                self.close()
+                return
+        if self.closed:
+            return
+        more = self._cipher is not None or (out and self._handshaken)
+        if more and not self._writing:
+            self._writing = True
+            self.loop.add_writer(self.fd, self._on_writable)
+        elif not more and self._writing:
+            self._writing = False
+            self.loop.remove_writer(self.fd)
+        if self._close_when_flushed and not more and not self._slots:
+            self.close()
+            return
+        self._maybe_resume_reading()
+
+    def _encrypt(self) -> bool:
+        """Encrypt up to TLS_CHUNK bytes of the queued responses into the outgoing BIO (False:
+        the connection was closed)."""
+        out = self._out
+        budget = TLS_CHUNK
+        parts: list = []
+        while out and budget > 0:
+            item = out[0]
+            if isinstance(item, FileRegion):
+                if item.handle.closed:
+                    log.info("%s: segment deleted while a fetch response was queued; closing", self.id)
+                    self.close()
+                    return False
+                want = min(item.size - self._head, budget)
+                data = os.pread(item.handle.fd, want, item.position + self._head)
+                if not data:
+                    log.warning("%s: segment shrank under a queued fetch response; closing", self.id)
+                    self.close()
+                    return False
+                size = item.size
+            else:
+                size = len(item)
+                data = item if not self._head and size <= budget else memoryview(item)[self._head : self._head + budget]
+            n = len(data)
+            parts.append(data)
+            budget -= n
+            self._out_bytes -= n
+            self._head += n
+            if self._head >= size:
+                out.popleft()
+                self._head = 0
+        tls = self._tls
+        if len(parts) == 1:
+            tls.write(parts[0])
+        else:  # small buffers joined (one record for many small responses), large ones as they are
+            small: list = []
+            for p in parts:
+                if len(p) < TLS_SMALL:
+                    small.append(p)
+                    continue
+                if small:
+                    tls.write(b"".join(small))
+                    small = []
+                tls.write(p)
+            if small:
+                tls.write(b"".join(small))
+        return True
+
+    # ================================================================== close
+    _closing_sent = False
+
+    def close(self) -> None:
+        """Send close_notify (as much as the socket takes now), then close."""
+        if self.closed:
+            return
+        if self._handshaken and not self._closing_sent:
+            self._closing_sent = True
+            try:
+                self._tls.unwrap()
+            except ssl.SSLError:
+                pass  # SSLWantReadError: our close_notify is written, the peer's is not awaited
+            try:
+                pending = (bytes(self._cipher) if self._cipher is not None else b"") + self._outgoing.read()
+                if pending:
+                    self.sock.send(pending)
+            except OSError:
+                pass
+        super().close()
+
+
 class SocketServer:
     def __init__(
         self,
@@ -616,14 +887,27 @@ class SocketServer:
         self.closed_listeners: list = []  # fn(conn) once a connection has closed
         # listening sockets: the OS's, or those of a loop that simulates the network
         self.new_socket = getattr(loop, "new_socket", socket.socket)
+        # the SSL listeners' contexts, and the principal of a client certificate (DER bytes, None
+        # without one) on each
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._principals: dict = {}
 
     def listen(
-        self, host: str, port: int, name: str = PLAINTEXT, security_protocol: str = PLAINTEXT, serve: bool = True
+        self,
+        host: str,
+        port: int,
+        name: str = PLAINTEXT,
+        security_protocol: str = PLAINTEXT,
+        serve: bool = True,
+        ssl_context: ssl.SSLContext | None = None,
+        principal_of=None,
     ) -> int:
         """Bind and listen; accept connections at once, or (``serve=False``) only from
         :meth:`start_serving` on, as Kafka's broker binds its listeners early (its endpoints go
         into its registration) and enables request processing once the controller has
-        registered it and it has caught up (connections wait in the backlog meanwhile)."""
+        registered it and it has caught up (connections wait in the backlog meanwhile).
+        With an ``ssl_context`` the listener's connections speak TLS (:class:`TlsConnection`), and
+        ``principal_of(der)`` gives the principal of a client certificate (None: ANONYMOUS)."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = self.new_socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -631,6 +915,9 @@ class SocketServer:
         sock.listen(1024)
         sock.setblocking(False)
         self.listeners.append((sock, name))
+        if ssl_context is not None:
+            self._contexts[name] = ssl_context
+            self._principals[name] = principal_of or _anonymous
         if serve:
             self.loop.add_reader(sock.fileno(), self._accept, sock, name, security_protocol)
         else:
@@ -660,16 +947,31 @@ class SocketServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
             if self.recv_buffer > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer)
-            conn = Connection(
-                self.loop,
-                sock,
-                name,
-                handle_frame=self.handle_frame,
-                on_closed=self.connection_closed,
-                max_request=self.max_request_size,
-                pool=self.pool,
-                security_protocol=security_protocol,
-            )
+            context = self._contexts.get(name)
+            if context is None:
+                conn = Connection(
+                    self.loop,
+                    sock,
+                    name,
+                    handle_frame=self.handle_frame,
+                    on_closed=self.connection_closed,
+                    max_request=self.max_request_size,
+                    pool=self.pool,
+                    security_protocol=security_protocol,
+                )
+            else:
+                conn = TlsConnection(
+                    self.loop,
+                    sock,
+                    name,
+                    context=context,
+                    principal_of=self._principals[name],
+                    handle_frame=self.handle_frame,
+                    on_closed=self.connection_closed,
+                    max_request=self.max_request_size,
+                    pool=self.pool,
+                    security_protocol=security_protocol,
+                )
             self.connections.add(conn)
             if self.on_accept is not None:
                 self.on_accept(conn)

@@ -118,7 +118,11 @@ def _source(msg) -> int:
 
 
 async def discover_voters(
-    servers: list[tuple[str, int]], controller_listeners: set[str], node_id: int, log_every_s: float = 10.0
+    servers: list[tuple[str, int]],
+    controller_listeners: set[str],
+    node_id: int,
+    log_every_s: float = 10.0,
+    ssl_context=None,
 ) -> dict[int, tuple[str, int]]:
     """The voters and their controller endpoints, asked of the bootstrap servers with
     DescribeQuorum v2 (every voter answers with the nodes it knows), retried until one answers."""
@@ -127,6 +131,7 @@ async def discover_voters(
         lambda i: servers[i] if 0 <= i < len(servers) else None,
         client_id=f"raft-bootstrap-{node_id}",
         request_timeout_ms=2000,
+        ssl_context=ssl_context,
     )
     cls = request_class(ApiKeys.DESCRIBE_QUORUM, 2)
     mod = __import__(cls.__module__, fromlist=["x"])

@@ -1,5 +1,6 @@
-"""SASL on SASL_PLAINTEXT listeners: the driver of Kafka's SaslServerAuthenticator
-(kesque/security/authenticator.py) on a network connection.
+"""SASL on SASL_PLAINTEXT and SASL_SSL listeners (the latter over network.py's TlsConnection):
+the driver of Kafka's SaslServerAuthenticator (kesque/security/authenticator.py) on a network
+connection.
 
 A connection accepted on a SASL listener hands its frames to its :class:`SaslConnection` until
 it is authenticated: ApiVersions is answered by the broker's own handler (once, before the

@@ -81,6 +81,7 @@ from .network import SocketServer
 from .raft_manager import RaftManager, discover_voters, quorum_config
 from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener
 from .throttling import Throttler
+from .tls import ListenerContexts
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,9 @@ class KesqueServer:
         t0 = time.monotonic()
         self.loop = asyncio.get_running_loop()
         cfg = self.config
+        # every SSL listener's context and the client side's, built (and their ssl.* keys
+        # checked) before anything is opened
+        self.tls = ListenerContexts(cfg)
         self.log_manager = LogManager(
             cfg.log_dirs,
             self.clock,
@@ -257,6 +261,7 @@ class KesqueServer:
             image=self.image,
             replica_manager=self.replica_manager,
             txn_coordinator=self.txn_coordinator,
+            ssl_context=self.tls.inter_broker,
         )
         self._channels += channels
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
@@ -275,6 +280,7 @@ class KesqueServer:
                 txn_channels.broker_resolver(lambda: self.image, cfg),
                 client_id=f"share-persister-{self.node_id}",
                 request_timeout_ms=cfg.get("request.timeout.ms"),
+                ssl_context=self.tls.inter_broker,
             )
             self._channels += (channel,)
             self.share_manager = SharePartitionManager(
@@ -436,7 +442,7 @@ class KesqueServer:
         AlterPartition sender for the ISR changes of those it leads."""
 
         rm = self.replica_manager
-        listener = (self.config.get("inter.broker.listener.name") or "PLAINTEXT").upper()
+        listener = self.config.inter_broker_listener()
 
         def resolve(broker_id: int):
             reg = self.image.brokers.get(broker_id)
@@ -453,6 +459,7 @@ class KesqueServer:
             lambda _part: None,
             loop=self.loop,
             quota=rm.quotas.follower,
+            ssl_context=self.tls.inter_broker,
         )
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
@@ -481,7 +488,13 @@ class KesqueServer:
             if not which(lis.name):
                 continue
             port = self.socket_server.listen(
-                lis.host, lis.port, lis.name, protocols.get(lis.name, PLAINTEXT), serve=serve
+                lis.host,
+                lis.port,
+                lis.name,
+                protocols.get(lis.name, PLAINTEXT),
+                serve=serve,
+                ssl_context=self.tls.server.get(lis.name),
+                principal_of=self.tls.principal.get(lis.name),
             )
             out[lis.name] = (lis.host, port)
             log.info("Listening on %s://%s:%d", lis.name, lis.host or "0.0.0.0", port)
@@ -515,9 +528,14 @@ class KesqueServer:
         # order on a connection, and a forwarded request that waits for a commit must not
         # hold up the raft Fetch whose answer the commit needs
         raft_channel = Channel(
-            self.voters.get, client_id=f"raft-client-{self.node_id}", request_timeout_ms=qc.request_timeout_ms
+            self.voters.get,
+            client_id=f"raft-client-{self.node_id}",
+            request_timeout_ms=qc.request_timeout_ms,
+            ssl_context=self.tls.controller,
         )
-        self.channel = Channel(self.voters.get, client_id=f"kesque-node-{self.node_id}")
+        self.channel = Channel(
+            self.voters.get, client_id=f"kesque-node-{self.node_id}", ssl_context=self.tls.controller
+        )
         self._channels = (raft_channel, self.channel)
         self.raft = RaftManager(
             self.node_id,
@@ -549,7 +567,9 @@ class KesqueServer:
 
         servers = [s.strip() for s in self.config.get(not_yet.BOOTSTRAP) or [] if s.strip()]
         addrs = [(host.strip("[]") or "localhost", int(port)) for host, _, port in (s.rpartition(":") for s in servers)]
-        found = await discover_voters(addrs, self.controller_listener_names, self.node_id)
+        found = await discover_voters(
+            addrs, self.controller_listener_names, self.node_id, ssl_context=self.tls.controller
+        )
         self.voters.update(found)
         self.raft.voters.update(found)
         log.info(

@@ -40,7 +40,7 @@ ADD_PARTITIONS_TO_TXN_VERSION = 5
 def broker_resolver(image, config):
     """``node id -> (host, port)`` of an unfenced broker's inter-broker listener (``image`` is a
     getter of the current metadata image)."""
-    listener = (config.get("inter.broker.listener.name") or config.get("security.inter.broker.protocol")).upper()
+    listener = config.inter_broker_listener()
 
     def resolve(node: int):
         reg = image().brokers.get(node)
@@ -347,17 +347,25 @@ class TxnVerifier:
         self.queue.close()
 
 
-def wire(*, config, node_id: int, image, replica_manager, txn_coordinator) -> tuple:
+def wire(*, config, node_id: int, image, replica_manager, txn_coordinator, ssl_context=None) -> tuple:
     """Give ``txn_coordinator`` its marker writer (``markers``: a TxnMarkerChannelManager over a
     TxnMarkerSender), and build the broker's verifier
     (KIP-890), each on its own channel (a WriteTxnMarkers waiting for its markers to be
     committed must not hold up a verification); returns the verifier and the channels, for the
-    server to close. ``image`` is the broker's metadata image (updated in place)."""
+    server to close. ``image`` is the broker's metadata image (updated in place); ``ssl_context``:
+    the inter-broker listener's client TLS context when it is an SSL listener."""
 
     resolve = broker_resolver(lambda: image, config)
     timeout = config.get("request.timeout.ms")
-    markers = Channel(resolve, client_id=f"txn-marker-sender-{node_id}", request_timeout_ms=timeout)
-    verify = Channel(resolve, client_id=f"add-partitions-to-txn-sender-{node_id}", request_timeout_ms=timeout)
+    markers = Channel(
+        resolve, client_id=f"txn-marker-sender-{node_id}", request_timeout_ms=timeout, ssl_context=ssl_context
+    )
+    verify = Channel(
+        resolve,
+        client_id=f"add-partitions-to-txn-sender-{node_id}",
+        request_timeout_ms=timeout,
+        ssl_context=ssl_context,
+    )
     txn_coordinator.markers = TxnMarkerChannelManager(
         txn_coordinator, TxnMarkerSender(node_id, replica_manager, markers, timeout)
     )

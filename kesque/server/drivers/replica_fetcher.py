@@ -109,7 +109,10 @@ class _Fetcher:
         self.index = index
         self.name = f"replica-fetcher-{mgr.node_id}-{leader}-{index}"
         self.channel = Channel(
-            mgr.resolve, client_id=self.name, request_timeout_ms=mgr.config.get("replica.socket.timeout.ms")
+            mgr.resolve,
+            client_id=self.name,
+            request_timeout_ms=mgr.config.get("replica.socket.timeout.ms"),
+            ssl_context=mgr.ssl_context,
         )
         self.entries: dict[tuple[str, int], _Entry] = {}  # in request order (rotated)
         self.wake = asyncio.Event()
@@ -401,7 +404,9 @@ class ReplicaFetcherManager:
     ``quota`` the follower replication quota (``throttled``, ``should_throttle``,
     ``record_if_throttled``: :class:`~kesque.replication.quota.ReplicationQuota`), None for none."""
 
-    def __init__(self, node_id: int, config, clock, resolve, broker_epoch, on_progress, loop=None, quota=None):
+    def __init__(
+        self, node_id: int, config, clock, resolve, broker_epoch, on_progress, loop=None, quota=None, ssl_context=None
+    ):
         self.node_id = node_id
         self.config = config
         self.clock = clock
@@ -410,6 +415,7 @@ class ReplicaFetcherManager:
         self.on_progress = on_progress
         self.loop = loop
         self.quota = quota
+        self.ssl_context = ssl_context  # the inter-broker listener's client TLS, when it is SSL
         self.fetchers: dict[tuple[int, int], _Fetcher] = {}
         self.where: dict[tuple[str, int], _Fetcher] = {}
 
