@@ -136,7 +136,9 @@ def produce_confluent(
     compression: str = "none",
     acks: int | str = 1,
     values: list[bytes] | None = None,
+    client: dict | None = None,
 ) -> dict:
+    """``client``: settings added to the producer's (security ones: bench/security.py)."""
     errors: list[str] = []
 
     def on_delivery(err, _msg):  # called for failures only (delivery.report.only.error)
@@ -145,6 +147,7 @@ def produce_confluent(
 
     p = Producer(
         {
+            **(client or {}),
             "bootstrap.servers": bootstrap,
             "acks": acks,
             "linger.ms": 5,
@@ -177,12 +180,15 @@ def produce_confluent(
 # ================================================================== 2. consume with confluent-kafka
 
 
-def consume_confluent(bootstrap: str, topic: str, ends: dict[int, int], stall_seconds: float = 30.0) -> dict:
+def consume_confluent(
+    bootstrap: str, topic: str, ends: dict[int, int], stall_seconds: float = 30.0, client: dict | None = None
+) -> dict:
     total = sum(ends.values())
     c = Consumer(
         consumer_conf(
             bootstrap,
             **{
+                **(client or {}),
                 "fetch.max.bytes": 64 << 20,
                 "max.partition.fetch.bytes": 16 << 20,
                 "receive.message.max.bytes": 100 << 20,
