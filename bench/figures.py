@@ -138,7 +138,7 @@ def produce_confluent(
     values: list[bytes] | None = None,
     client: dict | None = None,
 ) -> dict:
-    """``client``: more client settings (e.g. ``security.protocol=SSL``, bench/tls.py)."""
+    """``client``: more client settings (the security ones of bench/tls.py and bench/security.py)."""
     errors: list[str] = []
 
     def on_delivery(err, _msg):  # called for failures only (delivery.report.only.error)

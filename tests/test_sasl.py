@@ -26,7 +26,7 @@ from kesque.security.plain import PlainSaslServer
 from kesque.security.principal import KafkaPrincipal
 from kesque.testing.broker import Broker
 from kesque.testing.kafka import free_port
-from wire import Msg, WireClient
+from wire import Api, Msg, WireClient, build_batch
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -665,3 +665,43 @@ def test_a_scram_user_created_on_one_broker_authenticates_on_another_without_res
                     break
                 time.sleep(0.2)
             assert resp.error_code == ErrorCode.none, (node_id, resp)
+
+
+def test_a_user_and_client_id_quota_throttles_that_user_only(broker):
+    """Client quotas per authenticated user (issue 27): a (user, client-id) quota set with
+    `kesque configs --entity-type users ... --entity-type clients ...` throttles alice's produce
+    from that client id; admin from the same client id, and alice from another, are not throttled."""
+    topic = "quota-per-user"
+    with WireClient(broker.bootstrap_servers) as c:
+        Api(c).create_topic(topic)
+    r = kesque_configs(
+        broker,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        "app",
+        "--add-config",
+        "producer_byte_rate=1",
+    )
+    assert (r.returncode, r.stdout) == (0, "Completed updating config for user alice.\n"), r.stderr
+    batch = build_batch([(None, b"x" * 1000, ())])
+
+    def throttle_ms(user: str, password: str, client_id: str) -> int:
+        with WireClient(broker.sasl, client_id=client_id) as c:  # a fresh connection: a throttled one is muted
+            assert plain_login(c, user, password).error_code == ErrorCode.none
+            resp = c.request(ApiKeys.PRODUCE, 9, Api(c).produce_request(topic, batch))
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
+            return int(resp.throttle_time.total_seconds() * 1000)
+
+    # the broker applies the committed quota record a moment after the tool's answer
+    deadline = time.monotonic() + 15
+    while (alice := throttle_ms("alice", "alice-secret", "app")) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert alice > 60_000  # ~1 kB at 1 B/s
+    assert throttle_ms("admin", "admin-secret", "app") == 0
+    assert throttle_ms("alice", "alice-secret", "other") == 0

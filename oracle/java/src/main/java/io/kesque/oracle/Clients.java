@@ -42,7 +42,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * compares the two transcripts.
  *
  * <pre>java -cp ... io.kesque.oracle.Clients SCENARIO BOOTSTRAP [ARGS]</pre>
- * scenarios: codecs N | idempotent | transactions | group classic|consumer | admin | share N
+ * scenarios: codecs N | idempotent | transactions | group classic|consumer | admin | share N |
+ * sasl USER PASSWORD MECHANISM... (SASL_PLAINTEXT)
  */
 public final class Clients {
     private static final Duration POLL = Duration.ofMillis(200);
@@ -57,14 +58,19 @@ public final class Clients {
             case "group" -> group(bootstrap, args[2]);
             case "admin" -> admin(bootstrap);
             case "share" -> share(bootstrap, Integer.parseInt(args[2]));
+            case "sasl" -> sasl(bootstrap, args[2], args[3], List.of(args).subList(4, args.length));
             default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
         }
     }
+
+    /** What every client of the running scenario adds (the sasl scenario's security settings). */
+    private static final Map<String, String> SECURITY = new TreeMap<>();
 
     // ------------------------------------------------------------------ helpers
     private static Properties common(String bootstrap) {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
+        p.putAll(SECURITY);
         return p;
     }
 
@@ -410,6 +416,44 @@ public final class Clients {
                 System.out.println("share errors: " + new TreeSet<>(errors));
             }
         }
+    }
+
+    /**
+     * The group and transactions scenarios again, every client (admin, producers, consumers) over
+     * SASL_PLAINTEXT with each mechanism in turn, all in this one JVM: PLAIN and SCRAM log in as USER
+     * with PASSWORD, OAUTHBEARER with Kafka's unsecured token whose subject is USER. PLAIN and SCRAM
+     * then try a wrong password: the exception and message the client gets.
+     */
+    static void sasl(String bootstrap, String user, String password, List<String> mechanisms) throws Exception {
+        for (String mechanism : mechanisms) {
+            String module = switch (mechanism) {
+                case "PLAIN" -> "org.apache.kafka.common.security.plain.PlainLoginModule required username=\""
+                                + user + "\" password=\"" + password + "\";";
+                case "SCRAM-SHA-256", "SCRAM-SHA-512" -> "org.apache.kafka.common.security.scram.ScramLoginModule"
+                                + " required username=\"" + user + "\" password=\"" + password + "\";";
+                case "OAUTHBEARER" -> "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+                                + " required unsecuredLoginStringClaim_sub=\"" + user + "\";";
+                default -> throw new IllegalArgumentException("unknown mechanism " + mechanism);
+            };
+            SECURITY.clear();
+            SECURITY.putAll(Map.of("security.protocol", "SASL_PLAINTEXT", "sasl.mechanism", mechanism,
+                                   "sasl.jaas.config", module));
+            System.out.println("sasl " + mechanism);
+            group(bootstrap, "consumer");
+            transactions(bootstrap);
+            if (!mechanism.equals("OAUTHBEARER")) {
+                String wrong = module.replace("password=\"" + password + "\"", "password=\"wrong\"");
+                SECURITY.put("sasl.jaas.config", wrong);
+                try (Admin admin = Admin.create(common(bootstrap))) {
+                    admin.describeCluster().nodes().get();
+                    System.out.println("wrong password: accepted");
+                } catch (ExecutionException e) {
+                    System.out.println("wrong password: " + e.getCause().getClass().getSimpleName() + ": "
+                                       + e.getCause().getMessage());
+                }
+            }
+        }
+        SECURITY.clear();
     }
 
     /** Records from..to-1 (value = its number) in batches of 10, each batch flushed. */
