@@ -54,6 +54,8 @@ class RequestContext:
     # the handler's own time so far: finished steps, and when the running one began (0: none)
     busy_ns: int = 0
     step_ns: int = 0
+    # when the request was parsed, for the request log (kesque/server/request_log.py); 0: off
+    log_ns: int = 0
 
     @property
     def api_version(self) -> int:

@@ -222,6 +222,7 @@ class Connection:
         self.listener = listener
         self.security_protocol = security_protocol
         self.principal = principal
+        self.client_software: tuple[str, str] | None = None  # from ApiVersions v3+ (the request log)
         try:
             self.peer = sock.getpeername()
         except OSError:

@@ -44,7 +44,7 @@ from ..share import enabled as share_groups_enabled
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
-from . import txn_channels
+from . import request_log, txn_channels
 from .apis.acls import AclApis
 from .apis.configs import ConfigApis
 from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
@@ -79,6 +79,7 @@ from .heartbeats import LifecycleDriver
 from .lifecycle import BrokerLifecycle
 from .network import SocketServer
 from .raft_manager import RaftManager, discover_voters, quorum_config
+from .request_log import REQUEST_LOG
 from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener
 from .throttling import Throttler
 from .tls import ListenerContexts
@@ -961,6 +962,8 @@ class KesqueServer:
         ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, authorizer)
         if self.quotas.request.enabled:
             ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
+        if REQUEST_LOG.isEnabledFor(logging.DEBUG):
+            ctx.log_ns = time.perf_counter_ns()
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
@@ -983,6 +986,8 @@ class KesqueServer:
             conn.complete(slot, self._frame(header, result))
         if ctx.throttle_ms:
             self._mute(conn, ctx)
+        if ctx.log_ns:
+            request_log.completed(ctx, conn, ctx.log_ns)
 
     async def _complete_later(self, conn, slot, ctx, awaitable) -> None:
         header = ctx.header
@@ -1006,6 +1011,8 @@ class KesqueServer:
             conn.complete(slot, self._frame(header, result))
         if ctx.throttle_ms:
             self._mute(conn, ctx)
+        if ctx.log_ns:
+            request_log.completed(ctx, conn, ctx.log_ns)
 
     # ================================================================== client quotas
     def _now_ms(self) -> int:

@@ -99,6 +99,7 @@ class CoreApis:
             if not _SOFTWARE.match(name or "") or not _SOFTWARE.match(version or ""):
                 m = Msg(ApiKeys.API_VERSIONS, v)
                 return m(error_code=ErrorCode.invalid_request, api_keys=(), throttle_time=0)
+            ctx.connection.client_software = (name, version)  # Kafka's ClientInformation (the request log)
         cached = self._api_versions_cache.get(v)
         if cached is None:
             cached = self._build_api_versions(v)
