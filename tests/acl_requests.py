@@ -8,8 +8,12 @@ unknown member, an unknown producer id)."""
 
 from __future__ import annotations
 
+import time
+
 from kesque.protocol.api_keys import ApiKeys
 from wire import Msg, WireClient
+
+COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
 def _codes(parts) -> list[int]:
@@ -162,7 +166,12 @@ def consumer_group_heartbeat(c: WireClient, g: str, topics: list[str]) -> int:
 def init_producer_id(c: WireClient, txn: str | None) -> int:
     m = Msg(ApiKeys.INIT_PRODUCER_ID, 4)
     req = m(transactional_id=txn, transaction_timeout=10000, producer_id=-1, producer_epoch=-1)
-    return int(c.request(ApiKeys.INIT_PRODUCER_ID, 4, req).error_code)
+    for _ in range(50):  # as clients do: Kafka's first id waits for its block (LOAD_IN_PROGRESS)
+        code = int(c.request(ApiKeys.INIT_PRODUCER_ID, 4, req).error_code)
+        if code != COORDINATOR_LOAD_IN_PROGRESS:
+            return code
+        time.sleep(0.1)
+    return code
 
 
 def add_partitions_to_txn(c: WireClient, txn: str, topics: list[str]) -> dict:

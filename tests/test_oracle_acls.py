@@ -1,6 +1,7 @@
 """ACLs against Apache Kafka 4.4 (issue 27): both run Kafka's StandardAuthorizer; for each ACL set
 given to User:ANONYMOUS connecting from 127.0.0.1, the same requests get the same error codes
-and show the same topics on both.
+and show the same topics on both: the topic and admin APIs, then the group, offset and
+transaction APIs (tests/acl_requests.py).
 
 The admin. On PLAINTEXT every client is User:ANONYMOUS, on both systems, and ``super.users`` is
 not a dynamic config in Kafka, so no super user can be told apart by principal. ACLs are per
@@ -20,6 +21,7 @@ import time
 
 import pytest
 
+import acl_requests as rq
 import oracle
 from acl_wire import BoundWireClient, acl, create_acls, delete_acls, describe_acls, described
 from kesque.config.broker import STANDARD_AUTHORIZER
@@ -46,10 +48,18 @@ def pair(tmp_path_factory):
     with oracle.brokers(tmp_path_factory, config=CONFIG) as b:
         for broker in b.values():
             with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
+                # the coordinators' internal topics first: Kafka's broker creates them as itself
+                # (no Envelope), which would need CREATE on the cluster from 127.0.0.1 later
+                assert _eventually(lambda admin=admin: _ready(admin), 90), broker
                 r = create_acls(admin, admin_acls())
                 assert [x.error_code for x in r.results] == [0] * 5, broker
                 assert _eventually(lambda admin=admin: len(described(describe_acls(admin))) == 5)
         yield b
+
+
+def _ready(admin) -> bool:
+    """The coordinators' internal topics exist (no COORDINATOR_NOT_AVAILABLE to race on)."""
+    return rq.find_coordinator(admin, 0, "ready") == 0 and rq.find_coordinator(admin, 1, "ready") == 0
 
 
 def _eventually(check, timeout: float = 15.0) -> bool:
@@ -185,3 +195,73 @@ def test_same_answers_for_the_same_acls(pair, name):
         assert results["kafka"]["create_acls"] == [31] and results["kafka"]["describe_configs"] == [29]
     if name == "configs":
         assert results["kafka"]["describe_configs"] == [0] and results["kafka"]["alter_configs"] == [0]
+
+
+# groups, offsets and transactions: "{g}" and "{x}" are the scenario's group and transactional id
+GROUP_SCENARIOS = {
+    "none": [],
+    "group-read": [("GROUP", "{g}", "READ"), ("GROUP", "{g}-848", "READ"), ("TOPIC", "{t}", "READ")],
+    "group-describe-only": [("GROUP", "{g}", "DESCRIBE"), ("TOPIC", "{t}", "DESCRIBE")],
+    "group-read-no-topic": [("GROUP", "{g}", "READ"), ("GROUP", "{g}-848", "READ")],
+    "group-delete": [("GROUP", "{g}", "DELETE"), ("TOPIC", "{t}", "READ")],
+    "group-all-prefixed": [("GROUP", "{g}", "ALL", "ALLOW", "PREFIXED"), ("TOPIC", "{t}", "ALL")],
+    "cluster-describe": [("CLUSTER", "kafka-cluster", "DESCRIBE")],
+    "txn-write": [("TRANSACTIONAL_ID", "{x}", "WRITE"), ("TOPIC", "{t}", "WRITE"), ("GROUP", "{g}", "READ")],
+    "txn-describe": [("TRANSACTIONAL_ID", "{x}", "DESCRIBE")],
+    "txn-no-topic": [("TRANSACTIONAL_ID", "{x}", "WRITE")],
+    "idempotent-write": [("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE")],
+    "write-some-topic": [("TOPIC", "{t}", "WRITE", "ALLOW", "PREFIXED")],
+    "write-denied-topic": [("TOPIC", "*", "WRITE"), ("TOPIC", "*", "WRITE", "DENY")],
+}
+
+
+def _group_acls(spec, t: str, g: str, x: str) -> list[dict]:
+    out = []
+    for item in spec:
+        rtype, name, op = item[:3]
+        perm = item[3] if len(item) > 3 else "ALLOW"
+        pattern = item[4] if len(item) > 4 else "LITERAL"
+        name = name.format(t=t, g=g, x=x)
+        out.append(acl(rtype, name, op, perm=perm, host=CLIENT_HOST, pattern=pattern))
+    return out
+
+
+def _run_groups(broker, name: str, t: str) -> dict:
+    g, x = f"{t}-g", f"{t}-x"
+    acls = _group_acls(GROUP_SCENARIOS[name], t, g, x)
+    with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
+        assert Api(admin).create_topic(t).error_code == 0
+        # the group exists, with an offset (once the broker knows the new topic)
+        assert _eventually(lambda: rq.offset_commit(admin, g, [t]) == {t: [0]})
+        if acls:
+            assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
+        assert _eventually(lambda: len(described(describe_acls(admin, host=CLIENT_HOST))) == len(acls) + 1)
+        try:
+            with WireClient(broker.bootstrap_servers) as c:
+                out = rq.group_requests(c, g, t)
+                out.update(rq.txn_requests(c, x, g, t))
+                out["write_txn_markers"] = rq.write_txn_markers(c, t)
+                out["add_partitions_v4"] = rq.add_partitions_to_txn_v4(c, x, t)
+                out["delete_group"] = rq.delete_groups(c, g)
+                return out
+        finally:
+            for rtype in ("TOPIC", "GROUP", "TRANSACTIONAL_ID"):
+                delete_acls(admin, [{"host": CLIENT_HOST, "rtype": rtype}])
+            delete_acls(
+                admin, [{"host": CLIENT_HOST, "rtype": "CLUSTER", "op": op} for op in ("DESCRIBE", "IDEMPOTENT_WRITE")]
+            )
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_SCENARIOS))
+def test_same_group_and_transaction_answers_for_the_same_acls(pair, name):
+    topic = f"aclg-{name}-{oracle.new_topic('')[1:]}"
+    results = {which: _run_groups(broker, name, topic) for which, broker in pair.items()}
+    assert results["kesque"] == results["kafka"]
+    if name == "none":  # not vacuous
+        assert results["kafka"]["join"] == 30 and results["kafka"]["init_txn"] == 53
+        assert results["kafka"]["init_idempotent"] == 31 and results["kafka"]["commit"][topic] == [30]
+    if name == "group-read":  # and what is allowed goes through
+        assert results["kafka"]["commit"] == {topic: [0], f"{topic}-missing": [29]}
+        assert results["kafka"]["fetch"]["group"] == 0 and results["kafka"]["fetch"][topic] == [0]
+    if name == "idempotent-write":
+        assert results["kafka"]["init_idempotent"] == 0 and results["kafka"]["init_txn"] == 53
