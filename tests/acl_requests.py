@@ -317,3 +317,117 @@ def txn_requests(c: WireClient, x: str, g: str, t: str) -> dict:
         "describe_txn": describe_transactions(c, x),
         "listed_txn": [y for y in list_transactions(c) if y == x],
     }
+
+
+def list_offsets(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.LIST_OFFSETS, 7)
+    req = m(
+        replica_id=-1,
+        isolation_level=0,
+        topics=(
+            m(
+                "ListOffsetsTopic",
+                name=topic,
+                partitions=(m("ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1),),
+            ),
+        ),
+    )
+    return [int(p.error_code) for t in c.request(ApiKeys.LIST_OFFSETS, 7, req).topics for p in t.partitions]
+
+
+def offset_for_leader_epoch(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 4)
+    req = m(
+        replica_id=-1,
+        topics=(
+            m(
+                "OffsetForLeaderTopic",
+                topic=topic,
+                partitions=(m("OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0),),
+            ),
+        ),
+    )
+    r = c.request(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 4, req)
+    return [int(p.error_code) for t in r.topics for p in t.partitions]
+
+
+def delete_records(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.DELETE_RECORDS, 2)
+    req = m(
+        topics=(
+            m("DeleteRecordsTopic", name=topic, partitions=(m("DeleteRecordsPartition", partition_index=0, offset=0),)),
+        ),
+        timeout=10000,
+    )
+    return [int(p.error_code) for t in c.request(ApiKeys.DELETE_RECORDS, 2, req).topics for p in t.partitions]
+
+
+def describe_log_dirs(c: WireClient, topic: str) -> int:
+    m = Msg(ApiKeys.DESCRIBE_LOG_DIRS, 4)
+    req = m(topics=(m("DescribableLogDirTopic", topic=topic, partitions=(0,)),))
+    return int(c.request(ApiKeys.DESCRIBE_LOG_DIRS, 4, req).error_code)
+
+
+def alter_replica_log_dirs(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.ALTER_REPLICA_LOG_DIRS, 2)
+    req = m(
+        dirs=(
+            m(
+                "AlterReplicaLogDir",
+                path="/nonexistent-dir",
+                topics=(m("AlterReplicaLogDirTopic", name=topic, partitions=(0,)),),
+            ),
+        )
+    )
+    r = c.request(ApiKeys.ALTER_REPLICA_LOG_DIRS, 2, req)
+    return [int(p.error_code) for t in r.results for p in t.partitions]
+
+
+def elect_leaders(c: WireClient, topic: str) -> tuple:
+    m = Msg(ApiKeys.ELECT_LEADERS, 2)
+    req = m(election_type=0, topic_partitions=(m("TopicPartitions", topic=topic, partitions=(0,)),), timeout=10000)
+    r = c.request(ApiKeys.ELECT_LEADERS, 2, req)
+    return int(r.error_code), [int(p.error_code) for t in r.replica_election_results for p in t.partition_result]
+
+
+def alter_partition_reassignments(c: WireClient, topic: str) -> tuple:
+    """A cancellation (replicas null) of a reassignment that is not there."""
+    m = Msg(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, 0)
+    req = m(
+        timeout=10000,
+        topics=(
+            m(
+                "ReassignableTopic",
+                name=topic,
+                partitions=(m("ReassignablePartition", partition_index=0, replicas=None),),
+            ),
+        ),
+    )
+    r = c.request(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, 0, req)
+    return int(r.error_code), [int(p.error_code) for t in r.responses for p in t.partitions]
+
+
+def list_partition_reassignments(c: WireClient) -> int:
+    m = Msg(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0)
+    return int(c.request(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0, m(timeout=10000, topics=None)).error_code)
+
+
+def describe_producers(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.DESCRIBE_PRODUCERS, 0)
+    r = c.request(ApiKeys.DESCRIBE_PRODUCERS, 0, m(topics=(m("TopicRequest", name=topic, partition_indexes=(0,)),)))
+    return [int(p.error_code) for t in r.topics for p in t.partitions]
+
+
+def admin_requests(c: WireClient, t: str) -> dict:
+    """The remaining APIs Kafka authorizes, on topic ``t``."""
+    return {
+        "list_offsets": list_offsets(c, t),
+        "offset_for_leader_epoch": offset_for_leader_epoch(c, t),
+        "delete_records": delete_records(c, t),
+        "describe_log_dirs": describe_log_dirs(c, t),
+        "alter_replica_log_dirs": alter_replica_log_dirs(c, t),
+        "elect_leaders": elect_leaders(c, t),
+        "alter_reassignments": alter_partition_reassignments(c, t),
+        "list_reassignments": list_partition_reassignments(c),
+        "describe_producers": describe_producers(c, t),
+    }

@@ -458,3 +458,28 @@ def test_group_and_transaction_apis_with_the_acls_they_need(secured):
             assert fetched == {"group": 0, "t": [0]}
         finally:
             _drop_client_acls(secured)
+
+
+def test_the_remaining_apis_refuse_what_the_acls_do_not_allow(secured):
+    from acl_requests import admin_requests
+
+    with WireClient(secured.bootstrap_servers) as c:
+        assert admin_requests(c, "t") == {
+            "list_offsets": [29],
+            "offset_for_leader_epoch": [29],  # neither CLUSTER_ACTION nor DESCRIBE on the topic
+            "delete_records": [29],
+            "describe_log_dirs": 31,
+            "alter_replica_log_dirs": [31],
+            "elect_leaders": (31, [31]),
+            "alter_reassignments": (31, [31]),
+            "list_reassignments": 31,
+            "describe_producers": [29],
+        }
+    _client_acls(secured, [acl("TOPIC", "t", "DESCRIBE", host="127.0.0.1")])
+    try:
+        with WireClient(secured.bootstrap_servers) as c:
+            got = admin_requests(c, "t")
+            assert got["list_offsets"] == [0] and got["offset_for_leader_epoch"] == [0]
+            assert got["delete_records"] == [29] and got["describe_producers"] == [29]  # DELETE, READ
+    finally:
+        _drop_client_acls(secured)

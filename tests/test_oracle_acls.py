@@ -265,3 +265,45 @@ def test_same_group_and_transaction_answers_for_the_same_acls(pair, name):
         assert results["kafka"]["fetch"]["group"] == 0 and results["kafka"]["fetch"][topic] == [0]
     if name == "idempotent-write":
         assert results["kafka"]["init_idempotent"] == 0 and results["kafka"]["init_txn"] == 53
+
+
+# the remaining APIs Kafka authorizes (ListOffsets, OffsetForLeaderEpoch, DeleteRecords, log dirs,
+# elections, reassignments, DescribeProducers)
+ADMIN_SCENARIOS = {
+    "none": [],
+    "topic-describe": [("TOPIC", "{t}", "DESCRIBE")],
+    "topic-read": [("TOPIC", "{t}", "READ")],
+    "topic-delete": [("TOPIC", "{t}", "DELETE")],
+    "cluster-alter": [("CLUSTER", "kafka-cluster", "ALTER")],
+    "cluster-describe": [("CLUSTER", "kafka-cluster", "DESCRIBE")],
+}
+
+
+def _run_admin(broker, name: str, t: str) -> dict:
+    acls = _group_acls(ADMIN_SCENARIOS[name], t, "", "")
+    with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
+        assert Api(admin).create_topic(t).error_code == 0
+        assert _eventually(lambda: rq.list_offsets(admin, t) == [0])
+        if acls:
+            assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
+        assert _eventually(lambda: len(described(describe_acls(admin, host=CLIENT_HOST))) == len(acls) + 1)
+        try:
+            with WireClient(broker.bootstrap_servers) as c:
+                return rq.admin_requests(c, t)
+        finally:
+            delete_acls(admin, [{"host": CLIENT_HOST, "rtype": "TOPIC"}])
+            delete_acls(admin, [{"host": CLIENT_HOST, "rtype": "CLUSTER", "op": op} for op in ("ALTER", "DESCRIBE")])
+
+
+@pytest.mark.parametrize("name", sorted(ADMIN_SCENARIOS))
+def test_same_answers_from_the_remaining_apis_for_the_same_acls(pair, name):
+    topic = f"acla-{name}-{oracle.new_topic('')[1:]}"
+    results = {which: _run_admin(broker, name, topic) for which, broker in pair.items()}
+    assert results["kesque"] == results["kafka"]
+    if name == "none":  # not vacuous
+        assert results["kafka"]["list_offsets"] == [29] and results["kafka"]["describe_log_dirs"] == 31
+        assert results["kafka"]["elect_leaders"][0] == 31 and results["kafka"]["alter_reassignments"][0] == 31
+    if name == "cluster-alter":
+        assert results["kafka"]["elect_leaders"][0] != 31 and 31 not in results["kafka"]["alter_replica_log_dirs"]
+    if name == "topic-delete":
+        assert results["kafka"]["delete_records"] == [0] and results["kafka"]["list_offsets"] == [0]
