@@ -5,11 +5,22 @@ CreateAcls, DescribeAcls and DeleteAcls; the authorizer configs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 
 import pytest
 
+from acl_requests import (
+    admin_requests,
+    delete_groups,
+    group_requests,
+    init_producer_id,
+    offset_fetch,
+    txn_requests,
+    write_txn_markers,
+)
 from acl_wire import BoundWireClient, acl, create_acls, delete_acls, describe_acls, described
 from kesque.clock import ManualClock
 from kesque.config.broker import STANDARD_AUTHORIZER, BrokerConfig
@@ -407,8 +418,6 @@ def _drop_client_acls(secured):
 
 
 def test_group_and_transaction_apis_refuse_what_the_acls_do_not_allow(secured):
-    from acl_requests import group_requests, txn_requests, write_txn_markers
-
     with BoundWireClient(secured.bootstrap_servers, ADMIN_HOST) as admin:  # the group exists (listed)
         group_requests(admin, "g", "t")
     with WireClient(secured.bootstrap_servers) as c:
@@ -418,8 +427,6 @@ def test_group_and_transaction_apis_refuse_what_the_acls_do_not_allow(secured):
 
 
 def test_group_and_transaction_apis_with_the_acls_they_need(secured):
-    from acl_requests import delete_groups, group_requests, init_producer_id, offset_fetch, txn_requests
-
     h = "127.0.0.1"
     _client_acls(
         secured,
@@ -461,8 +468,6 @@ def test_group_and_transaction_apis_with_the_acls_they_need(secured):
 
 
 def test_the_remaining_apis_refuse_what_the_acls_do_not_allow(secured):
-    from acl_requests import admin_requests
-
     with WireClient(secured.bootstrap_servers) as c:
         assert admin_requests(c, "t") == {
             "list_offsets": [29],
@@ -483,3 +488,31 @@ def test_the_remaining_apis_refuse_what_the_acls_do_not_allow(secured):
             assert got["delete_records"] == [29] and got["describe_producers"] == [29]  # DELETE, READ
     finally:
         _drop_client_acls(secured)
+
+
+# ---------------------------------------------------------------------------- kesque acls
+
+
+def test_kesque_acls_adds_lists_and_removes(tmp_path):
+    cfg = {**AUTHZ, "allow.everyone.if.no.acl.found": "true"}
+    with Broker(data_dir=str(tmp_path / "d"), mode="thread", config=cfg).start() as b:
+
+        def tool(*args):
+            argv = [sys.executable, "-m", "kesque", "acls", "--bootstrap-server", b.bootstrap_servers, *args]
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+        r = tool("--add", "--allow-principal", "User:ANONYMOUS", "--operation", "All", "--cluster")
+        assert r.returncode == 0, r.stderr
+        r = tool("--add", "--allow-principal", "User:alice", "--consumer", "--topic", "t", "--group", "g")
+        assert r.returncode == 0 and r.stdout.count("Adding ACLs for resource") == 2
+        r = tool("--list", "--topic", "t")
+        assert r.stdout == (
+            "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=t, patternType=LITERAL)`:\n"
+            "\t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n"
+            "\t(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)\n\n"
+        )
+        assert tool("--remove", "--force", "--topic", "t").returncode == 0
+        assert tool("--list", "--topic", "t").stdout == ""
+        assert "`User:alice`" in tool("--list", "--principal", "User:alice").stdout
+        r = tool("--add", "--allow-principal", "User:a", "--operation", "Write", "--group", "g")
+        assert r.returncode == 1 and r.stderr.startswith("ResourceType GROUP only supports operations [")

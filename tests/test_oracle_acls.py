@@ -17,7 +17,11 @@ heartbeats): that ALLOW is set on both, and shows in the cluster's authorized op
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -27,6 +31,8 @@ from acl_wire import BoundWireClient, acl, create_acls, delete_acls, describe_ac
 from kesque.config.broker import STANDARD_AUTHORIZER
 from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
+from kesque.testing import kafka as K
+from kesque.testing.broker import Broker
 from wire import Api, Msg, WireClient
 
 pytestmark = oracle.MARKS
@@ -307,3 +313,102 @@ def test_same_answers_from_the_remaining_apis_for_the_same_acls(pair, name):
         assert results["kafka"]["elect_leaders"][0] != 31 and 31 not in results["kafka"]["alter_replica_log_dirs"]
     if name == "topic-delete":
         assert results["kafka"]["delete_records"] == [0] and results["kafka"]["list_offsets"] == [0]
+
+
+# ---------------------------------------------------------------------------- kafka-acls.sh
+
+ACL_STEPS = [  # (step, arguments after --bootstrap-server, stdin)
+    ("admin", "--add --allow-principal User:ANONYMOUS --operation All --cluster", None),
+    ("add", "--add --allow-principal User:alice --operation Read --topic t1", None),
+    ("add-again", "--add --allow-principal User:alice --operation Read --topic t1", None),
+    (
+        "add-hosts",
+        "--add --allow-principal User:bob --allow-host 10.0.0.1 --allow-host 10.0.0.2 --operation Write --topic t2",
+        None,
+    ),
+    ("deny", "--add --deny-principal User:eve --operation Describe --group g1", None),
+    ("producer", "--add --allow-principal User:p --producer --topic pt --transactional-id tx --idempotent", None),
+    (
+        "consumer",
+        "--add --allow-principal User:c --consumer --topic ct --group cg --resource-pattern-type prefixed",
+        None,
+    ),
+    ("user", "--add --allow-principal User:x --operation CreateTokens --user-principal User:y", None),
+    ("token", "--add --allow-principal User:x --operation Describe --delegation-token tok", None),
+    ("list-all", "--list", None),
+    ("list-topic", "--list --topic t1", None),
+    ("list-principal", "--list --principal User:alice", None),
+    ("list-match", "--list --topic ctx --resource-pattern-type match", None),
+    ("list-any", "--list --topic t2 --resource-pattern-type any", None),
+    ("list-none", "--list --topic nothing-here", None),
+    ("remove-no", "--remove --allow-principal User:alice --operation Read --topic t1", "n\n"),
+    ("remove-yes", "--remove --allow-principal User:alice --operation Read --topic t1", "y\n"),
+    ("remove-all", "--remove --force --topic t2", None),
+    ("list-after", "--list --topic t1", None),
+    ("bad-op-for-type", "--add --allow-principal User:a --operation Write --group g", None),
+    ("bad-principal", "--add --allow-principal bad --operation Read --topic x", None),
+    ("no-principal", "--add --operation Read --topic x", None),
+    ("no-resource", "--add --allow-principal User:x --operation Read", None),
+    ("add-any", "--add --allow-principal User:x --operation Read --topic x --resource-pattern-type any", None),
+    ("no-action", "", None),
+    ("two-actions", "--add --list --topic x", None),
+    ("list-with-producer", "--list --producer --topic x", None),
+    ("idempotent-alone", "--add --allow-principal User:x --idempotent --topic x", None),
+    ("consumer-no-group", "--add --allow-principal User:x --consumer --topic x", None),
+    ("principal-not-list", "--add --allow-principal User:x --principal User:y --topic x", None),
+]
+
+
+def _acl_tool(which: str, bootstrap: str, args: str, stdin):
+
+    argv = ["--bootstrap-server", bootstrap, *shlex.split(args)]
+    if which == "kafka":
+        cmd = K.java_command(K.TOOLS["kafka-acls.sh"], argv)
+    else:
+        cmd = [sys.executable, "-m", "kesque", "acls", *argv]
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def _blocks(text: str) -> list:
+    """Kafka prints a resource's entries (and --list its resources) in Java hash order, which
+    changes between JVMs: each blank-line-separated block with its entry lines sorted, the blocks
+    sorted. Stack-trace frames (``\\tat ...``) are left out."""
+    out = []
+    for block in text.split("\n\n"):
+        lines = [x for x in block.split("\n") if x and not x.startswith("\tat ")]
+        head = [x for x in lines if not x.startswith(("\t", " \t"))]
+        entries = sorted(x.lstrip(" ") for x in lines if x.startswith(("\t", " \t")))
+        if lines:
+            out.append((head, entries))
+    return sorted(out)
+
+
+def _usage(stderr: str):
+    first = stderr.split("\n", 1)[0]
+    head, sep, ops = first.partition(" only supports operations [")
+    return (head, sorted(ops.rstrip("]").split(", "))) if sep else first
+
+
+def test_kafka_acls_sh_and_kesque_acls_print_the_same(tmp_path):
+    """Kafka 4.4's kafka-acls.sh and kesque's, each on a kesque broker of its own, the same
+    command lines: the same exit codes, the same output (byte for byte where a resource has one
+    entry; where Kafka's order is a Java hash order, the same blocks), the same usage message."""
+
+    def transcript(which: str) -> dict:
+        with Broker(data_dir=str(tmp_path / which), mode="thread", config=CONFIG).start() as b:
+            return {step: _acl_tool(which, b.bootstrap_servers, args, stdin) for step, args, stdin in ACL_STEPS}
+
+    with ThreadPoolExecutor(2) as pool:  # the two transcripts at once (the tools mostly start up)
+        runs = dict(zip(("kafka", "kesque"), pool.map(transcript, ("kafka", "kesque"))))
+    for step, _args, _stdin in ACL_STEPS:
+        j, k = runs["kafka"][step], runs["kesque"][step]
+        assert (step, k.returncode) == (step, j.returncode), (j.stdout, j.stderr[:300], k.stdout, k.stderr[:300])
+        if j.stdout.count("\t(principal=") <= 1 and "\tat " not in j.stdout:
+            assert (step, k.stdout) == (step, j.stdout)
+        else:
+            assert (step, _blocks(k.stdout)) == (step, _blocks(j.stdout))
+        # a usage error: the message (the option table that follows is jopt-simple's; a type's
+        # operations are a Java hash set, compared as a set)
+        assert (step, _usage(k.stderr)) == (step, _usage(j.stderr))
+    assert "Adding ACLs for resource" in runs["kafka"]["add"].stdout  # not vacuous
+    assert runs["kafka"]["list-all"].stdout.count("Current ACLs for resource") == 10
