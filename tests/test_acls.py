@@ -5,11 +5,22 @@ CreateAcls, DescribeAcls and DeleteAcls; the authorizer configs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 
 import pytest
 
+from acl_requests import (
+    admin_requests,
+    delete_groups,
+    group_requests,
+    init_producer_id,
+    offset_fetch,
+    txn_requests,
+    write_txn_markers,
+)
 from acl_wire import BoundWireClient, acl, create_acls, delete_acls, describe_acls, described
 from kesque.clock import ManualClock
 from kesque.config.broker import STANDARD_AUTHORIZER, BrokerConfig
@@ -362,3 +373,148 @@ def test_acls_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
             if cluster.node(spec.node_id).process is not None:
                 cluster.kill(spec.node_id)
         cluster.close()
+
+
+# ---------------------------------------------------------------------------- groups, offsets, transactions
+
+GROUP_REFUSED = {
+    "find_group": 30,
+    "find_group_v3": 30,
+    "join": 30,
+    "sync": 30,
+    "heartbeat": 30,
+    "leave": 30,
+    "commit": {"t": [30], "t-missing": [30]},
+    "fetch": {"group": 30},
+    "fetch_all": {"group": 30},
+    "offset_delete": {"group": 30},
+    "describe": (30, -2147483648),
+    "listed": [],
+    "cg_heartbeat": 30,
+}
+TXN_REFUSED = {
+    "find_txn": 53,
+    "init_txn": 53,
+    "init_idempotent": 31,
+    "add_partitions": {"t": [53]},
+    "add_offsets": 53,
+    "txn_commit": {"t": [53]},
+    "end_txn": 53,
+    "describe_txn": 53,
+    "listed_txn": [],
+}
+
+
+def _client_acls(secured, acls):
+    """Give 127.0.0.1 ``acls`` (and wait until the broker applies them)."""
+    with BoundWireClient(secured.bootstrap_servers, ADMIN_HOST) as admin:
+        before = len(described(describe_acls(admin, host="127.0.0.1")))
+        assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
+        assert _eventually(lambda: len(described(describe_acls(admin, host="127.0.0.1"))) == before + len(acls))
+
+
+def _drop_client_acls(secured):
+    with BoundWireClient(secured.bootstrap_servers, ADMIN_HOST) as admin:
+        delete_acls(admin, [{"host": "127.0.0.1"}])
+        assert _eventually(lambda: not described(describe_acls(admin, host="127.0.0.1")))
+
+
+def test_group_and_transaction_apis_refuse_what_the_acls_do_not_allow(secured):
+    with BoundWireClient(secured.bootstrap_servers, ADMIN_HOST) as admin:  # the group exists (listed)
+        group_requests(admin, "g", "t")
+    with WireClient(secured.bootstrap_servers) as c:
+        assert group_requests(c, "g", "t") == GROUP_REFUSED
+        assert txn_requests(c, "x", "g", "t") == TXN_REFUSED
+        assert write_txn_markers(c, "t") == [31]
+
+
+def test_group_and_transaction_apis_with_the_acls_they_need(secured):
+    h = "127.0.0.1"
+    _client_acls(
+        secured,
+        [
+            acl("GROUP", "g", "READ", host=h),
+            acl("GROUP", "g-848", "READ", host=h),
+            acl("TOPIC", "t", "READ", host=h),
+            acl("TRANSACTIONAL_ID", "x", "WRITE", host=h),
+        ],
+    )
+    try:
+        with WireClient(secured.bootstrap_servers) as c:
+            got = group_requests(c, "g", "t")
+            assert got["find_group"] == got["find_group_v3"] == 0
+            assert got["join"] not in (30, 29) and got["heartbeat"] == 25  # UNKNOWN_MEMBER_ID
+            assert got["commit"] == {"t": [0], "t-missing": [29]}
+            assert got["fetch"] == {"group": 0, "t": [0], "t-missing": [29]}
+            assert got["offset_delete"] == {"group": 30}  # DELETE on the group is not given
+            assert got["describe"] == (0, (1 << 3) | (1 << 8))  # READ and the DESCRIBE it implies
+            assert got["listed"] == ["g"] and got["cg_heartbeat"] == 0
+            assert delete_groups(c, "g") == 30
+            txn = txn_requests(c, "x", "g", "t")
+            assert txn["find_txn"] == 0 and txn["init_txn"] == 0 and txn["end_txn"] not in (53, 29)
+            assert txn["init_idempotent"] == 31  # neither IDEMPOTENT_WRITE nor WRITE on a topic
+            assert txn["add_partitions"] == {"t": [29]}  # WRITE on the topic is missing
+            assert txn["describe_txn"] == 0 and txn["listed_txn"] == ["x"]  # WRITE implies DESCRIBE
+        _client_acls(secured, [acl("TOPIC", "other-", "WRITE", host=h, pattern="PREFIXED")])
+    except AssertionError:
+        _drop_client_acls(secured)
+        raise
+    with WireClient(secured.bootstrap_servers) as c:
+        try:
+            # WRITE on some topic is enough for an idempotent producer's id (KIP-679)
+            assert init_producer_id(c, None) == 0
+            fetched = offset_fetch(c, "g", None)
+            assert fetched == {"group": 0, "t": [0]}
+        finally:
+            _drop_client_acls(secured)
+
+
+def test_the_remaining_apis_refuse_what_the_acls_do_not_allow(secured):
+    with WireClient(secured.bootstrap_servers) as c:
+        assert admin_requests(c, "t") == {
+            "list_offsets": [29],
+            "offset_for_leader_epoch": [29],  # neither CLUSTER_ACTION nor DESCRIBE on the topic
+            "delete_records": [29],
+            "describe_log_dirs": 31,
+            "alter_replica_log_dirs": [31],
+            "elect_leaders": (31, [31]),
+            "alter_reassignments": (31, [31]),
+            "list_reassignments": 31,
+            "describe_producers": [29],
+        }
+    _client_acls(secured, [acl("TOPIC", "t", "DESCRIBE", host="127.0.0.1")])
+    try:
+        with WireClient(secured.bootstrap_servers) as c:
+            got = admin_requests(c, "t")
+            assert got["list_offsets"] == [0] and got["offset_for_leader_epoch"] == [0]
+            assert got["delete_records"] == [29] and got["describe_producers"] == [29]  # DELETE, READ
+    finally:
+        _drop_client_acls(secured)
+
+
+# ---------------------------------------------------------------------------- kesque acls
+
+
+def test_kesque_acls_adds_lists_and_removes(tmp_path):
+    cfg = {**AUTHZ, "allow.everyone.if.no.acl.found": "true"}
+    with Broker(data_dir=str(tmp_path / "d"), mode="thread", config=cfg).start() as b:
+
+        def tool(*args):
+            argv = [sys.executable, "-m", "kesque", "acls", "--bootstrap-server", b.bootstrap_servers, *args]
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+        r = tool("--add", "--allow-principal", "User:ANONYMOUS", "--operation", "All", "--cluster")
+        assert r.returncode == 0, r.stderr
+        r = tool("--add", "--allow-principal", "User:alice", "--consumer", "--topic", "t", "--group", "g")
+        assert r.returncode == 0 and r.stdout.count("Adding ACLs for resource") == 2
+        r = tool("--list", "--topic", "t")
+        assert r.stdout == (
+            "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=t, patternType=LITERAL)`:\n"
+            "\t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n"
+            "\t(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)\n\n"
+        )
+        assert tool("--remove", "--force", "--topic", "t").returncode == 0
+        assert tool("--list", "--topic", "t").stdout == ""
+        assert "`User:alice`" in tool("--list", "--principal", "User:alice").stdout
+        r = tool("--add", "--allow-principal", "User:a", "--operation", "Write", "--group", "g")
+        assert r.returncode == 1 and r.stderr.startswith("ResourceType GROUP only supports operations [")

@@ -1284,6 +1284,8 @@ def test_every_advertised_version_is_answered(srv, client):
                 v = None if nullable else "kesque-test"
             elif kind == "records":
                 v = None if nullable else b""
+            elif kind == "bytes":
+                v = None if nullable else b""
             elif kind == "timedelta_i32":
                 v = datetime.timedelta(0)
             elif kind == "uuid":

@@ -1,6 +1,7 @@
 """ACLs against Apache Kafka 4.4 (issue 27): both run Kafka's StandardAuthorizer; for each ACL set
 given to User:ANONYMOUS connecting from 127.0.0.1, the same requests get the same error codes
-and show the same topics on both.
+and show the same topics on both: the topic and admin APIs, then the group, offset and
+transaction APIs (tests/acl_requests.py).
 
 The admin. On PLAINTEXT every client is User:ANONYMOUS, on both systems, and ``super.users`` is
 not a dynamic config in Kafka, so no super user can be told apart by principal. ACLs are per
@@ -16,15 +17,22 @@ heartbeats): that ALLOW is set on both, and shows in the cluster's authorized op
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import acl_requests as rq
 import oracle
 from acl_wire import BoundWireClient, acl, create_acls, delete_acls, describe_acls, described
 from kesque.config.broker import STANDARD_AUTHORIZER
 from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
+from kesque.testing import kafka as K
+from kesque.testing.broker import Broker
 from wire import Api, Msg, WireClient
 
 pytestmark = oracle.MARKS
@@ -46,10 +54,18 @@ def pair(tmp_path_factory):
     with oracle.brokers(tmp_path_factory, config=CONFIG) as b:
         for broker in b.values():
             with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
+                # the coordinators' internal topics first: Kafka's broker creates them as itself
+                # (no Envelope), which would need CREATE on the cluster from 127.0.0.1 later
+                assert _eventually(lambda admin=admin: _ready(admin), 90), broker
                 r = create_acls(admin, admin_acls())
                 assert [x.error_code for x in r.results] == [0] * 5, broker
                 assert _eventually(lambda admin=admin: len(described(describe_acls(admin))) == 5)
         yield b
+
+
+def _ready(admin) -> bool:
+    """The coordinators' internal topics exist (no COORDINATOR_NOT_AVAILABLE to race on)."""
+    return rq.find_coordinator(admin, 0, "ready") == 0 and rq.find_coordinator(admin, 1, "ready") == 0
 
 
 def _eventually(check, timeout: float = 15.0) -> bool:
@@ -185,3 +201,214 @@ def test_same_answers_for_the_same_acls(pair, name):
         assert results["kafka"]["create_acls"] == [31] and results["kafka"]["describe_configs"] == [29]
     if name == "configs":
         assert results["kafka"]["describe_configs"] == [0] and results["kafka"]["alter_configs"] == [0]
+
+
+# groups, offsets and transactions: "{g}" and "{x}" are the scenario's group and transactional id
+GROUP_SCENARIOS = {
+    "none": [],
+    "group-read": [("GROUP", "{g}", "READ"), ("GROUP", "{g}-848", "READ"), ("TOPIC", "{t}", "READ")],
+    "group-describe-only": [("GROUP", "{g}", "DESCRIBE"), ("TOPIC", "{t}", "DESCRIBE")],
+    "group-read-no-topic": [("GROUP", "{g}", "READ"), ("GROUP", "{g}-848", "READ")],
+    "group-delete": [("GROUP", "{g}", "DELETE"), ("TOPIC", "{t}", "READ")],
+    "group-all-prefixed": [("GROUP", "{g}", "ALL", "ALLOW", "PREFIXED"), ("TOPIC", "{t}", "ALL")],
+    "cluster-describe": [("CLUSTER", "kafka-cluster", "DESCRIBE")],
+    "txn-write": [("TRANSACTIONAL_ID", "{x}", "WRITE"), ("TOPIC", "{t}", "WRITE"), ("GROUP", "{g}", "READ")],
+    "txn-describe": [("TRANSACTIONAL_ID", "{x}", "DESCRIBE")],
+    "txn-no-topic": [("TRANSACTIONAL_ID", "{x}", "WRITE")],
+    "idempotent-write": [("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE")],
+    "write-some-topic": [("TOPIC", "{t}", "WRITE", "ALLOW", "PREFIXED")],
+    "write-denied-topic": [("TOPIC", "*", "WRITE"), ("TOPIC", "*", "WRITE", "DENY")],
+}
+
+
+def _group_acls(spec, t: str, g: str, x: str) -> list[dict]:
+    out = []
+    for item in spec:
+        rtype, name, op = item[:3]
+        perm = item[3] if len(item) > 3 else "ALLOW"
+        pattern = item[4] if len(item) > 4 else "LITERAL"
+        name = name.format(t=t, g=g, x=x)
+        out.append(acl(rtype, name, op, perm=perm, host=CLIENT_HOST, pattern=pattern))
+    return out
+
+
+def _run_groups(broker, name: str, t: str) -> dict:
+    g, x = f"{t}-g", f"{t}-x"
+    acls = _group_acls(GROUP_SCENARIOS[name], t, g, x)
+    with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
+        assert Api(admin).create_topic(t).error_code == 0
+        # the group exists, with an offset (once the broker knows the new topic)
+        assert _eventually(lambda: rq.offset_commit(admin, g, [t]) == {t: [0]})
+        if acls:
+            assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
+        assert _eventually(lambda: len(described(describe_acls(admin, host=CLIENT_HOST))) == len(acls) + 1)
+        try:
+            with WireClient(broker.bootstrap_servers) as c:
+                out = rq.group_requests(c, g, t)
+                out.update(rq.txn_requests(c, x, g, t))
+                out["write_txn_markers"] = rq.write_txn_markers(c, t)
+                out["add_partitions_v4"] = rq.add_partitions_to_txn_v4(c, x, t)
+                out["delete_group"] = rq.delete_groups(c, g)
+                return out
+        finally:
+            for rtype in ("TOPIC", "GROUP", "TRANSACTIONAL_ID"):
+                delete_acls(admin, [{"host": CLIENT_HOST, "rtype": rtype}])
+            delete_acls(
+                admin, [{"host": CLIENT_HOST, "rtype": "CLUSTER", "op": op} for op in ("DESCRIBE", "IDEMPOTENT_WRITE")]
+            )
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_SCENARIOS))
+def test_same_group_and_transaction_answers_for_the_same_acls(pair, name):
+    topic = f"aclg-{name}-{oracle.new_topic('')[1:]}"
+    results = {which: _run_groups(broker, name, topic) for which, broker in pair.items()}
+    assert results["kesque"] == results["kafka"]
+    if name == "none":  # not vacuous
+        assert results["kafka"]["join"] == 30 and results["kafka"]["init_txn"] == 53
+        assert results["kafka"]["init_idempotent"] == 31 and results["kafka"]["commit"][topic] == [30]
+    if name == "group-read":  # and what is allowed goes through
+        assert results["kafka"]["commit"] == {topic: [0], f"{topic}-missing": [29]}
+        assert results["kafka"]["fetch"]["group"] == 0 and results["kafka"]["fetch"][topic] == [0]
+    if name == "idempotent-write":
+        assert results["kafka"]["init_idempotent"] == 0 and results["kafka"]["init_txn"] == 53
+
+
+# the remaining APIs Kafka authorizes (ListOffsets, OffsetForLeaderEpoch, DeleteRecords, log dirs,
+# elections, reassignments, DescribeProducers)
+ADMIN_SCENARIOS = {
+    "none": [],
+    "topic-describe": [("TOPIC", "{t}", "DESCRIBE")],
+    "topic-read": [("TOPIC", "{t}", "READ")],
+    "topic-delete": [("TOPIC", "{t}", "DELETE")],
+    "cluster-alter": [("CLUSTER", "kafka-cluster", "ALTER")],
+    "cluster-describe": [("CLUSTER", "kafka-cluster", "DESCRIBE")],
+}
+
+
+def _run_admin(broker, name: str, t: str) -> dict:
+    acls = _group_acls(ADMIN_SCENARIOS[name], t, "", "")
+    with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
+        assert Api(admin).create_topic(t).error_code == 0
+        assert _eventually(lambda: rq.list_offsets(admin, t) == [0])
+        if acls:
+            assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
+        assert _eventually(lambda: len(described(describe_acls(admin, host=CLIENT_HOST))) == len(acls) + 1)
+        try:
+            with WireClient(broker.bootstrap_servers) as c:
+                return rq.admin_requests(c, t)
+        finally:
+            delete_acls(admin, [{"host": CLIENT_HOST, "rtype": "TOPIC"}])
+            delete_acls(admin, [{"host": CLIENT_HOST, "rtype": "CLUSTER", "op": op} for op in ("ALTER", "DESCRIBE")])
+
+
+@pytest.mark.parametrize("name", sorted(ADMIN_SCENARIOS))
+def test_same_answers_from_the_remaining_apis_for_the_same_acls(pair, name):
+    topic = f"acla-{name}-{oracle.new_topic('')[1:]}"
+    results = {which: _run_admin(broker, name, topic) for which, broker in pair.items()}
+    assert results["kesque"] == results["kafka"]
+    if name == "none":  # not vacuous
+        assert results["kafka"]["list_offsets"] == [29] and results["kafka"]["describe_log_dirs"] == 31
+        assert results["kafka"]["elect_leaders"][0] == 31 and results["kafka"]["alter_reassignments"][0] == 31
+    if name == "cluster-alter":
+        assert results["kafka"]["elect_leaders"][0] != 31 and 31 not in results["kafka"]["alter_replica_log_dirs"]
+    if name == "topic-delete":
+        assert results["kafka"]["delete_records"] == [0] and results["kafka"]["list_offsets"] == [0]
+
+
+# ---------------------------------------------------------------------------- kafka-acls.sh
+
+ACL_STEPS = [  # (step, arguments after --bootstrap-server, stdin)
+    ("admin", "--add --allow-principal User:ANONYMOUS --operation All --cluster", None),
+    ("add", "--add --allow-principal User:alice --operation Read --topic t1", None),
+    ("add-again", "--add --allow-principal User:alice --operation Read --topic t1", None),
+    (
+        "add-hosts",
+        "--add --allow-principal User:bob --allow-host 10.0.0.1 --allow-host 10.0.0.2 --operation Write --topic t2",
+        None,
+    ),
+    ("deny", "--add --deny-principal User:eve --operation Describe --group g1", None),
+    ("producer", "--add --allow-principal User:p --producer --topic pt --transactional-id tx --idempotent", None),
+    (
+        "consumer",
+        "--add --allow-principal User:c --consumer --topic ct --group cg --resource-pattern-type prefixed",
+        None,
+    ),
+    ("user", "--add --allow-principal User:x --operation CreateTokens --user-principal User:y", None),
+    ("token", "--add --allow-principal User:x --operation Describe --delegation-token tok", None),
+    ("list-all", "--list", None),
+    ("list-topic", "--list --topic t1", None),
+    ("list-principal", "--list --principal User:alice", None),
+    ("list-match", "--list --topic ctx --resource-pattern-type match", None),
+    ("list-any", "--list --topic t2 --resource-pattern-type any", None),
+    ("list-none", "--list --topic nothing-here", None),
+    ("remove-no", "--remove --allow-principal User:alice --operation Read --topic t1", "n\n"),
+    ("remove-yes", "--remove --allow-principal User:alice --operation Read --topic t1", "y\n"),
+    ("remove-all", "--remove --force --topic t2", None),
+    ("list-after", "--list --topic t1", None),
+    ("bad-op-for-type", "--add --allow-principal User:a --operation Write --group g", None),
+    ("bad-principal", "--add --allow-principal bad --operation Read --topic x", None),
+    ("no-principal", "--add --operation Read --topic x", None),
+    ("no-resource", "--add --allow-principal User:x --operation Read", None),
+    ("add-any", "--add --allow-principal User:x --operation Read --topic x --resource-pattern-type any", None),
+    ("no-action", "", None),
+    ("two-actions", "--add --list --topic x", None),
+    ("list-with-producer", "--list --producer --topic x", None),
+    ("idempotent-alone", "--add --allow-principal User:x --idempotent --topic x", None),
+    ("consumer-no-group", "--add --allow-principal User:x --consumer --topic x", None),
+    ("principal-not-list", "--add --allow-principal User:x --principal User:y --topic x", None),
+]
+
+
+def _acl_tool(which: str, bootstrap: str, args: str, stdin):
+
+    argv = ["--bootstrap-server", bootstrap, *shlex.split(args)]
+    if which == "kafka":
+        cmd = K.java_command(K.TOOLS["kafka-acls.sh"], argv)
+    else:
+        cmd = [sys.executable, "-m", "kesque", "acls", *argv]
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def _blocks(text: str) -> list:
+    """Kafka prints a resource's entries (and --list its resources) in Java hash order, which
+    changes between JVMs: each blank-line-separated block with its entry lines sorted, the blocks
+    sorted. Stack-trace frames (``\\tat ...``) are left out."""
+    out = []
+    for block in text.split("\n\n"):
+        lines = [x for x in block.split("\n") if x and not x.startswith("\tat ")]
+        head = [x for x in lines if not x.startswith(("\t", " \t"))]
+        entries = sorted(x.lstrip(" ") for x in lines if x.startswith(("\t", " \t")))
+        if lines:
+            out.append((head, entries))
+    return sorted(out)
+
+
+def _usage(stderr: str):
+    first = stderr.split("\n", 1)[0]
+    head, sep, ops = first.partition(" only supports operations [")
+    return (head, sorted(ops.rstrip("]").split(", "))) if sep else first
+
+
+def test_kafka_acls_sh_and_kesque_acls_print_the_same(tmp_path):
+    """Kafka 4.4's kafka-acls.sh and kesque's, each on a kesque broker of its own, the same
+    command lines: the same exit codes, the same output (byte for byte where a resource has one
+    entry; where Kafka's order is a Java hash order, the same blocks), the same usage message."""
+
+    def transcript(which: str) -> dict:
+        with Broker(data_dir=str(tmp_path / which), mode="thread", config=CONFIG).start() as b:
+            return {step: _acl_tool(which, b.bootstrap_servers, args, stdin) for step, args, stdin in ACL_STEPS}
+
+    with ThreadPoolExecutor(2) as pool:  # the two transcripts at once (the tools mostly start up)
+        runs = dict(zip(("kafka", "kesque"), pool.map(transcript, ("kafka", "kesque"))))
+    for step, _args, _stdin in ACL_STEPS:
+        j, k = runs["kafka"][step], runs["kesque"][step]
+        assert (step, k.returncode) == (step, j.returncode), (j.stdout, j.stderr[:300], k.stdout, k.stderr[:300])
+        if j.stdout.count("\t(principal=") <= 1 and "\tat " not in j.stdout:
+            assert (step, k.stdout) == (step, j.stdout)
+        else:
+            assert (step, _blocks(k.stdout)) == (step, _blocks(j.stdout))
+        # a usage error: the message (the option table that follows is jopt-simple's; a type's
+        # operations are a Java hash set, compared as a set)
+        assert (step, _usage(k.stderr)) == (step, _usage(j.stderr))
+    assert "Adding ACLs for resource" in runs["kafka"]["add"].stdout  # not vacuous
+    assert runs["kafka"]["list-all"].stdout.count("Current ACLs for resource") == 10

@@ -34,6 +34,7 @@ _MODULES = (
     "share_groups",
     "leader_election",
     "reassign_partitions",
+    "acls",
 )
 
 
@@ -155,6 +156,10 @@ def kafka_leader_election() -> None:
 
 def kafka_reassign_partitions() -> None:
     _exit(_console("reassign_partitions"))
+
+
+def kafka_acls() -> None:
+    _exit(_console("acls"))
 
 
 def kafka_server_start(argv: list[str] | None = None) -> None:

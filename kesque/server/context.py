@@ -36,6 +36,10 @@ class Authorizer(Protocol):
         self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
     ) -> bool: ...
 
+    def authorize_by_resource_type(
+        self, principal: KafkaPrincipal, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool: ...
+
 
 @dataclass(slots=True)
 class RequestContext:
@@ -81,3 +85,9 @@ class RequestContext:
         authorizer costs one attribute test."""
         a = self.authorizer
         return a is None or a.authorize(self, operation, resource_type, name)
+
+    def authorize_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May this request's principal do ``operation`` on at least one resource of this type?
+        (Kafka's ``authorizeByResourceType``: InitProducerId without a transactional id.)"""
+        a = self.authorizer
+        return a is None or a.authorize_by_resource_type(self.principal, self.client_host, operation, resource_type)

@@ -1,4 +1,11 @@
-"""Authorization of the requests that go on to the active controller.
+"""Authorization helpers the handlers share, and the checks of the requests that go on to the
+active controller.
+
+``refused(ctx, op, type, names)`` is Kafka's ``filterByAuthorized`` turned round: the names of
+those resources the principal may not act on (an empty set without an authorizer, at the cost
+of one attribute test). Each name is asked once.
+
+The requests that go on to the controller:
 
 kesque forwards a client's request to the controller as it came, with no Envelope: the
 controller listener takes requests as the cluster's own. So what Kafka's ControllerApis
@@ -16,6 +23,13 @@ from ...errors import ErrorCode
 from ...metadata.image import RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_TOPIC
 from ...security.acl import AclOperation, ResourceType
 from ..context import CLUSTER_NAME
+
+
+def refused(ctx, operation: AclOperation, resource_type: ResourceType, names) -> set:
+    """The names among ``names`` the request's principal may not do ``operation`` on."""
+    if ctx.authorizer is None:
+        return set()
+    return {n for n in set(names) if not ctx.authorize(operation, resource_type, n)}
 
 
 def dispatch_allowed(controllers, ctx, req, items_field: str, results_field: str, denied: dict, local):

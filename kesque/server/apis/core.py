@@ -386,10 +386,30 @@ class CoreApis:
         waits for the controller to commit it)."""
         key_type = getattr(req, "key_type", 0)
         keys = list(req.coordinator_keys) if ctx.api_version >= 4 else [req.key]
+        if ctx.authorizer is not None:
+            if key_type == 2 and not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+                # share-state keys: only brokers ask (Kafka's authorizeClusterOperation)
+                return self._find_refused(ctx, keys, ErrorCode.cluster_authorization_failed)
+            keys = [k for k in keys if _coordinator_key_refused(ctx, key_type, k) is None]
         spec = self.coordinators.internal_topic_to_create(key_type) if any(keys) else None
         if spec is None:
             return self._find_coordinator(ctx, req, None)
         return self._find_after_create(ctx, req, spec)
+
+    def _find_refused(self, ctx, keys, code: ErrorCode):
+        """Kafka's error response: every key refused with ``code``."""
+        v = ctx.api_version
+        m = Msg(ApiKeys.FIND_COORDINATOR, v)
+        msg = _AUTHZ_MESSAGES[code]
+        if v >= 4:
+            return m(
+                throttle_time=0,
+                coordinators=tuple(
+                    m("Coordinator", key=k, node_id=-1, host="", port=-1, error_code=code, error_message=msg)
+                    for k in keys
+                ),
+            )
+        return m(throttle_time=0, error_code=code, error_message=msg, node_id=-1, host="", port=-1)
 
     async def _find_after_create(self, ctx, req, spec):
         try:
@@ -406,7 +426,10 @@ class CoreApis:
         keys = list(req.coordinator_keys) if v >= 4 else [req.key]
         results = []
         for key in keys:
-            if failed is not None and key:
+            refusal = _coordinator_key_refused(ctx, key_type, key) if ctx.authorizer is not None else None
+            if refusal is not None:
+                node, err, msg = None, refusal, _AUTHZ_MESSAGES[refusal] if v < 4 else None
+            elif failed is not None and key:
                 node, err, msg = None, ErrorCode.coordinator_not_available, str(failed)
             else:
                 node, err, msg = self._coordinator_for(key_type, key)
@@ -430,6 +453,22 @@ class CoreApis:
 
     def _coordinator_for(self, key_type: int, key: str):
         return self.coordinators.coordinator_for(key_type, key)
+
+
+_AUTHZ_MESSAGES = {
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
+    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+}
+
+
+def _coordinator_key_refused(ctx, key_type: int, key: str) -> ErrorCode | None:
+    """As Kafka's FindCoordinator: DESCRIBE on the group, or on the transactional id."""
+    if key_type == 0 and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed
+    if key_type == 1 and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
 
 
 def _may_create(ctx, topic: str) -> bool:

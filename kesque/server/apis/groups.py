@@ -24,12 +24,42 @@ from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg, to_ms
 from ...protocol.offset_commit import encode_offset_commit_response
+from ..context import CLUSTER_NAME, AclOperation, ResourceType
+from .authz import refused
 from .committed import committed, first_error, when_committed
-from .core import OMITTED_OPS
+from .core import OMITTED_OPS, authorized_ops
 
-GROUP_OPS = 0
-for _op in (3, 6, 8, 10, 11):  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
-    GROUP_OPS |= 1 << _op
+_GROUP_OPS = (3, 6, 8, 10, 11)  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
+
+_READ, _DESCRIBE, _DELETE = AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE
+_GROUP, _TOPIC = ResourceType.GROUP, ResourceType.TOPIC
+
+
+def group_ops(ctx, group_id: str) -> int:
+    """A group's authorized operations, as Kafka's authorizedOperations on the group."""
+    return authorized_ops(ctx, _GROUP_OPS, _GROUP, group_id)
+
+
+def may_read_group(ctx, group_id: str) -> bool:
+    """READ on the group: what Kafka asks of a member (JoinGroup, SyncGroup, Heartbeat,
+    LeaveGroup, OffsetCommit, the KIP-848 and share heartbeats, ShareFetch/ShareAcknowledge)."""
+    return ctx.authorize(_READ, _GROUP, group_id)
+
+
+def topics_refused_heartbeat(m, ctx, names) -> object | None:
+    """Kafka 4.4's ConsumerGroupHeartbeat / ShareGroupHeartbeat refusal of a subscription naming
+    a topic the principal may not DESCRIBE: an answer holding only TOPIC_AUTHORIZATION_FAILED."""
+    if not names or not refused(ctx, _DESCRIBE, _TOPIC, names):
+        return None
+    return m(
+        throttle_time=0,
+        error_code=ErrorCode.topic_authorization_failed,
+        error_message=None,
+        member_id=None,
+        member_epoch=0,
+        heartbeat_interval=0,
+        assignment=None,
+    )
 
 
 def heartbeat_failed(m, e: KafkaError):
@@ -133,6 +163,8 @@ class GroupApis:
                 }
             )
 
+        if not may_read_group(ctx, req.group_id):
+            return failed(ErrorCode.group_authorization_failed)
         try:
             shard = self.gc.shard_for(req.group_id)
         except KafkaError as e:
@@ -188,6 +220,8 @@ class GroupApis:
                 assignment=r.get("assignment") or b"",
             )
 
+        if not may_read_group(ctx, req.group_id):
+            return build({"error": ErrorCode.group_authorization_failed})
         if not req.group_id:
             return build({"error": ErrorCode.invalid_group_id})
         try:
@@ -212,6 +246,8 @@ class GroupApis:
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
     def heartbeat(self, ctx, req):
         m = Msg(ApiKeys.HEARTBEAT, ctx.api_version)
+        if not may_read_group(ctx, req.group_id):
+            return m(throttle_time=0, error_code=ErrorCode.group_authorization_failed)
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         try:
@@ -226,6 +262,8 @@ class GroupApis:
         v = ctx.api_version
         m = Msg(ApiKeys.LEAVE_GROUP, v)
         members = [(x.member_id, x.group_instance_id) for x in req.members] if v >= 3 else [(req.member_id, None)]
+        if not may_read_group(ctx, req.group_id):
+            return m(throttle_time=0, error_code=ErrorCode.group_authorization_failed, members=())
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id, members=())
         try:
@@ -252,15 +290,29 @@ class GroupApis:
         topics: dict[str, list] = {}
         errors: dict[tuple, ErrorCode] = {}
         keys = []  # response order: (topic key, partition, topic name or None)
-        for t in req.topics:
+        # as Kafka: READ on the group, or every partition answers GROUP_AUTHORIZATION_FAILED;
+        # then READ on each (known) topic, or its partitions answer TOPIC_AUTHORIZATION_FAILED
+        group_refused = not may_read_group(ctx, req.group_id)
+        if v >= 10:
+            names = [getattr(image.topics_by_id.get(t.topic_id), "name", None) for t in req.topics]
+        else:
+            names = [t.name for t in req.topics]
+        denied = () if group_refused else refused(ctx, _READ, _TOPIC, [n for n in names if n is not None])
+        for t, name in zip(req.topics, names):
             if v >= 10:
                 ti = image.topics_by_id.get(t.topic_id)
-                name, key = (ti.name if ti else None), t.topic_id
+                key = t.topic_id
             else:
                 ti = image.topic(t.name)
-                name, key = t.name, t.name
+                key = t.name
             for p in t.partitions:
                 keys.append((key, p.partition_index, name))
+                if group_refused:
+                    errors[(key, p.partition_index)] = ErrorCode.group_authorization_failed
+                    continue
+                if name in denied:
+                    errors[(key, p.partition_index)] = ErrorCode.topic_authorization_failed
+                    continue
                 if ti is None or p.partition_index not in ti.partitions:
                     errors[(key, p.partition_index)] = (
                         ErrorCode.unknown_topic_id if v >= 10 else ErrorCode.unknown_topic_or_partition
@@ -311,6 +363,7 @@ class GroupApis:
             for g in req.groups:
                 groups.append(
                     self._fetch_group(
+                        ctx,
                         m,
                         v,
                         g.group_id,
@@ -322,7 +375,7 @@ class GroupApis:
                 )
             return m(throttle_time=0, groups=tuple(groups))
         topics, err = self._fetch_topics(
-            m, v, req.group_id, req.topics, None, -1, stable=getattr(req, "require_stable", False)
+            ctx, m, v, req.group_id, req.topics, None, -1, stable=getattr(req, "require_stable", False)
         )
         if v == 1 and err != ErrorCode.none:
             # v1 has no top-level error: every partition carries it
@@ -345,13 +398,17 @@ class GroupApis:
             )
         return m(throttle_time=0, topics=topics, error_code=err)
 
-    def _fetch_group(self, m, v, group_id, topics, member_id, member_epoch, stable):
-        out, err = self._fetch_topics(m, v, group_id, topics, member_id, member_epoch, grouped=True, stable=stable)
+    def _fetch_group(self, ctx, m, v, group_id, topics, member_id, member_epoch, stable):
+        out, err = self._fetch_topics(ctx, m, v, group_id, topics, member_id, member_epoch, grouped=True, stable=stable)
         return m("OffsetFetchResponseGroup", group_id=group_id, topics=out, error_code=err)
 
-    def _fetch_topics(self, m, v, group_id, topics, member_id, member_epoch, grouped=False, stable=False):
+    def _fetch_topics(self, ctx, m, v, group_id, topics, member_id, member_epoch, grouped=False, stable=False):
         """``stable`` (require_stable): a partition with a pending transactional commit
-        answers UNSTABLE_OFFSET_COMMIT, and the client retries."""
+        answers UNSTABLE_OFFSET_COMMIT, and the client retries. As Kafka: DESCRIBE on the group,
+        or GROUP_AUTHORIZATION_FAILED; a topic asked for that the principal may not DESCRIBE
+        answers TOPIC_AUTHORIZATION_FAILED, and all the group's offsets leave such topics out."""
+        if not ctx.authorize(_DESCRIBE, _GROUP, group_id):
+            return (), ErrorCode.group_authorization_failed
         image = self.image
         by_id = v >= 10
         topic_struct = "OffsetFetchResponseTopics" if grouped else "OffsetFetchResponseTopic"
@@ -368,6 +425,12 @@ class GroupApis:
                 else:
                     name = t.name
                 wanted.append((name, list(t.partition_indexes)))
+        hidden = ()  # topics asked for that the principal may not describe: answered, not fetched
+        if ctx.authorizer is not None and wanted is not None:
+            hidden = refused(ctx, _DESCRIBE, _TOPIC, [n for n, _ps in wanted if n is not None])
+            if hidden:
+                denied = [(n, ps) for n, ps in wanted if n in hidden]
+                wanted = [(n, ps) for n, ps in wanted if n not in hidden]
         try:
             shard = self.gc.read_shard(group_id)  # committed offsets only (never one a failover may lose)
             err, offsets = shard.fetch_offsets(group_id, wanted, member_id, member_epoch)
@@ -375,6 +438,11 @@ class GroupApis:
             return (), e.code
         if err:
             return (), err
+        if ctx.authorizer is not None and topics is None:
+            shown = {t for t, _p in offsets}
+            invisible = refused(ctx, _DESCRIBE, _TOPIC, shown)
+            if invisible:
+                offsets = {tp: om for tp, om in offsets.items() if tp[0] not in invisible}
         grouped_offsets: dict = {}
         for (topic, part), om in offsets.items():
             grouped_offsets.setdefault(topic, []).append((part, om))
@@ -412,16 +480,37 @@ class GroupApis:
                 out.append(m(topic_struct, topic_id=tid, partitions=tuple(pr)))
             else:
                 out.append(m(topic_struct, name=topic, partitions=tuple(pr)))
+        if hidden:
+            for topic, parts in denied:
+                pr = tuple(
+                    m(
+                        part_struct,
+                        partition_index=p,
+                        committed_offset=-1,
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=ErrorCode.topic_authorization_failed,
+                    )
+                    for p in parts
+                )
+                if by_id:
+                    out.append(m(topic_struct, topic_id=names.get(topic), partitions=pr))
+                else:
+                    out.append(m(topic_struct, name=topic, partitions=pr))
         return tuple(out), ErrorCode.none
 
     # ------------------------------------------------------------------ OffsetDelete
     def offset_delete(self, ctx, req):
         m = Msg(ApiKeys.OFFSET_DELETE, ctx.api_version)
         wanted = {t.name: [p.partition_index for p in t.partitions] for t in req.topics}
+        if not ctx.authorize(_DELETE, _GROUP, req.group_id):
+            return m(error_code=ErrorCode.group_authorization_failed, throttle_time=0, topics=())
         if not req.group_id:
             return m(error_code=ErrorCode.invalid_group_id, throttle_time=0, topics=())
+        # as Kafka: READ on each topic, or its partitions answer TOPIC_AUTHORIZATION_FAILED
+        denied = refused(ctx, _READ, _TOPIC, wanted)
         try:
-            delete = OffsetDelete(req.group_id, wanted)
+            delete = OffsetDelete(req.group_id, {t: ps for t, ps in wanted.items() if t not in denied})
             results = self.gc.run_write(req.group_id, lambda shard: shard.delete_offsets(delete))
         except KafkaError as e:  # the group's refusal, or a failed append
             return m(error_code=e.code, throttle_time=0, topics=())
@@ -433,7 +522,9 @@ class GroupApis:
                     m(
                         "OffsetDeleteResponsePartition",
                         partition_index=p,
-                        error_code=results.get((t, p), ErrorCode.none),
+                        error_code=ErrorCode.topic_authorization_failed
+                        if t in denied
+                        else results.get((t, p), ErrorCode.none),
                     )
                     for p in ps
                 ),
@@ -451,8 +542,23 @@ class GroupApis:
         v = ctx.api_version
         m = Msg(ApiKeys.DESCRIBE_GROUPS, v)
         out = []
+        include_ops = getattr(req, "include_authorized_operations", False)
         for gid in req.groups:
-            ops = GROUP_OPS if getattr(req, "include_authorized_operations", False) else OMITTED_OPS
+            if not ctx.authorize(_DESCRIBE, _GROUP, gid):  # as Kafka's DescribeGroupsResponse.groupError
+                out.append(
+                    m(
+                        "DescribedGroup",
+                        error_code=ErrorCode.group_authorization_failed,
+                        group_id=gid,
+                        group_state="",
+                        protocol_type="",
+                        protocol_data="",
+                        members=(),
+                        authorized_operations=OMITTED_OPS,
+                    )
+                )
+                continue
+            ops = group_ops(ctx, gid) if include_ops else OMITTED_OPS
             try:
                 g = self.gc.read_group(gid)
             except KafkaError as e:
@@ -533,10 +639,14 @@ class GroupApis:
         states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
         out = []
+        # as Kafka: every group with DESCRIBE on the cluster, else those it may DESCRIBE
+        everything = ctx.authorize(_DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
         for gid, ptype, state, gtype in self.gc.list_groups():  # the committed groups
             if states and state.lower() not in states:
                 continue
             if types and gtype not in types:
+                continue
+            if not everything and not ctx.authorize(_DESCRIBE, _GROUP, gid):
                 continue
             out.append(m("ListedGroup", group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype))
         return m(throttle_time=0, error_code=ErrorCode.none, groups=tuple(out))
@@ -545,7 +655,11 @@ class GroupApis:
         m = Msg(ApiKeys.DELETE_GROUPS, ctx.api_version)
         out = []
         shares = []  # deleted share groups: their share-partition state goes too
+        denied = refused(ctx, _DELETE, _GROUP, req.groups_names)
         for gid in req.groups_names:
+            if gid in denied:
+                out.append((gid, ErrorCode.group_authorization_failed))
+                continue
             try:
                 shard = self.gc.shard_for(gid)
                 share = getattr(shard.groups.get(gid), "type", None) == "share"
@@ -599,6 +713,12 @@ class GroupApis:
     def consumer_group_heartbeat(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, v)
+        if not may_read_group(ctx, req.group_id):
+            return heartbeat_failed(m, KafkaError(ErrorCode.group_authorization_failed))
+        if ctx.authorizer is not None:
+            refusal = topics_refused_heartbeat(m, ctx, req.subscribed_topic_names)
+            if refusal is not None:
+                return refusal
         owned = None
         if req.topic_partitions is not None:
             owned = {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions}
@@ -632,7 +752,6 @@ class GroupApis:
         m = Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, ctx.api_version)
         image = self.image
         out = []
-        ops = GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
 
         def assignment(a):
             tps = []
@@ -644,6 +763,22 @@ class GroupApis:
             return m("Assignment", topic_partitions=tuple(tps))
 
         for gid in req.group_ids:
+            if not ctx.authorize(_DESCRIBE, _GROUP, gid):
+                out.append(
+                    m(
+                        "DescribedGroup",
+                        error_code=ErrorCode.group_authorization_failed,
+                        group_id=gid,
+                        group_state="",
+                        group_epoch=0,
+                        assignment_epoch=0,
+                        assignor_name="",
+                        members=(),
+                        authorized_operations=OMITTED_OPS,
+                    )
+                )
+                continue
+            ops = group_ops(ctx, gid) if req.include_authorized_operations else OMITTED_OPS
             if not gid:
                 out.append(
                     m(

@@ -9,6 +9,7 @@ from ...errors import ErrorCode
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
+from ..context import CLUSTER_NAME, AclOperation, ResourceType
 
 # the longest topic-N.<32 hex>-future directory name a file system takes (Kafka's KAFKA-4893 check)
 MAX_DIR_NAME = 255
@@ -32,8 +33,12 @@ class LogDirApis:
                 for p in t.partitions:
                     wanted[(t.name, p)] = d.path
         by_topic: dict[str, list] = {}
+        # as Kafka: ALTER on the cluster, or every partition is refused
+        allowed = ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
         for (topic, partition), path in wanted.items():
-            if len(f"{topic}-{partition}.{'0' * 32}-future") > MAX_DIR_NAME:
+            if not allowed:
+                code = ErrorCode.cluster_authorization_failed
+            elif len(f"{topic}-{partition}.{'0' * 32}-future") > MAX_DIR_NAME:
                 code = ErrorCode.invalid_topic_exception
             else:
                 code = self.mover.alter(topic, partition, path)
@@ -49,6 +54,8 @@ class LogDirApis:
 
     def describe_log_dirs(self, ctx, req):
         m = Msg(ApiKeys.DESCRIBE_LOG_DIRS, ctx.api_version)
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return m(throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, results=())
         lm = self.log_manager
         wanted = None
         if req.topics is not None:

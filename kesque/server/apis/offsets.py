@@ -1,4 +1,7 @@
-"""ListOffsets, DeleteRecords, OffsetForLeaderEpoch."""
+"""ListOffsets, DeleteRecords, OffsetForLeaderEpoch. As Kafka checks them: DESCRIBE on each
+topic for ListOffsets, DELETE for DeleteRecords, and for OffsetForLeaderEpoch CLUSTER_ACTION on
+the cluster (a follower's) or else DESCRIBE on each topic (a consumer's, KIP-320); a topic
+refused answers TOPIC_AUTHORIZATION_FAILED on each of its partitions."""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
 from ...records.records import iter_records
+from ..context import CLUSTER_NAME, AclOperation, ResourceType
+from .authz import refused
 
 EARLIEST = -2
 LATEST = -1
@@ -34,10 +39,23 @@ class OffsetApis:
         committed = getattr(req, "isolation_level", 0) == 1
         topics = []
         seen = set()
+        denied = refused(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.name for t in req.topics])
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 key = (t.name, p.partition_index)
+                if t.name in denied:
+                    parts.append(
+                        m(
+                            "ListOffsetsPartitionResponse",
+                            partition_index=p.partition_index,
+                            error_code=ErrorCode.topic_authorization_failed,
+                            timestamp=-1,
+                            offset=-1,
+                            leader_epoch=-1,
+                        )
+                    )
+                    continue
                 if key in seen:
                     parts.append(
                         m(
@@ -152,10 +170,13 @@ class OffsetApis:
         m = Msg(ApiKeys.DELETE_RECORDS, ctx.api_version)
         rm = self.replica_manager
         topics = []
+        denied = refused(ctx, AclOperation.DELETE, ResourceType.TOPIC, [t.name for t in req.topics])
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 try:
+                    if t.name in denied:
+                        raise KafkaError(ErrorCode.topic_authorization_failed)
                     low = rm.delete_records(t.name, p.partition_index, p.offset)
                     err = ErrorCode.none
                 except KafkaError as e:
@@ -176,10 +197,17 @@ class OffsetApis:
         m = Msg(ApiKeys.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
         rm = self.replica_manager
         topics = []
+        denied = ()
+        if ctx.authorizer is not None and not ctx.authorize(
+            AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        ):
+            denied = refused(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.topic for t in req.topics])
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 try:
+                    if t.topic in denied:
+                        raise KafkaError(ErrorCode.topic_authorization_failed)
                     part = rm.get_partition(t.topic, p.partition)
                     part.check_leader_epoch(p.current_leader_epoch, require_leader=getattr(req, "replica_id", -1) != -2)
                     epoch, end = part.log.leader_epoch_cache.end_offset_for(p.leader_epoch, part.log.log_end_offset)

@@ -17,7 +17,7 @@ from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
 from ...raft import wire
-from ..context import NO_RESPONSE
+from ..context import CLUSTER_NAME, NO_RESPONSE, AclOperation, ResourceType
 from ..drivers import alter_partition
 
 
@@ -61,6 +61,9 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ DescribeQuorum
     def describe_quorum(self, ctx, req):
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):  # ControllerApis'
+            m = Msg(ApiKeys.DESCRIBE_QUORUM, ctx.api_version)
+            return m(error_code=ErrorCode.cluster_authorization_failed, error_message=None, topics=(), nodes=())
         if not wire.is_metadata_partition(req):
             m = Msg(ApiKeys.DESCRIBE_QUORUM, ctx.api_version)
             return m(error_code=ErrorCode.unknown_topic_or_partition, error_message=None, topics=(), nodes=())
@@ -109,6 +112,9 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ UnregisterBroker
     def unregister_broker(self, ctx, req):
+        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):  # ControllerApis'
+            m = Msg(ApiKeys.UNREGISTER_BROKER, ctx.api_version)
+            return m(throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, error_message=None)
         return self.controllers.dispatch(ctx, req, lambda: self._unregister(ctx, req))
 
     async def _unregister(self, ctx, req):
@@ -145,15 +151,19 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ ElectLeaders
     def elect_leaders(self, ctx, req):
+        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):  # ControllerApis'
+            return self._elect_leaders(ctx, req, KafkaError(ErrorCode.cluster_authorization_failed))
         return self.controllers.dispatch(ctx, req, lambda: self._elect_leaders(ctx, req))
 
-    async def _elect_leaders(self, ctx, req):
+    async def _elect_leaders(self, ctx, req, refusal: KafkaError | None = None):
         m = Msg(ApiKeys.ELECT_LEADERS, ctx.api_version)
         asked = None if req.topic_partitions is None else {}
         for t in req.topic_partitions or ():
             asked.setdefault(t.topic, []).extend(int(p) for p in t.partitions)
         election = ELECTION_TYPES.get(int(getattr(req, "election_type", 0)))
         try:
+            if refusal is not None:
+                raise refusal
             if election is None:
                 raise KafkaError(ErrorCode.invalid_request, f"Unknown election type {int(req.election_type)}")
             results = (

@@ -12,6 +12,7 @@ from ...errors import ErrorCode, KafkaError
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
+from ..context import CLUSTER_NAME, AclOperation, ResourceType
 from .topics import _timeout_ms
 
 
@@ -26,7 +27,38 @@ class ReassignmentApis:
 
     # ------------------------------------------------------------------ AlterPartitionReassignments
     def alter_partition_reassignments(self, ctx, req):
+        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+            return self._alter_refused(ctx, req)
         return self.controllers.dispatch(ctx, req, lambda: self._alter(ctx, req))
+
+    @staticmethod
+    def _alter_refused(ctx, req):
+        """Kafka's error response (ControllerApis: ALTER on the cluster): the error at the top
+        and on every partition."""
+        m = Msg(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, ctx.api_version)
+        code, msg = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+        return m(
+            throttle_time=0,
+            allow_replication_factor_change=bool(getattr(req, "allow_replication_factor_change", True)),
+            error_code=code,
+            error_message=msg,
+            responses=tuple(
+                m(
+                    "ReassignableTopicResponse",
+                    name=t.name,
+                    partitions=tuple(
+                        m(
+                            "ReassignablePartitionResponse",
+                            partition_index=p.partition_index,
+                            error_code=code,
+                            error_message=msg,
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in req.topics
+            ),
+        )
 
     async def _alter(self, ctx, req):
         m = Msg(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, ctx.api_version)
@@ -79,6 +111,14 @@ class ReassignmentApis:
 
     # ------------------------------------------------------------------ ListPartitionReassignments
     def list_partition_reassignments(self, ctx, req):
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            m = Msg(ApiKeys.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
+            return m(
+                throttle_time=0,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message="Cluster authorization failed.",
+                topics=(),
+            )
         return self.controllers.dispatch(ctx, req, lambda: self._list(ctx, req))
 
     async def _list(self, ctx, req):

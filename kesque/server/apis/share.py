@@ -21,10 +21,11 @@ from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg, to_ms
 from ...share import enabled
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
+from ..context import AclOperation, ResourceType
 from ..drivers.share_manager import DEFAULT_MAX_RECORDS, SharePartitionManager
 from .committed import when_committed
 from .core import OMITTED_OPS, CoordinatorLookup
-from .groups import GROUP_OPS, heartbeat_answer, heartbeat_failed
+from .groups import group_ops, heartbeat_answer, heartbeat_failed, may_read_group, topics_refused_heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,12 @@ class ShareGroupApis:
 
     def _share_group_heartbeat(self, ctx, req):
         m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, ctx.api_version)
+        if ctx.authorizer is not None:  # as Kafka 4.4: READ on the group, DESCRIBE on the topics
+            if not may_read_group(ctx, req.group_id):
+                return heartbeat_failed(m, KafkaError(ErrorCode.group_authorization_failed))
+            refusal = topics_refused_heartbeat(m, ctx, req.subscribed_topic_names)
+            if refusal is not None:
+                return refusal
         try:
             r = share_group_heartbeat(
                 self.gc.shard_for(req.group_id),
@@ -114,7 +121,6 @@ class ShareGroupApis:
     def share_group_describe(self, ctx, req):
         m = Msg(ApiKeys.SHARE_GROUP_DESCRIBE, ctx.api_version)
         image = self.image
-        ops = GROUP_OPS if req.include_authorized_operations else OMITTED_OPS
 
         def assignment(a):
             tps = []
@@ -125,7 +131,7 @@ class ShareGroupApis:
                 )
             return m("Assignment", topic_partitions=tuple(tps))
 
-        def failed(gid, code, msg=None):
+        def failed(gid, code, msg=None, ops=OMITTED_OPS):
             return m(
                 "DescribedGroup",
                 error_code=code,
@@ -141,17 +147,21 @@ class ShareGroupApis:
 
         out = []
         for gid in req.group_ids:
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+                out.append(failed(gid, ErrorCode.group_authorization_failed))
+                continue
+            ops = group_ops(ctx, gid) if req.include_authorized_operations else OMITTED_OPS
             if not gid:
-                out.append(failed(gid, ErrorCode.invalid_group_id))
+                out.append(failed(gid, ErrorCode.invalid_group_id, ops=ops))
                 continue
             try:
                 g = self.gc.read_shard(gid).groups.get(gid)
             except KafkaError as e:
-                out.append(failed(gid, e.code))
+                out.append(failed(gid, e.code, ops=ops))
                 continue
             if not isinstance(g, ShareGroup):
                 msg = f"Group {gid} not found." if g is None else f"Group {gid} is not a share group."
-                out.append(failed(gid, ErrorCode.group_id_not_found, msg))
+                out.append(failed(gid, ErrorCode.group_id_not_found, msg, ops=ops))
                 continue
             members = tuple(
                 m(
@@ -227,6 +237,8 @@ class ShareGroupApis:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
         if not mid:
             return top_error(ErrorCode.invalid_request, "The member id must be given.")
+        if not may_read_group(ctx, gid):
+            return top_error(ErrorCode.group_authorization_failed)
         renew = self._renew(ctx, req)
         if renew and (req.max_bytes or req.min_bytes or req.max_records or to_ms(req.max_wait)):
             # (KIP-1222: a request that renews acquisition locks fetches nothing; Kafka's answer
@@ -432,6 +444,8 @@ class ShareGroupApis:
 
         if not gid:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
+        if not may_read_group(ctx, gid):
+            return top_error(ErrorCode.group_authorization_failed)
         if epoch == INITIAL_EPOCH:
             return top_error(ErrorCode.invalid_share_session_epoch, "A share acknowledge cannot open a session.")
         try:

@@ -17,6 +17,7 @@ import datetime
 import inspect
 import re
 
+from ...controller.controller import INTERNAL_TOPICS
 from ...coordinator.group.requests import OffsetCommitPartition, TxnOffsetCommit
 from ...coordinator.group.runtime import OFFSETS_TOPIC
 from ...coordinator.runtime import coordinator_error
@@ -27,8 +28,28 @@ from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import EPOCH as _EPOCH
 from ...protocol.messages import Msg, to_ms
+from ..context import CLUSTER_NAME, AclOperation, ResourceType
 from ..txn_channels import append_marker, markers_committed
+from .authz import refused
 from .committed import when_committed
+
+_WRITE, _READ, _DESCRIBE = AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE
+_TXN, _TOPIC, _GROUP, _CLUSTER = (
+    ResourceType.TRANSACTIONAL_ID,
+    ResourceType.TOPIC,
+    ResourceType.GROUP,
+    ResourceType.CLUSTER,
+)
+
+
+def _may_write_txn(ctx, txn_id) -> bool:
+    return ctx.authorize(_WRITE, _TXN, txn_id)
+
+
+def _inter_broker(ctx) -> bool:
+    """CLUSTER_ACTION on the cluster: what a broker's own requests need (Kafka's
+    authorizeClusterOperation)."""
+    return ctx.authorize(AclOperation.CLUSTER_ACTION, _CLUSTER, CLUSTER_NAME)
 
 
 def _ms_time(ms: int) -> datetime.datetime:
@@ -102,6 +123,10 @@ class TransactionApis:
     def init_producer_id(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.INIT_PRODUCER_ID, v)
+        if ctx.authorizer is not None:
+            code = self._init_refused(ctx, req)
+            if code is not None:
+                return m(throttle_time=0, error_code=code, producer_id=-1, producer_epoch=-1)
         if req.transactional_id is None:
             try:
                 pid = self.producer_ids.generate()
@@ -136,10 +161,28 @@ class TransactionApis:
             lambda code: m(throttle_time=0, error_code=code, producer_id=-1, producer_epoch=-1),
         )
 
+    @staticmethod
+    def _init_refused(ctx, req) -> ErrorCode | None:
+        """As Kafka: WRITE on the transactional id (and TWO_PHASE_COMMIT on it for a KIP-939
+        producer); without one, IDEMPOTENT_WRITE on the cluster or WRITE on some topic."""
+        txn_id = req.transactional_id
+        if txn_id is not None:
+            if not _may_write_txn(ctx, txn_id) or (
+                getattr(req, "enable2_pc", False) and not ctx.authorize(AclOperation.TWO_PHASE_COMMIT, _TXN, txn_id)
+            ):
+                return ErrorCode.transactional_id_authorization_failed
+        elif not ctx.authorize(AclOperation.IDEMPOTENT_WRITE, _CLUSTER, CLUSTER_NAME) and not (
+            ctx.authorize_by_resource_type(_WRITE, _TOPIC)
+        ):
+            return ErrorCode.cluster_authorization_failed
+        return None
+
     # ------------------------------------------------------------------ AddPartitionsToTxn
     def add_partitions_to_txn(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, v)
+        if v >= 4 and not _inter_broker(ctx):  # only brokers send these versions
+            return m(throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
         if v <= 3:
             txns = [
                 (
@@ -156,7 +199,7 @@ class TransactionApis:
             ]
         # v4+ without verify_only comes from a partition leader adding a TV2 producer's partition
         tv = 2 if self.tc.tv2(v >= 4) else 0
-        errors = [self._add_partitions(v, *t, tv) for t in txns]
+        errors = [self._add_partitions(ctx, v, *t, tv) for t in txns]
 
         def respond(failed=None):
             """``failed``: the error of every partition whose addition was not committed."""
@@ -176,15 +219,26 @@ class TransactionApis:
 
         return self._when_committed([t[0] for t in txns if not t[4]], respond(), respond)
 
-    def _add_partitions(self, v, txn_id, producer_id, producer_epoch, topics, verify_only, tv: int = 0) -> dict:
+    def _add_partitions(self, ctx, v, txn_id, producer_id, producer_epoch, topics, verify_only, tv: int = 0) -> dict:
         wanted = [(t.name, p) for t in topics for p in t.partitions]
+        denied: set = set()
+        if v <= 3:
+            # a client's: WRITE on the transactional id, and on each topic (never an internal one)
+            if not _may_write_txn(ctx, txn_id):
+                return {tp: ErrorCode.transactional_id_authorization_failed for tp in wanted}
+            names = {t for t, _p in wanted}
+            denied = {t for t in names if t in INTERNAL_TOPICS} | refused(ctx, _WRITE, _TOPIC, names - INTERNAL_TOPICS)
         image = self.image
         errors: dict = {}
         missing = {tp for tp in wanted if image.topic(tp[0]) is None or tp[1] not in image.topic(tp[0]).partitions}
-        if missing:
+        if missing or denied:
             # any failed partition fails the whole request; the others are not attempted
             errors = {
-                tp: ErrorCode.unknown_topic_or_partition if tp in missing else ErrorCode.operation_not_attempted
+                tp: ErrorCode.topic_authorization_failed
+                if tp[0] in denied
+                else ErrorCode.unknown_topic_or_partition
+                if tp in missing
+                else ErrorCode.operation_not_attempted
                 for tp in wanted
             }
         elif verify_only:
@@ -202,6 +256,10 @@ class TransactionApis:
     def add_offsets_to_txn(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.ADD_OFFSETS_TO_TXN, v)
+        if not _may_write_txn(ctx, req.transactional_id):
+            return m(throttle_time=0, error_code=ErrorCode.transactional_id_authorization_failed)
+        if not ctx.authorize(_READ, _GROUP, req.group_id):
+            return m(throttle_time=0, error_code=ErrorCode.group_authorization_failed)
         if not req.group_id:
             return m(throttle_time=0, error_code=ErrorCode.invalid_group_id)
         tp = (OFFSETS_TOPIC, self.group_coordinator.partition_for(req.group_id))
@@ -223,6 +281,13 @@ class TransactionApis:
         v = ctx.api_version
         m = Msg(ApiKeys.END_TXN, v)
         pid, epoch = -1, -1
+        if not _may_write_txn(ctx, req.transactional_id):
+            return m(
+                throttle_time=0,
+                error_code=ErrorCode.transactional_id_authorization_failed,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         try:
             # v5+ of a TV2 client: the epoch is bumped and the answer names the producer id and
             # epoch of its next transaction (KIP-890 part 2)
@@ -246,6 +311,17 @@ class TransactionApis:
         rm = self.replica_manager
         codes: dict = {}  # (marker index, topic, partition) -> error of the append
         written: dict = {}  # (topic, partition) -> the offset the HW must reach
+        if ctx.authorizer is not None and not (
+            ctx.authorize(AclOperation.ALTER, _CLUSTER, CLUSTER_NAME) or _inter_broker(ctx)
+        ):  # as Kafka: ALTER or CLUSTER_ACTION on the cluster, or every partition is refused
+            refusal = ErrorCode.cluster_authorization_failed
+            codes = {
+                (i, t.name, p): refusal
+                for i, mk in enumerate(req.markers)
+                for t in mk.topics
+                for p in t.partition_indexes
+            }
+            return self._markers_response(ctx, req, codes, {})
         for i, mk in enumerate(req.markers):
             for t in mk.topics:
                 for p in t.partition_indexes:
@@ -335,6 +411,30 @@ class TransactionApis:
         def all_(code):
             return respond({(t, p[0]): code for t, parts in wanted.items() for p in parts})
 
+        if not _may_write_txn(ctx, req.transactional_id):
+            return all_(ErrorCode.transactional_id_authorization_failed)
+        if not ctx.authorize(_READ, _GROUP, req.group_id):
+            return all_(ErrorCode.group_authorization_failed)
+        # as Kafka: READ on each topic, or its partitions answer TOPIC_AUTHORIZATION_FAILED; with
+        # no known partition left the coordinator is not asked
+        denied = refused(ctx, _READ, _TOPIC, wanted)
+        if denied:
+            image = self.image
+            known = {
+                t: ps
+                for t, ps in wanted.items()
+                if t not in denied and (ti := image.topic(t)) is not None and any(p[0] in ti.partitions for p in ps)
+            }
+            if not known:
+                return respond(
+                    {
+                        (t, p[0]): ErrorCode.topic_authorization_failed
+                        if t in denied
+                        else ErrorCode.unknown_topic_or_partition
+                        for t, parts in wanted.items()
+                        for p in parts
+                    }
+                )
         if not req.group_id:
             return all_(ErrorCode.invalid_group_id)
         gc = self.group_coordinator
@@ -344,7 +444,7 @@ class TransactionApis:
             return all_(e.code)
 
         def commit():
-            return self._commit_txn_offsets(req, v, wanted, respond, all_)
+            return self._commit_txn_offsets(req, v, wanted, respond, all_, denied)
 
         if not self.tc.verification_enabled and not self.tc.tv2(v >= 5):
             return commit()
@@ -371,7 +471,7 @@ class TransactionApis:
         res = self._after_verification((await verdict)[tp], commit, all_)
         return await res if inspect.isawaitable(res) else res
 
-    def _commit_txn_offsets(self, req, v, wanted: dict, respond, all_):
+    def _commit_txn_offsets(self, req, v, wanted: dict, respond, all_, denied=()):
         image = self.image
         gc = self.group_coordinator
         try:
@@ -383,7 +483,9 @@ class TransactionApis:
         for t, parts in wanted.items():
             ti = image.topic(t)
             for p in parts:
-                if ti is None or p[0] not in ti.partitions:
+                if t in denied:
+                    codes[(t, p[0])] = ErrorCode.topic_authorization_failed
+                elif ti is None or p[0] not in ti.partitions:
                     codes[(t, p[0])] = ErrorCode.unknown_topic_or_partition
                 else:
                     known.setdefault(t, []).append(p)
@@ -414,11 +516,14 @@ class TransactionApis:
         m = Msg(ApiKeys.DESCRIBE_PRODUCERS, ctx.api_version)
         rm = self.replica_manager
         topics = []
+        denied = refused(ctx, _READ, _TOPIC, [t.name for t in req.topics])
         for t in req.topics:
             parts = []
             for p in t.partition_indexes:
                 part = rm.partitions.get((t.name, p))
-                if part is None:
+                if t.name in denied:  # as Kafka: READ on the topic, before whether it exists
+                    code, msg, active = ErrorCode.topic_authorization_failed, None, ()
+                elif part is None:
                     code, msg, active = ErrorCode.unknown_topic_or_partition, None, ()
                 elif not part.is_leader:
                     code, msg, active = ErrorCode.not_leader_or_follower, None, ()
@@ -453,7 +558,9 @@ class TransactionApis:
         out = []
         for txn_id in req.transactional_ids:
             code, txn = ErrorCode.none, None
-            if not txn_id:
+            if not ctx.authorize(_DESCRIBE, _TXN, txn_id):
+                code = ErrorCode.transactional_id_authorization_failed
+            elif not txn_id:
                 code = ErrorCode.invalid_request
             else:
                 try:
@@ -462,6 +569,21 @@ class TransactionApis:
                         code = ErrorCode.transactional_id_not_found
                 except KafkaError as e:
                     code = e.code
+            if code == ErrorCode.transactional_id_authorization_failed:  # Kafka's zero fields
+                out.append(
+                    m(
+                        "TransactionState",
+                        error_code=code,
+                        transactional_id=txn_id,
+                        transaction_state="",
+                        transaction_timeout=0,
+                        transaction_start_time=_ms_time(0),
+                        producer_id=0,
+                        producer_epoch=0,
+                        topics=(),
+                    )
+                )
+                continue
             if txn is None or code != ErrorCode.none:
                 out.append(
                     m(
@@ -478,8 +600,10 @@ class TransactionApis:
                 )
                 continue
             by_topic: dict = {}
+            hidden = refused(ctx, _DESCRIBE, _TOPIC, {t for t, _p in txn.partitions})  # as Kafka: left out
             for t, p in sorted(txn.partitions):
-                by_topic.setdefault(t, []).append(p)
+                if t not in hidden:
+                    by_topic.setdefault(t, []).append(p)
             out.append(
                 m(
                     "TransactionState",
@@ -523,6 +647,8 @@ class TransactionApis:
                 if duration >= 0 and now - txn.start_ms <= duration:
                     continue
                 if regex is not None and not regex.fullmatch(txn_id):
+                    continue
+                if not ctx.authorize(_DESCRIBE, _TXN, txn_id):  # as Kafka: only those it may describe
                     continue
                 out.append(
                     m(

@@ -1,0 +1,433 @@
+"""The group, offset and transaction requests the ACL tests send (issue 27), each reduced to the
+error codes it answered, so one run against kesque and one against Kafka 4.4 can be compared.
+
+Every request names a group ``g``, a transactional id ``x`` and the topic ``t`` (one partition,
+which exists) plus ``t-missing`` where a topic list is taken; a client that may do nothing gets
+the authorization errors, one that may do everything gets the coordinator's own answers (an
+unknown member, an unknown producer id)."""
+
+from __future__ import annotations
+
+import time
+
+from kesque.protocol.api_keys import ApiKeys
+from wire import Msg, WireClient
+
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+def _codes(parts) -> list[int]:
+    return [int(p.error_code) for p in parts]
+
+
+def find_coordinator(c: WireClient, key_type: int, key: str, version: int = 4) -> int:
+    m = Msg(ApiKeys.FIND_COORDINATOR, version)
+    if version >= 4:
+        r = c.request(ApiKeys.FIND_COORDINATOR, version, m(key_type=key_type, coordinator_keys=(key,)))
+        return int(r.coordinators[0].error_code)
+    r = c.request(ApiKeys.FIND_COORDINATOR, version, m(key_type=key_type, key=key))
+    return int(r.error_code)
+
+
+def join_group(c: WireClient, g: str) -> int:
+    m = Msg(ApiKeys.JOIN_GROUP, 9)
+    req = m(
+        group_id=g,
+        session_timeout=10000,
+        rebalance_timeout=10000,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(m("JoinGroupRequestProtocol", name="range", metadata=b""),),
+        reason=None,
+    )
+    return int(c.request(ApiKeys.JOIN_GROUP, 9, req).error_code)
+
+
+def sync_group(c: WireClient, g: str) -> int:
+    m = Msg(ApiKeys.SYNC_GROUP, 5)
+    req = m(
+        group_id=g,
+        generation_id=1,
+        member_id="nobody",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments=(),
+    )
+    return int(c.request(ApiKeys.SYNC_GROUP, 5, req).error_code)
+
+
+def heartbeat(c: WireClient, g: str) -> int:
+    m = Msg(ApiKeys.HEARTBEAT, 4)
+    req = m(group_id=g, generation_id=1, member_id="nobody", group_instance_id=None)
+    return int(c.request(ApiKeys.HEARTBEAT, 4, req).error_code)
+
+
+def leave_group(c: WireClient, g: str) -> int:
+    m = Msg(ApiKeys.LEAVE_GROUP, 5)
+    req = m(group_id=g, members=(m("MemberIdentity", member_id="nobody", group_instance_id=None, reason=None),))
+    return int(c.request(ApiKeys.LEAVE_GROUP, 5, req).error_code)
+
+
+def offset_commit(c: WireClient, g: str, topics: list[str]) -> dict:
+    """A simple (generation -1) commit of offset 0 on partition 0 of each topic."""
+    m = Msg(ApiKeys.OFFSET_COMMIT, 9)
+    req = m(
+        group_id=g,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=tuple(
+            m(
+                "OffsetCommitRequestTopic",
+                name=t,
+                partitions=(
+                    m(
+                        "OffsetCommitRequestPartition",
+                        partition_index=0,
+                        committed_offset=0,
+                        committed_leader_epoch=-1,
+                        committed_metadata="",
+                    ),
+                ),
+            )
+            for t in topics
+        ),
+    )
+    r = c.request(ApiKeys.OFFSET_COMMIT, 9, req)
+    return {t.name: _codes(t.partitions) for t in r.topics}
+
+
+def offset_fetch(c: WireClient, g: str, topics: list[str] | None) -> dict:
+    """v9: {"group": error, topic: partition errors}; ``topics`` None: all the group's."""
+    m = Msg(ApiKeys.OFFSET_FETCH, 9)
+    wanted = None
+    if topics is not None:
+        wanted = tuple(m("OffsetFetchRequestTopics", name=t, partition_indexes=(0,)) for t in topics)
+    req = m(
+        groups=(m("OffsetFetchRequestGroup", group_id=g, member_id=None, member_epoch=-1, topics=wanted),),
+        require_stable=False,
+    )
+    grp = c.request(ApiKeys.OFFSET_FETCH, 9, req).groups[0]
+    return {"group": int(grp.error_code), **{t.name: _codes(t.partitions) for t in grp.topics}}
+
+
+def offset_delete(c: WireClient, g: str, topic: str) -> dict:
+    m = Msg(ApiKeys.OFFSET_DELETE, 0)
+    req = m(
+        group_id=g,
+        topics=(
+            m(
+                "OffsetDeleteRequestTopic",
+                name=topic,
+                partitions=(m("OffsetDeleteRequestPartition", partition_index=0),),
+            ),
+        ),
+    )
+    r = c.request(ApiKeys.OFFSET_DELETE, 0, req)
+    return {"group": int(r.error_code), **{t.name: _codes(t.partitions) for t in r.topics}}
+
+
+def describe_groups(c: WireClient, g: str) -> tuple[int, int]:
+    """(error, authorized operations) of ``g``."""
+    m = Msg(ApiKeys.DESCRIBE_GROUPS, 5)
+    r = c.request(ApiKeys.DESCRIBE_GROUPS, 5, m(groups=(g,), include_authorized_operations=True))
+    return int(r.groups[0].error_code), r.groups[0].authorized_operations
+
+
+def list_groups(c: WireClient) -> list[str]:
+    m = Msg(ApiKeys.LIST_GROUPS, 5)
+    r = c.request(ApiKeys.LIST_GROUPS, 5, m(states_filter=(), types_filter=()))
+    return sorted(x.group_id for x in r.groups)
+
+
+def delete_groups(c: WireClient, g: str) -> int:
+    m = Msg(ApiKeys.DELETE_GROUPS, 2)
+    return int(c.request(ApiKeys.DELETE_GROUPS, 2, m(groups_names=(g,))).results[0].error_code)
+
+
+def consumer_group_heartbeat(c: WireClient, g: str, topics: list[str]) -> int:
+    m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0)
+    req = m(
+        group_id=g,
+        member_id="",
+        member_epoch=0,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout=10000,
+        subscribed_topic_names=tuple(topics),
+        server_assignor=None,
+        topic_partitions=(),
+    )
+    return int(c.request(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0, req).error_code)
+
+
+def init_producer_id(c: WireClient, txn: str | None) -> int:
+    m = Msg(ApiKeys.INIT_PRODUCER_ID, 4)
+    req = m(transactional_id=txn, transaction_timeout=10000, producer_id=-1, producer_epoch=-1)
+    for _ in range(50):  # as clients do: Kafka's first id waits for its block (LOAD_IN_PROGRESS)
+        code = int(c.request(ApiKeys.INIT_PRODUCER_ID, 4, req).error_code)
+        if code != COORDINATOR_LOAD_IN_PROGRESS:
+            return code
+        time.sleep(0.1)
+    return code
+
+
+def add_partitions_to_txn(c: WireClient, txn: str, topics: list[str]) -> dict:
+    """v3 (a client's): {topic: partition errors} for an unknown producer id."""
+    m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, 3)
+    req = m(
+        v3_and_below_transactional_id=txn,
+        v3_and_below_producer_id=4242,
+        v3_and_below_producer_epoch=0,
+        v3_and_below_topics=tuple(m("AddPartitionsToTxnTopic", name=t, partitions=(0,)) for t in topics),
+    )
+    r = c.request(ApiKeys.ADD_PARTITIONS_TO_TXN, 3, req)
+    return {
+        t.name: [int(p.partition_error_code) for p in t.results_by_partition] for t in r.results_by_topic_v3_and_below
+    }
+
+
+def add_partitions_to_txn_v4(c: WireClient, txn: str, topic: str) -> int:
+    """v4 (a broker's verification): the top-level error."""
+    m = Msg(ApiKeys.ADD_PARTITIONS_TO_TXN, 4)
+    req = m(
+        transactions=(
+            m(
+                "AddPartitionsToTxnTransaction",
+                transactional_id=txn,
+                producer_id=4242,
+                producer_epoch=0,
+                verify_only=True,
+                topics=(m("AddPartitionsToTxnTopic", name=topic, partitions=(0,)),),
+            ),
+        )
+    )
+    return int(c.request(ApiKeys.ADD_PARTITIONS_TO_TXN, 4, req).error_code)
+
+
+def add_offsets_to_txn(c: WireClient, txn: str, g: str) -> int:
+    m = Msg(ApiKeys.ADD_OFFSETS_TO_TXN, 3)
+    req = m(transactional_id=txn, producer_id=4242, producer_epoch=0, group_id=g)
+    return int(c.request(ApiKeys.ADD_OFFSETS_TO_TXN, 3, req).error_code)
+
+
+def end_txn(c: WireClient, txn: str) -> int:
+    m = Msg(ApiKeys.END_TXN, 3)
+    req = m(transactional_id=txn, producer_id=4242, producer_epoch=0, committed=True)
+    return int(c.request(ApiKeys.END_TXN, 3, req).error_code)
+
+
+def txn_offset_commit(c: WireClient, txn: str, g: str, topics: list[str]) -> dict:
+    m = Msg(ApiKeys.TXN_OFFSET_COMMIT, 3)
+    req = m(
+        transactional_id=txn,
+        group_id=g,
+        producer_id=4242,
+        producer_epoch=0,
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=tuple(
+            m(
+                "TxnOffsetCommitRequestTopic",
+                name=t,
+                partitions=(
+                    m(
+                        "TxnOffsetCommitRequestPartition",
+                        partition_index=0,
+                        committed_offset=0,
+                        committed_leader_epoch=-1,
+                        committed_metadata="",
+                    ),
+                ),
+            )
+            for t in topics
+        ),
+    )
+    r = c.request(ApiKeys.TXN_OFFSET_COMMIT, 3, req)
+    return {t.name: _codes(t.partitions) for t in r.topics}
+
+
+def write_txn_markers(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.WRITE_TXN_MARKERS, 1)
+    req = m(
+        markers=(
+            m(
+                "WritableTxnMarker",
+                producer_id=4242,
+                producer_epoch=0,
+                transaction_result=False,
+                topics=(m("WritableTxnMarkerTopic", name=topic, partition_indexes=(0,)),),
+                coordinator_epoch=0,
+            ),
+        )
+    )
+    r = c.request(ApiKeys.WRITE_TXN_MARKERS, 1, req)
+    return [int(p.error_code) for mk in r.markers for t in mk.topics for p in t.partitions]
+
+
+def describe_transactions(c: WireClient, txn: str) -> int:
+    """The error of ``txn``, read from the frame itself: the start time of a transaction not
+    begun is -1, which the test codec will not decode as a timestamp."""
+    m = Msg(ApiKeys.DESCRIBE_TRANSACTIONS, 0)
+    c.send(ApiKeys.DESCRIBE_TRANSACTIONS, 0, m(transactional_ids=(txn,)))
+    frame = c.recv_frame()
+    # correlation id, header tags (0), throttle time, states (compact array), the first's error
+    return int.from_bytes(frame[4 + 1 + 4 + 1 : 4 + 1 + 4 + 1 + 2], "big", signed=True)
+
+
+def list_transactions(c: WireClient) -> list[str]:
+    m = Msg(ApiKeys.LIST_TRANSACTIONS, 1)
+    r = c.request(ApiKeys.LIST_TRANSACTIONS, 1, m(state_filters=(), producer_id_filters=(), duration_filter=-1))
+    return sorted(x.transactional_id for x in r.transaction_states)
+
+
+def group_requests(c: WireClient, g: str, t: str) -> dict:
+    """The group and offset requests of ``g`` on topic ``t`` (and ``t``-missing)."""
+    missing = f"{t}-missing"
+    return {
+        "find_group": find_coordinator(c, 0, g),
+        "find_group_v3": find_coordinator(c, 0, g, version=3),
+        "join": join_group(c, g),
+        "sync": sync_group(c, g),
+        "heartbeat": heartbeat(c, g),
+        "leave": leave_group(c, g),
+        "commit": offset_commit(c, g, [t, missing]),
+        "fetch": offset_fetch(c, g, [t, missing]),
+        "fetch_all": offset_fetch(c, g, None),
+        "offset_delete": offset_delete(c, g, t),
+        "describe": describe_groups(c, g),
+        "listed": [x for x in list_groups(c) if x == g],
+        "cg_heartbeat": consumer_group_heartbeat(c, f"{g}-848", [t]),
+    }
+
+
+def txn_requests(c: WireClient, x: str, g: str, t: str) -> dict:
+    """The transaction requests of transactional id ``x`` (and group ``g``) on topic ``t``."""
+    return {
+        "find_txn": find_coordinator(c, 1, x),
+        "init_txn": init_producer_id(c, x),
+        "init_idempotent": init_producer_id(c, None),
+        "add_partitions": add_partitions_to_txn(c, x, [t]),
+        "add_offsets": add_offsets_to_txn(c, x, g),
+        "txn_commit": txn_offset_commit(c, x, g, [t]),
+        "end_txn": end_txn(c, x),
+        "describe_txn": describe_transactions(c, x),
+        "listed_txn": [y for y in list_transactions(c) if y == x],
+    }
+
+
+def list_offsets(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.LIST_OFFSETS, 7)
+    req = m(
+        replica_id=-1,
+        isolation_level=0,
+        topics=(
+            m(
+                "ListOffsetsTopic",
+                name=topic,
+                partitions=(m("ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1),),
+            ),
+        ),
+    )
+    return [int(p.error_code) for t in c.request(ApiKeys.LIST_OFFSETS, 7, req).topics for p in t.partitions]
+
+
+def offset_for_leader_epoch(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 4)
+    req = m(
+        replica_id=-1,
+        topics=(
+            m(
+                "OffsetForLeaderTopic",
+                topic=topic,
+                partitions=(m("OffsetForLeaderPartition", partition=0, current_leader_epoch=-1, leader_epoch=0),),
+            ),
+        ),
+    )
+    r = c.request(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 4, req)
+    return [int(p.error_code) for t in r.topics for p in t.partitions]
+
+
+def delete_records(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.DELETE_RECORDS, 2)
+    req = m(
+        topics=(
+            m("DeleteRecordsTopic", name=topic, partitions=(m("DeleteRecordsPartition", partition_index=0, offset=0),)),
+        ),
+        timeout=10000,
+    )
+    return [int(p.error_code) for t in c.request(ApiKeys.DELETE_RECORDS, 2, req).topics for p in t.partitions]
+
+
+def describe_log_dirs(c: WireClient, topic: str) -> int:
+    m = Msg(ApiKeys.DESCRIBE_LOG_DIRS, 4)
+    req = m(topics=(m("DescribableLogDirTopic", topic=topic, partitions=(0,)),))
+    return int(c.request(ApiKeys.DESCRIBE_LOG_DIRS, 4, req).error_code)
+
+
+def alter_replica_log_dirs(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.ALTER_REPLICA_LOG_DIRS, 2)
+    req = m(
+        dirs=(
+            m(
+                "AlterReplicaLogDir",
+                path="/nonexistent-dir",
+                topics=(m("AlterReplicaLogDirTopic", name=topic, partitions=(0,)),),
+            ),
+        )
+    )
+    r = c.request(ApiKeys.ALTER_REPLICA_LOG_DIRS, 2, req)
+    return [int(p.error_code) for t in r.results for p in t.partitions]
+
+
+def elect_leaders(c: WireClient, topic: str) -> tuple:
+    m = Msg(ApiKeys.ELECT_LEADERS, 2)
+    req = m(election_type=0, topic_partitions=(m("TopicPartitions", topic=topic, partitions=(0,)),), timeout=10000)
+    r = c.request(ApiKeys.ELECT_LEADERS, 2, req)
+    return int(r.error_code), [int(p.error_code) for t in r.replica_election_results for p in t.partition_result]
+
+
+def alter_partition_reassignments(c: WireClient, topic: str) -> tuple:
+    """A cancellation (replicas null) of a reassignment that is not there."""
+    m = Msg(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, 0)
+    req = m(
+        timeout=10000,
+        topics=(
+            m(
+                "ReassignableTopic",
+                name=topic,
+                partitions=(m("ReassignablePartition", partition_index=0, replicas=None),),
+            ),
+        ),
+    )
+    r = c.request(ApiKeys.ALTER_PARTITION_REASSIGNMENTS, 0, req)
+    return int(r.error_code), [int(p.error_code) for t in r.responses for p in t.partitions]
+
+
+def list_partition_reassignments(c: WireClient) -> int:
+    m = Msg(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0)
+    return int(c.request(ApiKeys.LIST_PARTITION_REASSIGNMENTS, 0, m(timeout=10000, topics=None)).error_code)
+
+
+def describe_producers(c: WireClient, topic: str) -> list[int]:
+    m = Msg(ApiKeys.DESCRIBE_PRODUCERS, 0)
+    r = c.request(ApiKeys.DESCRIBE_PRODUCERS, 0, m(topics=(m("TopicRequest", name=topic, partition_indexes=(0,)),)))
+    return [int(p.error_code) for t in r.topics for p in t.partitions]
+
+
+def admin_requests(c: WireClient, t: str) -> dict:
+    """The remaining APIs Kafka authorizes, on topic ``t``."""
+    return {
+        "list_offsets": list_offsets(c, t),
+        "offset_for_leader_epoch": offset_for_leader_epoch(c, t),
+        "delete_records": delete_records(c, t),
+        "describe_log_dirs": describe_log_dirs(c, t),
+        "alter_replica_log_dirs": alter_replica_log_dirs(c, t),
+        "elect_leaders": elect_leaders(c, t),
+        "alter_reassignments": alter_partition_reassignments(c, t),
+        "list_reassignments": list_partition_reassignments(c),
+        "describe_producers": describe_producers(c, t),
+    }
