@@ -79,7 +79,7 @@ from .heartbeats import LifecycleDriver
 from .lifecycle import BrokerLifecycle
 from .network import SocketServer
 from .raft_manager import RaftManager, discover_voters, quorum_config
-from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener
+from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener, client_login
 from .throttling import Throttler
 from .tls import ListenerContexts
 
@@ -185,6 +185,17 @@ class KesqueServer:
             for name, proto in config.security_protocol_map().items()
             if proto in SASL_PROTOCOLS and any(lis.name == name for lis in config.listeners())
         }
+        # what this node logs in with on its channels to a SASL inter-broker or controller listener
+        # (checked now: a mechanism kesque has not, or a JAAS entry without credentials, stops it)
+        self.sasl_inter_broker = client_login(
+            config, config.inter_broker_listener(), "sasl.mechanism.inter.broker.protocol"
+        )
+        controller_names = [n.upper() for n in config.get("controller.listener.names")]
+        self.sasl_controller = (
+            client_login(config, controller_names[0], "sasl.mechanism.controller.protocol")
+            if controller_names
+            else None
+        )
         # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
         self.rng = random.Random()
 
@@ -262,6 +273,7 @@ class KesqueServer:
             replica_manager=self.replica_manager,
             txn_coordinator=self.txn_coordinator,
             ssl_context=self.tls.inter_broker,
+            sasl=self.sasl_inter_broker,
         )
         self._channels += channels
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
@@ -281,6 +293,7 @@ class KesqueServer:
                 client_id=f"share-persister-{self.node_id}",
                 request_timeout_ms=cfg.get("request.timeout.ms"),
                 ssl_context=self.tls.inter_broker,
+                sasl=self.sasl_inter_broker,
             )
             self._channels += (channel,)
             self.share_manager = SharePartitionManager(
@@ -460,6 +473,7 @@ class KesqueServer:
             loop=self.loop,
             quota=rm.quotas.follower,
             ssl_context=self.tls.inter_broker,
+            sasl=self.sasl_inter_broker,
         )
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
@@ -532,9 +546,13 @@ class KesqueServer:
             client_id=f"raft-client-{self.node_id}",
             request_timeout_ms=qc.request_timeout_ms,
             ssl_context=self.tls.controller,
+            sasl=self.sasl_controller,
         )
         self.channel = Channel(
-            self.voters.get, client_id=f"kesque-node-{self.node_id}", ssl_context=self.tls.controller
+            self.voters.get,
+            client_id=f"kesque-node-{self.node_id}",
+            ssl_context=self.tls.controller,
+            sasl=self.sasl_controller,
         )
         self._channels = (raft_channel, self.channel)
         self.raft = RaftManager(
@@ -568,7 +586,11 @@ class KesqueServer:
         servers = [s.strip() for s in self.config.get(not_yet.BOOTSTRAP) or [] if s.strip()]
         addrs = [(host.strip("[]") or "localhost", int(port)) for host, _, port in (s.rpartition(":") for s in servers)]
         found = await discover_voters(
-            addrs, self.controller_listener_names, self.node_id, ssl_context=self.tls.controller
+            addrs,
+            self.controller_listener_names,
+            self.node_id,
+            ssl_context=self.tls.controller,
+            sasl=self.sasl_controller,
         )
         self.voters.update(found)
         self.raft.voters.update(found)

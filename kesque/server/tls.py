@@ -125,7 +125,7 @@ class SslSettings:
 class ListenerContexts:
     """The node's TLS contexts, built (and so checked) once at start: one per SSL or SASL_SSL
     listener, and the client contexts for the inter-broker and controller listeners when they
-    are over TLS (the broker's SASL client side is not built yet)."""
+    are over TLS (SASL on those channels: kesque/server/sasl.py's client_login)."""
 
     def __init__(self, config):
         protocols = config.security_protocol_map()
