@@ -26,6 +26,8 @@ from kesque.security.scram import ScramFormatter, ScramMechanism, ScramSaslServe
 from kesque.server.channel import AuthenticationFailed, Channel
 from kesque.server.sasl import client_login
 from kesque.testing.broker import Broker
+from kesque.testing.certs import CertificateAuthority
+from kesque.testing.cluster import Cluster
 from kesque.testing.kafka import free_port
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -269,3 +271,132 @@ def test_a_refused_login_logs_kafkas_message_and_backs_off(broker, caplog):
     assert f"Connection to node 0 (127.0.0.1:{broker.sasl_port}) failed authentication due to: {WRONG_PASSWORD}" in (
         caplog.text
     )
+
+
+# ---------------------------------------------------------------------- clusters over SASL
+
+N = 200  # records produced
+# the killed leader is fenced (and a follower elected) 3 s after its last heartbeat, not 9
+FAST_FENCING = {"broker.heartbeat.interval.ms": "500", "broker.session.timeout.ms": "3000"}
+
+
+def format_with_scram(cluster, *users: str) -> None:
+    """``kesque storage format --add-scram`` on every node, with the cluster's id, before its
+    first start (as a Kafka operator bootstraps the first SCRAM users)."""
+    procs = []
+    for b in cluster.nodes.values():
+        with open(b.properties_file, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in b.config.items())
+        cmd = [sys.executable, "-m", "kesque", "storage", "format", "-c", b.properties_file, "-t", cluster.cluster_id]
+        for user in users:
+            cmd += ["--add-scram", user]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0, out
+
+
+def replicate_and_survive_a_leader_kill(cluster, conf: dict) -> None:
+    """RF 3 produce (acks=all), the ISR full (the followers fetch through the authenticated
+    inter-broker channels), the leader killed, every record read back from the new leader."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(conf)
+    topic = f"sasl-{time.monotonic_ns() % 10**8}"
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(20)
+    p = Producer({**conf, "acks": "all"})
+    for i in range(N):
+        p.produce(topic, b"r" * 500, key=str(i))
+    assert p.flush(20) == 0
+    md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    deadline = time.monotonic() + 15
+    while len(md.isrs) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    assert sorted(md.isrs) == [1, 2, 3]
+    leader = md.leader
+    cluster.kill(leader)
+    c = Consumer({**conf, "group.id": f"g-{topic}", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])  # no group coordinator needed: from offset 0
+    keys, deadline = [], time.monotonic() + 30
+    while len(keys) < N and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            keys.append(int(m.key()))
+    c.close()
+    assert keys == list(range(N))
+    for node in cluster.nodes.values():  # the last of the voters would wait out its controlled shutdown
+        if node.process is not None:
+            node.kill()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    ca = CertificateAuthority()
+    server = ca.issue("localhost", hosts=["localhost", "127.0.0.1"])
+    return {"ca": ca.write_pem(d / "ca.pem"), "server": server.write_pem(d / "server.pem")}
+
+
+def test_cluster_whose_client_inter_broker_and_controller_listeners_are_sasl_ssl(pki, tmp_path):
+    """SCRAM-SHA-512 between brokers (its user bootstrapped by storage format), PLAIN to the
+    controllers, TLS under both with the host names checked; clients over SASL_SSL with SCRAM."""
+    config = {
+        **FAST_FENCING,
+        "listener.security.protocol.map": "CONTROLLER:SASL_SSL,PLAINTEXT:SASL_SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": pki["server"],
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": pki["ca"],
+        "ssl.endpoint.identification.algorithm": "https",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.plaintext.scram-sha-512.sasl.jaas.config": f'{SCRAM_MODULE} required username="broker" '
+        'password="broker-secret";',
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": f'{PLAIN_MODULE} required username="controller" '
+        'password="controller-secret" user_controller="controller-secret";',
+    }
+    cluster = Cluster(nodes=3, data_dir=str(tmp_path), config=config)
+    format_with_scram(
+        cluster,
+        "SCRAM-SHA-512=[name=broker,password=broker-secret]",
+        "SCRAM-SHA-512=[name=alice,password=alice-secret]",
+    )
+    with cluster:
+        conf = {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": pki["ca"],
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "alice",
+            "sasl.password": "alice-secret",
+        }
+        replicate_and_survive_a_leader_kill(cluster, conf)
+
+
+def test_cluster_over_sasl_plaintext(tmp_path):
+    """PLAIN between brokers, OAUTHBEARER's unsecured tokens to the controllers."""
+    config = {
+        **FAST_FENCING,
+        "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT,PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.plaintext.plain.sasl.jaas.config": f'{PLAIN_MODULE} required username="broker" '
+        'password="broker-secret" user_broker="broker-secret" user_alice="alice-secret";',
+        "sasl.mechanism.controller.protocol": "OAUTHBEARER",
+        "listener.name.controller.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.controller.oauthbearer.sasl.jaas.config": f"{OAUTH_MODULE} required "
+        'unsecuredLoginStringClaim_sub="controller";',
+    }
+    with Cluster(nodes=3, data_dir=str(tmp_path), config=config) as cluster:
+        conf = {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": "alice-secret",
+        }
+        replicate_and_survive_a_leader_kill(cluster, conf)
