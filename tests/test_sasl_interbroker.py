@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
+import re
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -400,3 +404,126 @@ def test_cluster_over_sasl_plaintext(tmp_path):
             "sasl.password": "alice-secret",
         }
         replicate_and_survive_a_leader_kill(cluster, conf)
+
+
+# ---------------------------------------------------------------------- the README's secure quickstart
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_quickstart() -> tuple[list[str], str, list[str]]:
+    """The commands of the README's "A secure broker" section: the first shell block's lines,
+    the Python block, the second shell block's lines."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### A secure broker (SASL_SSL)") :]
+    section = section[: section.index("\n### ", 1)]
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    assert [kind for kind, _ in blocks] == ["sh", "python", "sh"]
+    return blocks[0][1].splitlines(), blocks[1][1], blocks[2][1].splitlines()
+
+
+def shell(command: str, cwd, **kw) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, **kw)
+
+
+def wait_for_port(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("localhost", port), 0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def read_back(conf: dict, topic: str, n: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({**conf, "group.id": "readme", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out, deadline = [], time.monotonic() + 20
+    while len(out) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            out.append(m.value())
+    c.close()
+    return out
+
+
+def test_readme_secure_broker_commands_run_as_written(tmp_path):
+    """The README's commands, the port 9093 replaced by a free one (tests share the machine)."""
+    port = str(free_port("localhost"))
+    certs, client, _cluster = readme_quickstart()
+    assert certs == ["kesque certs --dir secure --port 9093", "kesque serve secure/server.properties"]
+    out = shell(certs[0].replace("9093", port), tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "broker.pem" in out.stdout and oct((tmp_path / "secure" / "broker.pem").stat().st_mode & 0o777) == "0o600"
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
+    log = open(tmp_path / "serve.log", "wb")
+    server = subprocess.Popen(certs[1].split(), cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(int(port))
+        run = subprocess.run(
+            [sys.executable, "-c", client.replace("9093", port)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode == 0, run.stderr
+        conf = dict(line.split("=", 1) for line in (tmp_path / "secure" / "client.conf").read_text().splitlines()[2:])
+        assert read_back({"bootstrap.servers": f"localhost:{port}", **conf}, "orders", 1) == [b"over SASL_SSL"]
+        # a wrong password is refused (the broker serves SASL_SSL only)
+        errors = []
+        bad = {"bootstrap.servers": f"localhost:{port}", **conf, "sasl.password": "nope", "error_cb": errors.append}
+        from confluent_kafka import Producer
+
+        producer, deadline = Producer(bad), time.monotonic() + 10
+        while not errors and time.monotonic() < deadline:
+            producer.poll(0.2)
+        assert any("Authentication failed: Invalid username or password" in str(e) for e in errors), errors
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()
+
+
+@pytest.mark.slow  # three more nodes over SASL_SSL: ~7 s (the default run has two clusters already)
+def test_readme_secure_cluster_command_runs_as_written(tmp_path):
+    certs, _client, cluster = readme_quickstart()
+    assert shell(certs[0], tmp_path, timeout=60).returncode == 0
+    directory = tmp_path / "secure-cluster"
+    [command] = cluster
+    assert "/tmp/secure-cluster" in command
+    up = shell(command.replace("/tmp/secure-cluster", str(directory)) + ' && echo "$BS"', tmp_path, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        bs = up.stdout.split()[-1]
+        conf = dict(line.split("=", 1) for line in (tmp_path / "secure" / "client.conf").read_text().splitlines()[2:])
+        conf["bootstrap.servers"] = bs
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient(conf)
+        admin.create_topics([NewTopic("orders", 1, 3)])["orders"].result(20)
+        p = Producer({**conf, "acks": "all"})
+        p.produce("orders", b"replicated over SASL_SSL")
+        assert p.flush(20) == 0
+        assert read_back(conf, "orders", 1) == [b"replicated over SASL_SSL"]
+    finally:
+        shell(f"kesque cluster down --dir {directory} --timeout 5", tmp_path, timeout=60)
+
+
+def test_cluster_up_config_file_comes_before_the_overrides(tmp_path):
+    from kesque.cli.cluster import node_config
+
+    path = tmp_path / "nodes.properties"
+    path.write_text("# the security of every node\nsasl.mechanism.controller.protocol=PLAIN\nnum.partitions=2\n")
+    config = node_config(["num.partitions=3"], str(path))
+    assert config["sasl.mechanism.controller.protocol"] == "PLAIN" and config["num.partitions"] == "3"
+    assert config["transaction.two.phase.commit.enable"] == "true"
+    with pytest.raises(ValueError, match="cannot read --config"):
+        node_config([], str(tmp_path / "missing.properties"))
