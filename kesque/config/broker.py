@@ -391,7 +391,10 @@ _BROKER_KEYS: list[ConfigKey] = [
         at_least(1),
     ),
     # TLS (kesque/server/tls.py): the broker's, and per listener as listener.name.<l>.ssl.*;
-    # Kafka updates them per listener only (a new key store without restart: not yet here)
+    # Kafka updates them per listener only (the key store keys take effect at once: new
+    # connections use the new store)
+    _K("ssl.allow.dn.changes", "BOOLEAN", False, "a key store altered dynamically may change its subject DN"),
+    _K("ssl.allow.san.changes", "BOOLEAN", False, "a key store altered dynamically may drop subject alt names"),
     _K(
         "ssl.keystore.type",
         "STRING",
@@ -559,13 +562,8 @@ DYNAMIC_WITHOUT_EFFECT = frozenset(
         "log.cleaner.threads",
         "log.cleaner.io.buffer.size",
         "log.cleaner.io.buffer.load.factor",
-        # a listener's TLS settings are read when it is bound
-        "ssl.keystore.type",
-        "ssl.keystore.location",
-        "ssl.keystore.password",
-        "ssl.key.password",
-        "ssl.keystore.certificate.chain",
-        "ssl.keystore.key",
+        # a listener's TLS settings are read when it is bound (but its key store: re-read when
+        # listener.name.<l>.ssl.keystore.* change, kesque/server/server.py _reload_keystores)
         "ssl.truststore.type",
         "ssl.truststore.location",
         "ssl.truststore.password",
