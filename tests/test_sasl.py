@@ -548,6 +548,7 @@ def test_storage_format_add_scram_bootstraps_the_first_user(tmp_path):
         f"listeners=SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:0\ncontroller.listener.names=CONTROLLER\n"
         "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT\n"
         "inter.broker.listener.name=SASL_PLAINTEXT\nsasl.enabled.mechanisms=SCRAM-SHA-256\n"
+        "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256\n"
         f"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config={SCRAM_JAAS}\n"
     )
     out = subprocess.run(

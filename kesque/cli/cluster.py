@@ -11,7 +11,8 @@ cluster id, starts the nodes detached (``kesque.pid`` and ``kesque.log`` beside 
 server.properties), waits until each one is ready and prints the bootstrap servers on stdout.
 The nodes run with two-phase commit (KIP-939) enabled, so that kesque's own pipelines (the Spark
 sink writes exactly once with it) run on them; ``--override KEY=VALUE`` sets any key of every
-node, that one included.
+node, that one included; ``--config FILE`` sets every key of a properties file first (the
+``cluster.properties`` of ``kesque certs``: a SASL_SSL cluster).
 ``down`` stops them: SIGTERM (a clean shutdown), SIGKILL after ``--timeout`` seconds.
 """
 
@@ -52,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
         "controller port, in node id order (default: free ports)",
     )
     up.add_argument("--timeout", type=float, default=60, help="seconds to wait for the nodes (default 60)")
+    up.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a properties file whose keys every node gets (before the --override ones), e.g. the "
+        "cluster.properties of kesque certs",
+    )
     up.add_argument(
         "--override",
         action="append",
@@ -112,9 +119,16 @@ def _roles(node_dir: str) -> tuple[str, str]:
 UP_DEFAULTS = {"transaction.two.phase.commit.enable": "true"}
 
 
-def node_config(overrides: list[str]) -> dict[str, str]:
-    """The settings `up` adds to each node's server.properties: UP_DEFAULTS, then the overrides."""
+def node_config(overrides: list[str], path: str | None = None) -> dict[str, str]:
+    """The settings `up` adds to each node's server.properties: UP_DEFAULTS, the file's (--config),
+    then the overrides."""
     config = dict(UP_DEFAULTS)
+    if path:
+        try:
+            with open(path) as f:
+                config.update(parse_properties(f.read()))
+        except OSError as e:
+            raise ValueError(f"cannot read --config {path}: {e.strerror}") from None
     for item in overrides:
         k, sep, v = item.partition("=")
         if not sep or not k.strip():
@@ -139,7 +153,7 @@ def up(args) -> int:
             args.controllers,
             data_dir=os.path.abspath(args.dir),
             base_port=args.base_port,
-            config=node_config(args.override),
+            config=node_config(args.override, args.config),
             detach=True,
         )
     except ValueError as e:

@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("cluster", help="start, stop and show a local cluster of kesque processes", add_help=False)
     sub.add_parser(
+        "certs", help="write a CA, a broker key store and SASL_SSL broker and client properties", add_help=False
+    )
+    sub.add_parser(
         "metadata-quorum", help="describe the KRaft metadata quorum (kafka-metadata-quorum.sh)", add_help=False
     )
     sub.add_parser(
@@ -42,6 +45,7 @@ _OWN_PARSERS = {
     "transactions": "transactions",
     "storage": "storage",
     "cluster": "cluster",
+    "certs": "certs",
     "metadata-quorum": "metadata_quorum",
     "cluster-tool": "cluster_tool",
 }

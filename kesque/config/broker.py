@@ -391,7 +391,10 @@ _BROKER_KEYS: list[ConfigKey] = [
         at_least(1),
     ),
     # TLS (kesque/server/tls.py): the broker's, and per listener as listener.name.<l>.ssl.*;
-    # Kafka updates them per listener only (a new key store without restart: not yet here)
+    # Kafka updates them per listener only (the key store keys take effect at once: new
+    # connections use the new store)
+    _K("ssl.allow.dn.changes", "BOOLEAN", False, "a key store altered dynamically may change its subject DN"),
+    _K("ssl.allow.san.changes", "BOOLEAN", False, "a key store altered dynamically may drop subject alt names"),
     _K(
         "ssl.keystore.type",
         "STRING",
@@ -559,13 +562,8 @@ DYNAMIC_WITHOUT_EFFECT = frozenset(
         "log.cleaner.threads",
         "log.cleaner.io.buffer.size",
         "log.cleaner.io.buffer.load.factor",
-        # a listener's TLS settings are read when it is bound
-        "ssl.keystore.type",
-        "ssl.keystore.location",
-        "ssl.keystore.password",
-        "ssl.key.password",
-        "ssl.keystore.certificate.chain",
-        "ssl.keystore.key",
+        # a listener's TLS settings are read when it is bound (but its key store: re-read when
+        # listener.name.<l>.ssl.keystore.* change, kesque/server/server.py _reload_keystores)
         "ssl.truststore.type",
         "ssl.truststore.location",
         "ssl.truststore.password",
@@ -979,13 +977,60 @@ class BrokerConfig:
     def _check_listener_change(self, name: str, value: list[str]) -> None:
         """A dynamic listener setting takes effect at the next start: it must be valid, as the
         static one must."""
+        old_listeners = {lis.name: lis for lis in self.listeners()}
+        old_advertised = {lis.name: lis for lis in self.advertised_listeners()}
+        old_map = self.security_protocol_map()
         before = dict(self.dynamic_broker)
         self.dynamic_broker[name] = value
         try:
             self._validate()
+            self._check_listener_reconfiguration(name, old_listeners, old_advertised, old_map)
         finally:
             self.dynamic_broker.clear()
             self.dynamic_broker.update(before)
+
+    def _check_listener_reconfiguration(self, key: str, old_listeners: dict, old_advertised: dict, old_map: dict):
+        """Kafka's DynamicListenerConfig.validateReconfiguration, on the config with the change
+        (after KafkaConfig's own requirement that a controller keeps a controller listener)."""
+        new_listeners = {lis.name: lis for lis in self.listeners()}
+        roles = self.get("process.roles") or []
+        roles = roles.split(",") if isinstance(roles, str) else roles
+        if "controller" in [r.strip() for r in roles] and not {
+            n.upper() for n in self.get("controller.listener.names")
+        } & set(new_listeners):
+            raise ConfigError(
+                key,
+                "requirement failed: controller.listener.names must contain at least one value appearing in "
+                "the 'listeners' configuration when running the KRaft controller role",
+            )
+        new_advertised = {lis.name: lis for lis in self.advertised_listeners()}
+        new_map = self.security_protocol_map()
+
+        def render(listeners: dict) -> str:  # a Scala Map's toString, as Kafka prints it
+            return (
+                "Map(" + ", ".join(f"{n} -> {lis.name}://{lis.host}:{lis.port}" for n, lis in listeners.items()) + ")"
+            )
+
+        if not set(new_advertised) <= set(new_listeners):
+            raise ConfigError(
+                key,
+                f"Advertised listeners '{render(new_advertised)}' must be a subset of listeners "
+                f"'{render(new_listeners)}'",
+            )
+        if not set(new_listeners) <= set(new_map):
+            raise ConfigError(
+                key,
+                f"Listeners '{render(new_listeners)}' must be subset of listener map "
+                "'Map(" + ", ".join(f"{n} -> {p}" for n, p in new_map.items()) + ")'",
+            )
+        for listener in set(new_listeners) & set(old_listeners):
+            if old_map.get(listener) != new_map.get(listener):
+                raise ConfigError(key, f"Security protocol cannot be updated for existing listener {listener}")
+        inter = self.inter_broker_listener()
+        if inter not in new_advertised:
+            raise ConfigError(key, f"Advertised listener must be specified for inter-broker listener {inter}")
+        if new_advertised != old_advertised:  # KRaft: a broker's registered endpoints do not change
+            raise ConfigError(key, "Advertised listeners cannot be altered when using a Raft-based metadata quorum.")
 
     def set_dynamic(self, broker_scope: bool, name: str, value: Any | None) -> None:
         layer = self.dynamic_broker if broker_scope else self.dynamic_default

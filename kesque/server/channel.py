@@ -11,6 +11,16 @@ A channel given an ``ssl_context`` connects with TLS (asyncio's SSL transport), 
 destination whose listener is SSL (``kesque/server/tls.py`` builds the context from the broker's
 ``ssl.*`` settings for that listener).
 
+A channel given a ``sasl`` login (:class:`kesque.security.sasl_client.SaslLogin`: the mechanism
+of ``sasl.mechanism.inter.broker.protocol`` or ``sasl.mechanism.controller.protocol`` and the
+destination listener's JAAS options) authenticates each connection before its first request, for
+a destination whose listener is SASL_PLAINTEXT or SASL_SSL: SaslHandshake v1, then
+SaslAuthenticate v2 tokens until the mechanism's client completes (a SCRAM server's signature is
+verified). When the server gives the session a lifetime (KIP-368), the connection re-authenticates
+on the first request after 85-95% of it, as Kafka's client; requests wait meanwhile. A failed
+authentication is logged with the server's message and fails the connect like a refused one
+(the next attempt waits out the reconnect backoff).
+
 Requests and responses are kio objects, encoded with :mod:`kesque.protocol`. Used for the
 raft RPCs, the controller RPCs and the replica fetchers (a channel each). ``kesque.client`` is
 the blocking client of the tools; this one runs on the node's event loop and nothing in it is
@@ -22,14 +32,18 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import random
 import struct
 import sys
+import time
 
 from kio.serial import entity_writer
 
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
+from ..protocol.messages import Msg, to_ms
 from ..protocol.primitives import skip_tagged_fields
+from ..security.sasl_client import SaslClientError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +61,10 @@ class Disconnected(ChannelError):
 
 class RequestTimedOut(ChannelError):
     pass
+
+
+class AuthenticationFailed(Disconnected):
+    """The destination's SASL listener refused this node's login (or its answer did not check)."""
 
 
 def encode_request(api_key: int, version: int, correlation_id: int, client_id: str, body) -> bytes:
@@ -97,6 +115,10 @@ class _Connection(asyncio.BufferedProtocol):
         self.pending: dict[int, tuple[asyncio.Future, int, int, object]] = {}
         self.closed = False
         self.transport: asyncio.Transport | None = None
+        # SASL: the loop time after which the next request re-authenticates first (KIP-368), and
+        # the re-authentication under way (other requests wait for it)
+        self.reauth_at: float | None = None
+        self.reauth: asyncio.Future | None = None
         self._buf = bytearray(READ_BUFFER)
         self._view = memoryview(self._buf)
         self._start = self._end = 0
@@ -222,10 +244,13 @@ class Channel:
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1000,
         ssl_context=None,
+        sasl=None,
     ):
         self.resolve = resolve
         # TLS to the destination's SSL listener (its host name checked when the context says so)
         self.ssl_context = ssl_context
+        # SASL to the destination's SASL listener: a SaslLogin (mechanism and credentials)
+        self.sasl = sasl
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
@@ -251,6 +276,12 @@ class Channel:
                 conn = await asyncio.wait_for(self._connection(node), max(deadline - loop.time(), 0.001))
             except TimeoutError:
                 raise RequestTimedOut(f"no connection to node {node} within {round(timeout * 1000)} ms") from None
+        if conn.reauth_at is not None or conn.reauth is not None:
+            conn = await self._reauthenticated(node, conn, deadline)
+        return await self._exchange(node, conn, api_key, version, body, deadline, timeout, decode)
+
+    async def _exchange(self, node, conn, api_key, version, body, deadline, timeout, decode=None):
+        loop = asyncio.get_running_loop()
         self._corr = (self._corr + 1) & 0x7FFFFFFF
         corr = self._corr
         fut = loop.create_future()
@@ -323,12 +354,87 @@ class Channel:
             raise Disconnected(
                 f"cannot connect to node {node} at {host}:{port}: {getattr(e, 'strerror', None) or type(e).__name__}"
             ) from None
+        if self.sasl is not None:
+            try:
+                await self._authenticate(node, conn)
+            except ChannelError as e:
+                conn.fail(e)
+                delay = min(self.backoff_ms * (2**count), self.backoff_max_ms) / 1000.0
+                self._failures[node] = (count + 1, loop.time() + delay)
+                if isinstance(e, AuthenticationFailed):
+                    # Kafka's NetworkClient: "Connection to node <id> (<host>/<ip>:<port>) failed
+                    # authentication due to: <the server's message>"
+                    log.error("Connection to node %d (%s:%d) failed authentication due to: %s", node, host, port, e)
+                raise
         self._failures.pop(node, None)
         if self._closed:
             conn.fail(Disconnected("channel closed"))
             raise Disconnected("channel closed")
         self._conns[node] = conn
         return conn
+
+    async def _authenticate(self, node: int, conn: _Connection) -> None:
+        """SaslHandshake v1 and SaslAuthenticate v2 on a new (or expiring) connection; sets when
+        it re-authenticates next. Raises AuthenticationFailed (the server's message, or the
+        client's on an answer that does not check), or the exchange's ChannelError."""
+        loop = asyncio.get_running_loop()
+        timeout = self.request_timeout_ms / 1000.0
+        deadline = loop.time() + timeout
+        mechanism = self.sasl.mechanism
+        conn.reauth_at = None
+
+        async def exchange(api_key, version, **fields):
+            body = Msg(api_key, version, request=True)(**fields)
+            return await self._exchange(node, conn, api_key, version, body, deadline, timeout)
+
+        handshake = await exchange(ApiKeys.SASL_HANDSHAKE, 1, mechanism=mechanism)
+        if handshake.error_code:
+            raise AuthenticationFailed(
+                f"Unexpected handshake request with client mechanism {mechanism}, enabled mechanisms are "
+                f"[{', '.join(handshake.mechanisms)}]"
+            )
+        client = self.sasl.new_client(int(time.time() * 1000))
+        try:
+            token = client.evaluate(None)
+            while True:
+                answer = await exchange(ApiKeys.SASL_AUTHENTICATE, 2, auth_bytes=token)
+                if answer.error_code:
+                    raise AuthenticationFailed(answer.error_message or f"error code {answer.error_code}")
+                token = client.evaluate(bytes(answer.auth_bytes))
+                if client.complete:
+                    break
+                if token is None:
+                    raise AuthenticationFailed(f"{mechanism} exchange ended without completing")
+        except SaslClientError as e:
+            raise AuthenticationFailed(str(e)) from None
+        lifetime = to_ms(answer.session_lifetime)
+        if lifetime > 0:  # Kafka's client re-authenticates after 85-95% of the session
+            conn.reauth_at = loop.time() + lifetime * (0.85 + 0.1 * random.random()) / 1000.0  # noqa: S311
+
+    async def _reauthenticated(self, node: int, conn: _Connection, deadline: float) -> _Connection:
+        """``conn`` once its session is renewed: the first request past the re-authentication
+        time starts it, and every request waits for it (none may go out in between)."""
+        loop = asyncio.get_running_loop()
+        if conn.reauth is None and conn.reauth_at is not None and loop.time() >= conn.reauth_at:
+            conn.reauth = asyncio.ensure_future(self._authenticate(node, conn))
+            conn.reauth.add_done_callback(lambda f: self._reauthenticated_done(node, conn, f))
+        while conn.reauth is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(conn.reauth), max(deadline - loop.time(), 0.001))
+            except TimeoutError:
+                raise RequestTimedOut(f"node {node} did not complete re-authentication in time") from None
+            except ChannelError as e:
+                raise Disconnected(f"node {node}: re-authentication failed: {e}") from None
+        return conn
+
+    def _reauthenticated_done(self, node: int, conn: _Connection, f: asyncio.Future) -> None:
+        conn.reauth = None
+        e = None if f.cancelled() else f.exception()
+        if e is not None or f.cancelled():
+            if isinstance(e, AuthenticationFailed):
+                log.error("Re-authentication with node %d failed due to: %s", node, e)
+            conn.fail(e if isinstance(e, ChannelError) else Disconnected("re-authentication cancelled"))
+            self._forget(node, conn)
 
     def _forget(self, node: int, conn: _Connection) -> None:
         if self._conns.get(node) is conn:

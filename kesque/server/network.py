@@ -925,6 +925,13 @@ class SocketServer:
             self._not_serving.append((sock, name, security_protocol))
         return sock.getsockname()[1]
 
+    def set_context(self, name: str, ssl_context: ssl.SSLContext) -> None:
+        """The TLS listener ``name``'s connections accepted from now on use ``ssl_context`` (a key
+        store altered dynamically); those open keep theirs."""
+        if name not in self._contexts:
+            raise ValueError(f"listener {name} is not a TLS listener")
+        self._contexts[name] = ssl_context
+
     def start_serving(self) -> None:
         """Accept on the listeners bound with ``serve=False``."""
         for sock, name, security_protocol in self._not_serving:

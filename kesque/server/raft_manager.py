@@ -123,6 +123,7 @@ async def discover_voters(
     node_id: int,
     log_every_s: float = 10.0,
     ssl_context=None,
+    sasl=None,
 ) -> dict[int, tuple[str, int]]:
     """The voters and their controller endpoints, asked of the bootstrap servers with
     DescribeQuorum v2 (every voter answers with the nodes it knows), retried until one answers."""
@@ -132,6 +133,7 @@ async def discover_voters(
         client_id=f"raft-bootstrap-{node_id}",
         request_timeout_ms=2000,
         ssl_context=ssl_context,
+        sasl=sasl,
     )
     cls = request_class(ApiKeys.DESCRIBE_QUORUM, 2)
     mod = __import__(cls.__module__, fromlist=["x"])

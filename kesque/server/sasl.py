@@ -20,7 +20,8 @@ mechanism, the JAAS config (``listener.name.<l>.<mechanism>.sasl.jaas.config``, 
 ``user_<name>`` options, SCRAM's credentials are the metadata image's, OAUTHBEARER's tokens are
 Kafka's unsecured ones unless ``sasl.oauthbearer.jwks.endpoint.url`` names a JWKS (read once at
 start; a ``file://`` URL too). The same JAAS entry's ``username`` and ``password`` are what this
-broker logs in with when it is the client (:meth:`SaslListener.client_login`).
+broker logs in with when it is the client (:func:`client_login`: the channels to the inter-broker
+and controller listeners, kesque/server/channel.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ..protocol.primitives import INT32, ProtocolError
 from ..security.authenticator import AuthenticationFailure, SaslServerAuthenticator
 from ..security.oauthbearer import JwksValidator, OAuthBearerSaslServer, validate_unsecured
 from ..security.plain import PLAIN_LOGIN_MODULE, PlainSaslServer, parse_jaas_config
+from ..security.sasl_client import SaslLogin
 from ..security.scram import ScramCredential, ScramMechanism, ScramSaslServer
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,65 @@ AUTHENTICATE_VERSIONS = (0, 2)
 
 def jaas_key(listener: str, mechanism: str) -> str:
     return f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+
+
+def jaas_options(config, listener: str, mechanism: str) -> dict[str, str]:
+    """The options of the mechanism's login module in the listener's JAAS config
+    (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else ``sasl.jaas.config``)."""
+    text = config.listener_get(listener, "sasl.jaas.config", mechanism)
+    key = jaas_key(listener, mechanism)
+    if not text:
+        raise ConfigError(
+            key,
+            f"SASL mechanism {mechanism} is enabled on listener {listener} but it has no JAAS config: "
+            f"set {key} (or sasl.jaas.config) to {LOGIN_MODULES[mechanism]} required ...;",
+        )
+    try:
+        entries = parse_jaas_config(str(text))
+    except ValueError as e:
+        raise ConfigError(key, f"Invalid value for configuration {key}: {e}") from None
+    entries = [e for e in entries if e.login_module == LOGIN_MODULES[mechanism]]
+    if len(entries) != 1:
+        raise ConfigError(
+            key,
+            f"Invalid value for configuration {key}: it must hold exactly one {LOGIN_MODULES[mechanism]} entry "
+            f"for {mechanism} (found {len(entries)})",
+        )
+    return entries[0].options
+
+
+def client_login(config, listener: str, mechanism_key: str) -> SaslLogin | None:
+    """What this node logs in with on the channels to ``listener`` (the inter-broker or the
+    controller listener), when that listener is SASL_PLAINTEXT or SASL_SSL: the mechanism
+    ``mechanism_key`` names (``sasl.mechanism.inter.broker.protocol``,
+    ``sasl.mechanism.controller.protocol``) and its login module's options in the listener's JAAS
+    config, as Kafka's ChannelBuilders read them; None for a listener without SASL. A mechanism
+    kesque has not, or a login without credentials, stops the start naming the key."""
+    if config.security_protocol_map().get(listener.upper()) not in SASL_PROTOCOLS:
+        return None
+    mechanism = config.get(mechanism_key)
+    enabled = [m.strip() for m in config.listener_get(listener, "sasl.enabled.mechanisms") or ()]
+    if mechanism_key == "sasl.mechanism.inter.broker.protocol" and mechanism not in enabled:
+        # Kafka's KafkaConfig.validateValues
+        raise ConfigError(
+            mechanism_key,
+            f"{mechanism_key} must be included in sasl.enabled.mechanisms when SASL is used for inter-broker "
+            "communication",
+        )
+    if mechanism not in SASL_MECHANISMS:
+        raise ConfigError(
+            mechanism_key,
+            f"Invalid value {mechanism} for configuration {mechanism_key}: kesque's SASL mechanisms are "
+            f"{', '.join(SASL_MECHANISMS)} (listener {listener} is {config.security_protocol_map()[listener.upper()]})",
+        )
+    options = jaas_options(config, listener, mechanism)
+    try:
+        return SaslLogin(mechanism, options)
+    except ValueError as e:
+        key = jaas_key(listener, mechanism)
+        raise ConfigError(
+            key, f"The {mechanism} JAAS config of listener {listener} cannot log this node in ({e})"
+        ) from None
 
 
 class SaslListener:
@@ -91,27 +152,7 @@ class SaslListener:
         self._jwks = self._jwks_validator() if "OAUTHBEARER" in self.mechanisms else None
 
     def _jaas_options(self, mechanism: str) -> dict[str, str]:
-        """The options of the mechanism's login module in the listener's JAAS config."""
-        text = self.config.listener_get(self.listener, "sasl.jaas.config", mechanism)
-        key = jaas_key(self.listener, mechanism)
-        if not text:
-            raise ConfigError(
-                key,
-                f"SASL mechanism {mechanism} is enabled on listener {self.listener} but it has no JAAS config: "
-                f"set {key} (or sasl.jaas.config) to {LOGIN_MODULES[mechanism]} required ...;",
-            )
-        try:
-            entries = parse_jaas_config(str(text))
-        except ValueError as e:
-            raise ConfigError(key, f"Invalid value for configuration {key}: {e}") from None
-        entries = [e for e in entries if e.login_module == LOGIN_MODULES[mechanism]]
-        if len(entries) != 1:
-            raise ConfigError(
-                key,
-                f"Invalid value for configuration {key}: it must hold exactly one {LOGIN_MODULES[mechanism]} entry "
-                f"for {mechanism} (found {len(entries)})",
-            )
-        return entries[0].options
+        return jaas_options(self.config, self.listener, mechanism)
 
     def _jwks_validator(self) -> JwksValidator | None:
         url = self.config.listener_get(self.listener, "sasl.oauthbearer.jwks.endpoint.url")
@@ -151,19 +192,6 @@ class SaslListener:
 
     def authenticator(self, previous=None) -> SaslServerAuthenticator:
         return SaslServerAuthenticator(self.mechanisms, self.new_server, self.max_reauth_ms, previous)
-
-    def client_login(self, mechanism: str) -> tuple[str, str]:
-        """(username, password) of this listener's JAAS entry for ``mechanism``: what the broker
-        authenticates with as a client (inter-broker, controller), as Kafka reads them."""
-        options = self.options.get(mechanism) if mechanism in self.mechanisms else self._jaas_options(mechanism)
-        user, password = options.get("username"), options.get("password")
-        if user is None or password is None:
-            raise ConfigError(
-                jaas_key(self.listener, mechanism),
-                f"The {mechanism} JAAS config of listener {self.listener} has no username and password for "
-                "this broker to authenticate with",
-            )
-        return user, password
 
 
 def _respond(conn, header, body) -> None:
@@ -295,14 +323,16 @@ class SaslConnection:
 
     # ------------------------------------------------------------------ after authentication
     def handle_session_frame(self, conn, frame: memoryview) -> None:
-        """A request on an authenticated connection whose session ends (KIP-368)."""
-        if self.now_ms() > self.auth.session_expiration_ms:
-            log.debug("%s: disconnecting expired channel (principal %s)", conn.id, conn.principal)
-            conn.close()
-            return
+        """A request on an authenticated connection whose session ends (KIP-368). A
+        SaslHandshake re-authenticates, even once the session has ended (as Kafka's SocketServer
+        asks for it before checking the expiry); any other request after the end closes it."""
         if len(frame) >= 2 and (frame[0] << 8 | frame[1]) == ApiKeys.SASL_HANDSHAKE:
             self.auth = self.sasl.authenticator((self.auth.mechanism, self.auth.principal))
             self._authenticating()
             self.handle_frame(conn, frame)
+            return
+        if self.now_ms() > self.auth.session_expiration_ms:
+            log.debug("%s: disconnecting expired channel (principal %s)", conn.id, conn.principal)
+            conn.close()
             return
         self._broker_frame(conn, frame)

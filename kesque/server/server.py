@@ -18,6 +18,7 @@ import inspect
 import logging
 import os
 import random
+import re
 import socket
 import time
 import uuid
@@ -26,14 +27,16 @@ from .. import quotas as quota_core
 from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
 from ..config.broker import BrokerConfig
+from ..config.types import ConfigError
 from ..controller.controller import FEATURES, supported_features
 from ..coordinator.group.runtime import GroupCoordinator
 from ..coordinator.runtime import CoordinatorHost
 from ..coordinator.share.runtime import ShareCoordinator
 from ..coordinator.transaction.runtime import TransactionCoordinator
+from ..errors import ErrorCode, KafkaError
 from ..metadata import records as metadata_records
 from ..metadata import snapshot as metadata_snapshot
-from ..metadata.image import Delta, Endpoint, MetadataImage
+from ..metadata.image import RESOURCE_BROKER, Delta, Endpoint, MetadataImage
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
@@ -80,9 +83,9 @@ from .lifecycle import BrokerLifecycle
 from .network import SocketServer
 from .raft_manager import RaftManager, discover_voters, quorum_config
 from .request_log import REQUEST_LOG
-from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener
+from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener, client_login
 from .throttling import Throttler
-from .tls import ListenerContexts
+from .tls import ListenerContexts, keystore_state, reconfigured_server_context
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +189,17 @@ class KesqueServer:
             for name, proto in config.security_protocol_map().items()
             if proto in SASL_PROTOCOLS and any(lis.name == name for lis in config.listeners())
         }
+        # what this node logs in with on its channels to a SASL inter-broker or controller listener
+        # (checked now: a mechanism kesque has not, or a JAAS entry without credentials, stops it)
+        self.sasl_inter_broker = client_login(
+            config, config.inter_broker_listener(), "sasl.mechanism.inter.broker.protocol"
+        )
+        controller_names = [n.upper() for n in config.get("controller.listener.names")]
+        self.sasl_controller = (
+            client_login(config, controller_names[0], "sasl.mechanism.controller.protocol")
+            if controller_names
+            else None
+        )
         # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
         self.rng = random.Random()
 
@@ -219,6 +233,7 @@ class KesqueServer:
         # every SSL listener's context and the client side's, built (and their ssl.* keys
         # checked) before anything is opened
         self.tls = ListenerContexts(cfg)
+        self._keystores = {name: keystore_state(cfg, name) for name in self.tls.server}
         self.log_manager = LogManager(
             cfg.log_dirs,
             self.clock,
@@ -263,6 +278,7 @@ class KesqueServer:
             replica_manager=self.replica_manager,
             txn_coordinator=self.txn_coordinator,
             ssl_context=self.tls.inter_broker,
+            sasl=self.sasl_inter_broker,
         )
         self._channels += channels
         self.replica_manager.add_leadership_listener(self.txn_coordinator.on_leadership)
@@ -282,6 +298,7 @@ class KesqueServer:
                 client_id=f"share-persister-{self.node_id}",
                 request_timeout_ms=cfg.get("request.timeout.ms"),
                 ssl_context=self.tls.inter_broker,
+                sasl=self.sasl_inter_broker,
             )
             self._channels += (channel,)
             self.share_manager = SharePartitionManager(
@@ -461,6 +478,7 @@ class KesqueServer:
             loop=self.loop,
             quota=rm.quotas.follower,
             ssl_context=self.tls.inter_broker,
+            sasl=self.sasl_inter_broker,
         )
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
@@ -533,9 +551,13 @@ class KesqueServer:
             client_id=f"raft-client-{self.node_id}",
             request_timeout_ms=qc.request_timeout_ms,
             ssl_context=self.tls.controller,
+            sasl=self.sasl_controller,
         )
         self.channel = Channel(
-            self.voters.get, client_id=f"kesque-node-{self.node_id}", ssl_context=self.tls.controller
+            self.voters.get,
+            client_id=f"kesque-node-{self.node_id}",
+            ssl_context=self.tls.controller,
+            sasl=self.sasl_controller,
         )
         self._channels = (raft_channel, self.channel)
         self.raft = RaftManager(
@@ -569,7 +591,11 @@ class KesqueServer:
         servers = [s.strip() for s in self.config.get(not_yet.BOOTSTRAP) or [] if s.strip()]
         addrs = [(host.strip("[]") or "localhost", int(port)) for host, _, port in (s.rpartition(":") for s in servers)]
         found = await discover_voters(
-            addrs, self.controller_listener_names, self.node_id, ssl_context=self.tls.controller
+            addrs,
+            self.controller_listener_names,
+            self.node_id,
+            ssl_context=self.tls.controller,
+            sasl=self.sasl_controller,
         )
         self.voters.update(found)
         self.raft.voters.update(found)
@@ -700,8 +726,59 @@ class KesqueServer:
 
     def _publish(self, delta: Delta) -> None:
         self.replica_manager.apply_delta(delta)
+        self._reload_keystores(delta)
         for fn in self._publishers:
             fn(delta)
+
+    # ------------------------------------------------------------------ key stores altered dynamically
+    def _validate_broker_update(self, updates: dict) -> None:
+        """An alteration of this broker's own config that changes a TLS listener's
+        ``listener.name.<l>.ssl.keystore.*``: the new key store must load and match the one in
+        use (tls.reconfigured_server_context), else INVALID_REQUEST before it reaches the
+        controller."""
+        listeners = {
+            m.group(1).upper() for k in updates if (m := re.match(r"listener\.name\.([^.]+)\.ssl\.keystore\.", k))
+        } | {m.group(1).upper() for k in updates if (m := re.match(r"listener\.name\.([^.]+)\.ssl\.key\.", k))}
+        listeners &= set(self.tls.server)
+        if not listeners:
+            return
+        cfg = self.config
+        before = dict(cfg.dynamic_broker)
+        try:
+            for k, v in updates.items():
+                if v is None:
+                    cfg.dynamic_broker.pop(k, None)
+                else:
+                    cfg.dynamic_broker[k] = cfg.validate_dynamic(k, v)
+            for name in sorted(listeners):
+                reconfigured_server_context(cfg, name, self.tls.server[name])
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.invalid_request, str(e)) from None
+        finally:
+            cfg.dynamic_broker.clear()
+            cfg.dynamic_broker.update(before)
+
+    def _reload_keystores(self, delta: Delta) -> None:
+        """This broker's config changed: a TLS listener whose key store settings (or file) differ
+        from those it was built with gets a new context, which the connections accepted from now
+        on use (Kafka's dynamic SSL reconfiguration); a store that no longer loads or matches is
+        logged and the listener keeps its own."""
+        mine = ("", str(self.node_id))
+        if not any(rtype == RESOURCE_BROKER and rname in mine for rtype, rname in delta.changed_configs):
+            return
+        for name, current in list(self.tls.server.items()):
+            state = keystore_state(self.config, name)
+            if state == self._keystores.get(name):
+                continue
+            self._keystores[name] = state
+            try:
+                new = reconfigured_server_context(self.config, name, current)
+            except ConfigError as e:
+                log.error("The key store of listener %s was not reloaded: %s", name, e)
+                continue
+            self.tls.server[name] = new
+            self.socket_server.set_context(name, new)
+            log.info("Reloaded the key store of listener %s: new connections use it", name)
 
     def add_publisher(self, fn) -> None:
         self._publishers.append(fn)
@@ -889,7 +966,13 @@ class KesqueServer:
             ),
             OffsetApis(replica_manager=rm),
             TopicApis(image=image, config=cfg, controllers=router, throttler=throttler),
-            ConfigApis(image=image, config=cfg, node_id=self.node_id, controllers=router),
+            ConfigApis(
+                image=image,
+                config=cfg,
+                node_id=self.node_id,
+                controllers=router,
+                validate_broker=self._validate_broker_update,
+            ),
             LogDirApis(log_manager=self.log_manager, mover=self.log_dir_mover),
             ShareStateApis(share_coordinator=self.share_coordinator),
             QuotaApis(image=image, controllers=router),

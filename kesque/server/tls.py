@@ -125,7 +125,7 @@ class SslSettings:
 class ListenerContexts:
     """The node's TLS contexts, built (and so checked) once at start: one per SSL or SASL_SSL
     listener, and the client contexts for the inter-broker and controller listeners when they
-    are over TLS (the broker's SASL client side is not built yet)."""
+    are over TLS (SASL on those channels: kesque/server/sasl.py's client_login)."""
 
     def __init__(self, config):
         protocols = config.security_protocol_map()
@@ -395,6 +395,7 @@ def _use_key(ctx: ssl.SSLContext, s: SslSettings, pkey, certs: list, key: str) -
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
         ctx.load_cert_chain(path, password=once)
+        ctx.keystore_certificate = certs[0]  # what a dynamic key store update is compared with
     except ssl.SSLError as e:
         raise s.error(key, f"Invalid key store: the private key does not match the certificate ({e})") from None
     finally:
@@ -550,3 +551,68 @@ def ssl_principal(der: bytes | None) -> KafkaPrincipal:
     if der is None:
         return ANONYMOUS
     return KafkaPrincipal("User", peer_dn(der))
+
+
+# ---------------------------------------------------------------------------------------- dynamic update
+KEYSTORE_KEYS = (
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.password",
+    "ssl.key.password",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+)
+
+
+def keystore_state(config, listener: str) -> tuple:
+    """What a listener's key store is read from: its settings, and the file's size and
+    modification time (the same location altered again re-reads a file replaced in place, as
+    Kafka's SslFactory does)."""
+    s = SslSettings.of(config, listener)
+    values = tuple(s[k] for k in KEYSTORE_KEYS)
+    location = s["ssl.keystore.location"]
+    try:
+        st = os.stat(location) if location else None
+    except OSError:
+        st = None
+    return values + ((st.st_size, st.st_mtime_ns) if st else (None, None),)
+
+
+def _sans(cert: x509.Certificate) -> set:
+    try:
+        return set(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
+    except x509.ExtensionNotFound:
+        return set()
+
+
+def reconfigured_server_context(config, listener: str, current: ssl.SSLContext) -> ssl.SSLContext:
+    """The listener's SSLContext from its settings as they are now, checked against the one it
+    replaces as Kafka's SslFactory.validateReconfiguration does: the new key store must load, and
+    keep its certificate's subject DN (unless ``ssl.allow.dn.changes``) and subject alternative
+    names (unless ``ssl.allow.san.changes``). ConfigError with Kafka's message otherwise."""
+    key = f"listener.name.{listener.lower()}.ssl.keystore.location"
+
+    def refused(message: str) -> ConfigError:
+        return ConfigError(
+            key,
+            "Validation of dynamic config update of SSLFactory failed: "
+            f"org.apache.kafka.common.config.ConfigException: {message}",
+        )
+
+    new = server_context(config, listener)
+    old_cert = getattr(current, "keystore_certificate", None)
+    new_cert = getattr(new, "keystore_certificate", None)
+    if old_cert is None or new_cert is None:
+        return new
+    if not config.listener_get(listener, "ssl.allow.dn.changes") and old_cert.subject != new_cert.subject:
+        raise refused(
+            "Keystore DistinguishedName does not match:  existing={alias=kafka, DN=%s}, new={alias=kafka, DN=%s}"
+            % (rfc2253(old_cert.subject), rfc2253(new_cert.subject))
+        )
+    if not config.listener_get(listener, "ssl.allow.san.changes") and not _sans(old_cert) <= _sans(new_cert):
+        names = lambda c: "[" + ", ".join(sorted(str(n.value) for n in _sans(c))) + "]"  # noqa: E731
+        raise refused(
+            "Keystore SubjectAltNames do not match:  existing={alias=kafka, SAN=%s}, new={alias=kafka, SAN=%s}"
+            % (names(old_cert), names(new_cert))
+        )
+    return new

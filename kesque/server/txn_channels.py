@@ -347,24 +347,30 @@ class TxnVerifier:
         self.queue.close()
 
 
-def wire(*, config, node_id: int, image, replica_manager, txn_coordinator, ssl_context=None) -> tuple:
+def wire(*, config, node_id: int, image, replica_manager, txn_coordinator, ssl_context=None, sasl=None) -> tuple:
     """Give ``txn_coordinator`` its marker writer (``markers``: a TxnMarkerChannelManager over a
     TxnMarkerSender), and build the broker's verifier
     (KIP-890), each on its own channel (a WriteTxnMarkers waiting for its markers to be
     committed must not hold up a verification); returns the verifier and the channels, for the
     server to close. ``image`` is the broker's metadata image (updated in place); ``ssl_context``:
-    the inter-broker listener's client TLS context when it is an SSL listener."""
+    the inter-broker listener's client TLS context when it is over TLS, ``sasl`` its SASL login
+    when it is a SASL listener."""
 
     resolve = broker_resolver(lambda: image, config)
     timeout = config.get("request.timeout.ms")
     markers = Channel(
-        resolve, client_id=f"txn-marker-sender-{node_id}", request_timeout_ms=timeout, ssl_context=ssl_context
+        resolve,
+        client_id=f"txn-marker-sender-{node_id}",
+        request_timeout_ms=timeout,
+        ssl_context=ssl_context,
+        sasl=sasl,
     )
     verify = Channel(
         resolve,
         client_id=f"add-partitions-to-txn-sender-{node_id}",
         request_timeout_ms=timeout,
         ssl_context=ssl_context,
+        sasl=sasl,
     )
     txn_coordinator.markers = TxnMarkerChannelManager(
         txn_coordinator, TxnMarkerSender(node_id, replica_manager, markers, timeout)

@@ -5,6 +5,9 @@
     server = ca.issue("localhost", hosts=["localhost", "127.0.0.1"])
     server.write_pem(dir / "server.pem")         # key + chain: ssl.keystore.type=PEM
     ca.write_pem(dir / "ca.pem")                  # ssl.truststore.location / ssl.ca.location
+
+``kesque certs`` (kesque/cli/certs.py) writes the same files, and the properties of a SASL_SSL
+broker, cluster and client, for the README's secure quickstart.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class Issued:
 
 
 class CertificateAuthority:
-    def __init__(self, cn: str = "kesque-test-ca"):
+    def __init__(self, cn: str = "kesque-test-ca", days: int = 30):
         now = datetime.datetime.now(datetime.UTC)
         self.key = ec.generate_private_key(ec.SECP256R1())
         self.name = _name(cn)
@@ -72,7 +75,7 @@ class CertificateAuthority:
             .public_key(self.key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=30))
+            .not_valid_after(now + datetime.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
             .sign(self.key, hashes.SHA256())

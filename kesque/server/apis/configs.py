@@ -123,11 +123,15 @@ class ConfigApis:
         Api(ApiKeys.INCREMENTAL_ALTER_CONFIGS, 0, 1, "incremental_alter_configs"),
     )
 
-    def __init__(self, *, image, config, node_id: int, controllers):
+    def __init__(self, *, image, config, node_id: int, controllers, validate_broker=None):
+        """``validate_broker(updates)``: checks, on this broker, a change of its own BROKER
+        resource (``{name: value, or None to delete}``) before the controller gets it, as
+        Kafka's broker validates its reconfigurations (a new key store); raises KafkaError."""
         self.image = image
         self.config = config
         self.node_id = node_id
         self.controllers = controllers
+        self.validate_broker = validate_broker
 
     def describe_configs(self, ctx, req):
         cfg, image, node_id = self.config, self.image, self.node_id
@@ -232,6 +236,15 @@ class ConfigApis:
         out = []
         for r in req.resources:
             try:
+                if (
+                    self.validate_broker is not None
+                    and r.resource_type == RESOURCE_BROKER
+                    and r.resource_name == str(self.node_id)
+                ):
+                    # SET (0) and DELETE (1); APPEND and SUBTRACT apply to lists only
+                    self.validate_broker(
+                        {c.name: (None if incremental and c.config_operation == 1 else c.value) for c in r.configs}
+                    )
                 if incremental:
                     ops = [(c.name, c.config_operation, c.value) for c in r.configs]
                     await self.controllers.call(

@@ -113,6 +113,7 @@ class _Fetcher:
             client_id=self.name,
             request_timeout_ms=mgr.config.get("replica.socket.timeout.ms"),
             ssl_context=mgr.ssl_context,
+            sasl=mgr.sasl,
         )
         self.entries: dict[tuple[str, int], _Entry] = {}  # in request order (rotated)
         self.wake = asyncio.Event()
@@ -405,7 +406,17 @@ class ReplicaFetcherManager:
     ``record_if_throttled``: :class:`~kesque.replication.quota.ReplicationQuota`), None for none."""
 
     def __init__(
-        self, node_id: int, config, clock, resolve, broker_epoch, on_progress, loop=None, quota=None, ssl_context=None
+        self,
+        node_id: int,
+        config,
+        clock,
+        resolve,
+        broker_epoch,
+        on_progress,
+        loop=None,
+        quota=None,
+        ssl_context=None,
+        sasl=None,
     ):
         self.node_id = node_id
         self.config = config
@@ -416,6 +427,7 @@ class ReplicaFetcherManager:
         self.loop = loop
         self.quota = quota
         self.ssl_context = ssl_context  # the inter-broker listener's client TLS, when it is SSL
+        self.sasl = sasl  # its SASL login, when it is SASL_PLAINTEXT or SASL_SSL
         self.fetchers: dict[tuple[int, int], _Fetcher] = {}
         self.where: dict[tuple[str, int], _Fetcher] = {}
 
