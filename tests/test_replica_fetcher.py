@@ -694,7 +694,7 @@ def test_list_offsets_latest_for_a_replica_is_the_log_end(tmp_path, replica_id, 
                 ),
             ),
         )
-        p = apis.list_offsets(SimpleNamespace(api_version=10), req).topics[0].partitions[0]
+        p = apis.list_offsets(SimpleNamespace(api_version=10, authorizer=None), req).topics[0].partitions[0]
         return int(p.error_code), p.offset
 
     assert ask(-1) == (0, latest)

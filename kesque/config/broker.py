@@ -498,7 +498,7 @@ _BROKER_KEYS += [
     ),
     _K("connections.max.reauth.ms", "LONG", 0, "session lifetime of a SASL connection (KIP-368; 0: none)"),
     _K("sasl.oauthbearer.jwks.endpoint.url", "STRING", None, "JWKS the OAUTHBEARER tokens are checked against"),
-    _K("sasl.oauthbearer.expected.audience", "LIST", None, "audiences a token must name (empty: any)"),
+    _K("sasl.oauthbearer.expected.audience", "LIST", [], "audiences a token must name (empty: any)"),
     _K("sasl.oauthbearer.expected.issuer", "STRING", None, "issuer a token must name"),
     _K("sasl.oauthbearer.clock.skew.seconds", "INT", 30, "allowed clock skew for a token's times"),
     _K("sasl.oauthbearer.sub.claim.name", "STRING", "sub", "claim holding the principal"),

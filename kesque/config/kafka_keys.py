@@ -331,7 +331,7 @@ KAFKA_BROKER_KEYS: dict[str, tuple[str, str | None]] = {
     "sasl.mechanism.controller.protocol": ("STRING", "GSSAPI"),
     "sasl.mechanism.inter.broker.protocol": ("STRING", "GSSAPI"),
     "sasl.oauthbearer.clock.skew.seconds": ("INT", "30"),
-    "sasl.oauthbearer.expected.audience": ("LIST", None),
+    "sasl.oauthbearer.expected.audience": ("LIST", ""),
     "sasl.oauthbearer.expected.issuer": ("STRING", None),
     "sasl.oauthbearer.jwks.endpoint.refresh.ms": ("LONG", "3600000"),
     "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": ("LONG", "10000"),

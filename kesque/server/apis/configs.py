@@ -31,6 +31,10 @@ from ...protocol.messages import Msg
 from ...security.acl import AclOperation
 from .authz import config_resource_error, dispatch_allowed
 
+# the StandardAuthorizer's own settings: read from the broker's properties but not in Kafka's
+# broker ConfigDef, so Kafka's DescribeConfigs of a broker does not list them
+_AUTHORIZER_KEYS = frozenset({"super.users", "allow.everyone.if.no.acl.found"})
+
 
 @dataclass
 class ConfigEntry:
@@ -91,7 +95,7 @@ def broker_config_entries(cfg, resource_name: str, keys=None) -> list[ConfigEntr
         # set on this broker or the cluster (Kafka's whole dynamic set and custom keys)
         names = sorted(set(BROKER_CONFIGS) | set(cfg.unused) | set(cfg.dynamic_broker) | set(cfg.dynamic_default))
         if keys is None:  # Kafka defines these as internal: described only when asked by name
-            names = [n for n in names if n not in KAFKA_INTERNAL_BROKER_KEYS]
+            names = [n for n in names if n not in KAFKA_INTERNAL_BROKER_KEYS and n not in _AUTHORIZER_KEYS]
         layers = {n: cfg.synonym_entries(n) for n in names}
         for n in cfg.unused:
             layers[n] = [e for e in layers[n] if e[2] != STATIC_BROKER_CONFIG] + [
