@@ -28,10 +28,12 @@ import logging
 from ..controller import cluster_control as cc
 from ..controller.cluster_control import HeartbeatReply, RegistrationReply, from_kio, to_kio
 from ..controller.controller import FEATURE_MIN, CreatedTopic
-from ..errors import ErrorCode, KafkaError
-from ..protocol.api import request_class
+from ..errors import ErrorCode, KafkaError, error_name
+from ..protocol.api import api_name, request_class
 from ..protocol.api_keys import ApiKeys
+from . import envelope
 from .channel import ChannelError
+from .context import CloseConnection
 from .drivers import alter_partition as ap
 from .drivers.quorum_controller import not_controller
 
@@ -98,13 +100,14 @@ class ControllerRouter:
                 leader = self.leader_id()
                 if self._reachable(leader):
                     try:
-                        resp = await self.channel.send(
+                        wrapped = await self.channel.send(
                             leader,
-                            ctx.header.api_key,
-                            ctx.api_version,
-                            req,
+                            ApiKeys.ENVELOPE,
+                            envelope.ENVELOPE_VERSION,
+                            envelope.envelope_request(ctx.header, req, ctx.principal, ctx.client_host),
                             timeout_ms=max(int((deadline - loop.time()) * 1000), 1),
                         )
+                        resp = await self._unwrap(ctx, wrapped, local)
                     except ChannelError as e:
                         log.debug("forwarding %s to controller %d failed: %s", type(req).__name__, leader, e)
             if resp is not None and not has_error(resp, NOT_CONTROLLER):
@@ -112,6 +115,23 @@ class ControllerRouter:
             if loop.time() >= deadline:
                 return resp if resp is not None else await self._local(local, timed_out(type(req).__name__, timeout_ms))
             await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _unwrap(self, ctx, wrapped, local):
+        """The client's response in an EnvelopeResponse, as Kafka's ForwardingManager reads it:
+        UNSUPPORTED_VERSION closes the client's connection (it reconnects and asks the versions
+        again); another envelope error (the controller refused this broker's Envelope) is
+        UNKNOWN_SERVER_ERROR to the client, not the envelope's own error."""
+        code = int(wrapped.error_code)
+        if code == int(ErrorCode.unsupported_version):
+            raise CloseConnection(f"the controller refused the forwarded {api_name(ctx.header.api_key)} as unsupported")
+        if code or wrapped.response_data is None:
+            log.warning(
+                "forwarded %s failed with %s in the envelope response",
+                api_name(ctx.header.api_key),
+                error_name(code),
+            )
+            return await self._local(local, KafkaError(ErrorCode.unknown_server_error))
+        return envelope.inner_response(ctx.header.api_key, ctx.api_version, wrapped.response_data)
 
     def _reachable(self, leader: int) -> bool:
         """Send to ``leader`` now? Not when it is unknown or this node, and not while the channel

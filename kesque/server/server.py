@@ -74,6 +74,7 @@ from .drivers.quorum_controller import QuorumController
 from .drivers.replica_fetcher import ReplicaFetcherManager
 from .drivers.share_manager import SharePartitionManager
 from .drivers.timers import LoopScheduler
+from .envelope import EnvelopeApis
 from .forwarding import ControllerRouter
 from .heartbeats import LifecycleDriver
 from .lifecycle import BrokerLifecycle
@@ -913,6 +914,14 @@ class KesqueServer:
         )
         for h in handlers:
             bind(h, cfg, self.apis, self.controller_apis)
+        # Kafka's Envelope: the brokers' forwarded requests, run as their clients' (envelope.py)
+        envelope = EnvelopeApis(
+            tables=(self.controller_apis, self.apis),
+            authorizer=self.authorizer,
+            throttler=throttler,
+            context_cls=RequestContext,
+        )
+        self.controller_apis[ApiKeys.ENVELOPE] = protocol.ApiSpec(ApiKeys.ENVELOPE, 0, 0, envelope.envelope)
 
     def handle_frame(self, conn, frame: memoryview) -> None:
         """Parse one request frame and answer it (now, later, or never for acks=0)."""
@@ -955,11 +964,9 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
-        # a controller listener serves the cluster's own nodes (forwarded admin requests were
-        # authorized by the broker the client reached, as Kafka's Envelope carries the client's
-        # principal there): the broker's own principal, which every check lets through
-        authorizer = None if conn.listener in self.controller_listener_names else self.authorizer
-        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, authorizer)
+        # every listener checks its requests with their principal, the controller's too (the
+        # brokers' forwarded requests come in Envelopes with their clients' principals)
+        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, self.authorizer)
         if self.quotas.request.enabled:
             ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         if REQUEST_LOG.isEnabledFor(logging.DEBUG):

@@ -131,9 +131,15 @@ class AclApis:
     # ------------------------------------------------------------------ CreateAcls
     def create_acls(self, ctx, req):
         bindings = [_binding(c) for c in req.creations]
-        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-            return self._created(ctx, [_not_authorized()] * len(bindings))
-        return self.controllers.dispatch(ctx, req, lambda: self._create_acls(ctx, bindings))
+        return self.controllers.dispatch(  # checked where the controller is (Kafka's ControllerApis)
+            ctx,
+            req,
+            lambda: (
+                self._create_acls(ctx, bindings)
+                if ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+                else self._created(ctx, [_not_authorized()] * len(bindings))
+            ),
+        )
 
     async def _create_acls(self, ctx, bindings: list[AclBinding]):
         error = self._disabled()
@@ -164,9 +170,15 @@ class AclApis:
     # ------------------------------------------------------------------ DeleteAcls
     def delete_acls(self, ctx, req):
         filters = [_filter(f) for f in req.filters]
-        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-            return self._deleted(ctx, [([], _not_authorized())] * len(filters))
-        return self.controllers.dispatch(ctx, req, lambda: self._delete_acls(ctx, filters))
+        return self.controllers.dispatch(  # checked where the controller is (Kafka's ControllerApis)
+            ctx,
+            req,
+            lambda: (
+                self._delete_acls(ctx, filters)
+                if ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+                else self._deleted(ctx, [([], _not_authorized())] * len(filters))
+            ),
+        )
 
     async def _delete_acls(self, ctx, filters: list[AclBindingFilter]):
         error = self._disabled()
