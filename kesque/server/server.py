@@ -39,7 +39,7 @@ from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
 from ..quotas import Quotas
 from ..replication.replica_manager import ReplicaManager
-from ..security.authorizer import StandardAuthorizer
+from ..security.authorizer import AuthorizerNotReady, StandardAuthorizer
 from ..share import enabled as share_groups_enabled
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
@@ -974,7 +974,7 @@ class KesqueServer:
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
-        except (ProtocolError, CloseConnection) as e:
+        except (ProtocolError, CloseConnection, AuthorizerNotReady) as e:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
@@ -1000,7 +1000,7 @@ class KesqueServer:
         header = ctx.header
         try:
             result = await awaitable
-        except (ProtocolError, CloseConnection) as e:
+        except (ProtocolError, CloseConnection, AuthorizerNotReady) as e:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
