@@ -21,7 +21,7 @@ from kesque.protocol.api_keys import ApiKeys
 from kesque.security.principal import ANONYMOUS, KafkaPrincipal
 from kesque.server import envelope
 from kesque.testing.cluster import Cluster
-from wire import Msg
+from wire import Api, Msg
 
 NODES, ADMIN, CLIENT = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 
@@ -197,3 +197,29 @@ def test_a_client_straight_on_the_controller_listener_is_checked(cluster):
     with BoundWireClient(cluster.brokers[0].bootstrap_servers, ADMIN) as admin:
         brokers = [b.node_id for b in admin.request(ApiKeys.METADATA, 12, meta).brokers]
     assert sorted(brokers) == [2, 3], brokers
+
+
+def test_a_forwarded_request_is_throttled_by_the_clients_own_quota(cluster):
+    """The controller mutation quota is the forwarded client's (its client id in the Envelope's
+    inner header), not the forwarding broker's: a 20-partition topic overdraws client
+    "creator"'s 1/s bucket, its next CreateTopics through the broker is refused with the time to
+    wait (strict, v7), and another client id is not limited."""
+    bs = cluster.brokers[1].bootstrap_servers
+    with BoundWireClient(bs, ADMIN) as admin:
+        r = Api(admin).alter_client_quotas([({"client-id": "creator"}, {"controller_mutation_rate": 1})])
+        assert [e.error_code for e in r.entries] == [0]
+
+    def create(name: str, partitions: int, client_id: str):
+        with BoundWireClient(bs, ADMIN, client_id=client_id) as c:  # fresh: a throttled one is muted
+            r = Api(c).create_topics([{"name": name, "num_partitions": partitions}])
+            return r.topics[0].error_code, r.throttle_time
+
+    # the quota reaches the controller's image a moment after it is committed
+    def overdrawn() -> bool:
+        n = time.monotonic_ns()
+        assert create(f"q-{n}", 20, "creator")[0] == ErrorCode.none  # permissive while the bucket holds
+        code, delay = create(f"q-{n}-next", 1, "creator")
+        return code == ErrorCode.throttling_quota_exceeded and delay > datetime.timedelta(0)
+
+    assert _eventually(overdrawn)
+    assert create("q-other", 50, "someone-else") == (ErrorCode.none, datetime.timedelta(0))

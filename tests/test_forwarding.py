@@ -59,7 +59,7 @@ def test_a_forwarded_request_goes_to_the_new_controller_without_waiting_out_the_
         router = ControllerRouter(3, None, lambda: leader["id"], channel, {"CONTROLLER"})
         header = RequestHeader(ApiKeys.CREATE_TOPICS, 7, 41, "adminclient-1", 0, True)
         ctx = SimpleNamespace(
-            listener="PLAINTEXT", header=header, api_version=7, principal=ALICE, client_host="10.1.2.3"
+            listener="PLAINTEXT", header=header, api_version=7, principal=ALICE, client_host="10.1.2.3", throttle_ms=0
         )
         req = request_class(ApiKeys.CREATE_TOPICS, 7)(
             topics=(), timeout=datetime.timedelta(seconds=5), validate_only=False

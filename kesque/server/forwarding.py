@@ -131,7 +131,14 @@ class ControllerRouter:
                 error_name(code),
             )
             return await self._local(local, KafkaError(ErrorCode.unknown_server_error))
-        return envelope.inner_response(ctx.header.api_key, ctx.api_version, wrapped.response_data)
+        resp = envelope.inner_response(ctx.header.api_key, ctx.api_version, wrapped.response_data)
+        # the controller's throttle time (controller mutation quota, by the client's principal
+        # and client id): the client's connection is muted for it here, as Kafka's
+        # sendForwardedResponse does
+        throttle = getattr(resp, "throttle_time", None)
+        if throttle is not None:
+            ctx.throttle_ms = max(ctx.throttle_ms, int(throttle.total_seconds() * 1000))
+        return resp
 
     def _reachable(self, leader: int) -> bool:
         """Send to ``leader`` now? Not when it is unknown or this node, and not while the channel
