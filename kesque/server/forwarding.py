@@ -3,8 +3,10 @@
 Admin requests that change metadata (CreateTopics, DeleteTopics, CreatePartitions,
 AlterConfigs, IncrementalAlterConfigs, AlterClientQuotas, AlterPartitionReassignments, and
 ListPartitionReassignments, which Kafka's brokers forward too) run where the active controller is:
-in-process when the local controller is active, otherwise the client's request is sent as it
-came over the channel to the active controller's listener and its answer returned (resent to
+in-process when the local controller is active, otherwise the client's request is sent over the
+channel to the active controller's listener in Kafka's Envelope, with the client's principal and
+address (:mod:`kesque.server.envelope`: the controller checks it as the client's), and the answer
+in the EnvelopeResponse returned (resent to
 the new leader on NOT_CONTROLLER, until the request's timeout; then REQUEST_TIMED_OUT, as
 Kafka's forwarding manager answers). A request that arrives on a controller listener is never
 forwarded: a controller that is not active answers NOT_CONTROLLER, as Kafka's ControllerApis.

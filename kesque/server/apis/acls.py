@@ -1,10 +1,10 @@
 """DescribeAcls, CreateAcls and DeleteAcls, as Kafka's AclApis.
 
 DescribeAcls is answered by the broker from its own authorizer (the ACLs of its image);
-CreateAcls and DeleteAcls need ALTER on the cluster, checked by the broker the client reached
-(kesque has no Envelope: the controller listener trusts the brokers that forward to it), and go
-to the active controller, which validates each creation or filter (kesque.security.acl) and writes
-AccessControlEntryRecord / RemoveAccessControlEntryRecord (``Controller.create_acls``,
+CreateAcls and DeleteAcls go to the active controller (in an Envelope with the client's
+principal, from a broker: kesque/server/envelope.py), which checks ALTER on the cluster,
+validates each creation or filter (kesque.security.acl) and writes AccessControlEntryRecord /
+RemoveAccessControlEntryRecord (``Controller.create_acls``,
 ``delete_acls``). Every broker applies them when it replays the metadata log. A request
 carrying an UNKNOWN (0) code does not parse in Kafka, and closes the connection here too;
 without an authorizer each answers SECURITY_DISABLED.
