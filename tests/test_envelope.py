@@ -223,3 +223,16 @@ def test_a_forwarded_request_is_throttled_by_the_clients_own_quota(cluster):
 
     assert _eventually(overdrawn)
     assert create("q-other", 50, "someone-else") == (ErrorCode.none, datetime.timedelta(0))
+
+
+def test_describe_cluster_on_a_controller_needs_alter_on_the_cluster(cluster):
+    """ControllerApis.handleDescribeCluster: unlike a broker, a controller answers only a
+    principal with ALTER on the cluster (KIP-919's controller endpoints)."""
+    m = Msg(ApiKeys.DESCRIBE_CLUSTER, 1)
+    req = m(include_cluster_authorized_operations=False, endpoint_type=2)
+    with BoundWireClient(_controller(cluster), CLIENT) as c:
+        r = c.request(ApiKeys.DESCRIBE_CLUSTER, 1, req)
+        assert r.error_code == ErrorCode.cluster_authorization_failed and r.brokers == ()
+    with BoundWireClient(_controller(cluster), ADMIN) as admin:
+        r = admin.request(ApiKeys.DESCRIBE_CLUSTER, 1, req)
+        assert r.error_code == ErrorCode.none and [b.broker_id for b in r.brokers] == [1]
