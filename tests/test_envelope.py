@@ -42,6 +42,7 @@ def test_the_principal_is_serialized_as_kafkas_default_principal_builder():
 def test_the_client_address_is_in_network_byte_order():
     assert envelope.client_address_bytes("10.1.2.3") == bytes([10, 1, 2, 3])
     assert envelope.parse_client_address(envelope.client_address_bytes("::1")) == "::1"
+    assert envelope.parse_client_address(envelope.client_address_bytes("::ffff:10.0.0.7")) == "10.0.0.7"
     with pytest.raises(envelope.EnvelopeError) as e:
         envelope.parse_client_address(b"\x01\x02")
     assert e.value.code == ErrorCode.invalid_request

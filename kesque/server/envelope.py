@@ -73,6 +73,7 @@ ENVELOPE_VERSION = 0
 _PRINCIPAL_DATA_VERSION = 0
 _I16 = struct.Struct(">h")
 _HEAD = struct.Struct(">hhih")
+_V4_MAPPED = b"\x00" * 10 + b"\xff\xff"
 
 
 class EnvelopeError(Exception):
@@ -156,9 +157,12 @@ def client_address_bytes(host: str) -> bytes:
 
 
 def parse_client_address(raw: bytes) -> str:
-    """InetAddress.getByAddress: 4 or 16 bytes, else INVALID_REQUEST."""
+    """InetAddress.getByAddress: 4 or 16 bytes (an IPv4-mapped IPv6 address reads as the IPv4
+    one, as Java's does), else INVALID_REQUEST."""
     if len(raw) == 4:
         return socket.inet_ntop(socket.AF_INET, raw)
+    if len(raw) == 16 and raw[:12] == _V4_MAPPED:
+        return socket.inet_ntop(socket.AF_INET, raw[12:])
     if len(raw) == 16:
         return socket.inet_ntop(socket.AF_INET6, raw)
     raise EnvelopeError(ErrorCode.invalid_request, "Failed to parse client address from envelope")
