@@ -3,8 +3,10 @@
 Admin requests that change metadata (CreateTopics, DeleteTopics, CreatePartitions,
 AlterConfigs, IncrementalAlterConfigs, AlterClientQuotas, AlterPartitionReassignments, and
 ListPartitionReassignments, which Kafka's brokers forward too) run where the active controller is:
-in-process when the local controller is active, otherwise the client's request is sent as it
-came over the channel to the active controller's listener and its answer returned (resent to
+in-process when the local controller is active, otherwise the client's request is sent over the
+channel to the active controller's listener in Kafka's Envelope, with the client's principal and
+address (:mod:`kesque.server.envelope`: the controller checks it as the client's), and the answer
+in the EnvelopeResponse returned (resent to
 the new leader on NOT_CONTROLLER, until the request's timeout; then REQUEST_TIMED_OUT, as
 Kafka's forwarding manager answers). A request that arrives on a controller listener is never
 forwarded: a controller that is not active answers NOT_CONTROLLER, as Kafka's ControllerApis.
@@ -28,10 +30,12 @@ import logging
 from ..controller import cluster_control as cc
 from ..controller.cluster_control import HeartbeatReply, RegistrationReply, from_kio, to_kio
 from ..controller.controller import FEATURE_MIN, CreatedTopic
-from ..errors import ErrorCode, KafkaError
-from ..protocol.api import request_class
+from ..errors import ErrorCode, KafkaError, error_name
+from ..protocol.api import api_name, request_class
 from ..protocol.api_keys import ApiKeys
+from . import envelope
 from .channel import ChannelError
+from .context import CloseConnection
 from .drivers import alter_partition as ap
 from .drivers.quorum_controller import not_controller
 
@@ -98,13 +102,14 @@ class ControllerRouter:
                 leader = self.leader_id()
                 if self._reachable(leader):
                     try:
-                        resp = await self.channel.send(
+                        wrapped = await self.channel.send(
                             leader,
-                            ctx.header.api_key,
-                            ctx.api_version,
-                            req,
+                            ApiKeys.ENVELOPE,
+                            envelope.ENVELOPE_VERSION,
+                            envelope.envelope_request(ctx.header, req, ctx.principal, ctx.client_host),
                             timeout_ms=max(int((deadline - loop.time()) * 1000), 1),
                         )
+                        resp = await self._unwrap(ctx, wrapped, local)
                     except ChannelError as e:
                         log.debug("forwarding %s to controller %d failed: %s", type(req).__name__, leader, e)
             if resp is not None and not has_error(resp, NOT_CONTROLLER):
@@ -112,6 +117,30 @@ class ControllerRouter:
             if loop.time() >= deadline:
                 return resp if resp is not None else await self._local(local, timed_out(type(req).__name__, timeout_ms))
             await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _unwrap(self, ctx, wrapped, local):
+        """The client's response in an EnvelopeResponse, as Kafka's ForwardingManager reads it:
+        UNSUPPORTED_VERSION closes the client's connection (it reconnects and asks the versions
+        again); another envelope error (the controller refused this broker's Envelope) is
+        UNKNOWN_SERVER_ERROR to the client, not the envelope's own error."""
+        code = int(wrapped.error_code)
+        if code == int(ErrorCode.unsupported_version):
+            raise CloseConnection(f"the controller refused the forwarded {api_name(ctx.header.api_key)} as unsupported")
+        if code or wrapped.response_data is None:
+            log.warning(
+                "forwarded %s failed with %s in the envelope response",
+                api_name(ctx.header.api_key),
+                error_name(code),
+            )
+            return await self._local(local, KafkaError(ErrorCode.unknown_server_error))
+        resp = envelope.inner_response(ctx.header.api_key, ctx.api_version, wrapped.response_data)
+        # the controller's throttle time (controller mutation quota, by the client's principal
+        # and client id): the client's connection is muted for it here, as Kafka's
+        # sendForwardedResponse does
+        throttle = getattr(resp, "throttle_time", None)
+        if throttle is not None:
+            ctx.throttle_ms = max(ctx.throttle_ms, int(throttle.total_seconds() * 1000))
+        return resp
 
     def _reachable(self, leader: int) -> bool:
         """Send to ``leader`` now? Not when it is unknown or this node, and not while the channel

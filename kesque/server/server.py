@@ -42,7 +42,7 @@ from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
 from ..quotas import Quotas
 from ..replication.replica_manager import ReplicaManager
-from ..security.authorizer import StandardAuthorizer
+from ..security.authorizer import AuthorizerNotReady, StandardAuthorizer
 from ..share import enabled as share_groups_enabled
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
@@ -77,6 +77,7 @@ from .drivers.quorum_controller import QuorumController
 from .drivers.replica_fetcher import ReplicaFetcherManager
 from .drivers.share_manager import SharePartitionManager
 from .drivers.timers import LoopScheduler
+from .envelope import EnvelopeApis
 from .forwarding import ControllerRouter
 from .heartbeats import LifecycleDriver
 from .lifecycle import BrokerLifecycle
@@ -996,6 +997,14 @@ class KesqueServer:
         )
         for h in handlers:
             bind(h, cfg, self.apis, self.controller_apis)
+        # Kafka's Envelope: the brokers' forwarded requests, run as their clients' (envelope.py)
+        envelope = EnvelopeApis(
+            tables=(self.controller_apis, self.apis),
+            authorizer=self.authorizer,
+            throttler=throttler,
+            context_cls=RequestContext,
+        )
+        self.controller_apis[ApiKeys.ENVELOPE] = protocol.ApiSpec(ApiKeys.ENVELOPE, 0, 0, envelope.envelope)
 
     def handle_frame(self, conn, frame: memoryview) -> None:
         """Parse one request frame and answer it (now, later, or never for acks=0)."""
@@ -1038,11 +1047,9 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
-        # a controller listener serves the cluster's own nodes (forwarded admin requests were
-        # authorized by the broker the client reached, as Kafka's Envelope carries the client's
-        # principal there): the broker's own principal, which every check lets through
-        authorizer = None if conn.listener in self.controller_listener_names else self.authorizer
-        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, authorizer)
+        # every listener checks its requests with their principal, the controller's too (the
+        # brokers' forwarded requests come in Envelopes with their clients' principals)
+        ctx = RequestContext(header, conn, conn.listener, conn.security_protocol, conn.principal, self.authorizer)
         if self.quotas.request.enabled:
             ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         if REQUEST_LOG.isEnabledFor(logging.DEBUG):
@@ -1050,7 +1057,7 @@ class KesqueServer:
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
-        except (ProtocolError, CloseConnection) as e:
+        except (ProtocolError, CloseConnection, AuthorizerNotReady) as e:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
@@ -1076,7 +1083,7 @@ class KesqueServer:
         header = ctx.header
         try:
             result = await awaitable
-        except (ProtocolError, CloseConnection) as e:
+        except (ProtocolError, CloseConnection, AuthorizerNotReady) as e:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return

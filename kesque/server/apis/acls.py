@@ -1,10 +1,10 @@
 """DescribeAcls, CreateAcls and DeleteAcls, as Kafka's AclApis.
 
 DescribeAcls is answered by the broker from its own authorizer (the ACLs of its image);
-CreateAcls and DeleteAcls need ALTER on the cluster, checked by the broker the client reached
-(kesque has no Envelope: the controller listener trusts the brokers that forward to it), and go
-to the active controller, which validates each creation or filter (kesque.security.acl) and writes
-AccessControlEntryRecord / RemoveAccessControlEntryRecord (``Controller.create_acls``,
+CreateAcls and DeleteAcls go to the active controller (in an Envelope with the client's
+principal, from a broker: kesque/server/envelope.py), which checks ALTER on the cluster,
+validates each creation or filter (kesque.security.acl) and writes AccessControlEntryRecord /
+RemoveAccessControlEntryRecord (``Controller.create_acls``,
 ``delete_acls``). Every broker applies them when it replays the metadata log. A request
 carrying an UNKNOWN (0) code does not parse in Kafka, and closes the connection here too;
 without an authorizer each answers SECURITY_DISABLED.
@@ -131,9 +131,15 @@ class AclApis:
     # ------------------------------------------------------------------ CreateAcls
     def create_acls(self, ctx, req):
         bindings = [_binding(c) for c in req.creations]
-        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-            return self._created(ctx, [_not_authorized()] * len(bindings))
-        return self.controllers.dispatch(ctx, req, lambda: self._create_acls(ctx, bindings))
+        return self.controllers.dispatch(  # checked where the controller is (Kafka's ControllerApis)
+            ctx,
+            req,
+            lambda: (
+                self._create_acls(ctx, bindings)
+                if ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+                else self._created(ctx, [_not_authorized()] * len(bindings))
+            ),
+        )
 
     async def _create_acls(self, ctx, bindings: list[AclBinding]):
         error = self._disabled()
@@ -164,9 +170,15 @@ class AclApis:
     # ------------------------------------------------------------------ DeleteAcls
     def delete_acls(self, ctx, req):
         filters = [_filter(f) for f in req.filters]
-        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-            return self._deleted(ctx, [([], _not_authorized())] * len(filters))
-        return self.controllers.dispatch(ctx, req, lambda: self._delete_acls(ctx, filters))
+        return self.controllers.dispatch(  # checked where the controller is (Kafka's ControllerApis)
+            ctx,
+            req,
+            lambda: (
+                self._delete_acls(ctx, filters)
+                if ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+                else self._deleted(ctx, [([], _not_authorized())] * len(filters))
+            ),
+        )
 
     async def _delete_acls(self, ctx, filters: list[AclBindingFilter]):
         error = self._disabled()

@@ -1,26 +1,27 @@
-"""Authorization helpers the handlers share, and the checks of the requests that go on to the
-active controller.
+"""Authorization helpers the handlers share.
 
 ``refused(ctx, op, type, names)`` is Kafka's ``filterByAuthorized`` turned round: the names of
 those resources the principal may not act on (an empty set without an authorizer, at the cost
 of one attribute test). Each name is asked once.
 
-The requests that go on to the controller:
-
-kesque forwards a client's request to the controller as it came, with no Envelope: the
-controller listener takes requests as the cluster's own. So what Kafka's ControllerApis
-checks with the client's principal is checked here, on the broker the client reached (its
-StandardAuthorizer holds the same ACLs, from the same metadata log): the items a client may
-not touch are answered here, the others are forwarded, and the answers are merged in the
-request's order.
+The requests that go on to the active controller are checked there, as Kafka's ControllerApis
+checks them: the broker the client reached sends them on in an Envelope with the client's
+principal (kesque/server/envelope.py) and checks nothing itself; the controller (or this node,
+when its controller is the active one) answers the items the principal may not touch and runs
+the others (:func:`dispatch_allowed`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import inspect
+import types
+import typing
 
 from ...errors import ErrorCode
 from ...metadata.image import RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_TOPIC
+from ...protocol.api import response_class
 from ...security.acl import AclOperation, ResourceType
 from ..context import CLUSTER_NAME
 
@@ -32,17 +33,24 @@ def refused(ctx, operation: AclOperation, resource_type: ResourceType, names) ->
     return {n for n in set(names) if not ctx.authorize(operation, resource_type, n)}
 
 
-def dispatch_allowed(controllers, ctx, req, items_field: str, results_field: str, denied: dict, local):
-    """Answer ``req`` where the active controller is, without the items at the indexes of
-    ``denied`` (index -> the result object answered for it); ``local(req)`` is the handler's own
-    path for the request it is given."""
+def dispatch_allowed(controllers, ctx, req, items_field: str, results_field: str, check, local):
+    """Answer ``req`` where the active controller is. There ``check()`` gives the items the
+    principal may not touch (index -> the result object answered for it), and ``local(sub)``, the
+    handler's own path, runs the request without them; the answers are merged in the request's
+    order."""
+    return controllers.dispatch(ctx, req, lambda: answer_allowed(req, items_field, results_field, check(), local))
+
+
+def answer_allowed(req, items_field: str, results_field: str, denied: dict, local):
     if not denied:
-        return controllers.dispatch(ctx, req, lambda: local(req))
+        return local(req)
     items = getattr(req, items_field)
     sub = dataclasses.replace(req, **{items_field: tuple(x for i, x in enumerate(items) if i not in denied)})
 
     async def merged():
-        resp = await controllers.dispatch(ctx, sub, lambda: local(sub))
+        resp = local(sub)
+        if inspect.isawaitable(resp):
+            resp = await resp
         done = iter(getattr(resp, results_field))
         return dataclasses.replace(
             resp, **{results_field: tuple(denied[i] if i in denied else next(done) for i in range(len(items)))}
@@ -64,3 +72,45 @@ def config_resource_error(ctx, resource_type: int, name: str, operation: AclOper
         if not ctx.authorize(operation, ResourceType.GROUP, name):
             return ErrorCode.group_authorization_failed
     return None
+
+
+def cluster_action_refused(ctx):
+    """Kafka's ``authorizeClusterOperation(request, CLUSTER_ACTION)`` on the controller's RPCs
+    (raft, broker registration and heartbeats, AlterPartition, producer id blocks, directory
+    assignments): None when the principal may, else the request's error response, the error at
+    its top level and every other field its default."""
+    if ctx.authorizer is None or ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return None
+    return top_level_error(ctx.header.api_key, ctx.api_version, ErrorCode.cluster_authorization_failed)
+
+
+def top_level_error(api_key: int, version: int, code: ErrorCode):
+    """A response with ``code`` in its top-level error_code and the defaults elsewhere (empty
+    arrays, zero numbers, null strings), as Kafka's ``getErrorResponse`` of such a request."""
+    cls = response_class(api_key, version)
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        values[f.name] = code if f.name == "error_code" else _zero(hints[f.name])
+    return cls(**values)
+
+
+def _zero(t):
+    args = typing.get_args(t)
+    if isinstance(t, types.UnionType) and type(None) in args:
+        return None
+    if typing.get_origin(t) is tuple:
+        return ()
+    while hasattr(t, "__supertype__"):  # NewType
+        t = t.__supertype__
+    if isinstance(t, type) and issubclass(t, datetime.timedelta):
+        return t.parse(datetime.timedelta(0)) if hasattr(t, "parse") else datetime.timedelta(0)
+    if t is bool:
+        return False
+    if t is str:
+        return ""
+    if t is bytes:
+        return b""
+    return t(0)

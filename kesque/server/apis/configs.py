@@ -212,6 +212,18 @@ class ConfigApis:
         return m(throttle_time=0, results=tuple(results))
 
     def _alter(self, ctx, req, api_key: int, incremental: bool):
+        return dispatch_allowed(
+            self.controllers,
+            ctx,
+            req,
+            "resources",
+            "responses",
+            lambda: self._alter_refused(ctx, req, api_key),
+            lambda sub: self._alter_here(ctx, sub, api_key, incremental),
+        )
+
+    @staticmethod
+    def _alter_refused(ctx, req, api_key: int) -> dict:
         denied = {}
         if ctx.authorizer is not None:  # ALTER_CONFIGS on each resource (see authz.py)
             m = Msg(api_key, ctx.api_version)
@@ -225,15 +237,7 @@ class ConfigApis:
                         resource_type=r.resource_type,
                         resource_name=r.resource_name,
                     )
-        return dispatch_allowed(
-            self.controllers,
-            ctx,
-            req,
-            "resources",
-            "responses",
-            denied,
-            lambda sub: self._alter_here(ctx, sub, api_key, incremental),
-        )
+        return denied
 
     async def _alter_here(self, ctx, req, api_key: int, incremental: bool):
         m = Msg(api_key, ctx.api_version)

@@ -328,6 +328,19 @@ class CoreApis:
         # KIP-919: a controller listener answers with the controllers (endpoint type 2) and
         # names the active one; a broker listener with the brokers (type 1)
         on_controller = ctx.listener in self.controller_listener_names
+        if on_controller and not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+            # ControllerApis: ALTER on the cluster on a controller, first (Kafka's message names
+            # its request object; kesque's names the API)
+            return m(
+                throttle_time=0,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message="Request DescribeCluster is not authorized.",
+                endpoint_type=1,
+                cluster_id="",
+                controller_id=-1,
+                brokers=(),
+                cluster_authorized_operations=OMITTED_OPS,
+            )
         expected, role = (2, "controller") if on_controller else (1, "broker")
         if endpoint_type != expected:
             return m(

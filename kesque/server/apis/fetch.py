@@ -30,6 +30,7 @@ from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..context import CLUSTER_NAME, NO_RESPONSE, AclOperation, ResourceType
 from ..drivers.delayed import wait_for_bytes
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
+from .authz import cluster_action_refused
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ class FetchApis:
             and ctx.listener in self.controller_listener_names
             and _is_metadata_fetch(req)
         ):
-            return self._raft_fetch(ctx, req)
+            refusal = cluster_action_refused(ctx)  # ControllerApis.handleFetch
+            return self._raft_fetch(ctx, req) if refusal is None else refusal
         if replica_id >= 0:
             if ctx.authorizer is not None and not ctx.authorize(
                 AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME

@@ -19,6 +19,7 @@ from ...protocol.messages import Msg
 from ...raft import wire
 from ..context import CLUSTER_NAME, NO_RESPONSE, AclOperation, ResourceType
 from ..drivers import alter_partition
+from .authz import cluster_action_refused
 
 
 class QuorumApis:
@@ -53,6 +54,9 @@ class QuorumApis:
         self.controllers = controllers
 
     async def raft_rpc(self, ctx, req):
+        refusal = cluster_action_refused(ctx)  # ControllerApis': the controllers' own RPCs
+        if refusal is not None:
+            return refusal
         raft = self.raft
         if raft is None:
             return NO_RESPONSE
@@ -61,20 +65,24 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ DescribeQuorum
     def describe_quorum(self, ctx, req):
-        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):  # ControllerApis'
+        # checked where the controller is (Kafka's ControllerApis)
+        return self.controllers.dispatch(ctx, req, lambda: self._describe_local(ctx, req))
+
+    def _describe_local(self, ctx, req):
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
             m = Msg(ApiKeys.DESCRIBE_QUORUM, ctx.api_version)
             return m(error_code=ErrorCode.cluster_authorization_failed, error_message=None, topics=(), nodes=())
         if not wire.is_metadata_partition(req):
             m = Msg(ApiKeys.DESCRIBE_QUORUM, ctx.api_version)
             return m(error_code=ErrorCode.unknown_topic_or_partition, error_message=None, topics=(), nodes=())
-        return self.controllers.dispatch(ctx, req, lambda: self._describe_local(ctx))
-
-    def _describe_local(self, ctx):
         raft = self.raft
         return wire.describe_quorum_response(raft.describe_quorum(), ctx.api_version)
 
     # ------------------------------------------------------------------ BrokerRegistration
     def broker_registration(self, ctx, req):
+        refusal = cluster_action_refused(ctx)  # ControllerApis': the brokers' own RPC
+        if refusal is not None:
+            return refusal
         return self.controllers.dispatch(ctx, req, lambda: self._register(ctx, req))
 
     async def _register(self, ctx, req):
@@ -87,6 +95,9 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ BrokerHeartbeat
     def broker_heartbeat(self, ctx, req):
+        refusal = cluster_action_refused(ctx)  # ControllerApis': the brokers' own RPC
+        if refusal is not None:
+            return refusal
         return self.controllers.dispatch(ctx, req, lambda: self._heartbeat(ctx, req))
 
     async def _heartbeat(self, ctx, req):
@@ -98,6 +109,9 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ AssignReplicasToDirs
     def assign_replicas_to_dirs(self, ctx, req):
+        refusal = cluster_action_refused(ctx)  # ControllerApis': the brokers' own RPC
+        if refusal is not None:
+            return refusal
         return self.controllers.dispatch(ctx, req, lambda: self._assign(ctx, req))
 
     async def _assign(self, ctx, req):
@@ -112,13 +126,13 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ UnregisterBroker
     def unregister_broker(self, ctx, req):
-        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):  # ControllerApis'
-            m = Msg(ApiKeys.UNREGISTER_BROKER, ctx.api_version)
-            return m(throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, error_message=None)
+        # checked where the controller is (Kafka's ControllerApis)
         return self.controllers.dispatch(ctx, req, lambda: self._unregister(ctx, req))
 
     async def _unregister(self, ctx, req):
         m = Msg(ApiKeys.UNREGISTER_BROKER, ctx.api_version)
+        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+            return m(throttle_time=0, error_code=ErrorCode.cluster_authorization_failed, error_message=None)
         try:
             await self.controllers.lifecycle_call("unregister", req.broker_id)
         except KafkaError as e:
@@ -127,6 +141,9 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ AllocateProducerIds
     def allocate_producer_ids(self, ctx, req):
+        refusal = cluster_action_refused(ctx)  # ControllerApis': the brokers' own RPC
+        if refusal is not None:
+            return refusal
         return self.controllers.dispatch(ctx, req, lambda: self._allocate(ctx, req))
 
     async def _allocate(self, ctx, req):
@@ -139,6 +156,9 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ AlterPartition
     def alter_partition(self, ctx, req):
+        refusal = cluster_action_refused(ctx)  # ControllerApis': the brokers' own RPC
+        if refusal is not None:
+            return refusal
         return self.controllers.dispatch(ctx, req, lambda: self._alter_partition(ctx, req))
 
     async def _alter_partition(self, ctx, req):
@@ -151,9 +171,17 @@ class QuorumApis:
 
     # ------------------------------------------------------------------ ElectLeaders
     def elect_leaders(self, ctx, req):
-        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):  # ControllerApis'
-            return self._elect_leaders(ctx, req, KafkaError(ErrorCode.cluster_authorization_failed))
-        return self.controllers.dispatch(ctx, req, lambda: self._elect_leaders(ctx, req))
+        return self.controllers.dispatch(  # checked where the controller is (Kafka's ControllerApis)
+            ctx,
+            req,
+            lambda: self._elect_leaders(
+                ctx,
+                req,
+                None
+                if ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+                else KafkaError(ErrorCode.cluster_authorization_failed),
+            ),
+        )
 
     async def _elect_leaders(self, ctx, req, refusal: KafkaError | None = None):
         m = Msg(ApiKeys.ELECT_LEADERS, ctx.api_version)

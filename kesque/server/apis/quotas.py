@@ -103,6 +103,10 @@ class QuotaApis:
         return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
 
     def alter_client_quotas(self, ctx, req):
+        # checked where the controller is (Kafka's ControllerApis)
+        return self.controllers.dispatch(ctx, req, lambda: self._checked_alter(ctx, req))
+
+    def _checked_alter(self, ctx, req):
         if not ctx.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
             m = Msg(ApiKeys.ALTER_CLIENT_QUOTAS, ctx.api_version)
             return m(
@@ -119,7 +123,7 @@ class QuotaApis:
                     for x in req.entries
                 ),
             )
-        return self.controllers.dispatch(ctx, req, lambda: self._alter_client_quotas(ctx, req))
+        return self._alter_client_quotas(ctx, req)
 
     async def _alter_client_quotas(self, ctx, req):
         m = Msg(ApiKeys.ALTER_CLIENT_QUOTAS, ctx.api_version)

@@ -27,9 +27,15 @@ class ReassignmentApis:
 
     # ------------------------------------------------------------------ AlterPartitionReassignments
     def alter_partition_reassignments(self, ctx, req):
-        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-            return self._alter_refused(ctx, req)
-        return self.controllers.dispatch(ctx, req, lambda: self._alter(ctx, req))
+        return self.controllers.dispatch(  # checked where the controller is (Kafka's ControllerApis)
+            ctx,
+            req,
+            lambda: (
+                self._alter(ctx, req)
+                if ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+                else self._alter_refused(ctx, req)
+            ),
+        )
 
     @staticmethod
     def _alter_refused(ctx, req):
@@ -111,6 +117,10 @@ class ReassignmentApis:
 
     # ------------------------------------------------------------------ ListPartitionReassignments
     def list_partition_reassignments(self, ctx, req):
+        # checked where the controller is (Kafka's ControllerApis)
+        return self.controllers.dispatch(ctx, req, lambda: self._checked_list(ctx, req))
+
+    def _checked_list(self, ctx, req):
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
             m = Msg(ApiKeys.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
             return m(
@@ -119,7 +129,7 @@ class ReassignmentApis:
                 error_message="Cluster authorization failed.",
                 topics=(),
             )
-        return self.controllers.dispatch(ctx, req, lambda: self._list(ctx, req))
+        return self._list(ctx, req)
 
     async def _list(self, ctx, req):
         m = Msg(ApiKeys.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)

@@ -82,9 +82,15 @@ class ScramApis:
         return m(throttle_time=0, error_code=ErrorCode.none, error_message=None, results=tuple(results))
 
     def alter_user_scram_credentials(self, ctx, req):
-        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-            return self._all_failed(ctx, req, KafkaError(ErrorCode.cluster_authorization_failed))
-        return self.controllers.dispatch(ctx, req, lambda: self._alter(ctx, req))
+        return self.controllers.dispatch(  # checked where the controller is (Kafka's ControllerApis)
+            ctx,
+            req,
+            lambda: (
+                self._alter(ctx, req)
+                if ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+                else self._all_failed(ctx, req, KafkaError(ErrorCode.cluster_authorization_failed))
+            ),
+        )
 
     def _all_failed(self, ctx, req, error: KafkaError):
         """Kafka's AlterUserScramCredentialsRequest.getErrorResponse: each user named, once."""

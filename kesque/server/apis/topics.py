@@ -51,6 +51,18 @@ class TopicApis:
 
     # ------------------------------------------------------------------ CreateTopics
     def create_topics(self, ctx, req):
+        return dispatch_allowed(
+            self.controllers,
+            ctx,
+            req,
+            "topics",
+            "topics",
+            lambda: self._create_refused(ctx, req),
+            lambda r: self._create_topics(ctx, r),
+        )
+
+    @staticmethod
+    def _create_refused(ctx, req) -> dict:
         denied = {}
         if ctx.authorizer is not None:  # as Kafka: CREATE on the cluster, or else on each topic
             m = Msg(ApiKeys.CREATE_TOPICS, ctx.api_version)
@@ -59,9 +71,7 @@ class TopicApis:
                 for i, t in enumerate(req.topics)
                 if not _may_create(ctx, t.name)
             }
-        return dispatch_allowed(
-            self.controllers, ctx, req, "topics", "topics", denied, lambda r: self._create_topics(ctx, r)
-        )
+        return denied
 
     async def _create_topics(self, ctx, req):
         v = ctx.api_version
@@ -125,6 +135,17 @@ class TopicApis:
     # ------------------------------------------------------------------ DeleteTopics
     def delete_topics(self, ctx, req):
         field = "topics" if ctx.api_version >= 6 else "topic_names"
+        return dispatch_allowed(
+            self.controllers,
+            ctx,
+            req,
+            field,
+            "responses",
+            lambda: self._delete_refused(ctx, req, field),
+            lambda r: self._delete_topics(ctx, r),
+        )
+
+    def _delete_refused(self, ctx, req, field: str) -> dict:
         denied = {}
         if ctx.authorizer is not None and not ctx.authorize(AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME):
             m = Msg(ApiKeys.DELETE_TOPICS, ctx.api_version)
@@ -147,9 +168,7 @@ class TopicApis:
                     error_code=ErrorCode.topic_authorization_failed,
                     error_message="Topic authorization failed.",
                 )
-        return dispatch_allowed(
-            self.controllers, ctx, req, field, "responses", denied, lambda r: self._delete_topics(ctx, r)
-        )
+        return denied
 
     async def _delete_topics(self, ctx, req):
         v = ctx.api_version
@@ -181,6 +200,18 @@ class TopicApis:
 
     # ------------------------------------------------------------------ CreatePartitions
     def create_partitions(self, ctx, req):
+        return dispatch_allowed(
+            self.controllers,
+            ctx,
+            req,
+            "topics",
+            "results",
+            lambda: self._partitions_refused(ctx, req),
+            lambda r: self._create_partitions(ctx, r),
+        )
+
+    @staticmethod
+    def _partitions_refused(ctx, req) -> dict:
         denied = {}
         if ctx.authorizer is not None:  # ALTER on each topic, as Kafka's ControllerApis
             m = Msg(ApiKeys.CREATE_PARTITIONS, ctx.api_version)
@@ -194,9 +225,7 @@ class TopicApis:
                 for i, t in enumerate(req.topics)
                 if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name)
             }
-        return dispatch_allowed(
-            self.controllers, ctx, req, "topics", "results", denied, lambda r: self._create_partitions(ctx, r)
-        )
+        return denied
 
     async def _create_partitions(self, ctx, req):
         m = Msg(ApiKeys.CREATE_PARTITIONS, ctx.api_version)
