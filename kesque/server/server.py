@@ -1061,23 +1061,14 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
-        if result is NO_RESPONSE:
-            conn.drop_slot(slot)
-        elif inspect.isawaitable(result):
+        if result is not NO_RESPONSE and inspect.isawaitable(result):
             if ctx.start_ns:  # a delayed answer's request time: the handler's steps, not its waits
                 ctx.busy_ns = time.perf_counter_ns() - ctx.step_ns
                 ctx.step_ns = 0
                 result = _timed(result, ctx)
             self.spawn(self._complete_later(conn, slot, ctx, result))
             return
-        else:
-            if ctx.throttle_ms or (ctx.start_ns and not ctx.recorded):
-                result = self.throttler.throttled(ctx, result)
-            conn.complete(slot, self._frame(header, result))
-        if ctx.throttle_ms:
-            self._mute(conn, ctx)
-        if ctx.log_ns:
-            request_log.completed(ctx, conn, ctx.log_ns)
+        self._answer(conn, slot, ctx, result)
 
     async def _complete_later(self, conn, slot, ctx, awaitable) -> None:
         header = ctx.header
@@ -1093,12 +1084,17 @@ class KesqueServer:
             log.exception("%s: error completing %s", conn.id, protocol.api_name(header.api_key))
             conn.close()
             return
+        self._answer(conn, slot, ctx, result)
+
+    def _answer(self, conn, slot, ctx, result) -> None:
+        """A handler's result to its slot (none for acks=0), throttled as its quotas say, then
+        the client muted for the throttle time and the request logged."""
         if result is NO_RESPONSE:
             conn.drop_slot(slot)
         else:
             if ctx.throttle_ms or (ctx.start_ns and not ctx.recorded):
                 result = self.throttler.throttled(ctx, result)
-            conn.complete(slot, self._frame(header, result))
+            conn.complete(slot, self._frame(ctx.header, result))
         if ctx.throttle_ms:
             self._mute(conn, ctx)
         if ctx.log_ns:
