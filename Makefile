@@ -98,7 +98,7 @@ format: $(TSTAMP)
 # files are combined and reported per package at the end, and a total under the floor fails.
 TEST_WORKERS ?= 2
 COVERAGE ?= 1
-PYTEST_ARGS = -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+PYTEST_ARGS = -q --durations=30 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: lint kcat oracle-kafka
 ifeq ($(COVERAGE),0)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
