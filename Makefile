@@ -93,12 +93,13 @@ format: $(TSTAMP)
 	$(BIN)/ruff format .
 
 # two workers, each taking whole files (module fixtures stay shared): 12 minutes instead of 22
-# on two cores; TEST_WORKERS=0 runs in one process. Under coverage (COVERAGE=0: without), the
+# on two cores; the longest files go first (tests/conftest.py HEAVY_FIRST, so no worker is left
+# alone with a long file at the end); TEST_WORKERS=0 runs in one process. Under coverage (COVERAGE=0: without), the
 # brokers and tools the tests start included ([tool.coverage.*] in pyproject.toml); the data
 # files are combined and reported per package at the end, and a total under the floor fails.
 TEST_WORKERS ?= 2
 COVERAGE ?= 1
-PYTEST_ARGS = -q --durations=30 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+PYTEST_ARGS = -q --durations=30 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: lint kcat oracle-kafka
 ifeq ($(COVERAGE),0)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
