@@ -248,6 +248,23 @@ def test_plaintext_client_on_an_ssl_listener_is_closed(pki, broker):
     _still_serves(pki, broker)
 
 
+def test_a_clients_close_notify_closes_its_connection_at_once(pki, broker):
+    # not after connections.max.idle.ms (2 s here): asyncio's SSL shutdown, as aiokafka's stop,
+    # waits up to 30 s for the broker's close_notify (CPython's SSLObject.read answers the
+    # client's with 0 bytes, not SSLZeroReturnError)
+    context = ssl.create_default_context(cafile=pki["ca"])
+    with context.wrap_socket(
+        socket.create_connection(("127.0.0.1", broker.ssl_port)), server_hostname="localhost"
+    ) as s:
+        s.settimeout(5)
+        header = struct.pack(">hhih", 18, 0, 1, 3) + b"abc"  # ApiVersions v0
+        s.sendall(struct.pack(">i", len(header)) + header)
+        assert _recv_frame(s)[:4] == struct.pack(">i", 1)  # answered: the handshake is behind us
+        t0 = time.monotonic()
+        s.unwrap()  # our close_notify, then the broker's
+        assert time.monotonic() - t0 < 1
+
+
 def test_ssl_client_on_a_plaintext_listener_is_closed(pki, broker):
     context = ssl.create_default_context(cafile=pki["ca"])
     with socket.create_connection(("127.0.0.1", broker.plain_port)) as raw:
