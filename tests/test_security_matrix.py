@@ -73,10 +73,11 @@ MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 STACKS = ["confluent", "kafka-python", "aiokafka", "java"]
 LISTENERS = ["SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL"]  # MTLS: an SSL listener with ssl.client.auth=required
 PROTOCOL_MAP = "SSL:SSL,MTLS:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+END_OFFSET = RECORDS + 2 * TXN + 2  # the two transaction markers
 EXPECTED = (
     f"produced {RECORDS}, group consumed {RECORDS}, committed {RECORDS}, read_committed "
     + ",".join([f"v{i}" for i in range(RECORDS)] + [f"c{i}" for i in range(TXN)])
-    + f", end offset {RECORDS + 2 * TXN + 2}"  # the two transaction markers
+    + f", end offset {END_OFFSET}"
 )
 
 
@@ -221,7 +222,9 @@ def broker(pki, tmp_path_factory):
     b = Broker(data_dir=str(data), port=ports["PLAINTEXT"], config=config).start()
     admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
     upsert_scram_users(admin)
-    yield Target({k: f"127.0.0.1:{v}" for k, v in ports.items()}, pki, admin, 1)
+    target = Target({k: f"127.0.0.1:{v}" for k, v in ports.items()}, pki, admin, 1)
+    yield target
+    target.admin = admin = None  # librdkafka's handle goes with its last reference: no reconnecting to a stopped broker
     b.stop()
     b.close()
 
@@ -293,6 +296,17 @@ def python_settings(target: Target, sec: Security, aio: bool) -> dict:
     return s
 
 
+def eventually_end(end_offset) -> int:
+    """The partition's end offset once past both transaction markers: a coordinator writes them
+    after it answered EndTxn (Kafka's too), so a read_committed end offset (the last stable
+    offset) can stop at the aborted transaction's first record for a moment."""
+    end, deadline = end_offset(), time.monotonic() + 30
+    while end < END_OFFSET and time.monotonic() < deadline:
+        time.sleep(0.05)
+        end = end_offset()
+    return end
+
+
 def outcome(consumed: int, committed: int, values: list[str], end: int) -> str:
     return (
         f"produced {RECORDS}, group consumed {consumed}, committed {committed}, "
@@ -330,7 +344,7 @@ def run_confluent(target: Target, sec: Security, topic: str) -> str:
             assert t.flush(30) == 0
             t.abort_transaction(30)
     rc = Consumer({**conf, "group.id": f"{topic}-rc", "isolation.level": "read_committed", "enable.auto.commit": False})
-    end = rc.get_watermark_offsets(tp, 30, cached=False)[1]
+    end = eventually_end(lambda: rc.get_watermark_offsets(tp, 30, cached=False)[1])
     rc.assign([TopicPartition(topic, 0, 0)])
     values, deadline = [], time.monotonic() + 30
     while rc.position([tp])[0].offset < end and time.monotonic() < deadline:
@@ -378,7 +392,7 @@ def run_kafka_python(target: Target, sec: Security, topic: str) -> str:
             t.abort_transaction()
     t.close()
     rc = KafkaConsumer(isolation_level="read_committed", enable_auto_commit=False, **s)
-    end = rc.end_offsets([tp])[tp]
+    end = eventually_end(lambda: rc.end_offsets([tp])[tp])
     rc.assign([tp])
     rc.seek_to_beginning(tp)
     values, deadline = [], time.monotonic() + 30
@@ -436,6 +450,10 @@ def run_aiokafka(target: Target, sec: Security, topic: str) -> str:
         await rc.start()
         try:
             end = (await rc.end_offsets([tp]))[tp]
+            deadline = time.monotonic() + 30
+            while end < END_OFFSET and time.monotonic() < deadline:  # as eventually_end
+                await asyncio.sleep(0.05)
+                end = (await rc.end_offsets([tp]))[tp]
             rc.assign([tp])
             await rc.seek_to_beginning(tp)
             values, deadline = [], time.monotonic() + 30
@@ -618,7 +636,9 @@ def cluster(pki, tmp_path_factory):
         bootstrap = {
             listener: ",".join(f"127.0.0.1:{ports[node_id][listener]}" for node_id in c.nodes) for listener in LISTENERS
         }
-        yield Target(bootstrap, pki, admin, 3, ready)
+        target = Target(bootstrap, pki, admin, 3, ready)
+        yield target
+        target.admin = admin = None
     finally:
         for node in c.nodes.values():  # killed: the last voter's controlled shutdown would wait
             if node.process is not None:

@@ -468,7 +468,8 @@ public final class Clients {
      * matrix.group, matrix.transactional.id, matrix.records, matrix.transaction.records), on the
      * topic's partition 0: RECORDS records by an acks=all producer, read by a consumer of the group
      * that commits what it read, then a committed and an aborted transaction of TXN records each,
-     * and what a read_committed consumer reads from the beginning to the end offset. The files run
+     * and what a read_committed consumer reads from the beginning to the end offset (once past both
+     * transaction markers). The files run
      * at once, a thread each (the clients mostly wait on the broker); one line a file, in the
      * files' order; a failure is that file's line (its exception).
      */
@@ -570,10 +571,16 @@ public final class Clients {
         long end;
         var readCommitted = Map.of("isolation.level", "read_committed");
         try (var c = new KafkaConsumer<byte[], byte[]>(matrixClient(security, readCommitted, false))) {
+            // the transaction markers are written after EndTxn is answered (as in Kafka): wait for
+            // the last one, the end offset (the last stable offset) past it
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
             end = c.endOffsets(List.of(tp)).get(tp);
+            while (end < n + 2 * txn + 2 && System.currentTimeMillis() < deadline) {
+                Thread.sleep(50);
+                end = c.endOffsets(List.of(tp)).get(tp);
+            }
             c.assign(List.of(tp));
             c.seekToBeginning(List.of(tp));
-            long deadline = System.currentTimeMillis() + DEADLINE_MS;
             while (c.position(tp) < end && System.currentTimeMillis() < deadline) {
                 c.poll(POLL).forEach(r -> values.add(new String(r.value())));
             }
