@@ -647,7 +647,9 @@ def cluster(pki, tmp_path_factory):
 
 
 def full_isr(target: Target, topic: str) -> list[int]:
-    """The topic's ISR once the followers (fetching as User:broker over SASL_SSL) caught up."""
+    """The topic's ISR once the followers caught up. A follower's Fetch needs CLUSTER_ACTION, which
+    no ACL grants: a full ISR shows the nodes log in to each other as User:broker, the super user
+    (over the SASL_SSL inter-broker listener), not as ANONYMOUS."""
     deadline = time.monotonic() + 15
     while True:
         isr = sorted(target.admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs)
