@@ -1,9 +1,10 @@
 """Kafka 4.4's own clients and tools against a kesque broker over SASL_PLAINTEXT (issue 27).
 
-Kafka's Java producer, consumer group and transactional producer log in with each of PLAIN,
-SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER (Kafka's unsecured token), and a wrong password
-fails with Kafka's exception and message, all in one JVM (the ``sasl`` scenario of oracle/java's
-Clients). Kafka's kafka-configs.sh adds, describes and deletes SCRAM users on kesque with the
+Kafka's Java AdminClient logs in with each of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and
+OAUTHBEARER (Kafka's unsecured token), and a wrong password fails with Kafka's exception and
+message, all in one JVM (the ``sasl`` scenario of oracle/java's Clients); its producers, groups
+and transactions with each mechanism, over SASL_PLAINTEXT and SASL_SSL, are
+tests/test_security_matrix.py's. Kafka's kafka-configs.sh adds, describes and deletes SCRAM users on kesque with the
 answers of ``kesque configs``, and a user it made logs in. Marked ``oracle``: it needs the Kafka jars
 (``make kafka``), not a Kafka broker.
 """
@@ -79,7 +80,7 @@ def kesque_configs(broker, *args) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
-def test_java_producer_group_and_transactions_with_each_mechanism(broker):
+def test_java_logs_in_with_each_mechanism_and_not_with_a_wrong_password(broker):
     argv = [
         "java",
         "-Xmx256m",
@@ -98,12 +99,7 @@ def test_java_producer_group_and_transactions_with_each_mechanism(broker):
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr[-3000:]}"
     expected = []
     for mech in MECHANISMS:
-        expected += [
-            f"sasl {mech}",
-            "group consumer: members 2, partitions per member [2, 2], consumed 400, committed 400",
-            "read_committed: 20 records, 0 aborted, end offset 33, position 33",
-            "read_uncommitted: 30 records, 10 aborted, end offset 33, position 33",
-        ]
+        expected += [f"sasl {mech}", "logged in: nodes 1"]
         if mech != "OAUTHBEARER":  # Kafka 4.4's messages (tests/test_oracle_sasl.py compares them on the wire)
             expected.append(f"wrong password: SaslAuthenticationException: {WRONG_PASSWORD[mech]}")
     assert r.stdout.splitlines() == expected, r.stderr[-3000:]

@@ -720,6 +720,13 @@ class TlsConnection(Connection):
                     self.close()
                     return
                 if not n:
+                    # CPython's SSLObject.read answers a close_notify with 0 bytes (not
+                    # SSLZeroReturnError, once only the peer has shut down): the client closed, as
+                    # Kafka's SslTransportLayer reads -1. Kept open, a client waiting for our
+                    # close_notify (asyncio's SSL shutdown, aiokafka's stop) waited 30 s.
+                    if len(target):
+                        self.close()
+                        return
                     break
                 if self._big is not None:
                     self._big_pos += n

@@ -1,5 +1,7 @@
 package io.kesque.oracle;
 
+import java.io.FileReader;
+import java.io.Reader;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -13,6 +15,8 @@ import java.util.TreeSet;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.zip.CRC32;
@@ -28,6 +32,7 @@ import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
@@ -43,7 +48,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *
  * <pre>java -cp ... io.kesque.oracle.Clients SCENARIO BOOTSTRAP [ARGS]</pre>
  * scenarios: codecs N | idempotent | transactions | group classic|consumer | admin | share N |
- * sasl USER PASSWORD MECHANISM... (SASL_PLAINTEXT)
+ * sasl USER PASSWORD MECHANISM... (SASL_PLAINTEXT) | matrix - FILE... (one client configuration a file)
  */
 public final class Clients {
     private static final Duration POLL = Duration.ofMillis(200);
@@ -59,6 +64,7 @@ public final class Clients {
             case "admin" -> admin(bootstrap);
             case "share" -> share(bootstrap, Integer.parseInt(args[2]));
             case "sasl" -> sasl(bootstrap, args[2], args[3], List.of(args).subList(4, args.length));
+            case "matrix" -> matrix(List.of(args).subList(2, args.length));
             default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
         }
     }
@@ -419,10 +425,11 @@ public final class Clients {
     }
 
     /**
-     * The group and transactions scenarios again, every client (admin, producers, consumers) over
-     * SASL_PLAINTEXT with each mechanism in turn, all in this one JVM: PLAIN and SCRAM log in as USER
-     * with PASSWORD, OAUTHBEARER with Kafka's unsecured token whose subject is USER. PLAIN and SCRAM
-     * then try a wrong password: the exception and message the client gets.
+     * An AdminClient over SASL_PLAINTEXT with each mechanism in turn, all in this one JVM: PLAIN and
+     * SCRAM log in as USER with PASSWORD, OAUTHBEARER with Kafka's unsecured token whose subject is
+     * USER (the nodes it sees). PLAIN and SCRAM then try a wrong password: the exception and message
+     * the client gets. (Producers, groups and transactions with each mechanism are the matrix
+     * scenario's.)
      */
     static void sasl(String bootstrap, String user, String password, List<String> mechanisms) throws Exception {
         for (String mechanism : mechanisms) {
@@ -439,8 +446,9 @@ public final class Clients {
             SECURITY.putAll(Map.of("security.protocol", "SASL_PLAINTEXT", "sasl.mechanism", mechanism,
                                    "sasl.jaas.config", module));
             System.out.println("sasl " + mechanism);
-            group(bootstrap, "consumer");
-            transactions(bootstrap);
+            try (Admin admin = Admin.create(common(bootstrap))) {
+                System.out.println("logged in: nodes " + admin.describeCluster().nodes().get().size());
+            }
             if (!mechanism.equals("OAUTHBEARER")) {
                 String wrong = module.replace("password=\"" + password + "\"", "password=\"wrong\"");
                 SECURITY.put("sasl.jaas.config", wrong);
@@ -454,6 +462,134 @@ public final class Clients {
             }
         }
         SECURITY.clear();
+    }
+
+    /**
+     * tests/test_security_matrix.py: for each file (Java properties: the client settings of one
+     * security configuration, bootstrap.servers included, and matrix.name, matrix.topic,
+     * matrix.group, matrix.transactional.id, matrix.records, matrix.transaction.records), on the
+     * topic's partition 0: RECORDS records by an acks=all producer, read by a consumer of the group
+     * (group.protocol consumer, KIP-848) that commits what it read, then a committed and an aborted
+     * transaction of TXN records each, and what a read_committed consumer reads from the beginning
+     * to the end offset (once past both transaction markers). The files run at once, a thread each
+     * (the clients mostly wait on the broker); one line a file, in the files' order; a failure is
+     * that file's line (its exception).
+     */
+    static void matrix(List<String> files) throws Exception {
+        List<Thread> threads = new ArrayList<>();
+        String[] lines = new String[files.size()];
+        for (int i = 0; i < files.size(); i++) {
+            Properties props = new Properties();
+            try (Reader r = new FileReader(files.get(i))) {
+                props.load(r);
+            }
+            int index = i;
+            Thread th = new Thread(() -> lines[index] = matrixLine(props));
+            th.start();
+            threads.add(th);
+        }
+        for (Thread th : threads) {
+            th.join();
+        }
+        for (String line : lines) {
+            System.out.println(line);
+        }
+    }
+
+    private static String matrixLine(Properties props) {
+        String name = (String) props.remove("matrix.name");
+        try {
+            return name + ": " + matrixRun(props);
+        } catch (Exception e) {
+            Throwable cause = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+            return name + ": failed: " + cause.getClass().getSimpleName() + ": " + cause.getMessage();
+        }
+    }
+
+    private static Properties matrixClient(Properties security, Map<String, String> extra, boolean producer) {
+        Properties p = new Properties();
+        p.putAll(security);
+        if (producer) {
+            p.put("key.serializer", ByteArraySerializer.class.getName());
+            p.put("value.serializer", ByteArraySerializer.class.getName());
+            p.put("acks", "all");
+        } else {
+            p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+            p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+            p.put("enable.auto.commit", "false");
+            p.put("auto.offset.reset", "earliest");
+        }
+        p.putAll(extra);
+        return p;
+    }
+
+    private static String matrixRun(Properties security) throws Exception {
+        String t = (String) security.remove("matrix.topic");
+        String groupId = (String) security.remove("matrix.group");
+        String txnId = (String) security.remove("matrix.transactional.id");
+        int n = Integer.parseInt((String) security.remove("matrix.records"));
+        int txn = Integer.parseInt((String) security.remove("matrix.transaction.records"));
+        TopicPartition tp = new TopicPartition(t, 0);
+        try (var p = new KafkaProducer<byte[], byte[]>(matrixClient(security, Map.of(), true))) {
+            List<Future<?>> sent = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                sent.add(p.send(new ProducerRecord<>(t, 0, null, ("v" + i).getBytes())));
+            }
+            p.flush();
+            for (var f : sent) {
+                f.get(DEADLINE_MS, TimeUnit.MILLISECONDS);
+            }
+        }
+        int consumed = 0;
+        long committed;
+        // KIP-848's protocol (the Python stacks' groups are classic ones)
+        var group = Map.of("group.id", groupId, "group.protocol", "consumer");
+        try (var c = new KafkaConsumer<byte[], byte[]>(matrixClient(security, group, false))) {
+            c.subscribe(List.of(t));
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
+            while (consumed < n && System.currentTimeMillis() < deadline) {
+                consumed += c.poll(POLL).count();
+            }
+            c.commitSync();
+            OffsetAndMetadata o = c.committed(Set.of(tp)).get(tp);
+            committed = o == null ? -1 : o.offset();
+        }
+        var transactional = Map.of("transactional.id", txnId);
+        try (var p = new KafkaProducer<byte[], byte[]>(matrixClient(security, transactional, true))) {
+            p.initTransactions();
+            for (boolean commit : new boolean[] {true, false}) {
+                p.beginTransaction();
+                for (int i = 0; i < txn; i++) {
+                    p.send(new ProducerRecord<>(t, 0, null, ((commit ? "c" : "a") + i).getBytes()));
+                }
+                if (commit) {
+                    p.commitTransaction();
+                } else {
+                    p.flush();
+                    p.abortTransaction();
+                }
+            }
+        }
+        List<String> values = new ArrayList<>();
+        long end;
+        var readCommitted = Map.of("isolation.level", "read_committed");
+        try (var c = new KafkaConsumer<byte[], byte[]>(matrixClient(security, readCommitted, false))) {
+            // the transaction markers are written after EndTxn is answered (as in Kafka): wait for
+            // the last one, the end offset (the last stable offset) past it
+            long deadline = System.currentTimeMillis() + DEADLINE_MS;
+            end = c.endOffsets(List.of(tp)).get(tp);
+            while (end < n + 2 * txn + 2 && System.currentTimeMillis() < deadline) {
+                Thread.sleep(50);
+                end = c.endOffsets(List.of(tp)).get(tp);
+            }
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            while (c.position(tp) < end && System.currentTimeMillis() < deadline) {
+                c.poll(POLL).forEach(r -> values.add(new String(r.value())));
+            }
+        }
+        return String.format("produced %d, group consumed %d, committed %d, read_committed %s, end offset %d",
+                             n, consumed, committed, String.join(",", values), end);
     }
 
     /** Records from..to-1 (value = its number) in batches of 10, each batch flushed. */
