@@ -41,6 +41,7 @@ HEAVY_FIRST = (
     "test_compaction.py",
     "test_oracle_java_sasl.py",
     "test_oracle_java_clients.py",
+    "test_security_matrix.py",
     "test_clients.py",
     "test_elections_cluster.py",
     "test_sim_replication.py",
