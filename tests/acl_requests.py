@@ -9,6 +9,7 @@ unknown member, an unknown producer id)."""
 from __future__ import annotations
 
 import time
+import uuid
 
 from kesque.protocol.api_keys import ApiKeys
 from wire import Msg, WireClient
@@ -430,4 +431,164 @@ def admin_requests(c: WireClient, t: str) -> dict:
         "alter_reassignments": alter_partition_reassignments(c, t),
         "list_reassignments": list_partition_reassignments(c),
         "describe_producers": describe_producers(c, t),
+    }
+
+
+# ---------------------------------------------------------------------------- KIP-848 and share groups
+
+
+def consumer_group_join(c: WireClient, g: str, topic: str) -> None:
+    """A member of ``g`` subscribing to ``topic`` (the admin's), heartbeating until the topic is in
+    its assignment."""
+    m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 1)
+    member, epoch = uuid.uuid4().hex[:22], 0
+    deadline = time.monotonic() + 30
+    while True:
+        r = c.request(
+            ApiKeys.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            m(
+                group_id=g,
+                member_id=member,
+                member_epoch=epoch,
+                instance_id=None,
+                rack_id=None,
+                rebalance_timeout=10000,
+                subscribed_topic_names=(topic,),
+                subscribed_topic_regex=None,
+                server_assignor=None,
+                topic_partitions=() if epoch == 0 else None,
+            ),
+        )
+        assert r.error_code == 0, r
+        if r.assignment is not None and r.assignment.topic_partitions:
+            return
+        assert time.monotonic() < deadline, r
+        epoch = r.member_epoch
+        time.sleep(0.1)
+
+
+def consumer_group_describe(c: WireClient, g: str) -> tuple:
+    """(error, message, the topics its members are assigned)."""
+    m = Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, 1)
+    d = c.request(ApiKeys.CONSUMER_GROUP_DESCRIBE, 1, m(group_ids=(g,), include_authorized_operations=False)).groups[0]
+    topics = sorted({tp.topic_name for x in d.members for tp in x.assignment.topic_partitions})
+    return int(d.error_code), d.error_message, topics
+
+
+def share_group_join(c: WireClient, g: str, topic: str):
+    """A member of share group ``g`` subscribing to ``topic``, heartbeating until assigned: the
+    topic id."""
+    m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)
+    member, epoch = uuid.uuid4().hex[:22], 0
+    deadline = time.monotonic() + 30
+    while True:
+        r = c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            m(group_id=g, member_id=member, member_epoch=epoch, rack_id=None, subscribed_topic_names=(topic,)),
+        )
+        assert r.error_code == 0, r
+        if r.assignment is not None and r.assignment.topic_partitions:
+            return r.assignment.topic_partitions[0].topic_id
+        assert time.monotonic() < deadline, r
+        epoch = r.member_epoch
+        time.sleep(0.1)
+
+
+def share_group_describe(c: WireClient, g: str) -> tuple:
+    m = Msg(ApiKeys.SHARE_GROUP_DESCRIBE, 1)
+    d = c.request(ApiKeys.SHARE_GROUP_DESCRIBE, 1, m(group_ids=(g,), include_authorized_operations=False)).groups[0]
+    topics = sorted({tp.topic_name for x in d.members for tp in x.assignment.topic_partitions})
+    return int(d.error_code), d.error_message, topics
+
+
+def share_group_heartbeat(c: WireClient, g: str, topic: str) -> int:
+    m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)
+    req = m(group_id=g, member_id=uuid.uuid4().hex[:22], member_epoch=0, rack_id=None, subscribed_topic_names=(topic,))
+    return int(c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, req).error_code)
+
+
+def share_fetch(c: WireClient, g: str, member: str, tid, epoch: int = 0) -> tuple:
+    """(top-level error, per partition (error, acknowledge error) but those with neither: Kafka
+    answers a partition without records on a session's first fetch or not, depending on whether
+    its share partition is initialized yet); at epoch 1 it acknowledges offset 0 (accept) too."""
+    m = Msg(ApiKeys.SHARE_FETCH, 1)
+    acks = () if epoch == 0 else (m("AcknowledgementBatch", first_offset=0, last_offset=0, acknowledge_types=(1,)),)
+    part = m("FetchPartition", partition_index=0, acknowledgement_batches=acks)
+    req = m(
+        group_id=g,
+        member_id=member,
+        share_session_epoch=epoch,
+        max_wait=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=10,
+        batch_size=10,
+        topics=(m("FetchTopic", topic_id=tid, partitions=(part,)),),
+        forgotten_topics_data=(),
+    )
+    r = c.request(ApiKeys.SHARE_FETCH, 1, req)
+    parts = [(int(p.error_code), int(p.acknowledge_error_code)) for t in r.responses for p in t.partitions]
+    return int(r.error_code), [x for x in parts if x != (0, 0)]
+
+
+def share_acknowledge(c: WireClient, g: str, member: str, tid, epoch: int) -> tuple:
+    m = Msg(ApiKeys.SHARE_ACKNOWLEDGE, 1)
+    batch = m("AcknowledgementBatch", first_offset=0, last_offset=0, acknowledge_types=(1,))
+    part = m("AcknowledgePartition", partition_index=0, acknowledgement_batches=(batch,))
+    req = m(
+        group_id=g,
+        member_id=member,
+        share_session_epoch=epoch,
+        topics=(m("AcknowledgeTopic", topic_id=tid, partitions=(part,)),),
+    )
+    r = c.request(ApiKeys.SHARE_ACKNOWLEDGE, 1, req)
+    return int(r.error_code), [int(p.error_code) for t in r.responses for p in t.partitions]
+
+
+def describe_share_group_offsets(c: WireClient, g: str, topic: str | None) -> tuple:
+    """(group error, {topic: [(partition error, message)]}) for ``topic`` (None: all)."""
+    m = Msg(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1)
+    topics = None
+    if topic is not None:
+        topics = (m("DescribeShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(0,)),)
+    body = m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id=g, topics=topics),))
+    d = c.request(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1, body).groups[0]
+    return int(d.error_code), {
+        t.topic_name: [(int(p.error_code), p.error_message) for p in t.partitions] for t in d.topics
+    }
+
+
+def alter_share_group_offsets(c: WireClient, g: str, topic: str) -> tuple:
+    m = Msg(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0)
+    part = m("AlterShareGroupOffsetsRequestPartition", partition_index=0, start_offset=0)
+    body = m(group_id=g, topics=(m("AlterShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(part,)),))
+    r = c.request(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0, body)
+    parts = [(int(p.error_code), p.error_message) for t in r.responses for p in t.partitions]
+    return int(r.error_code), r.error_message, parts
+
+
+def delete_share_group_offsets(c: WireClient, g: str, topic: str) -> tuple:
+    m = Msg(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0)
+    body = m(group_id=g, topics=(m("DeleteShareGroupOffsetsRequestTopic", topic_name=topic),))
+    r = c.request(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0, body)
+    return int(r.error_code), r.error_message, [(int(t.error_code), t.error_message) for t in r.responses]
+
+
+def share_requests(c: WireClient, g: str, t: str, tid) -> dict:
+    """The KIP-848 describe and share-group requests of a client on ``{g}-848`` and ``{g}-sh``
+    (an admin's member of each is assigned ``t``, whose id is ``tid``) and ``{g}-alt`` (empty)."""
+    member = uuid.uuid4().hex[:22]
+    return {
+        "cg_describe": consumer_group_describe(c, f"{g}-848"),
+        "sg_describe": share_group_describe(c, f"{g}-sh"),
+        "sg_heartbeat": share_group_heartbeat(c, f"{g}-sh", t),
+        "share_fetch": share_fetch(c, f"{g}-sh", member, tid),
+        "share_fetch_ack": share_fetch(c, f"{g}-sh", member, tid, epoch=1),
+        "share_ack": share_acknowledge(c, f"{g}-sh", member, tid, epoch=2),
+        "sg_offsets": describe_share_group_offsets(c, f"{g}-sh", t),
+        "sg_offsets_all": describe_share_group_offsets(c, f"{g}-sh", None),
+        "sg_alter": alter_share_group_offsets(c, f"{g}-alt", t),
+        "sg_delete": delete_share_group_offsets(c, f"{g}-alt", t),
     }

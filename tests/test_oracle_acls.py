@@ -51,12 +51,16 @@ def admin_acls() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    with oracle.brokers(tmp_path_factory, config=CONFIG) as b:
+    # (share groups are on by default in Kafka 4.4)
+    with oracle.brokers(tmp_path_factory, config=CONFIG, kesque_config={"group.share.enable": "true"}) as b:
         for broker in b.values():
             with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
                 # the coordinators' internal topics first: Kafka's broker creates them as itself
                 # (no Envelope), which would need CREATE on the cluster from 127.0.0.1 later
                 assert _eventually(lambda admin=admin: _ready(admin), 90), broker
+                # and __share_group_state, which a share group's first assignment needs
+                assert Api(admin).create_topic("acl-ready").error_code == 0
+                rq.share_group_join(admin, "ready-sh", "acl-ready")
                 r = create_acls(admin, admin_acls())
                 assert [x.error_code for x in r.results] == [0] * 5, broker
                 assert _eventually(lambda admin=admin: len(described(describe_acls(admin))) == 5)
@@ -218,6 +222,16 @@ GROUP_SCENARIOS = {
     "idempotent-write": [("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE")],
     "write-some-topic": [("TOPIC", "{t}", "WRITE", "ALLOW", "PREFIXED")],
     "write-denied-topic": [("TOPIC", "*", "WRITE"), ("TOPIC", "*", "WRITE", "DENY")],
+    # KIP-848 describe and share groups ({g}-848 and {g}-sh have a member assigned {t}; {g}-alt is empty)
+    "share-read": [
+        ("GROUP", "{g}-sh", "READ"),
+        ("GROUP", "{g}-848", "DESCRIBE"),
+        ("GROUP", "{g}-alt", "READ"),
+        ("GROUP", "{g}-alt", "DELETE"),
+        ("TOPIC", "{t}", "READ"),
+    ],
+    "share-no-topic": [("GROUP", "{g}-sh", "READ"), ("GROUP", "{g}-848", "READ"), ("GROUP", "{g}-alt", "ALL")],
+    "share-topic-describe": [("GROUP", "{g}-", "READ", "ALLOW", "PREFIXED"), ("TOPIC", "{t}", "DESCRIBE")],
 }
 
 
@@ -239,6 +253,8 @@ def _run_groups(broker, name: str, t: str) -> dict:
         assert Api(admin).create_topic(t).error_code == 0
         # the group exists, with an offset (once the broker knows the new topic)
         assert _eventually(lambda: rq.offset_commit(admin, g, [t]) == {t: [0]})
+        rq.consumer_group_join(admin, f"{g}-848", t)
+        tid = rq.share_group_join(admin, f"{g}-sh", t)
         if acls:
             assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
         assert _eventually(lambda: len(described(describe_acls(admin, host=CLIENT_HOST))) == len(acls) + 1)
@@ -249,6 +265,7 @@ def _run_groups(broker, name: str, t: str) -> dict:
                 out["write_txn_markers"] = rq.write_txn_markers(c, t)
                 out["add_partitions_v4"] = rq.add_partitions_to_txn_v4(c, x, t)
                 out["delete_group"] = rq.delete_groups(c, g)
+                out.update(rq.share_requests(c, g, t, tid))
                 return out
         finally:
             for rtype in ("TOPIC", "GROUP", "TRANSACTIONAL_ID"):
@@ -271,6 +288,13 @@ def test_same_group_and_transaction_answers_for_the_same_acls(pair, name):
         assert results["kafka"]["fetch"]["group"] == 0 and results["kafka"]["fetch"][topic] == [0]
     if name == "idempotent-write":
         assert results["kafka"]["init_idempotent"] == 0 and results["kafka"]["init_txn"] == 53
+    if name == "share-read":  # the members' topics may be described, and read
+        assert results["kafka"]["cg_describe"] == (0, None, [topic]) and results["kafka"]["sg_describe"][0] == 0
+        assert results["kafka"]["share_fetch"] == (0, []) and results["kafka"]["sg_offsets"][1][topic][0][0] == 0
+    if name == "share-no-topic":  # the groups refused for their topics
+        assert results["kafka"]["cg_describe"][0] == results["kafka"]["sg_describe"][0] == 29
+        assert results["kafka"]["share_fetch"] == (0, [(29, 0)]) and results["kafka"]["share_ack"] == (0, [29])
+        assert results["kafka"]["sg_offsets"] == (0, {topic: [(29, "Topic authorization failed.")]})
 
 
 # the remaining APIs Kafka authorizes (ListOffsets, OffsetForLeaderEpoch, DeleteRecords, log dirs,

@@ -25,12 +25,59 @@ from ...protocol.api import response_class
 from ...security.acl import AclOperation, ResourceType
 from ..context import CLUSTER_NAME
 
+# Kafka's Errors messages of the authorization errors (what ``Errors.X.message()`` answers)
+AUTHZ_MESSAGES = {
+    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
+    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+}
+
 
 def refused(ctx, operation: AclOperation, resource_type: ResourceType, names) -> set:
     """The names among ``names`` the request's principal may not do ``operation`` on."""
     if ctx.authorizer is None:
         return set()
     return {n for n in set(names) if not ctx.authorize(operation, resource_type, n)}
+
+
+def member_refused(ctx, group_id: str, topics=None) -> ErrorCode | None:
+    """What Kafka 4.4 asks of a ConsumerGroupHeartbeat or ShareGroupHeartbeat: READ on the group
+    (GROUP_AUTHORIZATION_FAILED), then DESCRIBE on every topic the member subscribes to by name
+    (TOPIC_AUTHORIZATION_FAILED); None when both are allowed."""
+    if ctx.authorizer is None:
+        return None
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed
+    if topics and refused(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics):
+        return ErrorCode.topic_authorization_failed
+    return None
+
+
+HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
+
+
+def described_groups(ctx, group_ids, describe, refused_group, topics_of) -> list:
+    """Kafka 4.4's ConsumerGroupDescribe / ShareGroupDescribe: a group the principal may not
+    DESCRIBE is answered ``refused_group(gid, GROUP_AUTHORIZATION_FAILED, None)``, ahead of the
+    others (Kafka answers those first), which are ``describe(gid)``. Then, with an authorizer, a
+    described group whose members are assigned a topic (``topics_of(group)``: its names) the
+    principal may not DESCRIBE is answered ``refused_group(gid, TOPIC_AUTHORIZATION_FAILED,
+    HIDDEN_TOPICS)`` instead: no member, no topic shown."""
+    denied = [gid for gid in group_ids if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, gid)]
+    out = [refused_group(gid, ErrorCode.group_authorization_failed, None) for gid in denied]
+    described = [describe(gid) for gid in group_ids if gid not in denied]
+    if ctx.authorizer is not None:
+        names = {n for g in described for n in topics_of(g)}
+        hidden = refused(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        if hidden:
+            described = [
+                refused_group(g.group_id, ErrorCode.topic_authorization_failed, HIDDEN_TOPICS)
+                if any(n in hidden for n in topics_of(g))
+                else g
+                for g in described
+            ]
+    return out + described
 
 
 def dispatch_allowed(controllers, ctx, req, items_field: str, results_field: str, check, local):
