@@ -100,6 +100,31 @@ def heartbeat_answer(m, r: dict):
     )
 
 
+def described_assignment(m, image, a: dict):
+    """A ConsumerGroupDescribe / ShareGroupDescribe Assignment of ``a`` {topic id: partitions}."""
+    tps = []
+    for tid, ps in a.items():
+        t = image.topics_by_id.get(tid)
+        tps.append(m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "", partitions=tuple(sorted(ps))))
+    return m("Assignment", topic_partitions=tuple(tps))
+
+
+def described_group_failed(m, gid: str, code, msg=None, ops=OMITTED_OPS, epoch: int = -1):
+    """A ConsumerGroupDescribe / ShareGroupDescribe DescribedGroup holding an error only."""
+    return m(
+        "DescribedGroup",
+        error_code=code,
+        error_message=msg,
+        group_id=gid,
+        group_state="",
+        group_epoch=epoch,
+        assignment_epoch=epoch,
+        assignor_name="",
+        members=(),
+        authorized_operations=ops,
+    )
+
+
 class GroupApis:
     APIS = (
         Api(ApiKeys.JOIN_GROUP, 0, 9, "join_group"),
@@ -754,27 +779,10 @@ class GroupApis:
         image = self.image
 
         def assignment(a):
-            tps = []
-            for tid, ps in a.items():
-                t = image.topics_by_id.get(tid)
-                tps.append(
-                    m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "", partitions=tuple(sorted(ps)))
-                )
-            return m("Assignment", topic_partitions=tuple(tps))
+            return described_assignment(m, image, a)
 
         def failed(gid, code, msg=None, ops=OMITTED_OPS, epoch=-1):
-            return m(
-                "DescribedGroup",
-                error_code=code,
-                error_message=msg,
-                group_id=gid,
-                group_state="",
-                group_epoch=epoch,
-                assignment_epoch=epoch,
-                assignor_name="",
-                members=(),
-                authorized_operations=ops,
-            )
+            return described_group_failed(m, gid, code, msg, ops, epoch)
 
         def describe(gid):
             ops = group_ops(ctx, gid) if req.include_authorized_operations else OMITTED_OPS

@@ -26,7 +26,15 @@ from ..drivers.share_manager import DEFAULT_MAX_RECORDS, FetchedPartition, Share
 from .authz import AUTHZ_MESSAGES, described_groups, refused
 from .committed import when_committed
 from .core import OMITTED_OPS, CoordinatorLookup
-from .groups import group_ops, heartbeat_answer, heartbeat_failed, heartbeat_refused, may_read_group
+from .groups import (
+    described_assignment,
+    described_group_failed,
+    group_ops,
+    heartbeat_answer,
+    heartbeat_failed,
+    heartbeat_refused,
+    may_read_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,27 +131,10 @@ class ShareGroupApis:
         image = self.image
 
         def assignment(a):
-            tps = []
-            for tid, ps in a.items():
-                t = image.topics_by_id.get(tid)
-                tps.append(
-                    m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "", partitions=tuple(sorted(ps)))
-                )
-            return m("Assignment", topic_partitions=tuple(tps))
+            return described_assignment(m, image, a)
 
         def failed(gid, code, msg=None, ops=OMITTED_OPS, epoch=-1):
-            return m(
-                "DescribedGroup",
-                error_code=code,
-                error_message=msg,
-                group_id=gid,
-                group_state="",
-                group_epoch=epoch,
-                assignment_epoch=epoch,
-                assignor_name="",
-                members=(),
-                authorized_operations=ops,
-            )
+            return described_group_failed(m, gid, code, msg, ops, epoch)
 
         def describe(gid):
             ops = group_ops(ctx, gid) if req.include_authorized_operations else OMITTED_OPS
