@@ -33,6 +33,7 @@ from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.testing import kafka as K
 from kesque.testing.broker import Broker
+from test_envelope import CONTROLLER_FETCH_REFUSED, controller_fetch_answers
 from wire import Api, Msg, WireClient
 
 pytestmark = oracle.MARKS
@@ -436,3 +437,13 @@ def test_kafka_acls_sh_and_kesque_acls_print_the_same(tmp_path):
         assert (step, _usage(k.stderr)) == (step, _usage(j.stderr))
     assert "Adding ACLs for resource" in runs["kafka"]["add"].stdout  # not vacuous
     assert runs["kafka"]["list-all"].stdout.count("Current ACLs for resource") == 10
+
+
+def test_kafkas_controller_listener_refuses_a_fetch_without_cluster_action(pair):
+    """What test_envelope asks of a kesque controller (a lone kesque broker has no controller
+    listener): a consumer's Fetch on Kafka 4.4's controller listener from a host without
+    CLUSTER_ACTION."""
+    kafka = pair["kafka"]
+    assert controller_fetch_answers(("127.0.0.1", kafka.controller_port), "127.0.0.3", "anything") == (
+        CONTROLLER_FETCH_REFUSED
+    )

@@ -105,14 +105,13 @@ class FetchApis:
         rs = getattr(req, "replica_state", None)
         if rs is not None and v >= 15:
             replica_id = rs.replica_id
-        if (
-            replica_id >= 0
-            and self.raft is not None
-            and ctx.listener in self.controller_listener_names
-            and _is_metadata_fetch(req)
-        ):
-            refusal = cluster_action_refused(ctx)  # ControllerApis.handleFetch
-            return self._raft_fetch(ctx, req) if refusal is None else refusal
+        if self.raft is not None and ctx.listener in self.controller_listener_names:
+            # ControllerApis.handleFetch: every Fetch on a controller listener needs CLUSTER_ACTION,
+            # a consumer's too (kesque's broker answers the ones that pass and are not raft's)
+            if cluster_action_refused(ctx) is not None:
+                return self._request_error(v, req, ErrorCode.cluster_authorization_failed)
+            if replica_id >= 0 and _is_metadata_fetch(req):
+                return self._raft_fetch(ctx, req)
         if replica_id >= 0:
             if ctx.authorizer is not None and not ctx.authorize(
                 AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
@@ -269,6 +268,18 @@ class FetchApis:
         return self._answer(ctx, v, items, session, incremental, isolation, total)
 
     # ------------------------------------------------------------------ followers
+    @staticmethod
+    def _request_error(v, req, code):
+        """Kafka's FetchRequest.getErrorResponse: ``code`` at the top level and, before v13 (no
+        top-level error then), on each partition asked."""
+        topics = []
+        if v < 13:
+            topics = [
+                (ft.topic, [FetchPartitionResponse(fp.partition, int(code), -1, -1, -1, [], 0) for fp in ft.partitions])
+                for ft in req.topics
+            ]
+        return encode_fetch_response(v, int(code), getattr(req, "session_id", 0), topics)
+
     @staticmethod
     def _follower_denied(v, req):
         """A replica without CLUSTER_ACTION: every partition TOPIC_AUTHORIZATION_FAILED, as Kafka."""
