@@ -5,6 +5,7 @@ CreateAcls, DescribeAcls and DeleteAcls; the authorizer configs."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ from kesque.metadata import records as mr
 from kesque.metadata.image import Delta, MetadataImage
 from kesque.metadata.log import MetadataLog
 from kesque.metadata.snapshot import image_records
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.security.acl import (
     AccessControlEntry,
@@ -48,7 +50,7 @@ from kesque.security.authorizer import StandardAcl, StandardAuthorizer
 from kesque.security.principal import ANONYMOUS
 from kesque.testing.broker import Broker
 from kesque.testing.cluster import Cluster
-from wire import Api, WireClient
+from wire import Api, Msg, WireClient
 
 INVALID_REQUEST = int(ErrorCode.invalid_request)
 AUTHZ = {"authorizer.class.name": STANDARD_AUTHORIZER}
@@ -378,6 +380,39 @@ def test_acls_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
             if cluster.node(spec.node_id).process is not None:
                 cluster.kill(spec.node_id)
         cluster.close()
+
+
+def test_a_controller_whose_acls_are_not_loaded_answers_unknown_server_error(tmp_path):
+    """Before its StandardAuthorizer has loaded the ACLs from the metadata log (here: one voter
+    of three up, no quorum, the log never caught up) a controller listener serves only super
+    users; anyone else's request gets Kafka's error response with UNKNOWN_SERVER_ERROR (its
+    AuthorizerNotReadyException has no code of its own), the connection open for the next one."""
+    cluster = Cluster(3, controllers=3, data_dir=str(tmp_path / "c"), config=AUTHZ)
+    lone = cluster.node(1)
+    lone.launch()
+    try:
+        controller = ("127.0.0.1", cluster.specs[0].controller_port)
+        assert _eventually(lambda: _connects(controller), 30)
+        hb = Msg(ApiKeys.BROKER_HEARTBEAT, 1)(
+            broker_id=2, broker_epoch=0, current_metadata_offset=0, want_fence=False, want_shut_down=False
+        )
+        with WireClient(f"{controller[0]}:{controller[1]}") as c:
+            assert c.request(ApiKeys.BROKER_HEARTBEAT, 1, hb).error_code == ErrorCode.unknown_server_error
+            fetched = Api(c).fetch("t", 0)  # v12: the error at the top and on each partition
+            assert fetched.error_code == ErrorCode.unknown_server_error
+            assert [p.error_code for t in fetched.responses for p in t.partitions] == [ErrorCode.unknown_server_error]
+            assert c.request(ApiKeys.BROKER_HEARTBEAT, 1, hb).error_code == ErrorCode.unknown_server_error
+    finally:
+        lone.kill()
+        cluster.close()
+
+
+def _connects(address) -> bool:
+    try:
+        socket.create_connection(address, 1).close()
+        return True
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------------------- groups, offsets, transactions

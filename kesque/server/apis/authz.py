@@ -22,6 +22,8 @@ import typing
 from ...errors import ErrorCode
 from ...metadata.image import RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_TOPIC
 from ...protocol.api import response_class
+from ...protocol.api_keys import ApiKeys
+from ...protocol.fetch import FetchPartitionResponse, encode_fetch_response
 from ...security.acl import AclOperation, ResourceType
 from ..context import CLUSTER_NAME
 
@@ -129,6 +131,31 @@ def cluster_action_refused(ctx):
     if ctx.authorizer is None or ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         return None
     return top_level_error(ctx.header.api_key, ctx.api_version, ErrorCode.cluster_authorization_failed)
+
+
+def error_response(ctx, request, code: ErrorCode):
+    """Kafka's ``getErrorResponse`` of ``request`` with ``code`` where the answer has a
+    top-level error (every request a controller listener takes before its authorizer has
+    loaded the ACLs: raft's, the brokers' registrations and heartbeats, Envelope), and Fetch's
+    (:func:`fetch_error_response`); None for a request whose errors are per item."""
+    key, version = ctx.header.api_key, ctx.api_version
+    if key == ApiKeys.FETCH:
+        return fetch_error_response(version, request, code)
+    if not any(f.name == "error_code" for f in dataclasses.fields(response_class(key, version))):
+        return None
+    return top_level_error(key, version, code)
+
+
+def fetch_error_response(version: int, req, code: ErrorCode):
+    """Kafka's FetchRequest.getErrorResponse: ``code`` at the top level and, before v13, on each
+    partition asked too."""
+    topics = []
+    if version < 13:
+        topics = [
+            (ft.topic, [FetchPartitionResponse(fp.partition, int(code), -1, -1, -1, [], 0) for fp in ft.partitions])
+            for ft in req.topics
+        ]
+    return encode_fetch_response(version, int(code), getattr(req, "session_id", 0), topics)
 
 
 def top_level_error(api_key: int, version: int, code: ErrorCode):

@@ -30,7 +30,7 @@ from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..context import CLUSTER_NAME, NO_RESPONSE, AclOperation, ResourceType
 from ..drivers.delayed import wait_for_bytes
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
-from .authz import cluster_action_refused
+from .authz import cluster_action_refused, fetch_error_response
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class FetchApis:
             # ControllerApis.handleFetch: every Fetch on a controller listener needs CLUSTER_ACTION,
             # a consumer's too (kesque's broker answers the ones that pass and are not raft's)
             if cluster_action_refused(ctx) is not None:
-                return self._request_error(v, req, ErrorCode.cluster_authorization_failed)
+                return fetch_error_response(v, req, ErrorCode.cluster_authorization_failed)
             if replica_id >= 0 and _is_metadata_fetch(req):
                 return self._raft_fetch(ctx, req)
         if replica_id >= 0:
@@ -268,18 +268,6 @@ class FetchApis:
         return self._answer(ctx, v, items, session, incremental, isolation, total)
 
     # ------------------------------------------------------------------ followers
-    @staticmethod
-    def _request_error(v, req, code):
-        """Kafka's FetchRequest.getErrorResponse: ``code`` at the top level and, before v13 (no
-        top-level error then), on each partition asked."""
-        topics = []
-        if v < 13:
-            topics = [
-                (ft.topic, [FetchPartitionResponse(fp.partition, int(code), -1, -1, -1, [], 0) for fp in ft.partitions])
-                for ft in req.topics
-            ]
-        return encode_fetch_response(v, int(code), getattr(req, "session_id", 0), topics)
-
     @staticmethod
     def _follower_denied(v, req):
         """A replica without CLUSTER_ACTION: every partition TOPIC_AUTHORIZATION_FAILED, as Kafka."""
