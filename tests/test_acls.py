@@ -5,6 +5,7 @@ CreateAcls, DescribeAcls and DeleteAcls; the authorizer configs."""
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import subprocess
 import sys
@@ -50,6 +51,8 @@ from kesque.security.authorizer import StandardAcl, StandardAuthorizer
 from kesque.security.principal import ANONYMOUS
 from kesque.testing.broker import Broker
 from kesque.testing.cluster import Cluster
+from kesque.testing.kafka import free_port
+from test_sasl import SCRAM_JAAS, scram_login
 from wire import Api, Msg, WireClient
 
 INVALID_REQUEST = int(ErrorCode.invalid_request)
@@ -341,14 +344,21 @@ def test_the_broker_authorizer_follows_the_image(secured):
 # ---------------------------------------------------------------------------- a cluster
 
 
-def test_acls_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
+def test_acls_and_scram_users_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
     # the nodes reach each other's controller listeners as User:ANONYMOUS (PLAINTEXT), and a
     # controller takes the raft RPCs, registrations and Envelopes only with CLUSTER_ACTION,
     # which a StandardAuthorizer grants nobody but super users before it has loaded the ACLs
     # from the metadata log that those RPCs elect a leader for: as Kafka (KIP-801), a cluster
     # with an authorizer has its nodes' principal in super.users
     cfg = {**AUTHZ, "allow.everyone.if.no.acl.found": "true", "super.users": "User:ANONYMOUS"}
-    cluster = Cluster(3, data_dir=str(tmp_path / "c"), config=cfg).start()
+    cluster = Cluster(3, data_dir=str(tmp_path / "c"), config=cfg)
+    last = cluster.brokers[-1]  # the node restarted below: a SCRAM user logs in there after it
+    sasl_port = free_port()
+    last.config["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    last.config["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+    last.config["sasl.enabled.mechanisms"] = "SCRAM-SHA-256"
+    last.config["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"] = SCRAM_JAAS
+    cluster.start()
     try:
         first = cluster.brokers[0]
         with BoundWireClient(first.bootstrap_servers, ADMIN_HOST) as admin:
@@ -364,12 +374,20 @@ def test_acls_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
         assert _eventually(lambda: len(seen_by(first)) == 5)
         want = seen_by(first)
 
+        # a SCRAM user, made through the first broker, reaches every broker's image too
+        salted = hashlib.pbkdf2_hmac("sha256", b"erin-secret", SALT, 4096)
+        with BoundWireClient(first.bootstrap_servers, ADMIN_HOST) as admin:
+            assert alter_scram(admin, "erin", salted) == [0]
         for b in cluster.brokers:
             assert _eventually(lambda b=b: seen_by(b) == want), b
-        # a broker restarts: the ACLs come back from its metadata log (and its snapshot)
-        last = cluster.brokers[-1]
+            assert _eventually(lambda b=b: scram_users(b) == ["erin"]), b
+        # a broker restarts: the ACLs and the SCRAM user come back from its metadata log (and its
+        # snapshot), and the user logs in there
         cluster.restart(cluster.specs[-1].node_id)
         assert _eventually(lambda: seen_by(last) == want)
+        assert scram_users(last) == ["erin"]
+        with WireClient(f"127.0.0.1:{sasl_port}") as c:
+            assert scram_login(c, "SCRAM-SHA-256", "erin", "erin-secret").error_code == ErrorCode.none
         with BoundWireClient(cluster.brokers[1].bootstrap_servers, ADMIN_HOST) as admin:
             r = delete_acls(admin, [{"principal": "User:carol"}])
             assert len(r.filter_results[0].matching_acls) == 1
@@ -405,6 +423,26 @@ def test_a_controller_whose_acls_are_not_loaded_answers_unknown_server_error(tmp
     finally:
         lone.kill()
         cluster.close()
+
+
+SALT = b"erin-salt-16-byte"
+
+
+def alter_scram(c, user: str, salted: bytes) -> list[int]:
+    """AlterUserScramCredentials: ``user`` with a SCRAM-SHA-256 credential (salt ``SALT``)."""
+    m = Msg(ApiKeys.ALTER_USER_SCRAM_CREDENTIALS, 0)
+    up = m("ScramCredentialUpsertion", name=user, mechanism=1, iterations=4096, salt=SALT, salted_password=salted)
+    r = c.request(ApiKeys.ALTER_USER_SCRAM_CREDENTIALS, 0, m(deletions=(), upsertions=(up,)))
+    return [int(x.error_code) for x in r.results]
+
+
+def scram_users(b) -> list[str]:
+    """The users DescribeUserScramCredentials lists on broker ``b``."""
+    with BoundWireClient(b.bootstrap_servers, ADMIN_HOST) as c:
+        r = c.request(
+            ApiKeys.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, Msg(ApiKeys.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)(users=None)
+        )
+        return sorted(x.user for x in r.results)
 
 
 def _connects(address) -> bool:
