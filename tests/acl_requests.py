@@ -592,3 +592,37 @@ def share_requests(c: WireClient, g: str, t: str, tid) -> dict:
         "sg_alter": alter_share_group_offsets(c, f"{g}-alt", t),
         "sg_delete": delete_share_group_offsets(c, f"{g}-alt", t),
     }
+
+
+def regex_heartbeat(c: WireClient, g: str, regex: str, names: dict):
+    """ConsumerGroupHeartbeat v1 subscribing ``regex`` until the member is assigned something (at
+    most 10 s; Kafka resolves a regex after the heartbeat): the error, or the names of the topics
+    assigned (``names``: {topic id: name})."""
+    m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 1)
+    member, epoch = uuid.uuid4().hex[:22], 0
+    deadline = time.monotonic() + 10
+    while True:
+        r = c.request(
+            ApiKeys.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            m(
+                group_id=g,
+                member_id=member,
+                member_epoch=epoch,
+                instance_id=None,
+                rack_id=None,
+                rebalance_timeout=10000,
+                subscribed_topic_names=None,
+                subscribed_topic_regex=regex,
+                server_assignor=None,
+                topic_partitions=(),
+            ),
+        )
+        if r.error_code:
+            return int(r.error_code)
+        if r.assignment is not None and r.assignment.topic_partitions:
+            return sorted(names.get(tp.topic_id, "?") for tp in r.assignment.topic_partitions)
+        if time.monotonic() > deadline:
+            return []
+        epoch = r.member_epoch
+        time.sleep(0.1)

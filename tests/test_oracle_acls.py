@@ -233,6 +233,9 @@ GROUP_SCENARIOS = {
     ],
     "share-no-topic": [("GROUP", "{g}-sh", "READ"), ("GROUP", "{g}-848", "READ"), ("GROUP", "{g}-alt", "ALL")],
     "share-topic-describe": [("GROUP", "{g}-", "READ", "ALLOW", "PREFIXED"), ("TOPIC", "{t}", "DESCRIBE")],
+    # a KIP-848 regex subscription matching {t} and {t}-other resolves to the topics the member may DESCRIBE
+    "regex-one-topic": [("GROUP", "{g}-rx", "READ"), ("TOPIC", "{t}", "DESCRIBE")],
+    "regex-prefixed": [("GROUP", "{g}-rx", "READ"), ("TOPIC", "{t}", "DESCRIBE", "ALLOW", "PREFIXED")],
 }
 
 
@@ -256,6 +259,8 @@ def _run_groups(broker, name: str, t: str) -> dict:
         assert _eventually(lambda: rq.offset_commit(admin, g, [t]) == {t: [0]})
         rq.consumer_group_join(admin, f"{g}-848", t)
         tid = rq.share_group_join(admin, f"{g}-sh", t)
+        assert Api(admin).create_topic(f"{t}-other").error_code == 0
+        names = {x.topic_id: x.name for x in Api(admin).metadata([t, f"{t}-other"]).topics}
         if acls:
             assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
         assert _eventually(lambda: len(described(describe_acls(admin, host=CLIENT_HOST))) == len(acls) + 1)
@@ -267,6 +272,7 @@ def _run_groups(broker, name: str, t: str) -> dict:
                 out["add_partitions_v4"] = rq.add_partitions_to_txn_v4(c, x, t)
                 out["delete_group"] = rq.delete_groups(c, g)
                 out.update(rq.share_requests(c, g, t, tid))
+                out["cg_regex"] = rq.regex_heartbeat(c, f"{g}-rx", f"{t}(-other)?", names)
                 return out
         finally:
             for rtype in ("TOPIC", "GROUP", "TRANSACTIONAL_ID"):
@@ -292,6 +298,11 @@ def test_same_group_and_transaction_answers_for_the_same_acls(pair, name):
     if name == "share-read":  # the members' topics may be described, and read
         assert results["kafka"]["cg_describe"] == (0, None, [topic]) and results["kafka"]["sg_describe"][0] == 0
         assert results["kafka"]["share_fetch"] == (0, []) and results["kafka"]["sg_offsets"][1][topic][0][0] == 0
+    if name in ("regex-one-topic", "regex-prefixed"):  # each topic the regex matches, if it may be described
+        assert (
+            results["kafka"]["cg_regex"]
+            == {"regex-one-topic": [topic], "regex-prefixed": [topic, f"{topic}-other"]}[name]
+        )
     if name == "share-no-topic":  # the groups refused for their topics
         assert results["kafka"]["cg_describe"][0] == results["kafka"]["sg_describe"][0] == 29
         assert results["kafka"]["share_fetch"] == (0, [(29, 0)]) and results["kafka"]["share_ack"] == (0, [29])

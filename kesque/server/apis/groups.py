@@ -765,6 +765,9 @@ class GroupApis:
                     owned,
                     ctx.client_id or "",
                     self._host(ctx),
+                    None
+                    if ctx.authorizer is None
+                    else lambda names: set(names) - refused(ctx, _DESCRIBE, _TOPIC, names),
                 ),
                 v,
             )
