@@ -438,34 +438,8 @@ def admin_requests(c: WireClient, t: str) -> dict:
 
 
 def consumer_group_join(c: WireClient, g: str, topic: str) -> None:
-    """A member of ``g`` subscribing to ``topic`` (the admin's), heartbeating until the topic is in
-    its assignment."""
-    m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 1)
-    member, epoch = uuid.uuid4().hex[:22], 0
-    deadline = time.monotonic() + 30
-    while True:
-        r = c.request(
-            ApiKeys.CONSUMER_GROUP_HEARTBEAT,
-            1,
-            m(
-                group_id=g,
-                member_id=member,
-                member_epoch=epoch,
-                instance_id=None,
-                rack_id=None,
-                rebalance_timeout=10000,
-                subscribed_topic_names=(topic,),
-                subscribed_topic_regex=None,
-                server_assignor=None,
-                topic_partitions=() if epoch == 0 else None,
-            ),
-        )
-        assert r.error_code == 0, r
-        if r.assignment is not None and r.assignment.topic_partitions:
-            return
-        assert time.monotonic() < deadline, r
-        epoch = r.member_epoch
-        time.sleep(0.1)
+    """A member of ``g`` subscribing to ``topic`` (the admin's), heartbeating until assigned."""
+    assert consumer_group_member(c, g, [topic], None, {}, 30) == ["?"]
 
 
 def consumer_group_describe(c: WireClient, g: str) -> tuple:
@@ -510,9 +484,11 @@ def share_group_heartbeat(c: WireClient, g: str, topic: str) -> int:
 
 
 def share_fetch(c: WireClient, g: str, member: str, tid, epoch: int = 0) -> tuple:
-    """(top-level error, per partition (error, acknowledge error) but those with neither: Kafka
-    answers a partition without records on a session's first fetch or not, depending on whether
-    its share partition is initialized yet); at epoch 1 it acknowledges offset 0 (accept) too."""
+    """(top-level error, per partition its authorization errors (error, acknowledge error), other
+    codes as 0, a partition with neither left out); at epoch 1 it acknowledges offset 0 (accept)
+    too. Past the authorization, Kafka's answers depend on whether the share partition has
+    finished initializing: a partition without records on a session's first fetch is answered
+    or not, an acknowledgement of a record not acquired is INVALID_RECORD_STATE or nothing."""
     m = Msg(ApiKeys.SHARE_FETCH, 1)
     acks = () if epoch == 0 else (m("AcknowledgementBatch", first_offset=0, last_offset=0, acknowledge_types=(1,)),)
     part = m("FetchPartition", partition_index=0, acknowledgement_batches=acks)
@@ -529,8 +505,13 @@ def share_fetch(c: WireClient, g: str, member: str, tid, epoch: int = 0) -> tupl
         forgotten_topics_data=(),
     )
     r = c.request(ApiKeys.SHARE_FETCH, 1, req)
-    parts = [(int(p.error_code), int(p.acknowledge_error_code)) for t in r.responses for p in t.partitions]
+    parts = [(_authz(p.error_code), _authz(p.acknowledge_error_code)) for t in r.responses for p in t.partitions]
     return int(r.error_code), [x for x in parts if x != (0, 0)]
+
+
+def _authz(code) -> int:
+    """``code`` if an authorization error, else 0."""
+    return int(code) if int(code) in (29, 30, 31, 53) else 0
 
 
 def share_acknowledge(c: WireClient, g: str, member: str, tid, epoch: int) -> tuple:
@@ -543,8 +524,8 @@ def share_acknowledge(c: WireClient, g: str, member: str, tid, epoch: int) -> tu
         share_session_epoch=epoch,
         topics=(m("AcknowledgeTopic", topic_id=tid, partitions=(part,)),),
     )
-    r = c.request(ApiKeys.SHARE_ACKNOWLEDGE, 1, req)
-    return int(r.error_code), [int(p.error_code) for t in r.responses for p in t.partitions]
+    r = c.request(ApiKeys.SHARE_ACKNOWLEDGE, 1, req)  # (its codes as share_fetch's)
+    return int(r.error_code), [_authz(p.error_code) for t in r.responses for p in t.partitions]
 
 
 def describe_share_group_offsets(c: WireClient, g: str, topic: str | None) -> tuple:
@@ -595,12 +576,17 @@ def share_requests(c: WireClient, g: str, t: str, tid) -> dict:
 
 
 def regex_heartbeat(c: WireClient, g: str, regex: str, names: dict):
-    """ConsumerGroupHeartbeat v1 subscribing ``regex`` until the member is assigned something (at
-    most 10 s; Kafka resolves a regex after the heartbeat): the error, or the names of the topics
-    assigned (``names``: {topic id: name})."""
+    """A member of ``g`` subscribing to ``regex`` (Kafka resolves a regex after the heartbeat)."""
+    return consumer_group_member(c, g, None, regex, names, 10)
+
+
+def consumer_group_member(c: WireClient, g: str, topics, regex, names: dict, timeout: float):
+    """ConsumerGroupHeartbeat v1 with ``topics`` or ``regex`` until the member is assigned
+    something (at most ``timeout`` s): the error, or the names of the topics assigned
+    (``names``: {topic id: name}, "?" for another), [] when nothing came in time."""
     m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 1)
     member, epoch = uuid.uuid4().hex[:22], 0
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + timeout
     while True:
         r = c.request(
             ApiKeys.CONSUMER_GROUP_HEARTBEAT,
@@ -612,7 +598,7 @@ def regex_heartbeat(c: WireClient, g: str, regex: str, names: dict):
                 instance_id=None,
                 rack_id=None,
                 rebalance_timeout=10000,
-                subscribed_topic_names=None,
+                subscribed_topic_names=None if topics is None else tuple(topics),
                 subscribed_topic_regex=regex,
                 server_assignor=None,
                 topic_partitions=(),
