@@ -557,21 +557,22 @@ def delete_share_group_offsets(c: WireClient, g: str, topic: str) -> tuple:
     return int(r.error_code), r.error_message, [(int(t.error_code), t.error_message) for t in r.responses]
 
 
-def share_requests(c: WireClient, g: str, t: str, tid) -> dict:
-    """The KIP-848 describe and share-group requests of a client on ``{g}-848`` and ``{g}-sh``
-    (an admin's member of each is assigned ``t``, whose id is ``tid``) and ``{g}-alt`` (empty)."""
+def share_requests(c: WireClient, s: str, tid, g: str) -> dict:
+    """The KIP-848 describe and share-group requests of a client on ``{s}-848`` and ``{s}-sh``
+    (an admin's member of each is assigned topic ``s``, whose id is ``tid``) and ``{g}-alt``
+    (an empty share group)."""
     member = uuid.uuid4().hex[:22]
     return {
-        "cg_describe": consumer_group_describe(c, f"{g}-848"),
-        "sg_describe": share_group_describe(c, f"{g}-sh"),
-        "sg_heartbeat": share_group_heartbeat(c, f"{g}-sh", t),
-        "share_fetch": share_fetch(c, f"{g}-sh", member, tid),
-        "share_fetch_ack": share_fetch(c, f"{g}-sh", member, tid, epoch=1),
-        "share_ack": share_acknowledge(c, f"{g}-sh", member, tid, epoch=2),
-        "sg_offsets": describe_share_group_offsets(c, f"{g}-sh", t),
-        "sg_offsets_all": describe_share_group_offsets(c, f"{g}-sh", None),
-        "sg_alter": alter_share_group_offsets(c, f"{g}-alt", t),
-        "sg_delete": delete_share_group_offsets(c, f"{g}-alt", t),
+        "cg_describe": consumer_group_describe(c, f"{s}-848"),
+        "sg_describe": share_group_describe(c, f"{s}-sh"),
+        "sg_heartbeat": share_group_heartbeat(c, f"{s}-sh", s),
+        "share_fetch": share_fetch(c, f"{s}-sh", member, tid),
+        "share_fetch_ack": share_fetch(c, f"{s}-sh", member, tid, epoch=1),
+        "share_ack": share_acknowledge(c, f"{s}-sh", member, tid, epoch=2),
+        "sg_offsets": describe_share_group_offsets(c, f"{s}-sh", s),
+        "sg_offsets_all": describe_share_group_offsets(c, f"{s}-sh", None),
+        "sg_alter": alter_share_group_offsets(c, f"{g}-alt", s),
+        "sg_delete": delete_share_group_offsets(c, f"{g}-alt", s),
     }
 
 

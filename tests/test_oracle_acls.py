@@ -59,13 +59,27 @@ def pair(tmp_path_factory):
                 # the coordinators' internal topics first: Kafka's broker creates them as itself
                 # (no Envelope), which would need CREATE on the cluster from 127.0.0.1 later
                 assert _eventually(lambda admin=admin: _ready(admin), 90), broker
-                # and __share_group_state, which a share group's first assignment needs
-                assert Api(admin).create_topic("acl-ready").error_code == 0
-                rq.share_group_join(admin, "ready-sh", "acl-ready")
+                broker.acl_shared = _shared_groups(admin)
                 r = create_acls(admin, admin_acls())
                 assert [x.error_code for x in r.results] == [0] * 5, broker
                 assert _eventually(lambda admin=admin: len(described(describe_acls(admin))) == 5)
         yield b
+
+
+# a topic every group scenario shares, with a KIP-848 group "{s}-848" and a share group "{s}-sh"
+# whose admin member is assigned it (a member's first assignment takes a while on Kafka), and
+# "{s}-other", for a regex matching both
+SHARED = "aclsh"
+
+
+def _shared_groups(admin) -> tuple:
+    """Made before any ACL (Kafka's broker creates __share_group_state as itself, which would
+    need CREATE on the cluster from 127.0.0.1 later): (the topic's id, {topic id: name})."""
+    for name in (SHARED, f"{SHARED}-other"):
+        assert Api(admin).create_topic(name).error_code == 0
+    rq.consumer_group_join(admin, f"{SHARED}-848", SHARED)
+    tid = rq.share_group_join(admin, f"{SHARED}-sh", SHARED)
+    return tid, {x.topic_id: x.name for x in Api(admin).metadata([SHARED, f"{SHARED}-other"]).topics}
 
 
 def _ready(admin) -> bool:
@@ -223,19 +237,25 @@ GROUP_SCENARIOS = {
     "idempotent-write": [("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE")],
     "write-some-topic": [("TOPIC", "{t}", "WRITE", "ALLOW", "PREFIXED")],
     "write-denied-topic": [("TOPIC", "*", "WRITE"), ("TOPIC", "*", "WRITE", "DENY")],
-    # KIP-848 describe and share groups ({g}-848 and {g}-sh have a member assigned {t}; {g}-alt is empty)
+    # KIP-848 describe and share groups on the shared topic {s} ({g}-alt: an empty share group)
     "share-read": [
-        ("GROUP", "{g}-sh", "READ"),
-        ("GROUP", "{g}-848", "DESCRIBE"),
+        ("GROUP", "{s}-sh", "READ"),
+        ("GROUP", "{s}-848", "DESCRIBE"),
         ("GROUP", "{g}-alt", "READ"),
         ("GROUP", "{g}-alt", "DELETE"),
-        ("TOPIC", "{t}", "READ"),
+        ("TOPIC", "{s}", "READ"),
     ],
-    "share-no-topic": [("GROUP", "{g}-sh", "READ"), ("GROUP", "{g}-848", "READ"), ("GROUP", "{g}-alt", "ALL")],
-    "share-topic-describe": [("GROUP", "{g}-", "READ", "ALLOW", "PREFIXED"), ("TOPIC", "{t}", "DESCRIBE")],
-    # a KIP-848 regex subscription matching {t} and {t}-other resolves to the topics the member may DESCRIBE
-    "regex-one-topic": [("GROUP", "{g}-rx", "READ"), ("TOPIC", "{t}", "DESCRIBE")],
-    "regex-prefixed": [("GROUP", "{g}-rx", "READ"), ("TOPIC", "{t}", "DESCRIBE", "ALLOW", "PREFIXED")],
+    "share-no-topic": [("GROUP", "{s}-sh", "READ"), ("GROUP", "{s}-848", "READ"), ("GROUP", "{g}-alt", "ALL")],
+    "share-topic-describe": [
+        ("GROUP", "{s}-", "READ", "ALLOW", "PREFIXED"),
+        ("GROUP", "{g}-alt", "READ"),
+        ("TOPIC", "{s}", "DESCRIBE"),
+    ],
+    # a KIP-848 regex subscription matching {s} and {s}-other resolves to the topics the member may DESCRIBE
+    # (its group rx-{t} is readable in these two only: a readable group with no topic to assign
+    # would wait for an assignment the whole 10 s)
+    "regex-one-topic": [("GROUP", "rx-{t}", "READ"), ("TOPIC", "{s}", "DESCRIBE")],
+    "regex-prefixed": [("GROUP", "rx-{t}", "READ"), ("TOPIC", "{s}", "DESCRIBE", "ALLOW", "PREFIXED")],
 }
 
 
@@ -245,7 +265,7 @@ def _group_acls(spec, t: str, g: str, x: str) -> list[dict]:
         rtype, name, op = item[:3]
         perm = item[3] if len(item) > 3 else "ALLOW"
         pattern = item[4] if len(item) > 4 else "LITERAL"
-        name = name.format(t=t, g=g, x=x)
+        name = name.format(t=t, g=g, x=x, s=SHARED)
         out.append(acl(rtype, name, op, perm=perm, host=CLIENT_HOST, pattern=pattern))
     return out
 
@@ -257,10 +277,7 @@ def _run_groups(broker, name: str, t: str) -> dict:
         assert Api(admin).create_topic(t).error_code == 0
         # the group exists, with an offset (once the broker knows the new topic)
         assert _eventually(lambda: rq.offset_commit(admin, g, [t]) == {t: [0]})
-        rq.consumer_group_join(admin, f"{g}-848", t)
-        tid = rq.share_group_join(admin, f"{g}-sh", t)
-        assert Api(admin).create_topic(f"{t}-other").error_code == 0
-        names = {x.topic_id: x.name for x in Api(admin).metadata([t, f"{t}-other"]).topics}
+        tid, names = broker.acl_shared
         if acls:
             assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
         assert _eventually(lambda: len(described(describe_acls(admin, host=CLIENT_HOST))) == len(acls) + 1)
@@ -271,8 +288,8 @@ def _run_groups(broker, name: str, t: str) -> dict:
                 out["write_txn_markers"] = rq.write_txn_markers(c, t)
                 out["add_partitions_v4"] = rq.add_partitions_to_txn_v4(c, x, t)
                 out["delete_group"] = rq.delete_groups(c, g)
-                out.update(rq.share_requests(c, g, t, tid))
-                out["cg_regex"] = rq.regex_heartbeat(c, f"{g}-rx", f"{t}(-other)?", names)
+                out.update(rq.share_requests(c, SHARED, tid, g))
+                out["cg_regex"] = rq.regex_heartbeat(c, f"rx-{t}", f"{SHARED}(-other)?", names)
                 return out
         finally:
             for rtype in ("TOPIC", "GROUP", "TRANSACTIONAL_ID"):
@@ -296,17 +313,17 @@ def test_same_group_and_transaction_answers_for_the_same_acls(pair, name):
     if name == "idempotent-write":
         assert results["kafka"]["init_idempotent"] == 0 and results["kafka"]["init_txn"] == 53
     if name == "share-read":  # the members' topics may be described, and read
-        assert results["kafka"]["cg_describe"] == (0, None, [topic]) and results["kafka"]["sg_describe"][0] == 0
-        assert results["kafka"]["share_fetch"] == (0, []) and results["kafka"]["sg_offsets"][1][topic][0][0] == 0
+        assert results["kafka"]["cg_describe"] == (0, None, [SHARED]) and results["kafka"]["sg_describe"][0] == 0
+        assert results["kafka"]["share_fetch"] == (0, []) and results["kafka"]["sg_offsets"][1][SHARED][0][0] == 0
     if name in ("regex-one-topic", "regex-prefixed"):  # each topic the regex matches, if it may be described
         assert (
             results["kafka"]["cg_regex"]
-            == {"regex-one-topic": [topic], "regex-prefixed": [topic, f"{topic}-other"]}[name]
+            == {"regex-one-topic": [SHARED], "regex-prefixed": [SHARED, f"{SHARED}-other"]}[name]
         )
     if name == "share-no-topic":  # the groups refused for their topics
         assert results["kafka"]["cg_describe"][0] == results["kafka"]["sg_describe"][0] == 29
         assert results["kafka"]["share_fetch"] == (0, [(29, 0)]) and results["kafka"]["share_ack"] == (0, [29])
-        assert results["kafka"]["sg_offsets"] == (0, {topic: [(29, "Topic authorization failed.")]})
+        assert results["kafka"]["sg_offsets"] == (0, {SHARED: [(29, "Topic authorization failed.")]})
 
 
 # the remaining APIs Kafka authorizes (ListOffsets, OffsetForLeaderEpoch, DeleteRecords, log dirs,
