@@ -148,7 +148,7 @@ def delete_groups(c: WireClient, g: str) -> int:
     return int(c.request(ApiKeys.DELETE_GROUPS, 2, m(groups_names=(g,))).results[0].error_code)
 
 
-def consumer_group_heartbeat(c: WireClient, g: str, topics: list[str]) -> int:
+def consumer_group_heartbeat(c: WireClient, g: str, topics: list[str]) -> tuple:
     m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0)
     req = m(
         group_id=g,
@@ -161,7 +161,8 @@ def consumer_group_heartbeat(c: WireClient, g: str, topics: list[str]) -> int:
         server_assignor=None,
         topic_partitions=(),
     )
-    return int(c.request(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0, req).error_code)
+    r = c.request(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0, req)
+    return int(r.error_code), (r.member_epoch if r.error_code else None)  # (a refusal's epoch: Kafka's 0)
 
 
 def init_producer_id(c: WireClient, txn: str | None) -> int:
@@ -480,7 +481,8 @@ def share_group_describe(c: WireClient, g: str) -> tuple:
 def share_group_heartbeat(c: WireClient, g: str, topic: str) -> int:
     m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)
     req = m(group_id=g, member_id=uuid.uuid4().hex[:22], member_epoch=0, rack_id=None, subscribed_topic_names=(topic,))
-    return int(c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, req).error_code)
+    r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, req)
+    return int(r.error_code), (r.member_epoch if r.error_code else None)
 
 
 def share_fetch(c: WireClient, g: str, member: str, tid, epoch: int = 0) -> tuple:

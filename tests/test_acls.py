@@ -468,7 +468,7 @@ GROUP_REFUSED = {
     "offset_delete": {"group": 30},
     "describe": (30, -2147483648),
     "listed": [],
-    "cg_heartbeat": 30,
+    "cg_heartbeat": (30, 0),
 }
 TXN_REFUSED = {
     "find_txn": 53,
@@ -526,7 +526,7 @@ def test_group_and_transaction_apis_with_the_acls_they_need(secured):
             assert got["fetch"] == {"group": 0, "t": [0], "t-missing": [29]}
             assert got["offset_delete"] == {"group": 30}  # DELETE on the group is not given
             assert got["describe"] == (0, (1 << 3) | (1 << 8))  # READ and the DESCRIBE it implies
-            assert got["listed"] == ["g"] and got["cg_heartbeat"] == 0
+            assert got["listed"] == ["g"] and got["cg_heartbeat"] == (0, None)
             assert delete_groups(c, "g") == 30
             txn = txn_requests(c, "x", "g", "t")
             assert txn["find_txn"] == 0 and txn["init_txn"] == 0 and txn["end_txn"] not in (53, 29)

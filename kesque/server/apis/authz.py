@@ -43,17 +43,25 @@ def refused(ctx, operation: AclOperation, resource_type: ResourceType, names) ->
     return {n for n in set(names) if not ctx.authorize(operation, resource_type, n)}
 
 
-def member_refused(ctx, group_id: str, topics=None) -> ErrorCode | None:
+def member_refused(ctx, group_id: str, topics=None, member_id=None) -> ErrorCode | None:
     """What Kafka 4.4 asks of a ConsumerGroupHeartbeat or ShareGroupHeartbeat: READ on the group
-    (GROUP_AUTHORIZATION_FAILED), then DESCRIBE on every topic the member subscribes to by name
-    (TOPIC_AUTHORIZATION_FAILED); None when both are allowed."""
-    if ctx.authorizer is None:
-        return None
+    (GROUP_AUTHORIZATION_FAILED), then (a share member's, ``member_id`` given) a member id
+    (INVALID_REQUEST: :func:`share_member_id_invalid`), then DESCRIBE on every topic the member
+    subscribes to by name (TOPIC_AUTHORIZATION_FAILED); None when all is well."""
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
         return ErrorCode.group_authorization_failed
+    if member_id is not None and share_member_id_invalid(member_id):
+        return ErrorCode.invalid_request
     if topics and refused(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics):
         return ErrorCode.topic_authorization_failed
     return None
+
+
+def share_member_id_invalid(member_id: str | None) -> bool:
+    """Kafka 4.4's KafkaApis.isMemberIdValid, asked of a share member (ShareGroupHeartbeat,
+    ShareFetch, ShareAcknowledge) once READ on its group is allowed: none, empty or longer than
+    36 characters."""
+    return not member_id or len(member_id) > 36
 
 
 HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."

@@ -46,15 +46,13 @@ def may_read_group(ctx, group_id: str) -> bool:
     return ctx.authorize(_READ, _GROUP, group_id)
 
 
-def heartbeat_refused(m, ctx, group_id: str, topics) -> object | None:
-    """Kafka 4.4's refusal of a ConsumerGroupHeartbeat / ShareGroupHeartbeat (authz.member_refused):
-    the request's error response for the group, an answer holding only TOPIC_AUTHORIZATION_FAILED
-    for a subscription naming a topic the principal may not DESCRIBE; None when allowed."""
-    code = member_refused(ctx, group_id, topics)
+def heartbeat_refused(m, ctx, group_id: str, topics, member_id=None) -> object | None:
+    """Kafka 4.4's refusal of a ConsumerGroupHeartbeat / ShareGroupHeartbeat
+    (authz.member_refused; ``member_id``: a share member's, checked too): an answer holding only
+    the error code, as the request's getErrorResponse; None when allowed."""
+    code = member_refused(ctx, group_id, topics, member_id)
     if code is None:
         return None
-    if code == ErrorCode.group_authorization_failed:
-        return heartbeat_failed(m, KafkaError(code))
     return m(
         throttle_time=0,
         error_code=code,

@@ -23,7 +23,7 @@ from ...share import enabled
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from ..context import AclOperation, ResourceType
 from ..drivers.share_manager import DEFAULT_MAX_RECORDS, FetchedPartition, SharePartitionManager
-from .authz import AUTHZ_MESSAGES, described_groups, refused
+from .authz import AUTHZ_MESSAGES, described_groups, refused, share_member_id_invalid
 from .committed import when_committed
 from .core import OMITTED_OPS, CoordinatorLookup
 from .groups import (
@@ -101,7 +101,7 @@ class ShareGroupApis:
 
     def _share_group_heartbeat(self, ctx, req):
         m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, ctx.api_version)
-        refusal = heartbeat_refused(m, ctx, req.group_id, req.subscribed_topic_names)
+        refusal = heartbeat_refused(m, ctx, req.group_id, req.subscribed_topic_names, req.member_id or "")
         if refusal is not None:
             return refusal
         try:
@@ -240,8 +240,8 @@ class ShareGroupApis:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
         if not may_read_group(ctx, gid):  # (as Kafka 4.4: before the member id is looked at)
             return top_error(ErrorCode.group_authorization_failed)
-        if not mid:
-            return top_error(ErrorCode.invalid_request, "The member id must be given.")
+        if share_member_id_invalid(mid):
+            return top_error(ErrorCode.invalid_request)
         renew = self._renew(ctx, req)
         if renew and (req.max_bytes or req.min_bytes or req.max_records or to_ms(req.max_wait)):
             # (KIP-1222: a request that renews acquisition locks fetches nothing; Kafka's answer
@@ -453,6 +453,8 @@ class ShareGroupApis:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
         if not may_read_group(ctx, gid):
             return top_error(ErrorCode.group_authorization_failed)
+        if share_member_id_invalid(mid):
+            return top_error(ErrorCode.invalid_request)
         if epoch == INITIAL_EPOCH:
             return top_error(ErrorCode.invalid_share_session_epoch, "A share acknowledge cannot open a session.")
         try:
