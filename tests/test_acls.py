@@ -16,7 +16,10 @@ import pytest
 
 from acl_requests import (
     admin_requests,
+    consumer_group_describe,
+    consumer_group_join,
     delete_groups,
+    find_coordinator,
     group_requests,
     init_producer_id,
     offset_fetch,
@@ -495,6 +498,28 @@ def _drop_client_acls(secured):
     with BoundWireClient(secured.bootstrap_servers, ADMIN_HOST) as admin:
         delete_acls(admin, [{"host": "127.0.0.1"}])
         assert _eventually(lambda: not described(describe_acls(admin, host="127.0.0.1")))
+
+
+def test_a_described_group_leaves_out_a_deleted_topic_and_is_not_refused_for_it(secured):
+    """ConsumerGroupDescribe shows a member's assignment of the topics the image still has, as
+    Kafka's (a deleted topic's partitions are left out): the describe's topic check never asks
+    about a topic without a name, so a caller with DESCRIBE on the group and on no topic sees
+    the group whose only topic was deleted."""
+    with BoundWireClient(secured.bootstrap_servers, ADMIN_HOST) as admin:
+        assert Api(admin).create_topic("gone").error_code == 0
+        assert _eventually(lambda: Api(admin).metadata(["gone"]).topics[0].error_code == 0)
+        assert _eventually(lambda: find_coordinator(admin, 0, "cg-gone") == 0)  # __consumer_offsets made
+        consumer_group_join(admin, "cg-gone", "gone")
+        assert consumer_group_describe(admin, "cg-gone") == (0, None, ["gone"])
+        m = Msg(ApiKeys.DELETE_TOPICS, 6)
+        req = m(topics=(m("DeleteTopicState", name="gone", topic_id=None),), timeout=10000)
+        assert admin.request(ApiKeys.DELETE_TOPICS, 6, req).responses[0].error_code == 0
+    _client_acls(secured, [acl("GROUP", "cg-gone", "DESCRIBE", host="127.0.0.1")])
+    try:
+        with WireClient(secured.bootstrap_servers) as c:
+            assert _eventually(lambda: consumer_group_describe(c, "cg-gone") == (0, None, []))
+    finally:
+        _drop_client_acls(secured)
 
 
 def test_group_and_transaction_apis_refuse_what_the_acls_do_not_allow(secured):

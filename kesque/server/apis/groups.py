@@ -99,11 +99,14 @@ def heartbeat_answer(m, r: dict):
 
 
 def described_assignment(m, image, a: dict):
-    """A ConsumerGroupDescribe / ShareGroupDescribe Assignment of ``a`` {topic id: partitions}."""
+    """A ConsumerGroupDescribe / ShareGroupDescribe Assignment of ``a`` {topic id: partitions}:
+    a topic no longer in the image is left out, as Kafka's (so its empty name is never
+    authorized)."""
     tps = []
     for tid, ps in a.items():
         t = image.topics_by_id.get(tid)
-        tps.append(m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "", partitions=tuple(sorted(ps))))
+        if t is not None:
+            tps.append(m("TopicPartitions", topic_id=tid, topic_name=t.name, partitions=tuple(sorted(ps))))
     return m("Assignment", topic_partitions=tuple(tps))
 
 
