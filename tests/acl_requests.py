@@ -9,6 +9,7 @@ unknown member, an unknown producer id)."""
 from __future__ import annotations
 
 import time
+import uuid
 
 from kesque.protocol.api_keys import ApiKeys
 from wire import Msg, WireClient
@@ -147,7 +148,7 @@ def delete_groups(c: WireClient, g: str) -> int:
     return int(c.request(ApiKeys.DELETE_GROUPS, 2, m(groups_names=(g,))).results[0].error_code)
 
 
-def consumer_group_heartbeat(c: WireClient, g: str, topics: list[str]) -> int:
+def consumer_group_heartbeat(c: WireClient, g: str, topics: list[str]) -> tuple:
     m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0)
     req = m(
         group_id=g,
@@ -160,7 +161,8 @@ def consumer_group_heartbeat(c: WireClient, g: str, topics: list[str]) -> int:
         server_assignor=None,
         topic_partitions=(),
     )
-    return int(c.request(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0, req).error_code)
+    r = c.request(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 0, req)
+    return int(r.error_code), (r.member_epoch if r.error_code else None)  # (a refusal's epoch: Kafka's 0)
 
 
 def init_producer_id(c: WireClient, txn: str | None) -> int:
@@ -431,3 +433,185 @@ def admin_requests(c: WireClient, t: str) -> dict:
         "list_reassignments": list_partition_reassignments(c),
         "describe_producers": describe_producers(c, t),
     }
+
+
+# ---------------------------------------------------------------------------- KIP-848 and share groups
+
+
+def consumer_group_join(c: WireClient, g: str, topic: str) -> None:
+    """A member of ``g`` subscribing to ``topic`` (the admin's), heartbeating until assigned."""
+    assert consumer_group_member(c, g, [topic], None, {}, 30) == ["?"]
+
+
+def consumer_group_describe(c: WireClient, g: str) -> tuple:
+    """(error, message, the topics its members are assigned)."""
+    m = Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, 1)
+    d = c.request(ApiKeys.CONSUMER_GROUP_DESCRIBE, 1, m(group_ids=(g,), include_authorized_operations=False)).groups[0]
+    topics = sorted({tp.topic_name for x in d.members for tp in x.assignment.topic_partitions})
+    return int(d.error_code), d.error_message, topics
+
+
+def share_group_join(c: WireClient, g: str, topic: str):
+    """A member of share group ``g`` subscribing to ``topic``, heartbeating until assigned: the
+    topic id."""
+    m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)
+    member, epoch = uuid.uuid4().hex[:22], 0
+    deadline = time.monotonic() + 30
+    while True:
+        r = c.request(
+            ApiKeys.SHARE_GROUP_HEARTBEAT,
+            1,
+            m(group_id=g, member_id=member, member_epoch=epoch, rack_id=None, subscribed_topic_names=(topic,)),
+        )
+        assert r.error_code == 0, r
+        if r.assignment is not None and r.assignment.topic_partitions:
+            return r.assignment.topic_partitions[0].topic_id
+        assert time.monotonic() < deadline, r
+        epoch = r.member_epoch
+        time.sleep(0.1)
+
+
+def share_group_describe(c: WireClient, g: str) -> tuple:
+    m = Msg(ApiKeys.SHARE_GROUP_DESCRIBE, 1)
+    d = c.request(ApiKeys.SHARE_GROUP_DESCRIBE, 1, m(group_ids=(g,), include_authorized_operations=False)).groups[0]
+    topics = sorted({tp.topic_name for x in d.members for tp in x.assignment.topic_partitions})
+    return int(d.error_code), d.error_message, topics
+
+
+def share_group_heartbeat(c: WireClient, g: str, topic: str) -> int:
+    m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)
+    req = m(group_id=g, member_id=uuid.uuid4().hex[:22], member_epoch=0, rack_id=None, subscribed_topic_names=(topic,))
+    r = c.request(ApiKeys.SHARE_GROUP_HEARTBEAT, 1, req)
+    return int(r.error_code), (r.member_epoch if r.error_code else None)
+
+
+def share_fetch(c: WireClient, g: str, member: str, tid, epoch: int = 0) -> tuple:
+    """(top-level error, per partition its authorization errors (error, acknowledge error), other
+    codes as 0, a partition with neither left out); at epoch 1 it acknowledges offset 0 (accept)
+    too. Past the authorization, Kafka's answers depend on whether the share partition has
+    finished initializing: a partition without records on a session's first fetch is answered
+    or not, an acknowledgement of a record not acquired is INVALID_RECORD_STATE or nothing."""
+    m = Msg(ApiKeys.SHARE_FETCH, 1)
+    acks = () if epoch == 0 else (m("AcknowledgementBatch", first_offset=0, last_offset=0, acknowledge_types=(1,)),)
+    part = m("FetchPartition", partition_index=0, acknowledgement_batches=acks)
+    req = m(
+        group_id=g,
+        member_id=member,
+        share_session_epoch=epoch,
+        max_wait=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=10,
+        batch_size=10,
+        topics=(m("FetchTopic", topic_id=tid, partitions=(part,)),),
+        forgotten_topics_data=(),
+    )
+    r = c.request(ApiKeys.SHARE_FETCH, 1, req)
+    parts = [(_authz(p.error_code), _authz(p.acknowledge_error_code)) for t in r.responses for p in t.partitions]
+    return int(r.error_code), [x for x in parts if x != (0, 0)]
+
+
+def _authz(code) -> int:
+    """``code`` if an authorization error, else 0."""
+    return int(code) if int(code) in (29, 30, 31, 53) else 0
+
+
+def share_acknowledge(c: WireClient, g: str, member: str, tid, epoch: int) -> tuple:
+    m = Msg(ApiKeys.SHARE_ACKNOWLEDGE, 1)
+    batch = m("AcknowledgementBatch", first_offset=0, last_offset=0, acknowledge_types=(1,))
+    part = m("AcknowledgePartition", partition_index=0, acknowledgement_batches=(batch,))
+    req = m(
+        group_id=g,
+        member_id=member,
+        share_session_epoch=epoch,
+        topics=(m("AcknowledgeTopic", topic_id=tid, partitions=(part,)),),
+    )
+    r = c.request(ApiKeys.SHARE_ACKNOWLEDGE, 1, req)  # (its codes as share_fetch's)
+    return int(r.error_code), [_authz(p.error_code) for t in r.responses for p in t.partitions]
+
+
+def describe_share_group_offsets(c: WireClient, g: str, topic: str | None) -> tuple:
+    """(group error, {topic: [(partition error, message)]}) for ``topic`` (None: all)."""
+    m = Msg(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1)
+    topics = None
+    if topic is not None:
+        topics = (m("DescribeShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(0,)),)
+    body = m(groups=(m("DescribeShareGroupOffsetsRequestGroup", group_id=g, topics=topics),))
+    d = c.request(ApiKeys.DESCRIBE_SHARE_GROUP_OFFSETS, 1, body).groups[0]
+    return int(d.error_code), {
+        t.topic_name: [(int(p.error_code), p.error_message) for p in t.partitions] for t in d.topics
+    }
+
+
+def alter_share_group_offsets(c: WireClient, g: str, topic: str) -> tuple:
+    m = Msg(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0)
+    part = m("AlterShareGroupOffsetsRequestPartition", partition_index=0, start_offset=0)
+    body = m(group_id=g, topics=(m("AlterShareGroupOffsetsRequestTopic", topic_name=topic, partitions=(part,)),))
+    r = c.request(ApiKeys.ALTER_SHARE_GROUP_OFFSETS, 0, body)
+    parts = [(int(p.error_code), p.error_message) for t in r.responses for p in t.partitions]
+    return int(r.error_code), r.error_message, parts
+
+
+def delete_share_group_offsets(c: WireClient, g: str, topic: str) -> tuple:
+    m = Msg(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0)
+    body = m(group_id=g, topics=(m("DeleteShareGroupOffsetsRequestTopic", topic_name=topic),))
+    r = c.request(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, 0, body)
+    return int(r.error_code), r.error_message, [(int(t.error_code), t.error_message) for t in r.responses]
+
+
+def share_requests(c: WireClient, s: str, tid, g: str) -> dict:
+    """The KIP-848 describe and share-group requests of a client on ``{s}-848`` and ``{s}-sh``
+    (an admin's member of each is assigned topic ``s``, whose id is ``tid``) and ``{g}-alt``
+    (an empty share group)."""
+    member = uuid.uuid4().hex[:22]
+    return {
+        "cg_describe": consumer_group_describe(c, f"{s}-848"),
+        "sg_describe": share_group_describe(c, f"{s}-sh"),
+        "sg_heartbeat": share_group_heartbeat(c, f"{s}-sh", s),
+        "share_fetch": share_fetch(c, f"{s}-sh", member, tid),
+        "share_fetch_ack": share_fetch(c, f"{s}-sh", member, tid, epoch=1),
+        "share_ack": share_acknowledge(c, f"{s}-sh", member, tid, epoch=2),
+        "sg_offsets": describe_share_group_offsets(c, f"{s}-sh", s),
+        "sg_offsets_all": describe_share_group_offsets(c, f"{s}-sh", None),
+        "sg_alter": alter_share_group_offsets(c, f"{g}-alt", s),
+        "sg_delete": delete_share_group_offsets(c, f"{g}-alt", s),
+    }
+
+
+def regex_heartbeat(c: WireClient, g: str, regex: str, names: dict):
+    """A member of ``g`` subscribing to ``regex`` (Kafka resolves a regex after the heartbeat)."""
+    return consumer_group_member(c, g, None, regex, names, 10)
+
+
+def consumer_group_member(c: WireClient, g: str, topics, regex, names: dict, timeout: float):
+    """ConsumerGroupHeartbeat v1 with ``topics`` or ``regex`` until the member is assigned
+    something (at most ``timeout`` s): the error, or the names of the topics assigned
+    (``names``: {topic id: name}, "?" for another), [] when nothing came in time."""
+    m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, 1)
+    member, epoch = uuid.uuid4().hex[:22], 0
+    deadline = time.monotonic() + timeout
+    while True:
+        r = c.request(
+            ApiKeys.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            m(
+                group_id=g,
+                member_id=member,
+                member_epoch=epoch,
+                instance_id=None,
+                rack_id=None,
+                rebalance_timeout=10000,
+                subscribed_topic_names=None if topics is None else tuple(topics),
+                subscribed_topic_regex=regex,
+                server_assignor=None,
+                topic_partitions=(),
+            ),
+        )
+        if r.error_code:
+            return int(r.error_code)
+        if r.assignment is not None and r.assignment.topic_partitions:
+            return sorted(names.get(tp.topic_id, "?") for tp in r.assignment.topic_partitions)
+        if time.monotonic() > deadline:
+            return []
+        epoch = r.member_epoch
+        time.sleep(0.1)

@@ -5,6 +5,8 @@ CreateAcls, DescribeAcls and DeleteAcls; the authorizer configs."""
 
 from __future__ import annotations
 
+import hashlib
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +16,10 @@ import pytest
 
 from acl_requests import (
     admin_requests,
+    consumer_group_describe,
+    consumer_group_join,
     delete_groups,
+    find_coordinator,
     group_requests,
     init_producer_id,
     offset_fetch,
@@ -31,6 +36,7 @@ from kesque.metadata import records as mr
 from kesque.metadata.image import Delta, MetadataImage
 from kesque.metadata.log import MetadataLog
 from kesque.metadata.snapshot import image_records
+from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.security.acl import (
     AccessControlEntry,
@@ -48,7 +54,9 @@ from kesque.security.authorizer import StandardAcl, StandardAuthorizer
 from kesque.security.principal import ANONYMOUS
 from kesque.testing.broker import Broker
 from kesque.testing.cluster import Cluster
-from wire import Api, WireClient
+from kesque.testing.kafka import free_port
+from test_sasl import SCRAM_JAAS, scram_login
+from wire import Api, Msg, WireClient
 
 INVALID_REQUEST = int(ErrorCode.invalid_request)
 AUTHZ = {"authorizer.class.name": STANDARD_AUTHORIZER}
@@ -339,14 +347,21 @@ def test_the_broker_authorizer_follows_the_image(secured):
 # ---------------------------------------------------------------------------- a cluster
 
 
-def test_acls_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
+def test_acls_and_scram_users_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
     # the nodes reach each other's controller listeners as User:ANONYMOUS (PLAINTEXT), and a
     # controller takes the raft RPCs, registrations and Envelopes only with CLUSTER_ACTION,
     # which a StandardAuthorizer grants nobody but super users before it has loaded the ACLs
     # from the metadata log that those RPCs elect a leader for: as Kafka (KIP-801), a cluster
     # with an authorizer has its nodes' principal in super.users
     cfg = {**AUTHZ, "allow.everyone.if.no.acl.found": "true", "super.users": "User:ANONYMOUS"}
-    cluster = Cluster(3, data_dir=str(tmp_path / "c"), config=cfg).start()
+    cluster = Cluster(3, data_dir=str(tmp_path / "c"), config=cfg)
+    last = cluster.brokers[-1]  # the node restarted below: a SCRAM user logs in there after it
+    sasl_port = free_port()
+    last.config["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+    last.config["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+    last.config["sasl.enabled.mechanisms"] = "SCRAM-SHA-256"
+    last.config["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"] = SCRAM_JAAS
+    cluster.start()
     try:
         first = cluster.brokers[0]
         with BoundWireClient(first.bootstrap_servers, ADMIN_HOST) as admin:
@@ -362,12 +377,20 @@ def test_acls_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
         assert _eventually(lambda: len(seen_by(first)) == 5)
         want = seen_by(first)
 
+        # a SCRAM user, made through the first broker, reaches every broker's image too
+        salted = hashlib.pbkdf2_hmac("sha256", b"erin-secret", SALT, 4096)
+        with BoundWireClient(first.bootstrap_servers, ADMIN_HOST) as admin:
+            assert alter_scram(admin, "erin", salted) == [0]
         for b in cluster.brokers:
             assert _eventually(lambda b=b: seen_by(b) == want), b
-        # a broker restarts: the ACLs come back from its metadata log (and its snapshot)
-        last = cluster.brokers[-1]
+            assert _eventually(lambda b=b: scram_users(b) == ["erin"]), b
+        # a broker restarts: the ACLs and the SCRAM user come back from its metadata log (and its
+        # snapshot), and the user logs in there
         cluster.restart(cluster.specs[-1].node_id)
         assert _eventually(lambda: seen_by(last) == want)
+        assert scram_users(last) == ["erin"]
+        with WireClient(f"127.0.0.1:{sasl_port}") as c:
+            assert scram_login(c, "SCRAM-SHA-256", "erin", "erin-secret").error_code == ErrorCode.none
         with BoundWireClient(cluster.brokers[1].bootstrap_servers, ADMIN_HOST) as admin:
             r = delete_acls(admin, [{"principal": "User:carol"}])
             assert len(r.filter_results[0].matching_acls) == 1
@@ -378,6 +401,59 @@ def test_acls_reach_every_broker_of_a_cluster_and_survive_restarts(tmp_path):
             if cluster.node(spec.node_id).process is not None:
                 cluster.kill(spec.node_id)
         cluster.close()
+
+
+def test_a_controller_whose_acls_are_not_loaded_answers_unknown_server_error(tmp_path):
+    """Before its StandardAuthorizer has loaded the ACLs from the metadata log (here: one voter
+    of three up, no quorum, the log never caught up) a controller listener serves only super
+    users; anyone else's request gets Kafka's error response with UNKNOWN_SERVER_ERROR (its
+    AuthorizerNotReadyException has no code of its own), the connection open for the next one."""
+    cluster = Cluster(3, controllers=3, data_dir=str(tmp_path / "c"), config=AUTHZ)
+    lone = cluster.node(1)
+    lone.launch()
+    try:
+        controller = ("127.0.0.1", cluster.specs[0].controller_port)
+        assert _eventually(lambda: _connects(controller), 30)
+        hb = Msg(ApiKeys.BROKER_HEARTBEAT, 1)(
+            broker_id=2, broker_epoch=0, current_metadata_offset=0, want_fence=False, want_shut_down=False
+        )
+        with WireClient(f"{controller[0]}:{controller[1]}") as c:
+            assert c.request(ApiKeys.BROKER_HEARTBEAT, 1, hb).error_code == ErrorCode.unknown_server_error
+            fetched = Api(c).fetch("t", 0)  # v12: the error at the top and on each partition
+            assert fetched.error_code == ErrorCode.unknown_server_error
+            assert [p.error_code for t in fetched.responses for p in t.partitions] == [ErrorCode.unknown_server_error]
+            assert c.request(ApiKeys.BROKER_HEARTBEAT, 1, hb).error_code == ErrorCode.unknown_server_error
+    finally:
+        lone.kill()
+        cluster.close()
+
+
+SALT = b"erin-salt-16-byte"
+
+
+def alter_scram(c, user: str, salted: bytes) -> list[int]:
+    """AlterUserScramCredentials: ``user`` with a SCRAM-SHA-256 credential (salt ``SALT``)."""
+    m = Msg(ApiKeys.ALTER_USER_SCRAM_CREDENTIALS, 0)
+    up = m("ScramCredentialUpsertion", name=user, mechanism=1, iterations=4096, salt=SALT, salted_password=salted)
+    r = c.request(ApiKeys.ALTER_USER_SCRAM_CREDENTIALS, 0, m(deletions=(), upsertions=(up,)))
+    return [int(x.error_code) for x in r.results]
+
+
+def scram_users(b) -> list[str]:
+    """The users DescribeUserScramCredentials lists on broker ``b``."""
+    with BoundWireClient(b.bootstrap_servers, ADMIN_HOST) as c:
+        r = c.request(
+            ApiKeys.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, Msg(ApiKeys.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)(users=None)
+        )
+        return sorted(x.user for x in r.results)
+
+
+def _connects(address) -> bool:
+    try:
+        socket.create_connection(address, 1).close()
+        return True
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------------------- groups, offsets, transactions
@@ -395,7 +471,7 @@ GROUP_REFUSED = {
     "offset_delete": {"group": 30},
     "describe": (30, -2147483648),
     "listed": [],
-    "cg_heartbeat": 30,
+    "cg_heartbeat": (30, 0),
 }
 TXN_REFUSED = {
     "find_txn": 53,
@@ -422,6 +498,28 @@ def _drop_client_acls(secured):
     with BoundWireClient(secured.bootstrap_servers, ADMIN_HOST) as admin:
         delete_acls(admin, [{"host": "127.0.0.1"}])
         assert _eventually(lambda: not described(describe_acls(admin, host="127.0.0.1")))
+
+
+def test_a_described_group_leaves_out_a_deleted_topic_and_is_not_refused_for_it(secured):
+    """ConsumerGroupDescribe shows a member's assignment of the topics the image still has, as
+    Kafka's (a deleted topic's partitions are left out): the describe's topic check never asks
+    about a topic without a name, so a caller with DESCRIBE on the group and on no topic sees
+    the group whose only topic was deleted."""
+    with BoundWireClient(secured.bootstrap_servers, ADMIN_HOST) as admin:
+        assert Api(admin).create_topic("gone").error_code == 0
+        assert _eventually(lambda: Api(admin).metadata(["gone"]).topics[0].error_code == 0)
+        assert _eventually(lambda: find_coordinator(admin, 0, "cg-gone") == 0)  # __consumer_offsets made
+        consumer_group_join(admin, "cg-gone", "gone")
+        assert consumer_group_describe(admin, "cg-gone") == (0, None, ["gone"])
+        m = Msg(ApiKeys.DELETE_TOPICS, 6)
+        req = m(topics=(m("DeleteTopicState", name="gone", topic_id=None),), timeout=10000)
+        assert admin.request(ApiKeys.DELETE_TOPICS, 6, req).responses[0].error_code == 0
+    _client_acls(secured, [acl("GROUP", "cg-gone", "DESCRIBE", host="127.0.0.1")])
+    try:
+        with WireClient(secured.bootstrap_servers) as c:
+            assert _eventually(lambda: consumer_group_describe(c, "cg-gone") == (0, None, []))
+    finally:
+        _drop_client_acls(secured)
 
 
 def test_group_and_transaction_apis_refuse_what_the_acls_do_not_allow(secured):
@@ -453,7 +551,7 @@ def test_group_and_transaction_apis_with_the_acls_they_need(secured):
             assert got["fetch"] == {"group": 0, "t": [0], "t-missing": [29]}
             assert got["offset_delete"] == {"group": 30}  # DELETE on the group is not given
             assert got["describe"] == (0, (1 << 3) | (1 << 8))  # READ and the DESCRIBE it implies
-            assert got["listed"] == ["g"] and got["cg_heartbeat"] == 0
+            assert got["listed"] == ["g"] and got["cg_heartbeat"] == (0, None)
             assert delete_groups(c, "g") == 30
             txn = txn_requests(c, "x", "g", "t")
             assert txn["find_txn"] == 0 and txn["init_txn"] == 0 and txn["end_txn"] not in (53, 29)

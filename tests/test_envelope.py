@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 
 import pytest
 
@@ -237,3 +238,28 @@ def test_describe_cluster_on_a_controller_needs_alter_on_the_cluster(cluster):
     with BoundWireClient(_controller(cluster), ADMIN) as admin:
         r = admin.request(ApiKeys.DESCRIBE_CLUSTER, 1, req)
         assert r.error_code == ErrorCode.none and [b.broker_id for b in r.brokers] == [1]
+
+
+def controller_fetch_answers(controller: tuple[str, int], host: str, topic: str) -> list:
+    """A consumer's Fetch (v12 and v16, by name and by a made-up id) on a controller listener
+    from ``host``: (top-level error, [partition errors]) of each."""
+    out = []
+    with BoundWireClient(controller, host) as c:
+        api = Api(c)
+        r = api.fetch(topic, 0)
+        out.append((int(r.error_code), [int(p.error_code) for t in r.responses for p in t.partitions]))
+        r = c.request(ApiKeys.FETCH, 16, api.fetch_request(topic, 0, version=16, topic_id=uuid.UUID(int=7)))
+        out.append((int(r.error_code), [int(p.error_code) for t in r.responses for p in t.partitions]))
+    return out
+
+
+# Kafka 4.4's answer (tests/test_oracle_acls.py asks its controller listener the same)
+CONTROLLER_FETCH_REFUSED = [(31, [31]), (31, [])]
+
+
+def test_every_fetch_on_a_controller_listener_needs_cluster_action(cluster):
+    """ControllerApis.handleFetch checks CLUSTER_ACTION before anything, a consumer's Fetch too:
+    Kafka's FetchRequest error response (before v13 the error on each partition)."""
+    assert controller_fetch_answers(_controller(cluster), CLIENT, "anything") == CONTROLLER_FETCH_REFUSED
+    allowed = controller_fetch_answers(_controller(cluster), ADMIN, "anything")
+    assert ErrorCode.cluster_authorization_failed not in [x for code, parts in allowed for x in (code, *parts)]

@@ -365,6 +365,7 @@ class Env:
         rebalance=None,
         assignor=None,
         version=1,
+        describable=None,
     ) -> dict:
         if epoch == 0:
             owned = {} if owned is None else owned
@@ -382,6 +383,7 @@ class Env:
             "topic_partitions": owned,
             "client_id": "client",
             "client_host": "/127.0.0.1",
+            "describable": describable,
         }
         resp = consumer_group_heartbeat(self.shard, ConsumerGroupHeartbeat(**req), version)
         self._after_step()
@@ -1592,6 +1594,39 @@ def test_regex_subscription():
     # the regex is persisted
     fresh = env.replayed()
     assert fresh.groups[GID].members["A"].subscribed_topic_regex == "orders-.*"
+
+
+def test_a_regex_resolves_with_an_authorizer_to_the_topics_the_member_may_describe():
+    """Kafka 4.4's TopicRegexResolver: with an authorizer (the handler's ``describable``), a regex
+    resolves to the matching topics the heartbeating member may DESCRIBE, kept as a
+    ConsumerGroupRegularExpression record (replayed at load, a tombstone with the group) and
+    resolved again once the metadata (the ACLs among it) has changed."""
+    env = Env(topics={"orders-1": 1, "orders-2": 1, "payments": 1})
+    env.image.offset = 10
+    allowed = {"orders-1", "payments"}
+
+    def describable(names):
+        return set(names) & allowed
+
+    r = env.chb("A", 0, regex="orders-.*", describable=describable)
+    assert env.owned(r) == {env.image.tid("orders-1"): {0}}
+    assert env.group().resolved_regex == {"orders-.*": (frozenset({"orders-1"}), 10)}
+    assert R.decode_key(R.regex_key(GID, "orders-.*")) == (16, {"group": GID, "regular_expression": "orders-.*"})
+    written = [R.decode_value(16, v) for k, v in env.log.records if k == R.regex_key(GID, "orders-.*")]
+    assert [(w["topics"], w["version"]) for w in written] == [(["orders-1"], 10)]
+    assert env.replayed().groups[GID].resolved_regex == env.group().resolved_regex
+    # the same metadata: not resolved again, whatever the next member may describe
+    allowed.add("orders-2")
+    owned = env.owned(r)
+    r = env.chb("A", r["member_epoch"], owned=owned, describable=describable)
+    assert r["assignment"] is None and env.group().members["A"].assigned == owned
+    # the metadata moved on (an ACL record): resolved again at the next heartbeat
+    env.image.offset = 11
+    r = env.chb("A", r["member_epoch"], owned=owned, describable=describable)
+    assert env.owned(r) == {env.image.tid("orders-1"): {0}, env.image.tid("orders-2"): {0}}
+    # the group deleted: its regex record goes with it
+    env.chb("A", -1)
+    assert R.regex_key(GID, "orders-.*") in {k for k, v in env.shard._group_tombstones(GID) if v is None}
 
 
 def test_subscription_change_and_partition_growth_bump_the_group_epoch():

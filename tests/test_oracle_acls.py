@@ -33,6 +33,7 @@ from kesque.protocol.api_keys import ApiKeys
 from kesque.records.records import build_batch
 from kesque.testing import kafka as K
 from kesque.testing.broker import Broker
+from test_envelope import CONTROLLER_FETCH_REFUSED, controller_fetch_answers
 from wire import Api, Msg, WireClient
 
 pytestmark = oracle.MARKS
@@ -51,16 +52,34 @@ def admin_acls() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    with oracle.brokers(tmp_path_factory, config=CONFIG) as b:
+    # (share groups are on by default in Kafka 4.4)
+    with oracle.brokers(tmp_path_factory, config=CONFIG, kesque_config={"group.share.enable": "true"}) as b:
         for broker in b.values():
             with BoundWireClient(broker.bootstrap_servers, ADMIN_HOST) as admin:
                 # the coordinators' internal topics first: Kafka's broker creates them as itself
                 # (no Envelope), which would need CREATE on the cluster from 127.0.0.1 later
                 assert _eventually(lambda admin=admin: _ready(admin), 90), broker
+                broker.acl_shared = _shared_groups(admin)
                 r = create_acls(admin, admin_acls())
                 assert [x.error_code for x in r.results] == [0] * 5, broker
                 assert _eventually(lambda admin=admin: len(described(describe_acls(admin))) == 5)
         yield b
+
+
+# a topic every group scenario shares, with a KIP-848 group "{s}-848" and a share group "{s}-sh"
+# whose admin member is assigned it (a member's first assignment takes a while on Kafka), and
+# "{s}-other", for a regex matching both
+SHARED = "aclsh"
+
+
+def _shared_groups(admin) -> tuple:
+    """Made before any ACL (Kafka's broker creates __share_group_state as itself, which would
+    need CREATE on the cluster from 127.0.0.1 later): (the topic's id, {topic id: name})."""
+    for name in (SHARED, f"{SHARED}-other"):
+        assert Api(admin).create_topic(name).error_code == 0
+    rq.consumer_group_join(admin, f"{SHARED}-848", SHARED)
+    tid = rq.share_group_join(admin, f"{SHARED}-sh", SHARED)
+    return tid, {x.topic_id: x.name for x in Api(admin).metadata([SHARED, f"{SHARED}-other"]).topics}
 
 
 def _ready(admin) -> bool:
@@ -218,6 +237,25 @@ GROUP_SCENARIOS = {
     "idempotent-write": [("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE")],
     "write-some-topic": [("TOPIC", "{t}", "WRITE", "ALLOW", "PREFIXED")],
     "write-denied-topic": [("TOPIC", "*", "WRITE"), ("TOPIC", "*", "WRITE", "DENY")],
+    # KIP-848 describe and share groups on the shared topic {s} ({g}-alt: an empty share group)
+    "share-read": [
+        ("GROUP", "{s}-sh", "READ"),
+        ("GROUP", "{s}-848", "DESCRIBE"),
+        ("GROUP", "{g}-alt", "READ"),
+        ("GROUP", "{g}-alt", "DELETE"),
+        ("TOPIC", "{s}", "READ"),
+    ],
+    "share-no-topic": [("GROUP", "{s}-sh", "READ"), ("GROUP", "{s}-848", "READ"), ("GROUP", "{g}-alt", "ALL")],
+    "share-topic-describe": [
+        ("GROUP", "{s}-", "READ", "ALLOW", "PREFIXED"),
+        ("GROUP", "{g}-alt", "READ"),
+        ("TOPIC", "{s}", "DESCRIBE"),
+    ],
+    # a KIP-848 regex subscription matching {s} and {s}-other resolves to the topics the member may DESCRIBE
+    # (its group rx-{t} is readable in these two only: a readable group with no topic to assign
+    # would wait for an assignment the whole 10 s)
+    "regex-one-topic": [("GROUP", "rx-{t}", "READ"), ("TOPIC", "{s}", "DESCRIBE")],
+    "regex-prefixed": [("GROUP", "rx-{t}", "READ"), ("TOPIC", "{s}", "DESCRIBE", "ALLOW", "PREFIXED")],
 }
 
 
@@ -227,7 +265,7 @@ def _group_acls(spec, t: str, g: str, x: str) -> list[dict]:
         rtype, name, op = item[:3]
         perm = item[3] if len(item) > 3 else "ALLOW"
         pattern = item[4] if len(item) > 4 else "LITERAL"
-        name = name.format(t=t, g=g, x=x)
+        name = name.format(t=t, g=g, x=x, s=SHARED)
         out.append(acl(rtype, name, op, perm=perm, host=CLIENT_HOST, pattern=pattern))
     return out
 
@@ -239,6 +277,7 @@ def _run_groups(broker, name: str, t: str) -> dict:
         assert Api(admin).create_topic(t).error_code == 0
         # the group exists, with an offset (once the broker knows the new topic)
         assert _eventually(lambda: rq.offset_commit(admin, g, [t]) == {t: [0]})
+        tid, names = broker.acl_shared
         if acls:
             assert [r.error_code for r in create_acls(admin, acls).results] == [0] * len(acls)
         assert _eventually(lambda: len(described(describe_acls(admin, host=CLIENT_HOST))) == len(acls) + 1)
@@ -249,6 +288,8 @@ def _run_groups(broker, name: str, t: str) -> dict:
                 out["write_txn_markers"] = rq.write_txn_markers(c, t)
                 out["add_partitions_v4"] = rq.add_partitions_to_txn_v4(c, x, t)
                 out["delete_group"] = rq.delete_groups(c, g)
+                out.update(rq.share_requests(c, SHARED, tid, g))
+                out["cg_regex"] = rq.regex_heartbeat(c, f"rx-{t}", f"{SHARED}(-other)?", names)
                 return out
         finally:
             for rtype in ("TOPIC", "GROUP", "TRANSACTIONAL_ID"):
@@ -263,14 +304,27 @@ def test_same_group_and_transaction_answers_for_the_same_acls(pair, name):
     topic = f"aclg-{name}-{oracle.new_topic('')[1:]}"
     results = {which: _run_groups(broker, name, topic) for which, broker in pair.items()}
     assert results["kesque"] == results["kafka"]
-    if name == "none":  # not vacuous
+    if name == "none":  # not vacuous (a refused heartbeat: the error only, member epoch 0)
         assert results["kafka"]["join"] == 30 and results["kafka"]["init_txn"] == 53
+        assert results["kafka"]["cg_heartbeat"] == results["kafka"]["sg_heartbeat"] == (30, 0)
         assert results["kafka"]["init_idempotent"] == 31 and results["kafka"]["commit"][topic] == [30]
     if name == "group-read":  # and what is allowed goes through
         assert results["kafka"]["commit"] == {topic: [0], f"{topic}-missing": [29]}
         assert results["kafka"]["fetch"]["group"] == 0 and results["kafka"]["fetch"][topic] == [0]
     if name == "idempotent-write":
         assert results["kafka"]["init_idempotent"] == 0 and results["kafka"]["init_txn"] == 53
+    if name == "share-read":  # the members' topics may be described, and read
+        assert results["kafka"]["cg_describe"] == (0, None, [SHARED]) and results["kafka"]["sg_describe"][0] == 0
+        assert results["kafka"]["share_fetch"] == (0, []) and results["kafka"]["sg_offsets"][1][SHARED][0][0] == 0
+    if name in ("regex-one-topic", "regex-prefixed"):  # each topic the regex matches, if it may be described
+        assert (
+            results["kafka"]["cg_regex"]
+            == {"regex-one-topic": [SHARED], "regex-prefixed": [SHARED, f"{SHARED}-other"]}[name]
+        )
+    if name == "share-no-topic":  # the groups refused for their topics
+        assert results["kafka"]["cg_describe"][0] == results["kafka"]["sg_describe"][0] == 29
+        assert results["kafka"]["share_fetch"] == (0, [(29, 0)]) and results["kafka"]["share_ack"] == (0, [29])
+        assert results["kafka"]["sg_offsets"] == (0, {SHARED: [(29, "Topic authorization failed.")]})
 
 
 # the remaining APIs Kafka authorizes (ListOffsets, OffsetForLeaderEpoch, DeleteRecords, log dirs,
@@ -412,3 +466,13 @@ def test_kafka_acls_sh_and_kesque_acls_print_the_same(tmp_path):
         assert (step, _usage(k.stderr)) == (step, _usage(j.stderr))
     assert "Adding ACLs for resource" in runs["kafka"]["add"].stdout  # not vacuous
     assert runs["kafka"]["list-all"].stdout.count("Current ACLs for resource") == 10
+
+
+def test_kafkas_controller_listener_refuses_a_fetch_without_cluster_action(pair):
+    """What test_envelope asks of a kesque controller (a lone kesque broker has no controller
+    listener): a consumer's Fetch on Kafka 4.4's controller listener from a host without
+    CLUSTER_ACTION."""
+    kafka = pair["kafka"]
+    assert controller_fetch_answers(("127.0.0.1", kafka.controller_port), "127.0.0.3", "anything") == (
+        CONTROLLER_FETCH_REFUSED
+    )

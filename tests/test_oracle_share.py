@@ -258,3 +258,30 @@ def _close_errors(broker, tmp_path) -> tuple[int, list[str]]:
 def test_a_confluent_share_consumer_closes_without_an_acknowledgement_error(pair, tmp_path):
     for name, broker in pair.items():
         assert _close_errors(broker, tmp_path) == (20, []), name
+
+
+def _bad_member_ids(broker):
+    """ShareGroupHeartbeat, ShareFetch and ShareAcknowledge with a member id that is empty or
+    longer than 36 characters: what Kafka 4.4's handlers answer before the coordinator or the
+    share partitions see them (after READ on the group, before DESCRIBE/READ on the topics)."""
+    topic, group = _group_on(broker, 1)
+    out = []
+    with WireClient(broker.bootstrap_servers) as c:
+        tid = _join(c, group, topic, "m1")
+        hb = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, 1)
+        for member in ("", "m" * 37):
+            r = c.request(
+                ApiKeys.SHARE_GROUP_HEARTBEAT,
+                1,
+                hb(group_id=group, member_id=member, member_epoch=0, subscribed_topic_names=(topic,)),
+            )
+            out.append(("heartbeat", len(member), int(r.error_code), r.error_message, r.member_id, r.member_epoch))
+            out.append(("fetch", len(member), _answer(_fetch(c, group, member, 0, tid))))
+            out.append(("ack", len(member), _answer(_ack(c, group, member, 1, tid, [(0, 0, 1)]))))
+    return out
+
+
+def test_a_share_member_id_empty_or_too_long_is_an_invalid_request(pair):
+    got = {name: _bad_member_ids(b) for name, b in pair.items()}
+    assert got["kesque"] == got["kafka"], "\n".join(f"{a}\n{b}" for a, b in zip(got["kesque"], got["kafka"]))
+    assert got["kafka"][1][2][0] == 42  # not vacuous: INVALID_REQUEST

@@ -251,7 +251,7 @@ def cluster_metadata_json(value: bytes) -> str:
 # JSON field names of the group coordinator records (Kafka's *JsonConverter use the schema
 # names in camelCase); kesque's record module names the same fields in snake_case
 _OFFSETS_NAMES = {"group_id": "groupId", "member_id": "memberId"}
-_KIP848_KEY = {"group": "groupId", "member_id": "memberId"}
+_KIP848_KEY = {"group": "groupId", "member_id": "memberId", "regular_expression": "regularExpression"}
 _OFFSETS_VALUES = {
     0: "OffsetCommitValue",
     1: "OffsetCommitValue",
@@ -262,6 +262,7 @@ _OFFSETS_VALUES = {
     6: "ConsumerGroupTargetAssignmentMetadataValue",
     7: "ConsumerGroupTargetAssignmentMemberValue",
     8: "ConsumerGroupCurrentMemberAssignmentValue",
+    16: "ConsumerGroupRegularExpressionValue",
 }
 
 

@@ -49,6 +49,7 @@ from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
 from . import request_log, txn_channels
 from .apis.acls import AclApis
+from .apis.authz import error_response
 from .apis.configs import ConfigApis
 from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
 from .apis.fetch import FetchApis
@@ -1057,7 +1058,11 @@ class KesqueServer:
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
-        except (ProtocolError, CloseConnection, AuthorizerNotReady) as e:
+        except AuthorizerNotReady as e:
+            result = self._not_ready(conn, ctx, request, e)
+            if result is None:
+                return
+        except (ProtocolError, CloseConnection) as e:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
@@ -1066,15 +1071,30 @@ class KesqueServer:
                 ctx.busy_ns = time.perf_counter_ns() - ctx.step_ns
                 ctx.step_ns = 0
                 result = _timed(result, ctx)
-            self.spawn(self._complete_later(conn, slot, ctx, result))
+            self.spawn(self._complete_later(conn, slot, ctx, result, request))
             return
         self._answer(conn, slot, ctx, result)
 
-    async def _complete_later(self, conn, slot, ctx, awaitable) -> None:
+    @staticmethod
+    def _not_ready(conn, ctx, request, e):
+        """A request the authorizer could not decide yet (its ACLs are not loaded): Kafka's
+        error response with UNKNOWN_SERVER_ERROR (its AuthorizerNotReadyException has no code of
+        its own); a request whose errors are per item closes its connection instead."""
+        result = error_response(ctx, request, ErrorCode.unknown_server_error)
+        if result is None:
+            log.warning("%s: closing connection: %s", conn.id, e)
+            conn.close()
+        return result
+
+    async def _complete_later(self, conn, slot, ctx, awaitable, request) -> None:
         header = ctx.header
         try:
             result = await awaitable
-        except (ProtocolError, CloseConnection, AuthorizerNotReady) as e:
+        except AuthorizerNotReady as e:
+            result = self._not_ready(conn, ctx, request, e)
+            if result is None:
+                return
+        except (ProtocolError, CloseConnection) as e:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return

@@ -120,6 +120,9 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
     subscription_signature: tuple = ()  # (topic id, partitions) of subscribed topics at the group epoch
+    # {regex: (topics, metadata offset)}: a regex subscription resolved with an authorizer, only to
+    # the topics the resolving member could DESCRIBE (Kafka's ConsumerGroupRegularExpression records)
+    resolved_regex: dict[str, tuple[frozenset, int]] = field(default_factory=dict)
 
     type = "consumer"
 
@@ -131,7 +134,11 @@ class ConsumerGroup:
         changes nothing until the records are replayed): the maps are copied, the members shared
         until :meth:`own_member` copies the one that changes."""
         return dataclasses.replace(
-            self, members=dict(self.members), target=dict(self.target), static_members=dict(self.static_members)
+            self,
+            members=dict(self.members),
+            target=dict(self.target),
+            static_members=dict(self.static_members),
+            resolved_regex=dict(self.resolved_regex),
         )
 
     def own_member(self, member_id: str) -> ConsumerMember:
@@ -157,7 +164,7 @@ class ConsumerGroup:
     def subscribed_topic_names(self, image=None) -> set[str]:
         out: set[str] = set()
         for m in self.members.values():
-            out.update(member_topics(m, image))
+            out.update(member_topics(m, image, self.resolved_regex))
         return out
 
     def is_subscribed_to(self, topic: str, image=None) -> bool:
@@ -178,14 +185,48 @@ class ConsumerGroup:
         return -1
 
 
-def member_topics(m: ConsumerMember, image=None) -> set[str]:
+def member_topics(m: ConsumerMember, image=None, resolved=None) -> set[str]:
     """Topic names a member subscribes to: its names plus, with an image, the topics its
-    regex matches in full (internal topics excluded, as Kafka does)."""
+    regex matches in full (internal topics excluded, as Kafka does), or those of the regex's
+    resolution in ``resolved`` (the group's, made with an authorizer) that still exist."""
     names = set(m.subscribed_topic_names)
     if m.subscribed_topic_regex and image is not None:
-        pattern = re.compile(m.subscribed_topic_regex)
-        names.update(t for t in image.topics_by_name if not t.startswith("__") and pattern.fullmatch(t))
+        entry = resolved.get(m.subscribed_topic_regex) if resolved else None
+        if entry is not None:
+            names.update(t for t in entry[0] if t in image.topics_by_name)
+        else:
+            names.update(regex_matches(m.subscribed_topic_regex, image))
     return names
+
+
+def regex_matches(regex: str, image) -> set[str]:
+    pattern = re.compile(regex)
+    return {t for t in image.topics_by_name if not t.startswith("__") and pattern.fullmatch(t)}
+
+
+def _resolve_regexes(shard, g: ConsumerGroup, describable) -> list:
+    """Kafka 4.4's TopicRegexResolver with an authorizer: each regex of the group's members not
+    resolved since the metadata last changed is resolved to the topics it matches that
+    ``describable`` (the heartbeating member's authorization) lets through, a
+    ConsumerGroupRegularExpression record each; a regex no member holds any more, a tombstone."""
+    image = shard.topics() if shard.topics else None
+    if image is None:
+        return []
+    version = getattr(image, "offset", 0)
+    used = {m.subscribed_topic_regex for m in g.members.values() if m.subscribed_topic_regex}
+    records = []
+    for regex in sorted(used):
+        entry = g.resolved_regex.get(regex)
+        if entry is not None and entry[1] >= version:
+            continue
+        topics = frozenset(describable(regex_matches(regex, image)))
+        g.resolved_regex[regex] = (topics, version)
+        value = {"topics": sorted(topics), "version": version, "timestamp": shard.clock.now_ms()}
+        records.append((R.regex_key(g.group_id, regex), R.encode_value(R.CONSUMER_GROUP_REGULAR_EXPRESSION, value)))
+    for regex in sorted(set(g.resolved_regex) - used):
+        del g.resolved_regex[regex]
+        records.append((R.regex_key(g.group_id, regex), None))
+    return records
 
 
 # ====================================================================== replay
@@ -196,7 +237,9 @@ def replay_consumer_record(shard, version: int, key: dict, value: dict | None) -
         if g is None or not isinstance(g, ConsumerGroup):
             return
         mid = key.get("member_id")
-        if version == R.CONSUMER_GROUP_MEMBER_METADATA:
+        if version == R.CONSUMER_GROUP_REGULAR_EXPRESSION:
+            g.resolved_regex.pop(key["regular_expression"], None)
+        elif version == R.CONSUMER_GROUP_MEMBER_METADATA:
             m = g.members.pop(mid, None)
             if m is not None and m.instance_id is not None:
                 g.static_members.pop(m.instance_id, None)
@@ -226,6 +269,8 @@ def replay_consumer_record(shard, version: int, key: dict, value: dict | None) -
         g.members[m.member_id] = m
         if m.instance_id is not None:
             g.static_members[m.instance_id] = m.member_id
+    elif version == R.CONSUMER_GROUP_REGULAR_EXPRESSION:
+        g.resolved_regex[key["regular_expression"]] = (frozenset(value["topics"]), value["version"])
     elif version == R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
         g.assignment_epoch = value["assignment_epoch"]
     elif version == R.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
@@ -256,6 +301,7 @@ def consumer_group_tombstones(g: ConsumerGroup) -> list:
     recs = []
     for mid in g.members:
         recs += _member_tombstones(g.group_id, mid)
+    recs += [(R.regex_key(g.group_id, regex), None) for regex in sorted(g.resolved_regex)]
     recs.append((R.group_key(R.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, g.group_id), None))
     recs.append((R.group_key(R.CONSUMER_GROUP_PARTITION_METADATA, g.group_id), None))
     recs.append((R.group_key(R.CONSUMER_GROUP_METADATA, g.group_id), None))
@@ -469,6 +515,8 @@ def _heartbeat(shard, req: ConsumerGroupHeartbeat, version: int) -> dict:
         changed = True
     if changed or epoch == 0:
         records.append(_member_metadata_record(g, member))
+    if req.describable is not None:  # with an authorizer: regexes resolve to what may be described
+        records += _resolve_regexes(shard, g, req.describable)
     signature = _subscription_signature(shard, g)
     if signature != g.subscription_signature:
         g.subscription_signature = signature
@@ -578,7 +626,7 @@ def _compute_target_assignment(shard, g: ConsumerGroup) -> list:
     subs: dict[str, set] = {}
     for mid, m in g.members.items():
         ids = set()
-        for name in member_topics(m, image):
+        for name in member_topics(m, image, g.resolved_regex):
             t = image.topic(name)
             if t is not None:
                 ids.add(t.topic_id)

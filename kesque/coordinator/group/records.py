@@ -10,6 +10,7 @@ may drop it). Key versions name the record type, as in Kafka's group coordinator
     8 ConsumerGroupCurrentMemberAssignment
     10 ShareGroupMemberMetadata  11 ShareGroupMetadata  12 ShareGroupTargetAssignmentMetadata
     13 ShareGroupTargetAssignmentMember  14 ShareGroupCurrentMemberAssignment
+    16 ConsumerGroupRegularExpression (a regex subscription's resolved topics)
 
 Field lists follow the JSON schemas in Kafka's group-coordinator/src/main/resources; values
 are written at the versions Kafka 4 writes (OffsetCommitValue v3, GroupMetadataValue v3,
@@ -39,6 +40,7 @@ SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
 SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
 SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
 SHARE_GROUP_RECORDS = range(10, 15)
+CONSUMER_GROUP_REGULAR_EXPRESSION = 16
 
 _F = lambda name, typ, tag=None, default=None: (name, typ, tag, default)  # noqa: E731
 
@@ -59,6 +61,7 @@ KEYS = {
     12: _GROUP_KEY,
     13: _GROUP_MEMBER_KEY,
     14: _GROUP_MEMBER_KEY,
+    16: [_F("group", "string"), _F("regular_expression", "string")],
 }
 
 _MEMBER_METADATA = {
@@ -200,7 +203,17 @@ VALUES = {
 VALUES[0] = VALUES[OFFSET_COMMIT]
 
 # the value version Kafka 4 writes for each record type
-WRITE_VERSION = {OFFSET_COMMIT: 3, GROUP_METADATA: 3, **{k: 0 for k in (*range(3, 9), *SHARE_GROUP_RECORDS)}}
+VALUES[CONSUMER_GROUP_REGULAR_EXPRESSION] = {
+    0: (
+        [_F("topics", "[string]", default=[]), _F("version", "int64", default=0), _F("timestamp", "int64", default=0)],
+        True,
+    )
+}
+WRITE_VERSION = {
+    OFFSET_COMMIT: 3,
+    GROUP_METADATA: 3,
+    **{k: 0 for k in (*range(3, 9), *SHARE_GROUP_RECORDS, CONSUMER_GROUP_REGULAR_EXPRESSION)},
+}
 
 
 class UnknownRecordType(ValueError):
@@ -265,6 +278,11 @@ def offset_commit(
 
 def offset_tombstone(group: str, topic: str, partition: int) -> tuple[bytes, None]:
     return encode_key(OFFSET_COMMIT, {"group": group, "topic": topic, "partition": partition}), None
+
+
+def regex_key(group: str, regex: str) -> bytes:
+    """The key of a ConsumerGroupRegularExpression record."""
+    return encode_key(CONSUMER_GROUP_REGULAR_EXPRESSION, {"group": group, "regular_expression": regex})
 
 
 def group_key(key_version: int, group: str, member_id: str | None = None) -> bytes:

@@ -5,6 +5,7 @@ OffsetDeleteRequestData)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -67,6 +68,8 @@ class ConsumerGroupHeartbeat:
     topic_partitions: dict | None = None
     client_id: str = ""
     client_host: str = ""
+    # with an authorizer: names -> those the member may DESCRIBE (a regex resolves to them only)
+    describable: Callable[[set[str]], set[str]] | None = None
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,18 @@ import typing
 from ...errors import ErrorCode
 from ...metadata.image import RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_TOPIC
 from ...protocol.api import response_class
+from ...protocol.api_keys import ApiKeys
+from ...protocol.fetch import FetchPartitionResponse, encode_fetch_response
 from ...security.acl import AclOperation, ResourceType
 from ..context import CLUSTER_NAME
+
+# Kafka's Errors messages of the authorization errors (what ``Errors.X.message()`` answers)
+AUTHZ_MESSAGES = {
+    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
+    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+}
 
 
 def refused(ctx, operation: AclOperation, resource_type: ResourceType, names) -> set:
@@ -31,6 +41,53 @@ def refused(ctx, operation: AclOperation, resource_type: ResourceType, names) ->
     if ctx.authorizer is None:
         return set()
     return {n for n in set(names) if not ctx.authorize(operation, resource_type, n)}
+
+
+def member_refused(ctx, group_id: str, topics=None, member_id=None) -> ErrorCode | None:
+    """What Kafka 4.4 asks of a ConsumerGroupHeartbeat or ShareGroupHeartbeat: READ on the group
+    (GROUP_AUTHORIZATION_FAILED), then (a share member's, ``member_id`` given) a member id
+    (INVALID_REQUEST: :func:`share_member_id_invalid`), then DESCRIBE on every topic the member
+    subscribes to by name (TOPIC_AUTHORIZATION_FAILED); None when all is well."""
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed
+    if member_id is not None and share_member_id_invalid(member_id):
+        return ErrorCode.invalid_request
+    if topics and refused(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics):
+        return ErrorCode.topic_authorization_failed
+    return None
+
+
+def share_member_id_invalid(member_id: str | None) -> bool:
+    """Kafka 4.4's KafkaApis.isMemberIdValid, asked of a share member (ShareGroupHeartbeat,
+    ShareFetch, ShareAcknowledge) once READ on its group is allowed: none, empty or longer than
+    36 characters."""
+    return not member_id or len(member_id) > 36
+
+
+HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
+
+
+def described_groups(ctx, group_ids, describe, refused_group, topics_of) -> list:
+    """Kafka 4.4's ConsumerGroupDescribe / ShareGroupDescribe: a group the principal may not
+    DESCRIBE is answered ``refused_group(gid, GROUP_AUTHORIZATION_FAILED, None)``, ahead of the
+    others (Kafka answers those first), which are ``describe(gid)``. Then, with an authorizer, a
+    described group whose members are assigned a topic (``topics_of(group)``: its names) the
+    principal may not DESCRIBE is answered ``refused_group(gid, TOPIC_AUTHORIZATION_FAILED,
+    HIDDEN_TOPICS)`` instead: no member, no topic shown."""
+    denied = [gid for gid in group_ids if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, gid)]
+    out = [refused_group(gid, ErrorCode.group_authorization_failed, None) for gid in denied]
+    described = [describe(gid) for gid in group_ids if gid not in denied]
+    if ctx.authorizer is not None:
+        names = {n for g in described for n in topics_of(g)}
+        hidden = refused(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        if hidden:
+            described = [
+                refused_group(g.group_id, ErrorCode.topic_authorization_failed, HIDDEN_TOPICS)
+                if any(n in hidden for n in topics_of(g))
+                else g
+                for g in described
+            ]
+    return out + described
 
 
 def dispatch_allowed(controllers, ctx, req, items_field: str, results_field: str, check, local):
@@ -82,6 +139,31 @@ def cluster_action_refused(ctx):
     if ctx.authorizer is None or ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         return None
     return top_level_error(ctx.header.api_key, ctx.api_version, ErrorCode.cluster_authorization_failed)
+
+
+def error_response(ctx, request, code: ErrorCode):
+    """Kafka's ``getErrorResponse`` of ``request`` with ``code`` where the answer has a
+    top-level error (every request a controller listener takes before its authorizer has
+    loaded the ACLs: raft's, the brokers' registrations and heartbeats, Envelope), and Fetch's
+    (:func:`fetch_error_response`); None for a request whose errors are per item."""
+    key, version = ctx.header.api_key, ctx.api_version
+    if key == ApiKeys.FETCH:
+        return fetch_error_response(version, request, code)
+    if not any(f.name == "error_code" for f in dataclasses.fields(response_class(key, version))):
+        return None
+    return top_level_error(key, version, code)
+
+
+def fetch_error_response(version: int, req, code: ErrorCode):
+    """Kafka's FetchRequest.getErrorResponse: ``code`` at the top level and, before v13, on each
+    partition asked too."""
+    topics = []
+    if version < 13:
+        topics = [
+            (ft.topic, [FetchPartitionResponse(fp.partition, int(code), -1, -1, -1, [], 0) for fp in ft.partitions])
+            for ft in req.topics
+        ]
+    return encode_fetch_response(version, int(code), getattr(req, "session_id", 0), topics)
 
 
 def top_level_error(api_key: int, version: int, code: ErrorCode):

@@ -13,6 +13,7 @@ from ...protocol.messages import Msg
 from ...protocol.primitives import INT16, INT32
 from ...utils import java_string_hash
 from ..context import CLUSTER_NAME, AclOperation, ResourceType
+from .authz import AUTHZ_MESSAGES
 
 log = logging.getLogger(__name__)
 
@@ -413,7 +414,7 @@ class CoreApis:
         """Kafka's error response: every key refused with ``code``."""
         v = ctx.api_version
         m = Msg(ApiKeys.FIND_COORDINATOR, v)
-        msg = _AUTHZ_MESSAGES[code]
+        msg = AUTHZ_MESSAGES[code]
         if v >= 4:
             return m(
                 throttle_time=0,
@@ -441,7 +442,7 @@ class CoreApis:
         for key in keys:
             refusal = _coordinator_key_refused(ctx, key_type, key) if ctx.authorizer is not None else None
             if refusal is not None:
-                node, err, msg = None, refusal, _AUTHZ_MESSAGES[refusal] if v < 4 else None
+                node, err, msg = None, refusal, AUTHZ_MESSAGES[refusal] if v < 4 else None
             elif failed is not None and key:
                 node, err, msg = None, ErrorCode.coordinator_not_available, str(failed)
             else:
@@ -466,13 +467,6 @@ class CoreApis:
 
     def _coordinator_for(self, key_type: int, key: str):
         return self.coordinators.coordinator_for(key_type, key)
-
-
-_AUTHZ_MESSAGES = {
-    ErrorCode.group_authorization_failed: "Group authorization failed.",
-    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
-    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
-}
 
 
 def _coordinator_key_refused(ctx, key_type: int, key: str) -> ErrorCode | None:

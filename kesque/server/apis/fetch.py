@@ -30,7 +30,7 @@ from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
 from ..context import CLUSTER_NAME, NO_RESPONSE, AclOperation, ResourceType
 from ..drivers.delayed import wait_for_bytes
 from ..fetch_session import FINAL_EPOCH, INITIAL_EPOCH, FetchSessionCache
-from .authz import cluster_action_refused
+from .authz import cluster_action_refused, fetch_error_response
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +105,13 @@ class FetchApis:
         rs = getattr(req, "replica_state", None)
         if rs is not None and v >= 15:
             replica_id = rs.replica_id
-        if (
-            replica_id >= 0
-            and self.raft is not None
-            and ctx.listener in self.controller_listener_names
-            and _is_metadata_fetch(req)
-        ):
-            refusal = cluster_action_refused(ctx)  # ControllerApis.handleFetch
-            return self._raft_fetch(ctx, req) if refusal is None else refusal
+        if self.raft is not None and ctx.listener in self.controller_listener_names:
+            # ControllerApis.handleFetch: every Fetch on a controller listener needs CLUSTER_ACTION,
+            # a consumer's too (kesque's broker answers the ones that pass and are not raft's)
+            if cluster_action_refused(ctx) is not None:
+                return fetch_error_response(v, req, ErrorCode.cluster_authorization_failed)
+            if replica_id >= 0 and _is_metadata_fetch(req):
+                return self._raft_fetch(ctx, req)
         if replica_id >= 0:
             if ctx.authorizer is not None and not ctx.authorize(
                 AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME

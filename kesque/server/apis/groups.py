@@ -25,7 +25,7 @@ from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg, to_ms
 from ...protocol.offset_commit import encode_offset_commit_response
 from ..context import CLUSTER_NAME, AclOperation, ResourceType
-from .authz import refused
+from .authz import described_groups, member_refused, refused
 from .committed import committed, first_error, when_committed
 from .core import OMITTED_OPS, authorized_ops
 
@@ -46,14 +46,16 @@ def may_read_group(ctx, group_id: str) -> bool:
     return ctx.authorize(_READ, _GROUP, group_id)
 
 
-def topics_refused_heartbeat(m, ctx, names) -> object | None:
-    """Kafka 4.4's ConsumerGroupHeartbeat / ShareGroupHeartbeat refusal of a subscription naming
-    a topic the principal may not DESCRIBE: an answer holding only TOPIC_AUTHORIZATION_FAILED."""
-    if not names or not refused(ctx, _DESCRIBE, _TOPIC, names):
+def heartbeat_refused(m, ctx, group_id: str, topics, member_id=None) -> object | None:
+    """Kafka 4.4's refusal of a ConsumerGroupHeartbeat / ShareGroupHeartbeat
+    (authz.member_refused; ``member_id``: a share member's, checked too): an answer holding only
+    the error code, as the request's getErrorResponse; None when allowed."""
+    code = member_refused(ctx, group_id, topics, member_id)
+    if code is None:
         return None
     return m(
         throttle_time=0,
-        error_code=ErrorCode.topic_authorization_failed,
+        error_code=code,
         error_message=None,
         member_id=None,
         member_epoch=0,
@@ -93,6 +95,34 @@ def heartbeat_answer(m, r: dict):
         member_epoch=r["member_epoch"],
         heartbeat_interval=r["heartbeat_interval_ms"],
         assignment=assignment,
+    )
+
+
+def described_assignment(m, image, a: dict):
+    """A ConsumerGroupDescribe / ShareGroupDescribe Assignment of ``a`` {topic id: partitions}:
+    a topic no longer in the image is left out, as Kafka's (so its empty name is never
+    authorized)."""
+    tps = []
+    for tid, ps in a.items():
+        t = image.topics_by_id.get(tid)
+        if t is not None:
+            tps.append(m("TopicPartitions", topic_id=tid, topic_name=t.name, partitions=tuple(sorted(ps))))
+    return m("Assignment", topic_partitions=tuple(tps))
+
+
+def described_group_failed(m, gid: str, code, msg=None, ops=OMITTED_OPS, epoch: int = -1):
+    """A ConsumerGroupDescribe / ShareGroupDescribe DescribedGroup holding an error only."""
+    return m(
+        "DescribedGroup",
+        error_code=code,
+        error_message=msg,
+        group_id=gid,
+        group_state="",
+        group_epoch=epoch,
+        assignment_epoch=epoch,
+        assignor_name="",
+        members=(),
+        authorized_operations=ops,
     )
 
 
@@ -713,12 +743,9 @@ class GroupApis:
     def consumer_group_heartbeat(self, ctx, req):
         v = ctx.api_version
         m = Msg(ApiKeys.CONSUMER_GROUP_HEARTBEAT, v)
-        if not may_read_group(ctx, req.group_id):
-            return heartbeat_failed(m, KafkaError(ErrorCode.group_authorization_failed))
-        if ctx.authorizer is not None:
-            refusal = topics_refused_heartbeat(m, ctx, req.subscribed_topic_names)
-            if refusal is not None:
-                return refusal
+        refusal = heartbeat_refused(m, ctx, req.group_id, req.subscribed_topic_names)
+        if refusal is not None:
+            return refusal
         owned = None
         if req.topic_partitions is not None:
             owned = {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions}
@@ -739,6 +766,9 @@ class GroupApis:
                     owned,
                     ctx.client_id or "",
                     self._host(ctx),
+                    None
+                    if ctx.authorizer is None
+                    else lambda names: set(names) - refused(ctx, _DESCRIBE, _TOPIC, names),
                 ),
                 v,
             )
@@ -751,83 +781,24 @@ class GroupApis:
     def consumer_group_describe(self, ctx, req):
         m = Msg(ApiKeys.CONSUMER_GROUP_DESCRIBE, ctx.api_version)
         image = self.image
-        out = []
 
         def assignment(a):
-            tps = []
-            for tid, ps in a.items():
-                t = image.topics_by_id.get(tid)
-                tps.append(
-                    m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "", partitions=tuple(sorted(ps)))
-                )
-            return m("Assignment", topic_partitions=tuple(tps))
+            return described_assignment(m, image, a)
 
-        for gid in req.group_ids:
-            if not ctx.authorize(_DESCRIBE, _GROUP, gid):
-                out.append(
-                    m(
-                        "DescribedGroup",
-                        error_code=ErrorCode.group_authorization_failed,
-                        group_id=gid,
-                        group_state="",
-                        group_epoch=0,
-                        assignment_epoch=0,
-                        assignor_name="",
-                        members=(),
-                        authorized_operations=OMITTED_OPS,
-                    )
-                )
-                continue
+        def failed(gid, code, msg=None, ops=OMITTED_OPS, epoch=-1):
+            return described_group_failed(m, gid, code, msg, ops, epoch)
+
+        def describe(gid):
             ops = group_ops(ctx, gid) if req.include_authorized_operations else OMITTED_OPS
             if not gid:
-                out.append(
-                    m(
-                        "DescribedGroup",
-                        error_code=ErrorCode.invalid_group_id,
-                        group_id=gid,
-                        group_state="",
-                        group_epoch=-1,
-                        assignment_epoch=-1,
-                        assignor_name="",
-                        members=(),
-                        authorized_operations=ops,
-                    )
-                )
-                continue
+                return failed(gid, ErrorCode.invalid_group_id, ops=ops)
             try:
                 g = self.gc.read_shard(gid).groups.get(gid)
             except KafkaError as e:
-                out.append(
-                    m(
-                        "DescribedGroup",
-                        error_code=e.code,
-                        group_id=gid,
-                        group_state="",
-                        group_epoch=-1,
-                        assignment_epoch=-1,
-                        assignor_name="",
-                        members=(),
-                        authorized_operations=ops,
-                    )
-                )
-                continue
+                return failed(gid, e.code, ops=ops)
             if not isinstance(g, ConsumerGroup):
                 msg = f"Group {gid} not found." if g is None else f"Group {gid} is not a consumer group."
-                out.append(
-                    m(
-                        "DescribedGroup",
-                        error_code=ErrorCode.group_id_not_found,
-                        error_message=msg,
-                        group_id=gid,
-                        group_state="",
-                        group_epoch=-1,
-                        assignment_epoch=-1,
-                        assignor_name="",
-                        members=(),
-                        authorized_operations=ops,
-                    )
-                )
-                continue
+                return failed(gid, ErrorCode.group_id_not_found, msg, ops=ops)
             assignors = [x.server_assignor for x in g.members.values() if x.server_assignor]
             members = tuple(
                 m(
@@ -846,17 +817,28 @@ class GroupApis:
                 )
                 for x in g.members.values()
             )
-            out.append(
-                m(
-                    "DescribedGroup",
-                    error_code=ErrorCode.none,
-                    group_id=gid,
-                    group_state=g.state_name(),
-                    group_epoch=g.group_epoch,
-                    assignment_epoch=g.assignment_epoch,
-                    assignor_name=assignors[0] if assignors else self.gc.config.consumer_assignors[0],
-                    members=members,
-                    authorized_operations=ops,
-                )
+            return m(
+                "DescribedGroup",
+                error_code=ErrorCode.none,
+                group_id=gid,
+                group_state=g.state_name(),
+                group_epoch=g.group_epoch,
+                assignment_epoch=g.assignment_epoch,
+                assignor_name=assignors[0] if assignors else self.gc.config.consumer_assignors[0],
+                members=members,
+                authorized_operations=ops,
             )
-        return m(throttle_time=0, groups=tuple(out))
+
+        def topics_of(g):  # Kafka: the topics of the members' assignments and target assignments
+            return {
+                tp.topic_name
+                for x in g.members
+                for a in (x.assignment, x.target_assignment)
+                for tp in a.topic_partitions
+            }
+
+        def refused(gid, code, msg):  # Kafka's DescribedGroup with its defaults
+            return failed(gid, code, msg, epoch=0)
+
+        groups = described_groups(ctx, req.group_ids, describe, refused, topics_of)
+        return m(throttle_time=0, groups=tuple(groups))

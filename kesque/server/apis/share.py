@@ -22,12 +22,23 @@ from ...protocol.messages import Msg, to_ms
 from ...share import enabled
 from ...share.session import FINAL_EPOCH, INITIAL_EPOCH
 from ..context import AclOperation, ResourceType
-from ..drivers.share_manager import DEFAULT_MAX_RECORDS, SharePartitionManager
+from ..drivers.share_manager import DEFAULT_MAX_RECORDS, FetchedPartition, SharePartitionManager
+from .authz import AUTHZ_MESSAGES, described_groups, refused, share_member_id_invalid
 from .committed import when_committed
 from .core import OMITTED_OPS, CoordinatorLookup
-from .groups import group_ops, heartbeat_answer, heartbeat_failed, may_read_group, topics_refused_heartbeat
+from .groups import (
+    described_assignment,
+    described_group_failed,
+    group_ops,
+    heartbeat_answer,
+    heartbeat_failed,
+    heartbeat_refused,
+    may_read_group,
+)
 
 log = logging.getLogger(__name__)
+
+_TOPIC_REFUSED = ErrorCode.topic_authorization_failed, AUTHZ_MESSAGES[ErrorCode.topic_authorization_failed]
 
 
 class ShareGroupApis:
@@ -90,12 +101,9 @@ class ShareGroupApis:
 
     def _share_group_heartbeat(self, ctx, req):
         m = Msg(ApiKeys.SHARE_GROUP_HEARTBEAT, ctx.api_version)
-        if ctx.authorizer is not None:  # as Kafka 4.4: READ on the group, DESCRIBE on the topics
-            if not may_read_group(ctx, req.group_id):
-                return heartbeat_failed(m, KafkaError(ErrorCode.group_authorization_failed))
-            refusal = topics_refused_heartbeat(m, ctx, req.subscribed_topic_names)
-            if refusal is not None:
-                return refusal
+        refusal = heartbeat_refused(m, ctx, req.group_id, req.subscribed_topic_names, req.member_id or "")
+        if refusal is not None:
+            return refusal
         try:
             r = share_group_heartbeat(
                 self.gc.shard_for(req.group_id),
@@ -123,46 +131,22 @@ class ShareGroupApis:
         image = self.image
 
         def assignment(a):
-            tps = []
-            for tid, ps in a.items():
-                t = image.topics_by_id.get(tid)
-                tps.append(
-                    m("TopicPartitions", topic_id=tid, topic_name=t.name if t else "", partitions=tuple(sorted(ps)))
-                )
-            return m("Assignment", topic_partitions=tuple(tps))
+            return described_assignment(m, image, a)
 
-        def failed(gid, code, msg=None, ops=OMITTED_OPS):
-            return m(
-                "DescribedGroup",
-                error_code=code,
-                error_message=msg,
-                group_id=gid,
-                group_state="",
-                group_epoch=-1,
-                assignment_epoch=-1,
-                assignor_name="",
-                members=(),
-                authorized_operations=ops,
-            )
+        def failed(gid, code, msg=None, ops=OMITTED_OPS, epoch=-1):
+            return described_group_failed(m, gid, code, msg, ops, epoch)
 
-        out = []
-        for gid in req.group_ids:
-            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
-                out.append(failed(gid, ErrorCode.group_authorization_failed))
-                continue
+        def describe(gid):
             ops = group_ops(ctx, gid) if req.include_authorized_operations else OMITTED_OPS
             if not gid:
-                out.append(failed(gid, ErrorCode.invalid_group_id, ops=ops))
-                continue
+                return failed(gid, ErrorCode.invalid_group_id, ops=ops)
             try:
                 g = self.gc.read_shard(gid).groups.get(gid)
             except KafkaError as e:
-                out.append(failed(gid, e.code, ops=ops))
-                continue
+                return failed(gid, e.code, ops=ops)
             if not isinstance(g, ShareGroup):
                 msg = f"Group {gid} not found." if g is None else f"Group {gid} is not a share group."
-                out.append(failed(gid, ErrorCode.group_id_not_found, msg, ops=ops))
-                continue
+                return failed(gid, ErrorCode.group_id_not_found, msg, ops=ops)
             members = tuple(
                 m(
                     "Member",
@@ -176,19 +160,25 @@ class ShareGroupApis:
                 )
                 for x in g.members.values()
             )
-            out.append(
-                m(
-                    "DescribedGroup",
-                    error_code=ErrorCode.none,
-                    group_id=gid,
-                    group_state=g.state_name(),
-                    group_epoch=g.group_epoch,
-                    assignment_epoch=g.assignment_epoch,
-                    assignor_name="simple",
-                    members=members,
-                    authorized_operations=ops,
-                )
+            return m(
+                "DescribedGroup",
+                error_code=ErrorCode.none,
+                group_id=gid,
+                group_state=g.state_name(),
+                group_epoch=g.group_epoch,
+                assignment_epoch=g.assignment_epoch,
+                assignor_name="simple",
+                members=members,
+                authorized_operations=ops,
             )
+
+        def topics_of(g):  # Kafka: the topics of the members' assignments
+            return {tp.topic_name for x in g.members for tp in x.assignment.topic_partitions}
+
+        def refused_group(gid, code, msg):  # Kafka's DescribedGroup with its defaults
+            return failed(gid, code, msg, epoch=0)
+
+        out = described_groups(ctx, req.group_ids, describe, refused_group, topics_of)
         return m(throttle_time=0, groups=tuple(out))
 
     # ------------------------------------------------------------------ ShareFetch / ShareAcknowledge
@@ -197,13 +187,26 @@ class ShareGroupApis:
             self._sessions_checked = now
             self.manager.expire_sessions()
 
-    def _acks(self, group_id, member_id, topics, now, renew: bool = False) -> dict:
+    def _unreadable(self, ctx, topic_ids) -> set:
+        """The ids of those topics the principal may not READ (Kafka 4.4's ShareFetch and
+        ShareAcknowledge: their partitions answer TOPIC_AUTHORIZATION_FAILED; an unknown id is
+        left to the share partitions, as Kafka's session leaves it)."""
+        if ctx.authorizer is None:
+            return set()
+        names = {tid: t.name for tid in topic_ids if (t := self.image.topics_by_id.get(tid)) is not None}
+        denied = refused(ctx, AclOperation.READ, ResourceType.TOPIC, names.values())
+        return {tid for tid, name in names.items() if name in denied}
+
+    def _acks(self, group_id, member_id, topics, now, renew: bool = False, unreadable=()) -> dict:
         """Apply every partition's acknowledgements: {(topic id, partition): KafkaError | None}.
-        ``renew``: the request is a v2 one with IsRenewAck, where RENEW is a valid type."""
+        ``renew``: the request is a v2 one with IsRenewAck, where RENEW is a valid type; the
+        acknowledgements of an ``unreadable`` topic are refused, not applied."""
         out = {}
         for t in topics:
             for p in t.partitions:
-                if p.acknowledgement_batches:
+                if p.acknowledgement_batches and t.topic_id in unreadable:
+                    out[(t.topic_id, p.partition_index)] = KafkaError(ErrorCode.topic_authorization_failed)
+                elif p.acknowledgement_batches:
                     batches = [
                         (b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches
                     ]
@@ -235,10 +238,10 @@ class ShareGroupApis:
 
         if not gid:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
-        if not mid:
-            return top_error(ErrorCode.invalid_request, "The member id must be given.")
-        if not may_read_group(ctx, gid):
+        if not may_read_group(ctx, gid):  # (as Kafka 4.4: before the member id is looked at)
             return top_error(ErrorCode.group_authorization_failed)
+        if share_member_id_invalid(mid):
+            return top_error(ErrorCode.invalid_request)
         renew = self._renew(ctx, req)
         if renew and (req.max_bytes or req.min_bytes or req.max_records or to_ms(req.max_wait)):
             # (KIP-1222: a request that renews acquisition locks fetches nothing; Kafka's answer
@@ -261,7 +264,8 @@ class ShareGroupApis:
                 session = mgr.sessions.use(gid, mid, epoch, now)
         except KafkaError as e:
             return top_error(e.code)  # (as Kafka: session errors carry no message)
-        acks = self._acks(gid, mid, req.topics, now, renew)
+        unreadable = self._unreadable(ctx, [t.topic_id for t in req.topics] + list({k[0] for k in session.partitions}))
+        acks = self._acks(gid, mid, req.topics, now, renew, unreadable)
         if epoch == FINAL_EPOCH:
             mgr.release(gid, mid, list(session.partitions), now)
             return self._respond(lambda: self._fetch_response(m, gid, acks, {}), acks, {}, top_error)
@@ -273,7 +277,7 @@ class ShareGroupApis:
                 session.partitions.pop((f.topic_id, p), None)
         if renew:  # acknowledgements (renewals among them) only: no records are acquired
             return self._respond(lambda: self._fetch_response(m, gid, acks, {}), acks, {}, top_error)
-        fetched = self._fetch_all(gid, mid, session, req, now)
+        fetched = self._fetch_all(gid, mid, session, req, now, unreadable)
         if any(r.acquired or r.error for r in fetched.values()) or to_ms(req.max_wait) <= 0 or not session.partitions:
             return self._respond(lambda: self._fetch_response(m, gid, acks, fetched), acks, fetched, top_error)
         return self._delayed(m, gid, mid, session, req, acks, fetched, top_error)
@@ -306,12 +310,15 @@ class ShareGroupApis:
 
         return later()
 
-    def _fetch_all(self, gid, mid, session, req, now) -> dict:
+    def _fetch_all(self, gid, mid, session, req, now, unreadable=()) -> dict:
         remaining = min(req.max_bytes, self.config.get("fetch.max.bytes"))
         max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
         out = {}
         record_limit = getattr(req, "share_acquire_mode", 0) == 1  # (v1: batch_optimized, as Kafka)
         for topic_id, p in list(session.partitions):
+            if topic_id in unreadable:  # in the session still, answered with the error each time
+                out[(topic_id, p)] = FetchedPartition(error=int(ErrorCode.topic_authorization_failed))
+                continue
             r = out[(topic_id, p)] = self.manager.fetch(
                 gid, mid, topic_id, p, max_records, max(remaining, 1), now, record_limit
             )
@@ -446,13 +453,16 @@ class ShareGroupApis:
             return top_error(ErrorCode.invalid_group_id, "The group id must be given.")
         if not may_read_group(ctx, gid):
             return top_error(ErrorCode.group_authorization_failed)
+        if share_member_id_invalid(mid):
+            return top_error(ErrorCode.invalid_request)
         if epoch == INITIAL_EPOCH:
             return top_error(ErrorCode.invalid_share_session_epoch, "A share acknowledge cannot open a session.")
         try:
             session = mgr.sessions.use(gid, mid or "", epoch, now)
         except KafkaError as e:
             return top_error(e.code)  # (as Kafka: session errors carry no message)
-        acks = self._acks(gid, mid, req.topics, now, self._renew(ctx, req))
+        unreadable = self._unreadable(ctx, [t.topic_id for t in req.topics])
+        acks = self._acks(gid, mid, req.topics, now, self._renew(ctx, req), unreadable)
         if epoch == FINAL_EPOCH:
             mgr.release(gid, mid, list(session.partitions), now)
 
@@ -490,6 +500,16 @@ class ShareGroupApis:
         image = self.image
         out = []
         for rg in req.groups:
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, rg.group_id):
+                out.append(
+                    m(
+                        "DescribeShareGroupOffsetsResponseGroup",
+                        group_id=rg.group_id,
+                        topics=(),
+                        error_code=ErrorCode.group_authorization_failed,
+                    )
+                )
+                continue
             try:
                 g = self.gc.read_shard(rg.group_id).groups.get(rg.group_id)
             except KafkaError as e:
@@ -525,9 +545,14 @@ class ShareGroupApis:
                     if (t := image.topics_by_id.get(tid)) is not None
                 }
                 names |= {n for n in g.subscribed_topic_names() if image.topic(n) is not None}
+                # (as Kafka 4.4: the topics the principal may not DESCRIBE are left out)
+                names -= refused(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
                 wanted: dict = {n: sorted(image.topic(n).partitions) for n in names}
+                hidden: dict = {}
             else:
-                wanted = {t.topic_name: list(t.partitions) for t in rg.topics}
+                denied = refused(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.topic_name for t in rg.topics])
+                wanted = {t.topic_name: list(t.partitions) for t in rg.topics if t.topic_name not in denied}
+                hidden = {t.topic_name: list(t.partitions) for t in rg.topics if t.topic_name in denied}
             keys = [
                 (rg.group_id, t.topic_id, p)
                 for name, parts in wanted.items()
@@ -579,6 +604,22 @@ class ShareGroupApis:
                 topics.append(
                     m("DescribeShareGroupOffsetsResponseTopic", topic_name=name, topic_id=tid, partitions=tuple(rows))
                 )
+            for name, parts in hidden.items():  # after the others, with the zero id, as Kafka 4.4
+                rows = [
+                    m(
+                        "DescribeShareGroupOffsetsResponsePartition",
+                        partition_index=p,
+                        start_offset=-1,
+                        leader_epoch=0,
+                        lag=-1,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        error_message=AUTHZ_MESSAGES[ErrorCode.topic_authorization_failed],
+                    )
+                    for p in parts
+                ]
+                topics.append(
+                    m("DescribeShareGroupOffsetsResponseTopic", topic_name=name, topic_id=None, partitions=tuple(rows))
+                )
             out.append(
                 m(
                     "DescribeShareGroupOffsetsResponseGroup",
@@ -598,7 +639,15 @@ class ShareGroupApis:
         def top(code, msg):
             return m(throttle_time=0, error_code=code, error_message=msg, responses=())
 
-        err = self._empty_share_group(req.group_id, create=True)
+        if not may_read_group(ctx, req.group_id):
+            return top(ErrorCode.group_authorization_failed, AUTHZ_MESSAGES[ErrorCode.group_authorization_failed])
+        denied = refused(ctx, AclOperation.READ, ResourceType.TOPIC, [rt.topic_name for rt in req.topics])
+        # (Kafka 4.4: a request whose every topic is refused leaves the group alone, created or not)
+        err = (
+            None
+            if req.topics and denied >= {rt.topic_name for rt in req.topics}
+            else self._empty_share_group(req.group_id, create=True)
+        )
         if err is not None:
             return top(*err)
         image = self.image
@@ -608,7 +657,9 @@ class ShareGroupApis:
             rows = []
             for rp in rt.partitions:
                 code, msg = ErrorCode.none, None
-                if t is None or rp.partition_index not in t.partitions:
+                if rt.topic_name in denied:
+                    code, msg = _TOPIC_REFUSED
+                elif t is None or rp.partition_index not in t.partitions:
                     code, msg = ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
                 elif rp.start_offset < 0:
                     code, msg = ErrorCode.invalid_request, f"Invalid start offset {rp.start_offset}."
@@ -661,14 +712,20 @@ class ShareGroupApis:
         """Forget an empty share group's state for whole topics (their next fetch starts from
         share.auto.offset.reset again)."""
         m = Msg(ApiKeys.DELETE_SHARE_GROUP_OFFSETS, ctx.api_version)
-        err = self._empty_share_group(req.group_id)
+        err = None
+        if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, req.group_id):
+            err = ErrorCode.group_authorization_failed, AUTHZ_MESSAGES[ErrorCode.group_authorization_failed]
+        err = err or self._empty_share_group(req.group_id)
         if err is not None:
             return m(throttle_time=0, error_code=err[0], error_message=err[1], responses=())
+        denied = refused(ctx, AclOperation.READ, ResourceType.TOPIC, [rt.topic_name for rt in req.topics])
         out = []
         for rt in req.topics:
             t = self.image.topic(rt.topic_name)
             code, msg = ErrorCode.none, None
-            if t is None:
+            if rt.topic_name in denied:
+                code, msg = _TOPIC_REFUSED
+            elif t is None:
                 code, msg = ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
             else:
                 try:
