@@ -18,7 +18,6 @@ import inspect
 import logging
 import os
 import random
-import re
 import socket
 import time
 import uuid
@@ -86,7 +85,7 @@ from .raft_manager import RaftManager, discover_voters, quorum_config
 from .request_log import REQUEST_LOG
 from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener, client_login
 from .throttling import Throttler
-from .tls import ListenerContexts, keystore_state, reconfigured_server_context
+from .tls import ListenerContexts, reconfigured_listeners, reconfigured_server_context, store_state
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +233,7 @@ class KesqueServer:
         # every SSL listener's context and the client side's, built (and their ssl.* keys
         # checked) before anything is opened
         self.tls = ListenerContexts(cfg)
-        self._keystores = {name: keystore_state(cfg, name) for name in self.tls.server}
+        self._keystores = {name: store_state(cfg, name) for name in self.tls.server}
         self.log_manager = LogManager(
             cfg.log_dirs,
             self.clock,
@@ -734,13 +733,10 @@ class KesqueServer:
     # ------------------------------------------------------------------ key stores altered dynamically
     def _validate_broker_update(self, updates: dict) -> None:
         """An alteration of this broker's own config that changes a TLS listener's
-        ``listener.name.<l>.ssl.keystore.*``: the new key store must load and match the one in
-        use (tls.reconfigured_server_context), else INVALID_REQUEST before it reaches the
-        controller."""
-        listeners = {
-            m.group(1).upper() for k in updates if (m := re.match(r"listener\.name\.([^.]+)\.ssl\.keystore\.", k))
-        } | {m.group(1).upper() for k in updates if (m := re.match(r"listener\.name\.([^.]+)\.ssl\.key\.", k))}
-        listeners &= set(self.tls.server)
+        ``listener.name.<l>.ssl.{keystore,key,truststore}.*``: the new stores must load and match
+        the ones in use (tls.reconfigured_server_context), else INVALID_REQUEST before it reaches
+        the controller."""
+        listeners = reconfigured_listeners(updates, self.tls.server)
         if not listeners:
             return
         cfg = self.config
@@ -752,7 +748,9 @@ class KesqueServer:
                 else:
                     cfg.dynamic_broker[k] = cfg.validate_dynamic(k, v)
             for name in sorted(listeners):
-                reconfigured_server_context(cfg, name, self.tls.server[name])
+                reconfigured_server_context(
+                    cfg, name, self.tls.server[name], inter_broker=name == cfg.inter_broker_listener()
+                )
         except ConfigError as e:
             raise KafkaError(ErrorCode.invalid_request, str(e)) from None
         finally:
@@ -760,26 +758,27 @@ class KesqueServer:
             cfg.dynamic_broker.update(before)
 
     def _reload_keystores(self, delta: Delta) -> None:
-        """This broker's config changed: a TLS listener whose key store settings (or file) differ
-        from those it was built with gets a new context, which the connections accepted from now
-        on use (Kafka's dynamic SSL reconfiguration); a store that no longer loads or matches is
-        logged and the listener keeps its own."""
+        """This broker's config changed: a TLS listener whose key or trust store settings (or
+        files) differ from those it was built with gets a new context, which the connections
+        accepted from now on use (Kafka's dynamic SSL reconfiguration); stores that no longer
+        load or match are logged and the listener keeps its own."""
         mine = ("", str(self.node_id))
         if not any(rtype == RESOURCE_BROKER and rname in mine for rtype, rname in delta.changed_configs):
             return
+        inter = self.config.inter_broker_listener()
         for name, current in list(self.tls.server.items()):
-            state = keystore_state(self.config, name)
+            state = store_state(self.config, name)
             if state == self._keystores.get(name):
                 continue
             self._keystores[name] = state
             try:
-                new = reconfigured_server_context(self.config, name, current)
+                new = reconfigured_server_context(self.config, name, current, inter_broker=name == inter)
             except ConfigError as e:
-                log.error("The key store of listener %s was not reloaded: %s", name, e)
+                log.error("The SSL stores of listener %s were not reloaded: %s", name, e)
                 continue
             self.tls.server[name] = new
             self.socket_server.set_context(name, new)
-            log.info("Reloaded the key store of listener %s: new connections use it", name)
+            log.info("Reloaded the SSL key and trust stores of listener %s: new connections use them", name)
 
     def add_publisher(self, fn) -> None:
         self._publishers.append(fn)
