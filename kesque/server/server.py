@@ -233,6 +233,8 @@ class KesqueServer:
         # every SSL listener's context and the client side's, built (and their ssl.* keys
         # checked) before anything is opened
         self.tls = ListenerContexts(cfg)
+        for sasl in self.sasl_listeners.values():  # an http(s) JWKS's refreshes
+            sasl.start(self.loop)
         self._keystores = {name: store_state(cfg, name) for name in self.tls.server}
         self.log_manager = LogManager(
             cfg.log_dirs,
@@ -800,6 +802,8 @@ class KesqueServer:
             t.cancel()
         if self.socket_server is not None:
             self.socket_server.close()
+        for sasl in self.sasl_listeners.values():
+            sasl.stop()
         if getattr(self, "group_coordinator", None) is not None:
             self.group_coordinator.shutdown()
         if getattr(self, "share_coordinator", None) is not None:
