@@ -197,8 +197,9 @@ def test_a_failed_fetch_is_retried_with_backoff_and_a_refresh_that_fails_keeps_t
         hits = s.hits
         assert not login(lis, token(new_key(), "k9"))
         await until(lambda: not lis.jwks_refresher.core.in_progress and s.hits > hits)
-        await until(lambda: not lis.jwks_refresher.core.in_progress)
-        assert 2 <= s.hits - hits <= 5  # retried within retry.backoff.max.ms, then given up
+        # retried within retry.backoff.max.ms (4 attempts at most: 0, 50, 150, 200 ms), then given
+        # up (how many fit depends on how fast the server answers: test_retry_* counts them)
+        assert 1 <= s.hits - hits <= 4 and lis.jwks_refresher.refreshes == 0
         assert login(lis, token(k2, "k2"))  # the keys it had are kept
 
     run(lis, down)
