@@ -85,7 +85,13 @@ from .raft_manager import RaftManager, discover_voters, quorum_config
 from .request_log import REQUEST_LOG
 from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener, client_login
 from .throttling import Throttler
-from .tls import ListenerContexts, reconfigured_listeners, reconfigured_server_context, store_state
+from .tls import (
+    ListenerContexts,
+    SslReconfigurationError,
+    reconfigured_listeners,
+    reconfigured_server_context,
+    store_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -753,6 +759,9 @@ class KesqueServer:
                 reconfigured_server_context(
                     cfg, name, self.tls.server[name], inter_broker=name == cfg.inter_broker_listener()
                 )
+        except SslReconfigurationError as e:  # as Kafka's DynamicBrokerConfig wraps a reconfigurable's refusal
+            message = f"Invalid value {e} for configuration Invalid dynamic configuration"
+            raise KafkaError(ErrorCode.invalid_request, message) from None
         except ConfigError as e:
             raise KafkaError(ErrorCode.invalid_request, str(e)) from None
         finally:

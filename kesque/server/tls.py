@@ -662,6 +662,11 @@ def self_validating_client(config, listener: str, server_side: ssl.SSLContext) -
     return client
 
 
+class SslReconfigurationError(ConfigError):
+    """A dynamic update of a listener's stores refused, with Kafka's message: ``ConfigException:
+    Validation of dynamic config update of SSLFactory failed: <the cause>``."""
+
+
 def reconfigured_server_context(
     config, listener: str, current: ssl.SSLContext, inter_broker: bool = False
 ) -> ssl.SSLContext:
@@ -671,17 +676,23 @@ def reconfigured_server_context(
     alternative names (unless ``ssl.allow.san.changes``); a trust store cannot be added to a
     listener that had none; on the inter-broker listener the old and new settings must connect
     to each other both ways (SslEngineValidator), so that the brokers still trust each other.
-    ConfigError with Kafka's message otherwise."""
+    SslReconfigurationError with Kafka's message otherwise."""
     prefix = f"listener.name.{listener.lower()}."
 
     def refused(message: str, key: str = "ssl.keystore.location", exception: str = "") -> ConfigError:
-        return ConfigError(
+        return SslReconfigurationError(
             prefix + key,
+            "org.apache.kafka.common.config.ConfigException: "
             "Validation of dynamic config update of SSLFactory failed: "
             f"{exception or 'org.apache.kafka.common.config.ConfigException'}: {message}",
         )
 
-    new = server_context(config, listener)
+    try:
+        new = server_context(config, listener)
+    except ConfigError as e:  # a store that does not load (Kafka names its own exception class)
+        raise refused(
+            str(e), e.name.removeprefix(prefix), "org.apache.kafka.common.errors.InvalidConfigurationException"
+        ) from None
     old_cert = getattr(current, "keystore_certificate", None)
     new_cert = getattr(new, "keystore_certificate", None)
     if old_cert is not None and new_cert is not None:
