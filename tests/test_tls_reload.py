@@ -15,14 +15,15 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from cryptography.hazmat.primitives import serialization
 
 from kesque.config import BrokerConfig, ConfigError
 from kesque.server import tls
 from kesque.testing.broker import Broker
 from kesque.testing.certs import CertificateAuthority
+from kesque.testing.cluster import Cluster
 from kesque.testing.kafka import free_port
 
 KEY = "listener.name.ssl.ssl.keystore.location"
@@ -320,3 +321,74 @@ def test_the_inter_broker_listener_keeps_trusting_its_own_certificates(setup, tm
     cfg.dynamic_broker["listener.name.ssl.ssl.truststore.location"] = s["both_cas"]
     new = tls.reconfigured_server_context(cfg, "SSL", current, inter_broker=True)
     assert new.validation_client is not None
+
+
+# ------------------------------------------------------------------------------------ a cluster
+def test_a_cluster_rotates_its_inter_broker_ca_without_a_restart(tmp_path):
+    """Every broker first trusts the old and the new CA (listener.name.<l>.ssl.truststore.*),
+    then takes a key store from the new CA: the brokers' own client side (replica fetchers) is
+    rebuilt with the new trust store too, as Kafka reconfigures its channel builders, so a
+    follower's new connection to a leader serving the new CA's certificate succeeds."""
+    old_ca, new_ca = CertificateAuthority("old-ca"), CertificateAuthority("new-ca")
+    old_store = old_ca.issue("localhost", hosts=HOSTS).write_pem(tmp_path / "old.pem")
+    new_issued = new_ca.issue("localhost", hosts=HOSTS)
+    new_store = new_issued.write_pem(tmp_path / "new.pem")
+    (tmp_path / "both.pem").write_text(old_ca.pem() + new_ca.pem())
+    both = str(tmp_path / "both.pem")
+    config = {  # the inter-broker (and client) listener PLAINTEXT is SSL; the controllers' is not
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": old_store,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": old_ca.write_pem(tmp_path / "old-ca.pem"),
+        "ssl.endpoint.identification.algorithm": "https",
+    }
+    with Cluster(nodes=2, config=config) as cluster:
+        client = {"bootstrap.servers": cluster.bootstrap_servers, "security.protocol": "SSL", "ssl.ca.location": both}
+        admin = AdminClient(client)
+
+        def alter_each(key: str, value: str) -> None:
+            for node in sorted(cluster.nodes):
+                resource = ConfigResource(
+                    ResourceType.BROKER,
+                    str(node),
+                    incremental_configs=[ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)],
+                )
+                admin.incremental_alter_configs([resource])[resource].result(15)
+
+        alter_each("listener.name.plaintext.ssl.truststore.location", both)
+        deadline = time.monotonic() + 15
+        while True:  # refused until the trust store is applied (the brokers must trust the new key store)
+            try:
+                alter_each("listener.name.plaintext.ssl.keystore.location", new_store)
+                break
+            except KafkaException:
+                assert time.monotonic() < deadline, "the new key store was refused"
+                time.sleep(0.2)
+        deadline = time.monotonic() + 15
+        for node in cluster.nodes.values():
+            port = int(node.bootstrap_servers.rsplit(":", 1)[1])
+            while True:
+                ctx = ssl.create_default_context(cafile=both)
+                with ctx.wrap_socket(
+                    socket.create_connection(("127.0.0.1", port), 5), server_hostname="localhost"
+                ) as t:
+                    if t.getpeercert(binary_form=True) == der(new_issued):
+                        break
+                assert time.monotonic() < deadline, "the new key store was not taken"
+                time.sleep(0.1)
+        # a topic made now: each follower opens a new connection to its leader, which serves the
+        # new CA's certificate; without the rebuilt client side the follower would not trust it
+        topic = "rotated"
+        admin.create_topics([NewTopic(topic, 2, 2)])[topic].result(15)
+        producer = Producer({**client, "acks": "all"})
+        for i in range(100):
+            producer.produce(topic, b"x" * 100, partition=i % 2)
+        assert producer.flush(20) == 0
+        deadline = time.monotonic() + 15
+        while True:
+            parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+            if all(sorted(p.isrs) == [1, 2] for p in parts.values()):
+                break
+            assert time.monotonic() < deadline, {p: parts[p].isrs for p in parts}
+            time.sleep(0.2)

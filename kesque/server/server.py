@@ -88,6 +88,7 @@ from .throttling import Throttler
 from .tls import (
     ListenerContexts,
     SslReconfigurationError,
+    client_context,
     reconfigured_listeners,
     reconfigured_server_context,
     store_state,
@@ -242,6 +243,7 @@ class KesqueServer:
         for sasl in self.sasl_listeners.values():  # an http(s) JWKS's refreshes
             sasl.start(self.loop)
         self._keystores = {name: store_state(cfg, name) for name in self.tls.server}
+        self._client_stores = {side: store_state(cfg, name) for side, name in self.tls.client_listeners.items()}
         self.log_manager = LogManager(
             cfg.log_dirs,
             self.clock,
@@ -790,6 +792,28 @@ class KesqueServer:
             self.tls.server[name] = new
             self.socket_server.set_context(name, new)
             log.info("Reloaded the SSL key and trust stores of listener %s: new connections use them", name)
+        self._reload_client_contexts()
+
+    def _reload_client_contexts(self) -> None:
+        """The node's own client side of a TLS inter-broker or controller listener whose stores
+        changed (Kafka reconfigures its channel builders too): rebuilt, and the channels and
+        replica fetchers open their next connections with it."""
+        for side, name in self.tls.client_listeners.items():
+            state = store_state(self.config, name)
+            if state == self._client_stores.get(side):
+                continue
+            self._client_stores[side] = state
+            old = getattr(self.tls, side)
+            try:
+                new = client_context(self.config, name)
+            except ConfigError as e:
+                log.error("The SSL client side of listener %s was not reloaded: %s", name, e)
+                continue
+            setattr(self.tls, side, new)
+            for holder in (*self._channels, self.replica_manager.fetchers):
+                if getattr(holder, "ssl_context", None) is old:
+                    holder.ssl_context = new
+            log.info("Reloaded the SSL client side of listener %s: this node's new connections use it", name)
 
     def add_publisher(self, fn) -> None:
         self._publishers.append(fn)

@@ -145,6 +145,12 @@ class ListenerContexts:
         self.controller = (
             client_context(config, names[0]) if names and protocols.get(names[0]) in TLS_PROTOCOLS else None
         )
+        # the client sides (attribute -> listener), rebuilt when a dynamic update changes its stores
+        self.client_listeners = {
+            side: name
+            for side, name in (("inter_broker", inter), ("controller", names[0] if names else None))
+            if getattr(self, side) is not None
+        }
 
 
 def server_context(config, listener: str) -> ssl.SSLContext:
