@@ -14,8 +14,14 @@ authz  The small-request rate (run.py's ``small``: pre-encoded 1-record ProduceR
 sasl   Produce and consume MB/s (confluent-kafka, 1 KiB records, run.py's produce/consume
        settings) over a SASL_PLAINTEXT listener with SCRAM-SHA-512 against the PLAINTEXT listener
        of the same broker, passes alternating, best of N each.
+sasl_ssl  The same figures over SASL_SSL (SCRAM-SHA-512, TLS 1.3, a PEM key store made by
+       kesque.testing.certs) on one kesque broker against its PLAINTEXT listener, and on Apache
+       Kafka 4.4 (build/kafka, heap 1g as run.py's, the same listeners, key store and SCRAM user)
+       in the same run: both brokers up, the four sides' passes alternating, best of N each.
+       Kafka loses sendfile under TLS (it encrypts each fetch response in the JVM) and so does
+       kesque (pread, then OpenSSL through an ssl.SSLObject; Python 3.11 has no kernel TLS).
 
-    python bench/security.py [--quick] [--only authz,sasl] [--passes N]
+    python bench/security.py [--quick] [--only authz,sasl,sasl_ssl] [--passes N]
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ from run import proc_cpu_seconds  # noqa: E402
 from kesque.config.broker import STANDARD_AUTHORIZER  # noqa: E402
 from kesque.errors import ErrorCode  # noqa: E402
 from kesque.testing.broker import Broker  # noqa: E402
-from kesque.testing.kafka import free_port  # noqa: E402
+from kesque.testing.certs import CertificateAuthority  # noqa: E402
+from kesque.testing.kafka import KafkaBroker, free_port  # noqa: E402
 
 SCALES = {
     "full": {"small_requests": 200_000, "records": 1_000_000, "passes": 3},
@@ -263,10 +270,152 @@ def sasl(args, sc) -> dict:
     }
 
 
+# ================================================================== sasl_ssl
+SSL_MAP = "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT"
+
+
+def sasl_ssl_config(port: int, keystore: str) -> dict:
+    """A SASL_SSL listener with SCRAM-SHA-512 and a PEM key store, beside PLAINTEXT: the same
+    keys for kesque and Kafka."""
+    return {
+        "listener.security.protocol.map": SSL_MAP,
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
+        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.keystore.location": keystore,
+        "listener.name.sasl_ssl.ssl.enabled.protocols": "TLSv1.3",
+    }
+
+
+class SaslSslKafka(KafkaBroker):
+    """Apache Kafka with a SASL_SSL listener beside its PLAINTEXT one."""
+
+    def __init__(self, sasl_port: int, **kw):
+        super().__init__(**kw)
+        self.sasl_port = sasl_port
+
+    def _props(self):
+        props = super()._props()
+        props["listeners"] += f",SASL_SSL://{self.host}:{self.sasl_port}"
+        props["advertised.listeners"] += f",SASL_SSL://{self.host}:{self.sasl_port}"
+        return props
+
+
+def add_scram_user(bootstrap: str) -> None:
+    """User bench (SCRAM-SHA-512) with kesque configs (AlterUserScramCredentials: Kafka too)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "kesque", "configs", "--bootstrap-server", bootstrap, "--alter"]
+        + ["--entity-type", "users", "--entity-name", "bench", "--add-config", "SCRAM-SHA-512=[password=bench]"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def sasl_ssl(args, sc) -> dict:
+    d = tempfile.mkdtemp(prefix="kesque-bench-sasl-ssl-", dir=args.data_dir)
+    ca = CertificateAuthority()
+    ca_file = ca.write_pem(os.path.join(d, "ca.pem"))
+    keystore = ca.issue("localhost", hosts=["localhost", "127.0.0.1"]).write_pem(os.path.join(d, "broker.pem"))
+    kesque_port, kafka_port = free_port(), free_port()
+    kesque = start_broker(
+        "sasl-ssl",
+        args.data_dir,
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:{kesque_port}",
+            **sasl_ssl_config(kesque_port, keystore),
+        },
+    )
+    kafka = None
+    try:
+        kafka = SaslSslKafka(
+            kafka_port,
+            data_dir=os.path.join(d, "kafka"),
+            heap="1g",
+            config={"auto.create.topics.enable": "false", **sasl_ssl_config(kafka_port, keystore)},
+        )
+        kafka.start(120)
+        secured = {
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": ca_file,
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "bench",
+            "sasl.password": "bench",
+        }
+        brokers = {"kesque": kesque, "kafka": kafka}
+        for b in brokers.values():
+            add_scram_user(b.bootstrap_servers)
+            figures.warm_up_consumer_path(b.bootstrap_servers)
+        sides = {
+            "kesque PLAINTEXT": ("kesque", kesque.bootstrap_servers, None),
+            "kesque SASL_SSL": ("kesque", f"127.0.0.1:{kesque_port}", secured),
+            "Kafka SASL_SSL": ("kafka", f"127.0.0.1:{kafka_port}", secured),
+            "Kafka PLAINTEXT": ("kafka", kafka.bootstrap_servers, None),
+        }
+        records, parts = sc["records"], args.partitions
+        produced: dict[str, dict] = {}
+        consumed: dict[str, dict] = {}
+        for p in range(args.passes):
+            for name, (which, bootstrap, client) in sides.items():
+                admin = brokers[which].bootstrap_servers
+                t = f"bench-{name.split()[1].lower()}-{p}"
+                figures.create_topic(admin, t, parts)
+                log(f"sasl_ssl: produce {records:,} x 1 KiB over {name}, pass {p + 1}/{args.passes} ...")
+                cpu = proc_cpu_seconds(brokers[which].process.pid)
+                r = figures.produce_confluent(bootstrap, t, records, client=client)
+                r["broker_cpu_ms_per_mb"] = (
+                    (proc_cpu_seconds(brokers[which].process.pid) - cpu)
+                    * 1000
+                    / max(r["payload_bytes"] / figures.MB, 1e-9)
+                )
+                r["stored_records"] = sum(figures.end_offsets(admin, t, parts).values())
+                log(f"  {r['mb_s']:.0f} MB/s, stored {r['stored_records']:,}, errors {r['errors'][:2]}")
+                if name not in produced or r["mb_s"] > produced[name]["mb_s"]:
+                    produced[name] = r
+        ends = {
+            which: figures.end_offsets(b.bootstrap_servers, "bench-plaintext-0", parts) for which, b in brokers.items()
+        }
+        for p in range(args.passes):
+            for name, (which, bootstrap, client) in sides.items():
+                n = sum(ends[which].values())
+                log(f"sasl_ssl: consume {n:,} records over {name}, pass {p + 1}/{args.passes} ...")
+                cpu = proc_cpu_seconds(brokers[which].process.pid)
+                r = figures.consume_confluent(bootstrap, "bench-plaintext-0", ends[which], client=client)
+                r["broker_cpu_ms_per_mb"] = (
+                    (proc_cpu_seconds(brokers[which].process.pid) - cpu)
+                    * 1000
+                    / max(r["payload_bytes"] / figures.MB, 1e-9)
+                )
+                log(f"  {r['mb_s']:.0f} MB/s, {r['records']:,}/{r['expected']:,} records")
+                if name not in consumed or r["mb_s"] > consumed[name]["mb_s"]:
+                    consumed[name] = r
+    finally:
+        kesque.stop(30)
+        kesque.close()
+        if kafka is not None:
+            kafka.close()
+    keep = ("mb_s", "seconds", "records", "stored_records", "expected", "errors", "undelivered", "broker_cpu_ms_per_mb")
+    out = {
+        "records": records,
+        "partitions": parts,
+        "passes": args.passes,
+        "produce": {k: {x: v[x] for x in keep if x in v} for k, v in produced.items()},
+        "consume": {k: {x: v[x] for x in keep if x in v} for k, v in consumed.items()},
+    }
+    for what, best in (("produce", produced), ("consume", consumed)):
+        out[f"{what}_ratio_vs_plaintext"] = best["kesque SASL_SSL"]["mb_s"] / best["kesque PLAINTEXT"]["mb_s"]
+        out[f"{what}_ratio_vs_kafka"] = best["kesque SASL_SSL"]["mb_s"] / best["Kafka SASL_SSL"]["mb_s"]
+        out[f"{what}_kafka_ratio_vs_plaintext"] = best["Kafka SASL_SSL"]["mb_s"] / best["Kafka PLAINTEXT"]["mb_s"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke scale")
-    ap.add_argument("--only", default="authz,sasl", help="authz, sasl or both (default)")
+    ap.add_argument("--only", default="authz,sasl,sasl_ssl", help="authz, sasl, sasl_ssl (default: all)")
     ap.add_argument("--passes", type=int, help="passes per side (best of; default 3, 1 with --quick)")
     ap.add_argument("--acls", type=int, default=10_000)
     ap.add_argument("--records", type=int, help="records per produce pass (default 1,000,000; 50,000 with --quick)")
@@ -303,6 +452,21 @@ def main() -> None:
                 got, want = x.get("stored_records", x.get("records")), x.get("expected", s["records"])
                 if got != want or x.get("errors") or x.get("undelivered"):
                     print(f"  CHECK {name}: {got} of {want} records, errors {x.get('errors')}")
+    if "sasl_ssl" in only:
+        s = report["sasl_ssl"] = sasl_ssl(args, sc)
+        print(f"best of {s['passes']}, {s['records']:,} x 1 KiB, {s['partitions']} partitions, SCRAM-SHA-512, TLSv1.3")
+        print(f"{'':8} {'side':17} {'MB/s':>7} {'broker CPU ms/MB':>17}")
+        for what in ("produce", "consume"):
+            for name, x in s[what].items():
+                print(f"{what:8} {name:17} {x['mb_s']:7.1f} {x['broker_cpu_ms_per_mb']:17.2f}")
+                got, want = x.get("stored_records", x.get("records")), x.get("expected", s["records"])
+                if got != want or x.get("errors") or x.get("undelivered"):
+                    print(f"  CHECK {name}: {got} of {want} records, errors {x.get('errors')}")
+            print(
+                f"{what}: kesque SASL_SSL / kesque PLAINTEXT {s[what + '_ratio_vs_plaintext']:.1%}, "
+                f"kesque SASL_SSL / Kafka SASL_SSL {s[what + '_ratio_vs_kafka']:.1%} "
+                f"(Kafka SASL_SSL / Kafka PLAINTEXT {s[what + '_kafka_ratio_vs_plaintext']:.1%})"
+            )
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "security.json"), "w") as f:
         json.dump(report, f, indent=2)

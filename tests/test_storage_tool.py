@@ -8,6 +8,8 @@ nothing. The differential test runs Kafka's own StorageTool beside kesque's on t
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import re
 import subprocess
@@ -17,6 +19,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 import oracle
+from kesque.cli import storage as storage_cli
+from kesque.server import bootstrap
 from kesque.storage.checkpoint import read_properties
 from kesque.testing import kafka as K
 
@@ -279,3 +283,81 @@ def test_format_refuses_a_feature_level_it_would_not_use(tmp_path):
     assert r.returncode == 0, r
     assert "--feature group.version=1 is not used: kesque does not finalize group.version" in r.stderr
     assert "meta.properties" in " ".join(_files(tmp_path))
+
+
+# ---------------------------------------------------------------------- bootstrap.checkpoint I/O errors
+ADD_SCRAM = "SCRAM-SHA-256=[name=alice,iterations=4096,password=alice-secret]"
+
+
+class _HalfWritten(io.BufferedWriter):
+    """A file whose write stores half the bytes, then fails as a full disk does."""
+
+    def write(self, data):
+        super().write(bytes(data)[: len(data) // 2])
+        self.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _fail_at(monkeypatch, point: str) -> None:
+    """Make bootstrap.write's ``point`` (write, fsync or rename) fail."""
+    if point == "write":
+
+        def opener(path, mode="r", *a, **kw):
+            f = open(path, mode, *a, **kw)  # noqa: SIM115 - handed back to the caller's with
+            if str(path).endswith(".tmp") and "w" in mode:
+                raw = f.detach()
+                return _HalfWritten(raw)
+            return f
+
+        monkeypatch.setattr(bootstrap, "open", opener, raising=False)
+    elif point == "fsync":
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            if os.readlink(f"/proc/self/fd/{fd}").endswith("bootstrap.checkpoint.tmp"):
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+    else:
+        real_replace = os.replace
+
+        def replace(src, dst):
+            if str(dst).endswith("bootstrap.checkpoint"):
+                raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+            real_replace(src, dst)
+
+        monkeypatch.setattr(os, "replace", replace)
+
+
+@pytest.mark.parametrize(
+    "point,cause",
+    [("write", "No space left on device"), ("fsync", "Input/output error"), ("rename", "Permission denied")],
+)
+def test_format_add_scram_when_the_bootstrap_file_cannot_be_written(tmp_path, monkeypatch, capsys, point, cause):
+    cfg = _config(tmp_path)
+    with monkeypatch.context() as m:
+        _fail_at(m, point)
+        code = storage_cli.main(["format", "-t", CLUSTER_ID, "-c", cfg, "--add-scram", ADD_SCRAM])
+    err = capsys.readouterr().err
+    path = tmp_path / "m" / "bootstrap.checkpoint"
+    assert code == 1 and err == f"Error while writing bootstrap.checkpoint file {path}: {cause}\n", err
+    # no partial file, and the metadata dir is left unformatted (its meta.properties comes after)
+    assert sorted(os.listdir(tmp_path / "m")) == []
+    # once the disk is fine again, the format finishes with the first user
+    assert storage_cli.main(["format", "-t", CLUSTER_ID, "-c", cfg, "--add-scram", ADD_SCRAM, "-g"]) == 0
+    assert sorted(os.listdir(tmp_path / "m")) == ["bootstrap.checkpoint", "meta.properties"]
+    users = [r for r in bootstrap.read(str(tmp_path / "m")) if r["type"] == "UserScramCredentialRecord"]
+    assert [(u["name"], u["iterations"]) for u in users] == [("alice", 4096)]
+
+
+@pytest.mark.parametrize("point", ["write", "fsync", "rename"])
+def test_a_failed_bootstrap_write_leaves_the_file_it_replaces(tmp_path, monkeypatch, point):
+    first = [{"type": "FeatureLevelRecord", "name": "metadata.version", "feature_level": 25}]
+    path = bootstrap.write(str(tmp_path), first)
+    before = open(path, "rb").read()
+    with monkeypatch.context() as m:
+        _fail_at(m, point)
+        with pytest.raises(bootstrap.BootstrapWriteError, match=re.escape(path)):
+            bootstrap.write(str(tmp_path), first * 2)
+    assert open(path, "rb").read() == before and os.listdir(tmp_path) == ["bootstrap.checkpoint"]

@@ -159,11 +159,17 @@ def run_format(config: BrokerConfig, args) -> int:
             f"kesque's metadata.version is {version}; --release-version {args.release_version} is not used",
             file=sys.stderr,
         )
-    formatted = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted)
-    if scram and any(kind == "metadata" for kind, _d in formatted):
-        # Kafka's bootstrap.checkpoint: the first active controller writes these records first
-        features = [{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in FEATURES.items()]
-        bootstrap.write(os.path.abspath(config.metadata_log_dir), features + scram)
+    meta_dir = os.path.abspath(config.metadata_log_dir)
+
+    def pre_write(d: str) -> None:
+        # Kafka's bootstrap.checkpoint, written before the metadata dir's meta.properties (so a
+        # failed write leaves that dir unformatted, to format again): the first active controller
+        # writes these records first
+        if scram and d == meta_dir:
+            features = [{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in FEATURES.items()]
+            bootstrap.write(meta_dir, features + scram)
+
+    formatted = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted, pre_write=pre_write)
     if not formatted:
         print("All of the log directories are already formatted.")
     for kind, d in formatted:
@@ -230,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_format(config, args)
     except _Exit as e:
         return e.code
-    except (LogDirError, ConfigError) as e:
+    except (LogDirError, ConfigError, bootstrap.BootstrapWriteError) as e:
         print(e, file=sys.stderr)
         return 1
 

@@ -9,6 +9,10 @@
   fetches ``sasl.oauthbearer.jwks.endpoint.url`` and hands the keys in), as Kafka's broker JWT
   validator: the key by ``kid``, the signature, ``exp``/``iat``/``nbf`` within
   ``sasl.oauthbearer.clock.skew.seconds``, the expected audience and issuer, the subject claim;
+* :class:`RefreshingJwks`: when the driver fetches the JWKS again, as Kafka's RefreshingHttpsJwks
+  (every ``sasl.oauthbearer.jwks.endpoint.refresh.ms``, and at once for a token whose ``kid`` is
+  unknown, once a minute per kid at most), and :class:`Retry`, Kafka's exponential backoff of a
+  fetch (``...retry.backoff.ms`` doubling, within ``...retry.backoff.max.ms``);
 * :func:`parse_client_response`: the client's GS2 message ``n,,\\x01auth=Bearer <token>\\x01...\\x01\\x01``;
 * :class:`OAuthBearerSaslServer`: one connection's exchange, as Kafka's OAuthBearerSaslServer (a
   refused token is answered with RFC 7628's JSON error as a challenge; the client's ``%x01``
@@ -33,6 +37,8 @@ __all__ = [
     "OAuthBearerSaslServer",
     "InvalidToken",
     "JwksValidator",
+    "RefreshingJwks",
+    "Retry",
     "parse_client_response",
     "validate_unsecured",
 ]
@@ -167,6 +173,8 @@ class JwksValidator:
         self.clock_skew_s = clock_skew_s
         self.sub_claim = sub_claim
         self.scope_claim = scope_claim
+        # called with the kid of a token no key matches (a refreshing driver fetches the JWKS again)
+        self.on_unknown_kid: Callable[[str], None] | None = None
         self.update_keys(jwks)
 
     def update_keys(self, jwks: dict) -> None:
@@ -186,7 +194,10 @@ class JwksValidator:
             if header.get("kid") is None and len(self._keys) == 1:
                 key = next(iter(self._keys.values()))
             else:
-                raise InvalidToken(f"No key with kid {header.get('kid')!r} in the JWKS")
+                kid = header.get("kid")
+                if isinstance(kid, str) and self.on_unknown_kid is not None:
+                    self.on_unknown_kid(kid)
+                raise InvalidToken(f"No key with kid {kid!r} in the JWKS")
         if header.get("alg") in (None, "none") or (key.algorithm_name and header["alg"] != key.algorithm_name):
             raise InvalidToken(f"Unsupported algorithm {header.get('alg')!r}")
         required = ["exp", self.sub_claim] + (["iss"] if self.expected_issuer else [])
@@ -221,6 +232,91 @@ class JwksValidator:
         return BearerToken(
             token, sub, scope, int(exp * 1000), int(float(iat) * 1000) if iat is not None else None, claims
         )
+
+
+class Retry:
+    """Kafka's oauthbearer Retry: attempts until one succeeds or ``retry_backoff_max_ms`` has
+    passed since the first, waiting ``retry_backoff_ms`` doubling after each failure (cut to what
+    is left); the first error is raised when none succeeded. Time passed in: ``now_ms()`` and
+    ``sleep_ms(ms)``."""
+
+    def __init__(self, retry_backoff_ms: int, retry_backoff_max_ms: int, now_ms, sleep_ms):
+        if retry_backoff_ms < 0:
+            raise ValueError(f"retryBackoffMs value ({retry_backoff_ms}) must be non-negative")
+        if retry_backoff_max_ms < 0:
+            raise ValueError(f"retryBackoffMaxMs value ({retry_backoff_max_ms}) must be non-negative")
+        if retry_backoff_max_ms < retry_backoff_ms:
+            raise ValueError(
+                f"retryBackoffMaxMs value ({retry_backoff_max_ms}) is less than "
+                f"retryBackoffMs value ({retry_backoff_ms})"
+            )
+        self.backoff_ms, self.backoff_max_ms = retry_backoff_ms, retry_backoff_max_ms
+        self.now_ms, self.sleep_ms = now_ms, sleep_ms
+
+    def execute(self, call: Callable[[], object], on_error: Callable[[int, Exception, int], None] | None = None):
+        """``call()``'s result; ``on_error(attempt, error, wait_ms)`` after each failure."""
+        end = self.now_ms() + self.backoff_max_ms
+        attempt, error = 0, None
+        while self.now_ms() <= end:
+            attempt += 1
+            try:
+                return call()
+            except Exception as e:  # noqa: BLE001 - any failure of the fetch is retried, as Kafka's
+                error = error or e
+                wait = min(self.backoff_ms * 2 ** (attempt - 1), end - self.now_ms())
+                if on_error is not None:
+                    on_error(attempt, e, max(wait, 0))
+                if wait <= 0:
+                    break
+                self.sleep_ms(wait)
+        raise error or RuntimeError(
+            "Exhausted all retry attempts but no attempt returned value or encountered exception"
+        )
+
+
+class RefreshingJwks:
+    """When a JWKS endpoint is fetched again, as Kafka's RefreshingHttpsJwks: every
+    ``refresh_ms`` (the driver's timer), and at once when a token names a ``kid`` the keys do not
+    have (:meth:`maybe_expedite_refresh`), at most once per kid every
+    ``MISSING_KEY_ID_CACHE_IN_FLIGHT_MS`` (the last 16 kids remembered; a kid over 1,000
+    characters is taken for a malformed token and never fetched for). One refresh at a time."""
+
+    MISSING_KEY_ID_CACHE_MAX_ENTRIES = 16
+    MISSING_KEY_ID_CACHE_IN_FLIGHT_MS = 60_000
+    MISSING_KEY_ID_MAX_KEY_LENGTH = 1000
+
+    def __init__(self, refresh_ms: int):
+        if refresh_ms <= 0:
+            raise ValueError("JWKS validation key refresh configuration value retryWaitMs value must be positive")
+        self.refresh_ms = refresh_ms
+        self._missing: dict[str, int] = {}  # kid -> when it may ask again (ms), oldest use first
+        self.in_progress = False
+
+    def maybe_expedite_refresh(self, kid: str, now_ms: int) -> bool:
+        """True when a refresh should start now for the unknown ``kid``."""
+        if len(kid) > self.MISSING_KEY_ID_MAX_KEY_LENGTH:
+            return False
+        next_check = self._missing.pop(kid, None)
+        if next_check is not None and next_check > now_ms:
+            self._missing[kid] = next_check  # most recently used last
+            return False
+        self._missing[kid] = now_ms + self.MISSING_KEY_ID_CACHE_IN_FLIGHT_MS
+        while len(self._missing) > self.MISSING_KEY_ID_CACHE_MAX_ENTRIES:
+            del self._missing[next(iter(self._missing))]
+        return True
+
+    def start(self) -> bool:
+        """A refresh begins: False when one is already in progress (this one is skipped)."""
+        if self.in_progress:
+            return False
+        self.in_progress = True
+        return True
+
+    def finished(self, jwks: dict | None) -> None:
+        """The refresh ended: the keys fetched (None: it failed, the keys stay)."""
+        self.in_progress = False
+        for k in (jwks or {}).get("keys", ()):
+            self._missing.pop(k.get("kid"), None)
 
 
 _GS2 = re.compile(r"n,(?:a=(?P<authzid>[^,]*))?,\x01(?P<kvpairs>(?:[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01)*)\x01")

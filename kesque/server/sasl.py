@@ -18,8 +18,12 @@ closes the connection, and a SaslHandshake on it starts a re-authentication.
 mechanism, the JAAS config (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else
 ``sasl.jaas.config``) with the login module Kafka names for it: PLAIN's users are its
 ``user_<name>`` options, SCRAM's credentials are the metadata image's, OAUTHBEARER's tokens are
-Kafka's unsecured ones unless ``sasl.oauthbearer.jwks.endpoint.url`` names a JWKS (read once at
-start; a ``file://`` URL too). The same JAAS entry's ``username`` and ``password`` are what this
+Kafka's unsecured ones unless ``sasl.oauthbearer.jwks.endpoint.url`` names a JWKS: read at start
+(a ``file://`` URL only then, as Kafka's JwksFileVerificationKeyResolver), an ``http(s)://`` one
+fetched again as Kafka's RefreshingHttpsJwks (:class:`JwksRefresher`: every
+``sasl.oauthbearer.jwks.endpoint.refresh.ms``, at once for a token with an unknown ``kid``, with
+``...retry.backoff.ms``/``...retry.backoff.max.ms``; the blocking fetches in the event loop's
+default executor, never on the loop). The same JAAS entry's ``username`` and ``password`` are what this
 broker logs in with when it is the client (:func:`client_login`: the channels to the inter-broker
 and controller listeners, kesque/server/channel.py).
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.request
 from collections.abc import Callable
 
@@ -38,7 +43,7 @@ from ..protocol.api_keys import ApiKeys
 from ..protocol.messages import Msg
 from ..protocol.primitives import INT32, ProtocolError
 from ..security.authenticator import AuthenticationFailure, SaslServerAuthenticator
-from ..security.oauthbearer import JwksValidator, OAuthBearerSaslServer, validate_unsecured
+from ..security.oauthbearer import JwksValidator, OAuthBearerSaslServer, RefreshingJwks, Retry, validate_unsecured
 from ..security.plain import PLAIN_LOGIN_MODULE, PlainSaslServer, parse_jaas_config
 from ..security.sasl_client import SaslLogin
 from ..security.scram import ScramCredential, ScramMechanism, ScramSaslServer
@@ -149,6 +154,7 @@ class SaslListener:
         self.options: dict[str, dict[str, str]] = {m: self._jaas_options(m) for m in self.mechanisms}
         plain = self.options.get("PLAIN", {})
         self.plain_users = {k[5:]: v for k, v in plain.items() if k.startswith("user_")}
+        self.jwks_refresher: JwksRefresher | None = None
         self._jwks = self._jwks_validator() if "OAUTHBEARER" in self.mechanisms else None
 
     def _jaas_options(self, mechanism: str) -> dict[str, str]:
@@ -158,14 +164,13 @@ class SaslListener:
         url = self.config.listener_get(self.listener, "sasl.oauthbearer.jwks.endpoint.url")
         if not url:
             return None
-        try:
-            with urllib.request.urlopen(url, timeout=30) as f:  # noqa: S310 - the operator's URL (file:// or https://)
-                jwks = json.load(f)
+        try:  # at start, before the listener is served (Kafka's init() fetches the same way)
+            jwks = fetch_jwks(url)
         except (OSError, ValueError) as e:
             key = "sasl.oauthbearer.jwks.endpoint.url"
             raise ConfigError(key, f"Unable to read the JWKS at {url} for listener {self.listener}: {e}") from None
         get = self.config.listener_get
-        return JwksValidator(
+        validator = JwksValidator(
             jwks,
             expected_audience=list(get(self.listener, "sasl.oauthbearer.expected.audience") or []),
             expected_issuer=get(self.listener, "sasl.oauthbearer.expected.issuer"),
@@ -173,6 +178,28 @@ class SaslListener:
             sub_claim=get(self.listener, "sasl.oauthbearer.sub.claim.name"),
             scope_claim=get(self.listener, "sasl.oauthbearer.scope.claim.name"),
         )
+        if not url.lower().startswith("file:"):
+            try:
+                self.jwks_refresher = JwksRefresher(
+                    url,
+                    validator,
+                    RefreshingJwks(get(self.listener, "sasl.oauthbearer.jwks.endpoint.refresh.ms")),
+                    get(self.listener, "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"),
+                    get(self.listener, "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms"),
+                    self.now_ms,
+                )
+            except ValueError as e:
+                raise ConfigError("sasl.oauthbearer.jwks.endpoint.refresh.ms", str(e)) from None
+        return validator
+
+    def start(self, loop) -> None:
+        """Start the listener's periodic work on ``loop`` (an http(s) JWKS's refreshes)."""
+        if self.jwks_refresher is not None:
+            self.jwks_refresher.start(loop)
+
+    def stop(self) -> None:
+        if self.jwks_refresher is not None:
+            self.jwks_refresher.stop()
 
     # ------------------------------------------------------------------ the authenticator's parts
     def new_server(self, mechanism: str):
@@ -192,6 +219,91 @@ class SaslListener:
 
     def authenticator(self, previous=None) -> SaslServerAuthenticator:
         return SaslServerAuthenticator(self.mechanisms, self.new_server, self.max_reauth_ms, previous)
+
+
+def fetch_jwks(url: str) -> dict:
+    """The JWKS document at ``url`` (blocking: at start, or in an executor)."""
+    with urllib.request.urlopen(url, timeout=30) as f:  # noqa: S310 - the operator's URL (file:// or https://)
+        jwks = json.load(f)
+    if not isinstance(jwks, dict) or not isinstance(jwks.get("keys"), list):
+        raise ValueError("not a JWKS document (no keys list)")
+    return jwks
+
+
+class JwksRefresher:
+    """The driver of an http(s) JWKS's :class:`RefreshingJwks` on the event loop: a refresh every
+    ``refresh.ms`` (at a fixed rate, the first one ``refresh.ms`` after start, as Kafka's), and one
+    at once when a token names an unknown ``kid`` (the token itself is refused; the client's next
+    login finds the key). A refresh fetches in the loop's default executor with Kafka's
+    :class:`Retry` (its waits sleep that thread, not the loop), then hands the keys to the
+    validator on the loop; a refresh that fails keeps the keys, as Kafka's."""
+
+    def __init__(self, url, validator: JwksValidator, core: RefreshingJwks, backoff_ms, backoff_max_ms, now_ms):
+        self.url, self.validator, self.core = url, validator, core
+        self.backoff_ms, self.backoff_max_ms = backoff_ms, backoff_max_ms
+        Retry(backoff_ms, backoff_max_ms, now_ms, time.sleep)  # its checks, at start
+        self.now_ms = now_ms
+        self.loop = None
+        self._timer = None
+        self.refreshes = 0  # completed, for tests and logs
+        validator.on_unknown_kid = self._unknown_kid
+
+    def start(self, loop) -> None:
+        self.loop = loop
+        self._timer = loop.call_later(self.core.refresh_ms / 1000, self._scheduled)
+        log.info("JWKS validation key refresh thread started with a refresh interval of %d ms", self.core.refresh_ms)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.loop = None
+
+    def _scheduled(self) -> None:
+        self._timer = self.loop.call_later(self.core.refresh_ms / 1000, self._scheduled)
+        self.refresh()
+
+    def _unknown_kid(self, kid: str) -> None:
+        if self.loop is not None and self.core.maybe_expedite_refresh(kid, self.now_ms()):
+            log.debug("Refreshing JWKs from %s as no suitable verification key for kid %s was found", self.url, kid)
+            self.loop.call_soon(self.refresh)
+
+    def refresh(self) -> None:
+        if self.loop is None:
+            return
+        if not self.core.start():
+            log.debug("OAuth JWKS refresh is already in progress; ignoring concurrent refresh")
+            return
+        log.info("OAuth JWKS refresh of %s starting", self.url)
+        self.loop.run_in_executor(None, self._fetch).add_done_callback(self._done)
+
+    def _fetch(self) -> dict:
+        """In the executor: the fetch, retried with backoff (monotonic time, this thread sleeping)."""
+
+        def warn(attempt: int, e: Exception, wait_ms: int) -> None:
+            log.warning(
+                "Attempt %d to make call resulted in an error; sleeping %d ms before retrying: %s", attempt, wait_ms, e
+            )
+
+        retry = Retry(
+            self.backoff_ms, self.backoff_max_ms, lambda: int(time.monotonic() * 1000), lambda ms: time.sleep(ms / 1000)
+        )
+        return retry.execute(lambda: fetch_jwks(self.url), warn)
+
+    def _done(self, fut) -> None:
+        if fut.cancelled():  # the loop is closing
+            self.core.finished(None)
+            return
+        try:
+            jwks = fut.result()
+            self.validator.update_keys(jwks)
+        except Exception as e:  # noqa: BLE001 - the fetch's or the document's error: logged, keys kept
+            self.core.finished(None)
+            log.warning("OAuth JWKS refresh of %s encountered an error; not updating local JWKS cache: %s", self.url, e)
+            return
+        self.core.finished(jwks)
+        self.refreshes += 1
+        log.info("OAuth JWKS refresh of %s complete", self.url)
 
 
 def _respond(conn, header, body) -> None:

@@ -18,7 +18,6 @@ import inspect
 import logging
 import os
 import random
-import re
 import socket
 import time
 import uuid
@@ -87,7 +86,14 @@ from .raft_manager import RaftManager, discover_voters, quorum_config
 from .request_log import REQUEST_LOG
 from .sasl import SASL_PROTOCOLS, SaslConnection, SaslListener, client_login
 from .throttling import Throttler
-from .tls import ListenerContexts, keystore_state, reconfigured_server_context
+from .tls import (
+    ListenerContexts,
+    SslReconfigurationError,
+    client_context,
+    reconfigured_listeners,
+    reconfigured_server_context,
+    store_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +241,10 @@ class KesqueServer:
         # every SSL listener's context and the client side's, built (and their ssl.* keys
         # checked) before anything is opened
         self.tls = ListenerContexts(cfg)
-        self._keystores = {name: keystore_state(cfg, name) for name in self.tls.server}
+        for sasl in self.sasl_listeners.values():  # an http(s) JWKS's refreshes
+            sasl.start(self.loop)
+        self._keystores = {name: store_state(cfg, name) for name in self.tls.server}
+        self._client_stores = {side: store_state(cfg, name) for side, name in self.tls.client_listeners.items()}
         self.log_manager = LogManager(
             cfg.log_dirs,
             self.clock,
@@ -735,13 +744,10 @@ class KesqueServer:
     # ------------------------------------------------------------------ key stores altered dynamically
     def _validate_broker_update(self, updates: dict) -> None:
         """An alteration of this broker's own config that changes a TLS listener's
-        ``listener.name.<l>.ssl.keystore.*``: the new key store must load and match the one in
-        use (tls.reconfigured_server_context), else INVALID_REQUEST before it reaches the
-        controller."""
-        listeners = {
-            m.group(1).upper() for k in updates if (m := re.match(r"listener\.name\.([^.]+)\.ssl\.keystore\.", k))
-        } | {m.group(1).upper() for k in updates if (m := re.match(r"listener\.name\.([^.]+)\.ssl\.key\.", k))}
-        listeners &= set(self.tls.server)
+        ``listener.name.<l>.ssl.{keystore,key,truststore}.*``: the new stores must load and match
+        the ones in use (tls.reconfigured_server_context), else INVALID_REQUEST before it reaches
+        the controller."""
+        listeners = reconfigured_listeners(updates, self.tls.server)
         if not listeners:
             return
         cfg = self.config
@@ -753,7 +759,12 @@ class KesqueServer:
                 else:
                     cfg.dynamic_broker[k] = cfg.validate_dynamic(k, v)
             for name in sorted(listeners):
-                reconfigured_server_context(cfg, name, self.tls.server[name])
+                reconfigured_server_context(
+                    cfg, name, self.tls.server[name], inter_broker=name == cfg.inter_broker_listener()
+                )
+        except SslReconfigurationError as e:  # as Kafka's DynamicBrokerConfig wraps a reconfigurable's refusal
+            message = f"Invalid value {e} for configuration Invalid dynamic configuration"
+            raise KafkaError(ErrorCode.invalid_request, message) from None
         except ConfigError as e:
             raise KafkaError(ErrorCode.invalid_request, str(e)) from None
         finally:
@@ -761,26 +772,49 @@ class KesqueServer:
             cfg.dynamic_broker.update(before)
 
     def _reload_keystores(self, delta: Delta) -> None:
-        """This broker's config changed: a TLS listener whose key store settings (or file) differ
-        from those it was built with gets a new context, which the connections accepted from now
-        on use (Kafka's dynamic SSL reconfiguration); a store that no longer loads or matches is
-        logged and the listener keeps its own."""
+        """This broker's config changed: a TLS listener whose key or trust store settings (or
+        files) differ from those it was built with gets a new context, which the connections
+        accepted from now on use (Kafka's dynamic SSL reconfiguration); stores that no longer
+        load or match are logged and the listener keeps its own."""
         mine = ("", str(self.node_id))
         if not any(rtype == RESOURCE_BROKER and rname in mine for rtype, rname in delta.changed_configs):
             return
+        inter = self.config.inter_broker_listener()
         for name, current in list(self.tls.server.items()):
-            state = keystore_state(self.config, name)
+            state = store_state(self.config, name)
             if state == self._keystores.get(name):
                 continue
             self._keystores[name] = state
             try:
-                new = reconfigured_server_context(self.config, name, current)
+                new = reconfigured_server_context(self.config, name, current, inter_broker=name == inter)
             except ConfigError as e:
-                log.error("The key store of listener %s was not reloaded: %s", name, e)
+                log.error("The SSL stores of listener %s were not reloaded: %s", name, e)
                 continue
             self.tls.server[name] = new
             self.socket_server.set_context(name, new)
-            log.info("Reloaded the key store of listener %s: new connections use it", name)
+            log.info("Reloaded the SSL key and trust stores of listener %s: new connections use them", name)
+        self._reload_client_contexts()
+
+    def _reload_client_contexts(self) -> None:
+        """The node's own client side of a TLS inter-broker or controller listener whose stores
+        changed (Kafka reconfigures its channel builders too): rebuilt, and the channels and
+        replica fetchers open their next connections with it."""
+        for side, name in self.tls.client_listeners.items():
+            state = store_state(self.config, name)
+            if state == self._client_stores.get(side):
+                continue
+            self._client_stores[side] = state
+            old = getattr(self.tls, side)
+            try:
+                new = client_context(self.config, name)
+            except ConfigError as e:
+                log.error("The SSL client side of listener %s was not reloaded: %s", name, e)
+                continue
+            setattr(self.tls, side, new)
+            for holder in (*self._channels, self.replica_manager.fetchers):
+                if getattr(holder, "ssl_context", None) is old:
+                    holder.ssl_context = new
+            log.info("Reloaded the SSL client side of listener %s: this node's new connections use it", name)
 
     def add_publisher(self, fn) -> None:
         self._publishers.append(fn)
@@ -802,6 +836,8 @@ class KesqueServer:
             t.cancel()
         if self.socket_server is not None:
             self.socket_server.close()
+        for sasl in self.sasl_listeners.values():
+            sasl.stop()
         if getattr(self, "group_coordinator", None) is not None:
             self.group_coordinator.shutdown()
         if getattr(self, "share_coordinator", None) is not None:

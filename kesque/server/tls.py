@@ -139,10 +139,18 @@ class ListenerContexts:
         self.principal = {name: principal_builder(config, name) for name in self.server if protocols.get(name) == "SSL"}
         inter = config.inter_broker_listener()
         self.inter_broker = client_context(config, inter) if protocols.get(inter) in TLS_PROTOCOLS else None
+        if inter in self.server:  # what a dynamic update of its stores is checked with
+            self.server[inter].validation_client = self_validating_client(config, inter, self.server[inter])
         names = [n.upper() for n in config.get("controller.listener.names")]
         self.controller = (
             client_context(config, names[0]) if names and protocols.get(names[0]) in TLS_PROTOCOLS else None
         )
+        # the client sides (attribute -> listener), rebuilt when a dynamic update changes its stores
+        self.client_listeners = {
+            side: name
+            for side, name in (("inter_broker", inter), ("controller", names[0] if names else None))
+            if getattr(self, side) is not None
+        }
 
 
 def server_context(config, listener: str) -> ssl.SSLContext:
@@ -165,7 +173,11 @@ def server_context(config, listener: str) -> ssl.SSLContext:
             "String must be one of: required, requested, none",
         )
     ctx.verify_mode = _CLIENT_AUTH[client_auth]
-    if ctx.verify_mode != ssl.CERT_NONE:
+    # a configured trust store is loaded (and so checked) whatever ssl.client.auth says, as Kafka's
+    # DefaultSslEngineFactory does; without one, client certificates (if asked for) are checked
+    # against the system's authorities
+    ctx.truststore_configured = _truststore_configured(s)
+    if ctx.truststore_configured or ctx.verify_mode != ssl.CERT_NONE:
         _load_truststore(ctx, s)
     return ctx
 
@@ -402,6 +414,11 @@ def _use_key(ctx: ssl.SSLContext, s: SslSettings, pkey, certs: list, key: str) -
         os.unlink(path)
 
 
+def _truststore_configured(s: SslSettings) -> bool:
+    """A trust store of the listener's own (Kafka's ``truststore() != null``)."""
+    return s["ssl.truststore.location"] is not None or s["ssl.truststore.certificates"] is not None
+
+
 def _load_truststore(ctx: ssl.SSLContext, s: SslSettings) -> None:
     certs, location, password = (
         s["ssl.truststore.certificates"],
@@ -562,20 +579,43 @@ KEYSTORE_KEYS = (
     "ssl.keystore.certificate.chain",
     "ssl.keystore.key",
 )
+TRUSTSTORE_KEYS = (
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.password",
+    "ssl.truststore.certificates",
+)
+# Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: what a listener's SSL factory is rebuilt from
+RECONFIGURABLE_KEYS = KEYSTORE_KEYS + TRUSTSTORE_KEYS
+_RECONFIGURABLE = re.compile(r"listener\.name\.([^.]+)\.(ssl\.(?:keystore|key|truststore)\.\w+)$")
 
 
-def keystore_state(config, listener: str) -> tuple:
-    """What a listener's key store is read from: its settings, and the file's size and
-    modification time (the same location altered again re-reads a file replaced in place, as
-    Kafka's SslFactory does)."""
-    s = SslSettings.of(config, listener)
-    values = tuple(s[k] for k in KEYSTORE_KEYS)
-    location = s["ssl.keystore.location"]
+def reconfigured_listeners(updates, tls_listeners) -> set[str]:
+    """The TLS listeners among ``tls_listeners`` whose store settings an alteration of
+    ``updates`` (keys) touches: ``listener.name.<l>.ssl.{keystore,key,truststore}.*``."""
+    names = set()
+    for key in updates:
+        m = _RECONFIGURABLE.match(key)
+        if m and m.group(2) in RECONFIGURABLE_KEYS:
+            names.add(m.group(1).upper())
+    return names & set(tls_listeners)
+
+
+def _file_state(location) -> tuple:
     try:
         st = os.stat(location) if location else None
     except OSError:
         st = None
-    return values + ((st.st_size, st.st_mtime_ns) if st else (None, None),)
+    return (st.st_size, st.st_mtime_ns) if st else (None, None)
+
+
+def store_state(config, listener: str) -> tuple:
+    """What a listener's key and trust stores are read from: their settings, and each file's
+    size and modification time (the same location altered again re-reads a file replaced in
+    place, as Kafka's SslFactory rebuilds when a store file was modified)."""
+    s = SslSettings.of(config, listener)
+    values = tuple(s[k] for k in RECONFIGURABLE_KEYS)
+    return values + _file_state(s["ssl.keystore.location"]) + _file_state(s["ssl.truststore.location"])
 
 
 def _sans(cert: x509.Certificate) -> set:
@@ -585,34 +625,107 @@ def _sans(cert: x509.Certificate) -> set:
         return set()
 
 
-def reconfigured_server_context(config, listener: str, current: ssl.SSLContext) -> ssl.SSLContext:
-    """The listener's SSLContext from its settings as they are now, checked against the one it
-    replaces as Kafka's SslFactory.validateReconfiguration does: the new key store must load, and
-    keep its certificate's subject DN (unless ``ssl.allow.dn.changes``) and subject alternative
-    names (unless ``ssl.allow.san.changes``). ConfigError with Kafka's message otherwise."""
-    key = f"listener.name.{listener.lower()}.ssl.keystore.location"
+def validation_client_context(config, listener: str) -> ssl.SSLContext:
+    """The client side Kafka's SslEngineValidator builds from a listener's settings: its key and
+    trust stores, no host name check."""
+    ctx = client_context(config, listener)
+    ctx.check_hostname = False
+    return ctx
 
-    def refused(message: str) -> ConfigError:
-        return ConfigError(
-            key,
+
+def handshake(server_side: ssl.SSLContext, client_side: ssl.SSLContext) -> None:
+    """A TLS handshake between a server and a client context in memory (Kafka's
+    SslEngineValidator.validate); ssl.SSLError when it fails."""
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    s_end = server_side.wrap_bio(bios[0], bios[1], server_side=True)
+    c_end = client_side.wrap_bio(bios[2], bios[3], server_side=False)
+    done = {"s": False, "c": False}
+    for _ in range(16):
+        for name, end in (("c", c_end), ("s", s_end)):
+            if not done[name]:
+                try:
+                    end.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        bios[0].write(bios[3].read())  # client -> server
+        bios[2].write(bios[1].read())  # server -> client
+        if all(done.values()):
+            return
+    raise ssl.SSLError("the handshake did not complete")
+
+
+def self_validating_client(config, listener: str, server_side: ssl.SSLContext) -> ssl.SSLContext | None:
+    """The inter-broker listener's validation client when its server and client sides, built from
+    the same settings, can connect (Kafka refuses the start otherwise: SslFactory's
+    keystoreVerifiableUsingTruststore); None when they cannot, and a dynamic update is then not
+    checked by a handshake."""
+    try:
+        client = validation_client_context(config, listener)
+        handshake(server_side, client)
+    except (ConfigError, ssl.SSLError):
+        return None
+    return client
+
+
+class SslReconfigurationError(ConfigError):
+    """A dynamic update of a listener's stores refused, with Kafka's message: ``ConfigException:
+    Validation of dynamic config update of SSLFactory failed: <the cause>``."""
+
+
+def reconfigured_server_context(
+    config, listener: str, current: ssl.SSLContext, inter_broker: bool = False
+) -> ssl.SSLContext:
+    """The listener's SSLContext from its settings as they are now, checked against the one it
+    replaces as Kafka's SslFactory.createNewSslEngineFactory does: the new stores must load; the
+    key store must keep its certificate's subject DN (unless ``ssl.allow.dn.changes``) and subject
+    alternative names (unless ``ssl.allow.san.changes``); a trust store cannot be added to a
+    listener that had none; on the inter-broker listener the old and new settings must connect
+    to each other both ways (SslEngineValidator), so that the brokers still trust each other.
+    SslReconfigurationError with Kafka's message otherwise."""
+    prefix = f"listener.name.{listener.lower()}."
+
+    def refused(message: str, key: str = "ssl.keystore.location", exception: str = "") -> ConfigError:
+        return SslReconfigurationError(
+            prefix + key,
+            "org.apache.kafka.common.config.ConfigException: "
             "Validation of dynamic config update of SSLFactory failed: "
-            f"org.apache.kafka.common.config.ConfigException: {message}",
+            f"{exception or 'org.apache.kafka.common.config.ConfigException'}: {message}",
         )
 
-    new = server_context(config, listener)
+    try:
+        new = server_context(config, listener)
+    except ConfigError as e:  # a store that does not load (Kafka names its own exception class)
+        raise refused(
+            str(e), e.name.removeprefix(prefix), "org.apache.kafka.common.errors.InvalidConfigurationException"
+        ) from None
     old_cert = getattr(current, "keystore_certificate", None)
     new_cert = getattr(new, "keystore_certificate", None)
-    if old_cert is None or new_cert is None:
-        return new
-    if not config.listener_get(listener, "ssl.allow.dn.changes") and old_cert.subject != new_cert.subject:
+    if old_cert is not None and new_cert is not None:
+        if not config.listener_get(listener, "ssl.allow.dn.changes") and old_cert.subject != new_cert.subject:
+            raise refused(
+                "Keystore DistinguishedName does not match:  existing={alias=kafka, DN=%s}, new={alias=kafka, DN=%s}"
+                % (rfc2253(old_cert.subject), rfc2253(new_cert.subject))
+            )
+        if not config.listener_get(listener, "ssl.allow.san.changes") and not _sans(old_cert) <= _sans(new_cert):
+            names = lambda c: "[" + ", ".join(sorted(str(n.value) for n in _sans(c))) + "]"  # noqa: E731
+            raise refused(
+                "Keystore SubjectAltNames do not match:  existing={alias=kafka, SAN=%s}, new={alias=kafka, SAN=%s}"
+                % (names(old_cert), names(new_cert))
+            )
+    if not getattr(current, "truststore_configured", False) and new.truststore_configured:
         raise refused(
-            "Keystore DistinguishedName does not match:  existing={alias=kafka, DN=%s}, new={alias=kafka, DN=%s}"
-            % (rfc2253(old_cert.subject), rfc2253(new_cert.subject))
+            "Cannot add SSL truststore to an existing listener for which no truststore was configured.",
+            "ssl.truststore.location",
         )
-    if not config.listener_get(listener, "ssl.allow.san.changes") and not _sans(old_cert) <= _sans(new_cert):
-        names = lambda c: "[" + ", ".join(sorted(str(n.value) for n in _sans(c))) + "]"  # noqa: E731
-        raise refused(
-            "Keystore SubjectAltNames do not match:  existing={alias=kafka, SAN=%s}, new={alias=kafka, SAN=%s}"
-            % (names(old_cert), names(new_cert))
-        )
+    old_client = getattr(current, "validation_client", None)
+    if inter_broker and old_client is not None:
+        new_client = validation_client_context(config, listener)
+        try:
+            handshake(current, new_client)
+            handshake(new, old_client)
+        except ssl.SSLError as e:
+            handshake_failed = "javax.net.ssl.SSLHandshakeException"
+            raise refused(e.reason or str(e), "ssl.truststore.location", handshake_failed) from None
+        new.validation_client = new_client
     return new

@@ -23,11 +23,14 @@ def random_uuid() -> str:
             return cid
 
 
-def format_storage(config: BrokerConfig, cluster_id: str, *, ignore_formatted: bool = False) -> list[tuple[str, str]]:
+def format_storage(
+    config: BrokerConfig, cluster_id: str, *, ignore_formatted: bool = False, pre_write=None
+) -> list[tuple[str, str]]:
     """``storage format``: meta.properties into each of the node's dirs that has none, after
     checking those that have one (their cluster id must be ``cluster_id``); returns ("data" or
     "metadata", dir) for each dir formatted. Raises LogDirError naming a problem, having written
-    nothing."""
+    nothing. ``pre_write(dir)`` runs in each dir before its meta.properties is written (Kafka's
+    Formatter writes the bootstrap file there): when it raises, that dir stays unformatted."""
     dirs = storage_dirs(config)
     metas = read_meta_properties(dirs)
     done = [d for d in dirs if metas[d] is not None]
@@ -37,6 +40,6 @@ def format_storage(config: BrokerConfig, cluster_id: str, *, ignore_formatted: b
             "directory and format the others."
         )
     verify_meta_properties(metas, config.node_id if config.node_id >= 0 else 1, cluster_id)
-    written = format_dirs(metas, cluster_id, config.node_id if config.node_id >= 0 else 1)
+    written = format_dirs(metas, cluster_id, config.node_id if config.node_id >= 0 else 1, pre_write)
     meta_dir = os.path.abspath(config.metadata_log_dir)
     return [("metadata" if d == meta_dir else "data", d) for d in written]

@@ -181,9 +181,11 @@ def verify_meta_properties(
     return cluster_id
 
 
-def format_dirs(metas: dict[str, dict[str, str] | None], cluster_id: str, node_id: int) -> dict[str, uuid.UUID]:
+def format_dirs(
+    metas: dict[str, dict[str, str] | None], cluster_id: str, node_id: int, pre_write=None
+) -> dict[str, uuid.UUID]:
     """Write meta.properties (a new directory id each) into the dirs that have none, creating
-    them; returns those dirs and their directory ids."""
+    them, ``pre_write(dir)`` first when given; returns those dirs and their directory ids."""
     formatted = {}
     for d, props in metas.items():
         if props is not None:
@@ -191,6 +193,8 @@ def format_dirs(metas: dict[str, dict[str, str] | None], cluster_id: str, node_i
         if not os.path.isdir(d):
             os.makedirs(d)
             ck.fsync_dir(os.path.dirname(d))  # its entry must outlive a power cut, as the file's
+        if pre_write is not None:
+            pre_write(d)
         formatted[d] = dir_id = uuid.uuid4()
         ck.write_properties(
             os.path.join(d, ck.META_PROPERTIES),
