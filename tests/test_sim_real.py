@@ -23,9 +23,10 @@ from sim_seeds import seeds, unmeasured
 real_disk_failure_short = REAL_SCENARIOS["real_disk_failure_short"]
 SEEDS = 3  # each a few simulated seconds of a 4-node cluster: about a second of CPU
 BUG_SEEDS = 10
-# coverage measures the first seed of a loop (its tracer makes a seed about four times dearer,
-# and the next seeds run the same code), all three of real_disk_failure's (each draws another
-# write point to fail); tests/test_sim_real_sweep*.py run 100 seeds of each scenario unmeasured
+# coverage measures the first seed of the acks=all and quorum loops and not the replays (its
+# tracer makes a seed two to four times dearer, and they run the same code again); every seed of
+# the transactions (each reaches its own coordinator paths) and of real_disk_failure (each draws
+# another write point to fail); tests/test_sim_real_sweep*.py run their seeds unmeasured
 
 
 class _Echo(asyncio.Protocol):
@@ -281,13 +282,13 @@ def test_transactions_through_kills_and_cuts_are_exactly_once():
     """Transactional consume-transform-produce workers (TV1 and TV2 clients) and their group's
     offsets through broker kills and cuts: read_committed shows exactly the committed
     transactions, the committed offsets match them, and no transaction hangs."""
-    for seed in seeds(SEEDS, measured=1):
+    for seed in range(SEEDS):
         r = run("real_transactions", seed)
         assert r.committed >= 30, f"seed {seed} committed only {r.committed} records: {r.replay()}"
 
 
 def test_a_marker_reported_written_but_never_appended_is_caught():
-    for seed in seeds(BUG_SEEDS, measured=1):
+    for seed in range(BUG_SEEDS):
         try:
             run("real_transactions", seed, "skip_last_marker")
         except SimulationError as e:
@@ -360,7 +361,7 @@ def test_a_log_that_keeps_writing_after_an_io_error_is_caught():
     """``--bug keep_writing_after_io_error``: an I/O error fails the call only, the log and its dir
     stay online; the dir's next write (a segment, a checkpoint) breaks the rule that nothing is
     written to a log dir after its first failed write."""
-    for seed in seeds(20, measured=1):
+    for seed in range(20):
         try:
             run("real_disk_failure", seed, "keep_writing_after_io_error")
         except InvariantViolation as e:
