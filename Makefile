@@ -30,7 +30,8 @@ help:
 	@echo "make kafka    - resolve Apache Kafka $(KAFKA_VERSION) with Maven into $(KAFKA_DIR)/libs (oracle tests)"
 	@echo "make oracle   - every differential test against Kafka, the slow 3-node ones included"
 	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
-	@echo "make sim      - the simulator (KRaft quorum, partition replication): every scenario on SEEDS seeds (default 1000)"
+	@echo "make sim      - the simulator (KRaft quorum, partition replication, the real broker): every scenario on SEEDS seeds"
+	@echo "                (default 1000), or SCENARIOS='real_*' only, in JOBS processes: make sim SEEDS=2000 SCENARIOS='real_*' JOBS=2"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -151,9 +152,12 @@ examples: $(TSTAMP)
 bench: $(TSTAMP)
 	$(BIN)/python bench/run.py
 
+# SCENARIOS: names or patterns (default: every scenario); JOBS: seeds run at once, in processes
 SEEDS ?= 1000
+SCENARIOS ?=
+JOBS ?= 1
 sim: $(STAMP)
-	$(BIN)/python -m kesque.sim --seeds $(SEEDS)
+	$(BIN)/python -m kesque.sim --seeds $(SEEDS) --jobs $(JOBS) $(foreach s,$(SCENARIOS),--scenario '$(s)')
 
 clean-data:
 	rm -rf data

@@ -67,6 +67,15 @@ def test_cli_prints_the_replay_command_of_a_failing_seed(capsys):
     assert main(["--scenario", "initial_election", "--seeds", "2"]) == 0
 
 
+def test_cli_runs_the_scenarios_a_pattern_names_in_processes_and_prints_them_in_seed_order(capsys):
+    assert main(["--scenario", "initial_*", "--scenario", "leader_failure", "--seeds", "3", "-j", "2", "-v"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == [
+        f"ok {name} seed {seed}" for name in ("initial_election", "leader_failure") for seed in range(3)
+    ]
+    assert lines[-1].startswith("6 runs, 0 failed")
+
+
 def test_liveness_failure_is_reported_with_its_bound():
     from kesque.sim.scenarios import Sim
 

@@ -19,6 +19,7 @@ from kesque.errors import ErrorCode, KafkaError
 from kesque.records import batch as rb
 from kesque.records.records import build_batch, iter_records
 from kesque.storage import checkpoint as ck
+from kesque.storage import segment as segment_mod
 from kesque.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from kesque.storage.leader_epoch import LeaderEpochFileCache
 from kesque.storage.segment import LogSegment
@@ -1125,6 +1126,26 @@ def test_segment_refuses_offsets_its_index_cannot_hold(tmp_path):
             seg.append(bad, NOW, bad, b)
     assert seg.size == 0 and os.path.getsize(seg.log_path) == 0  # nothing written
     seg.append(100 + 2**31 - 1, NOW, 100 + 2**31 - 1, b)
+    seg.close()
+
+
+def test_find_batch_reads_headers_in_chunks_and_across_their_ends(tmp_path, monkeypatch):
+    """find_batch reads the headers after an index entry a chunk at a time: every batch is found
+    where a scan of the headers one by one finds it, a header cut by a chunk's end included,
+    and a file shorter than the segment believes ends the scan as a short header read did."""
+    monkeypatch.setattr(segment_mod, "SCAN_CHUNK", 1000)  # headers straddle chunk ends often
+    seg = LogSegment(str(tmp_path), 0, index_interval_bytes=10**6, create=True, now_ms=NOW)
+    layout = fill_segment(seg, 80, value_size=37)
+    assert seg.size > 10 * 1000
+    assert any(pos % 1000 > 1000 - rb.HEADER_SIZE for pos, *_ in layout)  # some header is cut
+    for pos, first, last, _ts in layout:
+        for target in (first, last):
+            found = seg.find_batch(target)
+            assert found is not None and (found[0], found[1].base_offset, found[1].last_offset) == (pos, first, last)
+    assert seg.find_batch(layout[-1][2] + 1) is None
+    os.ftruncate(seg.handle.fd, layout[40][0] + 30)  # the file lost its tail under the segment
+    assert seg.find_batch(layout[39][1])[0] == layout[39][0]
+    assert seg.find_batch(layout[40][1]) is None
     seg.close()
 
 

@@ -34,6 +34,7 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
 MAGIC_V2 = 2
 
 # attributes
@@ -136,6 +137,11 @@ def offset_and_size(buf, pos: int) -> tuple[int, int]:
     """(baseOffset, total batch size) from the first 12 bytes at ``pos``."""
     base, length = _OFFSET_LEN.unpack_from(buf, pos)
     return base, length + LOG_OVERHEAD
+
+
+def last_offset_delta(buf, pos: int) -> int:
+    """lastOffsetDelta of the batch header at ``pos`` (its 27 first bytes are there)."""
+    return _I32.unpack_from(buf, pos + LAST_OFFSET_DELTA_OFFSET)[0]
 
 
 def compute_crc(buf, pos: int, size: int) -> int:

@@ -376,6 +376,14 @@ class RealCluster:
                 raise LivenessViolation(f"not reached within {timeout_s} s of simulated time: {what}")
             await asyncio.sleep(step_s)
 
+    def stamp(self, e: Exception) -> None:
+        """Say in a failure's message when it happened, and name the files in it relative to the
+        run's temporary root (whose name no seed draws): a replay of the seed fails with the same
+        message, at the same simulated time."""
+        if e.args and isinstance(e.args[0], str):
+            what = e.args[0].replace(self.root + os.sep, "")
+            e.args = (f"{what} [at {int(self.loop.time() * 1000)} ms of simulated time]", *e.args[1:])
+
     @property
     def trace_hash(self) -> str:
         """The hash of every byte the network delivered, with its time and link: equal for two

@@ -19,6 +19,10 @@ single links. Then the network heals, every broker comes back, and the cluster m
 ``real_controller_quorum``: the same with a quorum of three controllers (nodes 1, 5, 6), the faults
 falling on them (the active one among them) as often as on the brokers; converged also means one
 active controller.
+
+Each scenario has a ``_short`` twin (:func:`shortened`, :data:`SHORT`): three faults instead of
+six and producers that think between records, a third of the CPU, for the seed sweeps of
+``make test`` (tests/test_sim_real_sweep*.py).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import contextlib
 import errno
 import os
 import time
+from dataclasses import dataclass
 
 from ..replication.replica_state import RECOVERING, LeaderReplication
 from ..server.channel import ChannelError
@@ -35,7 +40,7 @@ from ..storage.local_log import LocalLog
 from .faultfs import FaultFS
 from .loop import Deadlock, deterministic_entropy
 from .real import BROKERS, RealCluster, batch_summary, host_of, new_batch, quiet_logs, read_values
-from .scheduler import InvariantViolation, LivenessViolation
+from .scheduler import InvariantViolation, LivenessViolation, SimulationError
 
 TOPIC = "t"
 PARTITIONS = 3
@@ -44,8 +49,27 @@ STARTUP_S = 30.0
 CONVERGE_S = 60.0
 CHECK_EVERY_S = 0.1
 DISK_S = 20.0  # a failed dir's fault reached, and its partitions moved off, within this
+PROBE_AFTER_S = 5.0  # then the client writes to a partition whose ISR still holds the failed replica
 # unknown partition, not leader, timed out, not enough replicas, storage error ...
 RETRIABLE = {3, 6, 7, 19, 20, 54, 56, 74, 75}
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """How much of a run one seed takes: the faults the schedule injects, and a client's think
+    time between two records (or transactions), drawn from ``uniform(0, pace_s)``; 0: none, each
+    client sends its next request as soon as the last is answered."""
+
+    faults: int = FAULTS
+    pace_s: float = 0.0
+
+
+FULL = Horizon()
+# the seed sweeps of ``make test`` (the ``*_short`` scenarios): half the faults, and producers
+# that wait up to 50 ms after each acknowledgement, which cuts a seed's CPU about 3-4 times (a
+# seed's cost follows the records acknowledged: about 0.7 ms of CPU each); the kinds of fault,
+# their timing and the invariants are those of the full runs, which ``make sim`` sweeps too
+SHORT = Horizon(faults=3, pace_s=0.05)
 
 
 class AckLedger:
@@ -159,7 +183,7 @@ async def _metadata(sim: RealCluster, rng) -> dict:
     return {}
 
 
-async def _producer(sim: RealCluster, ledger: AckLedger, p: int, stop: asyncio.Event) -> None:
+async def _producer(sim: RealCluster, ledger: AckLedger, p: int, stop: asyncio.Event, pace_s: float = 0.0) -> None:
     rng = sim.rng
     leader = -1
     seq = 0
@@ -181,6 +205,8 @@ async def _producer(sim: RealCluster, ledger: AckLedger, p: int, stop: asyncio.E
             continue
         if code == 0:
             ledger.ack(p, base, value)
+            if pace_s:
+                await asyncio.sleep(rng.uniform(0.0, pace_s))
         else:
             if code not in RETRIABLE:
                 raise InvariantViolation(f"produce to {TOPIC}-{p} failed with error {code}")
@@ -225,8 +251,8 @@ def _victim(sim: RealCluster, rng) -> int:
     return rng.choice(sim.controllers)
 
 
-async def fault_schedule(sim: RealCluster, power_loss: bool, spare=()) -> None:
-    """FAULTS faults; with ``power_loss`` one kill (at most) is also a power loss, taken only while
+async def fault_schedule(sim: RealCluster, power_loss: bool, spare=(), faults: int = FAULTS) -> None:
+    """``faults`` faults; with ``power_loss`` one kill (at most) is also a power loss, taken only while
     every other broker runs (Kafka acknowledges before fsync: the other ISR members hold what
     the victim loses). The brokers of ``spare`` are cut off, never killed. With a quorum of
     controllers, controllers are killed, isolated and cut off too (power losses stay with the
@@ -244,7 +270,7 @@ async def fault_schedule(sim: RealCluster, power_loss: bool, spare=()) -> None:
         if not sim.nodes[b].alive:
             sim.nodes[b].start()
 
-    for _ in range(FAULTS):
+    for _ in range(faults):
         await asyncio.sleep(rng.uniform(0.2, 2.0))
         roll = rng.random()
         victim = _victim(sim, rng)
@@ -353,8 +379,42 @@ class DiskFault:
         return True
 
 
+async def _until_moved_off(sim: RealCluster, ledger: AckLedger, disk: DiskFault) -> None:
+    """Wait for :meth:`DiskFault.moved_off`; after PROBE_AFTER_S, the client writes a record a
+    second to each of the dir's partitions whose ISR still holds the victim. A follower's fetch
+    sent before its dir failed can reach the leader after the controller took the replica out of
+    the ISR: the leader finds it caught up and adds it back, as Kafka's Partition does (the
+    controller checks fenced, shutting down and the broker epoch, not the directory; seed 84 of
+    real_disk_failure_short). The broker names the dir in every heartbeat, but the controller acts
+    on a dir once, and a leader keeps a follower at its log end in the ISR (Kafka's
+    Replica.isCaughtUp): only a write makes the replica lag, and leave the ISR after
+    replica.lag.time.max.ms, as in Kafka."""
+    what = f"partitions {disk.partitions} moved off broker {disk.victim}, whose log dir {disk.dir} failed"
+    deadline = sim.loop.time() + DISK_S
+    probe_at = sim.loop.time() + PROBE_AFTER_S
+    while not disk.moved_off():
+        now = sim.loop.time()
+        if now >= deadline:
+            raise LivenessViolation(f"not reached within {DISK_S} s of simulated time: {what}")
+        if now >= probe_at:
+            probe_at = now + 1.0
+            for p in disk.partitions:
+                view = sim.controller_view(TOPIC, p)
+                if view is None or disk.victim not in view[1] or view[0] in (-1, disk.victim):
+                    continue
+                value = b"probe%d-%d" % (p, int(now * 1000))
+                sim.fault_log.append(f"probe {TOPIC}-{p}: broker {disk.victim} back in its ISR")
+                try:
+                    code, base = await sim.client.produce(view[0], TOPIC, p, new_batch(value, sim.clock.now_ms()))
+                except ChannelError:
+                    continue
+                if code == 0:
+                    ledger.ack(p, base, value)
+        await asyncio.sleep(0.05)
+
+
 async def _scenario(
-    sim: RealCluster, ledger: AckLedger, power_loss: bool = False, disk: DiskFault | None = None
+    sim: RealCluster, ledger: AckLedger, power_loss: bool, disk: DiskFault | None, horizon: Horizon
 ) -> None:
     await sim.until(lambda: all(n.ready for n in sim.nodes.values()), STARTUP_S, "every node started")
     code = await sim.client.create_topic(BROKERS[0], TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
@@ -362,13 +422,13 @@ async def _scenario(
         raise InvariantViolation(f"CreateTopics answered error {code}")
     await sim.until(lambda: converged(sim), STARTUP_S, f"{TOPIC} created with a full ISR")
     stop = asyncio.Event()
-    workers = [asyncio.ensure_future(_producer(sim, ledger, p, stop)) for p in range(PARTITIONS)]
+    workers = [asyncio.ensure_future(_producer(sim, ledger, p, stop, horizon.pace_s)) for p in range(PARTITIONS)]
     workers.append(asyncio.ensure_future(_checker(sim, stop)))
     armed = asyncio.ensure_future(disk.arm()) if disk is not None else None
     if armed is not None:
         workers.append(armed)
     try:
-        await fault_schedule(sim, power_loss, spare=(disk.victim,) if disk is not None else ())
+        await fault_schedule(sim, power_loss, (disk.victim,) if disk is not None else (), horizon.faults)
         await asyncio.sleep(sim.rng.uniform(0.0, 1.0))
         if armed is not None:
             # the producers write on until the armed fault is reached: a segment append needs
@@ -384,11 +444,7 @@ async def _scenario(
     sim.loop.net.heal()
     if disk is not None and disk.dir is not None:
         await sim.until(lambda: disk.fs.hits > 0, DISK_S, f"the fault armed at {disk.point} in {disk.dir} is reached")
-        await sim.until(
-            disk.moved_off,
-            DISK_S,
-            f"partitions {disk.partitions} moved off broker {disk.victim}, whose log dir {disk.dir} failed",
-        )
+        await _until_moved_off(sim, ledger, disk)
         disk.fs.clear()  # the disk is replaced (or space freed); the broker restarts on it
         sim.nodes[disk.victim].kill()
     for node in sim.nodes.values():
@@ -401,7 +457,9 @@ async def _scenario(
     await _read_back(sim, ledger)
 
 
-def _run(seed: int, power_loss: bool = False, disk: bool = False, controllers: int = 1) -> RealCluster:
+def _run(
+    seed: int, power_loss: bool = False, disk: bool = False, controllers: int = 1, horizon: Horizon = FULL
+) -> RealCluster:
     t0 = time.perf_counter()
     sim = RealCluster(seed, dirs_per_node=2 if disk else 1, controllers=controllers)
     sim.inv = ledger = AckLedger()
@@ -419,45 +477,63 @@ def _run(seed: int, power_loss: bool = False, disk: bool = False, controllers: i
                 if fault is not None:
                     stack.enter_context(fault.fs.patched())
                 try:
-                    sim.run(_scenario(sim, ledger, power_loss, fault))
+                    sim.run(_scenario(sim, ledger, power_loss, fault, horizon))
                 except Deadlock as e:
                     raise LivenessViolation(str(e)) from None
             if sim.failures:
                 raise InvariantViolation("; ".join(sim.failures))
+    except SimulationError as e:
+        sim.stamp(e)
+        raise
     finally:
         sim.close()
     sim.wall_s = time.perf_counter() - t0
     return sim
 
 
-def real_acks_all(seed: int, **kw) -> RealCluster:
+def real_acks_all(seed: int, horizon: Horizon = FULL, **kw) -> RealCluster:
     """acks=all records through broker kills, restarts and network cuts (see the module doc)."""
-    return _run(seed)
+    return _run(seed, horizon=horizon)
 
 
-def real_power_loss(seed: int, **kw) -> RealCluster:
+def real_power_loss(seed: int, horizon: Horizon = FULL, **kw) -> RealCluster:
     """real_acks_all, and one of the kills (on most seeds) is a power loss: the victim's disk
     keeps only what it fsynced (:class:`~kesque.sim.powerloss.PowerLossFS`)."""
-    return _run(seed, power_loss=True)
+    return _run(seed, power_loss=True, horizon=horizon)
 
 
-def real_disk_failure(seed: int, **kw) -> RealCluster:
+def real_disk_failure(seed: int, horizon: Horizon = FULL, **kw) -> RealCluster:
     """real_acks_all on brokers with two log dirs, and one dir of one broker fails mid-run
     (ENOSPC or EIO at a segment append, a checkpoint or an fsync): the dir goes offline, nothing
     is written there after, the controller moves its partitions' leaderships and ISR off it (the
     metadata log's dir halts the broker), no acknowledged record is lost; then the disk is
     replaced and the broker restarts on it. ``--bug keep_writing_after_io_error`` (the log takes
     an I/O error as transient and stays online) is caught."""
-    return _run(seed, disk=True)
+    return _run(seed, disk=True, horizon=horizon)
 
 
-def real_controller_quorum(seed: int, **kw) -> RealCluster:
+def real_controller_quorum(seed: int, horizon: Horizon = FULL, **kw) -> RealCluster:
     """real_acks_all with a separate quorum of three KRaft controllers (nodes 1, 5, 6), and the
     faults fall on the controllers as often as on the brokers: the active controller, or any,
     killed and restarted, isolated, cut from one node. Once healed there is one active
     controller, and the rest converges as in real_acks_all."""
-    return _run(seed, controllers=3)
+    return _run(seed, controllers=3, horizon=horizon)
 
 
-REAL_SCENARIOS = {f.__name__: f for f in (real_acks_all, real_power_loss, real_disk_failure, real_controller_quorum)}
+def shortened(scenario, horizon: Horizon = SHORT):
+    """``scenario`` on ``horizon``: the ``<name>_short`` scenario of the seed sweeps."""
+
+    def short(seed: int, **kw) -> RealCluster:
+        return scenario(seed, horizon=horizon, **kw)
+
+    short.__name__ = f"{scenario.__name__}_short"
+    short.__doc__ = f"{scenario.__name__} on a shorter horizon ({horizon}): the seed sweeps of make test."
+    return short
+
+
+REAL_SCENARIOS = {
+    f.__name__: f
+    for full in (real_acks_all, real_power_loss, real_disk_failure, real_controller_quorum)
+    for f in (full, shortened(full))
+}
 REAL_BUG_OWNERS = {"acks_all_before_isr": LeaderReplication, "keep_writing_after_io_error": LocalLog}

@@ -48,8 +48,18 @@ from ..server.channel import ChannelError
 from ..server.txn_channels import TxnMarkerSender
 from .loop import Deadlock, deterministic_entropy
 from .real import BROKERS, RealCluster, quiet_logs
-from .real_scenarios import CHECK_EVERY_S, CONVERGE_S, STARTUP_S, converged, fault_schedule, replicas_agree
-from .scheduler import InvariantViolation, LivenessViolation
+from .real_scenarios import (
+    CHECK_EVERY_S,
+    CONVERGE_S,
+    FULL,
+    STARTUP_S,
+    Horizon,
+    converged,
+    fault_schedule,
+    replicas_agree,
+    shortened,
+)
+from .scheduler import InvariantViolation, LivenessViolation, SimulationError
 
 IN, OUT, GROUP = "in", "out", "g"
 WORKERS = 3
@@ -190,8 +200,9 @@ def _first_error(codes) -> int:
 class Worker:
     """One transactional id running the consume-transform-produce loop (see the module doc)."""
 
-    def __init__(self, sim: RealCluster, ledger: TxnLedger, i: int, tv2: bool):
+    def __init__(self, sim: RealCluster, ledger: TxnLedger, i: int, tv2: bool, pace_s: float = 0.0):
         self.sim, self.ledger, self.i, self.tv2 = sim, ledger, i, tv2
+        self.pace_s = pace_s
         self.rng = sim.rng
         self.txn_id = f"tx-{i}"
         self.client = TxnClient(sim)
@@ -271,6 +282,8 @@ class Worker:
         await self._end(txn, commit)
         self.position = hi if commit else lo
         self.transactions += 1
+        if self.pace_s:
+            await asyncio.sleep(rng.uniform(0.0, self.pace_s))
 
     # -- the steps ---------------------------------------------------------------------------------
     async def _add_partitions(self, partitions: list[int]) -> None:
@@ -525,7 +538,7 @@ def check_exactly_once(ledger: TxnLedger, read: dict[int, list[bytes]], position
 
 
 # -- the scenario ----------------------------------------------------------------------------------
-async def _scenario(sim: RealCluster, ledger: TxnLedger) -> None:
+async def _scenario(sim: RealCluster, ledger: TxnLedger, horizon: Horizon) -> None:
     await sim.until(lambda: all(n.ready for n in sim.nodes.values()), STARTUP_S, "every node started")
     for topic, partitions in ((IN, WORKERS), (OUT, OUT_PARTITIONS)):
         code = await sim.client.create_topic(BROKERS[0], topic, partitions, 3, {"min.insync.replicas": "2"})
@@ -533,7 +546,7 @@ async def _scenario(sim: RealCluster, ledger: TxnLedger) -> None:
             raise InvariantViolation(f"CreateTopics {topic} answered error {code}")
     await sim.until(lambda: converged(sim, OUT, OUT_PARTITIONS), STARTUP_S, f"{OUT} created with a full ISR")
     stop = asyncio.Event()
-    workers = [Worker(sim, ledger, i, sim.rng.random() < 0.5) for i in range(WORKERS)]
+    workers = [Worker(sim, ledger, i, sim.rng.random() < 0.5, horizon.pace_s) for i in range(WORKERS)]
     tasks = [asyncio.ensure_future(w.run(stop)) for w in workers]
 
     async def checker():
@@ -544,7 +557,7 @@ async def _scenario(sim: RealCluster, ledger: TxnLedger) -> None:
     tasks.append(asyncio.ensure_future(checker()))
     try:
         await asyncio.sleep(sim.rng.uniform(1.0, 3.0))  # the coordinators' topics are created
-        await fault_schedule(sim, False)
+        await fault_schedule(sim, False, faults=horizon.faults)
         await asyncio.sleep(sim.rng.uniform(0.0, 1.0))
     finally:
         stop.set()
@@ -568,7 +581,7 @@ async def _scenario(sim: RealCluster, ledger: TxnLedger) -> None:
     sim.transactions = sum(w.transactions for w in workers)
 
 
-def real_transactions(seed: int, **kw) -> RealCluster:
+def real_transactions(seed: int, horizon: Horizon = FULL, **kw) -> RealCluster:
     """Exactly-once consume-transform-produce through broker kills, restarts and cuts (module doc)."""
     t0 = time.perf_counter()
     sim = RealCluster(seed, OVERRIDES)
@@ -579,16 +592,23 @@ def real_transactions(seed: int, **kw) -> RealCluster:
             stack.enter_context(quiet_logs())
             sim.start_all()
             try:
-                sim.run(_scenario(sim, ledger))
+                sim.run(_scenario(sim, ledger, horizon))
             except Deadlock as e:
                 raise LivenessViolation(str(e)) from None
             if sim.failures:
                 raise InvariantViolation("; ".join(sim.failures))
+    except SimulationError as e:
+        sim.stamp(e)
+        raise
     finally:
         sim.close()
     sim.wall_s = time.perf_counter() - t0
     return sim
 
 
-REAL_TXN_SCENARIOS = {"real_transactions": real_transactions}
+# the transactions' sweep: half the faults, and workers that wait up to a second between two
+# transactions: a seed's CPU halves (1.5 s to 0.66 s; half the faults alone saved nothing: a
+# seed's cost is its transactions' replication over 12 partitions, and the settling at the end)
+TXN_SHORT = Horizon(faults=3, pace_s=1.0)
+REAL_TXN_SCENARIOS = {f.__name__: f for f in (real_transactions, shortened(real_transactions, TXN_SHORT))}
 REAL_TXN_BUG_OWNERS = {"skip_last_marker": TxnMarkerSender}

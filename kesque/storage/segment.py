@@ -27,6 +27,7 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
 READ_CHUNK = 8 * 1024 * 1024
+SCAN_CHUNK = 16 * 1024  # bytes find_batch reads at once (four times index.interval.bytes)
 
 
 def filename_prefix(offset: int) -> str:
@@ -147,16 +148,21 @@ class LogSegment:
         pos = max(pos, start_position)
         fd = self.handle.fd
         size = self.size
+        # the headers between two index entries (index.interval.bytes apart) come in one read,
+        # not a pread of 61 bytes each; a header the chunk cuts is read again from its start
+        chunk, at = b"", pos
         while pos + rb.HEADER_SIZE <= size:
-            hdr = os.pread(fd, rb.HEADER_SIZE, pos)
-            if len(hdr) < rb.HEADER_SIZE:
+            i = pos - at
+            if i + rb.HEADER_SIZE > len(chunk):
+                chunk, at, i = os.pread(fd, min(SCAN_CHUNK, size - pos), pos), pos, 0
+                if len(chunk) < rb.HEADER_SIZE:
+                    return None
+            base, batch_size = rb.offset_and_size(chunk, i)
+            if batch_size < rb.HEADER_SIZE:  # a corrupt length would loop forever
                 return None
-            h = rb.read_header(hdr)
-            if h.size < rb.HEADER_SIZE:  # a corrupt length would loop forever
-                return None
-            if h.last_offset >= target_offset:
-                return pos, h
-            pos += h.size
+            if base + rb.last_offset_delta(chunk, i) >= target_offset:
+                return pos, rb.read_header(chunk, i)
+            pos += batch_size
         return None
 
     def find_position_for_offset(self, target_offset: int) -> int:

@@ -1,0 +1,22 @@
+"""The real broker under the simulator on SWEEP seeds each, the second half (xdist runs each file
+on one worker): a quorum of three controllers, and transactions (the ``*_short`` scenarios; see
+tests/test_sim_real_sweep.py). A failing seed's message ends with its replay command."""
+
+from __future__ import annotations
+
+import os
+
+from sim_seeds import sweep
+
+# seeds per scenario: 50 fit the default suite's budget (a short seed costs 0.3-0.7 s of CPU;
+# the five sweeps take about 2 minutes of CPU, split over two files); KESQUE_SIM_SWEEP=100 (or
+# more) runs more, as the sweeps of the issue did (100 seeds of each passed)
+SWEEP = int(os.environ.get("KESQUE_SIM_SWEEP", "50"))
+
+
+def test_a_controller_quorum_holds_on_every_seed():
+    assert sweep("real_controller_quorum_short", SWEEP, least=10) > 0
+
+
+def test_transactions_are_exactly_once_on_every_seed():
+    assert sweep("real_transactions_short", SWEEP, least=1) > 0
