@@ -64,6 +64,10 @@ class ReplicaEnv:
     def hw_moved(self, part: Partition, visible_bytes: int) -> None:
         pass
 
+    def isr_updated(self, kind: str, ok: bool) -> None:
+        """An ISR change ("expand" or "shrink") the controller accepted, or refused (Kafka's
+        AlterPartitionListener: markIsrExpand, markIsrShrink, markFailed)."""
+
 
 _STANDALONE = ReplicaEnv()
 
@@ -325,7 +329,9 @@ class Partition:
         retry, _moved = self.repl.on_alter_partition_response(proposal, error_code, reply, self.rlog, self._settings())
         if not error_code and self.repl.pending is None and reply is not None:
             log.info("%s: ISR updated to %s (partition epoch %d)", self.tp, self.repl.isr, self.repl.partition_epoch)
+            self.env.isr_updated(proposal.kind, True)
         elif error_code:
+            self.env.isr_updated(proposal.kind, False)
             log.info(
                 "%s: AlterPartition %s to %s failed: %s",
                 self.tp,

@@ -26,7 +26,7 @@ import uuid
 from .. import quotas as quota_core
 from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
-from ..config.broker import BrokerConfig
+from ..config.broker import BrokerConfig, metrics_listener
 from ..config.types import ConfigError
 from ..controller.controller import FEATURES, supported_features
 from ..coordinator.group.runtime import GroupCoordinator
@@ -37,6 +37,9 @@ from ..errors import ErrorCode, KafkaError
 from ..metadata import records as metadata_records
 from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import RESOURCE_BROKER, Delta, Endpoint, MetadataImage
+from ..metrics.collectors import BrokerCollector, Sources
+from ..metrics.endpoint import MetricsEndpoint, on_loop
+from ..metrics.stats import BrokerTopicStats, RequestMetrics, error_counts
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
@@ -203,6 +206,11 @@ class KesqueServer:
         )
         # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
         self.rng = random.Random()
+        # metrics.listener (kesque/metrics/): the request path's counters are kept only with it
+        self.metrics_address = metrics_listener("metrics.listener", config.get("metrics.listener"))
+        self.topic_stats = BrokerTopicStats() if self.metrics_address else None
+        self.request_metrics = RequestMetrics() if self.metrics_address else None
+        self.metrics_endpoint: MetricsEndpoint | None = None
 
     # ================================================================== lifecycle
     async def start(self) -> None:
@@ -383,10 +391,30 @@ class KesqueServer:
         self._start_log_cleaner()
         self.log_dir_mover.resume()  # moves between log dirs a restart interrupted
         self.socket_server.start_serving()
+        self._start_metrics()
         self.started.set()
         log.info(
             "kesque node %d started in %.0f ms (cluster %s)", self.node_id, (time.monotonic() - t0) * 1000, cluster_id
         )
+
+    def _start_metrics(self) -> None:
+        """metrics.listener: the /metrics endpoint, reading this node's state at scrape time."""
+        if self.metrics_address is None:
+            return
+        sources = Sources(
+            node_id=self.node_id,
+            topic_stats=self.topic_stats,
+            request_metrics=self.request_metrics,
+            image=self.image,
+            replica_manager=self.replica_manager,
+            connections=lambda: [c.listener for c in self.socket_server.connections],
+            raft=self.raft,
+            controller_active=lambda: self.quorum is not None and self.quorum.active,
+            group_coordinator=self.group_coordinator,
+            txn_coordinator=self.txn_coordinator,
+        )
+        self.metrics_endpoint = MetricsEndpoint(*self.metrics_address, [BrokerCollector(sources, on_loop(self.loop))])
+        self.metrics_endpoint.start()
 
     async def _join_cluster(self, cluster_id: str | None) -> None:
         """BrokerRegistration, then heartbeats until the controller unfences this broker (it
@@ -793,6 +821,8 @@ class KesqueServer:
             except Exception:
                 log.exception("controlled shutdown failed")
         self.stopped = True
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
         if self.heartbeats is not None:
             self.heartbeats.stop()
         if getattr(self, "assignments", None) is not None:
@@ -945,6 +975,8 @@ class KesqueServer:
                 txn_coordinator=self.txn_coordinator,
                 txn_verifier=self.txn_verifier,
                 throttler=throttler,
+                topic_stats=self.topic_stats,
+                request_metrics=self.request_metrics,
             ),
             TransactionApis(
                 image=image,
@@ -964,6 +996,8 @@ class KesqueServer:
                 controller_listener_names=self.controller_listener_names,
                 clock=self.clock,
                 throttler=throttler,
+                topic_stats=self.topic_stats,
+                request_metrics=self.request_metrics,
             ),
             OffsetApis(replica_manager=rm),
             TopicApis(image=image, config=cfg, controllers=router, throttler=throttler),
@@ -1054,6 +1088,8 @@ class KesqueServer:
             ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         if REQUEST_LOG.isEnabledFor(logging.DEBUG):
             ctx.log_ns = time.perf_counter_ns()
+        if self.request_metrics is not None:
+            ctx.recv_ns = time.perf_counter_ns()
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
@@ -1099,6 +1135,20 @@ class KesqueServer:
             self._mute(conn, ctx)
         if ctx.log_ns:
             request_log.completed(ctx, conn, ctx.log_ns)
+        if ctx.recv_ns:
+            self._record_request(ctx, result)
+
+    def _record_request(self, ctx, result) -> None:
+        """Kafka's RequestChannel.updateRequestMetrics: one request of its API and version, its
+        total time, and the error codes of a kio response (Produce and Fetch, encoded by hand,
+        count theirs in their handlers)."""
+        header = ctx.header
+        m = self.request_metrics
+        m.record(header.api_key, header.api_version, (time.perf_counter_ns() - ctx.recv_ns) / 1e6, ctx.follower)
+        if result is not NO_RESPONSE and not isinstance(result, (bytes, bytearray, list)):
+            counts: dict[int, int] = {}
+            error_counts(result, counts)
+            m.errors_of(header.api_key, counts)
 
     # ================================================================== client quotas
     def _now_ms(self) -> int:
