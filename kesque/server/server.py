@@ -1013,7 +1013,12 @@ class KesqueServer:
             QuotaApis(image=image, controllers=router),
             QuorumApis(raft=self.raft, controllers=router),
             ReassignmentApis(controllers=router),
-            GroupApis(image=image, group_coordinator=self.group_coordinator, share_manager=self.share_manager),
+            GroupApis(
+                image=image,
+                group_coordinator=self.group_coordinator,
+                share_manager=self.share_manager,
+                request_metrics=self.request_metrics,
+            ),
             ShareGroupApis(
                 image=image,
                 config=cfg,
@@ -1140,8 +1145,8 @@ class KesqueServer:
 
     def _record_request(self, ctx, result) -> None:
         """Kafka's RequestChannel.updateRequestMetrics: one request of its API and version, its
-        total time, and the error codes of a kio response (Produce and Fetch, encoded by hand,
-        count theirs in their handlers)."""
+        total time, and the error codes of a kio response (Produce, Fetch and OffsetCommit,
+        encoded by hand, count theirs in their handlers)."""
         header = ctx.header
         m = self.request_metrics
         m.record(header.api_key, header.api_version, (time.perf_counter_ns() - ctx.recv_ns) / 1e6, ctx.follower)
