@@ -16,6 +16,7 @@ The collector gets the narrow objects it reads (:class:`Sources`), never the ser
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -83,6 +84,7 @@ class BrokerCollector(Collector):
 
     # ------------------------------------------------------------------ on the event loop
     def snapshot(self) -> dict:
+        t0 = time.perf_counter()
         s = self.sources
         image = s.image
         rm = s.replica_manager
@@ -141,6 +143,7 @@ class BrokerCollector(Collector):
             snap["txns"] = Counter(m.state.name for shard in list(tc.shards.values()) for m in shard.txns.values())
         for name, fn in s.extra:
             snap[name] = fn()
+        snap["loop_seconds"] = time.perf_counter() - t0
         return snap
 
     # ------------------------------------------------------------------ in the HTTP thread
@@ -150,6 +153,11 @@ class BrokerCollector(Collector):
         yield from self._partition_families(snap)
         yield from self._cluster_families(snap)
         yield from self._coordinator_families(snap)
+        yield GaugeMetricFamily(
+            "kesque_metrics_snapshot_seconds",
+            "kesque: how long this scrape held the event loop to copy the broker's state",
+            value=snap["loop_seconds"],
+        )
 
     def _topic_families(self, per_topic: dict, totals: tuple, repl_out: int):
         for i, meter in enumerate(TOPIC_METERS):
