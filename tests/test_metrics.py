@@ -11,6 +11,8 @@ import pathlib
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -153,7 +155,8 @@ def _sources(**kw) -> Sources:
 @pytest.fixture(scope="module")
 def broker():
     port = free_port()
-    with Broker(mode="thread", config={"metrics.listener": f"http://127.0.0.1:{port}"}) as b:
+    config = {"metrics.listener": f"http://127.0.0.1:{port}", "log.cleaner.backoff.ms": "300"}
+    with Broker(mode="thread", config=config) as b:
         b.metrics_port = port
         yield b
 
@@ -226,6 +229,75 @@ def test_connections_per_listener(broker):
     with socket.create_connection(("127.0.0.1", broker.port)), socket.create_connection(("127.0.0.1", broker.port)):
         wait_for(lambda: plaintext_connections() >= before + 2, 10, "two more connections")
     wait_for(lambda: plaintext_connections() == before, 10, "the two closed")
+
+
+def test_quota_rates_and_throttling_per_entity(broker):
+    r = subprocess.run(
+        [sys.executable, "-m", "kesque", "configs", "--bootstrap-server", broker.bootstrap_servers, "--alter"]
+        + ["--entity-type", "clients", "--entity-name", "slowpoke", "--add-config", "producer_byte_rate=1000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    time.sleep(0.5)  # the quota reaches the broker's image with the next committed metadata
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "client.id": "slowpoke", "linger.ms": 20})
+    for _ in range(100):
+        p.produce("metered-quota", b"q" * 1000)
+    assert p.flush(30) == 0
+
+    def slowpoke(name: str) -> float:
+        return sum(
+            v
+            for (n, labels), v in scrape(broker.metrics_port).items()
+            if n == name and ("clientId", "slowpoke") in labels and ("resource", "Produce") in labels
+        )
+
+    assert slowpoke("kesque_server_quota_throttles_total") >= 1
+    assert slowpoke("kesque_server_quota_throttle_time_ms_total") > 0
+    assert slowpoke("kafka_server_quota_byte_rate") > 0
+
+
+def test_log_flush_time(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic("metered-flushed", 1, 1, config={"flush.messages": "1"})])["metered-flushed"].result(
+        20
+    )
+    before = value(scrape(broker.metrics_port), "kafka_log_logflushstats_logflushrateandtimems_count") or 0
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for i in range(5):
+        p.produce("metered-flushed", b"%d" % i, partition=0)
+        p.flush(10)  # one batch, one flush, each
+    s = scrape(broker.metrics_port)
+    assert value(s, "kafka_log_logflushstats_logflushrateandtimems_count") >= before + 5
+    assert value(s, "kafka_log_logflushstats_logflushrateandtimems_bucket", le="+Inf") == value(
+        s, "kafka_log_logflushstats_logflushrateandtimems_count"
+    )
+
+
+def test_log_cleaner_gauges(broker):
+    topic = "metered-compacted"
+    config = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(20)
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i in range(60):
+        p.produce(topic, b"v%d" % i, key=b"k%d" % (i % 3), partition=0)
+    assert p.flush(10) == 0
+    time.sleep(0.2)
+    p.produce(topic, b"roll", key=b"k0", partition=0)  # past segment.ms: the dirty segment rolls
+    assert p.flush(10) == 0
+    s = wait_for(
+        lambda: (
+            (s := scrape(broker.metrics_port))
+            and (value(s, "kafka_log_logcleaner_cleaner_recopy_percent") or 0) > 0
+            and s
+        ),
+        20,
+        "a cleaning",
+    )
+    assert value(s, "kafka_log_logcleaner_max_clean_time_secs") > 0
+    assert 0 < value(s, "kafka_log_logcleaner_cleaner_recopy_percent") < 100  # 3 keys of 60 records kept
 
 
 def test_bad_scrapes_get_a_4xx_and_the_broker_is_unaffected(broker):

@@ -61,6 +61,10 @@ class Sources:
     controller_active: Callable[[], bool] = lambda: False
     group_coordinator: object | None = None  # committed_offsets(), list_groups()
     txn_coordinator: object | None = None  # shards: {p: shard with txns {id: metadata with state}}
+    quotas: object | None = None  # kesque.quotas.Quotas: produce, fetch, request managers' rates()
+    now_ms: Callable[[], int] = lambda: int(time.monotonic() * 1000)  # the quotas' clock
+    flush_stats: object | None = None  # kesque.storage.unified_log.LogFlushStats
+    log_cleaner: Callable[[], object | None] = lambda: None  # its CleanerManager holds Kafka's gauges
     extra: list = field(default_factory=list)  # more snapshot callables (name, fn)
 
 
@@ -141,6 +145,23 @@ class BrokerCollector(Collector):
         tc = s.txn_coordinator
         if tc is not None:
             snap["txns"] = Counter(m.state.name for shard in list(tc.shards.values()) for m in shard.txns.values())
+        lc = s.log_cleaner()
+        if lc is not None:
+            m = lc.manager
+            dirs = Counter(rm.partitions[tp].log.log_dir if tp in rm.partitions else "" for tp in list(m.uncleanable))
+            snap["cleaner"] = (m.max_clean_time_secs, m.max_compaction_delay_secs, m.cleaner_recopy_percent, dirs)
+        if s.flush_stats is not None:
+            snap["flush"] = (s.flush_stats.BUCKETS_MS, *s.flush_stats.snapshot())
+        if s.quotas is not None:
+            now = s.now_ms()
+            snap["quotas"] = {
+                kind: mgr.rates(now)
+                for kind, mgr in (
+                    ("Produce", s.quotas.produce),
+                    ("Fetch", s.quotas.fetch),
+                    ("Request", s.quotas.request),
+                )
+            }
         for name, fn in s.extra:
             snap[name] = fn()
         snap["loop_seconds"] = time.perf_counter() - t0
@@ -153,6 +174,17 @@ class BrokerCollector(Collector):
         yield from self._partition_families(snap)
         yield from self._cluster_families(snap)
         yield from self._coordinator_families(snap)
+        yield from self._quota_families(snap.get("quotas"))
+        if "cleaner" in snap:
+            yield from self._cleaner_families(*snap["cleaner"])
+        if "flush" in snap:
+            bounds, counts, total = snap["flush"]
+            yield _histogram(
+                "kafka_log_logflushstats_logflushrateandtimems",
+                "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs: ms per log flush with records to sync",
+                [],
+                [([], bounds, counts, total)],
+            )
         yield GaugeMetricFamily(
             "kesque_metrics_snapshot_seconds",
             "kesque: how long this scrape held the event loop to copy the broker's state",
@@ -195,18 +227,12 @@ class BrokerCollector(Collector):
         for (key, code), n in sorted(errors.items()):
             fam.add_metric([_name(key), error_name(code)], n)
         yield fam
-        fam = HistogramMetricFamily(
+        yield _histogram(
             "kafka_network_requestmetrics_totaltimems",
             "kafka.network:type=RequestMetrics,name=TotalTimeMs: ms from a request's arrival to its response",
-            labels=["request"],
+            ["request"],
+            [([_name(key)], TOTAL_TIME_BUCKETS_MS, counts, sums[key]) for key, counts in sorted(buckets.items())],
         )
-        for key, counts in sorted(buckets.items()):
-            cumulative, running = [], 0
-            for bound, n in zip((*TOTAL_TIME_BUCKETS_MS, float("inf")), counts):
-                running += n
-                cumulative.append((_le(bound), running))
-            fam.add_metric([_name(key)], cumulative, sums[key])
-        yield fam
 
     def _partition_families(self, snap: dict):
         parts = snap["partitions"]
@@ -371,6 +397,68 @@ class BrokerCollector(Collector):
             for state, n in sorted(txns.items()):
                 fam.add_metric([state], n)
             yield fam
+
+    def _cleaner_families(self, max_clean: float, max_delay: float, recopy: int, uncleanable: Counter):
+        for name, value in (
+            ("max_clean_time_secs", max_clean),
+            ("max_compaction_delay_secs", max_delay),
+            ("cleaner_recopy_percent", recopy),
+        ):
+            yield GaugeMetricFamily(
+                f"kafka_log_logcleaner_{name}", f"kafka.log:type=LogCleaner,name={name.replace('_', '-')}", value=value
+            )
+        fam = GaugeMetricFamily(
+            "kafka_log_logcleanermanager_uncleanable_partitions_count",
+            "kafka.log:type=LogCleanerManager,name=uncleanable-partitions-count,logDirectory=<d>",
+            labels=["logDirectory"],
+        )
+        for d, n in sorted(uncleanable.items()):
+            fam.add_metric([d], n)
+        yield fam
+
+    def _quota_families(self, quotas: dict | None):
+        """Kafka's per-entity quota sensors (kafka.server:type=Produce|Fetch|Request,user=,client-id=):
+        the rate, as the exporter names it, and the throttling as counters of kesque's."""
+        if quotas is None:
+            return
+        labels = ["resource", "user", "clientId"]
+        byte_rate = GaugeMetricFamily(
+            "kafka_server_quota_byte_rate", "kafka.server:type=Produce|Fetch,user=,client-id=: byte-rate", labels=labels
+        )
+        request_time = GaugeMetricFamily(
+            "kafka_server_quota_request_time",
+            "kafka.server:type=Request,user=,client-id=: request-time (percent of one thread)",
+            labels=labels,
+        )
+        throttle_ms = CounterMetricFamily(
+            "kesque_server_quota_throttle_time_ms",
+            "kesque: ms of throttling given to the entity (rate()/rate(kesque_server_quota_throttles_total): "
+            "Kafka's throttle-time)",
+            labels=labels,
+        )
+        throttles = CounterMetricFamily(
+            "kesque_server_quota_throttles", "kesque: responses throttled for the entity", labels=labels
+        )
+        for kind, rows in quotas.items():
+            for user, client_id, rate, ms, count in sorted(rows):
+                ls = [kind, user, client_id]
+                (request_time if kind == "Request" else byte_rate).add_metric(ls, rate)
+                throttle_ms.add_metric(ls, ms)
+                throttles.add_metric(ls, count)
+        yield from (byte_rate, request_time, throttle_ms, throttles)
+
+
+def _histogram(name: str, doc: str, labels: list[str], rows) -> HistogramMetricFamily:
+    """A histogram family from rows of (label values, bucket bounds, count per bucket and one
+    past the last, sum)."""
+    fam = HistogramMetricFamily(name, doc, labels=labels)
+    for values, bounds, counts, total in rows:
+        cumulative, running = [], 0
+        for bound, n in zip((*bounds, float("inf")), counts):
+            running += n
+            cumulative.append((_le(bound), running))
+        fam.add_metric(values, cumulative, total)
+    return fam
 
 
 def _le(bound: float) -> str:

@@ -50,6 +50,7 @@ from ..share import enabled as share_groups_enabled
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
+from ..storage.unified_log import LOG_FLUSH_STATS
 from . import request_log, txn_channels
 from .apis.acls import AclApis
 from .apis.configs import ConfigApis
@@ -412,6 +413,10 @@ class KesqueServer:
             controller_active=lambda: self.quorum is not None and self.quorum.active,
             group_coordinator=self.group_coordinator,
             txn_coordinator=self.txn_coordinator,
+            quotas=self.quotas,
+            now_ms=self._now_ms,
+            flush_stats=LOG_FLUSH_STATS,
+            log_cleaner=lambda: self.log_cleaner,
         )
         self.metrics_endpoint = MetricsEndpoint(*self.metrics_address, [BrokerCollector(sources, on_loop(self.loop))])
         self.metrics_endpoint.start()
