@@ -300,6 +300,21 @@ def test_log_cleaner_gauges(broker):
     assert 0 < value(s, "kafka_log_logcleaner_cleaner_recopy_percent") < 100  # 3 keys of 60 records kept
 
 
+def test_transactions_and_groups_per_state(broker):
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "metered-txn"})
+    p.init_transactions(20)
+    p.begin_transaction()
+    p.produce("metered-txn-topic", b"t", partition=0)
+    p.commit_transaction(20)
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "metered-txn-g"})
+    c.commit(offsets=[TopicPartition("metered-txn-topic", 0, 1)], asynchronous=False)
+    c.close()
+    s = scrape(broker.metrics_port)
+    assert value(s, "kesque_transaction_coordinator_transactions", state="COMPLETE_COMMIT") >= 1
+    assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="classic") >= 1
+    assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="share") is not None
+
+
 def test_bad_scrapes_get_a_4xx_and_the_broker_is_unaffected(broker):
     with socket.create_connection(("127.0.0.1", broker.metrics_port), timeout=5) as sock:
         sock.sendall(b"NONSENSE\r\n\r\n")
