@@ -101,31 +101,27 @@ class RequestMetrics:
     """Kafka's RequestMetrics: requests per API and version, errors per API and code, and the
     total time per API (from the frame's arrival to its response queued on the connection) as a
     histogram. Keyed by API key (and FETCH_CONSUMER / FETCH_FOLLOWER, which a Fetch counts in
-    too, as Kafka's); the names are looked up at scrape time."""
+    too, as Kafka's); the names are looked up at scrape time.
 
-    __slots__ = ("requests", "errors", "buckets", "time_sum")
+    One list per (API, version) holds the time buckets' counts and, last, the sum of the times:
+    a request is one dict lookup, one bisect and two list additions; its count is the sum of
+    its buckets, and an API's histogram the sum over its versions, both made at scrape time."""
+
+    __slots__ = ("by_version", "errors")
 
     def __init__(self):
-        self.requests: dict[tuple[int, int], int] = {}
+        self.by_version: dict[tuple[int, int], list] = {}
         self.errors: dict[tuple[int, int], int] = {}
-        self.buckets: dict[int, list[int]] = {}
-        self.time_sum: dict[int, float] = {}
 
     def record(self, api_key: int, version: int, total_ms: float, follower: bool = False) -> None:
-        self._record(api_key, version, total_ms)
-        if api_key == FETCH:
-            self._record(FETCH_FOLLOWER if follower else FETCH_CONSUMER, version, total_ms)
-
-    def _record(self, key: int, version: int, total_ms: float) -> None:
-        r = self.requests
-        kv = (key, version)
-        r[kv] = r.get(kv, 0) + 1
-        b = self.buckets.get(key)
+        kv = (api_key, version)
+        b = self.by_version.get(kv)
         if b is None:
-            b = self.buckets[key] = [0] * (len(TOTAL_TIME_BUCKETS_MS) + 1)
-            self.time_sum[key] = 0.0
+            b = self.by_version[kv] = [0] * (len(TOTAL_TIME_BUCKETS_MS) + 1) + [0.0]
         b[bisect_left(TOTAL_TIME_BUCKETS_MS, total_ms)] += 1
-        self.time_sum[key] += total_ms
+        b[-1] += total_ms
+        if api_key == FETCH:
+            self.record(FETCH_FOLLOWER if follower else FETCH_CONSUMER, version, total_ms)
 
     def error(self, api_key: int, code: int, count: int = 1) -> None:
         key = (api_key, code)
@@ -137,12 +133,19 @@ class RequestMetrics:
             self.error(api_key, code, n)
 
     def snapshot(self):
-        return (
-            dict(self.requests),
-            dict(self.errors),
-            {k: list(b) for k, b in self.buckets.items()},
-            dict(self.time_sum),
-        )
+        """(requests per (API, version), errors per (API, code), per API: the bucket counts and
+        the sum of the times)."""
+        requests, hist = {}, {}
+        for (key, version), b in list(self.by_version.items()):
+            counts = b[:-1]
+            requests[(key, version)] = sum(counts)
+            h = hist.get(key)
+            if h is None:
+                hist[key] = [counts, b[-1]]
+            else:
+                h[0] = [x + y for x, y in zip(h[0], counts)]
+                h[1] += b[-1]
+        return requests, dict(self.errors), {k: h[0] for k, h in hist.items()}, {k: h[1] for k, h in hist.items()}
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
