@@ -8,11 +8,15 @@ onoff   Two brokers at once, one with ``metrics.listener`` (scraped every ``--in
         small   run.py's small-request rate: pre-encoded 1-record ProduceRequests of 100 B on
                 one raw socket, window 64;
         produce confluent-kafka, 1 KiB records (run.py's produce settings).
-        Bar: on/off >= 98% for both. Beside each: the bytes-in and messages-in the scrape
-        shows for the topic, against what was produced.
+        The order of the two turns every pass (the second of two runs writes while the page
+        cache still flushes the first's data). Bar: on/off >= 98% for both. Beside the rates,
+        requests (MB) per broker CPU-second, steadier on a machine shared with other work; and
+        the messages-in the scrape shows for the topics, against what was produced.
 scrape  A broker with ``--partitions`` partitions (10,000): the scrape's wall time (best and
         median of 5), its size (plain and gzip), and how long it held the broker's event loop
-        (``kesque_metrics_snapshot_seconds``, measured inside the broker).
+        in all and at the longest (``kesque_metrics_snapshot_seconds``,
+        ``kesque_metrics_snapshot_longest_hold_seconds``, measured inside the broker: the
+        partitions are copied 1,000 per turn of the loop).
 
     python bench/metrics.py [--quick] [--only onoff,scrape] [--passes N] [--partitions N]
 """
@@ -35,6 +39,7 @@ sys.path[:0] = [REPO, HERE]
 
 import figures  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from run import proc_cpu_seconds  # noqa: E402
 
 from kesque.testing.broker import Broker  # noqa: E402
 from kesque.testing.kafka import free_port  # noqa: E402
@@ -109,22 +114,37 @@ def onoff(args, sc) -> dict:
         n, records = sc["small_requests"], sc["records"]
         small: dict[str, dict] = {}
         produce: dict[str, dict] = {}
+        per_cpu: dict[str, dict[str, float]] = {"small": {}, "produce": {}}
         for p in range(args.passes):
-            for name, b in brokers.items():
+            # the order turns every pass: the second of two runs writes while the page cache
+            # still flushes the first's data, which would always count against one side
+            order = list(brokers.items()) if p % 2 == 0 else list(reversed(brokers.items()))
+            for name, b in order:
                 log(f"onoff: {n:,} 1-record ProduceRequests, window 64, metrics {name}, pass {p + 1}/{args.passes} ...")
+                cpu = proc_cpu_seconds(b.process.pid)
                 r = figures.small_raw(b.bootstrap_servers, "bench-small", n)
-                log(f"  {r['rate']:,.0f} req/s, first answer's errors {r['first_response_errors']}")
+                r["per_cpu_second"] = n / (proc_cpu_seconds(b.process.pid) - cpu)
+                log(
+                    f"  {r['rate']:,.0f} req/s, {r['per_cpu_second']:,.0f} per broker CPU-second, "
+                    f"first answer's errors {r['first_response_errors']}"
+                )
                 if name not in small or r["rate"] > small[name]["rate"]:
                     small[name] = r
-            for name, b in brokers.items():
+                per_cpu["small"][name] = max(per_cpu["small"].get(name, 0.0), r["per_cpu_second"])
+            for name, b in order:
                 t = f"bench-produce-{p}"
                 figures.create_topic(b.bootstrap_servers, t, args.produce_partitions)
                 log(f"onoff: produce {records:,} x 1 KiB, metrics {name}, pass {p + 1}/{args.passes} ...")
+                cpu = proc_cpu_seconds(b.process.pid)
                 r = figures.produce_confluent(b.bootstrap_servers, t, records)
-                r["topic"] = t
-                log(f"  {r['mb_s']:.0f} MB/s, errors {r['errors'][:2]}")
+                r["mb_per_cpu_second"] = records * 1024 / 1e6 / (proc_cpu_seconds(b.process.pid) - cpu)
+                log(
+                    f"  {r['mb_s']:.0f} MB/s, {r['mb_per_cpu_second']:.0f} MB per broker CPU-second, "
+                    f"errors {r['errors'][:2]}"
+                )
                 if name not in produce or r["mb_s"] > produce[name]["mb_s"]:
                     produce[name] = r
+                per_cpu["produce"][name] = max(per_cpu["produce"].get(name, 0.0), r["mb_per_cpu_second"])
         scraper.stopping.set()
         s = samples(fetch(port).decode())
         shown = {
@@ -158,6 +178,10 @@ def onoff(args, sc) -> dict:
         "produce_mb_s_off": produce["off"]["mb_s"],
         "produce_mb_s_on": produce["on"]["mb_s"],
         "produce_ratio": produce["on"]["mb_s"] / produce["off"]["mb_s"],
+        "small_per_cpu_second": per_cpu["small"],
+        "small_cpu_ratio": per_cpu["small"]["on"] / per_cpu["small"]["off"],
+        "produce_mb_per_cpu_second": per_cpu["produce"],
+        "produce_cpu_ratio": per_cpu["produce"]["on"] / per_cpu["produce"]["off"],
         "shown": shown,
         "small": {k: {x: v[x] for x in keep if x in v} for k, v in small.items()},
         "produce": {k: {x: v[x] for x in keep if x in v} for k, v in produce.items()},
@@ -178,7 +202,7 @@ def scrape(args, sc) -> dict:
             figures.create_topic(b.bootstrap_servers, f"wide-{i}", min(per_topic, args.partitions))
         log(f"scrape: {topics * min(per_topic, args.partitions):,} partitions in {time.perf_counter() - t0:.0f} s")
         fetch(port)  # the first one builds the per-class caches
-        walls, loop, sizes = [], [], []
+        walls, loop, longest, sizes = [], [], [], []
         for _ in range(5):
             t = time.perf_counter()
             body = fetch(port)
@@ -186,6 +210,7 @@ def scrape(args, sc) -> dict:
             sizes.append(len(body))
             s = samples(body.decode())
             loop.append(s[("kesque_metrics_snapshot_seconds", ())])
+            longest.append(s[("kesque_metrics_snapshot_longest_hold_seconds", ())])
         gz = len(fetch(port, gzipped=True))
         partitions = s[("kafka_server_replicamanager_partitioncount", ())]
         series = len(s)
@@ -199,6 +224,8 @@ def scrape(args, sc) -> dict:
         "scrape_seconds_median": statistics.median(walls),
         "loop_seconds_best": min(loop),
         "loop_seconds_median": statistics.median(loop),
+        "longest_hold_seconds_best": min(longest),
+        "longest_hold_seconds_median": statistics.median(longest),
         "bytes": sizes[-1],
         "bytes_gzip": gz,
     }

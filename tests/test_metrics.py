@@ -128,6 +128,32 @@ def test_deleted_topics_leave_the_per_topic_series_but_not_the_totals():
     assert set(per_topic) == {"b"} and totals[0] == 150 and totals[1] == 3
 
 
+def test_partitions_are_copied_in_chunks_one_loop_turn_each():
+    from types import SimpleNamespace as NS
+
+    def part(i: int):
+        log = NS(
+            config=NS(min_insync_replicas=2),
+            size_in_bytes=lambda: 100,
+            log_start_offset=0,
+            log_end_offset=10,
+            high_watermark=7,
+            local_log=NS(segments=[1]),
+        )
+        return NS(log=log, repl=NS(is_leader=i % 2 == 0, replicas=[1, 2, 3], isr=[1, 2] if i == 0 else [1, 2, 3]))
+
+    sources = _sources()
+    sources.replica_manager.partitions = {("wide", i): part(i) for i in range(2500)}
+    turns = []
+    collector = BrokerCollector(sources, lambda fn: turns.append(fn) or fn())
+    fams = {f.name: f for f in collector.collect()}
+    assert len(turns) == 1 + 3  # the rest, then 1,000 + 1,000 + 500 partitions
+    assert len(fams["kafka_log_log_size"].samples) == 2500
+    assert fams["kafka_server_replicamanager_leadercount"].samples[0].value == 1250
+    assert fams["kafka_server_replicamanager_underreplicatedpartitions"].samples[0].value == 1  # partition 0
+    assert fams["kafka_server_replicamanager_atminisrpartitioncount"].samples[0].value == 1
+
+
 def _sources(**kw) -> Sources:
     class Image:
         topics_by_id: dict = {}

@@ -7,7 +7,8 @@ A scrape runs in two steps. :meth:`BrokerCollector.snapshot` runs on the broker'
 live objects: the request path's counters (:mod:`kesque.metrics.stats`), each hosted partition's
 log size, offsets and ISR, the image's partitions and brokers, the raft node's state, the open
 connections, the group coordinators' committed offsets. Nothing there is formatted or allocated
-beyond a tuple per partition, so the loop is held for as long as a walk over the partitions takes.
+beyond a tuple per partition, and the partitions are copied PARTITION_CHUNK at a time, one turn of
+the loop each, so that requests are served between the chunks.
 :meth:`BrokerCollector.families` then builds the metric families from that copy in the HTTP
 server's thread, where prometheus-client also writes the text.
 
@@ -68,6 +69,9 @@ class Sources:
     extra: list = field(default_factory=list)  # more snapshot callables (name, fn)
 
 
+PARTITION_CHUNK = 1000  # partitions copied per turn of the event loop
+
+
 def _name(key: int) -> str:
     return METRIC_NAMES.get(key) or api_name(key)
 
@@ -81,7 +85,18 @@ class BrokerCollector(Collector):
         self.run_on_loop = run_on_loop
 
     def collect(self):
-        return self.families(self.run_on_loop(self.snapshot))
+        snap = self.run_on_loop(self.snapshot)
+        # the partitions are read a chunk per turn of the loop, so that a broker with many
+        # partitions serves requests between the chunks (a scrape need not be one instant)
+        refs = snap.pop("partition_refs")
+        rows, holds = [], [snap["loop_seconds"]]
+        for i in range(0, len(refs), PARTITION_CHUNK):
+            chunk_rows, seconds = self.run_on_loop(lambda c=refs[i : i + PARTITION_CHUNK]: self.partition_rows(c))
+            rows += chunk_rows
+            holds.append(seconds)
+        snap["partitions"] = rows
+        snap["loop_seconds"], snap["loop_longest"] = sum(holds), max(holds)
+        return self.families(snap)
 
     def describe(self):
         return []  # registered without a describe-time collection (it would run a snapshot)
@@ -94,29 +109,10 @@ class BrokerCollector(Collector):
         rm = s.replica_manager
         topics = image.topics_by_id.values()
         s.topic_stats.retire({t.name for t in topics})
-        parts = []
-        for (topic, p), part in list(rm.partitions.items()):
-            lg = part.log
-            repl = part.repl
-            parts.append(
-                (
-                    topic,
-                    p,
-                    repl.is_leader,
-                    len(repl.replicas),
-                    len(repl.isr),
-                    lg.config.min_insync_replicas,
-                    lg.size_in_bytes(),
-                    lg.log_start_offset,
-                    lg.log_end_offset,
-                    lg.high_watermark,
-                    len(lg.local_log.segments),
-                )
-            )
         snap = {
             "topics": s.topic_stats.snapshot(),
             "requests": s.request_metrics.snapshot(),
-            "partitions": parts,
+            "partition_refs": list(rm.partitions.items()),
             "offline_replicas": len(rm.offline_partitions),
             "isr": (rm.isr_shrinks, rm.isr_expands, rm.failed_isr_updates),
             "connections": Counter(s.connections()),
@@ -135,12 +131,7 @@ class BrokerCollector(Collector):
             snap["raft"] = (s.raft.leader_id, s.raft.epoch, node.high_watermark, node.state.name)
         gc = s.group_coordinator
         if gc is not None:
-            hws = {(row[0], row[1]): row[9] for row in parts if row[2]}  # where this broker leads
-            lag = []
-            for group, topic, p, offset in gc.committed_offsets():
-                hw = hws.get((topic, p))
-                lag.append((group, topic, p, offset, hw))
-            snap["lag"] = lag
+            snap["committed"] = gc.committed_offsets()
             snap["groups"] = [(row[2], row[3]) for row in gc.list_groups()]
         tc = s.txn_coordinator
         if tc is not None:
@@ -167,6 +158,31 @@ class BrokerCollector(Collector):
         snap["loop_seconds"] = time.perf_counter() - t0
         return snap
 
+    @staticmethod
+    def partition_rows(refs) -> tuple[list[tuple], float]:
+        """A tuple of plain values per ((topic, partition), Partition), and the seconds it took."""
+        t0 = time.perf_counter()
+        rows = []
+        for (topic, p), part in refs:
+            lg = part.log
+            repl = part.repl
+            rows.append(
+                (
+                    topic,
+                    p,
+                    repl.is_leader,
+                    len(repl.replicas),
+                    len(repl.isr),
+                    lg.config.min_insync_replicas,
+                    lg.size_in_bytes(),
+                    lg.log_start_offset,
+                    lg.log_end_offset,
+                    lg.high_watermark,
+                    len(lg.local_log.segments),
+                )
+            )
+        return rows, time.perf_counter() - t0
+
     # ------------------------------------------------------------------ in the HTTP thread
     def families(self, snap: dict):
         yield from self._topic_families(*snap["topics"])
@@ -187,8 +203,13 @@ class BrokerCollector(Collector):
             )
         yield GaugeMetricFamily(
             "kesque_metrics_snapshot_seconds",
-            "kesque: how long this scrape held the event loop to copy the broker's state",
+            "kesque: how long this scrape held the event loop, in all, to copy the broker's state",
             value=snap["loop_seconds"],
+        )
+        yield GaugeMetricFamily(
+            "kesque_metrics_snapshot_longest_hold_seconds",
+            "kesque: the longest of those holds (the partitions are copied in chunks)",
+            value=snap.get("loop_longest", snap["loop_seconds"]),
         )
 
     def _topic_families(self, per_topic: dict, totals: tuple, repl_out: int):
@@ -348,8 +369,9 @@ class BrokerCollector(Collector):
             yield fam
 
     def _coordinator_families(self, snap: dict):
-        lag = snap.get("lag")
-        if lag is not None:
+        committed = snap.get("committed")
+        if committed is not None:
+            hws = {(row[0], row[1]): row[9] for row in snap["partitions"] if row[2]}  # where this broker leads
             current = GaugeMetricFamily(
                 "kafka_consumergroup_current_offset",
                 "kesque (kafka_exporter's name): a group's committed offset, on the broker coordinating the group",
@@ -360,7 +382,8 @@ class BrokerCollector(Collector):
                 "kesque (kafka_exporter's name): high watermark - committed offset (partitions this broker leads)",
                 labels=["consumergroup", "topic", "partition"],
             )
-            for group, topic, p, offset, hw in sorted(lag):
+            for group, topic, p, offset in sorted(committed):
+                hw = hws.get((topic, p))
                 labels = [group, topic, str(p)]
                 current.add_metric(labels, offset)
                 if hw is not None:
