@@ -248,6 +248,9 @@ def main() -> None:
     for name in args.only.split(","):
         out[name] = {"onoff": onoff, "scrape": scrape}[name](args, sc)
         log(json.dumps(out[name], indent=2, default=str))
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "metrics.json"), "w") as f:
+        json.dump(out, f, indent=2, default=str)
     print(json.dumps(out, indent=2, default=str))
 
 

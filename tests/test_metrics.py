@@ -83,15 +83,16 @@ def test_metrics_listener_is_off_unless_set_and_not_described():
 
 def test_request_time_histogram_buckets_and_fetch_names():
     m = RequestMetrics()
-    m.record(0, 9, 0.2)
-    m.record(0, 9, 0.5)  # le="0.5" holds it
-    m.record(0, 10, 7.0)
-    m.record(0, 10, 1e9)
-    m.record(1, 16, 3.0, follower=True)
+    ms = 1_000_000  # the request path gives ns
+    m.record(0, 9, 200_000)
+    m.record(0, 9, ms // 2)  # le="0.5" holds it
+    m.record(0, 10, 7 * ms)
+    m.record(0, 10, 10**9 * ms)
+    m.record(1, 16, 3 * ms, follower=True)
     requests, _errors, buckets, sums = m.snapshot()
     assert requests == {(0, 9): 2, (0, 10): 2, (1, 16): 1, (-2, 16): 1}
     assert buckets[0][0] == 2 and buckets[0][TOTAL_TIME_BUCKETS_MS.index(10.0)] == 1 and buckets[0][-1] == 1
-    assert sums[0] == 0.2 + 0.5 + 7.0 + 1e9
+    assert sums[0] == pytest.approx(0.2 + 0.5 + 7.0 + 1e9)
     fam = {f.name: f for f in BrokerCollector(_sources(request_metrics=m)).collect()}
     hist = fam["kafka_network_requestmetrics_totaltimems"]
     produce = {s.labels.get("le"): s.value for s in hist.samples if s.labels["request"] == "Produce"}

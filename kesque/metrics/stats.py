@@ -14,8 +14,10 @@ from __future__ import annotations
 import dataclasses
 from bisect import bisect_left
 
-# the upper bounds (ms) of the request total time histogram's buckets (+Inf follows)
+# the upper bounds (ms) of the request total time histogram's buckets (+Inf follows), and in ns
+# (what the request path compares: no float arithmetic per request)
 TOTAL_TIME_BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
+TOTAL_TIME_BUCKETS_NS = tuple(int(ms * 1_000_000) for ms in TOTAL_TIME_BUCKETS_MS)
 
 # per-topic counters (BrokerTopicStats' meters kesque keeps), by index in a topic's list
 BYTES_IN, MESSAGES_IN, BYTES_OUT, BYTES_REJECTED, TOTAL_PRODUCE, FAILED_PRODUCE, TOTAL_FETCH, FAILED_FETCH = range(8)
@@ -103,7 +105,7 @@ class RequestMetrics:
     histogram. Keyed by API key (and FETCH_CONSUMER / FETCH_FOLLOWER, which a Fetch counts in
     too, as Kafka's); the names are looked up at scrape time.
 
-    One list per (API, version) holds the time buckets' counts and, last, the sum of the times:
+    One list per (API, version) holds the time buckets' counts and, last, the sum of the times (ns):
     a request is one dict lookup, one bisect and two list additions; its count is the sum of
     its buckets, and an API's histogram the sum over its versions, both made at scrape time."""
 
@@ -113,15 +115,15 @@ class RequestMetrics:
         self.by_version: dict[tuple[int, int], list] = {}
         self.errors: dict[tuple[int, int], int] = {}
 
-    def record(self, api_key: int, version: int, total_ms: float, follower: bool = False) -> None:
+    def record(self, api_key: int, version: int, total_ns: int, follower: bool = False) -> None:
         kv = (api_key, version)
         b = self.by_version.get(kv)
         if b is None:
-            b = self.by_version[kv] = [0] * (len(TOTAL_TIME_BUCKETS_MS) + 1) + [0.0]
-        b[bisect_left(TOTAL_TIME_BUCKETS_MS, total_ms)] += 1
-        b[-1] += total_ms
+            b = self.by_version[kv] = [0] * (len(TOTAL_TIME_BUCKETS_NS) + 2)
+        b[bisect_left(TOTAL_TIME_BUCKETS_NS, total_ns)] += 1
+        b[-1] += total_ns
         if api_key == FETCH:
-            self.record(FETCH_FOLLOWER if follower else FETCH_CONSUMER, version, total_ms)
+            self.record(FETCH_FOLLOWER if follower else FETCH_CONSUMER, version, total_ns)
 
     def error(self, api_key: int, code: int, count: int = 1) -> None:
         key = (api_key, code)
@@ -145,7 +147,8 @@ class RequestMetrics:
             else:
                 h[0] = [x + y for x, y in zip(h[0], counts)]
                 h[1] += b[-1]
-        return requests, dict(self.errors), {k: h[0] for k, h in hist.items()}, {k: h[1] for k, h in hist.items()}
+        sums_ms = {k: h[1] / 1e6 for k, h in hist.items()}
+        return requests, dict(self.errors), {k: h[0] for k, h in hist.items()}, sums_ms
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}

@@ -97,6 +97,8 @@ log = logging.getLogger(__name__)
 # Kafka's SecurityProtocol ids, as broker registrations carry them
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
+# a handler's result that is no kio message (encoded by hand, or no response at all)
+_ENCODED = frozenset({bytes, bytearray, list, type(NO_RESPONSE)})
 
 
 async def _timed(awaitable, ctx):
@@ -1146,19 +1148,16 @@ class KesqueServer:
         if ctx.log_ns:
             request_log.completed(ctx, conn, ctx.log_ns)
         if ctx.recv_ns:
-            self._record_request(ctx, result)
-
-    def _record_request(self, ctx, result) -> None:
-        """Kafka's RequestChannel.updateRequestMetrics: one request of its API and version, its
-        total time, and the error codes of a kio response (Produce, Fetch and OffsetCommit,
-        encoded by hand, count theirs in their handlers)."""
-        header = ctx.header
-        m = self.request_metrics
-        m.record(header.api_key, header.api_version, (time.perf_counter_ns() - ctx.recv_ns) / 1e6, ctx.follower)
-        if result is not NO_RESPONSE and not isinstance(result, (bytes, bytearray, list)):
-            counts: dict[int, int] = {}
-            error_counts(result, counts)
-            m.errors_of(header.api_key, counts)
+            # Kafka's RequestChannel.updateRequestMetrics: the request, its total time, and the
+            # error codes of a kio response (Produce, Fetch and OffsetCommit, encoded by hand,
+            # count theirs in their handlers)
+            header = ctx.header
+            m = self.request_metrics
+            m.record(header.api_key, header.api_version, time.perf_counter_ns() - ctx.recv_ns, ctx.follower)
+            if result.__class__ not in _ENCODED:
+                counts: dict[int, int] = {}
+                error_counts(result, counts)
+                m.errors_of(header.api_key, counts)
 
     # ================================================================== client quotas
     def _now_ms(self) -> int:

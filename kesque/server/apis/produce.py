@@ -210,8 +210,12 @@ class ProduceApis:
                         log.debug("Produce to %s-%d failed: %s %s", name, p.index, r.error_code, r.error_message)
                 parts_out.append(r)
             topics_out.append((key, parts_out))
-        if self.request_metrics is not None and not waiting:  # else once the acks are in (_after_acks)
-            self._count_errors(topics_out)
+        m = self.request_metrics
+        if m is not None and not waiting:  # else once the acks are in (_after_acks)
+            if failed:
+                self._count_errors(topics_out)
+            else:  # the common case, counted at once: every partition NONE
+                m.error(ApiKeys.PRODUCE, 0, sum(len(parts) for _key, parts in topics_out))
         throttle_ms = 0
         quota = self._produce_quota
         if quota.enabled or ctx.start_ns:  # the request's size, as Kafka's produce quota counts it
