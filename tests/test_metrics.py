@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from types import SimpleNamespace as NS
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -23,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from kesque.config.broker import BrokerConfig
+from kesque.config.broker import KAFKA_INTERNAL_BROKER_KEYS, BrokerConfig
 from kesque.config.types import ConfigError
 from kesque.metrics.collectors import BrokerCollector, Sources
 from kesque.metrics.stats import TOTAL_TIME_BUCKETS_MS, BrokerTopicStats, RequestMetrics, error_counts
@@ -75,8 +76,6 @@ def test_a_bad_metrics_listener_names_the_key(bad):
 
 
 def test_metrics_listener_is_off_unless_set_and_not_described():
-    from kesque.config.broker import KAFKA_INTERNAL_BROKER_KEYS
-
     assert BrokerConfig({}).get("metrics.listener") is None
     assert "metrics.listener" in KAFKA_INTERNAL_BROKER_KEYS
 
@@ -130,8 +129,6 @@ def test_deleted_topics_leave_the_per_topic_series_but_not_the_totals():
 
 
 def test_partitions_are_copied_in_chunks_one_loop_turn_each():
-    from types import SimpleNamespace as NS
-
     def part(i: int):
         log = NS(
             config=NS(min_insync_replicas=2),
