@@ -14,7 +14,8 @@ onoff   Two brokers at once, one with ``metrics.listener`` (scraped every ``--in
         with other work; and
         the messages-in the scrape shows for the topics, against what was produced.
 scrape  A broker with ``--partitions`` partitions (10,000): the scrape's wall time (best and
-        median of 5), its size (plain and gzip), and how long it held the broker's event loop
+        median of 5), the broker's CPU per scrape, its size (plain and gzip), and how long it
+        held the broker's event loop
         in all and at the longest (``kesque_metrics_snapshot_seconds``,
         ``kesque_metrics_snapshot_longest_hold_seconds``, measured inside the broker: the
         partitions are copied 1,000 per turn of the loop).
@@ -207,6 +208,7 @@ def scrape(args, sc) -> dict:
         log(f"scrape: {topics * min(per_topic, args.partitions):,} partitions in {time.perf_counter() - t0:.0f} s")
         fetch(port)  # the first one builds the per-class caches
         walls, loop, longest, sizes = [], [], [], []
+        cpu = proc_cpu_seconds(b.process.pid)
         for _ in range(5):
             t = time.perf_counter()
             body = fetch(port)
@@ -215,6 +217,7 @@ def scrape(args, sc) -> dict:
             s = samples(body.decode())
             loop.append(s[("kesque_metrics_snapshot_seconds", ())])
             longest.append(s[("kesque_metrics_snapshot_longest_hold_seconds", ())])
+        cpu_per_scrape = (proc_cpu_seconds(b.process.pid) - cpu) / 5
         gz = len(fetch(port, gzipped=True))
         partitions = s[("kafka_server_replicamanager_partitioncount", ())]
         series = len(s)
@@ -230,6 +233,7 @@ def scrape(args, sc) -> dict:
         "loop_seconds_median": statistics.median(loop),
         "longest_hold_seconds_best": min(longest),
         "longest_hold_seconds_median": statistics.median(longest),
+        "broker_cpu_seconds_per_scrape": cpu_per_scrape,
         "bytes": sizes[-1],
         "bytes_gzip": gz,
     }
