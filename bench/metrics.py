@@ -13,6 +13,9 @@ onoff   Two brokers at once, one with ``metrics.listener`` (scraped every ``--in
         requests (MB) per broker CPU-second (median of the passes), steadier on a machine shared
         with other work; and
         the messages-in the scrape shows for the topics, against what was produced.
+loopcpu The event-loop thread's own CPU per small request (time.thread_time), two brokers in
+        this process, metrics on (never scraped) and off, rounds alternating, medians: what the
+        counters cost, without the machine's other work in the figure.
 scrape  A broker with ``--partitions`` partitions (10,000): the scrape's wall time (best and
         median of 5), the broker's CPU per scrape, its size (plain and gzip), and how long it
         held the broker's event loop
@@ -20,7 +23,7 @@ scrape  A broker with ``--partitions`` partitions (10,000): the scrape's wall ti
         ``kesque_metrics_snapshot_longest_hold_seconds``, measured inside the broker: the
         partitions are copied 1,000 per turn of the loop).
 
-    python bench/metrics.py [--quick] [--only onoff,scrape] [--passes N] [--partitions N]
+    python bench/metrics.py [--quick] [--only onoff,loopcpu,scrape] [--passes N] [--partitions N]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -193,6 +197,58 @@ def onoff(args, sc) -> dict:
     }
 
 
+# ================================================================== loopcpu
+
+
+def loopcpu(args, sc) -> dict:
+    """The event-loop thread's own CPU time per small request (``time.thread_time`` read on the
+    loop), two brokers in this process (``Broker(mode="thread")``), metrics on (never scraped)
+    and off, the requests sent by a child process; rounds alternate, median of each side. Less
+    disturbed by the machine's other work than a rate: time the loop waits for a CPU is not
+    counted."""
+    n = sc["small_requests"] // 4
+    brokers = {
+        "off": Broker(mode="thread", config={"auto.create.topics.enable": "false"}).start(60),
+        "on": Broker(
+            mode="thread",
+            config={"auto.create.topics.enable": "false", "metrics.listener": f"http://127.0.0.1:{free_port()}"},
+        ).start(60),
+    }
+
+    def loop_cpu(b: Broker) -> float:
+        done, out = threading.Event(), []
+        b._loop.call_soon_threadsafe(lambda: (out.append(time.thread_time()), done.set()))
+        done.wait(10)
+        return out[0]
+
+    per_request: dict[str, list[float]] = {"off": [], "on": []}
+    try:
+        for b in brokers.values():
+            figures.create_topic(b.bootstrap_servers, "bench-small", 1)
+        send = "import sys; sys.path[:0] = {!r}; import figures; figures.small_raw({!r}, 'bench-small', {})"
+        for p in range(args.passes * 2):
+            order = list(brokers.items()) if p % 2 == 0 else list(reversed(brokers.items()))
+            for name, b in order:
+                t0 = loop_cpu(b)
+                subprocess.run([sys.executable, "-c", send.format([REPO, HERE], b.bootstrap_servers, n)], check=True)
+                per_request[name].append((loop_cpu(b) - t0) / n * 1e6)
+                log(f"loopcpu: metrics {name}: {per_request[name][-1]:.1f} µs of loop CPU per request")
+    finally:
+        for b in brokers.values():
+            b.stop(30)
+            b.close()
+    off, on = statistics.median(per_request["off"]), statistics.median(per_request["on"])
+    return {
+        "requests_per_round": n,
+        "rounds": args.passes * 2,
+        "loop_us_per_request_off": off,
+        "loop_us_per_request_on": on,
+        "added_us_per_request": on - off,
+        "ratio": off / on,  # requests per loop CPU-second, on against off
+        "rounds_us": per_request,
+    }
+
+
 # ================================================================== scrape
 
 
@@ -242,7 +298,7 @@ def scrape(args, sc) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="onoff,scrape")
+    ap.add_argument("--only", default="onoff,loopcpu,scrape")
     ap.add_argument("--passes", type=int)
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--produce-partitions", type=int, default=4)
@@ -254,7 +310,7 @@ def main() -> None:
     args.data_dir = args.data_dir or tempfile.mkdtemp(prefix="kesque-bench-metrics-")
     out = {}
     for name in args.only.split(","):
-        out[name] = {"onoff": onoff, "scrape": scrape}[name](args, sc)
+        out[name] = {"onoff": onoff, "loopcpu": loopcpu, "scrape": scrape}[name](args, sc)
         log(json.dumps(out[name], indent=2, default=str))
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "metrics.json"), "w") as f:

@@ -95,7 +95,7 @@ class BrokerTopicStats:
 # the request metric names Kafka gives a Fetch besides "Fetch" (RequestMetrics'
 # CONSUMER_FETCH_METRIC_NAME, FOLLOW_FETCH_METRIC_NAME), keyed below the API keys
 FETCH_CONSUMER, FETCH_FOLLOWER = -1, -2
-FETCH = 1
+PRODUCE, FETCH = 0, 1
 METRIC_NAMES = {FETCH_CONSUMER: "FetchConsumer", FETCH_FOLLOWER: "FetchFollower"}
 
 
@@ -109,11 +109,14 @@ class RequestMetrics:
     a request is one dict lookup, one bisect and two list additions; its count is the sum of
     its buckets, and an API's histogram the sum over its versions, both made at scrape time."""
 
-    __slots__ = ("by_version", "errors")
+    __slots__ = ("by_version", "errors", "produce_none")
 
     def __init__(self):
         self.by_version: dict[tuple[int, int], list] = {}
         self.errors: dict[tuple[int, int], int] = {}
+        # the partitions of Produce responses without an error: the common case, one integer
+        # addition (ErrorsPerSec{request=Produce,error=NONE} at scrape time)
+        self.produce_none = 0
 
     def record(self, api_key: int, version: int, total_ns: int, follower: bool = False) -> None:
         kv = (api_key, version)
@@ -148,7 +151,10 @@ class RequestMetrics:
                 h[0] = [x + y for x, y in zip(h[0], counts)]
                 h[1] += b[-1]
         sums_ms = {k: h[1] / 1e6 for k, h in hist.items()}
-        return requests, dict(self.errors), {k: h[0] for k, h in hist.items()}, sums_ms
+        errors = dict(self.errors)
+        if self.produce_none:
+            errors[(PRODUCE, 0)] = errors.get((PRODUCE, 0), 0) + self.produce_none
+        return requests, errors, {k: h[0] for k, h in hist.items()}, sums_ms
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}

@@ -214,8 +214,8 @@ class ProduceApis:
         if m is not None and not waiting:  # else once the acks are in (_after_acks)
             if failed:
                 self._count_errors(topics_out)
-            else:  # the common case, counted at once: every partition NONE
-                m.error(ApiKeys.PRODUCE, 0, sum(len(parts) for _key, parts in topics_out))
+            else:  # the common case: every partition NONE, one addition
+                m.produce_none += len(topics_out[0][1]) if len(topics_out) == 1 else sum(len(t[1]) for t in topics_out)
         throttle_ms = 0
         quota = self._produce_quota
         if quota.enabled or ctx.start_ns:  # the request's size, as Kafka's produce quota counts it
