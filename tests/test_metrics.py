@@ -75,6 +75,20 @@ def test_a_bad_metrics_listener_names_the_key(bad):
     assert "metrics.listener" in str(e.value)
 
 
+def test_a_busy_metrics_port_stops_the_start_naming_the_key():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        b = Broker(config={"metrics.listener": f"http://127.0.0.1:{port}"})  # `kesque serve`
+        try:
+            with pytest.raises(Exception) as e:
+                b.start(60)
+        finally:
+            b.close()
+    assert "Unable to listen on" in str(e.value) and "metrics.listener" in str(e.value)
+
+
 def test_metrics_listener_is_off_unless_set_and_not_described():
     assert BrokerConfig({}).get("metrics.listener") is None
     assert "metrics.listener" in KAFKA_INTERNAL_BROKER_KEYS

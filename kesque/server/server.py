@@ -421,7 +421,14 @@ class KesqueServer:
             log_cleaner=lambda: self.log_cleaner,
         )
         self.metrics_endpoint = MetricsEndpoint(*self.metrics_address, [BrokerCollector(sources, on_loop(self.loop))])
-        self.metrics_endpoint.start()
+        try:
+            self.metrics_endpoint.start()
+        except OSError as e:
+            self.metrics_endpoint = None
+            raise ConfigError(
+                "metrics.listener",
+                f"Unable to listen on {self.config.get('metrics.listener')} (metrics.listener): {e.strerror or e}",
+            ) from None
 
     async def _join_cluster(self, cluster_id: str | None) -> None:
         """BrokerRegistration, then heartbeats until the controller unfences this broker (it
