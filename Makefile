@@ -17,7 +17,7 @@ JAVA_CLIENTS  := $(KAFKA_DIR)/java/kesque-oracle-clients.jar
 STREAMS_APP   := $(KAFKA_DIR)/streams/kesque-streams-wordcount.jar
 
 help:
-	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data)"
+	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data), Prometheus metrics on http://127.0.0.1:9404/metrics"
 	@echo "make test     - install test dependencies, lint, and run the default test suite with coverage per package"
 	@echo "make lint     - ruff check and ruff format --check (part of make test)"
 	@echo "make format   - apply ruff's safe fixes (import order, pyupgrade) and ruff format"
@@ -49,7 +49,7 @@ install: $(STAMP)
 install-test: $(TSTAMP)
 
 serve: $(STAMP)
-	$(BIN)/kesque serve config/server.properties
+	$(BIN)/kesque serve config/server.properties --override metrics.listener=http://127.0.0.1:9404
 
 kcat:
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null) \

@@ -235,6 +235,8 @@ class Sensor:
         "bound",
         "throttle_ms",
         "throttle_count",
+        "throttle_ms_total",
+        "throttle_count_total",
         "recorded",
         "fast_until",
         "headroom",
@@ -248,6 +250,9 @@ class Sensor:
         self.bound = 0.0
         self.throttle_ms = 0
         self.throttle_count = 0
+        # since the sensor was made (the ones above restart at each report): the metrics' counters
+        self.throttle_ms_total = 0
+        self.throttle_count_total = 0
         self.recorded = 0.0
         # until ``fast_until`` (ms), ``headroom`` more can be recorded without measuring: see
         # ClientQuotaManager.record
@@ -367,6 +372,8 @@ class ClientQuotaManager:
         if ms > 0:
             sensor.throttle_ms += ms
             sensor.throttle_count += 1
+            sensor.throttle_ms_total += ms
+            sensor.throttle_count_total += 1
             log.debug(
                 "Quota %s violated for user=%s client-id=%s: rate %.1f > %s; delay %d ms",
                 self.quota_type,
@@ -390,6 +397,15 @@ class ClientQuotaManager:
         """getMaxValueInQuotaWindow: the most one request may take (fetch max bytes)."""
         bound, _tags = self.quota(user, client_id)
         return math.inf if bound is None else bound * (self.samples - 1) * self.window_ms / 1000
+
+    def rates(self, now_ms: int) -> list[tuple[str, str, float, int, int]]:
+        """(user, client id, rate per second, throttle ms so far, throttles so far) of each
+        entity measured (the metrics endpoint reads them at scrape time)."""
+        out = []
+        for (user, client_id), s in list(self.sensors.items()):
+            s.fold()
+            out.append((user, client_id, s.rate.measure(now_ms), s.throttle_ms_total, s.throttle_count_total))
+        return out
 
     def report(self, now_ms: int) -> list[str]:
         """One line per rate measured since the last report (the broker logs them), and the

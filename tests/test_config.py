@@ -464,6 +464,7 @@ def test_the_documented_differences_are_real_and_few():
         "controller.listener.names",
         "listener.security.protocol.map",
         "cluster.id",
+        "metrics.listener",
         "queued.max.request.bytes",
     }
     for name in DEFAULTS_DIFFERING_FROM_KAFKA:
@@ -472,7 +473,7 @@ def test_the_documented_differences_are_real_and_few():
             assert BROKER_CONFIGS[name].type == KAFKA_BROKER_KEYS[name][0], name
             assert render(BROKER_CONFIGS[name].default) != _kafka_default(name), name
         else:
-            assert name == "cluster.id"
+            assert name in ("cluster.id", "metrics.listener")
 
 
 def test_kafka_4_defaults_that_changed():

@@ -507,6 +507,32 @@ _BROKER_KEYS += [
     _K("sasl.oauthbearer.sub.claim.name", "STRING", "sub", "claim holding the principal"),
     _K("sasl.oauthbearer.scope.claim.name", "STRING", "scope", "claim holding the scope"),
 ]
+
+
+def metrics_listener(name: str, value: str | None) -> tuple[str, int] | None:
+    """``metrics.listener`` (``http://host:port``; empty or unset: no endpoint) -> (host, port)."""
+    if not value:
+        return None
+    m = re.fullmatch(r"http://(\[[0-9a-fA-F:.]+\]|[^:/\[\]\s]*):(\d{1,5})/?", value.strip())
+    if m is None or int(m.group(2)) > 65535:
+        raise ConfigError(
+            name,
+            f"Invalid value {value} for configuration {name}: expected http://host:port (e.g. "
+            "http://127.0.0.1:9404; port 0: any free port)",
+        )
+    return m.group(1).strip("[]"), int(m.group(2))
+
+
+# kesque's own (issue 29; kesque/metrics/): not Kafka's, which exposes JMX instead
+_BROKER_KEYS += [
+    _K(
+        "metrics.listener",
+        "STRING",
+        None,
+        "http://host:port of the Prometheus /metrics endpoint (unset: none)",
+        metrics_listener,
+    ),
+]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 
 # Where kesque's defaults knowingly differ from Kafka 4.0's (every other key has Kafka's
@@ -518,6 +544,8 @@ DEFAULTS_DIFFERING_FROM_KAFKA = {
     "listener.security.protocol.map": "Kafka maps controller listeners to PLAINTEXT when the map is not set; "
     "kesque writes that mapping into the default",
     "cluster.id": "not a Kafka broker config: kesque accepts it to pin the id meta.properties gets",
+    "metrics.listener": "not a Kafka broker config: kesque's Prometheus endpoint (docs/metrics.md), where "
+    "Kafka has JMX",
     "queued.max.request.bytes": "Kafka's -1 (unbounded) lets clients that declare large frames and send slowly "
     "exhaust the machine's memory; kesque bounds it at 256 MiB (docs/compatibility.md)",
 }
@@ -546,6 +574,7 @@ _REJECTED_VALUES = {
 KAFKA_INTERNAL_BROKER_KEYS = frozenset(
     {
         "cluster.id",
+        "metrics.listener",  # kesque's own, not Kafka's: not described either
         "producer.id.expiration.check.interval.ms",
         "unclean.leader.election.interval.ms",
     }

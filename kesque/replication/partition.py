@@ -64,6 +64,10 @@ class ReplicaEnv:
     def hw_moved(self, part: Partition, visible_bytes: int) -> None:
         pass
 
+    def isr_updated(self, kind: str, ok: bool) -> None:
+        """An ISR change ("expand" or "shrink") the controller accepted, or refused (Kafka's
+        AlterPartitionListener: markIsrExpand, markIsrShrink, markFailed)."""
+
 
 _STANDALONE = ReplicaEnv()
 
@@ -322,10 +326,21 @@ class Partition:
     def on_alter_partition_response(self, proposal: AlterPartition, error_code: int, reply) -> bool:
         """The controller's answer; True if the same proposal should be sent again."""
         hw = self.log.high_watermark
+        # accepted as Kafka's handleAlterPartitionUpdate counts it: the leader epoch still ours and
+        # the partition epoch not older (the committed change may have reached the image first)
+        accepted = (
+            not error_code
+            and reply is not None
+            and reply.leader_epoch == self.repl.leader_epoch
+            and reply.partition_epoch >= self.repl.partition_epoch
+        )
         retry, _moved = self.repl.on_alter_partition_response(proposal, error_code, reply, self.rlog, self._settings())
+        if accepted:
+            self.env.isr_updated(proposal.kind, True)
         if not error_code and self.repl.pending is None and reply is not None:
             log.info("%s: ISR updated to %s (partition epoch %d)", self.tp, self.repl.isr, self.repl.partition_epoch)
         elif error_code:
+            self.env.isr_updated(proposal.kind, False)
             log.info(
                 "%s: AlterPartition %s to %s failed: %s",
                 self.tp,

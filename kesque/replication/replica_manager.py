@@ -62,6 +62,9 @@ class ReplicaManager(ReplicaEnv):
         self._leadership_listeners: list = []
         # callables (topic, partition, producer id, commit) told after a transaction marker
         self._marker_listeners: list = []
+        # Kafka's IsrExpandsPerSec, IsrShrinksPerSec and FailedIsrUpdatesPerSec counts (read by
+        # kesque.metrics at scrape time)
+        self.isr_expands = self.isr_shrinks = self.failed_isr_updates = 0
 
     def add_leadership_listener(self, fn) -> None:
         self._leadership_listeners.append(fn)
@@ -93,6 +96,14 @@ class ReplicaManager(ReplicaEnv):
 
     def hw_moved(self, part: Partition, visible_bytes: int) -> None:
         self._notify("hw", (part.topic, part.partition), visible_bytes)
+
+    def isr_updated(self, kind: str, ok: bool) -> None:
+        if not ok:
+            self.failed_isr_updates += 1
+        elif kind == "shrink":
+            self.isr_shrinks += 1
+        else:
+            self.isr_expands += 1
 
     def shrink_isrs(self) -> None:
         """The ISR-expiration task, every replica.lag.time.max.ms / 2."""

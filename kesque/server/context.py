@@ -60,6 +60,9 @@ class RequestContext:
     step_ns: int = 0
     # when the request was parsed, for the request log (kesque/server/request_log.py); 0: off
     log_ns: int = 0
+    # when the frame was parsed, for the request time metric (kesque/metrics/); 0: metrics off
+    recv_ns: int = 0
+    follower: bool = False  # a replica's Fetch (the FetchFollower request metrics, not FetchConsumer)
 
     @property
     def api_version(self) -> int:

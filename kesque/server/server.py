@@ -25,7 +25,7 @@ import uuid
 from .. import quotas as quota_core
 from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
-from ..config.broker import BrokerConfig
+from ..config.broker import BrokerConfig, metrics_listener
 from ..config.types import ConfigError
 from ..controller.controller import FEATURES, supported_features
 from ..coordinator.group.runtime import GroupCoordinator
@@ -36,6 +36,9 @@ from ..errors import ErrorCode, KafkaError
 from ..metadata import records as metadata_records
 from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import RESOURCE_BROKER, Delta, Endpoint, MetadataImage
+from ..metrics.collectors import BrokerCollector, Sources
+from ..metrics.endpoint import MetricsEndpoint, on_loop
+from ..metrics.stats import BrokerTopicStats, RequestMetrics, error_counts
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
@@ -46,6 +49,7 @@ from ..share import enabled as share_groups_enabled
 from ..storage import checkpoint as ck
 from ..storage.log_dir_failure import LogDirFailureChannel
 from ..storage.log_manager import DirLock, LogManager, check_fd_limit
+from ..storage.unified_log import LOG_FLUSH_STATS
 from . import request_log, txn_channels
 from .apis.acls import AclApis
 from .apis.authz import error_response
@@ -100,6 +104,8 @@ log = logging.getLogger(__name__)
 # Kafka's SecurityProtocol ids, as broker registrations carry them
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
+# a handler's result that is no kio message (encoded by hand, or no response at all)
+_ENCODED = frozenset({bytes, bytearray, list, type(NO_RESPONSE)})
 
 
 async def _timed(awaitable, ctx):
@@ -210,6 +216,11 @@ class KesqueServer:
         )
         # the raft node's and the broker lifecycle's jitter (a simulation seeds it)
         self.rng = random.Random()
+        # metrics.listener (kesque/metrics/): the request path's counters are kept only with it
+        self.metrics_address = metrics_listener("metrics.listener", config.get("metrics.listener"))
+        self.topic_stats = BrokerTopicStats() if self.metrics_address else None
+        self.request_metrics = RequestMetrics() if self.metrics_address else None
+        self.metrics_endpoint: MetricsEndpoint | None = None
 
     # ================================================================== lifecycle
     async def start(self) -> None:
@@ -393,10 +404,41 @@ class KesqueServer:
         self._start_log_cleaner()
         self.log_dir_mover.resume()  # moves between log dirs a restart interrupted
         self.socket_server.start_serving()
+        self._start_metrics()
         self.started.set()
         log.info(
             "kesque node %d started in %.0f ms (cluster %s)", self.node_id, (time.monotonic() - t0) * 1000, cluster_id
         )
+
+    def _start_metrics(self) -> None:
+        """metrics.listener: the /metrics endpoint, reading this node's state at scrape time."""
+        if self.metrics_address is None:
+            return
+        sources = Sources(
+            node_id=self.node_id,
+            topic_stats=self.topic_stats,
+            request_metrics=self.request_metrics,
+            image=self.image,
+            replica_manager=self.replica_manager,
+            connections=lambda: [c.listener for c in self.socket_server.connections],
+            raft=self.raft,
+            controller_active=lambda: self.quorum is not None and self.quorum.active,
+            group_coordinator=self.group_coordinator,
+            txn_coordinator=self.txn_coordinator,
+            quotas=self.quotas,
+            now_ms=self._now_ms,
+            flush_stats=LOG_FLUSH_STATS,
+            log_cleaner=lambda: self.log_cleaner,
+        )
+        self.metrics_endpoint = MetricsEndpoint(*self.metrics_address, [BrokerCollector(sources, on_loop(self.loop))])
+        try:
+            self.metrics_endpoint.start()
+        except OSError as e:
+            self.metrics_endpoint = None
+            raise ConfigError(
+                "metrics.listener",
+                f"Unable to listen on {self.config.get('metrics.listener')} (metrics.listener): {e.strerror or e}",
+            ) from None
 
     async def _join_cluster(self, cluster_id: str | None) -> None:
         """BrokerRegistration, then heartbeats until the controller unfences this broker (it
@@ -828,6 +870,8 @@ class KesqueServer:
             except Exception:
                 log.exception("controlled shutdown failed")
         self.stopped = True
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
         if self.heartbeats is not None:
             self.heartbeats.stop()
         if getattr(self, "assignments", None) is not None:
@@ -982,6 +1026,8 @@ class KesqueServer:
                 txn_coordinator=self.txn_coordinator,
                 txn_verifier=self.txn_verifier,
                 throttler=throttler,
+                topic_stats=self.topic_stats,
+                request_metrics=self.request_metrics,
             ),
             TransactionApis(
                 image=image,
@@ -1001,6 +1047,8 @@ class KesqueServer:
                 controller_listener_names=self.controller_listener_names,
                 clock=self.clock,
                 throttler=throttler,
+                topic_stats=self.topic_stats,
+                request_metrics=self.request_metrics,
             ),
             OffsetApis(replica_manager=rm),
             TopicApis(image=image, config=cfg, controllers=router, throttler=throttler),
@@ -1016,7 +1064,12 @@ class KesqueServer:
             QuotaApis(image=image, controllers=router),
             QuorumApis(raft=self.raft, controllers=router),
             ReassignmentApis(controllers=router),
-            GroupApis(image=image, group_coordinator=self.group_coordinator, share_manager=self.share_manager),
+            GroupApis(
+                image=image,
+                group_coordinator=self.group_coordinator,
+                share_manager=self.share_manager,
+                request_metrics=self.request_metrics,
+            ),
             ShareGroupApis(
                 image=image,
                 config=cfg,
@@ -1091,6 +1144,8 @@ class KesqueServer:
             ctx.start_ns = ctx.step_ns = time.perf_counter_ns()
         if REQUEST_LOG.isEnabledFor(logging.DEBUG):
             ctx.log_ns = time.perf_counter_ns()
+        if self.request_metrics is not None:
+            ctx.recv_ns = time.perf_counter_ns()
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
@@ -1155,6 +1210,17 @@ class KesqueServer:
             self._mute(conn, ctx)
         if ctx.log_ns:
             request_log.completed(ctx, conn, ctx.log_ns)
+        if ctx.recv_ns:
+            # Kafka's RequestChannel.updateRequestMetrics: the request, its total time, and the
+            # error codes of a kio response (Produce, Fetch and OffsetCommit, encoded by hand,
+            # count theirs in their handlers)
+            header = ctx.header
+            m = self.request_metrics
+            m.record(header.api_key, header.api_version, time.perf_counter_ns() - ctx.recv_ns, ctx.follower)
+            if result.__class__ not in _ENCODED:
+                counts: dict[int, int] = {}
+                error_counts(result, counts)
+                m.errors_of(header.api_key, counts)
 
     # ================================================================== client quotas
     def _now_ms(self) -> int:

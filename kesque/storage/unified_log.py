@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 import uuid
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from ..config.topic import LogConfig
@@ -48,6 +50,32 @@ from .validator import validate_batch
 log = logging.getLogger(__name__)
 
 _io = maybe_handle_io_exception
+
+
+class LogFlushStats:
+    """Kafka's LogFlushStats (``kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs``): the
+    time of each flush that had records to sync, as counts per bucket of ``BUCKETS_MS`` (and one
+    past the last) and their sum, for the metrics endpoint. Flushes run on the event loop and in
+    the checkpoint thread: a lock (never on the request path)."""
+
+    BUCKETS_MS = (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0)
+
+    def __init__(self):
+        self.buckets = [0] * (len(self.BUCKETS_MS) + 1)
+        self.sum_ms = 0.0
+        self._lock = threading.Lock()
+
+    def record(self, ms: float) -> None:
+        with self._lock:
+            self.buckets[bisect_left(self.BUCKETS_MS, ms)] += 1  # le: the first bound >= ms
+            self.sum_ms += ms
+
+    def snapshot(self) -> tuple[list[int], float]:
+        with self._lock:
+            return list(self.buckets), self.sum_ms
+
+
+LOG_FLUSH_STATS = LogFlushStats()  # one per process, as Kafka's
 
 
 @dataclass(slots=True)
@@ -608,7 +636,13 @@ class UnifiedLog:
     def flush(self, up_to: int | None = None) -> None:
         """fsync the log up to ``up_to`` (the log end by default) and advance the recovery
         point (:meth:`LocalLog.flush <kesque.storage.local_log.LocalLog.flush>`)."""
-        self.local_log.flush(self.log_end_offset if up_to is None else up_to)
+        target = self.log_end_offset if up_to is None else up_to
+        if target > self.local_log.recovery_point:
+            t0 = time.perf_counter()
+            self.local_log.flush(target)
+            LOG_FLUSH_STATS.record((time.perf_counter() - t0) * 1000)
+        else:
+            self.local_log.flush(target)
         self.unflushed_messages = 0
 
     @_io("closing the log")

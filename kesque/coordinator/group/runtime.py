@@ -67,6 +67,18 @@ class GroupCoordinator(CoordinatorRuntime):
                 out.append(row)
         return out
 
+    def committed_offsets(self) -> list[tuple[str, str, int, int]]:
+        """(group id, topic, partition, offset) of every committed offset of the groups this
+        broker coordinates (the metrics endpoint's consumer lag, read at scrape time)."""
+        out = []
+        for p, shard in list(self.shards.items()):
+            view = self._read(p, shard)
+            if view is None:
+                continue
+            for group, offsets in view.offsets.items():
+                out.extend((group, topic, partition, om.offset) for (topic, partition), om in offsets.items())
+        return out
+
     # ------------------------------------------------------------------ periodic
     def expire_offsets(self) -> None:
         for shard in list(self.shards.values()):

@@ -80,9 +80,22 @@ def _is_metadata_fetch(req) -> bool:
 class FetchApis:
     APIS = (Api(ApiKeys.FETCH, MIN_VERSION, MAX_VERSION, "fetch"),)
 
-    def __init__(self, *, image, replica_manager, config, raft, controller_listener_names, clock, throttler):
+    def __init__(
+        self,
+        *,
+        image,
+        replica_manager,
+        config,
+        raft,
+        controller_listener_names,
+        clock,
+        throttler,
+        topic_stats=None,
+        request_metrics=None,
+    ):
         """``raft``: the RaftManager that answers the controllers' Fetch of the metadata log on
-        the controller listeners (``controller_listener_names``)."""
+        the controller listeners (``controller_listener_names``). ``topic_stats``,
+        ``request_metrics``: kesque.metrics' counters (None: metrics off)."""
         self.image = image
         self.replica_manager = replica_manager
         self.config = config
@@ -93,6 +106,8 @@ class FetchApis:
         self._throttle = throttler.throttle
         self._fetch_quota = throttler.quotas.fetch
         self.sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
+        self.topic_stats = topic_stats
+        self.request_metrics = request_metrics
 
     async def _raft_fetch(self, ctx, req):
         resp = await self.raft.handle_request(ApiKeys.FETCH, ctx.api_version, req)
@@ -105,6 +120,7 @@ class FetchApis:
         rs = getattr(req, "replica_state", None)
         if rs is not None and v >= 15:
             replica_id = rs.replica_id
+        ctx.follower = replica_id >= 0
         if self.raft is not None and ctx.listener in self.controller_listener_names:
             # ControllerApis.handleFetch: every Fetch on a controller listener needs CLUSTER_ACTION,
             # a consumer's too (kesque's broker answers the ones that pass and are not raft's)
@@ -395,7 +411,18 @@ class FetchApis:
         by_topic: dict = {}
         for key, pr in out:
             by_topic.setdefault(key, []).append(pr)
+        if self.topic_stats is not None:
+            self.topic_stats.replication_bytes_out += sum(pr.records_size for _key, pr in out)
+        if self.request_metrics is not None:
+            self._count_errors(0, [pr for _key, pr in out])
         return encode_fetch_response(v, 0, 0, list(by_topic.items()))
+
+    def _count_errors(self, top: int, parts) -> None:
+        """Kafka's FetchResponse.errorCounts: the top-level error and each partition's."""
+        counts = {top: 1}
+        for pr in parts:
+            counts[pr.error_code] = counts.get(pr.error_code, 0) + 1
+        self.request_metrics.errors_of(ApiKeys.FETCH, counts)
 
     def _answer(self, ctx, v, items, session, incremental: bool, isolation: int, total: int):
         """The response, unless the client is over its fetch or request quota: then, as
@@ -408,6 +435,8 @@ class FetchApis:
                 if session is not None and not incremental:  # a full fetch opens no session when throttled
                     self.sessions.remove(session.id)
                     session = None
+                if self.request_metrics is not None:
+                    self._count_errors(0, ())
                 return encode_fetch_response(v, 0, session.id if session is not None else 0, [], ctx.throttle_ms)
         return self._respond(v, items, session, incremental, isolation)
 
@@ -415,6 +444,7 @@ class FetchApis:
     def _respond(self, v, items: list[_Item], session, incremental: bool, isolation: int):
         by_topic: dict = {}
         order = []
+        stats = self.topic_stats
         for it in items:
             res = it.result
             if res is not None:
@@ -456,13 +486,19 @@ class FetchApis:
                         pr.last_stable_offset,
                         pr.log_start_offset,
                     )
+            if stats is not None and it.topic is not None:
+                stats.fetched(it.topic, pr.records_size, pr.error_code != 0)
             topic_key = it.topic_id if v >= 13 else it.topic
             if topic_key not in by_topic:
                 by_topic[topic_key] = []
                 order.append(topic_key)
             by_topic[topic_key].append(pr)
         topics = [(k, by_topic[k]) for k in order]
+        if self.request_metrics is not None:
+            self._count_errors(0, [pr for k in order for pr in by_topic[k]])
         return encode_fetch_response(v, 0, session.id if session is not None else 0, topics)
 
     def _error_response(self, v, code, session_id):
+        if self.request_metrics is not None:
+            self._count_errors(int(code), ())
         return encode_fetch_response(v, int(code), session_id, [])

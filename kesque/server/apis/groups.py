@@ -142,12 +142,14 @@ class GroupApis:
         Api(ApiKeys.CONSUMER_GROUP_DESCRIBE, 0, 1, "consumer_group_describe"),
     )
 
-    def __init__(self, *, image, group_coordinator, share_manager):
+    def __init__(self, *, image, group_coordinator, share_manager, request_metrics=None):
         """``share_manager``: the SharePartitionManager, whose share-partition state goes with a
-        deleted share group (None when share groups are off)."""
+        deleted share group (None when share groups are off). ``request_metrics``: kesque.metrics'
+        counters, for the error codes of the OffsetCommit responses encoded here (None: off)."""
         self.image = image
         self.gc = group_coordinator
         self.share_manager = share_manager
+        self.request_metrics = request_metrics
 
     def _host(self, ctx) -> str:
         return "/" + ctx.client_host
@@ -380,6 +382,12 @@ class GroupApis:
                 if code is None:
                     code = group_error if group_error is not None else results.get((name, part), ErrorCode.none)
                 by_topic.setdefault(key, []).append((part, code))
+            if self.request_metrics is not None:
+                counts: dict = {}
+                for parts in by_topic.values():
+                    for _part, code in parts:
+                        counts[int(code)] = counts.get(int(code), 0) + 1
+                self.request_metrics.errors_of(ApiKeys.OFFSET_COMMIT, counts)
             return encode_offset_commit_response(v, list(by_topic.items()))
 
         return self._when_committed(req.group_id, respond(group_error), respond)

@@ -40,7 +40,20 @@ class ProduceApis:
 
     APIS = (Api(ApiKeys.PRODUCE, MIN_VERSION, MAX_VERSION, "produce", raw=True, refused_below=MIN_USABLE_VERSION),)
 
-    def __init__(self, *, image, replica_manager, config, node_id: int, txn_coordinator, txn_verifier, throttler):
+    def __init__(
+        self,
+        *,
+        image,
+        replica_manager,
+        config,
+        node_id: int,
+        txn_coordinator,
+        txn_verifier,
+        throttler,
+        topic_stats=None,
+        request_metrics=None,
+    ):
+        """``topic_stats``, ``request_metrics``: kesque.metrics' counters (None: metrics off)."""
         self.image = image
         self.replica_manager = replica_manager
         self.config = config
@@ -51,6 +64,8 @@ class ProduceApis:
         self._throttle = throttler.throttle
         self._produce_quota = throttler.quotas.produce
         self._appending: dict = {}  # connection -> asyncio.Future set once that request has appended
+        self.topic_stats = topic_stats
+        self.request_metrics = request_metrics
 
     def produce(self, ctx, body):
         conn = ctx.connection
@@ -112,6 +127,7 @@ class ProduceApis:
         authorizer = ctx.authorizer  # None: no authorizer, everything is allowed
         topics_out = []
         failed = False
+        stats = self.topic_stats
         waiting: dict = {}  # acks=all: (topic, partition) -> the offset the HW must pass, and its response
         # KafkaApis.handleProduceRequest: transactional records (markers included) without a
         # transactional id fail the whole request
@@ -170,24 +186,36 @@ class ProduceApis:
                         r.base_offset = info.first_offset
                         r.log_append_time = info.log_append_time
                         r.log_start_offset = info.log_start_offset
+                        if stats is not None:
+                            stats.produced(name, len(p.records), info.num_records)
                     except RecordValidationError as e:
                         # KIP-467: the batch is refused; the client learns which records failed
                         r.error_code = int(e.code)
                         r.error_message = e.message
                         r.record_errors = e.record_errors
                         r.log_start_offset = self._log_start_offset(name, p.index)
+                        if stats is not None:
+                            stats.produce_failed(name, len(p.records), True)
                     except KafkaError as e:
                         # as Kafka, no message: only record validation errors (above) carry one
                         # (ReplicaManager's hasCustomErrorMessage); it goes to the debug log
                         r.error_code = int(e.code)
                         log.debug("Produce to %s-%d failed: %s", name, p.index, e.message)
                         self._current_leader(r, name, p.index)
+                        if stats is not None:
+                            stats.produce_failed(name, len(p.records), False)
                 if r.error_code:
                     failed = True
                     if r.error_code not in (ErrorCode.unknown_topic_or_partition,):
                         log.debug("Produce to %s-%d failed: %s %s", name, p.index, r.error_code, r.error_message)
                 parts_out.append(r)
             topics_out.append((key, parts_out))
+        m = self.request_metrics
+        if m is not None and not waiting:  # else once the acks are in (_after_acks)
+            if failed:
+                self._count_errors(topics_out)
+            else:  # the common case: every partition NONE, one addition
+                m.produce_none += len(topics_out[0][1]) if len(topics_out) == 1 else sum(len(t[1]) for t in topics_out)
         throttle_ms = 0
         quota = self._produce_quota
         if quota.enabled or ctx.start_ns:  # the request's size, as Kafka's produce quota counts it
@@ -199,6 +227,14 @@ class ProduceApis:
         if waiting:
             return self._after_acks(v, topics_out, throttle_ms, waiting, req.timeout_ms)
         return encode_produce_response(v, topics_out, throttle_ms)
+
+    def _count_errors(self, topics_out) -> None:
+        """The partitions' error codes in the request metrics (Kafka's ProduceResponse.errorCounts)."""
+        counts: dict[int, int] = {}
+        for _key, parts in topics_out:
+            for r in parts:
+                counts[r.error_code] = counts.get(r.error_code, 0) + 1
+        self.request_metrics.errors_of(ApiKeys.PRODUCE, counts)
 
     async def _after_acks(self, v, topics_out, throttle_ms: int, waiting: dict, timeout_ms: int):
         """Kafka's DelayedProduce: answered once every acks=all append is below the high
@@ -212,6 +248,8 @@ class ProduceApis:
                 self._current_leader(r, *tp)
                 if code == ErrorCode.request_timed_out:
                     log.debug("Produce to %s-%d timed out waiting for the ISR", *tp)
+        if self.request_metrics is not None:
+            self._count_errors(topics_out)
         return encode_produce_response(v, topics_out, throttle_ms)
 
     def _current_leader(self, r: PartitionResponse, topic: str, partition: int) -> None:

@@ -1,0 +1,186 @@
+"""The counters the request path keeps: plain integers in dicts, incremented on the event loop,
+never locked (the endpoint copies them on the loop before it formats them: see
+:mod:`kesque.metrics.endpoint`).
+
+Kafka keeps the same facts in Yammer meters and histograms (``BrokerTopicStats``,
+``RequestMetrics``); a meter's one-, five- and fifteen-minute rates are what Prometheus computes
+from a counter with ``rate()``, so only the counts are kept here. The request time histogram keeps
+one count per bucket (``TOTAL_TIME_BUCKETS_MS``, Prometheus' ``le`` bounds) and a sum: one bisect
+and two additions per request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from bisect import bisect_left
+
+# the upper bounds (ms) of the request total time histogram's buckets (+Inf follows), and in ns
+# (what the request path compares: no float arithmetic per request)
+TOTAL_TIME_BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
+TOTAL_TIME_BUCKETS_NS = tuple(int(ms * 1_000_000) for ms in TOTAL_TIME_BUCKETS_MS)
+
+# per-topic counters (BrokerTopicStats' meters kesque keeps), by index in a topic's list
+BYTES_IN, MESSAGES_IN, BYTES_OUT, BYTES_REJECTED, TOTAL_PRODUCE, FAILED_PRODUCE, TOTAL_FETCH, FAILED_FETCH = range(8)
+# Kafka's meter names (kafka.server:type=BrokerTopicMetrics,name=<name>PerSec), in that order
+TOPIC_METERS = (
+    "BytesIn",
+    "MessagesIn",
+    "BytesOut",
+    "BytesRejected",
+    "TotalProduceRequests",
+    "FailedProduceRequests",
+    "TotalFetchRequests",
+    "FailedFetchRequests",
+)
+
+
+class BrokerTopicStats:
+    """Kafka's BrokerTopicStats: bytes and messages in, bytes out, produce and fetch requests per
+    topic. The all-topics meters are the sums at scrape time plus what deleted topics left behind
+    (``retire``), so the request path increments one list per partition."""
+
+    __slots__ = ("topics", "retired", "replication_bytes_out")
+
+    def __init__(self):
+        self.topics: dict[str, list[int]] = {}
+        self.retired = [0] * len(TOPIC_METERS)  # the counts of topics no longer reported
+        self.replication_bytes_out = 0
+
+    def topic(self, name: str) -> list[int]:
+        c = self.topics.get(name)
+        if c is None:
+            c = self.topics[name] = [0] * len(TOPIC_METERS)
+        return c
+
+    def produced(self, topic: str, nbytes: int, records: int) -> None:
+        """A partition's records appended as leader (ReplicaManager.appendToLocalLog's marks)."""
+        c = self.topics.get(topic) or self.topic(topic)
+        c[BYTES_IN] += nbytes
+        c[MESSAGES_IN] += records
+        c[TOTAL_PRODUCE] += 1
+
+    def produce_failed(self, topic: str, nbytes: int, rejected: bool) -> None:
+        """A partition's append refused (``rejected``: its records were invalid: BytesRejected)."""
+        c = self.topics.get(topic) or self.topic(topic)
+        c[TOTAL_PRODUCE] += 1
+        c[FAILED_PRODUCE] += 1
+        if rejected:
+            c[BYTES_REJECTED] += nbytes
+
+    def fetched(self, topic: str, nbytes: int, failed: bool) -> None:
+        """A consumer's fetch of one partition: the bytes its response carries (BytesOut)."""
+        c = self.topics.get(topic) or self.topic(topic)
+        c[TOTAL_FETCH] += 1
+        c[BYTES_OUT] += nbytes
+        if failed:
+            c[FAILED_FETCH] += 1
+
+    def retire(self, keep) -> None:
+        """Forget the topics not in ``keep`` (deleted ones, as Kafka removes their metrics); their
+        counts stay in the all-topics totals."""
+        for name in [t for t in self.topics if t not in keep]:
+            for i, n in enumerate(self.topics.pop(name)):
+                self.retired[i] += n
+
+    def snapshot(self) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...], int]:
+        """A copy (taken on the event loop): per topic, the all-topics totals, replication bytes out."""
+        topics = {t: tuple(c) for t, c in self.topics.items()}
+        totals = [*self.retired]
+        for c in topics.values():
+            for i, n in enumerate(c):
+                totals[i] += n
+        return topics, tuple(totals), self.replication_bytes_out
+
+
+# the request metric names Kafka gives a Fetch besides "Fetch" (RequestMetrics'
+# CONSUMER_FETCH_METRIC_NAME, FOLLOW_FETCH_METRIC_NAME), keyed below the API keys
+FETCH_CONSUMER, FETCH_FOLLOWER = -1, -2
+PRODUCE, FETCH = 0, 1
+METRIC_NAMES = {FETCH_CONSUMER: "FetchConsumer", FETCH_FOLLOWER: "FetchFollower"}
+
+
+class RequestMetrics:
+    """Kafka's RequestMetrics: requests per API and version, errors per API and code, and the
+    total time per API (from the frame's arrival to its response queued on the connection) as a
+    histogram. Keyed by API key (and FETCH_CONSUMER / FETCH_FOLLOWER, which a Fetch counts in
+    too, as Kafka's); the names are looked up at scrape time.
+
+    One list per (API, version) holds the time buckets' counts and, last, the sum of the times (ns):
+    a request is one dict lookup, one bisect and two list additions; its count is the sum of
+    its buckets, and an API's histogram the sum over its versions, both made at scrape time."""
+
+    __slots__ = ("by_version", "errors", "produce_none")
+
+    def __init__(self):
+        self.by_version: dict[tuple[int, int], list] = {}
+        self.errors: dict[tuple[int, int], int] = {}
+        # the partitions of Produce responses without an error: the common case, one integer
+        # addition (ErrorsPerSec{request=Produce,error=NONE} at scrape time)
+        self.produce_none = 0
+
+    def record(self, api_key: int, version: int, total_ns: int, follower: bool = False) -> None:
+        kv = (api_key, version)
+        b = self.by_version.get(kv)
+        if b is None:
+            b = self.by_version[kv] = [0] * (len(TOTAL_TIME_BUCKETS_NS) + 2)
+        b[bisect_left(TOTAL_TIME_BUCKETS_NS, total_ns)] += 1
+        b[-1] += total_ns
+        if api_key == FETCH:
+            self.record(FETCH_FOLLOWER if follower else FETCH_CONSUMER, version, total_ns)
+
+    def error(self, api_key: int, code: int, count: int = 1) -> None:
+        key = (api_key, code)
+        e = self.errors
+        e[key] = e.get(key, 0) + count
+
+    def errors_of(self, api_key: int, counts: dict[int, int]) -> None:
+        for code, n in counts.items():
+            self.error(api_key, code, n)
+
+    def snapshot(self):
+        """(requests per (API, version), errors per (API, code), per API: the bucket counts and
+        the sum of the times)."""
+        requests, hist = {}, {}
+        for (key, version), b in list(self.by_version.items()):
+            counts = b[:-1]
+            requests[(key, version)] = sum(counts)
+            h = hist.get(key)
+            if h is None:
+                hist[key] = [counts, b[-1]]
+            else:
+                h[0] = [x + y for x, y in zip(h[0], counts)]
+                h[1] += b[-1]
+        sums_ms = {k: h[1] / 1e6 for k, h in hist.items()}
+        errors = dict(self.errors)
+        if self.produce_none:
+            errors[(PRODUCE, 0)] = errors.get((PRODUCE, 0), 0) + self.produce_none
+        return requests, errors, {k: h[0] for k, h in hist.items()}, sums_ms
+
+
+_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[str, bool], ...]:
+    """A kio message class's fields worth walking: (name, is the error code)."""
+    f = _FIELDS.get(cls)
+    if f is None:
+        f = _FIELDS[cls] = tuple(
+            (fd.name, fd.name == "error_code") for fd in dataclasses.fields(cls) if not fd.name.startswith("_")
+        )
+    return f
+
+
+def error_counts(obj, out: dict[int, int]) -> None:
+    """Every ``error_code`` of a kio response, top level and nested (Kafka's
+    ``AbstractResponse.errorCounts``: a response's error per partition, topic or group), added to
+    ``out`` (code -> count)."""
+    for name, is_code in _fields(type(obj)):
+        v = getattr(obj, name)
+        if is_code:
+            code = int(v)
+            out[code] = out.get(code, 0) + 1
+        elif isinstance(v, tuple) and v and dataclasses.is_dataclass(v[0]):
+            for item in v:
+                error_counts(item, out)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            error_counts(v, out)

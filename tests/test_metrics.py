@@ -1,0 +1,453 @@
+"""Prometheus metrics (issue 29): ``metrics.listener`` serves /metrics with the JMX exporter's
+names for Kafka's MBeans (docs/metrics.md), and the values match what was done: bytes and
+messages in and out, requests and errors per API, log sizes and end offsets, consumer lag, and
+under-replicated partitions on a leader while a follower's process is stopped (issue test 1)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from types import SimpleNamespace as NS
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+from kesque.config.broker import KAFKA_INTERNAL_BROKER_KEYS, BrokerConfig
+from kesque.config.types import ConfigError
+from kesque.metrics.collectors import BrokerCollector, Sources
+from kesque.metrics.stats import TOTAL_TIME_BUCKETS_MS, BrokerTopicStats, RequestMetrics, error_counts
+from kesque.testing.broker import Broker
+from kesque.testing.cluster import Cluster
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    """(sample name, labels) -> value, parsed with prometheus-client's own text parser."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples: dict, name: str, **labels) -> float | None:
+    return samples.get((name, frozenset((k, str(v)) for k, v in labels.items())))
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# ======================================================================== config and cores
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1:9404", "https://127.0.0.1:9404", "http://127.0.0.1", "http://h:70000"])
+def test_a_bad_metrics_listener_names_the_key(bad):
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({"metrics.listener": bad})
+    assert e.value.name == "metrics.listener"
+    assert "metrics.listener" in str(e.value)
+
+
+def test_a_busy_metrics_port_stops_the_start_naming_the_key():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        b = Broker(config={"metrics.listener": f"http://127.0.0.1:{port}"})  # `kesque serve`
+        try:
+            with pytest.raises(Exception) as e:
+                b.start(60)
+        finally:
+            b.close()
+    assert "Unable to listen on" in str(e.value) and "metrics.listener" in str(e.value)
+
+
+def test_metrics_listener_is_off_unless_set_and_not_described():
+    assert BrokerConfig({}).get("metrics.listener") is None
+    assert "metrics.listener" in KAFKA_INTERNAL_BROKER_KEYS
+
+
+def test_request_time_histogram_buckets_and_fetch_names():
+    m = RequestMetrics()
+    ms = 1_000_000  # the request path gives ns
+    m.record(0, 9, 200_000)
+    m.record(0, 9, ms // 2)  # le="0.5" holds it
+    m.record(0, 10, 7 * ms)
+    m.record(0, 10, 10**9 * ms)
+    m.record(1, 16, 3 * ms, follower=True)
+    requests, _errors, buckets, sums = m.snapshot()
+    assert requests == {(0, 9): 2, (0, 10): 2, (1, 16): 1, (-2, 16): 1}
+    assert buckets[0][0] == 2 and buckets[0][TOTAL_TIME_BUCKETS_MS.index(10.0)] == 1 and buckets[0][-1] == 1
+    assert sums[0] == pytest.approx(0.2 + 0.5 + 7.0 + 1e9)
+    fam = {f.name: f for f in BrokerCollector(_sources(request_metrics=m)).collect()}
+    hist = fam["kafka_network_requestmetrics_totaltimems"]
+    produce = {s.labels.get("le"): s.value for s in hist.samples if s.labels["request"] == "Produce"}
+    assert produce["0.5"] == 2 and produce["10.0"] == 3 and produce["+Inf"] == 4
+    names = {s.labels["request"] for s in fam["kafka_network_requestmetrics_requests"].samples}
+    assert names == {"Produce", "Fetch", "FetchFollower"}
+
+
+def test_error_counts_walk_a_kio_response():
+    topic = MetadataResponseTopic  # an error code per topic, nested in the response
+    resp = MetadataResponse(
+        throttle_time=datetime.timedelta(0),
+        brokers=(),
+        cluster_id=None,
+        controller_id=1,
+        topics=tuple(
+            topic(
+                error_code=code, name=n, topic_id=None, is_internal=False, partitions=(), topic_authorized_operations=0
+            )
+            for code, n in ((0, "a"), (3, "b"), (3, "c"))
+        ),
+    )
+    counts = {}
+    error_counts(resp, counts)
+    assert counts == {0: 1, 3: 2}
+
+
+def test_deleted_topics_leave_the_per_topic_series_but_not_the_totals():
+    stats = BrokerTopicStats()
+    stats.produced("a", 100, 2)
+    stats.produced("b", 50, 1)
+    stats.retire({"b"})
+    per_topic, totals, _ = stats.snapshot()
+    assert set(per_topic) == {"b"} and totals[0] == 150 and totals[1] == 3
+
+
+def test_partitions_are_copied_in_chunks_one_loop_turn_each():
+    def part(i: int):
+        log = NS(
+            config=NS(min_insync_replicas=2),
+            size_in_bytes=lambda: 100,
+            log_start_offset=0,
+            log_end_offset=10,
+            high_watermark=7,
+            local_log=NS(segments=[1]),
+        )
+        return NS(log=log, repl=NS(is_leader=i % 2 == 0, replicas=[1, 2, 3], isr=[1, 2] if i == 0 else [1, 2, 3]))
+
+    sources = _sources()
+    sources.replica_manager.partitions = {("wide", i): part(i) for i in range(2500)}
+    turns = []
+    collector = BrokerCollector(sources, lambda fn: turns.append(fn) or fn())
+    fams = {f.name: f for f in collector.collect()}
+    assert len(turns) == 1 + 3  # the rest, then 1,000 + 1,000 + 500 partitions
+    assert len(fams["kafka_log_log_size"].samples) == 2500
+    assert fams["kafka_server_replicamanager_leadercount"].samples[0].value == 1250
+    assert fams["kafka_server_replicamanager_underreplicatedpartitions"].samples[0].value == 1  # partition 0
+    assert fams["kafka_server_replicamanager_atminisrpartitioncount"].samples[0].value == 1
+
+
+def _sources(**kw) -> Sources:
+    class Image:
+        topics_by_id: dict = {}
+        brokers: dict = {}
+        offset = -1
+
+    class RM:
+        partitions: dict = {}
+        offline_partitions: set = set()
+        isr_shrinks = isr_expands = failed_isr_updates = 0
+
+    return Sources(
+        **{
+            "node_id": 1,
+            "topic_stats": BrokerTopicStats(),
+            "request_metrics": RequestMetrics(),
+            "image": Image(),
+            "replica_manager": RM(),
+            **kw,
+        }
+    )
+
+
+# ======================================================================== one broker
+
+
+@pytest.fixture(scope="module")
+def broker():
+    port = free_port()
+    config = {"metrics.listener": f"http://127.0.0.1:{port}", "log.cleaner.backoff.ms": "300"}
+    with Broker(mode="thread", config=config) as b:
+        b.metrics_port = port
+        yield b
+
+
+def test_bytes_messages_requests_log_size_and_lag(broker):
+    topic, n, size = "metered", 40, 300
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, bytes([i]) * size, partition=0)
+    assert p.flush(20) == 0
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "metered-g", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    deadline = time.monotonic() + 20
+    while got < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got += 1
+    assert got == n
+    c.commit(offsets=[TopicPartition(topic, 0, 15)], asynchronous=False)
+    c.close()
+
+    s = scrape(broker.metrics_port)
+    bytes_in = value(s, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic)
+    # the batches are stored as they came: the log holds exactly the bytes counted in
+    assert bytes_in == value(s, "kafka_log_log_size", topic=topic, partition=0) > n * size
+    assert value(s, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == n
+    assert value(s, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic) == bytes_in  # read once
+    assert value(s, "kafka_server_brokertopicmetrics_bytesin_total") >= bytes_in  # all topics
+    assert value(s, "kafka_log_log_logendoffset", topic=topic, partition=0) == n
+    assert value(s, "kafka_consumergroup_current_offset", consumergroup="metered-g", topic=topic, partition=0) == 15
+    assert value(s, "kafka_consumergroup_lag", consumergroup="metered-g", topic=topic, partition=0) == n - 15
+    produce_requests = sum(
+        v
+        for (name, labels), v in s.items()
+        if name == "kafka_network_requestmetrics_requests_total" and ("request", "Produce") in labels
+    )
+    assert produce_requests >= 1
+    assert value(s, "kafka_network_requestmetrics_totaltimems_count", request="Produce") == produce_requests
+    assert value(s, "kafka_network_requestmetrics_errors_total", request="Produce", error="NONE") >= 1
+    assert value(s, "kafka_network_requestmetrics_errors_total", request="OffsetCommit", error="NONE") >= 1
+    assert value(s, "kafka_server_replicamanager_leadercount") >= 1
+    assert value(s, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert value(s, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert value(s, "kafka_server_raftmetrics_current_state", current_state="leader") == 1
+
+
+def test_an_error_is_counted_by_its_kafka_name(broker):
+    # the client lets it go (its own limit raised); the broker refuses it: MESSAGE_TOO_LARGE
+    p = Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "message.max.bytes": 5_000_000, "message.timeout.ms": 5000}
+    )
+    reports = []
+    p.produce("metered-too-big", b"x" * 2_000_000, on_delivery=lambda err, _m: reports.append(err))
+    p.flush(10)
+    assert reports and reports[0] is not None
+    s = scrape(broker.metrics_port)
+    assert value(s, "kafka_network_requestmetrics_errors_total", request="Produce", error="MESSAGE_TOO_LARGE") >= 1
+    assert value(s, "kafka_server_brokertopicmetrics_failedproducerequests_total", topic="metered-too-big") >= 1
+    assert value(s, "kafka_server_brokertopicmetrics_bytesin_total", topic="metered-too-big") == 0
+
+
+def test_connections_per_listener(broker):
+    def plaintext_connections() -> float:
+        s = scrape(broker.metrics_port)
+        labels = {"listener": "PLAINTEXT", "networkProcessor": 0}
+        return value(s, "kafka_server_socket_server_metrics_connection_count", **labels) or 0
+
+    before = plaintext_connections()
+    with socket.create_connection(("127.0.0.1", broker.port)), socket.create_connection(("127.0.0.1", broker.port)):
+        wait_for(lambda: plaintext_connections() >= before + 2, 10, "two more connections")
+    wait_for(lambda: plaintext_connections() == before, 10, "the two closed")
+
+
+def test_quota_rates_and_throttling_per_entity(broker):
+    r = subprocess.run(
+        [sys.executable, "-m", "kesque", "configs", "--bootstrap-server", broker.bootstrap_servers, "--alter"]
+        + ["--entity-type", "clients", "--entity-name", "slowpoke", "--add-config", "producer_byte_rate=1000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    time.sleep(0.5)  # the quota reaches the broker's image with the next committed metadata
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "client.id": "slowpoke", "linger.ms": 20})
+    for _ in range(100):
+        p.produce("metered-quota", b"q" * 1000)
+    assert p.flush(30) == 0
+
+    def slowpoke(name: str) -> float:
+        return sum(
+            v
+            for (n, labels), v in scrape(broker.metrics_port).items()
+            if n == name and ("clientId", "slowpoke") in labels and ("resource", "Produce") in labels
+        )
+
+    assert slowpoke("kesque_server_quota_throttles_total") >= 1
+    assert slowpoke("kesque_server_quota_throttle_time_ms_total") > 0
+    assert slowpoke("kafka_server_quota_byte_rate") > 0
+
+
+def test_log_flush_time(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic("metered-flushed", 1, 1, config={"flush.messages": "1"})])["metered-flushed"].result(
+        20
+    )
+    before = value(scrape(broker.metrics_port), "kafka_log_logflushstats_logflushrateandtimems_count") or 0
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for i in range(5):
+        p.produce("metered-flushed", b"%d" % i, partition=0)
+        p.flush(10)  # one batch, one flush, each
+    s = scrape(broker.metrics_port)
+    assert value(s, "kafka_log_logflushstats_logflushrateandtimems_count") >= before + 5
+    assert value(s, "kafka_log_logflushstats_logflushrateandtimems_bucket", le="+Inf") == value(
+        s, "kafka_log_logflushstats_logflushrateandtimems_count"
+    )
+
+
+def test_log_cleaner_gauges(broker):
+    topic = "metered-compacted"
+    config = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(20)
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i in range(60):
+        p.produce(topic, b"v%d" % i, key=b"k%d" % (i % 3), partition=0)
+    assert p.flush(10) == 0
+    time.sleep(0.2)
+    p.produce(topic, b"roll", key=b"k0", partition=0)  # past segment.ms: the dirty segment rolls
+    assert p.flush(10) == 0
+    s = wait_for(
+        lambda: (
+            (s := scrape(broker.metrics_port))
+            and (value(s, "kafka_log_logcleaner_cleaner_recopy_percent") or 0) > 0
+            and s
+        ),
+        20,
+        "a cleaning",
+    )
+    assert value(s, "kafka_log_logcleaner_max_clean_time_secs") > 0
+    assert 0 < value(s, "kafka_log_logcleaner_cleaner_recopy_percent") < 100  # 3 keys of 60 records kept
+
+
+def test_transactions_and_groups_per_state(broker):
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "metered-txn"})
+    p.init_transactions(20)
+    p.begin_transaction()
+    p.produce("metered-txn-topic", b"t", partition=0)
+    p.commit_transaction(20)
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "metered-txn-g"})
+    c.commit(offsets=[TopicPartition("metered-txn-topic", 0, 1)], asynchronous=False)
+    c.close()
+    s = scrape(broker.metrics_port)
+    assert value(s, "kesque_transaction_coordinator_transactions", state="COMPLETE_COMMIT") >= 1
+    assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="classic") >= 1
+    assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="share") is not None
+
+
+def test_bad_scrapes_get_a_4xx_and_the_broker_is_unaffected(broker):
+    with socket.create_connection(("127.0.0.1", broker.metrics_port), timeout=5) as sock:
+        sock.sendall(b"NONSENSE\r\n\r\n")
+        assert b" 400 " in sock.recv(1000).split(b"\r\n")[0] + b" "
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics?" + "x" * 70_000, timeout=5)
+    assert 400 <= e.value.code < 500
+    assert scrape(broker.metrics_port)  # still serving, and so is the broker:
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    p.produce("metered-after", b"v")
+    assert p.flush(10) == 0
+
+
+def test_the_grafana_dashboard_queries_only_what_a_broker_exposes(broker):
+    """docs/grafana/kesque.json parses, and every metric name its panels query is in a live scrape."""
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    p.produce("dashboard", b"v", partition=0)
+    assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "dashboard-g"})
+    c.commit(offsets=[TopicPartition("dashboard", 0, 0)], asynchronous=False)  # a group: its lag series
+    c.close()
+    dash = json.loads((ROOT / "docs" / "grafana" / "kesque.json").read_text())
+    exprs = [t["expr"] for panel in dash["panels"] for t in panel.get("targets", [])]
+    assert len(exprs) >= 8
+    names = {m for e in exprs for m in re.findall(r"\b((?:kafka|kesque|process)_[a-z0-9_]+)", e)}
+    exposed = {name for name, _labels in scrape(broker.metrics_port)}
+    assert names and names <= exposed, sorted(names - exposed)
+
+
+def test_no_listener_no_endpoint_no_counting():
+    with Broker(mode="thread") as b:
+        assert b._server.metrics_endpoint is None and b._server.request_metrics is None
+
+
+# ======================================================================== a cluster (issue test 1)
+
+
+def test_a_stopped_follower_raises_under_replicated_partitions_on_the_leader(tmp_path):
+    config = {
+        "controller.quorum.election.timeout.ms": "300",
+        "controller.quorum.fetch.timeout.ms": "600",
+        "controller.quorum.request.timeout.ms": "500",
+        "broker.heartbeat.interval.ms": "300",
+        "broker.session.timeout.ms": "8000",
+        "replica.lag.time.max.ms": "1500",
+        "replica.fetch.backoff.ms": "200",
+    }
+    c = Cluster(nodes=3, data_dir=str(tmp_path), config=config, host="127.0.0.1")
+    ports = {}
+    for node_id, b in c.nodes.items():  # an endpoint of its own for each node
+        ports[node_id] = free_port()
+        b.config["metrics.listener"] = f"http://127.0.0.1:{ports[node_id]}"
+    with c:
+        try:
+            topic = "urp"
+            admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+            admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2, 3]])])[topic].result(20)
+            isr_full = lambda: value(  # noqa: E731
+                scrape(ports[1]), "kafka_cluster_partition_insyncreplicascount", topic=topic, partition=0
+            )
+            wait_for(lambda: isr_full() == 3, 20, "an ISR of 3")
+            p = Producer({"bootstrap.servers": c.bootstrap_servers, "acks": "all"})
+            for i in range(20):
+                p.produce(topic, b"%03d" % i, partition=0)
+            assert p.flush(20) == 0
+            s = scrape(ports[1])
+            # bytes in on the leader are the bytes its log holds; followers count none as "in"
+            assert value(s, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) == value(
+                s, "kafka_log_log_size", topic=topic, partition=0
+            )
+            assert value(s, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 20
+            assert value(scrape(ports[2]), "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) is None
+            raft_leader = int(value(s, "kafka_server_raftmetrics_current_leader"))
+            follower = 3 if raft_leader != 3 else 2  # stopping the active controller would stall the ISR change
+            before = value(s, "kafka_server_replicamanager_isrshrinks_total")
+            urp = lambda: value(scrape(ports[1]), "kafka_server_replicamanager_underreplicatedpartitions")  # noqa: E731
+            assert urp() == 0
+            c.node(follower).process.send_signal(signal.SIGSTOP)
+            try:
+                # a follower is out of sync once the leader's log end has moved past it for
+                # replica.lag.time.max.ms (Kafka's rule): records go on, acknowledged by the leader
+                p1 = Producer({"bootstrap.servers": c.node(1).bootstrap_servers, "acks": "1"})
+                p1.produce(topic, b"while-stopped", partition=0)
+                assert p1.flush(10) == 0
+                wait_for(lambda: urp() >= 1, 20, "under-replicated partitions on the leader")
+                s = scrape(ports[1])
+                assert value(s, "kafka_cluster_partition_underreplicated", topic=topic, partition=0) == 1
+                assert value(s, "kafka_server_replicamanager_isrshrinks_total") > before
+            finally:
+                c.node(follower).process.send_signal(signal.SIGCONT)
+            wait_for(lambda: urp() == 0, 20, "the follower back in the ISR")
+            assert value(scrape(ports[1]), "kafka_server_replicamanager_isrexpands_total") >= 1
+        finally:
+            for b in c.nodes.values():  # the last node's controlled shutdown would wait for a lost quorum
+                if b.process is not None:
+                    b.kill()
