@@ -35,7 +35,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # files not listed come after these.
 HEAVY_FIRST = (
     "test_spark.py",
+    "test_sim_real_sweep.py",
     "test_sim_real.py",
+    "test_sim_real_sweep_quorum.py",
     "test_oracle_cli.py",
     "test_reassign_partitions.py",
     "test_compaction.py",
