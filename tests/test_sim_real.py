@@ -368,3 +368,16 @@ def test_a_log_that_keeps_writing_after_an_io_error_is_caught():
             assert "after its log dir" in str(e) and "--bug keep_writing_after_io_error" in str(e)
             return
     pytest.fail("no invariant caught keep_writing_after_io_error in 20 seeds")
+
+
+def test_a_run_leaves_no_descriptor_open():
+    """A killed node's files stay open while the run goes on (its process is dead, its objects
+    never run again); once the run ends, its descriptors are closed as the kernel would close a
+    dead process's. Before, each seed left 20-70 behind, and a worker that swept a hundred seeds
+    failed later tests with select()'s "filedescriptor out of range"."""
+    import os
+
+    before = len(os.listdir("/proc/self/fd"))
+    run("real_acks_all_short", 0)
+    run("real_power_loss_short", 1)
+    assert len(os.listdir("/proc/self/fd")) == before

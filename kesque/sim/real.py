@@ -182,6 +182,26 @@ class SimNode:
             self.cluster.power_lost.add(self.node_id)
 
 
+def _close_descriptors_under(root: str) -> None:
+    """Close this process's descriptors of files under ``root``: what the kernel does when the
+    simulated nodes' processes exit. A killed node's segment files stay open (its objects never
+    run again, so nothing closes them); without this, every run of a sweep left 20-70
+    descriptors behind, and a test process that ran a hundred seeds went past select()'s 1024."""
+    prefix = os.path.realpath(root) + os.sep
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:  # no /proc: the descriptors stay until the process exits
+        return
+    for name in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith(prefix):
+            with contextlib.suppress(OSError):
+                os.close(int(name))
+
+
 class WireClient:
     """A Kafka client on the simulated network: requests to node ids with the broker's Channel."""
 
@@ -399,6 +419,7 @@ class RealCluster:
             node.kill()
         with contextlib.suppress(Exception):
             self.loop.close()
+        _close_descriptors_under(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
 
     # -- the nodes ---------------------------------------------------------------------------------
