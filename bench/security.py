@@ -211,15 +211,7 @@ def sasl(args, sc) -> dict:
     _, config = sasl_listener("SCRAM-SHA-512", SCRAM_JAAS)
     b = start_broker("sasl", args.data_dir, config)
     try:
-        r = subprocess.run(
-            [sys.executable, "-m", "kesque", "configs", "--bootstrap-server", b.bootstrap_servers, "--alter"]
-            + ["--entity-type", "users", "--entity-name", "bench", "--add-config", "SCRAM-SHA-512=[password=bench]"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=REPO,
-        )
-        assert r.returncode == 0, r.stderr
+        add_scram_user(b.bootstrap_servers)
         listeners = {
             "PLAINTEXT": (b.bootstrap_servers, None),
             "SASL_PLAINTEXT": (
