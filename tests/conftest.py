@@ -51,6 +51,26 @@ HEAVY_FIRST = (
 )
 
 
+# The Python processes that tests start run without hypothesis (tests/subprocess_site/sitecustomize.py
+# says why): set in each process that runs tests (an xdist worker, or pytest without workers), not in
+# xdist's controller, whose workers import hypothesis themselves.
+SUBPROCESS_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "subprocess_site")
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (SUBPROCESS_SITE, os.environ.get("PYTHONPATH"))))
+
+
+def without_subprocess_site(env: dict) -> dict:
+    """``env`` for a child that runs pytest itself (and so needs hypothesis)."""
+    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != SUBPROCESS_SITE]
+    return {
+        **{k: v for k, v in env.items() if k != "PYTHONPATH"},
+        **({"PYTHONPATH": os.pathsep.join(path)} if path else {}),
+    }
+
+
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     tests_in = collections.Counter(item.path for item in items)
