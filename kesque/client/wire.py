@@ -79,6 +79,16 @@ def make(cls, **kw):
     return cls(**args)
 
 
+# kio resolves a schema by its dotted name on every call (tens of microseconds): once per version
+_response_class = cache(load_response_schema)
+
+
+@cache
+def _request_module(api_key: int, version: int):
+    """kio.schema.<api>.v<N>: the module of a request version, its request and response both."""
+    return importlib.import_module(load_request_schema(api_key, version).__module__.rsplit(".", 1)[0])
+
+
 @cache
 def _kio_versions(api_key: int) -> tuple[int, ...]:
     out = []
@@ -205,7 +215,7 @@ class Connection:
         size = _I32.unpack(self._recv_exact(4))[0]
         frame = self._recv_exact(size)
         self.awaiting = False
-        resp_cls = load_response_schema(api_key, version)
+        resp_cls = _response_class(api_key, version)
         rh_cls = resp_cls.__header_schema__
         if api_key == ApiKeys.API_VERSIONS:  # ApiVersions responses always carry header v0
             rh_cls = ResponseHeaderV0
@@ -257,9 +267,7 @@ class Connection:
         version = self.version_for(api_key, max_version)
         if version is None:
             raise WireError(f"the broker does not support API {api_key}")
-        cls = load_request_schema(api_key, version)
-        mod = importlib.import_module(cls.__module__.rsplit(".", 1)[0])  # kio.schema.<api>.v<N>
-        return version, build(mod, version)
+        return version, build(_request_module(api_key, version), version)
 
     def request(self, api_key: int, build, max_version: int | None = None, reader=None) -> object:
         """``build(module_of_version, version) -> request object``; returns the response,

@@ -63,6 +63,7 @@ import importlib
 import logging
 import uuid
 from dataclasses import dataclass, field
+from functools import cache
 
 from kio.schema.assign_replicas_to_dirs.v0 import request as assign_rq
 from kio.schema.assign_replicas_to_dirs.v0 import response as assign_rs
@@ -648,12 +649,17 @@ _API = {
 }
 
 
+@cache
+def _kio_module(api: str, version: int, kind: str):
+    return importlib.import_module(f"kio.schema.{api}.v{version}.{kind}")
+
+
 def to_kio(msg, version: int):
     """The kio body of one of this module's four messages at ``version``."""
     api, kind = _API[type(msg)]
     if version not in VERSIONS[api]:
         raise KafkaError(ErrorCode.unsupported_version, f"{api} v{version} is not served")
-    mod = importlib.import_module(f"kio.schema.{api}.v{version}.{kind}")
+    mod = _kio_module(api, version, kind)
     if isinstance(msg, RegistrationRequest):
         return _new(
             mod.BrokerRegistrationRequest,

@@ -17,6 +17,7 @@ import dataclasses
 import datetime
 import importlib
 import uuid
+from functools import cache
 
 from kio.schema.errors import ErrorCode
 
@@ -55,6 +56,7 @@ class UnsupportedVersion(ValueError):
     pass
 
 
+@cache  # import_module and its f-string on every raft message cost 2% of a simulated run
 def _module(api: str, version: int, kind: str):
     if version not in VERSIONS[api]:
         raise UnsupportedVersion(

@@ -28,6 +28,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from ...controller.replication_control import AlterPartitionRequest
 from ...errors import ErrorCode, KafkaError
@@ -39,6 +40,7 @@ VERSIONS = range(2, 4)
 LATEST = 3
 
 
+@cache
 def _mod(version: int, kind: str):
     return importlib.import_module(f"kio.schema.alter_partition.v{version}.{kind}")
 
