@@ -35,6 +35,7 @@ _MODULES = (
     "leader_election",
     "reassign_partitions",
     "acls",
+    "client_metrics",
 )
 
 
@@ -120,6 +121,10 @@ def kafka_dump_log() -> None:
 
 def kafka_get_offsets() -> None:
     _exit(_console("get_offsets"))
+
+
+def kafka_client_metrics() -> None:
+    _exit(_console("client_metrics"))
 
 
 def kafka_delete_records() -> None:

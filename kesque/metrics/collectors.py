@@ -35,6 +35,7 @@ from .stats import (
     BrokerTopicStats,
     RequestMetrics,
 )
+from .telemetry import client_families
 
 # raft node states as Kafka's raft-metrics current-state names them
 RAFT_STATES = {
@@ -66,6 +67,7 @@ class Sources:
     now_ms: Callable[[], int] = lambda: int(time.monotonic() * 1000)  # the quotas' clock
     flush_stats: object | None = None  # kesque.storage.unified_log.LogFlushStats
     log_cleaner: Callable[[], object | None] = lambda: None  # its CleanerManager holds Kafka's gauges
+    client_telemetry: object | None = None  # kesque.metrics.telemetry.ClientTelemetry: pushed client metrics
     extra: list = field(default_factory=list)  # more snapshot callables (name, fn)
 
 
@@ -153,6 +155,8 @@ class BrokerCollector(Collector):
                     ("Request", s.quotas.request),
                 )
             }
+        if s.client_telemetry is not None:
+            snap["clients"] = s.client_telemetry.snapshot()
         for name, fn in s.extra:
             snap[name] = fn()
         snap["loop_seconds"] = time.perf_counter() - t0
@@ -193,6 +197,8 @@ class BrokerCollector(Collector):
         yield from self._quota_families(snap.get("quotas"))
         if "cleaner" in snap:
             yield from self._cleaner_families(*snap["cleaner"])
+        if snap.get("clients"):
+            yield from client_families(snap["clients"])
         if "flush" in snap:
             bounds, counts, total = snap["flush"]
             yield _histogram(

@@ -39,6 +39,7 @@ from ..metadata.image import RESOURCE_BROKER, Delta, Endpoint, MetadataImage
 from ..metrics.collectors import BrokerCollector, Sources
 from ..metrics.endpoint import MetricsEndpoint, on_loop
 from ..metrics.stats import BrokerTopicStats, RequestMetrics, error_counts
+from ..metrics.telemetry import ClientTelemetry
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
@@ -68,6 +69,7 @@ from .apis.sasl import SaslApis
 from .apis.scram import ScramApis
 from .apis.share import ShareGroupApis
 from .apis.share_state import ShareStateApis
+from .apis.telemetry import TelemetryApis
 from .apis.topics import TopicApis
 from .apis.transactions import TransactionApis
 from .assignments import AssignmentsManager
@@ -221,6 +223,7 @@ class KesqueServer:
         self.topic_stats = BrokerTopicStats() if self.metrics_address else None
         self.request_metrics = RequestMetrics() if self.metrics_address else None
         self.metrics_endpoint: MetricsEndpoint | None = None
+        self.client_telemetry: ClientTelemetry | None = None  # made with the image (start)
 
     # ================================================================== lifecycle
     async def start(self) -> None:
@@ -271,6 +274,13 @@ class KesqueServer:
         cluster_id = self.log_manager.prepare_dirs()
         os.makedirs(meta_dir, exist_ok=True)
         self.image = MetadataImage()
+        # KIP-714: the clients' pushed metrics, shown at /metrics (kesque/metrics/telemetry.py);
+        # telemetry.max.bytes is Kafka's key, read as its file sets it
+        self.client_telemetry = (
+            ClientTelemetry(self.image, int(cfg.raw.get("telemetry.max.bytes") or 1048576))
+            if self.metrics_address
+            else None
+        )
         self.image.cluster_id = cluster_id
         self._start_quorum(meta_dir, cluster_id)
         if not self.voters:
@@ -429,6 +439,7 @@ class KesqueServer:
             now_ms=self._now_ms,
             flush_stats=LOG_FLUSH_STATS,
             log_cleaner=lambda: self.log_cleaner,
+            client_telemetry=self.client_telemetry,
         )
         self.metrics_endpoint = MetricsEndpoint(*self.metrics_address, [BrokerCollector(sources, on_loop(self.loop))])
         try:
@@ -1084,6 +1095,7 @@ class KesqueServer:
             AclApis(authorizer=self.authorizer, controllers=router),
             SaslApis(),
             ScramApis(image=image, controllers=router),
+            TelemetryApis(image=image, telemetry=self.client_telemetry),
         )
         for h in handlers:
             bind(h, cfg, self.apis, self.controller_apis)
