@@ -23,7 +23,7 @@ from ..protocol.api_keys import ApiKeys
 from ..utils import java_string_hash
 from .plumbing.admin_client import Retry, WireAdmin, admin_properties
 from .plumbing.errors import JavaError, TerseException, kafka_error
-from .plumbing.javautil import java_hash_order
+from .plumbing.javautil import java_hash_order, log4j_stamp
 from .plumbing.jopt import check_invalid, print_usage_and_exit, usage_or_version
 
 NAME = "client-metrics"
@@ -207,6 +207,9 @@ def run(a) -> int:
         return 1
     except JavaError as e:
         print(f"Error while executing client metrics command : {e.message}")
+        sys.stdout.flush()
+        # and LOG.error(Utils.stackTrace(e)): its first line (the frames and the logger's name follow in Kafka's)
+        print(f"[{log4j_stamp()}] ERROR {e}", file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001 - Kafka's tool prints any failure this way
         print(f"Error while executing client metrics command : {e}")

@@ -219,7 +219,8 @@ class ConfigApis:
                     m(
                         "DescribeConfigsResult",
                         error_code=ErrorCode.none,
-                        error_message=None,
+                        # Kafka 4.4 answers a client metrics resource with an empty message
+                        error_message="" if r.resource_type == RESOURCE_CLIENT_METRICS else None,
                         resource_type=r.resource_type,
                         resource_name=r.resource_name,
                         configs=tuple(configs),

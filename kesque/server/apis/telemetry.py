@@ -22,12 +22,28 @@ from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
 from ...security.acl import AclOperation, ResourceType
+from ...utils import java_string_hash
 from ..context import CLUSTER_NAME
 
 # ListConfigResources: v0 lists client metrics subscriptions only; v1 (Kafka 4.1) any of these,
 # all of them when the request names none
 _V0_TYPES = (RESOURCE_CLIENT_METRICS,)
 _V1_TYPES = (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP)
+
+
+def concurrent_hash_map_order(names: list[str]) -> list[str]:
+    """The iteration order of a java.util.concurrent.ConcurrentHashMap whose keys were put in
+    ``names`` order (Kafka keeps the subscriptions in one): by bin of the table (16, doubled
+    once three quarters full), then insertion order."""
+    n = 16
+    while len(names) >= n - (n >> 2):
+        n *= 2
+
+    def bin_of(name: str) -> int:
+        h = java_string_hash(name) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (n - 1)
+
+    return [name for _, name in sorted(enumerate(names), key=lambda e: (bin_of(e[1]), e[0]))]
 
 
 class TelemetryApis:
@@ -105,11 +121,8 @@ class TelemetryApis:
         if RESOURCE_GROUP in asked:
             out += [(name, RESOURCE_GROUP) for (t, name), cfg in image.configs.items() if t == RESOURCE_GROUP and cfg]
         if RESOURCE_CLIENT_METRICS in asked:
-            out += [
-                (name, RESOURCE_CLIENT_METRICS)
-                for (t, name), cfg in image.configs.items()
-                if t == RESOURCE_CLIENT_METRICS and cfg
-            ]
+            names = [name for (t, name), cfg in image.configs.items() if t == RESOURCE_CLIENT_METRICS and cfg]
+            out += [(name, RESOURCE_CLIENT_METRICS) for name in concurrent_hash_map_order(names)]
         brokers = [str(b.id) for b in image.live_brokers()]
         if RESOURCE_BROKER_LOGGER in asked:
             out += [(b, RESOURCE_BROKER_LOGGER) for b in brokers]
