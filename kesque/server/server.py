@@ -543,6 +543,7 @@ class KesqueServer:
             quota=rm.quotas.follower,
             ssl_context=self.tls.inter_broker,
             sasl=self.sasl_inter_broker,
+            topic_stats=self.topic_stats,
         )
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
@@ -1169,6 +1170,8 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
+        if ctx.recv_ns:
+            ctx.local_ns = time.perf_counter_ns()
         if result is not NO_RESPONSE and inspect.isawaitable(result):
             if ctx.start_ns:  # a delayed answer's request time: the handler's steps, not its waits
                 ctx.busy_ns = time.perf_counter_ns() - ctx.step_ns
@@ -1193,6 +1196,8 @@ class KesqueServer:
         header = ctx.header
         try:
             result = await awaitable
+            if ctx.recv_ns:
+                ctx.remote_ns = time.perf_counter_ns()
         except AuthorizerNotReady as e:
             result = self._not_ready(conn, ctx, request, e)
             if result is None:
@@ -1228,7 +1233,17 @@ class KesqueServer:
             # count theirs in their handlers)
             header = ctx.header
             m = self.request_metrics
-            m.record(header.api_key, header.api_version, time.perf_counter_ns() - ctx.recv_ns, ctx.follower)
+            now = time.perf_counter_ns()
+            recv, local, remote = ctx.recv_ns, ctx.local_ns or now, ctx.remote_ns
+            m.record(header.api_key, header.api_version, now - recv, ctx.follower)
+            m.record_phases(
+                header.api_key,
+                max(recv - conn.read_ns, 0) if conn.read_ns else 0,
+                local - recv,
+                remote - local if remote else 0,
+                now - (remote or local),
+                ctx.follower,
+            )
             if result.__class__ not in _ENCODED:
                 counts: dict[int, int] = {}
                 error_counts(result, counts)
@@ -1245,7 +1260,10 @@ class KesqueServer:
         conn.mute_until(self.loop.time() + ctx.throttle_ms / 1000.0)
 
     def _on_accept(self, conn) -> None:
-        """A connection of a SASL listener authenticates before its requests reach the handlers."""
+        """A connection of a SASL listener authenticates before its requests reach the handlers;
+        with metrics, each connection notes when it reads (its requests' queue time)."""
+        if self.request_metrics is not None:
+            conn.timed = True
         sasl = self.sasl_listeners.get(conn.listener)
         if sasl is not None:
             cfg = self.config
