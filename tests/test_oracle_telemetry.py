@@ -44,14 +44,25 @@ STEPS = [
     ("list-after", "--list"),
     ("no-name", "--alter --metrics x"),
     ("two-actions", "--list --describe"),
+    # kafka-configs.sh's view of the same resources
+    (
+        "configs-alter",
+        "configs: --alter --entity-type client-metrics --entity-name sub-d --add-config metrics=org.,interval.ms=500",
+    ),
+    ("configs-describe", "configs: --describe --entity-type client-metrics --entity-name sub-d"),
+    ("configs-describe-all", "configs: --describe --entity-type client-metrics"),
+    ("configs-delete", "configs: --alter --entity-type client-metrics --entity-name sub-d --delete-config interval.ms"),
+    ("configs-bad", "configs: --alter --entity-type client-metrics --entity-name sub-d --add-config interval.ms=5"),
 ]
 
 
 def argv(tool: str, bootstrap: str, args: str) -> list[str]:
+    name, _, args = args.rpartition(": ")
+    name = name or "client-metrics"
     rest = ["--bootstrap-server", bootstrap, *shlex.split(args)]
     if tool == "j":
-        return K.java_command(K.TOOLS["kafka-client-metrics.sh"], rest)
-    return [sys.executable, "-m", "kesque", "client-metrics", *rest]
+        return K.java_command(K.TOOLS[f"kafka-{name}.sh"], rest)
+    return [sys.executable, "-m", "kesque", name, *rest]
 
 
 def run_steps(tool: str, broker) -> dict[str, tuple[int, str, str]]:
@@ -60,7 +71,7 @@ def run_steps(tool: str, broker) -> dict[str, tuple[int, str, str]]:
         r = subprocess.run(argv(tool, broker.bootstrap_servers, args), capture_output=True, text=True, timeout=120)
         # usage errors print jopt's option table, whose layout the tools' own tests compare
         err = r.stderr.splitlines()[0] if r.stderr.strip() else ""
-        err = re.sub(r"^\[[-\d :,]+\] ", "[<time>] ", err)
+        err = re.sub(r"^\[[-\d :,]+\] ", "[<time>] ", err).replace(broker.bootstrap_servers, "<bs>")
         out[step] = (r.returncode, r.stdout, err)
     return out
 
