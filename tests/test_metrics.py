@@ -102,7 +102,12 @@ def test_request_time_histogram_buckets_and_fetch_names():
     m.record(0, 10, 7 * ms)
     m.record(0, 10, 10**9 * ms)
     m.record(1, 16, 3 * ms, follower=True)
-    requests, _errors, buckets, sums = m.snapshot()
+    m.record_phases(1, 100, 2 * ms, 500 * ms, 3 * ms, follower=True)
+    requests, _errors, buckets, sums, phases = m.snapshot()
+    queue, queue_sum = phases[(1, "RequestQueueTimeMs")]
+    assert queue[0] == 1 and queue_sum == pytest.approx(100 / 1e6)
+    remote, remote_sum = phases[(-2, "RemoteTimeMs")]  # FetchFollower's too
+    assert remote[TOTAL_TIME_BUCKETS_MS.index(500.0)] == 1 and remote_sum == 500.0
     assert requests == {(0, 9): 2, (0, 10): 2, (1, 16): 1, (-2, 16): 1}
     assert buckets[0][0] == 2 and buckets[0][TOTAL_TIME_BUCKETS_MS.index(10.0)] == 1 and buckets[0][-1] == 1
     assert sums[0] == pytest.approx(0.2 + 0.5 + 7.0 + 1e9)
@@ -138,7 +143,7 @@ def test_deleted_topics_leave_the_per_topic_series_but_not_the_totals():
     stats.produced("a", 100, 2)
     stats.produced("b", 50, 1)
     stats.retire({"b"})
-    per_topic, totals, _ = stats.snapshot()
+    per_topic, totals, _out, _in = stats.snapshot()
     assert set(per_topic) == {"b"} and totals[0] == 150 and totals[1] == 3
 
 
@@ -236,6 +241,21 @@ def test_bytes_messages_requests_log_size_and_lag(broker):
     )
     assert produce_requests >= 1
     assert value(s, "kafka_network_requestmetrics_totaltimems_count", request="Produce") == produce_requests
+    # the total split as Kafka's RequestChannel splits it: each phase counts every request
+    for phase in ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems"):
+        assert value(s, f"kafka_network_requestmetrics_{phase}_count", request="Produce") == produce_requests
+    fetches = value(s, "kafka_network_requestmetrics_localtimems_count", request="FetchConsumer")
+    assert fetches == value(s, "kafka_network_requestmetrics_totaltimems_count", request="FetchConsumer") >= 1
+    # a consumer's Fetch that found nothing waited (fetch.wait.max.ms): remote time, not local
+    assert value(s, "kafka_network_requestmetrics_remotetimems_sum", request="FetchConsumer") > value(
+        s, "kafka_network_requestmetrics_localtimems_sum", request="FetchConsumer"
+    )
+    # the metadata quorum's leader commits its own records: a commit latency (ms, last minute)
+    assert (
+        value(s, "kafka_server_raftmetrics_commit_latency_max")
+        >= value(s, "kafka_server_raftmetrics_commit_latency_avg")
+        >= 0
+    )
     assert value(s, "kafka_network_requestmetrics_errors_total", request="Produce", error="NONE") >= 1
     assert value(s, "kafka_network_requestmetrics_errors_total", request="OffsetCommit", error="NONE") >= 1
     assert value(s, "kafka_server_replicamanager_leadercount") >= 1
@@ -427,6 +447,11 @@ def test_a_stopped_follower_raises_under_replicated_partitions_on_the_leader(tmp
             )
             assert value(s, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 20
             assert value(scrape(ports[2]), "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) is None
+            # what the followers appended is their ReplicationBytesIn, the leader's ReplicationBytesOut
+            repl_in = lambda n: value(scrape(ports[n]), "kafka_server_brokertopicmetrics_replicationbytesin_total")  # noqa: E731
+            wait_for(lambda: repl_in(2) >= value(s, "kafka_log_log_size", topic=topic, partition=0), 20, "bytes in")
+            assert value(s, "kafka_server_brokertopicmetrics_replicationbytesout_total") > 0
+            assert repl_in(1) == 0
             raft_leader = int(value(s, "kafka_server_raftmetrics_current_leader"))
             follower = 3 if raft_leader != 3 else 2  # stopping the active controller would stall the ISR change
             before = value(s, "kafka_server_replicamanager_isrshrinks_total")

@@ -339,6 +339,20 @@ def test_high_watermark_is_the_majority_durable_end_and_waits_for_the_leaders_ow
     assert [r.offset for r in n.committed] == list(range(6))
 
 
+def test_commit_latency_is_the_leaders_append_to_its_commit_over_the_last_minute():
+    n = elect(Node())
+    n.tick(CFG.append_linger_ms)
+    fetch(n, 2, n.log.end_offset(), n.state.epoch)  # the LeaderChange record commits (the node's own: not timed)
+    assert all(x != x for x in n.raft.commit_latency(n.now))  # NaN, as Kafka's without a sample
+    n.raft.append(["a"], n.now)
+    n.tick(CFG.append_linger_ms + 20)
+    fetch(n, 2, n.log.end_offset(), n.state.epoch)  # node 2 has it: committed 20 ms after the linger
+    avg, top = n.raft.commit_latency(n.now)
+    assert top == CFG.append_linger_ms + 20 and 0 <= avg <= top
+    later = n.now + 60_001
+    assert all(x != x for x in n.raft.commit_latency(later))  # NaN: nothing committed in the last minute
+
+
 def test_deliberate_bug_commits_an_older_epoch_alone():
     log = fill(MemoryRaftLog(), 1, 1, 1)
     n = Node(log=log, knobs=Knobs(commit_without_own_epoch=True))

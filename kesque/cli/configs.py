@@ -67,7 +67,7 @@ SOURCE_NAMES = {
     4: "STATIC_BROKER_CONFIG",
     5: "DEFAULT_CONFIG",
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
-    7: "CLIENT_METRICS_CONFIG",
+    7: "DYNAMIC_CLIENT_METRICS_CONFIG",  # the Admin client's ConfigEntry.ConfigSource name
     8: "GROUP_CONFIG",
 }
 _DYNAMIC_SOURCE = {TOPIC: 1, BROKER: 2, CLIENT_METRICS: 7, GROUP: 8}
@@ -382,6 +382,13 @@ def describe(a) -> None:
         elif etype == GROUP:  # as ConfigCommand: the consumer groups there are
             groups = admin.list_consumer_groups(request_timeout=admin_client.TIMEOUT).result(admin_client.TIMEOUT)
             entities = [g.group_id for g in groups.valid]
+        elif etype == CLIENT_METRICS:  # as ConfigCommand: listConfigResources(CLIENT_METRICS)
+            with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+                resp = conn.request(
+                    ApiKeys.LIST_CONFIG_RESOURCES,
+                    lambda mod, v: make(mod.request.ListConfigResourcesRequest, resource_types=(16,)),
+                )
+            entities = [r.resource_name for r in resp.config_resources]
         else:
             entities = []
     for entity in entities:
@@ -424,10 +431,11 @@ def alter(a) -> None:
     if rtype is None:
         rtype = {BROKER_LOGGER: "BROKER_LOGGER", GROUP: "GROUP"}.get(etype)
         rtype = getattr(ResourceType, rtype or "UNKNOWN", ResourceType.UNKNOWN)
-    if name == "" or etype in (TOPIC, GROUP):
+    if name == "" or etype in (TOPIC, GROUP, CLIENT_METRICS):
         # confluent-kafka refuses a ConfigResource with an empty name (the cluster-wide broker
         # defaults), and sends a topic's or group's to "the controller" of its metadata, possibly a
-        # broker that just died (see admin_client.any_broker_request): these go to any broker over the wire
+        # broker that just died (see admin_client.any_broker_request), and has no CLIENT_METRICS
+        # resource type: these go to any broker over the wire
         _incremental_alter_wire(a, _RESOURCE[etype], name, to_add, to_delete)
     else:
         ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in to_add.items()]

@@ -50,6 +50,7 @@ from .plumbing.javautil import (
     tp_str,
 )
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.progress import bar
 from .plumbing.run import ToolExit
 
 NAME = "consumer-groups"
@@ -1222,23 +1223,35 @@ def reset_offsets(svc: GroupService, a) -> dict[str, dict[tuple[str, int], int]]
     descriptions = svc.describe(groups)
     result: dict[str, dict[tuple[str, int], int]] = {}
     dry_run = a.dry_run or not a.execute
-    for gid in java_hashmap_order(list(descriptions)):
-        state = descriptions[gid].state
-        if state in ("Empty", "Dead"):
-            partitions = _partitions_to_reset(svc, a, gid)
-            prepared = _prepare(svc, a, gid, partitions)
-            if not dry_run:
-                try:
-                    svc.alter_offsets(gid, prepared)
-                except JavaError as e:
-                    raise JavaError("java.lang.RuntimeException", execution(e)) from None
-            result[gid] = prepared
-        else:
-            print_error(
-                f"Assignments can only be reset if the group '{gid}' is inactive, but the current state is {state}."
-            )
-            result[gid] = {}
+    # many groups take a while: a bar on a terminal (issue 29), nothing when captured
+    progress = bar(len(descriptions), "Resetting offsets", "group") if len(descriptions) > 1 else None
+    try:
+        for gid in java_hashmap_order(list(descriptions)):
+            _reset_group(svc, a, gid, descriptions[gid].state, dry_run, result)
+            if progress is not None:
+                progress.update(1)
+    finally:
+        if progress is not None:
+            progress.close()
     return {g: result[g] for g in java_hashmap_order(list(result))}
+
+
+def _reset_group(svc: GroupService, a, gid: str, state: str, dry_run: bool, result: dict) -> None:
+    """One group's reset (its plan in ``result``): an active group is refused with Kafka's message."""
+    if state in ("Empty", "Dead"):
+        partitions = _partitions_to_reset(svc, a, gid)
+        prepared = _prepare(svc, a, gid, partitions)
+        if not dry_run:
+            try:
+                svc.alter_offsets(gid, prepared)
+            except JavaError as e:
+                raise JavaError("java.lang.RuntimeException", execution(e)) from None
+        result[gid] = prepared
+    else:
+        print_error(
+            f"Assignments can only be reset if the group '{gid}' is inactive, but the current state is {state}."
+        )
+        result[gid] = {}
 
 
 def wrapped(fn, *args, **kw):

@@ -24,6 +24,7 @@ from ..client.consumer import EARLIEST, LATEST, WireConsumer
 from .plumbing.admin_client import check_reachable
 from .plumbing.javautil import java_simple_date, load_props
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.progress import bar, shown
 from .plumbing.run import interrupted_status
 from .producer_perf import jf
 
@@ -201,12 +202,17 @@ def run(a) -> int:
     nbytes = 0
     last_bytes = last_msgs = 0
     last_report = last_consumed = now = start_ms
+    # a bar on a terminal (issue 29); with --show-detailed-stats only when those lines go elsewhere
+    quiet = not a.show_detailed_stats
+    progress = bar(a.messages, "Consuming", "record", quiet=quiet, unit_scale=True) if shown(quiet) else None
     try:
         while messages < a.messages and now - last_consumed <= a.timeout:
             batch = source.poll(0.1)
             now = _now()
             if batch:
                 last_consumed = now
+                if progress is not None:
+                    progress.update(len(batch))
             for key, value in batch:
                 messages += 1
                 if key is not None:
@@ -227,6 +233,8 @@ def run(a) -> int:
     else:
         status = 0
     finally:
+        if progress is not None:
+            progress.close()
         source.close()
     if messages < a.messages:
         print(

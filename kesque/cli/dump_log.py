@@ -43,6 +43,7 @@ from ..records.records import iter_records
 from ..storage import checkpoint as ck
 from .plumbing.javautil import kafka_uuid
 from .plumbing.jopt import print_usage_and_exit, usage_or_version
+from .plumbing.progress import bar
 
 NAME = "dump-log"
 SCRIPT = "kafka-dump-log.sh"
@@ -518,6 +519,15 @@ class Dumper:
         file_size = len(data)
         if self.a.max_bytes < len(data):
             data = data[: self.a.max_bytes]
+        progress = bar(len(data), name, "B", quiet=False, unit_scale=True)  # a terminal's only (issue 29)
+        try:
+            self._batches(path, data, file_size, progress)
+        finally:
+            progress.close()
+
+    def _batches(self, path: str, data, file_size: int, progress) -> None:
+        """Every batch of a segment's bytes (``data``, the first ``--max-bytes`` of its
+        ``file_size``), a line each (and its records')."""
         valid = 0
         last_offset = -1
         pos = 0
@@ -541,6 +551,7 @@ class Dumper:
                     last_offset = self._records(path, data, pos, h, last_offset)
             valid += size
             pos += size
+            progress.update(size)
         trailing = file_size - valid
         if trailing > 0 and self.a.max_bytes == INT_MAX:
             _out(f"Found {trailing} invalid bytes at the end of {os.path.basename(path)}")

@@ -23,6 +23,7 @@ import uuid
 from ..client.wire import Unreachable
 from .console_producer import make_producer
 from .plumbing.javautil import load_props
+from .plumbing.progress import bar, shown
 from .plumbing.run import ToolExit, interrupted_status
 
 NAME = "producer-perf-test"
@@ -337,8 +338,12 @@ def run(a) -> int:
     txn_start = 0
     topic = a.topic
     size = a.record_size
+    # a bar on a terminal while the report lines go elsewhere (issue 29), advanced every 1024 sends
+    progress = bar(n, "Producing", "record", quiet=False, unit_scale=True) if shown(quiet=False) else None
     try:
         for i in range(n):
+            if progress is not None and not i & 1023:
+                progress.update(min(1024, n - i) if i else 0)
             if payloads:
                 payload = payloads[rng.randrange(len(payloads))]
             elif size:
@@ -368,6 +373,9 @@ def run(a) -> int:
         status = interrupted_status(e)
     else:
         status = 0
+    finally:
+        if progress is not None:
+            progress.close()
     producer.flush()
     stats.print_total()
     if a.print_metrics:

@@ -42,6 +42,7 @@ from .plumbing.admin_client import ControllerAdmin, Retry, admin_properties
 from .plumbing.errors import ERRORS_PKG, JavaError, TerseException, kafka_error
 from .plumbing.javautil import java_hash_order, topic_partition_hash
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.progress import bar
 
 NAME = "reassign-partitions"
 SCRIPT = "kafka-reassign-partitions.sh"
@@ -793,6 +794,15 @@ def execute_moves(admin: ReassignAdmin, moves: dict, timeout_ms: int) -> None:
 
     pending = dict(moves)
     deadline = time.monotonic() + timeout_ms / 1000
+    # waiting for replicas to reach their brokers: a bar on a terminal (issue 29)
+    progress = bar(len(moves), "Starting log dir moves", "replica", quiet=False)
+    try:
+        _start_moves(admin, pending, deadline, progress)
+    finally:
+        progress.close()
+
+
+def _start_moves(admin: ReassignAdmin, pending: dict, deadline: float, progress) -> None:
     while True:
         errors = admin.alter_replica_log_dirs(pending)
         failed = sorted((r for r, code in errors.items() if code not in (0, 9)), key=_replica_order)
@@ -805,6 +815,7 @@ def execute_moves(admin: ReassignAdmin, moves: dict, timeout_ms: int) -> None:
                 f"{r[2]} "
             )
             del pending[r]
+            progress.update(1)
         if not pending:
             return
         if time.monotonic() >= deadline:

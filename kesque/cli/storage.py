@@ -24,6 +24,7 @@ from ..security.scram import parse_add_scram
 from ..server import bootstrap
 from ..storage.dirs import LogDirError, read_meta_properties, storage_dirs
 from ..storage.format import format_storage, random_uuid
+from .plumbing.progress import bar
 
 PROG = "kafka-storage"
 # Kafka's name of kesque's metadata.version feature level
@@ -161,6 +162,8 @@ def run_format(config: BrokerConfig, args) -> int:
         )
     meta_dir = os.path.abspath(config.metadata_log_dir)
 
+    progress = bar(len(storage_dirs(config)), "Formatting", "dir")  # on a terminal only (issue 29)
+
     def pre_write(d: str) -> None:
         # Kafka's bootstrap.checkpoint, written before the metadata dir's meta.properties (so a
         # failed write leaves that dir unformatted, to format again): the first active controller
@@ -168,8 +171,12 @@ def run_format(config: BrokerConfig, args) -> int:
         if scram and d == meta_dir:
             features = [{"type": "FeatureLevelRecord", "name": k, "feature_level": v} for k, v in FEATURES.items()]
             bootstrap.write(meta_dir, features + scram)
+        progress.update(1)
 
-    formatted = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted, pre_write=pre_write)
+    try:
+        formatted = format_storage(config, args.cluster_id, ignore_formatted=args.ignore_formatted, pre_write=pre_write)
+    finally:
+        progress.close()
     if not formatted:
         print("All of the log directories are already formatted.")
     for kind, d in formatted:

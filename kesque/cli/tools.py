@@ -36,6 +36,7 @@ _MODULES = {
     "leader-election": "leader_election",
     "reassign-partitions": "reassign_partitions",
     "acls": "acls",
+    "client-metrics": "client_metrics",
 }
 
 
@@ -127,6 +128,10 @@ def kafka_dump_log() -> None:
 
 def kafka_get_offsets() -> None:
     _exit(_console("get_offsets"))
+
+
+def kafka_client_metrics() -> None:
+    _exit(_console("client_metrics"))
 
 
 def kafka_delete_records() -> None:

@@ -19,11 +19,19 @@ from dataclasses import dataclass, field
 
 from .. import quotas as qm
 from ..config.broker import BROKER_CONFIGS, BrokerConfig, has_effect
+from ..config.client_metrics import CLIENT_METRICS_CONFIGS, ClientMetricsError, validate_client_metrics
 from ..config.group import GROUP_CONFIGS, validate_group_configs
 from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
 from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
-from ..metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, Delta, MetadataImage
+from ..metadata.image import (
+    RESOURCE_BROKER,
+    RESOURCE_CLIENT_METRICS,
+    RESOURCE_GROUP,
+    RESOURCE_TOPIC,
+    Delta,
+    MetadataImage,
+)
 from ..metadata.log import METADATA_TOPIC, MetadataLog
 from ..metadata.snapshot import acl_record, scram_record
 from ..security.acl import AclBinding, AclBindingFilter, creation_error, deletion_filter_error
@@ -101,6 +109,14 @@ def validate_topic_name(name: str) -> None:
             f'Topic name "{name}" is illegal, it contains a character other than ASCII '
             "alphanumerics, '.', '_' and '-'",
         )
+
+
+def _client_metrics_checked(name: str, configs: dict) -> None:
+    """ClientMetricsConfigs.validate, its refusal as the error code Kafka's answer carries."""
+    try:
+        validate_client_metrics(name, configs)
+    except ClientMetricsError as e:
+        raise KafkaError(ErrorCode[e.code], e.message) from None
 
 
 @dataclass
@@ -484,6 +500,9 @@ class Controller:
         elif rtype == RESOURCE_GROUP:
             if rname == "":
                 raise KafkaError(ErrorCode.invalid_request, "Default group resources are not allowed.")
+        elif rtype == RESOURCE_CLIENT_METRICS:
+            if rname == "":
+                raise KafkaError(ErrorCode.invalid_request, "Subscription name can't be empty")
         else:
             raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}")
 
@@ -498,6 +517,8 @@ class Controller:
                 if name not in GROUP_CONFIGS:
                     raise ConfigError(name, f"Unknown group config name: {name}")
                 GROUP_CONFIGS[name].parse(value)
+            elif rtype == RESOURCE_CLIENT_METRICS:
+                _client_metrics_checked(rname, {name: value})
             else:
                 self.config.validate_dynamic(name, value, per_broker=rname != "")
         except ConfigError as e:
@@ -525,13 +546,14 @@ class Controller:
             elif op in (OP_APPEND, OP_SUBTRACT):
                 # Kafka's isSplittable: the resource's key must be a LIST (topic or broker)
                 keys = {RESOURCE_TOPIC: TOPIC_CONFIGS, RESOURCE_GROUP: GROUP_CONFIGS}.get(rtype, BROKER_CONFIGS)
-                key = keys.get(name)
-                if key is None or key.type != "LIST":
+                key = keys.get(name) if rtype != RESOURCE_CLIENT_METRICS else None
+                listed = rtype == RESOURCE_CLIENT_METRICS and CLIENT_METRICS_CONFIGS.get(name, ("",))[0] == "LIST"
+                if not listed and (key is None or key.type != "LIST"):
                     raise KafkaError(
                         ErrorCode.invalid_config, f"Config value append is not allowed for config key: {name}"
                     )
                 base = new.get(name)
-                items = [x for x in (base.split(",") if base else list(key.default or ())) if x]
+                items = [x for x in (base.split(",") if base else list(key.default or () if key else ())) if x]
                 add = [x.strip() for x in (value or "").split(",") if x.strip()]
                 if op == OP_APPEND:
                     items += [x for x in add if x not in items]
@@ -558,6 +580,8 @@ class Controller:
                 validate_topic_configs(new)
             elif rtype == RESOURCE_GROUP:
                 validate_group_configs(new, self.config)
+            elif rtype == RESOURCE_CLIENT_METRICS:
+                _client_metrics_checked(rname, new)
         except ConfigError as e:
             raise KafkaError(ErrorCode.invalid_config, str(e)) from None
         if validate_only:

@@ -30,11 +30,13 @@ from ..errors import error_name
 from ..protocol.api import api_name
 from .stats import (
     METRIC_NAMES,
+    PHASES,
     TOPIC_METERS,
     TOTAL_TIME_BUCKETS_MS,
     BrokerTopicStats,
     RequestMetrics,
 )
+from .telemetry import client_families
 
 # raft node states as Kafka's raft-metrics current-state names them
 RAFT_STATES = {
@@ -66,6 +68,7 @@ class Sources:
     now_ms: Callable[[], int] = lambda: int(time.monotonic() * 1000)  # the quotas' clock
     flush_stats: object | None = None  # kesque.storage.unified_log.LogFlushStats
     log_cleaner: Callable[[], object | None] = lambda: None  # its CleanerManager holds Kafka's gauges
+    client_telemetry: object | None = None  # kesque.metrics.telemetry.ClientTelemetry: pushed client metrics
     extra: list = field(default_factory=list)  # more snapshot callables (name, fn)
 
 
@@ -128,7 +131,13 @@ class BrokerCollector(Collector):
         }
         if s.raft is not None and getattr(s.raft, "node", None) is not None:
             node = s.raft.node
-            snap["raft"] = (s.raft.leader_id, s.raft.epoch, node.high_watermark, node.state.name)
+            snap["raft"] = (
+                s.raft.leader_id,
+                s.raft.epoch,
+                node.high_watermark,
+                node.state.name,
+                *node.commit_latency(s.raft.now_ms()),
+            )
         gc = s.group_coordinator
         if gc is not None:
             snap["committed"] = gc.committed_offsets()
@@ -153,6 +162,8 @@ class BrokerCollector(Collector):
                     ("Request", s.quotas.request),
                 )
             }
+        if s.client_telemetry is not None:
+            snap["clients"] = s.client_telemetry.snapshot()
         for name, fn in s.extra:
             snap[name] = fn()
         snap["loop_seconds"] = time.perf_counter() - t0
@@ -193,6 +204,8 @@ class BrokerCollector(Collector):
         yield from self._quota_families(snap.get("quotas"))
         if "cleaner" in snap:
             yield from self._cleaner_families(*snap["cleaner"])
+        if snap.get("clients"):
+            yield from client_families(snap["clients"])
         if "flush" in snap:
             bounds, counts, total = snap["flush"]
             yield _histogram(
@@ -212,7 +225,7 @@ class BrokerCollector(Collector):
             value=snap.get("loop_longest", snap["loop_seconds"]),
         )
 
-    def _topic_families(self, per_topic: dict, totals: tuple, repl_out: int):
+    def _topic_families(self, per_topic: dict, totals: tuple, repl_out: int, repl_in: int = 0):
         for i, meter in enumerate(TOPIC_METERS):
             fam = CounterMetricFamily(
                 f"kafka_server_brokertopicmetrics_{meter.lower()}",
@@ -230,8 +243,13 @@ class BrokerCollector(Collector):
             "kafka.server:type=BrokerTopicMetrics,name=ReplicationBytesOutPerSec: records sent to followers",
             value=repl_out,
         )
+        yield CounterMetricFamily(
+            "kafka_server_brokertopicmetrics_replicationbytesin",
+            "kafka.server:type=BrokerTopicMetrics,name=ReplicationBytesInPerSec: records appended as a follower",
+            value=repl_in,
+        )
 
-    def _request_families(self, requests: dict, errors: dict, buckets: dict, sums: dict):
+    def _request_families(self, requests: dict, errors: dict, buckets: dict, sums: dict, phases: dict):
         fam = CounterMetricFamily(
             "kafka_network_requestmetrics_requests",
             "kafka.network:type=RequestMetrics,name=RequestsPerSec: responses completed per request and version",
@@ -254,6 +272,17 @@ class BrokerCollector(Collector):
             ["request"],
             [([_name(key)], TOTAL_TIME_BUCKETS_MS, counts, sums[key]) for key, counts in sorted(buckets.items())],
         )
+        for phase in PHASES:
+            yield _histogram(
+                f"kafka_network_requestmetrics_{phase.lower()}",
+                f"kafka.network:type=RequestMetrics,name={phase}: ms per request (docs/metrics.md)",
+                ["request"],
+                [
+                    ([_name(key)], TOTAL_TIME_BUCKETS_MS, counts, total)
+                    for (key, name), (counts, total) in sorted(phases.items())
+                    if name == phase
+                ],
+            )
 
     def _partition_families(self, snap: dict):
         parts = snap["partitions"]
@@ -353,8 +382,11 @@ class BrokerCollector(Collector):
         )
         raft = snap.get("raft")
         if raft is not None:
-            leader, epoch, hw, state = raft
-            for name, value in (("current_leader", leader), ("current_epoch", epoch), ("high_watermark", hw)):
+            leader, epoch, hw, state, latency_avg, latency_max = raft
+            rows = [("current_leader", leader), ("current_epoch", epoch), ("high_watermark", hw)]
+            if latency_avg == latency_avg:  # a leader's appends committed in the last minute (not NaN)
+                rows += [("commit_latency_avg", latency_avg), ("commit_latency_max", latency_max)]
+            for name, value in rows:
                 yield GaugeMetricFamily(
                     f"kafka_server_raftmetrics_{name}",
                     f"kafka.server:type=raft-metrics: {name.replace('_', '-')}",

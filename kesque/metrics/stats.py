@@ -19,6 +19,18 @@ from bisect import bisect_left
 TOTAL_TIME_BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
 TOTAL_TIME_BUCKETS_NS = tuple(int(ms * 1_000_000) for ms in TOTAL_TIME_BUCKETS_MS)
 
+# Kafka's RequestMetrics histograms that split a request's total time, in kesque's terms:
+# RequestQueueTimeMs  from the read that brought the request's last bytes to its handler called
+#                     (the requests before it in that read, a throttled connection's wait);
+# LocalTimeMs         the handler's own run until it answered or handed the rest to a wait;
+# RemoteTimeMs        that wait (acks=all replication, a fetch's min bytes, the controller's
+#                     answer to a forwarded request, a coordinator's write); 0 for the others;
+# ResponseQueueTimeMs from the answer to its bytes queued on the connection (encoding; the
+#                     write itself when the connection is idle).
+PHASES = ("RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ResponseQueueTimeMs")
+PHASE_WIDTH = len(TOTAL_TIME_BUCKETS_NS) + 2  # buckets (+Inf last), then the sum
+PHASE_SUM = PHASE_WIDTH - 1
+
 # per-topic counters (BrokerTopicStats' meters kesque keeps), by index in a topic's list
 BYTES_IN, MESSAGES_IN, BYTES_OUT, BYTES_REJECTED, TOTAL_PRODUCE, FAILED_PRODUCE, TOTAL_FETCH, FAILED_FETCH = range(8)
 # Kafka's meter names (kafka.server:type=BrokerTopicMetrics,name=<name>PerSec), in that order
@@ -39,12 +51,13 @@ class BrokerTopicStats:
     topic. The all-topics meters are the sums at scrape time plus what deleted topics left behind
     (``retire``), so the request path increments one list per partition."""
 
-    __slots__ = ("topics", "retired", "replication_bytes_out")
+    __slots__ = ("topics", "retired", "replication_bytes_out", "replication_bytes_in")
 
     def __init__(self):
         self.topics: dict[str, list[int]] = {}
         self.retired = [0] * len(TOPIC_METERS)  # the counts of topics no longer reported
         self.replication_bytes_out = 0
+        self.replication_bytes_in = 0  # the records this broker appended as a follower
 
     def topic(self, name: str) -> list[int]:
         c = self.topics.get(name)
@@ -82,14 +95,15 @@ class BrokerTopicStats:
             for i, n in enumerate(self.topics.pop(name)):
                 self.retired[i] += n
 
-    def snapshot(self) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...], int]:
-        """A copy (taken on the event loop): per topic, the all-topics totals, replication bytes out."""
+    def snapshot(self) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...], int, int]:
+        """A copy (taken on the event loop): per topic, the all-topics totals, replication bytes
+        out and in."""
         topics = {t: tuple(c) for t, c in self.topics.items()}
         totals = [*self.retired]
         for c in topics.values():
             for i, n in enumerate(c):
                 totals[i] += n
-        return topics, tuple(totals), self.replication_bytes_out
+        return topics, tuple(totals), self.replication_bytes_out, self.replication_bytes_in
 
 
 # the request metric names Kafka gives a Fetch besides "Fetch" (RequestMetrics'
@@ -109,10 +123,12 @@ class RequestMetrics:
     a request is one dict lookup, one bisect and two list additions; its count is the sum of
     its buckets, and an API's histogram the sum over its versions, both made at scrape time."""
 
-    __slots__ = ("by_version", "errors", "produce_none")
+    __slots__ = ("by_version", "errors", "produce_none", "phases")
 
     def __init__(self):
         self.by_version: dict[tuple[int, int], list] = {}
+        # per API: the four phase histograms (PHASES), each its buckets and its sum (ns), end to end
+        self.phases: dict[int, list] = {}
         self.errors: dict[tuple[int, int], int] = {}
         # the partitions of Produce responses without an error: the common case, one integer
         # addition (ErrorsPerSec{request=Produce,error=NONE} at scrape time)
@@ -127,6 +143,28 @@ class RequestMetrics:
         b[-1] += total_ns
         if api_key == FETCH:
             self.record(FETCH_FOLLOWER if follower else FETCH_CONSUMER, version, total_ns)
+
+    def record_phases(
+        self, api_key: int, queue_ns: int, local_ns: int, remote_ns: int, response_ns: int, follower: bool = False
+    ) -> None:
+        """The request's time split as Kafka's RequestChannel splits it (``PHASES``): one bisect
+        and two additions each (a Fetch's also as FetchConsumer or FetchFollower)."""
+        b = self.phases.get(api_key)
+        if b is None:
+            b = self.phases[api_key] = [0] * (PHASE_WIDTH * len(PHASES))
+        bounds = TOTAL_TIME_BUCKETS_NS
+        b[bisect_left(bounds, queue_ns)] += 1
+        b[PHASE_SUM] += queue_ns
+        b[PHASE_WIDTH + bisect_left(bounds, local_ns)] += 1
+        b[PHASE_WIDTH + PHASE_SUM] += local_ns
+        b[2 * PHASE_WIDTH + bisect_left(bounds, remote_ns)] += 1
+        b[2 * PHASE_WIDTH + PHASE_SUM] += remote_ns
+        b[3 * PHASE_WIDTH + bisect_left(bounds, response_ns)] += 1
+        b[3 * PHASE_WIDTH + PHASE_SUM] += response_ns
+        if api_key == FETCH:
+            self.record_phases(
+                FETCH_FOLLOWER if follower else FETCH_CONSUMER, queue_ns, local_ns, remote_ns, response_ns
+            )
 
     def error(self, api_key: int, code: int, count: int = 1) -> None:
         key = (api_key, code)
@@ -154,7 +192,12 @@ class RequestMetrics:
         errors = dict(self.errors)
         if self.produce_none:
             errors[(PRODUCE, 0)] = errors.get((PRODUCE, 0), 0) + self.produce_none
-        return requests, errors, {k: h[0] for k, h in hist.items()}, sums_ms
+        phases = {}
+        for key, b in list(self.phases.items()):
+            for i, name in enumerate(PHASES):
+                seg = b[i * PHASE_WIDTH : (i + 1) * PHASE_WIDTH]
+                phases[(key, name)] = (seg[:PHASE_SUM], seg[PHASE_SUM] / 1e6)
+        return requests, errors, {k: h[0] for k, h in hist.items()}, sums_ms, phases
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}

@@ -25,6 +25,7 @@ given in. See :mod:`kesque.raft.state` for the theory of operation and the trans
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..errors import KafkaError, error
@@ -102,6 +103,10 @@ class Knobs:
     static_voters: bool = False
 
 
+# Kafka's Metrics windows: two samples of 30 s (metrics.num.samples, metrics.sample.window.ms)
+COMMIT_LATENCY_WINDOW_MS = 60_000
+
+
 class RaftNode:
     def __init__(
         self,
@@ -137,6 +142,10 @@ class RaftNode:
         # voters it resigned, but its timers move it no more (a resigned lone voter, whose
         # election deadline is "now", would otherwise elect itself again at the next input)
         self.shutting_down = False
+        # commit latency (Kafka's raft-metrics commit-latency-avg / -max): the leader's appends
+        # not committed yet, as (epoch, last offset, time), and the latencies of the last window
+        self._uncommitted: deque[tuple[int, int, int]] = deque()
+        self.commit_latencies: deque[tuple[int, int]] = deque()  # (commit time, ms)
         self._initialize(now)
 
     # -- public inputs ---------------------------------------------------------------------------
@@ -172,6 +181,10 @@ class RaftNode:
         if not isinstance(st, LeaderState):
             raise error("not_leader_or_follower", f"node {self.node_id} is not the leader")
         last = self.log.append(st.epoch, values)
+        pending = self._uncommitted
+        if pending and pending[0][0] != st.epoch:
+            pending.clear()  # an earlier leadership's appends: never timed
+        pending.append((st.epoch, last, now))
         if self.knobs.count_unflushed_leader_end:
             self._update_replica(st, self.node_id, self.log.end_offset(), now)
         if st.flush_at < 0:
@@ -859,7 +872,26 @@ class RaftNode:
             return  # Raft's commit rule: only an offset of our own epoch commits
         st.high_watermark = hw
         self._advance_hw(hw)
+        pending = self._uncommitted
+        while pending and pending[0][1] < hw:
+            epoch, _, appended = pending.popleft()
+            if epoch == st.epoch:
+                self._commit_latency(now, now - appended)
         self._complete_parked(st, now)
+
+    def _commit_latency(self, now: int, ms: int) -> None:
+        window = self.commit_latencies
+        window.append((now, ms))
+        while window and window[0][0] <= now - COMMIT_LATENCY_WINDOW_MS:
+            window.popleft()
+
+    def commit_latency(self, now: int) -> tuple[float, float]:
+        """(average, maximum) ms from a leader's append to its commit over the last
+        COMMIT_LATENCY_WINDOW_MS (Kafka's commit-latency-avg and -max: NaN without commits)."""
+        recent = [ms for t, ms in self.commit_latencies if t > now - COMMIT_LATENCY_WINDOW_MS]
+        if not recent:
+            return float("nan"), float("nan")
+        return sum(recent) / len(recent), float(max(recent))
 
     def _advance_hw(self, hw: int) -> None:
         if hw <= self.high_watermark:

@@ -63,6 +63,10 @@ class RequestContext:
     # when the frame was parsed, for the request time metric (kesque/metrics/); 0: metrics off
     recv_ns: int = 0
     follower: bool = False  # a replica's Fetch (the FetchFollower request metrics, not FetchConsumer)
+    # with metrics: when the handler returned (its local time ends), and when the wait it handed
+    # over ended (remote time; 0: it answered at once)
+    local_ns: int = 0
+    remote_ns: int = 0
 
     @property
     def api_version(self) -> int:

@@ -38,6 +38,7 @@ import os
 import socket
 import ssl
 import sys
+import time
 from collections import deque
 
 from ..protocol.fetch import FileRegion
@@ -196,6 +197,11 @@ class Slot:
 
 
 class Connection:
+    # request metrics (kesque/metrics/): when set, each read notes its time (read_ns), where a
+    # request's queue time starts
+    timed = False
+    read_ns = 0
+
     def __init__(
         self,
         loop,
@@ -273,6 +279,8 @@ class Connection:
         if n == 0:
             self.close()
             return
+        if self.timed:
+            self.read_ns = time.perf_counter_ns()
         self.active = True
         self._in_read = True
         try:
@@ -663,6 +671,8 @@ class TlsConnection(Connection):
             return
         self._incoming.write(self._raw_view[:n])
         if self._handshaken:
+            if self.timed:
+                self.read_ns = time.perf_counter_ns()
             self.active = True
             self._decrypt()
         else:

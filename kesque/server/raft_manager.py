@@ -233,6 +233,10 @@ class RaftManager:
     def _now(self) -> int:
         return int(self.loop.time() * 1000)
 
+    def now_ms(self) -> int:
+        """The raft node's clock (the event loop's, in ms): its commit latency window's."""
+        return self._now()
+
     def _io_error(self, msg: str, e: OSError) -> None:
         if self.dir_failure is not None:
             self.dir_failure.maybe_add_offline_log_dir(os.path.abspath(self.metadata_dir), msg, e)

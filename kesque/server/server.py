@@ -39,6 +39,7 @@ from ..metadata.image import RESOURCE_BROKER, Delta, Endpoint, MetadataImage
 from ..metrics.collectors import BrokerCollector, Sources
 from ..metrics.endpoint import MetricsEndpoint, on_loop
 from ..metrics.stats import BrokerTopicStats, RequestMetrics, error_counts
+from ..metrics.telemetry import ClientTelemetry
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
 from ..protocol.primitives import INT32, ProtocolError
@@ -69,6 +70,7 @@ from .apis.sasl import SaslApis
 from .apis.scram import ScramApis
 from .apis.share import ShareGroupApis
 from .apis.share_state import ShareStateApis
+from .apis.telemetry import TelemetryApis
 from .apis.topics import TopicApis
 from .apis.transactions import TransactionApis
 from .assignments import AssignmentsManager
@@ -222,6 +224,7 @@ class KesqueServer:
         self.topic_stats = BrokerTopicStats() if self.metrics_address else None
         self.request_metrics = RequestMetrics() if self.metrics_address else None
         self.metrics_endpoint: MetricsEndpoint | None = None
+        self.client_telemetry: ClientTelemetry | None = None  # made with the image (start)
 
     # ================================================================== lifecycle
     async def start(self) -> None:
@@ -272,6 +275,13 @@ class KesqueServer:
         cluster_id = self.log_manager.prepare_dirs()
         os.makedirs(meta_dir, exist_ok=True)
         self.image = MetadataImage()
+        # KIP-714: the clients' pushed metrics, shown at /metrics (kesque/metrics/telemetry.py);
+        # telemetry.max.bytes is Kafka's key, read as its file sets it
+        self.client_telemetry = (
+            ClientTelemetry(self.image, int(cfg.raw.get("telemetry.max.bytes") or 1048576))
+            if self.metrics_address
+            else None
+        )
         self.image.cluster_id = cluster_id
         self._start_quorum(meta_dir, cluster_id)
         if not self.voters:
@@ -430,6 +440,7 @@ class KesqueServer:
             now_ms=self._now_ms,
             flush_stats=LOG_FLUSH_STATS,
             log_cleaner=lambda: self.log_cleaner,
+            client_telemetry=self.client_telemetry,
         )
         self.metrics_endpoint = MetricsEndpoint(*self.metrics_address, [BrokerCollector(sources, on_loop(self.loop))])
         try:
@@ -533,6 +544,7 @@ class KesqueServer:
             quota=rm.quotas.follower,
             ssl_context=self.tls.inter_broker,
             sasl=self.sasl_inter_broker,
+            topic_stats=self.topic_stats,
         )
         self.alter_partitions = AlterPartitionManager(self.controllers, self.node_id, lambda: self.broker_epoch)
         rm.send_alter_partition = self.alter_partitions.sender()
@@ -1085,6 +1097,7 @@ class KesqueServer:
             AclApis(authorizer=self.authorizer, controllers=router),
             SaslApis(),
             ScramApis(image=image, controllers=router),
+            TelemetryApis(image=image, telemetry=self.client_telemetry),
         )
         for h in handlers:
             bind(h, cfg, self.apis, self.controller_apis)
@@ -1158,6 +1171,8 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
+        if ctx.recv_ns:
+            ctx.local_ns = time.perf_counter_ns()
         if result is not NO_RESPONSE and inspect.isawaitable(result):
             if ctx.start_ns:  # a delayed answer's request time: the handler's steps, not its waits
                 ctx.busy_ns = time.perf_counter_ns() - ctx.step_ns
@@ -1182,6 +1197,8 @@ class KesqueServer:
         header = ctx.header
         try:
             result = await awaitable
+            if ctx.recv_ns:
+                ctx.remote_ns = time.perf_counter_ns()
         except AuthorizerNotReady as e:
             result = self._not_ready(conn, ctx, request, e)
             if result is None:
@@ -1217,7 +1234,17 @@ class KesqueServer:
             # count theirs in their handlers)
             header = ctx.header
             m = self.request_metrics
-            m.record(header.api_key, header.api_version, time.perf_counter_ns() - ctx.recv_ns, ctx.follower)
+            now = time.perf_counter_ns()
+            recv, local, remote = ctx.recv_ns, ctx.local_ns or now, ctx.remote_ns
+            m.record(header.api_key, header.api_version, now - recv, ctx.follower)
+            m.record_phases(
+                header.api_key,
+                max(recv - conn.read_ns, 0) if conn.read_ns else 0,
+                local - recv,
+                remote - local if remote else 0,
+                now - (remote or local),
+                ctx.follower,
+            )
             if result.__class__ not in _ENCODED:
                 counts: dict[int, int] = {}
                 error_counts(result, counts)
@@ -1234,7 +1261,10 @@ class KesqueServer:
         conn.mute_until(self.loop.time() + ctx.throttle_ms / 1000.0)
 
     def _on_accept(self, conn) -> None:
-        """A connection of a SASL listener authenticates before its requests reach the handlers."""
+        """A connection of a SASL listener authenticates before its requests reach the handlers;
+        with metrics, each connection notes when it reads (its requests' queue time)."""
+        if self.request_metrics is not None:
+            conn.timed = True
         sasl = self.sasl_listeners.get(conn.listener)
         if sasl is not None:
             cfg = self.config

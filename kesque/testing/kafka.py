@@ -64,6 +64,7 @@ TOOLS = {
     "kafka-leader-election.sh": "org.apache.kafka.tools.LeaderElectionCommand",
     "kafka-reassign-partitions.sh": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
     "kafka-acls.sh": "org.apache.kafka.tools.AclCommand",
+    "kafka-client-metrics.sh": "org.apache.kafka.tools.ClientMetricsCommand",
     "kafka-storage.sh": "kafka.tools.StorageTool",
     "kafka-server-start.sh": "kafka.Kafka",
 }

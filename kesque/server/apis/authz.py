@@ -20,7 +20,13 @@ import types
 import typing
 
 from ...errors import ErrorCode
-from ...metadata.image import RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_TOPIC
+from ...metadata.image import (
+    RESOURCE_BROKER,
+    RESOURCE_BROKER_LOGGER,
+    RESOURCE_CLIENT_METRICS,
+    RESOURCE_GROUP,
+    RESOURCE_TOPIC,
+)
 from ...protocol.api import response_class
 from ...protocol.api_keys import ApiKeys
 from ...protocol.fetch import FetchPartitionResponse, encode_fetch_response
@@ -118,11 +124,12 @@ def answer_allowed(req, items_field: str, results_field: str, denied: dict, loca
 
 def config_resource_error(ctx, resource_type: int, name: str, operation: AclOperation) -> ErrorCode | None:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on a config resource, as Kafka's AuthHelper: a topic's
-    on the topic, a broker's (or broker logger's) on the cluster, a group's on the group."""
+    on the topic, a broker's (or broker logger's, or a client metrics subscription's) on the
+    cluster, a group's on the group."""
     if resource_type == RESOURCE_TOPIC:
         if not ctx.authorize(operation, ResourceType.TOPIC, name):
             return ErrorCode.topic_authorization_failed
-    elif resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+    elif resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS):
         if not ctx.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME):
             return ErrorCode.cluster_authorization_failed
     elif resource_type == RESOURCE_GROUP:

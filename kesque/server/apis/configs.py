@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ...config.broker import (
     BROKER_CONFIGS,
+    CLIENT_METRICS_CONFIG,
     DEFAULT_CONFIG,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
@@ -20,11 +21,12 @@ from ...config.broker import (
     is_dynamic,
     key_type,
 )
+from ...config.client_metrics import CLIENT_METRICS_CONFIGS, CLIENT_METRICS_DOCS, split_list
 from ...config.group import GROUP_CONFIGS, effective_group_configs
 from ...config.topic import TOPIC_CONFIGS
 from ...config.types import CONFIG_TYPE_CODES, render
 from ...errors import ErrorCode, KafkaError
-from ...metadata.image import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC
+from ...metadata.image import RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
@@ -120,6 +122,25 @@ def group_config_entries(cfg, image, group: str, keys=None) -> list[ConfigEntry]
     return out
 
 
+def client_metrics_config_entries(image, name: str, keys=None) -> list[ConfigEntry]:
+    """Kafka's CLIENT_METRICS resource: its three keys, the subscription's own value
+    (CLIENT_METRICS_CONFIG, with itself as synonym) or the default (DEFAULT_CONFIG, no synonym)."""
+    stored = image.configs.get((RESOURCE_CLIENT_METRICS, name), {})
+    out = []
+    for key in sorted(CLIENT_METRICS_CONFIGS):
+        if keys is not None and key not in keys:
+            continue
+        ktype, default = CLIENT_METRICS_CONFIGS[key]
+        if key in stored:
+            raw = stored[key]
+            value = ",".join(split_list(raw)) if ktype == "LIST" else str(int(raw.strip()))
+            source, synonyms = CLIENT_METRICS_CONFIG, [(key, value, CLIENT_METRICS_CONFIG)]
+        else:
+            value, source, synonyms = default, DEFAULT_CONFIG, []
+        out.append(ConfigEntry(key, value, source, False, False, synonyms, ktype, CLIENT_METRICS_DOCS[key]))
+    return out
+
+
 class ConfigApis:
     APIS = (
         Api(ApiKeys.DESCRIBE_CONFIGS, 1, 4, "describe_configs"),
@@ -166,6 +187,12 @@ class ConfigApis:
                     if not r.resource_name:
                         raise KafkaError(ErrorCode.invalid_request, "Group name must not be empty")
                     entries = group_config_entries(cfg, image, r.resource_name, keys)
+                elif r.resource_type == RESOURCE_CLIENT_METRICS:
+                    if not r.resource_name:
+                        raise KafkaError(
+                            ErrorCode.invalid_request, "Client metrics subscription name must not be empty"
+                        )
+                    entries = client_metrics_config_entries(image, r.resource_name, keys)
                 else:
                     raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}")
                 configs = []
@@ -192,7 +219,8 @@ class ConfigApis:
                     m(
                         "DescribeConfigsResult",
                         error_code=ErrorCode.none,
-                        error_message=None,
+                        # Kafka 4.4 answers a client metrics resource with an empty message
+                        error_message="" if r.resource_type == RESOURCE_CLIENT_METRICS else None,
                         resource_type=r.resource_type,
                         resource_name=r.resource_name,
                         configs=tuple(configs),

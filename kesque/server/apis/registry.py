@@ -26,6 +26,7 @@ from .sasl import SaslApis
 from .scram import ScramApis
 from .share import ShareGroupApis
 from .share_state import ShareStateApis
+from .telemetry import TelemetryApis
 from .topics import TopicApis
 from .transactions import TransactionApis
 
@@ -48,6 +49,7 @@ DECLARED = (
     AclApis,
     SaslApis,
     ScramApis,
+    TelemetryApis,
 )
 
 

@@ -313,9 +313,14 @@ class _Fetcher:
                 lg.log_end_offset,
                 resp.diverging_epoch,
             )
-        elif lg.log_end_offset > before[0] and self.mgr.quota is not None:
-            # as Kafka's processPartitionData: what came for a throttled partition, in sync or not
-            self.mgr.quota.record_if_throttled(e.part.topic, e.part.partition, len(p.records), self.mgr.quota_now_ms())
+        elif lg.log_end_offset > before[0]:
+            if self.mgr.quota is not None:
+                # as Kafka's processPartitionData: what came for a throttled partition, in sync or not
+                self.mgr.quota.record_if_throttled(
+                    e.part.topic, e.part.partition, len(p.records), self.mgr.quota_now_ms()
+                )
+            if self.mgr.topic_stats is not None:  # ReplicationBytesInPerSec: the records appended
+                self.mgr.topic_stats.replication_bytes_in += len(p.records)
         self.progress(e, before)
         return bool(resp.records)
 
@@ -417,7 +422,9 @@ class ReplicaFetcherManager:
         quota=None,
         ssl_context=None,
         sasl=None,
+        topic_stats=None,
     ):
+        """``topic_stats``: kesque.metrics' BrokerTopicStats (None: metrics off)."""
         self.node_id = node_id
         self.config = config
         self.clock = clock
@@ -428,6 +435,7 @@ class ReplicaFetcherManager:
         self.quota = quota
         self.ssl_context = ssl_context  # the inter-broker listener's client TLS, when it is SSL
         self.sasl = sasl  # its SASL login, when it is SASL_PLAINTEXT or SASL_SSL
+        self.topic_stats = topic_stats
         self.fetchers: dict[tuple[int, int], _Fetcher] = {}
         self.where: dict[tuple[str, int], _Fetcher] = {}
 
