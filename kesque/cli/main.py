@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "cluster-tool", help="the cluster id, its endpoints, unregister a broker (kafka-cluster.sh)", add_help=False
     )
+    sub.add_parser("cluster-links", help="create, list, describe and delete cluster links", add_help=False)
+    sub.add_parser("mirrors", help="create, describe, pause and resume mirror topics", add_help=False)
     return p
 
 
@@ -48,6 +50,8 @@ _OWN_PARSERS = {
     "certs": "certs",
     "metadata-quorum": "metadata_quorum",
     "cluster-tool": "cluster_tool",
+    "cluster-links": "cluster_links",
+    "mirrors": "mirrors",
 }
 
 

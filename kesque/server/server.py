@@ -53,6 +53,7 @@ from ..storage.unified_log import LOG_FLUSH_STATS
 from . import request_log, txn_channels
 from .apis.acls import AclApis
 from .apis.authz import error_response
+from .apis.cluster_links import ClusterLinkApis
 from .apis.configs import ConfigApis
 from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
 from .apis.fetch import FetchApis
@@ -76,6 +77,7 @@ from .context import NO_RESPONSE, PLAINTEXT, CloseConnection, RequestContext
 from .drivers.alter_log_dirs import LogDirMover
 from .drivers.alter_partition import AlterPartitionManager
 from .drivers.log_cleaner import LogCleaner
+from .drivers.mirror_fetcher import MirrorFetcherManager
 from .drivers.producer_ids import ProducerIdBlocks
 from .drivers.quorum_controller import QuorumController
 from .drivers.replica_fetcher import ReplicaFetcherManager
@@ -288,6 +290,17 @@ class KesqueServer:
         host = CoordinatorHost(LoopScheduler(self.loop), self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
+        # mirror topics: the partitions this broker leads copy their source (docs/mirror.md)
+        self.mirror_fetchers = MirrorFetcherManager(
+            self.node_id,
+            self.image,
+            self.replica_manager,
+            self.clock,
+            lambda part: self.replica_manager.notify_append(part.topic, part.partition, 1),
+            loop=self.loop,
+        )
+        self.replica_manager.add_leadership_listener(self.mirror_fetchers.schedule_refresh)
+        self.add_publisher(lambda delta: delta.changed_mirrors and self.mirror_fetchers.schedule_refresh())
         self.producer_id_blocks = ProducerIdBlocks(
             lambda: self.controllers.allocate_producer_ids(self.node_id, self.broker_epoch), self.spawn
         )
@@ -890,6 +903,8 @@ class KesqueServer:
             self.txn_coordinator.shutdown()
         for task in list(self._tasks):
             task.cancel()
+        if getattr(self, "mirror_fetchers", None) is not None:
+            await self.mirror_fetchers.shutdown()
         if getattr(self, "replica_manager", None) is not None and self.replica_manager.fetchers is not None:
             self.alter_partitions.close()
             await self.replica_manager.fetchers.shutdown()
@@ -1082,6 +1097,7 @@ class KesqueServer:
                 controllers=router,
             ),
             AclApis(authorizer=self.authorizer, controllers=router),
+            ClusterLinkApis(image=image, controllers=router, node_id=self.node_id, mirrors=self.mirror_fetchers),
             SaslApis(),
             ScramApis(image=image, controllers=router),
         )

@@ -1,0 +1,439 @@
+"""The mirror fetcher: a destination partition leader copies its mirror partitions from the
+source cluster of their link (docs/mirror.md; the rules are :mod:`kesque.mirror.partition`'s).
+
+One task per cluster link on each broker that leads mirror partitions of it, with its own
+:class:`~kesque.server.channel.Channel` to the source's brokers (the link's ``bootstrap.servers``
+first, then the brokers the source's Metadata names). Each round sends one Fetch (v17, as a
+consumer: replica id -1, READ_UNCOMMITTED, so the source answers up to its high watermark, with
+the aborted transactions' records and the markers in the batches) to each source leader, holding
+the mirror partitions it leads, from each one's local log end; the whole batches of an answer are
+appended as they came (``Partition.append_mirrored``: the follower's ``append_raw`` on the
+leader, offsets, producer ids, sequences, epochs and markers kept). The destination's followers
+replicate them as any partition. Leadership moves with the image: ``refresh`` runs after every
+metadata change that touches a leadership or a mirror.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from ...errors import ErrorCode, error_name
+from ...metadata.image import MIRROR_ACTIVE
+from ...mirror import links as link_rules
+from ...mirror.partition import APPEND, BACKOFF, OUT_OF_RANGE, REFRESH, MirrorPartitionState
+from ...protocol.api_keys import ApiKeys
+from ...protocol.messages import Msg
+from ...protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
+from ...records.batch import iter_batch_positions
+from ..channel import Channel, ChannelError
+from .replica_fetcher import complete_batches
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 17  # served by Kafka 4.x and kesque alike
+METADATA_VERSION = 12
+LIST_OFFSETS_VERSION = 9
+CONSUMER = -1
+READ_UNCOMMITTED = 0
+EARLIEST, LATEST = -2, -1
+_BOOTSTRAP_BASE = -1000  # the channel's node ids of the bootstrap servers: -1000, -1001, ...
+
+
+def _cfg(configs: dict, name: str, default: int) -> int:
+    try:
+        return int(configs.get(name, default))
+    except ValueError:
+        return default
+
+
+class SourceCluster:
+    """The source cluster of one link, as a consumer sees it: Metadata from any of its brokers,
+    Fetch and ListOffsets to a partition's leader."""
+
+    def __init__(self, link_name: str, configs: dict[str, str], node_id: int):
+        self.link_name = link_name
+        self.configs = configs
+        self.bootstrap = link_rules.bootstrap_addresses(configs)
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.channel = Channel(
+            self.resolve,
+            client_id=configs.get("client.id") or f"kesque-mirror-{link_name}-{node_id}",
+            request_timeout_ms=_cfg(configs, "request.timeout.ms", 30000),
+            connect_timeout_ms=_cfg(configs, "socket.connection.setup.timeout.ms", 10000),
+            reconnect_backoff_ms=_cfg(configs, "reconnect.backoff.ms", 50),
+            reconnect_backoff_max_ms=_cfg(configs, "reconnect.backoff.max.ms", 1000),
+        )
+
+    def resolve(self, node: int):
+        if node <= _BOOTSTRAP_BASE:
+            i = _BOOTSTRAP_BASE - node
+            return self.bootstrap[i] if i < len(self.bootstrap) else None
+        return self.brokers.get(node)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    async def metadata(self, topics: list[str]) -> dict[str, tuple[int, uuid.UUID, dict[int, tuple[int, int]]]]:
+        """{topic: (error code, topic id, {partition: (leader, leader epoch)})}, from the first
+        source broker that answers (known brokers first, then the bootstrap servers)."""
+        m = Msg(ApiKeys.METADATA, METADATA_VERSION, request=True)
+        req = m(
+            topics=tuple(m("MetadataRequestTopic", topic_id=uuid.UUID(int=0), name=t) for t in topics),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        nodes = list(self.brokers) + [_BOOTSTRAP_BASE - i for i in range(len(self.bootstrap))]
+        last: Exception | None = None
+        for node in nodes:
+            try:
+                resp = await self.channel.send(node, ApiKeys.METADATA, METADATA_VERSION, req)
+            except ChannelError as e:
+                last = e
+                continue
+            self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in resp.brokers}
+            return {
+                t.name: (
+                    int(t.error_code),
+                    t.topic_id,
+                    {int(p.partition_index): (int(p.leader_id), int(p.leader_epoch)) for p in t.partitions},
+                )
+                for t in resp.topics
+            }
+        raise ChannelError(f"no source broker answered Metadata ({last})")
+
+    async def fetch(self, leader: int, topics: list, configs: dict) -> object:
+        body = encode_replica_fetch_request(
+            FETCH_VERSION,
+            CONSUMER,
+            -1,
+            _cfg(configs, "fetch.max.wait.ms", 500),
+            _cfg(configs, "fetch.min.bytes", 1),
+            _cfg(configs, "fetch.max.bytes", 52428800),
+            READ_UNCOMMITTED,
+            topics,
+        )
+        return await self.channel.send(leader, ApiKeys.FETCH, FETCH_VERSION, body, decode=decode_fetch_response)
+
+    async def log_range(self, leader: int, topic: str, partition: int) -> tuple[int, int, int]:
+        """(error code, log start, log end) of a source partition."""
+        out = []
+        for ts in (EARLIEST, LATEST):
+            m = Msg(ApiKeys.LIST_OFFSETS, LIST_OFFSETS_VERSION, request=True)
+            part = m("ListOffsetsPartition", partition_index=partition, current_leader_epoch=-1, timestamp=ts)
+            req = m(
+                replica_id=CONSUMER,
+                isolation_level=READ_UNCOMMITTED,
+                topics=(m("ListOffsetsTopic", name=topic, partitions=(part,)),),
+            )
+            resp = await self.channel.send(leader, ApiKeys.LIST_OFFSETS, LIST_OFFSETS_VERSION, req)
+            p = resp.topics[0].partitions[0]
+            if p.error_code:
+                return int(p.error_code), -1, -1
+            out.append(int(p.offset))
+        return 0, out[0], out[1]
+
+
+class _Entry:
+    """A mirror partition this broker leads: replaced when the partition is re-added."""
+
+    __slots__ = ("part", "source_topic", "source_topic_id", "state", "ready_at")
+
+    def __init__(self, part, source_topic: str, source_topic_id: uuid.UUID, state: MirrorPartitionState):
+        self.part = part
+        self.source_topic = source_topic
+        self.source_topic_id = source_topic_id
+        self.state = state
+        self.ready_at = 0.0
+
+
+class _LinkFetcher:
+    def __init__(self, mgr: MirrorFetcherManager, link):
+        self.mgr = mgr
+        self.link = link
+        self.name = f"mirror-fetcher-{mgr.node_id}-{link.name}"
+        self.source = SourceCluster(link.name, link.configs, mgr.node_id)
+        self.entries: dict[tuple[str, int], _Entry] = {}
+        self.leaders: dict[tuple[str, int], int] = {}  # source (topic, partition) -> source leader
+        self.stale = True  # the source's leaders must be looked up again
+        self.wake = asyncio.Event()
+        self.stopped = False
+        self.failing = False
+        self.task: asyncio.Task | None = None
+
+    @property
+    def backoff_s(self) -> float:
+        return _cfg(self.link.configs, "retry.backoff.ms", 100) / 1000.0
+
+    def start(self, loop) -> None:
+        self.task = loop.create_task(self.run(), name=self.name)
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+        self.source.close()
+
+    async def run(self) -> None:
+        while not self.stopped:
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a bug here must not stop mirroring for good
+                log.exception("%s: unexpected error; backing off", self.name)
+                await asyncio.sleep(self.backoff_s)
+
+    async def round(self) -> None:
+        self.wake.clear()
+        loop = asyncio.get_running_loop()
+        if self.stale and self.entries:
+            if not await self.refresh_leaders():
+                await self.sleep(self.backoff_s)
+                return
+        now = loop.time()
+        by_leader: dict[int, list[_Entry]] = {}
+        for key, e in self.entries.items():
+            leader = self.leaders.get((e.source_topic, key[1]), -1)
+            if e.ready_at <= now and leader >= 0:
+                by_leader.setdefault(leader, []).append(e)
+        if not by_leader:
+            due = [e.ready_at for e in self.entries.values() if e.ready_at > now]
+            await self.sleep(min(due) - now if due else None)
+            return
+        await asyncio.gather(*(self.fetch_from(leader, es) for leader, es in by_leader.items()))
+
+    async def sleep(self, timeout: float | None) -> None:
+        try:
+            await asyncio.wait_for(self.wake.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def refresh_leaders(self) -> bool:
+        topics = sorted({e.source_topic for e in self.entries.values()})
+        try:
+            md = await self.source.metadata(topics)
+        except ChannelError as e:
+            self.failed(list(self.entries.values()), str(e))
+            return False
+        self.leaders.clear()
+        for (_topic, p), e in self.entries.items():
+            err, topic_id, parts = md.get(e.source_topic, (int(ErrorCode.unknown_topic_or_partition), None, {}))
+            if err == 0 and topic_id != e.source_topic_id:
+                e.state.on_failure(
+                    f"the source topic {e.source_topic} has topic id {topic_id}, not the mirrored "
+                    f"{e.source_topic_id} (deleted and recreated?): not fetched"
+                )
+                continue
+            if err:
+                e.state.on_failure(f"source Metadata for {e.source_topic}: {error_name(err)}")
+                continue
+            leader = parts.get(p, (-1, -1))[0]
+            if leader >= 0:
+                self.leaders[(e.source_topic, p)] = leader
+            else:
+                e.state.on_failure(f"source partition {e.source_topic}-{p} has no leader")
+        self.stale = any(self.leaders.get((e.source_topic, k[1]), -1) < 0 for k, e in self.entries.items())
+        return True
+
+    def failed(self, entries: list[_Entry], why: str) -> None:
+        if not self.failing and not self.stopped:
+            self.failing = True
+            log.warning("%s: error fetching from the source of cluster link %s: %s", self.name, self.link.name, why)
+        due = asyncio.get_running_loop().time() + self.backoff_s
+        for e in entries:
+            e.state.on_failure(why)
+            e.ready_at = due
+        self.stale = True
+
+    async def fetch_from(self, leader: int, entries: list[_Entry]) -> None:
+        max_partition = _cfg(self.link.configs, "max.partition.fetch.bytes", 1048576)
+        topics: dict = {}
+        sent = {}
+        for e in entries:
+            offset = e.part.log.log_end_offset
+            topics.setdefault(e.source_topic_id, []).append((e.part.partition, -1, offset, -1, -1, max_partition))
+            sent[(e.source_topic_id, e.part.partition)] = (e, offset)
+        try:
+            resp = await self.source.fetch(leader, list(topics.items()), self.link.configs)
+        except ChannelError as exc:
+            self.failed(entries, str(exc))
+            return
+        if resp.error_code:
+            self.failed(entries, f"Fetch error {error_name(int(resp.error_code))}")
+            return
+        if self.failing:
+            self.failing = False
+            log.info("%s: fetching from the source of cluster link %s again", self.name, self.link.name)
+        now_ms = self.mgr.clock.now_ms()
+        for t in resp.responses:
+            for p in t.partitions:
+                got = sent.get((t.topic_id, p.partition_index))
+                if got is None:
+                    continue
+                e, offset = got
+                key = (e.part.topic, e.part.partition)
+                if self.entries.get(key) is not e or e.part.log.log_end_offset != offset:
+                    continue  # removed, re-added or appended to meanwhile
+                await self.apply(e, leader, p, offset, now_ms)
+
+    async def apply(self, e: _Entry, leader: int, p, offset: int, now_ms: int) -> None:
+        st = e.state
+        buf = None
+        if p.records:
+            buf, _first, _epoch = complete_batches(p.records)
+            if buf is not None:
+                buf = _from(buf, offset)
+        action = st.on_response(int(p.error_code), p.high_watermark, p.log_start_offset, buf is not None)
+        if action == APPEND:
+            try:
+                e.part.append_mirrored(buf, now_ms)
+            except Exception as exc:  # noqa: BLE001 - the local log refused: this partition only
+                log.error("%s: cannot append to %s at offset %d: %s", self.name, e.part.tp, offset, exc)
+                st.on_failure(str(exc))
+                e.ready_at = asyncio.get_running_loop().time() + self.backoff_s
+                return
+            self.mgr.on_progress(e.part)
+        elif action == REFRESH:
+            self.stale = True
+            log.info(
+                "%s: %s for source partition %s-%d: looking up its leader",
+                self.name,
+                st.error,
+                e.source_topic,
+                p.partition_index,
+            )
+        elif action == BACKOFF:
+            log.warning(
+                "%s: %s fetching source partition %s-%d", self.name, st.error, e.source_topic, p.partition_index
+            )
+            e.ready_at = asyncio.get_running_loop().time() + self.backoff_s
+        elif action == OUT_OF_RANGE:
+            await self.out_of_range(e, leader, offset)
+        st.after_append(e.part.log.log_end_offset, now_ms)
+
+    async def out_of_range(self, e: _Entry, leader: int, offset: int) -> None:
+        try:
+            err, start, end = await self.source.log_range(leader, e.source_topic, e.part.partition)
+        except ChannelError as exc:
+            self.failed([e], str(exc))
+            return
+        if err:
+            e.state.on_failure(f"source ListOffsets: {error_name(err)}")
+            self.stale = True
+            return
+        restart = e.state.on_out_of_range(offset, start, end)
+        if restart is not None:
+            log.error(
+                "%s: %s: the source's log of %s-%d starts at %d: %d records were deleted there before they "
+                "were mirrored (lost); mirroring on from %d",
+                self.name,
+                e.part.tp,
+                e.source_topic,
+                e.part.partition,
+                start,
+                restart - offset,
+                restart,
+            )
+            e.part.restart_mirror_at(restart)
+            self.mgr.on_progress(e.part)
+        else:
+            log.error("%s: %s: %s", self.name, e.part.tp, e.state.error)
+            e.ready_at = asyncio.get_running_loop().time() + self.backoff_s
+
+
+def _from(buf: memoryview, offset: int) -> memoryview | None:
+    """The whole batches of ``buf`` from the one that starts at ``offset`` (a source answers the
+    batch holding the fetch offset: after a restart at a log start inside a batch the batch is
+    older than the log end)."""
+    for pos, _size in iter_batch_positions(buf):
+        base = int.from_bytes(buf[pos : pos + 8], "big", signed=True)
+        if base >= offset:
+            return buf[pos:] if base == offset else None
+    return None
+
+
+class MirrorFetcherManager:
+    """The mirror fetchers of one broker: ``refresh()`` (after every image change that moves a
+    leadership or a mirror) starts, changes and stops them so that exactly the ACTIVE mirror
+    partitions this broker leads are fetched. ``on_progress(part)`` is called after an append
+    (the HW and the waiting fetches move as after a produce)."""
+
+    def __init__(self, node_id: int, image, replica_manager, clock, on_progress, loop=None):
+        self.node_id = node_id
+        self.image = image
+        self.replica_manager = replica_manager
+        self.clock = clock
+        self.on_progress = on_progress
+        self.loop = loop
+        self.fetchers: dict[uuid.UUID, _LinkFetcher] = {}
+        self.states: dict[tuple[str, int], MirrorPartitionState] = {}
+        self._scheduled = False
+
+    def schedule_refresh(self, *_args) -> None:
+        """Coalesce the leadership and metadata callbacks of one image change into one refresh."""
+        if self._scheduled:
+            return
+        self._scheduled = True
+        (self.loop or asyncio.get_running_loop()).call_soon(self._run_refresh)
+
+    def _run_refresh(self) -> None:
+        self._scheduled = False
+        self.refresh()
+
+    def wanted(self) -> dict[uuid.UUID, dict[tuple[str, int], tuple]]:
+        out: dict[uuid.UUID, dict] = {}
+        image = self.image
+        for key, part in self.replica_manager.partitions.items():
+            m = image.mirror_topics.get(part.topic_id)
+            if m is None or m.state != MIRROR_ACTIVE or not part.is_leader:
+                continue
+            if image.cluster_link_by_id(m.link_id) is None:
+                continue
+            out.setdefault(m.link_id, {})[key] = (part, m.source_topic, m.source_topic_id)
+        return out
+
+    def refresh(self) -> None:
+        wanted = self.wanted()
+        for link_id in list(self.fetchers):
+            f = self.fetchers[link_id]
+            link = self.image.cluster_link_by_id(link_id)
+            if link_id not in wanted or link is None or link.configs != f.link.configs:
+                f.stop()
+                del self.fetchers[link_id]
+        now_ms = self.clock.now_ms()
+        for link_id, parts in wanted.items():
+            f = self.fetchers.get(link_id)
+            if f is None:
+                f = self.fetchers[link_id] = _LinkFetcher(self, self.image.cluster_link_by_id(link_id))
+                f.start(self.loop or asyncio.get_running_loop())
+            for key in [k for k in f.entries if k not in parts]:
+                del f.entries[key]
+            for key, (part, source_topic, source_id) in parts.items():
+                e = f.entries.get(key)
+                if e is None or e.part is not part:
+                    st = self.states.get(key)
+                    if st is None or e is None:
+                        st = self.states[key] = MirrorPartitionState(now_ms)
+                    f.entries[key] = _Entry(part, source_topic, source_id, st)
+                    f.stale = True
+            f.wake.set()
+        live = {k for parts in wanted.values() for k in parts}
+        for key in [k for k in self.states if k not in live]:
+            del self.states[key]
+
+    def lag(self, topic: str, partition: int):
+        """The lag of a mirror partition this broker fetches (None when it does not)."""
+        st = self.states.get((topic, partition))
+        part = self.replica_manager.partitions.get((topic, partition))
+        if st is None or part is None:
+            return None
+        return st.lag(part.log.log_end_offset, self.clock.now_ms())
+
+    async def shutdown(self) -> None:
+        fetchers = list(self.fetchers.values())
+        self.fetchers.clear()
+        for f in fetchers:
+            f.stop()
+        await asyncio.gather(*(f.task for f in fetchers if f.task is not None), return_exceptions=True)
