@@ -1,0 +1,382 @@
+"""Mirror topics (issue 28, docs/mirror.md): the cluster-link records and the controller's rules,
+the mirror partition's sans-IO rules, and kesque → kesque in-process: plain, idempotent and
+transactional records (committed and aborted, several partitions) copied byte for byte at the
+same offsets, read the same by read_committed readers, the mirror refusing producers, and the
+tools. The Kafka 4.4 source and the fault cases are tests/test_mirror_faults.py (``make mirror``)."""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+import struct
+import time
+import uuid
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+
+from kesque.cli import main as cli
+from kesque.cli.dump_log import cluster_metadata_json
+from kesque.cli.mirrors import describe
+from kesque.controller.controller import Controller
+from kesque.errors import ErrorCode, KafkaError
+from kesque.metadata import records as mr
+from kesque.metadata.image import MIRROR_ACTIVE, MIRROR_PAUSED, MetadataImage
+from kesque.metadata.log import MetadataLog
+from kesque.metadata.snapshot import image_records
+from kesque.mirror import links as link_rules
+from kesque.mirror.partition import APPEND, BACKOFF, IDLE, OUT_OF_RANGE, REFRESH, MirrorPartitionState
+from kesque.protocol.api import KESQUE_CLUSTER_LINKS
+from kesque.server.apis.registry import served_versions
+
+# ------------------------------------------------------------------ records, image, controller
+
+
+def _controller(tmp_path) -> Controller:
+    from kesque.clock import SYSTEM_CLOCK
+    from kesque.config.broker import BrokerConfig
+
+    image = MetadataImage()
+    mlog = MetadataLog(str(tmp_path / "meta"), SYSTEM_CLOCK)
+    c = Controller(BrokerConfig({}), image, mlog, SYSTEM_CLOCK, lambda d: None)
+    c.bootstrap()
+    c.register_broker(1, [{"name": "PLAINTEXT", "host": "h", "port": 1, "security_protocol": 0}])
+    return c
+
+
+def test_records_round_trip_and_are_far_above_kafkas_ids():
+    link_id, topic_id, source_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    recs = [
+        {"type": "ClusterLinkRecord", "link_name": "L", "link_id": link_id, "configs": [{"name": "a", "value": "b"}]},
+        {"type": "RemoveClusterLinkRecord", "link_id": link_id},
+        {
+            "type": "MirrorTopicRecord",
+            "topic_id": topic_id,
+            "link_id": link_id,
+            "source_topic": "s",
+            "source_topic_id": source_id,
+            "state": MIRROR_PAUSED,
+        },
+    ]
+    for rec in recs:
+        assert mr.decode(mr.encode(rec)) == rec
+        assert mr.SCHEMAS[rec["type"]][0] >= 10000
+
+
+def test_dump_log_prints_a_link_with_its_secrets_redacted():
+    rec = {
+        "type": "ClusterLinkRecord",
+        "link_name": "L",
+        "link_id": uuid.UUID(int=5),
+        "configs": [
+            {"name": "bootstrap.servers", "value": "src:9092"},
+            {"name": "sasl.jaas.config", "value": "secret"},
+            {"name": "ssl.key.password", "value": "secret"},
+        ],
+    }
+    out = json.loads(cluster_metadata_json(mr.encode(rec)))
+    assert out["type"] == "CLUSTER_LINK_RECORD"
+    assert [c["value"] for c in out["data"]["configs"]] == ["src:9092", "[redacted]", "[redacted]"]
+    assert "secret" not in json.dumps(out)
+
+
+def test_links_and_mirrors_in_the_image_and_its_snapshot(tmp_path):
+    c = _controller(tmp_path)
+    link_id = c.create_cluster_link("L", {"bootstrap.servers": "src:9092", "sasl.jaas.config": "x"})
+    source_id = uuid.uuid4()
+    topic_id = c.create_mirror_topic("m", "L", "s", source_id, 3)
+    image = c.image
+    assert image.cluster_links["L"].link_id == link_id
+    assert image.cluster_links["L"].configs["sasl.jaas.config"] == "x"
+    m = image.mirror_of("m")
+    assert (m.topic_id, m.link_id, m.source_topic, m.source_topic_id, m.state) == (
+        topic_id,
+        link_id,
+        "s",
+        source_id,
+        MIRROR_ACTIVE,
+    )
+    assert len(image.topic("m").partitions) == 3
+    # a snapshot rebuilds both
+    copy = MetadataImage()
+    from kesque.metadata.image import Delta
+
+    for rec in image_records(image):
+        copy.replay(mr.decode(mr.encode(rec)), Delta())
+    assert copy.cluster_links == image.cluster_links
+    assert copy.mirror_topics == image.mirror_topics
+    # deleting the topic deletes its mirror state
+    c.delete_topics(["m"], [None])
+    assert image.mirror_topics == {}
+
+
+def test_controller_rules(tmp_path):
+    c = _controller(tmp_path)
+    with pytest.raises(KafkaError, match="bootstrap.servers"):
+        c.create_cluster_link("L", {})
+    with pytest.raises(KafkaError, match="illegal"):
+        c.create_cluster_link("bad name", {"bootstrap.servers": "s:1"})
+    c.create_cluster_link("L", {"bootstrap.servers": "s:1"})
+    with pytest.raises(KafkaError, match="already exists"):
+        c.create_cluster_link("L", {"bootstrap.servers": "s:1"})
+    with pytest.raises(KafkaError, match="does not exist"):
+        c.create_mirror_topic("m", "nope", "s", uuid.uuid4(), 1)
+    c.create_mirror_topic("m", "L", "s", uuid.uuid4(), 1)
+    with pytest.raises(KafkaError) as e:
+        c.create_mirror_topic("m", "L", "s", uuid.uuid4(), 1)
+    assert e.value.code == ErrorCode.topic_already_exists
+    # no delete while a topic mirrors over the link, as Confluent's
+    with pytest.raises(KafkaError, match="active mirror topics: m"):
+        c.delete_cluster_link("L")
+    assert c.alter_mirror_topics("pause", ["m"]) == [None]
+    assert c.image.mirror_of("m").state == MIRROR_PAUSED
+    errors = c.alter_mirror_topics("resume", ["m", "plain", "gone"])
+    assert errors[0] is None and c.image.mirror_of("m").state == MIRROR_ACTIVE
+    c.create_topics([__import__("kesque.controller.controller", fromlist=["NewTopic"]).NewTopic("plain", 1, 1)])
+    errors = c.alter_mirror_topics("pause", ["plain", "gone"])
+    assert [e.code for e in errors] == [ErrorCode.invalid_request, ErrorCode.unknown_topic_or_partition]
+    c.delete_topics(["m"], [None])
+    c.delete_cluster_link("L")
+    assert c.image.cluster_links == {}
+
+
+def test_link_configs():
+    props = "# comment\nbootstrap.servers = a:1,b:2\n! other\nsasl.jaas.config=x \\\n  y\nempty\n"
+    configs = link_rules.parse_properties(props)
+    assert configs == {"bootstrap.servers": "a:1,b:2", "sasl.jaas.config": "x y", "empty": ""}
+    assert link_rules.bootstrap_addresses(configs) == [("a", 1), ("b", 2)]
+    assert link_rules.masked({"ssl.truststore.password": "p", "sasl.jaas.config": "j", "client.id": "c"}) == {
+        "ssl.truststore.password": "[hidden]",
+        "sasl.jaas.config": "[hidden]",
+        "client.id": "c",
+    }
+    assert link_rules.check_link_configs({"bootstrap.servers": "a:1"}) is None
+    assert "bootstrap.servers" in link_rules.check_link_configs({})
+    assert "Invalid url" in link_rules.check_link_configs({"bootstrap.servers": "nohost"})
+    assert "SASL_SSL" in link_rules.check_link_configs({"bootstrap.servers": "a:1", "security.protocol": "SASL_SSL"})
+
+
+def test_the_admin_api_is_not_advertised():
+    assert KESQUE_CLUSTER_LINKS not in served_versions()
+
+
+# ------------------------------------------------------------------ the partition's rules
+
+
+def test_mirror_partition_state():
+    st = MirrorPartitionState(now_ms=1000)
+    assert st.on_response(0, 10, 0, True) == APPEND
+    st.after_append(4, 1100)
+    lag = st.lag(4, 1500)
+    assert (lag.source_high_watermark, lag.lag, lag.time_lag_ms) == (10, 6, 500)  # caught up at creation
+    assert st.on_response(0, 10, 0, False) == IDLE
+    st.after_append(10, 1600)
+    assert st.lag(10, 1700).lag == 0 and st.lag(10, 1700).time_lag_ms == 0
+    assert st.on_response(int(ErrorCode.not_leader_or_follower), -1, -1, False) == REFRESH
+    assert st.lag(10, 1800).error == "NOT_LEADER_OR_FOLLOWER"
+    assert st.on_response(int(ErrorCode.unknown_server_error), -1, -1, False) == BACKOFF
+    assert st.on_response(int(ErrorCode.offset_out_of_range), -1, -1, False) == OUT_OF_RANGE
+    # retention at the source passed the mirror's position: the loss is counted, never silent
+    assert st.on_out_of_range(10, 25, 40) == 25
+    assert st.lost_records == 15 and "lost 15 records" in st.error
+    # a source whose log ends below the mirror's (truncated): the mirror waits, never truncates
+    assert st.on_out_of_range(30, 0, 20) is None
+    assert "below the mirror's 30" in st.error
+    st.on_response(0, 40, 25, False)
+    assert st.error is None
+
+
+# ------------------------------------------------------------------ kesque -> kesque
+
+
+def raw_batches(data_dir: str, topic: str, partition: int) -> list[tuple[int, bytes]]:
+    """(base offset, the batch's bytes) of every batch in a partition's .log files."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(data_dir, f"{topic}-{partition}", "*.log"))):
+        with open(path, "rb") as f:
+            buf = f.read()
+        pos = 0
+        while pos + 12 <= len(buf):
+            base, length = struct.unpack_from(">qi", buf, pos)
+            if length <= 0 or pos + 12 + length > len(buf):
+                break
+            out.append((base, buf[pos : pos + 12 + length]))
+            pos += 12 + length
+    return out
+
+
+def tool(*argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def produce_mixed(bootstrap: str, topic: str, partitions: int) -> None:
+    """Plain, idempotent and transactional records (a committed and an aborted transaction) on
+    every partition."""
+    from confluent_kafka import Producer
+
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "acks": 1, "linger.ms": 0})
+    idem = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    for p in range(partitions):
+        for i in range(3):
+            plain.produce(topic, f"plain-{p}-{i}".encode(), key=b"k", partition=p)
+            idem.produce(topic, f"idem-{p}-{i}".encode(), partition=p, headers=[("h", b"v")])
+    assert plain.flush(15) == 0 and idem.flush(15) == 0
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"mirror-{topic}", "linger.ms": 0})
+    txn.init_transactions(15)
+    for outcome in ("commit", "abort", "commit"):
+        txn.begin_transaction()
+        for p in range(partitions):
+            txn.produce(topic, f"txn-{outcome}-{p}".encode(), partition=p)
+        txn.flush(15)
+        (txn.commit_transaction if outcome == "commit" else txn.abort_transaction)(15)
+    for p in range(partitions):
+        plain.produce(topic, f"after-{p}".encode(), partition=p)
+    assert plain.flush(15) == 0
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    out: dict[int, list] = {p: [] for p in range(partitions)}
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        idle = time.monotonic()
+        while time.monotonic() - idle < 1.5:
+            msgs = c.consume(1000, 0.2)
+            if msgs:
+                idle = time.monotonic()
+            for m in msgs:
+                assert not m.error(), m.error()
+                out[m.partition()].append((m.offset(), m.value()))
+    finally:
+        c.close()
+    return out
+
+
+def wait_mirrored(src_dir, dst_dir, topic, partitions, timeout=20.0) -> tuple[dict, dict]:
+    """The batches of both sides once they are equal and stayed so for 0.3 s (a transaction's
+    markers are written after its EndTxn was answered), or as they are at the timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        src = {p: raw_batches(src_dir, topic, p) for p in range(partitions)}
+        dst = {p: raw_batches(dst_dir, topic, p) for p in range(partitions)}
+        if src == dst and src == last or time.monotonic() > deadline:
+            return src, dst
+        last = src if src == dst else None
+        time.sleep(0.3 if last else 0.1)
+
+
+@pytest.fixture
+def kesque_pair():
+    from kesque.testing.broker import Broker
+
+    src = Broker(mode="thread").start()
+    try:
+        dst = Broker(mode="thread").start()
+    except BaseException:
+        src.stop()
+        raise
+    yield src, dst
+    dst.stop()
+    src.stop()
+
+
+def test_kesque_to_kesque_byte_for_byte(kesque_pair, tmp_path):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    src, dst = kesque_pair
+    n = 3
+    admin = AdminClient({"bootstrap.servers": src.bootstrap_servers})
+    admin.create_topics([NewTopic("orders", n, 1)])["orders"].result(15)
+    produce_mixed(src.bootstrap_servers, "orders", n)
+    props = tmp_path / "link.properties"
+    props.write_text(f"bootstrap.servers={src.bootstrap_servers}\nsasl.jaas.config=top-secret\n")
+    d = dst.bootstrap_servers
+    assert tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "L", "--config-file", str(props))[
+        :2
+    ] == (0, "Cluster link 'L' creation successfully completed.\n")
+    code, out, _ = tool("cluster-links", "--bootstrap-server", d, "--describe", "--link", "L")
+    assert code == 0 and "top-secret" not in out and "sasl.jaas.config=[hidden] sensitive=true" in out
+    assert tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "orders", "--link", "L")[:2] == (
+        0,
+        "Created topic orders.\n",
+    )
+    src_b, dst_b = wait_mirrored(src.data_dir, dst.data_dir, "orders", n)
+    for p in range(n):
+        # every batch (plain, idempotent, transactional, the markers) equal at the same offset
+        assert dst_b[p] == src_b[p], f"partition {p}"
+        assert len(src_b[p]) >= 9
+    # records written after the mirror was created come too
+    produce_mixed(src.bootstrap_servers, "orders", n)
+    src_b, dst_b = wait_mirrored(src.data_dir, dst.data_dir, "orders", n)
+    assert dst_b == src_b
+    # read_committed readers see the same records on both: no aborted record, whole transactions
+    a, b = read_committed(src.bootstrap_servers, "orders", n), read_committed(d, "orders", n)
+    assert a == b
+    assert all(not v.startswith(b"txn-abort") for recs in b.values() for _o, v in recs)
+    assert sum(v.startswith(b"txn-commit") for recs in b.values() for _o, v in recs) == 4 * n
+    # the lag, from each partition's leader
+    (m,) = describe(d, ["orders"])
+    assert m["state"] == "ACTIVE" and m["source_topic"] == "orders"
+    for p in m["partitions"]:
+        assert p["lag"] == 0 and p["log_end_offset"] == src_b[p["partition"]][-1][0] + 1
+    code, out, _ = tool("mirrors", "--bootstrap-server", d, "--describe", "--topics", "orders")
+    assert code == 0 and "State: ACTIVE" in out and out.count("\tPartition: ") == n and "Lag: 0" in out
+    # read-only to producers, with a clear error
+    errors = []
+    prod = Producer({"bootstrap.servers": d, "enable.idempotence": False, "retries": 0})
+    prod.produce("orders", b"x", partition=0, on_delivery=lambda e, _m: errors.append(e))
+    prod.flush(10)
+    assert [e.code() for e in errors] == [ErrorCode.invalid_request]
+    # pause: nothing more is copied; resume: copied again
+    assert tool("mirrors", "--bootstrap-server", d, "--pause", "--topics", "orders")[:2] == (
+        0,
+        "Topic: orders\tResult: Paused\n",
+    )
+    assert "State: PAUSED" in tool("mirrors", "--bootstrap-server", d, "--describe")[1]
+    time.sleep(0.3)
+    before = {p: raw_batches(dst.data_dir, "orders", p) for p in range(n)}
+    produce_mixed(src.bootstrap_servers, "orders", n)
+    time.sleep(1.0)
+    assert {p: raw_batches(dst.data_dir, "orders", p) for p in range(n)} == before
+    assert tool("mirrors", "--bootstrap-server", d, "--resume", "--topics", "orders")[0] == 0
+    src_b, dst_b = wait_mirrored(src.data_dir, dst.data_dir, "orders", n)
+    assert dst_b == src_b
+    # a link with active mirrors is not deleted; promote and failover are refused for now
+    code, _out, err = tool("cluster-links", "--bootstrap-server", d, "--delete", "--link", "L")
+    assert code == 1 and "active mirror topics: orders" in err
+    code, _out, err = tool("mirrors", "--bootstrap-server", d, "--failover", "--topics", "orders")
+    assert code == 1 and "not supported" in err
+    assert tool("mirrors", "--bootstrap-server", d, "--list")[1] == "orders\n"
+
+
+def test_mirror_of_a_missing_source_topic_and_a_bad_link(kesque_pair, tmp_path):
+    src, dst = kesque_pair
+    d = dst.bootstrap_servers
+    code, _o, err = tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "L", "--config", "a=b")
+    assert code == 1 and "bootstrap.servers" in err
+    assert tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "L", "--config",
+                f"bootstrap.servers={src.bootstrap_servers}")[0] == 0  # fmt: skip
+    code, _o, err = tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "nope", "--link", "L")
+    assert code == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in err
+    code, _o, err = tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "x", "--link", "M")
+    assert code == 1 and "Cluster link 'M' does not exist." in err
+    assert tool("cluster-links", "--bootstrap-server", d, "--list")[1].startswith("Link name: 'L', link ID: '")
+    assert tool("cluster-links", "--bootstrap-server", d, "--delete", "--link", "L")[0] == 0
+    assert tool("cluster-links", "--bootstrap-server", d, "--list")[1] == ""
