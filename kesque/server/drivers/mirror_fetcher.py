@@ -38,6 +38,7 @@ LIST_OFFSETS_VERSION = 9
 CONSUMER = -1
 READ_UNCOMMITTED = 0
 EARLIEST, LATEST = -2, -1
+LAG_LOG_INTERVAL_S = 60.0  # how often a link's fetcher logs the partitions behind their source
 _BOOTSTRAP_BASE = -1000  # the channel's node ids of the bootstrap servers: -1000, -1001, ...
 
 
@@ -161,6 +162,7 @@ class _LinkFetcher:
         self.stopped = False
         self.failing = False
         self.task: asyncio.Task | None = None
+        self.lag_logged_at = 0.0  # loop time of the last lag line
 
     @property
     def backoff_s(self) -> float:
@@ -188,6 +190,9 @@ class _LinkFetcher:
     async def round(self) -> None:
         self.wake.clear()
         loop = asyncio.get_running_loop()
+        if loop.time() - self.lag_logged_at >= LAG_LOG_INTERVAL_S:
+            self.lag_logged_at = loop.time()
+            self.log_lag()
         if self.stale and self.entries:
             if not await self.refresh_leaders():
                 await self.sleep(self.backoff_s)
@@ -209,6 +214,19 @@ class _LinkFetcher:
             await asyncio.wait_for(self.wake.wait(), timeout)
         except TimeoutError:
             pass
+
+    def log_lag(self) -> None:
+        """One INFO line per interval naming the partitions behind their source (offsets and time)
+        or failing; nothing while every partition is caught up."""
+        now_ms = self.mgr.clock.now_ms()
+        behind = []
+        for (topic, p), e in sorted(self.entries.items()):
+            lag = e.state.lag(e.part.log.log_end_offset, now_ms)
+            if lag.lag > 0 or lag.error:
+                why = f" ({lag.error})" if lag.error else ""
+                behind.append(f"{topic}-{p} {lag.lag} records / {lag.time_lag_ms} ms behind{why}")
+        if behind:
+            log.info("%s: mirror lag: %s", self.name, "; ".join(behind))
 
     async def refresh_leaders(self) -> bool:
         topics = sorted({e.source_topic for e in self.entries.values()})
