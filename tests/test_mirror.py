@@ -7,6 +7,7 @@ tools. The Kafka 4.4 source and the fault cases are tests/test_mirror_faults.py 
 from __future__ import annotations
 
 import json
+import struct
 import time
 import uuid
 
@@ -17,7 +18,7 @@ from kesque.cli.mirrors import describe
 from kesque.controller.controller import Controller
 from kesque.errors import ErrorCode, KafkaError
 from kesque.metadata import records as mr
-from kesque.metadata.image import MIRROR_ACTIVE, MIRROR_PAUSED, MetadataImage
+from kesque.metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PAUSED, MetadataImage
 from kesque.metadata.log import MetadataLog
 from kesque.metadata.snapshot import image_records
 from kesque.mirror import links as link_rules
@@ -53,6 +54,7 @@ def test_records_round_trip_and_are_far_above_kafkas_ids():
             "source_topic": "s",
             "source_topic_id": source_id,
             "state": MIRROR_PAUSED,
+            "max_producer_id": 7,
         },
     ]
     for rec in recs:
@@ -135,6 +137,41 @@ def test_controller_rules(tmp_path):
     c.delete_topics(["m"], [None])
     c.delete_cluster_link("L")
     assert c.image.cluster_links == {}
+
+
+def test_controller_failover(tmp_path):
+    c = _controller(tmp_path)
+    c.create_cluster_link("L", {"bootstrap.servers": "s:1"})
+    c.create_mirror_topic("m", "L", "s", uuid.uuid4(), 2)
+    t = c.image.topic("m")
+    assert [p.leader_epoch for p in t.partitions.values()] == [0, 0]
+    assert c.alter_mirror_topics("failover", ["m"], 4041, 3) == [None]
+    m = c.image.mirror_of("m")
+    assert (m.state, m.max_producer_id, m.mirroring) == (MIRROR_FAILED_OVER, 4041, False)
+    # every leader epoch above the mirrored logs' (3), so the next batches' epochs grow
+    assert [p.leader_epoch for p in t.partitions.values()] == [4, 4]
+    assert c.image.next_producer_id == 4042
+    start, _size = c.allocate_producer_ids(1, 0)
+    assert start == 4042
+    # no way back, and nothing left to pause
+    errors = c.alter_mirror_topics("resume", ["m"])
+    assert "FAILED_OVER: it cannot resume" in errors[0].message
+    c.delete_cluster_link("L")  # no active mirror any more
+
+
+def test_producer_id_floor():
+    from kesque.coordinator.producer_id import ProducerIdManager
+
+    asked = []
+    ids = ProducerIdManager(lambda: asked.append(1))
+    ids.prefetch()
+    ids.block_arrived(0, 1000)
+    assert ids.generate() == 0
+    ids.block_arrived(1000, 1000)  # the next block, ready
+    ids.raise_floor(1500)  # the mirrored logs use ids up to 1499
+    assert ids.generate() == 1500
+    ids.raise_floor(10)  # lower: nothing changes
+    assert ids.generate() == 1501
 
 
 def test_link_configs():
@@ -266,7 +303,7 @@ def test_kesque_to_kesque_byte_for_byte(kesque_pair, tmp_path):
     # a link with active mirrors is not deleted; promote and failover are refused for now
     code, _out, err = tool("cluster-links", "--bootstrap-server", d, "--delete", "--link", "L")
     assert code == 1 and "active mirror topics: orders" in err
-    code, _out, err = tool("mirrors", "--bootstrap-server", d, "--failover", "--topics", "orders")
+    code, _out, err = tool("mirrors", "--bootstrap-server", d, "--promote", "--topics", "orders")
     assert code == 1 and "not supported" in err
     assert tool("mirrors", "--bootstrap-server", d, "--list")[1] == "orders\n"
 
@@ -285,3 +322,52 @@ def test_mirror_of_a_missing_source_topic_and_a_bad_link(kesque_pair, tmp_path):
     assert tool("cluster-links", "--bootstrap-server", d, "--list")[1].startswith("Link name: 'L', link ID: '")
     assert tool("cluster-links", "--bootstrap-server", d, "--delete", "--link", "L")[0] == 0
     assert tool("cluster-links", "--bootstrap-server", d, "--list")[1] == ""
+
+
+def test_failover_in_the_middle_of_an_open_transaction(kesque_pair):
+    """The source's producer left a transaction open on every partition: after failover the
+    destination's leaders abort it (its LSO moves on, read_committed readers never see it), the
+    topic takes writes, a producer with the same transactional id commits there, and the
+    destination hands out no producer id the mirrored logs use."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    src, dst = kesque_pair
+    s, d, n = src.bootstrap_servers, dst.bootstrap_servers, 2
+    admin = AdminClient({"bootstrap.servers": s})
+    admin.create_topics([NewTopic("pay", n, 1)])["pay"].result(15)
+    app = Producer({"bootstrap.servers": s, "transactional.id": "app", "linger.ms": 0})
+    app.init_transactions(15)
+    app.begin_transaction()
+    for p in range(n):
+        app.produce("pay", f"committed-{p}".encode(), partition=p)
+    app.commit_transaction(15)
+    app.begin_transaction()
+    for p in range(n):
+        app.produce("pay", f"open-{p}".encode(), partition=p)
+    assert app.flush(15) == 0  # and never committed: the source goes away with it open
+    assert tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "L", "--config",
+                f"bootstrap.servers={s}")[0] == 0  # fmt: skip
+    assert tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "pay", "--link", "L")[0] == 0
+    src_b, dst_b = wait_mirrored(src.data_dir, dst.data_dir, "pay", n)
+    assert dst_b == src_b
+    mirrored_pids = {struct.unpack_from(">q", b, 43)[0] for p in range(n) for _o, b in dst_b[p]}
+    code, out, err = tool("mirrors", "--bootstrap-server", d, "--failover", "--topics", "pay")
+    assert (code, out) == (0, "Topic: pay\tResult: Failed over\n"), err
+    assert "State: FAILED_OVER" in tool("mirrors", "--bootstrap-server", d, "--describe")[1]
+    # writable now; the same transactional id commits at the destination
+    again = Producer({"bootstrap.servers": d, "transactional.id": "app", "linger.ms": 0})
+    again.init_transactions(15)
+    again.begin_transaction()
+    for p in range(n):
+        again.produce("pay", f"after-{p}".encode(), partition=p)
+    again.commit_transaction(15)
+    got = read_committed(d, "pay", n)
+    for p in range(n):
+        # the open transaction was aborted at the destination: its records are never read, and the
+        # LSO moved past it (the records after it are read)
+        assert [v for _o, v in got[p]] == [f"committed-{p}".encode(), f"after-{p}".encode()]
+    # the marker the destination wrote, and the new producer's id above every mirrored one
+    batches = [b for p in range(n) for _o, b in raw_batches(dst.data_dir, "pay", p)[len(dst_b[p]) :]]
+    new_pids = {struct.unpack_from(">q", b, 43)[0] for b in batches} - mirrored_pids
+    assert new_pids and min(new_pids) > max(mirrored_pids)

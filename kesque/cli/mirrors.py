@@ -9,13 +9,15 @@ Confluent's ``kafka-mirrors`` (docs/mirror.md)::
 ``--describe`` asks every broker of the destination, since the lag of a mirror partition is
 known to its leader: one line per topic, then one per partition with its log end, the source's
 high watermark at the last fetch, the lag in offsets and in time, and the last fetch error.
-``--promote`` and ``--failover`` are refused for now (docs/mirror.md: what they must do first).
+``--failover`` stops the mirroring and makes the topics writable now (their partitions' leaders
+abort the transactions the source left open); ``--promote`` is refused for now (docs/mirror.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from ..client.wire import Connection, WireError
 from ..errors import error_name
@@ -36,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     action.add_argument("--pause", action="store_true", help="Stop fetching the topics from the source.")
     action.add_argument("--resume", action="store_true", help="Fetch the paused topics again.")
     action.add_argument("--promote", action="store_true", help="Not yet: make the topics writable once caught up.")
-    action.add_argument("--failover", action="store_true", help="Not yet: make the topics writable now.")
+    action.add_argument("--failover", action="store_true", help="Stop mirroring and make the topics writable now.")
     p.add_argument("--mirror-topic", help="The mirror topic to create.")
     p.add_argument("--source-topic", help="The topic it mirrors (default: the same name).")
     p.add_argument("--link", help="The cluster link of the new mirror topic.")
@@ -89,14 +91,49 @@ def describe(bootstrap: str, topics: list[str]) -> list[dict]:
     return mirrors
 
 
+def failover(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
+    """Pause the topic, wait until no broker copies it any more, then fail it over with the highest
+    producer id and leader epoch its partitions' logs hold (docs/mirror.md). 1 when it failed."""
+    resp = call(bootstrap, {"operation": cl.ALTER_MIRRORS, "mirror_op": "pause", "topics": [topic]})
+    (m,) = resp["mirrors"]
+    if m["error_code"] and "is PAUSED" not in (m["error_message"] or ""):
+        print(f"Topic: {topic}\tError: {m['error_message'] or error_name(m['error_code'])}")
+        return 1
+    deadline = time.monotonic() + timeout
+    while True:
+        (m,) = describe(bootstrap, [topic])
+        if not any(p["fetching"] for p in m["partitions"]):
+            break
+        if time.monotonic() > deadline:
+            raise ToolError(f"the partitions of {topic} are still being copied after {timeout:.0f} s")
+        time.sleep(0.1)
+    req = {
+        "operation": cl.ALTER_MIRRORS,
+        "mirror_op": "failover",
+        "topics": [topic],
+        "max_producer_id": max((p["max_producer_id"] for p in m["partitions"]), default=-1),
+        "max_epoch": max((p["latest_epoch"] for p in m["partitions"]), default=-1),
+    }
+    (m,) = call(bootstrap, req)["mirrors"]
+    if m["error_code"]:
+        print(f"Topic: {topic}\tError: {m['error_message'] or error_name(m['error_code'])}")
+        return 1
+    print(f"Topic: {topic}\tResult: Failed over")
+    return 0
+
+
 def _value(x: int) -> str:
     return "-" if x < 0 else str(x)
 
 
 def run(a) -> int:
-    if a.promote or a.failover:
-        what = "promote" if a.promote else "failover"
-        raise ToolError(f"--{what} is not supported by kesque yet (docs/mirror.md)")
+    if a.promote:
+        raise ToolError("--promote is not supported by kesque yet (docs/mirror.md); --failover is")
+    if a.failover:
+        topics = _names(a.topics)
+        if not topics:
+            raise ToolError("--topics is required with --failover")
+        return 1 if sum(failover(a.bootstrap_server, t) for t in topics) else 0
     if a.create:
         if not a.mirror_topic or not a.link:
             raise ToolError("--mirror-topic and --link are required with --create")

@@ -25,6 +25,7 @@ from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import (
     MIRROR_ACTIVE,
+    MIRROR_FAILED_OVER,
     MIRROR_PAUSED,
     MIRROR_STATES,
     RESOURCE_BROKER,
@@ -830,14 +831,25 @@ class Controller:
         return topic_id
 
     # the state changes ``kesque mirrors`` asks for: {operation: (states it applies to, new state)};
-    # promote and failover are not here yet (docs/mirror.md: what they must do first)
+    # promote is not here yet (docs/mirror.md)
     MIRROR_OPS = {
         "pause": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_PAUSED),
         "resume": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_ACTIVE),
+        "failover": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_FAILED_OVER),
     }
 
-    def alter_mirror_topics(self, op: str, names: list[str]) -> list[KafkaError | None]:
-        """One error (or None) per topic: ``op`` is one of MIRROR_OPS."""
+    def alter_mirror_topics(
+        self, op: str, names: list[str], max_producer_id: int = -1, max_epoch: int = -1
+    ) -> list[KafkaError | None]:
+        """One error (or None) per topic: ``op`` is one of MIRROR_OPS.
+
+        ``failover`` makes the topics writable now, in one batch with what a writable topic
+        needs (docs/mirror.md): every partition's leader epoch raised above ``max_epoch`` (the
+        highest source epoch in the mirrored logs; a leader epoch only grows by one per
+        PartitionChangeRecord naming the leader, so as many records as that takes), and the
+        cluster's next producer id above ``max_producer_id`` (the highest mirrored one), so a new
+        producer never gets an id the mirrored logs use. The leaders then abort the transactions
+        whose markers never came (``MirrorTopic.max_producer_id`` says whose)."""
         allowed, new = self.MIRROR_OPS[op]
         out: list[KafkaError | None] = []
         records = []
@@ -858,10 +870,37 @@ class Controller:
             else:
                 out.append(None)
                 if m.state != new:
+                    pid = max_producer_id if new == MIRROR_FAILED_OVER else m.max_producer_id
                     records.append(
-                        mirror_record(MirrorImage(m.topic_id, m.link_id, m.source_topic, m.source_topic_id, new))
+                        mirror_record(MirrorImage(m.topic_id, m.link_id, m.source_topic, m.source_topic_id, new, pid))
                     )
+                    if new == MIRROR_FAILED_OVER:
+                        records += self._epochs_above(t, max_epoch)
+        if records and op == "failover" and max_producer_id >= self.image.next_producer_id:
+            records.append(
+                {
+                    "type": "ProducerIdsRecord",
+                    "broker_id": -1,
+                    "broker_epoch": -1,
+                    "next_producer_id": max_producer_id + 1,
+                }
+            )
         self.commit(records)
+        return out
+
+    @staticmethod
+    def _epochs_above(t, max_epoch: int) -> list[dict]:
+        """PartitionChangeRecords that take each led partition's leader epoch past ``max_epoch``
+        (at least one: the leader then starts an epoch of its own in the log)."""
+        out = []
+        for pid, p in sorted(t.partitions.items()):
+            if p.leader < 0:
+                continue
+            bumps = max(1, max_epoch + 1 - p.leader_epoch)
+            out += [
+                {"type": "PartitionChangeRecord", "partition_id": pid, "topic_id": t.topic_id, "leader": p.leader}
+                for _ in range(bumps)
+            ]
         return out
 
     def warn_without_effect(self, names=None) -> None:

@@ -146,6 +146,7 @@ class MirrorTopic:
     source_topic: str
     source_topic_id: uuid.UUID
     state: int = MIRROR_ACTIVE
+    max_producer_id: int = -1
 
     @property
     def mirroring(self) -> bool:
@@ -452,7 +453,12 @@ class MetadataImage:
 
     def _replay_MirrorTopicRecord(self, rec, delta):
         self.mirror_topics[rec["topic_id"]] = MirrorTopic(
-            rec["topic_id"], rec["link_id"], rec["source_topic"], rec["source_topic_id"], rec["state"]
+            rec["topic_id"],
+            rec["link_id"],
+            rec["source_topic"],
+            rec["source_topic_id"],
+            rec["state"],
+            rec.get("max_producer_id", -1),
         )
         delta.changed_mirrors = True
 

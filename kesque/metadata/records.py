@@ -196,6 +196,9 @@ SCHEMAS: dict[str, tuple[int, int, list]] = {
             ("source_topic", "string", None, ""),
             ("source_topic_id", "uuid", None, None),
             ("state", "int8", None, 0),
+            # FAILED_OVER: the highest producer id of the mirrored logs (transactions of producers up
+            # to it left open are aborted by the partitions' leaders)
+            ("max_producer_id", "int64", None, -1),
         ],
     ),
 }

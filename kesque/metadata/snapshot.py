@@ -114,6 +114,7 @@ def mirror_record(m) -> dict:
         "source_topic": m.source_topic,
         "source_topic_id": m.source_topic_id,
         "state": m.state,
+        "max_producer_id": m.max_producer_id,
     }
 
 

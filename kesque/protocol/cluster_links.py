@@ -18,7 +18,7 @@ CREATE_LINK = 1
 DELETE_LINK = 2
 CREATE_MIRROR = 3  # ``topics[0]`` mirrors ``source_topic`` (default: the same name) over ``link_name``
 DESCRIBE_MIRRORS = 4  # the mirror topics (all, or ``topics``), with the lag of the partitions this broker leads
-ALTER_MIRRORS = 5  # ``mirror_op`` (pause, resume) on ``topics``
+ALTER_MIRRORS = 5  # ``mirror_op`` (pause, resume, failover) on ``topics``
 
 _CONFIG = [("name", "string", None, ""), ("value", "nstring", None, None)]
 
@@ -35,6 +35,9 @@ REQUEST = [
     ("source_topic_id", "uuid", None, None),
     ("num_partitions", "int32", None, -1),
     ("replication_factor", "int16", None, -1),
+    # a failover's: the highest producer id and leader epoch in the mirrored partitions' logs
+    ("max_producer_id", "int64", None, -1),
+    ("max_epoch", "int32", None, -1),
 ]
 
 _PARTITION = [
@@ -46,6 +49,9 @@ _PARTITION = [
     ("time_lag_ms", "int64", None, -1),  # time behind: the age of the last answer that had no more to copy
     ("error", "nstring", None, None),  # the last fetch error, while it lasts
     ("lost_records", "int64", None, 0),  # records the source deleted before the mirror copied them
+    ("fetching", "bool", None, False),  # a fetcher of this broker copies the partition now
+    ("max_producer_id", "int64", None, -1),  # the highest producer id of the leader's log
+    ("latest_epoch", "int32", None, -1),  # the latest leader epoch of the leader's log
 ]
 
 RESPONSE = [

@@ -298,6 +298,7 @@ class KesqueServer:
             self.clock,
             lambda part: self.replica_manager.notify_append(part.topic, part.partition, 1),
             loop=self.loop,
+            raise_producer_id_floor=lambda floor: self.producer_ids.raise_floor(floor),
         )
         self.replica_manager.add_leadership_listener(self.mirror_fetchers.schedule_refresh)
         self.add_publisher(lambda delta: delta.changed_mirrors and self.mirror_fetchers.schedule_refresh())

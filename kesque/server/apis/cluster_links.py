@@ -102,6 +102,9 @@ class ClusterLinkApis:
             parts = []
             for p, reg in sorted(t.partitions.items()):
                 entry = {"partition": p, "leader": reg.leader}
+                local = self.mirrors.local_state(name, p) if reg.leader == self.node_id and self.mirrors else None
+                if local is not None:
+                    entry.update(local)
                 lag = self.mirrors.lag(name, p) if reg.leader == self.node_id and self.mirrors else None
                 if lag is not None:
                     entry.update(
@@ -187,9 +190,11 @@ class ClusterLinkApis:
                 req["replication_factor"],
                 configs,
             )
-        if req["mirror_op"] not in ("pause", "resume"):
+        if req["mirror_op"] not in ("pause", "resume", "failover"):
             raise KafkaError(ErrorCode.invalid_request, f"unknown mirror operation {req['mirror_op']}")
-        return c.call("alter_mirror_topics", req["mirror_op"], list(req["topics"]))
+        return c.call(
+            "alter_mirror_topics", req["mirror_op"], list(req["topics"]), req["max_producer_id"], req["max_epoch"]
+        )
 
     async def _at_controller(self, ctx, req) -> bytes:
         c = self.controllers

@@ -20,7 +20,7 @@ import logging
 import uuid
 
 from ...errors import ErrorCode, error_name
-from ...metadata.image import MIRROR_ACTIVE
+from ...metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER
 from ...mirror import links as link_rules
 from ...mirror.partition import APPEND, BACKOFF, OUT_OF_RANGE, REFRESH, MirrorPartitionState
 from ...protocol.api_keys import ApiKeys
@@ -378,13 +378,17 @@ class MirrorFetcherManager:
     partitions this broker leads are fetched. ``on_progress(part)`` is called after an append
     (the HW and the waiting fetches move as after a produce)."""
 
-    def __init__(self, node_id: int, image, replica_manager, clock, on_progress, loop=None):
+    def __init__(
+        self, node_id: int, image, replica_manager, clock, on_progress, loop=None, raise_producer_id_floor=None
+    ):
+        """``raise_producer_id_floor(n)``: the broker's producer ids from ``n`` on only."""
         self.node_id = node_id
         self.image = image
         self.replica_manager = replica_manager
         self.clock = clock
         self.on_progress = on_progress
         self.loop = loop
+        self.raise_producer_id_floor = raise_producer_id_floor
         self.fetchers: dict[uuid.UUID, _LinkFetcher] = {}
         self.states: dict[tuple[str, int], MirrorPartitionState] = {}
         self._scheduled = False
@@ -400,6 +404,27 @@ class MirrorFetcherManager:
         self._scheduled = False
         self.refresh()
 
+    def _after_failover(self) -> None:
+        """The failed-over topics: no producer id at or below the highest mirrored one is handed
+        out here, and the partitions this broker leads abort what the source left open."""
+        image = self.image
+        floor = -1
+        for m in image.mirror_topics.values():
+            if m.state != MIRROR_FAILED_OVER:
+                continue
+            floor = max(floor, m.max_producer_id)
+            t = image.topics_by_id.get(m.topic_id)
+            for p in t.partitions if t is not None else ():
+                part = self.replica_manager.partitions.get((t.name, p))
+                if part is None or not part.is_leader or part.mirror:
+                    continue
+                try:
+                    self.abort_hanging(part, m.max_producer_id)
+                except Exception as exc:  # noqa: BLE001 - retried at the next refresh
+                    log.error("%s: cannot abort the transactions left open at failover: %s", part.tp, exc)
+        if floor >= 0 and self.raise_producer_id_floor is not None:
+            self.raise_producer_id_floor(floor + 1)
+
     def wanted(self) -> dict[uuid.UUID, dict[tuple[str, int], tuple]]:
         out: dict[uuid.UUID, dict] = {}
         image = self.image
@@ -413,6 +438,7 @@ class MirrorFetcherManager:
         return out
 
     def refresh(self) -> None:
+        self._after_failover()
         wanted = self.wanted()
         for link_id in list(self.fetchers):
             f = self.fetchers[link_id]
@@ -440,6 +466,41 @@ class MirrorFetcherManager:
         live = {k for parts in wanted.values() for k in parts}
         for key in [k for k in self.states if k not in live]:
             del self.states[key]
+
+    def local_state(self, topic: str, partition: int) -> dict | None:
+        """What a failover needs to know of a partition this broker leads: whether a fetcher still
+        copies it, the highest producer id and the latest leader epoch of its log."""
+        part = self.replica_manager.partitions.get((topic, partition))
+        if part is None or not part.is_leader:
+            return None
+        lg = part.log
+        fetching = any((topic, partition) in f.entries for f in self.fetchers.values())
+        return {
+            "log_end_offset": lg.log_end_offset,
+            "fetching": fetching,
+            "max_producer_id": max(lg.producer_state.producers, default=-1),
+            "latest_epoch": lg.leader_epoch_cache.latest_epoch(),
+        }
+
+    def abort_hanging(self, part, max_producer_id: int) -> int:
+        """A failed-over partition this broker leads: ABORT markers, written as the leader, for the
+        transactions of mirrored producers (ids up to ``max_producer_id``) whose markers never came
+        from the source, so that the last stable offset moves on. Returns how many."""
+        lg = part.log
+        ps = lg.producer_state
+        hanging = sorted({pid for pid in ps.ongoing_txns.values() if pid <= max_producer_id})
+        now_ms = self.clock.now_ms()
+        for pid in hanging:
+            entry = ps.producers[pid]
+            info = part.append_txn_marker(pid, entry.epoch, False, entry.coordinator_epoch, now_ms)
+            self.replica_manager.notify_append(part.topic, part.partition, info.size)
+            log.info(
+                "%s: aborted the transaction of producer %d (epoch %d) left open by the source at failover",
+                part.tp,
+                pid,
+                entry.epoch,
+            )
+        return len(hanging)
 
     def lag(self, topic: str, partition: int):
         """The lag of a mirror partition this broker fetches (None when it does not)."""
