@@ -240,7 +240,7 @@ def kesque_pair():
 
 def test_kesque_to_kesque_byte_for_byte(kesque_pair, tmp_path):
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     src, dst = kesque_pair
     n = 3
@@ -248,7 +248,9 @@ def test_kesque_to_kesque_byte_for_byte(kesque_pair, tmp_path):
     admin.create_topics([NewTopic("orders", n, 1)])["orders"].result(15)
     produce_mixed(src.bootstrap_servers, "orders", n)
     props = tmp_path / "link.properties"
-    props.write_text(f"bootstrap.servers={src.bootstrap_servers}\nsasl.jaas.config=top-secret\n")
+    props.write_text(
+        f"bootstrap.servers={src.bootstrap_servers}\nsasl.jaas.config=top-secret\nmetadata.max.age.ms=300\n"
+    )
     d = dst.bootstrap_servers
     assert tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "L", "--config-file", str(props))[
         :2
@@ -300,6 +302,11 @@ def test_kesque_to_kesque_byte_for_byte(kesque_pair, tmp_path):
     assert tool("mirrors", "--bootstrap-server", d, "--resume", "--topics", "orders")[0] == 0
     src_b, dst_b = wait_mirrored(src.data_dir, dst.data_dir, "orders", n)
     assert dst_b == src_b
+    # partitions added at the source appear at the destination, and are mirrored
+    admin.create_partitions([NewPartitions("orders", n + 1)])["orders"].result(15)
+    produce_mixed(src.bootstrap_servers, "orders", n + 1)
+    src_b, dst_b = wait_mirrored(src.data_dir, dst.data_dir, "orders", n + 1)
+    assert dst_b == src_b and len(dst_b[n]) >= 9
     # a link with active mirrors is not deleted; promote and failover are refused for now
     code, _out, err = tool("cluster-links", "--bootstrap-server", d, "--delete", "--link", "L")
     assert code == 1 and "active mirror topics: orders" in err

@@ -830,6 +830,18 @@ class Controller:
         log.info("Created mirror topic %s of %s over cluster link %s", name, source_topic, link_name)
         return topic_id
 
+    def grow_mirror_topic(self, name: str, partitions: int) -> None:
+        """The source topic of mirror ``name`` has ``partitions`` partitions now: the mirror gets the
+        ones it lacks (nothing when it has them already: every broker that leads one of its
+        partitions may ask)."""
+        t = self.image.topic(name)
+        m = None if t is None else self.image.mirror_topics.get(t.topic_id)
+        if m is None or not m.mirroring:
+            raise KafkaError(ErrorCode.invalid_request, f"Topic '{name}' is not an active mirror topic.")
+        if partitions > len(t.partitions):
+            self.create_partitions(name, partitions, None, False)
+            log.info("Mirror topic %s has %d partitions now, as its source %s", name, partitions, m.source_topic)
+
     # the state changes ``kesque mirrors`` asks for: {operation: (states it applies to, new state)};
     # promote is not here yet (docs/mirror.md)
     MIRROR_OPS = {

@@ -19,6 +19,7 @@ DELETE_LINK = 2
 CREATE_MIRROR = 3  # ``topics[0]`` mirrors ``source_topic`` (default: the same name) over ``link_name``
 DESCRIBE_MIRRORS = 4  # the mirror topics (all, or ``topics``), with the lag of the partitions this broker leads
 ALTER_MIRRORS = 5  # ``mirror_op`` (pause, resume, failover) on ``topics``
+GROW_MIRROR = 6  # a broker's own: ``topics[0]`` to ``num_partitions`` partitions, as its source grew
 
 _CONFIG = [("name", "string", None, ""), ("value", "nstring", None, None)]
 

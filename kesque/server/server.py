@@ -1022,6 +1022,8 @@ class KesqueServer:
             self.controllers,
             self.throttler,
         )
+        links = ClusterLinkApis(image=image, controllers=router, node_id=self.node_id, mirrors=self.mirror_fetchers)
+        self.mirror_fetchers.grow_mirror = links.grow_mirror  # a source topic that grew: at the controller
         handlers = (
             CoreApis(
                 image=image,
@@ -1098,7 +1100,7 @@ class KesqueServer:
                 controllers=router,
             ),
             AclApis(authorizer=self.authorizer, controllers=router),
-            ClusterLinkApis(image=image, controllers=router, node_id=self.node_id, mirrors=self.mirror_fetchers),
+            links,
             SaslApis(),
             ScramApis(image=image, controllers=router),
         )

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 _ZERO = uuid.UUID(int=0)
 _RETRY_S = 0.05
-_CHANGES = (cl.CREATE_LINK, cl.DELETE_LINK, cl.CREATE_MIRROR, cl.ALTER_MIRRORS)
+_CHANGES = (cl.CREATE_LINK, cl.DELETE_LINK, cl.CREATE_MIRROR, cl.ALTER_MIRRORS, cl.GROW_MIRROR)
 
 
 def _error(e: KafkaError) -> bytes:
@@ -138,9 +138,19 @@ class ClusterLinkApis:
                     raise KafkaError(ErrorCode.invalid_config, why)
             if req["operation"] == cl.CREATE_MIRROR and (req["source_topic_id"] in (None, _ZERO)):
                 await self._ask_source(req)
-            return await self._at_controller(ctx, req)
+            return await self._at_controller(req, ctx.listener in self.controllers.controller_listeners)
         except KafkaError as e:
             return _error(e)
+
+    async def grow_mirror(self, topic: str, partitions: int) -> None:
+        """This broker's own request (the mirror fetcher saw the source topic grow): the mirror
+        topic to ``partitions`` partitions, at the controller. Raises KafkaError."""
+        req = cl.decode_request(
+            cl.encode_request({"operation": cl.GROW_MIRROR, "topics": [topic], "num_partitions": partitions})
+        )
+        resp = cl.decode_response_body(await self._at_controller(req, False))
+        if resp["error_code"]:
+            raise KafkaError(ErrorCode(resp["error_code"]), resp["error_message"] or "")
 
     async def _ask_source(self, req) -> None:
         """The source topic's id and partition count, over the link (a CREATE_MIRROR's)."""
@@ -178,6 +188,8 @@ class ClusterLinkApis:
             return c.call("create_cluster_link", name, configs, req["validate_only"])
         if op == cl.DELETE_LINK:
             return c.call("delete_cluster_link", name)
+        if op == cl.GROW_MIRROR:
+            return c.call("grow_mirror_topic", req["topics"][0], req["num_partitions"])
         if op == cl.CREATE_MIRROR:
             configs = {x["name"]: x["value"] for x in req["configs"] if x["value"] is not None}
             return c.call(
@@ -196,9 +208,9 @@ class ClusterLinkApis:
             "alter_mirror_topics", req["mirror_op"], list(req["topics"]), req["max_producer_id"], req["max_epoch"]
         )
 
-    async def _at_controller(self, ctx, req) -> bytes:
+    async def _at_controller(self, req, on_controller_listener: bool) -> bytes:
         c = self.controllers
-        if ctx.listener in c.controller_listeners or c.local_active():
+        if on_controller_listener or c.local_active():
             result = await self._local(req)
             if req["operation"] == cl.ALTER_MIRRORS:
                 return cl.encode_response(
@@ -219,7 +231,7 @@ class ClusterLinkApis:
         body = cl.encode_request(req)
         while True:
             if c.local_active():
-                return await self._at_controller(ctx, req)
+                return await self._at_controller(req, False)
             leader = c.leader_id()
             if c._reachable(leader):
                 try:

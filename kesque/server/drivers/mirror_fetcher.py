@@ -163,6 +163,7 @@ class _LinkFetcher:
         self.failing = False
         self.task: asyncio.Task | None = None
         self.lag_logged_at = 0.0  # loop time of the last lag line
+        self.refreshed_at = 0.0  # loop time of the last look at the source's metadata
 
     @property
     def backoff_s(self) -> float:
@@ -193,6 +194,8 @@ class _LinkFetcher:
         if loop.time() - self.lag_logged_at >= LAG_LOG_INTERVAL_S:
             self.lag_logged_at = loop.time()
             self.log_lag()
+        if loop.time() - self.refreshed_at >= _cfg(self.link.configs, "metadata.max.age.ms", 300000) / 1000.0:
+            self.stale = True  # the source's partition counts and leaders, looked at again
         if self.stale and self.entries:
             if not await self.refresh_leaders():
                 await self.sleep(self.backoff_s)
@@ -235,7 +238,12 @@ class _LinkFetcher:
         except ChannelError as e:
             self.failed(list(self.entries.values()), str(e))
             return False
+        self.refreshed_at = asyncio.get_running_loop().time()
         self.leaders.clear()
+        for e in self.entries.values():
+            err, _tid, parts = md.get(e.source_topic, (1, None, {}))
+            if not err:
+                self.mgr.source_partitions(e.part.topic, e.part.topic_id, len(parts))
         for (_topic, p), e in self.entries.items():
             err, topic_id, parts = md.get(e.source_topic, (int(ErrorCode.unknown_topic_or_partition), None, {}))
             if err == 0 and topic_id != e.source_topic_id:
@@ -389,6 +397,10 @@ class MirrorFetcherManager:
         self.on_progress = on_progress
         self.loop = loop
         self.raise_producer_id_floor = raise_producer_id_floor
+        # ``async grow_mirror(topic, partitions)``: the mirror topic to the source's partition count
+        self.grow_mirror = None
+        self._growing: dict[str, int] = {}  # mirror topic -> the partition count asked for
+        self._tasks: set[asyncio.Task] = set()
         self.fetchers: dict[uuid.UUID, _LinkFetcher] = {}
         self.states: dict[tuple[str, int], MirrorPartitionState] = {}
         self._scheduled = False
@@ -424,6 +436,26 @@ class MirrorFetcherManager:
                     log.error("%s: cannot abort the transactions left open at failover: %s", part.tp, exc)
         if floor >= 0 and self.raise_producer_id_floor is not None:
             self.raise_producer_id_floor(floor + 1)
+
+    def source_partitions(self, topic: str, topic_id, count: int) -> None:
+        """The source topic of mirror ``topic`` has ``count`` partitions: ask for the missing ones
+        (once per count)."""
+        t = self.image.topics_by_id.get(topic_id)
+        if t is None or count <= len(t.partitions) or self._growing.get(topic, 0) >= count or not self.grow_mirror:
+            return
+        self._growing[topic] = count
+        log.info("Mirror topic %s: its source has %d partitions, it %d: adding them", topic, count, len(t.partitions))
+
+        async def grow():
+            try:
+                await self.grow_mirror(topic, count)
+            except Exception as exc:  # noqa: BLE001 - asked again at the next metadata refresh
+                self._growing.pop(topic, None)
+                log.warning("Mirror topic %s: cannot add partitions up to %d: %s", topic, count, exc)
+
+        task = (self.loop or asyncio.get_running_loop()).create_task(grow())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def wanted(self) -> dict[uuid.UUID, dict[tuple[str, int], tuple]]:
         out: dict[uuid.UUID, dict] = {}
@@ -515,4 +547,6 @@ class MirrorFetcherManager:
         self.fetchers.clear()
         for f in fetchers:
             f.stop()
+        for t in list(self._tasks):
+            t.cancel()
         await asyncio.gather(*(f.task for f in fetchers if f.task is not None), return_exceptions=True)
