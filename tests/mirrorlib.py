@@ -76,7 +76,7 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> dict[int, lis
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         idle = time.monotonic()
-        while time.monotonic() - idle < 1.5:
+        while time.monotonic() - idle < 0.8:
             msgs = c.consume(1000, 0.2)
             if msgs:
                 idle = time.monotonic()

@@ -15,10 +15,15 @@ import pytest
 
 from kesque.cli.dump_log import cluster_metadata_json
 from kesque.cli.mirrors import describe
+from kesque.client.wire import Connection
+from kesque.clock import SYSTEM_CLOCK
+from kesque.config.broker import BrokerConfig
 from kesque.controller.controller import Controller
+from kesque.controller.controller import NewTopic as ControllerTopic
+from kesque.coordinator.producer_id import ProducerIdManager
 from kesque.errors import ErrorCode, KafkaError
 from kesque.metadata import records as mr
-from kesque.metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PAUSED, MetadataImage
+from kesque.metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PAUSED, Delta, MetadataImage
 from kesque.metadata.log import MetadataLog
 from kesque.metadata.snapshot import image_records
 from kesque.mirror import links as link_rules
@@ -31,9 +36,6 @@ from mirrorlib import produce_mixed, raw_batches, read_committed, tool, wait_mir
 
 
 def _controller(tmp_path) -> Controller:
-    from kesque.clock import SYSTEM_CLOCK
-    from kesque.config.broker import BrokerConfig
-
     image = MetadataImage()
     mlog = MetadataLog(str(tmp_path / "meta"), SYSTEM_CLOCK)
     c = Controller(BrokerConfig({}), image, mlog, SYSTEM_CLOCK, lambda d: None)
@@ -98,8 +100,6 @@ def test_links_and_mirrors_in_the_image_and_its_snapshot(tmp_path):
     assert len(image.topic("m").partitions) == 3
     # a snapshot rebuilds both
     copy = MetadataImage()
-    from kesque.metadata.image import Delta
-
     for rec in image_records(image):
         copy.replay(mr.decode(mr.encode(rec)), Delta())
     assert copy.cluster_links == image.cluster_links
@@ -131,7 +131,7 @@ def test_controller_rules(tmp_path):
     assert c.image.mirror_of("m").state == MIRROR_PAUSED
     errors = c.alter_mirror_topics("resume", ["m", "plain", "gone"])
     assert errors[0] is None and c.image.mirror_of("m").state == MIRROR_ACTIVE
-    c.create_topics([__import__("kesque.controller.controller", fromlist=["NewTopic"]).NewTopic("plain", 1, 1)])
+    c.create_topics([ControllerTopic("plain", 1, 1)])
     errors = c.alter_mirror_topics("pause", ["plain", "gone"])
     assert [e.code for e in errors] == [ErrorCode.invalid_request, ErrorCode.unknown_topic_or_partition]
     c.delete_topics(["m"], [None])
@@ -160,8 +160,6 @@ def test_controller_failover(tmp_path):
 
 
 def test_producer_id_floor():
-    from kesque.coordinator.producer_id import ProducerIdManager
-
     asked = []
     ids = ProducerIdManager(lambda: asked.append(1))
     ids.prefetch()
@@ -282,7 +280,10 @@ def test_kesque_to_kesque_byte_for_byte(kesque_pair, tmp_path):
         assert p["lag"] == 0 and p["log_end_offset"] == src_b[p["partition"]][-1][0] + 1
     code, out, _ = tool("mirrors", "--bootstrap-server", d, "--describe", "--topics", "orders")
     assert code == 0 and "State: ACTIVE" in out and out.count("\tPartition: ") == n and "Lag: 0" in out
-    # read-only to producers, with a clear error
+    # the broker's ApiVersions stays Kafka's: the kesque-only API is served, not advertised
+    with Connection.to_any(d) as conn:
+        assert KESQUE_CLUSTER_LINKS not in conn.versions and max(conn.versions) < 100
+        # read-only to producers, with a clear error
     errors = []
     prod = Producer({"bootstrap.servers": d, "enable.idempotence": False, "retries": 0})
     prod.produce("orders", b"x", partition=0, on_delivery=lambda e, _m: errors.append(e))
@@ -297,7 +298,7 @@ def test_kesque_to_kesque_byte_for_byte(kesque_pair, tmp_path):
     time.sleep(0.3)
     before = {p: raw_batches(dst.data_dir, "orders", p) for p in range(n)}
     produce_mixed(src.bootstrap_servers, "orders", n)
-    time.sleep(1.0)
+    time.sleep(0.6)  # a fetcher would have copied them within a fetch wait (500 ms at most)
     assert {p: raw_batches(dst.data_dir, "orders", p) for p in range(n)} == before
     assert tool("mirrors", "--bootstrap-server", d, "--resume", "--topics", "orders")[0] == 0
     src_b, dst_b = wait_mirrored(src.data_dir, dst.data_dir, "orders", n)

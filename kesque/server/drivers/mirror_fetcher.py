@@ -407,8 +407,8 @@ class MirrorFetcherManager:
 
     def schedule_refresh(self, *_args) -> None:
         """Coalesce the leadership and metadata callbacks of one image change into one refresh."""
-        if self._scheduled:
-            return
+        if self._scheduled or not (self.image.mirror_topics or self.fetchers or self.states):
+            return  # no mirror topic: nothing to do (a leadership callback comes per partition)
         self._scheduled = True
         (self.loop or asyncio.get_running_loop()).call_soon(self._run_refresh)
 
