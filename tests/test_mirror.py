@@ -29,7 +29,9 @@ from kesque.metadata.snapshot import image_records
 from kesque.mirror import links as link_rules
 from kesque.mirror.partition import APPEND, BACKOFF, IDLE, OUT_OF_RANGE, REFRESH, MirrorPartitionState
 from kesque.protocol.api import KESQUE_CLUSTER_LINKS
+from kesque.records.records import build_batch
 from kesque.server.apis.registry import served_versions
+from kesque.server.drivers.mirror_fetcher import batches_from
 from mirrorlib import produce_mixed, raw_batches, read_committed, tool, wait_mirrored
 
 # ------------------------------------------------------------------ records, image, controller
@@ -211,11 +213,29 @@ def test_mirror_partition_state():
     # retention at the source passed the mirror's position: the loss is counted, never silent
     assert st.on_out_of_range(10, 25, 40) == 25
     assert st.lost_records == 15 and "lost 15 records" in st.error
+    # a new mirror starts at the source's log start: nothing lost
+    fresh = MirrorPartitionState(now_ms=0)
+    assert fresh.on_out_of_range(0, 7, 9) == 7 and fresh.lost_records == 0 and fresh.error is None
     # a source whose log ends below the mirror's (truncated): the mirror waits, never truncates
     assert st.on_out_of_range(30, 0, 20) is None
     assert "below the mirror's 30" in st.error
     st.on_response(0, 40, 25, False)
     assert st.error is None
+
+
+def test_which_fetched_batches_are_appended():
+    def batch(base: int, n: int) -> bytes:
+        return build_batch([(None, b"v", [])] * n, base_offset=base)
+
+    buf = memoryview(batch(10, 5) + batch(20, 2))  # offsets 15-19 compacted away
+    got, restart = batches_from(buf, 10, False)
+    assert bytes(got) == bytes(buf) and restart == -1
+    got, restart = batches_from(buf, 15, False)  # the gap: the next batch, as it is
+    assert bytes(got) == batch(20, 2) and restart == -1
+    got, restart = batches_from(buf, 12, True)  # an empty log restarted inside the first batch
+    assert bytes(got) == bytes(buf) and restart == 10
+    got, restart = batches_from(buf, 21, False)  # a log with records never takes a batch below its end
+    assert got is None and restart == -1
 
 
 # ------------------------------------------------------------------ kesque -> kesque
@@ -328,6 +348,25 @@ def test_mirror_of_a_missing_source_topic_and_a_bad_link(kesque_pair, tmp_path):
     code, _o, err = tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "x", "--link", "M")
     assert code == 1 and "Cluster link 'M' does not exist." in err
     assert tool("cluster-links", "--bootstrap-server", d, "--list")[1].startswith("Link name: 'L', link ID: '")
+    # a source whose log starts above 0 (DeleteRecords): the new mirror starts there, nothing lost
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": src.bootstrap_servers})
+    admin.create_topics([NewTopic("trimmed", 1, 1)])["trimmed"].result(15)
+    prod = Producer({"bootstrap.servers": src.bootstrap_servers, "linger.ms": 0})
+    for i in range(5):
+        prod.produce("trimmed", f"r{i}".encode(), partition=0)
+        prod.flush(10)  # one batch each
+    admin.delete_records([TopicPartition("trimmed", 0, 3)])[TopicPartition("trimmed", 0, 3)].result(15)
+    assert tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "trimmed", "--link", "L")[0] == 0
+    deadline = time.monotonic() + 15
+    while len(raw_batches(dst.data_dir, "trimmed", 0)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert raw_batches(dst.data_dir, "trimmed", 0) == raw_batches(src.data_dir, "trimmed", 0)[3:]
+    (m,) = describe(d, ["trimmed"])
+    assert m["partitions"][0]["lost_records"] == 0 and m["partitions"][0]["lag"] == 0
+    assert tool("mirrors", "--bootstrap-server", d, "--failover", "--topics", "trimmed")[0] == 0
     assert tool("cluster-links", "--bootstrap-server", d, "--delete", "--link", "L")[0] == 0
     assert tool("cluster-links", "--bootstrap-server", d, "--list")[1] == ""
 

@@ -82,10 +82,13 @@ class MirrorPartitionState:
 
     def on_out_of_range(self, log_end: int, source_start: int, source_end: int) -> int | None:
         """The source's log start and end after OFFSET_OUT_OF_RANGE at ``log_end``: the offset the
-        mirror's log must restart at (it lost the records in between, counted and reported), or
-        None when the mirror fetches on from ``log_end`` (the source truncated below it: the
-        mirror waits, never truncates, see docs/mirror.md)."""
+        mirror's log must restart at (it lost the records in between, counted and reported; a
+        mirror that has copied nothing yet, ``log_end`` 0, starts at the source's log start and
+        lost nothing), or None when the mirror fetches on from ``log_end`` (the source truncated
+        below it: the mirror waits, never truncates, see docs/mirror.md)."""
         self.source_log_start = source_start
+        if log_end == 0 and source_start > 0:
+            return source_start
         if log_end < source_start:
             self.lost_records += source_start - log_end
             self.error = f"lost {source_start - log_end} records deleted at the source before they were mirrored"

@@ -307,13 +307,17 @@ class _LinkFetcher:
     async def apply(self, e: _Entry, leader: int, p, offset: int, now_ms: int) -> None:
         st = e.state
         buf = None
+        restart = -1
         if p.records:
             buf, _first, _epoch = complete_batches(p.records)
             if buf is not None:
-                buf = _from(buf, offset)
+                lg = e.part.log
+                buf, restart = batches_from(buf, offset, lg.log_start_offset == lg.log_end_offset)
         action = st.on_response(int(p.error_code), p.high_watermark, p.log_start_offset, buf is not None)
         if action == APPEND:
             try:
+                if restart >= 0:
+                    e.part.restart_mirror_at(restart)
                 e.part.append_mirrored(buf, now_ms)
             except Exception as exc:  # noqa: BLE001 - the local log refused: this partition only
                 log.error("%s: cannot append to %s at offset %d: %s", self.name, e.part.tp, offset, exc)
@@ -350,7 +354,11 @@ class _LinkFetcher:
             self.stale = True
             return
         restart = e.state.on_out_of_range(offset, start, end)
-        if restart is not None:
+        if restart is not None and offset == 0:
+            log.info("%s: %s starts at the source's log start, offset %d", self.name, e.part.tp, restart)
+            e.part.restart_mirror_at(restart)
+            self.mgr.on_progress(e.part)
+        elif restart is not None:
             log.error(
                 "%s: %s: the source's log of %s-%d starts at %d: %d records were deleted there before they "
                 "were mirrored (lost); mirroring on from %d",
@@ -369,15 +377,20 @@ class _LinkFetcher:
             e.ready_at = asyncio.get_running_loop().time() + self.backoff_s
 
 
-def _from(buf: memoryview, offset: int) -> memoryview | None:
-    """The whole batches of ``buf`` from the one that starts at ``offset`` (a source answers the
-    batch holding the fetch offset: after a restart at a log start inside a batch the batch is
-    older than the log end)."""
+def batches_from(buf: memoryview, offset: int, log_empty: bool) -> tuple[memoryview | None, int]:
+    """(the whole batches of a source's answer to append at log end ``offset``, the offset the
+    mirror's log must restart at first or -1). A source answers from the batch that holds the
+    fetch offset: a batch that starts above it follows offsets a compaction removed (appended as
+    it is, as a follower does); one that starts below it holds the offset in its middle, after a
+    restart at a source log start inside a batch: an empty log restarts at that batch's base (as
+    Kafka's follower after UnexpectedAppendOffsetException), a log with records skips it."""
     for pos, _size in iter_batch_positions(buf):
         base = int.from_bytes(buf[pos : pos + 8], "big", signed=True)
         if base >= offset:
-            return buf[pos:] if base == offset else None
-    return None
+            return buf[pos:], -1
+        if log_empty:
+            return buf[pos:], base
+    return None, -1
 
 
 class MirrorFetcherManager:
