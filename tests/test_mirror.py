@@ -6,15 +6,17 @@ tools. The Kafka 4.4 source and the fault cases are tests/test_mirror_faults.py 
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 import time
 import uuid
+from contextlib import redirect_stdout
 
 import pytest
 
 from kesque.cli.dump_log import cluster_metadata_json
-from kesque.cli.mirrors import describe
+from kesque.cli.mirrors import describe, end_mirroring
 from kesque.client.wire import Connection
 from kesque.clock import SYSTEM_CLOCK
 from kesque.config.broker import BrokerConfig
@@ -331,9 +333,31 @@ def test_kesque_to_kesque_byte_for_byte(kesque_pair, tmp_path):
     # a link with active mirrors is not deleted; promote and failover are refused for now
     code, _out, err = tool("cluster-links", "--bootstrap-server", d, "--delete", "--link", "L")
     assert code == 1 and "active mirror topics: orders" in err
-    code, _out, err = tool("mirrors", "--bootstrap-server", d, "--promote", "--topics", "orders")
-    assert code == 1 and "not supported" in err
     assert tool("mirrors", "--bootstrap-server", d, "--list")[1] == "orders\n"
+    # promote waits for the mirror to catch up with no source transaction open: refused while one is
+    # open (and the topic keeps mirroring), done once it is committed
+    txn = Producer({"bootstrap.servers": src.bootstrap_servers, "transactional.id": "promo", "linger.ms": 0})
+    txn.init_transactions(15)
+    txn.begin_transaction()
+    txn.produce("orders", b"promo", partition=0)
+    assert txn.flush(15) == 0
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert end_mirroring(d, "orders", "promote", timeout=1.5) == 1
+    assert "has not caught up with its source" in out.getvalue()
+    assert "State: ACTIVE" in tool("mirrors", "--bootstrap-server", d, "--describe")[1]
+    txn.commit_transaction(15)
+    assert tool("mirrors", "--bootstrap-server", d, "--promote", "--topics", "orders")[:2] == (
+        0,
+        "Topic: orders\tResult: Promoted\n",
+    )
+    src_b = {p: raw_batches(src.data_dir, "orders", p) for p in range(n + 1)}
+    assert {p: raw_batches(dst.data_dir, "orders", p) for p in range(n + 1)} == src_b  # all of it, marker too
+    assert "State: PROMOTED" in tool("mirrors", "--bootstrap-server", d, "--describe")[1]
+    errors = []
+    prod.produce("orders", b"mine", partition=0, on_delivery=lambda e, _m: errors.append(e))
+    prod.flush(10)
+    assert errors == [None]
 
 
 def test_mirror_of_a_missing_source_topic_and_a_bad_link(kesque_pair, tmp_path):

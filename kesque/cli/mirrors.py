@@ -4,13 +4,14 @@ Confluent's ``kafka-mirrors`` (docs/mirror.md)::
     kesque mirrors --bootstrap-server DEST --create --mirror-topic T --link NAME [--source-topic S]
     kesque mirrors --bootstrap-server DEST --describe [--topics T1,T2] [--links NAME]
     kesque mirrors --bootstrap-server DEST --list [--links NAME]
-    kesque mirrors --bootstrap-server DEST --pause|--resume --topics T1,T2
+    kesque mirrors --bootstrap-server DEST --pause|--resume|--failover|--promote --topics T1,T2
 
 ``--describe`` asks every broker of the destination, since the lag of a mirror partition is
 known to its leader: one line per topic, then one per partition with its log end, the source's
 high watermark at the last fetch, the lag in offsets and in time, and the last fetch error.
 ``--failover`` stops the mirroring and makes the topics writable now (their partitions' leaders
-abort the transactions the source left open); ``--promote`` is refused for now (docs/mirror.md).
+abort the transactions the source left open); ``--promote`` does the same once the mirror has
+caught up with its source and no source transaction is open (docs/mirror.md).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     action.add_argument("--list", action="store_true", help="List the mirror topics.")
     action.add_argument("--pause", action="store_true", help="Stop fetching the topics from the source.")
     action.add_argument("--resume", action="store_true", help="Fetch the paused topics again.")
-    action.add_argument("--promote", action="store_true", help="Not yet: make the topics writable once caught up.")
+    action.add_argument("--promote", action="store_true", help="Make the topics writable once caught up.")
     action.add_argument("--failover", action="store_true", help="Stop mirroring and make the topics writable now.")
     p.add_argument("--mirror-topic", help="The mirror topic to create.")
     p.add_argument("--source-topic", help="The topic it mirrors (default: the same name).")
@@ -91,34 +92,61 @@ def describe(bootstrap: str, topics: list[str]) -> list[dict]:
     return mirrors
 
 
-def failover(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
-    """Pause the topic, wait until no broker copies it any more, then fail it over with the highest
-    producer id and leader epoch its partitions' logs hold (docs/mirror.md). 1 when it failed."""
-    resp = call(bootstrap, {"operation": cl.ALTER_MIRRORS, "mirror_op": "pause", "topics": [topic]})
-    (m,) = resp["mirrors"]
+def _alter(bootstrap: str, op: str, topic: str, **extra) -> dict:
+    (m,) = call(bootstrap, {"operation": cl.ALTER_MIRRORS, "mirror_op": op, "topics": [topic], **extra})["mirrors"]
+    return m
+
+
+def _stopped(bootstrap: str, topic: str, deadline: float) -> dict:
+    """Pause ``topic`` and wait until no broker copies it any more; its describe then."""
+    m = _alter(bootstrap, "pause", topic)
     if m["error_code"] and "is PAUSED" not in (m["error_message"] or ""):
-        print(f"Topic: {topic}\tError: {m['error_message'] or error_name(m['error_code'])}")
-        return 1
-    deadline = time.monotonic() + timeout
+        raise ToolError(m["error_message"] or error_name(m["error_code"]))
     while True:
         (m,) = describe(bootstrap, [topic])
         if not any(p["fetching"] for p in m["partitions"]):
-            break
+            return m
         if time.monotonic() > deadline:
-            raise ToolError(f"the partitions of {topic} are still being copied after {timeout:.0f} s")
+            raise ToolError(f"the partitions of {topic} are still being copied")
         time.sleep(0.1)
-    req = {
-        "operation": cl.ALTER_MIRRORS,
-        "mirror_op": "failover",
-        "topics": [topic],
-        "max_producer_id": max((p["max_producer_id"] for p in m["partitions"]), default=-1),
-        "max_epoch": max((p["latest_epoch"] for p in m["partitions"]), default=-1),
-    }
-    (m,) = call(bootstrap, req)["mirrors"]
-    if m["error_code"]:
-        print(f"Topic: {topic}\tError: {m['error_message'] or error_name(m['error_code'])}")
+
+
+def end_mirroring(bootstrap: str, topic: str, op: str, timeout: float = 60.0) -> int:
+    """``failover``: pause the topic, wait until no broker copies it any more, then make it
+    writable with the highest producer id and leader epoch its partitions' logs hold (docs/mirror.md).
+    ``promote``: the same once every partition has caught up with its source, with no source
+    transaction open (refused when that does not happen within ``timeout``). 1 when it failed."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            if op == "promote":
+                while not all(p["caught_up"] for p in describe(bootstrap, [topic])[0]["partitions"]):
+                    if time.monotonic() > deadline:
+                        lags = [p["lag"] for p in describe(bootstrap, [topic])[0]["partitions"]]
+                        raise ToolError(
+                            f"{topic} has not caught up with its source within {timeout:.0f} s (lag {lags}, "
+                            "or a source transaction is open): not promoted"
+                        )
+                    time.sleep(0.1)
+            m = _stopped(bootstrap, topic, deadline)
+            if op != "promote" or all(p["caught_up"] for p in m["partitions"]):
+                break
+            _alter(bootstrap, "resume", topic)  # the source moved on meanwhile: catch up again
+        m = _alter(
+            bootstrap,
+            op,
+            topic,
+            max_producer_id=max((p["max_producer_id"] for p in m["partitions"]), default=-1),
+            max_epoch=max((p["latest_epoch"] for p in m["partitions"]), default=-1),
+        )
+        if m["error_code"]:
+            raise ToolError(m["error_message"] or error_name(m["error_code"]))
+    except ToolError as e:
+        if op == "promote":
+            _alter(bootstrap, "resume", topic)  # a promotion that did not happen leaves it mirroring
+        print(f"Topic: {topic}\tError: {e}")
         return 1
-    print(f"Topic: {topic}\tResult: Failed over")
+    print(f"Topic: {topic}\tResult: {'Promoted' if op == 'promote' else 'Failed over'}")
     return 0
 
 
@@ -127,13 +155,12 @@ def _value(x: int) -> str:
 
 
 def run(a) -> int:
-    if a.promote:
-        raise ToolError("--promote is not supported by kesque yet (docs/mirror.md); --failover is")
-    if a.failover:
+    if a.promote or a.failover:
+        op = "promote" if a.promote else "failover"
         topics = _names(a.topics)
         if not topics:
-            raise ToolError("--topics is required with --failover")
-        return 1 if sum(failover(a.bootstrap_server, t) for t in topics) else 0
+            raise ToolError(f"--topics is required with --{op}")
+        return 1 if sum(end_mirroring(a.bootstrap_server, t, op) for t in topics) else 0
     if a.create:
         if not a.mirror_topic or not a.link:
             raise ToolError("--mirror-topic and --link are required with --create")

@@ -27,6 +27,7 @@ from ..metadata.image import (
     MIRROR_ACTIVE,
     MIRROR_FAILED_OVER,
     MIRROR_PAUSED,
+    MIRROR_PROMOTED,
     MIRROR_STATES,
     RESOURCE_BROKER,
     RESOURCE_GROUP,
@@ -843,11 +844,12 @@ class Controller:
             log.info("Mirror topic %s has %d partitions now, as its source %s", name, partitions, m.source_topic)
 
     # the state changes ``kesque mirrors`` asks for: {operation: (states it applies to, new state)};
-    # promote is not here yet (docs/mirror.md)
+    # a promotion writes what a failover writes (the tool waited until the mirror caught up)
     MIRROR_OPS = {
         "pause": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_PAUSED),
         "resume": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_ACTIVE),
         "failover": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_FAILED_OVER),
+        "promote": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_PROMOTED),
     }
 
     def alter_mirror_topics(
@@ -882,13 +884,14 @@ class Controller:
             else:
                 out.append(None)
                 if m.state != new:
-                    pid = max_producer_id if new == MIRROR_FAILED_OVER else m.max_producer_id
+                    writable = new in (MIRROR_FAILED_OVER, MIRROR_PROMOTED)
+                    pid = max_producer_id if writable else m.max_producer_id
                     records.append(
                         mirror_record(MirrorImage(m.topic_id, m.link_id, m.source_topic, m.source_topic_id, new, pid))
                     )
-                    if new == MIRROR_FAILED_OVER:
+                    if writable:
                         records += self._epochs_above(t, max_epoch)
-        if records and op == "failover" and max_producer_id >= self.image.next_producer_id:
+        if records and op in ("failover", "promote") and max_producer_id >= self.image.next_producer_id:
             records.append(
                 {
                     "type": "ProducerIdsRecord",

@@ -50,16 +50,19 @@ class MirrorLag:
 
 
 class MirrorPartitionState:
-    """The copy state of one mirror partition on its destination leader."""
+    """The copy state of one mirror partition on its destination leader (kept while it is paused)."""
 
     def __init__(self, now_ms: int):
         self.source_high_watermark = -1
+        self.source_last_stable_offset = -1  # below the HW while a source transaction is open
         self.source_log_start = -1
         self.caught_up_ms = now_ms  # when the mirror last held all the source had (its creation at first)
         self.error: str | None = None  # the last failure, until an answer succeeds
         self.lost_records = 0  # records the source deleted before they were copied (retention)
 
-    def on_response(self, error_code: int, high_watermark: int, log_start: int, has_records: bool) -> str:
+    def on_response(
+        self, error_code: int, high_watermark: int, log_start: int, has_records: bool, last_stable: int = -1
+    ) -> str:
         if error_code:
             self.error = error_name(error_code)
             if error_code == ErrorCode.offset_out_of_range:
@@ -67,6 +70,7 @@ class MirrorPartitionState:
             return REFRESH if error_code in _REFRESH else BACKOFF
         self.error = None
         self.source_high_watermark = high_watermark
+        self.source_last_stable_offset = last_stable
         self.source_log_start = log_start
         return APPEND if has_records else IDLE
 
@@ -96,6 +100,12 @@ class MirrorPartitionState:
         if log_end > source_end:
             self.error = f"the source's log ends at {source_end}, below the mirror's {log_end}"
         return None
+
+    def caught_up(self, log_end: int) -> bool:
+        """Has the mirror all the source had at its last answer, with no source transaction open
+        (what a promotion waits for)?"""
+        hw = self.source_high_watermark
+        return hw >= 0 and log_end >= hw and self.source_last_stable_offset >= hw
 
     def lag(self, log_end: int, now_ms: int) -> MirrorLag:
         behind = max(self.source_high_watermark - log_end, 0) if self.source_high_watermark >= 0 else -1

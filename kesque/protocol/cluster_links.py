@@ -18,7 +18,7 @@ CREATE_LINK = 1
 DELETE_LINK = 2
 CREATE_MIRROR = 3  # ``topics[0]`` mirrors ``source_topic`` (default: the same name) over ``link_name``
 DESCRIBE_MIRRORS = 4  # the mirror topics (all, or ``topics``), with the lag of the partitions this broker leads
-ALTER_MIRRORS = 5  # ``mirror_op`` (pause, resume, failover) on ``topics``
+ALTER_MIRRORS = 5  # ``mirror_op`` (pause, resume, failover, promote) on ``topics``
 GROW_MIRROR = 6  # a broker's own: ``topics[0]`` to ``num_partitions`` partitions, as its source grew
 
 _CONFIG = [("name", "string", None, ""), ("value", "nstring", None, None)]
@@ -51,6 +51,7 @@ _PARTITION = [
     ("error", "nstring", None, None),  # the last fetch error, while it lasts
     ("lost_records", "int64", None, 0),  # records the source deleted before the mirror copied them
     ("fetching", "bool", None, False),  # a fetcher of this broker copies the partition now
+    ("caught_up", "bool", None, False),  # all the source had at its last answer, no transaction open
     ("max_producer_id", "int64", None, -1),  # the highest producer id of the leader's log
     ("latest_epoch", "int32", None, -1),  # the latest leader epoch of the leader's log
 ]

@@ -202,7 +202,7 @@ class ClusterLinkApis:
                 req["replication_factor"],
                 configs,
             )
-        if req["mirror_op"] not in ("pause", "resume", "failover"):
+        if req["mirror_op"] not in ("pause", "resume", "failover", "promote"):
             raise KafkaError(ErrorCode.invalid_request, f"unknown mirror operation {req['mirror_op']}")
         return c.call(
             "alter_mirror_topics", req["mirror_op"], list(req["topics"]), req["max_producer_id"], req["max_epoch"]

@@ -20,7 +20,7 @@ import logging
 import uuid
 
 from ...errors import ErrorCode, error_name
-from ...metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER
+from ...metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PROMOTED
 from ...mirror import links as link_rules
 from ...mirror.partition import APPEND, BACKOFF, OUT_OF_RANGE, REFRESH, MirrorPartitionState
 from ...protocol.api_keys import ApiKeys
@@ -313,7 +313,9 @@ class _LinkFetcher:
             if buf is not None:
                 lg = e.part.log
                 buf, restart = batches_from(buf, offset, lg.log_start_offset == lg.log_end_offset)
-        action = st.on_response(int(p.error_code), p.high_watermark, p.log_start_offset, buf is not None)
+        action = st.on_response(
+            int(p.error_code), p.high_watermark, p.log_start_offset, buf is not None, p.last_stable_offset
+        )
         if action == APPEND:
             try:
                 if restart >= 0:
@@ -435,7 +437,7 @@ class MirrorFetcherManager:
         image = self.image
         floor = -1
         for m in image.mirror_topics.values():
-            if m.state != MIRROR_FAILED_OVER:
+            if m.state not in (MIRROR_FAILED_OVER, MIRROR_PROMOTED):
                 continue
             floor = max(floor, m.max_producer_id)
             t = image.topics_by_id.get(m.topic_id)
@@ -503,13 +505,13 @@ class MirrorFetcherManager:
                 e = f.entries.get(key)
                 if e is None or e.part is not part:
                     st = self.states.get(key)
-                    if st is None or e is None:
+                    if st is None:
                         st = self.states[key] = MirrorPartitionState(now_ms)
                     f.entries[key] = _Entry(part, source_topic, source_id, st)
                     f.stale = True
             f.wake.set()
-        live = {k for parts in wanted.values() for k in parts}
-        for key in [k for k in self.states if k not in live]:
+        # a paused partition keeps its state (a promotion reads it once the fetcher has stopped)
+        for key in [k for k in self.states if not self._mirrored_here(k)]:
             del self.states[key]
 
     def local_state(self, topic: str, partition: int) -> dict | None:
@@ -520,15 +522,17 @@ class MirrorFetcherManager:
             return None
         lg = part.log
         fetching = any((topic, partition) in f.entries for f in self.fetchers.values())
+        st = self.states.get((topic, partition))
         return {
             "log_end_offset": lg.log_end_offset,
             "fetching": fetching,
+            "caught_up": st is not None and st.caught_up(lg.log_end_offset),
             "max_producer_id": max(lg.producer_state.producers, default=-1),
             "latest_epoch": lg.leader_epoch_cache.latest_epoch(),
         }
 
     def abort_hanging(self, part, max_producer_id: int) -> int:
-        """A failed-over partition this broker leads: ABORT markers, written as the leader, for the
+        """A failed-over or promoted partition this broker leads: ABORT markers, written as the leader, for the
         transactions of mirrored producers (ids up to ``max_producer_id``) whose markers never came
         from the source, so that the last stable offset moves on. Returns how many."""
         lg = part.log
@@ -546,6 +550,11 @@ class MirrorFetcherManager:
                 entry.epoch,
             )
         return len(hanging)
+
+    def _mirrored_here(self, key: tuple[str, int]) -> bool:
+        part = self.replica_manager.partitions.get(key)
+        m = None if part is None else self.image.mirror_topics.get(part.topic_id)
+        return m is not None and m.mirroring and part.is_leader
 
     def lag(self, topic: str, partition: int):
         """The lag of a mirror partition this broker fetches (None when it does not)."""
