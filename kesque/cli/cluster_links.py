@@ -50,7 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kesque cluster-links", description="Create, list, describe and delete cluster links."
     )
     p.add_argument("--bootstrap-server", required=True, help="REQUIRED: the destination cluster's server(s)")
-    p.add_argument("--command-config", help="Property file with admin client configs (only PLAINTEXT today).")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="Create a cluster link.")
     action.add_argument("--list", action="store_true", help="List the cluster links.")

@@ -38,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         "cluster-tool", help="the cluster id, its endpoints, unregister a broker (kafka-cluster.sh)", add_help=False
     )
     sub.add_parser("cluster-links", help="create, list, describe and delete cluster links", add_help=False)
-    sub.add_parser("mirrors", help="create, describe, pause and resume mirror topics", add_help=False)
+    sub.add_parser(
+        "mirrors", help="create, describe, pause, resume, fail over and promote mirror topics", add_help=False
+    )
     return p
 
 

@@ -29,9 +29,10 @@ from .cluster_links import ToolError, call
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kesque mirrors", description="Create, describe, pause and resume mirror topics.")
+    p = argparse.ArgumentParser(
+        prog="kesque mirrors", description="Create, describe, pause, resume, fail over and promote mirror topics."
+    )
     p.add_argument("--bootstrap-server", required=True, help="REQUIRED: the destination cluster's server(s)")
-    p.add_argument("--command-config", help="Property file with admin client configs (only PLAINTEXT today).")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="Create a mirror topic.")
     action.add_argument("--describe", action="store_true", help="Describe mirror topics and their lag.")
