@@ -168,6 +168,7 @@ def test_source_and_destination_leader_changes():
         dest.start()
         n = 2
         _create_topic(source.bootstrap_servers, "events", n, rf=3)
+        produce_mixed(source.bootstrap_servers, "events", n)  # plain, idempotent, both kinds of transactions
         _mirror(dest.bootstrap_servers, source.bootstrap_servers, "events", rf=3)
         w = Writer(source.bootstrap_servers, "events", n)
         try:
@@ -186,6 +187,9 @@ def test_source_and_destination_leader_changes():
         assert w.sent > 500
         dirs = [os.path.join(c.data_dir, f"node-{i}", "data") for c in (source, dest) for i in (1, 2, 3)]
         _assert_mirrored(dirs[:3], dirs[3:], "events", n)
+        assert read_committed(source.bootstrap_servers, "events", n) == read_committed(
+            dest.bootstrap_servers, "events", n
+        )
     finally:
         dest.stop()
         source.stop()
