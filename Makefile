@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
+.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security mirror bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -26,6 +26,7 @@ help:
 	@echo "make fuzz     - the hypothesis suites with fresh random examples, 20x as many (profile fuzz)"
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make security - the security client matrix: 4 client stacks x SSL, mTLS, SASL_PLAINTEXT, SASL_SSL x 4 mechanisms, on a broker and a 3-node cluster"
+	@echo "make mirror   - mirror topics: a Kafka 4.4 source, kesque sources and destinations through kills and leader changes"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
 	@echo "make kafka    - resolve Apache Kafka $(KAFKA_VERSION) with Maven into $(KAFKA_DIR)/libs (oracle tests)"
 	@echo "make oracle   - every differential test against Kafka, the slow 3-node ones included"
@@ -147,6 +148,10 @@ compat: $(TSTAMP)
 # slice, this the rest too; Kafka's Java client is part of it when `make kafka` has run
 security: $(TSTAMP) oracle-kafka
 	$(BIN)/python -m pytest -q -m "" tests/test_security_matrix.py
+
+# issue 28's mirror topics with a Kafka 4.4 source and through faults (tests/test_mirror_faults.py)
+mirror: $(TSTAMP) oracle-kafka
+	$(BIN)/python -m pytest -q -m mirror tests/test_mirror_faults.py
 
 examples: $(TSTAMP)
 	$(BIN)/python examples/run_all.py

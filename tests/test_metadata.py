@@ -175,6 +175,9 @@ def record_strategy(name: str):
 
 
 ALL_RECORDS = st.one_of(*[record_strategy(n) for n in mr.SCHEMAS])
+# the record types Kafka has (kesque's own, for mirror topics, are from KESQUE_RECORDS_BASE on)
+KAFKA_TYPES = sorted(n for n, (key, _v, _f) in mr.SCHEMAS.items() if key < mr.KESQUE_RECORDS_BASE)
+KAFKA_RECORDS = st.one_of(*[record_strategy(n) for n in KAFKA_TYPES])
 
 
 @SETTINGS
@@ -185,7 +188,7 @@ def test_every_record_type_round_trips(rec):
 
 @needs_schemas
 @SETTINGS
-@given(ALL_RECORDS)
+@given(KAFKA_RECORDS)
 def test_every_record_type_matches_kafkas_schema_byte_for_byte(rec):
     assert mr.encode(rec) == kafka_encode(rec)
 
@@ -215,7 +218,7 @@ def test_records_at_other_versions_decode_as_kafka_wrote_them(name, version, dat
 
 
 @needs_schemas
-@pytest.mark.parametrize("name", sorted(mr.SCHEMAS))
+@pytest.mark.parametrize("name", KAFKA_TYPES)
 def test_api_keys_and_versions_match_kafka(name):
     schema = kafka_schema(name)
     key, version, fields = mr.SCHEMAS[name]

@@ -36,6 +36,7 @@ from crc32c import crc32c
 from ..coordinator.group import records as gr
 from ..coordinator.transaction import records as tr
 from ..metadata import records as mr
+from ..mirror import links as link_rules
 from ..protocol import schema
 from ..protocol.primitives import read_uvarint
 from ..records import batch as rb
@@ -235,6 +236,11 @@ def cluster_metadata_json(value: bytes) -> str:
     kind = rec.pop("type")
     if kind.startswith("Unknown"):
         raise ValueError(f"Unknown metadata id {_key}")
+    if kind == "ClusterLinkRecord":  # a link's secrets are never printed (kesque-only record)
+        rec["configs"] = [
+            {**c, "value": link_rules.REDACTED if link_rules.is_sensitive(c["name"]) else c["value"]}
+            for c in rec["configs"]
+        ]
     fields = mr.fields_for(kind, version)
     data = {}
     for name, _typ, tag, default in fields:

@@ -42,6 +42,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub.add_parser(
         "cluster-tool", help="the cluster id, its endpoints, unregister a broker (kafka-cluster.sh)", add_help=False
     )
+    sub.add_parser("cluster-links", help="create, list, describe and delete cluster links", add_help=False)
+    sub.add_parser(
+        "mirrors", help="create, describe, pause, resume, fail over and promote mirror topics", add_help=False
+    )
     return p
 
 
@@ -53,6 +57,8 @@ _OWN_PARSERS = {
     "certs": "certs",
     "metadata-quorum": "metadata_quorum",
     "cluster-tool": "cluster_tool",
+    "cluster-links": "cluster_links",
+    "mirrors": "mirrors",
 }
 
 

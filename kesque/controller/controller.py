@@ -25,6 +25,11 @@ from ..config.topic import TOPIC_CONFIGS, validate_topic_configs
 from ..config.types import ConfigError
 from ..errors import ErrorCode, KafkaError
 from ..metadata.image import (
+    MIRROR_ACTIVE,
+    MIRROR_FAILED_OVER,
+    MIRROR_PAUSED,
+    MIRROR_PROMOTED,
+    MIRROR_STATES,
     RESOURCE_BROKER,
     RESOURCE_CLIENT_METRICS,
     RESOURCE_GROUP,
@@ -32,8 +37,10 @@ from ..metadata.image import (
     Delta,
     MetadataImage,
 )
+from ..metadata.image import ClusterLink as ClusterLinkImage
+from ..metadata.image import MirrorTopic as MirrorImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
-from ..metadata.snapshot import acl_record, scram_record
+from ..metadata.snapshot import acl_record, link_record, mirror_record, scram_record
 from ..security.acl import AclBinding, AclBindingFilter, creation_error, deletion_filter_error
 from ..security.authorizer import StandardAcl
 from ..security.scram import ScramFormatter, ScramMechanism
@@ -769,6 +776,165 @@ class Controller:
             records.append(scram_record(mechanism, name, credential))
         self.commit(records)
         return [(n, None) for n in to_delete] + [(n, None) for n in to_upsert] + list(errors.items())
+
+    # ------------------------------------------------------------------ cluster links (docs/mirror.md)
+    def create_cluster_link(self, name: str, configs: dict[str, str], validate_only: bool = False) -> uuid.UUID:
+        """A link to a source cluster: ``configs`` are its client settings, ``bootstrap.servers``
+        among them (Confluent's ClusterLinkConfig names)."""
+        if not name or not LEGAL_TOPIC.match(name) or len(name) > MAX_TOPIC_LENGTH:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                f"Cluster link name '{name}' is illegal: use ASCII alphanumerics, '.', '_' and '-'",
+            )
+        if name in self.image.cluster_links:
+            raise KafkaError(ErrorCode.invalid_request, f"Cluster link '{name}' already exists.")
+        if not (configs.get("bootstrap.servers") or "").strip():
+            raise KafkaError(ErrorCode.invalid_config, "Cluster link configs must set bootstrap.servers.")
+        link_id = random_topic_id()
+        if not validate_only:
+            self.commit([link_record(ClusterLinkImage(name, link_id, dict(configs)))])
+            log.info("Created cluster link %s with link id %s", name, link_id)
+        return link_id
+
+    def delete_cluster_link(self, name: str) -> None:
+        """Refused while a topic still mirrors through the link, as Confluent's (promote or fail
+        the mirrors over, or delete them, first)."""
+        link = self.image.cluster_links.get(name)
+        if link is None:
+            raise KafkaError(ErrorCode.invalid_request, f"Cluster link '{name}' does not exist.")
+        active = sorted(
+            self.image.topics_by_id[m.topic_id].name
+            for m in self.image.mirror_topics.values()
+            if m.link_id == link.link_id and m.mirroring and m.topic_id in self.image.topics_by_id
+        )
+        if active:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                f"Cluster link '{name}' has active mirror topics: {', '.join(active)}",
+            )
+        self.commit([{"type": "RemoveClusterLinkRecord", "link_id": link.link_id}])
+        log.info("Deleted cluster link %s", name)
+
+    def create_mirror_topic(
+        self,
+        name: str,
+        link_name: str,
+        source_topic: str,
+        source_topic_id: uuid.UUID,
+        num_partitions: int,
+        replication_factor: int = -1,
+        configs: dict[str, str] | None = None,
+    ) -> uuid.UUID:
+        """A topic with the source's partition count whose records come from ``source_topic``
+        over the link: its TopicRecord, configs and partitions, and its MirrorTopicRecord, in one
+        batch (a broker never sees the topic without its mirror state)."""
+        link = self.image.cluster_links.get(link_name)
+        if link is None:
+            raise KafkaError(ErrorCode.invalid_request, f"Cluster link '{link_name}' does not exist.")
+        if name in INTERNAL_TOPICS or name == METADATA_TOPIC:
+            raise KafkaError(ErrorCode.invalid_request, f"Internal topic {name} cannot be a mirror topic.")
+        t = NewTopic(name, num_partitions, replication_factor, configs=dict(configs or {}))
+        recs, _n, _rf, topic_id = self._plan_topic(t)
+        recs.append(
+            {
+                "type": "MirrorTopicRecord",
+                "topic_id": topic_id,
+                "link_id": link.link_id,
+                "source_topic": source_topic,
+                "source_topic_id": source_topic_id,
+                "state": MIRROR_ACTIVE,
+            }
+        )
+        self.commit(recs)
+        log.info("Created mirror topic %s of %s over cluster link %s", name, source_topic, link_name)
+        return topic_id
+
+    def grow_mirror_topic(self, name: str, partitions: int) -> None:
+        """The source topic of mirror ``name`` has ``partitions`` partitions now: the mirror gets the
+        ones it lacks (nothing when it has them already: every broker that leads one of its
+        partitions may ask)."""
+        t = self.image.topic(name)
+        m = None if t is None else self.image.mirror_topics.get(t.topic_id)
+        if m is None or not m.mirroring:
+            raise KafkaError(ErrorCode.invalid_request, f"Topic '{name}' is not an active mirror topic.")
+        if partitions > len(t.partitions):
+            self.create_partitions(name, partitions, None, False)
+            log.info("Mirror topic %s has %d partitions now, as its source %s", name, partitions, m.source_topic)
+
+    # the state changes ``kesque mirrors`` asks for: {operation: (states it applies to, new state)};
+    # a promotion writes what a failover writes (the tool waited until the mirror caught up)
+    MIRROR_OPS = {
+        "pause": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_PAUSED),
+        "resume": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_ACTIVE),
+        "failover": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_FAILED_OVER),
+        "promote": ((MIRROR_ACTIVE, MIRROR_PAUSED), MIRROR_PROMOTED),
+    }
+
+    def alter_mirror_topics(
+        self, op: str, names: list[str], max_producer_id: int = -1, max_epoch: int = -1
+    ) -> list[KafkaError | None]:
+        """One error (or None) per topic: ``op`` is one of MIRROR_OPS.
+
+        ``failover`` makes the topics writable now, in one batch with what a writable topic
+        needs (docs/mirror.md): every partition's leader epoch raised above ``max_epoch`` (the
+        highest source epoch in the mirrored logs; a leader epoch only grows by one per
+        PartitionChangeRecord naming the leader, so as many records as that takes), and the
+        cluster's next producer id above ``max_producer_id`` (the highest mirrored one), so a new
+        producer never gets an id the mirrored logs use. The leaders then abort the transactions
+        whose markers never came (``MirrorTopic.max_producer_id`` says whose)."""
+        allowed, new = self.MIRROR_OPS[op]
+        out: list[KafkaError | None] = []
+        records = []
+        for name in names:
+            t = self.image.topic(name)
+            m = None if t is None else self.image.mirror_topics.get(t.topic_id)
+            if t is None:
+                out.append(KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist."))
+            elif m is None:
+                out.append(KafkaError(ErrorCode.invalid_request, f"Topic '{name}' is not a mirror topic."))
+            elif m.state not in allowed:
+                out.append(
+                    KafkaError(
+                        ErrorCode.invalid_request,
+                        f"Mirror topic '{name}' is {MIRROR_STATES[m.state]}: it cannot {op}.",
+                    )
+                )
+            else:
+                out.append(None)
+                if m.state != new:
+                    writable = new in (MIRROR_FAILED_OVER, MIRROR_PROMOTED)
+                    pid = max_producer_id if writable else m.max_producer_id
+                    records.append(
+                        mirror_record(MirrorImage(m.topic_id, m.link_id, m.source_topic, m.source_topic_id, new, pid))
+                    )
+                    if writable:
+                        records += self._epochs_above(t, max_epoch)
+        if records and op in ("failover", "promote") and max_producer_id >= self.image.next_producer_id:
+            records.append(
+                {
+                    "type": "ProducerIdsRecord",
+                    "broker_id": -1,
+                    "broker_epoch": -1,
+                    "next_producer_id": max_producer_id + 1,
+                }
+            )
+        self.commit(records)
+        return out
+
+    @staticmethod
+    def _epochs_above(t, max_epoch: int) -> list[dict]:
+        """PartitionChangeRecords that take each led partition's leader epoch past ``max_epoch``
+        (at least one: the leader then starts an epoch of its own in the log)."""
+        out = []
+        for pid, p in sorted(t.partitions.items()):
+            if p.leader < 0:
+                continue
+            bumps = max(1, max_epoch + 1 - p.leader_epoch)
+            out += [
+                {"type": "PartitionChangeRecord", "partition_id": pid, "topic_id": t.topic_id, "leader": p.leader}
+                for _ in range(bumps)
+            ]
+        return out
 
     def warn_without_effect(self, names=None) -> None:
         """Log once per key the dynamic broker configs kesque stores and describes but does

@@ -57,6 +57,16 @@ class ProducerIdManager:
         """The request was given up (the broker stops): nothing is on its way any more."""
         self._fetching = False
 
+    def raise_floor(self, floor: int) -> None:
+        """No id below ``floor`` is handed out from now on (a failed-over mirror topic's logs use
+        the source's producer ids up to it, docs/mirror.md): the blocks already here skip them."""
+        if self._next < floor:
+            self._next = min(floor, self._end)
+        if self._ready is not None and self._ready[0] < floor:
+            start, size = self._ready
+            end = start + size
+            self._ready = (floor, end - floor) if floor < end else None
+
     def generate(self) -> int:
         if self._next >= self._end:
             if self._ready is None:

@@ -33,6 +33,17 @@ MIGRATING = uuid.UUID(int=0)
 UNASSIGNED = uuid.UUID(int=1)
 LOST = uuid.UUID(int=2)
 
+# mirror topics (docs/mirror.md): the states of MirrorTopicRecord, with Confluent's names
+MIRROR_ACTIVE, MIRROR_PAUSED, MIRROR_PROMOTED, MIRROR_FAILED_OVER = 0, 1, 2, 3
+MIRROR_STATES = {
+    MIRROR_ACTIVE: "ACTIVE",
+    MIRROR_PAUSED: "PAUSED",
+    MIRROR_PROMOTED: "PROMOTED",
+    MIRROR_FAILED_OVER: "FAILED_OVER",
+}
+# the states in which the topic is still a mirror: fetched from the source, read-only to producers
+MIRRORING = (MIRROR_ACTIVE, MIRROR_PAUSED)
+
 
 def reserved_dir(d: uuid.UUID) -> bool:
     """Kafka's DirectoryId.reserved: the first 100 ids are never a real log dir's."""
@@ -117,6 +128,32 @@ class TopicImage:
 
 
 @dataclass
+class ClusterLink:
+    """A link to a source cluster (ClusterLinkRecord): its client settings, ``bootstrap.servers``
+    among them."""
+
+    name: str
+    link_id: uuid.UUID
+    configs: dict[str, str]
+
+
+@dataclass
+class MirrorTopic:
+    """A topic of this cluster that mirrors ``source_topic`` over ``link_id`` (MirrorTopicRecord)."""
+
+    topic_id: uuid.UUID
+    link_id: uuid.UUID
+    source_topic: str
+    source_topic_id: uuid.UUID
+    state: int = MIRROR_ACTIVE
+    max_producer_id: int = -1
+
+    @property
+    def mirroring(self) -> bool:
+        return self.state in MIRRORING
+
+
+@dataclass
 class Delta:
     """What one replayed batch of records changed."""
 
@@ -128,6 +165,7 @@ class Delta:
     changed_quotas: bool = False
     # ACLs added (id -> the ACL) and removed (id -> None), in replay order
     changed_acls: dict[uuid.UUID, StandardAcl | None] = field(default_factory=dict)
+    changed_mirrors: bool = False  # a cluster link or a mirror topic was added, changed or removed
 
     def merge(self, other: Delta) -> None:
         self.created_topics |= other.created_topics
@@ -136,6 +174,7 @@ class Delta:
         self.changed_configs |= other.changed_configs
         self.changed_brokers |= other.changed_brokers
         self.changed_quotas |= other.changed_quotas
+        self.changed_mirrors |= other.changed_mirrors
         for acl_id, acl in other.changed_acls.items():
             if acl is None and self.changed_acls.get(acl_id) is not None:
                 del self.changed_acls[acl_id]  # added and removed within the merged batches
@@ -151,6 +190,7 @@ class Delta:
             or self.changed_brokers
             or self.changed_quotas
             or self.changed_acls
+            or self.changed_mirrors
         )
 
 
@@ -179,6 +219,9 @@ class MetadataImage:
         # Kafka's ScramImage: {mechanism name: {user: credential}} (UserScramCredentialRecord)
         self.scram_credentials: dict[str, dict[str, ScramCredential]] = {}
         self.next_producer_id = 0
+        # mirror topics: the cluster links by name, the mirror topics by their topic id
+        self.cluster_links: dict[str, ClusterLink] = {}
+        self.mirror_topics: dict[uuid.UUID, MirrorTopic] = {}
         self.offset = -1  # last applied metadata log offset
 
     # ------------------------------------------------------------------ queries
@@ -187,6 +230,14 @@ class MetadataImage:
 
     def topic_configs(self, name: str) -> dict[str, str]:
         return self.configs.get((RESOURCE_TOPIC, name), {})
+
+    def cluster_link_by_id(self, link_id: uuid.UUID) -> ClusterLink | None:
+        return next((lk for lk in self.cluster_links.values() if lk.link_id == link_id), None)
+
+    def mirror_of(self, name: str) -> MirrorTopic | None:
+        """The mirror state of topic ``name``, None when it is no mirror topic."""
+        t = self.topics_by_name.get(name)
+        return None if t is None else self.mirror_topics.get(t.topic_id)
 
     def live_brokers(self) -> list[BrokerRegistration]:
         return [b for b in sorted(self.brokers.values(), key=lambda b: b.id) if not b.fenced]
@@ -319,6 +370,8 @@ class MetadataImage:
         if t is not None:
             self.topics_by_name.pop(t.name, None)
             self.configs.pop((RESOURCE_TOPIC, t.name), None)
+            if self.mirror_topics.pop(t.topic_id, None) is not None:
+                delta.changed_mirrors = True
             delta.deleted_topics[t.topic_id] = t
             delta.created_topics.discard(t.topic_id)
 
@@ -386,6 +439,28 @@ class MetadataImage:
 
     def _replay_FeatureLevelRecord(self, rec, delta):
         self.features[rec["name"]] = rec["feature_level"]
+
+    def _replay_ClusterLinkRecord(self, rec, delta):
+        configs = {c["name"]: c["value"] for c in rec["configs"] if c["value"] is not None}
+        self.cluster_links[rec["link_name"]] = ClusterLink(rec["link_name"], rec["link_id"], configs)
+        delta.changed_mirrors = True
+
+    def _replay_RemoveClusterLinkRecord(self, rec, delta):
+        link = self.cluster_link_by_id(rec["link_id"])
+        if link is not None:
+            del self.cluster_links[link.name]
+            delta.changed_mirrors = True
+
+    def _replay_MirrorTopicRecord(self, rec, delta):
+        self.mirror_topics[rec["topic_id"]] = MirrorTopic(
+            rec["topic_id"],
+            rec["link_id"],
+            rec["source_topic"],
+            rec["source_topic_id"],
+            rec["state"],
+            rec.get("max_producer_id", -1),
+        )
+        delta.changed_mirrors = True
 
     def _replay_ProducerIdsRecord(self, rec, delta):
         self.next_producer_id = rec["next_producer_id"]

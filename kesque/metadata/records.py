@@ -26,6 +26,8 @@ _FEATURE = [
     ("max_supported_version", "int16", None, 0),
 ]
 
+KESQUE_RECORDS_BASE = 10000  # the first kesque-only metadata record type (docs/compatibility.md)
+
 SCHEMAS: dict[str, tuple[int, int, list]] = {
     # name: (api key, version written, fields)
     "RegisterBrokerRecord": (
@@ -173,6 +175,32 @@ SCHEMAS: dict[str, tuple[int, int, list]] = {
     ),
     "ClearElrRecord": (28, 0, [("topic_name", "string", None, "")]),
     "UnregisterControllerRecord": (29, 0, [("controller_id", "int32", None, 0)]),
+    # kesque-only record types (mirror topics, docs/mirror.md), far above Kafka's ids so that a
+    # future Kafka record never takes theirs; Kafka's tools decode them as unknown records
+    "ClusterLinkRecord": (
+        KESQUE_RECORDS_BASE,
+        0,
+        [
+            ("link_name", "string", None, ""),
+            ("link_id", "uuid", None, None),
+            ("configs", [("name", "string", None, ""), ("value", "nstring", None, None)], None, []),
+        ],
+    ),
+    "RemoveClusterLinkRecord": (KESQUE_RECORDS_BASE + 1, 0, [("link_id", "uuid", None, None)]),
+    "MirrorTopicRecord": (
+        KESQUE_RECORDS_BASE + 2,
+        0,
+        [
+            ("topic_id", "uuid", None, None),
+            ("link_id", "uuid", None, None),
+            ("source_topic", "string", None, ""),
+            ("source_topic_id", "uuid", None, None),
+            ("state", "int8", None, 0),
+            # FAILED_OVER: the highest producer id of the mirrored logs (transactions of producers up
+            # to it left open are aborted by the partitions' leaders)
+            ("max_producer_id", "int64", None, -1),
+        ],
+    ),
 }
 BY_KEY = {key: name for name, (key, _v, _f) in SCHEMAS.items()}
 

@@ -94,7 +94,28 @@ def image_records(image: MetadataImage) -> list[dict]:
         out.append(acl_record(acl_id, acl))
     for mechanism, users in sorted(image.scram_credentials.items()):
         out += [scram_record(ScramMechanism.for_name(mechanism), user, c) for user, c in sorted(users.items())]
+    for link in sorted(image.cluster_links.values(), key=lambda lk: lk.name):
+        out.append(link_record(link))
+    for m in image.mirror_topics.values():
+        out.append(mirror_record(m))
     return out
+
+
+def link_record(link) -> dict:
+    configs = [{"name": k, "value": v} for k, v in sorted(link.configs.items())]
+    return {"type": "ClusterLinkRecord", "link_name": link.name, "link_id": link.link_id, "configs": configs}
+
+
+def mirror_record(m) -> dict:
+    return {
+        "type": "MirrorTopicRecord",
+        "topic_id": m.topic_id,
+        "link_id": m.link_id,
+        "source_topic": m.source_topic,
+        "source_topic_id": m.source_topic_id,
+        "state": m.state,
+        "max_producer_id": m.max_producer_id,
+    }
 
 
 def scram_record(mechanism: ScramMechanism, user: str, credential: ScramCredential) -> dict:

@@ -119,13 +119,20 @@ FLEXIBLE_FROM: dict[int, tuple[str, int | None]] = {
 }
 
 
+# kesque-only APIs, far above Kafka's keys (docs/compatibility.md): served but never advertised
+# in ApiVersions, so a Kafka client sees Kafka's table
+KESQUE_CLUSTER_LINKS = 10000  # the cluster-link and mirror-topic admin API (protocol/cluster_links.py)
+KESQUE_APIS: dict[int, tuple[str, int | None]] = {KESQUE_CLUSTER_LINKS: ("KesqueClusterLinks", 0)}
+_ALL_APIS = {**FLEXIBLE_FROM, **KESQUE_APIS}
+
+
 def is_flexible(api_key: int, version: int) -> bool:
-    first = FLEXIBLE_FROM.get(api_key, ("", None))[1]
+    first = _ALL_APIS.get(api_key, ("", None))[1]
     return first is not None and version >= first
 
 
 def api_name(api_key: int) -> str:
-    return FLEXIBLE_FROM.get(api_key, (f"Unknown({api_key})", None))[0]
+    return _ALL_APIS.get(api_key, (f"Unknown({api_key})", None))[0]
 
 
 @dataclass
@@ -137,6 +144,7 @@ class ApiSpec:
     raw: bool = False  # handler decodes the body itself (hot path)
     # versions inside [min, max] that are advertised but refused (Produce v0-2, see KAFKA-18659)
     refused_below: int = -1
+    advertised: bool = True  # in ApiVersions (kesque-only APIs are not)
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,7 @@ class Api:
     refused_below: int = -1
     # served on the controller listeners only (as Kafka's raft and controller RPCs), not advertised on the others
     controller_only: bool = False
+    advertised: bool = True  # False: a kesque-only API, left out of ApiVersions
 
 
 @dataclass(slots=True)

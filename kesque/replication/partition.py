@@ -97,6 +97,10 @@ class Partition:
         # (end offset, bytes) of each leader append the high watermark has not passed yet: the
         # bytes a HW move makes visible to waiting consumer fetches
         self._unexposed: deque[tuple[int, int]] = deque()
+        # a mirror topic's partition (docs/mirror.md): its log holds the source's batches with the
+        # source's leader epochs, so a leader here records no epoch of its own in the log's
+        # leader-epoch cache (the cache keeps the source's lineage, which every replica shares)
+        self.mirror = False
 
     @property
     def tp(self) -> str:
@@ -129,7 +133,8 @@ class Partition:
     def make_leader(self, replicas: list[int], isr: list[int], leader_epoch: int, partition_epoch: int) -> bool:
         now = self._settings()
         hw = self.log.high_watermark
-        new_epoch = self.repl.make_leader(replicas, isr, leader_epoch, partition_epoch, self.rlog, now)
+        rlog = _SourceEpochs(self.rlog) if self.mirror else self.rlog
+        new_epoch = self.repl.make_leader(replicas, isr, leader_epoch, partition_epoch, rlog, now)
         if new_epoch:
             self._unexposed.clear()
             log.info(
@@ -236,6 +241,28 @@ class Partition:
         info = self.log.append_new_batch(batch, self.leader_epoch, now_ms)
         self._leader_appended(info)
         return info
+
+    def append_mirrored(self, batches: memoryview, now_ms: int) -> AppendInfo:
+        """Batches fetched from a mirror topic's source, appended as the leader at their own
+        offsets, byte for byte (the follower's append path: producer state, markers and the
+        transaction index as the source wrote them)."""
+        if not self.is_leader:
+            raise not_leader(self.tp, self.local_id)
+        info = self.log.append_raw(batches, now_ms)
+        self._leader_appended(info)
+        return info
+
+    def restart_mirror_at(self, offset: int) -> None:
+        """The source deleted the records from the mirror's log end to ``offset`` before they were
+        copied: the mirror's log starts again, empty, at ``offset`` (the loss is reported by the
+        mirror fetcher)."""
+        if not self.is_leader:
+            raise not_leader(self.tp, self.local_id)
+        hw = self.log.high_watermark
+        self.log.truncate_fully_and_start_at(offset)
+        self._unexposed.clear()
+        self.maybe_increment_high_watermark()
+        self._after_hw(hw)
 
     def acks_all_status(self, required_offset: int) -> tuple[bool, int]:
         """A waiting acks=all request (its last offset + 1): (done, error code)."""
@@ -355,3 +382,17 @@ class Partition:
     def is_under_min_isr(self) -> bool:
         self._settings()
         return self.repl.is_under_min_isr
+
+
+class _SourceEpochs:
+    """A mirror partition's log as its leader's rules see it: everything but the epoch record a
+    new leader makes (the batches bring the source's epochs, see ``Partition.mirror``)."""
+
+    def __init__(self, rlog):
+        self._rlog = rlog
+
+    def __getattr__(self, name):
+        return getattr(self._rlog, name)
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        pass

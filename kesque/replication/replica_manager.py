@@ -202,6 +202,8 @@ class ReplicaManager(ReplicaEnv):
             self.partitions[(t.name, p)] = part
             self.by_id[(topic_id, p)] = part
         self.maybe_update_assignment(part, reg)
+        m = self.image.mirror_topics.get(topic_id)
+        part.mirror = m is not None and m.mirroring
         was_leader = part.is_leader
         if reg.leader == self.node_id:
             part.make_leader(reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch)

@@ -55,6 +55,7 @@ from ..storage.unified_log import LOG_FLUSH_STATS
 from . import request_log, txn_channels
 from .apis.acls import AclApis
 from .apis.authz import error_response
+from .apis.cluster_links import ClusterLinkApis
 from .apis.configs import ConfigApis
 from .apis.core import CoordinatorLookup, CoreApis, api_versions_v0_error
 from .apis.fetch import FetchApis
@@ -79,6 +80,7 @@ from .context import NO_RESPONSE, PLAINTEXT, CloseConnection, RequestContext
 from .drivers.alter_log_dirs import LogDirMover
 from .drivers.alter_partition import AlterPartitionManager
 from .drivers.log_cleaner import LogCleaner
+from .drivers.mirror_fetcher import MirrorFetcherManager
 from .drivers.producer_ids import ProducerIdBlocks
 from .drivers.quorum_controller import QuorumController
 from .drivers.replica_fetcher import ReplicaFetcherManager
@@ -299,6 +301,18 @@ class KesqueServer:
         host = CoordinatorHost(LoopScheduler(self.loop), self.clock, cfg, self.replica_manager, lambda: self.image)
         self.group_coordinator = GroupCoordinator(host)
         self.replica_manager.add_leadership_listener(self.group_coordinator.on_leadership)
+        # mirror topics: the partitions this broker leads copy their source (docs/mirror.md)
+        self.mirror_fetchers = MirrorFetcherManager(
+            self.node_id,
+            self.image,
+            self.replica_manager,
+            self.clock,
+            lambda part: self.replica_manager.notify_append(part.topic, part.partition, 1),
+            loop=self.loop,
+            raise_producer_id_floor=lambda floor: self.producer_ids.raise_floor(floor),
+        )
+        self.replica_manager.add_leadership_listener(self.mirror_fetchers.schedule_refresh)
+        self.add_publisher(lambda delta: delta.changed_mirrors and self.mirror_fetchers.schedule_refresh())
         self.producer_id_blocks = ProducerIdBlocks(
             lambda: self.controllers.allocate_producer_ids(self.node_id, self.broker_epoch), self.spawn
         )
@@ -903,6 +917,8 @@ class KesqueServer:
             self.txn_coordinator.shutdown()
         for task in list(self._tasks):
             task.cancel()
+        if getattr(self, "mirror_fetchers", None) is not None:
+            await self.mirror_fetchers.shutdown()
         if getattr(self, "replica_manager", None) is not None and self.replica_manager.fetchers is not None:
             self.alter_partitions.close()
             await self.replica_manager.fetchers.shutdown()
@@ -1019,6 +1035,8 @@ class KesqueServer:
             self.controllers,
             self.throttler,
         )
+        links = ClusterLinkApis(image=image, controllers=router, node_id=self.node_id, mirrors=self.mirror_fetchers)
+        self.mirror_fetchers.grow_mirror = links.grow_mirror  # a source topic that grew: at the controller
         handlers = (
             CoreApis(
                 image=image,
@@ -1095,6 +1113,7 @@ class KesqueServer:
                 controllers=router,
             ),
             AclApis(authorizer=self.authorizer, controllers=router),
+            links,
             SaslApis(),
             ScramApis(image=image, controllers=router),
             TelemetryApis(image=image, telemetry=self.client_telemetry),

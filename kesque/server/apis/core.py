@@ -112,6 +112,7 @@ class CoreApis:
         keys = tuple(
             m("ApiVersion", api_key=k, min_version=spec.min_version, max_version=spec.max_version)
             for k, spec in sorted(self.api_table().items())
+            if spec.advertised
         )
         image = self.image
         supported = tuple(

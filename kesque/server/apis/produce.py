@@ -149,6 +149,9 @@ class ProduceApis:
                 and name is not None
                 and not authorizer.authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, name)
             )
+            # a mirror topic is read-only until promoted or failed over (docs/mirror.md)
+            mirror = image.mirror_topics and name is not None and image.mirror_of(name)
+            mirrored = mirror and mirror.mirroring
             for p in topic.partitions:
                 r = PartitionResponse(p.index)
                 if unauthorized and v >= MIN_USABLE_VERSION:
@@ -160,6 +163,9 @@ class ProduceApis:
                     r.error_code = int(ErrorCode.unknown_topic_id)
                 elif denied:
                     r.error_code = int(ErrorCode.topic_authorization_failed)
+                elif mirrored:
+                    r.error_code = int(ErrorCode.invalid_request)
+                    r.error_message = f"Cannot produce to mirror topic {name}: it is read-only (see kesque mirrors)"
                 elif p.records is None or len(p.records) == 0:
                     r.error_code = int(ErrorCode.invalid_record)
                     r.error_message = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ...config.broker import BrokerConfig
 from ...protocol.api import Api, ApiSpec
 from .acls import AclApis
+from .cluster_links import ClusterLinkApis
 from .configs import ConfigApis
 from .core import CoreApis
 from .fetch import FetchApis
@@ -49,6 +50,7 @@ DECLARED = (
     AclApis,
     SaslApis,
     ScramApis,
+    ClusterLinkApis,
     TelemetryApis,
 )
 
@@ -66,7 +68,9 @@ def bind(handler, config, apis: dict, controller_apis: dict) -> None:
         table = controller_apis if a.controller_only else apis
         if a.key in table:
             raise ValueError(f"{a.key.name} is served by two handlers")
-        table[a.key] = ApiSpec(a.key, a.min_version, a.max_version, getattr(handler, a.method), a.raw, a.refused_below)
+        table[a.key] = ApiSpec(
+            a.key, a.min_version, a.max_version, getattr(handler, a.method), a.raw, a.refused_below, a.advertised
+        )
 
 
 def served_versions(config: dict | None = None) -> dict[int, tuple[int, int]]:
@@ -74,6 +78,9 @@ def served_versions(config: dict | None = None) -> dict[int, tuple[int, int]]:
     (docs, tests)."""
     cfg = BrokerConfig(config or {})
     served = {
-        a.key: (a.min_version, a.max_version) for cls in DECLARED for a in declared(cls, cfg) if not a.controller_only
+        a.key: (a.min_version, a.max_version)
+        for cls in DECLARED
+        for a in declared(cls, cfg)
+        if not a.controller_only and a.advertised
     }
     return dict(sorted(served.items()))

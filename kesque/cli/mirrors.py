@@ -1,0 +1,237 @@
+"""``kesque mirrors``: create, describe, pause and resume mirror topics, with the names and flags of
+Confluent's ``kafka-mirrors`` (docs/mirror.md)::
+
+    kesque mirrors --bootstrap-server DEST --create --mirror-topic T --link NAME [--source-topic S]
+    kesque mirrors --bootstrap-server DEST --describe [--topics T1,T2] [--links NAME]
+    kesque mirrors --bootstrap-server DEST --list [--links NAME]
+    kesque mirrors --bootstrap-server DEST --pause|--resume|--failover|--promote --topics T1,T2
+
+``--describe`` asks every broker of the destination, since the lag of a mirror partition is
+known to its leader: one line per topic, then one per partition with its log end, the source's
+high watermark at the last fetch, the lag in offsets and in time, and the last fetch error.
+``--failover`` stops the mirroring and makes the topics writable now (their partitions' leaders
+abort the transactions the source left open); ``--promote`` does the same once the mirror has
+caught up with its source and no source transaction is open (docs/mirror.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from ..client.wire import Connection, WireError
+from ..errors import error_name
+from ..protocol import cluster_links as cl
+from ..protocol.api_keys import ApiKeys
+from ..storage.checkpoint import uuid_to_kafka
+from .cluster_links import ToolError, call
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kesque mirrors", description="Create, describe, pause, resume, fail over and promote mirror topics."
+    )
+    p.add_argument("--bootstrap-server", required=True, help="REQUIRED: the destination cluster's server(s)")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--create", action="store_true", help="Create a mirror topic.")
+    action.add_argument("--describe", action="store_true", help="Describe mirror topics and their lag.")
+    action.add_argument("--list", action="store_true", help="List the mirror topics.")
+    action.add_argument("--pause", action="store_true", help="Stop fetching the topics from the source.")
+    action.add_argument("--resume", action="store_true", help="Fetch the paused topics again.")
+    action.add_argument("--promote", action="store_true", help="Make the topics writable once caught up.")
+    action.add_argument("--failover", action="store_true", help="Stop mirroring and make the topics writable now.")
+    p.add_argument("--mirror-topic", help="The mirror topic to create.")
+    p.add_argument("--source-topic", help="The topic it mirrors (default: the same name).")
+    p.add_argument("--link", help="The cluster link of the new mirror topic.")
+    p.add_argument("--links", help="Only the mirror topics of these links (comma-separated).")
+    p.add_argument("--topics", help="The mirror topics (comma-separated).")
+    p.add_argument("--replication-factor", type=int, default=-1, help="The mirror topic's replication factor.")
+    p.add_argument("--config", help="Topic configs of the mirror topic as key=value[,key=value].")
+    return p
+
+
+def _names(s: str | None) -> list[str]:
+    return [x.strip() for x in (s or "").split(",") if x.strip()]
+
+
+def brokers(bootstrap: str) -> tuple[Connection, dict[int, tuple[str, int]]]:
+    conn = Connection.to_any(bootstrap, client_id="kesque-mirrors")
+    md = conn.request(
+        ApiKeys.METADATA,
+        lambda mod, v: mod.request.MetadataRequest(
+            topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        ),
+        max_version=12,
+    )
+    return conn, {int(b.node_id): (b.host, int(b.port)) for b in md.brokers}
+
+
+def describe(bootstrap: str, topics: list[str]) -> list[dict]:
+    """The mirror topics with each partition's lag from its leader."""
+    try:
+        conn, nodes = brokers(bootstrap)
+    except (OSError, WireError) as e:
+        raise ToolError(f"Error while talking to {bootstrap}: {e}") from None
+    req = {"operation": cl.DESCRIBE_MIRRORS, "topics": topics}
+    try:
+        mirrors = call(bootstrap, req, conn)["mirrors"]
+    finally:
+        conn.close()
+    answers = {}
+    for node, (host, port) in nodes.items():
+        try:
+            with Connection(host, port, client_id="kesque-mirrors") as c:
+                answers[node] = {m["topic"]: m for m in call(bootstrap, req, c)["mirrors"]}
+        except (ToolError, OSError, WireError):
+            answers[node] = {}
+    for m in mirrors:
+        for i, p in enumerate(m["partitions"]):
+            theirs = answers.get(p["leader"], {}).get(m["topic"])
+            if theirs is not None:
+                m["partitions"][i] = next((x for x in theirs["partitions"] if x["partition"] == p["partition"]), p)
+    return mirrors
+
+
+def _alter(bootstrap: str, op: str, topic: str, **extra) -> dict:
+    (m,) = call(bootstrap, {"operation": cl.ALTER_MIRRORS, "mirror_op": op, "topics": [topic], **extra})["mirrors"]
+    return m
+
+
+def _stopped(bootstrap: str, topic: str, deadline: float) -> dict:
+    """Pause ``topic`` and wait until no broker copies it any more; its describe then."""
+    m = _alter(bootstrap, "pause", topic)
+    if m["error_code"] and "is PAUSED" not in (m["error_message"] or ""):
+        raise ToolError(m["error_message"] or error_name(m["error_code"]))
+    while True:
+        (m,) = describe(bootstrap, [topic])
+        if not any(p["fetching"] for p in m["partitions"]):
+            return m
+        if time.monotonic() > deadline:
+            raise ToolError(f"the partitions of {topic} are still being copied")
+        time.sleep(0.1)
+
+
+def end_mirroring(bootstrap: str, topic: str, op: str, timeout: float = 60.0) -> int:
+    """``failover``: pause the topic, wait until no broker copies it any more, then make it
+    writable with the highest producer id and leader epoch its partitions' logs hold (docs/mirror.md).
+    ``promote``: the same once every partition has caught up with its source, with no source
+    transaction open (refused when that does not happen within ``timeout``). 1 when it failed."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            if op == "promote":
+                while not all(p["caught_up"] for p in describe(bootstrap, [topic])[0]["partitions"]):
+                    if time.monotonic() > deadline:
+                        lags = [p["lag"] for p in describe(bootstrap, [topic])[0]["partitions"]]
+                        raise ToolError(
+                            f"{topic} has not caught up with its source within {timeout:.0f} s (lag {lags}, "
+                            "or a source transaction is open): not promoted"
+                        )
+                    time.sleep(0.1)
+            m = _stopped(bootstrap, topic, deadline)
+            if op != "promote" or all(p["caught_up"] for p in m["partitions"]):
+                break
+            _alter(bootstrap, "resume", topic)  # the source moved on meanwhile: catch up again
+        m = _alter(
+            bootstrap,
+            op,
+            topic,
+            max_producer_id=max((p["max_producer_id"] for p in m["partitions"]), default=-1),
+            max_epoch=max((p["latest_epoch"] for p in m["partitions"]), default=-1),
+        )
+        if m["error_code"]:
+            raise ToolError(m["error_message"] or error_name(m["error_code"]))
+    except ToolError as e:
+        if op == "promote":
+            _alter(bootstrap, "resume", topic)  # a promotion that did not happen leaves it mirroring
+        print(f"Topic: {topic}\tError: {e}")
+        return 1
+    print(f"Topic: {topic}\tResult: {'Promoted' if op == 'promote' else 'Failed over'}")
+    return 0
+
+
+def _value(x: int) -> str:
+    return "-" if x < 0 else str(x)
+
+
+def run(a) -> int:
+    if a.promote or a.failover:
+        op = "promote" if a.promote else "failover"
+        topics = _names(a.topics)
+        if not topics:
+            raise ToolError(f"--topics is required with --{op}")
+        return 1 if sum(end_mirroring(a.bootstrap_server, t, op) for t in topics) else 0
+    if a.create:
+        if not a.mirror_topic or not a.link:
+            raise ToolError("--mirror-topic and --link are required with --create")
+        configs = []
+        for item in _names(a.config):
+            k, sep, v = item.partition("=")
+            if not sep:
+                raise ToolError(f"Invalid config: {item} (expected key=value)")
+            configs.append({"name": k, "value": v})
+        req = {
+            "operation": cl.CREATE_MIRROR,
+            "link_name": a.link,
+            "topics": [a.mirror_topic],
+            "source_topic": a.source_topic,
+            "replication_factor": a.replication_factor,
+            "configs": configs,
+        }
+        call(a.bootstrap_server, req)
+        print(f"Created topic {a.mirror_topic}.")
+        return 0
+    if a.pause or a.resume:
+        topics = _names(a.topics)
+        if not topics:
+            raise ToolError("--topics is required with --pause and --resume")
+        op = "pause" if a.pause else "resume"
+        resp = call(a.bootstrap_server, {"operation": cl.ALTER_MIRRORS, "mirror_op": op, "topics": topics})
+        failed = 0
+        for m in resp["mirrors"]:
+            if m["error_code"]:
+                failed += 1
+                print(f"Topic: {m['topic']}\tError: {m['error_message'] or error_name(m['error_code'])}")
+            else:
+                print(f"Topic: {m['topic']}\tResult: {'Paused' if a.pause else 'Resumed'}")
+        return 1 if failed else 0
+    links = set(_names(a.links))
+    if a.list:
+        resp = call(a.bootstrap_server, {"operation": cl.DESCRIBE_MIRRORS, "topics": _names(a.topics)})
+        for m in resp["mirrors"]:
+            if not m["error_code"] and (not links or m["link_name"] in links):
+                print(m["topic"])
+        return 0
+    failed = 0
+    for m in describe(a.bootstrap_server, _names(a.topics)):
+        if m["error_code"]:
+            failed += 1
+            print(f"Topic: {m['topic']}\tError: {m['error_message'] or error_name(m['error_code'])}")
+            continue
+        if links and m["link_name"] not in links:
+            continue
+        print(
+            f"Topic: {m['topic']}\tLinkName: {m['link_name']}\tSourceTopic: {m['source_topic']}\t"
+            f"SourceTopicId: {uuid_to_kafka(m['source_topic_id'])}\tState: {m['state']}\t"
+            f"NumPartitions: {len(m['partitions'])}"
+        )
+        for p in m["partitions"]:
+            print(
+                f"\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
+                f"DestLogEndOffset: {_value(p['log_end_offset'])}\t"
+                f"LastFetchSourceHighWatermark: {_value(p['source_high_watermark'])}\t"
+                f"Lag: {_value(p['lag'])}\tTimeLagMs: {_value(p['time_lag_ms'])}\t"
+                f"LostRecords: {p['lost_records']}\tError: {p['error'] or '-'}"
+            )
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        return run(a)
+    except (ToolError, OSError) as e:
+        sys.stdout.flush()
+        print(f"Error: {e}", file=sys.stderr)
+        return 1

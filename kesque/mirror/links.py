@@ -1,0 +1,77 @@
+"""Cluster-link settings: the config file ``kesque cluster-links --create`` reads, the checks a
+link's settings pass, and which of them are secrets (masked wherever a link is described)."""
+
+from __future__ import annotations
+
+# Kafka's client configs of type PASSWORD (ConfigDef.Type.PASSWORD: shown as [hidden]), and every
+# ``*.password``: never printed by describe nor dump-log
+_SENSITIVE = frozenset(
+    {
+        "sasl.jaas.config",
+        "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
+        "ssl.truststore.certificates",
+        "basic.auth.user.info",
+    }
+)
+MASK = "[hidden]"  # what Kafka's tools print for a PASSWORD config (ConfigDef.convertToString)
+REDACTED = "[redacted]"  # what Kafka's metadata tools print for a sensitive record value
+# the security protocols the mirror fetcher can speak to a source today
+SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+
+
+def is_sensitive(name: str) -> bool:
+    return name in _SENSITIVE or name.endswith(".password")
+
+
+def masked(configs: dict[str, str]) -> dict[str, str]:
+    return {k: (MASK if is_sensitive(k) else v) for k, v in configs.items()}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A Java properties file as Kafka's tools read ``--config-file``/``--command-config``: ``#``
+    and ``!`` comments, ``key=value`` or ``key:value``, a trailing ``\\`` continues the line."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            out[line] = ""
+        else:
+            out[line[:cut].strip()] = line[cut + 1 :].strip()
+    if pending:
+        out[pending] = ""
+    return out
+
+
+def check_link_configs(configs: dict[str, str]) -> str | None:
+    """Why a link's settings cannot work (None when they can): the message a refused
+    ``--create`` prints."""
+    servers = (configs.get("bootstrap.servers") or "").strip()
+    if not servers:
+        return "Cluster link configs must set bootstrap.servers."
+    for s in servers.split(","):
+        host, _, port = s.strip().rpartition(":")
+        if not host or not port.isdigit():
+            return f"Invalid url in bootstrap.servers: {s.strip()}"
+    proto = configs.get("security.protocol", "PLAINTEXT").upper()
+    if proto not in SUPPORTED_PROTOCOLS:
+        only = ", ".join(SUPPORTED_PROTOCOLS)
+        return f"security.protocol {proto} is not supported by cluster links yet (only {only})"
+    return None
+
+
+def bootstrap_addresses(configs: dict[str, str]) -> list[tuple[str, int]]:
+    out = []
+    for s in (configs.get("bootstrap.servers") or "").split(","):
+        host, _, port = s.strip().rpartition(":")
+        if host and port.isdigit():
+            out.append((host.strip("[]"), int(port)))
+    return out
