@@ -221,6 +221,17 @@ def test_bytes_messages_requests_log_size_and_lag(broker):
         if m is not None and not m.error():
             got += 1
     assert got == n
+
+    def waited() -> bool:
+        # a Fetch that finds nothing waits (fetch.wait.max.ms): remote time, not local. Under load
+        # every Fetch of the loop above may have found records; polling on reaches the log's end
+        c.poll(0.2)
+        s = scrape(broker.metrics_port)
+        return value(s, "kafka_network_requestmetrics_remotetimems_sum", request="FetchConsumer") > value(
+            s, "kafka_network_requestmetrics_localtimems_sum", request="FetchConsumer"
+        )
+
+    wait_for(waited, 20, "a consumer Fetch that waited at the log's end")
     c.commit(offsets=[TopicPartition(topic, 0, 15)], asynchronous=False)
     c.close()
 
