@@ -14,9 +14,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"kesque {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     # lazy: a tool run must not load the broker (serve) or every tool (tools)
-    from . import serve, tools
+    from . import console, serve, tools
 
     serve.add_parser(sub)
+    console.add_parser(sub)
     tools.add_parsers(sub)
     # listed here for --help; main() hands its arguments to the tool, which parses them itself
     sub.add_parser(
