@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
+.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security browser chromium bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -17,7 +17,7 @@ JAVA_CLIENTS  := $(KAFKA_DIR)/java/kesque-oracle-clients.jar
 STREAMS_APP   := $(KAFKA_DIR)/streams/kesque-streams-wordcount.jar
 
 help:
-	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data), Prometheus metrics on http://127.0.0.1:9404/metrics"
+	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data), Prometheus metrics on http://127.0.0.1:9404/metrics, the web console on http://127.0.0.1:8080/"
 	@echo "make test     - install test dependencies, lint, and run the default test suite with coverage per package"
 	@echo "make lint     - ruff check and ruff format --check (part of make test)"
 	@echo "make format   - apply ruff's safe fixes (import order, pyupgrade) and ruff format"
@@ -26,6 +26,7 @@ help:
 	@echo "make fuzz     - the hypothesis suites with fresh random examples, 20x as many (profile fuzz)"
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make security - the security client matrix: 4 client stacks x SSL, mTLS, SASL_PLAINTEXT, SASL_SSL x 4 mechanisms, on a broker and a 3-node cluster"
+	@echo "make browser  - the web console in Debian's headless Chromium (installs chromium and chromium-driver with apt); screenshots in build/artifacts/console/"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
 	@echo "make kafka    - resolve Apache Kafka $(KAFKA_VERSION) with Maven into $(KAFKA_DIR)/libs (oracle tests)"
 	@echo "make oracle   - every differential test against Kafka, the slow 3-node ones included"
@@ -49,7 +50,8 @@ install: $(STAMP)
 install-test: $(TSTAMP)
 
 serve: $(STAMP)
-	$(BIN)/kesque serve config/server.properties --override metrics.listener=http://127.0.0.1:9404
+	$(BIN)/kesque serve config/server.properties --override metrics.listener=http://127.0.0.1:9404 \
+		--override console.listener=http://127.0.0.1:8080
 
 kcat:
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null) \
@@ -147,6 +149,17 @@ compat: $(TSTAMP)
 # slice, this the rest too; Kafka's Java client is part of it when `make kafka` has run
 security: $(TSTAMP) oracle-kafka
 	$(BIN)/python -m pytest -q -m "" tests/test_security_matrix.py
+
+# issue 29's test 2 (tests/test_console_browser.py): Debian's Chromium and its chromedriver from apt,
+# Selenium from the "browser" extra; nothing is downloaded at run time (SE_OFFLINE)
+browser: $(TSTAMP) chromium
+	$(BIN)/pip install -q -e '.[test,spark,browser]'
+	SE_OFFLINE=true $(BIN)/python -m pytest -q -m browser tests/test_console_browser.py
+
+chromium:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || (apt-get update -qq \
+		&& apt-get install -y -qq chromium chromium-driver >/dev/null) \
+		|| echo "warning: chromium could not be installed; the browser test will be skipped"
 
 examples: $(TSTAMP)
 	$(BIN)/python examples/run_all.py
