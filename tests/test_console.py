@@ -102,6 +102,8 @@ def test_topic_lifecycle_produce_browse_and_escaping(console):
     status, page = get(console, "/topics/pages")
     assert status == 200 and page.count("<tr><td>") >= 3
     assert "<td>retention.ms</td><td>3600000</td><td>DYNAMIC_TOPIC_CONFIG</td>" in page
+    sizes = [p["size"] for p in json.loads(console.handle("GET", "/api/topics/pages").body)["partitions"]]
+    assert sizes == [0, 0, 0]  # DescribeLogDirs of each partition: empty logs
     assert 'action="/topics/pages/delete"' in page and 'action="/topics/pages/config"' in page
 
     r = post(console, "/topics/pages/produce", partition="1", key="<k>", value=SCRIPT, headers="<h>=<v>")

@@ -262,7 +262,7 @@ class ConsoleAdmin(Cluster):
         tps = [(name, p["partition"]) for p in parts if p["leader"] >= 0]
         start = self.offsets(tps, EARLIEST)
         end = self.offsets(tps, LATEST)
-        sizes = self.sizes(name)
+        sizes = self.sizes(name, [p["partition"] for p in parts])
         for p in parts:
             tp = (name, p["partition"])
             p["start_offset"] = start.get(tp, -1)
@@ -277,14 +277,15 @@ class ConsoleAdmin(Cluster):
             "ops": int(t.topic_authorized_operations),
         }
 
-    def sizes(self, topic: str) -> dict[tuple[int, int], int]:
+    def sizes(self, topic: str, partitions: list[int]) -> dict[tuple[int, int], int]:
         """{(broker, partition): bytes} from DescribeLogDirs on every broker (future replicas
         of a move between log dirs left out); a broker that refuses adds nothing."""
 
         def build(mod, v):
             rq = mod.request
             return make(
-                rq.DescribeLogDirsRequest, topics=(make(rq.DescribableLogDirTopic, topic=topic, partitions=()),)
+                rq.DescribeLogDirsRequest,
+                topics=(make(rq.DescribableLogDirTopic, topic=topic, partitions=tuple(partitions)),),
             )
 
         out: dict[tuple[int, int], int] = {}
