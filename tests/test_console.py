@@ -83,6 +83,31 @@ def test_console_listener_is_checked_like_metrics_listener():
         BrokerConfig({"console.listener": "127.0.0.1:8080"})
 
 
+def test_a_busy_console_port_stops_the_start_naming_the_key(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        b = Broker(data_dir=str(tmp_path / "d"), mode="thread", config={"console.listener": f"http://127.0.0.1:{port}"})
+        try:
+            with pytest.raises(ConfigError) as e:
+                b.start(60)
+        finally:
+            b.close()
+    assert "Unable to listen on" in str(e.value) and "console.listener" in str(e.value)
+
+
+def test_a_cluster_that_does_not_answer_is_a_502_naming_it():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+    c = Console(A.ConsoleAdmin(f"127.0.0.1:{port}", timeout=2))
+    for target in ("/", "/topics/t/messages", "/groups", "/overview", "/api/stats"):
+        r = c.handle("GET", target)
+        message = json.loads(r.body)["error"] if target.startswith("/api/") else error_of(r.body.decode())
+        assert r.status == 502 and message.startswith(f"the cluster at 127.0.0.1:{port} did not answer"), target
+
+
 def test_first_page_lists_topics_over_http_and_assets_come_from_the_package(node):
     with WireClient(node.bootstrap_servers) as w:
         Api(w).create_topic("first-page", 2)
@@ -159,6 +184,7 @@ def test_bad_input_gets_a_message_or_a_4xx_and_the_broker_is_unaffected(node, co
         "/groups/no-such-group": (404, "Consumer group no-such-group does not exist."),
         "/nowhere": (404, "No page at /nowhere."),
         "/static/../app.py": (404, "No asset ../app.py."),
+        "/api/nothing": (404, "No such API."),
         "/?" + "a=1&" * 2000: (414, "Request target longer than 4096 bytes."),
         "/?" + "&".join(f"f{i}=1" for i in range(100)): (400, "More than 64 parameters."),
         "/?q=%C3%28": (400, "The parameters are not UTF-8."),
@@ -166,7 +192,8 @@ def test_bad_input_gets_a_message_or_a_4xx_and_the_broker_is_unaffected(node, co
     }
     for target, (status, message) in cases.items():
         r = console.handle("GET", target)
-        assert (r.status, error_of(r.body.decode())) == (status, message), target
+        got = json.loads(r.body)["error"] if target.startswith("/api/") else error_of(r.body.decode())
+        assert (r.status, got) == (status, message), target
     # produce forms with bytes that are not what they claim
     for enc, value, message in (
         ("base64", "!!!", "The value is not valid base64."),

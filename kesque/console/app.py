@@ -162,6 +162,7 @@ class Console:
     # ------------------------------------------------------------------ dispatch
     def handle(self, method: str, target: str, headers: dict[str, str] | None = None, body: bytes = b"") -> Response:
         headers = {k.lower(): v for k, v in (headers or {}).items()}
+        as_json = target.startswith("/api/")
         try:
             if len(target) > MAX_TARGET:
                 raise BadRequest(f"Request target longer than {MAX_TARGET} bytes.", 414)
@@ -183,12 +184,10 @@ class Console:
             if method not in ("GET", "HEAD"):
                 raise BadRequest(f"Method {method} not allowed.", 405)
             return self._get(path, params)
-        except BadRequest as e:
-            return self._error(e.status, e.message)
-        except ConsoleError as e:
-            return self._error(e.status, e.message)
+        except (BadRequest, ConsoleError) as e:
+            return self._error(e.status, e.message, as_json)
         except UnicodeDecodeError:
-            return self._error(400, "The request path is not UTF-8.")
+            return self._error(400, "The request path is not UTF-8.", as_json)
 
     def _get(self, path: str, p: dict) -> Response:
         parts = [x for x in path.split("/") if x]
@@ -292,7 +291,10 @@ class Console:
         loc = f"{to}{sep}note={_q(note)}"
         return Response(303, b"", headers={"Location": loc})
 
-    def _error(self, status: int, message: str) -> Response:
+    def _error(self, status: int, message: str, as_json: bool = False) -> Response:
+        """The message in the page (an ``/api/`` request: as JSON, ``{"error": message}``)."""
+        if as_json:
+            return Response(status, json.dumps({"error": message}).encode(), "application/json; charset=utf-8")
         body = f'<div class="error" id="error">{h(message)}</div>'
         return Response(status, self._layout("Error", body).encode())
 
