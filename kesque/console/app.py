@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import html
 import json
 import secrets
@@ -117,6 +118,24 @@ def _int(params: dict, name: str, default: int | None = None, lo: int | None = N
     if hi is not None and v > hi:
         raise BadRequest(f"{name} must be at most {hi}, not {v}.")
     return v
+
+
+def _timestamp(raw: str) -> int | None:
+    """The browser's timestamp: milliseconds since the epoch, or an ISO 8601 time (UTC unless it
+    names its zone), e.g. ``2026-12-06T15:00:00Z``."""
+    if not raw:
+        return None
+    if raw.isdigit():
+        return int(raw)
+    try:
+        t = datetime.datetime.fromisoformat(raw)
+    except ValueError:
+        raise BadRequest(
+            f"timestamp must be milliseconds since the epoch or an ISO 8601 time (2026-01-31T12:00:00Z), not {raw!r}."
+        ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=datetime.UTC)
+    return max(int(t.timestamp() * 1000), 0)
 
 
 def _parse_params(raw: str) -> dict[str, str]:
@@ -434,7 +453,7 @@ class Console:
     def _browse(self, name: str, p: dict) -> dict:
         partition = _int(p, "partition", 0)
         offset = _int(p, "offset", None)
-        ts = _int(p, "timestamp", None, lo=0)
+        ts = _timestamp(p.get("timestamp", "").strip())
         if partition < 0:
             raise BadRequest(f"partition must be at least 0, not {partition}.")
         if offset is not None and offset < 0:
@@ -454,7 +473,7 @@ class Console:
             f'<form method="get" action="/topics/{_q(name)}/messages" class="browse">'
             f'<label>Partition <input name="partition" type="number" value="{h(p.get("partition", "0"))}"></label>'
             f'<label>Offset <input name="offset" value="{h(p.get("offset", ""))}"></label>'
-            f'<label>or timestamp (ms) <input name="timestamp" value="{h(p.get("timestamp", ""))}"></label>'
+            f'<label>or time (ms or ISO 8601) <input name="timestamp" value="{h(p.get("timestamp", ""))}"></label>'
             f'<label>Limit <input name="limit" type="number" value="{h(p.get("limit", "50"))}"></label>'
             f'<label>Search <input name="q" value="{h(p.get("q", ""))}"></label>'
             '<button type="submit">Show</button></form>'
