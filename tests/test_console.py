@@ -19,10 +19,13 @@ from confluent_kafka import Consumer
 
 from acl_wire import acl, create_acls
 from kesque.client.producer import Producer
+from kesque.client.share_consumer import ShareConsumer
+from kesque.client.wire import Connection, make
 from kesque.config.broker import STANDARD_AUTHORIZER, BrokerConfig
 from kesque.config.types import ConfigError
 from kesque.console import admin as A
 from kesque.console.app import Console, decode_input
+from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
 from wire import Api, WireClient
 
@@ -34,7 +37,7 @@ def node(tmp_path_factory):
     b = Broker(
         data_dir=str(tmp_path_factory.mktemp("console") / "d"),
         mode="thread",
-        config={"console.listener": "http://127.0.0.1:0"},
+        config={"console.listener": "http://127.0.0.1:0", "group.share.enable": "true"},
     ).start()
     try:
         yield b
@@ -283,6 +286,25 @@ def test_group_lag_and_reset_offsets(node, console):
     assert (r.status, error_of(r.body.decode())) == (400, "Reset to earliest, latest or an offset.")
 
 
+def test_share_group_members_and_assignment(node, console):
+    post(console, "/topics", name="shared", partitions="1", replication_factor="1")
+    sc = ShareConsumer(node.bootstrap_servers, "<share>")
+    try:
+        sc.subscribe(["shared"])
+        deadline = time.monotonic() + 20
+        while not sc.assignment and time.monotonic() < deadline:
+            sc.poll(0.2)
+        status, page = get(console, "/share-groups")
+        assert status == 200 and '<a href="/share-groups/%3Cshare%3E">&lt;share&gt;</a>' in page
+        g = json.loads(console.handle("GET", "/api/share-groups/%3Cshare%3E").body)
+        assert g["state"] == "Stable" and [m["assignment"] for m in g["members"]] == [[["shared", 0]]]
+        status, page = get(console, "/share-groups/%3Cshare%3E")
+        assert status == 200 and "<td>shared-0</td>" in page
+    finally:
+        sc.close()
+    assert console.handle("GET", "/share-groups/none").status == 404
+
+
 def test_overview_transactions_share_groups_quotas_and_charts(node, console):
     o = json.loads(console.handle("GET", "/api/overview").body)
     assert [b["id"] for b in o["brokers"]] == [1] and o["controller_id"] == 1
@@ -290,6 +312,29 @@ def test_overview_transactions_share_groups_quotas_and_charts(node, console):
     for page in ("/overview", "/transactions", "/share-groups", "/quotas", "/charts"):
         status, body = get(console, page)
         assert status == 200 and not error_of(body), page
+
+    # a quota set for a user and the default client id, as kafka-configs.sh --alter --add-config sets it
+    def build(mod, v):
+        rq = mod.request
+        return make(
+            rq.AlterClientQuotasRequest,
+            entries=tuple(
+                make(
+                    rq.EntryData,
+                    entity=tuple(make(rq.EntityData, entity_type=t, entity_name=n) for t, n in entity),
+                    ops=(make(rq.OpData, key="producer_byte_rate", value=rate, remove=False),),
+                )
+                for entity, rate in (((("user", "<alice>"),), 1024.0), ((("client-id", None),), 2048.0))
+            ),
+            validate_only=False,
+        )
+
+    with Connection.to_any(node.bootstrap_servers) as conn:
+        resp = conn.request(ApiKeys.ALTER_CLIENT_QUOTAS, build)
+    assert [int(e.error_code) for e in resp.entries] == [0, 0]
+    status, page = get(console, "/quotas")
+    assert "<td>user=&lt;alice&gt;</td><td>producer_byte_rate=1024</td>" in page
+    assert "<td>client-id=&lt;default&gt;</td><td>producer_byte_rate=2048</td>" in page
     stats = json.loads(console.handle("GET", "/api/stats").body)
     assert stats["time_ms"] > 0 and isinstance(stats["end_offsets"], dict) and isinstance(stats["lag"], dict)
 
