@@ -433,3 +433,10 @@ def test_kesque_console_command_serves_a_cluster(node):
     finally:
         p.terminate()
         assert p.wait(10) == 0
+    bad = subprocess.run(
+        [sys.executable, "-m", "kesque", "console", "--bootstrap-server", "x:1", "--listen", "127.0.0.1:80"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 2 and "expected http://host:port" in bad.stderr

@@ -3,6 +3,7 @@ console of any Kafka-protocol cluster (docs/console.md)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import sys
@@ -12,10 +13,9 @@ from ..config.broker import ConfigError, metrics_listener
 from ..console.endpoint import ConsoleServer
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "console",
-        help="the web console of a Kafka-protocol cluster: topics, messages, groups, transactions, charts",
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="kesque console",
         description="Serve the web console of the cluster at --bootstrap-server (any Kafka-protocol "
         "cluster, PLAINTEXT) at --listen, 127.0.0.1 unless told otherwise.",
     )
@@ -29,10 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--timeout", type=float, default=10.0, metavar="SECONDS", help="how long a page waits for the cluster"
     )
-    p.set_defaults(func=run)
-
-
-def run(args) -> int:
+    args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
     try:
         host, port = metrics_listener("--listen", args.listen)

@@ -14,10 +14,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"kesque {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     # lazy: a tool run must not load the broker (serve) or every tool (tools)
-    from . import console, serve, tools
+    from . import serve, tools
 
     serve.add_parser(sub)
-    console.add_parser(sub)
     tools.add_parsers(sub)
     # listed here for --help; main() hands its arguments to the tool, which parses them itself
     sub.add_parser(
@@ -38,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "cluster-tool", help="the cluster id, its endpoints, unregister a broker (kafka-cluster.sh)", add_help=False
     )
+    sub.add_parser(
+        "console",
+        help="the web console of a Kafka-protocol cluster: topics, messages, groups, transactions, charts",
+        add_help=False,
+    )
     return p
 
 
@@ -49,6 +53,7 @@ _OWN_PARSERS = {
     "certs": "certs",
     "metadata-quorum": "metadata_quorum",
     "cluster-tool": "cluster_tool",
+    "console": "console",  # loads the console (client, HTTP server) only when run
 }
 
 
