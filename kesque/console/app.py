@@ -413,8 +413,8 @@ class Console:
     def topic_page(self, name: str, p: dict) -> Response:
         t = self.admin.topic(name)
         rows = "".join(
-            f"<tr><td>{x['partition']}</td><td>{x['leader']}</td><td>{h(x['replicas'])}</td>"
-            f'<td class="{"warn" if len(x["isr"]) < len(x["replicas"]) else ""}">{h(x["isr"])}</td>'
+            f"<tr><td>{x['partition']}</td><td>{x['leader']}</td><td>{_ids(x['replicas'])}</td>"
+            f'<td class="{"warn" if len(x["isr"]) < len(x["replicas"]) else ""}">{_ids(x["isr"])}</td>'
             f"<td>{x['start_offset']}</td><td>{x['end_offset']}</td><td>{_fmt_size(x['size'])}</td>"
             f'<td><a href="/topics/{_q(name)}/messages?partition={x["partition"]}">browse</a></td></tr>'
             for x in t["partitions"]
@@ -426,12 +426,27 @@ class Console:
             "<th>ISR</th><th>Start offset</th><th>End offset</th><th>Size (leader)</th><th></th></tr>"
             f"{rows}</table>"
         )
-        cfg = "".join(
-            f"<tr><td>{h(c['name'])}</td><td>{h('(sensitive)' if c['sensitive'] else c['value'])}</td>"
-            f"<td>{h(c['source'])}</td></tr>"
-            for c in t["configs"]
+
+        def rows(configs) -> str:
+            return "".join(
+                f"<tr><td>{h(c['name'])}</td><td>{h('(sensitive)' if c['sensitive'] else c['value'])}</td>"
+                f"<td>{h(c['source'])}</td></tr>"
+                for c in configs
+            )
+
+        head = "<tr><th>Name</th><th>Value</th><th>Source</th></tr>"
+        overridden = [c for c in t["configs"] if c["source"] != "DEFAULT_CONFIG"]
+        defaults = [c for c in t["configs"] if c["source"] == "DEFAULT_CONFIG"]
+        body += (
+            f'<h2>Configs</h2><table id="configs">{head}{rows(overridden)}</table>'
+            if overridden
+            else "<h2>Configs</h2><p>Every config has its default.</p>"
         )
-        body += f'<h2>Configs</h2><table id="configs"><tr><th>Name</th><th>Value</th><th>Source</th></tr>{cfg}</table>'
+        if defaults:
+            body += (
+                f"<details><summary>{len(defaults)} defaults</summary>"
+                f'<table id="default-configs">{head}{rows(defaults)}</table></details>'
+            )
         if allowed(t["ops"], A.ALTER_CONFIGS):
             body += self._form(
                 f"/topics/{_q(name)}/config",
@@ -501,7 +516,7 @@ class Console:
             body += "<h2>Produce a record</h2>" + self._form(
                 f"/topics/{_q(name)}/produce",
                 '<label>Partition (empty: by key) <input name="partition" type="number" min="0"></label>'
-                '<label>Key <input name="key" id="produce-key"></label>'
+                '<label>Key (empty: null) <input name="key" id="produce-key"></label>'
                 '<label>Value <textarea name="value" id="produce-value" rows="3"></textarea></label>'
                 '<label>Headers (name=value per line) <textarea name="headers" rows="2"></textarea></label>'
                 '<label>Key and value are <select name="encoding"><option>text</option><option>base64</option>'
@@ -697,6 +712,10 @@ class Console:
             '<h2>Consumer lag</h2><svg id="chart-lag" class="chart" width="800" height="220"></svg>'
         )
         return self._page("Charts", body, p)
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(int(i)) for i in ids)
 
 
 def _q(s: str) -> str:
