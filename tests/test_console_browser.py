@@ -90,6 +90,13 @@ def test_the_console_in_chromium(node, browser):
     d.find_element(By.CSS_SELECTOR, "form.create-topic button").click()
     assert d.find_element(By.ID, "note").text == "Created topic browser-topic."
     assert d.find_element(By.TAG_NAME, "h1").text == "Topic browser-topic"
+    # alter a config through the form
+    d.find_element(By.CSS_SELECTOR, "form.alter-config input[name=key]").send_keys("retention.ms")
+    d.find_element(By.CSS_SELECTOR, "form.alter-config input[name=value]").send_keys("3600000")
+    d.find_element(By.CSS_SELECTOR, "form.alter-config button").click()
+    assert d.find_element(By.ID, "note").text == "Altered retention.ms of topic browser-topic."
+    cells = [td.text for td in d.find_elements(By.CSS_SELECTOR, "#configs td")]
+    assert cells == ["retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG"]
     shot(d, "02-topic")
 
     # produce records through the message browser's form, find the first by search
@@ -188,6 +195,18 @@ def test_the_console_in_chromium(node, browser):
     d.get(url + "/topics/none-such")
     assert d.find_element(By.ID, "error").text == "Topic none-such does not exist."
     shot(d, "12-missing-topic")
+    # delete a topic: the page asks first; dismissed, nothing happens; accepted, it is gone
+    d.get(url + "/")
+    d.find_element(By.ID, "create-name").send_keys("short-lived")
+    d.find_element(By.CSS_SELECTOR, "form.create-topic button").click()
+    d.find_element(By.CSS_SELECTOR, "form.delete-topic button").click()
+    d.switch_to.alert.dismiss()
+    assert d.find_element(By.TAG_NAME, "h1").text == "Topic short-lived"
+    d.find_element(By.CSS_SELECTOR, "form.delete-topic button").click()
+    d.switch_to.alert.accept()
+    until(lambda: d.find_elements(By.ID, "note"), 10, "the page after the delete")
+    assert d.find_element(By.ID, "note").text == "Deleted topic short-lived."
+    until(lambda: d.get(url + "/") or "short-lived" not in d.find_element(By.ID, "topics").text, 20, "the delete")
     assert sorted(p.name for p in ARTIFACTS.iterdir()) == sorted(
         f"{n}.png"
         for n in (
