@@ -425,6 +425,7 @@ class ConsoleAdmin(Cluster):
             )
         out: list[dict] = []
         needle = search.encode()
+        position = offset
         if offset < end:
             consumer = WireConsumer(
                 self.bootstrap, client_id="kesque-console", timeout=self.timeout, auto_offset_reset="earliest"
@@ -432,24 +433,33 @@ class ConsoleAdmin(Cluster):
             try:
                 consumer.assign({tp: offset})
                 deadline = time.monotonic() + BROWSE_WAIT_S
-                position = offset
                 while len(out) < limit and position < end and time.monotonic() < deadline:
-                    for m in consumer.poll(0.2):
+                    got = consumer.poll(0.2)
+                    for m in got:
+                        if len(out) >= limit:
+                            break  # a later page starts here
                         position = m.offset + 1
                         if needle and not any(
                             needle in (x or b"") for x in (m.key, m.value, *(h[1] for h in m.headers))
                         ):
                             continue
-                        if len(out) < limit:
-                            out.append(_record(m))
-                    position = max(position, consumer.assignment[tp].position)
+                        out.append(_record(m))
+                    if not got:  # past control batches and aborted records: the consumer's own position
+                        position = max(position, consumer.assignment[tp].position)
             except FetchError as e:
                 raise ConsoleError(409, f"Fetch: {error_name(e.code)}") from None
             except (OSError, WireError) as e:
                 raise ConsoleError(502, f"the cluster at {self.bootstrap} did not answer: {e}") from None
             finally:
                 consumer.close()
-        return {"topic": topic, "partition": partition, "start_offset": start, "end_offset": end, "records": out}
+        return {
+            "topic": topic,
+            "partition": partition,
+            "start_offset": start,
+            "end_offset": end,
+            "records": out,
+            "next_offset": min(position, end),  # where reading stopped: the next page starts there
+        }
 
     def topic_partitions(self, topic: str) -> list[int]:
         md = self._metadata([topic])

@@ -512,6 +512,13 @@ class Console:
                 "<th>Headers</th></tr>"
                 f"{rows}</table>"
             )
+            if data["next_offset"] < data["end_offset"]:
+                more = {k: v for k, v in p.items() if k in ("limit", "q")}
+                more.update(partition=data["partition"], offset=data["next_offset"])
+                body += (
+                    f'<p><a id="next" href="/topics/{_q(name)}/messages?{h(urllib.parse.urlencode(more))}">'
+                    f"next records, from offset {data['next_offset']}</a></p>"
+                )
         if allowed(t["ops"], A.WRITE):
             body += "<h2>Produce a record</h2>" + self._form(
                 f"/topics/{_q(name)}/produce",
