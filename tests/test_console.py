@@ -286,6 +286,8 @@ def test_group_lag_and_reset_offsets(node, console):
     r = post(console, "/groups/%3Cg%3E%26group/reset", to="offset", offset="1")
     assert r.status == 303
     assert json.loads(console.handle("GET", "/api/groups/%3Cg%3E%26group").body)["lag"] == 2
+    stats = json.loads(console.handle("GET", "/api/stats").body)  # what the charts draw
+    assert stats["lag"]["<g>&group"] == 2 and stats["end_offsets"]["lagging"] == 4
     r = post(console, "/groups/%3Cg%3E%26group/reset", to="sideways")
     assert (r.status, error_of(r.body.decode())) == (400, "Reset to earliest, latest or an offset.")
 
