@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import urllib.parse
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from acl_wire import acl, create_acls
 from kesque.cli.console import main as console_main
@@ -28,6 +30,7 @@ from kesque.console import admin as A
 from kesque.console.app import Console, decode_input
 from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
+from kesque.testing.cluster import Cluster
 from wire import Api, WireClient
 
 SCRIPT = "<script>alert(1)</script>"
@@ -441,3 +444,62 @@ def test_kesque_console_command_serves_a_cluster(node, capsys):
         assert p.wait(10) == 0
     assert console_main(["--bootstrap-server", "x:1", "--listen", "127.0.0.1:80"]) == 2
     assert "expected http://host:port" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_overview_shows_a_stopped_followers_partition_under_replicated(tmp_path):
+    """Three nodes; a follower SIGSTOPped: the overview and the topic pages show the partition
+    under-replicated (the ISR without it), and healthy again after SIGCONT (make slow: 3 processes)."""
+    config = {
+        "controller.quorum.election.timeout.ms": "300",
+        "controller.quorum.fetch.timeout.ms": "600",
+        "controller.quorum.request.timeout.ms": "500",
+        "broker.heartbeat.interval.ms": "300",
+        "broker.session.timeout.ms": "8000",
+        "replica.lag.time.max.ms": "1500",
+        "replica.fetch.backoff.ms": "200",
+    }
+    c = Cluster(nodes=3, data_dir=str(tmp_path), config=config, host="127.0.0.1")
+    with c:
+        console = Console(A.ConsoleAdmin(c.node(1).bootstrap_servers))
+        try:
+            admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+            admin.create_topics([NewTopic("urp", 1, replica_assignment=[[1, 2, 3]])])["urp"].result(20)  # leader 1
+
+            def overview():
+                return json.loads(console.handle("GET", "/api/overview").body)
+
+            until = lambda pred, what: _wait(pred, 30, what)  # noqa: E731
+            until(
+                lambda: json.loads(console.handle("GET", "/api/topics/urp").body)["partitions"][0]["isr"] == [1, 2, 3],
+                "an ISR of 3",
+            )
+            o = overview()
+            assert [b["id"] for b in o["brokers"]] == [1, 2, 3] and o["under_replicated"] == []
+            assert sorted(r["id"] for r in o["quorum"]["replicas"] if r["voter"]) == [1, 2, 3]
+            follower = 3 if o["quorum"]["leader_id"] != 3 else 2  # not the active controller
+            c.node(follower).process.send_signal(signal.SIGSTOP)
+            try:
+                post(console, "/topics/urp/produce", value="while stopped", partition="0")
+                until(lambda: overview()["under_replicated"] == ["urp-0"], "urp-0 under-replicated")
+                status, page = get(console, "/overview")
+                assert "Under-replicated: 1 · offline: 0" in page and "under-replicated: urp-0" in page
+                status, page = get(console, "/")
+                assert '<td class="warn">1</td>' in page
+            finally:
+                c.node(follower).process.send_signal(signal.SIGCONT)
+            until(lambda: overview()["under_replicated"] == [], "the follower back in the ISR")
+        finally:
+            console.admin.close()
+            for b in c.nodes.values():  # the last node's controlled shutdown would wait for a lost quorum
+                if b.process is not None:
+                    b.kill()
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
