@@ -28,6 +28,7 @@ from kesque.config.broker import STANDARD_AUTHORIZER, BrokerConfig
 from kesque.config.types import ConfigError
 from kesque.console import admin as A
 from kesque.console.app import Console, decode_input
+from kesque.console.endpoint import ConsoleServer
 from kesque.protocol.api_keys import ApiKeys
 from kesque.testing.broker import Broker
 from kesque.testing.cluster import Cluster
@@ -88,6 +89,17 @@ def test_console_listener_is_checked_like_metrics_listener():
     assert BrokerConfig({"console.listener": "http://127.0.0.1:8080"}).get("console.listener")
     with pytest.raises(ConfigError, match="console.listener"):
         BrokerConfig({"console.listener": "127.0.0.1:8080"})
+
+
+def test_a_console_listener_without_a_host_binds_the_loopback(node):
+    endpoint = ConsoleServer("", 0, node.bootstrap_servers)
+    endpoint.start()
+    try:
+        assert endpoint.url == f"http://127.0.0.1:{endpoint.port}/"
+        with socket.create_connection(("127.0.0.1", endpoint.port), timeout=5):
+            pass
+    finally:
+        endpoint.stop()
 
 
 def test_a_busy_console_port_stops_the_start_naming_the_key(tmp_path):

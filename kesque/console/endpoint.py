@@ -86,7 +86,7 @@ class ConsoleServer:
     """``http://host:port/`` serving the console of the cluster at ``bootstrap``."""
 
     def __init__(self, host: str, port: int, bootstrap: str, *, timeout: float = 10.0):
-        self.host = host
+        self.host = host or "127.0.0.1"  # no host (http://:8080): the loopback; all interfaces only when named
         self.port = port
         self.bootstrap = bootstrap
         self.timeout = timeout
