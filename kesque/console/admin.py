@@ -156,6 +156,15 @@ class ConsoleAdmin(Cluster):
             "ops": int(resp.cluster_authorized_operations),
         }
 
+    def cluster_ops(self) -> int | None:
+        """What the caller may do on the cluster (None: DescribeCluster refused, so nothing)."""
+        try:
+            return self.cluster()["ops"]
+        except ConsoleError as e:
+            if e.status == 502:
+                raise
+            return None
+
     def quorum(self) -> dict | None:
         """DescribeQuorum of the metadata log (None where the cluster answers no quorum)."""
 
@@ -717,7 +726,7 @@ class ConsoleAdmin(Cluster):
         """ListTransactions on every broker and DescribeTransactions at each coordinator;
         the open transactions of every partition (DescribeProducers at the leaders), hanging
         ones marked as kafka-transactions.sh find-hanging marks them."""
-        cluster_ops = self.cluster()["ops"]
+        cluster_ops = self.cluster_ops()
         md = self._metadata(None)
         listed: dict[str, dict] = {}
         for node in sorted(self.brokers):

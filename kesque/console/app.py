@@ -382,7 +382,7 @@ class Console:
     def topics_page(self, p: dict) -> Response:
         a = self.admin
         topics = a.topics()
-        cluster = a.cluster()
+        cluster_ops = a.cluster_ops()
         show_internal = p.get("internal") == "1"
         rows = "".join(
             f'<tr><td><a href="/topics/{_q(t["name"])}">{h(t["name"])}</a>{" (internal)" if t["internal"] else ""}</td>'
@@ -398,7 +398,7 @@ class Console:
             '<table id="topics"><tr><th>Topic</th><th>Partitions</th><th>Replication factor</th>'
             f"<th>Under-replicated</th><th></th></tr>{rows}</table>"
         )
-        if allowed(cluster["ops"], A.CREATE):
+        if allowed(cluster_ops, A.CREATE):
             body += "<h2>Create a topic</h2>" + self._form(
                 "/topics",
                 '<label>Name <input name="name" id="create-name" required maxlength="249"></label>'
