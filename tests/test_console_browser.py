@@ -31,6 +31,8 @@ pytestmark = [
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium missing (make browser installs it)")
 By = pytest.importorskip("selenium.webdriver.common.by").By
 Select = pytest.importorskip("selenium.webdriver.support.ui").Select
+WebDriverWait = pytest.importorskip("selenium.webdriver.support.ui").WebDriverWait
+WebDriverException = pytest.importorskip("selenium.common.exceptions").WebDriverException
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +70,22 @@ def shot(d, name: str) -> None:
     d.save_screenshot(str(ARTIFACTS / f"{name}.png"))
 
 
+def go(d, by, what) -> None:
+    """Click a link or a form's button and wait for the next page (a click returns before it loads)."""
+    old = d.find_element(By.TAG_NAME, "html").id
+    d.find_element(by, what).click()
+    WebDriverWait(d, 30).until(lambda _: new_page(d, old))
+
+
+def new_page(d, old: str) -> bool:
+    """The document is another than the one whose root element was ``old`` (chromedriver may
+    answer a check on the old root with a WebDriverException rather than a stale reference)."""
+    try:
+        return d.find_element(By.TAG_NAME, "html").id != old
+    except WebDriverException:
+        return False
+
+
 def until(predicate, timeout: float, what: str, every: float = 0.3):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -87,34 +105,34 @@ def test_the_console_in_chromium(node, browser):
 
     # create a topic through the form
     d.find_element(By.ID, "create-name").send_keys("browser-topic")
-    d.find_element(By.CSS_SELECTOR, "form.create-topic button").click()
+    go(d, By.CSS_SELECTOR, "form.create-topic button")
     assert d.find_element(By.ID, "note").text == "Created topic browser-topic."
     assert d.find_element(By.TAG_NAME, "h1").text == "Topic browser-topic"
     # alter a config through the form
     d.find_element(By.CSS_SELECTOR, "form.alter-config input[name=key]").send_keys("retention.ms")
     d.find_element(By.CSS_SELECTOR, "form.alter-config input[name=value]").send_keys("3600000")
-    d.find_element(By.CSS_SELECTOR, "form.alter-config button").click()
+    go(d, By.CSS_SELECTOR, "form.alter-config button")
     assert d.find_element(By.ID, "note").text == "Altered retention.ms of topic browser-topic."
     cells = [td.text for td in d.find_elements(By.CSS_SELECTOR, "#configs td")]
     assert cells == ["retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG"]
     shot(d, "02-topic")
 
     # produce records through the message browser's form, find the first by search
-    d.find_element(By.LINK_TEXT, "messages").click()
+    go(d, By.LINK_TEXT, "messages")
     for i, value in enumerate(["hello from chromium", "<script>alert(1)</script>", "third"]):
         d.find_element(By.ID, "produce-key").send_keys(f"k{i}")
         d.find_element(By.ID, "produce-value").send_keys(value)
-        d.find_element(By.CSS_SELECTOR, "form.produce button").click()
+        go(d, By.CSS_SELECTOR, "form.produce button")
         assert d.find_element(By.ID, "note").text == f"Produced a record to browser-topic-0 at offset {i}."
     box = d.find_element(By.NAME, "offset")
     box.clear()
     box.send_keys("0")
     d.find_element(By.NAME, "q").send_keys("chromium")
-    d.find_element(By.CSS_SELECTOR, "form.browse button").click()
+    go(d, By.CSS_SELECTOR, "form.browse button")
     rows = d.find_elements(By.CSS_SELECTOR, "#records tr.record")
     assert [r.find_element(By.CSS_SELECTOR, "td.value").text for r in rows] == ["hello from chromium"]
     d.find_element(By.NAME, "q").clear()
-    d.find_element(By.CSS_SELECTOR, "form.browse button").click()
+    go(d, By.CSS_SELECTOR, "form.browse button")
     values = [e.text for e in d.find_elements(By.CSS_SELECTOR, "#records td.value")]
     assert values == ["hello from chromium", "<script>alert(1)</script>", "third"]  # shown as text, not run
     shot(d, "03-messages")
@@ -163,13 +181,13 @@ def test_the_console_in_chromium(node, browser):
 
     until(reset_form, 30, "the reset form of the emptied group")
     Select(d.find_element(By.NAME, "to")).select_by_visible_text("earliest")
-    d.find_element(By.CSS_SELECTOR, "form.reset-offsets button").click()
+    go(d, By.CSS_SELECTOR, "form.reset-offsets button")
     assert d.find_element(By.ID, "note").text == "Reset 1 partitions of group browser-group to earliest."
     assert d.find_element(By.ID, "total-lag").text == "3"
     assert [e.text for e in d.find_elements(By.CSS_SELECTOR, "#lag td.lag")] == ["3"]
     shot(d, "05-group-reset")
 
-    d.find_element(By.LINK_TEXT, "Consumer groups").click()
+    go(d, By.LINK_TEXT, "Consumer groups")
     assert d.find_element(By.LINK_TEXT, "browser-group")
     shot(d, "06-groups")
     for link, name in (
@@ -178,14 +196,14 @@ def test_the_console_in_chromium(node, browser):
         ("Share groups", "09-share-groups"),
         ("Quotas", "10-quotas"),
     ):
-        d.find_element(By.LINK_TEXT, link).click()
+        go(d, By.LINK_TEXT, link)
         assert d.find_element(By.TAG_NAME, "h1").text == link
         assert not d.find_elements(By.ID, "error")
         if link == "Overview":
             assert d.find_element(By.ID, "health").text == "Under-replicated: 0 · offline: 0"
         shot(d, name)
     # the charts draw from /api/stats once two polls are in
-    d.find_element(By.LINK_TEXT, "Charts").click()
+    go(d, By.LINK_TEXT, "Charts")
     until(lambda: d.find_elements(By.CSS_SELECTOR, "#chart-throughput polyline"), 20, "the throughput chart")
     until(lambda: d.find_elements(By.CSS_SELECTOR, "#chart-lag text[data-series='browser-group']"), 20, "lag series")
     shot(d, "11-charts")
@@ -198,13 +216,14 @@ def test_the_console_in_chromium(node, browser):
     # delete a topic: the page asks first; dismissed, nothing happens; accepted, it is gone
     d.get(url + "/")
     d.find_element(By.ID, "create-name").send_keys("short-lived")
-    d.find_element(By.CSS_SELECTOR, "form.create-topic button").click()
+    go(d, By.CSS_SELECTOR, "form.create-topic button")
     d.find_element(By.CSS_SELECTOR, "form.delete-topic button").click()
     d.switch_to.alert.dismiss()
     assert d.find_element(By.TAG_NAME, "h1").text == "Topic short-lived"
+    old = d.find_element(By.TAG_NAME, "html").id
     d.find_element(By.CSS_SELECTOR, "form.delete-topic button").click()
     d.switch_to.alert.accept()
-    until(lambda: d.find_elements(By.ID, "note"), 10, "the page after the delete")
+    WebDriverWait(d, 30).until(lambda _: new_page(d, old))
     assert d.find_element(By.ID, "note").text == "Deleted topic short-lived."
     until(lambda: d.get(url + "/") or "short-lived" not in d.find_element(By.ID, "topics").text, 20, "the delete")
     assert sorted(p.name for p in ARTIFACTS.iterdir()) == sorted(
