@@ -52,6 +52,7 @@ CONFIG_SOURCES = {
 EARLIEST, LATEST = -2, -1
 MAX_MESSAGES = 500  # a page shows at most this many records
 MAX_TXN_MS = 900000  # transaction.max.timeout.ms's default: an open transaction older than this hangs
+CHART_GROUPS = 50  # the charts follow this many consumer groups
 BROWSE_WAIT_S = 2.0  # the browser stops reading after this long without reaching its limit
 
 
@@ -912,20 +913,27 @@ class ConsoleAdmin(Cluster):
     # ------------------------------------------------------------------ charts
     def stats(self) -> dict:
         """What the live charts poll: each topic's end offset (summed over its partitions)
-        and each consumer group's total lag, with the time they were read."""
+        and the total lag of each consumer group (the first :data:`CHART_GROUPS` by name), with
+        the time they were read. Lag here is committed offsets against the end offsets read in
+        the same call (OffsetFetch at each coordinator), no describe."""
         md = self._metadata(None)
         tps = [(t.name, int(p.partition_index)) for t in md.topics if not t.is_internal for p in t.partitions]
         ends = self.offsets(tps, LATEST)
         topics: dict[str, int] = {}
         for (t, _p), off in ends.items():
             topics[t] = topics.get(t, 0) + max(off, 0)
+        groups = [
+            g["group_id"] for g in self.groups() if g["protocol_type"] in ("consumer", "") and g["type"] != "share"
+        ]
         lags = {}
-        for g in self.groups():
-            if g["protocol_type"] in ("consumer", "") and g["type"] != "share":
-                try:
-                    lags[g["group_id"]] = self.group(g["group_id"])["lag"]
-                except ConsoleError:
-                    continue
+        for gid in groups[:CHART_GROUPS]:
+            try:
+                committed = self.committed(gid, self._coordinator(gid))
+            except ConsoleError:
+                continue
+            missing = [tp for tp in committed if tp not in ends]  # an internal topic's, say
+            known = {**ends, **(self.offsets(missing, LATEST) if missing else {})}
+            lags[gid] = sum(max(known.get(tp, off) - off, 0) for tp, off in committed.items())
         return {"time_ms": int(time.time() * 1000), "end_offsets": topics, "lag": lags}
 
 
