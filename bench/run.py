@@ -1802,7 +1802,7 @@ def main(argv=None) -> int:
     if "recovery" in args.groups:
         import recovery as R
 
-        from kesque.storage.log_manager import count_segments
+        from kesque.storage.dirs import count_segments
 
         with BrokerGroup("recovery", args, report) as g:
             n = sc["recovery_partitions"]

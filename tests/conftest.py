@@ -6,6 +6,7 @@ import collections
 import contextlib
 import os
 import re
+import resource
 import shutil
 import subprocess
 import uuid
@@ -49,6 +50,48 @@ HEAVY_FIRST = (
     "test_sim_replication.py",
     "test_sim.py",
 )
+
+
+# The Python processes that tests start run without hypothesis (tests/subprocess_site/sitecustomize.py
+# says why): set in each process that runs tests (an xdist worker, or pytest without workers), not in
+# xdist's controller, whose workers import hypothesis themselves.
+SUBPROCESS_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "subprocess_site")
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (SUBPROCESS_SITE, os.environ.get("PYTHONPATH"))))
+
+
+def without_subprocess_site(env: dict) -> dict:
+    """``env`` for a child that runs pytest itself (and so needs hypothesis)."""
+    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != SUBPROCESS_SITE]
+    return {
+        **{k: v for k, v in env.items() if k != "PYTHONPATH"},
+        **({"PYTHONPATH": os.pathsep.join(path)} if path else {}),
+    }
+
+
+# KESQUE_TEST_CPU=FILE: each test's CPU (its process's and its reaped children's: brokers, tools,
+# JVMs) appended to FILE as "file<TAB>test<TAB>seconds" lines, to find what a suite spends its
+# cores on (wall time hides it: on two cores a test's wait overlaps another's work)
+_CPU_FILE = os.environ.get("KESQUE_TEST_CPU")
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _CPU_FILE:
+        yield
+        return
+    before = _cpu_seconds()
+    yield
+    with open(_CPU_FILE, "a") as f:
+        f.write(f"{item.path.name}\t{item.name}\t{_cpu_seconds() - before:.2f}\n")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -13,7 +13,7 @@ import os
 import pytest
 from confluent_kafka import Producer
 
-from kesque.storage.log_manager import LogDirError
+from kesque.storage.dirs import LogDirError
 from kesque.testing.broker import Broker
 from wire import consume_all
 

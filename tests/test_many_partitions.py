@@ -14,7 +14,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kesque.storage.log_manager import FD_HEADROOM, count_segments
+from kesque.storage.dirs import FD_HEADROOM, count_segments
 from kesque.testing.broker import Broker
 from wire import Api, WireClient
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import running_broker
+from conftest import running_broker, without_subprocess_site
 from kesque.testing.broker import DEFAULTS
 from test_tools import create, kesque
 
@@ -468,7 +468,7 @@ SIGNAL_TESTS = [
 @pytest.mark.skipif(os.environ.get("KESQUE_NESTED_SIGINT_RUN") == "1", reason="already the nested run")
 def test_signal_tests_pass_with_sigint_ignored():
     """``make test &``: the suite's signal tests, run by a pytest that inherited SIGINT ignored."""
-    env = dict(os.environ, KESQUE_NESTED_SIGINT_RUN="1")
+    env = without_subprocess_site(dict(os.environ, KESQUE_NESTED_SIGINT_RUN="1"))
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SIGNAL_TESTS],
         cwd=ROOT,

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from kesque.cli import tools
 from kesque.testing.broker import DEFAULTS
 from kesque.testing.kafka import free_port
 
@@ -140,6 +141,16 @@ def test_help_of_every_tool(sub):
     s = script(TOOLS[sub], "--help")
     assert s.returncode == 0
     assert s.stdout.decode().splitlines()[1:] == out(r).splitlines()[1:] or "usage" in s.stdout.decode()
+
+
+def test_each_tool_subcommand_names_its_module():
+    """`kesque <tool>` builds a parser for that tool alone, found by subcommand name in
+    kesque.cli.tools' table: each entry must be the module's own NAME, and `kesque --help` lists
+    every tool."""
+    for command, name in tools._MODULES.items():
+        assert tools._module(name).NAME == command
+    listed = out(kesque("--help"))
+    assert all(command in listed for command in tools._MODULES)
 
 
 def test_help_is_shaped_like_jopt_simple():

@@ -7,14 +7,19 @@ import importlib
 import sys
 
 from .. import __version__
+from . import tools  # light: each tool's module is imported when its subcommand is built
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """``kesque``'s parser; given the subcommand of a tool, with that tool alone (a tool run
+    loads neither the broker's configuration nor the other tools: a quarter of a second)."""
     p = argparse.ArgumentParser(prog="kesque", description="kesque: a Kafka-compatible streaming platform")
     p.add_argument("--version", action="version", version=f"kesque {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    # lazy: a tool run must not load the broker (serve) or every tool (tools)
-    from . import serve, tools
+    if command is not None and tools.is_tool(command):
+        tools.add_parsers(sub, only=command)
+        return p
+    from . import serve  # lazy: a tool run must not load the broker's configuration and storage checks
 
     serve.add_parser(sub)
     tools.add_parsers(sub)
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         # Kafka's TransactionsCommand and StorageTool parse with argparse4j (options, then a
         # command with its own options): the tool reads everything after its name itself
         return importlib.import_module(f"{__package__}.{_OWN_PARSERS[argv[0]]}").main(argv[1:])
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv else None)
     args, extra = parser.parse_known_args(argv)
     if extra:
         # an unknown option of a tool subcommand is reported by that tool's own parser

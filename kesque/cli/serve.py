@@ -10,7 +10,7 @@ import sys
 
 from ..config import BrokerConfig, ConfigError, parse_properties
 from ..config.broker import SINGLE_NODE
-from ..storage.log_manager import LogDirError, ensure_storage
+from ..storage.dirs import LogDirError, ensure_storage
 
 log = logging.getLogger("kesque")
 

@@ -22,8 +22,8 @@ from ..controller.controller import FEATURES, METADATA_VERSION_LEVEL
 from ..metadata.snapshot import scram_record
 from ..security.scram import parse_add_scram
 from ..server import bootstrap
+from ..storage.dirs import LogDirError, read_meta_properties, storage_dirs
 from ..storage.format import format_storage, random_uuid
-from ..storage.log_manager import LogDirError, read_meta_properties, storage_dirs
 
 PROG = "kafka-storage"
 # Kafka's name of kesque's metadata.version feature level

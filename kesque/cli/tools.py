@@ -18,24 +18,29 @@ import sys
 from .plumbing.jopt import kafkaize, new_parser
 from .plumbing.run import ToolExit, exit_flushed, run_tool
 
-_MODULES = (
-    "topics",
-    "configs",
-    "console_producer",
-    "console_consumer",
-    "dump_log",
-    "get_offsets",
-    "delete_records",
-    "log_dirs",
-    "producer_perf",
-    "consumer_perf",
-    "consumer_groups",
-    "console_share_consumer",
-    "share_groups",
-    "leader_election",
-    "reassign_partitions",
-    "acls",
-)
+# subcommand (the module's NAME) -> module: `kesque <subcommand>` imports that tool alone
+_MODULES = {
+    "topics": "topics",
+    "configs": "configs",
+    "console-producer": "console_producer",
+    "console-consumer": "console_consumer",
+    "dump-log": "dump_log",
+    "get-offsets": "get_offsets",
+    "delete-records": "delete_records",
+    "log-dirs": "log_dirs",
+    "producer-perf-test": "producer_perf",
+    "consumer-perf-test": "consumer_perf",
+    "consumer-groups": "consumer_groups",
+    "console-share-consumer": "console_share_consumer",
+    "share-groups": "share_groups",
+    "leader-election": "leader_election",
+    "reassign-partitions": "reassign_partitions",
+    "acls": "acls",
+}
+
+
+def is_tool(command: str) -> bool:
+    return command in _MODULES
 
 
 def _module(name: str):
@@ -49,9 +54,11 @@ def _wrap(mod):
     return func
 
 
-def add_parsers(sub) -> None:
-    """Register the tool subcommands on ``kesque``'s subparsers."""
-    for name in _MODULES:
+def add_parsers(sub, only: str | None = None) -> None:
+    """Register the tool subcommands on ``kesque``'s subparsers (``only``: that one alone)."""
+    for command, name in _MODULES.items():
+        if only is not None and command != only:
+            continue
         try:
             mod = _module(name)
         except Exception:  # a broken tool must never take `kesque serve` down with it

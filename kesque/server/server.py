@@ -48,8 +48,9 @@ from ..replication.replica_manager import ReplicaManager
 from ..security.authorizer import AuthorizerNotReady, StandardAuthorizer
 from ..share import enabled as share_groups_enabled
 from ..storage import checkpoint as ck
+from ..storage.dirs import DirLock, check_fd_limit
 from ..storage.log_dir_failure import LogDirFailureChannel
-from ..storage.log_manager import DirLock, LogManager, check_fd_limit
+from ..storage.log_manager import LogManager
 from ..storage.unified_log import LOG_FLUSH_STATS
 from . import request_log, txn_channels
 from .apis.acls import AclApis

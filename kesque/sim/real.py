@@ -48,7 +48,7 @@ from ..records import batch as rb
 from ..records.records import build_batch, iter_records
 from ..server.channel import Channel
 from ..server.server import KesqueServer
-from ..storage.log_manager import ensure_storage, format_dirs, read_meta_properties, storage_dirs
+from ..storage.dirs import ensure_storage, format_dirs, read_meta_properties, storage_dirs
 from .loop import InlineExecutor, Process, SimClock, SimLoop, deterministic_entropy
 from .powerloss import PowerLossFS
 from .scheduler import InvariantViolation, LivenessViolation, Scheduler

@@ -8,7 +8,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from . import checkpoint as ck
-from .log_manager import LogDirError, format_dirs, read_meta_properties, storage_dirs, verify_meta_properties
+from .dirs import LogDirError, format_dirs, read_meta_properties, storage_dirs, verify_meta_properties
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig

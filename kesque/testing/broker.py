@@ -30,8 +30,8 @@ import time
 from ..config import BrokerConfig, ConfigError
 from ..config.broker import SINGLE_NODE
 from ..server.server import KesqueServer
+from ..storage.dirs import ensure_storage
 from ..storage.format import format_storage, random_uuid
-from ..storage.log_manager import ensure_storage
 
 
 def terminate(process: subprocess.Popen, timeout: float) -> None:
