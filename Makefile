@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security mirror bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
+.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security mirror browser chromium bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -17,7 +17,7 @@ JAVA_CLIENTS  := $(KAFKA_DIR)/java/kesque-oracle-clients.jar
 STREAMS_APP   := $(KAFKA_DIR)/streams/kesque-streams-wordcount.jar
 
 help:
-	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data), Prometheus metrics on http://127.0.0.1:9404/metrics"
+	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data), Prometheus metrics on http://127.0.0.1:9404/metrics, the web console on http://127.0.0.1:8080/"
 	@echo "make test     - install test dependencies, lint, and run the default test suite with coverage per package"
 	@echo "make lint     - ruff check and ruff format --check (part of make test)"
 	@echo "make format   - apply ruff's safe fixes (import order, pyupgrade) and ruff format"
@@ -27,6 +27,7 @@ help:
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make security - the security client matrix: 4 client stacks x SSL, mTLS, SASL_PLAINTEXT, SASL_SSL x 4 mechanisms, on a broker and a 3-node cluster"
 	@echo "make mirror   - mirror topics: a Kafka 4.4 source, kesque sources and destinations through kills and leader changes"
+	@echo "make browser  - the web console in Debian's headless Chromium (installs chromium and chromium-driver with apt); screenshots in build/artifacts/console/"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
 	@echo "make kafka    - resolve Apache Kafka $(KAFKA_VERSION) with Maven into $(KAFKA_DIR)/libs (oracle tests)"
 	@echo "make oracle   - every differential test against Kafka, the slow 3-node ones included"
@@ -50,7 +51,8 @@ install: $(STAMP)
 install-test: $(TSTAMP)
 
 serve: $(STAMP)
-	$(BIN)/kesque serve config/server.properties --override metrics.listener=http://127.0.0.1:9404
+	$(BIN)/kesque serve config/server.properties --override metrics.listener=http://127.0.0.1:9404 \
+		--override console.listener=http://127.0.0.1:8080
 
 kcat:
 	@command -v kcat >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq kcat >/dev/null) \
@@ -152,6 +154,17 @@ security: $(TSTAMP) oracle-kafka
 # issue 28's mirror topics with a Kafka 4.4 source and through faults (tests/test_mirror_faults.py)
 mirror: $(TSTAMP) oracle-kafka
 	$(BIN)/python -m pytest -q -m mirror tests/test_mirror_faults.py
+
+# issue 29's test 2 (tests/test_console_browser.py): Debian's Chromium and its chromedriver from apt,
+# Selenium from the "browser" extra; nothing is downloaded at run time (SE_OFFLINE)
+browser: $(TSTAMP) chromium
+	$(BIN)/pip install -q -e '.[test,spark,browser]'
+	SE_OFFLINE=true $(BIN)/python -m pytest -q -m browser tests/test_console_browser.py
+
+chromium:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || (apt-get update -qq \
+		&& apt-get install -y -qq chromium chromium-driver >/dev/null) \
+		|| echo "warning: chromium could not be installed; the browser test will be skipped"
 
 examples: $(TSTAMP)
 	$(BIN)/python examples/run_all.py

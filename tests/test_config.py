@@ -465,6 +465,7 @@ def test_the_documented_differences_are_real_and_few():
         "listener.security.protocol.map",
         "cluster.id",
         "metrics.listener",
+        "console.listener",
         "queued.max.request.bytes",
     }
     for name in DEFAULTS_DIFFERING_FROM_KAFKA:
@@ -473,7 +474,7 @@ def test_the_documented_differences_are_real_and_few():
             assert BROKER_CONFIGS[name].type == KAFKA_BROKER_KEYS[name][0], name
             assert render(BROKER_CONFIGS[name].default) != _kafka_default(name), name
         else:
-            assert name in ("cluster.id", "metrics.listener")
+            assert name in ("cluster.id", "metrics.listener", "console.listener")
 
 
 def test_kafka_4_defaults_that_changed():

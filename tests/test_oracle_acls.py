@@ -148,6 +148,10 @@ def _requests(c: WireClient, topic: str) -> dict:
         ),
     )
     out["topic_ops"] = [t.topic_authorized_operations for t in ops.topics]
+    # the cluster's authorized operations: 0 without DESCRIBE on the cluster (Kafka's AuthHelper)
+    m = Msg(ApiKeys.DESCRIBE_CLUSTER, 1)
+    dc = c.request(ApiKeys.DESCRIBE_CLUSTER, 1, m(include_cluster_authorized_operations=True, endpoint_type=1))
+    out["cluster_ops"] = dc.cluster_authorized_operations
     created = api.create_topics([{"name": f"{topic}-new", "num_partitions": 1, "replication_factor": 1}])
     out["create_topic"] = [int(t.error_code) for t in created.topics]
     m = Msg(ApiKeys.DELETE_TOPICS, 6)

@@ -46,6 +46,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub.add_parser(
         "mirrors", help="create, describe, pause, resume, fail over and promote mirror topics", add_help=False
     )
+    sub.add_parser(
+        "console",
+        help="the web console of a Kafka-protocol cluster: topics, messages, groups, transactions, charts",
+        add_help=False,
+    )
     return p
 
 
@@ -59,6 +64,7 @@ _OWN_PARSERS = {
     "cluster-tool": "cluster_tool",
     "cluster-links": "cluster_links",
     "mirrors": "mirrors",
+    "console": "console",  # loads the console (client, HTTP server) only when run
 }
 
 

@@ -511,7 +511,8 @@ _BROKER_KEYS += [
 
 
 def metrics_listener(name: str, value: str | None) -> tuple[str, int] | None:
-    """``metrics.listener`` (``http://host:port``; empty or unset: no endpoint) -> (host, port)."""
+    """``metrics.listener`` or ``console.listener`` (``http://host:port``; empty or unset: no
+    endpoint) -> (host, port)."""
     if not value:
         return None
     m = re.fullmatch(r"http://(\[[0-9a-fA-F:.]+\]|[^:/\[\]\s]*):(\d{1,5})/?", value.strip())
@@ -533,6 +534,13 @@ _BROKER_KEYS += [
         "http://host:port of the Prometheus /metrics endpoint (unset: none)",
         metrics_listener,
     ),
+    _K(
+        "console.listener",
+        "STRING",
+        None,
+        "http://host:port of the web console (docs/console.md; unset: none)",
+        metrics_listener,
+    ),
 ]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 
@@ -547,6 +555,7 @@ DEFAULTS_DIFFERING_FROM_KAFKA = {
     "cluster.id": "not a Kafka broker config: kesque accepts it to pin the id meta.properties gets",
     "metrics.listener": "not a Kafka broker config: kesque's Prometheus endpoint (docs/metrics.md), where "
     "Kafka has JMX",
+    "console.listener": "not a Kafka broker config: kesque's web console (docs/console.md)",
     "queued.max.request.bytes": "Kafka's -1 (unbounded) lets clients that declare large frames and send slowly "
     "exhaust the machine's memory; kesque bounds it at 256 MiB (docs/compatibility.md)",
 }
@@ -576,6 +585,7 @@ KAFKA_INTERNAL_BROKER_KEYS = frozenset(
     {
         "cluster.id",
         "metrics.listener",  # kesque's own, not Kafka's: not described either
+        "console.listener",  # the same
         "producer.id.expiration.check.interval.ms",
         "unclean.leader.election.interval.ms",
     }

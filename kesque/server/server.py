@@ -27,6 +27,7 @@ from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
 from ..config.broker import BrokerConfig, metrics_listener
 from ..config.types import ConfigError
+from ..console.endpoint import ConsoleServer
 from ..controller.controller import FEATURES, supported_features
 from ..coordinator.group.runtime import GroupCoordinator
 from ..coordinator.runtime import CoordinatorHost
@@ -227,6 +228,9 @@ class KesqueServer:
         self.request_metrics = RequestMetrics() if self.metrics_address else None
         self.metrics_endpoint: MetricsEndpoint | None = None
         self.client_telemetry: ClientTelemetry | None = None  # made with the image (start)
+        # console.listener (kesque/console/): the web console, a Kafka client of this node
+        self.console_address = metrics_listener("console.listener", config.get("console.listener"))
+        self.console: ConsoleServer | None = None
 
     # ================================================================== lifecycle
     async def start(self) -> None:
@@ -430,6 +434,7 @@ class KesqueServer:
         self.log_dir_mover.resume()  # moves between log dirs a restart interrupted
         self.socket_server.start_serving()
         self._start_metrics()
+        self._start_console()
         self.started.set()
         log.info(
             "kesque node %d started in %.0f ms (cluster %s)", self.node_id, (time.monotonic() - t0) * 1000, cluster_id
@@ -464,6 +469,28 @@ class KesqueServer:
             raise ConfigError(
                 "metrics.listener",
                 f"Unable to listen on {self.config.get('metrics.listener')} (metrics.listener): {e.strerror or e}",
+            ) from None
+
+    def _start_console(self) -> None:
+        """console.listener: the web console, reading this node as a client over its first
+        PLAINTEXT broker listener (a node without one has no console: logged)."""
+        if self.console_address is None:
+            return
+        protocols = self.config.security_protocol_map()
+        plain = [n for n in self.bound if n not in self.controller_listener_names and protocols.get(n) == "PLAINTEXT"]
+        if not plain:
+            log.warning("console.listener is set but this node has no PLAINTEXT broker listener: no console")
+            return
+        host, port = self.bound[plain[0]]
+        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        self.console = ConsoleServer(*self.console_address, f"{host}:{port}")
+        try:
+            self.console.start()
+        except OSError as e:
+            self.console = None
+            raise ConfigError(
+                "console.listener",
+                f"Unable to listen on {self.config.get('console.listener')} (console.listener): {e.strerror or e}",
             ) from None
 
     async def _join_cluster(self, cluster_id: str | None) -> None:
@@ -899,6 +926,8 @@ class KesqueServer:
         self.stopped = True
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.stop()
+        if self.console is not None:
+            self.console.stop()
         if self.heartbeats is not None:
             self.heartbeats.stop()
         if getattr(self, "assignments", None) is not None:

@@ -41,7 +41,10 @@ def authorized_ops(ctx, ops, resource_type: ResourceType, name: str) -> int:
 
 
 def cluster_ops(ctx) -> int:
-    return authorized_ops(ctx, _CLUSTER_OPS, ResourceType.CLUSTER, CLUSTER_NAME)
+    """Kafka's AuthHelper: the cluster's authorized operations, or 0 when the principal may not
+    DESCRIBE the cluster (DESCRIBE is implied by ALTER, so its bit tells)."""
+    ops = authorized_ops(ctx, _CLUSTER_OPS, ResourceType.CLUSTER, CLUSTER_NAME)
+    return ops if ops & (1 << AclOperation.DESCRIBE) else 0
 
 
 def api_versions_v0_error(apis: dict) -> bytes:
