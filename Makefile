@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security mirror browser chromium bench examples sim install install-test kcat iptables kafka oracle-kafka clean-data help
+.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security mirror browser chromium bench examples sim install install-test kcat iptables kafka oracle-kafka spark spark-kafka clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -15,6 +15,11 @@ MVN           := mvn -q -B -Dstyle.color=never
 COPY_DEPS     := org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies
 JAVA_CLIENTS  := $(KAFKA_DIR)/java/kesque-oracle-clients.jar
 STREAMS_APP   := $(KAFKA_DIR)/streams/kesque-streams-wordcount.jar
+# Spark's own Kafka connector (format "kafka") and the jars it adds to pyspark's: bench/spark.py and
+# tests/test_spark_differential.py (make spark) compare format "kesque" with it
+SPARK_KAFKA_DIR   := build/spark-kafka
+SPARK_KAFKA_STAMP := $(SPARK_KAFKA_DIR)/.resolved
+SPARK_KAFKA_JARS  := spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
 
 help:
 	@echo "make serve    - create .venv, install, run a single-node broker on 127.0.0.1:9092 (data in ./data), Prometheus metrics on http://127.0.0.1:9404/metrics, the web console on http://127.0.0.1:8080/"
@@ -32,6 +37,7 @@ help:
 	@echo "make kafka    - resolve Apache Kafka $(KAFKA_VERSION) with Maven into $(KAFKA_DIR)/libs (oracle tests)"
 	@echo "make oracle   - every differential test against Kafka, the slow 3-node ones included"
 	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
+	@echo "make spark    - format kesque against Spark's own Kafka connector (resolved with Maven into $(SPARK_KAFKA_DIR))"
 	@echo "make sim      - the simulator (KRaft quorum, partition replication, the real broker): every scenario on SEEDS seeds"
 	@echo "                (default 1000), or SCENARIOS='real_*' only, in JOBS processes: make sim SEEDS=2000 SCENARIOS='real_*' JOBS=2"
 
@@ -80,6 +86,16 @@ $(STREAMS_APP): oracle/pom.xml oracle/streams/pom.xml $(shell find oracle/stream
 	@touch $@
 
 kafka: $(KAFKA_STAMP) $(JAVA_CLIENTS) $(STREAMS_APP)
+
+$(SPARK_KAFKA_STAMP): oracle/pom.xml oracle/spark/pom.xml
+	rm -rf $(SPARK_KAFKA_DIR)
+	$(MVN) -f oracle/spark/pom.xml $(COPY_DEPS) -DincludeArtifactIds=$(SPARK_KAFKA_JARS) \
+		-DoutputDirectory=$(CURDIR)/$(SPARK_KAFKA_DIR) \
+		|| $(MVN) -o -f oracle/spark/pom.xml $(COPY_DEPS) -DincludeArtifactIds=$(SPARK_KAFKA_JARS) \
+		-DoutputDirectory=$(CURDIR)/$(SPARK_KAFKA_DIR)
+	@touch $@
+
+spark-kafka: $(SPARK_KAFKA_STAMP)
 
 # make test: Kafka too when a JDK and Maven are here; otherwise the oracle tests skip (one line why)
 oracle-kafka:
@@ -165,6 +181,10 @@ chromium:
 	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || (apt-get update -qq \
 		&& apt-get install -y -qq chromium chromium-driver >/dev/null) \
 		|| echo "warning: chromium could not be installed; the browser test will be skipped"
+
+# issue 30: the differential test of format kesque against format kafka, batch and streaming
+spark: $(TSTAMP) spark-kafka
+	$(BIN)/python -m pytest -q -m spark_kafka tests/test_spark_differential.py
 
 examples: $(TSTAMP)
 	$(BIN)/python examples/run_all.py

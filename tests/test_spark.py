@@ -182,9 +182,10 @@ def test_batch_read_bounds(spark, kb):
     # assign and subscribePattern
     assert values(read(spark, kb, assign=json.dumps({t: [1]}))) == sorted(f"v{i}" for i in range(1, 30, 3))
     assert len(values(read(spark, kb, subscribePattern=t[:6] + ".*"))) >= 30
-    # minPartitions splits the ranges into more tasks, same rows
+    # minPartitions splits the ranges into more tasks, same rows; about minPartitions, as in
+    # Spark: each of 3 ranges of 10 gets round(10 / 30 * 7) = 2 tasks
     df = read(spark, kb, subscribe=t, minPartitions="7")
-    assert df.rdd.getNumPartitions() >= 7 and len(values(df)) == 30
+    assert df.rdd.getNumPartitions() == 6 and len(values(df)) == 30
 
 
 # ============================================================================ 2. streaming
@@ -456,6 +457,15 @@ def test_bad_sink_options(spark, kb):
         with pytest.raises(Exception) as e:
             w.mode("append").save()
         assert fragment in str(e.value)
+    # save modes: Spark refuses its default (ErrorIfExists) for a Python data source, naming
+    # Append; overwrite is refused by the sink (it appends, as Spark's Kafka sink)
+    w = df.write.format("kesque").option("kafka.bootstrap.servers", kb.bootstrap_servers).option("topic", "t")
+    with pytest.raises(Exception) as e:
+        w.save()
+    assert "Append" in str(e.value)
+    with pytest.raises(Exception) as e:
+        w.mode("overwrite").save()
+    assert 'Use .mode("append")' in str(e.value)
 
 
 def test_unreachable_broker_fails_within_the_timeout(spark):

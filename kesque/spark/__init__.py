@@ -45,6 +45,16 @@ __all__ = ["KesqueDataSource", "register", "KesqueSourceError", "KesqueSinkError
 
 KesqueSinkError = sink.KesqueSinkError
 
+# Spark's Kafka sink takes Append and ErrorIfExists (its default) and refuses the others; a Python
+# data source is handed only Append and Overwrite (Spark itself refuses ErrorIfExists for it with
+# UNSUPPORTED_DATA_SOURCE_SAVE_MODE), so batch writes to format kesque say .mode("append")
+MODE_HELP = (
+    "Save mode Overwrite is not allowed for format kesque: it appends to Kafka topics, as Spark's Kafka "
+    'sink does. Use .mode("append"). (Spark\'s default save mode, ErrorIfExists, which format kafka treats '
+    "as append, is refused by Spark for every Python data source: batch writes to format kesque need "
+    '.mode("append").)'
+)
+
 
 class RangePartition(InputPartition):
     def __init__(self, r: OffsetRange):
@@ -67,6 +77,8 @@ class KesqueDataSource(DataSource):
         return KesqueStreamReader(source_options(self.options, streaming=True))
 
     def writer(self, schema, overwrite: bool):
+        if overwrite:
+            raise KesqueSinkError(MODE_HELP)
         o = sink_options(self.options)
         sink.check_schema(schema, o)
         return KesqueBatchWriter(o)
@@ -106,7 +118,8 @@ class KesqueBatchReader(DataSourceReader):
                     "endingOffsets, or the data was deleted."
                 )
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
-        return [RangePartition(r) for r in split_ranges(ranges, self.o.min_partitions)]
+        o = self.o
+        return [RangePartition(r) for r in split_ranges(ranges, o.min_partitions, o.max_records_per_partition)]
 
     def read(self, partition):
         if isinstance(partition, RangePartition):  # Spark plans one empty InputPartition for no ranges
@@ -198,7 +211,8 @@ class KesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
                 continue
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
-        return [RangePartition(r) for r in split_ranges(ranges, self.o.min_partitions)]
+        o = self.o
+        return [RangePartition(r) for r in split_ranges(ranges, o.min_partitions, o.max_records_per_partition)]
 
     def read(self, partition):
         if isinstance(partition, RangePartition):  # Spark plans one empty InputPartition for no ranges

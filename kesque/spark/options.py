@@ -221,6 +221,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     isolation_level: int = 0
@@ -306,6 +307,11 @@ def source_options(options, streaming: bool) -> SourceOptions:
     if delay is not None:
         o.max_trigger_delay_ms = duration_ms("maxTriggerDelay", str(delay))
     o.min_partitions = _int(options, "minPartitions", None, 1)
+    o.max_records_per_partition = _int(options, "maxRecordsPerPartition", None, 1)
+    # accepted as Spark's connector accepts them; kesque's reader joins no group and its driver
+    # retries offset requests until kafka.default.api.timeout.ms
+    for name in ("fetchOffset.numRetries", "fetchOffset.retryIntervalMs"):
+        _int(options, name, None, 0)
     o.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
     o.include_headers = _bool(options, "includeHeaders", False)
     iso = params.get("isolation.level", "read_uncommitted")

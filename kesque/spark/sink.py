@@ -41,6 +41,7 @@ import logging
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -376,6 +377,21 @@ def _complete(
         p.complete_transaction(state)
 
 
+def _each(fn, items) -> None:
+    """``fn(item)`` for every item, at the same time (each opens its own connections: the
+    driver's commit is a handful of round trips per transaction, waited on together rather
+    than one after the other); the first failure is raised once all have finished."""
+    items = list(items)
+    if len(items) <= 1:
+        for x in items:
+            fn(x)
+        return
+    with ThreadPoolExecutor(max_workers=min(8, len(items)), thread_name_prefix="kesque-sink") as pool:
+        futures = [pool.submit(fn, x) for x in items]
+    for f in futures:
+        f.result()
+
+
 def _taken_over(txn_id: str, state: PreparedTxnState, kept: PreparedTxnState | None) -> KesqueSinkError:
     return KesqueSinkError(
         f"the prepared transaction {txn_id} ({state}) is no longer open "
@@ -386,7 +402,9 @@ def _taken_over(txn_id: str, state: PreparedTxnState, kept: PreparedTxnState | N
 
 def _verify(o: SinkOptions, txns) -> None:
     """Before a commit is logged: each prepared transaction is still open as prepared."""
-    for txn_id, pid, epoch in txns:
+
+    def check(txn) -> None:
+        txn_id, pid, epoch = txn
         with Producer(
             o.bootstrap,
             transactional_id=txn_id,
@@ -397,6 +415,8 @@ def _verify(o: SinkOptions, txns) -> None:
             kept = p.init_transactions(keep_prepared_txn=True)
         if kept != PreparedTxnState(pid, epoch):
             raise _taken_over(txn_id, PreparedTxnState(pid, epoch), kept)
+
+    _each(check, txns)
 
 
 def open_transactions(o: SinkOptions, prefix: str) -> list[str]:
@@ -424,11 +444,9 @@ def open_transactions(o: SinkOptions, prefix: str) -> list[str]:
 
 
 def sweep(o: SinkOptions, prefix: str, keep: set[str] = frozenset()) -> int:
-    n = 0
-    for txn_id in open_transactions(o, prefix):
-        if txn_id not in keep:
-            _complete(o, txn_id, None, commit=False)
-            n += 1
+    left = [t for t in open_transactions(o, prefix) if t not in keep]
+    _each(lambda txn_id: _complete(o, txn_id, None, commit=False), left)
+    n = len(left)
     if n:
         log.info("kesque sink %s: aborted %d leftover transaction(s)", o.transactional_id_prefix, n)
     return n
@@ -463,8 +481,10 @@ def _commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
     stream_prefix = f"{o.transactional_id_prefix}.s"
     last = sink_log.last()
     if last is not None and last.get("state") == "committing":
-        for txn_id, pid, epoch in last["txns"]:
-            _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True, rolling_forward=True)
+        _each(
+            lambda t: _complete(o, t[0], PreparedTxnState(t[1], t[2]), commit=True, rolling_forward=True),
+            last["txns"],
+        )
         sink_log.append({"batchId": last["batchId"], "state": "committed"})
         last = {"batchId": last["batchId"], "state": "committed"}
     if last is not None and last["batchId"] >= batch_id:
@@ -473,15 +493,15 @@ def _commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
             o.transactional_id_prefix,
             batch_id,
         )
-        for txn_id, _pid, _epoch in new:
-            _complete(o, txn_id, None, commit=False)
+        _each(lambda t: _complete(o, t[0], None, commit=False), new)
         sweep(o, stream_prefix)
         return
     _verify(o, new)
     sink_log.append({"batchId": batch_id, "state": "committing", "txns": new})
-    for i, (txn_id, pid, epoch) in enumerate(new):
-        _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True)
-        if i == 0:
+    # the first alone, so the crash tests can stop the driver with some committed, some not
+    for i, part in enumerate((new[:1], new[1:])):
+        _each(lambda t: _complete(o, t[0], PreparedTxnState(t[1], t[2]), commit=True), part)
+        if i == 0 and part:
             _pause_point("mid-commit")
     sink_log.append({"batchId": batch_id, "state": "committed"})
     sweep(o, stream_prefix)
@@ -490,8 +510,7 @@ def _commit_stream(o: SinkOptions, messages, batch_id: int) -> None:
 def _abort_stream(o: SinkOptions, messages) -> None:
     if not o.exactly_once:
         return
-    for txn_id, _pid, _epoch in _txns(messages):
-        _complete(o, txn_id, None, commit=False)
+    _each(lambda t: _complete(o, t[0], None, commit=False), _txns(messages))
     sweep(o, f"{o.transactional_id_prefix}.s")
 
 
@@ -500,16 +519,14 @@ def _commit_batch(o: SinkOptions, messages, id_prefix: str) -> None:
         return
     new = _txns(messages)
     _verify(o, new)
-    for txn_id, pid, epoch in new:
-        _complete(o, txn_id, PreparedTxnState(pid, epoch), commit=True)
+    _each(lambda t: _complete(o, t[0], PreparedTxnState(t[1], t[2]), commit=True), new)
     sweep(o, id_prefix + ".")
 
 
 def _abort_batch(o: SinkOptions, messages, id_prefix: str) -> None:
     if not o.exactly_once:
         return
-    for txn_id, _pid, _epoch in _txns(messages):
-        _complete(o, txn_id, None, commit=False)
+    _each(lambda t: _complete(o, t[0], None, commit=False), _txns(messages))
     sweep(o, id_prefix + ".")
 
 

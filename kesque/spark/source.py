@@ -14,6 +14,7 @@ offsets, so the position — not a record count — decides when a range is done
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import pyarrow.compute as pc
 
 from ..client.consumer import EARLIEST, LATEST, FetchError, WireConsumer
 from ..client.wire import WireError
+from ..records import batch as rb
 from ..records.records import iter_records, record_columns, records_payload
 from .options import CONSUMER_PARAMS, Bound, SourceOptions, client_kwargs
 
@@ -220,28 +222,50 @@ class OffsetRange:
         return max(0, self.end - self.start)
 
 
-def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """With ``minPartitions`` above the number of ranges, ranges are cut into parts
-    proportional to their share of all offsets (largest remainders get the spare parts), so
-    there are at least ``minPartitions`` tasks when there are that many offsets."""
+def _divide(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    """``r`` cut into ``parts`` consecutive ranges, each the remaining size divided by the
+    parts left (integer division: the last parts take the remainder)."""
+    out: list[OffsetRange] = []
+    left, at = r.size, r.start
+    for i in range(parts):
+        n = left // (parts - i)
+        left -= n
+        out.append(OffsetRange(r.topic, r.partition, at, min(at + n, r.end)))
+        at = out[-1].end
+    return [x for x in out if x.size > 0]
+
+
+def split_ranges(
+    ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None = None
+) -> list[OffsetRange]:
+    """The read tasks of a batch, planned as Spark's KafkaOffsetRangeCalculator plans them, so
+    a query has as many tasks with format ``kesque`` as with ``kafka``: empty ranges dropped;
+    with ``maxRecordsPerPartition``, each range cut into ceil(size / max) parts; then, while
+    ``minPartitions`` is above the number of ranges, each range gets round(share x
+    minPartitions) parts (at least 1), where the ranges left whole by that rule are taken out
+    of the share and of minPartitions first."""
     ranges = [r for r in ranges if r.size > 0]
+    if max_records:
+        ranges = [x for r in ranges for x in _divide(r, -(-r.size // max_records))]
     if not min_partitions or min_partitions <= len(ranges):
         return ranges
+
+    def part_count(size: int, total: int, parts: int) -> int:
+        return max(1, _round_half_up(size / total * parts))
+
     total = sum(r.size for r in ranges)
-    shares = [r.size / total * min_partitions for r in ranges]
-    parts = [max(1, int(x)) for x in shares]
-    spare = min_partitions - sum(parts)
-    for i in sorted(range(len(ranges)), key=lambda i: shares[i] - int(shares[i]), reverse=True)[: max(0, spare)]:
-        parts[i] += 1
+    whole = [part_count(r.size, total, min_partitions) == 1 for r in ranges]
+    rest_total = total - sum(r.size for r, w in zip(ranges, whole) if w)
+    rest_parts = max(min_partitions - sum(whole), 1)
     out: list[OffsetRange] = []
-    for r, n in zip(ranges, parts):
-        n = min(n, r.size)
-        step = r.size / n
-        for i in range(n):
-            s = r.start + int(i * step)
-            e = r.end if i == n - 1 else r.start + int((i + 1) * step)
-            out.append(OffsetRange(r.topic, r.partition, s, e))
+    for r, w in zip(ranges, whole):
+        out += [r] if w else _divide(r, part_count(r.size, rest_total, rest_parts))
     return out
+
+
+def _round_half_up(x: float) -> int:
+    """Scala's math.round (half up), not Python's round (half to even)."""
+    return int(math.floor(x + 0.5))
 
 
 def rate_limit(
@@ -307,6 +331,14 @@ class ColumnConsumer(WireConsumer):
 
         out = []
         for pos, h in self._visible_batches(st, data, aborted):
+            if not rb.is_crc_valid(data, pos, h.size):
+                # as Kafka's consumer (check.crcs=true) and so Spark's connector: the read fails
+                # whatever failOnDataLoss says; the record is there, it is not data loss
+                raise KesqueSourceError(
+                    f"Record batch for partition {st.topic}-{st.partition} at offset {h.base_offset} is "
+                    f"invalid, cause: Record is corrupt (stored crc = {h.crc}, computed crc = "
+                    f"{rb.compute_crc(data, pos, h.size)})"
+                )
             c = _Chunk()
             if self.headers:
                 recs = [r for r in iter_records(data, pos, h) if r.offset >= st.position]
@@ -314,7 +346,8 @@ class ColumnConsumer(WireConsumer):
                 c.stamps = pa.array([r.timestamp * 1000 for r in recs], pa.int64())
                 c.keys = pa.array([r.key for r in recs], pa.binary())
                 c.values = pa.array([r.value for r in recs], pa.binary())
-                c.headers = [[{"key": k, "value": v} for k, v in r.headers] for r in recs]
+                # a record without headers has a null headers column, as in Spark's connector
+                c.headers = [[{"key": k, "value": v} for k, v in r.headers] or None for r in recs]
             else:
                 n, ts, off, kv, ko, kd, vv, vo, vd = record_columns(records_payload(data, pos, h), h.records_count)
                 c.offsets = pc.add(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(off)]), h.base_offset)

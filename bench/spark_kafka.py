@@ -1,0 +1,212 @@
+"""Issue 30's figures: format ``kesque`` against Spark's own Kafka connector (format ``kafka``,
+``spark-sql-kafka-0-10``, resolved by ``make spark-kafka`` into build/spark-kafka) on the same
+kesque cluster, in the same SparkSession, steps alternating between the two formats:
+
+* batch write: ``spark.range`` rows (null key, 100 B value) written to a topic
+  (kesque: the exactly-once sink, its default; kafka: Spark's at-least-once sink, its default);
+* batch read: that topic read into ``write.format("noop")`` (every column materialised);
+* streaming read: ``readStream`` with ``Trigger.AvailableNow`` into the noop sink;
+* streaming write + read back: ``readStream`` (AvailableNow) copying the topic to a new one
+  with the same format, then a batch count of the copy with the same format;
+
+and the Python data-source ceiling: an in-memory Python source yielding Arrow batches of the
+Kafka schema (bench/spark.py's ``kesque-memory``), no I/O. Rows/s from the best of
+``passes``; the ratio is kesque/kafka. Nothing here asserts.
+
+    python bench/spark_kafka.py [rows] [passes] [nodes]
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+JARS_DIR = os.path.join(ROOT, "build", "spark-kafka")
+CLUSTER = {
+    "transaction.two.phase.commit.enable": "true",
+    "transaction.state.log.num.partitions": "3",
+    "offsets.topic.num.partitions": "3",
+}
+
+
+def jars() -> list[str]:
+    found = sorted(glob.glob(os.path.join(JARS_DIR, "*.jar")))
+    if not any("spark-sql-kafka" in os.path.basename(j) for j in found):
+        raise SystemExit(f"no spark-sql-kafka jar in {JARS_DIR}: run `make spark-kafka` first")
+    return found
+
+
+def session(cores: int = 2):
+    """local[cores] with Spark's Kafka connector on the class path and format kesque registered."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    s = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("kesque-bench-vs-kafka")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.jars", ",".join(jars()))
+        .getOrCreate()
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    import kesque.spark
+
+    sys.path.insert(0, HERE)
+    import spark as bench_spark
+
+    kesque.spark.register(s)
+    s.dataSource.register(bench_spark._memory_source())
+    return s
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _write(spark, fmt: str, bootstrap: str, topic: str, rows: int, partitions: int) -> None:
+    df = spark.range(rows, numPartitions=partitions).selectExpr(
+        "CAST(NULL AS BINARY) AS key", "repeat('x', 100) AS value"
+    )
+    w = df.write.format(fmt).option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+    if fmt == "kesque":
+        w = w.option("transactionalIdPrefix", "bw" + uuid.uuid4().hex[:8])
+    w.mode("append").save()
+
+
+def _read(spark, fmt: str, bootstrap: str, topic: str):
+    return (
+        spark.read.format(fmt)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+
+
+def _stream(spark, fmt: str, bootstrap: str, topic: str):
+    return (
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+
+
+def _stream_read(spark, fmt: str, bootstrap: str, topic: str) -> None:
+    q = (
+        _stream(spark, fmt, bootstrap, topic)
+        .writeStream.format("noop")
+        .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-cp-"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+
+
+def _stream_copy(spark, fmt: str, bootstrap: str, topic: str, out: str, rows: int) -> None:
+    w = (
+        _stream(spark, fmt, bootstrap, topic)
+        .selectExpr("key", "value")
+        .writeStream.format(fmt)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", out)
+        .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-cp-"))
+        .trigger(availableNow=True)
+    )
+    if fmt == "kesque":
+        w = w.option("transactionalIdPrefix", "sw" + uuid.uuid4().hex[:8])
+    w.start().awaitTermination()
+    n = _read(spark, fmt, bootstrap, out).count()
+    if n < rows:
+        raise RuntimeError(f"{fmt}: the copy has {n} rows, expected {rows}")
+
+
+def compare(spark, bootstrap: str, admin, rows: int, partitions: int, passes: int, rf: int) -> dict:
+    from confluent_kafka.admin import NewTopic
+
+    def new_topic() -> str:
+        name = "bk-" + uuid.uuid4().hex[:8]
+        admin.create_topics([NewTopic(name, partitions, rf)])[name].result(30)
+        return name
+
+    times: dict[str, dict[str, list[float]]] = {}
+
+    def note(step, fmt, seconds):
+        times.setdefault(step, {}).setdefault(fmt, []).append(seconds)
+
+    # warm-up: the JVM, the Python workers and both connectors' classes
+    warm = new_topic()
+    for fmt in ("kafka", "kesque"):
+        _write(spark, fmt, bootstrap, warm, 1000, partitions)
+        _read(spark, fmt, bootstrap, warm).write.format("noop").mode("overwrite").save()
+    topics = {}
+    for i in range(passes):
+        order = ("kafka", "kesque") if i % 2 == 0 else ("kesque", "kafka")
+        for fmt in order:
+            t = new_topic()
+            topics[fmt] = t
+            note("batch write", fmt, _timed(lambda: _write(spark, fmt, bootstrap, t, rows, partitions)))
+        for fmt in order:
+            df = _read(spark, fmt, bootstrap, topics[fmt])
+            note("batch read", fmt, _timed(lambda: df.write.format("noop").mode("overwrite").save()))
+        for fmt in order:
+            note("streaming read", fmt, _timed(lambda: _stream_read(spark, fmt, bootstrap, topics[fmt])))
+        for fmt in order:
+            out = new_topic()
+            note(
+                "streaming write + read back",
+                fmt,
+                _timed(lambda: _stream_copy(spark, fmt, bootstrap, topics[fmt], out, rows)),
+            )
+        mem = spark.read.format("kesque-memory").option("rows", str(rows)).option("partitions", str(partitions)).load()
+        note("ceiling", "memory", _timed(lambda: mem.write.format("noop").mode("overwrite").save()))
+    out = {}
+    for step, by_fmt in times.items():
+        rates = {fmt: rows / min(s) for fmt, s in by_fmt.items()}
+        row = {f"{fmt}_rows_s": round(r) for fmt, r in rates.items()}
+        row.update({f"{fmt}_seconds": [round(x, 2) for x in s] for fmt, s in by_fmt.items()})
+        if "kafka" in rates:
+            row["ratio"] = round(rates["kesque"] / rates["kafka"], 2)
+        out[step] = row
+    return out
+
+
+def main(argv: list[str]) -> None:
+    sys.path.insert(0, ROOT)
+    from confluent_kafka.admin import AdminClient
+
+    from kesque.testing.cluster import Cluster
+
+    rows = int(argv[0]) if argv else 200_000
+    passes = int(argv[1]) if len(argv) > 1 else 3
+    nodes = int(argv[2]) if len(argv) > 2 else 3
+    with Cluster(nodes=nodes, config=CLUSTER) as c:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+        spark = session()
+        try:
+            res = compare(spark, c.bootstrap_servers, admin, rows, 4, passes, min(3, nodes))
+        finally:
+            spark.stop()
+    print(f"rows={rows} passes={passes} nodes={nodes} partitions=4")
+    print(f"{'step':30} {'kafka rows/s':>13} {'kesque rows/s':>14} {'ratio':>6}")
+    for step, r in res.items():
+        if "kafka_rows_s" in r:
+            print(f"{step:30} {r['kafka_rows_s']:>13,} {r['kesque_rows_s']:>14,} {r['ratio']:>6}")
+        else:
+            print(f"{step:30} {'':>13} {r['memory_rows_s']:>14,}  (Python data source, no I/O)")
+    print(res)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,98 @@
+"""The Spark connector's pieces that need no JVM (issue 30): read tasks planned as Spark's
+Kafka source plans them (minPartitions, maxRecordsPerPartition), source options Spark's
+connector takes, and a fetched batch whose CRC does not match failing the read."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from kesque.client.consumer import _PartitionState  # noqa: E402
+from kesque.records import batch as rb  # noqa: E402
+from kesque.records.records import build_batch  # noqa: E402
+from kesque.spark.options import OptionError, source_options  # noqa: E402
+from kesque.spark.source import ColumnConsumer, KesqueSourceError, OffsetRange, split_ranges  # noqa: E402
+
+
+def R(topic: str, start: int, end: int, partition: int = 0) -> OffsetRange:
+    return OffsetRange(topic, partition, start, end)
+
+
+def spans(ranges) -> list[tuple]:
+    return [(r.topic, r.start, r.end) for r in ranges]
+
+
+@pytest.mark.parametrize(
+    "ranges, min_partitions, max_records, expected",
+    [
+        # nothing to split: one task per non-empty range
+        ([R("a", 0, 5), R("b", 3, 3)], None, None, [("a", 0, 5)]),
+        ([R("a", 0, 5), R("b", 0, 9)], 2, None, [("a", 0, 5), ("b", 0, 9)]),
+        # the small range stays whole and is taken out of the share; the large one gets the rest
+        ([R("a", 1, 5), R("b", 1, 21)], 3, None, [("a", 1, 5), ("b", 1, 11), ("b", 11, 21)]),
+        ([R("a", 0, 3), R("b", 0, 1)], 3, None, [("a", 0, 1), ("a", 1, 3), ("b", 0, 1)]),
+        # 2.5 parts rounds up (Scala's math.round), 1.5 too
+        (
+            [R("a", 0, 5), R("b", 0, 3)],
+            4,
+            None,
+            [("a", 0, 1), ("a", 1, 3), ("a", 3, 5), ("b", 0, 1), ("b", 1, 3)],
+        ),
+        # maxRecordsPerPartition: ceil(size / max) parts, then minPartitions on what that gives
+        ([R("a", 0, 5)], None, 2, [("a", 0, 1), ("a", 1, 3), ("a", 3, 5)]),
+        ([R("a", 0, 4)], None, 4, [("a", 0, 4)]),
+        (
+            [R("a", 0, 5), R("b", 10, 11)],
+            4,
+            4,
+            [("a", 0, 2), ("a", 2, 3), ("a", 3, 5), ("b", 10, 11)],
+        ),
+        # more tasks asked for than offsets: no empty task
+        ([R("a", 0, 2)], 5, None, [("a", 0, 1), ("a", 1, 2)]),
+    ],
+)
+def test_split_ranges_as_spark(ranges, min_partitions, max_records, expected):
+    got = split_ranges(ranges, min_partitions, max_records)
+    assert spans(got) == expected
+    # the parts cover each range exactly once
+    for r in ranges:
+        mine = [x for x in got if x.topic == r.topic]
+        assert sum(x.size for x in mine) == r.size
+
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
+
+
+def test_spark_source_options_are_taken():
+    o = source_options(
+        {
+            **BASE,
+            "maxRecordsPerPartition": "100",
+            "groupIdPrefix": "g",
+            "kafka.group.id": "gid",
+            "fetchOffset.numRetries": "3",
+            "fetchOffset.retryIntervalMs": "10",
+        },
+        streaming=False,
+    )
+    assert o.max_records_per_partition == 100
+    for name, bad in (("maxRecordsPerPartition", "0"), ("fetchOffset.numRetries", "x")):
+        with pytest.raises(OptionError, match=name):
+            source_options({**BASE, name: bad}, streaming=False)
+
+
+def test_corrupt_batch_fails_the_read():
+    """A batch whose CRC does not match its bytes fails the read naming the partition and
+    the offset, as Kafka's consumer does (check.crcs); a good batch decodes."""
+    good = build_batch([(b"k%d" % i, b"v%d" % i, ()) for i in range(5)], base_offset=40, timestamp=1000)
+    c = ColumnConsumer("127.0.0.1:1")
+    try:
+        chunks = c._decode(_PartitionState("t", 0, 40), good, [])
+        assert [len(ch.offsets) for ch in chunks] == [5]
+        bad = bytearray(good)
+        bad[rb.HEADER_SIZE + 3] ^= 0xFF
+        with pytest.raises(KesqueSourceError, match=r"partition t-0 at offset 40 is invalid.*Record is corrupt"):
+            c._decode(_PartitionState("t", 0, 40), bytes(bad), [])
+    finally:
+        c.close()
