@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from sim_seeds import sweep
+from test_sim_real_sweep import SWEEP_TIMEOUT
 
 # seeds per scenario: issue 26's 100 (a short seed costs 0.3-0.7 s of CPU: the five sweeps take
 # about 4.5 minutes of CPU, split over two files that make test hands out first, tests/conftest.py);
@@ -14,9 +17,11 @@ from sim_seeds import sweep
 SWEEP = int(os.environ.get("KESQUE_SIM_SWEEP", "100"))
 
 
+@pytest.mark.timeout(SWEEP_TIMEOUT)
 def test_a_controller_quorum_holds_on_every_seed():
     assert sweep("real_controller_quorum_short", SWEEP, least=10) > 0
 
 
+@pytest.mark.timeout(SWEEP_TIMEOUT)
 def test_transactions_are_exactly_once_on_every_seed():
     assert sweep("real_transactions_short", SWEEP, least=1) > 0
