@@ -51,6 +51,10 @@ def test_the_transactional_rule():
     # never past the mirror's own log end
     assert copy.to_apply("g", {("in", 0): 5, ("in", 1): 8}) == {("in", 0): 5}
     assert copy.to_apply("other", {("in", 0): 5}) == {}
+    # a topic failed over meanwhile is the destination's own: left out of the copy
+    left = copy.restricted({("in", 0), ("in", 1)})
+    assert left.source_hw == {("in", 0): 5, ("in", 1): 9} and left.offsets == copy.offsets
+    assert copy.restricted({("out", 0)}) == rules.OffsetCopy({}, {("out", 0): 12})
 
 
 # ------------------------------------------------------------------ kesque → kesque

@@ -107,6 +107,15 @@ class OffsetCopy:
     offsets: dict[str, dict[tuple[str, int], int]]
     source_hw: dict[tuple[str, int], int] = field(default_factory=dict)
 
+    def restricted(self, mirrored: set[tuple[str, int]]) -> OffsetCopy:
+        """The copy for the partitions still mirrored over the link: a topic failed over or
+        promoted meanwhile is the destination's own now, its offsets are never overwritten."""
+        offsets = {g: {tp: o for tp, o in got.items() if tp in mirrored} for g, got in self.offsets.items()}
+        return OffsetCopy(
+            {g: got for g, got in offsets.items() if got},
+            {tp: hw for tp, hw in self.source_hw.items() if tp in mirrored},
+        )
+
     def waiting_on(self, dest_lso: dict[tuple[str, int], int]) -> list[tuple[str, int, int, int]]:
         """(topic, partition, destination LSO, source HW) of each mirrored partition whose LSO at
         the destination has not reached the source's high watermark yet: the copy waits while

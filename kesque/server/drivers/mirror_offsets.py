@@ -127,6 +127,8 @@ class OffsetSyncer:
             if self.pending is None:
                 return
         lso, log_end = await self.destination_offsets(list(mirrored.values()))
+        # what stopped mirroring while this round waited (failed over, promoted) is left out
+        self.pending = self.pending.restricted(set(self.mirrored().values()))
         waiting = self.pending.waiting_on(lso)
         if waiting:
             t, p, got, hw = waiting[0]
