@@ -292,3 +292,51 @@ def test_a_plain_consumer_group_fails_over(pair, capsys):
             f"(sync every 300 ms), {dupes} records read twice (bound {bound}), none lost"
         )
     assert dupes <= bound
+
+
+@pytest.mark.mirror
+def test_a_three_node_destination():
+    """The destination has 3 nodes (replication factor 3): the copier on the group's coordinator
+    reads the LSO of the mirror partitions other nodes lead over the inter-broker listener; the
+    transactional rule holds there too."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from kesque.testing.broker import Broker
+    from kesque.testing.cluster import Cluster
+
+    src, dest = Broker(mode="thread").start(), Cluster(nodes=3)
+    try:
+        dest.start()
+        s, d = src.bootstrap_servers, dest.bootstrap_servers
+        _create(s, "in", "out", partitions=3)
+        _produce(s, "in", 30, partitions=3)
+        _link(src, dest)
+        for t in ("in", "out"):
+            code, _out, err = tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", t,
+                                   "--link", "L", "--replication-factor", "3")  # fmt: skip
+            assert code == 0, err
+        md = AdminClient({"bootstrap.servers": d}).list_topics("out", timeout=15).topics["out"].partitions
+        assert len({p.leader for p in md.values()}) > 1  # the leaders are spread over the nodes
+        assert tool("mirrors", "--bootstrap-server", d, "--pause", "--topics", "out")[0] == 0
+        time.sleep(0.5)
+        proc = Consumer({"bootstrap.servers": s, "group.id": "pipe", "enable.auto.commit": False})
+        txn = Producer({"bootstrap.servers": s, "transactional.id": "pipe-3", "linger.ms": 0})
+        txn.init_transactions(15)
+        txn.begin_transaction()
+        for i in range(6):
+            txn.produce("out", f"out-{i}".encode(), partition=i % 3)
+        txn.send_offsets_to_transaction([TopicPartition("in", p, 4) for p in range(3)], proc.consumer_group_metadata())
+        txn.commit_transaction(15)
+        proc.close()
+        time.sleep(2.0)
+        assert _committed(d, "pipe", "in", 3) == {}
+        assert tool("mirrors", "--bootstrap-server", d, "--resume", "--topics", "out")[0] == 0
+        assert _wait(lambda: _committed(d, "pipe", "in", 3) == {0: 4, 1: 4, 2: 4}, timeout=30)
+        first = _consume(s, "app", "in", 12)
+        assert len(first) == 12
+        want = _committed(s, "app", "in", 3)
+        assert _wait(lambda: _committed(d, "app", "in", 3) == want, timeout=30)
+    finally:
+        dest.stop()
+        src.stop()
