@@ -216,13 +216,14 @@ def test_offsets_are_copied_and_an_active_group_is_left_alone(pair, caplog):
     assert _wait(lambda: _committed(d, "busy", "ev") == want)
 
 
-def test_a_transactions_offsets_wait_for_its_commit_marker(pair):
+def test_a_transactions_offsets_wait_for_its_commit_marker(pair, caplog):
     """A read-process-write transaction at the source commits its input offsets with its output
     (sendOffsetsToTransaction). While the output's mirror is paused, its commit marker is not at
     the destination: the offsets are not applied there (a consumer failing over would skip input
     whose output it cannot read); once the mirror resumes and the marker is copied, they are."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
+    caplog.set_level(logging.INFO, logger="kesque.server.drivers.mirror_offsets")
     src, dst = pair
     s, d = src.bootstrap_servers, dst.bootstrap_servers
     _create(s, "in", "out")
@@ -245,6 +246,7 @@ def test_a_transactions_offsets_wait_for_its_commit_marker(pair):
     assert _committed(s, "pipe", "in") == {0: 5, 1: 5}
     time.sleep(1.5)  # fifteen sync intervals: the copy read the offsets and waits for "out"
     assert _committed(d, "pipe", "in") == {}
+    assert caplog.text.count("consumer offsets wait for the mirror") == 1, caplog.text  # said once
     assert tool("mirrors", "--bootstrap-server", d, "--resume", "--topics", "out")[0] == 0
     assert _wait(lambda: _committed(d, "pipe", "in") == {0: 5, 1: 5})
     # and the output is readable at the destination with them: whole

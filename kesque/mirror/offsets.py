@@ -106,6 +106,7 @@ class OffsetCopy:
 
     offsets: dict[str, dict[tuple[str, int], int]]
     source_hw: dict[tuple[str, int], int] = field(default_factory=dict)
+    waited: bool = field(default=False, compare=False)  # the wait was logged
 
     def restricted(self, mirrored: set[tuple[str, int]]) -> OffsetCopy:
         """The copy for the partitions still mirrored over the link: a topic failed over or
@@ -114,6 +115,7 @@ class OffsetCopy:
         return OffsetCopy(
             {g: got for g, got in offsets.items() if got},
             {tp: hw for tp, hw in self.source_hw.items() if tp in mirrored},
+            self.waited,
         )
 
     def waiting_on(self, dest_lso: dict[tuple[str, int], int]) -> list[tuple[str, int, int, int]]:

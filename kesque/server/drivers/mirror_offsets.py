@@ -131,20 +131,20 @@ class OffsetSyncer:
         self.pending = self.pending.restricted(set(self.mirrored().values()))
         waiting = self.pending.waiting_on(lso)
         if waiting:
-            t, p, got, hw = waiting[0]
-            self.say(
-                "",
-                logging.INFO,
-                "consumer offsets wait for the mirror: %d partition(s) below the source's high watermark "
-                "read after the offsets (%s-%d: last stable offset %d, source %d)",
-                len(waiting),
-                t,
-                p,
-                got,
-                hw,
-            )
+            if not self.pending.waited:  # once per copy, not at every look
+                self.pending.waited = True
+                t, p, got, hw = waiting[0]
+                log.info(
+                    "%s: consumer offsets wait for the mirror: %d partition(s) below the source's high "
+                    "watermark read after the offsets (%s-%d: last stable offset %d, source %d)",
+                    self.name,
+                    len(waiting),
+                    t,
+                    p,
+                    got,
+                    hw,
+                )
             return
-        self.said.pop("", None)
         for group in sorted(self.pending.offsets):
             self.apply(group, self.pending.to_apply(group, log_end))
         self.pending = None
