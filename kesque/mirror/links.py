@@ -3,6 +3,8 @@ link's settings pass, and which of them are secrets (masked wherever a link is d
 
 from __future__ import annotations
 
+from .offsets import check_offset_configs
+
 # Kafka's client configs of type PASSWORD (ConfigDef.Type.PASSWORD: shown as [hidden]), and every
 # ``*.password``: never printed by describe nor dump-log
 _SENSITIVE = frozenset(
@@ -65,7 +67,7 @@ def check_link_configs(configs: dict[str, str]) -> str | None:
     if proto not in SUPPORTED_PROTOCOLS:
         only = ", ".join(SUPPORTED_PROTOCOLS)
         return f"security.protocol {proto} is not supported by cluster links yet (only {only})"
-    return None
+    return check_offset_configs(configs)
 
 
 def bootstrap_addresses(configs: dict[str, str]) -> list[tuple[str, int]]:

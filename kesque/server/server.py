@@ -82,6 +82,7 @@ from .drivers.alter_log_dirs import LogDirMover
 from .drivers.alter_partition import AlterPartitionManager
 from .drivers.log_cleaner import LogCleaner
 from .drivers.mirror_fetcher import MirrorFetcherManager
+from .drivers.mirror_offsets import OffsetSyncer
 from .drivers.producer_ids import ProducerIdBlocks
 from .drivers.quorum_controller import QuorumController
 from .drivers.replica_fetcher import ReplicaFetcherManager
@@ -341,6 +342,19 @@ class KesqueServer:
         self.coordinators = CoordinatorLookup(
             self.image, cfg, self.controllers, self.spawn, share_groups=self.share_coordinator is not None
         )
+        # consumer offsets copied over cluster links, into this broker's group coordinator
+        mirror_channel = Channel(
+            txn_channels.broker_resolver(lambda: self.image, cfg),
+            client_id=f"mirror-offsets-{self.node_id}",
+            request_timeout_ms=cfg.get("request.timeout.ms"),
+            ssl_context=self.tls.inter_broker,
+            sasl=self.sasl_inter_broker,
+        )
+        self._channels += (mirror_channel,)
+        self.mirror_fetchers.group_coordinator = self.group_coordinator
+        self.mirror_fetchers.group_coordinator_of = lambda group: self.coordinators.coordinator_for(0, group)
+        self.mirror_fetchers.destination_channel = lambda: mirror_channel
+        self.mirror_fetchers.offset_syncer = OffsetSyncer
         self.share_manager = None
         if self.share_coordinator is not None:
             # the share-state RPCs to other brokers' share coordinators (kesque/server/drivers/share_persister.py)

@@ -22,6 +22,7 @@ import uuid
 from ...errors import ErrorCode, error_name
 from ...metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PROMOTED
 from ...mirror import links as link_rules
+from ...mirror import offsets as offset_rules
 from ...mirror.partition import APPEND, BACKOFF, OUT_OF_RANGE, REFRESH, MirrorPartitionState
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
@@ -419,6 +420,15 @@ class MirrorFetcherManager:
         self.fetchers: dict[uuid.UUID, _LinkFetcher] = {}
         self.states: dict[tuple[str, int], MirrorPartitionState] = {}
         self._scheduled = False
+        # consumer-offset copying (kesque.server.drivers.mirror_offsets), set by the server: this
+        # broker's group coordinator, ``group_coordinator_of(group) -> (leader, error, message)``
+        # (creating __consumer_offsets when missing), a channel to this cluster's brokers and the
+        # copier's class (``OffsetSyncer(manager, link)``)
+        self.offset_syncer = None
+        self.group_coordinator = None
+        self.group_coordinator_of = None
+        self.destination_channel = None
+        self.offset_syncers: dict[uuid.UUID, object] = {}
 
     def schedule_refresh(self, *_args) -> None:
         """Coalesce the leadership and metadata callbacks of one image change into one refresh."""
@@ -510,9 +520,36 @@ class MirrorFetcherManager:
                     f.entries[key] = _Entry(part, source_topic, source_id, st)
                     f.stale = True
             f.wake.set()
+        self._refresh_offset_syncers()
         # a paused partition keeps its state (a promotion reads it once the fetcher has stopped)
         for key in [k for k in self.states if not self._mirrored_here(k)]:
             del self.states[key]
+
+    def _refresh_offset_syncers(self) -> None:
+        """One consumer-offset copier per link with ``consumer.offset.sync.enable=true`` and a
+        topic still mirroring over it (restarted when the link's settings change)."""
+        if self.offset_syncer is None:
+            return
+        image = self.image
+        want = {}
+        for m in image.mirror_topics.values():
+            link = image.cluster_link_by_id(m.link_id)
+            if m.mirroring and link is not None and offset_rules.sync_enabled(link.configs):
+                want[link.link_id] = link
+        for link_id in list(self.offset_syncers):
+            s = self.offset_syncers[link_id]
+            if link_id not in want or want[link_id].configs != s.link.configs:
+                s.stop()
+                del self.offset_syncers[link_id]
+        for link_id, link in want.items():
+            if link_id not in self.offset_syncers:
+                try:
+                    s = self.offset_syncer(self, link)
+                except ValueError as e:
+                    log.error("cluster link %s: consumer offsets not copied: %s", link.name, e)
+                    continue
+                self.offset_syncers[link_id] = s
+                s.start(self.loop or asyncio.get_running_loop())
 
     def local_state(self, topic: str, partition: int) -> dict | None:
         """What a failover needs to know of a partition this broker leads: whether a fetcher still
@@ -565,8 +602,9 @@ class MirrorFetcherManager:
         return st.lag(part.log.log_end_offset, self.clock.now_ms())
 
     async def shutdown(self) -> None:
-        fetchers = list(self.fetchers.values())
+        fetchers = list(self.fetchers.values()) + list(self.offset_syncers.values())
         self.fetchers.clear()
+        self.offset_syncers.clear()
         for f in fetchers:
             f.stop()
         for t in list(self._tasks):
