@@ -1,0 +1,131 @@
+"""The broker's user-space instructions per small produce request, A/B between source trees.
+
+Throughput on this 2-core machine spreads 10-20% between runs of one tree, so a 2% bar cannot be
+read off it. Instructions can: ``valgrind --tool=callgrind`` counts what the broker process
+executes, the same from run to run (0.02% apart here) whatever else the machine does. Per tree
+(``--src NAME=DIR``, the broker runs ``python -m kesque`` from DIR) the broker is started under
+callgrind twice and sent ``--low`` then ``--high`` pre-encoded one-record ProduceRequests (figure
+4's raw client, a window of 64); the difference of the two totals over ``high - low`` is the
+instructions one request costs, start-up and warm-up cancelled. The kernel's side is not counted:
+``--syscalls`` also attaches ``strace -c`` to a normal run and prints the system calls per request.
+
+    .venv/bin/python bench/request_instructions.py --src before=/tmp/kesque-a542bed --src after=.
+
+Each callgrind run takes one to two minutes. Nothing asserts on timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def _broker(src: str, data: str, wrapper: str | None):
+    """A broker running ``python -m kesque serve`` from ``src`` (under ``wrapper``, a script that
+    execs the interpreter with its arguments)."""
+    from kesque.testing.broker import Broker
+
+    b = Broker(data_dir=data, log_file=os.path.join(data, "broker.log"), config={"auto.create.topics.enable": "false"})
+    if wrapper:
+        b_exe, sys.executable = sys.executable, wrapper
+        try:
+            b.start(900)
+        finally:
+            sys.executable = b_exe
+    else:
+        b.start(120)
+    return b
+
+
+def _wrapper(directory: str, out: str) -> str:
+    path = os.path.join(directory, "python-under-callgrind")
+    with open(path, "w") as f:
+        f.write(f'#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file="{out}" "{sys.executable}" "$@"\n')
+    os.chmod(path, 0o755)
+    return path
+
+
+def instructions(src: str, requests: int) -> int:
+    """Total instructions of a broker from ``src`` that served ``requests`` small requests."""
+    import figures
+
+    with tempfile.TemporaryDirectory(prefix="kesque-instr-") as d:
+        out = os.path.join(d, "callgrind.out")
+        b = _broker(src, os.path.join(d, "data"), _wrapper(d, out))
+        try:
+            figures.create_topic(b.bootstrap_servers, "small", 1)
+            figures.small_raw(b.bootstrap_servers, "small", requests)
+        finally:
+            b.stop(600)
+        with open(out) as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("totals:"))
+
+
+def syscalls(src: str, requests: int) -> dict[str, int]:
+    """System calls per name of a broker from ``src`` while it serves ``requests`` small requests."""
+    import figures
+
+    with tempfile.TemporaryDirectory(prefix="kesque-strace-") as d:
+        b = _broker(src, os.path.join(d, "data"), None)
+        out = os.path.join(d, "strace.out")
+        try:
+            figures.create_topic(b.bootstrap_servers, "small", 1)
+            figures.small_raw(b.bootstrap_servers, "small", 2000)
+            pid = str(b.process.pid)
+            st = subprocess.Popen(["strace", "-f", "-c", "-o", out, "-p", pid], stderr=subprocess.DEVNULL)
+            time.sleep(1.0)
+            figures.small_raw(b.bootstrap_servers, "small", requests)
+            st.send_signal(signal.SIGINT)
+            st.wait(60)
+        finally:
+            b.stop()
+        counts = {}
+        with open(out) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+                    counts[parts[-1]] = int(parts[3])
+        return counts
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--src", action="append", required=True, metavar="NAME=DIR")
+    p.add_argument("--low", type=int, default=2000)
+    p.add_argument("--high", type=int, default=12000)
+    p.add_argument("--syscalls", action="store_true", help="also count system calls per request (strace)")
+    args = p.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("valgrind not found (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    os.environ["PYTHONHASHSEED"] = "0"  # the same dict and set layouts on every run
+    per = {}
+    for spec in args.src:
+        name, src = spec.split("=", 1)
+        src = os.path.abspath(src)
+        os.environ["PYTHONPATH"] = src
+        os.chdir(src)
+        low, high = instructions(src, args.low), instructions(src, args.high)
+        per[name] = (high - low) / (args.high - args.low)
+        print(f"{name}: {per[name]:,.0f} instructions per small produce request ({low:,} / {high:,} in all)")
+        if args.syscalls:
+            n = 20000
+            counts = syscalls(src, n)
+            print(f"{name}: {sum(counts.values()) / n:.3f} system calls per request: {counts}")
+    names = list(per)
+    for other in names[1:]:
+        print(f"{names[0]} / {other}: {per[names[0]] / per[other]:.1%} (the request rate {other} can reach, CPU bound)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
