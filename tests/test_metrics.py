@@ -20,10 +20,11 @@ from types import SimpleNamespace as NS
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
 from prometheus_client.parser import text_string_to_metric_families
 
+from kesque.client.share_consumer import ShareConsumer
 from kesque.config.broker import KAFKA_INTERNAL_BROKER_KEYS, BrokerConfig
 from kesque.config.types import ConfigError
 from kesque.metrics.collectors import BrokerCollector, Sources
@@ -200,7 +201,12 @@ def _sources(**kw) -> Sources:
 @pytest.fixture(scope="module")
 def broker():
     port = free_port()
-    config = {"metrics.listener": f"http://127.0.0.1:{port}", "log.cleaner.backoff.ms": "300"}
+    config = {
+        "metrics.listener": f"http://127.0.0.1:{port}",
+        "log.cleaner.backoff.ms": "300",
+        "group.share.enable": "true",
+        "group.share.min.record.lock.duration.ms": "1000",  # the share test's locks run out in 1 s
+    }
     with Broker(mode="thread", config=config) as b:
         b.metrics_port = port
         yield b
@@ -384,6 +390,85 @@ def test_transactions_and_groups_per_state(broker):
     assert value(s, "kesque_transaction_coordinator_transactions", state="COMPLETE_COMMIT") >= 1
     assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="classic") >= 1
     assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="share") is not None
+
+
+def test_share_partition_states(broker):
+    """A share consumer acquires records: the scrape shows them acquired; after it accepts some
+    and releases one, acknowledged and available; a lock that runs out is counted, and once all
+    are accepted the window is empty and its start offset at the end."""
+    topic, group = "metered-share", "metered-share-g"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    res = ConfigResource(
+        "GROUP",
+        group,
+        incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "1000"}.items()
+        ],
+    )
+    admin.incremental_alter_configs([res])[res].result(20)
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for i in range(5):
+        p.produce(topic, b"%d" % i, partition=0)
+    assert p.flush(10) == 0
+    acks_before = {
+        t: value(scrape(broker.metrics_port), "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType=t)
+        for t in ("Accept", "Release")
+    }
+    labels = {"group": group, "topic": topic, "partition": 0}
+
+    def shown(s):
+        return {
+            st: value(s, "kesque_server_sharepartition_records", state=st, **labels)
+            for st in ("Available", "Acquired", "Acknowledged", "Archived")
+        }
+
+    c1 = ShareConsumer(broker.bootstrap_servers, group, acknowledgement_mode="explicit", timeout=20)
+    c2 = ShareConsumer(broker.bootstrap_servers, group, timeout=20)
+    try:
+        c1.subscribe([topic])
+        msgs = []
+        wait_for(lambda: msgs.extend(c1.poll(0.5)) or len(msgs) >= 5, 20, "five records acquired")
+        s = scrape(broker.metrics_port)
+        assert shown(s) == {"Available": 0, "Acquired": 5, "Acknowledged": 0, "Archived": 0}
+        assert value(s, "kafka_server_sharepartitionmetrics_inflightmessagecount", **labels) == 5
+        assert value(s, "kesque_server_sharepartition_startoffset", **labels) == 0
+        assert value(s, "kesque_server_sharepartition_endoffset", **labels) == 5
+        assert value(s, "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", **labels) == 0
+
+        for m in msgs:
+            c1.acknowledge(m, "release" if m.offset == 0 else "accept")
+        assert set(c1.commit_sync().values()) == {0}
+        s = scrape(broker.metrics_port)
+        assert shown(s) == {"Available": 1, "Acquired": 0, "Acknowledged": 4, "Archived": 0}
+        assert value(s, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Accept") == (
+            acks_before["Accept"] + 4
+        )
+        assert value(s, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Release") == (
+            acks_before["Release"] + 1
+        )
+
+        again = []
+        wait_for(lambda: again.extend(c1.poll(0.5)) or again, 20, "the released record again")
+        assert [m.offset for m in again] == [0]
+        assert shown(scrape(broker.metrics_port))["Acquired"] == 1
+        time.sleep(1.2)  # c1 holds it past its lock: c2's fetch finds the lock run out, and takes it
+        c2.subscribe([topic])
+        taken = []
+        wait_for(lambda: taken.extend(c2.poll(0.5)) or taken, 20, "the expired record at the other member")
+        assert [m.offset for m in taken] == [0]
+        c2.commit_sync()
+        s = scrape(broker.metrics_port)
+        assert value(s, "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", **labels) == 1
+        assert value(s, "kafka_server_sharepartitionmetrics_inflightmessagecount", **labels) == 0
+        assert value(s, "kesque_server_sharepartition_startoffset", **labels) == 5
+        assert value(s, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Accept") == (
+            acks_before["Accept"] + 5
+        )
+    finally:
+        c2.close()
+        c1.close()
 
 
 def test_bad_scrapes_get_a_4xx_and_the_broker_is_unaffected(broker):

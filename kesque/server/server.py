@@ -460,6 +460,7 @@ class KesqueServer:
             flush_stats=LOG_FLUSH_STATS,
             log_cleaner=lambda: self.log_cleaner,
             client_telemetry=self.client_telemetry,
+            share_manager=self.share_manager,
         )
         self.metrics_endpoint = MetricsEndpoint(*self.metrics_address, [BrokerCollector(sources, on_loop(self.loop))])
         try:
