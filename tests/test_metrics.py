@@ -104,7 +104,13 @@ def test_request_time_histogram_buckets_and_fetch_names():
     m.record(0, 10, 10**9 * ms)
     m.record(1, 16, 3 * ms, follower=True)
     m.record_phases(1, 100, 2 * ms, 500 * ms, 3 * ms, follower=True)
-    requests, _errors, buckets, sums, phases = m.snapshot()
+    m.record_throttle(0, 7)  # one of the four Produces throttled 7 ms
+    m.record_throttle(1, 2000, follower=True)
+    requests, _errors, buckets, sums, phases, throttles = m.snapshot()
+    produce_throttles, produce_throttled_ms = throttles[0]
+    assert produce_throttles[0] == 3 and produce_throttles[TOTAL_TIME_BUCKETS_MS.index(10.0)] == 1
+    assert sum(produce_throttles) == 4 and produce_throttled_ms == 7
+    assert throttles[-2][0][TOTAL_TIME_BUCKETS_MS.index(2500.0)] == 1  # as FetchFollower too
     queue, queue_sum = phases[(1, "RequestQueueTimeMs")]
     assert queue[0] == 1 and queue_sum == pytest.approx(100 / 1e6)
     remote, remote_sum = phases[(-2, "RemoteTimeMs")]  # FetchFollower's too
@@ -116,6 +122,12 @@ def test_request_time_histogram_buckets_and_fetch_names():
     hist = fam["kafka_network_requestmetrics_totaltimems"]
     produce = {s.labels.get("le"): s.value for s in hist.samples if s.labels["request"] == "Produce"}
     assert produce["0.5"] == 2 and produce["10.0"] == 3 and produce["+Inf"] == 4
+    throttle = {
+        s.labels.get("le"): s.value
+        for s in fam["kafka_network_requestmetrics_throttletimems"].samples
+        if s.labels["request"] == "Produce"
+    }
+    assert throttle["0.5"] == 3 and throttle["10.0"] == 4 and throttle["+Inf"] == 4
     names = {s.labels["request"] for s in fam["kafka_network_requestmetrics_requests"].samples}
     assert names == {"Produce", "Fetch", "FetchFollower"}
 
@@ -333,6 +345,10 @@ def test_quota_rates_and_throttling_per_entity(broker):
     assert slowpoke("kesque_server_quota_throttles_total") >= 1
     assert slowpoke("kesque_server_quota_throttle_time_ms_total") > 0
     assert slowpoke("kafka_server_quota_byte_rate") > 0
+    s = scrape(broker.metrics_port)  # Kafka's RequestMetrics ThrottleTimeMs: some Produce was throttled
+    produced = value(s, "kafka_network_requestmetrics_throttletimems_count", request="Produce")
+    assert value(s, "kafka_network_requestmetrics_throttletimems_bucket", request="Produce", le="0.5") < produced
+    assert value(s, "kafka_network_requestmetrics_throttletimems_sum", request="Produce") > 0
 
 
 def test_log_flush_time(broker):

@@ -261,7 +261,7 @@ class BrokerCollector(Collector):
             value=repl_in,
         )
 
-    def _request_families(self, requests: dict, errors: dict, buckets: dict, sums: dict, phases: dict):
+    def _request_families(self, requests: dict, errors: dict, buckets: dict, sums: dict, phases: dict, throttles: dict):
         fam = CounterMetricFamily(
             "kafka_network_requestmetrics_requests",
             "kafka.network:type=RequestMetrics,name=RequestsPerSec: responses completed per request and version",
@@ -295,6 +295,13 @@ class BrokerCollector(Collector):
                     if name == phase
                 ],
             )
+        yield _histogram(
+            "kafka_network_requestmetrics_throttletimems",
+            "kafka.network:type=RequestMetrics,name=ThrottleTimeMs: the throttle time of each response, in ms"
+            " (0: not throttled)",
+            ["request"],
+            [([_name(key)], TOTAL_TIME_BUCKETS_MS, c, total) for key, (c, total) in sorted(throttles.items())],
+        )
 
     def _partition_families(self, snap: dict):
         parts = snap["partitions"]

@@ -1294,6 +1294,8 @@ class KesqueServer:
                 now - (remote or local),
                 ctx.follower,
             )
+            if ctx.throttle_ms:
+                m.record_throttle(header.api_key, ctx.throttle_ms, ctx.follower)
             if result.__class__ not in _ENCODED:
                 counts: dict[int, int] = {}
                 error_counts(result, counts)
