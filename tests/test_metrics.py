@@ -29,6 +29,8 @@ from kesque.config.broker import KAFKA_INTERNAL_BROKER_KEYS, BrokerConfig
 from kesque.config.types import ConfigError
 from kesque.metrics.collectors import BrokerCollector, Sources
 from kesque.metrics.stats import TOTAL_TIME_BUCKETS_MS, BrokerTopicStats, RequestMetrics, error_counts
+from kesque.server.drivers.share_manager import SharePartitionManager as SPM
+from kesque.share.partition import SharePartition
 from kesque.testing.broker import Broker
 from kesque.testing.cluster import Cluster
 
@@ -182,6 +184,33 @@ def test_partitions_are_copied_in_chunks_one_loop_turn_each():
     assert fams["kafka_server_replicamanager_leadercount"].samples[0].value == 1250
     assert fams["kafka_server_replicamanager_underreplicatedpartitions"].samples[0].value == 1  # partition 0
     assert fams["kafka_server_replicamanager_atminisrpartitioncount"].samples[0].value == 1
+
+
+def test_share_partitions_are_read_in_chunks_one_loop_turn_each():
+    refs = []
+    for i in range(250):
+        sp = SharePartition(100, max_record_locks=10)
+        sp.acquire("m", 104, 5, now_ms=0)  # 100-104 acquired
+        sp.acknowledge("m", [(101, 101, [1])], now_ms=1)  # 101 accepted, behind 100
+        sp.expire_locks(10**9)  # the others' locks run out: available again
+        refs.append((("g", "tid", i), sp))
+    sources = _sources(share_manager=NS(metrics_refs=lambda: (refs, {1: 250}), metrics_rows=SPM.metrics_rows))
+    sources.image.topics_by_id = {"tid": NS(name="shared", partitions={})}
+    turns = []
+    fams = {f.name: f for f in BrokerCollector(sources, lambda fn: turns.append(fn) or fn()).collect()}
+    assert len(turns) == 1 + 3  # the rest, then 100 + 100 + 50 share partitions
+    states = [s for s in fams["kesque_server_sharepartition_records"].samples if s.labels["partition"] == "249"]
+    assert {s.labels["state"]: s.value for s in states} == {
+        "Available": 4,
+        "Acquired": 0,
+        "Acknowledged": 1,
+        "Archived": 0,
+    }
+    assert states[0].labels["topic"] == "shared" and len(fams["kesque_server_sharepartition_records"].samples) == 1000
+    timeouts = fams["kafka_server_sharepartitionmetrics_acquisitionlocktimeout"].samples
+    assert len(timeouts) == 250 and {s.value for s in timeouts} == {4}
+    acks = {s.labels["ackType"]: s.value for s in fams["kafka_server_sharegroupmetrics_recordacknowledgements"].samples}
+    assert acks == {"Accept": 250}
 
 
 def _sources(**kw) -> Sources:

@@ -74,11 +74,12 @@ class Sources:
     flush_stats: object | None = None  # kesque.storage.unified_log.LogFlushStats
     log_cleaner: Callable[[], object | None] = lambda: None  # its CleanerManager holds Kafka's gauges
     client_telemetry: object | None = None  # kesque.metrics.telemetry.ClientTelemetry: pushed client metrics
-    share_manager: object | None = None  # SharePartitionManager: metrics_snapshot() of its share partitions
+    share_manager: object | None = None  # SharePartitionManager: metrics_refs(), metrics_rows()
     extra: list = field(default_factory=list)  # more snapshot callables (name, fn)
 
 
 PARTITION_CHUNK = 1000  # partitions copied per turn of the event loop
+SHARE_CHUNK = 100  # share partitions read per turn (each a pass over up to max.record.locks records)
 
 
 def _name(key: int) -> str:
@@ -104,6 +105,16 @@ class BrokerCollector(Collector):
             rows += chunk_rows
             holds.append(seconds)
         snap["partitions"] = rows
+        # share partitions likewise, SHARE_CHUNK at a time: each is one pass over its window of
+        # in-flight records (up to group.share.partition.max.record.locks)
+        share_refs = snap.pop("share_refs", None)
+        if share_refs is not None:
+            share_rows = []
+            for i in range(0, len(share_refs), SHARE_CHUNK):
+                chunk_rows, seconds = self.run_on_loop(lambda c=share_refs[i : i + SHARE_CHUNK]: self.share_rows(c))
+                share_rows += chunk_rows
+                holds.append(seconds)
+            snap["share_rows"] = share_rows
         snap["loop_seconds"], snap["loop_longest"] = sum(holds), max(holds)
         return self.families(snap)
 
@@ -171,9 +182,9 @@ class BrokerCollector(Collector):
         if s.client_telemetry is not None:
             snap["clients"] = s.client_telemetry.snapshot()
         if s.share_manager is not None:
-            rows, acks = s.share_manager.metrics_snapshot()
-            names = {tid: t.name for tid, t in image.topics_by_id.items()}
-            snap["share"] = ([(g, names.get(tid, str(tid)), *rest) for g, tid, *rest in rows], acks)
+            refs, acks = s.share_manager.metrics_refs()
+            snap["share_refs"] = refs
+            snap["share"] = ({tid: t.name for tid, t in image.topics_by_id.items()}, acks)
         for name, fn in s.extra:
             snap[name] = fn()
         snap["loop_seconds"] = time.perf_counter() - t0
@@ -204,6 +215,11 @@ class BrokerCollector(Collector):
             )
         return rows, time.perf_counter() - t0
 
+    def share_rows(self, refs) -> tuple[list[tuple], float]:
+        t0 = time.perf_counter()
+        rows = self.sources.share_manager.metrics_rows(refs)
+        return rows, time.perf_counter() - t0
+
     # ------------------------------------------------------------------ in the HTTP thread
     def families(self, snap: dict):
         yield from self._topic_families(*snap["topics"])
@@ -217,7 +233,9 @@ class BrokerCollector(Collector):
         if snap.get("clients"):
             yield from client_families(snap["clients"])
         if "share" in snap:
-            yield from self._share_families(*snap["share"])
+            names, acks = snap["share"]
+            rows = [(g, names.get(tid, str(tid)), *rest) for g, tid, *rest in snap.get("share_rows", ())]
+            yield from self._share_families(rows, acks)
         if "flush" in snap:
             bounds, counts, total = snap["flush"]
             yield _histogram(

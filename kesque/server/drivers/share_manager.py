@@ -393,15 +393,19 @@ class SharePartitionManager:
                     if t in acks and first + i >= base:
                         acks[t] += 1
 
-    def metrics_snapshot(self) -> tuple[list[tuple], dict[int, int]]:
-        """For /metrics, on the event loop: a row per share partition here (group, topic id,
-        partition, start offset, end offset, records per state, lock timeouts) and the records
-        acknowledged per type."""
-        rows = [
-            (g, tid, p, sp.start_offset, sp.end_offset, sp.state_counts(), sp.lock_timeouts)
-            for (g, tid, p), sp in self.partitions.items()
+    def metrics_refs(self) -> tuple[list[tuple], dict[int, int]]:
+        """For /metrics, on the event loop: the share partitions here ((group, topic id,
+        partition), SharePartition), read a chunk at a time by :meth:`metrics_rows`, and the
+        records acknowledged per type."""
+        return list(self.partitions.items()), dict(self.record_acks)
+
+    @staticmethod
+    def metrics_rows(refs) -> list[tuple]:
+        """(group, topic id, partition, start offset, end offset, records per state, lock
+        timeouts) per share partition of ``refs`` (one pass over each window)."""
+        return [
+            (g, tid, p, sp.start_offset, sp.end_offset, sp.state_counts(), sp.lock_timeouts) for (g, tid, p), sp in refs
         ]
-        return rows, dict(self.record_acks)
 
     def fetch(
         self,
