@@ -15,7 +15,11 @@ onoff   Two brokers at once, one with ``metrics.listener`` (scraped every ``--in
         the messages-in the scrape shows for the topics, against what was produced.
 loopcpu The event-loop thread's own CPU per small request (time.thread_time), two brokers in
         this process, metrics on (never scraped) and off, rounds alternating, medians: what the
-        counters cost, without the machine's other work in the figure.
+        counters cost, without the machine's other work in the figure. The ratio off/on (loop
+        CPU per request without metrics over with) is given twice: of the two medians, and the
+        median of each pass's own off/on (its two rounds ran back to back, so the machine's
+        drift over the run moves it less). This machine's VM exposes no instruction counter
+        (perf: instructions not supported), so CPU time is the steadiest figure here.
 scrape  A broker with ``--partitions`` partitions (10,000): the scrape's wall time (best and
         median of 5), the broker's CPU per scrape, its size (plain and gzip), and how long it
         held the broker's event loop
@@ -238,6 +242,9 @@ def loopcpu(args, sc) -> dict:
             b.stop(30)
             b.close()
     off, on = statistics.median(per_request["off"]), statistics.median(per_request["on"])
+    # each pass ran both brokers back to back: its own off/on, whose median follows the machine's
+    # drift less than the ratio of the two medians
+    paired = [o / m for o, m in zip(per_request["off"], per_request["on"])]
     return {
         "requests_per_round": n,
         "rounds": args.passes * 2,
@@ -245,6 +252,8 @@ def loopcpu(args, sc) -> dict:
         "loop_us_per_request_on": on,
         "added_us_per_request": on - off,
         "ratio": off / on,  # requests per loop CPU-second, on against off
+        "paired_ratio": statistics.median(paired),
+        "paired_ratios": paired,
         "rounds_us": per_request,
     }
 

@@ -20,14 +20,17 @@ from types import SimpleNamespace as NS
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kio.schema.metadata.v12.response import MetadataResponse, MetadataResponseTopic
 from prometheus_client.parser import text_string_to_metric_families
 
+from kesque.client.share_consumer import ShareConsumer
 from kesque.config.broker import KAFKA_INTERNAL_BROKER_KEYS, BrokerConfig
 from kesque.config.types import ConfigError
 from kesque.metrics.collectors import BrokerCollector, Sources
 from kesque.metrics.stats import TOTAL_TIME_BUCKETS_MS, BrokerTopicStats, RequestMetrics, error_counts
+from kesque.server.drivers.share_manager import SharePartitionManager as SPM
+from kesque.share.partition import SharePartition
 from kesque.testing.broker import Broker
 from kesque.testing.cluster import Cluster
 
@@ -103,7 +106,13 @@ def test_request_time_histogram_buckets_and_fetch_names():
     m.record(0, 10, 10**9 * ms)
     m.record(1, 16, 3 * ms, follower=True)
     m.record_phases(1, 100, 2 * ms, 500 * ms, 3 * ms, follower=True)
-    requests, _errors, buckets, sums, phases = m.snapshot()
+    m.record_throttle(0, 7)  # one of the four Produces throttled 7 ms
+    m.record_throttle(1, 2000, follower=True)
+    requests, _errors, buckets, sums, phases, throttles = m.snapshot()
+    produce_throttles, produce_throttled_ms = throttles[0]
+    assert produce_throttles[0] == 3 and produce_throttles[TOTAL_TIME_BUCKETS_MS.index(10.0)] == 1
+    assert sum(produce_throttles) == 4 and produce_throttled_ms == 7
+    assert throttles[-2][0][TOTAL_TIME_BUCKETS_MS.index(2500.0)] == 1  # as FetchFollower too
     queue, queue_sum = phases[(1, "RequestQueueTimeMs")]
     assert queue[0] == 1 and queue_sum == pytest.approx(100 / 1e6)
     remote, remote_sum = phases[(-2, "RemoteTimeMs")]  # FetchFollower's too
@@ -115,6 +124,12 @@ def test_request_time_histogram_buckets_and_fetch_names():
     hist = fam["kafka_network_requestmetrics_totaltimems"]
     produce = {s.labels.get("le"): s.value for s in hist.samples if s.labels["request"] == "Produce"}
     assert produce["0.5"] == 2 and produce["10.0"] == 3 and produce["+Inf"] == 4
+    throttle = {
+        s.labels.get("le"): s.value
+        for s in fam["kafka_network_requestmetrics_throttletimems"].samples
+        if s.labels["request"] == "Produce"
+    }
+    assert throttle["0.5"] == 3 and throttle["10.0"] == 4 and throttle["+Inf"] == 4
     names = {s.labels["request"] for s in fam["kafka_network_requestmetrics_requests"].samples}
     assert names == {"Produce", "Fetch", "FetchFollower"}
 
@@ -171,6 +186,33 @@ def test_partitions_are_copied_in_chunks_one_loop_turn_each():
     assert fams["kafka_server_replicamanager_atminisrpartitioncount"].samples[0].value == 1
 
 
+def test_share_partitions_are_read_in_chunks_one_loop_turn_each():
+    refs = []
+    for i in range(250):
+        sp = SharePartition(100, max_record_locks=10)
+        sp.acquire("m", 104, 5, now_ms=0)  # 100-104 acquired
+        sp.acknowledge("m", [(101, 101, [1])], now_ms=1)  # 101 accepted, behind 100
+        sp.expire_locks(10**9)  # the others' locks run out: available again
+        refs.append((("g", "tid", i), sp))
+    sources = _sources(share_manager=NS(metrics_refs=lambda: (refs, {1: 250}), metrics_rows=SPM.metrics_rows))
+    sources.image.topics_by_id = {"tid": NS(name="shared", partitions={})}
+    turns = []
+    fams = {f.name: f for f in BrokerCollector(sources, lambda fn: turns.append(fn) or fn()).collect()}
+    assert len(turns) == 1 + 3  # the rest, then 100 + 100 + 50 share partitions
+    states = [s for s in fams["kesque_server_sharepartition_records"].samples if s.labels["partition"] == "249"]
+    assert {s.labels["state"]: s.value for s in states} == {
+        "Available": 4,
+        "Acquired": 0,
+        "Acknowledged": 1,
+        "Archived": 0,
+    }
+    assert states[0].labels["topic"] == "shared" and len(fams["kesque_server_sharepartition_records"].samples) == 1000
+    timeouts = fams["kafka_server_sharepartitionmetrics_acquisitionlocktimeout"].samples
+    assert len(timeouts) == 250 and {s.value for s in timeouts} == {4}
+    acks = {s.labels["ackType"]: s.value for s in fams["kafka_server_sharegroupmetrics_recordacknowledgements"].samples}
+    assert acks == {"Accept": 250}
+
+
 def _sources(**kw) -> Sources:
     class Image:
         topics_by_id: dict = {}
@@ -200,7 +242,12 @@ def _sources(**kw) -> Sources:
 @pytest.fixture(scope="module")
 def broker():
     port = free_port()
-    config = {"metrics.listener": f"http://127.0.0.1:{port}", "log.cleaner.backoff.ms": "300"}
+    config = {
+        "metrics.listener": f"http://127.0.0.1:{port}",
+        "log.cleaner.backoff.ms": "300",
+        "group.share.enable": "true",
+        "group.share.min.record.lock.duration.ms": "1000",  # the share test's locks run out in 1 s
+    }
     with Broker(mode="thread", config=config) as b:
         b.metrics_port = port
         yield b
@@ -327,6 +374,10 @@ def test_quota_rates_and_throttling_per_entity(broker):
     assert slowpoke("kesque_server_quota_throttles_total") >= 1
     assert slowpoke("kesque_server_quota_throttle_time_ms_total") > 0
     assert slowpoke("kafka_server_quota_byte_rate") > 0
+    s = scrape(broker.metrics_port)  # Kafka's RequestMetrics ThrottleTimeMs: some Produce was throttled
+    produced = value(s, "kafka_network_requestmetrics_throttletimems_count", request="Produce")
+    assert value(s, "kafka_network_requestmetrics_throttletimems_bucket", request="Produce", le="0.5") < produced
+    assert value(s, "kafka_network_requestmetrics_throttletimems_sum", request="Produce") > 0
 
 
 def test_log_flush_time(broker):
@@ -384,6 +435,85 @@ def test_transactions_and_groups_per_state(broker):
     assert value(s, "kesque_transaction_coordinator_transactions", state="COMPLETE_COMMIT") >= 1
     assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="classic") >= 1
     assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="share") is not None
+
+
+def test_share_partition_states(broker):
+    """A share consumer acquires records: the scrape shows them acquired; after it accepts some
+    and releases one, acknowledged and available; a lock that runs out is counted, and once all
+    are accepted the window is empty and its start offset at the end."""
+    topic, group = "metered-share", "metered-share-g"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    res = ConfigResource(
+        "GROUP",
+        group,
+        incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "1000"}.items()
+        ],
+    )
+    admin.incremental_alter_configs([res])[res].result(20)
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for i in range(5):
+        p.produce(topic, b"%d" % i, partition=0)
+    assert p.flush(10) == 0
+    acks_before = {
+        t: value(scrape(broker.metrics_port), "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType=t)
+        for t in ("Accept", "Release")
+    }
+    labels = {"group": group, "topic": topic, "partition": 0}
+
+    def shown(s):
+        return {
+            st: value(s, "kesque_server_sharepartition_records", state=st, **labels)
+            for st in ("Available", "Acquired", "Acknowledged", "Archived")
+        }
+
+    c1 = ShareConsumer(broker.bootstrap_servers, group, acknowledgement_mode="explicit", timeout=20)
+    c2 = ShareConsumer(broker.bootstrap_servers, group, timeout=20)
+    try:
+        c1.subscribe([topic])
+        msgs = []
+        wait_for(lambda: msgs.extend(c1.poll(0.5)) or len(msgs) >= 5, 20, "five records acquired")
+        s = scrape(broker.metrics_port)
+        assert shown(s) == {"Available": 0, "Acquired": 5, "Acknowledged": 0, "Archived": 0}
+        assert value(s, "kafka_server_sharepartitionmetrics_inflightmessagecount", **labels) == 5
+        assert value(s, "kesque_server_sharepartition_startoffset", **labels) == 0
+        assert value(s, "kesque_server_sharepartition_endoffset", **labels) == 5
+        assert value(s, "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", **labels) == 0
+
+        for m in msgs:
+            c1.acknowledge(m, "release" if m.offset == 0 else "accept")
+        assert set(c1.commit_sync().values()) == {0}
+        s = scrape(broker.metrics_port)
+        assert shown(s) == {"Available": 1, "Acquired": 0, "Acknowledged": 4, "Archived": 0}
+        assert value(s, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Accept") == (
+            acks_before["Accept"] + 4
+        )
+        assert value(s, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Release") == (
+            acks_before["Release"] + 1
+        )
+
+        again = []
+        wait_for(lambda: again.extend(c1.poll(0.5)) or again, 20, "the released record again")
+        assert [m.offset for m in again] == [0]
+        assert shown(scrape(broker.metrics_port))["Acquired"] == 1
+        time.sleep(1.2)  # c1 holds it past its lock: c2's fetch finds the lock run out, and takes it
+        c2.subscribe([topic])
+        taken = []
+        wait_for(lambda: taken.extend(c2.poll(0.5)) or taken, 20, "the expired record at the other member")
+        assert [m.offset for m in taken] == [0]
+        c2.commit_sync()
+        s = scrape(broker.metrics_port)
+        assert value(s, "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", **labels) == 1
+        assert value(s, "kafka_server_sharepartitionmetrics_inflightmessagecount", **labels) == 0
+        assert value(s, "kesque_server_sharepartition_startoffset", **labels) == 5
+        assert value(s, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Accept") == (
+            acks_before["Accept"] + 5
+        )
+    finally:
+        c2.close()
+        c1.close()
 
 
 def test_bad_scrapes_get_a_4xx_and_the_broker_is_unaffected(broker):

@@ -28,6 +28,8 @@ from prometheus_client.samples import Sample
 
 from ..errors import error_name
 from ..protocol.api import api_name
+from ..share.partition import ACCEPT, REJECT, RELEASE, RENEW
+from ..share.partition import STATE_NAMES as SHARE_STATE_NAMES
 from .stats import (
     METRIC_NAMES,
     PHASES,
@@ -37,6 +39,9 @@ from .stats import (
     RequestMetrics,
 )
 from .telemetry import client_families
+
+# acknowledge types as ShareGroupMetrics' ackType tag names them (AcknowledgeType, capitalized)
+ACK_TYPE_NAMES = {ACCEPT: "Accept", RELEASE: "Release", REJECT: "Reject", RENEW: "Renew"}
 
 # raft node states as Kafka's raft-metrics current-state names them
 RAFT_STATES = {
@@ -69,10 +74,12 @@ class Sources:
     flush_stats: object | None = None  # kesque.storage.unified_log.LogFlushStats
     log_cleaner: Callable[[], object | None] = lambda: None  # its CleanerManager holds Kafka's gauges
     client_telemetry: object | None = None  # kesque.metrics.telemetry.ClientTelemetry: pushed client metrics
+    share_manager: object | None = None  # SharePartitionManager: metrics_refs(), metrics_rows()
     extra: list = field(default_factory=list)  # more snapshot callables (name, fn)
 
 
 PARTITION_CHUNK = 1000  # partitions copied per turn of the event loop
+SHARE_CHUNK = 100  # share partitions read per turn (each a pass over up to max.record.locks records)
 
 
 def _name(key: int) -> str:
@@ -98,6 +105,16 @@ class BrokerCollector(Collector):
             rows += chunk_rows
             holds.append(seconds)
         snap["partitions"] = rows
+        # share partitions likewise, SHARE_CHUNK at a time: each is one pass over its window of
+        # in-flight records (up to group.share.partition.max.record.locks)
+        share_refs = snap.pop("share_refs", None)
+        if share_refs is not None:
+            share_rows = []
+            for i in range(0, len(share_refs), SHARE_CHUNK):
+                chunk_rows, seconds = self.run_on_loop(lambda c=share_refs[i : i + SHARE_CHUNK]: self.share_rows(c))
+                share_rows += chunk_rows
+                holds.append(seconds)
+            snap["share_rows"] = share_rows
         snap["loop_seconds"], snap["loop_longest"] = sum(holds), max(holds)
         return self.families(snap)
 
@@ -164,6 +181,10 @@ class BrokerCollector(Collector):
             }
         if s.client_telemetry is not None:
             snap["clients"] = s.client_telemetry.snapshot()
+        if s.share_manager is not None:
+            refs, acks = s.share_manager.metrics_refs()
+            snap["share_refs"] = refs
+            snap["share"] = ({tid: t.name for tid, t in image.topics_by_id.items()}, acks)
         for name, fn in s.extra:
             snap[name] = fn()
         snap["loop_seconds"] = time.perf_counter() - t0
@@ -194,6 +215,11 @@ class BrokerCollector(Collector):
             )
         return rows, time.perf_counter() - t0
 
+    def share_rows(self, refs) -> tuple[list[tuple], float]:
+        t0 = time.perf_counter()
+        rows = self.sources.share_manager.metrics_rows(refs)
+        return rows, time.perf_counter() - t0
+
     # ------------------------------------------------------------------ in the HTTP thread
     def families(self, snap: dict):
         yield from self._topic_families(*snap["topics"])
@@ -206,6 +232,10 @@ class BrokerCollector(Collector):
             yield from self._cleaner_families(*snap["cleaner"])
         if snap.get("clients"):
             yield from client_families(snap["clients"])
+        if "share" in snap:
+            names, acks = snap["share"]
+            rows = [(g, names.get(tid, str(tid)), *rest) for g, tid, *rest in snap.get("share_rows", ())]
+            yield from self._share_families(rows, acks)
         if "flush" in snap:
             bounds, counts, total = snap["flush"]
             yield _histogram(
@@ -249,7 +279,7 @@ class BrokerCollector(Collector):
             value=repl_in,
         )
 
-    def _request_families(self, requests: dict, errors: dict, buckets: dict, sums: dict, phases: dict):
+    def _request_families(self, requests: dict, errors: dict, buckets: dict, sums: dict, phases: dict, throttles: dict):
         fam = CounterMetricFamily(
             "kafka_network_requestmetrics_requests",
             "kafka.network:type=RequestMetrics,name=RequestsPerSec: responses completed per request and version",
@@ -283,6 +313,13 @@ class BrokerCollector(Collector):
                     if name == phase
                 ],
             )
+        yield _histogram(
+            "kafka_network_requestmetrics_throttletimems",
+            "kafka.network:type=RequestMetrics,name=ThrottleTimeMs: the throttle time of each response, in ms"
+            " (0: not throttled)",
+            ["request"],
+            [([_name(key)], TOTAL_TIME_BUCKETS_MS, c, total) for key, (c, total) in sorted(throttles.items())],
+        )
 
     def _partition_families(self, snap: dict):
         parts = snap["partitions"]
@@ -452,6 +489,56 @@ class BrokerCollector(Collector):
             for state, n in sorted(txns.items()):
                 fam.add_metric([state], n)
             yield fam
+
+    def _share_families(self, rows: list[tuple], acks: dict[int, int]):
+        """Kafka's SharePartitionMetrics (per group, topic, partition) and ShareGroupMetrics'
+        record acknowledgements, and kesque's records per state and window offsets."""
+        labels = ["group", "topic", "partition"]
+        in_flight = GaugeMetricFamily(
+            "kafka_server_sharepartitionmetrics_inflightmessagecount",
+            "kafka.server:type=SharePartitionMetrics,name=InFlightMessageCount,group=,topic=,partition=: "
+            "records from the share-partition start offset to its end offset",
+            labels=labels,
+        )
+        timeouts = CounterMetricFamily(
+            "kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
+            "kafka.server:type=SharePartitionMetrics,name=AcquisitionLockTimeoutPerSec: records whose "
+            "acquisition lock ran out",
+            labels=labels,
+        )
+        records = GaugeMetricFamily(
+            "kesque_server_sharepartition_records",
+            "kesque: in-flight records of a share partition per state",
+            labels=[*labels, "state"],
+        )
+        start = GaugeMetricFamily(
+            "kesque_server_sharepartition_startoffset",
+            "kesque: the share-partition start offset (SPSO): records below it are finished with",
+            labels=labels,
+        )
+        end = GaugeMetricFamily(
+            "kesque_server_sharepartition_endoffset",
+            "kesque: the share-partition end offset (SPEO): the first offset never handed out",
+            labels=labels,
+        )
+        for group, topic, p, spso, speo, counts, n_timeouts in sorted(rows):
+            ls = [group, topic, str(p)]
+            in_flight.add_metric(ls, speo - spso)
+            timeouts.add_metric(ls, n_timeouts)
+            start.add_metric(ls, spso)
+            end.add_metric(ls, speo)
+            for state, n in counts.items():
+                records.add_metric([*ls, SHARE_STATE_NAMES[state]], n)
+        yield from (in_flight, timeouts, records, start, end)
+        fam = CounterMetricFamily(
+            "kafka_server_sharegroupmetrics_recordacknowledgements",
+            "kafka.server:type=ShareGroupMetrics,name=RecordAcknowledgementsPerSec,ackType=: records "
+            "acknowledged per acknowledge type",
+            labels=["ackType"],
+        )
+        for ack_type, n in sorted(acks.items()):
+            fam.add_metric([ACK_TYPE_NAMES[ack_type]], n)
+        yield fam
 
     def _cleaner_families(self, max_clean: float, max_delay: float, recopy: int, uncleanable: Counter):
         for name, value in (

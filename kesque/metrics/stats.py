@@ -123,7 +123,7 @@ class RequestMetrics:
     a request is one dict lookup, one bisect and two list additions; its count is the sum of
     its buckets, and an API's histogram the sum over its versions, both made at scrape time."""
 
-    __slots__ = ("by_version", "errors", "produce_none", "phases")
+    __slots__ = ("by_version", "errors", "produce_none", "phases", "throttles")
 
     def __init__(self):
         self.by_version: dict[tuple[int, int], list] = {}
@@ -133,6 +133,9 @@ class RequestMetrics:
         # the partitions of Produce responses without an error: the common case, one integer
         # addition (ErrorsPerSec{request=Produce,error=NONE} at scrape time)
         self.produce_none = 0
+        # per API: ThrottleTimeMs of the throttled requests only (buckets by ms, then the sum in
+        # ms); the unthrottled ones, Kafka's 0 ms, are the API's requests less these (at scrape time)
+        self.throttles: dict[int, list] = {}
 
     def record(self, api_key: int, version: int, total_ns: int, follower: bool = False) -> None:
         kv = (api_key, version)
@@ -166,6 +169,17 @@ class RequestMetrics:
                 FETCH_FOLLOWER if follower else FETCH_CONSUMER, queue_ns, local_ns, remote_ns, response_ns
             )
 
+    def record_throttle(self, api_key: int, ms: int, follower: bool = False) -> None:
+        """A response throttled ``ms`` (> 0) milliseconds: one bisect and two additions, only for
+        throttled requests."""
+        b = self.throttles.get(api_key)
+        if b is None:
+            b = self.throttles[api_key] = [0] * PHASE_WIDTH
+        b[bisect_left(TOTAL_TIME_BUCKETS_MS, ms)] += 1
+        b[PHASE_SUM] += ms
+        if api_key == FETCH:
+            self.record_throttle(FETCH_FOLLOWER if follower else FETCH_CONSUMER, ms)
+
     def error(self, api_key: int, code: int, count: int = 1) -> None:
         key = (api_key, code)
         e = self.errors
@@ -177,7 +191,8 @@ class RequestMetrics:
 
     def snapshot(self):
         """(requests per (API, version), errors per (API, code), per API: the bucket counts and
-        the sum of the times)."""
+        the sum of the times, per (API, phase) the same, and per API ThrottleTimeMs' bucket
+        counts and sum, its first bucket holding the unthrottled requests)."""
         requests, hist = {}, {}
         for (key, version), b in list(self.by_version.items()):
             counts = b[:-1]
@@ -197,7 +212,13 @@ class RequestMetrics:
             for i, name in enumerate(PHASES):
                 seg = b[i * PHASE_WIDTH : (i + 1) * PHASE_WIDTH]
                 phases[(key, name)] = (seg[:PHASE_SUM], seg[PHASE_SUM] / 1e6)
-        return requests, errors, {k: h[0] for k, h in hist.items()}, sums_ms, phases
+        throttles = {}
+        for key, h in hist.items():
+            b = self.throttles.get(key)
+            counts = b[:PHASE_SUM] if b is not None else [0] * (PHASE_WIDTH - 1)
+            counts[0] += sum(h[0]) - sum(counts)  # the unthrottled: 0 ms, in the first bucket
+            throttles[key] = (counts, b[PHASE_SUM] if b is not None else 0)
+        return requests, errors, {k: h[0] for k, h in hist.items()}, sums_ms, phases, throttles
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}

@@ -474,6 +474,7 @@ class KesqueServer:
             flush_stats=LOG_FLUSH_STATS,
             log_cleaner=lambda: self.log_cleaner,
             client_telemetry=self.client_telemetry,
+            share_manager=self.share_manager,
         )
         self.metrics_endpoint = MetricsEndpoint(*self.metrics_address, [BrokerCollector(sources, on_loop(self.loop))])
         try:
@@ -1307,6 +1308,8 @@ class KesqueServer:
                 now - (remote or local),
                 ctx.follower,
             )
+            if ctx.throttle_ms:
+                m.record_throttle(header.api_key, ctx.throttle_ms, ctx.follower)
             if result.__class__ not in _ENCODED:
                 counts: dict[int, int] = {}
                 error_counts(result, counts)

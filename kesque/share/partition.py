@@ -130,6 +130,7 @@ class SharePartition:
         # no lock runs out before this: expire_locks skips its scan until then (a lower bound,
         # lowered by every acquisition, made exact by every scan)
         self._next_expiry = _NEVER
+        self.lock_timeouts = 0  # records whose acquisition lock ran out (AcquisitionLockTimeoutPerSec)
 
     # -- views ---------------------------------------------------------------------------------
 
@@ -148,6 +149,13 @@ class SharePartition:
 
     def acquired_count(self) -> int:
         return sum(1 for r in self._window if r.state == ACQUIRED)
+
+    def state_counts(self) -> dict[int, int]:
+        """In-flight records per state (read at scrape time: one pass over the window)."""
+        counts = dict.fromkeys(STATE_NAMES, 0)
+        for rec in self._window:
+            counts[rec.state] += 1
+        return counts
 
     def next_fetch_offset(self, now_ms: int) -> int:
         """Where the next fetch should read: the first AVAILABLE in-flight record, else the SPEO."""
@@ -296,6 +304,7 @@ class SharePartition:
                     nxt = min(nxt, rec.deadline)
         self._next_expiry = nxt
         if n:
+            self.lock_timeouts += n
             self._advance_start()
         return n
 

@@ -35,7 +35,7 @@ from ...errors import ErrorCode, KafkaError
 from ...metadata.image import RESOURCE_GROUP
 from ...records.batch import iter_headers
 from ...replication.partition import FETCH_HIGH_WATERMARK, FETCH_TXN_COMMITTED
-from ...share.partition import SharePartition
+from ...share.partition import ACCEPT, REJECT, RELEASE, RENEW, SharePartition
 from ...share.session import ShareSessionCache
 from .share_persister import DefaultStatePersister, LocalPersister
 
@@ -154,6 +154,9 @@ class SharePartitionManager:
         self.waiters: dict[tuple, set] = {}
         self.delivery_count_limit = cfg.get("group.share.delivery.count.limit")
         self.max_record_locks = cfg.get("group.share.partition.max.record.locks")
+        # records acknowledged per acknowledge type (ShareGroupMetrics RecordAcknowledgementsPerSec),
+        # counted per acknowledgement batch
+        self.record_acks = dict.fromkeys((ACCEPT, RELEASE, REJECT, RENEW), 0)
 
     # ------------------------------------------------------------------ configs
     def group_configs(self, group_id: str) -> dict:
@@ -364,6 +367,7 @@ class SharePartitionManager:
             sp = self.partitions.get((group_id, topic_id, partition))
             if sp is None:
                 raise KafkaError(ErrorCode.invalid_record_state, "No records of this partition were acquired.")
+            base = sp.start_offset
             undo = sp.acknowledge(member_id, batches, now_ms, renew)
             try:
                 pending = self._persist((group_id, topic_id, partition), sp)
@@ -372,8 +376,36 @@ class SharePartitionManager:
                 raise
         except KafkaError as e:
             return e
+        self._count_acks(batches, base)
         self.notify((group_id, topic_id, partition))
         return pending
+
+    def _count_acks(self, batches, base: int) -> None:
+        """Add applied acknowledgement batches to ``record_acks`` (offsets below ``base``, the
+        start offset before them, were already finished with; GAP is not counted, as Kafka)."""
+        acks = self.record_acks
+        for first, last, types in batches:
+            if len(types) == 1:
+                if types[0] in acks and last >= base:
+                    acks[types[0]] += last - max(first, base) + 1
+            else:
+                for i, t in enumerate(types):
+                    if t in acks and first + i >= base:
+                        acks[t] += 1
+
+    def metrics_refs(self) -> tuple[list[tuple], dict[int, int]]:
+        """For /metrics, on the event loop: the share partitions here ((group, topic id,
+        partition), SharePartition), read a chunk at a time by :meth:`metrics_rows`, and the
+        records acknowledged per type."""
+        return list(self.partitions.items()), dict(self.record_acks)
+
+    @staticmethod
+    def metrics_rows(refs) -> list[tuple]:
+        """(group, topic id, partition, start offset, end offset, records per state, lock
+        timeouts) per share partition of ``refs`` (one pass over each window)."""
+        return [
+            (g, tid, p, sp.start_offset, sp.end_offset, sp.state_counts(), sp.lock_timeouts) for (g, tid, p), sp in refs
+        ]
 
     def fetch(
         self,
