@@ -45,7 +45,7 @@ def jars() -> list[str]:
 
 # Spark's Python processes (the streaming source runner, the planners, the task workers) inherit this
 # process's environment. kio imports hypothesis whenever it is importable, and the bench's venv has it
-# (the test extra): 0.1-0.15 s of CPU more in every fresh interpreter, which format kafka never starts.
+# (the test extra): ≈ 0.1 s of CPU more in every fresh interpreter, which format kafka never starts.
 # Where kesque is deployed hypothesis is absent, so the bench's Python processes run as the tests'
 # subprocesses do, with it marked absent (tests/subprocess_site); KESQUE_BENCH_HYPOTHESIS=1 keeps it.
 SUBPROCESS_SITE = os.path.join(ROOT, "tests", "subprocess_site")
