@@ -11,7 +11,8 @@ kesque cluster, in the same SparkSession, steps alternating between the two form
 
 and the Python data-source ceiling: an in-memory Python source yielding Arrow batches of the
 Kafka schema (bench/spark.py's ``kesque-memory``), no I/O. Rows/s from the best of
-``passes``; the ratio is kesque/kafka. Nothing here asserts.
+``passes``; the ratio is kesque/kafka. Nothing here asserts. Spark's Python processes run without
+hypothesis, as where kesque is deployed (``KESQUE_BENCH_HYPOTHESIS=1`` keeps it: see SUBPROCESS_SITE).
 
     python bench/spark_kafka.py [rows] [passes] [nodes]
 """
@@ -42,9 +43,19 @@ def jars() -> list[str]:
     return found
 
 
+# Spark's Python processes (the streaming source runner, the planners, the task workers) inherit this
+# process's environment. kio imports hypothesis whenever it is importable, and the bench's venv has it
+# (the test extra): ≈ 0.1 s of CPU more in every fresh interpreter, which format kafka never starts.
+# Where kesque is deployed hypothesis is absent, so the bench's Python processes run as the tests'
+# subprocesses do, with it marked absent (tests/subprocess_site); KESQUE_BENCH_HYPOTHESIS=1 keeps it.
+SUBPROCESS_SITE = os.path.join(ROOT, "tests", "subprocess_site")
+
+
 def session(cores: int = 2):
     """local[cores] with Spark's Kafka connector on the class path and format kesque registered."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if os.environ.get("KESQUE_BENCH_HYPOTHESIS") != "1":
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (SUBPROCESS_SITE, os.environ.get("PYTHONPATH"))))
     from pyspark.sql import SparkSession
 
     s = (

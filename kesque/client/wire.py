@@ -17,8 +17,10 @@ import struct
 from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 
 from .. import __version__
 from ..protocol.api_keys import ApiKeys
@@ -91,14 +93,11 @@ def _request_module(api_key: int, version: int):
 
 @cache
 def _kio_versions(api_key: int) -> tuple[int, ...]:
-    out = []
-    for v in range(0, 20):
-        try:
-            load_request_schema(api_key, v)
-            out.append(v)
-        except Exception:
-            continue
-    return tuple(out)
+    """The request versions kio has for ``api_key``, read from kio's index: loading each
+    version's schema to find out imported every version's modules (a Metadata request
+    loaded 28 of them, 60 ms of a fresh process's start)."""
+    versions = schema_name_map.get(api_key_map.get(api_key), {})
+    return tuple(sorted(v for v, entities in versions.items() if EntityType.request in entities))
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
