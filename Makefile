@@ -116,7 +116,8 @@ format: $(TSTAMP)
 # four workers on two cores, each taking whole files (module fixtures stay shared): the tests
 # spend much of their time waiting (brokers and JVMs starting, clients polling): two workers kept
 # 1.4 cores busy (19:12 for the suite in a clean clone), three about 1.6 (KESQUE_TEST_CPU=FILE
-# counts each test's CPU: 1,560 s of it in a 15:57 run); the longest files go
+# counts each test's CPU: 1,530-1,560 s of it in a suite, where 15:57 of three workers offered
+# 1,914); the longest files go
 # first (tests/conftest.py HEAVY_FIRST, so no worker is left alone with a long file at the end);
 # TEST_WORKERS=3 as before, TEST_WORKERS=0 runs in one process. Under coverage (COVERAGE=0: without), the
 # brokers and tools the tests start included ([tool.coverage.*] in pyproject.toml); the data
