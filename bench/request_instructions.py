@@ -29,12 +29,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
+CONFIG: dict[str, str] = {}  # --config KEY=VALUE: broker settings of every run (e.g. metrics.listener)
+
+
 def _broker(src: str, data: str, wrapper: str | None):
     """A broker running ``python -m kesque serve`` from ``src`` (under ``wrapper``, a script that
     execs the interpreter with its arguments)."""
     from kesque.testing.broker import Broker
 
-    b = Broker(data_dir=data, log_file=os.path.join(data, "broker.log"), config={"auto.create.topics.enable": "false"})
+    config = {"auto.create.topics.enable": "false", **CONFIG}
+    b = Broker(data_dir=data, log_file=os.path.join(data, "broker.log"), config=config)
     if wrapper:
         b_exe, sys.executable = sys.executable, wrapper
         try:
@@ -103,7 +107,9 @@ def main(argv=None) -> int:
     p.add_argument("--low", type=int, default=2000)
     p.add_argument("--high", type=int, default=12000)
     p.add_argument("--syscalls", action="store_true", help="also count system calls per request (strace)")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="a broker setting of every run")
     args = p.parse_args(argv)
+    CONFIG.update(item.split("=", 1) for item in args.config)
     if shutil.which("valgrind") is None:
         print("valgrind not found (apt-get install valgrind)", file=sys.stderr)
         return 2
