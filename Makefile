@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security mirror browser chromium bench examples sim install install-test kcat iptables kafka oracle-kafka spark spark-kafka clean-data help
+.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security mirror browser chromium bench examples sim install install-test kcat iptables kafka oracle-kafka spark spark-kafka mm2 clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -96,6 +96,17 @@ $(SPARK_KAFKA_STAMP): oracle/pom.xml oracle/spark/pom.xml
 	@touch $@
 
 spark-kafka: $(SPARK_KAFKA_STAMP)
+
+# Apache Kafka's MirrorMaker 2 (4.3.1, its own classpath) for bench/mirror.py's comparison
+MM2_DIR   := build/mm2
+MM2_STAMP := $(MM2_DIR)/.resolved
+$(MM2_STAMP): oracle/mm2/pom.xml
+	rm -rf $(MM2_DIR)
+	$(MVN) -f oracle/mm2/pom.xml $(COPY_DEPS) -DoutputDirectory=$(CURDIR)/$(MM2_DIR) \
+		|| $(MVN) -o -f oracle/mm2/pom.xml $(COPY_DEPS) -DoutputDirectory=$(CURDIR)/$(MM2_DIR)
+	@touch $@
+
+mm2: $(MM2_STAMP)
 
 # make test: Kafka too when a JDK and Maven are here; otherwise the oracle tests skip (one line why)
 oracle-kafka:
