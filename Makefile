@@ -32,6 +32,7 @@ help:
 	@echo "make compat   - kafkajs compatibility suite (installs kafkajs from npm)"
 	@echo "make security - the security client matrix: 4 client stacks x SSL, mTLS, SASL_PLAINTEXT, SASL_SSL x 4 mechanisms, on a broker and a 3-node cluster"
 	@echo "make mirror   - mirror topics: a Kafka 4.4 source, kesque sources and destinations through kills and leader changes"
+	@echo "make mm2      - Apache Kafka's MirrorMaker 2 (4.3.1) into build/mm2, for bench/mirror.py's comparison"
 	@echo "make browser  - the web console in Debian's headless Chromium (installs chromium and chromium-driver with apt); screenshots in build/artifacts/console/"
 	@echo "make bench    - benchmarks: kesque figures and the machine limits they are compared with"
 	@echo "make kafka    - resolve Apache Kafka $(KAFKA_VERSION) with Maven into $(KAFKA_DIR)/libs (oracle tests)"
