@@ -7,9 +7,10 @@ import io
 import os
 import struct
 import time
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 
 from kesque.cli import main as cli
+from kesque.testing.broker import Broker
 
 
 def raw_batches(data_dir: str, topic: str, partition: int) -> list[tuple[int, bytes]]:
@@ -26,6 +27,20 @@ def raw_batches(data_dir: str, topic: str, partition: int) -> list[tuple[int, by
             out.append((base, buf[pos : pos + 12 + length]))
             pos += 12 + length
     return out
+
+
+@contextmanager
+def thread_brokers():
+    """A source and a destination broker in this process (threads), stopped in reverse order."""
+    src = Broker(mode="thread").start()
+    try:
+        dst = Broker(mode="thread").start()
+        try:
+            yield src, dst
+        finally:
+            dst.stop()
+    finally:
+        src.stop()
 
 
 def tool(*argv) -> tuple[int, str, str]:

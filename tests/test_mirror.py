@@ -34,7 +34,7 @@ from kesque.protocol.api import KESQUE_CLUSTER_LINKS
 from kesque.records.records import build_batch
 from kesque.server.apis.registry import served_versions
 from kesque.server.drivers.mirror_fetcher import batches_from
-from mirrorlib import produce_mixed, raw_batches, read_committed, tool, wait_mirrored
+from mirrorlib import produce_mixed, raw_batches, read_committed, thread_brokers, tool, wait_mirrored
 
 # ------------------------------------------------------------------ records, image, controller
 
@@ -245,17 +245,8 @@ def test_which_fetched_batches_are_appended():
 
 @pytest.fixture
 def kesque_pair():
-    from kesque.testing.broker import Broker
-
-    src = Broker(mode="thread").start()
-    try:
-        dst = Broker(mode="thread").start()
-    except BaseException:
-        src.stop()
-        raise
-    yield src, dst
-    dst.stop()
-    src.stop()
+    with thread_brokers() as brokers:
+        yield brokers
 
 
 def test_kesque_to_kesque_byte_for_byte(kesque_pair, tmp_path):

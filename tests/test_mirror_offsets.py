@@ -14,7 +14,7 @@ import pytest
 
 from kesque.mirror import links as link_rules
 from kesque.mirror import offsets as rules
-from mirrorlib import read_committed, tool
+from mirrorlib import read_committed, thread_brokers, tool
 
 # ------------------------------------------------------------------ sans-IO
 
@@ -62,17 +62,8 @@ def test_the_transactional_rule():
 
 @pytest.fixture
 def pair():
-    from kesque.testing.broker import Broker
-
-    src = Broker(mode="thread").start()
-    try:
-        dst = Broker(mode="thread").start()
-    except BaseException:
-        src.stop()
-        raise
-    yield src, dst
-    dst.stop()
-    src.stop()
+    with thread_brokers() as brokers:
+        yield brokers
 
 
 def _link(src, dst, sync_ms=100, groups='[{"name": "*", "patternType": "LITERAL", "filterType": "INCLUDE"}]'):
