@@ -22,9 +22,11 @@ import time
 
 from ..client.wire import Connection, WireError
 from ..errors import error_name
+from ..mirror import offsets as rules
 from ..protocol import cluster_links as cl
 from ..protocol.api_keys import ApiKeys
 from ..storage.checkpoint import uuid_to_kafka
+from . import mirror_offsets
 from .cluster_links import ToolError, call
 
 
@@ -98,27 +100,69 @@ def _alter(bootstrap: str, op: str, topic: str, **extra) -> dict:
     return m
 
 
-def _stopped(bootstrap: str, topic: str, deadline: float) -> dict:
-    """Pause ``topic`` and wait until no broker copies it any more; its describe then."""
-    m = _alter(bootstrap, "pause", topic)
+def _stopped(bootstrap: str, topic: str, deadline: float, also: list[str]) -> dict:
+    """Pause ``topic`` (with ``also``, in the same metadata batch: the link's offsets mirror, so
+    that both stop at the same round of their fetcher) and wait until no broker copies them any
+    more; the describe of ``topic`` then."""
+    resp = call(bootstrap, {"operation": cl.ALTER_MIRRORS, "mirror_op": "pause", "topics": [topic, *also]})
+    m = resp["mirrors"][0]
     if m["error_code"] and "is PAUSED" not in (m["error_message"] or ""):
         raise ToolError(m["error_message"] or error_name(m["error_code"]))
     while True:
-        (m,) = describe(bootstrap, [topic])
-        if not any(p["fetching"] for p in m["partitions"]):
-            return m
+        described = describe(bootstrap, [topic, *also])
+        if not any(p["fetching"] for d in described if not d["error_code"] for p in d["partitions"]):
+            return described[0]
         if time.monotonic() > deadline:
             raise ToolError(f"the partitions of {topic} are still being copied")
         time.sleep(0.1)
+
+
+def _seen_by_every_broker(bootstrap: str, topic: str, deadline: float) -> None:
+    """Wait until every broker's metadata has ``topic`` out of mirroring: a consumer-offset copier
+    whose broker still saw it mirrored could otherwise overwrite the offsets applied next."""
+    _conn, nodes = brokers(bootstrap)
+    _conn.close()
+    req = {"operation": cl.DESCRIBE_MIRRORS, "topics": [topic]}
+    for host, port in nodes.values():
+        while True:
+            try:
+                with Connection(host, port, client_id="kesque-mirrors") as c:
+                    (m,) = call(bootstrap, req, c)["mirrors"]
+                if m["state"] in ("FAILED_OVER", "PROMOTED"):
+                    break
+            except (ToolError, OSError, WireError):
+                break  # a broker that does not answer copies nothing
+            if time.monotonic() > deadline:
+                raise ToolError(f"broker {host}:{port} still has {topic} mirroring")
+            time.sleep(0.05)
+
+
+def _offsets_mirror(bootstrap: str, topic: str) -> tuple[str, str] | None:
+    """(link name, offsets mirror topic) of mirror ``topic``'s link when it has one."""
+    (m,) = describe(bootstrap, [topic])
+    if m["error_code"] or not m["link_name"]:
+        return None
+    name = cl.offsets_mirror_topic(m["link_name"])
+    (om,) = call(bootstrap, {"operation": cl.DESCRIBE_MIRRORS, "topics": [name]})["mirrors"]
+    return None if om["error_code"] or om["state"] not in ("ACTIVE", "PAUSED") else (m["link_name"], name)
 
 
 def end_mirroring(bootstrap: str, topic: str, op: str, timeout: float = 60.0) -> int:
     """``failover``: pause the topic, wait until no broker copies it any more, then make it
     writable with the highest producer id and leader epoch its partitions' logs hold (docs/mirror.md).
     ``promote``: the same once every partition has caught up with its source, with no source
-    transaction open (refused when that does not happen within ``timeout``). 1 when it failed."""
+    transaction open (refused when that does not happen within ``timeout``). Then, when the link
+    mirrors the source's ``__consumer_offsets``, the chosen groups' offsets on the topic are
+    replayed from it and applied (:mod:`.mirror_offsets`). 1 when it failed."""
     deadline = time.monotonic() + timeout
+    offsets_mirror = None
+    resume_offsets_mirror = False
     try:
+        offsets_mirror = _offsets_mirror(bootstrap, topic)
+        also = [offsets_mirror[1]] if offsets_mirror else []
+        if also:
+            (om,) = call(bootstrap, {"operation": cl.DESCRIBE_MIRRORS, "topics": also})["mirrors"]
+            resume_offsets_mirror = om["state"] == "ACTIVE"
         while True:
             if op == "promote":
                 while not all(p["caught_up"] for p in describe(bootstrap, [topic])[0]["partitions"]):
@@ -129,10 +173,12 @@ def end_mirroring(bootstrap: str, topic: str, op: str, timeout: float = 60.0) ->
                             "or a source transaction is open): not promoted"
                         )
                     time.sleep(0.1)
-            m = _stopped(bootstrap, topic, deadline)
+            m = _stopped(bootstrap, topic, deadline, also)
             if op != "promote" or all(p["caught_up"] for p in m["partitions"]):
                 break
             _alter(bootstrap, "resume", topic)  # the source moved on meanwhile: catch up again
+            if resume_offsets_mirror:
+                _alter(bootstrap, "resume", also[0])
         m = _alter(
             bootstrap,
             op,
@@ -142,13 +188,36 @@ def end_mirroring(bootstrap: str, topic: str, op: str, timeout: float = 60.0) ->
         )
         if m["error_code"]:
             raise ToolError(m["error_message"] or error_name(m["error_code"]))
+        lines = []
+        if offsets_mirror:
+            _seen_by_every_broker(bootstrap, topic, deadline)
+            lines = _apply_mirrored_offsets(bootstrap, offsets_mirror, topic)
     except ToolError as e:
         if op == "promote":
             _alter(bootstrap, "resume", topic)  # a promotion that did not happen leaves it mirroring
         print(f"Topic: {topic}\tError: {e}")
         return 1
+    finally:
+        if resume_offsets_mirror:
+            _alter(bootstrap, "resume", offsets_mirror[1])
     print(f"Topic: {topic}\tResult: {'Promoted' if op == 'promote' else 'Failed over'}")
+    for line in lines:
+        print(line)
     return 0
+
+
+def _apply_mirrored_offsets(bootstrap: str, offsets_mirror: tuple[str, str], topic: str) -> list[str]:
+    link_name, name = offsets_mirror
+    (lk,) = call(bootstrap, {"operation": cl.LIST_LINKS, "link_name": link_name})["links"]
+    configs = {c["name"]: c["value"] for c in lk["configs"]}
+    filters = rules.parse_group_filters(configs.get(rules.GROUP_FILTERS))
+    (m,) = describe(bootstrap, [topic])
+    try:
+        replays = mirror_offsets.read_offsets_mirror(bootstrap, name)
+    except (OSError, WireError, TimeoutError) as e:
+        raise ToolError(f"cannot read the offsets mirror {name}: {e}") from None
+    offsets = mirror_offsets.offsets_to_apply(replays, filters, {m["source_topic"]: topic})
+    return mirror_offsets.apply_offsets(bootstrap, offsets)
 
 
 def _value(x: int) -> str:

@@ -21,6 +21,14 @@ DESCRIBE_MIRRORS = 4  # the mirror topics (all, or ``topics``), with the lag of 
 ALTER_MIRRORS = 5  # ``mirror_op`` (pause, resume, failover, promote) on ``topics``
 GROW_MIRROR = 6  # a broker's own: ``topics[0]`` to ``num_partitions`` partitions, as its source grew
 
+
+def offsets_mirror_topic(link_name: str) -> str:
+    """The destination topic that mirrors the source's ``__consumer_offsets`` over a link with
+    consumer offset sync enabled (docs/mirror.md; the brokers create it, the tools replay it at
+    a failover, the controller deletes it with its link)."""
+    return f"_link.{link_name}.consumer_offsets"
+
+
 _CONFIG = [("name", "string", None, ""), ("value", "nstring", None, None)]
 
 REQUEST = [

@@ -415,6 +415,8 @@ class MirrorFetcherManager:
         self.raise_producer_id_floor = raise_producer_id_floor
         # ``async grow_mirror(topic, partitions)``: the mirror topic to the source's partition count
         self.grow_mirror = None
+        # ``async create_offsets_mirror(link name, topic)``: a link's offsets mirror, at the controller
+        self.create_offsets_mirror = None
         self._growing: dict[str, int] = {}  # mirror topic -> the partition count asked for
         self._tasks: set[asyncio.Task] = set()
         self.fetchers: dict[uuid.UUID, _LinkFetcher] = {}
