@@ -31,7 +31,7 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 
 from ..client.consumer import Message, WireConsumer
-from ..client.wire import Unreachable
+from ..client.wire import AuthenticationError, Unreachable
 from .plumbing.admin_client import IncludeList, check_reachable
 from .plumbing.errors import error_line
 from .plumbing.javautil import load_props, log4j_stamp, parse_key_value_args
@@ -383,6 +383,7 @@ class WireSource:
             fetch_min_bytes=int(props.get("fetch.min.bytes", 1)),
             fetch_max_bytes=int(props.get("fetch.max.bytes", 52428800)),
             partition_max_bytes=int(props.get("max.partition.fetch.bytes", 1048576)),
+            client_props=props,
         )
         self.a = a
         self.o = o
@@ -581,6 +582,13 @@ def run(a) -> int:
         pass
     except Unreachable as e:
         print(error_line(e), file=sys.stderr)
+        status = 1
+    except AuthenticationError as e:
+        print(
+            f"[{log4j_stamp()}] ERROR Authentication failed: terminating consumer process "
+            f"(org.apache.kafka.tools.consumer.ConsoleConsumer)\n{error_line(e)}",
+            file=sys.stderr,
+        )
         status = 1
     except Exception as e:
         print(

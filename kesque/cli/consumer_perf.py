@@ -144,6 +144,7 @@ class _Source:
                 auto_offset_reset="latest" if a.from_latest else "earliest",
                 partition_max_bytes=a.fetch_size,
                 isolation_level=1 if props.get("isolation.level") == "read_committed" else 0,
+                client_props=props,
             )
             self.topic = a.topic
             self.start = LATEST if a.from_latest else EARLIEST

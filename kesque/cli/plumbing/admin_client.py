@@ -20,7 +20,7 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
-from ...client.wire import Connection, WireError, make
+from ...client.wire import ClientSecurity, Connection, WireError, make
 from ...protocol.api_keys import ApiKeys
 from ...utils import java_string_hash
 from .errors import ERRORS_PKG, JavaError, TerseException, kafka_error
@@ -66,7 +66,7 @@ def any_broker_request(props: dict, api_key: int, build, client_id: str = "admin
     controller."""
     wait = _seconds(props, "default.api.timeout.ms", 60000)
     setup = min(_seconds(props, "socket.connection.setup.timeout.ms", 10000), wait)
-    with Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, wait, setup) as conn:
+    with Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, wait, setup, props) as conn:
         return conn.request(api_key, build)
 
 
@@ -91,7 +91,7 @@ def check_reachable(props: dict, bound: str = "default.api.timeout.ms", bound_de
     setup = min(_seconds(props, "socket.connection.setup.timeout.ms", 10000), limit)
     request = min(_seconds(props, "request.timeout.ms", 30000), limit)
     client_id = str(props.get("client.id") or "kesque-tools")
-    Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, request, setup).close()
+    Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, request, setup, props).close()
 
 
 class IncludeList:
@@ -175,6 +175,7 @@ class WireAdmin:
         self.request_timeout_s = int(props.get("request.timeout.ms", 30000)) / 1000.0
         self.backoff_s = int(props.get("retry.backoff.ms", 100)) / 1000.0
         self.client_id = props.get("client.id", "adminclient-1")
+        self.security = ClientSecurity.of(props)  # security.protocol, ssl.*, sasl.*: read once
         self._probe: dict | None = {**props, "bootstrap.servers": bootstrap}
         self._conns: dict[tuple[str, int], object] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -191,7 +192,7 @@ class WireAdmin:
     def connection(self, host: str, port: int):
         c = self._conns.get((host, port))
         if c is None:
-            c = Connection(host, port, client_id=self.client_id, timeout=self.request_timeout_s)
+            c = Connection(host, port, client_id=self.client_id, timeout=self.request_timeout_s, security=self.security)
             self._conns[(host, port)] = c
         return c
 
