@@ -7,6 +7,7 @@ traceback. One broker thread serves every test."""
 
 from __future__ import annotations
 
+import http.client
 import os
 
 import pytest
@@ -241,3 +242,39 @@ def test_wire_consumer_reads_over_ssl(pki, broker):
         assert c.list_offsets([(TOPIC, 0)], EARLIEST) == {(TOPIC, 0): 0}
     finally:
         c.close()
+
+
+def test_serve_console_reads_a_node_whose_only_broker_listener_is_sasl_ssl(pki, tmp_path):
+    """console.listener on a node without a PLAINTEXT broker listener: the console reads it over
+    the inter-broker listener with the node's own TLS context and SASL login."""
+    port = free_port()
+    jaas = f'{PLAIN_MODULE} required username="admin" password="admin-secret" user_admin="admin-secret";'
+    node = Broker(
+        data_dir=str(tmp_path / "d"),
+        mode="thread",
+        config={
+            "listeners": f"SASL_SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:0",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "SASL_SSL",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": pki["server"],
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": pki["ca"],
+            "console.listener": "http://127.0.0.1:0",
+        },
+    ).start()
+    try:
+        console = node._server.console
+        assert console is not None and console.bootstrap == f"127.0.0.1:{port}"
+        assert console.security.protocol == "SASL_SSL" and console.security.sasl.options["username"] == "admin"
+        assert isinstance(console.console.admin.topics(), list)  # Metadata over SASL_SSL, as the node's admin
+        conn = http.client.HTTPConnection("127.0.0.1", console.port, timeout=30)
+        conn.request("GET", "/", headers={"Host": f"127.0.0.1:{console.port}"})
+        r = conn.getresponse()
+        assert r.status == 200 and b"did not answer" not in r.read()
+        conn.close()
+    finally:
+        node.stop()
