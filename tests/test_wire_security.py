@@ -13,6 +13,7 @@ import os
 import pytest
 
 from kesque.cli.main import main as kesque_main
+from kesque.cli.plumbing.rdkafka import librdkafka_props
 from kesque.client.consumer import EARLIEST, WireConsumer
 from kesque.client.producer import Producer
 from kesque.client.wire import AuthenticationError, ClientSecurity, Connection, make
@@ -278,3 +279,43 @@ def test_serve_console_reads_a_node_whose_only_broker_listener_is_sasl_ssl(pki, 
         conn.close()
     finally:
         node.stop()
+
+
+# ---------------------------------------------------------------------- the tools on confluent-kafka
+def test_kafkas_security_properties_in_librdkafkas_names(pki, tmp_path):
+    conf = librdkafka_props(scram_props(pki, **{"ssl.endpoint.identification.algorithm": ""}))
+    assert conf["ssl.ca.pem"].startswith("-----BEGIN CERTIFICATE-----") and "ssl.truststore.certificates" not in conf
+    assert (conf["sasl.mechanism"], conf["sasl.username"], conf["sasl.password"]) == (
+        "SCRAM-SHA-256",
+        "alice",
+        "alice-secret",
+    )
+    assert conf["ssl.endpoint.identification.algorithm"] == "none" and "sasl.jaas.config" not in conf
+    oauth = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        'unsecuredLoginStringClaim_sub="alice" unsecuredLoginLifetimeSeconds="60" '
+        'unsecuredLoginListClaim_scope=",a,b";',
+    }
+    assert librdkafka_props(oauth)["sasl.oauthbearer.config"] == "principal=alice lifeSeconds=60 scope=a,b"
+    # a PEM key store file for mutual TLS; librdkafka's own names pass unchanged
+    keystore = CertificateAuthority().issue("alice").write_pem(tmp_path / "alice.pem")
+    conf = librdkafka_props({**ssl_props(pki), "ssl.keystore.location": keystore, "linger.ms": "5"})
+    assert conf["ssl.certificate.location"] == conf["ssl.key.location"] == keystore and conf["linger.ms"] == "5"
+    assert "ssl.keystore.location" not in conf and "ssl.truststore.location" not in conf
+    plain = {"security.protocol": "SASL_SSL", "sasl.username": "u", "ssl.ca.location": pki["ca"]}
+    assert librdkafka_props(plain) == plain
+
+
+def test_confluent_kafka_tools_read_kafkas_command_config(pki, broker, tmp_path, capfd):
+    (tmp_path / "ca.pem").write_text(pki["ca_pem"])
+    config = _write_props(tmp_path / "client.properties", scram_props(pki))
+    status = kesque_main(["topics", "--bootstrap-server", broker.sasl, "--list", "--command-config", config])
+    out, err = capfd.readouterr()
+    assert status == 0 and TOPIC in out.split(), err
+    status = kesque_main(
+        ["get-offsets", "--bootstrap-server", broker.sasl, "--topic", TOPIC, "--command-config", config]
+    )
+    out, err = capfd.readouterr()
+    assert status == 0 and out == f"{TOPIC}:0:1\n", err

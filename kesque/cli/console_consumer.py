@@ -36,6 +36,7 @@ from .plumbing.admin_client import IncludeList, check_reachable
 from .plumbing.errors import error_line
 from .plumbing.javautil import load_props, log4j_stamp, parse_key_value_args
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.rdkafka import librdkafka_props
 from .plumbing.run import ToolExit, interrupted_status
 
 NAME = "console-consumer"
@@ -450,7 +451,7 @@ class GroupSource:
     }
 
     def __init__(self, a, o):
-        conf = {k: v for k, v in o.props.items() if k not in self._JAVA_ONLY}
+        conf = {k: v for k, v in librdkafka_props(o.props).items() if k not in self._JAVA_ONLY}
         conf["group.id"] = o.group
         conf.setdefault("log_level", 0)
         # offsets are stored by hand once printed (see the module docstring)

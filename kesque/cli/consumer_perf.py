@@ -25,6 +25,7 @@ from .plumbing.admin_client import check_reachable
 from .plumbing.javautil import java_simple_date, load_props
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
 from .plumbing.progress import bar, shown
+from .plumbing.rdkafka import librdkafka_props
 from .plumbing.run import interrupted_status
 from .producer_perf import jf
 
@@ -119,7 +120,9 @@ class _Source:
         check_reachable({**props, "bootstrap.servers": a.bootstrap_server})
         self.group = a.group is not None or "group.id" in props
         if self.group:
-            conf = {k: v for k, v in props.items() if k not in ("key.deserializer", "value.deserializer")}
+            conf = {
+                k: v for k, v in librdkafka_props(props).items() if k not in ("key.deserializer", "value.deserializer")
+            }
             conf.update(
                 {
                     "bootstrap.servers": a.bootstrap_server,

@@ -414,3 +414,11 @@ def _trust_pem(ctx: ssl.SSLContext, s: SslSettings, pem: bytes, key: str) -> Non
             key, "Invalid PEM truststore configs: At least one certificate expected, but none found"
         ) from None
     ctx.load_verify_locations(cadata="".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs))
+
+
+def keystore_kind(s: SslSettings) -> str | None:
+    """What the key store at ``ssl.keystore.location`` is, PEM or PKCS12 (its declared type, or
+    for the default JKS what the file holds); None without one."""
+    if s["ssl.keystore.location"] is None:
+        return None
+    return _store_type(s, "ssl.keystore.type", "ssl.keystore.location", _read(s, "ssl.keystore.location"))

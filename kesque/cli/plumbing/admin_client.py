@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -20,11 +21,12 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
-from ...client.wire import ClientSecurity, Connection, WireError, make
+from ...client.wire import PLAINTEXT, ClientSecurity, Connection, WireError, make
 from ...protocol.api_keys import ApiKeys
 from ...utils import java_string_hash
 from .errors import ERRORS_PKG, JavaError, TerseException, kafka_error
 from .javautil import java_hash_order, load_props, tp_str
+from .rdkafka import librdkafka_props
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
@@ -36,9 +38,11 @@ def is_internal(topic: str) -> bool:
 
 
 def client_config(bootstrap: str | None, command_config: str | None = None, extra: dict | None = None) -> dict:
+    """librdkafka's settings for a tool's Admin client: ``command_config``'s (Kafka's security
+    properties in librdkafka's names: rdkafka.py), ``extra``, ``bootstrap``."""
     conf: dict = {}
     if command_config:
-        conf.update(load_props(command_config))
+        conf.update(librdkafka_props(load_props(command_config)))
     if extra:
         conf.update(extra)
     if bootstrap:
@@ -52,8 +56,15 @@ def make_admin(bootstrap: str | None, command_config: str | None = None, client_
     extra = {"client.id": client_id} if client_id else None
     conf = client_config(bootstrap, command_config, extra)
     admin = AdminClient(conf)
-    check_reachable(conf)
+    props = load_props(command_config) if command_config else {}
+    check_reachable({**props, **conf})  # Kafka's names for the wire client's security, librdkafka's for the rest
     return admin
+
+
+@functools.cache
+def command_security(command_config: str | None) -> ClientSecurity:
+    """The wire client's security for a tool's ``--command-config`` (read once per file)."""
+    return ClientSecurity.of(load_props(command_config)) if command_config else PLAINTEXT
 
 
 def any_broker_request(props: dict, api_key: int, build, client_id: str = "adminclient-1"):
