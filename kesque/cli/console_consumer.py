@@ -585,12 +585,12 @@ def run(a) -> int:
         print(error_line(e), file=sys.stderr)
         status = 1
     except AuthenticationError as e:
+        # Kafka 4.4's poll raises it in ConsoleConsumer.process, which logs it and returns: exit 0
         print(
-            f"[{log4j_stamp()}] ERROR Authentication failed: terminating consumer process "
+            f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  "
             f"(org.apache.kafka.tools.consumer.ConsoleConsumer)\n{error_line(e)}",
             file=sys.stderr,
         )
-        status = 1
     except Exception as e:
         print(
             f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  "
