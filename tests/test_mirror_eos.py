@@ -27,13 +27,16 @@ import uuid
 
 import pytest
 
+from kesque.testing import kafka as K
+from kesque.testing import kafka_apps as A
 from kesque.testing.broker import Broker
 from mirrorlib import tool
-from test_transactions_eos import BROKER_CONFIG, Cluster, Processor, check_exactly_once, wait_until
+from test_transactions_eos import BROKER_CONFIG, Cluster, Processor, wait_until
 
 pytestmark = pytest.mark.mirror
 
 CUT_POINTS = int(os.environ.get("MIRROR_EOS_CUT_POINTS", "20"))
+COPIER_CUT_POINTS = int(os.environ.get("MIRROR_EOS_COPIER_CUT_POINTS", "5"))
 # MIRROR_EOS_AT_ONCE=1: the source is killed right after the pipeline, without waiting for the
 # mirror to catch up (a measurement of the window docs/mirror.md describes, not a default run)
 AT_ONCE = os.environ.get("MIRROR_EOS_AT_ONCE") == "1"
@@ -75,7 +78,77 @@ def _caught_up(d: str, topics: list[str]) -> bool:
     return bool(rows) and all(end == hw and hw != "-" for _t, _p, end, hw in rows)
 
 
-def _cut(dest: Broker, tmp: str, rng: random.Random, k: int) -> str:
+class _Processors:
+    """tests/eos_processor.py (confluent-kafka, transaction version 1), one process."""
+
+    name = "eos_processor"
+
+    def __init__(self, spec: dict, tmp: str):
+        self.spec = spec
+        self.procs: list[Processor] = []
+
+    def start(self, bootstrap: str) -> None:
+        self.procs.append(Processor({**self.spec, "bootstrap": bootstrap}))
+
+    def transactions(self) -> int:
+        return len(self.procs[-1].events("COMMITTED"))
+
+    def check_alive(self) -> None:
+        self.procs[-1].check_alive()
+
+    def kill(self) -> None:
+        for p in self.procs:
+            p.kill()
+
+    def finished(self, destination: Cluster) -> bool:
+        q = self.procs[-1]
+        return len(destination.read_all(self.spec["output"], PARTITIONS, "read_committed")) >= N or not q.alive()
+
+    def expected(self, values: list[str]) -> list[str]:
+        return [f"out-{v}" for v in values]
+
+
+class _Copiers:
+    """Kafka's TransactionalMessageCopier (the Java client, transaction version 2 against kesque),
+    one per input partition, as Kafka's transactions system test runs it."""
+
+    name = "TransactionalMessageCopier"
+
+    def __init__(self, spec: dict, tmp: str):
+        self.spec = spec
+        self.tmp = tmp
+        self.copiers: list[A.Copier] = []
+
+    def start(self, bootstrap: str) -> None:
+        s, run = self.spec, len(self.copiers) // PARTITIONS
+        self.copiers += [
+            A.Copier(bootstrap, f"{s['txn_id']}-{p}", s["group"], s["input"], p, s["output"],
+                     os.path.join(self.tmp, f"copier-{s['txn_id']}-{run}-{p}"), transaction_size=s["batch"]).start()
+            for p in range(PARTITIONS)
+        ]  # fmt: skip
+
+    def _running(self) -> list[A.Copier]:
+        return self.copiers[-PARTITIONS:]
+
+    def transactions(self) -> int:
+        return sum(c.consumed for c in self._running()) // self.spec["batch"]
+
+    def check_alive(self) -> None:
+        for c in self._running():
+            assert not c.failed() and c.process.poll() is None, f"copier {c.transactional_id} exited: {c.exits}"
+
+    def kill(self) -> None:
+        for c in self.copiers:
+            c.stop(clean=False)
+
+    def finished(self, destination: Cluster) -> bool:
+        return all(c.done() or c.failed() for c in self._running())
+
+    def expected(self, values: list[str]) -> list[str]:
+        return list(values)
+
+
+def _cut(dest: Broker, tmp: str, rng: random.Random, k: int, pipeline_class) -> str:
     """One cut point; a line for the report."""
     d = dest.bootstrap_servers
     suffix = uuid.uuid4().hex[:8]
@@ -83,7 +156,7 @@ def _cut(dest: Broker, tmp: str, rng: random.Random, k: int) -> str:
     spec = _spec("", suffix)
     inp, out, group = spec["input"], spec["output"], spec["group"]
     src = Broker(data_dir=os.path.join(tmp, f"src-{k}"), config=BROKER_CONFIG).start()
-    procs: list[Processor] = []
+    pipeline = pipeline_class(spec, tmp)
     try:
         s = src.bootstrap_servers
         source = Cluster(src)
@@ -106,16 +179,13 @@ def _cut(dest: Broker, tmp: str, rng: random.Random, k: int) -> str:
         offsets_mirror = f"_link.{link}.consumer_offsets"
         wait_until(lambda: _describe(d, [offsets_mirror]) != [], 20, "the offsets mirror")
 
-        p = Processor({**spec, "bootstrap": s})
-        procs.append(p)
+        pipeline.start(s)
         want = rng.randint(1, 25)  # of the 30 transactions the input makes
-        wait_until(lambda: len(p.events("COMMITTED")) >= want or not p.alive(), 60,
-                   f"{want} transactions at the source", on_timeout=p.tail)  # fmt: skip
-        p.check_alive()
+        wait_until(lambda: pipeline.transactions() >= want, 60, f"{want} transactions at the source")
+        pipeline.check_alive()
         time.sleep(rng.uniform(0, 0.06))
-        p.kill()
-        committed_at_source = p.committed_records()
-        transactions = len(p.events("COMMITTED"))
+        pipeline.kill()
+        transactions = pipeline.transactions()
         if not AT_ONCE:
             wait_until(lambda: _caught_up(d, [inp, out, offsets_mirror]), 30, "the mirror to catch up")
         src.kill()  # the source is gone
@@ -124,38 +194,46 @@ def _cut(dest: Broker, tmp: str, rng: random.Random, k: int) -> str:
         assert code == 0, (o, e)
         applied = [line for line in o.splitlines() if line.startswith("Group:")]
 
-        q = Processor({**spec, "bootstrap": d})
-        procs.append(q)
+        pipeline.start(d)
         destination = Cluster(dest)
-        wait_until(lambda: len(destination.read_all(out, PARTITIONS, "read_committed")) >= N or not q.alive(),
-                   90, "the pipeline to finish at the destination", interval=0.5, on_timeout=q.tail)  # fmt: skip
-        q.check_alive()
-        q.kill()
-        committed, uncommitted = check_exactly_once(destination, out, PARTITIONS, values)
+        wait_until(lambda: pipeline.finished(destination), 120, "the pipeline to finish at the destination",
+                   interval=0.5)  # fmt: skip
+        pipeline.kill()
+        committed = destination.read_all(out, PARTITIONS, "read_committed")
+        uncommitted = destination.read_all(out, PARTITIONS, "read_uncommitted")
+        expected = sorted(pipeline.expected(values))
+        twice = sorted(v for v in set(committed) if committed.count(v) > 1)
+        assert not twice, f"{len(twice)} outputs committed more than once, e.g. {twice[:5]} ({applied})"
+        assert sorted(committed) == expected, f"missing {sorted(set(expected) - set(committed))[:5]} ({applied})"
         # the link is deleted with its offsets mirror once its topics are failed over
         code, o, e = tool("cluster-links", "--bootstrap-server", d, "--delete", "--link", link)
         assert code == 0, (o, e)
         return (
-            f"cut {k}: killed after {transactions} transactions ({committed_at_source} records committed at the "
-            "source), "
-            f"{applied or 'no offsets applied'}, resumed: {len(committed)} outputs exactly once "
-            f"({len(uncommitted) - len(committed)} aborted records)"
+            f"cut {k}: {pipeline.name} killed after {transactions} transactions, {applied or 'no offsets applied'}, "
+            f"resumed: {len(committed)} outputs exactly once ({len(uncommitted) - len(committed)} aborted records)"
         )
     finally:
-        for proc in procs:
-            proc.kill()
+        pipeline.kill()
         src.stop()
 
 
-def test_a_pipeline_fails_over_exactly_once(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "pipeline_class, cut_points",
+    [
+        pytest.param(_Processors, CUT_POINTS, id="eos_processor"),
+        pytest.param(_Copiers, COPIER_CUT_POINTS, id="copier", marks=pytest.mark.skipif(
+            K.unavailable() is not None, reason=K.unavailable() or "")),
+    ],
+)  # fmt: skip
+def test_a_pipeline_fails_over_exactly_once(tmp_path, capsys, pipeline_class, cut_points):
     seed = int(os.environ.get("MIRROR_EOS_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     dest = Broker(data_dir=str(tmp_path / "dest"), config=BROKER_CONFIG).start()
     lines = []
     try:
-        for k in range(CUT_POINTS):
+        for k in range(cut_points):
             try:
-                lines.append(_cut(dest, str(tmp_path), rng, k))
+                lines.append(_cut(dest, str(tmp_path), rng, k, pipeline_class))
             except BaseException:
                 with capsys.disabled():
                     print(f"\nseed {seed} (MIRROR_EOS_SEED), failed at cut point {k}; before it:", *lines, sep="\n")
@@ -164,4 +242,4 @@ def test_a_pipeline_fails_over_exactly_once(tmp_path, capsys):
         dest.stop()
     with capsys.disabled():
         print(f"\nseed {seed}:", *lines, sep="\n")
-    assert len(lines) == CUT_POINTS
+    assert len(lines) == cut_points
