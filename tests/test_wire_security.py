@@ -320,3 +320,25 @@ def test_confluent_kafka_tools_read_kafkas_command_config(pki, broker, tmp_path,
     )
     out, err = capfd.readouterr()
     assert status == 0 and out == f"{TOPIC}:0:1\n", err
+
+
+def test_cluster_links_and_the_console_take_a_command_config(pki, broker, tmp_path, capfd):
+    (tmp_path / "ca.pem").write_text(pki["ca_pem"])
+    good = _write_props(tmp_path / "good.properties", scram_props(pki))
+    bad = _write_props(tmp_path / "bad.properties", scram_props(pki, password="wrong"))
+    assert kesque_main(["cluster-links", "--bootstrap-server", broker.sasl, "--list", "--command-config", good]) == 0
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # no links, and the list came back over SASL_SSL
+    assert kesque_main(["cluster-links", "--bootstrap-server", broker.sasl, "--list", "--command-config", bad]) == 1
+    out, err = capfd.readouterr()
+    assert err == (
+        f"Error: Error while talking to {broker.sasl}: org.apache.kafka.common.errors.SaslAuthenticationException: "
+        "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256\n"
+    )
+    # a bad property stops `kesque console` before it listens, naming the key
+    wrong = _write_props(tmp_path / "wrong.properties", {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"})
+    status = kesque_main(
+        ["console", "--bootstrap-server", broker.sasl, "--command-config", wrong, "--listen", "http://127.0.0.1:0"]
+    )
+    out, err = capfd.readouterr()
+    assert status == 1 and err.startswith("kesque console: sasl.jaas.config must be set for SASL mechanism PLAIN"), err
