@@ -63,6 +63,8 @@ def broker(pki):
             "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
             "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": scram_jaas("admin", "admin-secret"),
             "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+            # a session lifetime in SCRAM's answer (KIP-368): kept, not renewed
+            "listener.name.sasl_ssl.scram-sha-256.connections.max.reauth.ms": "600000",
         },
     ).start()
     b.ssl, b.sasl = f"127.0.0.1:{ssl_port}", f"127.0.0.1:{sasl_port}"
@@ -167,6 +169,7 @@ def test_connections_over_ssl_and_sasl_ssl(pki, broker):
         assert c.version_for(ApiKeys.METADATA) is not None
     with Connection.to_any(broker.sasl, security=scram_props(pki)) as c:
         assert c.version_for(ApiKeys.METADATA) is not None
+        assert 0 < c.session_lifetime_ms <= 600_000
     plain_login = f'{PLAIN_MODULE} required username="alice" password="alice-secret";'
     plain = {**scram_props(pki), "sasl.mechanism": "PLAIN", "sasl.jaas.config": plain_login}
     with Connection.to_any(broker.sasl, security=plain) as c:
