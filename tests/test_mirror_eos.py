@@ -134,8 +134,8 @@ class _Copiers:
         return sum(c.consumed for c in self._running()) // self.spec["batch"]
 
     def check_alive(self) -> None:
-        for c in self._running():
-            assert not c.failed() and c.process.poll() is None, f"copier {c.transactional_id} exited: {c.exits}"
+        for c in self._running():  # a copier whose partition is all copied exits 0 (finished): fine
+            assert not c.failed(), f"copier {c.transactional_id} exited: {c.exits}"
 
     def kill(self) -> None:
         for c in self.copiers:
