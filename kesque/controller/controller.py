@@ -796,6 +796,21 @@ class Controller:
             log.info("Created cluster link %s with link id %s", name, link_id)
         return link_id
 
+    def alter_cluster_link(self, name: str, updates: dict[str, str | None]) -> None:
+        """The link's configs changed (a value None removes the key): a new ClusterLinkRecord with
+        the same id, so each broker's fetchers and copiers of the link start again with them."""
+        link = self.image.cluster_links.get(name)
+        if link is None:
+            raise KafkaError(ErrorCode.invalid_request, f"Cluster link '{name}' does not exist.")
+        configs = {**link.configs, **{k: v for k, v in updates.items() if v is not None}}
+        for k in [k for k, v in updates.items() if v is None]:
+            configs.pop(k, None)
+        if not (configs.get("bootstrap.servers") or "").strip():
+            raise KafkaError(ErrorCode.invalid_config, "Cluster link configs must set bootstrap.servers.")
+        self.commit([link_record(ClusterLinkImage(name, link.link_id, configs))])
+        changed = sorted(k for k in set(configs) | set(link.configs) if configs.get(k) != link.configs.get(k))
+        log.info("Altered cluster link %s: %s", name, ", ".join(changed) or "no change")
+
     def delete_cluster_link(self, name: str) -> None:
         """Refused while a topic still mirrors through the link, as Confluent's (promote or fail
         the mirrors over, or delete them, first)."""

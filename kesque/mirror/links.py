@@ -18,8 +18,8 @@ _SENSITIVE = frozenset(
 )
 MASK = "[hidden]"  # what Kafka's tools print for a PASSWORD config (ConfigDef.convertToString)
 REDACTED = "[redacted]"  # what Kafka's metadata tools print for a sensitive record value
-# the security protocols the mirror fetcher can speak to a source today
-SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+# the security protocols of a link's connections to its source (Kafka's client names)
+SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def is_sensitive(name: str) -> bool:
@@ -63,11 +63,16 @@ def check_link_configs(configs: dict[str, str]) -> str | None:
         host, _, port = s.strip().rpartition(":")
         if not host or not port.isdigit():
             return f"Invalid url in bootstrap.servers: {s.strip()}"
-    proto = configs.get("security.protocol", "PLAINTEXT").upper()
+    proto = (configs.get("security.protocol") or "PLAINTEXT").strip().upper()
     if proto not in SUPPORTED_PROTOCOLS:
-        only = ", ".join(SUPPORTED_PROTOCOLS)
-        return f"security.protocol {proto} is not supported by cluster links yet (only {only})"
+        return protocol_error(proto)
     return check_offset_configs(configs)
+
+
+def protocol_error(proto: str) -> str:
+    return f"Invalid value {proto} for configuration security.protocol: String must be one of: " + ", ".join(
+        SUPPORTED_PROTOCOLS
+    )
 
 
 def bootstrap_addresses(configs: dict[str, str]) -> list[tuple[str, int]]:
@@ -76,4 +81,15 @@ def bootstrap_addresses(configs: dict[str, str]) -> list[tuple[str, int]]:
         host, _, port = s.strip().rpartition(":")
         if host and port.isdigit():
             out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def altered(configs: dict[str, str], updates: dict[str, str | None]) -> dict[str, str]:
+    """A link's configs after an alter: each update set, or removed when its value is None."""
+    out = dict(configs)
+    for k, v in updates.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
     return out

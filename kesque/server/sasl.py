@@ -79,8 +79,15 @@ def jaas_options(config, listener: str, mechanism: str) -> dict[str, str]:
             f"SASL mechanism {mechanism} is enabled on listener {listener} but it has no JAAS config: "
             f"set {key} (or sasl.jaas.config) to {LOGIN_MODULES[mechanism]} required ...;",
         )
+    return login_options(str(text), mechanism, key)
+
+
+def login_options(text: str, mechanism: str, key: str) -> dict[str, str]:
+    """The options of ``mechanism``'s login module in the JAAS config ``text`` (the value of
+    ``key``): ConfigError naming ``key`` when it does not parse or has not exactly one entry for
+    the mechanism's login module."""
     try:
-        entries = parse_jaas_config(str(text))
+        entries = parse_jaas_config(text)
     except ValueError as e:
         raise ConfigError(key, f"Invalid value for configuration {key}: {e}") from None
     entries = [e for e in entries if e.login_module == LOGIN_MODULES[mechanism]]
@@ -91,6 +98,33 @@ def jaas_options(config, listener: str, mechanism: str) -> dict[str, str]:
             f"for {mechanism} (found {len(entries)})",
         )
     return entries[0].options
+
+
+def client_login_of(configs: dict[str, str]) -> SaslLogin:
+    """What a client whose settings are Kafka's client configs as strings (a cluster link's to
+    its source) logs in with: ``sasl.mechanism`` (Kafka's client default, GSSAPI, is not one of
+    kesque's) and its login module's options in ``sasl.jaas.config``. A ConfigError names the
+    key that is wrong."""
+    mechanism = (configs.get("sasl.mechanism") or "GSSAPI").strip()
+    if mechanism not in SASL_MECHANISMS:
+        raise ConfigError(
+            "sasl.mechanism",
+            f"Invalid value {mechanism} for configuration sasl.mechanism: kesque's SASL mechanisms are "
+            f"{', '.join(SASL_MECHANISMS)}",
+        )
+    text = configs.get("sasl.jaas.config")
+    if not text:
+        raise ConfigError(
+            "sasl.jaas.config",
+            f"sasl.jaas.config must be set for SASL mechanism {mechanism} ({LOGIN_MODULES[mechanism]} required ...;)",
+        )
+    options = login_options(text, mechanism, "sasl.jaas.config")
+    try:
+        return SaslLogin(mechanism, options)
+    except ValueError as e:
+        raise ConfigError(
+            "sasl.jaas.config", f"The {mechanism} JAAS config in sasl.jaas.config cannot log in ({e})"
+        ) from None
 
 
 def client_login(config, listener: str, mechanism_key: str) -> SaslLogin | None:

@@ -70,6 +70,7 @@ _PROTOCOLS = {
 _CONTEXT_PROTOCOLS = {"TLS", "SSL", "SSLv3", "TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3", "Default"}
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
+_LIST_KEYS = ("ssl.enabled.protocols", "ssl.cipher.suites")
 SSL_KEYS = (
     "ssl.keystore.type",
     "ssl.keystore.location",
@@ -110,6 +111,21 @@ class SslSettings:
             else:
                 values[key], keys[key] = config.get(key), key
         return cls(listener, values, keys)
+
+    @classmethod
+    def of_client(cls, configs: dict[str, str]) -> SslSettings:
+        """A client's ``ssl.*`` settings given as plain strings (a cluster link's, with Kafka's
+        client config names and defaults: the lists comma-separated, the host name checked unless
+        ``ssl.endpoint.identification.algorithm`` is set empty)."""
+        values = {}
+        for key in SSL_KEYS:
+            v = configs.get(key)
+            if key in _LIST_KEYS and v is not None:
+                v = [x.strip() for x in v.split(",") if x.strip()]
+            values[key] = v
+        if "ssl.endpoint.identification.algorithm" not in configs:
+            values["ssl.endpoint.identification.algorithm"] = "https"  # Kafka's client default
+        return cls("client", values, {key: key for key in SSL_KEYS})
 
     def __getitem__(self, key: str):
         v = self.values[key]
@@ -184,7 +200,16 @@ def server_context(config, listener: str) -> ssl.SSLContext:
 
 def client_context(config, listener: str) -> ssl.SSLContext:
     """The SSLContext with which this node connects to another's SSL ``listener``."""
-    s = SslSettings.of(config, listener)
+    return _client_context(SslSettings.of(config, listener))
+
+
+def client_context_of(configs: dict[str, str]) -> ssl.SSLContext:
+    """The SSLContext of a client whose settings are Kafka's client configs as strings (a
+    cluster link's to its source): the same checks and messages as a listener's."""
+    return _client_context(SslSettings.of_client(configs))
+
+
+def _client_context(s: SslSettings) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     algorithm = s["ssl.endpoint.identification.algorithm"]
     if algorithm is not None and algorithm.lower() != "https":

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import uuid
 
+from ...config.types import ConfigError
 from ...errors import ErrorCode, error_name
 from ...metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PROMOTED
 from ...mirror import links as link_rules
@@ -29,6 +30,8 @@ from ...protocol.messages import Msg
 from ...protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
 from ...records.batch import iter_batch_positions
 from ..channel import Channel, ChannelError
+from ..sasl import SASL_PROTOCOLS, client_login_of
+from ..tls import TLS_PROTOCOLS, client_context_of
 from .replica_fetcher import complete_batches
 
 log = logging.getLogger(__name__)
@@ -50,15 +53,39 @@ def _cfg(configs: dict, name: str, default: int) -> int:
         return default
 
 
+def source_security(configs: dict[str, str]):
+    """(ssl_context, sasl login) of a link's connections to its source, from its client settings
+    (``security.protocol``, ``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``, Kafka's client
+    names), built by the code that builds the broker's own client side. Raises ConfigError naming
+    the key that is wrong (a trust store file missing, a mechanism kesque has not, a JAAS config
+    that does not parse or has no credentials)."""
+    proto = (configs.get("security.protocol") or "PLAINTEXT").strip().upper()
+    if proto not in link_rules.SUPPORTED_PROTOCOLS:
+        raise ConfigError("security.protocol", link_rules.protocol_error(proto))
+    ssl_context = client_context_of(configs) if proto in TLS_PROTOCOLS else None
+    sasl = client_login_of(configs) if proto in SASL_PROTOCOLS else None
+    return ssl_context, sasl
+
+
 class SourceCluster:
     """The source cluster of one link, as a consumer sees it: Metadata from any of its brokers,
-    Fetch and ListOffsets to a partition's leader."""
+    Fetch and ListOffsets to a partition's leader. Every connection of the link (the mirror
+    fetcher, the consumer-offset copier, a mirror's creation) is made here, with the link's TLS
+    and SASL settings. Settings that cannot work (a trust store file gone since the link was
+    created) fail every request with the reason, which the mirror partitions then show."""
 
     def __init__(self, link_name: str, configs: dict[str, str], node_id: int):
         self.link_name = link_name
         self.configs = configs
         self.bootstrap = link_rules.bootstrap_addresses(configs)
         self.brokers: dict[int, tuple[str, int]] = {}
+        self.config_error: str | None = None
+        try:
+            ssl_context, sasl = source_security(configs)
+        except ConfigError as e:
+            ssl_context, sasl = None, None
+            self.config_error = f"cluster link {link_name} settings: {e}"
+            log.error("Cluster link %s cannot reach its source: %s", link_name, e)
         self.channel = Channel(
             self.resolve,
             client_id=configs.get("client.id") or f"kesque-mirror-{link_name}-{node_id}",
@@ -66,9 +93,13 @@ class SourceCluster:
             connect_timeout_ms=_cfg(configs, "socket.connection.setup.timeout.ms", 10000),
             reconnect_backoff_ms=_cfg(configs, "reconnect.backoff.ms", 50),
             reconnect_backoff_max_ms=_cfg(configs, "reconnect.backoff.max.ms", 1000),
+            ssl_context=ssl_context,
+            sasl=sasl,
         )
 
     def resolve(self, node: int):
+        if self.config_error is not None:
+            return None  # no connection with settings that cannot work
         if node <= _BOOTSTRAP_BASE:
             i = _BOOTSTRAP_BASE - node
             return self.bootstrap[i] if i < len(self.bootstrap) else None
@@ -103,7 +134,7 @@ class SourceCluster:
                 )
                 for t in resp.topics
             }
-        raise ChannelError(f"no source broker answered Metadata ({last})")
+        raise ChannelError(self.config_error or f"no source broker answered Metadata ({last})")
 
     async def fetch(self, leader: int, topics: list, configs: dict) -> object:
         body = encode_replica_fetch_request(
