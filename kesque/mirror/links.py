@@ -3,6 +3,7 @@ link's settings pass, and which of them are secrets (masked wherever a link is d
 
 from __future__ import annotations
 
+from ..metadata.image import MIRROR_SYNCED_CONFIGS
 from .offsets import check_offset_configs
 
 # Kafka's client configs of type PASSWORD (ConfigDef.Type.PASSWORD: shown as [hidden]), and every
@@ -17,7 +18,9 @@ _SENSITIVE = frozenset(
     }
 )
 MASK = "[hidden]"  # what Kafka's tools print for a PASSWORD config (ConfigDef.convertToString)
-REDACTED = "[redacted]"  # what Kafka's metadata tools print for a sensitive record value
+REDACTED = "[redacted]"
+CONFIG_SYNC_MS = "topic.config.sync.ms"  # Confluent's name and default
+DEFAULT_CONFIG_SYNC_MS = 5000  # what Kafka's metadata tools print for a sensitive record value
 # the security protocols of a link's connections to its source (Kafka's client names)
 SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -66,7 +69,29 @@ def check_link_configs(configs: dict[str, str]) -> str | None:
     proto = (configs.get("security.protocol") or "PLAINTEXT").strip().upper()
     if proto not in SUPPORTED_PROTOCOLS:
         return protocol_error(proto)
+    try:
+        if int(configs.get(CONFIG_SYNC_MS, DEFAULT_CONFIG_SYNC_MS)) <= 0:
+            raise ValueError
+    except ValueError:
+        return (
+            f"Invalid value {configs.get(CONFIG_SYNC_MS)} for configuration {CONFIG_SYNC_MS}: a positive number of ms"
+        )
     return check_offset_configs(configs)
+
+
+def config_sync_s(configs: dict[str, str]) -> float:
+    """How often a link's mirror topics take their synced configs from their source topics."""
+    try:
+        return max(int(configs.get(CONFIG_SYNC_MS, DEFAULT_CONFIG_SYNC_MS)), 1) / 1000.0
+    except ValueError:
+        return DEFAULT_CONFIG_SYNC_MS / 1000.0
+
+
+def config_changes(source: dict[str, str], mirror: dict[str, str]) -> dict[str, str | None]:
+    """The synced configs a mirror topic must change to be as its source topic: ``source`` holds
+    the source topic's own overrides, ``mirror`` the mirror's; a synced key the source does not
+    override is removed from the mirror (None), so both fall back to their cluster's default."""
+    return {k: source.get(k) for k in MIRROR_SYNCED_CONFIGS if source.get(k) != mirror.get(k)}
 
 
 def protocol_error(proto: str) -> str:

@@ -21,6 +21,7 @@ DESCRIBE_MIRRORS = 4  # the mirror topics (all, or ``topics``), with the lag of 
 ALTER_MIRRORS = 5  # ``mirror_op`` (pause, resume, failover, promote) on ``topics``
 GROW_MIRROR = 6  # a broker's own: ``topics[0]`` to ``num_partitions`` partitions, as its source grew
 ALTER_LINK = 7  # ``link_name``'s configs: each of ``configs`` set, or removed when its value is null
+SYNC_CONFIGS = 8  # a broker's own: ``topics[0]``'s synced topic configs as its source's (null: none)
 
 _CONFIG = [("name", "string", None, ""), ("value", "nstring", None, None)]
 

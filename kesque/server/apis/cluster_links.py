@@ -30,7 +30,15 @@ log = logging.getLogger(__name__)
 
 _ZERO = uuid.UUID(int=0)
 _RETRY_S = 0.05
-_CHANGES = (cl.CREATE_LINK, cl.DELETE_LINK, cl.CREATE_MIRROR, cl.ALTER_MIRRORS, cl.GROW_MIRROR, cl.ALTER_LINK)
+_CHANGES = (
+    cl.CREATE_LINK,
+    cl.DELETE_LINK,
+    cl.CREATE_MIRROR,
+    cl.ALTER_MIRRORS,
+    cl.GROW_MIRROR,
+    cl.ALTER_LINK,
+    cl.SYNC_CONFIGS,
+)
 
 
 def _error(e: KafkaError) -> bytes:
@@ -169,6 +177,22 @@ class ClusterLinkApis:
         if resp["error_code"]:
             raise KafkaError(ErrorCode(resp["error_code"]), resp["error_message"] or "")
 
+    async def sync_configs(self, topic: str, configs: dict[str, str | None]) -> None:
+        """This broker's own request (the mirror fetcher of the topic's partition 0 read its
+        source topic's configs): the synced configs of mirror ``topic``, at the controller."""
+        req = cl.decode_request(
+            cl.encode_request(
+                {
+                    "operation": cl.SYNC_CONFIGS,
+                    "topics": [topic],
+                    "configs": [{"name": k, "value": v} for k, v in sorted(configs.items())],
+                }
+            )
+        )
+        resp = cl.decode_response_body(await self._at_controller(req, False))
+        if resp["error_code"]:
+            raise KafkaError(ErrorCode(resp["error_code"]), resp["error_message"] or "")
+
     async def _ask_source(self, req) -> None:
         """The source topic's id and partition count, over the link (a CREATE_MIRROR's)."""
         if not req["topics"] or not req["link_name"]:
@@ -205,6 +229,8 @@ class ClusterLinkApis:
             return c.call("create_cluster_link", name, configs, req["validate_only"])
         if op == cl.DELETE_LINK:
             return c.call("delete_cluster_link", name)
+        if op == cl.SYNC_CONFIGS:
+            return c.call("sync_mirror_configs", req["topics"][0], {x["name"]: x["value"] for x in req["configs"]})
         if op == cl.ALTER_LINK:
             return c.call("alter_cluster_link", name, {x["name"]: x["value"] for x in req["configs"]})
         if op == cl.GROW_MIRROR:

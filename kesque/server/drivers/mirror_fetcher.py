@@ -21,7 +21,7 @@ import uuid
 
 from ...config.types import ConfigError
 from ...errors import ErrorCode, error_name
-from ...metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PROMOTED
+from ...metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PROMOTED, MIRROR_SYNCED_CONFIGS
 from ...mirror import links as link_rules
 from ...mirror import offsets as offset_rules
 from ...mirror.partition import APPEND, BACKOFF, OUT_OF_RANGE, REFRESH, MirrorPartitionState
@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 FETCH_VERSION = 17  # served by Kafka 4.x and kesque alike
 METADATA_VERSION = 12
+DESCRIBE_CONFIGS_VERSION = 4
+TOPIC_CONFIG = 1  # DescribeConfigs' config source of a topic's own override (DYNAMIC_TOPIC_CONFIG)
+RESOURCE_TOPIC = 2
 LIST_OFFSETS_VERSION = 9
 CONSUMER = -1
 READ_UNCOMMITTED = 0
@@ -136,6 +139,40 @@ class SourceCluster:
             }
         raise ChannelError(self.config_error or f"no source broker answered Metadata ({last})")
 
+    async def topic_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
+        """{topic: its own overrides among the synced configs} of the source topics that
+        DescribeConfigs answered without an error (asked of any source broker, known ones first)."""
+        m = Msg(ApiKeys.DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION, request=True)
+        req = m(
+            resources=tuple(
+                m(
+                    "DescribeConfigsResource",
+                    resource_type=RESOURCE_TOPIC,
+                    resource_name=t,
+                    configuration_keys=MIRROR_SYNCED_CONFIGS,
+                )
+                for t in topics
+            ),
+            include_synonyms=False,
+            include_documentation=False,
+        )
+        nodes = list(self.brokers) + [_BOOTSTRAP_BASE - i for i in range(len(self.bootstrap))]
+        last: Exception | None = None
+        for node in nodes:
+            try:
+                resp = await self.channel.send(node, ApiKeys.DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION, req)
+            except ChannelError as e:
+                last = e
+                continue
+            return {
+                r.resource_name: {
+                    c.name: c.value for c in r.configs if int(c.config_source) == TOPIC_CONFIG and c.value is not None
+                }
+                for r in resp.results
+                if not r.error_code
+            }
+        raise ChannelError(self.config_error or f"no source broker answered DescribeConfigs ({last})")
+
     async def fetch(self, leader: int, topics: list, configs: dict) -> object:
         body = encode_replica_fetch_request(
             FETCH_VERSION,
@@ -195,6 +232,9 @@ class _LinkFetcher:
         self.failing = False
         self.task: asyncio.Task | None = None
         self.lag_logged_at = 0.0  # loop time of the last lag line
+        self.configs_synced_at = 0.0  # loop time of the last look at the source topics' configs
+        self.config_task: asyncio.Task | None = None
+        self.configs_sent: dict[str, dict] = {}  # mirror topic -> the last synced configs asked for
         self.refreshed_at = 0.0  # loop time of the last look at the source's metadata
 
     @property
@@ -208,6 +248,8 @@ class _LinkFetcher:
         self.stopped = True
         if self.task is not None:
             self.task.cancel()
+        if self.config_task is not None:
+            self.config_task.cancel()
         self.source.close()
 
     async def run(self) -> None:
@@ -226,6 +268,11 @@ class _LinkFetcher:
         if loop.time() - self.lag_logged_at >= LAG_LOG_INTERVAL_S:
             self.lag_logged_at = loop.time()
             self.log_lag()
+        if self.config_task is None and loop.time() - self.configs_synced_at >= link_rules.config_sync_s(
+            self.link.configs
+        ):
+            self.configs_synced_at = loop.time()
+            self.config_task = loop.create_task(self.sync_configs(), name=f"{self.name}-configs")
         if loop.time() - self.refreshed_at >= _cfg(self.link.configs, "metadata.max.age.ms", 300000) / 1000.0:
             self.stale = True  # the source's partition counts and leaders, looked at again
         if self.stale and self.entries:
@@ -249,6 +296,41 @@ class _LinkFetcher:
             await asyncio.wait_for(self.wake.wait(), timeout)
         except TimeoutError:
             pass
+
+    async def sync_configs(self) -> None:
+        """The synced topic configs of the mirror topics whose partition 0 this broker leads (one
+        broker per topic), from their source topics, set at the controller where they differ."""
+        try:
+            first = {e.part.topic: e for (_t, p), e in list(self.entries.items()) if p == 0}
+            if not first or self.mgr.sync_configs is None:
+                return
+            try:
+                source = await self.source.topic_configs(sorted({e.source_topic for e in first.values()}))
+            except ChannelError as exc:
+                log.debug("%s: source topic configs not read: %s", self.name, exc)
+                return
+            for topic, e in sorted(first.items()):
+                if e.source_topic not in source:
+                    continue
+                changes = link_rules.config_changes(source[e.source_topic], self.mgr.image.topic_configs(topic))
+                if not changes or self.configs_sent.get(topic) == changes:
+                    continue
+                try:
+                    await self.mgr.sync_configs(topic, changes)
+                except Exception as exc:  # noqa: BLE001 - tried again at the next interval
+                    log.warning("%s: cannot sync the configs of mirror topic %s: %s", self.name, topic, exc)
+                    continue
+                self.configs_sent[topic] = changes
+                log.info(
+                    "Mirror topic %s: topic configs synced from source topic %s: %s",
+                    topic,
+                    e.source_topic,
+                    ", ".join(
+                        f"{k}={v}" if v is not None else f"{k} (no override)" for k, v in sorted(changes.items())
+                    ),
+                )
+        finally:
+            self.config_task = None
 
     def log_lag(self) -> None:
         """One INFO line per interval naming the partitions behind their source (offsets and time)
@@ -446,6 +528,8 @@ class MirrorFetcherManager:
         self.raise_producer_id_floor = raise_producer_id_floor
         # ``async grow_mirror(topic, partitions)``: the mirror topic to the source's partition count
         self.grow_mirror = None
+        # ``async sync_configs(topic, {name: value or None})``: its synced configs, at the controller
+        self.sync_configs = None
         self._growing: dict[str, int] = {}  # mirror topic -> the partition count asked for
         self._tasks: set[asyncio.Task] = set()
         self.fetchers: dict[uuid.UUID, _LinkFetcher] = {}

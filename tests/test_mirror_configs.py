@@ -1,0 +1,103 @@
+"""Topic config sync over a cluster link (issue 28, docs/mirror.md "Topic configs"): a mirror
+topic takes the synced configs of its source topic every ``topic.config.sync.ms``, they are
+read-only at the destination while it mirrors, and after a failover the topic's configs are its
+own again. In-process, a kesque source and destination."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kesque.mirror import links as link_rules
+from mirrorlib import thread_brokers, tool
+
+
+def test_which_configs_change():
+    mirror = {"retention.ms": "5", "segment.bytes": "1048576", "cleanup.policy": "compact"}
+    source = {"retention.ms": "7", "max.message.bytes": "2048", "segment.bytes": "99"}
+    # set where they differ, removed where the source has no override; never an unsynced key
+    assert link_rules.config_changes(source, mirror) == {
+        "retention.ms": "7",
+        "max.message.bytes": "2048",
+        "cleanup.policy": None,
+    }
+    applied = {k: v for k, v in {**mirror, **link_rules.config_changes(source, mirror)}.items() if v is not None}
+    assert link_rules.config_changes(source, applied) == {}
+    assert link_rules.config_changes({"retention.ms": "7"}, {"retention.ms": "7"}) == {}
+    assert "topic.config.sync.ms" in link_rules.check_link_configs(
+        {"bootstrap.servers": "a:1", "topic.config.sync.ms": "0"}
+    )
+
+
+def _configs(admin, topic: str) -> dict[str, str]:
+    """The topic's own overrides (DescribeConfigs, as kafka-configs --describe lists them)."""
+    from confluent_kafka.admin import ConfigResource
+
+    res = ConfigResource("topic", topic)
+    entries = admin.describe_configs([res])[res].result(15)
+    return {k: e.value for k, e in entries.items() if e.source == 1}  # DYNAMIC_TOPIC_CONFIG
+
+
+def _alter(admin, topic: str, **changes) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    ops = [
+        ConfigEntry(
+            k.replace("_", "."),
+            v,
+            incremental_operation=AlterConfigOpType.DELETE if v is None else AlterConfigOpType.SET,
+        )
+        for k, v in changes.items()
+    ]
+    res = ConfigResource("topic", topic, incremental_configs=ops)
+    admin.incremental_alter_configs([res])[res].result(15)
+
+
+def _wait(check, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+def test_a_mirror_takes_its_source_topics_configs_and_keeps_them_read_only():
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with thread_brokers() as (src, dst):
+        s_admin = AdminClient({"bootstrap.servers": src.bootstrap_servers})
+        d_admin = AdminClient({"bootstrap.servers": dst.bootstrap_servers})
+        d = dst.bootstrap_servers
+        new = NewTopic("conf", 1, 1, config={"retention.ms": "3600000", "segment.bytes": "2000000"})
+        s_admin.create_topics([new])["conf"].result(15)
+        link = f"bootstrap.servers={src.bootstrap_servers},topic.config.sync.ms=200"
+        assert tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "L", "--config", link)[0] == 0
+        assert tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "conf", "--link", "L")[0] == 0
+        # the synced ones only (segment.bytes is the destination's own)
+        assert _wait(lambda: _configs(d_admin, "conf") == {"retention.ms": "3600000"}), _configs(d_admin, "conf")
+        # a change at the source comes within the interval; an override removed there goes here too
+        t0 = time.monotonic()
+        _alter(s_admin, "conf", retention_ms="7200000", cleanup_policy="compact", max_message_bytes="65536")
+        want = {"retention.ms": "7200000", "cleanup.policy": "compact", "max.message.bytes": "65536"}
+        assert _wait(lambda: _configs(d_admin, "conf") == want), _configs(d_admin, "conf")
+        print(f"source config change seen at the destination after {time.monotonic() - t0:.2f} s (sync every 0.2 s)")
+        _alter(s_admin, "conf", cleanup_policy=None)
+        want.pop("cleanup.policy")
+        assert _wait(lambda: _configs(d_admin, "conf") == want), _configs(d_admin, "conf")
+        # read-only at the destination while it mirrors; the other configs are the mirror's own
+        with pytest.raises(KafkaException) as e:
+            _alter(d_admin, "conf", retention_ms="1")
+        err = e.value.args[0]
+        assert err.code() == 42 and "retention.ms of mirror topic conf" in err.str()  # INVALID_REQUEST
+        _alter(d_admin, "conf", segment_bytes="3000000")
+        assert _configs(d_admin, "conf")["segment.bytes"] == "3000000"
+        # after a failover the configs are the topic's own: nothing comes from the source any more
+        assert tool("mirrors", "--bootstrap-server", d, "--failover", "--topics", "conf")[0] == 0
+        _alter(s_admin, "conf", retention_ms="60000")
+        time.sleep(0.8)
+        assert _configs(d_admin, "conf")["retention.ms"] == "7200000"
+        _alter(d_admin, "conf", retention_ms="1000")
+        assert _configs(d_admin, "conf")["retention.ms"] == "1000"
