@@ -6,9 +6,16 @@ own again. In-process, a kesque source and destination."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 
+from kesque.clock import SYSTEM_CLOCK
+from kesque.config.broker import BrokerConfig
+from kesque.controller.controller import OP_SET, Controller
+from kesque.errors import ErrorCode, KafkaError
+from kesque.metadata.image import RESOURCE_TOPIC, MetadataImage
+from kesque.metadata.log import MetadataLog
 from kesque.mirror import links as link_rules
 from mirrorlib import thread_brokers, tool
 
@@ -28,6 +35,41 @@ def test_which_configs_change():
     assert "topic.config.sync.ms" in link_rules.check_link_configs(
         {"bootstrap.servers": "a:1", "topic.config.sync.ms": "0"}
     )
+
+
+def test_the_controllers_rules(tmp_path):
+    c = Controller(
+        BrokerConfig({}), MetadataImage(), MetadataLog(str(tmp_path), SYSTEM_CLOCK), SYSTEM_CLOCK, lambda d: None
+    )
+    c.bootstrap()
+    c.register_broker(1, [{"name": "PLAINTEXT", "host": "h", "port": 1, "security_protocol": 0}])
+    link_id = c.create_cluster_link("L", {"bootstrap.servers": "s:1", "sasl.mechanism": "PLAIN"})
+    c.create_mirror_topic("m", "L", "s", uuid.uuid4(), 1)
+    # a link's configs altered in place: same id, keys set and removed
+    c.alter_cluster_link("L", {"bootstrap.servers": "t:2", "sasl.mechanism": None, "client.id": "x"})
+    assert c.image.cluster_links["L"].link_id == link_id
+    assert c.image.cluster_links["L"].configs == {"bootstrap.servers": "t:2", "client.id": "x"}
+    with pytest.raises(KafkaError, match="bootstrap.servers"):
+        c.alter_cluster_link("L", {"bootstrap.servers": None})
+    # the sync writes what differs, synced keys only
+    assert c.sync_mirror_configs("m", {"retention.ms": "5000", "cleanup.policy": None}) == ["retention.ms"]
+    assert c.sync_mirror_configs("m", {"retention.ms": "5000"}) == []
+    with pytest.raises(KafkaError, match="segment.bytes is not synced"):
+        c.sync_mirror_configs("m", {"segment.bytes": "1048576"})
+    # read-only to AlterConfigs / IncrementalAlterConfigs while mirroring; the others are the mirror's own
+    with pytest.raises(KafkaError) as e:
+        c.incremental_alter_configs(RESOURCE_TOPIC, "m", [("retention.ms", OP_SET, "1")], False)
+    assert e.value.code == ErrorCode.invalid_request and "retention.ms of mirror topic m" in e.value.message
+    c.incremental_alter_configs(RESOURCE_TOPIC, "m", [("segment.bytes", OP_SET, "1048576")], False)
+    c.alter_configs(RESOURCE_TOPIC, "m", {"retention.ms": "5000", "segment.bytes": "2097152"}, False)
+    with pytest.raises(KafkaError, match="retention.ms of mirror topic m"):
+        c.alter_configs(RESOURCE_TOPIC, "m", {"segment.bytes": "2097152"}, False)  # would drop retention.ms
+    # after a failover: no sync, and the configs are the topic's own
+    assert c.alter_mirror_topics("failover", ["m"], -1, 0) == [None]
+    with pytest.raises(KafkaError, match="not an active mirror topic"):
+        c.sync_mirror_configs("m", {"retention.ms": "1"})
+    c.incremental_alter_configs(RESOURCE_TOPIC, "m", [("retention.ms", OP_SET, "1")], False)
+    assert c.image.topic_configs("m")["retention.ms"] == "1"
 
 
 def _configs(admin, topic: str) -> dict[str, str]:
