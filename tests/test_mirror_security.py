@@ -15,6 +15,7 @@ import pytest
 from kesque.cli.mirrors import describe
 from kesque.config.types import ConfigError
 from kesque.server.drivers.mirror_fetcher import source_security
+from kesque.testing import kafka as K
 from kesque.testing.broker import Broker
 from kesque.testing.certs import CertificateAuthority
 from kesque.testing.kafka import free_port
@@ -198,3 +199,84 @@ def test_mirror_over_ssl_checks_the_source_certificate(secured_pair, pki):
     assert tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "tls", "--link", "T")[0] == 0
     src_b, dst_b = wait_mirrored(src.data_dir, dst.data_dir, "tls", 1)
     assert dst_b == src_b and len(src_b[0]) >= 9
+
+
+@pytest.mark.mirror
+@pytest.mark.skipif(K.unavailable() is not None, reason=K.unavailable() or "")
+def test_kafka_44_source_over_sasl_ssl_with_scram(pki, tmp_path):
+    """Apache Kafka 4.4 as the source, its SASL_SSL listener with SCRAM-SHA-512 (kesque's SCRAM
+    client against Kafka's server, TLS with the host name checked): the mirror byte for byte, a
+    wrong password refused with Kafka's message, and the source topic's retention.ms synced."""
+    from confluent_kafka.admin import AdminClient
+
+    sasl_port = free_port()
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    kafka = K.KafkaBroker(
+        config={
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": f"{scram} required;",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": pki["server"],
+        },
+        extra_listeners=f"SASL_SSL://127.0.0.1:{sasl_port}",
+    )
+    dst = Broker(mode="thread")
+    try:
+        kafka.launch()  # the JVM starts while kesque does
+        dst.start()
+        K.wait_ready([kafka], 120)
+        s, d, n = kafka.bootstrap_servers, dst.bootstrap_servers, 2
+        assert tool("configs", "--bootstrap-server", s, "--alter", "--entity-type", "users", "--entity-name",
+                    "link", "--add-config", "SCRAM-SHA-512=[iterations=4096,password=link-secret]")[0] == 0  # fmt: skip
+        _create_topic(s, "ksecure", n)
+        admin = AdminClient({"bootstrap.servers": s})
+        _alter_topic(admin, "ksecure", "retention.ms", "86400000")
+        produce_mixed(s, "ksecure", n)
+        props = tmp_path / "link.properties"
+        props.write_text(
+            f"bootstrap.servers=127.0.0.1:{sasl_port}\nsecurity.protocol=SASL_SSL\nssl.truststore.location={pki['ca']}\n"
+            f'sasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={scram} required username="link" password="wrong";\n'
+            "topic.config.sync.ms=300\n"
+        )
+        assert (
+            tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "K", "--config-file", str(props))[0]
+            == 0
+        )
+        code, _o, err = tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "ksecure", "--link", "K")
+        assert code == 1 and "Authentication failed during authentication due to invalid credentials" in err, err
+        props.write_text(props.read_text().replace('"wrong"', '"link-secret"'))
+        assert (
+            tool("cluster-links", "--bootstrap-server", d, "--alter", "--link", "K", "--config-file", str(props))[0]
+            == 0
+        )
+        assert tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "ksecure", "--link", "K")[0] == 0
+        produce_mixed(s, "ksecure", n)
+        src_b, dst_b = wait_mirrored(kafka.data_dir, dst.data_dir, "ksecure", n, timeout=30)
+        assert dst_b == src_b and all(len(b) >= 18 for b in src_b.values())
+        assert read_committed(s, "ksecure", n) == read_committed(d, "ksecure", n)
+        d_admin = AdminClient({"bootstrap.servers": d})
+        deadline = time.monotonic() + 10
+        while _topic_config(d_admin, "ksecure", "retention.ms") != "86400000" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _topic_config(d_admin, "ksecure", "retention.ms") == "86400000"
+    finally:
+        dst.stop()
+        kafka.close()
+
+
+def _alter_topic(admin, topic: str, key: str, value: str) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    res = ConfigResource(
+        "topic", topic, incremental_configs=[ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)]
+    )
+    admin.incremental_alter_configs([res])[res].result(15)
+
+
+def _topic_config(admin, topic: str, key: str) -> str | None:
+    from confluent_kafka.admin import ConfigResource
+
+    res = ConfigResource("topic", topic)
+    entry = admin.describe_configs([res])[res].result(15).get(key)
+    return entry.value if entry is not None and entry.source == 1 else None
