@@ -36,13 +36,14 @@ def pki(tmp_path_factory):
         "ca": ca.write_pem(d / "ca.pem"),
         "server": ca.issue("localhost", hosts=["localhost", "127.0.0.1"]).write_pem(d / "server.pem"),
         "stranger": CertificateAuthority("another-ca").write_pem(d / "stranger.pem"),
+        "client": ca.issue("link-client").write_pem(d / "client.pem"),
     }
 
 
 @pytest.fixture(scope="module")
 def secured_pair(pki):
-    """A source with PLAINTEXT (the test's own clients), SASL_SSL and SSL listeners; a plain
-    destination."""
+    """A source with PLAINTEXT (the test's own clients), SASL_SSL and SSL listeners (the SSL one
+    asks for a client certificate: mTLS); a plain destination."""
     sasl_port, ssl_port = free_port(), free_port()
     src = Broker(
         mode="thread",
@@ -56,6 +57,8 @@ def secured_pair(pki):
             ),
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": pki["server"],
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.ssl.ssl.truststore.location": pki["ca"],
         },
     ).start()
     try:
@@ -182,20 +185,26 @@ def test_mirror_over_sasl_ssl_survives_a_refused_login(secured_pair, pki, tmp_pa
     assert tool("mirrors", "--bootstrap-server", d, "--failover", "--topics", "secure")[0] == 0
 
 
-def test_mirror_over_ssl_checks_the_source_certificate(secured_pair, pki):
+def test_mirror_over_mutual_tls(secured_pair, pki):
+    """SSL with the source's certificate and host name checked, and the link's own certificate
+    (``ssl.keystore.*``) for a source listener that requires one."""
     src, dst = secured_pair
     d = dst.bootstrap_servers
     _create_topic(src.bootstrap_servers, "tls", 1)
     produce_mixed(src.bootstrap_servers, "tls", 1)
-    # a trust store of another authority: the link is created (its settings are sound) but the
-    # source's certificate does not verify, so the mirror cannot be created
+    # a trust store of another authority: the link's settings are sound, but the source's
+    # certificate does not verify, so the mirror cannot be created
     stranger = f"bootstrap.servers={src.ssl},security.protocol=SSL,ssl.truststore.location={pki['stranger']}"
-    code, _o, _e = tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "T", "--config", stranger)
-    assert code == 0
+    assert tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "T", "--config", stranger)[0] == 0
     code, _o, err = tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "tls", "--link", "T")
     assert code == 1 and "Cannot reach the source cluster of link 'T'" in err
-    assert tool("cluster-links", "--bootstrap-server", d, "--alter", "--link", "T", "--config",
-                f"ssl.truststore.location={pki['ca']}")[0] == 0  # fmt: skip
+    # the right authority, but no certificate of the link's own: the source refuses the connection
+    right = f"ssl.truststore.location={pki['ca']}"
+    assert tool("cluster-links", "--bootstrap-server", d, "--alter", "--link", "T", "--config", right)[0] == 0
+    code, _o, err = tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "tls", "--link", "T")
+    assert code == 1 and "Cannot reach the source cluster of link 'T'" in err
+    mine = f"ssl.keystore.type=PEM,ssl.keystore.location={pki['client']}"
+    assert tool("cluster-links", "--bootstrap-server", d, "--alter", "--link", "T", "--config", mine)[0] == 0
     assert tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "tls", "--link", "T")[0] == 0
     src_b, dst_b = wait_mirrored(src.data_dir, dst.data_dir, "tls", 1)
     assert dst_b == src_b and len(src_b[0]) >= 9
