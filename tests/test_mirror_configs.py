@@ -17,6 +17,7 @@ from kesque.errors import ErrorCode, KafkaError
 from kesque.metadata.image import RESOURCE_TOPIC, MetadataImage
 from kesque.metadata.log import MetadataLog
 from kesque.mirror import links as link_rules
+from kesque.testing.broker import Broker
 from mirrorlib import thread_brokers, tool
 
 
@@ -143,3 +144,36 @@ def test_a_mirror_takes_its_source_topics_configs_and_keeps_them_read_only():
         assert _configs(d_admin, "conf")["retention.ms"] == "7200000"
         _alter(d_admin, "conf", retention_ms="1000")
         assert _configs(d_admin, "conf")["retention.ms"] == "1000"
+
+
+@pytest.mark.mirror
+def test_configs_synced_into_a_destination_with_a_separate_controller():
+    """Brokers that are not controllers: each sync goes to the active controller over the
+    controller listener (KesqueClusterLinks' SYNC_CONFIGS), and a refused alter comes back
+    through the forwarding of IncrementalAlterConfigs."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kesque.testing.cluster import Cluster
+
+    src = Broker(mode="thread").start()
+    try:
+        with Cluster(nodes=3, controllers=1) as dst:
+            d = dst.bootstrap_servers
+            s_admin = AdminClient({"bootstrap.servers": src.bootstrap_servers})
+            d_admin = AdminClient({"bootstrap.servers": d})
+            s_admin.create_topics([NewTopic("wide", 3, 1, config={"retention.ms": "3600000"})])["wide"].result(15)
+            link = f"bootstrap.servers={src.bootstrap_servers},topic.config.sync.ms=300"
+            assert tool("cluster-links", "--bootstrap-server", d, "--create", "--link", "L", "--config", link)[0] == 0
+            assert tool("mirrors", "--bootstrap-server", d, "--create", "--mirror-topic", "wide", "--link", "L",
+                        "--replication-factor", "3")[0] == 0  # fmt: skip
+            assert _wait(lambda: _configs(d_admin, "wide") == {"retention.ms": "3600000"}, 30), _configs(
+                d_admin, "wide"
+            )
+            _alter(s_admin, "wide", retention_bytes="1048576000")
+            want = {"retention.ms": "3600000", "retention.bytes": "1048576000"}
+            assert _wait(lambda: _configs(d_admin, "wide") == want, 30), _configs(d_admin, "wide")
+            with pytest.raises(KafkaException, match="retention.bytes of mirror topic wide"):
+                _alter(d_admin, "wide", retention_bytes="1")
+    finally:
+        src.stop()
