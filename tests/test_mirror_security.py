@@ -37,6 +37,7 @@ def pki(tmp_path_factory):
         "server": ca.issue("localhost", hosts=["localhost", "127.0.0.1"]).write_pem(d / "server.pem"),
         "stranger": CertificateAuthority("another-ca").write_pem(d / "stranger.pem"),
         "client": ca.issue("link-client").write_pem(d / "client.pem"),
+        "trust_p12": ca.write_pkcs12_truststore(d / "trust.p12", "trustpw"),
     }
 
 
@@ -94,8 +95,21 @@ def test_link_security_settings_are_checked_naming_the_key(pki):
         }
     )
     assert ctx.check_hostname and login.mechanism == "SCRAM-SHA-512" and login.options["username"] == "u"
+    # a PKCS12 trust store (type left at Kafka's default, JKS: read as what the file holds), no host name check
+    p12 = {
+        "security.protocol": "SSL",
+        "ssl.truststore.location": pki["trust_p12"],
+        "ssl.truststore.password": "trustpw",
+    }
+    ctx, login = source_security({**base, **p12, "ssl.endpoint.identification.algorithm": ""})
+    assert not ctx.check_hostname and ctx.get_ca_certs() and login is None
     bad = [
         ({"security.protocol": "SSL", "ssl.truststore.location": "/nope/ca.pem"}, "ssl.truststore.location"),
+        ({**p12, "ssl.truststore.password": "wrong"}, "ssl.truststore.location"),
+        (
+            {"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "ldap"},
+            "ssl.endpoint.identification.algorithm",
+        ),
         (
             {"security.protocol": "SSL", "ssl.truststore.type": "XYZ", "ssl.truststore.location": pki["ca"]},
             "ssl.truststore.type",
