@@ -724,4 +724,5 @@ class MirrorFetcherManager:
             f.stop()
         for t in list(self._tasks):
             t.cancel()
-        await asyncio.gather(*(f.task for f in fetchers if f.task is not None), return_exceptions=True)
+        tasks = [t for f in fetchers for t in (f.task, getattr(f, "config_task", None)) if t is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
