@@ -42,6 +42,7 @@ from ..metadata.image import ClusterLink as ClusterLinkImage
 from ..metadata.image import MirrorTopic as MirrorImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
 from ..metadata.snapshot import acl_record, link_record, mirror_record, scram_record
+from ..protocol import cluster_links as cl
 from ..security.acl import AclBinding, AclBindingFilter, creation_error, deletion_filter_error
 from ..security.authorizer import StandardAcl
 from ..security.scram import ScramFormatter, ScramMechanism
@@ -820,17 +821,24 @@ class Controller:
         link = self.image.cluster_links.get(name)
         if link is None:
             raise KafkaError(ErrorCode.invalid_request, f"Cluster link '{name}' does not exist.")
+        offsets_mirror = self.image.topic(cl.offsets_mirror_topic(name))
         active = sorted(
             self.image.topics_by_id[m.topic_id].name
             for m in self.image.mirror_topics.values()
             if m.link_id == link.link_id and m.mirroring and m.topic_id in self.image.topics_by_id
         )
+        if offsets_mirror is not None and offsets_mirror.name in active:
+            active.remove(offsets_mirror.name)  # the link's own: deleted with it
         if active:
             raise KafkaError(
                 ErrorCode.invalid_request,
                 f"Cluster link '{name}' has active mirror topics: {', '.join(active)}",
             )
-        self.commit([{"type": "RemoveClusterLinkRecord", "link_id": link.link_id}])
+        records = [{"type": "RemoveClusterLinkRecord", "link_id": link.link_id}]
+        m = None if offsets_mirror is None else self.image.mirror_topics.get(offsets_mirror.topic_id)
+        if m is not None and m.link_id == link.link_id:
+            records.insert(0, {"type": "RemoveTopicRecord", "topic_id": offsets_mirror.topic_id})
+        self.commit(records)
         log.info("Deleted cluster link %s", name)
 
     def create_mirror_topic(

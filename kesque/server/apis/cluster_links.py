@@ -20,6 +20,7 @@ from ...config.types import ConfigError
 from ...errors import ErrorCode, KafkaError, error_name
 from ...metadata.image import MIRROR_STATES
 from ...mirror import links as link_rules
+from ...mirror import offsets as offset_rules
 from ...protocol import cluster_links as cl
 from ...protocol.api import KESQUE_CLUSTER_LINKS, Api
 from ..channel import ChannelError
@@ -189,6 +190,26 @@ class ClusterLinkApis:
                 }
             )
         )
+        resp = cl.decode_response_body(await self._at_controller(req, False))
+        if resp["error_code"]:
+            raise KafkaError(ErrorCode(resp["error_code"]), resp["error_message"] or "")
+
+    async def create_offsets_mirror(self, link_name: str, topic: str) -> None:
+        """This broker's own request (its consumer-offset copier found the link's offsets mirror
+        missing): ``topic`` mirrors the source's ``__consumer_offsets``, compacted as it is, at the
+        controller. Raises KafkaError (TOPIC_ALREADY_EXISTS when another broker was first)."""
+        req = cl.decode_request(
+            cl.encode_request(
+                {
+                    "operation": cl.CREATE_MIRROR,
+                    "link_name": link_name,
+                    "topics": [topic],
+                    "source_topic": offset_rules.SOURCE_OFFSETS_TOPIC,
+                    "configs": [{"name": "cleanup.policy", "value": "compact"}],
+                }
+            )
+        )
+        await self._ask_source(req)
         resp = cl.decode_response_body(await self._at_controller(req, False))
         if resp["error_code"]:
             raise KafkaError(ErrorCode(resp["error_code"]), resp["error_message"] or "")

@@ -301,7 +301,13 @@ class _LinkFetcher:
         """The synced topic configs of the mirror topics whose partition 0 this broker leads (one
         broker per topic), from their source topics, set at the controller where they differ."""
         try:
-            first = {e.part.topic: e for (_t, p), e in list(self.entries.items()) if p == 0}
+            # not a link's offsets mirror (of the source's __consumer_offsets): an internal topic's
+            # configs are its cluster's own, and that mirror stays compacted as it was created
+            first = {
+                e.part.topic: e
+                for (_t, p), e in list(self.entries.items())
+                if p == 0 and not e.source_topic.startswith("__")
+            }
             if not first or self.mgr.sync_configs is None:
                 return
             try:
@@ -530,6 +536,8 @@ class MirrorFetcherManager:
         self.grow_mirror = None
         # ``async sync_configs(topic, {name: value or None})``: its synced configs, at the controller
         self.sync_configs = None
+        # ``async create_offsets_mirror(link name, topic)``: a link's offsets mirror, at the controller
+        self.create_offsets_mirror = None
         self._growing: dict[str, int] = {}  # mirror topic -> the partition count asked for
         self._tasks: set[asyncio.Task] = set()
         self.fetchers: dict[uuid.UUID, _LinkFetcher] = {}
