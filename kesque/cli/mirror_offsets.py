@@ -21,6 +21,7 @@ from ..coordinator.group import records as group_records
 from ..mirror import offsets as rules
 from ..records import batch as rb
 from ..records.records import CONTROL_COMMIT, iter_records, read_end_txn_marker
+from .cluster_links import security_of
 from .plumbing.admin_client import make_admin
 
 _OFFSET_KEYS = (0, 1)  # OffsetCommit key versions
@@ -43,7 +44,9 @@ class _BatchReader(WireConsumer):
 def read_offsets_mirror(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, rules.OffsetLogReplay]:
     """{partition: its replay} of the offsets mirror ``topic``, read from its log start to the
     log end it had when the read began."""
-    reader = _BatchReader(bootstrap, client_id="kesque-mirrors", max_wait_ms=100, timeout=timeout)
+    reader = _BatchReader(
+        bootstrap, client_id="kesque-mirrors", max_wait_ms=100, timeout=timeout, client_props=security_of(bootstrap)
+    )
     try:
         md = reader.metadata([topic]).get(topic, {})
         parts = sorted(md.get("partitions", {}))

@@ -20,14 +20,15 @@ import argparse
 import sys
 import time
 
-from ..client.wire import Connection, WireError
+from ..client.wire import AuthenticationError, Connection, WireError
 from ..errors import error_name
 from ..mirror import offsets as rules
 from ..protocol import cluster_links as cl
 from ..protocol.api_keys import ApiKeys
 from ..storage.checkpoint import uuid_to_kafka
 from . import mirror_offsets
-from .cluster_links import ToolError, call
+from .cluster_links import ToolError, call, security_of, use_command_config
+from .plumbing.errors import error_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kesque mirrors", description="Create, describe, pause, resume, fail over and promote mirror topics."
     )
     p.add_argument("--bootstrap-server", required=True, help="REQUIRED: the destination cluster's server(s)")
+    p.add_argument("--command-config", help="Property file of the client settings to reach the destination with.")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="Create a mirror topic.")
     action.add_argument("--describe", action="store_true", help="Describe mirror topics and their lag.")
@@ -58,7 +60,7 @@ def _names(s: str | None) -> list[str]:
 
 
 def brokers(bootstrap: str) -> tuple[Connection, dict[int, tuple[str, int]]]:
-    conn = Connection.to_any(bootstrap, client_id="kesque-mirrors")
+    conn = Connection.to_any(bootstrap, client_id="kesque-mirrors", security=security_of(bootstrap))
     md = conn.request(
         ApiKeys.METADATA,
         lambda mod, v: mod.request.MetadataRequest(
@@ -83,7 +85,7 @@ def describe(bootstrap: str, topics: list[str]) -> list[dict]:
     answers = {}
     for node, (host, port) in nodes.items():
         try:
-            with Connection(host, port, client_id="kesque-mirrors") as c:
+            with Connection(host, port, client_id="kesque-mirrors", security=security_of(bootstrap)) as c:
                 answers[node] = {m["topic"]: m for m in call(bootstrap, req, c)["mirrors"]}
         except (ToolError, OSError, WireError):
             answers[node] = {}
@@ -126,7 +128,7 @@ def _seen_by_every_broker(bootstrap: str, topic: str, deadline: float) -> None:
     for host, port in nodes.values():
         while True:
             try:
-                with Connection(host, port, client_id="kesque-mirrors") as c:
+                with Connection(host, port, client_id="kesque-mirrors", security=security_of(bootstrap)) as c:
                     (m,) = call(bootstrap, req, c)["mirrors"]
                 if m["state"] in ("FAILED_OVER", "PROMOTED"):
                     break
@@ -326,8 +328,13 @@ def run(a) -> int:
 def main(argv: list[str]) -> int:
     a = build_parser().parse_args(argv)
     try:
+        use_command_config(a.bootstrap_server, a.command_config)
         return run(a)
-    except (ToolError, OSError) as e:
+    except AuthenticationError as e:
+        sys.stdout.flush()
+        print(f"Error: Error while talking to {a.bootstrap_server}: {error_line(e)}", file=sys.stderr)
+        return 1
+    except (ToolError, OSError, ValueError) as e:
         sys.stdout.flush()
         print(f"Error: {e}", file=sys.stderr)
         return 1

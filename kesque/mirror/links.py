@@ -3,7 +3,9 @@ link's settings pass, and which of them are secrets (masked wherever a link is d
 
 from __future__ import annotations
 
+from ..config import ConfigError
 from ..metadata.image import MIRROR_SYNCED_CONFIGS
+from ..security.client_props import security_protocol
 from .offsets import check_offset_configs
 
 # Kafka's client configs of type PASSWORD (ConfigDef.Type.PASSWORD: shown as [hidden]), and every
@@ -21,8 +23,6 @@ MASK = "[hidden]"  # what Kafka's tools print for a PASSWORD config (ConfigDef.c
 REDACTED = "[redacted]"
 CONFIG_SYNC_MS = "topic.config.sync.ms"  # Confluent's name and default
 DEFAULT_CONFIG_SYNC_MS = 5000  # what Kafka's metadata tools print for a sensitive record value
-# the security protocols of a link's connections to its source (Kafka's client names)
-SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def is_sensitive(name: str) -> bool:
@@ -66,9 +66,10 @@ def check_link_configs(configs: dict[str, str]) -> str | None:
         host, _, port = s.strip().rpartition(":")
         if not host or not port.isdigit():
             return f"Invalid url in bootstrap.servers: {s.strip()}"
-    proto = (configs.get("security.protocol") or "PLAINTEXT").strip().upper()
-    if proto not in SUPPORTED_PROTOCOLS:
-        return protocol_error(proto)
+    try:
+        security_protocol(configs)
+    except ConfigError as e:
+        return str(e)
     try:
         if int(configs.get(CONFIG_SYNC_MS, DEFAULT_CONFIG_SYNC_MS)) <= 0:
             raise ValueError
@@ -92,12 +93,6 @@ def config_changes(source: dict[str, str], mirror: dict[str, str]) -> dict[str, 
     the source topic's own overrides, ``mirror`` the mirror's; a synced key the source does not
     override is removed from the mirror (None), so both fall back to their cluster's default."""
     return {k: source.get(k) for k in MIRROR_SYNCED_CONFIGS if source.get(k) != mirror.get(k)}
-
-
-def protocol_error(proto: str) -> str:
-    return f"Invalid value {proto} for configuration security.protocol: String must be one of: " + ", ".join(
-        SUPPORTED_PROTOCOLS
-    )
 
 
 def bootstrap_addresses(configs: dict[str, str]) -> list[tuple[str, int]]:

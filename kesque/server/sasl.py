@@ -43,22 +43,14 @@ from ..protocol.api_keys import ApiKeys
 from ..protocol.messages import Msg
 from ..protocol.primitives import INT32, ProtocolError
 from ..security.authenticator import AuthenticationFailure, SaslServerAuthenticator
+from ..security.client_props import LOGIN_MODULES, SASL_PROTOCOLS, login_options
 from ..security.oauthbearer import JwksValidator, OAuthBearerSaslServer, RefreshingJwks, Retry, validate_unsecured
-from ..security.plain import PLAIN_LOGIN_MODULE, PlainSaslServer, parse_jaas_config
+from ..security.plain import PlainSaslServer
 from ..security.sasl_client import SaslLogin
 from ..security.scram import ScramCredential, ScramMechanism, ScramSaslServer
 
 log = logging.getLogger(__name__)
 
-SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
-OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-LOGIN_MODULES = {
-    "PLAIN": PLAIN_LOGIN_MODULE,
-    "SCRAM-SHA-256": SCRAM_LOGIN_MODULE,
-    "SCRAM-SHA-512": SCRAM_LOGIN_MODULE,
-    "OAUTHBEARER": OAUTHBEARER_LOGIN_MODULE,
-}
-SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 # the versions Kafka 4.4 serves (SaslApis declares the same)
 HANDSHAKE_VERSIONS = (0, 1)
 AUTHENTICATE_VERSIONS = (0, 2)
@@ -80,51 +72,6 @@ def jaas_options(config, listener: str, mechanism: str) -> dict[str, str]:
             f"set {key} (or sasl.jaas.config) to {LOGIN_MODULES[mechanism]} required ...;",
         )
     return login_options(str(text), mechanism, key)
-
-
-def login_options(text: str, mechanism: str, key: str) -> dict[str, str]:
-    """The options of ``mechanism``'s login module in the JAAS config ``text`` (the value of
-    ``key``): ConfigError naming ``key`` when it does not parse or has not exactly one entry for
-    the mechanism's login module."""
-    try:
-        entries = parse_jaas_config(text)
-    except ValueError as e:
-        raise ConfigError(key, f"Invalid value for configuration {key}: {e}") from None
-    entries = [e for e in entries if e.login_module == LOGIN_MODULES[mechanism]]
-    if len(entries) != 1:
-        raise ConfigError(
-            key,
-            f"Invalid value for configuration {key}: it must hold exactly one {LOGIN_MODULES[mechanism]} entry "
-            f"for {mechanism} (found {len(entries)})",
-        )
-    return entries[0].options
-
-
-def client_login_of(configs: dict[str, str]) -> SaslLogin:
-    """What a client whose settings are Kafka's client configs as strings (a cluster link's to
-    its source) logs in with: ``sasl.mechanism`` (Kafka's client default, GSSAPI, is not one of
-    kesque's) and its login module's options in ``sasl.jaas.config``. A ConfigError names the
-    key that is wrong."""
-    mechanism = (configs.get("sasl.mechanism") or "GSSAPI").strip()
-    if mechanism not in SASL_MECHANISMS:
-        raise ConfigError(
-            "sasl.mechanism",
-            f"Invalid value {mechanism} for configuration sasl.mechanism: kesque's SASL mechanisms are "
-            f"{', '.join(SASL_MECHANISMS)}",
-        )
-    text = configs.get("sasl.jaas.config")
-    if not text:
-        raise ConfigError(
-            "sasl.jaas.config",
-            f"sasl.jaas.config must be set for SASL mechanism {mechanism} ({LOGIN_MODULES[mechanism]} required ...;)",
-        )
-    options = login_options(text, mechanism, "sasl.jaas.config")
-    try:
-        return SaslLogin(mechanism, options)
-    except ValueError as e:
-        raise ConfigError(
-            "sasl.jaas.config", f"The {mechanism} JAAS config in sasl.jaas.config cannot log in ({e})"
-        ) from None
 
 
 def client_login(config, listener: str, mechanism_key: str) -> SaslLogin | None:

@@ -29,9 +29,8 @@ from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
 from ...protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
 from ...records.batch import iter_batch_positions
+from ...security import client_props
 from ..channel import Channel, ChannelError
-from ..sasl import SASL_PROTOCOLS, client_login_of
-from ..tls import TLS_PROTOCOLS, client_context_of
 from .replica_fetcher import complete_batches
 
 log = logging.getLogger(__name__)
@@ -59,15 +58,10 @@ def _cfg(configs: dict, name: str, default: int) -> int:
 def source_security(configs: dict[str, str]):
     """(ssl_context, sasl login) of a link's connections to its source, from its client settings
     (``security.protocol``, ``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``, Kafka's client
-    names), built by the code that builds the broker's own client side. Raises ConfigError naming
-    the key that is wrong (a trust store file missing, a mechanism kesque has not, a JAAS config
-    that does not parse or has no credentials)."""
-    proto = (configs.get("security.protocol") or "PLAINTEXT").strip().upper()
-    if proto not in link_rules.SUPPORTED_PROTOCOLS:
-        raise ConfigError("security.protocol", link_rules.protocol_error(proto))
-    ssl_context = client_context_of(configs) if proto in TLS_PROTOCOLS else None
-    sasl = client_login_of(configs) if proto in SASL_PROTOCOLS else None
-    return ssl_context, sasl
+    names), read by kesque/security/client_props.py as kesque's own tools read theirs. Raises
+    ConfigError naming the key that is wrong (a trust store file missing, a mechanism kesque has
+    not, a JAAS config that does not parse or has no credentials)."""
+    return client_props.ssl_context(configs), client_props.sasl_login(configs)
 
 
 class SourceCluster:
