@@ -5,6 +5,8 @@ flags of Confluent's ``kafka-cluster-links`` (docs/mirror.md says where it diffe
     kesque cluster-links --bootstrap-server DEST --list
     kesque cluster-links --bootstrap-server DEST --describe [--link NAME]
     kesque cluster-links --bootstrap-server DEST --delete --link NAME
+    kesque cluster-links --bootstrap-server DEST --alter --link NAME [--config-file F] [--config k=v,...]
+        [--delete-config k1,k2]
 
 The requests are kesque's KesqueClusterLinks API (:mod:`kesque.protocol.cluster_links`), over
 the security of ``--command-config`` (Kafka's client properties: ``security.protocol``,
@@ -79,9 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     action.add_argument("--list", action="store_true", help="List the cluster links.")
     action.add_argument("--describe", action="store_true", help="Describe cluster links and their configs.")
     action.add_argument("--delete", action="store_true", help="Delete a cluster link.")
+    action.add_argument(
+        "--alter",
+        action="store_true",
+        help="Change a link's configs: those of --config-file and --config set, those of --delete-config removed.",
+    )
     p.add_argument("--link", help="The name of the cluster link.")
     p.add_argument("--config-file", help="Properties of the link: the source's bootstrap.servers and client settings.")
     p.add_argument("--config", help="Link configs as key=value[,key=value], after those of --config-file.")
+    p.add_argument("--delete-config", help="With --alter: link config keys to remove, k1[,k2].")
     p.add_argument("--validate-only", action="store_true", help="Check the link's configs without creating it.")
     p.add_argument("--include-topics", action="store_true", help="List the mirror topics of each link.")
     return p
@@ -102,8 +110,23 @@ def _configs(a) -> dict[str, str]:
 
 
 def run(a) -> int:
-    if (a.create or a.delete) and not a.link:
-        raise ToolError("--link is required with --create and --delete")
+    if (a.create or a.delete or a.alter) and not a.link:
+        raise ToolError("--link is required with --create, --alter and --delete")
+    if a.alter:
+        updates: dict[str, str | None] = dict(_configs(a))
+        for k in (a.delete_config or "").split(","):
+            if k.strip():
+                updates[k.strip()] = None
+        if not updates:
+            raise ToolError("--alter needs --config-file, --config or --delete-config")
+        req = {
+            "operation": cl.ALTER_LINK,
+            "link_name": a.link,
+            "configs": [{"name": k, "value": v} for k, v in sorted(updates.items())],
+        }
+        call(a.bootstrap_server, req)
+        print(f"Completed updating config for cluster link {a.link}.")
+        return 0
     if a.create:
         configs = _configs(a)
         why = link_rules.check_link_configs(configs)

@@ -20,6 +20,8 @@ CREATE_MIRROR = 3  # ``topics[0]`` mirrors ``source_topic`` (default: the same n
 DESCRIBE_MIRRORS = 4  # the mirror topics (all, or ``topics``), with the lag of the partitions this broker leads
 ALTER_MIRRORS = 5  # ``mirror_op`` (pause, resume, failover, promote) on ``topics``
 GROW_MIRROR = 6  # a broker's own: ``topics[0]`` to ``num_partitions`` partitions, as its source grew
+ALTER_LINK = 7  # ``link_name``'s configs: each of ``configs`` set, or removed when its value is null
+SYNC_CONFIGS = 8  # a broker's own: ``topics[0]``'s synced topic configs as its source's (null: none)
 
 
 def offsets_mirror_topic(link_name: str) -> str:

@@ -1094,6 +1094,7 @@ class KesqueServer:
         )
         links = ClusterLinkApis(image=image, controllers=router, node_id=self.node_id, mirrors=self.mirror_fetchers)
         self.mirror_fetchers.grow_mirror = links.grow_mirror  # a source topic that grew: at the controller
+        self.mirror_fetchers.sync_configs = links.sync_configs  # its synced configs, likewise
         self.mirror_fetchers.create_offsets_mirror = links.create_offsets_mirror
         handlers = (
             CoreApis(
