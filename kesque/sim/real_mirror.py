@@ -69,6 +69,7 @@ from .real_scenarios import (
     RETRIABLE,
     STARTUP_S,
     Horizon,
+    _summary,
     converged,
     replicas_agree,
     shortened,
@@ -105,7 +106,6 @@ class MirrorLedger:
     deleted_to: dict[int, int] = field(default_factory=dict)  # partition -> highest low watermark
     restarts: list[tuple[str, int, int, int]] = field(default_factory=list)  # (topic, p, log end, offset)
     states: list[MirrorPartitionState] = field(default_factory=list)
-    hanging: int = 0  # transactions the failover aborted (the ABORT markers counted at the end)
 
     @property
     def committed(self) -> int:
@@ -185,7 +185,7 @@ class MirrorRun:
         n = 0
         while not stop.is_set():
             if idempotent and pid < 0:
-                pid, epoch = await self.init_producer_id(sim)
+                pid, epoch, _code = await self.init_producer_id(sim)
                 seq = {}
                 if pid < 0:
                     await asyncio.sleep(0.1)
@@ -219,23 +219,33 @@ class MirrorRun:
                 await asyncio.sleep(rng.uniform(0.02, 0.1))
             await asyncio.sleep(rng.uniform(0.0, self.horizon.pace_s or 0.02))
 
-    async def init_producer_id(self, sim: RealCluster, txn_id: str | None = None, timeout_ms: int = 60000):
-        for b in self.rng.sample(BROKERS, len(BROKERS)):
-            try:
-                resp = await self.call(
-                    sim,
-                    b,
-                    ApiKeys.INIT_PRODUCER_ID,
-                    4,
-                    lambda m: m(
-                        transactional_id=txn_id, transaction_timeout=timeout_ms, producer_id=-1, producer_epoch=-1
-                    ),
-                )
-            except ChannelError:
-                continue
-            if int(resp.error_code) == 0:
-                return int(resp.producer_id), int(resp.producer_epoch)
-        return -1, -1
+    async def init_producer_id(
+        self, sim: RealCluster, txn_id: str | None = None, timeout_ms: int = 60000, within_s: float = 0.0
+    ) -> tuple[int, int, int]:
+        """(producer id, epoch, error) of InitProducerId to the brokers in turn, tried again for
+        ``within_s`` seconds while they fail."""
+        deadline = self.loop.time() + within_s
+        code = -2
+        while True:
+            for b in self.rng.sample(BROKERS, len(BROKERS)):
+                try:
+                    resp = await self.call(
+                        sim,
+                        b,
+                        ApiKeys.INIT_PRODUCER_ID,
+                        4,
+                        lambda m: m(
+                            transactional_id=txn_id, transaction_timeout=timeout_ms, producer_id=-1, producer_epoch=-1
+                        ),
+                    )
+                except ChannelError:
+                    continue
+                code = int(resp.error_code)
+                if code == 0:
+                    return int(resp.producer_id), int(resp.producer_epoch), 0
+            if self.loop.time() >= deadline:
+                return -1, -1, code
+            await asyncio.sleep(0.2)
 
     # -- faults ------------------------------------------------------------------------------------
     async def delete_records(self, p: int, offset: int) -> None:
@@ -285,7 +295,14 @@ class MirrorRun:
                     sim.nodes[victim].kill()
                     sim.fault_log.append(f"kill {side} {victim} (leader of {OUT}-{p})")
                     pending.append(asyncio.ensure_future(later(rng.uniform(0.2, 4.0), restart, sim, victim)))
-            elif roll < 0.85:
+            elif roll < 0.7:  # the clusters' links slowed (beyond the link's request timeout, at times)
+                extra = rng.uniform(0.2, 4.0)
+                for d in dst_hosts:
+                    for s in src_hosts:
+                        net.slow_down(d, s, extra)
+                self.src.fault_log.append(f"slow the links between the clusters by {extra:.2f} s")
+                pending.append(asyncio.ensure_future(later(rng.uniform(0.5, 5.0), net.heal)))
+            elif roll < 0.9:
                 cut_off = dst_hosts if rng.random() < 0.6 else [rng.choice(dst_hosts)]
                 for d in cut_off:
                     for s in src_hosts:
@@ -387,6 +404,31 @@ class MirrorRun:
                         )
             if expect != d_end:
                 raise InvariantViolation(f"{OUT}-{p}: the destination's batches end at {expect}, its log at {d_end}")
+
+    def mirror_agrees(self) -> None:
+        """During the run: below both leaders' high watermarks, from the later log start, the
+        destination leader's batches are the source leader's (base, last offset, CRC)."""
+        for p in range(OUT_PARTITIONS):
+            views = []
+            for sim in (self.src, self.dst):
+                leader = self.leader(sim, p)
+                part = sim.partition_state(leader, OUT, p) if leader > 0 else None
+                if part is None or not part.is_leader:
+                    break
+                lg = part.log
+                hw = lg.high_watermark
+                views.append((hw, lg.log_start_offset, _summary(sim, leader, (OUT, p), lg, hw)))
+            else:
+                (hs, ls, ss), (hd, ld, sd) = views
+                h, lo = min(hs, hd), max(ls, ld)
+                cs = [x for x in ss if lo <= x[0] and x[1] < h]
+                cd = [x for x in sd if lo <= x[0] and x[1] < h]
+                if cs != cd:
+                    diff = next((x, y) for x, y in zip(cs + [None], cd + [None]) if x != y)
+                    raise InvariantViolation(
+                        f"{OUT}-{p}: the destination's leader disagrees with the source's below offset {h} "
+                        f"(first differing batch (base, last, crc): source {diff[0]}, destination {diff[1]})"
+                    )
 
     def check_losses(self) -> None:
         """A mirror restarts later only where the source deleted, and counts what it skipped."""
@@ -534,7 +576,9 @@ class MirrorRun:
             shown = [v for _o, v in values if v.startswith(b"hang-")]
             if shown:
                 raise InvariantViolation(f"{OUT}-{p} shows {shown} of the transaction left open to read_committed")
-        pid, _epoch = await self.init_producer_id(self.dst)
+        pid, _epoch, code = await self.init_producer_id(self.dst, within_s=FAILOVER_S)
+        if code:
+            raise LivenessViolation(f"InitProducerId at the destination after the failover: error {code}")
         if pid <= mirrored_max:
             raise InvariantViolation(
                 f"a new producer of the destination got id {pid}, not above the mirrored ids (up to {mirrored_max})"
@@ -568,7 +612,13 @@ class MirrorRun:
             "source_topic": OUT,
             "replication_factor": 3,
         }
+        deadline = self.loop.time() + STARTUP_S
         resp = await self.links(create, STARTUP_S)
+        # a broker that has not yet applied the link's record answers that it does not exist
+        # (seed 6): the tool's user tries again
+        while "does not exist" in (resp["error_message"] or "") and self.loop.time() < deadline:
+            await asyncio.sleep(0.2)
+            resp = await self.links(create, STARTUP_S)
         if resp["error_code"]:
             raise InvariantViolation(f"create the mirror topic: {resp['error_message']}")
         await dst.until(
@@ -586,6 +636,7 @@ class MirrorRun:
             while not stop.is_set():
                 replicas_agree(src, topic=OUT, partitions=OUT_PARTITIONS)
                 replicas_agree(dst, topic=OUT, partitions=OUT_PARTITIONS)
+                self.mirror_agrees()
                 await asyncio.sleep(CHECK_EVERY_S)
 
         tasks.append(asyncio.ensure_future(checker()))
