@@ -515,6 +515,10 @@ class MirrorFetcherManager:
     partitions this broker leads are fetched. ``on_progress(part)`` is called after an append
     (the HW and the waiting fetches move as after a produce)."""
 
+    # test-only switch (the simulator's --bug skip_abort_at_failover): a failover leaves the
+    # transactions the source left open hanging (no ABORT marker written)
+    skip_abort_at_failover = False
+
     def __init__(
         self, node_id: int, image, replica_manager, clock, on_progress, loop=None, raise_producer_id_floor=None
     ):
@@ -692,6 +696,8 @@ class MirrorFetcherManager:
         lg = part.log
         ps = lg.producer_state
         hanging = sorted({pid for pid in ps.ongoing_txns.values() if pid <= max_producer_id})
+        if self.skip_abort_at_failover:
+            return 0
         now_ms = self.clock.now_ms()
         for pid in hanging:
             entry = ps.producers[pid]
