@@ -60,6 +60,9 @@ def _check_link(configs: dict[str, str]) -> None:
         raise KafkaError(ErrorCode.invalid_config, str(e)) from None
 
 
+LINK_VISIBLE_WAIT_S = 1.0  # how long a mirror's creation waits for its link in this broker's metadata
+
+
 class ClusterLinkApis:
     APIS = (Api(KESQUE_CLUSTER_LINKS, 0, cl.VERSION, "cluster_links", raw=True, advertised=False),)
 
@@ -219,6 +222,13 @@ class ClusterLinkApis:
         if not req["topics"] or not req["link_name"]:
             raise KafkaError(ErrorCode.invalid_request, "A mirror topic needs its name and its cluster link.")
         link = self.image.cluster_links.get(req["link_name"])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LINK_VISIBLE_WAIT_S
+        while link is None and loop.time() < deadline:
+            # a link created a moment ago through another broker: this one's metadata may not have
+            # it yet (kesque cluster-links --create, then kesque mirrors --create, back to back)
+            await asyncio.sleep(0.05)
+            link = self.image.cluster_links.get(req["link_name"])
         if link is None:
             raise KafkaError(ErrorCode.invalid_request, f"Cluster link '{req['link_name']}' does not exist.")
         source_topic = req["source_topic"] or req["topics"][0]
