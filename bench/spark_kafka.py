@@ -5,22 +5,30 @@ kesque cluster, in the same SparkSession, steps alternating between the two form
 * batch write: ``spark.range`` rows (null key, 100 B value) written to a topic
   (kesque: the exactly-once sink, its default; kafka: Spark's at-least-once sink, its default);
 * batch read: that topic read into ``write.format("noop")`` (every column materialised);
-* streaming read: ``readStream`` with ``Trigger.AvailableNow`` into the noop sink;
+* streaming read: ``readStream`` with ``Trigger.AvailableNow`` into the noop sink, both formats
+  reading the same topic in a pass (written by the pass's first format: the sinks spread rows
+  over partitions differently, and a read's slowest task is its biggest partition);
 * streaming write + read back: ``readStream`` (AvailableNow) copying the topic to a new one
   with the same format, then a batch count of the copy with the same format;
 
 and the Python data-source ceiling: an in-memory Python source yielding Arrow batches of the
 Kafka schema (bench/spark.py's ``kesque-memory``), no I/O. Rows/s from the best of
-``passes``; the ratio is kesque/kafka. Nothing here asserts. Spark's Python processes run without
-hypothesis, as where kesque is deployed (``KESQUE_BENCH_HYPOTHESIS=1`` keeps it: see SUBPROCESS_SITE).
+``passes``; the ratio is kesque/kafka, of the best passes and (``median``) of the median
+times, with the lowest and highest ratio of one pass's two times. Nothing here asserts.
+Spark's Python processes run without hypothesis, as where kesque is deployed
+(``KESQUE_BENCH_HYPOTHESIS=1`` keeps it: see SUBPROCESS_SITE).
 
-    python bench/spark_kafka.py [rows] [passes] [nodes]
+    python bench/spark_kafka.py [rows] [passes] [nodes] [steps]
+
+``steps``: a comma-separated subset of write,read,stream,copy,ceiling (default all; without
+write, each format writes its topic once, untimed, and the passes read those).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -143,7 +151,10 @@ def _stream_copy(spark, fmt: str, bootstrap: str, topic: str, out: str, rows: in
         raise RuntimeError(f"{fmt}: the copy has {n} rows, expected {rows}")
 
 
-def compare(spark, bootstrap: str, admin, rows: int, partitions: int, passes: int, rf: int) -> dict:
+STEPS = ("write", "read", "stream", "copy", "ceiling")
+
+
+def compare(spark, bootstrap: str, admin, rows: int, partitions: int, passes: int, rf: int, steps=STEPS) -> dict:
     from confluent_kafka.admin import NewTopic
 
     def new_topic() -> str:
@@ -164,24 +175,36 @@ def compare(spark, bootstrap: str, admin, rows: int, partitions: int, passes: in
     topics = {}
     for i in range(passes):
         order = ("kafka", "kesque") if i % 2 == 0 else ("kesque", "kafka")
-        for fmt in order:
-            t = new_topic()
-            topics[fmt] = t
-            note("batch write", fmt, _timed(lambda: _write(spark, fmt, bootstrap, t, rows, partitions)))
-        for fmt in order:
-            df = _read(spark, fmt, bootstrap, topics[fmt])
-            note("batch read", fmt, _timed(lambda: df.write.format("noop").mode("overwrite").save()))
-        for fmt in order:
-            note("streaming read", fmt, _timed(lambda: _stream_read(spark, fmt, bootstrap, topics[fmt])))
-        for fmt in order:
-            out = new_topic()
-            note(
-                "streaming write + read back",
-                fmt,
-                _timed(lambda: _stream_copy(spark, fmt, bootstrap, topics[fmt], out, rows)),
+        if "write" in steps or not topics:  # without the write step, each format's topic is written once
+            for fmt in order:
+                t = new_topic()
+                topics[fmt] = t
+                seconds = _timed(lambda: _write(spark, fmt, bootstrap, t, rows, partitions))
+                if "write" in steps:
+                    note("batch write", fmt, seconds)
+        if "read" in steps:
+            for fmt in order:
+                df = _read(spark, fmt, bootstrap, topics[fmt])
+                note("batch read", fmt, _timed(lambda: df.write.format("noop").mode("overwrite").save()))
+        if "stream" in steps:
+            for fmt in order:
+                note("streaming read", fmt, _timed(lambda: _stream_read(spark, fmt, bootstrap, topics[order[0]])))
+        if "copy" in steps:
+            for fmt in order:
+                out = new_topic()
+                note(
+                    "streaming write + read back",
+                    fmt,
+                    _timed(lambda: _stream_copy(spark, fmt, bootstrap, topics[fmt], out, rows)),
+                )
+        if "ceiling" in steps:
+            mem = (
+                spark.read.format("kesque-memory")
+                .option("rows", str(rows))
+                .option("partitions", str(partitions))
+                .load()
             )
-        mem = spark.read.format("kesque-memory").option("rows", str(rows)).option("partitions", str(partitions)).load()
-        note("ceiling", "memory", _timed(lambda: mem.write.format("noop").mode("overwrite").save()))
+            note("ceiling", "memory", _timed(lambda: mem.write.format("noop").mode("overwrite").save()))
     out = {}
     for step, by_fmt in times.items():
         rates = {fmt: rows / min(s) for fmt, s in by_fmt.items()}
@@ -189,6 +212,9 @@ def compare(spark, bootstrap: str, admin, rows: int, partitions: int, passes: in
         row.update({f"{fmt}_seconds": [round(x, 2) for x in s] for fmt, s in by_fmt.items()})
         if "kafka" in rates:
             row["ratio"] = round(rates["kesque"] / rates["kafka"], 2)
+            row["ratio_median"] = round(statistics.median(by_fmt["kafka"]) / statistics.median(by_fmt["kesque"]), 2)
+            per_pass = [k / q for k, q in zip(by_fmt["kafka"], by_fmt["kesque"])]
+            row["ratio_per_pass"] = [round(min(per_pass), 2), round(max(per_pass), 2)]
         out[step] = row
     return out
 
@@ -202,18 +228,23 @@ def main(argv: list[str]) -> None:
     rows = int(argv[0]) if argv else 200_000
     passes = int(argv[1]) if len(argv) > 1 else 3
     nodes = int(argv[2]) if len(argv) > 2 else 3
+    steps = tuple(argv[3].split(",")) if len(argv) > 3 else STEPS
     with Cluster(nodes=nodes, config=CLUSTER) as c:
         admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
         spark = session()
         try:
-            res = compare(spark, c.bootstrap_servers, admin, rows, 4, passes, min(3, nodes))
+            res = compare(spark, c.bootstrap_servers, admin, rows, 4, passes, min(3, nodes), steps)
         finally:
             spark.stop()
     print(f"rows={rows} passes={passes} nodes={nodes} partitions=4")
-    print(f"{'step':30} {'kafka rows/s':>13} {'kesque rows/s':>14} {'ratio':>6}")
+    print(f"{'step':30} {'kafka rows/s':>13} {'kesque rows/s':>14} {'ratio':>6} {'median':>7}  per pass")
     for step, r in res.items():
         if "kafka_rows_s" in r:
-            print(f"{step:30} {r['kafka_rows_s']:>13,} {r['kesque_rows_s']:>14,} {r['ratio']:>6}")
+            lo, hi = r["ratio_per_pass"]
+            print(
+                f"{step:30} {r['kafka_rows_s']:>13,} {r['kesque_rows_s']:>14,} {r['ratio']:>6} "
+                f"{r['ratio_median']:>7}  {lo}-{hi}"
+            )
         else:
             print(f"{step:30} {'':>13} {r['memory_rows_s']:>14,}  (Python data source, no I/O)")
     print(res)

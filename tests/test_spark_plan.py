@@ -96,3 +96,28 @@ def test_corrupt_batch_fails_the_read():
             c._decode(_PartitionState("t", 0, 40), bytes(bad), [])
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_a_fetch_from_the_middle_of_a_batch_keeps_the_records_from_the_position(headers):
+    """A batch fetched for a position inside it yields only the records from the position on,
+    with their own offsets, timestamps, keys and values; a range that ends inside a chunk keeps
+    the records before its end (both are slices: offsets rise within a batch)."""
+    records = [(b"k%d" % i, b"v%d" % i, (("h", b"%d" % i),)) for i in range(8)]
+    good = build_batch(records, base_offset=40, timestamp=1000)
+    c = ColumnConsumer("127.0.0.1:1", headers=headers)
+    try:
+        (ch,) = c._decode(_PartitionState("t", 0, 43), good, [])
+        assert ch.offsets.to_pylist() == [43, 44, 45, 46, 47]
+        assert ch.keys.to_pylist() == [b"k3", b"k4", b"k5", b"k6", b"k7"]
+        assert ch.values.to_pylist() == [b"v3", b"v4", b"v5", b"v6", b"v7"]
+        assert ch.stamps.to_pylist() == [1_000_000] * 5  # ms to us
+        ch.slice(0, 2)  # the range ends at 45
+        assert (ch.offsets.to_pylist(), ch.keys.to_pylist(), ch.values.to_pylist()) == (
+            [43, 44],
+            [b"k3", b"k4"],
+            [b"v3", b"v4"],
+        )
+        assert ch.headers == ([[{"key": "h", "value": b"3"}], [{"key": "h", "value": b"4"}]] if headers else None)
+    finally:
+        c.close()

@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
@@ -230,7 +229,7 @@ def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
     topic = o.topic
     if topic is None:
         col = batch.column(names.index("topic"))
-        if col.null_count or len(pc.unique(col)) != 1:
+        if col.null_count or len(col.unique()) != 1:
             return False
         topic = col[0].as_py()
     keys, values = _binary_column(batch, "key"), _binary_column(batch, "value")

@@ -19,8 +19,8 @@ import re
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..client.consumer import EARLIEST, LATEST, FetchError, WireConsumer
 from ..client.wire import WireError
@@ -317,6 +317,14 @@ class _Chunk:
 
     __slots__ = ("offsets", "stamps", "keys", "values", "ts_type", "headers")
 
+    def slice(self, start: int, stop: int) -> None:
+        """Keep records ``[start, stop)`` (zero-copy Arrow slices; headers are a list)."""
+        self.offsets, self.stamps, self.keys, self.values = (
+            x.slice(start, stop - start) for x in (self.offsets, self.stamps, self.keys, self.values)
+        )
+        if self.headers is not None:
+            self.headers = self.headers[start:stop]
+
 
 class ColumnConsumer(WireConsumer):
     """A consumer whose :meth:`poll` returns Arrow column chunks, one per record batch,
@@ -350,21 +358,18 @@ class ColumnConsumer(WireConsumer):
                 c.headers = [[{"key": k, "value": v} for k, v in r.headers] or None for r in recs]
             else:
                 n, ts, off, kv, ko, kd, vv, vo, vd = record_columns(records_payload(data, pos, h), h.records_count)
-                c.offsets = pc.add(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(off)]), h.base_offset)
+                offsets = np.frombuffer(off, np.int64, n) + h.base_offset
+                c.offsets = pa.array(offsets)  # zero-copy from numpy
                 if h.is_log_append_time:
-                    c.stamps = pa.array([h.max_timestamp * 1000] * n, pa.int64())
+                    c.stamps = pa.array(np.full(n, h.max_timestamp * 1000, np.int64))
                 else:
-                    c.stamps = pc.multiply(
-                        pc.add(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(ts)]), h.base_timestamp), 1000
-                    )
+                    c.stamps = pa.array((np.frombuffer(ts, np.int64, n) + h.base_timestamp) * 1000)
                 c.keys = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(kv), pa.py_buffer(ko), pa.py_buffer(kd)])
                 c.values = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(vv), pa.py_buffer(vo), pa.py_buffer(vd)])
                 c.headers = None
                 if h.base_offset < st.position:  # a fetch from the middle of a batch
-                    keep = pc.greater_equal(c.offsets, st.position)
-                    c.offsets, c.stamps, c.keys, c.values = (
-                        pc.filter(x, keep) for x in (c.offsets, c.stamps, c.keys, c.values)
-                    )
+                    # offsets rise within a batch: the records kept are a suffix, sliced without a copy
+                    c.slice(int(np.searchsorted(offsets, st.position)), n)
             c.ts_type = 1 if h.is_log_append_time else 0
             out.append(c)
         return out
@@ -419,12 +424,7 @@ def read_range(o: SourceOptions, r: OffsetRange):
             for ch in chunks:
                 n = len(ch.offsets)
                 if n and ch.offsets[n - 1].as_py() >= r.end:  # the range ends inside this batch
-                    keep = pc.less(ch.offsets, r.end)
-                    ch.offsets, ch.stamps, ch.keys, ch.values = (
-                        pc.filter(x, keep) for x in (ch.offsets, ch.stamps, ch.keys, ch.values)
-                    )
-                    if ch.headers is not None:
-                        ch.headers = ch.headers[: len(ch.offsets)]
+                    ch.slice(0, int(np.searchsorted(ch.offsets.to_numpy(), r.end)))
                 pending.append(ch)
                 rows += len(ch.offsets)
             if pending and (rows >= BATCH_ROWS or state.position >= r.end):
