@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
+import random
 import re
 import signal
 import socket
@@ -27,8 +28,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from kesque.client.share_consumer import ShareConsumer
 from kesque.config.broker import KAFKA_INTERNAL_BROKER_KEYS, BrokerConfig
 from kesque.config.types import ConfigError
+from kesque.metrics import stats
 from kesque.metrics.collectors import BrokerCollector, Sources
-from kesque.metrics.stats import TOTAL_TIME_BUCKETS_MS, BrokerTopicStats, RequestMetrics, error_counts
+from kesque.metrics.stats import (
+    PENDING_CAP,
+    PENDING_FIELDS,
+    TOTAL_TIME_BUCKETS_MS,
+    BrokerTopicStats,
+    RequestMetrics,
+    error_counts,
+)
 from kesque.server.drivers.share_manager import SharePartitionManager as SPM
 from kesque.share.partition import SharePartition
 from kesque.testing.broker import Broker
@@ -134,6 +143,71 @@ def test_request_time_histogram_buckets_and_fetch_names():
     assert names == {"Produce", "Fetch", "FetchFollower"}
 
 
+def _noted_requests(rng, n):
+    """``n`` requests' clock readings (RequestMetrics.note's arguments), often exactly on a
+    bucket bound, with waits, reads after the request (queue 0), connections without reads and
+    handlers whose return was not noted."""
+    bounds = [0, *(int(ms * 1e6) for ms in TOTAL_TIME_BUCKETS_MS)]
+
+    def step():
+        return rng.choice(bounds) if rng.random() < 0.3 else rng.randrange(0, 12 * 10**9)
+
+    for i in range(n):
+        api, version = rng.choice([(0, 9), (0, 11), (1, 16), (1, 16), (3, 12)])
+        recv = 10**12 + i
+        read = rng.choice([0, recv - step(), recv + step()])
+        local = recv + step()
+        remote = local + step() if rng.random() < 0.3 else 0
+        end = (remote or local) + step()
+        yield (
+            api,
+            version,
+            api == 1 and rng.random() < 0.5,
+            read,
+            recv,
+            0 if rng.random() < 0.05 else local,
+            remote,
+            end,
+        )
+
+
+def test_pending_requests_fold_into_the_same_histograms_as_one_at_a_time():
+    # the request path notes clock readings (RequestMetrics.note) and they are folded in bulk:
+    # the same counts and sums as record + record_phases per request, whatever the mix of APIs,
+    # versions and Fetch kinds
+    bulk, one = RequestMetrics(), RequestMetrics()
+    for api, version, follower, read, recv, local, remote, end in _noted_requests(
+        random.Random(29), PENDING_CAP + 1500
+    ):
+        bulk.note(api, version, follower, read, recv, local, remote, end)
+        local = local or end
+        one.record(api, version, end - recv, follower)
+        queue = max(recv - read, 0) if read else 0
+        one.record_phases(api, queue, local - recv, remote - local if remote else 0, end - (remote or local), follower)
+    assert len(bulk.pending) == 1500 * PENDING_FIELDS  # folded once at the cap, the rest at the snapshot
+    assert bulk.snapshot() == one.snapshot() and not bulk.pending
+    uniform = RequestMetrics()  # one API, version and kind: one pass over the batch
+    for _ in range(3):
+        uniform.note(0, 9, False, 0, 5, 3 + 10**6, 0, 5 + 10**6)  # 1 ms in all, no wait
+    _requests, _errors, buckets, sums, phases, _throttles = uniform.snapshot()
+    assert buckets[0][TOTAL_TIME_BUCKETS_MS.index(1.0)] == 3 and sums[0] == pytest.approx(3.0)
+    assert phases[(0, "RemoteTimeMs")] == ([3] + [0] * len(TOTAL_TIME_BUCKETS_MS), 0.0)
+
+
+@pytest.mark.skipif(stats._cfold is None, reason="the compiled fold is not built")
+def test_the_compiled_fold_counts_as_its_python_reference():
+    cols = list(zip(*(r[3:] for r in _noted_requests(random.Random(30), 3000))))
+    cols[1] = (*cols[1][:-1], 2**62)  # a huge time: the sums go past 64 bits
+    cols[4] = (*cols[4][:-1], 2**63 - 1)
+    width = len(stats.TOTAL_TIME_BUCKETS_NS) + 2
+    compiled, python = ([7] * width, [0] * 4 * width), ([7] * width, [0] * 4 * width)
+    stats._cfold.fold(*cols, stats.TOTAL_TIME_BUCKETS_NS, *compiled)
+    stats._fold_python(*cols, stats.TOTAL_TIME_BUCKETS_NS, *python)
+    assert compiled == python
+    with pytest.raises(ValueError):
+        stats._cfold.fold(*cols[:4], cols[4][:-1], stats.TOTAL_TIME_BUCKETS_NS, *compiled)
+
+
 def test_error_counts_walk_a_kio_response():
     topic = MetadataResponseTopic  # an error code per topic, nested in the response
     resp = MetadataResponse(
@@ -160,6 +234,19 @@ def test_deleted_topics_leave_the_per_topic_series_but_not_the_totals():
     stats.retire({"b"})
     per_topic, totals, _out, _in = stats.snapshot()
     assert set(per_topic) == {"b"} and totals[0] == 150 and totals[1] == 3
+
+
+def test_appends_noted_by_the_produce_path_are_counted_at_the_snapshot():
+    bulk, one = BrokerTopicStats(), BrokerTopicStats()
+    for batch in ([("a", 100, 2)] * 3, [("a", 10, 1), ("b", 50, 1), ("a", 7, 3)]):  # one topic, then a mix
+        for appended in batch:
+            bulk.pending += appended  # what the Produce handler adds per partition
+            one.produced(*appended)
+        assert bulk.snapshot() == one.snapshot() and not bulk.pending
+    bulk.pending += ("b", 1, 1)
+    bulk.retire({"a"})  # b is deleted: what it had pending still counts in the totals
+    _per_topic, totals, _out, _in = bulk.snapshot()
+    assert totals[:2] == (100 * 3 + 10 + 50 + 7 + 1, 2 * 3 + 1 + 1 + 3 + 1)
 
 
 def test_partitions_are_copied_in_chunks_one_loop_turn_each():

@@ -13,6 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_left
+from itertools import groupby
+from operator import itemgetter
+
+try:  # the compiled fold of the request time histograms (setup.py builds it where it can)
+    from . import _cfold
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _cfold = None
 
 # the upper bounds (ms) of the request total time histogram's buckets (+Inf follows), and in ns
 # (what the request path compares: no float arithmetic per request)
@@ -30,6 +37,14 @@ TOTAL_TIME_BUCKETS_NS = tuple(int(ms * 1_000_000) for ms in TOTAL_TIME_BUCKETS_M
 PHASES = ("RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ResponseQueueTimeMs")
 PHASE_WIDTH = len(TOTAL_TIME_BUCKETS_NS) + 2  # buckets (+Inf last), then the sum
 PHASE_SUM = PHASE_WIDTH - 1
+
+# requests the request path notes (RequestMetrics.pending) before they are folded into the
+# histograms in bulk: a scrape folds them at once, and so does the request that reaches this many
+# (memory stays flat without scrapes)
+PENDING_CAP = 4096
+PENDING_FIELDS = 8  # RequestMetrics.pending's items per request
+PRODUCED_FIELDS = 3  # BrokerTopicStats.pending's items per partition appended
+PRODUCED_ITEMS = PENDING_CAP * PRODUCED_FIELDS  # the Produce path folds its appends at this length
 
 # per-topic counters (BrokerTopicStats' meters kesque keeps), by index in a topic's list
 BYTES_IN, MESSAGES_IN, BYTES_OUT, BYTES_REJECTED, TOTAL_PRODUCE, FAILED_PRODUCE, TOTAL_FETCH, FAILED_FETCH = range(8)
@@ -51,10 +66,13 @@ class BrokerTopicStats:
     topic. The all-topics meters are the sums at scrape time plus what deleted topics left behind
     (``retire``), so the request path increments one list per partition."""
 
-    __slots__ = ("topics", "retired", "replication_bytes_out", "replication_bytes_in")
+    __slots__ = ("topics", "retired", "replication_bytes_out", "replication_bytes_in", "pending")
 
     def __init__(self):
         self.topics: dict[str, list[int]] = {}
+        # the Produce path's appends not counted yet, PRODUCED_FIELDS items each, flat: topic,
+        # bytes, records (``produced``'s arguments; ``fold`` counts them)
+        self.pending: list = []
         self.retired = [0] * len(TOPIC_METERS)  # the counts of topics no longer reported
         self.replication_bytes_out = 0
         self.replication_bytes_in = 0  # the records this broker appended as a follower
@@ -71,6 +89,24 @@ class BrokerTopicStats:
         c[BYTES_IN] += nbytes
         c[MESSAGES_IN] += records
         c[TOTAL_PRODUCE] += 1
+
+    def fold(self) -> None:
+        """The pending appends into their topics' counters (one pass per column when they are all
+        of one topic, the usual case)."""
+        p = self.pending
+        if not p:
+            return
+        topics, sizes, records = p[0::PRODUCED_FIELDS], p[1::PRODUCED_FIELDS], p[2::PRODUCED_FIELDS]
+        p.clear()
+        n = len(topics)
+        if topics.count(topics[0]) == n:
+            c = self.topics.get(topics[0]) or self.topic(topics[0])
+            c[BYTES_IN] += sum(sizes)
+            c[MESSAGES_IN] += sum(records)
+            c[TOTAL_PRODUCE] += n
+            return
+        for topic, nbytes, count in zip(topics, sizes, records):
+            self.produced(topic, nbytes, count)
 
     def produce_failed(self, topic: str, nbytes: int, rejected: bool) -> None:
         """A partition's append refused (``rejected``: its records were invalid: BytesRejected)."""
@@ -91,6 +127,7 @@ class BrokerTopicStats:
     def retire(self, keep) -> None:
         """Forget the topics not in ``keep`` (deleted ones, as Kafka removes their metrics); their
         counts stay in the all-topics totals."""
+        self.fold()
         for name in [t for t in self.topics if t not in keep]:
             for i, n in enumerate(self.topics.pop(name)):
                 self.retired[i] += n
@@ -98,6 +135,7 @@ class BrokerTopicStats:
     def snapshot(self) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...], int, int]:
         """A copy (taken on the event loop): per topic, the all-topics totals, replication bytes
         out and in."""
+        self.fold()
         topics = {t: tuple(c) for t, c in self.topics.items()}
         totals = [*self.retired]
         for c in topics.values():
@@ -119,11 +157,16 @@ class RequestMetrics:
     histogram. Keyed by API key (and FETCH_CONSUMER / FETCH_FOLLOWER, which a Fetch counts in
     too, as Kafka's); the names are looked up at scrape time.
 
-    One list per (API, version) holds the time buckets' counts and, last, the sum of the times (ns):
-    a request is one dict lookup, one bisect and two list additions; its count is the sum of
-    its buckets, and an API's histogram the sum over its versions, both made at scrape time."""
+    One list per (API, version) holds the time buckets' counts and, last, the sum of the times (ns);
+    a request's count is the sum of its buckets, and an API's histogram the sum over its versions,
+    both made at scrape time.
 
-    __slots__ = ("by_version", "errors", "produce_none", "phases", "throttles")
+    The request path does not bisect: it adds its clock readings to ``pending`` (``note``'s
+    order), and ``fold`` turns them into bucket counts and sums in bulk (compiled: a few ns a
+    request), when a scrape takes its snapshot or when ``PENDING_CAP`` requests wait. ``record``
+    and ``record_phases`` count one request at once."""
+
+    __slots__ = ("by_version", "errors", "produce_none", "phases", "throttles", "pending")
 
     def __init__(self):
         self.by_version: dict[tuple[int, int], list] = {}
@@ -136,6 +179,48 @@ class RequestMetrics:
         # per API: ThrottleTimeMs of the throttled requests only (buckets by ms, then the sum in
         # ms); the unthrottled ones, Kafka's 0 ms, are the API's requests less these (at scrape time)
         self.throttles: dict[int, list] = {}
+        # answered requests not folded yet, PENDING_FIELDS items each, flat (no tuple per
+        # request to allocate and track): api key, version, follower, then in perf_counter_ns the
+        # connection's last read (0: none), the frame parsed, the handler returned (0: not
+        # noted), the wait it handed over ended (0: none), the response queued
+        self.pending: list = []
+
+    def note(self, api_key, version, follower, read_ns, recv_ns, local_ns, remote_ns, end_ns) -> None:
+        """One request's clock readings (``pending``'s fields; the request path adds them itself)."""
+        self.pending += (api_key, version, follower, read_ns, recv_ns, local_ns, remote_ns, end_ns)
+        if len(self.pending) >= PENDING_CAP * PENDING_FIELDS:
+            self.fold()
+
+    def fold(self) -> None:
+        """The pending requests into the histograms, per (API, version, follower): one pass over
+        their columns (``_fold``)."""
+        p = self.pending
+        if not p:
+            return
+        w = PENDING_FIELDS
+        api, version, follower = p[0::w], p[1::w], p[2::w]
+        cols = [p[i::w] for i in range(3, w)]
+        p.clear()
+        n = len(api)
+        if api.count(api[0]) == n and version.count(version[0]) == n and follower.count(follower[0]) == n:
+            self._fold_group(api[0], version[0], follower[0], cols)
+            return
+        keys = list(zip(api, version, follower))
+        for key, rows in groupby(sorted(range(n), key=keys.__getitem__), keys.__getitem__):
+            rows = list(rows)
+            pick = itemgetter(*rows) if len(rows) > 1 else lambda col, i=rows[0]: (col[i],)
+            self._fold_group(*key, [pick(col) for col in cols])
+
+    def _fold_group(self, api_key: int, version: int, follower: bool, cols: list) -> None:
+        keys = (api_key, FETCH_FOLLOWER if follower else FETCH_CONSUMER) if api_key == FETCH else (api_key,)
+        for k in keys:
+            b = self.by_version.get((k, version))
+            if b is None:
+                b = self.by_version[(k, version)] = [0] * PHASE_WIDTH
+            ph = self.phases.get(k)
+            if ph is None:
+                ph = self.phases[k] = [0] * (PHASE_WIDTH * len(PHASES))
+            _fold(*cols, TOTAL_TIME_BUCKETS_NS, b, ph)
 
     def record(self, api_key: int, version: int, total_ns: int, follower: bool = False) -> None:
         kv = (api_key, version)
@@ -192,7 +277,9 @@ class RequestMetrics:
     def snapshot(self):
         """(requests per (API, version), errors per (API, code), per API: the bucket counts and
         the sum of the times, per (API, phase) the same, and per API ThrottleTimeMs' bucket
-        counts and sum, its first bucket holding the unthrottled requests)."""
+        counts and sum, its first bucket holding the unthrottled requests), the pending requests
+        folded in first."""
+        self.fold()
         requests, hist = {}, {}
         for (key, version), b in list(self.by_version.items()):
             counts = b[:-1]
@@ -219,6 +306,31 @@ class RequestMetrics:
             counts[0] += sum(h[0]) - sum(counts)  # the unthrottled: 0 ms, in the first bucket
             throttles[key] = (counts, b[PHASE_SUM] if b is not None else 0)
         return requests, errors, {k: h[0] for k, h in hist.items()}, sums_ms, phases, throttles
+
+
+def _fold_python(read, recv, local, remote, end, bounds, totals: list, phases: list) -> None:
+    """The compiled ``_cfold.fold``'s reference and fallback: the requests' clock readings (one
+    column each) into the total time's histogram ``totals`` (bucket counts, +Inf last, then the
+    sum) and ``phases`` (four such: queue, local, remote, response)."""
+    w = len(bounds) + 2
+    s = w - 1
+    for rd, rc, lo, rm, en in zip(read, recv, local, remote, end):
+        lo = lo or en
+        mid = rm or lo
+        total, queue, loc, wait, resp = en - rc, rc - rd if rd and rc > rd else 0, lo - rc, mid - lo, en - mid
+        totals[bisect_left(bounds, total)] += 1
+        totals[s] += total
+        phases[bisect_left(bounds, queue)] += 1
+        phases[s] += queue
+        phases[w + bisect_left(bounds, loc)] += 1
+        phases[w + s] += loc
+        phases[2 * w + bisect_left(bounds, wait)] += 1
+        phases[2 * w + s] += wait
+        phases[3 * w + bisect_left(bounds, resp)] += 1
+        phases[3 * w + s] += resp
+
+
+_fold = _fold_python if _cfold is None else _cfold.fold
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}

@@ -14,6 +14,7 @@ import inspect
 import logging
 
 from ...errors import ErrorCode, KafkaError
+from ...metrics.stats import PRODUCED_ITEMS
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
@@ -192,8 +193,8 @@ class ProduceApis:
                         r.base_offset = info.first_offset
                         r.log_append_time = info.log_append_time
                         r.log_start_offset = info.log_start_offset
-                        if stats is not None:
-                            stats.produced(name, len(p.records), info.num_records)
+                        if stats is not None:  # counted in bulk (BrokerTopicStats.fold)
+                            stats.pending += (name, len(p.records), info.num_records)
                     except RecordValidationError as e:
                         # KIP-467: the batch is refused; the client learns which records failed
                         r.error_code = int(e.code)
@@ -217,8 +218,12 @@ class ProduceApis:
                 parts_out.append(r)
             topics_out.append((key, parts_out))
         m = self.request_metrics
-        if m is not None and not waiting:  # else once the acks are in (_after_acks)
-            if failed:
+        if m is not None:
+            if len(stats.pending) >= PRODUCED_ITEMS:
+                stats.fold()
+            if waiting:
+                pass  # counted once the acks are in (_after_acks)
+            elif failed:
                 self._count_errors(topics_out)
             else:  # the common case: every partition NONE, one addition
                 m.produce_none += len(topics_out[0][1]) if len(topics_out) == 1 else sum(len(t[1]) for t in topics_out)
