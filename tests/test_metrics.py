@@ -176,15 +176,14 @@ def test_pending_requests_fold_into_the_same_histograms_as_one_at_a_time():
     # the same counts and sums as record + record_phases per request, whatever the mix of APIs,
     # versions and Fetch kinds
     bulk, one = RequestMetrics(), RequestMetrics()
-    for api, version, follower, read, recv, local, remote, end in _noted_requests(
-        random.Random(29), PENDING_CAP + 1500
-    ):
-        bulk.note(api, version, follower, read, recv, local, remote, end)
+    for noted in _noted_requests(random.Random(29), 2 * PENDING_CAP + 100):
+        bulk.note(*noted)
+        api, version, follower, read, recv, local, remote, end = noted
         local = local or end
         one.record(api, version, end - recv, follower)
         queue = max(recv - read, 0) if read else 0
         one.record_phases(api, queue, local - recv, remote - local if remote else 0, end - (remote or local), follower)
-    assert len(bulk.pending) == 1500 * PENDING_FIELDS  # folded once at the cap, the rest at the snapshot
+    assert len(bulk.pending) == 100 * PENDING_FIELDS  # folded twice at the cap, the rest at the snapshot
     assert bulk.snapshot() == one.snapshot() and not bulk.pending
     uniform = RequestMetrics()  # one API, version and kind: one pass over the batch
     for _ in range(3):
@@ -196,16 +195,19 @@ def test_pending_requests_fold_into_the_same_histograms_as_one_at_a_time():
 
 @pytest.mark.skipif(stats._cfold is None, reason="the compiled fold is not built")
 def test_the_compiled_fold_counts_as_its_python_reference():
-    cols = list(zip(*(r[3:] for r in _noted_requests(random.Random(30), 3000))))
-    cols[1] = (*cols[1][:-1], 2**62)  # a huge time: the sums go past 64 bits
-    cols[4] = (*cols[4][:-1], 2**63 - 1)
-    width = len(stats.TOTAL_TIME_BUCKETS_NS) + 2
-    compiled, python = ([7] * width, [0] * 4 * width), ([7] * width, [0] * 4 * width)
-    stats._cfold.fold(*cols, stats.TOTAL_TIME_BUCKETS_NS, *compiled)
-    stats._fold_python(*cols, stats.TOTAL_TIME_BUCKETS_NS, *python)
-    assert compiled == python
+    rng = random.Random(30)
+    pending = [x for r in _noted_requests(rng, 3000) for x in r]
+    for v in range(80):  # more (API, version, follower) than the compiled fold keeps at once
+        pending += (18, v, False, 0, 10, 20, 0, 10 + v * 10**6)
+    pending += (1, 16, True, 0, 0, 2**62, 0, 2**63 - 1)  # huge times: sums past 64 bits
+    pending += (1, 16, True, 0, 0, 2**62, 0, 2**63 - 1)
+    args = (stats.TOTAL_TIME_BUCKETS_NS, stats.FETCH, stats.FETCH_CONSUMER, stats.FETCH_FOLLOWER)
+    compiled, python = ({(0, 9): [7] * (len(args[0]) + 2)}, {}), ({(0, 9): [7] * (len(args[0]) + 2)}, {})
+    stats._cfold.fold(pending, args[0], *compiled, *args[1:])
+    stats._fold_python(pending, args[0], *python, *args[1:])
+    assert compiled == python and len(compiled[0]) > 80
     with pytest.raises(ValueError):
-        stats._cfold.fold(*cols[:4], cols[4][:-1], stats.TOTAL_TIME_BUCKETS_NS, *compiled)
+        stats._cfold.fold(pending[:-1], args[0], *compiled, *args[1:])
 
 
 def test_error_counts_walk_a_kio_response():

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_left
-from itertools import groupby
-from operator import itemgetter
 
 try:  # the compiled fold of the request time histograms (setup.py builds it where it can)
     from . import _cfold
@@ -41,7 +39,7 @@ PHASE_SUM = PHASE_WIDTH - 1
 # requests the request path notes (RequestMetrics.pending) before they are folded into the
 # histograms in bulk: a scrape folds them at once, and so does the request that reaches this many
 # (memory stays flat without scrapes)
-PENDING_CAP = 4096
+PENDING_CAP = 1024
 PENDING_FIELDS = 8  # RequestMetrics.pending's items per request
 PRODUCED_FIELDS = 3  # BrokerTopicStats.pending's items per partition appended
 PRODUCED_ITEMS = PENDING_CAP * PRODUCED_FIELDS  # the Produce path folds its appends at this length
@@ -192,35 +190,11 @@ class RequestMetrics:
             self.fold()
 
     def fold(self) -> None:
-        """The pending requests into the histograms, per (API, version, follower): one pass over
-        their columns (``_fold``)."""
+        """The pending requests into the histograms: one pass over the list (``_fold``)."""
         p = self.pending
-        if not p:
-            return
-        w = PENDING_FIELDS
-        api, version, follower = p[0::w], p[1::w], p[2::w]
-        cols = [p[i::w] for i in range(3, w)]
-        p.clear()
-        n = len(api)
-        if api.count(api[0]) == n and version.count(version[0]) == n and follower.count(follower[0]) == n:
-            self._fold_group(api[0], version[0], follower[0], cols)
-            return
-        keys = list(zip(api, version, follower))
-        for key, rows in groupby(sorted(range(n), key=keys.__getitem__), keys.__getitem__):
-            rows = list(rows)
-            pick = itemgetter(*rows) if len(rows) > 1 else lambda col, i=rows[0]: (col[i],)
-            self._fold_group(*key, [pick(col) for col in cols])
-
-    def _fold_group(self, api_key: int, version: int, follower: bool, cols: list) -> None:
-        keys = (api_key, FETCH_FOLLOWER if follower else FETCH_CONSUMER) if api_key == FETCH else (api_key,)
-        for k in keys:
-            b = self.by_version.get((k, version))
-            if b is None:
-                b = self.by_version[(k, version)] = [0] * PHASE_WIDTH
-            ph = self.phases.get(k)
-            if ph is None:
-                ph = self.phases[k] = [0] * (PHASE_WIDTH * len(PHASES))
-            _fold(*cols, TOTAL_TIME_BUCKETS_NS, b, ph)
+        if p:
+            _fold(p, TOTAL_TIME_BUCKETS_NS, self.by_version, self.phases, FETCH, FETCH_CONSUMER, FETCH_FOLLOWER)
+            p.clear()
 
     def record(self, api_key: int, version: int, total_ns: int, follower: bool = False) -> None:
         kv = (api_key, version)
@@ -308,26 +282,31 @@ class RequestMetrics:
         return requests, errors, {k: h[0] for k, h in hist.items()}, sums_ms, phases, throttles
 
 
-def _fold_python(read, recv, local, remote, end, bounds, totals: list, phases: list) -> None:
-    """The compiled ``_cfold.fold``'s reference and fallback: the requests' clock readings (one
-    column each) into the total time's histogram ``totals`` (bucket counts, +Inf last, then the
-    sum) and ``phases`` (four such: queue, local, remote, response)."""
+def _fold_python(pending: list, bounds, by_version: dict, phases: dict, fetch, consumer, follower) -> None:
+    """The compiled ``_cfold.fold``'s reference and fallback: the requests' clock readings in
+    ``pending`` (RequestMetrics.pending's layout) into ``by_version`` ((API, version): the total
+    time's bucket counts, +Inf last, then the sum) and ``phases`` (API: four such, queue, local,
+    remote, response), a Fetch's also under ``consumer`` or ``follower``."""
     w = len(bounds) + 2
     s = w - 1
-    for rd, rc, lo, rm, en in zip(read, recv, local, remote, end):
+    it = iter(pending)
+    for api, version, is_follower, rd, rc, lo, rm, en in zip(it, it, it, it, it, it, it, it):
         lo = lo or en
         mid = rm or lo
-        total, queue, loc, wait, resp = en - rc, rc - rd if rd and rc > rd else 0, lo - rc, mid - lo, en - mid
-        totals[bisect_left(bounds, total)] += 1
-        totals[s] += total
-        phases[bisect_left(bounds, queue)] += 1
-        phases[s] += queue
-        phases[w + bisect_left(bounds, loc)] += 1
-        phases[w + s] += loc
-        phases[2 * w + bisect_left(bounds, wait)] += 1
-        phases[2 * w + s] += wait
-        phases[3 * w + bisect_left(bounds, resp)] += 1
-        phases[3 * w + s] += resp
+        durations = (rc - rd if rd and rc > rd else 0, lo - rc, mid - lo, en - mid)
+        total = en - rc
+        for key in (api, follower if is_follower else consumer) if api == fetch else (api,):
+            b = by_version.get((key, version))
+            if b is None:
+                b = by_version[(key, version)] = [0] * w
+            b[bisect_left(bounds, total)] += 1
+            b[s] += total
+            b = phases.get(key)
+            if b is None:
+                b = phases[key] = [0] * (4 * w)
+            for i, d in enumerate(durations):
+                b[i * w + bisect_left(bounds, d)] += 1
+                b[i * w + s] += d
 
 
 _fold = _fold_python if _cfold is None else _cfold.fold
