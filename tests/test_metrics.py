@@ -387,6 +387,11 @@ def test_bytes_messages_requests_log_size_and_lag(broker):
         if name == "kafka_network_requestmetrics_requests_total" and ("request", "Produce") in labels
     )
     assert produce_requests >= 1
+    # every partition appended is a NONE in Produce's errors (counted with the topics' appends)
+    appended = value(s, "kafka_server_brokertopicmetrics_totalproducerequests_total") - value(
+        s, "kafka_server_brokertopicmetrics_failedproducerequests_total"
+    )
+    assert value(s, "kafka_network_requestmetrics_errors_total", request="Produce", error="NONE") == appended >= 1
     assert value(s, "kafka_network_requestmetrics_totaltimems_count", request="Produce") == produce_requests
     # the total split as Kafka's RequestChannel splits it: each phase counts every request
     for phase in ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems"):
@@ -676,6 +681,9 @@ def test_a_stopped_follower_raises_under_replicated_partitions_on_the_leader(tmp
                 s, "kafka_log_log_size", topic=topic, partition=0
             )
             assert value(s, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 20
+            # acks=all appends answered once the followers have them: each a NONE, once
+            appended = value(s, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic=topic)
+            assert value(s, "kafka_network_requestmetrics_errors_total", request="Produce", error="NONE") == appended
             assert value(scrape(ports[2]), "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) is None
             # what the followers appended is their ReplicationBytesIn, the leader's ReplicationBytesOut
             repl_in = lambda n: value(scrape(ports[n]), "kafka_server_brokertopicmetrics_replicationbytesin_total")  # noqa: E731

@@ -122,6 +122,14 @@ class BrokerTopicStats:
         if failed:
             c[FAILED_FETCH] += 1
 
+    def appended(self) -> int:
+        """The partitions appended as leader, all topics (each is a NONE in Produce's errors)."""
+        self.fold()
+        total = self.retired[TOTAL_PRODUCE] - self.retired[FAILED_PRODUCE]
+        for c in self.topics.values():
+            total += c[TOTAL_PRODUCE] - c[FAILED_PRODUCE]
+        return total
+
     def retire(self, keep) -> None:
         """Forget the topics not in ``keep`` (deleted ones, as Kafka removes their metrics); their
         counts stay in the all-topics totals."""
@@ -164,15 +172,17 @@ class RequestMetrics:
     request), when a scrape takes its snapshot or when ``PENDING_CAP`` requests wait. ``record``
     and ``record_phases`` count one request at once."""
 
-    __slots__ = ("by_version", "errors", "produce_none", "phases", "throttles", "pending")
+    __slots__ = ("by_version", "errors", "produce_none", "phases", "throttles", "pending", "topic_stats")
 
-    def __init__(self):
+    def __init__(self, topic_stats: BrokerTopicStats | None = None):
         self.by_version: dict[tuple[int, int], list] = {}
         # per API: the four phase histograms (PHASES), each its buckets and its sum (ns), end to end
         self.phases: dict[int, list] = {}
         self.errors: dict[tuple[int, int], int] = {}
-        # the partitions of Produce responses without an error: the common case, one integer
-        # addition (ErrorsPerSec{request=Produce,error=NONE} at scrape time)
+        # ErrorsPerSec{request=Produce,error=NONE} is the partitions appended (``topic_stats``:
+        # TotalProduceRequests less FailedProduceRequests) plus this, less one for each acks=all
+        # append waiting for its answer (counted in ``errors`` once it has it)
+        self.topic_stats = topic_stats
         self.produce_none = 0
         # per API: ThrottleTimeMs of the throttled requests only (buckets by ms, then the sum in
         # ms); the unthrottled ones, Kafka's 0 ms, are the API's requests less these (at scrape time)
@@ -266,8 +276,9 @@ class RequestMetrics:
                 h[1] += b[-1]
         sums_ms = {k: h[1] / 1e6 for k, h in hist.items()}
         errors = dict(self.errors)
-        if self.produce_none:
-            errors[(PRODUCE, 0)] = errors.get((PRODUCE, 0), 0) + self.produce_none
+        none = self.produce_none + (self.topic_stats.appended() if self.topic_stats is not None else 0)
+        if none:
+            errors[(PRODUCE, 0)] = errors.get((PRODUCE, 0), 0) + none
         phases = {}
         for key, b in list(self.phases.items()):
             for i, name in enumerate(PHASES):

@@ -227,7 +227,7 @@ class KesqueServer:
         # metrics.listener (kesque/metrics/): the request path's counters are kept only with it
         self.metrics_address = metrics_listener("metrics.listener", config.get("metrics.listener"))
         self.topic_stats = BrokerTopicStats() if self.metrics_address else None
-        self.request_metrics = RequestMetrics() if self.metrics_address else None
+        self.request_metrics = RequestMetrics(self.topic_stats) if self.metrics_address else None
         # the list the request path appends each answered request's clock readings to
         self._pending_requests = self.request_metrics.pending if self.request_metrics is not None else None
         self.metrics_endpoint: MetricsEndpoint | None = None
