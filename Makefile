@@ -181,10 +181,15 @@ compat: $(TSTAMP)
 security: $(TSTAMP) oracle-kafka
 	$(BIN)/python -m pytest -q -m "" tests/test_security_matrix.py
 
-# issue 28's mirror topics with a Kafka 4.4 source and through faults (tests/test_mirror_faults.py), and
-# consumer offsets copied into a 3-node destination (tests/test_mirror_offsets.py)
+# issue 28's mirror topics with a Kafka 4.4 source and through faults (tests/test_mirror_faults.py),
+# consumer offsets copied into a 3-node destination (tests/test_mirror_offsets.py), a
+# transactional pipeline failing over exactly once at 20 cut points (tests/test_mirror_eos.py), a
+# Kafka 4.4 source over SASL_SSL with SCRAM (tests/test_mirror_security.py), configs synced
+# through a separate controller (tests/test_mirror_configs.py), and the simulator's mirror
+# scenario on 100 short and 20 full seeds (tests/test_sim_real_mirror.py)
 mirror: $(TSTAMP) oracle-kafka
-	$(BIN)/python -m pytest -q -m mirror tests/test_mirror_faults.py tests/test_mirror_offsets.py
+	$(BIN)/python -m pytest -q -m mirror tests/test_mirror_faults.py tests/test_mirror_offsets.py tests/test_mirror_eos.py \
+		tests/test_mirror_security.py tests/test_mirror_configs.py tests/test_sim_real_mirror.py
 
 # issue 29's test 2 (tests/test_console_browser.py): Debian's Chromium and its chromedriver from apt,
 # Selenium from the "browser" extra; nothing is downloaded at run time (SE_OFFLINE)

@@ -16,9 +16,15 @@ Two kesque brokers (processes): a source and a destination with a cluster link t
   policy), timed from its start (a JVM and a Connect worker) and from its first copied record to
   its last: its MB/s beside the mirror's.
 
+``--destination-nodes 3`` makes the destination a 3-node cluster (kesque.Cluster, combined
+nodes) whose mirror topics have replication factor 3: a consumer there reads a record once the
+destination's followers have it (the high watermark), so the lag figure includes the
+destination's own replication. ``--steps`` runs some of the steps only.
+
 Nothing asserts on timing.
 
     .venv/bin/python bench/mirror.py --records 200000
+    .venv/bin/python bench/mirror.py --destination-nodes 3 --steps lag
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import figures  # noqa: E402 - bench/ is no package
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 
 from kesque.testing.broker import Broker  # noqa: E402
+from kesque.testing.cluster import Cluster  # noqa: E402
 
 _TS = struct.Struct(">d")
 
@@ -59,11 +66,16 @@ def caught_up(src: str, dst: str, topic: str, partitions: int) -> bool:
         return False
 
 
-def copy(src: str, dst: str, records: int, partitions: int) -> dict:
+def create_mirror(dst: str, topic: str, rf: int) -> None:
+    kesque("mirrors", "--bootstrap-server", dst, "--create", "--mirror-topic", topic, "--link", "L",
+           "--replication-factor", str(rf))  # fmt: skip
+
+
+def copy(src: str, dst: str, records: int, partitions: int, rf: int = 1) -> dict:
     figures.create_topic(src, "copied", partitions)
     produced = figures.produce_confluent(src, "copied", records)
     t0 = time.perf_counter()
-    kesque("mirrors", "--bootstrap-server", dst, "--create", "--mirror-topic", "copied", "--link", "L")
+    create_mirror(dst, "copied", rf)
     while not caught_up(src, dst, "copied", partitions):
         time.sleep(0.05)
     seconds = time.perf_counter() - t0
@@ -127,9 +139,9 @@ def mirror_maker(src: str, dst: str, partitions: int, payload_bytes: int, work: 
     }
 
 
-def lag(src: str, dst: str, rate: int, seconds: float) -> dict:
+def lag(src: str, dst: str, rate: int, seconds: float, rf: int = 1) -> dict:
     figures.create_topic(src, "lagged", 1)
-    kesque("mirrors", "--bootstrap-server", dst, "--create", "--mirror-topic", "lagged", "--link", "L")
+    create_mirror(dst, "lagged", rf)
     behind: list[float] = []
     total = int(rate * seconds)
     done = threading.Event()
@@ -186,26 +198,39 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--rate", type=int, default=2000, help="records/s of the lag figure")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--destination-nodes", type=int, default=1, help="1, or a cluster of N nodes with RF min(N, 3)")
+    ap.add_argument("--steps", default="copy,mm2,lag,failover", help="which of copy,mm2,lag,failover to run")
     args = ap.parse_args(argv)
+    steps = set(args.steps.split(","))
+    rf = min(args.destination_nodes, 3)
     with tempfile.TemporaryDirectory(prefix="kesque-bench-mirror-") as d:
-        src = Broker(data_dir=os.path.join(d, "src"), config={"auto.create.topics.enable": "false"}).start(60)
-        dst = Broker(data_dir=os.path.join(d, "dst"), config={"auto.create.topics.enable": "false"}).start(60)
+        conf = {"auto.create.topics.enable": "false"}
+        src = Broker(data_dir=os.path.join(d, "src"), config=conf).start(60)
+        if args.destination_nodes > 1:
+            dst = Cluster(nodes=args.destination_nodes, data_dir=os.path.join(d, "dst"), config=conf).start(90)
+        else:
+            dst = Broker(data_dir=os.path.join(d, "dst"), config=conf).start(60)
         try:
             link = os.path.join(d, "link.properties")
             with open(link, "w") as f:
                 f.write(f"bootstrap.servers={src.bootstrap_servers}\nmetadata.max.age.ms=1000\n")
             kesque("cluster-links", "--bootstrap-server", dst.bootstrap_servers, "--create", "--link", "L",
                    "--config-file", link)  # fmt: skip
-            out = {"copy": copy(src.bootstrap_servers, dst.bootstrap_servers, args.records, args.partitions)}
-            print(json.dumps(out["copy"]), flush=True)
-            out["mm2"] = mirror_maker(
-                src.bootstrap_servers, dst.bootstrap_servers, args.partitions, out["copy"]["payload_bytes"], d
-            )
-            print(json.dumps(out["mm2"]), flush=True)
-            out["lag"] = lag(src.bootstrap_servers, dst.bootstrap_servers, args.rate, args.seconds)
-            print(json.dumps(out["lag"]), flush=True)
-            out["failover"] = failover(src, dst.bootstrap_servers)
-            print(json.dumps(out["failover"]), flush=True)
+            out: dict = {"destination_nodes": args.destination_nodes, "replication_factor": rf}
+            if "copy" in steps:
+                out["copy"] = copy(src.bootstrap_servers, dst.bootstrap_servers, args.records, args.partitions, rf)
+                print(json.dumps(out["copy"]), flush=True)
+            if "mm2" in steps and "copy" in steps:
+                out["mm2"] = mirror_maker(
+                    src.bootstrap_servers, dst.bootstrap_servers, args.partitions, out["copy"]["payload_bytes"], d
+                )
+                print(json.dumps(out["mm2"]), flush=True)
+            if "lag" in steps:
+                out["lag"] = lag(src.bootstrap_servers, dst.bootstrap_servers, args.rate, args.seconds, rf)
+                print(json.dumps({**out["lag"], "replication_factor": rf}), flush=True)
+            if "failover" in steps and "lag" in steps:
+                out["failover"] = failover(src, dst.bootstrap_servers)
+                print(json.dumps(out["failover"]), flush=True)
         finally:
             dst.stop()
             src.stop()

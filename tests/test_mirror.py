@@ -189,7 +189,8 @@ def test_link_configs():
     assert link_rules.check_link_configs({"bootstrap.servers": "a:1"}) is None
     assert "bootstrap.servers" in link_rules.check_link_configs({})
     assert "Invalid url" in link_rules.check_link_configs({"bootstrap.servers": "nohost"})
-    assert "SASL_SSL" in link_rules.check_link_configs({"bootstrap.servers": "a:1", "security.protocol": "SASL_SSL"})
+    assert link_rules.check_link_configs({"bootstrap.servers": "a:1", "security.protocol": "sasl_ssl"}) is None
+    assert "security.protocol" in link_rules.check_link_configs({"bootstrap.servers": "a:1", "security.protocol": "X"})
 
 
 def test_the_admin_api_is_not_advertised():

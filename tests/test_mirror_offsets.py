@@ -333,3 +333,71 @@ def test_a_three_node_destination():
     finally:
         dest.stop()
         src.stop()
+
+
+def test_the_offset_log_replay_applies_what_its_markers_commit():
+    """The offsets mirror's replay, as a group coordinator loads its partition: plain commits at
+    once, transactional ones at their COMMIT marker, dropped at ABORT or when still open at the
+    end (the failover aborts those records), tombstones delete."""
+    r = rules.OffsetLogReplay()
+    r.commit(-1, "g", ("in", 0), (3, 1, ""))
+    r.commit(7, "pipe", ("in", 0), (5, 1, "m"))
+    r.commit(8, "pipe", ("in", 1), (9, 1, ""))
+    assert r.offsets == {"g": {("in", 0): (3, 1, "")}}
+    r.marker(7, True)
+    r.marker(8, False)
+    assert r.offsets["pipe"] == {("in", 0): (5, 1, "m")}
+    r.commit(7, "pipe", ("in", 0), (8, 1, ""))  # the next transaction, never ended
+    r.commit(-1, "g", ("in", 0), None)
+    assert r.offsets == {"g": {}, "pipe": {("in", 0): (5, 1, "m")}} and r.open_transactions() == 1
+
+
+def test_a_failover_applies_the_offsets_of_the_last_transaction_the_destination_holds(pair, capsys):
+    """The offsets a read-process-write pipeline commits in its transactions travel with its
+    output: the link mirrors the source's __consumer_offsets, and the failover replays it. The
+    periodic copy is made never to run after the pipeline starts (an interval of ten minutes), so
+    only the replay can give the destination the offsets of the last committed transaction; the
+    transaction left open when the source dies counts neither its output nor its offsets."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    src, dst = pair
+    s, d = src.bootstrap_servers, dst.bootstrap_servers
+    _create(s, "in", "out")
+    _produce(s, "in", 20)
+    assert len(_consume(s, "warm-up", "in", 1)) == 1  # the source's __consumer_offsets exists now
+    _link(src, dst, sync_ms=600_000)
+    _mirror(dst, "in", "out")
+    offsets_mirror = "_link.L.consumer_offsets"
+    # the copier's first round created the offsets mirror; its next round is ten minutes away
+    describe = lambda: tool("mirrors", "--bootstrap-server", d, "--describe", "--topics", offsets_mirror)  # noqa: E731
+    assert _wait(lambda: describe()[0] == 0, 20), describe()
+    assert "SourceTopic: __consumer_offsets" in describe()[1]
+    proc = Consumer({"bootstrap.servers": s, "group.id": "pipe", "enable.auto.commit": False})
+    txn = Producer({"bootstrap.servers": s, "transactional.id": "pipe-1", "linger.ms": 0})
+    txn.init_transactions(15)
+    for i, (end, commit) in enumerate([(3, True), (6, True), (9, False)]):
+        txn.begin_transaction()
+        for p in range(2):
+            txn.produce("out", f"out-{i}-{p}".encode(), partition=p)
+        offsets = [TopicPartition("in", p, end) for p in range(2)]
+        txn.send_offsets_to_transaction(offsets, proc.consumer_group_metadata(), 15)
+        if commit:
+            txn.commit_transaction(15)
+        else:
+            txn.flush(15)  # left open: the source dies in the middle of it
+        if i == 1:
+            assert _committed(s, "pipe", "in") == {0: 6, 1: 6}
+    # the mirror holds what the source has (the open transaction's records included)
+    assert _wait(lambda: len(read_committed(d, "out", 2)[0]) == 2)
+    time.sleep(0.5)
+    src.stop()
+    assert _committed(d, "pipe", "in") == {}  # never copied periodically
+    code, out, err = tool("mirrors", "--bootstrap-server", d, "--failover", "--topics", "in,out")
+    assert code == 0, (out, err)
+    assert "Group: pipe\tConsumer offsets applied: in-0:6, in-1:6" in out, out
+    assert _committed(d, "pipe", "in") == {0: 6, 1: 6}
+    got = read_committed(d, "out", 2)
+    assert sorted(v for recs in got.values() for _o, v in recs) == sorted(
+        f"out-{i}-{p}".encode() for i in range(2) for p in range(2)
+    )
+    proc.close()

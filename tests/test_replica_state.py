@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kesque.errors import ErrorCode as E
+from kesque.records.records import build_batch
 from kesque.replication.replica_state import (
     FETCHING,
     TRUNCATING,
@@ -281,6 +282,31 @@ def test_follower_learns_the_hw_and_ignores_a_stale_answer():
     f.on_response(FetchPartitionResponse(0, 10, 0, None, [(0, 4)], 3, 0), log, got.append)
     assert got == [] and log.log_end_offset == 5
     assert f.on_response(FetchPartitionResponse(int(E.fenced_leader_epoch)), log, None) == WAIT_FOR_METADATA
+
+
+def test_an_empty_follower_starts_again_at_the_base_of_the_batch_that_holds_its_start(tmp_path):
+    """The leader's log start is inside a batch (DeleteRecords at 61 of a batch 60-62, or a
+    mirror leader restarted at its source's): a follower whose empty log starts at 61 is answered
+    the whole batch from 60. It starts its log again at 60 and appends it, as Kafka's follower
+    after UnexpectedAppendOffsetException (seed 24 of real_mirror_short: taken as a stale answer,
+    the follower asked at 61 forever and the destination never converged)."""
+    from test_storage import new_log
+
+    raw = new_log(tmp_path / "f")
+    raw.truncate_fully_and_start_at(61)
+    log = StorageReplicaLog(raw)
+    f = FollowerFetch(1, 0, log)
+    assert f.request(log).fetch_offset == 61
+    batch = build_batch([(None, b"a", ()), (None, b"b", ()), (None, b"c", ())], base_offset=60, timestamp=1)
+    resp = FetchPartitionResponse(0, 63, 61, None, memoryview(batch), 60, 0, request_offset=61)
+    assert f.on_response(resp, log, lambda buf: raw.append_raw(buf, 1)) == FETCHING
+    # the batch from 60 appended; the log start is the leader's again once the HW passed it
+    assert (raw.log_end_offset, f.fetch_offset, raw.high_watermark, raw.log_start_offset) == (63, 63, 63, 61)
+    assert [h.base_offset for h, _ in raw.read_batches(61)] == [60]
+    # a log that holds records is not restarted by an answer from below its end: a stale answer
+    stale = FetchPartitionResponse(0, 63, 61, None, memoryview(batch), 60, 0, request_offset=63)
+    f.on_response(stale, log, lambda buf: raw.append_raw(buf, 1))
+    assert (raw.log_start_offset, raw.log_end_offset) == (61, 63)
 
 
 def test_out_of_range_truncates_to_the_leader_end():

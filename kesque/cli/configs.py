@@ -291,7 +291,9 @@ def describe_resource(a, rtype: int, name: str, include_synonyms: bool = True, n
     if node_id is not None:
         admin = admin_client.make_admin(bootstrap, a.command_config)
         target = admin_client.node_address(admin, node_id)
-    with Connection.to_any(target or bootstrap, client_id="kafka-configs") as conn:
+    with Connection.to_any(
+        target or bootstrap, client_id="kafka-configs", security=admin_client.command_security(a.command_config)
+    ) as conn:
 
         def build(mod, v):
             rq = mod.request
@@ -383,7 +385,11 @@ def describe(a) -> None:
             groups = admin.list_consumer_groups(request_timeout=admin_client.TIMEOUT).result(admin_client.TIMEOUT)
             entities = [g.group_id for g in groups.valid]
         elif etype == CLIENT_METRICS:  # as ConfigCommand: listConfigResources(CLIENT_METRICS)
-            with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+            with Connection.to_any(
+                a.bootstrap_server or a.bootstrap_controller,
+                client_id="kafka-configs",
+                security=admin_client.command_security(a.command_config),
+            ) as conn:
                 resp = conn.request(
                     ApiKeys.LIST_CONFIG_RESOURCES,
                     lambda mod, v: make(mod.request.ListConfigResourcesRequest, resource_types=(16,)),
@@ -475,7 +481,11 @@ def _quota_filter(types: list[str], names: list[str]) -> list[tuple[str, int, st
 
 def describe_client_quotas(a, components) -> list[tuple[list[tuple[str, str | None]], list[tuple[str, float]]]]:
     """[(entity [(type, name or None)], [(key, value)])] of a strict DescribeClientQuotas."""
-    with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+    with Connection.to_any(
+        a.bootstrap_server or a.bootstrap_controller,
+        client_id="kafka-configs",
+        security=admin_client.command_security(a.command_config),
+    ) as conn:
 
         def build(mod, v):
             rq = mod.request
@@ -604,7 +614,11 @@ def alter_quotas(a, types: list[str], names: list[str], to_add: dict[str, str], 
             raise Fail(f"Cannot parse quota configuration value for {k}: {v}") from None
     ops += [(k, None) for k in to_delete]
     entity = [(_QUOTA_ENTITY[t], n or None) for t, n in zip(types, names)]
-    with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+    with Connection.to_any(
+        a.bootstrap_server or a.bootstrap_controller,
+        client_id="kafka-configs",
+        security=admin_client.command_security(a.command_config),
+    ) as conn:
 
         def build(mod, v):
             rq = mod.request
@@ -648,7 +662,11 @@ def alter_scram(a, user: str, to_add: dict[str, str], to_delete: list[str]) -> N
         salt = secure_random_string().encode()
         salted = ScramFormatter(mechanism).salted_password(password, salt, iterations)
         upsertions.append((mechanism.type_code, iterations, salt, salted))
-    with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+    with Connection.to_any(
+        a.bootstrap_server or a.bootstrap_controller,
+        client_id="kafka-configs",
+        security=admin_client.command_security(a.command_config),
+    ) as conn:
 
         def build(mod, v):
             rq = mod.request
@@ -674,7 +692,11 @@ def describe_scram(a, names: list[str]) -> None:
     """``SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=8192``
     per user with credentials (ConfigCommand.describeClientQuotaAndUserScramCredentialConfigs;
     the admin client's ``users()`` leaves out the users that have none)."""
-    with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+    with Connection.to_any(
+        a.bootstrap_server or a.bootstrap_controller,
+        client_id="kafka-configs",
+        security=admin_client.command_security(a.command_config),
+    ) as conn:
 
         def build(mod, v):
             rq = mod.request
@@ -702,7 +724,11 @@ def describe_scram(a, names: list[str]) -> None:
 
 
 def _incremental_alter_wire(a, rtype: int, name: str, to_add: dict, to_delete: list) -> None:
-    with Connection.to_any(a.bootstrap_server or a.bootstrap_controller, client_id="kafka-configs") as conn:
+    with Connection.to_any(
+        a.bootstrap_server or a.bootstrap_controller,
+        client_id="kafka-configs",
+        security=admin_client.command_security(a.command_config),
+    ) as conn:
 
         def build(mod, v):
             rq = mod.request

@@ -1,5 +1,6 @@
-"""``kesque console --bootstrap-server HOST:PORT [--listen http://127.0.0.1:8080]``: the web
-console of any Kafka-protocol cluster (docs/console.md)."""
+"""``kesque console --bootstrap-server HOST:PORT [--command-config FILE] [--listen
+http://127.0.0.1:8080]``: the web console of any Kafka-protocol cluster (docs/console.md), over
+the security of ``--command-config`` (Kafka's client properties: SSL, SASL_PLAINTEXT, SASL_SSL)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,21 @@ import threading
 
 from ..config.broker import ConfigError, metrics_listener
 from ..console.endpoint import ConsoleServer
+from .plumbing.javautil import load_props
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="kesque console",
         description="Serve the web console of the cluster at --bootstrap-server (any Kafka-protocol "
-        "cluster, PLAINTEXT) at --listen, 127.0.0.1 unless told otherwise.",
+        "cluster) at --listen, 127.0.0.1 unless told otherwise.",
     )
     p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="the cluster to show")
+    p.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="Kafka client properties to reach the cluster with (security.protocol, ssl.*, sasl.*)",
+    )
     p.add_argument(
         "--listen",
         default="http://127.0.0.1:8080",
@@ -36,7 +43,12 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"kesque console: {e}", file=sys.stderr)
         return 2
-    endpoint = ConsoleServer(host, port, args.bootstrap_server, timeout=args.timeout)
+    try:
+        props = load_props(args.command_config) if args.command_config else None
+        endpoint = ConsoleServer(host, port, args.bootstrap_server, timeout=args.timeout, client_props=props)
+    except (ConfigError, OSError) as e:  # a bad value names its key; a file that cannot be read
+        print(f"kesque console: {e}", file=sys.stderr)
+        return 1
     try:
         endpoint.start()
     except OSError as e:

@@ -31,11 +31,12 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 
 from ..client.consumer import Message, WireConsumer
-from ..client.wire import Unreachable
+from ..client.wire import AuthenticationError, Unreachable
 from .plumbing.admin_client import IncludeList, check_reachable
 from .plumbing.errors import error_line
 from .plumbing.javautil import load_props, log4j_stamp, parse_key_value_args
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.rdkafka import librdkafka_props
 from .plumbing.run import ToolExit, interrupted_status
 
 NAME = "console-consumer"
@@ -383,6 +384,7 @@ class WireSource:
             fetch_min_bytes=int(props.get("fetch.min.bytes", 1)),
             fetch_max_bytes=int(props.get("fetch.max.bytes", 52428800)),
             partition_max_bytes=int(props.get("max.partition.fetch.bytes", 1048576)),
+            client_props=props,
         )
         self.a = a
         self.o = o
@@ -449,7 +451,7 @@ class GroupSource:
     }
 
     def __init__(self, a, o):
-        conf = {k: v for k, v in o.props.items() if k not in self._JAVA_ONLY}
+        conf = {k: v for k, v in librdkafka_props(o.props).items() if k not in self._JAVA_ONLY}
         conf["group.id"] = o.group
         conf.setdefault("log_level", 0)
         # offsets are stored by hand once printed (see the module docstring)
@@ -582,6 +584,13 @@ def run(a) -> int:
     except Unreachable as e:
         print(error_line(e), file=sys.stderr)
         status = 1
+    except AuthenticationError as e:
+        # Kafka 4.4's poll raises it in ConsoleConsumer.process, which logs it and returns: exit 0
+        print(
+            f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  "
+            f"(org.apache.kafka.tools.consumer.ConsoleConsumer)\n{error_line(e)}",
+            file=sys.stderr,
+        )
     except Exception as e:
         print(
             f"[{log4j_stamp()}] ERROR Error processing message, terminating consumer process:  "

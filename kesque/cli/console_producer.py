@@ -20,6 +20,7 @@ from .plumbing.admin_client import check_reachable
 from .plumbing.errors import error_line
 from .plumbing.javautil import bootstrap_check, load_props, log4j_stamp, parse_key_value_args
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
+from .plumbing.rdkafka import librdkafka_props
 from .plumbing.run import interrupted_status
 
 NAME = "console-producer"
@@ -343,9 +344,10 @@ def producer_config(a) -> dict[str, str]:
 
 
 def to_librdkafka(props: dict[str, str]) -> dict:
-    """Java producer settings -> librdkafka's names (dropping the JVM-only ones)."""
+    """Java producer settings -> librdkafka's names (dropping the JVM-only ones; the security
+    properties: plumbing/rdkafka.py)."""
     out: dict = {}
-    for k, v in props.items():
+    for k, v in librdkafka_props(props).items():
         if k in _JAVA_ONLY:
             if k == "buffer.memory":
                 try:

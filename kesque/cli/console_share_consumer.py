@@ -178,6 +178,7 @@ def _consumer(o: Options) -> ShareConsumer:
         fetch_min_bytes=num("fetch.min.bytes", 1),
         fetch_max_bytes=num("fetch.max.bytes", 52428800),
         rack_id=props.get("client.rack"),
+        client_props=props,
     )
 
 

@@ -39,7 +39,7 @@ from confluent_kafka.admin import OffsetSpec
 from ..client.wire import Connection, Unreachable, WireError, connect_any, make
 from ..protocol.api_keys import ApiKeys
 from ..utils import java_string_hash
-from .plumbing.admin_client import make_admin
+from .plumbing.admin_client import command_security, make_admin
 from .plumbing.errors import ERRORS_PKG, JavaError, group_error, kafka_error_of
 from .plumbing.javautil import (
     java_hash_order,
@@ -350,6 +350,7 @@ class GroupService:
                 client_id=self.props.get("client.id", "adminclient-1"),
                 timeout=max(self.timeout_ms / 1000.0, 5.0),
                 connect_timeout=self._connect_timeout,
+                security=command_security(self.a.command_config),
             )
             self._conns[key] = c
         return c

@@ -25,6 +25,7 @@ from .plumbing.admin_client import check_reachable
 from .plumbing.javautil import java_simple_date, load_props
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
 from .plumbing.progress import bar, shown
+from .plumbing.rdkafka import librdkafka_props
 from .plumbing.run import interrupted_status
 from .producer_perf import jf
 
@@ -119,7 +120,9 @@ class _Source:
         check_reachable({**props, "bootstrap.servers": a.bootstrap_server})
         self.group = a.group is not None or "group.id" in props
         if self.group:
-            conf = {k: v for k, v in props.items() if k not in ("key.deserializer", "value.deserializer")}
+            conf = {
+                k: v for k, v in librdkafka_props(props).items() if k not in ("key.deserializer", "value.deserializer")
+            }
             conf.update(
                 {
                     "bootstrap.servers": a.bootstrap_server,
@@ -144,6 +147,7 @@ class _Source:
                 auto_offset_reset="latest" if a.from_latest else "earliest",
                 partition_max_bytes=a.fetch_size,
                 isolation_level=1 if props.get("isolation.level") == "read_committed" else 0,
+                client_props=props,
             )
             self.topic = a.topic
             self.start = LATEST if a.from_latest else EARLIEST

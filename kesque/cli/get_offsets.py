@@ -16,7 +16,7 @@ from confluent_kafka.admin import OffsetSpec
 from ..client.consumer import FetchError, WireConsumer
 from .plumbing import admin_client
 from .plumbing.errors import error_message
-from .plumbing.javautil import bootstrap_check
+from .plumbing.javautil import bootstrap_check, load_props
 from .plumbing.jopt import check_required, print_usage_and_exit, usage_or_version
 
 NAME = "get-offsets"
@@ -137,7 +137,8 @@ def _print(results: dict) -> None:
 
 def _wire_offsets(a, tps: list[tuple[str, int]], ts: int) -> dict:
 
-    c = WireConsumer(a.bootstrap_server, client_id="GetOffsetShell")
+    props = load_props(a.command_config) if a.command_config else {}
+    c = WireConsumer(a.bootstrap_server, client_id="GetOffsetShell", client_props=props)
     out = {}
     try:
         for tp in tps:

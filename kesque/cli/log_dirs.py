@@ -67,9 +67,9 @@ def _ordered(d: dict) -> dict:
     return {k: d[k] for k in java_hashmap_order(list(d))}
 
 
-def describe_log_dirs(host: str, port: int) -> list[tuple[str, int, list]]:
+def describe_log_dirs(host: str, port: int, security=None) -> list[tuple[str, int, list]]:
     """[(log_dir, error_code, [(topic, partition, size, lag, is_future)])] of one broker."""
-    with Connection(host, port, client_id="log-dirs-tool") as conn:
+    with Connection(host, port, client_id="log-dirs-tool", security=security) as conn:
         resp = conn.request(ApiKeys.DESCRIBE_LOG_DIRS, lambda mod, v: mod.request.DescribeLogDirsRequest(topics=None))
     if hasattr(resp, "error_code") and int(resp.error_code):
         raise BrokerError(int(resp.error_code), None, resp.error_code.name)
@@ -120,7 +120,7 @@ def run(a) -> int:
         sys.stdout.flush()
         infos = {}
         for b in existing:
-            infos[b] = describe_log_dirs(*cluster[b])
+            infos[b] = describe_log_dirs(*cluster[b], admin_client.command_security(a.command_config))
         print(f"Received log directory information from brokers {ints(existing)}")
         brokers_json = []
         for b in java_hash_order(sorted(infos), lambda x: x):

@@ -364,7 +364,8 @@ def _describe_topics(admin, a, topics: list[str]) -> tuple[dict, dict]:
     ``leader.id``, ``replicas[].id``, ``isr[].id``."""
 
     props = admin_client.client_config(a.bootstrap_server, a.command_config)
-    with Connection.to_any(props["bootstrap.servers"], "kafka-topics", admin_client.TIMEOUT) as conn:
+    security = admin_client.command_security(a.command_config)
+    with Connection.to_any(props["bootstrap.servers"], "kafka-topics", admin_client.TIMEOUT, security=security) as conn:
         if conn.version_for(ApiKeys.DESCRIBE_TOPIC_PARTITIONS) is None:
             return {
                 n: _result(f)

@@ -7,14 +7,24 @@ import time
 
 from ..errors import KafkaError
 from ..protocol.api_keys import ApiKeys
-from .wire import Connection, WireError, make, parse_bootstrap
+from .wire import ClientSecurity, Connection, WireError, client_security, make, parse_bootstrap
 
 # FindCoordinator / coordinator errors a client retries after a fresh lookup
 COORDINATOR_RETRIABLE = frozenset({14, 15, 16})  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
 
 
 class Cluster:
-    def __init__(self, bootstrap: str, *, client_id: str = "kesque-client", timeout: float = 30.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "kesque-client",
+        timeout: float = 30.0,
+        client_props: dict | ClientSecurity | None = None,
+    ):
+        """``client_props``: Kafka's client properties for the connections' security
+        (``security.protocol``, ``ssl.*``, ``sasl.*``; PLAINTEXT without), read here once."""
+        self.security = client_security(client_props)
         self.bootstrap = bootstrap
         self.client_id = client_id
         self.timeout = timeout
@@ -25,7 +35,7 @@ class Cluster:
     # ------------------------------------------------------------------ connections
     def _bootstrap_conn(self) -> Connection:
         if self._boot is None:
-            self._boot = Connection.to_any(self.bootstrap, self.client_id, self.timeout)
+            self._boot = Connection.to_any(self.bootstrap, self.client_id, self.timeout, security=self.security)
         return self._boot
 
     def _conn(self, node: int) -> Connection:
@@ -33,7 +43,7 @@ class Cluster:
         if c is None:
             host, port = self.brokers.get(node) or parse_bootstrap(self.bootstrap)[0]
             try:
-                c = Connection(host, port, self.client_id, self.timeout)
+                c = Connection(host, port, self.client_id, self.timeout, security=self.security)
             except OSError as e:
                 raise WireError(f"cannot connect to broker {node} at {host}:{port}: {e}") from e
             self._conns[node] = c

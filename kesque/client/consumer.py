@@ -73,8 +73,9 @@ class WireConsumer(Cluster):
         fetch_max_bytes: int = 52428800,
         partition_max_bytes: int = 1048576,
         timeout: float = 30.0,
+        client_props: dict | None = None,
     ):
-        super().__init__(bootstrap, client_id=client_id, timeout=timeout)
+        super().__init__(bootstrap, client_id=client_id, timeout=timeout, client_props=client_props)
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
         self.max_wait_ms = max_wait_ms

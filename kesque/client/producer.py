@@ -115,8 +115,9 @@ class Producer(Cluster):
         request_timeout_ms: int = 30000,
         client_id: str = "kesque-producer",
         timeout: float = 60.0,
+        client_props: dict | None = None,
     ):
-        super().__init__(bootstrap, client_id=client_id, timeout=timeout)
+        super().__init__(bootstrap, client_id=client_id, timeout=timeout, client_props=client_props)
         if transactional_id is not None:
             enable_idempotence = True
             acks = -1

@@ -104,10 +104,11 @@ class ShareConsumer(Cluster):
         fetch_max_bytes: int = 52428800,
         timeout: float = 30.0,
         rack_id: str | None = None,
+        client_props: dict | None = None,
     ):
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError(f"Invalid value {acknowledgement_mode} for configuration share.acknowledgement.mode")
-        super().__init__(bootstrap, client_id=client_id, timeout=timeout)
+        super().__init__(bootstrap, client_id=client_id, timeout=timeout, client_props=client_props)
         self.group_id = group_id
         self.explicit = acknowledgement_mode == "explicit"
         self.max_wait_ms, self.max_records = max_wait_ms, max_records

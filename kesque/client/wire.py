@@ -4,6 +4,16 @@ AdminClient does not expose (or exposes lossily): DescribeLogDirs, DescribeTopic
 
 Requests and responses are encoded/decoded with kio; the version of each API is the
 highest one both this client (kio) and the broker (ApiVersions) support.
+
+A connection speaks the security protocol of its :class:`ClientSecurity`, built from Kafka's
+client properties (``security.protocol``, ``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``:
+kesque/security/client_props.py): TLS wraps the socket before the first request, SASL
+authenticates after ApiVersions with SaslHandshake and SaslAuthenticate requests, as Kafka's
+SaslClientAuthenticator does. A failed TLS handshake or SASL exchange raises
+:class:`AuthenticationError` with the message Kafka's clients report (the bootstrap servers are
+not tried in turn: Kafka's clients fail on an authentication error at once). A session lifetime
+the broker answers (KIP-368) is kept in ``session_lifetime_ms``; the connection does not
+re-authenticate.
 """
 
 from __future__ import annotations
@@ -13,7 +23,10 @@ import datetime
 import importlib
 import io
 import socket
+import ssl
 import struct
+import time
+from dataclasses import dataclass
 from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
@@ -24,6 +37,8 @@ from kio.static.constants import EntityType
 
 from .. import __version__
 from ..protocol.api_keys import ApiKeys
+from ..security.client_props import sasl_login, security_protocol, ssl_context
+from ..security.sasl_client import SaslClientError, SaslLogin
 
 _I32 = struct.Struct(">i")
 
@@ -48,6 +63,50 @@ class Unreachable(WireError):
             which = "the bootstrap server" if len(failures) == 1 else "any of the bootstrap servers"
             text = f"Could not connect to {which} " + ", ".join(f"{a} ({r})" for a, r in failures.items())
         super().__init__(text)
+
+
+class AuthenticationError(Exception):
+    """The broker refused this client's SASL login (Kafka's SaslAuthenticationException), or
+    the client refused the broker's answer. Not a :class:`WireError`: it is not retried (Kafka's
+    clients fail the call at once), nor another bootstrap server tried."""
+
+    java_name = "SaslAuthenticationException"
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed (Kafka's SslAuthenticationException)."""
+
+    java_name = "SslAuthenticationException"
+
+
+class UnsupportedSaslMechanism(AuthenticationError):
+    java_name = "UnsupportedSaslMechanismException"
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How a client connects: its security protocol, the TLS context (SSL, SASL_SSL) and the
+    SASL login (SASL_PLAINTEXT, SASL_SSL), built once from Kafka's client properties."""
+
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    sasl: SaslLogin | None = None
+
+    @classmethod
+    def of(cls, props: dict | None) -> ClientSecurity:
+        """From Kafka's client properties (ConfigError, a ValueError naming the key, on a bad
+        value); PLAINTEXT without them."""
+        if not props:
+            return PLAINTEXT
+        return cls(security_protocol(props), ssl_context(props), sasl_login(props))
+
+
+PLAINTEXT = ClientSecurity()
+
+
+def client_security(security: ClientSecurity | dict | None) -> ClientSecurity:
+    """``security`` as a :class:`ClientSecurity` (client properties are read here)."""
+    return security if isinstance(security, ClientSecurity) else ClientSecurity.of(security)
 
 
 def _reason(e: Exception, connect_timeout: float) -> str:
@@ -137,18 +196,26 @@ class Connection:
         client_id: str = "kesque-tools",
         timeout: float = 30.0,
         connect_timeout: float | None = None,
+        security: ClientSecurity | dict | None = None,
     ):
         """``timeout`` bounds each request, ``connect_timeout`` (default: ``timeout``) the TCP
-        connection setup."""
+        connection setup and the TLS handshake; ``security``: a :class:`ClientSecurity` or Kafka's
+        client properties (PLAINTEXT without)."""
+        security = client_security(security)
         self.sock = socket.create_connection((host, port), timeout=connect_timeout or timeout)
-        self.sock.settimeout(timeout)
         self.client_id = client_id
         self._corr = 0
         self.awaiting = False  # a request was sent and its answer not read (a call cut short)
         self._consumed = 0  # bytes of that answer read so far
         self.versions: dict[int, tuple[int, int]] = {}
+        self.session_lifetime_ms = 0  # of the SASL session, when the broker gave one (KIP-368)
         try:
+            if security.ssl_context is not None:
+                self._start_tls(security.ssl_context, host)
+            self.sock.settimeout(timeout)
             self._negotiate()
+            if security.sasl is not None:
+                self._authenticate(security.sasl)
         except TimeoutError:
             self.close()
             raise WireError(f"no answer within {round(timeout * 1000)} ms") from None
@@ -163,12 +230,14 @@ class Connection:
         client_id: str = "kesque-tools",
         timeout: float = 30.0,
         connect_timeout: float | None = None,
+        security: ClientSecurity | dict | None = None,
     ) -> Connection:
         """A connection to the first bootstrap server that answers ApiVersions (see
         :func:`connect_any`)."""
+        security = client_security(security)
         return connect_any(
             bootstrap,
-            lambda host, port: cls(host, port, client_id, timeout, connect_timeout),
+            lambda host, port: cls(host, port, client_id, timeout, connect_timeout, security),
             connect_timeout or timeout,
         )
 
@@ -237,6 +306,49 @@ class Connection:
         if int(resp.error_code) != 0:
             raise WireError(f"ApiVersions failed with error {int(resp.error_code)}")
         self.versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
+
+    def _start_tls(self, context: ssl.SSLContext, host: str) -> None:
+        try:
+            self.sock = context.wrap_socket(self.sock, server_hostname=host)
+        except ssl.SSLError as e:
+            reason = getattr(e, "verify_message", None) or e.reason or str(e)
+            raise SslAuthenticationError(f"SSL handshake failed ({reason})") from None
+        except ConnectionError as e:  # the broker closed a handshake it did not understand
+            raise SslAuthenticationError(f"SSL handshake failed ({e.strerror or e})") from None
+
+    def _authenticate(self, login: SaslLogin) -> None:
+        """SaslHandshake then SaslAuthenticate tokens until the mechanism's client completes, as
+        Kafka's SaslClientAuthenticator (ApiVersions was sent already)."""
+        mechanism = login.mechanism
+        resp = self.request(ApiKeys.SASL_HANDSHAKE, lambda m, v: m.request.SaslHandshakeRequest(mechanism=mechanism))
+        code = int(resp.error_code)
+        if code == 33:  # UNSUPPORTED_SASL_MECHANISM
+            raise UnsupportedSaslMechanism(
+                f"Client SASL mechanism '{mechanism}' not enabled in the server, enabled mechanisms are "
+                f"[{', '.join(resp.mechanisms)}]"
+            )
+        if code != 0:
+            raise AuthenticationError(f"SaslHandshake failed with error {code}")
+        client = login.new_client(int(time.time() * 1000))
+        try:
+            token = client.evaluate(None)
+            while True:
+                resp = self.request(
+                    ApiKeys.SASL_AUTHENTICATE, lambda m, v: m.request.SaslAuthenticateRequest(auth_bytes=token or b"")
+                )
+                if int(resp.error_code) != 0:
+                    raise AuthenticationError(resp.error_message or f"SASL authentication failed ({resp.error_code})")
+                token = client.evaluate(resp.auth_bytes)
+                if client.complete:
+                    break
+            lifetime = getattr(resp, "session_lifetime", None)  # v1+: a timedelta
+            if lifetime:
+                self.session_lifetime_ms = round(lifetime.total_seconds() * 1000)
+        except SaslClientError as e:
+            raise AuthenticationError(
+                f"An error: ({e}) occurred when evaluating SASL token received from the Kafka Broker. "
+                "Kafka Client will go to AUTHENTICATION_FAILED state."
+            ) from None
 
     def settle(self) -> bool:
         """Read and drop the answer of a call cut short (a signal mid-request), so that the

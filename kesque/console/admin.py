@@ -17,7 +17,7 @@ from ..client.cluster import Cluster
 from ..client.consumer import FetchError, WireConsumer
 from ..client.producer import Producer
 from ..client.transactions import read_describe_transactions_v0
-from ..client.wire import WireError, make
+from ..client.wire import AuthenticationError, ClientSecurity, WireError, make
 from ..errors import KafkaError, error_name
 from ..protocol.api_keys import ApiKeys
 
@@ -91,8 +91,8 @@ def _ms(v) -> int:
 
 
 class ConsoleAdmin(Cluster):
-    def __init__(self, bootstrap: str, *, timeout: float = 10.0):
-        super().__init__(bootstrap, client_id="kesque-console", timeout=timeout)
+    def __init__(self, bootstrap: str, *, timeout: float = 10.0, client_props: dict | ClientSecurity | None = None):
+        super().__init__(bootstrap, client_id="kesque-console", timeout=timeout, client_props=client_props)
 
     # ------------------------------------------------------------------ plumbing
     def _call(self, node: int | None, api: int, build, max_version: int | None = None, reader=None):
@@ -102,11 +102,22 @@ class ConsoleAdmin(Cluster):
             try:
                 conn = self._bootstrap_conn() if node is None else self._conn(node)
                 return conn.request(api, build, max_version=max_version, reader=reader)
+            except AuthenticationError as e:
+                self._drop_all()
+                raise self.unreachable(e) from None
             except (OSError, WireError) as e:
                 self._drop_all()
                 if attempt:
-                    raise ConsoleError(502, f"the cluster at {self.bootstrap} did not answer: {e}") from None
+                    raise self.unreachable(e) from None
         raise AssertionError("unreachable")
+
+    def unreachable(self, e: Exception) -> ConsoleError:
+        """The 502 of a cluster that did not answer, or refused the console's TLS or SASL login
+        (the message Kafka's clients report for it)."""
+        if isinstance(e, AuthenticationError):
+            java = f"org.apache.kafka.common.errors.{e.java_name}"
+            return ConsoleError(502, f"the cluster at {self.bootstrap} refused the console: {java}: {e}")
+        return ConsoleError(502, f"the cluster at {self.bootstrap} did not answer: {e}")
 
     def _metadata(self, topics: list[str] | None):
         def build(mod, v):
@@ -394,13 +405,15 @@ class ConsoleAdmin(Cluster):
         """ListOffsets at the leaders (EARLIEST, LATEST or a timestamp; -1: none matched)."""
         if not tps:
             return {}
-        consumer = WireConsumer(self.bootstrap, client_id="kesque-console", timeout=self.timeout)
+        consumer = WireConsumer(
+            self.bootstrap, client_id="kesque-console", timeout=self.timeout, client_props=self.security
+        )
         try:
             return consumer.list_offsets(tps, timestamp)
         except FetchError as e:
             raise ConsoleError(409, f"ListOffsets: {error_name(e.code)}") from None
-        except (OSError, WireError) as e:
-            raise ConsoleError(502, f"the cluster at {self.bootstrap} did not answer: {e}") from None
+        except (OSError, WireError, AuthenticationError) as e:
+            raise self.unreachable(e) from None
         finally:
             consumer.close()
 
@@ -438,7 +451,11 @@ class ConsoleAdmin(Cluster):
         position = offset
         if offset < end:
             consumer = WireConsumer(
-                self.bootstrap, client_id="kesque-console", timeout=self.timeout, auto_offset_reset="earliest"
+                self.bootstrap,
+                client_id="kesque-console",
+                timeout=self.timeout,
+                auto_offset_reset="earliest",
+                client_props=self.security,
             )
             try:
                 consumer.assign({tp: offset})
@@ -458,8 +475,8 @@ class ConsoleAdmin(Cluster):
                         position = max(position, consumer.assignment[tp].position)
             except FetchError as e:
                 raise ConsoleError(409, f"Fetch: {error_name(e.code)}") from None
-            except (OSError, WireError) as e:
-                raise ConsoleError(502, f"the cluster at {self.bootstrap} did not answer: {e}") from None
+            except (OSError, WireError, AuthenticationError) as e:
+                raise self.unreachable(e) from None
             finally:
                 consumer.close()
         return {
@@ -491,7 +508,13 @@ class ConsoleAdmin(Cluster):
         parts = self.topic_partitions(topic)
         if partition is not None and partition not in parts:
             raise ConsoleError(404, f"Topic {topic} has no partition {partition} (partitions: 0-{len(parts) - 1}).")
-        producer = Producer(self.bootstrap, enable_idempotence=False, client_id="kesque-console", timeout=self.timeout)
+        producer = Producer(
+            self.bootstrap,
+            enable_idempotence=False,
+            client_id="kesque-console",
+            timeout=self.timeout,
+            client_props=self.security,
+        )
         try:
             producer.send(topic, value, key=key, headers=headers, partition=partition)
             producer.flush()
@@ -499,8 +522,8 @@ class ConsoleAdmin(Cluster):
             return tp[1], bases[0]
         except KafkaError as e:
             raise ConsoleError(409, f"Produce to {topic}: {error_name(e.code)} ({e})") from None
-        except (OSError, WireError) as e:
-            raise ConsoleError(502, f"the cluster at {self.bootstrap} did not answer: {e}") from None
+        except (OSError, WireError, AuthenticationError) as e:
+            raise self.unreachable(e) from None
         finally:
             producer.close()
 
@@ -530,8 +553,8 @@ class ConsoleAdmin(Cluster):
             return self.find_coordinator(group, 0)
         except KafkaError as e:
             raise ConsoleError(409, f"No coordinator for group {group}: {error_name(e.code)}") from None
-        except (OSError, WireError) as e:
-            raise ConsoleError(502, f"the cluster at {self.bootstrap} did not answer: {e}") from None
+        except (OSError, WireError, AuthenticationError) as e:
+            raise self.unreachable(e) from None
 
     def group(self, group: str) -> dict:
         """Members and assignment (ConsumerGroupDescribe, else DescribeGroups), committed
@@ -758,7 +781,7 @@ class ConsoleAdmin(Cluster):
         for tid, row in listed.items():
             try:
                 node = self.find_coordinator(tid, 1)
-            except (KafkaError, OSError, WireError):
+            except (KafkaError, OSError, WireError, AuthenticationError):
                 continue
             resp = self._call(
                 node,

@@ -19,6 +19,7 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from ..client.wire import ClientSecurity, client_security
 from .admin import ConsoleAdmin
 from .app import MAX_BODY, Console, Response
 
@@ -85,10 +86,21 @@ class _Server6(_Server):
 class ConsoleServer:
     """``http://host:port/`` serving the console of the cluster at ``bootstrap``."""
 
-    def __init__(self, host: str, port: int, bootstrap: str, *, timeout: float = 10.0):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        bootstrap: str,
+        *,
+        timeout: float = 10.0,
+        client_props: dict | ClientSecurity | None = None,
+    ):
+        """``client_props``: Kafka's client properties (or a :class:`ClientSecurity`) the console
+        reaches the cluster with (PLAINTEXT without)."""
         self.host = host or "127.0.0.1"  # no host (http://:8080): the loopback; all interfaces only when named
         self.port = port
         self.bootstrap = bootstrap
+        self.security = client_security(client_props)  # a bad value fails here, before anything is bound
         self.timeout = timeout
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -103,7 +115,7 @@ class ConsoleServer:
         if self.host in LOCAL:  # answer only to our own names (DNS rebinding)
             hosts = {f"{n}:{self.port}" for n in ("127.0.0.1", "localhost", "[::1]")}
         self.console = handler.console = Console(
-            ConsoleAdmin(self.bootstrap, timeout=self.timeout), allowed_hosts=hosts
+            ConsoleAdmin(self.bootstrap, timeout=self.timeout, client_props=self.security), allowed_hosts=hosts
         )
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, name="kesque-console", daemon=True)

@@ -30,6 +30,7 @@ from ..metadata.image import (
     MIRROR_PAUSED,
     MIRROR_PROMOTED,
     MIRROR_STATES,
+    MIRROR_SYNCED_CONFIGS,
     RESOURCE_BROKER,
     RESOURCE_CLIENT_METRICS,
     RESOURCE_GROUP,
@@ -41,6 +42,7 @@ from ..metadata.image import ClusterLink as ClusterLinkImage
 from ..metadata.image import MirrorTopic as MirrorImage
 from ..metadata.log import METADATA_TOPIC, MetadataLog
 from ..metadata.snapshot import acl_record, link_record, mirror_record, scram_record
+from ..protocol import cluster_links as cl
 from ..security.acl import AclBinding, AclBindingFilter, creation_error, deletion_filter_error
 from ..security.authorizer import StandardAcl
 from ..security.scram import ScramFormatter, ScramMechanism
@@ -582,6 +584,8 @@ class Controller:
         self._commit_configs(rtype, rname, current, new, validate_only)
 
     def _commit_configs(self, rtype, rname, current: dict, new: dict, validate_only: bool) -> None:
+        if rtype == RESOURCE_TOPIC:
+            self._refuse_synced_changes(rname, current, new)
         try:
             if rtype == RESOURCE_TOPIC:
                 validate_topic_configs(new)
@@ -796,23 +800,45 @@ class Controller:
             log.info("Created cluster link %s with link id %s", name, link_id)
         return link_id
 
+    def alter_cluster_link(self, name: str, updates: dict[str, str | None]) -> None:
+        """The link's configs changed (a value None removes the key): a new ClusterLinkRecord with
+        the same id, so each broker's fetchers and copiers of the link start again with them."""
+        link = self.image.cluster_links.get(name)
+        if link is None:
+            raise KafkaError(ErrorCode.invalid_request, f"Cluster link '{name}' does not exist.")
+        configs = {**link.configs, **{k: v for k, v in updates.items() if v is not None}}
+        for k in [k for k, v in updates.items() if v is None]:
+            configs.pop(k, None)
+        if not (configs.get("bootstrap.servers") or "").strip():
+            raise KafkaError(ErrorCode.invalid_config, "Cluster link configs must set bootstrap.servers.")
+        self.commit([link_record(ClusterLinkImage(name, link.link_id, configs))])
+        changed = sorted(k for k in set(configs) | set(link.configs) if configs.get(k) != link.configs.get(k))
+        log.info("Altered cluster link %s: %s", name, ", ".join(changed) or "no change")
+
     def delete_cluster_link(self, name: str) -> None:
         """Refused while a topic still mirrors through the link, as Confluent's (promote or fail
         the mirrors over, or delete them, first)."""
         link = self.image.cluster_links.get(name)
         if link is None:
             raise KafkaError(ErrorCode.invalid_request, f"Cluster link '{name}' does not exist.")
+        offsets_mirror = self.image.topic(cl.offsets_mirror_topic(name))
         active = sorted(
             self.image.topics_by_id[m.topic_id].name
             for m in self.image.mirror_topics.values()
             if m.link_id == link.link_id and m.mirroring and m.topic_id in self.image.topics_by_id
         )
+        if offsets_mirror is not None and offsets_mirror.name in active:
+            active.remove(offsets_mirror.name)  # the link's own: deleted with it
         if active:
             raise KafkaError(
                 ErrorCode.invalid_request,
                 f"Cluster link '{name}' has active mirror topics: {', '.join(active)}",
             )
-        self.commit([{"type": "RemoveClusterLinkRecord", "link_id": link.link_id}])
+        records = [{"type": "RemoveClusterLinkRecord", "link_id": link.link_id}]
+        m = None if offsets_mirror is None else self.image.mirror_topics.get(offsets_mirror.topic_id)
+        if m is not None and m.link_id == link.link_id:
+            records.insert(0, {"type": "RemoveTopicRecord", "topic_id": offsets_mirror.topic_id})
+        self.commit(records)
         log.info("Deleted cluster link %s", name)
 
     def create_mirror_topic(
@@ -848,6 +874,56 @@ class Controller:
         self.commit(recs)
         log.info("Created mirror topic %s of %s over cluster link %s", name, source_topic, link_name)
         return topic_id
+
+    def _refuse_synced_changes(self, topic: str, current: dict, new: dict) -> None:
+        """A mirror topic's synced configs are its source topic's while it mirrors: a change of
+        one by AlterConfigs or IncrementalAlterConfigs is refused (INVALID_REQUEST, as a Produce
+        to the mirror: Kafka has no code for it)."""
+        t = self.image.topic(topic)
+        m = None if t is None else self.image.mirror_topics.get(t.topic_id)
+        if m is None or not m.mirroring:
+            return
+        changed = [k for k in MIRROR_SYNCED_CONFIGS if current.get(k) != new.get(k)]
+        if changed:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                f"Cannot alter {', '.join(changed)} of mirror topic {topic}: synced from its source topic "
+                f"{m.source_topic}, read-only while it mirrors (alter the source topic, or promote or fail "
+                "the mirror over first)",
+            )
+
+    def sync_mirror_configs(self, name: str, configs: dict[str, str | None]) -> list[str]:
+        """The synced configs of mirror ``name`` as its source topic has them (a value None: no
+        override at the source, so none here). Only while it mirrors, never after a failover or
+        promotion; only the keys that differ are written. Returns their names."""
+        t = self.image.topic(name)
+        m = None if t is None else self.image.mirror_topics.get(t.topic_id)
+        if m is None or not m.mirroring:
+            raise KafkaError(ErrorCode.invalid_request, f"Topic '{name}' is not an active mirror topic.")
+        current = self.image.topic_configs(name)
+        recs = []
+        for key, value in sorted(configs.items()):
+            if key not in MIRROR_SYNCED_CONFIGS:
+                raise KafkaError(ErrorCode.invalid_request, f"Topic config {key} is not synced from a source topic.")
+            if current.get(key) == value:
+                continue
+            if value is not None:
+                try:
+                    validate_topic_configs({key: value})
+                except ConfigError as e:
+                    raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+            recs.append(
+                {
+                    "type": "ConfigRecord",
+                    "resource_type": RESOURCE_TOPIC,
+                    "resource_name": name,
+                    "name": key,
+                    "value": value,
+                }
+            )
+        if recs:
+            self.commit(recs)
+        return [r["name"] for r in recs]
 
     def grow_mirror_topic(self, name: str, partitions: int) -> None:
         """The source topic of mirror ``name`` has ``partitions`` partitions now: the mirror gets the

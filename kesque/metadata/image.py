@@ -43,6 +43,21 @@ MIRROR_STATES = {
 }
 # the states in which the topic is still a mirror: fetched from the source, read-only to producers
 MIRRORING = (MIRROR_ACTIVE, MIRROR_PAUSED)
+# the topic configs a mirror topic takes from its source topic (every ``topic.config.sync.ms``)
+# and that are read-only at the destination while it mirrors (docs/mirror.md, "Topic configs")
+MIRROR_SYNCED_CONFIGS = (
+    "cleanup.policy",
+    "compression.type",
+    "delete.retention.ms",
+    "max.compaction.lag.ms",
+    "max.message.bytes",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.type",
+    "min.compaction.lag.ms",
+    "retention.bytes",
+    "retention.ms",
+)
 
 
 def reserved_dir(d: uuid.UUID) -> bool:

@@ -3,6 +3,9 @@ link's settings pass, and which of them are secrets (masked wherever a link is d
 
 from __future__ import annotations
 
+from ..config import ConfigError
+from ..metadata.image import MIRROR_SYNCED_CONFIGS
+from ..security.client_props import security_protocol
 from .offsets import check_offset_configs
 
 # Kafka's client configs of type PASSWORD (ConfigDef.Type.PASSWORD: shown as [hidden]), and every
@@ -17,9 +20,9 @@ _SENSITIVE = frozenset(
     }
 )
 MASK = "[hidden]"  # what Kafka's tools print for a PASSWORD config (ConfigDef.convertToString)
-REDACTED = "[redacted]"  # what Kafka's metadata tools print for a sensitive record value
-# the security protocols the mirror fetcher can speak to a source today
-SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+REDACTED = "[redacted]"
+CONFIG_SYNC_MS = "topic.config.sync.ms"  # Confluent's name and default
+DEFAULT_CONFIG_SYNC_MS = 5000  # what Kafka's metadata tools print for a sensitive record value
 
 
 def is_sensitive(name: str) -> bool:
@@ -63,11 +66,33 @@ def check_link_configs(configs: dict[str, str]) -> str | None:
         host, _, port = s.strip().rpartition(":")
         if not host or not port.isdigit():
             return f"Invalid url in bootstrap.servers: {s.strip()}"
-    proto = configs.get("security.protocol", "PLAINTEXT").upper()
-    if proto not in SUPPORTED_PROTOCOLS:
-        only = ", ".join(SUPPORTED_PROTOCOLS)
-        return f"security.protocol {proto} is not supported by cluster links yet (only {only})"
+    try:
+        security_protocol(configs)
+    except ConfigError as e:
+        return str(e)
+    try:
+        if int(configs.get(CONFIG_SYNC_MS, DEFAULT_CONFIG_SYNC_MS)) <= 0:
+            raise ValueError
+    except ValueError:
+        return (
+            f"Invalid value {configs.get(CONFIG_SYNC_MS)} for configuration {CONFIG_SYNC_MS}: a positive number of ms"
+        )
     return check_offset_configs(configs)
+
+
+def config_sync_s(configs: dict[str, str]) -> float:
+    """How often a link's mirror topics take their synced configs from their source topics."""
+    try:
+        return max(int(configs.get(CONFIG_SYNC_MS, DEFAULT_CONFIG_SYNC_MS)), 1) / 1000.0
+    except ValueError:
+        return DEFAULT_CONFIG_SYNC_MS / 1000.0
+
+
+def config_changes(source: dict[str, str], mirror: dict[str, str]) -> dict[str, str | None]:
+    """The synced configs a mirror topic must change to be as its source topic: ``source`` holds
+    the source topic's own overrides, ``mirror`` the mirror's; a synced key the source does not
+    override is removed from the mirror (None), so both fall back to their cluster's default."""
+    return {k: source.get(k) for k in MIRROR_SYNCED_CONFIGS if source.get(k) != mirror.get(k)}
 
 
 def bootstrap_addresses(configs: dict[str, str]) -> list[tuple[str, int]]:
@@ -76,4 +101,15 @@ def bootstrap_addresses(configs: dict[str, str]) -> list[tuple[str, int]]:
         host, _, port = s.strip().rpartition(":")
         if host and port.isdigit():
             out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def altered(configs: dict[str, str], updates: dict[str, str | None]) -> dict[str, str]:
+    """A link's configs after an alter: each update set, or removed when its value is None."""
+    out = dict(configs)
+    for k, v in updates.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
     return out

@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..protocol import cluster_links as cl
+
 SYNC_ENABLE = "consumer.offset.sync.enable"
 GROUP_FILTERS = "consumer.offset.group.filters"
 SYNC_MS = "consumer.offset.sync.ms"
@@ -133,3 +135,52 @@ class OffsetCopy:
         """The group's offsets to commit at the destination: never past the mirror's own log end
         (after the rule held, none is)."""
         return {tp: o for tp, o in self.offsets.get(group, {}).items() if 0 <= o <= dest_log_end.get(tp, -1)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The offsets mirror: the source's ``__consumer_offsets`` mirrored over the link (docs/mirror.md,
+# "Exactly once across a failover")
+
+SOURCE_OFFSETS_TOPIC = "__consumer_offsets"
+offsets_mirror_topic = cl.offsets_mirror_topic
+
+
+class OffsetLogReplay:
+    """The committed offsets a ``__consumer_offsets`` partition holds, replayed as its group
+    coordinator loads it: a plain OffsetCommit record applies at once, a transactional one
+    (sendOffsetsToTransaction) waits for its producer's marker, applied on COMMIT, dropped on ABORT;
+    a tombstone deletes. A transaction with no marker at the end is not applied: at a failover its
+    records are aborted wherever they were mirrored (the same decision as the leaders' ABORT
+    markers on the failed-over partitions, so offsets and output agree).
+
+    Fed in log order, one partition at a time (``marker`` only applies to that partition's
+    pending records: each instance replays one partition)."""
+
+    def __init__(self) -> None:
+        # {group: {(topic, partition): (offset, leader epoch, metadata)}}
+        self.offsets: dict[str, dict[tuple[str, int], tuple[int, int, str]]] = {}
+        self.pending: dict[int, list[tuple[str, tuple[str, int], tuple[int, int, str] | None]]] = {}
+        self.records = 0
+
+    def commit(self, producer_id: int, group: str, tp: tuple[str, int], value: tuple[int, int, str] | None) -> None:
+        """An OffsetCommit record (``value`` None: its tombstone); ``producer_id`` -1 when the
+        batch was not transactional."""
+        self.records += 1
+        if producer_id >= 0:
+            self.pending.setdefault(producer_id, []).append((group, tp, value))
+        else:
+            self._apply(group, tp, value)
+
+    def marker(self, producer_id: int, commit: bool) -> None:
+        for group, tp, value in self.pending.pop(producer_id, ()):
+            if commit:
+                self._apply(group, tp, value)
+
+    def _apply(self, group: str, tp: tuple[str, int], value: tuple[int, int, str] | None) -> None:
+        if value is None:
+            self.offsets.get(group, {}).pop(tp, None)
+        else:
+            self.offsets.setdefault(group, {})[tp] = value
+
+    def open_transactions(self) -> int:
+        return sum(1 for v in self.pending.values() if v)

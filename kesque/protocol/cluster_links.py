@@ -20,6 +20,16 @@ CREATE_MIRROR = 3  # ``topics[0]`` mirrors ``source_topic`` (default: the same n
 DESCRIBE_MIRRORS = 4  # the mirror topics (all, or ``topics``), with the lag of the partitions this broker leads
 ALTER_MIRRORS = 5  # ``mirror_op`` (pause, resume, failover, promote) on ``topics``
 GROW_MIRROR = 6  # a broker's own: ``topics[0]`` to ``num_partitions`` partitions, as its source grew
+ALTER_LINK = 7  # ``link_name``'s configs: each of ``configs`` set, or removed when its value is null
+SYNC_CONFIGS = 8  # a broker's own: ``topics[0]``'s synced topic configs as its source's (null: none)
+
+
+def offsets_mirror_topic(link_name: str) -> str:
+    """The destination topic that mirrors the source's ``__consumer_offsets`` over a link with
+    consumer offset sync enabled (docs/mirror.md; the brokers create it, the tools replay it at
+    a failover, the controller deletes it with its link)."""
+    return f"_link.{link_name}.consumer_offsets"
+
 
 _CONFIG = [("name", "string", None, ""), ("value", "nstring", None, None)]
 

@@ -582,7 +582,11 @@ class FollowerFetch:
             self.truncate_to_epoch_end(*resp.diverging_epoch, log)
         else:
             appended = False
-            if resp.records and self._answers_this_fetch(resp) and self.fetch_offset == log.log_end_offset:
+            restart = self._starts_in_a_batch(resp, log)
+            if restart:
+                log.truncate_fully_and_start_at(resp.first_offset)
+                self.fetch_offset = log.log_end_offset
+            if resp.records and (restart or self._answers_this_fetch(resp)) and self.fetch_offset == log.log_end_offset:
                 append(resp.records)
                 self.last_fetched_epoch = resp.last_epoch
                 appended = True
@@ -596,6 +600,18 @@ class FollowerFetch:
                 log.maybe_increment_log_start_offset(resp.log_start_offset)
             self.state = FETCHING
         return self.state
+
+    def _starts_in_a_batch(self, resp: FetchPartitionResponse, log: ReplicaLog) -> bool:
+        """An empty log asked at its start, and the answer's first batch holds that offset from a
+        base below it: the leader's log start is inside a batch (DeleteRecords there, or a mirror
+        restarted at its source's). Kafka's follower, on UnexpectedAppendOffsetException with an
+        empty log, starts its log again at the batch's base and appends; an answer taken as stale
+        here asked the same offset forever."""
+        return (
+            bool(resp.records)
+            and 0 <= resp.first_offset < self.fetch_offset
+            and resp.request_offset == self.fetch_offset == log.log_end_offset == log.log_start_offset
+        )
 
     def _answers_this_fetch(self, resp: FetchPartitionResponse) -> bool:
         """Records for the current fetch offset: asked at it (the first batch may start later,

@@ -43,22 +43,14 @@ from ..protocol.api_keys import ApiKeys
 from ..protocol.messages import Msg
 from ..protocol.primitives import INT32, ProtocolError
 from ..security.authenticator import AuthenticationFailure, SaslServerAuthenticator
+from ..security.client_props import LOGIN_MODULES, SASL_PROTOCOLS, login_options
 from ..security.oauthbearer import JwksValidator, OAuthBearerSaslServer, RefreshingJwks, Retry, validate_unsecured
-from ..security.plain import PLAIN_LOGIN_MODULE, PlainSaslServer, parse_jaas_config
+from ..security.plain import PlainSaslServer
 from ..security.sasl_client import SaslLogin
 from ..security.scram import ScramCredential, ScramMechanism, ScramSaslServer
 
 log = logging.getLogger(__name__)
 
-SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
-OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-LOGIN_MODULES = {
-    "PLAIN": PLAIN_LOGIN_MODULE,
-    "SCRAM-SHA-256": SCRAM_LOGIN_MODULE,
-    "SCRAM-SHA-512": SCRAM_LOGIN_MODULE,
-    "OAUTHBEARER": OAUTHBEARER_LOGIN_MODULE,
-}
-SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 # the versions Kafka 4.4 serves (SaslApis declares the same)
 HANDSHAKE_VERSIONS = (0, 1)
 AUTHENTICATE_VERSIONS = (0, 2)
@@ -79,18 +71,7 @@ def jaas_options(config, listener: str, mechanism: str) -> dict[str, str]:
             f"SASL mechanism {mechanism} is enabled on listener {listener} but it has no JAAS config: "
             f"set {key} (or sasl.jaas.config) to {LOGIN_MODULES[mechanism]} required ...;",
         )
-    try:
-        entries = parse_jaas_config(str(text))
-    except ValueError as e:
-        raise ConfigError(key, f"Invalid value for configuration {key}: {e}") from None
-    entries = [e for e in entries if e.login_module == LOGIN_MODULES[mechanism]]
-    if len(entries) != 1:
-        raise ConfigError(
-            key,
-            f"Invalid value for configuration {key}: it must hold exactly one {LOGIN_MODULES[mechanism]} entry "
-            f"for {mechanism} (found {len(entries)})",
-        )
-    return entries[0].options
+    return login_options(str(text), mechanism, key)
 
 
 def client_login(config, listener: str, mechanism_key: str) -> SaslLogin | None:

@@ -23,6 +23,7 @@ import time
 import uuid
 
 from .. import quotas as quota_core
+from ..client.wire import ClientSecurity
 from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
 from ..config.broker import BrokerConfig, metrics_listener
@@ -491,17 +492,29 @@ class KesqueServer:
 
     def _start_console(self) -> None:
         """console.listener: the web console, reading this node as a client over its first
-        PLAINTEXT broker listener (a node without one has no console: logged)."""
+        PLAINTEXT broker listener; without one, over the inter-broker listener as this node's own
+        client side does (its TLS context and SASL login: the console acts as the broker's
+        principal, docs/console.md)."""
         if self.console_address is None:
             return
         protocols = self.config.security_protocol_map()
         plain = [n for n in self.bound if n not in self.controller_listener_names and protocols.get(n) == "PLAINTEXT"]
-        if not plain:
-            log.warning("console.listener is set but this node has no PLAINTEXT broker listener: no console")
+        security = None
+        if plain:
+            name = plain[0]
+        else:
+            name = self.config.inter_broker_listener()
+            protocol = protocols.get(name, "PLAINTEXT")
+            security = ClientSecurity(protocol, self.tls.inter_broker, self.sasl_inter_broker)
+        if name not in self.bound:
+            log.warning("console.listener is set but this node has no broker listener to read: no console")
             return
-        host, port = self.bound[plain[0]]
-        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-        self.console = ConsoleServer(*self.console_address, f"{host}:{port}")
+        host, port = self.bound[name]
+        if host in ("", "0.0.0.0", "::"):
+            # the name its certificate is for, over TLS (the advertised one), else the loopback
+            advertised = [lis.host for lis in self.config.advertised_listeners() if lis.name == name and lis.host]
+            host = advertised[0] if security is not None and security.ssl_context and advertised else "127.0.0.1"
+        self.console = ConsoleServer(*self.console_address, f"{host}:{port}", client_props=security)
         try:
             self.console.start()
         except OSError as e:
@@ -1084,6 +1097,8 @@ class KesqueServer:
         )
         links = ClusterLinkApis(image=image, controllers=router, node_id=self.node_id, mirrors=self.mirror_fetchers)
         self.mirror_fetchers.grow_mirror = links.grow_mirror  # a source topic that grew: at the controller
+        self.mirror_fetchers.sync_configs = links.sync_configs  # its synced configs, likewise
+        self.mirror_fetchers.create_offsets_mirror = links.create_offsets_mirror
         handlers = (
             CoreApis(
                 image=image,

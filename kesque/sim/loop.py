@@ -241,6 +241,7 @@ class SimNetwork:
         self.sockets: dict[int, SimSocket] = {}
         self.listeners: dict[tuple[str, int], SimSocket] = {}
         self.cuts: set[frozenset] = set()
+        self.slow: dict[frozenset, float] = {}  # host pair -> seconds added to each delivery between them
         self._next_fd = FD_BASE
         self._ports: dict[str, int] = {}
         self._flight: list = []  # (time, seq, dst socket, bytes or None for FIN)
@@ -290,8 +291,13 @@ class SimNetwork:
             if o != host:
                 self.cut(host, o)
 
+    def slow_down(self, a: str, b: str, seconds: float) -> None:
+        """Every byte between hosts ``a`` and ``b`` takes ``seconds`` more (in order), until :meth:`heal`."""
+        self.slow[frozenset((a, b))] = seconds
+
     def heal(self) -> None:
         self.cuts.clear()
+        self.slow.clear()
 
     def kill(self, proc: Process) -> None:
         """``kill -9``: nothing of ``proc`` runs again; the kernel resets its connections."""
@@ -302,7 +308,10 @@ class SimNetwork:
     # -- bytes in flight ---------------------------------------------------------------------------
     def transmit(self, src: SimSocket, data: bytes | None) -> None:
         dst = src.peer
-        when = max(self.loop.time() + self.delay(), self._last.get(src.fd, 0.0))
+        when = self.loop.time() + self.delay()
+        if self.slow and dst is not None:
+            when += self.slow.get(frozenset((src.local[0], dst.local[0])), 0.0)
+        when = max(when, self._last.get(src.fd, 0.0))
         self._last[src.fd] = when
         self._seq += 1
         heapq.heappush(self._flight, (when, self._seq, src, dst, data))

@@ -77,8 +77,11 @@ SIM_CONFIG = {
 }
 
 
-def host_of(node_id: int) -> str:
-    return f"10.0.0.{node_id}"
+SUBNET = "10.0.0"  # a cluster's nodes are at <subnet>.<id> (a second cluster on the same loop: another)
+
+
+def host_of(node_id: int, subnet: str = SUBNET) -> str:
+    return f"{subnet}.{node_id}"
 
 
 def _tmp_root() -> str:
@@ -89,7 +92,7 @@ class SimNode:
     def __init__(self, cluster: RealCluster, node_id: int):
         self.cluster = cluster
         self.node_id = node_id
-        self.host = host_of(node_id)
+        self.host = cluster.host(node_id)
         self.is_broker = node_id in BROKERS
         self.dir = os.path.join(cluster.root, f"node-{node_id}")
         self.server = None
@@ -109,7 +112,7 @@ class SimNode:
             {
                 "node.id": str(self.node_id),
                 "controller.quorum.voters": ",".join(
-                    f"{c}@{host_of(c)}:{CONTROLLER_PORT}" for c in self.cluster.controllers
+                    f"{c}@{self.cluster.host(c)}:{CONTROLLER_PORT}" for c in self.cluster.controllers
                 ),
                 "controller.listener.names": "CONTROLLER",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -144,10 +147,10 @@ class SimNode:
         c = self.cluster
         config = BrokerConfig(self.props())
         if self.incarnation == 0:  # kesque storage format
-            format_dirs(read_meta_properties(storage_dirs(config)), CLUSTER_ID, self.node_id)
+            format_dirs(read_meta_properties(storage_dirs(config)), c.cluster_id, self.node_id)
         ensure_storage(config)
         self.incarnation += 1
-        self.proc = Process(f"node-{self.node_id}.{self.incarnation}", self.host)
+        self.proc = Process(f"{c.name}node-{self.node_id}.{self.incarnation}", self.host)
         server = KesqueServer(config, c.clock)
         server.io_executor = InlineExecutor()
         server.rng = random.Random(c.rng.getrandbits(64))
@@ -209,7 +212,7 @@ class WireClient:
     def __init__(self, cluster: RealCluster):
         self.cluster = cluster
         self.channel = Channel(
-            lambda n: (host_of(n), BROKER_PORT),
+            lambda n: (cluster.host(n), BROKER_PORT),
             client_id="sim-client",
             request_timeout_ms=5000,
             connect_timeout_ms=1000,
@@ -353,27 +356,50 @@ class RealCluster:
     on one simulated loop (see the module doc); ``controllers="combined"``: the three brokers are
     the quorum's voters too (``process.roles=broker,controller``, as ``kesque.testing.Cluster(nodes=3)``)."""
 
-    def __init__(self, seed: int, overrides: dict | None = None, dirs_per_node: int = 1, controllers: int | str = 1):
+    def __init__(
+        self,
+        seed: int,
+        overrides: dict | None = None,
+        dirs_per_node: int = 1,
+        controllers: int | str = 1,
+        subnet: str = SUBNET,
+        cluster_id: str = CLUSTER_ID,
+        shared: RealCluster | None = None,
+    ):
+        """``shared``: a second cluster on ``shared``'s loop, scheduler, clock, client process,
+        invariants and fault log (its nodes at ``subnet``, formatted with ``cluster_id``);
+        ``shared`` runs the loop and closes it."""
         if controllers not in (1, len(QUORUM), "combined"):
             raise ValueError(f"controllers: 1, {len(QUORUM)} or 'combined', not {controllers!r}")
         self.dirs_per_node = dirs_per_node
         self.controllers = {1: (CONTROLLER,), len(QUORUM): QUORUM, "combined": BROKERS}[controllers]
-        self.s = Scheduler(seed)
-        self.rng = self.s.rng
-        self.loop = SimLoop(self.rng)
-        self.clock = SimClock(self.loop)
+        self.subnet = subnet
+        self.cluster_id = cluster_id
+        self.name = "" if shared is None else f"{subnet}/"
+        self.owns_loop = shared is None
         self.overrides = {k: str(v) for k, v in (overrides or {}).items()}
-        self.root = _tmp_root()
-        self.nodes = {i: SimNode(self, i) for i in dict.fromkeys((*self.controllers, *BROKERS))}
         self.graveyard: list = []
         self.failures: list[str] = []
-        self.fault_log: list[str] = []  # the faults a scenario injected, in order ("kill 5", ...)
         self.power_lost: set[int] = set()  # the nodes that lost power (their unfsynced writes)
         self.fs: PowerLossFS | None = None
-        self.client_proc = Process("client", CLIENT_HOST)
         self.client: WireClient | None = None
-        self.invariants: list = []
-        self.loop.after_iteration = self._check
+        if shared is None:
+            self.s = Scheduler(seed)
+            self.rng = self.s.rng
+            self.loop = SimLoop(self.rng)
+            self.clock = SimClock(self.loop)
+            self.fault_log: list[str] = []  # the faults a scenario injected, in order ("kill 5", ...)
+            self.client_proc = Process("client", CLIENT_HOST)
+            self.invariants: list = []
+            self.loop.after_iteration = self._check
+        else:
+            self.s, self.rng, self.loop, self.clock = shared.s, shared.rng, shared.loop, shared.clock
+            self.fault_log, self.client_proc, self.invariants = shared.fault_log, shared.client_proc, shared.invariants
+        self.root = _tmp_root()
+        self.nodes = {i: SimNode(self, i) for i in dict.fromkeys((*self.controllers, *BROKERS))}
+
+    def host(self, node_id: int) -> str:
+        return host_of(node_id, self.subnet)
 
     # -- running -----------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -413,14 +439,17 @@ class RealCluster:
         return self.loop.net.trace.hexdigest()
 
     def close(self) -> None:
+        """Kill every node and remove the files; the loop's owner closes the loop (close a
+        ``shared`` cluster first)."""
         self.loop.finished = True
         with contextlib.suppress(Exception):
             if self.client is not None:
                 self.client.channel.close()
         for node in self.nodes.values():
             node.kill()
-        with contextlib.suppress(Exception):
-            self.loop.close()
+        if self.owns_loop:
+            with contextlib.suppress(Exception):
+                self.loop.close()
         _close_descriptors_under(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -147,7 +147,8 @@ def replicas_agree(sim: RealCluster, end: bool = False, topic: str = TOPIC, part
     """Live replicas agree below their high watermarks; at the end (``end``) on everything. A
     partition led uncleanly (:func:`unclean_elections`) is checked at the end only: until they
     truncate to the new leader, replicas that were out of the ISR hold a high watermark of the old
-    history."""
+    history. Two replicas are compared from the later of their log starts (a follower learns a
+    log start moved by DeleteRecords, or by a mirror's restart, from its next fetch)."""
     unclean = sim.__dict__.get("unclean_partitions", ())
     for p in range(partitions):
         if not end and (topic, p) in unclean:
@@ -158,12 +159,13 @@ def replicas_agree(sim: RealCluster, end: bool = False, topic: str = TOPIC, part
             if part is not None:
                 lg = part.log
                 upto = lg.log_end_offset if end else lg.high_watermark
-                views.append((b, upto, batch_summary(lg, upto) if end else _summary(sim, b, (topic, p), lg, upto)))
-        for i, (a, ha, sa) in enumerate(views):
-            for b, hb, sb in views[i + 1 :]:
-                h = min(ha, hb)
-                ca = [x for x in sa if x[1] < h]  # (each list holds whole batches below its own end)
-                cb = [x for x in sb if x[1] < h]
+                summary = batch_summary(lg, upto) if end else _summary(sim, b, (topic, p), lg, upto)
+                views.append((b, upto, lg.log_start_offset, summary))
+        for i, (a, ha, la, sa) in enumerate(views):
+            for b, hb, lb, sb in views[i + 1 :]:
+                h, lo = min(ha, hb), max(la, lb)
+                ca = [x for x in sa if lo <= x[0] and x[1] < h]  # (each list holds whole batches below its own end)
+                cb = [x for x in sb if lo <= x[0] and x[1] < h]
                 if ca != cb:
                     diff = next((x, y) for x, y in zip(ca + [None], cb + [None]) if x != y)
                     raise InvariantViolation(

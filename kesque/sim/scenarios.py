@@ -19,6 +19,7 @@ from .cluster import RaftCluster
 from .invariants import Invariants
 from .metadata import MetadataCluster
 from .network import NetworkFaults
+from .real_mirror import REAL_MIRROR_BUG_OWNERS, REAL_MIRROR_SCENARIOS
 from .real_scenarios import REAL_BUG_OWNERS, REAL_SCENARIOS
 from .real_txn import REAL_TXN_BUG_OWNERS, REAL_TXN_SCENARIOS
 from .repl_scenarios import REPLICATION_BUGS, REPLICATION_SCENARIOS
@@ -544,20 +545,24 @@ SCENARIOS.update(REPLICATION_SCENARIOS)
 SCENARIOS.update(TXN_SCENARIOS)
 SCENARIOS.update(REAL_SCENARIOS)
 SCENARIOS.update(REAL_TXN_SCENARIOS)
+SCENARIOS.update(REAL_MIRROR_SCENARIOS)
 REAL_BUG_OWNERS = {**REAL_BUG_OWNERS, **REAL_TXN_BUG_OWNERS}
-BUGS = tuple(Knobs.__dataclass_fields__) + REPLICATION_BUGS + TXN_BUGS + tuple(REAL_BUG_OWNERS)
+# the mirror scenario's switches (tests/test_sim_real_mirror.py holds the seeds that catch them)
+MIRROR_BUG_OWNERS = REAL_MIRROR_BUG_OWNERS
+OWNED_BUGS = {**REAL_BUG_OWNERS, **MIRROR_BUG_OWNERS}
+BUGS = tuple(Knobs.__dataclass_fields__) + REPLICATION_BUGS + TXN_BUGS + tuple(OWNED_BUGS)
 
 
 @contextlib.contextmanager
 def replication_bug(bug: str | None):
     """Switch on a replication test-only switch (a class attribute) for one run."""
-    if bug not in REPLICATION_BUGS + TXN_BUGS + tuple(REAL_BUG_OWNERS):
+    if bug not in REPLICATION_BUGS + TXN_BUGS + tuple(OWNED_BUGS):
         yield
         return
     if bug in TXN_BUGS:
         owner, bug = txn_bug_switch(bug)
-    elif bug in REAL_BUG_OWNERS:
-        owner = REAL_BUG_OWNERS[bug]
+    elif bug in OWNED_BUGS:
+        owner = OWNED_BUGS[bug]
     else:
         owner = LeaderReplication if hasattr(LeaderReplication, bug) else FollowerFetch
     setattr(owner, bug, True)

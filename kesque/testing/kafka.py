@@ -329,7 +329,10 @@ class KafkaBroker:
         controller_port: int = 0,
         voters: str | None = None,
         cluster_id: str | None = None,
+        extra_listeners: str = "",
     ):
+        """``extra_listeners``: ``NAME://host:port[,...]`` served and advertised beside PLAINTEXT
+        (their protocols in ``config``'s ``listener.security.protocol.map``)."""
         reason = unavailable()
         if reason:
             raise RuntimeError(reason)
@@ -345,6 +348,7 @@ class KafkaBroker:
         self.data_dir = data_dir or os.path.join(self.work_dir, "data")
         self.config = dict(DEFAULTS)
         self.config.update({k: str(v) for k, v in (config or {}).items()})
+        self.extra_listeners = extra_listeners
         self.process: subprocess.Popen | None = None
         self._formatted = False
         self.start_seconds: float | None = None
@@ -364,6 +368,9 @@ class KafkaBroker:
     def _props(self) -> dict[str, str]:
         props = dict(self.config)
         listeners = f"PLAINTEXT://{self.host}:{self.port}"
+        advertised = listeners + (f",{self.extra_listeners}" if self.extra_listeners else "")
+        if self.extra_listeners:
+            listeners += f",{self.extra_listeners}"
         if "controller" in props["process.roles"].split(","):
             listeners += f",CONTROLLER://{self.host}:{self.controller_port}"
         props.update(
@@ -371,7 +378,7 @@ class KafkaBroker:
                 "node.id": str(self.node_id),
                 "controller.quorum.voters": self.voters,
                 "listeners": listeners,
-                "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+                "advertised.listeners": advertised,
             }
         )
         props.setdefault("log.dirs", self.data_dir)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -20,11 +21,12 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
-from ...client.wire import Connection, WireError, make
+from ...client.wire import PLAINTEXT, ClientSecurity, Connection, WireError, make
 from ...protocol.api_keys import ApiKeys
 from ...utils import java_string_hash
 from .errors import ERRORS_PKG, JavaError, TerseException, kafka_error
 from .javautil import java_hash_order, load_props, tp_str
+from .rdkafka import librdkafka_props
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
@@ -36,9 +38,11 @@ def is_internal(topic: str) -> bool:
 
 
 def client_config(bootstrap: str | None, command_config: str | None = None, extra: dict | None = None) -> dict:
+    """librdkafka's settings for a tool's Admin client: ``command_config``'s (Kafka's security
+    properties in librdkafka's names: rdkafka.py), ``extra``, ``bootstrap``."""
     conf: dict = {}
     if command_config:
-        conf.update(load_props(command_config))
+        conf.update(librdkafka_props(load_props(command_config)))
     if extra:
         conf.update(extra)
     if bootstrap:
@@ -52,8 +56,15 @@ def make_admin(bootstrap: str | None, command_config: str | None = None, client_
     extra = {"client.id": client_id} if client_id else None
     conf = client_config(bootstrap, command_config, extra)
     admin = AdminClient(conf)
-    check_reachable(conf)
+    props = load_props(command_config) if command_config else {}
+    check_reachable({**props, **conf})  # Kafka's names for the wire client's security, librdkafka's for the rest
     return admin
+
+
+@functools.cache
+def command_security(command_config: str | None) -> ClientSecurity:
+    """The wire client's security for a tool's ``--command-config`` (read once per file)."""
+    return ClientSecurity.of(load_props(command_config)) if command_config else PLAINTEXT
 
 
 def any_broker_request(props: dict, api_key: int, build, client_id: str = "adminclient-1"):
@@ -66,7 +77,7 @@ def any_broker_request(props: dict, api_key: int, build, client_id: str = "admin
     controller."""
     wait = _seconds(props, "default.api.timeout.ms", 60000)
     setup = min(_seconds(props, "socket.connection.setup.timeout.ms", 10000), wait)
-    with Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, wait, setup) as conn:
+    with Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, wait, setup, props) as conn:
         return conn.request(api_key, build)
 
 
@@ -91,7 +102,7 @@ def check_reachable(props: dict, bound: str = "default.api.timeout.ms", bound_de
     setup = min(_seconds(props, "socket.connection.setup.timeout.ms", 10000), limit)
     request = min(_seconds(props, "request.timeout.ms", 30000), limit)
     client_id = str(props.get("client.id") or "kesque-tools")
-    Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, request, setup).close()
+    Connection.to_any(str(props.get("bootstrap.servers") or ""), client_id, request, setup, props).close()
 
 
 class IncludeList:
@@ -175,6 +186,7 @@ class WireAdmin:
         self.request_timeout_s = int(props.get("request.timeout.ms", 30000)) / 1000.0
         self.backoff_s = int(props.get("retry.backoff.ms", 100)) / 1000.0
         self.client_id = props.get("client.id", "adminclient-1")
+        self.security = ClientSecurity.of(props)  # security.protocol, ssl.*, sasl.*: read once
         self._probe: dict | None = {**props, "bootstrap.servers": bootstrap}
         self._conns: dict[tuple[str, int], object] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -191,7 +203,7 @@ class WireAdmin:
     def connection(self, host: str, port: int):
         c = self._conns.get((host, port))
         if c is None:
-            c = Connection(host, port, client_id=self.client_id, timeout=self.request_timeout_s)
+            c = Connection(host, port, client_id=self.client_id, timeout=self.request_timeout_s, security=self.security)
             self._conns[(host, port)] = c
         return c
 

@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from ...client.wire import Unreachable
+from ...client.wire import AuthenticationError, Unreachable
 from .errors import error_line
 
 
@@ -88,7 +88,8 @@ def exit_flushed(code: int) -> None:
 def run_tool(fn, *args) -> int:
     """A tool's exit status: ``fn(*args)``'s, a ToolExit's code, 130 / 143 on SIGINT / SIGTERM
     (see :func:`stop_signals`), 1 when no bootstrap server could be reached (the message names
-    them) or when the reader of stdout went away (a closed pipe: say nothing more)."""
+    them) or the TLS handshake or SASL login failed (Kafka's exception and message), or when the
+    reader of stdout went away (a closed pipe: say nothing more)."""
     try:
         with stop_signals():
             return fn(*args)
@@ -96,7 +97,7 @@ def run_tool(fn, *args) -> int:
         return e.code
     except KeyboardInterrupt as e:
         return interrupted_status(e)
-    except Unreachable as e:
+    except (Unreachable, AuthenticationError) as e:
         sys.stdout.flush()
         print(error_line(e), file=sys.stderr)
         return 1

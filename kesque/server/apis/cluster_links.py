@@ -16,24 +16,48 @@ import asyncio
 import logging
 import uuid
 
+from ...config.types import ConfigError
 from ...errors import ErrorCode, KafkaError, error_name
 from ...metadata.image import MIRROR_STATES
 from ...mirror import links as link_rules
+from ...mirror import offsets as offset_rules
 from ...protocol import cluster_links as cl
 from ...protocol.api import KESQUE_CLUSTER_LINKS, Api
 from ..channel import ChannelError
 from ..context import CLUSTER_NAME, AclOperation, ResourceType
-from ..drivers.mirror_fetcher import SourceCluster
+from ..drivers.mirror_fetcher import SourceCluster, source_security
 
 log = logging.getLogger(__name__)
 
 _ZERO = uuid.UUID(int=0)
 _RETRY_S = 0.05
-_CHANGES = (cl.CREATE_LINK, cl.DELETE_LINK, cl.CREATE_MIRROR, cl.ALTER_MIRRORS, cl.GROW_MIRROR)
+_CHANGES = (
+    cl.CREATE_LINK,
+    cl.DELETE_LINK,
+    cl.CREATE_MIRROR,
+    cl.ALTER_MIRRORS,
+    cl.GROW_MIRROR,
+    cl.ALTER_LINK,
+    cl.SYNC_CONFIGS,
+)
 
 
 def _error(e: KafkaError) -> bytes:
     return cl.encode_response({"error_code": int(e.code), "error_message": e.message or error_name(int(e.code))})
+
+
+def _check_link(configs: dict[str, str]) -> None:
+    """A link's settings, as a create or an alter leaves them: refused with INVALID_CONFIG and a
+    message naming the key when they cannot work (the TLS context and the SASL login are built
+    here as the link's connections will build them: a missing trust store file, an unknown
+    mechanism, a JAAS config without credentials)."""
+    why = link_rules.check_link_configs(configs)
+    if why:
+        raise KafkaError(ErrorCode.invalid_config, why)
+    try:
+        source_security(configs)
+    except ConfigError as e:
+        raise KafkaError(ErrorCode.invalid_config, str(e)) from None
 
 
 class ClusterLinkApis:
@@ -132,10 +156,12 @@ class ClusterLinkApis:
     async def _change(self, ctx, req) -> bytes:
         try:
             if req["operation"] == cl.CREATE_LINK:
-                configs = {c["name"]: c["value"] for c in req["configs"] if c["value"] is not None}
-                why = link_rules.check_link_configs(configs)
-                if why:
-                    raise KafkaError(ErrorCode.invalid_config, why)
+                _check_link({c["name"]: c["value"] for c in req["configs"] if c["value"] is not None})
+            if req["operation"] == cl.ALTER_LINK:
+                link = self.image.cluster_links.get(req["link_name"])
+                if link is None:
+                    raise KafkaError(ErrorCode.invalid_request, f"Cluster link '{req['link_name']}' does not exist.")
+                _check_link(link_rules.altered(link.configs, {c["name"]: c["value"] for c in req["configs"]}))
             if req["operation"] == cl.CREATE_MIRROR and (req["source_topic_id"] in (None, _ZERO)):
                 await self._ask_source(req)
             return await self._at_controller(req, ctx.listener in self.controllers.controller_listeners)
@@ -148,6 +174,42 @@ class ClusterLinkApis:
         req = cl.decode_request(
             cl.encode_request({"operation": cl.GROW_MIRROR, "topics": [topic], "num_partitions": partitions})
         )
+        resp = cl.decode_response_body(await self._at_controller(req, False))
+        if resp["error_code"]:
+            raise KafkaError(ErrorCode(resp["error_code"]), resp["error_message"] or "")
+
+    async def sync_configs(self, topic: str, configs: dict[str, str | None]) -> None:
+        """This broker's own request (the mirror fetcher of the topic's partition 0 read its
+        source topic's configs): the synced configs of mirror ``topic``, at the controller."""
+        req = cl.decode_request(
+            cl.encode_request(
+                {
+                    "operation": cl.SYNC_CONFIGS,
+                    "topics": [topic],
+                    "configs": [{"name": k, "value": v} for k, v in sorted(configs.items())],
+                }
+            )
+        )
+        resp = cl.decode_response_body(await self._at_controller(req, False))
+        if resp["error_code"]:
+            raise KafkaError(ErrorCode(resp["error_code"]), resp["error_message"] or "")
+
+    async def create_offsets_mirror(self, link_name: str, topic: str) -> None:
+        """This broker's own request (its consumer-offset copier found the link's offsets mirror
+        missing): ``topic`` mirrors the source's ``__consumer_offsets``, compacted as it is, at the
+        controller. Raises KafkaError (TOPIC_ALREADY_EXISTS when another broker was first)."""
+        req = cl.decode_request(
+            cl.encode_request(
+                {
+                    "operation": cl.CREATE_MIRROR,
+                    "link_name": link_name,
+                    "topics": [topic],
+                    "source_topic": offset_rules.SOURCE_OFFSETS_TOPIC,
+                    "configs": [{"name": "cleanup.policy", "value": "compact"}],
+                }
+            )
+        )
+        await self._ask_source(req)
         resp = cl.decode_response_body(await self._at_controller(req, False))
         if resp["error_code"]:
             raise KafkaError(ErrorCode(resp["error_code"]), resp["error_message"] or "")
@@ -188,6 +250,10 @@ class ClusterLinkApis:
             return c.call("create_cluster_link", name, configs, req["validate_only"])
         if op == cl.DELETE_LINK:
             return c.call("delete_cluster_link", name)
+        if op == cl.SYNC_CONFIGS:
+            return c.call("sync_mirror_configs", req["topics"][0], {x["name"]: x["value"] for x in req["configs"]})
+        if op == cl.ALTER_LINK:
+            return c.call("alter_cluster_link", name, {x["name"]: x["value"] for x in req["configs"]})
         if op == cl.GROW_MIRROR:
             return c.call("grow_mirror_topic", req["topics"][0], req["num_partitions"])
         if op == cl.CREATE_MIRROR:

@@ -19,8 +19,9 @@ import asyncio
 import logging
 import uuid
 
+from ...config.types import ConfigError
 from ...errors import ErrorCode, error_name
-from ...metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PROMOTED
+from ...metadata.image import MIRROR_ACTIVE, MIRROR_FAILED_OVER, MIRROR_PROMOTED, MIRROR_SYNCED_CONFIGS
 from ...mirror import links as link_rules
 from ...mirror import offsets as offset_rules
 from ...mirror.partition import APPEND, BACKOFF, OUT_OF_RANGE, REFRESH, MirrorPartitionState
@@ -28,6 +29,7 @@ from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
 from ...protocol.replica_fetch import decode_fetch_response, encode_replica_fetch_request
 from ...records.batch import iter_batch_positions
+from ...security import client_props
 from ..channel import Channel, ChannelError
 from .replica_fetcher import complete_batches
 
@@ -35,6 +37,9 @@ log = logging.getLogger(__name__)
 
 FETCH_VERSION = 17  # served by Kafka 4.x and kesque alike
 METADATA_VERSION = 12
+DESCRIBE_CONFIGS_VERSION = 4
+TOPIC_CONFIG = 1  # DescribeConfigs' config source of a topic's own override (DYNAMIC_TOPIC_CONFIG)
+RESOURCE_TOPIC = 2
 LIST_OFFSETS_VERSION = 9
 CONSUMER = -1
 READ_UNCOMMITTED = 0
@@ -50,15 +55,34 @@ def _cfg(configs: dict, name: str, default: int) -> int:
         return default
 
 
+def source_security(configs: dict[str, str]):
+    """(ssl_context, sasl login) of a link's connections to its source, from its client settings
+    (``security.protocol``, ``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``, Kafka's client
+    names), read by kesque/security/client_props.py as kesque's own tools read theirs. Raises
+    ConfigError naming the key that is wrong (a trust store file missing, a mechanism kesque has
+    not, a JAAS config that does not parse or has no credentials)."""
+    return client_props.ssl_context(configs), client_props.sasl_login(configs)
+
+
 class SourceCluster:
     """The source cluster of one link, as a consumer sees it: Metadata from any of its brokers,
-    Fetch and ListOffsets to a partition's leader."""
+    Fetch and ListOffsets to a partition's leader. Every connection of the link (the mirror
+    fetcher, the consumer-offset copier, a mirror's creation) is made here, with the link's TLS
+    and SASL settings. Settings that cannot work (a trust store file gone since the link was
+    created) fail every request with the reason, which the mirror partitions then show."""
 
     def __init__(self, link_name: str, configs: dict[str, str], node_id: int):
         self.link_name = link_name
         self.configs = configs
         self.bootstrap = link_rules.bootstrap_addresses(configs)
         self.brokers: dict[int, tuple[str, int]] = {}
+        self.config_error: str | None = None
+        try:
+            ssl_context, sasl = source_security(configs)
+        except ConfigError as e:
+            ssl_context, sasl = None, None
+            self.config_error = f"cluster link {link_name} settings: {e}"
+            log.error("Cluster link %s cannot reach its source: %s", link_name, e)
         self.channel = Channel(
             self.resolve,
             client_id=configs.get("client.id") or f"kesque-mirror-{link_name}-{node_id}",
@@ -66,9 +90,13 @@ class SourceCluster:
             connect_timeout_ms=_cfg(configs, "socket.connection.setup.timeout.ms", 10000),
             reconnect_backoff_ms=_cfg(configs, "reconnect.backoff.ms", 50),
             reconnect_backoff_max_ms=_cfg(configs, "reconnect.backoff.max.ms", 1000),
+            ssl_context=ssl_context,
+            sasl=sasl,
         )
 
     def resolve(self, node: int):
+        if self.config_error is not None:
+            return None  # no connection with settings that cannot work
         if node <= _BOOTSTRAP_BASE:
             i = _BOOTSTRAP_BASE - node
             return self.bootstrap[i] if i < len(self.bootstrap) else None
@@ -103,7 +131,41 @@ class SourceCluster:
                 )
                 for t in resp.topics
             }
-        raise ChannelError(f"no source broker answered Metadata ({last})")
+        raise ChannelError(self.config_error or f"no source broker answered Metadata ({last})")
+
+    async def topic_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
+        """{topic: its own overrides among the synced configs} of the source topics that
+        DescribeConfigs answered without an error (asked of any source broker, known ones first)."""
+        m = Msg(ApiKeys.DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION, request=True)
+        req = m(
+            resources=tuple(
+                m(
+                    "DescribeConfigsResource",
+                    resource_type=RESOURCE_TOPIC,
+                    resource_name=t,
+                    configuration_keys=MIRROR_SYNCED_CONFIGS,
+                )
+                for t in topics
+            ),
+            include_synonyms=False,
+            include_documentation=False,
+        )
+        nodes = list(self.brokers) + [_BOOTSTRAP_BASE - i for i in range(len(self.bootstrap))]
+        last: Exception | None = None
+        for node in nodes:
+            try:
+                resp = await self.channel.send(node, ApiKeys.DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION, req)
+            except ChannelError as e:
+                last = e
+                continue
+            return {
+                r.resource_name: {
+                    c.name: c.value for c in r.configs if int(c.config_source) == TOPIC_CONFIG and c.value is not None
+                }
+                for r in resp.results
+                if not r.error_code
+            }
+        raise ChannelError(self.config_error or f"no source broker answered DescribeConfigs ({last})")
 
     async def fetch(self, leader: int, topics: list, configs: dict) -> object:
         body = encode_replica_fetch_request(
@@ -164,6 +226,9 @@ class _LinkFetcher:
         self.failing = False
         self.task: asyncio.Task | None = None
         self.lag_logged_at = 0.0  # loop time of the last lag line
+        self.configs_synced_at = 0.0  # loop time of the last look at the source topics' configs
+        self.config_task: asyncio.Task | None = None
+        self.configs_sent: dict[str, dict] = {}  # mirror topic -> the last synced configs asked for
         self.refreshed_at = 0.0  # loop time of the last look at the source's metadata
 
     @property
@@ -177,6 +242,8 @@ class _LinkFetcher:
         self.stopped = True
         if self.task is not None:
             self.task.cancel()
+        if self.config_task is not None:
+            self.config_task.cancel()
         self.source.close()
 
     async def run(self) -> None:
@@ -195,6 +262,11 @@ class _LinkFetcher:
         if loop.time() - self.lag_logged_at >= LAG_LOG_INTERVAL_S:
             self.lag_logged_at = loop.time()
             self.log_lag()
+        if self.config_task is None and loop.time() - self.configs_synced_at >= link_rules.config_sync_s(
+            self.link.configs
+        ):
+            self.configs_synced_at = loop.time()
+            self.config_task = loop.create_task(self.sync_configs(), name=f"{self.name}-configs")
         if loop.time() - self.refreshed_at >= _cfg(self.link.configs, "metadata.max.age.ms", 300000) / 1000.0:
             self.stale = True  # the source's partition counts and leaders, looked at again
         if self.stale and self.entries:
@@ -218,6 +290,47 @@ class _LinkFetcher:
             await asyncio.wait_for(self.wake.wait(), timeout)
         except TimeoutError:
             pass
+
+    async def sync_configs(self) -> None:
+        """The synced topic configs of the mirror topics whose partition 0 this broker leads (one
+        broker per topic), from their source topics, set at the controller where they differ."""
+        try:
+            # not a link's offsets mirror (of the source's __consumer_offsets): an internal topic's
+            # configs are its cluster's own, and that mirror stays compacted as it was created
+            first = {
+                e.part.topic: e
+                for (_t, p), e in list(self.entries.items())
+                if p == 0 and not e.source_topic.startswith("__")
+            }
+            if not first or self.mgr.sync_configs is None:
+                return
+            try:
+                source = await self.source.topic_configs(sorted({e.source_topic for e in first.values()}))
+            except ChannelError as exc:
+                log.debug("%s: source topic configs not read: %s", self.name, exc)
+                return
+            for topic, e in sorted(first.items()):
+                if e.source_topic not in source:
+                    continue
+                changes = link_rules.config_changes(source[e.source_topic], self.mgr.image.topic_configs(topic))
+                if not changes or self.configs_sent.get(topic) == changes:
+                    continue
+                try:
+                    await self.mgr.sync_configs(topic, changes)
+                except Exception as exc:  # noqa: BLE001 - tried again at the next interval
+                    log.warning("%s: cannot sync the configs of mirror topic %s: %s", self.name, topic, exc)
+                    continue
+                self.configs_sent[topic] = changes
+                log.info(
+                    "Mirror topic %s: topic configs synced from source topic %s: %s",
+                    topic,
+                    e.source_topic,
+                    ", ".join(
+                        f"{k}={v}" if v is not None else f"{k} (no override)" for k, v in sorted(changes.items())
+                    ),
+                )
+        finally:
+            self.config_task = None
 
     def log_lag(self) -> None:
         """One INFO line per interval naming the partitions behind their source (offsets and time)
@@ -402,6 +515,10 @@ class MirrorFetcherManager:
     partitions this broker leads are fetched. ``on_progress(part)`` is called after an append
     (the HW and the waiting fetches move as after a produce)."""
 
+    # test-only switch (the simulator's --bug skip_abort_at_failover): a failover leaves the
+    # transactions the source left open hanging (no ABORT marker written)
+    skip_abort_at_failover = False
+
     def __init__(
         self, node_id: int, image, replica_manager, clock, on_progress, loop=None, raise_producer_id_floor=None
     ):
@@ -415,6 +532,10 @@ class MirrorFetcherManager:
         self.raise_producer_id_floor = raise_producer_id_floor
         # ``async grow_mirror(topic, partitions)``: the mirror topic to the source's partition count
         self.grow_mirror = None
+        # ``async sync_configs(topic, {name: value or None})``: its synced configs, at the controller
+        self.sync_configs = None
+        # ``async create_offsets_mirror(link name, topic)``: a link's offsets mirror, at the controller
+        self.create_offsets_mirror = None
         self._growing: dict[str, int] = {}  # mirror topic -> the partition count asked for
         self._tasks: set[asyncio.Task] = set()
         self.fetchers: dict[uuid.UUID, _LinkFetcher] = {}
@@ -575,6 +696,8 @@ class MirrorFetcherManager:
         lg = part.log
         ps = lg.producer_state
         hanging = sorted({pid for pid in ps.ongoing_txns.values() if pid <= max_producer_id})
+        if self.skip_abort_at_failover:
+            return 0
         now_ms = self.clock.now_ms()
         for pid in hanging:
             entry = ps.producers[pid]
@@ -609,4 +732,5 @@ class MirrorFetcherManager:
             f.stop()
         for t in list(self._tasks):
             t.cancel()
-        await asyncio.gather(*(f.task for f in fetchers if f.task is not None), return_exceptions=True)
+        tasks = [t for f in fetchers for t in (f.task, getattr(f, "config_task", None)) if t is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)

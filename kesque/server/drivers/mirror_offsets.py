@@ -17,7 +17,7 @@ import asyncio
 import logging
 
 from ...coordinator.group.requests import OffsetCommit, OffsetCommitPartition
-from ...errors import KafkaError, error_name
+from ...errors import ErrorCode, KafkaError, error_name
 from ...mirror import offsets as rules
 from ...protocol.api_keys import ApiKeys
 from ...protocol.messages import Msg
@@ -67,6 +67,7 @@ class OffsetSyncer:
         self.filters = rules.parse_group_filters(link.configs.get(rules.GROUP_FILTERS))
         self.interval_s = rules.sync_interval_ms(link.configs) / 1000.0
         self.source = SourceCluster(link.name, link.configs, mgr.node_id)
+        self.offsets_topic = rules.offsets_mirror_topic(link.name)
         self.pending: rules.OffsetCopy | None = None
         self.commit_meta: dict[tuple[str, tuple[str, int]], tuple[int, str]] = {}  # leader epoch, metadata
         self.said: dict[str, str] = {}  # group (or "") -> the last reason logged, once per change
@@ -99,16 +100,20 @@ class OffsetSyncer:
                 self.say("", logging.WARNING, "cannot copy consumer offsets from the source: %s", e)
             except Exception:  # noqa: BLE001 - a bug here must not stop the copying for good
                 log.exception("%s: unexpected error copying consumer offsets", self.name)
-            await asyncio.sleep(self.interval_s)
+            # the offsets mirror is looked for again soon while missing (the source has no
+            # __consumer_offsets before its first group), not only at the next copy
+            missing = self.mgr.image.topic(self.offsets_topic) is None and bool(self.mirrored())
+            await asyncio.sleep(min(self.interval_s, 1.0) if missing else self.interval_s)
 
     def mirrored(self) -> dict[tuple[str, int], tuple[str, int]]:
         """{source (topic, partition): destination (topic, partition)} of the link's mirror topics
-        still mirroring (ACTIVE or PAUSED)."""
+        still mirroring (ACTIVE or PAUSED), but its offsets mirror (no group commits offsets of
+        it; its transactions are the groups', not data a copy must wait for)."""
         image = self.mgr.image
         out = {}
         for m in image.mirror_topics.values():
             t = image.topics_by_id.get(m.topic_id)
-            if m.link_id != self.link.link_id or not m.mirroring or t is None:
+            if m.link_id != self.link.link_id or not m.mirroring or t is None or t.name == self.offsets_topic:
                 continue
             for p in t.partitions:
                 out[(m.source_topic, p)] = (t.name, p)
@@ -122,6 +127,7 @@ class OffsetSyncer:
         mirrored = self.mirrored()
         if not mirrored:
             return
+        await self.ensure_offsets_mirror()
         if self.pending is None:
             self.pending = await self.read_source(mirrored)
             if self.pending is None:
@@ -149,6 +155,22 @@ class OffsetSyncer:
             self.apply(group, self.pending.to_apply(group, log_end))
         self.pending = None
         self.rounds += 1
+
+    async def ensure_offsets_mirror(self) -> None:
+        """The link's offsets mirror (the source's ``__consumer_offsets``, mirrored byte for byte,
+        markers included) is what a failover replays to apply the offsets of the last transactions
+        whose output the destination holds (docs/mirror.md, "Exactly once across a failover"):
+        created when missing, by the copier that finds it so (the others are told it exists)."""
+        if self.mgr.image.topic(self.offsets_topic) is not None or self.mgr.create_offsets_mirror is None:
+            return
+        try:
+            await self.mgr.create_offsets_mirror(self.link.name, self.offsets_topic)
+        except KafkaError as e:
+            if e.code != ErrorCode.topic_already_exists:
+                # e.g. the source has no __consumer_offsets yet (no group committed there): next round
+                self.say("offsets-mirror", logging.INFO, "offsets mirror %s not created yet: %s", self.offsets_topic, e)
+            return
+        log.info("%s: created %s, the mirror of the source's __consumer_offsets", self.name, self.offsets_topic)
 
     async def read_source(self, mirrored: dict) -> rules.OffsetCopy | None:
         """The chosen groups' committed offsets at the source (t0), then its high watermarks (t1)."""
