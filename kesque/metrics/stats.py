@@ -4,9 +4,10 @@ never locked (the endpoint copies them on the loop before it formats them: see
 
 Kafka keeps the same facts in Yammer meters and histograms (``BrokerTopicStats``,
 ``RequestMetrics``); a meter's one-, five- and fifteen-minute rates are what Prometheus computes
-from a counter with ``rate()``, so only the counts are kept here. The request time histogram keeps
-one count per bucket (``TOTAL_TIME_BUCKETS_MS``, Prometheus' ``le`` bounds) and a sum: one bisect
-and two additions per request.
+from a counter with ``rate()``, so only the counts are kept here. The request time histograms keep
+one count per bucket (``TOTAL_TIME_BUCKETS_MS``, Prometheus' ``le`` bounds) and a sum. The request
+path only adds its readings to flat lists (``RequestMetrics.pending``, ``BrokerTopicStats.pending``);
+they are folded into the counts in bulk, at a scrape's snapshot or when a list is full.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ TOPIC_METERS = (
 class BrokerTopicStats:
     """Kafka's BrokerTopicStats: bytes and messages in, bytes out, produce and fetch requests per
     topic. The all-topics meters are the sums at scrape time plus what deleted topics left behind
-    (``retire``), so the request path increments one list per partition."""
+    (``retire``). The Produce path lists its appends (``pending``), folded at the snapshot."""
 
     __slots__ = ("topics", "retired", "replication_bytes_out", "replication_bytes_in", "pending")
 
