@@ -46,7 +46,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml setup.py kesque/records/_cscan.c  # the compiled scan is built by the install
+$(STAMP): $(BIN)/python pyproject.toml setup.py kesque/records/_cscan.c kesque/metrics/_cfold.c  # the compiled parts are built by the install
 	$(BIN)/pip install -q -e .
 	@touch $@
 

@@ -6,7 +6,9 @@ executes, the same from run to run (0.02% apart here) whatever else the machine 
 (``--src NAME=DIR``, the broker runs ``python -m kesque`` from DIR) the broker is started under
 callgrind twice and sent ``--low`` then ``--high`` pre-encoded one-record ProduceRequests (figure
 4's raw client, a window of 64); the difference of the two totals over ``high - low`` is the
-instructions one request costs, start-up and warm-up cancelled. The kernel's side is not counted:
+instructions one request costs, start-up and warm-up cancelled. With ``--config
+metrics.listener=...`` each run ends with one scrape of /metrics, so that what the broker folds
+at scrape time is counted too. The kernel's side is not counted:
 ``--syscalls`` also attaches ``strace -c`` to a normal run and prints the system calls per request.
 
     .venv/bin/python bench/request_instructions.py --src before=/tmp/kesque-a542bed --src after=.
@@ -18,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -68,10 +72,21 @@ def instructions(src: str, requests: int) -> int:
         try:
             figures.create_topic(b.bootstrap_servers, "small", 1)
             figures.small_raw(b.bootstrap_servers, "small", requests)
+            if "metrics.listener" in CONFIG:
+                _scrape(os.path.join(d, "data", "broker.log"))
         finally:
             b.stop(600)
         with open(out) as f:
             return next(int(line.split()[1]) for line in f if line.startswith("totals:"))
+
+
+def _scrape(log_file: str) -> None:
+    """One scrape of the broker's /metrics (its URL from the log line): whatever the broker defers
+    to a scrape (the request time histograms' fold) is in the count, as with a Prometheus."""
+    with open(log_file) as f:
+        url = re.search(r"Metrics endpoint listening on (http://\S+)", f.read()).group(1)
+    with urllib.request.urlopen(url, timeout=600) as r:
+        r.read()
 
 
 def syscalls(src: str, requests: int) -> dict[str, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
+import random
 import re
 import signal
 import socket
@@ -27,8 +28,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from kesque.client.share_consumer import ShareConsumer
 from kesque.config.broker import KAFKA_INTERNAL_BROKER_KEYS, BrokerConfig
 from kesque.config.types import ConfigError
+from kesque.metrics import stats
 from kesque.metrics.collectors import BrokerCollector, Sources
-from kesque.metrics.stats import TOTAL_TIME_BUCKETS_MS, BrokerTopicStats, RequestMetrics, error_counts
+from kesque.metrics.stats import (
+    PENDING_CAP,
+    PENDING_FIELDS,
+    TOTAL_TIME_BUCKETS_MS,
+    BrokerTopicStats,
+    RequestMetrics,
+    error_counts,
+)
 from kesque.server.drivers.share_manager import SharePartitionManager as SPM
 from kesque.share.partition import SharePartition
 from kesque.testing.broker import Broker
@@ -134,6 +143,73 @@ def test_request_time_histogram_buckets_and_fetch_names():
     assert names == {"Produce", "Fetch", "FetchFollower"}
 
 
+def _noted_requests(rng, n):
+    """``n`` requests' clock readings (RequestMetrics.note's arguments), often exactly on a
+    bucket bound, with waits, reads after the request (queue 0), connections without reads and
+    handlers whose return was not noted."""
+    bounds = [0, *(int(ms * 1e6) for ms in TOTAL_TIME_BUCKETS_MS)]
+
+    def step():
+        return rng.choice(bounds) if rng.random() < 0.3 else rng.randrange(0, 12 * 10**9)
+
+    for i in range(n):
+        api, version = rng.choice([(0, 9), (0, 11), (1, 16), (1, 16), (3, 12)])
+        recv = 10**12 + i
+        read = rng.choice([0, recv - step(), recv + step()])
+        local = recv + step()
+        remote = local + step() if rng.random() < 0.3 else 0
+        end = (remote or local) + step()
+        yield (
+            api,
+            version,
+            api == 1 and rng.random() < 0.5,
+            read,
+            recv,
+            0 if rng.random() < 0.05 else local,
+            remote,
+            end,
+        )
+
+
+def test_pending_requests_fold_into_the_same_histograms_as_one_at_a_time():
+    # the request path notes clock readings (RequestMetrics.note) and they are folded in bulk:
+    # the same counts and sums as record + record_phases per request, whatever the mix of APIs,
+    # versions and Fetch kinds
+    bulk, one = RequestMetrics(), RequestMetrics()
+    for noted in _noted_requests(random.Random(29), 2 * PENDING_CAP + 100):
+        bulk.note(*noted)
+        api, version, follower, read, recv, local, remote, end = noted
+        local = local or end
+        one.record(api, version, end - recv, follower)
+        queue = max(recv - read, 0) if read else 0
+        one.record_phases(api, queue, local - recv, remote - local if remote else 0, end - (remote or local), follower)
+    assert len(bulk.pending) == 100 * PENDING_FIELDS  # folded twice at the cap, the rest at the snapshot
+    assert bulk.snapshot() == one.snapshot() and not bulk.pending
+    uniform = RequestMetrics()  # one API, version and kind: one pass over the batch
+    for _ in range(3):
+        uniform.note(0, 9, False, 0, 5, 3 + 10**6, 0, 5 + 10**6)  # 1 ms in all, no wait
+    _requests, _errors, buckets, sums, phases, _throttles = uniform.snapshot()
+    assert buckets[0][TOTAL_TIME_BUCKETS_MS.index(1.0)] == 3 and sums[0] == pytest.approx(3.0)
+    assert phases[(0, "RemoteTimeMs")] == ([3] + [0] * len(TOTAL_TIME_BUCKETS_MS), 0.0)
+
+
+@pytest.mark.skipif(stats._cfold is None, reason="the compiled fold is not built")
+def test_the_compiled_fold_counts_as_its_python_reference():
+    rng = random.Random(30)
+    pending = [x for r in _noted_requests(rng, 3000) for x in r]
+    for v in range(80):  # more (API, version, follower) than the compiled fold keeps at once
+        pending += (18, v, False, 0, 10, 20, 0, 10 + v * 10**6)
+    pending += (1, 16, True, 0, 0, 2**62, 0, 2**63 - 1)  # huge times: sums past 64 bits
+    pending += (1, 16, True, 0, 0, 2**62, 0, 2**63 - 1)
+    args = (stats.TOTAL_TIME_BUCKETS_NS, stats.FETCH, stats.FETCH_CONSUMER, stats.FETCH_FOLLOWER)
+    compiled, python = ({(0, 9): [7] * (len(args[0]) + 2)}, {}), ({(0, 9): [7] * (len(args[0]) + 2)}, {})
+    stats._cfold.fold(pending, args[0], *compiled, *args[1:])
+    stats._fold_python(pending, args[0], *python, *args[1:])
+    assert compiled == python and len(compiled[0]) > 80
+    with pytest.raises(ValueError):
+        stats._cfold.fold(pending[:-1], args[0], *compiled, *args[1:])
+
+
 def test_error_counts_walk_a_kio_response():
     topic = MetadataResponseTopic  # an error code per topic, nested in the response
     resp = MetadataResponse(
@@ -160,6 +236,19 @@ def test_deleted_topics_leave_the_per_topic_series_but_not_the_totals():
     stats.retire({"b"})
     per_topic, totals, _out, _in = stats.snapshot()
     assert set(per_topic) == {"b"} and totals[0] == 150 and totals[1] == 3
+
+
+def test_appends_noted_by_the_produce_path_are_counted_at_the_snapshot():
+    bulk, one = BrokerTopicStats(), BrokerTopicStats()
+    for batch in ([("a", 100, 2)] * 3, [("a", 10, 1), ("b", 50, 1), ("a", 7, 3)]):  # one topic, then a mix
+        for appended in batch:
+            bulk.pending += appended  # what the Produce handler adds per partition
+            one.produced(*appended)
+        assert bulk.snapshot() == one.snapshot() and not bulk.pending
+    bulk.pending += ("b", 1, 1)
+    bulk.retire({"a"})  # b is deleted: what it had pending still counts in the totals
+    _per_topic, totals, _out, _in = bulk.snapshot()
+    assert totals[:2] == (100 * 3 + 10 + 50 + 7 + 1, 2 * 3 + 1 + 1 + 3 + 1)
 
 
 def test_partitions_are_copied_in_chunks_one_loop_turn_each():
@@ -298,6 +387,11 @@ def test_bytes_messages_requests_log_size_and_lag(broker):
         if name == "kafka_network_requestmetrics_requests_total" and ("request", "Produce") in labels
     )
     assert produce_requests >= 1
+    # every partition appended is a NONE in Produce's errors (counted with the topics' appends)
+    appended = value(s, "kafka_server_brokertopicmetrics_totalproducerequests_total") - value(
+        s, "kafka_server_brokertopicmetrics_failedproducerequests_total"
+    )
+    assert value(s, "kafka_network_requestmetrics_errors_total", request="Produce", error="NONE") == appended >= 1
     assert value(s, "kafka_network_requestmetrics_totaltimems_count", request="Produce") == produce_requests
     # the total split as Kafka's RequestChannel splits it: each phase counts every request
     for phase in ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems"):
@@ -587,6 +681,9 @@ def test_a_stopped_follower_raises_under_replicated_partitions_on_the_leader(tmp
                 s, "kafka_log_log_size", topic=topic, partition=0
             )
             assert value(s, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 20
+            # acks=all appends answered once the followers have them: each a NONE, once
+            appended = value(s, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic=topic)
+            assert value(s, "kafka_network_requestmetrics_errors_total", request="Produce", error="NONE") == appended
             assert value(scrape(ports[2]), "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) is None
             # what the followers appended is their ReplicationBytesIn, the leader's ReplicationBytesOut
             repl_in = lambda n: value(scrape(ports[n]), "kafka_server_brokertopicmetrics_replicationbytesin_total")  # noqa: E731

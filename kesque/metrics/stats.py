@@ -4,15 +4,21 @@ never locked (the endpoint copies them on the loop before it formats them: see
 
 Kafka keeps the same facts in Yammer meters and histograms (``BrokerTopicStats``,
 ``RequestMetrics``); a meter's one-, five- and fifteen-minute rates are what Prometheus computes
-from a counter with ``rate()``, so only the counts are kept here. The request time histogram keeps
-one count per bucket (``TOTAL_TIME_BUCKETS_MS``, Prometheus' ``le`` bounds) and a sum: one bisect
-and two additions per request.
+from a counter with ``rate()``, so only the counts are kept here. The request time histograms keep
+one count per bucket (``TOTAL_TIME_BUCKETS_MS``, Prometheus' ``le`` bounds) and a sum. The request
+path only adds its readings to flat lists (``RequestMetrics.pending``, ``BrokerTopicStats.pending``);
+they are folded into the counts in bulk, at a scrape's snapshot or when a list is full.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_left
+
+try:  # the compiled fold of the request time histograms (setup.py builds it where it can)
+    from . import _cfold
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _cfold = None
 
 # the upper bounds (ms) of the request total time histogram's buckets (+Inf follows), and in ns
 # (what the request path compares: no float arithmetic per request)
@@ -30,6 +36,14 @@ TOTAL_TIME_BUCKETS_NS = tuple(int(ms * 1_000_000) for ms in TOTAL_TIME_BUCKETS_M
 PHASES = ("RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ResponseQueueTimeMs")
 PHASE_WIDTH = len(TOTAL_TIME_BUCKETS_NS) + 2  # buckets (+Inf last), then the sum
 PHASE_SUM = PHASE_WIDTH - 1
+
+# requests the request path notes (RequestMetrics.pending) before they are folded into the
+# histograms in bulk: a scrape folds them at once, and so does the request that reaches this many
+# (memory stays flat without scrapes)
+PENDING_CAP = 1024
+PENDING_FIELDS = 8  # RequestMetrics.pending's items per request
+PRODUCED_FIELDS = 3  # BrokerTopicStats.pending's items per partition appended
+PRODUCED_ITEMS = PENDING_CAP * PRODUCED_FIELDS  # the Produce path folds its appends at this length
 
 # per-topic counters (BrokerTopicStats' meters kesque keeps), by index in a topic's list
 BYTES_IN, MESSAGES_IN, BYTES_OUT, BYTES_REJECTED, TOTAL_PRODUCE, FAILED_PRODUCE, TOTAL_FETCH, FAILED_FETCH = range(8)
@@ -49,12 +63,15 @@ TOPIC_METERS = (
 class BrokerTopicStats:
     """Kafka's BrokerTopicStats: bytes and messages in, bytes out, produce and fetch requests per
     topic. The all-topics meters are the sums at scrape time plus what deleted topics left behind
-    (``retire``), so the request path increments one list per partition."""
+    (``retire``). The Produce path lists its appends (``pending``), folded at the snapshot."""
 
-    __slots__ = ("topics", "retired", "replication_bytes_out", "replication_bytes_in")
+    __slots__ = ("topics", "retired", "replication_bytes_out", "replication_bytes_in", "pending")
 
     def __init__(self):
         self.topics: dict[str, list[int]] = {}
+        # the Produce path's appends not counted yet, PRODUCED_FIELDS items each, flat: topic,
+        # bytes, records (``produced``'s arguments; ``fold`` counts them)
+        self.pending: list = []
         self.retired = [0] * len(TOPIC_METERS)  # the counts of topics no longer reported
         self.replication_bytes_out = 0
         self.replication_bytes_in = 0  # the records this broker appended as a follower
@@ -72,6 +89,24 @@ class BrokerTopicStats:
         c[MESSAGES_IN] += records
         c[TOTAL_PRODUCE] += 1
 
+    def fold(self) -> None:
+        """The pending appends into their topics' counters (one pass per column when they are all
+        of one topic, the usual case)."""
+        p = self.pending
+        if not p:
+            return
+        topics, sizes, records = p[0::PRODUCED_FIELDS], p[1::PRODUCED_FIELDS], p[2::PRODUCED_FIELDS]
+        p.clear()
+        n = len(topics)
+        if topics.count(topics[0]) == n:
+            c = self.topics.get(topics[0]) or self.topic(topics[0])
+            c[BYTES_IN] += sum(sizes)
+            c[MESSAGES_IN] += sum(records)
+            c[TOTAL_PRODUCE] += n
+            return
+        for topic, nbytes, count in zip(topics, sizes, records):
+            self.produced(topic, nbytes, count)
+
     def produce_failed(self, topic: str, nbytes: int, rejected: bool) -> None:
         """A partition's append refused (``rejected``: its records were invalid: BytesRejected)."""
         c = self.topics.get(topic) or self.topic(topic)
@@ -88,9 +123,18 @@ class BrokerTopicStats:
         if failed:
             c[FAILED_FETCH] += 1
 
+    def appended(self) -> int:
+        """The partitions appended as leader, all topics (each is a NONE in Produce's errors)."""
+        self.fold()
+        total = self.retired[TOTAL_PRODUCE] - self.retired[FAILED_PRODUCE]
+        for c in self.topics.values():
+            total += c[TOTAL_PRODUCE] - c[FAILED_PRODUCE]
+        return total
+
     def retire(self, keep) -> None:
         """Forget the topics not in ``keep`` (deleted ones, as Kafka removes their metrics); their
         counts stay in the all-topics totals."""
+        self.fold()
         for name in [t for t in self.topics if t not in keep]:
             for i, n in enumerate(self.topics.pop(name)):
                 self.retired[i] += n
@@ -98,6 +142,7 @@ class BrokerTopicStats:
     def snapshot(self) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...], int, int]:
         """A copy (taken on the event loop): per topic, the all-topics totals, replication bytes
         out and in."""
+        self.fold()
         topics = {t: tuple(c) for t, c in self.topics.items()}
         totals = [*self.retired]
         for c in topics.values():
@@ -119,23 +164,48 @@ class RequestMetrics:
     histogram. Keyed by API key (and FETCH_CONSUMER / FETCH_FOLLOWER, which a Fetch counts in
     too, as Kafka's); the names are looked up at scrape time.
 
-    One list per (API, version) holds the time buckets' counts and, last, the sum of the times (ns):
-    a request is one dict lookup, one bisect and two list additions; its count is the sum of
-    its buckets, and an API's histogram the sum over its versions, both made at scrape time."""
+    One list per (API, version) holds the time buckets' counts and, last, the sum of the times (ns);
+    a request's count is the sum of its buckets, and an API's histogram the sum over its versions,
+    both made at scrape time.
 
-    __slots__ = ("by_version", "errors", "produce_none", "phases", "throttles")
+    The request path does not bisect: it adds its clock readings to ``pending`` (``note``'s
+    order), and ``fold`` turns them into bucket counts and sums in bulk (compiled: a few ns a
+    request), when a scrape takes its snapshot or when ``PENDING_CAP`` requests wait. ``record``
+    and ``record_phases`` count one request at once."""
 
-    def __init__(self):
+    __slots__ = ("by_version", "errors", "produce_none", "phases", "throttles", "pending", "topic_stats")
+
+    def __init__(self, topic_stats: BrokerTopicStats | None = None):
         self.by_version: dict[tuple[int, int], list] = {}
         # per API: the four phase histograms (PHASES), each its buckets and its sum (ns), end to end
         self.phases: dict[int, list] = {}
         self.errors: dict[tuple[int, int], int] = {}
-        # the partitions of Produce responses without an error: the common case, one integer
-        # addition (ErrorsPerSec{request=Produce,error=NONE} at scrape time)
+        # ErrorsPerSec{request=Produce,error=NONE} is the partitions appended (``topic_stats``:
+        # TotalProduceRequests less FailedProduceRequests) plus this, less one for each acks=all
+        # append waiting for its answer (counted in ``errors`` once it has it)
+        self.topic_stats = topic_stats
         self.produce_none = 0
         # per API: ThrottleTimeMs of the throttled requests only (buckets by ms, then the sum in
         # ms); the unthrottled ones, Kafka's 0 ms, are the API's requests less these (at scrape time)
         self.throttles: dict[int, list] = {}
+        # answered requests not folded yet, PENDING_FIELDS items each, flat (no tuple per
+        # request to allocate and track): api key, version, follower, then in perf_counter_ns the
+        # connection's last read (0: none), the frame parsed, the handler returned (0: not
+        # noted), the wait it handed over ended (0: none), the response queued
+        self.pending: list = []
+
+    def note(self, api_key, version, follower, read_ns, recv_ns, local_ns, remote_ns, end_ns) -> None:
+        """One request's clock readings (``pending``'s fields; the request path adds them itself)."""
+        self.pending += (api_key, version, follower, read_ns, recv_ns, local_ns, remote_ns, end_ns)
+        if len(self.pending) >= PENDING_CAP * PENDING_FIELDS:
+            self.fold()
+
+    def fold(self) -> None:
+        """The pending requests into the histograms: one pass over the list (``_fold``)."""
+        p = self.pending
+        if p:
+            _fold(p, TOTAL_TIME_BUCKETS_NS, self.by_version, self.phases, FETCH, FETCH_CONSUMER, FETCH_FOLLOWER)
+            p.clear()
 
     def record(self, api_key: int, version: int, total_ns: int, follower: bool = False) -> None:
         kv = (api_key, version)
@@ -192,7 +262,9 @@ class RequestMetrics:
     def snapshot(self):
         """(requests per (API, version), errors per (API, code), per API: the bucket counts and
         the sum of the times, per (API, phase) the same, and per API ThrottleTimeMs' bucket
-        counts and sum, its first bucket holding the unthrottled requests)."""
+        counts and sum, its first bucket holding the unthrottled requests), the pending requests
+        folded in first."""
+        self.fold()
         requests, hist = {}, {}
         for (key, version), b in list(self.by_version.items()):
             counts = b[:-1]
@@ -205,8 +277,9 @@ class RequestMetrics:
                 h[1] += b[-1]
         sums_ms = {k: h[1] / 1e6 for k, h in hist.items()}
         errors = dict(self.errors)
-        if self.produce_none:
-            errors[(PRODUCE, 0)] = errors.get((PRODUCE, 0), 0) + self.produce_none
+        none = self.produce_none + (self.topic_stats.appended() if self.topic_stats is not None else 0)
+        if none:
+            errors[(PRODUCE, 0)] = errors.get((PRODUCE, 0), 0) + none
         phases = {}
         for key, b in list(self.phases.items()):
             for i, name in enumerate(PHASES):
@@ -219,6 +292,36 @@ class RequestMetrics:
             counts[0] += sum(h[0]) - sum(counts)  # the unthrottled: 0 ms, in the first bucket
             throttles[key] = (counts, b[PHASE_SUM] if b is not None else 0)
         return requests, errors, {k: h[0] for k, h in hist.items()}, sums_ms, phases, throttles
+
+
+def _fold_python(pending: list, bounds, by_version: dict, phases: dict, fetch, consumer, follower) -> None:
+    """The compiled ``_cfold.fold``'s reference and fallback: the requests' clock readings in
+    ``pending`` (RequestMetrics.pending's layout) into ``by_version`` ((API, version): the total
+    time's bucket counts, +Inf last, then the sum) and ``phases`` (API: four such, queue, local,
+    remote, response), a Fetch's also under ``consumer`` or ``follower``."""
+    w = len(bounds) + 2
+    s = w - 1
+    it = iter(pending)
+    for api, version, is_follower, rd, rc, lo, rm, en in zip(it, it, it, it, it, it, it, it):
+        lo = lo or en
+        mid = rm or lo
+        durations = (rc - rd if rd and rc > rd else 0, lo - rc, mid - lo, en - mid)
+        total = en - rc
+        for key in (api, follower if is_follower else consumer) if api == fetch else (api,):
+            b = by_version.get((key, version))
+            if b is None:
+                b = by_version[(key, version)] = [0] * w
+            b[bisect_left(bounds, total)] += 1
+            b[s] += total
+            b = phases.get(key)
+            if b is None:
+                b = phases[key] = [0] * (4 * w)
+            for i, d in enumerate(durations):
+                b[i * w + bisect_left(bounds, d)] += 1
+                b[i * w + s] += d
+
+
+_fold = _fold_python if _cfold is None else _cfold.fold
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}

@@ -40,7 +40,7 @@ from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import RESOURCE_BROKER, Delta, Endpoint, MetadataImage
 from ..metrics.collectors import BrokerCollector, Sources
 from ..metrics.endpoint import MetricsEndpoint, on_loop
-from ..metrics.stats import BrokerTopicStats, RequestMetrics, error_counts
+from ..metrics.stats import PENDING_CAP, PENDING_FIELDS, BrokerTopicStats, RequestMetrics, error_counts
 from ..metrics.telemetry import ClientTelemetry
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
@@ -114,6 +114,7 @@ SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SS
 QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
 # a handler's result that is no kio message (encoded by hand, or no response at all)
 _ENCODED = frozenset({bytes, bytearray, list, type(NO_RESPONSE)})
+PENDING_ITEMS = PENDING_CAP * PENDING_FIELDS  # the request metrics' pending list is folded at this length
 
 
 async def _timed(awaitable, ctx):
@@ -227,7 +228,9 @@ class KesqueServer:
         # metrics.listener (kesque/metrics/): the request path's counters are kept only with it
         self.metrics_address = metrics_listener("metrics.listener", config.get("metrics.listener"))
         self.topic_stats = BrokerTopicStats() if self.metrics_address else None
-        self.request_metrics = RequestMetrics() if self.metrics_address else None
+        self.request_metrics = RequestMetrics(self.topic_stats) if self.metrics_address else None
+        # the list the request path appends each answered request's clock readings to
+        self._pending_requests = self.request_metrics.pending if self.request_metrics is not None else None
         self.metrics_endpoint: MetricsEndpoint | None = None
         self.client_telemetry: ClientTelemetry | None = None  # made with the image (start)
         # console.listener (kesque/console/): the web console, a Kafka client of this node
@@ -1306,29 +1309,32 @@ class KesqueServer:
             self._mute(conn, ctx)
         if ctx.log_ns:
             request_log.completed(ctx, conn, ctx.log_ns)
-        if ctx.recv_ns:
-            # Kafka's RequestChannel.updateRequestMetrics: the request, its total time, and the
-            # error codes of a kio response (Produce, Fetch and OffsetCommit, encoded by hand,
-            # count theirs in their handlers)
+        recv = ctx.recv_ns
+        if recv:
+            # Kafka's RequestChannel.updateRequestMetrics: the request's clock readings, folded
+            # into its time histograms in bulk (RequestMetrics.fold), and the error codes of a kio
+            # response (Produce, Fetch and OffsetCommit, encoded by hand, count theirs in their
+            # handlers)
             header = ctx.header
-            m = self.request_metrics
-            now = time.perf_counter_ns()
-            recv, local, remote = ctx.recv_ns, ctx.local_ns or now, ctx.remote_ns
-            m.record(header.api_key, header.api_version, now - recv, ctx.follower)
-            m.record_phases(
+            pending = self._pending_requests
+            pending += (
                 header.api_key,
-                max(recv - conn.read_ns, 0) if conn.read_ns else 0,
-                local - recv,
-                remote - local if remote else 0,
-                now - (remote or local),
+                header.api_version,
                 ctx.follower,
+                conn.read_ns,
+                recv,
+                ctx.local_ns,
+                ctx.remote_ns,
+                time.perf_counter_ns(),
             )
+            if len(pending) >= PENDING_ITEMS:
+                self.request_metrics.fold()
             if ctx.throttle_ms:
-                m.record_throttle(header.api_key, ctx.throttle_ms, ctx.follower)
+                self.request_metrics.record_throttle(header.api_key, ctx.throttle_ms, ctx.follower)
             if result.__class__ not in _ENCODED:
                 counts: dict[int, int] = {}
                 error_counts(result, counts)
-                m.errors_of(header.api_key, counts)
+                self.request_metrics.errors_of(header.api_key, counts)
 
     # ================================================================== client quotas
     def _now_ms(self) -> int:

@@ -14,6 +14,7 @@ import inspect
 import logging
 
 from ...errors import ErrorCode, KafkaError
+from ...metrics.stats import PRODUCED_ITEMS
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
@@ -192,8 +193,8 @@ class ProduceApis:
                         r.base_offset = info.first_offset
                         r.log_append_time = info.log_append_time
                         r.log_start_offset = info.log_start_offset
-                        if stats is not None:
-                            stats.produced(name, len(p.records), info.num_records)
+                        if stats is not None:  # counted in bulk (BrokerTopicStats.fold)
+                            stats.pending += (name, len(p.records), info.num_records)
                     except RecordValidationError as e:
                         # KIP-467: the batch is refused; the client learns which records failed
                         r.error_code = int(e.code)
@@ -217,11 +218,16 @@ class ProduceApis:
                 parts_out.append(r)
             topics_out.append((key, parts_out))
         m = self.request_metrics
-        if m is not None and not waiting:  # else once the acks are in (_after_acks)
-            if failed:
+        if m is not None:
+            # ErrorsPerSec{request=Produce}: a partition appended is a NONE, counted with its topic's
+            # appends (BrokerTopicStats); the errors are counted here, or once the acks are in
+            # (_after_acks), which counts an acks=all append NONE or not once it has its answer
+            if len(stats.pending) >= PRODUCED_ITEMS:
+                stats.fold()
+            if waiting:
+                m.produce_none -= len(waiting)
+            elif failed:
                 self._count_errors(topics_out)
-            else:  # the common case: every partition NONE, one addition
-                m.produce_none += len(topics_out[0][1]) if len(topics_out) == 1 else sum(len(t[1]) for t in topics_out)
         throttle_ms = 0
         quota = self._produce_quota
         if quota.enabled or ctx.start_ns:  # the request's size, as Kafka's produce quota counts it
@@ -234,12 +240,14 @@ class ProduceApis:
             return self._after_acks(v, topics_out, throttle_ms, waiting, req.timeout_ms)
         return encode_produce_response(v, topics_out, throttle_ms)
 
-    def _count_errors(self, topics_out) -> None:
-        """The partitions' error codes in the request metrics (Kafka's ProduceResponse.errorCounts)."""
-        counts: dict[int, int] = {}
+    def _count_errors(self, topics_out, none: int = 0) -> None:
+        """The partitions' error codes in the request metrics (Kafka's ProduceResponse.errorCounts),
+        but NONE: ``none`` of them (the appends are counted as NONE with their topics' counts)."""
+        counts: dict[int, int] = {0: none} if none else {}
         for _key, parts in topics_out:
             for r in parts:
-                counts[r.error_code] = counts.get(r.error_code, 0) + 1
+                if r.error_code:
+                    counts[r.error_code] = counts.get(r.error_code, 0) + 1
         self.request_metrics.errors_of(ApiKeys.PRODUCE, counts)
 
     async def _after_acks(self, v, topics_out, throttle_ms: int, waiting: dict, timeout_ms: int):
@@ -254,8 +262,8 @@ class ProduceApis:
                 self._current_leader(r, *tp)
                 if code == ErrorCode.request_timed_out:
                     log.debug("Produce to %s-%d timed out waiting for the ISR", *tp)
-        if self.request_metrics is not None:
-            self._count_errors(topics_out)
+        if self.request_metrics is not None:  # the acks=all appends answered NONE count again
+            self._count_errors(topics_out, sum(1 for _off, r in waiting.values() if not r.error_code))
         return encode_produce_response(v, topics_out, throttle_ms)
 
     def _current_leader(self, r: PartitionResponse, topic: str, partition: int) -> None:
