@@ -75,8 +75,13 @@ def produce_mixed(bootstrap: str, topic: str, partitions: int) -> None:
     assert plain.flush(15) == 0
 
 
-def read_committed(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
-    from confluent_kafka import Consumer, TopicPartition
+def read_committed(
+    bootstrap: str, topic: str, partitions: int, timeout: float = 30.0
+) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record a read_committed consumer reads of each partition, up to its end (the last
+    stable offset): read until every partition reported its end, not until a quiet moment, which
+    a loaded machine makes long before the first fetch answers."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     c = Consumer(
         {
@@ -84,20 +89,23 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> dict[int, lis
             "group.id": "unused",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
+            "enable.partition.eof": True,
             "fetch.wait.max.ms": 50,
         }
     )
     out: dict[int, list] = {p: [] for p in range(partitions)}
+    at_end: set[int] = set()
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        idle = time.monotonic()
-        while time.monotonic() - idle < 0.8:
-            msgs = c.consume(1000, 0.2)
-            if msgs:
-                idle = time.monotonic()
-            for m in msgs:
-                assert not m.error(), m.error()
-                out[m.partition()].append((m.offset(), m.value()))
+        deadline = time.monotonic() + timeout
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.2):
+                if m.error():
+                    assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                    at_end.add(m.partition())
+                else:
+                    at_end.discard(m.partition())
+                    out[m.partition()].append((m.offset(), m.value()))
     finally:
         c.close()
     return out
