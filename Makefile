@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security mirror browser chromium bench examples sim install install-test kcat iptables kafka oracle-kafka spark spark-kafka mm2 clean-data help
+.PHONY: serve test lint format test-all slow chaos oracle fuzz compat security mirror browser chromium bench examples sim sweep install install-test kcat iptables kafka oracle-kafka spark spark-kafka mm2 clean-data help
 
 # Apache Kafka as the tests' oracle: the release is named once, in oracle/pom.xml
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' oracle/pom.xml)
@@ -39,6 +39,7 @@ help:
 	@echo "make oracle   - every differential test against Kafka, the slow 3-node ones included"
 	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
 	@echo "make spark    - format kesque against Spark's own Kafka connector (resolved with Maven into $(SPARK_KAFKA_DIR))"
+	@echo "make sweep    - the real broker's simulator sweeps on all 100 seeds each (make test runs the first 20; KESQUE_SIM_SWEEP=N for N)"
 	@echo "make sim      - the simulator (KRaft quorum, partition replication, the real broker): every scenario on SEEDS seeds"
 	@echo "                (default 1000), or SCENARIOS='real_*' only, in JOBS processes: make sim SEEDS=2000 SCENARIOS='real_*' JOBS=2"
 
@@ -206,6 +207,12 @@ examples: $(TSTAMP)
 
 bench: $(TSTAMP)
 	$(BIN)/python bench/run.py
+
+# the real broker's five simulator sweeps (tests/test_sim_real_sweep*.py) on all their seeds: make test
+# runs seeds 0-19 of each, the sim_sweep tests 20-99 (issue 26's 100; KESQUE_SIM_SWEEP=N: seeds 0..N-1),
+# about 4 minutes of CPU; the bug-switch tests of the same files come along
+sweep: $(TSTAMP)
+	$(BIN)/python -m pytest -q -m "" tests/test_sim_real_sweep.py tests/test_sim_real_sweep_quorum.py
 
 # SCENARIOS: names or patterns (default: every scenario); JOBS: seeds run at once, in processes
 SEEDS ?= 1000
