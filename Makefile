@@ -131,8 +131,8 @@ format: $(TSTAMP)
 # 1.4 cores busy (19:12 for the suite in a clean clone), three about 1.6 (KESQUE_TEST_CPU=FILE
 # counts each test's CPU: 1,530-1,560 s of it in a suite, where 15:57 of three workers offered
 # 1,914); the real broker's five simulator sweeps run seeds 0-19 here and all 100 in make sweep
-# (why twenty: tests/test_sim_real_sweep.py): their CPU 228 s -> 60 s, the suite's about 170 s less
-# (counted per file); the longest files go
+# (why twenty: tests/test_sim_real_sweep.py): 59 of the 345 s of CPU that all 100 took in one run
+# (the sweeps were 228 s of a suite's 1,533 counted earlier: about 190 s less); the longest files go
 # first (tests/conftest.py HEAVY_FIRST, so no worker is left alone with a long file at the end);
 # TEST_WORKERS=3 as before, TEST_WORKERS=0 runs in one process. Under coverage (COVERAGE=0: without), the
 # brokers and tools the tests start included ([tool.coverage.*] in pyproject.toml); the data

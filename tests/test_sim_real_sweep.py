@@ -37,8 +37,9 @@ from kesque.sim.scenarios import REAL_BUG_OWNERS
 from sim_seeds import seeds, sweep
 
 # seeds per scenario: issue 26's 100 in make sweep (a short seed costs 0.3-0.7 s of CPU: the five
-# sweeps took 228 s of CPU in make test), KESQUE_SIM_SWEEP=N another number; make test runs the
-# first DEFAULT_SEEDS of each (60 s of CPU for the five), the sim_sweep tests the rest
+# sweeps took 228 s of CPU in make test, 345 s in a make sweep at load 10-20), KESQUE_SIM_SWEEP=N
+# another number; make test runs the first DEFAULT_SEEDS of each (59 s of that 345), the sim_sweep
+# tests the rest
 SWEEP = int(os.environ.get("KESQUE_SIM_SWEEP", "100"))
 DEFAULT_SEEDS = min(20, SWEEP)
 # a sweep is CPU bound (60-80 s of a quiet core for 100 seeds): the suite's 300 s per test is too
