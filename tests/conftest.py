@@ -36,7 +36,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # files not listed come after these.
 HEAVY_FIRST = (
     "test_spark.py",
+    "test_sim_real_sweep.py",
     "test_sim_real.py",
+    "test_sim_real_sweep_quorum.py",
     "test_oracle_cli.py",
     "test_reassign_partitions.py",
     "test_compaction.py",
@@ -44,10 +46,6 @@ HEAVY_FIRST = (
     "test_oracle_java_clients.py",
     "test_security_matrix.py",
     "test_clients.py",
-    # their sweeps run 20 seeds each in make test (tests/test_sim_real_sweep.py), about a fifth of
-    # the minutes that put them first
-    "test_sim_real_sweep.py",
-    "test_sim_real_sweep_quorum.py",
     "test_elections_cluster.py",
     "test_sim_replication.py",
     "test_sim.py",
