@@ -45,13 +45,13 @@ def unmeasured():
         cov.start()
 
 
-def sweep(name: str, n: int, least: int, measured: int = 0) -> int:
-    """Run seeds 0..n-1 of the simulator's scenario ``name`` (coverage measuring the first
+def sweep(name: str, n: int, least: int, measured: int = 0, start: int = 0) -> int:
+    """Run seeds start..n-1 of the simulator's scenario ``name`` (coverage measuring the first
     ``measured``); fails with every failing seed's message, each ending with its replay command,
     and with the seeds that acknowledged fewer than ``least`` records. Returns the runs' total."""
     failed: list[str] = []
     committed = 0
-    for seed in seeds(n, measured=measured):
+    for seed in seeds(n, start=start, measured=measured):
         try:
             r = run(name, seed)
         except SimulationError as e:
