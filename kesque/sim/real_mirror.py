@@ -74,7 +74,7 @@ from .real_scenarios import (
     replicas_agree,
     shortened,
 )
-from .real_txn import IN, OUT, OUT_PARTITIONS, PRODUCE_RETRY, WORKERS, TxnClient, TxnLedger, Worker
+from .real_txn import IN, OUT, OUT_PARTITIONS, PRODUCE_RETRY, WORKERS, TxnClient, TxnLedger, Worker, _fetch
 from .real_txn import OVERRIDES as TXN_OVERRIDES
 from .scheduler import InvariantViolation, LivenessViolation, SimulationError
 
@@ -684,31 +684,6 @@ class MirrorRun:
             if part is None or part.log.last_stable_offset != part.log.high_watermark:
                 return False
         return True
-
-
-def _fetch(m, p: int, offset: int):
-    part = m(
-        "FetchPartition",
-        partition=p,
-        current_leader_epoch=-1,
-        fetch_offset=offset,
-        last_fetched_epoch=-1,
-        log_start_offset=-1,
-        partition_max_bytes=1 << 20,
-    )
-    return m(
-        cluster_id=None,
-        replica_id=-1,
-        max_wait=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=1,
-        session_id=0,
-        session_epoch=-1,
-        forgotten_topics_data=(),
-        rack_id="",
-        topics=(m("FetchTopic", topic=OUT, partitions=(part,)),),
-    )
 
 
 def real_mirror(seed: int, horizon: Horizon = FULL, **kw) -> RealCluster:
