@@ -189,10 +189,11 @@ security: $(TSTAMP) oracle-kafka
 # transactional pipeline failing over exactly once at 20 cut points (tests/test_mirror_eos.py), a
 # Kafka 4.4 source over SASL_SSL with SCRAM (tests/test_mirror_security.py), configs synced
 # through a separate controller (tests/test_mirror_configs.py), and the simulator's mirror
-# scenario on 100 short and 20 full seeds (tests/test_sim_real_mirror.py)
+# scenario on 100 short and 20 full seeds (tests/test_sim_real_mirror.py); Apache Kafka's MirrorMaker 2
+# copying exactly once between kesque brokers (tests/test_mirror_mm2.py, with make mm2 done)
 mirror: $(TSTAMP) oracle-kafka
 	$(BIN)/python -m pytest -q -m mirror tests/test_mirror_faults.py tests/test_mirror_offsets.py tests/test_mirror_eos.py \
-		tests/test_mirror_security.py tests/test_mirror_configs.py tests/test_sim_real_mirror.py
+		tests/test_mirror_security.py tests/test_mirror_configs.py tests/test_sim_real_mirror.py tests/test_mirror_mm2.py
 
 # issue 29's test 2 (tests/test_console_browser.py): Debian's Chromium and its chromedriver from apt,
 # Selenium from the "browser" extra; nothing is downloaded at run time (SE_OFFLINE)
