@@ -55,8 +55,7 @@ from ..protocol import cluster_links as cl
 from ..protocol.api import KESQUE_CLUSTER_LINKS
 from ..protocol.api_keys import ApiKeys
 from ..protocol.messages import Msg
-from ..records import batch as rb
-from ..records.records import build_batch, iter_records
+from ..records.records import build_batch
 from ..replication.partition import Partition
 from ..server.channel import ChannelError
 from ..server.drivers.mirror_fetcher import MirrorFetcherManager
@@ -74,7 +73,18 @@ from .real_scenarios import (
     replicas_agree,
     shortened,
 )
-from .real_txn import IN, OUT, OUT_PARTITIONS, PRODUCE_RETRY, WORKERS, TxnClient, TxnLedger, Worker, _fetch
+from .real_txn import (
+    IN,
+    OUT,
+    OUT_PARTITIONS,
+    PRODUCE_RETRY,
+    WORKERS,
+    TxnClient,
+    TxnLedger,
+    Worker,
+    _fetch,
+    committed_records,
+)
 from .real_txn import OVERRIDES as TXN_OVERRIDES
 from .scheduler import InvariantViolation, LivenessViolation, SimulationError
 
@@ -340,22 +350,8 @@ class MirrorRun:
                     f"read_committed fetch of {OUT}-{p} at {offset} on {sim.subnet} failed: error {fp.error_code}"
                 )
             hw, lso = int(fp.high_watermark), int(fp.last_stable_offset)
-            data = bytes(fp.records or b"")
-            aborted = sorted((int(a.first_offset), int(a.producer_id)) for a in fp.aborted_transactions or ())
-            ongoing: set[int] = set()
-            last = offset - 1
-            for pos, h in rb.iter_headers(data):
-                while aborted and aborted[0][0] <= h.last_offset:
-                    ongoing.add(aborted.pop(0)[1])
-                last = h.last_offset
-                if h.is_control:
-                    for r in iter_records(data, pos, h):
-                        if r.key[2:4] == b"\x00\x00":  # ABORT
-                            ongoing.discard(h.producer_id)
-                    continue
-                if h.is_transactional and h.producer_id in ongoing:
-                    continue
-                out.extend((r.offset, r.value) for r in iter_records(data, pos, h))
+            last, records = committed_records(fp, offset)
+            out.extend(records)
             if last < offset or last + 1 >= lso:
                 return start, hw, lso, out
             offset = last + 1

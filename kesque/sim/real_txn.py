@@ -433,25 +433,35 @@ async def read_committed(sim: RealCluster, client: TxnClient, p: int) -> tuple[i
         if int(part.error_code):
             raise InvariantViolation(f"read_committed fetch of {OUT}-{p} at {offset} failed: error {part.error_code}")
         hw, lso = int(part.high_watermark), int(part.last_stable_offset)
-        data = bytes(part.records or b"")
-        aborted = sorted((int(a.first_offset), int(a.producer_id)) for a in part.aborted_transactions or ())
-        ongoing: set[int] = set()
-        last = offset - 1
-        for pos, h in rb.iter_headers(data):
-            while aborted and aborted[0][0] <= h.last_offset:
-                ongoing.add(aborted.pop(0)[1])
-            last = h.last_offset
-            if h.is_control:
-                for r in iter_records(data, pos, h):
-                    if r.key[2:4] == b"\x00\x00":  # ABORT
-                        ongoing.discard(h.producer_id)
-                continue
-            if h.is_transactional and h.producer_id in ongoing:
-                continue
-            values.extend(r.value for r in iter_records(data, pos, h))
+        last, records = committed_records(part, offset)
+        values.extend(v for _o, v in records)
         if last < offset or last + 1 >= lso:
             return hw, lso, values
         offset = last + 1
+
+
+def committed_records(part, offset: int) -> tuple[int, list[tuple[int, bytes]]]:
+    """(the last offset of the answer, its records a read_committed consumer keeps as (offset,
+    value)) of one fetched partition asked at ``offset``: the batches of the answer's aborted
+    transactions dropped until their producer's ABORT marker, control batches skipped."""
+    data = bytes(part.records or b"")
+    aborted = sorted((int(a.first_offset), int(a.producer_id)) for a in part.aborted_transactions or ())
+    ongoing: set[int] = set()
+    last = offset - 1
+    out: list[tuple[int, bytes]] = []
+    for pos, h in rb.iter_headers(data):
+        while aborted and aborted[0][0] <= h.last_offset:
+            ongoing.add(aborted.pop(0)[1])
+        last = h.last_offset
+        if h.is_control:
+            for r in iter_records(data, pos, h):
+                if r.key[2:4] == b"\x00\x00":  # ABORT
+                    ongoing.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in ongoing:
+            continue
+        out.extend((r.offset, r.value) for r in iter_records(data, pos, h))
+    return last, out
 
 
 def _fetch(m, p: int, offset: int):
