@@ -83,6 +83,7 @@ from .real_txn import (
     TxnLedger,
     Worker,
     _fetch,
+    _produce,
     committed_records,
 )
 from .real_txn import OVERRIDES as TXN_OVERRIDES
@@ -502,18 +503,7 @@ class MirrorRun:
                 self.leader(self.src, p),
                 ApiKeys.PRODUCE,
                 11,
-                lambda m: m(
-                    transactional_id="hang",
-                    acks=-1,
-                    timeout=2000,
-                    topic_data=(
-                        m(
-                            "TopicProduceData",
-                            name=OUT,
-                            partition_data=(m("PartitionProduceData", index=p, records=batch),),
-                        ),
-                    ),
-                ),
+                lambda m: _produce(m, "hang", p, batch),
             )
             code = int(resp.responses[0].partition_responses[0].error_code)
             if code:

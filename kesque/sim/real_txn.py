@@ -329,18 +329,7 @@ class Worker:
                         leader,
                         ApiKeys.PRODUCE,
                         12 if self.tv2 else 11,
-                        lambda m: m(
-                            transactional_id=self.txn_id,
-                            acks=-1,
-                            timeout=2000,
-                            topic_data=(
-                                m(
-                                    "TopicProduceData",
-                                    name=OUT,
-                                    partition_data=(m("PartitionProduceData", index=p, records=batch),),
-                                ),
-                            ),
-                        ),
+                        lambda m: _produce(m, self.txn_id, p, batch),
                         timeout_ms=3000,
                     )
                     code = int(resp.responses[0].partition_responses[0].error_code)
@@ -462,6 +451,18 @@ def committed_records(part, offset: int) -> tuple[int, list[tuple[int, bytes]]]:
             continue
         out.extend((r.offset, r.value) for r in iter_records(data, pos, h))
     return last, out
+
+
+def _produce(m, txn_id: str, p: int, batch: bytes):
+    """A transactional ProduceRequest of one batch to ``out-p``, acks=all."""
+    return m(
+        transactional_id=txn_id,
+        acks=-1,
+        timeout=2000,
+        topic_data=(
+            m("TopicProduceData", name=OUT, partition_data=(m("PartitionProduceData", index=p, records=batch),)),
+        ),
+    )
 
 
 def _fetch(m, p: int, offset: int):
