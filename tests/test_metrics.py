@@ -531,6 +531,11 @@ def test_transactions_and_groups_per_state(broker):
     assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="share") is not None
 
 
+# long enough for a loaded machine's acquire-to-acknowledge (1 s made the first commit find the
+# locks already run out: INVALID_RECORD_STATE in a clean-clone run of four workers)
+LOCK_MS = 4000
+
+
 def test_share_partition_states(broker):
     """A share consumer acquires records: the scrape shows them acquired; after it accepts some
     and releases one, acknowledged and available; a lock that runs out is counted, and once all
@@ -543,7 +548,7 @@ def test_share_partition_states(broker):
         group,
         incremental_configs=[
             ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-            for k, v in {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "1000"}.items()
+            for k, v in {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(LOCK_MS)}.items()
         ],
     )
     admin.incremental_alter_configs([res])[res].result(20)
@@ -592,7 +597,7 @@ def test_share_partition_states(broker):
         wait_for(lambda: again.extend(c1.poll(0.5)) or again, 20, "the released record again")
         assert [m.offset for m in again] == [0]
         assert shown(scrape(broker.metrics_port))["Acquired"] == 1
-        time.sleep(1.2)  # c1 holds it past its lock: c2's fetch finds the lock run out, and takes it
+        time.sleep(LOCK_MS / 1000 + 0.2)  # c1 holds it past its lock: c2's fetch finds it run out, takes it
         c2.subscribe([topic])
         taken = []
         wait_for(lambda: taken.extend(c2.poll(0.5)) or taken, 20, "the expired record at the other member")
