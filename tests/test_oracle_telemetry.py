@@ -188,7 +188,14 @@ def _wire_session(broker) -> list:
             ("alter", _alter(c, "w", [("metrics", 0, "org.apache.kafka.producer."), ("interval.ms", 0, "60000")]))
         )
         out.append(("alter-match", _alter(c, "w", [("match", 0, " client_id = app-.* ")])))
-        out.append(("describe", _describe(c, "w")))
+        # Kafka's broker answers the alter before it applies it from the metadata log:
+        # describe until the match shows (or 10 s), as a client reading its own write would
+        deadline = time.monotonic() + 10
+        described = _describe(c, "w")
+        while time.monotonic() < deadline and not any(e[0] == "match" and e[1] for e in described[2]):
+            time.sleep(0.2)
+            described = _describe(c, "w")
+        out.append(("describe", described))
         out.append(("list-v0", _list(c, 0)))
         out.append(("list-v1-client-metrics", _list(c, 1, (16,))))
         out.append(("list-v1-bad-type", _list(c, 1, (99,))[:1]))
