@@ -39,7 +39,7 @@ help:
 	@echo "make oracle   - every differential test against Kafka, the slow 3-node ones included"
 	@echo "make examples - the Spark pipelines in examples/ against a throwaway broker"
 	@echo "make spark    - format kesque against Spark's own Kafka connector (resolved with Maven into $(SPARK_KAFKA_DIR))"
-	@echo "make sweep    - the real broker's simulator sweeps on all 100 seeds each (make test runs the first 20; KESQUE_SIM_SWEEP=N for N)"
+	@echo "make sweep    - the real broker's simulator sweeps on all 100 seeds each (make test runs the first 10; KESQUE_SIM_SWEEP=N for N)"
 	@echo "make sim      - the simulator (KRaft quorum, partition replication, the real broker): every scenario on SEEDS seeds"
 	@echo "                (default 1000), or SCENARIOS='real_*' only, in JOBS processes: make sim SEEDS=2000 SCENARIOS='real_*' JOBS=2"
 
@@ -130,7 +130,7 @@ format: $(TSTAMP)
 # spend much of their time waiting (brokers and JVMs starting, clients polling): two workers kept
 # 1.4 cores busy (19:12 for the suite in a clean clone), three about 1.6 (KESQUE_TEST_CPU=FILE
 # counts each test's CPU: 1,530-1,560 s of it in a suite, where 15:57 of three workers offered
-# 1,914); the real broker's five simulator sweeps run seeds 0-19 here and all 100 in make sweep
+# 1,914); the real broker's five simulator sweeps run seeds 0-9 here and all 100 in make sweep
 # (why twenty: tests/test_sim_real_sweep.py): 59 of the 345 s of CPU that all 100 took in one run
 # (the sweeps were 228 s of a suite's 1,533 counted earlier: about 190 s less); the longest files go
 # first (tests/conftest.py HEAVY_FIRST, so no worker is left alone with a long file at the end);
@@ -217,7 +217,7 @@ bench: $(TSTAMP)
 	$(BIN)/python bench/run.py
 
 # the real broker's five simulator sweeps (tests/test_sim_real_sweep*.py) on all their seeds: make test
-# runs seeds 0-19 of each, the sim_sweep tests 20-99 (issue 26's 100; KESQUE_SIM_SWEEP=N: seeds 0..N-1),
+# runs seeds 0-9 of each, the sim_sweep tests 10-99 (issue 26's 100; KESQUE_SIM_SWEEP=N: seeds 0..N-1),
 # about 4 minutes of CPU; the bug-switch tests of the same files come along
 sweep: $(TSTAMP)
 	$(BIN)/python -m pytest -q -m "" tests/test_sim_real_sweep.py tests/test_sim_real_sweep_quorum.py
