@@ -285,6 +285,80 @@ def test_serve_console_reads_a_node_whose_only_broker_listener_is_sasl_ssl(pki, 
         node.stop()
 
 
+def _sasl_ssl_node(pki, tmp_path, port, **config) -> Broker:
+    """A node whose only broker listener is SASL_SSL (PLAIN: admin, the node itself, and alice)."""
+    jaas = f'{PLAIN_MODULE} required username="admin" password="admin-secret" user_admin="admin-secret" '
+    return Broker(
+        data_dir=str(tmp_path / "d"),
+        mode="thread",
+        config={
+            "listeners": f"SASL_SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:0",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "SASL_SSL",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas + 'user_alice="alice-secret";',
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": pki["server"],
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": pki["ca"],
+            "console.listener": "http://127.0.0.1:0",
+            **config,
+        },
+    )
+
+
+def _console_client(pki, user: str, password: str, **extra) -> dict[str, str]:
+    return {
+        "console.client.security.protocol": "SASL_SSL",
+        "console.client.sasl.mechanism": "PLAIN",
+        "console.client.sasl.jaas.config": f'{PLAIN_MODULE} required username="{user}" password="{password}";',
+        "console.client.ssl.truststore.type": "PEM",
+        "console.client.ssl.truststore.location": pki["ca"],
+        **extra,
+    }
+
+
+def test_serve_console_logs_in_with_its_own_console_client_properties(pki, tmp_path):
+    """console.client.*: the console inside a node reads it as a principal of its own (here alice,
+    not the node's admin), over the node's listener of that security protocol; the keys are not
+    broker configs (DescribeConfigs never shows them: they hold passwords)."""
+    port = free_port()
+    node = _sasl_ssl_node(pki, tmp_path, port, **_console_client(pki, "alice", "alice-secret")).start()
+    try:
+        console = node._server.console
+        assert console is not None and console.bootstrap == f"127.0.0.1:{port}"
+        assert console.security.protocol == "SASL_SSL" and console.security.sasl.options["username"] == "alice"
+        assert isinstance(console.console.admin.topics(), list)  # logged in as alice
+        assert not any(k.startswith("console.client") for k in node._server.config.static)
+    finally:
+        node.stop()
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "message"),
+    [
+        (
+            {"console.client.security.protocol": "SASL_TLS"},
+            "console.client.security.protocol",
+            "Invalid value SASL_TLS for configuration security.protocol",
+        ),
+        (
+            {"console.client.security.protocol": "SSL"},
+            "console.client.security.protocol",
+            "No broker listener of this node speaks SSL",
+        ),
+        ({"console.client.sasl.mechanism": "GSSAPI"}, "console.client.sasl.mechanism", "GSSAPI"),
+    ],
+)
+def test_a_bad_console_client_property_stops_the_start_naming_the_key(pki, tmp_path, extra, key, message):
+    node = _sasl_ssl_node(pki, tmp_path, free_port(), **_console_client(pki, "alice", "alice-secret", **extra))
+    with pytest.raises(ConfigError) as e:
+        node.start()
+    node.close()
+    assert e.value.name == key and message in str(e.value) and key in str(e.value), str(e.value)
+
+
 # ---------------------------------------------------------------------- the tools on confluent-kafka
 def test_kafkas_security_properties_in_librdkafkas_names(pki, tmp_path):
     conf = librdkafka_props(scram_props(pki, **{"ssl.endpoint.identification.algorithm": ""}))

@@ -544,6 +544,9 @@ _BROKER_KEYS += [
 ]
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
 
+# the prefix of the web console's own client properties (BrokerConfig.console_client)
+CONSOLE_CLIENT_PREFIX = "console.client."
+
 # Where kesque's defaults knowingly differ from Kafka 4.0's (every other key has Kafka's
 # default; tests/test_config.py checks it against the table in kafka_keys.py).
 DEFAULTS_DIFFERING_FROM_KAFKA = {
@@ -762,10 +765,16 @@ class BrokerConfig:
         self.dynamic_default: dict[str, Any] = {}
         self.dynamic_broker: dict[str, Any] = {}
         self.listener_static: dict[str, Any] = {}  # listener.name.<l>.<key> of a key kesque reads
+        # console.client.<key>: Kafka client properties of the web console inside the node
+        # (security.protocol, ssl.*, sasl.*), read when the console starts (docs/console.md)
+        self.console_client: dict[str, str] = {}
         for name, value in props.items():
             key = BROKER_CONFIGS.get(name)
             if key is not None:
                 self.static[name] = key.parse(value)
+                continue
+            if name.startswith(CONSOLE_CLIENT_PREFIX) and len(name) > len(CONSOLE_CLIENT_PREFIX):
+                self.console_client[name[len(CONSOLE_CLIENT_PREFIX) :]] = value
                 continue
             base = listener_base(name)
             if base != name and base in BROKER_CONFIGS:

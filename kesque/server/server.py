@@ -26,7 +26,7 @@ from .. import quotas as quota_core
 from ..client.wire import ClientSecurity
 from ..clock import SYSTEM_CLOCK
 from ..config import not_yet
-from ..config.broker import BrokerConfig, metrics_listener
+from ..config.broker import CONSOLE_CLIENT_PREFIX, BrokerConfig, metrics_listener
 from ..config.types import ConfigError
 from ..console.endpoint import ConsoleServer
 from ..controller.controller import FEATURES, supported_features
@@ -235,6 +235,7 @@ class KesqueServer:
         self.client_telemetry: ClientTelemetry | None = None  # made with the image (start)
         # console.listener (kesque/console/): the web console, a Kafka client of this node
         self.console_address = metrics_listener("console.listener", config.get("console.listener"))
+        self.console_security = self._console_client_security()  # console.client.*: a bad one stops the start
         self.console: ConsoleServer | None = None
 
     # ================================================================== lifecycle
@@ -490,17 +491,46 @@ class KesqueServer:
                 f"Unable to listen on {self.config.get('metrics.listener')} (metrics.listener): {e.strerror or e}",
             ) from None
 
+    def _console_client_security(self) -> ClientSecurity | None:
+        """The console's own client properties (``console.client.*``) read, or None without them;
+        a ConfigError naming the key when one is bad or no broker listener speaks its protocol."""
+        own = self.config.console_client
+        if not own:
+            return None
+        if self.console_address is None:
+            log.warning("console.client.* is set but console.listener is not: no console uses it")
+            return None
+        try:
+            security = ClientSecurity.of(own)
+        except ConfigError as e:
+            key = CONSOLE_CLIENT_PREFIX + e.name
+            raise ConfigError(key, f"{e} ({key})") from None
+        protocols = self.config.security_protocol_map()
+        controllers = {n.upper() for n in self.config.get("controller.listener.names")}
+        if not any(
+            protocols.get(lis.name, lis.name) == security.protocol
+            for lis in self.config.listeners()
+            if lis.name not in controllers
+        ):
+            key = CONSOLE_CLIENT_PREFIX + "security.protocol"
+            raise ConfigError(key, f"No broker listener of this node speaks {security.protocol} ({key})")
+        return security
+
     def _start_console(self) -> None:
-        """console.listener: the web console, reading this node as a client over its first
-        PLAINTEXT broker listener; without one, over the inter-broker listener as this node's own
+        """console.listener: the web console, reading this node as a client. With
+        ``console.client.*`` (Kafka client properties: its own principal) over the node's first
+        broker listener of that ``security.protocol``; without them over its first PLAINTEXT
+        broker listener, or, without one, over the inter-broker listener as this node's own
         client side does (its TLS context and SASL login: the console acts as the broker's
-        principal, docs/console.md)."""
+        principal). docs/console.md."""
         if self.console_address is None:
             return
         protocols = self.config.security_protocol_map()
-        plain = [n for n in self.bound if n not in self.controller_listener_names and protocols.get(n) == "PLAINTEXT"]
-        security = None
-        if plain:
+        brokers = [n for n in self.bound if n not in self.controller_listener_names]
+        security = self.console_security
+        if security is not None:
+            name = next(n for n in brokers if protocols.get(n, n) == security.protocol)
+        elif plain := [n for n in brokers if protocols.get(n) == "PLAINTEXT"]:
             name = plain[0]
         else:
             name = self.config.inter_broker_listener()

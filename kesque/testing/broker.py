@@ -216,9 +216,9 @@ class Broker:
             asyncio.set_event_loop(loop)
 
             async def main():
-                self._server = KesqueServer(config)
                 self._stop_event = asyncio.Event()
-                try:
+                try:  # a bad config stops the constructor as well as the start
+                    self._server = KesqueServer(config)
                     await self._server.start()
                 except BaseException as e:  # report start failures to the caller
                     errors.append(e)
@@ -238,7 +238,9 @@ class Broker:
         self._thread.start()
         if not started.wait(timeout):
             raise TimeoutError("kesque broker did not start in time")
-        if errors:
+        if errors:  # the thread ends with its loop closed: nothing is left to stop
+            self._thread.join(timeout)
+            self._thread = None
             raise errors[0]
         self.port = next(iter(self._server.bound.values()))[1]
 
