@@ -234,7 +234,11 @@ def test_the_request_path_adds_its_items_and_the_time(note, extend):
     assert note(pending, 10, "a") is True and len(pending) == 11
     assert extend(pending, 14, "t", 2**70, 3) is True and pending[-3:] == ["t", 2**70, 3]
     assert extend(pending, 15) is False and len(pending) == 14
+    room = sys.getsizeof(pending)
+    (list.clear if note is stats._note_python else stats._cfold.reset)(pending)
+    assert pending == [] and note(pending, 3, "b") is False and pending[0] == "b"
     if note is not stats._note_python:
+        assert sys.getsizeof(pending) == room  # the compiled reset keeps the list's room for the next batch
         assert stats.note is note  # the compiled clock is perf_counter_ns' here
         with pytest.raises(TypeError):
             note((), 1, 2)

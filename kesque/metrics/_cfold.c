@@ -16,6 +16,8 @@
  *     The same without the clock (the Produce path's appends, BrokerTopicStats.pending).
  * now() -> int
  *     The clock ``note`` reads (checked against time.perf_counter_ns at import).
+ * reset(pending) -> None
+ *     The list emptied after a fold, its room kept: the next batch is added without resizes.
  *
  * fold(pending, bounds, by_version, phases, fetch, consumer, follower) -> None
  *     pending: the flat list of RequestMetrics.pending, FIELDS items a request: API key,
@@ -267,33 +269,68 @@ static int now_ns(long long *t)
 }
 
 /* items args[2:] (and, with `clock`, the time) appended to the list args[0]; whether it now holds
-   args[1] items or more */
+   args[1] items or more. A list ``reset`` keeps its room: the items go straight into it, without
+   a resize (and the copy of the list a resize makes) while they fit. */
 static PyObject *append_items(PyObject *const *args, Py_ssize_t nargs, int clock)
 {
     if (nargs < 2 || !PyList_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "expected (list, cap, *items)");
         return NULL;
     }
-    PyObject *list = args[0];
+    PyListObject *list = (PyListObject *)args[0];
     Py_ssize_t cap = PyLong_AsSsize_t(args[1]);
     if (cap == -1 && PyErr_Occurred())
         return NULL;
-    for (Py_ssize_t i = 2; i < nargs; i++)
-        if (PyList_Append(list, args[i]) < 0)
-            return NULL;
+    long long t = 0;
+    if (clock && now_ns(&t) < 0)
+        return NULL;
+    Py_ssize_t n = Py_SIZE(list), k = nargs - 2;
+    if (n + k + clock <= list->allocated) {
+        for (Py_ssize_t i = 0; i < k; i++) {
+            Py_INCREF(args[2 + i]);
+            list->ob_item[n + i] = args[2 + i];
+        }
+        Py_SET_SIZE(list, n + k);
+    } else {
+        for (Py_ssize_t i = 0; i < k; i++)
+            if (PyList_Append((PyObject *)list, args[2 + i]) < 0)
+                return NULL;
+    }
     if (clock) {
-        long long t;
-        if (now_ns(&t) < 0)
-            return NULL;
         PyObject *o = PyLong_FromLongLong(t);
         if (o == NULL)
             return NULL;
-        int rc = PyList_Append(list, o);
-        Py_DECREF(o);
-        if (rc < 0)
-            return NULL;
+        n = Py_SIZE(list);
+        if (n < list->allocated) {
+            list->ob_item[n] = o; /* the reference is the list's */
+            Py_SET_SIZE(list, n + 1);
+        } else {
+            int rc = PyList_Append((PyObject *)list, o);
+            Py_DECREF(o);
+            if (rc < 0)
+                return NULL;
+        }
     }
-    return PyBool_FromLong(PyList_GET_SIZE(list) >= cap);
+    return PyBool_FromLong(Py_SIZE(list) >= cap);
+}
+
+/* reset(list): empty the list but keep its room (list.clear frees it, and the next batch would
+   grow it again, copying it at each step). One item released at a time from the end, the list
+   whole at each release. */
+static PyObject *reset(PyObject *self, PyObject *arg)
+{
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "expected a list");
+        return NULL;
+    }
+    PyListObject *list = (PyListObject *)arg;
+    Py_ssize_t n;
+    while ((n = Py_SIZE(list)) > 0) {
+        PyObject *o = list->ob_item[n - 1];
+        Py_SET_SIZE(list, n - 1);
+        Py_DECREF(o);
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *note(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -319,6 +356,7 @@ static PyMethodDef methods[] = {
     {"note", (PyCFunction)(void (*)(void))note, METH_FASTCALL, "note(list, cap, *items): append items and the time; full?"},
     {"extend", (PyCFunction)(void (*)(void))extend, METH_FASTCALL, "extend(list, cap, *items): append items; full?"},
     {"now", now, METH_NOARGS, "The clock note reads, in ns."},
+    {"reset", reset, METH_O, "reset(list): empty it, keeping its room for the next batch."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -102,7 +102,7 @@ class BrokerTopicStats:
         if not p:
             return
         topics, sizes, records = p[0::PRODUCED_FIELDS], p[1::PRODUCED_FIELDS], p[2::PRODUCED_FIELDS]
-        p.clear()
+        reset(p)
         n = len(topics)
         if topics.count(topics[0]) == n:
             c = self.topics.get(topics[0]) or self.topic(topics[0])
@@ -214,7 +214,7 @@ class RequestMetrics:
         p = self.pending
         if p:
             _fold(p, TOTAL_TIME_BUCKETS_NS, self.by_version, self.phases, FETCH, FETCH_CONSUMER, FETCH_FOLLOWER)
-            p.clear()
+            reset(p)
 
     def record(self, api_key: int, version: int, total_ns: int, follower: bool = False) -> None:
         kv = (api_key, version)
@@ -356,6 +356,8 @@ def _same_clock() -> bool:
 _fold = _fold_python if _cfold is None else _cfold.fold
 # the request path's additions to the pending lists (RequestMetrics.pending, BrokerTopicStats.pending)
 note, extend = (_cfold.note, _cfold.extend) if _cfold is not None and _same_clock() else (_note_python, _extend_python)
+# a pending list emptied after its fold (the compiled one keeps the list's room for the next batch)
+reset = list.clear if _cfold is None else _cfold.reset
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
