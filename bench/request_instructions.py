@@ -152,9 +152,8 @@ def main(argv=None) -> int:
         return 2
     os.environ["PYTHONHASHSEED"] = "0"  # the same dict and set layouts on every run
     per = {}
-    for spec in args.src:
-        name, src = spec.split("=", 1)
-        src = os.path.abspath(src)
+    sources = [(name, os.path.abspath(src)) for name, src in (spec.split("=", 1) for spec in args.src)]
+    for name, src in sources:  # each run changes directory: the paths are resolved before the first
         os.environ["PYTHONPATH"] = src
         os.chdir(src)
         CONFIG.clear()
