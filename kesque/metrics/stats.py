@@ -355,9 +355,11 @@ def _same_clock() -> bool:
 
 _fold = _fold_python if _cfold is None else _cfold.fold
 # the request path's additions to the pending lists (RequestMetrics.pending, BrokerTopicStats.pending)
-note, extend = (_cfold.note, _cfold.extend) if _cfold is not None and _same_clock() else (_note_python, _extend_python)
+# (a module built before note, extend and reset existed still folds: `pip install -e .` rebuilds it)
+_compiled_note = _cfold is not None and hasattr(_cfold, "note") and _same_clock()
+note, extend = (_cfold.note, _cfold.extend) if _compiled_note else (_note_python, _extend_python)
 # a pending list emptied after its fold (the compiled one keeps the list's room for the next batch)
-reset = list.clear if _cfold is None else _cfold.reset
+reset = getattr(_cfold, "reset", list.clear)
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
