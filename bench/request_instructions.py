@@ -8,7 +8,11 @@ callgrind twice and sent ``--low`` then ``--high`` pre-encoded one-record Produc
 4's raw client, a window of 64); the difference of the two totals over ``high - low`` is the
 instructions one request costs, start-up and warm-up cancelled. With ``--config
 metrics.listener=...`` each run ends with one scrape of /metrics, so that what the broker folds
-at scrape time is counted too. The kernel's side is not counted:
+at scrape time is counted too. A setting given as ``--config NAME:KEY=VALUE`` applies to the
+source NAME only, so that one tree is measured with metrics off and on in the same run
+(``--src off=. --src on=. --config on:metrics.listener=http://127.0.0.1:0``); ``--keep DIR``
+keeps each run's callgrind output there (``callgrind_annotate`` them to see where a difference
+is). The kernel's side is not counted:
 ``--syscalls`` also attaches ``strace -c`` to a normal run and prints the system calls per request.
 
     .venv/bin/python bench/request_instructions.py --src before=/tmp/kesque-a542bed --src after=.
@@ -33,7 +37,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
-CONFIG: dict[str, str] = {}  # --config KEY=VALUE: broker settings of every run (e.g. metrics.listener)
+CONFIG: dict[str, str] = {}  # --config KEY=VALUE: broker settings of the source being measured
+KEEP: list[str] = []  # --keep DIR: where each run's callgrind output is copied
 
 
 def _broker(src: str, data: str, wrapper: str | None):
@@ -62,8 +67,9 @@ def _wrapper(directory: str, out: str) -> str:
     return path
 
 
-def instructions(src: str, requests: int) -> int:
-    """Total instructions of a broker from ``src`` that served ``requests`` small requests."""
+def instructions(src: str, requests: int, name: str = "") -> int:
+    """Total instructions of a broker from ``src`` that served ``requests`` small requests (its
+    callgrind output kept as ``<KEEP>/<name>-<requests>.out`` with ``--keep``)."""
     import figures
 
     with tempfile.TemporaryDirectory(prefix="kesque-instr-") as d:
@@ -76,6 +82,8 @@ def instructions(src: str, requests: int) -> int:
                 _scrape(os.path.join(d, "data", "broker.log"))
         finally:
             b.stop(600)
+        if KEEP:
+            shutil.copy(out, os.path.join(KEEP[0], f"{name or 'run'}-{requests}.out"))
         with open(out) as f:
             return next(int(line.split()[1]) for line in f if line.startswith("totals:"))
 
@@ -122,20 +130,35 @@ def main(argv=None) -> int:
     p.add_argument("--low", type=int, default=2000)
     p.add_argument("--high", type=int, default=12000)
     p.add_argument("--syscalls", action="store_true", help="also count system calls per request (strace)")
-    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="a broker setting of every run")
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="[NAME:]KEY=VALUE",
+        help="a broker setting of every run, or of source NAME's runs only",
+    )
+    p.add_argument("--keep", metavar="DIR", help="keep each run's callgrind output in DIR")
     args = p.parse_args(argv)
-    CONFIG.update(item.split("=", 1) for item in args.config)
+    settings = []  # (source name or None, key, value)
+    for item in args.config:
+        key, value = item.split("=", 1)
+        only, _, key = key.rpartition(":")
+        settings.append((only or None, key, value))
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        KEEP.append(os.path.abspath(args.keep))
     if shutil.which("valgrind") is None:
         print("valgrind not found (apt-get install valgrind)", file=sys.stderr)
         return 2
     os.environ["PYTHONHASHSEED"] = "0"  # the same dict and set layouts on every run
     per = {}
-    for spec in args.src:
-        name, src = spec.split("=", 1)
-        src = os.path.abspath(src)
+    sources = [(name, os.path.abspath(src)) for name, src in (spec.split("=", 1) for spec in args.src)]
+    for name, src in sources:  # each run changes directory: the paths are resolved before the first
         os.environ["PYTHONPATH"] = src
         os.chdir(src)
-        low, high = instructions(src, args.low), instructions(src, args.high)
+        CONFIG.clear()
+        CONFIG.update((key, value) for only, key, value in settings if only in (None, name))
+        low, high = instructions(src, args.low, name), instructions(src, args.high, name)
         per[name] = (high - low) / (args.high - args.low)
         print(f"{name}: {per[name]:,.0f} instructions per small produce request ({low:,} / {high:,} in all)")
         if args.syscalls:

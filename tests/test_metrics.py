@@ -201,6 +201,7 @@ def test_the_compiled_fold_counts_as_its_python_reference():
         pending += (18, v, False, 0, 10, 20, 0, 10 + v * 10**6)
     pending += (1, 16, True, 0, 0, 2**62, 0, 2**63 - 1)  # huge times: sums past 64 bits
     pending += (1, 16, True, 0, 0, 2**62, 0, 2**63 - 1)
+    pending += (1, 16, 1, -(2**40), 2**31, 2**31 + 2**30, 0, 2**32)  # an int for a bool, a negative read
     args = (stats.TOTAL_TIME_BUCKETS_NS, stats.FETCH, stats.FETCH_CONSUMER, stats.FETCH_FOLLOWER)
     compiled, python = ({(0, 9): [7] * (len(args[0]) + 2)}, {}), ({(0, 9): [7] * (len(args[0]) + 2)}, {})
     stats._cfold.fold(pending, args[0], *compiled, *args[1:])
@@ -208,6 +209,39 @@ def test_the_compiled_fold_counts_as_its_python_reference():
     assert compiled == python and len(compiled[0]) > 80
     with pytest.raises(ValueError):
         stats._cfold.fold(pending[:-1], args[0], *compiled, *args[1:])
+
+
+@pytest.mark.parametrize(
+    "note, extend",
+    [
+        pytest.param(
+            getattr(stats._cfold, "note", None),
+            getattr(stats._cfold, "extend", None),
+            marks=pytest.mark.skipif(stats._cfold is None, reason="the compiled fold is not built"),
+            id="compiled",
+        ),
+        pytest.param(stats._note_python, stats._extend_python, id="python"),
+    ],
+)
+def test_the_request_path_adds_its_items_and_the_time(note, extend):
+    # what the request path adds per request (note: its readings, then the time the response is
+    # queued, on perf_counter_ns' clock) and per partition appended (extend); True at the cap
+    pending = ["x"]
+    before = time.perf_counter_ns()
+    assert note(pending, 10, 0, 9, False, 0, before, 0, 0) is False
+    after = time.perf_counter_ns()
+    assert pending[:-1] == ["x", 0, 9, False, 0, before, 0, 0] and before <= pending[-1] <= after
+    assert note(pending, 10, "a") is True and len(pending) == 11
+    assert extend(pending, 14, "t", 2**70, 3) is True and pending[-3:] == ["t", 2**70, 3]
+    assert extend(pending, 15) is False and len(pending) == 14
+    room = sys.getsizeof(pending)
+    (list.clear if note is stats._note_python else stats._cfold.reset)(pending)
+    assert pending == [] and note(pending, 3, "b") is False and pending[0] == "b"
+    if note is not stats._note_python:
+        assert sys.getsizeof(pending) == room  # the compiled reset keeps the list's room for the next batch
+        assert stats.note is note  # the compiled clock is perf_counter_ns' here
+        with pytest.raises(TypeError):
+            note((), 1, 2)
 
 
 def test_error_counts_walk_a_kio_response():

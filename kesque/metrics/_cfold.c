@@ -8,10 +8,21 @@
  * request's metrics together; here a few nanoseconds. stats.py's _fold_python stays the
  * reference and the fallback when this module is not built; tests run both on the same inputs.
  *
+ * note(pending, cap, *items) -> bool
+ *     The request path's side: ``items`` then the clock (perf_counter_ns' CLOCK_MONOTONIC) added to
+ *     the list ``pending``; True when it holds ``cap`` items or more (time to fold). No tuple to
+ *     build, no length to allocate, no clock call of its own from Python.
+ * extend(pending, cap, *items) -> bool
+ *     The same without the clock (the Produce path's appends, BrokerTopicStats.pending).
+ * now() -> int
+ *     The clock ``note`` reads (checked against time.perf_counter_ns at import).
+ * reset(pending) -> None
+ *     The list emptied after a fold, its room kept: the next batch is added without resizes.
+ *
  * fold(pending, bounds, by_version, phases, fetch, consumer, follower) -> None
  *     pending: the flat list of RequestMetrics.pending, FIELDS items a request: API key,
  *     version, follower (bool), then in ns the connection's last read (0: none), the frame
- *     parsed, the handler returned (0: not noted, then the end), the wait it handed over ended
+ *     parsed, the handler handed the rest to a wait (0: it answered at once, then the end), the wait it handed over ended
  *     (0: none), the response queued.
  *     bounds: the buckets' upper bounds (ns, ascending ints; +Inf follows).
  *     by_version: {(API, version): a list of len(bounds) + 2 ints}, the total time's bucket
@@ -23,9 +34,32 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <time.h>
 
 #define MAX_BOUNDS 64
 #define FIELDS 8 /* a request's items in the pending list (kesque.metrics.stats.PENDING_FIELDS) */
+
+/* an int of the pending list: the digits of a small one read directly (a clock reading is two
+   30-bit digits), anything else through the C API (-1 with an error set on failure) */
+static inline long long as_ll(PyObject *o)
+{
+#if PY_VERSION_HEX < 0x030C0000 && PYLONG_BITS_IN_DIGIT == 30
+    if (PyLong_CheckExact(o)) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        switch (Py_SIZE(o)) {
+        case 0:
+            return 0;
+        case 1:
+            return (long long)d[0];
+        case 2:
+            return (long long)d[0] | ((long long)d[1] << PyLong_SHIFT);
+        default:
+            break;
+        }
+    }
+#endif
+    return PyLong_AsLongLong(o);
+}
 
 static Py_ssize_t bucket(const long long *bounds, Py_ssize_t nb, long long x)
 {
@@ -166,11 +200,11 @@ static PyObject *fold(PyObject *self, PyObject *args)
     PyObject **items = PySequence_Fast_ITEMS(pending);
     for (Py_ssize_t i = 0; i < n; i += FIELDS) {
         PyObject **r = items + i;
-        long api = PyLong_AsLong(r[0]), version = PyLong_AsLong(r[1]);
-        int fol = PyObject_IsTrue(r[2]);
-        long long rd = PyLong_AsLong(r[3]), rc = PyLong_AsLong(r[4]), lo = PyLong_AsLong(r[5]), rm = PyLong_AsLong(r[6]),
-                  en = PyLong_AsLong(r[7]);
-        if (fol < 0 || PyErr_Occurred())
+        long api = (long)as_ll(r[0]), version = (long)as_ll(r[1]);
+        int fol = r[2] == Py_False ? 0 : r[2] == Py_True ? 1 : PyObject_IsTrue(r[2]);
+        long long rd = as_ll(r[3]), rc = as_ll(r[4]), lo = as_ll(r[5]), rm = as_ll(r[6]), en = as_ll(r[7]);
+        if (fol < 0 || ((api == -1 || version == -1 || rd == -1 || rc == -1 || lo == -1 || rm == -1 || en == -1) &&
+                        PyErr_Occurred()))
             goto error;
         if (lo == 0)
             lo = en;
@@ -223,8 +257,106 @@ error:
     return NULL;
 }
 
+static int now_ns(long long *t)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    *t = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return 0;
+}
+
+/* items args[2:] (and, with `clock`, the time) appended to the list args[0]; whether it now holds
+   args[1] items or more. A list ``reset`` keeps its room: the items go straight into it, without
+   a resize (and the copy of the list a resize makes) while they fit. */
+static PyObject *append_items(PyObject *const *args, Py_ssize_t nargs, int clock)
+{
+    if (nargs < 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "expected (list, cap, *items)");
+        return NULL;
+    }
+    PyListObject *list = (PyListObject *)args[0];
+    Py_ssize_t cap = PyLong_AsSsize_t(args[1]);
+    if (cap == -1 && PyErr_Occurred())
+        return NULL;
+    long long t = 0;
+    if (clock && now_ns(&t) < 0)
+        return NULL;
+    Py_ssize_t n = Py_SIZE(list), k = nargs - 2;
+    if (n + k + clock <= list->allocated) {
+        for (Py_ssize_t i = 0; i < k; i++) {
+            Py_INCREF(args[2 + i]);
+            list->ob_item[n + i] = args[2 + i];
+        }
+        Py_SET_SIZE(list, n + k);
+    } else {
+        for (Py_ssize_t i = 0; i < k; i++)
+            if (PyList_Append((PyObject *)list, args[2 + i]) < 0)
+                return NULL;
+    }
+    if (clock) {
+        PyObject *o = PyLong_FromLongLong(t);
+        if (o == NULL)
+            return NULL;
+        n = Py_SIZE(list);
+        if (n < list->allocated) {
+            list->ob_item[n] = o; /* the reference is the list's */
+            Py_SET_SIZE(list, n + 1);
+        } else {
+            int rc = PyList_Append((PyObject *)list, o);
+            Py_DECREF(o);
+            if (rc < 0)
+                return NULL;
+        }
+    }
+    return PyBool_FromLong(Py_SIZE(list) >= cap);
+}
+
+/* reset(list): empty the list but keep its room (list.clear frees it, and the next batch would
+   grow it again, copying it at each step). One item released at a time from the end, the list
+   whole at each release. */
+static PyObject *reset(PyObject *self, PyObject *arg)
+{
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "expected a list");
+        return NULL;
+    }
+    PyListObject *list = (PyListObject *)arg;
+    Py_ssize_t n;
+    while ((n = Py_SIZE(list)) > 0) {
+        PyObject *o = list->ob_item[n - 1];
+        Py_SET_SIZE(list, n - 1);
+        Py_DECREF(o);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *note(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return append_items(args, nargs, 1);
+}
+
+static PyObject *extend(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return append_items(args, nargs, 0);
+}
+
+static PyObject *now(PyObject *self, PyObject *unused)
+{
+    long long t;
+    if (now_ns(&t) < 0)
+        return NULL;
+    return PyLong_FromLongLong(t);
+}
+
 static PyMethodDef methods[] = {
     {"fold", fold, METH_VARARGS, "Add pending requests' clock readings to the time histograms per API."},
+    {"note", (PyCFunction)(void (*)(void))note, METH_FASTCALL, "note(list, cap, *items): append items and the time; full?"},
+    {"extend", (PyCFunction)(void (*)(void))extend, METH_FASTCALL, "extend(list, cap, *items): append items; full?"},
+    {"now", now, METH_NOARGS, "The clock note reads, in ns."},
+    {"reset", reset, METH_O, "reset(list): empty it, keeping its room for the next batch."},
     {NULL, NULL, 0, NULL},
 };
 

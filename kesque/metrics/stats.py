@@ -13,6 +13,7 @@ they are folded into the counts in bulk, at a scrape's snapshot or when a list i
 from __future__ import annotations
 
 import dataclasses
+import time
 from bisect import bisect_left
 
 try:  # the compiled fold of the request time histograms (setup.py builds it where it can)
@@ -28,11 +29,15 @@ TOTAL_TIME_BUCKETS_NS = tuple(int(ms * 1_000_000) for ms in TOTAL_TIME_BUCKETS_M
 # Kafka's RequestMetrics histograms that split a request's total time, in kesque's terms:
 # RequestQueueTimeMs  from the read that brought the request's last bytes to its handler called
 #                     (the requests before it in that read, a throttled connection's wait);
-# LocalTimeMs         the handler's own run until it answered or handed the rest to a wait;
+# LocalTimeMs         the handler's own run until it handed the rest to a wait, or, a handler
+#                     that answers at once, until its response is queued on the connection
+#                     (encoding included: Kafka's handler thread builds the response, then
+#                     queues it and ends the local time there);
 # RemoteTimeMs        that wait (acks=all replication, a fetch's min bytes, the controller's
 #                     answer to a forwarded request, a coordinator's write); 0 for the others;
-# ResponseQueueTimeMs from the answer to its bytes queued on the connection (encoding; the
-#                     write itself when the connection is idle).
+# ResponseQueueTimeMs after a wait, from its end to the response's bytes queued on the
+#                     connection (encoding; the write itself when the connection is idle); 0
+#                     for a request answered at once (Kafka's is the wait for a network thread).
 PHASES = ("RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ResponseQueueTimeMs")
 PHASE_WIDTH = len(TOTAL_TIME_BUCKETS_NS) + 2  # buckets (+Inf last), then the sum
 PHASE_SUM = PHASE_WIDTH - 1
@@ -43,6 +48,7 @@ PHASE_SUM = PHASE_WIDTH - 1
 PENDING_CAP = 1024
 PENDING_FIELDS = 8  # RequestMetrics.pending's items per request
 PRODUCED_FIELDS = 3  # BrokerTopicStats.pending's items per partition appended
+PENDING_ITEMS = PENDING_CAP * PENDING_FIELDS  # RequestMetrics.pending is folded at this length
 PRODUCED_ITEMS = PENDING_CAP * PRODUCED_FIELDS  # the Produce path folds its appends at this length
 
 # per-topic counters (BrokerTopicStats' meters kesque keeps), by index in a topic's list
@@ -96,7 +102,7 @@ class BrokerTopicStats:
         if not p:
             return
         topics, sizes, records = p[0::PRODUCED_FIELDS], p[1::PRODUCED_FIELDS], p[2::PRODUCED_FIELDS]
-        p.clear()
+        reset(p)
         n = len(topics)
         if topics.count(topics[0]) == n:
             c = self.topics.get(topics[0]) or self.topic(topics[0])
@@ -190,14 +196,17 @@ class RequestMetrics:
         self.throttles: dict[int, list] = {}
         # answered requests not folded yet, PENDING_FIELDS items each, flat (no tuple per
         # request to allocate and track): api key, version, follower, then in perf_counter_ns the
-        # connection's last read (0: none), the frame parsed, the handler returned (0: not
-        # noted), the wait it handed over ended (0: none), the response queued
+        # connection's last read (0: none), the frame parsed, the handler handed the rest to a
+        # wait (0: it answered at once: local time ends with the response queued), the wait
+        # ended (0: none), the response queued
         self.pending: list = []
 
     def note(self, api_key, version, follower, read_ns, recv_ns, local_ns, remote_ns, end_ns) -> None:
-        """One request's clock readings (``pending``'s fields; the request path adds them itself)."""
-        self.pending += (api_key, version, follower, read_ns, recv_ns, local_ns, remote_ns, end_ns)
-        if len(self.pending) >= PENDING_CAP * PENDING_FIELDS:
+        """One request's clock readings (``pending``'s fields; the request path adds them with the
+        module's ``note``, which reads ``end_ns`` itself)."""
+        if extend(
+            self.pending, PENDING_ITEMS, api_key, version, follower, read_ns, recv_ns, local_ns, remote_ns, end_ns
+        ):
             self.fold()
 
     def fold(self) -> None:
@@ -205,7 +214,7 @@ class RequestMetrics:
         p = self.pending
         if p:
             _fold(p, TOTAL_TIME_BUCKETS_NS, self.by_version, self.phases, FETCH, FETCH_CONSUMER, FETCH_FOLLOWER)
-            p.clear()
+            reset(p)
 
     def record(self, api_key: int, version: int, total_ns: int, follower: bool = False) -> None:
         kv = (api_key, version)
@@ -321,7 +330,36 @@ def _fold_python(pending: list, bounds, by_version: dict, phases: dict, fetch, c
                 b[i * w + s] += d
 
 
+def _note_python(pending: list, cap: int, *items) -> bool:
+    """The compiled ``_cfold.note``'s fallback: ``items`` and the time (perf_counter_ns) added to
+    ``pending``; whether it holds ``cap`` items or more."""
+    pending += items
+    pending.append(time.perf_counter_ns())
+    return len(pending) >= cap
+
+
+def _extend_python(pending: list, cap: int, *items) -> bool:
+    """The compiled ``_cfold.extend``'s fallback: ``items`` added to ``pending``; whether it holds
+    ``cap`` items or more."""
+    pending += items
+    return len(pending) >= cap
+
+
+def _same_clock() -> bool:
+    """Does the compiled ``note`` read perf_counter_ns' clock (CLOCK_MONOTONIC on Linux)? Its
+    readings are subtracted from the request path's own."""
+    before = time.perf_counter_ns()
+    t = _cfold.now()
+    return before <= t <= time.perf_counter_ns()
+
+
 _fold = _fold_python if _cfold is None else _cfold.fold
+# the request path's additions to the pending lists (RequestMetrics.pending, BrokerTopicStats.pending)
+# (a module built before note, extend and reset existed still folds: `pip install -e .` rebuilds it)
+_compiled_note = _cfold is not None and hasattr(_cfold, "note") and _same_clock()
+note, extend = (_cfold.note, _cfold.extend) if _compiled_note else (_note_python, _extend_python)
+# a pending list emptied after its fold (the compiled one keeps the list's room for the next batch)
+reset = getattr(_cfold, "reset", list.clear)
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}

@@ -63,8 +63,8 @@ class RequestContext:
     # when the frame was parsed, for the request time metric (kesque/metrics/); 0: metrics off
     recv_ns: int = 0
     follower: bool = False  # a replica's Fetch (the FetchFollower request metrics, not FetchConsumer)
-    # with metrics: when the handler returned (its local time ends), and when the wait it handed
-    # over ended (remote time; 0: it answered at once)
+    # with metrics: when a handler that waits returned (its local time ends; 0: it answered at
+    # once, its local time ends with its response queued), and when the wait ended (remote time)
     local_ns: int = 0
     remote_ns: int = 0
 

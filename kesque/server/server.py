@@ -40,7 +40,8 @@ from ..metadata import snapshot as metadata_snapshot
 from ..metadata.image import RESOURCE_BROKER, Delta, Endpoint, MetadataImage
 from ..metrics.collectors import BrokerCollector, Sources
 from ..metrics.endpoint import MetricsEndpoint, on_loop
-from ..metrics.stats import PENDING_CAP, PENDING_FIELDS, BrokerTopicStats, RequestMetrics, error_counts
+from ..metrics.stats import PENDING_ITEMS, BrokerTopicStats, RequestMetrics, error_counts
+from ..metrics.stats import note as note_request
 from ..metrics.telemetry import ClientTelemetry
 from ..protocol import api as protocol
 from ..protocol.api_keys import ApiKeys
@@ -114,7 +115,7 @@ SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SS
 QUOTA_REPORT_INTERVAL_MS = 30_000  # per-entity rates and throttle times are logged this often
 # a handler's result that is no kio message (encoded by hand, or no response at all)
 _ENCODED = frozenset({bytes, bytearray, list, type(NO_RESPONSE)})
-PENDING_ITEMS = PENDING_CAP * PENDING_FIELDS  # the request metrics' pending list is folded at this length
+_clock = time.perf_counter_ns  # the request metrics' clock, one global lookup a reading
 
 
 async def _timed(awaitable, ctx):
@@ -1270,7 +1271,7 @@ class KesqueServer:
         if REQUEST_LOG.isEnabledFor(logging.DEBUG):
             ctx.log_ns = time.perf_counter_ns()
         if self.request_metrics is not None:
-            ctx.recv_ns = time.perf_counter_ns()
+            ctx.recv_ns = _clock()
         slot = conn.new_slot()
         try:
             result = spec.handler(ctx, request)
@@ -1282,9 +1283,13 @@ class KesqueServer:
             log.warning("%s: closing connection: %s", conn.id, e)
             conn.close()
             return
-        if ctx.recv_ns:
-            ctx.local_ns = time.perf_counter_ns()
         if result is not NO_RESPONSE and inspect.isawaitable(result):
+            # the handler's local time ends where it hands the rest to a wait; a handler that
+            # answers at once has its local time end where its response is queued (local_ns 0,
+            # _answer), as Kafka's does: its KafkaApis thread builds the response and sets
+            # apiLocalCompleteTimeNanos when it queues it (RequestChannel.sendResponse)
+            if ctx.recv_ns:
+                ctx.local_ns = _clock()
             if ctx.start_ns:  # a delayed answer's request time: the handler's steps, not its waits
                 ctx.busy_ns = time.perf_counter_ns() - ctx.step_ns
                 ctx.step_ns = 0
@@ -1309,7 +1314,7 @@ class KesqueServer:
         try:
             result = await awaitable
             if ctx.recv_ns:
-                ctx.remote_ns = time.perf_counter_ns()
+                ctx.remote_ns = _clock()
         except AuthorizerNotReady as e:
             result = self._not_ready(conn, ctx, request, e)
             if result is None:
@@ -1346,8 +1351,9 @@ class KesqueServer:
             # response (Produce, Fetch and OffsetCommit, encoded by hand, count theirs in their
             # handlers)
             header = ctx.header
-            pending = self._pending_requests
-            pending += (
+            if note_request(
+                self._pending_requests,
+                PENDING_ITEMS,
                 header.api_key,
                 header.api_version,
                 ctx.follower,
@@ -1355,9 +1361,7 @@ class KesqueServer:
                 recv,
                 ctx.local_ns,
                 ctx.remote_ns,
-                time.perf_counter_ns(),
-            )
-            if len(pending) >= PENDING_ITEMS:
+            ):  # the time the response was queued added last, by the compiled note
                 self.request_metrics.fold()
             if ctx.throttle_ms:
                 self.request_metrics.record_throttle(header.api_key, ctx.throttle_ms, ctx.follower)

@@ -15,6 +15,7 @@ import logging
 
 from ...errors import ErrorCode, KafkaError
 from ...metrics.stats import PRODUCED_ITEMS
+from ...metrics.stats import extend as extend_pending
 from ...protocol.api import Api
 from ...protocol.api_keys import ApiKeys
 from ...protocol.produce import PartitionResponse, decode_produce_request, encode_produce_response
@@ -193,8 +194,10 @@ class ProduceApis:
                         r.base_offset = info.first_offset
                         r.log_append_time = info.log_append_time
                         r.log_start_offset = info.log_start_offset
-                        if stats is not None:  # counted in bulk (BrokerTopicStats.fold)
-                            stats.pending += (name, len(p.records), info.num_records)
+                        if stats is not None and extend_pending(  # counted in bulk (BrokerTopicStats.fold)
+                            stats.pending, PRODUCED_ITEMS, name, len(p.records), info.num_records
+                        ):
+                            stats.fold()
                     except RecordValidationError as e:
                         # KIP-467: the batch is refused; the client learns which records failed
                         r.error_code = int(e.code)
@@ -222,8 +225,6 @@ class ProduceApis:
             # ErrorsPerSec{request=Produce}: a partition appended is a NONE, counted with its topic's
             # appends (BrokerTopicStats); the errors are counted here, or once the acks are in
             # (_after_acks), which counts an acks=all append NONE or not once it has its answer
-            if len(stats.pending) >= PRODUCED_ITEMS:
-                stats.fold()
             if waiting:
                 m.produce_none -= len(waiting)
             elif failed:
