@@ -18,16 +18,26 @@ times, with the lowest and highest ratio of one pass's two times. Nothing here a
 Spark's Python processes run without hypothesis, as where kesque is deployed
 (``KESQUE_BENCH_HYPOTHESIS=1`` keeps it: see SUBPROCESS_SITE).
 
-    python bench/spark_kafka.py [rows] [passes] [nodes] [steps]
+    python bench/spark_kafka.py [rows] [passes] [nodes] [steps] [--compiled-pyspark] [--trace FILE]
 
 ``steps``: a comma-separated subset of write,read,stream,copy,ceiling (default all; without
 write, each format writes its topic once, untimed, and the passes read those).
+
+``--compiled-pyspark``: Spark runs from a private SPARK_HOME (links to the real one's files)
+whose python/lib/pyspark.zip holds bytecode (``kesque spark compile-pyspark``'s zip); the
+installation itself is not touched. ``--trace FILE``: every Python process Spark starts
+appends a JSON line to FILE (its command line, when it started, when its sitecustomize ran,
+when it first imported kesque.spark, when it ended, its CPU at each), and the bench appends
+one per streaming query (its format and when ``start()`` was called).
 """
 
 from __future__ import annotations
 
+import atexit
 import glob
+import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -59,10 +69,93 @@ def jars() -> list[str]:
 SUBPROCESS_SITE = os.path.join(ROOT, "tests", "subprocess_site")
 
 
+# --trace: the sitecustomize of every Python process Spark starts (it replaces SUBPROCESS_SITE's and
+# does what that does too, unless KESQUE_BENCH_HYPOTHESIS=1)
+TRACE_SITE = """
+import json, os, sys, time
+_T0 = time.time()
+if os.environ.get("KESQUE_BENCH_HYPOTHESIS") != "1":
+    sys.modules.setdefault("hypothesis", None)
+with open("/proc/self/stat") as f:
+    _ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+with open("/proc/stat") as f:
+    _btime = next(int(x.split()[1]) for x in f if x.startswith("btime"))
+with open("/proc/self/cmdline", "rb") as f:
+    _cmd = f.read().replace(b"\\0", b" ").decode(errors="replace").strip()
+_rec = {"pid": os.getpid(), "cmd": _cmd[-120:], "exec": _btime + _ticks / os.sysconf("SC_CLK_TCK"), "site": _T0,
+        "site_cpu": time.process_time()}
+
+
+def _write(**more):
+    with open(os.environ["KESQUE_BENCH_TRACE"], "a") as f:
+        f.write(json.dumps({**_rec, **more}) + "\\n")
+
+
+class _Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "kesque.spark" and "kesque" not in _rec:
+            _rec["kesque"], _rec["kesque_cpu"] = time.time(), time.process_time()
+        return None
+
+
+sys.meta_path.insert(0, _Watch())
+
+
+def _end(*_):
+    _write(end=time.time(), end_cpu=time.process_time())
+    if _:  # the JVM ends the streaming source runner with SIGTERM: atexit would not run
+        os._exit(143)
+
+
+import atexit, signal
+atexit.register(_end)
+signal.signal(signal.SIGTERM, _end)
+"""
+
+
+def trace(**rec) -> None:
+    path = os.environ.get("KESQUE_BENCH_TRACE")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def private_spark_home(real: str, where: str) -> str:
+    """A SPARK_HOME in ``where`` that links to every file of ``real`` but python/lib/pyspark.zip,
+    which is a copy with bytecode (kesque spark compile-pyspark's)."""
+    from kesque.cli.spark import compile_zip, zip_path
+
+    home = os.path.join(where, "spark-home")
+    stock = zip_path(real)
+    if not os.path.isfile(stock):
+        raise SystemExit(f"--compiled-pyspark: no pyspark.zip at {stock}")
+    for top, dirs, files in os.walk(real):
+        rel = os.path.relpath(top, real)
+        keep = []
+        for d in dirs:  # only the path down to pyspark.zip is copied; every other directory is linked
+            if os.path.join(rel, d) in (os.path.join(".", "python"), os.path.join("python", "lib")):
+                keep.append(d)
+            else:
+                os.makedirs(os.path.join(home, rel), exist_ok=True)
+                os.symlink(os.path.join(top, d), os.path.join(home, rel, d))
+        dirs[:] = keep
+        os.makedirs(os.path.join(home, rel), exist_ok=True)
+        for f in files:
+            if os.path.join(top, f) != stock:
+                os.symlink(os.path.join(top, f), os.path.join(home, rel, f))
+    compile_zip(stock, zip_path(home))
+    return home
+
+
 def session(cores: int = 2):
     """local[cores] with Spark's Kafka connector on the class path and format kesque registered."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if os.environ.get("KESQUE_BENCH_HYPOTHESIS") != "1":
+    if os.environ.get("KESQUE_BENCH_TRACE"):
+        site = tempfile.mkdtemp(prefix="bench-site-")
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write(TRACE_SITE)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (site, os.environ.get("PYTHONPATH"))))
+    elif os.environ.get("KESQUE_BENCH_HYPOTHESIS") != "1":
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (SUBPROCESS_SITE, os.environ.get("PYTHONPATH"))))
     from pyspark.sql import SparkSession
 
@@ -123,6 +216,7 @@ def _stream(spark, fmt: str, bootstrap: str, topic: str):
 
 
 def _stream_read(spark, fmt: str, bootstrap: str, topic: str) -> None:
+    trace(query=fmt, start=time.time())
     q = (
         _stream(spark, fmt, bootstrap, topic)
         .writeStream.format("noop")
@@ -131,6 +225,7 @@ def _stream_read(spark, fmt: str, bootstrap: str, topic: str) -> None:
         .start()
     )
     q.awaitTermination()
+    trace(query=fmt, end=time.time(), progress=[p["durationMs"] for p in q.recentProgress])
 
 
 def _stream_copy(spark, fmt: str, bootstrap: str, topic: str, out: str, rows: int) -> None:
@@ -225,6 +320,18 @@ def main(argv: list[str]) -> None:
 
     from kesque.testing.cluster import Cluster
 
+    compiled = "--compiled-pyspark" in argv
+    argv = [a for a in argv if a != "--compiled-pyspark"]
+    if "--trace" in argv:
+        i = argv.index("--trace")
+        os.environ["KESQUE_BENCH_TRACE"] = os.path.abspath(argv[i + 1])
+        del argv[i : i + 2]
+    if compiled:
+        from kesque.cli.spark import spark_home
+
+        where = tempfile.mkdtemp(prefix="bench-spark-")
+        atexit.register(shutil.rmtree, where, ignore_errors=True)  # links and an 11 MB zip
+        os.environ["SPARK_HOME"] = private_spark_home(spark_home(), where)
     rows = int(argv[0]) if argv else 200_000
     passes = int(argv[1]) if len(argv) > 1 else 3
     nodes = int(argv[2]) if len(argv) > 2 else 3
@@ -236,7 +343,7 @@ def main(argv: list[str]) -> None:
             res = compare(spark, c.bootstrap_servers, admin, rows, 4, passes, min(3, nodes), steps)
         finally:
             spark.stop()
-    print(f"rows={rows} passes={passes} nodes={nodes} partitions=4")
+    print(f"rows={rows} passes={passes} nodes={nodes} partitions=4 pyspark.zip={'compiled' if compiled else 'stock'}")
     print(f"{'step':30} {'kafka rows/s':>13} {'kesque rows/s':>14} {'ratio':>6} {'median':>7}  per pass")
     for step, r in res.items():
         if "kafka_rows_s" in r:

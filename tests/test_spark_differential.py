@@ -358,6 +358,13 @@ def test_writes_place_rows_as_kafka(spark, kb):
     # no key: partitions may differ (a sticky random partition), the rows may not
     k, q = write_both(spark, kb, base.selectExpr("CAST(id AS STRING) AS value"))
     assert sorted(r for v in q.values() for r in v) == sorted(r for v in k.values() for r in v)
+    # ... and both spread them: a new partition about every 16 KiB (Kafka's batch.size), not one
+    # per Arrow batch (20,000 rows of 100 B in two Arrow batches: 70-140 switches, Kafka's producer
+    # switching after 16-32 KiB)
+    many = spark.range(0, 20_000, numPartitions=1).selectExpr("CONCAT(CAST(id AS STRING), REPEAT('x', 95)) AS value")
+    for fmt, rows in zip(("kafka", "kesque"), write_both(spark, kb, many)):
+        counts = sorted(len(v) for v in rows.values())
+        assert sum(counts) == 20_000 and counts[0] > 0.4 * 20_000 / 3 and counts[-1] < 1.6 * 20_000 / 3, (fmt, counts)
 
 
 def test_streaming_copy_is_the_same(spark, kb, data):

@@ -1,9 +1,12 @@
 """The Spark connector's pieces that need no JVM (issue 30): read tasks planned as Spark's
 Kafka source plans them (minPartitions, maxRecordsPerPartition), source options Spark's
-connector takes, and a fetched batch whose CRC does not match failing the read."""
+connector takes, a fetched batch whose CRC does not match failing the read, and the sink's
+unkeyed rows spread over the partitions as the Java producer's sticky partitioner spreads them."""
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 pytest.importorskip("pyspark")
@@ -11,7 +14,8 @@ pytest.importorskip("pyspark")
 from kesque.client.consumer import _PartitionState  # noqa: E402
 from kesque.records import batch as rb  # noqa: E402
 from kesque.records.records import build_batch  # noqa: E402
-from kesque.spark.options import OptionError, source_options  # noqa: E402
+from kesque.spark.options import OptionError, sink_options, source_options  # noqa: E402
+from kesque.spark.sink import Sticky, _write_columns, _write_rows  # noqa: E402
 from kesque.spark.source import ColumnConsumer, KesqueSourceError, OffsetRange, split_ranges  # noqa: E402
 
 
@@ -121,3 +125,76 @@ def test_a_fetch_from_the_middle_of_a_batch_keeps_the_records_from_the_position(
         assert ch.headers == ([[{"key": "h", "value": b"3"}], [{"key": "h", "value": b"4"}]] if headers else None)
     finally:
         c.close()
+
+
+def test_sticky_partitioner_switches_every_batch_size_bytes():
+    """A run of rows stays on one partition until batch.size bytes have gone to it, across
+    the task's Arrow batches; each topic has its own run."""
+    draws = iter([1, 3, 0, 2, 2, 2, 3])
+
+    class Rng:
+        def integers(self, n, size=None):
+            return next(draws) if size is None else np.array([next(draws) for _ in range(size)])
+
+    s = Sticky(1000, Rng())
+    sizes = np.full(25, 100)
+    # rows 0-9 on the first draw, 10-19 on the next, 20-24 start the third run
+    assert s.place("t", sizes, 4).tolist() == [1] * 10 + [3] * 10 + [0] * 5
+    assert s.place("t", np.full(7, 100), 4).tolist() == [0] * 5 + [2] * 2  # the run goes on
+    # a row larger than batch.size fills its run alone; the next opens one run, not five
+    assert s.place("u", np.array([5000, 10]), 4).tolist() == [2, 2]
+    assert s.place("u", np.array([10]), 4).tolist() == [2]  # 10 bytes in that run so far: it goes on
+    assert s.place("u", np.array([990, 1]), 4).tolist() == [2, 3]
+    assert s.place("t", np.zeros(0), 4).tolist() == []
+
+
+class _Counting:
+    """The producer side of the sink's write paths, counting rows per partition."""
+
+    batch_size = 1 << 20
+
+    def __init__(self, nparts: int):
+        self.rows = [0] * nparts
+
+    def _topic_partitions(self, topic):
+        return list(range(len(self.rows)))
+
+    def send_encoded(self, topic, partition, body, count):
+        assert len(body) <= self.batch_size
+        self.rows[partition] += count
+
+    def send(self, topic, value, key=None, headers=(), partition=None):
+        self.rows[partition] += 1
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_unkeyed_rows_spread_over_the_partitions_as_kafkas(headers):
+    """200,000 unkeyed rows of 100 bytes written in 10,000-row Arrow batches (as a Spark task
+    hands them over) land on every partition about evenly, as the Java producer's sticky
+    partitioner spreads them (a new partition about every 16 KiB); once a whole Arrow batch
+    went to one partition, leaving 10,000-110,000 rows per partition. The column path and
+    the row path (headers) place them alike; kafka.batch.size moves the switch."""
+    o = sink_options({"kafka.bootstrap.servers": "x:9092", "topic": "t"})
+    p, sticky = _Counting(4), Sticky(16384, np.random.default_rng(7))
+    batches = 4 if headers else 20
+    for b in range(batches):
+        values = pa.array([b"%099d" % (b * 10_000 + i) for i in range(10_000)], pa.binary())
+        cols, names = [values], ["value"]
+        if headers:
+            cols.append(pa.array([[{"key": "h", "value": b"x"}]] * 10_000))
+            names.append("headers")
+        batch = pa.RecordBatch.from_arrays(cols, names=names)
+        if headers:
+            _write_rows(p, o, batch, sticky)
+        else:
+            assert _write_columns(p, o, batch, sticky)
+    mean = batches * 10_000 / 4
+    assert sum(p.rows) == batches * 10_000
+    assert all(abs(r - mean) < 0.15 * mean for r in p.rows), p.rows
+    # batch.size as large as the Arrow batch: about one partition per batch, as before
+    big = _Counting(4)
+    sticky = Sticky(1 << 20, np.random.default_rng(7))
+    for _ in range(4):
+        values = pa.array([b"%099d" % i for i in range(10_000)], pa.binary())
+        _write_columns(big, o, pa.RecordBatch.from_arrays([values], names=["value"]), sticky)
+    assert sorted(big.rows)[-1] >= 20_000, big.rows

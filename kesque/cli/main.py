@@ -47,6 +47,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "mirrors", help="create, describe, pause, resume, fail over and promote mirror topics", add_help=False
     )
     sub.add_parser(
+        "spark", help="Spark deployments: compile-pyspark (bytecode for Spark's pyspark.zip)", add_help=False
+    )
+    sub.add_parser(
         "console",
         help="the web console of a Kafka-protocol cluster: topics, messages, groups, transactions, charts",
         add_help=False,
@@ -64,6 +67,7 @@ _OWN_PARSERS = {
     "cluster-tool": "cluster_tool",
     "cluster-links": "cluster_links",
     "mirrors": "mirrors",
+    "spark": "spark",
     "console": "console",  # loads the console (client, HTTP server) only when run
 }
 

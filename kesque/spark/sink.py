@@ -152,6 +152,7 @@ def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
         txn_id = None
         p = Producer(o.bootstrap, **kw)
     rows = 0
+    sticky = Sticky(int(o.params.get("batch.size", STICKY_BATCH_SIZE)))
     try:
         if txn_id is not None:
             try:
@@ -166,8 +167,8 @@ def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
                 raise
             p.begin_transaction()
         for batch in batches:
-            if not _write_columns(p, o, batch):
-                _write_rows(p, o, batch)
+            if not _write_columns(p, o, batch, sticky):
+                _write_rows(p, o, batch, sticky)
             rows += batch.num_rows
         if txn_id is None or rows == 0:  # nothing written: no transaction was opened
             p.flush()
@@ -185,7 +186,7 @@ def write_task(o: SinkOptions, batches, id_prefix: str) -> KesqueCommitMessage:
         p.close()
 
 
-def _write_rows(p: Producer, o: SinkOptions, batch) -> None:
+def _write_rows(p: Producer, o: SinkOptions, batch, sticky: Sticky) -> None:
     """Row by row: any topic column, headers."""
     cols = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
     n = batch.num_rows
@@ -194,12 +195,26 @@ def _write_rows(p: Producer, o: SinkOptions, batch) -> None:
     topics = [o.topic] * n if o.topic is not None else cols["topic"]
     parts = cols.get("partition") or [None] * n
     headers = cols.get("headers") or [None] * n
+    parts = list(parts)
+    unkeyed: dict[str, list[int]] = {}
+    for i in range(n):
+        if keys[i] is None and parts[i] is None and topics[i] is not None:
+            unkeyed.setdefault(topics[i], []).append(i)
+    for topic, rows in unkeyed.items():
+        sizes = np.array([_row_size(values[i], headers[i]) for i in rows], dtype=np.int64)
+        for i, part in zip(rows, sticky.place(topic, sizes, len(p._topic_partitions(topic)))):
+            parts[i] = int(part)
     for i in range(n):
         topic = topics[i]
         if topic is None:
             raise KesqueSinkError("null topic present in the data. Use the topic option for setting a topic.")
         hs = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else ()
         p.send(topic, _bytes(values[i]), key=_bytes(keys[i]), headers=hs, partition=parts[i])
+
+
+def _row_size(value, headers) -> int:
+    hs = sum(len(_bytes(h["key"])) + len(h["value"] or b"") for h in headers) if headers else 0
+    return 16 + len(_bytes(value) or b"") + hs
 
 
 def _binary_column(batch, name: str):
@@ -214,9 +229,47 @@ def _binary_column(batch, name: str):
     return valid, offsets, data if data is not None else b"", arr.offset
 
 
-def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
+STICKY_BATCH_SIZE = 16384  # the Java producer's batch.size default
+
+
+class Sticky:
+    """Where a task's unkeyed rows go, as the Java producer's sticky partitioner places them
+    (BuiltInPartitioner without adaptive load statistics): a partition drawn uniformly at
+    random takes the rows until about ``batch.size`` bytes have gone to it, then the next is
+    drawn (it may be the same one). Kept per topic across the task's Arrow batches, computed
+    per batch from the rows' cumulative sizes (no work per row in Python)."""
+
+    def __init__(self, size: int, rng: np.random.Generator | None = None):
+        self.size = max(1, size)
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self._state: dict[str, tuple[int, int]] = {}  # topic -> (partition, bytes sent to it)
+
+    def place(self, topic: str, sizes: np.ndarray, nparts: int) -> np.ndarray:
+        """The partition of each row of ``sizes`` (bytes per row, in the order they are sent)."""
+        if not len(sizes):
+            return np.zeros(0, dtype=np.int32)
+        current, carry = self._state.get(topic, (-1, 0))
+        if current < 0 or current >= nparts:
+            current, carry = int(self.rng.integers(nparts)), 0
+        start = carry + np.cumsum(sizes) - sizes  # bytes sent to the sticky run before each row
+        run = start // self.size  # a row that starts at or past batch.size opens a new run
+        opens = np.empty(len(run), dtype=bool)
+        opens[0] = False
+        np.not_equal(run[1:], run[:-1], out=opens[1:])
+        index = np.cumsum(opens)  # runs numbered 0, 1, ... (a row over several batch.size opens one)
+        switches = int(index[-1])
+        table = np.empty(switches + 1, dtype=np.int32)
+        table[0] = current
+        if switches:
+            table[1:] = self.rng.integers(nparts, size=switches)
+        self._state[topic] = (int(table[-1]), int(start[-1] + sizes[-1] - run[-1] * self.size))
+        return table[index]
+
+
+def _write_columns(p: Producer, o: SinkOptions, batch, sticky: Sticky) -> bool:
     """Column-wise, when every row goes to one topic and there are no headers: partitions
-    from the partition column or murmur2 of the keys (compiled), rows grouped by partition
+    from the partition column, murmur2 of the keys (compiled) or, without a key, the sticky
+    partitioner's choice (``Sticky``), rows grouped by partition
     (a stable sort, so each partition keeps the rows' order) and encoded straight from the
     Arrow buffers into batch bodies. False when the batch needs the row path."""
 
@@ -235,9 +288,12 @@ def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
     keys, values = _binary_column(batch, "key"), _binary_column(batch, "value")
     nparts = len(p._topic_partitions(topic))
     parts = np.frombuffer(murmur2_partitions(keys, n, nparts), dtype=np.int32).copy()
+    sizes = 16 + _lengths(keys, n) + _lengths(values, n)
     unkeyed = parts < 0
-    if unkeyed.any():  # no key: one sticky partition for the batch, as the Java producer
-        parts[unkeyed] = np.random.randint(nparts)
+    if "partition" in names:  # a partition given wins: such rows are not the sticky partitioner's
+        unkeyed &= ~np.asarray(batch.column(names.index("partition")).is_valid())
+    if unkeyed.any():  # no key: a new sticky partition about every batch.size bytes, as the Java producer
+        parts[unkeyed] = sticky.place(topic, sizes[unkeyed], nparts)
     if "partition" in names:
         given = batch.column(names.index("partition"))
         mask = np.asarray(given.is_valid())
@@ -250,7 +306,6 @@ def _write_columns(p: Producer, o: SinkOptions, batch) -> bool:
             )
     order = np.argsort(parts, kind="stable").astype(np.int32)
     sorted_parts = parts[order]
-    sizes = 16 + _lengths(keys, n) + _lengths(values, n)
     cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
     for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [n]))):
         rows = order[lo:hi]
