@@ -249,42 +249,6 @@ def test_wire_consumer_reads_over_ssl(pki, broker):
         c.close()
 
 
-def test_serve_console_reads_a_node_whose_only_broker_listener_is_sasl_ssl(pki, tmp_path):
-    """console.listener on a node without a PLAINTEXT broker listener: the console reads it over
-    the inter-broker listener with the node's own TLS context and SASL login."""
-    port = free_port()
-    jaas = f'{PLAIN_MODULE} required username="admin" password="admin-secret" user_admin="admin-secret";'
-    node = Broker(
-        data_dir=str(tmp_path / "d"),
-        mode="thread",
-        config={
-            "listeners": f"SASL_SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:0",
-            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "SASL_SSL",
-            "sasl.enabled.mechanisms": "PLAIN",
-            "sasl.mechanism.inter.broker.protocol": "PLAIN",
-            "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": pki["server"],
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": pki["ca"],
-            "console.listener": "http://127.0.0.1:0",
-        },
-    ).start()
-    try:
-        console = node._server.console
-        assert console is not None and console.bootstrap == f"127.0.0.1:{port}"
-        assert console.security.protocol == "SASL_SSL" and console.security.sasl.options["username"] == "admin"
-        assert isinstance(console.console.admin.topics(), list)  # Metadata over SASL_SSL, as the node's admin
-        conn = http.client.HTTPConnection("127.0.0.1", console.port, timeout=30)
-        conn.request("GET", "/", headers={"Host": f"127.0.0.1:{console.port}"})
-        r = conn.getresponse()
-        assert r.status == 200 and b"did not answer" not in r.read()
-        conn.close()
-    finally:
-        node.stop()
-
-
 def _sasl_ssl_node(pki, tmp_path, port, **config) -> Broker:
     """A node whose only broker listener is SASL_SSL (PLAIN: admin, the node itself, and alice)."""
     jaas = f'{PLAIN_MODULE} required username="admin" password="admin-secret" user_admin="admin-secret" '
@@ -306,6 +270,25 @@ def _sasl_ssl_node(pki, tmp_path, port, **config) -> Broker:
             **config,
         },
     )
+
+
+def test_serve_console_reads_a_node_whose_only_broker_listener_is_sasl_ssl(pki, tmp_path):
+    """console.listener on a node without a PLAINTEXT broker listener: the console reads it over
+    the inter-broker listener with the node's own TLS context and SASL login."""
+    port = free_port()
+    node = _sasl_ssl_node(pki, tmp_path, port).start()
+    try:
+        console = node._server.console
+        assert console is not None and console.bootstrap == f"127.0.0.1:{port}"
+        assert console.security.protocol == "SASL_SSL" and console.security.sasl.options["username"] == "admin"
+        assert isinstance(console.console.admin.topics(), list)  # Metadata over SASL_SSL, as the node's admin
+        conn = http.client.HTTPConnection("127.0.0.1", console.port, timeout=30)
+        conn.request("GET", "/", headers={"Host": f"127.0.0.1:{console.port}"})
+        r = conn.getresponse()
+        assert r.status == 200 and b"did not answer" not in r.read()
+        conn.close()
+    finally:
+        node.stop()
 
 
 def _console_client(pki, user: str, password: str, **extra) -> dict[str, str]:

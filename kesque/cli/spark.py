@@ -86,56 +86,60 @@ def _replace(tmp: str, path: str) -> None:
     _fsync_dir(os.path.dirname(path))
 
 
-def compile_zip(src: str, dst: str, name_as: str | None = None) -> tuple[int, int]:
-    """Write ``dst``: ``src``'s entries plus a pyc beside each ``.py``, atomically (a temporary
-    file in ``dst``'s directory, fsynced, renamed). ``name_as``: where the zip will be imported
-    from (default ``dst``). Returns (pycs written, sources left uncompiled)."""
-    where = os.path.abspath(name_as or dst)
-    written = skipped = 0
+def _write_atomically(dst: str, mode_of: str, write) -> None:
+    """``write(f)`` into a temporary file in ``dst``'s directory, fsynced, given ``mode_of``'s
+    permissions and renamed over ``dst`` (the directory fsynced too): ``dst`` is the old file or
+    the new one, never a part."""
     fd, tmp = tempfile.mkstemp(prefix=".pyspark.zip.", dir=os.path.dirname(os.path.abspath(dst)))
     try:
         with os.fdopen(fd, "wb") as f:
-            with zipfile.ZipFile(src) as zin, zipfile.ZipFile(f, "w") as zout:
-                names = set(zin.namelist())
-                for info in zin.infolist():
-                    data = zin.read(info)
-                    zout.writestr(info, data)
-                    if not info.filename.endswith(".py") or info.filename + "c" in names:
-                        continue
-                    pyc = _pyc(data, os.path.join(where, info.filename))
-                    if pyc is None:
-                        skipped += 1
-                        continue
-                    out = zipfile.ZipInfo(info.filename + "c", date_time=info.date_time)
-                    out.compress_type = zipfile.ZIP_DEFLATED
-                    out.external_attr = info.external_attr
-                    zout.writestr(out, pyc)
-                    written += 1
-                zout.comment = MARKER + b" python %d.%d" % sys.version_info[:2]
+            write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, os.stat(src).st_mode & 0o777)
+        os.chmod(tmp, os.stat(mode_of).st_mode & 0o777)
         _replace(tmp, dst)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return written, skipped
+
+
+def compile_zip(src: str, dst: str, name_as: str | None = None) -> tuple[int, int]:
+    """Write ``dst``: ``src``'s entries plus a pyc beside each ``.py``, atomically
+    (:func:`_write_atomically`). ``name_as``: where the zip will be imported from (default
+    ``dst``). Returns (pycs written, sources left uncompiled)."""
+    where = os.path.abspath(name_as or dst)
+    counts = [0, 0]  # written, skipped
+
+    def write(f) -> None:
+        with zipfile.ZipFile(src) as zin, zipfile.ZipFile(f, "w") as zout:
+            names = set(zin.namelist())
+            for info in zin.infolist():
+                data = zin.read(info)
+                zout.writestr(info, data)
+                if not info.filename.endswith(".py") or info.filename + "c" in names:
+                    continue
+                pyc = _pyc(data, os.path.join(where, info.filename))
+                if pyc is None:
+                    counts[1] += 1
+                    continue
+                out = zipfile.ZipInfo(info.filename + "c", date_time=info.date_time)
+                out.compress_type = zipfile.ZIP_DEFLATED
+                out.external_attr = info.external_attr
+                zout.writestr(out, pyc)
+                counts[0] += 1
+            zout.comment = MARKER + b" python %d.%d" % sys.version_info[:2]
+
+    _write_atomically(dst, src, write)
+    return counts[0], counts[1]
 
 
 def _copy_atomically(src: str, dst: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".pyspark.zip.", dir=os.path.dirname(dst))
-    try:
-        with os.fdopen(fd, "wb") as f, open(src, "rb") as g:
+    def write(f) -> None:
+        with open(src, "rb") as g:
             shutil.copyfileobj(g, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, os.stat(src).st_mode & 0o777)
-        _replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    _write_atomically(dst, src, write)
 
 
 def compile_in_place(home: str) -> str:
