@@ -50,23 +50,31 @@ _PROTOCOLS = {
 # SSLContext.getInstance names Java knows (ssl.protocol)
 _CONTEXT_PROTOCOLS = {"TLS", "SSL", "SSLv3", "TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3", "Default"}
 
-SSL_KEYS = (
+KEYSTORE_KEYS = (
     "ssl.keystore.type",
     "ssl.keystore.location",
     "ssl.keystore.password",
     "ssl.key.password",
     "ssl.keystore.certificate.chain",
     "ssl.keystore.key",
+)
+TRUSTSTORE_KEYS = (
     "ssl.truststore.type",
     "ssl.truststore.location",
     "ssl.truststore.password",
     "ssl.truststore.certificates",
-    "ssl.client.auth",
-    "ssl.enabled.protocols",
-    "ssl.protocol",
-    "ssl.cipher.suites",
-    "ssl.endpoint.identification.algorithm",
-    "ssl.principal.mapping.rules",
+)
+SSL_KEYS = (
+    KEYSTORE_KEYS
+    + TRUSTSTORE_KEYS
+    + (
+        "ssl.client.auth",
+        "ssl.enabled.protocols",
+        "ssl.protocol",
+        "ssl.cipher.suites",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.principal.mapping.rules",
+    )
 )
 _LIST_KEYS = ("ssl.enabled.protocols", "ssl.cipher.suites")
 

@@ -38,7 +38,9 @@ from cryptography.x509.oid import NameOID
 from ..config import ConfigError
 from ..security.principal import SslPrincipalMapper
 from ..security.tls import (
+    KEYSTORE_KEYS,
     TLS_PROTOCOLS,
+    TRUSTSTORE_KEYS,
     SslSettings,
     common,
     load_keystore,
@@ -208,20 +210,6 @@ def ssl_principal(der: bytes | None) -> KafkaPrincipal:
 
 
 # ---------------------------------------------------------------------------------------- dynamic update
-KEYSTORE_KEYS = (
-    "ssl.keystore.type",
-    "ssl.keystore.location",
-    "ssl.keystore.password",
-    "ssl.key.password",
-    "ssl.keystore.certificate.chain",
-    "ssl.keystore.key",
-)
-TRUSTSTORE_KEYS = (
-    "ssl.truststore.type",
-    "ssl.truststore.location",
-    "ssl.truststore.password",
-    "ssl.truststore.certificates",
-)
 # Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: what a listener's SSL factory is rebuilt from
 RECONFIGURABLE_KEYS = KEYSTORE_KEYS + TRUSTSTORE_KEYS
 _RECONFIGURABLE = re.compile(r"listener\.name\.([^.]+)\.(ssl\.(?:keystore|key|truststore)\.\w+)$")
