@@ -4,6 +4,7 @@ streaming query's source runner compiles pyspark from the zip at every start).""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -81,3 +82,36 @@ def test_compile_pyspark_refuses_clearly(tmp_path, capsys, monkeypatch):
     assert cli.main(["compile-pyspark", "--spark-home", home]) == 1
     assert "not writable" in capsys.readouterr().err
     assert open(path, "rb").read() == stock and not os.path.exists(path + ".orig")
+
+
+def test_a_disk_error_halfway_leaves_spark_zip_and_no_temporary_file(tmp_path, capsys, monkeypatch):
+    """ENOSPC while the compiled zip is written, and EIO at its fsync: the command fails saying
+    why, Spark's zip is as it was, and no temporary file is left beside it."""
+    home, path = _home(tmp_path)
+    stock = open(path, "rb").read()
+    real_pyc = cli._pyc
+    calls = []
+
+    def full_disk(source, filename):
+        calls.append(filename)
+        if len(calls) == 2:  # the second module: the temporary zip is half written
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pyc(source, filename)
+
+    monkeypatch.setattr(cli, "_pyc", full_disk)
+    assert cli.main(["compile-pyspark", "--spark-home", home]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert open(path, "rb").read() == stock
+    assert not [f for f in os.listdir(os.path.dirname(path)) if f.startswith(".pyspark.zip.")]
+    monkeypatch.setattr(cli, "_pyc", real_pyc)
+
+    def failing_fsync(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(cli.os, "fsync", failing_fsync)
+    assert cli.main(["compile-pyspark", "--spark-home", home]) == 1
+    assert "Input/output error" in capsys.readouterr().err
+    assert open(path, "rb").read() == stock
+    assert not [f for f in os.listdir(os.path.dirname(path)) if f.startswith(".pyspark.zip.")]
+    monkeypatch.undo()
+    assert cli.main(["compile-pyspark", "--spark-home", home]) == 0  # and it works once the disk does
