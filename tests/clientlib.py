@@ -553,7 +553,20 @@ _XERIAL = b"\x82SNAPPY\x00"
 
 
 def segment_batches(data_dir: str, topic: str, partition: int) -> list[BatchInfo]:
-    """Batch headers of a partition as stored in its .log files (RecordBatch v2 layout)."""
+    """Batch headers of a partition as stored in its .log files (RecordBatch v2 layout). A running
+    broker's cleaner or retention may delete a segment between the listing and its read: the
+    files are listed and read again then (a few times), so the answer is one listing's."""
+    for attempt in range(5):
+        try:
+            return _segment_batches(data_dir, topic, partition)
+        except FileNotFoundError:
+            if attempt == 4:
+                raise
+            time.sleep(0.05)
+    raise AssertionError("unreachable")
+
+
+def _segment_batches(data_dir: str, topic: str, partition: int) -> list[BatchInfo]:
     out = []
     for path in sorted(glob.glob(os.path.join(data_dir, f"{topic}-{partition}", "*.log"))):
         with open(path, "rb") as f:
